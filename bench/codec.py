@@ -1,0 +1,146 @@
+"""Codec throughput: typed decode+encode against plain-dict JSON baselines.
+
+Run: ``python bench/codec.py [--seconds 0.3] [--rounds 5]``
+
+For each event it measures, in alternating rounds within one run, a full
+round trip (bytes -> value -> bytes) three ways: uamp's typed codec,
+orjson on plain dicts, and the stdlib ``json`` module on plain dicts. It
+prints the median rate of each and the ratios the project targets:
+
+* ``response.delta``: typed time <= 2.5x orjson-on-dicts, >= 2x faster than
+  stdlib json;
+* ``session.create``: typed time <= 3x orjson-on-dicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from uamp_proto import decode, encode  # noqa: E402
+
+SAMPLES: dict[str, bytes] = {
+    "response.delta": orjson.dumps(
+        {
+            "type": "response.delta",
+            "event_id": "evt_211",
+            "response_id": "resp_abc",
+            "delta": {"type": "text", "text": "The weather in Paris is"},
+        }
+    ),
+    "input.text": orjson.dumps(
+        {
+            "type": "input.text",
+            "event_id": "evt_100",
+            "text": "What's the weather in Paris?",
+            "role": "user",
+            "messages": [
+                {"role": "system", "content": "You are a weather assistant."},
+                {"role": "user", "content": "What's the weather in Paris?"},
+            ],
+            "context": {"chat_id": "chat_abc", "sender_id": "user_123"},
+        }
+    ),
+    "session.create": orjson.dumps(
+        {
+            "type": "session.create",
+            "event_id": "evt_001",
+            "uamp_version": "1.0",
+            "session": {
+                "modalities": ["text"],
+                "instructions": "You are a helpful assistant.",
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "search",
+                            "description": "Search the web",
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"query": {"type": "string"}},
+                                "required": ["query"],
+                            },
+                        },
+                    }
+                ],
+                "extensions": {"openai": {"model": "gpt-4o", "temperature": 0.7}},
+            },
+            "agent": "weather-bot",
+            "token": "eyJ...",
+        }
+    ),
+}
+
+
+def _typed(data: bytes) -> bytes:
+    return encode(decode(data))
+
+
+def _orjson(data: bytes) -> bytes:
+    return orjson.dumps(orjson.loads(data))
+
+
+def _stdlib(data: bytes) -> bytes:
+    return json.dumps(json.loads(data), separators=(",", ":")).encode()
+
+
+def _rate(fn: Callable[[bytes], bytes], data: bytes, seconds: float) -> float:
+    """Round trips per second, counted over about ``seconds``."""
+    n = 0
+    batch = 1000
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        for _ in range(batch):
+            fn(data)
+        n += batch
+        now = time.perf_counter()
+        if now >= deadline:
+            return n / (now - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=0.3, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds")
+    args = parser.parse_args()
+    ways = {"uamp": _typed, "orjson": _orjson, "stdlib": _stdlib}
+    header = (
+        f"{'event':<16}{'uamp/s':>12}{'orjson/s':>12}{'stdlib/s':>12}"
+        f"{'uamp÷orjson time':>18}{'uamp÷stdlib speed':>19}"
+    )
+    print(header)
+    ok = True
+    for name, data in SAMPLES.items():
+        rates: dict[str, list[float]] = {k: [] for k in ways}
+        for _ in range(args.rounds):
+            for key, fn in ways.items():
+                rates[key].append(_rate(fn, data, args.seconds))
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        time_ratio = med["orjson"] / med["uamp"]
+        speedup = med["uamp"] / med["stdlib"]
+        print(
+            f"{name:<16}{med['uamp']:>12,.0f}{med['orjson']:>12,.0f}{med['stdlib']:>12,.0f}"
+            f"{time_ratio:>17.2f}x{speedup:>18.2f}x"
+        )
+        if name == "response.delta":
+            ok &= time_ratio <= 2.5 and speedup >= 2.0
+        if name == "session.create":
+            ok &= time_ratio <= 3.0
+    print("targets:", "met" if ok else "MISSED",
+          "(response.delta <= 2.5x orjson time and >= 2x stdlib speed;"
+          " session.create <= 3x orjson time)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The agent boundary: the one interface every transport serves.
+
+An agent is anything with a ``name``, a ``capabilities()`` declaration and an
+``async respond(request, emit)`` method. For one response it receives a
+:class:`TurnRequest` (the whole conversation so far plus the session's
+configuration) and pushes outgoing UAMP events through ``emit``:
+
+* :class:`~uamp_proto.events.ResponseDelta` for text, audio, and the
+  fragments, results and progress of the agent's *own* (server-side) tools;
+* :class:`~uamp_proto.events.Thinking`, :class:`~uamp_proto.events.Progress`,
+  :class:`~uamp_proto.events.UsageDelta`,
+  :class:`~uamp_proto.events.ToolCallDone`, and any other server event;
+* :class:`~uamp_proto.events.ToolCall` to ask the *client* to run one of the
+  tools it declared in ``request.tools``. Having emitted its tool calls the
+  agent returns; the transport collects the client's results (a
+  ``tool.result`` event, the next Chat Completions request, a Realtime
+  ``function_call_output`` ...) and calls ``respond`` again with the
+  conversation extended by the assistant's tool calls and ``role="tool"``
+  messages.
+
+The transport owns the response lifecycle: it sends ``response.created``
+before the first event and ``response.done`` (with the accumulated output and
+usage), ``response.cancelled`` or ``response.error`` after the last. An agent
+reports a failure by raising :class:`AgentError`; cancelling the task that
+runs ``respond`` cancels the response.
+
+``emit`` applies backpressure: it returns once the event has been accepted by
+the transport's bounded buffer. Nothing here does I/O; the agent runs in
+whatever event loop the transport uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from .events import Event
+from .types import Capabilities, Message, ResponseFormat, ToolDefinition
+
+__all__ = ["Agent", "AgentError", "Emit", "TurnRequest"]
+
+#: Sends one outgoing event; awaits until the transport has accepted it.
+Emit = Callable[[Event], Awaitable[None]]
+
+
+@attrs.frozen(kw_only=True)
+class TurnRequest:
+    """Everything an agent is given to produce one response.
+
+    Attributes:
+        agent: The name the client addressed.
+        session_id: The UAMP session the response belongs to.
+        response_id: The id of the response being produced.
+        messages: The conversation in order: history, the new user input
+            (accumulated ``input.*`` events as one message with
+            ``content_items``), and after a client tool round trip the
+            assistant's ``tool_calls`` message and one ``role="tool"``
+            message per result.
+        instructions: System instructions of the session or response.
+        tools: Tools the *client* declared and will run when asked.
+        tool_choice: ``"auto"``, ``"none"``, ``"required"`` or
+            ``{"type": "function", "function": {"name": ...}}``; ``None``
+            means the transport did not say (treat as ``"auto"``).
+        response_format: Structured-output request, if any.
+        modalities: Output modalities asked for.
+        token: The session's auth token, if any.
+        payment_token: The session's payment token, if any.
+        extensions: ``session.extensions`` (provider-specific settings).
+        metadata: Transport-specific details (e.g. ``model``,
+            ``temperature`` from a Chat Completions request).
+    """
+
+    agent: str
+    session_id: str
+    response_id: str
+    messages: list[Message]
+    instructions: str | None = None
+    tools: list[ToolDefinition] = attrs.field(factory=list)
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
+    modalities: list[str] = attrs.field(factory=lambda: ["text"])
+    token: str | None = None
+    payment_token: str | None = None
+    extensions: dict[str, Any] = attrs.field(factory=dict)
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+
+
+class AgentError(Exception):
+    """An agent's failure, reported to the client as ``response.error``.
+
+    Args:
+        code: A machine-readable code (``"rate_limit_exceeded"``,
+            ``"tool_failed"`` ...).
+        message: A sentence a person can act on.
+        details: Extra JSON-ready data for the error object.
+    """
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What a transport needs from an agent. See the module docstring."""
+
+    @property
+    def name(self) -> str:
+        """The name the agent is registered under."""
+        ...
+
+    def capabilities(self) -> Capabilities:
+        """The agent's capability declaration (UAMP section 9)."""
+        ...
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Produce one response's events through ``emit``."""
+        ...

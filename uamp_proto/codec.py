@@ -1,0 +1,521 @@
+"""JSON bytes and text to typed events and back.
+
+Theory of operation
+-------------------
+Decoding parses with orjson, picks the event class by the ``type`` key from a
+table, and runs that class's structure hook. Two cattrs converters share one
+configuration:
+
+* the *fast* converter (``detailed_validation=False``) runs on every input;
+  its hooks for the hottest events (``response.delta``, ``input.text``) are
+  hand-written;
+* the *detailed* converter runs only when the fast path has failed, to turn
+  the failure into a :class:`DecodeError` naming the event type and the field
+  path (``input.text: field 'text' is required``).
+
+Primitive hooks are strict: a string field takes a string, never a number
+coerced to one. Keys a class does not declare are kept in its ``unknown`` bag
+and written back on encode, and unknown event, content and delta types are
+kept verbatim (UAMP section 14.3).
+"""
+
+from __future__ import annotations
+
+import types as _pytypes
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import orjson
+from cattrs import Converter
+from cattrs.errors import ClassValidationError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.preconf.orjson import make_converter
+
+from . import events as ev
+from . import types as ty
+
+__all__ = ["DecodeError", "decode", "decode_object", "encode", "to_dict", "from_dict"]
+
+_NoneType = type(None)
+
+
+class DecodeError(ValueError):
+    """Input that is not a valid UAMP event.
+
+    Attributes:
+        message: What is wrong, naming the event type and field path.
+        event_type: The ``type`` of the offending event, when one was read.
+        event_id: Its ``event_id``, when one could be read, so a reply can
+            point at the culprit.
+        session_id: Its ``session_id``, when one could be read.
+        path: The dotted path of the offending field, or ``""``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        event_type: str | None = None,
+        event_id: str | None = None,
+        session_id: str | None = None,
+        path: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.event_type = event_type
+        self.event_id = event_id
+        self.session_id = session_id
+        self.path = path
+
+
+class _WrongType(TypeError):
+    def __init__(self, expected: str, value: object) -> None:
+        super().__init__(f"must be {expected}, got {_json_type(value)}")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+# --- strict primitive hooks --------------------------------------------------
+
+
+def _s_str(value: Any, _: Any) -> str:
+    if type(value) is str:
+        return value
+    raise _WrongType("a string", value)
+
+
+def _s_int(value: Any, _: Any) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    raise _WrongType("an integer", value)
+
+
+def _s_float(value: Any, _: Any) -> float:
+    if type(value) is float or type(value) is int:
+        return value  # type: ignore[no-any-return]
+    raise _WrongType("a number", value)
+
+
+def _s_bool(value: Any, _: Any) -> bool:
+    if type(value) is bool:
+        return value
+    raise _WrongType("a boolean", value)
+
+
+def _s_object(value: Any, _: Any) -> dict[str, Any]:
+    if type(value) is dict:
+        return value
+    raise _WrongType("an object", value)
+
+
+def _s_any(value: Any, _: Any) -> Any:
+    return value
+
+
+# --- tagged unions -----------------------------------------------------------
+
+_CONTENT_BY_TAG: dict[str, type[Any]] = {cls.type: cls for cls in ty.CONTENT_TYPES}
+_DELTA_BY_TAG: dict[str, type[Any]] = {cls.type: cls for cls in ty.DELTA_TYPES}
+_CONTENT_SET = frozenset(ty.CONTENT_TYPES) | {ty.UnknownContent}
+_DELTA_SET = frozenset(ty.DELTA_TYPES) | {ty.DeltaUnknown}
+
+
+def _tagged_union_hook(
+    conv: Converter, by_tag: Mapping[str, type[Any]], unknown_cls: type[Any]
+) -> Callable[[Any, Any], Any]:
+    hooks = {tag: conv.get_structure_hook(cls) for tag, cls in by_tag.items()}
+    classes = dict(by_tag)
+
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is not dict:
+            raise _WrongType("an object", value)
+        tag = value.get("type")
+        if tag is None:
+            raise KeyError("type")
+        hook = hooks.get(tag)
+        if hook is None:
+            if type(tag) is not str:
+                raise _WrongType("a string", tag)
+            return unknown_cls(raw=value)
+        return hook(value, classes[tag])
+
+    return structure
+
+
+def _media_hook(conv: Converter) -> Callable[[Any, Any], Any]:
+    url_hook = conv.get_structure_hook(ty.MediaURL)
+
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is str:
+            return value
+        if type(value) is dict:
+            return url_hook(value, ty.MediaURL)
+        raise _WrongType("a string or an object with 'url'", value)
+
+    return structure
+
+
+def _union_structure_factory(conv: Converter) -> Callable[[Any], Callable[[Any, Any], Any]]:
+    def factory(union: Any) -> Callable[[Any, Any], Any]:
+        members = typing.get_args(union)
+        rest = tuple(m for m in members if m is not _NoneType)
+        nullable = len(rest) != len(members)
+        inner: Callable[[Any, Any], Any]
+        if len(rest) == 1:
+            inner = conv.get_structure_hook(rest[0])
+            target = rest[0]
+        elif set(rest) == {str, ty.MediaURL}:
+            inner, target = _media_hook(conv), union
+        elif set(rest) <= _CONTENT_SET:
+            inner = _tagged_union_hook(conv, _CONTENT_BY_TAG, ty.UnknownContent)
+            target = union
+        elif set(rest) <= _DELTA_SET:
+            inner = _tagged_union_hook(conv, _DELTA_BY_TAG, ty.DeltaUnknown)
+            target = union
+        else:  # pragma: no cover - a type this module does not declare
+            raise TypeError(f"no structure hook for {union!r}")
+        if not nullable:
+            return inner
+
+        def optional(value: Any, _: Any) -> Any:
+            return None if value is None else inner(value, target)
+
+        return optional
+
+    return factory
+
+
+def _is_union(t: Any) -> bool:
+    return typing.get_origin(t) in (typing.Union, _pytypes.UnionType)
+
+
+# --- attrs classes: keep unknown keys, omit absent fields -------------------
+
+
+def _known_keys(cls: type[Any]) -> frozenset[str]:
+    keys = {f.name for f in attrs.fields(cls) if f.name != "unknown"}
+    if isinstance(getattr(cls, "type", None), str) and "type" not in keys:
+        keys.add("type")
+    return frozenset(keys)
+
+
+def _class_structure_factory(conv: Converter, detailed: bool) -> Callable[[Any], Any]:
+    def factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
+        names = {f.name for f in attrs.fields(cls)}
+        if cls in (ty.UnknownContent, ty.DeltaUnknown):
+            return lambda value, _: cls(raw=value)
+        overrides: dict[str, Any] = {}
+        if "unknown" in names:
+            overrides["unknown"] = override(omit=True)
+        generated = make_dict_structure_fn(
+            cls,
+            conv,
+            _cattrs_forbid_extra_keys=False,
+            _cattrs_detailed_validation=detailed,
+            **overrides,
+        )
+        if "unknown" not in names:
+            return generated
+        known = _known_keys(cls)
+        setter = object.__setattr__
+        if cls is ty.ToolInvocation:
+            return _tool_invocation_hook(generated, known)
+
+        def structure(value: Any, _: Any) -> Any:
+            if type(value) is not dict:
+                raise _WrongType("an object", value)
+            obj = generated(value, cls)
+            if not known.issuperset(value):
+                setter(obj, "unknown", {k: v for k, v in value.items() if k not in known})
+            return obj
+
+        return structure
+
+    return factory
+
+
+def _tool_invocation_hook(generated: Callable[[Any, Any], Any], known: frozenset[str]) -> Any:
+    """Accept OpenAI's nested ``{"function": {"name", "arguments"}}`` form too."""
+
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is not dict:
+            raise _WrongType("an object", value)
+        function = value.get("function")
+        if "name" not in value and type(function) is dict:
+            value = {
+                "id": value.get("id"),
+                "name": function.get("name"),
+                "arguments": function.get("arguments", ""),
+            }
+        obj = generated(value, ty.ToolInvocation)
+        if not known.issuperset(value):
+            extra = {k: v for k, v in value.items() if k not in known and k != "type"}
+            if extra:
+                object.__setattr__(obj, "unknown", extra)
+        return obj
+
+    return structure
+
+
+def _class_unstructure_factory(conv: Converter) -> Callable[[Any], Any]:
+    def factory(cls: type[Any]) -> Callable[[Any], Any]:
+        if cls in (ty.UnknownContent, ty.DeltaUnknown, ev.UnknownEvent):
+            return lambda obj: obj.raw
+        overrides: dict[str, Any] = {}
+        for f in attrs.fields(cls):
+            if f.name == "unknown":
+                overrides["unknown"] = override(omit=True)
+            elif f.default is not None:
+                # Only absent (None) values are omitted; a field whose default
+                # is a real value (ToolDefinition.type) is always written.
+                overrides[f.name] = override(omit_if_default=False)
+        generated = make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **overrides)
+        tag = getattr(cls, "type", None)
+        if not isinstance(tag, str) or "type" in {f.name for f in attrs.fields(cls)}:
+            tag = None
+
+        if tag is None:
+
+            def plain(obj: Any) -> dict[str, Any]:
+                out: dict[str, Any] = generated(obj)
+                if obj.unknown:
+                    out.update(obj.unknown)
+                return out
+
+            return plain
+
+        def tagged(obj: Any) -> dict[str, Any]:
+            out = {"type": tag}
+            out.update(generated(obj))
+            if obj.unknown:
+                out.update(obj.unknown)
+            return out
+
+        return tagged
+
+    return factory
+
+
+def _union_unstructure_factory(conv: Converter) -> Callable[[Any], Any]:
+    def factory(union: Any) -> Callable[[Any], Any]:
+        cache: dict[type[Any], Callable[[Any], Any]] = {}
+
+        def unstructure(obj: Any) -> Any:
+            if obj is None or type(obj) is str:
+                return obj
+            cls = type(obj)
+            hook = cache.get(cls)
+            if hook is None:
+                hook = cache[cls] = conv.get_unstructure_hook(cls)
+            return hook(obj)
+
+        return unstructure
+
+    return factory
+
+
+def _make(detailed: bool) -> Converter:
+    conv = make_converter(detailed_validation=detailed, forbid_extra_keys=False)
+    conv.register_structure_hook(str, _s_str)
+    conv.register_structure_hook(int, _s_int)
+    conv.register_structure_hook(float, _s_float)
+    conv.register_structure_hook(bool, _s_bool)
+    conv.register_structure_hook_func(lambda t: t == dict[str, Any], _s_object)
+    conv.register_structure_hook_func(lambda t: t is Any, _s_any)
+    conv.register_structure_hook_factory(attrs.has, _class_structure_factory(conv, detailed))
+    conv.register_structure_hook_factory(_is_union, _union_structure_factory(conv))
+    conv.register_unstructure_hook_factory(attrs.has, _class_unstructure_factory(conv))
+    conv.register_unstructure_hook_factory(_is_union, _union_unstructure_factory(conv))
+    conv.register_unstructure_hook_func(lambda t: t == dict[str, Any], lambda d: d)
+    return conv
+
+
+#: The converter used on every input; hot events get hand-written hooks.
+converter: Converter = _make(detailed=False)
+#: Re-runs failed input to produce field-path errors.
+_detailed: Converter = _make(detailed=True)
+
+_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {
+    tag: converter.get_structure_hook(cls) for tag, cls in ev.EVENT_TYPES.items()
+}
+_UNSTRUCTURE: dict[type[Any], Callable[[Any], Any]] = {
+    cls: converter.get_unstructure_hook(cls) for cls in ev.EVENT_TYPES.values()
+}
+_UNSTRUCTURE[ev.UnknownEvent] = lambda obj: obj.raw
+
+
+def _install_fast_hooks() -> None:
+    from . import _fast  # noqa: PLC0415 - avoid an import cycle
+
+    _STRUCTURE.update(_fast.structure_hooks(converter))
+    _UNSTRUCTURE.update(_fast.unstructure_hooks(converter))
+
+
+# --- errors ------------------------------------------------------------------
+
+
+def _leaf_errors(exc: BaseException, path: str) -> list[tuple[str, BaseException]]:
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        out: list[tuple[str, BaseException]] = []
+        for sub in exc.exceptions:
+            step = ""
+            for note in getattr(sub, "__notes__", ()):
+                name = getattr(note, "name", None)
+                index = getattr(note, "index", None)
+                if name is not None:
+                    step = f"{path}.{name}" if path else str(name)
+                elif index is not None:
+                    step = f"{path}[{index}]"
+            out.extend(_leaf_errors(sub, step or path))
+        return out
+    return [(path, exc)]
+
+
+def _describe(path: str, exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        missing = exc.args[0] if exc.args else path
+        if path and not path.endswith(str(missing)):
+            path = f"{path}.{missing}"
+        return f"field '{path or missing}' is required"
+    if isinstance(exc, _WrongType):
+        return f"field '{path}' {exc}"
+    return f"field '{path}': {exc}" if path else str(exc)
+
+
+def _error_for(tag: str, cls: type[Any], obj: dict[str, Any]) -> DecodeError:
+    event_id = obj.get("event_id")
+    session_id = obj.get("session_id")
+    ids = {
+        "event_type": tag,
+        "event_id": event_id if isinstance(event_id, str) else None,
+        "session_id": session_id if isinstance(session_id, str) else None,
+    }
+    try:
+        _detailed.structure(obj, cls)
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a DecodeError
+        leaves = _leaf_errors(exc, "")
+        path, first = leaves[0]
+        text = "; ".join(_describe(p, e) for p, e in leaves)
+        return DecodeError(f"{tag}: {text}", path=_full_path(path, first), **ids)
+    # The detailed converter accepted what the fast path refused: report the
+    # fast path's complaint generically rather than invent a field.
+    return DecodeError(f"{tag}: invalid event", **ids)  # pragma: no cover
+
+
+def _full_path(path: str, exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        name = str(exc.args[0])
+        if not path.endswith(name):
+            return f"{path}.{name}" if path else name
+    return path
+
+
+# --- public API --------------------------------------------------------------
+
+
+def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
+    """Turn an already-parsed JSON value into a typed event.
+
+    Raises:
+        DecodeError: ``obj`` is not an object, has no string ``type``, or
+            does not match its event's schema.
+    """
+    if type(obj) is not dict:
+        raise DecodeError(f"an event must be a JSON object, got {_json_type(obj)}")
+    tag = obj.get("type")
+    hook = _STRUCTURE.get(tag)  # type: ignore[arg-type]
+    if hook is None:
+        if type(tag) is str:
+            return ev.UnknownEvent(type=tag, raw=obj)
+        event_id = obj.get("event_id")
+        if tag is None:
+            problem = "an event must have a 'type' field"
+        else:
+            problem = f"an event's 'type' must be a string, got {_json_type(tag)}"
+        raise DecodeError(problem, event_id=event_id if isinstance(event_id, str) else None)
+    cls = ev.EVENT_TYPES[tag]  # type: ignore[index]
+    try:
+        return hook(obj, cls)  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - re-run slowly for a precise message
+        raise _error_for(tag, cls, obj) from None  # type: ignore[arg-type]
+
+
+def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownEvent:
+    """Parse one JSON-encoded UAMP event.
+
+    Args:
+        data: One event as UTF-8 bytes or text.
+
+    Returns:
+        The typed event, or :class:`~uamp_proto.events.UnknownEvent` for a
+        type this version does not know.
+
+    Raises:
+        DecodeError: Invalid JSON, a non-object, a missing ``type``, a missing
+            required field or a field of the wrong type.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    return decode_object(obj)
+
+
+def to_dict(event: ev.Event | ev.UnknownEvent) -> dict[str, Any]:
+    """The JSON-ready dict of an event (absent fields omitted)."""
+    hook = _UNSTRUCTURE.get(type(event))
+    if hook is None:
+        hook = _UNSTRUCTURE[type(event)] = converter.get_unstructure_hook(type(event))
+    return hook(event)  # type: ignore[no-any-return]
+
+
+def encode(event: ev.Event | ev.UnknownEvent) -> bytes:
+    """Serialise one event to compact UTF-8 JSON bytes."""
+    hook = _UNSTRUCTURE.get(type(event))
+    if hook is None:
+        hook = _UNSTRUCTURE[type(event)] = converter.get_unstructure_hook(type(event))
+    return orjson.dumps(hook(event))
+
+
+def from_dict(cls: type[Any], value: Any) -> Any:
+    """Structure a plain JSON value into one of the protocol's types.
+
+    Raises:
+        DecodeError: the value does not match ``cls``.
+    """
+    try:
+        return converter.structure(value, cls)
+    except Exception:  # noqa: BLE001
+        try:
+            _detailed.structure(value, cls)
+        except Exception as exc:  # noqa: BLE001
+            leaves = _leaf_errors(exc, "")
+            text = "; ".join(_describe(p, e) for p, e in leaves)
+            raise DecodeError(f"{cls.__name__}: {text}") from None
+        raise  # pragma: no cover
+
+
+def unstructure(value: Any) -> Any:
+    """The JSON-ready form of any protocol type (content item, message, ...)."""
+    return converter.unstructure(value)
+
+
+_install_fast_hooks()
