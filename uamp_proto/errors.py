@@ -1,0 +1,62 @@
+"""The exceptions of the sans-IO core, in the manner of h11.
+
+A :class:`LocalProtocolError` means *our* side tried something the protocol
+forbids (raised from ``send()`` and constructors); a
+:class:`RemoteProtocolError` means the *peer* did (raised only on the receive
+path). Both carry the UAMP error the peer should be told about, so a binding
+can answer without inventing codes of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "FlowControlError",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+]
+
+
+class ProtocolError(Exception):
+    """Base of the core's protocol errors.
+
+    Attributes:
+        code: The UAMP error code to report (``"invalid_event"``,
+            ``"unknown_session"``, ``"4.09"`` ...).
+        message: A sentence naming the problem.
+        session_id: The session the error belongs to, or ``None`` when it
+            concerns the whole connection.
+        event_id: The ``event_id`` of the offending event, when known.
+        reply: The error event to send to the peer (set on remote errors),
+            or ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "protocol_error",
+        session_id: str | None = None,
+        event_id: str | None = None,
+        reply: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.session_id = session_id
+        self.event_id = event_id
+        self.reply = reply
+
+
+class LocalProtocolError(ProtocolError):
+    """The local side broke a protocol rule; nothing was sent."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke a protocol rule; ``reply`` is the error event owed."""
+
+
+class FlowControlError(LocalProtocolError):
+    """Sending a delta would exceed the session's delta window (spec 003, 5)."""
