@@ -364,6 +364,15 @@ class Message:
     tool_calls: list[ToolInvocation] | None = None
     unknown: Mapping[str, Any] = _unknown()
 
+    @property
+    def text(self) -> str:
+        """The message's text: ``content``, else its text content items joined."""
+        if self.content is not None:
+            return self.content
+        if not self.content_items:
+            return ""
+        return "".join(i.text for i in self.content_items if isinstance(i, TextContent))
+
 
 @_frozen
 class FunctionDefinition:
