@@ -1,0 +1,135 @@
+"""The result of one agent run: :class:`Turn`.
+
+A turn is what ``Agent.run`` returns and what ``AgentStream.turn`` resolves
+to. It holds the uamp_proto messages the run added to the conversation (used
+as they are, never wrapped: UAP section 2.1), the final assistant message,
+the usage summed over every model call, and the parsed structured output.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import attrs
+
+from uamp_proto.types import Message, ToolInvocation, ToolOutput, UsageCost, UsageStats
+
+__all__ = ["ToolExecution", "Turn", "add_usage"]
+
+
+def _uuid4() -> str:
+    return str(uuid.uuid4())
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    if a is None and b is None:
+        return None
+    return (a or 0) + (b or 0)
+
+
+def _sum_f(a: float | None, b: float | None) -> float | None:
+    if a is None and b is None:
+        return None
+    return (a or 0.0) + (b or 0.0)
+
+
+def add_usage(a: UsageStats, b: UsageStats | None) -> UsageStats:
+    """Return the field-wise sum of two usage records (absent + absent = absent).
+
+    ``total_tokens`` is the sum of the totals when either side reports one,
+    else the sum of input and output tokens when those are known.
+    """
+    if b is None:
+        return a
+    cost: UsageCost | None = a.cost
+    if b.cost is not None:
+        if cost is None:
+            cost = b.cost
+        else:
+            cost = UsageCost(
+                input_cost=_sum_f(cost.input_cost, b.cost.input_cost),
+                output_cost=_sum_f(cost.output_cost, b.cost.output_cost),
+                total_cost=_sum_f(cost.total_cost, b.cost.total_cost),
+                currency=cost.currency or b.cost.currency,
+            )
+    inp = _sum(a.input_tokens, b.input_tokens)
+    out = _sum(a.output_tokens, b.output_tokens)
+    total = _sum(_total(a), _total(b))
+    return UsageStats(
+        input_tokens=inp,
+        output_tokens=out,
+        total_tokens=total,
+        cached_tokens=_sum(a.cached_tokens, b.cached_tokens),
+        cost=cost,
+        audio=a.audio or b.audio,
+    )
+
+
+def _total(u: UsageStats) -> int | None:
+    if u.total_tokens is not None:
+        return u.total_tokens
+    if u.input_tokens is None and u.output_tokens is None:
+        return None
+    return (u.input_tokens or 0) + (u.output_tokens or 0)
+
+
+@attrs.define(kw_only=True)
+class ToolExecution:
+    """One tool (or sub-agent) call made during a run, with its outcome.
+
+    Attributes:
+        call: The invocation the model asked for.
+        output: What the tool returned (``is_error`` set on failure).
+        step: The step number in which it ran.
+        duration: Seconds the call took (trio clock).
+        child_agent_id: The sub-agent's id when the tool was an agent.
+    """
+
+    call: ToolInvocation
+    output: ToolOutput
+    step: int
+    duration: float = 0.0
+    child_agent_id: str | None = None
+
+
+@attrs.define(kw_only=True)
+class Turn:
+    """What one agent run produced.
+
+    Attributes:
+        messages: The messages this turn added to the conversation, in
+            order: the user input message first, then every assistant and
+            tool message. ``history + turn.messages`` is the new history.
+        response: The final assistant message (``turn.response.text``).
+        usage: Token usage summed over every model call of the run
+            (sub-agent usage included).
+        data: The parsed structured output when the agent has a
+            ``structure``, else ``None``.
+        steps: How many steps the execution strategy took.
+        id: UUIDv4 of this turn.
+        agent_id: The id of the agent that produced it.
+        parent_turn_id: The id of the turn of the parent agent when this run
+            was a sub-agent call (UAP section 8.4).
+        tool_executions: Every tool call of the run, in call order.
+        status: ``"completed"``, or ``"aborted"`` when the run was cancelled
+            and this is its partial result.
+        metadata: The strategy's ``state.metadata`` at the end of the run.
+    """
+
+    messages: list[Message]
+    response: Message
+    usage: UsageStats = attrs.field(factory=UsageStats)
+    data: Any = None
+    steps: int = 0
+    id: str = attrs.field(factory=_uuid4)
+    agent_id: str | None = None
+    parent_turn_id: str | None = None
+    tool_executions: list[ToolExecution] = attrs.field(factory=list)
+    status: str = "completed"
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The final response text (``response.text``)."""
+        return self.response.text
