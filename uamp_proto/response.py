@@ -1,0 +1,431 @@
+"""The lifecycle of one response and the accumulation of its output.
+
+Theory of operation
+-------------------
+A :class:`ResponseTracker` follows one response from ``response.created`` to
+``response.done`` / ``response.cancelled`` / ``response.error`` (UAMP
+sections 3, 6.5-6.11). Both ends use it: a server feeds it the events it
+sends, a client the events it receives, and both end up with the same
+output. Output items keep their order of first appearance:
+
+* text deltas append to the current text item (a tool call, thinking or
+  media item in between starts a new one);
+* tool-call fragments are joined per call id (name from the first fragment
+  that has one, argument fragments concatenated);
+* ``tool.call`` (a *client* tool) registers an outstanding ``call_id`` that
+  a ``tool.result`` must answer, once; server-side tool results arrive as
+  ``tool_result`` deltas; ``tool_progress`` text is kept per call;
+* consecutive ``thinking`` events with ``is_delta`` merge into one item
+  (section 6.13); a complete thought starts a new one;
+* audio chunks (``response.delta`` audio and ``audio.delta``) are decoded
+  and joined into one audio item;
+* ``usage.delta`` values are summed into the final usage.
+
+One response is active per session at a time (see
+:mod:`uamp_proto.connection`); the tracker itself does not know sessions.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from . import events as ev
+from . import types as ty
+from .errors import RemoteProtocolError
+
+__all__ = ["ResponseState", "ResponseTracker", "add_usage"]
+
+
+class ResponseState(enum.Enum):
+    """Where a response is in its lifecycle."""
+
+    #: ``response.create`` accepted; ``response.created`` not yet seen.
+    REQUESTED = "requested"
+    #: Streaming content.
+    IN_PROGRESS = "in_progress"
+    #: Finished with ``response.done``.
+    COMPLETED = "completed"
+    #: Finished with ``response.cancelled``.
+    CANCELLED = "cancelled"
+    #: Finished with ``response.error``.
+    FAILED = "failed"
+
+
+TERMINAL_STATES = frozenset({ResponseState.COMPLETED, ResponseState.CANCELLED, ResponseState.FAILED})
+
+
+def _sum(a: float | None, b: float | None) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def add_usage(a: ty.UsageStats | None, b: ty.UsageStats | None) -> ty.UsageStats | None:
+    """The field-wise sum of two usage records (absent fields stay absent)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    cost = a.cost
+    if b.cost is not None:
+        cost = (
+            b.cost
+            if cost is None
+            else ty.UsageCost(
+                input_cost=_sum(cost.input_cost, b.cost.input_cost),
+                output_cost=_sum(cost.output_cost, b.cost.output_cost),
+                total_cost=_sum(cost.total_cost, b.cost.total_cost),
+                currency=cost.currency or b.cost.currency,
+            )
+        )
+    audio = a.audio
+    if b.audio is not None:
+        audio = (
+            b.audio
+            if audio is None
+            else ty.AudioUsage(
+                input_seconds=_sum(audio.input_seconds, b.audio.input_seconds),
+                output_seconds=_sum(audio.output_seconds, b.audio.output_seconds),
+            )
+        )
+    return ty.UsageStats(
+        input_tokens=_sum(a.input_tokens, b.input_tokens),
+        output_tokens=_sum(a.output_tokens, b.output_tokens),
+        total_tokens=_sum(a.total_tokens, b.total_tokens),
+        cached_tokens=_sum(a.cached_tokens, b.cached_tokens),
+        cost=cost,
+        audio=audio,
+    )
+
+
+class _Slot:
+    """A mutable output item under construction."""
+
+    __slots__ = ("extra", "kind", "parts")
+
+    def __init__(self, kind: str, extra: dict[str, Any] | None = None) -> None:
+        self.kind = kind
+        self.parts: list[Any] = []
+        self.extra: dict[str, Any] = extra if extra is not None else {}
+
+
+class ResponseTracker:
+    """Follows one response and accumulates its output.
+
+    Args:
+        response_id: The id of the response.
+        input_messages: The messages this response answers (the accumulated
+            input), kept so a session can extend its history.
+    """
+
+    def __init__(self, response_id: str, input_messages: list[ty.Message] | None = None) -> None:
+        self.response_id = response_id
+        self.input_messages: list[ty.Message] = list(input_messages or ())
+        self.state = ResponseState.REQUESTED
+        self._slots: list[_Slot] = []
+        self._calls: dict[str, _Slot] = {}
+        self._client_calls: dict[str, ty.ToolInvocation] = {}
+        self._answered: set[str] = set()
+        self._done_calls: set[str] = set()
+        self._progress: dict[str, list[str]] = {}
+        self._usage: ty.UsageStats | None = None
+        self._final_usage: ty.UsageStats | None = None
+        self._transcript: list[str] = []
+        self.error: ty.ErrorInfo | None = None
+
+    # --- feeding -----------------------------------------------------------
+
+    def apply(self, event: ev.Event) -> None:
+        """Account for one server event of this response.
+
+        Events that do not concern output (progress, payment, rate limits)
+        are ignored.
+        """
+        kind = type(event)
+        if kind is ev.ResponseDelta:
+            self._delta(event.delta)  # type: ignore[attr-defined]
+        elif kind is ev.Thinking:
+            self._thinking(event)  # type: ignore[arg-type]
+        elif kind is ev.UsageDelta:
+            self._usage = add_usage(self._usage, event.delta)  # type: ignore[attr-defined]
+        elif kind is ev.ToolCall:
+            self._client_call(event)  # type: ignore[arg-type]
+        elif kind is ev.ToolCallDone:
+            self._done_calls.add(event.call_id)  # type: ignore[attr-defined]
+        elif kind is ev.AudioDelta:
+            self._audio(event.audio)  # type: ignore[attr-defined]
+        elif kind is ev.TranscriptDelta:
+            self._transcript.append(event.transcript)  # type: ignore[attr-defined]
+        elif kind is ev.ResponseCreated:
+            self.state = ResponseState.IN_PROGRESS
+        elif kind is ev.ResponseDone:
+            self.state = ResponseState.COMPLETED
+            self._final_usage = event.response.usage  # type: ignore[attr-defined]
+        elif kind is ev.ResponseCancelled:
+            self.state = ResponseState.CANCELLED
+        elif kind is ev.ResponseError:
+            self.state = ResponseState.FAILED
+            self.error = event.error  # type: ignore[attr-defined]
+
+    def _last(self, kind: str) -> _Slot:
+        slots = self._slots
+        if slots and slots[-1].kind == kind:
+            return slots[-1]
+        slot = _Slot(kind)
+        slots.append(slot)
+        return slot
+
+    def _delta(self, delta: ty.Delta) -> None:
+        kind = type(delta)
+        if kind is ty.DeltaText:
+            self._last("text").parts.append(delta.text)  # type: ignore[union-attr]
+        elif kind is ty.DeltaToolCall:
+            frag: ty.ToolCallFragment = delta.tool_call  # type: ignore[union-attr]
+            slot = self._calls.get(frag.id)
+            if slot is None:
+                slot = self._calls[frag.id] = _Slot("tool_call", {"id": frag.id, "name": ""})
+                self._slots.append(slot)
+            if frag.name and not slot.extra["name"]:
+                slot.extra["name"] = frag.name
+            if frag.arguments:
+                slot.parts.append(frag.arguments)
+        elif kind is ty.DeltaAudio:
+            self._audio(delta.audio)  # type: ignore[union-attr]
+        elif kind is ty.DeltaToolResult:
+            res: ty.ToolResultFragment = delta.tool_result  # type: ignore[union-attr]
+            slot = _Slot("tool_result", {"call_id": res.call_id, "status": res.status})
+            slot.parts.append(res.result or "")
+            self._slots.append(slot)
+        elif kind is ty.DeltaToolProgress:
+            prog: ty.ToolProgress = delta.tool_progress  # type: ignore[union-attr]
+            self._progress.setdefault(prog.call_id, []).append(prog.text)
+
+    def _thinking(self, event: ev.Thinking) -> None:
+        slots = self._slots
+        if event.is_delta and slots and slots[-1].kind == "thinking":
+            slots[-1].parts.append(event.content)
+            return
+        slot = _Slot("thinking", {"stage": event.stage, "redacted": event.redacted})
+        slot.parts.append(event.content)
+        slots.append(slot)
+
+    def _audio(self, chunk: str) -> None:
+        try:
+            raw = base64.b64decode(chunk, validate=True)
+        except ValueError:
+            raw = chunk.encode()
+        self._last("audio").parts.append(raw)
+
+    def _client_call(self, event: ev.ToolCall) -> None:
+        call = ty.ToolInvocation(id=event.call_id, name=event.name, arguments=event.arguments)
+        self._client_calls[event.call_id] = call
+        slot = self._calls.get(event.call_id)
+        if slot is None:
+            slot = self._calls[event.call_id] = _Slot(
+                "tool_call", {"id": event.call_id, "name": event.name}
+            )
+            slot.parts.append(event.arguments)
+            self._slots.append(slot)
+        else:  # streamed as fragments first: tool.call carries the complete call
+            slot.extra["name"] = event.name
+            slot.parts[:] = [event.arguments]
+
+    def add_tool_result(
+        self, call_id: str, result: str, is_error: bool | None = None
+    ) -> ty.ToolOutput:
+        """Record the client's answer to a ``tool.call``.
+
+        Raises:
+            RemoteProtocolError: ``call_id`` names no outstanding call of this
+                response, or was answered already (code ``invalid_tool_result``).
+        """
+        if call_id not in self._client_calls:
+            raise RemoteProtocolError(
+                f"tool.result: call_id {call_id!r} does not match any tool.call of "
+                f"response {self.response_id!r}",
+                code="invalid_tool_result",
+            )
+        if call_id in self._answered:
+            raise RemoteProtocolError(
+                f"tool.result: call_id {call_id!r} was already answered",
+                code="invalid_tool_result",
+            )
+        self._answered.add(call_id)
+        slot = _Slot("tool_result", {"call_id": call_id, "is_error": is_error})
+        slot.parts.append(result)
+        self._slots.append(slot)
+        return ty.ToolOutput(call_id=call_id, result=result, is_error=is_error)
+
+    # --- reading -----------------------------------------------------------
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the response reached a terminal state."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def pending_tool_calls(self) -> list[ty.ToolInvocation]:
+        """Client tool calls still waiting for their ``tool.result``."""
+        return [c for cid, c in self._client_calls.items() if cid not in self._answered]
+
+    @property
+    def tool_calls(self) -> list[ty.ToolInvocation]:
+        """Every tool call of the response so far, complete or streamed."""
+        return [
+            ty.ToolInvocation(id=s.extra["id"], name=s.extra["name"], arguments="".join(s.parts))
+            for s in self._slots
+            if s.kind == "tool_call"
+        ]
+
+    @property
+    def text(self) -> str:
+        """All output text so far, concatenated."""
+        return "".join("".join(s.parts) for s in self._slots if s.kind == "text")
+
+    @property
+    def thinking(self) -> str:
+        """All reasoning text so far."""
+        return "".join("".join(s.parts) for s in self._slots if s.kind == "thinking")
+
+    @property
+    def transcript(self) -> str:
+        """The accumulated transcript of output audio."""
+        return "".join(self._transcript)
+
+    @property
+    def tool_progress(self) -> Mapping[str, list[str]]:
+        """Progress texts of server-side tools, by call id."""
+        return self._progress
+
+    @property
+    def completed_tool_calls(self) -> frozenset[str]:
+        """Call ids announced complete by ``tool.call_done``."""
+        return frozenset(self._done_calls)
+
+    @property
+    def usage(self) -> ty.UsageStats | None:
+        """Usage: the ``response.done`` figure if seen, else the sum of ``usage.delta``."""
+        usage = self._final_usage if self._final_usage is not None else self._usage
+        if usage is not None and usage.total_tokens is None and (
+            usage.input_tokens is not None or usage.output_tokens is not None
+        ):
+            usage = ty.UsageStats(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                total_tokens=(usage.input_tokens or 0) + (usage.output_tokens or 0),
+                cached_tokens=usage.cached_tokens,
+                cost=usage.cost,
+                audio=usage.audio,
+            )
+        return usage
+
+    @property
+    def output(self) -> list[ty.ContentItem]:
+        """The output content items so far, in order."""
+        out: list[ty.ContentItem] = []
+        for s in self._slots:
+            kind = s.kind
+            if kind == "text":
+                out.append(ty.TextContent(text="".join(s.parts)))
+            elif kind == "tool_call":
+                out.append(
+                    ty.ToolCallContent(
+                        tool_call=ty.ToolInvocation(
+                            id=s.extra["id"], name=s.extra["name"], arguments="".join(s.parts)
+                        )
+                    )
+                )
+            elif kind == "tool_result":
+                out.append(
+                    ty.ToolResultContent(
+                        tool_result=ty.ToolOutput(
+                            call_id=s.extra["call_id"],
+                            result="".join(s.parts),
+                            is_error=s.extra.get("is_error"),
+                        )
+                    )
+                )
+            elif kind == "thinking":
+                out.append(
+                    ty.ThinkingContent(
+                        thinking="".join(s.parts),
+                        stage=s.extra.get("stage"),
+                        redacted=s.extra.get("redacted"),
+                    )
+                )
+            elif kind == "audio":
+                data = base64.b64encode(b"".join(s.parts)).decode("ascii")
+                out.append(ty.AudioContent(audio=data))
+        return out
+
+    def messages(self) -> list[ty.Message]:
+        """The conversation messages this response produced, in order.
+
+        Assistant text and tool calls gather into one assistant message until
+        a tool result follows; each result becomes a ``role="tool"`` message.
+        Thinking is not part of the conversation.
+        """
+        msgs: list[ty.Message] = []
+        text: list[str] = []
+        calls: list[ty.ToolInvocation] = []
+
+        def flush() -> None:
+            if text or calls:
+                msgs.append(
+                    ty.Message(
+                        role="assistant",
+                        content="".join(text) if text else None,
+                        tool_calls=list(calls) if calls else None,
+                    )
+                )
+                text.clear()
+                calls.clear()
+
+        for item in self.output:
+            if isinstance(item, ty.TextContent):
+                if calls:
+                    flush()
+                text.append(item.text)
+            elif isinstance(item, ty.ToolCallContent):
+                calls.append(item.tool_call)
+            elif isinstance(item, ty.ToolResultContent):
+                flush()
+                msgs.append(
+                    ty.Message(
+                        role="tool",
+                        content=item.tool_result.result,
+                        tool_call_id=item.tool_result.call_id,
+                    )
+                )
+        flush()
+        return msgs
+
+    # --- terminal events ---------------------------------------------------
+
+    def done_event(self, *, signature: str | None = None) -> ev.ResponseDone:
+        """The ``response.done`` event carrying the accumulated output and usage."""
+        return ev.ResponseDone(
+            response_id=self.response_id,
+            response=ty.ResponseOutput(
+                id=self.response_id, status="completed", output=self.output, usage=self.usage
+            ),
+            signature=signature,
+        )
+
+    def cancelled_event(self) -> ev.ResponseCancelled:
+        """The ``response.cancelled`` event with the partial output so far."""
+        return ev.ResponseCancelled(response_id=self.response_id, partial_output=self.output)
+
+    def error_event(
+        self, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> ev.ResponseError:
+        """A ``response.error`` event for this response."""
+        return ev.ResponseError(
+            response_id=self.response_id,
+            error=ty.ErrorInfo(code=code, message=message, details=details),
+        )
