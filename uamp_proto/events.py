@@ -40,14 +40,13 @@ from .types import (
 )
 from .types import ContentItem as ContentItem
 
-_frozen = attrs.frozen(kw_only=True)
 
 
 def _unknown() -> Any:
     return attrs.field(default=EMPTY, eq=False, repr=False)
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Event:
     """Base of every known UAMP event: the fields of section 4."""
 
@@ -87,7 +86,7 @@ AnyEvent = Event | UnknownEvent
 # === Client -> server (section 5) ==========================================
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionCreate(Event):
     """Open a session; always the first event a client sends (5.1)."""
 
@@ -102,7 +101,7 @@ class SessionCreate(Event):
     client_capabilities: Capabilities | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionUpdate(Event):
     """Refresh a session's tokens or configuration without reconnecting (5.2)."""
 
@@ -113,7 +112,7 @@ class SessionUpdate(Event):
     session: SessionConfig | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionEnd(Event):
     """End a session; either side may send it (5.3)."""
 
@@ -122,7 +121,7 @@ class SessionEnd(Event):
     reason: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class CapabilitiesQuery(Event):
     """Ask the server for its capabilities (5.4)."""
 
@@ -131,7 +130,7 @@ class CapabilitiesQuery(Event):
     model: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ClientCapabilities(Event):
     """Announce or update the client's capabilities mid-session (5.5)."""
 
@@ -140,7 +139,7 @@ class ClientCapabilities(Event):
     capabilities: Capabilities
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class InputText(Event):
     """Text input, optionally with full history for stateless context (5.6)."""
 
@@ -153,7 +152,7 @@ class InputText(Event):
     context: dict[str, Any] | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class InputAudio(Event):
     """Audio input (5.7)."""
 
@@ -165,7 +164,7 @@ class InputAudio(Event):
     content_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class InputImage(Event):
     """Image input, base64 or by URL (5.8)."""
 
@@ -177,7 +176,7 @@ class InputImage(Event):
     content_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class InputVideo(Event):
     """Video input (5.9)."""
 
@@ -188,7 +187,7 @@ class InputVideo(Event):
     content_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class InputFile(Event):
     """File input (5.10); filename and MIME type as the file content item needs."""
 
@@ -200,7 +199,7 @@ class InputFile(Event):
     content_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class InputTyping(Event):
     """The user started or stopped typing (5.11)."""
 
@@ -210,7 +209,7 @@ class InputTyping(Event):
     chat_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseCreate(Event):
     """Ask the agent to respond to the accumulated input (5.12)."""
 
@@ -220,7 +219,7 @@ class ResponseCreate(Event):
     response_format: ResponseFormat | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseCancel(Event):
     """Cancel the given, or else the current, response (5.13)."""
 
@@ -229,7 +228,7 @@ class ResponseCancel(Event):
     response_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolResult(Event):
     """The result of a tool the server asked the client to run (5.14)."""
 
@@ -240,7 +239,7 @@ class ToolResult(Event):
     is_error: bool | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentSubmit(Event):
     """A payment token or proof answering ``payment.required`` (5.15)."""
 
@@ -249,7 +248,7 @@ class PaymentSubmit(Event):
     payment: PaymentSubmission
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class VoiceInvite(Event):
     """Start a voice session, optionally with a WebRTC SDP offer (7.3)."""
 
@@ -259,7 +258,7 @@ class VoiceInvite(Event):
     call_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class VoiceAccept(Event):
     """Accept a voice session, optionally with an SDP answer (7.3)."""
 
@@ -269,7 +268,7 @@ class VoiceAccept(Event):
     call_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class VoiceDecline(Event):
     """Decline a voice session (7.3)."""
 
@@ -279,7 +278,7 @@ class VoiceDecline(Event):
     call_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class VoiceEnd(Event):
     """End a voice session (7.3)."""
 
@@ -290,7 +289,7 @@ class VoiceEnd(Event):
     call_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Ping(Event):
     """Connection keepalive (5.17)."""
 
@@ -302,7 +301,7 @@ class Ping(Event):
         return Pong(session_id=self.session_id)
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class MessageRead(Event):
     """A read receipt (7.1); either side may send it."""
 
@@ -317,7 +316,7 @@ class MessageRead(Event):
 # === Server -> client (section 6) ==========================================
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionCreated(Event):
     """The server confirms a session (6.1)."""
 
@@ -329,7 +328,7 @@ class SessionCreated(Event):
     agent: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionUpdated(Event):
     """The server confirms a ``session.update`` (6.2)."""
 
@@ -338,7 +337,7 @@ class SessionUpdated(Event):
     session: Session | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionError(Event):
     """A session-level error (6.3)."""
 
@@ -347,7 +346,7 @@ class SessionError(Event):
     error: ErrorInfo
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class CapabilitiesEvent(Event):
     """The server's (model's or agent's) capabilities (6.4)."""
 
@@ -356,7 +355,7 @@ class CapabilitiesEvent(Event):
     capabilities: Capabilities
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseCreated(Event):
     """A response has started (6.5)."""
 
@@ -365,7 +364,7 @@ class ResponseCreated(Event):
     response_id: str
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseDelta(Event):
     """An increment of response content (6.6).
 
@@ -380,7 +379,7 @@ class ResponseDelta(Event):
     delta_seq: int | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseDone(Event):
     """A response completed, with its full output and usage (6.7)."""
 
@@ -391,7 +390,7 @@ class ResponseDone(Event):
     signature: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseError(Event):
     """A response-level error (6.8); also carries ``version_mismatch`` (14.2)."""
 
@@ -401,7 +400,7 @@ class ResponseError(Event):
     response_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseCancelled(Event):
     """A response was cancelled; the output produced so far (6.9)."""
 
@@ -411,7 +410,7 @@ class ResponseCancelled(Event):
     partial_output: list[ContentItem] | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolCall(Event):
     """Ask the client to run a tool (6.10)."""
 
@@ -423,7 +422,7 @@ class ToolCall(Event):
     response_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolCallDone(Event):
     """A server-side tool call has completed (6.11)."""
 
@@ -433,7 +432,7 @@ class ToolCallDone(Event):
     response_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Progress(Event):
     """Progress of a long-running operation (6.12).
 
@@ -453,7 +452,7 @@ class Progress(Event):
     delta_seq: int | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Thinking(Event):
     """Reasoning content (6.13); ``is_delta`` appends to the previous thought."""
 
@@ -467,7 +466,7 @@ class Thinking(Event):
     delta_seq: int | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class AudioDelta(Event):
     """A chunk of streamed output audio (6.14)."""
 
@@ -478,7 +477,7 @@ class AudioDelta(Event):
     delta_seq: int | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class AudioDone(Event):
     """Output audio is complete (6.14)."""
 
@@ -488,7 +487,7 @@ class AudioDone(Event):
     duration_ms: float | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class TranscriptDelta(Event):
     """Real-time transcription text (6.15)."""
 
@@ -499,7 +498,7 @@ class TranscriptDelta(Event):
     delta_seq: int | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class TranscriptDone(Event):
     """Transcription is complete (6.15)."""
 
@@ -509,7 +508,7 @@ class TranscriptDone(Event):
     transcript: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class UsageDelta(Event):
     """Incremental usage during streaming (6.16)."""
 
@@ -519,7 +518,7 @@ class UsageDelta(Event):
     response_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class RateLimit(Event):
     """A rate-limit notification (6.17)."""
 
@@ -530,7 +529,7 @@ class RateLimit(Event):
     reset_at: float | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PresenceTyping(Event):
     """Another participant is typing (6.18)."""
 
@@ -542,7 +541,7 @@ class PresenceTyping(Event):
     chat_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PresenceOnline(Event):
     """A user or agent came online (7.1)."""
 
@@ -553,7 +552,7 @@ class PresenceOnline(Event):
     chat_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PresenceOffline(Event):
     """A user or agent went offline (7.1)."""
 
@@ -564,7 +563,7 @@ class PresenceOffline(Event):
     chat_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class MessageCreated(Event):
     """A new chat message, fanned out to subscribers (7.1)."""
 
@@ -575,7 +574,7 @@ class MessageCreated(Event):
     chat_id: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentRequired(Event):
     """Payment is needed to continue (7.2).
 
@@ -595,7 +594,7 @@ class PaymentRequired(Event):
         return bool(self.extra) and self.extra.get("action") == "topup"  # type: ignore[union-attr]
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentAccepted(Event):
     """The submitted payment was verified (7.2, spec 004)."""
 
@@ -607,7 +606,7 @@ class PaymentAccepted(Event):
     currency: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentBalance(Event):
     """A balance update, possibly with a low-balance warning (7.2)."""
 
@@ -622,7 +621,7 @@ class PaymentBalance(Event):
     threshold: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentError(Event):
     """A payment failed (7.2); see :data:`PAYMENT_ERROR_CODES`."""
 
@@ -635,7 +634,7 @@ class PaymentError(Event):
     can_retry: bool | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Pong(Event):
     """Keepalive response (6.19)."""
 
@@ -646,7 +645,7 @@ class Pong(Event):
 # === System events (section 11) ============================================
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SystemError(Event):  # noqa: A001 - named after the wire type
     """An error during internal processing."""
 
@@ -655,7 +654,7 @@ class SystemError(Event):  # noqa: A001 - named after the wire type
     error: ErrorInfo | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SystemStop(Event):
     """Ask internal processing to stop."""
 
@@ -664,7 +663,7 @@ class SystemStop(Event):
     reason: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SystemCancel(Event):
     """Cancel internal processing and release its resources."""
 
@@ -673,7 +672,7 @@ class SystemCancel(Event):
     reason: str | None = None
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SystemPing(Event):
     """Internal keepalive."""
 
@@ -681,7 +680,7 @@ class SystemPing(Event):
     direction: ClassVar[str] = "system"
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SystemPong(Event):
     """Internal keepalive response."""
 
@@ -689,7 +688,7 @@ class SystemPong(Event):
     direction: ClassVar[str] = "system"
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SystemUnroutable(Event):
     """No handler was found for a message."""
 

@@ -70,7 +70,6 @@ EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 JSONObject: TypeAlias = dict[str, Any]
 
-_frozen = attrs.frozen(kw_only=True)
 
 
 def _unknown() -> Any:
@@ -81,7 +80,7 @@ def _unknown() -> Any:
 # --- Media (section 8.4.1) -------------------------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class MediaURL:
     """A media reference by URL: ``{"url": "..."}`` (preferred over base64)."""
 
@@ -96,7 +95,7 @@ Media: TypeAlias = str | MediaURL
 # --- Content items (section 8.4.2) -----------------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class TextContent:
     """Plain text."""
 
@@ -105,7 +104,7 @@ class TextContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ImageContent:
     """An image, by URL or base64."""
 
@@ -118,7 +117,7 @@ class ImageContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class AudioContent:
     """Audio, by URL or base64."""
 
@@ -130,7 +129,7 @@ class AudioContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class VideoContent:
     """Video, by URL or base64."""
 
@@ -143,7 +142,7 @@ class VideoContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class FileContent:
     """A file attachment; ``filename`` and ``mime_type`` are required."""
 
@@ -156,7 +155,7 @@ class FileContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolInvocation:
     """One tool invocation: call id, function name, JSON-encoded arguments.
 
@@ -171,7 +170,7 @@ class ToolInvocation:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolCallContent:
     """A tool invocation made by the assistant."""
 
@@ -180,7 +179,7 @@ class ToolCallContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolOutput:
     """The outcome of a tool call, optionally with multimodal content."""
 
@@ -191,7 +190,7 @@ class ToolOutput:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolResultContent:
     """A tool's response."""
 
@@ -200,7 +199,7 @@ class ToolResultContent:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ThinkingContent:
     """Accumulated reasoning text (section 6.13, persisted thinking)."""
 
@@ -250,7 +249,7 @@ CONTENT_TYPES: tuple[type[Any], ...] = (
 # --- Response deltas (section 6.6) -----------------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class DeltaText:
     """An increment of response text."""
 
@@ -259,7 +258,7 @@ class DeltaText:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class DeltaAudio:
     """A base64-encoded chunk of response audio."""
 
@@ -268,7 +267,7 @@ class DeltaAudio:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolCallFragment:
     """Part of a streamed tool call; ``arguments`` is a fragment to append."""
 
@@ -278,7 +277,7 @@ class ToolCallFragment:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class DeltaToolCall:
     """A streamed tool invocation fragment."""
 
@@ -287,7 +286,7 @@ class DeltaToolCall:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolResultFragment:
     """The result of a server-side tool."""
 
@@ -297,7 +296,7 @@ class ToolResultFragment:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class DeltaToolResult:
     """A server-side tool's result, streamed to the client."""
 
@@ -306,7 +305,7 @@ class DeltaToolResult:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolProgress:
     """Progress text of a running tool."""
 
@@ -315,7 +314,7 @@ class ToolProgress:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class DeltaToolProgress:
     """Progress of a running server-side tool."""
 
@@ -352,7 +351,7 @@ DELTA_TYPES: tuple[type[Any], ...] = (
 # --- Messages and tools (sections 8.5, 8.6) --------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Message:
     """A conversation message (stateless context passing, section 8.5)."""
 
@@ -374,7 +373,7 @@ class Message:
         return "".join(i.text for i in self.content_items if isinstance(i, TextContent))
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class FunctionDefinition:
     """A function a model may call, with its JSON Schema parameters."""
 
@@ -385,7 +384,7 @@ class FunctionDefinition:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolDefinition:
     """An OpenAI-compatible tool definition (section 8.6)."""
 
@@ -397,7 +396,7 @@ class ToolDefinition:
 # --- Configuration (sections 8.1-8.3, 8.8) ---------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseFormat:
     """Structured-output control: ``text``, ``json_object`` or ``json_schema``."""
 
@@ -406,7 +405,7 @@ class ResponseFormat:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class SessionConfig:
     """Session configuration (section 8.1).
 
@@ -426,7 +425,7 @@ class SessionConfig:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseConfig:
     """Per-response overrides carried by ``response.create`` (section 5.12)."""
 
@@ -436,7 +435,7 @@ class ResponseConfig:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Session:
     """The session object the server returns in ``session.created`` (8.8)."""
 
@@ -450,7 +449,7 @@ class Session:
 # --- Usage (section 8.7) ---------------------------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class UsageCost:
     """Cost breakdown."""
 
@@ -461,7 +460,7 @@ class UsageCost:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class AudioUsage:
     """Audio duration statistics."""
 
@@ -470,7 +469,7 @@ class AudioUsage:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class UsageStats:
     """Token, cost and audio usage (section 8.7)."""
 
@@ -486,7 +485,7 @@ class UsageStats:
 # --- Capabilities (section 9) ----------------------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ImageCapabilities:
     """Detailed image support."""
 
@@ -497,7 +496,7 @@ class ImageCapabilities:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class AudioCapabilities:
     """Detailed audio support."""
 
@@ -509,7 +508,7 @@ class AudioCapabilities:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class FileCapabilities:
     """Detailed file support."""
 
@@ -520,7 +519,7 @@ class FileCapabilities:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ToolCapabilities:
     """Tool/function-calling support."""
 
@@ -532,7 +531,7 @@ class ToolCapabilities:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class Capabilities:
     """The unified capability declaration of models, clients and agents (9).
 
@@ -563,7 +562,7 @@ class Capabilities:
 # --- Errors, responses, payments -------------------------------------------
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ErrorInfo:
     """An error object: machine code, human message, optional details."""
 
@@ -573,7 +572,7 @@ class ErrorInfo:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class ResponseOutput:
     """The final response object of ``response.done`` (section 6.7)."""
 
@@ -584,7 +583,7 @@ class ResponseOutput:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentScheme:
     """One accepted way to pay."""
 
@@ -594,7 +593,7 @@ class PaymentScheme:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentRequirements:
     """What a ``payment.required`` event asks for (section 7.2)."""
 
@@ -607,7 +606,7 @@ class PaymentRequirements:
     unknown: Mapping[str, Any] = _unknown()
 
 
-@_frozen
+@attrs.frozen(kw_only=True)
 class PaymentSubmission:
     """The token or proof a client submits with ``payment.submit``."""
 
