@@ -1,0 +1,447 @@
+"""OpenAI-compatible Chat Completions provider.
+
+Speaks ``POST {base_url}/chat/completions`` as OpenAI defines it, which is
+also what vLLM, llama.cpp's server, Ollama, LiteLLM, Fireworks, DeepSeek and
+uamp's own Completions endpoint accept.
+
+Mapping (uamp -> wire):
+
+* Messages keep their roles. Assistant ``tool_calls`` become the nested
+  ``{"id", "type": "function", "function": {"name", "arguments"}}`` form;
+  tool results become ``role: "tool"`` messages with ``tool_call_id``.
+* Content with media becomes content parts: ``text``, ``image_url`` (URL or
+  ``data:`` URL), ``input_audio`` (base64 wav/mp3) and ``file``
+  (``file_data`` as a ``data:`` URL). Video, and audio or files by URL, are
+  refused with a clear error rather than silently dropped.
+* ``tools``, ``tool_choice`` and ``response_format`` pass through natively
+  (spec 8.3).
+
+Mapping (wire -> uamp): ``content`` is text; ``reasoning_content`` (DeepSeek,
+Fireworks) or ``reasoning`` (vLLM, OpenRouter) is thinking; usage maps
+``prompt_tokens_details.cached_tokens`` to ``cached_tokens`` and keeps
+``input_tokens`` inclusive of cached tokens, as OpenAI reports it (8.7).
+
+Streaming asks for ``stream_options.include_usage`` so the last chunk carries
+usage; tool-call deltas are keyed by ``index`` (only the first carries the
+id and name) and assembled into whole calls. The stream must end with
+``data: [DONE]``; a stream that stops before it is a cut stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+import httpx
+
+from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
+from uamp_proto.types import (
+    AudioContent,
+    DeltaText,
+    DeltaToolCall,
+    FileContent,
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCallFragment,
+    ToolInvocation,
+    UsageStats,
+)
+
+from ._http import (
+    DEFAULT_TIMEOUT,
+    HTTPClient,
+    MediaItem,
+    RetryPolicy,
+    finish_or_cut,
+    json_arguments,
+    load_json,
+    media_ref,
+    merge_params,
+    retrying,
+    retrying_stream,
+    split_message,
+    unsupported,
+)
+from .base import ModelRequest, ModelResponse, ProviderError, ProviderEvent
+
+__all__ = ["OpenAIProvider", "openai"]
+
+_NAME = "openai"
+
+#: OpenAI finish reasons -> uamp's normalised ones.
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+# Audio formats ``input_audio`` accepts, by uamp format name.
+_INPUT_AUDIO = {"wav": "wav", "mp3": "mp3", "audio/wav": "wav", "audio/mpeg": "mp3"}
+
+
+def openai(
+    model: str = "gpt-4o-mini",
+    *,
+    api_key: str | None = None,
+    base_url: str = "https://api.openai.com/v1",
+    params: Mapping[str, Any] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_retries: int = 2,
+    retry_base_delay: float = 0.5,
+    retry_max_delay: float = 20.0,
+    headers: Mapping[str, str] | None = None,
+    http_client: httpx.AsyncClient | None = None,
+) -> OpenAIProvider:
+    """An OpenAI-compatible Chat Completions provider.
+
+    Args:
+        model: Default model name (a request may override it).
+        api_key: Bearer token; defaults to ``$OPENAI_API_KEY``. Local servers
+            that need none work with it unset (no header is sent).
+        base_url: API root, e.g. ``http://localhost:11434/v1`` for Ollama.
+        params: Default body parameters (``temperature``, ``max_tokens`` ...);
+            a request's ``params`` win over these.
+        timeout: Seconds for connecting and for each read.
+        max_retries: Retries for 429/5xx/transport failures.
+        retry_base_delay: First backoff delay; doubles per retry.
+        retry_max_delay: Cap on a single wait, Retry-After included.
+        headers: Extra headers (``OpenAI-Organization``,
+            ``x-session-affinity`` for Fireworks caching ...).
+        http_client: A long-lived client to pool connections; by default a
+            client is opened per call.
+    """
+    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+    all_headers: dict[str, str] = {}
+    if key:
+        all_headers["authorization"] = f"Bearer {key}"
+    all_headers.update(headers or {})
+    http = HTTPClient(
+        provider=_NAME,
+        base_url=base_url,
+        headers=all_headers,
+        timeout=timeout,
+        client=http_client,
+    )
+    policy = RetryPolicy(
+        max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay
+    )
+    return OpenAIProvider(model=model, http=http, policy=policy, params=dict(params or {}))
+
+
+class OpenAIProvider:
+    """A :class:`~uamp_agents.providers.base.Provider` for Chat Completions."""
+
+    def __init__(
+        self, *, model: str, http: HTTPClient, policy: RetryPolicy, params: dict[str, Any]
+    ) -> None:
+        self._model = model
+        self._http = http
+        self._policy = policy
+        self._params = params
+
+    @property
+    def name(self) -> str:
+        """``"openai"``."""
+        return _NAME
+
+    @property
+    def model(self) -> str:
+        """The default model name."""
+        return self._model
+
+    def build_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        """The Chat Completions request body for ``request``."""
+        body: dict[str, Any] = {
+            "model": request.model or self._model,
+            "messages": [m for msg in request.messages for m in _wire_messages(msg)],
+        }
+        if request.tools:
+            body["tools"] = [_wire_tool(t.function) for t in request.tools]
+        if request.tool_choice is not None:
+            body["tool_choice"] = request.tool_choice
+        if request.response_format is not None and request.response_format.type != "text":
+            body["response_format"] = _wire_response_format(request.response_format)
+        body.update(merge_params(self._params, request.params))
+        if stream:
+            body["stream"] = True
+            options = dict(body.get("stream_options") or {})
+            options.setdefault("include_usage", True)
+            body["stream_options"] = options
+        else:
+            body.pop("stream", None)
+            body.pop("stream_options", None)
+        return body
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Call the model once (with retries) and return its whole response."""
+        body = self.build_body(request, stream=False)
+
+        async def call() -> Any:
+            return await self._http.post_json("chat/completions", body)
+
+        return parse_completion(await retrying(self._policy, call))
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        """Stream the model's events, then one ModelResponse."""
+        body = self.build_body(request, stream=True)
+        return retrying_stream(self._policy, lambda: self._stream_once(body))
+
+    async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ProviderEvent]:
+        acc = _StreamState()
+        done = False
+        async for sse in self._http.post_sse("chat/completions", body):
+            if sse.data.strip() == "[DONE]":
+                done = True
+                break
+            chunk = load_json(_NAME, sse.data)
+            for event in acc.feed(chunk):
+                yield event
+        finish_or_cut(_NAME, done, "data: [DONE]")
+        if acc.usage is not None:
+            yield UsageDelta(delta=acc.usage)
+        yield acc.result()
+
+
+# --- Request mapping ------------------------------------------------------------
+
+
+def _wire_tool(function: Any) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": function.name}
+    if function.description is not None:
+        fn["description"] = function.description
+    fn["parameters"] = function.parameters or {"type": "object", "properties": {}}
+    if function.strict is not None:
+        fn["strict"] = function.strict
+    return {"type": "function", "function": fn}
+
+
+def _wire_response_format(response_format: Any) -> dict[str, Any]:
+    if response_format.type != "json_schema":
+        return {"type": response_format.type}
+    spec = dict(response_format.json_schema or {})
+    if not isinstance(spec.get("schema"), dict):
+        spec = {"name": "response", "schema": spec}
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def _wire_part(item: TextContent | MediaItem) -> dict[str, Any]:
+    if isinstance(item, TextContent):
+        return {"type": "text", "text": item.text}
+    ref = media_ref(item)
+    if isinstance(item, ImageContent):
+        image: dict[str, Any] = {"url": ref.data_url}
+        if item.detail is not None:
+            image["detail"] = item.detail
+        return {"type": "image_url", "image_url": image}
+    if isinstance(item, AudioContent):
+        fmt = _INPUT_AUDIO.get((item.format or ref.mime_type).lower())
+        if ref.data is None or fmt is None:
+            raise unsupported(_NAME, "audio other than base64 wav or mp3")
+        return {"type": "input_audio", "input_audio": {"data": ref.data, "format": fmt}}
+    if isinstance(item, FileContent):
+        if ref.data is None:
+            raise unsupported(_NAME, "a file by URL (send it as base64)")
+        return {"type": "file", "file": {"filename": item.filename, "file_data": ref.data_url}}
+    raise unsupported(_NAME, "video input")
+
+
+def _wire_messages(message: Message) -> list[dict[str, Any]]:
+    """One uamp message as one or more Chat Completions messages."""
+    parts = split_message(message)
+    if message.role == "tool" or (parts.tool_results and message.role != "assistant"):
+        # Each tool result is its own ``role: tool`` message.
+        return [
+            {"role": "tool", "tool_call_id": r.call_id, "content": r.result}
+            for r in parts.tool_results
+        ]
+    out: dict[str, Any] = {"role": message.role}
+    if all(isinstance(i, TextContent) for i in parts.content):
+        text = "".join(i.text for i in parts.content if isinstance(i, TextContent))
+        out["content"] = text if text or not parts.tool_calls else None
+    else:
+        out["content"] = [_wire_part(i) for i in parts.content]
+    if message.name is not None:
+        out["name"] = message.name
+    if parts.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments or "{}"},
+            }
+            for c in parts.tool_calls
+        ]
+    return [out]
+
+
+# --- Response mapping -----------------------------------------------------------
+
+
+def _usage(raw: Any) -> UsageStats | None:
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None and isinstance(raw.get("prompt_cache_hit_tokens"), int):
+        cached = raw["prompt_cache_hit_tokens"]  # DeepSeek's name for it
+    inp = raw.get("prompt_tokens")
+    out = raw.get("completion_tokens")
+    total = raw.get("total_tokens")
+    if total is None and isinstance(inp, int) and isinstance(out, int):
+        total = inp + out
+    return UsageStats(input_tokens=inp, output_tokens=out, total_tokens=total, cached_tokens=cached)
+
+
+def _reasoning(obj: Mapping[str, Any]) -> str | None:
+    for key in ("reasoning_content", "reasoning"):
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _finish(reason: Any, has_calls: bool) -> str:
+    if has_calls and reason in (None, "stop", "tool_calls", "function_call"):
+        return "tool_calls"
+    return _FINISH.get(reason, "stop") if isinstance(reason, str) else "stop"
+
+
+def _shape_error(detail: str) -> ProviderError:
+    return ProviderError(f"{_NAME}: unexpected response shape: {detail}")
+
+
+def parse_completion(data: Any) -> ModelResponse:
+    """A ``chat.completion`` object as a ModelResponse."""
+    if not isinstance(data, dict):
+        raise _shape_error("not an object")
+    if isinstance(data.get("error"), dict):
+        message = data["error"].get("message", "error")
+        raise ProviderError(f"{_NAME}: {message}", retryable=True)
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _shape_error("no choices")
+    choice = choices[0]
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        raise _shape_error("choice without a message")
+    calls: list[ToolInvocation] = []
+    for n, raw in enumerate(msg.get("tool_calls") or []):
+        fn = raw.get("function") or {}
+        calls.append(
+            ToolInvocation(
+                id=raw.get("id") or f"call_{n}",
+                name=fn.get("name") or "",
+                arguments=json_arguments(fn.get("arguments")),
+            )
+        )
+    content = msg.get("content")
+    if isinstance(content, list):  # some compatible servers answer with parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    message = Message(
+        role="assistant",
+        content=content if isinstance(content, str) else None,
+        tool_calls=calls or None,
+    )
+    return ModelResponse(
+        message=message,
+        usage=_usage(data.get("usage")),
+        thinking=_reasoning(msg),
+        finish_reason=_finish(choice.get("finish_reason"), bool(calls)),
+        model=data.get("model"),
+    )
+
+
+@attrs.define
+class _CallBuffer:
+    id: str
+    name: str
+    arguments: list[str] = attrs.Factory(list)
+
+
+@attrs.define
+class _StreamState:
+    """Accumulates ``chat.completion.chunk`` objects into the final response."""
+
+    text: list[str] = attrs.Factory(list)
+    thinking: list[str] = attrs.Factory(list)
+    calls: dict[int, _CallBuffer] = attrs.Factory(dict)
+    finish: str | None = None
+    usage: UsageStats | None = None
+    model: str | None = None
+
+    def feed(self, chunk: Any) -> list[Event]:
+        """Absorb one chunk; return the UAMP events it carries."""
+        if not isinstance(chunk, dict):
+            raise _shape_error("chunk is not an object")
+        if isinstance(chunk.get("error"), dict):
+            message = chunk["error"].get("message", "error")
+            raise ProviderError(f"{_NAME}: error in stream: {message}", retryable=True)
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        usage = _usage(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        events: list[Event] = []
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = _reasoning(delta)
+            if reasoning:
+                self.thinking.append(reasoning)
+                events.append(Thinking(content=reasoning, is_delta=True))
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                self.text.append(text)
+                events.append(ResponseDelta(delta=DeltaText(text=text)))
+            for raw in delta.get("tool_calls") or []:
+                events.append(self._tool_delta(raw))
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return events
+
+    def _tool_delta(self, raw: Any) -> ResponseDelta:
+        index = raw.get("index", len(self.calls))
+        fn = raw.get("function") or {}
+        buffer = self.calls.get(index)
+        name = fn.get("name")
+        if buffer is None:
+            buffer = _CallBuffer(id=raw.get("id") or f"call_{index}", name=name or "")
+            self.calls[index] = buffer
+        elif name and not buffer.name:
+            buffer.name = name
+        fragment = fn.get("arguments")
+        if fragment is not None and not isinstance(fragment, str):
+            fragment = json_arguments(fragment)
+        if fragment:
+            buffer.arguments.append(fragment)
+        return ResponseDelta(
+            delta=DeltaToolCall(
+                tool_call=ToolCallFragment(id=buffer.id, name=name, arguments=fragment or None)
+            )
+        )
+
+    def result(self) -> ModelResponse:
+        """The assembled ModelResponse."""
+        calls = [
+            ToolInvocation(id=b.id, name=b.name, arguments="".join(b.arguments) or "{}")
+            for _, b in sorted(self.calls.items())
+        ]
+        text = "".join(self.text)
+        message = Message(
+            role="assistant",
+            content=text if text or not calls else None,
+            tool_calls=calls or None,
+        )
+        return ModelResponse(
+            message=message,
+            usage=self.usage,
+            thinking="".join(self.thinking) or None,
+            finish_reason=_finish(self.finish, bool(calls)),
+            model=self.model,
+        )
