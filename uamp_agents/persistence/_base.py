@@ -1,0 +1,59 @@
+"""The persistence adapter interface."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["PersistenceAdapter", "PersistenceError", "session_id_of"]
+
+
+class PersistenceError(Exception):
+    """A store could not save, load, list or delete a session.
+
+    Attributes:
+        session_id: The session concerned, when there is one.
+    """
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+@runtime_checkable
+class PersistenceAdapter(Protocol):
+    """Stores SessionJSON values by session id.
+
+    ``save`` replaces what was stored under the value's ``id``; after it
+    returns, the value survives the process being killed (for durable
+    adapters). ``load`` returns ``None`` for an unknown id.
+    """
+
+    async def save(self, session_json: dict[str, Any]) -> None:
+        """Store ``session_json`` under its ``id``, replacing any earlier value."""
+        ...
+
+    async def load(self, session_id: str) -> dict[str, Any] | None:
+        """The stored SessionJSON of ``session_id``, or ``None``."""
+        ...
+
+    async def list(self) -> list[str]:
+        """The ids of every stored session, sorted."""
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Forget ``session_id``; deleting an unknown id does nothing."""
+        ...
+
+
+def session_id_of(session_json: dict[str, Any]) -> str:
+    """The ``id`` of a SessionJSON value to save.
+
+    Raises:
+        PersistenceError: It is not an object with a non-empty string ``id``.
+    """
+    if not isinstance(session_json, dict):
+        raise PersistenceError("a session to save must be a SessionJSON object")
+    session_id = session_json.get("id")
+    if not isinstance(session_id, str) or not session_id:
+        raise PersistenceError("a session to save must have a non-empty string 'id'")
+    return session_id
