@@ -246,13 +246,13 @@ class ResponseTracker:
         """
         if call_id not in self._client_calls:
             raise RemoteProtocolError(
-                f"tool.result: call_id {call_id!r} does not match any tool.call of "
+                f"call_id {call_id!r} does not match any tool.call of "
                 f"response {self.response_id!r}",
                 code="invalid_tool_result",
             )
         if call_id in self._answered:
             raise RemoteProtocolError(
-                f"tool.result: call_id {call_id!r} was already answered",
+                f"call_id {call_id!r} was already answered",
                 code="invalid_tool_result",
             )
         self._answered.add(call_id)

@@ -1,0 +1,966 @@
+"""The state machine of one UAMP transport connection, for either role.
+
+Theory of operation
+-------------------
+Like h11, a :class:`Connection` does no I/O. It is message-oriented: the
+WebSocket or SSE layer hands it whole messages.
+
+* :meth:`Connection.receive` queues one incoming message;
+  :meth:`Connection.next_event` decodes, routes and checks the next one and
+  returns the typed event, or :data:`NEED_DATA` when the queue is empty.
+* :meth:`Connection.send` checks an outgoing event against the rules, updates
+  the state, and returns the bytes to write.
+* Replies the core owes the peer -- ``pong``, ``session.error`` for a bad
+  event, delta acknowledgements -- collect in :meth:`Connection.data_to_send`;
+  drain it after every ``next_event`` and ``send``.
+
+A peer that breaks a rule makes ``next_event`` raise
+:class:`~uamp_proto.errors.RemoteProtocolError`; its ``reply`` (also queued
+in ``data_to_send``) is the error event owed to the peer. Such an error
+concerns one event of one session: the connection and its other sessions go
+on (UAMP section 10: a bad event never reaches another session). Breaking a
+rule locally makes ``send`` raise
+:class:`~uamp_proto.errors.LocalProtocolError` and changes nothing.
+
+Sessions (sections 3, 5, 6, 10)
+    ``session.create`` opens a session; the server answers ``session.created``
+    (see :meth:`ServerConnection.accept`) then ``capabilities``. A client may
+    pipeline input before ``session.created`` arrives. Without a
+    ``session_id`` an event goes to the only live session (single-session
+    mode); with several sessions open each event must name its session
+    (multiplexed mode). An event for an unknown or ended session is refused
+    with ``session.error``. The server takes a ``session_id`` the client
+    proposes in ``session.create``, or makes one from its id source.
+
+Versions (section 14.2)
+    A ``uamp_version`` whose major number differs from the server's is
+    refused with ``response.error`` code ``version_mismatch``; minor versions
+    are compatible.
+
+Responses (section 6, :mod:`uamp_proto.response`)
+    One response per session at a time: ``response.create`` while one is
+    requested or in progress is refused (``response_in_progress``). The
+    input events received since the last response accumulate into one user
+    message with ``content_items`` (section 8.5.1), handed to the response's
+    tracker when ``response.create`` arrives.
+
+Payment (:mod:`uamp_proto.payment`) and delta windows (:mod:`uamp_proto.flow`)
+    are tracked per session; while payment is required no response content
+    may be sent or accepted, and on a session that opted into delta windows
+    deltas are numbered and refused once the window is full.
+
+Protocol violations are answered with ``session.error`` (code
+``invalid_event`` and friends, ``details`` naming the offending event), which
+leaves the session open; ``response.error`` is kept for failures of a
+response and for ``version_mismatch``, as the spec uses it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from . import events as ev
+from . import flow
+from . import types as ty
+from .codec import DecodeError, decode, to_dict
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .ids import IdSource, random_ids
+from .payment import CONTENT_EVENTS, PaymentNegotiation
+from .response import ResponseState, ResponseTracker
+
+__all__ = [
+    "NEED_DATA",
+    "ClientConnection",
+    "Connection",
+    "ConnectionConfig",
+    "ResponsePhase",
+    "Role",
+    "ServerConnection",
+    "SessionContext",
+    "SessionState",
+]
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+#: Returned by :meth:`Connection.next_event` when no message is queued.
+NEED_DATA: Final = _NeedData()
+
+
+class Role(enum.Enum):
+    """Which side of the connection an event comes from."""
+
+    CLIENT = "client"
+    SERVER = "server"
+
+
+class SessionState(enum.Enum):
+    """The lifecycle of one session."""
+
+    #: ``session.create`` seen, ``session.created`` not yet.
+    CREATING = "creating"
+    ACTIVE = "active"
+    ENDED = "ended"
+
+
+class ResponsePhase(enum.Enum):
+    """A session's response slot."""
+
+    IDLE = "idle"
+    #: ``response.create`` seen, ``response.created`` not yet.
+    REQUESTED = "requested"
+    IN_PROGRESS = "in_progress"
+
+
+def _types(direction: str) -> frozenset[str]:
+    return frozenset(
+        t for t, cls in ev.EVENT_TYPES.items() if cls.direction in (direction, "both")
+    )
+
+
+CLIENT_EVENTS: Final = _types("client")
+SERVER_EVENTS: Final = _types("server")
+
+#: Events that need no session: keepalive, capability queries, errors about
+#: sessions that do not exist.
+CONNECTION_EVENTS: Final = {
+    Role.CLIENT: frozenset({"ping", "capabilities.query", "session.update"}),
+    Role.SERVER: frozenset({"pong", "capabilities", "session.error", "response.error"}),
+}
+
+
+def _session_table() -> dict[tuple[Role, SessionState | None], dict[str, SessionState]]:
+    client_in_session = {t: SessionState.ACTIVE for t in CLIENT_EVENTS - {"session.create"}}
+    server_in_session = {t: SessionState.ACTIVE for t in SERVER_EVENTS - {"session.created"}}
+    for table in (client_in_session, server_in_session):
+        table["session.end"] = SessionState.ENDED
+    creating_client = {t: SessionState.CREATING for t in client_in_session}
+    creating_client["session.end"] = SessionState.ENDED
+    return {
+        (Role.CLIENT, None): {"session.create": SessionState.CREATING},
+        (Role.CLIENT, SessionState.CREATING): creating_client,
+        (Role.CLIENT, SessionState.ACTIVE): client_in_session,
+        (Role.SERVER, SessionState.CREATING): {
+            "session.created": SessionState.ACTIVE,
+            "session.error": SessionState.ENDED,
+            "response.error": SessionState.ENDED,
+            "session.end": SessionState.ENDED,
+            "pong": SessionState.CREATING,
+        },
+        (Role.SERVER, SessionState.ACTIVE): server_in_session,
+        (Role.CLIENT, SessionState.ENDED): {},
+        (Role.SERVER, SessionState.ENDED): {},
+    }
+
+
+#: (sender, session state) -> {event type: session state after it}. A missing
+#: key is a protocol violation. ``None`` stands for "no such session yet".
+SESSION_TRANSITIONS: Final = _session_table()
+
+_CONTENT = CONTENT_EVENTS | {"usage.delta", "tool.call_done"}
+_P = ResponsePhase
+
+#: (sender, response phase) -> {event type: phase after it}, for the events
+#: that concern a response. Other events are not constrained by the phase.
+RESPONSE_TRANSITIONS: Final[dict[tuple[Role, ResponsePhase], dict[str, ResponsePhase]]] = {
+    (Role.CLIENT, _P.IDLE): {"response.create": _P.REQUESTED, "response.cancel": _P.IDLE},
+    (Role.CLIENT, _P.REQUESTED): {"response.cancel": _P.REQUESTED},
+    (Role.CLIENT, _P.IN_PROGRESS): {"response.cancel": _P.IN_PROGRESS, "tool.result": _P.IN_PROGRESS},
+    (Role.SERVER, _P.IDLE): {"response.error": _P.IDLE},
+    (Role.SERVER, _P.REQUESTED): {
+        "response.created": _P.IN_PROGRESS,
+        "response.error": _P.IDLE,
+        "response.cancelled": _P.IDLE,
+    },
+    (Role.SERVER, _P.IN_PROGRESS): {
+        **{t: _P.IN_PROGRESS for t in _CONTENT if t != "response.done"},
+        "response.done": _P.IDLE,
+        "response.error": _P.IDLE,
+        "response.cancelled": _P.IDLE,
+    },
+}
+RESPONSE_EVENTS: Final = frozenset(
+    t for table in RESPONSE_TRANSITIONS.values() for t in table
+) | {"response.create", "response.created", "tool.result"} | _CONTENT
+
+_INPUT_TYPES: Final = frozenset(
+    {"input.text", "input.image", "input.audio", "input.video", "input.file"}
+)
+_PAYMENT_TYPES: Final = frozenset(
+    {"payment.required", "payment.submit", "payment.accepted", "payment.balance", "payment.error"}
+)
+
+
+@attrs.define(kw_only=True)
+class ConnectionConfig:
+    """Options of a connection, validated once.
+
+    Attributes:
+        ids: Id source for event, session, response and content ids.
+        clock: Returns Unix time in seconds; when given, outgoing events get a
+            ``timestamp`` (ms). The core never reads a clock of its own.
+        uamp_version: The protocol version this side speaks.
+        max_sessions: Most live sessions on one connection.
+        max_event_size: Largest message accepted, in bytes (spec 003 4.13).
+        max_queued: Most messages ``receive`` keeps before ``next_event``.
+        max_delta_window: The largest delta window a server grants.
+        delta_window: The window a client asks for when it opts in (None: no
+            flow control).
+    """
+
+    ids: IdSource = random_ids
+    clock: Callable[[], float] | None = None
+    uamp_version: str = "1.0"
+    max_sessions: int = attrs.field(default=64)
+    max_event_size: int = attrs.field(default=16 * 1024 * 1024)
+    max_queued: int = attrs.field(default=1024)
+    max_delta_window: int = attrs.field(default=1024)
+    delta_window: int | None = None
+
+    @max_sessions.validator
+    @max_event_size.validator
+    @max_queued.validator
+    @max_delta_window.validator
+    def _positive(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < 1:
+            raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+
+
+class SessionContext:
+    """Everything the connection knows about one session.
+
+    Attributes:
+        id: The session id (client side: provisional until ``session.created``).
+        state: The :class:`SessionState`.
+        agent, chat, token, payment_token, uamp_version: From
+            ``session.create`` / ``session.update``.
+        config: The session configuration.
+        client_capabilities: The client's latest capability declaration.
+        history: The conversation so far (stateless ``messages`` replace it).
+        response: The tracker of the current response, or ``None``.
+        phase: The :class:`ResponsePhase` of the response slot.
+        payment: The session's :class:`~uamp_proto.payment.PaymentNegotiation`.
+        send_window / receive_window: Delta windows, when negotiated.
+    """
+
+    def __init__(self, session_id: str, create: ev.SessionCreate | None) -> None:
+        self.id = session_id
+        self.state = SessionState.CREATING
+        self.agent = create.agent if create else None
+        self.chat = create.chat if create else None
+        self.token = create.token if create else None
+        self.payment_token = create.payment_token if create else None
+        self.uamp_version = create.uamp_version if create else None
+        self.config: ty.SessionConfig | None = create.session if create else None
+        self.client_capabilities = create.client_capabilities if create else None
+        self.history: list[ty.Message] = []
+        self.pending_input: list[tuple[str, ty.ContentItem]] = []
+        self.stateless_history: list[ty.Message] | None = None
+        self.response: ResponseTracker | None = None
+        self.phase = ResponsePhase.IDLE
+        self.payment = PaymentNegotiation(self.payment_token)
+        self.send_window: flow.SendWindow | None = None
+        self.receive_window: flow.ReceiveWindow | None = None
+        self.requested_window: int | None = None
+        self.finished_responses: deque[str] = deque(maxlen=32)
+
+    def __repr__(self) -> str:
+        return f"<SessionContext {self.id} {self.state.value} {self.phase.value}>"
+
+    def conversation(self) -> list[ty.Message]:
+        """History, the current response's input, and what it produced so far."""
+        msgs = list(self.history)
+        if self.response is not None:
+            msgs.extend(self.response.input_messages)
+            msgs.extend(self.response.messages())
+        return msgs
+
+    def _take_input(self) -> list[ty.Message]:
+        """Assemble the accumulated input events into messages (section 8.5.1)."""
+        messages: list[ty.Message] = []
+        role: str | None = None
+        items: list[ty.ContentItem] = []
+
+        def flush() -> None:
+            if role is None or not items:
+                return
+            text = "".join(i.text for i in items if isinstance(i, ty.TextContent))
+            only_text = all(isinstance(i, ty.TextContent) for i in items)
+            messages.append(
+                ty.Message(
+                    role=role,
+                    content=text if (text or only_text) else None,
+                    content_items=None if only_text and len(items) == 1 else list(items),
+                )
+            )
+
+        for item_role, item in self.pending_input:
+            if item_role != role:
+                flush()
+                role, items = item_role, []
+            items.append(item)
+        flush()
+        self.pending_input.clear()
+        if self.stateless_history is not None:
+            base = self.stateless_history
+            self.stateless_history = None
+            # ``messages`` is the full history; skip the new text when the
+            # history already ends with it (the spec's own example does).
+            if messages and base and base[-1].role == messages[0].role and (
+                base[-1].text == messages[0].text and messages[0].content_items is None
+            ):
+                messages = messages[1:]
+            self.history = list(base)
+        return messages
+
+    def _finish_response(self, keep_output: bool) -> None:
+        tracker = self.response
+        if tracker is not None:
+            self.history.extend(tracker.input_messages)
+            if keep_output:
+                self.history.extend(tracker.messages())
+            self.finished_responses.append(tracker.response_id)
+        self.response = None
+        self.phase = ResponsePhase.IDLE
+
+
+class _Violation(Exception):
+    """A broken rule, before we know whether it was ours or the peer's."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _major(version: str) -> str:
+    return version.split(".", 1)[0].strip()
+
+
+class Connection:
+    """One UAMP connection seen from ``role``; see the module docstring."""
+
+    def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
+        self.our_role = role
+        self.their_role = Role.SERVER if role is Role.CLIENT else Role.CLIENT
+        self.config = config if config is not None else ConnectionConfig()
+        self._ids = self.config.ids
+        self._sessions: dict[str, SessionContext] = {}
+        self._ended: deque[str] = deque(maxlen=256)
+        self._inbox: deque[bytes | str] = deque()
+        self._outbox: list[bytes] = []
+        self._evt_base = self._ids("evt") + "."
+        self._evt_n = 0
+        self._our_events = CLIENT_EVENTS if role is Role.CLIENT else SERVER_EVENTS
+
+    # --- public API ----------------------------------------------------------
+
+    @property
+    def sessions(self) -> Mapping[str, SessionContext]:
+        """The live sessions, by id."""
+        return self._sessions
+
+    def session(self, session_id: str | None = None) -> SessionContext:
+        """The named session, or the only live one when ``session_id`` is None.
+
+        Raises:
+            KeyError: no such session, or several and none named.
+        """
+        if session_id is not None:
+            return self._sessions[session_id]
+        if len(self._sessions) == 1:
+            return next(iter(self._sessions.values()))
+        raise KeyError("name a session: this connection has %d" % len(self._sessions))
+
+    def receive(self, data: bytes | str) -> None:
+        """Queue one whole incoming message (one JSON event).
+
+        Raises:
+            LocalProtocolError: more than ``max_queued`` messages are waiting;
+                call :meth:`next_event` first.
+        """
+        if len(self._inbox) >= self.config.max_queued:
+            raise LocalProtocolError(
+                "receive queue is full: call next_event() before receiving more",
+                code="queue_full",
+            )
+        self._inbox.append(data)
+
+    def next_event(self) -> ev.Event | ev.UnknownEvent | _NeedData:
+        """The next incoming event, checked and applied, or :data:`NEED_DATA`.
+
+        Raises:
+            RemoteProtocolError: the message was malformed or broke a rule.
+                Its ``reply`` is queued in :meth:`data_to_send`; the
+                connection stays usable.
+        """
+        if not self._inbox:
+            return NEED_DATA
+        data = self._inbox.popleft()
+        if len(data) > self.config.max_event_size:
+            raise self._remote(
+                RemoteProtocolError(
+                    f"event of {len(data)} bytes exceeds the limit of "
+                    f"{self.config.max_event_size} bytes",
+                    code="message_too_large",
+                ),
+                None,
+            )
+        try:
+            event = decode(data)
+        except DecodeError as exc:
+            err = RemoteProtocolError(
+                exc.message,
+                code="invalid_event",
+                session_id=exc.session_id if exc.session_id in self._sessions else None,
+                event_id=exc.event_id,
+            )
+            raise self._remote(err, exc.event_type) from None
+        try:
+            return self._process(event, self.their_role)
+        except RemoteProtocolError as err:
+            raise self._remote(err, event.type) from None
+
+    def send(self, event: ev.Event | ev.UnknownEvent) -> bytes:
+        """Check ``event`` against the rules, apply it, and serialise it.
+
+        ``event_id`` (and ``timestamp`` when a clock is configured) are
+        filled in when absent; on sessions with delta windows, delta frames
+        get their ``delta_seq``.
+
+        Raises:
+            LocalProtocolError: the event is not allowed now; nothing changed.
+            FlowControlError: the session's delta window is full.
+        """
+        if type(event) is ev.UnknownEvent:
+            raw = dict(event.raw)
+            raw.setdefault("event_id", self._event_id())
+            return orjson.dumps(raw)
+        try:
+            stamps = self._process_local(event)  # type: ignore[arg-type]
+        except _Violation as v:
+            raise LocalProtocolError(
+                v.message, code=v.code, session_id=event.session_id, event_id=event.event_id
+            ) from None
+        out = to_dict(event)
+        if "event_id" not in out:
+            out["event_id"] = self._event_id()
+        if self.config.clock is not None and "timestamp" not in out:
+            out["timestamp"] = int(self.config.clock() * 1000)
+        if stamps is not None:
+            out.update(stamps)
+        return orjson.dumps(out)
+
+    def data_to_send(self) -> list[bytes]:
+        """Messages the core owes the peer (pongs, errors, acks); drains them."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    # --- internals -----------------------------------------------------------
+
+    def _event_id(self) -> str:
+        self._evt_n += 1
+        return f"{self._evt_base}{self._evt_n}"
+
+    def _remote(self, err: RemoteProtocolError, event_type: str | None) -> RemoteProtocolError:
+        """Attach and queue the error event owed to the peer."""
+        if self.our_role is Role.SERVER and err.reply is None:
+            details: dict[str, Any] = {}
+            if err.event_id is not None:
+                details["event_id"] = err.event_id
+            if event_type is not None:
+                details["event_type"] = event_type
+            if err.code == "version_mismatch":
+                err.reply = ev.ResponseError(
+                    session_id=err.session_id,
+                    error=ty.ErrorInfo(
+                        code="version_mismatch",
+                        message=err.message,
+                        details={**details, "supported": [self.config.uamp_version]},
+                    ),
+                )
+            else:
+                err.reply = ev.SessionError(
+                    session_id=err.session_id,
+                    error=ty.ErrorInfo(code=err.code, message=err.message, details=details or None),
+                )
+        if err.reply is not None:
+            self._outbox.append(self._encode_reply(err.reply))
+        return err
+
+    def _encode_reply(self, event: ev.Event) -> bytes:
+        out = to_dict(event)
+        out["event_id"] = self._event_id()
+        if self.config.clock is not None:
+            out["timestamp"] = int(self.config.clock() * 1000)
+        return orjson.dumps(out)
+
+    def _process(self, event: ev.Event | ev.UnknownEvent, sender: Role) -> Any:
+        """Apply a received event; return what next_event gives the caller."""
+        if type(event) is ev.UnknownEvent:
+            return event  # section 14.3: never an error
+        assert isinstance(event, ev.Event)
+        try:
+            self._check_direction(event, sender)
+            if event.type == "session.create":
+                return self._open_session(event, sender)  # type: ignore[arg-type]
+            if event.type == "session.created" and sender is Role.SERVER:
+                return self._created(event)  # type: ignore[arg-type]
+            session = self._route(event, sender)
+            if session is None:
+                self._connection_event(event, sender)
+                return event
+            self._apply(session, event, sender)
+            return event
+        except _Violation as v:
+            raise RemoteProtocolError(
+                f"{event.type}: {v.message}",
+                code=v.code,
+                session_id=event.session_id if event.session_id in self._sessions else None,
+                event_id=event.event_id,
+            ) from None
+
+    def _process_local(self, event: ev.Event) -> dict[str, Any] | None:
+        sender = self.our_role
+        self._check_direction(event, sender)
+        if event.type == "session.create":
+            self._open_session(event, sender)  # type: ignore[arg-type]
+            return None
+        if event.type == "session.created" and sender is Role.SERVER:
+            self._created(event)  # type: ignore[arg-type]
+            return None
+        session = self._route(event, sender)
+        if session is None:
+            self._connection_event(event, sender)
+            return None
+        return self._apply(session, event, sender)
+
+    def _check_direction(self, event: ev.Event, sender: Role) -> None:
+        allowed = CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS
+        if event.type not in allowed:
+            if event.direction == "system":
+                raise _Violation(
+                    "invalid_event", f"{event.type} is internal and never sent on a connection"
+                )
+            raise _Violation(
+                "invalid_event", f"{event.type} is not an event a {sender.value} sends"
+            )
+
+    def _route(self, event: ev.Event, sender: Role) -> SessionContext | None:
+        sid = event.session_id
+        if sid is not None:
+            session = self._sessions.get(sid)
+            if session is None:
+                if sid in self._ended:
+                    raise _Violation("session_ended", f"session {sid!r} has ended")
+                raise _Violation("unknown_session", f"no session {sid!r} on this connection")
+            return session
+        sessions = self._sessions
+        if len(sessions) == 1:
+            return next(iter(sessions.values()))
+        if event.type in CONNECTION_EVENTS[sender]:
+            return None
+        if not sessions:
+            raise _Violation("no_session", "no session is open: send session.create first")
+        raise _Violation(
+            "session_id_required",
+            f"{len(sessions)} sessions share this connection: the event must carry session_id",
+        )
+
+    def _connection_event(self, event: ev.Event, sender: Role) -> None:
+        if event.type == "session.update" and event.session_id is None:
+            # Connection-level update (section 5.2): applies to every session.
+            for session in self._sessions.values():
+                self._update_session(session, event)  # type: ignore[arg-type]
+        elif event.type == "ping" and sender is self.their_role:
+            self._outbox.append(self._encode_reply(ev.Pong()))
+
+    # --- sessions ------------------------------------------------------------
+
+    def _open_session(self, event: ev.SessionCreate, sender: Role) -> ev.SessionCreate:
+        if sender is not Role.CLIENT:  # pragma: no cover - direction checked first
+            raise _Violation("invalid_event", "only a client creates sessions")
+        live = sum(1 for s in self._sessions.values() if s.state is not SessionState.ENDED)
+        if live >= self.config.max_sessions:
+            raise _Violation(
+                "too_many_sessions",
+                f"this connection already has {live} sessions (limit {self.config.max_sessions})",
+            )
+        sid = event.session_id
+        if sid is not None and (sid in self._sessions or sid in self._ended):
+            raise _Violation("duplicate_session", f"session {sid!r} already exists")
+        ours = _major(self.config.uamp_version)
+        if _major(event.uamp_version) != ours and self.our_role is Role.SERVER:
+            raise RemoteProtocolError(
+                f"uamp_version {event.uamp_version!r} is not supported; this server speaks "
+                f"{self.config.uamp_version}",
+                code="version_mismatch",
+                session_id=sid,
+                event_id=event.event_id,
+            )
+        window: int | None = None
+        if event.session.extensions:
+            try:
+                window = flow.requested_window(event.session.extensions)
+            except ProtocolError as exc:
+                raise _Violation("invalid_event", exc.message) from None
+        if sid is None:
+            sid = self._ids("sess") if self.our_role is Role.SERVER else f"pending:{id(event)}"
+            if self.our_role is Role.SERVER:
+                event = attrs.evolve(event, session_id=sid)
+        session = SessionContext(sid, event)
+        if self.our_role is Role.SERVER and window is not None:
+            session.requested_window = min(window, self.config.max_delta_window)
+        elif window is not None:
+            session.requested_window = window
+        self._sessions[sid] = session
+        return event
+
+    def _created(self, event: ev.SessionCreated) -> ev.SessionCreated:
+        sid = event.session_id or event.session.id
+        session: SessionContext | None = None
+        if self.our_role is Role.SERVER:
+            session = self._sessions.get(sid)
+            if session is None:
+                if len(self._sessions) == 1 and event.session_id is None:
+                    session = next(iter(self._sessions.values()))
+                else:
+                    raise _Violation("unknown_session", f"no session {sid!r} is being created")
+            if session.state is not SessionState.CREATING:
+                raise _Violation("invalid_event", f"session {session.id!r} is already active")
+            if session.requested_window is not None:
+                session.send_window = flow.SendWindow(session.requested_window)
+        else:
+            session = self._sessions.get(sid)
+            if session is None or session.state is not SessionState.CREATING:
+                session = next(
+                    (s for s in self._sessions.values() if s.state is SessionState.CREATING),
+                    None,
+                )
+            if session is None:
+                raise _Violation("unknown_session", "session.created for no pending session.create")
+            if _major(event.uamp_version) != _major(self.config.uamp_version):
+                raise _Violation(
+                    "version_mismatch",
+                    f"server speaks uamp_version {event.uamp_version!r}, "
+                    f"we speak {self.config.uamp_version!r}",
+                )
+            if session.id != sid:
+                del self._sessions[session.id]
+                session.id = sid
+                self._sessions[sid] = session
+            granted = None
+            if event.session.config is not None and event.session.config.extensions:
+                try:
+                    granted = flow.requested_window(event.session.config.extensions)
+                except ProtocolError:
+                    granted = None
+            if granted is not None and session.requested_window is not None:
+                session.receive_window = flow.ReceiveWindow(granted)
+        session.state = SessionState.ACTIVE
+        if event.session.config is not None:
+            session.config = event.session.config
+        return event
+
+    def _end(self, session: SessionContext) -> None:
+        session.state = SessionState.ENDED
+        self._sessions.pop(session.id, None)
+        self._ended.append(session.id)
+
+    def _update_session(self, session: SessionContext, event: ev.SessionUpdate) -> None:
+        if event.token is not None:
+            session.token = event.token
+        if event.payment_token is not None:
+            session.payment_token = event.payment_token
+            session.payment.preload(event.payment_token)
+            if session.payment.blocks_content:
+                # A refreshed token answers an outstanding payment.required (spec 004).
+                session.payment.apply(
+                    ev.PaymentSubmit(payment=ty.PaymentSubmission(token=event.payment_token))
+                )
+        if event.session is not None:
+            session.config = event.session
+
+    # --- per-session rules ---------------------------------------------------
+
+    def _apply(self, session: SessionContext, event: ev.Event, sender: Role) -> Any:
+        etype = event.type
+        table = SESSION_TRANSITIONS[(sender, session.state)]
+        new_state = table.get(etype)
+        if new_state is None:
+            if session.state is SessionState.CREATING:
+                raise _Violation(
+                    "invalid_event", f"not allowed before session {session.id!r} is created"
+                )
+            raise _Violation(
+                "invalid_event", f"not allowed in session state {session.state.value}"
+            )
+        stamps: dict[str, Any] | None = None
+        if etype in RESPONSE_EVENTS:
+            stamps = self._response_rules(session, event, sender)
+        elif etype in _PAYMENT_TYPES:
+            if not session.payment.can_apply(event):
+                raise _Violation(
+                    "invalid_event", f"not allowed while payment is {session.payment.state.value}"
+                )
+            session.payment.apply(
+                event,
+                active_response=session.response.response_id if session.response else None,
+            )
+        elif etype in _INPUT_TYPES:
+            self._input(session, event)
+        elif etype == "progress" and flow.is_ack(event):
+            self._ack(session, event, sender)
+        elif etype == "session.update":
+            self._update_session(session, event)  # type: ignore[arg-type]
+        elif etype == "client.capabilities":
+            session.client_capabilities = event.capabilities  # type: ignore[attr-defined]
+        elif etype == "ping" and sender is self.their_role:
+            self._outbox.append(self._encode_reply(ev.Pong(session_id=event.session_id)))
+        elif etype == "session.error" and session.state is SessionState.CREATING:
+            pass
+        if new_state is SessionState.ENDED:
+            if session.response is not None:
+                session._finish_response(keep_output=True)
+            self._end(session)
+        elif new_state is not session.state:
+            session.state = new_state
+        return stamps
+
+    def _input(self, session: SessionContext, event: ev.Event) -> None:
+        item: ty.ContentItem
+        role = "user"
+        if type(event) is ev.InputText:
+            item = ty.TextContent(text=event.text)
+            role = event.role or "user"
+            if event.messages is not None:
+                session.stateless_history = list(event.messages)
+            if event.payment_token is not None:
+                session.payment.preload(event.payment_token)
+        elif type(event) is ev.InputImage:
+            item = ty.ImageContent(
+                image=event.image,
+                format=event.format,
+                detail=event.detail,
+                content_id=event.content_id or self._ids("content"),
+            )
+        elif type(event) is ev.InputAudio:
+            item = ty.AudioContent(
+                audio=event.audio, format=event.format, content_id=event.content_id or self._ids("content")
+            )
+        elif type(event) is ev.InputVideo:
+            item = ty.VideoContent(
+                video=event.video, format=event.format, content_id=event.content_id or self._ids("content")
+            )
+        else:
+            assert isinstance(event, ev.InputFile)
+            item = ty.FileContent(
+                file=event.file,
+                filename=event.filename,
+                mime_type=event.mime_type,
+                content_id=event.content_id or self._ids("content"),
+            )
+        session.pending_input.append((role, item))
+
+    def _response_rules(
+        self, session: SessionContext, event: ev.Event, sender: Role
+    ) -> dict[str, Any] | None:
+        etype = event.type
+        phase = session.phase
+        allowed = RESPONSE_TRANSITIONS[(sender, phase)]
+        new_phase = allowed.get(etype)
+        if new_phase is None:
+            raise _Violation(*self._response_complaint(session, etype, sender))
+        tracker = session.response
+        if sender is Role.SERVER and etype in CONTENT_EVENTS and session.payment.blocks_content:
+            raise _Violation(
+                "payment_required",
+                "no response content may be released while payment is "
+                f"{session.payment.state.value}",
+            )
+        response_id = getattr(event, "response_id", None)
+        if (
+            tracker is not None
+            and response_id is not None
+            and etype != "response.created"
+            and response_id != tracker.response_id
+        ):
+            if etype == "response.cancel" and response_id in session.finished_responses:
+                return None  # a cancel racing the response's end: nothing to do
+            raise _Violation(
+                "unknown_response",
+                f"response_id {response_id!r} is not the session's current response "
+                f"{tracker.response_id!r}",
+            )
+        stamps: dict[str, Any] | None = None
+        if etype == "response.create":
+            messages = session._take_input()
+            session.response = ResponseTracker(self._ids("resp"), messages)
+        elif etype == "response.created":
+            assert tracker is not None
+            created_id = event.response_id  # type: ignore[attr-defined]
+            tracker.response_id = created_id
+            tracker.apply(event)
+            if session.send_window is not None:
+                session.send_window.start_stream(created_id)
+        elif etype == "tool.result":
+            assert isinstance(event, ev.ToolResult) and tracker is not None
+            try:
+                tracker.add_tool_result(event.call_id, event.result, event.is_error)
+            except ProtocolError as exc:
+                raise _Violation(exc.code, exc.message) from None
+        elif etype == "response.cancel":
+            pass
+        elif tracker is not None:
+            if etype in flow.FLOW_CONTROLLED_TYPES:
+                stamps = self._flow(session, tracker, event, sender)
+            tracker.apply(event)
+            if new_phase is ResponsePhase.IDLE:
+                session._finish_response(keep_output=tracker.state is not ResponseState.FAILED)
+                return stamps
+        elif etype == "response.error":
+            return None
+        session.phase = new_phase
+        return stamps
+
+    def _response_complaint(
+        self, session: SessionContext, etype: str, sender: Role
+    ) -> tuple[str, str]:
+        phase = session.phase
+        if etype == "response.create":
+            return (
+                "response_in_progress",
+                f"session {session.id!r} already has a response {phase.value}; "
+                "cancel it or wait for it to finish",
+            )
+        if etype == "tool.result":
+            return ("invalid_tool_result", "there is no response waiting for tool results")
+        if etype == "response.created" and phase is ResponsePhase.IDLE:
+            return ("invalid_event", "response.created without a response.create")
+        if phase is ResponsePhase.REQUESTED:
+            return ("invalid_event", "response.created must come first")
+        return ("invalid_event", f"not allowed while the response slot is {phase.value}")
+
+    def _flow(
+        self, session: SessionContext, tracker: ResponseTracker, event: ev.Event, sender: Role
+    ) -> dict[str, Any] | None:
+        if sender is self.our_role:
+            window = session.send_window
+            if window is None:
+                return None
+            return {"delta_seq": window.stamp(tracker.response_id)}
+        receive = session.receive_window
+        if receive is None:
+            return None
+        seq = getattr(event, "delta_seq", None)
+        if seq is None:
+            raise _Violation(flow.ERR_MISSING_DELTA_SEQ, "missing delta_seq on a delta frame")
+        try:
+            due = receive.receive(tracker.response_id, seq)
+        except ProtocolError as exc:
+            raise _Violation(exc.code, exc.message) from None
+        if due is not None:
+            ack = flow.ack_event(tracker.response_id, due, session_id=event.session_id)
+            self._outbox.append(self._encode_reply(ack))
+            receive.acknowledged(tracker.response_id, due)
+        return None
+
+    def _ack(self, session: SessionContext, event: ev.Event, sender: Role) -> None:
+        window = session.send_window
+        if window is None or sender is self.our_role:
+            return
+        try:
+            window.acknowledge(event.target_id or "", event.delta_seq)  # type: ignore[attr-defined]
+        except ProtocolError as exc:
+            raise _Violation(exc.code, exc.message) from None
+
+    def __iter__(self) -> Iterator[ev.Event | ev.UnknownEvent]:
+        """Iterate over queued events until NEED_DATA (errors propagate)."""
+        while True:
+            event = self.next_event()
+            if event is NEED_DATA:
+                return
+            yield event  # type: ignore[misc]
+
+
+class ServerConnection(Connection):
+    """The server side of a UAMP connection."""
+
+    def __init__(self, config: ConnectionConfig | None = None) -> None:
+        super().__init__(Role.SERVER, config)
+
+    def accept(
+        self,
+        session_id: str,
+        *,
+        agent: str | None = None,
+        created_at: float | None = None,
+    ) -> bytes:
+        """Send ``session.created`` for a session being created.
+
+        The configuration is echoed back; a granted delta window appears in
+        ``config.extensions.flow``.
+        """
+        session = self._sessions[session_id]
+        config = session.config or ty.SessionConfig(modalities=["text"])
+        if session.requested_window is not None:
+            extensions = dict(config.extensions or {})
+            extensions.update(flow.flow_extension(session.requested_window))
+            config = attrs.evolve(config, extensions=extensions)
+        return self.send(
+            ev.SessionCreated(
+                session_id=session_id,
+                uamp_version=self.config.uamp_version,
+                session=ty.Session(
+                    id=session_id, created_at=created_at, config=config, status="active"
+                ),
+                chat=session.chat,
+                agent=agent or session.agent,
+            )
+        )
+
+
+class ClientConnection(Connection):
+    """The client side of a UAMP connection."""
+
+    def __init__(self, config: ConnectionConfig | None = None) -> None:
+        super().__init__(Role.CLIENT, config)
+
+    def create_session(
+        self,
+        config: ty.SessionConfig | None = None,
+        *,
+        session_id: str | None = None,
+        agent: str | None = None,
+        token: str | None = None,
+        payment_token: str | None = None,
+        chat: str | None = None,
+        client_capabilities: ty.Capabilities | None = None,
+    ) -> bytes:
+        """Send ``session.create``; opts into delta windows when configured."""
+        config = config or ty.SessionConfig(modalities=["text"])
+        if self.config.delta_window is not None:
+            extensions = dict(config.extensions or {})
+            extensions.update(flow.flow_extension(self.config.delta_window))
+            config = attrs.evolve(config, extensions=extensions)
+        return self.send(
+            ev.SessionCreate(
+                session_id=session_id,
+                uamp_version=self.config.uamp_version,
+                session=config,
+                agent=agent,
+                token=token,
+                payment_token=payment_token,
+                chat=chat,
+                client_capabilities=client_capabilities,
+            )
+        )

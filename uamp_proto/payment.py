@@ -1,0 +1,165 @@
+"""Payment negotiation of one session (UAMP 3.3 and 7.2; spec 004).
+
+Theory of operation
+-------------------
+::
+
+    NONE ──payment.required──▶ REQUIRED ──payment.submit──▶ SUBMITTED
+                                   ▲                            │
+                                   └──payment.error (can_retry)─┤
+                                                                ├──payment.accepted──▶ ACCEPTED
+                                                                └──payment.error──────▶ FAILED
+
+While the state is REQUIRED or SUBMITTED no response content may flow: the
+server must not send, and the client must not accept, deltas, tool calls,
+thinking, audio or ``response.done`` (:attr:`PaymentNegotiation.blocks_content`).
+A ``payment.required`` with ``extra.action == "topup"`` arrives in the middle of
+a response (spec 004, mid-stream top-up): the response is *paused*, not
+lost; its accumulated output stays in its tracker and streaming resumes
+after ``payment.accepted``.
+
+Tokens can also be preloaded: ``session.create``/``session.update`` carry
+``payment_token``, and a ``payment.submit`` with nothing outstanding simply
+records the token.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from . import events as ev
+from . import types as ty
+
+__all__ = ["PAYMENT_ERROR_CODES", "PaymentNegotiation", "PaymentState"]
+
+PAYMENT_ERROR_CODES = ev.PAYMENT_ERROR_CODES
+
+
+class PaymentState(enum.Enum):
+    """Where a session's payment negotiation stands."""
+
+    NONE = "none"
+    REQUIRED = "required"
+    SUBMITTED = "submitted"
+    ACCEPTED = "accepted"
+    FAILED = "failed"
+
+
+#: The transitions of the negotiation: (state, event type) -> new state.
+#: ``payment.error`` is resolved by its ``can_retry`` flag (see ``apply``).
+TRANSITIONS: dict[tuple[PaymentState, str], PaymentState] = {
+    (PaymentState.NONE, "payment.required"): PaymentState.REQUIRED,
+    (PaymentState.ACCEPTED, "payment.required"): PaymentState.REQUIRED,
+    (PaymentState.FAILED, "payment.required"): PaymentState.REQUIRED,
+    (PaymentState.REQUIRED, "payment.required"): PaymentState.REQUIRED,
+    (PaymentState.REQUIRED, "payment.submit"): PaymentState.SUBMITTED,
+    (PaymentState.SUBMITTED, "payment.submit"): PaymentState.SUBMITTED,
+    (PaymentState.SUBMITTED, "payment.accepted"): PaymentState.ACCEPTED,
+    (PaymentState.NONE, "payment.submit"): PaymentState.NONE,
+    (PaymentState.ACCEPTED, "payment.submit"): PaymentState.ACCEPTED,
+    (PaymentState.FAILED, "payment.submit"): PaymentState.SUBMITTED,
+    (PaymentState.NONE, "payment.accepted"): PaymentState.ACCEPTED,
+    (PaymentState.ACCEPTED, "payment.accepted"): PaymentState.ACCEPTED,
+    (PaymentState.REQUIRED, "payment.error"): PaymentState.REQUIRED,
+    (PaymentState.SUBMITTED, "payment.error"): PaymentState.FAILED,
+    (PaymentState.NONE, "payment.error"): PaymentState.FAILED,
+    (PaymentState.ACCEPTED, "payment.error"): PaymentState.FAILED,
+}
+
+#: Server events that release response content to the client.
+CONTENT_EVENTS = frozenset(
+    {
+        "response.delta",
+        "response.done",
+        "tool.call",
+        "thinking",
+        "audio.delta",
+        "audio.done",
+        "transcript.delta",
+        "transcript.done",
+    }
+)
+
+
+class PaymentNegotiation:
+    """The payment state of one session; both ends use it.
+
+    Attributes:
+        state: The current :class:`PaymentState`.
+        token: The latest payment token (preloaded or submitted).
+        requirements: What the last ``payment.required`` asked for.
+        paused_response: The id of a response paused by a top-up, if any.
+        balance: The last ``payment.balance`` event seen.
+        last_error: The last ``payment.error`` event seen.
+    """
+
+    def __init__(self, token: str | None = None) -> None:
+        self.state = PaymentState.NONE
+        self.token = token
+        self.requirements: ty.PaymentRequirements | None = None
+        self.paused_response: str | None = None
+        self.topup = False
+        self.balance: ev.PaymentBalance | None = None
+        self.last_error: ev.PaymentError | None = None
+
+    @property
+    def blocks_content(self) -> bool:
+        """True while payment is required and not yet accepted."""
+        return self.state is PaymentState.REQUIRED or self.state is PaymentState.SUBMITTED
+
+    @property
+    def low_balance(self) -> bool:
+        """Whether the last balance update carried a low-balance warning."""
+        return bool(self.balance and self.balance.low_balance_warning)
+
+    def can_apply(self, event: ev.Event) -> bool:
+        """Whether ``event`` is a legal next payment event."""
+        if event.type == "payment.balance":
+            return True
+        return (self.state, event.type) in TRANSITIONS
+
+    def apply(self, event: ev.Event, *, active_response: str | None = None) -> None:
+        """Advance on a payment event (sent or received).
+
+        Args:
+            event: ``payment.required``, ``.submit``, ``.accepted``,
+                ``.balance`` or ``.error``.
+            active_response: The session's in-progress response, paused by a
+                top-up ``payment.required``.
+
+        Raises:
+            ValueError: the event is not legal in the current state (the
+                connection turns this into a local or remote protocol error).
+        """
+        kind = type(event)
+        if kind is ev.PaymentBalance:
+            self.balance = event  # type: ignore[assignment]
+            return
+        new = TRANSITIONS.get((self.state, event.type))
+        if new is None:
+            raise ValueError(
+                f"{event.type} is not allowed while payment is {self.state.value}"
+            )
+        if kind is ev.PaymentRequired:
+            assert isinstance(event, ev.PaymentRequired)
+            self.requirements = event.requirements
+            self.topup = event.is_topup
+            self.paused_response = event.response_id or active_response
+        elif kind is ev.PaymentSubmit:
+            assert isinstance(event, ev.PaymentSubmit)
+            if event.payment.token is not None:
+                self.token = event.payment.token
+        elif kind is ev.PaymentAccepted:
+            self.paused_response = None
+            self.topup = False
+        elif kind is ev.PaymentError:
+            assert isinstance(event, ev.PaymentError)
+            self.last_error = event
+            if event.can_retry and self.state is PaymentState.SUBMITTED:
+                new = PaymentState.REQUIRED
+        self.state = new
+
+    def preload(self, token: str | None) -> None:
+        """Record a token delivered by ``session.create`` or ``session.update``."""
+        if token is not None:
+            self.token = token
