@@ -1,0 +1,1 @@
+"""Tests of the HTTP model providers against local fake servers."""
