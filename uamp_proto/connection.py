@@ -504,7 +504,9 @@ class Connection:
             out["timestamp"] = int(self.config.clock() * 1000)
         return orjson.dumps(out)
 
-    def _process(self, event: ev.Event | ev.UnknownEvent, sender: Role) -> Any:
+    def _process(
+        self, event: ev.Event | ev.UnknownEvent, sender: Role
+    ) -> ev.Event | ev.UnknownEvent:
         """Apply a received event; return what next_event gives the caller."""
         if type(event) is ev.UnknownEvent:
             return event  # section 14.3: never an error
@@ -692,7 +694,9 @@ class Connection:
 
     # --- per-session rules ---------------------------------------------------
 
-    def _apply(self, session: SessionContext, event: ev.Event, sender: Role) -> Any:
+    def _apply(
+        self, session: SessionContext, event: ev.Event, sender: Role
+    ) -> dict[str, Any] | None:
         etype = event.type
         table = SESSION_TRANSITIONS[(sender, session.state)]
         new_state = table.get(etype)

@@ -18,7 +18,13 @@ IdSource = Callable[[str], str]
 
 
 def random_ids(prefix: str) -> str:
-    """A random id: ``<prefix>_<uuid4 hex>`` (the default source)."""
+    """A random id: ``<prefix>_<uuid4 hex>`` (the default source).
+
+    Content ids (prefix ``"content"``) are bare UUID strings, as UAMP section
+    8.5.4 asks.
+    """
+    if prefix == "content":
+        return str(uuid.uuid4())
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
