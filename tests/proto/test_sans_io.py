@@ -1,0 +1,73 @@
+"""uamp_proto stays sans-IO: no event loop, socket, thread or clock imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "uamp_proto"
+FORBIDDEN_MODULES = {
+    "trio",
+    "asyncio",
+    "anyio",
+    "socket",
+    "ssl",
+    "selectors",
+    "threading",
+    "time",
+    "random",
+    "secrets",
+    "datetime",
+}
+FORBIDDEN_CALLS = {"time.time", "time.monotonic", "datetime.now", "os.urandom"}
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_imports_nothing_that_does_io_or_reads_the_clock(path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bad: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            names = []
+        bad.extend(n for n in names if n.split(".")[0] in FORBIDDEN_MODULES)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            dotted = f"{node.value.id}.{node.attr}"
+            if dotted in FORBIDDEN_CALLS:
+                bad.append(dotted)
+    assert not bad, f"{path.name} uses {bad}"
+
+
+def test_the_check_itself_catches_a_forbidden_import(tmp_path: Path) -> None:
+    sample = tmp_path / "bad.py"
+    sample.write_text("import trio\nfrom time import monotonic\n")
+    tree = ast.parse(sample.read_text())
+    found = [
+        n.names[0].name if isinstance(n, ast.Import) else n.module
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+    ]
+    assert {m.split(".")[0] for m in found if m} <= FORBIDDEN_MODULES
+
+
+def test_package_imports_without_loading_an_event_loop() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, uamp_proto, uamp_proto.connection, uamp_proto.sse, uamp_proto.flow;"
+        "import uamp_proto.payment, uamp_proto.response, uamp_proto.agent;"
+        "bad = {'trio', 'asyncio', 'anyio'} & set(sys.modules);"
+        "print(sorted(bad)); raise SystemExit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
