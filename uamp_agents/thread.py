@@ -248,6 +248,38 @@ class ThreadTree:
         """
         return [m for node in self.path(node_id) for m in node.thread.messages]
 
+    def split(self, node_id: str, at: int) -> str:
+        """Move the first ``at`` messages of a node into a new parent node.
+
+        The new node takes the node's place under its parent (or becomes the
+        root) and has the node as its only child, so the history of every
+        existing node is unchanged. Used to branch from the middle of a
+        thread.
+
+        Returns:
+            The new node's id.
+
+        Raises:
+            UnknownNodeError: ``node_id`` is not in the tree.
+            ValueError: ``at`` is not between 0 and the number of messages.
+        """
+        node = self.node(node_id)
+        if not 0 <= at <= len(node.thread.messages):
+            raise ValueError(f"cannot split a thread of {len(node.thread)} messages at {at}")
+        head = ThreadNode(
+            parent_id=node.parent_id, thread=Thread(messages=node.thread.messages[:at])
+        )
+        del node.thread.messages[:at]
+        if node.parent_id is None:
+            self._root_id = head.id
+        else:
+            siblings = self.nodes[node.parent_id].children
+            siblings[siblings.index(node.id)] = head.id
+        node.parent_id = head.id
+        head.children.append(node.id)
+        self.nodes[head.id] = head
+        return head.id
+
     def merge(self, source_id: str, target_id: str) -> None:
         """Bring the messages of ``source_id``'s branch into ``target_id``.
 
