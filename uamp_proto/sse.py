@@ -154,8 +154,9 @@ class SSEParser:
         """Create a parser.
 
         Args:
-            max_buffer: The most bytes held between calls: the unfinished
-                line plus the field lines of the event being assembled.
+            max_buffer: The most held between calls: the bytes of the
+                unfinished line plus the characters of the field lines of
+                the event being assembled (comments are not held).
             last_event_id: The starting last event ID (for a resumed stream).
 
         Raises:

@@ -339,9 +339,7 @@ def test_comment_between_events_dispatches_nothing_extra() -> None:
 
 # --- properties ---------------------------------------------------------------
 
-_line_free = st.text(
-    st.characters(codec="utf-8", exclude_characters="\r\n\x00"), max_size=12
-)
+_line_free = st.text(st.characters(codec="utf-8", exclude_characters="\r\n\x00"), max_size=12)
 _events = st.builds(
     SSEEvent,
     data=st.text(st.characters(codec="utf-8"), max_size=40),
