@@ -28,10 +28,11 @@ history is a prefix of the checkpoint's and puts the rest there, so nothing
 made after the checkpoint is lost (the spec's "branches the thread tree").
 
 Serialization (:meth:`Session.to_json`, :meth:`Session.from_json`) uses the
-SessionJSON format of UAP section 13.1. Two keys are added, which other
-implementations may ignore: ``step`` (the session's step counter) and
+SessionJSON format of UAP section 13.1. Three keys are added, which other
+implementations may ignore: ``step`` (the session's step counter),
 ``subAgentStates`` (the SessionJSON of every sub-agent conversation, as in
-checkpoints).
+checkpoints) and ``queryThreads`` (the ThreadJSON of each query thread, UAP
+section 9.2 rule 5).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from .serialization import (
     new_id,
     now_iso,
 )
-from .thread import ThreadNode, ThreadTree
+from .thread import Thread, ThreadNode, ThreadTree
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentInput
@@ -90,6 +91,7 @@ _SESSION_KEYS = frozenset(
         "metadata",
         "step",
         "subAgentStates",
+        "queryThreads",
     }
 )
 
@@ -116,6 +118,7 @@ class SessionData:
         metadata: Session metadata.
         step: The step counter (``step`` key, else the last checkpoint's).
         sub_agent_states: Sub-agent SessionJSON by sub-session id.
+        query_threads: Query threads (UAP section 9.2) by thread id.
         extra: Unknown keys, written back on save.
     """
 
@@ -129,6 +132,7 @@ class SessionData:
     metadata: dict[str, Any]
     step: int
     sub_agent_states: dict[str, dict[str, Any]]
+    query_threads: dict[str, Thread]
     extra: dict[str, Any]
 
 
@@ -174,6 +178,15 @@ def validate_session_json(data: Any, path: str = "") -> SessionData:
         for item_path, key, value in reader.obj("subAgentStates").entries():
             validate_session_json(value, item_path)
             sub_agent_states[key] = value
+    query_threads: dict[str, Thread] = {}
+    if reader.data.get("queryThreads") is not None:
+        for item_path, key, value in reader.obj("queryThreads").entries():
+            thread = Thread.from_json(value, item_path)
+            if thread.id != key:
+                raise SerializationError(
+                    f"{item_path}.id", f"query thread {thread.id!r} is stored under {key!r}"
+                )
+            query_threads[key] = thread
     step = reader.integer("step") if "step" in reader.data else None
     if step is None:
         step = max((c.step for c in checkpoints), default=0)
@@ -188,6 +201,7 @@ def validate_session_json(data: Any, path: str = "") -> SessionData:
         metadata=reader.opt_map("metadata"),
         step=step,
         sub_agent_states=sub_agent_states,
+        query_threads=query_threads,
         extra=extra_keys(reader.data, _SESSION_KEYS),
     )
 
@@ -273,6 +287,8 @@ class Session:
         metadata: Session metadata.
         step: Steps run so far in this session.
         sub_agent_states: SessionJSON of each sub-agent conversation.
+        query_threads: Threads of the queries made with this session
+            (:func:`uamp_agents.query`), by thread id.
         created_at: ISO 8601 creation time.
         updated_at: ISO 8601 time of the last change.
     """
@@ -305,6 +321,7 @@ class Session:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.step = 0
         self.sub_agent_states: dict[str, dict[str, Any]] = {}
+        self.query_threads: dict[str, Thread] = {}
         self.created_at = now_iso()
         self.updated_at = self.created_at
         self.extra: dict[str, Any] = {}
@@ -497,6 +514,7 @@ class Session:
             "metadata": dict(self.metadata),
             "step": self.step,
             "subAgentStates": dict(self.sub_agent_states),
+            "queryThreads": {tid: t.to_json() for tid, t in self.query_threads.items()},
         }
 
     @classmethod
@@ -534,6 +552,7 @@ class Session:
         sess.current_checkpoint = parsed.checkpoints[-1] if parsed.checkpoints else None
         sess.step = parsed.step
         sess.sub_agent_states = dict(parsed.sub_agent_states)
+        sess.query_threads = dict(parsed.query_threads)
         sess.extra = dict(parsed.extra)
         return sess
 
