@@ -663,10 +663,12 @@ class Connection:
             granted = None
             if event.session.config is not None and event.session.config.extensions:
                 try:
-                    granted = flow.requested_window(event.session.config.extensions)
-                except ProtocolError:
-                    granted = None
-            if granted is not None and session.requested_window is not None:
+                    granted = flow.confirmed_window(
+                        event.session.config.extensions, session.requested_window
+                    )
+                except ProtocolError as exc:
+                    raise _Violation(exc.code, exc.message) from None
+            if granted is not None:
                 session.receive_window = flow.ReceiveWindow(granted)
         session.state = SessionState.ACTIVE
         if event.session.config is not None:
@@ -882,8 +884,9 @@ class Connection:
         window = session.send_window
         if window is None or sender is self.our_role:
             return
+        assert isinstance(event, ev.Progress)
         try:
-            window.acknowledge(event.target_id or "", event.delta_seq)  # type: ignore[attr-defined]
+            window.acknowledge(*flow.ack_of(event))
         except ProtocolError as exc:
             raise _Violation(exc.code, exc.message) from None
 

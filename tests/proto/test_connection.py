@@ -679,3 +679,27 @@ def test_clock_and_ids_are_injected() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="max_sessions"):
         ConnectionConfig(max_sessions=0)
+
+
+def test_ack_without_delta_seq_is_an_invalid_event() -> None:
+    pair = Pair(delta_window=2)
+    sid = pair.open()
+    rid = pair.start_response(sid)
+    err = _remote_error(pair.server, orjson.dumps({"type": "progress", "target": "response",
+                                                   "target_id": rid, "stage": "ack"}))
+    assert err.code == "invalid_event"
+    assert pair.server.session(sid).send_window.available == 2  # type: ignore[union-attr]
+
+
+def test_client_refuses_a_window_larger_than_it_asked_for() -> None:
+    client = ClientConnection(ConnectionConfig(delta_window=4))
+    client.create_session(session_id="s")
+    client.receive(orjson.dumps({"type": "session.created", "uamp_version": "1.0",
+                                 "session_id": "s",
+                                 "session": {"id": "s", "status": "active",
+                                             "config": {"modalities": ["text"],
+                                                        "extensions": {"flow": {
+                                                            "delta_window": 99}}}}}))
+    with pytest.raises(RemoteProtocolError) as info:
+        client.next_event()
+    assert "99" in info.value.message
