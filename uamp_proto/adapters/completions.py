@@ -1,0 +1,715 @@
+"""OpenAI Chat Completions <-> UAMP, as pure functions (UAMP section 13.3).
+
+Requests: :func:`parse_request` validates a ``POST /chat/completions`` body
+and turns it into a :class:`~uamp_proto.agent.TurnRequest`. Content parts map
+to UAMP content items (section 8.5.1): ``text`` -> text, ``image_url`` ->
+image (a ``data:`` URL becomes base64 plus ``format``, any other URL a
+``{"url"}`` reference), ``input_audio`` -> audio, ``file`` (inline
+``file_data``) -> file. Assistant ``tool_calls`` (OpenAI's nested form) become
+:class:`~uamp_proto.types.ToolInvocation`; ``developer`` messages are treated
+as ``system``. Bad input raises :class:`CompletionsError`, which carries the
+HTTP status and OpenAI's error JSON.
+
+Responses: :func:`completion_response` builds a ``chat.completion`` object;
+:class:`ChunkEncoder` turns the UAMP events of one response into
+``chat.completion.chunk`` objects (role first, text as ``delta.content``,
+client tool calls as ``delta.tool_calls`` with ``index``/``id``/``type``/
+``function.name`` then argument fragments, a finishing chunk with
+``finish_reason``, and a usage chunk with empty ``choices`` when
+``stream_options.include_usage`` asked for one). Nothing here reads the clock
+or makes ids: ``created`` and the completion id are arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from .. import events as ev
+from .. import types as ty
+from ..agent import TurnRequest
+from ..sse import encode_event
+
+__all__ = [
+    "SSE_DONE",
+    "ChunkEncoder",
+    "CompletionRequest",
+    "CompletionsError",
+    "completion_response",
+    "error_object",
+    "finish_reason_for",
+    "parse_request",
+    "sse_data",
+    "usage_object",
+]
+
+#: The terminating SSE frame of a streamed completion.
+SSE_DONE = b"data: [DONE]\n\n"
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_TOOL_CHOICES = frozenset({"auto", "none", "required"})
+_RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
+# OpenAI's rule for function names.
+_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DATA_URL = re.compile(
+    r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)$", re.DOTALL
+)
+
+
+class CompletionsError(Exception):
+    """An invalid Chat Completions request, with the reply it deserves.
+
+    Attributes:
+        status: HTTP status (400 for invalid input).
+        message: What is wrong, naming the parameter.
+        param: The offending parameter path (``messages[1].content``), if any.
+        code: OpenAI-style code (``invalid_value``, ``missing_required_parameter``...).
+        type: OpenAI error type.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str = "invalid_value",
+        status: int = 400,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.status = status
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        """OpenAI's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
+        return error_object(self.message, code=self.code, param=self.param, type=self.type)
+
+
+def error_object(
+    message: str,
+    *,
+    code: str | None,
+    param: str | None = None,
+    type: str = "invalid_request_error",
+) -> dict[str, Any]:
+    """The OpenAI error object."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+@attrs.frozen(kw_only=True)
+class CompletionRequest:
+    """A validated Chat Completions request.
+
+    Attributes:
+        turn: What the agent is asked (messages, tools, tool choice...).
+        model: The ``model`` the client named, if any.
+        stream: Whether to answer with SSE chunks.
+        include_usage: ``stream_options.include_usage``.
+        max_tokens: ``max_completion_tokens`` or ``max_tokens``, if given.
+    """
+
+    turn: TurnRequest
+    model: str | None
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+
+
+# --- request parsing -----------------------------------------------------------
+
+
+def _fail(message: str, param: str | None, code: str = "invalid_value") -> CompletionsError:
+    return CompletionsError(message, param=param, code=code)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _expect_str(value: object, param: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(f"'{param}' must be a string, got {_kind(value)}.", param, "invalid_type")
+    return value
+
+
+def _expect_obj(value: object, param: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(f"'{param}' must be an object, got {_kind(value)}.", param, "invalid_type")
+    return value
+
+
+def _required(obj: Mapping[str, Any], key: str, param: str) -> Any:
+    if key not in obj or obj[key] is None:
+        raise _fail(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+    return obj[key]
+
+
+def _media(url: str) -> tuple[ty.Media, str | None]:
+    """A data URL becomes ``(base64, subtype)``, any other URL a reference."""
+    m = _DATA_URL.match(url)
+    if m is None:
+        return ty.MediaURL(url=url), None
+    mime = m.group("mime") or ""
+    return m.group("data"), (mime.split("/", 1)[1] if "/" in mime else None)
+
+
+def _part(part: object, param: str, role: str) -> ty.ContentItem:
+    obj = _expect_obj(part, param)
+    kind = _expect_str(_required(obj, "type", f"{param}.type"), f"{param}.type")
+    if kind == "text" or (kind == "refusal" and role == "assistant"):
+        key = "text" if kind == "text" else "refusal"
+        return ty.TextContent(
+            text=_expect_str(_required(obj, key, f"{param}.{key}"), f"{param}.{key}")
+        )
+    if role in ("assistant", "system", "developer", "tool"):
+        raise _fail(
+            f"'{param}.type' must be 'text' in a {role} message, got {kind!r}.", f"{param}.type"
+        )
+    if kind == "image_url":
+        spec = _expect_obj(_required(obj, "image_url", f"{param}.image_url"), f"{param}.image_url")
+        url = _expect_str(
+            _required(spec, "url", f"{param}.image_url.url"), f"{param}.image_url.url"
+        )
+        detail = spec.get("detail")
+        if detail is not None and detail not in ("auto", "low", "high"):
+            raise _fail(
+                f"'{param}.image_url.detail' must be 'auto', 'low' or 'high'.",
+                f"{param}.image_url.detail",
+            )
+        image, fmt = _media(url)
+        return ty.ImageContent(image=image, format=fmt, detail=detail)
+    if kind == "input_audio":
+        spec = _expect_obj(
+            _required(obj, "input_audio", f"{param}.input_audio"), f"{param}.input_audio"
+        )
+        data = _expect_str(
+            _required(spec, "data", f"{param}.input_audio.data"), f"{param}.input_audio.data"
+        )
+        fmt = _expect_str(
+            _required(spec, "format", f"{param}.input_audio.format"), f"{param}.input_audio.format"
+        )
+        return ty.AudioContent(audio=data, format=fmt)
+    if kind == "file":
+        spec = _expect_obj(_required(obj, "file", f"{param}.file"), f"{param}.file")
+        if "file_data" not in spec:
+            if "file_id" in spec:
+                raise _fail(
+                    "File references by 'file_id' are not supported here; send the "
+                    "file inline as 'file_data'.",
+                    f"{param}.file.file_id",
+                    "unsupported_value",
+                )
+            raise _fail(
+                f"Missing required parameter: '{param}.file.file_data'.",
+                f"{param}.file.file_data",
+                "missing_required_parameter",
+            )
+        raw = _expect_str(spec["file_data"], f"{param}.file.file_data")
+        m = _DATA_URL.match(raw)
+        mime = (m.group("mime") if m else None) or "application/octet-stream"
+        data = m.group("data") if m else raw
+        name = spec.get("filename")
+        filename = _expect_str(name, f"{param}.file.filename") if name is not None else "file"
+        return ty.FileContent(file=data, filename=filename, mime_type=mime)
+    raise _fail(
+        f"'{param}.type' {kind!r} is not supported; use 'text', 'image_url', 'input_audio' "
+        "or 'file'.",
+        f"{param}.type",
+    )
+
+
+def _tool_call(value: object, param: str) -> ty.ToolInvocation:
+    obj = _expect_obj(value, param)
+    call_id = _expect_str(_required(obj, "id", f"{param}.id"), f"{param}.id")
+    kind = obj.get("type", "function")
+    if kind != "function":
+        raise _fail(f"'{param}.type' must be 'function'.", f"{param}.type")
+    fn = _expect_obj(_required(obj, "function", f"{param}.function"), f"{param}.function")
+    name = _expect_str(_required(fn, "name", f"{param}.function.name"), f"{param}.function.name")
+    args = fn.get("arguments", "")
+    if not isinstance(args, str):
+        raise _fail(
+            f"'{param}.function.arguments' must be a JSON string.",
+            f"{param}.function.arguments",
+            "invalid_type",
+        )
+    return ty.ToolInvocation(id=call_id, name=name, arguments=args)
+
+
+def _message(value: object, index: int) -> ty.Message:
+    param = f"messages[{index}]"
+    obj = _expect_obj(value, param)
+    role = _expect_str(_required(obj, "role", f"{param}.role"), f"{param}.role")
+    if role not in _ROLES:
+        raise _fail(
+            f"'{param}.role' must be one of system, developer, user, assistant, tool; "
+            f"got {role!r}.",
+            f"{param}.role",
+        )
+    content = obj.get("content")
+    text: str | None = None
+    items: list[ty.ContentItem] | None = None
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        items = [_part(p, f"{param}.content[{i}]", role) for i, p in enumerate(content)]
+        text = "".join(i.text for i in items if isinstance(i, ty.TextContent))
+        if all(isinstance(i, ty.TextContent) for i in items):
+            items = None  # plain text in parts: the string form says it all
+    elif content is not None:
+        raise _fail(
+            f"'{param}.content' must be a string or an array of content parts.",
+            f"{param}.content",
+            "invalid_type",
+        )
+    name = obj.get("name")
+    if name is not None:
+        _expect_str(name, f"{param}.name")
+    tool_calls: list[ty.ToolInvocation] | None = None
+    tool_call_id: str | None = None
+    if role == "assistant":
+        raw_calls = obj.get("tool_calls")
+        if raw_calls is not None:
+            if not isinstance(raw_calls, list):
+                raise _fail(
+                    f"'{param}.tool_calls' must be an array.", f"{param}.tool_calls", "invalid_type"
+                )
+            tool_calls = [
+                _tool_call(c, f"{param}.tool_calls[{i}]") for i, c in enumerate(raw_calls)
+            ] or None
+        if text is None and tool_calls is None:
+            raise _fail(
+                f"'{param}' needs 'content' or 'tool_calls'.",
+                f"{param}.content",
+                "missing_required_parameter",
+            )
+    elif role == "tool":
+        tool_call_id = _expect_str(
+            _required(obj, "tool_call_id", f"{param}.tool_call_id"), f"{param}.tool_call_id"
+        )
+        if text is None:
+            raise _fail(
+                f"Missing required parameter: '{param}.content'.",
+                f"{param}.content",
+                "missing_required_parameter",
+            )
+    elif text is None:
+        raise _fail(
+            f"Missing required parameter: '{param}.content'.",
+            f"{param}.content",
+            "missing_required_parameter",
+        )
+    return ty.Message(
+        role="system" if role == "developer" else role,
+        content=text,
+        content_items=items,
+        name=name,
+        tool_call_id=tool_call_id,
+        tool_calls=tool_calls,
+    )
+
+
+def _tool(value: object, index: int) -> ty.ToolDefinition:
+    param = f"tools[{index}]"
+    obj = _expect_obj(value, param)
+    if obj.get("type", "function") != "function":
+        raise _fail(f"'{param}.type' must be 'function'.", f"{param}.type")
+    fn = _expect_obj(_required(obj, "function", f"{param}.function"), f"{param}.function")
+    name = _expect_str(_required(fn, "name", f"{param}.function.name"), f"{param}.function.name")
+    if not _FUNCTION_NAME.match(name):
+        raise _fail(
+            f"'{param}.function.name' must be 1-64 letters, digits, '_' or '-'.",
+            f"{param}.function.name",
+        )
+    desc = fn.get("description")
+    params = fn.get("parameters")
+    strict = fn.get("strict")
+    if params is not None:
+        _expect_obj(params, f"{param}.function.parameters")
+    if strict is not None and not isinstance(strict, bool):
+        raise _fail(
+            f"'{param}.function.strict' must be a boolean.",
+            f"{param}.function.strict",
+            "invalid_type",
+        )
+    return ty.ToolDefinition(
+        function=ty.FunctionDefinition(
+            name=name,
+            description=_expect_str(desc, f"{param}.function.description") if desc else None,
+            parameters=params,
+            strict=strict,
+        )
+    )
+
+
+def _tool_choice(value: object, tools: list[ty.ToolDefinition]) -> str | dict[str, Any] | None:
+    if value is None:
+        return None
+    names = {t.function.name for t in tools}
+    if isinstance(value, str):
+        if value not in _TOOL_CHOICES:
+            raise _fail(
+                "'tool_choice' must be 'auto', 'none', 'required' or a function choice.",
+                "tool_choice",
+            )
+        if value == "required" and not tools:
+            raise _fail("'tool_choice' is 'required' but no 'tools' were given.", "tool_choice")
+        return value
+    obj = _expect_obj(value, "tool_choice")
+    if obj.get("type") != "function":
+        raise _fail("'tool_choice.type' must be 'function'.", "tool_choice.type")
+    fn = _expect_obj(_required(obj, "function", "tool_choice.function"), "tool_choice.function")
+    name = _expect_str(
+        _required(fn, "name", "tool_choice.function.name"), "tool_choice.function.name"
+    )
+    if name not in names:
+        raise _fail(
+            f"'tool_choice' names function {name!r}, which is not in 'tools'.",
+            "tool_choice.function.name",
+        )
+    return {"type": "function", "function": {"name": name}}
+
+
+def _response_format(value: object) -> ty.ResponseFormat | None:
+    if value is None:
+        return None
+    obj = _expect_obj(value, "response_format")
+    kind = _expect_str(_required(obj, "type", "response_format.type"), "response_format.type")
+    if kind not in _RESPONSE_FORMATS:
+        raise _fail(
+            "'response_format.type' must be 'text', 'json_object' or 'json_schema'.",
+            "response_format.type",
+        )
+    schema = None
+    if kind == "json_schema":
+        schema = _expect_obj(
+            _required(obj, "json_schema", "response_format.json_schema"),
+            "response_format.json_schema",
+        )
+    return ty.ResponseFormat(type=kind, json_schema=schema)
+
+
+def _number(obj: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(f"'{key}' must be a number, got {_kind(value)}.", key, "invalid_type")
+    if not lo <= value <= hi:
+        raise _fail(f"'{key}' must be between {lo:g} and {hi:g}, got {value}.", key)
+    return float(value)
+
+
+def _int(obj: Mapping[str, Any], key: str, lo: int) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(f"'{key}' must be an integer, got {_kind(value)}.", key, "invalid_type")
+    if value < lo:
+        raise _fail(f"'{key}' must be at least {lo}, got {value}.", key)
+    return value
+
+
+def _bool(obj: Mapping[str, Any], key: str) -> bool | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise _fail(f"'{key}' must be a boolean, got {_kind(value)}.", key, "invalid_type")
+    return value
+
+
+def parse_request(
+    body: bytes | str | Mapping[str, Any],
+    *,
+    agent: str,
+    response_id: str,
+    session_id: str,
+) -> CompletionRequest:
+    """Validate a Chat Completions request body and turn it into a turn.
+
+    Args:
+        body: The raw JSON body, or an already-parsed object.
+        agent: The name of the agent addressed.
+        response_id: The id of the response (also the completion id).
+        session_id: A session id for the one-shot UAMP session the request
+            stands for (section 13.3).
+
+    Returns:
+        The validated request.
+
+    Raises:
+        CompletionsError: Invalid JSON, a missing or mistyped field, an
+            unsupported value (``n`` other than 1, ``file_id`` parts...).
+    """
+    if isinstance(body, bytes | str):
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise CompletionsError(
+                f"The request body is not valid JSON: {exc}", code="invalid_json"
+            ) from None
+    else:
+        parsed = body
+    if not isinstance(parsed, dict):
+        raise _fail(
+            f"The request body must be a JSON object, got {_kind(parsed)}.", None, "invalid_type"
+        )
+    obj: dict[str, Any] = parsed
+    raw_messages = _required(obj, "messages", "messages")
+    if not isinstance(raw_messages, list):
+        raise _fail("'messages' must be an array.", "messages", "invalid_type")
+    if not raw_messages:
+        raise _fail("'messages' must contain at least one message.", "messages")
+    messages = [_message(m, i) for i, m in enumerate(raw_messages)]
+    raw_tools = obj.get("tools")
+    if raw_tools is not None and not isinstance(raw_tools, list):
+        raise _fail("'tools' must be an array.", "tools", "invalid_type")
+    tools = [_tool(t, i) for i, t in enumerate(raw_tools or [])]
+    seen: set[str] = set()
+    for i, t in enumerate(tools):
+        if t.function.name in seen:
+            raise _fail(
+                f"Duplicate function name {t.function.name!r} in 'tools'.",
+                f"tools[{i}].function.name",
+            )
+        seen.add(t.function.name)
+    tool_choice = _tool_choice(obj.get("tool_choice"), tools)
+    response_format = _response_format(obj.get("response_format"))
+    model = obj.get("model")
+    if model is not None:
+        _expect_str(model, "model")
+    n = _int(obj, "n", 1)
+    if n is not None and n != 1:
+        raise _fail(f"Only n=1 is supported, got n={n}.", "n", "unsupported_value")
+    stream = bool(_bool(obj, "stream"))
+    include_usage = False
+    options = obj.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise _fail("'stream_options' is only allowed when 'stream' is true.", "stream_options")
+        include_usage = bool(_bool(_expect_obj(options, "stream_options"), "include_usage"))
+    metadata: dict[str, Any] = {}
+    if model is not None:
+        metadata["model"] = model
+    for key, lo, hi in (
+        ("temperature", 0.0, 2.0),
+        ("top_p", 0.0, 1.0),
+        ("presence_penalty", -2.0, 2.0),
+        ("frequency_penalty", -2.0, 2.0),
+    ):
+        value = _number(obj, key, lo, hi)
+        if value is not None:
+            metadata[key] = value
+    max_tokens = _int(obj, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _int(obj, "max_tokens", 1)
+    if max_tokens is not None:
+        metadata["max_tokens"] = max_tokens
+    for key in ("user", "seed", "stop", "parallel_tool_calls", "metadata"):
+        if obj.get(key) is not None:
+            metadata[key] = obj[key]
+    turn = TurnRequest(
+        agent=agent,
+        session_id=session_id,
+        response_id=response_id,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        response_format=response_format,
+        metadata=metadata,
+    )
+    return CompletionRequest(
+        turn=turn,
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=max_tokens,
+    )
+
+
+# --- responses -----------------------------------------------------------------
+
+
+def usage_object(usage: ty.UsageStats | None) -> dict[str, Any]:
+    """OpenAI's ``usage``: ``prompt_tokens``, ``completion_tokens``, ``total_tokens``."""
+    prompt = (usage.input_tokens if usage else None) or 0
+    completion = (usage.output_tokens if usage else None) or 0
+    total = usage.total_tokens if usage and usage.total_tokens is not None else prompt + completion
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": total,
+    }
+    if usage is not None and usage.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    return out
+
+
+def finish_reason_for(
+    tool_calls: list[ty.ToolInvocation], usage: ty.UsageStats | None, max_tokens: int | None
+) -> str:
+    """``tool_calls`` if the agent asked for client tools, ``length`` if the
+    reply used the whole ``max_tokens`` budget, else ``stop``."""
+    if tool_calls:
+        return "tool_calls"
+    if (
+        max_tokens is not None
+        and usage is not None
+        and usage.output_tokens is not None
+        and usage.output_tokens >= max_tokens
+    ):
+        return "length"
+    return "stop"
+
+
+def _openai_call(call: ty.ToolInvocation) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def completion_response(
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    text: str,
+    tool_calls: list[ty.ToolInvocation],
+    finish_reason: str,
+    usage: ty.UsageStats | None,
+    reasoning: str | None = None,
+) -> dict[str, Any]:
+    """A ``chat.completion`` object with one choice."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text if text or not tool_calls else None,
+        "refusal": None,
+    }
+    if tool_calls:
+        message["tool_calls"] = [_openai_call(c) for c in tool_calls]
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        ],
+        "usage": usage_object(usage),
+    }
+
+
+class ChunkEncoder:
+    """Turns one response's UAMP events into ``chat.completion.chunk`` objects.
+
+    Call :meth:`start` first, :meth:`feed` with every event, then
+    :meth:`finish`. Client tool calls (``tool.call`` events) are streamed the
+    OpenAI way; ``thinking`` becomes ``delta.reasoning_content`` (the field
+    OpenAI-compatible servers use for reasoning); other events produce no
+    chunk. Server-side tool traffic stays inside the agent.
+    """
+
+    def __init__(
+        self, *, completion_id: str, created: int, model: str, include_usage: bool = False
+    ) -> None:
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self.include_usage = include_usage
+        self._tool_index = 0
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def start(self) -> dict[str, Any]:
+        """The first chunk: ``delta.role = "assistant"``."""
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def feed(self, event: ev.Event | ev.UnknownEvent) -> list[dict[str, Any]]:
+        """The chunks for one event (often none)."""
+        if isinstance(event, ev.ResponseDelta):
+            delta = event.delta
+            if isinstance(delta, ty.DeltaText) and delta.text:
+                return [self._chunk({"content": delta.text})]
+            return []
+        if isinstance(event, ev.ToolCall):
+            index = self._tool_index
+            self._tool_index += 1
+            head = {
+                "index": index,
+                "id": event.call_id,
+                "type": "function",
+                "function": {"name": event.name, "arguments": ""},
+            }
+            chunks = [self._chunk({"tool_calls": [head]})]
+            if event.arguments:
+                chunks.append(
+                    self._chunk(
+                        {
+                            "tool_calls": [
+                                {"index": index, "function": {"arguments": event.arguments}}
+                            ]
+                        }
+                    )
+                )
+            return chunks
+        if isinstance(event, ev.Thinking) and event.content and not event.redacted:
+            return [self._chunk({"reasoning_content": event.content})]
+        return []
+
+    def finish(self, finish_reason: str, usage: ty.UsageStats | None) -> list[dict[str, Any]]:
+        """The finishing chunk, and the usage chunk if ``include_usage``."""
+        chunks = [self._chunk({}, finish_reason)]
+        if self.include_usage:
+            chunks.append(
+                {
+                    "id": self.completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": usage_object(usage),
+                }
+            )
+        return chunks
+
+
+def sse_data(obj: Mapping[str, Any]) -> bytes:
+    """One ``data: {...}\\n\\n`` SSE frame."""
+    return encode_event(orjson.dumps(obj).decode())

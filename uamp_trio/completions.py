@@ -1,0 +1,219 @@
+"""The OpenAI Chat Completions transport (UAMP section 13.3, spec 004).
+
+Endpoints, for every hosted agent (and at the root for a single agent, or
+for the agent a root request's ``model`` names):
+
+* ``POST /agents/{name}/chat/completions`` and ``/agents/{name}/v1/chat/completions``
+  -- JSON, or SSE (``data: {chunk}`` ... ``data: [DONE]``) with ``stream: true``;
+* ``GET /agents/{name}/capabilities`` -- the agent's capabilities (section 9);
+* ``GET /agents/{name}/v1/models`` -- OpenAI's model list, one model per agent
+  (at the root: every hosted agent).
+
+Each request is one UAMP turn (:func:`uamp_trio.turns.open_turn`): the
+sans-IO adapter :mod:`uamp_proto.adapters.completions` validates the body
+into a ``TurnRequest`` and renders the turn's events as completion JSON or
+chunks. Client tool calls end the response with ``finish_reason:
+"tool_calls"``; the client sends their results in its next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from uamp_proto.adapters.completions import (
+    SSE_DONE,
+    ChunkEncoder,
+    CompletionRequest,
+    CompletionsError,
+    completion_response,
+    error_object,
+    finish_reason_for,
+    parse_request,
+    sse_data,
+)
+from uamp_proto.agent import Agent
+from uamp_proto.codec import unstructure
+
+from .http import (
+    HTTPError,
+    Request,
+    Response,
+    SendChunk,
+    StreamingResponse,
+    json_response,
+)
+from .routing import App
+from .turns import TurnOutcome, open_turn
+
+__all__ = ["CompletionsTransport", "mount"]
+
+log = logging.getLogger("uamp_trio.completions")
+
+#: HTTP status for an AgentError code in a non-streamed completion.
+_STATUS_FOR_CODE = {
+    "invalid_request": 400,
+    "unauthorized": 401,
+    "payment_required": 402,
+    "insufficient_balance": 402,
+    "forbidden": 403,
+    "not_found": 404,
+    "rate_limited": 429,
+    "rate_limit_exceeded": 429,
+    "timeout": 504,
+}
+
+_SSE_HEADERS = [
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
+
+
+def _error_status(code: str) -> int:
+    return _STATUS_FOR_CODE.get(code, 500)
+
+
+def _error_json(outcome: TurnOutcome) -> tuple[int, dict[str, Any]]:
+    error = outcome.error
+    code = error.code if error else "internal_error"
+    message = error.message if error else "The response ended without output."
+    status = _error_status(code)
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return status, error_object(message, code=code, type=kind)
+
+
+class CompletionsTransport:
+    """The Chat Completions endpoints of an :class:`~uamp_trio.routing.App`."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def mount(self) -> None:
+        """Register the routes on the app."""
+        app = self.app
+        app.agent_route(
+            "POST", "/chat/completions", self.chat_completions, label="Chat Completions"
+        )
+        app.agent_route("POST", "/v1/chat/completions", self.chat_completions)
+        app.agent_route("GET", "/capabilities", self.capabilities, label="Capabilities")
+        app.agent_route("GET", "/v1/models", self.models, label="Models")
+
+    # --- endpoints -------------------------------------------------------------
+
+    async def capabilities(self, request: Request) -> Response:
+        """``GET .../capabilities``: the agent's UAMP capabilities."""
+        agent = self.app.resolve_agent(request.path_params)
+        return json_response(unstructure(agent.capabilities()))
+
+    async def models(self, request: Request) -> Response:
+        """``GET .../v1/models``: one OpenAI model object per agent."""
+        if "agent" in request.path_params:
+            agents = [self.app.resolve_agent(request.path_params)]
+        else:
+            agents = list(self.app.agents.values())
+        data = [{"id": a.name, "object": "model", "created": 0, "owned_by": "uamp"} for a in agents]
+        return json_response({"object": "list", "data": data})
+
+    async def chat_completions(self, request: Request) -> Response | StreamingResponse:
+        """``POST .../chat/completions``."""
+        try:
+            body = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise HTTPError(
+                400, f"The request body is not valid JSON: {exc}", code="invalid_json"
+            ) from None
+        model = body.get("model") if isinstance(body, dict) else None
+        agent = self.app.resolve_agent(
+            request.path_params, model=model if isinstance(model, str) else None
+        )
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        try:
+            parsed = parse_request(
+                body,
+                agent=agent.name,
+                response_id=completion_id,
+                session_id=f"sess_{uuid.uuid4().hex}",
+            )
+        except CompletionsError as exc:
+            return json_response(exc.body(), exc.status)
+        created = int(time.time())
+        if parsed.stream:
+
+            async def produce(send: SendChunk) -> None:
+                await self._stream(agent, parsed, completion_id, created, send)
+
+            return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+        return await self._complete(agent, parsed, completion_id, created)
+
+    # --- one turn --------------------------------------------------------------
+
+    async def _complete(
+        self, agent: Agent, parsed: CompletionRequest, completion_id: str, created: int
+    ) -> Response:
+        async with open_turn(agent, parsed.turn) as turn:
+            async for _ in turn:
+                pass
+        outcome = turn.outcome
+        assert outcome is not None
+        if outcome.status in ("failed", "cancelled"):
+            status, err = _error_json(outcome)
+            return json_response(err, status)
+        tracker = outcome.tracker
+        calls = outcome.pending_tool_calls
+        usage = tracker.usage
+        return json_response(
+            completion_response(
+                completion_id=completion_id,
+                created=created,
+                model=parsed.model or agent.name,
+                text=tracker.text,
+                tool_calls=calls,
+                finish_reason=finish_reason_for(calls, usage, parsed.max_tokens),
+                usage=usage,
+                reasoning=tracker.thinking or None,
+            )
+        )
+
+    async def _stream(
+        self,
+        agent: Agent,
+        parsed: CompletionRequest,
+        completion_id: str,
+        created: int,
+        send: SendChunk,
+    ) -> None:
+        encoder = ChunkEncoder(
+            completion_id=completion_id,
+            created=created,
+            model=parsed.model or agent.name,
+            include_usage=parsed.include_usage,
+        )
+        await send(sse_data(encoder.start()))
+        async with open_turn(agent, parsed.turn) as turn:
+            async for event in turn:
+                for chunk in encoder.feed(event):
+                    await send(sse_data(chunk))
+        outcome = turn.outcome
+        assert outcome is not None
+        if outcome.status in ("failed", "cancelled"):
+            # Headers are gone already: report the error in the stream, the
+            # way OpenAI does (the SDK raises it as an APIError).
+            _, err = _error_json(outcome)
+            await send(sse_data(err))
+        else:
+            calls = outcome.pending_tool_calls
+            usage = outcome.tracker.usage
+            reason = finish_reason_for(calls, usage, parsed.max_tokens)
+            for chunk in encoder.finish(reason, usage):
+                await send(sse_data(chunk))
+        await send(SSE_DONE)
+
+
+def mount(app: App) -> None:
+    """Mount the Chat Completions transport on ``app`` (a :data:`Transport`)."""
+    CompletionsTransport(app).mount()

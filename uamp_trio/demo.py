@@ -1,0 +1,203 @@
+"""``DemoAgent``: a small deterministic agent every transport can serve.
+
+It needs no model and no network, and the same conversation always gets the
+same reply (ids included), on every transport. Its rules:
+
+* **Reply.** To a user message it answers ``You said: <text>`` (plus
+  ``(with N attachments)`` when the message carried images, audio or
+  files), or ``Hello! Send me a message.`` when there is no text.
+* **Streaming.** The reply is emitted word by word, one
+  ``response.delta`` (text) per word with its following space.
+* **Usage.** One ``usage.delta``: input tokens = whitespace-separated words
+  of every message's text, output tokens = words of the reply.
+  ``max_tokens`` (from ``request.metadata``) cuts the reply to that many
+  words.
+* **Tools.** Only tools the client declared are ever called, never more than
+  one per turn:
+
+  - ``tool_choice="none"`` (or no tools): never;
+  - ``tool_choice="required"``: the tool the text mentions by name, else
+    the first declared tool;
+  - ``tool_choice={"type": "function", "function": {"name": X}}``: ``X``;
+  - ``"auto"`` or unset: a tool only if the user text mentions its name
+    (case-insensitive; ``get_weather`` also matches ``get weather``).
+
+  The call's arguments fill every *required string* property of the tool's
+  JSON schema with the user text (other required types get ``0``,
+  ``false``, ``[]`` or ``{}``); a tool with no required properties gets
+  ``{"query": <text>}``. The call id is ``call_`` plus a hash of the
+  conversation, so it is deterministic too. The agent then returns and
+  waits for the result.
+* **Tool results.** When the conversation ends with ``role="tool"``
+  messages it answers ``Tool <name> returned: <result>`` (one sentence per
+  result, joined by a space).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.agent import Emit, TurnRequest
+
+__all__ = ["DemoAgent"]
+
+_EMPTY_REPLY = "Hello! Send me a message."
+_DEFAULTS_BY_TYPE: dict[str, Any] = {
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "array": [],
+    "object": {},
+    "null": None,
+}
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class DemoAgent:
+    """The built-in deterministic demo agent (see the module docstring)."""
+
+    def __init__(self, name: str = "demo") -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The name it is registered under (``demo`` by default)."""
+        return self._name
+
+    def capabilities(self) -> ty.Capabilities:
+        """Text in, text out, streaming, client tools (one per turn)."""
+        return ty.Capabilities(
+            id=self._name,
+            provider="uamp-demo",
+            modalities=["text"],
+            supports_streaming=True,
+            supports_thinking=False,
+            supports_caching=False,
+            tools=ty.ToolCapabilities(
+                supports_tools=True,
+                supports_parallel_tools=False,
+                supports_streaming_tools=True,
+            ),
+        )
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Answer the conversation's last message following the module's rules."""
+        messages = request.messages
+        input_tokens = sum(_words(m.text) for m in messages)
+        if messages and messages[-1].role == "tool":
+            reply = self._tool_reply(messages)
+        else:
+            user = next((m for m in reversed(messages) if m.role == "user"), None)
+            text = user.text.strip() if user is not None else ""
+            tool = self._choose_tool(request, text)
+            if tool is not None:
+                await emit(
+                    ev.ToolCall(
+                        call_id=self._call_id(messages, tool.function.name),
+                        name=tool.function.name,
+                        arguments=self._arguments(tool, text),
+                    )
+                )
+                await emit(
+                    ev.UsageDelta(delta=ty.UsageStats(input_tokens=input_tokens, output_tokens=0))
+                )
+                return
+            reply = f"You said: {text}" if text else _EMPTY_REPLY
+            attachments = self._attachments(user)
+            if attachments:
+                reply += f" (with {attachments} attachment{'s' if attachments > 1 else ''})"
+        words = reply.split(" ")
+        limit = request.metadata.get("max_tokens")
+        if isinstance(limit, int) and limit > 0:
+            words = words[:limit]
+        for i, word in enumerate(words):
+            piece = word if i == len(words) - 1 else word + " "
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=piece)))
+        await emit(
+            ev.UsageDelta(
+                delta=ty.UsageStats(
+                    input_tokens=input_tokens, output_tokens=_words(" ".join(words))
+                )
+            )
+        )
+
+    # --- rules -------------------------------------------------------------
+
+    @staticmethod
+    def _attachments(message: ty.Message | None) -> int:
+        if message is None or not message.content_items:
+            return 0
+        media = (ty.ImageContent, ty.AudioContent, ty.VideoContent, ty.FileContent)
+        return sum(isinstance(i, media) for i in message.content_items)
+
+    @staticmethod
+    def _choose_tool(request: TurnRequest, text: str) -> ty.ToolDefinition | None:
+        tools = request.tools
+        choice = request.tool_choice
+        if not tools or choice == "none":
+            return None
+        if isinstance(choice, dict):
+            wanted = choice.get("function", {}).get("name")
+            return next((t for t in tools if t.function.name == wanted), None)
+        lowered = text.lower()
+        mentioned = next(
+            (
+                t
+                for t in tools
+                if t.function.name.lower() in lowered
+                or t.function.name.lower().replace("_", " ") in lowered
+            ),
+            None,
+        )
+        if choice == "required":
+            return mentioned or tools[0]
+        return mentioned  # "auto" or unset
+
+    @staticmethod
+    def _arguments(tool: ty.ToolDefinition, text: str) -> str:
+        schema = tool.function.parameters or {}
+        props = schema.get("properties") or {}
+        required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+        if not required:
+            return orjson.dumps({"query": text}).decode()
+        args: dict[str, Any] = {}
+        for key in required:
+            spec = props.get(key) if isinstance(props, dict) else None
+            kind = spec.get("type") if isinstance(spec, dict) else "string"
+            if isinstance(kind, list):
+                kind = next((k for k in kind if k != "null"), "string")
+            args[key] = text if kind == "string" else _DEFAULTS_BY_TYPE.get(str(kind), text)
+        return orjson.dumps(args).decode()
+
+    @staticmethod
+    def _call_id(messages: list[ty.Message], tool_name: str) -> str:
+        digest = hashlib.sha256()
+        for m in messages:
+            digest.update(f"{m.role}\0{m.text}\0".encode())
+        digest.update(tool_name.encode())
+        return "call_" + digest.hexdigest()[:24]
+
+    @staticmethod
+    def _tool_reply(messages: list[ty.Message]) -> str:
+        results: list[ty.Message] = []
+        for m in reversed(messages):
+            if m.role != "tool":
+                break
+            results.append(m)
+        results.reverse()
+        names: dict[str, str] = {}
+        for m in messages:
+            for call in m.tool_calls or []:
+                names[call.id] = call.name
+        sentences = [
+            f"Tool {names.get(m.tool_call_id or '', 'tool')} returned: {m.text}" for m in results
+        ]
+        return " ".join(sentences)

@@ -1,0 +1,241 @@
+"""The request/response abstraction every HTTP endpoint is written against.
+
+An endpoint is ``async def endpoint(request: Request) -> Response |
+StreamingResponse``. The server fills a :class:`Request` the same way for
+HTTP/1.1 (h11) and HTTP/2 (h2): method, path, query, headers, the whole body
+(already size-checked) and the path parameters of the matched route. It then
+writes the returned response with the framing of the connection: a full
+:class:`Response` as one head+body write, a :class:`StreamingResponse` as
+chunked encoding (HTTP/1.1) or DATA frames under h2 flow control (HTTP/2).
+
+An endpoint reports a client error by raising :class:`HTTPError`; the server
+turns it into a JSON body in the OpenAI error shape
+``{"error": {"message", "type", "code", "param"}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from typing import Any
+
+import attrs
+import orjson
+
+__all__ = [
+    "Endpoint",
+    "HTTPError",
+    "Headers",
+    "Request",
+    "Response",
+    "SendChunk",
+    "StreamingResponse",
+    "error_body",
+    "error_response",
+    "json_response",
+]
+
+#: Writes one chunk of a streaming body; waits for flow control / the socket.
+SendChunk = Callable[[bytes], Awaitable[None]]
+
+
+class Headers:
+    """Case-insensitive, order-keeping HTTP header list (names kept lowercase)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str | bytes, str | bytes]] = ()) -> None:
+        self._items: list[tuple[str, str]] = [(_text(k).lower(), _text(v)) for k, v in items]
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The first value of ``name``, or ``default``."""
+        name = name.lower()
+        for key, value in self._items:
+            if key == name:
+                return value
+        return default
+
+    def get_all(self, name: str) -> list[str]:
+        """Every value of ``name`` in order."""
+        name = name.lower()
+        return [v for k, v in self._items if k == name]
+
+    def has_token(self, name: str, token: str) -> bool:
+        """Whether a comma-separated header (``Connection``...) lists ``token``."""
+        token = token.lower()
+        return any(
+            part.strip().lower() == token for v in self.get_all(name) for part in v.split(",")
+        )
+
+    def items(self) -> list[tuple[str, str]]:
+        """All ``(name, value)`` pairs."""
+        return list(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+@attrs.define(kw_only=True)
+class Request:
+    """One HTTP request as endpoints see it.
+
+    Attributes:
+        method: Upper-case method (``"GET"``, ``"POST"``...).
+        path: The decoded path, without the query string.
+        query: The raw query string (without ``?``), or ``""``.
+        headers: Request headers.
+        body: The whole request body (at most the server's body limit).
+        path_params: Values of the ``{name}`` segments of the matched route.
+        http_version: ``"1.0"``, ``"1.1"`` or ``"2"``.
+        scheme: ``"http"`` or ``"https"``.
+        client: The peer's ``(host, port)``, when known.
+    """
+
+    method: str
+    path: str
+    query: str = ""
+    headers: Headers = attrs.field(factory=Headers)
+    body: bytes = b""
+    path_params: dict[str, str] = attrs.field(factory=dict)
+    http_version: str = "1.1"
+    scheme: str = "http"
+    client: tuple[str, int] | None = None
+
+    def json(self) -> Any:
+        """The body parsed as JSON.
+
+        Raises:
+            HTTPError: 400 ``invalid_json`` when the body is not JSON.
+        """
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as exc:
+            raise HTTPError(
+                400, f"The request body is not valid JSON: {exc}", code="invalid_json"
+            ) from None
+
+
+@attrs.define(kw_only=True)
+class Response:
+    """A complete response, written as one head+body send."""
+
+    status: int = 200
+    headers: list[tuple[str, str]] = attrs.field(factory=list)
+    body: bytes = b""
+
+
+@attrs.define(kw_only=True)
+class StreamingResponse:
+    """A response whose body is produced while it is being sent.
+
+    ``producer`` is called with a :data:`SendChunk` and writes the body chunk
+    by chunk; it may open nurseries, and each ``await send(chunk)`` returns
+    once the chunk is handed to the connection (backpressure). The response
+    ends when ``producer`` returns. Use :meth:`from_iterable` for an async
+    generator of chunks.
+    """
+
+    producer: Callable[[SendChunk], Awaitable[None]]
+    status: int = 200
+    headers: list[tuple[str, str]] = attrs.field(factory=list)
+
+    @classmethod
+    def from_iterable(
+        cls,
+        chunks: AsyncIterable[bytes],
+        *,
+        status: int = 200,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> StreamingResponse:
+        """A streaming response that sends every chunk of ``chunks``."""
+
+        async def produce(send: SendChunk) -> None:
+            async for chunk in chunks:
+                await send(chunk)
+
+        return cls(producer=produce, status=status, headers=list(headers or []))
+
+
+#: What an HTTP endpoint is.
+Endpoint = Callable[[Request], Awaitable[Response | StreamingResponse]]
+
+
+class HTTPError(Exception):
+    """An error an endpoint answers with; rendered as OpenAI-shaped JSON.
+
+    Args:
+        status: HTTP status code.
+        message: A sentence a person can act on.
+        code: Machine-readable code (``"invalid_json"``, ``"agent_not_found"``...).
+        type: OpenAI error type; ``invalid_request_error`` for 4xx by default.
+        param: The offending request parameter, when there is one.
+        headers: Extra response headers (``Allow`` for 405...).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+        self.param = param
+        self.headers = headers or []
+
+    def to_response(self) -> Response:
+        """The JSON error response."""
+        resp = error_response(
+            self.status, self.message, code=self.code, type=self.type, param=self.param
+        )
+        resp.headers.extend(self.headers)
+        return resp
+
+
+def error_body(
+    message: str,
+    *,
+    code: str | None = None,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+) -> dict[str, Any]:
+    """The OpenAI error object ``{"error": {...}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+JSON_HEADERS = [("content-type", "application/json")]
+
+
+def json_response(
+    obj: Any, status: int = 200, headers: list[tuple[str, str]] | None = None
+) -> Response:
+    """A JSON response (orjson-encoded)."""
+    return Response(
+        status=status, headers=[*JSON_HEADERS, *(headers or [])], body=orjson.dumps(obj)
+    )
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    type: str | None = None,
+    param: str | None = None,
+) -> Response:
+    """A JSON error response in the OpenAI shape."""
+    kind = type or ("invalid_request_error" if status < 500 else "server_error")
+    return json_response(error_body(message, code=code, type=kind, param=param), status)

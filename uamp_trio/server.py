@@ -1,0 +1,342 @@
+"""The trio HTTP server: HTTP/1.1 (h11), HTTP/2 (h2) and WebSocket hand-over.
+
+Theory of operation
+-------------------
+:meth:`Server.serve` opens the listeners, reports the bound port through
+``task_status.started()`` and runs one task per accepted connection in a
+nursery. Each connection picks its protocol once:
+
+* over TLS, from ALPN (``h2`` or ``http/1.1``);
+* in cleartext, from its first bytes: the HTTP/2 connection preface
+  (``PRI * HTTP/2.0``, RFC 9113 section 3.4, "prior knowledge") selects h2,
+  anything else h11.
+
+Both protocol handlers (:mod:`uamp_trio._http1`, :mod:`uamp_trio._http2`)
+turn requests into the same :class:`~uamp_trio.http.Request` and hand it to
+:meth:`Server.dispatch`, which finds the endpoint in the app's router; so
+endpoints are written once. HTTP/2 runs one task per stream.
+
+Shutdown: :meth:`Server.shutdown` (or cancelling ``serve``'s scope for an
+immediate stop) closes the listeners, asks every connection to drain (idle
+HTTP/1.1 connections close at once, busy ones after their response; HTTP/2
+refuses new streams and sends GOAWAY once its streams are done), waits up to
+``shutdown_grace`` seconds, then cancels what is left.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from .http import HTTPError, Request, Response, StreamingResponse, error_response
+from .routing import App, Router
+
+__all__ = ["Server", "ServerConfig", "serve"]
+
+log = logging.getLogger("uamp_trio.server")
+
+#: The HTTP/2 client connection preface (RFC 9113, section 3.4).
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+# Accept errors that mean "out of resources, try again" (as trio's serve_listeners).
+_ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_ACCEPT_RETRY_SLEEP = 0.1
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    """Server options (all limits in bytes, all timeouts in seconds).
+
+    Attributes:
+        host: Address to bind.
+        port: Port to bind; 0 picks a free one.
+        certfile: PEM certificate chain; with ``keyfile`` enables TLS + ALPN.
+        keyfile: PEM private key.
+        max_body_size: Largest request body accepted; larger gets 413.
+        max_header_size: Largest request head (HTTP/1.1) / header list (HTTP/2).
+        idle_timeout: How long a keep-alive connection may sit idle.
+        header_timeout: Time from a request's first byte (or TLS start) to
+            its complete head.
+        body_timeout: Time to receive a whole request body.
+        shutdown_grace: How long graceful shutdown waits for in-flight work.
+        h2_max_concurrent_streams: SETTINGS_MAX_CONCURRENT_STREAMS we announce.
+        websocket_max_message_size: Largest WebSocket message assembled.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    certfile: str | None = None
+    keyfile: str | None = None
+    max_body_size: int = 4 * 1024 * 1024
+    max_header_size: int = 64 * 1024
+    idle_timeout: float = 60.0
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    shutdown_grace: float = 10.0
+    h2_max_concurrent_streams: int = 100
+    websocket_max_message_size: int = 4 * 1024 * 1024
+
+    def __attrs_post_init__(self) -> None:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("certfile and keyfile must be given together")
+        for name in ("max_body_size", "max_header_size", "h2_max_concurrent_streams"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("idle_timeout", "header_timeout", "body_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.shutdown_grace < 0:
+            raise ValueError("shutdown_grace must not be negative")
+
+
+class ConnectionTracker:
+    """What the server knows of one live connection, for graceful shutdown.
+
+    Protocol handlers set :attr:`idle_scope` while waiting for a new request
+    (cancelled on shutdown) and :attr:`on_shutdown` for protocol-specific
+    draining (HTTP/2 GOAWAY).
+    """
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.idle_scope: trio.CancelScope | None = None
+        self.on_shutdown: Callable[[], None] | None = None
+
+    def begin_shutdown(self) -> None:
+        """Ask the connection to finish its current work and close."""
+        self.draining = True
+        if self.idle_scope is not None:
+            self.idle_scope.cancel()
+        if self.on_shutdown is not None:
+            self.on_shutdown()
+
+
+class Server:
+    """An HTTP/1.1 + HTTP/2 (+ WebSocket) server for an :class:`App` or :class:`Router`.
+
+    Args:
+        app: What to serve.
+        config: Options; keyword ``overrides`` replace single fields.
+
+    Run it with ``port = await nursery.start(server.serve)``; stop it
+    gracefully with :meth:`shutdown`, or at once by cancelling.
+    """
+
+    def __init__(self, app: App | Router, config: ServerConfig | None = None, **overrides: Any):
+        self.app = app if isinstance(app, App) else None
+        self.router = app.router if isinstance(app, App) else app
+        self.config = attrs.evolve(config or ServerConfig(), **overrides)
+        self.ssl_context = _ssl_context(self.config) if self.config.certfile else None
+        #: Bound ``(host, port)`` of every listener, once serving.
+        self.addresses: list[tuple[str, int]] = []
+        self._shutdown = trio.Event()
+        self._connections: set[ConnectionTracker] = set()
+        self._all_closed = trio.Event()
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+
+    @property
+    def port(self) -> int:
+        """The port of the first listener (valid once serving)."""
+        if not self.addresses:
+            raise RuntimeError("the server is not listening yet")
+        return self.addresses[0][1]
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with TLS, else ``http``."""
+        return "https" if self.ssl_context else "http"
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:8765``."""
+        host = self.addresses[0][0] if self.addresses else self.config.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    def shutdown(self) -> None:
+        """Begin graceful shutdown; ``serve`` returns when it is done.
+
+        Safe to call from the server's trio thread; from another thread use
+        :meth:`shutdown_threadsafe`.
+        """
+        self._shutdown.set()
+
+    def shutdown_threadsafe(self) -> None:
+        """Begin graceful shutdown from a thread outside the server's trio run."""
+        if self._trio_token is None:
+            raise RuntimeError("the server is not running")
+        trio.from_thread.run_sync(self._shutdown.set, trio_token=self._trio_token)
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until :meth:`shutdown` completes or the task is cancelled.
+
+        Reports the bound port through ``task_status.started()``.
+        """
+        cfg = self.config
+        self._trio_token = trio.lowlevel.current_trio_token()
+        listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
+        self.addresses = [
+            (str(lst.socket.getsockname()[0]), int(lst.socket.getsockname()[1]))
+            for lst in listeners
+        ]
+        try:
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as acceptors:
+                    for listener in listeners:
+                        acceptors.start_soon(self._accept_loop, listener, connections)
+                    task_status.started(self.port)
+                    await self._shutdown.wait()
+                    acceptors.cancel_scope.cancel()
+                for listener in listeners:
+                    await listener.aclose()
+                await self._drain()
+                connections.cancel_scope.cancel()
+        finally:
+            for listener in listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+
+    async def _drain(self) -> None:
+        for conn in list(self._connections):
+            conn.begin_shutdown()
+        with trio.move_on_after(self.config.shutdown_grace):
+            while self._connections:
+                self._all_closed = trio.Event()
+                await self._all_closed.wait()
+        if self._connections:
+            log.info("grace period over; cancelling %d connection(s)", len(self._connections))
+
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno in _ACCEPT_RETRY_ERRNOS:
+                    log.error("accept failed (%s); retrying", exc)
+                    await trio.sleep(_ACCEPT_RETRY_SLEEP)
+                    continue
+                raise
+            nursery.start_soon(self._handle_connection, stream)
+
+    async def _handle_connection(self, sock_stream: trio.SocketStream) -> None:
+        tracker = ConnectionTracker()
+        self._connections.add(tracker)
+        stream: trio.abc.Stream = sock_stream
+        try:
+            # Responses are written head+body in one send; no Nagle delay on
+            # the small frames that follow (trio sets this too; be explicit).
+            sock_stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+            try:
+                peer = sock_stream.socket.getpeername()
+                client: tuple[str, int] | None = (str(peer[0]), int(peer[1]))
+            except OSError:
+                client = None
+            await self._run_protocol(sock_stream, tracker, client)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+            pass
+        except ssl.SSLError as exc:
+            log.debug("TLS failure: %s", exc)
+        except Exception:
+            log.exception("connection handler failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+            self._connections.discard(tracker)
+            if not self._connections:
+                self._all_closed.set()
+
+    async def _run_protocol(
+        self,
+        sock_stream: trio.SocketStream,
+        tracker: ConnectionTracker,
+        client: tuple[str, int] | None,
+    ) -> None:
+        from . import _http1, _http2
+
+        cfg = self.config
+        stream: trio.abc.Stream = sock_stream
+        alpn: str | None = None
+        if self.ssl_context is not None:
+            ssl_stream = trio.SSLStream(
+                sock_stream, self.ssl_context, server_side=True, https_compatible=True
+            )
+            with trio.fail_after(cfg.header_timeout):
+                await ssl_stream.do_handshake()
+            alpn = ssl_stream.selected_alpn_protocol()
+            stream = ssl_stream
+        if alpn == "h2":
+            await _http2.serve_http2(self, stream, tracker, b"", client)
+            return
+        initial = await self._read_preface(stream, tracker)
+        if initial is None:
+            return
+        if initial.startswith(H2_PREFACE):
+            await _http2.serve_http2(self, stream, tracker, initial, client)
+        else:
+            await _http1.serve_http1(self, stream, tracker, initial, client)
+
+    async def _read_preface(
+        self, stream: trio.abc.Stream, tracker: ConnectionTracker
+    ) -> bytes | None:
+        """First bytes of a connection: enough to tell h2's preface from h11."""
+        data = b""
+        with trio.CancelScope() as scope:
+            scope.deadline = trio.current_time() + self.config.idle_timeout
+            tracker.idle_scope = scope
+            if tracker.draining:
+                return None
+            chunk = bytes(await stream.receive_some(65536))
+            if not chunk:
+                return None
+            data = chunk
+        tracker.idle_scope = None
+        if scope.cancelled_caught:
+            return None
+        with trio.fail_after(self.config.header_timeout):
+            while len(data) < len(H2_PREFACE) and H2_PREFACE.startswith(data):
+                chunk = bytes(await stream.receive_some(65536))
+                if not chunk:
+                    break
+                data += chunk
+        return data
+
+    async def dispatch(self, request: Request) -> Response | StreamingResponse:
+        """Route ``request`` to its endpoint; errors become JSON error responses."""
+        try:
+            endpoint, params = self.router.resolve(request.method, request.path)
+            request.path_params = params
+            return await endpoint(request)
+        except HTTPError as exc:
+            return exc.to_response()
+        except Exception:
+            log.exception("endpoint failed: %s %s", request.method, request.path)
+            return error_response(
+                500, "The server failed while handling the request.", code="internal_error"
+            )
+
+
+def _ssl_context(cfg: ServerConfig) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    assert cfg.certfile is not None
+    ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # RFC 9113 section 9.2
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    return ctx
+
+
+async def serve(
+    app: App | Router,
+    config: ServerConfig | None = None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    **overrides: Any,
+) -> None:
+    """Run a :class:`Server` for ``app``; reports the bound port via ``task_status``."""
+    await Server(app, config, **overrides).serve(task_status=task_status)

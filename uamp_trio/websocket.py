@@ -1,0 +1,224 @@
+"""WebSocket endpoints: the hand-over from HTTP/1.1 and a small wsproto socket.
+
+When an HTTP/1.1 request asks for ``Upgrade: websocket`` and a route of
+:attr:`Router.websocket_routes <uamp_trio.routing.Router.websocket_routes>`
+matches, the server stops speaking HTTP on that connection and calls the
+route's handler with a :class:`WebSocketRequest`: the parsed request, the raw
+stream and any bytes already read past the request head. The handler calls
+:meth:`WebSocketRequest.accept` (wsproto writes the ``101`` handshake) and
+talks over the returned :class:`WebSocket`, or :meth:`~WebSocketRequest.reject`
+with an HTTP status. A handler that returns without doing either gets a 403.
+The connection is closed when the handler returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+
+import trio
+from wsproto import WSConnection
+from wsproto.connection import ConnectionState, ConnectionType
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Message,
+    Ping,
+    RejectConnection,
+    RejectData,
+    TextMessage,
+)
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+from .http import Request
+
+__all__ = ["ConnectionClosed", "WebSocket", "WebSocketRequest"]
+
+_READ_SIZE = 65536
+
+
+class ConnectionClosed(Exception):
+    """The WebSocket is closed; ``code`` and ``reason`` from the close frame."""
+
+    def __init__(self, code: int, reason: str | None = None) -> None:
+        super().__init__(f"WebSocket closed ({code}{': ' + reason if reason else ''})")
+        self.code = code
+        self.reason = reason
+
+
+class WebSocketRequest:
+    """A pending WebSocket upgrade, handed over by the HTTP/1.1 server.
+
+    Attributes:
+        request: The upgrade request (path, headers, ``path_params``).
+        stream: The raw (possibly TLS) stream of the connection.
+        initial_data: Bytes the client sent after the request head.
+        max_message_size: Largest message :class:`WebSocket` will assemble.
+    """
+
+    def __init__(
+        self,
+        request: Request,
+        stream: trio.abc.Stream,
+        initial_data: bytes,
+        target: str,
+        *,
+        max_message_size: int,
+    ) -> None:
+        self.request = request
+        self.stream = stream
+        self.initial_data = initial_data
+        self.max_message_size = max_message_size
+        self.answered = False
+        self._ws = WSConnection(ConnectionType.SERVER)
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
+        self._ws.initiate_upgrade_connection(headers, target)
+        # Consume the Request event wsproto produces for the upgrade.
+        self._subprotocols: list[str] = []
+        for event in self._ws.events():
+            self._subprotocols = list(getattr(event, "subprotocols", []))
+
+    @property
+    def subprotocols(self) -> list[str]:
+        """The subprotocols the client offered."""
+        return list(self._subprotocols)
+
+    async def accept(
+        self, subprotocol: str | None = None, extra_headers: list[tuple[str, str]] | None = None
+    ) -> WebSocket:
+        """Complete the handshake (``101``) and return the open socket."""
+        self.answered = True
+        headers = [(k.encode(), v.encode()) for k, v in extra_headers or []]
+        data = self._ws.send(AcceptConnection(subprotocol=subprotocol, extra_headers=headers))
+        await self.stream.send_all(data)
+        ws = WebSocket(self.stream, self._ws, self.request, subprotocol, self.max_message_size)
+        if self.initial_data:
+            ws._feed(self.initial_data)
+        return ws
+
+    async def reject(
+        self, status: int, body: bytes = b"", headers: list[tuple[str, str]] | None = None
+    ) -> None:
+        """Refuse the upgrade with an HTTP ``status`` and optional body."""
+        self.answered = True
+        hdrs = [(k.encode(), v.encode()) for k, v in headers or []]
+        if body:
+            hdrs.append((b"content-length", str(len(body)).encode()))
+        data = self._ws.send(
+            RejectConnection(status_code=status, headers=hdrs, has_body=bool(body))
+        )
+        if body:
+            data += self._ws.send(RejectData(data=body, body_finished=True))
+        await self.stream.send_all(data)
+
+
+class WebSocket:
+    """An open server-side WebSocket on a trio stream (wsproto underneath).
+
+    One task may :meth:`receive` while others :meth:`send`; pings are answered
+    inside :meth:`receive`.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        ws: WSConnection,
+        request: Request,
+        subprotocol: str | None,
+        max_message_size: int,
+    ) -> None:
+        self.stream = stream
+        self.request = request
+        self.subprotocol = subprotocol
+        self._ws = ws
+        self._max = max_message_size
+        self._events: deque[Event] = deque()
+        self._parts: list[str | bytes] = []
+        self._size = 0
+        self._lock = trio.StrictFIFOLock()
+        self._closed: ConnectionClosed | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the socket is closed (either side)."""
+        return self._closed is not None
+
+    def _feed(self, data: bytes | None) -> None:
+        try:
+            self._ws.receive_data(data)
+        except RemoteProtocolError as exc:  # pragma: no cover - wsproto queues its own close
+            self._closed = ConnectionClosed(1002, str(exc))
+            return
+        self._events.extend(self._ws.events())
+
+    async def _write(self, event: Event) -> None:
+        async with self._lock:
+            try:
+                data = self._ws.send(event)
+            except LocalProtocolError as exc:
+                raise ConnectionClosed(1006, str(exc)) from None
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._closed = self._closed or ConnectionClosed(1006, "connection lost")
+                raise self._closed from None
+
+    async def receive(self) -> str | bytes:
+        """The next whole message (``str`` for text, ``bytes`` for binary).
+
+        Raises:
+            ConnectionClosed: The peer closed, the connection broke, or a
+                message exceeded the size limit (closed with 1009).
+        """
+        while True:
+            if self._closed is not None:
+                raise self._closed
+            while self._events:
+                event = self._events.popleft()
+                if isinstance(event, Message):
+                    self._parts.append(event.data)
+                    self._size += len(event.data)
+                    if self._size > self._max:
+                        await self.close(1009, "message too big")
+                        raise ConnectionClosed(1009, "message too big")
+                    if event.message_finished:
+                        parts, self._parts, self._size = self._parts, [], 0
+                        if isinstance(event, TextMessage):
+                            return "".join(p for p in parts if isinstance(p, str))
+                        assert isinstance(event, BytesMessage)
+                        return b"".join(p for p in parts if isinstance(p, bytes))
+                elif isinstance(event, Ping):
+                    await self._write(event.response())
+                elif isinstance(event, CloseConnection):
+                    if self._ws.state is ConnectionState.REMOTE_CLOSING:
+                        await self._write(event.response())
+                    self._closed = ConnectionClosed(event.code, event.reason or None)
+                    raise self._closed
+            try:
+                data = bytes(await self.stream.receive_some(_READ_SIZE))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                self._closed = self._closed or ConnectionClosed(1006, "connection lost")
+                raise self._closed
+            self._feed(data)
+
+    async def send(self, message: str | bytes) -> None:
+        """Send one text (``str``) or binary (``bytes``) message."""
+        if self._closed is not None:
+            raise self._closed
+        if isinstance(message, str):
+            await self._write(TextMessage(data=message))
+        else:
+            await self._write(BytesMessage(data=message))
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        """Send a close frame (if still open) and mark the socket closed."""
+        if self._closed is not None:
+            return
+        self._closed = ConnectionClosed(code, reason)
+        if self._ws.state is ConnectionState.OPEN:
+            with contextlib.suppress(ConnectionClosed):
+                await self._write(CloseConnection(code=code, reason=reason))
