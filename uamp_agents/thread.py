@@ -377,6 +377,8 @@ class ThreadTree:
                     f"{where[node.parent_id]}.children",
                     f"does not list child {node.id!r}",
                 )
+        for node in nodes.values():
+            node_path = where[node.id]
             seen: set[str] = set()
             for index, child_id in enumerate(node.children):
                 child_path = f"{node_path}.children[{index}]"
