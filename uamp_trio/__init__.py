@@ -1,0 +1,37 @@
+"""uamp_trio: the trio binding of UAMP (HTTP/1.1, HTTP/2, WebSocket servers, CLI).
+
+Serve agents::
+
+    app = create_app([DemoAgent()])          # mounts the built-in transports
+    server = Server(app, port=8765)
+    port = await nursery.start(server.serve)
+    ...
+    server.shutdown()                         # graceful; or cancel the nursery
+"""
+
+from .demo import DemoAgent
+from .http import HTTPError, Request, Response, StreamingResponse, json_response
+from .routing import App, Router, create_app
+from .server import Server, ServerConfig, serve
+from .turns import Turn, TurnOutcome, open_turn
+from .websocket import WebSocket, WebSocketRequest
+
+__all__ = [
+    "App",
+    "DemoAgent",
+    "HTTPError",
+    "Request",
+    "Response",
+    "Router",
+    "Server",
+    "ServerConfig",
+    "StreamingResponse",
+    "Turn",
+    "TurnOutcome",
+    "WebSocket",
+    "WebSocketRequest",
+    "create_app",
+    "json_response",
+    "open_turn",
+    "serve",
+]

@@ -1,0 +1,219 @@
+"""The ``uamp`` command line (also ``python -m uamp_trio``).
+
+``uamp serve [--host H] [--port P] [--agent module:attr ...] [--certfile F --keyfile F]``
+hosts agents (the demo agent by default) with every built-in transport and
+prints the URL of each endpoint. SIGINT/SIGTERM start a graceful shutdown
+(a second signal stops at once); the process exits 0.
+
+Subcommands register themselves in :data:`SUBCOMMANDS`: a function that adds
+its parser to the ``argparse`` sub-parsers and sets ``func`` (taking the
+parsed arguments, returning the exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from uamp_proto.agent import Agent
+
+from .demo import DemoAgent
+from .routing import App, create_app
+from .server import Server, ServerConfig
+
+__all__ = ["SUBCOMMANDS", "build_parser", "load_agent", "main"]
+
+_DEFAULTS = ServerConfig()
+
+
+def load_agent(spec: str) -> Agent:
+    """Load ``module:attr`` as an agent.
+
+    ``attr`` (dotted for nested names) may be an object satisfying
+    :class:`~uamp_proto.agent.Agent`, or a class / zero-argument factory
+    returning one.
+
+    Raises:
+        ValueError: The spec is malformed or does not yield an agent.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--agent {spec!r}: expected 'module:attribute'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"--agent {spec!r}: {module_name!r} has no {attr!r}") from None
+    if isinstance(obj, type) or (not isinstance(obj, Agent) and callable(obj)):
+        obj = obj()
+    if not isinstance(obj, Agent):
+        raise ValueError(
+            f"--agent {spec!r}: {type(obj).__name__} is not an agent "
+            "(needs name, capabilities() and async respond(request, emit))"
+        )
+    return obj
+
+
+# --- serve --------------------------------------------------------------------
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="host agents over HTTP/1.1, HTTP/2 and WebSocket")
+    p.add_argument("--host", default=_DEFAULTS.host, help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=_DEFAULTS.port, help="port (0 = any free one)")
+    p.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="an agent object or factory to host (repeatable; default: the demo agent)",
+    )
+    p.add_argument("--certfile", help="PEM certificate chain: serve HTTPS with ALPN h2/http1.1")
+    p.add_argument("--keyfile", help="PEM private key for --certfile")
+    p.add_argument(
+        "--max-body-size", type=int, default=_DEFAULTS.max_body_size, help="bytes (413 above)"
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=_DEFAULTS.shutdown_grace,
+        help="seconds in-flight requests get on shutdown (default %(default)s)",
+    )
+    p.add_argument("--log-level", default="warning", help="logging level (default %(default)s)")
+    p.set_defaults(func=_serve_command)
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if (args.certfile is None) != (args.keyfile is None):
+        print("uamp serve: --certfile and --keyfile go together", file=sys.stderr)
+        return 2
+    try:
+        agents = [load_agent(spec) for spec in args.agent] or [DemoAgent()]
+        app = create_app(agents)
+        config = ServerConfig(
+            host=args.host,
+            port=args.port,
+            certfile=args.certfile,
+            keyfile=args.keyfile,
+            max_body_size=args.max_body_size,
+            shutdown_grace=args.grace,
+        )
+    except ValueError as exc:
+        print(f"uamp serve: {exc}", file=sys.stderr)
+        return 2
+    server = Server(app, config)
+    try:
+        trio.run(_serve, server)
+    except OSError as exc:
+        print(f"uamp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(server: Server) -> None:
+    # The signal receiver is open before the URLs are printed, so a signal
+    # sent as soon as they appear is handled gracefully.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def run(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+                await server.serve(task_status=task_status)
+                nursery.cancel_scope.cancel()  # served out: stop watching signals
+
+            async def watch() -> None:
+                count = 0
+                async for signum in signals:
+                    count += 1
+                    if count == 1:
+                        print(f"uamp: {signal.Signals(signum).name}, shutting down", flush=True)
+                        server.shutdown()
+                    else:
+                        nursery.cancel_scope.cancel()
+
+            await nursery.start(run)
+            nursery.start_soon(watch)
+            assert server.app is not None
+            print_urls(server, server.app)
+
+
+def print_urls(server: Server, app: App, *, file: Any = None) -> None:
+    """Print every mounted endpoint of every agent (a rich table on a terminal)."""
+    out = file or sys.stdout
+    base = server.url
+    ws_base = ("wss" if server.scheme == "https" else "ws") + base[len(server.scheme) :]
+    protocols = (
+        "HTTP/1.1 + HTTP/2 (TLS, ALPN)"
+        if server.scheme == "https"
+        else ("HTTP/1.1 + HTTP/2 (h2c prior knowledge)")
+    )
+    urls = app.urls(base, ws_base)
+    single = len(app.agents) == 1
+    if out.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"uamp serving on {base} ({protocols})")
+        table.add_column("agent")
+        table.add_column("endpoint")
+        table.add_column("url")
+        for name, rows in urls.items():
+            for label, url in rows:
+                table.add_row(name, label, url)
+        console = Console(file=out)
+        console.print(table)
+        if single:
+            console.print(
+                f"single agent: also answers at {base}/chat/completions, "
+                f"{base}/v1/chat/completions, {base}/capabilities"
+            )
+        console.print("Ctrl-C to stop")
+        return
+    lines = [f"uamp serving on {base} ({protocols})"]
+    for name, rows in urls.items():
+        lines.append(f"agent {name}")
+        lines.extend(f"  {label}: {url}" for label, url in rows)
+    if single:
+        lines.append(
+            f"single agent: also answers at {base}/chat/completions, "
+            f"{base}/v1/chat/completions, {base}/capabilities"
+        )
+    print("\n".join(lines), file=out, flush=True)
+
+
+# --- entry point ----------------------------------------------------------------
+
+#: Functions that add a subcommand to the parser. ``uamp chat`` (the native
+#: UAMP client, :mod:`uamp_trio.client`) and ``uamp bench`` register here.
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``uamp`` argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(prog="uamp", description="Universal Agentic Message Protocol")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in SUBCOMMANDS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return int(func(args))
