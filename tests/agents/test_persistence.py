@@ -1,0 +1,290 @@
+"""Persistence adapters: memory, a directory of JSON files, SQLite (WAL)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uamp_agents.persistence import (
+    JSONDirectoryAdapter,
+    MemoryAdapter,
+    PersistenceAdapter,
+    PersistenceError,
+    SQLiteAdapter,
+)
+
+
+def doc(session_id: str | None = None, checkpoints: int = 2) -> dict[str, Any]:
+    """A SessionJSON-shaped value (adapters store it without validating)."""
+    sid = session_id or str(uuid.uuid4())
+    return {
+        "version": "1.0.0",
+        "id": sid,
+        "agentId": "agent",
+        "createdAt": "2024-01-15T10:30:00.000Z",
+        "updatedAt": "2024-01-15T10:35:00.000Z",
+        "threadTree": {"rootId": "r", "currentId": "r", "nodes": []},
+        "checkpoints": [
+            {"id": str(uuid.uuid4()), "sessionId": sid, "step": i, "state": {"step": i}}
+            for i in range(checkpoints)
+        ],
+        "metadata": {"task": "x", "unicode": "héllo ✓"},
+    }
+
+
+@pytest.fixture(params=["memory", "files", "sqlite"])
+async def adapter(request: Any, tmp_path: Path) -> AsyncIterator[PersistenceAdapter]:
+    if request.param == "memory":
+        yield MemoryAdapter()
+    elif request.param == "files":
+        yield JSONDirectoryAdapter(tmp_path / "sessions")
+    else:
+        store = SQLiteAdapter(tmp_path / "sessions.db")
+        yield store
+        await store.aclose()
+
+
+async def test_adapters_satisfy_the_protocol(adapter: PersistenceAdapter) -> None:
+    assert isinstance(adapter, PersistenceAdapter)
+
+
+async def test_save_then_load_gives_the_same_value(adapter: PersistenceAdapter) -> None:
+    value = doc()
+    await adapter.save(value)
+    assert await adapter.load(value["id"]) == value
+
+
+async def test_load_unknown_is_none(adapter: PersistenceAdapter) -> None:
+    assert await adapter.load(str(uuid.uuid4())) is None
+
+
+async def test_save_replaces(adapter: PersistenceAdapter) -> None:
+    value = doc(checkpoints=3)
+    await adapter.save(value)
+    value = {**value, "metadata": {"v": 2}, "checkpoints": value["checkpoints"][1:]}
+    await adapter.save(value)
+    loaded = await adapter.load(value["id"])
+    assert loaded == value
+    assert loaded is not None and len(loaded["checkpoints"]) == 2
+
+
+async def test_list_and_delete(adapter: PersistenceAdapter) -> None:
+    ids = sorted(str(uuid.uuid4()) for _ in range(3))
+    for session_id in reversed(ids):
+        await adapter.save(doc(session_id))
+    assert await adapter.list() == ids
+    await adapter.delete(ids[1])
+    assert await adapter.list() == [ids[0], ids[2]]
+    assert await adapter.load(ids[1]) is None
+    await adapter.delete(ids[1])  # deleting twice is fine
+    assert await adapter.list() == [ids[0], ids[2]]
+
+
+async def test_stored_value_is_a_copy(adapter: PersistenceAdapter) -> None:
+    value = doc()
+    await adapter.save(value)
+    value["metadata"]["task"] = "changed"
+    value["checkpoints"].clear()
+    loaded = await adapter.load(value["id"])
+    assert loaded is not None
+    assert loaded["metadata"]["task"] == "x"
+    assert len(loaded["checkpoints"]) == 2
+
+
+@pytest.mark.parametrize("bad", [{"no": "id"}, {"id": ""}, {"id": 5}])
+async def test_save_without_id_is_refused(adapter: PersistenceAdapter, bad: Any) -> None:
+    with pytest.raises(PersistenceError, match="'id'"):
+        await adapter.save(bad)
+
+
+async def test_save_of_non_json_is_refused(adapter: PersistenceAdapter) -> None:
+    value = doc()
+    value["metadata"]["bad"] = object()
+    with pytest.raises(PersistenceError, match="JSON"):
+        await adapter.save(value)
+    assert await adapter.load(value["id"]) is None
+
+
+async def test_checkpoints_key_need_not_be_a_list(adapter: PersistenceAdapter) -> None:
+    # Adapters store what they are given; validation is Session.from_json's job.
+    value = doc()
+    value["checkpoints"] = None
+    await adapter.save(value)
+    assert await adapter.load(value["id"]) == value
+
+
+# --- JSON files ------------------------------------------------------------------
+
+
+async def test_files_are_named_by_id_and_no_temp_file_remains(tmp_path: Path) -> None:
+    store = JSONDirectoryAdapter(tmp_path / "d")
+    value = doc()
+    await store.save(value)
+    await store.save(value)
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [f"{value['id']}.json"]
+
+
+async def test_failed_write_leaves_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JSONDirectoryAdapter(tmp_path)
+    old = doc()
+    await store.save(old)
+    target = tmp_path / f"{old['id']}.json"
+    before = target.read_bytes()
+
+    def broken_replace(src: Any, dst: Any) -> None:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(PersistenceError, match="disk on fire"):
+        await store.save({**old, "metadata": {"new": True}})
+    monkeypatch.undo()
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # temp file removed
+
+
+async def test_write_is_fsynced_before_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        calls.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    await JSONDirectoryAdapter(tmp_path).save(doc())
+    # File data before the rename, the directory entry after it.
+    assert calls == ["fsync", "replace", "fsync"]
+
+
+@pytest.mark.parametrize("bad_id", ["../escape", "a/b", ".hidden", ""])
+async def test_unsafe_ids_are_refused(tmp_path: Path, bad_id: str) -> None:
+    store = JSONDirectoryAdapter(tmp_path / "d")
+    with pytest.raises(PersistenceError):
+        await store.save({"id": bad_id} if bad_id else {"id": "x/"})
+    with pytest.raises(PersistenceError):
+        await store.load(bad_id or "x/")
+    assert not (tmp_path / "escape.json").exists()
+
+
+async def test_corrupt_file_is_reported(tmp_path: Path) -> None:
+    store = JSONDirectoryAdapter(tmp_path)
+    session_id = str(uuid.uuid4())
+    (tmp_path / f"{session_id}.json").write_text('{"id": ')
+    with pytest.raises(PersistenceError, match="not valid JSON"):
+        await store.load(session_id)
+    (tmp_path / f"{session_id}.json").write_text("[1, 2]")
+    with pytest.raises(PersistenceError, match="JSON object"):
+        await store.load(session_id)
+
+
+async def test_list_ignores_other_files(tmp_path: Path) -> None:
+    store = JSONDirectoryAdapter(tmp_path)
+    assert await JSONDirectoryAdapter(tmp_path / "missing").list() == []
+    value = doc()
+    await store.save(value)
+    (tmp_path / ".tmp123.tmp").write_text("x")
+    (tmp_path / "notes.txt").write_text("x")
+    assert await store.list() == [value["id"]]
+
+
+# --- SQLite ----------------------------------------------------------------------
+
+
+async def test_sqlite_uses_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteAdapter(path) as store:
+        await store.save(doc())
+        assert await store.journal_mode() == "wal"
+    # WAL is a property of the file: a plain connection sees it too.
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+async def test_sqlite_is_durable_across_connections(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    value = doc()
+    writer = SQLiteAdapter(path)
+    await writer.save(value)
+    # Another connection sees the committed value while the writer is open.
+    async with SQLiteAdapter(path) as reader:
+        assert await reader.load(value["id"]) == value
+    await writer.aclose()
+    async with SQLiteAdapter(path) as again:
+        assert await again.list() == [value["id"]]
+
+
+def checkpoint_rows(path: Path) -> list[tuple[str, int, int]]:
+    conn = sqlite3.connect(path)
+    try:
+        return list(
+            conn.execute("SELECT id, seq, rowid FROM uap_checkpoints ORDER BY seq").fetchall()
+        )
+    finally:
+        conn.close()
+
+
+async def test_sqlite_writes_only_new_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    value = doc(checkpoints=2)
+    async with SQLiteAdapter(path) as store:
+        await store.save(value)
+        first = checkpoint_rows(path)
+        assert [row[0] for row in first] == [c["id"] for c in value["checkpoints"]]
+        sid = value["id"]
+        value["checkpoints"].append({"id": str(uuid.uuid4()), "sessionId": sid, "step": 2})
+        await store.save(value)
+        second = checkpoint_rows(path)
+        # The two old rows were not rewritten (same rowids); one row was added.
+        assert second[:2] == first
+        assert len(second) == 3
+        # A checkpoint that changed is rewritten; one no longer listed is deleted.
+        value["checkpoints"][0]["metadata"] = {"edited": True}
+        del value["checkpoints"][1]
+        await store.save(value)
+        third = checkpoint_rows(path)
+        assert [row[0] for row in third] == [c["id"] for c in value["checkpoints"]]
+        assert await store.load(sid) == value
+
+
+async def test_sqlite_delete_removes_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    value = doc(checkpoints=3)
+    async with SQLiteAdapter(path) as store:
+        await store.save(value)
+        await store.delete(value["id"])
+    assert checkpoint_rows(path) == []
+
+
+async def test_sqlite_keeps_checkpoint_order_and_key_order(tmp_path: Path) -> None:
+    value = doc(checkpoints=12)
+    async with SQLiteAdapter(tmp_path / "s.db") as store:
+        await store.save(value)
+        loaded = await store.load(value["id"])
+    assert loaded is not None
+    assert [c["step"] for c in loaded["checkpoints"]] == list(range(12))
+    assert list(loaded) == list(value)
+
+
+async def test_sqlite_error_is_a_persistence_error(tmp_path: Path) -> None:
+    (tmp_path / "not-a-db").write_text("this is not a database file, just some text" * 100)
+    store = SQLiteAdapter(tmp_path / "not-a-db")
+    with pytest.raises(PersistenceError):
+        await store.load(str(uuid.uuid4()))
