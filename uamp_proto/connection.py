@@ -122,9 +122,7 @@ class ResponsePhase(enum.Enum):
 
 
 def _types(direction: str) -> frozenset[str]:
-    return frozenset(
-        t for t, cls in ev.EVENT_TYPES.items() if cls.direction in (direction, "both")
-    )
+    return frozenset(t for t, cls in ev.EVENT_TYPES.items() if cls.direction in (direction, "both"))
 
 
 CLIENT_EVENTS: Final = _types("client")
@@ -174,7 +172,10 @@ _P = ResponsePhase
 RESPONSE_TRANSITIONS: Final[dict[tuple[Role, ResponsePhase], dict[str, ResponsePhase]]] = {
     (Role.CLIENT, _P.IDLE): {"response.create": _P.REQUESTED, "response.cancel": _P.IDLE},
     (Role.CLIENT, _P.REQUESTED): {"response.cancel": _P.REQUESTED},
-    (Role.CLIENT, _P.IN_PROGRESS): {"response.cancel": _P.IN_PROGRESS, "tool.result": _P.IN_PROGRESS},
+    (Role.CLIENT, _P.IN_PROGRESS): {
+        "response.cancel": _P.IN_PROGRESS,
+        "tool.result": _P.IN_PROGRESS,
+    },
     (Role.SERVER, _P.IDLE): {"response.error": _P.IDLE},
     (Role.SERVER, _P.REQUESTED): {
         "response.created": _P.IN_PROGRESS,
@@ -188,9 +189,11 @@ RESPONSE_TRANSITIONS: Final[dict[tuple[Role, ResponsePhase], dict[str, ResponseP
         "response.cancelled": _P.IDLE,
     },
 }
-RESPONSE_EVENTS: Final = frozenset(
-    t for table in RESPONSE_TRANSITIONS.values() for t in table
-) | {"response.create", "response.created", "tool.result"} | _CONTENT
+RESPONSE_EVENTS: Final = (
+    frozenset(t for table in RESPONSE_TRANSITIONS.values() for t in table)
+    | {"response.create", "response.created", "tool.result"}
+    | _CONTENT
+)
 
 _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
@@ -315,8 +318,11 @@ class SessionContext:
             self.stateless_history = None
             # ``messages`` is the full history; skip the new text when the
             # history already ends with it (the spec's own example does).
-            if messages and base and base[-1].role == messages[0].role and (
-                base[-1].text == messages[0].text and messages[0].content_items is None
+            if (
+                messages
+                and base
+                and base[-1].role == messages[0].role
+                and (base[-1].text == messages[0].text and messages[0].content_items is None)
             ):
                 messages = messages[1:]
             self.history = list(base)
@@ -379,7 +385,7 @@ class Connection:
             return self._sessions[session_id]
         if len(self._sessions) == 1:
             return next(iter(self._sessions.values()))
-        raise KeyError("name a session: this connection has %d" % len(self._sessions))
+        raise KeyError(f"name a session: this connection has {len(self._sessions)}")
 
     def receive(self, data: bytes | str) -> None:
         """Queue one whole incoming message (one JSON event).
@@ -707,9 +713,7 @@ class Connection:
                 raise _Violation(
                     "invalid_event", f"not allowed before session {session.id!r} is created"
                 )
-            raise _Violation(
-                "invalid_event", f"not allowed in session state {session.state.value}"
-            )
+            raise _Violation("invalid_event", f"not allowed in session state {session.state.value}")
         stamps: dict[str, Any] | None = None
         if etype in RESPONSE_EVENTS:
             stamps = self._response_rules(session, event, sender)
@@ -761,11 +765,15 @@ class Connection:
             )
         elif type(event) is ev.InputAudio:
             item = ty.AudioContent(
-                audio=event.audio, format=event.format, content_id=event.content_id or self._ids("content")
+                audio=event.audio,
+                format=event.format,
+                content_id=event.content_id or self._ids("content"),
             )
         elif type(event) is ev.InputVideo:
             item = ty.VideoContent(
-                video=event.video, format=event.format, content_id=event.content_id or self._ids("content")
+                video=event.video,
+                format=event.format,
+                content_id=event.content_id or self._ids("content"),
             )
         else:
             assert isinstance(event, ev.InputFile)

@@ -41,7 +41,6 @@ from .types import (
 from .types import ContentItem as ContentItem
 
 
-
 def _unknown() -> Any:
     return attrs.field(default=EMPTY, eq=False, repr=False)
 
@@ -646,7 +645,7 @@ class Pong(Event):
 
 
 @attrs.frozen(kw_only=True)
-class SystemError(Event):  # noqa: A001 - named after the wire type
+class SystemError(Event):
     """An error during internal processing."""
 
     type: ClassVar[str] = "system.error"

@@ -137,9 +137,7 @@ class PaymentNegotiation:
             return
         new = TRANSITIONS.get((self.state, event.type))
         if new is None:
-            raise ValueError(
-                f"{event.type} is not allowed while payment is {self.state.value}"
-            )
+            raise ValueError(f"{event.type} is not allowed while payment is {self.state.value}")
         if kind is ev.PaymentRequired:
             assert isinstance(event, ev.PaymentRequired)
             self.requirements = event.requirements

@@ -54,7 +54,9 @@ class ResponseState(enum.Enum):
     FAILED = "failed"
 
 
-TERMINAL_STATES = frozenset({ResponseState.COMPLETED, ResponseState.CANCELLED, ResponseState.FAILED})
+TERMINAL_STATES = frozenset(
+    {ResponseState.COMPLETED, ResponseState.CANCELLED, ResponseState.FAILED}
+)
 
 
 def _sum(a: float | None, b: float | None) -> Any:
@@ -311,8 +313,10 @@ class ResponseTracker:
     def usage(self) -> ty.UsageStats | None:
         """Usage: the ``response.done`` figure if seen, else the sum of ``usage.delta``."""
         usage = self._final_usage if self._final_usage is not None else self._usage
-        if usage is not None and usage.total_tokens is None and (
-            usage.input_tokens is not None or usage.output_tokens is not None
+        if (
+            usage is not None
+            and usage.total_tokens is None
+            and (usage.input_tokens is not None or usage.output_tokens is not None)
         ):
             usage = ty.UsageStats(
                 input_tokens=usage.input_tokens,

@@ -100,7 +100,9 @@ def test_sent_events_decode_to_the_same_events_both_ways() -> None:
     got = pair.client_sends(sent)
     assert isinstance(got, ev.InputText)
     assert (got.text, got.role, got.context) == (sent.text, sent.role, sent.context)
-    caps = ev.CapabilitiesEvent(capabilities=ty.Capabilities(id="a", provider="p", modalities=["text"]))
+    caps = ev.CapabilitiesEvent(
+        capabilities=ty.Capabilities(id="a", provider="p", modalities=["text"])
+    )
     got_caps = pair.server_sends(caps)
     assert got_caps == attrs_copy(caps, got_caps)
 
@@ -165,7 +167,9 @@ def test_session_end_from_either_side_ends_it(ender: str) -> None:
     else:
         pair.server_sends(ev.SessionEnd(session_id=sid, reason="timeout"))
     assert sid not in pair.server.sessions and sid not in pair.client.sessions
-    err = _remote_error(pair.server, orjson.dumps({"type": "input.text", "text": "x", "session_id": sid}))
+    err = _remote_error(
+        pair.server, orjson.dumps({"type": "input.text", "text": "x", "session_id": sid})
+    )
     assert err.code == "session_ended"
 
 
@@ -183,7 +187,11 @@ def test_ping_in_a_session_gets_a_pong_in_that_session() -> None:
     pair.server.receive(pair.client.send(ev.Ping(session_id=b)))
     pair.server.next_event()
     (owed,) = pair.server.data_to_send()
-    assert orjson.loads(owed) == {"type": "pong", "session_id": b, "event_id": orjson.loads(owed)["event_id"]}
+    assert orjson.loads(owed) == {
+        "type": "pong",
+        "session_id": b,
+        "event_id": orjson.loads(owed)["event_id"],
+    }
     assert a != b
 
 
@@ -219,7 +227,9 @@ def test_multiplexed_sessions_route_events_and_keep_their_own_context() -> None:
 def test_event_without_session_id_in_multiplexed_mode_is_refused() -> None:
     pair = Pair()
     pair.open(), pair.open()
-    err = _remote_error(pair.server, orjson.dumps({"type": "input.text", "text": "who?", "event_id": "e9"}))
+    err = _remote_error(
+        pair.server, orjson.dumps({"type": "input.text", "text": "who?", "event_id": "e9"})
+    )
     assert err.code == "session_id_required"
     assert isinstance(err.reply, ev.SessionError) and err.reply.error.details == {
         "event_id": "e9",
@@ -267,8 +277,12 @@ def test_max_sessions_per_connection() -> None:
     for _ in range(2):
         server.receive(client.create_session())
         server.next_event()
-    err = _remote_error(server, orjson.dumps({"type": "session.create", "uamp_version": "1.0",
-                                               "session": {"modalities": ["text"]}}))
+    err = _remote_error(
+        server,
+        orjson.dumps(
+            {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
+        ),
+    )
     assert err.code == "too_many_sessions"
 
 
@@ -276,21 +290,34 @@ def test_client_proposed_session_id_is_used_and_duplicates_refused() -> None:
     pair = Pair()
     created = pair.to_server(pair.client.create_session(session_id="mine"))
     assert created.session_id == "mine"
-    err = _remote_error(pair.server, orjson.dumps({"type": "session.create", "session_id": "mine",
-                                                   "uamp_version": "1.0",
-                                                   "session": {"modalities": ["text"]}}))
+    err = _remote_error(
+        pair.server,
+        orjson.dumps(
+            {
+                "type": "session.create",
+                "session_id": "mine",
+                "uamp_version": "1.0",
+                "session": {"modalities": ["text"]},
+            }
+        ),
+    )
     assert err.code == "duplicate_session"
 
 
 # --- versions ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("version", "ok"), [("1.0", True), ("1.1", True), ("1.9.3", True),
-                                             ("2.0", False), ("0.9", False), ("x", False)])
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [("1.0", True), ("1.1", True), ("1.9.3", True), ("2.0", False), ("0.9", False), ("x", False)],
+)
 def test_version_negotiation(version: str, ok: bool) -> None:
     server = ServerConnection()
-    server.receive(orjson.dumps({"type": "session.create", "uamp_version": version,
-                                 "session": {"modalities": ["text"]}}))
+    server.receive(
+        orjson.dumps(
+            {"type": "session.create", "uamp_version": version, "session": {"modalities": ["text"]}}
+        )
+    )
     if ok:
         assert server.next_event().type == "session.create"  # type: ignore[union-attr]
         return
@@ -311,8 +338,9 @@ def test_inputs_accumulate_into_one_user_message_with_content_items() -> None:
     pair = Pair()
     sid = pair.open()
     pair.client_sends(ev.InputText(text="Describe these"))
-    pair.client_sends(ev.InputImage(image=ty.MediaURL(url="/api/content/1"), detail="low",
-                                    content_id="img-1"))
+    pair.client_sends(
+        ev.InputImage(image=ty.MediaURL(url="/api/content/1"), detail="low", content_id="img-1")
+    )
     pair.client_sends(ev.InputAudio(audio="AAAA", format="wav"))
     pair.client_sends(ev.InputVideo(video=ty.MediaURL(url="v.mp4"), format="mp4"))
     pair.client_sends(ev.InputFile(file="AAAA", filename="r.pdf", mime_type="application/pdf"))
@@ -336,7 +364,10 @@ def test_inputs_accumulate_into_one_user_message_with_content_items() -> None:
 def test_stateless_messages_replace_history_without_duplicating_the_input() -> None:
     pair = Pair()
     sid = pair.open()
-    history = [ty.Message(role="system", content="Be brief."), ty.Message(role="user", content="Paris?")]
+    history = [
+        ty.Message(role="system", content="Be brief."),
+        ty.Message(role="user", content="Paris?"),
+    ]
     pair.client_sends(ev.InputText(text="Paris?", messages=history))
     pair.client_sends(ev.ResponseCreate())
     session = pair.server.session(sid)
@@ -382,8 +413,9 @@ def test_bad_tool_results_are_refused(call_id: str, answer_twice: bool, code: st
     pair.server_sends(ev.ToolCall(call_id="call_1", name="f", arguments="{}"))
     if answer_twice:
         pair.client_sends(ev.ToolResult(call_id="call_1", result="1"))
-    err = _remote_error(pair.server, orjson.dumps({"type": "tool.result", "call_id": call_id,
-                                                   "result": "2"}))
+    err = _remote_error(
+        pair.server, orjson.dumps({"type": "tool.result", "call_id": call_id, "result": "2"})
+    )
     assert err.code == code and call_id in err.message
     assert pair.server.session(sid).phase is ResponsePhase.IN_PROGRESS
 
@@ -410,8 +442,9 @@ def test_cancel_naming_another_response_is_refused() -> None:
     pair = Pair()
     sid = pair.open()
     pair.start_response(sid)
-    err = _remote_error(pair.server, orjson.dumps({"type": "response.cancel",
-                                                   "response_id": "resp_other"}))
+    err = _remote_error(
+        pair.server, orjson.dumps({"type": "response.cancel", "response_id": "resp_other"})
+    )
     assert err.code == "unknown_response"
 
 
@@ -462,8 +495,9 @@ def test_session_table(sender: Role, state: SessionState, etype: str) -> None:
             pair.to_server(pair.client.send(event))
         else:
             with pytest.raises(RemoteProtocolError):
-                pair.server.receive(orjson.dumps({"type": etype, **MINIMAL[etype],
-                                                  "session_id": "s1"}))
+                pair.server.receive(
+                    orjson.dumps({"type": etype, **MINIMAL[etype], "session_id": "s1"})
+                )
                 pair.server.next_event()
     else:
         if allowed:
@@ -487,15 +521,15 @@ def _phase(pair: Pair, phase: ResponsePhase) -> None:
         tracker = pair.server.session("s1").response
         assert tracker is not None
         pair.server_sends(ev.ResponseCreated(session_id="s1", response_id=tracker.response_id))
-        pair.server_sends(ev.ToolCall(session_id="s1", call_id="call_1", name="f",
-                                      arguments="{}"))
+        pair.server_sends(ev.ToolCall(session_id="s1", call_id="call_1", name="f", arguments="{}"))
 
 
 _RESPONSE_CASES = [
     (sender, phase, etype)
     for (sender, phase) in RESPONSE_TRANSITIONS
-    for etype in sorted(RESPONSE_EVENTS & (CLIENT_EVENTS if sender is Role.CLIENT
-                                           else SERVER_EVENTS))
+    for etype in sorted(
+        RESPONSE_EVENTS & (CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS)
+    )
 ]
 
 
@@ -553,12 +587,12 @@ def test_no_content_while_payment_is_required_then_resume_after_acceptance() -> 
             pair.server.send(blocked)
         assert info.value.code == "payment_required"
     # A misbehaving server is caught on the client side too.
-    pair.client.receive(orjson.dumps({"type": "response.delta", "delta": {"type": "text",
-                                                                          "text": "leak"}}))
+    pair.client.receive(
+        orjson.dumps({"type": "response.delta", "delta": {"type": "text", "text": "leak"}})
+    )
     with pytest.raises(RemoteProtocolError):
         pair.client.next_event()
-    pair.client_sends(ev.PaymentSubmit(payment=ty.PaymentSubmission(scheme="token",
-                                                                     token="tok2")))
+    pair.client_sends(ev.PaymentSubmit(payment=ty.PaymentSubmission(scheme="token", token="tok2")))
     assert session.payment.token == "tok2"
     pair.server_sends(ev.PaymentAccepted(payment_id="pay_1"))
     pair.server_sends(ev.ResponseDelta(delta=ty.DeltaText(text="Part two.")))
@@ -608,8 +642,12 @@ def test_client_acknowledges_automatically_and_detects_gaps() -> None:
         pair.server_sends(ev.ResponseDelta(response_id=rid, delta=ty.DeltaText(text=str(i))))
     # The client's owed acks were delivered by Pair.to_client: the window is open.
     assert pair.server.session(sid).send_window.available == 4  # type: ignore[union-attr]
-    gap = {"type": "response.delta", "response_id": rid, "delta_seq": 9,
-           "delta": {"type": "text", "text": "?"}}
+    gap = {
+        "type": "response.delta",
+        "response_id": rid,
+        "delta_seq": 9,
+        "delta": {"type": "text", "text": "?"},
+    }
     err = _remote_error(pair.client, orjson.dumps(gap))
     assert err.code == "4.09"
 
@@ -685,8 +723,10 @@ def test_ack_without_delta_seq_is_an_invalid_event() -> None:
     pair = Pair(delta_window=2)
     sid = pair.open()
     rid = pair.start_response(sid)
-    err = _remote_error(pair.server, orjson.dumps({"type": "progress", "target": "response",
-                                                   "target_id": rid, "stage": "ack"}))
+    err = _remote_error(
+        pair.server,
+        orjson.dumps({"type": "progress", "target": "response", "target_id": rid, "stage": "ack"}),
+    )
     assert err.code == "invalid_event"
     assert pair.server.session(sid).send_window.available == 2  # type: ignore[union-attr]
 
@@ -694,12 +734,23 @@ def test_ack_without_delta_seq_is_an_invalid_event() -> None:
 def test_client_refuses_a_window_larger_than_it_asked_for() -> None:
     client = ClientConnection(ConnectionConfig(delta_window=4))
     client.create_session(session_id="s")
-    client.receive(orjson.dumps({"type": "session.created", "uamp_version": "1.0",
-                                 "session_id": "s",
-                                 "session": {"id": "s", "status": "active",
-                                             "config": {"modalities": ["text"],
-                                                        "extensions": {"flow": {
-                                                            "delta_window": 99}}}}}))
+    client.receive(
+        orjson.dumps(
+            {
+                "type": "session.created",
+                "uamp_version": "1.0",
+                "session_id": "s",
+                "session": {
+                    "id": "s",
+                    "status": "active",
+                    "config": {
+                        "modalities": ["text"],
+                        "extensions": {"flow": {"delta_window": 99}},
+                    },
+                },
+            }
+        )
+    )
     with pytest.raises(RemoteProtocolError) as info:
         client.next_event()
     assert "99" in info.value.message

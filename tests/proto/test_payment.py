@@ -50,8 +50,13 @@ def test_transition_table(state: PaymentState, etype: str) -> None:
 
 @pytest.mark.parametrize(
     ("state", "blocks"),
-    [(PaymentState.NONE, False), (PaymentState.REQUIRED, True), (PaymentState.SUBMITTED, True),
-     (PaymentState.ACCEPTED, False), (PaymentState.FAILED, False)],
+    [
+        (PaymentState.NONE, False),
+        (PaymentState.REQUIRED, True),
+        (PaymentState.SUBMITTED, True),
+        (PaymentState.ACCEPTED, False),
+        (PaymentState.FAILED, False),
+    ],
 )
 def test_content_is_blocked_only_while_payment_is_outstanding(
     state: PaymentState, blocks: bool
@@ -68,8 +73,12 @@ def test_retryable_error_goes_back_to_required() -> None:
 
 def test_topup_pauses_the_active_response_and_acceptance_resumes_it() -> None:
     p = PaymentNegotiation(token="preloaded")
-    p.apply(ev.PaymentRequired(requirements=ty.PaymentRequirements(amount="0.10"),
-                               extra={"action": "topup"}), active_response="resp_1")
+    p.apply(
+        ev.PaymentRequired(
+            requirements=ty.PaymentRequirements(amount="0.10"), extra={"action": "topup"}
+        ),
+        active_response="resp_1",
+    )
     assert p.topup and p.paused_response == "resp_1" and p.token == "preloaded"
     p.apply(EVENTS["payment.submit"])
     assert p.token == "t1"

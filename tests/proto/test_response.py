@@ -25,8 +25,10 @@ def _frag(call_id: str, name: str | None, args: str | None) -> ev.ResponseDelta:
 @pytest.mark.parametrize(
     ("terminal", "state"),
     [
-        (ev.ResponseDone(response=ty.ResponseOutput(status="completed", output=[])),
-         ResponseState.COMPLETED),
+        (
+            ev.ResponseDone(response=ty.ResponseOutput(status="completed", output=[])),
+            ResponseState.COMPLETED,
+        ),
         (ev.ResponseCancelled(), ResponseState.CANCELLED),
         (ev.ResponseError(error=ty.ErrorInfo(code="x", message="y")), ResponseState.FAILED),
     ],
@@ -56,8 +58,9 @@ def test_text_concatenates_and_items_keep_their_order() -> None:
     assert t.output == [
         ty.TextContent(text="The weather is"),
         ty.ThinkingContent(thinking="check units"),
-        ty.ToolCallContent(tool_call=ty.ToolInvocation(id="c1", name="search",
-                                                        arguments='{"q":"Paris"}')),
+        ty.ToolCallContent(
+            tool_call=ty.ToolInvocation(id="c1", name="search", arguments='{"q":"Paris"}')
+        ),
         ty.TextContent(text=" sunny"),
         ty.ThinkingContent(thinking="a complete thought"),
     ]
@@ -79,10 +82,20 @@ def test_tool_calls_join_fragments_per_call_id() -> None:
 
 def test_server_tool_results_and_progress() -> None:
     t = ResponseTracker("r")
-    t.apply(ev.ResponseDelta(delta=ty.DeltaToolProgress(
-        tool_progress=ty.ToolProgress(call_id="s1", text="searching"))))
-    t.apply(ev.ResponseDelta(delta=ty.DeltaToolResult(
-        tool_result=ty.ToolResultFragment(call_id="s1", result="42", status="ok"))))
+    t.apply(
+        ev.ResponseDelta(
+            delta=ty.DeltaToolProgress(
+                tool_progress=ty.ToolProgress(call_id="s1", text="searching")
+            )
+        )
+    )
+    t.apply(
+        ev.ResponseDelta(
+            delta=ty.DeltaToolResult(
+                tool_result=ty.ToolResultFragment(call_id="s1", result="42", status="ok")
+            )
+        )
+    )
     t.apply(ev.ToolCallDone(call_id="s1"))
     assert t.tool_progress == {"s1": ["searching"]}
     assert t.output == [ty.ToolResultContent(tool_result=ty.ToolOutput(call_id="s1", result="42"))]
@@ -104,22 +117,27 @@ def test_audio_chunks_join_into_one_item() -> None:
 def test_usage_deltas_accumulate_and_done_usage_wins() -> None:
     t = ResponseTracker("r")
     t.apply(ev.UsageDelta(delta=ty.UsageStats(input_tokens=10, cost=ty.UsageCost(total_cost=0.5))))
-    t.apply(ev.UsageDelta(delta=ty.UsageStats(output_tokens=5, cached_tokens=2,
-                                              cost=ty.UsageCost(total_cost=0.25))))
+    t.apply(
+        ev.UsageDelta(
+            delta=ty.UsageStats(
+                output_tokens=5, cached_tokens=2, cost=ty.UsageCost(total_cost=0.25)
+            )
+        )
+    )
     usage = t.usage
     assert usage is not None
     assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (10, 5, 15)
     assert usage.cached_tokens == 2 and usage.cost is not None and usage.cost.total_cost == 0.75
     final = ty.UsageStats(input_tokens=1, output_tokens=1, total_tokens=2)
-    t.apply(ev.ResponseDone(response=ty.ResponseOutput(status="completed", output=[],
-                                                       usage=final)))
+    t.apply(ev.ResponseDone(response=ty.ResponseOutput(status="completed", output=[], usage=final)))
     assert t.usage == final
 
 
 def test_add_usage_keeps_absent_fields_absent() -> None:
     assert add_usage(None, None) is None
-    summed = add_usage(ty.UsageStats(input_tokens=1), ty.UsageStats(
-        audio=ty.AudioUsage(input_seconds=1.5)))
+    summed = add_usage(
+        ty.UsageStats(input_tokens=1), ty.UsageStats(audio=ty.AudioUsage(input_seconds=1.5))
+    )
     assert summed == ty.UsageStats(input_tokens=1, audio=ty.AudioUsage(input_seconds=1.5))
 
 
@@ -141,8 +159,9 @@ def test_streamed_call_then_tool_call_event_is_one_item() -> None:
     t = ResponseTracker("r")
     t.apply(_frag("c1", "f", '{"a"'))
     t.apply(ev.ToolCall(call_id="c1", name="f", arguments='{"a":1}'))
-    assert t.output == [ty.ToolCallContent(tool_call=ty.ToolInvocation(id="c1", name="f",
-                                                                         arguments='{"a":1}'))]
+    assert t.output == [
+        ty.ToolCallContent(tool_call=ty.ToolInvocation(id="c1", name="f", arguments='{"a":1}'))
+    ]
 
 
 def test_messages_split_at_tool_results() -> None:
@@ -152,8 +171,11 @@ def test_messages_split_at_tool_results() -> None:
     t.add_tool_result("c1", "22")
     t.apply(_text("It is 22."))
     roles = [(m.role, m.content, m.tool_call_id) for m in t.messages()]
-    assert roles == [("assistant", "Let me check.", None), ("tool", "22", "c1"),
-                     ("assistant", "It is 22.", None)]
+    assert roles == [
+        ("assistant", "Let me check.", None),
+        ("tool", "22", "c1"),
+        ("assistant", "It is 22.", None),
+    ]
 
 
 def test_terminal_events_carry_the_accumulated_output() -> None:
