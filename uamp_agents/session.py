@@ -633,7 +633,10 @@ class SessionStream:
         if stream_fn is None:
             self._run_only = agent.run(history, input)
         elif _accepts(stream_fn, "on_step"):
-            self._inner = stream_fn(history, input, on_step=self._on_step)
+            options: dict[str, Any] = {"on_step": self._on_step}
+            if _accepts(stream_fn, "session"):
+                options["session"] = sess  # middleware sees it (UAP 14.2)
+            self._inner = stream_fn(history, input, **options)
         else:
             self._inner = stream_fn(history, input)
 
