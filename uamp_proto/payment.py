@@ -26,11 +26,19 @@ records the token.
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 from . import events as ev
 from . import types as ty
 
-__all__ = ["PAYMENT_ERROR_CODES", "PaymentNegotiation", "PaymentState"]
+__all__ = [
+    "PAYMENT_ERROR_CODES",
+    "PaymentNegotiation",
+    "PaymentPolicy",
+    "PaymentRequiredError",
+    "PaymentState",
+    "TokenPolicy",
+]
 
 PAYMENT_ERROR_CODES = ev.PAYMENT_ERROR_CODES
 
@@ -161,3 +169,102 @@ class PaymentNegotiation:
         """Record a token delivered by ``session.create`` or ``session.update``."""
         if token is not None:
             self.token = token
+
+
+# --- the payment policy every transport consults -----------------------------
+
+
+class PaymentRequiredError(Exception):
+    """A turn cannot run (or go on) until the client pays.
+
+    Transports map it to their own signal (spec 004 "Payment Handling"):
+    Completions answers ``402`` with ``{"error": "Payment required",
+    "status_code": 402, "context": {"accepts": [...]}}`` before any stream
+    starts and accepts ``X-PAYMENT`` on the retry; UAMP WebSocket and Realtime
+    send ``payment.required`` and retry after ``payment.submit``; A2A fails the
+    task with ``code: "payment_required"``; ACP answers JSON-RPC error
+    ``-32402`` and accepts ``payment_token`` on the retried prompt.
+
+    Attributes:
+        requirements: What must be paid.
+        topup: True for a mid-stream top-up (the response pauses, not ends).
+    """
+
+    def __init__(self, requirements: ty.PaymentRequirements, *, topup: bool = False) -> None:
+        super().__init__(f"payment required: {requirements.amount} {requirements.currency or ''}")
+        self.requirements = requirements
+        self.topup = topup
+
+    def accepts(self) -> list[dict[str, object]]:
+        """The ``accepts`` list of the HTTP/JSON-RPC forms (one entry per scheme)."""
+        req = self.requirements
+        schemes = req.schemes or [ty.PaymentScheme(scheme="token")]
+        out: list[dict[str, object]] = []
+        for scheme in schemes:
+            entry: dict[str, object] = {"scheme": scheme.scheme, "amount": req.amount}
+            if scheme.network is not None:
+                entry["network"] = scheme.network
+            if req.currency is not None:
+                entry["currency"] = req.currency
+            out.append(entry)
+        return out
+
+    def event(self, response_id: str | None = None) -> ev.PaymentRequired:
+        """The UAMP ``payment.required`` event for this requirement."""
+        return ev.PaymentRequired(
+            response_id=response_id,
+            requirements=self.requirements,
+            extra={"action": "topup"} if self.topup else None,
+        )
+
+
+class PaymentPolicy(Protocol):
+    """Decides whether a turn may run, the same way for every transport.
+
+    ``check`` is called before a turn starts with the payment token the
+    client presented (``X-PAYMENT`` header, ``payment_token`` of the session
+    or of ``input.text``, ACP's ``payment_token`` param, a
+    ``payment.submit``): it returns ``None`` when the turn may proceed, or
+    the requirements the client must meet.
+    """
+
+    def check(self, agent: str, token: str | None) -> ty.PaymentRequirements | None:
+        """``None`` to proceed, else what must be paid."""
+        ...
+
+
+class TokenPolicy:
+    """A policy that accepts a fixed set of payment tokens.
+
+    Args:
+        valid_tokens: Tokens that pay for a turn.
+        amount: The price quoted in the requirements.
+        currency: Its currency.
+        agents: Only these agents are paid (``None``: all).
+    """
+
+    def __init__(
+        self,
+        valid_tokens: set[str] | frozenset[str],
+        *,
+        amount: str = "0.01",
+        currency: str = "USD",
+        agents: set[str] | None = None,
+    ) -> None:
+        self.valid_tokens = frozenset(valid_tokens)
+        self.amount = amount
+        self.currency = currency
+        self.agents = agents
+
+    def check(self, agent: str, token: str | None) -> ty.PaymentRequirements | None:
+        """Require payment unless ``token`` is one of the valid tokens."""
+        if self.agents is not None and agent not in self.agents:
+            return None
+        if token is not None and token in self.valid_tokens:
+            return None
+        return ty.PaymentRequirements(
+            amount=self.amount,
+            currency=self.currency,
+            schemes=[ty.PaymentScheme(scheme="token", network="uamp")],
+            reason="agent_usage",
+        )

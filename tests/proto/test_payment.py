@@ -90,3 +90,19 @@ def test_balance_updates_are_recorded_in_any_state() -> None:
     p = _in(PaymentState.SUBMITTED)
     p.apply(ev.PaymentBalance(balance="0.20", low_balance_warning=True))
     assert p.low_balance and p.state is PaymentState.SUBMITTED
+
+
+def test_token_policy_requires_payment_without_a_valid_token() -> None:
+    from uamp_proto.payment import PaymentRequiredError, TokenPolicy
+
+    policy = TokenPolicy({"tok_ok"}, amount="0.05", agents={"paid"})
+    assert policy.check("free", None) is None
+    assert policy.check("paid", "tok_ok") is None
+    req = policy.check("paid", "tok_bad")
+    assert req is not None and req.amount == "0.05"
+    err = PaymentRequiredError(req, topup=True)
+    assert err.accepts() == [
+        {"scheme": "token", "amount": "0.05", "network": "uamp", "currency": "USD"}
+    ]
+    event = err.event("resp_1")
+    assert event.is_topup and event.response_id == "resp_1"
