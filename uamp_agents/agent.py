@@ -1,41 +1,132 @@
 """The agent: :func:`agent` and :class:`Agent` (UAP section 4).
 
 An :class:`Agent` is configuration only -- model, tools, system prompt,
-strategy -- and each call to :meth:`Agent.run` or :meth:`Agent.stream` is
-its own run (STYLE section 6).
+execution strategy, middleware, hooks -- and each call to :meth:`Agent.run`
+or :meth:`Agent.stream` is a run of its own (STYLE section 6), so one agent
+serves any number of concurrent runs.
+
+A run goes through the middleware onion (section 10), then the execution
+strategy (section 5) with an :class:`~uamp_agents.context.ExecutionContext`.
+Identity and inheritance for sub-agents travel in a context variable (see
+:mod:`uamp_agents.context`): a sub-agent without a model uses its parent's
+model and provider configuration, resolved when it runs (section 8.3), and
+nesting deeper than ``max_depth`` fails with
+:class:`~uamp_agents.context.SubAgentDepthError` (section 16.1).
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
+
+import orjson
+import trio
 
 from uamp_proto.types import ContentItem, Message, TextContent
 
-from .providers.base import ModelRequest, Provider
+from ._schema import is_structured_class, schema_for
+from .context import (
+    AgentRuntimeError,
+    ExecutionContext,
+    RunInfo,
+    StepCallback,
+    SubAgentDepthError,
+    _running,
+    current_run,
+)
+from .execution import StrategyLike, loop
+from .hooks import AgentStrategy
+from .middleware import BudgetExceededError, MiddlewareContext, run_pipeline
+from .providers.base import Provider
+from .streaming import DEFAULT_BUFFER, AgentStream, Emitter
+from .tools import Tool, ToolContext, as_tool, format_result
 from .turn import Turn
 
-__all__ = ["Agent", "AgentInput", "agent", "to_message"]
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "SUB_AGENT_PARAMETERS",
+    "Agent",
+    "AgentInput",
+    "NoModelError",
+    "agent",
+    "to_message",
+]
 
 #: What a run takes as the user's input.
 AgentInput = str | Message | Sequence[ContentItem]
 
+#: Default limit of sub-agent nesting below a top-level run (section 16.1).
+DEFAULT_MAX_DEPTH = 5
+
+#: The parameter schema of an agent used as a tool (section 8.2).
+SUB_AGENT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {"type": "string", "description": "The task for the sub-agent to perform"}
+    },
+    "required": ["task"],
+}
+
+
+class NoModelError(AgentRuntimeError):
+    """The agent has no model and no parent run to inherit one from."""
+
 
 def to_message(value: AgentInput) -> Message:
-    """Turn a run's input (text, a message, or content items) into a message."""
+    """Turn a run's input (text, a message, or content items) into a user message.
+
+    Raises:
+        TypeError: ``value`` is none of these.
+    """
     if isinstance(value, str):
         return Message(role="user", content=value)
     if isinstance(value, Message):
         return value
-    items = list(value)
-    if len(items) == 1 and isinstance(items[0], TextContent):
-        return Message(role="user", content=items[0].text)
-    return Message(role="user", content_items=items)
+    if isinstance(value, Sequence):
+        items: list[ContentItem] = list(cast("Sequence[ContentItem]", value))
+        if len(items) == 1 and isinstance(items[0], TextContent):
+            return Message(role="user", content=items[0].text)
+        return Message(role="user", content_items=items)
+    raise TypeError(f"input must be a str, a Message or content items, not {type(value).__name__}")
+
+
+def _history_of(value: Any) -> list[Message]:
+    history = getattr(value, "history", None)
+    if callable(history):
+        return list(history())
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)
+    raise TypeError(
+        f"history must be a list of messages or have a history() method, not {type(value).__name__}"
+    )
+
+
+def _structure(structure: Any) -> tuple[dict[str, Any] | None, type | None]:
+    if structure is None:
+        return None, None
+    if isinstance(structure, dict):
+        return structure, None
+    if is_structured_class(structure):
+        return schema_for(structure), structure
+    return schema_for(structure), None
 
 
 class Agent:
-    """An agent definition (UAP section 4.3). Build it with :func:`agent`."""
+    """An agent definition (section 4.3). Build it with :func:`agent`.
+
+    Attributes:
+        id: UUIDv4 of this agent.
+        model: The bound model (``None``: inherit from the parent run).
+        tools: The tools and sub-agents as given.
+        system: The system prompt.
+        execution: The execution strategy.
+        strategy: The lifecycle hooks.
+        middleware: The middleware, outermost first.
+        structure: The structured-output spec as given; ``schema`` is its
+            JSON Schema.
+    """
 
     def __init__(
         self,
@@ -43,53 +134,292 @@ class Agent:
         model: Provider | None = None,
         params: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
-        execution: Any = None,
+        execution: StrategyLike | None = None,
         tools: Sequence[Any] = (),
         system: str | None = None,
         structure: Any = None,
         middleware: Sequence[Any] = (),
-        strategy: Any = None,
+        strategy: AgentStrategy | dict[str, Any] | None = None,
         name: str | None = None,
         description: str | None = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        stream_buffer: int = DEFAULT_BUFFER,
     ) -> None:
+        if max_depth < 0:
+            raise ValueError(f"max_depth must not be negative, got {max_depth}")
+        if execution is not None and not (
+            isinstance(getattr(execution, "name", None), str)
+            and callable(getattr(execution, "execute", None))
+        ):
+            raise TypeError("execution must have a name and an async execute(context) method")
         self.id = str(uuid.uuid4())
         self.model = model
         self.params = dict(params or {})
         self.config = dict(config or {})
-        self.execution = execution
+        self.execution: StrategyLike = execution if execution is not None else loop()
         self.tools = list(tools)
         self.system = system
         self.structure = structure
+        self.schema, self._structure_type = _structure(structure)
         self.middleware = list(middleware)
-        self.strategy = strategy
+        self.strategy = AgentStrategy.coerce(strategy)
         self.name = name
         self.description = description
+        self.max_depth = max_depth
+        self.stream_buffer = stream_buffer
+        self._tools = [as_tool(t) for t in self.tools]
+        names = [t.name for t in self._tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"two tools share the name(s) {duplicates}; rename one with tool()")
 
-    async def run(self, history_or_input: Any, input: AgentInput | None = None) -> Turn:
-        """Run the agent on ``input`` and return the resulting turn.
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"<Agent{label} {self.id}>"
 
-        Call it as ``run(input)`` or ``run(history, input)``; ``history`` is a
-        list of messages or any object with a ``history()`` method returning
-        one (a thread).
+    @property
+    def resolved_tools(self) -> list[Tool]:
+        """The tools as :class:`~uamp_agents.tools.Tool` objects (agents converted)."""
+        return list(self._tools)
+
+    # --- public API -----------------------------------------------------------
+
+    async def run(
+        self,
+        history_or_input: Any,
+        input: AgentInput | None = None,
+        *,
+        session: Any = None,
+        on_step: StepCallback | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Turn:
+        """Run the agent and return the turn (section 4.3).
+
+        Call it as ``run(input)`` or ``run(history, input)``. ``input`` is
+        text, a :class:`Message` or a list of content items; ``history`` is a
+        list of messages or an object with a ``history()`` method.
+
+        Args:
+            session: The session the run belongs to (shown to middleware).
+            on_step: Called as ``on_step(step, state)`` after every step (after
+                ``on_step_end``, before ``stop_condition``); if it returns a
+                string, that is announced as a ``checkpoint`` event.
+            metadata: Initial ``state.metadata`` (and middleware metadata).
+
+        Raises:
+            NoModelError: No model, and no parent run to inherit one from.
+            SubAgentDepthError: Sub-agents nested deeper than ``max_depth``.
+            Exception: Whatever the model, a hook or a middleware raised,
+                unless ``on_error`` or a middleware recovered.
         """
-        if input is None:
-            history: list[Message] = []
-            user = to_message(history_or_input)
-        else:
-            history = _history_of(history_or_input)
-            user = to_message(input)
-        assert self.model is not None
-        messages = ([Message(role="system", content=self.system)] if self.system else [])
-        response = await self.model.generate(
-            ModelRequest(messages=[*messages, *history, user], params=self.params)
+        history, user = _split(history_or_input, input)
+        return await self._execute(
+            history,
+            user,
+            emitter=None,
+            abort=trio.CancelScope(),
+            session=session,
+            on_step=on_step,
+            metadata=metadata,
         )
-        return Turn(messages=[user, response.message], response=response.message, steps=1)
+
+    def stream(
+        self,
+        history_or_input: Any,
+        input: AgentInput | None = None,
+        *,
+        session: Any = None,
+        on_step: StepCallback | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AgentStream:
+        """Run the agent as a stream of events (section 12); same arguments as :meth:`run`.
+
+        The run starts when the stream is first iterated, entered
+        (``async with``) or its ``turn`` awaited.
+        """
+        history, user = _split(history_or_input, input)
+
+        async def runner(emit: Emitter, abort: trio.CancelScope) -> Turn:
+            return await self._execute(
+                history,
+                user,
+                emitter=emit,
+                abort=abort,
+                session=session,
+                on_step=on_step,
+                metadata=metadata,
+            )
+
+        return AgentStream(runner, buffer=self.stream_buffer)
+
+    def to_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        parameter_schema: dict[str, Any] | None = None,
+    ) -> Tool:
+        """This agent as a tool for another agent (section 8.2).
+
+        The tool's name defaults to the agent's ``name``, else
+        ``agent_<id>``; its description to the agent's ``description``, else
+        one made from the system prompt; its parameters to ``{"task": str}``.
+        Calling it runs the agent on the task (or, with a custom schema and no
+        ``task``, on the arguments as JSON) and returns the response text (the
+        structured data as JSON for an agent with a ``structure``).
+        """
+        sub = self
+
+        async def run_sub_agent(context: ToolContext, **arguments: Any) -> str:
+            task = arguments.get("task")
+            text = task if isinstance(task, str) else orjson.dumps(arguments).decode()
+            turn = await sub.run(text)
+            context.child_turns.append(turn)
+            if sub.schema is not None and turn.data is not None:
+                return format_result(turn.data)
+            return turn.response.text
+
+        return Tool(
+            name=name or self.name or f"agent_{self.id}",
+            description=description or self.description or _describe(self.system),
+            parameters=parameter_schema or SUB_AGENT_PARAMETERS,
+            fn=run_sub_agent,
+            context_param="context",
+            thread=False,
+            agent=self,
+        )
+
+    # --- one run ----------------------------------------------------------------
+
+    async def _execute(
+        self,
+        history: list[Message],
+        user: Message,
+        *,
+        emitter: Emitter | None,
+        abort: trio.CancelScope,
+        session: Any,
+        on_step: StepCallback | None,
+        metadata: dict[str, Any] | None,
+    ) -> Turn:
+        parent = current_run()
+        depth = 0 if parent is None else parent.depth + 1
+        limit = self.max_depth if parent is None else min(parent.max_depth, self.max_depth)
+        if depth > limit:
+            raise SubAgentDepthError(
+                f"sub-agent nesting depth {depth} exceeds the limit of {limit} "
+                f"(agent {self.id}); raise max_depth on the top-level agent to allow it"
+            )
+        llm, config = self._bind_model(parent)
+        info = RunInfo(
+            agent_id=self.id,
+            turn_id=str(uuid.uuid4()),
+            parent_agent_id=parent.agent_id if parent else None,
+            parent_turn_id=parent.turn_id if parent else None,
+            depth=depth,
+            max_depth=limit,
+            llm=llm,
+            config=config,
+        )
+        mctx = MiddlewareContext(
+            agent=self, input=user, history=history, metadata=dict(metadata or {}), session=session
+        )
+
+        async def core(ctx: MiddlewareContext) -> Turn:
+            listeners = [
+                functools.partial(mw.on_event, ctx)
+                for mw in self.middleware
+                if callable(getattr(mw, "on_event", None))
+            ]
+            exe = ExecutionContext(
+                agent=self,
+                llm=llm,
+                input=ctx.input,
+                history=list(ctx.history),
+                tools=list(self._tools),
+                strategy=self.strategy,
+                run=info,
+                params=self.params,
+                system=self.system,
+                structure=self.schema,
+                structure_type=self._structure_type,
+                emitter=emitter,
+                checks=ctx.checks,
+                listeners=listeners,
+                on_step=on_step,
+                metadata=ctx.metadata,
+            )
+            with _running(info):
+                return await self._run_strategy(exe, ctx, abort)
+
+        return await run_pipeline(self.middleware, mctx, core)
+
+    async def _run_strategy(
+        self, exe: ExecutionContext, mctx: MiddlewareContext, abort: trio.CancelScope
+    ) -> Turn:
+        started = trio.current_time()
+        turn: Turn | None = None
+        try:
+            with abort:
+                if mctx.deadline is None:
+                    turn = await self.execution.execute(exe)
+                else:
+                    with trio.move_on_at(mctx.deadline) as timer:
+                        turn = await self.execution.execute(exe)
+                    if timer.cancelled_caught:
+                        limit = float(
+                            mctx.metadata.get("budget_max_seconds", mctx.deadline - started)
+                        )
+                        raise BudgetExceededError("seconds", limit, trio.current_time() - started)
+            if turn is None:  # aborted: resolve with what happened so far
+                turn = exe.partial_turn()
+        except Exception as exc:
+            recovered = await self.strategy.call("on_error", exc, exe.state)
+            if recovered is None:
+                raise
+            if not isinstance(recovered, Turn):
+                raise TypeError(
+                    f"on_error must return a Turn or None, not {type(recovered).__name__}"
+                ) from exc
+            turn = recovered
+        await self.strategy.call("on_complete", turn)
+        return turn
+
+    def _bind_model(self, parent: RunInfo | None) -> tuple[Provider, dict[str, Any]]:
+        if self.model is not None:
+            return _configured(self.model, self.config), self.config
+        if parent is None:
+            raise NoModelError(
+                f"agent {self.id} has no model: pass agent(model=...) or run it as a "
+                f"sub-agent of an agent that has one"
+            )
+        config = {**parent.config, **self.config}
+        return _configured(parent.llm, self.config) if self.config else parent.llm, config
 
 
-def _history_of(value: Any) -> list[Message]:
-    if hasattr(value, "history") and callable(value.history):
-        return list(value.history())
-    return list(value)
+def _configured(provider: Provider, config: dict[str, Any]) -> Provider:
+    """Apply provider configuration through the provider's ``with_config``, if it has one."""
+    if not config:
+        return provider
+    with_config = getattr(provider, "with_config", None)
+    if callable(with_config):
+        configured: Provider = with_config(config)
+        return configured
+    return provider
+
+
+def _split(history_or_input: Any, input: AgentInput | None) -> tuple[list[Message], Message]:
+    if input is None:
+        return [], to_message(history_or_input)
+    return _history_of(history_or_input), to_message(input)
+
+
+def _describe(system: str | None) -> str:
+    if not system:
+        return "A sub-agent that performs the given task and reports the result."
+    text = " ".join(system.split())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"A sub-agent. Its instructions: {text}"
 
 
 def agent(
@@ -97,16 +427,45 @@ def agent(
     model: Provider | None = None,
     params: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
-    execution: Any = None,
+    execution: StrategyLike | None = None,
     tools: Sequence[Any] = (),
     system: str | None = None,
     structure: Any = None,
     middleware: Sequence[Any] = (),
-    strategy: Any = None,
+    strategy: AgentStrategy | dict[str, Any] | None = None,
     name: str | None = None,
     description: str | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    stream_buffer: int = DEFAULT_BUFFER,
 ) -> Agent:
-    """Create an :class:`Agent` (UAP section 4.1). See :class:`Agent`."""
+    """Create an agent (section 4.1).
+
+    Args:
+        model: A provider from :mod:`uamp_agents.providers`; ``None`` makes a
+            sub-agent that inherits its parent's model.
+        params: Model parameters sent with every call (``max_tokens`` ...).
+        config: Provider configuration; applied through the provider's
+            ``with_config(config)`` when it has one, and inherited by
+            model-less sub-agents.
+        execution: The strategy (default :func:`~uamp_agents.execution.loop`).
+        tools: Functions, :class:`~uamp_agents.tools.Tool` objects and agents.
+        system: The system prompt.
+        structure: Structured output: a JSON Schema dict, or an attrs class,
+            dataclass or TypedDict (then ``turn.data`` is an instance of it,
+            or a dict for a TypedDict).
+        middleware: Middleware, outermost first.
+        strategy: Lifecycle hooks: an :class:`AgentStrategy` or a dict of them.
+        name: A name; also the default tool name when used as a sub-agent.
+        description: The description used when used as a sub-agent.
+        max_depth: Deepest sub-agent nesting allowed below this agent.
+        stream_buffer: Events buffered between a stream's run and its reader.
+
+    Raises:
+        TypeError: A tool, the strategy, ``structure`` or ``execution`` has
+            the wrong shape.
+        ValueError: Two tools share a name, or ``max_depth`` < 0.
+        SchemaError: A tool's or the structure's type has no JSON Schema.
+    """
     return Agent(
         model=model,
         params=params,
@@ -119,4 +478,6 @@ def agent(
         strategy=strategy,
         name=name,
         description=description,
+        max_depth=max_depth,
+        stream_buffer=stream_buffer,
     )

@@ -83,14 +83,15 @@ class ToolExecution:
         output: What the tool returned (``is_error`` set on failure).
         step: The step number in which it ran.
         duration: Seconds the call took (trio clock).
-        child_agent_id: The sub-agent's id when the tool was an agent.
+        child_turns: Turns of the sub-agents the call ran (one for a
+            sub-agent tool); each has ``agent_id`` and ``parent_turn_id``.
     """
 
     call: ToolInvocation
     output: ToolOutput
     step: int
     duration: float = 0.0
-    child_agent_id: str | None = None
+    child_turns: list[Turn] = attrs.field(factory=list)
 
 
 @attrs.define(kw_only=True)
@@ -114,6 +115,10 @@ class Turn:
         tool_executions: Every tool call of the run, in call order.
         status: ``"completed"``, or ``"aborted"`` when the run was cancelled
             and this is its partial result.
+        stop_reason: Why the run ended: ``"end_turn"`` (the model answered),
+            ``"stop_condition"``, ``"max_steps"``, ``"aborted"`` or
+            ``"recovered"`` (an ``on_error`` hook or middleware supplied the turn).
+        parent_agent_id: The id of the parent agent for a sub-agent run.
         metadata: The strategy's ``state.metadata`` at the end of the run.
     """
 
@@ -127,6 +132,8 @@ class Turn:
     parent_turn_id: str | None = None
     tool_executions: list[ToolExecution] = attrs.field(factory=list)
     status: str = "completed"
+    stop_reason: str = "end_turn"
+    parent_agent_id: str | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
 
     @property

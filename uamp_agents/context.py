@@ -1,0 +1,583 @@
+"""Execution state and context (UAP sections 5.1, 8.4).
+
+:class:`ExecutionState` is the mutable state of one run (step number,
+messages, user metadata, ReAct reasoning, the plan). :class:`ExecutionContext`
+is what a strategy receives: the agent, the bound model, the input, the
+history, the resolved tools, the hooks and the state -- plus the operations
+every strategy needs (call the model, run tool calls concurrently, mark step
+boundaries, emit stream events, build the turn), so that strategies only
+decide *what* to do next.
+
+Parent/child tracking (section 8.4) uses a context variable holding the
+current run's :class:`RunInfo`. Trio copies context variables into child
+tasks, so a sub-agent started from a tool call sees its parent's run: that
+gives it the parent's ids, the nesting depth, and the model to inherit when
+it has none (section 8.3, resolved at execution time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import cattrs
+import orjson
+import trio
+
+from uamp_proto.events import ResponseDelta
+from uamp_proto.types import (
+    DeltaText,
+    Message,
+    ResponseFormat,
+    ToolInvocation,
+    ToolOutput,
+    UsageStats,
+)
+
+from ._schema import validate
+from .hooks import AgentStrategy, StepResult, maybe_await
+from .providers.base import ModelRequest, ModelResponse, Provider, ProviderError
+from .streaming import AgentStreamEvent, Emitter, UAPEvent
+from .tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    error_output,
+    format_result,
+    parse_arguments,
+    run_tool_calls,
+)
+from .turn import ToolExecution, Turn, add_usage
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = [
+    "AgentRuntimeError",
+    "ExecutionContext",
+    "ExecutionState",
+    "PlanStep",
+    "RunInfo",
+    "StructuredOutputError",
+    "SubAgentDepthError",
+    "current_run",
+]
+
+
+class AgentRuntimeError(Exception):
+    """Base of the agent runtime's own errors."""
+
+
+class StructuredOutputError(AgentRuntimeError):
+    """The model's final answer is not JSON matching the agent's ``structure``.
+
+    Attributes:
+        problems: What is wrong, one entry per problem (with JSON paths).
+        text: The text the model returned.
+    """
+
+    def __init__(self, problems: list[str], text: str) -> None:
+        super().__init__("structured output does not match the schema: " + "; ".join(problems))
+        self.problems = problems
+        self.text = text
+
+
+class SubAgentDepthError(AgentRuntimeError):
+    """Sub-agents are nested deeper than allowed (UAP section 16.1)."""
+
+
+@attrs.define(kw_only=True, eq=False)
+class PlanStep:
+    """One step of a plan (section 5.4).
+
+    Attributes:
+        id: Step identifier, unique within the plan.
+        description: What the step does.
+        tool: The tool it uses, if any.
+        arguments: Arguments for ``tool`` when the plan gave them.
+        depends_on: Ids of the steps that must complete first.
+        status: ``"pending"``, ``"in_progress"``, ``"completed"`` or ``"failed"``.
+        result: The step's outcome text, once it ran.
+    """
+
+    id: str
+    description: str
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    depends_on: list[str] = attrs.field(factory=list)
+    status: str = "pending"
+    result: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False)
+class ExecutionState:
+    """The mutable state of one run (section 5.1).
+
+    Attributes:
+        step: The current step number (1-based; 0 before the first step).
+        messages: Messages added by this run, starting with the user input.
+        metadata: User-defined data (read by stop conditions, written by
+            hooks and tools).
+        reasoning: ReAct reasoning traces, one per step.
+        plan: The plan of the plan() strategy.
+    """
+
+    step: int = 0
+    messages: list[Message] = attrs.field(factory=list)
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+    reasoning: list[str] | None = None
+    plan: list[PlanStep] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunInfo:
+    """Identity and inherited settings of a run in progress (section 8.4).
+
+    Attributes:
+        agent_id: The running agent.
+        turn_id: The id of the turn the run will return.
+        parent_agent_id: The parent agent, for a sub-agent run.
+        parent_turn_id: The parent's turn id, for a sub-agent run.
+        depth: 0 for a top-level run, parent depth + 1 for a sub-agent.
+        max_depth: The deepest sub-agent nesting allowed below the root.
+        llm: The model the run uses (what a model-less child inherits).
+        config: The provider configuration a model-less child inherits.
+    """
+
+    agent_id: str
+    turn_id: str
+    parent_agent_id: str | None
+    parent_turn_id: str | None
+    depth: int
+    max_depth: int
+    llm: Provider
+    config: dict[str, Any]
+
+
+_CURRENT_RUN: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(
+    "uamp_agents_current_run", default=None
+)
+
+
+def current_run() -> RunInfo | None:
+    """The run the calling code executes in (inside a tool, its caller's run)."""
+    return _CURRENT_RUN.get()
+
+
+@contextlib.contextmanager
+def _running(info: RunInfo) -> Any:
+    token = _CURRENT_RUN.set(info)
+    try:
+        yield info
+    finally:
+        _CURRENT_RUN.reset(token)
+
+
+#: Budget-style check called at every step start and after every model call.
+Check = Callable[["ExecutionState", UsageStats], None]
+#: Called with every UAP event (middleware ``on_event``).
+Listener = Callable[[UAPEvent], Any]
+#: Sessions' per-step callback; may return a checkpoint id to announce.
+StepCallback = Callable[[int, "ExecutionState"], Any]
+
+_FENCE = re.compile(r"^```[a-zA-Z0-9_-]*\s*\n(.*)\n```\s*$", re.DOTALL)
+_structurer = cattrs.Converter()
+
+
+class ExecutionContext:
+    """Everything a strategy works with (section 5.1), plus its operations.
+
+    Attributes:
+        agent: The agent being run.
+        llm: The bound model (the agent's, or the inherited one).
+        input: The user input message.
+        history: The conversation before this run.
+        tools: Resolved tools, sub-agents included.
+        strategy: The agent's lifecycle hooks.
+        state: The mutable execution state.
+        run: Identity of this run (ids, parent ids, depth).
+        params: Model parameters sent with every request.
+        system: The system prompt, if any.
+        structure: The JSON Schema of the structured output, if any.
+        usage: Usage so far, summed over every model call and sub-agent.
+        tool_executions: Every tool call so far, in call order.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        llm: Provider,
+        input: Message,
+        history: list[Message],
+        tools: list[Tool],
+        strategy: AgentStrategy,
+        run: RunInfo,
+        params: dict[str, Any],
+        system: str | None,
+        structure: dict[str, Any] | None = None,
+        structure_type: type | None = None,
+        emitter: Emitter | None = None,
+        checks: Sequence[Check] = (),
+        listeners: Sequence[Listener] = (),
+        on_step: StepCallback | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.llm = llm
+        self.input = input
+        self.history = history
+        self.tools = tools
+        self.strategy = strategy
+        self.run = run
+        self.params = params
+        self.system = system
+        self.structure = structure
+        self.structure_type = structure_type
+        self.state = ExecutionState(messages=[input], metadata=dict(metadata or {}))
+        self.usage = UsageStats()
+        self.tool_executions: list[ToolExecution] = []
+        self._emitter = emitter
+        self._checks = list(checks)
+        self._listeners = list(listeners)
+        self._on_step = on_step
+        self._tools = {t.name: t for t in tools}
+        self._step_usage: dict[int, UsageStats] = {}
+        self._step_start_index: dict[int, int] = {}
+        self._partial_text: list[str] = []
+
+    # --- read-only views ------------------------------------------------------
+
+    @property
+    def agent_id(self) -> str:
+        """The running agent's id."""
+        return self.run.agent_id
+
+    @property
+    def turn_id(self) -> str:
+        """The id of the turn this run returns."""
+        return self.run.turn_id
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the run is streaming (events reach a consumer)."""
+        return self._emitter is not None
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has one."""
+        return self._tools.get(name)
+
+    def conversation(self, *extra: Message) -> list[Message]:
+        """System prompt, history, this run's messages, then ``extra``."""
+        head = [Message(role="system", content=self.system)] if self.system else []
+        return [*head, *self.history, *self.state.messages, *extra]
+
+    def response_format(self) -> ResponseFormat | None:
+        """The structured-output request for the final answer, if any."""
+        if self.structure is None:
+            return None
+        name = self.structure_type.__name__ if self.structure_type else "output"
+        return ResponseFormat(
+            type="json_schema", json_schema={"name": name, "schema": self.structure}
+        )
+
+    # --- model calls ----------------------------------------------------------
+
+    async def generate(
+        self,
+        messages: list[Message],
+        *,
+        tools: Sequence[Tool] | None = None,
+        response_format: ResponseFormat | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        step: int | None = None,
+    ) -> ModelResponse:
+        """Call the model once; stream its events to the consumer when streaming.
+
+        ``tools`` defaults to all of the agent's tools (pass ``[]`` for none).
+        The usage is added to the run's and the step's totals, then budget
+        checks run.
+
+        Raises:
+            ProviderError: The provider failed, or its stream had no response.
+        """
+        use = self.tools if tools is None else list(tools)
+        request = ModelRequest(
+            messages=messages,
+            tools=[t.definition() for t in use],
+            tool_choice=tool_choice,
+            response_format=response_format,
+            params=dict(self.params),
+        )
+        if self._emitter is None:
+            response = await self.llm.generate(request)
+        else:
+            response = await self._stream_model(request)
+        self.add_usage(response.usage, self.state.step if step is None else step)
+        self.run_checks()
+        return response
+
+    async def _stream_model(self, request: ModelRequest) -> ModelResponse:
+        assert self._emitter is not None
+        response: ModelResponse | None = None
+        self._partial_text = []
+        events = self.llm.stream(request)
+        try:
+            async for event in events:
+                if isinstance(event, ModelResponse):
+                    response = event
+                    continue
+                if isinstance(event, ResponseDelta) and isinstance(event.delta, DeltaText):
+                    self._partial_text.append(event.delta.text)
+                await self._emitter(AgentStreamEvent(source="upp", upp=event))
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+        if response is None:
+            raise ProviderError(f"the {self.llm.name} stream ended without a response")
+        self._partial_text = []
+        return response
+
+    def add_usage(self, usage: UsageStats | None, step: int) -> None:
+        """Add ``usage`` to the run's total and to step ``step``'s total."""
+        if usage is None:
+            return
+        self.usage = add_usage(self.usage, usage)
+        self._step_usage[step] = add_usage(self._step_usage.get(step, UsageStats()), usage)
+
+    def run_checks(self) -> None:
+        """Run the budget checks against the current state and usage."""
+        for check in self._checks:
+            check(self.state, self.usage)
+
+    # --- tools ----------------------------------------------------------------
+
+    async def run_tools(
+        self, calls: Sequence[ToolInvocation], *, step: int | None = None, record: bool = True
+    ) -> list[ToolOutput]:
+        """Run the calls (concurrently where allowed); return outputs in call order.
+
+        With ``record`` the tool messages are appended to ``state.messages``
+        in call order. If the run is cancelled meanwhile, calls that did not
+        finish get an error result ``"cancelled"`` (so the conversation stays
+        well-formed for the partial turn) and the cancellation continues.
+        """
+        step_no = self.state.step if step is None else step
+        outputs: list[ToolOutput | None] = [None] * len(calls)
+        executions: list[ToolExecution | None] = [None] * len(calls)
+
+        async def run_one(index: int, call: ToolInvocation) -> None:
+            started = trio.current_time()
+            tctx = ToolContext(
+                call_id=call.id,
+                tool_name=call.name,
+                agent_id=self.agent_id,
+                turn_id=self.turn_id,
+                step=step_no,
+                state=self.state,
+            )
+            try:
+                found = self._tools.get(call.name)
+                if found is None:
+                    known = ", ".join(sorted(self._tools)) or "none"
+                    raise ToolError(f"unknown tool {call.name!r} (available: {known})")
+                value = await found.invoke(parse_arguments(call), tctx)
+                if isinstance(value, ToolOutput):
+                    output = attrs.evolve(value, call_id=call.id)
+                else:
+                    output = ToolOutput(call_id=call.id, result=format_result(value))
+            except ToolError as exc:
+                output = error_output(call.id, str(exc))
+            except Exception as exc:
+                output = error_output(call.id, _describe(exc))
+            outputs[index] = output
+            executions[index] = ToolExecution(
+                call=call,
+                output=output,
+                step=step_no,
+                duration=trio.current_time() - started,
+                child_turns=tctx.child_turns,
+            )
+            for child in tctx.child_turns:
+                self.add_usage(child.usage, step_no)
+
+        def sequential(call: ToolInvocation) -> bool:
+            found = self._tools.get(call.name)
+            return found is not None and found.sequential
+
+        final: list[ToolOutput] = []
+        try:
+            await run_tool_calls(calls, run_one, sequential=sequential)
+        finally:
+            for index, call in enumerate(calls):
+                output = outputs[index]
+                if output is None:
+                    output = error_output(call.id, "cancelled")
+                    executions[index] = ToolExecution(call=call, output=output, step=step_no)
+                final.append(output)
+            self.tool_executions.extend(e for e in executions if e is not None)
+            if record:
+                self.state.messages.extend(
+                    tool_message(c, o) for c, o in zip(calls, final, strict=True)
+                )
+        self.run_checks()
+        return final
+
+    # --- steps and events -----------------------------------------------------
+
+    async def emit(
+        self, type: str, data: dict[str, Any] | None = None, *, step: int | None = None
+    ) -> None:
+        """Emit a UAP event (to middleware listeners, and to the stream if any)."""
+        event = UAPEvent(
+            type=type,
+            step=self.state.step if step is None else step,
+            agent_id=self.agent_id,
+            data=data or {},
+        )
+        for listener in self._listeners:
+            await maybe_await(listener(event))
+        if self._emitter is not None:
+            await self._emitter(AgentStreamEvent(source="uap", uap=event))
+
+    async def begin_step(self, data: dict[str, Any] | None = None) -> int:
+        """Start the next step: number it, run checks, call ``on_step_start``, emit.
+
+        ``data`` is added to the ``step_start`` event's data.
+        """
+        self.state.step += 1
+        step = self.state.step
+        self._step_start_index[step] = len(self.state.messages)
+        self.run_checks()
+        await self.strategy.call("on_step_start", step, self.state)
+        await self.emit("step_start", {"step_number": step, **(data or {})}, step=step)
+        return step
+
+    async def end_step(
+        self,
+        step: int,
+        response: Message,
+        *,
+        messages: list[Message] | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> bool:
+        """Finish step ``step``; return whether the stop condition says stop.
+
+        Calls ``on_step_end`` with a turn covering this step (its messages
+        default to those appended to ``state.messages`` since the step began),
+        emits ``step_end``, lets the session checkpoint (emitting
+        ``checkpoint`` when it reports an id), then evaluates
+        ``stop_condition`` (section 11.4).
+        """
+        if messages is None:
+            messages = self.state.messages[self._step_start_index.get(step, 0) :]
+        usage = self._step_usage.get(step, UsageStats())
+        step_turn = Turn(
+            messages=list(messages),
+            response=response,
+            usage=usage,
+            steps=1,
+            agent_id=self.agent_id,
+            parent_turn_id=self.run.parent_turn_id,
+            parent_agent_id=self.run.parent_agent_id,
+        )
+        await self.strategy.call("on_step_end", step, StepResult(turn=step_turn, state=self.state))
+        await self.emit(
+            "step_end", {"step_number": step, "usage": usage, **(data or {})}, step=step
+        )
+        if self._on_step is not None:
+            checkpoint_id = await maybe_await(self._on_step(step, self.state))
+            if isinstance(checkpoint_id, str):
+                await self.emit("checkpoint", {"checkpoint_id": checkpoint_id}, step=step)
+        return bool(await self.strategy.call("stop_condition", self.state))
+
+    # --- results --------------------------------------------------------------
+
+    def parse_structured(self, text: str) -> Any:
+        """Decode and validate the final answer against ``structure``.
+
+        Returns the JSON value, or an instance of the structure class when
+        one was given. Raises:
+            StructuredOutputError: Not JSON, or not matching the schema.
+        """
+        assert self.structure is not None
+        body = text.strip()
+        fenced = _FENCE.match(body)
+        if fenced:
+            body = fenced.group(1)
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise StructuredOutputError([f"not valid JSON ({exc})"], text) from None
+        problems = validate(value, self.structure)
+        if problems:
+            raise StructuredOutputError(problems, text)
+        if self.structure_type is not None and not _is_typeddict(self.structure_type):
+            try:
+                return _structurer.structure(value, self.structure_type)
+            except Exception as exc:
+                raise StructuredOutputError(
+                    [f"cannot build {self.structure_type.__name__}: {exc}"], text
+                ) from None
+        return value
+
+    def make_turn(
+        self,
+        response: Message,
+        *,
+        data: Any = None,
+        stop_reason: str = "end_turn",
+        status: str = "completed",
+    ) -> Turn:
+        """Build the run's turn from the state."""
+        return Turn(
+            messages=list(self.state.messages),
+            response=response,
+            usage=self.usage,
+            data=data,
+            steps=self.state.step,
+            id=self.turn_id,
+            agent_id=self.agent_id,
+            parent_turn_id=self.run.parent_turn_id,
+            parent_agent_id=self.run.parent_agent_id,
+            tool_executions=list(self.tool_executions),
+            status=status,
+            stop_reason=stop_reason,
+            metadata=self.state.metadata,
+        )
+
+    def last_assistant(self) -> Message:
+        """The newest assistant message of this run (an empty one if none)."""
+        for message in reversed(self.state.messages):
+            if message.role == "assistant":
+                return message
+        return Message(role="assistant", content="")
+
+    def partial_turn(self) -> Turn:
+        """The turn of an aborted run: what happened so far (section 12.5 rule 5)."""
+        if self._partial_text:
+            self.state.messages.append(
+                Message(role="assistant", content="".join(self._partial_text))
+            )
+            self._partial_text = []
+        return self.make_turn(self.last_assistant(), stop_reason="aborted", status="aborted")
+
+
+def tool_message(call: ToolInvocation, output: ToolOutput) -> Message:
+    """The ``role="tool"`` message carrying a tool call's result."""
+    return Message(role="tool", tool_call_id=call.id, name=call.name, content=output.result)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _is_typeddict(tp: type) -> bool:
+    return issubclass(tp, dict) and hasattr(tp, "__total__")
