@@ -507,7 +507,9 @@ def split_message(message: Message) -> MessageParts:
     items: list[ContentItem] = list(message.content_items or [])
     media_present = any(isinstance(i, MediaItem) for i in items)
     content: list[TextContent | MediaItem] = []
-    if media_present:
+    if message.role == "tool":
+        pass  # a tool message's text is its result, not content
+    elif media_present:
         if message.content and not any(isinstance(i, TextContent) for i in items):
             content.append(TextContent(text=message.content))
         content.extend(i for i in items if isinstance(i, TextContent | MediaItem))

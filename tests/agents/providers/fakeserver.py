@@ -41,8 +41,8 @@ def fixture_json(name: str) -> Any:
 
 def sse_events(raw: bytes) -> list[bytes]:
     """Split an SSE fixture into its events (each ends with its blank line)."""
-    text = raw.replace(b"\r\n", b"\n")
-    return [part + b"\n\n" for part in text.split(b"\n\n") if part.strip()]
+    sep = b"\r\n\r\n" if b"\r\n\r\n" in raw else b"\n\n"
+    return [part + sep for part in raw.split(sep) if part.strip()]
 
 
 @attrs.frozen

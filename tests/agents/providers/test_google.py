@@ -1,0 +1,378 @@
+"""The Gemini provider against a fake Generative Language API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from uamp_agents.providers import ModelRequest, ProviderError, google
+from uamp_agents.providers._google import GoogleProvider
+from uamp_proto.events import UsageDelta
+from uamp_proto.types import (
+    AudioContent,
+    FileContent,
+    FunctionDefinition,
+    ImageContent,
+    MediaURL,
+    Message,
+    ResponseFormat,
+    TextContent,
+    ToolDefinition,
+    ToolInvocation,
+)
+
+from .conftest import GOOGLE_KEY
+from .fakeserver import (
+    FakeServer,
+    Reply,
+    Request,
+    collect,
+    fixture_json,
+    fragments,
+    json_reply,
+    sse_reply,
+    texts,
+    thoughts,
+)
+
+WEATHER = ToolDefinition(
+    function=FunctionDefinition(
+        name="get_weather",
+        description="Current weather in a city",
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    )
+)
+ASK = [
+    Message(role="system", content="Answer briefly."),
+    Message(role="user", content="What is the capital of France?"),
+]
+SIGNATURE = fixture_json("google/tool_call.json")["candidates"][0]["content"]["parts"][0][
+    "thoughtSignature"
+]
+
+
+def provider(server: FakeServer, **kw: Any) -> GoogleProvider:
+    kw.setdefault("retry_base_delay", 0.01)
+    return google("gemini-2.5-flash", api_key=GOOGLE_KEY, base_url=f"{server.url}/v1beta", **kw)
+
+
+def check_text_request(request: Request) -> None:
+    assert request.target == "/v1beta/models/gemini-2.5-flash:generateContent"
+    assert request.headers["x-goog-api-key"] == GOOGLE_KEY
+    body = request.json
+    assert body["systemInstruction"] == {"parts": [{"text": "Answer briefly."}]}
+    assert body["contents"] == [
+        {"role": "user", "parts": [{"text": "What is the capital of France?"}]}
+    ]
+    assert body["generationConfig"] == {
+        "temperature": 0.3,
+        "maxOutputTokens": 256,
+        "stopSequences": ["END"],
+    }
+
+
+async def test_generate_text_and_cached_usage(google_server: FakeServer) -> None:
+    google_server.queue(json_reply("google/text.json", check=check_text_request))
+    p = provider(google_server, params={"temperature": 0.3, "max_tokens": 256})
+    result = await p.generate(ModelRequest(messages=ASK, params={"stop": "END"}))
+    assert result.message.content == "Paris is the capital of France."
+    assert result.finish_reason == "stop"
+    assert result.model == "gemini-2.5-flash"
+    # Spec 8.7: Gemini input includes cached; cached = cachedContentTokenCount.
+    assert result.usage is not None
+    assert result.usage.input_tokens == 4210
+    assert result.usage.cached_tokens == 4096
+    assert result.usage.output_tokens == 8 + 32  # candidates + thoughts
+    assert result.usage.total_tokens == 4250
+
+
+async def test_stream_text(google_server: FakeServer) -> None:
+    def check(request: Request) -> None:
+        assert request.target == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        assert request.headers["x-goog-api-key"] == GOOGLE_KEY
+
+    google_server.queue(sse_reply("google/text.sse", check=check))
+    events, final = await collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+    deltas = texts(events)
+    assert deltas == ["Paris", " is the capital", " of France."]
+    assert final.message.content == "".join(deltas)
+    assert final.finish_reason == "stop"
+    # Usage is cumulative per chunk: one UsageDelta with the last totals.
+    usage_events = [e for e in events if isinstance(e, UsageDelta)]
+    assert len(usage_events) == 1
+    assert usage_events[0].delta.output_tokens == 40
+    assert final.usage == usage_events[0].delta
+
+
+async def test_function_call_generate(google_server: FakeServer) -> None:
+    def check(request: Request) -> None:
+        body = request.json
+        assert body["tools"] == [
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "get_weather",
+                        "description": "Current weather in a city",
+                        # additionalProperties is not accepted by Gemini's Schema.
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"city": {"type": "string"}},
+                            "required": ["city"],
+                        },
+                    }
+                ]
+            }
+        ]
+        assert body["toolConfig"] == {
+            "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}
+        }
+
+    google_server.queue(json_reply("google/tool_call.json", check=check))
+    request = ModelRequest(
+        messages=[Message(role="user", content="Weather in Paris and Lyon?")],
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    result = await provider(google_server).generate(request)
+    assert result.finish_reason == "tool_calls"
+    calls = result.message.tool_calls
+    assert calls is not None
+    assert [(c.name, orjson.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Lyon"}),
+    ]
+    assert calls[0].id != calls[1].id
+    assert calls[0].unknown == {"thought_signature": SIGNATURE}
+
+
+async def test_function_call_stream(google_server: FakeServer) -> None:
+    google_server.queue(sse_reply("google/tool_call.sse"))
+    request = ModelRequest(messages=[Message(role="user", content="Weather?")], tools=[WEATHER])
+    events, final = await collect(provider(google_server).stream(request))
+    frags = fragments(events)
+    assert [(f.name, f.arguments) for f in frags] == [
+        ("get_weather", '{"city":"Paris"}'),
+        ("get_weather", '{"city":"Lyon"}'),
+    ]
+    assert final.message.tool_calls is not None
+    assert [c.id for c in final.message.tool_calls] == [f.id for f in frags]
+    assert final.finish_reason == "tool_calls"
+
+
+async def test_function_response_round_trip(google_server: FakeServer) -> None:
+    calls = [
+        ToolInvocation(
+            id="call_1",
+            name="get_weather",
+            arguments='{"city":"Paris"}',
+            unknown={"thought_signature": SIGNATURE},
+        ),
+        ToolInvocation(id="call_2", name="get_weather", arguments='{"city":"Lyon"}'),
+    ]
+
+    def check(request: Request) -> None:
+        assert request.json["contents"] == [
+            {"role": "user", "parts": [{"text": "Weather in Paris and Lyon?"}]},
+            {
+                "role": "model",
+                "parts": [
+                    {
+                        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                        "thoughtSignature": SIGNATURE,
+                    },
+                    {"functionCall": {"name": "get_weather", "args": {"city": "Lyon"}}},
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "functionResponse": {
+                            "name": "get_weather",
+                            "response": {"temp_c": 18, "sky": "sunny"},
+                        }
+                    },
+                    {"functionResponse": {"name": "get_weather", "response": {"result": "n/a"}}},
+                ],
+            },
+        ]
+
+    google_server.queue(json_reply("google/after_tool.json", check=check))
+    request = ModelRequest(
+        messages=[
+            Message(role="user", content="Weather in Paris and Lyon?"),
+            Message(role="assistant", tool_calls=calls),
+            Message(role="tool", tool_call_id="call_1", content='{"temp_c": 18, "sky": "sunny"}'),
+            Message(role="tool", tool_call_id="call_2", content="n/a"),
+        ],
+        tools=[WEATHER],
+    )
+    result = await provider(google_server).generate(request)
+    assert result.message.content == "Paris: 18 °C and sunny. Lyon: not found."
+
+
+async def test_thinking_stream(google_server: FakeServer) -> None:
+    def check(request: Request) -> None:
+        assert request.json["generationConfig"]["thinkingConfig"] == {
+            "includeThoughts": True,
+            "thinkingBudget": 1024,
+        }
+
+    google_server.queue(sse_reply("google/thinking.sse", check=check))
+    events, final = await collect(
+        provider(google_server, thinking=1024).stream(ModelRequest(messages=ASK))
+    )
+    thinking = thoughts(events)
+    assert [t.content for t in thinking] == [
+        "**Multiplying numbers**\n\nThe user wants 6 times 7.",
+        " That is 42.",
+    ]
+    assert all(t.is_delta for t in thinking)
+    assert texts(events) == ["6 x 7 = 42"]
+    assert final.thinking == "**Multiplying numbers**\n\nThe user wants 6 times 7. That is 42."
+    assert final.message.content == "6 x 7 = 42"
+    assert final.usage is not None
+    assert final.usage.output_tokens == 47
+
+
+async def test_structured_output_and_media(google_server: FakeServer) -> None:
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        "additionalProperties": False,
+    }
+
+    def check(request: Request) -> None:
+        body = request.json
+        assert body["generationConfig"]["responseMimeType"] == "application/json"
+        assert body["generationConfig"]["responseSchema"] == {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        }
+        assert body["contents"][0]["parts"] == [
+            {"text": "Where is this?"},
+            {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgoAAA"}},
+            {"fileData": {"mimeType": "audio/mpeg", "fileUri": "https://x.test/a.mp3"}},
+            {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0xLjQ="}},
+        ]
+
+    google_server.queue(json_reply("google/structured.json", check=check))
+    message = Message(
+        role="user",
+        content="Where is this?",
+        content_items=[
+            ImageContent(image="iVBORw0KGgoAAA", format="png"),
+            AudioContent(audio=MediaURL(url="https://x.test/a.mp3"), format="mp3"),
+            FileContent(file="JVBERi0xLjQ=", filename="a.pdf", mime_type="application/pdf"),
+        ],
+    )
+    fmt = ResponseFormat(type="json_schema", json_schema={"name": "place", "schema": schema})
+    result = await provider(google_server).generate(
+        ModelRequest(messages=[message], response_format=fmt)
+    )
+    assert orjson.loads(result.message.content or "") == {"city": "Paris", "country": "France"}
+
+
+async def test_blocked_prompt(google_server: FakeServer) -> None:
+    google_server.queue(json_reply("google/blocked.json"))
+    result = await provider(google_server).generate(ModelRequest(messages=ASK))
+    assert result.finish_reason == "content_filter"
+    assert result.message.content == ""
+
+
+async def test_429_with_retry_after_then_success(google_server: FakeServer) -> None:
+    google_server.queue(
+        json_reply("google/error_429.json", status=429, headers=(("retry-after", "0"),)),
+        json_reply("google/error_503.json", status=503),
+        sse_reply("google/text.sse"),
+    )
+    events, final = await collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+    assert len(google_server.requests) == 3
+    assert texts(events) == ["Paris", " is the capital", " of France."]
+    assert final.message.content == "Paris is the capital of France."
+
+
+async def test_429_retry_info_delay(google_server: FakeServer) -> None:
+    # No Retry-After header: the delay comes from google.rpc.RetryInfo.
+    google_server.queue(json_reply("google/error_429.json", status=429))
+    with pytest.raises(ProviderError) as info:
+        await provider(google_server, max_retries=0).generate(ModelRequest(messages=ASK))
+    assert info.value.retry_after == 37.0
+    assert info.value.retryable
+    assert "RESOURCE_EXHAUSTED" in info.value.message
+
+
+async def test_500_exhausts_retries(google_server: FakeServer) -> None:
+    google_server.queue(*[json_reply("google/error_500.json", status=500)] * 3)
+    with pytest.raises(ProviderError) as info:
+        await provider(google_server).generate(ModelRequest(messages=ASK))
+    assert info.value.retryable
+    assert info.value.status == 500
+    assert len(google_server.requests) == 3
+
+
+async def test_400_is_not_retried(google_server: FakeServer) -> None:
+    google_server.queue(json_reply("google/error_400.json", status=400))
+    with pytest.raises(ProviderError) as info:
+        await provider(google_server).generate(ModelRequest(messages=ASK))
+    assert not info.value.retryable
+    assert "contents is not specified" in info.value.message
+    assert len(google_server.requests) == 1
+
+
+async def test_api_key_from_environment(
+    google_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.setenv("GOOGLE_API_KEY", GOOGLE_KEY)
+    google_server.queue(json_reply("google/text.json"))
+    p = google(base_url=google_server.url)
+    assert (await p.generate(ModelRequest(messages=ASK))).message.content
+
+
+async def test_stream_without_finish_reason_is_cut(google_server: FakeServer) -> None:
+    google_server.queue(sse_reply("google/cut.sse"))
+    with pytest.raises(ProviderError) as info:
+        await collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+    assert info.value.retryable
+    assert "finishReason" in info.value.message
+    assert len(google_server.requests) == 1
+
+
+async def test_malformed_json(google_server: FakeServer) -> None:
+    google_server.queue(
+        sse_reply("google/malformed.sse"),
+        Reply(body=b'{"candidates": [', headers=(("content-type", "application/json"),)),
+    )
+    p = provider(google_server)
+    with pytest.raises(ProviderError) as info:
+        await collect(p.stream(ModelRequest(messages=ASK)))
+    assert "malformed JSON" in info.value.message
+    with pytest.raises(ProviderError) as info:
+        await p.generate(ModelRequest(messages=ASK))
+    assert "malformed JSON" in info.value.message
+
+
+async def test_stalled_server_times_out(google_server: FakeServer) -> None:
+    google_server.queue(Reply(stall=True))
+    p = provider(google_server, timeout=0.3, max_retries=0)
+    with pytest.raises(ProviderError) as info:
+        await p.generate(ModelRequest(messages=[Message(role="user", content_items=[])]))
+    assert "timed out" in info.value.message
+
+
+async def test_text_content_items_only(google_server: FakeServer) -> None:
+    def check(request: Request) -> None:
+        assert request.json["contents"] == [{"role": "user", "parts": [{"text": "ab"}]}]
+
+    google_server.queue(json_reply("google/text.json", check=check))
+    message = Message(role="user", content_items=[TextContent(text="a"), TextContent(text="b")])
+    await provider(google_server).generate(ModelRequest(messages=[message]))
