@@ -1,0 +1,112 @@
+"""Shared fixtures: self-signed TLS files and servers on 127.0.0.1 port 0."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+
+def make_self_signed(directory: Path) -> tuple[str, str]:
+    """Write a self-signed cert for 127.0.0.1/localhost; returns (certfile, keyfile)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = directory / "cert.pem", directory / "key.pem"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(certfile), str(keyfile)
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(certfile, keyfile) of a self-signed certificate for 127.0.0.1."""
+    return make_self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def serve_app(nursery: trio.Nursery) -> Callable[..., Awaitable[Any]]:
+    """``server = await serve_app(app, **config)``: a server on 127.0.0.1:0 in the
+    test's nursery (cancelled when the test ends)."""
+    from uamp_trio.server import Server
+
+    async def start(app: Any, **config: Any) -> Server:
+        server = Server(app, host="127.0.0.1", port=0, **config)
+        await nursery.start(server.serve)
+        return server
+
+    return start
+
+
+@pytest.fixture
+def thread_server() -> Iterator[Callable[..., Any]]:
+    """``server = thread_server(app, **config)``: a server in its own thread
+    (its own ``trio.run``), for clients that are not trio (the openai SDK)."""
+    from uamp_trio.server import Server
+
+    running: list[tuple[Server, threading.Thread]] = []
+
+    def start(app: Any, **config: Any) -> Server:
+        server = Server(app, host="127.0.0.1", port=0, **config)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.serve)
+                ready.set()
+
+        def run() -> None:
+            try:
+                trio.run(main)
+            except BaseException as exc:  # reported to the test below
+                failure.append(exc)
+                ready.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert ready.wait(10), "server thread did not start"
+        if failure:
+            raise failure[0]
+        running.append((server, thread))
+        return server
+
+    yield start
+    for server, thread in running:
+        server.shutdown_threadsafe()
+        thread.join(15)
+        assert not thread.is_alive(), "server thread did not stop"
