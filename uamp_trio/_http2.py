@@ -180,7 +180,13 @@ class _Http2Connection:
             sid = event.stream_id
             self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
             data_st = self.streams.get(sid)
-            if data_st is None or data_st.rejected:
+            if data_st is None:
+                return
+            if data_st.rejected:
+                data_st.size += len(event.data or b"")
+                if data_st.size > 2 * self.cfg.max_body_size:
+                    self.h2.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+                    self._stream_finished(data_st)
                 return
             data_st.size += len(event.data or b"")
             if data_st.size > self.cfg.max_body_size:
@@ -189,7 +195,9 @@ class _Http2Connection:
                 data_st.body.append(bytes(event.data or b""))
         elif isinstance(event, h2.events.StreamEnded):
             ended = self.streams.get(event.stream_id)
-            if ended is not None and not ended.rejected:
+            if ended is not None and ended.rejected:
+                self._stream_finished(ended)
+            elif ended is not None:
                 self.nursery.start_soon(self._run_stream, ended)
         elif isinstance(event, h2.events.StreamReset):
             reset = self.streams.pop(event.stream_id, None)
@@ -211,19 +219,16 @@ class _Http2Connection:
             f"The request body exceeds the limit of {self.cfg.max_body_size} bytes.",
             code="request_too_large",
         )
-        self.nursery.start_soon(self._respond_and_reset, st, response)
+        self.nursery.start_soon(self._respond_rejected, st, response)
 
-    async def _respond_and_reset(self, st: _Stream, response: Response) -> None:
+    async def _respond_rejected(self, st: _Stream, response: Response) -> None:
+        # The answer goes out at once; the rest of the upload is acknowledged
+        # and dropped until the client ends the stream (clients such as
+        # httpcore fail if the stream is reset while they are still sending;
+        # a client that goes on past another ``max_body_size`` is reset).
         try:
             await self._send_response(st.id, response, head_only=False)
-            # We answered before the client finished sending: ask it to stop
-            # without error (RFC 9113 section 8.1).
-            if st.id in self.streams:
-                self.h2.reset_stream(st.id, h2.errors.ErrorCodes.NO_ERROR)
-                await self.flush()
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            pass
-        finally:
             self._stream_finished(st)
 
     def _stream_finished(self, st: _Stream) -> None:

@@ -220,17 +220,19 @@ async def test_streaming_response_is_chunked_and_incremental(serve_app) -> None:
     with trio.fail_after(TIMEOUT):
         router, events = make_router()
         server = await serve_app(router)
-        async with httpx.AsyncClient(base_url=server.url) as client:
-            async with client.stream("GET", "/stream") as r:
-                assert r.headers["transfer-encoding"] == "chunked"
-                parts = r.aiter_raw()
-                first = await parts.__anext__()
-                # The first chunk arrived while the endpoint is still blocked.
-                assert first == b"first;"
-                assert not events["release"].is_set()
-                events["release"].set()
-                rest = b"".join([chunk async for chunk in parts])
-                assert rest == b"second;"
+        async with (
+            httpx.AsyncClient(base_url=server.url) as client,
+            client.stream("GET", "/stream") as r,
+        ):
+            assert r.headers["transfer-encoding"] == "chunked"
+            parts = r.aiter_raw()
+            first = await parts.__anext__()
+            # The first chunk arrived while the endpoint is still blocked.
+            assert first == b"first;"
+            assert not events["release"].is_set()
+            events["release"].set()
+            rest = b"".join([chunk async for chunk in parts])
+            assert rest == b"second;"
 
 
 async def test_websocket_hand_over_echoes(serve_app) -> None:  # type: ignore[no-untyped-def]
@@ -270,16 +272,18 @@ async def test_graceful_shutdown_lets_in_flight_request_finish() -> None:
             port = await nursery.start(server.serve)
             # An idle keep-alive connection, closed at once by the shutdown.
             idle = await trio.open_tcp_stream("127.0.0.1", port)
-            async with httpx.AsyncClient(base_url=server.url) as client:
-                async with client.stream("GET", "/stream") as r:
-                    parts = r.aiter_raw()
-                    assert await parts.__anext__() == b"first;"
-                    server.shutdown()
-                    assert await idle.receive_some(100) == b""
-                    with pytest.raises(OSError):
-                        await trio.open_tcp_stream("127.0.0.1", port)
-                    events["release"].set()
-                    assert b"".join([c async for c in parts]) == b"second;"
+            async with (
+                httpx.AsyncClient(base_url=server.url) as client,
+                client.stream("GET", "/stream") as r,
+            ):
+                parts = r.aiter_raw()
+                assert await parts.__anext__() == b"first;"
+                server.shutdown()
+                assert await idle.receive_some(100) == b""
+                with pytest.raises(OSError):
+                    await trio.open_tcp_stream("127.0.0.1", port)
+                events["release"].set()
+                assert b"".join([c async for c in parts]) == b"second;"
         # serve() returned on its own: the nursery is done.
         await idle.aclose()
 
