@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from uamp_agents.agent import agent
 from uamp_agents.persistence import (
     JSONDirectoryAdapter,
     MemoryAdapter,
@@ -18,6 +23,8 @@ from uamp_agents.persistence import (
     PersistenceError,
     SQLiteAdapter,
 )
+from uamp_agents.providers import function
+from uamp_agents.session import Session
 
 
 def doc(session_id: str | None = None, checkpoints: int = 2) -> dict[str, Any]:
@@ -288,3 +295,94 @@ async def test_sqlite_error_is_a_persistence_error(tmp_path: Path) -> None:
     store = SQLiteAdapter(tmp_path / "not-a-db")
     with pytest.raises(PersistenceError):
         await store.load(str(uuid.uuid4()))
+
+
+# --- a process killed in the middle of a run -------------------------------------
+
+CHILD_SCRIPT = '''
+"""Run a many-step agent in a SQLite-backed session; block in step {block_at}."""
+import sys
+from pathlib import Path
+
+import trio
+
+from uamp_agents.agent import agent
+from uamp_agents.providers import function
+from uamp_agents.session import session
+
+db, ready, id_file = (Path(p) for p in sys.argv[1:4])
+BLOCK_AT = {block_at}
+
+
+def model(messages, tools):
+    done = sum(1 for m in messages if m.role == "tool")
+    return [("work", {{"n": done + 1}})] if done < 100 else "finished"
+
+
+async def work(n: int) -> str:
+    """Do step n of the job.
+
+    Args:
+        n: The step number.
+    """
+    if n == BLOCK_AT:
+        ready.write_text(str(n))
+        await trio.sleep_forever()
+    return f"did {{n}}"
+
+
+async def main():
+    sess = session(agent(model=function(model), tools=[work]), persistence=db)
+    id_file.write_text(sess.id)
+    await sess.run("start the job")
+
+
+trio.run(main)
+'''
+
+
+async def test_sigkill_mid_run_loses_at_most_the_step_in_progress(tmp_path: Path) -> None:
+    block_at = 4
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_SCRIPT.format(block_at=block_at))
+    db, ready, id_file = tmp_path / "sessions.db", tmp_path / "ready", tmp_path / "id"
+    python = "/work/venv/bin/python" if Path("/work/venv/bin/python").exists() else sys.executable
+    child = subprocess.Popen(
+        [python, str(script), str(db), str(ready), str(id_file)],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with trio.fail_after(60):
+            while not ready.exists():
+                if child.poll() is not None:
+                    raise AssertionError(f"child exited early: {child.stderr.read()!r}")
+                await trio.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+    session_id = id_file.read_text()
+    replies = iter(["recovered"])
+    restart = agent(model=function(lambda messages, tools: next(replies)))
+    async with SQLiteAdapter(db) as store:
+        restored = await Session.load(session_id, restart, store)
+        done = block_at - 1
+        # Every completed step has its checkpoint; the blocked one has none.
+        assert [c.step for c in restored.checkpoints] == list(range(1, done + 1))
+        last = restored.checkpoints[-1]
+        roles = [m.role for m in last.state.messages]
+        assert roles == ["user"] + ["assistant", "tool"] * done
+        results = [m.content for m in last.state.messages if m.role == "tool"]
+        assert results == [f"did {n}" for n in range(1, done + 1)]
+        # The thread tree shows the same completed steps.
+        assert restored.history() == last.state.messages
+        assert restored.step == done
+        await restored.restore(last.id)
+        assert restored.history() == last.state.messages
+        turn = await restored.run("carry on")
+        assert turn.response.text == "recovered"
+        assert restored.history()[: len(last.state.messages)] == last.state.messages
