@@ -87,6 +87,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _tidy(text: str) -> str:
+    """Show a numeric tool result without a needless ``.0``."""
+    try:
+        return _fmt(float(text))
+    except ValueError:
+        return text
+
+
 class _Task:
     """What the conversation asks for, as far as the demo model understands it."""
 
@@ -131,7 +139,7 @@ class _Task:
     def answer(self) -> str:
         sign = "+" if self.op == "add" else "*"
         if self.kind == "arith":
-            result = self.results[-1] if self.results else self.computed()
+            result = _tidy(self.results[-1]) if self.results else self.computed()
             return f"{_fmt(self.a)} {sign} {_fmt(self.b)} = {result}"
         if self.kind == "time":
             if self.results:
