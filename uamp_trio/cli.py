@@ -56,7 +56,10 @@ def load_agent(spec: str) -> Agent:
         except AttributeError:
             raise ValueError(f"--agent {spec!r}: {module_name!r} has no {attr!r}") from None
     if isinstance(obj, type) or (not isinstance(obj, Agent) and callable(obj)):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise ValueError(f"--agent {spec!r}: calling {attr}() failed: {exc}") from exc
     if not isinstance(obj, Agent):
         raise ValueError(
             f"--agent {spec!r}: {type(obj).__name__} is not an agent "

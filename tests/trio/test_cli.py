@@ -1,0 +1,121 @@
+"""``uamp serve`` as a real subprocess: starts, prints URLs, answers, stops on signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from uamp_trio.cli import load_agent
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP = 15.0
+
+
+def start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + STARTUP
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if line.startswith("single agent") or line.startswith("Ctrl-C"):
+            break
+        if len([x for x in lines if "Models:" in x]) >= 2:  # two agents listed
+            break
+    return proc, lines
+
+
+def stop(proc: subprocess.Popen[str], signum: int) -> int:
+    proc.send_signal(signum)
+    try:
+        return proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_serve_prints_urls_answers_and_stops_on_signal(signum: int) -> None:
+    proc, lines = start()
+    try:
+        text = "\n".join(lines)
+        m = re.search(
+            r"Chat Completions: (http://127\.0\.0\.1:(\d+)/agents/demo/chat/completions)", text
+        )
+        assert m, text
+        assert f"Capabilities: http://127.0.0.1:{m.group(2)}/agents/demo/capabilities" in text
+        r = httpx.post(
+            m.group(1), json={"messages": [{"role": "user", "content": "cli"}]}, timeout=10
+        )
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["message"]["content"] == "You said: cli"
+    finally:
+        code = stop(proc, signum)
+    assert code == 0
+    assert proc.stdout is not None
+    assert "shutting down" in proc.stdout.read()
+
+
+def test_serve_hosts_several_agents_from_module_specs() -> None:
+    proc, lines = start(
+        "--agent", "tests.trio.test_cli:make_helper", "--agent", "uamp_trio.demo:DemoAgent"
+    )
+    try:
+        text = "\n".join(lines)
+        m = re.search(
+            r"http://127\.0\.0\.1:(\d+)/agents/alice\.my-bot\.helper/chat/completions", text
+        )
+        assert m, text
+        base = f"http://127.0.0.1:{m.group(1)}"
+        r = httpx.get(f"{base}/v1/models", timeout=10)
+        assert sorted(d["id"] for d in r.json()["data"]) == ["alice.my-bot.helper", "demo"]
+    finally:
+        assert stop(proc, signal.SIGTERM) == 0
+
+
+def test_serve_rejects_a_bad_agent_spec() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "uamp_trio", "serve", "--agent", "json:JSONDecoder"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "JSONDecoder is not an agent" in proc.stderr
+
+
+def test_load_agent_specs() -> None:
+    agent = load_agent("tests.trio.test_cli:make_helper")
+    assert agent.name == "alice.my-bot.helper"
+    with pytest.raises(ValueError, match="module:attribute"):
+        load_agent("no-colon")
+    with pytest.raises(ValueError, match="cannot import"):
+        load_agent("no_such_module_xyz:thing")
+    with pytest.raises(ValueError, match="calling dumps\\(\\) failed"):
+        load_agent("json:dumps")
+
+
+def make_helper():  # type: ignore[no-untyped-def]
+    """A zero-argument factory, loaded by the tests above."""
+    from uamp_trio.demo import DemoAgent
+
+    return DemoAgent("alice.my-bot.helper")
