@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -740,3 +742,23 @@ async def test_checkpoint_from_json_alone() -> None:
     with pytest.raises(SerializationError) as info:
         Checkpoint.from_json({**cp.to_json(), "state": None}, "cp")
     assert info.value.path == "cp.state"
+
+
+# --- the guide's examples run -----------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+DOC_BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "sessions.md").read_text(), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(DOC_BLOCKS)))
+async def test_docs_sessions_examples_run(index: int) -> None:
+    python = "/work/venv/bin/python" if Path("/work/venv/bin/python").exists() else sys.executable
+    result = await trio.run_process(
+        [python, "-c", DOC_BLOCKS[index]], cwd=REPO, capture_stdout=True, capture_stderr=True
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip()
+
+
+def test_docs_have_examples() -> None:
+    assert len(DOC_BLOCKS) >= 5
