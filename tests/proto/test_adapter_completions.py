@@ -1,0 +1,266 @@
+"""The sans-IO Chat Completions adapter: request parsing, errors, response shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters.completions import (
+    SSE_DONE,
+    ChunkEncoder,
+    CompletionsError,
+    completion_response,
+    finish_reason_for,
+    parse_request,
+    sse_data,
+    usage_object,
+)
+
+
+def parse(body: Any):  # type: ignore[no-untyped-def]
+    return parse_request(body, agent="demo", response_id="chatcmpl-1", session_id="sess_1")
+
+
+def test_full_request_maps_to_a_turn() -> None:
+    body = {
+        "model": "demo",
+        "messages": [
+            {"role": "developer", "content": "rules"},
+            {
+                "role": "user",
+                "name": "ann",
+                "content": [
+                    {"type": "text", "text": "see "},
+                    {"type": "text", "text": "this"},
+                    {"type": "image_url", "image_url": {"url": "https://x/i.png", "detail": "low"}},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    {"type": "input_audio", "input_audio": {"data": "UklG", "format": "wav"}},
+                    {
+                        "type": "file",
+                        "file": {
+                            "file_data": "data:application/pdf;base64,JVBE",
+                            "filename": "a.pdf",
+                        },
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "42"}]},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        ],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
+        "temperature": 0.5,
+        "max_tokens": 7,
+        "n": 1,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "some_future_field": 1,
+    }
+    req = parse(orjson.dumps(body))
+    turn = req.turn
+    assert (req.model, req.stream, req.include_usage, req.max_tokens) == ("demo", True, True, 7)
+    assert turn.response_id == "chatcmpl-1" and turn.session_id == "sess_1" and turn.agent == "demo"
+    system, user, assistant, tool = turn.messages
+    assert system == ty.Message(role="system", content="rules")
+    assert user.content == "see this" and user.name == "ann"
+    assert user.content_items == [
+        ty.TextContent(text="see "),
+        ty.TextContent(text="this"),
+        ty.ImageContent(image=ty.MediaURL(url="https://x/i.png"), detail="low"),
+        ty.ImageContent(image="AAAA", format="png"),
+        ty.AudioContent(audio="UklG", format="wav"),
+        ty.FileContent(file="JVBE", filename="a.pdf", mime_type="application/pdf"),
+    ]
+    assert assistant.tool_calls == [ty.ToolInvocation(id="c1", name="f", arguments="{}")]
+    assert tool == ty.Message(role="tool", content="42", tool_call_id="c1")
+    assert turn.tools[0].function.name == "f"
+    assert turn.tool_choice == {"type": "function", "function": {"name": "f"}}
+    assert turn.response_format == ty.ResponseFormat(
+        type="json_schema", json_schema={"name": "s", "schema": {}}
+    )
+    assert turn.metadata == {"model": "demo", "temperature": 0.5, "max_tokens": 7}
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (b"{oops", None, "invalid_json"),
+        ([], None, "invalid_type"),
+        ({}, "messages", "missing_required_parameter"),
+        ({"messages": []}, "messages", "invalid_value"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "invalid_value"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "invalid_type"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "video", "video": "x"}]}]},
+            "messages[0].content[0].type",
+            "invalid_value",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}
+                ]
+            },
+            "messages[0].content[0].file.file_id",
+            "unsupported_value",
+        ),
+        (
+            {"messages": [{"role": "tool", "content": "x"}]},
+            "messages[0].tool_call_id",
+            "missing_required_parameter",
+        ),
+        (
+            {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "function": {}}]}]},
+            "messages[0].tool_calls[0].function.name",
+            "missing_required_parameter",
+        ),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "unsupported_value"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "temperature": 3},
+            "temperature",
+            "invalid_value",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+            "max_tokens",
+            "invalid_value",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "stream": "yes"},
+            "stream",
+            "invalid_type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "stream_options": {}},
+            "stream_options",
+            "invalid_value",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"},
+            "tool_choice",
+            "invalid_value",
+        ),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"function": {"name": "a b"}}],
+            },
+            "tools[0].function.name",
+            "invalid_value",
+        ),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "function", "function": {"name": "a"}}],
+                "tool_choice": {"type": "function", "function": {"name": "b"}},
+            },
+            "tool_choice.function.name",
+            "invalid_value",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}},
+            "response_format.type",
+            "invalid_value",
+        ),
+    ],
+)
+def test_bad_requests_raise_with_openai_error(body: Any, param: str | None, code: str) -> None:
+    with pytest.raises(CompletionsError) as info:
+        parse(body)
+    err = info.value
+    assert err.status == 400
+    assert (err.param, err.code) == (param, code)
+    assert err.body() == {
+        "error": {
+            "message": err.message,
+            "type": "invalid_request_error",
+            "param": param,
+            "code": code,
+        }
+    }
+    assert err.message
+
+
+def test_completion_response_shape() -> None:
+    usage = ty.UsageStats(input_tokens=3, output_tokens=4, cached_tokens=1)
+    call = ty.ToolInvocation(id="c1", name="f", arguments='{"a":1}')
+    body = completion_response(
+        completion_id="chatcmpl-1",
+        created=99,
+        model="m",
+        text="",
+        tool_calls=[call],
+        finish_reason="tool_calls",
+        usage=usage,
+    )
+    assert body["object"] == "chat.completion" and body["created"] == 99
+    message = body["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+    ]
+    assert body["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 4,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 1},
+    }
+    assert usage_object(None) == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def test_finish_reasons() -> None:
+    call = ty.ToolInvocation(id="c", name="f", arguments="")
+    used = ty.UsageStats(output_tokens=5)
+    assert finish_reason_for([call], used, 5) == "tool_calls"
+    assert finish_reason_for([], used, 5) == "length"
+    assert finish_reason_for([], used, 6) == "stop"
+    assert finish_reason_for([], used, None) == "stop"
+
+
+def test_chunk_encoder_streams_text_and_tool_calls() -> None:
+    enc = ChunkEncoder(completion_id="chatcmpl-1", created=5, model="m", include_usage=True)
+    start = enc.start()
+    assert start["choices"][0]["delta"]["role"] == "assistant" and start["usage"] is None
+    assert enc.feed(ev.ResponseCreated(response_id="r")) == []
+    [text] = enc.feed(ev.ResponseDelta(delta=ty.DeltaText(text="hi")))
+    assert text["choices"][0]["delta"] == {"content": "hi"}
+    first, args = enc.feed(ev.ToolCall(call_id="c1", name="f", arguments='{"x":1}'))
+    assert first["choices"][0]["delta"]["tool_calls"] == [
+        {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    ]
+    assert args["choices"][0]["delta"]["tool_calls"] == [
+        {"index": 0, "function": {"arguments": '{"x":1}'}}
+    ]
+    second = enc.feed(ev.ToolCall(call_id="c2", name="g", arguments=""))
+    assert len(second) == 1 and second[0]["choices"][0]["delta"]["tool_calls"][0]["index"] == 1
+    [think] = enc.feed(ev.Thinking(content="hmm"))
+    assert think["choices"][0]["delta"] == {"reasoning_content": "hmm"}
+    finish, usage = enc.finish("tool_calls", ty.UsageStats(input_tokens=1, output_tokens=2))
+    assert finish["choices"][0] == {
+        "index": 0,
+        "delta": {},
+        "logprobs": None,
+        "finish_reason": "tool_calls",
+    }
+    assert usage["choices"] == [] and usage["usage"]["total_tokens"] == 3
+    plain = ChunkEncoder(completion_id="x", created=1, model="m")
+    assert "usage" not in plain.start() and len(plain.finish("stop", None)) == 1
+
+
+def test_sse_framing() -> None:
+    assert sse_data({"a": 1}) == b'data: {"a":1}\n\n'
+    assert SSE_DONE == b"data: [DONE]\n\n"
