@@ -1,0 +1,608 @@
+"""The per-connection UAMP session driver shared by the WebSocket and HTTP+SSE transports.
+
+Theory of operation
+-------------------
+A :class:`SessionHost` drives one :class:`~uamp_proto.connection.ServerConnection`
+(one WebSocket, or one HTTP+SSE session) on behalf of a transport that does
+the I/O. The transport
+
+* hands every incoming message to :meth:`SessionHost.feed` -- synchronous, so
+  the transport's single reader task never waits on any session -- and
+* drains :attr:`SessionHost.outbox` (a bounded :class:`Outbox` of encoded
+  events) in a single writer task, writing everything that is ready at once.
+
+``feed`` runs the core's ``receive``/``next_event`` loop and dispatches by
+event type (UAMP sections 3, 5, 6, 10):
+
+``session.create``
+    The agent is resolved (the endpoint's agent, or ``session.create.agent``
+    on a multi-agent endpoint). The server answers ``session.created`` then
+    ``capabilities``; an agent that is not hosted gets ``session.error``
+    ``agent_not_found`` and no session is created.
+``response.create``
+    Starts one task for the response, under its own cancel scope, in the
+    transport's nursery. The task runs the agent through the turn driver
+    (:func:`uamp_trio.turns.open_turn`) and sends its events through the core.
+    When the agent asked the client to run tools, the task waits for the
+    ``tool.result`` events and runs the agent again on
+    ``session.conversation()`` under the same response id (section 3.2); the
+    ``response.done`` it finally sends carries the whole response's output.
+``response.cancel``
+    Cancels the agent; the response ends with ``response.cancelled`` and the
+    partial output the client was sent.
+``tool.result`` / delta acks (``progress`` stage ``ack``)
+    Wake the session's response task (only that session's).
+``session.update``
+    The core keeps the new token on the session; answered ``session.updated``.
+    Every later turn gets the session's current token in ``TurnRequest.token``.
+``session.end``
+    Stops the session's response task.
+``capabilities.query``
+    Answered with the session's agent's capabilities.
+
+Replies the reader owes (``session.created``, errors, pongs, acks) go to the
+outbox without waiting (:meth:`Outbox.put_owed`); a peer that makes the
+server owe more than ``max_owed`` unwritten replies -- it sends and never
+reads -- is refused with :class:`Overloaded`, and the transport drops it.
+Response events wait for room (:meth:`Outbox.put`), which is how a client
+that stops reading stops the agent: the socket fills, the writer blocks, the
+outbox fills, the response task blocks, the turn's bounded channel fills and
+the agent's ``emit`` waits. Memory stays flat.
+
+Delta windows (``docs/flow.md``): on a session that opted in, the core
+numbers deltas and refuses one past the window with
+:class:`~uamp_proto.errors.FlowControlError`; the session's response task
+then parks until an ack for that session arrives. Other sessions on the same
+connection go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import attrs
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import flow
+from uamp_proto import types as ty
+from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
+from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
+
+from .turns import open_turn
+
+__all__ = [
+    "Outbox",
+    "OutboxClosed",
+    "Overloaded",
+    "SessionHost",
+    "SessionLimits",
+]
+
+log = logging.getLogger("uamp_trio.sessions")
+
+_TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
+
+
+@attrs.frozen(kw_only=True)
+class SessionLimits:
+    """Limits of one UAMP connection (sizes in bytes, times in seconds).
+
+    Attributes:
+        max_sessions: Most concurrent sessions on one connection; one more
+            ``session.create`` gets ``session.error`` ``too_many_sessions``.
+        max_message_size: Largest incoming message; a larger WebSocket
+            message closes the socket with 1009.
+        idle_timeout: A connection with no incoming UAMP message and no
+            response running for this long is closed (an HTTP+SSE session
+            with no stream attached expires).
+        keepalive_interval: With nothing received for this long the server
+            sends a WebSocket ping; with still nothing after as long again,
+            the peer is taken for dead and the connection dropped.
+        outbox_size: Encoded events queued between the sessions and the
+            writer before response tasks wait.
+        turn_buffer: Events buffered between an agent and its response task.
+        max_owed: Replies the server may owe a peer that does not read
+            before the peer is dropped.
+        max_delta_window: The largest delta window granted.
+    """
+
+    max_sessions: int = 64
+    max_message_size: int = 4 * 1024 * 1024
+    idle_timeout: float = 300.0
+    keepalive_interval: float = 30.0
+    outbox_size: int = 64
+    turn_buffer: int = 16
+    max_owed: int = 1024
+    max_delta_window: int = 1024
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_sessions", "max_message_size", "outbox_size", "turn_buffer", "max_owed",
+                     "max_delta_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("idle_timeout", "keepalive_interval"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+
+class OutboxClosed(Exception):
+    """The outbox was closed; nothing more will be taken from it."""
+
+
+class Overloaded(Exception):
+    """The peer made the server owe more replies than it may queue."""
+
+
+class Outbox:
+    """A bounded queue of encoded events between producers and one writer.
+
+    Response tasks :meth:`put` (waiting while it is full); the reader adds the
+    replies it owes with :meth:`put_owed` (never waiting; those go first);
+    the writer :meth:`take` s everything ready at once.
+
+    Args:
+        size: Most queued events from :meth:`put`.
+        max_owed: Most queued replies from :meth:`put_owed`.
+    """
+
+    def __init__(self, size: int = 64, max_owed: int = 1024) -> None:
+        self._size = size
+        self._max_owed = max_owed
+        self._items: deque[bytes] = deque()
+        self._owed: deque[bytes] = deque()
+        self._space = trio.lowlevel.ParkingLot()
+        self._ready = trio.lowlevel.ParkingLot()
+        self._poked = False
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._items) + len(self._owed)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    async def put(self, data: bytes) -> None:
+        """Queue one event, waiting while the outbox is full.
+
+        Raises:
+            OutboxClosed: The outbox is (or gets) closed.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while len(self._items) >= self._size and not self._closed:
+            await self._space.park()
+        if self._closed:
+            raise OutboxClosed
+        self._items.append(data)
+        if self._ready:
+            self._ready.unpark_all()
+
+    def put_owed(self, data: bytes) -> None:
+        """Queue a reply the server owes, without waiting.
+
+        Raises:
+            Overloaded: More than ``max_owed`` replies are unwritten.
+        """
+        if self._closed:
+            return
+        if len(self._owed) >= self._max_owed:
+            raise Overloaded(f"more than {self._max_owed} replies are waiting to be written")
+        self._owed.append(data)
+        if self._ready:
+            self._ready.unpark_all()
+
+    def poke(self) -> None:
+        """Wake the writer with nothing queued (the transport has frames of its own)."""
+        self._poked = True
+        if self._ready:
+            self._ready.unpark_all()
+
+    async def take(self) -> list[bytes]:
+        """Everything queued (owed replies first); waits for at least one or a poke.
+
+        Raises:
+            OutboxClosed: The outbox is closed and empty.
+        """
+        while not self._items and not self._owed and not self._poked:
+            if self._closed:
+                raise OutboxClosed
+            await self._ready.park()
+        self._poked = False
+        out = list(self._owed)
+        self._owed.clear()
+        out.extend(self._items)
+        self._items.clear()
+        if self._space:
+            self._space.unpark_all()
+        return out
+
+    def close(self) -> None:
+        """Refuse further events; :meth:`take` drains what is queued, then raises."""
+        self._closed = True
+        self._ready.unpark_all()
+        self._space.unpark_all()
+
+
+class _SessionGone(Exception):
+    """The session ended while its response task was sending."""
+
+
+class _Response:
+    """The response a session is running."""
+
+    def __init__(self, response_id: str) -> None:
+        self.id = response_id
+        self.cancel_requested = False
+        self.turn_cancel: Callable[[], None] | None = None
+        #: Cancelled when the session ends or the connection closes.
+        self.scope = trio.CancelScope()
+
+
+class _Session:
+    """The transport's side of one UAMP session."""
+
+    def __init__(self, session_id: str, agent: Agent) -> None:
+        self.id = session_id
+        self.agent = agent
+        #: Parked on by the response task; woken by acks, tool results, cancels.
+        self.wakeup = trio.lowlevel.ParkingLot()
+        self.response: _Response | None = None
+
+    def wake(self) -> None:
+        if self.wakeup:
+            self.wakeup.unpark_all()
+
+
+def _error(session_id: str | None, code: str, message: str) -> ev.SessionError:
+    return ev.SessionError(
+        session_id=session_id, error=ty.ErrorInfo(code=code, message=message)
+    )
+
+
+class SessionHost:
+    """Drives the UAMP sessions of one connection; see the module docstring.
+
+    Args:
+        nursery: Where response tasks run (the transport's connection nursery).
+        agents: The agents a multi-agent endpoint may reach, by name.
+        agent: The agent of a per-agent endpoint (``/agents/{name}/...``), or
+            ``None`` when ``session.create.agent`` chooses.
+        limits: Connection limits.
+        transport: Put into ``TurnRequest.metadata["transport"]``.
+        clock: Wall-clock seconds for ``session.created.created_at``.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        agents: Mapping[str, Agent],
+        agent: Agent | None = None,
+        *,
+        limits: SessionLimits | None = None,
+        transport: str = "uamp",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.limits = limits or SessionLimits()
+        self.conn = ServerConnection(
+            ConnectionConfig(
+                max_sessions=self.limits.max_sessions,
+                max_event_size=self.limits.max_message_size,
+                max_delta_window=self.limits.max_delta_window,
+            )
+        )
+        #: Encoded outgoing events for the transport's writer.
+        self.outbox = Outbox(self.limits.outbox_size, self.limits.max_owed)
+        #: trio time of the last incoming UAMP message.
+        self.last_activity = trio.current_time()
+        self._nursery = nursery
+        self._agents = agents
+        self._fixed = agent
+        self._transport = transport
+        self._clock = clock
+        self._sessions: dict[str, _Session] = {}
+        #: Called when the last session ends (HTTP+SSE ends its HTTP session).
+        self.on_empty: Callable[[], None] | None = None
+
+    # --- public ---------------------------------------------------------------
+
+    @property
+    def session_ids(self) -> list[str]:
+        """The ids of the live sessions."""
+        return list(self._sessions)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a response is running on any session."""
+        return any(s.response is not None for s in self._sessions.values())
+
+    def feed(self, message: bytes | str) -> list[RemoteProtocolError]:
+        """Process one incoming message (one JSON event); never waits.
+
+        Returns:
+            The protocol errors the message caused (their ``session.error``
+            replies are already in the outbox); empty when all was well.
+
+        Raises:
+            Overloaded: The peer has too many unwritten replies queued.
+        """
+        self.last_activity = trio.current_time()
+        conn = self.conn
+        errors: list[RemoteProtocolError] = []
+        try:
+            conn.receive(message)
+        except LocalProtocolError as exc:  # pragma: no cover - drained after every message
+            errors.append(RemoteProtocolError(exc.message, code="overloaded"))
+            return errors
+        while True:
+            try:
+                event = conn.next_event()
+            except RemoteProtocolError as exc:
+                errors.append(exc)
+                self._flush_owed()
+                continue
+            if event is NEED_DATA:
+                break
+            self._flush_owed()
+            if isinstance(event, ev.Event):
+                self._dispatch(event)
+        self._flush_owed()
+        return errors
+
+    def close_all(self, reason: str | None = None, *, notify: bool = True) -> None:
+        """End every session and stop its work.
+
+        Args:
+            reason: The ``session.end`` reason (``"timeout"``...).
+            notify: Tell the peer with ``session.end`` (not when it is gone).
+        """
+        for sid in list(self._sessions):
+            if notify and sid in self.conn.sessions:
+                with contextlib.suppress(LocalProtocolError, Overloaded):
+                    end = ev.SessionEnd(session_id=sid, reason=reason)
+                    self.outbox.put_owed(self.conn.send(end))
+            self._drop(sid)
+
+    # --- dispatch -------------------------------------------------------------
+
+    def _owe(self, event: ev.Event) -> None:
+        self.outbox.put_owed(self.conn.send(event))
+
+    def _flush_owed(self) -> None:
+        for data in self.conn.data_to_send():
+            self.outbox.put_owed(data)
+
+    def _session_of(self, event: ev.Event) -> _Session | None:
+        sid = event.session_id
+        if sid is not None:
+            return self._sessions.get(sid)
+        if len(self._sessions) == 1:
+            return next(iter(self._sessions.values()))
+        return None
+
+    def _dispatch(self, event: ev.Event) -> None:
+        etype = event.type
+        if etype == "response.delta" or etype == "input.text":
+            return
+        if etype == "session.create":
+            assert isinstance(event, ev.SessionCreate)
+            self._create(event)
+            return
+        session = self._session_of(event)
+        if etype == "response.create":
+            assert isinstance(event, ev.ResponseCreate)
+            if session is not None:
+                self._start_response(session, event)
+        elif etype == "progress" or etype == "tool.result":
+            if session is not None:
+                session.wake()
+        elif etype == "response.cancel":
+            assert isinstance(event, ev.ResponseCancel)
+            if session is not None:
+                self._cancel(session, event.response_id)
+        elif etype == "session.update":
+            sid = session.id if session is not None else None
+            self._owe(ev.SessionUpdated(session_id=sid))
+        elif etype == "session.end":
+            if session is not None:
+                self._drop(session.id)
+        elif etype == "capabilities.query":
+            assert isinstance(event, ev.CapabilitiesQuery)
+            self._capabilities(session, event)
+
+    def _resolve(self, name: str | None) -> Agent | tuple[str, str]:
+        fixed = self._fixed
+        if fixed is not None:
+            if name is None or name == fixed.name:
+                return fixed
+            return (
+                "agent_not_found",
+                f"this endpoint serves agent {fixed.name!r}, not {name!r}; connect to /ws to "
+                "choose the agent per session",
+            )
+        hosted = ", ".join(sorted(self._agents)) or "none"
+        if name is None:
+            if len(self._agents) == 1:
+                return next(iter(self._agents.values()))
+            return (
+                "agent_required",
+                f"name the agent in session.create.agent (hosted here: {hosted})",
+            )
+        agent = self._agents.get(name)
+        if agent is None:
+            return ("agent_not_found", f"no agent named {name!r} is hosted here (hosted: {hosted})")
+        return agent
+
+    def _create(self, event: ev.SessionCreate) -> None:
+        sid = event.session_id
+        assert sid is not None  # the server core assigns one
+        found = self._resolve(event.agent)
+        if isinstance(found, tuple):
+            self._owe(_error(sid, *found))  # the session ends in the core: never created
+            return
+        self.outbox.put_owed(self.conn.accept(sid, agent=found.name, created_at=self._clock()))
+        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=found.capabilities()))
+        self._sessions[sid] = _Session(sid, found)
+
+    def _capabilities(self, session: _Session | None, event: ev.CapabilitiesQuery) -> None:
+        if session is not None:
+            agent: Agent | tuple[str, str] = session.agent
+        else:
+            agent = self._resolve(event.model)
+        if isinstance(agent, tuple):
+            self._owe(_error(None, *agent))
+            return
+        sid = session.id if session is not None else None
+        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
+
+    def _drop(self, sid: str) -> None:
+        session = self._sessions.pop(sid, None)
+        if session is None:
+            return
+        if session.response is not None:
+            session.response.scope.cancel()
+        session.wake()
+        if not self._sessions and self.on_empty is not None:
+            self.on_empty()
+
+    def _cancel(self, session: _Session, response_id: str | None) -> None:
+        response = session.response
+        if response is None or (response_id is not None and response_id != response.id):
+            return  # nothing running, or a cancel racing the end of an earlier response
+        response.cancel_requested = True
+        if response.turn_cancel is not None:
+            response.turn_cancel()
+        session.wake()
+
+    # --- responses --------------------------------------------------------------
+
+    def _start_response(self, session: _Session, create: ev.ResponseCreate) -> None:
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None or ctx.response is None:  # pragma: no cover - the core checked
+            return
+        response = _Response(ctx.response.response_id)
+        session.response = response
+        self._nursery.start_soon(self._respond, session, response, create)
+
+    def _request(
+        self, session: _Session, response_id: str, create: ev.ResponseCreate
+    ) -> TurnRequest | None:
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None or ctx.response is None or ctx.response.response_id != response_id:
+            return None
+        config = ctx.config or ty.SessionConfig(modalities=["text"])
+        override = create.response
+        instructions = config.instructions
+        tools = config.tools or []
+        modalities = config.modalities
+        if override is not None:
+            instructions = override.instructions if override.instructions is not None else (
+                instructions
+            )
+            tools = override.tools if override.tools is not None else tools
+            modalities = override.modalities or modalities
+        extensions = dict(config.extensions or {})
+        extensions.pop("flow", None)  # the transport's business, not the agent's
+        return TurnRequest(
+            agent=session.agent.name,
+            session_id=session.id,
+            response_id=response_id,
+            messages=ctx.conversation(),
+            instructions=instructions,
+            tools=list(tools),
+            response_format=create.response_format or config.response_format,
+            modalities=list(modalities or ["text"]),
+            token=ctx.token,
+            payment_token=ctx.payment_token,
+            extensions=extensions,
+            metadata={"transport": self._transport},
+        )
+
+    async def _respond(
+        self, session: _Session, response: _Response, create: ev.ResponseCreate
+    ) -> None:
+        try:
+            with response.scope:
+                await self._run_response(session, response, create)
+        except (_SessionGone, OutboxClosed):
+            pass
+        finally:
+            if session.response is response:
+                session.response = None
+
+    async def _run_response(
+        self, session: _Session, response: _Response, create: ev.ResponseCreate
+    ) -> None:
+        rid = response.id
+        first = True
+        while True:
+            request = self._request(session, rid, create)
+            if request is None:
+                return
+            async with open_turn(session.agent, request, buffer=self.limits.turn_buffer) as turn:
+                response.turn_cancel = turn.cancel
+                if response.cancel_requested:
+                    turn.cancel()
+                async for event in turn:
+                    if type(event) is ev.ResponseCreated and not first:
+                        continue  # the client saw response.created before the tool round
+                    if isinstance(event, ev.ResponseDone | ev.ResponseCancelled):
+                        event = self._final(session, event)
+                    await self._send(session, response, event)
+                response.turn_cancel = None
+            outcome = turn.outcome
+            if outcome is None or outcome.status != "requires_action":
+                return
+            first = False
+            # Section 3.2: wait for the client's tool.result events.
+            while True:
+                ctx = self.conn.sessions.get(session.id)
+                if ctx is None or ctx.response is None or ctx.response.response_id != rid:
+                    return
+                if response.cancel_requested:
+                    cancelled = ctx.response.cancelled_event()
+                    await self._send(
+                        session, response, attrs.evolve(cancelled, session_id=session.id)
+                    )
+                    return
+                if not ctx.response.pending_tool_calls:
+                    break
+                await session.wakeup.park()
+
+    def _final(self, session: _Session, event: ev.Event) -> ev.Event:
+        """The terminal event built from the whole response (all tool rounds)."""
+        ctx = self.conn.sessions.get(session.id)
+        tracker = ctx.response if ctx is not None else None
+        if tracker is None:
+            return event
+        final = tracker.done_event() if type(event) is ev.ResponseDone else (
+            tracker.cancelled_event()
+        )
+        return attrs.evolve(final, session_id=session.id)
+
+    async def _send(self, session: _Session, response: _Response, event: ev.Event) -> None:
+        conn = self.conn
+        while True:
+            if session.id not in conn.sessions:
+                raise _SessionGone
+            if response.cancel_requested and event.type in flow.FLOW_CONTROLLED_TYPES:
+                return  # cancelled: the partial output is what the client was sent
+            try:
+                data = conn.send(event)
+            except FlowControlError:
+                await session.wakeup.park()  # until an ack (or a cancel) for this session
+                continue
+            except LocalProtocolError as exc:
+                if isinstance(event, _TERMINAL):
+                    raise _SessionGone from None
+                log.warning("dropping %s of agent %r: %s", event.type, session.agent.name, exc)
+                return
+            break
+        await self.outbox.put(data)

@@ -1,0 +1,282 @@
+"""Native UAMP over WebSocket (UAMP section 13.1, spec 004 "UAMP WebSocket Transport").
+
+Endpoints (mounted by :func:`mount`):
+
+* ``/agents/{name}/uamp`` -- sessions talk to agent ``name`` (a different
+  ``session.create.agent`` is refused with ``session.error``
+  ``agent_not_found``); an unknown ``name`` refuses the upgrade with 404;
+* ``/uamp`` and ``/ws`` -- multi-agent: ``session.create.agent`` selects the
+  agent of each session (optional when one agent is hosted).
+
+Theory of operation
+-------------------
+One JSON event per text message, several sessions per socket (section 10).
+Once the HTTP server has handed the upgrade over and the ``101`` is written,
+:func:`serve_uamp_websocket` runs the connection as a few tasks in one
+nursery (``shared/STYLE.md`` section 5):
+
+* the **reader** reads the socket, lets the framing engine
+  (:mod:`uamp_trio._ws_engine`) cut it into messages, and feeds each to the
+  :class:`~uamp_trio.sessions.SessionHost`, which never waits; response
+  tasks run in the same nursery under a cancel scope each;
+* the **writer** takes everything ready in the host's outbox (plus pongs and
+  close frames the engine owes), frames it and writes it with one
+  ``send_all``: coalescing is the main lever on throughput, since each trio
+  ``send_all`` costs about as much as framing ten small messages;
+* the **keeper** sends a WebSocket ping when nothing has arrived for
+  ``keepalive_interval``, drops a peer that still sends nothing for as long
+  again, and closes (``session.end`` reason ``timeout`` for every session,
+  then close code 1001) a connection that sent no UAMP message and ran no
+  response for ``idle_timeout``.
+
+A message larger than ``max_message_size`` closes the socket with 1009.
+Malformed JSON or a bad event gets ``session.error`` from the core and the
+connection stays open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import orjson
+import trio
+
+from uamp_proto.agent import Agent
+
+from ._ws_engine import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    EngineName,
+    FrameEngine,
+    WebSocketClosed,
+    make_engine,
+)
+from .http import error_body
+from .sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+
+if TYPE_CHECKING:
+    from .routing import App
+    from .websocket import WebSocketRequest
+
+__all__ = ["UampWebSocketConfig", "UampWebSocketEndpoint", "mount", "serve_uamp_websocket"]
+
+log = logging.getLogger("uamp_trio.uamp_ws")
+
+#: Bytes asked of the socket per read.
+READ_SIZE: Final = 65536
+#: The WebSocket subprotocol names accepted when a client offers one.
+SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
+#: How long closing waits for the writer to flush the close frame.
+CLOSE_GRACE: Final = 2.0
+
+
+@attrs.frozen(kw_only=True)
+class UampWebSocketConfig:
+    """Options of the UAMP WebSocket endpoint.
+
+    Attributes:
+        limits: Per-connection limits; ``None`` takes :class:`SessionLimits`
+            defaults with ``max_message_size`` from the server's
+            ``websocket_max_message_size``.
+        engine: The framing engine (``"websockets"`` or ``"wsproto"``);
+            ``None`` is :data:`uamp_trio._ws_engine.DEFAULT_ENGINE`.
+    """
+
+    limits: SessionLimits | None = None
+    engine: EngineName | None = None
+
+
+class UampWebSocketEndpoint:
+    """The WebSocket handler of ``/agents/{name}/uamp``, ``/uamp`` and ``/ws``.
+
+    Args:
+        app: The app whose agents are served.
+        config: Endpoint options.
+    """
+
+    def __init__(self, app: App, config: UampWebSocketConfig | None = None) -> None:
+        self.app = app
+        self.config = config or UampWebSocketConfig()
+
+    async def __call__(self, pending: WebSocketRequest) -> None:
+        """Accept the upgrade and serve UAMP on it until it closes."""
+        name = pending.request.path_params.get("agent")
+        fixed: Agent | None = None
+        if name is not None:
+            fixed = self.app.agents.get(name)
+            if fixed is None:
+                body = orjson.dumps(
+                    error_body(f"No agent named {name!r} is hosted here.",
+                               code="agent_not_found")
+                )
+                await pending.reject(404, body, [("content-type", "application/json")])
+                return
+        offered = pending.subprotocols
+        chosen = next((p for p in SUBPROTOCOLS if p in offered), None)
+        await pending.accept(subprotocol=chosen)
+        limits = self.config.limits or SessionLimits(
+            max_message_size=pending.max_message_size
+        )
+        await serve_uamp_websocket(
+            pending.stream,
+            self.app.agents,
+            fixed,
+            initial_data=pending.initial_data,
+            limits=limits,
+            engine=self.config.engine,
+        )
+
+
+def mount(app: App, config: UampWebSocketConfig | None = None) -> None:
+    """Serve native UAMP over WebSocket on ``app`` (see the module docstring)."""
+    endpoint = UampWebSocketEndpoint(app, config)
+    app.agent_websocket("/uamp", endpoint, label="UAMP WebSocket")
+    app.router.add_websocket("/ws", endpoint)
+
+
+class _Connection:
+    """The tasks of one UAMP WebSocket connection."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        engine: FrameEngine,
+        host: SessionHost,
+        limits: SessionLimits,
+    ) -> None:
+        self.stream = stream
+        self.engine = engine
+        self.host = host
+        self.limits = limits
+        self.last_received = trio.current_time()
+        self.writer_done = trio.Event()
+        self.scope: trio.CancelScope | None = None
+
+    def shut(self, code: int, reason: str) -> None:
+        """Queue a close frame and let the writer finish."""
+        self.engine.close(code, reason)
+        self.host.outbox.close()
+
+    async def reader(self, initial: bytes) -> None:
+        engine, host, stream = self.engine, self.host, self.stream
+        data = initial
+        try:
+            while True:
+                if data:
+                    for message in engine.feed(data):
+                        host.feed(message)
+                    self.last_received = trio.current_time()
+                    host.outbox.poke()  # pongs and close replies the engine owes
+                try:
+                    data = bytes(await stream.receive_some(READ_SIZE))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    engine.feed(b"")  # raises WebSocketClosed
+        except WebSocketClosed as closed:
+            log.debug("UAMP WebSocket closed: %s", closed)
+            host.close_all(notify=False)
+            host.outbox.close()
+        except Overloaded as exc:
+            log.info("dropping a UAMP WebSocket peer: %s", exc)
+            self.shut(CLOSE_POLICY_VIOLATION, "too many unread replies")
+
+    async def writer(self) -> None:
+        engine, outbox, stream = self.engine, self.host.outbox, self.stream
+        try:
+            while True:
+                try:
+                    batch = await outbox.take()
+                except OutboxClosed:
+                    tail = engine.take()
+                    if tail:
+                        await stream.send_all(tail)
+                    return
+                if engine.closed is None:
+                    text = engine.text
+                    for message in batch:
+                        text(message)
+                data = engine.take()
+                if data:
+                    await stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.host.outbox.close()
+        finally:
+            self.writer_done.set()
+            if self.scope is not None:
+                # Nothing more will be written: give the peer a moment to answer
+                # the close frame, then end the connection.
+                self.scope.deadline = min(self.scope.deadline, trio.current_time() + CLOSE_GRACE)
+
+    async def keeper(self) -> None:
+        limits, host = self.limits, self.host
+        interval = limits.keepalive_interval
+        pinged_at: float | None = None
+        while True:
+            now = trio.current_time()
+            quiet = now - self.last_received
+            if pinged_at is not None and self.last_received >= pinged_at:
+                pinged_at = None  # the peer answered (or sent something)
+            if pinged_at is not None and now - pinged_at >= interval:
+                log.info("UAMP WebSocket peer silent for %.0fs; dropping it", quiet)
+                self.shut(CLOSE_INTERNAL_ERROR, "keepalive timeout")
+                return
+            if pinged_at is None and quiet >= interval:
+                self.engine.ping(b"uamp")
+                host.outbox.poke()
+                pinged_at = now
+            idle_since = host.last_activity
+            if not host.busy and now - idle_since >= limits.idle_timeout:
+                host.close_all("timeout", notify=True)
+                self.shut(CLOSE_GOING_AWAY, "idle timeout")
+                return
+            next_at = min(
+                (pinged_at + interval) if pinged_at is not None else self.last_received + interval,
+                idle_since + limits.idle_timeout if not host.busy else now + interval,
+            )
+            await trio.sleep_until(max(next_at, now + 0.001))
+
+
+async def serve_uamp_websocket(
+    stream: trio.abc.Stream,
+    agents: Mapping[str, Agent],
+    agent: Agent | None = None,
+    *,
+    initial_data: bytes = b"",
+    limits: SessionLimits | None = None,
+    engine: EngineName | None = None,
+) -> None:
+    """Serve UAMP on an open WebSocket (after the ``101``) until it closes.
+
+    Args:
+        stream: The connection's byte stream.
+        agents: Agents reachable by ``session.create.agent``.
+        agent: The endpoint's own agent, or ``None`` for a multi-agent endpoint.
+        initial_data: Bytes already read past the upgrade request.
+        limits: Connection limits.
+        engine: WebSocket framing engine.
+    """
+    limits = limits or SessionLimits()
+    frames = make_engine(client=False, max_message_size=limits.max_message_size, engine=engine)
+    async with trio.open_nursery() as nursery:
+        host = SessionHost(nursery, agents, agent, limits=limits, transport="uamp-websocket")
+        conn = _Connection(stream, frames, host, limits)
+        conn.scope = nursery.cancel_scope
+        nursery.start_soon(conn.writer)
+        nursery.start_soon(conn.keeper)
+        await conn.reader(initial_data)
+        host.close_all(notify=False)
+        if frames.closed is None:  # pragma: no cover - the reader only returns once closed
+            frames.close(CLOSE_NORMAL)
+        host.outbox.close()
+        with trio.move_on_after(CLOSE_GRACE):
+            await conn.writer_done.wait()
+        nursery.cancel_scope.cancel()
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await trio.aclose_forcefully(stream)
