@@ -38,6 +38,7 @@ section 9.2 rule 5).
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -244,6 +245,14 @@ def _sub_agent_states(
     return out
 
 
+def _copy(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy, so later changes to the run's state leave a checkpoint as made."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # an uncopyable value is kept by reference
+        return dict(value)
+
+
 def _plan_json(plan: Any) -> list[dict[str, Any]] | None:
     if plan is None:
         return None
@@ -375,7 +384,7 @@ class Session:
             state=CheckpointState(
                 step=self.step,
                 messages=self.thread_tree.history(),
-                metadata=dict(metadata_source or {}),
+                metadata=_copy(dict(metadata_source or {})),
                 reasoning=list(getattr(state, "reasoning", None) or []) or None,
                 plan=_plan_json(getattr(state, "plan", None)),
             ),
@@ -755,6 +764,18 @@ class SessionStream:
         """Cancel the run; its partial turn is appended when it resolves."""
         if self._inner is not None:
             self._inner.abort()
+
+    async def aclose(self) -> None:
+        """Abort the run if it is still going and record its outcome.
+
+        A stream that is neither iterated to the end, awaited, nor closed
+        keeps the session busy.
+        """
+        if self._finished:
+            return
+        self.abort()
+        with contextlib.suppress(Exception):
+            await self._complete()
 
     async def __aenter__(self) -> SessionStream:
         if self._inner is not None:

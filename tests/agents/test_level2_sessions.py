@@ -762,3 +762,33 @@ async def test_docs_sessions_examples_run(index: int) -> None:
 
 def test_docs_have_examples() -> None:
     assert len(DOC_BLOCKS) >= 5
+
+
+async def test_aclose_frees_the_session() -> None:
+    s = session(make_agent(Script(tool_steps=1)))
+    stream = s.stream("never read")
+    await stream.aclose()
+    assert stream.done
+    turn = await s.run("next")
+    assert turn.response.text == "re: next"
+
+
+async def test_checkpoint_state_metadata_is_a_snapshot() -> None:
+    def mark(n: int) -> str:
+        """Mark.
+
+        Args:
+            n: Step.
+        """
+        return "ok"
+
+    def model(messages: list[Message], tools: list[ToolDefinition]) -> Any:
+        done = sum(1 for m in messages if m.role == "tool")
+        return [("mark", {"n": done})] if done < 2 else "done"
+
+    def on_step_end(step: int, result: Any) -> None:
+        result.state.metadata.setdefault("seen", []).append(step)
+
+    s = session(agent(model=function(model), tools=[mark], strategy={"on_step_end": on_step_end}))
+    await s.run("go")
+    assert [c.state.metadata["seen"] for c in s.checkpoints] == [[1], [1, 2], [1, 2, 3]]
