@@ -58,7 +58,10 @@ async def test_run_with_text_returns_turn_with_messages_in_order() -> None:
 async def test_run_with_history_list_and_thread_like_object() -> None:
     model, seen = scripted("one", "two")
     a = agent(model=model)
-    history = [Message(role="user", content="My name is Alice"), Message(role="assistant", content="ok")]
+    history = [
+        Message(role="user", content="My name is Alice"),
+        Message(role="assistant", content="ok"),
+    ]
     turn = await a.run(history, "What is my name?")
     assert [m.text for m in seen[0]] == ["My name is Alice", "ok", "What is my name?"]
     assert len(turn.messages) == 2  # the history is not repeated in the turn
@@ -284,7 +287,9 @@ def test_to_tool_defaults_follow_section_8_2() -> None:
     assert "You explore codebases." in t.description
     assert t.parameters == SUB_AGENT_PARAMETERS
     assert t.agent is sub
-    custom = sub.to_tool(name="explorer", description="Explores.", parameter_schema={"type": "object"})
+    custom = sub.to_tool(
+        name="explorer", description="Explores.", parameter_schema={"type": "object"}
+    )
     assert (custom.name, custom.description, custom.parameters) == (
         "explorer",
         "Explores.",

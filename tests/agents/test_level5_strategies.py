@@ -166,8 +166,20 @@ async def test_plan_runs_in_dependency_order_concurrently(
 
     steps = [
         {"id": "c", "description": "combine", "depends_on": ["a", "b"]},
-        {"id": "a", "description": "A", "tool": "fetch", "arguments": {"name": "a"}, "depends_on": []},
-        {"id": "b", "description": "B", "tool": "fetch", "arguments": {"name": "b"}, "depends_on": []},
+        {
+            "id": "a",
+            "description": "A",
+            "tool": "fetch",
+            "arguments": {"name": "a"},
+            "depends_on": [],
+        },
+        {
+            "id": "b",
+            "description": "B",
+            "tool": "fetch",
+            "arguments": {"name": "b"},
+            "depends_on": [],
+        },
     ]
     statuses: list[list[str]] = []
     a = agent(
@@ -198,7 +210,10 @@ async def test_plan_tracks_state_plan_and_topological_order() -> None:
     a = agent(
         model=planner([{"steps": steps}]),
         execution=plan(),
-        strategy={"on_complete": lambda t: None, "stop_condition": lambda s: seen.append(s) or False},
+        strategy={
+            "on_complete": lambda t: None,
+            "stop_condition": lambda s: seen.append(s) or False,
+        },
     )
     await a.run("x")
     state = seen[-1]
@@ -213,9 +228,29 @@ async def test_plan_replans_after_failure() -> None:
             raise ValueError("negative")
         return x
 
-    first = {"steps": [{"id": "s", "description": "try", "tool": "flaky", "arguments": {"x": -1}, "depends_on": []},
-                       {"id": "t", "description": "after", "depends_on": ["s"]}]}
-    second = {"steps": [{"id": "s2", "description": "retry", "tool": "flaky", "arguments": {"x": 1}, "depends_on": []}]}
+    first = {
+        "steps": [
+            {
+                "id": "s",
+                "description": "try",
+                "tool": "flaky",
+                "arguments": {"x": -1},
+                "depends_on": [],
+            },
+            {"id": "t", "description": "after", "depends_on": ["s"]},
+        ]
+    }
+    second = {
+        "steps": [
+            {
+                "id": "s2",
+                "description": "retry",
+                "tool": "flaky",
+                "arguments": {"x": 1},
+                "depends_on": [],
+            }
+        ]
+    }
     prompts: list[str] = []
     base = planner([first, second])
 
@@ -256,15 +291,22 @@ async def test_plan_without_replan_fails_dependents() -> None:
         ({"steps": [{"id": "a"}]}, "does not match the plan schema"),
         ({"steps": [{"id": "a", "description": "", "depends_on": ["zz"]}]}, "unknown step 'zz'"),
         (
-            {"steps": [{"id": "a", "description": "", "depends_on": ["b"]},
-                       {"id": "b", "description": "", "depends_on": ["a"]}]},
+            {
+                "steps": [
+                    {"id": "a", "description": "", "depends_on": ["b"]},
+                    {"id": "b", "description": "", "depends_on": ["a"]},
+                ]
+            },
             "cycle among: a, b",
         ),
         (
             {"steps": [{"id": "a", "description": "", "depends_on": []}] * 2},
             "two steps with id 'a'",
         ),
-        ({"steps": [{"id": str(i), "description": "", "depends_on": []} for i in range(3)]}, "at most 2"),
+        (
+            {"steps": [{"id": str(i), "description": "", "depends_on": []} for i in range(3)]},
+            "at most 2",
+        ),
     ],
 )
 async def test_bad_plans_raise_plan_error(reply: Any, message: str) -> None:
@@ -282,7 +324,12 @@ def test_plan_option_errors() -> None:
 
 async def test_plan_custom_schema_with_camel_case_dependencies() -> None:
     schema = {"type": "object", "properties": {"steps": {"type": "array"}}, "required": ["steps"]}
-    reply = {"steps": [{"id": "y", "description": "Y", "dependsOn": ["x"]}, {"id": "x", "description": "X"}]}
+    reply = {
+        "steps": [
+            {"id": "y", "description": "Y", "dependsOn": ["x"]},
+            {"id": "x", "description": "X"},
+        ]
+    }
     seen: list[Any] = []
     a = agent(
         model=planner([reply]),
@@ -321,7 +368,9 @@ class OneShot(ExecutionStrategy):
 
 async def test_custom_strategy() -> None:
     hooks, log = recorder()
-    turn = await agent(model=function(lambda m, t: "hi"), execution=OneShot(), strategy=hooks).run("x")
+    turn = await agent(model=function(lambda m, t: "hi"), execution=OneShot(), strategy=hooks).run(
+        "x"
+    )
     assert turn.response.text == "hi" and turn.metadata == {"custom": True}
     assert [e[0] for e in log] == ["start", "end", "stop?", "complete"]
 
@@ -338,7 +387,8 @@ async def test_on_error_recovers_or_propagates() -> None:
 
     completed: list[str] = []
     turn = await agent(
-        model=function(fn), strategy={"on_error": recover, "on_complete": lambda t: completed.append(t.text)}
+        model=function(fn),
+        strategy={"on_error": recover, "on_complete": lambda t: completed.append(t.text)},
     ).run("x")
     assert turn.response.text == "summary" and seen == [(ConnectionError, 1)]
     assert completed == ["summary"]
@@ -370,7 +420,9 @@ async def test_stop_condition_in_loop_after_every_step() -> None:
     turn = await agent(
         model=function(lambda m, t: next(calls)),
         tools=[add],
-        strategy={"stop_condition": lambda s: stops.append(s.step) or s.metadata.get("halt", False)},
+        strategy={
+            "stop_condition": lambda s: stops.append(s.step) or s.metadata.get("halt", False)
+        },
     ).run("x")
     assert stops == [1, 2, 3, 4] and turn.stop_reason == "end_turn"
 

@@ -106,7 +106,9 @@ async def test_custom_parameter_schema_passes_arguments_as_json() -> None:
         return "ok"
 
     child = agent(model=function(child_fn))
-    t = child.to_tool(name="lookup", parameter_schema={"type": "object", "properties": {"q": {"type": "string"}}})
+    t = child.to_tool(
+        name="lookup", parameter_schema={"type": "object", "properties": {"q": {"type": "string"}}}
+    )
     parent = agent(model=replies([("lookup", {"q": "cats"})], "done"), tools=[t])
     await parent.run("go")
     assert seen == ['{"q":"cats"}']
@@ -126,7 +128,9 @@ async def test_depth_limit_is_a_clear_error_result() -> None:
     deepest = turn.tool_executions[0].child_turns[0].tool_executions[0].child_turns[0]
     error = deepest.tool_executions[0].output
     assert error.is_error
-    assert error.result.startswith("SubAgentDepthError: sub-agent nesting depth 3 exceeds the limit of 2")
+    assert error.result.startswith(
+        "SubAgentDepthError: sub-agent nesting depth 3 exceeds the limit of 2"
+    )
     assert deepest.response.text.startswith("stop: SubAgentDepthError")
 
 
@@ -145,8 +149,16 @@ async def test_depth_error_raised_directly_when_nested_by_hand() -> None:
         async def nested() -> None:
             from uamp_agents.context import RunInfo, _running
 
-            info = RunInfo(agent_id="a", turn_id="t", parent_agent_id=None, parent_turn_id=None,
-                           depth=0, max_depth=0, llm=inner.model, config={})  # type: ignore[arg-type]
+            info = RunInfo(
+                agent_id="a",
+                turn_id="t",
+                parent_agent_id=None,
+                parent_turn_id=None,
+                depth=0,
+                max_depth=0,
+                llm=inner.model,
+                config={},
+            )  # type: ignore[arg-type]
             with _running(info):
                 await inner.run("x")
 
@@ -183,7 +195,11 @@ async def test_results_in_call_order_and_failure_does_not_cancel_siblings(
         finished.append(i)
         return i
 
-    calls = [("work", {"i": 0, "delay": 0.3}), ("work", {"i": 1, "delay": 0.1}), ("work", {"i": 2, "delay": 0.2})]
+    calls = [
+        ("work", {"i": 0, "delay": 0.3}),
+        ("work", {"i": 1, "delay": 0.1}),
+        ("work", {"i": 2, "delay": 0.2}),
+    ]
     turn = await agent(model=replies(calls, "done"), tools=[work]).run("go")
     assert finished == [2, 0]  # finished by time, the failure cancelled nothing
     results = [(e.output.result, bool(e.output.is_error)) for e in turn.tool_executions]
@@ -228,7 +244,9 @@ async def test_sequential_tool_is_a_barrier(autojump_clock: trio.testing.MockClo
     times = dict(log)
     assert times["seq-start"] - start == pytest.approx(0.1)  # after par0 and par1 finished
     assert times["par2"] - start == pytest.approx(0.3)  # after seq
-    assert times["par0"] - start == pytest.approx(0.1) and times["par1"] - start == pytest.approx(0.1)
+    assert times["par0"] - start == pytest.approx(0.1) and times["par1"] - start == pytest.approx(
+        0.1
+    )
 
 
 async def test_cancelling_a_run_cancels_every_call(autojump_clock: trio.testing.MockClock) -> None:

@@ -67,7 +67,10 @@ def test_schema_from_hints_and_docstring() -> None:
     }
     assert props["limit"] == {"type": "integer", "description": "Most results.", "default": 10}
     assert props["mode"]["enum"] == ["fast", "deep"] and props["mode"]["default"] == "fast"
-    assert props["tags"] == {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}], "default": None}
+    assert props["tags"] == {
+        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+        "default": None,
+    }
     assert props["weights"]["anyOf"][0] == {
         "type": "object",
         "additionalProperties": {"type": "number"},

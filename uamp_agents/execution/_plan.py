@@ -28,6 +28,7 @@ from uamp_proto.types import Message, ResponseFormat, ToolInvocation
 
 from .._schema import validate
 from ..context import AgentRuntimeError, ExecutionContext, PlanStep, tool_message
+from ..middleware import BudgetExceededError
 from ..turn import Turn
 from ._base import ExecutionStrategy, format_observations
 
@@ -212,9 +213,17 @@ class PlanStrategy(ExecutionStrategy):
                 stop = True
                 cancel.cancel()
 
-        async with trio.open_nursery() as nursery:
-            for ps in ready:
-                nursery.start_soon(run_one, ps, nursery.cancel_scope)
+        try:
+            async with trio.open_nursery() as nursery:
+                for ps in ready:
+                    nursery.start_soon(run_one, ps, nursery.cancel_scope)
+        except ExceptionGroup as group:
+            # A hook or a budget check failed inside a wave: raise our error from the group.
+            leaves = _leaves(group)
+            budget = next((e for e in leaves if isinstance(e, BudgetExceededError)), None)
+            if budget is not None:
+                raise BudgetExceededError(budget.kind, budget.limit, budget.used) from group
+            raise PlanError(f"a plan step failed: {leaves[0]!r}") from group
         return stop
 
     async def _run_step(self, context: ExecutionContext, ps: PlanStep) -> bool:
@@ -315,6 +324,13 @@ class PlanStrategy(ExecutionStrategy):
         data = context.parse_structured(message.text) if context.structure is not None else None
         await context.end_step(step, message, data={"phase": "answer"})
         return context.make_turn(message, data=data)
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 def _status(steps: list[PlanStep]) -> str:
