@@ -792,3 +792,25 @@ async def test_checkpoint_state_metadata_is_a_snapshot() -> None:
     s = session(agent(model=function(model), tools=[mark], strategy={"on_step_end": on_step_end}))
     await s.run("go")
     assert [c.state.metadata["seen"] for c in s.checkpoints] == [[1], [1, 2], [1, 2, 3]]
+
+
+async def test_an_agent_without_stream_gets_turn_checkpoints() -> None:
+    # A minimal agent-like object (run only): the session falls back to one
+    # checkpoint per turn.
+    from uamp_agents.turn import Turn
+
+    class RunOnly:
+        id = str(uuid.uuid4())
+
+        async def run(self, history: list[Message], input: str) -> Turn:
+            user = Message(role="user", content=input)
+            reply = Message(role="assistant", content=f"{len(history)} before")
+            return Turn(messages=[user, reply], response=reply, steps=1)
+
+    s = session(RunOnly())  # type: ignore[arg-type]
+    await s.run("a")
+    turn = await s.run("b")
+    assert turn.response.text == "2 before"
+    assert [c.metadata["reason"] for c in s.checkpoints] == ["turn", "turn"]
+    assert s.checkpoints[-1].state.messages == s.history()
+    assert s.step == 2
