@@ -266,11 +266,12 @@ class App:
 
 
 def _default_transports() -> Sequence[Transport]:
-    # Every transport a default server mounts. Other transports (UAMP
-    # WebSocket, HTTP+SSE events...) add their ``mount`` function here.
+    # Every transport a default server mounts. New transports (HTTP+SSE
+    # events, A2A, ACP...) add their ``mount`` function here.
     from .completions import mount as mount_completions
+    from .uamp_ws import mount as mount_uamp_websocket
 
-    return [mount_completions]
+    return [mount_completions, mount_uamp_websocket]
 
 
 def create_app(agents: Iterable[Agent], transports: Sequence[Transport] | None = None) -> App:

@@ -119,3 +119,12 @@ def make_helper():  # type: ignore[no-untyped-def]
     from uamp_trio.demo import DemoAgent
 
     return DemoAgent("alice.my-bot.helper")
+
+
+def test_serve_mounts_the_uamp_websocket_too() -> None:
+    proc, lines = start()
+    try:
+        text = "\n".join(lines)
+        assert re.search(r"UAMP WebSocket: ws://127\.0\.0\.1:\d+/agents/demo/uamp", text), text
+    finally:
+        assert stop(proc, signal.SIGINT) == 0
