@@ -1,0 +1,567 @@
+"""The Agent Client Protocol transport: stdio, WebSocket and HTTP (spec 004).
+
+One JSON-RPC 2.0 dispatcher, :class:`AcpConnection`, serves three carriers:
+
+* **stdio** (:func:`serve_stdio`, ``uamp acp``): newline-delimited JSON on a
+  process's stdin/stdout, the way editors (Zed, JetBrains ...) run agents;
+* **WebSocket** ``/agents/{name}/acp/stream``: one JSON-RPC payload per
+  message, notifications streamed as they happen;
+* **HTTP** ``POST /agents/{name}/acp``: one payload per request, answered in
+  the response body. Plain HTTP has no channel for notifications: use it for
+  ``initialize``, ``capabilities``, ``tools/*``, ``prompt/submit`` (whose
+  result carries the whole reply) and session management; stream prompts
+  over the WebSocket or stdio.
+
+Methods (see :mod:`uamp_proto.adapters.acp` for the translation):
+
+* Zed ACP v1: ``initialize``, ``session/new``, ``session/load`` (sessions
+  live in memory for the life of the process; loading replays the history
+  as ``session/update`` notifications), ``session/prompt`` (updates stream
+  as ``session/update`` notifications, then the answer with ``stopReason``),
+  ``session/cancel`` (notification; the running prompt answers
+  ``stopReason: "cancelled"``);
+* spec 004: ``prompt/submit`` (``prompt/started`` and ``prompt/progress``
+  notifications on streaming carriers), ``tools/list``, ``tools/call``,
+  ``capabilities``.
+
+Every request runs in its own task, so ``session/cancel`` is read while a
+prompt streams. Each prompt is one UAMP turn (:func:`~uamp_trio.turns.open_turn`).
+Payment: with a :class:`~uamp_proto.payment.PaymentPolicy`, a prompt whose
+token (``payment_token`` in the params or ``_meta``, else the one the session
+last paid with) does not pass is refused with JSON-RPC error ``-32402`` and
+``data.accepts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from uamp_proto import jsonrpc as rpc
+from uamp_proto import types as ty
+from uamp_proto.adapters import acp
+from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.codec import unstructure
+from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+
+from .http import HTTPError, Request, Response
+from .routing import App
+from .turns import Turn, TurnOutcome, open_turn
+from .websocket import ConnectionClosed, WebSocketRequest
+
+__all__ = [
+    "AcpConnection",
+    "AcpSession",
+    "AcpSessionStore",
+    "AcpTransport",
+    "mount",
+    "serve_stdio",
+]
+
+log = logging.getLogger("uamp_trio.acp")
+
+#: Send one JSON-RPC payload (already encoded) to the peer.
+SendPayload = Callable[[bytes], Awaitable[None]]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("uamp")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return "0"
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@attrs.define(kw_only=True)
+class AcpSession:
+    """One ACP session: its agent, working directory and conversation.
+
+    Attributes:
+        id: The ``sessionId``.
+        agent: The agent's name.
+        cwd: The client's working directory.
+        messages: The conversation so far (UAMP messages).
+        payment_token: The last token that paid for a prompt.
+        turn: The running prompt's turn, if any.
+    """
+
+    id: str
+    agent: str
+    cwd: str
+    messages: list[ty.Message] = attrs.field(factory=list)
+    payment_token: str | None = None
+    turn: Turn | None = None
+    busy: bool = False
+
+
+class AcpSessionStore:
+    """Sessions kept in memory for the life of the process (``session/load``)."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, AcpSession] = {}
+
+    def create(self, agent: str, cwd: str) -> AcpSession:
+        """A new empty session."""
+        session = AcpSession(id=_new_id("sess"), agent=agent, cwd=cwd)
+        self.sessions[session.id] = session
+        return session
+
+    def get(self, agent: str, session_id: str) -> AcpSession:
+        """The session ``session_id`` of ``agent``.
+
+        Raises:
+            JSONRPCError: ``-32002`` (resource not found) for an unknown id.
+        """
+        session = self.sessions.get(session_id)
+        if session is None or session.agent != agent:
+            raise acp.unknown_session(session_id)
+        return session
+
+
+class AcpConnection:
+    """The JSON-RPC dispatcher of one ACP peer (one stdio pipe, socket or request).
+
+    Args:
+        agent: The agent served.
+        store: Where sessions live (shared by every connection of a server).
+        send: Writes a payload to the peer, or ``None`` when the carrier has
+            no way to push notifications (plain HTTP).
+        payment_policy: Consulted before every prompt; ``None`` = free.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: AcpSessionStore,
+        send: SendPayload | None,
+        *,
+        payment_policy: PaymentPolicy | None = None,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.payment_policy = payment_policy
+        self._send = send
+        self._version = _version()
+        self._methods: dict[str, Callable[[rpc.Id, Any], Awaitable[Any]]] = {
+            "initialize": self._initialize,
+            "session/new": self._session_new,
+            "session/load": self._session_load,
+            "session/prompt": self._session_prompt,
+            "prompt/submit": self._prompt_submit,
+            "tools/list": self._tools_list,
+            "tools/call": self._tools_call,
+            "capabilities": self._capabilities,
+            "authenticate": self._authenticate,
+        }
+
+    # --- payload handling -------------------------------------------------------
+
+    async def handle_payload(self, data: bytes | str) -> bytes | None:
+        """Answer one payload; ``None`` when nothing is owed (notifications)."""
+        try:
+            batch = rpc.decode(data)
+        except rpc.JSONRPCError as exc:
+            return rpc.encode(exc.response(None))
+        answers: list[rpc.Message] = []
+        for item in batch.items:
+            answer = await self.handle_message(item)
+            if answer is not None:
+                answers.append(answer)
+        if not answers:
+            return None
+        return rpc.encode(answers if batch.is_batch else answers[0])
+
+    async def handle_message(self, item: rpc.Message | rpc.Invalid) -> rpc.Message | None:
+        """The answer to one decoded message (``None`` for notifications, replies)."""
+        if isinstance(item, rpc.Invalid):
+            return item.error.response(item.id)
+        if isinstance(item, rpc.Notification):
+            await self._notification(item)
+            return None
+        if not isinstance(item, rpc.Request):
+            return None  # a reply to a request we never send: nothing to do
+        method = self._methods.get(item.method)
+        if method is None:
+            return rpc.error_response(
+                item.id,
+                rpc.METHOD_NOT_FOUND,
+                f"Method not found: {item.method!r}.",
+                {"method": item.method},
+            )
+        try:
+            return rpc.response(item.id, await method(item.id, item.params))
+        except rpc.JSONRPCError as exc:
+            return exc.response(item.id)
+        except HTTPError as exc:
+            return rpc.error_response(item.id, rpc.INVALID_PARAMS, exc.message)
+        except Exception:
+            log.exception("ACP method %s failed", item.method)
+            return rpc.error_response(
+                item.id, rpc.INTERNAL_ERROR, f"Internal error while handling {item.method}."
+            )
+
+    async def _notification(self, note: rpc.Notification) -> None:
+        if note.method == "session/cancel":
+            try:
+                session_id = acp.parse_cancel(note.params)
+                session = self.store.get(self.agent.name, session_id)
+            except rpc.JSONRPCError as exc:
+                log.info("ignored session/cancel: %s", exc.message)
+                return
+            if session.turn is not None:
+                session.turn.cancel()
+        # Other notifications (and unknown ones) need no answer.
+
+    async def _notify(self, method: str, params: dict[str, Any]) -> None:
+        if self._send is not None:
+            await self._send(rpc.encode(rpc.notification(method, params)))
+
+    async def _update(self, session_id: str, update: dict[str, Any]) -> None:
+        await self._notify("session/update", {"sessionId": session_id, "update": update})
+
+    # --- payment ----------------------------------------------------------------
+
+    def _pay(self, token: str | None) -> None:
+        if self.payment_policy is None:
+            return
+        requirements = self.payment_policy.check(self.agent.name, token)
+        if requirements is not None:
+            raise acp.payment_error(PaymentRequiredError(requirements))
+
+    # --- methods ----------------------------------------------------------------
+
+    async def _initialize(self, _id: rpc.Id, params: Any) -> Any:
+        caps = self.agent.capabilities()
+        if (
+            isinstance(params, dict)
+            and "protocolVersion" in params
+            and not isinstance(params["protocolVersion"], str)
+        ):
+            return acp.initialize_result(
+                params,
+                agent_name=self.agent.name,
+                version=self._version,
+                capabilities=caps,
+                load_session=True,
+            )
+        return acp.spec_initialize_result(
+            agent_name=self.agent.name, version=self._version, capabilities=caps
+        )
+
+    async def _authenticate(self, _id: rpc.Id, params: Any) -> Any:
+        return {}  # no auth methods are advertised; accept as a no-op
+
+    async def _capabilities(self, _id: rpc.Id, params: Any) -> Any:
+        return unstructure(self.agent.capabilities())
+
+    async def _session_new(self, _id: rpc.Id, params: Any) -> Any:
+        parsed = acp.parse_new_session(params)
+        session = self.store.create(self.agent.name, parsed.cwd)
+        return {"sessionId": session.id}
+
+    async def _session_load(self, _id: rpc.Id, params: Any) -> Any:
+        parsed = acp.parse_load_session(params)
+        session = self.store.get(self.agent.name, parsed.session_id)
+        session.cwd = parsed.cwd
+        for update in acp.history_updates(session.messages):
+            await self._update(session.id, update)
+        return {}
+
+    async def _session_prompt(self, _id: rpc.Id, params: Any) -> Any:
+        parsed = acp.parse_prompt(params)
+        session = self.store.get(self.agent.name, parsed.session_id)
+        if session.busy:
+            raise rpc.JSONRPCError(
+                rpc.INVALID_REQUEST,
+                "A prompt is already running in this session; wait for its answer "
+                "or send session/cancel.",
+                {"sessionId": session.id},
+            )
+        token = parsed.payment_token or session.payment_token
+        self._pay(token)
+        if parsed.payment_token is not None:
+            session.payment_token = parsed.payment_token
+        request = TurnRequest(
+            agent=self.agent.name,
+            session_id=session.id,
+            response_id=_new_id("resp"),
+            messages=[*session.messages, parsed.message],
+            payment_token=token,
+            metadata={"transport": "acp", "cwd": session.cwd},
+        )
+        encoder = acp.UpdateEncoder()
+        session.busy = True
+        try:
+            async with open_turn(self.agent, request) as turn:
+                session.turn = turn
+                async for event in turn:
+                    for update in encoder.feed(event):
+                        await self._update(session.id, update)
+            outcome = turn.outcome
+            assert outcome is not None
+            pending = [c.id for c in outcome.pending_tool_calls]
+            for update in encoder.unanswered(pending):
+                await self._update(session.id, update)
+        finally:
+            session.turn = None
+            session.busy = False
+        session.messages.append(parsed.message)
+        if outcome.status != "failed":
+            session.messages.extend(outcome.tracker.messages())
+        return self._prompt_result(outcome)
+
+    @staticmethod
+    def _prompt_result(outcome: TurnOutcome) -> dict[str, Any]:
+        error = outcome.error
+        reason = acp.stop_reason(outcome.status, error.code if error else None)
+        if reason is None:
+            assert error is not None
+            raise rpc.JSONRPCError(
+                rpc.INTERNAL_ERROR, error.message, {"code": error.code, "details": error.details}
+            )
+        result: dict[str, Any] = {"stopReason": reason}
+        usage = acp.usage_object(outcome.tracker.usage)
+        if usage is not None:
+            result["usage"] = usage
+        return result
+
+    async def _prompt_submit(self, request_id: rpc.Id, params: Any) -> Any:
+        parsed = acp.parse_prompt_submit(params)
+        self._pay(parsed.payment_token)
+        request = TurnRequest(
+            agent=self.agent.name,
+            session_id=_new_id("sess"),
+            response_id=_new_id("resp"),
+            messages=parsed.messages,
+            payment_token=parsed.payment_token,
+            metadata={"transport": "acp"},
+        )
+        await self._notify("prompt/started", {"requestId": str(request_id)})
+        async with open_turn(self.agent, request) as turn:
+            async for event in turn:
+                delta = getattr(event, "delta", None)
+                if isinstance(delta, ty.DeltaText) and delta.text:
+                    await self._notify(
+                        "prompt/progress",
+                        {"requestId": str(request_id), "content": delta.text, "role": "assistant"},
+                    )
+        outcome = turn.outcome
+        assert outcome is not None
+        if outcome.status == "failed":
+            error = outcome.error
+            assert error is not None
+            raise rpc.JSONRPCError(rpc.INTERNAL_ERROR, error.message, {"code": error.code})
+        result: dict[str, Any] = {
+            "status": "cancelled" if outcome.status == "cancelled" else "complete",
+            "content": outcome.tracker.text,
+        }
+        calls = outcome.pending_tool_calls
+        if calls:
+            result["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+            ]
+        usage = acp.usage_object(outcome.tracker.usage)
+        if usage is not None:
+            result["usage"] = usage
+        return result
+
+    async def _tools_list(self, _id: rpc.Id, params: Any) -> Any:
+        return acp.tools_list_result(self.agent.capabilities())
+
+    async def _tools_call(self, _id: rpc.Id, params: Any) -> Any:
+        name, arguments = acp.parse_tools_call(params)
+        if name not in acp.tool_names(self.agent.capabilities()):
+            raise rpc.JSONRPCError(
+                rpc.INVALID_PARAMS,
+                f"Unknown tool {name!r}; tools/list names the agent's tools.",
+                {"name": name},
+            )
+        token = params.get("payment_token") if isinstance(params, dict) else None
+        self._pay(token if isinstance(token, str) else None)
+        call = orjson.dumps({"name": name, "arguments": arguments}).decode()
+        request = TurnRequest(
+            agent=self.agent.name,
+            session_id=_new_id("sess"),
+            response_id=_new_id("resp"),
+            messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
+            metadata={"transport": "acp", "tool_call": {"name": name, "arguments": arguments}},
+        )
+        async with open_turn(self.agent, request) as turn:
+            async for _ in turn:
+                pass
+        outcome = turn.outcome
+        assert outcome is not None
+        failed = outcome.status != "completed"
+        text = outcome.tracker.text
+        if outcome.error is not None:
+            text = outcome.error.message
+        return {"content": [{"type": "text", "text": text}], "isError": failed}
+
+
+# --- carriers -------------------------------------------------------------------------
+
+
+async def _serve_stream(
+    conn: AcpConnection,
+    receive: Callable[[], Awaitable[bytes | str | None]],
+    send: SendPayload,
+    *,
+    drain: bool,
+) -> None:
+    """Read payloads until ``receive`` returns ``None``; answer each in its own task.
+
+    Args:
+        drain: At end of input, let running requests finish and answer
+            (stdio: the reader may still be listening after closing our
+            stdin); otherwise cancel them (a closed socket reads nothing).
+    """
+
+    async def answer(data: bytes | str) -> None:
+        reply = await conn.handle_payload(data)
+        if reply is not None:
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed
+            ):
+                await send(reply)
+
+    async with trio.open_nursery() as nursery:
+        while True:
+            data = await receive()
+            if data is None:
+                break
+            nursery.start_soon(answer, data)
+        if not drain:
+            nursery.cancel_scope.cancel()
+
+
+async def serve_stdio(
+    agent: Agent,
+    *,
+    stdin: trio.abc.ReceiveStream | None = None,
+    stdout: trio.abc.SendStream | None = None,
+    payment_policy: PaymentPolicy | None = None,
+    max_line: int = 16 * 1024 * 1024,
+) -> None:
+    """Serve ``agent`` as an ACP agent over newline-delimited JSON until EOF.
+
+    Args:
+        stdin: Where requests arrive (default: the process's fd 0).
+        stdout: Where answers go (default: fd 1). Nothing else may write
+            there: log to stderr.
+        payment_policy: Consulted before every prompt.
+        max_line: Longest accepted line; longer ones get ``-32600``.
+    """
+    own: list[trio.lowlevel.FdStream] = []
+    if stdin is None:
+        fd_in = trio.lowlevel.FdStream(os.dup(0))
+        own.append(fd_in)
+        stdin = fd_in
+    if stdout is None:
+        fd_out = trio.lowlevel.FdStream(os.dup(1))
+        own.append(fd_out)
+        stdout = fd_out
+    lock = trio.StrictFIFOLock()
+    out = stdout
+
+    async def send(payload: bytes) -> None:
+        async with lock:
+            await out.send_all(payload + b"\n")
+
+    conn = AcpConnection(agent, AcpSessionStore(), send, payment_policy=payment_policy)
+    lines = rpc.LineBuffer(max_line)
+    source = stdin
+
+    async def receive() -> bytes | None:
+        while True:
+            try:
+                line = lines.next_line()
+            except rpc.LineTooLong as exc:
+                await send(rpc.encode(rpc.error_response(None, rpc.INVALID_REQUEST, str(exc))))
+                continue
+            if line is not None:
+                return line
+            if lines.eof:
+                return None
+            try:
+                data = await source.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            lines.receive_data(bytes(data))
+
+    try:
+        await _serve_stream(conn, receive, send, drain=True)
+    finally:
+        for stream in own:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+
+class AcpTransport:
+    """The ACP endpoints of an :class:`~uamp_trio.routing.App`.
+
+    Args:
+        app: The app whose agents are served.
+        payment_policy: Consulted before every prompt (``None``: free).
+    """
+
+    def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+        self.app = app
+        self.payment_policy = payment_policy
+        self.store = AcpSessionStore()
+
+    def mount(self) -> None:
+        """Register ``POST .../acp`` and ``WS .../acp/stream``."""
+        self.app.agent_route("POST", "/acp", self.http, label="ACP (JSON-RPC)")
+        self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream")
+
+    async def http(self, request: Request) -> Response:
+        """``POST .../acp``: one JSON-RPC payload in, its answer out."""
+        agent = self.app.resolve_agent(request.path_params)
+        conn = AcpConnection(agent, self.store, None, payment_policy=self.payment_policy)
+        reply = await conn.handle_payload(request.body)
+        if reply is None:
+            return Response(status=204)
+        return Response(status=200, headers=[("content-type", "application/json")], body=reply)
+
+    async def websocket(self, pending: WebSocketRequest) -> None:
+        """``WS .../acp/stream``: JSON-RPC payloads as WebSocket messages."""
+        try:
+            agent = self.app.resolve_agent(pending.request.path_params)
+        except HTTPError as exc:
+            await pending.reject(exc.status, orjson.dumps({"error": exc.message}))
+            return
+        ws = await pending.accept()
+
+        async def send(payload: bytes) -> None:
+            await ws.send(payload.decode())
+
+        async def receive() -> bytes | str | None:
+            try:
+                return await ws.receive()
+            except ConnectionClosed:
+                return None
+
+        conn = AcpConnection(agent, self.store, send, payment_policy=self.payment_policy)
+        try:
+            await _serve_stream(conn, receive, send, drain=False)
+        except ConnectionClosed:
+            pass
+        finally:
+            await ws.close()
+
+
+def mount(app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.routing.Transport`)."""
+    AcpTransport(app, payment_policy=payment_policy).mount()
