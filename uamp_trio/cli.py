@@ -5,6 +5,10 @@ hosts agents (the demo agent by default) with every built-in transport and
 prints the URL of each endpoint. SIGINT/SIGTERM start a graceful shutdown
 (a second signal stops at once); the process exits 0.
 
+``uamp acp [--agent module:attr] [--payment-token T ...]`` runs one agent (the
+demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
+editors; it exits when stdin closes.
+
 Subcommands register themselves in :data:`SUBCOMMANDS`: a function that adds
 its parser to the ``argparse`` sub-parsers and sets ``func`` (taking the
 parsed arguments, returning the exit code).
@@ -13,6 +17,7 @@ parsed arguments, returning the exit code).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import signal
@@ -195,11 +200,51 @@ def print_urls(server: Server, app: App, *, file: Any = None) -> None:
     print("\n".join(lines), file=out, flush=True)
 
 
+# --- acp ----------------------------------------------------------------------------
+
+
+def _add_acp(sub: Any) -> None:
+    p = sub.add_parser("acp", help="run an agent as an ACP agent on stdin/stdout (for editors)")
+    p.add_argument(
+        "--agent", metavar="MODULE:ATTR", help="the agent to run (default: the demo agent)"
+    )
+    p.add_argument(
+        "--payment-token",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="require payment: only prompts carrying one of these tokens run (repeatable)",
+    )
+    p.add_argument("--log-level", default="warning", help="logging level, to stderr")
+    p.set_defaults(func=_acp_command)
+
+
+def _acp_command(args: argparse.Namespace) -> int:
+    from uamp_proto.payment import TokenPolicy
+
+    from .acp import serve_stdio
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        agent = load_agent(args.agent) if args.agent else DemoAgent()
+    except ValueError as exc:
+        print(f"uamp acp: {exc}", file=sys.stderr)
+        return 2
+    policy = TokenPolicy(set(args.payment_token)) if args.payment_token else None
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(lambda: serve_stdio(agent, payment_policy=policy))
+    return 0
+
+
 # --- entry point ----------------------------------------------------------------
 
 #: Functions that add a subcommand to the parser. ``uamp chat`` (the native
 #: UAMP client, :mod:`uamp_trio.client`) and ``uamp bench`` register here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve]
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp]
 
 
 def build_parser() -> argparse.ArgumentParser:
