@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from uamp_proto.agent import Agent
+from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 
 from .http import Endpoint, HTTPError
 
@@ -161,11 +162,28 @@ Transport = Callable[["App"], None]
 class App:
     """The agents a server hosts and the routes of their transports."""
 
-    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+    def __init__(
+        self, agents: Iterable[Agent] = (), *, payment_policy: PaymentPolicy | None = None
+    ) -> None:
         self.router = Router()
         self.agents: dict[str, Agent] = {}
+        #: Consulted by every transport before a turn runs (``None``: free).
+        #: Transports read it when a request arrives, so it may be set after
+        #: mounting.
+        self.payment_policy: PaymentPolicy | None = payment_policy
         for agent in agents:
             self.add_agent(agent)
+
+    def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
+        """The error a transport should report before running a turn, or ``None``.
+
+        Every transport asks this one question so that the same agent behaves
+        the same whatever protocol its client speaks.
+        """
+        if self.payment_policy is None:
+            return None
+        requirements = self.payment_policy.check(agent, token)
+        return None if requirements is None else PaymentRequiredError(requirements)
 
     def add_agent(self, agent: Agent) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/``.
@@ -274,8 +292,13 @@ def _default_transports() -> Sequence[Transport]:
     return [mount_completions, mount_uamp_websocket]
 
 
-def create_app(agents: Iterable[Agent], transports: Sequence[Transport] | None = None) -> App:
+def create_app(
+    agents: Iterable[Agent],
+    transports: Sequence[Transport] | None = None,
+    *,
+    payment_policy: PaymentPolicy | None = None,
+) -> App:
     """An app hosting ``agents`` with ``transports`` (default: all built-in ones)."""
-    app = App(agents)
+    app = App(agents, payment_policy=payment_policy)
     app.mount(*(_default_transports() if transports is None else transports))
     return app
