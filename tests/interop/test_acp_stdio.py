@@ -102,7 +102,7 @@ def _client(conn: Any) -> Recorder:
 
 def test_initialize_new_session_prompt_streams_updates() -> None:
     async def main() -> None:
-        async with _spawn() as (conn, process):
+        async with _spawn() as (conn, _process):
             init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             assert init.protocol_version == 1
             assert init.agent_capabilities is not None
@@ -134,7 +134,7 @@ def test_initialize_new_session_prompt_streams_updates() -> None:
 
 def test_load_session_replays_history() -> None:
     async def main() -> None:
-        async with _spawn() as (conn, process):
+        async with _spawn() as (conn, _process):
             await conn.initialize(protocol_version=1)
             session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
             await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("remember me")])
@@ -156,7 +156,7 @@ def test_load_session_replays_history() -> None:
 def test_cancel_answers_cancelled() -> None:
     async def main() -> None:
         agent = "tests.interop.test_acp_stdio:SlowAgent"
-        async with _spawn("--agent", agent) as (conn, process):
+        async with _spawn("--agent", agent) as (conn, _process):
             await conn.initialize(protocol_version=1)
             session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
             recorder = _client(conn)
@@ -184,7 +184,7 @@ def test_cancel_answers_cancelled() -> None:
 def test_thinking_and_tool_updates() -> None:
     async def main() -> None:
         agent = "tests.interop.test_acp_stdio:ToolAgent"
-        async with _spawn("--agent", agent) as (conn, process):
+        async with _spawn("--agent", agent) as (conn, _process):
             init = await conn.initialize(protocol_version=1)
             assert init.agent_capabilities.prompt_capabilities.image is True
             session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
@@ -217,7 +217,7 @@ def test_thinking_and_tool_updates() -> None:
 
 def test_payment_required_then_retry_with_token() -> None:
     async def main() -> None:
-        async with _spawn("--payment-token", "tok_good") as (conn, process):
+        async with _spawn("--payment-token", "tok_good") as (conn, _process):
             await conn.initialize(protocol_version=1)
             session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
             with pytest.raises(acp.RequestError) as info:
@@ -248,7 +248,7 @@ def test_payment_required_then_retry_with_token() -> None:
 
 def test_errors_keep_the_connection() -> None:
     async def main() -> None:
-        async with _spawn() as (conn, process):
+        async with _spawn() as (conn, _process):
             await conn.initialize(protocol_version=1)
             with pytest.raises(acp.RequestError) as info:
                 await conn.prompt(session_id="sess_unknown", prompt=[acp.text_block("x")])
