@@ -296,3 +296,17 @@ def test_to_tool_defaults_follow_section_8_2() -> None:
         {"type": "object"},
     )
     assert agent(model=model, name="helper").to_tool().name == "helper"
+
+
+def test_package_exports_and_lazy_names() -> None:
+    import uamp_agents
+    from uamp_agents import execution, middleware, providers
+
+    assert uamp_agents.agent is agent and uamp_agents.Turn is Turn
+    for name in ("session", "Session", "ThreadTree", "ThreadNode", "Checkpoint", "ask", "query"):
+        assert getattr(uamp_agents, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        uamp_agents.nothing  # noqa: B018
+    assert {"loop", "react", "plan", "ExecutionStrategy"} <= set(execution.__all__)
+    assert {"logging", "budget", "guardrails"} <= set(middleware.__all__)
+    assert callable(providers.function) and callable(providers.demo)

@@ -180,3 +180,14 @@ async def collect(stream: Any) -> list[AgentStreamEvent]:
 
 def stream_events(events: list[AgentStreamEvent]) -> list[AgentStreamEvent]:
     return [e for e in events if e.source == "uap"]
+
+
+async def test_entering_a_started_stream_and_aclose() -> None:
+    stream = agent(model=replies("a b")).stream("x")
+    await stream.__anext__()
+    with pytest.raises(RuntimeError, match="already started"):
+        async with stream:
+            pass
+    await stream.aclose()
+    turn = await stream.turn
+    assert turn.status in ("aborted", "completed") and stream.done
