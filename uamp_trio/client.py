@@ -1,0 +1,1004 @@
+"""UAMP clients: native WebSocket (multiplexed) and HTTP+SSE, with one surface.
+
+::
+
+    async with connect("ws://127.0.0.1:8765/ws") as client:
+        session = await client.create_session(agent="demo", on_tool_call=run_tool)
+        async for event in session.respond("Hello"):
+            ...                                   # response.created, deltas, ...
+        result = await session.ask("What's the weather?")   # ResponseResult
+        print(result.text, result.usage)
+
+    async with connect_sse("http://127.0.0.1:8765") as client:   # same API
+        ...
+
+Theory of operation
+-------------------
+Both clients keep a :class:`~uamp_proto.connection.ClientConnection` (the
+sans-IO core) and do the I/O around it. The client proposes each session's
+id in ``session.create``, so every event -- ``session.created``, errors --
+is routed by id, even before the server answered.
+
+* :class:`UampClient` (WebSocket): one connection for every session
+  (UAMP section 10). A reader task frames the socket (the same engines as the
+  server, :mod:`uamp_trio._ws_engine`), feeds the core, writes the replies the
+  core owes (pongs, delta-window acks) and routes each event to its
+  session. Writes share one lock.
+* :class:`SSEClient` (UAMP section 13.2): one HTTP session, hence one core,
+  per UAMP session; events are POSTed to ``/events`` and read from
+  ``/events/stream`` by one task per session (httpx).
+
+A :class:`ClientSession` delivers the events of its current response to
+:meth:`ClientSession.respond` through a bounded channel; a consumer that does
+not read stalls the connection's reader once that buffer is full (TCP-like
+backpressure). ``tool.call`` events are also answered by the session's
+``on_tool_call`` callback (sync or async), in a task of its own, with a
+``tool.result``; the server then resumes the response (section 3.2).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import inspect
+import logging
+import os
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import attrs
+import h11
+import httpx
+import orjson
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
+from uamp_proto.errors import RemoteProtocolError
+from uamp_proto.sse import SSEParser
+
+from ._ws_engine import EngineName, FrameEngine, WebSocketClosed, make_engine
+
+__all__ = [
+    "ClientSession",
+    "ResponseResult",
+    "ResponseStream",
+    "SSEClient",
+    "ToolHandler",
+    "UampClient",
+    "UampError",
+    "connect",
+    "connect_sse",
+]
+
+log = logging.getLogger("uamp_trio.client")
+
+#: Answers a ``tool.call``: gets the invocation, returns the result text
+#: (JSON, as the spec asks) or raises; may be a plain or an async function.
+ToolHandler = Callable[[ty.ToolInvocation], "str | Awaitable[str]"]
+
+#: Events buffered per session before the reader waits for the consumer.
+DEFAULT_SESSION_BUFFER: Final = 1024
+_READ_SIZE: Final = 65536
+_WS_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_TERMINAL: Final = frozenset({"response.done", "response.cancelled", "response.error"})
+_RESPONSE_EVENTS: Final = frozenset(
+    {
+        "response.created",
+        "response.delta",
+        "response.done",
+        "response.error",
+        "response.cancelled",
+        "tool.call",
+        "tool.call_done",
+        "progress",
+        "thinking",
+        "audio.delta",
+        "audio.done",
+        "transcript.delta",
+        "transcript.done",
+        "usage.delta",
+        "payment.required",
+        "payment.accepted",
+        "payment.balance",
+        "payment.error",
+        "rate_limit",
+    }
+)
+
+
+class UampError(Exception):
+    """An error the server reported (``session.error`` / ``response.error``) or a closed link.
+
+    Attributes:
+        code: The UAMP error code (``agent_not_found``, ``invalid_event`` ...).
+        message: The server's message.
+        event: The error event, when there is one.
+    """
+
+    def __init__(self, code: str, message: str, event: ev.Event | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.event = event
+
+
+@attrs.frozen(kw_only=True)
+class ResponseResult:
+    """What one response produced.
+
+    Attributes:
+        response_id: The response id.
+        status: ``completed``, ``cancelled`` or ``failed``.
+        text: The text deltas joined.
+        thinking: The thinking content joined.
+        output: The final output items (``response.done``) or the partial
+            output (``response.cancelled``).
+        usage: The usage of ``response.done``, if any.
+        tool_calls: The client tool calls the server asked for.
+        error: The error of a failed response.
+    """
+
+    response_id: str | None
+    status: str
+    text: str
+    thinking: str = ""
+    output: list[ty.ContentItem] = attrs.field(factory=list)
+    usage: ty.UsageStats | None = None
+    tool_calls: list[ty.ToolInvocation] = attrs.field(factory=list)
+    error: ty.ErrorInfo | None = None
+
+
+class _End:
+    """Put on a session's channel when the session or the link ends."""
+
+    def __init__(self, error: UampError) -> None:
+        self.error = error
+
+
+class ResponseStream:
+    """The events of one response, as an async iterator.
+
+    Iterating sends the input and ``response.create`` first, then yields
+    every event of the response up to and including its terminal event
+    (``response.done``, ``response.cancelled`` or ``response.error``).
+    :attr:`result` is set once it ended.
+
+    Raises (while iterating):
+        UampError: The server refused the request (``session.error`` before
+            ``response.created``, e.g. ``response_in_progress``), or the
+            session or connection ended.
+    """
+
+    def __init__(self, session: ClientSession, start: list[ev.Event]) -> None:
+        self._session = session
+        self._start = start
+        self._started = False
+        self._finished = False
+        self._created = False
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: list[ty.ToolInvocation] = []
+        #: The response id, once ``response.created`` arrived.
+        self.response_id: str | None = None
+        #: The outcome, once the terminal event arrived.
+        self.result: ResponseResult | None = None
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> ev.Event:
+        if self._finished:
+            raise StopAsyncIteration
+        session = self._session
+        if not self._started:
+            self._started = True
+            await session._claim(self)
+            await session.send(*self._start)
+        item = await session._receive()
+        if isinstance(item, _End):
+            self._finish()
+            raise item.error
+        event = item
+        etype = event.type
+        if etype == "session.error" and not self._created:
+            self._finish()
+            assert isinstance(event, ev.SessionError)
+            raise UampError(event.error.code, event.error.message, event)
+        if etype == "response.created":
+            self._created = True
+            self.response_id = getattr(event, "response_id", None)
+        elif etype == "response.delta":
+            delta = event.delta  # type: ignore[attr-defined]
+            if isinstance(delta, ty.DeltaText):
+                self._text.append(delta.text)
+        elif etype == "thinking":
+            self._thinking.append(event.content)  # type: ignore[attr-defined]
+        elif etype == "tool.call":
+            assert isinstance(event, ev.ToolCall)
+            self._calls.append(
+                ty.ToolInvocation(id=event.call_id, name=event.name, arguments=event.arguments)
+            )
+        elif etype in _TERMINAL:
+            self._conclude(event)
+        return event
+
+    def _conclude(self, event: ev.Event) -> None:
+        output: list[ty.ContentItem] = []
+        usage = None
+        error = None
+        if isinstance(event, ev.ResponseDone):
+            status, output, usage = "completed", list(event.response.output), event.response.usage
+        elif isinstance(event, ev.ResponseCancelled):
+            status, output = "cancelled", list(event.partial_output or [])
+        else:
+            assert isinstance(event, ev.ResponseError)
+            status, error = "failed", event.error
+        self.result = ResponseResult(
+            response_id=getattr(event, "response_id", None) or self.response_id,
+            status=status,
+            text="".join(self._text),
+            thinking="".join(self._thinking),
+            output=output,
+            usage=usage,
+            tool_calls=list(self._calls),
+            error=error,
+        )
+        self._finish()
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._session._release(self)
+
+    async def collect(self) -> ResponseResult:
+        """Consume the rest of the response and return its result."""
+        async for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+
+class ClientSession:
+    """One UAMP session of a client (see the module docstring).
+
+    Attributes:
+        id: The session id.
+        agent: The agent the server confirmed.
+        capabilities: The agent's latest ``capabilities``.
+        created: The ``session.created`` event.
+        errors: ``session.error`` events that arrived outside a response.
+        delta_window: The delta window the server granted, or ``None``.
+    """
+
+    def __init__(
+        self,
+        link: _Link,
+        conn: ClientConnection,
+        session_id: str,
+        on_tool_call: ToolHandler | None,
+        buffer: int,
+    ) -> None:
+        self._link = link
+        self._conn = conn
+        self.id = session_id
+        self.agent: str | None = None
+        self.capabilities: ty.Capabilities | None = None
+        self.created: ev.SessionCreated | None = None
+        self.errors: deque[ev.SessionError] = deque(maxlen=64)
+        self.on_tool_call = on_tool_call
+        self._send_ch, self._recv_ch = trio.open_memory_channel[ev.Event | _End](buffer)
+        self._ready = trio.Event()
+        self._failure: UampError | None = None
+        self._updated: deque[trio.Event] = deque()
+        self._stream: ResponseStream | None = None
+        self._ended: UampError | None = None
+
+    def __repr__(self) -> str:
+        return f"<ClientSession {self.id} agent={self.agent!r}>"
+
+    @property
+    def delta_window(self) -> int | None:
+        """The granted delta window, or ``None`` (plain UAMP)."""
+        ctx = self._conn.sessions.get(self.id)
+        if ctx is None or ctx.receive_window is None:
+            return None
+        return ctx.receive_window.window
+
+    @property
+    def token(self) -> str | None:
+        """The session's current auth token."""
+        ctx = self._conn.sessions.get(self.id)
+        return ctx.token if ctx is not None else None
+
+    # --- requests ---------------------------------------------------------------
+
+    async def send(self, *events: ev.Event) -> None:
+        """Send raw events in this session (``session_id`` is filled in)."""
+        if self._ended is not None:
+            raise self._ended
+        stamped = [
+            e if e.session_id is not None else attrs.evolve(e, session_id=self.id) for e in events
+        ]
+        await self._link._send_events(self, stamped)
+
+    def respond(
+        self,
+        text: str | None = None,
+        *,
+        inputs: Sequence[ev.Event] = (),
+        response: ty.ResponseConfig | None = None,
+        response_format: ty.ResponseFormat | None = None,
+    ) -> ResponseStream:
+        """Send ``input.text`` (if ``text``) and ``inputs``, then ``response.create``.
+
+        Returns:
+            A :class:`ResponseStream`: ``async for event in session.respond("hi")``.
+            Nothing is sent until iteration starts.
+        """
+        start: list[ev.Event] = list(inputs)
+        if text is not None:
+            start.insert(0, ev.InputText(text=text))
+        start.append(ev.ResponseCreate(response=response, response_format=response_format))
+        return ResponseStream(self, start)
+
+    async def ask(self, text: str | None = None, **kwargs: Any) -> ResponseResult:
+        """Send ``text``, wait for the whole response and return its result."""
+        return await self.respond(text, **kwargs).collect()
+
+    async def cancel(self, response_id: str | None = None) -> None:
+        """Cancel the current (or the named) response; it ends ``response.cancelled``."""
+        await self.send(ev.ResponseCancel(response_id=response_id))
+
+    async def update(
+        self, *, token: str | None = None, payment_token: str | None = None
+    ) -> None:
+        """Refresh the session's token(s) (``session.update``); waits for ``session.updated``."""
+        done = trio.Event()
+        self._updated.append(done)
+        await self.send(ev.SessionUpdate(token=token, payment_token=payment_token))
+        await done.wait()
+        if self._ended is not None:
+            raise self._ended
+
+    async def query_capabilities(self) -> ty.Capabilities:
+        """Ask for the agent's capabilities (``capabilities.query``)."""
+        self._caps_wait = trio.Event()
+        await self.send(ev.CapabilitiesQuery())
+        await self._caps_wait.wait()
+        assert self.capabilities is not None
+        return self.capabilities
+
+    _caps_wait: trio.Event | None = None
+
+    async def end(self, reason: str | None = None) -> None:
+        """End the session (``session.end``)."""
+        if self._ended is None:
+            await self.send(ev.SessionEnd(reason=reason))
+            self._close(UampError("session_ended", f"session {self.id} was ended by the client"))
+        await self._link._forget(self)
+
+    # --- plumbing -----------------------------------------------------------------
+
+    async def _claim(self, stream: ResponseStream) -> None:
+        if self._ended is not None:
+            raise self._ended
+        if self._stream is not None:
+            raise UampError(
+                "response_in_progress",
+                "this session is already iterating a response; finish it first",
+            )
+        self._stream = stream
+
+    def _release(self, stream: ResponseStream) -> None:
+        if self._stream is stream:
+            self._stream = None
+
+    async def _receive(self) -> ev.Event | _End:
+        try:
+            return await self._recv_ch.receive()
+        except trio.EndOfChannel:
+            return _End(self._ended or UampError("closed", "the connection closed"))
+
+    async def _deliver(self, event: ev.Event, nursery: trio.Nursery) -> None:
+        """Route one event of this session (called by the link's reader)."""
+        etype = event.type
+        if etype == "session.created":
+            assert isinstance(event, ev.SessionCreated)
+            self.created = event
+            self.agent = event.agent
+            self._ready.set()
+        elif etype == "capabilities":
+            assert isinstance(event, ev.CapabilitiesEvent)
+            self.capabilities = event.capabilities
+            if self._caps_wait is not None:
+                self._caps_wait.set()
+        elif etype == "session.updated":
+            if self._updated:
+                self._updated.popleft().set()
+        elif etype == "session.error" and not self._ready.is_set():
+            assert isinstance(event, ev.SessionError)
+            self._failure = UampError(event.error.code, event.error.message, event)
+            self._ready.set()
+        elif etype == "session.end":
+            self._close(UampError("session_ended", f"the server ended session {self.id}"))
+        elif etype in _RESPONSE_EVENTS or (etype == "session.error" and self._stream):
+            if etype == "tool.call" and self.on_tool_call is not None:
+                assert isinstance(event, ev.ToolCall)
+                nursery.start_soon(self._run_tool, event)
+            await self._send_ch.send(event)
+        elif etype == "session.error":
+            assert isinstance(event, ev.SessionError)
+            self.errors.append(event)
+
+    async def _run_tool(self, call: ev.ToolCall) -> None:
+        handler = self.on_tool_call
+        assert handler is not None
+        invocation = ty.ToolInvocation(id=call.call_id, name=call.name, arguments=call.arguments)
+        is_error = None
+        try:
+            result = handler(invocation)
+            if inspect.isawaitable(result):
+                result = await result
+            text = result if isinstance(result, str) else orjson.dumps(result).decode()
+        except Exception as exc:
+            text, is_error = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"}).decode(), True
+        with suppress(UampError):
+            await self.send(ev.ToolResult(call_id=call.call_id, result=text, is_error=is_error))
+
+    def _close(self, error: UampError) -> None:
+        if self._ended is not None:
+            return
+        self._ended = error
+        if self._failure is None and not self._ready.is_set():
+            self._failure = error
+        self._ready.set()
+        for waiter in self._updated:
+            waiter.set()
+        if self._caps_wait is not None:
+            self._caps_wait.set()
+        self._send_ch.close()
+
+    async def _wait_created(self) -> None:
+        await self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+
+
+class _Link:
+    """What a session needs from its client."""
+
+    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
+        raise NotImplementedError
+
+    async def _forget(self, session: ClientSession) -> None:
+        raise NotImplementedError
+
+
+def _session_config(
+    config: ty.SessionConfig | None,
+    instructions: str | None,
+    tools: Sequence[ty.ToolDefinition] | None,
+) -> ty.SessionConfig:
+    cfg = config or ty.SessionConfig(modalities=["text"])
+    if instructions is not None:
+        cfg = attrs.evolve(cfg, instructions=instructions)
+    if tools is not None:
+        cfg = attrs.evolve(cfg, tools=list(tools))
+    return cfg
+
+
+def _new_session_id() -> str:
+    return "sess_" + os.urandom(12).hex()
+
+
+# --- WebSocket ------------------------------------------------------------------------
+
+
+async def _open_stream(
+    url: str, ssl_context: ssl.SSLContext | None
+) -> tuple[trio.abc.Stream, str, str]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("ws", "wss", "http", "https"):
+        raise ValueError(f"not a WebSocket URL: {url!r}")
+    secure = parts.scheme in ("wss", "https")
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if secure else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    stream: trio.abc.Stream
+    if secure:
+        stream = await trio.open_ssl_over_tcp_stream(
+            host, port, ssl_context=ssl_context or ssl.create_default_context()
+        )
+    else:
+        stream = await trio.open_tcp_stream(host, port)
+    authority = parts.netloc.rsplit("@", 1)[-1]
+    return stream, authority, target
+
+
+async def _handshake(
+    stream: trio.abc.Stream,
+    authority: str,
+    target: str,
+    headers: Sequence[tuple[str, str]],
+    subprotocols: Sequence[str],
+) -> bytes:
+    """Do the RFC 6455 opening handshake with h11; returns bytes read past it."""
+    key = base64.b64encode(os.urandom(16))
+    expect = base64.b64encode(hashlib.sha1(key + _WS_GUID).digest())
+    conn = h11.Connection(h11.CLIENT)
+    head = [
+        ("Host", authority),
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", key.decode()),
+        ("Sec-WebSocket-Version", "13"),
+        *headers,
+    ]
+    if subprotocols:
+        head.append(("Sec-WebSocket-Protocol", ", ".join(subprotocols)))
+    await stream.send_all(conn.send(h11.Request(method="GET", target=target, headers=head)))
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = bytes(await stream.receive_some(_READ_SIZE))
+            conn.receive_data(data)
+            if not data and conn.their_state is h11.SEND_RESPONSE:
+                raise UampError("handshake_failed", "the server closed during the handshake")
+            continue
+        if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
+            got = dict((k.lower(), v) for k, v in event.headers)
+            if got.get(b"sec-websocket-accept") != expect:
+                raise UampError("handshake_failed", "bad Sec-WebSocket-Accept from the server")
+            return bytes(conn.trailing_data[0])
+        if isinstance(event, h11.Response):
+            body = b""
+            while True:
+                nxt = conn.next_event()
+                if isinstance(nxt, h11.Data):
+                    body += bytes(nxt.data)
+                elif nxt is h11.NEED_DATA:
+                    more = bytes(await stream.receive_some(_READ_SIZE))
+                    conn.receive_data(more)
+                    if not more:
+                        break
+                else:
+                    break
+            code = "handshake_failed"
+            message = f"the server answered {event.status_code}"
+            try:
+                err = orjson.loads(body).get("error", {})
+                code = err.get("code") or code
+                message = f"{message}: {err.get('message')}"
+            except (orjson.JSONDecodeError, AttributeError):
+                pass
+            raise UampError(code, message)
+        if isinstance(event, h11.ConnectionClosed):
+            raise UampError("handshake_failed", "the server closed during the handshake")
+
+
+class UampClient(_Link):
+    """A native UAMP WebSocket client; make one with :func:`connect`.
+
+    Attributes:
+        sessions: The open sessions, by id.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        engine: FrameEngine,
+        nursery: trio.Nursery,
+        *,
+        delta_window: int | None,
+        buffer: int,
+    ) -> None:
+        self._stream = stream
+        self._engine = engine
+        self._nursery = nursery
+        self._conn = ClientConnection(ConnectionConfig(delta_window=delta_window))
+        self._lock = trio.StrictFIFOLock()
+        self._buffer = buffer
+        self.sessions: dict[str, ClientSession] = {}
+        self._closed: UampError | None = None
+        self._pongs: deque[trio.Event] = deque()
+        self._errors: deque[ev.Event] = deque(maxlen=64)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has closed."""
+        return self._closed is not None
+
+    async def create_session(
+        self,
+        agent: str | None = None,
+        *,
+        token: str | None = None,
+        payment_token: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[ty.ToolDefinition] | None = None,
+        config: ty.SessionConfig | None = None,
+        chat: str | None = None,
+        on_tool_call: ToolHandler | None = None,
+        session_id: str | None = None,
+    ) -> ClientSession:
+        """Open a session; returns once ``session.created`` (and capabilities) arrived.
+
+        Raises:
+            UampError: The server refused it (``agent_not_found``,
+                ``too_many_sessions`` ...).
+        """
+        if self._closed is not None:
+            raise self._closed
+        sid = session_id or _new_session_id()
+        session = ClientSession(self, self._conn, sid, on_tool_call, self._buffer)
+        self.sessions[sid] = session
+        cfg = _session_config(config, instructions, tools)
+        try:
+            data = self._conn.create_session(
+                cfg, session_id=sid, agent=agent, token=token, payment_token=payment_token,
+                chat=chat,
+            )
+            await self._write([data])
+            await session._wait_created()
+        except BaseException:
+            self.sessions.pop(sid, None)
+            raise
+        return session
+
+    async def ping(self) -> None:
+        """Send a UAMP ``ping`` and wait for the ``pong``."""
+        done = trio.Event()
+        self._pongs.append(done)
+        await self._write([self._conn.send(ev.Ping())])
+        await done.wait()
+        if self._closed is not None:
+            raise self._closed
+
+    async def send_raw(self, message: str | bytes) -> None:
+        """Send one text message as is (bypassing the core: for tests and tools)."""
+        await self._write([message.encode() if isinstance(message, str) else message])
+
+    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
+        if self._closed is not None:
+            raise self._closed
+        await self._write([self._conn.send(e) for e in events])
+
+    async def _forget(self, session: ClientSession) -> None:
+        self.sessions.pop(session.id, None)
+
+    async def _write(self, messages: list[bytes]) -> None:
+        async with self._lock:
+            if self._closed is not None:
+                raise self._closed
+            engine = self._engine
+            for m in messages:
+                engine.text(m)
+            data = engine.take()
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._shutdown(UampError("closed", f"the connection broke: {exc}"))
+                raise self._closed from None  # type: ignore[misc]
+
+    async def _flush_owed(self) -> None:
+        owed = self._conn.data_to_send()
+        async with self._lock:
+            engine = self._engine
+            if engine.closed is None:
+                for m in owed:
+                    engine.text(m)
+            data = engine.take()
+            if data:
+                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self._stream.send_all(data)
+
+    async def _reader(self, initial: bytes) -> None:
+        conn, engine = self._conn, self._engine
+        data = initial
+        try:
+            while True:
+                if data:
+                    for message in engine.feed(data):
+                        conn.receive(message)
+                        await self._drain()
+                    await self._flush_owed()
+                try:
+                    data = bytes(await self._stream.receive_some(_READ_SIZE))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    engine.feed(b"")
+        except WebSocketClosed as closed:
+            await self._flush_owed()  # the close reply
+            self._shutdown(UampError("closed", f"the connection closed ({closed.code})"))
+
+    async def _drain(self) -> None:
+        conn = self._conn
+        while True:
+            try:
+                event = conn.next_event()
+            except RemoteProtocolError as exc:
+                log.warning("the server sent an event we refuse: %s", exc)
+                continue
+            if event is NEED_DATA:
+                return
+            if not isinstance(event, ev.Event):
+                continue  # an event type this version does not know
+            sid = event.session_id
+            session = self.sessions.get(sid) if sid is not None else None
+            if session is None and sid is None and len(self.sessions) == 1:
+                session = next(iter(self.sessions.values()))
+            if event.type == "pong" and session is None and self._pongs:
+                self._pongs.popleft().set()
+            elif session is not None:
+                if event.type == "pong" and self._pongs:
+                    self._pongs.popleft().set()
+                await session._deliver(event, self._nursery)
+            else:
+                self._errors.append(event)
+
+    def _shutdown(self, error: UampError) -> None:
+        if self._closed is None:
+            self._closed = error
+        for session in list(self.sessions.values()):
+            session._close(error)
+        for waiter in self._pongs:
+            waiter.set()
+
+    async def aclose(self) -> None:
+        """Close the WebSocket (code 1000) and the connection."""
+        if self._closed is None:
+            async with self._lock:
+                self._engine.close(1000, "")
+                data = self._engine.take()
+                if data:
+                    with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await self._stream.send_all(data)
+            self._shutdown(UampError("closed", "the client closed the connection"))
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    *,
+    delta_window: int | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    engine: EngineName | None = None,
+    max_message_size: int | None = 16 * 1024 * 1024,
+    session_buffer: int = DEFAULT_SESSION_BUFFER,
+    ssl_context: ssl.SSLContext | None = None,
+    connect_timeout: float = 10.0,
+) -> AsyncIterator[UampClient]:
+    """Connect to a UAMP WebSocket endpoint (``ws://host:port/ws`` or ``.../agents/NAME/uamp``).
+
+    Args:
+        url: ``ws://`` or ``wss://`` URL.
+        delta_window: Opt every session into delta windows of this size.
+        headers: Extra headers of the upgrade request (``Authorization`` ...).
+        engine: WebSocket framing engine.
+        max_message_size: Largest message accepted from the server.
+        session_buffer: Events buffered per session for its consumer.
+        ssl_context: For ``wss://``.
+        connect_timeout: Limit on connecting and the handshake.
+
+    Raises:
+        UampError: The handshake failed (``agent_not_found`` for an unknown
+            agent's endpoint ...).
+    """
+    with trio.fail_after(connect_timeout):
+        stream, authority, target = await _open_stream(url, ssl_context)
+        try:
+            initial = await _handshake(stream, authority, target, headers, ("uamp",))
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+    frames = make_engine(client=True, max_message_size=max_message_size, engine=engine)
+    try:
+        async with trio.open_nursery() as nursery:
+            client = UampClient(
+                stream, frames, nursery, delta_window=delta_window, buffer=session_buffer
+            )
+            nursery.start_soon(client._reader, initial)
+            try:
+                yield client
+            finally:
+                with trio.move_on_after(1.0) as scope:
+                    scope.shield = True
+                    await client.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+# --- HTTP + SSE ---------------------------------------------------------------------------
+
+
+class SSEClient(_Link):
+    """A UAMP client over HTTP+SSE (section 13.2); make one with :func:`connect_sse`.
+
+    Each session is its own HTTP session: events are POSTed to
+    ``{base}/events`` (or ``{base}/agents/{agent}/events``), and one task per
+    session reads ``.../events/stream``.
+    """
+
+    def __init__(
+        self, http: httpx.AsyncClient, base_url: str, nursery: trio.Nursery, *,
+        delta_window: int | None, buffer: int,
+    ) -> None:
+        self._http = http
+        self._base = base_url.rstrip("/")
+        self._nursery = nursery
+        self._delta_window = delta_window
+        self._buffer = buffer
+        self.sessions: dict[str, ClientSession] = {}
+        self._paths: dict[str, str] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+
+    def _prefix(self, agent: str | None, by_path: bool) -> str:
+        return f"{self._base}/agents/{agent}" if agent and by_path else self._base
+
+    async def create_session(
+        self,
+        agent: str | None = None,
+        *,
+        token: str | None = None,
+        payment_token: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[ty.ToolDefinition] | None = None,
+        config: ty.SessionConfig | None = None,
+        chat: str | None = None,
+        on_tool_call: ToolHandler | None = None,
+        session_id: str | None = None,
+        agent_in_path: bool = True,
+    ) -> ClientSession:
+        """Open a session (POST ``session.create``, then attach the event stream).
+
+        Raises:
+            UampError: The server refused it.
+        """
+        sid = session_id or _new_session_id()
+        conn = ClientConnection(ConnectionConfig(delta_window=self._delta_window))
+        session = ClientSession(self, conn, sid, on_tool_call, self._buffer)
+        prefix = self._prefix(agent, agent_in_path)
+        self._paths[sid] = prefix
+        data = conn.create_session(
+            _session_config(config, instructions, tools), session_id=sid,
+            agent=None if agent_in_path else agent, token=token, payment_token=payment_token,
+            chat=chat,
+        )
+        resp = await self._http.post(
+            f"{prefix}/events", content=data, headers={"content-type": "application/json"}
+        )
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        sid = resp.headers.get("x-session-id", sid)
+        self.sessions[sid] = session
+        scope = trio.CancelScope()
+        self._scopes[sid] = scope
+        await self._nursery.start(self._stream_task, session, prefix, scope)
+        await session._wait_created()
+        return session
+
+    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
+        conn = session._conn
+        body = b"[" + b",".join(conn.send(e) for e in events) + b"]"
+        await self._post(session, body)
+
+    async def _post(self, session: ClientSession, body: bytes) -> None:
+        prefix = self._paths[session.id]
+        try:
+            resp = await self._http.post(
+                f"{prefix}/events",
+                content=body,
+                headers={"content-type": "application/json", "x-session-id": session.id},
+            )
+        except httpx.HTTPError as exc:
+            raise UampError("closed", f"POST failed: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+
+    async def _forget(self, session: ClientSession) -> None:
+        self.sessions.pop(session.id, None)
+        scope = self._scopes.pop(session.id, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _stream_task(
+        self,
+        session: ClientSession,
+        prefix: str,
+        scope: trio.CancelScope,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        conn = session._conn
+        parser = SSEParser()
+        started = False
+        with scope:
+            try:
+                async with self._http.stream(
+                    "GET",
+                    f"{prefix}/events/stream",
+                    headers={"x-session-id": session.id, "accept": "text/event-stream"},
+                    timeout=httpx.Timeout(10.0, read=None),
+                ) as resp:
+                    if resp.status_code != 200:
+                        await resp.aread()
+                        raise _http_error(resp)
+                    task_status.started()
+                    started = True
+                    async for chunk in resp.aiter_raw():
+                        for sse in parser.feed(chunk):
+                            conn.receive(sse.data)
+                            while True:
+                                try:
+                                    event = conn.next_event()
+                                except RemoteProtocolError as exc:
+                                    log.warning("the server sent an event we refuse: %s", exc)
+                                    continue
+                                if event is NEED_DATA:
+                                    break
+                                if isinstance(event, ev.Event):
+                                    await session._deliver(event, self._nursery)
+                        owed = conn.data_to_send()
+                        if owed:  # delta-window acks
+                            await self._post(session, b"[" + b",".join(owed) + b"]")
+            except (httpx.HTTPError, UampError) as exc:
+                if not started:
+                    raise
+                log.debug("SSE stream of %s ended: %s", session.id, exc)
+        session._close(UampError("closed", f"the event stream of session {session.id} ended"))
+
+    async def aclose(self) -> None:
+        """Stop every session's stream."""
+        for scope in self._scopes.values():
+            scope.cancel()
+
+
+def _http_error(resp: httpx.Response) -> UampError:
+    try:
+        err = resp.json().get("error", {})
+        return UampError(err.get("code") or f"http_{resp.status_code}",
+                         err.get("message") or resp.text)
+    except (ValueError, AttributeError):
+        return UampError(f"http_{resp.status_code}", resp.text)
+
+
+@asynccontextmanager
+async def connect_sse(
+    base_url: str,
+    *,
+    delta_window: int | None = None,
+    headers: dict[str, str] | None = None,
+    session_buffer: int = DEFAULT_SESSION_BUFFER,
+    http: httpx.AsyncClient | None = None,
+) -> AsyncIterator[SSEClient]:
+    """A UAMP client over HTTP+SSE against ``base_url`` (``http://host:port``).
+
+    Args:
+        base_url: The server's base URL.
+        delta_window: Opt every session into delta windows of this size.
+        headers: Headers for every request.
+        session_buffer: Events buffered per session for its consumer.
+        http: An httpx client to use (default: a new one).
+    """
+    own = http is None
+    client_http = http or httpx.AsyncClient(headers=headers, timeout=30.0)
+    try:
+        async with trio.open_nursery() as nursery:
+            client = SSEClient(
+                client_http, base_url, nursery, delta_window=delta_window, buffer=session_buffer
+            )
+            try:
+                yield client
+            finally:
+                await client.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        if own:
+            with trio.CancelScope(shield=True):
+                await client_http.aclose()
