@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import orjson
 from cattrs import Converter
+from cattrs.cols import list_structure_factory
 from cattrs.errors import ClassValidationError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.orjson import make_converter
@@ -36,7 +37,15 @@ from cattrs.preconf.orjson import make_converter
 from . import events as ev
 from . import types as ty
 
-__all__ = ["DecodeError", "decode", "decode_object", "encode", "to_dict", "from_dict"]
+__all__ = [
+    "DecodeError",
+    "decode",
+    "decode_object",
+    "encode",
+    "from_dict",
+    "to_dict",
+    "unstructure",
+]
 
 _NoneType = type(None)
 
@@ -110,7 +119,7 @@ def _s_int(value: Any, _: Any) -> int:
 
 def _s_float(value: Any, _: Any) -> float:
     if type(value) is float or type(value) is int:
-        return value  # type: ignore[no-any-return]
+        return value
     raise _WrongType("a number", value)
 
 
@@ -203,6 +212,27 @@ def _union_structure_factory(conv: Converter) -> Callable[[Any], Callable[[Any, 
     return factory
 
 
+def _list_structure_factory(conv: Converter) -> Callable[[Any], Callable[[Any, Any], Any]]:
+    """Lists take JSON arrays only: cattrs' own hook takes any iterable, so
+    ``"modalities": "text"`` would become ``["t", "e", "x", "t"]``."""
+
+    def factory(t: Any) -> Callable[[Any, Any], Any]:
+        inner = list_structure_factory(t, conv)
+
+        def structure(value: Any, _: Any) -> Any:
+            if type(value) is not list:
+                raise _WrongType("an array", value)
+            return inner(value, t)
+
+        return structure
+
+    return factory
+
+
+def _is_list(t: Any) -> bool:
+    return t is list or typing.get_origin(t) is list
+
+
 def _is_union(t: Any) -> bool:
     return typing.get_origin(t) in (typing.Union, _pytypes.UnionType)
 
@@ -252,7 +282,9 @@ def _class_structure_factory(conv: Converter, detailed: bool) -> Callable[[Any],
     return factory
 
 
-def _tool_invocation_hook(generated: Callable[[Any, Any], Any], known: frozenset[str]) -> Any:
+def _tool_invocation_hook(
+    generated: Callable[[Any, Any], Any], known: frozenset[str]
+) -> Callable[[Any, Any], Any]:
     """Accept OpenAI's nested ``{"function": {"name", "arguments"}}`` form too."""
 
     def structure(value: Any, _: Any) -> Any:
@@ -342,6 +374,7 @@ def _make(detailed: bool) -> Converter:
     conv.register_structure_hook_func(lambda t: t is Any, _s_any)
     conv.register_structure_hook_factory(attrs.has, _class_structure_factory(conv, detailed))
     conv.register_structure_hook_factory(_is_union, _union_structure_factory(conv))
+    conv.register_structure_hook_factory(_is_list, _list_structure_factory(conv))
     conv.register_unstructure_hook_factory(attrs.has, _class_unstructure_factory(conv))
     conv.register_unstructure_hook_factory(_is_union, _union_unstructure_factory(conv))
     conv.register_unstructure_hook_func(lambda t: t == dict[str, Any], lambda d: d)
@@ -353,20 +386,30 @@ converter: Converter = _make(detailed=False)
 #: Re-runs failed input to produce field-path errors.
 _detailed: Converter = _make(detailed=True)
 
-_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {
+#: The generic hooks, by wire type: the fallback of the fast ones.
+_GENERIC_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {
     tag: converter.get_structure_hook(cls) for tag, cls in ev.EVENT_TYPES.items()
 }
+#: The hooks ``decode`` runs first, by wire type (fast ones where there are).
+_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = dict(_GENERIC_STRUCTURE)
 _UNSTRUCTURE: dict[type[Any], Callable[[Any], Any]] = {
     cls: converter.get_unstructure_hook(cls) for cls in ev.EVENT_TYPES.values()
 }
 _UNSTRUCTURE[ev.UnknownEvent] = lambda obj: obj.raw
 
 
+#: ``decode``'s table: wire type -> (hook, class), one lookup per event.
+_DISPATCH: dict[str, tuple[Callable[[Any, Any], Any], type[Any]]] = {}
+
+
 def _install_fast_hooks() -> None:
-    from . import _fast  # noqa: PLC0415 - avoid an import cycle
+    """Put the hand-written hooks of :mod:`uamp_proto._fast` in the tables."""
+    from . import _fast  # here: it needs the converter built above
 
     _STRUCTURE.update(_fast.structure_hooks(converter))
     _UNSTRUCTURE.update(_fast.unstructure_hooks(converter))
+    _DISPATCH.clear()
+    _DISPATCH.update({tag: (hook, ev.EVENT_TYPES[tag]) for tag, hook in _STRUCTURE.items()})
 
 
 # --- errors ------------------------------------------------------------------
@@ -403,21 +446,24 @@ def _describe(path: str, exc: BaseException) -> str:
 def _error_for(tag: str, cls: type[Any], obj: dict[str, Any]) -> DecodeError:
     event_id = obj.get("event_id")
     session_id = obj.get("session_id")
-    ids = {
-        "event_type": tag,
-        "event_id": event_id if isinstance(event_id, str) else None,
-        "session_id": session_id if isinstance(session_id, str) else None,
-    }
+    message = f"{tag}: invalid event"
+    path = ""
     try:
         _detailed.structure(obj, cls)
-    except Exception as exc:  # noqa: BLE001 - any failure becomes a DecodeError
-        leaves = _leaf_errors(exc, "")
-        path, first = leaves[0]
-        text = "; ".join(_describe(p, e) for p, e in leaves)
-        return DecodeError(f"{tag}: {text}", path=_full_path(path, first), **ids)
-    # The detailed converter accepted what the fast path refused: report the
-    # fast path's complaint generically rather than invent a field.
-    return DecodeError(f"{tag}: invalid event", **ids)  # pragma: no cover
+    except Exception as exc:  # any failure becomes a DecodeError
+        leaves = _leaf_errors(exc, "") or [("", exc)]
+        first_path, first = leaves[0]
+        message = f"{tag}: " + "; ".join(_describe(p, e) for p, e in leaves)
+        path = _full_path(first_path, first)
+    # (Had the detailed converter accepted what the generic one refused, the
+    # generic message above stands rather than an invented field.)
+    return DecodeError(
+        message,
+        event_type=tag,
+        event_id=event_id if isinstance(event_id, str) else None,
+        session_id=session_id if isinstance(session_id, str) else None,
+        path=path,
+    )
 
 
 def _full_path(path: str, exc: BaseException) -> str:
@@ -431,8 +477,26 @@ def _full_path(path: str, exc: BaseException) -> str:
 # --- public API --------------------------------------------------------------
 
 
+def _decode_slowly(tag: str, cls: type[Any], obj: dict[str, Any]) -> Any:
+    """The fast hook declined ``obj``: the generic hook decides, and if it
+    refuses too, the detailed converter names the field."""
+    generic = _GENERIC_STRUCTURE[tag]
+    try:
+        return generic(obj, cls)
+    except Exception:  # re-run in detail for a precise message
+        pass
+    raise _error_for(tag, cls, obj) from None
+
+
 def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
     """Turn an already-parsed JSON value into a typed event.
+
+    Args:
+        obj: One event as parsed JSON (a dict).
+
+    Returns:
+        The typed event, or :class:`~uamp_proto.events.UnknownEvent` for a
+        type this version does not know.
 
     Raises:
         DecodeError: ``obj`` is not an object, has no string ``type``, or
@@ -441,21 +505,27 @@ def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
     if type(obj) is not dict:
         raise DecodeError(f"an event must be a JSON object, got {_json_type(obj)}")
     tag = obj.get("type")
-    hook = _STRUCTURE.get(tag)  # type: ignore[arg-type]
-    if hook is None:
-        if type(tag) is str:
-            return ev.UnknownEvent(type=tag, raw=obj)
+    if type(tag) is not str:
         event_id = obj.get("event_id")
         if tag is None:
             problem = "an event must have a 'type' field"
         else:
             problem = f"an event's 'type' must be a string, got {_json_type(tag)}"
         raise DecodeError(problem, event_id=event_id if isinstance(event_id, str) else None)
-    cls = ev.EVENT_TYPES[tag]  # type: ignore[index]
+    entry = _DISPATCH.get(tag)
+    if entry is None:
+        # Unknown event types are kept, never an error (section 14.3).
+        return ev.UnknownEvent(type=tag, raw=obj)
+    hook, cls = entry
     try:
         return hook(obj, cls)  # type: ignore[no-any-return]
-    except Exception:  # noqa: BLE001 - re-run slowly for a precise message
-        raise _error_for(tag, cls, obj) from None  # type: ignore[arg-type]
+    except Exception:  # the fast path declined
+        return _decode_slowly(tag, cls, obj)  # type: ignore[no-any-return]
+
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+_JSONDecodeError = orjson.JSONDecodeError
 
 
 def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownEvent:
@@ -473,26 +543,52 @@ def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownE
             required field or a field of the wrong type.
     """
     try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        obj = _loads(data)
+    except _JSONDecodeError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
-    return decode_object(obj)
+    # The hot path of decode_object, inlined. Anything unusual (not an
+    # object, no type, a type that is not a string or not known) raises here
+    # and decode_object sorts it out.
+    try:
+        hook, cls = _DISPATCH[obj["type"]]
+    except Exception:
+        return decode_object(obj)
+    try:
+        return hook(obj, cls)  # type: ignore[no-any-return]
+    except Exception:  # the fast path declined
+        return _decode_slowly(cls.type, cls, obj)  # type: ignore[no-any-return]
+
+
+def _unstructure_hook(cls: type[Any]) -> Callable[[Any], Any]:
+    hook = _UNSTRUCTURE[cls] = converter.get_unstructure_hook(cls)
+    return hook
 
 
 def to_dict(event: ev.Event | ev.UnknownEvent) -> dict[str, Any]:
-    """The JSON-ready dict of an event (absent fields omitted)."""
-    hook = _UNSTRUCTURE.get(type(event))
-    if hook is None:
-        hook = _UNSTRUCTURE[type(event)] = converter.get_unstructure_hook(type(event))
+    """The JSON-ready dict of an event: ``type`` first, absent fields omitted,
+    unknown keys written back."""
+    try:
+        hook = _UNSTRUCTURE[type(event)]
+    except KeyError:
+        hook = _unstructure_hook(type(event))
     return hook(event)  # type: ignore[no-any-return]
 
 
 def encode(event: ev.Event | ev.UnknownEvent) -> bytes:
-    """Serialise one event to compact UTF-8 JSON bytes."""
-    hook = _UNSTRUCTURE.get(type(event))
-    if hook is None:
-        hook = _UNSTRUCTURE[type(event)] = converter.get_unstructure_hook(type(event))
-    return orjson.dumps(hook(event))
+    """Serialise one event to compact UTF-8 JSON bytes.
+
+    Args:
+        event: Any event, :class:`~uamp_proto.events.UnknownEvent` included.
+
+    Returns:
+        The event's JSON: ``type`` first, absent fields omitted, unknown keys
+        written back.
+    """
+    try:
+        hook = _UNSTRUCTURE[type(event)]
+    except KeyError:
+        hook = _unstructure_hook(type(event))
+    return _dumps(hook(event))
 
 
 def from_dict(cls: type[Any], value: Any) -> Any:
@@ -503,10 +599,10 @@ def from_dict(cls: type[Any], value: Any) -> Any:
     """
     try:
         return converter.structure(value, cls)
-    except Exception:  # noqa: BLE001
+    except Exception:
         try:
             _detailed.structure(value, cls)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             leaves = _leaf_errors(exc, "")
             text = "; ".join(_describe(p, e) for p, e in leaves)
             raise DecodeError(f"{cls.__name__}: {text}") from None
