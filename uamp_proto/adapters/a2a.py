@@ -1,0 +1,1413 @@
+"""Google A2A <-> UAMP, sans-IO (UAMP sections 1.3 and 9.2; spec 004 "A2A Transport").
+
+Theory of operation
+-------------------
+A2A models work as *tasks*. A client sends a message; the server creates a
+task (``submitted``), runs the agent (``working``) and ends the task
+``completed``, ``failed`` or ``canceled``, or pauses it ``input-required``
+when the agent needs something only the client can give (here: the result
+of a client-side tool). A message that names the task (``taskId``) resumes
+a paused task. The legal moves are the table :data:`TRANSITIONS`; anything
+else raises (cancelling a finished task raises the A2A error "task not
+cancelable").
+
+Two JSON-RPC dialects exist and a2a-sdk speaks both:
+
+* **1.0** (:attr:`Dialect.V1`): methods ``SendMessage``,
+  ``SendStreamingMessage``, ``GetTask``, ``CancelTask``, ``ListTasks``,
+  ``SubscribeToTask``; objects are ProtoJSON (camelCase, enums as
+  ``TASK_STATE_COMPLETED`` / ``ROLE_AGENT``, parts as one-of members
+  ``{"text"}``, ``{"raw", "mediaType"}``, ``{"url"}``, ``{"data"}``);
+  stream results are wrapped (``{"task"}``, ``{"statusUpdate"}``,
+  ``{"artifactUpdate"}``, ``{"message"}``).
+* **0.3** (:attr:`Dialect.V03`): methods ``message/send``,
+  ``message/stream``, ``tasks/get``, ``tasks/cancel``,
+  ``tasks/resubscribe``; objects carry a ``kind`` tag, states are
+  lower-case (``input-required``), parts are ``{"kind": "text"|"file"|"data"}``
+  and status updates carry ``final``.
+
+The same endpoint serves both; the method name decides the dialect.
+
+Input goes through :func:`parse_rpc` (envelope) and :func:`parse_message`
+(an A2A message into UAMP content items). The agent's UAMP events go through
+:class:`TaskRun`, which updates the stored :class:`A2ATask` (history,
+artifacts, state) and returns :class:`Update` objects; :func:`render_update`
+and :func:`render_task` write them in either dialect, and
+:func:`rest_events` in the SSE form of spec 004 (``task.started``,
+``task.message``, ``task.completed``, ``task.failed`` ...). Nothing here
+reads a clock or makes ids: timestamps (RFC 3339 strings) and an id source
+are passed in. :class:`TaskStore` is the bounded in-memory store.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from .. import events as ev
+from .. import types as ty
+from ..codec import unstructure
+from ..errors import LocalProtocolError
+from ..ids import IdSource
+
+__all__ = [
+    "CAPABILITIES_EXTENSION",
+    "CONTENT_TYPE_NOT_SUPPORTED",
+    "EXTENDED_CARD_NOT_CONFIGURED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHODS",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "PAYMENT_REQUIRED",
+    "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    "TASK_NOT_CANCELABLE",
+    "TASK_NOT_FOUND",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "UNSUPPORTED_OPERATION",
+    "A2AError",
+    "A2AMessage",
+    "A2ATask",
+    "Artifact",
+    "Dialect",
+    "RpcCall",
+    "RpcError",
+    "StoredMessage",
+    "TaskRun",
+    "TaskState",
+    "TaskStore",
+    "Trigger",
+    "Update",
+    "agent_card",
+    "error_response",
+    "opt_int",
+    "parse_message",
+    "parse_rpc",
+    "parse_tool_results",
+    "parse_tools",
+    "payment_failed_event",
+    "render_message",
+    "render_part",
+    "render_task",
+    "render_update",
+    "rest_events",
+    "rest_task",
+    "result_response",
+    "stream_task",
+    "task_id_param",
+    "transition",
+]
+
+# --- JSON-RPC and A2A error codes (JSON-RPC 2.0 section 5.1; A2A "Error Handling") ------
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
+UNSUPPORTED_OPERATION = -32004
+CONTENT_TYPE_NOT_SUPPORTED = -32005
+EXTENDED_CARD_NOT_CONFIGURED = -32007
+#: Not an A2A code: the one spec 004 gives ACP for "payment required", reused here.
+PAYMENT_REQUIRED = -32402
+
+#: The ``google.rpc.ErrorInfo`` reason a 1.0 error carries, by code.
+_REASONS = {
+    PARSE_ERROR: "PARSE_ERROR",
+    INVALID_REQUEST: "INVALID_REQUEST",
+    METHOD_NOT_FOUND: "METHOD_NOT_FOUND",
+    INVALID_PARAMS: "INVALID_PARAMS",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+    TASK_NOT_FOUND: "TASK_NOT_FOUND",
+    TASK_NOT_CANCELABLE: "TASK_NOT_CANCELABLE",
+    PUSH_NOTIFICATION_NOT_SUPPORTED: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    UNSUPPORTED_OPERATION: "UNSUPPORTED_OPERATION",
+    CONTENT_TYPE_NOT_SUPPORTED: "CONTENT_TYPE_NOT_SUPPORTED",
+    EXTENDED_CARD_NOT_CONFIGURED: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    PAYMENT_REQUIRED: "PAYMENT_REQUIRED",
+}
+_ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+_ERROR_DOMAIN = "a2a-protocol.org"
+
+
+class Dialect(enum.Enum):
+    """The JSON-RPC dialect of one request."""
+
+    V1 = "1.0"
+    V03 = "0.3"
+
+
+#: Every method served: name -> (dialect, operation).
+METHODS: dict[str, tuple[Dialect, str]] = {
+    "SendMessage": (Dialect.V1, "send"),
+    "SendStreamingMessage": (Dialect.V1, "stream"),
+    "GetTask": (Dialect.V1, "get"),
+    "CancelTask": (Dialect.V1, "cancel"),
+    "ListTasks": (Dialect.V1, "list"),
+    "SubscribeToTask": (Dialect.V1, "subscribe"),
+    "CreateTaskPushNotificationConfig": (Dialect.V1, "push"),
+    "GetTaskPushNotificationConfig": (Dialect.V1, "push"),
+    "ListTaskPushNotificationConfigs": (Dialect.V1, "push"),
+    "DeleteTaskPushNotificationConfig": (Dialect.V1, "push"),
+    "GetExtendedAgentCard": (Dialect.V1, "extended_card"),
+    "message/send": (Dialect.V03, "send"),
+    "message/stream": (Dialect.V03, "stream"),
+    "tasks/get": (Dialect.V03, "get"),
+    "tasks/cancel": (Dialect.V03, "cancel"),
+    "tasks/resubscribe": (Dialect.V03, "subscribe"),
+    "tasks/pushNotificationConfig/set": (Dialect.V03, "push"),
+    "tasks/pushNotificationConfig/get": (Dialect.V03, "push"),
+    "tasks/pushNotificationConfig/list": (Dialect.V03, "push"),
+    "tasks/pushNotificationConfig/delete": (Dialect.V03, "push"),
+    "agent/getAuthenticatedExtendedCard": (Dialect.V03, "extended_card"),
+}
+
+
+class A2AError(Exception):
+    """An A2A/JSON-RPC error, with what to answer.
+
+    Attributes:
+        code: The JSON-RPC error code (:data:`TASK_NOT_FOUND` ...).
+        message: A sentence a person can act on.
+        data: Extra JSON data (for ``payment_required``: ``status_code`` and
+            ``accepts``).
+        http_status: The status the REST form answers with.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        data: dict[str, Any] | None = None,
+        http_status: int = 400,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.http_status = http_status
+
+    def error_object(self, dialect: Dialect) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member.
+
+        1.0 puts a ``google.rpc.ErrorInfo`` list in ``data`` (as a2a-sdk
+        does; ``metadata`` holds our ``data`` with JSON-encoded values,
+        since ErrorInfo metadata is a string map) followed by the raw
+        ``data`` object; 0.3 puts ``data`` as it is.
+        """
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if dialect is Dialect.V1:
+            metadata = {
+                k: v if isinstance(v, str) else orjson.dumps(v).decode()
+                for k, v in (self.data or {}).items()
+            }
+            details: list[dict[str, Any]] = [
+                {
+                    "@type": _ERROR_INFO_TYPE,
+                    "reason": _REASONS.get(self.code, "UNKNOWN_ERROR"),
+                    "domain": _ERROR_DOMAIN,
+                    "metadata": metadata,
+                }
+            ]
+            if self.data:
+                details.append({"@type": "type.uamp.dev/uamp.ErrorData", **self.data})
+            out["data"] = details
+        elif self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+def _invalid(message: str) -> A2AError:
+    return A2AError(INVALID_PARAMS, message)
+
+
+def error_response(
+    request_id: str | int | None, error: A2AError, dialect: Dialect = Dialect.V1
+) -> dict[str, Any]:
+    """A JSON-RPC error response object."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.error_object(dialect)}
+
+
+def result_response(request_id: str | int | None, result: Any) -> dict[str, Any]:
+    """A JSON-RPC success response object."""
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+# --- the task state machine ----------------------------------------------------------------
+
+
+class TaskState(enum.Enum):
+    """A task's lifecycle state; values are the 0.3 wire spellings."""
+
+    SUBMITTED = "submitted"
+    WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    COMPLETED = "completed"
+    CANCELED = "canceled"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    AUTH_REQUIRED = "auth-required"
+
+    @property
+    def v1(self) -> str:
+        """The 1.0 (ProtoJSON enum) spelling: ``TASK_STATE_INPUT_REQUIRED`` ..."""
+        return "TASK_STATE_" + self.name
+
+    @property
+    def rest(self) -> str:
+        """The spelling of spec 004's REST events (``running`` for working)."""
+        return "running" if self is TaskState.WORKING else self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether no further transition is possible."""
+        return self in TERMINAL_STATES
+
+    @property
+    def is_interrupted(self) -> bool:
+        """Whether the task waits for the client (``input-required``/``auth-required``)."""
+        return self in (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED)
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED}
+)
+
+_STATE_BY_NAME: dict[str, TaskState] = {}
+for _state in TaskState:
+    _STATE_BY_NAME[_state.value] = _state
+    _STATE_BY_NAME[_state.v1] = _state
+
+
+class Trigger(enum.Enum):
+    """What moves a task from one state to the next."""
+
+    START = "start"  #: the agent's turn begins
+    REQUIRE_INPUT = "require_input"  #: the turn ended asking for client tool results
+    RESUME = "resume"  #: a new message continues a paused task
+    COMPLETE = "complete"  #: the turn ended with ``response.done``
+    FAIL = "fail"  #: the turn ended with ``response.error`` (or never started)
+    CANCEL = "cancel"  #: the client cancelled
+    REJECT = "reject"  #: the server refused the task before starting it
+
+
+#: ``{state: {trigger: new state}}``; a missing key is an illegal move.
+TRANSITIONS: dict[TaskState, dict[Trigger, TaskState]] = {
+    TaskState.SUBMITTED: {
+        Trigger.START: TaskState.WORKING,
+        Trigger.FAIL: TaskState.FAILED,
+        Trigger.CANCEL: TaskState.CANCELED,
+        Trigger.REJECT: TaskState.REJECTED,
+    },
+    TaskState.WORKING: {
+        Trigger.REQUIRE_INPUT: TaskState.INPUT_REQUIRED,
+        Trigger.COMPLETE: TaskState.COMPLETED,
+        Trigger.FAIL: TaskState.FAILED,
+        Trigger.CANCEL: TaskState.CANCELED,
+    },
+    TaskState.INPUT_REQUIRED: {
+        Trigger.RESUME: TaskState.WORKING,
+        Trigger.FAIL: TaskState.FAILED,
+        Trigger.CANCEL: TaskState.CANCELED,
+    },
+    TaskState.AUTH_REQUIRED: {
+        Trigger.RESUME: TaskState.WORKING,
+        Trigger.FAIL: TaskState.FAILED,
+        Trigger.CANCEL: TaskState.CANCELED,
+    },
+}
+
+
+def transition(state: TaskState, trigger: Trigger) -> TaskState:
+    """The state after ``trigger``.
+
+    Raises:
+        A2AError: :data:`TASK_NOT_CANCELABLE` when cancelling a finished task;
+            :data:`UNSUPPORTED_OPERATION` when resuming a task that is not
+            paused.
+        LocalProtocolError: any other move the table does not list.
+    """
+    new = TRANSITIONS.get(state, {}).get(trigger)
+    if new is not None:
+        return new
+    if trigger is Trigger.CANCEL:
+        raise A2AError(
+            TASK_NOT_CANCELABLE,
+            f"The task is {state.value} and can no longer be canceled.",
+            http_status=409,
+        )
+    if trigger is Trigger.RESUME:
+        raise A2AError(
+            UNSUPPORTED_OPERATION,
+            f"The task is {state.value}; only a task that is input-required can take "
+            "another message.",
+            http_status=409,
+        )
+    raise LocalProtocolError(
+        f"task cannot go from {state.value} on {trigger.value}", code="invalid_task_transition"
+    )
+
+
+# --- messages and parts ----------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class A2AMessage:
+    """One A2A message, parsed.
+
+    Attributes:
+        message_id: The sender's id for it.
+        role: ``"user"`` or ``"agent"``.
+        items: Its parts as UAMP content items (data parts become text
+            holding their JSON).
+        data: The payloads of its data parts, in order (tool results travel
+            here).
+        context_id: The conversation it belongs to, if given.
+        task_id: The task it continues, if given.
+        metadata: Its metadata object.
+    """
+
+    message_id: str
+    role: str
+    items: list[ty.ContentItem]
+    data: list[Any] = attrs.field(factory=list)
+    context_id: str | None = None
+    task_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        """The text of its text parts, joined by newlines."""
+        return "\n".join(i.text for i in self.items if isinstance(i, ty.TextContent))
+
+    def to_uamp(self) -> ty.Message:
+        """The UAMP conversation message (agent messages become ``assistant``)."""
+        role = "assistant" if self.role == "agent" else "user"
+        if all(isinstance(i, ty.TextContent) for i in self.items):
+            return ty.Message(role=role, content=self.text)
+        return ty.Message(role=role, content_items=list(self.items))
+
+
+def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _invalid(f"'{where}.{key}' must be a string.")
+    return value
+
+
+def _kind_of(media_type: str | None) -> str:
+    major = (media_type or "").split("/", 1)[0]
+    return major if major in ("image", "audio", "video") else "file"
+
+
+def _media_item(media: ty.Media, media_type: str | None, filename: str | None) -> ty.ContentItem:
+    kind = _kind_of(media_type)
+    subtype = media_type.split("/", 1)[1] if media_type and "/" in media_type else None
+    if kind == "image":
+        return ty.ImageContent(image=media, format=subtype)
+    if kind == "audio":
+        return ty.AudioContent(audio=media, format=subtype)
+    if kind == "video":
+        return ty.VideoContent(video=media, format=subtype)
+    return ty.FileContent(
+        file=media,
+        filename=filename or "file",
+        mime_type=media_type or "application/octet-stream",
+    )
+
+
+def _parse_part(part: object, where: str) -> tuple[ty.ContentItem | None, Any]:
+    """One part (either dialect, or spec 004's ``type`` form) -> (item, data payload)."""
+    if not isinstance(part, dict):
+        raise _invalid(f"'{where}' must be an object.")
+    kind = part.get("kind", part.get("type"))
+    if kind is None:  # 1.0: exactly one content member
+        media_type = _opt_str(part, "mediaType", where)
+        filename = _opt_str(part, "filename", where)
+        if isinstance(part.get("text"), str):
+            return ty.TextContent(text=part["text"]), None
+        if isinstance(part.get("raw"), str):
+            return _media_item(part["raw"], media_type, filename), None
+        if isinstance(part.get("url"), str):
+            return _media_item(ty.MediaURL(url=part["url"]), media_type, filename), None
+        if "data" in part:
+            data = part["data"]
+            return ty.TextContent(text=orjson.dumps(data).decode()), data
+        raise _invalid(f"'{where}' has no content: expected text, raw, url or data.")
+    if kind == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise _invalid(f"'{where}.text' must be a string.")
+        return ty.TextContent(text=text), None
+    if kind == "file":
+        spec = part.get("file")
+        if not isinstance(spec, dict):
+            raise _invalid(f"'{where}.file' must be an object.")
+        media_type = _opt_str(spec, "mimeType", f"{where}.file")
+        name = _opt_str(spec, "name", f"{where}.file")
+        if isinstance(spec.get("bytes"), str):
+            return _media_item(spec["bytes"], media_type, name), None
+        if isinstance(spec.get("uri"), str):
+            return _media_item(ty.MediaURL(url=spec["uri"]), media_type, name), None
+        raise _invalid(f"'{where}.file' needs 'bytes' or 'uri'.")
+    if kind == "data":
+        if "data" not in part:
+            raise _invalid(f"'{where}.data' is required.")
+        data = part["data"]
+        return ty.TextContent(text=orjson.dumps(data).decode()), data
+    raise _invalid(f"'{where}.kind' must be 'text', 'file' or 'data', got {kind!r}.")
+
+
+_ROLES = {"user": "user", "ROLE_USER": "user", "agent": "agent", "ROLE_AGENT": "agent"}
+
+
+def parse_message(obj: object, *, where: str = "message", message_id: str = "") -> A2AMessage:
+    """Validate an A2A message of either dialect.
+
+    Args:
+        obj: The decoded ``message`` object.
+        where: Its path, for error messages.
+        message_id: The id to use when the message carries none (spec 004's
+            REST form does not require one).
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` naming the offending field.
+    """
+    if not isinstance(obj, dict):
+        raise _invalid(f"'{where}' must be an object.")
+    role = _ROLES.get(str(obj.get("role", "")))
+    if role is None:
+        raise _invalid(f"'{where}.role' must be 'user' or 'agent' (ROLE_USER or ROLE_AGENT).")
+    parts = obj.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise _invalid(f"'{where}.parts' must be a non-empty array.")
+    items: list[ty.ContentItem] = []
+    data: list[Any] = []
+    for i, part in enumerate(parts):
+        item, payload = _parse_part(part, f"{where}.parts[{i}]")
+        if item is not None:
+            items.append(item)
+        if payload is not None:
+            data.append(payload)
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise _invalid(f"'{where}.metadata' must be an object.")
+    mid = _opt_str(obj, "messageId", where) or message_id
+    if not mid:
+        raise _invalid(f"'{where}.messageId' is required.")
+    return A2AMessage(
+        message_id=mid,
+        role=role,
+        items=items,
+        data=data,
+        context_id=_opt_str(obj, "contextId", where),
+        task_id=_opt_str(obj, "taskId", where),
+        metadata=metadata,
+    )
+
+
+def parse_tool_results(message: A2AMessage, pending: list[ty.ToolInvocation]) -> list[ty.Message]:
+    """The ``role="tool"`` messages a resuming message answers ``pending`` with.
+
+    A data part ``{"call_id": ..., "result": ...}`` (or a list of them, or
+    ``{"tool_results": [...]}``) answers the call it names; otherwise, with
+    exactly one call pending, the message's text is its result.
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` when a pending call is left
+            unanswered or a result names no pending call.
+    """
+    wanted = {call.id for call in pending}
+    results: dict[str, str] = {}
+    entries: list[Any] = []
+    for payload in message.data:
+        if isinstance(payload, dict) and isinstance(payload.get("tool_results"), list):
+            entries.extend(payload["tool_results"])
+        elif isinstance(payload, list):
+            entries.extend(payload)
+        else:
+            entries.append(payload)
+    for entry in entries:
+        if not isinstance(entry, dict) or "call_id" not in entry:
+            continue
+        call_id = entry["call_id"]
+        if call_id not in wanted:
+            raise _invalid(f"Tool result for {call_id!r} answers no pending tool call.")
+        result = entry.get("result", "")
+        results[call_id] = result if isinstance(result, str) else orjson.dumps(result).decode()
+    if not results and len(pending) == 1:
+        results[pending[0].id] = message.text
+    missing = [call.id for call in pending if call.id not in results]
+    if missing:
+        raise _invalid(
+            "The task is waiting for tool results; send a data part "
+            '{"call_id": ..., "result": ...} for ' + ", ".join(missing) + "."
+        )
+    return [ty.Message(role="tool", tool_call_id=cid, content=results[cid]) for cid in results]
+
+
+def _media_fields(media: ty.Media) -> tuple[str | None, str | None]:
+    """(base64, url) of a media field."""
+    return (None, media.url) if isinstance(media, ty.MediaURL) else (media, None)
+
+
+def _item_media(item: ty.ContentItem) -> tuple[ty.Media, str, str | None] | None:
+    if isinstance(item, ty.ImageContent):
+        return item.image, f"image/{item.format or 'png'}", None
+    if isinstance(item, ty.AudioContent):
+        return item.audio, f"audio/{item.format or 'wav'}", None
+    if isinstance(item, ty.VideoContent):
+        return item.video, f"video/{item.format or 'mp4'}", None
+    if isinstance(item, ty.FileContent):
+        return item.file, item.mime_type, item.filename
+    return None
+
+
+def render_part(
+    item: ty.ContentItem | Any, dialect: Dialect, *, data: bool = False
+) -> dict[str, Any]:
+    """One part on the wire.
+
+    Args:
+        item: A content item, or (with ``data=True``) any JSON value for a
+            data part.
+        dialect: Which dialect to write.
+        data: Write ``item`` as a data part.
+    """
+    v1 = dialect is Dialect.V1
+    if data:
+        return {"data": item} if v1 else {"kind": "data", "data": item}
+    if isinstance(item, ty.TextContent):
+        return {"text": item.text} if v1 else {"kind": "text", "text": item.text}
+    media = _item_media(item)
+    if media is None:  # tool calls, results, thinking...: their JSON as data
+        value = unstructure(item)
+        return {"data": value} if v1 else {"kind": "data", "data": value}
+    content, media_type, filename = media
+    raw, url = _media_fields(content)
+    if v1:
+        out: dict[str, Any] = {"raw": raw} if raw is not None else {"url": url}
+        out["mediaType"] = media_type
+        if filename:
+            out["filename"] = filename
+        return out
+    spec: dict[str, Any] = {"bytes": raw} if raw is not None else {"uri": url}
+    spec["mimeType"] = media_type
+    if filename:
+        spec["name"] = filename
+    return {"kind": "file", "file": spec}
+
+
+def _render_rest_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A 0.3 part in spec 004's REST spelling (``type`` instead of ``kind``)."""
+    out = dict(part)
+    out["type"] = out.pop("kind")
+    return out
+
+
+# --- tasks -------------------------------------------------------------------------------------
+
+
+@attrs.define(kw_only=True)
+class StoredMessage:
+    """A message kept in a task's history (dialect-neutral)."""
+
+    message_id: str
+    role: str  # "user" | "agent"
+    items: list[ty.ContentItem]
+    data: list[Any] = attrs.field(factory=list)
+    metadata: dict[str, Any] | None = None
+
+
+@attrs.define(kw_only=True)
+class Artifact:
+    """An artifact of a task: accumulated output of one kind."""
+
+    artifact_id: str
+    name: str
+    items: list[ty.ContentItem] = attrs.field(factory=list)
+    description: str | None = None
+
+
+@attrs.define(kw_only=True)
+class A2ATask:
+    """One task as the store keeps it.
+
+    Attributes:
+        id: The task id.
+        context_id: Its conversation id.
+        agent: The agent that runs it.
+        state: The current :class:`TaskState`.
+        timestamp: RFC 3339 time of the last state change.
+        status_message: The message attached to the current status.
+        history: User and agent messages, in order.
+        artifacts: Output artifacts.
+        conversation: The UAMP conversation so far (for resuming and for
+            later tasks in the same context).
+        pending_tool_calls: Client tool calls an ``input-required`` task waits on.
+        error: The error of a failed task.
+        tools: Client tools declared for the task (``metadata.tools``).
+        created: Insertion order, for listing.
+    """
+
+    id: str
+    context_id: str
+    agent: str
+    state: TaskState = TaskState.SUBMITTED
+    timestamp: str | None = None
+    status_message: StoredMessage | None = None
+    history: list[StoredMessage] = attrs.field(factory=list)
+    artifacts: list[Artifact] = attrs.field(factory=list)
+    conversation: list[ty.Message] = attrs.field(factory=list)
+    pending_tool_calls: list[ty.ToolInvocation] = attrs.field(factory=list)
+    error: ty.ErrorInfo | None = None
+    tools: list[ty.ToolDefinition] = attrs.field(factory=list)
+    metadata: dict[str, Any] | None = None
+
+    def move(self, trigger: Trigger, timestamp: str | None = None) -> TaskState:
+        """Apply ``trigger`` (see :func:`transition`) and stamp the time."""
+        self.state = transition(self.state, trigger)
+        self.timestamp = timestamp
+        return self.state
+
+
+class TaskStore:
+    """A bounded in-memory task store.
+
+    When full, adding a task evicts the oldest *finished* task; when every
+    task is still running or paused, the add is refused (refuse, don't grow).
+
+    Args:
+        max_tasks: How many tasks to keep.
+    """
+
+    def __init__(self, max_tasks: int = 1000) -> None:
+        if max_tasks < 1:
+            raise ValueError("max_tasks must be at least 1")
+        self.max_tasks = max_tasks
+        self._tasks: OrderedDict[str, A2ATask] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[A2ATask]:
+        return iter(list(self._tasks.values()))
+
+    def add(self, task: A2ATask) -> None:
+        """Store a new task.
+
+        Raises:
+            A2AError: :data:`INTERNAL_ERROR` (HTTP 503) when the store is full
+                of unfinished tasks; ``ValueError`` for a duplicate id.
+        """
+        if task.id in self._tasks:
+            raise ValueError(f"task {task.id!r} exists already")
+        while len(self._tasks) >= self.max_tasks:
+            victim = next((t.id for t in self._tasks.values() if t.state.is_terminal), None)
+            if victim is None:
+                raise A2AError(
+                    INTERNAL_ERROR,
+                    "Too many unfinished tasks; try again later.",
+                    http_status=503,
+                )
+            del self._tasks[victim]
+        self._tasks[task.id] = task
+
+    def get(self, task_id: str) -> A2ATask:
+        """The task with ``task_id``.
+
+        Raises:
+            A2AError: :data:`TASK_NOT_FOUND` (HTTP 404).
+        """
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise A2AError(TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
+        return task
+
+    def latest_in_context(self, context_id: str) -> A2ATask | None:
+        """The most recently created task of a conversation."""
+        for task in reversed(self._tasks.values()):
+            if task.context_id == context_id:
+                return task
+        return None
+
+
+# --- UAMP events -> task updates ------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Update:
+    """One change of a task to tell subscribers about.
+
+    ``kind`` is ``"status"`` (state and optional message; ``final`` when the
+    task finished or paused) or ``"artifact"`` (``artifact`` holds only the
+    new parts; ``append`` when they extend an artifact sent before).
+    ``text`` is the new text for the REST form's ``task.message`` event.
+    """
+
+    kind: str
+    task_id: str
+    context_id: str
+    state: TaskState | None = None
+    timestamp: str | None = None
+    message: StoredMessage | None = None
+    artifact: Artifact | None = None
+    append: bool = False
+    last_chunk: bool = False
+    final: bool = False
+    text: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class TaskRun:
+    """Turns one UAMP response's events into updates of an :class:`A2ATask`.
+
+    Feed every event of the turn to :meth:`feed`; then call exactly one of
+    :meth:`complete`, :meth:`require_input`, :meth:`fail` or :meth:`cancel`.
+    Text deltas grow one text artifact (``response`` + ``-text``), streamed as
+    artifact updates with ``append``; thinking, progress and server-side tool
+    activity become ``working`` status updates whose message carries a data
+    part ``{"uamp": <event>}``; the final answer becomes an agent message in
+    the history and the completed status.
+
+    Args:
+        task: The task being worked on (already ``working``).
+        ids: Makes message ids.
+    """
+
+    def __init__(self, task: A2ATask, ids: IdSource) -> None:
+        self.task = task
+        self._ids = ids
+        self._text: Artifact | None = None
+        self._text_parts: list[str] = []
+
+    def _status(
+        self,
+        message: StoredMessage | None = None,
+        *,
+        final: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> Update:
+        task = self.task
+        return Update(
+            kind="status",
+            task_id=task.id,
+            context_id=task.context_id,
+            state=task.state,
+            timestamp=task.timestamp,
+            message=message,
+            final=final,
+            metadata=metadata,
+        )
+
+    def _note(self, event: ev.Event) -> Update:
+        body = unstructure(event)
+        for key in ("event_id", "session_id", "response_id", "timestamp"):
+            body.pop(key, None)
+        message = StoredMessage(
+            message_id=self._ids("msg"), role="agent", items=[], data=[{"uamp": body}]
+        )
+        return self._status(message, metadata={"uamp_event": event.type})
+
+    def feed(self, event: ev.Event) -> list[Update]:
+        """The updates one UAMP event causes (often none)."""
+        kind = type(event)
+        if kind is ev.ResponseDelta:
+            assert isinstance(event, ev.ResponseDelta)
+            delta = event.delta
+            if isinstance(delta, ty.DeltaText):
+                return self._text_delta(delta.text, event.response_id or "response")
+            if isinstance(delta, ty.DeltaToolCall | ty.DeltaToolResult | ty.DeltaToolProgress):
+                return [self._note(event)]
+            return []
+        if kind in (ev.Thinking, ev.Progress, ev.ToolCallDone):
+            if kind is ev.Progress and getattr(event, "stage", None) == "ack":
+                return []
+            return [self._note(event)]
+        return []
+
+    def _text_delta(self, text: str, response_id: str) -> list[Update]:
+        if not text:
+            return []
+        task = self.task
+        append = self._text is not None
+        if self._text is None:
+            self._text = Artifact(artifact_id=f"{response_id}-text", name="response")
+            task.artifacts.append(self._text)
+        self._text_parts.append(text)
+        self._text.items = [ty.TextContent(text="".join(self._text_parts))]
+        chunk = Artifact(
+            artifact_id=self._text.artifact_id,
+            name=self._text.name,
+            items=[ty.TextContent(text=text)],
+        )
+        return [
+            Update(
+                kind="artifact",
+                task_id=task.id,
+                context_id=task.context_id,
+                artifact=chunk,
+                append=append,
+                text=text,
+            )
+        ]
+
+    def _answer(self, text: str) -> StoredMessage | None:
+        if not text:
+            return None
+        return StoredMessage(
+            message_id=self._ids("msg"), role="agent", items=[ty.TextContent(text=text)]
+        )
+
+    def _close_text(self) -> list[Update]:
+        """The ``lastChunk`` marker of the text artifact, if one was streamed."""
+        if self._text is None:
+            return []
+        task = self.task
+        return [
+            Update(
+                kind="artifact",
+                task_id=task.id,
+                context_id=task.context_id,
+                artifact=Artifact(
+                    artifact_id=self._text.artifact_id, name=self._text.name, items=[]
+                ),
+                append=True,
+                last_chunk=True,
+            )
+        ]
+
+    def complete(self, output: list[ty.Message], timestamp: str | None) -> list[Update]:
+        """The turn ended with ``response.done``; ``output`` is what it said."""
+        task = self.task
+        task.conversation.extend(output)
+        answer = self._answer("".join(self._text_parts))
+        if answer is not None:
+            task.history.append(answer)
+        task.pending_tool_calls = []
+        task.move(Trigger.COMPLETE, timestamp)
+        task.status_message = answer
+        return [*self._close_text(), self._status(answer, final=True)]
+
+    def require_input(
+        self, output: list[ty.Message], calls: list[ty.ToolInvocation], timestamp: str | None
+    ) -> list[Update]:
+        """The turn asked the client to run ``calls`` (client tools): pause."""
+        task = self.task
+        task.conversation.extend(output)
+        task.pending_tool_calls = list(calls)
+        names = ", ".join(c.name for c in calls)
+        request = StoredMessage(
+            message_id=self._ids("msg"),
+            role="agent",
+            items=[
+                ty.TextContent(
+                    text=f"The agent needs the result of {names}: reply with a data part "
+                    '{"call_id": ..., "result": ...} per call.'
+                )
+            ],
+            data=[
+                {
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+                    ]
+                }
+            ],
+        )
+        text = "".join(self._text_parts)
+        answer = self._answer(text)
+        if answer is not None:
+            task.history.append(answer)
+        task.history.append(request)
+        task.move(Trigger.REQUIRE_INPUT, timestamp)
+        task.status_message = request
+        return [*self._close_text(), self._status(request, final=True)]
+
+    def fail(self, error: ty.ErrorInfo, timestamp: str | None) -> list[Update]:
+        """The turn failed with ``error``."""
+        task = self.task
+        task.error = error
+        message = StoredMessage(
+            message_id=self._ids("msg"),
+            role="agent",
+            items=[ty.TextContent(text=error.message)],
+            metadata={"code": error.code},
+        )
+        task.move(Trigger.FAIL, timestamp)
+        task.status_message = message
+        return [
+            *self._close_text(),
+            self._status(message, final=True, metadata={"code": error.code}),
+        ]
+
+    def cancel(self, timestamp: str | None) -> list[Update]:
+        """The turn was cancelled."""
+        task = self.task
+        if task.state is not TaskState.CANCELED:
+            task.move(Trigger.CANCEL, timestamp)
+        task.status_message = None
+        return [*self._close_text(), self._status(final=True)]
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def render_message(
+    message: StoredMessage,
+    dialect: Dialect,
+    *,
+    task_id: str | None = None,
+    context_id: str | None = None,
+) -> dict[str, Any]:
+    """A history or status message on the wire."""
+    v1 = dialect is Dialect.V1
+    parts = [render_part(i, dialect) for i in message.items]
+    parts.extend(render_part(d, dialect, data=True) for d in message.data)
+    out: dict[str, Any] = {
+        "messageId": message.message_id,
+        "role": ("ROLE_AGENT" if message.role == "agent" else "ROLE_USER") if v1 else message.role,
+        "parts": parts,
+    }
+    if not v1:
+        out["kind"] = "message"
+    if task_id:
+        out["taskId"] = task_id
+    if context_id:
+        out["contextId"] = context_id
+    if message.metadata:
+        out["metadata"] = message.metadata
+    return out
+
+
+def _render_status(
+    state: TaskState,
+    timestamp: str | None,
+    message: StoredMessage | None,
+    dialect: Dialect,
+    task_id: str,
+    context_id: str,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"state": state.v1 if dialect is Dialect.V1 else state.value}
+    if message is not None:
+        status["message"] = render_message(message, dialect, task_id=task_id, context_id=context_id)
+    if timestamp is not None:
+        status["timestamp"] = timestamp
+    return status
+
+
+def _render_artifact(artifact: Artifact, dialect: Dialect) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "artifactId": artifact.artifact_id,
+        "name": artifact.name,
+        "parts": [render_part(i, dialect) for i in artifact.items],
+    }
+    if artifact.description:
+        out["description"] = artifact.description
+    return out
+
+
+def render_task(
+    task: A2ATask,
+    dialect: Dialect,
+    *,
+    history_length: int | None = None,
+    include_artifacts: bool = True,
+) -> dict[str, Any]:
+    """A task object on the wire.
+
+    Args:
+        history_length: Keep only the last N history messages (0: none).
+        include_artifacts: Whether to include artifacts.
+    """
+    history = task.history
+    if history_length is not None:
+        history = history[-history_length:] if history_length > 0 else []
+    out: dict[str, Any] = {
+        "id": task.id,
+        "contextId": task.context_id,
+        "status": _render_status(
+            task.state, task.timestamp, task.status_message, dialect, task.id, task.context_id
+        ),
+    }
+    if dialect is Dialect.V03:
+        out["kind"] = "task"
+    if history:
+        out["history"] = [
+            render_message(m, dialect, task_id=task.id, context_id=task.context_id) for m in history
+        ]
+    if include_artifacts and task.artifacts:
+        out["artifacts"] = [_render_artifact(a, dialect) for a in task.artifacts]
+    if task.metadata:
+        out["metadata"] = task.metadata
+    return out
+
+
+def render_update(update: Update, dialect: Dialect) -> dict[str, Any]:
+    """A streamed update as the ``result`` of a stream response."""
+    v1 = dialect is Dialect.V1
+    if update.kind == "artifact":
+        assert update.artifact is not None
+        body: dict[str, Any] = {
+            "taskId": update.task_id,
+            "contextId": update.context_id,
+            "artifact": _render_artifact(update.artifact, dialect),
+        }
+        if update.append or not v1:
+            body["append"] = update.append
+        if update.last_chunk or not v1:
+            body["lastChunk"] = update.last_chunk
+        if v1:
+            return {"artifactUpdate": body}
+        body["kind"] = "artifact-update"
+        return body
+    assert update.state is not None
+    body = {
+        "taskId": update.task_id,
+        "contextId": update.context_id,
+        "status": _render_status(
+            update.state,
+            update.timestamp,
+            update.message,
+            dialect,
+            update.task_id,
+            update.context_id,
+        ),
+    }
+    if update.metadata:
+        body["metadata"] = update.metadata
+    if v1:
+        return {"statusUpdate": body}
+    body["kind"] = "status-update"
+    body["final"] = update.final
+    return body
+
+
+def stream_task(task: A2ATask, dialect: Dialect) -> dict[str, Any]:
+    """The task snapshot that opens a stream, as a stream ``result``."""
+    rendered = render_task(task, dialect)
+    return {"task": rendered} if dialect is Dialect.V1 else rendered
+
+
+# --- spec 004's REST form ------------------------------------------------------------------------
+
+
+def rest_task(task: A2ATask) -> dict[str, Any]:
+    """``GET /tasks/{id}``: the task in 0.3 form plus the REST ``status`` word."""
+    out = render_task(task, Dialect.V03)
+    out["state"] = task.state.rest
+    if task.error is not None:
+        out["error"] = {"code": task.error.code, "message": task.error.message}
+    return out
+
+
+def rest_events(update: Update) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(event name, data)`` SSE events of spec 004 for one update.
+
+    ``task.message`` carries each new piece of agent text; finished tasks end
+    with ``task.completed``, ``task.failed`` (with ``code`` and ``message``),
+    ``task.canceled`` or ``task.input_required`` (with the ``tool_calls``
+    the agent wants run).
+    """
+    if update.kind == "artifact":
+        if not update.text:
+            return []
+        return [
+            ("task.message", {"role": "agent", "parts": [{"type": "text", "text": update.text}]})
+        ]
+    state = update.state
+    assert state is not None
+    head = {"id": update.task_id, "contextId": update.context_id, "status": state.rest}
+    if state is TaskState.WORKING:
+        if update.message is None:
+            return []
+        parts = [_render_rest_part(p) for p in render_message(update.message, Dialect.V03)["parts"]]
+        return [("task.update", {**head, "message": {"role": "agent", "parts": parts}})]
+    if state is TaskState.COMPLETED:
+        return [("task.completed", head)]
+    if state is TaskState.CANCELED:
+        return [("task.canceled", head)]
+    if state is TaskState.INPUT_REQUIRED:
+        data = update.message.data if update.message is not None else []
+        calls = data[0].get("tool_calls", []) if data and isinstance(data[0], dict) else []
+        return [("task.input_required", {**head, "tool_calls": calls})]
+    if state in (TaskState.FAILED, TaskState.REJECTED):
+        code = (update.metadata or {}).get("code", "failed")
+        message = update.message.items[0] if update.message and update.message.items else None
+        body = {**head, "code": code}
+        if isinstance(message, ty.TextContent):
+            body["message"] = message.text
+        return [("task.failed", body)]
+    return []
+
+
+def payment_failed_event(
+    task_id: str, context_id: str, accepts: list[dict[str, object]]
+) -> dict[str, Any]:
+    """Spec 004's ``task.failed`` data for a task refused for want of payment."""
+    return {
+        "id": task_id,
+        "contextId": context_id,
+        "status": "failed",
+        "code": "payment_required",
+        "status_code": 402,
+        "accepts": accepts,
+    }
+
+
+# --- JSON-RPC envelope ------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RpcCall:
+    """A validated JSON-RPC request.
+
+    Attributes:
+        id: The request id (``None`` for a notification).
+        method: The method name.
+        dialect: Which dialect the method belongs to.
+        operation: ``send``, ``stream``, ``get``, ``cancel``, ``list``,
+            ``subscribe``, ``push`` or ``extended_card``.
+        params: The params object (``{}`` when absent).
+    """
+
+    id: str | int | None
+    method: str
+    dialect: Dialect
+    operation: str
+    params: dict[str, Any]
+
+
+def parse_rpc(body: bytes) -> RpcCall:
+    """Validate a JSON-RPC 2.0 request body.
+
+    Raises:
+        A2AError: :data:`PARSE_ERROR` (not JSON), :data:`INVALID_REQUEST`
+            (not a request object; batches are not supported),
+            :data:`METHOD_NOT_FOUND`, :data:`INVALID_PARAMS` (params not an
+            object). The error's ``data`` holds ``{"id": ...}`` when the
+            request id could be read, so the reply can echo it.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise A2AError(PARSE_ERROR, f"Invalid JSON payload: {exc}") from None
+    if not isinstance(obj, dict):
+        raise A2AError(INVALID_REQUEST, "The request must be one JSON-RPC request object.")
+    rid = obj.get("id")
+    if isinstance(rid, bool) or not (rid is None or isinstance(rid, str | int)):
+        raise A2AError(INVALID_REQUEST, "'id' must be a string, an integer or null.")
+    if obj.get("jsonrpc") != "2.0":
+        raise _with_id(A2AError(INVALID_REQUEST, "'jsonrpc' must be exactly \"2.0\"."), rid)
+    method = obj.get("method")
+    if not isinstance(method, str) or not method:
+        raise _with_id(A2AError(INVALID_REQUEST, "'method' must be a non-empty string."), rid)
+    entry = METHODS.get(method)
+    if entry is None:
+        raise _with_id(A2AError(METHOD_NOT_FOUND, f"Method not found: {method}"), rid)
+    params = obj.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise _with_id(A2AError(INVALID_PARAMS, "'params' must be an object."), rid, entry[0])
+    return RpcCall(id=rid, method=method, dialect=entry[0], operation=entry[1], params=params)
+
+
+class RpcError(A2AError):
+    """An :class:`A2AError` raised while the request id and dialect were known."""
+
+    def __init__(self, error: A2AError, request_id: str | int | None, dialect: Dialect) -> None:
+        super().__init__(error.code, error.message, data=error.data, http_status=error.http_status)
+        self.request_id = request_id
+        self.dialect = dialect
+
+
+def _with_id(error: A2AError, rid: str | int | None, dialect: Dialect = Dialect.V1) -> RpcError:
+    return RpcError(error, rid, dialect)
+
+
+# --- params helpers -------------------------------------------------------------------------------
+
+
+def opt_int(params: Mapping[str, Any], key: str, *, minimum: int = 0) -> int | None:
+    """An optional integer param (1.0 ProtoJSON may send int64 as a string).
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS`.
+    """
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _invalid(f"'{key}' must be an integer >= {minimum}.")
+    return value
+
+
+def task_id_param(params: Mapping[str, Any]) -> str:
+    """The ``id`` param of get/cancel/subscribe.
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` when missing or not a string.
+    """
+    value = params.get("id")
+    if not isinstance(value, str) or not value:
+        raise _invalid("'id' (the task id) is required and must be a string.")
+    return value
+
+
+def parse_tools(metadata: object) -> list[ty.ToolDefinition]:
+    """Client tools declared in request metadata (``{"tools": [...]}``, OpenAI form).
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` for a malformed tool.
+    """
+    if not isinstance(metadata, dict) or metadata.get("tools") is None:
+        return []
+    tools = metadata["tools"]
+    if not isinstance(tools, list):
+        raise _invalid("'metadata.tools' must be an array.")
+    out: list[ty.ToolDefinition] = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise _invalid(
+                f'\'metadata.tools[{i}]\' must be {{"type": "function", "function": '
+                '{"name", "parameters"}}.'
+            )
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise _invalid(f"'metadata.tools[{i}].function.parameters' must be an object.")
+        desc = fn.get("description")
+        out.append(
+            ty.ToolDefinition(
+                function=ty.FunctionDefinition(
+                    name=fn["name"],
+                    description=desc if isinstance(desc, str) else None,
+                    parameters=params,
+                )
+            )
+        )
+    return out
+
+
+# --- the agent card ---------------------------------------------------------------
+
+_MODE_BY_MODALITY = {
+    "text": "text/plain",
+    "image": "image/*",
+    "audio": "audio/*",
+    "video": "video/*",
+    "file": "application/octet-stream",
+}
+
+#: The extension URI under which the card repeats the UAMP capabilities.
+CAPABILITIES_EXTENSION = "https://uamp.dev/extensions/capabilities/v1"
+
+
+def _skills(
+    name: str, description: str, caps: ty.Capabilities, modes: list[str]
+) -> list[dict[str, Any]]:
+    skills: list[dict[str, Any]] = [
+        {
+            "id": name,
+            "name": name,
+            "description": description,
+            "tags": ["uamp", *caps.modalities],
+            "inputModes": modes,
+            "outputModes": modes,
+        }
+    ]
+    tools = caps.tools
+    for tool in (tools.built_in_tools if tools else None) or []:
+        skills.append(
+            {
+                "id": f"tool.{tool}",
+                "name": tool,
+                "description": f"Uses its built-in tool {tool}.",
+                "tags": ["tool", tool],
+            }
+        )
+    for provided in caps.provides or []:
+        if any(s["id"] == f"tool.{provided}" for s in skills):
+            continue
+        skills.append(
+            {
+                "id": f"provides.{provided}",
+                "name": provided,
+                "description": f"Provides {provided}.",
+                "tags": ["provides", provided],
+            }
+        )
+    if tools and tools.supports_tools:
+        skills[0]["tags"].append("client-tools")
+    return skills
+
+
+def agent_card(
+    *,
+    name: str,
+    capabilities: ty.Capabilities,
+    rpc_url: str,
+    base_url: str,
+    description: str | None = None,
+    version: str = "1.0.0",
+) -> dict[str, Any]:
+    """The agent card (A2A "Agent Discovery"; UAMP 9.2).
+
+    It lists the JSON-RPC endpoint twice in ``supportedInterfaces``, once per
+    protocol version (a2a-sdk picks 1.0 and falls back to 0.3), keeps the
+    0.3 fields (``url``, ``preferredTransport``, ``protocolVersion``) for
+    older clients, derives skills from the capabilities (one general skill,
+    one per built-in tool and per ``provides`` entry) and carries the UAMP
+    Capabilities object as ``modelCapabilities`` and as the params of a
+    card extension.
+    """
+    caps = unstructure(capabilities)
+    modes = [_MODE_BY_MODALITY.get(m, m) for m in capabilities.modalities] or ["text/plain"]
+    text = description or f"The {name} agent, served over UAMP."
+    return {
+        "name": name,
+        "description": text,
+        "version": version,
+        "supportedInterfaces": [
+            {"url": rpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": rpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ],
+        "provider": {"organization": capabilities.provider, "url": base_url},
+        "capabilities": {
+            "streaming": bool(capabilities.supports_streaming is not False),
+            "pushNotifications": False,
+            "extendedAgentCard": False,
+            "extensions": [
+                {
+                    "uri": CAPABILITIES_EXTENSION,
+                    "description": "The agent's UAMP Capabilities object (UAMP section 9).",
+                    "required": False,
+                    "params": caps,
+                }
+            ],
+        },
+        "defaultInputModes": [*modes, "application/json"],
+        "defaultOutputModes": modes,
+        "skills": _skills(name, text, capabilities, modes),
+        "modelCapabilities": caps,
+        # A2A 0.3 card fields, for clients that predate supportedInterfaces.
+        "url": rpc_url,
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0",
+        "additionalInterfaces": [{"url": rpc_url, "transport": "JSONRPC"}],
+    }
