@@ -23,6 +23,7 @@ import time
 import uuid
 from typing import Any
 
+import attrs
 import orjson
 
 from uamp_proto.adapters.completions import (
@@ -141,6 +142,21 @@ class CompletionsTransport:
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)
+        # Payment pre-flight (spec 004): decide before committing to a 200 or
+        # a stream; the client retries the whole request with X-PAYMENT.
+        token = request.headers.get("x-payment")
+        unpaid = self.app.payment_required(agent.name, token)
+        if unpaid is not None:
+            return json_response(
+                {
+                    "error": "Payment required",
+                    "status_code": 402,
+                    "context": {"accepts": unpaid.accepts()},
+                },
+                402,
+            )
+        if token is not None:
+            parsed = attrs.evolve(parsed, turn=attrs.evolve(parsed.turn, payment_token=token))
         created = int(time.time())
         if parsed.stream:
 

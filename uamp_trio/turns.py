@@ -41,6 +41,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.agent import Agent, AgentError, TurnRequest
+from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.response import ResponseTracker
 
 __all__ = ["DEFAULT_BUFFER", "Turn", "TurnOutcome", "TurnStatus", "open_turn"]
@@ -93,6 +94,12 @@ def _agent_error(exc: BaseException) -> AgentError | None:
     """The AgentError behind ``exc`` (also a lone one inside an exception group)."""
     if isinstance(exc, AgentError):
         return exc
+    if isinstance(exc, PaymentRequiredError):
+        return AgentError(
+            "payment_required",
+            "Payment is required to continue this response.",
+            {"accepts": exc.accepts()},
+        )
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _agent_error(exc.exceptions[0])
     return None
