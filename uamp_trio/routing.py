@@ -287,9 +287,10 @@ def _default_transports() -> Sequence[Transport]:
     # Every transport a default server mounts. New transports (HTTP+SSE
     # events, A2A, ACP...) add their ``mount`` function here.
     from .completions import mount as mount_completions
+    from .sse_events import mount as mount_sse_events
     from .uamp_ws import mount as mount_uamp_websocket
 
-    return [mount_completions, mount_uamp_websocket]
+    return [mount_completions, mount_uamp_websocket, mount_sse_events]
 
 
 def create_app(

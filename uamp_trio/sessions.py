@@ -310,6 +310,8 @@ class SessionHost:
         self._sessions: dict[str, _Session] = {}
         #: Called when the last session ends (HTTP+SSE ends its HTTP session).
         self.on_empty: Callable[[], None] | None = None
+        #: ``(code, message)`` of the last ``session.create`` refused for its agent.
+        self.refusal: tuple[str, str] | None = None
 
     # --- public ---------------------------------------------------------------
 
@@ -445,6 +447,7 @@ class SessionHost:
         assert sid is not None  # the server core assigns one
         found = self._resolve(event.agent)
         if isinstance(found, tuple):
+            self.refusal = found
             self._owe(_error(sid, *found))  # the session ends in the core: never created
             return
         self.outbox.put_owed(self.conn.accept(sid, agent=found.name, created_at=self._clock()))
