@@ -6,26 +6,23 @@ Entry points: :func:`agent` (this package), :func:`session`, :func:`ask`,
 :mod:`uamp_agents.execution`, middleware in :mod:`uamp_agents.middleware`,
 models in :mod:`uamp_agents.providers`.
 
-The session, thread and communication names are imported on first use, so
-the package imports without them.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
 from .agent import Agent, agent
+from .checkpoint import Checkpoint
+from .communication import ask, query
 from .hooks import AgentStrategy, StepResult
+from .session import Session, session
 from .streaming import AgentStream, AgentStreamEvent, UAPEvent
+from .thread import Thread, ThreadNode, ThreadTree
 from .tools import Tool, ToolContext, ToolError, tool
 from .turn import ToolExecution, Turn
 
-if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
-    from .communication import ask, query
-    from .session import Session, session
-    from .thread import ThreadNode, ThreadTree
+# Every name is imported eagerly: the submodule ``uamp_agents.session`` and the
+# function ``session`` share a name, and a lazy import of the submodule would
+# replace the function on the package.
 
 __all__ = [
     "Agent",
@@ -35,6 +32,7 @@ __all__ = [
     "Checkpoint",
     "Session",
     "StepResult",
+    "Thread",
     "ThreadNode",
     "ThreadTree",
     "Tool",
@@ -49,31 +47,3 @@ __all__ = [
     "session",
     "tool",
 ]
-
-# Names provided by the sessions modules, resolved lazily (name -> module).
-_LAZY = {
-    "session": "session",
-    "Session": "session",
-    "ThreadTree": "thread",
-    "ThreadNode": "thread",
-    "Checkpoint": "checkpoint",
-    "ask": "communication",
-    "query": "communication",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        module = importlib.import_module(f".{module_name}", __name__)
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{module_name}":
-            raise
-        raise AttributeError(
-            f"{__name__}.{name} is not available: module {__name__}.{module_name} is missing"
-        ) from exc
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
