@@ -813,6 +813,10 @@ class TaskRun:
             metadata=metadata,
         )
 
+    def status(self) -> Update:
+        """The update announcing the task's current state (e.g. ``working``)."""
+        return self._status(self.task.status_message)
+
     def _note(self, event: ev.Event) -> Update:
         body = unstructure(event)
         for key in ("event_id", "session_id", "response_id", "timestamp"):
@@ -873,7 +877,11 @@ class TaskRun:
         )
 
     def _close_text(self) -> list[Update]:
-        """The ``lastChunk`` marker of the text artifact, if one was streamed."""
+        """The last chunk of the text artifact, if one was streamed.
+
+        It carries the whole text with ``append: false`` (replace), so a
+        client that missed chunks still ends with the complete artifact.
+        """
         if self._text is None:
             return []
         task = self.task
@@ -883,9 +891,11 @@ class TaskRun:
                 task_id=task.id,
                 context_id=task.context_id,
                 artifact=Artifact(
-                    artifact_id=self._text.artifact_id, name=self._text.name, items=[]
+                    artifact_id=self._text.artifact_id,
+                    name=self._text.name,
+                    items=list(self._text.items),
                 ),
-                append=True,
+                append=False,
                 last_chunk=True,
             )
         ]

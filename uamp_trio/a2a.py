@@ -1,0 +1,588 @@
+"""The Google A2A transport (spec 004 "A2A Transport"; UAMP 1.3, 9.2).
+
+Endpoints, for every hosted agent (and at the root for a single agent):
+
+* ``GET /agents/{name}/.well-known/agent-card.json`` and ``.../agent.json`` --
+  the agent card, with absolute interface URLs built from the request's
+  ``Host`` (or the ``public_url`` given to :func:`transport`);
+* ``POST /agents/{name}/a2a`` -- JSON-RPC 2.0, both dialects a2a-sdk speaks:
+  1.0 (``SendMessage``, ``SendStreamingMessage``, ``GetTask``,
+  ``CancelTask``, ``ListTasks``, ``SubscribeToTask``) and 0.3
+  (``message/send``, ``message/stream``, ``tasks/get``, ``tasks/cancel``,
+  ``tasks/resubscribe``); streams are SSE;
+* ``POST /agents/{name}/tasks`` -- spec 004's REST form: an SSE stream of
+  ``task.started``, ``task.message`` ..., ``task.completed`` /
+  ``task.failed`` / ``task.canceled`` / ``task.input_required``;
+  ``GET /agents/{name}/tasks/{id}`` and ``DELETE /agents/{name}/tasks/{id}``
+  (cancel).
+
+Each task runs one UAMP turn (:func:`uamp_trio.turns.open_turn`) per
+message, *inside the request that sent the message*: a blocking send waits
+for it, a streaming send streams it. ``CancelTask`` (or ``DELETE``) from any
+other request cancels the running turn; ``SubscribeToTask`` attaches to a
+running task's updates. A streaming client that disconnects cancels its
+task (there is no server-wide nursery to run detached work in yet), and a
+``returnImmediately`` / ``blocking: false`` send is served as a blocking one.
+
+Payment (spec 004): a new task consults the app's
+:class:`~uamp_proto.payment.PaymentPolicy` (:meth:`App.payment_required`,
+or the ``payment_policy`` given to :func:`transport`) with the ``X-PAYMENT``
+header. JSON-RPC answers error ``-32402`` with ``data``
+``{"status_code": 402, "accepts": [...]}``; the REST form streams
+``task.failed`` with ``code: "payment_required"``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from uamp_proto import types as ty
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
+from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.ids import IdSource, random_ids
+from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.sse import encode_event
+
+from .http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
+from .routing import App, Transport
+from .turns import open_turn
+
+__all__ = ["A2ATransport", "mount", "transport"]
+
+log = logging.getLogger("uamp_trio.a2a")
+
+_SSE_HEADERS = [
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
+#: Updates buffered per subscriber before a slow one is dropped.
+_SUBSCRIBER_BUFFER = 64
+#: How long a cancel request waits for the turn to wind down.
+_CANCEL_WAIT = 10.0
+
+
+def _now() -> str:
+    """The current time in RFC 3339 (what A2A's ``timestamp`` fields hold)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _sse(obj: Any, event: str | None = None) -> bytes:
+    return encode_event(orjson.dumps(obj).decode(), event=event)
+
+
+@attrs.define
+class _Live:
+    """A task whose turn is running in some request."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    cancel: Callable[[], None] | None = None
+    cancel_requested: bool = False
+    subscribers: list[trio.MemorySendChannel[Update]] = attrs.field(factory=list)
+
+    def publish(self, update: Update) -> None:
+        for send in list(self.subscribers):
+            try:
+                send.send_nowait(update)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                # A subscriber that cannot keep up is dropped, never queued for.
+                self.subscribers.remove(send)
+                send.close()
+
+
+@attrs.frozen
+class _Prepared:
+    """A validated send: the task to run and the turn request to run it with."""
+
+    task: A2ATask
+    turn: TurnRequest
+    history_length: int | None
+    new: bool
+
+
+class A2ATransport:
+    """The A2A endpoints of an :class:`~uamp_trio.routing.App`.
+
+    Args:
+        app: The app to mount on.
+        payment_policy: Consulted before every new task instead of the app's
+            (``None``: ask :meth:`App.payment_required`).
+        public_url: Base URL for the card's interface URLs (default: from
+            the request's scheme and ``Host``).
+        max_tasks: Bound of the task store.
+        ids: Id source for tasks, contexts and messages.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        payment_policy: PaymentPolicy | None = None,
+        public_url: str | None = None,
+        max_tasks: int = 1000,
+        ids: IdSource = random_ids,
+    ) -> None:
+        self.app = app
+        self._policy = payment_policy
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self.store = a2a.TaskStore(max_tasks)
+        self.ids = ids
+        self._live: dict[str, _Live] = {}
+
+    def payment_error(self, agent: str, token: str | None) -> PaymentRequiredError | None:
+        """What must be paid before a new task of ``agent`` runs, or ``None``."""
+        if self._policy is not None:
+            requirements = self._policy.check(agent, token)
+            return None if requirements is None else PaymentRequiredError(requirements)
+        return self.app.payment_required(agent, token)
+
+    def mount(self) -> None:
+        """Register the routes on the app."""
+        app = self.app
+        app.agent_route("GET", "/.well-known/agent-card.json", self.card, label="A2A agent card")
+        app.agent_route("GET", "/.well-known/agent.json", self.card)
+        app.agent_route("POST", "/a2a", self.rpc, label="A2A JSON-RPC")
+        app.agent_route("POST", "/tasks", self.rest_create, label="A2A tasks (REST)")
+        app.agent_route("GET", "/tasks/{task_id}", self.rest_get)
+        app.agent_route("DELETE", "/tasks/{task_id}", self.rest_cancel)
+
+    # --- the agent card ----------------------------------------------------------------
+
+    def _base_url(self, request: Request) -> str:
+        if self.public_url:
+            return self.public_url
+        host = request.headers.get("host") or "127.0.0.1"
+        return f"{request.scheme}://{host}"
+
+    async def card(self, request: Request) -> Response:
+        """``GET .../.well-known/agent-card.json``."""
+        agent = self.app.resolve_agent(request.path_params)
+        base = self._base_url(request)
+        prefix = f"/agents/{agent.name}" if "agent" in request.path_params else ""
+        description = getattr(agent, "description", None)
+        card = a2a.agent_card(
+            name=agent.name,
+            capabilities=agent.capabilities(),
+            rpc_url=f"{base}{prefix}/a2a",
+            base_url=base,
+            description=description if isinstance(description, str) else None,
+        )
+        return json_response(card)
+
+    # --- JSON-RPC ------------------------------------------------------------------------
+
+    async def rpc(self, request: Request) -> Response | StreamingResponse:
+        """``POST .../a2a``: one JSON-RPC request (batches are refused)."""
+        agent = self.app.resolve_agent(request.path_params)
+        try:
+            call = a2a.parse_rpc(request.body)
+        except a2a.RpcError as exc:
+            return json_response(a2a.error_response(exc.request_id, exc, exc.dialect))
+        except A2AError as exc:
+            return json_response(a2a.error_response(None, exc))
+        try:
+            return await self._dispatch(agent, call, request)
+        except A2AError as exc:
+            return json_response(a2a.error_response(call.id, exc, call.dialect))
+
+    async def _dispatch(
+        self, agent: Agent, call: a2a.RpcCall, request: Request
+    ) -> Response | StreamingResponse:
+        op, params, dialect = call.operation, call.params, call.dialect
+        if op == "send":
+            prepared = self._prepare(agent, params, dialect, request, rest=False)
+            await self._run(agent, prepared, None)
+            rendered = a2a.render_task(
+                prepared.task, dialect, history_length=prepared.history_length
+            )
+            result = {"task": rendered} if dialect is Dialect.V1 else rendered
+            return json_response(a2a.result_response(call.id, result))
+        if op == "stream":
+            prepared = self._prepare(agent, params, dialect, request, rest=False)
+            return self._stream_rpc(agent, prepared, call)
+        if op == "get":
+            found = self._task(agent, a2a.task_id_param(params))
+            history = a2a.opt_int(params, "historyLength")
+            got = a2a.render_task(found, dialect, history_length=history)
+            return json_response(a2a.result_response(call.id, got))
+        if op == "cancel":
+            canceled = await self._cancel(agent, a2a.task_id_param(params))
+            return json_response(a2a.result_response(call.id, a2a.render_task(canceled, dialect)))
+        if op == "list":
+            return json_response(a2a.result_response(call.id, self._list(agent, params)))
+        if op == "subscribe":
+            return self._subscribe(agent, a2a.task_id_param(params), call)
+        if op == "push":
+            raise A2AError(
+                a2a.PUSH_NOTIFICATION_NOT_SUPPORTED, "Push notifications are not supported."
+            )
+        raise A2AError(
+            a2a.EXTENDED_CARD_NOT_CONFIGURED, "This agent has no authenticated extended card."
+        )
+
+    def _stream_rpc(
+        self, agent: Agent, prepared: _Prepared, call: a2a.RpcCall
+    ) -> StreamingResponse:
+        dialect = call.dialect
+
+        async def produce(send: SendChunk) -> None:
+            await send(_sse(a2a.result_response(call.id, a2a.stream_task(prepared.task, dialect))))
+
+            async def write(update: Update) -> None:
+                result = a2a.render_update(update, dialect)
+                await send(_sse(a2a.result_response(call.id, result)))
+
+            await self._run(agent, prepared, write)
+
+        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+
+    def _subscribe(self, agent: Agent, task_id: str, call: a2a.RpcCall) -> StreamingResponse:
+        task = self._task(agent, task_id)
+        if task.state.is_terminal:
+            raise A2AError(
+                a2a.UNSUPPORTED_OPERATION,
+                f"Task {task_id} is {task.state.value}; there is nothing left to stream.",
+            )
+        live = self._live.get(task_id)
+        receive: trio.MemoryReceiveChannel[Update] | None = None
+        if live is not None:
+            send_channel, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
+            live.subscribers.append(send_channel)
+        dialect = call.dialect
+
+        async def produce(send: SendChunk) -> None:
+            await send(_sse(a2a.result_response(call.id, a2a.stream_task(task, dialect))))
+            if receive is None:  # paused: the snapshot is all there is
+                return
+            async with receive:
+                async for update in receive:
+                    result = a2a.render_update(update, dialect)
+                    await send(_sse(a2a.result_response(call.id, result)))
+
+        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+
+    def _list(self, agent: Agent, params: dict[str, Any]) -> dict[str, Any]:
+        context_id = params.get("contextId") or None
+        status = params.get("status") or None
+        wanted: a2a.TaskState | None = None
+        if status not in (None, "TASK_STATE_UNSPECIFIED", 0):
+            try:
+                wanted = next(s for s in a2a.TaskState if status in (s.v1, s.value))
+            except StopIteration:
+                raise A2AError(a2a.INVALID_PARAMS, f"Unknown task state {status!r}.") from None
+        size = a2a.opt_int(params, "pageSize", minimum=1) or 50
+        if size > 100:
+            raise A2AError(a2a.INVALID_PARAMS, "'pageSize' must be at most 100.")
+        token = params.get("pageToken") or "0"
+        if not isinstance(token, str) or not token.isdigit():
+            raise A2AError(a2a.INVALID_PARAMS, "'pageToken' is not a token this server issued.")
+        history = a2a.opt_int(params, "historyLength")
+        artifacts = params.get("includeArtifacts") is True
+        tasks = [
+            t
+            for t in reversed(list(self.store))
+            if t.agent == agent.name
+            and (context_id is None or t.context_id == context_id)
+            and (wanted is None or t.state is wanted)
+        ]
+        start = int(token)
+        page = tasks[start : start + size]
+        more = start + size < len(tasks)
+        return {
+            "tasks": [
+                a2a.render_task(t, Dialect.V1, history_length=history, include_artifacts=artifacts)
+                for t in page
+            ],
+            "nextPageToken": str(start + size) if more else "",
+            "pageSize": size,
+            "totalSize": len(tasks),
+        }
+
+    # --- the REST form (spec 004) ----------------------------------------------------------
+
+    async def rest_create(self, request: Request) -> StreamingResponse:
+        """``POST .../tasks``: create a task; the answer is an SSE stream."""
+        agent = self.app.resolve_agent(request.path_params)
+        body = request.json()
+        if not isinstance(body, dict):
+            raise HTTPError(
+                400, "The body must be a JSON object with a 'message'.", code="invalid_request"
+            )
+        try:
+            prepared = self._prepare(agent, body, Dialect.V03, request, rest=True)
+        except _PaymentRefused as refused:
+            task = refused.task
+            data = a2a.payment_failed_event(task.id, task.context_id, refused.error.accepts())
+
+            async def refuse(send: SendChunk) -> None:
+                await send(_sse(data, "task.failed"))
+
+            return StreamingResponse(producer=refuse, headers=list(_SSE_HEADERS))
+        except A2AError as exc:
+            raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
+        task = prepared.task
+
+        async def produce(send: SendChunk) -> None:
+            started = {"id": task.id, "contextId": task.context_id, "status": "running"}
+            await send(_sse(started, "task.started"))
+
+            async def write(update: Update) -> None:
+                for name, data in a2a.rest_events(update):
+                    await send(_sse(data, name))
+
+            await self._run(agent, prepared, write)
+
+        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+
+    async def rest_get(self, request: Request) -> Response:
+        """``GET .../tasks/{task_id}``."""
+        agent = self.app.resolve_agent(request.path_params)
+        try:
+            task = self._task(agent, request.path_params["task_id"])
+        except A2AError as exc:
+            raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
+        return json_response(a2a.rest_task(task))
+
+    async def rest_cancel(self, request: Request) -> Response:
+        """``DELETE .../tasks/{task_id}``: cancel the task."""
+        agent = self.app.resolve_agent(request.path_params)
+        try:
+            task = await self._cancel(agent, request.path_params["task_id"])
+        except A2AError as exc:
+            raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
+        return json_response(a2a.rest_task(task))
+
+    # --- tasks ---------------------------------------------------------------------------
+
+    def _task(self, agent: Agent, task_id: str) -> A2ATask:
+        task = self.store.get(task_id)
+        if task.agent != agent.name:  # another agent's task does not exist here
+            raise A2AError(a2a.TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
+        return task
+
+    def _prepare(
+        self,
+        agent: Agent,
+        params: dict[str, Any],
+        dialect: Dialect,
+        request: Request,
+        *,
+        rest: bool,
+    ) -> _Prepared:
+        """Validate a send and create (or resume) its task."""
+        message = a2a.parse_message(params.get("message"), message_id=self.ids("msg"))
+        if message.role != "user":
+            raise A2AError(a2a.INVALID_PARAMS, "'message.role' must be user for a new message.")
+        config = params.get("configuration") or {}
+        if not isinstance(config, dict):
+            raise A2AError(a2a.INVALID_PARAMS, "'configuration' must be an object.")
+        history_length = a2a.opt_int(config, "historyLength")
+        metadata = params.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise A2AError(a2a.INVALID_PARAMS, "'metadata' must be an object.")
+        tools = a2a.parse_tools(metadata)
+        token = request.headers.get("x-payment")
+        stored = a2a.StoredMessage(
+            message_id=message.message_id,
+            role="user",
+            items=list(message.items),
+            data=list(message.data),
+            metadata=message.metadata,
+        )
+        now = _now()
+        if message.task_id is not None:
+            task = self._task(agent, message.task_id)
+            if message.context_id and message.context_id != task.context_id:
+                raise A2AError(
+                    a2a.INVALID_PARAMS,
+                    f"Context {message.context_id} is not the context of task {task.id}.",
+                )
+            if task.id in self._live:
+                raise A2AError(
+                    a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
+                )
+            a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
+            if task.pending_tool_calls:
+                added = a2a.parse_tool_results(message, task.pending_tool_calls)
+            else:
+                added = [message.to_uamp()]
+            task.history.append(stored)
+            task.conversation.extend(added)
+            task.pending_tool_calls = []
+            if tools:
+                task.tools = tools
+            new = False
+        else:
+            context_id = message.context_id or self.ids("ctx")
+            earlier = self.store.latest_in_context(context_id)
+            if earlier is not None and earlier.agent != agent.name:
+                raise A2AError(
+                    a2a.INVALID_PARAMS, f"Context {context_id} belongs to another agent."
+                )
+            task = A2ATask(
+                id=self.ids("task"),
+                context_id=context_id,
+                agent=agent.name,
+                timestamp=now,
+                history=[stored],
+                conversation=[
+                    *(earlier.conversation if earlier is not None else []),
+                    message.to_uamp(),
+                ],
+                tools=tools or (earlier.tools if earlier is not None else []),
+            )
+            error = self.payment_error(agent.name, token)
+            if error is not None:
+                if not rest:
+                    raise A2AError(
+                        a2a.PAYMENT_REQUIRED,
+                        "Payment required: retry with an X-PAYMENT header.",
+                        data={"status_code": 402, "accepts": error.accepts()},
+                        http_status=402,
+                    )
+                task.error = ty.ErrorInfo(code="payment_required", message="Payment required")
+                task.move(Trigger.FAIL, now)
+                task.status_message = a2a.StoredMessage(
+                    message_id=self.ids("msg"),
+                    role="agent",
+                    items=[
+                        ty.TextContent(text="Payment required: retry with an X-PAYMENT header.")
+                    ],
+                    metadata={"code": "payment_required"},
+                )
+                self.store.add(task)
+                raise _PaymentRefused(task, error)
+            self.store.add(task)
+            new = True
+        turn = TurnRequest(
+            agent=agent.name,
+            session_id=task.context_id,
+            response_id=self.ids("resp"),
+            messages=list(task.conversation),
+            tools=list(task.tools),
+            payment_token=token,
+            metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
+        )
+        return _Prepared(task=task, turn=turn, history_length=history_length, new=new)
+
+    async def _run(
+        self,
+        agent: Agent,
+        prepared: _Prepared,
+        write: Callable[[Update], Awaitable[None]] | None,
+    ) -> None:
+        """Run one turn of a task, telling ``write`` and subscribers every update."""
+        task = prepared.task
+        live = _Live()
+        self._live[task.id] = live
+        run = TaskRun(task, self.ids)
+
+        async def deliver(updates: list[Update]) -> None:
+            for update in updates:
+                live.publish(update)
+                if write is not None:
+                    await write(update)
+
+        try:
+            task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
+            task.status_message = None
+            await deliver([run.status()])
+            async with open_turn(agent, prepared.turn) as turn:
+                live.cancel = turn.cancel
+                if live.cancel_requested:
+                    turn.cancel()
+                async for event in turn:
+                    await deliver(run.feed(event))
+            outcome = turn.outcome
+            assert outcome is not None
+            output = outcome.tracker.messages()
+            if outcome.status == "completed":
+                updates = run.complete(output, _now())
+            elif outcome.status == "requires_action":
+                updates = run.require_input(output, outcome.pending_tool_calls, _now())
+            elif outcome.status == "cancelled":
+                updates = run.cancel(_now())
+            else:
+                error = outcome.error or ty.ErrorInfo(
+                    code="internal_error", message="The agent failed."
+                )
+                updates = run.fail(error, _now())
+            await deliver(updates)
+        finally:
+            if not (task.state.is_terminal or task.state.is_interrupted):
+                # The request went away (client disconnect, shutdown): the
+                # turn was cancelled with it, and so is the task.
+                for update in run.cancel(_now()):
+                    live.publish(update)
+            self._live.pop(task.id, None)
+            for send in live.subscribers:
+                send.close()
+            live.done.set()
+
+    async def _cancel(self, agent: Agent, task_id: str) -> A2ATask:
+        task = self._task(agent, task_id)
+        live = self._live.get(task_id)
+        if live is None:
+            task.move(Trigger.CANCEL, _now())  # paused tasks cancel here; finished ones raise
+            task.status_message = None
+            task.pending_tool_calls = []
+            return task
+        live.cancel_requested = True
+        if live.cancel is not None:
+            live.cancel()
+        with trio.move_on_after(_CANCEL_WAIT):
+            await live.done.wait()
+        return task
+
+
+class _PaymentRefused(Exception):
+    """A REST task refused for want of payment (already stored as failed)."""
+
+    def __init__(self, task: A2ATask, error: PaymentRequiredError) -> None:
+        super().__init__("payment required")
+        self.task = task
+        self.error = error
+
+
+def _rest_code(error: A2AError) -> str:
+    return {
+        a2a.TASK_NOT_FOUND: "task_not_found",
+        a2a.TASK_NOT_CANCELABLE: "task_not_cancelable",
+        a2a.UNSUPPORTED_OPERATION: "unsupported_operation",
+        a2a.INVALID_PARAMS: "invalid_request",
+        a2a.PAYMENT_REQUIRED: "payment_required",
+    }.get(error.code, "error")
+
+
+def transport(
+    *,
+    payment_policy: PaymentPolicy | None = None,
+    public_url: str | None = None,
+    max_tasks: int = 1000,
+    ids: IdSource = random_ids,
+) -> Transport:
+    """A configured A2A transport to pass to :meth:`App.mount`."""
+
+    def mount_configured(app: App) -> None:
+        A2ATransport(
+            app,
+            payment_policy=payment_policy,
+            public_url=public_url,
+            max_tasks=max_tasks,
+            ids=ids,
+        ).mount()
+
+    return mount_configured
+
+
+def mount(app: App) -> None:
+    """Mount the A2A transport on ``app`` with defaults (a :data:`Transport`)."""
+    A2ATransport(app).mount()
