@@ -1,0 +1,1228 @@
+"""OpenAI Realtime <-> UAMP, sans-IO (UAMP section 1.3, spec 004 "Realtime").
+
+Theory of operation
+-------------------
+UAMP borrows the Realtime API's event structure, so the mapping is close to
+one to one; what Realtime adds is a *conversation* of items the server keeps
+and an *output item / content part* nesting on the way out. Two classes hold
+that state:
+
+:class:`RealtimeSession` is one Realtime connection's server side. Feed it
+each client event (a parsed JSON object) with :meth:`~RealtimeSession.handle`;
+it answers with the server events owed right away (``session.updated``,
+``conversation.item.added`` ...) and, for the events a transport must act on,
+an action: :class:`CreateResponse` (``response.create``; build the agent's
+:class:`~uamp_proto.agent.TurnRequest` with
+:meth:`~RealtimeSession.turn_request`), :class:`CancelResponse`
+(``response.cancel``) or :class:`SubmitPayment` (``payment.submit``, the
+UAMP payment extension spec 004 puts on the Realtime socket). Client events
+handled: ``session.update``; ``input_audio_buffer.append`` / ``.commit`` /
+``.clear`` (committed audio becomes a user message whose ``input_audio``
+content reaches the agent as an ``audio`` content item);
+``conversation.item.create`` (``message`` items with ``input_text`` /
+``input_audio`` / ``input_image`` / ``output_text`` content,
+``function_call`` and ``function_call_output`` items), ``.delete``,
+``.truncate``, ``.retrieve``; ``response.create``; ``response.cancel``;
+``payment.submit``. Bad input raises nothing: it is answered with an
+``error`` event and the session goes on.
+
+:class:`ResponseEncoder` turns the UAMP events of one turn into Realtime
+server events, opening and closing output items and content parts in order::
+
+    response.created
+      response.output_item.added        (message, in_progress)
+      conversation.item.added
+        response.content_part.added     (text)
+          response.output_text.delta ...
+          response.output_text.done
+        response.content_part.done
+      response.output_item.done
+      conversation.item.done
+      response.output_item.added        (function_call, for a client tool.call)
+      conversation.item.added
+        response.function_call_arguments.delta
+        response.function_call_arguments.done
+      response.output_item.done
+      conversation.item.done
+    response.done                       (status, output, usage)
+
+Audio output opens an ``audio`` content part (``response.output_audio.delta``,
+transcripts as ``response.output_audio_transcript.delta``). The agent's own
+(server-side) tools are not Realtime function calls and are not shown.
+
+**Beta protocol.** A client that asks for ``OpenAI-Beta: realtime=v1`` gets
+the older names: ``response.text.delta`` / ``.done``, ``response.audio.*``,
+``response.audio_transcript.*``, ``conversation.item.created`` (instead of
+``added`` + ``done``), ``text`` / ``audio`` assistant content and the beta
+session object (``modalities``, ``voice``, ``input_audio_format`` ...).
+Client events are read leniently in either dialect.
+
+Ids come from an :data:`~uamp_proto.ids.IdSource`; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+
+import attrs
+
+from .. import events as ev
+from .. import types as ty
+from ..agent import TurnRequest
+from ..codec import to_dict
+from ..ids import IdSource
+
+__all__ = [
+    "DEFAULT_MAX_AUDIO_BUFFER",
+    "CancelResponse",
+    "CreateResponse",
+    "Handled",
+    "RealtimeError",
+    "RealtimeSession",
+    "ResponseEncoder",
+    "ResponseOptions",
+    "SubmitPayment",
+    "error_event",
+    "payment_event",
+]
+
+#: Largest input audio buffer kept before a commit (OpenAI caps appends at 15 MiB).
+DEFAULT_MAX_AUDIO_BUFFER = 15 * 1024 * 1024
+
+# GA name -> beta name of the server events that were renamed.
+_BETA_NAMES = {
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "conversation.item.added": "conversation.item.created",
+}
+
+# Realtime audio formats (GA ``{"type": ...}`` and beta names) -> UAMP format names.
+_GA_AUDIO = {"audio/pcm": "pcm16", "audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}
+_UAMP_TO_GA_AUDIO = {v: k for k, v in _GA_AUDIO.items()}
+_BETA_AUDIO = frozenset({"pcm16", "g711_ulaw", "g711_alaw"})
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(;[^,;]*)*;base64,(?P<data>.*)$", re.S)
+
+
+class RealtimeError(Exception):
+    """Bad client input, answered with a Realtime ``error`` event.
+
+    Args:
+        message: What is wrong.
+        code: OpenAI-style code (``invalid_value``, ``unknown_parameter`` ...).
+        param: The offending parameter, if any.
+        type: The error type (``invalid_request_error``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "invalid_value",
+        param: str | None = None,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.type = type
+
+    def event(self, event_id: str, client_event_id: str | None = None) -> dict[str, Any]:
+        """The ``error`` server event."""
+        return error_event(
+            event_id,
+            self.message,
+            code=self.code,
+            param=self.param,
+            type=self.type,
+            client_event_id=client_event_id,
+        )
+
+
+def error_event(
+    event_id: str,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    type: str = "invalid_request_error",
+    client_event_id: str | None = None,
+) -> dict[str, Any]:
+    """A Realtime ``error`` event."""
+    return {
+        "type": "error",
+        "event_id": event_id,
+        "error": {
+            "type": type,
+            "code": code,
+            "message": message,
+            "param": param,
+            "event_id": client_event_id,
+        },
+    }
+
+
+def payment_event(event: ev.Event, event_id: str) -> dict[str, Any]:
+    """A UAMP payment event (``payment.required`` ...) as a Realtime socket message."""
+    out = to_dict(event)
+    out["event_id"] = event_id
+    return out
+
+
+# --- actions -----------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ResponseOptions:
+    """What ``response.create`` asked for (``response`` object, all optional)."""
+
+    instructions: str | None = None
+    tools: list[ty.ToolDefinition] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    conversation: str = "auto"
+    input: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] | None = None
+    max_output_tokens: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CreateResponse:
+    """``response.create``: start a response with these options."""
+
+    options: ResponseOptions
+    client_event_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CancelResponse:
+    """``response.cancel``: cancel the given (or the current) response."""
+
+    response_id: str | None = None
+    client_event_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SubmitPayment:
+    """``payment.submit``: a payment token for the pending (or next) response."""
+
+    token: str | None
+    scheme: str | None = None
+    client_event_id: str | None = None
+
+
+Action = CreateResponse | CancelResponse | SubmitPayment
+
+
+@attrs.frozen(kw_only=True)
+class Handled:
+    """The outcome of one client event: replies owed now and an action, if any."""
+
+    replies: list[dict[str, Any]]
+    action: Action | None = None
+
+
+# --- validation helpers ---------------------------------------------------------------------
+
+
+def _obj(value: object, param: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RealtimeError(f"'{param}' must be an object.", code="invalid_type", param=param)
+    return value
+
+
+def _opt_str(obj: dict[str, Any], key: str, param: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RealtimeError(f"'{param}' must be a string.", code="invalid_type", param=param)
+    return value
+
+
+def _req_str(obj: dict[str, Any], key: str, param: str) -> str:
+    value = _opt_str(obj, key, param)
+    if value is None:
+        raise RealtimeError(
+            f"Missing required parameter: '{param}'.",
+            code="missing_required_parameter",
+            param=param,
+        )
+    return value
+
+
+def _b64_bytes(value: str, param: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise RealtimeError(f"'{param}' must be base64-encoded audio.", param=param) from None
+
+
+def _modalities(value: object, param: str) -> list[str]:
+    if not isinstance(value, list) or not all(m in ("text", "audio") for m in value):
+        raise RealtimeError(f"'{param}' must be a list of 'text' and 'audio'.", param=param)
+    return list(value)
+
+
+def _tools(value: object, param: str) -> list[ty.ToolDefinition]:
+    if not isinstance(value, list):
+        raise RealtimeError(f"'{param}' must be an array.", code="invalid_type", param=param)
+    out: list[ty.ToolDefinition] = []
+    for i, raw in enumerate(value):
+        where = f"{param}[{i}]"
+        tool = _obj(raw, where)
+        if tool.get("type", "function") != "function":
+            raise RealtimeError(
+                f"'{where}.type' {tool.get('type')!r} is not supported; use 'function'.",
+                code="unsupported_value",
+                param=f"{where}.type",
+            )
+        # Chat Completions nests the function; Realtime keeps it flat. Take both.
+        nested = tool.get("function")
+        fn: dict[str, Any] = nested if isinstance(nested, dict) else tool
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise RealtimeError(f"'{where}.parameters' must be an object.", param=where)
+        out.append(
+            ty.ToolDefinition(
+                function=ty.FunctionDefinition(
+                    name=_req_str(fn, "name", f"{where}.name"),
+                    description=_opt_str(fn, "description", f"{where}.description"),
+                    parameters=params,
+                )
+            )
+        )
+    return out
+
+
+def _tool_choice(value: object, param: str) -> str | dict[str, Any]:
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise RealtimeError(
+                f"'{param}' must be 'auto', 'none', 'required' or a function.", param=param
+            )
+        return value
+    obj = _obj(value, param)
+    name = obj.get("name")
+    if name is None and isinstance(obj.get("function"), dict):
+        name = obj["function"].get("name")
+    if obj.get("type") != "function" or not isinstance(name, str):
+        raise RealtimeError(f"'{param}' must be {{'type': 'function', 'name': ...}}.", param=param)
+    return {"type": "function", "function": {"name": name}}
+
+
+def _max_tokens(value: object, param: str) -> int | None:
+    if value is None or value == "inf":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    raise RealtimeError(f"'{param}' must be a positive integer or 'inf'.", param=param)
+
+
+def _audio_format(value: object, param: str) -> str:
+    if isinstance(value, str) and value in _BETA_AUDIO:
+        return value
+    if isinstance(value, dict) and value.get("type") in _GA_AUDIO:
+        return _GA_AUDIO[value["type"]]
+    raise RealtimeError(
+        f"'{param}' must be one of audio/pcm, audio/pcmu, audio/pcma "
+        "(beta: pcm16, g711_ulaw, g711_alaw).",
+        param=param,
+    )
+
+
+# --- the session ------------------------------------------------------------------------------
+
+
+@attrs.define(kw_only=True)
+class _Settings:
+    instructions: str | None = None
+    tools: list[ty.ToolDefinition] = attrs.field(factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    modalities: list[str] = attrs.field(factory=lambda: ["text"])
+    voice: str = "alloy"
+    input_format: str = "pcm16"
+    output_format: str = "pcm16"
+    max_output_tokens: int | None = None
+
+
+class RealtimeSession:
+    """One Realtime connection, server side (see the module docstring).
+
+    Args:
+        session_id: The session's id (``sess_...``).
+        model: The ``model`` of the connection URL, echoed in the session.
+        beta: Speak the beta dialect (``OpenAI-Beta: realtime=v1``).
+        ids: Makes event, item and call ids.
+        modalities: Default output modalities.
+        max_audio_buffer: Largest uncommitted input audio, in bytes.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        model: str | None,
+        beta: bool,
+        ids: IdSource,
+        modalities: list[str] | None = None,
+        max_audio_buffer: int = DEFAULT_MAX_AUDIO_BUFFER,
+    ) -> None:
+        self.session_id = session_id
+        self.model = model
+        self.beta = beta
+        self.ids = ids
+        self.settings = _Settings(modalities=list(modalities or ["text"]))
+        self.items: list[dict[str, Any]] = []
+        self.max_audio_buffer = max_audio_buffer
+        self._audio = bytearray()
+
+    # --- naming ---------------------------------------------------------------------
+
+    def name(self, ga_name: str) -> str:
+        """The wire name of a server event in this session's dialect."""
+        return _BETA_NAMES.get(ga_name, ga_name) if self.beta else ga_name
+
+    def _event(self, ga_name: str, **fields: Any) -> dict[str, Any]:
+        return {"type": self.name(ga_name), "event_id": self.ids("event"), **fields}
+
+    def item_events(
+        self, item: dict[str, Any], previous_item_id: str | None
+    ) -> list[dict[str, Any]]:
+        """``conversation.item.added`` (+ ``.done``; beta: ``.created``) for a new item."""
+        out = [self._event("conversation.item.added", previous_item_id=previous_item_id, item=item)]
+        if not self.beta:
+            out.append(
+                self._event("conversation.item.done", previous_item_id=previous_item_id, item=item)
+            )
+        return out
+
+    # --- session object -------------------------------------------------------------
+
+    def session_object(self) -> dict[str, Any]:
+        """The session resource of ``session.created`` / ``session.updated``."""
+        s = self.settings
+        tools = [
+            {
+                "type": "function",
+                "name": t.function.name,
+                "description": t.function.description or "",
+                "parameters": t.function.parameters or {"type": "object", "properties": {}},
+            }
+            for t in s.tools
+        ]
+        choice: Any = s.tool_choice
+        if isinstance(choice, dict):
+            choice = {"type": "function", "name": choice["function"]["name"]}
+        if self.beta:
+            return {
+                "id": self.session_id,
+                "object": "realtime.session",
+                "model": self.model,
+                "modalities": ["text", "audio"] if "audio" in s.modalities else ["text"],
+                "instructions": s.instructions or "",
+                "voice": s.voice,
+                "input_audio_format": s.input_format,
+                "output_audio_format": s.output_format,
+                "input_audio_transcription": None,
+                "turn_detection": None,
+                "tools": tools,
+                "tool_choice": choice,
+                "max_response_output_tokens": s.max_output_tokens or "inf",
+            }
+        return {
+            "type": "realtime",
+            "object": "realtime.session",
+            "id": self.session_id,
+            "model": self.model,
+            "output_modalities": list(s.modalities),
+            "instructions": s.instructions or "",
+            "tools": tools,
+            "tool_choice": choice,
+            "max_output_tokens": s.max_output_tokens or "inf",
+            "audio": {
+                "input": {
+                    "format": {"type": _UAMP_TO_GA_AUDIO[s.input_format], "rate": 24000},
+                    "transcription": None,
+                    "turn_detection": None,
+                },
+                "output": {
+                    "format": {"type": _UAMP_TO_GA_AUDIO[s.output_format], "rate": 24000},
+                    "voice": s.voice,
+                },
+            },
+        }
+
+    def created_event(self) -> dict[str, Any]:
+        """``session.created``: the first event of the connection, sent unprompted."""
+        return self._event("session.created", session=self.session_object())
+
+    # --- client events --------------------------------------------------------------
+
+    def handle(self, event: object) -> Handled:
+        """Process one client event (a parsed JSON value); never raises for bad input."""
+        client_event_id: str | None = None
+        try:
+            obj = _obj(event, "event")
+            raw_id = obj.get("event_id")
+            client_event_id = raw_id if isinstance(raw_id, str) else None
+            kind = obj.get("type")
+            if not isinstance(kind, str):
+                raise RealtimeError(
+                    "Missing required parameter: 'type'.",
+                    code="missing_required_parameter",
+                    param="type",
+                )
+            handler = self._HANDLERS.get(kind)
+            if handler is None:
+                raise RealtimeError(
+                    f"Invalid value: {kind!r}. This is not a client event type this "
+                    "server supports.",
+                    code="invalid_value",
+                    param="type",
+                )
+            handled: Handled = handler(self, obj, client_event_id)
+            return handled
+        except RealtimeError as exc:
+            return Handled(replies=[exc.event(self.ids("event"), client_event_id)])
+
+    def _session_update(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        sess = _obj(obj.get("session", {}), "session")
+        kind = sess.get("type")
+        if kind not in (None, "realtime"):
+            raise RealtimeError(
+                f"session.type {kind!r} is not supported here; use 'realtime'.",
+                code="unsupported_value",
+                param="session.type",
+            )
+        s = attrs.evolve(self.settings)
+        if "instructions" in sess:
+            s.instructions = _opt_str(sess, "instructions", "session.instructions")
+        if "tools" in sess:
+            s.tools = _tools(sess["tools"], "session.tools")
+        if "tool_choice" in sess:
+            s.tool_choice = _tool_choice(sess["tool_choice"], "session.tool_choice")
+        for key in ("output_modalities", "modalities"):
+            if key in sess:
+                mods = _modalities(sess[key], f"session.{key}")
+                # Beta lists ["text", "audio"] for audio; GA lists one modality.
+                s.modalities = ["audio"] if "audio" in mods and not self.beta else mods
+        if "voice" in sess:
+            s.voice = _req_str(sess, "voice", "session.voice")
+        if "input_audio_format" in sess:
+            s.input_format = _audio_format(sess["input_audio_format"], "session.input_audio_format")
+        if "output_audio_format" in sess:
+            s.output_format = _audio_format(
+                sess["output_audio_format"], "session.output_audio_format"
+            )
+        audio = sess.get("audio")
+        if audio is not None:
+            audio = _obj(audio, "session.audio")
+            inp = _obj(audio.get("input", {}), "session.audio.input")
+            out = _obj(audio.get("output", {}), "session.audio.output")
+            if "format" in inp:
+                s.input_format = _audio_format(inp["format"], "session.audio.input.format")
+            if "format" in out:
+                s.output_format = _audio_format(out["format"], "session.audio.output.format")
+            if "voice" in out:
+                s.voice = _req_str(out, "voice", "session.audio.output.voice")
+        for key in ("max_output_tokens", "max_response_output_tokens"):
+            if key in sess:
+                s.max_output_tokens = _max_tokens(sess[key], f"session.{key}")
+        self.settings = s
+        return Handled(replies=[self._event("session.updated", session=self.session_object())])
+
+    # --- input audio ------------------------------------------------------------------
+
+    def _audio_append(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        data = _b64_bytes(_req_str(obj, "audio", "audio"), "audio")
+        if len(self._audio) + len(data) > self.max_audio_buffer:
+            raise RealtimeError(
+                f"The input audio buffer would exceed {self.max_audio_buffer} bytes; "
+                "commit or clear it first.",
+                code="input_audio_buffer_full",
+                param="audio",
+            )
+        self._audio += data
+        return Handled(replies=[])
+
+    def _audio_commit(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        if not self._audio:
+            raise RealtimeError(
+                "Error committing input audio buffer: the buffer is empty.",
+                code="input_audio_buffer_commit_empty",
+            )
+        audio = base64.b64encode(bytes(self._audio)).decode("ascii")
+        self._audio.clear()
+        item = {
+            "id": self.ids("item"),
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_audio", "audio": audio, "transcript": None}],
+        }
+        previous = self.items[-1]["id"] if self.items else None
+        self.items.append(item)
+        committed = self._event(
+            "input_audio_buffer.committed", previous_item_id=previous, item_id=item["id"]
+        )
+        return Handled(replies=[committed, *self.item_events(item, previous)])
+
+    def _audio_clear(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        self._audio.clear()
+        return Handled(replies=[self._event("input_audio_buffer.cleared")])
+
+    @property
+    def buffered_audio(self) -> int:
+        """Bytes of input audio appended and not yet committed."""
+        return len(self._audio)
+
+    # --- conversation -----------------------------------------------------------------
+
+    def _find(self, item_id: str, param: str) -> int:
+        for i, item in enumerate(self.items):
+            if item.get("id") == item_id:
+                return i
+        raise RealtimeError(
+            f"Item with item_id not found: {item_id}", code="item_not_found", param=param
+        )
+
+    def _content(self, role: str, raw: object, param: str) -> list[dict[str, Any]]:
+        if not isinstance(raw, list):
+            raise RealtimeError(f"'{param}' must be an array.", code="invalid_type", param=param)
+        allowed = {
+            "user": {"input_text", "input_audio", "input_image"},
+            "system": {"input_text"},
+            "assistant": {"output_text", "text", "output_audio", "audio"},
+        }[role]
+        out: list[dict[str, Any]] = []
+        for i, part in enumerate(raw):
+            where = f"{param}[{i}]"
+            p = _obj(part, where)
+            kind = p.get("type")
+            if kind not in allowed:
+                raise RealtimeError(
+                    f"'{where}.type' {kind!r} is not valid in a {role} message; "
+                    f"use {', '.join(sorted(allowed))}.",
+                    param=f"{where}.type",
+                )
+            if kind in ("input_text", "output_text", "text"):
+                _req_str(p, "text", f"{where}.text")
+            elif kind == "input_audio":
+                if p.get("audio") is not None:
+                    _b64_bytes(_req_str(p, "audio", f"{where}.audio"), f"{where}.audio")
+                elif p.get("transcript") is None:
+                    raise RealtimeError(
+                        f"'{where}' needs 'audio' or 'transcript'.",
+                        code="missing_required_parameter",
+                        param=f"{where}.audio",
+                    )
+            elif kind == "input_image":
+                url = _req_str(p, "image_url", f"{where}.image_url")
+                if not _DATA_URL.match(url) and not url.startswith(("http://", "https://")):
+                    raise RealtimeError(
+                        f"'{where}.image_url' must be a data: URL or an http(s) URL.",
+                        param=f"{where}.image_url",
+                    )
+            out.append(dict(p))
+        return out
+
+    def _validate_item(self, raw: object) -> dict[str, Any]:
+        item = dict(_obj(raw, "item"))
+        kind = item.get("type")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system"):
+                raise RealtimeError(
+                    "'item.role' must be 'user', 'assistant' or 'system'.", param="item.role"
+                )
+            item["content"] = self._content(role, item.get("content"), "item.content")
+        elif kind == "function_call":
+            _req_str(item, "name", "item.name")
+            _req_str(item, "call_id", "item.call_id")
+            item.setdefault("arguments", "")
+            _req_str(item, "arguments", "item.arguments")
+        elif kind == "function_call_output":
+            call_id = _req_str(item, "call_id", "item.call_id")
+            _req_str(item, "output", "item.output")
+            if not any(
+                i.get("type") == "function_call" and i.get("call_id") == call_id for i in self.items
+            ):
+                raise RealtimeError(
+                    f"No function call with call_id {call_id!r} in the conversation.",
+                    param="item.call_id",
+                )
+        else:
+            raise RealtimeError(
+                f"'item.type' {kind!r} is not supported; use 'message', 'function_call' "
+                "or 'function_call_output'.",
+                param="item.type",
+            )
+        item_id = _opt_str(item, "id", "item.id")
+        if item_id is None:
+            item["id"] = self.ids("item")
+        elif any(i.get("id") == item_id for i in self.items):
+            raise RealtimeError(
+                f"Item with id {item_id!r} already exists.",
+                code="duplicate_item_id",
+                param="item.id",
+            )
+        item["object"] = "realtime.item"
+        item["status"] = "completed"
+        return item
+
+    def _item_create(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        item = self._validate_item(obj.get("item"))
+        prev = _opt_str(obj, "previous_item_id", "previous_item_id")
+        if prev is None:
+            index = len(self.items)
+        elif prev == "root":
+            index = 0
+        else:
+            index = self._find(prev, "previous_item_id") + 1
+        previous = self.items[index - 1]["id"] if index > 0 else None
+        self.items.insert(index, item)
+        return Handled(replies=self.item_events(item, previous))
+
+    def _item_delete(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        item_id = _req_str(obj, "item_id", "item_id")
+        del self.items[self._find(item_id, "item_id")]
+        return Handled(replies=[self._event("conversation.item.deleted", item_id=item_id)])
+
+    def _item_retrieve(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        item_id = _req_str(obj, "item_id", "item_id")
+        item = self.items[self._find(item_id, "item_id")]
+        return Handled(replies=[self._event("conversation.item.retrieved", item=item)])
+
+    def _item_truncate(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        item_id = _req_str(obj, "item_id", "item_id")
+        item = self.items[self._find(item_id, "item_id")]
+        index = obj.get("content_index")
+        end_ms = obj.get("audio_end_ms")
+        if item.get("role") != "assistant":
+            raise RealtimeError("Only assistant message items can be truncated.", param="item_id")
+        content = item.get("content") or []
+        if not isinstance(index, int) or not 0 <= index < len(content):
+            raise RealtimeError("'content_index' is out of range.", param="content_index")
+        if not isinstance(end_ms, int) or isinstance(end_ms, bool) or end_ms < 0:
+            raise RealtimeError(
+                "'audio_end_ms' must be a non-negative integer.", param="audio_end_ms"
+            )
+        part = content[index]
+        if part.get("type") not in ("output_audio", "audio"):
+            raise RealtimeError("Only audio content can be truncated.", param="content_index")
+        # The client heard only this much: drop the transcript the user never heard.
+        part["transcript"] = ""
+        return Handled(
+            replies=[
+                self._event(
+                    "conversation.item.truncated",
+                    item_id=item_id,
+                    content_index=index,
+                    audio_end_ms=end_ms,
+                )
+            ]
+        )
+
+    # --- responses ------------------------------------------------------------------------
+
+    def _response_create(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        resp = _obj(obj.get("response") or {}, "response")
+        opts: dict[str, Any] = {}
+        if "instructions" in resp:
+            opts["instructions"] = _opt_str(resp, "instructions", "response.instructions")
+        if "tools" in resp:
+            opts["tools"] = _tools(resp["tools"], "response.tools")
+        if "tool_choice" in resp:
+            opts["tool_choice"] = _tool_choice(resp["tool_choice"], "response.tool_choice")
+        for key in ("output_modalities", "modalities"):
+            if key in resp:
+                opts["modalities"] = _modalities(resp[key], f"response.{key}")
+        if "conversation" in resp:
+            conv = resp["conversation"]
+            if conv not in ("auto", "none"):
+                raise RealtimeError(
+                    "'response.conversation' must be 'auto' or 'none'.",
+                    param="response.conversation",
+                )
+            opts["conversation"] = conv
+        if "input" in resp:
+            raw = resp["input"]
+            if not isinstance(raw, list):
+                raise RealtimeError("'response.input' must be an array.", param="response.input")
+            opts["input"] = [self._input_item(x, f"response.input[{i}]") for i, x in enumerate(raw)]
+        if "metadata" in resp:
+            opts["metadata"] = _obj(resp["metadata"], "response.metadata")
+        for key in ("max_output_tokens", "max_response_output_tokens"):
+            if key in resp:
+                opts["max_output_tokens"] = _max_tokens(resp[key], f"response.{key}")
+        return Handled(
+            replies=[], action=CreateResponse(options=ResponseOptions(**opts), client_event_id=cid)
+        )
+
+    def _input_item(self, raw: object, param: str) -> dict[str, Any]:
+        obj = _obj(raw, param)
+        if obj.get("type") == "item_reference":
+            ref = _req_str(obj, "id", f"{param}.id")
+            return self.items[self._find(ref, f"{param}.id")]
+        saved = list(self.items)
+        try:
+            return self._validate_item(obj)
+        finally:
+            self.items = saved
+
+    def _response_cancel(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        rid = _opt_str(obj, "response_id", "response_id")
+        return Handled(replies=[], action=CancelResponse(response_id=rid, client_event_id=cid))
+
+    def _payment_submit(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        payment = _obj(obj.get("payment"), "payment")
+        return Handled(
+            replies=[],
+            action=SubmitPayment(
+                token=_opt_str(payment, "token", "payment.token"),
+                scheme=_opt_str(payment, "scheme", "payment.scheme"),
+                client_event_id=cid,
+            ),
+        )
+
+    _HANDLERS: dict[str, Any] = {
+        "session.update": _session_update,
+        "input_audio_buffer.append": _audio_append,
+        "input_audio_buffer.commit": _audio_commit,
+        "input_audio_buffer.clear": _audio_clear,
+        "conversation.item.create": _item_create,
+        "conversation.item.delete": _item_delete,
+        "conversation.item.retrieve": _item_retrieve,
+        "conversation.item.truncate": _item_truncate,
+        "response.create": _response_create,
+        "response.cancel": _response_cancel,
+        "payment.submit": _payment_submit,
+    }
+
+    # --- turn requests ----------------------------------------------------------------------
+
+    def messages(self, items: list[dict[str, Any]] | None = None) -> list[ty.Message]:
+        """UAMP messages for conversation items (default: the whole conversation).
+
+        Consecutive assistant text and function calls form one assistant
+        message; each function call output is a ``role="tool"`` message.
+        """
+        out: list[ty.Message] = []
+        pending_text: list[str] = []
+        pending_calls: list[ty.ToolInvocation] = []
+
+        def flush() -> None:
+            if pending_text or pending_calls:
+                out.append(
+                    ty.Message(
+                        role="assistant",
+                        content="".join(pending_text) if pending_text else None,
+                        tool_calls=list(pending_calls) or None,
+                    )
+                )
+                pending_text.clear()
+                pending_calls.clear()
+
+        for item in self.items if items is None else items:
+            kind = item.get("type")
+            if kind == "function_call":
+                pending_calls.append(
+                    ty.ToolInvocation(
+                        id=item.get("call_id") or item["id"],
+                        name=item["name"],
+                        arguments=item.get("arguments") or "",
+                    )
+                )
+                continue
+            if kind == "message" and item.get("role") == "assistant":
+                if pending_calls:
+                    flush()
+                for part in item.get("content") or []:
+                    text = part.get("text") or part.get("transcript") or ""
+                    pending_text.append(text)
+                continue
+            flush()
+            if kind == "function_call_output":
+                out.append(
+                    ty.Message(role="tool", content=item["output"], tool_call_id=item["call_id"])
+                )
+            elif kind == "message":
+                out.append(self._message(item))
+        flush()
+        return out
+
+    def _message(self, item: dict[str, Any]) -> ty.Message:
+        role = item["role"]
+        items: list[ty.ContentItem] = []
+        for part in item.get("content") or []:
+            kind = part.get("type")
+            if kind in ("input_text", "text", "output_text"):
+                items.append(ty.TextContent(text=part["text"]))
+            elif kind == "input_audio":
+                if part.get("audio"):
+                    items.append(
+                        ty.AudioContent(audio=part["audio"], format=self.settings.input_format)
+                    )
+                elif part.get("transcript"):
+                    items.append(ty.TextContent(text=part["transcript"]))
+            elif kind == "input_image":
+                url = part["image_url"]
+                m = _DATA_URL.match(url)
+                if m is not None:
+                    mime = m.group("mime") or ""
+                    fmt = mime.split("/", 1)[1] if "/" in mime else None
+                    items.append(
+                        ty.ImageContent(
+                            image=m.group("data"), format=fmt, detail=part.get("detail")
+                        )
+                    )
+                else:
+                    items.append(
+                        ty.ImageContent(image=ty.MediaURL(url=url), detail=part.get("detail"))
+                    )
+        text = "".join(i.text for i in items if isinstance(i, ty.TextContent))
+        if all(isinstance(i, ty.TextContent) for i in items):
+            return ty.Message(role=role, content=text)
+        return ty.Message(role=role, content=text or None, content_items=items)
+
+    def turn_request(
+        self,
+        options: ResponseOptions,
+        *,
+        agent: str,
+        response_id: str,
+        payment_token: str | None = None,
+    ) -> TurnRequest:
+        """The agent's request for a ``response.create`` with ``options``."""
+        s = self.settings
+        messages = self.messages(options.input)
+        metadata: dict[str, Any] = {"transport": "realtime"}
+        if self.model:
+            metadata["model"] = self.model
+        max_tokens = options.max_output_tokens or s.max_output_tokens
+        if max_tokens is not None:
+            metadata["max_tokens"] = max_tokens
+        if options.metadata:
+            metadata["response_metadata"] = options.metadata
+        modalities = options.modalities or s.modalities
+        return TurnRequest(
+            agent=agent,
+            session_id=self.session_id,
+            response_id=response_id,
+            messages=messages,
+            instructions=options.instructions
+            if options.instructions is not None
+            else (s.instructions or None),
+            tools=options.tools if options.tools is not None else list(s.tools),
+            tool_choice=options.tool_choice if options.tool_choice is not None else s.tool_choice,
+            modalities=["text", "audio"] if "audio" in modalities else ["text"],
+            payment_token=payment_token,
+            metadata=metadata,
+        )
+
+    def add_output(self, items: list[dict[str, Any]]) -> None:
+        """Append a finished response's output items to the conversation."""
+        self.items.extend(items)
+
+
+# --- the response encoder ---------------------------------------------------------------------
+
+
+class ResponseEncoder:
+    """UAMP events of one turn -> Realtime server events (see the module docstring).
+
+    Args:
+        session: The session (dialect, ids).
+        response_id: The response's id.
+        modalities: The response's output modalities.
+        conversation: ``"auto"`` (items join the conversation) or ``"none"``.
+        metadata: ``response.metadata`` to echo.
+    """
+
+    def __init__(
+        self,
+        session: RealtimeSession,
+        response_id: str,
+        *,
+        modalities: list[str],
+        conversation: str = "auto",
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.session = session
+        self.response_id = response_id
+        self.modalities = modalities
+        self.conversation = conversation
+        self.metadata = metadata
+        #: Finished output items, in order.
+        self.output: list[dict[str, Any]] = []
+        self.finished = False
+        self._item: dict[str, Any] | None = None  # the open message item
+        self._part: dict[str, Any] | None = None  # its open content part
+        self._audio_chunks: list[str] = []
+
+    def _event(self, ga_name: str, **fields: Any) -> dict[str, Any]:
+        return self.session._event(ga_name, response_id=self.response_id, **fields)
+
+    def _response(self, status: str, **extra: Any) -> dict[str, Any]:
+        mods_key = "modalities" if self.session.beta else "output_modalities"
+        return {
+            "id": self.response_id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": None,
+            "output": [dict(i) for i in self.output],
+            "conversation_id": None if self.conversation == "none" else self.session.session_id,
+            mods_key: list(self.modalities),
+            "metadata": self.metadata,
+            "usage": None,
+            **extra,
+        }
+
+    # --- items and parts -------------------------------------------------------------
+
+    def _index(self) -> int:
+        return len(self.output)
+
+    def _open_item(self) -> list[dict[str, Any]]:
+        if self._item is not None:
+            return []
+        item = {
+            "id": self.session.ids("item"),
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        self._item = item
+        out = [self._event("response.output_item.added", output_index=self._index(), item=item)]
+        if self.conversation != "none":
+            previous = self.session.items[-1]["id"] if self.session.items else None
+            out.append(
+                {
+                    "type": self.session.name("conversation.item.added"),
+                    "event_id": self.session.ids("event"),
+                    "previous_item_id": previous,
+                    "item": {**item, "content": []},
+                }
+            )
+        return out
+
+    def _part_fields(self) -> dict[str, Any]:
+        assert self._item is not None
+        return {
+            "item_id": self._item["id"],
+            "output_index": self._index(),
+            "content_index": len(self._item["content"]),
+        }
+
+    def _open_part(self, kind: str) -> list[dict[str, Any]]:
+        out = self._open_item()
+        if self._part is not None and self._part["kind"] == kind:
+            return out
+        out += self._close_part()
+        self._part = {"kind": kind, "text": []}
+        part = (
+            {"type": "text", "text": ""} if kind == "text" else {"type": "audio", "transcript": ""}
+        )
+        out.append(self._event("response.content_part.added", **self._part_fields(), part=part))
+        return out
+
+    def _close_part(self) -> list[dict[str, Any]]:
+        part, item = self._part, self._item
+        if part is None or item is None:
+            return []
+        fields = self._part_fields()
+        text = "".join(part["text"])
+        out: list[dict[str, Any]] = []
+        beta = self.session.beta
+        if part["kind"] == "text":
+            out.append(self._event("response.output_text.done", **fields, text=text))
+            done_part = {"type": "text", "text": text}
+            item["content"].append({"type": "text" if beta else "output_text", "text": text})
+        else:
+            out.append(self._event("response.output_audio.done", **fields))
+            out.append(
+                self._event("response.output_audio_transcript.done", **fields, transcript=text)
+            )
+            done_part = {"type": "audio", "transcript": text}
+            item["content"].append(
+                {"type": "audio" if beta else "output_audio", "transcript": text}
+            )
+        out.append(self._event("response.content_part.done", **fields, part=done_part))
+        self._part = None
+        return out
+
+    def _close_item(self, status: str = "completed") -> list[dict[str, Any]]:
+        out = self._close_part()
+        item = self._item
+        if item is None:
+            return out
+        item["status"] = status
+        out += self._finish_item(item)
+        self._item = None
+        return out
+
+    def _finish_item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        out = [self._event("response.output_item.done", output_index=self._index(), item=item)]
+        if self.conversation != "none" and not self.session.beta:
+            out.append(
+                {
+                    "type": "conversation.item.done",
+                    "event_id": self.session.ids("event"),
+                    "item": item,
+                }
+            )
+        self.output.append(item)
+        return out
+
+    def _function_call(self, call: ev.ToolCall) -> list[dict[str, Any]]:
+        out = self._close_item()
+        item = {
+            "id": self.session.ids("item"),
+            "object": "realtime.item",
+            "type": "function_call",
+            "status": "in_progress",
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": "",
+        }
+        index = self._index()
+        out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+        if self.conversation != "none":
+            previous = self.session.items[-1]["id"] if self.session.items else None
+            out.append(
+                {
+                    "type": self.session.name("conversation.item.added"),
+                    "event_id": self.session.ids("event"),
+                    "previous_item_id": previous,
+                    "item": dict(item),
+                }
+            )
+        common = {"item_id": item["id"], "output_index": index, "call_id": call.call_id}
+        if call.arguments:
+            out.append(
+                self._event(
+                    "response.function_call_arguments.delta", **common, delta=call.arguments
+                )
+            )
+        out.append(
+            self._event(
+                "response.function_call_arguments.done",
+                **common,
+                name=call.name,
+                arguments=call.arguments,
+            )
+        )
+        item["arguments"] = call.arguments
+        item["status"] = "completed"
+        out += self._finish_item(item)
+        return out
+
+    # --- feeding -----------------------------------------------------------------------
+
+    def feed(self, event: ev.Event) -> list[dict[str, Any]]:
+        """The Realtime events for one UAMP event of the turn."""
+        if self.finished:
+            return []
+        if isinstance(event, ev.ResponseCreated):
+            return [self.session._event("response.created", response=self._response("in_progress"))]
+        if isinstance(event, ev.ResponseDelta):
+            delta = event.delta
+            if isinstance(delta, ty.DeltaText):
+                return self._text(delta.text)
+            if isinstance(delta, ty.DeltaAudio):
+                return self._audio(delta.audio)
+            return []  # the agent's own tools are not Realtime function calls
+        if isinstance(event, ev.AudioDelta):
+            return self._audio(event.audio)
+        if isinstance(event, ev.TranscriptDelta):
+            out = self._open_part("audio")
+            assert self._part is not None
+            self._part["text"].append(event.transcript)
+            out.append(
+                self._event(
+                    "response.output_audio_transcript.delta",
+                    **self._part_fields(),
+                    delta=event.transcript,
+                )
+            )
+            return out
+        if isinstance(event, ev.ToolCall):
+            return self._function_call(event)
+        if isinstance(event, ev.ResponseDone):
+            return self.finish("completed", usage=event.response.usage)
+        if isinstance(event, ev.ResponseCancelled):
+            return self.finish("cancelled")
+        if isinstance(event, ev.ResponseError):
+            return self.finish("failed", error=event.error)
+        return []
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        out = self._open_part("text")
+        assert self._part is not None
+        self._part["text"].append(text)
+        out.append(self._event("response.output_text.delta", **self._part_fields(), delta=text))
+        return out
+
+    def _audio(self, audio: str) -> list[dict[str, Any]]:
+        out = self._open_part("audio")
+        out.append(self._event("response.output_audio.delta", **self._part_fields(), delta=audio))
+        return out
+
+    def finish(
+        self,
+        status: str,
+        *,
+        usage: ty.UsageStats | None = None,
+        error: ty.ErrorInfo | None = None,
+    ) -> list[dict[str, Any]]:
+        """Close what is open and send ``response.done`` (once).
+
+        Args:
+            status: ``completed``, ``cancelled``, ``failed`` or ``incomplete``.
+            usage: The response's usage.
+            error: Why a failed response failed.
+        """
+        if self.finished:
+            return []
+        self.finished = True
+        out = self._close_item("completed" if status == "completed" else "incomplete")
+        response = self._response(status)
+        if status == "cancelled":
+            response["status_details"] = {"type": "cancelled", "reason": "client_cancelled"}
+        elif status == "failed" and error is not None:
+            response["status_details"] = {
+                "type": "failed",
+                "error": {"type": "server_error", "code": error.code, "message": error.message},
+            }
+        elif status == "incomplete":
+            response["status_details"] = {"type": "incomplete", "reason": "max_output_tokens"}
+        if usage is not None:
+            inp, outp = usage.input_tokens or 0, usage.output_tokens or 0
+            response["usage"] = {
+                "total_tokens": usage.total_tokens
+                if usage.total_tokens is not None
+                else inp + outp,
+                "input_tokens": inp,
+                "output_tokens": outp,
+                "input_token_details": {
+                    "cached_tokens": usage.cached_tokens or 0,
+                    "text_tokens": inp,
+                    "audio_tokens": 0,
+                },
+                "output_token_details": {"text_tokens": outp, "audio_tokens": 0},
+            }
+        out.append(self.session._event("response.done", response=response))
+        if self.conversation != "none":
+            self.session.add_output(self.output)
+        return out
