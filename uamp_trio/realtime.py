@@ -1,0 +1,281 @@
+"""The OpenAI Realtime transport: ``WS /agents/{name}/realtime`` (spec 004).
+
+The OpenAI SDK's ``client.realtime.connect(model=...)`` appends
+``/realtime?model=...`` to its WebSocket base URL, so a client whose
+``base_url`` (or ``websocket_base_url``) is ``http://host:port/agents/demo``
+lands here. ``/v1/realtime`` is served at the root too, for a base URL of
+``http://host:port/v1`` on a single-agent server.
+
+The sans-IO :class:`~uamp_proto.adapters.realtime.RealtimeSession` answers
+every client event; this module adds the I/O and runs the responses:
+
+* ``session.created`` is sent first, unprompted;
+* ``response.create`` starts one UAMP turn (:func:`~uamp_trio.turns.open_turn`)
+  in its own task, so the socket keeps reading; its events go out through a
+  :class:`~uamp_proto.adapters.realtime.ResponseEncoder`. One response runs
+  at a time (a second ``response.create`` gets an
+  ``conversation_already_has_active_response`` error). A turn that ends with
+  client tool calls completes with ``function_call`` output items; the client
+  answers with ``function_call_output`` items and a new ``response.create``;
+* ``response.cancel`` cancels the running turn (``response.done`` with status
+  ``cancelled``);
+* payment (spec 004): with a :class:`~uamp_proto.payment.PaymentPolicy`, a
+  ``response.create`` the session's token does not pay for is held and
+  answered with ``payment.required``; ``payment.submit`` with a good token
+  gets ``payment.accepted`` and starts the held response, a bad one
+  ``payment.error`` (``can_retry``).
+
+Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
+``openai-beta.realtime-v1`` subprotocol) get the beta event names.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+from urllib.parse import parse_qs
+
+import attrs
+import orjson
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters import realtime as rt
+from uamp_proto.agent import Agent
+from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+
+from .http import HTTPError
+from .routing import App
+from .turns import Turn, open_turn
+from .websocket import ConnectionClosed, WebSocket, WebSocketRequest
+
+__all__ = ["RealtimeTransport", "mount"]
+
+log = logging.getLogger("uamp_trio.realtime")
+
+_BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
+
+
+def _ids(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+@attrs.define
+class _Active:
+    response_id: str
+    encoder: rt.ResponseEncoder
+    turn: Turn | None = None
+    cancel_requested: bool = False
+
+
+class _RealtimeConnection:
+    """One Realtime socket: reads client events, runs responses, writes events."""
+
+    def __init__(
+        self,
+        ws: WebSocket,
+        agent: Agent,
+        session: rt.RealtimeSession,
+        payment_policy: PaymentPolicy | None,
+    ) -> None:
+        self.ws = ws
+        self.agent = agent
+        self.session = session
+        self.payment_policy = payment_policy
+        self.payment_token: str | None = None
+        self.active: _Active | None = None
+        self.held: rt.CreateResponse | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(orjson.dumps(event).decode())
+
+    async def error(self, message: str, code: str, client_event_id: str | None = None) -> None:
+        await self.send(
+            rt.error_event(
+                self.session.ids("event"), message, code=code, client_event_id=client_event_id
+            )
+        )
+
+    async def run(self) -> None:
+        await self.send(self.session.created_event())
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                while True:
+                    message = await self.ws.receive()
+                    await self._receive(message)
+            except ConnectionClosed:
+                pass
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _receive(self, message: str | bytes) -> None:
+        try:
+            obj = orjson.loads(message)
+        except orjson.JSONDecodeError as exc:
+            await self.error(f"The message is not valid JSON: {exc}", "invalid_json")
+            return
+        handled = self.session.handle(obj)
+        for reply in handled.replies:
+            await self.send(reply)
+        action = handled.action
+        if isinstance(action, rt.CreateResponse):
+            await self._create(action)
+        elif isinstance(action, rt.CancelResponse):
+            await self._cancel(action)
+        elif isinstance(action, rt.SubmitPayment):
+            await self._payment(action)
+
+    # --- responses ---------------------------------------------------------------
+
+    def _requirements(self) -> ty.PaymentRequirements | None:
+        if self.payment_policy is None:
+            return None
+        return self.payment_policy.check(self.agent.name, self.payment_token)
+
+    async def _create(self, action: rt.CreateResponse) -> None:
+        if self.active is not None or self.held is not None:
+            busy = self.active.response_id if self.active else "a response awaiting payment"
+            await self.error(
+                f"Conversation already has an active response in progress: {busy}. "
+                "Wait until the response is finished before creating a new one.",
+                "conversation_already_has_active_response",
+                action.client_event_id,
+            )
+            return
+        requirements = self._requirements()
+        if requirements is not None:
+            self.held = action
+            required = PaymentRequiredError(requirements).event()
+            await self.send(rt.payment_event(required, self.session.ids("event")))
+            return
+        self._start(action)
+
+    def _start(self, action: rt.CreateResponse) -> None:
+        options = action.options
+        response_id = _ids("resp")
+        request = self.session.turn_request(
+            options,
+            agent=self.agent.name,
+            response_id=response_id,
+            payment_token=self.payment_token,
+        )
+        encoder = rt.ResponseEncoder(
+            self.session,
+            response_id,
+            modalities=options.modalities or list(self.session.settings.modalities),
+            conversation=options.conversation,
+            metadata=options.metadata,
+        )
+        self.active = _Active(response_id=response_id, encoder=encoder)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._respond, self.active, request)
+
+    async def _respond(self, active: _Active, request: Any) -> None:
+        encoder = active.encoder
+        try:
+            async with open_turn(self.agent, request) as turn:
+                active.turn = turn
+                if active.cancel_requested:
+                    turn.cancel()
+                async for event in turn:
+                    for out in encoder.feed(event):
+                        await self.send(out)
+            outcome = turn.outcome
+            assert outcome is not None
+            if not encoder.finished:  # client tool calls pending: the response completes
+                for out in encoder.finish("completed", usage=outcome.tracker.usage):
+                    await self.send(out)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.active = None
+
+    async def _cancel(self, action: rt.CancelResponse) -> None:
+        active = self.active
+        if active is None or (
+            action.response_id is not None and action.response_id != active.response_id
+        ):
+            await self.error(
+                "Cancellation failed: no active response found"
+                + (f" with id {action.response_id}." if action.response_id else "."),
+                "response_cancel_not_active",
+                action.client_event_id,
+            )
+            return
+        active.cancel_requested = True
+        if active.turn is not None:
+            active.turn.cancel()
+
+    async def _payment(self, action: rt.SubmitPayment) -> None:
+        self.payment_token = action.token
+        requirements = self._requirements()
+        if requirements is not None:
+            error = ev.PaymentError(
+                code="token_invalid",
+                message="The payment token was not accepted; submit a valid token.",
+                can_retry=True,
+            )
+            await self.send(rt.payment_event(error, self.session.ids("event")))
+            return
+        accepted = ev.PaymentAccepted(payment_id=_ids("pay"))
+        await self.send(rt.payment_event(accepted, self.session.ids("event")))
+        held, self.held = self.held, None
+        if held is not None:
+            self._start(held)
+
+
+class RealtimeTransport:
+    """The Realtime endpoint of an :class:`~uamp_trio.routing.App`.
+
+    Args:
+        app: The app whose agents are served.
+        payment_policy: Consulted before every response (``None``: free).
+    """
+
+    def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+        self.app = app
+        self.payment_policy = payment_policy
+
+    def mount(self) -> None:
+        """Register ``WS .../realtime`` (and ``/v1/realtime`` at the root)."""
+        self.app.agent_websocket("/realtime", self.websocket, label="Realtime")
+        self.app.router.add_websocket("/v1/realtime", self.websocket)
+
+    async def websocket(self, pending: WebSocketRequest) -> None:
+        """Accept a Realtime connection and serve it until it closes."""
+        request = pending.request
+        query = parse_qs(request.query)
+        models = query.get("model")
+        model = models[0] if models else None
+        try:
+            agent = self.app.resolve_agent(request.path_params, model=model)
+        except HTTPError as exc:
+            body = orjson.dumps({"error": {"message": exc.message, "code": exc.code}})
+            await pending.reject(exc.status, body, [("content-type", "application/json")])
+            return
+        offered = pending.subprotocols
+        beta = "realtime=v1" in (request.headers.get("openai-beta") or "").replace(" ", "")
+        beta = beta or _BETA_SUBPROTOCOL in offered
+        subprotocol = "realtime" if "realtime" in offered else None
+        ws = await pending.accept(subprotocol=subprotocol)
+        modalities = ["audio"] if "audio" in agent.capabilities().modalities else ["text"]
+        session = rt.RealtimeSession(
+            session_id=_ids("sess"),
+            model=model,
+            beta=beta,
+            ids=_ids,
+            modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
+        )
+        try:
+            await _RealtimeConnection(ws, agent, session, self.payment_policy).run()
+        finally:
+            await ws.close()
+
+
+def mount(app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+    """Mount the Realtime transport on ``app`` (a :data:`~uamp_trio.routing.Transport`)."""
+    RealtimeTransport(app, payment_policy=payment_policy).mount()
