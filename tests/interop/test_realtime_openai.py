@@ -1,0 +1,290 @@
+"""The openai SDK's realtime client against a real uamp server on 127.0.0.1.
+
+The SDK is asyncio; the trio server runs in its own thread (``thread_server``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from uamp_proto.payment import TokenPolicy
+from uamp_trio.demo import DemoAgent
+from uamp_trio.realtime import mount as mount_realtime
+from uamp_trio.routing import App
+
+TIMEOUT = 20
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+def _app(policy: TokenPolicy | None = None) -> App:
+    app = App([DemoAgent()])
+    mount_realtime(app, payment_policy=policy)
+    return app
+
+
+def _client(server: Any, agent: str = "demo") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        api_key="sk-test", base_url=f"{server.url}/agents/{agent}", max_retries=0
+    )
+
+
+async def _until(conn: Any, kind: str, seen: list[Any]) -> Any:
+    async for event in conn:
+        seen.append(event)
+        if event.type == kind:
+            return event
+    raise AssertionError(f"connection closed before {kind}")
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
+
+
+def test_text_round_trip(thread_server: Any) -> None:
+    server = thread_server(_app())
+
+    async def main() -> None:
+        client = _client(server)
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            created = await conn.recv()
+            assert created.type == "session.created"
+            assert created.session.model == "gpt-realtime"
+
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "output_modalities": ["text"],
+                    "instructions": "Be brief.",
+                }
+            )
+            updated = await conn.recv()
+            assert updated.type == "session.updated"
+            assert updated.session.instructions == "Be brief."
+
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hello realtime world"}],
+                }
+            )
+            added = await conn.recv()
+            assert added.type == "conversation.item.added"
+            assert added.item.content[0].text == "hello realtime world"
+            assert (await conn.recv()).type == "conversation.item.done"
+
+            await conn.response.create()
+            seen: list[Any] = []
+            done = await _until(conn, "response.done", seen)
+            kinds = [e.type for e in seen]
+            assert kinds[0] == "response.created"
+            assert kinds[1:5] == [
+                "response.output_item.added",
+                "conversation.item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+            ]
+            assert kinds[-5:] == [
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "conversation.item.done",
+                "response.done",
+            ]
+            text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+            assert text == "You said: hello realtime world"
+            text_done = next(e for e in seen if e.type == "response.output_text.done")
+            assert text_done.text == text
+            assert done.response.status == "completed"
+            assert done.response.output[0].content[0].text == text
+            assert done.response.usage.output_tokens == 5
+            assert done.response.usage.total_tokens == done.response.usage.input_tokens + 5
+
+    _run(main())
+
+
+def test_function_call_round_trip(thread_server: Any) -> None:
+    server = thread_server(_app())
+
+    async def main() -> None:
+        client = _client(server)
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            assert (await conn.recv()).type == "session.created"
+            await conn.session.update(session={"type": "realtime", "tools": [WEATHER_TOOL]})
+            assert (await conn.recv()).type == "session.updated"
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "get weather in Paris"}],
+                }
+            )
+            await conn.response.create()
+            seen: list[Any] = []
+            done = await _until(conn, "response.done", seen)
+            args_done = next(e for e in seen if e.type == "response.function_call_arguments.done")
+            assert args_done.name == "get_weather"
+            assert json.loads(args_done.arguments) == {"city": "get weather in Paris"}
+            deltas = [e for e in seen if e.type == "response.function_call_arguments.delta"]
+            assert "".join(d.delta for d in deltas) == args_done.arguments
+            assert done.response.status == "completed"
+            call = done.response.output[0]
+            assert call.type == "function_call" and call.call_id == args_done.call_id
+
+            await conn.conversation.item.create(
+                item={
+                    "type": "function_call_output",
+                    "call_id": call.call_id,
+                    "output": "sunny, 21C",
+                }
+            )
+            assert (await conn.recv()).type == "conversation.item.added"
+            await conn.response.create()
+            seen = []
+            done = await _until(conn, "response.done", seen)
+            text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+            assert text == "Tool get_weather returned: sunny, 21C"
+            assert done.response.status == "completed"
+
+    _run(main())
+
+
+def test_audio_reaches_the_agent_and_errors_keep_the_socket(thread_server: Any) -> None:
+    server = thread_server(_app())
+
+    async def main() -> None:
+        client = _client(server)
+        async with client.realtime.connect(model="m") as conn:
+            assert (await conn.recv()).type == "session.created"
+            await conn.input_audio_buffer.commit()
+            err = await conn.recv()
+            assert err.type == "error" and err.error.code == "input_audio_buffer_commit_empty"
+
+            pcm = base64.b64encode(b"\x00\x01" * 200).decode()
+            await conn.input_audio_buffer.append(audio=pcm)
+            await conn.input_audio_buffer.append(audio=pcm)
+            await conn.input_audio_buffer.commit()
+            committed = await conn.recv()
+            assert committed.type == "input_audio_buffer.committed"
+            added = await conn.recv()
+            assert added.type == "conversation.item.added"
+            assert base64.b64decode(added.item.content[0].audio) == b"\x00\x01" * 400
+            assert (await conn.recv()).type == "conversation.item.done"
+
+            await conn.conversation.item.delete(item_id="item_missing")
+            err = await conn.recv()
+            assert err.type == "error" and err.error.code == "item_not_found"
+
+            await conn.send({"type": "no.such_event"})  # type: ignore[arg-type]
+            err = await conn.recv()
+            assert err.type == "error" and err.error.param == "type"
+
+            await conn.response.create()
+            seen: list[Any] = []
+            await _until(conn, "response.done", seen)
+            text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+            # The demo agent counts the audio attachment of the user message.
+            assert text == "Hello! Send me a message. (with 1 attachment)"
+
+    _run(main())
+
+
+def test_beta_header_gets_beta_event_names(thread_server: Any) -> None:
+    server = thread_server(_app())
+
+    async def main() -> None:
+        client = _client(server)
+        async with client.realtime.connect(
+            model="m", extra_headers={"OpenAI-Beta": "realtime=v1"}
+        ) as conn:
+            created = await conn.recv_bytes()
+            session = json.loads(created)["session"]
+            assert session["modalities"] == ["text"] and session["input_audio_format"] == "pcm16"
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hi"}],
+                }
+            )
+            assert json.loads(await conn.recv_bytes())["type"] == "conversation.item.created"
+            await conn.response.create()
+            kinds = []
+            while True:
+                event = json.loads(await conn.recv_bytes())
+                kinds.append(event["type"])
+                if event["type"] == "response.done":
+                    break
+            assert "response.text.delta" in kinds and "response.text.done" in kinds
+            assert "response.output_text.delta" not in kinds
+            assert event["response"]["output"][0]["content"][0] == {
+                "type": "text",
+                "text": "You said: hi",
+            }
+
+    _run(main())
+
+
+def test_payment_required_then_submit(thread_server: Any) -> None:
+    server = thread_server(_app(TokenPolicy({"tok_ok"})))
+
+    async def main() -> None:
+        client = _client(server)
+        async with client.realtime.connect(model="m") as conn:
+            assert (await conn.recv()).type == "session.created"
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "pay me"}],
+                }
+            )
+            await conn.recv()
+            await conn.recv()
+            await conn.response.create()
+            required = json.loads(await conn.recv_bytes())
+            assert required["type"] == "payment.required"
+            assert required["requirements"]["amount"] == "0.01"
+
+            await conn.send({"type": "payment.submit", "payment": {"token": "tok_bad"}})  # type: ignore[arg-type]
+            error = json.loads(await conn.recv_bytes())
+            assert error["type"] == "payment.error" and error["can_retry"] is True
+
+            await conn.send({"type": "payment.submit", "payment": {"token": "tok_ok"}})  # type: ignore[arg-type]
+            assert json.loads(await conn.recv_bytes())["type"] == "payment.accepted"
+            seen: list[Any] = []
+            done = await _until(conn, "response.done", seen)
+            assert done.response.status == "completed"
+            text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+            assert text == "You said: pay me"
+
+    _run(main())
+
+
+def test_unknown_agent_is_refused(thread_server: Any) -> None:
+    server = thread_server(_app())
+
+    async def main() -> None:
+        client = _client(server, agent="nobody")
+        with pytest.raises(Exception) as info:
+            async with client.realtime.connect(model="m") as conn:
+                await conn.recv()
+        assert "404" in str(info.value)
+
+    _run(main())
