@@ -233,12 +233,18 @@ class RealtimeTransport:
 
     Args:
         app: The app whose agents are served.
-        payment_policy: Consulted before every response (``None``: free).
+        payment_policy: Consulted before every response; ``None``: the app's
+            :attr:`~uamp_trio.routing.App.payment_policy` (read per connection).
     """
 
     def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
         self.app = app
-        self.payment_policy = payment_policy
+        self._payment_policy = payment_policy
+
+    @property
+    def payment_policy(self) -> PaymentPolicy | None:
+        """The policy in force: the one given, else the app's."""
+        return self._payment_policy or self.app.payment_policy
 
     def mount(self) -> None:
         """Register ``WS .../realtime`` (and ``/v1/realtime`` at the root)."""
