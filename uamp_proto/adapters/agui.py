@@ -1,0 +1,947 @@
+"""AG-UI <-> UAMP, sans-IO (the AG-UI event protocol; UAMP 1.3).
+
+Theory of operation
+-------------------
+An AG-UI client POSTs a ``RunAgentInput`` (``threadId``, ``runId``,
+``messages``, ``tools``, ``state``, ``context``, ``forwardedProps``, camelCase
+as the TypeScript client sends it) and reads a stream of AG-UI events.
+:func:`parse_run_input` validates the body and turns it into a UAMP
+:class:`~uamp_proto.agent.TurnRequest` (:func:`turn_request`); a body that
+is not a RunAgentInput at all (not an object, no thread or run id) raises
+:class:`AguiError` with ``started=False`` (answer HTTP 400), anything wrong
+deeper raises it with ``started=True`` (answer ``RUN_STARTED`` then
+``RUN_ERROR``).
+
+:class:`RunEncoder` turns the run's UAMP events into AG-UI events. It is a
+small state machine whose phases move by :data:`PHASES`; inside a run it
+tracks what is open -- a text message, a reasoning block and its message,
+tool calls, steps -- and closes it before opening something that cannot
+interleave with it, and always before ``RUN_FINISHED`` / ``RUN_ERROR``, so
+every ``*_START`` has its ``*_END`` whatever the agent emitted.
+
+========================================  =====================================================
+UAMP event                                AG-UI events
+========================================  =====================================================
+(run start)                               ``RUN_STARTED``; ``STATE_SNAPSHOT`` of the input state
+``response.delta`` text                   ``TEXT_MESSAGE_START`` (once) + ``TEXT_MESSAGE_CONTENT``
+``thinking``                              ``REASONING_START``, ``REASONING_MESSAGE_START`` (once),
+                                          ``REASONING_MESSAGE_CONTENT``; a complete (non-delta)
+                                          thought starts a new reasoning message
+``response.delta`` tool_call fragments    ``TOOL_CALL_START`` (once) + ``TOOL_CALL_ARGS``
+``tool.call`` (client tool)               ``TOOL_CALL_START``/``ARGS``/``END``; listed as
+                                          pending in ``RUN_FINISHED.outcome``
+``response.delta`` tool_result            ``TOOL_CALL_END`` (if open) + ``TOOL_CALL_RESULT``
+``tool.call_done``                        ``TOOL_CALL_END`` (if open)
+``response.delta`` tool_progress          ``ACTIVITY_SNAPSHOT`` (``TOOL_PROGRESS``)
+``progress`` target ``state``             ``STATE_SNAPSHOT`` / ``STATE_DELTA`` (see below)
+``progress`` stage start/end              ``STEP_STARTED`` / ``STEP_FINISHED``
+``progress`` other stages                 ``ACTIVITY_SNAPSHOT`` (``PROGRESS``)
+``usage.delta``                           summed into ``RUN_FINISHED.usage``
+other known events (audio, payment ...)   ``CUSTOM`` named after the UAMP event type
+unknown delta types                       ``RAW`` (``source: "uamp"``)
+(run end)                                 ``MESSAGES_SNAPSHOT``, ``RUN_FINISHED``
+(run failure)                             ``RUN_ERROR``
+========================================  =====================================================
+
+**Agent state.** UAMP has no state event, so an agent reports AG-UI state
+through ``progress`` events with ``target="state"`` and a JSON text in
+``message`` (build them with :func:`state_snapshot`, :func:`state_delta`,
+:func:`state_update`): stage ``snapshot`` replaces the state
+(``STATE_SNAPSHOT``), stage ``delta`` carries RFC 6902 operations
+(``STATE_DELTA``), stage ``update`` carries the whole new state and the
+encoder sends the difference from the last known state as a
+``STATE_DELTA`` (:func:`diff_state`). The agent sees the input state in
+``request.metadata["agui_state"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from .. import events as ev
+from .. import types as ty
+from ..agent import TurnRequest
+from ..codec import unstructure
+from ..errors import LocalProtocolError
+from ..ids import IdSource
+from ..response import add_usage
+
+__all__ = [
+    "PHASES",
+    "STATE_TARGET",
+    "AguiError",
+    "Phase",
+    "RunEncoder",
+    "RunInput",
+    "apply_patch",
+    "diff_state",
+    "parse_run_input",
+    "state_delta",
+    "state_snapshot",
+    "state_update",
+    "turn_request",
+]
+
+#: The ``progress.target`` that carries AG-UI agent state.
+STATE_TARGET = "state"
+_STEP_START = frozenset({"start", "started", "begin"})
+_STEP_END = frozenset({"end", "done", "finished", "complete", "completed", "failed", "error"})
+_ROLES = frozenset({"user", "assistant", "system", "developer", "tool", "activity", "reasoning"})
+#: Keys of an input message echoed in ``MESSAGES_SNAPSHOT``.
+_MESSAGE_KEYS = (
+    "id",
+    "role",
+    "content",
+    "name",
+    "toolCalls",
+    "toolCallId",
+    "error",
+    "activityType",
+    "encryptedValue",
+)
+
+
+class AguiError(Exception):
+    """A bad ``RunAgentInput``.
+
+    Attributes:
+        message: What is wrong, naming the field.
+        code: A machine-readable code (``invalid_request``, ``invalid_messages`` ...).
+        started: ``True`` when the thread and run ids were readable, so the
+            binding answers ``RUN_STARTED`` + ``RUN_ERROR``; ``False`` when
+            the body is not a RunAgentInput at all (HTTP 400).
+        thread_id: The thread id, when readable.
+        run_id: The run id, when readable.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "invalid_request",
+        started: bool = False,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.started = started
+        self.thread_id = thread_id
+        self.run_id = run_id
+
+    def body(self) -> dict[str, Any]:
+        """The JSON error body of the HTTP 400 answer."""
+        return {
+            "error": {"message": self.message, "type": "invalid_request_error", "code": self.code}
+        }
+
+
+# --- input -------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunInput:
+    """A validated ``RunAgentInput``.
+
+    Attributes:
+        thread_id: ``threadId``.
+        run_id: ``runId``.
+        parent_run_id: ``parentRunId``, if given.
+        has_state: Whether ``state`` was present (it may be any JSON value).
+        state: ``state``.
+        messages: The conversation as UAMP messages (activity and reasoning
+            messages are left out).
+        raw_messages: The input messages as sent (known keys only), for
+            ``MESSAGES_SNAPSHOT``.
+        tools: The client's tools.
+        instructions: ``context`` entries as one instruction text.
+        forwarded_props: ``forwardedProps``.
+    """
+
+    thread_id: str
+    run_id: str
+    parent_run_id: str | None = None
+    has_state: bool = False
+    state: Any = None
+    messages: list[ty.Message] = attrs.field(factory=list)
+    raw_messages: list[dict[str, Any]] = attrs.field(factory=list)
+    tools: list[ty.ToolDefinition] = attrs.field(factory=list)
+    instructions: str | None = None
+    forwarded_props: Any = None
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _media_part(part: dict[str, Any], where: str, fail: Any) -> ty.ContentItem:
+    kind = part["type"]
+    source = part.get("source")
+    if not isinstance(source, dict) or source.get("type") not in ("data", "url", "file"):
+        raise fail(f"'{where}.source' must be an object with type data, url or file.")
+    value = source.get("value")
+    if not isinstance(value, str):
+        raise fail(f"'{where}.source.value' must be a string.")
+    mime = source.get("mimeType")
+    mime = mime if isinstance(mime, str) else None
+    media: ty.Media = value if source["type"] == "data" else ty.MediaURL(url=value)
+    subtype = mime.split("/", 1)[1] if mime and "/" in mime else None
+    if kind == "image":
+        return ty.ImageContent(image=media, format=subtype)
+    if kind == "audio":
+        return ty.AudioContent(audio=media, format=subtype)
+    if kind == "video":
+        return ty.VideoContent(video=media, format=subtype)
+    meta = part.get("metadata")
+    filename = meta.get("filename") if isinstance(meta, dict) else None
+    return ty.FileContent(
+        file=media,
+        filename=filename if isinstance(filename, str) else "document",
+        mime_type=mime or "application/octet-stream",
+    )
+
+
+def _user_content(content: object, where: str, fail: Any) -> ty.Message:
+    if isinstance(content, str):
+        return ty.Message(role="user", content=content)
+    if not isinstance(content, list):
+        raise fail(f"'{where}.content' must be a string or an array of parts.")
+    items: list[ty.ContentItem] = []
+    for i, part in enumerate(content):
+        at = f"{where}.content[{i}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise fail(f"'{at}' must be an object with a type.")
+        if part["type"] == "text":
+            if not isinstance(part.get("text"), str):
+                raise fail(f"'{at}.text' must be a string.")
+            items.append(ty.TextContent(text=part["text"]))
+        elif part["type"] in ("image", "audio", "video", "document"):
+            items.append(_media_part(part, at, fail))
+        else:
+            raise fail(f"'{at}.type' {part['type']!r} is not a content part type.")
+    return ty.Message(role="user", content_items=items)
+
+
+def _message(obj: object, where: str, fail: Any) -> ty.Message | None:
+    if not isinstance(obj, dict):
+        raise fail(f"'{where}' must be an object.")
+    role = obj.get("role")
+    if role not in _ROLES:
+        raise fail(f"'{where}.role' must be one of {', '.join(sorted(_ROLES))}.")
+    if not isinstance(obj.get("id"), str):
+        raise fail(f"'{where}.id' must be a string.")
+    content = obj.get("content")
+    if role == "user":
+        return _user_content(content, where, fail)
+    if role in ("system", "developer"):
+        if not isinstance(content, str):
+            raise fail(f"'{where}.content' must be a string.")
+        return ty.Message(role="system", content=content)
+    if role == "assistant":
+        if content is not None and not isinstance(content, str):
+            raise fail(f"'{where}.content' must be a string.")
+        calls: list[ty.ToolInvocation] = []
+        raw_calls = obj.get("toolCalls")
+        if raw_calls is not None and not isinstance(raw_calls, list):
+            raise fail(f"'{where}.toolCalls' must be an array.")
+        for i, call in enumerate(raw_calls or []):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if (
+                not isinstance(call, dict)
+                or not isinstance(call.get("id"), str)
+                or not isinstance(fn, dict)
+                or not isinstance(fn.get("name"), str)
+                or not isinstance(fn.get("arguments"), str)
+            ):
+                raise fail(
+                    f"'{where}.toolCalls[{i}]' must be "
+                    '{"id", "type": "function", "function": {"name", "arguments"}}.'
+                )
+            calls.append(
+                ty.ToolInvocation(id=call["id"], name=fn["name"], arguments=fn["arguments"])
+            )
+        return ty.Message(role="assistant", content=content, tool_calls=calls or None)
+    if role == "tool":
+        if not isinstance(obj.get("toolCallId"), str):
+            raise fail(f"'{where}.toolCallId' must be a string.")
+        if not isinstance(content, str | list):
+            raise fail(f"'{where}.content' must be a string or an array of parts.")
+        return ty.Message(role="tool", tool_call_id=obj["toolCallId"], content=_text_of(content))
+    return None  # activity and reasoning messages are UI state, not conversation
+
+
+def parse_run_input(obj: object) -> RunInput:
+    """Validate a ``RunAgentInput`` body (already JSON-decoded).
+
+    Raises:
+        AguiError: see the class; ``started`` tells which answer is owed.
+    """
+    if not isinstance(obj, dict):
+        raise AguiError("The body must be a RunAgentInput JSON object.")
+    thread_id, run_id = obj.get("threadId"), obj.get("runId")
+    if not isinstance(thread_id, str) or not thread_id:
+        raise AguiError("'threadId' is required and must be a non-empty string.")
+    if not isinstance(run_id, str) or not run_id:
+        raise AguiError("'runId' is required and must be a non-empty string.")
+
+    def fail(message: str, code: str = "invalid_input") -> AguiError:
+        return AguiError(message, code=code, started=True, thread_id=thread_id, run_id=run_id)
+
+    parent = obj.get("parentRunId")
+    if parent is not None and not isinstance(parent, str):
+        raise fail("'parentRunId' must be a string.")
+    raw = obj.get("messages", [])
+    if not isinstance(raw, list):
+        raise fail("'messages' must be an array.")
+    messages: list[ty.Message] = []
+    raw_messages: list[dict[str, Any]] = []
+    for i, m in enumerate(raw):
+        converted = _message(m, f"messages[{i}]", fail)
+        if converted is not None:
+            messages.append(converted)
+        raw_messages.append({k: m[k] for k in _MESSAGE_KEYS if k in m and m[k] is not None})
+    tools: list[ty.ToolDefinition] = []
+    raw_tools = obj.get("tools") or []
+    if not isinstance(raw_tools, list):
+        raise fail("'tools' must be an array.")
+    for i, tool in enumerate(raw_tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise fail(f"'tools[{i}]' must be an object with a string 'name'.")
+        params = tool.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise fail(f"'tools[{i}].parameters' must be a JSON Schema object.")
+        desc = tool.get("description")
+        tools.append(
+            ty.ToolDefinition(
+                function=ty.FunctionDefinition(
+                    name=tool["name"],
+                    description=desc if isinstance(desc, str) else None,
+                    parameters=params,
+                )
+            )
+        )
+    context = obj.get("context") or []
+    if not isinstance(context, list):
+        raise fail("'context' must be an array.")
+    lines: list[str] = []
+    for i, entry in enumerate(context):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("description"), str)
+            or not isinstance(entry.get("value"), str)
+        ):
+            raise fail(f'\'context[{i}]\' must be {{"description": str, "value": str}}.')
+        lines.append(f"- {entry['description']}: {entry['value']}")
+    instructions = "Context from the application:\n" + "\n".join(lines) if lines else None
+    return RunInput(
+        thread_id=thread_id,
+        run_id=run_id,
+        parent_run_id=parent,
+        has_state="state" in obj,
+        state=obj.get("state"),
+        messages=messages,
+        raw_messages=raw_messages,
+        tools=tools,
+        instructions=instructions,
+        forwarded_props=obj.get("forwardedProps"),
+    )
+
+
+def turn_request(
+    run: RunInput, *, agent: str, response_id: str, payment_token: str | None = None
+) -> TurnRequest:
+    """The UAMP turn for a run: the thread id is the session id.
+
+    ``metadata`` carries ``agui_state``, ``agui_run_id`` and
+    ``forwarded_props``; a ``forwardedProps.tool_choice`` is passed on.
+    """
+    props = run.forwarded_props if isinstance(run.forwarded_props, dict) else {}
+    choice = props.get("tool_choice")
+    return TurnRequest(
+        agent=agent,
+        session_id=run.thread_id,
+        response_id=response_id,
+        messages=list(run.messages),
+        instructions=run.instructions,
+        tools=list(run.tools),
+        tool_choice=choice if isinstance(choice, str | dict) else None,
+        payment_token=payment_token,
+        metadata={
+            "agui_state": run.state,
+            "agui_run_id": run.run_id,
+            "forwarded_props": run.forwarded_props,
+        },
+    )
+
+
+# --- agent state (progress target "state") ------------------------------------------------------
+
+
+def state_snapshot(state: Any) -> ev.Progress:
+    """The UAMP event by which an agent replaces its AG-UI state."""
+    return ev.Progress(target=STATE_TARGET, stage="snapshot", message=orjson.dumps(state).decode())
+
+
+def state_delta(patch: list[dict[str, Any]]) -> ev.Progress:
+    """The UAMP event by which an agent sends RFC 6902 operations on its state."""
+    return ev.Progress(target=STATE_TARGET, stage="delta", message=orjson.dumps(patch).decode())
+
+
+def state_update(state: Any) -> ev.Progress:
+    """The UAMP event by which an agent reports its new state (sent as a delta)."""
+    return ev.Progress(target=STATE_TARGET, stage="update", message=orjson.dumps(state).decode())
+
+
+def _pointer(path: list[str]) -> str:
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def diff_state(old: Any, new: Any, path: list[str] | None = None) -> list[dict[str, Any]]:
+    """An RFC 6902 patch turning ``old`` into ``new``.
+
+    Objects are compared key by key (``add``/``remove``/``replace``);
+    anything else that differs (arrays included) is replaced whole.
+    """
+    at = path or []
+    if isinstance(old, dict) and isinstance(new, dict):
+        ops: list[dict[str, Any]] = []
+        for key in old:
+            if key not in new:
+                ops.append({"op": "remove", "path": _pointer([*at, key])})
+        for key, value in new.items():
+            if key not in old:
+                ops.append({"op": "add", "path": _pointer([*at, key]), "value": value})
+            else:
+                ops.extend(diff_state(old[key], value, [*at, key]))
+        return ops
+    if old == new and type(old) is type(new):
+        return []
+    return [{"op": "replace", "path": _pointer(at), "value": new}]
+
+
+def _tokens(pointer: str) -> list[str]:
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise ValueError(f"not a JSON pointer: {pointer!r}")
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+
+
+def apply_patch(doc: Any, patch: list[dict[str, Any]]) -> Any:
+    """Apply RFC 6902 ``add``, ``remove``, ``replace`` and ``test`` operations.
+
+    Returns the new document (the input is not modified).
+
+    Raises:
+        ValueError: an operation does not apply.
+    """
+    result = orjson.loads(orjson.dumps(doc))
+    for op in patch:
+        tokens = _tokens(op["path"])
+        kind = op["op"]
+        if not tokens:
+            if kind in ("add", "replace"):
+                result = op["value"]
+                continue
+            if kind == "test":
+                if result != op["value"]:
+                    raise ValueError("test failed at the root")
+                continue
+            raise ValueError(f"cannot {kind} the whole document")
+        parent = result
+        for t in tokens[:-1]:
+            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
+        last = tokens[-1]
+        if isinstance(parent, list):
+            index = len(parent) if last == "-" else int(last)
+            if kind == "add":
+                parent.insert(index, op["value"])
+            elif kind == "remove":
+                del parent[index]
+            elif kind == "replace":
+                parent[index] = op["value"]
+            elif kind == "test" and parent[index] != op["value"]:
+                raise ValueError(f"test failed at {op['path']}")
+        elif isinstance(parent, dict):
+            if kind == "add":
+                parent[last] = op["value"]
+            elif kind in ("remove", "replace"):
+                if last not in parent:
+                    raise ValueError(f"no member at {op['path']}")
+                if kind == "remove":
+                    del parent[last]
+                else:
+                    parent[last] = op["value"]
+            elif kind == "test" and parent.get(last) != op["value"]:
+                raise ValueError(f"test failed at {op['path']}")
+        else:
+            raise ValueError(f"{op['path']} does not point into a container")
+    return result
+
+
+# --- the run encoder ------------------------------------------------------------------------------
+
+
+class Phase(enum.Enum):
+    """Where a run's event stream is."""
+
+    READY = "ready"
+    RUNNING = "running"
+    FINISHED = "finished"
+    ERRORED = "errored"
+
+
+#: ``{(phase, input): new phase}``; a missing key is a local protocol error.
+PHASES: dict[tuple[Phase, str], Phase] = {
+    (Phase.READY, "start"): Phase.RUNNING,
+    (Phase.READY, "error"): Phase.ERRORED,
+    (Phase.RUNNING, "event"): Phase.RUNNING,
+    (Phase.RUNNING, "finish"): Phase.FINISHED,
+    (Phase.RUNNING, "error"): Phase.ERRORED,
+}
+
+Out = list[dict[str, Any]]
+
+
+class RunEncoder:
+    """UAMP events of one run -> AG-UI events (camelCase dicts); see the module doc.
+
+    Use: :meth:`start`, then :meth:`feed` per event, then :meth:`finish`
+    (or :meth:`error` at any point, before or after start).
+
+    Args:
+        thread_id: The run's thread id.
+        run_id: The run's id.
+        ids: Makes message and reasoning ids.
+        parent_run_id: Echoed in ``RUN_STARTED``.
+    """
+
+    def __init__(
+        self, thread_id: str, run_id: str, ids: IdSource, *, parent_run_id: str | None = None
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.parent_run_id = parent_run_id
+        self.phase = Phase.READY
+        self._ids = ids
+        self._text: str | None = None
+        self._reasoning: str | None = None
+        self._reasoning_message: str | None = None
+        self._reasoning_text: list[str] = []
+        self._tools: dict[str, str] = {}  # open tool calls: id -> name
+        self._started_tools: set[str] = set()
+        self._streamed_args: dict[str, bool] = {}
+        self._steps: dict[str, str] = {}  # open steps: key -> name
+        self._activities: dict[str, str] = {}  # activity key -> message id
+        self._tool_progress: dict[str, list[str]] = {}
+        self._pending: list[str] = []
+        self._state: Any = None
+        self._usage: ty.UsageStats | None = None
+        self._input_messages: list[dict[str, Any]] = []
+        self._output: list[dict[str, Any]] = []
+        self._assistant: dict[str, Any] | None = None
+
+    # --- phases -----------------------------------------------------------
+
+    def _move(self, what: str) -> None:
+        new = PHASES.get((self.phase, what))
+        if new is None:
+            raise LocalProtocolError(
+                f"cannot {what} a run that is {self.phase.value}", code="invalid_agui_sequence"
+            )
+        self.phase = new
+
+    @property
+    def open_items(self) -> dict[str, list[str]]:
+        """What is open right now (for tests and debugging)."""
+        return {
+            "text": [self._text] if self._text else [],
+            "reasoning": [r for r in (self._reasoning, self._reasoning_message) if r],
+            "tools": list(self._tools),
+            "steps": list(self._steps.values()),
+        }
+
+    def start(self, run: RunInput | None = None) -> Out:
+        """``RUN_STARTED`` (and ``STATE_SNAPSHOT`` of the input state)."""
+        self._move("start")
+        out: Out = [self._run_started()]
+        if run is not None:
+            self._input_messages = list(run.raw_messages)
+            if run.has_state:
+                self._state = run.state
+                out.append({"type": "STATE_SNAPSHOT", "snapshot": run.state})
+        return out
+
+    def _run_started(self) -> dict[str, Any]:
+        started: dict[str, Any] = {
+            "type": "RUN_STARTED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+        }
+        if self.parent_run_id:
+            started["parentRunId"] = self.parent_run_id
+        return started
+
+    # --- closing ------------------------------------------------------------
+
+    def _close_text(self) -> Out:
+        if self._text is None:
+            return []
+        mid, self._text = self._text, None
+        return [{"type": "TEXT_MESSAGE_END", "messageId": mid}]
+
+    def _close_reasoning(self) -> Out:
+        out: Out = []
+        if self._reasoning_message is not None:
+            out.append({"type": "REASONING_MESSAGE_END", "messageId": self._reasoning_message})
+            self._output.append(
+                {
+                    "id": self._reasoning_message,
+                    "role": "reasoning",
+                    "content": "".join(self._reasoning_text),
+                }
+            )
+            self._reasoning_message = None
+            self._reasoning_text = []
+        if self._reasoning is not None:
+            out.append({"type": "REASONING_END", "messageId": self._reasoning})
+            self._reasoning = None
+        return out
+
+    def _close_tools(self) -> Out:
+        out: Out = [{"type": "TOOL_CALL_END", "toolCallId": cid} for cid in self._tools]
+        self._tools.clear()
+        return out
+
+    def _close_all(self) -> Out:
+        out = [*self._close_tools(), *self._close_text(), *self._close_reasoning()]
+        for name in reversed(list(self._steps.values())):
+            out.append({"type": "STEP_FINISHED", "stepName": name})
+        self._steps.clear()
+        return out
+
+    # --- feeding ------------------------------------------------------------
+
+    def feed(self, event: ev.Event) -> Out:
+        """The AG-UI events for one UAMP event of the run."""
+        self._move("event")
+        kind = type(event)
+        if kind is ev.ResponseDelta:
+            assert isinstance(event, ev.ResponseDelta)
+            return self._delta(event.delta)
+        if kind is ev.Thinking:
+            assert isinstance(event, ev.Thinking)
+            return self._thinking(event)
+        if kind is ev.ToolCall:
+            assert isinstance(event, ev.ToolCall)
+            return self._client_call(event)
+        if kind is ev.ToolCallDone:
+            assert isinstance(event, ev.ToolCallDone)
+            if event.call_id in self._tools:
+                del self._tools[event.call_id]
+                return [{"type": "TOOL_CALL_END", "toolCallId": event.call_id}]
+            return []
+        if kind is ev.Progress:
+            assert isinstance(event, ev.Progress)
+            return self._progress(event)
+        if kind is ev.UsageDelta:
+            assert isinstance(event, ev.UsageDelta)
+            self._usage = add_usage(self._usage, event.delta)
+            return []
+        if kind in (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError):
+            return []  # the binding ends the run with finish() / error()
+        return [{"type": "CUSTOM", "name": event.type, "value": _event_value(event)}]
+
+    def _delta(self, delta: ty.Delta) -> Out:
+        if isinstance(delta, ty.DeltaText):
+            if not delta.text:
+                return []
+            out = [*self._close_tools(), *self._close_reasoning()]
+            if self._text is None:
+                self._text = self._ids("msg")
+                self._assistant = {"id": self._text, "role": "assistant", "content": ""}
+                self._output.append(self._assistant)
+                out.append(
+                    {"type": "TEXT_MESSAGE_START", "messageId": self._text, "role": "assistant"}
+                )
+            assert self._assistant is not None
+            self._assistant["content"] += delta.text
+            out.append(
+                {"type": "TEXT_MESSAGE_CONTENT", "messageId": self._text, "delta": delta.text}
+            )
+            return out
+        if isinstance(delta, ty.DeltaToolCall):
+            frag = delta.tool_call
+            out = self._open_tool(frag.id, frag.name or "tool")
+            if frag.arguments:
+                self._streamed_args[frag.id] = True
+                self._append_args(frag.id, frag.arguments)
+                out.append(
+                    {"type": "TOOL_CALL_ARGS", "toolCallId": frag.id, "delta": frag.arguments}
+                )
+            return out
+        if isinstance(delta, ty.DeltaToolResult):
+            res = delta.tool_result
+            out = []
+            if res.call_id in self._tools:
+                del self._tools[res.call_id]
+                out.append({"type": "TOOL_CALL_END", "toolCallId": res.call_id})
+            mid = self._ids("msg")
+            content = res.result or ""
+            out.append(
+                {
+                    "type": "TOOL_CALL_RESULT",
+                    "messageId": mid,
+                    "toolCallId": res.call_id,
+                    "content": content,
+                    "role": "tool",
+                }
+            )
+            self._output.append(
+                {"id": mid, "role": "tool", "toolCallId": res.call_id, "content": content}
+            )
+            self._assistant = None  # text after a result is a new assistant message
+            return out
+        if isinstance(delta, ty.DeltaToolProgress):
+            prog = delta.tool_progress
+            texts = self._tool_progress.setdefault(prog.call_id, [])
+            texts.append(prog.text)
+            return [
+                self._activity(
+                    f"tool:{prog.call_id}",
+                    "TOOL_PROGRESS",
+                    {"toolCallId": prog.call_id, "progress": list(texts)},
+                )
+            ]
+        if isinstance(delta, ty.DeltaAudio):
+            return [
+                {"type": "CUSTOM", "name": "response.delta.audio", "value": {"audio": delta.audio}}
+            ]
+        assert isinstance(delta, ty.DeltaUnknown)
+        return [{"type": "RAW", "event": delta.raw, "source": "uamp"}]
+
+    def _open_tool(self, call_id: str, name: str) -> Out:
+        if call_id in self._started_tools:
+            return []
+        out = [*self._close_text(), *self._close_reasoning()]
+        parent = self._assistant["id"] if self._assistant is not None else None
+        if self._assistant is None:
+            self._assistant = {"id": self._ids("msg"), "role": "assistant"}
+            self._output.append(self._assistant)
+        self._assistant.setdefault("toolCalls", []).append(
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        )
+        self._started_tools.add(call_id)
+        self._tools[call_id] = name
+        start: dict[str, Any] = {
+            "type": "TOOL_CALL_START",
+            "toolCallId": call_id,
+            "toolCallName": name,
+        }
+        if parent is not None:
+            start["parentMessageId"] = parent
+        out.append(start)
+        return out
+
+    def _append_args(self, call_id: str, text: str, *, replace: bool = False) -> None:
+        for message in self._output:
+            for call in message.get("toolCalls", ()):
+                if call["id"] == call_id:
+                    fn = call["function"]
+                    fn["arguments"] = text if replace else fn["arguments"] + text
+
+    def _client_call(self, event: ev.ToolCall) -> Out:
+        out = self._open_tool(event.call_id, event.name)
+        if event.arguments and not self._streamed_args.get(event.call_id):
+            self._append_args(event.call_id, event.arguments, replace=True)
+            out.append(
+                {"type": "TOOL_CALL_ARGS", "toolCallId": event.call_id, "delta": event.arguments}
+            )
+        if event.call_id in self._tools:
+            del self._tools[event.call_id]
+            out.append({"type": "TOOL_CALL_END", "toolCallId": event.call_id})
+        if event.call_id not in self._pending:
+            self._pending.append(event.call_id)
+        return out
+
+    def _thinking(self, event: ev.Thinking) -> Out:
+        if not event.content:
+            return []
+        out = [*self._close_tools(), *self._close_text()]
+        if not event.is_delta and self._reasoning_message is not None:
+            # A complete thought: end the current reasoning message, start another.
+            out.append({"type": "REASONING_MESSAGE_END", "messageId": self._reasoning_message})
+            self._output.append(
+                {
+                    "id": self._reasoning_message,
+                    "role": "reasoning",
+                    "content": "".join(self._reasoning_text),
+                }
+            )
+            self._reasoning_message = None
+            self._reasoning_text = []
+        if self._reasoning is None:
+            self._reasoning = self._ids("reasoning")
+            out.append({"type": "REASONING_START", "messageId": self._reasoning})
+        if self._reasoning_message is None:
+            self._reasoning_message = self._ids("msg")
+            out.append(
+                {
+                    "type": "REASONING_MESSAGE_START",
+                    "messageId": self._reasoning_message,
+                    "role": "reasoning",
+                }
+            )
+        self._reasoning_text.append(event.content)
+        out.append(
+            {
+                "type": "REASONING_MESSAGE_CONTENT",
+                "messageId": self._reasoning_message,
+                "delta": event.content,
+            }
+        )
+        return out
+
+    def _activity(self, key: str, kind: str, content: dict[str, Any]) -> dict[str, Any]:
+        mid = self._activities.get(key)
+        if mid is None:
+            mid = self._activities[key] = self._ids("activity")
+        return {
+            "type": "ACTIVITY_SNAPSHOT",
+            "messageId": mid,
+            "activityType": kind,
+            "content": content,
+        }
+
+    def _progress(self, event: ev.Progress) -> Out:
+        if event.stage == "ack":
+            return []  # delta-window acknowledgements are not progress
+        if event.target == STATE_TARGET and event.stage in ("snapshot", "delta", "update"):
+            return self._state_event(event)
+        key = event.target + (f":{event.target_id}" if event.target_id else "")
+        stage = (event.stage or "").lower()
+        if stage in _STEP_START and key not in self._steps:
+            name = event.message or key
+            self._steps[key] = name
+            return [{"type": "STEP_STARTED", "stepName": name}]
+        if stage in _STEP_END and key in self._steps:
+            return [{"type": "STEP_FINISHED", "stepName": self._steps.pop(key)}]
+        content = {
+            k: v
+            for k, v in (
+                ("target", event.target),
+                ("targetId", event.target_id),
+                ("stage", event.stage),
+                ("message", event.message),
+                ("percent", event.percent),
+                ("step", event.step),
+                ("totalSteps", event.total_steps),
+            )
+            if v is not None
+        }
+        return [self._activity(f"progress:{key}", "PROGRESS", content)]
+
+    def _state_event(self, event: ev.Progress) -> Out:
+        try:
+            value = orjson.loads(event.message or "null")
+        except orjson.JSONDecodeError:
+            return [{"type": "CUSTOM", "name": event.type, "value": _event_value(event)}]
+        if event.stage == "snapshot":
+            self._state = value
+            return [{"type": "STATE_SNAPSHOT", "snapshot": value}]
+        if event.stage == "delta":
+            if not isinstance(value, list) or not all(
+                isinstance(op, dict) and "op" in op and "path" in op for op in value
+            ):
+                return [{"type": "CUSTOM", "name": event.type, "value": _event_value(event)}]
+            # The client may know a state we do not: pass the patch on anyway.
+            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                self._state = apply_patch(self._state, value)
+            return [{"type": "STATE_DELTA", "delta": value}]
+        patch = diff_state(self._state, value)
+        self._state = value
+        return [{"type": "STATE_DELTA", "delta": patch}] if patch else []
+
+    # --- ending -------------------------------------------------------------
+
+    def finish(self, *, cancelled: bool = False, result: Any = None) -> Out:
+        """Close everything, then ``MESSAGES_SNAPSHOT`` and ``RUN_FINISHED``.
+
+        Args:
+            cancelled: The run was stopped (outcome ``cancelled``).
+            result: ``RUN_FINISHED.result``, if any.
+        """
+        self._move("finish")
+        out = self._close_all()
+        out.append(
+            {"type": "MESSAGES_SNAPSHOT", "messages": [*self._input_messages, *self._output]}
+        )
+        done: dict[str, Any] = {
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+        }
+        if result is not None:
+            done["result"] = result
+        if cancelled:
+            done["outcome"] = {"type": "cancelled"}
+        elif self._pending:
+            done["outcome"] = {"type": "success", "pendingToolCallIds": list(self._pending)}
+        usage = self._usage
+        if usage is not None and (
+            usage.input_tokens is not None or usage.output_tokens is not None
+        ):
+            entry = {
+                k: v
+                for k, v in (
+                    ("inputTokens", usage.input_tokens),
+                    ("outputTokens", usage.output_tokens),
+                    (
+                        "totalTokens",
+                        usage.total_tokens
+                        if usage.total_tokens is not None
+                        else (usage.input_tokens or 0) + (usage.output_tokens or 0),
+                    ),
+                    ("cachedInputTokens", usage.cached_tokens),
+                )
+                if v is not None
+            }
+            done["usage"] = [entry]
+        out.append(done)
+        return out
+
+    def error(
+        self, message: str, code: str | None = None, *, metadata: Mapping[str, Any] | None = None
+    ) -> Out:
+        """Close everything, then ``RUN_ERROR`` (after ``RUN_STARTED`` if not started yet)."""
+        out: Out = [self._run_started()] if self.phase is Phase.READY else []
+        self._move("error")
+        out.extend(self._close_all())
+        err: dict[str, Any] = {"type": "RUN_ERROR", "message": message}
+        if code is not None:
+            err["code"] = code
+        if metadata:
+            err["metadata"] = dict(metadata)
+        out.append(err)
+        return out
+
+
+def _event_value(event: ev.Event) -> Any:
+    value = unstructure(event)
+    if isinstance(value, dict):
+        for key in ("event_id", "session_id", "response_id"):
+            value.pop(key, None)
+    return value
