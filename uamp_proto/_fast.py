@@ -918,33 +918,42 @@ _B_RESPONSE_DELTA = _builder(ev.ResponseDelta)
 
 def _s_response_delta(d: dict[str, Any], _: Any) -> Any:
     event_id = d.get("event_id")
-    timestamp = d.get("timestamp")
-    session_id = d.get("session_id")
     response_id = d.get("response_id")
-    delta_seq = d.get("delta_seq")
-    # Counting the known keys found is cheaper than _RD_KNOWN.issuperset(d);
-    # a key present with a null value sends it to the full check.
-    extra = len(d) - 2  # "type" and "delta"
-    if event_id is not None:
-        if type(event_id) is not str:
-            raise _Decline
-        extra -= 1
-    if timestamp is not None:
-        if type(timestamp) is not float and type(timestamp) is not int:
-            raise _Decline
-        extra -= 1
-    if session_id is not None:
-        if type(session_id) is not str:
-            raise _Decline
-        extra -= 1
-    if response_id is not None:
-        if type(response_id) is not str:
-            raise _Decline
-        extra -= 1
-    if delta_seq is not None:
-        if type(delta_seq) is not int:
-            raise _Decline
-        extra -= 1
+    unknown: Any
+    if len(d) == 4 and type(event_id) is str and type(response_id) is str:
+        # The usual shape (section 6.6): with "type" and "delta", the two ids
+        # make four keys, so nothing else is there. (Were "delta" one of the
+        # missing ones, d["delta"] below declines.)
+        timestamp = session_id = delta_seq = None
+        unknown = EMPTY
+    else:
+        timestamp = d.get("timestamp")
+        session_id = d.get("session_id")
+        delta_seq = d.get("delta_seq")
+        # Counting the known keys found is cheaper than _RD_KNOWN.issuperset(d);
+        # a key present with a null value sends it to the full check.
+        extra = len(d) - 2  # "type" and "delta"
+        if event_id is not None:
+            if type(event_id) is not str:
+                raise _Decline
+            extra -= 1
+        if timestamp is not None:
+            if type(timestamp) is not float and type(timestamp) is not int:
+                raise _Decline
+            extra -= 1
+        if session_id is not None:
+            if type(session_id) is not str:
+                raise _Decline
+            extra -= 1
+        if response_id is not None:
+            if type(response_id) is not str:
+                raise _Decline
+            extra -= 1
+        if delta_seq is not None:
+            if type(delta_seq) is not int:
+                raise _Decline
+            extra -= 1
+        unknown = EMPTY if extra == 0 or _RD_KNOWN.issuperset(d) else _extra(d, _RD_KNOWN)
     delta = d["delta"]
     if type(delta) is not dict:
         raise _Decline
@@ -965,7 +974,7 @@ def _s_response_delta(d: dict[str, Any], _: Any) -> Any:
     obj.event_id = event_id
     obj.timestamp = timestamp
     obj.session_id = session_id
-    obj.unknown = EMPTY if extra == 0 or _RD_KNOWN.issuperset(d) else _extra(d, _RD_KNOWN)
+    obj.unknown = unknown
     obj.delta = delta
     obj.response_id = response_id
     obj.delta_seq = delta_seq
@@ -974,33 +983,50 @@ def _s_response_delta(d: dict[str, Any], _: Any) -> Any:
 
 
 def _u_response_delta(obj: ev.ResponseDelta) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "response.delta"}
-    value: Any = obj.event_id
-    if value is not None:
-        out["event_id"] = value
-    value = obj.timestamp
-    if value is not None:
-        out["timestamp"] = value
-    value = obj.session_id
-    if value is not None:
-        out["session_id"] = value
     delta = obj.delta
     if type(delta) is _DeltaText:
         unknown = delta.unknown
         if unknown is EMPTY or not unknown:
-            out["delta"] = {"type": "text", "text": delta.text}
+            delta_out = {"type": "text", "text": delta.text}
         else:
-            out["delta"] = {"type": "text", "text": delta.text, **unknown}
+            delta_out = {"type": "text", "text": delta.text, **unknown}
     else:
-        out["delta"] = _U_DELTA[type(delta)](delta)
-    value = obj.response_id
-    if value is not None:
-        out["response_id"] = value
-    value = obj.delta_seq
-    if value is not None:
-        out["delta_seq"] = value
-    if obj.unknown:
-        out.update(obj.unknown)
+        delta_out = _U_DELTA[type(delta)](delta)
+    event_id = obj.event_id
+    timestamp = obj.timestamp
+    session_id = obj.session_id
+    response_id = obj.response_id
+    delta_seq = obj.delta_seq
+    unknown = obj.unknown
+    if (
+        timestamp is None
+        and session_id is None
+        and delta_seq is None
+        and event_id is not None
+        and response_id is not None
+        and (unknown is EMPTY or not unknown)
+    ):
+        # The usual shape, built in one go.
+        return {
+            "type": "response.delta",
+            "event_id": event_id,
+            "delta": delta_out,
+            "response_id": response_id,
+        }
+    out: dict[str, Any] = {"type": "response.delta"}
+    if event_id is not None:
+        out["event_id"] = event_id
+    if timestamp is not None:
+        out["timestamp"] = timestamp
+    if session_id is not None:
+        out["session_id"] = session_id
+    out["delta"] = delta_out
+    if response_id is not None:
+        out["response_id"] = response_id
+    if delta_seq is not None:
+        out["delta_seq"] = delta_seq
+    if unknown:
+        out.update(unknown)
     return out
 
 
