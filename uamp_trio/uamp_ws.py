@@ -157,10 +157,12 @@ class _Connection:
         self.last_received = trio.current_time()
         self.writer_done = trio.Event()
         self.scope: trio.CancelScope | None = None
+        self.closing: tuple[int, str] | None = None
 
     def shut(self, code: int, reason: str) -> None:
-        """Queue a close frame and let the writer finish."""
-        self.engine.close(code, reason)
+        """Close once what is queued is written: the writer sends the close frame last."""
+        if self.closing is None:
+            self.closing = (code, reason)
         self.host.outbox.close()
 
     async def reader(self, initial: bytes) -> None:
@@ -194,6 +196,8 @@ class _Connection:
                 try:
                     batch = await outbox.take()
                 except OutboxClosed:
+                    if self.closing is not None:
+                        engine.close(*self.closing)
                     tail = engine.take()
                     if tail:
                         await stream.send_all(tail)
@@ -272,9 +276,7 @@ async def serve_uamp_websocket(
         nursery.start_soon(conn.keeper)
         await conn.reader(initial_data)
         host.close_all(notify=False)
-        if frames.closed is None:  # pragma: no cover - the reader only returns once closed
-            frames.close(CLOSE_NORMAL)
-        host.outbox.close()
+        conn.shut(CLOSE_NORMAL, "")
         with trio.move_on_after(CLOSE_GRACE):
             await conn.writer_done.wait()
         nursery.cancel_scope.cancel()
