@@ -1,0 +1,133 @@
+"""The AG-UI transport: ``POST /agents/{name}/agui`` (and ``/agui`` at the root).
+
+The body is AG-UI's ``RunAgentInput``; the answer is an SSE stream of AG-UI
+events (``data: {json}`` per event), from ``RUN_STARTED`` to ``RUN_FINISHED``
+or ``RUN_ERROR``. The translation is :mod:`uamp_proto.adapters.agui`; this
+module runs the turn (:func:`uamp_trio.turns.open_turn`) and writes.
+
+* A body that is not JSON, or not a RunAgentInput at all (no ``threadId`` /
+  ``runId``), is answered ``400`` with a JSON error.
+* A RunAgentInput with bad messages, tools or context is answered with
+  ``RUN_STARTED`` then ``RUN_ERROR`` (code ``invalid_input``).
+* Payment (spec 004): the app's payment policy is asked with the
+  ``X-PAYMENT`` header (or ``forwardedProps.payment_token``); a refusal is
+  ``RUN_ERROR`` with code ``payment_required`` and ``metadata``
+  ``{"status_code": 402, "accepts": [...]}``.
+* Client tool calls end the run with ``RUN_FINISHED`` whose outcome lists
+  ``pendingToolCallIds``; the client sends the results as ``tool`` messages
+  in its next run.
+* A client that disconnects cancels the agent's turn.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+
+from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, turn_request
+from uamp_proto.ids import IdSource, random_ids
+
+from .http import HTTPError, Request, SendChunk, StreamingResponse
+from .routing import App, Transport
+from .turns import open_turn
+
+__all__ = ["AguiTransport", "mount", "transport"]
+
+_SSE_HEADERS = [
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
+
+
+def _frame(events: list[dict[str, object]]) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+
+
+class AguiTransport:
+    """The AG-UI endpoint of an :class:`~uamp_trio.routing.App`.
+
+    Args:
+        app: The app to mount on.
+        ids: Id source for messages, reasoning blocks and responses.
+    """
+
+    def __init__(self, app: App, *, ids: IdSource = random_ids) -> None:
+        self.app = app
+        self.ids = ids
+
+    def mount(self) -> None:
+        """Register the route on the app."""
+        self.app.agent_route("POST", "/agui", self.run, label="AG-UI")
+
+    async def run(self, request: Request) -> StreamingResponse:
+        """``POST .../agui``: one agent run."""
+        agent = self.app.resolve_agent(request.path_params)
+        body = request.json()
+        try:
+            run = parse_run_input(body)
+        except AguiError as exc:
+            if not exc.started:
+                raise HTTPError(400, exc.message, code=exc.code) from None
+            assert exc.thread_id is not None and exc.run_id is not None
+            failed = RunEncoder(exc.thread_id, exc.run_id, self.ids).error(exc.message, exc.code)
+            return self._respond(failed)
+        encoder = RunEncoder(run.thread_id, run.run_id, self.ids, parent_run_id=run.parent_run_id)
+        props = run.forwarded_props if isinstance(run.forwarded_props, dict) else {}
+        token = request.headers.get("x-payment") or props.get("payment_token")
+        token = token if isinstance(token, str) else None
+        refusal = self.app.payment_required(agent.name, token)
+        if refusal is not None:
+            events = encoder.start(run)
+            events += encoder.error(
+                "Payment required: retry with an X-PAYMENT header.",
+                "payment_required",
+                metadata={"status_code": 402, "accepts": refusal.accepts()},
+            )
+            return self._respond(events)
+        turn_req = turn_request(
+            run, agent=agent.name, response_id=f"resp_{uuid.uuid4().hex}", payment_token=token
+        )
+
+        async def produce(send: SendChunk) -> None:
+            await send(_frame(encoder.start(run)))
+            async with open_turn(agent, turn_req) as turn:
+                async for event in turn:
+                    out = encoder.feed(event)
+                    if out:
+                        await send(_frame(out))
+            outcome = turn.outcome
+            assert outcome is not None
+            if outcome.status == "failed":
+                error = outcome.error
+                code = error.code if error else "internal_error"
+                message = error.message if error else "The agent failed."
+                await send(_frame(encoder.error(message, code)))
+            else:
+                await send(_frame(encoder.finish(cancelled=outcome.status == "cancelled")))
+
+        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+
+    @staticmethod
+    def _respond(events: list[dict[str, object]]) -> StreamingResponse:
+        payload = _frame(events)
+
+        async def produce(send: SendChunk) -> None:
+            await send(payload)
+
+        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+
+
+def transport(*, ids: IdSource = random_ids) -> Transport:
+    """A configured AG-UI transport to pass to :meth:`App.mount`."""
+
+    def mount_configured(app: App) -> None:
+        AguiTransport(app, ids=ids).mount()
+
+    return mount_configured
+
+
+def mount(app: App) -> None:
+    """Mount the AG-UI transport on ``app`` (a :data:`Transport`)."""
+    AguiTransport(app).mount()
