@@ -286,13 +286,23 @@ class App:
 def _default_transports() -> Sequence[Transport]:
     # Every transport a default server mounts. New transports (HTTP+SSE
     # events, A2A, ACP...) add their ``mount`` function here.
+    from .a2a import mount as mount_a2a
     from .acp import mount as mount_acp
+    from .agui import mount as mount_agui
     from .completions import mount as mount_completions
     from .realtime import mount as mount_realtime
     from .sse_events import mount as mount_sse_events
     from .uamp_ws import mount as mount_uamp_websocket
 
-    return [mount_completions, mount_uamp_websocket, mount_sse_events, mount_acp, mount_realtime]
+    return [
+        mount_completions,
+        mount_uamp_websocket,
+        mount_sse_events,
+        mount_acp,
+        mount_realtime,
+        mount_a2a,
+        mount_agui,
+    ]
 
 
 def create_app(
