@@ -520,12 +520,12 @@ class AcpTransport:
     def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
         self.app = app
         self._payment_policy = payment_policy
+        self.store = AcpSessionStore()
 
     @property
     def payment_policy(self) -> PaymentPolicy | None:
         """The policy in force: the one given, else the app's."""
         return self._payment_policy or self.app.payment_policy
-        self.store = AcpSessionStore()
 
     def mount(self) -> None:
         """Register ``POST .../acp`` and ``WS .../acp/stream``."""

@@ -1,0 +1,233 @@
+"""ACP over HTTP (``POST /agents/{name}/acp``) and WebSocket (``/acp/stream``) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import trio
+import trio_websocket
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.payment import TokenPolicy
+from uamp_trio.acp import mount
+from uamp_trio.demo import DemoAgent
+from uamp_trio.routing import App
+
+TIMEOUT = 10
+
+
+class SlowAgent:
+    name = "slow"
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id="slow", provider="t", modalities=["text"], provides=["echo"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        if request.metadata.get("tool_call"):
+            call = request.metadata["tool_call"]
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"echo {call['arguments']['x']}")))
+            return
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working")))
+        await trio.sleep(30)
+
+
+def make_app(policy: TokenPolicy | None = None) -> App:
+    app = App([DemoAgent(), SlowAgent()])
+    mount(app, payment_policy=policy)
+    return app
+
+
+def rpc(id: Any, method: str, params: Any = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+async def post(server: Any, body: Any, agent: str = "demo") -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        return await client.post(f"/agents/{agent}/acp", content=content)
+
+
+async def test_http_spec_methods(serve_app: Any) -> None:
+    server = await serve_app(make_app())
+    with trio.fail_after(TIMEOUT):
+        r = await post(server, rpc(1, "initialize", {}))
+        assert r.status_code == 200
+        assert r.json()["result"]["serverInfo"]["name"] == "demo"
+        assert r.json()["result"]["capabilities"] == {"streaming": True, "tools": True}
+
+        r = await post(server, rpc(2, "capabilities"))
+        assert r.json()["result"]["id"] == "demo"
+        assert r.json()["result"]["provider"] == "uamp-demo"
+
+        r = await post(
+            server, rpc(3, "prompt/submit", {"messages": [{"role": "user", "content": "Hello"}]})
+        )
+        assert r.json() == {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "result": {
+                "status": "complete",
+                "content": "You said: Hello",
+                "usage": {"inputTokens": 1, "outputTokens": 3, "totalTokens": 4},
+            },
+        }
+
+        r = await post(server, rpc(4, "tools/list"), agent="slow")
+        assert r.json()["result"]["tools"][0]["name"] == "echo"
+        r = await post(
+            server, rpc(5, "tools/call", {"name": "echo", "arguments": {"x": "hi"}}), agent="slow"
+        )
+        assert r.json()["result"] == {
+            "content": [{"type": "text", "text": "echo hi"}],
+            "isError": False,
+        }
+        r = await post(server, rpc(6, "tools/call", {"name": "nope"}), agent="slow")
+        assert r.json()["error"]["code"] == -32602
+
+
+async def test_http_errors_and_batches(serve_app: Any) -> None:
+    server = await serve_app(make_app())
+    with trio.fail_after(TIMEOUT):
+        r = await post(server, b"{not json")
+        assert r.json()["error"]["code"] == -32700 and r.json()["id"] is None
+        r = await post(server, {"jsonrpc": "2.0", "id": 1})
+        assert r.json()["error"]["code"] == -32600
+        r = await post(server, rpc(2, "no/such"))
+        assert r.json()["error"] == {
+            "code": -32601,
+            "message": "Method not found: 'no/such'.",
+            "data": {"method": "no/such"},
+        }
+        r = await post(server, rpc(3, "session/new", {"cwd": 5}))
+        assert r.json()["error"]["code"] == -32602
+        r = await post(server, rpc(4, "session/prompt", {"sessionId": "sess_x", "prompt": []}))
+        assert r.json()["error"]["code"] == -32002
+        # A notification gets no body; a batch gets an array in order.
+        r = await post(
+            server, {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "x"}}
+        )
+        assert r.status_code == 204
+        r = await post(server, [rpc(5, "capabilities"), rpc(6, "nope"), 7])
+        answers = r.json()
+        assert [a["id"] for a in answers] == [5, 6, None]
+        assert "result" in answers[0] and answers[1]["error"]["code"] == -32601
+        assert answers[2]["error"]["code"] == -32600
+        r = await post(server, rpc(8, "initialize", {}), agent="ghost")
+        assert r.status_code == 404
+
+
+async def test_http_sessions_persist_across_requests(serve_app: Any) -> None:
+    server = await serve_app(make_app())
+    with trio.fail_after(TIMEOUT):
+        r = await post(server, rpc(1, "session/new", {"cwd": "/", "mcpServers": []}))
+        sid = r.json()["result"]["sessionId"]
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "one"}]}
+        r = await post(server, rpc(2, "session/prompt", prompt))
+        assert r.json()["result"]["stopReason"] == "end_turn"
+        # Sessions belong to their agent.
+        r = await post(server, rpc(3, "session/prompt", prompt), agent="slow")
+        assert r.json()["error"]["code"] == -32002
+
+
+async def _ws_call(
+    ws: Any, message: dict[str, Any], until_id: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    await ws.send_message(json.dumps(message))
+    notes = []
+    while True:
+        got = json.loads(await ws.get_message())
+        if got.get("id") == until_id and "method" not in got:
+            return notes, got
+        notes.append(got)
+
+
+async def test_websocket_prompt_streams_and_cancel(serve_app: Any) -> None:
+    server = await serve_app(make_app())
+    url = f"ws://127.0.0.1:{server.port}/agents/slow/acp/stream"
+    with trio.fail_after(TIMEOUT):
+        async with trio_websocket.open_websocket_url(url) as ws:
+            _, init = await _ws_call(ws, rpc(1, "initialize", {"protocolVersion": 1}), 1)
+            assert init["result"]["protocolVersion"] == 1
+            _, new = await _ws_call(ws, rpc(2, "session/new", {"cwd": "/", "mcpServers": []}), 2)
+            sid = new["result"]["sessionId"]
+            await ws.send_message(
+                json.dumps(
+                    rpc(
+                        3,
+                        "session/prompt",
+                        {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]},
+                    )
+                )
+            )
+            first = json.loads(await ws.get_message())
+            assert first["method"] == "session/update"
+            assert first["params"]["update"]["content"]["text"] == "working"
+            # A second prompt on the busy session is refused; the first goes on.
+            _, busy = await _ws_call(
+                ws, rpc(4, "session/prompt", {"sessionId": sid, "prompt": []}), 4
+            )
+            assert busy["error"]["code"] == -32600
+            await ws.send_message(
+                json.dumps(
+                    {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+                )
+            )
+            answer = json.loads(await ws.get_message())
+            assert answer == {"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "cancelled"}}
+            # Garbage does not close the socket.
+            await ws.send_message("{")
+            assert json.loads(await ws.get_message())["error"]["code"] == -32700
+
+
+async def test_websocket_prompt_submit_progress(serve_app: Any) -> None:
+    server = await serve_app(make_app())
+    url = f"ws://127.0.0.1:{server.port}/agents/demo/acp/stream"
+    with trio.fail_after(TIMEOUT):
+        async with trio_websocket.open_websocket_url(url) as ws:
+            notes, final = await _ws_call(
+                ws,
+                rpc("p1", "prompt/submit", {"messages": [{"role": "user", "content": "Hi there"}]}),
+                "p1",
+            )
+            assert notes[0] == {
+                "jsonrpc": "2.0",
+                "method": "prompt/started",
+                "params": {"requestId": "p1"},
+            }
+            progress = [n["params"]["content"] for n in notes[1:]]
+            assert all(n["method"] == "prompt/progress" for n in notes[1:])
+            assert "".join(progress) == "You said: Hi there"
+            assert final["result"]["status"] == "complete"
+            assert final["result"]["content"] == "You said: Hi there"
+
+
+async def test_websocket_payment_token_param(serve_app: Any) -> None:
+    server = await serve_app(make_app(TokenPolicy({"tok"})))
+    url = f"ws://127.0.0.1:{server.port}/agents/demo/acp/stream"
+    with trio.fail_after(TIMEOUT):
+        async with trio_websocket.open_websocket_url(url) as ws:
+            _, new = await _ws_call(ws, rpc(1, "session/new", {"cwd": "/", "mcpServers": []}), 1)
+            sid = new["result"]["sessionId"]
+            prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}
+            _, refused = await _ws_call(ws, rpc(2, "session/prompt", prompt), 2)
+            assert refused["error"]["code"] == -32402
+            assert refused["error"]["message"] == "Payment token required"
+            assert refused["error"]["data"]["accepts"][0]["scheme"] == "token"
+            _, ok = await _ws_call(
+                ws, rpc(3, "session/prompt", {**prompt, "payment_token": "tok"}), 3
+            )
+            assert ok["result"]["stopReason"] == "end_turn"
+            # The session remembers the token that paid.
+            _, again = await _ws_call(ws, rpc(4, "session/prompt", prompt), 4)
+            assert again["result"]["stopReason"] == "end_turn"
+            _, submit = await _ws_call(
+                ws, rpc(5, "prompt/submit", {"messages": [{"role": "user", "content": "x"}]}), 5
+            )
+            assert submit["error"]["code"] == -32402
