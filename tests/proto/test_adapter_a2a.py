@@ -1,0 +1,384 @@
+"""The sans-IO A2A adapter: state table, envelopes, parts, event translation, store."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import Dialect, TaskState, Trigger
+from uamp_proto.errors import LocalProtocolError
+from uamp_proto.ids import counter_ids
+
+# --- the state table ------------------------------------------------------------------
+
+LISTED = [(s, t, new) for s, row in a2a.TRANSITIONS.items() for t, new in row.items()]
+UNLISTED = [
+    (s, t) for s, t in itertools.product(TaskState, Trigger) if t not in a2a.TRANSITIONS.get(s, {})
+]
+
+
+@pytest.mark.parametrize(("state", "trigger", "new"), LISTED)
+def test_every_listed_transition(state: TaskState, trigger: Trigger, new: TaskState) -> None:
+    assert a2a.transition(state, trigger) is new
+
+
+@pytest.mark.parametrize(("state", "trigger"), UNLISTED)
+def test_every_unlisted_transition_raises(state: TaskState, trigger: Trigger) -> None:
+    if trigger is Trigger.CANCEL:
+        with pytest.raises(a2a.A2AError) as err:
+            a2a.transition(state, trigger)
+        assert err.value.code == a2a.TASK_NOT_CANCELABLE
+    elif trigger is Trigger.RESUME:
+        with pytest.raises(a2a.A2AError) as err:
+            a2a.transition(state, trigger)
+        assert err.value.code == a2a.UNSUPPORTED_OPERATION
+    else:
+        with pytest.raises(LocalProtocolError):
+            a2a.transition(state, trigger)
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    for state in a2a.TERMINAL_STATES:
+        assert state not in a2a.TRANSITIONS
+        assert state.is_terminal
+
+
+@pytest.mark.parametrize(
+    ("state", "v1", "rest"),
+    [
+        (TaskState.WORKING, "TASK_STATE_WORKING", "running"),
+        (TaskState.INPUT_REQUIRED, "TASK_STATE_INPUT_REQUIRED", "input-required"),
+        (TaskState.CANCELED, "TASK_STATE_CANCELED", "canceled"),
+    ],
+)
+def test_state_spellings(state: TaskState, v1: str, rest: str) -> None:
+    assert state.v1 == v1 and state.rest == rest
+
+
+# --- envelopes ----------------------------------------------------------------------------
+
+
+def _body(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{", a2a.PARSE_ERROR),
+        (b"", a2a.PARSE_ERROR),
+        (b"[]", a2a.INVALID_REQUEST),
+        (b'"x"', a2a.INVALID_REQUEST),
+        (_body({"jsonrpc": "2.0", "id": True, "method": "GetTask"}), a2a.INVALID_REQUEST),
+        (_body({"jsonrpc": "2.0", "id": 1.5, "method": "GetTask"}), a2a.INVALID_REQUEST),
+        (_body({"id": 1, "method": "GetTask"}), a2a.INVALID_REQUEST),
+        (_body({"jsonrpc": "2.0", "id": 1}), a2a.INVALID_REQUEST),
+        (_body({"jsonrpc": "2.0", "id": 1, "method": "message/explode"}), a2a.METHOD_NOT_FOUND),
+        (_body({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": 3}), a2a.INVALID_PARAMS),
+    ],
+)
+def test_bad_envelopes(body: bytes, code: int) -> None:
+    with pytest.raises(a2a.A2AError) as err:
+        a2a.parse_rpc(body)
+    assert err.value.code == code
+
+
+def test_errors_after_the_id_was_read_keep_it() -> None:
+    with pytest.raises(a2a.RpcError) as err:
+        a2a.parse_rpc(_body({"jsonrpc": "2.0", "id": "abc", "method": "nope"}))
+    assert err.value.request_id == "abc"
+
+
+@pytest.mark.parametrize(
+    ("method", "dialect", "op"),
+    [
+        ("SendMessage", Dialect.V1, "send"),
+        ("SendStreamingMessage", Dialect.V1, "stream"),
+        ("ListTasks", Dialect.V1, "list"),
+        ("SubscribeToTask", Dialect.V1, "subscribe"),
+        ("message/send", Dialect.V03, "send"),
+        ("message/stream", Dialect.V03, "stream"),
+        ("tasks/resubscribe", Dialect.V03, "subscribe"),
+        ("tasks/cancel", Dialect.V03, "cancel"),
+    ],
+)
+def test_methods_pick_the_dialect(method: str, dialect: Dialect, op: str) -> None:
+    call = a2a.parse_rpc(_body({"jsonrpc": "2.0", "id": 9, "method": method}))
+    assert (call.dialect, call.operation, call.params, call.id) == (dialect, op, {}, 9)
+
+
+def test_error_objects_per_dialect() -> None:
+    err = a2a.A2AError(a2a.PAYMENT_REQUIRED, "pay", data={"status_code": 402, "accepts": [{}]})
+    v1 = a2a.error_response(1, err, Dialect.V1)["error"]
+    assert v1["code"] == -32402
+    assert v1["data"][0]["reason"] == "PAYMENT_REQUIRED"
+    assert v1["data"][0]["metadata"] == {"status_code": "402", "accepts": "[{}]"}
+    assert v1["data"][1]["status_code"] == 402
+    v03 = a2a.error_response(1, err, Dialect.V03)["error"]
+    assert v03 == {"code": -32402, "message": "pay", "data": {"status_code": 402, "accepts": [{}]}}
+
+
+# --- messages and parts ---------------------------------------------------------------------
+
+ITEMS: list[ty.ContentItem] = [
+    ty.TextContent(text="hello"),
+    ty.ImageContent(image="aGk=", format="png"),
+    ty.ImageContent(image=ty.MediaURL(url="https://x/img.jpg"), format="jpeg"),
+    ty.AudioContent(audio="AAA=", format="wav"),
+    ty.FileContent(file="JVBE", filename="a.pdf", mime_type="application/pdf"),
+]
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: type(i).__name__)
+def test_parts_round_trip(dialect: Dialect, item: ty.ContentItem) -> None:
+    role = "ROLE_USER" if dialect is Dialect.V1 else "user"
+    wire = {"messageId": "m", "role": role, "parts": [a2a.render_part(item, dialect)]}
+    assert a2a.parse_message(wire).items == [item]
+
+
+def test_v1_and_v03_and_rest_part_spellings() -> None:
+    v1 = {"text": "a"}
+    v03 = {"kind": "text", "text": "a"}
+    rest = {"type": "text", "text": "a"}
+    for part in (v1, v03, rest):
+        msg = a2a.parse_message({"role": "user", "parts": [part]}, message_id="given")
+        assert msg.items == [ty.TextContent(text="a")] and msg.message_id == "given"
+
+
+def test_data_parts_become_json_text_and_data() -> None:
+    msg = a2a.parse_message(
+        {"messageId": "m", "role": "user", "parts": [{"kind": "data", "data": {"k": [1]}}]}
+    )
+    assert msg.data == [{"k": [1]}]
+    assert msg.items == [ty.TextContent(text='{"k":[1]}')]
+
+
+@pytest.mark.parametrize(
+    ("message", "where"),
+    [
+        (None, "'message' must be an object"),
+        ({"role": "bot", "parts": [{"text": "x"}], "messageId": "m"}, "role"),
+        ({"role": "user", "parts": [], "messageId": "m"}, "parts"),
+        ({"role": "user", "parts": [{}], "messageId": "m"}, "has no content"),
+        ({"role": "user", "parts": [{"kind": "file", "file": {}}], "messageId": "m"}, "bytes"),
+        ({"role": "user", "parts": [{"kind": "video"}], "messageId": "m"}, "kind"),
+        ({"role": "user", "parts": [{"text": "x"}]}, "messageId"),
+        ({"role": "user", "parts": [{"text": "x"}], "messageId": 3}, "messageId"),
+    ],
+)
+def test_bad_messages_are_invalid_params(message: Any, where: str) -> None:
+    with pytest.raises(a2a.A2AError) as err:
+        a2a.parse_message(message)
+    assert err.value.code == a2a.INVALID_PARAMS
+    assert where in err.value.message
+
+
+def test_tool_results_by_data_part_or_by_text() -> None:
+    calls = [ty.ToolInvocation(id="c1", name="f", arguments="{}")]
+    by_text = a2a.parse_message({"messageId": "m", "role": "user", "parts": [{"text": "42"}]})
+    assert a2a.parse_tool_results(by_text, calls) == [
+        ty.Message(role="tool", tool_call_id="c1", content="42")
+    ]
+    two = [*calls, ty.ToolInvocation(id="c2", name="g", arguments="{}")]
+    data = a2a.parse_message(
+        {
+            "messageId": "m",
+            "role": "user",
+            "parts": [{"data": {"tool_results": [{"call_id": "c2", "result": {"v": 1}}]}}],
+        }
+    )
+    with pytest.raises(a2a.A2AError, match="c1"):
+        a2a.parse_tool_results(data, two)
+    stray = a2a.parse_message(
+        {"messageId": "m", "role": "user", "parts": [{"data": {"call_id": "zz", "result": ""}}]}
+    )
+    with pytest.raises(a2a.A2AError, match="zz"):
+        a2a.parse_tool_results(stray, calls)
+
+
+# --- event translation ------------------------------------------------------------------------
+
+
+def _task() -> a2a.A2ATask:
+    task = a2a.A2ATask(id="t1", context_id="c1", agent="demo")
+    task.move(Trigger.START, "2030-01-01T00:00:00Z")
+    return task
+
+
+def _text(text: str) -> ev.ResponseDelta:
+    return ev.ResponseDelta(response_id="r1", delta=ty.DeltaText(text=text))
+
+
+def test_text_streams_as_one_appended_artifact_then_completes() -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    updates = [u for e in (_text("Hel"), _text(""), _text("lo")) for u in run.feed(e)]
+    assert [(u.kind, u.append, u.text) for u in updates] == [
+        ("artifact", False, "Hel"),
+        ("artifact", True, "lo"),
+    ]
+    final = run.complete([ty.Message(role="assistant", content="Hello")], "T")
+    assert final[0].last_chunk and not final[0].append
+    assert final[0].artifact is not None
+    assert final[0].artifact.items == [ty.TextContent(text="Hello")]
+    assert final[1].state is TaskState.COMPLETED and final[1].final
+    assert task.state is TaskState.COMPLETED and task.timestamp == "T"
+    assert task.history[-1].items == [ty.TextContent(text="Hello")]
+    assert task.artifacts[0].items == [ty.TextContent(text="Hello")]
+    v1 = a2a.render_update(final[1], Dialect.V1)["statusUpdate"]
+    assert v1["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert v1["status"]["message"]["role"] == "ROLE_AGENT"
+    assert "final" not in v1
+    v03 = a2a.render_update(final[1], Dialect.V03)
+    assert (v03["kind"], v03["final"], v03["status"]["state"]) == (
+        "status-update",
+        True,
+        "completed",
+    )
+    chunk = a2a.render_update(updates[1], Dialect.V1)["artifactUpdate"]
+    assert chunk["append"] is True and "lastChunk" not in chunk
+    assert chunk["artifact"]["parts"] == [{"text": "lo"}]
+
+
+def test_thinking_and_progress_are_working_updates_with_data() -> None:
+    run = a2a.TaskRun(_task(), counter_ids())
+    [thought] = run.feed(ev.Thinking(content="hmm"))
+    assert thought.state is TaskState.WORKING and not thought.final
+    assert thought.message is not None
+    assert thought.message.data == [{"uamp": {"type": "thinking", "content": "hmm"}}]
+    assert run.feed(ev.Progress(target="x", stage="ack", delta_seq=3)) == []
+    assert run.feed(ev.UsageDelta(delta=ty.UsageStats(input_tokens=1))) == []
+
+
+def test_require_input_pauses_with_the_tool_calls() -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    call = ty.ToolInvocation(id="c1", name="get_weather", arguments='{"city":"Oslo"}')
+    [status] = run.require_input([], [call], "T")
+    assert task.state is TaskState.INPUT_REQUIRED and status.final
+    assert task.pending_tool_calls == [call]
+    events = a2a.rest_events(status)
+    assert events == [
+        (
+            "task.input_required",
+            {
+                "id": "t1",
+                "contextId": "c1",
+                "status": "input-required",
+                "tool_calls": [{"id": "c1", "name": "get_weather", "arguments": '{"city":"Oslo"}'}],
+            },
+        )
+    ]
+
+
+def test_fail_and_cancel() -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    [status] = run.fail(ty.ErrorInfo(code="tool_failed", message="down"), "T")
+    assert task.state is TaskState.FAILED
+    assert a2a.rest_events(status) == [
+        (
+            "task.failed",
+            {
+                "id": "t1",
+                "contextId": "c1",
+                "status": "failed",
+                "code": "tool_failed",
+                "message": "down",
+            },
+        )
+    ]
+    other = _task()
+    [cancel] = a2a.TaskRun(other, counter_ids()).cancel("T")
+    assert other.state is TaskState.CANCELED
+    assert a2a.rest_events(cancel)[0][0] == "task.canceled"
+    with pytest.raises(a2a.A2AError):
+        a2a.TaskRun(task, counter_ids()).cancel("T")  # failed tasks cannot be canceled
+
+
+def test_render_task_history_length_and_artifacts() -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    task.history.append(
+        a2a.StoredMessage(message_id="u", role="user", items=[ty.TextContent(text="q")])
+    )
+    run.feed(_text("a"))
+    run.complete([], "T")
+    full = a2a.render_task(task, Dialect.V03)
+    assert [m["role"] for m in full["history"]] == ["user", "agent"]
+    assert full["kind"] == "task" and full["artifacts"][0]["parts"] == [
+        {"kind": "text", "text": "a"}
+    ]
+    assert "history" not in a2a.render_task(task, Dialect.V1, history_length=0)
+    assert "artifacts" not in a2a.render_task(task, Dialect.V1, include_artifacts=False)
+
+
+# --- the store --------------------------------------------------------------------------------
+
+
+def test_store_evicts_finished_tasks_and_refuses_when_all_run() -> None:
+    store = a2a.TaskStore(max_tasks=2)
+    first, second = (
+        a2a.A2ATask(id="1", context_id="c", agent="a"),
+        a2a.A2ATask(id="2", context_id="c", agent="a"),
+    )
+    store.add(first)
+    store.add(second)
+    with pytest.raises(a2a.A2AError) as full:
+        store.add(a2a.A2ATask(id="3", context_id="c", agent="a"))
+    assert full.value.http_status == 503
+    first.move(Trigger.FAIL)
+    store.add(a2a.A2ATask(id="3", context_id="d", agent="a"))
+    assert [t.id for t in store] == ["2", "3"]
+    with pytest.raises(a2a.A2AError) as gone:
+        store.get("1")
+    assert gone.value.code == a2a.TASK_NOT_FOUND
+    latest = store.latest_in_context("c")
+    assert latest is not None and latest.id == "2"
+    with pytest.raises(ValueError):
+        store.add(a2a.A2ATask(id="3", context_id="c", agent="a"))
+
+
+# --- params and the card ------------------------------------------------------------------------
+
+
+def test_opt_int_and_tools() -> None:
+    assert a2a.opt_int({"n": "5"}, "n") == 5
+    assert a2a.opt_int({}, "n") is None
+    for bad in (-1, True, "x", 1.5):
+        with pytest.raises(a2a.A2AError):
+            a2a.opt_int({"n": bad}, "n")
+    tools = a2a.parse_tools(
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+    )
+    assert tools[0].function.name == "f"
+    with pytest.raises(a2a.A2AError):
+        a2a.parse_tools({"tools": [{"name": "f"}]})
+
+
+def test_agent_card() -> None:
+    caps = ty.Capabilities(
+        id="x",
+        provider="p",
+        modalities=["text", "audio"],
+        supports_streaming=True,
+        tools=ty.ToolCapabilities(supports_tools=True, built_in_tools=["search"]),
+        provides=["search", "chart"],
+    )
+    card = a2a.agent_card(
+        name="x", capabilities=caps, rpc_url="http://h/agents/x/a2a", base_url="http://h"
+    )
+    assert [i["protocolVersion"] for i in card["supportedInterfaces"]] == ["1.0", "0.3"]
+    assert card["modelCapabilities"]["provides"] == ["search", "chart"]
+    assert card["capabilities"]["extensions"][0]["params"] == card["modelCapabilities"]
+    assert [s["id"] for s in card["skills"]] == ["x", "tool.search", "provides.chart"]
+    assert "client-tools" in card["skills"][0]["tags"]
+    assert card["defaultOutputModes"] == ["text/plain", "audio/*"]
+    assert card["protocolVersion"] == "0.3.0" and card["preferredTransport"] == "JSONRPC"
