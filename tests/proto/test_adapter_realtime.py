@@ -502,3 +502,13 @@ def test_conversation_none_keeps_items_out() -> None:
 def test_payment_event_shape() -> None:
     event = rt.payment_event(ev.PaymentAccepted(payment_id="p1"), "evt_9")
     assert event == {"type": "payment.accepted", "payment_id": "p1", "event_id": "evt_9"}
+
+
+def test_second_output_item_follows_the_first() -> None:
+    s = session()
+    s.handle({"type": "conversation.item.create", "item": user_item("q", "u1")})
+    enc = rt.ResponseEncoder(s, "r", modalities=["text"])
+    out = enc.feed(text("a")) + enc.feed(ev.ToolCall(call_id="c", name="f", arguments="{}"))
+    added = [e for e in out if e["type"] == "conversation.item.added"]
+    assert added[0]["previous_item_id"] == "u1"
+    assert added[1]["previous_item_id"] == added[0]["item"]["id"]

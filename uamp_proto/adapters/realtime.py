@@ -990,6 +990,13 @@ class ResponseEncoder:
     def _index(self) -> int:
         return len(self.output)
 
+    def _previous(self) -> str | None:
+        # The item a new output item follows in the conversation: this
+        # response's last finished item, else the conversation's last item.
+        if self.output:
+            return str(self.output[-1]["id"])
+        return str(self.session.items[-1]["id"]) if self.session.items else None
+
     def _open_item(self) -> list[dict[str, Any]]:
         if self._item is not None:
             return []
@@ -1004,7 +1011,7 @@ class ResponseEncoder:
         self._item = item
         out = [self._event("response.output_item.added", output_index=self._index(), item=item)]
         if self.conversation != "none":
-            previous = self.session.items[-1]["id"] if self.session.items else None
+            previous = self._previous()
             out.append(
                 {
                     "type": self.session.name("conversation.item.added"),
@@ -1097,7 +1104,7 @@ class ResponseEncoder:
         index = self._index()
         out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
         if self.conversation != "none":
-            previous = self.session.items[-1]["id"] if self.session.items else None
+            previous = self._previous()
             out.append(
                 {
                     "type": self.session.name("conversation.item.added"),
