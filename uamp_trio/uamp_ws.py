@@ -202,6 +202,7 @@ class _Connection:
                     if tail:
                         await stream.send_all(tail)
                     return
+                batch = await outbox.take_more(batch)
                 if engine.closed is None:
                     text = engine.text
                     for message in batch:

@@ -1,0 +1,605 @@
+"""Transport throughput and latency through the full server on loopback.
+
+Run: ``python bench/transports.py [--deltas 20000] [--rounds 3] [--only ws,sse,...]``
+(the baselines need the ``bench`` extra: ``pip install -e .[bench]``).
+
+Every server runs in its own process (``--serve KIND``); the clients are the
+same raw, framework-free socket loops for every server, in this process, so
+the figures compare servers. Each uamp figure is measured beside its
+baselines in the same run, alternating, and the median of ``--rounds``
+rounds is printed with the ratio uamp / baseline:
+
+* ``ws``: ``response.delta`` events per second delivered to one WebSocket
+  client (uamp ``/agents/flood/uamp``) vs a bare trio+wsproto sender (our
+  own floor: one ``send_all`` per message) and a bare ``websockets`` server
+  on asyncio (what users would otherwise pick). Target: >= 1.0x websockets.
+* ``sse``: ``chat.completion.chunk`` SSE events per second from uamp's Chat
+  Completions endpoint vs a bare trio+h11 chunk writer and uvicorn+Starlette
+  streaming. Target: >= 1.0x uvicorn+Starlette.
+* ``json``: non-streaming completions per second (sequential, keep-alive)
+  vs a bare trio+h11 JSON responder and uvicorn+Starlette.
+* ``ttfd``: median time to first delta (ms) after the request, WebSocket.
+* ``mux``: 100 sessions multiplexed on one uamp WebSocket, events/s overall.
+* ``conns``: 100 concurrent WebSocket connections (one session each),
+  events/s overall, vs 100 connections to the ``websockets`` server.
+
+The agent (``FloodAgent``) emits as many one-word text deltas as its input
+text says; the baselines send byte-for-byte similar JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORD = "tok "
+
+
+def delta_event(i: int) -> bytes:
+    return orjson.dumps(
+        {
+            "type": "response.delta",
+            "session_id": "sess_0123456789abcdef01234567",
+            "delta": {"type": "text", "text": WORD},
+            "response_id": "resp_0123456789abcdef0123456789abcdef",
+            "event_id": f"evt_0123456789abcdef0123456789abcdef.{i}",
+        }
+    )
+
+
+def chunk_event() -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-0123456789abcdef01234567",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "flood",
+            "choices": [{"index": 0, "delta": {"content": WORD}, "finish_reason": None}],
+        }
+    )
+
+
+def completion_body(n: int) -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-0123456789abcdef01234567",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "flood",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": WORD * n},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+        }
+    )
+
+
+# --- servers -----------------------------------------------------------------------
+
+
+def serve_uamp(port_file: Path) -> None:
+    import trio
+
+    from uamp_proto import events as ev
+    from uamp_proto import types as ty
+    from uamp_proto.agent import Emit, TurnRequest
+    from uamp_trio import Server, create_app
+
+    class FloodAgent:
+        name = "flood"
+
+        def capabilities(self) -> ty.Capabilities:
+            return ty.Capabilities(id="flood", provider="bench", modalities=["text"])
+
+        async def respond(self, request: TurnRequest, emit: Emit) -> None:
+            text = request.messages[-1].text.strip() if request.messages else "1"
+            for _ in range(int(text or "1")):
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=WORD)))
+
+    server = Server(create_app([FloodAgent()]), port=0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            port_file.write_text(str(server.port))
+
+    trio.run(main)
+
+
+def _ws_accept(key: bytes) -> bytes:
+    import hashlib
+
+    return base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+
+
+def serve_trio_ws(port_file: Path) -> None:
+    """Bare trio + wsproto: one send_all per message."""
+    import trio
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Request, TextMessage
+
+    async def handle(stream: trio.SocketStream) -> None:
+        ws = WSConnection(ConnectionType.SERVER)
+        try:
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                ws.receive_data(data)
+                for event in ws.events():
+                    if isinstance(event, Request):
+                        await stream.send_all(ws.send(AcceptConnection()))
+                    elif isinstance(event, TextMessage):
+                        n = int(event.data.split()[1])
+                        for i in range(n):
+                            await stream.send_all(ws.send(TextMessage(delta_event(i).decode())))
+                        await stream.send_all(ws.send(TextMessage('{"type":"done"}')))
+        except trio.BrokenResourceError:
+            return
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port_file.write_text(str(listeners[0].socket.getsockname()[1]))
+        await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
+def serve_websockets(port_file: Path) -> None:
+    """A bare ``websockets`` server on asyncio."""
+    import asyncio
+
+    from websockets.asyncio.server import serve
+
+    async def handler(ws: Any) -> None:
+        async for message in ws:
+            n = int(message.split()[1])
+            for i in range(n):
+                await ws.send(delta_event(i).decode())
+            await ws.send('{"type":"done"}')
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+            port_file.write_text(str(next(iter(server.sockets)).getsockname()[1]))
+            await asyncio.Future()
+
+    asyncio.run(main())
+
+
+def serve_trio_h11(port_file: Path) -> None:
+    """Bare trio + h11: SSE with one send_all per chunk, JSON completions."""
+    import h11
+    import trio
+
+    async def handle(stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    conn.receive_data(data)
+                    continue
+                if not isinstance(event, h11.Request):
+                    return
+                body = b""
+                while True:
+                    part = conn.next_event()
+                    if part is h11.NEED_DATA:
+                        conn.receive_data(await stream.receive_some(65536))
+                    elif isinstance(part, h11.Data):
+                        body += part.data
+                    else:
+                        break
+                req = orjson.loads(body)
+                n = int(req["messages"][-1]["content"])
+                if req.get("stream"):
+                    await stream.send_all(conn.send(h11.Response(status_code=200, headers=[
+                        ("content-type", "text/event-stream")])))
+                    chunk = b"data: " + chunk_event() + b"\n\n"
+                    for _ in range(n):
+                        await stream.send_all(conn.send(h11.Data(data=chunk)))
+                    await stream.send_all(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
+                    await stream.send_all(conn.send(h11.EndOfMessage()))
+                else:
+                    out = completion_body(n)
+                    await stream.send_all(
+                        conn.send(h11.Response(status_code=200, headers=[
+                            ("content-type", "application/json"),
+                            ("content-length", str(len(out)))]))
+                        + conn.send(h11.Data(data=out)) + conn.send(h11.EndOfMessage())
+                    )
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, h11.ProtocolError):
+            return
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port_file.write_text(str(listeners[0].socket.getsockname()[1]))
+        await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
+def serve_starlette(port_file: Path) -> None:
+    """uvicorn + Starlette: StreamingResponse for SSE, JSONResponse-like for JSON."""
+    import asyncio
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request as SRequest
+    from starlette.responses import Response as SResponse
+    from starlette.responses import StreamingResponse as SStreaming
+    from starlette.routing import Route
+
+    async def completions(request: SRequest) -> SResponse:
+        req = orjson.loads(await request.body())
+        n = int(req["messages"][-1]["content"])
+        if req.get("stream"):
+            chunk = b"data: " + chunk_event() + b"\n\n"
+
+            async def gen() -> Any:
+                for _ in range(n):
+                    yield chunk
+                yield b"data: [DONE]\n\n"
+
+            return SStreaming(gen(), media_type="text/event-stream")
+        return SResponse(completion_body(n), media_type="application/json")
+
+    app = Starlette(routes=[Route("/chat/completions", completions, methods=["POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port_file.write_text(str(sock.getsockname()[1]))
+    config = uvicorn.Config(app, log_level="error", access_log=False)
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+SERVERS: dict[str, Callable[[Path], None]] = {
+    "uamp": serve_uamp,
+    "trio-ws": serve_trio_ws,
+    "websockets": serve_websockets,
+    "trio-h11": serve_trio_h11,
+    "starlette": serve_starlette,
+}
+
+
+class Running:
+    """A server subprocess."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        port_file = Path(f"/tmp/uamp-bench-{os.getpid()}-{kind}.port")
+        port_file.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", kind, "--port-file", str(port_file)],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while not port_file.exists() or not port_file.read_text():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"server {kind} did not start")
+            time.sleep(0.02)
+        time.sleep(0.05)
+        self.port = int(port_file.read_text())
+        port_file.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# --- raw clients ----------------------------------------------------------------------
+
+
+class WSClient:
+    """A blocking WebSocket client on the ``websockets`` sans-IO core."""
+
+    def __init__(self, port: int, path: str) -> None:
+        from uamp_trio._ws_engine import make_engine
+
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        key = base64.b64encode(os.urandom(16))
+        self.sock.sendall(
+            b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key + b"\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(65536)
+        head, _, rest = head.partition(b"\r\n\r\n")
+        if b" 101 " not in head.split(b"\r\n", 1)[0] or _ws_accept(key) not in head:
+            raise RuntimeError(f"handshake failed: {head!r}")
+        self.engine = make_engine(client=True, max_message_size=None, engine="websockets")
+        self.pending: list[bytes] = self.engine.feed(rest) if rest else []
+
+    def send(self, *messages: bytes) -> None:
+        for m in messages:
+            self.engine.text(m)
+        self.sock.sendall(self.engine.take())
+
+    def messages(self) -> list[bytes]:
+        if self.pending:
+            out, self.pending = self.pending, []
+            return out
+        data = self.sock.recv(262144)
+        if not data:
+            raise RuntimeError("closed")
+        return self.engine.feed(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def uamp_start(sid: str, n: int, create: bool = True) -> list[bytes]:
+    msgs = []
+    if create:
+        msgs.append(orjson.dumps({"type": "session.create", "uamp_version": "1.0",
+                                  "session_id": sid, "session": {"modalities": ["text"]}}))
+    msgs.append(orjson.dumps({"type": "input.text", "session_id": sid, "text": str(n)}))
+    msgs.append(orjson.dumps({"type": "response.create", "session_id": sid}))
+    return msgs
+
+
+def ws_rate(kind: str, port: int, n: int) -> float:
+    """Deltas per second for one response of ``n`` deltas."""
+    if kind == "uamp":
+        client = WSClient(port, "/agents/flood/uamp")
+        start_msgs, done = uamp_start("sess_bench", n), b'"response.done"'
+    else:
+        client = WSClient(port, "/")
+        start_msgs, done = [f"go {n}".encode()], b'"done"'
+    count = 0
+    t0 = time.perf_counter()
+    client.send(*start_msgs)
+    while True:
+        batch = client.messages()
+        finished = False
+        for m in batch:
+            if b'"response.delta"' in m:
+                count += 1
+            elif done in m:
+                finished = True
+        if finished:
+            break
+    elapsed = time.perf_counter() - t0
+    client.close()
+    assert count == n, (kind, count, n)
+    return n / elapsed
+
+
+def ws_ttfd(kind: str, port: int, repeats: int = 200) -> float:
+    """Median milliseconds from request to the first delta (one-delta responses)."""
+    client = WSClient(port, "/agents/flood/uamp" if kind == "uamp" else "/")
+    if kind == "uamp":
+        client.send(*uamp_start("sess_ttfd", 0, create=True)[:1])
+        while not any(b'"capabilities"' in m for m in client.messages()):
+            pass
+    samples = []
+    for _ in range(repeats):
+        msgs = (uamp_start("sess_ttfd", 1, create=False) if kind == "uamp" else [b"go 1"])
+        done = b'"response.done"' if kind == "uamp" else b'"done"'
+        t0 = time.perf_counter()
+        client.send(*msgs)
+        first = None
+        finished = False
+        while not finished:
+            for m in client.messages():
+                if first is None and b'"response.delta"' in m:
+                    first = time.perf_counter()
+                if done in m:
+                    finished = True
+        assert first is not None
+        samples.append(first - t0)
+    client.close()
+    return statistics.median(samples) * 1000
+
+
+def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> float:
+    """Events per second overall for ``sessions`` concurrent responses."""
+    per = max(1, n // sessions)
+    sel = selectors.DefaultSelector()
+    clients: list[WSClient] = []
+    remaining = sessions
+    if multiplex:
+        c = WSClient(port, "/agents/flood/uamp")
+        clients.append(c)
+    else:
+        for _ in range(sessions):
+            clients.append(WSClient(port, "/agents/flood/uamp" if kind == "uamp" else "/"))
+    for c in clients:
+        c.sock.setblocking(False)
+        sel.register(c.sock, selectors.EVENT_READ, c)
+    done = b'"response.done"' if kind == "uamp" else b'"done"'
+    count = 0
+    t0 = time.perf_counter()
+    if multiplex:
+        msgs = []
+        for i in range(sessions):
+            msgs.extend(uamp_start(f"sess_{i}", per))
+        clients[0].sock.setblocking(True)
+        clients[0].send(*msgs)
+        clients[0].sock.setblocking(False)
+    else:
+        for i, c in enumerate(clients):
+            c.sock.setblocking(True)
+            c.send(*(uamp_start(f"sess_{i}", per) if kind == "uamp" else [f"go {per}".encode()]))
+            c.sock.setblocking(False)
+    while remaining:
+        for key, _ in sel.select():
+            c = key.data
+            try:
+                data = c.sock.recv(262144)
+            except BlockingIOError:
+                continue
+            for m in c.engine.feed(data):
+                if b'"response.delta"' in m:
+                    count += 1
+                elif done in m:
+                    remaining -= 1
+    elapsed = time.perf_counter() - t0
+    for c in clients:
+        c.close()
+    assert count == per * sessions, (count, per * sessions)
+    return count / elapsed
+
+
+def _http_post(sock: socket.socket, body: bytes, buf: bytearray) -> tuple[bytes, bytes]:
+    """One POST /chat/completions on a keep-alive socket; returns (head, raw body)."""
+    import h11
+
+    conn = h11.Connection(h11.CLIENT)
+    sock.sendall(
+        conn.send(h11.Request(method="POST", target="/chat/completions", headers=[
+            ("host", "127.0.0.1"), ("content-type", "application/json"),
+            ("content-length", str(len(body)))]))
+        + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+    )
+    conn.receive_data(bytes(buf))
+    buf.clear()
+    parts: list[bytes] = []
+    head = b""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(262144))
+        elif isinstance(event, h11.Response):
+            head = str(event.status_code).encode()
+        elif isinstance(event, h11.Data):
+            parts.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            buf.extend(conn.trailing_data[0])
+            return head, b"".join(parts)
+        else:
+            raise RuntimeError(f"unexpected {event!r}")
+
+
+def sse_rate(kind: str, port: int, n: int) -> float:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    body = orjson.dumps({"model": "flood", "stream": True,
+                         "messages": [{"role": "user", "content": str(n)}]})
+    t0 = time.perf_counter()
+    status, raw = _http_post(sock, body, bytearray())
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    chunks = raw.count(b'"content":"tok "')
+    assert status == b"200" and chunks == n and raw.endswith(b"data: [DONE]\n\n"), (kind, chunks)
+    return n / elapsed
+
+
+def json_rate(kind: str, port: int, seconds: float = 1.0) -> float:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    body = orjson.dumps({"model": "flood", "messages": [{"role": "user", "content": "5"}]})
+    buf = bytearray()
+    count = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        status, raw = _http_post(sock, body, buf)
+        assert status == b"200" and b"tok tok tok tok tok" in raw, raw[:200]
+        count += 1
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    return count / elapsed
+
+
+# --- driver ---------------------------------------------------------------------------
+
+
+def measure(
+    title: str, unit: str, runs: dict[str, Callable[[int], float]], rounds: int,
+    higher_is_better: bool = True,
+) -> dict[str, float]:
+    """Alternate the measurements ``rounds`` times; print medians and ratios."""
+    results: dict[str, list[float]] = {k: [] for k in runs}
+    servers = {k: Running(k) for k in runs}
+    try:
+        for k, fn in runs.items():  # warm up
+            fn(servers[k].port)
+        for _ in range(rounds):
+            for k, fn in runs.items():
+                results[k].append(fn(servers[k].port))
+    finally:
+        for s in servers.values():
+            s.stop()
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"\n{title}")
+    for k, v in med.items():
+        line = f"  {k:<12} {v:>12,.1f} {unit}"
+        if k != "uamp" and "uamp" in med:
+            ratio = med["uamp"] / v if higher_is_better else v / med["uamp"]
+            line += f"   uamp/{k} = {ratio:.2f}x"
+        print(line)
+    return med
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--deltas", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="ws,sse,json,ttfd,mux,conns")
+    parser.add_argument("--serve", choices=sorted(SERVERS))
+    parser.add_argument("--port-file", type=Path)
+    args = parser.parse_args()
+    if args.serve:
+        SERVERS[args.serve](args.port_file)
+        return
+    n = args.deltas
+    only = set(args.only.split(","))
+    print(f"uamp transport benchmarks: {n} deltas per response, {args.rounds} rounds, "
+          f"median; {os.cpu_count()} CPUs")
+    if "ws" in only:
+        measure("WebSocket: response.delta events/s to one client", "events/s", {
+            k: (lambda port, k=k: ws_rate(k, port, n)) for k in ("uamp", "websockets", "trio-ws")
+        }, args.rounds)
+    if "sse" in only:
+        measure("SSE: chat.completion.chunk events/s", "chunks/s", {
+            k: (lambda port, k=k: sse_rate(k, port, n)) for k in ("uamp", "starlette", "trio-h11")
+        }, args.rounds)
+    if "json" in only:
+        measure("Non-streaming completions/s (sequential, keep-alive)", "req/s", {
+            k: (lambda port, k=k: json_rate(k, port)) for k in ("uamp", "starlette", "trio-h11")
+        }, args.rounds)
+    if "ttfd" in only:
+        measure("Time to first delta (WebSocket, median)", "ms", {
+            k: (lambda port, k=k: ws_ttfd(k, port)) for k in ("uamp", "websockets", "trio-ws")
+        }, args.rounds, higher_is_better=False)
+    if "mux" in only:
+        measure("100 sessions multiplexed on one uamp WebSocket", "events/s", {
+            "uamp": lambda port: many_rate("uamp", port, n, 100, multiplex=True),
+        }, args.rounds)
+    if "conns" in only:
+        measure("100 concurrent WebSocket connections", "events/s", {
+            k: (lambda port, k=k: many_rate(k, port, n, 100, multiplex=False))
+            for k in ("uamp", "websockets", "trio-ws")
+        }, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
