@@ -57,6 +57,7 @@ encoder sends the difference from the last known state as a
 from __future__ import annotations
 
 import contextlib
+import copy
 import enum
 from collections.abc import Mapping
 from typing import Any
@@ -448,7 +449,7 @@ def apply_patch(doc: Any, patch: list[dict[str, Any]]) -> Any:
     Raises:
         ValueError: an operation does not apply.
     """
-    result = orjson.loads(orjson.dumps(doc))
+    result = copy.deepcopy(doc)
     for op in patch:
         tokens = _tokens(op["path"])
         kind = op["op"]
