@@ -16,6 +16,7 @@ nesting deeper than ``max_depth`` fails with
 
 from __future__ import annotations
 
+import copy
 import functools
 import uuid
 from collections.abc import Sequence
@@ -68,6 +69,13 @@ SUB_AGENT_PARAMETERS: dict[str, Any] = {
     },
     "required": ["task"],
 }
+
+
+class _Keep:
+    """Marks an argument of :meth:`Agent.derive` that was not given."""
+
+
+_KEEP = _Keep()
 
 
 class NoModelError(AgentRuntimeError):
@@ -182,6 +190,48 @@ class Agent:
         """The tools as :class:`~uamp_agents.tools.Tool` objects (agents converted)."""
         return list(self._tools)
 
+    def derive(
+        self,
+        *,
+        tools: Sequence[Any] = (),
+        system: str | _Keep | None = _KEEP,
+        params: dict[str, Any] | None = None,
+        structure: Any = _KEEP,
+    ) -> Agent:
+        """A variant of this agent for some runs: same id, name and strategy.
+
+        Used to serve an agent with what a request adds (the client's tools,
+        its instructions, sampling parameters, a response format) without
+        changing the agent itself.
+
+        Args:
+            tools: Tools added after the agent's own (e.g.
+                :func:`~uamp_agents.tools.deferred_tool` objects).
+            system: Replaces the system prompt.
+            params: Replaces the model parameters.
+            structure: Replaces the structured-output spec (``None``: none).
+
+        Raises:
+            ValueError: An added tool's name is already taken.
+        """
+        variant = copy.copy(self)
+        if tools:
+            added = [as_tool(t) for t in tools]
+            taken = {t.name for t in self._tools}
+            clash = sorted({t.name for t in added if t.name in taken})
+            if clash or len({t.name for t in added}) != len(added):
+                raise ValueError(f"added tools clash with other tools: {clash or 'duplicates'}")
+            variant.tools = [*self.tools, *tools]
+            variant._tools = [*self._tools, *added]
+        if not isinstance(system, _Keep):
+            variant.system = system
+        if params is not None:
+            variant.params = dict(params)
+        if not isinstance(structure, _Keep):
+            variant.structure = structure
+            variant.schema, variant._structure_type = _structure(structure)
+        return variant
+
     # --- public API -----------------------------------------------------------
 
     async def run(
@@ -192,6 +242,8 @@ class Agent:
         session: Any = None,
         on_step: StepCallback | None = None,
         metadata: dict[str, Any] | None = None,
+        resume: bool = False,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> Turn:
         """Run the agent and return the turn (section 4.3).
 
@@ -199,12 +251,26 @@ class Agent:
         text, a :class:`Message` or a list of content items; ``history`` is a
         list of messages or an object with a ``history()`` method.
 
+        ``run(history, resume=True)`` continues a conversation that has no
+        new user input -- typically one that ends with the ``role="tool"``
+        results of calls a deferred tool handed out (see
+        :func:`~uamp_agents.tools.deferred_tool`). The model is called on the
+        history as it is; ``turn.messages`` then holds only the messages the
+        run added, and middleware sees ``context.input is None``.
+
         Args:
             session: The session the run belongs to (shown to middleware).
             on_step: Called as ``on_step(step, state)`` after every step (after
                 ``on_step_end``, before ``stop_condition``); if it returns a
                 string, that is announced as a ``checkpoint`` event.
             metadata: Initial ``state.metadata`` (and middleware metadata).
+            resume: Continue ``history`` without new input (see above).
+            tool_choice: ``"auto"``, ``"none"``, ``"required"`` or
+                ``{"type": "function", "function": {"name": ...}}`` for the
+                run's model calls; a forcing choice applies to the first
+                model call that offers tools only (see
+                :attr:`ExecutionContext.tool_choice
+                <uamp_agents.context.ExecutionContext>`).
 
         Raises:
             NoModelError: No model, and no parent run to inherit one from.
@@ -212,7 +278,7 @@ class Agent:
             Exception: Whatever the model, a hook or a middleware raised,
                 unless ``on_error`` or a middleware recovered.
         """
-        history, user = _split(history_or_input, input)
+        history, user = _split(history_or_input, input, resume)
         return await self._execute(
             history,
             user,
@@ -221,6 +287,7 @@ class Agent:
             session=session,
             on_step=on_step,
             metadata=metadata,
+            tool_choice=tool_choice,
         )
 
     def stream(
@@ -231,13 +298,15 @@ class Agent:
         session: Any = None,
         on_step: StepCallback | None = None,
         metadata: dict[str, Any] | None = None,
+        resume: bool = False,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> AgentStream:
         """Run the agent as a stream of events (section 12); same arguments as :meth:`run`.
 
         The run starts when the stream is first iterated, entered
         (``async with``) or its ``turn`` awaited.
         """
-        history, user = _split(history_or_input, input)
+        history, user = _split(history_or_input, input, resume)
 
         async def runner(emit: Emitter, abort: trio.CancelScope) -> Turn:
             return await self._execute(
@@ -248,6 +317,7 @@ class Agent:
                 session=session,
                 on_step=on_step,
                 metadata=metadata,
+                tool_choice=tool_choice,
             )
 
         return AgentStream(runner, buffer=self.stream_buffer)
@@ -293,13 +363,14 @@ class Agent:
     async def _execute(
         self,
         history: list[Message],
-        user: Message,
+        user: Message | None,
         *,
         emitter: Emitter | None,
         abort: trio.CancelScope,
         session: Any,
         on_step: StepCallback | None,
         metadata: dict[str, Any] | None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> Turn:
         parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
@@ -347,6 +418,7 @@ class Agent:
                 listeners=listeners,
                 on_step=on_step,
                 metadata=ctx.metadata,
+                tool_choice=tool_choice,
             )
             with _running(info):
                 return await self._run_strategy(exe, ctx, abort)
@@ -407,7 +479,13 @@ def _configured(provider: Provider, config: dict[str, Any]) -> Provider:
     return provider
 
 
-def _split(history_or_input: Any, input: AgentInput | None) -> tuple[list[Message], Message]:
+def _split(
+    history_or_input: Any, input: AgentInput | None, resume: bool = False
+) -> tuple[list[Message], Message | None]:
+    if resume:
+        if input is not None:
+            raise TypeError("resume=True continues a history: pass no input")
+        return _history_of(history_or_input), None
     if input is None:
         return [], to_message(history_or_input)
     return _history_of(history_or_input), to_message(input)

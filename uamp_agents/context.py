@@ -194,7 +194,8 @@ class ExecutionContext:
     Attributes:
         agent: The agent being run.
         llm: The bound model (the agent's, or the inherited one).
-        input: The user input message.
+        input: The user input message; ``None`` when the run resumes a
+            conversation without new input (``Agent.run(..., resume=True)``).
         history: The conversation before this run.
         tools: Resolved tools, sub-agents included.
         strategy: The agent's lifecycle hooks.
@@ -205,6 +206,14 @@ class ExecutionContext:
         structure: The JSON Schema of the structured output, if any.
         usage: Usage so far, summed over every model call and sub-agent.
         tool_executions: Every tool call so far, in call order.
+        tool_choice: The run's tool choice (``"auto"``, ``"none"``,
+            ``"required"`` or a named function), used by :meth:`generate`
+            when its caller gives none. ``"none"`` holds for the whole run; a
+            forcing choice applies to the first model call that offers
+            tools, after which it becomes ``None`` (the model's own choice),
+            so a forced tool is called once rather than in every step.
+        pending_tool_calls: Calls of deferred tools handed back to the
+            caller (see :meth:`defer`).
     """
 
     def __init__(
@@ -212,7 +221,7 @@ class ExecutionContext:
         *,
         agent: Agent,
         llm: Provider,
-        input: Message,
+        input: Message | None,
         history: list[Message],
         tools: list[Tool],
         strategy: AgentStrategy,
@@ -226,6 +235,7 @@ class ExecutionContext:
         listeners: Sequence[Listener] = (),
         on_step: StepCallback | None = None,
         metadata: dict[str, Any] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> None:
         self.agent = agent
         self.llm = llm
@@ -238,9 +248,13 @@ class ExecutionContext:
         self.system = system
         self.structure = structure
         self.structure_type = structure_type
-        self.state = ExecutionState(messages=[input], metadata=dict(metadata or {}))
+        self.state = ExecutionState(
+            messages=[input] if input is not None else [], metadata=dict(metadata or {})
+        )
         self.usage = UsageStats()
         self.tool_executions: list[ToolExecution] = []
+        self.tool_choice = tool_choice
+        self.pending_tool_calls: list[ToolInvocation] = []
         self._emitter = emitter
         self._checks = list(checks)
         self._listeners = list(listeners)
@@ -298,14 +312,19 @@ class ExecutionContext:
     ) -> ModelResponse:
         """Call the model once; stream its events to the consumer when streaming.
 
-        ``tools`` defaults to all of the agent's tools (pass ``[]`` for none).
-        The usage is added to the run's and the step's totals, then budget
-        checks run.
+        ``tools`` defaults to all of the agent's tools (pass ``[]`` for none);
+        ``tool_choice`` to the run's :attr:`tool_choice` when tools are
+        offered. The usage is added to the run's and the step's totals, then
+        budget checks run.
 
         Raises:
             ProviderError: The provider failed, or its stream had no response.
         """
         use = self.tools if tools is None else list(tools)
+        if tool_choice is None and use and self.tool_choice is not None:
+            tool_choice = self.tool_choice
+            if tool_choice != "none" and tool_choice != "auto":
+                self.tool_choice = None  # forced once, then the model decides
         request = ModelRequest(
             messages=messages,
             tools=[t.definition() for t in use],
@@ -357,6 +376,40 @@ class ExecutionContext:
             check(self.state, self.usage)
 
     # --- tools ----------------------------------------------------------------
+
+    def split_calls(
+        self, calls: Sequence[ToolInvocation]
+    ) -> tuple[list[ToolInvocation], list[ToolInvocation]]:
+        """Split calls into those run here and those of deferred tools, in order."""
+        local: list[ToolInvocation] = []
+        deferred: list[ToolInvocation] = []
+        for call in calls:
+            found = self._tools.get(call.name)
+            (deferred if found is not None and found.deferred else local).append(call)
+        return local, deferred
+
+    def defer(self, calls: Sequence[ToolInvocation]) -> None:
+        """Hand calls of deferred tools back to the caller.
+
+        They are not run; they go to :attr:`pending_tool_calls` (and the turn's
+        ``pending_tool_calls``). A strategy that defers calls ends the run
+        with ``make_turn(..., stop_reason="client_tool")``.
+        """
+        self.pending_tool_calls.extend(calls)
+
+    async def run_and_defer(
+        self, calls: Sequence[ToolInvocation]
+    ) -> tuple[list[ToolInvocation], list[ToolOutput], list[ToolInvocation]]:
+        """Run the calls of local tools and defer those of deferred tools.
+
+        Returns the local calls, their outputs (in order) and the deferred
+        calls. Used by the ``loop`` and ``react`` strategies.
+        """
+        local, deferred = self.split_calls(calls)
+        outputs = await self.run_tools(local) if local else []
+        if deferred:
+            self.defer(deferred)
+        return local, outputs, deferred
 
     async def run_tools(
         self, calls: Sequence[ToolInvocation], *, step: int | None = None, record: bool = True
@@ -550,6 +603,7 @@ class ExecutionContext:
             status=status,
             stop_reason=stop_reason,
             metadata=self.state.metadata,
+            pending_tool_calls=list(self.pending_tool_calls),
         )
 
     def last_assistant(self) -> Message:

@@ -54,7 +54,8 @@ class MiddlewareContext:
 
     Attributes:
         agent: The agent.
-        input: The user input (a middleware may replace it).
+        input: The user input (a middleware may replace it); ``None`` for a
+            run that resumes a conversation without new input.
         history: The conversation history (a middleware may replace it).
         metadata: Request metadata, shared by the middleware of one run
             and handed to the execution as the initial ``state.metadata``.
@@ -65,7 +66,7 @@ class MiddlewareContext:
     """
 
     agent: Agent
-    input: Message
+    input: Message | None
     history: list[Message]
     metadata: dict[str, Any] = attrs.field(factory=dict)
     session: Any = None
@@ -215,7 +216,8 @@ class _Logging(Middleware):
     async def before(self, context: MiddlewareContext) -> None:
         context.metadata[self._key] = trio.current_time()
         self._log(_stdlib_logging.INFO, f"Agent {context.agent.id} starting execution")
-        self._log(_stdlib_logging.DEBUG, f"Input: {context.input.text!r}")
+        if context.input is not None:
+            self._log(_stdlib_logging.DEBUG, f"Input: {context.input.text!r}")
         if self.include_messages:
             for m in context.history:
                 self._log(_stdlib_logging.INFO, f"History {m.role}: {m.text!r}")
@@ -379,7 +381,7 @@ class _Guardrails(Middleware):
         )
 
     async def before(self, context: MiddlewareContext) -> MiddlewareContext | None:
-        if self.check_input is None:
+        if self.check_input is None or context.input is None:
             return None
         replaced = await self._verdict("input", self.check_input, context.input)
         if replaced is context.input:

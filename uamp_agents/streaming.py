@@ -136,7 +136,9 @@ class AgentStream:
     ) -> bool | None:
         if not self._done.is_set():
             self.abort()
-        await self._recv.aclose()
+        # Close without a checkpoint: when the surrounding scope is cancelled,
+        # an await here would raise before the nursery is exited.
+        self._recv.close()
         assert self._stack is not None
         return await self._stack.__aexit__(exc_type, exc, tb)
 

@@ -47,6 +47,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "as_tool",
+    "deferred_tool",
     "format_result",
     "run_tool_calls",
     "tool",
@@ -108,6 +109,10 @@ class Tool:
         thread: Run a sync ``fn`` in a worker thread.
         validate_arguments: Check arguments against ``parameters`` first.
         agent: The sub-agent this tool runs, when it was made from an agent.
+        deferred: The tool is run elsewhere (by the client of a served
+            agent, see :func:`deferred_tool`): the model may call it, but the
+            run stops instead of running it and the turn lists the call in
+            ``pending_tool_calls``.
     """
 
     name: str
@@ -119,6 +124,7 @@ class Tool:
     thread: bool = True
     validate_arguments: bool = True
     agent: Any = None
+    deferred: bool = False
 
     def definition(self) -> ToolDefinition:
         """This tool as a uamp_proto tool definition for the model."""
@@ -218,6 +224,37 @@ def tool(
     if fn is None:
         return build
     return build(fn)
+
+
+def deferred_tool(
+    name: str, description: str | None = None, parameters: dict[str, Any] | None = None
+) -> Tool:
+    """A tool the model may call but that this process does not run.
+
+    It is how a served agent offers the tools its *client* declared: the
+    model sees the definition next to the agent's own tools; when it calls
+    it, the built-in ``loop`` and ``react`` strategies run the other calls of
+    that step, then end the run with ``turn.stop_reason == "client_tool"``
+    and the call in ``turn.pending_tool_calls``. The caller runs it and
+    continues the conversation with the result (``Agent.run(history,
+    resume=True)``). A strategy that does not hand calls over (``plan``)
+    gets an error result for it instead.
+    """
+
+    def not_here(**_: Any) -> Any:
+        raise ToolError(
+            f"{name} is run by the client, and this strategy cannot hand calls over to it"
+        )
+
+    return Tool(
+        name=name,
+        description=description or "",
+        parameters=parameters or {"type": "object", "properties": {}},
+        fn=not_here,
+        thread=False,
+        validate_arguments=False,
+        deferred=True,
+    )
 
 
 def _context_param(fn: Callable[..., Any]) -> str | None:

@@ -116,10 +116,14 @@ class Turn:
         status: ``"completed"``, or ``"aborted"`` when the run was cancelled
             and this is its partial result.
         stop_reason: Why the run ended: ``"end_turn"`` (the model answered),
-            ``"stop_condition"``, ``"max_steps"``, ``"aborted"`` or
-            ``"recovered"`` (an ``on_error`` hook or middleware supplied the turn).
+            ``"stop_condition"``, ``"max_steps"``, ``"aborted"``,
+            ``"recovered"`` (an ``on_error`` hook or middleware supplied the
+            turn) or ``"client_tool"`` (the model called a deferred tool).
         parent_agent_id: The id of the parent agent for a sub-agent run.
         metadata: The strategy's ``state.metadata`` at the end of the run.
+        pending_tool_calls: Calls of deferred tools (see
+            :func:`~uamp_agents.tools.deferred_tool`) the run stopped at:
+            they wait for results from whoever runs those tools.
     """
 
     messages: list[Message]
@@ -135,6 +139,7 @@ class Turn:
     stop_reason: str = "end_turn"
     parent_agent_id: str | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    pending_tool_calls: list[ToolInvocation] = attrs.field(factory=list)
 
     @property
     def text(self) -> str:

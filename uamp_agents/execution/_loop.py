@@ -43,13 +43,16 @@ class LoopStrategy(ExecutionStrategy):
             calls = list(message.tool_calls or [])
             if calls:
                 await context.emit("action", {"tool_calls": calls})
-                outputs = await context.run_tools(calls)
-                await context.emit(
-                    "observation",
-                    {"results": outputs, "text": format_observations(calls, outputs, "text")},
-                )
+                local, outputs, deferred = await context.run_and_defer(calls)
+                if local:
+                    await context.emit(
+                        "observation",
+                        {"results": outputs, "text": format_observations(local, outputs, "text")},
+                    )
                 rounds += 1
                 stop = await context.end_step(step, message)
+                if deferred:
+                    return context.make_turn(message, stop_reason="client_tool")
                 if stop:
                     return context.make_turn(message, stop_reason="stop_condition")
                 if rounds >= self.max_iterations:
@@ -77,8 +80,10 @@ def loop(max_iterations: int = 10, *, structure_retries: int = 1) -> ExecutionSt
 
     Sends the conversation to the model; if it asks for tools, runs them
     (concurrently) and loops; stops when the model answers without tool
-    calls, when ``stop_condition`` says so, or after ``max_iterations``
-    rounds of tool execution (``turn.stop_reason == "max_steps"``).
+    calls, when ``stop_condition`` says so, after ``max_iterations``
+    rounds of tool execution (``turn.stop_reason == "max_steps"``), or when
+    the model called a deferred tool (``"client_tool"``; the step's other
+    calls are run first).
 
     Args:
         max_iterations: Maximum tool execution rounds.

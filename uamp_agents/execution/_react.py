@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from uamp_proto.types import Message
+from uamp_proto.types import Message, ToolInvocation
 
 from ..context import ExecutionContext
 from ..turn import Turn
@@ -71,15 +71,19 @@ class ReactStrategy(ExecutionStrategy):
             message = acted.message
             state.messages.append(message)
             calls = list(message.tool_calls or [])
+            deferred: list[ToolInvocation] = []
             if calls:
                 await context.strategy.call("on_act", step, calls)
                 await context.emit("action", {"tool_calls": calls})
-                outputs = await context.run_tools(calls)
+                local, outputs, deferred = await context.run_and_defer(calls)
                 # Observe
-                observations = format_observations(calls, outputs, self.observation_format)
+                observations = format_observations(local, outputs, self.observation_format)
                 await context.strategy.call("on_observe", step, outputs)
-                await context.emit("observation", {"results": outputs, "text": observations})
+                if local:
+                    await context.emit("observation", {"results": outputs, "text": observations})
             stop = await context.end_step(step, message)
+            if deferred:
+                return context.make_turn(message, stop_reason="client_tool")
             if not calls:
                 data = None
                 if context.structure is not None:

@@ -9,22 +9,40 @@ It understands just enough to show an agent working:
 * the time -- "what time is it": it calls a ``now`` tool when offered;
 * structured output -- it fills the requested JSON Schema with a minimal
   value (for a plan schema: a one-step plan that uses the matching tool);
+* other offered tools (a served agent's *client* tools, for instance) --
+  it calls one when the request's text names it (``get_weather`` or ``get
+  weather``, as a whole word), filling every required string argument with
+  the text (other required types get ``0``, ``false``, ``[]``, ``{}``; a
+  tool without required arguments gets ``{"query": text}``); with a result
+  in the conversation it says ``Tool <name> returned: <result>``;
 * anything else -- a fixed reply quoting the prompt.
 
-Replies stream word by word. :meth:`DemoProvider.tools` returns plain Python
-functions (``add``, ``multiply``, ``now``) to give an agent.
+Only the latest user message is the task (prompts the built-in strategies
+add are skipped), and only tool results after it count. ``tool_choice`` is
+honoured: ``"none"`` never calls a tool; ``"required"`` calls the task's
+tool, else a named one, else the first offered tool; a named function is
+called (with the task's tool beside it when that applies too); ``"auto"``
+follows the rules above. A tool already answered after the task is not
+called again. Call ids are derived from the conversation, so the same
+conversation always gets the same reply, ids included.
+
+``params["max_tokens"]`` cuts a text reply to that many words
+(``finish_reason="length"``). Replies stream word by word.
+:meth:`DemoProvider.tools` returns plain Python functions (``add``,
+``multiply``, ``now``) to give an agent.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 
-from uamp_proto.types import Message, ToolInvocation
+from uamp_proto.types import Message, ToolDefinition, ToolInvocation
 
 from ._function import stream_response, usage_of
 from .base import ModelRequest, ModelResponse, ProviderEvent
@@ -95,8 +113,24 @@ def _tidy(text: str) -> str:
         return text
 
 
+_KNOWN_TOOLS = frozenset({"add", "multiply", "now"})
+_DEFAULTS_BY_TYPE: dict[str, Any] = {
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "array": [],
+    "object": {},
+    "null": None,
+}
+
+
 class _Task:
-    """What the conversation asks for, as far as the demo model understands it."""
+    """What the conversation asks for, as far as the demo model understands it.
+
+    The task is the latest user message that is not a strategy's prompt;
+    ``results`` are the tool results after it, ``answered`` the names of
+    the tools they came from.
+    """
 
     def __init__(self, messages: list[Message]) -> None:
         self.kind = "chat"
@@ -105,28 +139,44 @@ class _Task:
         self.b: int | float = 0
         self.op = ""
         self.results: list[str] = []
+        self.named_results: list[tuple[str, str]] = []
         index = -1
         for i in range(len(messages) - 1, -1, -1):
             m = messages[i]
-            if m.role != "user" or m.text.startswith(_RUNTIME_PROMPTS):
-                continue
-            if not self.text:
-                self.text, index = m.text, i
-            arith = _ARITH.search(m.text)
-            if arith:
-                self.kind, self.text, index = "arith", m.text, i
-                self.a, self.b = _num(arith.group(1)), _num(arith.group(3))
-                self.op = _OPS[arith.group(2).lower()]
+            if m.role == "user" and not m.text.startswith(_RUNTIME_PROMPTS):
+                index = i
                 break
-            if _TIME.search(m.text):
-                self.kind, self.text, index = "time", m.text, i
-                break
-        if index >= 0:
-            self.results = [m.text for m in messages[index + 1 :] if m.role == "tool"]
+        if index < 0:
+            return
+        self.text = messages[index].text
+        arith = _ARITH.search(self.text)
+        if arith:
+            self.kind = "arith"
+            self.a, self.b = _num(arith.group(1)), _num(arith.group(3))
+            self.op = _OPS[arith.group(2).lower()]
+        elif _TIME.search(self.text):
+            self.kind = "time"
+        names = {c.id: c.name for m in messages for c in m.tool_calls or ()}
+        for m in messages[index + 1 :]:
+            if m.role == "tool":
+                name = m.name or names.get(m.tool_call_id or "", "tool")
+                self.results.append(m.text)
+                self.named_results.append((name, m.text))
 
     @property
     def tool(self) -> str | None:
         return {"arith": self.op, "time": "now"}.get(self.kind)
+
+    @property
+    def answered(self) -> set[str]:
+        return {name for name, _ in self.named_results}
+
+    def mentions(self, name: str) -> bool:
+        """Whether the task's text names the tool (underscores may be spaces)."""
+        for form in {name, name.replace("_", " ")}:
+            if re.search(r"(?<![\w])" + re.escape(form) + r"(?![\w])", self.text, re.IGNORECASE):
+                return True
+        return False
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -137,15 +187,22 @@ class _Task:
         return _fmt(value)
 
     def answer(self) -> str:
+        own = [r for name, r in self.named_results if name == self.tool]
+        others = [f"Tool {n} returned: {r}" for n, r in self.named_results if n != self.tool]
         sign = "+" if self.op == "add" else "*"
         if self.kind == "arith":
-            result = _tidy(self.results[-1]) if self.results else self.computed()
-            return f"{_fmt(self.a)} {sign} {_fmt(self.b)} = {result}"
-        if self.kind == "time":
-            if self.results:
-                return f"The current time is {self.results[-1]}."
-            return "I cannot tell the time without a clock tool."
-        return f"You said: {self.text}" if self.text else "Hello! Ask me to add numbers."
+            result = _tidy(own[-1]) if own else self.computed()
+            main = f"{_fmt(self.a)} {sign} {_fmt(self.b)} = {result}"
+        elif self.kind == "time":
+            if own:
+                main = f"The current time is {own[-1]}."
+            else:
+                main = "I cannot tell the time without a clock tool."
+        elif others:
+            return " ".join(others)
+        else:
+            main = f"You said: {self.text}" if self.text else "Hello! Ask me to add numbers."
+        return " ".join([*others, main])
 
 
 class DemoProvider:
@@ -153,7 +210,6 @@ class DemoProvider:
 
     def __init__(self, model: str = "uamp-demo-1") -> None:
         self._model = model
-        self._counter = 0
 
     @property
     def name(self) -> str:
@@ -173,10 +229,17 @@ class DemoProvider:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer the request deterministically."""
         message = self._reply(request)
+        finish = "tool_calls" if message.tool_calls else "stop"
+        limit = request.params.get("max_tokens")
+        if not message.tool_calls and isinstance(limit, int) and limit > 0:
+            words = message.text.split(" ")
+            if len(words) > limit:
+                message = Message(role="assistant", content=" ".join(words[:limit]))
+                finish = "length"
         return ModelResponse(
             message=message,
             usage=usage_of(request.messages, message),
-            finish_reason="tool_calls" if message.tool_calls else "stop",
+            finish_reason=finish,
             model=self._model,
         )
 
@@ -187,22 +250,52 @@ class DemoProvider:
 
     def _reply(self, request: ModelRequest) -> Message:
         task = _Task(request.messages)
-        offered = {t.function.name for t in request.tools}
         fmt = request.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema:
             schema = fmt.json_schema.get("schema", fmt.json_schema)
             value = self._plan(task, schema) if _is_plan(schema) else _example(schema, task)
             return Message(role="assistant", content=orjson.dumps(value).decode())
-        tool = task.tool
-        if tool is not None and tool in offered and not task.results:
-            self._counter += 1
-            call = ToolInvocation(
-                id=f"demo_call_{self._counter}",
-                name=tool,
-                arguments=orjson.dumps(task.arguments).decode(),
-            )
-            return Message(role="assistant", tool_calls=[call])
+        calls = [
+            ToolInvocation(id=_call_id(request.messages, name, i), name=name, arguments=arguments)
+            for i, (name, arguments) in enumerate(self._choose(task, request))
+        ]
+        if calls:
+            return Message(role="assistant", tool_calls=calls)
         return Message(role="assistant", content=task.answer())
+
+    @staticmethod
+    def _choose(task: _Task, request: ModelRequest) -> list[tuple[str, str]]:
+        """The calls to make now, as (name, JSON arguments); see the module docstring."""
+        choice = request.tool_choice
+        offered = {t.function.name: t for t in request.tools}
+        if choice == "none" or not offered:
+            return []
+        answered = task.answered
+        chosen: list[str] = []
+        own = task.tool
+        if own is not None and own in offered and own not in answered:
+            chosen.append(own)
+        candidates = [n for n in offered if n not in answered and n not in chosen]
+        other: str | None = None
+        if isinstance(choice, dict):
+            named = (choice.get("function") or {}).get("name")
+            if named in candidates:
+                other = named
+        else:
+            other = next(
+                (n for n in candidates if n not in _KNOWN_TOOLS and task.mentions(n)), None
+            )
+            if other is None and choice == "required" and not chosen and candidates:
+                other = candidates[0]
+        if other is not None:
+            chosen.append(other)
+        out: list[tuple[str, str]] = []
+        for name in chosen:
+            if name == own:
+                out.append((name, orjson.dumps(task.arguments).decode()))
+            else:
+                out.append((name, _arguments(offered[name], task.text)))
+        return out
 
     @staticmethod
     def _plan(task: _Task, schema: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +315,34 @@ class DemoProvider:
                 }
             ]
         return {"steps": steps}
+
+
+def _arguments(tool: ToolDefinition, text: str) -> str:
+    """Arguments for a tool the demo model knows nothing about (module docstring)."""
+    schema = tool.function.parameters or {}
+    props = schema.get("properties") or {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+    if not required:
+        return orjson.dumps({"query": text}).decode()
+    args: dict[str, Any] = {}
+    for key in required:
+        spec = props.get(key) if isinstance(props, dict) else None
+        kind = spec.get("type") if isinstance(spec, dict) else "string"
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "string")
+        args[key] = text if kind == "string" else _DEFAULTS_BY_TYPE.get(str(kind), text)
+    return orjson.dumps(args).decode()
+
+
+def _call_id(messages: list[Message], name: str, index: int) -> str:
+    """A call id derived from the conversation (deterministic, unique per step)."""
+    digest = hashlib.sha256()
+    for m in messages:
+        digest.update(f"{m.role}\0{m.text}\0".encode())
+        for call in m.tool_calls or ():
+            digest.update(f"{call.id}\0".encode())
+    digest.update(f"{name}\0{index}".encode())
+    return "call_" + digest.hexdigest()[:24]
 
 
 def _is_plan(schema: dict[str, Any]) -> bool:
