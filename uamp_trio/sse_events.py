@@ -147,9 +147,13 @@ class _HttpSession:
                         await send(chunk)
                 else:
                     await send(b": uamp event stream\n\n")
+                # A write is the only way to notice a client that went away:
+                # beat often enough that a dead stream does not outlive the
+                # session's idle timeout.
+                beat = min(HEARTBEAT, self.transport.limits.idle_timeout / 2)
                 while True:
                     batch: list[bytes] | None = None
-                    with trio.move_on_after(HEARTBEAT):
+                    with trio.move_on_after(beat):
                         try:
                             batch = await host.outbox.take()
                         except OutboxClosed:

@@ -1,0 +1,217 @@
+"""UAMP over HTTP+SSE: the server against httpx as a raw client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.agent import Agent, Emit, TurnRequest
+from uamp_proto.sse import SSEParser
+from uamp_trio import App, DemoAgent, Server
+from uamp_trio.sessions import SessionLimits
+from uamp_trio.sse_events import SSEEventsTransport
+
+TIMEOUT = 15
+CREATE = {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
+
+
+class TokenAgent:
+    """Answers with the session token it was given."""
+
+    @property
+    def name(self) -> str:
+        return "tokens"
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id="tokens", provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"token={request.token}")))
+
+
+@asynccontextmanager
+async def serving(
+    agents: list[Agent], limits: SessionLimits | None = None
+) -> AsyncIterator[tuple[httpx.AsyncClient, SSEEventsTransport]]:
+    app = App(agents)
+    transport = SSEEventsTransport(app, limits)
+    app.mount(transport.mount)
+    server = Server(app, port=0, shutdown_grace=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            yield http, transport
+        nursery.cancel_scope.cancel()
+
+
+class Stream:
+    """Reads UAMP events from ``GET .../events/stream``."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self.resp = resp
+        self.parser = SSEParser()
+        self.queue: list[dict[str, Any]] = []
+        self.ids: list[str | None] = []
+        self.chunks = resp.aiter_raw()
+
+    async def next(self) -> dict[str, Any]:
+        while not self.queue:
+            for sse in self.parser.feed(await self.chunks.__anext__()):
+                self.queue.append(orjson.loads(sse.data))
+                self.ids.append(sse.id)
+        return self.queue.pop(0)
+
+    async def until(self, etype: str) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            out.append(await self.next())
+            if out[-1]["type"] == etype:
+                return out
+
+
+@asynccontextmanager
+async def stream(http: httpx.AsyncClient, sid: str, path: str = "/events/stream",
+                 **headers: str) -> AsyncIterator[Stream]:
+    async with http.stream("GET", path, headers={"x-session-id": sid, **headers},
+                           timeout=httpx.Timeout(10, read=None)) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "text/event-stream"
+        yield Stream(resp)
+
+
+async def post(http: httpx.AsyncClient, body: Any, sid: str | None = None,
+               path: str = "/events") -> httpx.Response:
+    headers = {"x-session-id": sid} if sid else {}
+    return await http.post(path, content=orjson.dumps(body), headers=headers)
+
+
+async def test_session_create_then_stream_a_response() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([DemoAgent()]) as (http, _):
+            resp = await post(http, CREATE, path="/agents/demo/events")
+            assert resp.status_code == 200
+            sid = resp.headers["x-session-id"]
+            assert resp.json() == {"session_id": sid, "accepted": 1}
+            async with stream(http, sid, "/agents/demo/events/stream") as events:
+                created = await events.next()
+                assert created["type"] == "session.created" and created["session_id"] == sid
+                assert (await events.next())["type"] == "capabilities"
+                # One POST may carry several events as a JSON array.
+                resp = await post(http, [{"type": "input.text", "text": "hi you"},
+                                         {"type": "response.create"}], sid)
+                assert resp.json()["accepted"] == 2
+                got = await events.until("response.done")
+                text = "".join(e["delta"]["text"] for e in got if e["type"] == "response.delta")
+                assert text == "You said: hi you"
+                assert events.ids[:3] == ["1", "2", "3"]
+
+
+async def test_session_id_in_the_query_and_token_refresh() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([TokenAgent()]) as (http, _):
+            resp = await post(http, {**CREATE, "token": "first"})
+            sid = resp.json()["session_id"]
+            async with http.stream("GET", f"/events/stream?session_id={sid}",
+                                   timeout=httpx.Timeout(10, read=None)) as raw:
+                events = Stream(raw)
+                await events.until("capabilities")
+                await post(http, {"type": "session.update", "token": "second"}, sid)
+                assert (await events.next())["type"] == "session.updated"
+                await post(http, {"type": "response.create"}, sid)
+                got = await events.until("response.done")
+                assert got[1]["delta"]["text"] == "token=second"
+
+
+async def test_bad_input_gets_400_and_unknown_sessions_404() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([DemoAgent()]) as (http, _):
+            bad = await http.post("/events", content=b"{nope")
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+            bad = await post(http, {"type": "input.text", "text": "x"})
+            assert bad.status_code == 400
+            assert bad.json()["error"]["code"] == "session_id_required"
+            bad = await post(http, [1, 2])
+            assert bad.status_code == 400 and "array" in bad.json()["error"]["message"]
+            missing = await post(http, {"type": "input.text", "text": "x"}, "sess_nope")
+            assert missing.status_code == 404
+            assert missing.json()["error"]["code"] == "unknown_session"
+            gone = await http.get("/events/stream", headers={"x-session-id": "sess_nope"})
+            assert gone.status_code == 404
+            unknown_agent = await post(http, CREATE, path="/agents/nobody/events")
+            assert unknown_agent.status_code == 404
+            assert unknown_agent.json()["error"]["code"] == "agent_not_found"
+            named = await post(http, {**CREATE, "agent": "nobody"})
+            assert named.status_code == 404
+            assert named.json()["error"]["code"] == "agent_not_found"
+
+            sid = (await post(http, CREATE)).json()["session_id"]
+            invalid = await post(http, [{"type": "input.text", "text": "ok"},
+                                        {"type": "input.text"}], sid)
+            assert invalid.status_code == 400
+            body = invalid.json()
+            assert body["error"]["code"] == "invalid_event" and body["accepted"] == 1
+            assert "text" in body["error"]["message"]
+            # The session survived the bad event.
+            ok = await post(http, {"type": "response.create"}, sid)
+            assert ok.status_code == 200
+            async with stream(http, sid) as events:
+                got = await events.until("response.done")
+                assert got[-1]["response"]["status"] == "completed"
+
+
+async def test_tool_round_trip_and_cancel_over_http() -> None:
+    tool = {"type": "function", "function": {
+        "name": "lookup", "parameters": {"type": "object",
+                                         "properties": {"q": {"type": "string"}},
+                                         "required": ["q"]}}}
+    with trio.fail_after(TIMEOUT):
+        async with serving([DemoAgent()]) as (http, _):
+            sid = (await post(http, {**CREATE, "session": {"modalities": ["text"],
+                                                           "tools": [tool]}})).json()[
+                "session_id"]
+            async with stream(http, sid) as events:
+                await events.until("capabilities")
+                await post(http, [{"type": "input.text", "text": "please lookup x"},
+                                  {"type": "response.create"}], sid)
+                call = (await events.until("tool.call"))[-1]
+                await post(http, {"type": "tool.result", "call_id": call["call_id"],
+                                  "result": "42"}, sid)
+                done = (await events.until("response.done"))[-1]
+                assert done["response"]["output"][-1] == {
+                    "type": "text", "text": "Tool lookup returned: 42"}
+
+
+async def test_last_event_id_replays_and_sessions_expire() -> None:
+    with trio.fail_after(TIMEOUT):
+        limits = SessionLimits(max_sessions=1, idle_timeout=0.3)
+        async with serving([DemoAgent()], limits) as (http, transport):
+            sid = (await post(http, CREATE)).json()["session_id"]
+            async with stream(http, sid) as events:
+                first = await events.until("capabilities")
+            async with stream(http, sid, **{"last-event-id": "1"}) as events:
+                again = await events.next()
+                assert again == first[1]  # event 2 replayed after id 1
+            assert transport.session_count == 1
+            while transport.session_count:
+                await trio.sleep(0.05)
+            gone = await post(http, {"type": "response.create"}, sid)
+            assert gone.status_code == 404
+
+
+async def test_session_end_closes_the_stream() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([DemoAgent()]) as (http, transport):
+            sid = (await post(http, CREATE)).json()["session_id"]
+            async with stream(http, sid) as events:
+                await events.until("capabilities")
+                await post(http, {"type": "session.end", "reason": "user_left"}, sid)
+                rest = [chunk async for chunk in events.chunks]
+                assert b"session" not in b"".join(rest)  # nothing but the end of the stream
+            assert transport.session_count == 0
