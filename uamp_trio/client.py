@@ -59,7 +59,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
-from uamp_proto.errors import RemoteProtocolError
+from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
 from uamp_proto.sse import SSEParser
 
 from ._ws_engine import EngineName, FrameEngine, WebSocketClosed, make_engine
@@ -492,6 +492,19 @@ def _session_config(
     return cfg
 
 
+def _encode(
+    conn: ClientConnection, events: list[ev.Event]
+) -> tuple[list[bytes], UampError | None]:
+    """Encode events until the core refuses one; what was accepted must be sent."""
+    out: list[bytes] = []
+    for event in events:
+        try:
+            out.append(conn.send(event))
+        except LocalProtocolError as exc:
+            return out, UampError(exc.code, exc.message)
+    return out, None
+
+
 def _new_session_id() -> str:
     return "sess_" + os.urandom(12).hex()
 
@@ -666,7 +679,11 @@ class UampClient(_Link):
     async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
         if self._closed is not None:
             raise self._closed
-        await self._write([self._conn.send(e) for e in events])
+        encoded, refused = _encode(self._conn, events)
+        if encoded:
+            await self._write(encoded)
+        if refused is not None:
+            raise refused
 
     async def _forget(self, session: ClientSession) -> None:
         self.sessions.pop(session.id, None)
@@ -885,9 +902,11 @@ class SSEClient(_Link):
         return session
 
     async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
-        conn = session._conn
-        body = b"[" + b",".join(conn.send(e) for e in events) + b"]"
-        await self._post(session, body)
+        encoded, refused = _encode(session._conn, events)
+        if encoded:
+            await self._post(session, b"[" + b",".join(encoded) + b"]")
+        if refused is not None:
+            raise refused
 
     async def _post(self, session: ClientSession, body: bytes) -> None:
         prefix = self._paths[session.id]
