@@ -1,9 +1,16 @@
 """The ``uamp`` command line (also ``python -m uamp_trio``).
 
 ``uamp serve [--host H] [--port P] [--agent module:attr ...] [--certfile F --keyfile F]``
-hosts agents (the demo agent by default) with every built-in transport and
-prints the URL of each endpoint. SIGINT/SIGTERM start a graceful shutdown
-(a second signal stops at once); the process exits 0.
+hosts agents with every built-in transport and prints the URL of each
+endpoint. SIGINT/SIGTERM start a graceful shutdown (a second signal stops at
+once); the process exits 0. By default it hosts ``demo``: a UAP agent
+(:func:`uamp_agents.bridge.demo_agent`, the offline demo model with the tools
+``add`` and ``now``) served through the agent bridge.
+
+``--agent`` takes anything satisfying :class:`uamp_proto.agent.Agent`, or a
+:class:`uamp_agents.Agent` (the UAP runtime), which is wrapped with
+:func:`uamp_agents.bridge.serve_agent`; this module is the only place that
+knows both layers.
 
 ``uamp acp [--agent module:attr] [--payment-token T ...]`` runs one agent (the
 demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
@@ -29,11 +36,10 @@ import trio
 
 from uamp_proto.agent import Agent
 
-from .demo import DemoAgent
 from .routing import App, create_app
 from .server import Server, ServerConfig
 
-__all__ = ["SUBCOMMANDS", "build_parser", "load_agent", "main"]
+__all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "main"]
 
 _DEFAULTS = ServerConfig()
 
@@ -42,8 +48,11 @@ def load_agent(spec: str) -> Agent:
     """Load ``module:attr`` as an agent.
 
     ``attr`` (dotted for nested names) may be an object satisfying
-    :class:`~uamp_proto.agent.Agent`, or a class / zero-argument factory
-    returning one.
+    :class:`~uamp_proto.agent.Agent`, a UAP agent
+    (:class:`uamp_agents.Agent`), or a class / zero-argument factory
+    returning either. A UAP agent is served through
+    :func:`uamp_agents.bridge.serve_agent` under its ``name``, or the
+    attribute's name when it has none.
 
     Raises:
         ValueError: The spec is malformed or does not yield an agent.
@@ -60,17 +69,46 @@ def load_agent(spec: str) -> Agent:
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"--agent {spec!r}: {module_name!r} has no {attr!r}") from None
+    label = attr.rsplit(".", 1)[-1]
+    if _is_uap_agent(obj):
+        return _bridge(obj, label)
     if isinstance(obj, type) or (not isinstance(obj, Agent) and callable(obj)):
         try:
             obj = obj()
         except Exception as exc:
             raise ValueError(f"--agent {spec!r}: calling {attr}() failed: {exc}") from exc
+    if _is_uap_agent(obj):
+        return _bridge(obj, label)
     if not isinstance(obj, Agent):
         raise ValueError(
             f"--agent {spec!r}: {type(obj).__name__} is not an agent "
             "(needs name, capabilities() and async respond(request, emit))"
         )
     return obj
+
+
+def _is_uap_agent(obj: Any) -> bool:
+    from uamp_agents.agent import Agent as UAPAgent
+
+    return isinstance(obj, UAPAgent)
+
+
+def _bridge(obj: Any, label: str) -> Agent:
+    from uamp_agents.bridge import serve_agent
+
+    return serve_agent(obj, name=obj.name or label)
+
+
+def default_agent() -> Agent:
+    """What ``uamp serve`` and ``uamp acp`` host without ``--agent``: the UAP demo agent.
+
+    It is :func:`uamp_agents.bridge.demo_agent` served through the bridge.
+    (:class:`uamp_trio.demo.DemoAgent`, the hand-written agent that needs no
+    runtime, is still there for tests and for ``--agent uamp_trio.demo:DemoAgent``.)
+    """
+    from uamp_agents.bridge import demo_agent, serve_agent
+
+    return serve_agent(demo_agent("demo"))
 
 
 # --- serve --------------------------------------------------------------------
@@ -85,7 +123,7 @@ def _add_serve(sub: Any) -> None:
         action="append",
         default=[],
         metavar="MODULE:ATTR",
-        help="an agent object or factory to host (repeatable; default: the demo agent)",
+        help="an agent (uamp or UAP) or a factory to host (repeatable; default: the demo agent)",
     )
     p.add_argument("--certfile", help="PEM certificate chain: serve HTTPS with ALPN h2/http1.1")
     p.add_argument("--keyfile", help="PEM private key for --certfile")
@@ -108,7 +146,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         print("uamp serve: --certfile and --keyfile go together", file=sys.stderr)
         return 2
     try:
-        agents = [load_agent(spec) for spec in args.agent] or [DemoAgent()]
+        agents = [load_agent(spec) for spec in args.agent] or [default_agent()]
         app = create_app(agents)
         config = ServerConfig(
             host=args.host,
@@ -230,7 +268,7 @@ def _acp_command(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        agent = load_agent(args.agent) if args.agent else DemoAgent()
+        agent = load_agent(args.agent) if args.agent else default_agent()
     except ValueError as exc:
         print(f"uamp acp: {exc}", file=sys.stderr)
         return 2

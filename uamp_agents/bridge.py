@@ -1,0 +1,420 @@
+"""Serving a UAP agent through every transport: :func:`serve_agent`.
+
+The transports serve anything that satisfies the agent boundary,
+:class:`uamp_proto.agent.Agent`: a name, ``capabilities()`` and ``async
+respond(request, emit)``, UAMP events in and out. :func:`serve_agent` wraps a
+runtime :class:`~uamp_agents.agent.Agent` into such an object, an
+:class:`AgentEndpoint`::
+
+    from uamp_agents import agent
+    from uamp_agents.bridge import serve_agent
+    from uamp_trio.routing import create_app
+
+    app = create_app([serve_agent(agent(model=..., tools=[...], name="helper"))])
+
+(``uamp serve --agent module:attr`` does this for any runtime agent it loads.)
+
+Theory of operation
+-------------------
+One ``respond`` call is one streamed run of the agent (:meth:`Agent.stream`)
+inside the transport's task; the run's nursery lives in ``respond``, so when
+the transport cancels the response, the run and every tool call in flight are
+cancelled with it and nothing outlives the call.
+
+*The request.* ``request.messages`` is the whole conversation. When it ends
+with a user message, that message is the run's input and the rest its
+history; otherwise (the ``role="tool"`` results of a client tool round trip,
+or no messages at all) the run resumes the conversation without new input
+(``resume=True``). ``request.instructions`` is appended to the agent's own
+system prompt, ``request.response_format`` (JSON Schema, or any JSON object)
+becomes the run's structured output, and the sampling parameters a transport
+puts in ``request.metadata`` (``temperature``, ``top_p``, ``max_tokens``,
+``stop``, ``seed``, ``presence_penalty``, ``frequency_penalty``) override the
+agent's ``params``. The run's ``state.metadata["uamp"]`` names the agent,
+session and response.
+
+*Client tools.* The tools the client declared (``request.tools``) are offered
+to the model next to the agent's own, as deferred tools
+(:func:`~uamp_agents.tools.deferred_tool`); a client tool named like one of
+the agent's own is left out (the agent's tool wins). When the model calls a
+client tool, the run executes that step's server-side calls, stops, and the
+endpoint emits one :class:`~uamp_proto.events.ToolCall` per client call and
+returns; the transport collects the results and calls ``respond`` again with
+the conversation extended. ``request.tool_choice`` goes to the run: ``none``
+for every model call, a forcing choice (``required`` or a named function) for
+the first one only -- and not again when the run resumes after the client's
+results, where the choice has been honoured already.
+
+*Events out.* The model's events pass through as they are: text and tool-call
+fragments (:class:`~uamp_proto.events.ResponseDelta`),
+:class:`~uamp_proto.events.Thinking`, :class:`~uamp_proto.events.UsageDelta`.
+The agent's own tool calls then get a ``tool_result`` delta with the result
+text (status ``completed`` or ``failed``) and a ``tool.call_done``; a
+server-side call the model did not stream as fragments gets one fragment
+first. Agent-level events become :class:`~uamp_proto.events.Progress` with
+``target="response"``, the step number and a ``stage``: ``step_start``,
+``step_end``, ``reasoning`` (the message is the reasoning text), ``action``,
+``checkpoint``. Usage: the model's ``usage.delta`` events are passed on as
+they come, and when the run's total is larger (sub-agents, a provider that
+reports usage only in its final response) one more ``usage.delta`` carries
+the difference, so the transport's sum equals the run's usage and nothing is
+counted twice.
+
+*Failures.* Runtime errors become :class:`~uamp_proto.agent.AgentError` with
+a code: ``budget_exceeded``, ``provider_error`` (``rate_limit_exceeded`` for
+a 429), ``guardrail_rejected``, ``invalid_structured_output``, ``plan_failed``,
+``max_depth_exceeded``, ``no_model``, ``agent_error``; a run that used up its
+steps without answering is ``max_steps``. An ``AgentError`` or
+``PaymentRequiredError`` raised by a tool's or a middleware's code passes as
+it is; anything else is left to the transport (``internal_error``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.agent import AgentError, Emit, TurnRequest
+from uamp_proto.payment import PaymentRequiredError
+
+from .agent import Agent, NoModelError, agent
+from .context import AgentRuntimeError, StructuredOutputError, SubAgentDepthError
+from .execution import PlanError
+from .middleware import BudgetExceededError, GuardrailError
+from .providers.base import ProviderError
+from .streaming import AgentStreamEvent, UAPEvent
+from .tools import Tool, deferred_tool, tool
+from .turn import Turn
+
+__all__ = ["SAMPLING_PARAMS", "AgentEndpoint", "demo_agent", "serve_agent"]
+
+log = logging.getLogger("uamp_agents.bridge")
+
+#: ``request.metadata`` keys that become model parameters of the run.
+SAMPLING_PARAMS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+)
+
+
+def serve_agent(
+    agent: Agent, *, name: str | None = None, capabilities: ty.Capabilities | None = None
+) -> AgentEndpoint:
+    """Wrap a runtime agent so that every transport can serve it.
+
+    Args:
+        agent: The agent (see :func:`uamp_agents.agent`).
+        name: The name to serve it under (default: the agent's ``name``).
+        capabilities: Use this declaration instead of the derived one.
+
+    Raises:
+        ValueError: Neither ``name`` nor the agent's ``name`` is set.
+    """
+    return AgentEndpoint(agent, name=name, capabilities=capabilities)
+
+
+class AgentEndpoint:
+    """A runtime agent as a :class:`uamp_proto.agent.Agent`; see the module docstring.
+
+    Attributes:
+        agent: The wrapped runtime agent.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        name: str | None = None,
+        capabilities: ty.Capabilities | None = None,
+    ) -> None:
+        served = name or agent.name
+        if not served:
+            raise ValueError("the agent has no name: give it agent(name=...) or pass name=")
+        self.agent = agent
+        self._name = served
+        self._capabilities = capabilities
+
+    def __repr__(self) -> str:
+        return f"<AgentEndpoint {self._name!r} {self.agent!r}>"
+
+    @property
+    def name(self) -> str:
+        """The name the agent is served under."""
+        return self._name
+
+    def capabilities(self) -> ty.Capabilities:
+        """The declaration given, else one derived from the agent.
+
+        ``provider`` is the model's provider name; ``tools.built_in_tools``
+        lists the agent's own tools; ``extensions["uap"]`` carries the agent
+        id, model, strategy and description.
+        """
+        if self._capabilities is not None:
+            return self._capabilities
+        a = self.agent
+        model = a.model
+        own = [t.name for t in a.resolved_tools]
+        uap: dict[str, Any] = {"agent_id": a.id, "execution": a.execution.name}
+        if model is not None:
+            uap["model"] = model.model
+        if a.description:
+            uap["description"] = a.description
+        return ty.Capabilities(
+            id=self._name,
+            provider=model.name if model is not None else "uamp",
+            modalities=["text"],
+            supports_streaming=True,
+            tools=ty.ToolCapabilities(
+                supports_tools=True,
+                supports_parallel_tools=True,
+                supports_streaming_tools=True,
+                built_in_tools=own or None,
+            ),
+            extensions={"uap": uap},
+        )
+
+    # --- one response -----------------------------------------------------------
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Run the agent on the request's conversation; see the module docstring.
+
+        Raises:
+            AgentError: The run failed (see the module docstring for codes).
+        """
+        runner = self._variant(request)
+        messages = list(request.messages)
+        resume = not messages or messages[-1].role != "user"
+        history = messages if resume else messages[:-1]
+        user = None if resume else messages[-1]
+        choice = request.tool_choice
+        if resume and choice is not None and choice not in ("none", "auto"):
+            choice = None  # forced once already, before the client's results
+        stream = runner.stream(
+            history,
+            user,
+            resume=resume,
+            tool_choice=choice,
+            metadata={
+                "uamp": {
+                    "agent": request.agent,
+                    "session_id": request.session_id,
+                    "response_id": request.response_id,
+                }
+            },
+        )
+        own = {t.name for t in runner.resolved_tools if not t.deferred}
+        mapper = _EventMapper(emit, own, request.response_id)
+        failure: Exception | None = None
+        turn: Turn | None = None
+        async with stream:
+            try:
+                async for event in stream:
+                    await mapper.feed(event)
+                turn = await stream.turn
+            except Exception as exc:  # reported below, outside the run's nursery
+                failure = exc
+        if failure is not None:
+            raise _agent_error(failure) from failure
+        assert turn is not None
+        await mapper.finish(turn)
+        if turn.stop_reason == "max_steps":
+            raise AgentError(
+                "max_steps",
+                f"The agent stopped after {turn.steps} steps without a final answer.",
+                {"steps": turn.steps},
+            )
+
+    def _variant(self, request: TurnRequest) -> Agent:
+        """The agent with what the request adds (tools, instructions, params, format)."""
+        a = self.agent
+        changes: dict[str, Any] = {}
+        own = {t.name for t in a.resolved_tools}
+        client: list[Tool] = []
+        for definition in request.tools:
+            fn = definition.function
+            if fn.name in own or any(t.name == fn.name for t in client):
+                log.debug("client tool %r is shadowed by the agent's own tool", fn.name)
+                continue
+            client.append(deferred_tool(fn.name, fn.description, fn.parameters))
+        if client:
+            changes["tools"] = client
+        if request.instructions:
+            changes["system"] = "\n\n".join(p for p in (a.system, request.instructions) if p)
+        params = {k: request.metadata[k] for k in SAMPLING_PARAMS if k in request.metadata}
+        if params:
+            changes["params"] = {**a.params, **params}
+        fmt = request.response_format
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema:
+            schema = fmt.json_schema.get("schema", fmt.json_schema)
+            if isinstance(schema, dict):
+                changes["structure"] = schema
+        elif fmt is not None and fmt.type == "json_object":
+            changes["structure"] = {"type": "object"}
+        return a.derive(**changes) if changes else a
+
+
+class _EventMapper:
+    """Turns one run's stream events into UAMP events for ``emit``."""
+
+    def __init__(self, emit: Emit, own_tools: set[str], response_id: str) -> None:
+        self.emit = emit
+        self.own_tools = own_tools
+        self.response_id = response_id
+        self.sent_usage: ty.UsageStats | None = None
+        self.streamed_calls: set[str] = set()
+
+    async def feed(self, event: AgentStreamEvent) -> None:
+        if event.upp is not None:
+            upp = event.upp
+            if isinstance(upp, ev.UsageDelta):
+                self.sent_usage = _plus(self.sent_usage, upp.delta)
+            elif isinstance(upp, ev.ResponseDelta) and isinstance(upp.delta, ty.DeltaToolCall):
+                self.streamed_calls.add(upp.delta.tool_call.id)
+            await self.emit(upp)
+        elif event.uap is not None:
+            await self._uap(event.uap)
+
+    async def _uap(self, event: UAPEvent) -> None:
+        kind, step, data = event.type, event.step, event.data
+        if kind == "observation":
+            for output in data.get("results", ()):
+                await self._tool_done(output)
+            return
+        message: str | None = None
+        if kind in ("step_start", "step_end"):
+            phase = data.get("phase")
+            verb = "started" if kind == "step_start" else "done"
+            message = f"Step {step} {verb}" + (f" ({phase})" if phase else "")
+        elif kind == "reasoning":
+            message = str(data.get("text", ""))
+        elif kind == "action":
+            calls: Sequence[ty.ToolInvocation] = data.get("tool_calls", ())
+            for call in calls:
+                if call.name in self.own_tools and call.id not in self.streamed_calls:
+                    # Not streamed by the model: show the complete call once.
+                    self.streamed_calls.add(call.id)
+                    fragment = ty.ToolCallFragment(
+                        id=call.id, name=call.name, arguments=call.arguments
+                    )
+                    await self.emit(ev.ResponseDelta(delta=ty.DeltaToolCall(tool_call=fragment)))
+            message = "Calling " + ", ".join(c.name for c in calls)
+        elif kind == "checkpoint":
+            message = str(data.get("checkpoint_id", ""))
+        await self.emit(
+            ev.Progress(
+                target="response",
+                target_id=self.response_id,
+                stage=kind,
+                message=message,
+                step=step,
+            )
+        )
+
+    async def _tool_done(self, output: ty.ToolOutput) -> None:
+        status = "failed" if output.is_error else "completed"
+        result = ty.ToolResultFragment(call_id=output.call_id, result=output.result, status=status)
+        await self.emit(ev.ResponseDelta(delta=ty.DeltaToolResult(tool_result=result)))
+        await self.emit(ev.ToolCallDone(call_id=output.call_id))
+
+    async def finish(self, turn: Turn) -> None:
+        """Top up the usage to the run's total, then hand client calls over."""
+        missing = _minus(turn.usage, self.sent_usage)
+        if missing is not None:
+            self.sent_usage = _plus(self.sent_usage, missing)
+            await self.emit(ev.UsageDelta(delta=missing))
+        for call in turn.pending_tool_calls:
+            await self.emit(ev.ToolCall(call_id=call.id, name=call.name, arguments=call.arguments))
+
+
+def _plus(a: ty.UsageStats | None, b: ty.UsageStats) -> ty.UsageStats:
+    if a is None:
+        return b
+
+    def add(x: int | None, y: int | None) -> int | None:
+        return None if x is None and y is None else (x or 0) + (y or 0)
+
+    return ty.UsageStats(
+        input_tokens=add(a.input_tokens, b.input_tokens),
+        output_tokens=add(a.output_tokens, b.output_tokens),
+        total_tokens=add(a.total_tokens, b.total_tokens),
+        cached_tokens=add(a.cached_tokens, b.cached_tokens),
+    )
+
+
+def _minus(total: ty.UsageStats, sent: ty.UsageStats | None) -> ty.UsageStats | None:
+    """The token counts in ``total`` not yet reported by ``sent`` (``None``: nothing)."""
+
+    def gap(x: int | None, y: int | None) -> int:
+        return max(0, (x or 0) - (y or 0))
+
+    sent = sent or ty.UsageStats()
+    inp = gap(total.input_tokens, sent.input_tokens)
+    out = gap(total.output_tokens, sent.output_tokens)
+    cached = gap(total.cached_tokens, sent.cached_tokens)
+    if not (inp or out or cached):
+        return None
+    return ty.UsageStats(
+        input_tokens=inp, output_tokens=out, total_tokens=inp + out, cached_tokens=cached or None
+    )
+
+
+def _agent_error(exc: BaseException) -> BaseException:
+    """The error to raise to the transport for a failed run."""
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _agent_error(exc.exceptions[0])
+    if isinstance(exc, AgentError | PaymentRequiredError):
+        return exc
+    if isinstance(exc, BudgetExceededError):
+        details = {"kind": exc.kind, "limit": exc.limit, "used": exc.used}
+        return AgentError("budget_exceeded", str(exc), details)
+    if isinstance(exc, ProviderError):
+        code = "rate_limit_exceeded" if exc.status == 429 else "provider_error"
+        extra = {"status": exc.status, "retry_after": exc.retry_after}
+        return AgentError(
+            code,
+            f"The model provider failed: {exc.message}",
+            {k: v for k, v in extra.items() if v is not None} or None,
+        )
+    if isinstance(exc, GuardrailError):
+        return AgentError("guardrail_rejected", str(exc), {"stage": exc.stage})
+    if isinstance(exc, StructuredOutputError):
+        return AgentError("invalid_structured_output", str(exc), {"problems": exc.problems})
+    if isinstance(exc, PlanError):
+        return AgentError("plan_failed", str(exc))
+    if isinstance(exc, SubAgentDepthError):
+        return AgentError("max_depth_exceeded", str(exc))
+    if isinstance(exc, AgentRuntimeError):
+        return AgentError("no_model" if isinstance(exc, NoModelError) else "agent_error", str(exc))
+    return exc
+
+
+# --- the default agent of ``uamp serve`` --------------------------------------------
+
+
+def demo_agent(name: str = "demo") -> Agent:
+    """The agent ``uamp serve`` hosts by default: the offline demo model with two tools.
+
+    Its tools are ``add(a, b)`` and ``now()``; ask it "what is 2+3" or "what
+    time is it". Like every served agent it also calls the client's tools
+    (see :mod:`uamp_agents.providers._demo` for the demo model's rules: it
+    calls a client tool the text names, or the one ``tool_choice`` forces,
+    and answers ``Tool <name> returned: <result>`` from its result). It needs
+    no network, and the same conversation always gets the same reply.
+    """
+    from .providers import _demo
+
+    return agent(
+        model=_demo.demo(),
+        tools=[tool(_demo.add, thread=False), tool(_demo.now, thread=False)],
+        system="You are the uamp demo agent. You can add numbers and tell the time.",
+        name=name,
+        description="The offline demo agent: adds numbers and tells the time.",
+    )
