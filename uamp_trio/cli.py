@@ -278,11 +278,20 @@ def _acp_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- chat ------------------------------------------------------------------------
+
+
+def _add_chat(sub: Any) -> None:
+    from .chat import add_parser
+
+    add_parser(sub)
+
+
 # --- entry point ----------------------------------------------------------------
 
 #: Functions that add a subcommand to the parser. ``uamp chat`` (the native
-#: UAMP client, :mod:`uamp_trio.client`) and ``uamp bench`` register here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp]
+#: UAMP client, :mod:`uamp_trio.chat`) and ``uamp bench`` register here.
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp, _add_chat]
 
 
 def build_parser() -> argparse.ArgumentParser:

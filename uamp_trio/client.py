@@ -780,6 +780,22 @@ class UampClient(_Link):
 
 
 @asynccontextmanager
+async def _body_errors(body: list[BaseException]) -> AsyncIterator[None]:
+    """Let an exception of the caller's own ``async with`` block through unwrapped.
+
+    The client's tasks catch their own errors, so when the client's nursery
+    raises a group whose only member is what the caller's block raised, that
+    exception is the caller's, not ours: re-raise it as it was.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if body and len(group.exceptions) == 1 and group.exceptions[0] is body[0]:
+            raise body[0] from None
+        raise
+
+
+@asynccontextmanager
 async def connect(
     url: str,
     *,
@@ -815,14 +831,18 @@ async def connect(
             await trio.aclose_forcefully(stream)
             raise
     frames = make_engine(client=True, max_message_size=max_message_size, engine=engine)
+    body: list[BaseException] = []
     try:
-        async with trio.open_nursery() as nursery:
+        async with _body_errors(body), trio.open_nursery() as nursery:
             client = UampClient(
                 stream, frames, nursery, delta_window=delta_window, buffer=session_buffer
             )
             nursery.start_soon(client._reader, initial)
             try:
                 yield client
+            except BaseException as exc:
+                body.append(exc)
+                raise
             finally:
                 with trio.move_on_after(1.0) as scope:
                     scope.shield = True
@@ -1007,13 +1027,17 @@ async def connect_sse(
     """
     own = http is None
     client_http = http or httpx.AsyncClient(headers=headers, timeout=30.0)
+    body: list[BaseException] = []
     try:
-        async with trio.open_nursery() as nursery:
+        async with _body_errors(body), trio.open_nursery() as nursery:
             client = SSEClient(
                 client_http, base_url, nursery, delta_window=delta_window, buffer=session_buffer
             )
             try:
                 yield client
+            except BaseException as exc:
+                body.append(exc)
+                raise
             finally:
                 await client.aclose()
                 nursery.cancel_scope.cancel()

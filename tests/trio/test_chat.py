@@ -1,0 +1,95 @@
+"""``uamp chat`` as a real subprocess against a real ``uamp serve`` subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from uamp_trio.chat import chat_url
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV,
+    )
+    assert proc.stdout is not None
+    url = None
+    deadline = time.monotonic() + 20
+    while url is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"serving on (http://[\d.]+:\d+)", line)
+        if m:
+            url = m.group(1)
+    try:
+        assert url is not None, "uamp serve did not start"
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+
+
+def chat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "uamp_trio", "chat", *args],
+        input=stdin, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=30,
+    )
+
+
+def test_chat_once_prints_the_streamed_answer_and_usage(server_url: str) -> None:
+    done = chat(server_url, "--once", "hello there")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].strip(), done.stdout  # the answer, plain text (stdout is a pipe)
+    assert "hello there" in lines[0]
+    assert any(line.startswith("[usage] ") and "total" in line for line in lines)
+    assert "\x1b[" not in done.stdout  # no terminal colours in a pipe
+
+
+def test_chat_reads_lines_until_quit(server_url: str) -> None:
+    ws = server_url.replace("http://", "ws://") + "/agents/demo/uamp"
+    done = chat(ws, stdin="first line\nsecond line\n/quit\n")
+    assert done.returncode == 0, done.stderr
+    assert "first line" in done.stdout and "second line" in done.stdout
+    assert done.stdout.count("[usage]") == 2
+
+
+def test_chat_reports_an_unknown_agent_and_exits_1(server_url: str) -> None:
+    done = chat(server_url, "--agent", "nobody", "--once", "hi")
+    assert done.returncode == 1
+    assert "agent_not_found" in done.stderr and "nobody" in done.stderr
+
+
+def test_chat_reports_a_refused_connection() -> None:
+    done = chat("127.0.0.1:9", "--once", "hi")
+    assert done.returncode == 1 and done.stderr.startswith("uamp chat:")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("127.0.0.1:8765", "ws://127.0.0.1:8765/ws"),
+        ("http://h:1", "ws://h:1/ws"),
+        ("https://h:1/", "wss://h:1/ws"),
+        ("ws://h:1/agents/a/uamp", "ws://h:1/agents/a/uamp"),
+    ],
+)
+def test_chat_url(given: str, expected: str) -> None:
+    assert chat_url(given) == expected

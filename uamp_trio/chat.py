@@ -1,0 +1,199 @@
+"""``uamp chat URL``: an interactive terminal chat over the UAMP WebSocket.
+
+::
+
+    uamp chat ws://127.0.0.1:8765/agents/demo/uamp
+    uamp chat http://127.0.0.1:8765 --agent demo      # -> ws://.../ws
+    uamp chat 127.0.0.1:8765 --once "Hello"           # one turn, for scripts
+
+Tokens are printed as they arrive; tool calls, thinking and usage are shown
+beside them -- with colours (rich) when stdout is a terminal, as plain
+prefixed lines otherwise. ``/quit`` or end of input leaves; Ctrl-C during a
+response cancels it (``response.cancel``), Ctrl-C at the prompt leaves.
+
+Exit status: 0, or 1 when the connection or the session fails (the reason
+goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+
+from .client import ClientSession, UampError, connect
+
+__all__ = ["add_parser", "chat_url", "main", "run_chat"]
+
+
+def chat_url(url: str) -> str:
+    """The WebSocket URL for what the user typed.
+
+    ``host:port`` and ``http(s)://host:port`` (no path) become the
+    multi-agent endpoint ``ws(s)://host:port/ws``; a ``ws://`` URL is kept.
+    """
+    if "://" not in url:
+        url = "ws://" + url
+    parts = urlsplit(url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    path = parts.path if parts.path not in ("", "/") else "/ws"
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+class _Printer:
+    """Writes a response as it streams, rich or plain."""
+
+    def __init__(self, out: TextIO, rich: bool) -> None:
+        self.out = out
+        self.console: Any = None
+        if rich:
+            from rich.console import Console
+
+            self.console = Console(file=out, highlight=False)
+        self.mid_line = False
+
+    def text(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, end="", soft_wrap=True)
+        else:
+            self.out.write(text)
+            self.out.flush()
+        self.mid_line = not text.endswith("\n")
+
+    def note(self, label: str, text: str, style: str) -> None:
+        if self.mid_line:
+            self.text("\n")
+        if self.console is not None:
+            self.console.print(f"[{style}]{label}[/] {text}", style="dim" if label else None,
+                               markup=True, soft_wrap=True)
+        else:
+            self.out.write(f"[{label.strip('[]')}] {text}\n")
+            self.out.flush()
+        self.mid_line = False
+
+    def end(self) -> None:
+        if self.mid_line:
+            self.text("\n")
+
+
+async def _turn(session: ClientSession, text: str, printer: _Printer) -> bool:
+    """One exchange; returns False when the response failed."""
+    stream = session.respond(text)
+    thinking: list[str] = []
+    with trio.CancelScope():
+        async for event in stream:
+            if isinstance(event, ev.ResponseDelta):
+                delta = event.delta
+                if isinstance(delta, ty.DeltaText):
+                    if thinking:
+                        printer.note("thinking", "".join(thinking), "magenta")
+                        thinking.clear()
+                    printer.text(delta.text)
+                elif isinstance(delta, ty.DeltaToolCall) and delta.tool_call.name:
+                    printer.note("tool", f"{delta.tool_call.name} (running)", "cyan")
+                elif isinstance(delta, ty.DeltaToolResult):
+                    printer.note("tool", f"result: {delta.tool_result.result}", "cyan")
+            elif isinstance(event, ev.Thinking):
+                thinking.append(event.content)
+            elif isinstance(event, ev.ToolCall):
+                printer.note("tool", f"{event.name}({event.arguments})", "cyan")
+            elif isinstance(event, ev.ResponseError):
+                printer.note("error", f"{event.error.code}: {event.error.message}", "red")
+    if thinking:
+        printer.note("thinking", "".join(thinking), "magenta")
+    printer.end()
+    result = stream.result
+    if result is None:
+        return False
+    if result.status == "cancelled":
+        printer.note("cancelled", "", "yellow")
+    usage = result.usage
+    if usage is not None:
+        printer.note(
+            "usage",
+            f"input {usage.input_tokens or 0}, output {usage.output_tokens or 0}, "
+            f"total {usage.total_tokens or 0} tokens",
+            "green",
+        )
+    return result.status != "failed"
+
+
+async def run_chat(
+    url: str,
+    *,
+    agent: str | None = None,
+    token: str | None = None,
+    once: str | None = None,
+    out: TextIO | None = None,
+    rich: bool | None = None,
+) -> int:
+    """Run the chat; returns the exit status. See the module docstring."""
+    out = out or sys.stdout
+    use_rich = out.isatty() if rich is None else rich
+    printer = _Printer(out, use_rich)
+    try:
+        async with connect(chat_url(url)) as client:
+            session = await client.create_session(agent, token=token)
+            if once is not None:
+                return 0 if await _turn(session, once, printer) else 1
+            printer.note("connected", f"to {session.agent} (session {session.id}); "
+                         "/quit to leave", "blue")
+            while True:
+                try:
+                    line = await trio.to_thread.run_sync(_prompt, abandon_on_cancel=True)
+                except EOFError:
+                    return 0
+                line = line.strip()
+                if line in ("/quit", "/exit"):
+                    return 0
+                if line:
+                    await _turn(session, line, printer)
+    except (UampError, OSError, trio.TooSlowError) as exc:
+        print(f"uamp chat: {exc}", file=sys.stderr)
+        return 1
+
+
+def _prompt() -> str:
+    return input("> ")
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``chat`` subcommand to the ``uamp`` command line's sub-parsers."""
+    p = sub.add_parser("chat", help="chat with an agent over the UAMP WebSocket")
+    _arguments(p)
+    p.set_defaults(func=_command)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="ws://host:port/agents/NAME/uamp, ws://host:port/ws or host:port")
+    p.add_argument("--agent", help="the agent to talk to (multi-agent endpoints)")
+    p.add_argument("--token", help="per-session auth token")
+    p.add_argument("--once", metavar="TEXT", help="send TEXT, print the answer and exit")
+    p.add_argument("--plain", action="store_true", help="no colours even on a terminal")
+
+
+def _command(args: argparse.Namespace) -> int:
+    return trio.run(
+        lambda: run_chat(
+            args.url, agent=args.agent, token=args.token, once=args.once,
+            rich=False if args.plain else None,
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m uamp_trio.chat URL ...`` (the same as ``uamp chat``)."""
+    parser = argparse.ArgumentParser(prog="uamp chat", description=__doc__.split("\n\n")[0])
+    _arguments(parser)
+    return _command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
