@@ -17,12 +17,14 @@ Endpoints, for every hosted agent (and at the root for a single agent):
   (cancel).
 
 Each task runs one UAMP turn (:func:`uamp_trio.turns.open_turn`) per
-message, *inside the request that sent the message*: a blocking send waits
-for it, a streaming send streams it. ``CancelTask`` (or ``DELETE``) from any
-other request cancels the running turn; ``SubscribeToTask`` attaches to a
-running task's updates. A streaming client that disconnects cancels its
-task (there is no server-wide nursery to run detached work in yet), and a
-``returnImmediately`` / ``blocking: false`` send is served as a blocking one.
+message in the server's background nursery (``App.background``): a blocking
+send waits for it, a streaming send streams it, and a
+``returnImmediately`` (1.0) / ``blocking: false`` (0.3) send answers at once
+with the submitted task. ``CancelTask`` (or ``DELETE``) from any request
+cancels the running turn; ``SubscribeToTask`` attaches to a running task's
+updates; a streaming client that disconnects leaves its task running. (An
+app used without :class:`~uamp_trio.server.Server` has no background nursery
+and runs each turn inside its request.)
 
 Payment (spec 004): a new task consults the app's
 :class:`~uamp_proto.payment.PaymentPolicy` (:meth:`App.payment_required`,
@@ -87,6 +89,9 @@ class _Live:
     cancel: Callable[[], None] | None = None
     cancel_requested: bool = False
     subscribers: list[trio.MemorySendChannel[Update]] = attrs.field(factory=list)
+    #: The request that started a detached run, fed with backpressure until
+    #: it goes away (a client that disconnects no longer cancels the task).
+    primary: trio.MemorySendChannel[Update] | None = None
 
     def publish(self, update: Update) -> None:
         for send in list(self.subscribers):
@@ -199,7 +204,7 @@ class A2ATransport:
         op, params, dialect = call.operation, call.params, call.dialect
         if op == "send":
             prepared = self._prepare(agent, params, dialect, request, rest=False)
-            await self._run(agent, prepared, None)
+            await self._execute(agent, prepared, None, wait=_blocking(params, dialect))
             rendered = a2a.render_task(
                 prepared.task, dialect, history_length=prepared.history_length
             )
@@ -240,7 +245,7 @@ class A2ATransport:
                 result = a2a.render_update(update, dialect)
                 await send(_sse(a2a.result_response(call.id, result)))
 
-            await self._run(agent, prepared, write)
+            await self._execute(agent, prepared, write)
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
@@ -338,7 +343,7 @@ class A2ATransport:
                 for name, data in a2a.rest_events(update):
                     await send(_sse(data, name))
 
-            await self._run(agent, prepared, write)
+            await self._execute(agent, prepared, write)
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
@@ -473,21 +478,63 @@ class A2ATransport:
         )
         return _Prepared(task=task, turn=turn, history_length=history_length, new=new)
 
+    async def _execute(
+        self,
+        agent: Agent,
+        prepared: _Prepared,
+        write: Callable[[Update], Awaitable[None]] | None,
+        *,
+        wait: bool = True,
+    ) -> None:
+        """Run a task's turn, detached from the request when the server allows.
+
+        With the server's background nursery (``App.background``) the turn
+        runs there: the request follows it through ``write`` (or waits for it
+        when ``wait``), and a client that disconnects leaves the task running,
+        so it can still be fetched, subscribed to or cancelled. Without one
+        (an app used outside :class:`~uamp_trio.server.Server`) the turn runs
+        inside the request.
+        """
+        nursery = self.app.background
+        if nursery is None:
+            await self._run(agent, prepared, write)
+            return
+        live = _Live()
+        self._live[prepared.task.id] = live
+        receive: trio.MemoryReceiveChannel[Update] | None = None
+        if write is not None:
+            live.primary, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
+        nursery.start_soon(self._run, agent, prepared, None, live)
+        if receive is not None and write is not None:
+            async with receive:
+                async for update in receive:
+                    await write(update)
+        elif wait:
+            await live.done.wait()
+
     async def _run(
         self,
         agent: Agent,
         prepared: _Prepared,
         write: Callable[[Update], Awaitable[None]] | None,
+        live: _Live | None = None,
     ) -> None:
         """Run one turn of a task, telling ``write`` and subscribers every update."""
         task = prepared.task
-        live = _Live()
+        if live is None:
+            live = _Live()
         self._live[task.id] = live
         run = TaskRun(task, self.ids)
+        current = live
 
         async def deliver(updates: list[Update]) -> None:
             for update in updates:
-                live.publish(update)
+                current.publish(update)
+                if current.primary is not None:
+                    try:
+                        await current.primary.send(update)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        current.primary = None  # its request went away; the task goes on
                 if write is not None:
                     await write(update)
 
@@ -525,6 +572,8 @@ class A2ATransport:
             self._live.pop(task.id, None)
             for send in live.subscribers:
                 send.close()
+            if live.primary is not None:
+                live.primary.close()
             live.done.set()
 
     async def _cancel(self, agent: Agent, task_id: str) -> A2ATask:
@@ -541,6 +590,20 @@ class A2ATransport:
         with trio.move_on_after(_CANCEL_WAIT):
             await live.done.wait()
         return task
+
+
+def _blocking(params: dict[str, Any], dialect: Dialect) -> bool:
+    """Whether a send waits for the task to finish (the default in both dialects).
+
+    1.0 asks not to with ``configuration.returnImmediately: true``, 0.3 with
+    ``configuration.blocking: false``.
+    """
+    config = params.get("configuration")
+    if not isinstance(config, dict):
+        return True
+    if dialect is Dialect.V1:
+        return config.get("returnImmediately") is not True
+    return config.get("blocking") is not False
 
 
 class _PaymentRefused(Exception):

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 
 from uamp_proto.agent import Agent
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
@@ -171,6 +172,10 @@ class App:
         #: Transports read it when a request arrives, so it may be set after
         #: mounting.
         self.payment_policy: PaymentPolicy | None = payment_policy
+        #: A nursery for work that outlives the request that started it (A2A
+        #: tasks). :class:`~uamp_trio.server.Server` sets it while serving and
+        #: cancels what is left at the end of its shutdown grace period.
+        self.background: trio.Nursery | None = None
         for agent in agents:
             self.add_agent(agent)
 

@@ -189,6 +189,8 @@ class Server:
         ]
         try:
             async with trio.open_nursery() as connections:
+                if self.app is not None:
+                    self.app.background = connections
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
                         acceptors.start_soon(self._accept_loop, listener, connections)
@@ -200,6 +202,8 @@ class Server:
                 await self._drain()
                 connections.cancel_scope.cancel()
         finally:
+            if self.app is not None:
+                self.app.background = None
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
