@@ -1,0 +1,955 @@
+"""Spec 003's signed envelope: types, strict validation, canonical JSON, state.
+
+Theory of operation
+-------------------
+
+Spec 003 ("UAMP 1.0", the envelope spec) wraps every message in an
+:class:`Envelope` (section 4, schema in Appendix A.1) and streams partial
+results as :class:`Delta` frames (section 5, Appendix A.2). This module is
+the sans-IO part of that: typed values, JSON in and out, and the canonical
+form that the detached signature of :mod:`uamp_proto.signing` covers.
+
+* **Strict.** The schema says ``additionalProperties: false`` for both the
+  envelope and the delta, so an unknown top-level key is refused, with every
+  offending name in the message. Nested ``body`` and ``context`` items allow
+  extra members in the schema; they are kept (in ``extra``) rather than
+  dropped, because a signature covers them.
+* **Absent is not default.** ``delta_window`` (default 64), ``body.encoding``
+  (``utf-8``) and ``body.compression`` (``none``) are ``None`` when the sender
+  left them out, and the ``effective_*`` helpers give the default. Writing a
+  default the sender did not write would change the canonical bytes and
+  break the sender's signature.
+* **One error type.** Every refusal is an :class:`EnvelopeError` whose
+  ``path`` names the offending member (``$.context[1].hash``). Constructors
+  validate too, so a value built in code is as trustworthy as a decoded one.
+* **Canonical JSON** (section 4.2): keys sorted at every level (by code
+  point, which is also UTF-8 byte order), UTF-8, no whitespace, ``sig``
+  left out. Strings use JSON's short escapes (``\\n``, ``\\"``, ``\\\\``) and
+  ``\\u00XX`` for other control characters; everything else is written as
+  raw UTF-8. The spec does not fix a number form; integers are written in
+  decimal and floats in their shortest round-trip form (``1.0``, ``1e+20``).
+* **State** (section 10) is a transition table, :data:`TRANSITIONS`, driven
+  by :class:`Exchange`; a move missing from the table raises
+  :class:`InvalidTransition`.
+* **Error codes** (section 9) are :class:`ErrorCode` constants with their
+  retry flags.
+
+Nothing here reads a clock or draws randomness: ids and timestamps are
+values the caller supplies.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from .errors import ProtocolError
+
+__all__ = [
+    "BACKEND_BUSY",
+    "DEFAULT_COMPRESSION",
+    "DEFAULT_DELTA_WINDOW",
+    "DEFAULT_ENCODING",
+    "DEFAULT_MAX_SIZE",
+    "ERROR_CODES",
+    "MISSING_DELTA_SEQ",
+    "PAYLOAD_TOO_LARGE",
+    "TRANSITIONS",
+    "UNAUTHENTICATED",
+    "UNAUTHORIZED",
+    "Body",
+    "ContextRef",
+    "Delta",
+    "DeltaType",
+    "Envelope",
+    "EnvelopeError",
+    "ErrorCode",
+    "Exchange",
+    "ExchangeState",
+    "Intent",
+    "InvalidTransition",
+    "Trigger",
+    "canonical_json",
+    "decode_delta",
+    "decode_envelope",
+    "encode_delta",
+    "encode_envelope",
+    "envelope_canonical_json",
+    "envelope_sha256",
+    "is_date_time",
+    "trigger_for",
+]
+
+#: ``delta_window`` when the envelope does not say (section 4, A.1 ``default``).
+DEFAULT_DELTA_WINDOW: Final = 64
+#: ``body.encoding`` when absent (A.1 ``default``).
+DEFAULT_ENCODING: Final = "utf-8"
+#: ``body.compression`` when absent (A.1 ``default``).
+DEFAULT_COMPRESSION: Final = "none"
+#: Largest encoded envelope or delta :func:`decode_envelope` accepts, in bytes.
+#: Past it the error carries :data:`PAYLOAD_TOO_LARGE` (section 9, 4.13).
+DEFAULT_MAX_SIZE: Final = 4 * 1024 * 1024
+#: Deepest nesting of JSON values accepted in ``ext`` / ``payload``; orjson
+#: itself stops at 255 levels, so deeper values could not be encoded anyway.
+_MAX_DEPTH: Final = 250
+
+
+# --- error codes (section 9) -------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ErrorCode:
+    """One row of spec 003's error table (section 9).
+
+    Attributes:
+        code: The code as the spec writes it (``"4.09"``).
+        condition: The spec's name for the condition.
+        retryable: Whether the spec marks the error as worth retrying.
+        retry_after: Whether a retry should wait for a ``Retry-After`` hint.
+    """
+
+    code: str
+    condition: str
+    retryable: bool
+    retry_after: bool = False
+
+
+#: 4.01: the peer is not authenticated (bad or missing signature or token).
+UNAUTHENTICATED: Final = ErrorCode(code="4.01", condition="Unauthenticated", retryable=False)
+#: 4.03: authenticated, but not allowed (wrong audience, missing scope).
+UNAUTHORIZED: Final = ErrorCode(code="4.03", condition="Unauthorized", retryable=False)
+#: 4.09: a ``delta_seq`` is missing from a stream; resend from the gap.
+MISSING_DELTA_SEQ: Final = ErrorCode(code="4.09", condition="Missing delta_seq", retryable=True)
+#: 4.13: the envelope or its body is larger than the receiver accepts.
+PAYLOAD_TOO_LARGE: Final = ErrorCode(code="4.13", condition="Payload too large", retryable=False)
+#: 5.04: the backend is busy; retry after the ``Retry-After`` delay.
+BACKEND_BUSY: Final = ErrorCode(
+    code="5.04", condition="Backend busy", retryable=True, retry_after=True
+)
+
+#: Every section 9 code by its string.
+ERROR_CODES: Final[Mapping[str, ErrorCode]] = {
+    e.code: e
+    for e in (UNAUTHENTICATED, UNAUTHORIZED, MISSING_DELTA_SEQ, PAYLOAD_TOO_LARGE, BACKEND_BUSY)
+}
+
+
+# --- the error type -----------------------------------------------------------
+
+PathSegment = str | int
+
+
+def _render_path(path: Sequence[PathSegment]) -> str:
+    out = ["$"]
+    for seg in path:
+        out.append(f"[{seg}]" if isinstance(seg, int) else f".{seg}")
+    return "".join(out)
+
+
+class EnvelopeError(ValueError):
+    """An envelope or delta that breaks spec 003 (Appendix A schemas, section 4).
+
+    Raised by the constructors, :func:`decode_envelope`, :func:`decode_delta`
+    and :func:`canonical_json`; never anything else for bad input.
+
+    Attributes:
+        path: Where the problem is, as segments (``("context", 1, "hash")``).
+        reason: A sentence naming the problem.
+        error_code: The section 9 code a receiver should answer with, when
+            one fits (:data:`PAYLOAD_TOO_LARGE` for oversized input), else
+            ``None``.
+    """
+
+    def __init__(
+        self,
+        path: Sequence[PathSegment],
+        reason: str,
+        *,
+        error_code: ErrorCode | None = None,
+    ) -> None:
+        self.path: tuple[PathSegment, ...] = tuple(path)
+        self.reason = reason
+        self.error_code = error_code
+        super().__init__(f"{self.where}: {reason}")
+
+    @property
+    def where(self) -> str:
+        """The path rendered JSONPath-style: ``$.context[1].hash``."""
+        return _render_path(self.path)
+
+    def under(self, *prefix: PathSegment) -> EnvelopeError:
+        """The same error, with ``prefix`` put in front of its path."""
+        return EnvelopeError((*prefix, *self.path), self.reason, error_code=self.error_code)
+
+
+# --- formats --------------------------------------------------------------------
+
+# JSON Schema "uuid" is the bare 8-4-4-4-12 form; spec 003's own examples
+# write ids as URNs ("urn:uuid:..."), so both are accepted. The version
+# nibble is not checked: the schema does not ask for v4 specifically.
+_UUID = re.compile(
+    r"^(?:[uU][rR][nN]:[uU][uU][iI][dD]:)?"
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+# RFC 3339 date-time (JSON Schema "date-time"); ranges are checked by hand
+# below because this module may not import datetime.
+_DATE_TIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?"
+    r"(?:[Zz]|[+-](\d{2}):(\d{2}))$"
+)
+# RFC 3986 absolute URI, checked loosely: a scheme, a colon, and then no
+# whitespace, controls or characters RFC 3986 never allows unescaped.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]+$")
+# Appendix A.1, context[].hash.
+_CONTEXT_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _is_leap(year: int) -> bool:
+    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+
+
+def is_date_time(value: str) -> bool:
+    """Whether ``value`` is an RFC 3339 date-time (``2025-07-10T13:37:05Z``)."""
+    m = _DATE_TIME.match(value)
+    if m is None:
+        return False
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    if not 1 <= month <= 12:
+        return False
+    days = 29 if month == 2 and _is_leap(year) else _DAYS_IN_MONTH[month - 1]
+    if not 1 <= day <= days or hour > 23 or minute > 59 or second > 60:
+        return False
+    off_h, off_m = m.group(7), m.group(8)
+    return off_h is None or (int(off_h) <= 23 and int(off_m) <= 59)
+
+
+def _need_str(value: object, path: Sequence[PathSegment]) -> str:
+    if not isinstance(value, str):
+        raise EnvelopeError(path, f"must be a string, not {_kind(value)}")
+    return value
+
+
+def _need_uuid(value: object, path: Sequence[PathSegment]) -> None:
+    if not _UUID.match(_need_str(value, path)):
+        raise EnvelopeError(path, f"must be a UUID or urn:uuid: URN, not {value!r}")
+
+
+def _need_date_time(value: object, path: Sequence[PathSegment]) -> None:
+    if not is_date_time(_need_str(value, path)):
+        raise EnvelopeError(
+            path, f"must be an RFC 3339 date-time such as 2025-07-10T13:37:05Z, not {value!r}"
+        )
+
+
+def _need_uri(value: object, path: Sequence[PathSegment]) -> None:
+    if not _URI.match(_need_str(value, path)):
+        raise EnvelopeError(path, f"must be an absolute URI (scheme:rest), not {value!r}")
+
+
+def _need_int(value: object, path: Sequence[PathSegment], minimum: int) -> None:
+    # bool is an int subclass in Python but not an integer in JSON.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EnvelopeError(path, f"must be an integer, not {_kind(value)}")
+    if value < minimum:
+        raise EnvelopeError(path, f"must be at least {minimum}, not {value}")
+
+
+def _kind(value: object) -> str:
+    names = {
+        type(None): "null",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        tuple: "an array",
+        dict: "an object",
+    }
+    return names.get(type(value), type(value).__name__)
+
+
+def _check_json(value: object, path: tuple[PathSegment, ...], depth: int = 0) -> None:
+    """Refuse anything that is not plain JSON (or that JSON cannot carry exactly)."""
+    if depth > _MAX_DEPTH:
+        raise EnvelopeError(path, f"is nested deeper than {_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise EnvelopeError(path, "is an integer outside the 64-bit range JSON tools share")
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise EnvelopeError(path, "is NaN or infinite, which JSON cannot represent")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json(item, (*path, i), depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise EnvelopeError(path, f"has a non-string key {key!r}")
+            _check_json(item, (*path, key), depth + 1)
+        return
+    raise EnvelopeError(path, f"holds {_kind(value)}, which is not a JSON value")
+
+
+def _need_object(value: object, path: Sequence[PathSegment]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise EnvelopeError(path, f"must be an object, not {_kind(value)}")
+    return value
+
+
+def _check_members(
+    obj: Mapping[str, Any],
+    path: Sequence[PathSegment],
+    *,
+    required: Sequence[str],
+    allowed: frozenset[str] | None,
+    what: str,
+) -> None:
+    if allowed is not None:
+        unknown = sorted(k for k in obj if k not in allowed)
+        if unknown:
+            names = ", ".join(repr(k) for k in unknown)
+            raise EnvelopeError(
+                path,
+                f"unknown field(s) {names}: the {what} allows no additional properties "
+                f"(spec 003 Appendix A); allowed: {', '.join(sorted(allowed))}",
+            )
+    missing = [k for k in required if k not in obj]
+    if missing:
+        names = ", ".join(repr(k) for k in missing)
+        raise EnvelopeError(path, f"missing required field(s) {names} of the {what}")
+
+
+def _as_tuple(value: Any) -> Any:
+    # Lists become tuples so the frozen value is immutable; anything else is
+    # left for the validator to refuse with a proper message.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _check_extra(extra: Mapping[str, Any], known: frozenset[str]) -> None:
+    if not isinstance(extra, Mapping):
+        raise EnvelopeError((), f"extra must be a mapping, not {_kind(extra)}")
+    clash = sorted(k for k in extra if k in known)
+    if clash:
+        raise EnvelopeError((clash[0],), "is a declared field; pass it as one, not in extra")
+    _check_json(dict(extra), ())
+
+
+# --- vocabularies -------------------------------------------------------------------
+
+
+class Intent(enum.StrEnum):
+    """Canonical intent vocabulary (spec 003 section 4.1)."""
+
+    ASK = "ask"
+    """Request an action or answer and expect a direct response."""
+    INFORM = "inform"
+    """Provide data without expecting a response."""
+    PROPOSE = "propose"
+    """Offer a contract or plan."""
+    CONFIRM = "confirm"
+    """Acknowledge (ACK)."""
+    DENY = "deny"
+    """Refuse (NAK)."""
+    PROGRESS = "progress"
+    """Partial update within a stream (also the delta acknowledgement, section 5)."""
+    CANCEL = "cancel"
+    """Withdraw a pending request."""
+    SUBSCRIBE = "subscribe"
+    """Establish a long-lived stream."""
+    NOTIFY = "notify"
+    """Push an event on a long-lived stream."""
+    ERROR = "error"
+    """Failure report."""
+
+
+class DeltaType(enum.StrEnum):
+    """``type`` of a delta frame (spec 003 section 5, Appendix A.2)."""
+
+    PATCH = "patch"
+    CHUNK = "chunk"
+    PROGRESS = "progress"
+    DONE = "done"
+    CANCEL = "cancel"
+    ERROR = "error"
+
+
+_BODY_FIELDS: Final = frozenset({"type", "content", "encoding", "compression"})
+_CONTEXT_FIELDS: Final = frozenset({"id", "hash"})
+
+
+def _to_intent(value: Intent | str) -> Intent:
+    try:
+        return Intent(value)
+    except ValueError:
+        allowed = ", ".join(i.value for i in Intent)
+        raise EnvelopeError(("intent",), f"must be one of {allowed}, not {value!r}") from None
+
+
+def _to_delta_type(value: DeltaType | str) -> DeltaType:
+    try:
+        return DeltaType(value)
+    except ValueError:
+        allowed = ", ".join(t.value for t in DeltaType)
+        raise EnvelopeError(("type",), f"must be one of {allowed}, not {value!r}") from None
+
+
+# --- the types ------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Body:
+    """``body`` of an envelope (Appendix A.1).
+
+    Attributes:
+        type: Media type of ``content`` (``text/markdown``).
+        content: The payload, as a string (binary content is carried encoded).
+        encoding: Character or transfer encoding; ``None`` when absent
+            (meaning :data:`DEFAULT_ENCODING`).
+        compression: Compression applied to ``content``; ``None`` when absent
+            (meaning :data:`DEFAULT_COMPRESSION`).
+        extra: Members the schema does not name; kept because the signature
+            covers them.
+    """
+
+    type: str
+    content: str
+    encoding: str | None = None
+    compression: str | None = None
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        _need_str(self.type, ("type",))
+        _need_str(self.content, ("content",))
+        if self.encoding is not None:
+            _need_str(self.encoding, ("encoding",))
+        if self.compression is not None:
+            _need_str(self.compression, ("compression",))
+        _check_extra(self.extra, _BODY_FIELDS)
+
+    @property
+    def effective_encoding(self) -> str:
+        """``encoding``, or the schema's default when absent."""
+        return DEFAULT_ENCODING if self.encoding is None else self.encoding
+
+    @property
+    def effective_compression(self) -> str:
+        """``compression``, or the schema's default when absent."""
+        return DEFAULT_COMPRESSION if self.compression is None else self.compression
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object, with only the members that are present."""
+        out: dict[str, Any] = {**self.extra, "type": self.type, "content": self.content}
+        if self.encoding is not None:
+            out["encoding"] = self.encoding
+        if self.compression is not None:
+            out["compression"] = self.compression
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: object) -> Body:
+        """Validate and build from a decoded JSON value.
+
+        Raises:
+            EnvelopeError: With a path relative to the body.
+        """
+        data = _need_object(obj, ())
+        _check_members(data, (), required=("type", "content"), allowed=None, what="body")
+        return cls(
+            type=data["type"],
+            content=data["content"],
+            encoding=data.get("encoding"),
+            compression=data.get("compression"),
+            extra={k: v for k, v in data.items() if k not in _BODY_FIELDS},
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ContextRef:
+    """One ``context[]`` item: a prior message by id and content hash.
+
+    Attributes:
+        id: The referenced envelope's id (UUID or ``urn:uuid:`` URN).
+        hash: ``sha256:`` and 64 lowercase hex digits.
+        extra: Members the schema does not name (kept, as for :class:`Body`).
+    """
+
+    id: str
+    hash: str
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        _need_uuid(self.id, ("id",))
+        if not _CONTEXT_HASH.match(_need_str(self.hash, ("hash",))):
+            raise EnvelopeError(
+                ("hash",), f"must match {_CONTEXT_HASH.pattern} (lowercase hex), not {self.hash!r}"
+            )
+        _check_extra(self.extra, _CONTEXT_FIELDS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        return {**self.extra, "id": self.id, "hash": self.hash}
+
+    @classmethod
+    def from_dict(cls, obj: object) -> ContextRef:
+        """Validate and build from a decoded JSON value.
+
+        Raises:
+            EnvelopeError: With a path relative to the item.
+        """
+        data = _need_object(obj, ())
+        _check_members(data, (), required=("id", "hash"), allowed=None, what="context item")
+        return cls(
+            id=data["id"],
+            hash=data["hash"],
+            extra={k: v for k, v in data.items() if k not in _CONTEXT_FIELDS},
+        )
+
+
+_ENVELOPE_KEYS: Final = frozenset(
+    {
+        "id",
+        "ts",
+        "from",
+        "to",
+        "intent",
+        "reply_to",
+        "context",
+        "stream_id",
+        "delta_window",
+        "body",
+        "cap_token",
+        "sig",
+        "ext",
+    }
+)
+_ENVELOPE_REQUIRED: Final = ("id", "ts", "from", "to", "intent", "body")
+
+
+@attrs.frozen(kw_only=True)
+class Envelope:
+    """A spec 003 envelope (section 4, Appendix A.1).
+
+    Optional members are ``None`` when absent; they are then left out of the
+    JSON and of the canonical form.
+
+    Attributes:
+        id: Message id: a UUID, bare or as ``urn:uuid:`` URN.
+        ts: Creation time, RFC 3339 (``2025-07-10T13:37:05Z``).
+        from_: Sender, an absolute URI (``did:web:client.example``); ``from``
+            on the wire.
+        to: Recipients, at least one absolute URI.
+        intent: What the sender wants (section 4.1).
+        reply_to: Id of the envelope this one answers.
+        context: Prior messages this one depends on.
+        stream_id: The delta stream this envelope opens or belongs to.
+        delta_window: Un-acknowledged deltas the sender may receive, at
+            least 1; ``None`` means :data:`DEFAULT_DELTA_WINDOW`.
+        body: The payload.
+        cap_token: Capability token (JWT) granting the request
+            (section 6.2; see :func:`uamp_proto.signing.verify_cap_token`).
+        sig: Detached JWS over the canonical form (section 6.3). The schema
+            requires it on the wire; it is ``None`` only on an envelope not
+            yet signed (:func:`uamp_proto.signing.sign_envelope` sets it).
+        ext: Extension members (any JSON object).
+    """
+
+    id: str
+    ts: str
+    from_: str
+    to: tuple[str, ...] = attrs.field(converter=_as_tuple)
+    intent: Intent = attrs.field(converter=_to_intent)
+    body: Body
+    reply_to: str | None = None
+    context: tuple[ContextRef, ...] | None = attrs.field(default=None, converter=_as_tuple)
+    stream_id: str | None = None
+    delta_window: int | None = None
+    cap_token: str | None = None
+    sig: str | None = None
+    ext: Mapping[str, Any] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _need_uuid(self.id, ("id",))
+        _need_date_time(self.ts, ("ts",))
+        _need_uri(self.from_, ("from",))
+        if not isinstance(self.to, tuple):
+            raise EnvelopeError(("to",), f"must be an array, not {_kind(self.to)}")
+        if not self.to:
+            raise EnvelopeError(("to",), "must name at least one recipient")
+        for i, recipient in enumerate(self.to):
+            _need_uri(recipient, ("to", i))
+        if self.reply_to is not None:
+            _need_uuid(self.reply_to, ("reply_to",))
+        if self.context is not None:
+            if not isinstance(self.context, tuple):
+                raise EnvelopeError(("context",), f"must be an array, not {_kind(self.context)}")
+            for i, item in enumerate(self.context):
+                if not isinstance(item, ContextRef):
+                    raise EnvelopeError(("context", i), "must be a ContextRef")
+        if self.stream_id is not None:
+            _need_str(self.stream_id, ("stream_id",))
+        if self.delta_window is not None:
+            _need_int(self.delta_window, ("delta_window",), 1)
+        if not isinstance(self.body, Body):
+            raise EnvelopeError(("body",), "must be a Body")
+        if self.cap_token is not None:
+            _need_str(self.cap_token, ("cap_token",))
+        if self.sig is not None:
+            _need_str(self.sig, ("sig",))
+        if self.ext is not None:
+            _need_object(self.ext, ("ext",))
+            _check_json(self.ext, ("ext",))
+
+    @property
+    def effective_delta_window(self) -> int:
+        """``delta_window``, or :data:`DEFAULT_DELTA_WINDOW` when absent."""
+        return DEFAULT_DELTA_WINDOW if self.delta_window is None else self.delta_window
+
+    def to_dict(self, *, include_sig: bool = True) -> dict[str, Any]:
+        """The JSON object, with only the members that are present.
+
+        Args:
+            include_sig: Leave ``sig`` out when false (the canonical form).
+        """
+        out: dict[str, Any] = {
+            "id": self.id,
+            "ts": self.ts,
+            "from": self.from_,
+            "to": list(self.to),
+            "intent": self.intent.value,
+        }
+        if self.reply_to is not None:
+            out["reply_to"] = self.reply_to
+        if self.context is not None:
+            out["context"] = [c.to_dict() for c in self.context]
+        if self.stream_id is not None:
+            out["stream_id"] = self.stream_id
+        if self.delta_window is not None:
+            out["delta_window"] = self.delta_window
+        out["body"] = self.body.to_dict()
+        if self.cap_token is not None:
+            out["cap_token"] = self.cap_token
+        if self.sig is not None and include_sig:
+            out["sig"] = self.sig
+        if self.ext is not None:
+            out["ext"] = self.ext
+        return out
+
+
+_DELTA_KEYS: Final = frozenset({"delta_seq", "stream_id", "ts", "type", "payload"})
+_DELTA_REQUIRED: Final = ("delta_seq", "stream_id", "ts", "type")
+
+
+@attrs.frozen(kw_only=True)
+class Delta:
+    """A delta frame of a stream (spec 003 section 5, Appendix A.2).
+
+    Attributes:
+        delta_seq: Position in the stream, from 0.
+        stream_id: The stream (the opening envelope's ``stream_id``).
+        ts: RFC 3339 date-time.
+        type: What the frame carries.
+        payload: The frame's data (any JSON object), or ``None`` if absent.
+    """
+
+    delta_seq: int
+    stream_id: str
+    ts: str
+    type: DeltaType = attrs.field(converter=_to_delta_type)
+    payload: Mapping[str, Any] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _need_int(self.delta_seq, ("delta_seq",), 0)
+        _need_str(self.stream_id, ("stream_id",))
+        _need_date_time(self.ts, ("ts",))
+        if self.payload is not None:
+            _need_object(self.payload, ("payload",))
+            _check_json(self.payload, ("payload",))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        out: dict[str, Any] = {
+            "delta_seq": self.delta_seq,
+            "stream_id": self.stream_id,
+            "ts": self.ts,
+            "type": self.type.value,
+        }
+        if self.payload is not None:
+            out["payload"] = self.payload
+        return out
+
+
+# --- JSON in and out --------------------------------------------------------------------
+
+
+def _load(data: bytes | str | Mapping[str, Any], max_size: int, what: str) -> dict[str, Any]:
+    if isinstance(data, Mapping):
+        return dict(data)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise EnvelopeError((), f"cannot decode a {type(data).__name__}; pass bytes or str")
+    if len(raw) > max_size:
+        raise EnvelopeError(
+            (),
+            f"the {what} is {len(raw)} bytes, more than the {max_size} accepted",
+            error_code=PAYLOAD_TOO_LARGE,
+        )
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError((), f"not valid JSON: {exc}") from None
+    return _need_object(obj, ())
+
+
+def decode_envelope(
+    data: bytes | str | Mapping[str, Any],
+    *,
+    require_sig: bool = True,
+    max_size: int = DEFAULT_MAX_SIZE,
+) -> Envelope:
+    """Parse and validate an envelope (Appendix A.1).
+
+    Args:
+        data: JSON bytes or text, or an already-decoded object.
+        require_sig: Refuse an envelope without ``sig``, as the schema does.
+            Pass ``False`` to read an envelope that is about to be signed.
+        max_size: Largest accepted input, in bytes (not applied to a mapping).
+
+    Returns:
+        The envelope; re-encoding it gives back the same members.
+
+    Raises:
+        EnvelopeError: The input is not JSON, too large (``error_code`` is
+            :data:`PAYLOAD_TOO_LARGE`), has unknown or missing members, or a
+            member of the wrong type or format; ``path`` says which.
+    """
+    obj = _load(data, max_size, "envelope")
+    required = (*_ENVELOPE_REQUIRED, "sig") if require_sig else _ENVELOPE_REQUIRED
+    _check_members(obj, (), required=required, allowed=_ENVELOPE_KEYS, what="envelope")
+    try:
+        body = Body.from_dict(obj["body"])
+    except EnvelopeError as exc:
+        raise exc.under("body") from None
+    context: Any = obj.get("context")
+    if context is not None:
+        if not isinstance(context, list):
+            raise EnvelopeError(("context",), f"must be an array, not {_kind(context)}")
+        items = []
+        for i, item in enumerate(context):
+            try:
+                items.append(ContextRef.from_dict(item))
+            except EnvelopeError as exc:
+                raise exc.under("context", i) from None
+        context = tuple(items)
+    to = obj["to"]
+    if not isinstance(to, list):
+        raise EnvelopeError(("to",), f"must be an array, not {_kind(to)}")
+    for key in ("reply_to", "stream_id", "delta_window", "cap_token", "sig", "ext"):
+        # JSON null is not a string / integer / object: absent members are
+        # left out, never written as null.
+        if key in obj and obj[key] is None:
+            raise EnvelopeError((key,), "must not be null (leave the member out instead)")
+    return Envelope(
+        id=obj["id"],
+        ts=obj["ts"],
+        from_=obj["from"],
+        to=to,
+        intent=obj["intent"],
+        body=body,
+        reply_to=obj.get("reply_to"),
+        context=context,
+        stream_id=obj.get("stream_id"),
+        delta_window=obj.get("delta_window"),
+        cap_token=obj.get("cap_token"),
+        sig=obj.get("sig"),
+        ext=obj.get("ext"),
+    )
+
+
+def encode_envelope(envelope: Envelope) -> bytes:
+    """The envelope as compact JSON bytes (member order as in section 4)."""
+    return orjson.dumps(envelope.to_dict())
+
+
+def decode_delta(
+    data: bytes | str | Mapping[str, Any], *, max_size: int = DEFAULT_MAX_SIZE
+) -> Delta:
+    """Parse and validate a delta frame (Appendix A.2).
+
+    Raises:
+        EnvelopeError: As :func:`decode_envelope`.
+    """
+    obj = _load(data, max_size, "delta")
+    _check_members(obj, (), required=_DELTA_REQUIRED, allowed=_DELTA_KEYS, what="delta")
+    if "payload" in obj and obj["payload"] is None:
+        raise EnvelopeError(("payload",), "must not be null (leave the member out instead)")
+    return Delta(
+        delta_seq=obj["delta_seq"],
+        stream_id=obj["stream_id"],
+        ts=obj["ts"],
+        type=obj["type"],
+        payload=obj.get("payload"),
+    )
+
+
+def encode_delta(delta: Delta) -> bytes:
+    """The delta frame as compact JSON bytes."""
+    return orjson.dumps(delta.to_dict())
+
+
+# --- canonical JSON (section 4.2) -------------------------------------------------------
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON form of ``value`` (spec 003 section 4.2).
+
+    Object keys are sorted at every level (by code point), the text is
+    UTF-8 and there is no whitespace between tokens.
+
+    Raises:
+        EnvelopeError: ``value`` holds something that is not plain JSON
+            (NaN, a non-string key, a set, an integer beyond 64 bits...).
+    """
+    _check_json(value, ())
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def envelope_canonical_json(envelope: Envelope) -> bytes:
+    """The bytes an envelope's signature covers: canonical JSON without ``sig``."""
+    return canonical_json(envelope.to_dict(include_sig=False))
+
+
+def envelope_sha256(envelope: Envelope) -> str:
+    """Hex SHA-256 of :func:`envelope_canonical_json` (the JWS payload's ``sha256``)."""
+    return hashlib.sha256(envelope_canonical_json(envelope)).hexdigest()
+
+
+# --- state machine (section 10) ---------------------------------------------------------
+
+
+class ExchangeState(enum.Enum):
+    """States of one request as its receiver tracks it (section 10)."""
+
+    NEW = "new"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class Trigger(enum.Enum):
+    """What moves the state machine: the labels of section 10's arrows."""
+
+    ASK = "ask"
+    SUBSCRIBE = "subscribe"
+    CONFIRM = "confirm"
+    DONE = "done"
+    CANCEL = "cancel"
+    ERROR = "error"
+
+
+#: Section 10 as data: ``{state: {trigger: next state}}``. A trigger missing
+#: under a state is a protocol error; the three end states accept nothing.
+TRANSITIONS: Final[Mapping[ExchangeState, Mapping[Trigger, ExchangeState]]] = {
+    ExchangeState.NEW: {
+        Trigger.ASK: ExchangeState.IN_PROGRESS,
+        Trigger.SUBSCRIBE: ExchangeState.IN_PROGRESS,
+    },
+    ExchangeState.IN_PROGRESS: {
+        Trigger.CONFIRM: ExchangeState.COMPLETED,
+        Trigger.DONE: ExchangeState.COMPLETED,
+        Trigger.CANCEL: ExchangeState.CANCELLED,
+        Trigger.ERROR: ExchangeState.ERROR,
+    },
+    ExchangeState.COMPLETED: {},
+    ExchangeState.CANCELLED: {},
+    ExchangeState.ERROR: {},
+}
+
+_INTENT_TRIGGERS: Final[Mapping[Intent, Trigger]] = {
+    Intent.ASK: Trigger.ASK,
+    Intent.SUBSCRIBE: Trigger.SUBSCRIBE,
+    Intent.CONFIRM: Trigger.CONFIRM,
+    Intent.CANCEL: Trigger.CANCEL,
+    Intent.ERROR: Trigger.ERROR,
+}
+_DELTA_TRIGGERS: Final[Mapping[DeltaType, Trigger]] = {
+    DeltaType.DONE: Trigger.DONE,
+    DeltaType.CANCEL: Trigger.CANCEL,
+    DeltaType.ERROR: Trigger.ERROR,
+}
+
+
+def trigger_for(message: Envelope | Delta) -> Trigger | None:
+    """The section 10 trigger a message carries, or ``None`` if it moves nothing.
+
+    Envelopes trigger by intent (``ask``, ``subscribe``, ``confirm``,
+    ``cancel``, ``error``), deltas by type (``done``, ``cancel``, ``error``);
+    the rest (``inform``, ``progress``, ``chunk``...) leave the state alone.
+    """
+    if isinstance(message, Envelope):
+        return _INTENT_TRIGGERS.get(message.intent)
+    return _DELTA_TRIGGERS.get(message.type)
+
+
+class InvalidTransition(ProtocolError):
+    """A trigger that section 10 does not allow in the current state.
+
+    Attributes:
+        state: The state the exchange was in (and still is).
+        trigger: The refused trigger.
+    """
+
+    def __init__(self, state: ExchangeState, trigger: Trigger) -> None:
+        allowed = ", ".join(t.value for t in TRANSITIONS[state]) or "nothing (it has ended)"
+        super().__init__(
+            f"{trigger.value!r} is not allowed in state {state.name}; allowed: {allowed}",
+            code="invalid_transition",
+        )
+        self.state = state
+        self.trigger = trigger
+
+
+class Exchange:
+    """One request's state (section 10), driven by :data:`TRANSITIONS`.
+
+    The machine does not know which side is local; the caller turns an
+    :class:`InvalidTransition` into a local or remote error.
+    """
+
+    def __init__(self) -> None:
+        #: The current state; starts at ``NEW`` ("envelope received").
+        self.state = ExchangeState.NEW
+
+    def advance(self, trigger: Trigger) -> ExchangeState:
+        """Apply ``trigger`` and return the new state.
+
+        Raises:
+            InvalidTransition: The table has no such move; the state is
+                unchanged.
+        """
+        moves = TRANSITIONS[self.state]
+        if trigger not in moves:
+            raise InvalidTransition(self.state, trigger)
+        self.state = moves[trigger]
+        return self.state
+
+    def observe(self, message: Envelope | Delta) -> ExchangeState:
+        """Advance by the trigger ``message`` carries (:func:`trigger_for`), if any.
+
+        Raises:
+            InvalidTransition: As :meth:`advance`.
+        """
+        trigger = trigger_for(message)
+        return self.state if trigger is None else self.advance(trigger)
