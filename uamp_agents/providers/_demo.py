@@ -20,7 +20,8 @@ It understands just enough to show an agent working:
 Only the latest user message is the task (prompts the built-in strategies
 add are skipped), and only tool results after it count. ``tool_choice`` is
 honoured: ``"none"`` never calls a tool; ``"required"`` calls the task's
-tool, else a named one, else the first offered tool; a named function is
+tool, else a named one, else the first offered tool other than ``add``,
+``multiply`` and ``now`` (else the first one); a named function is
 called (with the task's tool beside it when that applies too); ``"auto"``
 follows the rules above. A tool already answered after the task is not
 called again. Call ids are derived from the conversation, so the same
@@ -286,7 +287,8 @@ class DemoProvider:
                 (n for n in candidates if n not in _KNOWN_TOOLS and task.mentions(n)), None
             )
             if other is None and choice == "required" and not chosen and candidates:
-                other = candidates[0]
+                unknown = [n for n in candidates if n not in _KNOWN_TOOLS]
+                other = (unknown or candidates)[0]
         if other is not None:
             chosen.append(other)
         out: list[tuple[str, str]] = []
