@@ -122,8 +122,11 @@ SIGNATURE_HEADER: Final = "X-UAMP-Signature"
 JWKS_PATH: Final = "/.well-known/jwks.json"
 
 _B64URL: Final = re.compile(r"^[A-Za-z0-9_-]*$")
-_DETACHED: Final = re.compile(r"^([A-Za-z0-9_-]+)\.\.([A-Za-z0-9_-]+)$")
-_COMPACT: Final = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$")
+# The signature segment may be empty here so that an unsecured ("alg":
+# "none") token is reported as a bad algorithm rather than as malformed;
+# an empty signature is refused right after the algorithm check.
+_DETACHED: Final = re.compile(r"^([A-Za-z0-9_-]+)\.\.([A-Za-z0-9_-]*)$")
+_COMPACT: Final = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]*)$")
 
 
 # --- errors -------------------------------------------------------------------------
@@ -666,6 +669,8 @@ def verify_envelope(envelope: Envelope, key: PrivateKey | PublicKey | JWKS) -> N
     except ValueError as exc:
         raise SignatureError(Reason.MALFORMED, str(exc)) from None
     alg, public = _select_key(header, key, ENVELOPE_ALGORITHMS, SignatureError)
+    if not signature_b64:
+        raise SignatureError(Reason.MALFORMED, "sig has an empty signature segment")
     try:
         payload = _envelope_payload(envelope)
     except EnvelopeError as exc:  # pragma: no cover - constructors validate first
@@ -757,6 +762,8 @@ def _decode_jwt(
     except ValueError as exc:
         raise error(Reason.MALFORMED, str(exc)) from None
     alg, public = _select_key(header, key, allowed, error)
+    if not m.group(3):
+        raise error(Reason.MALFORMED, "the token has an empty signature segment")
     payload = _verify_compact(token, alg, public, error)
     try:
         claims = orjson.loads(payload)
