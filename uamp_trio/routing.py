@@ -30,6 +30,8 @@ from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from .http import Endpoint, HTTPError
 
 if TYPE_CHECKING:
+    from uamp_proto.signing import ResponseSigner
+
     from .websocket import WebSocketRequest
 
 __all__ = [
@@ -176,6 +178,12 @@ class App:
         #: tasks). :class:`~uamp_trio.server.Server` sets it while serving and
         #: cancels what is left at the end of its shutdown grace period.
         self.background: trio.Nursery | None = None
+        #: Signs Chat Completions responses (spec 004 "Response Signing"):
+        #: a :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable
+        #: ``sign(response_text, request_bytes) -> str`` with a ``jwks()``
+        #: method. ``None`` (the default): responses are not signed and no
+        #: JWKS is served. Read per request, so it may be set after mounting.
+        self.response_signer: ResponseSigner | None = None
         for agent in agents:
             self.add_agent(agent)
 
