@@ -102,7 +102,8 @@ def serve_uamp(port_file: Path) -> None:
     from uamp_proto import events as ev
     from uamp_proto import types as ty
     from uamp_proto.agent import Emit, TurnRequest
-    from uamp_trio import Server, create_app
+    from uamp_trio import Server, completions, create_app, uamp_ws
+    from uamp_trio.sessions import SessionLimits
 
     class FloodAgent:
         name = "flood"
@@ -115,7 +116,16 @@ def serve_uamp(port_file: Path) -> None:
             for _ in range(int(text or "1")):
                 await emit(ev.ResponseDelta(delta=ty.DeltaText(text=WORD)))
 
-    server = Server(create_app([FloodAgent()]), port=0)
+    # 100 multiplexed sessions need more than the default 64 per connection.
+    limits = SessionLimits(max_sessions=128)
+    app = create_app(
+        [FloodAgent()],
+        transports=[
+            completions.mount,
+            lambda a: uamp_ws.mount(a, uamp_ws.UampWebSocketConfig(limits=limits)),
+        ],
+    )
+    server = Server(app, port=0)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -169,13 +179,17 @@ def serve_websockets(port_file: Path) -> None:
     import asyncio
 
     from websockets.asyncio.server import serve
+    from websockets.exceptions import ConnectionClosed
 
     async def handler(ws: Any) -> None:
-        async for message in ws:
-            n = int(message.split()[1])
-            for i in range(n):
-                await ws.send(delta_event(i).decode())
-            await ws.send('{"type":"done"}')
+        try:
+            async for message in ws:
+                n = int(message.split()[1])
+                for i in range(n):
+                    await ws.send(delta_event(i).decode())
+                await ws.send('{"type":"done"}')
+        except ConnectionClosed:
+            return
 
     async def main() -> None:
         async with serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
@@ -350,7 +364,11 @@ class WSClient:
         data = self.sock.recv(262144)
         if not data:
             raise RuntimeError("closed")
-        return self.engine.feed(data)
+        out = self.engine.feed(data)
+        owed = self.engine.take()  # pongs
+        if owed:
+            self.sock.sendall(owed)
+        return out
 
     def close(self) -> None:
         self.sock.close()
@@ -462,6 +480,13 @@ def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> f
                     count += 1
                 elif done in m:
                     remaining -= 1
+                elif b'"session.error"' in m:
+                    raise RuntimeError(m.decode())
+            owed = c.engine.take()  # pongs
+            if owed:
+                c.sock.setblocking(True)
+                c.sock.sendall(owed)
+                c.sock.setblocking(False)
     elapsed = time.perf_counter() - t0
     for c in clients:
         c.close()
@@ -480,14 +505,18 @@ def _http_post(sock: socket.socket, body: bytes, buf: bytearray) -> tuple[bytes,
             ("content-length", str(len(body)))]))
         + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
     )
-    conn.receive_data(bytes(buf))
-    buf.clear()
+    if buf:  # b"" would mean end of stream to h11
+        conn.receive_data(bytes(buf))
+        buf.clear()
     parts: list[bytes] = []
     head = b""
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            conn.receive_data(sock.recv(262144))
+            data = sock.recv(262144)
+            if not data:
+                raise RuntimeError("the server closed the connection")
+            conn.receive_data(data)
         elif isinstance(event, h11.Response):
             head = str(event.status_code).encode()
         elif isinstance(event, h11.Data):
