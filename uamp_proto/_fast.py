@@ -29,8 +29,9 @@ The contract with :mod:`uamp_proto.codec`:
   to the generic hook): ``decode`` then re-runs the generic converter, and
   only if that fails too the detailed one, for the error message;
 * an unstructure hook returns the same dict as the generic hook, with the same
-  key order: ``"type"`` first, then the fields in declaration order, absent
-  (``None``) fields omitted, then the unknown keys.
+  key order: ``"type"`` first, then the required fields, then the optional
+  ones present (cattrs' order: both in declaration order), then the unknown
+  keys.
 
 ``tests/proto/test_codec_hypothesis.py`` checks both halves against the
 generic converter on random events.
@@ -92,15 +93,6 @@ def _extra(obj: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in known}
 
 
-def _str_list(value: Any) -> list[str]:
-    if type(value) is not list:
-        raise _Decline
-    for item in value:
-        if type(item) is not str:
-            raise _Decline
-    return list(value)
-
-
 # The generic hooks of types without a fast one, filled in by structure_hooks()
 # and unstructure_hooks() from the codec's converter.
 _S_CONTENT: dict[str, _Structure] = {}
@@ -136,14 +128,19 @@ def _u_media(value: Any) -> Any:
     if type(value) is str:
         return value
     out: dict[str, Any] = {"url": value.url}
-    if value.unknown:
-        out.update(value.unknown)
+    extra = value.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
 # Module-level names for the classes the hottest hooks touch: one lookup less.
 _DeltaText = ty.DeltaText
 _ResponseDelta = ev.ResponseDelta
+_FunctionDefinition = ty.FunctionDefinition
+_ToolDefinition = ty.ToolDefinition
+_SessionConfig = ty.SessionConfig
+_SessionCreate = ev.SessionCreate
 
 # --- deltas (section 6.6) -------------------------------------------------------
 
@@ -164,8 +161,9 @@ def _s_delta_text(d: dict[str, Any]) -> Any:
 
 def _u_delta_text(obj: ty.DeltaText) -> dict[str, Any]:
     out = {"type": "text", "text": obj.text}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -186,8 +184,9 @@ def _s_delta_audio(d: dict[str, Any]) -> Any:
 
 def _u_delta_audio(obj: ty.DeltaAudio) -> dict[str, Any]:
     out = {"type": "audio", "audio": obj.audio}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -230,11 +229,13 @@ def _u_delta_tool_call(obj: ty.DeltaToolCall) -> dict[str, Any]:
         call["name"] = f.name
     if f.arguments is not None:
         call["arguments"] = f.arguments
-    if f.unknown:
-        call.update(f.unknown)
+    extra = f.unknown
+    if extra is not EMPTY and extra:
+        call.update(extra)
     out = {"type": "tool_call", "tool_call": call}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -277,11 +278,13 @@ def _u_delta_tool_result(obj: ty.DeltaToolResult) -> dict[str, Any]:
         result["result"] = f.result
     if f.status is not None:
         result["status"] = f.status
-    if f.unknown:
-        result.update(f.unknown)
+    extra = f.unknown
+    if extra is not EMPTY and extra:
+        result.update(extra)
     out = {"type": "tool_result", "tool_result": result}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -314,11 +317,13 @@ def _s_delta_tool_progress(d: dict[str, Any]) -> Any:
 def _u_delta_tool_progress(obj: ty.DeltaToolProgress) -> dict[str, Any]:
     p = obj.tool_progress
     progress: dict[str, Any] = {"call_id": p.call_id, "text": p.text}
-    if p.unknown:
-        progress.update(p.unknown)
+    extra = p.unknown
+    if extra is not EMPTY and extra:
+        progress.update(extra)
     out = {"type": "tool_progress", "tool_progress": progress}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -370,8 +375,9 @@ def _s_text(d: dict[str, Any]) -> Any:
 
 def _u_text(obj: ty.TextContent) -> dict[str, Any]:
     out = {"type": "text", "text": obj.text}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -413,8 +419,9 @@ def _u_image(obj: ty.ImageContent) -> dict[str, Any]:
         out["alt_text"] = obj.alt_text
     if obj.content_id is not None:
         out["content_id"] = obj.content_id
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -456,8 +463,9 @@ def _s_invocation(d: Any) -> Any:
 
 def _u_invocation(obj: ty.ToolInvocation) -> dict[str, Any]:
     out = {"id": obj.id, "name": obj.name, "arguments": obj.arguments}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -476,8 +484,9 @@ def _s_tool_call_content(d: dict[str, Any]) -> Any:
 
 def _u_tool_call_content(obj: ty.ToolCallContent) -> dict[str, Any]:
     out = {"type": "tool_call", "tool_call": _u_invocation(obj.tool_call)}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -510,8 +519,9 @@ def _u_thinking_content(obj: ty.ThinkingContent) -> dict[str, Any]:
         out["stage"] = obj.stage
     if obj.redacted is not None:
         out["redacted"] = obj.redacted
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -588,8 +598,9 @@ def _u_message(obj: ty.Message) -> dict[str, Any]:
         out["tool_call_id"] = obj.tool_call_id
     if obj.tool_calls is not None:
         out["tool_calls"] = [_u_invocation(c) for c in obj.tool_calls]
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -603,23 +614,33 @@ def _s_function(d: Any) -> Any:
     if type(d) is not dict:
         raise _Decline
     name = d["name"]
+    if type(name) is not str:
+        raise _Decline
     description = d.get("description")
     parameters = d.get("parameters")
     strict = d.get("strict")
-    if (
-        type(name) is not str
-        or (description is not None and type(description) is not str)
-        or (parameters is not None and type(parameters) is not dict)
-        or (strict is not None and type(strict) is not bool)
-    ):
-        raise _Decline
+    extra = len(d) - 1  # keys not yet accounted for; see _s_response_delta
+    if description is not None:
+        if type(description) is not str:
+            raise _Decline
+        extra -= 1
+    if parameters is not None:
+        if type(parameters) is not dict:
+            raise _Decline
+        extra -= 1
+    if strict is not None:
+        if type(strict) is not bool:
+            raise _Decline
+        extra -= 1
     obj = _B_FUNCTION_DEFINITION()
     obj.name = name
     obj.description = description
     obj.parameters = parameters
     obj.strict = strict
-    obj.unknown = EMPTY if _FUNCTION_KNOWN.issuperset(d) else _extra(d, _FUNCTION_KNOWN)
-    obj.__class__ = ty.FunctionDefinition
+    obj.unknown = (
+        EMPTY if extra == 0 or _FUNCTION_KNOWN.issuperset(d) else _extra(d, _FUNCTION_KNOWN)
+    )
+    obj.__class__ = _FunctionDefinition
     return obj
 
 
@@ -631,8 +652,9 @@ def _u_function(obj: ty.FunctionDefinition) -> dict[str, Any]:
         out["parameters"] = obj.parameters
     if obj.strict is not None:
         out["strict"] = obj.strict
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -650,22 +672,22 @@ def _s_tool(d: Any) -> Any:
     obj = _B_TOOL_DEFINITION()
     obj.type = kind
     obj.function = function
-    obj.unknown = EMPTY if _TOOL_KNOWN.issuperset(d) else _extra(d, _TOOL_KNOWN)
-    obj.__class__ = ty.ToolDefinition
+    size = len(d)
+    obj.unknown = (
+        EMPTY
+        if size == 1 or (size == 2 and "type" in d) or _TOOL_KNOWN.issuperset(d)
+        else _extra(d, _TOOL_KNOWN)
+    )
+    obj.__class__ = _ToolDefinition
     return obj
 
 
 def _u_tool(obj: ty.ToolDefinition) -> dict[str, Any]:
     out: dict[str, Any] = {"type": obj.type, "function": _u_function(obj.function)}
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
-
-
-def _s_tools(value: Any) -> Any:
-    if type(value) is not list:
-        raise _Decline
-    return [_s_tool(t) for t in value]
 
 
 _FORMAT_KNOWN = _known(ty.ResponseFormat)
@@ -691,8 +713,9 @@ def _u_response_format(obj: ty.ResponseFormat) -> dict[str, Any]:
     out: dict[str, Any] = {"type": obj.type}
     if obj.json_schema is not None:
         out["json_schema"] = obj.json_schema
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -703,7 +726,12 @@ _B_SESSION_CONFIG = _builder(ty.SessionConfig)
 def _s_session_config(d: Any) -> Any:
     if type(d) is not dict:
         raise _Decline
-    modalities = _str_list(d["modalities"])
+    modalities = d["modalities"]
+    if type(modalities) is not list:
+        raise _Decline
+    for modality in modalities:
+        if type(modality) is not str:
+            raise _Decline
     instructions = d.get("instructions")
     tools = d.get("tools")
     voice = d.get("voice")
@@ -712,21 +740,41 @@ def _s_session_config(d: Any) -> Any:
     turn_detection = d.get("turn_detection")
     response_format = d.get("response_format")
     extensions = d.get("extensions")
-    if (
-        (instructions is not None and type(instructions) is not str)
-        or (voice is not None and type(voice) is not dict)
-        or (in_format is not None and type(in_format) is not str)
-        or (out_format is not None and type(out_format) is not str)
-        or (turn_detection is not None and type(turn_detection) is not dict)
-        or (extensions is not None and type(extensions) is not dict)
-    ):
-        raise _Decline
+    extra = len(d) - 1  # keys not yet accounted for; see _s_response_delta
+    if instructions is not None:
+        if type(instructions) is not str:
+            raise _Decline
+        extra -= 1
     if tools is not None:
-        tools = _s_tools(tools)
+        if type(tools) is not list:
+            raise _Decline
+        tools = [_s_tool(t) for t in tools]
+        extra -= 1
+    if voice is not None:
+        if type(voice) is not dict:
+            raise _Decline
+        extra -= 1
+    if in_format is not None:
+        if type(in_format) is not str:
+            raise _Decline
+        extra -= 1
+    if out_format is not None:
+        if type(out_format) is not str:
+            raise _Decline
+        extra -= 1
+    if turn_detection is not None:
+        if type(turn_detection) is not dict:
+            raise _Decline
+        extra -= 1
     if response_format is not None:
         response_format = _s_response_format(response_format)
+        extra -= 1
+    if extensions is not None:
+        if type(extensions) is not dict:
+            raise _Decline
+        extra -= 1
     obj = _B_SESSION_CONFIG()
-    obj.modalities = modalities
+    obj.modalities = modalities.copy()
     obj.instructions = instructions
     obj.tools = tools
     obj.voice = voice
@@ -735,8 +783,8 @@ def _s_session_config(d: Any) -> Any:
     obj.turn_detection = turn_detection
     obj.response_format = response_format
     obj.extensions = extensions
-    obj.unknown = EMPTY if _CONFIG_KNOWN.issuperset(d) else _extra(d, _CONFIG_KNOWN)
-    obj.__class__ = ty.SessionConfig
+    obj.unknown = EMPTY if extra == 0 or _CONFIG_KNOWN.issuperset(d) else _extra(d, _CONFIG_KNOWN)
+    obj.__class__ = _SessionConfig
     return obj
 
 
@@ -758,8 +806,9 @@ def _u_session_config(obj: ty.SessionConfig) -> dict[str, Any]:
         out["response_format"] = _u_response_format(obj.response_format)
     if obj.extensions is not None:
         out["extensions"] = obj.extensions
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -808,8 +857,9 @@ def _u_cost(obj: ty.UsageCost) -> dict[str, Any]:
         out["total_cost"] = obj.total_cost
     if obj.currency is not None:
         out["currency"] = obj.currency
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -865,8 +915,9 @@ def _u_usage(obj: ty.UsageStats) -> dict[str, Any]:
         out["cost"] = _u_cost(obj.cost)
     if obj.audio is not None:
         out["audio"] = _U_GENERIC[ty.AudioUsage](obj.audio)
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -901,8 +952,9 @@ def _u_response_output(obj: ty.ResponseOutput) -> dict[str, Any]:
         out["id"] = obj.id
     if obj.usage is not None:
         out["usage"] = _u_usage(obj.usage)
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -1009,18 +1061,17 @@ def _u_response_delta(obj: ev.ResponseDelta) -> dict[str, Any]:
         # The usual shape, built in one go.
         return {
             "type": "response.delta",
-            "event_id": event_id,
             "delta": delta_out,
+            "event_id": event_id,
             "response_id": response_id,
         }
-    out: dict[str, Any] = {"type": "response.delta"}
+    out: dict[str, Any] = {"type": "response.delta", "delta": delta_out}
     if event_id is not None:
         out["event_id"] = event_id
     if timestamp is not None:
         out["timestamp"] = timestamp
     if session_id is not None:
         out["session_id"] = session_id
-    out["delta"] = delta_out
     if response_id is not None:
         out["response_id"] = response_id
     if delta_seq is not None:
@@ -1072,7 +1123,7 @@ def _s_input_text(d: dict[str, Any], _: Any) -> Any:
 
 
 def _u_input_text(obj: ev.InputText) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "input.text"}
+    out: dict[str, Any] = {"type": "input.text", "text": obj.text}
     value: Any = obj.event_id
     if value is not None:
         out["event_id"] = value
@@ -1082,7 +1133,6 @@ def _u_input_text(obj: ev.InputText) -> dict[str, Any]:
     value = obj.session_id
     if value is not None:
         out["session_id"] = value
-    out["text"] = obj.text
     value = obj.role
     if value is not None:
         out["role"] = value
@@ -1095,8 +1145,9 @@ def _u_input_text(obj: ev.InputText) -> dict[str, Any]:
     value = obj.context
     if value is not None:
         out["context"] = value
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -1114,25 +1165,46 @@ def _s_session_create(d: dict[str, Any], _: Any) -> Any:
     token = d.get("token")
     payment_token = d.get("payment_token")
     capabilities = d.get("client_capabilities")
-    if (
-        (event_id is not None and type(event_id) is not str)
-        or (timestamp is not None and type(timestamp) is not float and type(timestamp) is not int)
-        or (session_id is not None and type(session_id) is not str)
-        or type(version) is not str
-        or (agent is not None and type(agent) is not str)
-        or (chat is not None and type(chat) is not str)
-        or (token is not None and type(token) is not str)
-        or (payment_token is not None and type(payment_token) is not str)
-    ):
+    if type(version) is not str:
         raise _Decline
-    session = _s_session_config(d["session"])
+    extra = len(d) - 3  # "type", "uamp_version", "session"; see _s_response_delta
+    if event_id is not None:
+        if type(event_id) is not str:
+            raise _Decline
+        extra -= 1
+    if timestamp is not None:
+        if type(timestamp) is not float and type(timestamp) is not int:
+            raise _Decline
+        extra -= 1
+    if session_id is not None:
+        if type(session_id) is not str:
+            raise _Decline
+        extra -= 1
+    if agent is not None:
+        if type(agent) is not str:
+            raise _Decline
+        extra -= 1
+    if chat is not None:
+        if type(chat) is not str:
+            raise _Decline
+        extra -= 1
+    if token is not None:
+        if type(token) is not str:
+            raise _Decline
+        extra -= 1
+    if payment_token is not None:
+        if type(payment_token) is not str:
+            raise _Decline
+        extra -= 1
     if capabilities is not None:
         capabilities = _S_GENERIC[ty.Capabilities](capabilities)
+        extra -= 1
+    session = _s_session_config(d["session"])
     obj = _B_SESSION_CREATE()
     obj.event_id = event_id
     obj.timestamp = timestamp
     obj.session_id = session_id
-    obj.unknown = EMPTY if _SC_KNOWN.issuperset(d) else _extra(d, _SC_KNOWN)
+    obj.unknown = EMPTY if extra == 0 or _SC_KNOWN.issuperset(d) else _extra(d, _SC_KNOWN)
     obj.uamp_version = version
     obj.session = session
     obj.agent = agent
@@ -1140,12 +1212,16 @@ def _s_session_create(d: dict[str, Any], _: Any) -> Any:
     obj.token = token
     obj.payment_token = payment_token
     obj.client_capabilities = capabilities
-    obj.__class__ = ev.SessionCreate
+    obj.__class__ = _SessionCreate
     return obj
 
 
 def _u_session_create(obj: ev.SessionCreate) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "session.create"}
+    out: dict[str, Any] = {
+        "type": "session.create",
+        "uamp_version": obj.uamp_version,
+        "session": _u_session_config(obj.session),
+    }
     value: Any = obj.event_id
     if value is not None:
         out["event_id"] = value
@@ -1155,8 +1231,6 @@ def _u_session_create(obj: ev.SessionCreate) -> dict[str, Any]:
     value = obj.session_id
     if value is not None:
         out["session_id"] = value
-    out["uamp_version"] = obj.uamp_version
-    out["session"] = _u_session_config(obj.session)
     value = obj.agent
     if value is not None:
         out["agent"] = value
@@ -1172,8 +1246,9 @@ def _u_session_create(obj: ev.SessionCreate) -> dict[str, Any]:
     value = obj.client_capabilities
     if value is not None:
         out["client_capabilities"] = _U_GENERIC[ty.Capabilities](value)
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -1209,7 +1284,7 @@ def _s_response_done(d: dict[str, Any], _: Any) -> Any:
 
 
 def _u_response_done(obj: ev.ResponseDone) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "response.done"}
+    out: dict[str, Any] = {"type": "response.done", "response": _u_response_output(obj.response)}
     value: Any = obj.event_id
     if value is not None:
         out["event_id"] = value
@@ -1219,15 +1294,15 @@ def _u_response_done(obj: ev.ResponseDone) -> dict[str, Any]:
     value = obj.session_id
     if value is not None:
         out["session_id"] = value
-    out["response"] = _u_response_output(obj.response)
     value = obj.response_id
     if value is not None:
         out["response_id"] = value
     value = obj.signature
     if value is not None:
         out["signature"] = value
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -1267,7 +1342,12 @@ def _s_tool_call(d: dict[str, Any], _: Any) -> Any:
 
 
 def _u_tool_call(obj: ev.ToolCall) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "tool.call"}
+    out: dict[str, Any] = {
+        "type": "tool.call",
+        "call_id": obj.call_id,
+        "name": obj.name,
+        "arguments": obj.arguments,
+    }
     value: Any = obj.event_id
     if value is not None:
         out["event_id"] = value
@@ -1277,14 +1357,12 @@ def _u_tool_call(obj: ev.ToolCall) -> dict[str, Any]:
     value = obj.session_id
     if value is not None:
         out["session_id"] = value
-    out["call_id"] = obj.call_id
-    out["name"] = obj.name
-    out["arguments"] = obj.arguments
     value = obj.response_id
     if value is not None:
         out["response_id"] = value
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 
@@ -1330,7 +1408,7 @@ def _s_thinking(d: dict[str, Any], _: Any) -> Any:
 
 
 def _u_thinking(obj: ev.Thinking) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "thinking"}
+    out: dict[str, Any] = {"type": "thinking", "content": obj.content}
     value: Any = obj.event_id
     if value is not None:
         out["event_id"] = value
@@ -1340,7 +1418,6 @@ def _u_thinking(obj: ev.Thinking) -> dict[str, Any]:
     value = obj.session_id
     if value is not None:
         out["session_id"] = value
-    out["content"] = obj.content
     value = obj.stage
     if value is not None:
         out["stage"] = value
@@ -1356,8 +1433,9 @@ def _u_thinking(obj: ev.Thinking) -> dict[str, Any]:
     value = obj.delta_seq
     if value is not None:
         out["delta_seq"] = value
-    if obj.unknown:
-        out.update(obj.unknown)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
     return out
 
 

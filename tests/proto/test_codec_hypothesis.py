@@ -1,0 +1,222 @@
+"""Property tests of the codec: round trips, fast path = generic path, fuzz."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from uamp_proto import DecodeError, codec, decode, encode
+from uamp_proto import _fast as fast
+from uamp_proto import events as ev
+
+from . import strategies as S
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Per-class tests run once for each fast event class: fewer examples each.
+PER_CLASS = settings(SETTINGS, max_examples=60)
+
+#: Event classes with a hand-written hook in uamp_proto._fast.
+FAST_STRUCTURE = fast.structure_hooks(codec.converter)
+FAST_UNSTRUCTURE = fast.unstructure_hooks(codec.converter)
+FAST_CLASSES = sorted(FAST_UNSTRUCTURE, key=lambda cls: cls.type)
+
+
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """``a == b`` and, recursively, equal ``unknown`` bags (they are eq=False),
+    and no unset slot anywhere (a fast hook that forgot one)."""
+    assert type(a) is type(b), where
+    if isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+        return
+    if not attrs.has(type(a)):
+        assert a == b, where
+        return
+    for f in attrs.fields(type(a)):
+        x, y = getattr(a, f.name), getattr(b, f.name)  # AttributeError: unset slot
+        if f.name == "unknown":
+            assert dict(x) == dict(y), f"{where}.unknown"
+        else:
+            assert_same(x, y, f"{where}.{f.name}")
+    assert a == b, where
+
+
+@SETTINGS
+@given(S.events())
+def test_round_trip(event: Any) -> None:
+    decoded = decode(encode(event))
+    assert_same(decoded, event, event.type)
+
+
+@SETTINGS
+@given(S.events())
+def test_text_and_bytes_input_agree(event: Any) -> None:
+    data = encode(event)
+    assert_same(decode(data.decode()), decode(data))
+
+
+@pytest.mark.parametrize("cls", FAST_CLASSES, ids=lambda c: c.type)
+@PER_CLASS
+@given(data=st.data())
+def test_fast_hooks_match_generic(cls: type[Any], data: st.DataObject) -> None:
+    """Both halves of each fast hook give what the generic cattrs hooks give."""
+    event = data.draw(S.instances(cls))
+    generic_out = codec.converter.get_unstructure_hook(cls)(event)
+    fast_out = FAST_UNSTRUCTURE[cls](event)
+    # Same bytes: same keys, values and key order ("type" first).
+    assert orjson.dumps(fast_out) == orjson.dumps(generic_out)
+    assert next(iter(fast_out)) == "type"
+    wire = orjson.loads(orjson.dumps(generic_out))
+    from_fast = FAST_STRUCTURE[cls.type](wire, cls)
+    from_generic = codec.converter.get_structure_hook(cls)(wire, cls)
+    assert_same(from_fast, from_generic, cls.type)
+    assert type(from_fast) is cls
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _replace(value[head], rest, new)}
+    copy = list(value)
+    copy[head] = _replace(value[head], rest, new)
+    return copy
+
+
+_FAILED = object()
+
+
+def _try(hook: Any, wire: Any, cls: type[Any]) -> Any:
+    try:
+        return hook(wire, cls)
+    except Exception:
+        return _FAILED
+
+
+@pytest.mark.parametrize("cls", FAST_CLASSES, ids=lambda c: c.type)
+@PER_CLASS
+@given(data=st.data())
+def test_fast_hooks_never_accept_more(cls: type[Any], data: st.DataObject) -> None:
+    """On damaged input a fast hook may decline what the generic hook takes,
+    but never accepts what it refuses, nor gives a different value."""
+    event = data.draw(S.instances(cls))
+    wire = orjson.loads(encode(event))
+    # The event's own "type" picks the hook; damaging it tests nothing here.
+    paths = [p for p in _paths(wire) if p != ("type",)]
+    path = data.draw(st.sampled_from(paths))
+    if data.draw(st.booleans()):
+        damaged = _drop(wire, path)
+    else:
+        damaged = _replace(wire, path, data.draw(S.json_values))
+    generic = _try(codec.converter.get_structure_hook(cls), damaged, cls)
+    quick = _try(FAST_STRUCTURE[cls.type], damaged, cls)
+    if generic is _FAILED:
+        assert quick is _FAILED
+    elif quick is not _FAILED:
+        assert_same(quick, generic)
+    decoded = _try(lambda w, _: codec.decode_object(w), damaged, cls)
+    if generic is _FAILED:
+        with pytest.raises(DecodeError):
+            codec.decode_object(damaged)
+    else:
+        assert_same(decoded, generic)
+
+
+def _drop(value: Any, path: tuple[Any, ...]) -> Any:
+    """``value`` without the key at ``path``."""
+    if len(path) == 1:
+        if isinstance(value, list):
+            return value[: path[0]] + value[path[0] + 1 :]
+        return {k: v for k, v in value.items() if k != path[0]}
+    head = path[0]
+    if isinstance(value, dict):
+        return {**value, head: _drop(value[head], path[1:])}
+    copy = list(value)
+    copy[head] = _drop(value[head], path[1:])
+    return copy
+
+
+# --- fuzz: any input gives an event or a DecodeError, nothing else ------------
+
+
+def _decodes_or_decode_error(data: Any) -> None:
+    try:
+        result = decode(data)
+    except DecodeError as exc:
+        assert isinstance(exc.message, str)
+        return
+    assert isinstance(result, ev.Event | ev.UnknownEvent)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64))
+def test_fuzz_bytes(data: bytes) -> None:
+    _decodes_or_decode_error(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=64))
+def test_fuzz_text(data: str) -> None:
+    _decodes_or_decode_error(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(S.json_values)
+def test_fuzz_json_values(value: Any) -> None:
+    _decodes_or_decode_error(orjson.dumps(value))
+
+
+def _field_soup(cls: type[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Objects tagged as ``cls`` whose declared keys hold random JSON."""
+    names = [f.name for f in attrs.fields(cls) if f.name != "unknown"]
+    return st.fixed_dictionaries(
+        {"type": st.just(cls.type)},
+        optional={name: S.json_values for name in names},
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(ev.EVENT_TYPES.values())).flatmap(_field_soup))
+def test_fuzz_known_types_with_random_fields(obj: dict[str, Any]) -> None:
+    _decodes_or_decode_error(orjson.dumps(obj))
+
+
+@settings(max_examples=200, deadline=None)
+@given(S.events(), st.data())
+def test_fuzz_truncated_and_damaged_bytes(event: Any, data: st.DataObject) -> None:
+    raw = encode(event)
+    cut = data.draw(st.integers(0, len(raw)))
+    _decodes_or_decode_error(raw[:cut])
+    if raw:
+        i = data.draw(st.integers(0, len(raw) - 1))
+        byte = data.draw(st.integers(0, 255))
+        _decodes_or_decode_error(raw[:i] + bytes([byte]) + raw[i + 1 :])
+
+
+@pytest.mark.parametrize("levels", [10, 100, 300])
+def test_deeply_nested_input_is_a_decode_error_or_event(levels: int) -> None:
+    """Tool results nest content items: deep nesting (300 levels run past
+    Python's recursion limit) still gives an event or a DecodeError."""
+    head = '{"type":"tool_result","tool_result":{"call_id":"c","result":"r","content_items":['
+    item = head * levels + '{"type":"text","text":"x"}' + "]}}" * levels
+    event = '{"type":"response.done","response":{"status":"completed","output":[' + item + "]}}"
+    _decodes_or_decode_error(event.encode())
+    _decodes_or_decode_error(b"[" * 5000 + b"]" * 5000)
