@@ -7,7 +7,17 @@ for the agent a root request's ``model`` names):
   -- JSON, or SSE (``data: {chunk}`` ... ``data: [DONE]``) with ``stream: true``;
 * ``GET /agents/{name}/capabilities`` -- the agent's capabilities (section 9);
 * ``GET /agents/{name}/v1/models`` -- OpenAI's model list, one model per agent
-  (at the root: every hosted agent).
+  (at the root: every hosted agent);
+* ``GET /agents/{name}/.well-known/jwks.json`` -- the public keys of response
+  signatures, when the app has a ``response_signer`` (404 otherwise).
+
+Response signing (spec 004, "Response Signing"): with ``App.response_signer``
+set, a successful non-streamed completion carries an RS256 JWT over the
+response text and the request body in the ``X-UAMP-Signature`` header, and a
+successful stream ends ``data: [DONE]`` followed by ``event:
+response_signature`` / ``data: {"signature": ...}``. The signed response
+text is the assistant message content (all text deltas joined; empty for a
+tool-calls-only answer); the signed request is the HTTP body as received.
 
 Each request is one UAMP turn (:func:`uamp_trio.turns.open_turn`): the
 sans-IO adapter :mod:`uamp_proto.adapters.completions` validates the body
@@ -39,6 +49,7 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.agent import Agent
 from uamp_proto.codec import unstructure
+from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
 
 from .http import (
     HTTPError,
@@ -103,6 +114,7 @@ class CompletionsTransport:
         app.agent_route("POST", "/v1/chat/completions", self.chat_completions)
         app.agent_route("GET", "/capabilities", self.capabilities, label="Capabilities")
         app.agent_route("GET", "/v1/models", self.models, label="Models")
+        app.agent_route("GET", JWKS_PATH, self.jwks)
 
     # --- endpoints -------------------------------------------------------------
 
@@ -119,6 +131,16 @@ class CompletionsTransport:
             agents = list(self.app.agents.values())
         data = [{"id": a.name, "object": "model", "created": 0, "owned_by": "uamp"} for a in agents]
         return json_response({"object": "list", "data": data})
+
+    async def jwks(self, request: Request) -> Response:
+        """``GET .../.well-known/jwks.json``: keys that verify response signatures."""
+        self.app.resolve_agent(request.path_params)  # 404 for an unknown agent
+        signer = self.app.response_signer
+        if signer is None:
+            raise HTTPError(
+                404, "This server does not sign responses; it publishes no JWKS.", code="not_found"
+            )
+        return json_response(signer.jwks().to_dict())
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         """``POST .../chat/completions``."""
@@ -161,15 +183,20 @@ class CompletionsTransport:
         if parsed.stream:
 
             async def produce(send: SendChunk) -> None:
-                await self._stream(agent, parsed, completion_id, created, send)
+                await self._stream(agent, parsed, completion_id, created, send, request.body)
 
             return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
-        return await self._complete(agent, parsed, completion_id, created)
+        return await self._complete(agent, parsed, completion_id, created, request.body)
 
     # --- one turn --------------------------------------------------------------
 
     async def _complete(
-        self, agent: Agent, parsed: CompletionRequest, completion_id: str, created: int
+        self,
+        agent: Agent,
+        parsed: CompletionRequest,
+        completion_id: str,
+        created: int,
+        request_body: bytes,
     ) -> Response:
         async with open_turn(agent, parsed.turn) as turn:
             async for _ in turn:
@@ -182,6 +209,10 @@ class CompletionsTransport:
         tracker = outcome.tracker
         calls = outcome.pending_tool_calls
         usage = tracker.usage
+        signer = self.app.response_signer
+        headers = None
+        if signer is not None:
+            headers = [(SIGNATURE_HEADER, signer(tracker.text, request_body))]
         return json_response(
             completion_response(
                 completion_id=completion_id,
@@ -192,7 +223,8 @@ class CompletionsTransport:
                 finish_reason=finish_reason_for(calls, usage, parsed.max_tokens),
                 usage=usage,
                 reasoning=tracker.thinking or None,
-            )
+            ),
+            headers=headers,
         )
 
     async def _stream(
@@ -202,6 +234,7 @@ class CompletionsTransport:
         completion_id: str,
         created: int,
         send: SendChunk,
+        request_body: bytes,
     ) -> None:
         encoder = ChunkEncoder(
             completion_id=completion_id,
@@ -228,6 +261,11 @@ class CompletionsTransport:
             for chunk in encoder.finish(reason, usage):
                 await send(sse_data(chunk))
         await send(SSE_DONE)
+        signer = self.app.response_signer
+        if signer is not None and outcome.status not in ("failed", "cancelled"):
+            # Spec 004: the signature follows [DONE] as its own named event.
+            signature = signer(outcome.tracker.text, request_body)
+            await send(response_signature_event(signature))
 
 
 def mount(app: App) -> None:
