@@ -198,3 +198,32 @@ async def test_failed_responses_are_not_signed(serve_app: Any, rsa_key: rsa.RSAP
             assert events[-1] == (None, "[DONE]")
             assert all(name is None for name, _ in events)
             assert "backend down" in r.text
+
+
+def test_openai_sdk_reads_signed_responses(thread_server: Any, rsa_key: rsa.RSAPrivateKey) -> None:
+    # The real SDK as client: it ignores the extra event after [DONE], and the
+    # bytes it sent (captured by an httpx hook) verify against the signature.
+    import openai
+
+    server = thread_server(signed_app(rsa_key))
+    sent: list[bytes] = []
+    with httpx.Client(event_hooks={"request": [lambda req: sent.append(req.read())]}) as http:
+        client = openai.OpenAI(
+            base_url=f"{server.url}/agents/demo/v1",
+            api_key="unused",
+            http_client=http,
+            max_retries=0,
+            timeout=10,
+        )
+        raw = client.chat.completions.with_raw_response.create(
+            model="demo", messages=[{"role": "user", "content": "via sdk"}]
+        )
+        text = raw.parse().choices[0].message.content
+        assert text == "You said: via sdk"
+        jwks = JWKS.parse(http.get(f"{server.url}/agents/demo/.well-known/jwks.json").content)
+        verify_response_signature(raw.headers["x-uamp-signature"], text, sent[0], jwks)
+        stream = client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": "streamed"}], stream=True
+        )
+        parts = [c.choices[0].delta.content or "" for c in stream if c.choices]
+        assert "".join(parts) == "You said: streamed"
