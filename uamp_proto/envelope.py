@@ -25,7 +25,7 @@ form that the detached signature of :mod:`uamp_proto.signing` covers.
 * **Canonical JSON** (section 4.2): keys sorted at every level (by code
   point, which is also UTF-8 byte order), UTF-8, no whitespace, ``sig``
   left out. Strings use JSON's short escapes (``\\n``, ``\\"``, ``\\\\``) and
-  ``\\u00XX`` for other control characters; everything else is written as
+  ``\\u00XX`` for other characters below U+0020; everything else is written as
   raw UTF-8. The spec does not fix a number form; integers are written in
   decimal and floats in their shortest round-trip form (``1.0``, ``1e+20``).
 * **State** (section 10) is a transition table, :data:`TRANSITIONS`, driven
@@ -230,9 +230,20 @@ def is_date_time(value: str) -> bool:
     return off_h is None or (int(off_h) <= 23 and int(off_m) <= 59)
 
 
+def _check_utf8(value: str, path: Sequence[PathSegment]) -> None:
+    # A lone surrogate (possible in a Python str, never in JSON text) has no
+    # UTF-8 form, so it could not be sent or hashed.
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise EnvelopeError(path, "holds a lone surrogate, which UTF-8 cannot encode") from None
+
+
 def _need_str(value: object, path: Sequence[PathSegment]) -> str:
     if not isinstance(value, str):
         raise EnvelopeError(path, f"must be a string, not {_kind(value)}")
+    _check_utf8(value, path)
     return value
 
 
@@ -279,7 +290,10 @@ def _check_json(value: object, path: tuple[PathSegment, ...], depth: int = 0) ->
     """Refuse anything that is not plain JSON (or that JSON cannot carry exactly)."""
     if depth > _MAX_DEPTH:
         raise EnvelopeError(path, f"is nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool | str):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _check_utf8(value, path)
         return
     if isinstance(value, int):
         if not -(2**63) <= value < 2**64:
@@ -297,6 +311,7 @@ def _check_json(value: object, path: tuple[PathSegment, ...], depth: int = 0) ->
         for key, item in value.items():
             if not isinstance(key, str):
                 raise EnvelopeError(path, f"has a non-string key {key!r}")
+            _check_utf8(key, path)
             _check_json(item, (*path, key), depth + 1)
         return
     raise EnvelopeError(path, f"holds {_kind(value)}, which is not a JSON value")
@@ -822,7 +837,10 @@ def canonical_json(value: Any) -> bytes:
             (NaN, a non-string key, a set, an integer beyond 64 bits...).
     """
     _check_json(value, ())
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:  # pragma: no cover - _check_json refuses first
+        raise EnvelopeError((), f"cannot be written as JSON: {exc}") from None
 
 
 def envelope_canonical_json(envelope: Envelope) -> bytes:

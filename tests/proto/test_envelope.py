@@ -376,8 +376,18 @@ def test_envelope_canonical_form_known_answer() -> None:
     assert envelope_sha256(attrs.evolve(env, sig=None)) == envelope_sha256(env)
 
 
+def test_lone_surrogates_are_refused_everywhere() -> None:
+    # Found by hypothesis: a Python str may hold one; UTF-8 (and JSON) cannot.
+    with pytest.raises(EnvelopeError, match=r"^\$\.content: .*surrogate"):
+        Body(type="text/plain", content="a\ud800")
+    with pytest.raises(EnvelopeError, match=r"^\$\.ext\.k: .*surrogate"):
+        attrs.evolve(decode_envelope(minimal()), ext={"k": "\udfff"})
+    with pytest.raises(EnvelopeError, match="surrogate"):
+        canonical_json({"\ud800": 1})
+
+
 def test_canonical_json_refuses_what_json_cannot_carry() -> None:
-    for bad in (float("inf"), {1: "a"}, 2**64, {"s": {1}}, b"bytes"):
+    for bad in (float("inf"), {1: "a"}, 2**64, {"s": {1}}, b"bytes", "\ud800"):
         with pytest.raises(EnvelopeError):
             canonical_json(bad)
 

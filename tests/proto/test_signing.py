@@ -351,7 +351,7 @@ def test_envelopes_cannot_be_signed_with_other_keys(keys: dict[str, Any], alg: s
 @given(
     content=st.text(min_size=1, max_size=40),
     index=st.integers(min_value=0),
-    replacement=st.characters(),
+    replacement=st.characters(exclude_categories=["Cs"]),
 )
 def test_changing_any_character_of_the_body_breaks_the_signature(
     content: str, index: int, replacement: str
