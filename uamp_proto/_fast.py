@@ -1007,8 +1007,7 @@ def _s_response_delta(d: dict[str, Any], _: Any) -> Any:
             extra -= 1
         unknown = EMPTY if extra == 0 or _RD_KNOWN.issuperset(d) else _extra(d, _RD_KNOWN)
     delta = d["delta"]
-    if type(delta) is not dict:
-        raise _Decline
+    # (A delta that is not an object fails delta["type"] with a TypeError.)
     if delta["type"] == "text":
         # Text deltas are the bulk of a stream: built here, without a call.
         text = delta["text"]
