@@ -1,0 +1,234 @@
+"""One prompt, every transport, the same reply.
+
+``uamp serve`` runs as a real subprocess with its default agent (the UAP demo
+agent), and every client people use asks it the same questions: the reply
+text must be the same over Chat Completions (plain and streamed), the native
+UAMP WebSocket, UAMP over HTTP+SSE, OpenAI Realtime, A2A (blocking and
+streamed), AG-UI, and ACP over stdio (``uamp acp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import trio
+
+from uamp_trio.client import connect, connect_sse
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = ["hello cross transport", "what is 2+3?"]
+EXPECTED = {"hello cross transport": "You said: hello cross transport", "what is 2+3?": "2 + 3 = 5"}
+TIMEOUT = 30
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    """``uamp serve --port 0`` in a subprocess; its base URL."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = None
+    for line in proc.stdout:
+        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
+        if found:
+            url = found.group(1)
+            break
+    assert url, "uamp serve did not report its address"
+    try:
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a hung server
+            proc.kill()
+            raise
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
+
+
+# --- one function per transport: prompt in, reply text out -----------------------
+
+
+def completions_plain(base: str, prompt: str) -> str:
+    client = openai.OpenAI(base_url=f"{base}/agents/demo", api_key="x", max_retries=0)
+    reply = client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": prompt}]
+    )
+    return reply.choices[0].message.content or ""
+
+
+def completions_streamed(base: str, prompt: str) -> str:
+    client = openai.OpenAI(base_url=f"{base}/agents/demo", api_key="x", max_retries=0)
+    stream = client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": prompt}], stream=True
+    )
+    return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def uamp_websocket(base: str, prompt: str) -> str:
+    async def main() -> str:
+        with trio.fail_after(TIMEOUT):
+            async with connect(base.replace("http://", "ws://") + "/ws") as client:
+                session = await client.create_session(agent="demo")
+                result = await session.ask(prompt)
+                return result.text
+
+    return str(trio.run(main))
+
+
+def uamp_http_sse(base: str, prompt: str) -> str:
+    async def main() -> str:
+        with trio.fail_after(TIMEOUT):
+            async with connect_sse(base) as client:
+                session = await client.create_session(agent="demo")
+                result = await session.ask(prompt)
+                return result.text
+
+    return str(trio.run(main))
+
+
+def realtime(base: str, prompt: str) -> str:
+    async def main() -> str:
+        client = openai.AsyncOpenAI(api_key="x", base_url=f"{base}/agents/demo", max_retries=0)
+        async with client.realtime.connect(model="demo") as conn:
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": prompt}],
+                }
+            )
+            await conn.response.create()
+            text = []
+            async for event in conn:
+                if event.type == "response.output_text.delta":
+                    text.append(event.delta)
+                if event.type == "response.done":
+                    assert event.response.status == "completed"
+                    return "".join(text)
+        raise AssertionError("realtime connection closed early")
+
+    return str(_run(main()))
+
+
+def _a2a(base: str, prompt: str, streaming: bool) -> str:
+    from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+    from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+
+    async def main() -> str:
+        async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+            card = await A2ACardResolver(http, f"{base}/agents/demo").get_agent_card()
+            client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(
+                card
+            )
+            request = SendMessageRequest(
+                message=Message(role=Role.ROLE_USER, parts=[Part(text=prompt)], message_id="m")
+            )
+            events = [e async for e in client.send_message(request)]
+            last = events[-1]
+            final = last.status_update.status if streaming else last.task.status
+            assert final.state == TaskState.TASK_STATE_COMPLETED
+            return "".join(p.text for p in final.message.parts)
+
+    return str(_run(main()))
+
+
+def a2a_blocking(base: str, prompt: str) -> str:
+    return _a2a(base, prompt, streaming=False)
+
+
+def a2a_streamed(base: str, prompt: str) -> str:
+    return _a2a(base, prompt, streaming=True)
+
+
+def agui(base: str, prompt: str) -> str:
+    body = {
+        "threadId": "thread-1",
+        "runId": "run-1",
+        "messages": [{"id": "m1", "role": "user", "content": prompt}],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    with httpx.stream("POST", f"{base}/agents/demo/agui", json=body, timeout=TIMEOUT) as resp:
+        assert resp.status_code == 200
+        events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+def acp_stdio(base: str, prompt: str) -> str:
+    import acp
+    from acp.schema import AgentMessageChunk, TextContentBlock
+
+    texts: list[str] = []
+
+    class Client:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            if isinstance(update, AgentMessageChunk) and isinstance(
+                update.content, TextContentBlock
+            ):
+                texts.append(update.content.text)
+
+        async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+            raise acp.RequestError.method_not_found("session/request_permission")
+
+        def on_connect(self, conn: Any) -> None:
+            pass
+
+    async def main() -> str:
+        spawned = acp.spawn_agent_process(
+            Client(), sys.executable, "-m", "uamp_trio", "acp", cwd=str(ROOT)
+        )
+        async with spawned as (conn, _process):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
+            result = await conn.prompt(
+                session_id=session.session_id, prompt=[acp.text_block(prompt)]
+            )
+            assert result.stop_reason == "end_turn"
+        return "".join(texts)
+
+    return str(_run(main()))
+
+
+TRANSPORTS = [
+    completions_plain,
+    completions_streamed,
+    uamp_websocket,
+    uamp_http_sse,
+    realtime,
+    a2a_blocking,
+    a2a_streamed,
+    agui,
+    acp_stdio,
+]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("ask", TRANSPORTS, ids=lambda f: f.__name__)
+def test_same_prompt_same_reply_on_every_transport(base_url: str, ask: Any, prompt: str) -> None:
+    assert ask(base_url, prompt) == EXPECTED[prompt]
