@@ -21,8 +21,10 @@ event type (UAMP sections 3, 5, 6, 10):
     ``agent_not_found`` and no session is created.
 ``response.create``
     Starts one task for the response, under its own cancel scope, in the
-    transport's nursery. The task runs the agent through the turn driver
-    (:func:`uamp_trio.turns.open_turn`) and sends its events through the core.
+    transport's nursery. The task runs the agent with the turn driver's
+    contract (:mod:`uamp_trio.turns`), inline: ``emit`` passes each event
+    through the core straight into the outbox, with no channel hop (on trio
+    a task switch per event costs more than encoding the event).
     When the agent asked the client to run tools, the task waits for the
     ``tool.result`` events and runs the agent again on
     ``session.conversation()`` under the same response id (section 3.2); the
@@ -46,8 +48,7 @@ server owe more than ``max_owed`` unwritten replies -- it sends and never
 reads -- is refused with :class:`Overloaded`, and the transport drops it.
 Response events wait for room (:meth:`Outbox.put`), which is how a client
 that stops reading stops the agent: the socket fills, the writer blocks, the
-outbox fills, the response task blocks, the turn's bounded channel fills and
-the agent's ``emit`` waits. Memory stays flat.
+outbox fills and the agent's ``emit`` waits. Memory stays flat.
 
 Delta windows (``docs/flow.md``): on a session that opted in, the core
 numbers deltas and refuses one past the window with
@@ -71,11 +72,9 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.agent import Agent, AgentError, TurnRequest
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
-
-from .turns import open_turn
 
 __all__ = [
     "Outbox",
@@ -88,6 +87,28 @@ __all__ = [
 log = logging.getLogger("uamp_trio.sessions")
 
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
+#: An agent that never has to wait still yields to the scheduler this often
+#: (events), so the writer and the other sessions run.
+_YIELD_EVERY: Final = 32
+
+
+def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
+    """Fill in the response and session ids the agent left out."""
+    changes: dict[str, str] = {}
+    if getattr(event, "response_id", "") is None:
+        changes["response_id"] = response_id
+    if event.session_id is None:
+        changes["session_id"] = session_id
+    return attrs.evolve(event, **changes) if changes else event  # type: ignore[arg-type]
+
+
+def _agent_error(exc: BaseException) -> AgentError | None:
+    """The AgentError behind ``exc`` (also a lone one inside an exception group)."""
+    if isinstance(exc, AgentError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _agent_error(exc.exceptions[0])
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -107,7 +128,6 @@ class SessionLimits:
             the peer is taken for dead and the connection dropped.
         outbox_size: Encoded events queued between the sessions and the
             writer before response tasks wait.
-        turn_buffer: Events buffered between an agent and its response task.
         max_owed: Replies the server may owe a peer that does not read
             before the peer is dropped.
         max_delta_window: The largest delta window granted.
@@ -118,12 +138,11 @@ class SessionLimits:
     idle_timeout: float = 300.0
     keepalive_interval: float = 30.0
     outbox_size: int = 64
-    turn_buffer: int = 16
     max_owed: int = 1024
     max_delta_window: int = 1024
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_sessions", "max_message_size", "outbox_size", "turn_buffer", "max_owed",
+        for name in ("max_sessions", "max_message_size", "outbox_size", "max_owed",
                      "max_delta_window"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -574,19 +593,8 @@ class SessionHost:
             request = self._request(session, rid, create)
             if request is None:
                 return
-            async with open_turn(session.agent, request, buffer=self.limits.turn_buffer) as turn:
-                response.turn_cancel = turn.cancel
-                if response.cancel_requested:
-                    turn.cancel()
-                async for event in turn:
-                    if type(event) is ev.ResponseCreated and not first:
-                        continue  # the client saw response.created before the tool round
-                    if isinstance(event, ev.ResponseDone | ev.ResponseCancelled):
-                        event = self._final(session, event)
-                    await self._send(session, response, event)
-                response.turn_cancel = None
-            outcome = turn.outcome
-            if outcome is None or outcome.status != "requires_action":
+            status = await self._run_agent(session, response, request, first)
+            if status != "requires_action":
                 return
             first = False
             # Section 3.2: wait for the client's tool.result events.
@@ -604,16 +612,91 @@ class SessionHost:
                     break
                 await session.wakeup.park()
 
-    def _final(self, session: _Session, event: ev.Event) -> ev.Event:
-        """The terminal event built from the whole response (all tool rounds)."""
-        ctx = self.conn.sessions.get(session.id)
+    async def _run_agent(
+        self, session: _Session, response: _Response, request: TurnRequest, first: bool
+    ) -> str:
+        """One call of ``agent.respond``; returns how it ended.
+
+        This is the turn driver's contract (:mod:`uamp_trio.turns`: the
+        transport sends ``response.created`` first and exactly one terminal
+        event, except when client tools are pending), run inline: ``emit``
+        stamps the event, passes it through the core and queues the bytes in
+        the outbox, without a channel and a task switch per event. It only
+        waits when the outbox is full or the delta window is closed, and
+        yields to the scheduler every :data:`_YIELD_EVERY` events so that the
+        writer and other sessions run. Cancellation reaches the agent at its
+        next ``emit`` or ``await``.
+
+        Returns:
+            ``"completed"``, ``"requires_action"`` (client tools pending),
+            ``"cancelled"`` or ``"failed"``.
+        """
+        sid, rid = session.id, response.id
+        if first:
+            await self._send(session, response, ev.ResponseCreated(response_id=rid,
+                                                                   session_id=sid))
+        finished = False
+        count = 0
+        send = self._send
+
+        async def emit(event: ev.Event) -> None:
+            nonlocal count
+            if finished:
+                raise RuntimeError("emit() called after the agent's respond() returned")
+            if type(event) is ev.ResponseDelta:
+                if event.session_id is None or event.response_id is None:
+                    event = ev.ResponseDelta(
+                        delta=event.delta,
+                        response_id=event.response_id or rid,
+                        session_id=event.session_id or sid,
+                        event_id=event.event_id,
+                        timestamp=event.timestamp,
+                        delta_seq=event.delta_seq,
+                        unknown=event.unknown,
+                    )
+            else:
+                event = _stamp(event, rid, sid)
+                if isinstance(event, _TERMINAL):
+                    raise RuntimeError("the transport sends the terminal event, not the agent")
+            await send(session, response, event)
+            count += 1
+            if count % _YIELD_EVERY == 0:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+
+        error: ev.ResponseError | None = None
+        with trio.CancelScope() as scope:
+            response.turn_cancel = scope.cancel
+            if response.cancel_requested:
+                scope.cancel()
+            try:
+                await session.agent.respond(request, emit)
+            except Exception as exc:
+                agent_error = _agent_error(exc)
+                if agent_error is not None:
+                    info = ty.ErrorInfo(code=agent_error.code, message=agent_error.message,
+                                        details=agent_error.details)
+                else:
+                    log.exception("agent %r failed", session.agent.name)
+                    info = ty.ErrorInfo(code="internal_error",
+                                        message=f"The agent failed: {type(exc).__name__}")
+                error = ev.ResponseError(response_id=rid, session_id=sid, error=info)
+        finished = True
+        response.turn_cancel = None
+        ctx = self.conn.sessions.get(sid)
         tracker = ctx.response if ctx is not None else None
-        if tracker is None:
-            return event
-        final = tracker.done_event() if type(event) is ev.ResponseDone else (
-            tracker.cancelled_event()
-        )
-        return attrs.evolve(final, session_id=session.id)
+        if tracker is None or tracker.response_id != rid:
+            raise _SessionGone
+        if scope.cancelled_caught:
+            final: ev.Event = tracker.cancelled_event()
+            status = "cancelled"
+        elif error is not None:
+            final, status = error, "failed"
+        elif tracker.pending_tool_calls:
+            return "requires_action"
+        else:
+            final, status = tracker.done_event(), "completed"
+        await self._send(session, response, attrs.evolve(final, session_id=sid))
+        return status
 
     async def _send(self, session: _Session, response: _Response, event: ev.Event) -> None:
         conn = self.conn

@@ -49,7 +49,7 @@ async def test_spec_flows_with_an_independent_client() -> None:
                 await send({"type": "session.update", "session_id": sessions["bob"],
                             "token": "new-jwt"})
                 seen: list[dict[str, Any]] = []
-                while not any(e["type"] == "response.done" for e in seen):
+                while not {"response.done", "session.updated"} <= {e["type"] for e in seen}:
                     seen.append(await recv())
                 updated = [e for e in seen if e["type"] == "session.updated"]
                 assert updated and updated[0]["session_id"] == sessions["bob"]

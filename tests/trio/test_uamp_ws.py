@@ -239,11 +239,11 @@ async def test_response_cancel_stops_the_agent_and_returns_partial_output() -> N
 
 
 async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive() -> None:
-    agent = ScriptAgent("a", count=2)
+    agent, neighbour = ScriptAgent("a", count=2, hang=True), ScriptAgent("b", count=2)
     with trio.fail_after(TIMEOUT):
-        async with serving([agent]) as base, open_ws(base + "/ws") as ws:
-            s1 = await create(ws)
-            s2 = await create(ws)
+        async with serving([agent, neighbour]) as base, open_ws(base + "/ws") as ws:
+            s1 = await create(ws, agent="a")
+            s2 = await create(ws, agent="b")
             cases: list[tuple[str, str, str]] = [
                 ("{not json", "invalid_event", "JSON"),
                 (orjson.dumps({"type": "input.text", "session_id": s1}).decode(), "invalid_event",
@@ -262,17 +262,26 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
                 assert err["type"] == "session.error", raw
                 assert err["error"]["code"] == code, (raw, err)
                 assert word.lower() in err["error"]["message"].lower(), (raw, err)
-            # A second response.create while one runs is refused; the first one goes on.
-            agent.count = 2
+            # A second response.create while one runs is refused; the first one
+            # goes on, and so does the neighbour session.
             await send(ws, type="response.create", session_id=s1)
+            first = await until(ws, "response.delta")
+            first.append(await recv(ws))
+            assert [e["type"] for e in first] == ["response.created", "response.delta",
+                                                  "response.delta"]
+            await agent.hanging.wait()
             await send(ws, type="response.create", session_id=s1)
+            refused = await recv(ws)
+            assert refused["type"] == "session.error"
+            assert refused["error"]["code"] == "response_in_progress"
             await send(ws, type="response.create", session_id=s2)
-            events = []
-            while sum(e["type"] == "response.done" for e in events) < 2:
-                events.append(await recv(ws))
-            refused = [e for e in events if e["type"] == "session.error"]
-            assert [e["error"]["code"] for e in refused] == ["response_in_progress"]
-            assert {e["session_id"] for e in events if e["type"] == "response.done"} == {s1, s2}
+            events = await until(ws, "response.done")
+            assert events[-1]["session_id"] == s2
+            assert {e["session_id"] for e in events} == {s2}
+            await send(ws, type="response.cancel", session_id=s1,
+                       response_id=first[0]["response_id"])
+            cancelled = await until(ws, "response.cancelled")
+            assert cancelled[-1]["partial_output"] == [{"type": "text", "text": "d0 d1 "}]
 
 
 async def test_too_many_sessions_is_refused_and_the_connection_stays_open() -> None:
