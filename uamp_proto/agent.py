@@ -31,6 +31,7 @@ whatever event loop the transport uses.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,7 +40,7 @@ import attrs
 from .events import Event
 from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
-__all__ = ["Agent", "AgentError", "Emit", "TurnRequest"]
+__all__ = ["Agent", "AgentError", "Emit", "TurnRequest", "placeholder_arguments"]
 
 #: Sends one outgoing event; awaits until the transport has accepted it.
 Emit = Callable[[Event], Awaitable[None]]
@@ -120,3 +121,36 @@ class Agent(Protocol):
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """Produce one response's events through ``emit``."""
         ...
+
+
+_PLACEHOLDER_BY_TYPE: dict[str, Any] = {
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "array": [],
+    "object": {},
+    "null": None,
+}
+
+
+def placeholder_arguments(tool: ToolDefinition, text: str) -> str:
+    """Deterministic JSON arguments for calling ``tool`` about ``text``.
+
+    For offline, demo and test models that must call a tool they know nothing
+    about: every required string property gets ``text``, other required
+    properties a neutral value of their type (0, false, [], {}); a tool with
+    no required properties gets ``{"query": text}``.
+    """
+    schema = tool.function.parameters or {}
+    props = schema.get("properties") or {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+    if not required:
+        return json.dumps({"query": text}, ensure_ascii=False, separators=(",", ":"))
+    args: dict[str, Any] = {}
+    for key in required:
+        spec = props.get(key) if isinstance(props, dict) else None
+        kind = spec.get("type", "string") if isinstance(spec, dict) else "string"
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "string")
+        args[key] = text if kind == "string" else _PLACEHOLDER_BY_TYPE.get(str(kind), text)
+    return json.dumps(args, ensure_ascii=False, separators=(",", ":"))

@@ -36,25 +36,14 @@ same reply (ids included), on every transport. Its rules:
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
-import orjson
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.agent import Emit, TurnRequest, placeholder_arguments
 
 __all__ = ["DemoAgent"]
 
 _EMPTY_REPLY = "Hello! Send me a message."
-_DEFAULTS_BY_TYPE: dict[str, Any] = {
-    "integer": 0,
-    "number": 0,
-    "boolean": False,
-    "array": [],
-    "object": {},
-    "null": None,
-}
 
 
 def _words(text: str) -> int:
@@ -103,7 +92,7 @@ class DemoAgent:
                     ev.ToolCall(
                         call_id=self._call_id(messages, tool.function.name),
                         name=tool.function.name,
-                        arguments=self._arguments(tool, text),
+                        arguments=placeholder_arguments(tool, text),
                     )
                 )
                 await emit(
@@ -160,22 +149,6 @@ class DemoAgent:
         if choice == "required":
             return mentioned or tools[0]
         return mentioned  # "auto" or unset
-
-    @staticmethod
-    def _arguments(tool: ty.ToolDefinition, text: str) -> str:
-        schema = tool.function.parameters or {}
-        props = schema.get("properties") or {}
-        required = [r for r in schema.get("required") or [] if isinstance(r, str)]
-        if not required:
-            return orjson.dumps({"query": text}).decode()
-        args: dict[str, Any] = {}
-        for key in required:
-            spec = props.get(key) if isinstance(props, dict) else None
-            kind = spec.get("type") if isinstance(spec, dict) else "string"
-            if isinstance(kind, list):
-                kind = next((k for k in kind if k != "null"), "string")
-            args[key] = text if kind == "string" else _DEFAULTS_BY_TYPE.get(str(kind), text)
-        return orjson.dumps(args).decode()
 
     @staticmethod
     def _call_id(messages: list[ty.Message], tool_name: str) -> str:

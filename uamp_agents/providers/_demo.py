@@ -43,7 +43,8 @@ from typing import Any
 
 import orjson
 
-from uamp_proto.types import Message, ToolDefinition, ToolInvocation
+from uamp_proto.agent import placeholder_arguments
+from uamp_proto.types import Message, ToolInvocation
 
 from ._function import stream_response, usage_of
 from .base import ModelRequest, ModelResponse, ProviderEvent
@@ -115,14 +116,6 @@ def _tidy(text: str) -> str:
 
 
 _KNOWN_TOOLS = frozenset({"add", "multiply", "now"})
-_DEFAULTS_BY_TYPE: dict[str, Any] = {
-    "integer": 0,
-    "number": 0,
-    "boolean": False,
-    "array": [],
-    "object": {},
-    "null": None,
-}
 
 
 class _Task:
@@ -296,7 +289,7 @@ class DemoProvider:
             if name == own:
                 out.append((name, orjson.dumps(task.arguments).decode()))
             else:
-                out.append((name, _arguments(offered[name], task.text)))
+                out.append((name, placeholder_arguments(offered[name], task.text)))
         return out
 
     @staticmethod
@@ -317,23 +310,6 @@ class DemoProvider:
                 }
             ]
         return {"steps": steps}
-
-
-def _arguments(tool: ToolDefinition, text: str) -> str:
-    """Arguments for a tool the demo model knows nothing about (module docstring)."""
-    schema = tool.function.parameters or {}
-    props = schema.get("properties") or {}
-    required = [r for r in schema.get("required") or [] if isinstance(r, str)]
-    if not required:
-        return orjson.dumps({"query": text}).decode()
-    args: dict[str, Any] = {}
-    for key in required:
-        spec = props.get(key) if isinstance(props, dict) else None
-        kind = spec.get("type") if isinstance(spec, dict) else "string"
-        if isinstance(kind, list):
-            kind = next((k for k in kind if k != "null"), "string")
-        args[key] = text if kind == "string" else _DEFAULTS_BY_TYPE.get(str(kind), text)
-    return orjson.dumps(args).decode()
 
 
 def _call_id(messages: list[Message], name: str, index: int) -> str:
