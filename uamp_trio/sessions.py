@@ -62,9 +62,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
@@ -75,6 +76,11 @@ from uamp_proto import types as ty
 from uamp_proto.agent import Agent, AgentError, TurnRequest
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
+from uamp_proto.payment import PaymentRequiredError, PaymentState
+from uamp_proto.response import ResponseTracker
+
+if TYPE_CHECKING:
+    from .routing import App
 
 __all__ = [
     "Outbox",
@@ -90,6 +96,12 @@ _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
 #: An agent that never has to wait still yields to the scheduler this often
 #: (events), so the writer and the other sessions run.
 _YIELD_EVERY: Final = 32
+#: How many times one response may stop on a :class:`PaymentRequiredError`
+#: raised by its agent (each one answered by a payment) before it fails with
+#: ``response.error`` ``payment_required``: an agent that keeps refusing what
+#: the policy accepted must not loop forever with a client that pays
+#: automatically.
+MAX_PAYMENT_ROUNDS: Final = 3
 
 
 def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
@@ -103,11 +115,30 @@ def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
 
 
 def _agent_error(exc: BaseException) -> AgentError | None:
-    """The AgentError behind ``exc`` (also a lone one inside an exception group)."""
+    """The AgentError behind ``exc`` (also a lone one inside an exception group).
+
+    A :class:`PaymentRequiredError` the transport could not settle becomes
+    ``payment_required`` with the ``accepts`` list, as in :mod:`uamp_trio.turns`.
+    """
     if isinstance(exc, AgentError):
         return exc
+    if isinstance(exc, PaymentRequiredError):
+        return AgentError(
+            "payment_required",
+            "Payment is required to continue this response.",
+            {"accepts": exc.accepts()},
+        )
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _agent_error(exc.exceptions[0])
+    return None
+
+
+def _payment_error(exc: BaseException) -> PaymentRequiredError | None:
+    """The PaymentRequiredError behind ``exc`` (also a lone one inside a group)."""
+    if isinstance(exc, PaymentRequiredError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _payment_error(exc.exceptions[0])
     return None
 
 
@@ -282,8 +313,12 @@ class _SessionGone(Exception):
 class _Response:
     """The response a session is running."""
 
-    def __init__(self, response_id: str) -> None:
+    def __init__(self, response_id: str, request_bytes: bytes | str | None = None) -> None:
         self.id = response_id
+        #: The raw ``response.create`` message (what a response signature covers).
+        self.request_bytes = request_bytes
+        #: Payment stops caused by the agent raising PaymentRequiredError.
+        self.payment_rounds = 0
         self.cancel_requested = False
         self.turn_cancel: Callable[[], None] | None = None
         #: Cancelled when the session ends or the connection closes.
@@ -322,6 +357,10 @@ class SessionHost:
         limits: Connection limits.
         transport: Put into ``TurnRequest.metadata["transport"]``.
         clock: Wall-clock seconds for ``session.created.created_at``.
+        app: The app served: its :meth:`~uamp_trio.routing.App.payment_required`
+            decides payment and its ``response_signer`` signs ``response.done``
+            (both read when used, so they may be set late). ``None``: free,
+            unsigned.
     """
 
     def __init__(
@@ -333,6 +372,7 @@ class SessionHost:
         limits: SessionLimits | None = None,
         transport: str = "uamp",
         clock: Callable[[], float] = time.time,
+        app: App | None = None,
     ) -> None:
         self.limits = limits or SessionLimits()
         self.conn = ServerConnection(
@@ -351,7 +391,10 @@ class SessionHost:
         self._fixed = agent
         self._transport = transport
         self._clock = clock
+        self._app = app
         self._sessions: dict[str, _Session] = {}
+        #: The message ``feed`` is processing (one message holds one event).
+        self._message: bytes | str = b""
         #: Called when the last session ends (HTTP+SSE ends its HTTP session).
         self.on_empty: Callable[[], None] | None = None
         #: ``(code, message)`` of the last ``session.create`` refused for its agent.
@@ -380,6 +423,7 @@ class SessionHost:
             Overloaded: The peer has too many unwritten replies queued.
         """
         self.last_activity = trio.current_time()
+        self._message = message
         conn = self.conn
         errors: list[RemoteProtocolError] = []
         try:
@@ -453,9 +497,18 @@ class SessionHost:
             assert isinstance(event, ev.ResponseCancel)
             if session is not None:
                 self._cancel(session, event.response_id)
+        elif etype == "payment.submit":
+            if session is not None:
+                self._settle(session)
         elif etype == "session.update":
             sid = session.id if session is not None else None
             self._owe(ev.SessionUpdated(session_id=sid))
+            if session is not None:
+                ctx = self.conn.sessions.get(session.id)
+                if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
+                    # The core took the new payment_token as the answer to
+                    # the outstanding payment.required (spec 004).
+                    self._settle(session)
         elif etype == "session.end":
             if session is not None:
                 self._drop(session.id)
@@ -528,13 +581,125 @@ class SessionHost:
             response.turn_cancel()
         session.wake()
 
+    # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
+
+    def _unpaid(self, agent: str, token: str | None) -> PaymentRequiredError | None:
+        """What the app's payment policy asks before ``agent`` may answer, or ``None``."""
+        app = self._app
+        return None if app is None else app.payment_required(agent, token)
+
+    def _settle(self, session: _Session) -> None:
+        """Answer a ``payment.submit`` (or a ``session.update`` token) with the policy's verdict.
+
+        The token the client presented is checked with the same policy that
+        demanded it: ``payment.accepted`` releases a held or paused response
+        (its task is woken), ``payment.error`` ``token_invalid`` with
+        ``can_retry`` keeps it waiting for another token.
+        """
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None:
+            return
+        negotiation = ctx.payment
+        unpaid = self._unpaid(session.agent.name, negotiation.token)
+        reply: ev.Event
+        if unpaid is not None:
+            reply = ev.PaymentError(
+                session_id=session.id,
+                code="token_invalid",
+                message="The payment token was not accepted; submit a valid token.",
+                balance_required=unpaid.requirements.amount,
+                can_retry=True,
+            )
+        else:
+            asked = negotiation.requirements
+            reply = ev.PaymentAccepted(
+                session_id=session.id,
+                payment_id=f"pay_{uuid.uuid4().hex[:24]}",
+                amount=asked.amount if asked is not None else None,
+                currency=asked.currency if asked is not None else None,
+            )
+        try:
+            self._owe(reply)
+        except LocalProtocolError as exc:  # pragma: no cover - any state after a submit allows it
+            log.warning("cannot answer payment.submit: %s", exc)
+            return
+        session.wake()
+
+    async def _hold_for_payment(
+        self, session: _Session, response: _Response, required: ev.PaymentRequired
+    ) -> bool:
+        """Send ``payment.required`` and wait until the client has paid.
+
+        No response content flows meanwhile (the core refuses it while the
+        negotiation is ``required`` or ``submitted``). The reader settles each
+        ``payment.submit`` (:meth:`_settle`) and wakes this task.
+
+        Returns:
+            ``True`` once ``payment.accepted`` was sent; ``False`` when the
+            client cancelled the response first (the caller sends
+            ``response.cancelled``).
+
+        Raises:
+            _SessionGone: The session ended while waiting.
+        """
+        await self._send(session, response, required)
+        while True:
+            ctx = self.conn.sessions.get(session.id)
+            if ctx is None:
+                raise _SessionGone
+            if ctx.payment.state is PaymentState.ACCEPTED:
+                return True
+            if response.cancel_requested:
+                return False
+            await session.wakeup.park()
+
+    async def _preflight(self, session: _Session, response: _Response) -> bool:
+        """Check payment before the agent runs (spec 004, UAMP row of the table).
+
+        A response the session's token does not pay for is held: the client
+        gets ``payment.required`` with the pending ``response_id`` and the
+        agent does not run until a ``payment.submit`` (or ``session.update``
+        ``payment_token``) is accepted. A negotiation left open by a response
+        cancelled while it waited is announced again, since only the client's
+        answer can close it.
+
+        Returns:
+            ``True`` to run the agent; ``False`` when the response was
+            cancelled while held (``response.cancelled`` already sent).
+        """
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None:
+            raise _SessionGone
+        negotiation = ctx.payment
+        unpaid = self._unpaid(session.agent.name, negotiation.token)
+        if unpaid is None and not negotiation.blocks_content:
+            return True
+        if unpaid is not None:
+            required = unpaid.event(response.id)
+        else:
+            asked = negotiation.requirements
+            assert asked is not None  # blocks_content implies a payment.required was sent
+            required = ev.PaymentRequired(response_id=response.id, requirements=asked)
+        required = attrs.evolve(required, session_id=session.id)
+        if await self._hold_for_payment(session, response, required):
+            return True
+        await self._send_cancelled(session, response)
+        return False
+
+    async def _send_cancelled(self, session: _Session, response: _Response) -> None:
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None or ctx.response is None or ctx.response.response_id != response.id:
+            raise _SessionGone
+        cancelled = ctx.response.cancelled_event()
+        await self._send(session, response, attrs.evolve(cancelled, session_id=session.id))
+
     # --- responses --------------------------------------------------------------
 
     def _start_response(self, session: _Session, create: ev.ResponseCreate) -> None:
         ctx = self.conn.sessions.get(session.id)
         if ctx is None or ctx.response is None:  # pragma: no cover - the core checked
             return
-        response = _Response(ctx.response.response_id)
+        response = _Response(ctx.response.response_id, self._message)
         session.response = response
         self._nursery.start_soon(self._respond, session, response, create)
 
@@ -567,7 +732,7 @@ class SessionHost:
             response_format=create.response_format or config.response_format,
             modalities=list(modalities or ["text"]),
             token=ctx.token,
-            payment_token=ctx.payment_token,
+            payment_token=ctx.payment.token,
             extensions=extensions,
             metadata={"transport": self._transport},
         )
@@ -588,25 +753,34 @@ class SessionHost:
         self, session: _Session, response: _Response, create: ev.ResponseCreate
     ) -> None:
         rid = response.id
+        if not await self._preflight(session, response):
+            return
         first = True
         while True:
             request = self._request(session, rid, create)
             if request is None:
                 return
             status = await self._run_agent(session, response, request, first)
+            first = False
+            if isinstance(status, PaymentRequiredError):
+                # The agent stopped for payment: hold the response (its output
+                # so far stays in the tracker) and run the agent again on the
+                # conversation once paid -- the UAMP transport retries
+                # internally (spec 004).
+                required = attrs.evolve(status.event(rid), session_id=session.id)
+                if not await self._hold_for_payment(session, response, required):
+                    await self._send_cancelled(session, response)
+                    return
+                continue
             if status != "requires_action":
                 return
-            first = False
             # Section 3.2: wait for the client's tool.result events.
             while True:
                 ctx = self.conn.sessions.get(session.id)
                 if ctx is None or ctx.response is None or ctx.response.response_id != rid:
                     return
                 if response.cancel_requested:
-                    cancelled = ctx.response.cancelled_event()
-                    await self._send(
-                        session, response, attrs.evolve(cancelled, session_id=session.id)
-                    )
+                    await self._send_cancelled(session, response)
                     return
                 if not ctx.response.pending_tool_calls:
                     break
@@ -614,7 +788,7 @@ class SessionHost:
 
     async def _run_agent(
         self, session: _Session, response: _Response, request: TurnRequest, first: bool
-    ) -> str:
+    ) -> str | PaymentRequiredError:
         """One call of ``agent.respond``; returns how it ended.
 
         This is the turn driver's contract (:mod:`uamp_trio.turns`: the
@@ -627,9 +801,18 @@ class SessionHost:
         writer and other sessions run. Cancellation reaches the agent at its
         next ``emit`` or ``await``.
 
+        Payment (spec 004 "Mid-Stream Token Top-Up"): an emitted
+        :class:`~uamp_proto.events.PaymentRequired` pauses the response --
+        ``emit`` sends it and returns only once the client's payment was
+        accepted, so the agent's coroutine keeps its state and streaming
+        resumes. A raised :class:`PaymentRequiredError` ends this call with
+        nothing sent; the caller holds the response and runs the agent again.
+
         Returns:
             ``"completed"``, ``"requires_action"`` (client tools pending),
-            ``"cancelled"`` or ``"failed"``.
+            ``"cancelled"``, ``"failed"``, or the :class:`PaymentRequiredError`
+            the agent raised (at most :data:`MAX_PAYMENT_ROUNDS` times per
+            response; after that it fails with ``payment_required``).
         """
         sid, rid = session.id, response.id
         if first:
@@ -658,12 +841,22 @@ class SessionHost:
                 event = _stamp(event, rid, sid)
                 if isinstance(event, _TERMINAL):
                     raise RuntimeError("the transport sends the terminal event, not the agent")
+                if type(event) is ev.PaymentRequired:
+                    assert isinstance(event, ev.PaymentRequired)
+                    # Pause until paid; a cancel interrupts the wait (the
+                    # agent sees Cancelled and the response ends cancelled).
+                    if not await self._hold_for_payment(session, response, event):
+                        # Cancelled while paused: the turn's scope is cancelled
+                        # already, so this checkpoint raises Cancelled.
+                        await trio.lowlevel.checkpoint()
+                    return
             await send(session, response, event)
             count += 1
             if count % _YIELD_EVERY == 0:
                 await trio.lowlevel.cancel_shielded_checkpoint()
 
         error: ev.ResponseError | None = None
+        unpaid: PaymentRequiredError | None = None
         with trio.CancelScope() as scope:
             response.turn_cancel = scope.cancel
             if response.cancel_requested:
@@ -671,15 +864,20 @@ class SessionHost:
             try:
                 await session.agent.respond(request, emit)
             except Exception as exc:
-                agent_error = _agent_error(exc)
-                if agent_error is not None:
-                    info = ty.ErrorInfo(code=agent_error.code, message=agent_error.message,
-                                        details=agent_error.details)
+                unpaid = _payment_error(exc)
+                if unpaid is not None and response.payment_rounds < MAX_PAYMENT_ROUNDS:
+                    response.payment_rounds += 1
                 else:
-                    log.exception("agent %r failed", session.agent.name)
-                    info = ty.ErrorInfo(code="internal_error",
-                                        message=f"The agent failed: {type(exc).__name__}")
-                error = ev.ResponseError(response_id=rid, session_id=sid, error=info)
+                    unpaid = None
+                    agent_error = _agent_error(exc)
+                    if agent_error is not None:
+                        info = ty.ErrorInfo(code=agent_error.code, message=agent_error.message,
+                                            details=agent_error.details)
+                    else:
+                        log.exception("agent %r failed", session.agent.name)
+                        info = ty.ErrorInfo(code="internal_error",
+                                            message=f"The agent failed: {type(exc).__name__}")
+                    error = ev.ResponseError(response_id=rid, session_id=sid, error=info)
         finished = True
         response.turn_cancel = None
         ctx = self.conn.sessions.get(sid)
@@ -689,14 +887,27 @@ class SessionHost:
         if scope.cancelled_caught:
             final: ev.Event = tracker.cancelled_event()
             status = "cancelled"
+        elif unpaid is not None:
+            return unpaid
         elif error is not None:
             final, status = error, "failed"
         elif tracker.pending_tool_calls:
             return "requires_action"
         else:
-            final, status = tracker.done_event(), "completed"
+            final, status = self._done(tracker, response), "completed"
         await self._send(session, response, attrs.evolve(final, session_id=sid))
         return status
+
+    def _done(self, tracker: ResponseTracker, response: _Response) -> ev.ResponseDone:
+        """``response.done``, signed when the app has a signer (spec 004 "Response Signing").
+
+        The signature covers the response's whole text and the raw bytes of
+        the ``response.create`` message that started it.
+        """
+        signer = self._app.response_signer if self._app is not None else None
+        if signer is None or response.request_bytes is None:
+            return tracker.done_event()
+        return tracker.done_event(signature=signer(tracker.text, response.request_bytes))
 
     async def _send(self, session: _Session, response: _Response, event: ev.Event) -> None:
         conn = self.conn

@@ -18,9 +18,14 @@ Each HTTP session is one :class:`~uamp_trio.sessions.SessionHost` (one
 :class:`~uamp_proto.connection.ServerConnection` with exactly one UAMP
 session), so the semantics are the WebSocket's: ``response.create`` runs the
 agent in its own task, ``response.cancel``, client tools, token refresh, delta
-windows. A session's tasks run in a trio system task (they outlive the
-POST that started them); a session with no stream attached and no POST for
-``idle_timeout`` seconds expires, as does one whose UAMP session ended.
+windows, payment (``payment.required`` and the other payment events go out on
+the stream, ``payment.submit`` comes in by POST) and signed ``response.done``.
+A session's tasks outlive the POST that started them: they run in
+:attr:`App.background <uamp_trio.routing.App.background>` -- the server's
+nursery, so a graceful shutdown ends them once its grace period is over --
+or, with no server running the app, in a trio system task. A session with no
+stream attached and no POST for ``idle_timeout`` seconds expires, as does one
+whose UAMP session ended.
 
 Errors: a body that is not JSON, not an event (or array of events), or an
 event the core refuses gets 400 with the JSON error body
@@ -94,6 +99,7 @@ class _HttpSession:
                         self.agent,
                         limits=limits,
                         transport="uamp-sse",
+                        app=self.transport.app,
                     )
                     self.host.on_empty = self.end
                     self.started.set()
@@ -249,7 +255,12 @@ class SSEEventsTransport:
                     code="session_id_required",
                 )
             hs = _HttpSession(self, agent)
-            trio.lowlevel.spawn_system_task(hs.run, name="uamp-sse-session")
+            background = self.app.background
+            if background is not None:
+                # Under the server's lifecycle: a graceful shutdown ends it.
+                background.start_soon(hs.run, name="uamp-sse-session")
+            else:
+                trio.lowlevel.spawn_system_task(hs.run, name="uamp-sse-session")
             await hs.started.wait()
             if hs.host is None:  # pragma: no cover - the system task failed at once
                 raise HTTPError(503, "Could not start the session.", code="unavailable")

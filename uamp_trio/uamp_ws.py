@@ -130,6 +130,7 @@ class UampWebSocketEndpoint:
             initial_data=pending.initial_data,
             limits=limits,
             engine=self.config.engine,
+            app=self.app,
         )
 
 
@@ -256,6 +257,7 @@ async def serve_uamp_websocket(
     initial_data: bytes = b"",
     limits: SessionLimits | None = None,
     engine: EngineName | None = None,
+    app: App | None = None,
 ) -> None:
     """Serve UAMP on an open WebSocket (after the ``101``) until it closes.
 
@@ -266,11 +268,15 @@ async def serve_uamp_websocket(
         initial_data: Bytes already read past the upgrade request.
         limits: Connection limits.
         engine: WebSocket framing engine.
+        app: The app served, for its payment policy and response signer
+            (``None``: free and unsigned).
     """
     limits = limits or SessionLimits()
     frames = make_engine(client=False, max_message_size=limits.max_message_size, engine=engine)
     async with trio.open_nursery() as nursery:
-        host = SessionHost(nursery, agents, agent, limits=limits, transport="uamp-websocket")
+        host = SessionHost(
+            nursery, agents, agent, limits=limits, transport="uamp-websocket", app=app
+        )
         conn = _Connection(stream, frames, host, limits)
         conn.scope = nursery.cancel_scope
         nursery.start_soon(conn.writer)
