@@ -1,39 +1,66 @@
 """The turn driver: runs one response of an :class:`~uamp_proto.agent.Agent`.
 
-A transport opens a turn and iterates its events::
+Two ways to run a turn, with one contract and one implementation
+(:class:`TurnRunner`):
 
-    async with open_turn(agent, request) as turn:
-        async for event in turn:
-            ...                       # write it in the transport's format
-    outcome = turn.outcome            # completed / requires_action / cancelled / failed
+* **inline**, for transports on the hot path: the agent runs in the caller's
+  task and every event goes straight to an async ``sink`` callback, with no
+  channel and no task switch in between (on trio a channel hop costs more
+  than encoding the event)::
 
-The driver owns the response lifecycle (the agent boundary's contract):
+      runner = TurnRunner(agent, request, sink)
+      outcome = await runner.run()     # runner.cancel() from elsewhere
 
-1. it sends ``response.created``;
-2. it runs ``agent.respond(request, emit)`` in its own task; ``emit`` stamps
-   the ``response_id``, feeds a :class:`~uamp_proto.response.ResponseTracker`
-   and puts the event on a bounded memory channel, so a slow reader slows the
-   agent down (backpressure) instead of growing a queue;
+* **iterated**, for transports that want to pull events::
+
+      async with open_turn(agent, request) as turn:
+          async for event in turn:
+              ...                       # write it in the transport's format
+      outcome = turn.outcome
+
+  :func:`open_turn` runs a :class:`TurnRunner` in a task of its own whose
+  sink is a bounded memory channel, so a slow reader slows the agent down
+  (backpressure) instead of growing a queue.
+
+The contract (the agent boundary's; the runner owns the response lifecycle):
+
+1. it sends ``response.created`` first (a later tool round of the same
+   response may leave it out: ``created=False``);
+2. it calls ``agent.respond(request, emit)``; ``emit`` stamps the
+   ``response_id`` and ``session_id`` the agent left out, feeds the turn's
+   :class:`~uamp_proto.response.ResponseTracker` and awaits the sink, so
+   the sink's backpressure holds the agent back. An agent never sends a
+   terminal event itself (``emit`` refuses one), nor emits after
+   ``respond`` returned;
 3. it ends with exactly one terminal event: ``response.done`` with the
    accumulated output and usage; ``response.cancelled`` with the partial
-   output when :meth:`Turn.cancel` was called (a cancel scope around
-   ``respond``); ``response.error`` with the :class:`AgentError`'s code, or
-   ``internal_error`` for any other exception (logged, never re-raised, so
-   the server keeps running);
+   output when :meth:`TurnRunner.cancel` was called (a cancel scope around
+   ``respond``; a cancel before :meth:`~TurnRunner.run` counts too);
+   ``response.error`` with the :class:`AgentError`'s code,
+   ``payment_required`` for a
+   :class:`~uamp_proto.payment.PaymentRequiredError`, or ``internal_error``
+   for any other exception (logged, never re-raised, so the server keeps
+   running);
 4. except when the agent asked the client to run tools (``tool.call``) and
    returned: then no terminal event is sent, the outcome's status is
    ``requires_action`` and :attr:`TurnOutcome.pending_tool_calls` lists the
    calls. Completions ends its HTTP response with ``finish_reason:
-   "tool_calls"``; a UAMP WebSocket waits for ``tool.result`` and calls
-   :func:`open_turn` again with the extended conversation.
+   "tool_calls"``; a UAMP WebSocket waits for ``tool.result`` and runs the
+   agent again with the extended conversation.
+
+A failure of the *sink* (the peer went away: ``BrokenResourceError`` ...) is
+not the agent's: the runner stops the agent and re-raises it from
+:meth:`~TurnRunner.run`, without a terminal event, since there is nowhere to
+send one. Cancellation from outside (not :meth:`~TurnRunner.cancel`)
+propagates as usual.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Final, Literal
 
 import attrs
 import trio
@@ -44,14 +71,33 @@ from uamp_proto.agent import Agent, AgentError, TurnRequest
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.response import ResponseTracker
 
-__all__ = ["DEFAULT_BUFFER", "Turn", "TurnOutcome", "TurnStatus", "open_turn"]
+__all__ = [
+    "DEFAULT_BUFFER",
+    "YIELD_EVERY",
+    "Sink",
+    "Turn",
+    "TurnOutcome",
+    "TurnRunner",
+    "TurnStatus",
+    "open_turn",
+    "run_turn",
+]
 
 log = logging.getLogger("uamp_trio.turns")
 
 #: Events buffered between the agent and the transport before ``emit`` waits.
 DEFAULT_BUFFER = 16
 
+#: An inline agent whose sink never has to wait still passes a scheduler
+#: checkpoint this often (events), so other tasks run and a cancel lands.
+YIELD_EVERY: Final = 32
+
 TurnStatus = Literal["completed", "requires_action", "cancelled", "failed"]
+
+#: Takes one event of the turn; awaiting it is the agent's backpressure.
+Sink = Callable[[ev.Event], Awaitable[None]]
+
+_TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
 
 
 @attrs.frozen(kw_only=True)
@@ -82,6 +128,19 @@ class TurnOutcome:
 
 def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
     """Fill in the response and session ids the agent left out."""
+    if type(event) is ev.ResponseDelta:
+        # The hot path: build the delta directly (attrs.evolve is slower).
+        if event.response_id is not None and event.session_id is not None:
+            return event
+        return ev.ResponseDelta(
+            delta=event.delta,
+            response_id=event.response_id or response_id,
+            session_id=event.session_id or session_id,
+            event_id=event.event_id,
+            timestamp=event.timestamp,
+            delta_seq=event.delta_seq,
+            unknown=event.unknown,
+        )
     changes: dict[str, str] = {}
     if getattr(event, "response_id", "") is None:
         changes["response_id"] = response_id
@@ -91,7 +150,11 @@ def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
 
 
 def _agent_error(exc: BaseException) -> AgentError | None:
-    """The AgentError behind ``exc`` (also a lone one inside an exception group)."""
+    """The AgentError behind ``exc`` (also a lone one inside an exception group).
+
+    A :class:`PaymentRequiredError` becomes ``payment_required`` with the
+    accepted payment options in its details.
+    """
     if isinstance(exc, AgentError):
         return exc
     if isinstance(exc, PaymentRequiredError):
@@ -105,21 +168,77 @@ def _agent_error(exc: BaseException) -> AgentError | None:
     return None
 
 
-class Turn:
-    """One running response: iterate it for its events, then read :attr:`outcome`."""
+class _SinkFailed(Exception):
+    """Raised inside the agent when the sink failed; carries nothing itself."""
+
+
+class TurnRunner:
+    """Runs one response of ``agent`` in the caller's task; see the module docstring.
+
+    Args:
+        agent: The agent to run.
+        request: What it answers.
+        sink: Receives every event, ``response.created`` and the terminal
+            event included, in order; awaiting it holds the agent back.
+        tracker: Continue this tracker instead of starting a new one (a later
+            tool round of the same response). The runner applies every event
+            it hands to the sink to it, so it must be nobody else's.
+        created: Whether to send ``response.created`` first (``False`` for a
+            later tool round: the client saw it already).
+        yield_every: Pass a scheduler checkpoint after this many events, so
+            an agent whose sink never waits does not starve other tasks.
+
+    A runner runs once. :meth:`cancel` may be called at any time, from any
+    task of the same trio run, also before :meth:`run`.
+    """
+
+    __slots__ = (
+        "_cancel_requested",
+        "_count",
+        "_created",
+        "_finished",
+        "_scope",
+        "_sink",
+        "_sink_error",
+        "_started",
+        "_yield_every",
+        "agent",
+        "outcome",
+        "request",
+        "tracker",
+    )
 
     def __init__(
-        self, agent: Agent, request: TurnRequest, receive: trio.MemoryReceiveChannel[ev.Event]
+        self,
+        agent: Agent,
+        request: TurnRequest,
+        sink: Sink,
+        *,
+        tracker: ResponseTracker | None = None,
+        created: bool = True,
+        yield_every: int = YIELD_EVERY,
     ) -> None:
+        if yield_every < 1:
+            raise ValueError("yield_every must be at least 1")
         self.agent = agent
         self.request = request
-        self.tracker = ResponseTracker(request.response_id, request.messages)
-        #: Set once the driver has sent its last event.
+        self.tracker = tracker or ResponseTracker(request.response_id, request.messages)
+        #: Set once the runner has sent its last event.
         self.outcome: TurnOutcome | None = None
-        self._receive = receive
+        self._sink = sink
+        self._created = created
+        self._yield_every = yield_every
         self._scope: trio.CancelScope | None = None
         self._cancel_requested = False
-        self._done = False
+        self._sink_error: BaseException | None = None
+        self._finished = False
+        self._started = False
+        self._count = 0
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._cancel_requested
 
     def cancel(self) -> None:
         """Cancel the agent; the turn ends with ``response.cancelled``."""
@@ -127,39 +246,63 @@ class Turn:
         if self._scope is not None:
             self._scope.cancel()
 
-    def __aiter__(self) -> AsyncIterator[ev.Event]:
-        return self._iterate()
+    async def emit(self, event: ev.Event) -> None:
+        """The ``emit`` the agent is given (exposed for tests and adapters)."""
+        if self._finished:
+            raise RuntimeError("emit() called after the agent's respond() returned")
+        if self._sink_error is not None:
+            raise _SinkFailed
+        event = _stamp(event, self.request.response_id, self.request.session_id)
+        if isinstance(event, _TERMINAL):
+            raise RuntimeError("the turn driver sends the terminal event, not the agent")
+        # A cancel lands at the next emit even when the sink never waits.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self.tracker.apply(event)
+        await self._deliver(event)
 
-    async def _iterate(self) -> AsyncIterator[ev.Event]:
-        async for event in self._receive:
-            yield event
+    async def _deliver(self, event: ev.Event) -> None:
+        try:
+            await self._sink(event)
+        except Exception as exc:
+            self._sink_error = exc
+            raise _SinkFailed from None
+        self._count += 1
+        if self._count >= self._yield_every:
+            self._count = 0
+            await trio.lowlevel.checkpoint()
 
-    async def _drive(self, send: trio.MemorySendChannel[ev.Event]) -> None:
-        request = self.request
+    async def run(self) -> TurnOutcome:
+        """Run the turn to its end; returns (and sets) :attr:`outcome`.
+
+        Raises:
+            RuntimeError: The runner ran already.
+            BaseException: Whatever the sink raised (the agent is stopped and
+                no terminal event is sent), or an outside cancellation.
+        """
+        if self._started:
+            raise RuntimeError("a TurnRunner runs once")
+        self._started = True
+        request, tracker = self.request, self.tracker
         rid, sid = request.response_id, request.session_id
-        tracker = self.tracker
-        finished = False
-
-        async def emit(event: ev.Event) -> None:
-            if finished:
-                raise RuntimeError("emit() called after the agent's respond() returned")
-            event = _stamp(event, rid, sid)
-            tracker.apply(event)
-            await send.send(event)
-
-        async with send:
+        if self._created:
             created = ev.ResponseCreated(response_id=rid, session_id=sid)
             tracker.apply(created)
-            await send.send(created)
-            final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseError | None = None
-            status: TurnStatus = "completed"
-            with trio.CancelScope() as scope:
-                self._scope = scope
-                if self._cancel_requested:
-                    scope.cancel()
-                try:
-                    await self.agent.respond(request, emit)
-                except Exception as exc:
+            try:
+                await self._deliver(created)
+            except _SinkFailed:
+                raise self._sink_error from None  # type: ignore[misc]
+        final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseError | None = None
+        status: TurnStatus = "completed"
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if self._cancel_requested:
+                scope.cancel()
+            try:
+                await self.agent.respond(request, self.emit)
+            except Exception as exc:
+                if self._sink_error is not None:
+                    pass  # reported below, whatever the agent made of it
+                else:
                     agent_error = _agent_error(exc)
                     status = "failed"
                     if agent_error is not None:
@@ -171,21 +314,84 @@ class Turn:
                         final = tracker.error_event(
                             "internal_error", f"The agent failed: {type(exc).__name__}"
                         )
-            finished = True
-            self._scope = None
-            if scope.cancelled_caught:
-                status, final = "cancelled", tracker.cancelled_event()
-            elif final is None:
-                if tracker.pending_tool_calls:
-                    status = "requires_action"
-                else:
-                    final = tracker.done_event()
-            if final is not None:
-                final = _stamp(final, rid, sid)  # type: ignore[assignment]
-                tracker.apply(final)
-            self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)
-            if final is not None:
-                await send.send(final)
+        self._finished = True
+        self._scope = None
+        if self._sink_error is not None:
+            raise self._sink_error
+        if scope.cancelled_caught:
+            status, final = "cancelled", tracker.cancelled_event()
+        elif final is None:
+            if tracker.pending_tool_calls:
+                status = "requires_action"
+            else:
+                final = tracker.done_event()
+        if final is not None:
+            final = _stamp(final, rid, sid)  # type: ignore[assignment]
+            tracker.apply(final)
+        outcome = self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)
+        if final is not None:
+            await self._sink(final)
+        return outcome
+
+
+async def run_turn(
+    agent: Agent,
+    request: TurnRequest,
+    sink: Sink,
+    *,
+    tracker: ResponseTracker | None = None,
+    created: bool = True,
+) -> TurnOutcome:
+    """Run one response of ``agent`` inline, every event to ``sink``.
+
+    Shorthand for ``await TurnRunner(agent, request, sink, ...).run()`` when
+    nothing else needs to cancel the turn.
+    """
+    return await TurnRunner(agent, request, sink, tracker=tracker, created=created).run()
+
+
+class Turn:
+    """One running response: iterate it for its events, then read :attr:`outcome`."""
+
+    def __init__(
+        self, agent: Agent, request: TurnRequest, receive: trio.MemoryReceiveChannel[ev.Event]
+    ) -> None:
+        self.agent = agent
+        self.request = request
+        self._receive = receive
+        self._runner: TurnRunner | None = None
+        self._cancel_requested = False
+        self.tracker = ResponseTracker(request.response_id, request.messages)
+        self._done = False
+
+    @property
+    def outcome(self) -> TurnOutcome | None:
+        """Set once the driver has sent its last event."""
+        return self._runner.outcome if self._runner is not None else None
+
+    def cancel(self) -> None:
+        """Cancel the agent; the turn ends with ``response.cancelled``."""
+        self._cancel_requested = True
+        if self._runner is not None:
+            self._runner.cancel()
+
+    def __aiter__(self) -> AsyncIterator[ev.Event]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ev.Event]:
+        async for event in self._receive:
+            yield event
+
+    async def _drive(self, send: trio.MemorySendChannel[ev.Event]) -> None:
+        async with send:
+            runner = TurnRunner(self.agent, self.request, send.send, tracker=self.tracker)
+            if self._cancel_requested:
+                runner.cancel()
+            self._runner = runner
+            try:
+                await runner.run()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the reader left; open_turn cancels us anyway
         self._done = True
 
 
@@ -193,9 +399,10 @@ class Turn:
 async def open_turn(
     agent: Agent, request: TurnRequest, *, buffer: int = DEFAULT_BUFFER
 ) -> AsyncIterator[Turn]:
-    """Start one response of ``agent``; see the module docstring.
+    """Start one response of ``agent`` in its own task; see the module docstring.
 
-    Leaving the block before the events are exhausted cancels the agent.
+    The events arrive through a memory channel of ``buffer`` events. Leaving
+    the block before the events are exhausted cancels the agent.
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
     turn = Turn(agent, request, receive)

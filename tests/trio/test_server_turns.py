@@ -1,6 +1,12 @@
-"""The turn driver: lifecycle events, cancellation, errors, tool calls, backpressure."""
+"""The turn driver: lifecycle events, cancellation, errors, tool calls, backpressure.
+
+Both faces are covered: :func:`open_turn` (events through a channel) and the
+inline :class:`TurnRunner` (events handed to a sink callback).
+"""
 
 from __future__ import annotations
+
+import contextlib
 
 import trio
 import trio.testing
@@ -8,7 +14,8 @@ import trio.testing
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.agent import AgentError, Emit, TurnRequest
-from uamp_trio.turns import open_turn
+from uamp_proto.payment import PaymentRequiredError
+from uamp_trio.turns import TurnRunner, open_turn, run_turn
 
 TIMEOUT = 10
 
@@ -43,6 +50,16 @@ class ScriptedAgent:
             raise KeyError("oops")
         elif self.mode == "tool":
             await emit(ev.ToolCall(call_id="c1", name="lookup", arguments='{"q": 1}'))
+        elif self.mode == "pay":
+            raise PaymentRequiredError(ty.PaymentRequirements(amount="0.50", currency="USD"))
+        elif self.mode == "terminal":
+            output = ty.ResponseOutput(id="x", status="completed", output=[])
+            await emit(ev.ResponseDone(response=output))
+        elif self.mode == "swallow":
+            # An agent that ignores emit's failure and goes on.
+            for _ in range(3):
+                with contextlib.suppress(Exception):
+                    await emit(ev.ResponseDelta(delta=ty.DeltaText(text="x")))
 
 
 def request() -> TurnRequest:
@@ -138,3 +155,142 @@ async def test_leaving_early_cancels_the_agent() -> None:
                 if isinstance(event, ev.ResponseDelta):
                     break
         assert turn.outcome is None
+
+
+# --- the inline runner -----------------------------------------------------------------
+
+
+class Collect:
+    """A sink that records events; optionally fails on the ``fail_at``-th one."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.events: list[ev.Event] = []
+        self.fail_at = fail_at
+
+    async def __call__(self, event: ev.Event) -> None:
+        if self.fail_at is not None and len(self.events) == self.fail_at:
+            raise trio.BrokenResourceError("peer gone")
+        self.events.append(event)
+
+
+async def test_inline_runner_has_the_same_contract_as_open_turn() -> None:
+    for mode in ("ok", "agent_error", "crash", "tool"):
+        with trio.fail_after(TIMEOUT):
+            outcome, events = await run(ScriptedAgent(mode))
+            sink = Collect()
+            inline = await run_turn(ScriptedAgent(mode), request(), sink)
+        assert [type(e) for e in sink.events] == [type(e) for e in events], mode
+        assert sink.events == events, mode
+        assert inline.status == outcome.status and inline.final == outcome.final, mode
+
+
+async def test_inline_runner_delivers_without_task_switches() -> None:
+    # Every event reaches the sink while the agent is still inside respond().
+    order: list[str] = []
+
+    class Agent(ScriptedAgent):
+        async def respond(self, request: TurnRequest, emit: Emit) -> None:
+            order.append("agent")
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text="a")))
+            order.append("after emit")
+
+    async def sink(event: ev.Event) -> None:
+        order.append(type(event).__name__)
+
+    with trio.fail_after(TIMEOUT):
+        outcome = await run_turn(Agent(), request(), sink)
+    assert order == ["ResponseCreated", "agent", "ResponseDelta", "after emit", "ResponseDone"]
+    assert outcome.status == "completed"
+
+
+async def test_inline_cancel_gives_partial_output_also_before_run() -> None:
+    with trio.fail_after(TIMEOUT):
+        sink = Collect()
+        agent = ScriptedAgent("hang", count=2)
+        runner = TurnRunner(agent, request(), sink)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runner.run)
+            await agent.blocked.wait()
+            runner.cancel()
+        assert runner.outcome is not None and runner.outcome.status == "cancelled"
+        final = runner.outcome.final
+        assert sink.events[-1] == final and isinstance(final, ev.ResponseCancelled)
+        assert final.partial_output == [ty.TextContent(text="t0 t1 ")]
+
+        early = Collect()
+        runner = TurnRunner(ScriptedAgent("hang"), request(), early)
+        runner.cancel()
+        outcome = await runner.run()
+    assert runner.cancel_requested and outcome.status == "cancelled"
+    assert [type(e) for e in early.events] == [ev.ResponseCreated, ev.ResponseCancelled]
+
+
+async def test_payment_required_becomes_its_own_error_code() -> None:
+    with trio.fail_after(TIMEOUT):
+        outcome, events = await run(ScriptedAgent("pay"))
+    assert outcome.status == "failed" and outcome.error is not None
+    assert outcome.error.code == "payment_required"
+    assert outcome.error.details is not None and outcome.error.details["accepts"]
+    assert events[-1] == outcome.final
+
+
+async def test_an_agent_may_not_send_the_terminal_event() -> None:
+    with trio.fail_after(TIMEOUT):
+        sink = Collect()
+        outcome = await run_turn(ScriptedAgent("terminal"), request(), sink)
+    assert outcome.status == "failed" and outcome.error is not None
+    assert outcome.error.code == "internal_error"
+    terminals = [e for e in sink.events if isinstance(e, ev.ResponseDone | ev.ResponseError)]
+    assert terminals == [outcome.final]
+
+
+async def test_a_failing_sink_stops_the_agent_and_is_reraised() -> None:
+    for mode, fail_at in (("ok", 2), ("ok", 0), ("swallow", 5)):
+        sink = Collect(fail_at=fail_at)
+        runner = TurnRunner(ScriptedAgent(mode, count=3), request(), sink)
+        with trio.fail_after(TIMEOUT):
+            try:
+                await runner.run()
+            except trio.BrokenResourceError:
+                pass
+            else:
+                raise AssertionError("the sink's error was swallowed")
+        assert len(sink.events) == fail_at, mode
+        assert runner.outcome is None  # no terminal event: nowhere to send it
+
+
+async def test_later_tool_round_continues_the_tracker_without_created() -> None:
+    with trio.fail_after(TIMEOUT):
+        first = Collect()
+        outcome = await run_turn(ScriptedAgent("tool", count=1), request(), first)
+        assert outcome.status == "requires_action"
+        outcome.tracker.add_tool_result("c1", "42")
+        second = Collect()
+        done = await run_turn(
+            ScriptedAgent(count=1), request(), second, tracker=outcome.tracker, created=False
+        )
+    assert not any(isinstance(e, ev.ResponseCreated) for e in second.events)
+    assert done.status == "completed" and done.tracker is outcome.tracker
+    assert isinstance(done.final, ev.ResponseDone)
+    assert done.final.response.usage is not None
+    assert done.final.response.usage.total_tokens == 6  # both rounds counted
+
+
+async def test_an_agent_that_never_waits_still_yields() -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async def sink(event: ev.Event) -> None:
+        pass  # never waits
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)  # runs only when the runner yields
+            await run_turn(ScriptedAgent(count=200), request(), sink)
+            nursery.cancel_scope.cancel()
+    assert ticks > 0
