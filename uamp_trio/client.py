@@ -34,6 +34,19 @@ not read stalls the connection's reader once that buffer is full (TCP-like
 backpressure). ``tool.call`` events are also answered by the session's
 ``on_tool_call`` callback (sync or async), in a task of its own, with a
 ``tool.result``; the server then resumes the response (section 3.2).
+
+Payment (UAMP 3.3, 7.2; spec 004): ``payment.required``, ``payment.accepted``,
+``payment.error`` and ``payment.balance`` of a response reach its iterator
+like any other event (those that arrive with no response being iterated are
+kept in :attr:`ClientSession.payments`). A session given an
+``on_payment_required`` callback (sync or async) also answers each
+``payment.required`` by itself: the callback gets the event and returns a
+token, sent as ``payment.submit`` -- or ``None`` to leave it to the caller
+(:meth:`ClientSession.pay`, or :meth:`ClientSession.cancel`). The server
+holds or pauses the response meanwhile and resumes it once the payment is
+accepted. The callback is asked once per ``payment.required``: when the
+server refuses its token (``payment.error``, ``can_retry``) the response stays
+held and the caller, who sees that event, pays again or cancels.
 """
 
 from __future__ import annotations
@@ -60,12 +73,14 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
+from uamp_proto.payment import PaymentNegotiation
 from uamp_proto.sse import SSEParser
 
 from ._ws_engine import EngineName, FrameEngine, WebSocketClosed, make_engine
 
 __all__ = [
     "ClientSession",
+    "PaymentHandler",
     "ResponseResult",
     "ResponseStream",
     "SSEClient",
@@ -82,11 +97,18 @@ log = logging.getLogger("uamp_trio.client")
 #: (JSON, as the spec asks) or raises; may be a plain or an async function.
 ToolHandler = Callable[[ty.ToolInvocation], "str | Awaitable[str]"]
 
+#: Answers a ``payment.required``: gets the event, returns the payment token
+#: to submit, or ``None`` to submit nothing; may be a plain or an async function.
+PaymentHandler = Callable[[ev.PaymentRequired], "str | Awaitable[str | None] | None"]
+
 #: Events buffered per session before the reader waits for the consumer.
 DEFAULT_SESSION_BUFFER: Final = 1024
 _READ_SIZE: Final = 65536
 _WS_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _TERMINAL: Final = frozenset({"response.done", "response.cancelled", "response.error"})
+_PAYMENT_EVENTS: Final = frozenset(
+    {"payment.required", "payment.accepted", "payment.balance", "payment.error"}
+)
 _RESPONSE_EVENTS: Final = frozenset(
     {
         "response.created",
@@ -272,7 +294,13 @@ class ClientSession:
         capabilities: The agent's latest ``capabilities``.
         created: The ``session.created`` event.
         errors: ``session.error`` events that arrived outside a response.
+        payments: Payment events that arrived outside a response
+            (``payment.balance`` after ``response.done``, the answer to a
+            :meth:`pay` with nothing outstanding).
         delta_window: The delta window the server granted, or ``None``.
+        on_tool_call: Answers ``tool.call`` events (see :data:`ToolHandler`).
+        on_payment_required: Answers ``payment.required`` events (see
+            :data:`PaymentHandler`).
     """
 
     def __init__(
@@ -282,6 +310,7 @@ class ClientSession:
         session_id: str,
         on_tool_call: ToolHandler | None,
         buffer: int,
+        on_payment_required: PaymentHandler | None = None,
     ) -> None:
         self._link = link
         self._conn = conn
@@ -290,7 +319,9 @@ class ClientSession:
         self.capabilities: ty.Capabilities | None = None
         self.created: ev.SessionCreated | None = None
         self.errors: deque[ev.SessionError] = deque(maxlen=64)
+        self.payments: deque[ev.Event] = deque(maxlen=64)
         self.on_tool_call = on_tool_call
+        self.on_payment_required = on_payment_required
         self._send_ch, self._recv_ch = trio.open_memory_channel[ev.Event | _End](buffer)
         self._ready = trio.Event()
         self._failure: UampError | None = None
@@ -314,6 +345,12 @@ class ClientSession:
         """The session's current auth token."""
         ctx = self._conn.sessions.get(self.id)
         return ctx.token if ctx is not None else None
+
+    @property
+    def payment(self) -> PaymentNegotiation | None:
+        """The session's payment negotiation (state, token, last balance and error)."""
+        ctx = self._conn.sessions.get(self.id)
+        return ctx.payment if ctx is not None else None
 
     # --- requests ---------------------------------------------------------------
 
@@ -349,6 +386,15 @@ class ClientSession:
     async def ask(self, text: str | None = None, **kwargs: Any) -> ResponseResult:
         """Send ``text``, wait for the whole response and return its result."""
         return await self.respond(text, **kwargs).collect()
+
+    async def pay(self, token: str, *, scheme: str | None = "token") -> None:
+        """Submit a payment token (``payment.submit``).
+
+        Answers an outstanding ``payment.required`` -- the server replies
+        ``payment.accepted`` and resumes the held response, or ``payment.error``
+        -- or, with nothing outstanding, preloads the token for later responses.
+        """
+        await self.send(ev.PaymentSubmit(payment=ty.PaymentSubmission(scheme=scheme, token=token)))
 
     async def cancel(self, response_id: str | None = None) -> None:
         """Cancel the current (or the named) response; it ends ``response.cancelled``."""
@@ -426,10 +472,18 @@ class ClientSession:
             self._ready.set()
         elif etype == "session.end":
             self._close(UampError("session_ended", f"the server ended session {self.id}"))
+        elif etype in _PAYMENT_EVENTS and self._stream is None:
+            if etype == "payment.required" and self.on_payment_required is not None:
+                assert isinstance(event, ev.PaymentRequired)
+                nursery.start_soon(self._pay, event)
+            self.payments.append(event)
         elif etype in _RESPONSE_EVENTS or (etype == "session.error" and self._stream):
             if etype == "tool.call" and self.on_tool_call is not None:
                 assert isinstance(event, ev.ToolCall)
                 nursery.start_soon(self._run_tool, event)
+            elif etype == "payment.required" and self.on_payment_required is not None:
+                assert isinstance(event, ev.PaymentRequired)
+                nursery.start_soon(self._pay, event)
             await self._send_ch.send(event)
         elif etype == "session.error":
             assert isinstance(event, ev.SessionError)
@@ -449,6 +503,25 @@ class ClientSession:
             text, is_error = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"}).decode(), True
         with suppress(UampError):
             await self.send(ev.ToolResult(call_id=call.call_id, result=text, is_error=is_error))
+
+    async def _pay(self, required: ev.PaymentRequired) -> None:
+        handler = self.on_payment_required
+        assert handler is not None
+        try:
+            token = handler(required)
+            if inspect.isawaitable(token):
+                token = await token
+        except Exception:
+            log.exception("on_payment_required failed; not paying")
+            return
+        if token is None:
+            return
+        scheme = None
+        schemes = required.requirements.schemes
+        if schemes:
+            scheme = schemes[0].scheme
+        with suppress(UampError):
+            await self.pay(token, scheme=scheme or "token")
 
     def _close(self, error: UampError) -> None:
         if self._ended is not None:
@@ -637,9 +710,13 @@ class UampClient(_Link):
         config: ty.SessionConfig | None = None,
         chat: str | None = None,
         on_tool_call: ToolHandler | None = None,
+        on_payment_required: PaymentHandler | None = None,
         session_id: str | None = None,
     ) -> ClientSession:
         """Open a session; returns once ``session.created`` (and capabilities) arrived.
+
+        ``on_tool_call`` and ``on_payment_required`` answer the server's
+        ``tool.call`` and ``payment.required`` events (module docstring).
 
         Raises:
             UampError: The server refused it (``agent_not_found``,
@@ -648,7 +725,9 @@ class UampClient(_Link):
         if self._closed is not None:
             raise self._closed
         sid = session_id or _new_session_id()
-        session = ClientSession(self, self._conn, sid, on_tool_call, self._buffer)
+        session = ClientSession(
+            self, self._conn, sid, on_tool_call, self._buffer, on_payment_required
+        )
         self.sessions[sid] = session
         cfg = _session_config(config, instructions, tools)
         try:
@@ -890,17 +969,20 @@ class SSEClient(_Link):
         config: ty.SessionConfig | None = None,
         chat: str | None = None,
         on_tool_call: ToolHandler | None = None,
+        on_payment_required: PaymentHandler | None = None,
         session_id: str | None = None,
         agent_in_path: bool = True,
     ) -> ClientSession:
         """Open a session (POST ``session.create``, then attach the event stream).
+
+        The arguments are those of :meth:`UampClient.create_session`.
 
         Raises:
             UampError: The server refused it.
         """
         sid = session_id or _new_session_id()
         conn = ClientConnection(ConnectionConfig(delta_window=self._delta_window))
-        session = ClientSession(self, conn, sid, on_tool_call, self._buffer)
+        session = ClientSession(self, conn, sid, on_tool_call, self._buffer, on_payment_required)
         prefix = self._prefix(agent, agent_in_path)
         self._paths[sid] = prefix
         data = conn.create_session(

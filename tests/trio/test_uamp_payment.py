@@ -1,0 +1,497 @@
+"""Payment on the UAMP WebSocket and HTTP+SSE (UAMP 3.3, 7.2; spec 004).
+
+A real server on 127.0.0.1; raw clients (trio-websocket, httpx) see the
+exact event sequences, the project's client checks the callback path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+import trio
+from trio_websocket import WebSocketConnection
+from trio_websocket import open_websocket_url as open_ws
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.agent import Agent, Emit, TurnRequest
+from uamp_proto.payment import PaymentRequiredError, PaymentState, TokenPolicy
+from uamp_proto.sse import SSEParser
+from uamp_trio import App, Server, sse_events, uamp_ws
+from uamp_trio.client import connect, connect_sse
+
+TIMEOUT = 15
+GOOD = "tok_ok"
+TOPUP = ty.PaymentRequirements(amount="0.50", currency="USD",
+                               schemes=[ty.PaymentScheme(scheme="token", network="uamp")])
+CONTENT = {"response.delta", "response.done", "tool.call", "thinking"}
+
+
+def delta(text: str) -> ev.ResponseDelta:
+    return ev.ResponseDelta(delta=ty.DeltaText(text=text))
+
+
+class Echo:
+    """Answers with the payment token it was given; records its requests."""
+
+    name = "echo"
+
+    def __init__(self) -> None:
+        self.requests: list[TurnRequest] = []
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.requests.append(request)
+        await emit(delta(f"paid with {request.payment_token}"))
+
+
+class TopUp:
+    """Streams a first half, asks for a top-up through ``emit``, streams the second half.
+
+    ``steps`` is local state of the coroutine: it survives the pause only if
+    ``emit`` returns into the same call.
+    """
+
+    name = "topup"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.resumed = trio.Event()
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.calls += 1
+        steps = ["first half"]
+        await emit(delta("first half; "))
+        await emit(ev.PaymentRequired(requirements=TOPUP, extra={"action": "topup"}))
+        self.resumed.set()
+        steps.append("second half")
+        await emit(delta(" then ".join(steps)))
+
+
+class RaisingTopUp:
+    """Raises PaymentRequiredError(topup=True) once, after some output; the retry finishes."""
+
+    name = "raiser"
+
+    def __init__(self, always: bool = False) -> None:
+        self.always = always
+        self.requests: list[TurnRequest] = []
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.requests.append(request)
+        if len(self.requests) == 1 or self.always:
+            await emit(delta("before "))
+            raise PaymentRequiredError(TOPUP, topup=True)
+        # The retry sees the conversation so far, the paused output included.
+        said = request.messages[-1]
+        await emit(delta(f"after ({said.role}: {said.text!r})"))
+
+
+@asynccontextmanager
+async def serving(agents: list[Agent], policy: TokenPolicy | None) -> AsyncIterator[Server]:
+    app = App(agents, payment_policy=policy)
+    app.mount(uamp_ws.mount, sse_events.mount)
+    server = Server(app, port=0, shutdown_grace=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+def ws_url(server: Server, agent: str) -> str:
+    return f"ws://127.0.0.1:{server.port}/agents/{agent}/uamp"
+
+
+async def send(ws: WebSocketConnection, **event: Any) -> None:
+    await ws.send_message(orjson.dumps(event).decode())
+
+
+async def recv(ws: WebSocketConnection) -> dict[str, Any]:
+    return orjson.loads(await ws.get_message())  # type: ignore[no-any-return]
+
+
+async def until(ws: WebSocketConnection, etype: str) -> list[dict[str, Any]]:
+    out = []
+    while True:
+        out.append(await recv(ws))
+        if out[-1]["type"] == etype:
+            return out
+
+
+async def quiet(ws: WebSocketConnection, seconds: float = 0.2) -> None:
+    """Assert that nothing arrives for ``seconds``."""
+    with trio.move_on_after(seconds):
+        got = await recv(ws)
+        raise AssertionError(f"expected silence, got {got}")
+
+
+async def create(ws: WebSocketConnection, **extra: Any) -> str:
+    await send(ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]},
+               **extra)
+    created = await recv(ws)
+    assert created["type"] == "session.created", created
+    assert (await recv(ws))["type"] == "capabilities"
+    return str(created["session_id"])
+
+
+def texts(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"]["text"] for e in events if e["type"] == "response.delta")
+
+
+def done_text(done: dict[str, Any]) -> str:
+    return "".join(item["text"] for item in done["response"]["output"] if item["type"] == "text")
+
+
+# --- pre-flight ---------------------------------------------------------------------
+
+
+async def test_preflight_holds_the_response_until_payment_is_accepted() -> None:
+    agent = Echo()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD}, amount="0.02")) as server, \
+                open_ws(ws_url(server, "echo")) as ws:
+            await create(ws)
+            await send(ws, type="input.text", text="hi")
+            await send(ws, type="response.create")
+            required = await recv(ws)
+            assert required["type"] == "payment.required"
+            assert required["requirements"]["amount"] == "0.02"
+            assert required["response_id"].startswith("resp")
+            await quiet(ws)  # held: no response.created, the agent did not run
+            assert agent.requests == []
+            await send(ws, type="payment.submit", payment={"scheme": "token", "token": GOOD})
+            accepted = await recv(ws)
+            assert accepted["type"] == "payment.accepted" and accepted["payment_id"]
+            assert accepted["amount"] == "0.02"
+            rest = await until(ws, "response.done")
+            assert rest[0]["type"] == "response.created"
+            assert rest[0]["response_id"] == required["response_id"]
+            assert texts(rest) == f"paid with {GOOD}"
+            assert [r.payment_token for r in agent.requests] == [GOOD]
+            # Paid once with a token the policy accepts: the next turn runs at once.
+            await send(ws, type="input.text", text="again")
+            await send(ws, type="response.create")
+            again = await until(ws, "response.done")
+            assert again[0]["type"] == "response.created"
+            assert not [e for e in again if e["type"].startswith("payment.")]
+
+
+async def test_wrong_token_gets_payment_error_then_the_right_one_runs_the_response() -> None:
+    agent = Echo()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "echo")) as ws:
+            # A bad token preloaded in session.create does not pay either.
+            await create(ws, payment_token="tok_stale")
+            await send(ws, type="input.text", text="hi")
+            await send(ws, type="response.create")
+            assert (await recv(ws))["type"] == "payment.required"
+            await send(ws, type="payment.submit", payment={"token": "tok_bad"})
+            error = await recv(ws)
+            assert error["type"] == "payment.error"
+            assert error["code"] == "token_invalid" and error["can_retry"] is True
+            await quiet(ws)
+            assert agent.requests == []
+            # session.update carrying payment_token answers the payment.required too.
+            await send(ws, type="session.update", payment_token=GOOD)
+            assert (await recv(ws))["type"] == "session.updated"
+            assert (await recv(ws))["type"] == "payment.accepted"
+            events = await until(ws, "response.done")
+            assert texts(events) == f"paid with {GOOD}"
+
+
+async def test_a_preloaded_token_pays_without_any_payment_event() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([Echo()], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "echo")) as ws:
+            await create(ws)
+            # input.text may carry the token for the response it starts.
+            await send(ws, type="input.text", text="hi", payment_token=GOOD)
+            await send(ws, type="response.create")
+            events = await until(ws, "response.done")
+            assert [e["type"] for e in events] == ["response.created", "response.delta",
+                                                   "response.done"]
+            assert texts(events) == f"paid with {GOOD}"
+
+
+async def test_cancel_while_held_ends_the_response_without_running_the_agent() -> None:
+    agent = Echo()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "echo")) as ws:
+            await create(ws)
+            await send(ws, type="input.text", text="hi")
+            await send(ws, type="response.create")
+            required = await recv(ws)
+            assert required["type"] == "payment.required"
+            await send(ws, type="response.cancel")
+            cancelled = await recv(ws)
+            assert cancelled["type"] == "response.cancelled"
+            assert cancelled["response_id"] == required["response_id"]
+            assert agent.requests == []
+            # The open payment.required still needs the client's answer: the
+            # next response is held again and a payment releases it.
+            await send(ws, type="input.text", text="now", payment_token=GOOD)
+            await send(ws, type="response.create")
+            again = await recv(ws)
+            assert again["type"] == "payment.required"
+            assert again["response_id"] != required["response_id"]
+            await send(ws, type="payment.submit", payment={"token": GOOD})
+            assert (await recv(ws))["type"] == "payment.accepted"
+            assert texts(await until(ws, "response.done")) == f"paid with {GOOD}"
+
+
+async def test_a_free_app_sends_no_payment_events() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([Echo()], None) as server, open_ws(ws_url(server, "echo")) as ws:
+            await create(ws)
+            await send(ws, type="input.text", text="hi")
+            await send(ws, type="response.create")
+            events = await until(ws, "response.done")
+            assert [e["type"] for e in events] == [
+                "response.created", "response.delta", "response.done"
+            ]
+            assert texts(events) == "paid with None"
+            # A token submitted with nothing outstanding is recorded and accepted.
+            await send(ws, type="payment.submit", payment={"token": "tok_any"})
+            assert (await recv(ws))["type"] == "payment.accepted"
+            await send(ws, type="input.text", text="again")
+            await send(ws, type="response.create")
+            assert texts(await until(ws, "response.done")) == "paid with tok_any"
+
+
+# --- mid-stream top-up --------------------------------------------------------------
+
+
+def assert_paused_correctly(events: list[dict[str, Any]]) -> None:
+    """payment.required (topup) ... payment.accepted with no content in between."""
+    types = [e["type"] for e in events]
+    start, end = types.index("payment.required"), types.index("payment.accepted")
+    assert start < end
+    assert events[start]["extra"] == {"action": "topup"}
+    assert not CONTENT & set(types[start:end]), types
+    assert types.count("response.created") == 1
+
+
+async def test_mid_stream_top_up_over_websocket_keeps_the_agent_state_and_the_output() -> None:
+    agent = TopUp()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD, "tok_refreshed"})) as server, \
+                open_ws(ws_url(server, "topup")) as ws:
+            await create(ws, payment_token=GOOD)
+            await send(ws, type="input.text", text="work")
+            await send(ws, type="response.create")
+            events = await until(ws, "payment.required")
+            assert texts(events) == "first half; "
+            assert events[-1]["response_id"] == events[0]["response_id"]
+            assert events[-1]["requirements"]["amount"] == "0.50"
+            await quiet(ws)  # paused
+            assert not agent.resumed.is_set()
+            await send(ws, type="payment.submit", payment={"token": "tok_refreshed"})
+            events += await until(ws, "response.done")
+            assert_paused_correctly(events)
+            assert agent.calls == 1  # resumed, not retried
+            whole = "first half; first half then second half"
+            assert texts(events) == whole
+            assert done_text(events[-1]) == whole
+
+
+async def test_cancel_during_a_top_up_returns_the_partial_output() -> None:
+    agent = TopUp()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "topup")) as ws:
+            await create(ws, payment_token=GOOD)
+            await send(ws, type="input.text", text="work")
+            await send(ws, type="response.create")
+            await until(ws, "payment.required")
+            await send(ws, type="response.cancel")
+            cancelled = await recv(ws)
+            assert cancelled["type"] == "response.cancelled"
+            partial = cancelled["partial_output"]
+            assert [p["text"] for p in partial] == ["first half; "]
+            assert not agent.resumed.is_set()
+
+
+async def test_a_raised_top_up_holds_the_response_and_retries_with_the_output_so_far() -> None:
+    agent = RaisingTopUp()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "raiser")) as ws:
+            await create(ws, payment_token=GOOD)
+            await send(ws, type="input.text", text="work")
+            await send(ws, type="response.create")
+            events = await until(ws, "payment.required")
+            assert events[-1]["extra"] == {"action": "topup"}
+            await send(ws, type="payment.submit", payment={"token": GOOD})
+            events += await until(ws, "response.done")
+            assert_paused_correctly(events)
+            whole = "before after (assistant: 'before ')"
+            assert texts(events) == whole and done_text(events[-1]) == whole
+            assert len(agent.requests) == 2
+
+
+async def test_an_agent_that_keeps_asking_fails_with_payment_required() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([RaisingTopUp(always=True)], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "raiser")) as ws:
+            await create(ws, payment_token=GOOD)
+            await send(ws, type="input.text", text="work")
+            await send(ws, type="response.create")
+            rounds = 0
+            while True:
+                event = await recv(ws)
+                if event["type"] == "payment.required":
+                    rounds += 1
+                    await send(ws, type="payment.submit", payment={"token": GOOD})
+                elif event["type"] == "response.error":
+                    break
+            assert rounds == 3
+            assert event["error"]["code"] == "payment_required"
+            assert event["error"]["details"]["accepts"][0]["amount"] == "0.50"
+
+
+async def test_mid_stream_top_up_over_http_sse() -> None:
+    agent = TopUp()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            created = await http.post("/agents/topup/events", content=orjson.dumps(
+                {"type": "session.create", "uamp_version": "1.0", "payment_token": GOOD,
+                 "session": {"modalities": ["text"]}}))
+            sid = created.headers["x-session-id"]
+            headers = {"x-session-id": sid}
+            async with http.stream("GET", "/agents/topup/events/stream", headers=headers,
+                                   timeout=httpx.Timeout(10, read=None)) as resp:
+                parser = SSEParser()
+                chunks = resp.aiter_raw()
+                events: list[dict[str, Any]] = []
+
+                async def read_until(etype: str) -> None:
+                    while not events or events[-1]["type"] != etype:
+                        for sse in parser.feed(await chunks.__anext__()):
+                            events.append(orjson.loads(sse.data))
+                            if events[-1]["type"] == etype:
+                                break
+
+                posted = await http.post("/agents/topup/events", headers=headers,
+                                         content=orjson.dumps([
+                                             {"type": "input.text", "text": "work"},
+                                             {"type": "response.create"}]))
+                assert posted.json()["accepted"] == 2
+                await read_until("payment.required")
+                assert texts(events) == "first half; "
+                await trio.sleep(0.2)
+                assert not agent.resumed.is_set()
+                paid = await http.post("/agents/topup/events", headers=headers,
+                                       content=orjson.dumps({"type": "payment.submit",
+                                                             "payment": {"token": GOOD}}))
+                assert paid.status_code == 200
+                await read_until("response.done")
+            assert_paused_correctly(events)
+            whole = "first half; first half then second half"
+            assert texts(events) == whole and done_text(events[-1]) == whole
+
+
+async def test_preflight_over_http_sse_wrong_then_right_token() -> None:
+    agent = Echo()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            created = await http.post("/agents/echo/events", content=orjson.dumps(
+                {"type": "session.create", "uamp_version": "1.0",
+                 "session": {"modalities": ["text"]}}))
+            headers = {"x-session-id": created.headers["x-session-id"]}
+            async with http.stream("GET", "/agents/echo/events/stream", headers=headers,
+                                   timeout=httpx.Timeout(10, read=None)) as resp:
+                parser = SSEParser()
+                chunks = resp.aiter_raw()
+                seen: list[dict[str, Any]] = []
+
+                async def next_of(etype: str) -> dict[str, Any]:
+                    while True:
+                        for sse in parser.feed(await chunks.__anext__()):
+                            seen.append(orjson.loads(sse.data))
+                        found = [e for e in seen if e["type"] == etype]
+                        if found:
+                            return found[-1]
+
+                await http.post("/agents/echo/events", headers=headers, content=orjson.dumps(
+                    [{"type": "input.text", "text": "hi"}, {"type": "response.create"}]))
+                assert (await next_of("payment.required"))["requirements"]["amount"] == "0.01"
+                for token in ("tok_bad", GOOD):
+                    await http.post("/agents/echo/events", headers=headers, content=orjson.dumps(
+                        {"type": "payment.submit", "payment": {"token": token}}))
+                assert (await next_of("payment.error"))["code"] == "token_invalid"
+                await next_of("response.done")
+            types = [e["type"] for e in seen]
+            assert types.index("payment.error") < types.index("payment.accepted") < types.index(
+                "response.created")
+            assert texts(seen) == f"paid with {GOOD}"
+
+
+# --- the project's client -------------------------------------------------------------
+
+
+async def test_client_callback_pays_automatically_over_websocket_and_sse() -> None:
+    asked: list[ev.PaymentRequired] = []
+
+    async def pay(required: ev.PaymentRequired) -> str:
+        asked.append(required)
+        await trio.sleep(0)
+        return GOOD
+
+    with trio.fail_after(TIMEOUT):
+        async with serving([Echo(), TopUp()], TokenPolicy({GOOD})) as server:
+            async with connect(f"ws://127.0.0.1:{server.port}/ws") as client:
+                session = await client.create_session("echo", on_payment_required=pay)
+                seen = [e.type async for e in session.respond("hi")]
+                assert seen[:3] == ["payment.required", "payment.accepted", "response.created"]
+                assert seen[-1] == "response.done"
+                assert session.payment is not None
+                assert session.payment.state is PaymentState.ACCEPTED
+                # Top-up with a sync callback: ask() returns the whole output.
+                topup = await client.create_session("topup", on_payment_required=lambda r: GOOD,
+                                                    payment_token=GOOD)
+                result = await topup.ask("work")
+                assert result.text == "first half; first half then second half"
+            async with connect_sse(f"http://127.0.0.1:{server.port}") as sse:
+                session = await sse.create_session("topup", on_payment_required=pay)
+                stream = session.respond("work")
+                types = [e.type async for e in stream]
+                assert types.count("payment.required") == 2  # pre-flight and top-up
+                assert stream.result is not None
+                assert stream.result.text == "first half; first half then second half"
+            assert len(asked) == 3
+            assert [r.is_topup for r in asked] == [False, False, True]
+
+
+async def test_client_without_callback_sees_the_events_and_pays_by_hand() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([Echo()], TokenPolicy({GOOD})) as server, \
+                connect(f"ws://127.0.0.1:{server.port}/agents/echo/uamp") as client:
+            declined: list[str] = []
+            session = await client.create_session(
+                on_payment_required=lambda r: declined.append(r.requirements.amount)
+            )
+            stream = session.respond("hi")
+            async for event in stream:
+                if event.type == "payment.required":
+                    await session.pay("tok_bad")
+                elif event.type == "payment.error":
+                    assert isinstance(event, ev.PaymentError) and event.can_retry
+                    await session.pay(GOOD)
+            assert declined == ["0.01"]  # the callback returned None: nothing was sent for it
+            assert stream.result is not None and stream.result.text == f"paid with {GOOD}"
