@@ -215,3 +215,56 @@ async def test_session_end_closes_the_stream() -> None:
                 rest = [chunk async for chunk in events.chunks]
                 assert b"session" not in b"".join(rest)  # nothing but the end of the stream
             assert transport.session_count == 0
+
+
+class Hang:
+    """Streams one delta, then waits forever (a live response)."""
+
+    name = "hang"
+
+    def __init__(self) -> None:
+        self.cancelled = trio.Event()
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id="hang", provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working")))
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.cancelled.set()
+
+
+async def test_server_shutdown_ends_a_live_session_and_its_stream() -> None:
+    agent = Hang()
+    app = App([agent])
+    transport = SSEEventsTransport(app)
+    app.mount(transport.mount)
+    server = Server(app, port=0, shutdown_grace=0.3)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            base = f"http://127.0.0.1:{server.port}"
+            async with httpx.AsyncClient(base_url=base) as http:
+                sid = (await post(http, CREATE)).json()["session_id"]
+                assert transport.session_count == 1
+                async with stream(http, sid) as events:
+                    await events.until("capabilities")
+                    await post(http, [{"type": "input.text", "text": "go"},
+                                      {"type": "response.create"}], sid)
+                    assert (await events.until("response.delta"))[-1]["delta"]["text"] == (
+                        "working"
+                    )
+                    server.shutdown()
+                    ended_at = trio.current_time()
+                    # The stream ends (cleanly or cut) once the grace period is over.
+                    try:
+                        while True:
+                            await events.next()
+                    except (StopAsyncIteration, httpx.HTTPError):
+                        pass
+                    assert trio.current_time() - ended_at < 5
+        # serve() returned: the session ran under the server, not in a system task.
+        assert transport.session_count == 0
+        assert agent.cancelled.is_set()
