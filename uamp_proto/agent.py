@@ -24,6 +24,16 @@ usage), ``response.cancelled`` or ``response.error`` after the last. An agent
 reports a failure by raising :class:`AgentError`; cancelling the task that
 runs ``respond`` cancels the response.
 
+Payment (spec 004): to ask the client for more funds in the middle of a
+response, emit a :class:`~uamp_proto.events.PaymentRequired` (a top-up:
+``extra={"action": "topup"}``). On the UAMP WebSocket and HTTP+SSE
+transports ``emit`` then returns only once the client's payment was accepted
+(no content flows meanwhile), so the agent simply continues; cancelling the
+response while it waits raises ``Cancelled`` out of ``emit``. Raising
+:class:`~uamp_proto.payment.PaymentRequiredError` instead abandons the call:
+those transports re-run the agent on the conversation so far once paid, the
+others report ``payment_required``.
+
 ``emit`` applies backpressure: it returns once the event has been accepted by
 the transport's bounded buffer. Nothing here does I/O; the agent runs in
 whatever event loop the transport uses.

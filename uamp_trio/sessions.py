@@ -37,6 +37,12 @@ event type (UAMP sections 3, 5, 6, 10):
 ``session.update``
     The core keeps the new token on the session; answered ``session.updated``.
     Every later turn gets the session's current token in ``TurnRequest.token``.
+    A ``payment_token`` answering an open ``payment.required`` is settled as
+    a ``payment.submit``.
+``payment.submit``
+    The token is checked with the app's payment policy: ``payment.accepted``
+    wakes the held or paused response, ``payment.error`` ``token_invalid``
+    (``can_retry``) keeps it waiting.
 ``session.end``
     Stops the session's response task.
 ``capabilities.query``
@@ -49,6 +55,25 @@ reads -- is refused with :class:`Overloaded`, and the transport drops it.
 Response events wait for room (:meth:`Outbox.put`), which is how a client
 that stops reading stops the agent: the socket fills, the writer blocks, the
 outbox fills and the agent's ``emit`` waits. Memory stays flat.
+
+Payment (UAMP 3.3 and 7.2; spec 004 "Payment Handling", "Mid-Stream Token
+Top-Up"): the app's policy (:meth:`App.payment_required
+<uamp_trio.routing.App.payment_required>`, the one question every transport
+asks) is consulted with the session's latest payment token before the agent
+runs. A response it does not pay for is *held*: ``payment.required`` (with
+the pending ``response_id``) goes out, and the response task parks until the
+reader accepts a payment (then ``response.created`` and the agent) or a
+``response.cancel`` arrives (``response.cancelled``). Inside a response the
+agent asks for a top-up by emitting ``payment.required``: its ``emit`` parks
+the same way and returns once paid, so the agent's coroutine resumes where it
+was; the core refuses any content meanwhile. An agent that *raises*
+:class:`~uamp_proto.payment.PaymentRequiredError` is held likewise and, once
+paid, run again on the conversation so far (like after client tools), at
+most :data:`MAX_PAYMENT_ROUNDS` times per response.
+
+Signing (spec 004 "Response Signing"): with ``App.response_signer`` set,
+``response.done`` carries ``signature`` over the response's text and the raw
+``response.create`` message that started it.
 
 Delta windows (``docs/flow.md``): on a session that opted in, the core
 numbers deltas and refuses one past the window with
