@@ -21,10 +21,11 @@ event type (UAMP sections 3, 5, 6, 10):
     ``agent_not_found`` and no session is created.
 ``response.create``
     Starts one task for the response, under its own cancel scope, in the
-    transport's nursery. The task runs the agent with the turn driver's
-    contract (:mod:`uamp_trio.turns`), inline: ``emit`` passes each event
-    through the core straight into the outbox, with no channel hop (on trio
-    a task switch per event costs more than encoding the event).
+    transport's nursery. The task runs the agent with the inline turn runner
+    (:class:`uamp_trio.turns.TurnRunner`, which owns the response lifecycle)
+    whose sink passes each event through the core straight into the outbox,
+    with no channel hop (on trio a task switch per event costs more than
+    encoding the event).
     When the agent asked the client to run tools, the task waits for the
     ``tool.result`` events and runs the agent again on
     ``session.conversation()`` under the same response id (section 3.2); the
@@ -98,11 +99,13 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, AgentError, TurnRequest
+from uamp_proto.agent import Agent, Emit, TurnRequest
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
 from uamp_proto.payment import PaymentRequiredError, PaymentState
 from uamp_proto.response import ResponseTracker
+
+from .turns import YIELD_EVERY, TurnRunner, TurnStatus
 
 if TYPE_CHECKING:
     from .routing import App
@@ -118,44 +121,12 @@ __all__ = [
 log = logging.getLogger("uamp_trio.sessions")
 
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
-#: An agent that never has to wait still yields to the scheduler this often
-#: (events), so the writer and the other sessions run.
-_YIELD_EVERY: Final = 32
 #: How many times one response may stop on a :class:`PaymentRequiredError`
 #: raised by its agent (each one answered by a payment) before it fails with
 #: ``response.error`` ``payment_required``: an agent that keeps refusing what
 #: the policy accepted must not loop forever with a client that pays
 #: automatically.
 MAX_PAYMENT_ROUNDS: Final = 3
-
-
-def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
-    """Fill in the response and session ids the agent left out."""
-    changes: dict[str, str] = {}
-    if getattr(event, "response_id", "") is None:
-        changes["response_id"] = response_id
-    if event.session_id is None:
-        changes["session_id"] = session_id
-    return attrs.evolve(event, **changes) if changes else event  # type: ignore[arg-type]
-
-
-def _agent_error(exc: BaseException) -> AgentError | None:
-    """The AgentError behind ``exc`` (also a lone one inside an exception group).
-
-    A :class:`PaymentRequiredError` the transport could not settle becomes
-    ``payment_required`` with the ``accepts`` list, as in :mod:`uamp_trio.turns`.
-    """
-    if isinstance(exc, AgentError):
-        return exc
-    if isinstance(exc, PaymentRequiredError):
-        return AgentError(
-            "payment_required",
-            "Payment is required to continue this response.",
-            {"accepts": exc.accepts()},
-        )
-    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _agent_error(exc.exceptions[0])
-    return None
 
 
 def _payment_error(exc: BaseException) -> PaymentRequiredError | None:
@@ -363,6 +334,57 @@ class _Session:
     def wake(self) -> None:
         if self.wakeup:
             self.wakeup.unpark_all()
+
+
+class _PayingAgent:
+    """The session's agent, run again once paid when it raises PaymentRequiredError.
+
+    UAMP transports retry internally (spec 004, "Payment Handling"): the
+    response is held -- ``payment.required``, then the client's payment --
+    and ``respond`` is called again on the conversation so far (the output
+    the agent produced before raising included) with the new payment token,
+    under the same response id. After :data:`MAX_PAYMENT_ROUNDS` raises the
+    error goes to the turn runner, which ends the response with
+    ``response.error`` ``payment_required``.
+    """
+
+    def __init__(
+        self, host: SessionHost, session: _Session, response: _Response,
+        create: ev.ResponseCreate,
+    ) -> None:
+        self.agent = session.agent
+        self._host = host
+        self._session = session
+        self._response = response
+        self._create = create
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    def capabilities(self) -> ty.Capabilities:
+        return self.agent.capabilities()
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        host, session, response = self._host, self._session, self._response
+        while True:
+            try:
+                await self.agent.respond(request, emit)
+                return
+            except Exception as exc:
+                unpaid = _payment_error(exc)
+                if unpaid is None or response.payment_rounds >= MAX_PAYMENT_ROUNDS:
+                    raise
+                response.payment_rounds += 1
+            required = attrs.evolve(unpaid.event(response.id), session_id=session.id)
+            if not await host._hold_for_payment(session, response, required):
+                # Cancelled while held: the runner's scope is cancelled, so
+                # this checkpoint raises Cancelled and the response ends so.
+                await trio.lowlevel.checkpoint()
+            retry = host._request(session, response.id, self._create)
+            if retry is None:
+                raise _SessionGone
+            request = retry
 
 
 def _error(session_id: str | None, code: str, message: str) -> ev.SessionError:
@@ -671,6 +693,8 @@ class SessionHost:
         while True:
             ctx = self.conn.sessions.get(session.id)
             if ctx is None:
+                # Ending the session cancelled this response: let that land first.
+                await trio.lowlevel.checkpoint()
                 raise _SessionGone
             if ctx.payment.state is PaymentState.ACCEPTED:
                 return True
@@ -780,23 +804,14 @@ class SessionHost:
         rid = response.id
         if not await self._preflight(session, response):
             return
+        agent = _PayingAgent(self, session, response, create)
         first = True
         while True:
             request = self._request(session, rid, create)
             if request is None:
                 return
-            status = await self._run_agent(session, response, request, first)
+            status = await self._run_turn(session, response, agent, request, first)
             first = False
-            if isinstance(status, PaymentRequiredError):
-                # The agent stopped for payment: hold the response (its output
-                # so far stays in the tracker) and run the agent again on the
-                # conversation once paid -- the UAMP transport retries
-                # internally (spec 004).
-                required = attrs.evolve(status.event(rid), session_id=session.id)
-                if not await self._hold_for_payment(session, response, required):
-                    await self._send_cancelled(session, response)
-                    return
-                continue
             if status != "requires_action":
                 return
             # Section 3.2: wait for the client's tool.result events.
@@ -811,117 +826,68 @@ class SessionHost:
                     break
                 await session.wakeup.park()
 
-    async def _run_agent(
-        self, session: _Session, response: _Response, request: TurnRequest, first: bool
-    ) -> str | PaymentRequiredError:
-        """One call of ``agent.respond``; returns how it ended.
+    async def _run_turn(
+        self,
+        session: _Session,
+        response: _Response,
+        agent: _PayingAgent,
+        request: TurnRequest,
+        first: bool,
+    ) -> TurnStatus:
+        """One call of ``agent.respond`` through the inline turn runner; returns how it ended.
 
-        This is the turn driver's contract (:mod:`uamp_trio.turns`: the
-        transport sends ``response.created`` first and exactly one terminal
-        event, except when client tools are pending), run inline: ``emit``
-        stamps the event, passes it through the core and queues the bytes in
-        the outbox, without a channel and a task switch per event. It only
-        waits when the outbox is full or the delta window is closed, and
-        yields to the scheduler every :data:`_YIELD_EVERY` events so that the
-        writer and other sessions run. Cancellation reaches the agent at its
-        next ``emit`` or ``await``.
+        :class:`~uamp_trio.turns.TurnRunner` owns the lifecycle
+        (``response.created`` first unless this is a later tool round, one
+        terminal event unless client tools are pending, error mapping); its
+        sink passes each event through the core straight into the outbox,
+        without a channel or a task switch per event. The sink only waits
+        when the outbox is full, the delta window is closed, or payment is
+        open.
 
-        Payment (spec 004 "Mid-Stream Token Top-Up"): an emitted
-        :class:`~uamp_proto.events.PaymentRequired` pauses the response --
-        ``emit`` sends it and returns only once the client's payment was
-        accepted, so the agent's coroutine keeps its state and streaming
-        resumes. A raised :class:`PaymentRequiredError` ends this call with
-        nothing sent; the caller holds the response and runs the agent again.
-
-        Returns:
-            ``"completed"``, ``"requires_action"`` (client tools pending),
-            ``"cancelled"``, ``"failed"``, or the :class:`PaymentRequiredError`
-            the agent raised (at most :data:`MAX_PAYMENT_ROUNDS` times per
-            response; after that it fails with ``payment_required``).
+        The sink's special cases: a terminal event is rebuilt from the core's
+        tracker, so its output is exactly what the client was sent (the
+        runner's own tracker also holds an event the sink dropped after a
+        cancel) and ``response.done`` can be signed; an emitted
+        ``payment.required`` pauses the response (:meth:`_hold_for_payment`)
+        and ``emit`` returns once paid -- spec 004's mid-stream top-up.
         """
-        sid, rid = session.id, response.id
-        if first:
-            await self._send(session, response, ev.ResponseCreated(response_id=rid,
-                                                                   session_id=sid))
-        finished = False
-        count = 0
         send = self._send
 
-        async def emit(event: ev.Event) -> None:
-            nonlocal count
-            if finished:
-                raise RuntimeError("emit() called after the agent's respond() returned")
-            if type(event) is ev.ResponseDelta:
-                if event.session_id is None or event.response_id is None:
-                    event = ev.ResponseDelta(
-                        delta=event.delta,
-                        response_id=event.response_id or rid,
-                        session_id=event.session_id or sid,
-                        event_id=event.event_id,
-                        timestamp=event.timestamp,
-                        delta_seq=event.delta_seq,
-                        unknown=event.unknown,
-                    )
-            else:
-                event = _stamp(event, rid, sid)
-                if isinstance(event, _TERMINAL):
-                    raise RuntimeError("the transport sends the terminal event, not the agent")
-                if type(event) is ev.PaymentRequired:
-                    assert isinstance(event, ev.PaymentRequired)
-                    # Pause until paid; a cancel interrupts the wait (the
-                    # agent sees Cancelled and the response ends cancelled).
-                    if not await self._hold_for_payment(session, response, event):
-                        # Cancelled while paused: the turn's scope is cancelled
-                        # already, so this checkpoint raises Cancelled.
-                        await trio.lowlevel.checkpoint()
-                    return
+        async def sink(event: ev.Event) -> None:
+            kind = type(event)
+            if kind is ev.PaymentRequired:
+                assert isinstance(event, ev.PaymentRequired)
+                if not await self._hold_for_payment(session, response, event):
+                    # Cancelled while paused: the runner's scope is cancelled
+                    # already, so this checkpoint raises Cancelled.
+                    await trio.lowlevel.checkpoint()
+                return
+            if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
+                event = self._final(session, response, event)
             await send(session, response, event)
-            count += 1
-            if count % _YIELD_EVERY == 0:
-                await trio.lowlevel.cancel_shielded_checkpoint()
 
-        error: ev.ResponseError | None = None
-        unpaid: PaymentRequiredError | None = None
-        with trio.CancelScope() as scope:
-            response.turn_cancel = scope.cancel
-            if response.cancel_requested:
-                scope.cancel()
-            try:
-                await session.agent.respond(request, emit)
-            except Exception as exc:
-                unpaid = _payment_error(exc)
-                if unpaid is not None and response.payment_rounds < MAX_PAYMENT_ROUNDS:
-                    response.payment_rounds += 1
-                else:
-                    unpaid = None
-                    agent_error = _agent_error(exc)
-                    if agent_error is not None:
-                        info = ty.ErrorInfo(code=agent_error.code, message=agent_error.message,
-                                            details=agent_error.details)
-                    else:
-                        log.exception("agent %r failed", session.agent.name)
-                        info = ty.ErrorInfo(code="internal_error",
-                                            message=f"The agent failed: {type(exc).__name__}")
-                    error = ev.ResponseError(response_id=rid, session_id=sid, error=info)
-        finished = True
-        response.turn_cancel = None
-        ctx = self.conn.sessions.get(sid)
+        runner = TurnRunner(agent, request, sink, created=first, yield_every=YIELD_EVERY)
+        response.turn_cancel = runner.cancel
+        if response.cancel_requested:
+            runner.cancel()
+        try:
+            outcome = await runner.run()
+        finally:
+            response.turn_cancel = None
+        return outcome.status
+
+    def _final(self, session: _Session, response: _Response, event: ev.Event) -> ev.Event:
+        """The terminal event as the core's tracker has it (what was sent), signed if asked."""
+        ctx = self.conn.sessions.get(session.id)
         tracker = ctx.response if ctx is not None else None
-        if tracker is None or tracker.response_id != rid:
+        if tracker is None or tracker.response_id != response.id:
             raise _SessionGone
-        if scope.cancelled_caught:
-            final: ev.Event = tracker.cancelled_event()
-            status = "cancelled"
-        elif unpaid is not None:
-            return unpaid
-        elif error is not None:
-            final, status = error, "failed"
-        elif tracker.pending_tool_calls:
-            return "requires_action"
+        final: ev.Event
+        if type(event) is ev.ResponseDone:
+            final = self._done(tracker, response)
         else:
-            final, status = self._done(tracker, response), "completed"
-        await self._send(session, response, attrs.evolve(final, session_id=sid))
-        return status
+            final = tracker.cancelled_event()
+        return attrs.evolve(final, session_id=session.id)
 
     def _done(self, tracker: ResponseTracker, response: _Response) -> ev.ResponseDone:
         """``response.done``, signed when the app has a signer (spec 004 "Response Signing").
