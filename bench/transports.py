@@ -19,12 +19,22 @@ rounds is printed with the ratio uamp / baseline:
 * ``json``: non-streaming completions per second (sequential, keep-alive)
   vs a bare trio+h11 JSON responder and uvicorn+Starlette.
 * ``ttfd``: median time to first delta (ms) after the request, WebSocket.
+* ``ttfd-sse``: the same over Chat Completions streaming (one-delta
+  responses on a keep-alive connection), vs trio+h11 and uvicorn+Starlette.
 * ``mux``: 100 sessions multiplexed on one uamp WebSocket, events/s overall.
 * ``conns``: 100 concurrent WebSocket connections (one session each),
   events/s overall, vs 100 connections to the ``websockets`` server.
 
 The agent (``FloodAgent``) emits as many one-word text deltas as its input
-text says; the baselines send byte-for-byte similar JSON.
+text says. The HTTP baselines send the same bytes as uamp: the same chunk
+JSON (role chunk first, finish chunk and ``[DONE]`` last), the same
+completion JSON; the HTTP rows print the payload sizes of every server so
+that this stays checked. The WebSocket baselines send byte-for-byte similar
+JSON. The order of the servers rotates from round to round.
+
+Keep the baselines honest: each must run as its users would deploy it. In
+particular uvicorn must get a socket whose ``proto`` is TCP, or asyncio
+leaves Nagle on and every non-streamed request waits for a delayed ACK.
 """
 
 from __future__ import annotations
@@ -62,33 +72,53 @@ def delta_event(i: int) -> bytes:
     )
 
 
-def chunk_event() -> bytes:
+COMPLETION_ID = "chatcmpl-" + "0123456789abcdef" * 2  # uamp's: "chatcmpl-" + 32 hex
+
+
+def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+    """A ``chat.completion.chunk`` shaped byte for byte like uamp's."""
     return orjson.dumps(
         {
-            "id": "chatcmpl-0123456789abcdef01234567",
+            "id": COMPLETION_ID,
             "object": "chat.completion.chunk",
             "created": 1700000000,
             "model": "flood",
-            "choices": [{"index": 0, "delta": {"content": WORD}, "finish_reason": None}],
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
         }
     )
 
 
+def chunk_event() -> bytes:
+    return _chunk({"content": WORD})
+
+
+def sse_stream_parts() -> tuple[bytes, bytes, bytes]:
+    """The SSE frames of a streamed completion: first (role), each text chunk, last."""
+    first = b"data: " + _chunk({"role": "assistant", "content": ""}) + b"\n\n"
+    chunk = b"data: " + chunk_event() + b"\n\n"
+    last = b"data: " + _chunk({}, "stop") + b"\n\ndata: [DONE]\n\n"
+    return first, chunk, last
+
+
 def completion_body(n: int) -> bytes:
+    """A ``chat.completion`` shaped like uamp's (same keys, same sizes)."""
     return orjson.dumps(
         {
-            "id": "chatcmpl-0123456789abcdef01234567",
+            "id": COMPLETION_ID,
             "object": "chat.completion",
             "created": 1700000000,
             "model": "flood",
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": WORD * n},
+                    "message": {"role": "assistant", "content": WORD * n, "refusal": None},
+                    "logprobs": None,
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
     )
 
@@ -229,13 +259,14 @@ def serve_trio_h11(port_file: Path) -> None:
                 req = orjson.loads(body)
                 n = int(req["messages"][-1]["content"])
                 if req.get("stream"):
+                    # The head goes with the first chunk, then one send_all per chunk.
+                    first, chunk, last = sse_stream_parts()
                     await stream.send_all(conn.send(h11.Response(status_code=200, headers=[
-                        ("content-type", "text/event-stream")])))
-                    chunk = b"data: " + chunk_event() + b"\n\n"
+                        ("content-type", "text/event-stream")])) + conn.send(h11.Data(data=first)))
                     for _ in range(n):
                         await stream.send_all(conn.send(h11.Data(data=chunk)))
-                    await stream.send_all(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
-                    await stream.send_all(conn.send(h11.EndOfMessage()))
+                    await stream.send_all(conn.send(h11.Data(data=last))
+                                          + conn.send(h11.EndOfMessage()))
                 else:
                     out = completion_body(n)
                     await stream.send_all(
@@ -271,18 +302,23 @@ def serve_starlette(port_file: Path) -> None:
         req = orjson.loads(await request.body())
         n = int(req["messages"][-1]["content"])
         if req.get("stream"):
-            chunk = b"data: " + chunk_event() + b"\n\n"
+            first, chunk, last = sse_stream_parts()
 
             async def gen() -> Any:
+                yield first
                 for _ in range(n):
                     yield chunk
-                yield b"data: [DONE]\n\n"
+                yield last
 
             return SStreaming(gen(), media_type="text/event-stream")
         return SResponse(completion_body(n), media_type="application/json")
 
     app = Starlette(routes=[Route("/chat/completions", completions, methods=["POST"])])
-    sock = socket.socket()
+    # proto=IPPROTO_TCP as uvicorn's own bind gets it from getaddrinfo: asyncio
+    # sets TCP_NODELAY only on sockets whose proto says TCP. A plain
+    # socket.socket() has proto 0, so head and body (two writes) met Nagle and
+    # the client's delayed ACK: 40 ms per non-streamed request.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port_file.write_text(str(sock.getsockname()[1]))
     config = uvicorn.Config(app, log_level="error", access_log=False)
@@ -494,8 +530,14 @@ def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> f
     return count / elapsed
 
 
-def _http_post(sock: socket.socket, body: bytes, buf: bytearray) -> tuple[bytes, bytes]:
-    """One POST /chat/completions on a keep-alive socket; returns (head, raw body)."""
+def _http_post(
+    sock: socket.socket, body: bytes, buf: bytearray,
+    on_data: Callable[[bytes], None] | None = None,
+) -> tuple[bytes, bytes]:
+    """One POST /chat/completions on a keep-alive socket; returns (head, raw body).
+
+    ``on_data`` sees every piece of the body as it arrives.
+    """
     import h11
 
     conn = h11.Connection(h11.CLIENT)
@@ -521,6 +563,8 @@ def _http_post(sock: socket.socket, body: bytes, buf: bytearray) -> tuple[bytes,
             head = str(event.status_code).encode()
         elif isinstance(event, h11.Data):
             parts.append(bytes(event.data))
+            if on_data is not None:
+                on_data(parts[-1])
         elif isinstance(event, h11.EndOfMessage):
             buf.extend(conn.trailing_data[0])
             return head, b"".join(parts)
@@ -540,6 +584,42 @@ def sse_rate(kind: str, port: int, n: int) -> float:
     chunks = raw.count(b'"content":"tok "')
     assert status == b"200" and chunks == n and raw.endswith(b"data: [DONE]\n\n"), (kind, chunks)
     return n / elapsed
+
+
+def sse_ttfd(kind: str, port: int, repeats: int = 200) -> float:
+    """Median milliseconds from a streamed request to its first text chunk."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    body = orjson.dumps({"model": "flood", "stream": True,
+                         "messages": [{"role": "user", "content": "1"}]})
+    buf = bytearray()
+    samples = []
+    for _ in range(repeats):
+        first: list[float] = []
+
+        def on_data(data: bytes, first: list[float] = first) -> None:
+            if not first and b'"content":"tok "' in data:
+                first.append(time.perf_counter())
+
+        t0 = time.perf_counter()
+        status, raw = _http_post(sock, body, buf, on_data)
+        assert status == b"200" and first and raw.endswith(b"data: [DONE]\n\n"), (kind, raw)
+        samples.append(first[0] - t0)
+    sock.close()
+    return statistics.median(samples) * 1000
+
+
+def payload_sizes(port: int) -> tuple[int, int]:
+    """(bytes of a 100-chunk SSE body, bytes of a 5-word completion) from one server."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray()
+    _, sse = _http_post(sock, orjson.dumps({"model": "flood", "stream": True, "messages": [
+        {"role": "user", "content": "100"}]}), buf)
+    _, plain = _http_post(sock, orjson.dumps({"model": "flood", "messages": [
+        {"role": "user", "content": "5"}]}), buf)
+    sock.close()
+    return len(sse), len(plain)
 
 
 def json_rate(kind: str, port: int, seconds: float = 1.0) -> float:
@@ -563,24 +643,30 @@ def json_rate(kind: str, port: int, seconds: float = 1.0) -> float:
 
 def measure(
     title: str, unit: str, runs: dict[str, Callable[[int], float]], rounds: int,
-    higher_is_better: bool = True,
+    higher_is_better: bool = True, http: bool = False,
 ) -> dict[str, float]:
     """Alternate the measurements ``rounds`` times; print medians and ratios."""
     results: dict[str, list[float]] = {k: [] for k in runs}
     servers = {k: Running(k) for k in runs}
+    order = list(runs)
     try:
+        if http:
+            sizes = {k: payload_sizes(servers[k].port) for k in order}
+            print(f"\n  payload bytes (100-chunk SSE body, 5-word completion): {sizes}")
         for k, fn in runs.items():  # warm up
             fn(servers[k].port)
-        for _ in range(rounds):
-            for k, fn in runs.items():
-                results[k].append(fn(servers[k].port))
+        for r in range(rounds):
+            # Alternate, and rotate who goes first, so no server always
+            # follows the same one (caches, CPU frequency, the other core).
+            for k in order[r % len(order):] + order[:r % len(order)]:
+                results[k].append(runs[k](servers[k].port))
     finally:
         for s in servers.values():
             s.stop()
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"\n{title}")
     for k, v in med.items():
-        line = f"  {k:<12} {v:>12,.1f} {unit}"
+        line = f"  {k:<12} {v:>12,.{2 if unit == 'ms' else 1}f} {unit}"
         if k != "uamp" and "uamp" in med:
             ratio = med["uamp"] / v if higher_is_better else v / med["uamp"]
             line += f"   uamp/{k} = {ratio:.2f}x"
@@ -592,7 +678,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deltas", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default="ws,sse,json,ttfd,mux,conns")
+    parser.add_argument("--only", default="ws,sse,json,ttfd,ttfd-sse,mux,conns")
     parser.add_argument("--serve", choices=sorted(SERVERS))
     parser.add_argument("--port-file", type=Path)
     args = parser.parse_args()
@@ -610,11 +696,15 @@ def main() -> None:
     if "sse" in only:
         measure("SSE: chat.completion.chunk events/s", "chunks/s", {
             k: (lambda port, k=k: sse_rate(k, port, n)) for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds)
+        }, args.rounds, http=True)
     if "json" in only:
         measure("Non-streaming completions/s (sequential, keep-alive)", "req/s", {
             k: (lambda port, k=k: json_rate(k, port)) for k in ("uamp", "starlette", "trio-h11")
         }, args.rounds)
+    if "ttfd-sse" in only:
+        measure("Time to first delta (Chat Completions SSE, median)", "ms", {
+            k: (lambda port, k=k: sse_ttfd(k, port)) for k in ("uamp", "starlette", "trio-h11")
+        }, args.rounds, higher_is_better=False)
     if "ttfd" in only:
         measure("Time to first delta (WebSocket, median)", "ms", {
             k: (lambda port, k=k: ws_ttfd(k, port)) for k in ("uamp", "websockets", "trio-ws")

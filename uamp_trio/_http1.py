@@ -19,7 +19,14 @@ from urllib.parse import unquote, urlsplit
 import h11
 import trio
 
-from .http import Headers, Request, Response, StreamingResponse, error_response
+from .http import (
+    Headers,
+    Request,
+    Response,
+    StreamingResponse,
+    batched_writer,
+    error_response,
+)
 from .websocket import WebSocketRequest
 
 if TYPE_CHECKING:
@@ -239,22 +246,27 @@ class _Http1Connection:
     async def _send_streaming(
         self, response: StreamingResponse, head_only: bool, close: bool
     ) -> None:
-        head = self.h11.send(self._head(response.status, response.headers, close, None))
+        conn, stream = self.h11, self.stream
+        head = conn.send(self._head(response.status, response.headers, close, None))
         if head_only:
-            await self.stream.send_all(head + self.h11.send(h11.EndOfMessage()))
+            await stream.send_all(head + conn.send(h11.EndOfMessage()))
             return
-        pending = [head]  # the head goes out with the first chunk
+        pending = [head]  # the head goes out with the first batch
 
-        async def send(chunk: bytes) -> None:
-            if not chunk:
-                return
-            data = self.h11.send(h11.Data(data=chunk))
+        async def write(data: bytes, final: bool) -> None:
+            # Everything the producer queued since the last write becomes one
+            # chunk of the chunked encoding and one send_all.
+            out = conn.send(h11.Data(data=data)) if data else b""
+            if final:
+                out += conn.send(h11.EndOfMessage())
             if pending:
-                data = pending.pop() + data
-            await self.stream.send_all(data)
+                out = pending.pop() + out
+            if out:
+                await stream.send_all(out)
 
         try:
-            await response.producer(send)
+            async with batched_writer(write) as send:
+                await response.producer(send)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise
         except Exception:
@@ -262,12 +274,8 @@ class _Http1Connection:
             # to tell the client is to end the connection without a clean end.
             log.exception("streaming response failed")
             if pending:
-                await self.stream.send_all(pending.pop())
+                await stream.send_all(pending.pop())
             raise _Close from None
-        tail = self.h11.send(h11.EndOfMessage())
-        if pending:
-            tail = pending.pop() + tail
-        await self.stream.send_all(tail)
 
     async def _upgrade(self, request: Request, target: str) -> None:
         resolved = self.server.router.resolve_websocket(request.path)

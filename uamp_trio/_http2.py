@@ -30,7 +30,14 @@ import h2.settings
 import trio
 
 from ._http1 import split_target
-from .http import Headers, Request, Response, StreamingResponse, error_response
+from .http import (
+    Headers,
+    Request,
+    Response,
+    StreamingResponse,
+    batched_writer,
+    error_response,
+)
 
 if TYPE_CHECKING:
     from .server import ConnectionTracker, Server
@@ -306,17 +313,24 @@ class _Http2Connection:
                 await self.flush()
             return
         self.h2.send_headers(sid, headers, end_stream=head_only)
-        await self.flush()
         if head_only:
+            await self.flush()
             return
+        # The headers wait in h2's buffer and leave with the first DATA batch.
 
-        async def send(chunk: bytes) -> None:
-            if chunk:
-                await self._send_data(sid, chunk, end_stream=False)
+        async def write(data: bytes, final: bool) -> None:
+            # Everything queued since the last write: one DATA frame (split
+            # only by the window or the frame size limit) and one send_all;
+            # END_STREAM rides on the last one.
+            if data:
+                await self._send_data(sid, data, end_stream=final)
+            else:
+                if final:
+                    self.h2.end_stream(sid)
+                await self.flush()
 
-        await response.producer(send)
-        self.h2.end_stream(sid)
-        await self.flush()
+        async with batched_writer(write) as send:
+            await response.producer(send)
 
     async def _send_data(self, sid: int, data: bytes, *, end_stream: bool) -> None:
         view = memoryview(data)

@@ -19,11 +19,15 @@ response_signature`` / ``data: {"signature": ...}``. The signed response
 text is the assistant message content (all text deltas joined; empty for a
 tool-calls-only answer); the signed request is the HTTP body as received.
 
-Each request is one UAMP turn (:func:`uamp_trio.turns.open_turn`): the
-sans-IO adapter :mod:`uamp_proto.adapters.completions` validates the body
-into a ``TurnRequest`` and renders the turn's events as completion JSON or
-chunks. Client tool calls end the response with ``finish_reason:
-"tool_calls"``; the client sends their results in its next request.
+Each request is one UAMP turn, run inline in the request's task
+(:func:`uamp_trio.turns.run_turn`): the sans-IO adapter
+:mod:`uamp_proto.adapters.completions` validates the body into a
+``TurnRequest`` and renders the turn's events as completion JSON or chunks.
+A streamed turn renders each event to its SSE bytes as the agent emits it and
+queues them on the response; the server's writer sends whatever is queued
+in one write (:func:`uamp_trio.http.batched_writer`). Client tool calls end
+the response with ``finish_reason: "tool_calls"``; the client sends their
+results in its next request.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.agent import Agent
 from uamp_proto.codec import unstructure
+from uamp_proto.events import Event
 from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
 
 from .http import (
@@ -60,7 +65,7 @@ from .http import (
     json_response,
 )
 from .routing import App
-from .turns import TurnOutcome, open_turn
+from .turns import TurnOutcome, run_turn
 
 __all__ = ["CompletionsTransport", "mount"]
 
@@ -198,11 +203,8 @@ class CompletionsTransport:
         created: int,
         request_body: bytes,
     ) -> Response:
-        async with open_turn(agent, parsed.turn) as turn:
-            async for _ in turn:
-                pass
-        outcome = turn.outcome
-        assert outcome is not None
+        # The tracker accumulates the reply; the events themselves go nowhere.
+        outcome = await run_turn(agent, parsed.turn, _discard)
         if outcome.status in ("failed", "cancelled"):
             status, err = _error_json(outcome)
             return json_response(err, status)
@@ -243,29 +245,35 @@ class CompletionsTransport:
             include_usage=parsed.include_usage,
         )
         await send(sse_data(encoder.start()))
-        async with open_turn(agent, parsed.turn) as turn:
-            async for event in turn:
-                for chunk in encoder.feed(event):
-                    await send(sse_data(chunk))
-        outcome = turn.outcome
-        assert outcome is not None
+        # The agent runs in this task and each event is rendered and queued
+        # for the socket as it is emitted: no channel, no task switch.
+        render = encoder.sse
+
+        async def sink(event: Event) -> None:
+            frame = render(event)
+            if frame:
+                await send(frame)
+
+        outcome = await run_turn(agent, parsed.turn, sink)
         if outcome.status in ("failed", "cancelled"):
             # Headers are gone already: report the error in the stream, the
             # way OpenAI does (the SDK raises it as an APIError).
             _, err = _error_json(outcome)
-            await send(sse_data(err))
+            tail = sse_data(err) + SSE_DONE
         else:
             calls = outcome.pending_tool_calls
             usage = outcome.tracker.usage
             reason = finish_reason_for(calls, usage, parsed.max_tokens)
-            for chunk in encoder.finish(reason, usage):
-                await send(sse_data(chunk))
-        await send(SSE_DONE)
-        signer = self.app.response_signer
-        if signer is not None and outcome.status not in ("failed", "cancelled"):
-            # Spec 004: the signature follows [DONE] as its own named event.
-            signature = signer(outcome.tracker.text, request_body)
-            await send(response_signature_event(signature))
+            tail = b"".join([sse_data(c) for c in encoder.finish(reason, usage)]) + SSE_DONE
+            signer = self.app.response_signer
+            if signer is not None:
+                # Spec 004: the signature follows [DONE] as its own named event.
+                tail += response_signature_event(signer(outcome.tracker.text, request_body))
+        await send(tail)
+
+
+async def _discard(event: Event) -> None:
+    """A turn sink for non-streamed completions: the tracker has all it needs."""
 
 
 def mount(app: App) -> None:

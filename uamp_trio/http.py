@@ -15,13 +15,16 @@ turns it into a JSON body in the OpenAI error shape
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import orjson
+import trio
 
 __all__ = [
+    "BATCH_HIGH_WATER",
     "Endpoint",
     "HTTPError",
     "Headers",
@@ -29,6 +32,8 @@ __all__ = [
     "Response",
     "SendChunk",
     "StreamingResponse",
+    "WriteBatch",
+    "batched_writer",
     "error_body",
     "error_response",
     "json_response",
@@ -160,6 +165,129 @@ class StreamingResponse:
                 await send(chunk)
 
         return cls(producer=produce, status=status, headers=list(headers or []))
+
+
+#: Writes one batch of body bytes; ``final`` is true for the last call, which
+#: ends the body (its data may be empty).
+WriteBatch = Callable[[bytes, bool], Awaitable[None]]
+
+#: Bytes a streaming body may queue ahead of the socket before ``send`` waits.
+BATCH_HIGH_WATER = 64 * 1024
+
+
+class _Batcher:
+    """The state shared by a streaming body's producer and its writer task."""
+
+    __slots__ = ("closing", "error", "high_water", "idle", "on_error", "queue", "room", "size",
+                 "write")
+
+    def __init__(self, write: WriteBatch, high_water: int) -> None:
+        self.write = write
+        self.high_water = high_water
+        self.queue: list[bytes] = []
+        self.size = 0
+        self.closing = False
+        self.error: Exception | None = None
+        self.idle = trio.lowlevel.ParkingLot()  # the writer, waiting for bytes
+        self.room = trio.lowlevel.ParkingLot()  # the producer, waiting for room
+        self.on_error: Callable[[], object] | None = None
+
+    async def send(self, chunk: bytes) -> None:
+        if self.error is not None:
+            raise trio.BrokenResourceError("the response could not be written") from self.error
+        if not chunk:
+            return
+        self.queue.append(chunk)
+        self.size += len(chunk)
+        if self.idle:
+            self.idle.unpark()
+        while self.size > self.high_water and self.error is None:
+            await self.room.park()
+        if self.error is not None:
+            raise trio.BrokenResourceError("the response could not be written") from self.error
+
+    async def run(self) -> None:
+        first = True
+        try:
+            while True:
+                queue = self.queue
+                if not queue:
+                    if self.closing:
+                        await self.write(b"", True)
+                        return
+                    if first:
+                        # The producer is waiting before its first chunk:
+                        # let the head go out now rather than with the chunk.
+                        first = False
+                        await self.write(b"", False)
+                        continue
+                    await self.idle.park()
+                    continue
+                first = False
+                final = self.closing  # the producer is done: nothing follows
+                data = queue[0] if len(queue) == 1 else b"".join(queue)
+                self.queue = []
+                self.size = 0
+                if self.room:
+                    self.room.unpark_all()
+                await self.write(data, final)
+                if final:
+                    return
+        except Exception as exc:
+            # Reported to the producer (its next send raises) and re-raised by
+            # batched_writer() after its nursery; the producer is cancelled.
+            self.error = exc
+            self.room.unpark_all()
+            if self.on_error is not None:
+                self.on_error()
+
+
+@asynccontextmanager
+async def batched_writer(
+    write: WriteBatch, *, high_water: int = BATCH_HIGH_WATER
+) -> AsyncIterator[SendChunk]:
+    """A :data:`SendChunk` that gathers whatever is queued into one write.
+
+    ``send(chunk)`` queues the chunk and returns at once (it waits only when
+    more than ``high_water`` bytes are queued: backpressure); a writer task
+    takes *everything* queued since its last write and hands it to ``write``
+    in one call. So a producer that emits faster than the socket takes its
+    chunks, or that emits several before its next wait, pays for one framing
+    and one ``send_all`` per batch instead of one per chunk; a producer that
+    waits between chunks has each written as soon as it waits.
+
+    The writer's first turn comes when the producer first waits; if nothing
+    is queued by then it calls ``write(b"", False)`` so that the caller can
+    send the response head without waiting for a chunk. On a clean exit of
+    the block the rest is written with ``final=True`` (an empty final call
+    when nothing is left). If the block raises, nothing more
+    is written and the exception propagates unchanged. If ``write`` fails,
+    the block is cancelled and the write's exception is raised instead.
+    """
+    batcher = _Batcher(write, high_water)
+    caught: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher.run)
+        try:
+            with trio.CancelScope() as body:
+                batcher.on_error = body.cancel
+                yield batcher.send
+        except BaseException as exc:
+            # Re-raised below, outside the nursery, so that callers see the
+            # body's own exception rather than a group around it.
+            caught = exc
+            nursery.cancel_scope.cancel()
+        else:
+            batcher.closing = True
+            if batcher.idle:
+                batcher.idle.unpark()
+    if caught is not None:
+        try:
+            raise caught
+        finally:
+            del caught
+    if batcher.error is not None:
+        raise batcher.error
 
 
 #: What an HTTP endpoint is.

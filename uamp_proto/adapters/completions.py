@@ -49,6 +49,10 @@ __all__ = [
 
 #: The terminating SSE frame of a streamed completion.
 SSE_DONE = b"data: [DONE]\n\n"
+# A text that cannot come out of a chunk's other fields once JSON-encoded
+# (control characters are escaped), used to cut the text chunk template.
+_PROBE = "\x00uamp-text\x00"
+_PROBE_JSON = orjson.dumps(_PROBE)
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
@@ -642,6 +646,13 @@ class ChunkEncoder:
         self.model = model
         self.include_usage = include_usage
         self._tool_index = 0
+        # The SSE frame of a text chunk is the same bytes around the text
+        # each time: render them once and splice the encoded text in.
+        probe = orjson.dumps(self._chunk({"content": _PROBE}))
+        self._text_frame: tuple[bytes, bytes] | None = None
+        if probe.count(_PROBE_JSON) == 1:
+            head, _, tail = probe.partition(_PROBE_JSON)
+            self._text_frame = (b"data: " + head, tail + b"\n\n")
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -692,6 +703,28 @@ class ChunkEncoder:
         if isinstance(event, ev.Thinking) and event.content and not event.redacted:
             return [self._chunk({"reasoning_content": event.content})]
         return []
+
+    def text_sse(self, text: str) -> bytes:
+        """The SSE frame of the text chunk for ``text``, rendered from a template.
+
+        The same bytes as ``sse_data(chunk)`` of the chunk :meth:`feed` makes
+        for a text delta, without building and encoding the whole object.
+        """
+        frame = self._text_frame
+        if frame is None:
+            return sse_data(self._chunk({"content": text}))
+        return b"".join((frame[0], orjson.dumps(text), frame[1]))
+
+    def sse(self, event: ev.Event | ev.UnknownEvent) -> bytes:
+        """The SSE frames for one event as one bytes object (``b""`` for none)."""
+        if type(event) is ev.ResponseDelta:
+            delta = event.delta
+            if type(delta) is ty.DeltaText:
+                return self.text_sse(delta.text) if delta.text else b""
+        chunks = self.feed(event)
+        if not chunks:
+            return b""
+        return b"".join([sse_data(chunk) for chunk in chunks])
 
     def finish(self, finish_reason: str, usage: ty.UsageStats | None) -> list[dict[str, Any]]:
         """The finishing chunk, and the usage chunk if ``include_usage``."""
