@@ -691,14 +691,20 @@ class Connection:
             session.token = event.token
         if event.payment_token is not None:
             session.payment_token = event.payment_token
-            session.payment.preload(event.payment_token)
-            if session.payment.blocks_content:
-                # A refreshed token answers an outstanding payment.required (spec 004).
-                session.payment.apply(
-                    ev.PaymentSubmit(payment=ty.PaymentSubmission(token=event.payment_token))
-                )
+            self._offer_token(session, event.payment_token)
         if event.session is not None:
             session.config = event.session
+
+    @staticmethod
+    def _offer_token(session: SessionContext, token: str) -> None:
+        """Record a payment token; it answers an outstanding ``payment.required``.
+
+        Spec 004 lets ``session.update`` (and, per section 5.6, ``input.text``)
+        deliver the token instead of ``payment.submit``.
+        """
+        session.payment.preload(token)
+        if session.payment.blocks_content:
+            session.payment.apply(ev.PaymentSubmit(payment=ty.PaymentSubmission(token=token)))
 
     # --- per-session rules ---------------------------------------------------
 
@@ -755,7 +761,7 @@ class Connection:
             if event.messages is not None:
                 session.stateless_history = list(event.messages)
             if event.payment_token is not None:
-                session.payment.preload(event.payment_token)
+                self._offer_token(session, event.payment_token)
         elif type(event) is ev.InputImage:
             item = ty.ImageContent(
                 image=event.image,

@@ -526,8 +526,10 @@ class SessionHost:
 
     def _dispatch(self, event: ev.Event) -> None:
         etype = event.type
-        if etype == "response.delta" or etype == "input.text":
-            return
+        if etype == "response.delta" or (
+            etype == "input.text" and getattr(event, "payment_token", None) is None
+        ):
+            return  # the hot path: the core has accumulated the input already
         if etype == "session.create":
             assert isinstance(event, ev.SessionCreate)
             self._create(event)
@@ -547,6 +549,14 @@ class SessionHost:
         elif etype == "payment.submit":
             if session is not None:
                 self._settle(session)
+        elif etype == "input.text":
+            assert isinstance(event, ev.InputText)
+            if session is not None and event.payment_token is not None:
+                ctx = self.conn.sessions.get(session.id)
+                if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
+                    # The core took the token as the answer to an open
+                    # payment.required, as it does for session.update.
+                    self._settle(session)
         elif etype == "session.update":
             sid = session.id if session is not None else None
             self._owe(ev.SessionUpdated(session_id=sid))
@@ -707,10 +717,10 @@ class SessionHost:
 
         A response the session's token does not pay for is held: the client
         gets ``payment.required`` with the pending ``response_id`` and the
-        agent does not run until a ``payment.submit`` (or ``session.update``
-        ``payment_token``) is accepted. A negotiation left open by a response
-        cancelled while it waited is announced again, since only the client's
-        answer can close it.
+        agent does not run until a ``payment.submit`` (or a ``payment_token``
+        on ``session.update`` or ``input.text``) is accepted. A negotiation left
+        open by a response cancelled while it waited is announced again unless
+        such a token has settled it meanwhile.
 
         Returns:
             ``True`` to run the agent; ``False`` when the response was

@@ -754,3 +754,13 @@ def test_client_refuses_a_window_larger_than_it_asked_for() -> None:
     with pytest.raises(RemoteProtocolError) as info:
         client.next_event()
     assert "99" in info.value.message
+
+
+def test_input_text_payment_token_answers_payment_required() -> None:
+    pair = Pair()
+    sid = pair.open()
+    pair.server_sends(ev.PaymentRequired(requirements=ty.PaymentRequirements(amount="1")))
+    pair.client_sends(ev.InputText(session_id=sid, text="here", payment_token="tok_in_text"))
+    session = pair.server.session(sid)
+    assert session.payment.token == "tok_in_text"
+    assert session.payment.state.value == "submitted"

@@ -241,9 +241,10 @@ async def test_cancel_while_held_ends_the_response_without_running_the_agent() -
             assert cancelled["type"] == "response.cancelled"
             assert cancelled["response_id"] == required["response_id"]
             assert agent.requests == []
-            # The open payment.required still needs the client's answer: the
-            # next response is held again and a payment releases it.
-            await send(ws, type="input.text", text="now", payment_token=GOOD)
+            # The open payment.required is still open: a bad token on the
+            # next response is refused and that response is held again ...
+            await send(ws, type="input.text", text="now", payment_token="tok_bad")
+            assert (await recv(ws))["type"] == "payment.error"
             await send(ws, type="response.create")
             again = await recv(ws)
             assert again["type"] == "payment.required"
@@ -251,6 +252,27 @@ async def test_cancel_while_held_ends_the_response_without_running_the_agent() -
             await send(ws, type="payment.submit", payment={"token": GOOD})
             assert (await recv(ws))["type"] == "payment.accepted"
             assert texts(await until(ws, "response.done")) == f"paid with {GOOD}"
+            assert len(agent.requests) == 1
+
+
+async def test_a_token_in_input_text_settles_an_open_payment_required() -> None:
+    agent = Echo()
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent], TokenPolicy({GOOD})) as server, \
+                open_ws(ws_url(server, "echo")) as ws:
+            await create(ws)
+            await send(ws, type="input.text", text="hi")
+            await send(ws, type="response.create")
+            assert (await recv(ws))["type"] == "payment.required"
+            await send(ws, type="response.cancel")
+            assert (await recv(ws))["type"] == "response.cancelled"
+            # The token rides on the next input (UAMP 5.6) and settles it.
+            await send(ws, type="input.text", text="now", payment_token=GOOD)
+            assert (await recv(ws))["type"] == "payment.accepted"
+            await send(ws, type="response.create")
+            events = await until(ws, "response.done")
+            assert events[0]["type"] == "response.created"
+            assert texts(events) == f"paid with {GOOD}"
 
 
 async def test_a_free_app_sends_no_payment_events() -> None:
