@@ -811,6 +811,17 @@ class Connection:
         if (
             tracker is not None
             and response_id is not None
+            and sender is Role.SERVER
+            and self.our_role is Role.CLIENT
+            and phase is ResponsePhase.REQUESTED
+        ):
+            # Until the server names the response, the client's tracker holds
+            # a provisional id; a response that ends before it starts (refused,
+            # cancelled while held for payment) names it on its terminal event.
+            tracker.response_id = response_id
+        if (
+            tracker is not None
+            and response_id is not None
             and etype != "response.created"
             and response_id != tracker.response_id
         ):

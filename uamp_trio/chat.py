@@ -71,8 +71,12 @@ class _Printer:
         if self.mid_line:
             self.text("\n")
         if self.console is not None:
-            self.console.print(f"[{style}]{label}[/] {text}", style="dim" if label else None,
-                               markup=True, soft_wrap=True)
+            self.console.print(
+                f"[{style}]{label}[/] {text}",
+                style="dim" if label else None,
+                markup=True,
+                soft_wrap=True,
+            )
         else:
             self.out.write(f"[{label.strip('[]')}] {text}\n")
             self.out.flush()
@@ -83,12 +87,30 @@ class _Printer:
             self.text("\n")
 
 
-async def _turn(session: ClientSession, text: str, printer: _Printer) -> bool:
+async def _turn(
+    session: ClientSession, text: str, printer: _Printer, *, can_pay: bool = False
+) -> bool:
     """One exchange; returns False when the response failed."""
     stream = session.respond(text)
     thinking: list[str] = []
+    unpaid = False
     with trio.CancelScope():
         async for event in stream:
+            if isinstance(event, ev.PaymentRequired):
+                req = event.requirements
+                price = f"{req.amount} {req.currency or ''}".strip()
+                if can_pay:
+                    printer.note("payment", f"{price} required; paying", "yellow")
+                    continue
+                printer.note("payment", f"{price} required: run again with --payment-token", "red")
+                unpaid = True
+                await session.cancel()
+                continue
+            if isinstance(event, ev.PaymentError):
+                printer.note("payment", f"{event.code}: {event.message}", "red")
+                unpaid = True
+                await session.cancel()
+                continue
             if isinstance(event, ev.ResponseDelta):
                 delta = event.delta
                 if isinstance(delta, ty.DeltaText):
@@ -110,7 +132,7 @@ async def _turn(session: ClientSession, text: str, printer: _Printer) -> bool:
         printer.note("thinking", "".join(thinking), "magenta")
     printer.end()
     result = stream.result
-    if result is None:
+    if result is None or unpaid:
         return False
     if result.status == "cancelled":
         printer.note("cancelled", "", "yellow")
@@ -130,6 +152,7 @@ async def run_chat(
     *,
     agent: str | None = None,
     token: str | None = None,
+    payment_token: str | None = None,
     once: str | None = None,
     out: TextIO | None = None,
     rich: bool | None = None,
@@ -140,11 +163,18 @@ async def run_chat(
     printer = _Printer(out, use_rich)
     try:
         async with connect(chat_url(url)) as client:
-            session = await client.create_session(agent, token=token)
+            session = await client.create_session(
+                agent,
+                token=token,
+                payment_token=payment_token,
+                on_payment_required=(lambda _event: payment_token) if payment_token else None,
+            )
             if once is not None:
-                return 0 if await _turn(session, once, printer) else 1
-            printer.note("connected", f"to {session.agent} (session {session.id}); "
-                         "/quit to leave", "blue")
+                paid = payment_token is not None
+                return 0 if await _turn(session, once, printer, can_pay=paid) else 1
+            printer.note(
+                "connected", f"to {session.agent} (session {session.id}); /quit to leave", "blue"
+            )
             while True:
                 try:
                     line = await trio.to_thread.run_sync(_prompt, abandon_on_cancel=True)
@@ -154,7 +184,7 @@ async def run_chat(
                 if line in ("/quit", "/exit"):
                     return 0
                 if line:
-                    await _turn(session, line, printer)
+                    await _turn(session, line, printer, can_pay=payment_token is not None)
     except (UampError, OSError, trio.TooSlowError) as exc:
         print(f"uamp chat: {exc}", file=sys.stderr)
         return 1
@@ -175,6 +205,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", help="ws://host:port/agents/NAME/uamp, ws://host:port/ws or host:port")
     p.add_argument("--agent", help="the agent to talk to (multi-agent endpoints)")
     p.add_argument("--token", help="per-session auth token")
+    p.add_argument("--payment-token", help="pay with this token when the agent asks")
     p.add_argument("--once", metavar="TEXT", help="send TEXT, print the answer and exit")
     p.add_argument("--plain", action="store_true", help="no colours even on a terminal")
 
@@ -182,7 +213,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _command(args: argparse.Namespace) -> int:
     return trio.run(
         lambda: run_chat(
-            args.url, agent=args.agent, token=args.token, once=args.once,
+            args.url,
+            agent=args.agent,
+            token=args.token,
+            payment_token=args.payment_token,
+            once=args.once,
             rich=False if args.plain else None,
         )
     )

@@ -35,6 +35,7 @@ from typing import Any
 import trio
 
 from uamp_proto.agent import Agent
+from uamp_proto.payment import TokenPolicy
 
 from .routing import App, create_app
 from .server import Server, ServerConfig
@@ -136,6 +137,14 @@ def _add_serve(sub: Any) -> None:
         default=_DEFAULTS.shutdown_grace,
         help="seconds in-flight requests get on shutdown (default %(default)s)",
     )
+    p.add_argument(
+        "--payment-token",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="require payment on every transport: only turns paid with one of these tokens "
+        "run (repeatable; spec 004 payment flows)",
+    )
     p.add_argument("--log-level", default="warning", help="logging level (default %(default)s)")
     p.set_defaults(func=_serve_command)
 
@@ -147,7 +156,8 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     try:
         agents = [load_agent(spec) for spec in args.agent] or [default_agent()]
-        app = create_app(agents)
+        policy = TokenPolicy(set(args.payment_token)) if args.payment_token else None
+        app = create_app(agents, payment_policy=policy)
         config = ServerConfig(
             host=args.host,
             port=args.port,
@@ -258,8 +268,6 @@ def _add_acp(sub: Any) -> None:
 
 
 def _acp_command(args: argparse.Namespace) -> int:
-    from uamp_proto.payment import TokenPolicy
-
     from .acp import serve_stdio
 
     logging.basicConfig(

@@ -764,3 +764,17 @@ def test_input_text_payment_token_answers_payment_required() -> None:
     session = pair.server.session(sid)
     assert session.payment.token == "tok_in_text"
     assert session.payment.state.value == "submitted"
+
+
+@pytest.mark.parametrize("terminal", ["response.cancelled", "response.error"])
+def test_a_response_that_ends_before_it_starts_is_named_by_the_server(terminal: str) -> None:
+    pair = Pair()
+    sid = pair.open()
+    pair.client_sends(ev.InputText(session_id=sid, text="x"))
+    pair.client_sends(ev.ResponseCreate(session_id=sid))
+    server_id = pair.server.session(sid).response.response_id  # type: ignore[union-attr]
+    assert pair.client.session(sid).response.response_id != server_id  # type: ignore[union-attr]
+    extra = {"response_id": server_id, "session_id": sid}
+    got = pair.to_client(orjson.dumps({"type": terminal, **MINIMAL[terminal], **extra}))
+    assert got.type == terminal
+    assert pair.client.session(sid).phase is ResponsePhase.IDLE
