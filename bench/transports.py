@@ -320,6 +320,7 @@ def serve_starlette(port_file: Path) -> None:
     # the client's delayed ACK: 40 ms per non-streamed request.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)  # clients may connect before uvicorn accepts
     port_file.write_text(str(sock.getsockname()[1]))
     config = uvicorn.Config(app, log_level="error", access_log=False)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))

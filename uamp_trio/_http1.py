@@ -175,6 +175,21 @@ class _Http1Connection:
             )
         chunks: list[bytes] = []
         size = 0
+        # Usually the body came with the head: take it without a timeout scope.
+        conn = self.h11
+        while True:
+            event = conn.next_event()
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    await self._too_large()
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            elif event is h11.NEED_DATA:
+                break
+            else:  # ConnectionClosed mid-body
+                raise _Close
         with trio.move_on_after(self.cfg.body_timeout) as scope:
             while True:
                 event = self.h11.next_event()

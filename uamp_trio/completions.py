@@ -33,8 +33,8 @@ results in its next request.
 from __future__ import annotations
 
 import logging
+import os
 import time
-import uuid
 from typing import Any
 
 import attrs
@@ -159,13 +159,16 @@ class CompletionsTransport:
         agent = self.app.resolve_agent(
             request.path_params, model=model if isinstance(model, str) else None
         )
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        # One read of the OS's randomness for both ids (the same 128 bits
+        # each as uuid4().hex).
+        rand = os.urandom(32).hex()
+        completion_id = f"chatcmpl-{rand[:32]}"
         try:
             parsed = parse_request(
                 body,
                 agent=agent.name,
                 response_id=completion_id,
-                session_id=f"sess_{uuid.uuid4().hex}",
+                session_id=f"sess_{rand[32:]}",
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)

@@ -194,6 +194,7 @@ class TurnRunner:
 
     __slots__ = (
         "_cancel_requested",
+        "_cancellable",
         "_count",
         "_created",
         "_finished",
@@ -234,6 +235,9 @@ class TurnRunner:
         self._finished = False
         self._started = False
         self._count = 0
+        # run_turn() hands out no runner, so nobody can cancel it: it skips
+        # the cancel scope (entering and leaving one is not free on trio).
+        self._cancellable = True
 
     @property
     def cancel_requested(self) -> bool:
@@ -291,34 +295,36 @@ class TurnRunner:
                 await self._deliver(created)
             except _SinkFailed:
                 raise self._sink_error from None  # type: ignore[misc]
-        final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseError | None = None
-        status: TurnStatus = "completed"
-        with trio.CancelScope() as scope:
-            self._scope = scope
-            if self._cancel_requested:
-                scope.cancel()
-            try:
-                await self.agent.respond(request, self.emit)
-            except Exception as exc:
-                if self._sink_error is not None:
-                    pass  # reported below, whatever the agent made of it
-                else:
-                    agent_error = _agent_error(exc)
-                    status = "failed"
-                    if agent_error is not None:
-                        final = tracker.error_event(
-                            agent_error.code, agent_error.message, agent_error.details
-                        )
-                    else:
-                        log.exception("agent %r failed", request.agent)
-                        final = tracker.error_event(
-                            "internal_error", f"The agent failed: {type(exc).__name__}"
-                        )
+        error: BaseException | None = None
+        cancelled = False
+        if self._cancellable:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                if self._cancel_requested:
+                    scope.cancel()
+                error = await self._respond()
+            self._scope = None
+            cancelled = scope.cancelled_caught
+        else:
+            error = await self._respond()
         self._finished = True
-        self._scope = None
         if self._sink_error is not None:
             raise self._sink_error
-        if scope.cancelled_caught:
+        final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseError | None = None
+        status: TurnStatus = "completed"
+        if error is not None and not cancelled:
+            agent_error = _agent_error(error)
+            status = "failed"
+            if agent_error is not None:
+                final = tracker.error_event(
+                    agent_error.code, agent_error.message, agent_error.details
+                )
+            else:
+                log.error("agent %r failed", request.agent, exc_info=error)
+                final = tracker.error_event(
+                    "internal_error", f"The agent failed: {type(error).__name__}"
+                )
+        if cancelled:
             status, final = "cancelled", tracker.cancelled_event()
         elif final is None:
             if tracker.pending_tool_calls:
@@ -332,6 +338,14 @@ class TurnRunner:
         if final is not None:
             await self._sink(final)
         return outcome
+
+    async def _respond(self) -> Exception | None:
+        """Call the agent; returns what it raised (``None`` when it returned)."""
+        try:
+            await self.agent.respond(self.request, self.emit)
+        except Exception as exc:
+            return exc
+        return None
 
 
 async def run_turn(
@@ -347,7 +361,9 @@ async def run_turn(
     Shorthand for ``await TurnRunner(agent, request, sink, ...).run()`` when
     nothing else needs to cancel the turn.
     """
-    return await TurnRunner(agent, request, sink, tracker=tracker, created=created).run()
+    runner = TurnRunner(agent, request, sink, tracker=tracker, created=created)
+    runner._cancellable = False
+    return await runner.run()
 
 
 class Turn:
