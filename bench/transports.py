@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import os
 import selectors
 import socket
@@ -675,6 +676,15 @@ def measure(
     return med
 
 
+def _by_kind(fn: Callable[[str, int, int], float], kind: str, n: int, port: int) -> float:
+    """``fn(kind, port, n)``: a measurement bound to its server kind and size."""
+    return fn(kind, port, n)
+
+
+def _many(kind: str, n: int, multiplex: bool, port: int) -> float:
+    return many_rate(kind, port, n, 100, multiplex=multiplex)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deltas", type=int, default=20000)
@@ -692,31 +702,33 @@ def main() -> None:
           f"median; {os.cpu_count()} CPUs")
     if "ws" in only:
         measure("WebSocket: response.delta events/s to one client", "events/s", {
-            k: (lambda port, k=k: ws_rate(k, port, n)) for k in ("uamp", "websockets", "trio-ws")
+            k: functools.partial(_by_kind, ws_rate, k, n)
+            for k in ("uamp", "websockets", "trio-ws")
         }, args.rounds)
     if "sse" in only:
         measure("SSE: chat.completion.chunk events/s", "chunks/s", {
-            k: (lambda port, k=k: sse_rate(k, port, n)) for k in ("uamp", "starlette", "trio-h11")
+            k: functools.partial(_by_kind, sse_rate, k, n)
+            for k in ("uamp", "starlette", "trio-h11")
         }, args.rounds, http=True)
     if "json" in only:
         measure("Non-streaming completions/s (sequential, keep-alive)", "req/s", {
-            k: (lambda port, k=k: json_rate(k, port)) for k in ("uamp", "starlette", "trio-h11")
+            k: functools.partial(json_rate, k) for k in ("uamp", "starlette", "trio-h11")
         }, args.rounds)
     if "ttfd-sse" in only:
         measure("Time to first delta (Chat Completions SSE, median)", "ms", {
-            k: (lambda port, k=k: sse_ttfd(k, port)) for k in ("uamp", "starlette", "trio-h11")
+            k: functools.partial(sse_ttfd, k) for k in ("uamp", "starlette", "trio-h11")
         }, args.rounds, higher_is_better=False)
     if "ttfd" in only:
         measure("Time to first delta (WebSocket, median)", "ms", {
-            k: (lambda port, k=k: ws_ttfd(k, port)) for k in ("uamp", "websockets", "trio-ws")
+            k: functools.partial(ws_ttfd, k) for k in ("uamp", "websockets", "trio-ws")
         }, args.rounds, higher_is_better=False)
     if "mux" in only:
         measure("100 sessions multiplexed on one uamp WebSocket", "events/s", {
-            "uamp": lambda port: many_rate("uamp", port, n, 100, multiplex=True),
+            "uamp": functools.partial(_many, "uamp", n, True),
         }, args.rounds)
     if "conns" in only:
         measure("100 concurrent WebSocket connections", "events/s", {
-            k: (lambda port, k=k: many_rate(k, port, n, 100, multiplex=False))
+            k: functools.partial(_many, k, n, False)
             for k in ("uamp", "websockets", "trio-ws")
         }, args.rounds)
 

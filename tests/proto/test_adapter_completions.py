@@ -264,3 +264,27 @@ def test_chunk_encoder_streams_text_and_tool_calls() -> None:
 def test_sse_framing() -> None:
     assert sse_data({"a": 1}) == b'data: {"a":1}\n\n'
     assert SSE_DONE == b"data: [DONE]\n\n"
+
+
+def test_text_chunk_template_renders_the_same_bytes_as_the_generic_path() -> None:
+    texts = ["tok ", "", 'quote " back \\ slash', "line\nbreak\r\n", "é 😀 \u2028"]
+    texts.append("\x00uamp-text\x00")  # the template's own probe
+    for include_usage in (False, True):
+        for model in ("m", 'odd "\x00uamp-text\x00" model', "\u2028"):
+            enc = ChunkEncoder(
+                completion_id="chatcmpl-1", created=5, model=model, include_usage=include_usage
+            )
+            for text in texts:
+                event = ev.ResponseDelta(delta=ty.DeltaText(text=text))
+                generic = b"".join(sse_data(c) for c in enc.feed(event))
+                assert enc.sse(event) == generic
+                if text:
+                    assert enc.text_sse(text) == generic
+
+
+def test_sse_of_other_events_joins_their_chunks() -> None:
+    enc = ChunkEncoder(completion_id="chatcmpl-1", created=5, model="m")
+    call = ev.ToolCall(call_id="c1", name="f", arguments='{"a": 1}')
+    twin = ChunkEncoder(completion_id="chatcmpl-1", created=5, model="m")
+    assert enc.sse(call) == b"".join(sse_data(c) for c in twin.feed(call))
+    assert enc.sse(ev.Progress(target="tool", message="working")) == b""

@@ -172,3 +172,69 @@ async def test_streaming_chunks_and_usage(serve_app) -> None:  # type: ignore[no
             choice = r.json()["choices"][0]
             assert choice["message"]["content"] == "You said:"
             assert choice["finish_reason"] == "length"
+
+
+class EndlessAgent:
+    """Streams text until cancelled; records that it was stopped."""
+
+    def __init__(self) -> None:
+        self.stopped = trio.Event()
+        self.emitted = 0
+
+    @property
+    def name(self) -> str:
+        return "endless"
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id="endless", provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        try:
+            while True:
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text="more ")))
+                self.emitted += 1
+                await trio.sleep(0.001)
+        finally:
+            self.stopped.set()
+
+
+async def test_a_client_that_leaves_mid_stream_stops_the_agent(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        agent = EndlessAgent()
+        server = await serve_app(create_app([agent, DemoAgent()]))
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            body = {**user("go"), "stream": True}
+            async with client.stream("POST", "/agents/endless/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                seen = ""
+                async for text in r.aiter_text():
+                    seen += text
+                    if seen.count('"content":"more "') >= 3:
+                        break
+            await agent.stopped.wait()
+            r = await client.post("/agents/demo/chat/completions", json=user("after"))
+            assert r.json()["choices"][0]["message"]["content"] == "You said: after"
+
+
+async def test_many_quick_deltas_arrive_whole_and_in_order(serve_app) -> None:  # type: ignore[no-untyped-def]
+    class Counter:
+        name = "counter"
+
+        def capabilities(self) -> ty.Capabilities:
+            return ty.Capabilities(id="counter", provider="test", modalities=["text"])
+
+        async def respond(self, request: TurnRequest, emit: Emit) -> None:
+            for i in range(500):  # never waits: the writer batches them
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"{i} ")))
+
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(create_app([Counter()]))
+        for http2 in (False, True):  # HTTP/2 in cleartext with prior knowledge
+            async with httpx.AsyncClient(
+                base_url=server.url, http1=not http2, http2=http2
+            ) as client:
+                r = await client.post("/chat/completions", json={**user("n"), "stream": True})
+                assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+                chunks = sse_chunks(r.text)
+                text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+                assert text == "".join(f"{i} " for i in range(500)), http2

@@ -16,7 +16,7 @@ from uamp_proto.payment import PaymentRequiredError, TokenPolicy
 from uamp_trio.demo import DemoAgent
 from uamp_trio.routing import create_app
 
-BODY = {"messages": [{"role": "user", "content": "pay me"}]}
+BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "pay me"}]}
 
 
 class TokenEcho:

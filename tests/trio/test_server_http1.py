@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -40,7 +42,7 @@ def make_router() -> tuple[Router, dict[str, trio.Event]]:
         raise HTTPError(418, "short and stout", code="teapot")
 
     async def gated_stream(request: Request) -> StreamingResponse:
-        async def chunks():  # type: ignore[no-untyped-def]
+        async def chunks() -> AsyncIterator[bytes]:
             yield b"first;"
             events["started"].set()
             await events["release"].wait()
@@ -83,8 +85,9 @@ async def raw_exchange(port: int, data: bytes, *, until_close: bool = True) -> b
                 return out
 
 
-def body_of(raw: bytes) -> dict:  # type: ignore[type-arg]
-    return json.loads(raw.split(b"\r\n\r\n", 1)[1])
+def body_of(raw: bytes) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+    return body
 
 
 async def test_keep_alive_serves_several_requests_on_one_connection(serve_app) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
 
 import httpx
 import trio
@@ -32,7 +33,7 @@ def make_router() -> Router:
         )
 
     async def big(request: Request) -> StreamingResponse:
-        async def chunks():  # type: ignore[no-untyped-def]
+        async def chunks() -> AsyncIterator[bytes]:
             block = bytes(range(256)) * 256  # 64 KiB
             for _ in range(BIG // len(block)):
                 yield block
@@ -118,7 +119,7 @@ async def test_h2_large_request_body_and_limit(serve_app) -> None:  # type: igno
             assert r.json()["error"]["code"] == "request_too_large"
             # Without Content-Length (a streamed body) the limit still holds.
 
-            async def body():  # type: ignore[no-untyped-def]
+            async def body() -> AsyncIterator[bytes]:
                 for _ in range(10):
                     yield b"z" * 60_000
 

@@ -1,0 +1,112 @@
+"""batched_writer: what a streaming body queues while a write is in flight leaves as one write."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from uamp_trio.http import SendChunk, batched_writer
+
+TIMEOUT = 10
+
+
+class Recorder:
+    """A ``write`` that records its calls; optionally blocks or fails."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[bytes, bool]] = []
+        self.fail = fail
+        self.gate: trio.Event | None = None
+
+    async def __call__(self, data: bytes, final: bool) -> None:
+        self.calls.append((data, final))
+        if self.fail:
+            raise trio.BrokenResourceError("peer gone")
+        if self.gate is not None:
+            await self.gate.wait()
+        await trio.lowlevel.checkpoint()
+
+
+async def test_chunks_queued_before_the_producer_waits_leave_in_one_write() -> None:
+    write = Recorder()
+    with trio.fail_after(TIMEOUT):
+        async with batched_writer(write) as send:
+            for i in range(10):
+                await send(b"%d," % i)
+    assert write.calls == [(b"0,1,2,3,4,5,6,7,8,9,", True)]
+
+
+async def test_head_may_leave_before_the_first_chunk_and_each_wait_flushes() -> None:
+    write = Recorder()
+    with trio.fail_after(TIMEOUT):
+        async with batched_writer(write) as send:
+            await trio.testing.wait_all_tasks_blocked()
+            await send(b"a")
+            await send(b"b")
+            await trio.testing.wait_all_tasks_blocked()
+            await send(b"c")
+    assert write.calls == [(b"", False), (b"ab", False), (b"c", True)]
+
+
+async def test_empty_body_still_ends_with_a_final_write() -> None:
+    write = Recorder()
+    with trio.fail_after(TIMEOUT):
+        async with batched_writer(write) as send:
+            await send(b"")
+    assert write.calls == [(b"", True)]
+
+
+async def test_a_producer_ahead_of_the_socket_waits_at_the_high_water_mark() -> None:
+    write = Recorder()
+    write.gate = trio.Event()
+    sent = 0
+
+    async def produce(send: SendChunk) -> None:
+        nonlocal sent
+        for _ in range(100):
+            await send(b"x" * 10)
+            sent += 1
+
+    with trio.fail_after(TIMEOUT):
+        async with batched_writer(write, high_water=50) as send, trio.open_nursery() as nursery:
+            nursery.start_soon(produce, send)
+            await trio.testing.wait_all_tasks_blocked()
+            # The writer holds one batch; at most high_water + a chunk wait.
+            assert 0 < sent < 100
+            held = sum(len(d) for d, _ in write.calls)
+            assert (sent * 10) - held <= 60
+            write.gate.set()
+    assert b"".join(d for d, _ in write.calls) == b"x" * 1000
+    assert write.calls[-1][1] is True
+
+
+async def test_a_failed_write_cancels_the_producer_and_is_raised() -> None:
+    write = Recorder(fail=True)
+    reached = False
+    with trio.fail_after(TIMEOUT), pytest.raises(trio.BrokenResourceError):
+        async with batched_writer(write) as send:
+            await send(b"x")
+            await trio.sleep_forever()
+            reached = True
+    assert not reached
+    assert write.calls == [(b"x", False)]
+
+
+async def test_the_bodys_own_exception_propagates_unwrapped_without_a_final_write() -> None:
+    write = Recorder()
+    with trio.fail_after(TIMEOUT), pytest.raises(ValueError, match="boom"):
+        async with batched_writer(write) as send:
+            await send(b"x")
+            raise ValueError("boom")
+    assert all(not final for _, final in write.calls)
+
+
+async def test_send_after_a_failed_write_raises() -> None:
+    write = Recorder(fail=True)
+    with trio.fail_after(TIMEOUT), pytest.raises(trio.BrokenResourceError):
+        async with batched_writer(write) as send:
+            with trio.CancelScope(shield=True):  # not cancelled: send() itself reports
+                await send(b"x")
+                await trio.testing.wait_all_tasks_blocked()
+                await send(b"y")
