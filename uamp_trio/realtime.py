@@ -44,6 +44,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.agent import Agent
+from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 
 from .http import HTTPError
@@ -100,7 +101,7 @@ class _RealtimeConnection:
         )
 
     async def run(self) -> None:
-        await self.send(self.session.created_event())
+        await self.send(self.session.created_event(unstructure(self.agent.capabilities())))
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:

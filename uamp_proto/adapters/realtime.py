@@ -458,9 +458,20 @@ class RealtimeSession:
             },
         }
 
-    def created_event(self) -> dict[str, Any]:
-        """``session.created``: the first event of the connection, sent unprompted."""
-        return self._event("session.created", session=self.session_object())
+    def created_event(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``session.created``: the first event of the connection, sent unprompted.
+
+        Args:
+            capabilities: The agent's UAMP Capabilities object (JSON form).
+                UAMP section 9.2 makes ``session.created`` the Realtime
+                transport's discovery point, so it rides along as an extra
+                top-level ``capabilities`` member, which Realtime clients
+                ignore.
+        """
+        event = self._event("session.created", session=self.session_object())
+        if capabilities is not None:
+            event["capabilities"] = capabilities
+        return event
 
     # --- client events --------------------------------------------------------------
 
