@@ -36,6 +36,40 @@ log = logging.getLogger("uamp_trio.server")
 
 _READ_SIZE = 65536
 _SERVER_HEADER = (b"server", b"uamp")
+#: Header names the fast head path leaves to h11 (it frames and closes itself).
+_FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
+#: Statuses whose responses carry no body, and so no Content-Length: h11's path.
+_BODYLESS = frozenset({204, 304})
+#: Response heads by (status, headers), without the Content-Length line; bounded.
+_HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], bytes] = {}
+_HEADS_MAX = 256
+
+
+def _head_template(status: int, headers: list[tuple[str, str]]) -> bytes | None:
+    """The HTTP/1.1 response head up to (not including) ``content-length``, or ``None``.
+
+    The bytes are h11's for the same response (``HTTP/1.1 {status} \\r\\n``, the
+    headers as given, then ``server``); h11 validates the headers once, when a
+    template is first built. ``None`` when a header is about framing or the
+    connection (h11 must see those) or a header is invalid.
+    """
+    key = (status, tuple(headers))
+    head = _HEADS.get(key)
+    if head is not None:
+        return head
+    if any(k.lower() in _FRAMING for k, _ in headers):
+        return None
+    raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    raw.append(_SERVER_HEADER)
+    try:
+        h11.Response(status_code=status, headers=raw)  # validation only
+    except (h11.LocalProtocolError, UnicodeEncodeError):
+        return None
+    head = b"HTTP/1.1 %d \r\n" % status + b"".join(k + b": " + v + b"\r\n" for k, v in raw)
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[key] = head
+    return head
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -118,6 +152,10 @@ class _Http1Connection:
                 )
                 return
             response = await self.server.dispatch(request)
+            if await self._send_fast(response, request, headers):
+                if self.tracker.draining:
+                    return
+                continue
             await self._send_response(response, head_only=method == "HEAD")
             if self.h11.our_state is h11.MUST_CLOSE or self.tracker.draining:
                 return
@@ -207,6 +245,53 @@ class _Http1Connection:
         assert scope.cancelled_caught
         await self._send_error(408, "Timed out waiting for the request body.", "request_timeout")
         raise _Close
+
+    async def _send_fast(
+        self, response: Response | StreamingResponse, request: Request, headers: Headers
+    ) -> bool:
+        """Write a plain response to a keep-alive HTTP/1.1 request without h11's send path.
+
+        h11 builds, validates and re-frames the head of every response (a good
+        part of a small request's cost); here the head comes from a template
+        (:func:`_head_template`) plus ``content-length``, in one write with the
+        body. The request was read to its end, so h11's reading side is done:
+        the next request is parsed by a fresh h11 connection fed the bytes
+        that came after this one, which is what ``start_next_cycle`` gives.
+        Anything unusual (HTTP/1.0, ``Connection: close``, HEAD, bodiless
+        statuses, framing headers, draining) returns ``False``: h11's path.
+        """
+        conn = self.h11
+        if (
+            type(response) is not Response
+            or request.method == "HEAD"
+            or response.status < 200
+            or response.status in _BODYLESS
+            or conn.their_state is not h11.DONE
+            or conn.our_state is not h11.SEND_RESPONSE
+            or conn.their_http_version != b"1.1"
+            or self.tracker.draining
+            or headers.has_token("connection", "close")
+        ):
+            return False
+        head = _head_template(response.status, response.headers)
+        if head is None:
+            return False
+        body = response.body
+        trailing, closed = conn.trailing_data
+        try:
+            await self.stream.send_all(
+                b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
+            )
+        except BaseException:
+            conn.send_failed()
+            raise
+        fresh = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        if trailing:
+            fresh.receive_data(trailing)
+        if closed:
+            fresh.receive_data(b"")
+        self.h11 = fresh
+        return True
 
     async def _too_large(self) -> None:
         await self._send_error(

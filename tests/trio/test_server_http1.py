@@ -115,6 +115,29 @@ async def test_keep_alive_serves_several_requests_on_one_connection(serve_app) -
                 assert data["query"] == "x=1"
 
 
+async def test_pipelined_requests_close_and_http10_get_h11_identical_heads(serve_app) -> None:  # type: ignore[no-untyped-def]
+    # Plain responses skip h11's send path: the head must be h11's, pipelined
+    # requests must each get their answer, and close / HTTP/1.0 must close.
+    with trio.fail_after(TIMEOUT):
+        router, _ = make_router()
+        server = await serve_app(router)
+        req = b"GET /echo/p HTTP/1.1\r\nHost: t\r\n\r\n"
+        raw = await raw_exchange(
+            server.port, req + req + b"GET /echo/q HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        parts = raw.split(b"HTTP/1.1 200 \r\n")
+        assert len(parts) == 4 and parts[0] == b""
+        heads = [p.split(b"\r\n\r\n", 1)[0] for p in parts[1:]]
+        length = len(parts[1].split(b"\r\n\r\n", 1)[1])
+        assert heads[0] == heads[1] == (
+            b"content-type: application/json\r\nserver: uamp\r\ncontent-length: %d" % length
+        )
+        assert b"connection: close" in heads[2].lower()
+        assert body_of(b"HTTP/1.1 200 \r\n" + parts[3])["path"] == "/echo/q"
+        old = await raw_exchange(server.port, b"GET /echo/r HTTP/1.0\r\n\r\n")
+        assert old.startswith(b"HTTP/1.1 200 ") and b"connection: close" in old.lower()
+
+
 async def test_bad_http_gets_400_json(serve_app) -> None:  # type: ignore[no-untyped-def]
     with trio.fail_after(TIMEOUT):
         router, _ = make_router()
