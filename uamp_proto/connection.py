@@ -99,12 +99,20 @@ NEED_DATA: Final = _NeedData()
 class Role(enum.Enum):
     """Which side of the connection an event comes from."""
 
+    # Members are singletons: hash by identity, not by name (these enums key
+    # the transition tables, looked up on every event).
+    __hash__ = object.__hash__
+
     CLIENT = "client"
     SERVER = "server"
 
 
 class SessionState(enum.Enum):
     """The lifecycle of one session."""
+
+    # Members are singletons: hash by identity, not by name (these enums key
+    # the transition tables, looked up on every event).
+    __hash__ = object.__hash__
 
     #: ``session.create`` seen, ``session.created`` not yet.
     CREATING = "creating"
@@ -114,6 +122,10 @@ class SessionState(enum.Enum):
 
 class ResponsePhase(enum.Enum):
     """A session's response slot."""
+
+    # Members are singletons: hash by identity, not by name (these enums key
+    # the transition tables, looked up on every event).
+    __hash__ = object.__hash__
 
     IDLE = "idle"
     #: ``response.create`` seen, ``response.created`` not yet.
@@ -451,6 +463,10 @@ class Connection:
             raw = dict(event.raw)
             raw.setdefault("event_id", self._event_id())
             return orjson.dumps(raw)
+        if type(event) is ev.ResponseDelta and self.our_role is Role.SERVER:
+            fast = self._send_delta(event)
+            if fast is not None:
+                return fast
         try:
             stamps = self._process_local(event)  # type: ignore[arg-type]
         except _Violation as v:
@@ -472,6 +488,43 @@ class Connection:
         return out
 
     # --- internals -----------------------------------------------------------
+
+    def _send_delta(self, event: ev.ResponseDelta) -> bytes | None:
+        """The server's hot path: a ``response.delta`` in the usual state.
+
+        Decides exactly what the tables would for the common case -- an active
+        session whose response is in progress, content not blocked by payment,
+        no delta window, the event naming the current response or none -- and
+        returns ``None`` for anything else, which then takes the general path
+        (and its error reporting).
+        """
+        sid = event.session_id
+        if sid is None:
+            if len(self._sessions) != 1:
+                return None
+            session = next(iter(self._sessions.values()))
+        else:
+            found = self._sessions.get(sid)
+            if found is None:
+                return None
+            session = found
+        tracker = session.response
+        if (
+            tracker is None
+            or session.phase is not ResponsePhase.IN_PROGRESS
+            or session.state is not SessionState.ACTIVE
+            or session.send_window is not None
+            or session.payment.blocks_content
+            or (event.response_id is not None and event.response_id != tracker.response_id)
+        ):
+            return None
+        tracker.apply(event)
+        out = to_dict(event)
+        if "event_id" not in out:
+            out["event_id"] = self._event_id()
+        if self.config.clock is not None and "timestamp" not in out:
+            out["timestamp"] = int(self.config.clock() * 1000)
+        return orjson.dumps(out)
 
     def _event_id(self) -> str:
         self._evt_n += 1

@@ -778,3 +778,39 @@ def test_a_response_that_ends_before_it_starts_is_named_by_the_server(terminal: 
     got = pair.to_client(orjson.dumps({"type": terminal, **MINIMAL[terminal], **extra}))
     assert got.type == terminal
     assert pair.client.session(sid).phase is ResponsePhase.IDLE
+
+
+def test_delta_hot_path_matches_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's response.delta shortcut decides and writes what the tables do."""
+
+    def run(shortcut: bool) -> tuple[list[bytes], list[ty.ContentItem]]:
+        pair = Pair()
+        taken: list[bool] = []
+        real = pair.server._send_delta
+
+        def spy(event: ev.ResponseDelta) -> bytes | None:
+            result = real(event) if shortcut else None
+            taken.append(result is not None)
+            return result
+
+        monkeypatch.setattr(pair.server, "_send_delta", spy)
+        sid = pair.open(session_id="s1")
+        rid = pair.start_response(sid)
+        sent = [
+            pair.server.send(ev.ResponseDelta(response_id=rid, delta=ty.DeltaText(text=t)))
+            for t in ("a", "b")
+        ]
+        sent.append(
+            pair.server.send(ev.ResponseDelta(session_id=sid, delta=ty.DeltaText(text="c")))
+        )
+        with pytest.raises(LocalProtocolError) as info:
+            pair.server.send(ev.ResponseDelta(response_id="other", delta=ty.DeltaText(text="x")))
+        assert info.value.code == "unknown_response"
+        tracker = pair.server.session(sid).response
+        assert tracker is not None
+        assert taken == [shortcut] * 3 + [False]
+        return sent, tracker.output
+
+    fast, general = run(True), run(False)
+    assert fast == general
+    assert fast[1] == [ty.TextContent(text="abc")]
