@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from uamp_proto import codec
+from uamp_proto.codec import json_type_name as _json_type
 from uamp_proto.types import Message
 
 __all__ = [
@@ -119,22 +120,6 @@ def check_version(value: Any, path: str = "version") -> str:
 def extra_keys(data: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
     """The entries of ``data`` whose keys are not in ``known``, to write back."""
     return {k: v for k, v in data.items() if k not in known}
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _is_uuid4(value: str) -> bool:

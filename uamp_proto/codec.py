@@ -43,6 +43,7 @@ __all__ = [
     "decode_object",
     "encode",
     "from_dict",
+    "json_type_name",
     "to_dict",
     "unstructure",
 ]
@@ -81,10 +82,11 @@ class DecodeError(ValueError):
 
 class _WrongType(TypeError):
     def __init__(self, expected: str, value: object) -> None:
-        super().__init__(f"must be {expected}, got {_json_type(value)}")
+        super().__init__(f"must be {expected}, got {json_type_name(value)}")
 
 
-def _json_type(value: object) -> str:
+def json_type_name(value: object) -> str:
+    """The JSON type of a parsed value, as error messages name it (``"array"``...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -503,14 +505,14 @@ def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
             does not match its event's schema.
     """
     if type(obj) is not dict:
-        raise DecodeError(f"an event must be a JSON object, got {_json_type(obj)}")
+        raise DecodeError(f"an event must be a JSON object, got {json_type_name(obj)}")
     tag = obj.get("type")
     if type(tag) is not str:
         event_id = obj.get("event_id")
         if tag is None:
             problem = "an event must have a 'type' field"
         else:
-            problem = f"an event's 'type' must be a string, got {_json_type(tag)}"
+            problem = f"an event's 'type' must be a string, got {json_type_name(tag)}"
         raise DecodeError(problem, event_id=event_id if isinstance(event_id, str) else None)
     entry = _DISPATCH.get(tag)
     if entry is None:
