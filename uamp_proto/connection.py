@@ -71,7 +71,7 @@ from . import types as ty
 from .codec import DecodeError, decode, to_dict
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .ids import IdSource, random_ids
-from .payment import CONTENT_EVENTS, PaymentNegotiation
+from .payment import CONTENT_EVENTS, PaymentNegotiation, PaymentState
 from .response import ResponseState, ResponseTracker
 
 __all__ = [
@@ -206,6 +206,21 @@ RESPONSE_EVENTS: Final = (
     | {"response.create", "response.created", "tool.result"}
     | _CONTENT
 )
+
+#: The payment states that block content (``PaymentNegotiation.blocks_content``).
+_PAY_REQUIRED: Final = PaymentState.REQUIRED
+_PAY_SUBMITTED: Final = PaymentState.SUBMITTED
+
+
+def _with_ids(event: ev.Event, session_id: str | None, response_id: str | None) -> ev.Event:
+    """``event`` with the session and response ids it left out filled in."""
+    changes: dict[str, str] = {}
+    if session_id is not None and event.session_id is None:
+        changes["session_id"] = session_id
+    if response_id is not None and getattr(event, "response_id", "") is None:
+        changes["response_id"] = response_id
+    return attrs.evolve(event, **changes) if changes else event  # type: ignore[arg-type]
+
 
 _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
@@ -448,12 +463,24 @@ class Connection:
         except RemoteProtocolError as err:
             raise self._remote(err, event.type) from None
 
-    def send(self, event: ev.Event | ev.UnknownEvent) -> bytes:
+    def send(
+        self,
+        event: ev.Event | ev.UnknownEvent,
+        *,
+        session_id: str | None = None,
+        response_id: str | None = None,
+    ) -> bytes:
         """Check ``event`` against the rules, apply it, and serialise it.
 
         ``event_id`` (and ``timestamp`` when a clock is configured) are
         filled in when absent; on sessions with delta windows, delta frames
         get their ``delta_seq``.
+
+        ``session_id`` and ``response_id`` fill in the event's own when it
+        has none (an agent's events usually leave them out): the event is
+        routed and checked as if it carried them, and they are written into
+        the message. This is what copying the event with the ids would do,
+        without the copy on the server's delta path.
 
         Raises:
             LocalProtocolError: the event is not allowed now; nothing changed.
@@ -461,12 +488,16 @@ class Connection:
         """
         if type(event) is ev.UnknownEvent:
             raw = dict(event.raw)
+            if session_id is not None and raw.get("session_id") is None:
+                raw["session_id"] = session_id
             raw.setdefault("event_id", self._event_id())
             return orjson.dumps(raw)
         if type(event) is ev.ResponseDelta and self.our_role is Role.SERVER:
-            fast = self._send_delta(event)
+            fast = self._send_delta(event, session_id, response_id)
             if fast is not None:
                 return fast
+        if session_id is not None or response_id is not None:
+            event = _with_ids(event, session_id, response_id)  # type: ignore[arg-type]
         try:
             stamps = self._process_local(event)  # type: ignore[arg-type]
         except _Violation as v:
@@ -489,7 +520,9 @@ class Connection:
 
     # --- internals -----------------------------------------------------------
 
-    def _send_delta(self, event: ev.ResponseDelta) -> bytes | None:
+    def _send_delta(
+        self, event: ev.ResponseDelta, session_id: str | None, response_id: str | None
+    ) -> bytes | None:
         """The server's hot path: a ``response.delta`` in the usual state.
 
         Decides exactly what the tables would for the common case -- an active
@@ -500,6 +533,8 @@ class Connection:
         """
         sid = event.session_id
         if sid is None:
+            sid = session_id
+        if sid is None:
             if len(self._sessions) != 1:
                 return None
             session = next(iter(self._sessions.values()))
@@ -509,17 +544,26 @@ class Connection:
                 return None
             session = found
         tracker = session.response
+        rid = event.response_id
+        if rid is None:
+            rid = response_id
         if (
             tracker is None
             or session.phase is not ResponsePhase.IN_PROGRESS
             or session.state is not SessionState.ACTIVE
             or session.send_window is not None
-            or session.payment.blocks_content
-            or (event.response_id is not None and event.response_id != tracker.response_id)
+            or (pstate := session.payment.state) is _PAY_REQUIRED
+            or pstate is _PAY_SUBMITTED  # payment.blocks_content, inlined
+            or (rid is not None and rid != tracker.response_id)
         ):
             return None
-        tracker.apply(event)
+        tracker._delta(event.delta)  # what tracker.apply does with a delta
         out = to_dict(event)
+        # to_dict puts session_id, then response_id, last: same order as a copy's.
+        if event.session_id is None and session_id is not None:
+            out["session_id"] = session_id
+        if event.response_id is None and response_id is not None:
+            out["response_id"] = response_id
         if "event_id" not in out:
             out["event_id"] = self._event_id()
         if self.config.clock is not None and "timestamp" not in out:

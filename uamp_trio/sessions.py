@@ -854,10 +854,14 @@ class SessionHost:
         when the outbox is full, the delta window is closed, or payment is
         open.
 
+        The runner works on the core's tracker without applying events to it
+        (``track=False``: the core's ``send`` does) and leaves the ids to the
+        core (``stamp=False``: :meth:`_send` passes them to ``send``), so an
+        event is neither copied nor counted twice.
+
         The sink's special cases: a terminal event is rebuilt from the core's
-        tracker, so its output is exactly what the client was sent (the
-        runner's own tracker also holds an event the sink dropped after a
-        cancel) and ``response.done`` can be signed; an emitted
+        tracker and signed when asked (``response.done`` carries the
+        signature); an emitted
         ``payment.required`` pauses the response (:meth:`_hold_for_payment`)
         and ``emit`` returns once paid -- spec 004's mid-stream top-up.
         """
@@ -876,7 +880,17 @@ class SessionHost:
                 event = self._final(session, response, event)
             await send(session, response, event)
 
-        runner = TurnRunner(agent, request, sink, created=first, yield_every=YIELD_EVERY)
+        # One tracker per response: the runner reads the core's (which the
+        # core's send updates) instead of applying every event to its own,
+        # and the core writes the ids the agent left out (no copy per event).
+        ctx = self.conn.sessions.get(session.id)
+        tracker = ctx.response if ctx is not None else None
+        if tracker is None or tracker.response_id != response.id:
+            raise _SessionGone
+        runner = TurnRunner(
+            agent, request, sink, tracker=tracker, created=first, yield_every=YIELD_EVERY,
+            stamp=False, track=False,
+        )
         response.turn_cancel = runner.cancel
         if response.cancel_requested:
             runner.cancel()
@@ -918,7 +932,7 @@ class SessionHost:
             if response.cancel_requested and event.type in flow.FLOW_CONTROLLED_TYPES:
                 return  # cancelled: the partial output is what the client was sent
             try:
-                data = conn.send(event)
+                data = conn.send(event, session_id=session.id, response_id=response.id)
             except FlowControlError:
                 await session.wakeup.park()  # until an ack (or a cancel) for this session
                 continue

@@ -187,6 +187,17 @@ class TurnRunner:
             later tool round: the client saw it already).
         yield_every: Pass a scheduler checkpoint after this many events, so
             an agent whose sink never waits does not starve other tasks.
+        stamp: Fill in the ``response_id`` and ``session_id`` the agent left
+            out (a copy of the event). ``False`` hands the agent's events to
+            the sink as they are, terminal events without ``session_id``
+            too: for a sink that adds the ids itself while encoding (the
+            UAMP session driver passes them to the core's ``send``).
+        track: Apply every event to :attr:`tracker`. ``False`` when the sink
+            applies them to that same tracker itself (the UAMP session
+            driver hands the core's tracker, which the core's ``send``
+            updates), so nothing is counted twice; :attr:`tracker` must then
+            see every event the sink accepts for ``requires_action`` and the
+            terminal events to be right.
 
     A runner runs once. :meth:`cancel` may be called at any time, from any
     task of the same trio run, also before :meth:`run`.
@@ -201,7 +212,9 @@ class TurnRunner:
         "_scope",
         "_sink",
         "_sink_error",
+        "_stamp",
         "_started",
+        "_track",
         "_yield_every",
         "agent",
         "outcome",
@@ -218,6 +231,8 @@ class TurnRunner:
         tracker: ResponseTracker | None = None,
         created: bool = True,
         yield_every: int = YIELD_EVERY,
+        stamp: bool = True,
+        track: bool = True,
     ) -> None:
         if yield_every < 1:
             raise ValueError("yield_every must be at least 1")
@@ -229,6 +244,8 @@ class TurnRunner:
         self._sink = sink
         self._created = created
         self._yield_every = yield_every
+        self._stamp = stamp
+        self._track = track
         self._scope: trio.CancelScope | None = None
         self._cancel_requested = False
         self._sink_error: BaseException | None = None
@@ -256,12 +273,14 @@ class TurnRunner:
             raise RuntimeError("emit() called after the agent's respond() returned")
         if self._sink_error is not None:
             raise _SinkFailed
-        event = _stamp(event, self.request.response_id, self.request.session_id)
-        if isinstance(event, _TERMINAL):
+        if self._stamp:
+            event = _stamp(event, self.request.response_id, self.request.session_id)
+        if type(event) is not ev.ResponseDelta and isinstance(event, _TERMINAL):
             raise RuntimeError("the turn driver sends the terminal event, not the agent")
         # A cancel lands at the next emit even when the sink never waits.
         await trio.lowlevel.checkpoint_if_cancelled()
-        self.tracker.apply(event)
+        if self._track:
+            self.tracker.apply(event)
         await self._deliver(event)
 
     async def _deliver(self, event: ev.Event) -> None:
@@ -290,7 +309,8 @@ class TurnRunner:
         rid, sid = request.response_id, request.session_id
         if self._created:
             created = ev.ResponseCreated(response_id=rid, session_id=sid)
-            tracker.apply(created)
+            if self._track:
+                tracker.apply(created)
             try:
                 await self._deliver(created)
             except _SinkFailed:
@@ -332,8 +352,10 @@ class TurnRunner:
             else:
                 final = tracker.done_event()
         if final is not None:
-            final = _stamp(final, rid, sid)  # type: ignore[assignment]
-            tracker.apply(final)
+            if self._stamp:
+                final = _stamp(final, rid, sid)  # type: ignore[assignment]
+            if self._track:
+                tracker.apply(final)
         outcome = self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)
         if final is not None:
             await self._sink(final)

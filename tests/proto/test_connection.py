@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
@@ -788,8 +789,10 @@ def test_delta_hot_path_matches_the_general_path(monkeypatch: pytest.MonkeyPatch
         taken: list[bool] = []
         real = pair.server._send_delta
 
-        def spy(event: ev.ResponseDelta) -> bytes | None:
-            result = real(event) if shortcut else None
+        def spy(
+            event: ev.ResponseDelta, sid: str | None = None, rid: str | None = None
+        ) -> bytes | None:
+            result = real(event, sid, rid) if shortcut else None
             taken.append(result is not None)
             return result
 
@@ -814,3 +817,38 @@ def test_delta_hot_path_matches_the_general_path(monkeypatch: pytest.MonkeyPatch
     fast, general = run(True), run(False)
     assert fast == general
     assert fast[1] == [ty.TextContent(text="abc")]
+
+
+def test_send_with_ids_writes_what_a_stamped_copy_writes() -> None:
+    """``send(..., session_id=, response_id=)`` routes and encodes like an evolved copy."""
+
+    def run(override: bool) -> list[bytes]:
+        pair = Pair()
+        sid = pair.open(session_id="s1")
+        pair.open(session_id="s2")  # two sessions: an event without session_id is ambiguous
+        rid = pair.start_response(sid)
+        events: list[ev.Event] = [
+            ev.ResponseDelta(delta=ty.DeltaText(text="a")),
+            ev.Thinking(content="hm"),
+            ev.ResponseDelta(delta=ty.DeltaText(text="b"), response_id=rid),
+        ]
+        out = []
+        for event in events:
+            if override:
+                out.append(pair.server.send(event, session_id=sid, response_id=rid))
+            else:
+                changes: dict[str, str] = {"session_id": sid}
+                if getattr(event, "response_id", "") is None:
+                    changes["response_id"] = rid
+                out.append(pair.server.send(attrs.evolve(event, **changes)))  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError) as info:
+            pair.server.send(
+                ev.ResponseDelta(delta=ty.DeltaText(text="x")), session_id=sid, response_id="other"
+            )
+        assert info.value.code == "unknown_response"
+        tracker = pair.server.session(sid).response
+        assert tracker is not None and tracker.text == "ab"
+        return out
+
+    # The same JSON (key order may differ when the event carried one id itself).
+    assert [orjson.loads(m) for m in run(True)] == [orjson.loads(m) for m in run(False)]
