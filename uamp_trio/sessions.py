@@ -901,17 +901,19 @@ class SessionHost:
         return outcome.status
 
     def _final(self, session: _Session, response: _Response, event: ev.Event) -> ev.Event:
-        """The terminal event as the core's tracker has it (what was sent), signed if asked."""
+        """The runner's terminal event, signed if asked.
+
+        The runner built it from the core's tracker (the runner shares it), so
+        its output is what the client was sent; :meth:`_send` adds the ids.
+        """
         ctx = self.conn.sessions.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
             raise _SessionGone
-        final: ev.Event
-        if type(event) is ev.ResponseDone:
-            final = self._done(tracker, response)
-        else:
-            final = tracker.cancelled_event()
-        return attrs.evolve(final, session_id=session.id)
+        app = self._app
+        if type(event) is ev.ResponseDone and app is not None and app.response_signer is not None:
+            return self._done(tracker, response)
+        return event
 
     def _done(self, tracker: ResponseTracker, response: _Response) -> ev.ResponseDone:
         """``response.done``, signed when the app has a signer (spec 004 "Response Signing").
