@@ -231,6 +231,19 @@ class Outbox:
         if self._ready:
             self._ready.unpark_all()
 
+    def offer(self, data: bytes) -> bool:
+        """Queue one event if there is room, without waiting; ``False`` when full or closed.
+
+        For a producer that passed a cancel point just before (the turn
+        runner's ``emit``), so :meth:`put` 's own would be a second one.
+        """
+        if self._closed or len(self._items) >= self._size:
+            return False
+        self._items.append(data)
+        if self._ready:
+            self._ready.unpark_all()
+        return True
+
     def put_owed(self, data: bytes) -> None:
         """Queue a reply the server owes, without waiting.
 
@@ -944,4 +957,6 @@ class SessionHost:
                 log.warning("dropping %s of agent %r: %s", event.type, session.agent.name, exc)
                 return
             break
-        await self.outbox.put(data)
+        outbox = self.outbox
+        if not outbox.offer(data):
+            await outbox.put(data)  # waits for room, or raises OutboxClosed
