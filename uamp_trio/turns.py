@@ -29,7 +29,9 @@ The contract (the agent boundary's; the runner owns the response lifecycle):
 2. it calls ``agent.respond(request, emit)``; ``emit`` stamps the
    ``response_id`` and ``session_id`` the agent left out, feeds the turn's
    :class:`~uamp_proto.response.ResponseTracker` and awaits the sink, so
-   the sink's backpressure holds the agent back. An agent never sends a
+   the sink's backpressure holds the agent back (a sink that writes the ids
+   and updates the tracker itself asks for neither: ``stamp=False``,
+   ``track=False``). An agent never sends a
    terminal event itself (``emit`` refuses one), nor emits after
    ``respond`` returned;
 3. it ends with exactly one terminal event: ``response.done`` with the

@@ -294,3 +294,35 @@ async def test_an_agent_that_never_waits_still_yields() -> None:
             await run_turn(ScriptedAgent(count=200), request(), sink)
             nursery.cancel_scope.cancel()
     assert ticks > 0
+
+
+async def test_unstamped_untracked_runner_leaves_ids_and_tracking_to_the_sink() -> None:
+    # stamp=False / track=False: the sink gets the agent's events as they are
+    # and applies them to the shared tracker itself; the outcome is the same.
+    from uamp_proto.response import ResponseTracker
+
+    for mode in ("ok", "agent_error", "tool"):
+        with trio.fail_after(TIMEOUT):
+            stamped = Collect()
+            expected = await run_turn(ScriptedAgent(mode), request(), stamped)
+            req = request()
+            tracker = ResponseTracker(req.response_id, req.messages)
+            seen: list[ev.Event] = []
+
+            async def sink(
+                event: ev.Event, tracker: ResponseTracker = tracker, seen: list[ev.Event] = seen
+            ) -> None:
+                tracker.apply(event)
+                seen.append(event)
+
+            runner = TurnRunner(
+                ScriptedAgent(mode), req, sink, tracker=tracker, stamp=False, track=False
+            )
+            outcome = await runner.run()
+        assert outcome.status == expected.status, mode
+        assert outcome.tracker is tracker and tracker.output == expected.tracker.output, mode
+        assert outcome.pending_tool_calls == expected.pending_tool_calls, mode
+        assert [type(e) for e in seen] == [type(e) for e in stamped.events], mode
+        deltas = [e for e in seen if type(e) is ev.ResponseDelta]
+        assert deltas and all(e.session_id is None and e.response_id is None for e in deltas)
+        assert all(e.session_id == "sess_1" for e in stamped.events), mode
