@@ -505,13 +505,9 @@ class Connection:
                 v.message, code=v.code, session_id=event.session_id, event_id=event.event_id
             ) from None
         out = to_dict(event)
-        if "event_id" not in out:
-            out["event_id"] = self._event_id()
-        if self.config.clock is not None and "timestamp" not in out:
-            out["timestamp"] = int(self.config.clock() * 1000)
         if stamps is not None:
             out.update(stamps)
-        return orjson.dumps(out)
+        return self._serialise(out)
 
     def data_to_send(self) -> list[bytes]:
         """Messages the core owes the peer (pongs, errors, acks); drains them."""
@@ -564,6 +560,10 @@ class Connection:
             out["session_id"] = session_id
         if event.response_id is None and response_id is not None:
             out["response_id"] = response_id
+        return self._serialise(out)
+
+    def _serialise(self, out: dict[str, Any]) -> bytes:
+        """Fill in ``event_id`` (and ``timestamp`` with a clock) when absent; JSON bytes."""
         if "event_id" not in out:
             out["event_id"] = self._event_id()
         if self.config.clock is not None and "timestamp" not in out:
@@ -601,11 +601,7 @@ class Connection:
         return err
 
     def _encode_reply(self, event: ev.Event) -> bytes:
-        out = to_dict(event)
-        out["event_id"] = self._event_id()
-        if self.config.clock is not None:
-            out["timestamp"] = int(self.config.clock() * 1000)
-        return orjson.dumps(out)
+        return self._serialise(to_dict(event))
 
     def _process(
         self, event: ev.Event | ev.UnknownEvent, sender: Role
@@ -615,17 +611,7 @@ class Connection:
             return event  # section 14.3: never an error
         assert isinstance(event, ev.Event)
         try:
-            self._check_direction(event, sender)
-            if event.type == "session.create":
-                return self._open_session(event, sender)  # type: ignore[arg-type]
-            if event.type == "session.created" and sender is Role.SERVER:
-                return self._created(event)  # type: ignore[arg-type]
-            session = self._route(event, sender)
-            if session is None:
-                self._connection_event(event, sender)
-                return event
-            self._apply(session, event, sender)
-            return event
+            return self._step(event, sender)[0]
         except _Violation as v:
             raise RemoteProtocolError(
                 f"{event.type}: {v.message}",
@@ -635,19 +621,28 @@ class Connection:
             ) from None
 
     def _process_local(self, event: ev.Event) -> dict[str, Any] | None:
-        sender = self.our_role
+        return self._step(event, self.our_role)[1]
+
+    def _step(self, event: ev.Event, sender: Role) -> tuple[ev.Event, dict[str, Any] | None]:
+        """Check and apply one event in either direction.
+
+        Returns:
+            The event as applied (``session.create`` gains the session id the
+            server assigned) and the fields to stamp on the outgoing message.
+
+        Raises:
+            _Violation: a rule was broken; nothing changed.
+        """
         self._check_direction(event, sender)
         if event.type == "session.create":
-            self._open_session(event, sender)  # type: ignore[arg-type]
-            return None
+            return self._open_session(event, sender), None  # type: ignore[arg-type]
         if event.type == "session.created" and sender is Role.SERVER:
-            self._created(event)  # type: ignore[arg-type]
-            return None
+            return self._created(event), None  # type: ignore[arg-type]
         session = self._route(event, sender)
         if session is None:
             self._connection_event(event, sender)
-            return None
-        return self._apply(session, event, sender)
+            return event, None
+        return event, self._apply(session, event, sender)
 
     def _check_direction(self, event: ev.Event, sender: Role) -> None:
         allowed = CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS
