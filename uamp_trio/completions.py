@@ -206,8 +206,9 @@ class CompletionsTransport:
         created: int,
         request_body: bytes,
     ) -> Response:
-        # The tracker accumulates the reply; the events themselves go nowhere.
-        outcome = await run_turn(agent, parsed.turn, _discard)
+        # The tracker accumulates the reply; the events themselves go nowhere
+        # (and the adapter never reads their ids, so they are not stamped).
+        outcome = await run_turn(agent, parsed.turn, _discard, stamp=False)
         if outcome.status in ("failed", "cancelled"):
             status, err = _error_json(outcome)
             return json_response(err, status)
@@ -257,7 +258,7 @@ class CompletionsTransport:
             if frame:
                 await send(frame)
 
-        outcome = await run_turn(agent, parsed.turn, sink)
+        outcome = await run_turn(agent, parsed.turn, sink, stamp=False)
         if outcome.status in ("failed", "cancelled"):
             # Headers are gone already: report the error in the stream, the
             # way OpenAI does (the SDK raises it as an APIError).

@@ -379,13 +379,14 @@ async def run_turn(
     *,
     tracker: ResponseTracker | None = None,
     created: bool = True,
+    stamp: bool = True,
 ) -> TurnOutcome:
     """Run one response of ``agent`` inline, every event to ``sink``.
 
     Shorthand for ``await TurnRunner(agent, request, sink, ...).run()`` when
     nothing else needs to cancel the turn.
     """
-    runner = TurnRunner(agent, request, sink, tracker=tracker, created=created)
+    runner = TurnRunner(agent, request, sink, tracker=tracker, created=created, stamp=stamp)
     runner._cancellable = False
     return await runner.run()
 
