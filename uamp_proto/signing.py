@@ -70,6 +70,7 @@ from .envelope import (
     canonical_json,
     envelope_sha256,
 )
+from .sse import encode_json
 
 __all__ = [
     "CAP_TOKEN_ALGORITHMS",
@@ -942,7 +943,7 @@ def verify_response_signature(
 
 def response_signature_event(signature: str) -> bytes:
     """The SSE event that follows ``data: [DONE]`` on a signed stream (spec 004)."""
-    return b"event: response_signature\ndata: " + orjson.dumps({"signature": signature}) + b"\n\n"
+    return encode_json(orjson.dumps({"signature": signature}), event="response_signature")
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ __all__ = [
     "SSEParser",
     "encode_comment",
     "encode_event",
+    "encode_json",
 ]
 
 #: Default cap on the bytes an :class:`SSEParser` holds between calls (1 MiB).
@@ -122,6 +123,37 @@ def encode_event(
         head.append(f"retry: {retry}\n")
     head.append(f"data: {data}\n\n")
     return "".join(head).encode()
+
+
+def encode_json(payload: bytes, *, event: str | None = None, id: str | None = None) -> bytes:
+    """Frame already-serialised JSON as one event, without decoding it.
+
+    Compact JSON (orjson's output) holds no raw line break, so it is a
+    single ``data:`` line; a payload that has one is framed line by line
+    through :func:`encode_event`.
+
+    Args:
+        payload: UTF-8 JSON bytes.
+        event: The event type, if any.
+        id: The event id, if any.
+
+    Raises:
+        SSEError: As :func:`encode_event` for a bad ``event`` or ``id``.
+    """
+    if b"\n" in payload or b"\r" in payload:
+        return encode_event(payload.decode(), event=event, id=id)
+    if event is None and id is None:
+        return b"data: " + payload + b"\n\n"
+    head = b""
+    if event:
+        _check_line("event name", event)
+        head = b"event: " + event.encode() + b"\n"
+    if id is not None:
+        _check_line("id", id)
+        if "\0" in id:
+            raise SSEError(f"SSE id must not contain NUL: {id!r}")
+        head += b"id: " + id.encode() + b"\n"
+    return head + b"data: " + payload + b"\n\n"
 
 
 def encode_comment(text: str = "") -> bytes:

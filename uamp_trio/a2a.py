@@ -51,7 +51,7 @@ from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger
 from uamp_proto.agent import Agent, TurnRequest
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
-from uamp_proto.sse import encode_event
+from uamp_proto.sse import encode_json
 
 from .http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
 from .routing import App, Transport
@@ -78,7 +78,7 @@ def _now() -> str:
 
 
 def _sse(obj: Any, event: str | None = None) -> bytes:
-    return encode_event(orjson.dumps(obj).decode(), event=event)
+    return encode_json(orjson.dumps(obj), event=event)
 
 
 @attrs.define

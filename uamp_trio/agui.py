@@ -27,6 +27,7 @@ import orjson
 
 from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, turn_request
 from uamp_proto.ids import IdSource, random_ids
+from uamp_proto.sse import encode_json
 
 from .http import HTTPError, Request, SendChunk, StreamingResponse
 from .routing import App, Transport
@@ -42,7 +43,7 @@ _SSE_HEADERS = [
 
 
 def _frame(events: list[dict[str, object]]) -> bytes:
-    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    return b"".join([encode_json(orjson.dumps(e)) for e in events])
 
 
 class AguiTransport:

@@ -45,6 +45,7 @@ import orjson
 import trio
 
 from uamp_proto.agent import Agent
+from uamp_proto.sse import encode_json
 
 from .http import (
     HTTPError,
@@ -181,8 +182,7 @@ class _HttpSession:
 
 
 def _frame(n: int, data: bytes) -> bytes:
-    # orjson never writes a line break, so the JSON is one ``data:`` line.
-    return b"id: %d\ndata: %b\n\n" % (n, data)
+    return encode_json(data, id=str(n))
 
 
 class SSEEventsTransport:

@@ -428,3 +428,32 @@ def test_any_bytes_give_events_or_sse_error(chunks: list[bytes]) -> None:
                 assert isinstance(event, SSEEvent)
     except SSEError:
         pass
+
+
+@pytest.mark.parametrize(
+    ("payload", "event", "id"),
+    [
+        (b'{"a":1}', None, None),
+        (b'{"a":"x\\ny"}', "task.message", None),
+        (b'{"a":1}', None, "7"),
+        (b'{"a":1}', "task.started", "8"),
+        (b'{\n"a": 1\n}', None, None),
+    ],
+)
+def test_encode_json_frames_like_encode_event(
+    payload: bytes, event: str | None, id: str | None
+) -> None:
+    from uamp_proto.sse import encode_json
+
+    framed = encode_json(payload, event=event, id=id)
+    assert framed == encode_event(payload.decode(), event=event, id=id)
+    (parsed,) = SSEParser().feed(framed)
+    assert parsed.data == payload.decode() and parsed.event == event and parsed.id == id
+
+
+def test_encode_json_refuses_what_encode_event_refuses() -> None:
+    from uamp_proto.sse import encode_json
+
+    for bad in ({"event": "a\nb"}, {"id": "x\ny"}, {"id": "x\0y"}):
+        with pytest.raises(SSEError):
+            encode_json(b"{}", **bad)  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ import orjson
 from .. import events as ev
 from .. import types as ty
 from ..agent import TurnRequest
-from ..sse import encode_event
+from ..sse import encode_json
 
 __all__ = [
     "SSE_DONE",
@@ -745,4 +745,4 @@ class ChunkEncoder:
 
 def sse_data(obj: Mapping[str, Any]) -> bytes:
     """One ``data: {...}\\n\\n`` SSE frame."""
-    return encode_event(orjson.dumps(obj).decode())
+    return encode_json(orjson.dumps(obj))
