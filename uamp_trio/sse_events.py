@@ -182,7 +182,7 @@ class _HttpSession:
 
 
 def _frame(n: int, data: bytes) -> bytes:
-    return encode_json(data, id=str(n))
+    return encode_json(data, id=n)
 
 
 class SSEEventsTransport:

@@ -437,7 +437,6 @@ def test_any_bytes_give_events_or_sse_error(chunks: list[bytes]) -> None:
         (b'{"a":"x\\ny"}', "task.message", None),
         (b'{"a":1}', None, "7"),
         (b'{"a":1}', "task.started", "8"),
-        (b'{\n"a": 1\n}', None, None),
     ],
 )
 def test_encode_json_frames_like_encode_event(
@@ -457,3 +456,10 @@ def test_encode_json_refuses_what_encode_event_refuses() -> None:
     for bad in ({"event": "a\nb"}, {"id": "x\ny"}, {"id": "x\0y"}):
         with pytest.raises(SSEError):
             encode_json(b"{}", **bad)  # type: ignore[arg-type]
+
+
+def test_encode_json_takes_an_integer_id() -> None:
+    from uamp_proto.sse import encode_json
+
+    assert encode_json(b'{"a":1}', id=42) == encode_event('{"a":1}', id="42")
+    assert encode_json(b"{}", event="e", id=3) == encode_event("{}", event="e", id="3")
