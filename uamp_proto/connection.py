@@ -212,16 +212,6 @@ _PAY_REQUIRED: Final = PaymentState.REQUIRED
 _PAY_SUBMITTED: Final = PaymentState.SUBMITTED
 
 
-def _with_ids(event: ev.Event, session_id: str | None, response_id: str | None) -> ev.Event:
-    """``event`` with the session and response ids it left out filled in."""
-    changes: dict[str, str] = {}
-    if session_id is not None and event.session_id is None:
-        changes["session_id"] = session_id
-    if response_id is not None and getattr(event, "response_id", "") is None:
-        changes["response_id"] = response_id
-    return attrs.evolve(event, **changes) if changes else event  # type: ignore[arg-type]
-
-
 _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
 )
@@ -497,7 +487,11 @@ class Connection:
             if fast is not None:
                 return fast
         if session_id is not None or response_id is not None:
-            event = _with_ids(event, session_id, response_id)  # type: ignore[arg-type]
+            event = ev.with_ids(
+                event,  # type: ignore[arg-type]  # UnknownEvent returned above
+                session_id=session_id,
+                response_id=response_id,
+            )
         try:
             stamps = self._process_local(event)  # type: ignore[arg-type]
         except _Violation as v:

@@ -697,6 +697,36 @@ class SystemUnroutable(Event):
     reason: str | None = None
 
 
+def with_ids(event: Event, *, session_id: str | None, response_id: str | None) -> Event:
+    """``event`` with the session and response ids it leaves out filled in.
+
+    Ids the event carries are kept; ``response_id`` is only set on events
+    that have the field. Returns ``event`` itself when nothing changes.
+    """
+    if type(event) is ResponseDelta:
+        # The hot path (agents leave both ids out of every delta): one direct
+        # construction is cheaper than attrs.evolve.
+        rid = event.response_id if event.response_id is not None else response_id
+        sid = event.session_id if event.session_id is not None else session_id
+        if rid is event.response_id and sid is event.session_id:
+            return event
+        return ResponseDelta(
+            delta=event.delta,
+            response_id=rid,
+            session_id=sid,
+            event_id=event.event_id,
+            timestamp=event.timestamp,
+            delta_seq=event.delta_seq,
+            unknown=event.unknown,
+        )
+    changes: dict[str, Any] = {}
+    if session_id is not None and event.session_id is None:
+        changes["session_id"] = session_id
+    if response_id is not None and getattr(event, "response_id", "") is None:
+        changes["response_id"] = response_id
+    return attrs.evolve(event, **changes) if changes else event
+
+
 #: Every known event class, by wire type.
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls

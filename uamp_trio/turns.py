@@ -128,29 +128,6 @@ class TurnOutcome:
         return self.final.error if isinstance(self.final, ev.ResponseError) else None
 
 
-def _stamp(event: ev.Event, response_id: str, session_id: str) -> ev.Event:
-    """Fill in the response and session ids the agent left out."""
-    if type(event) is ev.ResponseDelta:
-        # The hot path: build the delta directly (attrs.evolve is slower).
-        if event.response_id is not None and event.session_id is not None:
-            return event
-        return ev.ResponseDelta(
-            delta=event.delta,
-            response_id=event.response_id or response_id,
-            session_id=event.session_id or session_id,
-            event_id=event.event_id,
-            timestamp=event.timestamp,
-            delta_seq=event.delta_seq,
-            unknown=event.unknown,
-        )
-    changes: dict[str, str] = {}
-    if getattr(event, "response_id", "") is None:
-        changes["response_id"] = response_id
-    if event.session_id is None:
-        changes["session_id"] = session_id
-    return attrs.evolve(event, **changes) if changes else event  # type: ignore[arg-type]
-
-
 def _agent_error(exc: BaseException) -> AgentError | None:
     """The AgentError behind ``exc`` (also a lone one inside an exception group).
 
@@ -276,7 +253,11 @@ class TurnRunner:
         if self._sink_error is not None:
             raise _SinkFailed
         if self._stamp:
-            event = _stamp(event, self.request.response_id, self.request.session_id)
+            event = ev.with_ids(
+                event,
+                session_id=self.request.session_id,
+                response_id=self.request.response_id,
+            )
         if type(event) is not ev.ResponseDelta and isinstance(event, _TERMINAL):
             raise RuntimeError("the turn driver sends the terminal event, not the agent")
         # A cancel lands at the next emit even when the sink never waits.
@@ -355,7 +336,7 @@ class TurnRunner:
                 final = tracker.done_event()
         if final is not None:
             if self._stamp:
-                final = _stamp(final, rid, sid)  # type: ignore[assignment]
+                final = ev.with_ids(final, session_id=sid, response_id=rid)  # type: ignore[assignment]
             if self._track:
                 tracker.apply(final)
         outcome = self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)

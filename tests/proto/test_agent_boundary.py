@@ -57,3 +57,18 @@ def test_turn_request_defaults_and_protocol() -> None:
 
     assert isinstance(Minimal(), Agent)
     assert not isinstance(object(), Agent)
+
+
+def test_with_ids_fills_only_what_is_missing() -> None:
+    from uamp_proto import events as ev
+
+    delta = ev.ResponseDelta(delta=ty.DeltaText(text="x"), event_id="e1")
+    filled = ev.with_ids(delta, session_id="s", response_id="r")
+    assert (filled.session_id, filled.response_id, filled.event_id) == ("s", "r", "e1")
+    assert filled.delta is delta.delta
+    own = ev.ResponseDelta(delta=ty.DeltaText(text="x"), session_id="mine", response_id="r0")
+    assert ev.with_ids(own, session_id="s", response_id="r") is own
+    pong = ev.with_ids(ev.Pong(), session_id="s", response_id="r")
+    assert pong == ev.Pong(session_id="s")  # Pong has no response_id field
+    usage = ev.UsageDelta(delta=ty.UsageStats(output_tokens=1))
+    assert ev.with_ids(usage, session_id=None, response_id="r").response_id == "r"
