@@ -105,6 +105,11 @@ class FrameEngine(abc.ABC):
         """Everything queued for the network, joined; drains the queue."""
 
     @property
+    @abc.abstractmethod
+    def owes(self) -> bool:
+        """Whether :meth:`take` has bytes (pongs, close replies) to write."""
+
+    @property
     def pongs(self) -> int:
         """How many pong frames were received so far."""
         return self._pongs
@@ -181,6 +186,10 @@ class _WebsocketsEngine(FrameEngine):
     def take(self) -> bytes:
         return b"".join(self._p.data_to_send())
 
+    @property
+    def owes(self) -> bool:
+        return bool(self._p.writes)
+
 
 class _WsprotoEngine(FrameEngine):
     """Framing with wsproto's post-handshake connection."""
@@ -252,6 +261,10 @@ class _WsprotoEngine(FrameEngine):
     def take(self) -> bytes:
         out, self._out = self._out, []
         return b"".join(out)
+
+    @property
+    def owes(self) -> bool:
+        return bool(self._out)
 
 
 def _default_engine() -> EngineName:

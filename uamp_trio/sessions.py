@@ -290,11 +290,15 @@ class Outbox:
         ``rounds`` times, then adds whatever arrived. Each trio ``send_all``
         costs as much as framing several small events, so writing what the
         producers can add within a few scheduler rounds is cheaper than
-        writing each event on its own; an idle producer ends the wait at once.
+        writing each event on its own; an idle producer ends the wait at once,
+        and with no other task ready to run there is nobody to wait for (a
+        response that ran to its end in one step is written without a
+        scheduler round).
         """
+        statistics = trio.lowlevel.current_statistics
         for _ in range(rounds):
             before = len(self._items) + len(self._owed)
-            if before >= self._size:
+            if before >= self._size or not statistics().tasks_runnable:
                 break
             await trio.lowlevel.cancel_shielded_checkpoint()
             if len(self._items) + len(self._owed) == before:
@@ -329,8 +333,9 @@ class _Response:
         #: Payment stops caused by the agent raising PaymentRequiredError.
         self.payment_rounds = 0
         self.cancel_requested = False
-        self.turn_cancel: Callable[[], None] | None = None
-        #: Cancelled when the session ends or the connection closes.
+        #: The response task's one cancel scope: cancelled by ``response.cancel``
+        #: (with :attr:`cancel_requested` set: the task then sends
+        #: ``response.cancelled``) and when the session ends (silently).
         self.scope = trio.CancelScope()
 
 
@@ -390,10 +395,7 @@ class _PayingAgent:
                     raise
                 response.payment_rounds += 1
             required = attrs.evolve(unpaid.event(response.id), session_id=session.id)
-            if not await host._hold_for_payment(session, response, required):
-                # Cancelled while held: the runner's scope is cancelled, so
-                # this checkpoint raises Cancelled and the response ends so.
-                await trio.lowlevel.checkpoint()
+            await host._hold_for_payment(session, response, required)
             retry = host._request(session, response.id, self._create)
             if retry is None:
                 raise _SessionGone
@@ -647,9 +649,7 @@ class SessionHost:
         if response is None or (response_id is not None and response_id != response.id):
             return  # nothing running, or a cancel racing the end of an earlier response
         response.cancel_requested = True
-        if response.turn_cancel is not None:
-            response.turn_cancel()
-        session.wake()
+        response.scope.cancel()
 
     # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
 
@@ -697,17 +697,14 @@ class SessionHost:
 
     async def _hold_for_payment(
         self, session: _Session, response: _Response, required: ev.PaymentRequired
-    ) -> bool:
+    ) -> None:
         """Send ``payment.required`` and wait until the client has paid.
 
         No response content flows meanwhile (the core refuses it while the
         negotiation is ``required`` or ``submitted``). The reader settles each
-        ``payment.submit`` (:meth:`_settle`) and wakes this task.
-
-        Returns:
-            ``True`` once ``payment.accepted`` was sent; ``False`` when the
-            client cancelled the response first (the caller sends
-            ``response.cancelled``).
+        ``payment.submit`` (:meth:`_settle`) and wakes this task; a
+        ``response.cancel`` cancels the response's scope, which ends the wait
+        (and the response) with ``response.cancelled``.
 
         Raises:
             _SessionGone: The session ended while waiting.
@@ -720,12 +717,10 @@ class SessionHost:
                 await trio.lowlevel.checkpoint()
                 raise _SessionGone
             if ctx.payment.state is PaymentState.ACCEPTED:
-                return True
-            if response.cancel_requested:
-                return False
+                return
             await session.wakeup.park()
 
-    async def _preflight(self, session: _Session, response: _Response) -> bool:
+    async def _preflight(self, session: _Session, response: _Response) -> None:
         """Check payment before the agent runs (spec 004, UAMP row of the table).
 
         A response the session's token does not pay for is held: the client
@@ -734,10 +729,6 @@ class SessionHost:
         on ``session.update`` or ``input.text``) is accepted. A negotiation left
         open by a response cancelled while it waited is announced again unless
         such a token has settled it meanwhile.
-
-        Returns:
-            ``True`` to run the agent; ``False`` when the response was
-            cancelled while held (``response.cancelled`` already sent).
         """
         ctx = self.conn.sessions.get(session.id)
         if ctx is None:
@@ -745,7 +736,7 @@ class SessionHost:
         negotiation = ctx.payment
         unpaid = self._unpaid(session.agent.name, negotiation.token)
         if unpaid is None and not negotiation.blocks_content:
-            return True
+            return
         if unpaid is not None:
             required = unpaid.event(response.id)
         else:
@@ -753,10 +744,7 @@ class SessionHost:
             assert asked is not None  # blocks_content implies a payment.required was sent
             required = ev.PaymentRequired(response_id=response.id, requirements=asked)
         required = attrs.evolve(required, session_id=session.id)
-        if await self._hold_for_payment(session, response, required):
-            return True
-        await self._send_cancelled(session, response)
-        return False
+        await self._hold_for_payment(session, response, required)
 
     async def _send_cancelled(self, session: _Session, response: _Response) -> None:
         ctx = self.conn.sessions.get(session.id)
@@ -815,6 +803,10 @@ class SessionHost:
         try:
             with response.scope:
                 await self._run_response(session, response, create)
+            if response.scope.cancelled_caught and response.cancel_requested:
+                # response.cancel stopped the agent, or the wait for payment
+                # or tool results: the partial output is what the client got.
+                await self._send_cancelled(session, response)
         except (_SessionGone, OutboxClosed):
             pass
         finally:
@@ -825,8 +817,7 @@ class SessionHost:
         self, session: _Session, response: _Response, create: ev.ResponseCreate
     ) -> None:
         rid = response.id
-        if not await self._preflight(session, response):
-            return
+        await self._preflight(session, response)
         agent = _PayingAgent(self, session, response, create)
         first = True
         while True:
@@ -841,9 +832,6 @@ class SessionHost:
             while True:
                 ctx = self.conn.sessions.get(session.id)
                 if ctx is None or ctx.response is None or ctx.response.response_id != rid:
-                    return
-                if response.cancel_requested:
-                    await self._send_cancelled(session, response)
                     return
                 if not ctx.response.pending_tool_calls:
                     break
@@ -884,10 +872,7 @@ class SessionHost:
             kind = type(event)
             if kind is ev.PaymentRequired:
                 assert isinstance(event, ev.PaymentRequired)
-                if not await self._hold_for_payment(session, response, event):
-                    # Cancelled while paused: the runner's scope is cancelled
-                    # already, so this checkpoint raises Cancelled.
-                    await trio.lowlevel.checkpoint()
+                await self._hold_for_payment(session, response, event)
                 return
             if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
                 event = self._final(session, response, event)
@@ -900,17 +885,13 @@ class SessionHost:
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
             raise _SessionGone
+        # The response's own scope is the only one: response.cancel cancels it
+        # and _respond sends response.cancelled (cancellable=False).
         runner = TurnRunner(
             agent, request, sink, tracker=tracker, created=first, yield_every=YIELD_EVERY,
-            stamp=False, track=False,
+            stamp=False, track=False, cancellable=False,
         )
-        response.turn_cancel = runner.cancel
-        if response.cancel_requested:
-            runner.cancel()
-        try:
-            outcome = await runner.run()
-        finally:
-            response.turn_cancel = None
+        outcome = await runner.run()
         return outcome.status
 
     def _final(self, session: _Session, response: _Response, event: ev.Event) -> ev.Event:
@@ -959,4 +940,10 @@ class SessionHost:
             break
         outbox = self.outbox
         if not outbox.offer(data):
-            await outbox.put(data)  # waits for room, or raises OutboxClosed
+            if isinstance(event, _TERMINAL):
+                # The core has ended the response: a cancel landing now must
+                # not lose the event that tells the client so.
+                with trio.CancelScope(shield=True):
+                    await outbox.put(data)
+            else:
+                await outbox.put(data)  # waits for room, or raises OutboxClosed

@@ -177,6 +177,14 @@ class TurnRunner:
             updates), so nothing is counted twice; :attr:`tracker` must then
             see every event the sink accepts for ``requires_action`` and the
             terminal events to be right.
+        cancellable: Run the agent under a cancel scope of the runner's own,
+            which :meth:`cancel` cancels and after which the runner sends
+            ``response.cancelled``. ``False`` skips that scope (entering and
+            leaving one is not free on trio): for a caller that nothing
+            cancels (:func:`run_turn`), or that runs the turn inside a scope
+            of its own and sends ``response.cancelled`` itself when it
+            cancels it (the UAMP session driver); :meth:`cancel` then only
+            records the request.
 
     A runner runs once. :meth:`cancel` may be called at any time, from any
     task of the same trio run, also before :meth:`run`.
@@ -212,6 +220,7 @@ class TurnRunner:
         yield_every: int = YIELD_EVERY,
         stamp: bool = True,
         track: bool = True,
+        cancellable: bool = True,
     ) -> None:
         if yield_every < 1:
             raise ValueError("yield_every must be at least 1")
@@ -231,9 +240,7 @@ class TurnRunner:
         self._finished = False
         self._started = False
         self._count = 0
-        # run_turn() hands out no runner, so nobody can cancel it: it skips
-        # the cancel scope (entering and leaving one is not free on trio).
-        self._cancellable = True
+        self._cancellable = cancellable
 
     @property
     def cancel_requested(self) -> bool:
@@ -367,8 +374,10 @@ async def run_turn(
     Shorthand for ``await TurnRunner(agent, request, sink, ...).run()`` when
     nothing else needs to cancel the turn.
     """
-    runner = TurnRunner(agent, request, sink, tracker=tracker, created=created, stamp=stamp)
-    runner._cancellable = False
+    # No runner is handed out, so nothing can cancel the turn: no scope.
+    runner = TurnRunner(
+        agent, request, sink, tracker=tracker, created=created, stamp=stamp, cancellable=False
+    )
     return await runner.run()
 
 

@@ -175,7 +175,8 @@ class _Connection:
                     for message in engine.feed(data):
                         host.feed(message)
                     self.last_received = trio.current_time()
-                    host.outbox.poke()  # pongs and close replies the engine owes
+                    if engine.owes:  # pongs and close replies
+                        host.outbox.poke()
                 try:
                     data = bytes(await stream.receive_some(READ_SIZE))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
