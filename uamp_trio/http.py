@@ -268,14 +268,18 @@ async def batched_writer(
     caught: BaseException | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(batcher.run)
+        # A failed write cancels the block through the nursery's own scope
+        # (a scope of its own would cost as much again to enter and leave).
+        batcher.on_error = nursery.cancel_scope.cancel
         try:
-            with trio.CancelScope() as body:
-                batcher.on_error = body.cancel
-                yield batcher.send
+            yield batcher.send
         except BaseException as exc:
             # Re-raised below, outside the nursery, so that callers see the
-            # body's own exception rather than a group around it.
-            caught = exc
+            # body's own exception rather than a group around it -- unless it
+            # is the Cancelled of that failed write, which must not leave the
+            # nursery's scope: the write's error is raised instead.
+            if batcher.error is None or not isinstance(exc, trio.Cancelled):
+                caught = exc
             nursery.cancel_scope.cancel()
         else:
             batcher.closing = True

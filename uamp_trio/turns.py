@@ -271,7 +271,16 @@ class TurnRunner:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._track:
             self.tracker.apply(event)
-        await self._deliver(event)
+        # _deliver, inlined: this is the per-delta path.
+        try:
+            await self._sink(event)
+        except Exception as exc:
+            self._sink_error = exc
+            raise _SinkFailed from None
+        self._count += 1
+        if self._count >= self._yield_every:
+            self._count = 0
+            await trio.lowlevel.checkpoint()
 
     async def _deliver(self, event: ev.Event) -> None:
         try:
