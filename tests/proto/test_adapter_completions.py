@@ -288,3 +288,34 @@ def test_sse_of_other_events_joins_their_chunks() -> None:
     twin = ChunkEncoder(completion_id="chatcmpl-1", created=5, model="m")
     assert enc.sse(call) == b"".join(sse_data(c) for c in twin.feed(call))
     assert enc.sse(ev.Progress(target="tool", message="working")) == b""
+
+
+@pytest.mark.parametrize("role", ["system", "developer", "user", "assistant"])
+@pytest.mark.parametrize("content", ["", "hello", "ünïcode\n"])
+def test_plain_messages_parse_as_the_general_path_does(role: str, content: str) -> None:
+    # Two keys take the shortcut; an explicit "name": null takes every check.
+    def parsed(message: dict[str, object]) -> list[ty.Message]:
+        return parse_request(
+            {"messages": [message]}, agent="a", response_id="r", session_id="s"
+        ).turn.messages
+
+    plain = parsed({"role": role, "content": content})
+    assert plain == parsed({"role": role, "content": content, "name": None})
+    assert plain[0].role == ("system" if role == "developer" else role)
+
+
+@pytest.mark.parametrize(
+    ("message", "param"),
+    [
+        ({"role": "tool", "content": "x"}, "messages[0].tool_call_id"),
+        ({"role": "robot", "content": "x"}, "messages[0].role"),
+        ({"role": "user", "content": 5}, "messages[0].content"),
+        ({"role": "user", "content": None}, "messages[0].content"),
+    ],
+)
+def test_two_key_messages_outside_the_shortcut_are_still_checked(
+    message: dict[str, object], param: str
+) -> None:
+    with pytest.raises(CompletionsError) as info:
+        parse_request({"messages": [message]}, agent="a", response_id="r", session_id="s")
+    assert info.value.param == param

@@ -259,7 +259,23 @@ def _tool_call(value: object, param: str) -> ty.ToolInvocation:
     return ty.ToolInvocation(id=call_id, name=name, arguments=args)
 
 
+#: Roles whose message may be just ``role`` and a string ``content``.
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
+#: Optional request keys checked by :func:`_tuning` (most requests have none).
+_TUNING_KEYS = frozenset({
+    "temperature", "top_p", "presence_penalty", "frequency_penalty",
+    "max_completion_tokens", "max_tokens", "user", "seed", "stop",
+    "parallel_tool_calls", "metadata",
+})
+
+
 def _message(value: object, index: int) -> ty.Message:
+    if type(value) is dict and len(value) == 2:
+        # The usual message, {"role": ..., "content": "text"}: nothing else to check.
+        role = value.get("role")
+        content = value.get("content")
+        if type(content) is str and role in _PLAIN_ROLES:
+            return ty.Message(role="system" if role == "developer" else role, content=content)
     param = f"messages[{index}]"
     obj = _expect_obj(value, param)
     role = _expect_str(_required(obj, "role", f"{param}.role"), f"{param}.role")
@@ -516,23 +532,7 @@ def parse_request(
     metadata: dict[str, Any] = {}
     if model is not None:
         metadata["model"] = model
-    for key, lo, hi in (
-        ("temperature", 0.0, 2.0),
-        ("top_p", 0.0, 1.0),
-        ("presence_penalty", -2.0, 2.0),
-        ("frequency_penalty", -2.0, 2.0),
-    ):
-        value = _number(obj, key, lo, hi)
-        if value is not None:
-            metadata[key] = value
-    max_tokens = _int(obj, "max_completion_tokens", 1)
-    if max_tokens is None:
-        max_tokens = _int(obj, "max_tokens", 1)
-    if max_tokens is not None:
-        metadata["max_tokens"] = max_tokens
-    for key in ("user", "seed", "stop", "parallel_tool_calls", "metadata"):
-        if obj.get(key) is not None:
-            metadata[key] = obj[key]
+    max_tokens = None if _TUNING_KEYS.isdisjoint(obj) else _tuning(obj, metadata)
     turn = TurnRequest(
         agent=agent,
         session_id=session_id,
@@ -550,6 +550,28 @@ def parse_request(
         include_usage=include_usage,
         max_tokens=max_tokens,
     )
+
+
+def _tuning(obj: Mapping[str, Any], metadata: dict[str, Any]) -> int | None:
+    """Check the sampling and limit parameters into ``metadata``; returns ``max_tokens``."""
+    for key, lo, hi in (
+        ("temperature", 0.0, 2.0),
+        ("top_p", 0.0, 1.0),
+        ("presence_penalty", -2.0, 2.0),
+        ("frequency_penalty", -2.0, 2.0),
+    ):
+        value = _number(obj, key, lo, hi)
+        if value is not None:
+            metadata[key] = value
+    max_tokens = _int(obj, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _int(obj, "max_tokens", 1)
+    if max_tokens is not None:
+        metadata["max_tokens"] = max_tokens
+    for key in ("user", "seed", "stop", "parallel_tool_calls", "metadata"):
+        if obj.get(key) is not None:
+            metadata[key] = obj[key]
+    return max_tokens
 
 
 # --- responses -----------------------------------------------------------------
