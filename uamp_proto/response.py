@@ -411,7 +411,9 @@ class ResponseTracker:
 
     # --- terminal events ---------------------------------------------------
 
-    def done_event(self, *, signature: str | None = None) -> ev.ResponseDone:
+    def done_event(
+        self, *, signature: str | None = None, session_id: str | None = None
+    ) -> ev.ResponseDone:
         """The ``response.done`` event carrying the accumulated output and usage."""
         return ev.ResponseDone(
             response_id=self.response_id,
@@ -419,17 +421,26 @@ class ResponseTracker:
                 id=self.response_id, status="completed", output=self.output, usage=self.usage
             ),
             signature=signature,
+            session_id=session_id,
         )
 
-    def cancelled_event(self) -> ev.ResponseCancelled:
+    def cancelled_event(self, *, session_id: str | None = None) -> ev.ResponseCancelled:
         """The ``response.cancelled`` event with the partial output so far."""
-        return ev.ResponseCancelled(response_id=self.response_id, partial_output=self.output)
+        return ev.ResponseCancelled(
+            response_id=self.response_id, partial_output=self.output, session_id=session_id
+        )
 
     def error_event(
-        self, code: str, message: str, details: dict[str, Any] | None = None
+        self,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
     ) -> ev.ResponseError:
         """A ``response.error`` event for this response."""
         return ev.ResponseError(
             response_id=self.response_id,
             error=ty.ErrorInfo(code=code, message=message, details=details),
+            session_id=session_id,
         )

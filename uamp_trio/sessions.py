@@ -750,8 +750,7 @@ class SessionHost:
         ctx = self.conn.sessions.get(session.id)
         if ctx is None or ctx.response is None or ctx.response.response_id != response.id:
             raise _SessionGone
-        cancelled = ctx.response.cancelled_event()
-        await self._send(session, response, attrs.evolve(cancelled, session_id=session.id))
+        await self._send(session, response, ctx.response.cancelled_event(session_id=session.id))
 
     # --- responses --------------------------------------------------------------
 
@@ -898,7 +897,7 @@ class SessionHost:
         """The runner's terminal event, signed if asked.
 
         The runner built it from the core's tracker (the runner shares it), so
-        its output is what the client was sent; :meth:`_send` adds the ids.
+        its output is what the client was sent, and both ids.
         """
         ctx = self.conn.sessions.get(session.id)
         tracker = ctx.response if ctx is not None else None
@@ -906,10 +905,12 @@ class SessionHost:
             raise _SessionGone
         app = self._app
         if type(event) is ev.ResponseDone and app is not None and app.response_signer is not None:
-            return self._done(tracker, response)
+            return self._done(tracker, response, session.id)
         return event
 
-    def _done(self, tracker: ResponseTracker, response: _Response) -> ev.ResponseDone:
+    def _done(
+        self, tracker: ResponseTracker, response: _Response, session_id: str
+    ) -> ev.ResponseDone:
         """``response.done``, signed when the app has a signer (spec 004 "Response Signing").
 
         The signature covers the response's whole text and the raw bytes of
@@ -917,8 +918,10 @@ class SessionHost:
         """
         signer = self._app.response_signer if self._app is not None else None
         if signer is None or response.request_bytes is None:
-            return tracker.done_event()
-        return tracker.done_event(signature=signer(tracker.text, response.request_bytes))
+            return tracker.done_event(session_id=session_id)
+        return tracker.done_event(
+            signature=signer(tracker.text, response.request_bytes), session_id=session_id
+        )
 
     async def _send(self, session: _Session, response: _Response, event: ev.Event) -> None:
         conn = self.conn

@@ -168,9 +168,10 @@ class TurnRunner:
             an agent whose sink never waits does not starve other tasks.
         stamp: Fill in the ``response_id`` and ``session_id`` the agent left
             out (a copy of the event). ``False`` hands the agent's events to
-            the sink as they are, terminal events without ``session_id``
-            too: for a sink that adds the ids itself while encoding (the
-            UAMP session driver passes them to the core's ``send``).
+            the sink as they are: for a sink that adds the ids itself while
+            encoding (the UAMP session driver passes them to the core's
+            ``send``). The runner's own events (``response.created`` and the
+            terminal event) carry both ids either way.
         track: Apply every event to :attr:`tracker`. ``False`` when the sink
             applies them to that same tracker itself (the UAMP session
             driver hands the core's tracker, which the core's ``send``
@@ -336,20 +337,20 @@ class TurnRunner:
             status = "failed"
             if agent_error is not None:
                 final = tracker.error_event(
-                    agent_error.code, agent_error.message, agent_error.details
+                    agent_error.code, agent_error.message, agent_error.details, session_id=sid
                 )
             else:
                 log.error("agent %r failed", request.agent, exc_info=error)
                 final = tracker.error_event(
-                    "internal_error", f"The agent failed: {type(error).__name__}"
+                    "internal_error", f"The agent failed: {type(error).__name__}", session_id=sid
                 )
         if cancelled:
-            status, final = "cancelled", tracker.cancelled_event()
+            status, final = "cancelled", tracker.cancelled_event(session_id=sid)
         elif final is None:
             if tracker.pending_tool_calls:
                 status = "requires_action"
             else:
-                final = tracker.done_event()
+                final = tracker.done_event(session_id=sid)
         if final is not None:
             if self._stamp:
                 final = ev.with_ids(final, session_id=sid, response_id=rid)  # type: ignore[assignment]
