@@ -207,6 +207,8 @@ class Outbox:
         self._ready = trio.lowlevel.ParkingLot()
         self._poked = False
         self._closed = False
+        #: Tasks that may still :meth:`put` (the host's running responses).
+        self.producers = 0
 
     def __len__(self) -> int:
         return len(self._items) + len(self._owed)
@@ -291,14 +293,13 @@ class Outbox:
         costs as much as framing several small events, so writing what the
         producers can add within a few scheduler rounds is cheaper than
         writing each event on its own; an idle producer ends the wait at once,
-        and with no other task ready to run there is nobody to wait for (a
-        response that ran to its end in one step is written without a
-        scheduler round).
+        and with no producer alive (:attr:`producers`) there is nobody to
+        wait for: a response that ran to its end in one step is written
+        without a scheduler round.
         """
-        statistics = trio.lowlevel.current_statistics
         for _ in range(rounds):
             before = len(self._items) + len(self._owed)
-            if before >= self._size or not statistics().tasks_runnable:
+            if before >= self._size or not self.producers:
                 break
             await trio.lowlevel.cancel_shielded_checkpoint()
             if len(self._items) + len(self._owed) == before:
@@ -799,6 +800,7 @@ class SessionHost:
     async def _respond(
         self, session: _Session, response: _Response, create: ev.ResponseCreate
     ) -> None:
+        self.outbox.producers += 1
         try:
             with response.scope:
                 await self._run_response(session, response, create)
@@ -809,6 +811,7 @@ class SessionHost:
         except (_SessionGone, OutboxClosed):
             pass
         finally:
+            self.outbox.producers -= 1
             if session.response is response:
                 session.response = None
 
