@@ -1,0 +1,245 @@
+"""The fast HTTP/1.1 head parser: every defer rule, and h11's answer whenever it answers."""
+
+from __future__ import annotations
+
+import h11
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from uamp_trio._h1fast import Head, parse_head
+from uamp_trio._http1 import _parsed_headers
+from uamp_trio.http import Headers
+
+MAX = 64 * 1024
+BASE = b"POST /x?y=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+
+
+def h11_head(data: bytes) -> Head | Exception | None:
+    """What h11 reads from ``data``: the same tuple as parse_head, its error, or
+    ``None`` when it needs more bytes."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX)
+    conn.receive_data(data)
+    try:
+        event = conn.next_event()
+    except h11.RemoteProtocolError as exc:
+        return exc
+    if not isinstance(event, h11.Request):
+        return None
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers]
+    length = int(dict(event.headers).get(b"content-length", b"0"))
+    end = len(data) - len(conn.trailing_data[0])
+    return event.method.decode(), event.target.decode(), headers, length, end
+
+
+def test_base_head_is_read_as_h11_reads_it() -> None:
+    head = parse_head(BASE, 0, MAX)
+    assert head == ("POST", "/x?y=1", [("host", "a"), ("content-length", "3")], 3, len(BASE) - 3)
+    assert head == h11_head(BASE)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # Names lowercased, optional whitespace around values dropped.
+        (
+            b"GET / HTTP/1.1\r\nHOST: a\r\nX-Pad:  \t v  w \t \r\n\r\n",
+            ("GET", "/", [("host", "a"), ("x-pad", "v  w")], 0),
+        ),
+        # Empty values, obs-text (kept as latin-1), keep-alive in any case.
+        (
+            b"get * HTTP/1.1\r\nHost:\r\nX-E:\r\nX-L: caf\xe9\r\nConnection: Keep-Alive\r\n\r\n",
+            (
+                "get",
+                "*",
+                [("host", ""), ("x-e", ""), ("x-l", "caf\xe9"), ("connection", "Keep-Alive")],
+                0,
+            ),
+        ),
+        # Leading zeros; an absolute-form target.
+        (
+            b"PUT http://a/b HTTP/1.1\r\nContent-Length: 007\r\nHost: a\r\n\r\n",
+            ("PUT", "http://a/b", [("content-length", "007"), ("host", "a")], 7),
+        ),
+    ],
+)
+def test_accepted_heads(data: bytes, expected: tuple[object, ...]) -> None:
+    head = parse_head(data, 0, MAX)
+    assert head == (*expected, len(data))  # the head is all of data
+    assert h11_head(data) == head
+
+
+def test_head_after_a_previous_request_in_the_buffer() -> None:
+    buf = BASE + BASE
+    head = parse_head(buf, len(BASE), MAX)
+    assert head is not None
+    assert head[4] == 2 * len(BASE) - 3
+    assert head[:4] == parse_head(BASE, 0, MAX)[:4]  # type: ignore[index]
+
+
+REPLACE = [
+    # (what to replace in BASE, by what): every one must be deferred.
+    ("version 1.0", b"HTTP/1.1\r\n", b"HTTP/1.0\r\n"),
+    ("version 2.0", b"HTTP/1.1\r\n", b"HTTP/2.0\r\n"),
+    ("version lowercase", b"HTTP/1.1\r\n", b"http/1.1\r\n"),
+    ("version 1.10", b"HTTP/1.1\r\n", b"HTTP/1.10\r\n"),
+    ("transfer-encoding", b"Host: a\r\n", b"Host: a\r\nTransfer-Encoding: chunked\r\n"),
+    ("transfer-encoding identity", b"Host: a\r\n", b"Host: a\r\ntransfer-encoding: identity\r\n"),
+    ("two content-lengths", b"Host: a\r\n", b"Host: a\r\nContent-Length: 3\r\n"),
+    ("content-length list", b"Length: 3", b"Length: 3, 3"),
+    ("content-length sign", b"Length: 3", b"Length: +3"),
+    ("content-length negative", b"Length: 3", b"Length: -3"),
+    ("content-length hex", b"Length: 3", b"Length: 0x3"),
+    ("content-length empty", b"Length: 3", b"Length: "),
+    ("content-length letters", b"Length: 3", b"Length: 3a"),
+    ("content-length superscript", b"Length: 3", b"Length: \xb2"),
+    ("content-length overlong", b"Length: 3", b"Length: 0000000000000000003"),
+    ("obs-fold space", b"Host: a\r\n", b"Host: a\r\nX-A: b\r\n c\r\n"),
+    ("obs-fold tab", b"Host: a\r\n", b"Host: a\r\nX-A: b\r\n\tc\r\n"),
+    ("name with space", b"Host: a\r\n", b"Host: a\r\nX A: b\r\n"),
+    ("name then space", b"Host: a\r\n", b"Host: a\r\nX-A : b\r\n"),
+    ("name with (", b"Host: a\r\n", b"Host: a\r\nX(A): b\r\n"),
+    ("name with /", b"Host: a\r\n", b"Host: a\r\nX/A: b\r\n"),
+    ("empty name", b"Host: a\r\n", b"Host: a\r\n: b\r\n"),
+    ("no colon", b"Host: a\r\n", b"Host: a\r\nX-A b\r\n"),
+    ("value NUL", b"Host: a", b"Host: a\x00b"),
+    ("value control", b"Host: a", b"Host: a\x01b"),
+    ("value DEL", b"Host: a", b"Host: a\x7fb"),
+    ("value CR", b"Host: a", b"Host: a\rb"),
+    ("value LF", b"Host: a", b"Host: a\nb"),
+    ("value VT", b"Host: a", b"Host: a\x0bb"),
+    ("target space", b"/x?y=1", b"/x y"),
+    ("target tab", b"/x?y=1", b"/x\ty"),
+    ("target NUL", b"/x?y=1", b"/x\x00"),
+    ("target DEL", b"/x?y=1", b"/x\x7f"),
+    ("target obs-text", b"/x?y=1", b"/x\xe9"),
+    ("empty target", b"/x?y=1 ", b" "),
+    ("empty method", b"POST ", b" "),
+    ("method not a token", b"POST", b"PO(T"),
+    ("method with tab", b"POST ", b"POST\t"),
+    ("two spaces", b"POST ", b"POST  "),
+    ("expect", b"Host: a\r\n", b"Host: a\r\nExpect: 100-continue\r\n"),
+    ("upgrade", b"Host: a\r\n", b"Host: a\r\nUpgrade: websocket\r\n"),
+    ("connection upgrade", b"Host: a\r\n", b"Host: a\r\nConnection: Upgrade\r\n"),
+    ("connection close", b"Host: a\r\n", b"Host: a\r\nConnection: close\r\n"),
+    ("connection list", b"Host: a\r\n", b"Host: a\r\nConnection: keep-alive, x\r\n"),
+    ("no host", b"Host: a\r\n", b""),
+    ("two hosts", b"Host: a\r\n", b"Host: a\r\nHost: a\r\n"),
+    ("bare LF ends", b"\r\n", b"\n"),
+    ("bare LF end of head", b"3\r\n\r\n", b"3\r\n\n"),
+    ("leading CRLF", b"POST", b"\r\nPOST"),
+    ("leading space", b"POST", b" POST"),
+    ("incomplete head", b"\r\n\r\nabc", b"\r\n"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), [r[1:] for r in REPLACE], ids=[r[0] for r in REPLACE])
+def test_defers(old: bytes, new: bytes) -> None:
+    data = BASE.replace(old, new, 1)
+    assert data != BASE
+    assert parse_head(data, 0, MAX) is None
+
+
+@pytest.mark.parametrize("size", [len(BASE) - 4, len(BASE) - 3 - 1])
+def test_defers_heads_over_the_limit(size: int) -> None:
+    # The head (blank line included) is len(BASE) - 3 bytes.
+    assert parse_head(BASE, 0, size) is None
+    assert parse_head(BASE, 0, len(BASE) - 3) is not None
+
+
+def test_parsed_headers_equal_normalised_headers() -> None:
+    head = parse_head(
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Two: 1\r\nx-two: 2\r\nConnection: keep-alive\r\n\r\n",
+        0,
+        MAX,
+    )
+    assert head is not None
+    fast, slow = _parsed_headers(head[2]), Headers(head[2])
+    assert fast.items() == slow.items()
+    assert fast.get_all("X-Two") == slow.get_all("x-two") == ["1", "2"]
+    assert fast.has_token("connection", "Keep-Alive")
+    assert "host" in fast and fast.get("HOST") == "a"
+
+
+# --- generated heads -------------------------------------------------------------------
+
+TCHAR = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+tokens = st.text(TCHAR, min_size=1, max_size=12)
+visible = "".join(chr(c) for c in range(0x21, 0x7F))
+field_chars = visible + "".join(chr(c) for c in range(0x80, 0x100))
+ows = st.text(" \t", max_size=2)
+values = st.builds(
+    lambda words, seps: "".join(w + s for w, s in zip(words, seps, strict=False)) + words[-1],
+    st.lists(st.text(field_chars, min_size=1, max_size=8), min_size=1, max_size=3),
+    st.lists(st.sampled_from([" ", "\t", "  "]), min_size=2, max_size=2),
+) | st.just("")
+plain_names = tokens.filter(
+    lambda n: n.lower()
+    not in {"host", "content-length", "transfer-encoding", "expect", "upgrade", "connection"}
+)
+
+
+def random_case(draw: st.DrawFn, word: str) -> str:
+    flips = draw(st.lists(st.booleans(), min_size=len(word), max_size=len(word)))
+    return "".join(c.upper() if f else c.lower() for c, f in zip(word, flips, strict=True))
+
+
+@st.composite
+def valid_heads(draw: st.DrawFn) -> bytes:
+    """Heads inside the fast path's subset (each must be accepted), then some body."""
+    method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "patch"]) | tokens)
+    target = "/" + draw(st.text(visible, max_size=20))
+    lines = [(draw(plain_names), draw(values)) for _ in range(draw(st.integers(0, 6)))]
+    lines.insert(draw(st.integers(0, len(lines))), (random_case(draw, "host"), draw(values)))
+    if draw(st.booleans()):
+        digits = draw(st.text("0123456789", min_size=1, max_size=18))
+        at = draw(st.integers(0, len(lines)))
+        lines.insert(at, (random_case(draw, "content-length"), digits))
+    if draw(st.booleans()):
+        lines.insert(
+            draw(st.integers(0, len(lines))),
+            (random_case(draw, "connection"), random_case(draw, "keep-alive")),
+        )
+    head = f"{method} {target} HTTP/1.1\r\n" + "".join(
+        f"{name}:{draw(ows)}{value}{draw(ows)}\r\n" for name, value in lines
+    )
+    return head.encode("latin-1") + b"\r\n" + draw(st.binary(max_size=8))
+
+
+@settings(max_examples=400, deadline=None)
+@given(valid_heads())
+def test_generated_valid_heads_are_read_as_h11_reads_them(data: bytes) -> None:
+    head = parse_head(data, 0, MAX)
+    assert head is not None
+    assert head == h11_head(data)
+
+
+SPLICES = [
+    b"\x00", b"\r", b"\n", b"\r\n", b"\r\n ", b"\t", b" ", b"\x7f", b"\xff", b":", b",",
+    b"\r\n\r\n", b"HTTP/1.0", b"\r\nTransfer-Encoding: chunked", b"\r\nContent-Length: 1",
+    b"\r\nHost: b", b"\r\nExpect: 100-continue", b"\r\nConnection: close", b"\r\nUpgrade: x",
+    b"\r\nContent-Length: 1, 1", b"\r\nX", b"\n\n",
+]  # fmt: skip
+
+
+@st.composite
+def mutated_heads(draw: st.DrawFn) -> bytes:
+    """Valid heads with bytes spliced in, dropped or replaced: mostly invalid."""
+    data = bytearray(draw(valid_heads()))
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data)))
+        action = draw(st.sampled_from(["insert", "delete", "replace"]))
+        if action == "delete":
+            del data[at : at + draw(st.integers(1, 3))]
+        else:
+            piece = draw(st.sampled_from(SPLICES) | st.binary(min_size=1, max_size=2))
+            data[at : at + (len(piece) if action == "replace" else 0)] = piece
+    return bytes(data)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(mutated_heads())
+def test_generated_heads_are_deferred_or_read_as_h11_reads_them(data: bytes) -> None:
+    head = parse_head(data, 0, MAX)
+    if head is not None:
+        assert head == h11_head(data)

@@ -1,0 +1,111 @@
+"""A strict parser for the common HTTP/1.1 request head; h11 decides the rest.
+
+Theory of operation
+-------------------
+Most requests a uamp server sees are keep-alive HTTP/1.1 requests with a
+``Content-Length`` (or no body), whose whole head arrives in one read. For
+those, h11's general reader (line extraction, one regex per header, header
+normalisation, a state machine) is most of the server's per-request cost.
+:func:`parse_head` reads exactly that common shape with one regex over the
+whole head and a loop over the header lines, and returns ``None`` (*defer*)
+for everything else, so that the caller hands the same bytes to h11, whose
+answer (the request, or its error) is then the server's answer.
+
+It never accepts what h11 would reject and, when it accepts, it returns what
+h11 would: the method, the target, the headers with lowercase names and
+values stripped of surrounding whitespace (RFC 9112 section 5), the body
+length. It defers more than h11 rejects, whenever the request needs a
+decision it leaves to h11:
+
+* an incomplete head, or one longer than the server's limit (h11 waits, or
+  answers 431);
+* any version but ``HTTP/1.1`` (1.0 means no keep-alive by default), bare
+  LF line ends, obs-fold (RFC 9112 section 5.2), a method or header name
+  that is not a token (RFC 9110 section 5.6.2), a target or header value
+  with control characters (HTAB aside in values) or DEL;
+* framing other than one plain ``Content-Length`` (``Transfer-Encoding``,
+  repeated, listed, signed or overlong lengths: RFC 9112 section 6.3 makes
+  those errors or smuggling risks);
+* ``Expect`` (h11 tracks ``100-continue``), ``Upgrade`` and any
+  ``Connection`` other than ``keep-alive`` (close and upgrade change what
+  the connection does next);
+* no ``Host`` or several (RFC 9112 section 3.2: h11 answers 400).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["Head", "parse_head"]
+
+#: ``(method, target, headers, content_length, end)``: ``headers`` are
+#: ``(lowercase name, value)`` pairs in order; ``end`` is the offset just
+#: past the blank line, where the body starts.
+Head = tuple[str, str, list[tuple[str, str]], int, int]
+
+_TOKEN = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"  # RFC 9110 section 5.6.2
+#: The request line and every header line, each ending in CRLF. Targets are
+#: visible ASCII; values are visible ASCII, obs-text, SP and HTAB (RFC 9110
+#: section 5.5), so no line can hide a CR, LF, NUL or DEL.
+_HEAD_RE: Final = re.compile(
+    rf"({_TOKEN}) ([\x21-\x7e]+) HTTP/1\.1\r\n"
+    rf"((?:{_TOKEN}:[\t\x20-\x7e\x80-\xff]*\r\n)*)"
+)
+_OWS = " \t"
+#: More digits than any body the server takes; h11 allows up to 20.
+_MAX_LENGTH_DIGITS = 18
+#: Header names that make the head the fast path's business no more.
+_DEFER_NAMES: Final = frozenset({"transfer-encoding", "expect", "upgrade"})
+#: Header names the parser looks at; one set lookup per header line.
+_WATCHED: Final = _DEFER_NAMES | {"content-length", "host", "connection"}
+
+
+def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None:
+    """The request head that begins at ``buf[start]``, or ``None`` to defer to h11.
+
+    Args:
+        buf: Received bytes; the head may be followed by its body and more.
+        start: Where the head begins.
+        max_size: The longest head accepted, blank line included.
+
+    Returns:
+        ``(method, target, headers, content_length, end)`` (see :data:`Head`),
+        or ``None`` when the head is incomplete, over ``max_size`` or outside
+        the strict subset described in the module docstring.
+    """
+    blank = buf.find(b"\r\n\r\n", start, start + max_size)
+    if blank < 0:
+        return None
+    # latin-1 maps every byte to one character, as Headers does later.
+    match = _HEAD_RE.fullmatch(buf[start : blank + 2].decode("latin-1"))
+    if match is None:
+        return None
+    method, target, block = match.groups()
+    headers: list[tuple[str, str]] = []
+    length = -1
+    hosts = 0
+    for line in block.split("\r\n")[:-1]:
+        name, _, value = line.partition(":")
+        name = name.lower()
+        value = value.strip(_OWS)
+        if name in _WATCHED:
+            if name in _DEFER_NAMES:
+                return None
+            if name == "content-length":
+                if (
+                    length >= 0
+                    or not value.isascii()
+                    or not value.isdigit()
+                    or len(value) > _MAX_LENGTH_DIGITS
+                ):
+                    return None
+                length = int(value)
+            elif name == "host":
+                hosts += 1
+            elif value.lower() != "keep-alive":  # connection
+                return None
+        headers.append((name, value))
+    if hosts != 1:
+        return None
+    return method, target, headers, max(length, 0), blank + 4
