@@ -1,4 +1,4 @@
-"""HTTP/1.1 connections with h11: keep-alive, limits, streaming, WebSocket hand-over.
+"""HTTP/1.1 connections: a fast path for the common request, h11 for the rest.
 
 One task serves one connection, one request at a time (h11's model). Between
 requests the connection is *idle*: it waits ``idle_timeout`` for the next
@@ -7,18 +7,46 @@ first byte the head must be complete within ``header_timeout`` and the body
 within ``body_timeout``; a body above ``max_body_size`` gets 413 (at once when
 ``Content-Length`` says so) and the connection is closed, since the unread
 rest of the body would otherwise be taken for the next request.
+
+Theory of operation
+-------------------
+The connection keeps what it has read and not yet consumed in its own buffer.
+When the buffer holds a whole head that :func:`~uamp_trio._h1fast.parse_head`
+accepts (a keep-alive HTTP/1.1 request framed by one plain ``Content-Length``
+or none; see there), the body is taken from the buffer (read on, under
+``body_timeout``, when it is not all there yet), the request is dispatched and
+the response is written from a per-(status, headers) head template: a plain
+body with its ``content-length``, a streaming one in the chunked coding framed
+here. No h11 object is involved, which is most of what a small request costs.
+
+Everything else goes to h11: a head split across reads, HTTP/1.0, chunked
+request bodies, ``Expect``, upgrades, ``HEAD``, bad or over-limit requests.
+A fresh ``h11.Connection`` is fed exactly the unconsumed bytes and serves that
+request as before; if the connection stays open, the bytes h11 did not
+consume go back to the buffer and the next request may take the fast path
+again. A fast-path request whose response the templates do not cover
+(bodiless statuses, framing headers, draining) is replayed into a fresh h11
+connection, which then frames the response.
+
+Timeouts: one cancel scope spans the connection. Its deadline is set while
+waiting for the next request (idle) or for the rest of a fast-path body and
+infinite otherwise, which is cheaper than entering a scope per wait. The h11
+path keeps scopes of its own for its head and body waits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 import h11
 import trio
 
+from ._h1fast import parse_head
 from .http import (
     Headers,
     Request,
@@ -40,6 +68,8 @@ _SERVER_HEADER = (b"server", b"uamp")
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 #: Statuses whose responses carry no body, and so no Content-Length: h11's path.
 _BODYLESS = frozenset({204, 304})
+#: How h11 ends a head whose body is chunked (it spells the name this way).
+_CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
 #: Response heads by (status, headers), without the Content-Length line; bounded.
 _HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], bytes] = {}
 _HEADS_MAX = 256
@@ -72,6 +102,27 @@ def _head_template(status: int, headers: list[tuple[str, str]]) -> bytes | None:
     return head
 
 
+def _frame_chunk(data: bytes, final: bool) -> bytes:
+    """``data`` as one chunk of the chunked coding, plus the last chunk when ``final``.
+
+    RFC 9112 section 7.1, without extensions or trailers: the bytes h11 writes.
+    """
+    out = b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+    return out + b"0\r\n\r\n" if final else out
+
+
+def _parsed_headers(items: list[tuple[str, str]]) -> Headers:
+    """``Headers(items)`` for pairs already in its form (lowercase ``str`` names, ``str`` values).
+
+    :func:`~uamp_trio._h1fast.parse_head` gives exactly that form; taking the
+    list as it is skips a second normalising pass over every header (~7 us
+    a request). ``tests/trio/test_h1fast.py`` checks that both are the same.
+    """
+    headers = Headers.__new__(Headers)
+    headers._items = items
+    return headers
+
+
 def split_target(target: str) -> tuple[str, str]:
     """``(decoded path, raw query)`` of a request target (origin or absolute form)."""
     if not target.startswith("/"):
@@ -93,9 +144,8 @@ async def serve_http1(
     initial: bytes,
     client: tuple[str, int] | None,
 ) -> None:
-    """Serve HTTP/1.1 requests on ``stream`` until it closes."""
-    conn = _Http1Connection(server, stream, tracker, client)
-    conn.h11.receive_data(initial)
+    """Serve HTTP/1.1 requests on ``stream`` (``initial``: bytes already read) until it closes."""
+    conn = _Http1Connection(server, stream, tracker, client, initial)
     with contextlib.suppress(_Close):
         await conn.run()
 
@@ -107,114 +157,243 @@ class _Http1Connection:
         stream: trio.abc.Stream,
         tracker: ConnectionTracker,
         client: tuple[str, int] | None,
+        initial: bytes,
     ) -> None:
         self.server = server
         self.cfg = server.config
         self.stream = stream
         self.tracker = tracker
         self.client = client
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        self.scheme = server.scheme
+        # Read and not consumed: buf[pos:]; eof once the peer closed after it.
+        self.buf = initial
+        self.pos = 0
+        self.eof = False
+        #: The h11 connection serving the current request, when h11 serves it.
+        self.h11: h11.Connection | None = None
+        #: Spans the connection; a deadline only while idle or reading a fast body.
+        self.scope = trio.CancelScope()
+        self.reading_body = False
 
     async def run(self) -> None:
+        """Serve requests until the connection should close."""
+        scope = self.scope
+        with scope:
+            await self._serve()
+        if scope.cancelled_caught and self.reading_body:
+            conn = self._h11_from_buffer()
+            with contextlib.suppress(h11.RemoteProtocolError):
+                conn.next_event()  # the head, which the fast path accepted
+            await self._send_error(
+                408, "Timed out waiting for the request body.", "request_timeout"
+            )
+
+    async def _serve(self) -> None:
+        max_head, max_body = self.cfg.max_header_size, self.cfg.max_body_size
         while True:
-            try:
-                event = await self._next_request()
-            except h11.RemoteProtocolError as exc:
-                await self._send_error(
-                    exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request"
-                )
+            buf, pos = self.buf, self.pos
+            if pos == len(buf):
+                if self.eof or not await self._wait_idle():
+                    return
+                buf, pos = self.buf, 0
+            head = parse_head(buf, pos, max_head)
+            method = head[0].upper() if head is not None else ""
+            if head is None or method == "HEAD" or head[3] > max_body:
+                if await self._serve_h11():
+                    continue
                 return
-            if event is None:
-                return
-            method = event.method.decode("ascii", "replace").upper()
-            target = event.target.decode("latin-1")
+            _, target, items, length, start = head
+            end = start + length
+            if end > len(buf):
+                if not await self._read_rest(end - pos):
+                    await self._serve_h11()  # closed mid-body: h11's answer
+                    return
+                buf, start, end, pos = self.buf, start - pos, end - pos, 0
             path, query = split_target(target)
-            headers = Headers(event.headers)
             request = Request(
                 method=method,
                 path=path,
                 query=query,
-                headers=headers,
-                http_version=event.http_version.decode("ascii", "replace"),
-                scheme=self.server.scheme,
+                headers=_parsed_headers(items),
+                body=buf[start:end],
+                http_version="1.1",
+                scheme=self.scheme,
                 client=self.client,
             )
-            if headers.has_token("connection", "upgrade") and (
-                (headers.get("upgrade") or "").lower() == "websocket"
-            ):
-                await self._upgrade(request, target)
-                return
-            try:
-                request.body = await self._read_body(headers)
-            except h11.RemoteProtocolError as exc:
-                await self._send_error(
-                    exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request"
-                )
-                return
             response = await self.server.dispatch(request)
-            if await self._send_fast(response, request, headers):
-                if self.tracker.draining:
+            if not await self._send_templated(response):
+                conn = self._h11_replay(buf[pos:end])
+                await self._send_response(conn, response)
+                if conn.our_state is not h11.DONE:  # MUST_CLOSE
                     return
-                continue
-            await self._send_response(response, head_only=method == "HEAD")
-            if self.h11.our_state is h11.MUST_CLOSE or self.tracker.draining:
+                self.h11 = None
+            if self.tracker.draining:
                 return
-            if self.h11.their_state is not h11.DONE or self.h11.our_state is not h11.DONE:
-                return
-            self.h11.start_next_cycle()
+            if end == len(buf):
+                self.buf, self.pos = b"", 0
+            else:
+                self.pos = end
 
-    async def _receive(self) -> None:
+    async def _receive(self) -> bytes:
+        """The next bytes from the peer; ``b""`` once it closed."""
         try:
-            data = bytes(await self.stream.receive_some(_READ_SIZE))
+            return bytes(await self.stream.receive_some(_READ_SIZE))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            data = b""
-        self.h11.receive_data(data)
+            return b""
 
-    async def _next_request(self) -> h11.Request | None:
-        """The next request head, or ``None`` when the connection should close."""
+    async def _wait_idle(self) -> bool:
+        """Wait up to ``idle_timeout`` for the next request's first bytes; False to close."""
+        tracker, scope = self.tracker, self.scope
+        if tracker.draining:
+            return False
+        tracker.idle_scope = scope  # shutdown cancels it
+        scope.deadline = trio.current_time() + self.cfg.idle_timeout
+        data = await self._receive()
+        scope.deadline = math.inf
+        tracker.idle_scope = None
+        if scope.cancel_called:
+            # The deadline or the shutdown came with the bytes: the scope is
+            # spent (a cancelled scope stays cancelled), so close as if first.
+            await trio.lowlevel.checkpoint()
+        if not data:
+            self.eof = True
+            return False
+        self.buf, self.pos = data, 0
+        return True
+
+    async def _read_rest(self, need: int) -> bool:
+        """Read on until ``buf[pos:]`` holds ``need`` bytes, under ``body_timeout``.
+
+        Leaves the buffer rebased (``pos == 0``). Returns False when the peer
+        closed first; a timeout cancels :attr:`scope` (:meth:`run` answers 408).
+        """
+        scope = self.scope
+        parts = [self.buf[self.pos :]]
+        have = len(parts[0])
+        self.reading_body = True
+        scope.deadline = trio.current_time() + self.cfg.body_timeout
+        try:
+            while have < need:
+                data = await self._receive()
+                if not data:
+                    self.eof = True
+                    break
+                parts.append(data)
+                have += len(data)
+        finally:
+            self.buf, self.pos = b"".join(parts), 0
+        scope.deadline = math.inf
+        if scope.cancel_called:
+            await trio.lowlevel.checkpoint()  # timed out as the bytes came: 408
+        self.reading_body = False
+        return have >= need
+
+    def _h11_from_buffer(self) -> h11.Connection:
+        """A fresh h11 connection (now :attr:`h11`) fed the unconsumed bytes (and EOF)."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        if self.pos < len(self.buf):
+            conn.receive_data(self.buf[self.pos :])
+        if self.eof:
+            conn.receive_data(b"")  # h11's EOF
+        self.buf, self.pos = b"", 0
+        self.h11 = conn
+        return conn
+
+    def _h11_replay(self, data: bytes) -> h11.Connection:
+        """A fresh h11 connection (now :attr:`h11`) that has read the request ``data``."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        conn.receive_data(data)
+        while conn.their_state is not h11.DONE:
+            if conn.next_event() is h11.NEED_DATA:  # not a whole request: cannot be
+                raise _Close
+        self.h11 = conn
+        return conn
+
+    async def _serve_h11(self) -> bool:
+        """Serve one request with h11, from the unconsumed bytes; whether to go on."""
+        conn = self._h11_from_buffer()
+        try:
+            event = await self._next_request(conn)
+        except h11.RemoteProtocolError as exc:
+            await self._send_error(exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request")
+            return False
+        if event is None:
+            return False
+        method = event.method.decode("ascii", "replace").upper()
+        target = event.target.decode("latin-1")
+        path, query = split_target(target)
+        headers = Headers(event.headers)
+        request = Request(
+            method=method,
+            path=path,
+            query=query,
+            headers=headers,
+            http_version=event.http_version.decode("ascii", "replace"),
+            scheme=self.scheme,
+            client=self.client,
+        )
+        if headers.has_token("connection", "upgrade") and (
+            (headers.get("upgrade") or "").lower() == "websocket"
+        ):
+            await self._upgrade(request, target)
+            return False
+        try:
+            request.body = await self._read_body(conn, headers)
+        except h11.RemoteProtocolError as exc:
+            await self._send_error(exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request")
+            return False
+        response = await self.server.dispatch(request)
+        # A keep-alive HTTP/1.1 request read to its end may get the fast
+        # response path; h11 is not told, as it is dropped after this request.
+        if not (
+            method != "HEAD"
+            and conn.their_http_version == b"1.1"
+            and conn.their_state is h11.DONE
+            and conn.our_state is h11.SEND_RESPONSE
+            and not headers.has_token("connection", "close")
+            and await self._send_templated(response)
+        ):
+            await self._send_response(conn, response, head_only=method == "HEAD")
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return False  # MUST_CLOSE, or the request was not read to its end
+        if self.tracker.draining:
+            return False
+        self.buf, self.eof = conn.trailing_data
+        self.pos = 0
+        self.h11 = None
+        return True
+
+    async def _next_request(self, conn: h11.Connection) -> h11.Request | None:
+        """The request head, or ``None`` when the connection should close."""
         deadline: float | None = None
         while True:
-            event = self.h11.next_event()
+            event = conn.next_event()
             if isinstance(event, h11.Request):
                 return event
             if event is not h11.NEED_DATA:
                 return None  # ConnectionClosed, or PAUSED after a protocol switch
-            if deadline is None and not self.h11.trailing_data[0]:
-                # Idle: no byte of the next request yet.
-                with trio.CancelScope() as scope:
-                    scope.deadline = trio.current_time() + self.cfg.idle_timeout
-                    self.tracker.idle_scope = scope
-                    if self.tracker.draining:
-                        return None
-                    await self._receive()
-                self.tracker.idle_scope = None
-                if scope.cancelled_caught:
-                    return None
-                deadline = trio.current_time() + self.cfg.header_timeout
-                continue
             if deadline is None:
                 deadline = trio.current_time() + self.cfg.header_timeout
             with trio.move_on_at(deadline) as scope:
-                await self._receive()
+                conn.receive_data(await self._receive())
             if scope.cancelled_caught:
                 await self._send_error(
                     408, "Timed out waiting for the request head.", "request_timeout"
                 )
                 return None
 
-    async def _read_body(self, headers: Headers) -> bytes:
+    async def _read_body(self, conn: h11.Connection, headers: Headers) -> bytes:
         limit = self.cfg.max_body_size
         length = headers.get("content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             await self._too_large()
-        if self.h11.client_is_waiting_for_100_continue:
+        if conn.client_is_waiting_for_100_continue:
             await self.stream.send_all(
-                self.h11.send(h11.InformationalResponse(status_code=100, headers=[]))
+                conn.send(h11.InformationalResponse(status_code=100, headers=[]))
             )
         chunks: list[bytes] = []
         size = 0
         # Usually the body came with the head: take it without a timeout scope.
-        conn = self.h11
         while True:
             event = conn.next_event()
             if isinstance(event, h11.Data):
@@ -230,9 +409,9 @@ class _Http1Connection:
                 raise _Close
         with trio.move_on_after(self.cfg.body_timeout) as scope:
             while True:
-                event = self.h11.next_event()
+                event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    await self._receive()
+                    conn.receive_data(await self._receive())
                 elif isinstance(event, h11.Data):
                     size += len(event.data)
                     if size > limit:
@@ -246,52 +425,35 @@ class _Http1Connection:
         await self._send_error(408, "Timed out waiting for the request body.", "request_timeout")
         raise _Close
 
-    async def _send_fast(
-        self, response: Response | StreamingResponse, request: Request, headers: Headers
-    ) -> bool:
-        """Write a plain response to a keep-alive HTTP/1.1 request without h11's send path.
+    async def _send_templated(self, response: Response | StreamingResponse) -> bool:
+        """Write ``response`` without h11, from a head template; whether it could.
 
+        Only for a keep-alive HTTP/1.1 request, not ``HEAD``, read to its end.
         h11 builds, validates and re-frames the head of every response (a good
-        part of a small request's cost); here the head comes from a template
-        (:func:`_head_template`) plus ``content-length``, in one write with the
-        body. The request was read to its end, so h11's reading side is done:
-        the next request is parsed by a fresh h11 connection fed the bytes
-        that came after this one, which is what ``start_next_cycle`` gives.
-        Anything unusual (HTTP/1.0, ``Connection: close``, HEAD, bodiless
-        statuses, framing headers, draining) returns ``False``: h11's path.
+        part of a small request's cost); here it comes from a template
+        (:func:`_head_template`) plus ``content-length`` and the body in one
+        write, or plus ``Transfer-Encoding: chunked`` and the chunks framed by
+        :func:`_frame_chunk`. Bodiless statuses, framing headers in the
+        response and draining (which adds ``Connection: close``) return
+        ``False``: h11's path.
         """
-        conn = self.h11
-        if (
-            type(response) is not Response
-            or request.method == "HEAD"
-            or response.status < 200
-            or response.status in _BODYLESS
-            or conn.their_state is not h11.DONE
-            or conn.our_state is not h11.SEND_RESPONSE
-            or conn.their_http_version != b"1.1"
-            or self.tracker.draining
-            or headers.has_token("connection", "close")
-        ):
+        status = response.status
+        if status < 200 or status in _BODYLESS or self.tracker.draining:
             return False
-        head = _head_template(response.status, response.headers)
-        if head is None:
-            return False
-        body = response.body
-        trailing, closed = conn.trailing_data
-        try:
-            await self.stream.send_all(
-                b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
-            )
-        except BaseException:
-            conn.send_failed()
-            raise
-        fresh = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
-        if trailing:
-            fresh.receive_data(trailing)
-        if closed:
-            fresh.receive_data(b"")
-        self.h11 = fresh
-        return True
+        if type(response) is Response:
+            head = _head_template(status, response.headers)
+            if head is None:
+                return False
+            body = response.body
+            await self.stream.send_all(b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body))
+            return True
+        if type(response) is StreamingResponse:
+            head = _head_template(status, response.headers)
+            if head is None:
+                return False
+            await self._stream_body(response, head + _CHUNKED, _frame_chunk)
+            return True
+        return False
 
     async def _too_large(self) -> None:
         await self._send_error(
@@ -302,12 +464,13 @@ class _Http1Connection:
         raise _Close
 
     async def _send_error(self, status: int, message: str, code: str) -> None:
-        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        conn = self.h11
+        if conn is None or conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         with contextlib.suppress(
             trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError
         ):
-            await self._send_response(error_response(status, message, code=code), close=True)
+            await self._send_response(conn, error_response(status, message, code=code), close=True)
 
     def _head(
         self, status: int, headers: list[tuple[str, str]], close: bool, length: int | None
@@ -322,6 +485,7 @@ class _Http1Connection:
 
     async def _send_response(
         self,
+        conn: h11.Connection,
         response: Response | StreamingResponse,
         *,
         head_only: bool = False,
@@ -329,36 +493,42 @@ class _Http1Connection:
     ) -> None:
         try:
             if isinstance(response, Response):
+                status = response.status
                 body = b"" if head_only else response.body
-                data = self.h11.send(
-                    self._head(response.status, response.headers, close, len(response.body))
-                )
+                # RFC 9110 section 8.6: no Content-Length on 1xx and 204, and
+                # on 304 only the length a 200 would have had (unknown here).
+                length = None if status < 200 or status in _BODYLESS else len(response.body)
+                data = conn.send(self._head(status, response.headers, close, length))
                 if body:
-                    data += self.h11.send(h11.Data(data=body))
-                data += self.h11.send(h11.EndOfMessage())
+                    data += conn.send(h11.Data(data=body))
+                data += conn.send(h11.EndOfMessage())
                 await self.stream.send_all(data)  # head and body in one write
                 return
-            await self._send_streaming(response, head_only, close)
+            head = conn.send(self._head(response.status, response.headers, close, None))
+            if head_only:
+                await self.stream.send_all(head + conn.send(h11.EndOfMessage()))
+                return
+
+            def frame(data: bytes, final: bool) -> bytes:
+                out = conn.send(h11.Data(data=data)) if data else b""
+                return out + conn.send(h11.EndOfMessage()) if final else out
+
+            await self._stream_body(response, head, frame)
         except BaseException:
-            self.h11.send_failed()
+            conn.send_failed()
             raise
 
-    async def _send_streaming(
-        self, response: StreamingResponse, head_only: bool, close: bool
+    async def _stream_body(
+        self, response: StreamingResponse, head: bytes, frame: Callable[[bytes, bool], bytes]
     ) -> None:
-        conn, stream = self.h11, self.stream
-        head = conn.send(self._head(response.status, response.headers, close, None))
-        if head_only:
-            await stream.send_all(head + conn.send(h11.EndOfMessage()))
-            return
+        """Send ``head`` and the body ``response`` produces, batches framed by ``frame``."""
+        stream = self.stream
         pending = [head]  # the head goes out with the first batch
 
         async def write(data: bytes, final: bool) -> None:
             # Everything the producer queued since the last write becomes one
             # chunk of the chunked encoding and one send_all.
-            out = conn.send(h11.Data(data=data)) if data else b""
-            if final:
-                out += conn.send(h11.EndOfMessage())
+            out = frame(data, final)
             if pending:
                 out = pending.pop() + out
             if out:
@@ -387,7 +557,7 @@ class _Http1Connection:
         pending = WebSocketRequest(
             request,
             self.stream,
-            bytes(self.h11.trailing_data[0]),
+            self._ws_initial(),
             target,
             max_message_size=self.cfg.websocket_max_message_size,
         )
@@ -400,3 +570,8 @@ class _Http1Connection:
             return
         if not pending.answered:
             await pending.reject(403)
+
+    def _ws_initial(self) -> bytes:
+        """Bytes read past the upgrade request's head."""
+        assert self.h11 is not None
+        return bytes(self.h11.trailing_data[0])
