@@ -288,25 +288,29 @@ class _Http1Connection:
         self.reading_body = False
         return have >= need
 
+    def _fresh_h11(self) -> h11.Connection:
+        """A new h11 server connection, now :attr:`h11`."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        self.h11 = conn
+        return conn
+
     def _h11_from_buffer(self) -> h11.Connection:
         """A fresh h11 connection (now :attr:`h11`) fed the unconsumed bytes (and EOF)."""
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        conn = self._fresh_h11()
         if self.pos < len(self.buf):
             conn.receive_data(self.buf[self.pos :])
         if self.eof:
             conn.receive_data(b"")  # h11's EOF
         self.buf, self.pos = b"", 0
-        self.h11 = conn
         return conn
 
     def _h11_replay(self, data: bytes) -> h11.Connection:
         """A fresh h11 connection (now :attr:`h11`) that has read the request ``data``."""
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_header_size)
+        conn = self._fresh_h11()
         conn.receive_data(data)
         while conn.their_state is not h11.DONE:
             if conn.next_event() is h11.NEED_DATA:  # not a whole request: cannot be
                 raise _Close
-        self.h11 = conn
         return conn
 
     async def _serve_h11(self) -> bool:
