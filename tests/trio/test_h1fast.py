@@ -237,7 +237,7 @@ def mutated_heads(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(mutated_heads())
 def test_generated_heads_are_deferred_or_read_as_h11_reads_them(data: bytes) -> None:
     head = parse_head(data, 0, MAX)
