@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from uamp_trio.http import SendChunk, batched_writer
+from uamp_trio.http import SendChunk, SerialBodyWriter, batched_writer
 
 TIMEOUT = 10
 
@@ -110,3 +110,88 @@ async def test_send_after_a_failed_write_raises() -> None:
                 await send(b"x")
                 await trio.testing.wait_all_tasks_blocked()
                 await send(b"y")
+
+
+# --- SerialBodyWriter: one writer task for a connection's bodies, one at a time ---------
+
+
+async def test_one_writer_task_serves_a_connections_bodies_in_turn() -> None:
+    writes = [Recorder(), Recorder(), Recorder()]
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            bodies = SerialBodyWriter(nursery)
+            async with bodies.body(writes[0]) as send:
+                await send(b"a")
+                await send(b"b")
+            tasks = list(nursery.child_tasks)
+            async with bodies.body(writes[1]) as send:
+                await trio.testing.wait_all_tasks_blocked()  # head before the first chunk
+                await send(b"c")
+            async with bodies.body(writes[2]) as send:
+                await send(b"")
+            assert list(nursery.child_tasks) == tasks and len(tasks) == 1
+            nursery.cancel_scope.cancel()
+    assert writes[0].calls == [(b"ab", True)]
+    assert writes[1].calls == [(b"", False), (b"c", True)]
+    assert writes[2].calls == [(b"", True)]
+
+
+async def test_a_failed_producer_writes_nothing_more_and_the_next_body_is_served() -> None:
+    failed, after = Recorder(), Recorder()
+    failed.gate = trio.Event()  # the first write is still in flight when the body fails
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            bodies = SerialBodyWriter(nursery)
+            with pytest.raises(ValueError, match="boom"):
+                async with bodies.body(failed) as send:
+                    await send(b"x")
+                    await trio.testing.wait_all_tasks_blocked()
+                    await send(b"y")
+                    raise ValueError("boom")
+            failed.gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+            async with bodies.body(after) as send:
+                await send(b"z")
+            nursery.cancel_scope.cancel()
+    assert failed.calls == [(b"x", False)]  # "y" was queued, never written
+    assert after.calls == [(b"z", True)]
+
+
+async def test_a_failed_write_raises_its_error_and_cancels_the_connection() -> None:
+    write = Recorder(fail=True)
+    reached = False
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            bodies = SerialBodyWriter(nursery)
+            with pytest.raises(trio.BrokenResourceError):
+                async with bodies.body(write) as send:
+                    await send(b"x")
+                    await trio.sleep_forever()
+                    reached = True
+            assert nursery.cancel_scope.cancel_called
+    assert not reached
+    assert write.calls == [(b"x", False)]
+
+
+async def test_a_second_body_while_one_is_open_is_refused() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            bodies = SerialBodyWriter(nursery)
+            async with bodies.body(Recorder()) as send:
+                with pytest.raises(RuntimeError, match="still being written"):
+                    async with bodies.body(Recorder()):
+                        pass  # pragma: no cover - refused before
+                await send(b"x")
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_body_that_never_waited_fails_its_final_write_like_the_writer_would() -> None:
+    write = Recorder(fail=True)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            bodies = SerialBodyWriter(nursery)
+            with pytest.raises(trio.BrokenResourceError):
+                async with bodies.body(write) as send:
+                    await send(b"x")  # never waits: the producer writes it itself
+            assert nursery.cancel_scope.cancel_called
+    assert write.calls == [(b"x", True)]
