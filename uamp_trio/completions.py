@@ -207,8 +207,8 @@ class CompletionsTransport:
         request_body: bytes,
     ) -> Response:
         # The tracker accumulates the reply; the events themselves go nowhere
-        # (and the adapter never reads their ids, so they are not stamped).
-        outcome = await run_turn(agent, parsed.turn, _discard, stamp=False)
+        # (no sink) and are not stamped with ids.
+        outcome = await run_turn(agent, parsed.turn, None, stamp=False)
         if outcome.status in ("failed", "cancelled"):
             status, err = _error_json(outcome)
             return json_response(err, status)
@@ -274,10 +274,6 @@ class CompletionsTransport:
                 # Spec 004: the signature follows [DONE] as its own named event.
                 tail += response_signature_event(signer(outcome.tracker.text, request_body))
         await send(tail)
-
-
-async def _discard(event: Event) -> None:
-    """A turn sink for non-streamed completions: the tracker has all it needs."""
 
 
 def mount(app: App) -> None:

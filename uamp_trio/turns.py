@@ -159,6 +159,8 @@ class TurnRunner:
         request: What it answers.
         sink: Receives every event, ``response.created`` and the terminal
             event included, in order; awaiting it holds the agent back.
+            ``None``: nobody needs the events, only :attr:`tracker` (a
+            non-streamed reply built from the tracker at the end).
         tracker: Continue this tracker instead of starting a new one (a later
             tool round of the same response). The runner applies every event
             it hands to the sink to it, so it must be nobody else's.
@@ -214,7 +216,7 @@ class TurnRunner:
         self,
         agent: Agent,
         request: TurnRequest,
-        sink: Sink,
+        sink: Sink | None,
         *,
         tracker: ResponseTracker | None = None,
         created: bool = True,
@@ -273,17 +275,21 @@ class TurnRunner:
         if self._track:
             self.tracker.apply(event)
         # _deliver, inlined: this is the per-delta path.
-        try:
-            await self._sink(event)
-        except Exception as exc:
-            self._sink_error = exc
-            raise _SinkFailed from None
+        sink = self._sink
+        if sink is not None:
+            try:
+                await sink(event)
+            except Exception as exc:
+                self._sink_error = exc
+                raise _SinkFailed from None
         self._count += 1
         if self._count >= self._yield_every:
             self._count = 0
             await trio.lowlevel.checkpoint()
 
     async def _deliver(self, event: ev.Event) -> None:
+        if self._sink is None:
+            return
         try:
             await self._sink(event)
         except Exception as exc:
@@ -357,7 +363,7 @@ class TurnRunner:
             if self._track:
                 tracker.apply(final)
         outcome = self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)
-        if final is not None:
+        if final is not None and self._sink is not None:
             await self._sink(final)
         return outcome
 
@@ -373,13 +379,13 @@ class TurnRunner:
 async def run_turn(
     agent: Agent,
     request: TurnRequest,
-    sink: Sink,
+    sink: Sink | None,
     *,
     tracker: ResponseTracker | None = None,
     created: bool = True,
     stamp: bool = True,
 ) -> TurnOutcome:
-    """Run one response of ``agent`` inline, every event to ``sink``.
+    """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
 
     Shorthand for ``await TurnRunner(agent, request, sink, ...).run()`` when
     nothing else needs to cancel the turn.

@@ -326,3 +326,17 @@ async def test_unstamped_untracked_runner_leaves_ids_and_tracking_to_the_sink() 
         deltas = [e for e in seen if type(e) is ev.ResponseDelta]
         assert deltas and all(e.session_id is None and e.response_id is None for e in deltas)
         assert all(e.session_id == "sess_1" for e in stamped.events), mode
+
+
+async def test_a_turn_without_a_sink_still_tracks_ends_and_maps_errors() -> None:
+    with trio.fail_after(TIMEOUT):
+        done = await run_turn(ScriptedAgent(), request(), None)
+        failed = await run_turn(ScriptedAgent("agent_error", count=1), request(), None)
+        tool = await run_turn(ScriptedAgent("tool", count=0), request(), None)
+    assert done.status == "completed" and done.tracker.text == "t0 t1 t2 "
+    assert isinstance(done.final, ev.ResponseDone) and done.final.session_id == "sess_1"
+    assert done.final.response.usage is not None and done.final.response.usage.total_tokens == 3
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.code == "tool_failed" and failed.tracker.text == "t0 "
+    assert tool.status == "requires_action" and tool.final is None
+    assert [c.name for c in tool.pending_tool_calls] == ["lookup"]
