@@ -1,0 +1,85 @@
+"""A response.cancel that arrives after the core has ended the response never loses its end."""
+
+from __future__ import annotations
+
+import orjson
+import trio
+import trio.testing
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.agent import Emit, TurnRequest
+from uamp_trio.sessions import SessionHost, SessionLimits
+
+TIMEOUT = 10
+
+
+class OneDelta:
+    name = "one"
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id="one", provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="hello")))
+
+
+def message(**fields: object) -> bytes:
+    return orjson.dumps({"session_id": "s", **fields})
+
+
+CREATE = message(type="session.create", uamp_version="1.0", session={"modalities": ["text"]})
+
+
+async def test_a_cancel_racing_a_queued_response_done_keeps_done_and_sends_no_cancelled() -> None:
+    agent = OneDelta()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            # Room for two events: response.created and the delta. The task
+            # then waits to queue response.done, which the core has applied.
+            host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(outbox_size=2))
+            host.feed(CREATE)
+            host.feed(message(type="input.text", text="hi"))
+            host.feed(message(type="response.create"))
+            await trio.testing.wait_all_tasks_blocked()
+            sent = [orjson.loads(m) for m in await host.outbox.take()]
+            rid = next(e["response_id"] for e in sent if e["type"] == "response.created")
+            # Taking freed the room: the task queues response.done now...
+            await trio.testing.wait_all_tasks_blocked()
+            # ...and a cancel for that response, racing its end, changes nothing.
+            assert host.feed(message(type="response.cancel", response_id=rid)) == []
+            await trio.testing.wait_all_tasks_blocked()
+            sent += [orjson.loads(m) for m in await host.outbox.take()]
+            assert not host.busy
+            nursery.cancel_scope.cancel()
+    types = [e["type"] for e in sent]
+    assert types[-3:] == ["response.created", "response.delta", "response.done"], types
+    assert "response.cancelled" not in types
+    assert sent[-1]["response"]["output"] == [{"type": "text", "text": "hello"}]
+
+
+async def test_a_cancel_while_response_done_waits_for_room_still_delivers_done() -> None:
+    agent = OneDelta()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(outbox_size=2))
+            host.feed(CREATE)
+            owed = await host.outbox.take()  # session.created, capabilities
+            assert len(owed) == 2
+            host.feed(message(type="input.text", text="hi"))
+            host.feed(message(type="response.create"))
+            await trio.testing.wait_all_tasks_blocked()
+            # Two events queued, the task parked putting response.done (shielded).
+            assert host.busy and len(host.outbox) == 2
+            ctx = host.conn.sessions["s"]
+            rid = ctx.finished_responses[-1]
+            assert host.feed(message(type="response.cancel", response_id=rid)) == []
+            await trio.testing.wait_all_tasks_blocked()
+            assert host.busy  # still waiting for room, not cancelled away
+            sent = [orjson.loads(m) for m in await host.outbox.take()]
+            await trio.testing.wait_all_tasks_blocked()
+            sent += [orjson.loads(m) for m in await host.outbox.take()]
+            assert not host.busy
+            nursery.cancel_scope.cancel()
+    types = [e["type"] for e in sent]
+    assert types == ["response.created", "response.delta", "response.done"], types
