@@ -28,10 +28,13 @@ again. A fast-path request whose response the templates do not cover
 (bodiless statuses, framing headers, draining) is replayed into a fresh h11
 connection, which then frames the response.
 
-Timeouts: one cancel scope spans the connection. Its deadline is set while
-waiting for the next request (idle) or for the rest of a fast-path body and
-infinite otherwise, which is cheaper than entering a scope per wait. The h11
-path keeps scopes of its own for its head and body waits.
+Timeouts: one cancel scope spans the connection. While the connection waits
+for the next request it is marked idle (``ConnectionTracker.idle_since``) and
+the server's idle sweeper cancels the scope once ``idle_timeout`` has passed;
+while it reads the rest of a fast-path body the scope has ``body_timeout`` as
+its deadline; otherwise none. That is cheaper than entering a scope (or
+moving a deadline) per wait. The h11 path keeps scopes of its own for its
+head and body waits.
 """
 
 from __future__ import annotations
@@ -246,14 +249,18 @@ class _Http1Connection:
             return b""
 
     async def _wait_idle(self) -> bool:
-        """Wait up to ``idle_timeout`` for the next request's first bytes; False to close."""
+        """Wait up to ``idle_timeout`` for the next request's first bytes; False to close.
+
+        The server's idle sweeper (``Server._sweep_idle``) or a shutdown
+        cancels :attr:`scope` meanwhile; no deadline is moved per request.
+        """
         tracker, scope = self.tracker, self.scope
         if tracker.draining:
             return False
-        tracker.idle_scope = scope  # shutdown cancels it
-        scope.deadline = trio.current_time() + self.cfg.idle_timeout
+        tracker.idle_scope = scope
+        tracker.idle_since = trio.current_time()
         data = await self._receive()
-        scope.deadline = math.inf
+        tracker.idle_since = None
         tracker.idle_scope = None
         if scope.cancel_called:
             # The deadline or the shutdown came with the bytes: the scope is

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import socket
 import ssl
 from collections.abc import Callable
@@ -101,12 +102,17 @@ class ConnectionTracker:
 
     Protocol handlers set :attr:`idle_scope` while waiting for a new request
     (cancelled on shutdown) and :attr:`on_shutdown` for protocol-specific
-    draining (HTTP/2 GOAWAY).
+    draining (HTTP/2 GOAWAY). A handler that also sets :attr:`idle_since`
+    (trio time) leaves the idle timeout to the server, which cancels
+    :attr:`idle_scope` once the connection has been idle for
+    ``idle_timeout``: two attribute writes per request instead of moving a
+    scope's deadline and back (about 5 us on trio).
     """
 
     def __init__(self) -> None:
         self.draining = False
         self.idle_scope: trio.CancelScope | None = None
+        self.idle_since: float | None = None
         self.on_shutdown: Callable[[], None] | None = None
 
     def begin_shutdown(self) -> None:
@@ -194,6 +200,8 @@ class Server:
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
                         acceptors.start_soon(self._accept_loop, listener, connections)
+                    if math.isfinite(cfg.idle_timeout):
+                        acceptors.start_soon(self._sweep_idle)
                     task_status.started(self.port)
                     await self._shutdown.wait()
                     acceptors.cancel_scope.cancel()
@@ -207,6 +215,22 @@ class Server:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
+
+    async def _sweep_idle(self) -> None:
+        """Close connections idle (``ConnectionTracker.idle_since``) for ``idle_timeout``.
+
+        Checks a few times per timeout, at most once a second: a connection
+        closes within a quarter of the timeout (or a second) after it expired.
+        """
+        timeout = self.config.idle_timeout
+        interval = min(1.0, timeout / 4)
+        while True:
+            await trio.sleep(interval)
+            expired = trio.current_time() - timeout
+            for conn in self._connections:
+                since = conn.idle_since
+                if since is not None and since <= expired and conn.idle_scope is not None:
+                    conn.idle_scope.cancel()
 
     async def _drain(self) -> None:
         for conn in list(self._connections):
