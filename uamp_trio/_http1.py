@@ -56,7 +56,6 @@ from .http import (
     Response,
     SerialBodyWriter,
     StreamingResponse,
-    batched_writer,
     error_response,
 )
 from .websocket import WebSocketRequest
@@ -137,11 +136,10 @@ async def serve_http1(
     client: tuple[str, int] | None,
 ) -> None:
     """Serve HTTP/1.1 requests on ``stream`` (``initial``: bytes already read) until it closes."""
-    conn = _Http1Connection(server, stream, tracker, client, initial)
     failure: Exception | None = None
     # The nursery holds the connection's writer of streamed bodies.
     async with trio.open_nursery() as nursery:
-        conn.bodies = SerialBodyWriter(nursery)
+        conn = _Http1Connection(server, stream, tracker, client, initial, nursery)
         try:
             await conn.run()
         except _Close:
@@ -162,6 +160,7 @@ class _Http1Connection:
         tracker: ConnectionTracker,
         client: tuple[str, int] | None,
         initial: bytes,
+        nursery: trio.Nursery,
     ) -> None:
         self.server = server
         self.cfg = server.config
@@ -175,11 +174,12 @@ class _Http1Connection:
         self.eof = False
         #: The h11 connection serving the current request, when h11 serves it.
         self.h11: h11.Connection | None = None
-        #: Spans the connection; a deadline only while idle or reading a fast body.
+        #: Spans the connection: cancelled by the idle sweeper or a shutdown
+        #: while idle; a deadline only while reading the rest of a fast body.
         self.scope = trio.CancelScope()
         self.reading_body = False
-        #: Writes streamed bodies (set by :func:`serve_http1`).
-        self.bodies: SerialBodyWriter | None = None
+        #: Writes the streamed bodies, one response at a time.
+        self.bodies = SerialBodyWriter(nursery)
 
     async def run(self) -> None:
         """Serve requests until the connection should close."""
@@ -263,7 +263,7 @@ class _Http1Connection:
         tracker.idle_since = None
         tracker.idle_scope = None
         if scope.cancel_called:
-            # The deadline or the shutdown came with the bytes: the scope is
+            # The sweeper or the shutdown came with the bytes: the scope is
             # spent (a cancelled scope stays cancelled), so close as if first.
             await trio.lowlevel.checkpoint()
         if not data:
@@ -549,11 +549,8 @@ class _Http1Connection:
             if out:
                 await stream.send_all(out)
 
-        bodies = self.bodies
         try:
-            async with (
-                bodies.body(write) if bodies is not None else batched_writer(write)
-            ) as send:
+            async with self.bodies.body(write) as send:
                 await response.producer(send)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise

@@ -258,58 +258,6 @@ class _Batcher:
                 self.on_error()
 
 
-@asynccontextmanager
-async def batched_writer(
-    write: WriteBatch, *, high_water: int = BATCH_HIGH_WATER
-) -> AsyncIterator[SendChunk]:
-    """A :data:`SendChunk` that gathers whatever is queued into one write.
-
-    ``send(chunk)`` queues the chunk and returns at once (it waits only when
-    more than ``high_water`` bytes are queued: backpressure); a writer task
-    takes *everything* queued since its last write and hands it to ``write``
-    in one call. So a producer that emits faster than the socket takes its
-    chunks, or that emits several before its next wait, pays for one framing
-    and one ``send_all`` per batch instead of one per chunk; a producer that
-    waits between chunks has each written as soon as it waits.
-
-    The writer's first turn comes when the producer first waits; if nothing
-    is queued by then it calls ``write(b"", False)`` so that the caller can
-    send the response head without waiting for a chunk. On a clean exit of
-    the block the rest is written with ``final=True`` (an empty final call
-    when nothing is left). If the block raises, nothing more
-    is written and the exception propagates unchanged. If ``write`` fails,
-    the block is cancelled and the write's exception is raised instead.
-    """
-    batcher = _Batcher(write, high_water)
-    caught: BaseException | None = None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(batcher.run)
-        # A failed write cancels the block through the nursery's own scope
-        # (a scope of its own would cost as much again to enter and leave).
-        batcher.on_error = nursery.cancel_scope.cancel
-        try:
-            yield batcher.send
-        except BaseException as exc:
-            # Re-raised below, outside the nursery, so that callers see the
-            # body's own exception rather than a group around it -- unless it
-            # is the Cancelled of that failed write, which must not leave the
-            # nursery's scope: the write's error is raised instead.
-            if batcher.error is None or not isinstance(exc, trio.Cancelled):
-                caught = exc
-            nursery.cancel_scope.cancel()
-        else:
-            batcher.closing = True
-            if batcher.idle:
-                batcher.idle.unpark()
-    if caught is not None:
-        try:
-            raise caught
-        finally:
-            del caught
-    if batcher.error is not None:
-        raise batcher.error
-
-
 class SerialBodyWriter:
     """:func:`batched_writer` for a connection whose responses go one at a time (HTTP/1.1).
 
@@ -400,6 +348,46 @@ class SerialBodyWriter:
             await self._finished.park()
         if batcher.error is not None:
             raise batcher.error
+
+
+@asynccontextmanager
+async def batched_writer(
+    write: WriteBatch, *, high_water: int = BATCH_HIGH_WATER
+) -> AsyncIterator[SendChunk]:
+    """A :data:`SendChunk` that gathers whatever is queued into one write.
+
+    ``send(chunk)`` queues the chunk and returns at once (it waits only when
+    more than ``high_water`` bytes are queued: backpressure); a writer task
+    takes *everything* queued since its last write and hands it to ``write``
+    in one call. So a producer that emits faster than the socket takes its
+    chunks, or that emits several before its next wait, pays for one framing
+    and one ``send_all`` per batch instead of one per chunk; a producer that
+    waits between chunks has each written as soon as it waits.
+
+    The writer's first turn comes when the producer first waits; if nothing
+    is queued by then it calls ``write(b"", False)`` so that the caller can
+    send the response head without waiting for a chunk. On a clean exit of
+    the block the rest is written with ``final=True`` (an empty final call
+    when nothing is left). If the block raises, nothing more
+    is written and the exception propagates unchanged. If ``write`` fails,
+    the block is cancelled and the write's exception is raised instead.
+    """
+    caught: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        # One body on a writer of its own: a failed write cancels this nursery.
+        try:
+            async with SerialBodyWriter(nursery).body(write, high_water=high_water) as send:
+                yield send
+        except BaseException as exc:
+            # Re-raised below, outside the nursery, so that callers see the
+            # body's (or the failed write's) own exception, not a group.
+            caught = exc
+        nursery.cancel_scope.cancel()  # the writer task waits for a next body
+    if caught is not None:
+        try:
+            raise caught
+        finally:
+            del caught
 
 
 #: What an HTTP endpoint is.

@@ -274,18 +274,7 @@ class TurnRunner:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._track:
             self.tracker.apply(event)
-        # _deliver, inlined: this is the per-delta path.
-        sink = self._sink
-        if sink is not None:
-            try:
-                await sink(event)
-            except Exception as exc:
-                self._sink_error = exc
-                raise _SinkFailed from None
-        self._count += 1
-        if self._count >= self._yield_every:
-            self._count = 0
-            await trio.lowlevel.checkpoint()
+        await self._deliver(event)
 
     async def _deliver(self, event: ev.Event) -> None:
         if self._sink is None:
@@ -357,11 +346,8 @@ class TurnRunner:
                 status = "requires_action"
             else:
                 final = tracker.done_event(session_id=sid)
-        if final is not None:
-            if self._stamp:
-                final = ev.with_ids(final, session_id=sid, response_id=rid)  # type: ignore[assignment]
-            if self._track:
-                tracker.apply(final)
+        if final is not None and self._track:
+            tracker.apply(final)  # built with both ids: nothing to stamp
         outcome = self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)
         if final is not None and self._sink is not None:
             await self._sink(final)
