@@ -852,3 +852,17 @@ def test_send_with_ids_writes_what_a_stamped_copy_writes() -> None:
 
     # The same JSON (key order may differ when the event carried one id itself).
     assert [orjson.loads(m) for m in run(True)] == [orjson.loads(m) for m in run(False)]
+
+
+def test_random_ids_are_prefixed_128_bit_hex_and_content_ids_are_uuids() -> None:
+    import uuid
+
+    from uamp_proto.ids import random_ids
+
+    made = [random_ids("resp") for _ in range(200)]
+    assert len(set(made)) == len(made)
+    for rid in made:
+        prefix, _, digits = rid.partition("_")
+        assert prefix == "resp" and len(digits) == 32 and int(digits, 16) >= 0
+    content = random_ids("content")
+    assert str(uuid.UUID(content)) == content  # section 8.5.4: a bare UUID string
