@@ -19,6 +19,10 @@ rounds is printed with the ratio uamp / baseline:
 * ``json``: non-streaming completions per second (sequential, keep-alive)
   vs a bare trio+h11 JSON responder and uvicorn+Starlette.
 * ``ttfd``: median time to first delta (ms) after the request, WebSocket.
+  Beside the baselines, ``uamp-bound``: the least a UAMP server whose
+  responses run concurrently with its reader can do (see
+  :func:`serve_uamp_bound`), which shows how much of the gap to the bare
+  senders is the protocol's own work rather than uamp's.
 * ``ttfd-sse``: the same over Chat Completions streaming (one-delta
   responses on a keep-alive connection), vs trio+h11 and uvicorn+Starlette.
 * ``mux``: 100 sessions multiplexed on one uamp WebSocket, events/s overall.
@@ -166,6 +170,18 @@ def serve_uamp(port_file: Path) -> None:
     trio.run(main)
 
 
+def _serve_trio(handle: Callable[[Any], Any], port_file: Path) -> None:
+    """Run a bare trio server on a free loopback port; write the port to ``port_file``."""
+    import trio
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port_file.write_text(str(listeners[0].socket.getsockname()[1]))
+        await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
 def _ws_accept(key: bytes) -> bytes:
     import hashlib
 
@@ -197,12 +213,73 @@ def serve_trio_ws(port_file: Path) -> None:
         except trio.BrokenResourceError:
             return
 
-    async def main() -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port_file.write_text(str(listeners[0].socket.getsockname()[1]))
-        await trio.serve_listeners(handle, listeners)
+    _serve_trio(handle, port_file)
 
-    trio.run(main)
+
+def serve_uamp_bound(port_file: Path) -> None:
+    """A lower bound for UAMP over WebSocket: the protocol's bare minimum, no checks.
+
+    It decodes each event with orjson, keeps the session's input, and runs
+    each response in a task of its own (as any server must, to keep reading
+    ``response.cancel`` while the agent works); the task writes
+    ``response.created`` with the first delta in one send, then
+    ``response.done``. No validation, no state machine, no agent interface,
+    no flow control: nothing a conforming server could skip is left in, so
+    uamp's time to first delta cannot beat this one's.
+    """
+    import trio
+
+    from uamp_trio._ws_engine import make_engine
+
+    def event(kind: str, sid: str, rid: str, **fields: Any) -> bytes:
+        return orjson.dumps({"type": kind, "session_id": sid, "response_id": rid, **fields,
+                             "event_id": f"evt_{os.urandom(16).hex()}"})
+
+    async def handle(stream: trio.SocketStream) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += await stream.receive_some(65536)
+        head, _, rest = head.partition(b"\r\n\r\n")
+        key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"sec-websocket-key:"))
+        await stream.send_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                              b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
+                              + _ws_accept(key) + b"\r\n\r\n")
+        engine = make_engine(client=False, max_message_size=None, engine="websockets")
+        inputs: dict[str, str] = {}
+
+        async def respond(sid: str, n: int) -> None:
+            rid = f"resp_{os.urandom(16).hex()}"
+            engine.text(event("response.created", sid, rid))
+            for _ in range(n):
+                engine.text(event("response.delta", sid, rid, delta={"type": "text", "text": WORD}))
+                await stream.send_all(engine.take())
+            engine.text(event("response.done", sid, rid, response={
+                "id": rid, "status": "completed", "output": [{"type": "text", "text": WORD * n}]}))
+            await stream.send_all(engine.take())
+
+        try:
+            async with trio.open_nursery() as nursery:
+                data = rest
+                while True:
+                    for message in engine.feed(data) if data else []:
+                        e = orjson.loads(message)
+                        kind, sid = e["type"], e["session_id"]
+                        if kind == "session.create":
+                            engine.text(orjson.dumps({"type": "session.created", "session_id": sid,
+                                                      "session": {}, "capabilities": {}}))
+                            await stream.send_all(engine.take())
+                        elif kind == "input.text":
+                            inputs[sid] = e["text"]
+                        elif kind == "response.create":
+                            nursery.start_soon(respond, sid, int(inputs.pop(sid, "1")))
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+        except trio.BrokenResourceError:
+            return
+
+    _serve_trio(handle, port_file)
 
 
 def serve_websockets(port_file: Path) -> None:
@@ -280,12 +357,7 @@ def serve_trio_h11(port_file: Path) -> None:
         except (trio.BrokenResourceError, h11.ProtocolError):
             return
 
-    async def main() -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port_file.write_text(str(listeners[0].socket.getsockname()[1]))
-        await trio.serve_listeners(handle, listeners)
-
-    trio.run(main)
+    _serve_trio(handle, port_file)
 
 
 def serve_starlette(port_file: Path) -> None:
@@ -329,6 +401,7 @@ def serve_starlette(port_file: Path) -> None:
 
 SERVERS: dict[str, Callable[[Path], None]] = {
     "uamp": serve_uamp,
+    "uamp-bound": serve_uamp_bound,
     "trio-ws": serve_trio_ws,
     "websockets": serve_websockets,
     "trio-h11": serve_trio_h11,
@@ -451,15 +524,16 @@ def ws_rate(kind: str, port: int, n: int) -> float:
 
 def ws_ttfd(kind: str, port: int, repeats: int = 200) -> float:
     """Median milliseconds from request to the first delta (one-delta responses)."""
-    client = WSClient(port, "/agents/flood/uamp" if kind == "uamp" else "/")
-    if kind == "uamp":
+    speaks_uamp = kind in ("uamp", "uamp-bound")
+    client = WSClient(port, "/agents/flood/uamp" if speaks_uamp else "/")
+    if speaks_uamp:
         client.send(*uamp_start("sess_ttfd", 0, create=True)[:1])
         while not any(b'"capabilities"' in m for m in client.messages()):
             pass
     samples = []
     for _ in range(repeats):
-        msgs = (uamp_start("sess_ttfd", 1, create=False) if kind == "uamp" else [b"go 1"])
-        done = b'"response.done"' if kind == "uamp" else b'"done"'
+        msgs = (uamp_start("sess_ttfd", 1, create=False) if speaks_uamp else [b"go 1"])
+        done = b'"response.done"' if speaks_uamp else b'"done"'
         t0 = time.perf_counter()
         client.send(*msgs)
         first = None
@@ -720,7 +794,8 @@ def main() -> None:
         }, args.rounds, higher_is_better=False)
     if "ttfd" in only:
         measure("Time to first delta (WebSocket, median)", "ms", {
-            k: functools.partial(ws_ttfd, k) for k in ("uamp", "websockets", "trio-ws")
+            k: functools.partial(ws_ttfd, k)
+            for k in ("uamp", "uamp-bound", "websockets", "trio-ws")
         }, args.rounds, higher_is_better=False)
     if "mux" in only:
         measure("100 sessions multiplexed on one uamp WebSocket", "events/s", {
