@@ -20,8 +20,10 @@ event type (UAMP sections 3, 5, 6, 10):
     ``capabilities``; an agent that is not hosted gets ``session.error``
     ``agent_not_found`` and no session is created.
 ``response.create``
-    Starts one task for the response, under its own cancel scope, in the
-    transport's nursery. The task runs the agent with the inline turn runner
+    Hands the response to the session's worker: one task per session (in
+    the transport's nursery, started by the first response), which runs the
+    session's responses one after another under a cancel scope it replaces
+    after each cancel. The worker runs the agent with the inline turn runner
     (:class:`uamp_trio.turns.TurnRunner`, which owns the response lifecycle)
     whose sink passes each event through the core straight into the outbox,
     with no channel hop (on trio a task switch per event costs more than
@@ -31,8 +33,8 @@ event type (UAMP sections 3, 5, 6, 10):
     ``session.conversation()`` under the same response id (section 3.2); the
     ``response.done`` it finally sends carries the whole response's output.
 ``response.cancel``
-    Cancels the agent; the response ends with ``response.cancelled`` and the
-    partial output the client was sent.
+    Cancels the worker's scope, which stops the agent; the response ends with
+    ``response.cancelled`` and the partial output the client was sent.
 ``tool.result`` / delta acks (``progress`` stage ``ack``)
     Wake the session's response task (only that session's).
 ``session.update``
@@ -333,11 +335,9 @@ class _Response:
         self.request_bytes = request_bytes
         #: Payment stops caused by the agent raising PaymentRequiredError.
         self.payment_rounds = 0
+        #: Set by ``response.cancel``: the session's worker then sends
+        #: ``response.cancelled`` (a session's end cancels silently).
         self.cancel_requested = False
-        #: The response task's one cancel scope: cancelled by ``response.cancel``
-        #: (with :attr:`cancel_requested` set: the task then sends
-        #: ``response.cancelled``) and when the session ends (silently).
-        self.scope = trio.CancelScope()
 
 
 class _Session:
@@ -349,6 +349,15 @@ class _Session:
         #: Parked on by the response task; woken by acks, tool results, cancels.
         self.wakeup = trio.lowlevel.ParkingLot()
         self.response: _Response | None = None
+        #: The response waiting for the worker to pick it up.
+        self.queued: tuple[_Response, ev.ResponseCreate] | None = None
+        #: Where the idle worker waits for :attr:`queued`.
+        self.idle = trio.lowlevel.ParkingLot()
+        #: Whether the session's worker task runs (started by its first response).
+        self.worker = False
+        #: The worker's cancel scope: a cancel ends the response it runs (or
+        #: is about to run), and a scope once cancelled is replaced.
+        self.scope: trio.CancelScope | None = None
 
     def wake(self) -> None:
         if self.wakeup:
@@ -413,7 +422,7 @@ class SessionHost:
     """Drives the UAMP sessions of one connection; see the module docstring.
 
     Args:
-        nursery: Where response tasks run (the transport's connection nursery).
+        nursery: Where the sessions' workers run (the transport's connection nursery).
         agents: The agents a multi-agent endpoint may reach, by name.
         agent: The agent of a per-agent endpoint (``/agents/{name}/...``), or
             ``None`` when ``session.create.agent`` chooses.
@@ -639,8 +648,8 @@ class SessionHost:
         session = self._sessions.pop(sid, None)
         if session is None:
             return
-        if session.response is not None:
-            session.response.scope.cancel()
+        if session.scope is not None:
+            session.scope.cancel()  # the worker leaves its response (if any) and ends
         session.wake()
         if not self._sessions and self.on_empty is not None:
             self.on_empty()
@@ -650,7 +659,8 @@ class SessionHost:
         if response is None or (response_id is not None and response_id != response.id):
             return  # nothing running, or a cancel racing the end of an earlier response
         response.cancel_requested = True
-        response.scope.cancel()
+        if session.scope is not None:
+            session.scope.cancel()
 
     # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
 
@@ -704,7 +714,7 @@ class SessionHost:
         No response content flows meanwhile (the core refuses it while the
         negotiation is ``required`` or ``submitted``). The reader settles each
         ``payment.submit`` (:meth:`_settle`) and wakes this task; a
-        ``response.cancel`` cancels the response's scope, which ends the wait
+        ``response.cancel`` cancels the worker's scope, which ends the wait
         (and the response) with ``response.cancelled``.
 
         Raises:
@@ -761,7 +771,12 @@ class SessionHost:
             return
         response = _Response(ctx.response.response_id, self._message)
         session.response = response
-        self._nursery.start_soon(self._respond, session, response, create)
+        session.queued = (response, create)
+        if not session.worker:
+            session.worker = True
+            self._nursery.start_soon(self._work, session)
+        elif session.idle:
+            session.idle.unpark_all()
 
     def _request(
         self, session: _Session, response_id: str, create: ev.ResponseCreate
@@ -797,22 +812,64 @@ class SessionHost:
             metadata={"transport": self._transport},
         )
 
+    async def _work(self, session: _Session) -> None:
+        """Run the session's responses one after another, until the session ends.
+
+        One task per session, started by its first ``response.create``, rather
+        than a task and a cancel scope per response: responses of a session
+        never overlap (the core allows one at a time), and spawning a task
+        and entering a scope cost about as much as the core's work on
+        ``response.create``. ``response.cancel`` cancels :attr:`_Session.scope`,
+        which ends the response (also a wait for payment or tool results);
+        the worker sends ``response.cancelled`` and goes on in a new scope.
+        """
+        try:
+            while self._sessions.get(session.id) is session:
+                scope = session.scope = trio.CancelScope()
+                with scope:
+                    while True:
+                        job = session.queued
+                        if job is None:
+                            await session.idle.park()
+                            continue
+                        if scope.cancel_called or job[0].cancel_requested:
+                            # Cancelled before it started (maybe before this
+                            # scope existed), or a cancel came late for the one
+                            # before: settle that in a fresh scope first.
+                            break
+                        session.queued = None
+                        await self._respond(session, *job)
+                cancelled = session.response
+                if cancelled is not None and cancelled.cancel_requested:
+                    # Running or not yet started, it ends with response.cancelled:
+                    # the partial output is what the client got.
+                    if session.queued is not None and session.queued[0] is cancelled:
+                        session.queued = None
+                    try:
+                        await self._send_cancelled(session, cancelled)
+                    except _SessionGone:
+                        pass  # the response had ended before the cancel landed
+                    finally:
+                        if session.response is cancelled:
+                            session.response = None
+        except OutboxClosed:
+            pass  # the connection is closing
+        finally:
+            session.worker = False
+            session.scope = None
+
     async def _respond(
         self, session: _Session, response: _Response, create: ev.ResponseCreate
     ) -> None:
+        """Run one response; a cancel of the worker's scope propagates out."""
         self.outbox.producers += 1
         try:
-            with response.scope:
-                await self._run_response(session, response, create)
-            if response.scope.cancelled_caught and response.cancel_requested:
-                # response.cancel stopped the agent, or the wait for payment
-                # or tool results: the partial output is what the client got.
-                await self._send_cancelled(session, response)
-        except (_SessionGone, OutboxClosed):
+            await self._run_response(session, response, create)
+        except _SessionGone:
             pass
         finally:
             self.outbox.producers -= 1
-            if session.response is response:
+            if session.response is response and not response.cancel_requested:
                 session.response = None
 
     async def _run_response(
@@ -887,8 +944,8 @@ class SessionHost:
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
             raise _SessionGone
-        # The response's own scope is the only one: response.cancel cancels it
-        # and _respond sends response.cancelled (cancellable=False).
+        # The worker's scope is the only one: response.cancel cancels it and
+        # the worker sends response.cancelled (cancellable=False).
         runner = TurnRunner(
             agent, request, sink, tracker=tracker, created=first, yield_every=YIELD_EVERY,
             stamp=False, track=False, cancellable=False,

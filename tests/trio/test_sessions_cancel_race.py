@@ -83,3 +83,57 @@ async def test_a_cancel_while_response_done_waits_for_room_still_delivers_done()
             nursery.cancel_scope.cancel()
     types = [e["type"] for e in sent]
     assert types == ["response.created", "response.delta", "response.done"], types
+
+
+async def test_a_late_cancel_does_not_touch_the_next_response() -> None:
+    """The session's worker runs both: a cancel meant for the first must not end the second."""
+    agent = OneDelta()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(outbox_size=2))
+            host.feed(CREATE)
+            await host.outbox.take()  # session.created, capabilities
+            host.feed(message(type="input.text", text="hi"))
+            host.feed(message(type="response.create"))
+            await trio.testing.wait_all_tasks_blocked()
+            # The worker waits (shielded) to queue the first response.done,
+            # which the core has applied: the session is free for another.
+            first = host.conn.sessions["s"].finished_responses[-1]
+            assert host.feed(message(type="response.cancel", response_id=first)) == []
+            host.feed(message(type="input.text", text="again"))
+            assert host.feed(message(type="response.create")) == []
+            sent: list[dict[str, object]] = []
+            while host.busy or len(host.outbox):
+                sent += [orjson.loads(m) for m in await host.outbox.take()]
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    types = [e["type"] for e in sent]
+    assert types == ["response.created", "response.delta", "response.done"] * 2, types
+    assert sent[2]["response_id"] == first and sent[5]["response_id"] != first
+
+
+async def test_a_cancel_before_the_worker_starts_the_response_ends_it_cancelled() -> None:
+    agent = OneDelta()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            host = SessionHost(nursery, {"one": agent}, agent)
+            host.feed(CREATE)
+            await host.outbox.take()
+            for text in ("one", "two"):
+                # The second time the worker is idle, not newly started.
+                host.feed(message(type="input.text", text=text))
+                host.feed(message(type="response.create"))
+                rid = host.conn.sessions["s"].response.response_id  # type: ignore[union-attr]
+                assert host.feed(message(type="response.cancel", response_id=rid)) == []
+                await trio.testing.wait_all_tasks_blocked()
+                sent = [orjson.loads(m) for m in await host.outbox.take()]
+                assert [e["type"] for e in sent] == ["response.cancelled"], sent
+                assert sent[0]["response_id"] == rid
+                assert not host.busy
+            # The session still answers: a third response runs to its end.
+            host.feed(message(type="input.text", text="three"))
+            host.feed(message(type="response.create"))
+            await trio.testing.wait_all_tasks_blocked()
+            sent = [orjson.loads(m) for m in await host.outbox.take()]
+            nursery.cancel_scope.cancel()
+    assert [e["type"] for e in sent] == ["response.created", "response.delta", "response.done"]
