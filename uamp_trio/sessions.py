@@ -840,11 +840,13 @@ class SessionHost:
                         session.queued = None
                         await self._respond(session, *job)
                 cancelled = session.response
+                job = session.queued
+                if job is not None and job[0].cancel_requested:
+                    cancelled = job[0]
+                    session.queued = None
                 if cancelled is not None and cancelled.cancel_requested:
                     # Running or not yet started, it ends with response.cancelled:
                     # the partial output is what the client got.
-                    if session.queued is not None and session.queued[0] is cancelled:
-                        session.queued = None
                     try:
                         await self._send_cancelled(session, cancelled)
                     except _SessionGone:
