@@ -36,6 +36,11 @@ completion JSON; the HTTP rows print the payload sizes of every server so
 that this stays checked. The WebSocket baselines send byte-for-byte similar
 JSON. The order of the servers rotates from round to round.
 
+Each row also prints the server process's CPU time (user + system, read
+from ``/proc`` on Linux) per unit of work over all rounds. On a shared
+machine the wall-clock rows of sequential requests are mostly loopback
+wake-ups; the CPU figure is the steadier comparison of what each server does.
+
 Keep the baselines honest: each must run as its users would deploy it. In
 particular uvicorn must get a socket whose ``proto`` is TCP, or asyncio
 leaves Nagle on and every non-streamed request waits for a delayed ACK.
@@ -63,6 +68,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 WORD = "tok "
+#: Responses per time-to-first-delta measurement.
+TTFD_REPEATS = 200
 
 
 def delta_event(i: int) -> bytes:
@@ -522,7 +529,7 @@ def ws_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
-def ws_ttfd(kind: str, port: int, repeats: int = 200) -> float:
+def ws_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
     """Median milliseconds from request to the first delta (one-delta responses)."""
     speaks_uamp = kind in ("uamp", "uamp-bound")
     client = WSClient(port, "/agents/flood/uamp" if speaks_uamp else "/")
@@ -662,7 +669,7 @@ def sse_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
-def sse_ttfd(kind: str, port: int, repeats: int = 200) -> float:
+def sse_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
     """Median milliseconds from a streamed request to its first text chunk."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -717,12 +724,30 @@ def json_rate(kind: str, port: int, seconds: float = 1.0) -> float:
 # --- driver ---------------------------------------------------------------------------
 
 
+def _server_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (Linux), else ``None``."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
     title: str, unit: str, runs: dict[str, Callable[[int], float]], rounds: int,
-    higher_is_better: bool = True, http: bool = False,
+    higher_is_better: bool = True, http: bool = False, cpu_unit: str = "",
 ) -> dict[str, float]:
-    """Alternate the measurements ``rounds`` times; print medians and ratios."""
+    """Alternate the measurements ``rounds`` times; print medians and ratios.
+
+    Beside each median goes the server's CPU time (user + system, from
+    ``/proc``) per unit of work over all rounds: per ``cpu_unit`` (a rate
+    row's unit of work, or one response of a latency row). Wall-clock rows
+    of sequential requests are mostly loopback wake-ups on this kind of
+    machine; the CPU figure is the steadier comparison of the servers' work.
+    """
     results: dict[str, list[float]] = {k: [] for k in runs}
+    cpu = dict.fromkeys(runs, 0.0)
+    work = dict.fromkeys(runs, 0.0)
     servers = {k: Running(k) for k in runs}
     order = list(runs)
     try:
@@ -735,7 +760,14 @@ def measure(
             # Alternate, and rotate who goes first, so no server always
             # follows the same one (caches, CPU frequency, the other core).
             for k in order[r % len(order):] + order[:r % len(order)]:
-                results[k].append(runs[k](servers[k].port))
+                pid = servers[k].proc.pid
+                c0, t0 = _server_cpu(pid), time.perf_counter()
+                value = runs[k](servers[k].port)
+                t1, c1 = time.perf_counter(), _server_cpu(pid)
+                results[k].append(value)
+                if c0 is not None and c1 is not None:
+                    cpu[k] += c1 - c0
+                    work[k] += value * (t1 - t0) if higher_is_better else TTFD_REPEATS
     finally:
         for s in servers.values():
             s.stop()
@@ -746,6 +778,9 @@ def measure(
         if k != "uamp" and "uamp" in med:
             ratio = med["uamp"] / v if higher_is_better else v / med["uamp"]
             line += f"   uamp/{k} = {ratio:.2f}x"
+        if work[k]:
+            per = cpu[k] / work[k] * 1e6
+            line = f"{line:<58} server CPU {per:,.{2 if per < 10 else 0}f} us/{cpu_unit}"
         print(line)
     return med
 
@@ -778,34 +813,34 @@ def main() -> None:
         measure("WebSocket: response.delta events/s to one client", "events/s", {
             k: functools.partial(_by_kind, ws_rate, k, n)
             for k in ("uamp", "websockets", "trio-ws")
-        }, args.rounds)
+        }, args.rounds, cpu_unit="delta")
     if "sse" in only:
         measure("SSE: chat.completion.chunk events/s", "chunks/s", {
             k: functools.partial(_by_kind, sse_rate, k, n)
             for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds, http=True)
+        }, args.rounds, http=True, cpu_unit="chunk")
     if "json" in only:
         measure("Non-streaming completions/s (sequential, keep-alive)", "req/s", {
             k: functools.partial(json_rate, k) for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds)
+        }, args.rounds, cpu_unit="request")
     if "ttfd-sse" in only:
         measure("Time to first delta (Chat Completions SSE, median)", "ms", {
             k: functools.partial(sse_ttfd, k) for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds, higher_is_better=False)
+        }, args.rounds, higher_is_better=False, cpu_unit="response")
     if "ttfd" in only:
         measure("Time to first delta (WebSocket, median)", "ms", {
             k: functools.partial(ws_ttfd, k)
             for k in ("uamp", "uamp-bound", "websockets", "trio-ws")
-        }, args.rounds, higher_is_better=False)
+        }, args.rounds, higher_is_better=False, cpu_unit="response")
     if "mux" in only:
         measure("100 sessions multiplexed on one uamp WebSocket", "events/s", {
             "uamp": functools.partial(_many, "uamp", n, True),
-        }, args.rounds)
+        }, args.rounds, cpu_unit="event")
     if "conns" in only:
         measure("100 concurrent WebSocket connections", "events/s", {
             k: functools.partial(_many, k, n, False)
             for k in ("uamp", "websockets", "trio-ws")
-        }, args.rounds)
+        }, args.rounds, cpu_unit="event")
 
 
 if __name__ == "__main__":
