@@ -1150,6 +1150,61 @@ def _u_input_text(obj: ev.InputText) -> dict[str, Any]:
     return out
 
 
+_RC_KNOWN = _known(ev.ResponseCreate)
+_B_RESPONSE_CREATE = _builder(ev.ResponseCreate)
+
+
+def _s_response_create(d: dict[str, Any], _: Any) -> Any:
+    event_id = d.get("event_id")
+    timestamp = d.get("timestamp")
+    session_id = d.get("session_id")
+    response = d.get("response")
+    response_format = d.get("response_format")
+    if (
+        (event_id is not None and type(event_id) is not str)
+        or (timestamp is not None and type(timestamp) is not float and type(timestamp) is not int)
+        or (session_id is not None and type(session_id) is not str)
+    ):
+        raise _Decline
+    # Per-response overrides are rare: their generic hooks check them.
+    if response is not None:
+        response = _S_GENERIC[ty.ResponseConfig](response)
+    if response_format is not None:
+        response_format = _S_GENERIC[ty.ResponseFormat](response_format)
+    obj = _B_RESPONSE_CREATE()
+    obj.event_id = event_id
+    obj.timestamp = timestamp
+    obj.session_id = session_id
+    obj.unknown = EMPTY if _RC_KNOWN.issuperset(d) else _extra(d, _RC_KNOWN)
+    obj.response = response
+    obj.response_format = response_format
+    obj.__class__ = ev.ResponseCreate
+    return obj
+
+
+def _u_response_create(obj: ev.ResponseCreate) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "response.create"}
+    value: Any = obj.event_id
+    if value is not None:
+        out["event_id"] = value
+    value = obj.timestamp
+    if value is not None:
+        out["timestamp"] = value
+    value = obj.session_id
+    if value is not None:
+        out["session_id"] = value
+    value = obj.response
+    if value is not None:
+        out["response"] = _U_GENERIC[ty.ResponseConfig](value)
+    value = obj.response_format
+    if value is not None:
+        out["response_format"] = _U_GENERIC[ty.ResponseFormat](value)
+    extra = obj.unknown
+    if extra is not EMPTY and extra:
+        out.update(extra)
+    return out
+
+
 _SC_KNOWN = _known(ev.SessionCreate)
 _B_SESSION_CREATE = _builder(ev.SessionCreate)
 
@@ -1454,7 +1509,9 @@ _FAST_CONTENT_UNSTRUCTURE: dict[type[Any], _Unstructure] = {
     ty.ThinkingContent: _u_thinking_content,
 }
 #: Nested types whose generic hooks the fast hooks call.
-_GENERIC_TYPES: tuple[type[Any], ...] = (ty.AudioUsage, ty.Capabilities)
+_GENERIC_TYPES: tuple[type[Any], ...] = (
+    ty.AudioUsage, ty.Capabilities, ty.ResponseConfig, ty.ResponseFormat
+)
 
 
 def _bind_structure(conv: Converter, cls: type[Any]) -> _Structure:
@@ -1480,6 +1537,7 @@ def structure_hooks(conv: Converter) -> dict[str, Callable[[Any, Any], Any]]:
     return {
         ev.ResponseDelta.type: _s_response_delta,
         ev.InputText.type: _s_input_text,
+        ev.ResponseCreate.type: _s_response_create,
         ev.SessionCreate.type: _s_session_create,
         ev.ResponseDone.type: _s_response_done,
         ev.ToolCall.type: _s_tool_call,
@@ -1503,6 +1561,7 @@ def unstructure_hooks(conv: Converter) -> dict[type[Any], Callable[[Any], Any]]:
     return {
         ev.ResponseDelta: _u_response_delta,
         ev.InputText: _u_input_text,
+        ev.ResponseCreate: _u_response_create,
         ev.SessionCreate: _u_session_create,
         ev.ResponseDone: _u_response_done,
         ev.ToolCall: _u_tool_call,

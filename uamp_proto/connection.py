@@ -309,6 +309,14 @@ class SessionContext:
 
     def _take_input(self) -> list[ty.Message]:
         """Assemble the accumulated input events into messages (section 8.5.1)."""
+        pending = self.pending_input
+        if len(pending) == 1 and self.stateless_history is None:
+            # The usual turn: one input.text. The same message the loop
+            # below would build, without it.
+            only_role, only = pending[0]
+            if type(only) is ty.TextContent:
+                pending.clear()
+                return [ty.Message(role=only_role, content=only.text)]
         messages: list[ty.Message] = []
         role: str | None = None
         items: list[ty.ContentItem] = []

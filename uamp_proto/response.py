@@ -374,6 +374,12 @@ class ResponseTracker:
         a tool result follows; each result becomes a ``role="tool"`` message.
         Thinking is not part of the conversation.
         """
+        slots = self._slots
+        if not slots:
+            return []
+        if len(slots) == 1 and slots[0].kind == "text":
+            # A text-only reply: the one message the loop below would build.
+            return [ty.Message(role="assistant", content="".join(slots[0].parts))]
         msgs: list[ty.Message] = []
         text: list[str] = []
         calls: list[ty.ToolInvocation] = []

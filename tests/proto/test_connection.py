@@ -866,3 +866,54 @@ def test_random_ids_are_prefixed_128_bit_hex_and_content_ids_are_uuids() -> None
         assert prefix == "resp" and len(digits) == 32 and int(digits, 16) >= 0
     content = random_ids("content")
     assert str(uuid.UUID(content)) == content  # section 8.5.4: a bare UUID string
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        # One input.text: the shortcut.
+        ([("hi", None)], [ty.Message(role="user", content="hi")]),
+        ([("", None)], [ty.Message(role="user", content="")]),
+        ([("be brief", "system")], [ty.Message(role="system", content="be brief")]),
+        # Several: the general assembly, one message per run of a role.
+        ([("a", None), ("b", None)], [
+            ty.Message(role="user", content="ab", content_items=[
+                ty.TextContent(text="a"), ty.TextContent(text="b")])]),
+        ([("s", "system"), ("u", None)], [
+            ty.Message(role="system", content="s"), ty.Message(role="user", content="u")]),
+    ],
+)
+def test_input_becomes_the_responses_input_messages(
+    inputs: list[tuple[str, str | None]], expected: list[ty.Message]
+) -> None:
+    pair = Pair()
+    sid = pair.open()
+    for text, role in inputs:
+        pair.client_sends(ev.InputText(session_id=sid, text=text, role=role))
+    pair.client_sends(ev.ResponseCreate(session_id=sid))
+    tracker = pair.server.session(sid).response
+    assert tracker is not None and tracker.input_messages == expected
+
+
+@pytest.mark.parametrize(
+    ("deltas", "expected"),
+    [
+        (["tok ", "tok"], [ty.Message(role="assistant", content="tok tok")]),
+        ([""], [ty.Message(role="assistant", content="")]),
+        ([], []),
+    ],
+)
+def test_a_text_reply_joins_the_history_as_one_assistant_message(
+    deltas: list[str], expected: list[ty.Message]
+) -> None:
+    pair = Pair()
+    sid = pair.open()
+    rid = pair.start_response(sid, text="q")
+    for text in deltas:
+        pair.server_sends(ev.ResponseDelta(session_id=sid, delta=ty.DeltaText(text=text)))
+    tracker = pair.server.session(sid).response
+    assert tracker is not None
+    assert tracker.messages() == expected
+    pair.server_sends(tracker.done_event(session_id=sid))
+    assert pair.server.session(sid).history == [ty.Message(role="user", content="q"), *expected]
+    assert rid in pair.server.session(sid).finished_responses
