@@ -36,7 +36,7 @@ event type (UAMP sections 3, 5, 6, 10):
     Cancels the worker's scope, which stops the agent; the response ends with
     ``response.cancelled`` and the partial output the client was sent.
 ``tool.result`` / delta acks (``progress`` stage ``ack``)
-    Wake the session's response task (only that session's).
+    Wake the session's worker (only that session's).
 ``session.update``
     The core keeps the new token on the session; answered ``session.updated``.
     Every later turn gets the session's current token in ``TurnRequest.token``.
@@ -47,7 +47,7 @@ event type (UAMP sections 3, 5, 6, 10):
     wakes the held or paused response, ``payment.error`` ``token_invalid``
     (``can_retry``) keeps it waiting.
 ``session.end``
-    Stops the session's response task.
+    Stops the session's worker (and the response it runs).
 ``capabilities.query``
     Answered with the session's agent's capabilities.
 
@@ -64,7 +64,7 @@ Top-Up"): the app's policy (:meth:`App.payment_required
 <uamp_trio.routing.App.payment_required>`, the one question every transport
 asks) is consulted with the session's latest payment token before the agent
 runs. A response it does not pay for is *held*: ``payment.required`` (with
-the pending ``response_id``) goes out, and the response task parks until the
+the pending ``response_id``) goes out, and the session's worker parks until the
 reader accepts a payment (then ``response.created`` and the agent) or a
 ``response.cancel`` arrives (``response.cancelled``). Inside a response the
 agent asks for a top-up by emitting ``payment.required``: its ``emit`` parks
@@ -80,7 +80,7 @@ Signing (spec 004 "Response Signing"): with ``App.response_signer`` set,
 
 Delta windows (``docs/flow.md``): on a session that opted in, the core
 numbers deltas and refuses one past the window with
-:class:`~uamp_proto.errors.FlowControlError`; the session's response task
+:class:`~uamp_proto.errors.FlowControlError`; the session's worker
 then parks until an ack for that session arrives. Other sessions on the same
 connection go on.
 """
@@ -156,7 +156,7 @@ class SessionLimits:
             sends a WebSocket ping; with still nothing after as long again,
             the peer is taken for dead and the connection dropped.
         outbox_size: Encoded events queued between the sessions and the
-            writer before response tasks wait.
+            writer before the sessions' workers wait.
         max_owed: Replies the server may owe a peer that does not read
             before the peer is dropped.
         max_delta_window: The largest delta window granted.
@@ -323,7 +323,7 @@ class Outbox:
 
 
 class _SessionGone(Exception):
-    """The session ended while its response task was sending."""
+    """The session ended while its worker was sending."""
 
 
 class _Response:
@@ -346,7 +346,7 @@ class _Session:
     def __init__(self, session_id: str, agent: Agent) -> None:
         self.id = session_id
         self.agent = agent
-        #: Parked on by the response task; woken by acks, tool results, cancels.
+        #: Parked on by the worker inside a response; woken by acks, tool results, cancels.
         self.wakeup = trio.lowlevel.ParkingLot()
         self.response: _Response | None = None
         #: The response waiting for the worker to pick it up.
