@@ -137,3 +137,25 @@ async def test_a_cancel_before_the_worker_starts_the_response_ends_it_cancelled(
             sent = [orjson.loads(m) for m in await host.outbox.take()]
             nursery.cancel_scope.cancel()
     assert [e["type"] for e in sent] == ["response.created", "response.delta", "response.done"]
+
+
+async def test_a_sessions_worker_ends_with_the_session() -> None:
+    """Ended sessions leave no parked worker behind (a long connection opens many)."""
+    agent = OneDelta()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            host = SessionHost(nursery, {"one": agent}, agent)
+            for n in range(3):
+                sid = f"s{n}"
+                host.feed(orjson.dumps({"type": "session.create", "uamp_version": "1.0",
+                                        "session_id": sid, "session": {"modalities": ["text"]}}))
+                host.feed(orjson.dumps({"type": "input.text", "session_id": sid, "text": "hi"}))
+                host.feed(orjson.dumps({"type": "response.create", "session_id": sid}))
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(nursery.child_tasks) == 1  # the session's worker, idle
+                host.feed(orjson.dumps({"type": "session.end", "session_id": sid}))
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(nursery.child_tasks) == 0
+            sent = [orjson.loads(m)["type"] for m in await host.outbox.take()]
+            nursery.cancel_scope.cancel()
+    assert sent.count("response.done") == 3 and "response.cancelled" not in sent
