@@ -227,7 +227,7 @@ class ConnectionConfig:
     Attributes:
         ids: Id source for event, session, response and content ids. The
             default, :func:`~uamp_proto.ids.random_ids`, is the one place the
-            core draws randomness (uuid4); pass
+            core draws randomness (from the OS); pass
             :func:`~uamp_proto.ids.counter_ids` or your own for determinism.
         clock: Returns Unix time in seconds; when given, outgoing events get a
             ``timestamp`` (ms). The core never reads a clock of its own.

@@ -81,6 +81,12 @@ def _check_line(name: str, value: str) -> None:
         raise SSEError(f"SSE {name} must not contain a line break: {value!r}")
 
 
+def _check_id(id: str) -> None:
+    _check_line("id", id)
+    if "\0" in id:
+        raise SSEError(f"SSE id must not contain NUL: {id!r}")
+
+
 def encode_event(
     data: str,
     *,
@@ -113,9 +119,7 @@ def encode_event(
         _check_line("event name", event)
         head.append(f"event: {event}\n")
     if id is not None:
-        _check_line("id", id)
-        if "\0" in id:
-            raise SSEError(f"SSE id must not contain NUL: {id!r}")
+        _check_id(id)
         head.append(f"id: {id}\n")
     if retry is not None:
         if type(retry) is not int or retry < 0:
@@ -155,9 +159,7 @@ def encode_json(payload: bytes, *, event: str | None = None, id: str | int | Non
         head += b"id: %d\n" % id
     elif id is not None:
         assert isinstance(id, str)
-        _check_line("id", id)
-        if "\0" in id:
-            raise SSEError(f"SSE id must not contain NUL: {id!r}")
+        _check_id(id)
         head += b"id: " + id.encode() + b"\n"
     return head + b"data: " + payload + b"\n\n"
 

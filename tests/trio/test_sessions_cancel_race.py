@@ -31,16 +31,27 @@ def message(**fields: object) -> bytes:
 CREATE = message(type="session.create", uamp_version="1.0", session={"modalities": ["text"]})
 
 
-async def test_a_cancel_racing_a_queued_response_done_keeps_done_and_sends_no_cancelled() -> None:
+def open_host(nursery: trio.Nursery, **limits: int) -> SessionHost:
+    """A host of :class:`OneDelta` with session ``s`` created (its replies still queued)."""
     agent = OneDelta()
+    host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(**limits))
+    host.feed(CREATE)
+    return host
+
+
+def ask(host: SessionHost, text: str = "hi", session_id: str = "s") -> None:
+    """Feed one ``input.text`` and a ``response.create``."""
+    host.feed(orjson.dumps({"type": "input.text", "session_id": session_id, "text": text}))
+    host.feed(orjson.dumps({"type": "response.create", "session_id": session_id}))
+
+
+async def test_a_cancel_racing_a_queued_response_done_keeps_done_and_sends_no_cancelled() -> None:
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
             # Room for two events: response.created and the delta. The task
             # then waits to queue response.done, which the core has applied.
-            host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(outbox_size=2))
-            host.feed(CREATE)
-            host.feed(message(type="input.text", text="hi"))
-            host.feed(message(type="response.create"))
+            host = open_host(nursery, outbox_size=2)
+            ask(host)
             await trio.testing.wait_all_tasks_blocked()
             sent = [orjson.loads(m) for m in await host.outbox.take()]
             rid = next(e["response_id"] for e in sent if e["type"] == "response.created")
@@ -59,15 +70,12 @@ async def test_a_cancel_racing_a_queued_response_done_keeps_done_and_sends_no_ca
 
 
 async def test_a_cancel_while_response_done_waits_for_room_still_delivers_done() -> None:
-    agent = OneDelta()
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
-            host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(outbox_size=2))
-            host.feed(CREATE)
+            host = open_host(nursery, outbox_size=2)
             owed = await host.outbox.take()  # session.created, capabilities
             assert len(owed) == 2
-            host.feed(message(type="input.text", text="hi"))
-            host.feed(message(type="response.create"))
+            ask(host)
             await trio.testing.wait_all_tasks_blocked()
             # Two events queued, the task parked putting response.done (shielded).
             assert host.busy and len(host.outbox) == 2
@@ -87,21 +95,17 @@ async def test_a_cancel_while_response_done_waits_for_room_still_delivers_done()
 
 async def test_a_late_cancel_does_not_touch_the_next_response() -> None:
     """The session's worker runs both: a cancel meant for the first must not end the second."""
-    agent = OneDelta()
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
-            host = SessionHost(nursery, {"one": agent}, agent, limits=SessionLimits(outbox_size=2))
-            host.feed(CREATE)
+            host = open_host(nursery, outbox_size=2)
             await host.outbox.take()  # session.created, capabilities
-            host.feed(message(type="input.text", text="hi"))
-            host.feed(message(type="response.create"))
+            ask(host)
             await trio.testing.wait_all_tasks_blocked()
             # The worker waits (shielded) to queue the first response.done,
             # which the core has applied: the session is free for another.
             first = host.conn.sessions["s"].finished_responses[-1]
             assert host.feed(message(type="response.cancel", response_id=first)) == []
-            host.feed(message(type="input.text", text="again"))
-            assert host.feed(message(type="response.create")) == []
+            ask(host, "again")
             sent: list[dict[str, object]] = []
             while host.busy or len(host.outbox):
                 sent += [orjson.loads(m) for m in await host.outbox.take()]
@@ -113,16 +117,13 @@ async def test_a_late_cancel_does_not_touch_the_next_response() -> None:
 
 
 async def test_a_cancel_before_the_worker_starts_the_response_ends_it_cancelled() -> None:
-    agent = OneDelta()
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
-            host = SessionHost(nursery, {"one": agent}, agent)
-            host.feed(CREATE)
+            host = open_host(nursery)
             await host.outbox.take()
             for text in ("one", "two"):
                 # The second time the worker is idle, not newly started.
-                host.feed(message(type="input.text", text=text))
-                host.feed(message(type="response.create"))
+                ask(host, text)
                 rid = host.conn.sessions["s"].response.response_id  # type: ignore[union-attr]
                 assert host.feed(message(type="response.cancel", response_id=rid)) == []
                 await trio.testing.wait_all_tasks_blocked()
@@ -131,8 +132,7 @@ async def test_a_cancel_before_the_worker_starts_the_response_ends_it_cancelled(
                 assert sent[0]["response_id"] == rid
                 assert not host.busy
             # The session still answers: a third response runs to its end.
-            host.feed(message(type="input.text", text="three"))
-            host.feed(message(type="response.create"))
+            ask(host, "three")
             await trio.testing.wait_all_tasks_blocked()
             sent = [orjson.loads(m) for m in await host.outbox.take()]
             nursery.cancel_scope.cancel()
@@ -141,19 +141,17 @@ async def test_a_cancel_before_the_worker_starts_the_response_ends_it_cancelled(
 
 async def test_a_sessions_worker_ends_with_the_session() -> None:
     """Ended sessions leave no parked worker behind (a long connection opens many)."""
-    agent = OneDelta()
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
-            host = SessionHost(nursery, {"one": agent}, agent)
+            host = open_host(nursery)  # session "s" starts no worker: it never asks
             for n in range(3):
                 sid = f"s{n}"
-                host.feed(orjson.dumps({"type": "session.create", "uamp_version": "1.0",
-                                        "session_id": sid, "session": {"modalities": ["text"]}}))
-                host.feed(orjson.dumps({"type": "input.text", "session_id": sid, "text": "hi"}))
-                host.feed(orjson.dumps({"type": "response.create", "session_id": sid}))
+                host.feed(message(type="session.create", uamp_version="1.0", session_id=sid,
+                                  session={"modalities": ["text"]}))
+                ask(host, session_id=sid)
                 await trio.testing.wait_all_tasks_blocked()
                 assert len(nursery.child_tasks) == 1  # the session's worker, idle
-                host.feed(orjson.dumps({"type": "session.end", "session_id": sid}))
+                host.feed(message(type="session.end", session_id=sid))
                 await trio.testing.wait_all_tasks_blocked()
                 assert len(nursery.child_tasks) == 0
             sent = [orjson.loads(m)["type"] for m in await host.outbox.take()]
