@@ -227,13 +227,10 @@ class Outbox:
             OutboxClosed: The outbox is (or gets) closed.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while len(self._items) >= self._size and not self._closed:
+        while not self.offer(data):
+            if self._closed:
+                raise OutboxClosed
             await self._space.park()
-        if self._closed:
-            raise OutboxClosed
-        self._items.append(data)
-        if self._ready:
-            self._ready.unpark_all()
 
     def offer(self, data: bytes) -> bool:
         """Queue one event if there is room, without waiting; ``False`` when full or closed.
