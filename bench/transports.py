@@ -143,7 +143,7 @@ def serve_uamp(port_file: Path) -> None:
 
     from uamp_proto import events as ev
     from uamp_proto import types as ty
-    from uamp_proto.agent import Emit, TurnRequest
+    from uamp_proto.responder import Emit, TurnRequest
     from uamp_trio import Server, completions, create_app, uamp_ws
     from uamp_trio.sessions import SessionLimits
 

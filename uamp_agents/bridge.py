@@ -1,7 +1,7 @@
 """Serving a UAP agent through every transport: :func:`serve_agent`.
 
 The transports serve anything that satisfies the agent boundary,
-:class:`uamp_proto.agent.Agent`: a name, ``capabilities()`` and ``async
+:class:`uamp_proto.responder.Agent`: a name, ``capabilities()`` and ``async
 respond(request, emit)``, UAMP events in and out. :func:`serve_agent` wraps a
 runtime :class:`~uamp_agents.agent.Agent` into such an object, an
 :class:`AgentEndpoint`::
@@ -60,11 +60,11 @@ reports usage only in its final response) one more ``usage.delta`` carries
 the difference, so the transport's sum equals the run's usage and nothing is
 counted twice.
 
-*Failures.* Runtime errors become :class:`~uamp_proto.agent.AgentError` with
+*Failures.* Runtime errors become :class:`~uamp_proto.responder.ResponderError` with
 a code: ``budget_exceeded``, ``provider_error`` (``rate_limit_exceeded`` for
 a 429), ``guardrail_rejected``, ``invalid_structured_output``, ``plan_failed``,
 ``max_depth_exceeded``, ``no_model``, ``agent_error``; a run that used up its
-steps without answering is ``max_steps``. An ``AgentError`` or
+steps without answering is ``max_steps``. An ``ResponderError`` or
 ``PaymentRequiredError`` raised by a tool's or a middleware's code passes as
 it is; anything else is left to the transport (``internal_error``).
 """
@@ -77,7 +77,7 @@ from typing import Any
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import AgentError, Emit, TurnRequest
+from uamp_proto.responder import ResponderError, Emit, TurnRequest
 from uamp_proto.payment import PaymentRequiredError
 
 from .agent import Agent, NoModelError, agent
@@ -122,7 +122,7 @@ def serve_agent(
 
 
 class AgentEndpoint:
-    """A runtime agent as a :class:`uamp_proto.agent.Agent`; see the module docstring.
+    """A runtime agent as a :class:`uamp_proto.responder.Agent`; see the module docstring.
 
     Attributes:
         agent: The wrapped runtime agent.
@@ -187,7 +187,7 @@ class AgentEndpoint:
         """Run the agent on the request's conversation; see the module docstring.
 
         Raises:
-            AgentError: The run failed (see the module docstring for codes).
+            ResponderError: The run failed (see the module docstring for codes).
         """
         runner = self._variant(request)
         messages = list(request.messages)
@@ -226,7 +226,7 @@ class AgentEndpoint:
         assert turn is not None
         await mapper.finish(turn)
         if turn.stop_reason == "max_steps":
-            raise AgentError(
+            raise ResponderError(
                 "max_steps",
                 f"The agent stopped after {turn.steps} steps without a final answer.",
                 {"steps": turn.steps},
@@ -370,29 +370,29 @@ def _agent_error(exc: BaseException) -> BaseException:
     """The error to raise to the transport for a failed run."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _agent_error(exc.exceptions[0])
-    if isinstance(exc, AgentError | PaymentRequiredError):
+    if isinstance(exc, ResponderError | PaymentRequiredError):
         return exc
     if isinstance(exc, BudgetExceededError):
         details = {"kind": exc.kind, "limit": exc.limit, "used": exc.used}
-        return AgentError("budget_exceeded", str(exc), details)
+        return ResponderError("budget_exceeded", str(exc), details)
     if isinstance(exc, ProviderError):
         code = "rate_limit_exceeded" if exc.status == 429 else "provider_error"
         extra = {"status": exc.status, "retry_after": exc.retry_after}
-        return AgentError(
+        return ResponderError(
             code,
             f"The model provider failed: {exc.message}",
             {k: v for k, v in extra.items() if v is not None} or None,
         )
     if isinstance(exc, GuardrailError):
-        return AgentError("guardrail_rejected", str(exc), {"stage": exc.stage})
+        return ResponderError("guardrail_rejected", str(exc), {"stage": exc.stage})
     if isinstance(exc, StructuredOutputError):
-        return AgentError("invalid_structured_output", str(exc), {"problems": exc.problems})
+        return ResponderError("invalid_structured_output", str(exc), {"problems": exc.problems})
     if isinstance(exc, PlanError):
-        return AgentError("plan_failed", str(exc))
+        return ResponderError("plan_failed", str(exc))
     if isinstance(exc, SubAgentDepthError):
-        return AgentError("max_depth_exceeded", str(exc))
+        return ResponderError("max_depth_exceeded", str(exc))
     if isinstance(exc, AgentRuntimeError):
-        return AgentError("no_model" if isinstance(exc, NoModelError) else "agent_error", str(exc))
+        return ResponderError("no_model" if isinstance(exc, NoModelError) else "agent_error", str(exc))
     return exc
 
 

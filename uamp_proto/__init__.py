@@ -10,7 +10,7 @@ under trio, asyncio, threads, or a test with no event loop at all.
   state machine (sessions, responses, payment, delta windows).
 * :class:`ResponseTracker` -- one response's lifecycle and output.
 * :mod:`uamp_proto.sse`, :mod:`uamp_proto.flow`, :mod:`uamp_proto.payment`,
-  :mod:`uamp_proto.agent` (the agent boundary), :mod:`uamp_proto.adapters`.
+  :mod:`uamp_proto.responder` (the agent boundary), :mod:`uamp_proto.adapters`.
 """
 
 from . import events, types

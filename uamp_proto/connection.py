@@ -588,7 +588,7 @@ class Connection:
             if event_type is not None:
                 details["event_type"] = event_type
             if err.code == "version_mismatch":
-                err.reply = ev.ResponseError(
+                err.reply = ev.ResponseErrorEvent(
                     session_id=err.session_id,
                     error=ty.ErrorInfo(
                         code="version_mismatch",
@@ -597,7 +597,7 @@ class Connection:
                     ),
                 )
             else:
-                err.reply = ev.SessionError(
+                err.reply = ev.SessionErrorEvent(
                     session_id=err.session_id,
                     error=ty.ErrorInfo(code=err.code, message=err.message, details=details or None),
                 )

@@ -337,7 +337,7 @@ class SessionUpdated(Event):
 
 
 @attrs.frozen(kw_only=True)
-class SessionError(Event):
+class SessionErrorEvent(Event):
     """A session-level error (6.3)."""
 
     type: ClassVar[str] = "session.error"
@@ -390,7 +390,7 @@ class ResponseDone(Event):
 
 
 @attrs.frozen(kw_only=True)
-class ResponseError(Event):
+class ResponseErrorEvent(Event):
     """A response-level error (6.8); also carries ``version_mismatch`` (14.2)."""
 
     type: ClassVar[str] = "response.error"
@@ -621,7 +621,7 @@ class PaymentBalance(Event):
 
 
 @attrs.frozen(kw_only=True)
-class PaymentError(Event):
+class PaymentErrorEvent(Event):
     """A payment failed (7.2); see :data:`PAYMENT_ERROR_CODES`."""
 
     type: ClassVar[str] = "payment.error"
@@ -645,7 +645,7 @@ class Pong(Event):
 
 
 @attrs.frozen(kw_only=True)
-class SystemError(Event):
+class SystemErrorEvent(Event):
     """An error during internal processing."""
 
     type: ClassVar[str] = "system.error"
@@ -754,12 +754,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MessageRead,
         SessionCreated,
         SessionUpdated,
-        SessionError,
+        SessionErrorEvent,
         CapabilitiesEvent,
         ResponseCreated,
         ResponseDelta,
         ResponseDone,
-        ResponseError,
+        ResponseErrorEvent,
         ResponseCancelled,
         ToolCall,
         ToolCallDone,
@@ -778,9 +778,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PaymentRequired,
         PaymentAccepted,
         PaymentBalance,
-        PaymentError,
+        PaymentErrorEvent,
         Pong,
-        SystemError,
+        SystemErrorEvent,
         SystemStop,
         SystemCancel,
         SystemPing,

@@ -108,7 +108,7 @@ class PaymentNegotiation:
         self.paused_response: str | None = None
         self.topup = False
         self.balance: ev.PaymentBalance | None = None
-        self.last_error: ev.PaymentError | None = None
+        self.last_error: ev.PaymentErrorEvent | None = None
 
     @property
     def blocks_content(self) -> bool:
@@ -158,8 +158,8 @@ class PaymentNegotiation:
         elif kind is ev.PaymentAccepted:
             self.paused_response = None
             self.topup = False
-        elif kind is ev.PaymentError:
-            assert isinstance(event, ev.PaymentError)
+        elif kind is ev.PaymentErrorEvent:
+            assert isinstance(event, ev.PaymentErrorEvent)
             self.last_error = event
             if event.can_retry and self.state is PaymentState.SUBMITTED:
                 new = PaymentState.REQUIRED

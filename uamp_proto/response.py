@@ -170,7 +170,7 @@ class ResponseTracker:
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
         elif kind is ev.ResponseCancelled:
             self.state = ResponseState.CANCELLED
-        elif kind is ev.ResponseError:
+        elif kind is ev.ResponseErrorEvent:
             self.state = ResponseState.FAILED
             self.error = event.error  # type: ignore[attr-defined]
 
@@ -443,9 +443,9 @@ class ResponseTracker:
         details: dict[str, Any] | None = None,
         *,
         session_id: str | None = None,
-    ) -> ev.ResponseError:
+    ) -> ev.ResponseErrorEvent:
         """A ``response.error`` event for this response."""
-        return ev.ResponseError(
+        return ev.ResponseErrorEvent(
             response_id=self.response_id,
             error=ty.ErrorInfo(code=code, message=message, details=details),
             session_id=session_id,

@@ -13,7 +13,7 @@ from .demo import DemoAgent
 from .http import HTTPError, Request, Response, StreamingResponse, json_response
 from .routing import App, Router, create_app
 from .server import Server, ServerConfig, serve
-from .turns import Turn, TurnOutcome, open_turn
+from .turns import ResponseRun, ResponseOutcome, open_response
 from .websocket import WebSocket, WebSocketRequest
 
 __all__ = [
@@ -26,12 +26,12 @@ __all__ = [
     "Server",
     "ServerConfig",
     "StreamingResponse",
-    "Turn",
-    "TurnOutcome",
+    "ResponseRun",
+    "ResponseOutcome",
     "WebSocket",
     "WebSocketRequest",
     "create_app",
     "json_response",
-    "open_turn",
+    "open_response",
     "serve",
 ]

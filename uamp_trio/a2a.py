@@ -16,7 +16,7 @@ Endpoints, for every hosted agent (and at the root for a single agent):
   ``GET /agents/{name}/tasks/{id}`` and ``DELETE /agents/{name}/tasks/{id}``
   (cancel).
 
-Each task runs one UAMP turn (:func:`uamp_trio.turns.open_turn`) per
+Each task runs one UAMP turn (:func:`uamp_trio.turns.open_response`) per
 message in the server's background nursery (``App.background``): a blocking
 send waits for it, a streaming send streams it, and a
 ``returnImmediately`` (1.0) / ``blocking: false`` (0.3) send answers at once
@@ -48,14 +48,14 @@ import trio
 from uamp_proto import types as ty
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
-from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.sse import encode_json
 
 from .http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
 from .routing import App, Transport
-from .turns import open_turn
+from .turns import open_response
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -199,7 +199,7 @@ class A2ATransport:
             return json_response(a2a.error_response(call.id, exc, call.dialect))
 
     async def _dispatch(
-        self, agent: Agent, call: a2a.RpcCall, request: Request
+        self, agent: Responder, call: a2a.RpcCall, request: Request
     ) -> Response | StreamingResponse:
         op, params, dialect = call.operation, call.params, call.dialect
         if op == "send":
@@ -234,7 +234,7 @@ class A2ATransport:
         )
 
     def _stream_rpc(
-        self, agent: Agent, prepared: _Prepared, call: a2a.RpcCall
+        self, agent: Responder, prepared: _Prepared, call: a2a.RpcCall
     ) -> StreamingResponse:
         dialect = call.dialect
 
@@ -249,7 +249,7 @@ class A2ATransport:
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
-    def _subscribe(self, agent: Agent, task_id: str, call: a2a.RpcCall) -> StreamingResponse:
+    def _subscribe(self, agent: Responder, task_id: str, call: a2a.RpcCall) -> StreamingResponse:
         task = self._task(agent, task_id)
         if task.state.is_terminal:
             raise A2AError(
@@ -274,7 +274,7 @@ class A2ATransport:
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
-    def _list(self, agent: Agent, params: dict[str, Any]) -> dict[str, Any]:
+    def _list(self, agent: Responder, params: dict[str, Any]) -> dict[str, Any]:
         context_id = params.get("contextId") or None
         status = params.get("status") or None
         wanted: a2a.TaskState | None = None
@@ -367,7 +367,7 @@ class A2ATransport:
 
     # --- tasks ---------------------------------------------------------------------------
 
-    def _task(self, agent: Agent, task_id: str) -> A2ATask:
+    def _task(self, agent: Responder, task_id: str) -> A2ATask:
         task = self.store.get(task_id)
         if task.agent != agent.name:  # another agent's task does not exist here
             raise A2AError(a2a.TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
@@ -375,7 +375,7 @@ class A2ATransport:
 
     def _prepare(
         self,
-        agent: Agent,
+        agent: Responder,
         params: dict[str, Any],
         dialect: Dialect,
         request: Request,
@@ -480,7 +480,7 @@ class A2ATransport:
 
     async def _execute(
         self,
-        agent: Agent,
+        agent: Responder,
         prepared: _Prepared,
         write: Callable[[Update], Awaitable[None]] | None,
         *,
@@ -514,7 +514,7 @@ class A2ATransport:
 
     async def _run(
         self,
-        agent: Agent,
+        agent: Responder,
         prepared: _Prepared,
         write: Callable[[Update], Awaitable[None]] | None,
         live: _Live | None = None,
@@ -542,7 +542,7 @@ class A2ATransport:
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await deliver([run.status()])
-            async with open_turn(agent, prepared.turn) as turn:
+            async with open_response(agent, prepared.turn) as turn:
                 live.cancel = turn.cancel
                 if live.cancel_requested:
                     turn.cancel()
@@ -576,7 +576,7 @@ class A2ATransport:
                 live.primary.close()
             live.done.set()
 
-    async def _cancel(self, agent: Agent, task_id: str) -> A2ATask:
+    async def _cancel(self, agent: Responder, task_id: str) -> A2ATask:
         task = self._task(agent, task_id)
         live = self._live.get(task_id)
         if live is None:

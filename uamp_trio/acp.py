@@ -1,4 +1,4 @@
-"""The Agent Client Protocol transport: stdio, WebSocket and HTTP (spec 004).
+"""The Responder Client Protocol transport: stdio, WebSocket and HTTP (spec 004).
 
 One JSON-RPC 2.0 dispatcher, :class:`AcpConnection`, serves three carriers:
 
@@ -25,7 +25,7 @@ Methods (see :mod:`uamp_proto.adapters.acp` for the translation):
   ``capabilities``.
 
 Every request runs in its own task, so ``session/cancel`` is read while a
-prompt streams. Each prompt is one UAMP turn (:func:`~uamp_trio.turns.open_turn`).
+prompt streams. Each prompt is one UAMP turn (:func:`~uamp_trio.turns.open_response`).
 Payment: with a :class:`~uamp_proto.payment.PaymentPolicy`, a prompt whose
 token (``payment_token`` in the params or ``_meta``, else the one the session
 last paid with) does not pass is refused with JSON-RPC error ``-32402`` and
@@ -49,13 +49,13 @@ import trio
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
-from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 
 from .http import HTTPError, Request, Response
 from .routing import App
-from .turns import Turn, TurnOutcome, open_turn
+from .turns import ResponseRun, ResponseOutcome, open_response
 from .websocket import ConnectionClosed, WebSocketRequest
 
 __all__ = [
@@ -102,7 +102,7 @@ class AcpSession:
     cwd: str
     messages: list[ty.Message] = attrs.field(factory=list)
     payment_token: str | None = None
-    turn: Turn | None = None
+    turn: ResponseRun | None = None
     busy: bool = False
 
 
@@ -143,7 +143,7 @@ class AcpConnection:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Responder,
         store: AcpSessionStore,
         send: SendPayload | None,
         *,
@@ -304,7 +304,7 @@ class AcpConnection:
         encoder = acp.UpdateEncoder()
         session.busy = True
         try:
-            async with open_turn(self.agent, request) as turn:
+            async with open_response(self.agent, request) as turn:
                 session.turn = turn
                 async for event in turn:
                     for update in encoder.feed(event):
@@ -323,7 +323,7 @@ class AcpConnection:
         return self._prompt_result(outcome)
 
     @staticmethod
-    def _prompt_result(outcome: TurnOutcome) -> dict[str, Any]:
+    def _prompt_result(outcome: ResponseOutcome) -> dict[str, Any]:
         error = outcome.error
         reason = acp.stop_reason(outcome.status, error.code if error else None)
         if reason is None:
@@ -349,7 +349,7 @@ class AcpConnection:
             metadata={"transport": "acp"},
         )
         await self._notify("prompt/started", {"requestId": str(request_id)})
-        async with open_turn(self.agent, request) as turn:
+        async with open_response(self.agent, request) as turn:
             async for event in turn:
                 delta = getattr(event, "delta", None)
                 if isinstance(delta, ty.DeltaText) and delta.text:
@@ -398,7 +398,7 @@ class AcpConnection:
             messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
             metadata={"transport": "acp", "tool_call": {"name": name, "arguments": arguments}},
         )
-        async with open_turn(self.agent, request) as turn:
+        async with open_response(self.agent, request) as turn:
             async for _ in turn:
                 pass
         outcome = turn.outcome
@@ -447,7 +447,7 @@ async def _serve_stream(
 
 
 async def serve_stdio(
-    agent: Agent,
+    agent: Responder,
     *,
     stdin: trio.abc.ReceiveStream | None = None,
     stdout: trio.abc.SendStream | None = None,

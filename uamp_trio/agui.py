@@ -3,7 +3,7 @@
 The body is AG-UI's ``RunAgentInput``; the answer is an SSE stream of AG-UI
 events (``data: {json}`` per event), from ``RUN_STARTED`` to ``RUN_FINISHED``
 or ``RUN_ERROR``. The translation is :mod:`uamp_proto.adapters.agui`; this
-module runs the turn (:func:`uamp_trio.turns.open_turn`) and writes.
+module runs the turn (:func:`uamp_trio.turns.open_response`) and writes.
 
 * A body that is not JSON, or not a RunAgentInput at all (no ``threadId`` /
   ``runId``), is answered ``400`` with a JSON error.
@@ -31,7 +31,7 @@ from uamp_proto.sse import encode_json
 
 from .http import HTTPError, Request, SendChunk, StreamingResponse
 from .routing import App, Transport
-from .turns import open_turn
+from .turns import open_response
 
 __all__ = ["AguiTransport", "mount", "transport"]
 
@@ -93,7 +93,7 @@ class AguiTransport:
 
         async def produce(send: SendChunk) -> None:
             await send(_frame(encoder.start(run)))
-            async with open_turn(agent, turn_req) as turn:
+            async with open_response(agent, turn_req) as turn:
                 async for event in turn:
                     out = encoder.feed(event)
                     if out:

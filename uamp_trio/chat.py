@@ -106,7 +106,7 @@ async def _turn(
                 unpaid = True
                 await session.cancel()
                 continue
-            if isinstance(event, ev.PaymentError):
+            if isinstance(event, ev.PaymentErrorEvent):
                 printer.note("payment", f"{event.code}: {event.message}", "red")
                 unpaid = True
                 await session.cancel()
@@ -126,7 +126,7 @@ async def _turn(
                 thinking.append(event.content)
             elif isinstance(event, ev.ToolCall):
                 printer.note("tool", f"{event.name}({event.arguments})", "cyan")
-            elif isinstance(event, ev.ResponseError):
+            elif isinstance(event, ev.ResponseErrorEvent):
                 printer.note("error", f"{event.error.code}: {event.error.message}", "red")
     if thinking:
         printer.note("thinking", "".join(thinking), "magenta")

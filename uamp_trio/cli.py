@@ -7,13 +7,13 @@ once); the process exits 0. By default it hosts ``demo``: a UAP agent
 (:func:`uamp_agents.bridge.demo_agent`, the offline demo model with the tools
 ``add`` and ``now``) served through the agent bridge.
 
-``--agent`` takes anything satisfying :class:`uamp_proto.agent.Agent`, or a
+``--agent`` takes anything satisfying :class:`uamp_proto.responder.Agent`, or a
 :class:`uamp_agents.Agent` (the UAP runtime), which is wrapped with
 :func:`uamp_agents.bridge.serve_agent`; this module is the only place that
 knows both layers.
 
 ``uamp acp [--agent module:attr] [--payment-token T ...]`` runs one agent (the
-demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
+demo agent by default) as an Responder Client Protocol agent on stdin/stdout, for
 editors; it exits when stdin closes.
 
 Subcommands register themselves in :data:`SUBCOMMANDS`: a function that adds
@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from uamp_proto.agent import Agent
+from uamp_proto.responder import Responder
 from uamp_proto.payment import TokenPolicy
 
 from .routing import App, create_app
@@ -45,11 +45,11 @@ __all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "main"]
 _DEFAULTS = ServerConfig()
 
 
-def load_agent(spec: str) -> Agent:
+def load_agent(spec: str) -> Responder:
     """Load ``module:attr`` as an agent.
 
     ``attr`` (dotted for nested names) may be an object satisfying
-    :class:`~uamp_proto.agent.Agent`, a UAP agent
+    :class:`~uamp_proto.responder.Agent`, a UAP agent
     (:class:`uamp_agents.Agent`), or a class / zero-argument factory
     returning either. A UAP agent is served through
     :func:`uamp_agents.bridge.serve_agent` under its ``name``, or the
@@ -73,14 +73,14 @@ def load_agent(spec: str) -> Agent:
     label = attr.rsplit(".", 1)[-1]
     if _is_uap_agent(obj):
         return _bridge(obj, label)
-    if isinstance(obj, type) or (not isinstance(obj, Agent) and callable(obj)):
+    if isinstance(obj, type) or (not isinstance(obj, Responder) and callable(obj)):
         try:
             obj = obj()
         except Exception as exc:
             raise ValueError(f"--agent {spec!r}: calling {attr}() failed: {exc}") from exc
     if _is_uap_agent(obj):
         return _bridge(obj, label)
-    if not isinstance(obj, Agent):
+    if not isinstance(obj, Responder):
         raise ValueError(
             f"--agent {spec!r}: {type(obj).__name__} is not an agent "
             "(needs name, capabilities() and async respond(request, emit))"
@@ -94,13 +94,13 @@ def _is_uap_agent(obj: Any) -> bool:
     return isinstance(obj, UAPAgent)
 
 
-def _bridge(obj: Any, label: str) -> Agent:
+def _bridge(obj: Any, label: str) -> Responder:
     from uamp_agents.bridge import serve_agent
 
     return serve_agent(obj, name=obj.name or label)
 
 
-def default_agent() -> Agent:
+def default_agent() -> Responder:
     """What ``uamp serve`` and ``uamp acp`` host without ``--agent``: the UAP demo agent.
 
     It is :func:`uamp_agents.bridge.demo_agent` served through the bridge.

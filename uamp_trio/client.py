@@ -230,7 +230,7 @@ class ResponseStream:
         etype = event.type
         if etype == "session.error" and not self._created:
             self._finish()
-            assert isinstance(event, ev.SessionError)
+            assert isinstance(event, ev.SessionErrorEvent)
             raise UampError(event.error.code, event.error.message, event)
         if etype == "response.created":
             self._created = True
@@ -259,7 +259,7 @@ class ResponseStream:
         elif isinstance(event, ev.ResponseCancelled):
             status, output = "cancelled", list(event.partial_output or [])
         else:
-            assert isinstance(event, ev.ResponseError)
+            assert isinstance(event, ev.ResponseErrorEvent)
             status, error = "failed", event.error
         self.result = ResponseResult(
             response_id=getattr(event, "response_id", None) or self.response_id,
@@ -318,7 +318,7 @@ class ClientSession:
         self.agent: str | None = None
         self.capabilities: ty.Capabilities | None = None
         self.created: ev.SessionCreated | None = None
-        self.errors: deque[ev.SessionError] = deque(maxlen=64)
+        self.errors: deque[ev.SessionErrorEvent] = deque(maxlen=64)
         self.payments: deque[ev.Event] = deque(maxlen=64)
         self.on_tool_call = on_tool_call
         self.on_payment_required = on_payment_required
@@ -467,7 +467,7 @@ class ClientSession:
             if self._updated:
                 self._updated.popleft().set()
         elif etype == "session.error" and not self._ready.is_set():
-            assert isinstance(event, ev.SessionError)
+            assert isinstance(event, ev.SessionErrorEvent)
             self._failure = UampError(event.error.code, event.error.message, event)
             self._ready.set()
         elif etype == "session.end":
@@ -486,7 +486,7 @@ class ClientSession:
                 nursery.start_soon(self._pay, event)
             await self._send_ch.send(event)
         elif etype == "session.error":
-            assert isinstance(event, ev.SessionError)
+            assert isinstance(event, ev.SessionErrorEvent)
             self.errors.append(event)
 
     async def _run_tool(self, call: ev.ToolCall) -> None:

@@ -20,7 +20,7 @@ text is the assistant message content (all text deltas joined; empty for a
 tool-calls-only answer); the signed request is the HTTP body as received.
 
 Each request is one UAMP turn, run inline in the request's task
-(:func:`uamp_trio.turns.run_turn`): the sans-IO adapter
+(:func:`uamp_trio.turns.run_response`): the sans-IO adapter
 :mod:`uamp_proto.adapters.completions` validates the body into a
 ``TurnRequest`` and renders the turn's events as completion JSON or chunks.
 A streamed turn renders each event to its SSE bytes as the agent emits it and
@@ -51,7 +51,7 @@ from uamp_proto.adapters.completions import (
     parse_request,
     sse_data,
 )
-from uamp_proto.agent import Agent
+from uamp_proto.responder import Responder
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event
 from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
@@ -65,13 +65,13 @@ from .http import (
     json_response,
 )
 from .routing import App
-from .turns import TurnOutcome, run_turn
+from .turns import ResponseOutcome, run_response
 
 __all__ = ["CompletionsTransport", "mount"]
 
 log = logging.getLogger("uamp_trio.completions")
 
-#: HTTP status for an AgentError code in a non-streamed completion.
+#: HTTP status for an ResponderError code in a non-streamed completion.
 _STATUS_FOR_CODE = {
     "invalid_request": 400,
     "unauthorized": 401,
@@ -95,7 +95,7 @@ def _error_status(code: str) -> int:
     return _STATUS_FOR_CODE.get(code, 500)
 
 
-def _error_json(outcome: TurnOutcome) -> tuple[int, dict[str, Any]]:
+def _error_json(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:
     error = outcome.error
     code = error.code if error else "internal_error"
     message = error.message if error else "The response ended without output."
@@ -200,7 +200,7 @@ class CompletionsTransport:
 
     async def _complete(
         self,
-        agent: Agent,
+        agent: Responder,
         parsed: CompletionRequest,
         completion_id: str,
         created: int,
@@ -208,7 +208,7 @@ class CompletionsTransport:
     ) -> Response:
         # The tracker accumulates the reply; the events themselves go nowhere
         # (no sink) and are not stamped with ids.
-        outcome = await run_turn(agent, parsed.turn, None, stamp=False)
+        outcome = await run_response(agent, parsed.turn, None, stamp=False)
         if outcome.status in ("failed", "cancelled"):
             status, err = _error_json(outcome)
             return json_response(err, status)
@@ -235,7 +235,7 @@ class CompletionsTransport:
 
     async def _stream(
         self,
-        agent: Agent,
+        agent: Responder,
         parsed: CompletionRequest,
         completion_id: str,
         created: int,
@@ -258,7 +258,7 @@ class CompletionsTransport:
             if frame:
                 await send(frame)
 
-        outcome = await run_turn(agent, parsed.turn, sink, stamp=False)
+        outcome = await run_response(agent, parsed.turn, sink, stamp=False)
         if outcome.status in ("failed", "cancelled"):
             # Headers are gone already: report the error in the stream, the
             # way OpenAI does (the SDK raises it as an APIError).

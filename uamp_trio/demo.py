@@ -39,7 +39,7 @@ import hashlib
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest, placeholder_arguments
+from uamp_proto.responder import Emit, TurnRequest, placeholder_arguments
 
 __all__ = ["DemoAgent"]
 

@@ -10,7 +10,7 @@ The sans-IO :class:`~uamp_proto.adapters.realtime.RealtimeSession` answers
 every client event; this module adds the I/O and runs the responses:
 
 * ``session.created`` is sent first, unprompted;
-* ``response.create`` starts one UAMP turn (:func:`~uamp_trio.turns.open_turn`)
+* ``response.create`` starts one UAMP turn (:func:`~uamp_trio.turns.open_response`)
   in its own task, so the socket keeps reading; its events go out through a
   :class:`~uamp_proto.adapters.realtime.ResponseEncoder`. One response runs
   at a time (a second ``response.create`` gets an
@@ -43,13 +43,13 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters import realtime as rt
-from uamp_proto.agent import Agent
+from uamp_proto.responder import Responder
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 
 from .http import HTTPError
 from .routing import App
-from .turns import Turn, open_turn
+from .turns import ResponseRun, open_response
 from .websocket import ConnectionClosed, WebSocket, WebSocketRequest
 
 __all__ = ["RealtimeTransport", "mount"]
@@ -67,7 +67,7 @@ def _ids(prefix: str) -> str:
 class _Active:
     response_id: str
     encoder: rt.ResponseEncoder
-    turn: Turn | None = None
+    turn: ResponseRun | None = None
     cancel_requested: bool = False
 
 
@@ -77,7 +77,7 @@ class _RealtimeConnection:
     def __init__(
         self,
         ws: WebSocket,
-        agent: Agent,
+        agent: Responder,
         session: rt.RealtimeSession,
         payment_policy: PaymentPolicy | None,
     ) -> None:
@@ -178,7 +178,7 @@ class _RealtimeConnection:
     async def _respond(self, active: _Active, request: Any) -> None:
         encoder = active.encoder
         try:
-            async with open_turn(self.agent, request) as turn:
+            async with open_response(self.agent, request) as turn:
                 active.turn = turn
                 if active.cancel_requested:
                     turn.cancel()
@@ -215,7 +215,7 @@ class _RealtimeConnection:
         self.payment_token = action.token
         requirements = self._requirements()
         if requirements is not None:
-            error = ev.PaymentError(
+            error = ev.PaymentErrorEvent(
                 code="token_invalid",
                 message="The payment token was not accepted; submit a valid token.",
                 can_retry=True,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from uamp_proto.agent import Agent
+from uamp_proto.responder import Responder
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 
 from .http import Endpoint, HTTPError
@@ -166,10 +166,10 @@ class App:
     """The agents a server hosts and the routes of their transports."""
 
     def __init__(
-        self, agents: Iterable[Agent] = (), *, payment_policy: PaymentPolicy | None = None
+        self, agents: Iterable[Responder] = (), *, payment_policy: PaymentPolicy | None = None
     ) -> None:
         self.router = Router()
-        self.agents: dict[str, Agent] = {}
+        self.agents: dict[str, Responder] = {}
         #: Consulted by every transport before a turn runs (``None``: free).
         #: Transports read it when a request arrives, so it may be set after
         #: mounting.
@@ -198,7 +198,7 @@ class App:
         requirements = self.payment_policy.check(agent, token)
         return None if requirements is None else PaymentRequiredError(requirements)
 
-    def add_agent(self, agent: Agent) -> None:
+    def add_agent(self, agent: Responder) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/``.
 
         Raises:
@@ -249,7 +249,7 @@ class App:
         if root:
             self.router.add_websocket(subpath, handler, label=None)
 
-    def resolve_agent(self, path_params: dict[str, str], *, model: str | None = None) -> Agent:
+    def resolve_agent(self, path_params: dict[str, str], *, model: str | None = None) -> Responder:
         """The agent a request addresses.
 
         Args:
@@ -319,7 +319,7 @@ def _default_transports() -> Sequence[Transport]:
 
 
 def create_app(
-    agents: Iterable[Agent],
+    agents: Iterable[Responder],
     transports: Sequence[Transport] | None = None,
     *,
     payment_policy: PaymentPolicy | None = None,

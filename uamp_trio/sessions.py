@@ -24,7 +24,7 @@ event type (UAMP sections 3, 5, 6, 10):
     the transport's nursery, started by the first response), which runs the
     session's responses one after another under a cancel scope it replaces
     after each cancel. The worker runs the agent with the inline turn runner
-    (:class:`uamp_trio.turns.TurnRunner`, which owns the response lifecycle)
+    (:class:`uamp_trio.turns.ResponseRunner`, which owns the response lifecycle)
     whose sink passes each event through the core straight into the outbox,
     with no channel hop (on trio a task switch per event costs more than
     encoding the event).
@@ -101,13 +101,13 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, Emit, TurnRequest
+from uamp_proto.responder import Responder, Emit, TurnRequest
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
 from uamp_proto.payment import PaymentRequiredError, PaymentState
 from uamp_proto.response import ResponseTracker
 
-from .turns import YIELD_EVERY, TurnRunner, TurnStatus
+from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
     from .routing import App
@@ -122,7 +122,7 @@ __all__ = [
 
 log = logging.getLogger("uamp_trio.sessions")
 
-_TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
+_TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 #: How many times one response may stop on a :class:`PaymentRequiredError`
 #: raised by its agent (each one answered by a payment) before it fails with
 #: ``response.error`` ``payment_required``: an agent that keeps refusing what
@@ -340,7 +340,7 @@ class _Response:
 class _Session:
     """The transport's side of one UAMP session."""
 
-    def __init__(self, session_id: str, agent: Agent) -> None:
+    def __init__(self, session_id: str, agent: Responder) -> None:
         self.id = session_id
         self.agent = agent
         #: Parked on by the worker inside a response; woken by acks, tool results, cancels.
@@ -409,8 +409,8 @@ class _PayingAgent:
             request = retry
 
 
-def _error(session_id: str | None, code: str, message: str) -> ev.SessionError:
-    return ev.SessionError(
+def _error(session_id: str | None, code: str, message: str) -> ev.SessionErrorEvent:
+    return ev.SessionErrorEvent(
         session_id=session_id, error=ty.ErrorInfo(code=code, message=message)
     )
 
@@ -435,8 +435,8 @@ class SessionHost:
     def __init__(
         self,
         nursery: trio.Nursery,
-        agents: Mapping[str, Agent],
-        agent: Agent | None = None,
+        agents: Mapping[str, Responder],
+        agent: Responder | None = None,
         *,
         limits: SessionLimits | None = None,
         transport: str = "uamp",
@@ -595,7 +595,7 @@ class SessionHost:
             assert isinstance(event, ev.CapabilitiesQuery)
             self._capabilities(session, event)
 
-    def _resolve(self, name: str | None) -> Agent | tuple[str, str]:
+    def _resolve(self, name: str | None) -> Responder | tuple[str, str]:
         fixed = self._fixed
         if fixed is not None:
             if name is None or name == fixed.name:
@@ -632,7 +632,7 @@ class SessionHost:
 
     def _capabilities(self, session: _Session | None, event: ev.CapabilitiesQuery) -> None:
         if session is not None:
-            agent: Agent | tuple[str, str] = session.agent
+            agent: Responder | tuple[str, str] = session.agent
         else:
             agent = self._resolve(event.model)
         if isinstance(agent, tuple):
@@ -681,7 +681,7 @@ class SessionHost:
         unpaid = self._unpaid(session.agent.name, negotiation.token)
         reply: ev.Event
         if unpaid is not None:
-            reply = ev.PaymentError(
+            reply = ev.PaymentErrorEvent(
                 session_id=session.id,
                 code="token_invalid",
                 message="The payment token was not accepted; submit a valid token.",
@@ -905,7 +905,7 @@ class SessionHost:
     ) -> TurnStatus:
         """One call of ``agent.respond`` through the inline turn runner; returns how it ended.
 
-        :class:`~uamp_trio.turns.TurnRunner` owns the lifecycle
+        :class:`~uamp_trio.turns.ResponseRunner` owns the lifecycle
         (``response.created`` first unless this is a later tool round, one
         terminal event unless client tools are pending, error mapping); its
         sink passes each event through the core straight into the outbox,
@@ -945,7 +945,7 @@ class SessionHost:
             raise _SessionGone
         # The worker's scope is the only one: response.cancel cancels it and
         # the worker sends response.cancelled (cancellable=False).
-        runner = TurnRunner(
+        runner = ResponseRunner(
             agent, request, sink, tracker=tracker, created=first, yield_every=YIELD_EVERY,
             stamp=False, track=False, cancellable=False,
         )

@@ -44,7 +44,7 @@ from urllib.parse import parse_qs
 import orjson
 import trio
 
-from uamp_proto.agent import Agent
+from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
 from .http import (
@@ -76,7 +76,7 @@ _SESSION_HEADER: Final = "x-session-id"
 class _HttpSession:
     """One HTTP+SSE session: a host, its system task and its stream."""
 
-    def __init__(self, transport: SSEEventsTransport, agent: Agent | None) -> None:
+    def __init__(self, transport: SSEEventsTransport, agent: Responder | None) -> None:
         self.transport = transport
         self.agent = agent
         self.host: SessionHost | None = None
@@ -200,7 +200,7 @@ class SSEEventsTransport:
         self._sessions: dict[str, _HttpSession] = {}
 
     @property
-    def agents(self) -> Mapping[str, Agent]:
+    def agents(self) -> Mapping[str, Responder]:
         """The hosted agents, by name."""
         return self.app.agents
 
@@ -213,7 +213,7 @@ class SSEEventsTransport:
         if hs.id is not None and self._sessions.get(hs.id) is hs:
             del self._sessions[hs.id]
 
-    def _path_agent(self, request: Request) -> Agent | None:
+    def _path_agent(self, request: Request) -> Responder | None:
         name = request.path_params.get("agent")
         if name is None:
             return None

@@ -1,24 +1,24 @@
-"""The turn driver: runs one response of an :class:`~uamp_proto.agent.Agent`.
+"""The turn driver: runs one response of an :class:`~uamp_proto.responder.Agent`.
 
 Two ways to run a turn, with one contract and one implementation
-(:class:`TurnRunner`):
+(:class:`ResponseRunner`):
 
 * **inline**, for transports on the hot path: the agent runs in the caller's
   task and every event goes straight to an async ``sink`` callback, with no
   channel and no task switch in between (on trio a channel hop costs more
   than encoding the event)::
 
-      runner = TurnRunner(agent, request, sink)
+      runner = ResponseRunner(agent, request, sink)
       outcome = await runner.run()     # runner.cancel() from elsewhere
 
 * **iterated**, for transports that want to pull events::
 
-      async with open_turn(agent, request) as turn:
+      async with open_response(agent, request) as turn:
           async for event in turn:
               ...                       # write it in the transport's format
       outcome = turn.outcome
 
-  :func:`open_turn` runs a :class:`TurnRunner` in a task of its own whose
+  :func:`open_response` runs a :class:`ResponseRunner` in a task of its own whose
   sink is a bounded memory channel, so a slow reader slows the agent down
   (backpressure) instead of growing a queue.
 
@@ -36,24 +36,24 @@ The contract (the agent boundary's; the runner owns the response lifecycle):
    ``respond`` returned;
 3. it ends with exactly one terminal event: ``response.done`` with the
    accumulated output and usage; ``response.cancelled`` with the partial
-   output when :meth:`TurnRunner.cancel` was called (a cancel scope around
-   ``respond``; a cancel before :meth:`~TurnRunner.run` counts too);
-   ``response.error`` with the :class:`AgentError`'s code,
+   output when :meth:`ResponseRunner.cancel` was called (a cancel scope around
+   ``respond``; a cancel before :meth:`~ResponseRunner.run` counts too);
+   ``response.error`` with the :class:`ResponderError`'s code,
    ``payment_required`` for a
    :class:`~uamp_proto.payment.PaymentRequiredError`, or ``internal_error``
    for any other exception (logged, never re-raised, so the server keeps
    running);
 4. except when the agent asked the client to run tools (``tool.call``) and
    returned: then no terminal event is sent, the outcome's status is
-   ``requires_action`` and :attr:`TurnOutcome.pending_tool_calls` lists the
+   ``requires_action`` and :attr:`ResponseOutcome.pending_tool_calls` lists the
    calls. Completions ends its HTTP response with ``finish_reason:
    "tool_calls"``; a UAMP WebSocket waits for ``tool.result`` and runs the
    agent again with the extended conversation.
 
 A failure of the *sink* (the peer went away: ``BrokenResourceError`` ...) is
 not the agent's: the runner stops the agent and re-raises it from
-:meth:`~TurnRunner.run`, without a terminal event, since there is nowhere to
-send one. Cancellation from outside (not :meth:`~TurnRunner.cancel`)
+:meth:`~ResponseRunner.run`, without a terminal event, since there is nowhere to
+send one. Cancellation from outside (not :meth:`~ResponseRunner.cancel`)
 propagates as usual.
 """
 
@@ -69,7 +69,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, AgentError, TurnRequest
+from uamp_proto.responder import Responder, ResponderError, TurnRequest
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.response import ResponseTracker
 
@@ -77,12 +77,12 @@ __all__ = [
     "DEFAULT_BUFFER",
     "YIELD_EVERY",
     "Sink",
-    "Turn",
-    "TurnOutcome",
-    "TurnRunner",
+    "ResponseRun",
+    "ResponseOutcome",
+    "ResponseRunner",
     "TurnStatus",
-    "open_turn",
-    "run_turn",
+    "open_response",
+    "run_response",
 ]
 
 log = logging.getLogger("uamp_trio.turns")
@@ -99,11 +99,11 @@ TurnStatus = Literal["completed", "requires_action", "cancelled", "failed"]
 #: Takes one event of the turn; awaiting it is the agent's backpressure.
 Sink = Callable[[ev.Event], Awaitable[None]]
 
-_TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError)
+_TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 
 
 @attrs.frozen(kw_only=True)
-class TurnOutcome:
+class ResponseOutcome:
     """How a turn ended.
 
     Attributes:
@@ -115,7 +115,7 @@ class TurnOutcome:
 
     status: TurnStatus
     tracker: ResponseTracker
-    final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseError | None
+    final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseErrorEvent | None
 
     @property
     def pending_tool_calls(self) -> list[ty.ToolInvocation]:
@@ -125,19 +125,19 @@ class TurnOutcome:
     @property
     def error(self) -> ty.ErrorInfo | None:
         """The error of a failed turn."""
-        return self.final.error if isinstance(self.final, ev.ResponseError) else None
+        return self.final.error if isinstance(self.final, ev.ResponseErrorEvent) else None
 
 
-def _agent_error(exc: BaseException) -> AgentError | None:
-    """The AgentError behind ``exc`` (also a lone one inside an exception group).
+def _agent_error(exc: BaseException) -> ResponderError | None:
+    """The ResponderError behind ``exc`` (also a lone one inside an exception group).
 
     A :class:`PaymentRequiredError` becomes ``payment_required`` with the
     accepted payment options in its details.
     """
-    if isinstance(exc, AgentError):
+    if isinstance(exc, ResponderError):
         return exc
     if isinstance(exc, PaymentRequiredError):
-        return AgentError(
+        return ResponderError(
             "payment_required",
             "Payment is required to continue this response.",
             {"accepts": exc.accepts()},
@@ -151,7 +151,7 @@ class _SinkFailed(Exception):
     """Raised inside the agent when the sink failed; carries nothing itself."""
 
 
-class TurnRunner:
+class ResponseRunner:
     """Runs one response of ``agent`` in the caller's task; see the module docstring.
 
     Args:
@@ -184,7 +184,7 @@ class TurnRunner:
             which :meth:`cancel` cancels and after which the runner sends
             ``response.cancelled``. ``False`` skips that scope (entering and
             leaving one is not free on trio): for a caller that nothing
-            cancels (:func:`run_turn`), or that runs the turn inside a scope
+            cancels (:func:`run_response`), or that runs the turn inside a scope
             of its own and sends ``response.cancelled`` itself when it
             cancels it (the UAMP session driver); :meth:`cancel` then only
             records the request.
@@ -214,7 +214,7 @@ class TurnRunner:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Responder,
         request: TurnRequest,
         sink: Sink | None,
         *,
@@ -231,7 +231,7 @@ class TurnRunner:
         self.request = request
         self.tracker = tracker or ResponseTracker(request.response_id, request.messages)
         #: Set once the runner has sent its last event.
-        self.outcome: TurnOutcome | None = None
+        self.outcome: ResponseOutcome | None = None
         self._sink = sink
         self._created = created
         self._yield_every = yield_every
@@ -289,7 +289,7 @@ class TurnRunner:
             self._count = 0
             await trio.lowlevel.checkpoint()
 
-    async def run(self) -> TurnOutcome:
+    async def run(self) -> ResponseOutcome:
         """Run the turn to its end; returns (and sets) :attr:`outcome`.
 
         Raises:
@@ -298,7 +298,7 @@ class TurnRunner:
                 no terminal event is sent), or an outside cancellation.
         """
         if self._started:
-            raise RuntimeError("a TurnRunner runs once")
+            raise RuntimeError("a ResponseRunner runs once")
         self._started = True
         request, tracker = self.request, self.tracker
         rid, sid = request.response_id, request.session_id
@@ -325,7 +325,7 @@ class TurnRunner:
         self._finished = True
         if self._sink_error is not None:
             raise self._sink_error
-        final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseError | None = None
+        final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseErrorEvent | None = None
         status: TurnStatus = "completed"
         if error is not None and not cancelled:
             agent_error = _agent_error(error)
@@ -348,7 +348,7 @@ class TurnRunner:
                 final = tracker.done_event(session_id=sid)
         if final is not None and self._track:
             tracker.apply(final)  # built with both ids: nothing to stamp
-        outcome = self.outcome = TurnOutcome(status=status, tracker=tracker, final=final)
+        outcome = self.outcome = ResponseOutcome(status=status, tracker=tracker, final=final)
         if final is not None and self._sink is not None:
             await self._sink(final)
         return outcome
@@ -362,43 +362,43 @@ class TurnRunner:
         return None
 
 
-async def run_turn(
-    agent: Agent,
+async def run_response(
+    agent: Responder,
     request: TurnRequest,
     sink: Sink | None,
     *,
     tracker: ResponseTracker | None = None,
     created: bool = True,
     stamp: bool = True,
-) -> TurnOutcome:
+) -> ResponseOutcome:
     """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
 
-    Shorthand for ``await TurnRunner(agent, request, sink, ...).run()`` when
+    Shorthand for ``await ResponseRunner(agent, request, sink, ...).run()`` when
     nothing else needs to cancel the turn.
     """
     # No runner is handed out, so nothing can cancel the turn: no scope.
-    runner = TurnRunner(
+    runner = ResponseRunner(
         agent, request, sink, tracker=tracker, created=created, stamp=stamp, cancellable=False
     )
     return await runner.run()
 
 
-class Turn:
+class ResponseRun:
     """One running response: iterate it for its events, then read :attr:`outcome`."""
 
     def __init__(
-        self, agent: Agent, request: TurnRequest, receive: trio.MemoryReceiveChannel[ev.Event]
+        self, agent: Responder, request: TurnRequest, receive: trio.MemoryReceiveChannel[ev.Event]
     ) -> None:
         self.agent = agent
         self.request = request
         self._receive = receive
-        self._runner: TurnRunner | None = None
+        self._runner: ResponseRunner | None = None
         self._cancel_requested = False
         self.tracker = ResponseTracker(request.response_id, request.messages)
         self._done = False
 
     @property
-    def outcome(self) -> TurnOutcome | None:
+    def outcome(self) -> ResponseOutcome | None:
         """Set once the driver has sent its last event."""
         return self._runner.outcome if self._runner is not None else None
 
@@ -417,28 +417,28 @@ class Turn:
 
     async def _drive(self, send: trio.MemorySendChannel[ev.Event]) -> None:
         async with send:
-            runner = TurnRunner(self.agent, self.request, send.send, tracker=self.tracker)
+            runner = ResponseRunner(self.agent, self.request, send.send, tracker=self.tracker)
             if self._cancel_requested:
                 runner.cancel()
             self._runner = runner
             try:
                 await runner.run()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the reader left; open_turn cancels us anyway
+                return  # the reader left; open_response cancels us anyway
         self._done = True
 
 
 @asynccontextmanager
-async def open_turn(
-    agent: Agent, request: TurnRequest, *, buffer: int = DEFAULT_BUFFER
-) -> AsyncIterator[Turn]:
+async def open_response(
+    agent: Responder, request: TurnRequest, *, buffer: int = DEFAULT_BUFFER
+) -> AsyncIterator[ResponseRun]:
     """Start one response of ``agent`` in its own task; see the module docstring.
 
     The events arrive through a memory channel of ``buffer`` events. Leaving
     the block before the events are exhausted cancels the agent.
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = Turn(agent, request, receive)
+    turn = ResponseRun(agent, request, receive)
     async with trio.open_nursery() as nursery, receive:
         nursery.start_soon(turn._drive, send)
         try:

@@ -45,7 +45,7 @@ import attrs
 import orjson
 import trio
 
-from uamp_proto.agent import Agent
+from uamp_proto.responder import Responder
 
 from ._ws_engine import (
     CLOSE_GOING_AWAY,
@@ -107,7 +107,7 @@ class UampWebSocketEndpoint:
     async def __call__(self, pending: WebSocketRequest) -> None:
         """Accept the upgrade and serve UAMP on it until it closes."""
         name = pending.request.path_params.get("agent")
-        fixed: Agent | None = None
+        fixed: Responder | None = None
         if name is not None:
             fixed = self.app.agents.get(name)
             if fixed is None:
@@ -252,8 +252,8 @@ class _Connection:
 
 async def serve_uamp_websocket(
     stream: trio.abc.Stream,
-    agents: Mapping[str, Agent],
-    agent: Agent | None = None,
+    agents: Mapping[str, Responder],
+    agent: Responder | None = None,
     *,
     initial_data: bytes = b"",
     limits: SessionLimits | None = None,

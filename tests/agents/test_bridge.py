@@ -29,12 +29,12 @@ from uamp_agents.middleware import budget
 from uamp_agents.providers import ModelRequest, ModelResponse, ProviderError, demo, function
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent as ServedAgent
-from uamp_proto.agent import TurnRequest
+from uamp_proto.responder import Responder as ServedAgent
+from uamp_proto.responder import TurnRequest
 from uamp_trio.client import connect
 from uamp_trio.routing import create_app
 from uamp_trio.server import Server
-from uamp_trio.turns import TurnOutcome, open_turn
+from uamp_trio.turns import ResponseOutcome, open_response
 
 ROOT = Path(__file__).resolve().parents[2]
 Serve = Callable[..., Awaitable[Server]]
@@ -58,14 +58,14 @@ def user(text: str) -> list[ty.Message]:
 
 async def drive(
     endpoint: ServedAgent, messages: list[ty.Message], **kw: Any
-) -> tuple[list[ev.Event], TurnOutcome]:
+) -> tuple[list[ev.Event], ResponseOutcome]:
     """One response through the turn driver; its events and outcome."""
     request = TurnRequest(
         agent=endpoint.name, session_id="s1", response_id="r1", messages=messages, **kw
     )
     events: list[ev.Event] = []
     with trio.fail_after(10):
-        async with open_turn(endpoint, request) as turn:
+        async with open_response(endpoint, request) as turn:
             async for event in turn:
                 events.append(event)
     assert turn.outcome is not None
@@ -271,7 +271,7 @@ async def test_failures_map_to_agent_error_codes() -> None:
         events, outcome = await drive(serve_agent(a, name="failing"), user("go"))
         assert outcome.status == "failed", code
         final = events[-1]
-        assert isinstance(final, ev.ResponseError)
+        assert isinstance(final, ev.ResponseErrorEvent)
         assert final.error.code == code, (code, final.error)
     _, outcome = await drive(serve_agent(cases[2][0], name="x"), user("go"))
     assert outcome.error is not None and outcome.error.details == {"status": 429, "retry_after": 3}
@@ -297,7 +297,7 @@ async def test_cancelling_the_turn_cancels_the_run() -> None:
     endpoint = serve_agent(agent(model=function(model), tools=[wait_for_ever], name="slow"))
     request = TurnRequest(agent="slow", session_id="s", response_id="r", messages=user("go"))
     with trio.fail_after(10):
-        async with open_turn(endpoint, request) as turn, trio.open_nursery() as nursery:
+        async with open_response(endpoint, request) as turn, trio.open_nursery() as nursery:
 
             async def cancel_when_started() -> None:
                 await state["started"].wait()

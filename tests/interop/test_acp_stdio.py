@@ -25,7 +25,7 @@ from acp.schema import (
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 30

@@ -466,7 +466,7 @@ def test_encoder_indexes_and_done_payload() -> None:
 
 
 def test_encoder_failed_and_cancelled_status() -> None:
-    error = ev.ResponseError(error=ty.ErrorInfo(code="boom", message="It broke."))
+    error = ev.ResponseErrorEvent(error=ty.ErrorInfo(code="boom", message="It broke."))
     out, _ = run_encoder([text("x"), error])
     details = out[-1]["response"]["status_details"]
     assert out[-1]["response"]["status"] == "failed"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, TurnRequest, placeholder_arguments
+from uamp_proto.responder import Responder, TurnRequest, placeholder_arguments
 
 
 def _tool(parameters: dict[str, object] | None) -> ty.ToolDefinition:
@@ -55,8 +55,8 @@ def test_turn_request_defaults_and_protocol() -> None:
         async def respond(self, request: TurnRequest, emit: object) -> None:
             return None
 
-    assert isinstance(Minimal(), Agent)
-    assert not isinstance(object(), Agent)
+    assert isinstance(Minimal(), Responder)
+    assert not isinstance(object(), Responder)
 
 
 def test_with_ids_fills_only_what_is_missing() -> None:

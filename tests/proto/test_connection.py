@@ -232,7 +232,7 @@ def test_event_without_session_id_in_multiplexed_mode_is_refused() -> None:
         pair.server, orjson.dumps({"type": "input.text", "text": "who?", "event_id": "e9"})
     )
     assert err.code == "session_id_required"
-    assert isinstance(err.reply, ev.SessionError) and err.reply.error.details == {
+    assert isinstance(err.reply, ev.SessionErrorEvent) and err.reply.error.details == {
         "event_id": "e9",
         "event_type": "input.text",
     }

@@ -12,7 +12,7 @@ EVENTS: dict[str, ev.Event] = {
     "payment.required": ev.PaymentRequired(requirements=ty.PaymentRequirements(amount="1.00")),
     "payment.submit": ev.PaymentSubmit(payment=ty.PaymentSubmission(scheme="token", token="t1")),
     "payment.accepted": ev.PaymentAccepted(payment_id="p1"),
-    "payment.error": ev.PaymentError(code="token_invalid", message="bad"),
+    "payment.error": ev.PaymentErrorEvent(code="token_invalid", message="bad"),
 }
 
 _PATHS = {
@@ -66,7 +66,7 @@ def test_content_is_blocked_only_while_payment_is_outstanding(
 
 def test_retryable_error_goes_back_to_required() -> None:
     p = _in(PaymentState.SUBMITTED)
-    p.apply(ev.PaymentError(code="insufficient_balance", message="m", can_retry=True))
+    p.apply(ev.PaymentErrorEvent(code="insufficient_balance", message="m", can_retry=True))
     assert p.state is PaymentState.REQUIRED and p.blocks_content
     assert p.last_error is not None and p.last_error.code == "insufficient_balance"
 

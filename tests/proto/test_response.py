@@ -30,7 +30,7 @@ def _frag(call_id: str, name: str | None, args: str | None) -> ev.ResponseDelta:
             ResponseState.COMPLETED,
         ),
         (ev.ResponseCancelled(), ResponseState.CANCELLED),
-        (ev.ResponseError(error=ty.ErrorInfo(code="x", message="y")), ResponseState.FAILED),
+        (ev.ResponseErrorEvent(error=ty.ErrorInfo(code="x", message="y")), ResponseState.FAILED),
     ],
 )
 def test_lifecycle_states(terminal: ev.Event, state: ResponseState) -> None:

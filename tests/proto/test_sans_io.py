@@ -71,7 +71,7 @@ def test_package_imports_without_loading_an_event_loop() -> None:
 
     code = (
         "import sys, uamp_proto, uamp_proto.connection, uamp_proto.sse, uamp_proto.flow;"
-        "import uamp_proto.payment, uamp_proto.response, uamp_proto.agent;"
+        "import uamp_proto.payment, uamp_proto.response, uamp_proto.responder;"
         "bad = {'trio', 'asyncio', 'anyio'} & set(sys.modules);"
         "print(sorted(bad)); raise SystemExit(1 if bad else 0)"
     )

@@ -12,7 +12,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_proto.payment import TokenPolicy
 from uamp_trio import a2a as a2a_transport
 from uamp_trio.demo import DemoAgent
@@ -42,9 +42,9 @@ class FailingAgent:
         return ty.Capabilities(id="failing", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        from uamp_proto.agent import AgentError
+        from uamp_proto.responder import ResponderError
 
-        raise AgentError("tool_failed", "The weather service is down.")
+        raise ResponderError("tool_failed", "The weather service is down.")
 
 
 @pytest.fixture

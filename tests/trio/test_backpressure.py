@@ -13,7 +13,7 @@ from trio_websocket import open_websocket_url as open_ws
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import App, Server, uamp_ws
 from uamp_trio._ws_engine import make_engine
 from uamp_trio.client import _handshake

@@ -11,7 +11,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import DemoAgent, Server, create_app
 from uamp_trio.client import UampError, connect, connect_sse
 

@@ -10,7 +10,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import AgentError, Emit, TurnRequest
+from uamp_proto.responder import ResponderError, Emit, TurnRequest
 from uamp_trio.demo import DemoAgent
 from uamp_trio.routing import create_app
 
@@ -122,7 +122,7 @@ async def test_agent_failures_are_reported_and_the_server_survives(serve_app) ->
         app = create_app(
             [
                 FailingAgent("crash", RuntimeError("bug")),
-                FailingAgent("limited", AgentError("rate_limited", "slow down")),
+                FailingAgent("limited", ResponderError("rate_limited", "slow down")),
                 DemoAgent(),
             ]
         )

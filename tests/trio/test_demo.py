@@ -9,7 +9,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_trio.demo import DemoAgent
 
 
@@ -56,7 +56,7 @@ async def test_reply_is_streamed_deterministic_and_counted() -> None:
     assert usage[0].delta == ty.UsageStats(input_tokens=5, output_tokens=5)
     assert await respond(said("tell me more")) == first
     assert text_of(await respond(said(""))) == "Hello! Send me a message."
-    assert isinstance(DemoAgent(), Agent)
+    assert isinstance(DemoAgent(), Responder)
 
 
 async def test_attachments_are_mentioned() -> None:

@@ -9,7 +9,7 @@ import trio
 import trio_websocket
 
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.realtime import mount
 from uamp_trio.routing import App
 

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import AgentError, Emit, TurnRequest
+from uamp_proto.responder import ResponderError, Emit, TurnRequest
 from uamp_proto.signing import (
     JWKS,
     Reason,
@@ -51,7 +51,7 @@ class FailingAgent:
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="partial")))
-        raise AgentError("server_error", "backend down")
+        raise ResponderError("server_error", "backend down")
 
 
 def body(text: str, *, stream: bool = False) -> bytes:

@@ -1,7 +1,7 @@
 """The turn driver: lifecycle events, cancellation, errors, tool calls, backpressure.
 
-Both faces are covered: :func:`open_turn` (events through a channel) and the
-inline :class:`TurnRunner` (events handed to a sink callback).
+Both faces are covered: :func:`open_response` (events through a channel) and the
+inline :class:`ResponseRunner` (events handed to a sink callback).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import trio.testing
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import AgentError, Emit, TurnRequest
+from uamp_proto.responder import ResponderError, Emit, TurnRequest
 from uamp_proto.payment import PaymentRequiredError
-from uamp_trio.turns import TurnRunner, open_turn, run_turn
+from uamp_trio.turns import ResponseRunner, open_response, run_response
 
 TIMEOUT = 10
 
@@ -45,7 +45,7 @@ class ScriptedAgent:
             self.blocked.set()
             await trio.sleep_forever()
         elif self.mode == "agent_error":
-            raise AgentError("tool_failed", "the tool broke", {"tool": "x"})
+            raise ResponderError("tool_failed", "the tool broke", {"tool": "x"})
         elif self.mode == "crash":
             raise KeyError("oops")
         elif self.mode == "tool":
@@ -73,7 +73,7 @@ def request() -> TurnRequest:
 
 async def run(agent: ScriptedAgent, buffer: int = 16):  # type: ignore[no-untyped-def]
     events = []
-    async with open_turn(agent, request(), buffer=buffer) as turn:
+    async with open_response(agent, request(), buffer=buffer) as turn:
         async for event in turn:
             events.append(event)
     return turn.outcome, events
@@ -99,7 +99,7 @@ async def test_cancel_gives_response_cancelled_with_partial_output() -> None:
     with trio.fail_after(TIMEOUT):
         agent = ScriptedAgent("hang", count=2)
         events = []
-        async with open_turn(agent, request()) as turn:
+        async with open_response(agent, request()) as turn:
             async for event in turn:
                 events.append(event)
                 if isinstance(event, ev.UsageDelta):
@@ -113,7 +113,7 @@ async def test_cancel_gives_response_cancelled_with_partial_output() -> None:
 async def test_agent_error_and_crash_become_response_error() -> None:
     with trio.fail_after(TIMEOUT):
         outcome, events = await run(ScriptedAgent("agent_error"))
-        assert isinstance(events[-1], ev.ResponseError)
+        assert isinstance(events[-1], ev.ResponseErrorEvent)
         assert events[-1].error == ty.ErrorInfo(
             code="tool_failed", message="the tool broke", details={"tool": "x"}
         )
@@ -136,7 +136,7 @@ async def test_client_tool_call_leaves_the_turn_requiring_action() -> None:
 async def test_emit_applies_backpressure() -> None:
     with trio.fail_after(TIMEOUT):
         agent = ScriptedAgent(count=50)
-        async with open_turn(agent, request(), buffer=2) as turn:
+        async with open_response(agent, request(), buffer=2) as turn:
             seen = 0
             async for _ in turn:
                 seen += 1
@@ -150,7 +150,7 @@ async def test_emit_applies_backpressure() -> None:
 async def test_leaving_early_cancels_the_agent() -> None:
     with trio.fail_after(TIMEOUT):
         agent = ScriptedAgent("hang", count=1)
-        async with open_turn(agent, request(), buffer=1) as turn:
+        async with open_response(agent, request(), buffer=1) as turn:
             async for event in turn:
                 if isinstance(event, ev.ResponseDelta):
                     break
@@ -178,7 +178,7 @@ async def test_inline_runner_has_the_same_contract_as_open_turn() -> None:
         with trio.fail_after(TIMEOUT):
             outcome, events = await run(ScriptedAgent(mode))
             sink = Collect()
-            inline = await run_turn(ScriptedAgent(mode), request(), sink)
+            inline = await run_response(ScriptedAgent(mode), request(), sink)
         assert [type(e) for e in sink.events] == [type(e) for e in events], mode
         assert sink.events == events, mode
         assert inline.status == outcome.status and inline.final == outcome.final, mode
@@ -198,7 +198,7 @@ async def test_inline_runner_delivers_without_task_switches() -> None:
         order.append(type(event).__name__)
 
     with trio.fail_after(TIMEOUT):
-        outcome = await run_turn(Agent(), request(), sink)
+        outcome = await run_response(Agent(), request(), sink)
     assert order == ["ResponseCreated", "agent", "ResponseDelta", "after emit", "ResponseDone"]
     assert outcome.status == "completed"
 
@@ -207,7 +207,7 @@ async def test_inline_cancel_gives_partial_output_also_before_run() -> None:
     with trio.fail_after(TIMEOUT):
         sink = Collect()
         agent = ScriptedAgent("hang", count=2)
-        runner = TurnRunner(agent, request(), sink)
+        runner = ResponseRunner(agent, request(), sink)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(runner.run)
             await agent.blocked.wait()
@@ -218,7 +218,7 @@ async def test_inline_cancel_gives_partial_output_also_before_run() -> None:
         assert final.partial_output == [ty.TextContent(text="t0 t1 ")]
 
         early = Collect()
-        runner = TurnRunner(ScriptedAgent("hang"), request(), early)
+        runner = ResponseRunner(ScriptedAgent("hang"), request(), early)
         runner.cancel()
         outcome = await runner.run()
     assert runner.cancel_requested and outcome.status == "cancelled"
@@ -237,17 +237,17 @@ async def test_payment_required_becomes_its_own_error_code() -> None:
 async def test_an_agent_may_not_send_the_terminal_event() -> None:
     with trio.fail_after(TIMEOUT):
         sink = Collect()
-        outcome = await run_turn(ScriptedAgent("terminal"), request(), sink)
+        outcome = await run_response(ScriptedAgent("terminal"), request(), sink)
     assert outcome.status == "failed" and outcome.error is not None
     assert outcome.error.code == "internal_error"
-    terminals = [e for e in sink.events if isinstance(e, ev.ResponseDone | ev.ResponseError)]
+    terminals = [e for e in sink.events if isinstance(e, ev.ResponseDone | ev.ResponseErrorEvent)]
     assert terminals == [outcome.final]
 
 
 async def test_a_failing_sink_stops_the_agent_and_is_reraised() -> None:
     for mode, fail_at in (("ok", 2), ("ok", 0), ("swallow", 5)):
         sink = Collect(fail_at=fail_at)
-        runner = TurnRunner(ScriptedAgent(mode, count=3), request(), sink)
+        runner = ResponseRunner(ScriptedAgent(mode, count=3), request(), sink)
         with trio.fail_after(TIMEOUT):
             try:
                 await runner.run()
@@ -262,11 +262,11 @@ async def test_a_failing_sink_stops_the_agent_and_is_reraised() -> None:
 async def test_later_tool_round_continues_the_tracker_without_created() -> None:
     with trio.fail_after(TIMEOUT):
         first = Collect()
-        outcome = await run_turn(ScriptedAgent("tool", count=1), request(), first)
+        outcome = await run_response(ScriptedAgent("tool", count=1), request(), first)
         assert outcome.status == "requires_action"
         outcome.tracker.add_tool_result("c1", "42")
         second = Collect()
-        done = await run_turn(
+        done = await run_response(
             ScriptedAgent(count=1), request(), second, tracker=outcome.tracker, created=False
         )
     assert not any(isinstance(e, ev.ResponseCreated) for e in second.events)
@@ -291,7 +291,7 @@ async def test_an_agent_that_never_waits_still_yields() -> None:
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker)  # runs only when the runner yields
-            await run_turn(ScriptedAgent(count=200), request(), sink)
+            await run_response(ScriptedAgent(count=200), request(), sink)
             nursery.cancel_scope.cancel()
     assert ticks > 0
 
@@ -304,7 +304,7 @@ async def test_unstamped_untracked_runner_leaves_ids_and_tracking_to_the_sink() 
     for mode in ("ok", "agent_error", "tool"):
         with trio.fail_after(TIMEOUT):
             stamped = Collect()
-            expected = await run_turn(ScriptedAgent(mode), request(), stamped)
+            expected = await run_response(ScriptedAgent(mode), request(), stamped)
             req = request()
             tracker = ResponseTracker(req.response_id, req.messages)
             seen: list[ev.Event] = []
@@ -315,7 +315,7 @@ async def test_unstamped_untracked_runner_leaves_ids_and_tracking_to_the_sink() 
                 tracker.apply(event)
                 seen.append(event)
 
-            runner = TurnRunner(
+            runner = ResponseRunner(
                 ScriptedAgent(mode), req, sink, tracker=tracker, stamp=False, track=False
             )
             outcome = await runner.run()
@@ -330,9 +330,9 @@ async def test_unstamped_untracked_runner_leaves_ids_and_tracking_to_the_sink() 
 
 async def test_a_turn_without_a_sink_still_tracks_ends_and_maps_errors() -> None:
     with trio.fail_after(TIMEOUT):
-        done = await run_turn(ScriptedAgent(), request(), None)
-        failed = await run_turn(ScriptedAgent("agent_error", count=1), request(), None)
-        tool = await run_turn(ScriptedAgent("tool", count=0), request(), None)
+        done = await run_response(ScriptedAgent(), request(), None)
+        failed = await run_response(ScriptedAgent("agent_error", count=1), request(), None)
+        tool = await run_response(ScriptedAgent("tool", count=0), request(), None)
     assert done.status == "completed" and done.tracker.text == "t0 t1 t2 "
     assert isinstance(done.final, ev.ResponseDone) and done.final.session_id == "sess_1"
     assert done.final.response.usage is not None and done.final.response.usage.total_tokens == 3

@@ -8,7 +8,7 @@ import trio.testing
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Emit, TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.sessions import SessionHost, SessionLimits
 
 TIMEOUT = 10

@@ -12,7 +12,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, Emit, TurnRequest
+from uamp_proto.responder import Responder, Emit, TurnRequest
 from uamp_proto.sse import SSEParser
 from uamp_trio import App, DemoAgent, Server
 from uamp_trio.sessions import SessionLimits
@@ -38,7 +38,7 @@ class TokenAgent:
 
 @asynccontextmanager
 async def serving(
-    agents: list[Agent], limits: SessionLimits | None = None
+    agents: list[Responder], limits: SessionLimits | None = None
 ) -> AsyncIterator[tuple[httpx.AsyncClient, SSEEventsTransport]]:
     app = App(agents)
     transport = SSEEventsTransport(app, limits)

@@ -18,7 +18,7 @@ from trio_websocket import open_websocket_url as open_ws
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, Emit, TurnRequest
+from uamp_proto.responder import Responder, Emit, TurnRequest
 from uamp_proto.payment import PaymentRequiredError, PaymentState, TokenPolicy
 from uamp_proto.sse import SSEParser
 from uamp_trio import App, Server, sse_events, uamp_ws
@@ -100,7 +100,7 @@ class RaisingTopUp:
 
 
 @asynccontextmanager
-async def serving(agents: list[Agent], policy: TokenPolicy | None) -> AsyncIterator[Server]:
+async def serving(agents: list[Responder], policy: TokenPolicy | None) -> AsyncIterator[Server]:
     app = App(agents, payment_policy=policy)
     app.mount(uamp_ws.mount, sse_events.mount)
     server = Server(app, port=0, shutdown_grace=0.5)
@@ -513,7 +513,7 @@ async def test_client_without_callback_sees_the_events_and_pays_by_hand() -> Non
                 if event.type == "payment.required":
                     await session.pay("tok_bad")
                 elif event.type == "payment.error":
-                    assert isinstance(event, ev.PaymentError) and event.can_retry
+                    assert isinstance(event, ev.PaymentErrorEvent) and event.can_retry
                     await session.pay(GOOD)
             assert declined == ["0.01"]  # the callback returned None: nothing was sent for it
             assert stream.result is not None and stream.result.text == f"paid with {GOOD}"

@@ -14,7 +14,7 @@ from trio_websocket import open_websocket_url as open_ws
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.agent import Agent, Emit, TurnRequest
+from uamp_proto.responder import Responder, Emit, TurnRequest
 from uamp_trio import App, DemoAgent, Server, uamp_ws
 from uamp_trio.sessions import SessionLimits
 
@@ -49,7 +49,7 @@ class ScriptAgent:
 
 @asynccontextmanager
 async def serving(
-    agents: list[Agent], limits: SessionLimits | None = None
+    agents: list[Responder], limits: SessionLimits | None = None
 ) -> AsyncIterator[str]:
     """A real server on 127.0.0.1:0 with the UAMP WebSocket mounted; yields ws://host:port."""
     app = App(agents)

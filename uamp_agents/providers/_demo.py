@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from uamp_proto.agent import placeholder_arguments
+from uamp_proto.responder import placeholder_arguments
 from uamp_proto.types import Message, ToolInvocation
 
 from ._function import stream_response, usage_of

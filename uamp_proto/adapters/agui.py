@@ -6,7 +6,7 @@ An AG-UI client POSTs a ``RunAgentInput`` (``threadId``, ``runId``,
 ``messages``, ``tools``, ``state``, ``context``, ``forwardedProps``, camelCase
 as the TypeScript client sends it) and reads a stream of AG-UI events.
 :func:`parse_run_input` validates the body and turns it into a UAMP
-:class:`~uamp_proto.agent.TurnRequest` (:func:`turn_request`); a body that
+:class:`~uamp_proto.responder.TurnRequest` (:func:`turn_request`); a body that
 is not a RunAgentInput at all (not an object, no thread or run id) raises
 :class:`AguiError` with ``started=False`` (answer HTTP 400), anything wrong
 deeper raises it with ``started=True`` (answer ``RUN_STARTED`` then
@@ -67,7 +67,7 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
-from ..agent import TurnRequest
+from ..responder import TurnRequest
 from ..codec import unstructure
 from ..errors import LocalProtocolError
 from ..ids import IdSource
@@ -662,7 +662,7 @@ class RunEncoder:
             assert isinstance(event, ev.UsageDelta)
             self._usage = add_usage(self._usage, event.delta)
             return []
-        if kind in (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseError):
+        if kind in (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent):
             return []  # the binding ends the run with finish() / error()
         return [{"type": "CUSTOM", "name": event.type, "value": _event_value(event)}]
 

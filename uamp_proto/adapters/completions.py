@@ -1,7 +1,7 @@
 """OpenAI Chat Completions <-> UAMP, as pure functions (UAMP section 13.3).
 
 Requests: :func:`parse_request` validates a ``POST /chat/completions`` body
-and turns it into a :class:`~uamp_proto.agent.TurnRequest`. Content parts map
+and turns it into a :class:`~uamp_proto.responder.TurnRequest`. Content parts map
 to UAMP content items (section 8.5.1): ``text`` -> text, ``image_url`` ->
 image (a ``data:`` URL becomes base64 plus ``format``, any other URL a
 ``{"url"}`` reference), ``input_audio`` -> audio, ``file`` (inline
@@ -31,7 +31,7 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
-from ..agent import TurnRequest
+from ..responder import TurnRequest
 from ..sse import encode_json
 
 __all__ = [

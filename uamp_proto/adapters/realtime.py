@@ -12,7 +12,7 @@ each client event (a parsed JSON object) with :meth:`~RealtimeSession.handle`;
 it answers with the server events owed right away (``session.updated``,
 ``conversation.item.added`` ...) and, for the events a transport must act on,
 an action: :class:`CreateResponse` (``response.create``; build the agent's
-:class:`~uamp_proto.agent.TurnRequest` with
+:class:`~uamp_proto.responder.TurnRequest` with
 :meth:`~RealtimeSession.turn_request`), :class:`CancelResponse`
 (``response.cancel``) or :class:`SubmitPayment` (``payment.submit``, the
 UAMP payment extension spec 004 puts on the Realtime socket). Client events
@@ -71,7 +71,7 @@ import attrs
 
 from .. import events as ev
 from .. import types as ty
-from ..agent import TurnRequest
+from ..responder import TurnRequest
 from ..codec import to_dict
 from ..ids import IdSource
 
@@ -1179,7 +1179,7 @@ class ResponseEncoder:
             return self.finish("completed", usage=event.response.usage)
         if isinstance(event, ev.ResponseCancelled):
             return self.finish("cancelled")
-        if isinstance(event, ev.ResponseError):
+        if isinstance(event, ev.ResponseErrorEvent):
             return self.finish("failed", error=event.error)
         return []
 

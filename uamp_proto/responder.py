@@ -21,7 +21,7 @@ configuration) and pushes outgoing UAMP events through ``emit``:
 The transport owns the response lifecycle: it sends ``response.created``
 before the first event and ``response.done`` (with the accumulated output and
 usage), ``response.cancelled`` or ``response.error`` after the last. An agent
-reports a failure by raising :class:`AgentError`; cancelling the task that
+reports a failure by raising :class:`ResponderError`; cancelling the task that
 runs ``respond`` cancels the response.
 
 Payment (spec 004): to ask the client for more funds in the middle of a
@@ -50,7 +50,7 @@ import attrs
 from .events import Event
 from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
-__all__ = ["Agent", "AgentError", "Emit", "TurnRequest", "placeholder_arguments"]
+__all__ = ["Responder", "ResponderError", "Emit", "TurnRequest", "placeholder_arguments"]
 
 #: Sends one outgoing event; awaits until the transport has accepted it.
 Emit = Callable[[Event], Awaitable[None]]
@@ -98,7 +98,7 @@ class TurnRequest:
     metadata: dict[str, Any] = attrs.field(factory=dict)
 
 
-class AgentError(Exception):
+class ResponderError(Exception):
     """An agent's failure, reported to the client as ``response.error``.
 
     Args:
@@ -116,7 +116,7 @@ class AgentError(Exception):
 
 
 @runtime_checkable
-class Agent(Protocol):
+class Responder(Protocol):
     """What a transport needs from an agent. See the module docstring."""
 
     @property
