@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from uamp_proto.errors import UampError
+
 __all__ = [
     "SchemaError",
     "docstring_parts",
@@ -41,7 +43,7 @@ _PRIMITIVES: dict[Any, dict[str, Any]] = {
 }
 
 
-class SchemaError(TypeError):
+class SchemaError(UampError, TypeError):
     """A type hint has no JSON Schema equivalent."""
 
 

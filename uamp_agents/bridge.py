@@ -77,8 +77,8 @@ from typing import Any
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import ResponderError, Emit, TurnRequest
 from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
 from .agent import Agent, NoModelError, agent
 from .context import AgentRuntimeError, StructuredOutputError, SubAgentDepthError
@@ -392,7 +392,8 @@ def _agent_error(exc: BaseException) -> BaseException:
     if isinstance(exc, SubAgentDepthError):
         return ResponderError("max_depth_exceeded", str(exc))
     if isinstance(exc, AgentRuntimeError):
-        return ResponderError("no_model" if isinstance(exc, NoModelError) else "agent_error", str(exc))
+        code = "no_model" if isinstance(exc, NoModelError) else "agent_error"
+        return ResponderError(code, str(exc))
     return exc
 
 

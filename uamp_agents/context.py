@@ -28,6 +28,7 @@ import cattrs
 import orjson
 import trio
 
+from uamp_proto.errors import UampError
 from uamp_proto.events import ResponseDelta
 from uamp_proto.types import (
     DeltaText,
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 
-class AgentRuntimeError(Exception):
+class AgentRuntimeError(UampError):
     """Base of the agent runtime's own errors."""
 
 

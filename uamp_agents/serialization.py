@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from uamp_proto import codec
 from uamp_proto.codec import json_type_name as _json_type
+from uamp_proto.errors import UampError
 from uamp_proto.types import Message
 
 __all__ = [
@@ -49,7 +50,7 @@ SUPPORTED_MAJOR: Final = 1
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$")
 
 
-class SerializationError(ValueError):
+class SerializationError(UampError, ValueError):
     """Serialized UAP data that is malformed or of an unsupported version.
 
     Attributes:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
+from uamp_proto.errors import UampError
 from uamp_proto.types import Message
 
 from .checkpoint import Checkpoint, CheckpointState
@@ -97,7 +98,7 @@ _SESSION_KEYS = frozenset(
 )
 
 
-class SessionBusyError(RuntimeError):
+class SessionBusyError(UampError, RuntimeError):
     """A run was started on a session while another run of it is going on."""
 
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from uamp_proto.errors import UampError
 from uamp_proto.types import Message
 
 from .serialization import (
@@ -40,7 +41,7 @@ class _HasMessages(Protocol):
     def messages(self) -> list[Message]: ...
 
 
-class UnknownNodeError(LookupError):
+class UnknownNodeError(UampError, LookupError):
     """A thread node id that is not in the tree."""
 
     def __init__(self, node_id: str) -> None:

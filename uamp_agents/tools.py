@@ -32,6 +32,7 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto.errors import UampError
 from uamp_proto.types import FunctionDefinition, ToolDefinition, ToolInvocation, ToolOutput
 
 from ._schema import SchemaError, docstring_parts, parameters_schema, validate
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class ToolError(Exception):
+class ToolError(UampError):
     """Raise it from a tool to report a failure with exactly this message."""
 
 

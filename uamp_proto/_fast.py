@@ -47,6 +47,7 @@ from cattrs import Converter
 
 from . import events as ev
 from . import types as ty
+from .errors import UampError
 from .types import EMPTY
 
 __all__ = ["structure_hooks", "unstructure_hooks"]
@@ -55,7 +56,7 @@ _Structure = Callable[[Any], Any]
 _Unstructure = Callable[[Any], Any]
 
 
-class _Decline(Exception):
+class _Decline(UampError):
     """The fast path does not take this input; the generic path decides."""
 
 

@@ -36,6 +36,7 @@ from cattrs.preconf.orjson import make_converter
 
 from . import events as ev
 from . import types as ty
+from .errors import UampError
 
 __all__ = [
     "DecodeError",
@@ -51,7 +52,7 @@ __all__ = [
 _NoneType = type(None)
 
 
-class DecodeError(ValueError):
+class DecodeError(UampError, ValueError):
     """Input that is not a valid UAMP event.
 
     Attributes:
@@ -80,7 +81,7 @@ class DecodeError(ValueError):
         self.path = path
 
 
-class _WrongType(TypeError):
+class _WrongType(UampError, TypeError):
     def __init__(self, expected: str, value: object) -> None:
         super().__init__(f"must be {expected}, got {json_type_name(value)}")
 

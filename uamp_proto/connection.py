@@ -69,7 +69,7 @@ from . import events as ev
 from . import flow
 from . import types as ty
 from .codec import DecodeError, decode, to_dict
-from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError, UampError
 from .ids import IdSource, random_ids
 from .payment import CONTENT_EVENTS, PaymentNegotiation, PaymentState
 from .response import ResponseState, ResponseTracker
@@ -367,7 +367,7 @@ class SessionContext:
         self.phase = ResponsePhase.IDLE
 
 
-class _Violation(Exception):
+class _Violation(UampError):
     """A broken rule, before we know whether it was ours or the peer's."""
 
     def __init__(self, code: str, message: str) -> None:

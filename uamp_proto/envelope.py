@@ -49,7 +49,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from .errors import ProtocolError
+from .errors import ProtocolError, UampError
 
 __all__ = [
     "BACKEND_BUSY",
@@ -152,7 +152,7 @@ def _render_path(path: Sequence[PathSegment]) -> str:
     return "".join(out)
 
 
-class EnvelopeError(ValueError):
+class EnvelopeError(UampError, ValueError):
     """An envelope or delta that breaks spec 003 (Appendix A schemas, section 4).
 
     Raised by the constructors, :func:`decode_envelope`, :func:`decode_delta`

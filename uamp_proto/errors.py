@@ -1,4 +1,7 @@
-"""The exceptions of the sans-IO core, in the manner of h11.
+"""The exceptions of the sans-IO core, in the manner of h11, and uamp's one root.
+
+Every exception class of ``uamp_proto``, ``uamp_trio`` and ``uamp_agents``
+derives from :class:`UampError`.
 
 A :class:`LocalProtocolError` means *our* side tried something the protocol
 forbids (raised from ``send()`` and constructors); a
@@ -16,10 +19,19 @@ __all__ = [
     "LocalProtocolError",
     "ProtocolError",
     "RemoteProtocolError",
+    "UampError",
 ]
 
 
-class ProtocolError(Exception):
+class UampError(Exception):
+    """The root of every exception uamp defines, in all three packages.
+
+    ``except UampError`` catches anything uamp raises on purpose; a bare
+    ``Exception`` escaping uamp is a bug.
+    """
+
+
+class ProtocolError(UampError):
     """Base of the core's protocol errors.
 
     Attributes:

@@ -39,6 +39,8 @@ from typing import Any, TypeAlias
 import attrs
 import orjson
 
+from .errors import UampError
+
 __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
@@ -83,7 +85,7 @@ Id: TypeAlias = str | int
 _VERSION = "2.0"
 
 
-class JSONRPCError(Exception):
+class JSONRPCError(UampError):
     """A JSON-RPC error: what a method raises, and what bad input raises.
 
     Args:
@@ -311,7 +313,7 @@ def error_response(id: Id | None, code: int, message: str, data: Any = None) -> 
 # --- newline-delimited framing ----------------------------------------------------
 
 
-class LineTooLong(Exception):
+class LineTooLong(UampError):
     """A line exceeded :attr:`LineBuffer.max_line`; the buffer discards it."""
 
 

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from . import events as ev
 from . import types as ty
+from .errors import UampError
 
 __all__ = [
     "PAYMENT_ERROR_CODES",
@@ -174,7 +175,7 @@ class PaymentNegotiation:
 # --- the payment policy every transport consults -----------------------------
 
 
-class PaymentRequiredError(Exception):
+class PaymentRequiredError(UampError):
     """A turn cannot run (or go on) until the client pays.
 
     Transports map it to their own signal (spec 004 "Payment Handling"):

@@ -47,10 +47,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from .errors import UampError
 from .events import Event
 from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
-__all__ = ["Responder", "ResponderError", "Emit", "TurnRequest", "placeholder_arguments"]
+__all__ = ["Emit", "Responder", "ResponderError", "TurnRequest", "placeholder_arguments"]
 
 #: Sends one outgoing event; awaits until the transport has accepted it.
 Emit = Callable[[Event], Awaitable[None]]
@@ -98,7 +99,7 @@ class TurnRequest:
     metadata: dict[str, Any] = attrs.field(factory=dict)
 
 
-class ResponderError(Exception):
+class ResponderError(UampError):
     """An agent's failure, reported to the client as ``response.error``.
 
     Args:

@@ -70,6 +70,7 @@ from .envelope import (
     canonical_json,
     envelope_sha256,
 )
+from .errors import UampError
 from .sse import encode_json
 
 __all__ = [
@@ -168,7 +169,7 @@ class Reason(enum.StrEnum):
 _AUTHORIZATION_REASONS: Final = frozenset({Reason.WRONG_AUDIENCE, Reason.MISSING_SCOPE})
 
 
-class SigningError(Exception):
+class SigningError(UampError):
     """Base of the verification errors.
 
     Attributes:
@@ -196,7 +197,7 @@ class CapTokenError(SigningError):
     """A capability token was refused."""
 
 
-class JWKSError(ValueError):
+class JWKSError(UampError, ValueError):
     """A JWK or JWKS document that cannot be used (malformed, private, weak)."""
 
 

@@ -25,6 +25,8 @@ import re
 
 import attrs
 
+from .errors import UampError
+
 __all__ = [
     "DEFAULT_MAX_BUFFER",
     "SSEError",
@@ -44,7 +46,7 @@ _BOM = b"\xef\xbb\xbf"
 _BREAK = re.compile(r"\r\n?|\n")
 
 
-class SSEError(ValueError):
+class SSEError(UampError, ValueError):
     """Bad input to the encoder, or a stream the parser refuses.
 
     The parser raises it when the bytes it would have to hold (an unfinished

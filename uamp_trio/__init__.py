@@ -13,7 +13,7 @@ from .demo import DemoAgent
 from .http import HTTPError, Request, Response, StreamingResponse, json_response
 from .routing import App, Router, create_app
 from .server import Server, ServerConfig, serve
-from .turns import ResponseRun, ResponseOutcome, open_response
+from .turns import ResponseOutcome, ResponseRun, open_response
 from .websocket import WebSocket, WebSocketRequest
 
 __all__ = [
@@ -22,12 +22,12 @@ __all__ = [
     "HTTPError",
     "Request",
     "Response",
+    "ResponseOutcome",
+    "ResponseRun",
     "Router",
     "Server",
     "ServerConfig",
     "StreamingResponse",
-    "ResponseRun",
-    "ResponseOutcome",
     "WebSocket",
     "WebSocketRequest",
     "create_app",

@@ -49,6 +49,8 @@ from urllib.parse import unquote, urlsplit
 import h11
 import trio
 
+from uamp_proto.errors import UampError
+
 from ._h1fast import parse_head
 from .http import (
     Headers,
@@ -124,7 +126,7 @@ def split_target(target: str) -> tuple[str, str]:
     return unquote(path), query
 
 
-class _Close(Exception):
+class _Close(UampError):
     """End the connection (after whatever has been sent)."""
 
 

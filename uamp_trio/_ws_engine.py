@@ -36,6 +36,8 @@ import abc
 import os
 from typing import Final, Literal
 
+from uamp_proto.errors import UampError
+
 __all__ = [
     "DEFAULT_ENGINE",
     "EngineName",
@@ -58,7 +60,7 @@ CLOSE_INTERNAL_ERROR: Final = 1011
 CLOSE_ABNORMAL: Final = 1006
 
 
-class WebSocketClosed(Exception):
+class WebSocketClosed(UampError):
     """The WebSocket is closed (by the peer, by a limit, or the stream ended).
 
     Attributes:

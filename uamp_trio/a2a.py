@@ -48,9 +48,10 @@ import trio
 from uamp_proto import types as ty
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.errors import UampError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.sse import encode_json
 
 from .http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
@@ -606,7 +607,7 @@ def _blocking(params: dict[str, Any], dialect: Dialect) -> bool:
     return config.get("blocking") is not False
 
 
-class _PaymentRefused(Exception):
+class _PaymentRefused(UampError):
     """A REST task refused for want of payment (already stored as failed)."""
 
     def __init__(self, task: A2ATask, error: PaymentRequiredError) -> None:

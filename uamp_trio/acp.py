@@ -49,13 +49,13 @@ import trio
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
-from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.responder import Responder, TurnRequest
 
 from .http import HTTPError, Request, Response
 from .routing import App
-from .turns import ResponseRun, ResponseOutcome, open_response
+from .turns import ResponseOutcome, ResponseRun, open_response
 from .websocket import ConnectionClosed, WebSocketRequest
 
 __all__ = [

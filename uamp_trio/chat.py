@@ -28,7 +28,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 
-from .client import ClientSession, UampError, connect
+from .client import ClientError, ClientSession, connect
 
 __all__ = ["add_parser", "chat_url", "main", "run_chat"]
 
@@ -185,7 +185,7 @@ async def run_chat(
                     return 0
                 if line:
                     await _turn(session, line, printer, can_pay=payment_token is not None)
-    except (UampError, OSError, trio.TooSlowError) as exc:
+    except (ClientError, OSError, trio.TooSlowError) as exc:
         print(f"uamp chat: {exc}", file=sys.stderr)
         return 1
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import trio
 
-from uamp_proto.responder import Responder
 from uamp_proto.payment import TokenPolicy
+from uamp_proto.responder import Responder
 
 from .routing import App, create_app
 from .server import Server, ServerConfig

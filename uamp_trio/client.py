@@ -72,13 +72,14 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
-from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
+from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import PaymentNegotiation
 from uamp_proto.sse import SSEParser
 
 from ._ws_engine import EngineName, FrameEngine, WebSocketClosed, make_engine
 
 __all__ = [
+    "ClientError",
     "ClientSession",
     "PaymentHandler",
     "ResponseResult",
@@ -86,7 +87,6 @@ __all__ = [
     "SSEClient",
     "ToolHandler",
     "UampClient",
-    "UampError",
     "connect",
     "connect_sse",
 ]
@@ -134,7 +134,7 @@ _RESPONSE_EVENTS: Final = frozenset(
 )
 
 
-class UampError(Exception):
+class ClientError(UampError):
     """An error the server reported (``session.error`` / ``response.error``) or a closed link.
 
     Attributes:
@@ -179,7 +179,7 @@ class ResponseResult:
 class _End:
     """Put on a session's channel when the session or the link ends."""
 
-    def __init__(self, error: UampError) -> None:
+    def __init__(self, error: ClientError) -> None:
         self.error = error
 
 
@@ -192,7 +192,7 @@ class ResponseStream:
     :attr:`result` is set once it ended.
 
     Raises (while iterating):
-        UampError: The server refused the request (``session.error`` before
+        ClientError: The server refused the request (``session.error`` before
             ``response.created``, e.g. ``response_in_progress``), or the
             session or connection ended.
     """
@@ -231,7 +231,7 @@ class ResponseStream:
         if etype == "session.error" and not self._created:
             self._finish()
             assert isinstance(event, ev.SessionErrorEvent)
-            raise UampError(event.error.code, event.error.message, event)
+            raise ClientError(event.error.code, event.error.message, event)
         if etype == "response.created":
             self._created = True
             self.response_id = getattr(event, "response_id", None)
@@ -324,10 +324,10 @@ class ClientSession:
         self.on_payment_required = on_payment_required
         self._send_ch, self._recv_ch = trio.open_memory_channel[ev.Event | _End](buffer)
         self._ready = trio.Event()
-        self._failure: UampError | None = None
+        self._failure: ClientError | None = None
         self._updated: deque[trio.Event] = deque()
         self._stream: ResponseStream | None = None
-        self._ended: UampError | None = None
+        self._ended: ClientError | None = None
 
     def __repr__(self) -> str:
         return f"<ClientSession {self.id} agent={self.agent!r}>"
@@ -425,7 +425,7 @@ class ClientSession:
         """End the session (``session.end``)."""
         if self._ended is None:
             await self.send(ev.SessionEnd(reason=reason))
-            self._close(UampError("session_ended", f"session {self.id} was ended by the client"))
+            self._close(ClientError("session_ended", f"session {self.id} was ended by the client"))
         await self._link._forget(self)
 
     # --- plumbing -----------------------------------------------------------------
@@ -434,7 +434,7 @@ class ClientSession:
         if self._ended is not None:
             raise self._ended
         if self._stream is not None:
-            raise UampError(
+            raise ClientError(
                 "response_in_progress",
                 "this session is already iterating a response; finish it first",
             )
@@ -448,7 +448,7 @@ class ClientSession:
         try:
             return await self._recv_ch.receive()
         except trio.EndOfChannel:
-            return _End(self._ended or UampError("closed", "the connection closed"))
+            return _End(self._ended or ClientError("closed", "the connection closed"))
 
     async def _deliver(self, event: ev.Event, nursery: trio.Nursery) -> None:
         """Route one event of this session (called by the link's reader)."""
@@ -468,10 +468,10 @@ class ClientSession:
                 self._updated.popleft().set()
         elif etype == "session.error" and not self._ready.is_set():
             assert isinstance(event, ev.SessionErrorEvent)
-            self._failure = UampError(event.error.code, event.error.message, event)
+            self._failure = ClientError(event.error.code, event.error.message, event)
             self._ready.set()
         elif etype == "session.end":
-            self._close(UampError("session_ended", f"the server ended session {self.id}"))
+            self._close(ClientError("session_ended", f"the server ended session {self.id}"))
         elif etype in _PAYMENT_EVENTS and self._stream is None:
             if etype == "payment.required" and self.on_payment_required is not None:
                 assert isinstance(event, ev.PaymentRequired)
@@ -501,7 +501,7 @@ class ClientSession:
             text = result if isinstance(result, str) else orjson.dumps(result).decode()
         except Exception as exc:
             text, is_error = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"}).decode(), True
-        with suppress(UampError):
+        with suppress(ClientError):
             await self.send(ev.ToolResult(call_id=call.call_id, result=text, is_error=is_error))
 
     async def _pay(self, required: ev.PaymentRequired) -> None:
@@ -520,10 +520,10 @@ class ClientSession:
         schemes = required.requirements.schemes
         if schemes:
             scheme = schemes[0].scheme
-        with suppress(UampError):
+        with suppress(ClientError):
             await self.pay(token, scheme=scheme or "token")
 
-    def _close(self, error: UampError) -> None:
+    def _close(self, error: ClientError) -> None:
         if self._ended is not None:
             return
         self._ended = error
@@ -567,14 +567,14 @@ def _session_config(
 
 def _encode(
     conn: ClientConnection, events: list[ev.Event]
-) -> tuple[list[bytes], UampError | None]:
+) -> tuple[list[bytes], ClientError | None]:
     """Encode events until the core refuses one; what was accepted must be sent."""
     out: list[bytes] = []
     for event in events:
         try:
             out.append(conn.send(event))
         except LocalProtocolError as exc:
-            return out, UampError(exc.code, exc.message)
+            return out, ClientError(exc.code, exc.message)
     return out, None
 
 
@@ -634,12 +634,12 @@ async def _handshake(
             data = bytes(await stream.receive_some(_READ_SIZE))
             conn.receive_data(data)
             if not data and conn.their_state is h11.SEND_RESPONSE:
-                raise UampError("handshake_failed", "the server closed during the handshake")
+                raise ClientError("handshake_failed", "the server closed during the handshake")
             continue
         if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
             got = dict((k.lower(), v) for k, v in event.headers)
             if got.get(b"sec-websocket-accept") != expect:
-                raise UampError("handshake_failed", "bad Sec-WebSocket-Accept from the server")
+                raise ClientError("handshake_failed", "bad Sec-WebSocket-Accept from the server")
             return bytes(conn.trailing_data[0])
         if isinstance(event, h11.Response):
             body = b""
@@ -662,9 +662,9 @@ async def _handshake(
                 message = f"{message}: {err.get('message')}"
             except (orjson.JSONDecodeError, AttributeError):
                 pass
-            raise UampError(code, message)
+            raise ClientError(code, message)
         if isinstance(event, h11.ConnectionClosed):
-            raise UampError("handshake_failed", "the server closed during the handshake")
+            raise ClientError("handshake_failed", "the server closed during the handshake")
 
 
 class UampClient(_Link):
@@ -690,7 +690,7 @@ class UampClient(_Link):
         self._lock = trio.StrictFIFOLock()
         self._buffer = buffer
         self.sessions: dict[str, ClientSession] = {}
-        self._closed: UampError | None = None
+        self._closed: ClientError | None = None
         self._pongs: deque[trio.Event] = deque()
         self._errors: deque[ev.Event] = deque(maxlen=64)
 
@@ -719,7 +719,7 @@ class UampClient(_Link):
         ``tool.call`` and ``payment.required`` events (module docstring).
 
         Raises:
-            UampError: The server refused it (``agent_not_found``,
+            ClientError: The server refused it (``agent_not_found``,
                 ``too_many_sessions`` ...).
         """
         if self._closed is not None:
@@ -778,7 +778,7 @@ class UampClient(_Link):
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._shutdown(UampError("closed", f"the connection broke: {exc}"))
+                self._shutdown(ClientError("closed", f"the connection broke: {exc}"))
                 raise self._closed from None  # type: ignore[misc]
 
     async def _flush_owed(self) -> None:
@@ -811,7 +811,7 @@ class UampClient(_Link):
                     engine.feed(b"")
         except WebSocketClosed as closed:
             await self._flush_owed()  # the close reply
-            self._shutdown(UampError("closed", f"the connection closed ({closed.code})"))
+            self._shutdown(ClientError("closed", f"the connection closed ({closed.code})"))
 
     async def _drain(self) -> None:
         conn = self._conn
@@ -838,7 +838,7 @@ class UampClient(_Link):
             else:
                 self._errors.append(event)
 
-    def _shutdown(self, error: UampError) -> None:
+    def _shutdown(self, error: ClientError) -> None:
         if self._closed is None:
             self._closed = error
         for session in list(self.sessions.values()):
@@ -855,7 +855,7 @@ class UampClient(_Link):
                 if data:
                     with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                         await self._stream.send_all(data)
-            self._shutdown(UampError("closed", "the client closed the connection"))
+            self._shutdown(ClientError("closed", "the client closed the connection"))
 
 
 @asynccontextmanager
@@ -899,7 +899,7 @@ async def connect(
         connect_timeout: Limit on connecting and the handshake.
 
     Raises:
-        UampError: The handshake failed (``agent_not_found`` for an unknown
+        ClientError: The handshake failed (``agent_not_found`` for an unknown
             agent's endpoint ...).
     """
     with trio.fail_after(connect_timeout):
@@ -978,7 +978,7 @@ class SSEClient(_Link):
         The arguments are those of :meth:`UampClient.create_session`.
 
         Raises:
-            UampError: The server refused it.
+            ClientError: The server refused it.
         """
         sid = session_id or _new_session_id()
         conn = ClientConnection(ConnectionConfig(delta_window=self._delta_window))
@@ -1019,7 +1019,7 @@ class SSEClient(_Link):
                 headers={"content-type": "application/json", "x-session-id": session.id},
             )
         except httpx.HTTPError as exc:
-            raise UampError("closed", f"POST failed: {exc}") from None
+            raise ClientError("closed", f"POST failed: {exc}") from None
         if resp.status_code != 200:
             raise _http_error(resp)
 
@@ -1068,11 +1068,11 @@ class SSEClient(_Link):
                         owed = conn.data_to_send()
                         if owed:  # delta-window acks
                             await self._post(session, b"[" + b",".join(owed) + b"]")
-            except (httpx.HTTPError, UampError) as exc:
+            except (httpx.HTTPError, ClientError) as exc:
                 if not started:
                     raise
                 log.debug("SSE stream of %s ended: %s", session.id, exc)
-        session._close(UampError("closed", f"the event stream of session {session.id} ended"))
+        session._close(ClientError("closed", f"the event stream of session {session.id} ended"))
 
     async def aclose(self) -> None:
         """Stop every session's stream."""
@@ -1080,13 +1080,13 @@ class SSEClient(_Link):
             scope.cancel()
 
 
-def _http_error(resp: httpx.Response) -> UampError:
+def _http_error(resp: httpx.Response) -> ClientError:
     try:
         err = resp.json().get("error", {})
-        return UampError(err.get("code") or f"http_{resp.status_code}",
+        return ClientError(err.get("code") or f"http_{resp.status_code}",
                          err.get("message") or resp.text)
     except (ValueError, AttributeError):
-        return UampError(f"http_{resp.status_code}", resp.text)
+        return ClientError(f"http_{resp.status_code}", resp.text)
 
 
 @asynccontextmanager

@@ -51,9 +51,9 @@ from uamp_proto.adapters.completions import (
     parse_request,
     sse_data,
 )
-from uamp_proto.responder import Responder
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event
+from uamp_proto.responder import Responder
 from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
 
 from .http import (

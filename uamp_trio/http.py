@@ -23,6 +23,8 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto.errors import UampError
+
 __all__ = [
     "BATCH_HIGH_WATER",
     "Endpoint",
@@ -394,7 +396,7 @@ async def batched_writer(
 Endpoint = Callable[[Request], Awaitable[Response | StreamingResponse]]
 
 
-class HTTPError(Exception):
+class HTTPError(UampError):
     """An error an endpoint answers with; rendered as OpenAI-shaped JSON.
 
     Args:

@@ -43,9 +43,9 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters import realtime as rt
-from uamp_proto.responder import Responder
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.responder import Responder
 
 from .http import HTTPError
 from .routing import App

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from uamp_proto.responder import Responder
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.responder import Responder
 
 from .http import Endpoint, HTTPError
 

@@ -101,10 +101,10 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
-from uamp_proto.responder import Responder, Emit, TurnRequest
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
-from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
+from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import PaymentRequiredError, PaymentState
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
@@ -180,11 +180,11 @@ class SessionLimits:
                 raise ValueError(f"{name} must be positive")
 
 
-class OutboxClosed(Exception):
+class OutboxClosed(UampError):
     """The outbox was closed; nothing more will be taken from it."""
 
 
-class Overloaded(Exception):
+class Overloaded(UampError):
     """The peer made the server owe more replies than it may queue."""
 
 
@@ -319,7 +319,7 @@ class Outbox:
         self._space.unpark_all()
 
 
-class _SessionGone(Exception):
+class _SessionGone(UampError):
     """The session ended while its worker was sending."""
 
 

@@ -69,17 +69,18 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Responder, ResponderError, TurnRequest
+from uamp_proto.errors import UampError
 from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.responder import Responder, ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
 
 __all__ = [
     "DEFAULT_BUFFER",
     "YIELD_EVERY",
-    "Sink",
-    "ResponseRun",
     "ResponseOutcome",
+    "ResponseRun",
     "ResponseRunner",
+    "Sink",
     "TurnStatus",
     "open_response",
     "run_response",
@@ -147,7 +148,7 @@ def _agent_error(exc: BaseException) -> ResponderError | None:
     return None
 
 
-class _SinkFailed(Exception):
+class _SinkFailed(UampError):
     """Raised inside the agent when the sink failed; carries nothing itself."""
 
 

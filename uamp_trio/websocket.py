@@ -32,6 +32,8 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from uamp_proto.errors import UampError
+
 from .http import Request
 
 __all__ = ["ConnectionClosed", "WebSocket", "WebSocketRequest"]
@@ -39,7 +41,7 @@ __all__ = ["ConnectionClosed", "WebSocket", "WebSocketRequest"]
 _READ_SIZE = 65536
 
 
-class ConnectionClosed(Exception):
+class ConnectionClosed(UampError):
     """The WebSocket is closed; ``code`` and ``reason`` from the close frame."""
 
     def __init__(self, code: int, reason: str | None = None) -> None:

@@ -37,8 +37,8 @@ from google.protobuf import json_format, struct_pb2
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest
 from uamp_proto.payment import TokenPolicy
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.demo import DemoAgent
 from uamp_trio.routing import create_app
 

@@ -16,8 +16,8 @@ from pydantic import TypeAdapter
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters.agui import apply_patch, state_delta, state_update
-from uamp_proto.responder import Emit, TurnRequest
 from uamp_proto.payment import TokenPolicy
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.demo import DemoAgent
 from uamp_trio.routing import create_app
 

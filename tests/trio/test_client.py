@@ -13,7 +13,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import DemoAgent, Server, create_app
-from uamp_trio.client import UampError, connect, connect_sse
+from uamp_trio.client import ClientError, connect, connect_sse
 
 TIMEOUT = 20
 
@@ -151,7 +151,7 @@ async def test_delta_windows_are_acknowledged_by_the_client(open_client: Opener)
 async def test_unknown_agent_is_a_clear_error(open_client: Opener) -> None:
     with trio.fail_after(TIMEOUT):
         async with serving(DemoAgent()) as addr, open_client(addr) as client:
-            with pytest.raises(UampError) as info:
+            with pytest.raises(ClientError) as info:
                 await client.create_session("nobody")
             assert info.value.code == "agent_not_found"
 
@@ -174,7 +174,7 @@ async def test_several_sessions_share_one_websocket_concurrently() -> None:
             await client.ping()
             await sessions[0].end()
             assert sessions[0].id not in client.sessions
-            with pytest.raises(UampError):
+            with pytest.raises(ClientError):
                 await sessions[0].ask("still there?")
 
 
@@ -185,6 +185,6 @@ async def test_a_second_response_on_a_busy_session_is_refused() -> None:
             session = await client.create_session("slow")
             await session.send(ev.InputText(text="wait"), ev.ResponseCreate())
             await agent.waiting.wait()
-            with pytest.raises(UampError) as info:
+            with pytest.raises(ClientError) as info:
                 await session.ask("again")
             assert info.value.code == "response_in_progress"

@@ -10,7 +10,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import ResponderError, Emit, TurnRequest
+from uamp_proto.responder import Emit, ResponderError, TurnRequest
 from uamp_trio.demo import DemoAgent
 from uamp_trio.routing import create_app
 

@@ -11,8 +11,8 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest
 from uamp_proto.payment import PaymentRequiredError, TokenPolicy
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.demo import DemoAgent
 from uamp_trio.routing import create_app
 

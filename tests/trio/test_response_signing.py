@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import ResponderError, Emit, TurnRequest
+from uamp_proto.responder import Emit, ResponderError, TurnRequest
 from uamp_proto.signing import (
     JWKS,
     Reason,

@@ -12,7 +12,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Responder, Emit, TurnRequest
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.sse import SSEParser
 from uamp_trio import App, DemoAgent, Server
 from uamp_trio.sessions import SessionLimits

@@ -18,8 +18,8 @@ from trio_websocket import open_websocket_url as open_ws
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Responder, Emit, TurnRequest
 from uamp_proto.payment import PaymentRequiredError, PaymentState, TokenPolicy
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.sse import SSEParser
 from uamp_trio import App, Server, sse_events, uamp_ws
 from uamp_trio.client import connect, connect_sse

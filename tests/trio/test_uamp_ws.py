@@ -14,7 +14,7 @@ from trio_websocket import open_websocket_url as open_ws
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Responder, Emit, TurnRequest
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_trio import App, DemoAgent, Server, uamp_ws
 from uamp_trio.sessions import SessionLimits
 

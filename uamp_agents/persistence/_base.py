@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from uamp_proto.errors import UampError
+
 __all__ = ["PersistenceAdapter", "PersistenceError", "session_id_of"]
 
 
-class PersistenceError(Exception):
+class PersistenceError(UampError):
     """A store could not save, load, list or delete a session.
 
     Attributes:

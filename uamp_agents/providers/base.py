@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from uamp_proto.errors import UampError
 from uamp_proto.events import Event
 from uamp_proto.types import Message, ResponseFormat, ToolDefinition, UsageStats
 
@@ -75,7 +76,7 @@ class ModelResponse:
 ProviderEvent = Event | ModelResponse
 
 
-class ProviderError(Exception):
+class ProviderError(UampError):
     """A provider call failed.
 
     Attributes:

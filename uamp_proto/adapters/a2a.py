@@ -52,7 +52,7 @@ import orjson
 from .. import events as ev
 from .. import types as ty
 from ..codec import unstructure
-from ..errors import LocalProtocolError
+from ..errors import LocalProtocolError, UampError
 from ..ids import IdSource
 
 __all__ = [
@@ -173,7 +173,7 @@ METHODS: dict[str, tuple[Dialect, str]] = {
 }
 
 
-class A2AError(Exception):
+class A2AError(UampError):
     """An A2A/JSON-RPC error, with what to answer.
 
     Attributes:

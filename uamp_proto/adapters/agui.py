@@ -67,11 +67,13 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
-from ..responder import TurnRequest
 from ..codec import unstructure
-from ..errors import LocalProtocolError
+from ..errors import LocalProtocolError, UampError
 from ..ids import IdSource
+from ..responder import TurnRequest
 from ..response import add_usage
+
+_RUN_BOUNDARIES = (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 
 __all__ = [
     "PHASES",
@@ -108,7 +110,7 @@ _MESSAGE_KEYS = (
 )
 
 
-class AguiError(Exception):
+class AguiError(UampError):
     """A bad ``RunAgentInput``.
 
     Attributes:
@@ -662,7 +664,7 @@ class RunEncoder:
             assert isinstance(event, ev.UsageDelta)
             self._usage = add_usage(self._usage, event.delta)
             return []
-        if kind in (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent):
+        if kind in _RUN_BOUNDARIES:
             return []  # the binding ends the run with finish() / error()
         return [{"type": "CUSTOM", "name": event.type, "value": _event_value(event)}]
 

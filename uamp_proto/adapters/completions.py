@@ -31,6 +31,7 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
+from ..errors import UampError
 from ..responder import TurnRequest
 from ..sse import encode_json
 
@@ -64,7 +65,7 @@ _DATA_URL = re.compile(
 )
 
 
-class CompletionsError(Exception):
+class CompletionsError(UampError):
     """An invalid Chat Completions request, with the reply it deserves.
 
     Attributes:

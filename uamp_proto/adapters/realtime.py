@@ -71,9 +71,10 @@ import attrs
 
 from .. import events as ev
 from .. import types as ty
-from ..responder import TurnRequest
 from ..codec import to_dict
+from ..errors import UampError
 from ..ids import IdSource
+from ..responder import TurnRequest
 
 __all__ = [
     "DEFAULT_MAX_AUDIO_BUFFER",
@@ -110,7 +111,7 @@ _BETA_AUDIO = frozenset({"pcm16", "g711_ulaw", "g711_alaw"})
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(;[^,;]*)*;base64,(?P<data>.*)$", re.S)
 
 
-class RealtimeError(Exception):
+class RealtimeError(UampError):
     """Bad client input, answered with a Realtime ``error`` event.
 
     Args:
