@@ -1,11 +1,19 @@
-"""A UAMP WebSocket server on asyncio: the sans-IO core in another event loop.
+"""UAMP on asyncio: the sans-IO core driven by another event loop.
 
 The same ``uamp_proto.ServerConnection`` that the Trio transports use is
-driven here by asyncio streams and wsproto. The agent is a toy that echoes
-the user's text back in a few deltas.
+driven here by asyncio streams. :class:`EchoSession` is the whole embedding:
+text frames in, text frames out, a toy agent that echoes the user's text back
+in a few deltas. Two framings carry those frames:
 
-Run: ``python examples/asyncio_server.py --port 8766`` and point any UAMP
-WebSocket client at ``ws://127.0.0.1:8766/``.
+* ``--framing lines`` (needs nothing but ``pip install uamp``): one UAMP event
+  per line of JSON over TCP, as ACP does over stdio;
+* ``--framing websocket`` (needs ``wsproto``, in ``uamp[trio]``): UAMP's
+  WebSocket transport, reachable by any UAMP WebSocket client.
+
+Run ``python examples/asyncio_server.py --demo`` to start a lines server and
+talk to it with the core's ``ClientConnection`` in the same process, or
+``python examples/asyncio_server.py --port 8766`` to serve WebSocket clients
+at ``ws://127.0.0.1:8766/``.
 """
 
 from __future__ import annotations
@@ -13,58 +21,89 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import (
-    AcceptConnection,
-    BytesMessage,
-    CloseConnection,
-    Request,
-    TextMessage,
-)
-
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.connection import NEED_DATA, ServerConnection
+from uamp_proto.connection import NEED_DATA, ClientConnection, ServerConnection
 from uamp_proto.errors import RemoteProtocolError
 
 
-async def _echo_reply(conn: ServerConnection, session_id: str) -> list[bytes]:
-    """Produce one response to the session's input: created, deltas, done."""
-    session = conn.session(session_id)
-    tracker = session.response
-    assert tracker is not None
-    text = " ".join(m.text for m in tracker.input_messages) or "(nothing)"
-    out = [conn.send(ev.ResponseCreated(session_id=session_id, response_id=tracker.response_id))]
-    for word in f"You said: {text}".split(" "):
-        out.append(
-            conn.send(
-                ev.ResponseDelta(
-                    session_id=session_id,
-                    response_id=tracker.response_id,
-                    delta=ty.DeltaText(text=word + " "),
-                )
-            )
-        )
-    out.append(conn.send(tracker.done_event()))
-    return out
+class EchoSession:
+    """One connection's core plus the echo agent: frames in, frames out."""
 
+    def __init__(self) -> None:
+        self.conn = ServerConnection()
 
-async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Serve one WebSocket connection carrying UAMP events."""
-    ws = WSConnection(ConnectionType.SERVER)
-    conn = ServerConnection()
-    parts: list[str] = []
-
-    async def send_text(payloads: list[bytes]) -> None:
-        for payload in payloads:
-            writer.write(ws.send(TextMessage(data=payload.decode())))
-        await writer.drain()
-
-    try:
+    def receive(self, frame: str | bytes) -> list[bytes]:
+        """Feed one text frame; return the frames owed to the peer, in order."""
+        self.conn.receive(frame)
+        out: list[bytes] = []
         while True:
-            data = await reader.read(65536)
-            if not data:
-                break
+            try:
+                event = self.conn.next_event()
+            except RemoteProtocolError:
+                out.extend(self.conn.data_to_send())  # the session.error owed
+                continue
+            if event is NEED_DATA:
+                return out
+            out.extend(self.conn.data_to_send())
+            if isinstance(event, ev.SessionCreate):
+                assert event.session_id is not None
+                out.append(self.conn.accept(event.session_id, agent="echo"))
+            elif isinstance(event, ev.ResponseCreate):
+                out.extend(self._reply(self.conn.session(event.session_id).id))
+
+    def _reply(self, session_id: str) -> list[bytes]:
+        tracker = self.conn.session(session_id).response
+        assert tracker is not None
+        text = " ".join(m.text for m in tracker.input_messages) or "(nothing)"
+        rid = tracker.response_id
+        out = [self.conn.send(ev.ResponseCreated(session_id=session_id, response_id=rid))]
+        for word in f"You said: {text}".split(" "):
+            delta = ev.ResponseDelta(
+                session_id=session_id, response_id=rid, delta=ty.DeltaText(text=word + " ")
+            )
+            out.append(self.conn.send(delta))
+        out.append(self.conn.send(tracker.done_event()))
+        return out
+
+
+async def _handle_lines(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, closed: asyncio.Event | None
+) -> None:
+    session = EchoSession()
+    try:
+        while line := await reader.readline():
+            for frame in session.receive(line.rstrip(b"\n")):
+                writer.write(frame + b"\n")
+            await writer.drain()
+    finally:
+        writer.close()
+        if closed is not None:
+            closed.set()
+
+
+async def serve_lines(
+    host: str = "127.0.0.1", port: int = 0, *, closed: asyncio.Event | None = None
+) -> asyncio.Server:
+    """Serve UAMP as JSON lines over TCP; needs only the core. ``closed`` is set per hang-up."""
+    return await asyncio.start_server(lambda r, w: _handle_lines(r, w, closed), host, port)
+
+
+async def _handle_websocket(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import (
+        AcceptConnection,
+        BytesMessage,
+        CloseConnection,
+        Request,
+        TextMessage,
+    )
+
+    ws = WSConnection(ConnectionType.SERVER)
+    session = EchoSession()
+    parts: list[str] = []
+    try:
+        while data := await reader.read(65536):
             ws.receive_data(data)
             for wsev in ws.events():
                 if isinstance(wsev, Request):
@@ -77,47 +116,65 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                     parts.append(wsev.data if isinstance(wsev.data, str) else wsev.data.decode())
                     if not wsev.message_finished:
                         continue
-                    conn.receive("".join(parts))
+                    for frame in session.receive("".join(parts)):
+                        writer.write(ws.send(TextMessage(data=frame.decode())))
                     parts.clear()
-                    await _drain_events(conn, send_text)
             await writer.drain()
     finally:
         writer.close()
 
 
-async def _drain_events(conn: ServerConnection, send_text: object) -> None:
-    send = send_text  # typed loosely to keep the example short
-    while True:
-        try:
-            event = conn.next_event()
-        except RemoteProtocolError:
-            await send(conn.data_to_send())  # type: ignore[operator]
-            continue
-        if event is NEED_DATA:
-            break
-        owed = conn.data_to_send()
-        if isinstance(event, ev.SessionCreate):
-            assert event.session_id is not None
-            owed.append(conn.accept(event.session_id, agent="echo"))
-        elif isinstance(event, ev.ResponseCreate):
-            owed.extend(await _echo_reply(conn, conn.session(event.session_id).id))
-        await send(owed)  # type: ignore[operator]
-
-
 async def serve(host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
-    """Start the server; the bound port is ``server.sockets[0].getsockname()[1]``."""
-    return await asyncio.start_server(handle, host, port)
+    """Serve UAMP over WebSocket (needs wsproto); the port is ``sockets[0].getsockname()[1]``."""
+    return await asyncio.start_server(_handle_websocket, host, port)
+
+
+async def run_demo(text: str = "hello asyncio") -> str:
+    """Start a lines server, ask it one question with the core's client; return the reply."""
+    hung_up = asyncio.Event()
+    server = await serve_lines(closed=hung_up)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = ClientConnection()
+        for frame in (
+            client.create_session(agent="echo"),
+            client.send(ev.InputText(text=text)),
+            client.send(ev.ResponseCreate()),
+        ):
+            writer.write(frame + b"\n")
+        await writer.drain()
+        reply = ""
+        while not reply:
+            line = await asyncio.wait_for(reader.readline(), timeout=10)
+            if not line:
+                raise ConnectionError("the server closed before response.done")
+            client.receive(line.rstrip(b"\n"))
+            while (event := client.next_event()) is not NEED_DATA:
+                if isinstance(event, ev.ResponseDone):
+                    reply = "".join(getattr(item, "text", "") for item in event.response.output)
+        writer.close()
+        await hung_up.wait()  # let the server's handler end before the server closes
+        return reply.strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--framing", choices=("websocket", "lines"), default="websocket")
+    parser.add_argument("--demo", action="store_true", help="one round trip over lines, then exit")
     args = parser.parse_args()
+    if args.demo:
+        print(asyncio.run(run_demo()))
+        return
 
     async def run() -> None:
-        server = await serve(args.host, args.port)
-        print(f"UAMP over WebSocket on ws://{args.host}:{server.sockets[0].getsockname()[1]}/")
+        start = serve if args.framing == "websocket" else serve_lines
+        server = await start(args.host, args.port)
+        port = server.sockets[0].getsockname()[1]
+        scheme = "ws" if args.framing == "websocket" else "tcp"
+        print(f"UAMP ({args.framing}) on {scheme}://{args.host}:{port}/")
         async with server:
             await server.serve_forever()
 

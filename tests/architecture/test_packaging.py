@@ -1,0 +1,88 @@
+"""The core installs and imports alone: no event loop, no server, no runtime."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: What importing any part of uamp_proto must never pull in.
+NOT_IN_THE_CORE = ("uamp_trio", "uamp_agents", "trio", "h11", "h2", "wsproto", "asyncio", "anyio")
+
+_IMPORT_EVERY_CORE_MODULE = f"""
+import importlib, pkgutil, sys
+import uamp_proto
+for info in pkgutil.walk_packages(uamp_proto.__path__, prefix="uamp_proto."):
+    importlib.import_module(info.name)
+banned = {NOT_IN_THE_CORE!r}
+print(sorted(name for name in sys.modules if name.split(".")[0] in banned))
+"""
+
+
+def test_importing_every_core_module_loads_no_io_package() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EVERY_CORE_MODULE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_check_sees_a_banned_import() -> None:
+    code = "import uamp_trio.client\n" + _IMPORT_EVERY_CORE_MODULE
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "trio" in result.stdout
+
+
+def test_the_core_installs_without_extras_and_runs_the_asyncio_example(tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Install from a copy of the tracked files, so the build leaves nothing in the checkout.
+    source = tmp_path / "src"
+    source.mkdir()
+    subprocess.run(
+        f"git ls-files -z | xargs -0 cp --parents -t '{source}'",
+        shell=True,
+        check=True,
+        cwd=ROOT,
+        executable="/bin/bash",
+    )
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+
+    outside = tmp_path  # not the checkout: imports must come from the installed package
+    demo = subprocess.run(
+        [str(python), str(source / "examples" / "asyncio_server.py"), "--demo"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=outside,
+        timeout=60,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stdout.strip() == "You said: hello asyncio"
+
+    for module in ("trio", "h11", "wsproto", "jwt"):
+        probe = subprocess.run(
+            [str(python), "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            env=environ,
+            cwd=outside,
+        )
+        assert probe.returncode != 0, f"{module} is installed by `pip install uamp`"
+        assert "ModuleNotFoundError" in probe.stderr
