@@ -1,7 +1,7 @@
 """Serving a UAP agent through every transport: :func:`serve_agent`.
 
 The transports serve anything that satisfies the agent boundary,
-:class:`uamp_proto.responder.Agent`: a name, ``capabilities()`` and ``async
+:class:`uamp_proto.responder.Responder`: a name, ``capabilities()`` and ``async
 respond(request, emit)``, UAMP events in and out. :func:`serve_agent` wraps a
 runtime :class:`~uamp_agents.agent.Agent` into such an object, an
 :class:`AgentEndpoint`::
@@ -122,7 +122,7 @@ def serve_agent(
 
 
 class AgentEndpoint:
-    """A runtime agent as a :class:`uamp_proto.responder.Agent`; see the module docstring.
+    """A runtime agent as a :class:`uamp_proto.responder.Responder`; see the module docstring.
 
     Attributes:
         agent: The wrapped runtime agent.

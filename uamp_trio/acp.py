@@ -1,4 +1,4 @@
-"""The Responder Client Protocol transport: stdio, WebSocket and HTTP (spec 004).
+"""The Agent Client Protocol transport: stdio, WebSocket and HTTP (spec 004).
 
 One JSON-RPC 2.0 dispatcher, :class:`AcpConnection`, serves three carriers:
 

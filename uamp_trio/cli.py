@@ -7,13 +7,13 @@ once); the process exits 0. By default it hosts ``demo``: a UAP agent
 (:func:`uamp_agents.bridge.demo_agent`, the offline demo model with the tools
 ``add`` and ``now``) served through the agent bridge.
 
-``--agent`` takes anything satisfying :class:`uamp_proto.responder.Agent`, or a
+``--agent`` takes anything satisfying :class:`uamp_proto.responder.Responder`, or a
 :class:`uamp_agents.Agent` (the UAP runtime), which is wrapped with
 :func:`uamp_agents.bridge.serve_agent`; this module is the only place that
 knows both layers.
 
 ``uamp acp [--agent module:attr] [--payment-token T ...]`` runs one agent (the
-demo agent by default) as an Responder Client Protocol agent on stdin/stdout, for
+demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
 editors; it exits when stdin closes.
 
 Subcommands register themselves in :data:`SUBCOMMANDS`: a function that adds
@@ -49,7 +49,7 @@ def load_agent(spec: str) -> Responder:
     """Load ``module:attr`` as an agent.
 
     ``attr`` (dotted for nested names) may be an object satisfying
-    :class:`~uamp_proto.responder.Agent`, a UAP agent
+    :class:`~uamp_proto.responder.Responder`, a UAP agent
     (:class:`uamp_agents.Agent`), or a class / zero-argument factory
     returning either. A UAP agent is served through
     :func:`uamp_agents.bridge.serve_agent` under its ``name``, or the

@@ -71,7 +71,7 @@ __all__ = ["CompletionsTransport", "mount"]
 
 log = logging.getLogger("uamp_trio.completions")
 
-#: HTTP status for an ResponderError code in a non-streamed completion.
+#: HTTP status for a ResponderError code in a non-streamed completion.
 _STATUS_FOR_CODE = {
     "invalid_request": 400,
     "unauthorized": 401,

@@ -1,4 +1,4 @@
-"""The turn driver: runs one response of an :class:`~uamp_proto.responder.Agent`.
+"""The turn driver: runs one response of an :class:`~uamp_proto.responder.Responder`.
 
 Two ways to run a turn, with one contract and one implementation
 (:class:`ResponseRunner`):
