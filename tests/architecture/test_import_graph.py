@@ -170,10 +170,17 @@ def _tree() -> dict[str, set[str]]:
 
 SELF_CASES = [
     ("plain cycle", {"p.a": "import p.b", "p.b": "from p import a"}, [["p.a", "p.b"]]),
-    ("function-body import counts", {"p.a": "def f():\n    import p.b", "p.b": "import p.a"}, [["p.a", "p.b"]]),
+    (
+        "function-body import counts",
+        {"p.a": "def f():\n    import p.b", "p.b": "import p.a"},
+        [["p.a", "p.b"]],
+    ),
     (
         "TYPE_CHECKING does not count",
-        {"p.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.b", "p.b": "import p.a"},
+        {
+            "p.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.b",
+            "p.b": "import p.a",
+        },
         [],
     ),
     (
@@ -192,12 +199,18 @@ SELF_CASES = [
         {"p": "from p.s.a import x", "p.s": "", "p.s.a": "import p.t", "p.t": "from p.s import a"},
         [["p.s.a", "p.t"]],
     ),
-    ("three-module ring", {"p.a": "import p.b", "p.b": "import p.c", "p.c": "import p.a"}, [["p.a", "p.b", "p.c"]]),
+    (
+        "three-module ring",
+        {"p.a": "import p.b", "p.b": "import p.c", "p.c": "import p.a"},
+        [["p.a", "p.b", "p.c"]],
+    ),
     ("no cycle", {"p.a": "import p.b", "p.b": "import os"}, []),
 ]
 
 
-@pytest.mark.parametrize(("files", "expected"), [case[1:] for case in SELF_CASES], ids=[c[0] for c in SELF_CASES])
+@pytest.mark.parametrize(
+    ("files", "expected"), [case[1:] for case in SELF_CASES], ids=[c[0] for c in SELF_CASES]
+)
 def test_the_checker_finds_cycles(files: dict[str, str], expected: list[list[str]]) -> None:
     assert cycles(build_graph(files, ["p"])) == expected
 
