@@ -56,6 +56,7 @@ from uamp_proto.sse import encode_json
 
 from .http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
 from .routing import App, Transport
+from .stores.a2a_tasks import TaskStore
 from .turns import open_response
 
 __all__ = ["A2ATransport", "mount", "transport"]
@@ -139,7 +140,7 @@ class A2ATransport:
         self.app = app
         self._policy = payment_policy
         self.public_url = public_url.rstrip("/") if public_url else None
-        self.store = a2a.TaskStore(max_tasks)
+        self.store = TaskStore(max_tasks)
         self.ids = ids
         self._live: dict[str, _Live] = {}
 

@@ -1,4 +1,4 @@
-"""The sans-IO A2A adapter: state table, envelopes, parts, event translation, store."""
+"""The sans-IO A2A adapter: state table, envelopes, parts, event translation."""
 
 from __future__ import annotations
 
@@ -318,32 +318,6 @@ def test_render_task_history_length_and_artifacts() -> None:
     ]
     assert "history" not in a2a.render_task(task, Dialect.V1, history_length=0)
     assert "artifacts" not in a2a.render_task(task, Dialect.V1, include_artifacts=False)
-
-
-# --- the store --------------------------------------------------------------------------------
-
-
-def test_store_evicts_finished_tasks_and_refuses_when_all_run() -> None:
-    store = a2a.TaskStore(max_tasks=2)
-    first, second = (
-        a2a.A2ATask(id="1", context_id="c", agent="a"),
-        a2a.A2ATask(id="2", context_id="c", agent="a"),
-    )
-    store.add(first)
-    store.add(second)
-    with pytest.raises(a2a.A2AError) as full:
-        store.add(a2a.A2ATask(id="3", context_id="c", agent="a"))
-    assert full.value.http_status == 503
-    first.move(Trigger.FAIL)
-    store.add(a2a.A2ATask(id="3", context_id="d", agent="a"))
-    assert [t.id for t in store] == ["2", "3"]
-    with pytest.raises(a2a.A2AError) as gone:
-        store.get("1")
-    assert gone.value.code == a2a.TASK_NOT_FOUND
-    latest = store.latest_in_context("c")
-    assert latest is not None and latest.id == "2"
-    with pytest.raises(ValueError):
-        store.add(a2a.A2ATask(id="3", context_id="c", agent="a"))
 
 
 # --- params and the card ------------------------------------------------------------------------

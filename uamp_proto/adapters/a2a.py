@@ -36,14 +36,14 @@ and :func:`render_task` write them in either dialect, and
 :func:`rest_events` in the SSE form of spec 004 (``task.started``,
 ``task.message``, ``task.completed``, ``task.failed`` ...). Nothing here
 reads a clock or makes ids: timestamps (RFC 3339 strings) and an id source
-are passed in. :class:`TaskStore` is the bounded in-memory store.
+are passed in. Keeping tasks is the server's job
+(:mod:`uamp_trio.stores.a2a_tasks`); this module only maps them.
 """
 
 from __future__ import annotations
 
 import enum
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -82,7 +82,6 @@ __all__ = [
     "StoredMessage",
     "TaskRun",
     "TaskState",
-    "TaskStore",
     "Trigger",
     "Update",
     "agent_card",
@@ -682,67 +681,6 @@ class A2ATask:
         self.state = transition(self.state, trigger)
         self.timestamp = timestamp
         return self.state
-
-
-class TaskStore:
-    """A bounded in-memory task store.
-
-    When full, adding a task evicts the oldest *finished* task; when every
-    task is still running or paused, the add is refused (refuse, don't grow).
-
-    Args:
-        max_tasks: How many tasks to keep.
-    """
-
-    def __init__(self, max_tasks: int = 1000) -> None:
-        if max_tasks < 1:
-            raise ValueError("max_tasks must be at least 1")
-        self.max_tasks = max_tasks
-        self._tasks: OrderedDict[str, A2ATask] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __iter__(self) -> Iterator[A2ATask]:
-        return iter(list(self._tasks.values()))
-
-    def add(self, task: A2ATask) -> None:
-        """Store a new task.
-
-        Raises:
-            A2AError: :data:`INTERNAL_ERROR` (HTTP 503) when the store is full
-                of unfinished tasks; ``ValueError`` for a duplicate id.
-        """
-        if task.id in self._tasks:
-            raise ValueError(f"task {task.id!r} exists already")
-        while len(self._tasks) >= self.max_tasks:
-            victim = next((t.id for t in self._tasks.values() if t.state.is_terminal), None)
-            if victim is None:
-                raise A2AError(
-                    INTERNAL_ERROR,
-                    "Too many unfinished tasks; try again later.",
-                    http_status=503,
-                )
-            del self._tasks[victim]
-        self._tasks[task.id] = task
-
-    def get(self, task_id: str) -> A2ATask:
-        """The task with ``task_id``.
-
-        Raises:
-            A2AError: :data:`TASK_NOT_FOUND` (HTTP 404).
-        """
-        task = self._tasks.get(task_id)
-        if task is None:
-            raise A2AError(TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
-        return task
-
-    def latest_in_context(self, context_id: str) -> A2ATask | None:
-        """The most recently created task of a conversation."""
-        for task in reversed(self._tasks.values()):
-            if task.context_id == context_id:
-                return task
-        return None
 
 
 # --- UAMP events -> task updates ------------------------------------------------------------
