@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from uamp_proto.errors import UampError
+from .errors import SchemaError
 
 __all__ = [
     "SchemaError",
@@ -41,10 +41,6 @@ _PRIMITIVES: dict[Any, dict[str, Any]] = {
     type(None): {"type": "null"},
     bytes: {"type": "string"},
 }
-
-
-class SchemaError(UampError, TypeError):
-    """A type hint has no JSON Schema equivalent."""
 
 
 def _is_typeddict(tp: Any) -> bool:

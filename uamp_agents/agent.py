@@ -29,17 +29,16 @@ from uamp_proto.types import ContentItem, Message, TextContent
 
 from ._schema import is_structured_class, schema_for
 from .context import (
-    AgentRuntimeError,
     ExecutionContext,
     RunInfo,
     StepCallback,
-    SubAgentDepthError,
     _running,
     current_run,
 )
+from .errors import BudgetExceededError, NoModelError, SubAgentDepthError
 from .execution import StrategyLike, loop
 from .hooks import AgentStrategy
-from .middleware import BudgetExceededError, MiddlewareContext, run_pipeline
+from .middleware import MiddlewareContext, run_pipeline
 from .providers.base import Provider
 from .streaming import DEFAULT_BUFFER, AgentStream, Emitter
 from .tools import Tool, ToolContext, as_tool, format_result
@@ -76,10 +75,6 @@ class _Keep:
 
 
 _KEEP = _Keep()
-
-
-class NoModelError(AgentRuntimeError):
-    """The agent has no model and no parent run to inherit one from."""
 
 
 def to_message(value: AgentInput) -> Message:

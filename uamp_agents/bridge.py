@@ -81,10 +81,9 @@ from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
 from .agent import Agent, NoModelError, agent
-from .context import AgentRuntimeError, StructuredOutputError, SubAgentDepthError
+from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
 from .middleware import BudgetExceededError, GuardrailError
-from .providers.base import ProviderError
 from .streaming import AgentStreamEvent, UAPEvent
 from .tools import Tool, deferred_tool, tool
 from .turn import Turn

@@ -28,7 +28,6 @@ import cattrs
 import orjson
 import trio
 
-from uamp_proto.errors import UampError
 from uamp_proto.events import ResponseDelta
 from uamp_proto.types import (
     DeltaText,
@@ -40,13 +39,20 @@ from uamp_proto.types import (
 )
 
 from ._schema import validate
+from .errors import (
+    AgentRuntimeError,
+    ProviderError,
+    StructuredOutputError,
+    SubAgentDepthError,
+    ToolError,
+)
 from .hooks import AgentStrategy, StepResult, maybe_await
-from .providers.base import ModelRequest, ModelResponse, Provider, ProviderError
+from .providers.base import ModelRequest, ModelResponse, Provider
+from .state import ExecutionState, PlanStep
 from .streaming import AgentStreamEvent, Emitter, UAPEvent
 from .tools import (
     Tool,
     ToolContext,
-    ToolError,
     error_output,
     format_result,
     parse_arguments,
@@ -67,71 +73,6 @@ __all__ = [
     "SubAgentDepthError",
     "current_run",
 ]
-
-
-class AgentRuntimeError(UampError):
-    """Base of the agent runtime's own errors."""
-
-
-class StructuredOutputError(AgentRuntimeError):
-    """The model's final answer is not JSON matching the agent's ``structure``.
-
-    Attributes:
-        problems: What is wrong, one entry per problem (with JSON paths).
-        text: The text the model returned.
-    """
-
-    def __init__(self, problems: list[str], text: str) -> None:
-        super().__init__("structured output does not match the schema: " + "; ".join(problems))
-        self.problems = problems
-        self.text = text
-
-
-class SubAgentDepthError(AgentRuntimeError):
-    """Sub-agents are nested deeper than allowed (UAP section 16.1)."""
-
-
-@attrs.define(kw_only=True, eq=False)
-class PlanStep:
-    """One step of a plan (section 5.4).
-
-    Attributes:
-        id: Step identifier, unique within the plan.
-        description: What the step does.
-        tool: The tool it uses, if any.
-        arguments: Arguments for ``tool`` when the plan gave them.
-        depends_on: Ids of the steps that must complete first.
-        status: ``"pending"``, ``"in_progress"``, ``"completed"`` or ``"failed"``.
-        result: The step's outcome text, once it ran.
-    """
-
-    id: str
-    description: str
-    tool: str | None = None
-    arguments: dict[str, Any] | None = None
-    depends_on: list[str] = attrs.field(factory=list)
-    status: str = "pending"
-    result: str | None = None
-
-
-@attrs.define(kw_only=True, eq=False)
-class ExecutionState:
-    """The mutable state of one run (section 5.1).
-
-    Attributes:
-        step: The current step number (1-based; 0 before the first step).
-        messages: Messages added by this run, starting with the user input.
-        metadata: User-defined data (read by stop conditions, written by
-            hooks and tools).
-        reasoning: ReAct reasoning traces, one per step.
-        plan: The plan of the plan() strategy.
-    """
-
-    step: int = 0
-    messages: list[Message] = attrs.field(factory=list)
-    metadata: dict[str, Any] = attrs.field(factory=dict)
-    reasoning: list[str] | None = None
-    plan: list[PlanStep] | None = None
 
 
 @attrs.frozen(kw_only=True)

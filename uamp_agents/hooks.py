@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .state import ExecutionState
+
 if TYPE_CHECKING:
-    from .context import ExecutionState
     from .turn import Turn
 
 __all__ = ["AgentStrategy", "StepResult", "maybe_await"]

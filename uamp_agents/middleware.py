@@ -28,8 +28,10 @@ import trio
 
 from uamp_proto.types import Message
 
-from .context import AgentRuntimeError, Check, ExecutionState
+from .context import Check
+from .errors import BudgetExceededError, GuardrailError
 from .hooks import maybe_await
+from .state import ExecutionState
 from .streaming import UAPEvent
 from .turn import Turn
 
@@ -94,36 +96,6 @@ class Middleware:
     async def on_event(self, context: MiddlewareContext, event: UAPEvent) -> None:
         """Called for every agent-level event of the run."""
         return None
-
-
-class BudgetExceededError(AgentRuntimeError):
-    """A :func:`budget` limit was exceeded.
-
-    Attributes:
-        kind: ``"tokens"``, ``"steps"`` or ``"seconds"``.
-        limit: The configured limit.
-        used: How much was used when the run was stopped.
-    """
-
-    def __init__(self, kind: str, limit: float, used: float) -> None:
-        super().__init__(f"budget exceeded: {used:g} {kind} used, the limit is {limit:g}")
-        self.kind = kind
-        self.limit = limit
-        self.used = used
-
-
-class GuardrailError(AgentRuntimeError):
-    """A :func:`guardrails` check rejected the input or the output.
-
-    Attributes:
-        stage: ``"input"`` or ``"output"``.
-        reason: Why it was rejected.
-    """
-
-    def __init__(self, stage: str, reason: str) -> None:
-        super().__init__(f"guardrail rejected the {stage}: {reason}")
-        self.stage = stage
-        self.reason = reason
 
 
 Core = Callable[[MiddlewareContext], Awaitable[Turn]]

@@ -26,8 +26,9 @@ from typing import Any, Final
 
 from uamp_proto import codec
 from uamp_proto.codec import json_type_name as _json_type
-from uamp_proto.errors import UampError
 from uamp_proto.types import Message
+
+from .errors import SerializationError
 
 __all__ = [
     "UAP_VERSION",
@@ -48,22 +49,6 @@ UAP_VERSION: Final = "1.0.0"
 SUPPORTED_MAJOR: Final = 1
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$")
-
-
-class SerializationError(UampError, ValueError):
-    """Serialized UAP data that is malformed or of an unsupported version.
-
-    Attributes:
-        path: Where the problem is, as a JSON path from the document root
-            (``"threadTree.nodes[1].parentId"``; ``""`` for the root itself).
-        reason: What is wrong there.
-    """
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        where = path or "<root>"
-        super().__init__(f"{where}: {reason}")
 
 
 def new_id() -> str:

@@ -44,19 +44,14 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-import attrs
-
-from uamp_proto.errors import UampError
 from uamp_proto.types import Message
 
-from .checkpoint import Checkpoint, CheckpointState
+from .checkpoint import Checkpoint, CheckpointState, SessionData, validate_session_json
+from .errors import SessionBusyError
 from .persistence import MemoryAdapter, PersistenceAdapter, SQLiteAdapter
 from .serialization import (
     UAP_VERSION,
     Reader,
-    SerializationError,
-    check_version,
-    extra_keys,
     new_id,
     now_iso,
 )
@@ -80,133 +75,6 @@ __all__ = [
 CHECKPOINT_INTERVALS: Final = frozenset({"step", "turn"})
 
 CheckpointInterval = Literal["step", "turn"]
-
-_SESSION_KEYS = frozenset(
-    {
-        "version",
-        "id",
-        "agentId",
-        "createdAt",
-        "updatedAt",
-        "threadTree",
-        "checkpoints",
-        "metadata",
-        "step",
-        "subAgentStates",
-        "queryThreads",
-    }
-)
-
-
-class SessionBusyError(UampError, RuntimeError):
-    """A run was started on a session while another run of it is going on."""
-
-
-# --- SessionJSON validation ---------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class SessionData:
-    """A validated SessionJSON value, taken apart.
-
-    Attributes:
-        version: The ``version`` it was written with.
-        id: Session id.
-        agent_id: Id of the agent it was made with.
-        created_at: ISO 8601 creation time.
-        updated_at: ISO 8601 time of the last change.
-        thread_tree: The thread tree.
-        checkpoints: Every checkpoint, oldest first.
-        metadata: Session metadata.
-        step: The step counter (``step`` key, else the last checkpoint's).
-        sub_agent_states: Sub-agent SessionJSON by sub-session id.
-        query_threads: Query threads (UAP section 9.2) by thread id.
-        extra: Unknown keys, written back on save.
-    """
-
-    version: str
-    id: str
-    agent_id: str
-    created_at: str
-    updated_at: str
-    thread_tree: ThreadTree
-    checkpoints: list[Checkpoint]
-    metadata: dict[str, Any]
-    step: int
-    sub_agent_states: dict[str, dict[str, Any]]
-    query_threads: dict[str, Thread]
-    extra: dict[str, Any]
-
-
-def validate_session_json(data: Any, path: str = "") -> SessionData:
-    """Validate a SessionJSON value (UAP section 13.1) and take it apart.
-
-    The version is checked first; then every field, the thread tree's
-    structure, each checkpoint (whose ``sessionId`` must be this session and
-    whose ``threadId`` must be a node of the tree) and each sub-agent state
-    (itself a SessionJSON).
-
-    Raises:
-        SerializationError: Naming the path of the first problem.
-    """
-    reader = Reader(data, path)
-    version = check_version(reader.raw("version"), reader.at("version"))
-    session_id = reader.uuid4("id")
-    agent_id = reader.string("agentId")
-    created_at = reader.timestamp("createdAt")
-    updated_at = reader.timestamp("updatedAt")
-    tree = ThreadTree.from_json(reader.raw("threadTree"), reader.at("threadTree"))
-    checkpoints: list[Checkpoint] = []
-    seen: set[str] = set()
-    for item_path, item in reader.array("checkpoints"):
-        checkpoint = Checkpoint.from_json(item, item_path)
-        if checkpoint.id in seen:
-            raise SerializationError(
-                f"{item_path}.id", f"duplicate checkpoint id {checkpoint.id!r}"
-            )
-        seen.add(checkpoint.id)
-        if checkpoint.session_id != session_id:
-            raise SerializationError(
-                f"{item_path}.sessionId",
-                f"checkpoint of session {checkpoint.session_id!r} in session {session_id!r}",
-            )
-        if checkpoint.thread_id not in tree.nodes:
-            raise SerializationError(
-                f"{item_path}.threadId", f"no thread node with id {checkpoint.thread_id!r}"
-            )
-        checkpoints.append(checkpoint)
-    sub_agent_states: dict[str, dict[str, Any]] = {}
-    if reader.data.get("subAgentStates") is not None:
-        for item_path, key, value in reader.obj("subAgentStates").entries():
-            validate_session_json(value, item_path)
-            sub_agent_states[key] = value
-    query_threads: dict[str, Thread] = {}
-    if reader.data.get("queryThreads") is not None:
-        for item_path, key, value in reader.obj("queryThreads").entries():
-            thread = Thread.from_json(value, item_path)
-            if thread.id != key:
-                raise SerializationError(
-                    f"{item_path}.id", f"query thread {thread.id!r} is stored under {key!r}"
-                )
-            query_threads[key] = thread
-    step = reader.integer("step") if "step" in reader.data else None
-    if step is None:
-        step = max((c.step for c in checkpoints), default=0)
-    return SessionData(
-        version=version,
-        id=session_id,
-        agent_id=agent_id,
-        created_at=created_at,
-        updated_at=updated_at,
-        thread_tree=tree,
-        checkpoints=checkpoints,
-        metadata=reader.opt_map("metadata"),
-        step=step,
-        sub_agent_states=sub_agent_states,
-        query_threads=query_threads,
-        extra=extra_keys(reader.data, _SESSION_KEYS),
-    )
-
 
 # --- sub-agent states ---------------------------------------------------------
 

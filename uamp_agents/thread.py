@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import attrs
 
-from uamp_proto.errors import UampError
 from uamp_proto.types import Message
 
+from .errors import UnknownNodeError
 from .serialization import (
     Reader,
     SerializationError,
@@ -39,14 +39,6 @@ __all__ = ["Thread", "ThreadNode", "ThreadTree", "UnknownNodeError"]
 class _HasMessages(Protocol):
     @property
     def messages(self) -> list[Message]: ...
-
-
-class UnknownNodeError(UampError, LookupError):
-    """A thread node id that is not in the tree."""
-
-    def __init__(self, node_id: str) -> None:
-        super().__init__(f"no thread node with id {node_id!r}")
-        self.node_id = node_id
 
 
 _THREAD_KEYS = frozenset({"id", "messages"})

@@ -32,14 +32,14 @@ import attrs
 import orjson
 import trio
 
-from uamp_proto.errors import UampError
 from uamp_proto.types import FunctionDefinition, ToolDefinition, ToolInvocation, ToolOutput
 
-from ._schema import SchemaError, docstring_parts, parameters_schema, validate
+from ._schema import docstring_parts, parameters_schema, validate
+from .errors import SchemaError, ToolError
 from .hooks import maybe_await
+from .state import ExecutionState
 
 if TYPE_CHECKING:
-    from .context import ExecutionState
     from .turn import Turn
 
 __all__ = [
@@ -53,10 +53,6 @@ __all__ = [
     "run_tool_calls",
     "tool",
 ]
-
-
-class ToolError(UampError):
-    """Raise it from a tool to report a failure with exactly this message."""
 
 
 @attrs.define(kw_only=True, eq=False)

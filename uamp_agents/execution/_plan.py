@@ -27,8 +27,10 @@ import trio
 from uamp_proto.types import Message, ResponseFormat, ToolInvocation
 
 from .._schema import validate
-from ..context import AgentRuntimeError, ExecutionContext, PlanStep, tool_message
+from ..context import ExecutionContext, tool_message
+from ..errors import PlanError
 from ..middleware import BudgetExceededError
+from ..state import PlanStep
 from ..turn import Turn
 from ._base import ExecutionStrategy, format_observations
 
@@ -76,10 +78,6 @@ _FINAL_PROMPT = """\
 The plan has been executed. Step results:
 {status}
 Now give the final answer to the original request."""
-
-
-class PlanError(AgentRuntimeError):
-    """The model's plan is unusable (not JSON, wrong shape, bad dependencies)."""
 
 
 class PlanStrategy(ExecutionStrategy):

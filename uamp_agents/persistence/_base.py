@@ -4,21 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from uamp_proto.errors import UampError
+from ..errors import PersistenceError
 
 __all__ = ["PersistenceAdapter", "PersistenceError", "session_id_of"]
-
-
-class PersistenceError(UampError):
-    """A store could not save, load, list or delete a session.
-
-    Attributes:
-        session_id: The session concerned, when there is one.
-    """
-
-    def __init__(self, message: str, *, session_id: str | None = None) -> None:
-        super().__init__(message)
-        self.session_id = session_id
 
 
 @runtime_checkable

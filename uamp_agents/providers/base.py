@@ -17,9 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from uamp_proto.errors import UampError
 from uamp_proto.events import Event
 from uamp_proto.types import Message, ResponseFormat, ToolDefinition, UsageStats
+
+from ..errors import ProviderError
 
 __all__ = [
     "ModelRequest",
@@ -74,30 +75,6 @@ class ModelResponse:
 
 #: What a provider stream yields: UAMP events, then one final ModelResponse.
 ProviderEvent = Event | ModelResponse
-
-
-class ProviderError(UampError):
-    """A provider call failed.
-
-    Attributes:
-        status: The HTTP status, when there was one.
-        retry_after: Seconds the provider asked us to wait, if it did.
-        retryable: Whether trying again may succeed (429, 5xx, cut stream).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        retryable: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.retry_after = retry_after
-        self.retryable = retryable
 
 
 @runtime_checkable
