@@ -18,7 +18,7 @@ trivial endpoint and the response framing. Rows:
   ``bench/transports.py``) on the same stream and request, for reference.
 
 The median of ``--rounds`` rounds is printed, in microseconds per request.
-``--against REV`` also loads ``uamp_trio/_http1.py`` as of git revision
+``--against REV`` also loads ``uamp_trio/engines/http1.py`` as of git revision
 ``REV`` and runs every uamp row with it too, rounds alternating, so that
 both figures see the same machine load.
 """
@@ -38,10 +38,10 @@ from types import ModuleType
 import h11
 import trio
 
-from uamp_trio._http1 import serve_http1
-from uamp_trio.http import Request, Response, SendChunk, StreamingResponse
-from uamp_trio.routing import Router
-from uamp_trio.server import ConnectionTracker, Server
+from uamp_trio.app import Router
+from uamp_trio.engines.http import Request, Response, SendChunk, StreamingResponse
+from uamp_trio.engines.http1 import serve_http1
+from uamp_trio.engines.server import ConnectionTracker, Server
 
 BODY = b'{"model":"flood","messages":[{"role":"user","content":"3"}],"stream":false}' + b" " * 125
 POST_HEAD = (
@@ -123,17 +123,17 @@ Serve = Callable[[Server, trio.abc.Stream, ConnectionTracker, bytes, None], Awai
 
 
 def load_revision(rev: str) -> ModuleType:
-    """``uamp_trio/_http1.py`` as of git revision ``rev``, as a module of the package."""
+    """``uamp_trio/engines/http1.py`` as of git revision ``rev``, as a module of the package."""
     root = Path(__file__).resolve().parent.parent
     source = subprocess.run(
-        ["git", "show", f"{rev}:uamp_trio/_http1.py"],
+        ["git", "show", f"{rev}:uamp_trio/engines/http1.py"],
         cwd=root,
         check=True,
         capture_output=True,
     ).stdout
     path = Path(tempfile.mkdtemp()) / "_http1_rev.py"
     path.write_bytes(source)
-    spec = importlib.util.spec_from_file_location("uamp_trio._http1_rev", path)
+    spec = importlib.util.spec_from_file_location("uamp_trio.engines._http1_rev", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default=",".join(RUNNERS))
-    parser.add_argument("--against", metavar="REV", help="also time _http1.py as of REV")
+    parser.add_argument("--against", metavar="REV", help="also time engines/http1.py as of REV")
     args = parser.parse_args()
     impls: dict[str, Serve] = {"": serve_http1}
     if args.against:

@@ -144,8 +144,9 @@ def serve_uamp(port_file: Path) -> None:
     from uamp_proto import events as ev
     from uamp_proto import types as ty
     from uamp_proto.responder import Emit, TurnRequest
-    from uamp_trio import Server, completions, create_app, uamp_ws
-    from uamp_trio.sessions import SessionLimits
+    from uamp_trio import Server, create_app
+    from uamp_trio.hosting.sessions import SessionLimits
+    from uamp_trio.transports import completions, uamp_ws
 
     class FloodAgent:
         name = "flood"
@@ -236,22 +237,33 @@ def serve_uamp_bound(port_file: Path) -> None:
     """
     import trio
 
-    from uamp_trio._ws_engine import make_engine
+    from uamp_trio.engines.ws_frames import make_engine
 
     def event(kind: str, sid: str, rid: str, **fields: Any) -> bytes:
-        return orjson.dumps({"type": kind, "session_id": sid, "response_id": rid, **fields,
-                             "event_id": f"evt_{os.urandom(16).hex()}"})
+        return orjson.dumps(
+            {
+                "type": kind,
+                "session_id": sid,
+                "response_id": rid,
+                **fields,
+                "event_id": f"evt_{os.urandom(16).hex()}",
+            }
+        )
 
     async def handle(stream: trio.SocketStream) -> None:
         head = b""
         while b"\r\n\r\n" not in head:
             head += await stream.receive_some(65536)
         head, _, rest = head.partition(b"\r\n\r\n")
-        key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"sec-websocket-key:"))
-        await stream.send_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                              b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
-                              + _ws_accept(key) + b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        await stream.send_all(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + _ws_accept(key) + b"\r\n\r\n"
+        )
         engine = make_engine(client=False, max_message_size=None, engine="websockets")
         inputs: dict[str, str] = {}
 
@@ -261,8 +273,18 @@ def serve_uamp_bound(port_file: Path) -> None:
             for _ in range(n):
                 engine.text(event("response.delta", sid, rid, delta={"type": "text", "text": WORD}))
                 await stream.send_all(engine.take())
-            engine.text(event("response.done", sid, rid, response={
-                "id": rid, "status": "completed", "output": [{"type": "text", "text": WORD * n}]}))
+            engine.text(
+                event(
+                    "response.done",
+                    sid,
+                    rid,
+                    response={
+                        "id": rid,
+                        "status": "completed",
+                        "output": [{"type": "text", "text": WORD * n}],
+                    },
+                )
+            )
             await stream.send_all(engine.take())
 
         try:
@@ -273,8 +295,16 @@ def serve_uamp_bound(port_file: Path) -> None:
                         e = orjson.loads(message)
                         kind, sid = e["type"], e["session_id"]
                         if kind == "session.create":
-                            engine.text(orjson.dumps({"type": "session.created", "session_id": sid,
-                                                      "session": {}, "capabilities": {}}))
+                            engine.text(
+                                orjson.dumps(
+                                    {
+                                        "type": "session.created",
+                                        "session_id": sid,
+                                        "session": {},
+                                        "capabilities": {},
+                                    }
+                                )
+                            )
                             await stream.send_all(engine.take())
                         elif kind == "input.text":
                             inputs[sid] = e["text"]
@@ -346,19 +376,33 @@ def serve_trio_h11(port_file: Path) -> None:
                 if req.get("stream"):
                     # The head goes with the first chunk, then one send_all per chunk.
                     first, chunk, last = sse_stream_parts()
-                    await stream.send_all(conn.send(h11.Response(status_code=200, headers=[
-                        ("content-type", "text/event-stream")])) + conn.send(h11.Data(data=first)))
+                    await stream.send_all(
+                        conn.send(
+                            h11.Response(
+                                status_code=200, headers=[("content-type", "text/event-stream")]
+                            )
+                        )
+                        + conn.send(h11.Data(data=first))
+                    )
                     for _ in range(n):
                         await stream.send_all(conn.send(h11.Data(data=chunk)))
-                    await stream.send_all(conn.send(h11.Data(data=last))
-                                          + conn.send(h11.EndOfMessage()))
+                    await stream.send_all(
+                        conn.send(h11.Data(data=last)) + conn.send(h11.EndOfMessage())
+                    )
                 else:
                     out = completion_body(n)
                     await stream.send_all(
-                        conn.send(h11.Response(status_code=200, headers=[
-                            ("content-type", "application/json"),
-                            ("content-length", str(len(out)))]))
-                        + conn.send(h11.Data(data=out)) + conn.send(h11.EndOfMessage())
+                        conn.send(
+                            h11.Response(
+                                status_code=200,
+                                headers=[
+                                    ("content-type", "application/json"),
+                                    ("content-length", str(len(out))),
+                                ],
+                            )
+                        )
+                        + conn.send(h11.Data(data=out))
+                        + conn.send(h11.EndOfMessage())
                     )
                 conn.start_next_cycle()
         except (trio.BrokenResourceError, h11.ProtocolError):
@@ -451,7 +495,7 @@ class WSClient:
     """A blocking WebSocket client on the ``websockets`` sans-IO core."""
 
     def __init__(self, port: int, path: str) -> None:
-        from uamp_trio._ws_engine import make_engine
+        from uamp_trio.engines.ws_frames import make_engine
 
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -495,8 +539,16 @@ class WSClient:
 def uamp_start(sid: str, n: int, create: bool = True) -> list[bytes]:
     msgs = []
     if create:
-        msgs.append(orjson.dumps({"type": "session.create", "uamp_version": "1.0",
-                                  "session_id": sid, "session": {"modalities": ["text"]}}))
+        msgs.append(
+            orjson.dumps(
+                {
+                    "type": "session.create",
+                    "uamp_version": "1.0",
+                    "session_id": sid,
+                    "session": {"modalities": ["text"]},
+                }
+            )
+        )
     msgs.append(orjson.dumps({"type": "input.text", "session_id": sid, "text": str(n)}))
     msgs.append(orjson.dumps({"type": "response.create", "session_id": sid}))
     return msgs
@@ -539,7 +591,7 @@ def ws_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
             pass
     samples = []
     for _ in range(repeats):
-        msgs = (uamp_start("sess_ttfd", 1, create=False) if speaks_uamp else [b"go 1"])
+        msgs = uamp_start("sess_ttfd", 1, create=False) if speaks_uamp else [b"go 1"]
         done = b'"response.done"' if speaks_uamp else b'"done"'
         t0 = time.perf_counter()
         client.send(*msgs)
@@ -614,7 +666,9 @@ def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> f
 
 
 def _http_post(
-    sock: socket.socket, body: bytes, buf: bytearray,
+    sock: socket.socket,
+    body: bytes,
+    buf: bytearray,
     on_data: Callable[[bytes], None] | None = None,
 ) -> tuple[bytes, bytes]:
     """One POST /chat/completions on a keep-alive socket; returns (head, raw body).
@@ -625,10 +679,19 @@ def _http_post(
 
     conn = h11.Connection(h11.CLIENT)
     sock.sendall(
-        conn.send(h11.Request(method="POST", target="/chat/completions", headers=[
-            ("host", "127.0.0.1"), ("content-type", "application/json"),
-            ("content-length", str(len(body)))]))
-        + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        conn.send(
+            h11.Request(
+                method="POST",
+                target="/chat/completions",
+                headers=[
+                    ("host", "127.0.0.1"),
+                    ("content-type", "application/json"),
+                    ("content-length", str(len(body))),
+                ],
+            )
+        )
+        + conn.send(h11.Data(data=body))
+        + conn.send(h11.EndOfMessage())
     )
     if buf:  # b"" would mean end of stream to h11
         conn.receive_data(bytes(buf))
@@ -658,8 +721,9 @@ def _http_post(
 def sse_rate(kind: str, port: int, n: int) -> float:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    body = orjson.dumps({"model": "flood", "stream": True,
-                         "messages": [{"role": "user", "content": str(n)}]})
+    body = orjson.dumps(
+        {"model": "flood", "stream": True, "messages": [{"role": "user", "content": str(n)}]}
+    )
     t0 = time.perf_counter()
     status, raw = _http_post(sock, body, bytearray())
     elapsed = time.perf_counter() - t0
@@ -673,8 +737,9 @@ def sse_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
     """Median milliseconds from a streamed request to its first text chunk."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    body = orjson.dumps({"model": "flood", "stream": True,
-                         "messages": [{"role": "user", "content": "1"}]})
+    body = orjson.dumps(
+        {"model": "flood", "stream": True, "messages": [{"role": "user", "content": "1"}]}
+    )
     buf = bytearray()
     samples = []
     for _ in range(repeats):
@@ -697,10 +762,16 @@ def payload_sizes(port: int) -> tuple[int, int]:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = bytearray()
-    _, sse = _http_post(sock, orjson.dumps({"model": "flood", "stream": True, "messages": [
-        {"role": "user", "content": "100"}]}), buf)
-    _, plain = _http_post(sock, orjson.dumps({"model": "flood", "messages": [
-        {"role": "user", "content": "5"}]}), buf)
+    _, sse = _http_post(
+        sock,
+        orjson.dumps(
+            {"model": "flood", "stream": True, "messages": [{"role": "user", "content": "100"}]}
+        ),
+        buf,
+    )
+    _, plain = _http_post(
+        sock, orjson.dumps({"model": "flood", "messages": [{"role": "user", "content": "5"}]}), buf
+    )
     sock.close()
     return len(sse), len(plain)
 
@@ -734,8 +805,13 @@ def _server_cpu(pid: int) -> float | None:
 
 
 def measure(
-    title: str, unit: str, runs: dict[str, Callable[[int], float]], rounds: int,
-    higher_is_better: bool = True, http: bool = False, cpu_unit: str = "",
+    title: str,
+    unit: str,
+    runs: dict[str, Callable[[int], float]],
+    rounds: int,
+    higher_is_better: bool = True,
+    http: bool = False,
+    cpu_unit: str = "",
 ) -> dict[str, float]:
     """Alternate the measurements ``rounds`` times; print medians and ratios.
 
@@ -759,7 +835,7 @@ def measure(
         for r in range(rounds):
             # Alternate, and rotate who goes first, so no server always
             # follows the same one (caches, CPU frequency, the other core).
-            for k in order[r % len(order):] + order[:r % len(order)]:
+            for k in order[r % len(order) :] + order[: r % len(order)]:
                 pid = servers[k].proc.pid
                 c0, t0 = _server_cpu(pid), time.perf_counter()
                 value = runs[k](servers[k].port)
@@ -807,40 +883,80 @@ def main() -> None:
         return
     n = args.deltas
     only = set(args.only.split(","))
-    print(f"uamp transport benchmarks: {n} deltas per response, {args.rounds} rounds, "
-          f"median; {os.cpu_count()} CPUs")
+    print(
+        f"uamp transport benchmarks: {n} deltas per response, {args.rounds} rounds, "
+        f"median; {os.cpu_count()} CPUs"
+    )
     if "ws" in only:
-        measure("WebSocket: response.delta events/s to one client", "events/s", {
-            k: functools.partial(_by_kind, ws_rate, k, n)
-            for k in ("uamp", "websockets", "trio-ws")
-        }, args.rounds, cpu_unit="delta")
+        measure(
+            "WebSocket: response.delta events/s to one client",
+            "events/s",
+            {
+                k: functools.partial(_by_kind, ws_rate, k, n)
+                for k in ("uamp", "websockets", "trio-ws")
+            },
+            args.rounds,
+            cpu_unit="delta",
+        )
     if "sse" in only:
-        measure("SSE: chat.completion.chunk events/s", "chunks/s", {
-            k: functools.partial(_by_kind, sse_rate, k, n)
-            for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds, http=True, cpu_unit="chunk")
+        measure(
+            "SSE: chat.completion.chunk events/s",
+            "chunks/s",
+            {
+                k: functools.partial(_by_kind, sse_rate, k, n)
+                for k in ("uamp", "starlette", "trio-h11")
+            },
+            args.rounds,
+            http=True,
+            cpu_unit="chunk",
+        )
     if "json" in only:
-        measure("Non-streaming completions/s (sequential, keep-alive)", "req/s", {
-            k: functools.partial(json_rate, k) for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds, cpu_unit="request")
+        measure(
+            "Non-streaming completions/s (sequential, keep-alive)",
+            "req/s",
+            {k: functools.partial(json_rate, k) for k in ("uamp", "starlette", "trio-h11")},
+            args.rounds,
+            cpu_unit="request",
+        )
     if "ttfd-sse" in only:
-        measure("Time to first delta (Chat Completions SSE, median)", "ms", {
-            k: functools.partial(sse_ttfd, k) for k in ("uamp", "starlette", "trio-h11")
-        }, args.rounds, higher_is_better=False, cpu_unit="response")
+        measure(
+            "Time to first delta (Chat Completions SSE, median)",
+            "ms",
+            {k: functools.partial(sse_ttfd, k) for k in ("uamp", "starlette", "trio-h11")},
+            args.rounds,
+            higher_is_better=False,
+            cpu_unit="response",
+        )
     if "ttfd" in only:
-        measure("Time to first delta (WebSocket, median)", "ms", {
-            k: functools.partial(ws_ttfd, k)
-            for k in ("uamp", "uamp-bound", "websockets", "trio-ws")
-        }, args.rounds, higher_is_better=False, cpu_unit="response")
+        measure(
+            "Time to first delta (WebSocket, median)",
+            "ms",
+            {
+                k: functools.partial(ws_ttfd, k)
+                for k in ("uamp", "uamp-bound", "websockets", "trio-ws")
+            },
+            args.rounds,
+            higher_is_better=False,
+            cpu_unit="response",
+        )
     if "mux" in only:
-        measure("100 sessions multiplexed on one uamp WebSocket", "events/s", {
-            "uamp": functools.partial(_many, "uamp", n, True),
-        }, args.rounds, cpu_unit="event")
+        measure(
+            "100 sessions multiplexed on one uamp WebSocket",
+            "events/s",
+            {
+                "uamp": functools.partial(_many, "uamp", n, True),
+            },
+            args.rounds,
+            cpu_unit="event",
+        )
     if "conns" in only:
-        measure("100 concurrent WebSocket connections", "events/s", {
-            k: functools.partial(_many, k, n, False)
-            for k in ("uamp", "websockets", "trio-ws")
-        }, args.rounds, cpu_unit="event")
+        measure(
+            "100 concurrent WebSocket connections",
+            "events/s",
+            {k: functools.partial(_many, k, n, False) for k in ("uamp", "websockets", "trio-ws")},
+            args.rounds,
+            cpu_unit="event",
+        )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def serve_app(nursery: trio.Nursery) -> Callable[..., Awaitable[Any]]:
     """``server = await serve_app(app, **config)``: a server on 127.0.0.1:0 in the
     test's nursery (cancelled when the test ends)."""
-    from uamp_trio.server import Server
+    from uamp_trio.engines.server import Server
 
     async def start(app: Any, **config: Any) -> Server:
         server = Server(app, host="127.0.0.1", port=0, **config)
@@ -76,7 +76,7 @@ def serve_app(nursery: trio.Nursery) -> Callable[..., Awaitable[Any]]:
 def thread_server() -> Iterator[Callable[..., Any]]:
     """``server = thread_server(app, **config)``: a server in its own thread
     (its own ``trio.run``), for clients that are not trio (the openai SDK)."""
-    from uamp_trio.server import Server
+    from uamp_trio.engines.server import Server
 
     running: list[tuple[Server, threading.Thread]] = []
 

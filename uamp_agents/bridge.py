@@ -8,7 +8,7 @@ runtime :class:`~uamp_agents.agent.Agent` into such an object, an
 
     from uamp_agents import agent
     from uamp_agents.bridge import serve_agent
-    from uamp_trio.routing import create_app
+    from uamp_trio.app import create_app
 
     app = create_app([serve_agent(agent(model=..., tools=[...], name="helper"))])
 

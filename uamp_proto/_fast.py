@@ -1511,7 +1511,10 @@ _FAST_CONTENT_UNSTRUCTURE: dict[type[Any], _Unstructure] = {
 }
 #: Nested types whose generic hooks the fast hooks call.
 _GENERIC_TYPES: tuple[type[Any], ...] = (
-    ty.AudioUsage, ty.Capabilities, ty.ResponseConfig, ty.ResponseFormat
+    ty.AudioUsage,
+    ty.Capabilities,
+    ty.ResponseConfig,
+    ty.ResponseFormat,
 )
 
 

@@ -107,9 +107,10 @@ class Account:
 
     def balanced(self) -> bool:
         """Whether the invariant holds (it always should)."""
-        return self.balance + self.locked + self.settled == self.issued + self.topped_up and min(
-            self.balance, self.locked, self.settled
-        ) >= 0
+        return (
+            self.balance + self.locked + self.settled == self.issued + self.topped_up
+            and min(self.balance, self.locked, self.settled) >= 0
+        )
 
     def usable(self, now: float) -> None:
         """Raise unless the token may lock money at ``now``.

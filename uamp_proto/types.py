@@ -71,7 +71,6 @@ EMPTY: Mapping[str, Any] = MappingProxyType({})
 JSONObject: TypeAlias = dict[str, Any]
 
 
-
 def _unknown() -> Any:
     """The ``unknown`` field: wire keys this version does not know."""
     return attrs.field(default=EMPTY, eq=False, repr=False)

@@ -9,12 +9,12 @@ Serve agents::
     server.shutdown()                         # graceful; or cancel the nursery
 """
 
+from .app import App, Router, create_app
 from .demo import DemoAgent
-from .http import HTTPError, Request, Response, StreamingResponse, json_response
-from .routing import App, Router, create_app
-from .server import Server, ServerConfig, serve
-from .turns import ResponseOutcome, ResponseRun, open_response
-from .websocket import WebSocket, WebSocketRequest
+from .engines.http import HTTPError, Request, Response, StreamingResponse, json_response
+from .engines.server import Server, ServerConfig, serve
+from .engines.websocket import WebSocket, WebSocketRequest
+from .hosting.turns import ResponseOutcome, ResponseRun, open_response
 
 __all__ = [
     "App",

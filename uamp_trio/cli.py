@@ -37,8 +37,8 @@ import trio
 from uamp_proto.payment import TokenPolicy
 from uamp_proto.responder import Responder
 
-from .routing import App, create_app
-from .server import Server, ServerConfig
+from .app import App, create_app
+from .engines.server import Server, ServerConfig
 
 __all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "main"]
 
@@ -268,7 +268,7 @@ def _add_acp(sub: Any) -> None:
 
 
 def _acp_command(args: argparse.Namespace) -> int:
-    from .acp import serve_stdio
+    from .transports.acp import serve_stdio
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -290,7 +290,7 @@ def _acp_command(args: argparse.Namespace) -> int:
 
 
 def _add_chat(sub: Any) -> None:
-    from .chat import add_parser
+    from .client.chat import add_parser
 
     add_parser(sub)
 
@@ -298,7 +298,7 @@ def _add_chat(sub: Any) -> None:
 # --- entry point ----------------------------------------------------------------
 
 #: Functions that add a subcommand to the parser. ``uamp chat`` (the native
-#: UAMP client, :mod:`uamp_trio.chat`) and ``uamp bench`` register here.
+#: UAMP client, :mod:`uamp_trio.client.chat`) and ``uamp bench`` register here.
 SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp, _add_chat]
 
 

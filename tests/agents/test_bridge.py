@@ -31,10 +31,10 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Responder as ServedAgent
 from uamp_proto.responder import TurnRequest
+from uamp_trio.app import create_app
 from uamp_trio.client import connect
-from uamp_trio.routing import create_app
-from uamp_trio.server import Server
-from uamp_trio.turns import ResponseOutcome, open_response
+from uamp_trio.engines.server import Server
+from uamp_trio.hosting.turns import ResponseOutcome, open_response
 
 ROOT = Path(__file__).resolve().parents[2]
 Serve = Callable[..., Awaitable[Server]]

@@ -30,9 +30,7 @@ def _exception_classes(module_name: str) -> list[type[BaseException]]:
     return [
         obj
         for obj in vars(module).values()
-        if inspect.isclass(obj)
-        and issubclass(obj, BaseException)
-        and obj.__module__ == module_name
+        if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module_name
     ]
 
 
@@ -43,6 +41,9 @@ def test_the_walk_finds_exception_classes_in_every_package() -> None:
 
 @pytest.mark.parametrize("module_name", _modules())
 def test_every_exception_derives_from_uamp_error(module_name: str) -> None:
-    strays = [cls.__qualname__ for cls in _exception_classes(module_name)
-              if not issubclass(cls, UampError)]
+    strays = [
+        cls.__qualname__
+        for cls in _exception_classes(module_name)
+        if not issubclass(cls, UampError)
+    ]
     assert strays == [], f"{module_name}: exceptions outside UampError: {strays}"

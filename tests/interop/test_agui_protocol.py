@@ -18,8 +18,8 @@ from uamp_proto import types as ty
 from uamp_proto.adapters.agui import apply_patch, state_delta, state_update
 from uamp_proto.payment import TokenPolicy
 from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import create_app
 
 EVENT = TypeAdapter(Event)
 

@@ -17,8 +17,8 @@ import trio
 from uamp_agents import agent, tool
 from uamp_agents.bridge import demo_agent, serve_agent
 from uamp_agents.providers import demo
+from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import create_app
 
 WEATHER_TOOL: Any = {
     "type": "function",

@@ -11,8 +11,8 @@ import httpx
 import openai
 import pytest
 
+from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import create_app
 
 WEATHER_TOOL = {
     "type": "function",

@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from uamp_proto.payment import TokenPolicy
+from uamp_trio.app import App
 from uamp_trio.demo import DemoAgent
-from uamp_trio.realtime import mount as mount_realtime
-from uamp_trio.routing import App
+from uamp_trio.transports.realtime import mount as mount_realtime
 
 TIMEOUT = 20
 

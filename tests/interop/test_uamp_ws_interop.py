@@ -34,20 +34,29 @@ async def test_spec_flows_with_an_independent_client() -> None:
                 # Section 10.4: two sessions on one WebSocket, one per agent.
                 sessions = {}
                 for name in ("alice", "bob"):
-                    await send({"type": "session.create", "event_id": f"c-{name}",
-                                "uamp_version": "1.0", "agent": name, "token": f"jwt-{name}",
-                                "session": {"modalities": ["text"]}})
+                    await send(
+                        {
+                            "type": "session.create",
+                            "event_id": f"c-{name}",
+                            "uamp_version": "1.0",
+                            "agent": name,
+                            "token": f"jwt-{name}",
+                            "session": {"modalities": ["text"]},
+                        }
+                    )
                     created = await recv()
                     assert created["type"] == "session.created" and created["agent"] == name
                     assert (await recv())["type"] == "capabilities"
                     sessions[name] = created["session_id"]
 
                 # Section 3.1 in session 1; section 10.3 token refresh in session 2.
-                await send({"type": "input.text", "session_id": sessions["alice"],
-                            "text": "Hi Alice"})
+                await send(
+                    {"type": "input.text", "session_id": sessions["alice"], "text": "Hi Alice"}
+                )
                 await send({"type": "response.create", "session_id": sessions["alice"]})
-                await send({"type": "session.update", "session_id": sessions["bob"],
-                            "token": "new-jwt"})
+                await send(
+                    {"type": "session.update", "session_id": sessions["bob"], "token": "new-jwt"}
+                )
                 seen: list[dict[str, Any]] = []
                 while not {"response.done", "session.updated"} <= {e["type"] for e in seen}:
                     seen.append(await recv())
@@ -55,26 +64,52 @@ async def test_spec_flows_with_an_independent_client() -> None:
                 assert updated and updated[0]["session_id"] == sessions["bob"]
                 alice = [e for e in seen if e.get("session_id") == sessions["alice"]]
                 assert alice[0]["type"] == "response.created"
-                assert "".join(e["delta"]["text"] for e in alice
-                               if e["type"] == "response.delta") == "You said: Hi Alice"
+                assert (
+                    "".join(e["delta"]["text"] for e in alice if e["type"] == "response.delta")
+                    == "You said: Hi Alice"
+                )
 
                 # Section 3.2: a client tool round trip in session 2.
-                tool = {"type": "function", "function": {"name": "search", "parameters": {
-                    "type": "object", "properties": {"query": {"type": "string"}},
-                    "required": ["query"]}}}
-                await send({"type": "session.update", "session_id": sessions["bob"],
-                            "session": {"modalities": ["text"], "tools": [tool]}})
+                tool = {
+                    "type": "function",
+                    "function": {
+                        "name": "search",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"query": {"type": "string"}},
+                            "required": ["query"],
+                        },
+                    },
+                }
+                await send(
+                    {
+                        "type": "session.update",
+                        "session_id": sessions["bob"],
+                        "session": {"modalities": ["text"], "tools": [tool]},
+                    }
+                )
                 assert (await recv())["type"] == "session.updated"
-                await send({"type": "input.text", "session_id": sessions["bob"],
-                            "text": "search the weather"})
+                await send(
+                    {
+                        "type": "input.text",
+                        "session_id": sessions["bob"],
+                        "text": "search the weather",
+                    }
+                )
                 await send({"type": "response.create", "session_id": sessions["bob"]})
                 call = None
                 while call is None:
                     event = await recv()
                     if event["type"] == "tool.call":
                         call = event
-                await send({"type": "tool.result", "session_id": sessions["bob"],
-                            "call_id": call["call_id"], "result": "{\"temperature\": 22}"})
+                await send(
+                    {
+                        "type": "tool.result",
+                        "session_id": sessions["bob"],
+                        "call_id": call["call_id"],
+                        "result": '{"temperature": 22}',
+                    }
+                )
                 done = None
                 while done is None:
                     event = await recv()
@@ -88,8 +123,9 @@ async def test_spec_flows_with_an_independent_client() -> None:
                 # Keepalive (section 5.17) and session.end (5.3).
                 await send({"type": "ping", "event_id": "ping_001"})
                 assert (await recv())["type"] == "pong"
-                await send({"type": "session.end", "session_id": sessions["alice"],
-                            "reason": "user_left"})
+                await send(
+                    {"type": "session.end", "session_id": sessions["alice"], "reason": "user_left"}
+                )
                 await send({"type": "input.text", "session_id": sessions["alice"], "text": "?"})
                 err = await recv()
                 assert err["type"] == "session.error"

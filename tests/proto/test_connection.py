@@ -876,11 +876,20 @@ def test_random_ids_are_prefixed_128_bit_hex_and_content_ids_are_uuids() -> None
         ([("", None)], [ty.Message(role="user", content="")]),
         ([("be brief", "system")], [ty.Message(role="system", content="be brief")]),
         # Several: the general assembly, one message per run of a role.
-        ([("a", None), ("b", None)], [
-            ty.Message(role="user", content="ab", content_items=[
-                ty.TextContent(text="a"), ty.TextContent(text="b")])]),
-        ([("s", "system"), ("u", None)], [
-            ty.Message(role="system", content="s"), ty.Message(role="user", content="u")]),
+        (
+            [("a", None), ("b", None)],
+            [
+                ty.Message(
+                    role="user",
+                    content="ab",
+                    content_items=[ty.TextContent(text="a"), ty.TextContent(text="b")],
+                )
+            ],
+        ),
+        (
+            [("s", "system"), ("u", None)],
+            [ty.Message(role="system", content="s"), ty.Message(role="user", content="u")],
+        ),
     ],
 )
 def test_input_becomes_the_responses_input_messages(

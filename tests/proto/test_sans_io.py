@@ -43,9 +43,7 @@ def test_module_imports_nothing_that_does_io_or_reads_the_clock(path: Path) -> N
         else:
             names = []
         bad.extend(n for n in names if n.split(".")[0] in FORBIDDEN_MODULES)
-        bad.extend(
-            n for n in names if path.name not in ONLY_IN.get(n.split(".")[0], {path.name})
-        )
+        bad.extend(n for n in names if path.name not in ONLY_IN.get(n.split(".")[0], {path.name}))
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             dotted = f"{node.value.id}.{node.attr}"
             if dotted in FORBIDDEN_CALLS and path.name not in ONLY_IN.get(dotted, set()):

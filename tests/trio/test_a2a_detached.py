@@ -11,8 +11,8 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio import a2a as a2a_transport
-from uamp_trio.routing import create_app
+from uamp_trio.app import create_app
+from uamp_trio.transports import a2a as a2a_transport
 
 
 class GatedAgent:

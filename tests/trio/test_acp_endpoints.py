@@ -13,9 +13,9 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio.acp import mount
+from uamp_trio.app import App
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import App
+from uamp_trio.transports.acp import mount
 
 TIMEOUT = 10
 

@@ -14,9 +14,10 @@ from trio_websocket import open_websocket_url as open_ws
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio import App, Server, uamp_ws
-from uamp_trio._ws_engine import make_engine
-from uamp_trio.client import _handshake
+from uamp_trio import App, Server
+from uamp_trio.client.uamp import _handshake
+from uamp_trio.engines.ws_frames import make_engine
+from uamp_trio.transports import uamp_ws
 
 TOTAL = 100_000
 
@@ -55,8 +56,7 @@ def message(**event: Any) -> bytes:
     return orjson.dumps(event)
 
 
-async def test_a_client_that_stops_reading_stalls_the_agent_then_gets_everything_in_order(
-) -> None:
+async def test_a_client_that_stops_reading_stalls_the_agent_then_gets_everything_in_order() -> None:
     agent = FloodAgent()
     with trio.fail_after(180):
         async with serving(agent) as port:
@@ -68,8 +68,9 @@ async def test_a_client_that_stops_reading_stalls_the_agent_then_gets_everything
             rest = await _handshake(stream, f"127.0.0.1:{port}", "/agents/flood/uamp", [], [])
             frames = make_engine(client=True, max_message_size=None)
             for m in (
-                message(type="session.create", uamp_version="1.0",
-                        session={"modalities": ["text"]}),
+                message(
+                    type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
+                ),
                 message(type="input.text", text=str(TOTAL)),
                 message(type="response.create"),
             ):
@@ -111,18 +112,24 @@ async def test_a_client_that_stops_reading_stalls_the_agent_then_gets_everything
 async def test_a_full_delta_window_stalls_its_session_but_not_the_neighbour() -> None:
     agent = FloodAgent()
     with trio.fail_after(60):
-        async with serving(agent) as port, open_ws(
-            f"ws://127.0.0.1:{port}/agents/flood/uamp"
-        ) as ws:
-            await ws.send_message(message(type="session.create", uamp_version="1.0",
-                                          session={"modalities": ["text"],
-                                                   "extensions": {"flow": {"delta_window": 4}}}))
+        async with (
+            serving(agent) as port,
+            open_ws(f"ws://127.0.0.1:{port}/agents/flood/uamp") as ws,
+        ):
+            await ws.send_message(
+                message(
+                    type="session.create",
+                    uamp_version="1.0",
+                    session={"modalities": ["text"], "extensions": {"flow": {"delta_window": 4}}},
+                )
+            )
             created = orjson.loads(await ws.get_message())
             assert created["session"]["config"]["extensions"]["flow"]["delta_window"] == 4
             slow = created["session_id"]
             await ws.get_message()  # capabilities
-            await ws.send_message(message(type="session.create", uamp_version="1.0",
-                                          session={"modalities": ["text"]}))
+            await ws.send_message(
+                message(type="session.create", uamp_version="1.0", session={"modalities": ["text"]})
+            )
             fast = orjson.loads(await ws.get_message())["session_id"]
             await ws.get_message()
             for sid in (slow, fast):
@@ -142,11 +149,17 @@ async def test_a_full_delta_window_stalls_its_session_but_not_the_neighbour() ->
             # Acknowledging opens the window; the response then completes in order.
             rid = seen[slow][0]["response_id"]
             while not any(e["type"] == "response.done" for e in seen[slow]):
-                last_seq = max(e["delta_seq"] for e in seen[slow]
-                               if e["type"] == "response.delta")
-                await ws.send_message(message(type="progress", session_id=slow,
-                                              target="response", target_id=rid, stage="ack",
-                                              delta_seq=last_seq))
+                last_seq = max(e["delta_seq"] for e in seen[slow] if e["type"] == "response.delta")
+                await ws.send_message(
+                    message(
+                        type="progress",
+                        session_id=slow,
+                        target="response",
+                        target_id=rid,
+                        stage="ack",
+                        delta_seq=last_seq,
+                    )
+                )
                 event = orjson.loads(await ws.get_message())
                 seen[event["session_id"]].append(event)
                 while event["type"] == "response.delta" and event["delta_seq"] < last_seq + 4:
@@ -156,6 +169,5 @@ async def test_a_full_delta_window_stalls_its_session_but_not_the_neighbour() ->
                     seen[event["session_id"]].append(event)
             seqs = [e["delta_seq"] for e in seen[slow] if e["type"] == "response.delta"]
             assert seqs == list(range(50))
-            texts = "".join(e["delta"]["text"] for e in seen[slow]
-                            if e["type"] == "response.delta")
+            texts = "".join(e["delta"]["text"] for e in seen[slow] if e["type"] == "response.delta")
             assert texts == "".join(f"{i} " for i in range(50))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from uamp_trio.chat import chat_url
+from uamp_trio.client.chat import chat_url
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -23,7 +23,11 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 def server_url() -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
     )
     assert proc.stdout is not None
     url = None
@@ -49,7 +53,12 @@ def server_url() -> Iterator[str]:
 def chat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "uamp_trio", "chat", *args],
-        input=stdin, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=30,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+        timeout=30,
     )
 
 

@@ -20,8 +20,11 @@ TIMEOUT = 20
 WEATHER = ty.ToolDefinition(
     function=ty.FunctionDefinition(
         name="get_weather",
-        parameters={"type": "object", "properties": {"city": {"type": "string"}},
-                    "required": ["city"]},
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     )
 )
 

@@ -11,8 +11,8 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
+from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import create_app
 
 TIMEOUT = 10
 

@@ -13,8 +13,8 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError, TokenPolicy
 from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import create_app
 
 BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "pay me"}]}
 

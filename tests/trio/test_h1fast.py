@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uamp_trio._h1fast import Head, parse_head
-from uamp_trio.http import Headers
+from uamp_trio.engines.h1fast import Head, parse_head
+from uamp_trio.engines.http import Headers
 
 MAX = 64 * 1024
 BASE = b"POST /x?y=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
@@ -173,8 +173,10 @@ values = st.builds(
     st.lists(st.sampled_from([" ", "\t", "  "]), min_size=2, max_size=2),
 ) | st.just("")
 plain_names = tokens.filter(
-    lambda n: n.lower()
-    not in {"host", "content-length", "transfer-encoding", "expect", "upgrade", "connection"}
+    lambda n: (
+        n.lower()
+        not in {"host", "content-length", "transfer-encoding", "expect", "upgrade", "connection"}
+    )
 )
 
 

@@ -14,10 +14,10 @@ from wsproto.connection import ConnectionType
 from wsproto.events import AcceptConnection, BytesMessage, TextMessage
 from wsproto.events import Request as WSRequest
 
-from uamp_trio.http import Request, Response, SendChunk, StreamingResponse, json_response
-from uamp_trio.routing import Router
-from uamp_trio.server import Server
-from uamp_trio.websocket import ConnectionClosed, WebSocketRequest
+from uamp_trio.app import Router
+from uamp_trio.engines.http import Request, Response, SendChunk, StreamingResponse, json_response
+from uamp_trio.engines.server import Server
+from uamp_trio.engines.websocket import ConnectionClosed, WebSocketRequest
 
 TIMEOUT = 10
 
@@ -147,9 +147,11 @@ Serve = Callable[..., Any]
 
 
 def post(body: bytes, path: bytes = b"/echo", extra: bytes = b"") -> bytes:
-    return (
-        b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n%s\r\n%s"
-        % (path, len(body), extra, body)
+    return b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        path,
+        len(body),
+        extra,
+        body,
     )
 
 

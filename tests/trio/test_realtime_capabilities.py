@@ -10,8 +10,8 @@ import trio_websocket
 
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio.realtime import mount
-from uamp_trio.routing import App
+from uamp_trio.app import App
+from uamp_trio.transports.realtime import mount
 
 
 class VoiceAgent:

@@ -11,8 +11,8 @@ import trio_websocket
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio.realtime import mount
-from uamp_trio.routing import App
+from uamp_trio.app import App
+from uamp_trio.transports.realtime import mount
 
 TIMEOUT = 10
 

@@ -29,8 +29,8 @@ from uamp_proto.signing import (
     response_hash,
     verify_response_signature,
 )
+from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.routing import create_app
 
 TIMEOUT = 10
 NOW = 1_752_150_000

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from uamp_trio.http import SendChunk, SerialBodyWriter, batched_writer
+from uamp_trio.engines.http import SendChunk, SerialBodyWriter, batched_writer
 
 TIMEOUT = 10
 

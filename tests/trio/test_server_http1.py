@@ -11,10 +11,10 @@ import pytest
 import trio
 import trio_websocket
 
-from uamp_trio.http import HTTPError, Request, Response, StreamingResponse, json_response
-from uamp_trio.routing import Router
-from uamp_trio.server import Server
-from uamp_trio.websocket import ConnectionClosed, WebSocketRequest
+from uamp_trio.app import Router
+from uamp_trio.engines.http import HTTPError, Request, Response, StreamingResponse, json_response
+from uamp_trio.engines.server import Server
+from uamp_trio.engines.websocket import ConnectionClosed, WebSocketRequest
 
 TIMEOUT = 10
 
@@ -129,8 +129,10 @@ async def test_pipelined_requests_close_and_http10_get_h11_identical_heads(serve
         assert len(parts) == 4 and parts[0] == b""
         heads = [p.split(b"\r\n\r\n", 1)[0] for p in parts[1:]]
         length = len(parts[1].split(b"\r\n\r\n", 1)[1])
-        assert heads[0] == heads[1] == (
-            b"content-type: application/json\r\nserver: uamp\r\ncontent-length: %d" % length
+        assert (
+            heads[0]
+            == heads[1]
+            == (b"content-type: application/json\r\nserver: uamp\r\ncontent-length: %d" % length)
         )
         assert b"connection: close" in heads[2].lower()
         assert body_of(b"HTTP/1.1 200 \r\n" + parts[3])["path"] == "/echo/q"

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import httpx
 import trio
 
-from uamp_trio.http import Request, Response, StreamingResponse, json_response
-from uamp_trio.routing import Router
-from uamp_trio.server import Server
+from uamp_trio.app import Router
+from uamp_trio.engines.http import Request, Response, StreamingResponse, json_response
+from uamp_trio.engines.server import Server
 
 TIMEOUT = 15
 BIG = 3 * 1024 * 1024  # well past h2's default 64 KiB windows

@@ -15,7 +15,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
-from uamp_trio.turns import ResponseRunner, open_response, run_response
+from uamp_trio.hosting.turns import ResponseRunner, open_response, run_response
 
 TIMEOUT = 10
 

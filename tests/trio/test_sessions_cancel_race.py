@@ -9,7 +9,7 @@ import trio.testing
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio.sessions import SessionHost, SessionLimits
+from uamp_trio.hosting.sessions import SessionHost, SessionLimits
 
 TIMEOUT = 10
 
@@ -146,8 +146,14 @@ async def test_a_sessions_worker_ends_with_the_session() -> None:
             host = open_host(nursery)  # session "s" starts no worker: it never asks
             for n in range(3):
                 sid = f"s{n}"
-                host.feed(message(type="session.create", uamp_version="1.0", session_id=sid,
-                                  session={"modalities": ["text"]}))
+                host.feed(
+                    message(
+                        type="session.create",
+                        uamp_version="1.0",
+                        session_id=sid,
+                        session={"modalities": ["text"]},
+                    )
+                )
                 ask(host, session_id=sid)
                 await trio.testing.wait_all_tasks_blocked()
                 assert len(nursery.child_tasks) == 1  # the session's worker, idle

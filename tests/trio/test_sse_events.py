@@ -15,8 +15,8 @@ from uamp_proto import types as ty
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.sse import SSEParser
 from uamp_trio import App, DemoAgent, Server
-from uamp_trio.sessions import SessionLimits
-from uamp_trio.sse_events import SSEEventsTransport
+from uamp_trio.hosting.sessions import SessionLimits
+from uamp_trio.transports.sse_events import SSEEventsTransport
 
 TIMEOUT = 15
 CREATE = {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
@@ -77,17 +77,20 @@ class Stream:
 
 
 @asynccontextmanager
-async def stream(http: httpx.AsyncClient, sid: str, path: str = "/events/stream",
-                 **headers: str) -> AsyncIterator[Stream]:
-    async with http.stream("GET", path, headers={"x-session-id": sid, **headers},
-                           timeout=httpx.Timeout(10, read=None)) as resp:
+async def stream(
+    http: httpx.AsyncClient, sid: str, path: str = "/events/stream", **headers: str
+) -> AsyncIterator[Stream]:
+    async with http.stream(
+        "GET", path, headers={"x-session-id": sid, **headers}, timeout=httpx.Timeout(10, read=None)
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"] == "text/event-stream"
         yield Stream(resp)
 
 
-async def post(http: httpx.AsyncClient, body: Any, sid: str | None = None,
-               path: str = "/events") -> httpx.Response:
+async def post(
+    http: httpx.AsyncClient, body: Any, sid: str | None = None, path: str = "/events"
+) -> httpx.Response:
     headers = {"x-session-id": sid} if sid else {}
     return await http.post(path, content=orjson.dumps(body), headers=headers)
 
@@ -104,8 +107,11 @@ async def test_session_create_then_stream_a_response() -> None:
                 assert created["type"] == "session.created" and created["session_id"] == sid
                 assert (await events.next())["type"] == "capabilities"
                 # One POST may carry several events as a JSON array.
-                resp = await post(http, [{"type": "input.text", "text": "hi you"},
-                                         {"type": "response.create"}], sid)
+                resp = await post(
+                    http,
+                    [{"type": "input.text", "text": "hi you"}, {"type": "response.create"}],
+                    sid,
+                )
                 assert resp.json()["accepted"] == 2
                 got = await events.until("response.done")
                 text = "".join(e["delta"]["text"] for e in got if e["type"] == "response.delta")
@@ -118,8 +124,9 @@ async def test_session_id_in_the_query_and_token_refresh() -> None:
         async with serving([TokenAgent()]) as (http, _):
             resp = await post(http, {**CREATE, "token": "first"})
             sid = resp.json()["session_id"]
-            async with http.stream("GET", f"/events/stream?session_id={sid}",
-                                   timeout=httpx.Timeout(10, read=None)) as raw:
+            async with http.stream(
+                "GET", f"/events/stream?session_id={sid}", timeout=httpx.Timeout(10, read=None)
+            ) as raw:
                 events = Stream(raw)
                 await events.until("capabilities")
                 await post(http, {"type": "session.update", "token": "second"}, sid)
@@ -152,8 +159,9 @@ async def test_bad_input_gets_400_and_unknown_sessions_404() -> None:
             assert named.json()["error"]["code"] == "agent_not_found"
 
             sid = (await post(http, CREATE)).json()["session_id"]
-            invalid = await post(http, [{"type": "input.text", "text": "ok"},
-                                        {"type": "input.text"}], sid)
+            invalid = await post(
+                http, [{"type": "input.text", "text": "ok"}, {"type": "input.text"}], sid
+            )
             assert invalid.status_code == 400
             body = invalid.json()
             assert body["error"]["code"] == "invalid_event" and body["accepted"] == 1
@@ -167,25 +175,41 @@ async def test_bad_input_gets_400_and_unknown_sessions_404() -> None:
 
 
 async def test_tool_round_trip_and_cancel_over_http() -> None:
-    tool = {"type": "function", "function": {
-        "name": "lookup", "parameters": {"type": "object",
-                                         "properties": {"q": {"type": "string"}},
-                                         "required": ["q"]}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}},
+                "required": ["q"],
+            },
+        },
+    }
     with trio.fail_after(TIMEOUT):
         async with serving([DemoAgent()]) as (http, _):
-            sid = (await post(http, {**CREATE, "session": {"modalities": ["text"],
-                                                           "tools": [tool]}})).json()[
-                "session_id"]
+            sid = (
+                await post(http, {**CREATE, "session": {"modalities": ["text"], "tools": [tool]}})
+            ).json()["session_id"]
             async with stream(http, sid) as events:
                 await events.until("capabilities")
-                await post(http, [{"type": "input.text", "text": "please lookup x"},
-                                  {"type": "response.create"}], sid)
+                await post(
+                    http,
+                    [
+                        {"type": "input.text", "text": "please lookup x"},
+                        {"type": "response.create"},
+                    ],
+                    sid,
+                )
                 call = (await events.until("tool.call"))[-1]
-                await post(http, {"type": "tool.result", "call_id": call["call_id"],
-                                  "result": "42"}, sid)
+                await post(
+                    http, {"type": "tool.result", "call_id": call["call_id"], "result": "42"}, sid
+                )
                 done = (await events.until("response.done"))[-1]
                 assert done["response"]["output"][-1] == {
-                    "type": "text", "text": "Tool lookup returned: 42"}
+                    "type": "text",
+                    "text": "Tool lookup returned: 42",
+                }
 
 
 async def test_last_event_id_replays_and_sessions_expire() -> None:
@@ -251,8 +275,11 @@ async def test_server_shutdown_ends_a_live_session_and_its_stream() -> None:
                 assert transport.session_count == 1
                 async with stream(http, sid) as events:
                     await events.until("capabilities")
-                    await post(http, [{"type": "input.text", "text": "go"},
-                                      {"type": "response.create"}], sid)
+                    await post(
+                        http,
+                        [{"type": "input.text", "text": "go"}, {"type": "response.create"}],
+                        sid,
+                    )
                     assert (await events.until("response.delta"))[-1]["delta"]["text"] == (
                         "working"
                     )

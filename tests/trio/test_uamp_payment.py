@@ -21,13 +21,15 @@ from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError, PaymentState, TokenPolicy
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.sse import SSEParser
-from uamp_trio import App, Server, sse_events, uamp_ws
+from uamp_trio import App, Server
 from uamp_trio.client import connect, connect_sse
+from uamp_trio.transports import sse_events, uamp_ws
 
 TIMEOUT = 15
 GOOD = "tok_ok"
-TOPUP = ty.PaymentRequirements(amount="0.50", currency="USD",
-                               schemes=[ty.PaymentScheme(scheme="token", network="uamp")])
+TOPUP = ty.PaymentRequirements(
+    amount="0.50", currency="USD", schemes=[ty.PaymentScheme(scheme="token", network="uamp")]
+)
 CONTENT = {"response.delta", "response.done", "tool.call", "thinking"}
 
 
@@ -138,8 +140,9 @@ async def quiet(ws: WebSocketConnection, seconds: float = 0.2) -> None:
 
 
 async def create(ws: WebSocketConnection, **extra: Any) -> str:
-    await send(ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]},
-               **extra)
+    await send(
+        ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}, **extra
+    )
     created = await recv(ws)
     assert created["type"] == "session.created", created
     assert (await recv(ws))["type"] == "capabilities"
@@ -160,8 +163,10 @@ def done_text(done: dict[str, Any]) -> str:
 async def test_preflight_holds_the_response_until_payment_is_accepted() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD}, amount="0.02")) as server, \
-                open_ws(ws_url(server, "echo")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD}, amount="0.02")) as server,
+            open_ws(ws_url(server, "echo")) as ws,
+        ):
             await create(ws)
             await send(ws, type="input.text", text="hi")
             await send(ws, type="response.create")
@@ -191,8 +196,10 @@ async def test_preflight_holds_the_response_until_payment_is_accepted() -> None:
 async def test_wrong_token_gets_payment_error_then_the_right_one_runs_the_response() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "echo")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "echo")) as ws,
+        ):
             # A bad token preloaded in session.create does not pay either.
             await create(ws, payment_token="tok_stale")
             await send(ws, type="input.text", text="hi")
@@ -214,23 +221,30 @@ async def test_wrong_token_gets_payment_error_then_the_right_one_runs_the_respon
 
 async def test_a_preloaded_token_pays_without_any_payment_event() -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving([Echo()], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "echo")) as ws:
+        async with (
+            serving([Echo()], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "echo")) as ws,
+        ):
             await create(ws)
             # input.text may carry the token for the response it starts.
             await send(ws, type="input.text", text="hi", payment_token=GOOD)
             await send(ws, type="response.create")
             events = await until(ws, "response.done")
-            assert [e["type"] for e in events] == ["response.created", "response.delta",
-                                                   "response.done"]
+            assert [e["type"] for e in events] == [
+                "response.created",
+                "response.delta",
+                "response.done",
+            ]
             assert texts(events) == f"paid with {GOOD}"
 
 
 async def test_cancel_while_held_ends_the_response_without_running_the_agent() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "echo")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "echo")) as ws,
+        ):
             await create(ws)
             await send(ws, type="input.text", text="hi")
             await send(ws, type="response.create")
@@ -258,8 +272,10 @@ async def test_cancel_while_held_ends_the_response_without_running_the_agent() -
 async def test_a_token_in_input_text_settles_an_open_payment_required() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "echo")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "echo")) as ws,
+        ):
             await create(ws)
             await send(ws, type="input.text", text="hi")
             await send(ws, type="response.create")
@@ -283,7 +299,9 @@ async def test_a_free_app_sends_no_payment_events() -> None:
             await send(ws, type="response.create")
             events = await until(ws, "response.done")
             assert [e["type"] for e in events] == [
-                "response.created", "response.delta", "response.done"
+                "response.created",
+                "response.delta",
+                "response.done",
             ]
             assert texts(events) == "paid with None"
             # A token submitted with nothing outstanding is recorded and accepted.
@@ -310,8 +328,10 @@ def assert_paused_correctly(events: list[dict[str, Any]]) -> None:
 async def test_mid_stream_top_up_over_websocket_keeps_the_agent_state_and_the_output() -> None:
     agent = TopUp()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD, "tok_refreshed"})) as server, \
-                open_ws(ws_url(server, "topup")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD, "tok_refreshed"})) as server,
+            open_ws(ws_url(server, "topup")) as ws,
+        ):
             await create(ws, payment_token=GOOD)
             await send(ws, type="input.text", text="work")
             await send(ws, type="response.create")
@@ -333,8 +353,10 @@ async def test_mid_stream_top_up_over_websocket_keeps_the_agent_state_and_the_ou
 async def test_cancel_during_a_top_up_returns_the_partial_output() -> None:
     agent = TopUp()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "topup")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "topup")) as ws,
+        ):
             await create(ws, payment_token=GOOD)
             await send(ws, type="input.text", text="work")
             await send(ws, type="response.create")
@@ -350,8 +372,10 @@ async def test_cancel_during_a_top_up_returns_the_partial_output() -> None:
 async def test_a_raised_top_up_holds_the_response_and_retries_with_the_output_so_far() -> None:
     agent = RaisingTopUp()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "raiser")) as ws:
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "raiser")) as ws,
+        ):
             await create(ws, payment_token=GOOD)
             await send(ws, type="input.text", text="work")
             await send(ws, type="response.create")
@@ -367,8 +391,10 @@ async def test_a_raised_top_up_holds_the_response_and_retries_with_the_output_so
 
 async def test_an_agent_that_keeps_asking_fails_with_payment_required() -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving([RaisingTopUp(always=True)], TokenPolicy({GOOD})) as server, \
-                open_ws(ws_url(server, "raiser")) as ws:
+        async with (
+            serving([RaisingTopUp(always=True)], TokenPolicy({GOOD})) as server,
+            open_ws(ws_url(server, "raiser")) as ws,
+        ):
             await create(ws, payment_token=GOOD)
             await send(ws, type="input.text", text="work")
             await send(ws, type="response.create")
@@ -388,15 +414,29 @@ async def test_an_agent_that_keeps_asking_fails_with_payment_required() -> None:
 async def test_mid_stream_top_up_over_http_sse() -> None:
     agent = TopUp()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
-            created = await http.post("/agents/topup/events", content=orjson.dumps(
-                {"type": "session.create", "uamp_version": "1.0", "payment_token": GOOD,
-                 "session": {"modalities": ["text"]}}))
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+        ):
+            created = await http.post(
+                "/agents/topup/events",
+                content=orjson.dumps(
+                    {
+                        "type": "session.create",
+                        "uamp_version": "1.0",
+                        "payment_token": GOOD,
+                        "session": {"modalities": ["text"]},
+                    }
+                ),
+            )
             sid = created.headers["x-session-id"]
             headers = {"x-session-id": sid}
-            async with http.stream("GET", "/agents/topup/events/stream", headers=headers,
-                                   timeout=httpx.Timeout(10, read=None)) as resp:
+            async with http.stream(
+                "GET",
+                "/agents/topup/events/stream",
+                headers=headers,
+                timeout=httpx.Timeout(10, read=None),
+            ) as resp:
                 parser = SSEParser()
                 chunks = resp.aiter_raw()
                 events: list[dict[str, Any]] = []
@@ -408,18 +448,23 @@ async def test_mid_stream_top_up_over_http_sse() -> None:
                             if events[-1]["type"] == etype:
                                 break
 
-                posted = await http.post("/agents/topup/events", headers=headers,
-                                         content=orjson.dumps([
-                                             {"type": "input.text", "text": "work"},
-                                             {"type": "response.create"}]))
+                posted = await http.post(
+                    "/agents/topup/events",
+                    headers=headers,
+                    content=orjson.dumps(
+                        [{"type": "input.text", "text": "work"}, {"type": "response.create"}]
+                    ),
+                )
                 assert posted.json()["accepted"] == 2
                 await read_until("payment.required")
                 assert texts(events) == "first half; "
                 await trio.sleep(0.2)
                 assert not agent.resumed.is_set()
-                paid = await http.post("/agents/topup/events", headers=headers,
-                                       content=orjson.dumps({"type": "payment.submit",
-                                                             "payment": {"token": GOOD}}))
+                paid = await http.post(
+                    "/agents/topup/events",
+                    headers=headers,
+                    content=orjson.dumps({"type": "payment.submit", "payment": {"token": GOOD}}),
+                )
                 assert paid.status_code == 200
                 await read_until("response.done")
             assert_paused_correctly(events)
@@ -430,14 +475,27 @@ async def test_mid_stream_top_up_over_http_sse() -> None:
 async def test_preflight_over_http_sse_wrong_then_right_token() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with serving([agent], TokenPolicy({GOOD})) as server, \
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
-            created = await http.post("/agents/echo/events", content=orjson.dumps(
-                {"type": "session.create", "uamp_version": "1.0",
-                 "session": {"modalities": ["text"]}}))
+        async with (
+            serving([agent], TokenPolicy({GOOD})) as server,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+        ):
+            created = await http.post(
+                "/agents/echo/events",
+                content=orjson.dumps(
+                    {
+                        "type": "session.create",
+                        "uamp_version": "1.0",
+                        "session": {"modalities": ["text"]},
+                    }
+                ),
+            )
             headers = {"x-session-id": created.headers["x-session-id"]}
-            async with http.stream("GET", "/agents/echo/events/stream", headers=headers,
-                                   timeout=httpx.Timeout(10, read=None)) as resp:
+            async with http.stream(
+                "GET",
+                "/agents/echo/events/stream",
+                headers=headers,
+                timeout=httpx.Timeout(10, read=None),
+            ) as resp:
                 parser = SSEParser()
                 chunks = resp.aiter_raw()
                 seen: list[dict[str, Any]] = []
@@ -450,17 +508,30 @@ async def test_preflight_over_http_sse_wrong_then_right_token() -> None:
                         if found:
                             return found[-1]
 
-                await http.post("/agents/echo/events", headers=headers, content=orjson.dumps(
-                    [{"type": "input.text", "text": "hi"}, {"type": "response.create"}]))
+                await http.post(
+                    "/agents/echo/events",
+                    headers=headers,
+                    content=orjson.dumps(
+                        [{"type": "input.text", "text": "hi"}, {"type": "response.create"}]
+                    ),
+                )
                 assert (await next_of("payment.required"))["requirements"]["amount"] == "0.01"
                 for token in ("tok_bad", GOOD):
-                    await http.post("/agents/echo/events", headers=headers, content=orjson.dumps(
-                        {"type": "payment.submit", "payment": {"token": token}}))
+                    await http.post(
+                        "/agents/echo/events",
+                        headers=headers,
+                        content=orjson.dumps(
+                            {"type": "payment.submit", "payment": {"token": token}}
+                        ),
+                    )
                 assert (await next_of("payment.error"))["code"] == "token_invalid"
                 await next_of("response.done")
             types = [e["type"] for e in seen]
-            assert types.index("payment.error") < types.index("payment.accepted") < types.index(
-                "response.created")
+            assert (
+                types.index("payment.error")
+                < types.index("payment.accepted")
+                < types.index("response.created")
+            )
             assert texts(seen) == f"paid with {GOOD}"
 
 
@@ -485,8 +556,9 @@ async def test_client_callback_pays_automatically_over_websocket_and_sse() -> No
                 assert session.payment is not None
                 assert session.payment.state is PaymentState.ACCEPTED
                 # Top-up with a sync callback: ask() returns the whole output.
-                topup = await client.create_session("topup", on_payment_required=lambda r: GOOD,
-                                                    payment_token=GOOD)
+                topup = await client.create_session(
+                    "topup", on_payment_required=lambda r: GOOD, payment_token=GOOD
+                )
                 result = await topup.ask("work")
                 assert result.text == "first half; first half then second half"
             async with connect_sse(f"http://127.0.0.1:{server.port}") as sse:
@@ -502,8 +574,10 @@ async def test_client_callback_pays_automatically_over_websocket_and_sse() -> No
 
 async def test_client_without_callback_sees_the_events_and_pays_by_hand() -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving([Echo()], TokenPolicy({GOOD})) as server, \
-                connect(f"ws://127.0.0.1:{server.port}/agents/echo/uamp") as client:
+        async with (
+            serving([Echo()], TokenPolicy({GOOD})) as server,
+            connect(f"ws://127.0.0.1:{server.port}/agents/echo/uamp") as client,
+        ):
             declined: list[str] = []
             session = await client.create_session(
                 on_payment_required=lambda r: declined.append(r.requirements.amount)

@@ -21,7 +21,8 @@ from trio_websocket import open_websocket_url as open_ws
 
 from uamp_proto.signing import Reason, ResponseSigner, SignatureError, verify_response_signature
 from uamp_proto.sse import SSEParser
-from uamp_trio import App, DemoAgent, Server, sse_events, uamp_ws
+from uamp_trio import App, DemoAgent, Server
+from uamp_trio.transports import sse_events, uamp_ws
 
 TIMEOUT = 15
 
@@ -56,8 +57,11 @@ def texts(events: list[dict[str, Any]]) -> str:
 
 
 async def open_session(ws: WebSocketConnection) -> None:
-    await ws.send_message(orjson.dumps({"type": "session.create", "uamp_version": "1.0",
-                                        "session": {"modalities": ["text"]}}).decode())
+    await ws.send_message(
+        orjson.dumps(
+            {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
+        ).decode()
+    )
     assert orjson.loads(await ws.get_message())["type"] == "session.created"
     assert orjson.loads(await ws.get_message())["type"] == "capabilities"
 
@@ -66,8 +70,10 @@ async def test_websocket_response_done_carries_a_signature_over_text_and_request
     signer: ResponseSigner,
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving(signer) as server, \
-                open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws:
+        async with (
+            serving(signer) as server,
+            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
+        ):
             await open_session(ws)
             for text in ("hello there", "second turn"):
                 await ws.send_message(orjson.dumps({"type": "input.text", "text": text}).decode())
@@ -84,14 +90,17 @@ async def test_websocket_response_done_carries_a_signature_over_text_and_request
                     verify_response_signature(signature, reply + "!", request, signer.jwks())
                 assert tampered.value.reason is Reason.TAMPERED
                 with pytest.raises(SignatureError):
-                    verify_response_signature(signature, reply, b'{"type":"response.create"}',
-                                              signer.jwks())
+                    verify_response_signature(
+                        signature, reply, b'{"type":"response.create"}', signer.jwks()
+                    )
 
 
 async def test_no_signature_without_a_signer() -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving(None) as server, \
-                open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws:
+        async with (
+            serving(None) as server,
+            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
+        ):
             await open_session(ws)
             await ws.send_message('{"type":"input.text","text":"hi"}')
             await ws.send_message('{"type":"response.create"}')
@@ -103,16 +112,32 @@ async def test_http_sse_response_done_is_signed_over_the_posted_body(
     signer: ResponseSigner,
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving(signer) as server, \
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
-            created = await http.post("/agents/demo/events", content=orjson.dumps(
-                {"type": "session.create", "uamp_version": "1.0",
-                 "session": {"modalities": ["text"]}}))
+        async with (
+            serving(signer) as server,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+        ):
+            created = await http.post(
+                "/agents/demo/events",
+                content=orjson.dumps(
+                    {
+                        "type": "session.create",
+                        "uamp_version": "1.0",
+                        "session": {"modalities": ["text"]},
+                    }
+                ),
+            )
             headers = {"x-session-id": created.headers["x-session-id"]}
-            async with http.stream("GET", "/agents/demo/events/stream", headers=headers,
-                                   timeout=httpx.Timeout(10, read=None)) as resp:
-                await http.post("/agents/demo/events", headers=headers,
-                                content=b'{"type":"input.text","text":"over sse"}')
+            async with http.stream(
+                "GET",
+                "/agents/demo/events/stream",
+                headers=headers,
+                timeout=httpx.Timeout(10, read=None),
+            ) as resp:
+                await http.post(
+                    "/agents/demo/events",
+                    headers=headers,
+                    content=b'{"type":"input.text","text":"over sse"}',
+                )
                 request = b'{ "type" : "response.create" }'  # one event per POST: the body
                 await http.post("/agents/demo/events", headers=headers, content=request)
                 parser = SSEParser()

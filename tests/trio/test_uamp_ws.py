@@ -15,8 +15,9 @@ from trio_websocket import open_websocket_url as open_ws
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, Responder, TurnRequest
-from uamp_trio import App, DemoAgent, Server, uamp_ws
-from uamp_trio.sessions import SessionLimits
+from uamp_trio import App, DemoAgent, Server
+from uamp_trio.hosting.sessions import SessionLimits
+from uamp_trio.transports import uamp_ws
 
 TIMEOUT = 15
 
@@ -80,8 +81,13 @@ async def until(ws: WebSocketConnection, etype: str) -> list[dict[str, Any]]:
 
 
 async def create(ws: WebSocketConnection, **extra: Any) -> str:
-    await send(ws, type="session.create", uamp_version="1.0",
-               session={"modalities": ["text"], **extra.pop("session", {})}, **extra)
+    await send(
+        ws,
+        type="session.create",
+        uamp_version="1.0",
+        session={"modalities": ["text"], **extra.pop("session", {})},
+        **extra,
+    )
     created = await recv(ws)
     assert created["type"] == "session.created", created
     caps = await recv(ws)
@@ -96,8 +102,9 @@ def texts(events: list[dict[str, Any]]) -> str:
 async def test_basic_chat_flow_at_the_agent_endpoint() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving([DemoAgent()]) as base, open_ws(base + "/agents/demo/uamp") as ws:
-            await send(ws, type="session.create", uamp_version="1.0",
-                       session={"modalities": ["text"]})
+            await send(
+                ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
+            )
             created = await recv(ws)
             assert created["type"] == "session.created" and created["agent"] == "demo"
             caps = await recv(ws)
@@ -108,8 +115,7 @@ async def test_basic_chat_flow_at_the_agent_endpoint() -> None:
             assert events[0]["type"] == "response.created"
             assert texts(events) == "You said: hello there"
             done = events[-1]
-            assert done["response"]["output"] == [{"type": "text",
-                                                   "text": "You said: hello there"}]
+            assert done["response"]["output"] == [{"type": "text", "text": "You said: hello there"}]
             assert done["response"]["usage"]["total_tokens"] == 6
 
 
@@ -138,17 +144,24 @@ async def test_ws_endpoint_selects_the_agent_per_session_and_multiplexes() -> No
 
 async def test_unknown_agent_gets_session_error_and_no_session() -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving([ScriptAgent("alice"), ScriptAgent("bob")]) as base, open_ws(
-            base + "/ws"
-        ) as ws:
-            await send(ws, type="session.create", uamp_version="1.0",
-                       session={"modalities": ["text"]}, agent="carol")
+        async with (
+            serving([ScriptAgent("alice"), ScriptAgent("bob")]) as base,
+            open_ws(base + "/ws") as ws,
+        ):
+            await send(
+                ws,
+                type="session.create",
+                uamp_version="1.0",
+                session={"modalities": ["text"]},
+                agent="carol",
+            )
             err = await recv(ws)
             assert err["type"] == "session.error"
             assert err["error"]["code"] == "agent_not_found" and "carol" in err["error"]["message"]
             # No agent named and several hosted: the client must choose.
-            await send(ws, type="session.create", uamp_version="1.0",
-                       session={"modalities": ["text"]})
+            await send(
+                ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
+            )
             err = await recv(ws)
             assert err["error"]["code"] == "agent_required"
             # The refused sessions do not exist: the connection is still usable.
@@ -196,10 +209,17 @@ async def test_ping_is_answered_with_pong() -> None:
 
 
 async def test_client_tool_round_trip_resumes_the_same_response() -> None:
-    tool = {"type": "function", "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
     with trio.fail_after(TIMEOUT):
         async with serving([DemoAgent()]) as base, open_ws(base + "/ws") as ws:
             await create(ws, session={"tools": [tool]})
@@ -225,8 +245,11 @@ async def test_response_cancel_stops_the_agent_and_returns_partial_output() -> N
             await create(ws)
             await send(ws, type="response.create")
             events = [await recv(ws) for _ in range(3)]
-            assert [e["type"] for e in events] == ["response.created", "response.delta",
-                                                   "response.delta"]
+            assert [e["type"] for e in events] == [
+                "response.created",
+                "response.delta",
+                "response.delta",
+            ]
             await agent.hanging.wait()
             await send(ws, type="response.cancel", response_id=events[0]["response_id"])
             cancelled = await recv(ws)
@@ -246,15 +269,29 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
             s2 = await create(ws, agent="b")
             cases: list[tuple[str, str, str]] = [
                 ("{not json", "invalid_event", "JSON"),
-                (orjson.dumps({"type": "input.text", "session_id": s1}).decode(), "invalid_event",
-                 "text"),
-                ('{"type": "input.text", "text": "no session id"}', "session_id_required",
-                 "session_id"),
-                ('{"type": "response.create", "session_id": "sess_nope"}', "unknown_session",
-                 "sess_nope"),
-                (orjson.dumps({"type": "tool.result", "session_id": s1, "call_id": "c",
-                               "result": "1"}).decode(), "invalid_tool_result", "response"),
-                ('[1, 2]', "invalid_event", "object"),
+                (
+                    orjson.dumps({"type": "input.text", "session_id": s1}).decode(),
+                    "invalid_event",
+                    "text",
+                ),
+                (
+                    '{"type": "input.text", "text": "no session id"}',
+                    "session_id_required",
+                    "session_id",
+                ),
+                (
+                    '{"type": "response.create", "session_id": "sess_nope"}',
+                    "unknown_session",
+                    "sess_nope",
+                ),
+                (
+                    orjson.dumps(
+                        {"type": "tool.result", "session_id": s1, "call_id": "c", "result": "1"}
+                    ).decode(),
+                    "invalid_tool_result",
+                    "response",
+                ),
+                ("[1, 2]", "invalid_event", "object"),
             ]
             for raw, code, word in cases:
                 await ws.send_message(raw)
@@ -267,8 +304,11 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
             await send(ws, type="response.create", session_id=s1)
             first = await until(ws, "response.delta")
             first.append(await recv(ws))
-            assert [e["type"] for e in first] == ["response.created", "response.delta",
-                                                  "response.delta"]
+            assert [e["type"] for e in first] == [
+                "response.created",
+                "response.delta",
+                "response.delta",
+            ]
             await agent.hanging.wait()
             await send(ws, type="response.create", session_id=s1)
             refused = await recv(ws)
@@ -278,8 +318,9 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
             events = await until(ws, "response.done")
             assert events[-1]["session_id"] == s2
             assert {e["session_id"] for e in events} == {s2}
-            await send(ws, type="response.cancel", session_id=s1,
-                       response_id=first[0]["response_id"])
+            await send(
+                ws, type="response.cancel", session_id=s1, response_id=first[0]["response_id"]
+            )
             cancelled = await until(ws, "response.cancelled")
             assert cancelled[-1]["partial_output"] == [{"type": "text", "text": "d0 d1 "}]
 
@@ -287,13 +328,15 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
 async def test_too_many_sessions_is_refused_and_the_connection_stays_open() -> None:
     with trio.fail_after(TIMEOUT):
         limits = SessionLimits(max_sessions=2)
-        async with serving([ScriptAgent("a", count=1)], limits) as base, open_ws(
-            base + "/ws"
-        ) as ws:
+        async with (
+            serving([ScriptAgent("a", count=1)], limits) as base,
+            open_ws(base + "/ws") as ws,
+        ):
             await create(ws)
             s2 = await create(ws)
-            await send(ws, type="session.create", uamp_version="1.0",
-                       session={"modalities": ["text"]})
+            await send(
+                ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
+            )
             err = await recv(ws)
             assert err["error"]["code"] == "too_many_sessions"
             await send(ws, type="response.create", session_id=s2)
@@ -329,9 +372,10 @@ async def test_server_pings_a_quiet_peer_and_keeps_a_live_one() -> None:
     # several keepalive intervals without any UAMP traffic.
     with trio.fail_after(TIMEOUT):
         limits = SessionLimits(keepalive_interval=0.1, idle_timeout=60)
-        async with serving([ScriptAgent("a", count=1)], limits) as base, open_ws(
-            base + "/ws"
-        ) as ws:
+        async with (
+            serving([ScriptAgent("a", count=1)], limits) as base,
+            open_ws(base + "/ws") as ws,
+        ):
             await create(ws)
             await trio.sleep(0.5)
             await send(ws, type="response.create")

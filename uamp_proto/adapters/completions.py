@@ -263,11 +263,21 @@ def _tool_call(value: object, param: str) -> ty.ToolInvocation:
 #: Roles whose message may be just ``role`` and a string ``content``.
 _PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
 #: Optional request keys checked by :func:`_tuning` (most requests have none).
-_TUNING_KEYS = frozenset({
-    "temperature", "top_p", "presence_penalty", "frequency_penalty",
-    "max_completion_tokens", "max_tokens", "user", "seed", "stop",
-    "parallel_tool_calls", "metadata",
-})
+_TUNING_KEYS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "max_completion_tokens",
+        "max_tokens",
+        "user",
+        "seed",
+        "stop",
+        "parallel_tool_calls",
+        "metadata",
+    }
+)
 
 
 def _message(value: object, index: int) -> ty.Message:

@@ -171,8 +171,16 @@ class Ledger:
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO accounts VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                (token_id, account.currency, str(account.issued), str(account.topped_up),
-                 str(account.balance), str(account.locked), str(account.settled), expires_at),
+                (
+                    token_id,
+                    account.currency,
+                    str(account.issued),
+                    str(account.topped_up),
+                    str(account.balance),
+                    str(account.locked),
+                    str(account.settled),
+                    expires_at,
+                ),
             )
         claims: dict[str, Any] = {"jti": token_id, "iss": _ISSUER, "iat": int(now)}
         if expires_at is not None:
@@ -214,8 +222,14 @@ class Ledger:
         db.execute(
             "UPDATE accounts SET topped_up = ?, balance = ?, locked = ?, settled = ?, revoked = ?"
             " WHERE token_id = ?",
-            (str(account.topped_up), str(account.balance), str(account.locked),
-             str(account.settled), int(account.revoked), token_id),
+            (
+                str(account.topped_up),
+                str(account.balance),
+                str(account.locked),
+                str(account.settled),
+                int(account.revoked),
+                token_id,
+            ),
         )
 
     def show(self, token: str) -> TokenState:

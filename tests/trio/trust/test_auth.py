@@ -39,8 +39,13 @@ def _jwk(private: Any, kid: str, alg: str) -> dict[str, Any]:
     return data
 
 
-JWKS = {"keys": [_jwk(RSA_KEY, "rsa1", "RS256"), _jwk(EC_KEY, "ec1", "ES256"),
-                 _jwk(ED_KEY, "ed1", "EdDSA")]}
+JWKS = {
+    "keys": [
+        _jwk(RSA_KEY, "rsa1", "RS256"),
+        _jwk(EC_KEY, "ec1", "ES256"),
+        _jwk(ED_KEY, "ed1", "EdDSA"),
+    ]
+}
 
 
 def _claims(**over: Any) -> dict[str, Any]:
@@ -179,8 +184,12 @@ async def test_jwks_url_is_fetched_lazily_and_refreshed_at_most_once_per_interva
         return json.dumps(served).encode()
 
     verifier = JWTAuthenticator(
-        "https://issuer.test/jwks.json", issuer=ISS, audience=AUD,
-        refresh_interval=60, clock=lambda: clock[0], fetch=fetch,
+        "https://issuer.test/jwks.json",
+        issuer=ISS,
+        audience=AUD,
+        refresh_interval=60,
+        clock=lambda: clock[0],
+        fetch=fetch,
     )
     assert verifier.fetches == 0
     assert (await verifier.authenticate(_token())).id == "alice"
@@ -209,7 +218,10 @@ async def test_a_failing_jwks_fetch_keeps_the_old_keys() -> None:
         return json.dumps({"keys": [_jwk(RSA_KEY, "rsa1", "RS256")]}).encode()
 
     verifier = JWTAuthenticator(
-        "https://issuer.test/jwks.json", issuer=ISS, audience=AUD, clock=lambda: clock[0],
+        "https://issuer.test/jwks.json",
+        issuer=ISS,
+        audience=AUD,
+        clock=lambda: clock[0],
         fetch=fetch,
     )
     assert (await verifier.authenticate(_token())).id == "alice"
@@ -274,9 +286,17 @@ def test_bearer_token(header: str | None, query: str | None, expected: str | Non
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.5.0.1", True), ("::1", True), ("[::1]", True),
-     ("localhost", True), ("0.0.0.0", False), ("::", False), ("192.168.1.4", False),
-     ("example.com", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.5.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.4", False),
+        ("example.com", False),
+    ],
 )
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback

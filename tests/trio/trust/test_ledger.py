@@ -27,8 +27,12 @@ D = Decimal
     [
         (Account.new(D("1.00"), "USD"), D("1.01"), 0.0, "insufficient_balance"),
         (Account.new(D("1.00"), "USD", expires_at=10.0), D("0.10"), 10.0, "token_expired"),
-        (Account(currency="USD", issued=D(1), balance=D(1), revoked=True), D("0.1"), 0.0,
-         "token_invalid"),
+        (
+            Account(currency="USD", issued=D(1), balance=D(1), revoked=True),
+            D("0.1"),
+            0.0,
+            "token_invalid",
+        ),
     ],
 )
 def test_lock_refusals_carry_the_spec_codes(
@@ -107,7 +111,10 @@ def test_insufficient_balance_reports_both_amounts(ledger: Ledger) -> None:
     with pytest.raises(LedgerError) as info:
         ledger.lock(token, "r", "2")
     assert (info.value.code, info.value.balance_required, info.value.balance_current) == (
-        "insufficient_balance", D(2), D(1))
+        "insufficient_balance",
+        D(2),
+        D(1),
+    )
 
 
 _SPENDER = textwrap.dedent(
@@ -137,7 +144,8 @@ def test_concurrent_processes_never_overdraw(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _SPENDER, str(path), token, f"w{i}", "25"],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(4)
     ]

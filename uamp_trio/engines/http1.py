@@ -11,7 +11,7 @@ rest of the body would otherwise be taken for the next request.
 Theory of operation
 -------------------
 The connection keeps what it has read and not yet consumed in its own buffer.
-When the buffer holds a whole head that :func:`~uamp_trio._h1fast.parse_head`
+When the buffer holds a whole head that :func:`~uamp_trio.engines.h1fast.parse_head`
 accepts (a keep-alive HTTP/1.1 request framed by one plain ``Content-Length``
 or none; see there), the body is taken from the buffer (read on, under
 ``body_timeout``, when it is not all there yet), the request is dispatched and
@@ -51,7 +51,7 @@ import trio
 
 from uamp_proto.errors import UampError
 
-from ._h1fast import parse_head
+from .h1fast import parse_head
 from .http import (
     Headers,
     Request,

@@ -29,7 +29,6 @@ import h2.exceptions
 import h2.settings
 import trio
 
-from ._http1 import split_target
 from .http import (
     Headers,
     Request,
@@ -38,6 +37,7 @@ from .http import (
     batched_writer,
     error_response,
 )
+from .http1 import split_target
 
 if TYPE_CHECKING:
     from .server import ConnectionTracker, Server

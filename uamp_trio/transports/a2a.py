@@ -16,14 +16,14 @@ Endpoints, for every hosted agent (and at the root for a single agent):
   ``GET /agents/{name}/tasks/{id}`` and ``DELETE /agents/{name}/tasks/{id}``
   (cancel).
 
-Each task runs one UAMP turn (:func:`uamp_trio.turns.open_response`) per
+Each task runs one UAMP turn (:func:`uamp_trio.hosting.turns.open_response`) per
 message in the server's background nursery (``App.background``): a blocking
 send waits for it, a streaming send streams it, and a
 ``returnImmediately`` (1.0) / ``blocking: false`` (0.3) send answers at once
 with the submitted task. ``CancelTask`` (or ``DELETE``) from any request
 cancels the running turn; ``SubscribeToTask`` attaches to a running task's
 updates; a streaming client that disconnects leaves its task running. (An
-app used without :class:`~uamp_trio.server.Server` has no background nursery
+app used without :class:`~uamp_trio.engines.server.Server` has no background nursery
 and runs each turn inside its request.)
 
 Payment (spec 004): a new task consults the app's
@@ -54,10 +54,10 @@ from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.sse import encode_json
 
-from .http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
-from .routing import App, Transport
-from .stores.a2a_tasks import TaskStore
-from .turns import open_response
+from ..app import App, Transport
+from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
+from ..stores.a2a_tasks import TaskStore
+from ..hosting.turns import open_response
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -116,7 +116,7 @@ class _Prepared:
 
 
 class A2ATransport:
-    """The A2A endpoints of an :class:`~uamp_trio.routing.App`.
+    """The A2A endpoints of an :class:`~uamp_trio.app.App`.
 
     Args:
         app: The app to mount on.
@@ -494,7 +494,7 @@ class A2ATransport:
         runs there: the request follows it through ``write`` (or waits for it
         when ``wait``), and a client that disconnects leaves the task running,
         so it can still be fetched, subscribed to or cancelled. Without one
-        (an app used outside :class:`~uamp_trio.server.Server`) the turn runs
+        (an app used outside :class:`~uamp_trio.engines.server.Server`) the turn runs
         inside the request.
         """
         nursery = self.app.background

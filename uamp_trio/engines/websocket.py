@@ -1,7 +1,7 @@
 """WebSocket endpoints: the hand-over from HTTP/1.1 and a small wsproto socket.
 
 When an HTTP/1.1 request asks for ``Upgrade: websocket`` and a route of
-:attr:`Router.websocket_routes <uamp_trio.routing.Router.websocket_routes>`
+:attr:`Router.websocket_routes <uamp_trio.app.Router.websocket_routes>`
 matches, the server stops speaking HTTP on that connection and calls the
 route's handler with a :class:`WebSocketRequest`: the parsed request, the raw
 stream and any bytes already read past the request head. The handler calls

@@ -24,7 +24,7 @@ event type (UAMP sections 3, 5, 6, 10):
     the transport's nursery, started by the first response), which runs the
     session's responses one after another under a cancel scope it replaces
     after each cancel. The worker runs the agent with the inline turn runner
-    (:class:`uamp_trio.turns.ResponseRunner`, which owns the response lifecycle)
+    (:class:`uamp_trio.hosting.turns.ResponseRunner`, which owns the response lifecycle)
     whose sink passes each event through the core straight into the outbox,
     with no channel hop (on trio a task switch per event costs more than
     encoding the event).
@@ -61,7 +61,7 @@ outbox fills and the agent's ``emit`` waits. Memory stays flat.
 
 Payment (UAMP 3.3 and 7.2; spec 004 "Payment Handling", "Mid-Stream Token
 Top-Up"): the app's policy (:meth:`App.payment_required
-<uamp_trio.routing.App.payment_required>`, the one question every transport
+<uamp_trio.app.App.payment_required>`, the one question every transport
 asks) is consulted with the session's latest payment token before the agent
 runs. A response it does not pay for is *held*: ``payment.required`` (with
 the pending ``response_id``) goes out, and the session's worker parks until the
@@ -110,7 +110,7 @@ from uamp_proto.response import ResponseTracker
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
-    from .routing import App
+    from ..app import App
 
 __all__ = [
     "Outbox",
@@ -171,8 +171,13 @@ class SessionLimits:
     max_delta_window: int = 1024
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_sessions", "max_message_size", "outbox_size", "max_owed",
-                     "max_delta_window"):
+        for name in (
+            "max_sessions",
+            "max_message_size",
+            "outbox_size",
+            "max_owed",
+            "max_delta_window",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         for name in ("idle_timeout", "keepalive_interval"):
@@ -374,7 +379,10 @@ class _PayingAgent:
     """
 
     def __init__(
-        self, host: SessionHost, session: _Session, response: _Response,
+        self,
+        host: SessionHost,
+        session: _Session,
+        response: _Response,
         create: ev.ResponseCreate,
     ) -> None:
         self.agent = session.agent
@@ -426,7 +434,7 @@ class SessionHost:
         limits: Connection limits.
         transport: Put into ``TurnRequest.metadata["transport"]``.
         clock: Wall-clock seconds for ``session.created.created_at``.
-        app: The app served: its :meth:`~uamp_trio.routing.App.payment_required`
+        app: The app served: its :meth:`~uamp_trio.app.App.payment_required`
             decides payment and its ``response_signer`` signs ``response.done``
             (both read when used, so they may be set late). ``None``: free,
             unsigned.
@@ -787,8 +795,8 @@ class SessionHost:
         tools = config.tools or []
         modalities = config.modalities
         if override is not None:
-            instructions = override.instructions if override.instructions is not None else (
-                instructions
+            instructions = (
+                override.instructions if override.instructions is not None else (instructions)
             )
             tools = override.tools if override.tools is not None else tools
             modalities = override.modalities or modalities
@@ -905,7 +913,7 @@ class SessionHost:
     ) -> TurnStatus:
         """One call of ``agent.respond`` through the inline turn runner; returns how it ended.
 
-        :class:`~uamp_trio.turns.ResponseRunner` owns the lifecycle
+        :class:`~uamp_trio.hosting.turns.ResponseRunner` owns the lifecycle
         (``response.created`` first unless this is a later tool round, one
         terminal event unless client tools are pending, error mapping); its
         sink passes each event through the core straight into the outbox,
@@ -946,8 +954,15 @@ class SessionHost:
         # The worker's scope is the only one: response.cancel cancels it and
         # the worker sends response.cancelled (cancellable=False).
         runner = ResponseRunner(
-            agent, request, sink, tracker=tracker, created=first, yield_every=YIELD_EVERY,
-            stamp=False, track=False, cancellable=False,
+            agent,
+            request,
+            sink,
+            tracker=tracker,
+            created=first,
+            yield_every=YIELD_EVERY,
+            stamp=False,
+            track=False,
+            cancellable=False,
         )
         outcome = await runner.run()
         return outcome.status

@@ -20,12 +20,12 @@ text is the assistant message content (all text deltas joined; empty for a
 tool-calls-only answer); the signed request is the HTTP body as received.
 
 Each request is one UAMP turn, run inline in the request's task
-(:func:`uamp_trio.turns.run_response`): the sans-IO adapter
+(:func:`uamp_trio.hosting.turns.run_response`): the sans-IO adapter
 :mod:`uamp_proto.adapters.completions` validates the body into a
 ``TurnRequest`` and renders the turn's events as completion JSON or chunks.
 A streamed turn renders each event to its SSE bytes as the agent emits it and
 queues them on the response; the server's writer sends whatever is queued
-in one write (:func:`uamp_trio.http.batched_writer`). Client tool calls end
+in one write (:func:`uamp_trio.engines.http.batched_writer`). Client tool calls end
 the response with ``finish_reason: "tool_calls"``; the client sends their
 results in its next request.
 """
@@ -56,7 +56,8 @@ from uamp_proto.events import Event
 from uamp_proto.responder import Responder
 from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
 
-from .http import (
+from ..app import App
+from ..engines.http import (
     HTTPError,
     Request,
     Response,
@@ -64,8 +65,7 @@ from .http import (
     StreamingResponse,
     json_response,
 )
-from .routing import App
-from .turns import ResponseOutcome, run_response
+from ..hosting.turns import ResponseOutcome, run_response
 
 __all__ = ["CompletionsTransport", "mount"]
 
@@ -105,7 +105,7 @@ def _error_json(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:
 
 
 class CompletionsTransport:
-    """The Chat Completions endpoints of an :class:`~uamp_trio.routing.App`."""
+    """The Chat Completions endpoints of an :class:`~uamp_trio.app.App`."""
 
     def __init__(self, app: App) -> None:
         self.app = app

@@ -28,7 +28,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 
-from .client import ClientError, ClientSession, connect
+from .uamp import ClientError, ClientSession, connect
 
 __all__ = ["add_parser", "chat_url", "main", "run_chat"]
 
@@ -224,7 +224,7 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m uamp_trio.chat URL ...`` (the same as ``uamp chat``)."""
+    """``python -m uamp_trio.client.chat URL ...`` (the same as ``uamp chat``)."""
     parser = argparse.ArgumentParser(prog="uamp chat", description=__doc__.split("\n\n")[0])
     _arguments(parser)
     return _command(parser.parse_args(argv))

@@ -11,8 +11,8 @@ nursery. Each connection picks its protocol once:
   (``PRI * HTTP/2.0``, RFC 9113 section 3.4, "prior knowledge") selects h2,
   anything else h11.
 
-Both protocol handlers (:mod:`uamp_trio._http1`, :mod:`uamp_trio._http2`)
-turn requests into the same :class:`~uamp_trio.http.Request` and hand it to
+Both protocol handlers (:mod:`uamp_trio.engines.http1`, :mod:`uamp_trio.engines.http2`)
+turn requests into the same :class:`~uamp_trio.engines.http.Request` and hand it to
 :meth:`Server.dispatch`, which finds the endpoint in the app's router; so
 endpoints are written once. HTTP/2 runs one task per stream.
 
@@ -36,8 +36,10 @@ from typing import Any
 import attrs
 import trio
 
+from ..app import App, Router
 from .http import HTTPError, Request, Response, StreamingResponse, error_response
-from .routing import App, Router
+from .http1 import serve_http1
+from .http2 import serve_http2
 
 __all__ = ["Server", "ServerConfig", "serve"]
 
@@ -286,8 +288,6 @@ class Server:
         tracker: ConnectionTracker,
         client: tuple[str, int] | None,
     ) -> None:
-        from . import _http1, _http2
-
         cfg = self.config
         stream: trio.abc.Stream = sock_stream
         alpn: str | None = None
@@ -300,15 +300,15 @@ class Server:
             alpn = ssl_stream.selected_alpn_protocol()
             stream = ssl_stream
         if alpn == "h2":
-            await _http2.serve_http2(self, stream, tracker, b"", client)
+            await serve_http2(self, stream, tracker, b"", client)
             return
         initial = await self._read_preface(stream, tracker)
         if initial is None:
             return
         if initial.startswith(H2_PREFACE):
-            await _http2.serve_http2(self, stream, tracker, initial, client)
+            await serve_http2(self, stream, tracker, initial, client)
         else:
-            await _http1.serve_http1(self, stream, tracker, initial, client)
+            await serve_http1(self, stream, tracker, initial, client)
 
     async def _read_preface(
         self, stream: trio.abc.Stream, tracker: ConnectionTracker

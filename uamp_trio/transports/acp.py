@@ -25,7 +25,7 @@ Methods (see :mod:`uamp_proto.adapters.acp` for the translation):
   ``capabilities``.
 
 Every request runs in its own task, so ``session/cancel`` is read while a
-prompt streams. Each prompt is one UAMP turn (:func:`~uamp_trio.turns.open_response`).
+prompt streams. Each prompt is one UAMP turn (:func:`~uamp_trio.hosting.turns.open_response`).
 Payment: with a :class:`~uamp_proto.payment.PaymentPolicy`, a prompt whose
 token (``payment_token`` in the params or ``_meta``, else the one the session
 last paid with) does not pass is refused with JSON-RPC error ``-32402`` and
@@ -53,10 +53,10 @@ from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder, TurnRequest
 
-from .http import HTTPError, Request, Response
-from .routing import App
-from .turns import ResponseOutcome, ResponseRun, open_response
-from .websocket import ConnectionClosed, WebSocketRequest
+from ..app import App
+from ..engines.http import HTTPError, Request, Response
+from ..engines.websocket import ConnectionClosed, WebSocketRequest
+from ..hosting.turns import ResponseOutcome, ResponseRun, open_response
 
 __all__ = [
     "AcpConnection",
@@ -509,12 +509,12 @@ async def serve_stdio(
 
 
 class AcpTransport:
-    """The ACP endpoints of an :class:`~uamp_trio.routing.App`.
+    """The ACP endpoints of an :class:`~uamp_trio.app.App`.
 
     Args:
         app: The app whose agents are served.
         payment_policy: Consulted before every prompt; ``None``: the app's
-            :attr:`~uamp_trio.routing.App.payment_policy` (read per connection).
+            :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
     """
 
     def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
@@ -569,5 +569,5 @@ class AcpTransport:
 
 
 def mount(app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
-    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.routing.Transport`)."""
+    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
     AcpTransport(app, payment_policy=payment_policy).mount()

@@ -192,8 +192,18 @@ BATCH_HIGH_WATER = 64 * 1024
 class _Batcher:
     """The state shared by a streaming body's producer and its writer task."""
 
-    __slots__ = ("abandoned", "closing", "error", "high_water", "idle", "on_error", "queue",
-                 "room", "size", "write")
+    __slots__ = (
+        "abandoned",
+        "closing",
+        "error",
+        "high_water",
+        "idle",
+        "on_error",
+        "queue",
+        "room",
+        "size",
+        "write",
+    )
 
     def __init__(self, write: WriteBatch, high_water: int) -> None:
         self.write = write

@@ -21,7 +21,7 @@ is routed by id, even before the server answered.
 
 * :class:`UampClient` (WebSocket): one connection for every session
   (UAMP section 10). A reader task frames the socket (the same engines as the
-  server, :mod:`uamp_trio._ws_engine`), feeds the core, writes the replies the
+  server, :mod:`uamp_trio.engines.ws_frames`), feeds the core, writes the replies the
   core owes (pongs, delta-window acks) and routes each event to its
   session. Writes share one lock.
 * :class:`SSEClient` (UAMP section 13.2): one HTTP session, hence one core,
@@ -76,7 +76,7 @@ from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import PaymentNegotiation
 from uamp_proto.sse import SSEParser
 
-from ._ws_engine import EngineName, FrameEngine, WebSocketClosed, make_engine
+from ..engines.ws_frames import EngineName, FrameEngine, WebSocketClosed, make_engine
 
 __all__ = [
     "ClientError",
@@ -400,9 +400,7 @@ class ClientSession:
         """Cancel the current (or the named) response; it ends ``response.cancelled``."""
         await self.send(ev.ResponseCancel(response_id=response_id))
 
-    async def update(
-        self, *, token: str | None = None, payment_token: str | None = None
-    ) -> None:
+    async def update(self, *, token: str | None = None, payment_token: str | None = None) -> None:
         """Refresh the session's token(s) (``session.update``); waits for ``session.updated``."""
         done = trio.Event()
         self._updated.append(done)
@@ -732,7 +730,11 @@ class UampClient(_Link):
         cfg = _session_config(config, instructions, tools)
         try:
             data = self._conn.create_session(
-                cfg, session_id=sid, agent=agent, token=token, payment_token=payment_token,
+                cfg,
+                session_id=sid,
+                agent=agent,
+                token=token,
+                payment_token=payment_token,
                 chat=chat,
             )
             await self._write([data])
@@ -943,8 +945,13 @@ class SSEClient(_Link):
     """
 
     def __init__(
-        self, http: httpx.AsyncClient, base_url: str, nursery: trio.Nursery, *,
-        delta_window: int | None, buffer: int,
+        self,
+        http: httpx.AsyncClient,
+        base_url: str,
+        nursery: trio.Nursery,
+        *,
+        delta_window: int | None,
+        buffer: int,
     ) -> None:
         self._http = http
         self._base = base_url.rstrip("/")
@@ -986,8 +993,11 @@ class SSEClient(_Link):
         prefix = self._prefix(agent, agent_in_path)
         self._paths[sid] = prefix
         data = conn.create_session(
-            _session_config(config, instructions, tools), session_id=sid,
-            agent=None if agent_in_path else agent, token=token, payment_token=payment_token,
+            _session_config(config, instructions, tools),
+            session_id=sid,
+            agent=None if agent_in_path else agent,
+            token=token,
+            payment_token=payment_token,
             chat=chat,
         )
         resp = await self._http.post(
@@ -1083,8 +1093,9 @@ class SSEClient(_Link):
 def _http_error(resp: httpx.Response) -> ClientError:
     try:
         err = resp.json().get("error", {})
-        return ClientError(err.get("code") or f"http_{resp.status_code}",
-                         err.get("message") or resp.text)
+        return ClientError(
+            err.get("code") or f"http_{resp.status_code}", err.get("message") or resp.text
+        )
     except (ValueError, AttributeError):
         return ClientError(f"http_{resp.status_code}", resp.text)
 

@@ -3,7 +3,7 @@
 The body is AG-UI's ``RunAgentInput``; the answer is an SSE stream of AG-UI
 events (``data: {json}`` per event), from ``RUN_STARTED`` to ``RUN_FINISHED``
 or ``RUN_ERROR``. The translation is :mod:`uamp_proto.adapters.agui`; this
-module runs the turn (:func:`uamp_trio.turns.open_response`) and writes.
+module runs the turn (:func:`uamp_trio.hosting.turns.open_response`) and writes.
 
 * A body that is not JSON, or not a RunAgentInput at all (no ``threadId`` /
   ``runId``), is answered ``400`` with a JSON error.
@@ -29,9 +29,9 @@ from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, tur
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.sse import encode_json
 
-from .http import HTTPError, Request, SendChunk, StreamingResponse
-from .routing import App, Transport
-from .turns import open_response
+from ..app import App, Transport
+from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
+from ..hosting.turns import open_response
 
 __all__ = ["AguiTransport", "mount", "transport"]
 
@@ -47,7 +47,7 @@ def _frame(events: list[dict[str, object]]) -> bytes:
 
 
 class AguiTransport:
-    """The AG-UI endpoint of an :class:`~uamp_trio.routing.App`.
+    """The AG-UI endpoint of an :class:`~uamp_trio.app.App`.
 
     Args:
         app: The app to mount on.

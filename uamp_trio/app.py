@@ -27,12 +27,12 @@ import trio
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder
 
-from .http import Endpoint, HTTPError
+from .engines.http import Endpoint, HTTPError
 
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
-    from .websocket import WebSocketRequest
+    from .engines.websocket import WebSocketRequest
 
 __all__ = [
     "AGENT_PREFIX",
@@ -175,7 +175,7 @@ class App:
         #: mounting.
         self.payment_policy: PaymentPolicy | None = payment_policy
         #: A nursery for work that outlives the request that started it (A2A
-        #: tasks). :class:`~uamp_trio.server.Server` sets it while serving and
+        #: tasks). :class:`~uamp_trio.engines.server.Server` sets it while serving and
         #: cancels what is left at the end of its shutdown grace period.
         self.background: trio.Nursery | None = None
         #: Signs Chat Completions responses (spec 004 "Response Signing"):
@@ -299,13 +299,13 @@ class App:
 def _default_transports() -> Sequence[Transport]:
     # Every transport a default server mounts. New transports (HTTP+SSE
     # events, A2A, ACP...) add their ``mount`` function here.
-    from .a2a import mount as mount_a2a
-    from .acp import mount as mount_acp
-    from .agui import mount as mount_agui
-    from .completions import mount as mount_completions
-    from .realtime import mount as mount_realtime
-    from .sse_events import mount as mount_sse_events
-    from .uamp_ws import mount as mount_uamp_websocket
+    from .transports.a2a import mount as mount_a2a
+    from .transports.acp import mount as mount_acp
+    from .transports.agui import mount as mount_agui
+    from .transports.completions import mount as mount_completions
+    from .transports.realtime import mount as mount_realtime
+    from .transports.sse_events import mount as mount_sse_events
+    from .transports.uamp_ws import mount as mount_uamp_websocket
 
     return [
         mount_completions,

@@ -14,14 +14,14 @@ Endpoints (mounted by :func:`mount`):
     stream for the same session replaces the old one; ``Last-Event-ID``
     replays the recent events after that id.
 
-Each HTTP session is one :class:`~uamp_trio.sessions.SessionHost` (one
+Each HTTP session is one :class:`~uamp_trio.hosting.sessions.SessionHost` (one
 :class:`~uamp_proto.connection.ServerConnection` with exactly one UAMP
 session), so the semantics are the WebSocket's: ``response.create`` runs the
 agent in its own task, ``response.cancel``, client tools, token refresh, delta
 windows, payment (``payment.required`` and the other payment events go out on
 the stream, ``payment.submit`` comes in by POST) and signed ``response.done``.
 A session's tasks outlive the POST that started them: they run in
-:attr:`App.background <uamp_trio.routing.App.background>` -- the server's
+:attr:`App.background <uamp_trio.app.App.background>` -- the server's
 nursery, so a graceful shutdown ends them once its grace period is over --
 or, with no server running the app, in a trio system task. A session with no
 stream attached and no POST for ``idle_timeout`` seconds expires, as does one
@@ -47,7 +47,7 @@ import trio
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
-from .http import (
+from ..engines.http import (
     HTTPError,
     Request,
     Response,
@@ -56,10 +56,10 @@ from .http import (
     error_body,
     json_response,
 )
-from .sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 if TYPE_CHECKING:
-    from .routing import App
+    from ..app import App
 
 __all__ = ["SSEEventsTransport", "mount"]
 
@@ -238,7 +238,8 @@ class SSEEventsTransport:
         hs = self._sessions.get(sid)
         if hs is None or hs.host is None:
             raise HTTPError(
-                404, f"No session {sid!r}: it never existed, ended or expired.",
+                404,
+                f"No session {sid!r}: it never existed, ended or expired.",
                 code="unknown_session",
             )
         return hs
@@ -351,8 +352,9 @@ class _BodyError(HTTPError):
     """An HTTPError with a ready JSON body."""
 
     def __init__(self, status: int, body: dict[str, Any], headers: list[tuple[str, str]]) -> None:
-        super().__init__(status, body["error"]["message"], code=body["error"]["code"],
-                         headers=headers)
+        super().__init__(
+            status, body["error"]["message"], code=body["error"]["code"], headers=headers
+        )
         self.body = body
 
     def to_response(self) -> Response:

@@ -16,8 +16,8 @@ Once the HTTP server has handed the upgrade over and the ``101`` is written,
 nursery (``shared/STYLE.md`` section 5):
 
 * the **reader** reads the socket, lets the framing engine
-  (:mod:`uamp_trio._ws_engine`) cut it into messages, and feeds each to the
-  :class:`~uamp_trio.sessions.SessionHost`, which never waits; response
+  (:mod:`uamp_trio.engines.ws_frames`) cut it into messages, and feeds each to the
+  :class:`~uamp_trio.hosting.sessions.SessionHost`, which never waits; response
   tasks run in the same nursery under a cancel scope each;
 * the **writer** takes everything ready in the host's outbox (plus pongs and
   close frames the engine owes), frames it and writes it with one
@@ -47,7 +47,8 @@ import trio
 
 from uamp_proto.responder import Responder
 
-from ._ws_engine import (
+from ..engines.http import error_body
+from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
@@ -57,12 +58,11 @@ from ._ws_engine import (
     WebSocketClosed,
     make_engine,
 )
-from .http import error_body
-from .sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 if TYPE_CHECKING:
-    from .routing import App
-    from .websocket import WebSocketRequest
+    from ..app import App
+    from ..engines.websocket import WebSocketRequest
 
 __all__ = ["UampWebSocketConfig", "UampWebSocketEndpoint", "mount", "serve_uamp_websocket"]
 
@@ -85,7 +85,7 @@ class UampWebSocketConfig:
             defaults with ``max_message_size`` from the server's
             ``websocket_max_message_size``.
         engine: The framing engine (``"websockets"`` or ``"wsproto"``);
-            ``None`` is :data:`uamp_trio._ws_engine.DEFAULT_ENGINE`.
+            ``None`` is :data:`uamp_trio.engines.ws_frames.DEFAULT_ENGINE`.
     """
 
     limits: SessionLimits | None = None
@@ -112,17 +112,14 @@ class UampWebSocketEndpoint:
             fixed = self.app.agents.get(name)
             if fixed is None:
                 body = orjson.dumps(
-                    error_body(f"No agent named {name!r} is hosted here.",
-                               code="agent_not_found")
+                    error_body(f"No agent named {name!r} is hosted here.", code="agent_not_found")
                 )
                 await pending.reject(404, body, [("content-type", "application/json")])
                 return
         offered = pending.subprotocols
         chosen = next((p for p in SUBPROTOCOLS if p in offered), None)
         await pending.accept(subprotocol=chosen)
-        limits = self.config.limits or SessionLimits(
-            max_message_size=pending.max_message_size
-        )
+        limits = self.config.limits or SessionLimits(max_message_size=pending.max_message_size)
         await serve_uamp_websocket(
             pending.stream,
             self.app.agents,

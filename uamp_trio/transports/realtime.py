@@ -10,7 +10,7 @@ The sans-IO :class:`~uamp_proto.adapters.realtime.RealtimeSession` answers
 every client event; this module adds the I/O and runs the responses:
 
 * ``session.created`` is sent first, unprompted;
-* ``response.create`` starts one UAMP turn (:func:`~uamp_trio.turns.open_response`)
+* ``response.create`` starts one UAMP turn (:func:`~uamp_trio.hosting.turns.open_response`)
   in its own task, so the socket keeps reading; its events go out through a
   :class:`~uamp_proto.adapters.realtime.ResponseEncoder`. One response runs
   at a time (a second ``response.create`` gets an
@@ -47,10 +47,10 @@ from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder
 
-from .http import HTTPError
-from .routing import App
-from .turns import ResponseRun, open_response
-from .websocket import ConnectionClosed, WebSocket, WebSocketRequest
+from ..app import App
+from ..engines.http import HTTPError
+from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
+from ..hosting.turns import ResponseRun, open_response
 
 __all__ = ["RealtimeTransport", "mount"]
 
@@ -230,12 +230,12 @@ class _RealtimeConnection:
 
 
 class RealtimeTransport:
-    """The Realtime endpoint of an :class:`~uamp_trio.routing.App`.
+    """The Realtime endpoint of an :class:`~uamp_trio.app.App`.
 
     Args:
         app: The app whose agents are served.
         payment_policy: Consulted before every response; ``None``: the app's
-            :attr:`~uamp_trio.routing.App.payment_policy` (read per connection).
+            :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
     """
 
     def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
@@ -284,5 +284,5 @@ class RealtimeTransport:
 
 
 def mount(app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
-    """Mount the Realtime transport on ``app`` (a :data:`~uamp_trio.routing.Transport`)."""
+    """Mount the Realtime transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
     RealtimeTransport(app, payment_policy=payment_policy).mount()
