@@ -56,8 +56,8 @@ from uamp_proto.sse import encode_json
 
 from ..app import App, Transport
 from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
-from ..stores.a2a_tasks import TaskStore
 from ..hosting.turns import open_response
+from ..stores.a2a_tasks import TaskStore
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
