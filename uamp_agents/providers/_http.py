@@ -17,9 +17,8 @@ the parts they share:
   capped exponential backoff that honours ``Retry-After``. A stream is only
   retried while it has yielded nothing: once the caller has seen an event,
   replaying the call would duplicate output.
-* :func:`iter_sse` -- an incremental server-sent-events reader over text
-  lines (the WHATWG "event stream" rules: ``event:``/``data:`` fields, a blank
-  line dispatches, ``:`` lines are comments).
+* :func:`iter_sse` -- server-sent events of a response body, parsed by the
+  core's :class:`uamp_proto.sse.SSEParser`.
 * Message helpers that split a uamp :class:`~uamp_proto.types.Message` into
   what every vendor format needs (ordered text and media, tool calls, tool
   results, thinking), media helpers (URL vs base64, MIME types), and the
@@ -44,6 +43,7 @@ import httpx
 import orjson
 import trio
 
+from uamp_proto.sse import SSEError, SSEEvent, SSEParser
 from uamp_proto.types import (
     AudioContent,
     ContentItem,
@@ -65,13 +65,13 @@ from .base import ProviderError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "MAX_SSE_EVENT",
     "RETRYABLE_STATUSES",
     "HTTPClient",
     "MediaItem",
     "MediaRef",
     "MessageParts",
     "RetryPolicy",
-    "SSEEvent",
     "decode_base64_text",
     "error_from_response",
     "finish_or_cut",
@@ -304,42 +304,32 @@ async def retrying_stream(
 # --- Server-sent events -----------------------------------------------------
 
 
-@attrs.frozen
-class SSEEvent:
-    """One server-sent event: its ``event`` name (default "message") and data."""
-
-    event: str
-    data: str
+#: The most one server-sent event may hold (64 MiB): a model may stream a
+#: generated image or audio clip inline, base64, in a single event.
+MAX_SSE_EVENT = 64 << 20
 
 
-async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEEvent]:
-    """Group text lines (without line endings) into server-sent events.
+async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[SSEEvent]:
+    """Parse a byte stream into server-sent events with the core's parser.
 
-    An event is dispatched at each blank line; several ``data:`` lines join
-    with newlines; one space after the colon is dropped; ``id:``, ``retry:``
-    and comment lines are ignored. An event left without its closing blank
-    line at end of input is still dispatched (several servers omit it).
+    :class:`uamp_proto.sse.SSEParser` does the framing (WHATWG rules). One
+    thing is added for model servers: an event left without its closing
+    blank line at end of input is still dispatched, since several servers
+    omit it.
+
+    Raises:
+        ProviderError: An event is larger than :data:`MAX_SSE_EVENT`.
     """
-    event = ""
-    data: list[str] = []
-    async for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line:
-            if data:
-                yield SSEEvent(event or "message", "\n".join(data))
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-    if data:
-        yield SSEEvent(event or "message", "\n".join(data))
+    parser = SSEParser(max_buffer=MAX_SSE_EVENT)
+    try:
+        async for chunk in chunks:
+            for event in parser.feed(chunk):
+                yield event
+        # End the last line and the last event for servers that did not.
+        for event in parser.feed(b"\n\n"):
+            yield event
+    except SSEError as exc:
+        raise ProviderError(f"unreadable event stream: {exc}") from exc
 
 
 # --- HTTP client ------------------------------------------------------------
@@ -438,7 +428,7 @@ class HTTPClient:
                     raise error_from_response(
                         self.provider, response.status_code, response.headers, raw
                     )
-                async for event in iter_sse(response.aiter_lines()):
+                async for event in iter_sse(response.aiter_bytes()):
                     yield event
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc

@@ -9,10 +9,9 @@ import httpx
 import pytest
 import trio
 
-from uamp_agents.providers import ModelRequest, ProviderError, openai
+from uamp_agents.providers import ModelRequest, ProviderError, _http, openai
 from uamp_agents.providers._http import (
     RetryPolicy,
-    SSEEvent,
     iter_sse,
     media_ref,
     parse_retry_after,
@@ -54,35 +53,41 @@ def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> N
     assert parse_retry_after(headers, now=NOW) == expected
 
 
-async def _lines(*lines: str) -> AsyncIterator[str]:
-    for line in lines:
-        yield line
+async def _chunks(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
 
 
 async def test_iter_sse_fields_and_dispatch() -> None:
-    events = [
-        e
-        async for e in iter_sse(
-            _lines(
-                ": keep-alive comment",
-                "event: message_start",
-                "data: {",
-                'data:"a": 1}',
-                "id: 5",
-                "retry: 1000",
-                "",
-                "",
-                "data: second\r",
-                "\r",
-                "data: unterminated",
-            )
-        )
-    ]
-    assert events == [
-        SSEEvent("message_start", '{\n"a": 1}'),
-        SSEEvent("message", "second"),
-        SSEEvent("message", "unterminated"),
-    ]
+    body = (
+        b": keep-alive comment\n"
+        b"event: message_start\n"
+        b"data: {\n"
+        b'data:"a": 1}\n'
+        b"id: 5\n"
+        b"retry: 1000\n"
+        b"\n"
+        b"\n"
+        b"data: second\r\n"
+        b"\r\n"
+        b"data: unterminated"
+    )
+    # Split anywhere, even inside a CRLF: the same events.
+    for split in (len(body), 3, 61):
+        pieces = [body[i : i + split] for i in range(0, len(body), split)]
+        events = [e async for e in iter_sse(_chunks(*pieces))]
+        assert [(e.event, e.data) for e in events] == [
+            ("message_start", '{\n"a": 1}'),
+            (None, "second"),
+            (None, "unterminated"),
+        ]
+
+
+async def test_iter_sse_refuses_an_endless_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "MAX_SSE_EVENT", 16)
+    with pytest.raises(ProviderError, match="unreadable event stream"):
+        async for _ in iter_sse(_chunks(b"data: " + b"x" * 40)):
+            pass
 
 
 async def test_retrying_stream_stops_retrying_after_first_item() -> None:
