@@ -20,16 +20,23 @@ answered with ``id: null``. :func:`encode` writes a message or a batch back.
 
 Methods signal failures by raising :class:`JSONRPCError`; its
 :meth:`~JSONRPCError.response` is the error response for a request id. The
-standard codes are constants here; application codes (ACP's ``-32402``
-payment required) belong to the protocol that defines them.
+standard codes are constants here, with spec 004's ``-32402`` (payment
+required), which every JSON-RPC binding of UAMP answers with; other
+application codes belong to the protocol that defines them.
+
+Dialects differ in what they forgive: :func:`decode` takes ``null_id`` (a
+call with ``"id": null`` is read as a notification, as A2A servers do) and
+``params_code`` (the code for ``params`` that is neither object nor array:
+``-32600`` by the letter of JSON-RPC, ``-32602`` for A2A).
 
 :class:`LineBuffer` frames newline-delimited JSON (the stdio transport of
 the Agent Client Protocol and of MCP): ``receive_data`` only buffers,
 ``next_line`` hands out one complete line at a time, EOF is an explicit
 input, and a line longer than the cap is refused.
 
-Nothing here does I/O or knows about any particular protocol; the ACP
-adapter and an A2A adapter can both build on it.
+Nothing here does I/O or knows about any particular protocol; the ACP and
+A2A adapters (:mod:`uamp_proto.adapters.acp`, :mod:`uamp_proto.adapters.a2a`)
+and their servers parse and build every JSON-RPC message through it.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
+    "PAYMENT_REQUIRED",
     "Batch",
     "ErrorResponse",
     "Id",
@@ -78,6 +86,8 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 #: Internal JSON-RPC error.
 INTERNAL_ERROR = -32603
+#: Spec 004: payment required (``data`` says what to pay); ACP and A2A both use it.
+PAYMENT_REQUIRED = -32402
 
 #: A request id: a string or an integer (``null`` only in error responses).
 Id: TypeAlias = str | int
@@ -132,9 +142,9 @@ class Notification:
 
 @attrs.frozen(kw_only=True)
 class Response:
-    """A successful result."""
+    """A successful result; ``id`` is ``None`` answering a call read with ``null_id``."""
 
-    id: Id
+    id: Id | None
     result: Any
 
 
@@ -157,12 +167,16 @@ class Invalid:
     """An element of the input that is not a valid JSON-RPC message.
 
     Attributes:
-        error: Why (code ``-32600``); answer with ``error.response(id)``.
+        error: Why (code ``-32600``, or ``params_code`` for bad ``params``);
+            answer with ``error.response(id)``.
         id: The element's id, when it had a readable one.
+        method: The method it called, when that much was valid (so a server
+            can report an unknown method first).
     """
 
     error: JSONRPCError
     id: Id | None = None
+    method: str | None = None
 
 
 Message: TypeAlias = Request | Notification | Response | ErrorResponse
@@ -190,8 +204,18 @@ def _is_id(value: object) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def decode_object(obj: object) -> Message | Invalid:
-    """Validate one already-parsed JSON value as a JSON-RPC message."""
+def decode_object(
+    obj: object, *, null_id: bool = False, params_code: int = INVALID_REQUEST
+) -> Message | Invalid:
+    """Validate one already-parsed JSON value as a JSON-RPC message.
+
+    Args:
+        obj: The value.
+        null_id: Read a call with ``"id": null`` as a notification instead
+            of refusing it.
+        params_code: The error code for ``params`` that is neither an object
+            nor an array.
+    """
     if not isinstance(obj, dict):
         return Invalid(error=JSONRPCError(INVALID_REQUEST, "A JSON-RPC message must be an object."))
     raw_id = obj.get("id")
@@ -213,13 +237,17 @@ def decode_object(obj: object) -> Message | Invalid:
         params = obj.get("params")
         if params is not None and not isinstance(params, dict | list):
             return Invalid(
-                error=JSONRPCError(INVALID_REQUEST, '"params" must be an object or an array.'),
+                error=JSONRPCError(params_code, '"params" must be an object or an array.'),
                 id=msg_id,
+                method=method,
             )
-        if "id" not in obj:
+        if "id" not in obj or (null_id and raw_id is None):
             return Notification(method=method, params=params)
         if msg_id is None:
-            return Invalid(error=JSONRPCError(INVALID_REQUEST, 'A request "id" must not be null.'))
+            return Invalid(
+                error=JSONRPCError(INVALID_REQUEST, 'A request "id" must not be null.'),
+                method=method,
+            )
         return Request(id=msg_id, method=method, params=params)
     if "result" in obj and "error" not in obj:
         if msg_id is None:
@@ -243,8 +271,15 @@ def decode_object(obj: object) -> Message | Invalid:
     )
 
 
-def decode(data: bytes | bytearray | memoryview | str) -> Batch:
+def decode(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    null_id: bool = False,
+    params_code: int = INVALID_REQUEST,
+) -> Batch:
     """Parse one payload (a message or a batch).
+
+    ``null_id`` and ``params_code`` are as for :func:`decode_object`.
 
     Raises:
         JSONRPCError: ``-32700`` when the payload is not JSON, ``-32600``
@@ -259,8 +294,11 @@ def decode(data: bytes | bytearray | memoryview | str) -> Batch:
     if isinstance(obj, list):
         if not obj:
             raise JSONRPCError(INVALID_REQUEST, "An empty batch is not a valid request.")
-        return Batch(items=[decode_object(o) for o in obj], is_batch=True)
-    return Batch(items=[decode_object(obj)], is_batch=False)
+        items = [decode_object(o, null_id=null_id, params_code=params_code) for o in obj]
+        return Batch(items=items, is_batch=True)
+    return Batch(
+        items=[decode_object(obj, null_id=null_id, params_code=params_code)], is_batch=False
+    )
 
 
 # --- building -------------------------------------------------------------------
@@ -300,7 +338,7 @@ def notification(method: str, params: dict[str, Any] | list[Any] | None = None) 
     return Notification(method=method, params=params)
 
 
-def response(id: Id, result: Any) -> Response:
+def response(id: Id | None, result: Any) -> Response:
     """Build a successful response."""
     return Response(id=id, result=result)
 

@@ -50,10 +50,20 @@ import attrs
 import orjson
 
 from .. import events as ev
+from .. import jsonrpc
 from .. import types as ty
 from ..codec import unstructure
-from ..errors import LocalProtocolError, UampError
+from ..errors import LocalProtocolError
 from ..ids import IdSource
+from ..jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PAYMENT_REQUIRED,
+    JSONRPCError,
+)
 
 __all__ = [
     "CAPABILITIES_EXTENSION",
@@ -104,21 +114,14 @@ __all__ = [
     "transition",
 ]
 
-# --- JSON-RPC and A2A error codes (JSON-RPC 2.0 section 5.1; A2A "Error Handling") ------
+# --- A2A error codes (A2A "Error Handling"; the JSON-RPC ones come from uamp_proto.jsonrpc) ---
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
 PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
 EXTENDED_CARD_NOT_CONFIGURED = -32007
-#: Not an A2A code: the one spec 004 gives ACP for "payment required", reused here.
-PAYMENT_REQUIRED = -32402
 
 #: The ``google.rpc.ErrorInfo`` reason a 1.0 error carries, by code.
 _REASONS = {
@@ -172,8 +175,8 @@ METHODS: dict[str, tuple[Dialect, str]] = {
 }
 
 
-class A2AError(UampError):
-    """An A2A/JSON-RPC error, with what to answer.
+class A2AError(JSONRPCError):
+    """An A2A/JSON-RPC error, with what to answer in either dialect and over REST.
 
     Attributes:
         code: The JSON-RPC error code (:data:`TASK_NOT_FOUND` ...).
@@ -191,13 +194,10 @@ class A2AError(UampError):
         data: dict[str, Any] | None = None,
         http_status: int = 400,
     ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
+        super().__init__(code, message, data)
         self.http_status = http_status
 
-    def error_object(self, dialect: Dialect) -> dict[str, Any]:
+    def error_object(self, dialect: Dialect = Dialect.V1) -> dict[str, Any]:
         """The JSON-RPC ``error`` member.
 
         1.0 puts a ``google.rpc.ErrorInfo`` list in ``data`` (as a2a-sdk
@@ -205,7 +205,7 @@ class A2AError(UampError):
         since ErrorInfo metadata is a string map) followed by the raw
         ``data`` object; 0.3 puts ``data`` as it is.
         """
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        out = super().error_object()
         if dialect is Dialect.V1:
             metadata = {
                 k: v if isinstance(v, str) else orjson.dumps(v).decode()
@@ -222,8 +222,6 @@ class A2AError(UampError):
             if self.data:
                 details.append({"@type": "type.uamp.dev/uamp.ErrorData", **self.data})
             out["data"] = details
-        elif self.data is not None:
-            out["data"] = self.data
         return out
 
 
@@ -235,12 +233,14 @@ def error_response(
     request_id: str | int | None, error: A2AError, dialect: Dialect = Dialect.V1
 ) -> dict[str, Any]:
     """A JSON-RPC error response object."""
-    return {"jsonrpc": "2.0", "id": request_id, "error": error.error_object(dialect)}
+    return jsonrpc.to_object(
+        jsonrpc.ErrorResponse(id=request_id, error=error.error_object(dialect))
+    )
 
 
 def result_response(request_id: str | int | None, result: Any) -> dict[str, Any]:
     """A JSON-RPC success response object."""
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+    return jsonrpc.to_object(jsonrpc.response(request_id, result))
 
 
 # --- the task state machine ----------------------------------------------------------------
@@ -1139,38 +1139,43 @@ class RpcCall:
 
 
 def parse_rpc(body: bytes) -> RpcCall:
-    """Validate a JSON-RPC 2.0 request body.
+    """Validate a JSON-RPC 2.0 request body (through :mod:`uamp_proto.jsonrpc`).
+
+    A call without an id, or with ``"id": null``, is served and answered
+    with ``id: null``.
 
     Raises:
         A2AError: :data:`PARSE_ERROR` (not JSON), :data:`INVALID_REQUEST`
             (not a request object; batches are not supported),
             :data:`METHOD_NOT_FOUND`, :data:`INVALID_PARAMS` (params not an
-            object). The error's ``data`` holds ``{"id": ...}`` when the
-            request id could be read, so the reply can echo it.
+            object). Raised as :class:`RpcError` (with the request id and
+            dialect) once the id could be read, so the reply can echo it.
     """
     try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise A2AError(PARSE_ERROR, f"Invalid JSON payload: {exc}") from None
-    if not isinstance(obj, dict):
-        raise A2AError(INVALID_REQUEST, "The request must be one JSON-RPC request object.")
-    rid = obj.get("id")
-    if isinstance(rid, bool) or not (rid is None or isinstance(rid, str | int)):
-        raise A2AError(INVALID_REQUEST, "'id' must be a string, an integer or null.")
-    if obj.get("jsonrpc") != "2.0":
-        raise _with_id(A2AError(INVALID_REQUEST, "'jsonrpc' must be exactly \"2.0\"."), rid)
-    method = obj.get("method")
-    if not isinstance(method, str) or not method:
-        raise _with_id(A2AError(INVALID_REQUEST, "'method' must be a non-empty string."), rid)
-    entry = METHODS.get(method)
+        batch = jsonrpc.decode(body, null_id=True, params_code=INVALID_PARAMS)
+    except JSONRPCError as exc:
+        raise A2AError(exc.code, exc.message) from None
+    if batch.is_batch:
+        raise A2AError(
+            INVALID_REQUEST, "The request must be one JSON-RPC request object, not a batch."
+        )
+    msg = batch.items[0]
+    if isinstance(msg, jsonrpc.Invalid):
+        entry = METHODS.get(msg.method) if msg.method is not None else None
+        if msg.method is not None and entry is None:
+            raise _with_id(A2AError(METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)
+        dialect = entry[0] if entry is not None else Dialect.V1
+        raise _with_id(A2AError(msg.error.code, msg.error.message), msg.id, dialect)
+    if isinstance(msg, jsonrpc.Response | jsonrpc.ErrorResponse):
+        raise _with_id(A2AError(INVALID_REQUEST, "'method' must be a non-empty string."), msg.id)
+    rid = msg.id if isinstance(msg, jsonrpc.Request) else None
+    entry = METHODS.get(msg.method)
     if entry is None:
-        raise _with_id(A2AError(METHOD_NOT_FOUND, f"Method not found: {method}"), rid)
-    params = obj.get("params", {})
-    if params is None:
-        params = {}
+        raise _with_id(A2AError(METHOD_NOT_FOUND, f"Method not found: {msg.method}"), rid)
+    params = {} if msg.params is None else msg.params
     if not isinstance(params, dict):
         raise _with_id(A2AError(INVALID_PARAMS, "'params' must be an object."), rid, entry[0])
-    return RpcCall(id=rid, method=method, dialect=entry[0], operation=entry[1], params=params)
+    return RpcCall(id=rid, method=msg.method, dialect=entry[0], operation=entry[1], params=params)
 
 
 class RpcError(A2AError):

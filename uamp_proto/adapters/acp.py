@@ -45,7 +45,7 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
-from ..jsonrpc import INVALID_PARAMS, JSONRPCError
+from ..jsonrpc import INVALID_PARAMS, PAYMENT_REQUIRED, JSONRPCError
 from ..payment import PaymentRequiredError
 
 __all__ = [
@@ -79,8 +79,6 @@ __all__ = [
 
 #: The ACP protocol version uamp speaks.
 PROTOCOL_VERSION = 1
-#: Spec 004: "ACP uses a custom JSON-RPC error code -32402" for payment.
-PAYMENT_REQUIRED = -32402
 #: ACP's "Resource not found" (used for unknown session ids).
 RESOURCE_NOT_FOUND = -32002
 #: ACP's "Request cancelled".
