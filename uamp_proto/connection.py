@@ -57,7 +57,6 @@ response and for ``version_mismatch``, as the spec uses it.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
@@ -68,18 +67,38 @@ import orjson
 from . import events as ev
 from . import flow
 from . import types as ty
+from ._state import (
+    CLIENT_EVENTS,
+    CONNECTION_EVENTS,
+    RESPONSE_EVENTS,
+    RESPONSE_TRANSITIONS,
+    SERVER_EVENTS,
+    SESSION_TRANSITIONS,
+    TERMINAL_RESPONSE_STATES,
+    ResponseState,
+    Role,
+    SessionState,
+    next_response_state,
+    next_session_state,
+)
 from .codec import DecodeError, decode, to_dict
-from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError, UampError
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .ids import IdSource, random_ids
-from .payment import CONTENT_EVENTS, PaymentNegotiation, PaymentState
-from .response import ResponseState, ResponseTracker
+from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
+from .response import ResponseTracker
 
 __all__ = [
+    "CLIENT_EVENTS",
+    "CONNECTION_EVENTS",
     "NEED_DATA",
+    "RESPONSE_EVENTS",
+    "RESPONSE_TRANSITIONS",
+    "SERVER_EVENTS",
+    "SESSION_TRANSITIONS",
     "ClientConnection",
     "Connection",
     "ConnectionConfig",
-    "ResponsePhase",
+    "ResponseState",
     "Role",
     "ServerConnection",
     "SessionContext",
@@ -96,121 +115,29 @@ class _NeedData:
 NEED_DATA: Final = _NeedData()
 
 
-class Role(enum.Enum):
-    """Which side of the connection an event comes from."""
-
-    # Members are singletons: hash by identity, not by name (these enums key
-    # the transition tables, looked up on every event).
-    __hash__ = object.__hash__
-
-    CLIENT = "client"
-    SERVER = "server"
-
-
-class SessionState(enum.Enum):
-    """The lifecycle of one session."""
-
-    # Members are singletons: hash by identity, not by name (these enums key
-    # the transition tables, looked up on every event).
-    __hash__ = object.__hash__
-
-    #: ``session.create`` seen, ``session.created`` not yet.
-    CREATING = "creating"
-    ACTIVE = "active"
-    ENDED = "ended"
-
-
-class ResponsePhase(enum.Enum):
-    """A session's response slot."""
-
-    # Members are singletons: hash by identity, not by name (these enums key
-    # the transition tables, looked up on every event).
-    __hash__ = object.__hash__
-
-    IDLE = "idle"
-    #: ``response.create`` seen, ``response.created`` not yet.
-    REQUESTED = "requested"
-    IN_PROGRESS = "in_progress"
-
-
-def _types(direction: str) -> frozenset[str]:
-    return frozenset(t for t, cls in ev.EVENT_TYPES.items() if cls.direction in (direction, "both"))
-
-
-CLIENT_EVENTS: Final = _types("client")
-SERVER_EVENTS: Final = _types("server")
-
-#: Events that need no session: keepalive, capability queries, errors about
-#: sessions that do not exist.
-CONNECTION_EVENTS: Final = {
-    Role.CLIENT: frozenset({"ping", "capabilities.query", "session.update"}),
-    Role.SERVER: frozenset({"pong", "capabilities", "session.error", "response.error"}),
-}
-
-
-def _session_table() -> dict[tuple[Role, SessionState | None], dict[str, SessionState]]:
-    client_in_session = {t: SessionState.ACTIVE for t in CLIENT_EVENTS - {"session.create"}}
-    server_in_session = {t: SessionState.ACTIVE for t in SERVER_EVENTS - {"session.created"}}
-    for table in (client_in_session, server_in_session):
-        table["session.end"] = SessionState.ENDED
-    creating_client = {t: SessionState.CREATING for t in client_in_session}
-    creating_client["session.end"] = SessionState.ENDED
-    return {
-        (Role.CLIENT, None): {"session.create": SessionState.CREATING},
-        (Role.CLIENT, SessionState.CREATING): creating_client,
-        (Role.CLIENT, SessionState.ACTIVE): client_in_session,
-        (Role.SERVER, SessionState.CREATING): {
-            "session.created": SessionState.ACTIVE,
-            "session.error": SessionState.ENDED,
-            "response.error": SessionState.ENDED,
-            "session.end": SessionState.ENDED,
-            "pong": SessionState.CREATING,
-        },
-        (Role.SERVER, SessionState.ACTIVE): server_in_session,
-        (Role.CLIENT, SessionState.ENDED): {},
-        (Role.SERVER, SessionState.ENDED): {},
-    }
-
-
-#: (sender, session state) -> {event type: session state after it}. A missing
-#: key is a protocol violation. ``None`` stands for "no such session yet".
-SESSION_TRANSITIONS: Final = _session_table()
-
-_CONTENT = CONTENT_EVENTS | {"usage.delta", "tool.call_done"}
-_P = ResponsePhase
-
-#: (sender, response phase) -> {event type: phase after it}, for the events
-#: that concern a response. Other events are not constrained by the phase.
-RESPONSE_TRANSITIONS: Final[dict[tuple[Role, ResponsePhase], dict[str, ResponsePhase]]] = {
-    (Role.CLIENT, _P.IDLE): {"response.create": _P.REQUESTED, "response.cancel": _P.IDLE},
-    (Role.CLIENT, _P.REQUESTED): {"response.cancel": _P.REQUESTED},
-    (Role.CLIENT, _P.IN_PROGRESS): {
-        "response.cancel": _P.IN_PROGRESS,
-        "tool.result": _P.IN_PROGRESS,
-    },
-    (Role.SERVER, _P.IDLE): {"response.error": _P.IDLE},
-    (Role.SERVER, _P.REQUESTED): {
-        "response.created": _P.IN_PROGRESS,
-        "response.error": _P.IDLE,
-        "response.cancelled": _P.IDLE,
-    },
-    (Role.SERVER, _P.IN_PROGRESS): {
-        **{t: _P.IN_PROGRESS for t in _CONTENT if t != "response.done"},
-        "response.done": _P.IDLE,
-        "response.error": _P.IDLE,
-        "response.cancelled": _P.IDLE,
-    },
-}
-RESPONSE_EVENTS: Final = (
-    frozenset(t for table in RESPONSE_TRANSITIONS.values() for t in table)
-    | {"response.create", "response.created", "tool.result"}
-    | _CONTENT
+#: Where the tables let the server send a ``response.delta``; there it moves
+#: neither machine (checked below), which is what lets ``_send_delta`` skip
+#: writing states.
+_DELTA_SESSION_STATES: Final = frozenset(
+    state
+    for (role, state), row in SESSION_TRANSITIONS.items()
+    if role is Role.SERVER and row.get("response.delta") is state
 )
-
-#: The payment states that block content (``PaymentNegotiation.blocks_content``).
-_PAY_REQUIRED: Final = PaymentState.REQUIRED
-_PAY_SUBMITTED: Final = PaymentState.SUBMITTED
-
+_DELTA_RESPONSE_STATES: Final = frozenset(
+    state
+    for (role, state), row in RESPONSE_TRANSITIONS.items()
+    if role is Role.SERVER and row.get("response.delta") is state
+)
+assert all(
+    row.get("response.delta") in (None, state)
+    for (role, state), row in SESSION_TRANSITIONS.items()
+    if role is Role.SERVER
+), "a response.delta that changes the session state needs the general path"
+assert all(
+    row.get("response.delta") in (None, state)
+    for (role, state), row in RESPONSE_TRANSITIONS.items()
+    if role is Role.SERVER
+), "a response.delta that changes the response state needs the general path"
 
 _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
@@ -270,14 +197,19 @@ class SessionContext:
         client_capabilities: The client's latest capability declaration.
         history: The conversation so far (stateless ``messages`` replace it).
         response: The tracker of the current response, or ``None``.
-        phase: The :class:`ResponsePhase` of the response slot.
+        phase: The :class:`ResponseState` of the response slot (read-only).
         payment: The session's :class:`~uamp_proto.payment.PaymentNegotiation`.
         send_window / receive_window: Delta windows, when negotiated.
     """
 
-    def __init__(self, session_id: str, create: ev.SessionCreate | None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        create: ev.SessionCreate | None,
+        state: SessionState = SessionState.CREATING,
+    ) -> None:
         self.id = session_id
-        self.state = SessionState.CREATING
+        self.state = state
         self.agent = create.agent if create else None
         self.chat = create.chat if create else None
         self.token = create.token if create else None
@@ -289,7 +221,6 @@ class SessionContext:
         self.pending_input: list[tuple[str, ty.ContentItem]] = []
         self.stateless_history: list[ty.Message] | None = None
         self.response: ResponseTracker | None = None
-        self.phase = ResponsePhase.IDLE
         self.payment = PaymentNegotiation(self.payment_token)
         self.send_window: flow.SendWindow | None = None
         self.receive_window: flow.ReceiveWindow | None = None
@@ -298,6 +229,12 @@ class SessionContext:
 
     def __repr__(self) -> str:
         return f"<SessionContext {self.id} {self.state.value} {self.phase.value}>"
+
+    @property
+    def phase(self) -> ResponseState:
+        """The response slot's state: the current response's, or ``IDLE``."""
+        tracker = self.response
+        return ResponseState.IDLE if tracker is None else tracker.state
 
     def conversation(self) -> list[ty.Message]:
         """History, the current response's input, and what it produced so far."""
@@ -364,16 +301,11 @@ class SessionContext:
                 self.history.extend(tracker.messages())
             self.finished_responses.append(tracker.response_id)
         self.response = None
-        self.phase = ResponsePhase.IDLE
 
 
-class _Violation(UampError):
-    """A broken rule, before we know whether it was ours or the peer's."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+def _refuse(code: str, message: str) -> LocalProtocolError:
+    """A broken rule, raised as a local error; the receive path converts it."""
+    return LocalProtocolError(message, code=code)
 
 
 def _major(version: str) -> str:
@@ -504,11 +436,9 @@ class Connection:
                 response_id=response_id,
             )
         try:
-            stamps = self._process_local(event)  # type: ignore[arg-type]
-        except _Violation as v:
-            raise LocalProtocolError(
-                v.message, code=v.code, session_id=event.session_id, event_id=event.event_id
-            ) from None
+            stamps = self._step(event, self.our_role)[1]  # type: ignore[arg-type]
+        except LocalProtocolError as err:
+            raise self._local(err, event) from None  # type: ignore[arg-type]
         out = to_dict(event)
         if stamps is not None:
             out.update(stamps)
@@ -524,13 +454,14 @@ class Connection:
     def _send_delta(
         self, event: ev.ResponseDelta, session_id: str | None, response_id: str | None
     ) -> bytes | None:
-        """The server's hot path: a ``response.delta`` in the usual state.
+        """The server's hot path: a ``response.delta`` the tables allow as it is.
 
-        Decides exactly what the tables would for the common case -- an active
-        session whose response is in progress, content not blocked by payment,
-        no delta window, the event naming the current response or none -- and
-        returns ``None`` for anything else, which then takes the general path
-        (and its error reporting).
+        The states come from the tables (``_DELTA_SESSION_STATES`` and
+        ``_DELTA_RESPONSE_STATES``: where a server's delta is a legal move
+        that changes neither machine). Anything else -- a state the tables
+        refuse, content blocked by payment, a delta window to stamp, the id
+        of another response, an unroutable event -- returns ``None`` and
+        takes the general path (and its error reporting).
         """
         sid = event.session_id
         if sid is None:
@@ -550,11 +481,10 @@ class Connection:
             rid = response_id
         if (
             tracker is None
-            or session.phase is not ResponsePhase.IN_PROGRESS
-            or session.state is not SessionState.ACTIVE
+            or tracker.state not in _DELTA_RESPONSE_STATES
+            or session.state not in _DELTA_SESSION_STATES
             or session.send_window is not None
-            or (pstate := session.payment.state) is _PAY_REQUIRED
-            or pstate is _PAY_SUBMITTED  # payment.blocks_content, inlined
+            or session.payment.state in BLOCKING_STATES
             or (rid is not None and rid != tracker.response_id)
         ):
             return None
@@ -579,28 +509,66 @@ class Connection:
         self._evt_n += 1
         return f"{self._evt_base}{self._evt_n}"
 
+    def _reply_for(
+        self,
+        code: str,
+        message: str,
+        session_id: str | None,
+        event_id: str | None,
+        event_type: str | None,
+    ) -> ev.Event:
+        """The error event a server answers a client's violation with.
+
+        ``session.error`` names the offending event in ``details``;
+        ``version_mismatch`` is a ``response.error`` listing the supported
+        version (section 14.2).
+        """
+        details: dict[str, Any] = {}
+        if event_id is not None:
+            details["event_id"] = event_id
+        if event_type is not None:
+            details["event_type"] = event_type
+        if code == "version_mismatch":
+            return ev.ResponseErrorEvent(
+                session_id=session_id,
+                error=ty.ErrorInfo(
+                    code=code,
+                    message=message,
+                    details={**details, "supported": [self.config.uamp_version]},
+                ),
+            )
+        return ev.SessionErrorEvent(
+            session_id=session_id,
+            error=ty.ErrorInfo(code=code, message=message, details=details or None),
+        )
+
+    def _local(self, err: LocalProtocolError, event: ev.Event) -> LocalProtocolError:
+        """Complete a refusal of our own event: ids, and the reply when we are the client.
+
+        The reply is what a server would answer the same event with, had we
+        sent it: the one :meth:`_remote` gives a server receiving it.
+        """
+        if err.session_id is None:
+            err.session_id = event.session_id
+        if err.event_id is None:
+            err.event_id = event.event_id
+        if self.our_role is Role.CLIENT and err.reply is None:
+            sid = event.session_id
+            err.reply = self._reply_for(
+                err.code,
+                f"{event.type}: {err.message}",
+                sid if sid in self._sessions else None,
+                event.event_id,
+                event.type,
+            )
+        return err
+
     def _remote(self, err: RemoteProtocolError, event_type: str | None) -> RemoteProtocolError:
         """Attach and queue the error event owed to the peer."""
         if self.our_role is Role.SERVER and err.reply is None:
-            details: dict[str, Any] = {}
-            if err.event_id is not None:
-                details["event_id"] = err.event_id
-            if event_type is not None:
-                details["event_type"] = event_type
-            if err.code == "version_mismatch":
-                err.reply = ev.ResponseErrorEvent(
-                    session_id=err.session_id,
-                    error=ty.ErrorInfo(
-                        code="version_mismatch",
-                        message=err.message,
-                        details={**details, "supported": [self.config.uamp_version]},
-                    ),
-                )
-            else:
-                err.reply = ev.SessionErrorEvent(
-                    session_id=err.session_id,
-                    error=ty.ErrorInfo(code=err.code, message=err.message, details=details or None),
-                )
+            err.reply = self._reply_for(
+                err.code, err.message, err.session_id, err.event_id, event_type
+            )
         if err.reply is not None:
             self._outbox.append(self._encode_reply(err.reply))
         return err
@@ -617,16 +585,15 @@ class Connection:
         assert isinstance(event, ev.Event)
         try:
             return self._step(event, sender)[0]
-        except _Violation as v:
+        except LocalProtocolError as err:
+            # A refusal of the peer's event: the same rule, the peer's fault
+            # (h11 converts at this boundary likewise).
             raise RemoteProtocolError(
-                f"{event.type}: {v.message}",
-                code=v.code,
+                f"{event.type}: {err.message}",
+                code=err.code,
                 session_id=event.session_id if event.session_id in self._sessions else None,
                 event_id=event.event_id,
             ) from None
-
-    def _process_local(self, event: ev.Event) -> dict[str, Any] | None:
-        return self._step(event, self.our_role)[1]
 
     def _step(self, event: ev.Event, sender: Role) -> tuple[ev.Event, dict[str, Any] | None]:
         """Check and apply one event in either direction.
@@ -635,51 +602,65 @@ class Connection:
             The event as applied (``session.create`` gains the session id the
             server assigned) and the fields to stamp on the outgoing message.
 
+        Every event takes the same way: the direction check, routing to its
+        session (``None``: the connection level, the tables' ``IDLE`` state),
+        the session table, then the event's own rules and effects (the
+        response table for response events).
+
         Raises:
-            _Violation: a rule was broken; nothing changed.
+            LocalProtocolError: a rule was broken; nothing changed. The
+                caller says whose fault it was.
         """
         self._check_direction(event, sender)
-        if event.type == "session.create":
+        etype = event.type
+        if etype == "session.create":
             return self._open_session(event, sender), None  # type: ignore[arg-type]
-        if event.type == "session.created" and sender is Role.SERVER:
-            return self._created(event), None  # type: ignore[arg-type]
-        session = self._route(event, sender)
+        session = (
+            self._pending_session(event)  # type: ignore[arg-type]
+            if etype == "session.created"
+            else self._route(event)
+        )
         if session is None:
+            next_session_state(
+                sender, SessionState.IDLE, etype, session_id=None, live=len(self._sessions)
+            )
             self._connection_event(event, sender)
             return event, None
-        return event, self._apply(session, event, sender)
+        after = next_session_state(
+            sender, session.state, etype, session_id=session.id, live=len(self._sessions)
+        )
+        if etype == "session.created":
+            return self._created(session, event, after), None  # type: ignore[arg-type]
+        return event, self._apply(session, event, sender, after)
 
     def _check_direction(self, event: ev.Event, sender: Role) -> None:
         allowed = CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS
         if event.type not in allowed:
             if event.direction == "system":
-                raise _Violation(
+                raise _refuse(
                     "invalid_event", f"{event.type} is internal and never sent on a connection"
                 )
-            raise _Violation(
-                "invalid_event", f"{event.type} is not an event a {sender.value} sends"
-            )
+            raise _refuse("invalid_event", f"{event.type} is not an event a {sender.value} sends")
 
-    def _route(self, event: ev.Event, sender: Role) -> SessionContext | None:
+    def _route(self, event: ev.Event) -> SessionContext | None:
+        """The event's session; ``None`` for the connection level.
+
+        Without a ``session_id`` an event goes to the only live session; with
+        none or several it is a connection-level event (the session table's
+        ``IDLE`` row says which are allowed).
+        """
         sid = event.session_id
         if sid is not None:
             session = self._sessions.get(sid)
             if session is None:
                 if sid in self._ended:
-                    raise _Violation("session_ended", f"session {sid!r} has ended")
-                raise _Violation("unknown_session", f"no session {sid!r} on this connection")
+                    raise _refuse("session_ended", f"session {sid!r} has ended")
+                raise _refuse("unknown_session", f"no session {sid!r} on this connection")
             return session
         sessions = self._sessions
         if len(sessions) == 1:
             return next(iter(sessions.values()))
-        if event.type in CONNECTION_EVENTS[sender]:
-            return None
-        if not sessions:
-            raise _Violation("no_session", "no session is open: send session.create first")
-        raise _Violation(
-            "session_id_required",
-            f"{len(sessions)} sessions share this connection: the event must carry session_id",
-        )
+        return None
 
     def _connection_event(self, event: ev.Event, sender: Role) -> None:
         if event.type == "session.update" and event.session_id is None:
@@ -692,17 +673,19 @@ class Connection:
     # --- sessions ------------------------------------------------------------
 
     def _open_session(self, event: ev.SessionCreate, sender: Role) -> ev.SessionCreate:
-        if sender is not Role.CLIENT:  # pragma: no cover - direction checked first
-            raise _Violation("invalid_event", "only a client creates sessions")
+        # A new session starts at the connection level; its id must be new.
+        state = next_session_state(
+            sender, SessionState.IDLE, event.type, session_id=None, live=len(self._sessions)
+        )
         live = sum(1 for s in self._sessions.values() if s.state is not SessionState.ENDED)
         if live >= self.config.max_sessions:
-            raise _Violation(
+            raise _refuse(
                 "too_many_sessions",
                 f"this connection already has {live} sessions (limit {self.config.max_sessions})",
             )
         sid = event.session_id
         if sid is not None and (sid in self._sessions or sid in self._ended):
-            raise _Violation("duplicate_session", f"session {sid!r} already exists")
+            raise _refuse("duplicate_session", f"session {sid!r} already exists")
         ours = _major(self.config.uamp_version)
         if _major(event.uamp_version) != ours and self.our_role is Role.SERVER:
             raise RemoteProtocolError(
@@ -717,12 +700,12 @@ class Connection:
             try:
                 window = flow.requested_window(event.session.extensions)
             except ProtocolError as exc:
-                raise _Violation("invalid_event", exc.message) from None
+                raise _refuse("invalid_event", exc.message) from None
         if sid is None:
             sid = self._ids("sess") if self.our_role is Role.SERVER else f"pending:{id(event)}"
             if self.our_role is Role.SERVER:
                 event = attrs.evolve(event, session_id=sid)
-        session = SessionContext(sid, event)
+        session = SessionContext(sid, event, state)
         if self.our_role is Role.SERVER and window is not None:
             session.requested_window = min(window, self.config.max_delta_window)
         elif window is not None:
@@ -730,39 +713,44 @@ class Connection:
         self._sessions[sid] = session
         return event
 
-    def _created(self, event: ev.SessionCreated) -> ev.SessionCreated:
+    def _pending_session(self, event: ev.SessionCreated) -> SessionContext:
+        """The session a ``session.created`` answers.
+
+        The server names it; a client matches its oldest pending
+        ``session.create`` when the id is not one of its own (the server
+        assigned it, or replaced the provisional one).
+        """
         sid = event.session_id or event.session.id
-        session: SessionContext | None = None
+        session = self._sessions.get(sid)
         if self.our_role is Role.SERVER:
-            session = self._sessions.get(sid)
             if session is None:
                 if len(self._sessions) == 1 and event.session_id is None:
-                    session = next(iter(self._sessions.values()))
-                else:
-                    raise _Violation("unknown_session", f"no session {sid!r} is being created")
-            if session.state is not SessionState.CREATING:
-                raise _Violation("invalid_event", f"session {session.id!r} is already active")
+                    return next(iter(self._sessions.values()))
+                raise _refuse("unknown_session", f"no session {sid!r} is being created")
+            return session
+        if session is None or session.state is not SessionState.CREATING:
+            session = next(
+                (s for s in self._sessions.values() if s.state is SessionState.CREATING),
+                None,
+            )
+        if session is None:
+            raise _refuse("unknown_session", "session.created for no pending session.create")
+        return session
+
+    def _created(
+        self, session: SessionContext, event: ev.SessionCreated, after: SessionState
+    ) -> ev.SessionCreated:
+        sid = event.session_id or event.session.id
+        if self.our_role is Role.SERVER:
             if session.requested_window is not None:
                 session.send_window = flow.SendWindow(session.requested_window)
         else:
-            session = self._sessions.get(sid)
-            if session is None or session.state is not SessionState.CREATING:
-                session = next(
-                    (s for s in self._sessions.values() if s.state is SessionState.CREATING),
-                    None,
-                )
-            if session is None:
-                raise _Violation("unknown_session", "session.created for no pending session.create")
             if _major(event.uamp_version) != _major(self.config.uamp_version):
-                raise _Violation(
+                raise _refuse(
                     "version_mismatch",
                     f"server speaks uamp_version {event.uamp_version!r}, "
                     f"we speak {self.config.uamp_version!r}",
                 )
-            if session.id != sid:
-                del self._sessions[session.id]
-                session.id = sid
-                self._sessions[sid] = session
             granted = None
             if event.session.config is not None and event.session.config.extensions:
                 try:
@@ -770,10 +758,14 @@ class Connection:
                         event.session.config.extensions, session.requested_window
                     )
                 except ProtocolError as exc:
-                    raise _Violation(exc.code, exc.message) from None
+                    raise _refuse(exc.code, exc.message) from None
+            if session.id != sid:
+                del self._sessions[session.id]
+                session.id = sid
+                self._sessions[sid] = session
             if granted is not None:
                 session.receive_window = flow.ReceiveWindow(granted)
-        session.state = SessionState.ACTIVE
+        session.state = after
         if event.session.config is not None:
             session.config = event.session.config
         return event
@@ -806,23 +798,16 @@ class Connection:
     # --- per-session rules ---------------------------------------------------
 
     def _apply(
-        self, session: SessionContext, event: ev.Event, sender: Role
+        self, session: SessionContext, event: ev.Event, sender: Role, new_state: SessionState
     ) -> dict[str, Any] | None:
+        """The rules and effects of an event the session table allows (``new_state``)."""
         etype = event.type
-        table = SESSION_TRANSITIONS[(sender, session.state)]
-        new_state = table.get(etype)
-        if new_state is None:
-            if session.state is SessionState.CREATING:
-                raise _Violation(
-                    "invalid_event", f"not allowed before session {session.id!r} is created"
-                )
-            raise _Violation("invalid_event", f"not allowed in session state {session.state.value}")
         stamps: dict[str, Any] | None = None
         if etype in RESPONSE_EVENTS:
             stamps = self._response_rules(session, event, sender)
         elif etype in _PAYMENT_TYPES:
             if not session.payment.can_apply(event):
-                raise _Violation(
+                raise _refuse(
                     "invalid_event", f"not allowed while payment is {session.payment.state.value}"
                 )
             session.payment.apply(
@@ -892,14 +877,11 @@ class Connection:
         self, session: SessionContext, event: ev.Event, sender: Role
     ) -> dict[str, Any] | None:
         etype = event.type
-        phase = session.phase
-        allowed = RESPONSE_TRANSITIONS[(sender, phase)]
-        new_phase = allowed.get(etype)
-        if new_phase is None:
-            raise _Violation(*self._response_complaint(session, etype, sender))
         tracker = session.response
+        phase = ResponseState.IDLE if tracker is None else tracker.state
+        after = next_response_state(sender, phase, etype, session_id=session.id)
         if sender is Role.SERVER and etype in CONTENT_EVENTS and session.payment.blocks_content:
-            raise _Violation(
+            raise _refuse(
                 "payment_required",
                 "no response content may be released while payment is "
                 f"{session.payment.state.value}",
@@ -910,7 +892,7 @@ class Connection:
             and response_id is not None
             and sender is Role.SERVER
             and self.our_role is Role.CLIENT
-            and phase is ResponsePhase.REQUESTED
+            and phase is ResponseState.REQUESTED
         ):
             # Until the server names the response, the client's tracker holds
             # a provisional id; a response that ends before it starts (refused,
@@ -924,7 +906,7 @@ class Connection:
         ):
             if etype == "response.cancel" and response_id in session.finished_responses:
                 return None  # a cancel racing the response's end: nothing to do
-            raise _Violation(
+            raise _refuse(
                 "unknown_response",
                 f"response_id {response_id!r} is not the session's current response "
                 f"{tracker.response_id!r}",
@@ -932,7 +914,7 @@ class Connection:
         stamps: dict[str, Any] | None = None
         if etype == "response.create":
             messages = session._take_input()
-            session.response = ResponseTracker(self._ids("resp"), messages)
+            tracker = session.response = ResponseTracker(self._ids("resp"), messages)
         elif etype == "response.created":
             assert tracker is not None
             created_id = event.response_id  # type: ignore[attr-defined]
@@ -945,38 +927,20 @@ class Connection:
             try:
                 tracker.add_tool_result(event.call_id, event.result, event.is_error)
             except ProtocolError as exc:
-                raise _Violation(exc.code, exc.message) from None
+                raise _refuse(exc.code, exc.message) from None
         elif etype == "response.cancel":
             pass
         elif tracker is not None:
             if etype in flow.FLOW_CONTROLLED_TYPES:
                 stamps = self._flow(session, tracker, event, sender)
             tracker.apply(event)
-            if new_phase is ResponsePhase.IDLE:
-                session._finish_response(keep_output=tracker.state is not ResponseState.FAILED)
+            if after in TERMINAL_RESPONSE_STATES:
+                tracker.state = after
+                session._finish_response(keep_output=after is not ResponseState.FAILED)
                 return stamps
-        elif etype == "response.error":
-            return None
-        session.phase = new_phase
+        if tracker is not None:
+            tracker.state = after  # the table's move (tracker.apply agrees)
         return stamps
-
-    def _response_complaint(
-        self, session: SessionContext, etype: str, sender: Role
-    ) -> tuple[str, str]:
-        phase = session.phase
-        if etype == "response.create":
-            return (
-                "response_in_progress",
-                f"session {session.id!r} already has a response {phase.value}; "
-                "cancel it or wait for it to finish",
-            )
-        if etype == "tool.result":
-            return ("invalid_tool_result", "there is no response waiting for tool results")
-        if etype == "response.created" and phase is ResponsePhase.IDLE:
-            return ("invalid_event", "response.created without a response.create")
-        if phase is ResponsePhase.REQUESTED:
-            return ("invalid_event", "response.created must come first")
-        return ("invalid_event", f"not allowed while the response slot is {phase.value}")
 
     def _flow(
         self, session: SessionContext, tracker: ResponseTracker, event: ev.Event, sender: Role
@@ -991,11 +955,11 @@ class Connection:
             return None
         seq = getattr(event, "delta_seq", None)
         if seq is None:
-            raise _Violation(flow.ERR_MISSING_DELTA_SEQ, "missing delta_seq on a delta frame")
+            raise _refuse(flow.ERR_MISSING_DELTA_SEQ, "missing delta_seq on a delta frame")
         try:
             due = receive.receive(tracker.response_id, seq)
         except ProtocolError as exc:
-            raise _Violation(exc.code, exc.message) from None
+            raise _refuse(exc.code, exc.message) from None
         if due is not None:
             ack = flow.ack_event(tracker.response_id, due, session_id=event.session_id)
             self._outbox.append(self._encode_reply(ack))
@@ -1010,7 +974,7 @@ class Connection:
         try:
             window.acknowledge(*flow.ack_of(event))
         except ProtocolError as exc:
-            raise _Violation(exc.code, exc.message) from None
+            raise _refuse(exc.code, exc.message) from None
 
     def __iter__(self) -> Iterator[ev.Event | ev.UnknownEvent]:
         """Iterate over queued events until NEED_DATA (errors propagate)."""

@@ -33,6 +33,7 @@ from . import types as ty
 from .errors import UampError
 
 __all__ = [
+    "BLOCKING_STATES",
     "PAYMENT_ERROR_CODES",
     "PaymentNegotiation",
     "PaymentPolicy",
@@ -47,11 +48,18 @@ PAYMENT_ERROR_CODES = ev.PAYMENT_ERROR_CODES
 class PaymentState(enum.Enum):
     """Where a session's payment negotiation stands."""
 
+    # Members are singletons: hash by identity (looked up on every delta).
+    __hash__ = object.__hash__
+
     NONE = "none"
     REQUIRED = "required"
     SUBMITTED = "submitted"
     ACCEPTED = "accepted"
     FAILED = "failed"
+
+
+#: The states in which no response content may be released or accepted.
+BLOCKING_STATES = frozenset({PaymentState.REQUIRED, PaymentState.SUBMITTED})
 
 
 #: The transitions of the negotiation: (state, event type) -> new state.
@@ -114,7 +122,7 @@ class PaymentNegotiation:
     @property
     def blocks_content(self) -> bool:
         """True while payment is required and not yet accepted."""
-        return self.state is PaymentState.REQUIRED or self.state is PaymentState.SUBMITTED
+        return self.state in BLOCKING_STATES
 
     @property
     def low_balance(self) -> bool:

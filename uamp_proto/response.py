@@ -21,42 +21,25 @@ output. Output items keep their order of first appearance:
   and joined into one audio item;
 * ``usage.delta`` values are summed into the final usage.
 
-One response is active per session at a time (see
-:mod:`uamp_proto.connection`); the tracker itself does not know sessions.
+Its :attr:`~ResponseTracker.state` is a :class:`ResponseState`, the one
+enum of :mod:`uamp_proto._state`: a terminal event moves it to the state the
+response table gives that event (``RESPONSE_OUTCOMES``). The tracker checks
+no order; the connection does, against the same table, and allows one
+response per session at a time. The tracker itself does not know sessions.
 """
 
 from __future__ import annotations
 
 import base64
-import enum
 from collections.abc import Mapping
 from typing import Any
 
 from . import events as ev
 from . import types as ty
+from ._state import RESPONSE_OUTCOMES, TERMINAL_RESPONSE_STATES, ResponseState
 from .errors import RemoteProtocolError
 
 __all__ = ["ResponseState", "ResponseTracker", "add_usage"]
-
-
-class ResponseState(enum.Enum):
-    """Where a response is in its lifecycle."""
-
-    #: ``response.create`` accepted; ``response.created`` not yet seen.
-    REQUESTED = "requested"
-    #: Streaming content.
-    IN_PROGRESS = "in_progress"
-    #: Finished with ``response.done``.
-    COMPLETED = "completed"
-    #: Finished with ``response.cancelled``.
-    CANCELLED = "cancelled"
-    #: Finished with ``response.error``.
-    FAILED = "failed"
-
-
-TERMINAL_STATES = frozenset(
-    {ResponseState.COMPLETED, ResponseState.CANCELLED, ResponseState.FAILED}
-)
 
 
 def _sum(a: float | None, b: float | None) -> Any:
@@ -151,7 +134,8 @@ class ResponseTracker:
         kind = type(event)
         if kind is ev.ResponseDelta:
             self._delta(event.delta)  # type: ignore[attr-defined]
-        elif kind is ev.Thinking:
+            return
+        if kind is ev.Thinking:
             self._thinking(event)  # type: ignore[arg-type]
         elif kind is ev.UsageDelta:
             self._usage = add_usage(self._usage, event.delta)  # type: ignore[attr-defined]
@@ -163,16 +147,15 @@ class ResponseTracker:
             self._audio(event.audio)  # type: ignore[attr-defined]
         elif kind is ev.TranscriptDelta:
             self._transcript.append(event.transcript)  # type: ignore[attr-defined]
-        elif kind is ev.ResponseCreated:
-            self.state = ResponseState.IN_PROGRESS
         elif kind is ev.ResponseDone:
-            self.state = ResponseState.COMPLETED
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
-        elif kind is ev.ResponseCancelled:
-            self.state = ResponseState.CANCELLED
         elif kind is ev.ResponseErrorEvent:
-            self.state = ResponseState.FAILED
             self.error = event.error  # type: ignore[attr-defined]
+        # The state follows the response table's outcome for the event (the
+        # connection checked the move, when there is one).
+        after = RESPONSE_OUTCOMES.get(event.type)
+        if after is not None:
+            self.state = after
 
     def _last(self, kind: str) -> _Slot:
         slots = self._slots
@@ -268,7 +251,7 @@ class ResponseTracker:
     @property
     def is_finished(self) -> bool:
         """Whether the response reached a terminal state."""
-        return self.state in TERMINAL_STATES
+        return self.state in TERMINAL_RESPONSE_STATES
 
     @property
     def pending_tool_calls(self) -> list[ty.ToolInvocation]:

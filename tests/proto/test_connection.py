@@ -19,11 +19,12 @@ from uamp_proto.connection import (
     SESSION_TRANSITIONS,
     ClientConnection,
     ConnectionConfig,
-    ResponsePhase,
+    ResponseState,
     Role,
     ServerConnection,
     SessionState,
 )
+from uamp_proto._state import TERMINAL_RESPONSE_STATES
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
 from uamp_proto.ids import counter_ids
 
@@ -262,7 +263,7 @@ def test_bad_event_in_one_session_leaves_the_other_untouched() -> None:
     rid = pair.start_response(b)
     err = _remote_error(pair.server, orjson.dumps({"type": "response.create", "session_id": b}))
     assert err.code == "response_in_progress" and err.session_id == b
-    assert pair.server.session(a).phase is ResponsePhase.IDLE
+    assert pair.server.session(a).phase is ResponseState.IDLE
     assert pair.server.session(b).response is not None
     assert pair.server.session(b).response.response_id == rid
 
@@ -398,7 +399,7 @@ def test_full_response_with_a_client_tool_round_trip_builds_history() -> None:
     assert done.response.usage is not None and done.response.usage.total_tokens == 7
     for side in (pair.server, pair.client):
         session = side.session(sid)
-        assert session.phase is ResponsePhase.IDLE and session.response is None
+        assert session.phase is ResponseState.IDLE and session.response is None
         assert [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
         assert session.history[-1].content == "It is 22C"
 
@@ -418,7 +419,7 @@ def test_bad_tool_results_are_refused(call_id: str, answer_twice: bool, code: st
         pair.server, orjson.dumps({"type": "tool.result", "call_id": call_id, "result": "2"})
     )
     assert err.code == code and call_id in err.message
-    assert pair.server.session(sid).phase is ResponsePhase.IN_PROGRESS
+    assert pair.server.session(sid).phase is ResponseState.IN_PROGRESS
 
 
 def test_cancel_yields_partial_output_and_frees_the_slot() -> None:
@@ -433,7 +434,7 @@ def test_cancel_yields_partial_output_and_frees_the_slot() -> None:
     cancelled = pair.server_sends(tracker.cancelled_event())
     assert isinstance(cancelled, ev.ResponseCancelled)
     assert cancelled.partial_output == [ty.TextContent(text="The weather in")]
-    assert pair.server.session(sid).phase is ResponsePhase.IDLE
+    assert pair.server.session(sid).phase is ResponseState.IDLE
     # A late cancel for the finished response is harmless; a new response can start.
     assert pair.client_sends(ev.ResponseCancel(response_id=rid)).type == "response.cancel"
     pair.start_response(sid, "again")
@@ -455,7 +456,7 @@ def test_local_violation_changes_nothing() -> None:
     with pytest.raises(LocalProtocolError) as info:
         pair.server.send(ev.ResponseDelta(delta=ty.DeltaText(text="too early")))
     assert "response" in info.value.message
-    assert pair.server.session(sid).phase is ResponsePhase.IDLE
+    assert pair.server.session(sid).phase is ResponseState.IDLE
     with pytest.raises(LocalProtocolError):
         pair.client.send(ev.ResponseDelta(delta=ty.DeltaText(text="a client never sends this")))
     with pytest.raises(LocalProtocolError):
@@ -513,12 +514,12 @@ def test_session_table(sender: Role, state: SessionState, etype: str) -> None:
         assert pair.server.session("s1").state is expected
 
 
-def _phase(pair: Pair, phase: ResponsePhase) -> None:
-    if phase is ResponsePhase.IDLE:
+def _phase(pair: Pair, phase: ResponseState) -> None:
+    if phase is ResponseState.IDLE:
         return
     pair.client_sends(ev.InputText(session_id="s1", text="x"))
     pair.client_sends(ev.ResponseCreate(session_id="s1"))
-    if phase is ResponsePhase.IN_PROGRESS:
+    if phase is ResponseState.IN_PROGRESS:
         tracker = pair.server.session("s1").response
         assert tracker is not None
         pair.server_sends(ev.ResponseCreated(session_id="s1", response_id=tracker.response_id))
@@ -535,7 +536,7 @@ _RESPONSE_CASES = [
 
 
 @pytest.mark.parametrize(("sender", "phase", "etype"), _RESPONSE_CASES)
-def test_response_table(sender: Role, phase: ResponsePhase, etype: str) -> None:
+def test_response_table(sender: Role, phase: ResponseState, etype: str) -> None:
     """Every (sender, phase, event) is allowed exactly when the table lists it."""
     pair = _session_in(SessionState.ACTIVE)
     _phase(pair, phase)
@@ -550,7 +551,11 @@ def test_response_table(sender: Role, phase: ResponsePhase, etype: str) -> None:
         data = conn_send(event)
         receiver.receive(data)
         receiver.next_event()
-        assert pair.server.session("s1").phase is RESPONSE_TRANSITIONS[(sender, phase)][etype]
+        after = RESPONSE_TRANSITIONS[(sender, phase)][etype]
+        # A terminal state frees the slot.
+        assert pair.server.session("s1").phase is (
+            ResponseState.IDLE if after in TERMINAL_RESPONSE_STATES else after
+        )
     else:
         with pytest.raises(LocalProtocolError):
             conn_send(event)
@@ -778,7 +783,7 @@ def test_a_response_that_ends_before_it_starts_is_named_by_the_server(terminal: 
     extra = {"response_id": server_id, "session_id": sid}
     got = pair.to_client(orjson.dumps({"type": terminal, **MINIMAL[terminal], **extra}))
     assert got.type == terminal
-    assert pair.client.session(sid).phase is ResponsePhase.IDLE
+    assert pair.client.session(sid).phase is ResponseState.IDLE
 
 
 def test_delta_hot_path_matches_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
