@@ -10,6 +10,7 @@ import pytest
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto._state import TERMINAL_RESPONSE_STATES
 from uamp_proto.connection import (
     CLIENT_EVENTS,
     NEED_DATA,
@@ -24,7 +25,6 @@ from uamp_proto.connection import (
     ServerConnection,
     SessionState,
 )
-from uamp_proto._state import TERMINAL_RESPONSE_STATES
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
 from uamp_proto.ids import counter_ids
 
