@@ -36,6 +36,15 @@ from cattrs.preconf.orjson import make_converter
 
 from . import events as ev
 from . import types as ty
+from ._hookgen import (
+    INVALID,
+    CompiledHooks,
+    WrongType,
+    is_raw_class,
+    json_type_name,
+    tag_of,
+    wire_keys,
+)
 from .errors import UampError
 
 __all__ = [
@@ -81,35 +90,13 @@ class DecodeError(UampError, ValueError):
         self.path = path
 
 
-class _WrongType(UampError, TypeError):
-    def __init__(self, expected: str, value: object) -> None:
-        super().__init__(f"must be {expected}, got {json_type_name(value)}")
-
-
-def json_type_name(value: object) -> str:
-    """The JSON type of a parsed value, as error messages name it (``"array"``...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 # --- strict primitive hooks --------------------------------------------------
 
 
 def _s_str(value: Any, _: Any) -> str:
     if type(value) is str:
         return value
-    raise _WrongType("a string", value)
+    raise WrongType("a string", value)
 
 
 def _s_int(value: Any, _: Any) -> int:
@@ -117,25 +104,25 @@ def _s_int(value: Any, _: Any) -> int:
         return value
     if type(value) is float and value.is_integer():
         return int(value)
-    raise _WrongType("an integer", value)
+    raise WrongType("an integer", value)
 
 
 def _s_float(value: Any, _: Any) -> float:
     if type(value) is float or type(value) is int:
         return value
-    raise _WrongType("a number", value)
+    raise WrongType("a number", value)
 
 
 def _s_bool(value: Any, _: Any) -> bool:
     if type(value) is bool:
         return value
-    raise _WrongType("a boolean", value)
+    raise WrongType("a boolean", value)
 
 
 def _s_object(value: Any, _: Any) -> dict[str, Any]:
     if type(value) is dict:
         return value
-    raise _WrongType("an object", value)
+    raise WrongType("an object", value)
 
 
 def _s_any(value: Any, _: Any) -> Any:
@@ -158,14 +145,14 @@ def _tagged_union_hook(
 
     def structure(value: Any, _: Any) -> Any:
         if type(value) is not dict:
-            raise _WrongType("an object", value)
+            raise WrongType("an object", value)
         tag = value.get("type")
         if tag is None:
             raise KeyError("type")
         hook = hooks.get(tag)
         if hook is None:
             if type(tag) is not str:
-                raise _WrongType("a string", tag)
+                raise WrongType("a string", tag)
             return unknown_cls(raw=value)
         return hook(value, classes[tag])
 
@@ -180,7 +167,7 @@ def _media_hook(conv: Converter) -> Callable[[Any, Any], Any]:
             return value
         if type(value) is dict:
             return url_hook(value, ty.MediaURL)
-        raise _WrongType("a string or an object with 'url'", value)
+        raise WrongType("a string or an object with 'url'", value)
 
     return structure
 
@@ -224,7 +211,7 @@ def _list_structure_factory(conv: Converter) -> Callable[[Any], Callable[[Any, A
 
         def structure(value: Any, _: Any) -> Any:
             if type(value) is not list:
-                raise _WrongType("an array", value)
+                raise WrongType("an array", value)
             return inner(value, t)
 
         return structure
@@ -243,17 +230,14 @@ def _is_union(t: Any) -> bool:
 # --- attrs classes: keep unknown keys, omit absent fields -------------------
 
 
-def _known_keys(cls: type[Any]) -> frozenset[str]:
-    keys = {f.name for f in attrs.fields(cls) if f.name != "unknown"}
-    if isinstance(getattr(cls, "type", None), str) and "type" not in keys:
-        keys.add("type")
-    return frozenset(keys)
+def _same(value: Any) -> Any:
+    return value
 
 
 def _class_structure_factory(conv: Converter, detailed: bool) -> Callable[[Any], Any]:
     def factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
         names = {f.name for f in attrs.fields(cls)}
-        if cls in (ty.UnknownContent, ty.DeltaUnknown):
+        if is_raw_class(cls):
             return lambda value, _: cls(raw=value)
         overrides: dict[str, Any] = {}
         if "unknown" in names:
@@ -267,14 +251,14 @@ def _class_structure_factory(conv: Converter, detailed: bool) -> Callable[[Any],
         )
         if "unknown" not in names:
             return generated
-        known = _known_keys(cls)
+        known = wire_keys(cls)
         setter = object.__setattr__
-        if cls is ty.ToolInvocation:
-            return _tool_invocation_hook(generated, known)
+        adapt = _ADAPTERS.get(cls, _same)
 
         def structure(value: Any, _: Any) -> Any:
             if type(value) is not dict:
-                raise _WrongType("an object", value)
+                raise WrongType("an object", value)
+            value = adapt(value)
             obj = generated(value, cls)
             if not known.issuperset(value):
                 setter(obj, "unknown", {k: v for k, v in value.items() if k not in known})
@@ -285,34 +269,32 @@ def _class_structure_factory(conv: Converter, detailed: bool) -> Callable[[Any],
     return factory
 
 
-def _tool_invocation_hook(
-    generated: Callable[[Any, Any], Any], known: frozenset[str]
-) -> Callable[[Any, Any], Any]:
-    """Accept OpenAI's nested ``{"function": {"name", "arguments"}}`` form too."""
+def _flat_tool_call(value: Any) -> Any:
+    """OpenAI's nested tool call ``{"id", "type": "function", "function":
+    {"name", "arguments"}}`` as UAMP's flat one (a missing ``arguments`` is
+    ``""``); a ``"type"`` key is not kept. Both paths read a tool call
+    through this."""
+    if type(value) is not dict:
+        return value
+    function = value.get("function")
+    if "name" not in value and type(function) is dict:
+        return {
+            "id": value.get("id"),
+            "name": function.get("name"),
+            "arguments": function.get("arguments", ""),
+        }
+    if "type" in value:
+        return {k: v for k, v in value.items() if k != "type"}
+    return value
 
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) is not dict:
-            raise _WrongType("an object", value)
-        function = value.get("function")
-        if "name" not in value and type(function) is dict:
-            value = {
-                "id": value.get("id"),
-                "name": function.get("name"),
-                "arguments": function.get("arguments", ""),
-            }
-        obj = generated(value, ty.ToolInvocation)
-        if not known.issuperset(value):
-            extra = {k: v for k, v in value.items() if k not in known and k != "type"}
-            if extra:
-                object.__setattr__(obj, "unknown", extra)
-        return obj
 
-    return structure
+#: Input adapters, per class, that both paths apply before reading an object.
+_ADAPTERS: Mapping[type[Any], Callable[[Any], Any]] = {ty.ToolInvocation: _flat_tool_call}
 
 
 def _class_unstructure_factory(conv: Converter) -> Callable[[Any], Any]:
     def factory(cls: type[Any]) -> Callable[[Any], Any]:
-        if cls in (ty.UnknownContent, ty.DeltaUnknown, ev.UnknownEvent):
+        if is_raw_class(cls):
             return lambda obj: obj.raw
         overrides: dict[str, Any] = {}
         for f in attrs.fields(cls):
@@ -323,28 +305,16 @@ def _class_unstructure_factory(conv: Converter) -> Callable[[Any], Any]:
                 # is a real value (ToolDefinition.type) is always written.
                 overrides[f.name] = override(omit_if_default=False)
         generated = make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **overrides)
-        tag = getattr(cls, "type", None)
-        if not isinstance(tag, str) or "type" in {f.name for f in attrs.fields(cls)}:
-            tag = None
+        tag = tag_of(cls)
 
-        if tag is None:
-
-            def plain(obj: Any) -> dict[str, Any]:
-                out: dict[str, Any] = generated(obj)
-                if obj.unknown:
-                    out.update(obj.unknown)
-                return out
-
-            return plain
-
-        def tagged(obj: Any) -> dict[str, Any]:
-            out = {"type": tag}
+        def unstructure(obj: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {"type": tag} if tag is not None else {}
             out.update(generated(obj))
             if obj.unknown:
                 out.update(obj.unknown)
             return out
 
-        return tagged
+        return unstructure
 
     return factory
 
@@ -384,38 +354,50 @@ def _make(detailed: bool) -> Converter:
     return conv
 
 
-#: The converter used on every input; hot events get hand-written hooks.
+#: The generic path: cattrs hooks, the reference the compiled ones are tested
+#: against, and the server of any class the generator refuses.
 converter: Converter = _make(detailed=False)
-#: Re-runs failed input to produce field-path errors.
+#: Re-runs refused input to name the offending field in the error.
 _detailed: Converter = _make(detailed=True)
 
-#: The generic hooks, by wire type: the fallback of the fast ones.
-_GENERIC_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {
-    tag: converter.get_structure_hook(cls) for tag, cls in ev.EVENT_TYPES.items()
-}
-#: The hooks ``decode`` runs first, by wire type (fast ones where there are).
-_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = dict(_GENERIC_STRUCTURE)
-_UNSTRUCTURE: dict[type[Any], Callable[[Any], Any]] = {
-    cls: converter.get_unstructure_hook(cls) for cls in ev.EVENT_TYPES.values()
-}
-_UNSTRUCTURE[ev.UnknownEvent] = lambda obj: obj.raw
+
+def _generic_structure(cls: type[Any]) -> Callable[[Any], Any]:
+    hook = converter.get_structure_hook(cls)
+    return lambda value: hook(value, cls)
 
 
-#: ``decode``'s table: wire type -> (hook, class), one lookup per event.
-_DISPATCH: dict[str, tuple[Callable[[Any, Any], Any], type[Any]]] = {}
+class _Codec:
+    """The compiled hooks and the event tables ``decode``/``encode`` use."""
+
+    __slots__ = ("by_class", "by_tag", "hooks")
+
+    def __init__(self) -> None:
+        self.hooks = CompiledHooks(
+            adapters=_ADAPTERS,
+            fallback_structure=_generic_structure,
+            fallback_unstructure=converter.get_unstructure_hook,
+        )
+        self.hooks.compile(*ev.EVENT_TYPES.values())
+        #: Wire type -> structure function of its event class.
+        self.by_tag = {tag: self.hooks.structure_fn(cls) for tag, cls in ev.EVENT_TYPES.items()}
+        #: Event class -> unstructure function; other classes are added on use.
+        self.by_class = self.hooks.unstructure_table()
+        for cls in (*ev.EVENT_TYPES.values(), ev.UnknownEvent):
+            self.by_class[cls] = self.hooks.unstructure_fn(cls)
 
 
-def _install_fast_hooks() -> None:
-    """Put the hand-written hooks of :mod:`uamp_proto._fast` in the tables."""
-    from . import _fast  # here: it needs the converter built above
-
-    _STRUCTURE.update(_fast.structure_hooks(converter))
-    _UNSTRUCTURE.update(_fast.unstructure_hooks(converter))
-    _DISPATCH.clear()
-    _DISPATCH.update({tag: (hook, ev.EVENT_TYPES[tag]) for tag, hook in _STRUCTURE.items()})
+_CODEC = _Codec()
 
 
 # --- errors ------------------------------------------------------------------
+
+
+#: What the detailed converter raises on input it refuses.
+_DESCRIBED: tuple[type[BaseException], ...] = (
+    ClassValidationError,
+    IterableValidationError,
+    *INVALID,
+)
 
 
 def _leaf_errors(exc: BaseException, path: str) -> list[tuple[str, BaseException]]:
@@ -441,7 +423,7 @@ def _describe(path: str, exc: BaseException) -> str:
         if path and not path.endswith(str(missing)):
             path = f"{path}.{missing}"
         return f"field '{path or missing}' is required"
-    if isinstance(exc, _WrongType):
+    if isinstance(exc, WrongType):
         return f"field '{path}' {exc}"
     return f"field '{path}': {exc}" if path else str(exc)
 
@@ -453,7 +435,7 @@ def _error_for(tag: str, cls: type[Any], obj: dict[str, Any]) -> DecodeError:
     path = ""
     try:
         _detailed.structure(obj, cls)
-    except Exception as exc:  # any failure becomes a DecodeError
+    except _DESCRIBED as exc:
         leaves = _leaf_errors(exc, "") or [("", exc)]
         first_path, first = leaves[0]
         message = f"{tag}: " + "; ".join(_describe(p, e) for p, e in leaves)
@@ -480,15 +462,8 @@ def _full_path(path: str, exc: BaseException) -> str:
 # --- public API --------------------------------------------------------------
 
 
-def _decode_slowly(tag: str, cls: type[Any], obj: dict[str, Any]) -> Any:
-    """The fast hook declined ``obj``: the generic hook decides, and if it
-    refuses too, the detailed converter names the field."""
-    generic = _GENERIC_STRUCTURE[tag]
-    try:
-        return generic(obj, cls)
-    except Exception:  # re-run in detail for a precise message
-        pass
-    raise _error_for(tag, cls, obj) from None
+def _refused(tag: str, obj: dict[str, Any]) -> DecodeError:
+    return _error_for(tag, ev.EVENT_TYPES[tag], obj)
 
 
 def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
@@ -515,15 +490,14 @@ def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
         else:
             problem = f"an event's 'type' must be a string, got {json_type_name(tag)}"
         raise DecodeError(problem, event_id=event_id if isinstance(event_id, str) else None)
-    entry = _DISPATCH.get(tag)
-    if entry is None:
+    hook = _CODEC.by_tag.get(tag)
+    if hook is None:
         # Unknown event types are kept, never an error (section 14.3).
         return ev.UnknownEvent(type=tag, raw=obj)
-    hook, cls = entry
     try:
-        return hook(obj, cls)  # type: ignore[no-any-return]
-    except Exception:  # the fast path declined
-        return _decode_slowly(tag, cls, obj)  # type: ignore[no-any-return]
+        return hook(obj)  # type: ignore[no-any-return]
+    except INVALID:
+        raise _refused(tag, obj) from None
 
 
 _loads = orjson.loads
@@ -549,32 +523,23 @@ def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownE
         obj = _loads(data)
     except _JSONDecodeError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
-    # The hot path of decode_object, inlined. Anything unusual (not an
-    # object, no type, a type that is not a string or not known) raises here
-    # and decode_object sorts it out.
+    # The hot path of decode_object, inlined: not an object (TypeError), no
+    # type or an unknown one (KeyError), an unhashable type (TypeError) go
+    # to decode_object, which sorts them out.
     try:
-        hook, cls = _DISPATCH[obj["type"]]
-    except Exception:
+        hook = _CODEC.by_tag[obj["type"]]
+    except (KeyError, TypeError):
         return decode_object(obj)
     try:
-        return hook(obj, cls)  # type: ignore[no-any-return]
-    except Exception:  # the fast path declined
-        return _decode_slowly(cls.type, cls, obj)  # type: ignore[no-any-return]
-
-
-def _unstructure_hook(cls: type[Any]) -> Callable[[Any], Any]:
-    hook = _UNSTRUCTURE[cls] = converter.get_unstructure_hook(cls)
-    return hook
+        return hook(obj)  # type: ignore[no-any-return]
+    except INVALID:
+        raise _refused(obj["type"], obj) from None
 
 
 def to_dict(event: ev.Event | ev.UnknownEvent) -> dict[str, Any]:
     """The JSON-ready dict of an event: ``type`` first, absent fields omitted,
     unknown keys written back."""
-    try:
-        hook = _UNSTRUCTURE[type(event)]
-    except KeyError:
-        hook = _unstructure_hook(type(event))
-    return hook(event)  # type: ignore[no-any-return]
+    return _CODEC.by_class[type(event)](event)  # type: ignore[no-any-return]
 
 
 def encode(event: ev.Event | ev.UnknownEvent) -> bytes:
@@ -587,11 +552,7 @@ def encode(event: ev.Event | ev.UnknownEvent) -> bytes:
         The event's JSON: ``type`` first, absent fields omitted, unknown keys
         written back.
     """
-    try:
-        hook = _UNSTRUCTURE[type(event)]
-    except KeyError:
-        hook = _unstructure_hook(type(event))
-    return _dumps(hook(event))
+    return _dumps(_CODEC.by_class[type(event)](event))
 
 
 def from_dict(cls: type[Any], value: Any) -> Any:
@@ -600,21 +561,30 @@ def from_dict(cls: type[Any], value: Any) -> Any:
     Raises:
         DecodeError: the value does not match ``cls``.
     """
-    try:
-        return converter.structure(value, cls)
-    except Exception:
+    if type(value) is dict:
+        tag = tag_of(cls) if attrs.has(cls) else None
+        if tag is not None and "type" not in value:
+            value = {"type": tag, **value}  # the compiled function reads it
         try:
-            _detailed.structure(value, cls)
-        except Exception as exc:
-            leaves = _leaf_errors(exc, "")
-            text = "; ".join(_describe(p, e) for p, e in leaves)
-            raise DecodeError(f"{cls.__name__}: {text}") from None
-        raise  # pragma: no cover
+            return _CODEC.hooks.structure_fn(cls)(value)
+        except INVALID:
+            pass
+    raise _value_error(cls, value)
+
+
+def _value_error(cls: type[Any], value: Any) -> DecodeError:
+    """The error for a value ``cls`` refuses, naming the fields."""
+    try:
+        _detailed.structure(value, cls)
+    except _DESCRIBED as exc:
+        leaves = _leaf_errors(exc, "")
+        text = "; ".join(_describe(p, e) for p, e in leaves)
+        return DecodeError(f"{cls.__name__}: {text}")
+    return DecodeError(f"{cls.__name__}: invalid value")  # pragma: no cover
 
 
 def unstructure(value: Any) -> Any:
     """The JSON-ready form of any protocol type (content item, message, ...)."""
+    if attrs.has(type(value)):
+        return _CODEC.by_class[type(value)](value)
     return converter.unstructure(value)
-
-
-_install_fast_hooks()

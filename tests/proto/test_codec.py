@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
 from uamp_proto import DecodeError, codec, decode, encode
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto._hookgen import CompiledHooks
 
 
 def _error(obj: Any) -> DecodeError:
@@ -408,3 +411,44 @@ def test_to_dict_returns_fresh_dicts() -> None:
         "event_id": "e",
         "response_id": "r",
     }
+
+
+# --- the generator refuses what it has no rule for, and says why ------------
+
+
+@attrs.frozen(kw_only=True)
+class _Validated:
+    name: str = attrs.field(validator=attrs.validators.min_len(1))
+    unknown: Mapping[str, Any] = attrs.field(default=ty.EMPTY, eq=False)
+
+
+@attrs.frozen(kw_only=True)
+class _OddField:
+    when: complex
+    unknown: Mapping[str, Any] = attrs.field(default=ty.EMPTY, eq=False)
+
+
+def _fresh_hooks() -> CompiledHooks:
+    return CompiledHooks(
+        adapters={},
+        fallback_structure=lambda cls: lambda value: ("generic", cls, value),
+        fallback_unstructure=lambda cls: lambda obj: ("generic", cls),
+    )
+
+
+@pytest.mark.parametrize(
+    ("cls", "reason"),
+    [(_Validated, "_Validated.name has a validator or converter"), (_OddField, "no rule for")],
+)
+def test_generator_refuses_with_a_reason(cls: type[Any], reason: str) -> None:
+    hooks = _fresh_hooks()
+    assert hooks.structure_fn(cls)({"x": 1}) == ("generic", cls, {"x": 1})
+    assert hooks.unstructure_fn(cls)(None) == ("generic", cls)
+    assert reason in hooks.unsupported[cls]
+
+
+def test_hooks_belong_to_their_converter() -> None:
+    """Two converters compile their own functions; nothing is shared."""
+    a, b = _fresh_hooks(), _fresh_hooks()
+    assert a.structure_fn(ev.Ping) is not b.structure_fn(ev.Ping)
+    assert a.structure_fn(ev.Ping)({"type": "ping"}) == ev.Ping()

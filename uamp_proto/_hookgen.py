@@ -1,0 +1,488 @@
+"""Structure and unstructure functions compiled from attrs field metadata.
+
+Theory of operation
+-------------------
+For every attrs class the codec meets, :class:`CompiledHooks` writes the
+source of two plain Python functions from the class's fields and their type
+hints, and compiles them with ``exec`` into a namespace that belongs to that
+``CompiledHooks`` object (no module-level table is ever filled in):
+
+* ``structure(d) -> instance`` takes an already-parsed JSON object (the caller
+  has checked it is a ``dict``). It reads each declared key, checks its JSON
+  type strictly and inline (``type(v) is str``: ``True`` never passes for a
+  number), allocates the instance with ``object.__new__`` and fills each slot
+  through the slot's own descriptor, which is what the frozen attrs
+  ``__init__`` ends up doing, minus its keyword parsing and name lookups.
+  Keys the class does not declare go to its ``unknown`` bag; to skip that
+  scan in the usual case the function counts the declared keys it found.
+* ``unstructure(instance) -> dict`` writes ``"type"`` first (for a class
+  tagged by a ``type`` class variable), then the fields that are always
+  written, then the optional fields that are set, both in declaration order,
+  then the unknown keys: the key order cattrs' generated hooks produce.
+
+Invalid input raises one of :data:`INVALID`: ``KeyError`` for a missing
+required key, :class:`WrongType` for a value of the wrong JSON type, and
+``RecursionError`` for input nested deeper than the interpreter allows. The
+functions decide validity exactly as the generic cattrs converter of
+:mod:`uamp_proto.codec` does; the codec's tests check both agree.
+
+The field types understood are listed in :func:`CompiledHooks._value`:
+``str``, ``int``, ``float``, ``bool``, ``Any``, ``dict[str, Any]``,
+``list[T]``, ``T | None``, attrs classes, a string-or-object union (media)
+and a union of classes tagged by ``type`` plus one class keeping unknown
+tags raw. A class with a field of any other type, or with attrs validators,
+converters or a post-init hook, is refused at generation time with
+:class:`Unsupported` naming the reason; the codec then serves that class with
+its generic hook and lists it (``CompiledHooks.unsupported``).
+"""
+
+from __future__ import annotations
+
+import functools
+import types as _pytypes
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from .errors import UampError
+
+__all__ = ["INVALID", "CompiledHooks", "Unsupported", "WrongType", "json_type_name"]
+
+_NoneType = type(None)
+_Hook = Callable[[Any], Any]
+
+
+def json_type_name(value: object) -> str:
+    """The JSON type of a parsed value, as error messages name it (``"array"``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+class WrongType(UampError, TypeError):
+    """A JSON value of the wrong type for its field."""
+
+    def __init__(self, expected: str, value: object) -> None:
+        super().__init__(f"must be {expected}, got {json_type_name(value)}")
+
+
+class Unsupported(UampError, TypeError):
+    """A class the generator does not compile; the reason is the message."""
+
+
+#: What invalid input raises from a compiled structure function.
+INVALID: tuple[type[BaseException], ...] = (KeyError, WrongType, RecursionError)
+
+#: Strict checks of the primitive JSON types: (condition for "wrong", label).
+_PRIMITIVE: dict[Any, tuple[str, str]] = {
+    str: ("type({v}) is not str", "a string"),
+    bool: ("type({v}) is not bool", "a boolean"),
+    float: ("type({v}) is not float and type({v}) is not int", "a number"),
+    dict[str, Any]: ("type({v}) is not dict", "an object"),
+}
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, _pytypes.UnionType)
+
+
+def _without_none(tp: Any) -> Any:
+    """``tp`` less its ``None`` member (``str | None`` -> ``str``)."""
+    if not _is_union(tp):
+        return tp
+    rest = tuple(m for m in typing.get_args(tp) if m is not _NoneType)
+    return rest[0] if len(rest) == 1 else typing.Union[rest]  # noqa: UP007
+
+
+def tag_of(cls: type[Any]) -> str | None:
+    """The wire tag a class carries as its ``type`` class variable, if any."""
+    if "type" in attrs.fields_dict(cls):
+        return None
+    tag = getattr(cls, "type", None)
+    return tag if isinstance(tag, str) else None
+
+
+def wire_keys(cls: type[Any]) -> frozenset[str]:
+    """The keys ``cls`` declares on the wire: its fields, and its tag key."""
+    keys = {f.name for f in attrs.fields(cls) if f.name != "unknown"}
+    if tag_of(cls) is not None:
+        keys.add("type")
+    return frozenset(keys)
+
+
+def is_raw_class(cls: type[Any]) -> bool:
+    """A class that keeps a whole object verbatim (unknown tags, 14.3)."""
+    names = attrs.fields_dict(cls)
+    return "raw" in names and "unknown" not in names
+
+
+def _slot_setter(cls: type[Any], name: str) -> Any:
+    for klass in cls.__mro__:
+        descriptor = klass.__dict__.get(name)
+        if type(descriptor) is _pytypes.MemberDescriptorType:
+            return descriptor.__set__
+    raise Unsupported(f"{cls.__name__}.{name} is not a slot")
+
+
+def _classes_in(tp: Any) -> list[type[Any]]:
+    """The attrs classes a field type mentions."""
+    if attrs.has(tp):
+        return [tp]
+    return [c for arg in typing.get_args(tp) for c in _classes_in(arg)]
+
+
+class _ByType(dict[type[Any], _Hook]):
+    """Unstructure functions by exact class; a class met for the first time
+    (a subclass, a raw class) gets its own from the owning hooks."""
+
+    def __init__(self, owner: CompiledHooks) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def __missing__(self, cls: type[Any]) -> _Hook:
+        hook = self[cls] = self._owner.unstructure_fn(cls)
+        return hook
+
+
+class CompiledHooks:
+    """Per-class structure and unstructure functions, compiled on first use.
+
+    Args:
+        adapters: Per class, a function applied to the input object before it
+            is read (``ToolInvocation`` accepts OpenAI's nested form).
+        fallback_structure: The generic structure hook of a class the
+            generator refuses, as ``hook(value)``.
+        fallback_unstructure: Likewise for unstructuring.
+    """
+
+    def __init__(
+        self,
+        *,
+        adapters: Mapping[type[Any], _Hook],
+        fallback_structure: Callable[[type[Any]], _Hook],
+        fallback_unstructure: Callable[[type[Any]], _Hook],
+    ) -> None:
+        self._adapters = dict(adapters)
+        self._fallback_structure = fallback_structure
+        self._fallback_unstructure = fallback_unstructure
+        self._structure: dict[type[Any], _Hook] = {}
+        self._unstructure: dict[type[Any], _Hook] = {}
+        #: Classes served by their generic hooks, with the reason.
+        self.unsupported: dict[type[Any], str] = {}
+        self._ns: dict[str, Any] = {"WrongType": WrongType, "new": object.__new__, "int_": int}
+        self._names: dict[Any, str] = {}
+        self._tables: list[tuple[dict[str, _Hook], dict[str, str]]] = []
+
+    # --- public -----------------------------------------------------------
+
+    def structure_fn(self, cls: type[Any]) -> _Hook:
+        """The function turning a JSON object (a ``dict``) into ``cls``.
+
+        For a class tagged by ``type`` the object must hold the ``type`` key.
+        """
+        hook = self._structure.get(cls)
+        if hook is None:
+            self.compile(cls)
+            hook = self._structure[cls]
+        return hook
+
+    def unstructure_fn(self, cls: type[Any]) -> _Hook:
+        """The function turning an instance of ``cls`` into a fresh ``dict``."""
+        hook = self._unstructure.get(cls)
+        if hook is None:
+            self.compile(cls)
+            hook = self._unstructure[cls]
+        return hook
+
+    def unstructure_table(self) -> dict[type[Any], _Hook]:
+        """A table of unstructure functions by exact class that fills itself
+        on a miss (a subclass, a class not compiled yet)."""
+        return _ByType(self)
+
+    def compile(self, *roots: type[Any]) -> None:
+        """Compile ``roots`` and every class reachable through their fields."""
+        todo = [c for c in self._reachable(roots) if c not in self._structure]
+        sources: list[str] = []
+        for cls in todo:
+            if is_raw_class(cls):
+                self._bind(cls, functools.partial(_keep_raw, cls), _raw)
+                continue
+            try:
+                sources.append(self._structure_source(cls) + self._unstructure_source(cls))
+            except Unsupported as exc:
+                self.unsupported[cls] = str(exc)
+                self._bind(cls, self._fallback_structure(cls), self._fallback_unstructure(cls))
+        if sources:
+            exec(compile("\n".join(sources), "<uamp compiled hooks>", "exec"), self._ns)
+        for cls in todo:
+            if cls not in self._structure:
+                self._bind(cls, self._ns[self._fn("s", cls)], self._ns[self._fn("u", cls)])
+        for table, names in self._tables:
+            table.update({tag: self._ns[name] for tag, name in names.items()})
+        self._tables.clear()
+
+    # --- generation -------------------------------------------------------
+
+    def _bind(self, cls: type[Any], structure: _Hook, unstructure: _Hook) -> None:
+        self._structure[cls] = structure
+        self._unstructure[cls] = unstructure
+        self._ns[self._fn("s", cls)] = structure
+        self._ns[self._fn("u", cls)] = unstructure
+
+    def _reachable(self, roots: tuple[type[Any], ...]) -> list[type[Any]]:
+        seen: dict[type[Any], None] = {}
+        stack = list(roots)
+        while stack:
+            cls = stack.pop()
+            if cls in seen or not attrs.has(cls):
+                continue
+            seen[cls] = None
+            try:
+                hints = typing.get_type_hints(cls)
+            except (NameError, TypeError):  # unresolvable hints: refused later
+                continue
+            for f in attrs.fields(cls):
+                stack.extend(_classes_in(hints.get(f.name)))
+        return list(seen)
+
+    def _fn(self, prefix: str, cls: type[Any]) -> str:
+        """The namespace name of ``cls``'s structure (``s``) or unstructure
+        (``u``) function."""
+        return self._const(("fn", prefix, cls), f"{prefix}_{cls.__name__}_", None)
+
+    def _const(self, key: Any, prefix: str, value: Any) -> str:
+        """A namespace name for ``value``, one per ``key``."""
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = f"{prefix}{len(self._names)}"
+            if value is not None:
+                self._ns[name] = value
+        return name
+
+    def _refuse(self, cls: type[Any]) -> dict[str, Any]:
+        """Raise :class:`Unsupported` if ``cls`` is outside the generator's
+        rules; otherwise return its resolved type hints."""
+        if not hasattr(cls, "__slots__"):
+            raise Unsupported(f"{cls.__name__} is not slotted")
+        if hasattr(cls, "__attrs_post_init__"):
+            raise Unsupported(f"{cls.__name__} has a post-init hook")
+        if "unknown" not in attrs.fields_dict(cls):
+            raise Unsupported(f"{cls.__name__} has no unknown bag")
+        for f in attrs.fields(cls):
+            if f.validator is not None or f.converter is not None:
+                raise Unsupported(f"{cls.__name__}.{f.name} has a validator or converter")
+        try:
+            return typing.get_type_hints(cls)
+        except (NameError, TypeError) as exc:
+            raise Unsupported(f"{cls.__name__}: type hints do not resolve ({exc})") from None
+
+    def _structure_source(self, cls: type[Any]) -> str:
+        hints = self._refuse(cls)
+        fields = attrs.fields(cls)
+        declared = [f for f in fields if f.name != "unknown"]
+        required = [f for f in declared if f.default is attrs.NOTHING]
+        lines = [f"def {self._fn('s', cls)}(d):"]
+        adapter = self._adapters.get(cls)
+        if adapter is not None:
+            lines.append(f"    d = {self._const(('adapt', cls), 'adapt', adapter)}(d)")
+        # Counts the declared keys found: at zero nothing is left for the
+        # unknown bag. A tagged class is reached through its tag: "type" is
+        # there, like every required key (or KeyError).
+        lines.append(f"    extra = len(d) - {len(required) + (tag_of(cls) is not None)}")
+        for i, f in enumerate(declared):
+            v, tp = f"v{i}", hints[f.name]
+            if f.default is attrs.NOTHING:
+                lines.append(f"    {v} = d[{f.name!r}]")
+                lines += self._check(tp, v, "    ")
+            else:
+                # ("in" and a subscript cost less than a d.get() call.)
+                lines.append(f"    if {f.name!r} in d:")
+                lines.append("        extra -= 1")
+                lines.append(f"        {v} = d[{f.name!r}]")
+                if f.default is None:  # null means absent
+                    lines.append(f"        if {v} is not None:")
+                    lines += self._check(_without_none(tp), v, "            ")
+                else:
+                    lines += self._check(tp, v, "        ")
+                default = (
+                    "None"
+                    if f.default is None
+                    else self._const(("default", cls, f.name), "default", f.default)
+                )
+                lines.append("    else:")
+                lines.append(f"        {v} = {default}")
+        known = self._const(("known", cls), "known", wire_keys(cls))
+        empty = self._const(("empty", cls), "empty", attrs.fields_dict(cls)["unknown"].default)
+        lines.append("    if extra == 0:")
+        lines.append(f"        unknown = {empty}")
+        lines.append("    else:")
+        lines.append(f"        unknown = {{k: x for k, x in d.items() if k not in {known}}}")
+        lines.append(f"    o = new({self._const(('cls', cls), 'cls', cls)})")
+        for f in fields:
+            setter = self._const(("set", cls, f.name), "set", _slot_setter(cls, f.name))
+            value = "unknown" if f.name == "unknown" else f"v{declared.index(f)}"
+            lines.append(f"    {setter}(o, {value})")
+        lines.append("    return o")
+        return "\n".join(lines) + "\n"
+
+    def _check(self, tp: Any, v: str, indent: str) -> list[str]:
+        """Statements that check the JSON value ``v`` against ``tp`` and
+        rebind ``v`` to the structured value."""
+        if tp is Any:
+            return []
+        primitive = _PRIMITIVE.get(tp)
+        if primitive is not None:
+            condition, label = primitive
+            return [
+                f"{indent}if {condition.format(v=v)}:",
+                f"{indent}    raise WrongType({label!r}, {v})",
+            ]
+        if tp is int:  # JSON has one number type: 5.0 is the integer 5
+            return [
+                f"{indent}if type({v}) is not int:",
+                f"{indent}    if type({v}) is float and {v}.is_integer():",
+                f"{indent}        {v} = int_({v})",
+                f"{indent}    else:",
+                f"{indent}        raise WrongType('an integer', {v})",
+            ]
+        if typing.get_origin(tp) is list:
+            (item,) = typing.get_args(tp)
+            out = [
+                f"{indent}if type({v}) is not list:",
+                f"{indent}    raise WrongType('an array', {v})",
+            ]
+            if item is Any or item in _PRIMITIVE:  # checks only, then one copy
+                out += [f"{indent}for x in {v}:", *self._check(item, "x", indent + "    ")]
+                return [*out, f"{indent}{v} = {v}.copy()"]
+            return [*out, f"{indent}{v} = [{self._item_fn(item)}(x) for x in {v}]"]
+        if attrs.has(tp):
+            if tag_of(tp) is not None:
+                raise Unsupported(f"the tagged class {tp.__name__} used as a plain field")
+            return [
+                f"{indent}if type({v}) is not dict:",
+                f"{indent}    raise WrongType('an object', {v})",
+                f"{indent}{v} = {self._fn('s', tp)}({v})",
+            ]
+        if not _is_union(tp):
+            raise Unsupported(f"no rule for the field type {tp!r}")
+        members = typing.get_args(tp)
+        rest = tuple(m for m in members if m is not _NoneType)
+        if len(rest) != len(members):  # optional: null stays None
+            return [
+                f"{indent}if {v} is not None:",
+                *self._check(_without_none(tp), v, indent + "    "),
+            ]
+        classes = [m for m in rest if attrs.has(m)]
+        if len(rest) == 2 and str in rest and len(classes) == 1:  # media: text or {"url"}
+            return [
+                f"{indent}if type({v}) is not str:",
+                f"{indent}    if type({v}) is not dict:",
+                f"{indent}        raise WrongType(\"a string or an object with 'url'\", {v})",
+                f"{indent}    {v} = {self._fn('s', classes[0])}({v})",
+            ]
+        return self._tagged(rest, v, indent)
+
+    def _tagged(self, members: tuple[Any, ...], v: str, indent: str) -> list[str]:
+        raw = [m for m in members if attrs.has(m) and is_raw_class(m)]
+        tags = {tag_of(m): m for m in members if attrs.has(m) and not is_raw_class(m)}
+        if len(raw) != 1 or None in tags or len(tags) + 1 != len(members):
+            raise Unsupported(f"a union not tagged by 'type': {members!r}")
+        table: dict[str, _Hook] = {}
+        table_name = self._const(("tags", members), "tags", table)
+        if table is self._ns[table_name]:
+            self._tables.append((table, {str(t): self._fn("s", c) for t, c in tags.items()}))
+        raw_cls = self._const(("cls", raw[0]), "cls", raw[0])
+        return [
+            f"{indent}if type({v}) is not dict:",
+            f"{indent}    raise WrongType('an object', {v})",
+            f"{indent}tag = {v}.get('type')",
+            f"{indent}if type(tag) is not str:",
+            f"{indent}    if tag is None:",
+            f"{indent}        raise KeyError('type')",
+            f"{indent}    raise WrongType('a string', tag)",
+            f"{indent}if tag in {table_name}:",
+            f"{indent}    {v} = {table_name}[tag]({v})",
+            f"{indent}else:  # a tag this version does not know (14.3)",
+            f"{indent}    {v} = {raw_cls}(raw={v})",
+        ]
+
+    def _item_fn(self, tp: Any) -> str:
+        """The namespace name of a function structuring one list item."""
+        key = ("item", repr(tp))
+        name = self._names.get(key)
+        if name is None:
+            name = self._const(key, "item", None)
+            body = self._check(tp, "v", "    ")
+            exec("\n".join([f"def {name}(v):", *body, "    return v"]) + "\n", self._ns)
+        return name
+
+    def _unstructure_source(self, cls: type[Any]) -> str:
+        hints = self._refuse(cls)
+        declared = [f for f in attrs.fields(cls) if f.name != "unknown"]
+        always = [f for f in declared if f.default is not None]
+        optional = [f for f in declared if f.default is None]
+        tag = tag_of(cls)
+        lines = [f"def {self._fn('u', cls)}(o):"]
+        items = [f"'type': {tag!r}"] if tag is not None else []
+        for i, f in enumerate(always):
+            lines.append(f"    a{i} = o.{f.name}")
+            items.append(f"{f.name!r}: {self._value(hints[f.name], f'a{i}')}")
+        lines.append(f"    out = {{{', '.join(items)}}}")
+        for f in optional:
+            lines.append(f"    v = o.{f.name}")
+            lines.append("    if v is not None:")
+            lines.append(
+                f"        out[{f.name!r}] = {self._value(_without_none(hints[f.name]), 'v')}"
+            )
+        lines.append("    v = o.unknown")
+        lines.append("    if v:")
+        lines.append("        out.update(v)")
+        lines.append("    return out")
+        return "\n".join(lines) + "\n"
+
+    def _value(self, tp: Any, v: str) -> str:
+        """An expression giving the JSON form of ``v`` (a plain name) of ``tp``."""
+        if tp is Any or tp is int or tp in _PRIMITIVE:
+            return v
+        if typing.get_origin(tp) is list:
+            (item,) = typing.get_args(tp)
+            return (
+                f"list({v})"
+                if item is Any or item is int or item in _PRIMITIVE
+                else f"[{self._value(item, 'x')} for x in {v}]"
+            )
+        if attrs.has(tp):
+            return f"{self._fn('u', tp)}({v})"
+        if not _is_union(tp):
+            raise Unsupported(f"no rule for the field type {tp!r}")
+        members = typing.get_args(tp)
+        rest = tuple(m for m in members if m is not _NoneType)
+        inner = self._value(rest[0], v) if len(rest) == 1 else self._by_type(rest, v)
+        return inner if len(rest) == len(members) else f"(None if {v} is None else {inner})"
+
+    def _by_type(self, members: tuple[Any, ...], v: str) -> str:
+        """Dispatch on the exact class of ``v``; text passes as it is."""
+        table = self._const(("by_type", members), "by_type", _ByType(self))
+        if str in members:
+            return f"({v} if type({v}) is str else {table}[type({v})]({v}))"
+        return f"{table}[type({v})]({v})"
+
+
+def _keep_raw(cls: type[Any], value: Any) -> Any:
+    return cls(raw=value)
+
+
+def _raw(obj: Any) -> Any:
+    return obj.raw
