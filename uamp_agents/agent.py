@@ -239,6 +239,7 @@ class Agent:
         metadata: dict[str, Any] | None = None,
         resume: bool = False,
         tool_choice: str | dict[str, Any] | None = None,
+        deps: Any = None,
     ) -> Turn:
         """Run the agent and return the turn (section 4.3).
 
@@ -266,6 +267,10 @@ class Agent:
                 model call that offers tools only (see
                 :attr:`ExecutionContext.tool_choice
                 <uamp_agents.context.ExecutionContext>`).
+            deps: The run's dependencies: any object (a database handle, a
+                client, settings) that tools receive as ``ctx.deps`` when
+                they take a ``ToolContext[YourDeps]`` parameter. Sub-agents
+                called as tools get the same object.
 
         Raises:
             NoModelError: No model, and no parent run to inherit one from.
@@ -283,6 +288,7 @@ class Agent:
             on_step=on_step,
             metadata=metadata,
             tool_choice=tool_choice,
+            deps=deps,
         )
 
     def stream(
@@ -295,6 +301,7 @@ class Agent:
         metadata: dict[str, Any] | None = None,
         resume: bool = False,
         tool_choice: str | dict[str, Any] | None = None,
+        deps: Any = None,
     ) -> AgentStream:
         """Run the agent as a stream of events (section 12); same arguments as :meth:`run`.
 
@@ -313,6 +320,7 @@ class Agent:
                 on_step=on_step,
                 metadata=metadata,
                 tool_choice=tool_choice,
+                deps=deps,
             )
 
         return AgentStream(runner, buffer=self.stream_buffer)
@@ -334,10 +342,10 @@ class Agent:
         """
         sub = self
 
-        async def run_sub_agent(context: ToolContext, **arguments: Any) -> str:
+        async def run_sub_agent(context: ToolContext[Any], **arguments: Any) -> str:
             task = arguments.get("task")
             text = task if isinstance(task, str) else orjson.dumps(arguments).decode()
-            turn = await sub.run(text)
+            turn = await sub.run(text, deps=context.deps)
             context.child_turns.append(turn)
             if sub.schema is not None and turn.data is not None:
                 return format_result(turn.data)
@@ -366,6 +374,7 @@ class Agent:
         on_step: StepCallback | None,
         metadata: dict[str, Any] | None,
         tool_choice: str | dict[str, Any] | None = None,
+        deps: Any = None,
     ) -> Turn:
         parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
@@ -414,6 +423,7 @@ class Agent:
                 on_step=on_step,
                 metadata=ctx.metadata,
                 tool_choice=tool_choice,
+                deps=deps,
             )
             with _running(info):
                 return await self._run_strategy(exe, ctx, abort)

@@ -156,6 +156,8 @@ class ExecutionContext:
             so a forced tool is called once rather than in every step.
         pending_tool_calls: Calls of deferred tools handed back to the
             caller (see :meth:`defer`).
+        deps: The run's dependencies (``Agent.run(..., deps=...)``), handed
+            to every tool as ``ToolContext.deps``.
     """
 
     def __init__(
@@ -178,8 +180,10 @@ class ExecutionContext:
         on_step: StepCallback | None = None,
         metadata: dict[str, Any] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        deps: Any = None,
     ) -> None:
         self.agent = agent
+        self.deps = deps
         self.llm = llm
         self.input = input
         self.history = history
@@ -376,6 +380,7 @@ class ExecutionContext:
                 turn_id=self.turn_id,
                 step=step_no,
                 state=self.state,
+                deps=self.deps,
             )
             try:
                 found = self._tools.get(call.name)

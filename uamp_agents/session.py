@@ -207,11 +207,12 @@ class Session:
 
     # --- runs ---------------------------------------------------------------
 
-    async def run(self, input: AgentInput) -> Turn:
+    async def run(self, input: AgentInput, *, deps: Any = None) -> Turn:
         """Run the agent on the current thread's history and ``input``.
 
         The turn's messages are appended to the current thread node;
-        checkpoints are made as configured and each one is saved.
+        checkpoints are made as configured and each one is saved. ``deps``
+        is handed to the agent's run (tools see it as ``ctx.deps``).
 
         Returns:
             The agent's turn, unchanged.
@@ -219,9 +220,9 @@ class Session:
         Raises:
             SessionBusyError: Another run of this session is going on.
         """
-        return await self.stream(input).turn
+        return await self.stream(input, deps=deps).turn
 
-    def stream(self, input: AgentInput) -> SessionStream:
+    def stream(self, input: AgentInput, *, deps: Any = None) -> SessionStream:
         """Stream the agent on the current thread's history and ``input``.
 
         The session's ``checkpoint`` events are interleaved with the agent's
@@ -238,7 +239,7 @@ class Session:
             # every branch below it: continue on a new branch instead.
             self.fork()
         self._running = True
-        return SessionStream(self, input)
+        return SessionStream(self, input, deps=deps)
 
     # --- checkpoints ----------------------------------------------------------
 
@@ -493,7 +494,7 @@ class SessionStream:
     to a nursery as the agent's stream does.
     """
 
-    def __init__(self, sess: Session, input: AgentInput) -> None:
+    def __init__(self, sess: Session, input: AgentInput, *, deps: Any = None) -> None:
         self._session = sess
         self._node = sess.thread_tree.current
         self._base_len = len(self._node.thread.messages)
@@ -508,15 +509,18 @@ class SessionStream:
         stream_fn: Callable[..., Any] | None = getattr(agent, "stream", None)
         self._inner: Any = None
         self._run_only: Awaitable[Turn] | None = None
+        # Only a run that was given deps passes them on, so an agent-like
+        # object without a ``deps`` parameter keeps working.
+        extra: dict[str, Any] = {} if deps is None else {"deps": deps}
         if stream_fn is None:
-            self._run_only = agent.run(history, input)
+            self._run_only = agent.run(history, input, **extra)
         elif _accepts(stream_fn, "on_step"):
-            options: dict[str, Any] = {"on_step": self._on_step}
+            options: dict[str, Any] = {"on_step": self._on_step, **extra}
             if _accepts(stream_fn, "session"):
                 options["session"] = sess  # middleware sees it (UAP 14.2)
             self._inner = stream_fn(history, input, **options)
         else:
-            self._inner = stream_fn(history, input)
+            self._inner = stream_fn(history, input, **extra)
 
     # --- per-step checkpoints ---------------------------------------------------
 

@@ -26,7 +26,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import attrs
 import orjson
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .turn import Turn
 
 __all__ = [
+    "DepsT",
     "SchemaError",
     "Tool",
     "ToolContext",
@@ -55,9 +56,20 @@ __all__ = [
 ]
 
 
+#: The type of a run's dependencies, as a tool declares it (``ToolContext[Deps]``).
+DepsT = TypeVar("DepsT")
+
+
 @attrs.define(kw_only=True, eq=False)
-class ToolContext:
+class ToolContext(Generic[DepsT]):
     """What a tool sees of the run that called it.
+
+    Generic over the run's dependencies: a tool that declares
+    ``ctx: ToolContext[MyDeps]`` gets ``ctx.deps`` typed as ``MyDeps``, so a
+    type checker verifies ``ctx.deps.db`` and friends. The object itself is
+    the ``deps=`` given to ``Agent.run``/``stream`` (``None`` without one);
+    it is not checked at run time. A bare ``ToolContext`` works as before,
+    with ``deps`` of type ``Any``.
 
     Attributes:
         call_id: The id of this tool call.
@@ -67,6 +79,7 @@ class ToolContext:
         step: The step number of the call.
         state: The calling run's execution state (``state.metadata`` is
             where a tool records facts for ``stop_condition``).
+        deps: The run's dependencies (``Agent.run(..., deps=...)``).
         child_turns: Turns of sub-agents this call ran (filled by sub-agent
             tools; the runtime records them in the tool execution).
     """
@@ -77,6 +90,7 @@ class ToolContext:
     turn_id: str
     step: int
     state: ExecutionState
+    deps: DepsT
     child_turns: list[Turn] = attrs.field(factory=list)
 
     @property
@@ -86,9 +100,17 @@ class ToolContext:
 
 
 def _is_context_hint(hint: Any) -> bool:
-    if hint is ToolContext or hint == "ToolContext":
-        return True
-    return typing.get_origin(hint) is typing.Annotated and typing.get_args(hint)[0] is ToolContext
+    """Whether a parameter's annotation asks for the :class:`ToolContext`.
+
+    ``ToolContext``, ``ToolContext[Deps]`` and ``Annotated[...]`` of either;
+    also as strings, when a postponed annotation cannot be resolved (a deps
+    class defined inside a function).
+    """
+    if isinstance(hint, str):
+        return hint == "ToolContext" or hint.startswith("ToolContext[")
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint is ToolContext or typing.get_origin(hint) is ToolContext
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -131,7 +153,7 @@ class Tool:
             )
         )
 
-    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext[Any]) -> Any:
         """Call the function with ``arguments`` (and the context); return its value.
 
         Raises:
