@@ -49,7 +49,9 @@ Payment (:mod:`uamp_proto.payment`) and delta windows (:mod:`uamp_proto.flow`)
     may be sent or accepted, and on a session that opted into delta windows
     deltas are numbered and refused once the window is full.
 
-Protocol violations are answered with ``session.error`` (code
+The rules are the tables of :mod:`uamp_proto._state` (a session machine and
+a response machine); every event goes through them, and this module applies
+the moves and their effects. Protocol violations are answered with ``session.error`` (code
 ``invalid_event`` and friends, ``details`` naming the offending event), which
 leaves the session open; ``response.error`` is kept for failures of a
 response and for ``version_mismatch``, as the spec uses it.

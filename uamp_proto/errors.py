@@ -41,8 +41,10 @@ class ProtocolError(UampError):
         session_id: The session the error belongs to, or ``None`` when it
             concerns the whole connection.
         event_id: The ``event_id`` of the offending event, when known.
-        reply: The error event to send to the peer (set on remote errors),
-            or ``None``.
+        reply: The error event a server answers the violation with (set
+            when the client broke the rule, on either side: a client's
+            refused ``send`` carries what the server would have said), or
+            ``None``.
     """
 
     def __init__(

@@ -2,85 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import orjson
 import pytest
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto._state import TERMINAL_RESPONSE_STATES
 from uamp_proto.connection import (
-    CLIENT_EVENTS,
     NEED_DATA,
-    RESPONSE_EVENTS,
-    RESPONSE_TRANSITIONS,
-    SERVER_EVENTS,
-    SESSION_TRANSITIONS,
     ClientConnection,
     ConnectionConfig,
     ResponseState,
-    Role,
     ServerConnection,
     SessionState,
 )
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
 from uamp_proto.ids import counter_ids
 
-from .samples import MINIMAL, sample
-
-
-class Pair:
-    """A client and a server wired back to back in memory."""
-
-    def __init__(self, **client_options: Any) -> None:
-        self.client = ClientConnection(ConnectionConfig(ids=counter_ids(1000), **client_options))
-        self.server = ServerConnection(ConnectionConfig(ids=counter_ids(1)))
-
-    def to_server(self, data: bytes) -> ev.Event:
-        self.server.receive(data)
-        event = self.server.next_event()
-        assert event is not NEED_DATA
-        self.flush_server()
-        return event  # type: ignore[return-value]
-
-    def to_client(self, data: bytes) -> ev.Event:
-        self.client.receive(data)
-        event = self.client.next_event()
-        assert event is not NEED_DATA
-        for owed in self.client.data_to_send():
-            self.to_server(owed)
-        return event  # type: ignore[return-value]
-
-    def flush_server(self) -> list[ev.Event]:
-        got = []
-        for owed in self.server.data_to_send():
-            self.client.receive(owed)
-            got.append(self.client.next_event())
-        return got  # type: ignore[return-value]
-
-    def client_sends(self, event: ev.Event) -> ev.Event:
-        return self.to_server(self.client.send(event))
-
-    def server_sends(self, event: ev.Event) -> ev.Event:
-        return self.to_client(self.server.send(event))
-
-    def open(self, **fields: Any) -> str:
-        created = self.to_server(self.client.create_session(**fields))
-        assert isinstance(created, ev.SessionCreate)
-        sid = created.session_id
-        assert sid is not None
-        self.to_client(self.server.accept(sid))
-        return sid
-
-    def start_response(self, sid: str | None = None, text: str = "hi") -> str:
-        self.client_sends(ev.InputText(session_id=sid, text=text))
-        self.client_sends(ev.ResponseCreate(session_id=sid))
-        tracker = self.server.session(sid).response
-        assert tracker is not None
-        self.server_sends(ev.ResponseCreated(session_id=sid, response_id=tracker.response_id))
-        return tracker.response_id
+from .pair import Pair
+from .samples import MINIMAL
 
 
 def _remote_error(conn: ServerConnection | ClientConnection, data: bytes) -> RemoteProtocolError:
@@ -463,108 +403,7 @@ def test_local_violation_changes_nothing() -> None:
         pair.server.send(ev.SystemStop())
 
 
-# --- the order tables, exhaustively ------------------------------------------------
-
-
-def _session_in(state: SessionState) -> Pair:
-    pair = Pair()
-    if state is SessionState.CREATING:
-        pair.to_server(pair.client.create_session(session_id="s1"))
-    else:
-        pair.open(session_id="s1")
-    return pair
-
-
-_SESSION_CASES = [
-    (sender, state, etype)
-    for (sender, state) in SESSION_TRANSITIONS
-    if state in (SessionState.CREATING, SessionState.ACTIVE)
-    for etype in sorted(CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS)
-    if etype not in RESPONSE_EVENTS and not etype.startswith("payment.")
-]
-
-
-@pytest.mark.parametrize(("sender", "state", "etype"), _SESSION_CASES)
-def test_session_table(sender: Role, state: SessionState, etype: str) -> None:
-    """Every (sender, state, event) is allowed exactly when the table lists it."""
-    pair = _session_in(state)
-    allowed = etype in SESSION_TRANSITIONS[(sender, state)]
-    if etype in ("session.create", "session.created"):
-        return  # opening rules are tested above
-    event = sample(etype, session_id="s1")
-    if sender is Role.CLIENT:
-        if allowed:
-            pair.to_server(pair.client.send(event))
-        else:
-            with pytest.raises(RemoteProtocolError):
-                pair.server.receive(
-                    orjson.dumps({"type": etype, **MINIMAL[etype], "session_id": "s1"})
-                )
-                pair.server.next_event()
-    else:
-        if allowed:
-            pair.server.send(event)
-        else:
-            with pytest.raises(LocalProtocolError):
-                pair.server.send(event)
-    expected = SESSION_TRANSITIONS[(sender, state)].get(etype)
-    if allowed and expected is SessionState.ENDED:
-        assert "s1" not in pair.server.sessions
-    elif allowed:
-        assert pair.server.session("s1").state is expected
-
-
-def _phase(pair: Pair, phase: ResponseState) -> None:
-    if phase is ResponseState.IDLE:
-        return
-    pair.client_sends(ev.InputText(session_id="s1", text="x"))
-    pair.client_sends(ev.ResponseCreate(session_id="s1"))
-    if phase is ResponseState.IN_PROGRESS:
-        tracker = pair.server.session("s1").response
-        assert tracker is not None
-        pair.server_sends(ev.ResponseCreated(session_id="s1", response_id=tracker.response_id))
-        pair.server_sends(ev.ToolCall(session_id="s1", call_id="call_1", name="f", arguments="{}"))
-
-
-_RESPONSE_CASES = [
-    (sender, phase, etype)
-    for (sender, phase) in RESPONSE_TRANSITIONS
-    for etype in sorted(
-        RESPONSE_EVENTS & (CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS)
-    )
-]
-
-
-@pytest.mark.parametrize(("sender", "phase", "etype"), _RESPONSE_CASES)
-def test_response_table(sender: Role, phase: ResponseState, etype: str) -> None:
-    """Every (sender, phase, event) is allowed exactly when the table lists it."""
-    pair = _session_in(SessionState.ACTIVE)
-    _phase(pair, phase)
-    allowed = etype in RESPONSE_TRANSITIONS[(sender, phase)]
-    overrides: dict[str, Any] = {"session_id": "s1"}
-    if etype == "response.created":
-        overrides["response_id"] = "resp_new"
-    event = sample(etype, **overrides)
-    conn_send = pair.client.send if sender is Role.CLIENT else pair.server.send
-    receiver = pair.server if sender is Role.CLIENT else pair.client
-    if allowed:
-        data = conn_send(event)
-        receiver.receive(data)
-        receiver.next_event()
-        after = RESPONSE_TRANSITIONS[(sender, phase)][etype]
-        # A terminal state frees the slot.
-        assert pair.server.session("s1").phase is (
-            ResponseState.IDLE if after in TERMINAL_RESPONSE_STATES else after
-        )
-    else:
-        with pytest.raises(LocalProtocolError):
-            conn_send(event)
-        # The same event arriving from a misbehaving peer is a remote error.
-        receiver.receive(orjson.dumps({"type": etype, **MINIMAL[etype], **overrides}))
-        with pytest.raises(RemoteProtocolError):
-            receiver.next_event()
-        assert pair.server.session("s1").phase is phase
-
+# The order tables are walked exhaustively in test_state_walk.py.
 
 # --- payment ------------------------------------------------------------------------
 
