@@ -171,14 +171,14 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     server = Server(app, config)
     try:
-        trio.run(_serve, server)
+        trio.run(_serve, server, app)
     except OSError as exc:
         print(f"uamp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-async def _serve(server: Server) -> None:
+async def _serve(server: Server, app: App) -> None:
     # The signal receiver is open before the URLs are printed, so a signal
     # sent as soon as they appear is handled gracefully.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -200,8 +200,7 @@ async def _serve(server: Server) -> None:
 
             await nursery.start(run)
             nursery.start_soon(watch)
-            assert server.app is not None
-            print_urls(server, server.app)
+            print_urls(server, app)
 
 
 def print_urls(server: Server, app: App, *, file: Any = None) -> None:

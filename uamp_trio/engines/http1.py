@@ -565,12 +565,10 @@ class _Http1Connection:
             raise _Close from None
 
     async def _upgrade(self, request: Request, target: str) -> None:
-        resolved = self.server.router.resolve_websocket(request.path)
-        if resolved is None:
+        handler = self.server.app.websocket_handler_for(request)
+        if handler is None:
             await self._send_error(404, f"No WebSocket endpoint at {request.path}.", "not_found")
             return
-        handler, params = resolved
-        request.path_params = params
         pending = WebSocketRequest(
             request,
             self.stream,

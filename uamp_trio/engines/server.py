@@ -13,8 +13,11 @@ nursery. Each connection picks its protocol once:
 
 Both protocol handlers (:mod:`uamp_trio.engines.http1`, :mod:`uamp_trio.engines.http2`)
 turn requests into the same :class:`~uamp_trio.engines.http.Request` and hand it to
-:meth:`Server.dispatch`, which finds the endpoint in the app's router; so
-endpoints are written once. HTTP/2 runs one task per stream.
+:meth:`Server.dispatch`, which asks the served :class:`Dispatcher` (the
+composition root :class:`uamp_trio.App`, or a bare route table) for the
+endpoint; so endpoints are written once and the engines know no router and
+no transport. HTTP/2 runs one task per stream. WebSocket upgrades (HTTP/1.1)
+ask the dispatcher for a handler the same way.
 
 Shutdown: :meth:`Server.shutdown` (or cancelling ``serve``'s scope for an
 immediate stop) closes the listeners, asks every connection to drain (idle
@@ -31,17 +34,17 @@ import math
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import trio
 
-from ..app import App, Router
-from .http import HTTPError, Request, Response, StreamingResponse, error_response
+from .http import Endpoint, HTTPError, Request, Response, StreamingResponse, error_response
 from .http1 import serve_http1
 from .http2 import serve_http2
+from .websocket import WebSocketHandler
 
-__all__ = ["Server", "ServerConfig", "serve"]
+__all__ = ["Dispatcher", "Server", "ServerConfig", "serve"]
 
 log = logging.getLogger("uamp_trio.server")
 
@@ -99,6 +102,29 @@ class ServerConfig:
             raise ValueError("shutdown_grace must not be negative")
 
 
+class Dispatcher(Protocol):
+    """What a server serves: finds the endpoint or WebSocket handler of a request."""
+
+    def endpoint_for(self, request: Request) -> Endpoint:
+        """The endpoint for ``request`` (fills ``request.path_params``).
+
+        Raises:
+            HTTPError: No endpoint (404, 405...); rendered as the response.
+        """
+        ...
+
+    def websocket_handler_for(self, request: Request) -> WebSocketHandler | None:
+        """The handler for a WebSocket upgrade, or ``None`` (the server answers 404)."""
+        ...
+
+
+@runtime_checkable
+class HasBackground(Protocol):
+    """A dispatcher with a nursery slot for work that outlives its request."""
+
+    background: trio.Nursery | None
+
+
 class ConnectionTracker:
     """What the server knows of one live connection, for graceful shutdown.
 
@@ -127,19 +153,21 @@ class ConnectionTracker:
 
 
 class Server:
-    """An HTTP/1.1 + HTTP/2 (+ WebSocket) server for an :class:`App` or :class:`Router`.
+    """An HTTP/1.1 + HTTP/2 (+ WebSocket) server for a :class:`Dispatcher`.
 
     Args:
-        app: What to serve.
+        app: What to serve: an :class:`uamp_trio.App` (its ``background``
+            is set to the server's connection nursery while serving) or a
+            bare :class:`~uamp_trio.hosting.router.Router`.
         config: Options; keyword ``overrides`` replace single fields.
 
     Run it with ``port = await nursery.start(server.serve)``; stop it
     gracefully with :meth:`shutdown`, or at once by cancelling.
     """
 
-    def __init__(self, app: App | Router, config: ServerConfig | None = None, **overrides: Any):
-        self.app = app if isinstance(app, App) else None
-        self.router = app.router if isinstance(app, App) else app
+    def __init__(self, app: Dispatcher, config: ServerConfig | None = None, **overrides: Any):
+        self.app = app
+        self._host = app if isinstance(app, HasBackground) else None
         self.config = attrs.evolve(config or ServerConfig(), **overrides)
         self.ssl_context = _ssl_context(self.config) if self.config.certfile else None
         #: Bound ``(host, port)`` of every listener, once serving.
@@ -197,8 +225,8 @@ class Server:
         ]
         try:
             async with trio.open_nursery() as connections:
-                if self.app is not None:
-                    self.app.background = connections
+                if self._host is not None:
+                    self._host.background = connections
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
                         acceptors.start_soon(self._accept_loop, listener, connections)
@@ -212,8 +240,8 @@ class Server:
                 await self._drain()
                 connections.cancel_scope.cancel()
         finally:
-            if self.app is not None:
-                self.app.background = None
+            if self._host is not None:
+                self._host.background = None
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
@@ -336,11 +364,9 @@ class Server:
         return data
 
     async def dispatch(self, request: Request) -> Response | StreamingResponse:
-        """Route ``request`` to its endpoint; errors become JSON error responses."""
+        """Hand ``request`` to its endpoint; errors become JSON error responses."""
         try:
-            endpoint, params = self.router.resolve(request.method, request.path)
-            request.path_params = params
-            return await endpoint(request)
+            return await self.app.endpoint_for(request)(request)
         except HTTPError as exc:
             return exc.to_response()
         except Exception:
@@ -360,7 +386,7 @@ def _ssl_context(cfg: ServerConfig) -> ssl.SSLContext:
 
 
 async def serve(
-    app: App | Router,
+    app: Dispatcher,
     config: ServerConfig | None = None,
     *,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,

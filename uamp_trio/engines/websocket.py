@@ -1,10 +1,11 @@
 """WebSocket endpoints: the hand-over from HTTP/1.1 and a small wsproto socket.
 
-When an HTTP/1.1 request asks for ``Upgrade: websocket`` and a route of
-:attr:`Router.websocket_routes <uamp_trio.app.Router.websocket_routes>`
-matches, the server stops speaking HTTP on that connection and calls the
-route's handler with a :class:`WebSocketRequest`: the parsed request, the raw
-stream and any bytes already read past the request head. The handler calls
+When an HTTP/1.1 request asks for ``Upgrade: websocket`` and the server's
+dispatcher has a handler for its path
+(:meth:`~uamp_trio.engines.server.Dispatcher.websocket_handler_for`), the
+server stops speaking HTTP on that connection and calls the handler with a
+:class:`WebSocketRequest`: the parsed request, the raw stream and any bytes
+already read past the request head. The handler calls
 :meth:`WebSocketRequest.accept` (wsproto writes the ``101`` handshake) and
 talks over the returned :class:`WebSocket`, or :meth:`~WebSocketRequest.reject`
 with an HTTP status. A handler that returns without doing either gets a 403.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 import trio
 from wsproto import WSConnection
@@ -36,9 +38,12 @@ from uamp_proto.errors import UampError
 
 from .http import Request
 
-__all__ = ["ConnectionClosed", "WebSocket", "WebSocketRequest"]
+__all__ = ["ConnectionClosed", "WebSocket", "WebSocketHandler", "WebSocketRequest"]
 
 _READ_SIZE = 65536
+
+#: A WebSocket endpoint: receives the upgrade request, accepts or rejects it.
+WebSocketHandler = Callable[["WebSocketRequest"], Awaitable[None]]
 
 
 class ConnectionClosed(UampError):

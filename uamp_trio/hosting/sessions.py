@@ -110,7 +110,7 @@ from uamp_proto.response import ResponseTracker
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
-    from ..app import App
+    from .host import Host
 
 __all__ = [
     "Outbox",
@@ -449,7 +449,7 @@ class SessionHost:
         limits: SessionLimits | None = None,
         transport: str = "uamp",
         clock: Callable[[], float] = time.time,
-        app: App | None = None,
+        app: Host | None = None,
     ) -> None:
         self.limits = limits or SessionLimits()
         self.conn = ServerConnection(

@@ -54,12 +54,20 @@ from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.sse import encode_json
 
-from ..app import App, Transport
 from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
+from ..hosting.host import Host, Transport
+from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
 from ..stores.a2a_tasks import TaskStore
 
 __all__ = ["A2ATransport", "mount", "transport"]
+
+#: What middleware knows of these routes: the agent card is public; JSON-RPC
+#: refusals are JSON-RPC errors; the REST binding answers OpenAI-shaped objects
+#: (as its own errors).
+CARD_ROUTES = RouteMeta(transport="a2a", error_style="openai", public=True)
+RPC_ROUTES = RouteMeta(transport="a2a", error_style="jsonrpc")
+REST_ROUTES = RouteMeta(transport="a2a", error_style="openai")
 
 log = logging.getLogger("uamp_trio.a2a")
 
@@ -130,7 +138,7 @@ class A2ATransport:
 
     def __init__(
         self,
-        app: App,
+        app: Host,
         *,
         payment_policy: PaymentPolicy | None = None,
         public_url: str | None = None,
@@ -154,12 +162,15 @@ class A2ATransport:
     def mount(self) -> None:
         """Register the routes on the app."""
         app = self.app
-        app.agent_route("GET", "/.well-known/agent-card.json", self.card, label="A2A agent card")
-        app.agent_route("GET", "/.well-known/agent.json", self.card)
-        app.agent_route("POST", "/a2a", self.rpc, label="A2A JSON-RPC")
-        app.agent_route("POST", "/tasks", self.rest_create, label="A2A tasks (REST)")
-        app.agent_route("GET", "/tasks/{task_id}", self.rest_get)
-        app.agent_route("DELETE", "/tasks/{task_id}", self.rest_cancel)
+        card = "/.well-known/agent-card.json"
+        app.agent_route("GET", card, self.card, label="A2A agent card", meta=CARD_ROUTES)
+        app.agent_route("GET", "/.well-known/agent.json", self.card, meta=CARD_ROUTES)
+        app.agent_route("POST", "/a2a", self.rpc, label="A2A JSON-RPC", meta=RPC_ROUTES)
+        app.agent_route(
+            "POST", "/tasks", self.rest_create, label="A2A tasks (REST)", meta=REST_ROUTES
+        )
+        app.agent_route("GET", "/tasks/{task_id}", self.rest_get, meta=REST_ROUTES)
+        app.agent_route("DELETE", "/tasks/{task_id}", self.rest_cancel, meta=REST_ROUTES)
 
     # --- the agent card ----------------------------------------------------------------
 
@@ -636,7 +647,7 @@ def transport(
 ) -> Transport:
     """A configured A2A transport to pass to :meth:`App.mount`."""
 
-    def mount_configured(app: App) -> None:
+    def mount_configured(app: Host) -> None:
         A2ATransport(
             app,
             payment_policy=payment_policy,
@@ -648,6 +659,6 @@ def transport(
     return mount_configured
 
 
-def mount(app: App) -> None:
+def mount(app: Host) -> None:
     """Mount the A2A transport on ``app`` with defaults (a :data:`Transport`)."""
     A2ATransport(app).mount()

@@ -53,9 +53,10 @@ from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder, TurnRequest
 
-from ..app import App
 from ..engines.http import HTTPError, Request, Response
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
+from ..hosting.host import Host
+from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, ResponseRun, open_response
 
 __all__ = [
@@ -66,6 +67,9 @@ __all__ = [
     "mount",
     "serve_stdio",
 ]
+
+#: What middleware knows of these routes: JSON-RPC error refusals.
+ROUTES = RouteMeta(transport="acp", error_style="jsonrpc")
 
 log = logging.getLogger("uamp_trio.acp")
 
@@ -517,7 +521,7 @@ class AcpTransport:
             :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
     """
 
-    def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+    def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
         self.app = app
         self._payment_policy = payment_policy
         self.store = AcpSessionStore()
@@ -529,8 +533,8 @@ class AcpTransport:
 
     def mount(self) -> None:
         """Register ``POST .../acp`` and ``WS .../acp/stream``."""
-        self.app.agent_route("POST", "/acp", self.http, label="ACP (JSON-RPC)")
-        self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream")
+        self.app.agent_route("POST", "/acp", self.http, label="ACP (JSON-RPC)", meta=ROUTES)
+        self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream", meta=ROUTES)
 
     async def http(self, request: Request) -> Response:
         """``POST .../acp``: one JSON-RPC payload in, its answer out."""
@@ -568,6 +572,6 @@ class AcpTransport:
             await ws.close()
 
 
-def mount(app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+def mount(app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
     """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
     AcpTransport(app, payment_policy=payment_policy).mount()

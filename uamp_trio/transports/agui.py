@@ -29,11 +29,15 @@ from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, tur
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.sse import encode_json
 
-from ..app import App, Transport
 from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
+from ..hosting.host import Host, Transport
+from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
 
 __all__ = ["AguiTransport", "mount", "transport"]
+
+#: What middleware knows of this route: OpenAI-shaped error objects (as its own errors).
+ROUTES = RouteMeta(transport="agui", error_style="openai")
 
 _SSE_HEADERS = [
     ("content-type", "text/event-stream; charset=utf-8"),
@@ -54,13 +58,13 @@ class AguiTransport:
         ids: Id source for messages, reasoning blocks and responses.
     """
 
-    def __init__(self, app: App, *, ids: IdSource = random_ids) -> None:
+    def __init__(self, app: Host, *, ids: IdSource = random_ids) -> None:
         self.app = app
         self.ids = ids
 
     def mount(self) -> None:
         """Register the route on the app."""
-        self.app.agent_route("POST", "/agui", self.run, label="AG-UI")
+        self.app.agent_route("POST", "/agui", self.run, label="AG-UI", meta=ROUTES)
 
     async def run(self, request: Request) -> StreamingResponse:
         """``POST .../agui``: one agent run."""
@@ -123,12 +127,12 @@ class AguiTransport:
 def transport(*, ids: IdSource = random_ids) -> Transport:
     """A configured AG-UI transport to pass to :meth:`App.mount`."""
 
-    def mount_configured(app: App) -> None:
+    def mount_configured(app: Host) -> None:
         AguiTransport(app, ids=ids).mount()
 
     return mount_configured
 
 
-def mount(app: App) -> None:
+def mount(app: Host) -> None:
     """Mount the AG-UI transport on ``app`` (a :data:`Transport`)."""
     AguiTransport(app).mount()

@@ -56,7 +56,6 @@ from uamp_proto.events import Event
 from uamp_proto.responder import Responder
 from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
 
-from ..app import App
 from ..engines.http import (
     HTTPError,
     Request,
@@ -65,9 +64,16 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
+from ..hosting.host import Host
+from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, run_response
 
 __all__ = ["CompletionsTransport", "mount"]
+
+#: What middleware knows of these routes: OpenAI error objects.
+ROUTES = RouteMeta(transport="completions", error_style="openai")
+#: The JWKS that verifies signed responses: served to anyone.
+PUBLIC_ROUTES = RouteMeta(transport="completions", error_style="openai", public=True)
 
 log = logging.getLogger("uamp_trio.completions")
 
@@ -107,19 +113,25 @@ def _error_json(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:
 class CompletionsTransport:
     """The Chat Completions endpoints of an :class:`~uamp_trio.app.App`."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
 
     def mount(self) -> None:
         """Register the routes on the app."""
         app = self.app
         app.agent_route(
-            "POST", "/chat/completions", self.chat_completions, label="Chat Completions"
+            "POST",
+            "/chat/completions",
+            self.chat_completions,
+            label="Chat Completions",
+            meta=ROUTES,
         )
-        app.agent_route("POST", "/v1/chat/completions", self.chat_completions)
-        app.agent_route("GET", "/capabilities", self.capabilities, label="Capabilities")
-        app.agent_route("GET", "/v1/models", self.models, label="Models")
-        app.agent_route("GET", JWKS_PATH, self.jwks)
+        app.agent_route("POST", "/v1/chat/completions", self.chat_completions, meta=ROUTES)
+        app.agent_route(
+            "GET", "/capabilities", self.capabilities, label="Capabilities", meta=ROUTES
+        )
+        app.agent_route("GET", "/v1/models", self.models, label="Models", meta=ROUTES)
+        app.agent_route("GET", JWKS_PATH, self.jwks, meta=PUBLIC_ROUTES)
 
     # --- endpoints -------------------------------------------------------------
 
@@ -276,6 +288,6 @@ class CompletionsTransport:
         await send(tail)
 
 
-def mount(app: App) -> None:
+def mount(app: Host) -> None:
     """Mount the Chat Completions transport on ``app`` (a :data:`Transport`)."""
     CompletionsTransport(app).mount()

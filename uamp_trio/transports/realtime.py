@@ -47,12 +47,16 @@ from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder
 
-from ..app import App
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
+from ..hosting.host import Host
+from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRun, open_response
 
 __all__ = ["RealtimeTransport", "mount"]
+
+#: What middleware knows of these routes: OpenAI error objects.
+ROUTES = RouteMeta(transport="realtime", error_style="openai")
 
 log = logging.getLogger("uamp_trio.realtime")
 
@@ -238,7 +242,7 @@ class RealtimeTransport:
             :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
     """
 
-    def __init__(self, app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+    def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
         self.app = app
         self._payment_policy = payment_policy
 
@@ -249,8 +253,8 @@ class RealtimeTransport:
 
     def mount(self) -> None:
         """Register ``WS .../realtime`` (and ``/v1/realtime`` at the root)."""
-        self.app.agent_websocket("/realtime", self.websocket, label="Realtime")
-        self.app.router.add_websocket("/v1/realtime", self.websocket)
+        self.app.agent_websocket("/realtime", self.websocket, label="Realtime", meta=ROUTES)
+        self.app.router.add_websocket("/v1/realtime", self.websocket, meta=ROUTES)
 
     async def websocket(self, pending: WebSocketRequest) -> None:
         """Accept a Realtime connection and serve it until it closes."""
@@ -283,6 +287,6 @@ class RealtimeTransport:
             await ws.close()
 
 
-def mount(app: App, *, payment_policy: PaymentPolicy | None = None) -> None:
+def mount(app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
     """Mount the Realtime transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
     RealtimeTransport(app, payment_policy=payment_policy).mount()

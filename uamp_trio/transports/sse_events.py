@@ -56,12 +56,16 @@ from ..engines.http import (
     error_body,
     json_response,
 )
+from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..hosting.host import Host
 
 __all__ = ["SSEEventsTransport", "mount"]
+
+#: What middleware knows of these routes: UAMP ``session.error`` refusals.
+ROUTES = RouteMeta(transport="sse_events", error_style="uamp")
 
 log = logging.getLogger("uamp_trio.sse_events")
 
@@ -194,7 +198,7 @@ class SSEEventsTransport:
             with no stream and no POST).
     """
 
-    def __init__(self, app: App, limits: SessionLimits | None = None) -> None:
+    def __init__(self, app: Host, limits: SessionLimits | None = None) -> None:
         self.app = app
         self.limits = limits or SessionLimits(max_sessions=1)
         self._sessions: dict[str, _HttpSession] = {}
@@ -328,10 +332,14 @@ class SSEEventsTransport:
             ],
         )
 
-    def mount(self, app: App) -> None:
+    def mount(self, app: Host) -> None:
         """Register the endpoints on ``app``."""
-        app.agent_route("POST", "/events", self.post_events, label="UAMP HTTP+SSE (POST)")
-        app.agent_route("GET", "/events/stream", self.stream_events, label="UAMP SSE stream")
+        app.agent_route(
+            "POST", "/events", self.post_events, label="UAMP HTTP+SSE (POST)", meta=ROUTES
+        )
+        app.agent_route(
+            "GET", "/events/stream", self.stream_events, label="UAMP SSE stream", meta=ROUTES
+        )
 
 
 def _not_found(error: Any) -> bool:
@@ -375,6 +383,6 @@ def _split_body(request: Request) -> tuple[list[bytes], object]:
     )
 
 
-def mount(app: App, limits: SessionLimits | None = None) -> None:
+def mount(app: Host, limits: SessionLimits | None = None) -> None:
     """Serve UAMP over HTTP+SSE on ``app`` (see the module docstring)."""
     SSEEventsTransport(app, limits).mount(app)

@@ -58,13 +58,17 @@ from ..engines.ws_frames import (
     WebSocketClosed,
     make_engine,
 )
+from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 if TYPE_CHECKING:
-    from ..app import App
     from ..engines.websocket import WebSocketRequest
+    from ..hosting.host import Host
 
 __all__ = ["UampWebSocketConfig", "UampWebSocketEndpoint", "mount", "serve_uamp_websocket"]
+
+#: What middleware knows of these routes: UAMP ``session.error`` refusals.
+ROUTES = RouteMeta(transport="uamp_ws", error_style="uamp")
 
 log = logging.getLogger("uamp_trio.uamp_ws")
 
@@ -100,7 +104,7 @@ class UampWebSocketEndpoint:
         config: Endpoint options.
     """
 
-    def __init__(self, app: App, config: UampWebSocketConfig | None = None) -> None:
+    def __init__(self, app: Host, config: UampWebSocketConfig | None = None) -> None:
         self.app = app
         self.config = config or UampWebSocketConfig()
 
@@ -131,11 +135,11 @@ class UampWebSocketEndpoint:
         )
 
 
-def mount(app: App, config: UampWebSocketConfig | None = None) -> None:
+def mount(app: Host, config: UampWebSocketConfig | None = None) -> None:
     """Serve native UAMP over WebSocket on ``app`` (see the module docstring)."""
     endpoint = UampWebSocketEndpoint(app, config)
-    app.agent_websocket("/uamp", endpoint, label="UAMP WebSocket")
-    app.router.add_websocket("/ws", endpoint)
+    app.agent_websocket("/uamp", endpoint, label="UAMP WebSocket", meta=ROUTES)
+    app.router.add_websocket("/ws", endpoint, meta=ROUTES)
 
 
 class _Connection:
@@ -255,7 +259,7 @@ async def serve_uamp_websocket(
     initial_data: bytes = b"",
     limits: SessionLimits | None = None,
     engine: EngineName | None = None,
-    app: App | None = None,
+    app: Host | None = None,
 ) -> None:
     """Serve UAMP on an open WebSocket (after the ``101``) until it closes.
 

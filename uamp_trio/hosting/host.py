@@ -1,0 +1,139 @@
+"""The host: what a transport sees of the server it is mounted on.
+
+A :class:`Host` holds the route table, the hosted agents and the shared
+services the composition root configures (payment policy, response signer,
+the background nursery). Transports are plain ``mount(host)`` functions that
+register routes with :meth:`Host.agent_route` / :meth:`Host.agent_websocket`
+-- each under ``/agents/{agent}`` and, as spec 004 asks for a single-agent
+server, at the root -- and find their agent with :meth:`Host.resolve_agent`.
+:class:`uamp_trio.App` is the host the root builds (it adds the middleware
+chain and the default transports); see docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import trio
+
+from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.responder import Responder
+
+from ..engines.http import Endpoint
+from ..engines.websocket import WebSocketHandler
+from .agents import AgentRegistry
+from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
+
+if TYPE_CHECKING:
+    from uamp_proto.signing import ResponseSigner
+
+__all__ = ["Host", "Transport"]
+
+#: A transport mounts its endpoints on a host.
+Transport = Callable[["Host"], None]
+
+
+class Host:
+    """The agents a server hosts, the routes of their transports and shared services."""
+
+    def __init__(
+        self, agents: Iterable[Responder] = (), *, payment_policy: PaymentPolicy | None = None
+    ) -> None:
+        self.router = Router()
+        self.agents = AgentRegistry()
+        #: Consulted by every transport before a turn runs (``None``: free).
+        #: Transports read it when a request arrives, so it may be set after
+        #: mounting.
+        self.payment_policy: PaymentPolicy | None = payment_policy
+        #: A nursery for work that outlives the request that started it (A2A
+        #: tasks). :class:`~uamp_trio.engines.server.Server` sets it while
+        #: serving and cancels what is left at the end of its shutdown grace
+        #: period.
+        self.background: trio.Nursery | None = None
+        #: Signs Chat Completions responses (spec 004 "Response Signing"):
+        #: a :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable
+        #: ``sign(response_text, request_bytes) -> str`` with a ``jwks()``
+        #: method. ``None`` (the default): responses are not signed and no
+        #: JWKS is served. Read per request, so it may be set after mounting.
+        self.response_signer: ResponseSigner | None = None
+        for agent in agents:
+            self.add_agent(agent)
+
+    def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
+        """The error a transport should report before running a turn, or ``None``.
+
+        Every transport asks this one question so that the same agent behaves
+        the same whatever protocol its client speaks.
+        """
+        if self.payment_policy is None:
+            return None
+        requirements = self.payment_policy.check(agent, token)
+        return None if requirements is None else PaymentRequiredError(requirements)
+
+    def add_agent(self, agent: Responder) -> None:
+        """Host ``agent`` under ``/agents/{agent.name}/`` (see :meth:`AgentRegistry.add`)."""
+        self.agents.add(agent)
+
+    def mount(self, *transports: Transport) -> None:
+        """Let each transport register its routes."""
+        for transport in transports:
+            transport(self)
+
+    def agent_route(
+        self,
+        methods: str | Iterable[str],
+        subpath: str,
+        endpoint: Endpoint,
+        *,
+        label: str | None = None,
+        root: bool = True,
+        meta: RouteMeta = DEFAULT_META,
+    ) -> None:
+        """Serve ``endpoint`` at ``/agents/{agent}<subpath>`` (and at ``<subpath>``).
+
+        Args:
+            root: Also answer at the bare ``subpath``; :meth:`resolve_agent`
+                then picks the only hosted agent.
+            meta: What middleware knows of the route (transport, error style,
+                public).
+        """
+        self.router.add(methods, AGENT_PREFIX + subpath, endpoint, label=label, meta=meta)
+        if root:
+            self.router.add(methods, subpath, endpoint, label=None, meta=meta)
+
+    def agent_websocket(
+        self,
+        subpath: str,
+        handler: WebSocketHandler,
+        *,
+        label: str | None = None,
+        root: bool = True,
+        meta: RouteMeta = DEFAULT_META,
+    ) -> None:
+        """Serve a WebSocket ``handler`` at ``/agents/{agent}<subpath>`` (and ``<subpath>``)."""
+        self.router.add_websocket(AGENT_PREFIX + subpath, handler, label=label, meta=meta)
+        if root:
+            self.router.add_websocket(subpath, handler, label=None, meta=meta)
+
+    def resolve_agent(self, path_params: dict[str, str], *, model: str | None = None) -> Responder:
+        """The agent a request addresses (see :meth:`AgentRegistry.resolve`).
+
+        Raises:
+            HTTPError: 404 ``agent_not_found``.
+        """
+        return self.agents.resolve(path_params, model=model)
+
+    def urls(self, http_base: str, ws_base: str) -> dict[str, list[tuple[str, str]]]:
+        """``{agent: [(label, url), ...]}`` for every labelled route, for display."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for name in self.agents:
+            rows: list[tuple[str, str]] = []
+            for route in self.router.routes:
+                if route.label and "{agent}" in route.pattern:
+                    rows.append((route.label, http_base + route.pattern.replace("{agent}", name)))
+            for ws in self.router.websocket_routes:
+                if ws.label and "{agent}" in ws.pattern:
+                    rows.append((ws.label, ws_base + ws.pattern.replace("{agent}", name)))
+            out[name] = rows
+        return out

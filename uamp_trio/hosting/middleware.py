@@ -1,0 +1,116 @@
+"""The middleware type and the one error renderer every refusal goes through.
+
+Theory of operation
+-------------------
+The composition root (:class:`uamp_trio.App`) runs its middleware around
+every HTTP endpoint and every WebSocket handler of every transport. A
+middleware is an async callable ``middleware(call, call_next)``: it sees a
+:class:`Call` -- the request (for a WebSocket, the upgrade request, with the
+pending :class:`~uamp_trio.engines.websocket.WebSocketRequest` beside it) and
+the :class:`~uamp_trio.hosting.router.RouteMeta` of the route it matched --
+and either passes it on (``return await call_next(call)``, which returns the
+endpoint's response, or ``None`` for a WebSocket once its handler is done) or
+refuses it by raising :class:`Refusal`. The root answers a refusal in the
+route's own style (:func:`render_error`): an OpenAI error object on
+Completions, Realtime, AG-UI and A2A REST routes, a JSON-RPC error on A2A
+JSON-RPC and ACP, a UAMP ``session.error`` on the UAMP routes; a WebSocket
+upgrade is refused with that body before the handshake.
+
+Authentication, rate limits and request logging are middleware; the
+transports know nothing of them. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import orjson
+
+from ..engines.http import JSON_HEADERS, HTTPError, Request, Response, StreamingResponse, error_body
+from ..engines.websocket import WebSocketRequest
+from .router import ErrorStyle, RouteMeta
+
+__all__ = [
+    "JSONRPC_REFUSED",
+    "Call",
+    "Middleware",
+    "Next",
+    "Refusal",
+    "Reply",
+    "render_error",
+]
+
+#: The JSON-RPC error code of a refusal that names none (the implementation-
+#: defined server error range; ACP uses it for "authentication required").
+JSONRPC_REFUSED = -32000
+
+
+@attrs.define(slots=True)
+class Call:
+    """One request on its way to its endpoint or WebSocket handler.
+
+    Attributes:
+        request: The HTTP request (for a WebSocket: the upgrade request), with
+            ``path_params`` filled.
+        route: The matched route's metadata.
+        websocket: The pending upgrade for a WebSocket route, else ``None``.
+    """
+
+    request: Request
+    route: RouteMeta
+    websocket: WebSocketRequest | None = None
+
+
+#: What the rest of the chain returns: the endpoint's response, or ``None``
+#: for a WebSocket whose handler has returned.
+Reply = Response | StreamingResponse | None
+
+#: The rest of the chain, as seen by one middleware.
+Next = Callable[[Call], Awaitable[Reply]]
+
+#: One layer around every endpoint: ``await middleware(call, call_next)``.
+Middleware = Callable[[Call, Next], Awaitable[Reply]]
+
+
+class Refusal(HTTPError):
+    """Raised by a middleware to refuse a call; answered in the route's error style.
+
+    Args:
+        status: HTTP status (``401``, ``403``, ``429``...).
+        message: A sentence a person can act on.
+        code: Machine-readable code (``"unauthorized"``...).
+        headers: Extra response headers (``WWW-Authenticate``, ``Retry-After``...).
+        rpc_code: The JSON-RPC error code on JSON-RPC routes
+            (default :data:`JSONRPC_REFUSED`).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: list[tuple[str, str]] | None = None,
+        rpc_code: int = JSONRPC_REFUSED,
+    ) -> None:
+        super().__init__(status, message, code=code, headers=headers)
+        self.rpc_code = rpc_code
+
+
+def _error_object(style: ErrorStyle, exc: HTTPError, rpc_code: int) -> dict[str, Any]:
+    if style == "jsonrpc":
+        data = {"status": exc.status, "code": exc.code}
+        error = {"code": rpc_code, "message": exc.message, "data": data}
+        return {"jsonrpc": "2.0", "id": None, "error": error}
+    if style == "uamp":
+        return {"type": "session.error", "error": {"code": exc.code, "message": exc.message}}
+    return error_body(exc.message, code=exc.code, type=exc.type, param=exc.param)
+
+
+def render_error(style: ErrorStyle, exc: HTTPError) -> Response:
+    """The response for ``exc`` in ``style`` (status and headers from ``exc``)."""
+    rpc_code = exc.rpc_code if isinstance(exc, Refusal) else JSONRPC_REFUSED
+    body = orjson.dumps(_error_object(style, exc, rpc_code))
+    return Response(status=exc.status, headers=[*JSON_HEADERS, *exc.headers], body=body)

@@ -1,0 +1,203 @@
+"""The route table: ``(method, path)`` to an HTTP endpoint, ``path`` to a WebSocket handler.
+
+Patterns are literal paths with ``{name}`` segments that match one path
+segment (anything but ``/``; dots are ordinary characters, so
+``/agents/{agent}/uamp`` matches ``/agents/alice.my-bot.helper/uamp``).
+
+Every route carries a :class:`RouteMeta`: which transport registered it, the
+error style its clients understand (``openai``, ``jsonrpc`` or ``uamp``) and
+whether it is public (an agent card, a JWKS). The composition root
+(:mod:`uamp_trio.app`) reads it to run its middleware and to answer a refusal
+in the route's own style. The table is filled by the root and the transports
+it mounts; it imports no transport (see docs/architecture.md).
+
+A bare :class:`Router` is also something the server can serve
+(:class:`~uamp_trio.engines.server.Dispatcher`): it resolves and calls, with
+no middleware.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Literal
+
+import attrs
+
+from ..engines.http import Endpoint, HTTPError, Request
+from ..engines.websocket import WebSocketHandler
+
+__all__ = [
+    "AGENT_PREFIX",
+    "ErrorStyle",
+    "Route",
+    "RouteMeta",
+    "Router",
+    "WebSocketHandler",
+    "WebSocketRoute",
+]
+
+#: Where every agent's transports live (spec 004: ``/agents/{name}/...``).
+AGENT_PREFIX = "/agents/{agent}"
+
+#: How a route's clients expect an error: the OpenAI error object
+#: (``{"error": {"message", "type", "param", "code"}}``), a JSON-RPC 2.0 error
+#: response, or a UAMP ``session.error`` event.
+ErrorStyle = Literal["openai", "jsonrpc", "uamp"]
+
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    if not pattern.startswith("/"):
+        raise ValueError(f"route pattern must start with '/': {pattern!r}")
+    out, pos = [], 0
+    for m in _PARAM.finditer(pattern):
+        out.append(re.escape(pattern[pos : m.start()]))
+        out.append(f"(?P<{m.group(1)}>[^/]+)")
+        pos = m.end()
+    out.append(re.escape(pattern[pos:]))
+    return re.compile("^" + "".join(out) + "$")
+
+
+@attrs.frozen
+class RouteMeta:
+    """What middleware knows of a route.
+
+    Attributes:
+        transport: The transport that registered it (``"completions"``, ``"a2a"``...).
+        error_style: How a refusal on this route is rendered.
+        public: Served to anyone (agent cards, JWKS): a gate lets it through.
+    """
+
+    transport: str = ""
+    error_style: ErrorStyle = "openai"
+    public: bool = False
+
+
+#: The metadata of a route registered without any.
+DEFAULT_META = RouteMeta()
+
+
+@attrs.frozen
+class Route:
+    """One HTTP route."""
+
+    pattern: str
+    methods: frozenset[str]
+    endpoint: Endpoint
+    label: str | None = None
+    meta: RouteMeta = DEFAULT_META
+    regex: re.Pattern[str] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "regex", _compile(self.pattern))
+
+
+@attrs.frozen
+class WebSocketRoute:
+    """One WebSocket route."""
+
+    pattern: str
+    handler: WebSocketHandler
+    label: str | None = None
+    meta: RouteMeta = DEFAULT_META
+    regex: re.Pattern[str] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "regex", _compile(self.pattern))
+
+
+class Router:
+    """HTTP and WebSocket route table; first matching route wins."""
+
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+        #: WebSocket endpoints, consulted on ``Upgrade: websocket`` requests.
+        self.websocket_routes: list[WebSocketRoute] = []
+
+    def add(
+        self,
+        methods: str | Iterable[str],
+        pattern: str,
+        endpoint: Endpoint,
+        *,
+        label: str | None = None,
+        meta: RouteMeta = DEFAULT_META,
+    ) -> Route:
+        """Register ``endpoint`` for ``methods`` (``"POST"`` or a list) at ``pattern``."""
+        names = [methods] if isinstance(methods, str) else list(methods)
+        route = Route(pattern, frozenset(m.upper() for m in names), endpoint, label, meta)
+        self.routes.append(route)
+        return route
+
+    def add_websocket(
+        self,
+        pattern: str,
+        handler: WebSocketHandler,
+        *,
+        label: str | None = None,
+        meta: RouteMeta = DEFAULT_META,
+    ) -> WebSocketRoute:
+        """Register a WebSocket ``handler`` at ``pattern``."""
+        route = WebSocketRoute(pattern, handler, label, meta)
+        self.websocket_routes.append(route)
+        return route
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        """The route and path parameters for a request.
+
+        Raises:
+            HTTPError: 404 when no pattern matches, 405 (with ``Allow``) when
+                patterns match but not for this method.
+        """
+        allowed: set[str] = set()
+        for route in self.routes:
+            m = route.regex.match(path)
+            if m is None:
+                continue
+            if method in route.methods or (method == "HEAD" and "GET" in route.methods):
+                return route, m.groupdict()
+            allowed |= route.methods
+        if allowed:
+            allow = ", ".join(sorted(allowed))
+            raise HTTPError(
+                405,
+                f"Method {method} is not allowed on {path}; use {allow}.",
+                code="method_not_allowed",
+                headers=[("allow", allow)],
+            )
+        raise HTTPError(404, f"No endpoint at {path}.", code="not_found")
+
+    def match_websocket(self, path: str) -> tuple[WebSocketRoute, dict[str, str]] | None:
+        """The WebSocket route and path parameters for ``path``, if any."""
+        for route in self.websocket_routes:
+            m = route.regex.match(path)
+            if m is not None:
+                return route, m.groupdict()
+        return None
+
+    def resolve(self, method: str, path: str) -> tuple[Endpoint, dict[str, str]]:
+        """The endpoint and path parameters for a request (see :meth:`match`)."""
+        route, params = self.match(method, path)
+        return route.endpoint, params
+
+    def resolve_websocket(self, path: str) -> tuple[WebSocketHandler, dict[str, str]] | None:
+        """The WebSocket handler and path parameters for ``path``, if any."""
+        found = self.match_websocket(path)
+        return None if found is None else (found[0].handler, found[1])
+
+    # --- served bare (engines.server.Dispatcher) ---------------------------------
+
+    def endpoint_for(self, request: Request) -> Endpoint:
+        """The endpoint for ``request``; fills ``request.path_params``."""
+        route, request.path_params = self.match(request.method, request.path)
+        return route.endpoint
+
+    def websocket_handler_for(self, request: Request) -> WebSocketHandler | None:
+        """The WebSocket handler for ``request``, if any; fills ``request.path_params``."""
+        found = self.match_websocket(request.path)
+        if found is None:
+            return None
+        request.path_params = found[1]
+        return found[0].handler
