@@ -64,6 +64,7 @@ from ..jsonrpc import (
     PAYMENT_REQUIRED,
     JSONRPCError,
 )
+from . import _tools
 
 __all__ = [
     "CAPABILITIES_EXTENSION",
@@ -1228,33 +1229,12 @@ def parse_tools(metadata: object) -> list[ty.ToolDefinition]:
     Raises:
         A2AError: :data:`INVALID_PARAMS` for a malformed tool.
     """
-    if not isinstance(metadata, dict) or metadata.get("tools") is None:
+    if not isinstance(metadata, dict):
         return []
-    tools = metadata["tools"]
-    if not isinstance(tools, list):
-        raise _invalid("'metadata.tools' must be an array.")
-    out: list[ty.ToolDefinition] = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise _invalid(
-                f'\'metadata.tools[{i}]\' must be {{"type": "function", "function": '
-                '{"name", "parameters"}}.'
-            )
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise _invalid(f"'metadata.tools[{i}].function.parameters' must be an object.")
-        desc = fn.get("description")
-        out.append(
-            ty.ToolDefinition(
-                function=ty.FunctionDefinition(
-                    name=fn["name"],
-                    description=desc if isinstance(desc, str) else None,
-                    parameters=params,
-                )
-            )
-        )
-    return out
+    try:
+        return _tools.parse_tools(metadata.get("tools"), "metadata.tools")
+    except _tools.ToolFormError as exc:
+        raise _invalid(exc.message) from None
 
 
 # --- the agent card ---------------------------------------------------------------

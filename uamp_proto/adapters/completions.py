@@ -34,6 +34,7 @@ from .. import types as ty
 from ..errors import UampError
 from ..responder import TurnRequest
 from ..sse import encode_json
+from ._tools import ToolFormError, kind_of, parse_tool_call, parse_tool_choice, parse_tools
 
 __all__ = [
     "SSE_DONE",
@@ -56,10 +57,7 @@ _PROBE = "\x00uamp-text\x00"
 _PROBE_JSON = orjson.dumps(_PROBE)
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-_TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
-# OpenAI's rule for function names.
-_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DATA_URL = re.compile(
     r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)$", re.DOTALL
 )
@@ -134,31 +132,15 @@ def _fail(message: str, param: str | None, code: str = "invalid_value") -> Compl
     return CompletionsError(message, param=param, code=code)
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 def _expect_str(value: object, param: str) -> str:
     if not isinstance(value, str):
-        raise _fail(f"'{param}' must be a string, got {_kind(value)}.", param, "invalid_type")
+        raise _fail(f"'{param}' must be a string, got {kind_of(value)}.", param, "invalid_type")
     return value
 
 
 def _expect_obj(value: object, param: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise _fail(f"'{param}' must be an object, got {_kind(value)}.", param, "invalid_type")
+        raise _fail(f"'{param}' must be an object, got {kind_of(value)}.", param, "invalid_type")
     return value
 
 
@@ -242,22 +224,8 @@ def _part(part: object, param: str, role: str) -> ty.ContentItem:
     )
 
 
-def _tool_call(value: object, param: str) -> ty.ToolInvocation:
-    obj = _expect_obj(value, param)
-    call_id = _expect_str(_required(obj, "id", f"{param}.id"), f"{param}.id")
-    kind = obj.get("type", "function")
-    if kind != "function":
-        raise _fail(f"'{param}.type' must be 'function'.", f"{param}.type")
-    fn = _expect_obj(_required(obj, "function", f"{param}.function"), f"{param}.function")
-    name = _expect_str(_required(fn, "name", f"{param}.function.name"), f"{param}.function.name")
-    args = fn.get("arguments", "")
-    if not isinstance(args, str):
-        raise _fail(
-            f"'{param}.function.arguments' must be a JSON string.",
-            f"{param}.function.arguments",
-            "invalid_type",
-        )
-    return ty.ToolInvocation(id=call_id, name=name, arguments=args)
+def _tool_error(exc: ToolFormError) -> CompletionsError:
+    return CompletionsError(exc.message, param=exc.param, code=exc.code)
 
 
 #: Roles whose message may be just ``role`` and a string ``content``.
@@ -324,9 +292,12 @@ def _message(value: object, index: int) -> ty.Message:
                 raise _fail(
                     f"'{param}.tool_calls' must be an array.", f"{param}.tool_calls", "invalid_type"
                 )
-            tool_calls = [
-                _tool_call(c, f"{param}.tool_calls[{i}]") for i, c in enumerate(raw_calls)
-            ] or None
+            try:
+                tool_calls = [
+                    parse_tool_call(c, f"{param}.tool_calls[{i}]") for i, c in enumerate(raw_calls)
+                ] or None
+            except ToolFormError as exc:
+                raise _tool_error(exc) from None
         if text is None and tool_calls is None:
             raise _fail(
                 f"'{param}' needs 'content' or 'tool_calls'.",
@@ -359,67 +330,6 @@ def _message(value: object, index: int) -> ty.Message:
     )
 
 
-def _tool(value: object, index: int) -> ty.ToolDefinition:
-    param = f"tools[{index}]"
-    obj = _expect_obj(value, param)
-    if obj.get("type", "function") != "function":
-        raise _fail(f"'{param}.type' must be 'function'.", f"{param}.type")
-    fn = _expect_obj(_required(obj, "function", f"{param}.function"), f"{param}.function")
-    name = _expect_str(_required(fn, "name", f"{param}.function.name"), f"{param}.function.name")
-    if not _FUNCTION_NAME.match(name):
-        raise _fail(
-            f"'{param}.function.name' must be 1-64 letters, digits, '_' or '-'.",
-            f"{param}.function.name",
-        )
-    desc = fn.get("description")
-    params = fn.get("parameters")
-    strict = fn.get("strict")
-    if params is not None:
-        _expect_obj(params, f"{param}.function.parameters")
-    if strict is not None and not isinstance(strict, bool):
-        raise _fail(
-            f"'{param}.function.strict' must be a boolean.",
-            f"{param}.function.strict",
-            "invalid_type",
-        )
-    return ty.ToolDefinition(
-        function=ty.FunctionDefinition(
-            name=name,
-            description=_expect_str(desc, f"{param}.function.description") if desc else None,
-            parameters=params,
-            strict=strict,
-        )
-    )
-
-
-def _tool_choice(value: object, tools: list[ty.ToolDefinition]) -> str | dict[str, Any] | None:
-    if value is None:
-        return None
-    names = {t.function.name for t in tools}
-    if isinstance(value, str):
-        if value not in _TOOL_CHOICES:
-            raise _fail(
-                "'tool_choice' must be 'auto', 'none', 'required' or a function choice.",
-                "tool_choice",
-            )
-        if value == "required" and not tools:
-            raise _fail("'tool_choice' is 'required' but no 'tools' were given.", "tool_choice")
-        return value
-    obj = _expect_obj(value, "tool_choice")
-    if obj.get("type") != "function":
-        raise _fail("'tool_choice.type' must be 'function'.", "tool_choice.type")
-    fn = _expect_obj(_required(obj, "function", "tool_choice.function"), "tool_choice.function")
-    name = _expect_str(
-        _required(fn, "name", "tool_choice.function.name"), "tool_choice.function.name"
-    )
-    if name not in names:
-        raise _fail(
-            f"'tool_choice' names function {name!r}, which is not in 'tools'.",
-            "tool_choice.function.name",
-        )
-    return {"type": "function", "function": {"name": name}}
-
-
 def _response_format(value: object) -> ty.ResponseFormat | None:
     if value is None:
         return None
@@ -444,7 +354,7 @@ def _number(obj: Mapping[str, Any], key: str, lo: float, hi: float) -> float | N
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(f"'{key}' must be a number, got {_kind(value)}.", key, "invalid_type")
+        raise _fail(f"'{key}' must be a number, got {kind_of(value)}.", key, "invalid_type")
     if not lo <= value <= hi:
         raise _fail(f"'{key}' must be between {lo:g} and {hi:g}, got {value}.", key)
     return float(value)
@@ -455,7 +365,7 @@ def _int(obj: Mapping[str, Any], key: str, lo: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(f"'{key}' must be an integer, got {_kind(value)}.", key, "invalid_type")
+        raise _fail(f"'{key}' must be an integer, got {kind_of(value)}.", key, "invalid_type")
     if value < lo:
         raise _fail(f"'{key}' must be at least {lo}, got {value}.", key)
     return value
@@ -466,7 +376,7 @@ def _bool(obj: Mapping[str, Any], key: str) -> bool | None:
     if value is None:
         return None
     if not isinstance(value, bool):
-        raise _fail(f"'{key}' must be a boolean, got {_kind(value)}.", key, "invalid_type")
+        raise _fail(f"'{key}' must be a boolean, got {kind_of(value)}.", key, "invalid_type")
     return value
 
 
@@ -504,7 +414,7 @@ def parse_request(
         parsed = body
     if not isinstance(parsed, dict):
         raise _fail(
-            f"The request body must be a JSON object, got {_kind(parsed)}.", None, "invalid_type"
+            f"The request body must be a JSON object, got {kind_of(parsed)}.", None, "invalid_type"
         )
     obj: dict[str, Any] = parsed
     raw_messages = _required(obj, "messages", "messages")
@@ -513,19 +423,13 @@ def parse_request(
     if not raw_messages:
         raise _fail("'messages' must contain at least one message.", "messages")
     messages = [_message(m, i) for i, m in enumerate(raw_messages)]
-    raw_tools = obj.get("tools")
-    if raw_tools is not None and not isinstance(raw_tools, list):
-        raise _fail("'tools' must be an array.", "tools", "invalid_type")
-    tools = [_tool(t, i) for i, t in enumerate(raw_tools or [])]
-    seen: set[str] = set()
-    for i, t in enumerate(tools):
-        if t.function.name in seen:
-            raise _fail(
-                f"Duplicate function name {t.function.name!r} in 'tools'.",
-                f"tools[{i}].function.name",
-            )
-        seen.add(t.function.name)
-    tool_choice = _tool_choice(obj.get("tool_choice"), tools)
+    try:
+        tools = parse_tools(obj.get("tools"), "tools", openai_rules=True)
+        tool_choice = parse_tool_choice(
+            obj.get("tool_choice"), "tool_choice", names={t.function.name for t in tools}
+        )
+    except ToolFormError as exc:
+        raise _tool_error(exc) from None
     response_format = _response_format(obj.get("response_format"))
     model = obj.get("model")
     if model is not None:

@@ -75,6 +75,7 @@ from ..codec import to_dict
 from ..errors import UampError
 from ..ids import IdSource
 from ..responder import TurnRequest
+from ._tools import ToolFormError, parse_tool_call, parse_tool_choice, parse_tools
 
 __all__ = [
     "DEFAULT_MAX_AUDIO_BUFFER",
@@ -270,51 +271,27 @@ def _modalities(value: object, param: str) -> list[str]:
     return list(value)
 
 
+def _tool_error(exc: ToolFormError) -> RealtimeError:
+    return RealtimeError(exc.message, code=exc.code, param=exc.param)
+
+
 def _tools(value: object, param: str) -> list[ty.ToolDefinition]:
-    if not isinstance(value, list):
+    if value is None:
         raise RealtimeError(f"'{param}' must be an array.", code="invalid_type", param=param)
-    out: list[ty.ToolDefinition] = []
-    for i, raw in enumerate(value):
-        where = f"{param}[{i}]"
-        tool = _obj(raw, where)
-        if tool.get("type", "function") != "function":
-            raise RealtimeError(
-                f"'{where}.type' {tool.get('type')!r} is not supported; use 'function'.",
-                code="unsupported_value",
-                param=f"{where}.type",
-            )
-        # Chat Completions nests the function; Realtime keeps it flat. Take both.
-        nested = tool.get("function")
-        fn: dict[str, Any] = nested if isinstance(nested, dict) else tool
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise RealtimeError(f"'{where}.parameters' must be an object.", param=where)
-        out.append(
-            ty.ToolDefinition(
-                function=ty.FunctionDefinition(
-                    name=_req_str(fn, "name", f"{where}.name"),
-                    description=_opt_str(fn, "description", f"{where}.description"),
-                    parameters=params,
-                )
-            )
-        )
-    return out
+    try:
+        return parse_tools(value, param, flat=True)
+    except ToolFormError as exc:
+        raise _tool_error(exc) from None
 
 
 def _tool_choice(value: object, param: str) -> str | dict[str, Any]:
-    if isinstance(value, str):
-        if value not in ("auto", "none", "required"):
-            raise RealtimeError(
-                f"'{param}' must be 'auto', 'none', 'required' or a function.", param=param
-            )
-        return value
-    obj = _obj(value, param)
-    name = obj.get("name")
-    if name is None and isinstance(obj.get("function"), dict):
-        name = obj["function"].get("name")
-    if obj.get("type") != "function" or not isinstance(name, str):
-        raise RealtimeError(f"'{param}' must be {{'type': 'function', 'name': ...}}.", param=param)
-    return {"type": "function", "function": {"name": name}}
+    try:
+        choice = parse_tool_choice(value, param, flat=True)
+    except ToolFormError as exc:
+        raise _tool_error(exc) from None
+    if choice is None:
+        raise RealtimeError(f"'{param}' must be an object.", code="invalid_type", param=param)
+    return choice
 
 
 def _max_tokens(value: object, param: str) -> int | None:
@@ -656,10 +633,11 @@ class RealtimeSession:
                 )
             item["content"] = self._content(role, item.get("content"), "item.content")
         elif kind == "function_call":
-            _req_str(item, "name", "item.name")
-            _req_str(item, "call_id", "item.call_id")
             item.setdefault("arguments", "")
-            _req_str(item, "arguments", "item.arguments")
+            try:
+                parse_tool_call(item, "item", flat=True)
+            except ToolFormError as exc:
+                raise _tool_error(exc) from None
         elif kind == "function_call_output":
             call_id = _req_str(item, "call_id", "item.call_id")
             _req_str(item, "output", "item.output")
