@@ -1,30 +1,11 @@
 """Clients: UAMP over WebSocket and HTTP+SSE (:mod:`.uamp`) and ``uamp chat`` (:mod:`.chat`).
 
-See docs/clients.md and docs/architecture.md.
+``from uamp_trio.client import connect, connect_sse, ClientError, ...``: this
+package re-exports the public names of :mod:`.uamp`. See docs/clients.md and
+docs/architecture.md.
 """
 
-from .uamp import (
-    ClientError,
-    ClientSession,
-    PaymentHandler,
-    ResponseResult,
-    ResponseStream,
-    SSEClient,
-    ToolHandler,
-    UampClient,
-    connect,
-    connect_sse,
-)
+from . import uamp
+from .uamp import *  # noqa: F403
 
-__all__ = [
-    "ClientError",
-    "ClientSession",
-    "PaymentHandler",
-    "ResponseResult",
-    "ResponseStream",
-    "SSEClient",
-    "ToolHandler",
-    "UampClient",
-    "connect",
-    "connect_sse",
-]
+__all__ = uamp.__all__

@@ -15,7 +15,7 @@ import pytest
 
 from uamp_trio.client.chat import chat_url
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
