@@ -49,6 +49,7 @@ import attrs
 
 from .errors import UampError
 from .events import Event
+from .principal import ANONYMOUS, Principal
 from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
 __all__ = ["Emit", "Responder", "ResponderError", "TurnRequest", "placeholder_arguments"]
@@ -82,6 +83,9 @@ class TurnRequest:
         extensions: ``session.extensions`` (provider-specific settings).
         metadata: Transport-specific details (e.g. ``model``,
             ``temperature`` from a Chat Completions request).
+        principal: Who the response is for, as the server authenticated
+            the caller (:data:`~uamp_proto.principal.ANONYMOUS` without
+            authentication).
     """
 
     agent: str
@@ -97,6 +101,7 @@ class TurnRequest:
     payment_token: str | None = None
     extensions: dict[str, Any] = attrs.field(factory=dict)
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    principal: Principal = ANONYMOUS
 
 
 class ResponderError(UampError):

@@ -24,6 +24,7 @@ import orjson
 import trio
 
 from uamp_proto.errors import UampError
+from uamp_proto.principal import ANONYMOUS, Principal
 
 __all__ = [
     "BATCH_HIGH_WATER",
@@ -114,6 +115,8 @@ class Request:
         http_version: ``"1.0"``, ``"1.1"`` or ``"2"``.
         scheme: ``"http"`` or ``"https"``.
         client: The peer's ``(host, port)``, when known.
+        principal: Who the request acts for, set by the authentication
+            middleware (:data:`~uamp_proto.principal.ANONYMOUS` without one).
     """
 
     method: str
@@ -125,6 +128,7 @@ class Request:
     http_version: str = "1.1"
     scheme: str = "http"
     client: tuple[str, int] | None = None
+    principal: Principal = ANONYMOUS
 
     def json(self) -> Any:
         """The body parsed as JSON.

@@ -32,15 +32,15 @@ import hashlib
 import hmac
 import ipaddress
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import attrs
 import jwt
 import orjson
 
 from uamp_proto.errors import UampError
+from uamp_proto.principal import ANONYMOUS, Principal
 
 __all__ = [
     "ALLOWED_ALGORITHMS",
@@ -58,32 +58,6 @@ __all__ = [
 
 #: The asymmetric algorithms a JWKS key may be used with; HMAC never.
 ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")
-
-
-@attrs.frozen(kw_only=True)
-class Principal:
-    """Who a request acts for.
-
-    Attributes:
-        id: Stable identifier (a JWT's ``sub``, an API key's principal name).
-        scheme: How it was established: ``jwt``, ``api_key``, ``anonymous``, ``local``.
-        expires_at: When the credential stops being valid (seconds since the
-            epoch), or ``None``.
-        claims: The verified JWT claims (empty for other schemes).
-    """
-
-    id: str
-    scheme: str
-    expires_at: float | None = None
-    claims: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
-
-    def expired(self, now: float) -> bool:
-        """Whether the credential has expired at ``now``."""
-        return self.expires_at is not None and now >= self.expires_at
-
-
-#: The principal of every caller when no authentication is configured.
-ANONYMOUS = Principal(id="anonymous", scheme="anonymous")
 
 
 class AuthError(UampError):
