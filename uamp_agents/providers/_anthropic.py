@@ -65,16 +65,16 @@ from uamp_proto.types import (
 from ._http import (
     DEFAULT_TIMEOUT,
     HTTPClient,
+    HTTPProvider,
     MediaItem,
     RetryPolicy,
+    connect,
     decode_base64_text,
     finish_or_cut,
     load_json,
     media_ref,
     merge_params,
     parse_json_object,
-    retrying,
-    retrying_stream,
     schema_of,
     split_message,
     unsupported,
@@ -149,12 +149,16 @@ def anthropic(
     all_headers = {"anthropic-version": ANTHROPIC_VERSION}
     if key:
         all_headers["x-api-key"] = key
-    all_headers.update(headers or {})
-    http = HTTPClient(
-        provider=_NAME, base_url=base_url, headers=all_headers, timeout=timeout, client=http_client
-    )
-    policy = RetryPolicy(
-        max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay
+    http, policy = connect(
+        _NAME,
+        base_url=base_url,
+        headers=all_headers,
+        extra_headers=headers,
+        timeout=timeout,
+        max_retries=max_retries,
+        retry_base_delay=retry_base_delay,
+        retry_max_delay=retry_max_delay,
+        http_client=http_client,
     )
     thinking_config: dict[str, Any] | None
     if thinking is None:
@@ -173,8 +177,10 @@ def anthropic(
     )
 
 
-class AnthropicProvider:
+class AnthropicProvider(HTTPProvider):
     """A :class:`~uamp_agents.providers.base.Provider` for the Messages API."""
+
+    provider_name = _NAME
 
     def __init__(
         self,
@@ -186,22 +192,9 @@ class AnthropicProvider:
         thinking: dict[str, Any] | None,
         params: dict[str, Any],
     ) -> None:
-        self._model = model
-        self._http = http
-        self._policy = policy
+        super().__init__(model=model, http=http, policy=policy, params=params)
         self._max_tokens = max_tokens
         self._thinking = thinking
-        self._params = params
-
-    @property
-    def name(self) -> str:
-        """``"anthropic"``."""
-        return _NAME
-
-    @property
-    def model(self) -> str:
-        """The default model name."""
-        return self._model
 
     def build_body(
         self, request: ModelRequest, *, stream: bool
@@ -267,16 +260,12 @@ class AnthropicProvider:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Call the model once (with retries) and return its whole response."""
         body, structured = self.build_body(request, stream=False)
-
-        async def call() -> Any:
-            return await self._http.post_json("v1/messages", body)
-
-        return parse_message(await retrying(self._policy, call), structured)
+        return parse_message(await self.call_json("v1/messages", body), structured)
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the model's events, then one ModelResponse."""
         body, structured = self.build_body(request, stream=True)
-        return retrying_stream(self._policy, lambda: self._stream_once(body, structured))
+        return self.stream_events(lambda: self._stream_once(body, structured))
 
     async def _stream_once(
         self, body: dict[str, Any], structured: str | None

@@ -73,16 +73,16 @@ from uamp_proto.types import (
 from ._http import (
     DEFAULT_TIMEOUT,
     HTTPClient,
+    HTTPProvider,
     MediaItem,
     RetryPolicy,
+    connect,
     finish_or_cut,
     json_arguments,
     load_json,
     media_ref,
     merge_params,
     parse_json_object,
-    retrying,
-    retrying_stream,
     schema_of,
     split_message,
 )
@@ -162,12 +162,16 @@ def google(
     all_headers: dict[str, str] = {}
     if key:
         all_headers["x-goog-api-key"] = key
-    all_headers.update(headers or {})
-    http = HTTPClient(
-        provider=_NAME, base_url=base_url, headers=all_headers, timeout=timeout, client=http_client
-    )
-    policy = RetryPolicy(
-        max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay
+    http, policy = connect(
+        _NAME,
+        base_url=base_url,
+        headers=all_headers,
+        extra_headers=headers,
+        timeout=timeout,
+        max_retries=max_retries,
+        retry_base_delay=retry_base_delay,
+        retry_max_delay=retry_max_delay,
+        http_client=http_client,
     )
     thinking_config: dict[str, Any] | None
     if thinking is None or thinking is False:
@@ -183,8 +187,10 @@ def google(
     )
 
 
-class GoogleProvider:
+class GoogleProvider(HTTPProvider):
     """A :class:`~uamp_agents.providers.base.Provider` for Gemini."""
+
+    provider_name = _NAME
 
     def __init__(
         self,
@@ -195,21 +201,8 @@ class GoogleProvider:
         thinking: dict[str, Any] | None,
         params: dict[str, Any],
     ) -> None:
-        self._model = model
-        self._http = http
-        self._policy = policy
+        super().__init__(model=model, http=http, policy=policy, params=params)
         self._thinking = thinking
-        self._params = params
-
-    @property
-    def name(self) -> str:
-        """``"google"``."""
-        return _NAME
-
-    @property
-    def model(self) -> str:
-        """The default model name."""
-        return self._model
 
     def _path(self, request: ModelRequest, method: str) -> str:
         model = request.model or self._model
@@ -264,17 +257,13 @@ class GoogleProvider:
         """Call the model once (with retries) and return its whole response."""
         body = self.build_body(request)
         path = self._path(request, "generateContent")
-
-        async def call() -> Any:
-            return await self._http.post_json(path, body)
-
-        return parse_response(await retrying(self._policy, call))
+        return parse_response(await self.call_json(path, body))
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the model's events, then one ModelResponse."""
         body = self.build_body(request)
         path = self._path(request, "streamGenerateContent") + "?alt=sse"
-        return retrying_stream(self._policy, lambda: self._stream_once(path, body))
+        return self.stream_events(lambda: self._stream_once(path, body))
 
     async def _stream_once(self, path: str, body: dict[str, Any]) -> AsyncIterator[ProviderEvent]:
         state = _StreamState()

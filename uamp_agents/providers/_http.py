@@ -36,7 +36,7 @@ import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 import httpx
@@ -61,17 +61,19 @@ from uamp_proto.types import (
     VideoContent,
 )
 
-from .base import ProviderError
+from .base import ProviderError, ProviderEvent
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_SSE_EVENT",
     "RETRYABLE_STATUSES",
     "HTTPClient",
+    "HTTPProvider",
     "MediaItem",
     "MediaRef",
     "MessageParts",
     "RetryPolicy",
+    "connect",
     "decode_base64_text",
     "error_from_response",
     "finish_or_cut",
@@ -435,6 +437,83 @@ class HTTPClient:
         finally:
             if self._client is None:
                 await client.aclose()
+
+
+# --- The provider classes' common part -----------------------------------------
+
+
+def connect(
+    provider: str,
+    *,
+    base_url: str,
+    headers: Mapping[str, str],
+    extra_headers: Mapping[str, str] | None,
+    timeout: float,
+    max_retries: int,
+    retry_base_delay: float,
+    retry_max_delay: float,
+    http_client: httpx.AsyncClient | None,
+) -> tuple[HTTPClient, RetryPolicy]:
+    """The HTTP client and retry policy a provider factory builds from its arguments.
+
+    ``headers`` are the provider's own (version, credentials);
+    ``extra_headers`` are the caller's and win over them.
+    """
+    http = HTTPClient(
+        provider=provider,
+        base_url=base_url,
+        headers={**headers, **(extra_headers or {})},
+        timeout=timeout,
+        client=http_client,
+    )
+    policy = RetryPolicy(
+        max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay
+    )
+    return http, policy
+
+
+class HTTPProvider:
+    """What the HTTP providers share: the model, the client, retries, parameters.
+
+    A subclass names itself in :attr:`provider_name`, builds request bodies
+    and parses responses; :meth:`call_json` and :meth:`stream_events` do the
+    retried HTTP calls.
+    """
+
+    #: The provider's name (``"openai"``, ``"anthropic"``, ``"google"``).
+    provider_name: ClassVar[str]
+
+    def __init__(
+        self, *, model: str, http: HTTPClient, policy: RetryPolicy, params: dict[str, Any]
+    ) -> None:
+        self._model = model
+        self._http = http
+        self._policy = policy
+        self._params = params
+
+    @property
+    def name(self) -> str:
+        """The provider's name."""
+        return self.provider_name
+
+    @property
+    def model(self) -> str:
+        """The default model name."""
+        return self._model
+
+    async def call_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST ``body`` to ``path`` with retries; return the JSON response."""
+
+        async def call() -> Any:
+            return await self._http.post_json(path, body)
+
+        return await retrying(self._policy, call)
+
+    def stream_events(
+        self, parse: Callable[[], AsyncIterator[ProviderEvent]]
+    ) -> AsyncIterator[ProviderEvent]:
+        """Yield from ``parse()`` (one streamed call), retrying while nothing was yielded."""
+        return retrying_stream(self._policy, parse)
 
 
 # --- Parameters ---------------------------------------------------------------

@@ -52,16 +52,14 @@ from uamp_proto.types import (
 
 from ._http import (
     DEFAULT_TIMEOUT,
-    HTTPClient,
+    HTTPProvider,
     MediaItem,
-    RetryPolicy,
+    connect,
     finish_or_cut,
     json_arguments,
     load_json,
     media_ref,
     merge_params,
-    retrying,
-    retrying_stream,
     split_message,
     unsupported,
 )
@@ -119,40 +117,24 @@ def openai(
     all_headers: dict[str, str] = {}
     if key:
         all_headers["authorization"] = f"Bearer {key}"
-    all_headers.update(headers or {})
-    http = HTTPClient(
-        provider=_NAME,
+    http, policy = connect(
+        _NAME,
         base_url=base_url,
         headers=all_headers,
+        extra_headers=headers,
         timeout=timeout,
-        client=http_client,
-    )
-    policy = RetryPolicy(
-        max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay
+        max_retries=max_retries,
+        retry_base_delay=retry_base_delay,
+        retry_max_delay=retry_max_delay,
+        http_client=http_client,
     )
     return OpenAIProvider(model=model, http=http, policy=policy, params=dict(params or {}))
 
 
-class OpenAIProvider:
+class OpenAIProvider(HTTPProvider):
     """A :class:`~uamp_agents.providers.base.Provider` for Chat Completions."""
 
-    def __init__(
-        self, *, model: str, http: HTTPClient, policy: RetryPolicy, params: dict[str, Any]
-    ) -> None:
-        self._model = model
-        self._http = http
-        self._policy = policy
-        self._params = params
-
-    @property
-    def name(self) -> str:
-        """``"openai"``."""
-        return _NAME
-
-    @property
-    def model(self) -> str:
-        """The default model name."""
-        return self._model
+    provider_name = _NAME
 
     def build_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         """The Chat Completions request body for ``request``."""
@@ -180,16 +162,12 @@ class OpenAIProvider:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Call the model once (with retries) and return its whole response."""
         body = self.build_body(request, stream=False)
-
-        async def call() -> Any:
-            return await self._http.post_json("chat/completions", body)
-
-        return parse_completion(await retrying(self._policy, call))
+        return parse_completion(await self.call_json("chat/completions", body))
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the model's events, then one ModelResponse."""
         body = self.build_body(request, stream=True)
-        return retrying_stream(self._policy, lambda: self._stream_once(body))
+        return self.stream_events(lambda: self._stream_once(body))
 
     async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ProviderEvent]:
         acc = _StreamState()
