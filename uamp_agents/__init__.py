@@ -6,6 +6,7 @@ Entry points: :func:`agent` (this package), :func:`session`, :func:`ask`,
 :mod:`uamp_agents.execution`, middleware in :mod:`uamp_agents.middleware`,
 models in :mod:`uamp_agents.providers`.
 
+Where the runtime sits beside the core and the servers: docs/architecture.md.
 """
 
 from __future__ import annotations

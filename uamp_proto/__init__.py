@@ -11,6 +11,8 @@ under trio, asyncio, threads, or a test with no event loop at all.
 * :class:`ResponseTracker` -- one response's lifecycle and output.
 * :mod:`uamp_proto.sse`, :mod:`uamp_proto.flow`, :mod:`uamp_proto.payment`,
   :mod:`uamp_proto.responder` (the agent boundary), :mod:`uamp_proto.adapters`.
+
+The map of the three packages and the path of one request: docs/architecture.md.
 """
 
 from . import events, types

@@ -7,6 +7,9 @@ Serve agents::
     port = await nursery.start(server.serve)
     ...
     server.shutdown()                         # graceful; or cancel the nursery
+
+The wings (app, transports, hosting, engines, trust, stores, client) and the
+path of one request: docs/architecture.md.
 """
 
 from .app import App, Router, create_app

@@ -2,6 +2,8 @@
 
 The composition root builds these parts and wraps every transport with them
 once; transports receive the resulting principal and never see raw credentials.
+
+Where this wing sits: docs/architecture.md; what it guarantees: docs/security.md.
 """
 
 from .auth import (
