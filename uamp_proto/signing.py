@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 
 Three things are signed, all as JSON Web Signatures (RFC 7515) made and
-checked with pyjwt on keys from ``cryptography``:
+checked by the key and JWS layer :mod:`uamp_proto.jose` (keys, JWK/JWKS,
+compact and detached JWS, canonical JSON), which this module only feeds:
 
 * **Envelopes** (spec 003 section 6.3). The payload is the JSON object
   ``{"sha256":"<hex>"}``, where the hex digest is that of the envelope's
@@ -43,34 +44,35 @@ wrong and whose ``error_code`` is the spec 003 section 9 code to answer with.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import enum
 import hashlib
 import hmac
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 import attrs
-import jwt
 import orjson
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-from jwt.algorithms import ECAlgorithm
+from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .envelope import (
-    UNAUTHENTICATED,
-    UNAUTHORIZED,
-    Envelope,
-    EnvelopeError,
-    ErrorCode,
-    canonical_json,
-    envelope_sha256,
+from .envelope import Envelope, EnvelopeError, canonical_json, envelope_sha256
+from .jose import (
+    JWK,
+    JWKS,
+    MIN_RSA_BITS,
+    JWKSError,
+    PrivateKey,
+    PublicKey,
+    Reason,
+    SignatureError,
+    SigningError,
+    algorithm_for,
+    load_private_key,
+    private_algorithm,
+    public_jwk,
+    sign_compact,
+    sign_detached,
+    verify_detached,
+    verify_jwt,
 )
-from .errors import UampError
 from .sse import encode_json
 
 __all__ = [
@@ -104,11 +106,6 @@ __all__ = [
     "verify_response_signature",
 ]
 
-#: A private key this module signs with.
-PrivateKey: TypeAlias = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey
-#: A public key this module verifies with.
-PublicKey: TypeAlias = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | rsa.RSAPublicKey
-
 #: Envelope signature algorithms (spec 003 section 6.3).
 ENVELOPE_ALGORITHMS: Final = frozenset({"ES256", "EdDSA"})
 #: Capability token algorithms: section 6.2 names none, so the envelope ones
@@ -116,497 +113,17 @@ ENVELOPE_ALGORITHMS: Final = frozenset({"ES256", "EdDSA"})
 CAP_TOKEN_ALGORITHMS: Final = frozenset({"ES256", "EdDSA", "RS256"})
 #: The response signature algorithm (spec 000 section 6.7, spec 004).
 RESPONSE_ALGORITHM: Final = "RS256"
-#: Smallest RSA modulus accepted for signing or verifying (NIST SP 800-131A).
-MIN_RSA_BITS: Final = 2048
 #: The HTTP header carrying a non-streamed Chat Completion's signature.
 SIGNATURE_HEADER: Final = "X-UAMP-Signature"
 #: Where an agent publishes its JWKS, under ``/agents/{name}``.
 JWKS_PATH: Final = "/.well-known/jwks.json"
 
-_B64URL: Final = re.compile(r"^[A-Za-z0-9_-]*$")
-# The signature segment may be empty here so that an unsecured ("alg":
-# "none") token is reported as a bad algorithm rather than as malformed;
-# an empty signature is refused right after the algorithm check.
-_DETACHED: Final = re.compile(r"^([A-Za-z0-9_-]+)\.\.([A-Za-z0-9_-]*)$")
-_COMPACT: Final = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]*)$")
 
-
-# --- errors -------------------------------------------------------------------------
-
-
-class Reason(enum.StrEnum):
-    """Why a signature or token was refused."""
-
-    UNSIGNED = "unsigned"
-    """The envelope has no ``sig``."""
-    MALFORMED = "malformed"
-    """Not a JWS of the expected form (segments, base64url, JSON header)."""
-    BAD_ALG = "bad_alg"
-    """The header's ``alg`` is not one allowed here (``none``, ``HS256``...)."""
-    UNKNOWN_KID = "unknown_kid"
-    """The JWKS has no key for the header's ``kid`` (or none fits without one)."""
-    WRONG_KEY = "wrong_key"
-    """The key cannot verify this algorithm (an RSA key for ``ES256``...)."""
-    BAD_SIGNATURE = "bad_signature"
-    """The signature does not verify: the signed content changed after
-    signing, or another key of the right type signed it. The two cannot be
-    told apart from a detached signature."""
-    TAMPERED = "tampered"
-    """The signature verifies, but the response or request it covers is not
-    the one given (its hash differs)."""
-    MISSING_CLAIM = "missing_claim"
-    """A required claim is absent or of the wrong type."""
-    EXPIRED = "expired"
-    """``now`` is at or past ``exp``."""
-    NOT_YET_VALID = "not_yet_valid"
-    """``now`` is before ``nbf``, or ``iat`` is in the future."""
-    WRONG_AUDIENCE = "wrong_audience"
-    """``aud`` does not name the expected audience."""
-    MISSING_SCOPE = "missing_scope"
-    """``scope`` lacks a required scope."""
-
-
-_AUTHORIZATION_REASONS: Final = frozenset({Reason.WRONG_AUDIENCE, Reason.MISSING_SCOPE})
-
-
-class SigningError(UampError):
-    """Base of the verification errors.
-
-    Attributes:
-        reason: What went wrong.
-        message: A sentence for a person.
-        error_code: Spec 003 section 9 code to report: 4.03 (unauthorised)
-            for a valid token that does not grant the request, else 4.01
-            (unauthenticated).
-    """
-
-    def __init__(self, reason: Reason, message: str) -> None:
-        super().__init__(f"{reason.value}: {message}")
-        self.reason = reason
-        self.message = message
-        self.error_code: ErrorCode = (
-            UNAUTHORIZED if reason in _AUTHORIZATION_REASONS else UNAUTHENTICATED
-        )
-
-
-class SignatureError(SigningError):
-    """An envelope signature or a response signature was refused."""
+# --- errors (the key layer's SigningError, SignatureError, JWKSError, Reason) ---
 
 
 class CapTokenError(SigningError):
     """A capability token was refused."""
-
-
-class JWKSError(UampError, ValueError):
-    """A JWK or JWKS document that cannot be used (malformed, private, weak)."""
-
-
-# --- keys ---------------------------------------------------------------------------
-
-
-def _check_key(key: object, *, private: bool) -> None:
-    if private:
-        kinds: tuple[type, ...] = (
-            ec.EllipticCurvePrivateKey,
-            ed25519.Ed25519PrivateKey,
-            rsa.RSAPrivateKey,
-        )
-    else:
-        kinds = (ec.EllipticCurvePublicKey, ed25519.Ed25519PublicKey, rsa.RSAPublicKey)
-    if not isinstance(key, kinds):
-        what = "private" if private else "public"
-        raise TypeError(
-            f"expected an EC P-256, Ed25519 or RSA {what} key from cryptography, "
-            f"not {type(key).__name__}"
-        )
-
-
-def algorithm_for(key: PrivateKey | PublicKey) -> str:
-    """The JWS algorithm a key signs with: ``ES256``, ``EdDSA`` or ``RS256``.
-
-    Raises:
-        ValueError: An EC key on another curve than P-256, or an RSA key
-            shorter than :data:`MIN_RSA_BITS`.
-        TypeError: Not a key type this module knows.
-    """
-    if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
-        if not isinstance(key.curve, ec.SECP256R1):
-            raise ValueError(f"EC keys must be on P-256 for ES256, not {key.curve.name}")
-        return "ES256"
-    if isinstance(key, ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey):
-        return "EdDSA"
-    if isinstance(key, rsa.RSAPrivateKey | rsa.RSAPublicKey):
-        if key.key_size < MIN_RSA_BITS:
-            raise ValueError(f"RSA keys must have at least {MIN_RSA_BITS} bits, not {key.key_size}")
-        return "RS256"
-    _check_key(key, private=False)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _public(key: PrivateKey | PublicKey) -> PublicKey:
-    if isinstance(key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey):
-        return key.public_key()
-    return key
-
-
-def load_private_key(pem: bytes, password: bytes | None = None) -> PrivateKey:
-    """Read a PEM private key (PKCS #8 or traditional) of a supported type.
-
-    Raises:
-        ValueError: Not a PEM key, wrong password, or an unsupported type or
-            size (see :func:`algorithm_for`).
-    """
-    try:
-        key = serialization.load_pem_private_key(pem, password=password)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise ValueError(f"cannot read the private key: {exc}") from None
-    if not isinstance(
-        key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey
-    ):
-        raise ValueError(f"unsupported private key type {type(key).__name__}")
-    algorithm_for(key)
-    return key
-
-
-# --- base64url and JWK --------------------------------------------------------------
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _b64url_decode(text: str) -> bytes:
-    """Strict unpadded base64url (RFC 7515 section 2); ValueError otherwise."""
-    if not _B64URL.match(text) or len(text) % 4 == 1:
-        raise ValueError("not unpadded base64url")
-    try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except binascii.Error as exc:
-        raise ValueError(str(exc)) from None
-    if _b64url(data) != text:
-        # Non-canonical trailing bits: the same bytes have one spelling.
-        raise ValueError("not the canonical base64url spelling")
-    return data
-
-
-def _int_bytes(n: int, length: int | None = None) -> bytes:
-    size = length if length is not None else max(1, (n.bit_length() + 7) // 8)
-    return n.to_bytes(size, "big")
-
-
-def public_jwk(key: PrivateKey | PublicKey, kid: str | None = None) -> dict[str, str]:
-    """The public JWK (RFC 7517/7518/8037) of ``key``.
-
-    A private key is reduced to its public half; private members never
-    appear.
-
-    Args:
-        key: EC P-256, Ed25519 or RSA key.
-        kid: Key id written as ``kid`` (and used by verifiers to pick it).
-
-    Returns:
-        ``{"kty", crv/x/y or n/e, "alg", "use": "sig", "kid"}``.
-    """
-    alg = algorithm_for(key)
-    pub = _public(key)
-    jwk: dict[str, str]
-    if isinstance(pub, ec.EllipticCurvePublicKey):
-        nums = pub.public_numbers()
-        jwk = {
-            "kty": "EC",
-            "crv": "P-256",
-            "x": _b64url(_int_bytes(nums.x, 32)),
-            "y": _b64url(_int_bytes(nums.y, 32)),
-        }
-    elif isinstance(pub, ed25519.Ed25519PublicKey):
-        raw = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        jwk = {"kty": "OKP", "crv": "Ed25519", "x": _b64url(raw)}
-    else:
-        rnums = pub.public_numbers()
-        jwk = {"kty": "RSA", "n": _b64url(_int_bytes(rnums.n)), "e": _b64url(_int_bytes(rnums.e))}
-    jwk["alg"] = alg
-    jwk["use"] = "sig"
-    if kid is not None:
-        jwk["kid"] = kid
-    return jwk
-
-
-_PRIVATE_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
-
-
-def _jwk_member(jwk: Mapping[str, Any], name: str) -> bytes:
-    value = jwk.get(name)
-    if not isinstance(value, str):
-        raise JWKSError(f"member {name!r} must be a base64url string")
-    try:
-        return _b64url_decode(value)
-    except ValueError as exc:
-        raise JWKSError(f"member {name!r}: {exc}") from None
-
-
-def _key_from_jwk(jwk: Mapping[str, Any]) -> PublicKey | None:
-    """The public key of one JWK, or ``None`` for a type this module does not use."""
-    leaked = sorted(_PRIVATE_MEMBERS & set(jwk))
-    if leaked:
-        raise JWKSError(f"holds private key material ({', '.join(leaked)}); publish public keys")
-    kty, crv = jwk.get("kty"), jwk.get("crv")
-    key: PublicKey
-    try:
-        if kty == "EC" and crv == "P-256":
-            x, y = _jwk_member(jwk, "x"), _jwk_member(jwk, "y")
-            if len(x) != 32 or len(y) != 32:
-                raise JWKSError("P-256 coordinates must be 32 bytes each")
-            key = ec.EllipticCurvePublicNumbers(
-                int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()
-            ).public_key()
-        elif kty == "OKP" and crv == "Ed25519":
-            x = _jwk_member(jwk, "x")
-            if len(x) != 32:
-                raise JWKSError("an Ed25519 public key is 32 bytes")
-            key = ed25519.Ed25519PublicKey.from_public_bytes(x)
-        elif kty == "RSA":
-            n = int.from_bytes(_jwk_member(jwk, "n"), "big")
-            e = int.from_bytes(_jwk_member(jwk, "e"), "big")
-            key = rsa.RSAPublicNumbers(e, n).public_key()
-            if key.key_size < MIN_RSA_BITS:
-                raise JWKSError(f"RSA key of {key.key_size} bits; at least {MIN_RSA_BITS} needed")
-        elif isinstance(kty, str):
-            return None
-        else:
-            raise JWKSError("member 'kty' must be a string")
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        if isinstance(exc, JWKSError):
-            raise
-        raise JWKSError(f"not a valid {kty} public key: {exc}") from None
-    return key
-
-
-@attrs.frozen(kw_only=True)
-class JWK:
-    """One public key of a :class:`JWKS`.
-
-    Attributes:
-        key: The public key.
-        kid: Its key id, if it has one.
-        alg: The algorithm it verifies (``ES256``, ``EdDSA`` or ``RS256``).
-    """
-
-    key: PublicKey
-    kid: str | None = None
-    alg: str = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        _check_key(self.key, private=False)
-        object.__setattr__(self, "alg", algorithm_for(self.key))
-
-    def to_dict(self) -> dict[str, str]:
-        """The JWK JSON object."""
-        return public_jwk(self.key, self.kid)
-
-
-def _jwk_tuple(keys: Iterable[JWK]) -> tuple[JWK, ...]:
-    return tuple(keys)
-
-
-@attrs.frozen
-class JWKS:
-    """A JSON Web Key Set (RFC 7517 section 5) of public signing keys.
-
-    Build one from keys with :meth:`from_keys`, read one with :meth:`parse`,
-    publish it with :meth:`to_dict` / :meth:`to_json`. Key ids are unique.
-
-    Attributes:
-        keys: The keys, in document order.
-    """
-
-    keys: tuple[JWK, ...] = attrs.field(converter=_jwk_tuple)
-
-    def __attrs_post_init__(self) -> None:
-        seen: set[str] = set()
-        for jwk in self.keys:
-            if not isinstance(jwk, JWK):
-                raise TypeError(f"JWKS keys must be JWK values, not {type(jwk).__name__}")
-            if jwk.kid is not None:
-                if jwk.kid in seen:
-                    raise JWKSError(f"kid {jwk.kid!r} names two keys")
-                seen.add(jwk.kid)
-
-    @classmethod
-    def from_keys(cls, *keys: tuple[PrivateKey | PublicKey, str | None]) -> JWKS:
-        """A set from ``(key, kid)`` pairs; private keys contribute their public half."""
-        return cls(tuple(JWK(key=_public(k), kid=kid) for k, kid in keys))
-
-    @classmethod
-    def parse(cls, data: bytes | str | Mapping[str, Any]) -> JWKS:
-        """Read a JWKS document.
-
-        Keys of other types (``oct``, other curves) and keys marked
-        ``"use": "enc"`` are skipped, as RFC 7517 lets a set hold keys a
-        reader does not use.
-
-        Raises:
-            JWKSError: Not a ``{"keys": [...]}`` object, a key of a supported
-                type that is malformed, weak or private, a key whose ``alg``
-                contradicts its type, or a repeated ``kid``.
-        """
-        if isinstance(data, Mapping):
-            doc: Any = data
-        else:
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                raise JWKSError(f"the JWKS is not valid JSON: {exc}") from None
-        if not isinstance(doc, Mapping) or not isinstance(doc.get("keys"), list):
-            raise JWKSError('a JWKS must be an object with a "keys" array')
-        out: list[JWK] = []
-        for i, item in enumerate(doc["keys"]):
-            try:
-                if not isinstance(item, Mapping):
-                    raise JWKSError("must be an object")
-                if item.get("use", "sig") != "sig":
-                    continue
-                key = _key_from_jwk(item)
-                if key is None:
-                    continue
-                kid = item.get("kid")
-                if kid is not None and not isinstance(kid, str):
-                    raise JWKSError("member 'kid' must be a string")
-                jwk = JWK(key=key, kid=kid)
-                alg = item.get("alg")
-                if alg is not None and alg != jwk.alg:
-                    raise JWKSError(f"says alg {alg!r}, but the key is for {jwk.alg}")
-            except JWKSError as exc:
-                raise JWKSError(f"keys[{i}]: {exc}") from None
-            out.append(jwk)
-        return cls(tuple(out))
-
-    def get(self, kid: str) -> JWK | None:
-        """The key with id ``kid``, or ``None``."""
-        for jwk in self.keys:
-            if jwk.kid == kid:
-                return jwk
-        return None
-
-    def to_dict(self) -> dict[str, list[dict[str, str]]]:
-        """The JWKS JSON object, ``{"keys": [...]}``."""
-        return {"keys": [jwk.to_dict() for jwk in self.keys]}
-
-    def to_json(self) -> bytes:
-        """The JWKS as JSON bytes."""
-        return orjson.dumps(self.to_dict())
-
-
-# --- the JWS layer ------------------------------------------------------------------
-
-
-class _DeterministicES256(ECAlgorithm):
-    """pyjwt's ES256 with RFC 6979 nonces: no randomness drawn when signing."""
-
-    def sign(self, msg: bytes, key: ec.EllipticCurvePrivateKey) -> bytes:
-        der = key.sign(msg, ec.ECDSA(hashes.SHA256(), deterministic_signing=True))
-        r, s = decode_dss_signature(der)
-        return _int_bytes(r, 32) + _int_bytes(s, 32)
-
-
-def _make_jws() -> jwt.PyJWS:
-    jws = jwt.PyJWS(
-        algorithms=sorted(CAP_TOKEN_ALGORITHMS),
-        options={"verify_signature": True, "enforce_minimum_key_length": True},
-    )
-    jws.unregister_algorithm("ES256")
-    jws.register_algorithm("ES256", _DeterministicES256(ECAlgorithm.SHA256, ec.SECP256R1))
-    return jws
-
-
-#: One configured pyjwt JWS codec; it holds no per-call state.
-_JWS: Final = _make_jws()
-
-
-def _read_header(segment: str) -> dict[str, Any]:
-    try:
-        header = orjson.loads(_b64url_decode(segment))
-    except (ValueError, orjson.JSONDecodeError) as exc:
-        raise ValueError(f"the JWS header is not base64url JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise ValueError("the JWS header is not a JSON object")
-    return header
-
-
-def _select_key(
-    header: Mapping[str, Any],
-    keys: PrivateKey | PublicKey | JWKS,
-    allowed: frozenset[str],
-    error: type[SigningError],
-) -> tuple[str, PublicKey]:
-    """The algorithm and key to verify with, after checking the header's ``alg``."""
-    alg = header.get("alg")
-    if not isinstance(alg, str) or alg not in allowed:
-        raise error(
-            Reason.BAD_ALG,
-            f"alg {alg!r} is not accepted here; accepted: {', '.join(sorted(allowed))}",
-        )
-    kid = header.get("kid")
-    if kid is not None and not isinstance(kid, str):
-        raise error(Reason.MALFORMED, "the JWS header's kid is not a string")
-    if isinstance(keys, JWKS):
-        if kid is not None:
-            found = keys.get(kid)
-            if found is None:
-                raise error(Reason.UNKNOWN_KID, f"the JWKS has no key with kid {kid!r}")
-        else:
-            fits = [k for k in keys.keys if k.alg == alg]
-            if len(fits) != 1:
-                raise error(
-                    Reason.UNKNOWN_KID,
-                    f"the JWS names no kid and the JWKS has {len(fits)} {alg} keys",
-                )
-            found = fits[0]
-        key: PublicKey = found.key
-    else:
-        _check_key(_public(keys), private=False)
-        key = _public(keys)
-    try:
-        key_alg = algorithm_for(key)
-    except ValueError as exc:
-        raise error(Reason.WRONG_KEY, str(exc)) from None
-    if key_alg != alg:
-        raise error(Reason.WRONG_KEY, f"the JWS is {alg} but the key is a {key_alg} key")
-    return alg, key
-
-
-def _verify_compact(token: str, alg: str, key: PublicKey, error: type[SigningError]) -> bytes:
-    """Check a compact JWS's signature; return its payload bytes."""
-    try:
-        decoded = _JWS.decode_complete(token, key, algorithms=[alg])
-    except jwt.InvalidSignatureError:
-        raise error(Reason.BAD_SIGNATURE, "the signature does not verify") from None
-    except jwt.InvalidAlgorithmError as exc:
-        raise error(Reason.BAD_ALG, str(exc)) from None
-    except jwt.InvalidKeyError as exc:
-        raise error(Reason.WRONG_KEY, str(exc)) from None
-    except jwt.PyJWTError as exc:
-        raise error(Reason.MALFORMED, str(exc)) from None
-    payload: bytes = decoded["payload"]
-    return payload
-
-
-def _sign_compact(
-    payload: bytes, key: PrivateKey, alg: str, kid: str | None, typ: str | None
-) -> str:
-    headers: dict[str, Any] = {"typ": typ}
-    if kid is not None:
-        headers["kid"] = kid
-    return _JWS.encode(payload, key, algorithm=alg, headers=headers)
-
-
-def _private_alg(key: PrivateKey, allowed: frozenset[str], what: str) -> str:
-    _check_key(key, private=True)
-    alg = algorithm_for(key)
-    if alg not in allowed:
-        raise ValueError(
-            f"{what} are signed with {', '.join(sorted(allowed))}; a {alg} key cannot sign them"
-        )
-    return alg
 
 
 # --- envelopes (spec 003 section 6.3) -----------------------------------------------
@@ -635,10 +152,8 @@ def sign_envelope(envelope: Envelope, key: PrivateKey, kid: str | None = None) -
         ValueError: The key cannot make envelope signatures (RSA, P-384...).
         TypeError: ``key`` is not a private key.
     """
-    alg = _private_alg(key, ENVELOPE_ALGORITHMS, "envelopes")
-    token = _sign_compact(_envelope_payload(envelope), key, alg, kid, typ=None)
-    header, _, signature = token.split(".")
-    return attrs.evolve(envelope, sig=f"{header}..{signature}")
+    alg = private_algorithm(key, ENVELOPE_ALGORITHMS, "envelopes")
+    return attrs.evolve(envelope, sig=sign_detached(_envelope_payload(envelope), key, alg, kid))
 
 
 def verify_envelope(envelope: Envelope, key: PrivateKey | PublicKey | JWKS) -> None:
@@ -660,25 +175,11 @@ def verify_envelope(envelope: Envelope, key: PrivateKey | PublicKey | JWKS) -> N
     """
     if envelope.sig is None:
         raise SignatureError(Reason.UNSIGNED, "the envelope has no sig")
-    m = _DETACHED.match(envelope.sig)
-    if m is None:
-        raise SignatureError(
-            Reason.MALFORMED, "sig is not a detached compact JWS ('<header>..<signature>')"
-        )
-    header_b64, signature_b64 = m.groups()
-    try:
-        header = _read_header(header_b64)
-    except ValueError as exc:
-        raise SignatureError(Reason.MALFORMED, str(exc)) from None
-    alg, public = _select_key(header, key, ENVELOPE_ALGORITHMS, SignatureError)
-    if not signature_b64:
-        raise SignatureError(Reason.MALFORMED, "sig has an empty signature segment")
     try:
         payload = _envelope_payload(envelope)
     except EnvelopeError as exc:  # pragma: no cover - constructors validate first
         raise SignatureError(Reason.MALFORMED, str(exc)) from None
-    token = f"{header_b64}.{_b64url(payload)}.{signature_b64}"
-    _verify_compact(token, alg, public, SignatureError)
+    verify_detached(envelope.sig, payload, key, ENVELOPE_ALGORITHMS, SignatureError)
 
 
 # --- capability tokens (spec 003 section 6.2) ---------------------------------------
@@ -725,7 +226,7 @@ def issue_cap_token(
     clash = sorted(_RESERVED_CAP_CLAIMS & set(claims))
     if clash:
         raise ValueError(f"pass {', '.join(clash)} as arguments, not in claims")
-    alg = _private_alg(key, CAP_TOKEN_ALGORITHMS, "capability tokens")
+    alg = private_algorithm(key, CAP_TOKEN_ALGORITHMS, "capability tokens")
     audiences = [aud] if isinstance(aud, str) else list(aud)
     if not audiences or not all(isinstance(a, str) and a for a in audiences):
         raise ValueError("aud must be a non-empty string or strings")
@@ -744,36 +245,7 @@ def issue_cap_token(
         payload = canonical_json(body)
     except EnvelopeError as exc:
         raise ValueError(f"claims are not plain JSON: {exc}") from None
-    return _sign_compact(payload, key, alg, kid, typ="JWT")
-
-
-def _decode_jwt(
-    token: str,
-    key: PrivateKey | PublicKey | JWKS,
-    allowed: frozenset[str],
-    error: type[SigningError],
-) -> dict[str, Any]:
-    """Verify a compact JWT's signature and return its claims object."""
-    if not isinstance(token, str):
-        raise error(Reason.MALFORMED, f"the token must be a string, not {type(token).__name__}")
-    m = _COMPACT.match(token)
-    if m is None:
-        raise error(Reason.MALFORMED, "not a compact JWS ('<header>.<payload>.<signature>')")
-    try:
-        header = _read_header(m.group(1))
-    except ValueError as exc:
-        raise error(Reason.MALFORMED, str(exc)) from None
-    alg, public = _select_key(header, key, allowed, error)
-    if not m.group(3):
-        raise error(Reason.MALFORMED, "the token has an empty signature segment")
-    payload = _verify_compact(token, alg, public, error)
-    try:
-        claims = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise error(Reason.MALFORMED, "the payload is not JSON") from None
-    if not isinstance(claims, dict):
-        raise error(Reason.MALFORMED, "the payload is not a JSON object")
-    return claims
+    return sign_compact(payload, key, alg, kid, typ="JWT")
 
 
 def _numeric(claims: Mapping[str, Any], name: str, error: type[SigningError]) -> float | None:
@@ -821,7 +293,7 @@ def verify_cap_token(
             (``error_code`` 4.01), or :attr:`~Reason.WRONG_AUDIENCE`,
             :attr:`~Reason.MISSING_SCOPE` (``error_code`` 4.03).
     """
-    claims = _decode_jwt(token, key, CAP_TOKEN_ALGORITHMS, CapTokenError)
+    claims = verify_jwt(token, key, CAP_TOKEN_ALGORITHMS, CapTokenError)
     exp = _numeric(claims, "exp", CapTokenError)
     if exp is None:
         raise CapTokenError(Reason.MISSING_CLAIM, "the token has no exp claim")
@@ -893,7 +365,7 @@ def sign_response(
     Raises:
         ValueError: The key is not an RSA key of sufficient size.
     """
-    alg = _private_alg(key, frozenset({RESPONSE_ALGORITHM}), "responses")
+    alg = private_algorithm(key, frozenset({RESPONSE_ALGORITHM}), "responses")
     if isinstance(now, bool) or not isinstance(now, int):
         raise ValueError("now must be an integer number of seconds")
     payload = canonical_json(
@@ -903,7 +375,7 @@ def sign_response(
             "iat": now,
         }
     )
-    return _sign_compact(payload, key, alg, kid, typ="JWT")
+    return sign_compact(payload, key, alg, kid, typ="JWT")
 
 
 def verify_response_signature(
@@ -929,7 +401,7 @@ def verify_response_signature(
             is absent and :attr:`Reason.TAMPERED` when the response or the
             request differs from what was signed.
     """
-    claims = _decode_jwt(token, key, frozenset({RESPONSE_ALGORITHM}), SignatureError)
+    claims = verify_jwt(token, key, frozenset({RESPONSE_ALGORITHM}), SignatureError)
     for name, expected, what in (
         ("response_hash", response_hash(response_text), "response text"),
         ("request_hash", request_hash(request_bytes), "request"),
@@ -965,7 +437,7 @@ class ResponseSigner:
     clock: Callable[[], int]
 
     def __attrs_post_init__(self) -> None:
-        _private_alg(self.key, frozenset({RESPONSE_ALGORITHM}), "responses")
+        private_algorithm(self.key, frozenset({RESPONSE_ALGORITHM}), "responses")
 
     def __call__(self, response_text: str, request_bytes: bytes | str) -> str:
         """Sign one response (see :func:`sign_response`)."""

@@ -30,6 +30,7 @@ from uamp_proto.envelope import (
     encode_envelope,
     envelope_sha256,
 )
+from uamp_proto.jose import _DeterministicES256, b64url_decode, sign_compact
 from uamp_proto.signing import (
     JWK,
     JWKS,
@@ -38,9 +39,6 @@ from uamp_proto.signing import (
     Reason,
     ResponseSigner,
     SignatureError,
-    _b64url_decode,
-    _DeterministicES256,
-    _sign_compact,
     algorithm_for,
     issue_cap_token,
     load_private_key,
@@ -107,10 +105,10 @@ ENVELOPE_ALGS = ["ES256", "EdDSA"]
 
 def test_eddsa_jws_matches_rfc_8037_a4() -> None:
     # RFC 8037 Appendix A.1/A.4: the Ed25519 key and its JWS of a fixed text.
-    d = _b64url_decode("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A")
+    d = b64url_decode("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A")
     key = ed25519.Ed25519PrivateKey.from_private_bytes(d)
     assert public_jwk(key)["x"] == "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"
-    token = _sign_compact(b"Example of Ed25519 signing", key, "EdDSA", None, None)
+    token = sign_compact(b"Example of Ed25519 signing", key, "EdDSA", None, None)
     assert token == (
         "eyJhbGciOiJFZERTQSJ9.RXhhbXBsZSBvZiBFZDI1NTE5IHNpZ25pbmc."
         "hgyY0il_MGCjP0JzlnLWG1PPOt7-09PGcvMg3AIbQR6dWbhijcNR4ki4iylGjg5BhVsPt9g7sVvpAr_MuM0KAg"
@@ -138,7 +136,7 @@ def test_envelope_round_trip(keys: dict[str, Any], alg: str) -> None:
     assert signed.sig is not None
     header_b64, middle, _ = signed.sig.split(".")
     assert middle == ""  # detached
-    assert orjson.loads(_b64url_decode(header_b64)) == {"alg": alg, "kid": "k1"}
+    assert orjson.loads(b64url_decode(header_b64)) == {"alg": alg, "kid": "k1"}
     assert attrs.evolve(signed, sig=None) == envelope()  # nothing else changed
     verify_envelope(signed, key.public_key())
     verify_envelope(signed, key)  # a private key is reduced to its public half
@@ -383,7 +381,7 @@ def test_cap_token_round_trip(keys: dict[str, Any], alg: str) -> None:
     token = issue_cap_token(
         {"iss": "did:web:hub", "iat": NOW}, keys[alg], AGENT, "chat tools:read", EXP, kid="c1"
     )
-    header = orjson.loads(_b64url_decode(token.split(".")[0]))
+    header = orjson.loads(b64url_decode(token.split(".")[0]))
     assert header == {"alg": alg, "kid": "c1", "typ": "JWT"}
     claims = verify_cap_token(
         token, keys[alg].public_key(), audience=AGENT, required_scope="tools:read", now=NOW
@@ -566,7 +564,7 @@ def test_hashes_are_sha256_hex() -> None:
 def test_response_signature_round_trip(keys: dict[str, Any]) -> None:
     key = keys["RS256"]
     token = sign_response(TEXT, REQUEST, key, "agent-1", NOW)
-    assert orjson.loads(_b64url_decode(token.split(".")[0])) == {
+    assert orjson.loads(b64url_decode(token.split(".")[0])) == {
         "alg": "RS256",
         "kid": "agent-1",
         "typ": "JWT",
@@ -675,7 +673,7 @@ def test_rsa_jwk_known_answer() -> None:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwk = public_jwk(key)
     assert jwk["e"] == "AQAB"
-    assert int.from_bytes(_b64url_decode(jwk["n"]), "big") == key.public_key().public_numbers().n
+    assert int.from_bytes(b64url_decode(jwk["n"]), "big") == key.public_key().public_numbers().n
 
 
 def test_jwks_document_round_trip(keys: dict[str, Any]) -> None:
@@ -727,7 +725,7 @@ def test_jwks_parse_refuses_weak_and_off_curve_keys(keys: dict[str, Any]) -> Non
     with pytest.raises(JWKSError, match=r"1024 bits"):
         JWKS.parse({"keys": [small]})
     ec_jwk = public_jwk(keys["ES256"])
-    y = _b64url_decode(ec_jwk["y"])
+    y = b64url_decode(ec_jwk["y"])
     off = {**ec_jwk, "y": b64(bytes([y[0] ^ 1]) + y[1:])}
     with pytest.raises(JWKSError, match=r"not a valid EC"):
         JWKS.parse({"keys": [off]})
