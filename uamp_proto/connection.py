@@ -628,9 +628,12 @@ class Connection:
             )
             self._connection_event(event, sender)
             return event, None
-        after = next_session_state(
-            sender, session.state, etype, session_id=session.id, live=len(self._sessions)
-        )
+        # The lookup inlined (every event passes here); the function names the refusal.
+        after = SESSION_TRANSITIONS[(sender, session.state)].get(etype)
+        if after is None:
+            after = next_session_state(
+                sender, session.state, etype, session_id=session.id, live=len(self._sessions)
+            )
         if etype == "session.created":
             return self._created(session, event, after), None  # type: ignore[arg-type]
         return event, self._apply(session, event, sender, after)
@@ -881,7 +884,9 @@ class Connection:
         etype = event.type
         tracker = session.response
         phase = ResponseState.IDLE if tracker is None else tracker.state
-        after = next_response_state(sender, phase, etype, session_id=session.id)
+        after = RESPONSE_TRANSITIONS[(sender, phase)].get(etype)
+        if after is None:
+            after = next_response_state(sender, phase, etype, session_id=session.id)
         if sender is Role.SERVER and etype in CONTENT_EVENTS and session.payment.blocks_content:
             raise _refuse(
                 "payment_required",
