@@ -35,6 +35,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format, struct_pb2
 
+from tests._support.tools import WEATHER_TOOL
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
@@ -43,19 +44,6 @@ from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 
 
 class SlowAgent:
@@ -198,7 +186,7 @@ def test_cancel_a_running_task(server, legacy: bool) -> None:  # type: ignore[no
 
 def _tools_metadata() -> struct_pb2.Struct:
     meta = struct_pb2.Struct()
-    meta.update({"tools": [WEATHER]})
+    meta.update({"tools": [WEATHER_TOOL]})
     return meta
 
 

@@ -23,6 +23,7 @@ from acp.schema import (
     UserMessageChunk,
 )
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -31,13 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 30
 
 
-class SlowAgent:
+class SlowAgent(TestAgent):
     """Says one word, then waits (until cancelled); used for session/cancel."""
 
     name = "slow"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="slow", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="Thinking")))
@@ -45,13 +43,11 @@ class SlowAgent:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text=" never")))
 
 
-class ToolAgent:
+class ToolAgent(TestAgent):
     """Thinks, runs one server-side tool and answers; exercises every update kind."""
 
     name = "tooly"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="tooly", provider="test", modalities=["text", "image"])
+    modalities = ("text", "image")
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.Thinking(content="Let me look.", is_delta=True))

@@ -13,6 +13,8 @@ import trio
 from ag_ui.core import Event, EventType, RunAgentInput
 from pydantic import TypeAdapter
 
+from tests._support.agents import TestAgent
+from tests._support.tools import WEATHER_FUNCTION
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters.agui import apply_patch, state_delta, state_update
@@ -23,24 +25,11 @@ from uamp_trio.demo import DemoAgent
 
 EVENT = TypeAdapter(Event)
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 
-
-class BusyAgent:
+class BusyAgent(TestAgent):
     """Thinks, works in a step, updates the state, calls a server tool, answers."""
 
     name = "busy"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="busy", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         state = dict(request.metadata["agui_state"] or {})
@@ -76,11 +65,8 @@ class BusyAgent:
         # the step is never finished by the agent: the encoder must close it
 
 
-class CrashAgent:
+class CrashAgent(TestAgent):
     name = "crash"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="crash", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="half a sent")))
@@ -204,7 +190,7 @@ def test_text_run(server) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_tool_call_run_and_the_next_run_with_its_result(server) -> None:  # type: ignore[no-untyped-def]
-    events = stream(server, "demo", run_input("get_weather for Paris", tools=[WEATHER]))
+    events = stream(server, "demo", run_input("get_weather for Paris", tools=[WEATHER_FUNCTION]))
     types = [e.type for e in events]
     assert types == [
         EventType.RUN_STARTED,

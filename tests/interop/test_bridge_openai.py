@@ -14,25 +14,12 @@ import openai
 import pytest
 import trio
 
+from tests._support.tools import FORCED, WEATHER_TOOL
 from uamp_agents import agent, tool
 from uamp_agents.bridge import demo_agent, serve_agent
 from uamp_agents.providers import demo
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-
-WEATHER_TOOL: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-FORCED: Any = {"type": "function", "function": {"name": "get_weather"}}
 
 
 def make_boss() -> Any:

@@ -11,22 +11,9 @@ import httpx
 import openai
 import pytest
 
+from tests._support.tools import FORCED, WEATHER_TOOL
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-FORCED = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture

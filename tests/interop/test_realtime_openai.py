@@ -13,23 +13,13 @@ from typing import Any
 import openai
 import pytest
 
+from tests._support.tools import WEATHER_REALTIME_TOOL
 from uamp_proto.payment import TokenPolicy
 from uamp_trio.app import App
 from uamp_trio.demo import DemoAgent
 from uamp_trio.transports.realtime import mount as mount_realtime
 
 TIMEOUT = 20
-
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 
 
 def _app(policy: TokenPolicy | None = None) -> App:
@@ -126,7 +116,9 @@ def test_function_call_round_trip(thread_server: Any) -> None:
         client = _client(server)
         async with client.realtime.connect(model="gpt-realtime") as conn:
             assert (await conn.recv()).type == "session.created"
-            await conn.session.update(session={"type": "realtime", "tools": [WEATHER_TOOL]})
+            await conn.session.update(
+                session={"type": "realtime", "tools": [WEATHER_REALTIME_TOOL]}
+            )
             assert (await conn.recv()).type == "session.updated"
             await conn.conversation.item.create(
                 item={

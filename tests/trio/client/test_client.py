@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -29,19 +30,14 @@ WEATHER = ty.ToolDefinition(
 )
 
 
-class SlowAgent:
+class SlowAgent(TestAgent):
     """Two deltas, then waits until cancelled; records tokens."""
+
+    name = "slow"
 
     def __init__(self) -> None:
         self.tokens: list[str | None] = []
         self.waiting = trio.Event()
-
-    @property
-    def name(self) -> str:
-        return "slow"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="slow", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self.tokens.append(request.token)

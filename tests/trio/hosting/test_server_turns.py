@@ -11,6 +11,7 @@ import contextlib
 import trio
 import trio.testing
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError
@@ -20,21 +21,16 @@ from uamp_trio.hosting.turns import ResponseRunner, open_response, run_response
 TIMEOUT = 10
 
 
-class ScriptedAgent:
+class ScriptedAgent(TestAgent):
     """Emits ``count`` text deltas, then behaves as ``mode`` says."""
+
+    name = "scripted"
 
     def __init__(self, mode: str = "ok", count: int = 3) -> None:
         self.mode = mode
         self.count = count
         self.emitted = 0
         self.blocked = trio.Event()
-
-    @property
-    def name(self) -> str:
-        return "scripted"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="scripted", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         for i in range(self.count):

@@ -6,6 +6,7 @@ import orjson
 import trio
 import trio.testing
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -14,11 +15,8 @@ from uamp_trio.hosting.sessions import SessionHost, SessionLimits
 TIMEOUT = 10
 
 
-class OneDelta:
+class OneDelta(TestAgent):
     name = "one"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="one", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="hello")))

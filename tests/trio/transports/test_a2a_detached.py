@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import trio
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -15,7 +16,7 @@ from uamp_trio.app import create_app
 from uamp_trio.transports import a2a as a2a_transport
 
 
-class GatedAgent:
+class GatedAgent(TestAgent):
     """Streams a first word, waits for the test to open the gate, then finishes."""
 
     name = "gated"
@@ -24,9 +25,6 @@ class GatedAgent:
         self.gate = trio.Event()
         self.finished = 0
         self.tail = tail
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="gated", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="first ")))

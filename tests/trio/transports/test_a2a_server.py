@@ -10,6 +10,7 @@ import httpx
 import pytest
 import trio
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
@@ -35,11 +36,8 @@ class SlowAgent:
         await trio.sleep_forever()
 
 
-class FailingAgent:
+class FailingAgent(TestAgent):
     name = "failing"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="failing", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         from uamp_proto.responder import ResponderError

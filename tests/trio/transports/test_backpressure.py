@@ -11,6 +11,7 @@ import orjson
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -22,18 +23,13 @@ from uamp_trio.transports import uamp_ws
 TOTAL = 100_000
 
 
-class FloodAgent:
+class FloodAgent(TestAgent):
     """Emits as many deltas ``"<i> "`` as its input text says; counts them."""
+
+    name = "flood"
 
     def __init__(self) -> None:
         self.produced = 0
-
-    @property
-    def name(self) -> str:
-        return "flood"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="flood", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         for i in range(int(request.messages[-1].text)):

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import trio
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
@@ -17,19 +18,12 @@ from uamp_trio.demo import DemoAgent
 TIMEOUT = 10
 
 
-class FailingAgent:
+class FailingAgent(TestAgent):
     """Emits one delta, then fails as configured."""
 
     def __init__(self, name: str, error: Exception) -> None:
-        self._name = name
+        self.name = name
         self.error = error
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self._name, provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="partial")))
@@ -174,19 +168,14 @@ async def test_streaming_chunks_and_usage(serve_app) -> None:  # type: ignore[no
             assert choice["finish_reason"] == "length"
 
 
-class EndlessAgent:
+class EndlessAgent(TestAgent):
     """Streams text until cancelled; records that it was stopped."""
+
+    name = "endless"
 
     def __init__(self) -> None:
         self.stopped = trio.Event()
         self.emitted = 0
-
-    @property
-    def name(self) -> str:
-        return "endless"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="endless", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         try:

@@ -9,6 +9,7 @@ import openai
 import pytest
 import trio
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError, TokenPolicy
@@ -19,13 +20,10 @@ from uamp_trio.demo import DemoAgent
 BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "pay me"}]}
 
 
-class TokenEcho:
+class TokenEcho(TestAgent):
     """Replies with the payment token it was given."""
 
     name = "echo"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="echo", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"paid with {request.payment_token}")))
@@ -66,13 +64,10 @@ async def test_free_app_needs_no_payment(serve_app: Any) -> None:
     assert response.status_code == 200
 
 
-class MidStreamTopUp:
+class MidStreamTopUp(TestAgent):
     """Streams a little, then needs a top-up that Completions cannot negotiate."""
 
     name = "topup"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="topup", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="first part")))

@@ -8,17 +8,17 @@ from typing import Any
 import trio
 import trio_websocket
 
+from tests._support.agents import TestAgent
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import App
 from uamp_trio.transports.realtime import mount
 
 
-class VoiceAgent:
+class VoiceAgent(TestAgent):
     name = "voice"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="voice", provider="t", modalities=["text", "audio"])
+    provider = "t"
+    modalities = ("text", "audio")
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         return None

@@ -8,6 +8,7 @@ from typing import Any
 import trio
 import trio_websocket
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -17,22 +18,19 @@ from uamp_trio.transports.realtime import mount
 TIMEOUT = 10
 
 
-class SlowAgent:
+class SlowAgent(TestAgent):
     name = "slow"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="slow", provider="t", modalities=["text"])
+    provider = "t"
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="part")))
         await trio.sleep(30)
 
 
-class VoiceAgent:
+class VoiceAgent(TestAgent):
     name = "voice"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="voice", provider="t", modalities=["text", "audio"])
+    provider = "t"
+    modalities = ("text", "audio")
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.AudioDelta(audio="AAECAw=="))

@@ -17,6 +17,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
@@ -41,13 +42,10 @@ def rsa_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-class FailingAgent:
+class FailingAgent(TestAgent):
     """Streams one delta, then fails."""
 
     name = "broken"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="partial")))

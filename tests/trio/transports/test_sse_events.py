@@ -10,6 +10,7 @@ import httpx
 import orjson
 import trio
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, Responder, TurnRequest
@@ -22,15 +23,10 @@ TIMEOUT = 15
 CREATE = {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
 
 
-class TokenAgent:
+class TokenAgent(TestAgent):
     """Answers with the session token it was given."""
 
-    @property
-    def name(self) -> str:
-        return "tokens"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="tokens", provider="test", modalities=["text"])
+    name = "tokens"
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"token={request.token}")))
@@ -241,16 +237,13 @@ async def test_session_end_closes_the_stream() -> None:
             assert transport.session_count == 0
 
 
-class Hang:
+class Hang(TestAgent):
     """Streams one delta, then waits forever (a live response)."""
 
     name = "hang"
 
     def __init__(self) -> None:
         self.cancelled = trio.Event()
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id="hang", provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working")))

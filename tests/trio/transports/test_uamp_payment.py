@@ -16,6 +16,7 @@ import trio
 from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError, PaymentState, TokenPolicy
@@ -37,7 +38,7 @@ def delta(text: str) -> ev.ResponseDelta:
     return ev.ResponseDelta(delta=ty.DeltaText(text=text))
 
 
-class Echo:
+class Echo(TestAgent):
     """Answers with the payment token it was given; records its requests."""
 
     name = "echo"
@@ -45,15 +46,12 @@ class Echo:
     def __init__(self) -> None:
         self.requests: list[TurnRequest] = []
 
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
-
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self.requests.append(request)
         await emit(delta(f"paid with {request.payment_token}"))
 
 
-class TopUp:
+class TopUp(TestAgent):
     """Streams a first half, asks for a top-up through ``emit``, streams the second half.
 
     ``steps`` is local state of the coroutine: it survives the pause only if
@@ -66,9 +64,6 @@ class TopUp:
         self.calls = 0
         self.resumed = trio.Event()
 
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
-
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self.calls += 1
         steps = ["first half"]
@@ -79,7 +74,7 @@ class TopUp:
         await emit(delta(" then ".join(steps)))
 
 
-class RaisingTopUp:
+class RaisingTopUp(TestAgent):
     """Raises PaymentRequiredError(topup=True) once, after some output; the retry finishes."""
 
     name = "raiser"
@@ -87,9 +82,6 @@ class RaisingTopUp:
     def __init__(self, always: bool = False) -> None:
         self.always = always
         self.requests: list[TurnRequest] = []
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self.requests.append(request)

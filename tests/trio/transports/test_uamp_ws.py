@@ -12,6 +12,7 @@ import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, Responder, TurnRequest
@@ -22,22 +23,15 @@ from uamp_trio.transports import uamp_ws
 TIMEOUT = 15
 
 
-class ScriptAgent:
+class ScriptAgent(TestAgent):
     """Emits ``count`` deltas ``d0 d1 ...``; records each request; may hang."""
 
     def __init__(self, name: str = "script", count: int = 3, hang: bool = False) -> None:
-        self._name = name
+        self.name = name
         self.count = count
         self.hang = hang
         self.requests: list[TurnRequest] = []
         self.hanging = trio.Event()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self._name, provider="test", modalities=["text"])
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self.requests.append(request)
