@@ -5,8 +5,12 @@ serves: the hosted agents, the route table, the shared services (payment
 policy, response signer, background nursery) and the middleware chain. It is
 the only module that imports the transports: :func:`create_app` mounts the
 built-in ones, each a plain ``mount(host)`` function that knows nothing of the
-others. Arrows point down only: ``cli -> app -> transports -> hosting ->
-engines -> uamp_proto`` (see docs/architecture.md).
+others. The routes of the server itself, not of a transport, are mounted here:
+``GET /.well-known/jwks.json`` (and ``/agents/{name}/.well-known/jwks.json``),
+the public keys of response signatures, whichever transports are mounted
+(404 while the app has no :attr:`~Host.response_signer`). Arrows point down
+only: ``cli -> app -> transports -> hosting -> engines -> uamp_proto`` (see
+docs/architecture.md).
 
 Theory of operation
 -------------------
@@ -28,12 +32,13 @@ from collections.abc import Iterable, Sequence
 
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.responder import Responder
+from uamp_proto.signing import JWKS_PATH
 
-from .engines.http import Endpoint, Request, Response, StreamingResponse
+from .engines.http import Endpoint, HTTPError, Request, Response, StreamingResponse, json_response
 from .engines.websocket import WebSocketHandler, WebSocketRequest
 from .hosting.host import Host, Transport
 from .hosting.middleware import Call, Middleware, Next, Refusal, Reply, render_error
-from .hosting.router import AGENT_PREFIX, Route, Router, WebSocketRoute
+from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
 
 __all__ = [
@@ -44,6 +49,9 @@ __all__ = [
     "create_app",
     "default_transports",
 ]
+
+#: The server's own public routes (the JWKS): no transport registered them.
+SERVER_ROUTES = RouteMeta(transport="server", error_style="openai", public=True)
 
 
 class App(Host):
@@ -66,6 +74,22 @@ class App(Host):
         super().__init__(agents, payment_policy=payment_policy)
         #: The middleware chain, outermost first; read per request.
         self.middleware: list[Middleware] = list(middleware)
+        self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
+
+    async def jwks(self, request: Request) -> Response:
+        """``GET [/agents/{name}]/.well-known/jwks.json``: the keys of response signatures.
+
+        One key set for the whole server (every agent signs with the app's
+        signer); under ``/agents/{name}`` an unknown agent is a 404.
+        """
+        if "agent" in request.path_params:
+            self.resolve_agent(request.path_params)
+        signer = self.response_signer
+        if signer is None:
+            raise HTTPError(
+                404, "This server does not sign responses; it publishes no JWKS.", code="not_found"
+            )
+        return json_response(signer.jwks().to_dict())
 
     # --- engines.server.Dispatcher -------------------------------------------------
 

@@ -12,6 +12,11 @@ once); the process exits 0. By default it hosts ``demo``: a UAP agent
 :func:`uamp_agents.bridge.serve_agent`; this module is the only place that
 knows both layers.
 
+``--signing-key PATH`` (a PEM RSA private key) signs every transport's
+responses (spec 004 "Response Signing") and publishes the public key at
+``/.well-known/jwks.json``; ``uamp verify`` checks a saved response against
+such a JWKS (:mod:`uamp_trio.verify`).
+
 ``uamp acp [--agent module:attr] [--payment-token T ...]`` runs one agent (the
 demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
 editors; it exits when stdin closes.
@@ -24,23 +29,30 @@ parsed arguments, returning the exit code).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import hashlib
 import importlib
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import trio
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from uamp_proto.envelope import canonical_json
 from uamp_proto.payment import TokenPolicy
 from uamp_proto.responder import Responder
+from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
 
-__all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "main"]
+__all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "load_signer", "main"]
 
 _DEFAULTS = ServerConfig()
 
@@ -145,8 +157,42 @@ def _add_serve(sub: Any) -> None:
         help="require payment on every transport: only turns paid with one of these tokens "
         "run (repeatable; spec 004 payment flows)",
     )
+    p.add_argument(
+        "--signing-key",
+        metavar="PATH",
+        help="PEM RSA private key (2048 bits or more): sign every response (RS256) and "
+        "publish /.well-known/jwks.json",
+    )
     p.add_argument("--log-level", default="warning", help="logging level (default %(default)s)")
     p.set_defaults(func=_serve_command)
+
+
+def load_signer(path: str) -> ResponseSigner:
+    """A :class:`~uamp_proto.signing.ResponseSigner` for the PEM RSA key at ``path``.
+
+    Its ``kid`` is the key's RFC 7638 thumbprint, so the same key always
+    publishes the same JWKS.
+
+    Raises:
+        ValueError: One line saying what is wrong with the file.
+    """
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"--signing-key {path}: cannot read it ({exc.strerror})") from None
+    try:
+        key = load_private_key(pem)
+    except ValueError as exc:
+        raise ValueError(f"--signing-key {path}: not a usable PEM private key ({exc})") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise ValueError(
+            f"--signing-key {path}: response signatures are RS256, so the key must be RSA, "
+            f"not {type(key).__name__.removeprefix('_')}"
+        )
+    jwk = public_jwk(key.public_key(), None)
+    thumb = hashlib.sha256(canonical_json({k: jwk[k] for k in ("e", "kty", "n")})).digest()
+    kid = base64.urlsafe_b64encode(thumb).rstrip(b"=").decode("ascii")
+    return ResponseSigner(key=key, kid=kid, clock=lambda: int(time.time()))
 
 
 def _serve_command(args: argparse.Namespace) -> int:
@@ -158,6 +204,8 @@ def _serve_command(args: argparse.Namespace) -> int:
         agents = [load_agent(spec) for spec in args.agent] or [default_agent()]
         policy = TokenPolicy(set(args.payment_token)) if args.payment_token else None
         app = create_app(agents, payment_policy=policy)
+        if args.signing_key is not None:
+            app.response_signer = load_signer(args.signing_key)
         config = ServerConfig(
             host=args.host,
             port=args.port,
@@ -262,6 +310,9 @@ def _add_acp(sub: Any) -> None:
         metavar="TOKEN",
         help="require payment: only prompts carrying one of these tokens run (repeatable)",
     )
+    p.add_argument(
+        "--signing-key", metavar="PATH", help="PEM RSA private key: sign every prompt's answer"
+    )
     p.add_argument("--log-level", default="warning", help="logging level, to stderr")
     p.set_defaults(func=_acp_command)
 
@@ -276,12 +327,13 @@ def _acp_command(args: argparse.Namespace) -> int:
     )
     try:
         agent = load_agent(args.agent) if args.agent else default_agent()
+        signer = load_signer(args.signing_key) if args.signing_key else None
     except ValueError as exc:
         print(f"uamp acp: {exc}", file=sys.stderr)
         return 2
     policy = TokenPolicy(set(args.payment_token)) if args.payment_token else None
     with contextlib.suppress(KeyboardInterrupt):
-        trio.run(lambda: serve_stdio(agent, payment_policy=policy))
+        trio.run(lambda: serve_stdio(agent, payment_policy=policy, signer=signer))
     return 0
 
 
@@ -294,11 +346,20 @@ def _add_chat(sub: Any) -> None:
     add_parser(sub)
 
 
+# --- verify ------------------------------------------------------------------------
+
+
+def _add_verify(sub: Any) -> None:
+    from .client.verify import add_parser
+
+    add_parser(sub)
+
+
 # --- entry point ----------------------------------------------------------------
 
 #: Functions that add a subcommand to the parser. ``uamp chat`` (the native
 #: UAMP client, :mod:`uamp_trio.client.chat`) and ``uamp bench`` register here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp, _add_chat]
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp, _add_chat, _add_verify]
 
 
 def build_parser() -> argparse.ArgumentParser:

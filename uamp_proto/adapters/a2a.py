@@ -1085,7 +1085,8 @@ def rest_events(update: Update) -> list[tuple[str, dict[str, Any]]]:
         parts = [_render_rest_part(p) for p in render_message(update.message, Dialect.V03)["parts"]]
         return [("task.update", {**head, "message": {"role": "agent", "parts": parts}})]
     if state is TaskState.COMPLETED:
-        return [("task.completed", head)]
+        signature = (update.metadata or {}).get("signature")
+        return [("task.completed", {**head, "signature": signature} if signature else head)]
     if state is TaskState.CANCELED:
         return [("task.canceled", head)]
     if state is TaskState.INPUT_REQUIRED:

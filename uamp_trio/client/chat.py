@@ -11,6 +11,11 @@ beside them -- with colours (rich) when stdout is a terminal, as plain
 prefixed lines otherwise. ``/quit`` or end of input leaves; Ctrl-C during a
 response cancels it (``response.cancel``), Ctrl-C at the prompt leaves.
 
+``--verify PATH_OR_URL`` checks every response's signature against that
+JWKS (a bad or missing one ends the chat with status 1); ``--save FILE``
+writes each response, in the form ``uamp verify`` reads, to ``FILE``
+(the last response wins).
+
 Exit status: 0, or 1 when the connection or the session fails (the reason
 goes to stderr).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,6 +33,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.signing import JWKSError
 
 from .uamp import ClientError, ClientSession, connect
 
@@ -88,7 +95,12 @@ class _Printer:
 
 
 async def _turn(
-    session: ClientSession, text: str, printer: _Printer, *, can_pay: bool = False
+    session: ClientSession,
+    text: str,
+    printer: _Printer,
+    *,
+    can_pay: bool = False,
+    save: str | None = None,
 ) -> bool:
     """One exchange; returns False when the response failed."""
     stream = session.respond(text)
@@ -134,6 +146,8 @@ async def _turn(
     result = stream.result
     if result is None or unpaid:
         return False
+    if save is not None:
+        Path(save).write_bytes(result.saved().to_json())
     if result.status == "cancelled":
         printer.note("cancelled", "", "yellow")
     usage = result.usage
@@ -156,13 +170,15 @@ async def run_chat(
     once: str | None = None,
     out: TextIO | None = None,
     rich: bool | None = None,
+    verify: str | None = None,
+    save: str | None = None,
 ) -> int:
     """Run the chat; returns the exit status. See the module docstring."""
     out = out or sys.stdout
     use_rich = out.isatty() if rich is None else rich
     printer = _Printer(out, use_rich)
     try:
-        async with connect(chat_url(url)) as client:
+        async with connect(chat_url(url), verify=verify) as client:
             session = await client.create_session(
                 agent,
                 token=token,
@@ -171,7 +187,7 @@ async def run_chat(
             )
             if once is not None:
                 paid = payment_token is not None
-                return 0 if await _turn(session, once, printer, can_pay=paid) else 1
+                return 0 if await _turn(session, once, printer, can_pay=paid, save=save) else 1
             printer.note(
                 "connected", f"to {session.agent} (session {session.id}); /quit to leave", "blue"
             )
@@ -184,8 +200,10 @@ async def run_chat(
                 if line in ("/quit", "/exit"):
                     return 0
                 if line:
-                    await _turn(session, line, printer, can_pay=payment_token is not None)
-    except (ClientError, OSError, trio.TooSlowError) as exc:
+                    await _turn(
+                        session, line, printer, can_pay=payment_token is not None, save=save
+                    )
+    except (ClientError, JWKSError, OSError, trio.TooSlowError) as exc:
         print(f"uamp chat: {exc}", file=sys.stderr)
         return 1
 
@@ -208,6 +226,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payment-token", help="pay with this token when the agent asks")
     p.add_argument("--once", metavar="TEXT", help="send TEXT, print the answer and exit")
     p.add_argument("--plain", action="store_true", help="no colours even on a terminal")
+    p.add_argument(
+        "--verify", metavar="PATH_OR_URL", help="check every response's signature against a JWKS"
+    )
+    p.add_argument("--save", metavar="FILE", help="save each response for `uamp verify`")
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -219,6 +241,8 @@ def _command(args: argparse.Namespace) -> int:
             payment_token=args.payment_token,
             once=args.once,
             rich=False if args.plain else None,
+            verify=args.verify,
+            save=args.save,
         )
     )
 

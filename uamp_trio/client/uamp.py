@@ -47,6 +47,18 @@ holds or pauses the response meanwhile and resumes it once the payment is
 accepted. The callback is asked once per ``payment.required``: when the
 server refuses its token (``payment.error``, ``can_retry``) the response stays
 held and the caller, who sees that event, pays again or cancels.
+
+Signatures (spec 000 6.7, spec 004 "Response Signing"): :func:`connect` and
+:func:`connect_sse` given ``verify=`` (a JWKS, its JSON object, a path or a
+URL such as ``http://host:port/.well-known/jwks.json``) check every
+``response.done``'s ``signature`` against the response's text deltas and the
+bytes that carried its ``response.create`` (on the WebSocket that event's
+message; over HTTP+SSE the body of the POST). A missing or bad signature
+raises :class:`SignatureVerificationError` where the iteration would have
+yielded ``response.done`` (the stream's :attr:`~ResponseStream.result` is
+set all the same). Without ``verify=`` the signature is only kept, in
+:attr:`ResponseResult.signature`, with the request bytes, for
+:meth:`ResponseResult.saved` (what ``uamp verify`` reads).
 """
 
 from __future__ import annotations
@@ -74,9 +86,12 @@ from uamp_proto import types as ty
 from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import PaymentNegotiation
+from uamp_proto.saved_response import SavedResponse
+from uamp_proto.signing import JWKS, Reason, SignatureError, verify_response_signature
 from uamp_proto.sse import SSEParser
 
 from ..engines.ws_frames import EngineName, FrameEngine, WebSocketClosed, make_engine
+from .verify import JWKSSource, load_jwks
 
 __all__ = [
     "ClientError",
@@ -85,6 +100,7 @@ __all__ = [
     "ResponseResult",
     "ResponseStream",
     "SSEClient",
+    "SignatureVerificationError",
     "ToolHandler",
     "UampClient",
     "connect",
@@ -150,6 +166,21 @@ class ClientError(UampError):
         self.event = event
 
 
+class SignatureVerificationError(ClientError):
+    """A response's signature is missing or does not verify (``verify=`` was given).
+
+    Attributes:
+        reason: Why (:class:`~uamp_proto.signing.Reason`: ``unsigned``,
+            ``tampered``, ``bad_signature``, ``unknown_kid``...).
+        result: The response as received.
+    """
+
+    def __init__(self, error: SignatureError, result: ResponseResult) -> None:
+        super().__init__("bad_signature", f"response signature refused: {error}")
+        self.reason = error.reason
+        self.result = result
+
+
 @attrs.frozen(kw_only=True)
 class ResponseResult:
     """What one response produced.
@@ -164,6 +195,10 @@ class ResponseResult:
         usage: The usage of ``response.done``, if any.
         tool_calls: The client tool calls the server asked for.
         error: The error of a failed response.
+        signature: ``response.done``'s ``signature``, if it carried one.
+        request: The bytes that carried ``response.create`` (what a
+            signature covers).
+        verified: Whether the signature was checked and verified.
     """
 
     response_id: str | None
@@ -174,6 +209,15 @@ class ResponseResult:
     usage: ty.UsageStats | None = None
     tool_calls: list[ty.ToolInvocation] = attrs.field(factory=list)
     error: ty.ErrorInfo | None = None
+    signature: str | None = None
+    request: bytes | None = None
+    verified: bool = False
+
+    def saved(self) -> SavedResponse:
+        """What ``uamp verify`` checks: text, signature and request bytes."""
+        return SavedResponse(
+            text=self.text, signature=self.signature, request=self.request, transport="uamp"
+        )
 
 
 class _End:
@@ -195,6 +239,8 @@ class ResponseStream:
         ClientError: The server refused the request (``session.error`` before
             ``response.created``, e.g. ``response_in_progress``), or the
             session or connection ended.
+        SignatureVerificationError: With ``verify=``, instead of a
+            ``response.done`` whose signature is missing or bad.
     """
 
     def __init__(self, session: ClientSession, start: list[ev.Event]) -> None:
@@ -206,6 +252,7 @@ class ResponseStream:
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._calls: list[ty.ToolInvocation] = []
+        self._request: bytes | None = None
         #: The response id, once ``response.created`` arrived.
         self.response_id: str | None = None
         #: The outcome, once the terminal event arrived.
@@ -221,7 +268,7 @@ class ResponseStream:
         if not self._started:
             self._started = True
             await session._claim(self)
-            await session.send(*self._start)
+            self._request = await session.send(*self._start)
         item = await session._receive()
         if isinstance(item, _End):
             self._finish()
@@ -254,8 +301,10 @@ class ResponseStream:
         output: list[ty.ContentItem] = []
         usage = None
         error = None
+        signature = None
         if isinstance(event, ev.ResponseDone):
             status, output, usage = "completed", list(event.response.output), event.response.usage
+            signature = event.signature
         elif isinstance(event, ev.ResponseCancelled):
             status, output = "cancelled", list(event.partial_output or [])
         else:
@@ -270,8 +319,24 @@ class ResponseStream:
             usage=usage,
             tool_calls=list(self._calls),
             error=error,
+            signature=signature,
+            request=self._request,
         )
         self._finish()
+        jwks = self._session._jwks
+        if jwks is not None and status == "completed":
+            self.result = self._verify(self.result, jwks)
+
+    @staticmethod
+    def _verify(result: ResponseResult, jwks: JWKS) -> ResponseResult:
+        """``result`` marked verified, or :class:`SignatureVerificationError`."""
+        try:
+            if result.signature is None:
+                raise SignatureError(Reason.UNSIGNED, "response.done carries no signature")
+            verify_response_signature(result.signature, result.text, result.request or b"", jwks)
+        except SignatureError as exc:
+            raise SignatureVerificationError(exc, result) from None
+        return attrs.evolve(result, verified=True)
 
     def _finish(self) -> None:
         self._finished = True
@@ -311,8 +376,10 @@ class ClientSession:
         on_tool_call: ToolHandler | None,
         buffer: int,
         on_payment_required: PaymentHandler | None = None,
+        jwks: JWKS | None = None,
     ) -> None:
         self._link = link
+        self._jwks = jwks
         self._conn = conn
         self.id = session_id
         self.agent: str | None = None
@@ -354,14 +421,19 @@ class ClientSession:
 
     # --- requests ---------------------------------------------------------------
 
-    async def send(self, *events: ev.Event) -> None:
-        """Send raw events in this session (``session_id`` is filled in)."""
+    async def send(self, *events: ev.Event) -> bytes | None:
+        """Send raw events in this session (``session_id`` is filled in).
+
+        Returns:
+            The bytes that carried the last event (its WebSocket message, or
+            the body of the POST), ``None`` when nothing was sent.
+        """
         if self._ended is not None:
             raise self._ended
         stamped = [
             e if e.session_id is not None else attrs.evolve(e, session_id=self.id) for e in events
         ]
-        await self._link._send_events(self, stamped)
+        return await self._link._send_events(self, stamped)
 
     def respond(
         self,
@@ -543,7 +615,8 @@ class ClientSession:
 class _Link:
     """What a session needs from its client."""
 
-    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
+    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> bytes | None:
+        """Send ``events``; returns the bytes that carried the last one."""
         raise NotImplementedError
 
     async def _forget(self, session: ClientSession) -> None:
@@ -680,7 +753,9 @@ class UampClient(_Link):
         *,
         delta_window: int | None,
         buffer: int,
+        jwks: JWKS | None = None,
     ) -> None:
+        self._jwks = jwks
         self._stream = stream
         self._engine = engine
         self._nursery = nursery
@@ -724,7 +799,7 @@ class UampClient(_Link):
             raise self._closed
         sid = session_id or _new_session_id()
         session = ClientSession(
-            self, self._conn, sid, on_tool_call, self._buffer, on_payment_required
+            self, self._conn, sid, on_tool_call, self._buffer, on_payment_required, self._jwks
         )
         self.sessions[sid] = session
         cfg = _session_config(config, instructions, tools)
@@ -757,7 +832,7 @@ class UampClient(_Link):
         """Send one text message as is (bypassing the core: for tests and tools)."""
         await self._write([message.encode() if isinstance(message, str) else message])
 
-    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
+    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> bytes | None:
         if self._closed is not None:
             raise self._closed
         encoded, refused = _encode(self._conn, events)
@@ -765,6 +840,7 @@ class UampClient(_Link):
             await self._write(encoded)
         if refused is not None:
             raise refused
+        return encoded[-1] if encoded else None
 
     async def _forget(self, session: ClientSession) -> None:
         self.sessions.pop(session.id, None)
@@ -887,6 +963,7 @@ async def connect(
     session_buffer: int = DEFAULT_SESSION_BUFFER,
     ssl_context: ssl.SSLContext | None = None,
     connect_timeout: float = 10.0,
+    verify: JWKSSource | None = None,
 ) -> AsyncIterator[UampClient]:
     """Connect to a UAMP WebSocket endpoint (``ws://host:port/ws`` or ``.../agents/NAME/uamp``).
 
@@ -899,11 +976,16 @@ async def connect(
         session_buffer: Events buffered per session for its consumer.
         ssl_context: For ``wss://``.
         connect_timeout: Limit on connecting and the handshake.
+        verify: Check every response's signature against this JWKS (a
+            :class:`~uamp_proto.signing.JWKS`, its JSON object, a path or a
+            URL; fetched once, now).
 
     Raises:
         ClientError: The handshake failed (``agent_not_found`` for an unknown
             agent's endpoint ...).
+        JWKSError: ``verify`` names no usable JWKS.
     """
+    jwks = await load_jwks(verify) if verify is not None else None
     with trio.fail_after(connect_timeout):
         stream, authority, target = await _open_stream(url, ssl_context)
         try:
@@ -916,7 +998,12 @@ async def connect(
     try:
         async with _body_errors(body), trio.open_nursery() as nursery:
             client = UampClient(
-                stream, frames, nursery, delta_window=delta_window, buffer=session_buffer
+                stream,
+                frames,
+                nursery,
+                delta_window=delta_window,
+                buffer=session_buffer,
+                jwks=jwks,
             )
             nursery.start_soon(client._reader, initial)
             try:
@@ -952,7 +1039,9 @@ class SSEClient(_Link):
         *,
         delta_window: int | None,
         buffer: int,
+        jwks: JWKS | None = None,
     ) -> None:
+        self._jwks = jwks
         self._http = http
         self._base = base_url.rstrip("/")
         self._nursery = nursery
@@ -989,7 +1078,9 @@ class SSEClient(_Link):
         """
         sid = session_id or _new_session_id()
         conn = ClientConnection(ConnectionConfig(delta_window=self._delta_window))
-        session = ClientSession(self, conn, sid, on_tool_call, self._buffer, on_payment_required)
+        session = ClientSession(
+            self, conn, sid, on_tool_call, self._buffer, on_payment_required, self._jwks
+        )
         prefix = self._prefix(agent, agent_in_path)
         self._paths[sid] = prefix
         data = conn.create_session(
@@ -1013,12 +1104,15 @@ class SSEClient(_Link):
         await session._wait_created()
         return session
 
-    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> None:
+    async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> bytes | None:
         encoded, refused = _encode(session._conn, events)
+        body = None
         if encoded:
-            await self._post(session, b"[" + b",".join(encoded) + b"]")
+            body = b"[" + b",".join(encoded) + b"]"
+            await self._post(session, body)
         if refused is not None:
             raise refused
+        return body
 
     async def _post(self, session: ClientSession, body: bytes) -> None:
         prefix = self._paths[session.id]
@@ -1108,6 +1202,7 @@ async def connect_sse(
     headers: dict[str, str] | None = None,
     session_buffer: int = DEFAULT_SESSION_BUFFER,
     http: httpx.AsyncClient | None = None,
+    verify: JWKSSource | None = None,
 ) -> AsyncIterator[SSEClient]:
     """A UAMP client over HTTP+SSE against ``base_url`` (``http://host:port``).
 
@@ -1117,14 +1212,22 @@ async def connect_sse(
         headers: Headers for every request.
         session_buffer: Events buffered per session for its consumer.
         http: An httpx client to use (default: a new one).
+        verify: Check every response's signature against this JWKS (see
+            :func:`connect`).
     """
+    jwks = await load_jwks(verify) if verify is not None else None
     own = http is None
     client_http = http or httpx.AsyncClient(headers=headers, timeout=30.0)
     body: list[BaseException] = []
     try:
         async with _body_errors(body), trio.open_nursery() as nursery:
             client = SSEClient(
-                client_http, base_url, nursery, delta_window=delta_window, buffer=session_buffer
+                client_http,
+                base_url,
+                nursery,
+                delta_window=delta_window,
+                buffer=session_buffer,
+                jwks=jwks,
             )
             try:
                 yield client

@@ -51,8 +51,9 @@ class Host:
         #: serving and cancels what is left at the end of its shutdown grace
         #: period.
         self.background: trio.Nursery | None = None
-        #: Signs Chat Completions responses (spec 004 "Response Signing"):
-        #: a :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable
+        #: Signs every transport's responses (spec 004 "Response Signing";
+        #: where each puts the signature: docs/signing.md): a
+        #: :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable
         #: ``sign(response_text, request_bytes) -> str`` with a ``jwks()``
         #: method. ``None`` (the default): responses are not signed and no
         #: JWKS is served. Read per request, so it may be set after mounting.

@@ -76,7 +76,8 @@ most :data:`MAX_PAYMENT_ROUNDS` times per response.
 
 Signing (spec 004 "Response Signing"): with ``App.response_signer`` set,
 ``response.done`` carries ``signature`` over the response's text and the raw
-``response.create`` message that started it.
+``response.create`` message that started it (on HTTP+SSE: the whole POST
+body that carried it, which may hold other events too).
 
 Delta windows (``docs/flow.md``): on a session that opted in, the core
 numbers deltas and refuses one past the window with
@@ -489,8 +490,14 @@ class SessionHost:
         """Whether a response is running on any session."""
         return any(s.response is not None for s in self._sessions.values())
 
-    def feed(self, message: bytes | str) -> list[RemoteProtocolError]:
+    def feed(
+        self, message: bytes | str, *, carrier: bytes | str | None = None
+    ) -> list[RemoteProtocolError]:
         """Process one incoming message (one JSON event); never waits.
+
+        ``carrier`` is what brought the message when that is more than the
+        message itself (an HTTP body holding an array of events): a
+        ``response.done`` signature covers it instead of the message.
 
         Returns:
             The protocol errors the message caused (their ``session.error``
@@ -500,7 +507,7 @@ class SessionHost:
             Overloaded: The peer has too many unwritten replies queued.
         """
         self.last_activity = trio.current_time()
-        self._message = message
+        self._message = message if carrier is None else carrier
         conn = self.conn
         errors: list[RemoteProtocolError] = []
         try:

@@ -26,6 +26,15 @@ updates; a streaming client that disconnects leaves its task running. (An
 app used without :class:`~uamp_trio.engines.server.Server` has no background nursery
 and runs each turn inside its request.)
 
+Signing (spec 004 "Response Signing"): with the app's ``response_signer``,
+a turn that completes its task is signed (RS256) over the turn's text (the
+completed status message's text parts joined; empty when there is none) and
+the HTTP body of the send as received. The JWT is the task's
+``metadata.signature`` (``message/send``, ``tasks/get``, the stream's opening
+snapshot of a later send replaces it), the final status update's
+``metadata.signature`` on a stream, and ``signature`` in the REST form's
+``task.completed`` event.
+
 Payment (spec 004): a new task consults the app's
 :class:`~uamp_proto.payment.PaymentPolicy` (:meth:`App.payment_required`,
 or the ``payment_policy`` given to :func:`transport`) with the ``X-PAYMENT``
@@ -121,6 +130,8 @@ class _Prepared:
     turn: TurnRequest
     history_length: int | None
     new: bool
+    #: The HTTP body that carried the message: what a signature covers.
+    request_bytes: bytes = b""
 
 
 class A2ATransport:
@@ -489,7 +500,13 @@ class A2ATransport:
             payment_token=token,
             metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
         )
-        return _Prepared(task=task, turn=turn, history_length=history_length, new=new)
+        return _Prepared(
+            task=task,
+            turn=turn,
+            history_length=history_length,
+            new=new,
+            request_bytes=request.body,
+        )
 
     async def _execute(
         self,
@@ -552,6 +569,8 @@ class A2ATransport:
                     await write(update)
 
         try:
+            if task.metadata:  # a signature covers the turn that made it, not this one
+                task.metadata.pop("signature", None)
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await deliver([run.status()])
@@ -566,6 +585,7 @@ class A2ATransport:
             output = outcome.tracker.messages()
             if outcome.status == "completed":
                 updates = run.complete(output, _now())
+                updates = self._sign(updates, task, outcome.tracker.text, prepared)
             elif outcome.status == "requires_action":
                 updates = run.require_input(output, outcome.pending_tool_calls, _now())
             elif outcome.status == "cancelled":
@@ -588,6 +608,24 @@ class A2ATransport:
             if live.primary is not None:
                 live.primary.close()
             live.done.set()
+
+    def _sign(
+        self, updates: list[Update], task: A2ATask, text: str, prepared: _Prepared
+    ) -> list[Update]:
+        """Sign a completed turn (spec 004 "Response Signing") when the app has a signer.
+
+        The signature covers ``text`` (the turn's text: the completed status
+        message's text parts joined) and the HTTP body of the send; it goes
+        into the task's ``metadata.signature`` and the final status update's.
+        """
+        signer = self.app.response_signer
+        if signer is None:
+            return updates
+        signature = signer(text, prepared.request_bytes)
+        task.metadata = {**(task.metadata or {}), "signature": signature}
+        final = updates[-1]
+        signed = attrs.evolve(final, metadata={**(final.metadata or {}), "signature": signature})
+        return [*updates[:-1], signed]
 
     async def _cancel(self, agent: Responder, task_id: str) -> A2ATask:
         task = self._task(agent, task_id)

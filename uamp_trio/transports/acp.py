@@ -30,11 +30,20 @@ Payment: with a :class:`~uamp_proto.payment.PaymentPolicy`, a prompt whose
 token (``payment_token`` in the params or ``_meta``, else the one the session
 last paid with) does not pass is refused with JSON-RPC error ``-32402`` and
 ``data.accepts``.
+
+Signing (spec 004 "Response Signing"): with a signer, a prompt that ends
+neither cancelled nor failed answers with ``_meta.signature`` in its result
+(``session/prompt`` and ``prompt/submit``): an RS256 JWT over the reply's
+text (the ``agent_message_chunk`` texts joined; ``content`` of
+``prompt/submit``) and the JSON-RPC payload that carried the request, exactly
+as received (an HTTP body, a WebSocket message, a stdio line without its
+newline; a whole batch when it came in one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.metadata
 import logging
 import os
@@ -52,6 +61,7 @@ from uamp_proto.adapters import acp
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.signing import ResponseSigner
 
 from ..engines.http import HTTPError, Request, Response
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
@@ -75,6 +85,11 @@ log = logging.getLogger("uamp_trio.acp")
 
 #: Send one JSON-RPC payload (already encoded) to the peer.
 SendPayload = Callable[[bytes], Awaitable[None]]
+
+#: The payload being answered, as received: what a response signature covers.
+#: Set per task by :meth:`AcpConnection.handle_payload` (each payload is
+#: answered in a task of its own), so concurrent prompts never mix theirs up.
+_PAYLOAD: contextvars.ContextVar[bytes] = contextvars.ContextVar("acp_payload", default=b"")
 
 
 def _version() -> str:
@@ -143,6 +158,8 @@ class AcpConnection:
         send: Writes a payload to the peer, or ``None`` when the carrier has
             no way to push notifications (plain HTTP).
         payment_policy: Consulted before every prompt; ``None`` = free.
+        signer: Signs each prompt's answer (``_meta.signature``); ``None``:
+            unsigned.
     """
 
     def __init__(
@@ -152,10 +169,12 @@ class AcpConnection:
         send: SendPayload | None,
         *,
         payment_policy: PaymentPolicy | None = None,
+        signer: ResponseSigner | None = None,
     ) -> None:
         self.agent = agent
         self.store = store
         self.payment_policy = payment_policy
+        self.signer = signer
         self._send = send
         self._version = _version()
         self._methods: dict[str, Callable[[rpc.Id, Any], Awaitable[Any]]] = {
@@ -174,6 +193,7 @@ class AcpConnection:
 
     async def handle_payload(self, data: bytes | str) -> bytes | None:
         """Answer one payload; ``None`` when nothing is owed (notifications)."""
+        _PAYLOAD.set(data.encode() if isinstance(data, str) else bytes(data))
         try:
             batch = rpc.decode(data)
         except rpc.JSONRPCError as exc:
@@ -324,7 +344,15 @@ class AcpConnection:
         session.messages.append(parsed.message)
         if outcome.status != "failed":
             session.messages.extend(outcome.tracker.messages())
-        return self._prompt_result(outcome)
+        return self._signed(self._prompt_result(outcome), outcome)
+
+    def _signed(self, result: dict[str, Any], outcome: ResponseOutcome) -> dict[str, Any]:
+        """``result`` with ``_meta.signature`` when the answer is to be signed."""
+        if self.signer is None or outcome.status not in ("completed", "requires_action"):
+            return result
+        signature = self.signer(outcome.tracker.text, _PAYLOAD.get())
+        result["_meta"] = {**result.get("_meta", {}), "signature": signature}
+        return result
 
     @staticmethod
     def _prompt_result(outcome: ResponseOutcome) -> dict[str, Any]:
@@ -379,7 +407,7 @@ class AcpConnection:
         usage = acp.usage_object(outcome.tracker.usage)
         if usage is not None:
             result["usage"] = usage
-        return result
+        return self._signed(result, outcome)
 
     async def _tools_list(self, _id: rpc.Id, params: Any) -> Any:
         return acp.tools_list_result(self.agent.capabilities())
@@ -457,6 +485,7 @@ async def serve_stdio(
     stdout: trio.abc.SendStream | None = None,
     payment_policy: PaymentPolicy | None = None,
     max_line: int = 16 * 1024 * 1024,
+    signer: ResponseSigner | None = None,
 ) -> None:
     """Serve ``agent`` as an ACP agent over newline-delimited JSON until EOF.
 
@@ -466,6 +495,7 @@ async def serve_stdio(
             there: log to stderr.
         payment_policy: Consulted before every prompt.
         max_line: Longest accepted line; longer ones get ``-32600``.
+        signer: Signs each prompt's answer (``_meta.signature``).
     """
     own: list[trio.lowlevel.FdStream] = []
     if stdin is None:
@@ -483,7 +513,9 @@ async def serve_stdio(
         async with lock:
             await out.send_all(payload + b"\n")
 
-    conn = AcpConnection(agent, AcpSessionStore(), send, payment_policy=payment_policy)
+    conn = AcpConnection(
+        agent, AcpSessionStore(), send, payment_policy=payment_policy, signer=signer
+    )
     lines = rpc.LineBuffer(max_line)
     source = stdin
 
@@ -539,7 +571,13 @@ class AcpTransport:
     async def http(self, request: Request) -> Response:
         """``POST .../acp``: one JSON-RPC payload in, its answer out."""
         agent = self.app.resolve_agent(request.path_params)
-        conn = AcpConnection(agent, self.store, None, payment_policy=self.payment_policy)
+        conn = AcpConnection(
+            agent,
+            self.store,
+            None,
+            payment_policy=self.payment_policy,
+            signer=self.app.response_signer,
+        )
         reply = await conn.handle_payload(request.body)
         if reply is None:
             return Response(status=204)
@@ -563,7 +601,13 @@ class AcpTransport:
             except ConnectionClosed:
                 return None
 
-        conn = AcpConnection(agent, self.store, send, payment_policy=self.payment_policy)
+        conn = AcpConnection(
+            agent,
+            self.store,
+            send,
+            payment_policy=self.payment_policy,
+            signer=self.app.response_signer,
+        )
         try:
             await _serve_stream(conn, receive, send, drain=False)
         except ConnectionClosed:

@@ -17,6 +17,12 @@ module runs the turn (:func:`uamp_trio.hosting.turns.open_response`) and writes.
   ``pendingToolCallIds``; the client sends the results as ``tool`` messages
   in its next run.
 * A client that disconnects cancels the agent's turn.
+* Signing (spec 004 "Response Signing"): with the app's ``response_signer``,
+  a run that finishes (not cancelled, not failed) sends, just before
+  ``RUN_FINISHED``, the AG-UI custom event ``{"type": "CUSTOM", "name":
+  "uamp.response_signature", "value": {"signature": JWT}}``: an RS256 JWT
+  over the run's text (its ``TEXT_MESSAGE_CONTENT`` deltas joined) and the
+  request body as received.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import orjson
 
 from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, turn_request
 from uamp_proto.ids import IdSource, random_ids
+from uamp_proto.saved_response import AGUI_SIGNATURE_EVENT
 from uamp_proto.sse import encode_json
 
 from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
@@ -34,7 +41,7 @@ from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
 
-__all__ = ["AguiTransport", "mount", "transport"]
+__all__ = ["AguiTransport", "mount", "signature_event", "transport"]
 
 #: What middleware knows of this route: OpenAI-shaped error objects (as its own errors).
 ROUTES = RouteMeta(transport="agui", error_style="openai")
@@ -44,6 +51,11 @@ _SSE_HEADERS = [
     ("cache-control", "no-cache"),
     ("x-accel-buffering", "no"),
 ]
+
+
+def signature_event(signature: str) -> dict[str, object]:
+    """The AG-UI ``CUSTOM`` event carrying a response signature."""
+    return {"type": "CUSTOM", "name": AGUI_SIGNATURE_EVENT, "value": {"signature": signature}}
 
 
 def _frame(events: list[dict[str, object]]) -> bytes:
@@ -110,7 +122,13 @@ class AguiTransport:
                 message = error.message if error else "The agent failed."
                 await send(_frame(encoder.error(message, code)))
             else:
-                await send(_frame(encoder.finish(cancelled=outcome.status == "cancelled")))
+                cancelled = outcome.status == "cancelled"
+                out = encoder.finish(cancelled=cancelled)
+                signer = self.app.response_signer
+                if signer is not None and not cancelled:
+                    signature = signer(outcome.tracker.text, request.body)
+                    out.insert(-1, signature_event(signature))  # RUN_FINISHED stays last
+                await send(_frame(out))
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 

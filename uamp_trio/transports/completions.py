@@ -8,8 +8,9 @@ for the agent a root request's ``model`` names):
 * ``GET /agents/{name}/capabilities`` -- the agent's capabilities (section 9);
 * ``GET /agents/{name}/v1/models`` -- OpenAI's model list, one model per agent
   (at the root: every hosted agent);
-* ``GET /agents/{name}/.well-known/jwks.json`` -- the public keys of response
-  signatures, when the app has a ``response_signer`` (404 otherwise).
+
+(The public keys of response signatures, ``/.well-known/jwks.json``, are the
+server's route, mounted by :mod:`uamp_trio.app` whatever the transports.)
 
 Response signing (spec 004, "Response Signing"): with ``App.response_signer``
 set, a successful non-streamed completion carries an RS256 JWT over the
@@ -54,7 +55,7 @@ from uamp_proto.adapters.completions import (
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event
 from uamp_proto.responder import Responder
-from uamp_proto.signing import JWKS_PATH, SIGNATURE_HEADER, response_signature_event
+from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 
 from ..engines.http import (
     HTTPError,
@@ -72,8 +73,6 @@ __all__ = ["CompletionsTransport", "mount"]
 
 #: What middleware knows of these routes: OpenAI error objects.
 ROUTES = RouteMeta(transport="completions", error_style="openai")
-#: The JWKS that verifies signed responses: served to anyone.
-PUBLIC_ROUTES = RouteMeta(transport="completions", error_style="openai", public=True)
 
 log = logging.getLogger("uamp_trio.completions")
 
@@ -131,7 +130,6 @@ class CompletionsTransport:
             "GET", "/capabilities", self.capabilities, label="Capabilities", meta=ROUTES
         )
         app.agent_route("GET", "/v1/models", self.models, label="Models", meta=ROUTES)
-        app.agent_route("GET", JWKS_PATH, self.jwks, meta=PUBLIC_ROUTES)
 
     # --- endpoints -------------------------------------------------------------
 
@@ -148,16 +146,6 @@ class CompletionsTransport:
             agents = list(self.app.agents.values())
         data = [{"id": a.name, "object": "model", "created": 0, "owned_by": "uamp"} for a in agents]
         return json_response({"object": "list", "data": data})
-
-    async def jwks(self, request: Request) -> Response:
-        """``GET .../.well-known/jwks.json``: keys that verify response signatures."""
-        self.app.resolve_agent(request.path_params)  # 404 for an unknown agent
-        signer = self.app.response_signer
-        if signer is None:
-            raise HTTPError(
-                404, "This server does not sign responses; it publishes no JWKS.", code="not_found"
-            )
-        return json_response(signer.jwks().to_dict())
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         """``POST .../chat/completions``."""

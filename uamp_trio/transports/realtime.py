@@ -23,7 +23,12 @@ every client event; this module adds the I/O and runs the responses:
   ``response.create`` the session's token does not pay for is held and
   answered with ``payment.required``; ``payment.submit`` with a good token
   gets ``payment.accepted`` and starts the held response, a bad one
-  ``payment.error`` (``can_retry``).
+  ``payment.error`` (``can_retry``);
+* signing (spec 004 "Response Signing"): with the app's ``response_signer``,
+  a ``response.done`` whose status is ``completed`` carries ``signature``, an
+  RS256 JWT over the response's text (its ``response.output_text.delta``
+  deltas joined) and the exact bytes of the ``response.create`` message that
+  started it.
 
 Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 ``openai-beta.realtime-v1`` subprotocol) get the beta event names.
@@ -46,6 +51,7 @@ from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
 from uamp_proto.responder import Responder
+from uamp_proto.signing import ResponseSigner
 
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
@@ -71,6 +77,7 @@ def _ids(prefix: str) -> str:
 class _Active:
     response_id: str
     encoder: rt.ResponseEncoder
+    request_bytes: bytes | str
     turn: ResponseRun | None = None
     cancel_requested: bool = False
 
@@ -84,14 +91,17 @@ class _RealtimeConnection:
         agent: Responder,
         session: rt.RealtimeSession,
         payment_policy: PaymentPolicy | None,
+        signer: ResponseSigner | None = None,
     ) -> None:
         self.ws = ws
         self.agent = agent
         self.session = session
         self.payment_policy = payment_policy
+        self.signer = signer
         self.payment_token: str | None = None
         self.active: _Active | None = None
-        self.held: rt.CreateResponse | None = None
+        #: A ``response.create`` awaiting payment, with its raw message.
+        self.held: tuple[rt.CreateResponse, bytes | str] | None = None
         self._nursery: trio.Nursery | None = None
 
     async def send(self, event: dict[str, Any]) -> None:
@@ -128,7 +138,7 @@ class _RealtimeConnection:
             await self.send(reply)
         action = handled.action
         if isinstance(action, rt.CreateResponse):
-            await self._create(action)
+            await self._create(action, message)
         elif isinstance(action, rt.CancelResponse):
             await self._cancel(action)
         elif isinstance(action, rt.SubmitPayment):
@@ -141,7 +151,7 @@ class _RealtimeConnection:
             return None
         return self.payment_policy.check(self.agent.name, self.payment_token)
 
-    async def _create(self, action: rt.CreateResponse) -> None:
+    async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
         if self.active is not None or self.held is not None:
             busy = self.active.response_id if self.active else "a response awaiting payment"
             await self.error(
@@ -153,13 +163,13 @@ class _RealtimeConnection:
             return
         requirements = self._requirements()
         if requirements is not None:
-            self.held = action
+            self.held = (action, message)
             required = PaymentRequiredError(requirements).event()
             await self.send(rt.payment_event(required, self.session.ids("event")))
             return
-        self._start(action)
+        self._start(action, message)
 
-    def _start(self, action: rt.CreateResponse) -> None:
+    def _start(self, action: rt.CreateResponse, message: bytes | str) -> None:
         options = action.options
         response_id = _ids("resp")
         request = self.session.turn_request(
@@ -175,7 +185,7 @@ class _RealtimeConnection:
             conversation=options.conversation,
             metadata=options.metadata,
         )
-        self.active = _Active(response_id=response_id, encoder=encoder)
+        self.active = _Active(response_id=response_id, encoder=encoder, request_bytes=message)
         assert self._nursery is not None
         self._nursery.start_soon(self._respond, self.active, request)
 
@@ -188,16 +198,27 @@ class _RealtimeConnection:
                     turn.cancel()
                 async for event in turn:
                     for out in encoder.feed(event):
-                        await self.send(out)
+                        await self.send(self._signed(out, active, turn))
             outcome = turn.outcome
             assert outcome is not None
             if not encoder.finished:  # client tool calls pending: the response completes
                 for out in encoder.finish("completed", usage=outcome.tracker.usage):
-                    await self.send(out)
+                    await self.send(self._signed(out, active, turn))
         except ConnectionClosed:
             pass
         finally:
             self.active = None
+
+    def _signed(self, out: dict[str, Any], active: _Active, turn: ResponseRun) -> dict[str, Any]:
+        """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
+        signer = self.signer
+        if (
+            signer is not None
+            and out.get("type") == "response.done"
+            and out["response"].get("status") == "completed"
+        ):
+            out["signature"] = signer(turn.tracker.text, active.request_bytes)
+        return out
 
     async def _cancel(self, action: rt.CancelResponse) -> None:
         active = self.active
@@ -230,7 +251,7 @@ class _RealtimeConnection:
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         held, self.held = self.held, None
         if held is not None:
-            self._start(held)
+            self._start(*held)
 
 
 class RealtimeTransport:
@@ -282,7 +303,9 @@ class RealtimeTransport:
             modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
         )
         try:
-            await _RealtimeConnection(ws, agent, session, self.payment_policy).run()
+            await _RealtimeConnection(
+                ws, agent, session, self.payment_policy, self.app.response_signer
+            ).run()
         finally:
             await ws.close()
 

@@ -19,7 +19,9 @@ Each HTTP session is one :class:`~uamp_trio.hosting.sessions.SessionHost` (one
 session), so the semantics are the WebSocket's: ``response.create`` runs the
 agent in its own task, ``response.cancel``, client tools, token refresh, delta
 windows, payment (``payment.required`` and the other payment events go out on
-the stream, ``payment.submit`` comes in by POST) and signed ``response.done``.
+the stream, ``payment.submit`` comes in by POST) and signed ``response.done``
+(its ``signature`` covers the whole body of the POST that carried
+``response.create``, an array of events included).
 A session's tasks outlive the POST that started them: they run in
 :attr:`App.background <uamp_trio.app.App.background>` -- the server's
 nursery, so a graceful shutdown ends them once its grace period is over --
@@ -269,7 +271,7 @@ class SSEEventsTransport:
             await hs.started.wait()
             if hs.host is None:  # pragma: no cover - the system task failed at once
                 raise HTTPError(503, "Could not start the session.", code="unavailable")
-            accepted, error = self._feed(hs, messages[:1])
+            accepted, error = self._feed(hs, messages[:1], request.body)
             if error is None and not hs.host.session_ids:
                 error, accepted = hs.host.refusal, 0
             if error is not None or not hs.host.session_ids:
@@ -277,7 +279,7 @@ class SSEEventsTransport:
                 raise_error(error, accepted, status=404 if _not_found(error) else 400)
             hs.id = hs.host.session_ids[0]
             self._sessions[hs.id] = hs
-            more, error = self._feed(hs, messages[1:])
+            more, error = self._feed(hs, messages[1:], request.body)
             accepted += more
             if error is not None:
                 raise_error(error, accepted, headers=[("x-session-id", hs.id)])
@@ -289,19 +291,19 @@ class SSEEventsTransport:
             raise HTTPError(
                 404, f"Session {hs.id!r} belongs to another agent.", code="unknown_session"
             )
-        accepted, error = self._feed(hs, messages)
+        accepted, error = self._feed(hs, messages, request.body)
         if error is not None:
             raise_error(error, accepted)
         assert hs.id is not None
         return json_response({"session_id": hs.id, "accepted": accepted})
 
-    def _feed(self, hs: _HttpSession, messages: list[bytes]) -> tuple[int, Any]:
+    def _feed(self, hs: _HttpSession, messages: list[bytes], body: bytes) -> tuple[int, Any]:
         host = hs.host
         assert host is not None
         hs.last_seen = trio.current_time()
         for n, message in enumerate(messages):
             try:
-                errors = host.feed(message)
+                errors = host.feed(message, carrier=body)
             except Overloaded as exc:
                 hs.scope.cancel()
                 return n, ("overloaded", str(exc))

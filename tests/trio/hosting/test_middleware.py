@@ -23,7 +23,7 @@ from uamp_trio.app import App
 from uamp_trio.engines.http import Request
 from uamp_trio.hosting.middleware import JSONRPC_REFUSED, Call, Next, Refusal, Reply
 
-TRANSPORTS = {"completions", "uamp_ws", "sse_events", "a2a", "acp", "agui", "realtime"}
+TRANSPORTS = {"server", "completions", "uamp_ws", "sse_events", "a2a", "acp", "agui", "realtime"}
 CHALLENGE = [("www-authenticate", 'Bearer error="invalid_token"')]
 
 
@@ -134,7 +134,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
             assert response.status_code == 200
             assert response.json()["data"][0]["id"] == "demo"
     assert refused == {"completions", "sse_events", "a2a", "acp", "agui"}
-    assert passed == {"completions", "a2a"}
+    assert passed == {"server", "a2a"}
     # The outer middleware saw every reply, refusals included.
     assert replies.statuses.count(401) == sum(
         len(r.methods) for r in app.router.routes if not r.meta.public
