@@ -568,16 +568,20 @@ class AcpTransport:
         self.app.agent_route("POST", "/acp", self.http, label="ACP (JSON-RPC)", meta=ROUTES)
         self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream", meta=ROUTES)
 
-    async def http(self, request: Request) -> Response:
-        """``POST .../acp``: one JSON-RPC payload in, its answer out."""
-        agent = self.app.resolve_agent(request.path_params)
-        conn = AcpConnection(
+    def _connection(self, agent: Responder, send: SendPayload | None) -> AcpConnection:
+        """A dispatcher for one carrier, with the app's policy and signer as of now."""
+        return AcpConnection(
             agent,
             self.store,
-            None,
+            send,
             payment_policy=self.payment_policy,
             signer=self.app.response_signer,
         )
+
+    async def http(self, request: Request) -> Response:
+        """``POST .../acp``: one JSON-RPC payload in, its answer out."""
+        agent = self.app.resolve_agent(request.path_params)
+        conn = self._connection(agent, None)
         reply = await conn.handle_payload(request.body)
         if reply is None:
             return Response(status=204)
@@ -601,13 +605,7 @@ class AcpTransport:
             except ConnectionClosed:
                 return None
 
-        conn = AcpConnection(
-            agent,
-            self.store,
-            send,
-            payment_policy=self.payment_policy,
-            signer=self.app.response_signer,
-        )
+        conn = self._connection(agent, send)
         try:
             await _serve_stream(conn, receive, send, drain=False)
         except ConnectionClosed:
