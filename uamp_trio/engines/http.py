@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Any
 
 import attrs
@@ -28,6 +29,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 
 __all__ = [
     "BATCH_HIGH_WATER",
+    "KNOWN_METHODS",
     "Endpoint",
     "HTTPError",
     "Headers",
@@ -41,7 +43,29 @@ __all__ = [
     "error_body",
     "error_response",
     "json_response",
+    "reason_phrase",
 ]
+
+#: The methods of RFC 9110 section 9 and PATCH (RFC 5789). Methods are
+#: case-sensitive: any other token, ``head`` included, is answered 501.
+KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+
+
+def reason_phrase(status: int) -> bytes:
+    """The reason phrase of ``status`` for a status line (``b""`` when unknown)."""
+    phrase = _REASONS.get(status)
+    if phrase is None:
+        try:
+            phrase = HTTPStatus(status).phrase.encode("ascii")
+        except ValueError:
+            phrase = b""
+        _REASONS[status] = phrase
+    return phrase
+
+
+_REASONS: dict[int, bytes] = {}
 
 #: Writes one chunk of a streaming body; waits for flow control / the socket.
 SendChunk = Callable[[bytes], Awaitable[None]]
@@ -106,7 +130,7 @@ class Request:
     """One HTTP request as endpoints see it.
 
     Attributes:
-        method: Upper-case method (``"GET"``, ``"POST"``...).
+        method: The method as sent (one of :data:`KNOWN_METHODS`).
         path: The decoded path, without the query string.
         query: The raw query string (without ``?``), or ``""``.
         headers: Request headers.

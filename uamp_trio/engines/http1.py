@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -53,12 +54,14 @@ from uamp_proto.errors import UampError
 
 from .h1fast import parse_head
 from .http import (
+    KNOWN_METHODS,
     Headers,
     Request,
     Response,
     SerialBodyWriter,
     StreamingResponse,
     error_response,
+    reason_phrase,
 )
 from .websocket import WebSocketRequest
 
@@ -78,12 +81,32 @@ _CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
 #: Response heads by (status, headers), without the Content-Length line; bounded.
 _HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], bytes] = {}
 _HEADS_MAX = 256
+#: The end of a request head as h11 finds it (a blank line; bare LF allowed).
+_HEAD_END = re.compile(rb"\n\r?\n")
+#: After an error answer, what is read and dropped before closing (so the
+#: kernel does not reset the connection under the answer), at most.
+_LINGER_BYTES = 1 << 20
+_LINGER_SECONDS = 1.0
+
+
+def head_over_limit(seen: bytes, limit: int) -> bool:
+    """Whether the request head at the start of ``seen`` is longer than ``limit``.
+
+    ``seen`` needs to hold only the first ``limit + 1`` bytes received: a head
+    whose blank line ends within ``limit`` bytes is within the limit, and
+    anything else (a later blank line, none yet with more bytes than that) is
+    over it.
+    """
+    end = _HEAD_END.search(seen, 0, limit)
+    if end is not None:
+        return end.end() > limit
+    return len(seen) > limit
 
 
 def _head_template(status: int, headers: list[tuple[str, str]]) -> bytes | None:
     """The HTTP/1.1 response head up to (not including) ``content-length``, or ``None``.
 
-    The bytes are h11's for the same response (``HTTP/1.1 {status} \\r\\n``, the
+    The bytes are h11's for the same response (``HTTP/1.1 {status} {reason}\\r\\n``, the
     headers as given, then ``server``); h11 validates the headers once, when a
     template is first built. ``None`` when a header is about framing or the
     connection (h11 must see those) or a header is invalid.
@@ -100,7 +123,9 @@ def _head_template(status: int, headers: list[tuple[str, str]]) -> bytes | None:
         h11.Response(status_code=status, headers=raw)  # validation only
     except (h11.LocalProtocolError, UnicodeEncodeError):
         return None
-    head = b"HTTP/1.1 %d \r\n" % status + b"".join(k + b": " + v + b"\r\n" for k, v in raw)
+    head = b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status)) + b"".join(
+        k + b": " + v + b"\r\n" for k, v in raw
+    )
     if len(_HEADS) >= _HEADS_MAX:
         _HEADS.clear()
     _HEADS[key] = head
@@ -176,6 +201,8 @@ class _Http1Connection:
         self.eof = False
         #: The h11 connection serving the current request, when h11 serves it.
         self.h11: h11.Connection | None = None
+        #: The first ``max_header_size + 1`` bytes h11 was fed for its request.
+        self.seen = b""
         #: Spans the connection: cancelled by the idle sweeper or a shutdown
         #: while idle; a deadline only while reading the rest of a fast body.
         self.scope = trio.CancelScope()
@@ -205,8 +232,13 @@ class _Http1Connection:
                     return
                 buf, pos = self.buf, 0
             head = parse_head(buf, pos, max_head)
-            method = head[0].upper() if head is not None else ""
-            if head is None or method == "HEAD" or head[3] > max_body:
+            method = head[0] if head is not None else ""
+            if (
+                head is None
+                or method == "HEAD"
+                or method not in KNOWN_METHODS
+                or head[3] > max_body
+            ):
                 if await self._serve_h11():
                     continue
                 return
@@ -310,6 +342,7 @@ class _Http1Connection:
     def _h11_from_buffer(self) -> h11.Connection:
         """A fresh h11 connection (now :attr:`h11`) fed the unconsumed bytes (and EOF)."""
         conn = self._fresh_h11()
+        self.seen = self.buf[self.pos : self.pos + self.cfg.max_header_size + 1]
         if self.pos < len(self.buf):
             conn.receive_data(self.buf[self.pos :])
         if self.eof:
@@ -336,10 +369,29 @@ class _Http1Connection:
             return False
         if event is None:
             return False
-        method = event.method.decode("ascii", "replace").upper()
+        method = event.method.decode("ascii", "replace")
         target = event.target.decode("latin-1")
         path, query = split_target(target)
         headers = Headers(event.headers)
+        if not event.http_version.startswith(b"1."):
+            # RFC 9110 section 15.6.6: this server speaks HTTP/1.x here.
+            await self._send_error(
+                505, "Only HTTP/1.0 and HTTP/1.1 are served here.", "http_version_not_supported"
+            )
+            return False
+        if method not in KNOWN_METHODS:
+            await self._send_error(
+                501, f"The method {method!r} is not implemented.", "not_implemented"
+            )
+            return False
+        if "transfer-encoding" in headers and "content-length" in headers:
+            # RFC 9112 section 6.3: both framings is how requests are smuggled.
+            await self._send_error(
+                400,
+                "The request has both Content-Length and Transfer-Encoding.",
+                "bad_request",
+            )
+            return False
         request = Request(
             method=method,
             path=path,
@@ -383,7 +435,15 @@ class _Http1Connection:
     async def _next_request(self, conn: h11.Connection) -> h11.Request | None:
         """The request head, or ``None`` when the connection should close."""
         deadline: float | None = None
+        limit = self.cfg.max_header_size
         while True:
+            if head_over_limit(self.seen, limit):
+                await self._send_error(
+                    431,
+                    f"The request head exceeds the limit of {limit} bytes.",
+                    "request_header_fields_too_large",
+                )
+                return None
             event = conn.next_event()
             if isinstance(event, h11.Request):
                 return event
@@ -392,7 +452,10 @@ class _Http1Connection:
             if deadline is None:
                 deadline = trio.current_time() + self.cfg.header_timeout
             with trio.move_on_at(deadline) as scope:
-                conn.receive_data(await self._receive())
+                data = await self._receive()
+                conn.receive_data(data)
+                if len(self.seen) <= limit:
+                    self.seen = (self.seen + data)[: limit + 1]
             if scope.cancelled_caught:
                 await self._send_error(
                     408, "Timed out waiting for the request head.", "request_timeout"
@@ -488,6 +551,25 @@ class _Http1Connection:
             trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError
         ):
             await self._send_response(conn, error_response(status, message, code=code), close=True)
+            await self._linger()
+
+    async def _linger(self) -> None:
+        """Read and drop what the peer still sends (bounded), so it can read our answer.
+
+        Closing a socket with unread input makes the kernel reset it, and the
+        reset can overtake the error response the peer has not read yet.
+        """
+        stream = self.stream
+        with trio.move_on_after(_LINGER_SECONDS):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                if isinstance(stream, trio.abc.HalfCloseableStream):
+                    await stream.send_eof()
+                dropped = 0
+                while dropped < _LINGER_BYTES:
+                    data = await stream.receive_some(_READ_SIZE)
+                    if not data:
+                        break
+                    dropped += len(data)
 
     def _head(
         self, status: int, headers: list[tuple[str, str]], close: bool, length: int | None
@@ -498,7 +580,7 @@ class _Http1Connection:
             raw.append((b"content-length", str(length).encode()))
         if close or self.tracker.draining:
             raw.append((b"connection", b"close"))
-        return h11.Response(status_code=status, headers=raw)
+        return h11.Response(status_code=status, headers=raw, reason=reason_phrase(status))
 
     async def _send_response(
         self,

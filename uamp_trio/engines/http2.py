@@ -258,7 +258,7 @@ class _Http2Connection:
             regular.append((b"host", authority))
         path, query = split_target(pseudo.get(b":path", b"/").decode("latin-1"))
         return Request(
-            method=pseudo.get(b":method", b"GET").decode("ascii", "replace").upper(),
+            method=pseudo.get(b":method", b"GET").decode("ascii", "replace"),
             path=path,
             query=query,
             headers=Headers(regular),

@@ -39,7 +39,15 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import trio
 
-from .http import Endpoint, HTTPError, Request, Response, StreamingResponse, error_response
+from .http import (
+    KNOWN_METHODS,
+    Endpoint,
+    HTTPError,
+    Request,
+    Response,
+    StreamingResponse,
+    error_response,
+)
 from .http1 import serve_http1
 from .http2 import serve_http2
 from .websocket import WebSocketHandler
@@ -365,6 +373,10 @@ class Server:
 
     async def dispatch(self, request: Request) -> Response | StreamingResponse:
         """Hand ``request`` to its endpoint; errors become JSON error responses."""
+        if request.method not in KNOWN_METHODS:
+            return error_response(
+                501, f"The method {request.method!r} is not implemented.", code="not_implemented"
+            )
         try:
             return await self.app.endpoint_for(request)(request)
         except HTTPError as exc:

@@ -333,7 +333,7 @@ async def test_streaming_response_is_framed_as_h11_frames_it(serve_app: Serve) -
             client.buf = b""
         assert raw[0] == raw[1] == raw[2]
         assert raw[0] == (
-            b"HTTP/1.1 200 \r\ncontent-type: text/plain\r\nserver: uamp\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nserver: uamp\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n7\r\npart 0;\r\n0\r\n\r\n"
         )
         await client.send(b"HEAD /chunks HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -125,7 +125,7 @@ async def test_pipelined_requests_close_and_http10_get_h11_identical_heads(serve
         raw = await raw_exchange(
             server.port, req + req + b"GET /echo/q HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
         )
-        parts = raw.split(b"HTTP/1.1 200 \r\n")
+        parts = raw.split(b"HTTP/1.1 200 OK\r\n")
         assert len(parts) == 4 and parts[0] == b""
         heads = [p.split(b"\r\n\r\n", 1)[0] for p in parts[1:]]
         length = len(parts[1].split(b"\r\n\r\n", 1)[1])
@@ -135,7 +135,7 @@ async def test_pipelined_requests_close_and_http10_get_h11_identical_heads(serve
             == (b"content-type: application/json\r\nserver: uamp\r\ncontent-length: %d" % length)
         )
         assert b"connection: close" in heads[2].lower()
-        assert body_of(b"HTTP/1.1 200 \r\n" + parts[3])["path"] == "/echo/q"
+        assert body_of(b"HTTP/1.1 200 OK\r\n" + parts[3])["path"] == "/echo/q"
         old = await raw_exchange(server.port, b"GET /echo/r HTTP/1.0\r\n\r\n")
         assert old.startswith(b"HTTP/1.1 200 ") and b"connection: close" in old.lower()
 
