@@ -29,6 +29,8 @@ The tree::
 
 from __future__ import annotations
 
+import attrs
+
 from uamp_proto.errors import UampError
 
 __all__ = [
@@ -131,6 +133,7 @@ class SchemaError(AgentsError, TypeError):
 # --- models -----------------------------------------------------------------------
 
 
+@attrs.define(auto_exc=True)
 class ProviderError(AgentsError):
     """A provider call failed.
 
@@ -140,19 +143,10 @@ class ProviderError(AgentsError):
         retryable: Whether trying again may succeed (429, 5xx, cut stream).
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        retryable: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.retry_after = retry_after
-        self.retryable = retryable
+    message: str
+    status: int | None = attrs.field(default=None, kw_only=True)
+    retry_after: float | None = attrs.field(default=None, kw_only=True)
+    retryable: bool = attrs.field(default=False, kw_only=True)
 
 
 # --- sessions, threads, stores ------------------------------------------------------

@@ -61,6 +61,7 @@ __all__ = [
 _NoneType = type(None)
 
 
+@attrs.define(auto_exc=True)
 class DecodeError(UampError, ValueError):
     """Input that is not a valid UAMP event.
 
@@ -73,21 +74,11 @@ class DecodeError(UampError, ValueError):
         path: The dotted path of the offending field, or ``""``.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        event_type: str | None = None,
-        event_id: str | None = None,
-        session_id: str | None = None,
-        path: str = "",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.event_type = event_type
-        self.event_id = event_id
-        self.session_id = session_id
-        self.path = path
+    message: str
+    event_type: str | None = attrs.field(default=None, kw_only=True)
+    event_id: str | None = attrs.field(default=None, kw_only=True)
+    session_id: str | None = attrs.field(default=None, kw_only=True)
+    path: str = attrs.field(default="", kw_only=True)
 
 
 # --- strict primitive hooks --------------------------------------------------

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 __all__ = [
     "FlowControlError",
     "LocalProtocolError",
@@ -28,9 +30,37 @@ class UampError(Exception):
 
     ``except UampError`` catches anything uamp raises on purpose; a bare
     ``Exception`` escaping uamp is a bug.
+
+    An error that only carries data is declared as an attrs exception class
+    (``@attrs.define(auto_exc=True)``, ``message`` first, the rest
+    keyword-only) instead of an ``__init__`` that stores each argument. attrs
+    puts every field in ``args``; this root keeps ``str(exc)`` the message, as
+    for a hand-written error, and pickles such an error by its fields (the
+    ``args`` tuple cannot be replayed through keyword-only parameters).
+    Errors are compared and hashed by identity, like any exception.
     """
 
+    def __str__(self) -> str:
+        if attrs.has(type(self)):
+            message = getattr(self, "message", None)
+            if isinstance(message, str):
+                return message
+        return super().__str__()
 
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        cls = type(self)
+        if not attrs.has(cls):
+            return super().__reduce__()
+        fields = {f.name: getattr(self, f.name) for f in attrs.fields(cls) if f.init}
+        return _rebuild, (cls, fields)
+
+
+def _rebuild(cls: type[UampError], fields: dict[str, Any]) -> UampError:
+    """Unpickle an attrs-declared error from its fields."""
+    return cls(**fields)
+
+
+@attrs.define(auto_exc=True)
 class ProtocolError(UampError):
     """Base of the core's protocol errors.
 
@@ -47,21 +77,11 @@ class ProtocolError(UampError):
             ``None``.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str = "protocol_error",
-        session_id: str | None = None,
-        event_id: str | None = None,
-        reply: Any = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.session_id = session_id
-        self.event_id = event_id
-        self.reply = reply
+    message: str
+    code: str = attrs.field(default="protocol_error", kw_only=True)
+    session_id: str | None = attrs.field(default=None, kw_only=True)
+    event_id: str | None = attrs.field(default=None, kw_only=True)
+    reply: Any = attrs.field(default=None, kw_only=True)
 
 
 class LocalProtocolError(ProtocolError):

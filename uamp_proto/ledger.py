@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 
+@attrs.define(auto_exc=True)
 class LedgerError(UampError):
     """A ledger change was refused; ``code`` is a spec 000 section 7.2 payment error code.
 
@@ -46,19 +47,10 @@ class LedgerError(UampError):
         balance_current: The balance at the time.
     """
 
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        balance_required: Decimal | None = None,
-        balance_current: Decimal | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.balance_required = balance_required
-        self.balance_current = balance_current
+    code: str
+    message: str
+    balance_required: Decimal | None = attrs.field(default=None, kw_only=True)
+    balance_current: Decimal | None = attrs.field(default=None, kw_only=True)
 
 
 def parse_amount(text: str | int | Decimal) -> Decimal:

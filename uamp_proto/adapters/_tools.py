@@ -26,6 +26,8 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import attrs
+
 from .. import types as ty
 from ..errors import UampError
 
@@ -45,6 +47,7 @@ TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+@attrs.define(auto_exc=True)
 class ToolFormError(UampError):
     """A tool declaration, choice or call that does not parse.
 
@@ -55,11 +58,9 @@ class ToolFormError(UampError):
             ``missing_required_parameter`` or ``unsupported_value``.
     """
 
-    def __init__(self, message: str, param: str, code: str = "invalid_value") -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
+    message: str
+    param: str
+    code: str = "invalid_value"
 
 
 def kind_of(value: object) -> str:

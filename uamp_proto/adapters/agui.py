@@ -110,6 +110,7 @@ _MESSAGE_KEYS = (
 )
 
 
+@attrs.define(auto_exc=True)
 class AguiError(UampError):
     """A bad ``RunAgentInput``.
 
@@ -123,21 +124,11 @@ class AguiError(UampError):
         run_id: The run id, when readable.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str = "invalid_request",
-        started: bool = False,
-        thread_id: str | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.started = started
-        self.thread_id = thread_id
-        self.run_id = run_id
+    message: str
+    code: str = attrs.field(default="invalid_request", kw_only=True)
+    started: bool = attrs.field(default=False, kw_only=True)
+    thread_id: str | None = attrs.field(default=None, kw_only=True)
+    run_id: str | None = attrs.field(default=None, kw_only=True)
 
     def body(self) -> dict[str, Any]:
         """The JSON error body of the HTTP 400 answer."""

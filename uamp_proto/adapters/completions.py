@@ -63,6 +63,7 @@ _DATA_URL = re.compile(
 )
 
 
+@attrs.define(auto_exc=True)
 class CompletionsError(UampError):
     """An invalid Chat Completions request, with the reply it deserves.
 
@@ -74,21 +75,11 @@ class CompletionsError(UampError):
         type: OpenAI error type.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str = "invalid_value",
-        status: int = 400,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
-        self.status = status
-        self.type = type
+    message: str
+    param: str | None = attrs.field(default=None, kw_only=True)
+    code: str = attrs.field(default="invalid_value", kw_only=True)
+    status: int = attrs.field(default=400, kw_only=True)
+    type: str = attrs.field(default="invalid_request_error", kw_only=True)
 
     def body(self) -> dict[str, Any]:
         """OpenAI's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""

@@ -112,6 +112,7 @@ _BETA_AUDIO = frozenset({"pcm16", "g711_ulaw", "g711_alaw"})
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(;[^,;]*)*;base64,(?P<data>.*)$", re.S)
 
 
+@attrs.define(auto_exc=True)
 class RealtimeError(UampError):
     """Bad client input, answered with a Realtime ``error`` event.
 
@@ -122,19 +123,10 @@ class RealtimeError(UampError):
         type: The error type (``invalid_request_error``).
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str = "invalid_value",
-        param: str | None = None,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.param = param
-        self.type = type
+    message: str
+    code: str = attrs.field(default="invalid_value", kw_only=True)
+    param: str | None = attrs.field(default=None, kw_only=True)
+    type: str = attrs.field(default="invalid_request_error", kw_only=True)
 
     def event(self, event_id: str, client_event_id: str | None = None) -> dict[str, Any]:
         """The ``error`` server event."""

@@ -34,8 +34,9 @@ import ipaddress
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
+import attrs
 import jwt
 import orjson
 
@@ -60,6 +61,7 @@ __all__ = [
 ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 
 
+@attrs.define(auto_exc=True)
 class AuthError(UampError):
     """A caller was refused.
 
@@ -70,12 +72,10 @@ class AuthError(UampError):
         message: A sentence for the caller; never contains the token.
     """
 
-    code = "unauthorized"
+    code: ClassVar[str] = "unauthorized"
 
-    def __init__(self, message: str, *, error: str | None = "invalid_token") -> None:
-        super().__init__(message)
-        self.message = message
-        self.error = error
+    message: str
+    error: str | None = attrs.field(default="invalid_token", kw_only=True)
 
     @property
     def www_authenticate(self) -> str:
