@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import trio
 import trio_websocket
 
 from tests._support.agents import TestAgent
+from tests._support.wire import recv, send, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -44,44 +44,27 @@ def make_app() -> App:
     return app
 
 
-async def recv(ws: Any) -> dict[str, Any]:
-    return json.loads(await ws.get_message())  # type: ignore[no-any-return]
-
-
-async def until(ws: Any, kind: str) -> list[dict[str, Any]]:
-    seen = []
-    while True:
-        event = await recv(ws)
-        seen.append(event)
-        if event["type"] == kind:
-            return seen
-
-
-async def send(ws: Any, event: dict[str, Any]) -> None:
-    await ws.send_message(json.dumps(event))
-
-
 async def test_cancel_and_single_active_response(serve_app: Any) -> None:
     server = await serve_app(make_app())
     url = f"ws://127.0.0.1:{server.port}/agents/slow/realtime?model=x"
     with trio.fail_after(TIMEOUT):
         async with trio_websocket.open_websocket_url(url) as ws:
             assert (await recv(ws))["type"] == "session.created"
-            await send(ws, {"type": "response.cancel"})
+            await send(ws, type="response.cancel")
             err = await recv(ws)
             assert err["error"]["code"] == "response_cancel_not_active"
 
-            await send(ws, {"type": "response.create"})
+            await send(ws, type="response.create")
             seen = await until(ws, "response.output_text.delta")
             response_id = seen[0]["response"]["id"]
-            await send(ws, {"type": "response.create", "event_id": "c2"})
+            await send(ws, type="response.create", event_id="c2")
             busy = await recv(ws)
             assert busy["error"]["code"] == "conversation_already_has_active_response"
             assert busy["error"]["event_id"] == "c2"
-            await send(ws, {"type": "response.cancel", "response_id": "resp_other"})
+            await send(ws, type="response.cancel", response_id="resp_other")
             assert (await recv(ws))["error"]["code"] == "response_cancel_not_active"
 
-            await send(ws, {"type": "response.cancel", "response_id": response_id})
+            await send(ws, type="response.cancel", response_id=response_id)
             seen = await until(ws, "response.done")
             done = seen[-1]["response"]
             assert done["status"] == "cancelled"
@@ -92,7 +75,7 @@ async def test_cancel_and_single_active_response(serve_app: Any) -> None:
             # The socket survives: invalid JSON gets an error, a new response starts.
             await ws.send_message("{oops")
             assert (await recv(ws))["error"]["code"] == "invalid_json"
-            await send(ws, {"type": "response.create"})
+            await send(ws, type="response.create")
             assert (await recv(ws))["type"] == "response.created"
 
 
@@ -103,7 +86,7 @@ async def test_audio_output_parts(serve_app: Any) -> None:
         async with trio_websocket.open_websocket_url(url) as ws:
             created = await recv(ws)
             assert created["session"]["output_modalities"] == ["audio"]
-            await send(ws, {"type": "response.create"})
+            await send(ws, type="response.create")
             seen = await until(ws, "response.done")
             kinds = [e["type"] for e in seen]
             assert "response.output_audio.delta" in kinds

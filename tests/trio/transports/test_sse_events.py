@@ -4,23 +4,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import httpx
-import orjson
 import trio
 
+from tests._support import wire
 from tests._support.agents import TestAgent
+from tests._support.tools import WEATHER_TOOL
+from tests._support.wire import CREATE, SSEStream, open_stream, post
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, Responder, TurnRequest
-from uamp_proto.sse import SSEParser
 from uamp_trio import App, DemoAgent, Server
 from uamp_trio.hosting.sessions import SessionLimits
 from uamp_trio.transports.sse_events import SSEEventsTransport
 
 TIMEOUT = 15
-CREATE = {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
 
 
 class TokenAgent(TestAgent):
@@ -39,56 +38,11 @@ async def serving(
     app = App(agents)
     transport = SSEEventsTransport(app, limits)
     app.mount(transport.mount)
-    server = Server(app, port=0, shutdown_grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
-            yield http, transport
-        nursery.cancel_scope.cancel()
-
-
-class Stream:
-    """Reads UAMP events from ``GET .../events/stream``."""
-
-    def __init__(self, resp: httpx.Response) -> None:
-        self.resp = resp
-        self.parser = SSEParser()
-        self.queue: list[dict[str, Any]] = []
-        self.ids: list[str | None] = []
-        self.chunks = resp.aiter_raw()
-
-    async def next(self) -> dict[str, Any]:
-        while not self.queue:
-            for sse in self.parser.feed(await self.chunks.__anext__()):
-                self.queue.append(orjson.loads(sse.data))
-                self.ids.append(sse.id)
-        return self.queue.pop(0)
-
-    async def until(self, etype: str) -> list[dict[str, Any]]:
-        out = []
-        while True:
-            out.append(await self.next())
-            if out[-1]["type"] == etype:
-                return out
-
-
-@asynccontextmanager
-async def stream(
-    http: httpx.AsyncClient, sid: str, path: str = "/events/stream", **headers: str
-) -> AsyncIterator[Stream]:
-    async with http.stream(
-        "GET", path, headers={"x-session-id": sid, **headers}, timeout=httpx.Timeout(10, read=None)
-    ) as resp:
-        assert resp.status_code == 200
-        assert resp.headers["content-type"] == "text/event-stream"
-        yield Stream(resp)
-
-
-async def post(
-    http: httpx.AsyncClient, body: Any, sid: str | None = None, path: str = "/events"
-) -> httpx.Response:
-    headers = {"x-session-id": sid} if sid else {}
-    return await http.post(path, content=orjson.dumps(body), headers=headers)
+    async with (
+        wire.serving(app) as server,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+    ):
+        yield http, transport
 
 
 async def test_session_create_then_stream_a_response() -> None:
@@ -98,7 +52,7 @@ async def test_session_create_then_stream_a_response() -> None:
             assert resp.status_code == 200
             sid = resp.headers["x-session-id"]
             assert resp.json() == {"session_id": sid, "accepted": 1}
-            async with stream(http, sid, "/agents/demo/events/stream") as events:
+            async with open_stream(http, sid, "/agents/demo/events/stream") as events:
                 created = await events.next()
                 assert created["type"] == "session.created" and created["session_id"] == sid
                 assert (await events.next())["type"] == "capabilities"
@@ -123,7 +77,7 @@ async def test_session_id_in_the_query_and_token_refresh() -> None:
             async with http.stream(
                 "GET", f"/events/stream?session_id={sid}", timeout=httpx.Timeout(10, read=None)
             ) as raw:
-                events = Stream(raw)
+                events = SSEStream(raw)
                 await events.until("capabilities")
                 await post(http, {"type": "session.update", "token": "second"}, sid)
                 assert (await events.next())["type"] == "session.updated"
@@ -165,34 +119,22 @@ async def test_bad_input_gets_400_and_unknown_sessions_404() -> None:
             # The session survived the bad event.
             ok = await post(http, {"type": "response.create"}, sid)
             assert ok.status_code == 200
-            async with stream(http, sid) as events:
+            async with open_stream(http, sid) as events:
                 got = await events.until("response.done")
                 assert got[-1]["response"]["status"] == "completed"
 
 
 async def test_tool_round_trip_and_cancel_over_http() -> None:
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "lookup",
-            "parameters": {
-                "type": "object",
-                "properties": {"q": {"type": "string"}},
-                "required": ["q"],
-            },
-        },
-    }
     with trio.fail_after(TIMEOUT):
         async with serving([DemoAgent()]) as (http, _):
-            sid = (
-                await post(http, {**CREATE, "session": {"modalities": ["text"], "tools": [tool]}})
-            ).json()["session_id"]
-            async with stream(http, sid) as events:
+            session = {"modalities": ["text"], "tools": [WEATHER_TOOL]}
+            sid = (await post(http, {**CREATE, "session": session})).json()["session_id"]
+            async with open_stream(http, sid) as events:
                 await events.until("capabilities")
                 await post(
                     http,
                     [
-                        {"type": "input.text", "text": "please lookup x"},
+                        {"type": "input.text", "text": "get weather in Oslo"},
                         {"type": "response.create"},
                     ],
                     sid,
@@ -204,7 +146,7 @@ async def test_tool_round_trip_and_cancel_over_http() -> None:
                 done = (await events.until("response.done"))[-1]
                 assert done["response"]["output"][-1] == {
                     "type": "text",
-                    "text": "Tool lookup returned: 42",
+                    "text": "Tool get_weather returned: 42",
                 }
 
 
@@ -213,9 +155,9 @@ async def test_last_event_id_replays_and_sessions_expire() -> None:
         limits = SessionLimits(max_sessions=1, idle_timeout=0.3)
         async with serving([DemoAgent()], limits) as (http, transport):
             sid = (await post(http, CREATE)).json()["session_id"]
-            async with stream(http, sid) as events:
+            async with open_stream(http, sid) as events:
                 first = await events.until("capabilities")
-            async with stream(http, sid, **{"last-event-id": "1"}) as events:
+            async with open_stream(http, sid, **{"last-event-id": "1"}) as events:
                 again = await events.next()
                 assert again == first[1]  # event 2 replayed after id 1
             assert transport.session_count == 1
@@ -229,7 +171,7 @@ async def test_session_end_closes_the_stream() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving([DemoAgent()]) as (http, transport):
             sid = (await post(http, CREATE)).json()["session_id"]
-            async with stream(http, sid) as events:
+            async with open_stream(http, sid) as events:
                 await events.until("capabilities")
                 await post(http, {"type": "session.end", "reason": "user_left"}, sid)
                 rest = [chunk async for chunk in events.chunks]
@@ -266,7 +208,7 @@ async def test_server_shutdown_ends_a_live_session_and_its_stream() -> None:
             async with httpx.AsyncClient(base_url=base) as http:
                 sid = (await post(http, CREATE)).json()["session_id"]
                 assert transport.session_count == 1
-                async with stream(http, sid) as events:
+                async with open_stream(http, sid) as events:
                     await events.until("capabilities")
                     await post(
                         http,

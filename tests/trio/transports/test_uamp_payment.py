@@ -7,21 +7,31 @@ exact event sequences, the project's client checks the callback path.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
-import orjson
 import trio
 from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support import wire
 from tests._support.agents import TestAgent
+from tests._support.wire import (
+    CREATE,
+    ask,
+    create_session,
+    open_stream,
+    post,
+    recv,
+    send,
+    texts,
+    until,
+)
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import PaymentRequiredError, PaymentState, TokenPolicy
 from uamp_proto.responder import Emit, Responder, TurnRequest
-from uamp_proto.sse import SSEParser
 from uamp_trio import App, Server
 from uamp_trio.client import connect, connect_sse
 from uamp_trio.transports import sse_events, uamp_ws
@@ -93,35 +103,30 @@ class RaisingTopUp(TestAgent):
         await emit(delta(f"after ({said.role}: {said.text!r})"))
 
 
-@asynccontextmanager
-async def serving(agents: list[Responder], policy: TokenPolicy | None) -> AsyncIterator[Server]:
+def app_for(agents: list[Responder], policy: TokenPolicy | None) -> App:
     app = App(agents, payment_policy=policy)
     app.mount(uamp_ws.mount, sse_events.mount)
-    server = Server(app, port=0, shutdown_grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        yield server
-        nursery.cancel_scope.cancel()
+    return app
+
+
+def serving(
+    agents: list[Responder], policy: TokenPolicy | None
+) -> AbstractAsyncContextManager[Server]:
+    return wire.serving(app_for(agents, policy))
+
+
+@asynccontextmanager
+async def session_ws(
+    agents: list[Responder], policy: TokenPolicy | None, agent: str, **create: Any
+) -> AsyncIterator[WebSocketConnection]:
+    """A server for ``agents`` under ``policy``, and a UAMP session with ``agent`` on it."""
+    async with serving(agents, policy) as server, open_ws(ws_url(server, agent)) as ws:
+        await create_session(ws, **create)
+        yield ws
 
 
 def ws_url(server: Server, agent: str) -> str:
     return f"ws://127.0.0.1:{server.port}/agents/{agent}/uamp"
-
-
-async def send(ws: WebSocketConnection, **event: Any) -> None:
-    await ws.send_message(orjson.dumps(event).decode())
-
-
-async def recv(ws: WebSocketConnection) -> dict[str, Any]:
-    return orjson.loads(await ws.get_message())  # type: ignore[no-any-return]
-
-
-async def until(ws: WebSocketConnection, etype: str) -> list[dict[str, Any]]:
-    out = []
-    while True:
-        out.append(await recv(ws))
-        if out[-1]["type"] == etype:
-            return out
 
 
 async def quiet(ws: WebSocketConnection, seconds: float = 0.2) -> None:
@@ -129,20 +134,6 @@ async def quiet(ws: WebSocketConnection, seconds: float = 0.2) -> None:
     with trio.move_on_after(seconds):
         got = await recv(ws)
         raise AssertionError(f"expected silence, got {got}")
-
-
-async def create(ws: WebSocketConnection, **extra: Any) -> str:
-    await send(
-        ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}, **extra
-    )
-    created = await recv(ws)
-    assert created["type"] == "session.created", created
-    assert (await recv(ws))["type"] == "capabilities"
-    return str(created["session_id"])
-
-
-def texts(events: list[dict[str, Any]]) -> str:
-    return "".join(e["delta"]["text"] for e in events if e["type"] == "response.delta")
 
 
 def done_text(done: dict[str, Any]) -> str:
@@ -155,13 +146,8 @@ def done_text(done: dict[str, Any]) -> str:
 async def test_preflight_holds_the_response_until_payment_is_accepted() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD}, amount="0.02")) as server,
-            open_ws(ws_url(server, "echo")) as ws,
-        ):
-            await create(ws)
-            await send(ws, type="input.text", text="hi")
-            await send(ws, type="response.create")
+        async with session_ws([agent], TokenPolicy({GOOD}, amount="0.02"), "echo") as ws:
+            await ask(ws, "hi")
             required = await recv(ws)
             assert required["type"] == "payment.required"
             assert required["requirements"]["amount"] == "0.02"
@@ -178,8 +164,7 @@ async def test_preflight_holds_the_response_until_payment_is_accepted() -> None:
             assert texts(rest) == f"paid with {GOOD}"
             assert [r.payment_token for r in agent.requests] == [GOOD]
             # Paid once with a token the policy accepts: the next turn runs at once.
-            await send(ws, type="input.text", text="again")
-            await send(ws, type="response.create")
+            await ask(ws, "again")
             again = await until(ws, "response.done")
             assert again[0]["type"] == "response.created"
             assert not [e for e in again if e["type"].startswith("payment.")]
@@ -188,14 +173,11 @@ async def test_preflight_holds_the_response_until_payment_is_accepted() -> None:
 async def test_wrong_token_gets_payment_error_then_the_right_one_runs_the_response() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "echo")) as ws,
-        ):
-            # A bad token preloaded in session.create does not pay either.
-            await create(ws, payment_token="tok_stale")
-            await send(ws, type="input.text", text="hi")
-            await send(ws, type="response.create")
+        # A bad token preloaded in session.create does not pay either.
+        async with session_ws(
+            [agent], TokenPolicy({GOOD}), "echo", payment_token="tok_stale"
+        ) as ws:
+            await ask(ws, "hi")
             assert (await recv(ws))["type"] == "payment.required"
             await send(ws, type="payment.submit", payment={"token": "tok_bad"})
             error = await recv(ws)
@@ -213,14 +195,9 @@ async def test_wrong_token_gets_payment_error_then_the_right_one_runs_the_respon
 
 async def test_a_preloaded_token_pays_without_any_payment_event() -> None:
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([Echo()], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "echo")) as ws,
-        ):
-            await create(ws)
+        async with session_ws([Echo()], TokenPolicy({GOOD}), "echo") as ws:
             # input.text may carry the token for the response it starts.
-            await send(ws, type="input.text", text="hi", payment_token=GOOD)
-            await send(ws, type="response.create")
+            await ask(ws, "hi", payment_token=GOOD)
             events = await until(ws, "response.done")
             assert [e["type"] for e in events] == [
                 "response.created",
@@ -233,13 +210,8 @@ async def test_a_preloaded_token_pays_without_any_payment_event() -> None:
 async def test_cancel_while_held_ends_the_response_without_running_the_agent() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "echo")) as ws,
-        ):
-            await create(ws)
-            await send(ws, type="input.text", text="hi")
-            await send(ws, type="response.create")
+        async with session_ws([agent], TokenPolicy({GOOD}), "echo") as ws:
+            await ask(ws, "hi")
             required = await recv(ws)
             assert required["type"] == "payment.required"
             await send(ws, type="response.cancel")
@@ -264,13 +236,8 @@ async def test_cancel_while_held_ends_the_response_without_running_the_agent() -
 async def test_a_token_in_input_text_settles_an_open_payment_required() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "echo")) as ws,
-        ):
-            await create(ws)
-            await send(ws, type="input.text", text="hi")
-            await send(ws, type="response.create")
+        async with session_ws([agent], TokenPolicy({GOOD}), "echo") as ws:
+            await ask(ws, "hi")
             assert (await recv(ws))["type"] == "payment.required"
             await send(ws, type="response.cancel")
             assert (await recv(ws))["type"] == "response.cancelled"
@@ -285,10 +252,8 @@ async def test_a_token_in_input_text_settles_an_open_payment_required() -> None:
 
 async def test_a_free_app_sends_no_payment_events() -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving([Echo()], None) as server, open_ws(ws_url(server, "echo")) as ws:
-            await create(ws)
-            await send(ws, type="input.text", text="hi")
-            await send(ws, type="response.create")
+        async with session_ws([Echo()], None, "echo") as ws:
+            await ask(ws, "hi")
             events = await until(ws, "response.done")
             assert [e["type"] for e in events] == [
                 "response.created",
@@ -299,8 +264,7 @@ async def test_a_free_app_sends_no_payment_events() -> None:
             # A token submitted with nothing outstanding is recorded and accepted.
             await send(ws, type="payment.submit", payment={"token": "tok_any"})
             assert (await recv(ws))["type"] == "payment.accepted"
-            await send(ws, type="input.text", text="again")
-            await send(ws, type="response.create")
+            await ask(ws, "again")
             assert texts(await until(ws, "response.done")) == "paid with tok_any"
 
 
@@ -320,13 +284,10 @@ def assert_paused_correctly(events: list[dict[str, Any]]) -> None:
 async def test_mid_stream_top_up_over_websocket_keeps_the_agent_state_and_the_output() -> None:
     agent = TopUp()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD, "tok_refreshed"})) as server,
-            open_ws(ws_url(server, "topup")) as ws,
-        ):
-            await create(ws, payment_token=GOOD)
-            await send(ws, type="input.text", text="work")
-            await send(ws, type="response.create")
+        async with session_ws(
+            [agent], TokenPolicy({GOOD, "tok_refreshed"}), "topup", payment_token=GOOD
+        ) as ws:
+            await ask(ws, "work")
             events = await until(ws, "payment.required")
             assert texts(events) == "first half; "
             assert events[-1]["response_id"] == events[0]["response_id"]
@@ -345,13 +306,8 @@ async def test_mid_stream_top_up_over_websocket_keeps_the_agent_state_and_the_ou
 async def test_cancel_during_a_top_up_returns_the_partial_output() -> None:
     agent = TopUp()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "topup")) as ws,
-        ):
-            await create(ws, payment_token=GOOD)
-            await send(ws, type="input.text", text="work")
-            await send(ws, type="response.create")
+        async with session_ws([agent], TokenPolicy({GOOD}), "topup", payment_token=GOOD) as ws:
+            await ask(ws, "work")
             await until(ws, "payment.required")
             await send(ws, type="response.cancel")
             cancelled = await recv(ws)
@@ -364,13 +320,8 @@ async def test_cancel_during_a_top_up_returns_the_partial_output() -> None:
 async def test_a_raised_top_up_holds_the_response_and_retries_with_the_output_so_far() -> None:
     agent = RaisingTopUp()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "raiser")) as ws,
-        ):
-            await create(ws, payment_token=GOOD)
-            await send(ws, type="input.text", text="work")
-            await send(ws, type="response.create")
+        async with session_ws([agent], TokenPolicy({GOOD}), "raiser", payment_token=GOOD) as ws:
+            await ask(ws, "work")
             events = await until(ws, "payment.required")
             assert events[-1]["extra"] == {"action": "topup"}
             await send(ws, type="payment.submit", payment={"token": GOOD})
@@ -383,13 +334,10 @@ async def test_a_raised_top_up_holds_the_response_and_retries_with_the_output_so
 
 async def test_an_agent_that_keeps_asking_fails_with_payment_required() -> None:
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([RaisingTopUp(always=True)], TokenPolicy({GOOD})) as server,
-            open_ws(ws_url(server, "raiser")) as ws,
-        ):
-            await create(ws, payment_token=GOOD)
-            await send(ws, type="input.text", text="work")
-            await send(ws, type="response.create")
+        async with session_ws(
+            [RaisingTopUp(always=True)], TokenPolicy({GOOD}), "raiser", payment_token=GOOD
+        ) as ws:
+            await ask(ws, "work")
             rounds = 0
             while True:
                 event = await recv(ws)
@@ -410,55 +358,30 @@ async def test_mid_stream_top_up_over_http_sse() -> None:
             serving([agent], TokenPolicy({GOOD})) as server,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
         ):
-            created = await http.post(
-                "/agents/topup/events",
-                content=orjson.dumps(
-                    {
-                        "type": "session.create",
-                        "uamp_version": "1.0",
-                        "payment_token": GOOD,
-                        "session": {"modalities": ["text"]},
-                    }
-                ),
+            created = await post(
+                http, {**CREATE, "payment_token": GOOD}, path="/agents/topup/events"
             )
             sid = created.headers["x-session-id"]
-            headers = {"x-session-id": sid}
-            async with http.stream(
-                "GET",
-                "/agents/topup/events/stream",
-                headers=headers,
-                timeout=httpx.Timeout(10, read=None),
-            ) as resp:
-                parser = SSEParser()
-                chunks = resp.aiter_raw()
-                events: list[dict[str, Any]] = []
-
-                async def read_until(etype: str) -> None:
-                    while not events or events[-1]["type"] != etype:
-                        for sse in parser.feed(await chunks.__anext__()):
-                            events.append(orjson.loads(sse.data))
-                            if events[-1]["type"] == etype:
-                                break
-
-                posted = await http.post(
+            async with open_stream(http, sid, "/agents/topup/events/stream") as stream:
+                posted = await post(
+                    http,
+                    [{"type": "input.text", "text": "work"}, {"type": "response.create"}],
+                    sid,
                     "/agents/topup/events",
-                    headers=headers,
-                    content=orjson.dumps(
-                        [{"type": "input.text", "text": "work"}, {"type": "response.create"}]
-                    ),
                 )
                 assert posted.json()["accepted"] == 2
-                await read_until("payment.required")
+                events = await stream.until("payment.required")
                 assert texts(events) == "first half; "
                 await trio.sleep(0.2)
                 assert not agent.resumed.is_set()
-                paid = await http.post(
+                paid = await post(
+                    http,
+                    {"type": "payment.submit", "payment": {"token": GOOD}},
+                    sid,
                     "/agents/topup/events",
-                    headers=headers,
-                    content=orjson.dumps({"type": "payment.submit", "payment": {"token": GOOD}}),
                 )
                 assert paid.status_code == 200
-                await read_until("response.done")
+                events += await stream.until("response.done")
             assert_paused_correctly(events)
             whole = "first half; first half then second half"
             assert texts(events) == whole and done_text(events[-1]) == whole
@@ -471,53 +394,27 @@ async def test_preflight_over_http_sse_wrong_then_right_token() -> None:
             serving([agent], TokenPolicy({GOOD})) as server,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
         ):
-            created = await http.post(
-                "/agents/echo/events",
-                content=orjson.dumps(
-                    {
-                        "type": "session.create",
-                        "uamp_version": "1.0",
-                        "session": {"modalities": ["text"]},
-                    }
-                ),
-            )
-            headers = {"x-session-id": created.headers["x-session-id"]}
-            async with http.stream(
-                "GET",
-                "/agents/echo/events/stream",
-                headers=headers,
-                timeout=httpx.Timeout(10, read=None),
-            ) as resp:
-                parser = SSEParser()
-                chunks = resp.aiter_raw()
-                seen: list[dict[str, Any]] = []
-
-                async def next_of(etype: str) -> dict[str, Any]:
-                    while True:
-                        for sse in parser.feed(await chunks.__anext__()):
-                            seen.append(orjson.loads(sse.data))
-                        found = [e for e in seen if e["type"] == etype]
-                        if found:
-                            return found[-1]
-
-                await http.post(
+            created = await post(http, CREATE, path="/agents/echo/events")
+            sid = created.headers["x-session-id"]
+            async with open_stream(http, sid, "/agents/echo/events/stream") as stream:
+                await post(
+                    http,
+                    [{"type": "input.text", "text": "hi"}, {"type": "response.create"}],
+                    sid,
                     "/agents/echo/events",
-                    headers=headers,
-                    content=orjson.dumps(
-                        [{"type": "input.text", "text": "hi"}, {"type": "response.create"}]
-                    ),
                 )
-                assert (await next_of("payment.required"))["requirements"]["amount"] == "0.01"
+                seen = await stream.until("payment.required")
+                assert seen[-1]["requirements"]["amount"] == "0.01"
                 for token in ("tok_bad", GOOD):
-                    await http.post(
+                    await post(
+                        http,
+                        {"type": "payment.submit", "payment": {"token": token}},
+                        sid,
                         "/agents/echo/events",
-                        headers=headers,
-                        content=orjson.dumps(
-                            {"type": "payment.submit", "payment": {"token": token}}
-                        ),
                     )
-                assert (await next_of("payment.error"))["code"] == "token_invalid"
-                await next_of("response.done")
+                seen += await stream.until("payment.error")
+                assert seen[-1]["code"] == "token_invalid"
+                seen += await stream.until("response.done")
             types = [e["type"] for e in seen]
             assert (
                 types.index("payment.error")

@@ -7,20 +7,18 @@ deltas, and the exact bytes of the ``response.create`` message it sent.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractAsyncContextManager
 
 import httpx
 import orjson
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
-from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support import wire
+from tests._support.wire import CREATE, create_session, open_stream, post, texts, until
 from uamp_proto.signing import Reason, ResponseSigner, SignatureError, verify_response_signature
-from uamp_proto.sse import SSEParser
 from uamp_trio import App, DemoAgent, Server
 from uamp_trio.transports import sse_events, uamp_ws
 
@@ -33,37 +31,11 @@ def signer() -> ResponseSigner:
     return ResponseSigner(key=key, kid="uamp-test", clock=lambda: int(time.time()))
 
 
-@asynccontextmanager
-async def serving(signer: ResponseSigner | None) -> AsyncIterator[Server]:
+def serving(signer: ResponseSigner | None) -> AbstractAsyncContextManager[Server]:
     app = App([DemoAgent()])
     app.mount(uamp_ws.mount, sse_events.mount)
     app.response_signer = signer
-    server = Server(app, port=0, shutdown_grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        yield server
-        nursery.cancel_scope.cancel()
-
-
-async def until_done(ws: WebSocketConnection) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while not out or out[-1]["type"] != "response.done":
-        out.append(orjson.loads(await ws.get_message()))
-    return out
-
-
-def texts(events: list[dict[str, Any]]) -> str:
-    return "".join(e["delta"]["text"] for e in events if e["type"] == "response.delta")
-
-
-async def open_session(ws: WebSocketConnection) -> None:
-    await ws.send_message(
-        orjson.dumps(
-            {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
-        ).decode()
-    )
-    assert orjson.loads(await ws.get_message())["type"] == "session.created"
-    assert orjson.loads(await ws.get_message())["type"] == "capabilities"
+    return wire.serving(app)
 
 
 async def test_websocket_response_done_carries_a_signature_over_text_and_request(
@@ -74,13 +46,13 @@ async def test_websocket_response_done_carries_a_signature_over_text_and_request
             serving(signer) as server,
             open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
         ):
-            await open_session(ws)
+            await create_session(ws)
             for text in ("hello there", "second turn"):
                 await ws.send_message(orjson.dumps({"type": "input.text", "text": text}).decode())
                 # The exact bytes sent: what the signature's request_hash covers.
                 request = b'{"type": "response.create", "response": {"modalities": ["text"]}}'
                 await ws.send_message(request.decode())
-                events = await until_done(ws)
+                events = await until(ws, "response.done")
                 signature = events[-1]["signature"]
                 reply = texts(events)
                 assert reply == f"You said: {text}"
@@ -101,10 +73,10 @@ async def test_no_signature_without_a_signer() -> None:
             serving(None) as server,
             open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
         ):
-            await open_session(ws)
+            await create_session(ws)
             await ws.send_message('{"type":"input.text","text":"hi"}')
             await ws.send_message('{"type":"response.create"}')
-            done = (await until_done(ws))[-1]
+            done = (await until(ws, "response.done"))[-1]
             assert "signature" not in done
 
 
@@ -116,36 +88,17 @@ async def test_http_sse_response_done_is_signed_over_the_posted_body(
             serving(signer) as server,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
         ):
-            created = await http.post(
-                "/agents/demo/events",
-                content=orjson.dumps(
-                    {
-                        "type": "session.create",
-                        "uamp_version": "1.0",
-                        "session": {"modalities": ["text"]},
-                    }
-                ),
-            )
-            headers = {"x-session-id": created.headers["x-session-id"]}
-            async with http.stream(
-                "GET",
-                "/agents/demo/events/stream",
-                headers=headers,
-                timeout=httpx.Timeout(10, read=None),
-            ) as resp:
-                await http.post(
-                    "/agents/demo/events",
-                    headers=headers,
-                    content=b'{"type":"input.text","text":"over sse"}',
+            created = await post(http, CREATE, path="/agents/demo/events")
+            sid = created.headers["x-session-id"]
+            async with open_stream(http, sid, "/agents/demo/events/stream") as stream:
+                await post(
+                    http, {"type": "input.text", "text": "over sse"}, sid, "/agents/demo/events"
                 )
                 request = b'{ "type" : "response.create" }'  # one event per POST: the body
-                await http.post("/agents/demo/events", headers=headers, content=request)
-                parser = SSEParser()
-                events: list[dict[str, Any]] = []
-                async for chunk in resp.aiter_raw():
-                    events.extend(orjson.loads(sse.data) for sse in parser.feed(chunk))
-                    if events and events[-1]["type"] == "response.done":
-                        break
+                await http.post(
+                    "/agents/demo/events", headers={"x-session-id": sid}, content=request
+                )
+                events = await stream.until("response.done")
             reply = texts(events)
             assert reply == "You said: over sse"
             verify_response_signature(events[-1]["signature"], reply, request, signer.jwks())

@@ -9,14 +9,17 @@ from typing import Any
 import orjson
 import pytest
 import trio
-from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection
+from trio_websocket import ConnectionClosed, ConnectionRejected
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support import wire
 from tests._support.agents import TestAgent
+from tests._support.tools import WEATHER_TOOL
+from tests._support.wire import ask, create_session, recv, send, texts, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, Responder, TurnRequest
-from uamp_trio import App, DemoAgent, Server
+from uamp_trio import App, DemoAgent
 from uamp_trio.hosting.sessions import SessionLimits
 from uamp_trio.transports import uamp_ws
 
@@ -49,48 +52,8 @@ async def serving(
     """A real server on 127.0.0.1:0 with the UAMP WebSocket mounted; yields ws://host:port."""
     app = App(agents)
     app.mount(lambda a: uamp_ws.mount(a, uamp_ws.UampWebSocketConfig(limits=limits)))
-    server = Server(app, port=0, shutdown_grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
+    async with wire.serving(app) as server:
         yield f"ws://127.0.0.1:{server.port}"
-        nursery.cancel_scope.cancel()
-
-
-async def send(ws: WebSocketConnection, **event: Any) -> None:
-    await ws.send_message(orjson.dumps(event).decode())
-
-
-async def recv(ws: WebSocketConnection) -> dict[str, Any]:
-    return orjson.loads(await ws.get_message())  # type: ignore[no-any-return]
-
-
-async def until(ws: WebSocketConnection, etype: str) -> list[dict[str, Any]]:
-    """Every event up to and including the first of type ``etype``."""
-    out = []
-    while True:
-        event = await recv(ws)
-        out.append(event)
-        if event["type"] == etype:
-            return out
-
-
-async def create(ws: WebSocketConnection, **extra: Any) -> str:
-    await send(
-        ws,
-        type="session.create",
-        uamp_version="1.0",
-        session={"modalities": ["text"], **extra.pop("session", {})},
-        **extra,
-    )
-    created = await recv(ws)
-    assert created["type"] == "session.created", created
-    caps = await recv(ws)
-    assert caps["type"] == "capabilities" and caps["session_id"] == created["session_id"]
-    return str(created["session_id"])
-
-
-def texts(events: list[dict[str, Any]]) -> str:
-    return "".join(e["delta"]["text"] for e in events if e["type"] == "response.delta")
 
 
 async def test_basic_chat_flow_at_the_agent_endpoint() -> None:
@@ -103,8 +66,7 @@ async def test_basic_chat_flow_at_the_agent_endpoint() -> None:
             assert created["type"] == "session.created" and created["agent"] == "demo"
             caps = await recv(ws)
             assert caps["type"] == "capabilities" and caps["capabilities"]["id"] == "demo"
-            await send(ws, type="input.text", text="hello there")
-            await send(ws, type="response.create")
+            await ask(ws, "hello there")
             events = await until(ws, "response.done")
             assert events[0]["type"] == "response.created"
             assert texts(events) == "You said: hello there"
@@ -117,8 +79,8 @@ async def test_ws_endpoint_selects_the_agent_per_session_and_multiplexes() -> No
     alice, bob = ScriptAgent("alice"), ScriptAgent("bob", count=2)
     with trio.fail_after(TIMEOUT):
         async with serving([alice, bob]) as base, open_ws(base + "/ws") as ws:
-            s1 = await create(ws, agent="alice", token="jwt-alice")
-            s2 = await create(ws, agent="bob", token="jwt-bob")
+            s1 = await create_session(ws, agent="alice", token="jwt-alice")
+            s2 = await create_session(ws, agent="bob", token="jwt-bob")
             assert s1 != s2
             for sid in (s1, s2):
                 await send(ws, type="input.text", session_id=sid, text="hi")
@@ -159,7 +121,7 @@ async def test_unknown_agent_gets_session_error_and_no_session() -> None:
             err = await recv(ws)
             assert err["error"]["code"] == "agent_required"
             # The refused sessions do not exist: the connection is still usable.
-            sid = await create(ws, agent="bob")
+            sid = await create_session(ws, agent="bob")
             await send(ws, type="input.text", session_id=err["session_id"], text="x")
             gone = await recv(ws)
             assert gone["type"] == "session.error"
@@ -182,7 +144,7 @@ async def test_capabilities_query_and_session_update_refresh_the_token() -> None
     agent = ScriptAgent("alice", count=1)
     with trio.fail_after(TIMEOUT):
         async with serving([agent]) as base, open_ws(base + "/agents/alice/uamp") as ws:
-            sid = await create(ws, token="old")
+            sid = await create_session(ws, token="old")
             await send(ws, type="capabilities.query")
             caps = await recv(ws)
             assert caps["type"] == "capabilities" and caps["capabilities"]["id"] == "alice"
@@ -203,22 +165,10 @@ async def test_ping_is_answered_with_pong() -> None:
 
 
 async def test_client_tool_round_trip_resumes_the_same_response() -> None:
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
     with trio.fail_after(TIMEOUT):
         async with serving([DemoAgent()]) as base, open_ws(base + "/ws") as ws:
-            await create(ws, session={"tools": [tool]})
-            await send(ws, type="input.text", text="get weather in Paris")
-            await send(ws, type="response.create")
+            await create_session(ws, session={"tools": [WEATHER_TOOL]})
+            await ask(ws, "get weather in Paris")
             events = await until(ws, "tool.call")
             rid = events[0]["response_id"]
             call = events[-1]
@@ -236,7 +186,7 @@ async def test_response_cancel_stops_the_agent_and_returns_partial_output() -> N
     agent = ScriptAgent("slow", count=2, hang=True)
     with trio.fail_after(TIMEOUT):
         async with serving([agent]) as base, open_ws(base + "/ws") as ws:
-            await create(ws)
+            await create_session(ws)
             await send(ws, type="response.create")
             events = [await recv(ws) for _ in range(3)]
             assert [e["type"] for e in events] == [
@@ -259,8 +209,8 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
     agent, neighbour = ScriptAgent("a", count=2, hang=True), ScriptAgent("b", count=2)
     with trio.fail_after(TIMEOUT):
         async with serving([agent, neighbour]) as base, open_ws(base + "/ws") as ws:
-            s1 = await create(ws, agent="a")
-            s2 = await create(ws, agent="b")
+            s1 = await create_session(ws, agent="a")
+            s2 = await create_session(ws, agent="b")
             cases: list[tuple[str, str, str]] = [
                 ("{not json", "invalid_event", "JSON"),
                 (
@@ -326,8 +276,8 @@ async def test_too_many_sessions_is_refused_and_the_connection_stays_open() -> N
             serving([ScriptAgent("a", count=1)], limits) as base,
             open_ws(base + "/ws") as ws,
         ):
-            await create(ws)
-            s2 = await create(ws)
+            await create_session(ws)
+            s2 = await create_session(ws)
             await send(
                 ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
             )
@@ -341,7 +291,7 @@ async def test_message_over_the_size_limit_closes_with_1009() -> None:
     with trio.fail_after(TIMEOUT):
         limits = SessionLimits(max_message_size=1000)
         async with serving([DemoAgent()], limits) as base, open_ws(base + "/ws") as ws:
-            await create(ws)
+            await create_session(ws)
             await send(ws, type="input.text", text="x" * 2000)
             with pytest.raises(ConnectionClosed) as info:
                 await ws.get_message()
@@ -352,7 +302,7 @@ async def test_idle_connection_is_closed_after_the_idle_timeout() -> None:
     with trio.fail_after(TIMEOUT):
         limits = SessionLimits(idle_timeout=0.3, keepalive_interval=10)
         async with serving([DemoAgent()], limits) as base, open_ws(base + "/ws") as ws:
-            sid = await create(ws)
+            sid = await create_session(ws)
             end = await recv(ws)
             assert end["type"] == "session.end" and end["reason"] == "timeout"
             assert end["session_id"] == sid
@@ -370,7 +320,7 @@ async def test_server_pings_a_quiet_peer_and_keeps_a_live_one() -> None:
             serving([ScriptAgent("a", count=1)], limits) as base,
             open_ws(base + "/ws") as ws,
         ):
-            await create(ws)
+            await create_session(ws)
             await trio.sleep(0.5)
             await send(ws, type="response.create")
             assert texts(await until(ws, "response.done")) == "d0 "
