@@ -15,6 +15,12 @@ died). Every function returns a new :class:`Account`; nothing is mutated, and
 amounts are :class:`~decimal.Decimal` (wire strings such as ``"9.50"``), never
 floats. A store applies these in one transaction per change; this module only
 decides.
+
+:class:`Pricing` says what a response costs (spec 000 section 8.7): a fee per
+response and rates per thousand input, output and cached tokens (a cached
+token without a rate of its own costs an input token). Its :meth:`Pricing.hold`
+is what is locked before the agent starts and :meth:`Pricing.cost` what is
+settled from the response's usage when it ends.
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ from decimal import Decimal, InvalidOperation
 import attrs
 
 from .errors import UampError
+from .types import UsageStats
 
 __all__ = [
     "Account",
     "LedgerError",
+    "Pricing",
+    "format_amount",
     "lock",
     "parse_amount",
     "release",
@@ -66,6 +75,98 @@ def parse_amount(text: str | int | Decimal) -> Decimal:
     if not value.is_finite() or value < 0:
         raise ValueError(f"an amount must be a finite number >= 0: {text!r}")
     return value
+
+
+def format_amount(value: Decimal) -> str:
+    """The wire form of an amount: plain digits, at least two decimals (``"9.50"``)."""
+    value = value.normalize()
+    if value.as_tuple().exponent >= -2:  # type: ignore[operator]
+        value = value.quantize(Decimal("0.01"))
+    return format(value, "f")
+
+
+def _amount(value: str | int | Decimal) -> Decimal:
+    return parse_amount(value)
+
+
+def _optional_amount(value: str | int | Decimal | None) -> Decimal | None:
+    return None if value is None else parse_amount(value)
+
+
+_THOUSAND = Decimal(1000)
+
+#: Tokens a per-token price locks for before the agent starts, when the
+#: pricing names no ``hold`` of its own (input and output each).
+DEFAULT_HOLD_TOKENS = 4096
+
+
+@attrs.frozen(kw_only=True)
+class Pricing:
+    """What one response of an agent costs (spec 000 section 8.7).
+
+    Attributes:
+        currency: ISO currency code.
+        per_request: Fee of a response that ran (emitted anything).
+        input_per_1k: Per thousand input tokens not read from a cache.
+        output_per_1k: Per thousand output tokens.
+        cache_read_per_1k: Per thousand cached tokens (``None``: the input rate).
+        input_includes_cached: Whether ``input_tokens`` counts the cached
+            tokens too (OpenAI, Gemini, Fireworks) or not (Anthropic).
+        hold: Amount locked before the agent starts; ``None``: the fee plus
+            :data:`DEFAULT_HOLD_TOKENS` input and output tokens. A response is
+            never charged more than its lock.
+    """
+
+    currency: str = "USD"
+    per_request: Decimal = attrs.field(default=Decimal(0), converter=_amount)
+    input_per_1k: Decimal = attrs.field(default=Decimal(0), converter=_amount)
+    output_per_1k: Decimal = attrs.field(default=Decimal(0), converter=_amount)
+    cache_read_per_1k: Decimal | None = attrs.field(default=None, converter=_optional_amount)
+    input_includes_cached: bool = True
+    hold: Decimal | None = attrs.field(default=None, converter=_optional_amount)
+
+    @classmethod
+    def flat(cls, price: str | Decimal, currency: str = "USD") -> Pricing:
+        """A fixed price per response."""
+        return cls(currency=currency, per_request=parse_amount(price))
+
+    @property
+    def per_token(self) -> bool:
+        """Whether any token rate is set."""
+        return bool(self.input_per_1k or self.output_per_1k or self.cache_read_per_1k)
+
+    def hold_amount(self) -> Decimal:
+        """The amount locked before the agent starts."""
+        if self.hold is not None:
+            return self.hold
+        if not self.per_token:
+            return self.per_request
+        tokens = Decimal(DEFAULT_HOLD_TOKENS) / _THOUSAND
+        return self.per_request + (self.input_per_1k + self.output_per_1k) * tokens
+
+    def cost(self, usage: UsageStats | None, *, used: bool = True) -> Decimal:
+        """The real cost of a response that reported ``usage``.
+
+        Args:
+            usage: Token counts (section 8.7); ``None`` counts no tokens.
+            used: Whether the response ran at all (emitted anything); one
+                that did not owes no fee.
+        """
+        total = self.per_request if used else Decimal(0)
+        if usage is None:
+            return total
+        cached = Decimal(usage.cached_tokens or 0)
+        input_tokens = Decimal(usage.input_tokens or 0)
+        uncached = (
+            max(input_tokens - cached, Decimal(0)) if self.input_includes_cached else (input_tokens)
+        )
+        cache_rate = self.cache_read_per_1k
+        if cache_rate is None:
+            cache_rate = self.input_per_1k
+        total += uncached * self.input_per_1k / _THOUSAND
+        total += cached * cache_rate / _THOUSAND
+        total += Decimal(usage.output_tokens or 0) * self.output_per_1k / _THOUSAND
+        return total
 
 
 @attrs.frozen(kw_only=True)

@@ -31,15 +31,21 @@ from typing import Protocol
 from . import events as ev
 from . import types as ty
 from .errors import UampError
+from .ledger import Pricing
 
 __all__ = [
     "BLOCKING_STATES",
     "PAYMENT_ERROR_CODES",
+    "Charge",
+    "ChargingPolicy",
     "PaymentNegotiation",
     "PaymentPolicy",
     "PaymentRequiredError",
     "PaymentState",
     "TokenPolicy",
+    "open_charge",
+    "pricing_of",
+    "refusal",
 ]
 
 PAYMENT_ERROR_CODES = ev.PAYMENT_ERROR_CODES
@@ -197,12 +203,47 @@ class PaymentRequiredError(UampError):
     Attributes:
         requirements: What must be paid.
         topup: True for a mid-stream top-up (the response pauses, not ends).
+        code: Why: ``payment_required`` (no token), or the section 7.2 code
+            of the presented token's refusal (``insufficient_balance``,
+            ``token_expired``, ``token_invalid`` ...).
+        reason: A sentence for the payer.
+        balance_current: The token's balance, when that is the problem.
     """
 
-    def __init__(self, requirements: ty.PaymentRequirements, *, topup: bool = False) -> None:
+    def __init__(
+        self,
+        requirements: ty.PaymentRequirements,
+        *,
+        topup: bool = False,
+        code: str = "payment_required",
+        reason: str | None = None,
+        balance_current: str | None = None,
+    ) -> None:
         super().__init__(f"payment required: {requirements.amount} {requirements.currency or ''}")
         self.requirements = requirements
         self.topup = topup
+        self.code = code
+        self.reason = reason or "Payment is required to continue."
+        self.balance_current = balance_current
+
+    def details(self) -> dict[str, object]:
+        """What HTTP and JSON-RPC forms carry besides ``accepts``: the code and balances."""
+        out: dict[str, object] = {"code": self.code, "message": self.reason}
+        out["balance_required"] = self.requirements.amount
+        if self.balance_current is not None:
+            out["balance_current"] = self.balance_current
+        return out
+
+    def error_event(self, session_id: str | None = None) -> ev.PaymentErrorEvent:
+        """The UAMP ``payment.error`` telling why a presented token was refused."""
+        return ev.PaymentErrorEvent(
+            session_id=session_id,
+            code=self.code if self.code in PAYMENT_ERROR_CODES else "payment_failed",
+            message=self.reason,
+            balance_required=self.requirements.amount,
+            balance_current=self.balance_current,
+            can_retry=True,
+        )
 
     def accepts(self) -> list[dict[str, object]]:
         """The ``accepts`` list of the HTTP/JSON-RPC forms (one entry per scheme)."""
@@ -240,6 +281,98 @@ class PaymentPolicy(Protocol):
     def check(self, agent: str, token: str | None) -> ty.PaymentRequirements | None:
         """``None`` to proceed, else what must be paid."""
         ...
+
+
+class Charge(Protocol):
+    """The money held for one response: settled once when the response ends."""
+
+    def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
+        """Charge what the response used, free the rest; the balance update to send, if any.
+
+        Settling again changes nothing (and returns ``None``).
+        """
+        ...
+
+    def extend(self, token: str | None, amount: str) -> None:
+        """Lock ``amount`` more for this response (a mid-stream top-up).
+
+        Raises:
+            PaymentRequiredError: The token cannot cover it.
+        """
+        ...
+
+
+class ChargingPolicy(PaymentPolicy, Protocol):
+    """A policy that holds money for each response (the ledger).
+
+    ``declared`` is the agent's own pricing (its ``pricing`` attribute), if any.
+    """
+
+    def verify(
+        self, agent: str, token: str | None, declared: Pricing | None
+    ) -> PaymentRequiredError | None:
+        """Why ``token`` cannot pay a response of ``agent`` now, or ``None`` (locks nothing)."""
+        ...
+
+    def open(
+        self, agent: str, token: str | None, response_id: str, declared: Pricing | None = None
+    ) -> Charge | None:
+        """Lock the response's price on ``token``; ``None`` when ``agent`` is free.
+
+        Raises:
+            PaymentRequiredError: No token, or the token cannot pay (its
+                ``code`` says why).
+        """
+        ...
+
+
+def _charging(policy: PaymentPolicy) -> ChargingPolicy | None:
+    return policy if hasattr(policy, "open") and hasattr(policy, "verify") else None  # type: ignore[return-value]
+
+
+def refusal(
+    policy: PaymentPolicy | None, agent: str, token: str | None, declared: Pricing | None = None
+) -> PaymentRequiredError | None:
+    """Why ``policy`` would not let ``token`` pay a response of ``agent`` now (locks nothing)."""
+    if policy is None:
+        return None
+    charging = _charging(policy)
+    if charging is not None:
+        return charging.verify(agent, token, declared)
+    requirements = policy.check(agent, token)
+    return None if requirements is None else PaymentRequiredError(requirements)
+
+
+def open_charge(
+    policy: PaymentPolicy | None,
+    agent: str,
+    token: str | None,
+    response_id: str,
+    declared: Pricing | None = None,
+) -> Charge | None:
+    """Hold the price of one response before the agent starts (``None``: nothing to settle).
+
+    A plain :class:`PaymentPolicy` only decides; a :class:`ChargingPolicy`
+    also locks money, settled through the returned :class:`Charge`.
+
+    Raises:
+        PaymentRequiredError: The response may not run until paid.
+    """
+    if policy is None:
+        return None
+    charging = _charging(policy)
+    if charging is not None:
+        return charging.open(agent, token, response_id, declared)
+    requirements = policy.check(agent, token)
+    if requirements is not None:
+        raise PaymentRequiredError(requirements)
+    return None
+
+
+def pricing_of(agent: object) -> Pricing | None:
+    """The pricing an agent declares (its optional ``pricing`` attribute)."""
+    declared = getattr(agent, "pricing", None)
+    return declared if isinstance(declared, Pricing) else None
 
 
 class TokenPolicy:

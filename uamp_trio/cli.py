@@ -17,7 +17,11 @@ responses (spec 004 "Response Signing") and publishes the public key at
 ``/.well-known/jwks.json``; ``uamp verify`` checks a saved response against
 such a JWKS (:mod:`uamp_trio.verify`).
 
-``uamp acp [--agent module:attr] [--payment-token T ...]`` runs one agent (the
+``uamp serve`` and ``uamp acp`` charge each response to a payment token of a
+ledger with ``--ledger PATH --price AMOUNT``; ``uamp tokens`` issues and
+inspects those tokens (:mod:`uamp_trio.trust.commands`).
+
+``uamp acp [--agent module:attr] [--ledger PATH]`` runs one agent (the
 demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
 editors; it exits when stdin closes.
 
@@ -45,12 +49,12 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp_proto.envelope import canonical_json
-from uamp_proto.payment import TokenPolicy
 from uamp_proto.responder import Responder
 from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
+from .trust.commands import add_ledger_args, add_tokens_parser, open_policy
 
 __all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "load_signer", "main"]
 
@@ -149,14 +153,7 @@ def _add_serve(sub: Any) -> None:
         default=_DEFAULTS.shutdown_grace,
         help="seconds in-flight requests get on shutdown (default %(default)s)",
     )
-    p.add_argument(
-        "--payment-token",
-        action="append",
-        default=[],
-        metavar="TOKEN",
-        help="require payment on every transport: only turns paid with one of these tokens "
-        "run (repeatable; spec 004 payment flows)",
-    )
+    add_ledger_args(p)
     p.add_argument(
         "--signing-key",
         metavar="PATH",
@@ -202,8 +199,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     try:
         agents = [load_agent(spec) for spec in args.agent] or [default_agent()]
-        policy = TokenPolicy(set(args.payment_token)) if args.payment_token else None
-        app = create_app(agents, payment_policy=policy)
+        app = create_app(agents, payment_policy=open_policy(args))
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)
         config = ServerConfig(
@@ -303,13 +299,7 @@ def _add_acp(sub: Any) -> None:
     p.add_argument(
         "--agent", metavar="MODULE:ATTR", help="the agent to run (default: the demo agent)"
     )
-    p.add_argument(
-        "--payment-token",
-        action="append",
-        default=[],
-        metavar="TOKEN",
-        help="require payment: only prompts carrying one of these tokens run (repeatable)",
-    )
+    add_ledger_args(p)
     p.add_argument(
         "--signing-key", metavar="PATH", help="PEM RSA private key: sign every prompt's answer"
     )
@@ -328,10 +318,10 @@ def _acp_command(args: argparse.Namespace) -> int:
     try:
         agent = load_agent(args.agent) if args.agent else default_agent()
         signer = load_signer(args.signing_key) if args.signing_key else None
+        policy = open_policy(args)
     except ValueError as exc:
         print(f"uamp acp: {exc}", file=sys.stderr)
         return 2
-    policy = TokenPolicy(set(args.payment_token)) if args.payment_token else None
     with contextlib.suppress(KeyboardInterrupt):
         trio.run(lambda: serve_stdio(agent, payment_policy=policy, signer=signer))
     return 0
@@ -359,7 +349,13 @@ def _add_verify(sub: Any) -> None:
 
 #: Functions that add a subcommand to the parser. ``uamp chat`` (the native
 #: UAMP client, :mod:`uamp_trio.client.chat`) and ``uamp bench`` register here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_serve, _add_acp, _add_chat, _add_verify]
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    _add_serve,
+    _add_acp,
+    _add_chat,
+    _add_verify,
+    add_tokens_parser,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

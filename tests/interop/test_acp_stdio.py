@@ -211,9 +211,14 @@ def test_thinking_and_tool_updates() -> None:
     _run(main())
 
 
-def test_payment_required_then_retry_with_token() -> None:
+def test_payment_required_then_retry_with_token(tmp_path: Path) -> None:
+    from uamp_trio.trust.ledger import Ledger
+
+    with Ledger(tmp_path / "ledger.db") as ledger:
+        token = ledger.issue("1.00", "USD")
+
     async def main() -> None:
-        async with _spawn("--payment-token", "tok_good") as (conn, _process):
+        async with _spawn("--ledger", str(tmp_path / "ledger.db")) as (conn, _process):
             await conn.initialize(protocol_version=1)
             session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
             with pytest.raises(acp.RequestError) as info:
@@ -229,12 +234,13 @@ def test_payment_required_then_retry_with_token() -> None:
                     payment_token="tok_bad",
                 )
             assert info.value.code == -32402
+            assert info.value.data["code"] == "token_invalid"
 
             # The ACP client library carries extra fields in _meta.
             result = await conn.prompt(
                 session_id=session.session_id,
                 prompt=[acp.text_block("paid")],
-                payment_token="tok_good",
+                payment_token=token,
             )
             assert result.stop_reason == "end_turn"
             assert _client(conn).texts(session.session_id) == "You said: paid"

@@ -1104,10 +1104,17 @@ def rest_events(update: Update) -> list[tuple[str, dict[str, Any]]]:
 
 
 def payment_failed_event(
-    task_id: str, context_id: str, accepts: list[dict[str, object]]
+    task_id: str,
+    context_id: str,
+    accepts: list[dict[str, object]],
+    details: dict[str, object] | None = None,
 ) -> dict[str, Any]:
-    """Spec 004's ``task.failed`` data for a task refused for want of payment."""
-    return {
+    """Spec 004's ``task.failed`` data for a task refused for want of payment.
+
+    ``details`` (the section 7.2 code of a refused token, the balances) go
+    under ``payment``.
+    """
+    data: dict[str, Any] = {
         "id": task_id,
         "contextId": context_id,
         "status": "failed",
@@ -1115,6 +1122,9 @@ def payment_failed_event(
         "status_code": 402,
         "accepts": accepts,
     }
+    if details:
+        data["payment"] = details
+    return data
 
 
 # --- JSON-RPC envelope ------------------------------------------------------------------------

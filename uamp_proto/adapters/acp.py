@@ -127,7 +127,7 @@ def payment_error(exc: PaymentRequiredError) -> JSONRPCError:
     return JSONRPCError(
         PAYMENT_REQUIRED,
         "Payment token required",
-        {"accepts": exc.accepts(), "reason": exc.requirements.reason},
+        {"accepts": exc.accepts(), "reason": exc.requirements.reason, **exc.details()},
     )
 
 

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.payment import (
+    Charge,
+    PaymentPolicy,
+    PaymentRequiredError,
+    open_charge,
+    pricing_of,
+    refusal,
+)
 from uamp_proto.responder import Responder
 
 from ..engines.http import Endpoint
@@ -62,15 +69,26 @@ class Host:
             self.add_agent(agent)
 
     def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
-        """The error a transport should report before running a turn, or ``None``.
+        """Why ``token`` cannot pay for a turn of ``agent`` now, or ``None`` (locks nothing).
 
-        Every transport asks this one question so that the same agent behaves
-        the same whatever protocol its client speaks.
+        Every transport asks the host, so that the same agent behaves the
+        same whatever protocol its client speaks.
         """
-        if self.payment_policy is None:
-            return None
-        requirements = self.payment_policy.check(agent, token)
-        return None if requirements is None else PaymentRequiredError(requirements)
+        return refusal(self.payment_policy, agent, token, pricing_of(self.agents.get(agent)))
+
+    def open_charge(self, agent: str, token: str | None, response_id: str) -> Charge | None:
+        """Hold the price of one response of ``agent`` before it starts.
+
+        With a ledger behind the policy this locks money on ``token``; the
+        turn driver settles the returned charge when the response ends.
+        ``None``: nothing to settle (free, or a policy that only decides).
+
+        Raises:
+            PaymentRequiredError: The response may not run until paid; its
+                ``code`` says why (spec 000 section 7.2).
+        """
+        declared = pricing_of(self.agents.get(agent))
+        return open_charge(self.payment_policy, agent, token, response_id, declared)
 
     def add_agent(self, agent: Responder) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/`` (see :meth:`AgentRegistry.add`)."""

@@ -104,7 +104,7 @@ from uamp_proto import flow
 from uamp_proto import types as ty
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
-from uamp_proto.payment import PaymentRequiredError, PaymentState
+from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
@@ -338,6 +338,8 @@ class _Response:
         self.request_bytes = request_bytes
         #: Payment stops caused by the agent raising PaymentRequiredError.
         self.payment_rounds = 0
+        #: The money the app's ledger holds for this response (settled at its end).
+        self.charge: Charge | None = None
         #: Set by ``response.cancel``: the session's worker then sends
         #: ``response.cancelled`` (a session's end cancels silently).
         self.cancel_requested = False
@@ -696,13 +698,9 @@ class SessionHost:
         unpaid = self._unpaid(session.agent.name, negotiation.token)
         reply: ev.Event
         if unpaid is not None:
-            reply = ev.PaymentErrorEvent(
-                session_id=session.id,
-                code="token_invalid",
-                message="The payment token was not accepted; submit a valid token.",
-                balance_required=unpaid.requirements.amount,
-                can_retry=True,
-            )
+            if unpaid.code == "payment_required":  # a submit that carried no token
+                unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
+            reply = unpaid.error_event(session.id)
         else:
             asked = negotiation.requirements
             reply = ev.PaymentAccepted(
@@ -744,30 +742,75 @@ class SessionHost:
             await session.wakeup.park()
 
     async def _preflight(self, session: _Session, response: _Response) -> None:
-        """Check payment before the agent runs (spec 004, UAMP row of the table).
+        """Hold the response's price before the agent runs (spec 004, UAMP row of the table).
 
-        A response the session's token does not pay for is held: the client
-        gets ``payment.required`` with the pending ``response_id`` and the
-        agent does not run until a ``payment.submit`` (or a ``payment_token``
-        on ``session.update`` or ``input.text``) is accepted. A negotiation left
-        open by a response cancelled while it waited is announced again unless
-        such a token has settled it meanwhile.
+        The app locks the price on the session's latest payment token
+        (:meth:`Host.open_charge <uamp_trio.hosting.host.Host.open_charge>`)
+        into :attr:`_Response.charge`. A response that token does not pay for
+        is held: the client gets ``payment.required`` with the pending
+        ``response_id`` and the agent does not run until a ``payment.submit``
+        (or a ``payment_token`` on ``session.update`` or ``input.text``) is
+        accepted and the lock succeeds. A negotiation left open by a response
+        cancelled while it waited is announced again unless such a token has
+        settled it meanwhile.
         """
-        ctx = self.conn.sessions.get(session.id)
-        if ctx is None:
-            raise _SessionGone
-        negotiation = ctx.payment
-        unpaid = self._unpaid(session.agent.name, negotiation.token)
-        if unpaid is None and not negotiation.blocks_content:
+        while True:
+            ctx = self.conn.sessions.get(session.id)
+            if ctx is None:
+                raise _SessionGone
+            negotiation = ctx.payment
+            if not negotiation.blocks_content:
+                app = self._app
+                if app is None:
+                    return
+                try:
+                    response.charge = app.open_charge(
+                        session.agent.name, negotiation.token, response.id
+                    )
+                    return
+                except PaymentRequiredError as unpaid:
+                    required = unpaid.event(response.id)
+            else:
+                asked = negotiation.requirements
+                assert asked is not None  # blocks_content implies a payment.required was sent
+                required = ev.PaymentRequired(response_id=response.id, requirements=asked)
+            required = attrs.evolve(required, session_id=session.id)
+            await self._hold_for_payment(session, response, required)
+
+    def _settle_charge(
+        self, session: _Session, response: _Response, tracker: ResponseTracker
+    ) -> None:
+        """Settle the response's charge from its usage; ``payment.balance`` to the client."""
+        charge, response.charge = response.charge, None
+        if charge is None:
             return
-        if unpaid is not None:
-            required = unpaid.event(response.id)
-        else:
-            asked = negotiation.requirements
-            assert asked is not None  # blocks_content implies a payment.required was sent
-            required = ev.PaymentRequired(response_id=response.id, requirements=asked)
-        required = attrs.evolve(required, session_id=session.id)
-        await self._hold_for_payment(session, response, required)
+        used = tracker.usage is not None or bool(tracker.output)
+        balance = charge.settle(tracker.usage, used=used)
+        if balance is None or session.id not in self.conn.sessions:
+            return
+        try:
+            self._owe(attrs.evolve(balance, session_id=session.id))
+        except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
+            log.info("payment.balance not sent: %s", exc)
+
+    async def _top_up(
+        self, session: _Session, response: _Response, required: ev.PaymentRequired
+    ) -> None:
+        """Pause for a mid-stream top-up (spec 004) and lock the extra amount once paid."""
+        while True:
+            await self._hold_for_payment(session, response, required)
+            charge = response.charge
+            if charge is None:
+                return
+            ctx = self.conn.sessions.get(session.id)
+            token = ctx.payment.token if ctx is not None else None
+            try:
+                charge.extend(token, required.requirements.amount)
+                return
+            except PaymentRequiredError as unpaid:
+                required = attrs.evolve(
+                    unpaid.event(response.id), extra=required.extra, session_id=session.id
+                )
 
     async def _send_cancelled(self, session: _Session, response: _Response) -> None:
         ctx = self.conn.sessions.get(session.id)
@@ -891,6 +934,21 @@ class SessionHost:
     ) -> None:
         rid = response.id
         await self._preflight(session, response)
+        ctx = self.conn.sessions.get(session.id)
+        tracker = ctx.response if ctx is not None else None
+        try:
+            await self._run_rounds(session, response, create)
+        finally:
+            # However the response ended (done, failed, cancelled, session
+            # gone): charge what it used and free the rest of the lock.
+            if tracker is not None and tracker.response_id == rid:
+                self._settle_charge(session, response, tracker)
+
+    async def _run_rounds(
+        self, session: _Session, response: _Response, create: ev.ResponseCreate
+    ) -> None:
+        """The agent's calls of one response: again after client tools or a payment."""
+        rid = response.id
         agent = _PayingAgent(self, session, response, create)
         first = True
         while True:
@@ -945,7 +1003,7 @@ class SessionHost:
             kind = type(event)
             if kind is ev.PaymentRequired:
                 assert isinstance(event, ev.PaymentRequired)
-                await self._hold_for_payment(session, response, event)
+                await self._top_up(session, response, event)
                 return
             if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
                 event = self._final(session, response, event)

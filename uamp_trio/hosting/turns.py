@@ -50,6 +50,14 @@ The contract (the agent boundary's; the runner owns the response lifecycle):
    "tool_calls"``; a UAMP WebSocket waits for ``tool.result`` and runs the
    agent again with the extended conversation.
 
+Payment: a runner given a ``charge`` (the money the host locked for the
+response before it started, :meth:`uamp_trio.hosting.host.Host.open_charge`)
+settles it exactly once when the response ends, however it ends -- done,
+failed, cancelled, or its sink gone -- with the tracker's usage: the real
+cost is charged and the rest of the lock freed. The ``payment.balance``
+update lands in :attr:`ResponseOutcome.balance` for transports that can
+carry it.
+
 A failure of the *sink* (the peer went away: ``BrokenResourceError`` ...) is
 not the agent's: the runner stops the agent and re-raises it from
 :meth:`~ResponseRunner.run`, without a terminal event, since there is nowhere to
@@ -70,7 +78,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.errors import UampError
-from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.responder import Responder, ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
 
@@ -112,11 +120,14 @@ class ResponseOutcome:
             ``cancelled`` or ``failed``.
         tracker: The response's accumulated output, usage and tool calls.
         final: The terminal event sent, or ``None`` for ``requires_action``.
+        balance: The payer's balance after the response settled (with a
+            ledger), for transports that can send ``payment.balance``.
     """
 
     status: TurnStatus
     tracker: ResponseTracker
     final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseErrorEvent | None
+    balance: ev.PaymentBalance | None = None
 
     @property
     def pending_tool_calls(self) -> list[ty.ToolInvocation]:
@@ -189,6 +200,7 @@ class ResponseRunner:
             of its own and sends ``response.cancelled`` itself when it
             cancels it (the UAMP session driver); :meth:`cancel` then only
             records the request.
+        charge: Money held for this response; settled once when it ends.
 
     A runner runs once. :meth:`cancel` may be called at any time, from any
     task of the same trio run, also before :meth:`run`.
@@ -197,6 +209,7 @@ class ResponseRunner:
     __slots__ = (
         "_cancel_requested",
         "_cancellable",
+        "_charge",
         "_count",
         "_created",
         "_finished",
@@ -208,6 +221,7 @@ class ResponseRunner:
         "_track",
         "_yield_every",
         "agent",
+        "balance",
         "outcome",
         "request",
         "tracker",
@@ -225,6 +239,7 @@ class ResponseRunner:
         stamp: bool = True,
         track: bool = True,
         cancellable: bool = True,
+        charge: Charge | None = None,
     ) -> None:
         if yield_every < 1:
             raise ValueError("yield_every must be at least 1")
@@ -245,6 +260,9 @@ class ResponseRunner:
         self._started = False
         self._count = 0
         self._cancellable = cancellable
+        self._charge = charge
+        #: The balance update of the settled charge.
+        self.balance: ev.PaymentBalance | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -301,6 +319,23 @@ class ResponseRunner:
         if self._started:
             raise RuntimeError("a ResponseRunner runs once")
         self._started = True
+        if self._charge is None:
+            return await self._run()
+        try:
+            return await self._run()
+        finally:
+            self._settle()  # a no-op when the normal path settled already
+
+    def _settle(self) -> None:
+        charge = self._charge
+        if charge is None:
+            return
+        self._charge = None
+        tracker = self.tracker
+        used = tracker.usage is not None or bool(tracker.output)
+        self.balance = charge.settle(tracker.usage, used=used)
+
+    async def _run(self) -> ResponseOutcome:
         request, tracker = self.request, self.tracker
         rid, sid = request.response_id, request.session_id
         if self._created:
@@ -349,7 +384,10 @@ class ResponseRunner:
                 final = tracker.done_event(session_id=sid)
         if final is not None and self._track:
             tracker.apply(final)  # built with both ids: nothing to stamp
-        outcome = self.outcome = ResponseOutcome(status=status, tracker=tracker, final=final)
+        self._settle()
+        outcome = self.outcome = ResponseOutcome(
+            status=status, tracker=tracker, final=final, balance=self.balance
+        )
         if final is not None and self._sink is not None:
             await self._sink(final)
         return outcome
@@ -371,6 +409,7 @@ async def run_response(
     tracker: ResponseTracker | None = None,
     created: bool = True,
     stamp: bool = True,
+    charge: Charge | None = None,
 ) -> ResponseOutcome:
     """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
 
@@ -379,7 +418,14 @@ async def run_response(
     """
     # No runner is handed out, so nothing can cancel the turn: no scope.
     runner = ResponseRunner(
-        agent, request, sink, tracker=tracker, created=created, stamp=stamp, cancellable=False
+        agent,
+        request,
+        sink,
+        tracker=tracker,
+        created=created,
+        stamp=stamp,
+        cancellable=False,
+        charge=charge,
     )
     return await runner.run()
 
@@ -388,9 +434,14 @@ class ResponseRun:
     """One running response: iterate it for its events, then read :attr:`outcome`."""
 
     def __init__(
-        self, agent: Responder, request: TurnRequest, receive: trio.MemoryReceiveChannel[ev.Event]
+        self,
+        agent: Responder,
+        request: TurnRequest,
+        receive: trio.MemoryReceiveChannel[ev.Event],
+        charge: Charge | None = None,
     ) -> None:
         self.agent = agent
+        self._charge = charge
         self.request = request
         self._receive = receive
         self._runner: ResponseRunner | None = None
@@ -418,7 +469,9 @@ class ResponseRun:
 
     async def _drive(self, send: trio.MemorySendChannel[ev.Event]) -> None:
         async with send:
-            runner = ResponseRunner(self.agent, self.request, send.send, tracker=self.tracker)
+            runner = ResponseRunner(
+                self.agent, self.request, send.send, tracker=self.tracker, charge=self._charge
+            )
             if self._cancel_requested:
                 runner.cancel()
             self._runner = runner
@@ -431,19 +484,28 @@ class ResponseRun:
 
 @asynccontextmanager
 async def open_response(
-    agent: Responder, request: TurnRequest, *, buffer: int = DEFAULT_BUFFER
+    agent: Responder,
+    request: TurnRequest,
+    *,
+    buffer: int = DEFAULT_BUFFER,
+    charge: Charge | None = None,
 ) -> AsyncIterator[ResponseRun]:
     """Start one response of ``agent`` in its own task; see the module docstring.
 
     The events arrive through a memory channel of ``buffer`` events. Leaving
-    the block before the events are exhausted cancels the agent.
+    the block before the events are exhausted cancels the agent. ``charge``
+    is settled when the response ends (also when it never started).
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = ResponseRun(agent, request, receive)
-    async with trio.open_nursery() as nursery, receive:
-        nursery.start_soon(turn._drive, send)
-        try:
-            yield turn
-        finally:
-            if not turn._done:
-                nursery.cancel_scope.cancel()
+    turn = ResponseRun(agent, request, receive, charge)
+    try:
+        async with trio.open_nursery() as nursery, receive:
+            nursery.start_soon(turn._drive, send)
+            try:
+                yield turn
+            finally:
+                if not turn._done:
+                    nursery.cancel_scope.cancel()
+    finally:
+        if charge is not None:
+            charge.settle(None, used=False)  # the runner never ran; else a no-op

@@ -59,7 +59,13 @@ from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.errors import UampError
 from uamp_proto.ids import IdSource, random_ids
-from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.payment import (
+    Charge,
+    PaymentPolicy,
+    PaymentRequiredError,
+    open_charge,
+    pricing_of,
+)
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.sse import encode_json
 
@@ -132,6 +138,7 @@ class _Prepared:
     new: bool
     #: The HTTP body that carried the message: what a signature covers.
     request_bytes: bytes = b""
+    charge: Charge | None = None
 
 
 class A2ATransport:
@@ -163,12 +170,15 @@ class A2ATransport:
         self.ids = ids
         self._live: dict[str, _Live] = {}
 
-    def payment_error(self, agent: str, token: str | None) -> PaymentRequiredError | None:
-        """What must be paid before a new task of ``agent`` runs, or ``None``."""
+    def charge(self, agent: Responder, token: str | None, response_id: str) -> Charge | None:
+        """Hold the price of one turn of ``agent`` (new task or resumed) before it runs.
+
+        Raises:
+            PaymentRequiredError: The turn may not run until paid.
+        """
         if self._policy is not None:
-            requirements = self._policy.check(agent, token)
-            return None if requirements is None else PaymentRequiredError(requirements)
-        return self.app.payment_required(agent, token)
+            return open_charge(self._policy, agent.name, token, response_id, pricing_of(agent))
+        return self.app.open_charge(agent.name, token, response_id)
 
     def mount(self) -> None:
         """Register the routes on the app."""
@@ -349,7 +359,10 @@ class A2ATransport:
             prepared = self._prepare(agent, body, Dialect.V03, request, rest=True)
         except _PaymentRefused as refused:
             task = refused.task
-            data = a2a.payment_failed_event(task.id, task.context_id, refused.error.accepts())
+            error = refused.error
+            data = a2a.payment_failed_event(
+                task.id, task.context_id, error.accepts(), error.details()
+            )
 
             async def refuse(send: SendChunk) -> None:
                 await send(_sse(data, "task.failed"))
@@ -439,6 +452,12 @@ class A2ATransport:
                     a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
                 )
             a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
+            # A resumed task runs the agent again: it is paid like a new one.
+            response_id = self.ids("resp")
+            try:
+                charge = self.charge(agent, token, response_id)
+            except PaymentRequiredError as error:
+                raise _payment_error(error) from None
             if task.pending_tool_calls:
                 added = a2a.parse_tool_results(message, task.pending_tool_calls)
             else:
@@ -468,15 +487,12 @@ class A2ATransport:
                 ],
                 tools=tools or (earlier.tools if earlier is not None else []),
             )
-            error = self.payment_error(agent.name, token)
-            if error is not None:
+            response_id = self.ids("resp")
+            try:
+                charge = self.charge(agent, token, response_id)
+            except PaymentRequiredError as error:
                 if not rest:
-                    raise A2AError(
-                        a2a.PAYMENT_REQUIRED,
-                        "Payment required: retry with an X-PAYMENT header.",
-                        data={"status_code": 402, "accepts": error.accepts()},
-                        http_status=402,
-                    )
+                    raise _payment_error(error) from None
                 task.error = ty.ErrorInfo(code="payment_required", message="Payment required")
                 task.move(Trigger.FAIL, now)
                 task.status_message = a2a.StoredMessage(
@@ -488,13 +504,13 @@ class A2ATransport:
                     metadata={"code": "payment_required"},
                 )
                 self.store.add(task)
-                raise _PaymentRefused(task, error)
+                raise _PaymentRefused(task, error) from None
             self.store.add(task)
             new = True
         turn = TurnRequest(
             agent=agent.name,
             session_id=task.context_id,
-            response_id=self.ids("resp"),
+            response_id=response_id,
             messages=list(task.conversation),
             tools=list(task.tools),
             payment_token=token,
@@ -506,6 +522,7 @@ class A2ATransport:
             history_length=history_length,
             new=new,
             request_bytes=request.body,
+            charge=charge,
         )
 
     async def _execute(
@@ -574,7 +591,7 @@ class A2ATransport:
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await deliver([run.status()])
-            async with open_response(agent, prepared.turn) as turn:
+            async with open_response(agent, prepared.turn, charge=prepared.charge) as turn:
                 live.cancel = turn.cancel
                 if live.cancel_requested:
                     turn.cancel()
@@ -597,6 +614,8 @@ class A2ATransport:
                 updates = run.fail(error, _now())
             await deliver(updates)
         finally:
+            if prepared.charge is not None:
+                prepared.charge.settle(None, used=False)  # never ran; else a no-op
             if not (task.state.is_terminal or task.state.is_interrupted):
                 # The request went away (client disconnect, shutdown): the
                 # turn was cancelled with it, and so is the task.
@@ -655,6 +674,16 @@ def _blocking(params: dict[str, Any], dialect: Dialect) -> bool:
     if dialect is Dialect.V1:
         return config.get("returnImmediately") is not True
     return config.get("blocking") is not False
+
+
+def _payment_error(error: PaymentRequiredError) -> A2AError:
+    """JSON-RPC ``-32402`` (HTTP 402) with what is accepted and why the token was refused."""
+    return A2AError(
+        a2a.PAYMENT_REQUIRED,
+        "Payment required: retry with an X-PAYMENT header.",
+        data={"status_code": 402, "accepts": error.accepts(), **error.details()},
+        http_status=402,
+    )
 
 
 class _PaymentRefused(UampError):

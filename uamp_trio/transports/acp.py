@@ -59,7 +59,13 @@ from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
 from uamp_proto.codec import unstructure
-from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.payment import (
+    Charge,
+    PaymentPolicy,
+    PaymentRequiredError,
+    open_charge,
+    pricing_of,
+)
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
 
@@ -257,12 +263,14 @@ class AcpConnection:
 
     # --- payment ----------------------------------------------------------------
 
-    def _pay(self, token: str | None) -> None:
-        if self.payment_policy is None:
-            return
-        requirements = self.payment_policy.check(self.agent.name, token)
-        if requirements is not None:
-            raise acp.payment_error(PaymentRequiredError(requirements))
+    def _charge(self, token: str | None, response_id: str) -> Charge | None:
+        """Hold the price of one prompt (the turn driver settles it); ``-32402`` if unpaid."""
+        try:
+            return open_charge(
+                self.payment_policy, self.agent.name, token, response_id, pricing_of(self.agent)
+            )
+        except PaymentRequiredError as exc:
+            raise acp.payment_error(exc) from None
 
     # --- methods ----------------------------------------------------------------
 
@@ -314,13 +322,14 @@ class AcpConnection:
                 {"sessionId": session.id},
             )
         token = parsed.payment_token or session.payment_token
-        self._pay(token)
+        response_id = _new_id("resp")
+        charge = self._charge(token, response_id)
         if parsed.payment_token is not None:
             session.payment_token = parsed.payment_token
         request = TurnRequest(
             agent=self.agent.name,
             session_id=session.id,
-            response_id=_new_id("resp"),
+            response_id=response_id,
             messages=[*session.messages, parsed.message],
             payment_token=token,
             metadata={"transport": "acp", "cwd": session.cwd},
@@ -328,7 +337,7 @@ class AcpConnection:
         encoder = acp.UpdateEncoder()
         session.busy = True
         try:
-            async with open_response(self.agent, request) as turn:
+            async with open_response(self.agent, request, charge=charge) as turn:
                 session.turn = turn
                 async for event in turn:
                     for update in encoder.feed(event):
@@ -371,17 +380,18 @@ class AcpConnection:
 
     async def _prompt_submit(self, request_id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_prompt_submit(params)
-        self._pay(parsed.payment_token)
+        response_id = _new_id("resp")
+        charge = self._charge(parsed.payment_token, response_id)
         request = TurnRequest(
             agent=self.agent.name,
             session_id=_new_id("sess"),
-            response_id=_new_id("resp"),
+            response_id=response_id,
             messages=parsed.messages,
             payment_token=parsed.payment_token,
             metadata={"transport": "acp"},
         )
         await self._notify("prompt/started", {"requestId": str(request_id)})
-        async with open_response(self.agent, request) as turn:
+        async with open_response(self.agent, request, charge=charge) as turn:
             async for event in turn:
                 delta = getattr(event, "delta", None)
                 if isinstance(delta, ty.DeltaText) and delta.text:
@@ -421,16 +431,17 @@ class AcpConnection:
                 {"name": name},
             )
         token = params.get("payment_token") if isinstance(params, dict) else None
-        self._pay(token if isinstance(token, str) else None)
+        response_id = _new_id("resp")
+        charge = self._charge(token if isinstance(token, str) else None, response_id)
         call = orjson.dumps({"name": name, "arguments": arguments}).decode()
         request = TurnRequest(
             agent=self.agent.name,
             session_id=_new_id("sess"),
-            response_id=_new_id("resp"),
+            response_id=response_id,
             messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
             metadata={"transport": "acp", "tool_call": {"name": name, "arguments": arguments}},
         )
-        async with open_response(self.agent, request) as turn:
+        async with open_response(self.agent, request, charge=charge) as turn:
             async for _ in turn:
                 pass
         outcome = turn.outcome

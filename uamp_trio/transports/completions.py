@@ -54,6 +54,7 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event
+from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.responder import Responder
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 
@@ -172,16 +173,17 @@ class CompletionsTransport:
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)
-        # Payment pre-flight (spec 004): decide before committing to a 200 or
-        # a stream; the client retries the whole request with X-PAYMENT.
+        # Payment pre-flight (spec 004): lock the price before committing to a
+        # 200 or a stream; the client retries the whole request with X-PAYMENT.
         token = request.headers.get("x-payment")
-        unpaid = self.app.payment_required(agent.name, token)
-        if unpaid is not None:
+        try:
+            charge = self.app.open_charge(agent.name, token, completion_id)
+        except PaymentRequiredError as unpaid:
             return json_response(
                 {
                     "error": "Payment required",
                     "status_code": 402,
-                    "context": {"accepts": unpaid.accepts()},
+                    "context": {"accepts": unpaid.accepts(), **unpaid.details()},
                 },
                 402,
             )
@@ -191,10 +193,16 @@ class CompletionsTransport:
         if parsed.stream:
 
             async def produce(send: SendChunk) -> None:
-                await self._stream(agent, parsed, completion_id, created, send, request.body)
+                try:
+                    await self._stream(
+                        agent, parsed, completion_id, created, send, request.body, charge
+                    )
+                finally:
+                    if charge is not None:
+                        charge.settle(None, used=False)  # the client left first; else a no-op
 
             return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
-        return await self._complete(agent, parsed, completion_id, created, request.body)
+        return await self._complete(agent, parsed, completion_id, created, request.body, charge)
 
     # --- one turn --------------------------------------------------------------
 
@@ -205,10 +213,11 @@ class CompletionsTransport:
         completion_id: str,
         created: int,
         request_body: bytes,
+        charge: Charge | None,
     ) -> Response:
         # The tracker accumulates the reply; the events themselves go nowhere
         # (no sink) and are not stamped with ids.
-        outcome = await run_response(agent, parsed.turn, None, stamp=False)
+        outcome = await run_response(agent, parsed.turn, None, stamp=False, charge=charge)
         if outcome.status in ("failed", "cancelled"):
             status, err = _error_json(outcome)
             return json_response(err, status)
@@ -241,6 +250,7 @@ class CompletionsTransport:
         created: int,
         send: SendChunk,
         request_body: bytes,
+        charge: Charge | None,
     ) -> None:
         encoder = ChunkEncoder(
             completion_id=completion_id,
@@ -258,7 +268,7 @@ class CompletionsTransport:
             if frame:
                 await send(frame)
 
-        outcome = await run_response(agent, parsed.turn, sink, stamp=False)
+        outcome = await run_response(agent, parsed.turn, sink, stamp=False, charge=charge)
         if outcome.status in ("failed", "cancelled"):
             # Headers are gone already: report the error in the stream, the
             # way OpenAI does (the SDK raises it as an APIError).

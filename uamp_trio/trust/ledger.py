@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from uamp_proto import ledger as arith
-from uamp_proto.ledger import Account, LedgerError
+from uamp_proto.ledger import Account, LedgerError, format_amount
 
 __all__ = ["Ledger", "LedgerError", "TokenState"]
 
@@ -77,12 +77,12 @@ class TokenState:
         a = self.account
         return {
             "token_id": self.token_id,
-            "balance": str(a.balance),
+            "balance": format_amount(a.balance),
             "currency": a.currency,
-            "locked": str(a.locked),
-            "settled": str(a.settled),
-            "issued": str(a.issued),
-            "topped_up": str(a.topped_up),
+            "locked": format_amount(a.locked),
+            "settled": format_amount(a.settled),
+            "issued": format_amount(a.issued),
+            "topped_up": format_amount(a.topped_up),
             "expires_at": a.expires_at,
             "revoked": a.revoked,
         }
@@ -118,6 +118,10 @@ class Ledger:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._key = self._signing_key()
+
+    def now(self) -> float:
+        """The ledger's clock (seconds since the epoch)."""
+        return self._clock()
 
     def close(self) -> None:
         """Close the database."""
@@ -277,6 +281,31 @@ class Ledger:
                 "INSERT INTO locks (token_id, response_id, amount, state)"
                 " VALUES (?, ?, ?, 'locked')",
                 (token_id, response_id, str(value)),
+            )
+            return account
+
+    def extend(self, token: str, response_id: str, amount: Decimal | str) -> Account:
+        """Lock ``amount`` more for a response already holding a lock (a mid-stream top-up).
+
+        Raises:
+            LedgerError: ``token_invalid``, ``token_expired``, ``insufficient_balance``,
+                or ``payment_failed`` when the response holds no open lock.
+        """
+        token_id = self.token_id(token)
+        value = arith.parse_amount(amount)
+        with self._transaction() as db:
+            account = self._load(db, token_id)
+            row = db.execute(
+                "SELECT amount, state FROM locks WHERE token_id = ? AND response_id = ?",
+                (token_id, response_id),
+            ).fetchone()
+            if row is None or row["state"] != "locked":
+                raise LedgerError("payment_failed", "the response holds no lock on this token")
+            account = arith.lock(account, value, self._clock())
+            self._store(db, token_id, account)
+            db.execute(
+                "UPDATE locks SET amount = ? WHERE token_id = ? AND response_id = ?",
+                (str(Decimal(row["amount"]) + value), token_id, response_id),
             )
             return account
 

@@ -1,0 +1,207 @@
+"""The ledger behind the payment policy: each response locks, then settles what it used.
+
+Theory of operation. :class:`LedgerPolicy` is the
+:class:`~uamp_proto.payment.ChargingPolicy` the composition root puts on the
+host (``uamp serve --ledger PATH --price AMOUNT``). Before an agent starts, a
+transport asks the host to *open* a charge for the response
+(:meth:`~uamp_trio.hosting.host.Host.open_charge`): the policy verifies the
+caller's payment token (signature first, then expiry and balance) and locks
+the response's hold on it in one ledger transaction; a refusal is a
+:class:`~uamp_proto.payment.PaymentRequiredError` whose ``code`` is the
+spec 000 section 7.2 reason (``payment_required`` when no token came at all,
+else ``insufficient_balance``, ``token_expired``, ``token_invalid``), which
+each transport renders its own way (402, ``payment.required``, ``-32402`` ...).
+
+When the response ends -- completed, failed or cancelled, also when its
+client went away -- the turn driver settles the :class:`LedgerCharge` once
+with the response's usage: the real cost (:meth:`uamp_proto.ledger.Pricing.cost`,
+at most the lock) is charged and the rest goes back to the balance. The
+settlement returns the ``payment.balance`` event (with
+``low_balance_warning``) for transports that can carry it. A lock whose
+process died before settling is freed by :meth:`Ledger.recover` at the next
+start.
+
+An agent declares its own prices with a ``pricing`` attribute (a
+:class:`~uamp_proto.ledger.Pricing`); agents without one cost the server's
+flat ``price`` per response. Ledger calls are short SQLite transactions made
+in the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.ledger import LedgerError, Pricing, format_amount
+from uamp_proto.payment import PaymentRequiredError
+
+from .ledger import Ledger
+
+__all__ = ["LedgerCharge", "LedgerPolicy"]
+
+log = logging.getLogger("uamp_trio.payments")
+
+#: A balance below this many holds of the response just settled is "low".
+LOW_BALANCE_HOLDS = 5
+
+
+class LedgerCharge:
+    """The lock of one response on one payment token; see the module docstring."""
+
+    def __init__(
+        self, policy: LedgerPolicy, token: str, response_id: str, pricing: Pricing
+    ) -> None:
+        self.policy = policy
+        self.token = token
+        self.response_id = response_id
+        self.pricing = pricing
+        self.settled = False
+
+    def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
+        """Charge the response's cost from its lock and free the rest (once)."""
+        if self.settled:
+            return None
+        self.settled = True
+        cost = self.pricing.cost(usage, used=used)
+        try:
+            account = self.policy.ledger.settle(self.token, self.response_id, cost)
+        except LedgerError as exc:
+            # The token was verified when it locked; only a revoked or expired
+            # token's JWT check can fail now, and the lock stays for recover().
+            log.warning("cannot settle response %s: %s", self.response_id, exc.message)
+            return None
+        return self.policy.balance_event(account.balance, account.currency, self.pricing)
+
+    def extend(self, token: str | None, amount: str) -> None:
+        """Lock ``amount`` more for this response (spec 004 mid-stream top-up)."""
+        try:
+            self.policy.ledger.extend(token or self.token, self.response_id, amount)
+        except (LedgerError, ValueError) as exc:
+            raise self.policy.refusal(self.pricing, exc, amount=amount) from None
+
+
+class LedgerPolicy:
+    """Payment through a :class:`~uamp_trio.trust.ledger.Ledger`.
+
+    Args:
+        ledger: Where the tokens and their money live.
+        price: Flat price per response of an agent that declares no pricing.
+        currency: Currency of that price.
+        free_agents: Agents that cost nothing.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        price: str | Decimal = "0.01",
+        currency: str = "USD",
+        free_agents: frozenset[str] = frozenset(),
+    ) -> None:
+        self.ledger = ledger
+        self.default_pricing = Pricing.flat(price, currency.upper())
+        self.free_agents = free_agents
+
+    # --- what is asked -----------------------------------------------------------
+
+    def requirements(self, pricing: Pricing, amount: str | None = None) -> ty.PaymentRequirements:
+        """The ``payment.required`` requirements of one response at ``pricing``."""
+        return ty.PaymentRequirements(
+            amount=amount or format_amount(pricing.hold_amount()),
+            currency=pricing.currency,
+            schemes=[ty.PaymentScheme(scheme="token", network="uamp")],
+            reason="agent_usage",
+        )
+
+    def refusal(
+        self, pricing: Pricing, exc: LedgerError | ValueError | None, *, amount: str | None = None
+    ) -> PaymentRequiredError:
+        """The error a transport reports for a token that cannot pay (``None``: no token)."""
+        requirements = self.requirements(pricing, amount)
+        if exc is None:
+            return PaymentRequiredError(requirements)
+        if isinstance(exc, LedgerError):
+            current = exc.balance_current
+            return PaymentRequiredError(
+                requirements,
+                code=exc.code,
+                reason=exc.message,
+                balance_current=None if current is None else format_amount(current),
+            )
+        return PaymentRequiredError(requirements, code="payment_failed", reason=str(exc))
+
+    def balance_event(self, balance: Decimal, currency: str, pricing: Pricing) -> ev.PaymentBalance:
+        """``payment.balance`` for a token left with ``balance``."""
+        hold = pricing.hold_amount()
+        low = hold > 0 and balance < hold * LOW_BALANCE_HOLDS
+        return ev.PaymentBalance(
+            balance=format_amount(balance),
+            balance_remaining=format_amount(balance),
+            currency=currency,
+            low_balance_warning=low,
+            estimated_remaining=int(balance / hold) if hold > 0 else None,
+            threshold=format_amount(hold * LOW_BALANCE_HOLDS),
+        )
+
+    def pricing(self, agent: str, declared: Pricing | None) -> Pricing | None:
+        """The pricing of ``agent``: its own, else the flat price (``None``: free)."""
+        if agent in self.free_agents:
+            return None
+        return declared or self.default_pricing
+
+    # --- PaymentPolicy / ChargingPolicy ---------------------------------------------
+
+    def check(self, agent: str, token: str | None) -> ty.PaymentRequirements | None:
+        """``None`` when ``token`` could pay a response of ``agent`` now (nothing is locked)."""
+        refused = self.verify(agent, token, None)
+        return None if refused is None else refused.requirements
+
+    def verify(
+        self, agent: str, token: str | None, declared: Pricing | None
+    ) -> PaymentRequiredError | None:
+        """Why ``token`` cannot pay a response of ``agent`` now, or ``None`` (nothing locked)."""
+        pricing = self.pricing(agent, declared)
+        if pricing is None:
+            return None
+        if token is None:
+            return self.refusal(pricing, None)
+        hold = pricing.hold_amount()
+        try:
+            state = self.ledger.show(token).account
+            state.usable(self.ledger.now())
+            if state.currency != pricing.currency:
+                raise LedgerError("token_invalid", f"the payment token holds {state.currency}")
+            if state.balance < hold:
+                raise LedgerError(
+                    "insufficient_balance",
+                    "insufficient balance to process the request",
+                    balance_required=hold,
+                    balance_current=state.balance,
+                )
+        except LedgerError as exc:
+            return self.refusal(pricing, exc)
+        return None
+
+    def open(
+        self, agent: str, token: str | None, response_id: str, declared: Pricing | None = None
+    ) -> LedgerCharge | None:
+        """Lock the hold of one response of ``agent`` on ``token``.
+
+        Raises:
+            PaymentRequiredError: No token, or the ledger refused it (its code says why).
+        """
+        pricing = self.pricing(agent, declared)
+        if pricing is None:
+            return None
+        if token is None:
+            raise self.refusal(pricing, None)
+        try:
+            account = self.ledger.show(token).account
+            if account.currency != pricing.currency:
+                raise LedgerError("token_invalid", f"the payment token holds {account.currency}")
+            self.ledger.lock(token, response_id, pricing.hold_amount())
+        except LedgerError as exc:
+            raise self.refusal(pricing, exc) from None
+        return LedgerCharge(self, token, response_id, pricing)
