@@ -295,19 +295,27 @@ class Ledger:
         value = arith.parse_amount(amount)
         with self._transaction() as db:
             account = self._load(db, token_id)
-            row = db.execute(
-                "SELECT amount, state FROM locks WHERE token_id = ? AND response_id = ?",
-                (token_id, response_id),
-            ).fetchone()
-            if row is None or row["state"] != "locked":
+            held = self._held(db, token_id, response_id)
+            if held is None:
                 raise LedgerError("payment_failed", "the response holds no lock on this token")
             account = arith.lock(account, value, self._clock())
             self._store(db, token_id, account)
             db.execute(
                 "UPDATE locks SET amount = ? WHERE token_id = ? AND response_id = ?",
-                (str(Decimal(row["amount"]) + value), token_id, response_id),
+                (str(held + value), token_id, response_id),
             )
             return account
+
+    @staticmethod
+    def _held(db: sqlite3.Connection, token_id: str, response_id: str) -> Decimal | None:
+        """The amount of the response's open lock, or ``None``."""
+        row = db.execute(
+            "SELECT amount, state FROM locks WHERE token_id = ? AND response_id = ?",
+            (token_id, response_id),
+        ).fetchone()
+        if row is None or row["state"] != "locked":
+            return None
+        return Decimal(row["amount"])
 
     def settle(self, token: str, response_id: str, cost: Decimal | str) -> Account:
         """Charge the response's real cost (at most its lock); the rest returns to the balance.
@@ -318,13 +326,9 @@ class Ledger:
         value = arith.parse_amount(cost)
         with self._transaction() as db:
             account = self._load(db, token_id)
-            row = db.execute(
-                "SELECT amount, state FROM locks WHERE token_id = ? AND response_id = ?",
-                (token_id, response_id),
-            ).fetchone()
-            if row is None or row["state"] != "locked":
+            held = self._held(db, token_id, response_id)
+            if held is None:
                 return account
-            held = Decimal(row["amount"])
             account = arith.settle(account, held, value)
             self._store(db, token_id, account)
             db.execute(
