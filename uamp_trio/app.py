@@ -40,6 +40,8 @@ from .hosting.host import Host, Transport
 from .hosting.middleware import Call, Middleware, Next, Refusal, Reply, render_error
 from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
+from .trust.auth import Authenticator
+from .trust.gate import AuthGate
 
 __all__ = [
     "AGENT_PREFIX",
@@ -62,6 +64,11 @@ class App(Host):
         payment_policy: Asked by every transport before a turn runs.
         middleware: Run in order around every endpoint and WebSocket handler
             of every transport (see :mod:`uamp_trio.hosting.middleware`).
+        authenticator: Authenticate every call: an
+            :class:`~uamp_trio.trust.gate.AuthGate` goes first in the chain
+            (see docs/security.md). ``None``: everyone is ``anonymous``.
+        allow_anonymous: With an authenticator, let calls that present no
+            token in as ``anonymous`` (a token presented must still be valid).
     """
 
     def __init__(
@@ -70,10 +77,15 @@ class App(Host):
         *,
         payment_policy: PaymentPolicy | None = None,
         middleware: Iterable[Middleware] = (),
+        authenticator: Authenticator | None = None,
+        allow_anonymous: bool = False,
     ) -> None:
         super().__init__(agents, payment_policy=payment_policy)
+        self.authenticator = authenticator
         #: The middleware chain, outermost first; read per request.
         self.middleware: list[Middleware] = list(middleware)
+        if authenticator is not None:
+            self.middleware.insert(0, AuthGate(authenticator, allow_anonymous=allow_anonymous))
         self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
 
     async def jwks(self, request: Request) -> Response:
@@ -177,8 +189,16 @@ def create_app(
     *,
     payment_policy: PaymentPolicy | None = None,
     middleware: Iterable[Middleware] = (),
+    authenticator: Authenticator | None = None,
+    allow_anonymous: bool = False,
 ) -> App:
     """An app hosting ``agents`` with ``transports`` (default: all built-in ones)."""
-    app = App(agents, payment_policy=payment_policy, middleware=middleware)
+    app = App(
+        agents,
+        payment_policy=payment_policy,
+        middleware=middleware,
+        authenticator=authenticator,
+        allow_anonymous=allow_anonymous,
+    )
     app.mount(*(default_transports() if transports is None else transports))
     return app

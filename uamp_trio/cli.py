@@ -16,6 +16,11 @@ knows both layers.
 responses (spec 004 "Response Signing") and publishes the public key at
 ``/.well-known/jwks.json``; ``uamp verify`` checks a saved response against
 such a JWKS (:mod:`uamp_trio.verify`).
+Authentication (docs/security.md): ``--auth-jwks PATH_OR_URL --auth-issuer
+ISS --auth-audience AUD`` accepts JWT bearer tokens, ``--auth-api-keys PATH``
+static API keys (both may be given), ``--allow-anonymous`` lets callers
+without a token in. With no authentication configured, ``uamp serve`` only
+binds a loopback address; elsewhere it refuses to start and names the flags.
 
 ``uamp serve`` and ``uamp acp`` charge each response to a payment token of a
 ledger with ``--ledger PATH --price AMOUNT``; ``uamp tokens`` issues and
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import getpass
 import hashlib
 import importlib
 import logging
@@ -49,14 +55,31 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp_proto.envelope import canonical_json
+from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
+from .trust.auth import (
+    ALLOWED_ALGORITHMS,
+    AnyOf,
+    APIKeyAuthenticator,
+    Authenticator,
+    JWTAuthenticator,
+    is_loopback,
+)
 from .trust.commands import add_ledger_args, add_tokens_parser, open_policy
 
-__all__ = ["SUBCOMMANDS", "build_parser", "default_agent", "load_agent", "load_signer", "main"]
+__all__ = [
+    "SUBCOMMANDS",
+    "build_authenticator",
+    "build_parser",
+    "default_agent",
+    "load_agent",
+    "load_signer",
+    "main",
+]
 
 _DEFAULTS = ServerConfig()
 
@@ -160,6 +183,39 @@ def _add_serve(sub: Any) -> None:
         help="PEM RSA private key (2048 bits or more): sign every response (RS256) and "
         "publish /.well-known/jwks.json",
     )
+    auth = p.add_argument_group("authentication (see docs/security.md)")
+    auth.add_argument(
+        "--auth-jwks",
+        metavar="PATH_OR_URL",
+        help="accept JWT bearer tokens verified against this JWKS (file or https URL); "
+        "needs --auth-issuer and --auth-audience",
+    )
+    auth.add_argument("--auth-issuer", metavar="ISS", help="the required JWT 'iss'")
+    auth.add_argument("--auth-audience", metavar="AUD", help="the required JWT 'aud'")
+    auth.add_argument(
+        "--auth-algorithms",
+        default=",".join(ALLOWED_ALGORITHMS),
+        metavar="ALGS",
+        help="comma-separated JWT algorithms accepted (default %(default)s)",
+    )
+    auth.add_argument(
+        "--auth-leeway",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="clock skew allowed on exp/nbf/iat (default %(default)s)",
+    )
+    auth.add_argument(
+        "--auth-api-keys",
+        metavar="PATH",
+        help="accept static API keys from this file (one 'principal:key' a line)",
+    )
+    auth.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="let callers without a token in as 'anonymous' (needed to serve a "
+        "non-loopback address without --auth-*)",
+    )
     p.add_argument("--log-level", default="warning", help="logging level (default %(default)s)")
     p.set_defaults(func=_serve_command)
 
@@ -192,14 +248,75 @@ def load_signer(path: str) -> ResponseSigner:
     return ResponseSigner(key=key, kid=kid, clock=lambda: int(time.time()))
 
 
+def build_authenticator(args: argparse.Namespace) -> Authenticator | None:
+    """The authenticator the ``--auth-*`` flags ask for, or ``None`` when none is configured.
+
+    Raises:
+        ValueError: An incomplete or unreadable configuration (one line, no secrets).
+    """
+    found: list[Authenticator] = []
+    if args.auth_jwks:
+        if not args.auth_issuer or not args.auth_audience:
+            raise ValueError("--auth-jwks needs --auth-issuer and --auth-audience")
+        algorithms = [a.strip() for a in args.auth_algorithms.split(",") if a.strip()]
+        try:
+            found.append(
+                JWTAuthenticator(
+                    args.auth_jwks,
+                    issuer=args.auth_issuer,
+                    audience=args.auth_audience,
+                    algorithms=algorithms,
+                    leeway=args.auth_leeway,
+                )
+            )
+        except OSError as exc:
+            raise ValueError(f"--auth-jwks: cannot read {args.auth_jwks}: {exc.strerror}") from None
+    elif args.auth_issuer or args.auth_audience:
+        raise ValueError("--auth-issuer and --auth-audience go with --auth-jwks")
+    if args.auth_api_keys:
+        try:
+            keys = APIKeyAuthenticator.from_file(args.auth_api_keys)
+        except OSError as exc:
+            raise ValueError(
+                f"--auth-api-keys: cannot read {args.auth_api_keys}: {exc.strerror}"
+            ) from None
+        if not len(keys):
+            raise ValueError(f"--auth-api-keys: {args.auth_api_keys} holds no key")
+        found.append(keys)
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else AnyOf(found)
+
+
+#: What ``uamp serve`` says when asked to serve a non-loopback address openly.
+OPEN_BIND_REFUSED = (
+    "uamp serve: refusing to serve {host} without authentication; add "
+    "--auth-jwks PATH_OR_URL --auth-issuer ISS --auth-audience AUD, or "
+    "--auth-api-keys PATH, or --allow-anonymous to accept anyone knowingly"
+)
+
+
 def _serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if (args.certfile is None) != (args.keyfile is None):
         print("uamp serve: --certfile and --keyfile go together", file=sys.stderr)
         return 2
     try:
+        authenticator = build_authenticator(args)
+    except ValueError as exc:
+        print(f"uamp serve: {exc}", file=sys.stderr)
+        return 2
+    if authenticator is None and not args.allow_anonymous and not is_loopback(args.host):
+        print(OPEN_BIND_REFUSED.format(host=args.host), file=sys.stderr)
+        return 2
+    try:
         agents = [load_agent(spec) for spec in args.agent] or [default_agent()]
-        app = create_app(agents, payment_policy=open_policy(args))
+        app = create_app(
+            agents,
+            payment_policy=open_policy(args),
+            authenticator=authenticator,
+            allow_anonymous=args.allow_anonymous,
+        )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)
         config = ServerConfig(
@@ -322,8 +439,12 @@ def _acp_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"uamp acp: {exc}", file=sys.stderr)
         return 2
+    # The editor started this process: it acts for the local user.
+    principal = Principal(id=getpass.getuser(), scheme="local")
     with contextlib.suppress(KeyboardInterrupt):
-        trio.run(lambda: serve_stdio(agent, payment_policy=policy, signer=signer))
+        trio.run(
+            lambda: serve_stdio(agent, payment_policy=policy, signer=signer, principal=principal)
+        )
     return 0
 
 

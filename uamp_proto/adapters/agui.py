@@ -70,6 +70,7 @@ from .. import types as ty
 from ..codec import unstructure
 from ..errors import LocalProtocolError, UampError
 from ..ids import IdSource
+from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
 
@@ -355,7 +356,12 @@ def parse_run_input(obj: object) -> RunInput:
 
 
 def turn_request(
-    run: RunInput, *, agent: str, response_id: str, payment_token: str | None = None
+    run: RunInput,
+    *,
+    agent: str,
+    response_id: str,
+    payment_token: str | None = None,
+    principal: Principal = ANONYMOUS,
 ) -> TurnRequest:
     """The UAMP turn for a run: the thread id is the session id.
 
@@ -373,6 +379,7 @@ def turn_request(
         tools=list(run.tools),
         tool_choice=choice if isinstance(choice, str | dict) else None,
         payment_token=payment_token,
+        principal=principal,
         metadata={
             "agui_state": run.state,
             "agui_run_id": run.run_id,

@@ -32,6 +32,7 @@ import orjson
 from .. import events as ev
 from .. import types as ty
 from ..errors import UampError
+from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..sse import encode_json
 from ._tools import ToolFormError, kind_of, parse_tool_call, parse_tool_choice, parse_tools
@@ -377,6 +378,7 @@ def parse_request(
     agent: str,
     response_id: str,
     session_id: str,
+    principal: Principal = ANONYMOUS,
 ) -> CompletionRequest:
     """Validate a Chat Completions request body and turn it into a turn.
 
@@ -386,6 +388,7 @@ def parse_request(
         response_id: The id of the response (also the completion id).
         session_id: A session id for the one-shot UAMP session the request
             stands for (section 13.3).
+        principal: Who the request acts for (the turn's ``principal``).
 
     Returns:
         The validated request.
@@ -448,6 +451,7 @@ def parse_request(
         tool_choice=tool_choice,
         response_format=response_format,
         metadata=metadata,
+        principal=principal,
     )
     return CompletionRequest(
         turn=turn,

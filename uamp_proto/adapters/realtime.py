@@ -74,6 +74,7 @@ from .. import types as ty
 from ..codec import to_dict
 from ..errors import UampError
 from ..ids import IdSource
+from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ._tools import ToolFormError, parse_tool_call, parse_tool_choice, parse_tools
 
@@ -881,8 +882,9 @@ class RealtimeSession:
         agent: str,
         response_id: str,
         payment_token: str | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> TurnRequest:
-        """The agent's request for a ``response.create`` with ``options``."""
+        """The agent's request for a ``response.create`` with ``options`` (for ``principal``)."""
         s = self.settings
         messages = self.messages(options.input)
         metadata: dict[str, Any] = {"transport": "realtime"}
@@ -907,6 +909,7 @@ class RealtimeSession:
             modalities=["text", "audio"] if "audio" in modalities else ["text"],
             payment_token=payment_token,
             metadata=metadata,
+            principal=principal,
         )
 
     def add_output(self, items: list[dict[str, Any]]) -> None:

@@ -35,6 +35,8 @@ from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
+    from ..trust.auth import Authenticator
+
 __all__ = ["Host", "Transport"]
 
 #: A transport mounts its endpoints on a host.
@@ -65,6 +67,9 @@ class Host:
         #: method. ``None`` (the default): responses are not signed and no
         #: JWKS is served. Read per request, so it may be set after mounting.
         self.response_signer: ResponseSigner | None = None
+        #: Verifies bearer tokens (the root's gate, and the per-session tokens
+        #: of multiplexed UAMP sessions); ``None``: no authentication.
+        self.authenticator: Authenticator | None = None
         for agent in agents:
             self.add_agent(agent)
 

@@ -105,6 +105,7 @@ from uamp_proto import types as ty
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
+from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
@@ -441,6 +442,8 @@ class SessionHost:
             decides payment and its ``response_signer`` signs ``response.done``
             (both read when used, so they may be set late). ``None``: free,
             unsigned.
+        principal: Who the connection acts for (the authenticated upgrade or
+            HTTP request); every turn's ``TurnRequest.principal``.
     """
 
     def __init__(
@@ -453,8 +456,10 @@ class SessionHost:
         transport: str = "uamp",
         clock: Callable[[], float] = time.time,
         app: Host | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> None:
         self.limits = limits or SessionLimits()
+        self.principal = principal
         self.conn = ServerConnection(
             ConnectionConfig(
                 max_sessions=self.limits.max_sessions,
@@ -865,6 +870,7 @@ class SessionHost:
             payment_token=ctx.payment.token,
             extensions=extensions,
             metadata={"transport": self._transport},
+            principal=self.principal,
         )
 
     async def _work(self, session: _Session) -> None:

@@ -515,6 +515,7 @@ class A2ATransport:
             tools=list(task.tools),
             payment_token=token,
             metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
+            principal=request.principal,
         )
         return _Prepared(
             task=task,

@@ -66,6 +66,7 @@ from uamp_proto.payment import (
     open_charge,
     pricing_of,
 )
+from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
 
@@ -166,6 +167,8 @@ class AcpConnection:
         payment_policy: Consulted before every prompt; ``None`` = free.
         signer: Signs each prompt's answer (``_meta.signature``); ``None``:
             unsigned.
+        principal: Who the peer is (the authenticated caller; the local
+            user on stdio); put on every ``TurnRequest``.
     """
 
     def __init__(
@@ -176,8 +179,10 @@ class AcpConnection:
         *,
         payment_policy: PaymentPolicy | None = None,
         signer: ResponseSigner | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> None:
         self.agent = agent
+        self.principal = principal
         self.store = store
         self.payment_policy = payment_policy
         self.signer = signer
@@ -328,6 +333,7 @@ class AcpConnection:
             session.payment_token = parsed.payment_token
         request = TurnRequest(
             agent=self.agent.name,
+            principal=self.principal,
             session_id=session.id,
             response_id=response_id,
             messages=[*session.messages, parsed.message],
@@ -384,6 +390,7 @@ class AcpConnection:
         charge = self._charge(parsed.payment_token, response_id)
         request = TurnRequest(
             agent=self.agent.name,
+            principal=self.principal,
             session_id=_new_id("sess"),
             response_id=response_id,
             messages=parsed.messages,
@@ -436,6 +443,7 @@ class AcpConnection:
         call = orjson.dumps({"name": name, "arguments": arguments}).decode()
         request = TurnRequest(
             agent=self.agent.name,
+            principal=self.principal,
             session_id=_new_id("sess"),
             response_id=response_id,
             messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
@@ -497,6 +505,7 @@ async def serve_stdio(
     payment_policy: PaymentPolicy | None = None,
     max_line: int = 16 * 1024 * 1024,
     signer: ResponseSigner | None = None,
+    principal: Principal = ANONYMOUS,
 ) -> None:
     """Serve ``agent`` as an ACP agent over newline-delimited JSON until EOF.
 
@@ -507,6 +516,8 @@ async def serve_stdio(
         payment_policy: Consulted before every prompt.
         max_line: Longest accepted line; longer ones get ``-32600``.
         signer: Signs each prompt's answer (``_meta.signature``).
+        principal: Who the peer acts for (``uamp acp``: the local user,
+            scheme ``local``).
     """
     own: list[trio.lowlevel.FdStream] = []
     if stdin is None:
@@ -525,7 +536,12 @@ async def serve_stdio(
             await out.send_all(payload + b"\n")
 
     conn = AcpConnection(
-        agent, AcpSessionStore(), send, payment_policy=payment_policy, signer=signer
+        agent,
+        AcpSessionStore(),
+        send,
+        payment_policy=payment_policy,
+        signer=signer,
+        principal=principal,
     )
     lines = rpc.LineBuffer(max_line)
     source = stdin
@@ -579,20 +595,23 @@ class AcpTransport:
         self.app.agent_route("POST", "/acp", self.http, label="ACP (JSON-RPC)", meta=ROUTES)
         self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream", meta=ROUTES)
 
-    def _connection(self, agent: Responder, send: SendPayload | None) -> AcpConnection:
-        """A dispatcher for one carrier, with the app's policy and signer as of now."""
+    def _connection(
+        self, agent: Responder, send: SendPayload | None, principal: Principal
+    ) -> AcpConnection:
+        """A dispatcher for one carrier and caller, with the app's policy and signer as of now."""
         return AcpConnection(
             agent,
             self.store,
             send,
             payment_policy=self.payment_policy,
             signer=self.app.response_signer,
+            principal=principal,
         )
 
     async def http(self, request: Request) -> Response:
         """``POST .../acp``: one JSON-RPC payload in, its answer out."""
         agent = self.app.resolve_agent(request.path_params)
-        conn = self._connection(agent, None)
+        conn = self._connection(agent, None, request.principal)
         reply = await conn.handle_payload(request.body)
         if reply is None:
             return Response(status=204)
@@ -616,7 +635,7 @@ class AcpTransport:
             except ConnectionClosed:
                 return None
 
-        conn = self._connection(agent, send)
+        conn = self._connection(agent, send, pending.request.principal)
         try:
             await _serve_stream(conn, receive, send, drain=False)
         except ConnectionClosed:

@@ -104,7 +104,11 @@ class AguiTransport:
             )
             return self._respond(events)
         turn_req = turn_request(
-            run, agent=agent.name, response_id=f"resp_{uuid.uuid4().hex}", payment_token=token
+            run,
+            agent=agent.name,
+            response_id=f"resp_{uuid.uuid4().hex}",
+            payment_token=token,
+            principal=request.principal,
         )
 
         async def produce(send: SendChunk) -> None:

@@ -170,6 +170,7 @@ class CompletionsTransport:
                 agent=agent.name,
                 response_id=completion_id,
                 session_id=f"sess_{rand[32:]}",
+                principal=request.principal,
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)

@@ -50,6 +50,7 @@ from uamp_proto import types as ty
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder
 from uamp_proto.signing import ResponseSigner
 
@@ -92,8 +93,11 @@ class _RealtimeConnection:
         session: rt.RealtimeSession,
         payment_policy: PaymentPolicy | None,
         signer: ResponseSigner | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> None:
         self.ws = ws
+        #: Who the connection acts for (the upgrade request's principal).
+        self.principal = principal
         self.agent = agent
         self.session = session
         self.payment_policy = payment_policy
@@ -177,6 +181,7 @@ class _RealtimeConnection:
             agent=self.agent.name,
             response_id=response_id,
             payment_token=self.payment_token,
+            principal=self.principal,
         )
         encoder = rt.ResponseEncoder(
             self.session,
@@ -304,7 +309,12 @@ class RealtimeTransport:
         )
         try:
             await _RealtimeConnection(
-                ws, agent, session, self.payment_policy, self.app.response_signer
+                ws,
+                agent,
+                session,
+                self.payment_policy,
+                self.app.response_signer,
+                request.principal,
             ).run()
         finally:
             await ws.close()

@@ -46,6 +46,7 @@ from urllib.parse import parse_qs
 import orjson
 import trio
 
+from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
@@ -82,9 +83,12 @@ _SESSION_HEADER: Final = "x-session-id"
 class _HttpSession:
     """One HTTP+SSE session: a host, its system task and its stream."""
 
-    def __init__(self, transport: SSEEventsTransport, agent: Responder | None) -> None:
+    def __init__(
+        self, transport: SSEEventsTransport, agent: Responder | None, principal: Principal
+    ) -> None:
         self.transport = transport
         self.agent = agent
+        self.principal = principal
         self.host: SessionHost | None = None
         self.id: str | None = None
         self.started = trio.Event()
@@ -107,6 +111,7 @@ class _HttpSession:
                         limits=limits,
                         transport="uamp-sse",
                         app=self.transport.app,
+                        principal=self.principal,
                     )
                     self.host.on_empty = self.end
                     self.started.set()
@@ -261,7 +266,7 @@ class SSEEventsTransport:
                     "A POST without X-Session-ID must start with session.create.",
                     code="session_id_required",
                 )
-            hs = _HttpSession(self, agent)
+            hs = _HttpSession(self, agent, request.principal)
             background = self.app.background
             if background is not None:
                 # Under the server's lifecycle: a graceful shutdown ends it.

@@ -45,6 +45,7 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder
 
 from ..engines.http import error_body
@@ -132,6 +133,7 @@ class UampWebSocketEndpoint:
             limits=limits,
             engine=self.config.engine,
             app=self.app,
+            principal=pending.request.principal,
         )
 
 
@@ -260,6 +262,7 @@ async def serve_uamp_websocket(
     limits: SessionLimits | None = None,
     engine: EngineName | None = None,
     app: Host | None = None,
+    principal: Principal = ANONYMOUS,
 ) -> None:
     """Serve UAMP on an open WebSocket (after the ``101``) until it closes.
 
@@ -272,12 +275,19 @@ async def serve_uamp_websocket(
         engine: WebSocket framing engine.
         app: The app served, for its payment policy and response signer
             (``None``: free and unsigned).
+        principal: Who the connection acts for (the upgrade's principal).
     """
     limits = limits or SessionLimits()
     frames = make_engine(client=False, max_message_size=limits.max_message_size, engine=engine)
     async with trio.open_nursery() as nursery:
         host = SessionHost(
-            nursery, agents, agent, limits=limits, transport="uamp-websocket", app=app
+            nursery,
+            agents,
+            agent,
+            limits=limits,
+            transport="uamp-websocket",
+            app=app,
+            principal=principal,
         )
         conn = _Connection(stream, frames, host, limits)
         conn.scope = nursery.cancel_scope

@@ -46,6 +46,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 __all__ = [
     "ALLOWED_ALGORITHMS",
     "ANONYMOUS",
+    "SESSION_AUTH",
     "APIKeyAuthenticator",
     "AnonymousAuthenticator",
     "AnyOf",
@@ -56,6 +57,12 @@ __all__ = [
     "bearer_token",
     "is_loopback",
 ]
+
+#: The principal of a UAMP WebSocket connection whose upgrade presented no
+#: token: the connection grants nothing, and each multiplexed session
+#: authenticates with its own ``session.create.token`` (spec 000 section 10.3).
+#: It never reaches an agent.
+SESSION_AUTH = Principal(id="", scheme="per-session")
 
 #: The asymmetric algorithms a JWKS key may be used with; HMAC never.
 ALLOWED_ALGORITHMS = ("RS256", "ES256", "EdDSA")

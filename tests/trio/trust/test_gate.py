@@ -1,0 +1,206 @@
+"""The authentication gate over a real server on 127.0.0.1.
+
+Every non-public route of every transport, HTTP and WebSocket, walked from the
+app's own route table: refused without a token (401, ``WWW-Authenticate``,
+the route's error style) and a counting agent proves nothing ran; a valid
+token passes and its principal reaches the agent's ``TurnRequest``; public
+routes pass; ``allow_anonymous`` admits callers without a token; no token
+ever appears in a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import trio
+import trio_websocket
+
+from uamp_proto.principal import ANONYMOUS
+from uamp_trio import create_app
+from uamp_trio.app import App
+from uamp_trio.trust import JWTAuthenticator
+
+from .agents import CountingAgent
+from .issuer import Issuer
+
+ISSUER = Issuer()
+
+
+def concrete(pattern: str) -> str:
+    return re.sub(r"\{[a-z_]+\}", lambda m: "demo" if m.group() == "{agent}" else "t1", pattern)
+
+
+@pytest.fixture
+def verifier(tmp_path: Path) -> JWTAuthenticator:
+    return ISSUER.authenticator(tmp_path)
+
+
+@pytest.fixture
+def agent() -> CountingAgent:
+    return CountingAgent()
+
+
+@pytest.fixture
+def app(agent: CountingAgent, verifier: JWTAuthenticator) -> App:
+    return create_app([agent], authenticator=verifier)
+
+
+def assert_refused(style: str, status: int, headers: Any, body: bytes, *, missing: bool) -> None:
+    assert status == 401
+    challenge = dict(headers)["www-authenticate"]
+    if missing:  # RFC 6750 section 3.1: no error code when no credentials came
+        assert challenge == 'Bearer realm="uamp"'
+    else:
+        assert challenge == 'Bearer realm="uamp", error="invalid_token"'
+    obj = orjson.loads(body)
+    if style == "openai":
+        assert obj["error"]["code"] == "unauthorized"
+        assert obj["error"]["type"] == "invalid_request_error"
+    elif style == "jsonrpc":
+        assert obj["jsonrpc"] == "2.0"
+        assert obj["id"] is None
+        assert obj["error"]["code"] == -32000
+        assert obj["error"]["data"] == {"status": 401, "code": "unauthorized"}
+    else:
+        assert obj["type"] == "session.error"
+        assert obj["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("credential", ["none", "bad"])
+async def test_every_http_route_refuses_without_a_valid_token(
+    app: App, agent: CountingAgent, serve_app: Any, credential: str
+) -> None:
+    server = await serve_app(app)
+    headers = {} if credential == "none" else {"authorization": "Bearer not-a-jwt"}
+    with trio.fail_after(20):
+        async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
+            for route in app.router.routes:
+                for method in sorted(route.methods):
+                    response = await client.request(method, concrete(route.pattern), content=b"{}")
+                    if route.meta.public:
+                        assert response.status_code != 401, route.pattern
+                        continue
+                    assert_refused(
+                        route.meta.error_style,
+                        response.status_code,
+                        response.headers,
+                        response.content,
+                        missing=credential == "none",
+                    )
+    assert agent.runs == []
+
+
+async def test_every_websocket_route_refuses_an_upgrade_without_a_valid_token(
+    app: App, agent: CountingAgent, serve_app: Any
+) -> None:
+    server = await serve_app(app)
+    base = f"ws://127.0.0.1:{server.port}"
+    with trio.fail_after(20):
+        for route in app.router.websocket_routes:
+            if route.meta.transport == "uamp_ws":
+                continue  # sessions authenticate themselves: tests/trio/trust/test_sessions.py
+            for suffix in ("", "?token=not-a-jwt"):
+                with pytest.raises(trio_websocket.ConnectionRejected) as info:
+                    async with trio_websocket.open_websocket_url(
+                        base + concrete(route.pattern) + suffix
+                    ):
+                        pass
+                rejected = info.value
+                assert rejected.body is not None
+                headers = [(k.decode(), v.decode()) for k, v in rejected.headers]
+                assert_refused(
+                    route.meta.error_style,
+                    rejected.status_code,
+                    headers,
+                    rejected.body,
+                    missing=suffix == "",
+                )
+    assert agent.runs == []
+
+
+async def test_a_valid_token_passes_and_its_principal_reaches_the_agent(
+    app: App, agent: CountingAgent, serve_app: Any
+) -> None:
+    server = await serve_app(app)
+    token = ISSUER.token("alice")
+    with trio.fail_after(20):
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"authorization": f"Bearer {token}"}
+        ) as client:
+            models = await client.get("/v1/models")
+            assert models.status_code == 200
+            reply = await client.post(
+                "/v1/chat/completions",
+                json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert reply.status_code == 200, reply.text
+        # A WebSocket upgrade may carry the token in ?token= (browsers).
+        url = f"ws://127.0.0.1:{server.port}/agents/demo/realtime?token={token}"
+        async with trio_websocket.open_websocket_url(url) as ws:
+            first = orjson.loads(await ws.get_message())
+            assert first["type"] == "session.created"
+    assert [p.id for p in agent.runs] == ["alice"]
+    assert agent.runs[0].scheme == "jwt"
+
+
+async def test_allow_anonymous_admits_callers_without_a_token_but_not_bad_ones(
+    agent: CountingAgent, verifier: JWTAuthenticator, serve_app: Any
+) -> None:
+    app = create_app([agent], authenticator=verifier, allow_anonymous=True)
+    server = await serve_app(app)
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
+    with trio.fail_after(20):
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+            bad = await client.post(
+                "/v1/chat/completions", json=body, headers={"authorization": "Bearer nope"}
+            )
+            assert bad.status_code == 401
+            good = await client.post(
+                "/v1/chat/completions",
+                json=body,
+                headers={"authorization": f"Bearer {ISSUER.token('bob')}"},
+            )
+            assert good.status_code == 200
+    assert [p.id for p in agent.runs] == [ANONYMOUS.id, "bob"]
+
+
+async def test_no_token_appears_in_any_log_line(
+    app: App, serve_app: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = await serve_app(app)
+    good = ISSUER.token("alice")
+    tokens = [good, *ISSUER.attacks().values()]
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
+    with trio.fail_after(30):
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            for token in tokens:
+                await client.post(
+                    "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {token}"}
+                )
+                await client.post(
+                    "/agents/demo/a2a", content=b"{}", headers={"authorization": f"Bearer {token}"}
+                )
+        for token in tokens:
+            url = f"ws://127.0.0.1:{server.port}/agents/demo/realtime?token={token}"
+            try:
+                async with trio_websocket.open_websocket_url(url):
+                    pass
+            except trio_websocket.ConnectionRejected:
+                pass
+    # The server's records (the clients' own loggers print the URLs they dial).
+    ours = [r for r in caplog.records if r.name.startswith("uamp")]
+    assert any("refused" in r.getMessage() for r in ours)
+    text = "\n".join(f"{r.getMessage()} {r.args!r} {r.exc_text or ''}" for r in ours)
+    for token in tokens:
+        assert token not in text
+        for part in token.split("."):
+            if len(part) > 16:
+                assert part not in text

@@ -1,0 +1,101 @@
+"""The authentication gate: one middleware in front of every transport.
+
+Theory of operation
+-------------------
+The composition root installs :class:`AuthGate` (outermost) when
+authentication is configured (``App(authenticator=...)``). For every call it
+
+1. lets public routes through untouched (agent cards, JWKS);
+2. takes the bearer token: the ``Authorization: Bearer`` header on every
+   route, and on a WebSocket upgrade also ``?token=`` (browsers cannot set
+   headers on a WebSocket);
+3. asks the :class:`~uamp_trio.trust.auth.Authenticator` for the principal
+   and stores it on ``request.principal``, where transports read it and put
+   it on every ``TurnRequest``; or refuses with a
+   :class:`~uamp_trio.hosting.middleware.Refusal`: ``401``,
+   ``WWW-Authenticate: Bearer ...`` and the route's own error body. The
+   endpoint (and so the agent) never runs for a refused call.
+
+Two exceptions to "no token, no entry":
+
+* ``allow_anonymous``: a call without any token goes in as
+  :data:`~uamp_proto.principal.ANONYMOUS` (a token that *is* presented must
+  still be valid).
+* A UAMP WebSocket upgrade (``uamp_ws`` routes) without a token is accepted
+  as :data:`SESSION_AUTH`: the connection itself grants nothing, and every
+  multiplexed ``session.create`` must carry its own ``token`` (spec 000
+  section 10.3), verified by :class:`~uamp_trio.hosting.sessions.SessionHost`.
+
+Nothing here logs a token: a refusal is logged with the route, the path and
+the authenticator's reason, all of which are token-free.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import parse_qsl
+
+from uamp_proto.principal import ANONYMOUS
+
+from ..hosting.middleware import Call, Next, Refusal, Reply
+from .auth import SESSION_AUTH, Authenticator, AuthError, bearer_token
+
+__all__ = ["SESSION_AUTH_TRANSPORTS", "AuthGate", "refusal"]
+
+log = logging.getLogger("uamp_trio.auth")
+
+#: Transports whose upgrades may defer authentication to their sessions.
+SESSION_AUTH_TRANSPORTS: frozenset[str] = frozenset()
+
+
+def refusal(exc: AuthError) -> Refusal:
+    """The 401 refusal for ``exc`` (``WWW-Authenticate`` per RFC 6750)."""
+    return Refusal(
+        401,
+        exc.message,
+        code=exc.code,
+        headers=[("www-authenticate", exc.www_authenticate)],
+    )
+
+
+def _query_token(query: str) -> str | None:
+    for name, value in parse_qsl(query, keep_blank_values=False):
+        if name == "token":
+            return value
+    return None
+
+
+class AuthGate:
+    """The authentication middleware (see the module docstring).
+
+    Args:
+        authenticator: Turns a bearer token into a principal.
+        allow_anonymous: Let calls without any token in as ``anonymous``.
+    """
+
+    def __init__(self, authenticator: Authenticator, *, allow_anonymous: bool = False) -> None:
+        self.authenticator = authenticator
+        self.allow_anonymous = allow_anonymous
+
+    async def __call__(self, call: Call, call_next: Next) -> Reply:
+        """Authenticate ``call`` and pass it on, or refuse it."""
+        route = call.route
+        if route.public:
+            return await call_next(call)
+        request = call.request
+        websocket = call.websocket is not None
+        query = _query_token(request.query) if websocket and request.query else None
+        token = bearer_token(request.headers.get("authorization"), query)
+        if token is None:
+            if self.allow_anonymous:
+                request.principal = ANONYMOUS
+                return await call_next(call)
+            if websocket and route.transport in SESSION_AUTH_TRANSPORTS:
+                request.principal = SESSION_AUTH
+                return await call_next(call)
+        try:
+            request.principal = await self.authenticator.authenticate(token)
+        except AuthError as exc:
+            log.info("refused %s %s (%s): %s", request.method, request.path, route.transport, exc)
+            raise refusal(exc) from None
+        return await call_next(call)
