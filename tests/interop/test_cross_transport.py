@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,9 +20,9 @@ import openai
 import pytest
 import trio
 
+from tests._support.cli import ROOT, uamp_serve
 from uamp_trio.client import connect, connect_sse
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["hello cross transport", "what is 2+3?"]
 EXPECTED = {"hello cross transport": "You said: hello cross transport", "what is 2+3?": "2 + 3 = 5"}
 TIMEOUT = 30
@@ -36,32 +31,8 @@ TIMEOUT = 30
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     """``uamp serve --port 0`` in a subprocess; its base URL."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = None
-    for line in proc.stdout:
-        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if found:
-            url = found.group(1)
-            break
-    assert url, "uamp serve did not report its address"
-    try:
+    with uamp_serve() as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a hung server
-            proc.kill()
-            raise
 
 
 def _run(coro: Any) -> Any:

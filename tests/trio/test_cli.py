@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
+from tests._support.cli import spawn_serve, uamp
 from uamp_trio.cli import load_agent
 
-ROOT = Path(__file__).resolve().parents[2]
 STARTUP = 15.0
 
 
 def start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    proc = spawn_serve(*args, stderr=subprocess.PIPE)
     lines: list[str] = []
     deadline = time.monotonic() + STARTUP
     assert proc.stdout is not None
@@ -92,13 +82,7 @@ def test_serve_hosts_several_agents_from_module_specs() -> None:
 
 
 def test_serve_rejects_a_bad_agent_spec() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "uamp_trio", "serve", "--agent", "json:JSONDecoder"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=30,
-    )
+    proc = uamp("serve", "--agent", "json:JSONDecoder", timeout=30)
     assert proc.returncode == 2
     assert "JSONDecoder is not an agent" in proc.stderr
 

@@ -7,12 +7,6 @@ changed byte of the response or of the request: failed, exit 1.
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,19 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def uamp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "uamp_trio", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-        timeout=60,
-    )
+from tests._support.cli import uamp, uamp_serve
 
 
 @pytest.fixture(scope="module")
@@ -53,35 +35,8 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base_url(key_file: Path) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0", "--signing-key", str(key_file)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-    )
-    try:
-        assert proc.stdout is not None
-        deadline, lines = time.monotonic() + 20, []
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.match(r"uamp serving on (http://127\.0\.0\.1:\d+)", line)
-            if m:
-                yield m.group(1)
-                break
-        else:
-            pytest.fail("".join(lines))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with uamp_serve("--signing-key", str(key_file)) as url:
+        yield url
 
 
 def flip(data: bytes, at: int) -> bytes:

@@ -2,64 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests._support.cli import uamp, uamp_serve
 from uamp_trio.client.chat import chat_url
-
-ROOT = Path(__file__).resolve().parents[3]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-    )
-    assert proc.stdout is not None
-    url = None
-    deadline = time.monotonic() + 20
-    while url is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if m:
-            url = m.group(1)
-    try:
-        assert url is not None, "uamp serve did not start"
+    with uamp_serve() as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
 
 
 def chat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "uamp_trio", "chat", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-        timeout=30,
-    )
+    return uamp("chat", *args, stdin=stdin, timeout=30)
 
 
 def test_chat_once_prints_the_streamed_answer_and_usage(server_url: str) -> None:

@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def uamp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "uamp_trio", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-        timeout=30,
-    )
+from tests._support.cli import uamp, uamp_serve
 
 
 @pytest.fixture(scope="module")
@@ -45,30 +29,8 @@ def token(ledger: Path) -> str:
 
 @pytest.fixture(scope="module")
 def paid_server(ledger: Path, token: str) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [*(sys.executable, "-m", "uamp_trio", "serve", "--port", "0"), "--ledger", str(ledger)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-    )
-    assert proc.stdout is not None
-    url = None
-    for line in proc.stdout:
-        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if found:
-            url = found.group(1)
-            break
-    try:
-        assert url is not None, "uamp serve did not start"
+    with uamp_serve("--ledger", str(ledger)) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
 
 
 def chat(*args: str) -> subprocess.CompletedProcess[str]:
