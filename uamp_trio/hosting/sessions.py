@@ -794,9 +794,14 @@ class SessionHost:
         if balance is None or session.id not in self.conn.sessions:
             return
         try:
-            self._owe(attrs.evolve(balance, session_id=session.id))
-        except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
+            data = self.conn.send(attrs.evolve(balance, session_id=session.id))
+        except LocalProtocolError as exc:  # pragma: no cover - allowed in every state
             log.info("payment.balance not sent: %s", exc)
+            return
+        # In order after the response's last event (an owed reply would jump
+        # the queue); a client whose outbox is full misses this update.
+        if not self.outbox.offer(data):
+            log.info("payment.balance not sent: the outbox is full")
 
     async def _top_up(
         self, session: _Session, response: _Response, required: ev.PaymentRequired

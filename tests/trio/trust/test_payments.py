@@ -7,6 +7,11 @@ check settled + locked + balance = issued + top-ups.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -15,16 +20,23 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from trio_websocket import open_websocket_url as open_ws
 
+from tests._support.agents import TestAgent
+from tests._support.wire import ask, create_session, recv, send, serving, texts, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.ledger import Pricing
 from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio import App
 from uamp_trio.app import create_app
+from uamp_trio.transports import a2a as a2a_transport
+from uamp_trio.transports import uamp_ws
 from uamp_trio.trust.ledger import Ledger
 from uamp_trio.trust.payments import LedgerPolicy
 
 D = Decimal
+ROOT = Path(__file__).resolve().parents[3]
 BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "pay me"}]}
 
 
@@ -165,3 +177,280 @@ async def test_per_token_pricing_settles_the_usage_and_frees_the_rest(
     assert state.settled == D("0.19") and state.locked == 0
     assert state.balance == D("4.81")
     balanced(ledger)
+
+
+# --- UAMP WebSocket ------------------------------------------------------------------
+
+
+class Paced(TestAgent):
+    """Two words with a pause between: responses of many sessions overlap."""
+
+    name = "paced"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="one ")))
+        await trio.sleep(0.05)
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="two")))
+
+
+class MeteredTopUp(TestAgent):
+    """Streams, asks for a top-up mid-response (spec 004), then reports 300 output tokens."""
+
+    name = "meter"
+    pricing = Pricing(output_per_1k="1.00", hold="0.10")
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="first; ")))
+        requirements = ty.PaymentRequirements(amount="0.20", currency="USD")
+        await emit(ev.PaymentRequired(requirements=requirements, extra={"action": "topup"}))
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="second")))
+        await emit(ev.UsageDelta(delta=ty.UsageStats(output_tokens=300)))
+
+
+def uamp_app(agents: list[Any], ledger: Ledger, price: str = "0.02") -> App:
+    app = App(agents, payment_policy=LedgerPolicy(ledger, price=price))
+    app.mount(uamp_ws.mount)
+    return app
+
+
+async def test_uamp_submit_twice_charges_once_and_the_balance_follows(ledger: Ledger) -> None:
+    token = ledger.issue("0.10", "USD")
+    async with serving(uamp_app([Paced()], ledger)) as server:
+        url = f"ws://127.0.0.1:{server.port}/agents/paced/uamp"
+        with trio.fail_after(10):
+            async with open_ws(url) as ws:
+                await create_session(ws)
+                await ask(ws, "hi")
+                required = await recv(ws)
+                assert required["type"] == "payment.required"
+                assert required["requirements"]["amount"] == "0.02"
+                submit = {"scheme": "token", "token": token}
+                await send(ws, type="payment.submit", payment=submit)
+                await send(ws, type="payment.submit", payment=submit)
+                events = await until(ws, "payment.balance")
+                types = [e["type"] for e in events]
+                assert types.count("response.done") == 1
+                assert types.index("response.done") < types.index("payment.balance")
+                balance = events[-1]
+                assert balance["balance"] == "0.08" and balance["currency"] == "USD"
+                assert balance["low_balance_warning"] is True  # under 5 responses left
+                assert balance["estimated_remaining"] == 4
+                # A bad token is refused with its 7.2 code; the session goes on.
+                await send(ws, type="session.update", payment_token="tok_bad")
+                assert (await recv(ws))["type"] == "session.updated"
+                await ask(ws, "again")
+                assert (await recv(ws))["type"] == "payment.required"
+                await send(ws, type="payment.submit", payment={"token": "tok_bad"})
+                error = await recv(ws)
+                assert error["type"] == "payment.error" and error["code"] == "token_invalid"
+                await send(ws, type="payment.submit", payment=submit)
+                assert (await recv(ws))["type"] == "payment.accepted"
+                await until(ws, "payment.balance")
+    state = ledger.show(token).account
+    assert (state.settled, state.locked, state.balance) == (D("0.04"), 0, D("0.06"))
+    balanced(ledger)
+
+
+async def test_uamp_mid_stream_top_up_locks_more_and_settles_the_usage(ledger: Ledger) -> None:
+    token = ledger.issue("0.15", "USD")
+    async with serving(uamp_app([MeteredTopUp()], ledger)) as server:
+        url = f"ws://127.0.0.1:{server.port}/agents/meter/uamp"
+        with trio.fail_after(10):
+            async with open_ws(url) as ws:
+                await create_session(ws, payment_token=token)
+                await ask(ws, "work")
+                events = await until(ws, "payment.required")
+                assert events[-1]["extra"] == {"action": "topup"}
+                assert ledger.show(token).account.locked == D("0.10")
+                # 0.05 left cannot pay: refused with its code, the response stays paused.
+                await send(ws, type="payment.submit", payment={"token": token})
+                error = await recv(ws)
+                assert error["type"] == "payment.error"
+                assert error["code"] == "insufficient_balance" and error["can_retry"] is True
+                assert error["balance_current"] == "0.05"
+                ledger.top_up(token, "0.50")
+                await send(ws, type="payment.submit", payment={"token": token})
+                events = await until(ws, "payment.balance")
+                assert texts(events) == "second"
+    state = ledger.show(token).account
+    assert (state.settled, state.locked) == (D("0.30"), 0)  # 300 tokens at 1.00/1k
+    assert state.balance == D("0.35")
+    balanced(ledger)
+
+
+async def test_a_hundred_sessions_spending_one_token_never_drive_it_below_zero(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    token = ledger.issue("1.00", "USD")  # pays 50 responses at 0.02
+    outcomes: list[str] = []
+    checks = 0
+    with Ledger(tmp_path / "ledger.db") as watcher:
+        async with serving(uamp_app([Paced()], ledger)) as server:
+            url = f"ws://127.0.0.1:{server.port}/agents/paced/uamp"
+
+            async def spend() -> None:
+                async with open_ws(url) as ws:
+                    await create_session(ws, payment_token=token)
+                    await ask(ws, "hi")
+                    while True:
+                        event = await recv(ws)
+                        if event["type"] in ("response.done", "payment.required"):
+                            outcomes.append(event["type"])
+                            return
+
+            async def watch() -> None:
+                nonlocal checks
+                while True:
+                    t = balanced(watcher)
+                    assert t["balance"] >= 0 and t["locked"] >= 0
+                    checks += 1
+                    await trio.sleep(0.005)
+
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch)
+                    async with trio.open_nursery() as spenders:
+                        for _ in range(100):
+                            spenders.start_soon(spend)
+                    nursery.cancel_scope.cancel()
+    state = ledger.show(token).account
+    assert outcomes.count("response.done") == 50
+    assert outcomes.count("payment.required") == 50
+    assert (state.balance, state.locked, state.settled) == (0, 0, D("1.00"))
+    assert checks > 0
+    balanced(ledger)
+
+
+# --- A2A -----------------------------------------------------------------------------
+
+
+class AsksOnce(TestAgent):
+    """Asks the client for one tool result, then answers with it."""
+
+    name = "asks"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        if request.messages[-1].role != "tool":
+            await emit(ev.ToolCall(call_id="call_1", name="lookup", arguments="{}"))
+            return
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="thanks")))
+
+
+async def test_a2a_resumed_task_is_charged_like_a_new_one(serve_app: Any, ledger: Ledger) -> None:
+    token = ledger.issue("1.00", "USD")
+    agent = AsksOnce()
+    app = create_app(
+        [agent], transports=[a2a_transport.mount], payment_policy=LedgerPolicy(ledger, price="0.02")
+    )
+    server = await serve_app(app)
+
+    def send_message(text: str, rid: int, **extra: Any) -> dict[str, Any]:
+        message = {
+            "role": "user",
+            "parts": [{"kind": "text", "text": text}],
+            "messageId": f"m{rid}",
+            **extra,
+        }
+        return {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "message/send",
+            "params": {"message": message},
+        }
+
+    with trio.fail_after(10):
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            first = await http.post(
+                "/a2a", json=send_message("go", 1), headers={"X-PAYMENT": token}
+            )
+            task = first.json()["result"]
+            assert task["status"]["state"] == "input-required"
+            resume = send_message("42", 2, taskId=task["id"], contextId=task["contextId"])
+            unpaid = (await http.post("/a2a", json=resume)).json()
+            assert unpaid["error"]["code"] == -32402
+            assert unpaid["error"]["data"]["code"] == "payment_required"
+            got = (
+                await http.post(
+                    "/a2a",
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 3,
+                        "method": "tasks/get",
+                        "params": {"id": task["id"]},
+                    },
+                )
+            ).json()
+            assert got["result"]["status"]["state"] == "input-required"  # untouched
+            paid = (await http.post("/a2a", json=resume, headers={"X-PAYMENT": token})).json()
+            assert paid["result"]["status"]["state"] == "completed"
+    state = ledger.show(token).account
+    assert (state.settled, state.locked) == (D("0.04"), 0)
+    balanced(ledger)
+
+
+# --- kill -9 mid-response, then a restart on the same ledger -------------------------
+
+
+SERVE = (sys.executable, "-m", "uamp_trio", "serve", "--port", "0")
+
+
+def _start_server(ledger: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            *SERVE,
+            "--ledger",
+            str(ledger),
+            "--price",
+            "0.25",
+            "--agent",
+            "tests._support.paying:Slow",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
+        if found:
+            return proc, found.group(1)
+    raise AssertionError("uamp serve did not start")
+
+
+def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger(path) as book:
+        token = book.issue("1.00", "USD")
+    proc, url = _start_server(path)
+    try:
+        body = {**BODY, "stream": True}
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", json=body, headers={"X-PAYMENT": token}
+        ) as resp:
+            assert resp.status_code == 200
+            for chunk in resp.iter_text():
+                if "working" in chunk:
+                    break  # the agent is mid-response: its lock is held
+            with Ledger(path) as book:
+                held = book.show(token).account
+                assert held.locked == D("0.25") and held.balance == D("0.75")
+                balanced(book)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with Ledger(path) as book:
+        assert book.show(token).account.locked == D("0.25")  # left by the dead process
+    proc, url = _start_server(path)
+    try:
+        with Ledger(path) as book:
+            state = book.show(token).account
+            assert (state.locked, state.balance, state.settled) == (0, D("1.00"), 0)
+            balanced(book)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
