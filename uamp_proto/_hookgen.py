@@ -297,6 +297,12 @@ class CompiledHooks:
                 self._ns[name] = value
         return name
 
+    def _builder_name(self, cls: type[Any]) -> str:
+        """The namespace name of ``cls``'s builder (made once per hooks object)."""
+        key = ("builder", cls)
+        name = self._names.get(key)
+        return name if name is not None else self._const(key, "builder", _builder(cls))
+
     def _refuse(self, cls: type[Any]) -> dict[str, Any]:
         """Raise :class:`Unsupported` if ``cls`` is outside the generator's
         rules; otherwise return its resolved type hints."""
@@ -357,7 +363,7 @@ class CompiledHooks:
         lines.append(f"        unknown = {{k: x for k, x in d.items() if k not in {known}}}")
         for f in fields:
             _slot_setter(cls, f.name)  # refuses a field that is not a slot
-        lines.append(f"    o = {self._const(('builder', cls), 'builder', _builder(cls))}()")
+        lines.append(f"    o = {self._builder_name(cls)}()")
         for f in fields:
             value = "unknown" if f.name == "unknown" else f"v{declared.index(f)}"
             lines.append(f"    o.{f.name} = {value}")
@@ -432,7 +438,7 @@ class CompiledHooks:
         if table is self._ns[table_name]:
             self._tables.append((table, {str(t): self._fn("s", c) for t, c in tags.items()}))
         raw_cls = self._const(("cls", raw[0]), "cls", raw[0])
-        return [
+        lines = [
             f"{indent}if type({v}) is not dict:",
             f"{indent}    raise WrongType('an object', {v})",
             f"{indent}tag = {v}.get('type')",
@@ -440,11 +446,47 @@ class CompiledHooks:
             f"{indent}    if tag is None:",
             f"{indent}        raise KeyError('type')",
             f"{indent}    raise WrongType('a string', tag)",
-            f"{indent}if tag in {table_name}:",
+        ]
+        first_tag, first = next(iter(tags.items()))
+        simple = self._simple_fields(first)
+        branch = "if"
+        if simple is not None:
+            # The union's first member (text, in every union of the spec) in
+            # its plain shape -- its tag and its fields, nothing else -- is
+            # built here without a call; any other shape goes to its function.
+            lines.append(f"{indent}if tag == {first_tag!r} and len({v}) == {len(simple) + 1}:")
+            inner = indent + "    "
+            for j, (name, hint) in enumerate(simple):
+                lines.append(f"{inner}x{j} = {v}[{name!r}]")
+                lines += self._check(hint, f"x{j}", inner)
+            bag = attrs.fields_dict(first)["unknown"].default
+            empty = self._const(("empty", first), "empty", bag)
+            lines.append(f"{inner}{v} = {self._builder_name(first)}()")
+            for j, (name, _) in enumerate(simple):
+                lines.append(f"{inner}{v}.{name} = x{j}")
+            lines.append(f"{inner}{v}.unknown = {empty}")
+            lines.append(f"{inner}{v}.__class__ = {self._const(('cls', first), 'cls', first)}")
+            branch = "elif"
+        return [
+            *lines,
+            f"{indent}{branch} tag in {table_name}:",
             f"{indent}    {v} = {table_name}[tag]({v})",
             f"{indent}else:  # a tag this version does not know (14.3)",
             f"{indent}    {v} = {raw_cls}(raw={v})",
         ]
+
+    def _simple_fields(self, cls: type[Any]) -> list[tuple[str, Any]] | None:
+        """``cls``'s fields when all are required primitives (so its plain
+        shape can be built inline), else ``None``."""
+        if cls in self._adapters:
+            return None
+        hints = self._refuse(cls)
+        declared = [f for f in attrs.fields(cls) if f.name != "unknown"]
+        if any(f.default is not attrs.NOTHING for f in declared):
+            return None
+        if any(hints[f.name] is not Any and hints[f.name] not in _PRIMITIVE for f in declared):
+            return None
+        return [(f.name, hints[f.name]) for f in declared]
 
     def _item_fn(self, tp: Any) -> str:
         """The namespace name of a function structuring one list item."""
@@ -503,9 +545,18 @@ class CompiledHooks:
     def _by_type(self, members: tuple[Any, ...], v: str) -> str:
         """Dispatch on the exact class of ``v``; text passes as it is."""
         table = self._const(("by_type", members), "by_type", _ByType(self))
+        call = f"{table}[type({v})]({v})"
+        first = next((m for m in members if attrs.has(m) and tag_of(m) is not None), None)
+        simple = None if first is None else self._simple_fields(first)
+        if first is not None and simple is not None:
+            # The first tagged member with nothing unknown, written inline.
+            fields = (f"{n!r}: {v}.{n}" for n, _ in simple)
+            items = ", ".join([f"'type': {tag_of(first)!r}", *fields])
+            cls = self._const(("cls", first), "cls", first)
+            call = f"({{{items}}} if type({v}) is {cls} and not {v}.unknown else {call})"
         if str in members:
-            return f"({v} if type({v}) is str else {table}[type({v})]({v}))"
-        return f"{table}[type({v})]({v})"
+            return f"({v} if type({v}) is str else {call})"
+        return call
 
 
 def _keep_raw(cls: type[Any], value: Any) -> Any:
