@@ -612,8 +612,86 @@ class ClientSession:
             raise self._failure
 
 
+@attrs.frozen
+class _Opening:
+    """A ``session.create`` about to be sent: what :meth:`_Link.create_session` was asked."""
+
+    session_id: str
+    config: ty.SessionConfig
+    agent: str | None
+    token: str | None
+    payment_token: str | None
+    chat: str | None
+    on_tool_call: ToolHandler | None
+    on_payment_required: PaymentHandler | None
+
+    def encode(self, conn: ClientConnection, *, agent: str | None) -> bytes:
+        """The ``session.create`` message, naming ``agent`` (or no agent) in it."""
+        return conn.create_session(
+            self.config,
+            session_id=self.session_id,
+            agent=agent,
+            token=self.token,
+            payment_token=self.payment_token,
+            chat=self.chat,
+        )
+
+
 class _Link:
-    """What a session needs from its client."""
+    """What a session needs from its client, and the session opening both clients share."""
+
+    _buffer: int
+    _jwks: JWKS | None
+
+    async def create_session(
+        self,
+        agent: str | None = None,
+        *,
+        token: str | None = None,
+        payment_token: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[ty.ToolDefinition] | None = None,
+        config: ty.SessionConfig | None = None,
+        chat: str | None = None,
+        on_tool_call: ToolHandler | None = None,
+        on_payment_required: PaymentHandler | None = None,
+        session_id: str | None = None,
+    ) -> ClientSession:
+        """Open a session; returns once ``session.created`` (and capabilities) arrived.
+
+        ``on_tool_call`` and ``on_payment_required`` answer the server's
+        ``tool.call`` and ``payment.required`` events (module docstring).
+
+        Raises:
+            ClientError: The server refused it (``agent_not_found``,
+                ``too_many_sessions`` ...).
+        """
+        opening = _Opening(
+            session_id=session_id or _new_session_id(),
+            config=_session_config(config, instructions, tools),
+            agent=agent,
+            token=token,
+            payment_token=payment_token,
+            chat=chat,
+            on_tool_call=on_tool_call,
+            on_payment_required=on_payment_required,
+        )
+        return await self._open(opening)
+
+    def _session(self, conn: ClientConnection, opening: _Opening) -> ClientSession:
+        return ClientSession(
+            self,
+            conn,
+            opening.session_id,
+            opening.on_tool_call,
+            self._buffer,
+            opening.on_payment_required,
+            self._jwks,
+        )
+
+    async def _open(self, opening: _Opening) -> ClientSession:
+        """Send ``session.create`` the client's way; return once the session is created."""
+        raise NotImplementedError
 
     async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> bytes | None:
         """Send ``events``; returns the bytes that carried the last one."""
@@ -772,47 +850,14 @@ class UampClient(_Link):
         """Whether the connection has closed."""
         return self._closed is not None
 
-    async def create_session(
-        self,
-        agent: str | None = None,
-        *,
-        token: str | None = None,
-        payment_token: str | None = None,
-        instructions: str | None = None,
-        tools: Sequence[ty.ToolDefinition] | None = None,
-        config: ty.SessionConfig | None = None,
-        chat: str | None = None,
-        on_tool_call: ToolHandler | None = None,
-        on_payment_required: PaymentHandler | None = None,
-        session_id: str | None = None,
-    ) -> ClientSession:
-        """Open a session; returns once ``session.created`` (and capabilities) arrived.
-
-        ``on_tool_call`` and ``on_payment_required`` answer the server's
-        ``tool.call`` and ``payment.required`` events (module docstring).
-
-        Raises:
-            ClientError: The server refused it (``agent_not_found``,
-                ``too_many_sessions`` ...).
-        """
+    async def _open(self, opening: _Opening) -> ClientSession:
         if self._closed is not None:
             raise self._closed
-        sid = session_id or _new_session_id()
-        session = ClientSession(
-            self, self._conn, sid, on_tool_call, self._buffer, on_payment_required, self._jwks
-        )
+        sid = opening.session_id
+        session = self._session(self._conn, opening)
         self.sessions[sid] = session
-        cfg = _session_config(config, instructions, tools)
         try:
-            data = self._conn.create_session(
-                cfg,
-                session_id=sid,
-                agent=agent,
-                token=token,
-                payment_token=payment_token,
-                chat=chat,
-            )
-            await self._write([data])
+            await self._write([opening.encode(self._conn, agent=opening.agent)])
             await session._wait_created()
         except BaseException:
             self.sessions.pop(sid, None)
@@ -1026,9 +1071,11 @@ async def connect(
 class SSEClient(_Link):
     """A UAMP client over HTTP+SSE (section 13.2); make one with :func:`connect_sse`.
 
-    Each session is its own HTTP session: events are POSTed to
-    ``{base}/events`` (or ``{base}/agents/{agent}/events``), and one task per
-    session reads ``.../events/stream``.
+    Each session is its own HTTP session: ``session.create`` is POSTed to
+    ``{base}/agents/{agent}/events`` (or, without an agent or with
+    ``agent_in_path=False``, to ``{base}/events`` naming the agent in the
+    event), later events to the same path, and one task per session reads
+    ``.../events/stream``.
     """
 
     def __init__(
@@ -1040,7 +1087,9 @@ class SSEClient(_Link):
         delta_window: int | None,
         buffer: int,
         jwks: JWKS | None = None,
+        agent_in_path: bool = True,
     ) -> None:
+        self._agent_in_path = agent_in_path
         self._jwks = jwks
         self._http = http
         self._base = base_url.rstrip("/")
@@ -1051,52 +1100,19 @@ class SSEClient(_Link):
         self._paths: dict[str, str] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
 
-    def _prefix(self, agent: str | None, by_path: bool) -> str:
-        return f"{self._base}/agents/{agent}" if agent and by_path else self._base
-
-    async def create_session(
-        self,
-        agent: str | None = None,
-        *,
-        token: str | None = None,
-        payment_token: str | None = None,
-        instructions: str | None = None,
-        tools: Sequence[ty.ToolDefinition] | None = None,
-        config: ty.SessionConfig | None = None,
-        chat: str | None = None,
-        on_tool_call: ToolHandler | None = None,
-        on_payment_required: PaymentHandler | None = None,
-        session_id: str | None = None,
-        agent_in_path: bool = True,
-    ) -> ClientSession:
-        """Open a session (POST ``session.create``, then attach the event stream).
-
-        The arguments are those of :meth:`UampClient.create_session`.
-
-        Raises:
-            ClientError: The server refused it.
-        """
-        sid = session_id or _new_session_id()
+    async def _open(self, opening: _Opening) -> ClientSession:
         conn = ClientConnection(ConnectionConfig(delta_window=self._delta_window))
-        session = ClientSession(
-            self, conn, sid, on_tool_call, self._buffer, on_payment_required, self._jwks
-        )
-        prefix = self._prefix(agent, agent_in_path)
-        self._paths[sid] = prefix
-        data = conn.create_session(
-            _session_config(config, instructions, tools),
-            session_id=sid,
-            agent=None if agent_in_path else agent,
-            token=token,
-            payment_token=payment_token,
-            chat=chat,
-        )
+        session = self._session(conn, opening)
+        agent, by_path = opening.agent, self._agent_in_path
+        prefix = f"{self._base}/agents/{agent}" if agent and by_path else self._base
+        self._paths[opening.session_id] = prefix
+        data = opening.encode(conn, agent=None if by_path else agent)
         resp = await self._http.post(
             f"{prefix}/events", content=data, headers={"content-type": "application/json"}
         )
         if resp.status_code != 200:
             raise _http_error(resp)
-        sid = resp.headers.get("x-session-id", sid)
+        sid = resp.headers.get("x-session-id", opening.session_id)
         self.sessions[sid] = session
         scope = trio.CancelScope()
         self._scopes[sid] = scope
@@ -1203,6 +1219,7 @@ async def connect_sse(
     session_buffer: int = DEFAULT_SESSION_BUFFER,
     http: httpx.AsyncClient | None = None,
     verify: JWKSSource | None = None,
+    agent_in_path: bool = True,
 ) -> AsyncIterator[SSEClient]:
     """A UAMP client over HTTP+SSE against ``base_url`` (``http://host:port``).
 
@@ -1214,6 +1231,9 @@ async def connect_sse(
         http: An httpx client to use (default: a new one).
         verify: Check every response's signature against this JWKS (see
             :func:`connect`).
+        agent_in_path: Address a session's agent by its path
+            (``/agents/{agent}/events``, the default) rather than by the
+            ``agent`` field of ``session.create`` sent to ``/events``.
     """
     jwks = await load_jwks(verify) if verify is not None else None
     own = http is None
@@ -1228,6 +1248,7 @@ async def connect_sse(
                 delta_window=delta_window,
                 buffer=session_buffer,
                 jwks=jwks,
+                agent_in_path=agent_in_path,
             )
             try:
                 yield client
