@@ -187,3 +187,14 @@ async def test_a_second_response_on_a_busy_session_is_refused() -> None:
             with pytest.raises(ClientError) as info:
                 await session.ask("again")
             assert info.value.code == "response_in_progress"
+
+
+async def test_sse_client_can_name_the_agent_in_session_create_instead_of_the_path() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serving(SlowAgent(), DemoAgent()) as addr,
+            connect_sse(f"http://{addr}", agent_in_path=False) as client,
+        ):
+            session = await client.create_session("demo")
+            assert session.agent == "demo"
+            assert (await session.ask("by name")).text == "You said: by name"
