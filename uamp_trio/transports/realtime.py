@@ -46,10 +46,16 @@ import orjson
 import trio
 
 from uamp_proto import events as ev
-from uamp_proto import types as ty
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
-from uamp_proto.payment import PaymentPolicy, PaymentRequiredError
+from uamp_proto.payment import (
+    Charge,
+    PaymentPolicy,
+    PaymentRequiredError,
+    open_charge,
+    pricing_of,
+    refusal,
+)
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder
 from uamp_proto.signing import ResponseSigner
@@ -150,10 +156,27 @@ class _RealtimeConnection:
 
     # --- responses ---------------------------------------------------------------
 
-    def _requirements(self) -> ty.PaymentRequirements | None:
-        if self.payment_policy is None:
-            return None
-        return self.payment_policy.check(self.agent.name, self.payment_token)
+    def _refusal(self) -> PaymentRequiredError | None:
+        return refusal(
+            self.payment_policy, self.agent.name, self.payment_token, pricing_of(self.agent)
+        )
+
+    async def _charge_and_start(self, action: rt.CreateResponse, message: bytes | str) -> None:
+        """Hold the response's price (a ledger locks it) and start it, or ask for payment."""
+        response_id = _ids("resp")
+        try:
+            charge = open_charge(
+                self.payment_policy,
+                self.agent.name,
+                self.payment_token,
+                response_id,
+                pricing_of(self.agent),
+            )
+        except PaymentRequiredError as unpaid:
+            self.held = (action, message)
+            await self.send(rt.payment_event(unpaid.event(), self.session.ids("event")))
+            return
+        self._start(action, message, response_id, charge)
 
     async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
         if self.active is not None or self.held is not None:
@@ -165,17 +188,16 @@ class _RealtimeConnection:
                 action.client_event_id,
             )
             return
-        requirements = self._requirements()
-        if requirements is not None:
-            self.held = (action, message)
-            required = PaymentRequiredError(requirements).event()
-            await self.send(rt.payment_event(required, self.session.ids("event")))
-            return
-        self._start(action, message)
+        await self._charge_and_start(action, message)
 
-    def _start(self, action: rt.CreateResponse, message: bytes | str) -> None:
+    def _start(
+        self,
+        action: rt.CreateResponse,
+        message: bytes | str,
+        response_id: str,
+        charge: Charge | None,
+    ) -> None:
         options = action.options
-        response_id = _ids("resp")
         request = self.session.turn_request(
             options,
             agent=self.agent.name,
@@ -192,12 +214,12 @@ class _RealtimeConnection:
         )
         self.active = _Active(response_id=response_id, encoder=encoder, request_bytes=message)
         assert self._nursery is not None
-        self._nursery.start_soon(self._respond, self.active, request)
+        self._nursery.start_soon(self._respond, self.active, request, charge)
 
-    async def _respond(self, active: _Active, request: Any) -> None:
+    async def _respond(self, active: _Active, request: Any, charge: Charge | None) -> None:
         encoder = active.encoder
         try:
-            async with open_response(self.agent, request) as turn:
+            async with open_response(self.agent, request, charge=charge) as turn:
                 active.turn = turn
                 if active.cancel_requested:
                     turn.cancel()
@@ -243,20 +265,17 @@ class _RealtimeConnection:
 
     async def _payment(self, action: rt.SubmitPayment) -> None:
         self.payment_token = action.token
-        requirements = self._requirements()
-        if requirements is not None:
-            error = ev.PaymentErrorEvent(
-                code="token_invalid",
-                message="The payment token was not accepted; submit a valid token.",
-                can_retry=True,
-            )
-            await self.send(rt.payment_event(error, self.session.ids("event")))
+        unpaid = self._refusal()
+        if unpaid is not None:
+            if unpaid.code == "payment_required":  # the submit carried no token
+                unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
+            await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
             return
         accepted = ev.PaymentAccepted(payment_id=_ids("pay"))
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         held, self.held = self.held, None
         if held is not None:
-            self._start(*held)
+            await self._charge_and_start(*held)
 
 
 class RealtimeTransport:

@@ -31,6 +31,7 @@ from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import App
 from uamp_trio.app import create_app
 from uamp_trio.transports import a2a as a2a_transport
+from uamp_trio.transports import realtime as realtime_transport
 from uamp_trio.transports import uamp_ws
 from uamp_trio.trust.ledger import Ledger
 from uamp_trio.trust.payments import LedgerPolicy
@@ -454,3 +455,29 @@ def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=15)
+
+
+# --- Realtime ------------------------------------------------------------------------
+
+
+async def test_realtime_holds_then_charges_the_submitted_token(ledger: Ledger) -> None:
+    token = ledger.issue("1.00", "USD")
+    app = App([Flat()], payment_policy=LedgerPolicy(ledger, price="0.02"))
+    app.mount(realtime_transport.mount)
+    async with serving(app) as server:
+        url = f"ws://127.0.0.1:{server.port}/agents/flat/realtime"
+        with trio.fail_after(10):
+            async with open_ws(url) as ws:
+                assert (await recv(ws))["type"] == "session.created"
+                await send(ws, type="response.create")
+                required = await until(ws, "payment.required")
+                assert required[-1]["requirements"]["amount"] == "0.02"
+                await send(ws, type="payment.submit", payment={"token": "tok_bad"})
+                error = await until(ws, "payment.error")
+                assert error[-1]["code"] == "token_invalid"
+                await send(ws, type="payment.submit", payment={"token": token})
+                await until(ws, "payment.accepted")
+                await until(ws, "response.done")
+    state = ledger.show(token).account
+    assert (state.settled, state.locked) == (D("0.02"), 0)
+    balanced(ledger)
