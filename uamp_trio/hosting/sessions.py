@@ -109,6 +109,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
+from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -349,9 +350,21 @@ class _Response:
 class _Session:
     """The transport's side of one UAMP session."""
 
-    def __init__(self, session_id: str, agent: Responder) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        agent: Responder,
+        principal: Principal = ANONYMOUS,
+        token: str | None = None,
+    ) -> None:
         self.id = session_id
         self.agent = agent
+        #: Who the session acts for, and the credential that said so.
+        self.principal = principal
+        self.token = token
+        #: Set while a token of this session is being verified (its
+        #: ``session.create`` or a ``session.update``); the worker waits for it.
+        self.verifying: trio.Event | None = None
         #: Parked on by the worker inside a response; woken by acks, tool results, cancels.
         self.wakeup = trio.lowlevel.ParkingLot()
         self.response: _Response | None = None
@@ -602,8 +615,15 @@ class SessionHost:
                     # payment.required, as it does for session.update.
                     self._settle(session)
         elif etype == "session.update":
+            assert isinstance(event, ev.SessionUpdate)
             sid = session.id if session is not None else None
-            self._owe(ev.SessionUpdated(session_id=sid))
+            auth = self._app.authenticator if self._app is not None else None
+            if auth is not None and session is not None and event.token is not None:
+                # Answered once the token is verified; the next response waits for it.
+                session.verifying = trio.Event()
+                self._nursery.start_soon(self._reauthenticate, auth, session, event.token)
+            else:
+                self._owe(ev.SessionUpdated(session_id=sid))
             if session is not None:
                 ctx = self.conn.sessions.get(session.id)
                 if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
@@ -648,9 +668,96 @@ class SessionHost:
             self.refusal = found
             self._owe(_error(sid, *found))  # the session ends in the core: never created
             return
-        self.outbox.put_owed(self.conn.accept(sid, agent=found.name, created_at=self._clock()))
-        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=found.capabilities()))
-        self._sessions[sid] = _Session(sid, found)
+        auth = self._app.authenticator if self._app is not None else None
+        token = event.token
+        if auth is None or (token is None and self.principal is not SESSION_AUTH):
+            self._sessions[sid] = _Session(sid, found, self.principal, token)
+            self._accept(sid, found)
+            return
+        if token is None:
+            # The upgrade presented no token: each session must bring its own.
+            self.refusal = ("unauthorized", "session.create needs a token on this connection")
+            self._owe(_error(sid, *self.refusal))
+            return
+        session = _Session(sid, found, SESSION_AUTH)
+        session.verifying = trio.Event()
+        self._sessions[sid] = session
+        self._nursery.start_soon(self._admit, auth, session, token)
+
+    def _accept(self, sid: str, agent: Responder) -> None:
+        self.outbox.put_owed(self.conn.accept(sid, agent=agent.name, created_at=self._clock()))
+        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
+
+    # --- authentication (spec 000 section 10.3; docs/security.md) ---------------
+
+    async def _admit(self, auth: Authenticator, session: _Session, token: str) -> None:
+        """Verify a ``session.create`` token: created, or ``session.error`` ``unauthorized``."""
+        try:
+            principal: Principal | None = await auth.authenticate(token)
+            reason = ""
+        except AuthError as exc:
+            principal, reason = None, exc.message
+        try:
+            if self._sessions.get(session.id) is not session:
+                return  # ended while it was being verified
+            if principal is None:
+                self.refusal = ("unauthorized", reason)
+                self._owe(_error(session.id, "unauthorized", reason))  # ends it in the core
+                self._drop(session.id)
+                return
+            session.principal, session.token = principal, token
+            self._accept(session.id, session.agent)
+        except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
+            log.info("session %s: cannot answer its session.create: %s", session.id, exc)
+        finally:
+            assert session.verifying is not None
+            session.verifying.set()
+
+    async def _reauthenticate(self, auth: Authenticator, session: _Session, token: str) -> None:
+        """Verify a ``session.update`` token: the same principal, or ``unauthorized``.
+
+        A token for another principal than the session's is refused (a session
+        never changes hands); the session keeps its former credential.
+        """
+        done = session.verifying
+        try:
+            try:
+                principal = await auth.authenticate(token)
+                same = (principal.id, principal.scheme) == (
+                    session.principal.id,
+                    session.principal.scheme,
+                )
+                reason = "" if same else "the token names another principal than the session's"
+            except AuthError as exc:
+                principal, reason = session.principal, exc.message
+            if self._sessions.get(session.id) is not session:
+                return
+            ctx = self.conn.sessions.get(session.id)
+            if reason:
+                if ctx is not None:
+                    ctx.token = session.token  # the refused token is not the session's
+                self._owe(_error(session.id, "unauthorized", reason))
+                return
+            session.principal, session.token = principal, token
+            self._owe(ev.SessionUpdated(session_id=session.id))
+        except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
+            log.info("session %s: cannot answer its session.update: %s", session.id, exc)
+        finally:
+            if done is not None:
+                done.set()
+
+    async def _verified(self, session: _Session) -> None:
+        """Wait for the session's pending token check; raise if it ended meanwhile."""
+        while session.verifying is not None and not session.verifying.is_set():
+            await session.verifying.wait()
+        if self._sessions.get(session.id) is not session:
+            raise _SessionGone
+
+    async def admitted(self) -> None:
+        """Wait until every session's pending token check is done (HTTP+SSE answers after it)."""
+        for session in list(self._sessions.values()):
+            if session.verifying is not None:
+                await session.verifying.wait()
 
     def _capabilities(self, session: _Session | None, event: ev.CapabilitiesQuery) -> None:
         if session is not None:
@@ -871,11 +978,11 @@ class SessionHost:
             tools=list(tools),
             response_format=create.response_format or config.response_format,
             modalities=list(modalities or ["text"]),
-            token=ctx.token,
+            token=session.token if self._app and self._app.authenticator else ctx.token,
             payment_token=ctx.payment.token,
             extensions=extensions,
             metadata={"transport": self._transport},
-            principal=self.principal,
+            principal=session.principal,
         )
 
     async def _work(self, session: _Session) -> None:
@@ -944,6 +1051,16 @@ class SessionHost:
         self, session: _Session, response: _Response, create: ev.ResponseCreate
     ) -> None:
         rid = response.id
+        await self._verified(session)
+        if session.principal.expired(self._clock()):
+            # Spec 000 section 10.3: the session lives on; a session.update
+            # with a fresh token lets its next response run.
+            error = ty.ErrorInfo(
+                code="unauthorized",
+                message="The session's token has expired; send session.update with a fresh one.",
+            )
+            await self._send(session, response, ev.ResponseErrorEvent(error=error))
+            return
         await self._preflight(session, response)
         ctx = self.conn.sessions.get(session.id)
         tracker = ctx.response if ctx is not None else None

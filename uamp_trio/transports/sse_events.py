@@ -277,11 +277,15 @@ class SSEEventsTransport:
             if hs.host is None:  # pragma: no cover - the system task failed at once
                 raise HTTPError(503, "Could not start the session.", code="unavailable")
             accepted, error = self._feed(hs, messages[:1], request.body)
+            await hs.host.admitted()  # a session.create token is verified first
             if error is None and not hs.host.session_ids:
                 error, accepted = hs.host.refusal, 0
             if error is not None or not hs.host.session_ids:
                 hs.scope.cancel()
-                raise_error(error, accepted, status=404 if _not_found(error) else 400)
+                status = 404 if _not_found(error) else 400
+                if error is not None and error[0] == "unauthorized":
+                    status = 401
+                raise_error(error, accepted, status=status)
             hs.id = hs.host.session_ids[0]
             self._sessions[hs.id] = hs
             more, error = self._feed(hs, messages[1:], request.body)

@@ -45,7 +45,7 @@ __all__ = ["SESSION_AUTH_TRANSPORTS", "AuthGate", "refusal"]
 log = logging.getLogger("uamp_trio.auth")
 
 #: Transports whose upgrades may defer authentication to their sessions.
-SESSION_AUTH_TRANSPORTS: frozenset[str] = frozenset()
+SESSION_AUTH_TRANSPORTS = frozenset({"uamp_ws"})
 
 
 def refusal(exc: AuthError) -> Refusal:
