@@ -33,6 +33,7 @@ import orjson
 
 from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, turn_request
 from uamp_proto.ids import IdSource, random_ids
+from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.saved_response import AGUI_SIGNATURE_EVENT
 from uamp_proto.sse import encode_json
 
@@ -94,26 +95,29 @@ class AguiTransport:
         props = run.forwarded_props if isinstance(run.forwarded_props, dict) else {}
         token = request.headers.get("x-payment") or props.get("payment_token")
         token = token if isinstance(token, str) else None
-        refusal = self.app.payment_required(agent.name, token)
-        if refusal is not None:
+        response_id = f"resp_{uuid.uuid4().hex}"
+        try:
+            # Lock the price before the run starts (settled when it ends).
+            charge = self.app.open_charge(agent.name, token, response_id)
+        except PaymentRequiredError as refusal:
             events = encoder.start(run)
             events += encoder.error(
                 "Payment required: retry with an X-PAYMENT header.",
-                "payment_required",
-                metadata={"status_code": 402, "accepts": refusal.accepts()},
+                refusal.code,
+                metadata={"status_code": 402, "accepts": refusal.accepts(), **refusal.details()},
             )
             return self._respond(events)
         turn_req = turn_request(
             run,
             agent=agent.name,
-            response_id=f"resp_{uuid.uuid4().hex}",
+            response_id=response_id,
             payment_token=token,
             principal=request.principal,
         )
 
         async def produce(send: SendChunk) -> None:
             await send(_frame(encoder.start(run)))
-            async with open_response(agent, turn_req) as turn:
+            async with open_response(agent, turn_req, charge=charge) as turn:
                 async for event in turn:
                     out = encoder.feed(event)
                     if out:

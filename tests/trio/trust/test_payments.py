@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
@@ -480,4 +481,48 @@ async def test_realtime_holds_then_charges_the_submitted_token(ledger: Ledger) -
                 await until(ws, "response.done")
     state = ledger.show(token).account
     assert (state.settled, state.locked) == (D("0.02"), 0)
+    balanced(ledger)
+
+
+async def test_agui_locks_before_the_run_and_settles_when_it_ends(
+    serve_app: Any, ledger: Ledger
+) -> None:
+    token = ledger.issue("0.05", "USD")
+    app = create_app([Flat()], payment_policy=LedgerPolicy(ledger, price="0.02"))
+    server = await serve_app(app)
+    run = {
+        "threadId": "t1",
+        "runId": "r1",
+        "messages": [{"id": "m1", "role": "user", "content": "pay me"}],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+
+    def kinds(text: str) -> list[dict[str, Any]]:
+        lines = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+        return [orjson.loads(line) for line in lines]
+
+    with trio.fail_after(10):
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            for headers, code in (
+                ({}, "payment_required"),
+                ({"X-PAYMENT": "junk"}, "token_invalid"),
+            ):
+                refused = kinds((await client.post("/agui", json=run, headers=headers)).text)
+                error = [e for e in refused if e["type"] == "RUN_ERROR"]
+                assert error and error[0]["code"] == code
+                assert not any(e["type"] == "TEXT_MESSAGE_CONTENT" for e in refused)
+            for _ in range(2):
+                paid = kinds(
+                    (await client.post("/agui", json=run, headers={"X-PAYMENT": token})).text
+                )
+                assert paid[-1]["type"] == "RUN_FINISHED"
+            broke = kinds((await client.post("/agui", json=run, headers={"X-PAYMENT": token})).text)
+            assert [e["code"] for e in broke if e["type"] == "RUN_ERROR"] == [
+                "insufficient_balance"
+            ]
+    state = ledger.show(token).account
+    assert (state.balance, state.locked, state.settled) == (D("0.01"), 0, D("0.04"))
     balanced(ledger)
