@@ -37,7 +37,15 @@ from uamp_proto.signing import JWKS_PATH
 from .engines.http import Endpoint, HTTPError, Request, Response, StreamingResponse, json_response
 from .engines.websocket import WebSocketHandler, WebSocketRequest
 from .hosting.host import Host, Transport
-from .hosting.middleware import Call, Middleware, Next, Refusal, Reply, render_error
+from .hosting.middleware import (
+    Call,
+    Middleware,
+    Next,
+    Refusal,
+    Reply,
+    reject_upgrade,
+    render_error,
+)
 from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
 from .trust.auth import Authenticator
@@ -160,13 +168,12 @@ class App(Host):
         try:
             return await self.middleware[index](call, call_next)
         except Refusal as exc:
-            refused = render_error(call.route.error_style, exc)
             pending = call.websocket
             if pending is None:
-                return refused
+                return render_error(call.route.error_style, exc)
             if pending.answered:
                 raise
-            await pending.reject(refused.status, refused.body, refused.headers)
+            await reject_upgrade(pending, call.route.error_style, exc)
             return None
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "Next",
     "Refusal",
     "Reply",
+    "reject_upgrade",
     "render_error",
 ]
 
@@ -114,3 +115,9 @@ def render_error(style: ErrorStyle, exc: HTTPError) -> Response:
     rpc_code = exc.rpc_code if isinstance(exc, Refusal) else JSONRPC_REFUSED
     body = orjson.dumps(_error_object(style, exc, rpc_code))
     return Response(status=exc.status, headers=[*JSON_HEADERS, *exc.headers], body=body)
+
+
+async def reject_upgrade(pending: WebSocketRequest, style: ErrorStyle, exc: HTTPError) -> None:
+    """Refuse the WebSocket upgrade ``pending`` with ``exc`` rendered in ``style``."""
+    refused = render_error(style, exc)
+    await pending.reject(refused.status, refused.body, refused.headers)

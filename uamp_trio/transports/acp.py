@@ -73,6 +73,7 @@ from uamp_proto.signing import ResponseSigner
 from ..engines.http import HTTPError, Request, Response
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.host import Host
+from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, ResponseRun, open_response
 
@@ -622,7 +623,7 @@ class AcpTransport:
         try:
             agent = self.app.resolve_agent(pending.request.path_params)
         except HTTPError as exc:
-            await pending.reject(exc.status, orjson.dumps({"error": exc.message}))
+            await reject_upgrade(pending, ROUTES.error_style, exc)
             return
         ws = await pending.accept()
 

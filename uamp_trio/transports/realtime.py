@@ -63,6 +63,7 @@ from uamp_proto.signing import ResponseSigner
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
 from ..hosting.host import Host
+from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRun, open_response
 
@@ -310,8 +311,7 @@ class RealtimeTransport:
         try:
             agent = self.app.resolve_agent(request.path_params, model=model)
         except HTTPError as exc:
-            body = orjson.dumps({"error": {"message": exc.message, "code": exc.code}})
-            await pending.reject(exc.status, body, [("content-type", "application/json")])
+            await reject_upgrade(pending, ROUTES.error_style, exc)
             return
         offered = pending.subprotocols
         beta = "realtime=v1" in (request.headers.get("openai-beta") or "").replace(" ", "")

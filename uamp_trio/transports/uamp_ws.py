@@ -42,13 +42,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 import attrs
-import orjson
 import trio
 
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder
 
-from ..engines.http import error_body
+from ..engines.http import HTTPError
 from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -59,6 +58,7 @@ from ..engines.ws_frames import (
     WebSocketClosed,
     make_engine,
 )
+from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
 
@@ -116,10 +116,10 @@ class UampWebSocketEndpoint:
         if name is not None:
             fixed = self.app.agents.get(name)
             if fixed is None:
-                body = orjson.dumps(
-                    error_body(f"No agent named {name!r} is hosted here.", code="agent_not_found")
+                missing = HTTPError(
+                    404, f"No agent named {name!r} is hosted here.", code="agent_not_found"
                 )
-                await pending.reject(404, body, [("content-type", "application/json")])
+                await reject_upgrade(pending, ROUTES.error_style, missing)
                 return
         offered = pending.subprotocols
         chosen = next((p for p in SUBPROTOCOLS if p in offered), None)
