@@ -129,6 +129,32 @@ class Agent:
         middleware: The middleware, outermost first.
         structure: The structured-output spec as given; ``schema`` is its
             JSON Schema.
+
+    Args:
+        model: A provider from :mod:`uamp_agents.providers`; ``None`` makes a
+            sub-agent that inherits its parent's model.
+        params: Model parameters sent with every call (``max_tokens`` ...).
+        config: Provider configuration; applied through the provider's
+            ``with_config(config)`` when it has one, and inherited by
+            model-less sub-agents.
+        execution: The strategy (default :func:`~uamp_agents.execution.loop`).
+        tools: Functions, :class:`~uamp_agents.tools.Tool` objects and agents.
+        system: The system prompt.
+        structure: Structured output: a JSON Schema dict, or an attrs class,
+            dataclass or TypedDict (then ``turn.data`` is an instance of it,
+            or a dict for a TypedDict).
+        middleware: Middleware, outermost first.
+        strategy: Lifecycle hooks: an :class:`AgentStrategy` or a dict of them.
+        name: A name; also the default tool name when used as a sub-agent.
+        description: The description used when used as a sub-agent.
+        max_depth: Deepest sub-agent nesting allowed below this agent.
+        stream_buffer: Events buffered between a stream's run and its reader.
+
+    Raises:
+        TypeError: A tool, the strategy, ``structure`` or ``execution`` has
+            the wrong shape.
+        ValueError: Two tools share a name, or ``max_depth`` < 0.
+        SchemaError: A tool's or the structure's type has no JSON Schema.
     """
 
     def __init__(
@@ -505,62 +531,5 @@ def _describe(system: str | None) -> str:
     return f"A sub-agent. Its instructions: {text}"
 
 
-def agent(
-    *,
-    model: Provider | None = None,
-    params: dict[str, Any] | None = None,
-    config: dict[str, Any] | None = None,
-    execution: StrategyLike | None = None,
-    tools: Sequence[Any] = (),
-    system: str | None = None,
-    structure: Any = None,
-    middleware: Sequence[Any] = (),
-    strategy: AgentStrategy | dict[str, Any] | None = None,
-    name: str | None = None,
-    description: str | None = None,
-    max_depth: int = DEFAULT_MAX_DEPTH,
-    stream_buffer: int = DEFAULT_BUFFER,
-) -> Agent:
-    """Create an agent (section 4.1).
-
-    Args:
-        model: A provider from :mod:`uamp_agents.providers`; ``None`` makes a
-            sub-agent that inherits its parent's model.
-        params: Model parameters sent with every call (``max_tokens`` ...).
-        config: Provider configuration; applied through the provider's
-            ``with_config(config)`` when it has one, and inherited by
-            model-less sub-agents.
-        execution: The strategy (default :func:`~uamp_agents.execution.loop`).
-        tools: Functions, :class:`~uamp_agents.tools.Tool` objects and agents.
-        system: The system prompt.
-        structure: Structured output: a JSON Schema dict, or an attrs class,
-            dataclass or TypedDict (then ``turn.data`` is an instance of it,
-            or a dict for a TypedDict).
-        middleware: Middleware, outermost first.
-        strategy: Lifecycle hooks: an :class:`AgentStrategy` or a dict of them.
-        name: A name; also the default tool name when used as a sub-agent.
-        description: The description used when used as a sub-agent.
-        max_depth: Deepest sub-agent nesting allowed below this agent.
-        stream_buffer: Events buffered between a stream's run and its reader.
-
-    Raises:
-        TypeError: A tool, the strategy, ``structure`` or ``execution`` has
-            the wrong shape.
-        ValueError: Two tools share a name, or ``max_depth`` < 0.
-        SchemaError: A tool's or the structure's type has no JSON Schema.
-    """
-    return Agent(
-        model=model,
-        params=params,
-        config=config,
-        execution=execution,
-        tools=tools,
-        system=system,
-        structure=structure,
-        middleware=middleware,
-        strategy=strategy,
-        name=name,
-        description=description,
-        max_depth=max_depth,
-        stream_buffer=stream_buffer,
-    )
+#: Create an agent (section 4.1); the same as calling :class:`Agent`.
+agent = Agent

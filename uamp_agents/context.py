@@ -130,6 +130,11 @@ _FENCE = re.compile(r"^```[a-zA-Z0-9_-]*\s*\n(.*)\n```\s*$", re.DOTALL)
 _structurer = cattrs.Converter()
 
 
+def _as_list(items: Sequence[Any]) -> list[Any]:
+    return list(items)
+
+
+@attrs.define(slots=False, kw_only=True, eq=False)
 class ExecutionContext:
     """Everything a strategy works with (section 5.1), plus its operations.
 
@@ -160,55 +165,38 @@ class ExecutionContext:
             to every tool as ``ToolContext.deps``.
     """
 
-    def __init__(
-        self,
-        *,
-        agent: Agent,
-        llm: Provider,
-        input: Message | None,
-        history: list[Message],
-        tools: list[Tool],
-        strategy: AgentStrategy,
-        run: RunInfo,
-        params: dict[str, Any],
-        system: str | None,
-        structure: dict[str, Any] | None = None,
-        structure_type: type | None = None,
-        emitter: Emitter | None = None,
-        checks: Sequence[Check] = (),
-        listeners: Sequence[Listener] = (),
-        on_step: StepCallback | None = None,
-        metadata: dict[str, Any] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        deps: Any = None,
-    ) -> None:
-        self.agent = agent
-        self.deps = deps
-        self.llm = llm
-        self.input = input
-        self.history = history
-        self.tools = tools
-        self.strategy = strategy
-        self.run = run
-        self.params = params
-        self.system = system
-        self.structure = structure
-        self.structure_type = structure_type
-        self.state = ExecutionState(
-            messages=[input] if input is not None else [], metadata=dict(metadata or {})
-        )
-        self.usage = UsageStats()
-        self.tool_executions: list[ToolExecution] = []
-        self.tool_choice = tool_choice
-        self.pending_tool_calls: list[ToolInvocation] = []
-        self._emitter = emitter
-        self._checks = list(checks)
-        self._listeners = list(listeners)
-        self._on_step = on_step
-        self._tools = {t.name: t for t in tools}
-        self._step_usage: dict[int, UsageStats] = {}
-        self._step_start_index: dict[int, int] = {}
-        self._partial_text: list[str] = []
+    agent: Agent
+    llm: Provider
+    input: Message | None
+    history: list[Message]
+    tools: list[Tool]
+    strategy: AgentStrategy
+    run: RunInfo
+    params: dict[str, Any]
+    system: str | None
+    structure: dict[str, Any] | None = None
+    structure_type: type | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    deps: Any = None
+    state: ExecutionState = attrs.field(init=False)
+    usage: UsageStats = attrs.field(init=False, factory=UsageStats)
+    tool_executions: list[ToolExecution] = attrs.field(init=False, factory=list)
+    pending_tool_calls: list[ToolInvocation] = attrs.field(init=False, factory=list)
+    _emitter: Emitter | None = attrs.field(default=None, alias="emitter")
+    _checks: list[Check] = attrs.field(default=(), converter=_as_list, alias="checks")
+    _listeners: list[Listener] = attrs.field(default=(), converter=_as_list, alias="listeners")
+    _on_step: StepCallback | None = attrs.field(default=None, alias="on_step")
+    # The run's starting metadata; the run's own copy is ``state.metadata``.
+    _metadata: dict[str, Any] | None = attrs.field(default=None, alias="metadata", repr=False)
+    _tools: dict[str, Tool] = attrs.field(init=False, repr=False)
+    _step_usage: dict[int, UsageStats] = attrs.field(init=False, factory=dict, repr=False)
+    _step_start_index: dict[int, int] = attrs.field(init=False, factory=dict, repr=False)
+    _partial_text: list[str] = attrs.field(init=False, factory=list, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        messages = [self.input] if self.input is not None else []
+        self.state = ExecutionState(messages=messages, metadata=dict(self._metadata or {}))
+        self._tools = {t.name: t for t in self.tools}
 
     # --- read-only views ------------------------------------------------------
 

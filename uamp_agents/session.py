@@ -169,6 +169,19 @@ class Session:
             (:func:`uamp_agents.query`), by thread id.
         created_at: ISO 8601 creation time.
         updated_at: ISO 8601 time of the last change.
+
+    Args:
+        agent: The agent to run.
+        id: The session id (UUIDv4); generated when omitted.
+        checkpoints: Make checkpoints automatically.
+        checkpoint_interval: ``"step"`` (after every step) or ``"turn"``.
+        persistence: A :class:`~uamp_agents.persistence.PersistenceAdapter`,
+            or a file path for a SQLite database; default: in memory.
+        metadata: Session metadata.
+
+    Raises:
+        ValueError: Bad ``checkpoint_interval``.
+        SerializationError: ``id`` is not a UUIDv4.
     """
 
     def __init__(
@@ -679,35 +692,5 @@ def _accepts(fn: Callable[..., Any], name: str) -> bool:
     )
 
 
-def session(
-    agent: Agent,
-    *,
-    id: str | None = None,
-    checkpoints: bool = True,
-    checkpoint_interval: CheckpointInterval = "step",
-    persistence: PersistenceAdapter | str | os.PathLike[str] | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> Session:
-    """Create a session around ``agent`` (UAP section 6.1).
-
-    Args:
-        agent: The agent to run.
-        id: The session id (UUIDv4); generated when omitted.
-        checkpoints: Make checkpoints automatically.
-        checkpoint_interval: ``"step"`` (after every step) or ``"turn"``.
-        persistence: A :class:`~uamp_agents.persistence.PersistenceAdapter`,
-            or a file path for a SQLite database; default: in memory.
-        metadata: Session metadata.
-
-    Raises:
-        ValueError: Bad ``checkpoint_interval``.
-        SerializationError: ``id`` is not a UUIDv4.
-    """
-    return Session(
-        agent,
-        id=id,
-        checkpoints=checkpoints,
-        checkpoint_interval=checkpoint_interval,
-        persistence=persistence,
-        metadata=metadata,
-    )
+#: Create a session around an agent (UAP section 6.1); the same as calling :class:`Session`.
+session = Session

@@ -65,6 +65,7 @@ from ..jsonrpc import (
     JSONRPCError,
 )
 from . import _tools
+from ._media import media_item
 
 __all__ = [
     "CAPABILITIES_EXTENSION",
@@ -408,25 +409,10 @@ def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
     return value
 
 
-def _kind_of(media_type: str | None) -> str:
-    major = (media_type or "").split("/", 1)[0]
-    return major if major in ("image", "audio", "video") else "file"
-
-
 def _media_item(media: ty.Media, media_type: str | None, filename: str | None) -> ty.ContentItem:
-    kind = _kind_of(media_type)
-    subtype = media_type.split("/", 1)[1] if media_type and "/" in media_type else None
-    if kind == "image":
-        return ty.ImageContent(image=media, format=subtype)
-    if kind == "audio":
-        return ty.AudioContent(audio=media, format=subtype)
-    if kind == "video":
-        return ty.VideoContent(video=media, format=subtype)
-    return ty.FileContent(
-        file=media,
-        filename=filename or "file",
-        mime_type=media_type or "application/octet-stream",
-    )
+    # A2A parts carry no kind of their own: the MIME type's major part says it.
+    kind = (media_type or "").split("/", 1)[0]
+    return media_item(kind, media, media_type, filename or "file")
 
 
 def _parse_part(part: object, where: str) -> tuple[ty.ContentItem | None, Any]:

@@ -73,6 +73,7 @@ from ..ids import IdSource
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
+from ._media import media_item
 
 _RUN_BOUNDARIES = (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 
@@ -193,20 +194,9 @@ def _media_part(part: dict[str, Any], where: str, fail: Any) -> ty.ContentItem:
     mime = source.get("mimeType")
     mime = mime if isinstance(mime, str) else None
     media: ty.Media = value if source["type"] == "data" else ty.MediaURL(url=value)
-    subtype = mime.split("/", 1)[1] if mime and "/" in mime else None
-    if kind == "image":
-        return ty.ImageContent(image=media, format=subtype)
-    if kind == "audio":
-        return ty.AudioContent(audio=media, format=subtype)
-    if kind == "video":
-        return ty.VideoContent(video=media, format=subtype)
     meta = part.get("metadata")
     filename = meta.get("filename") if isinstance(meta, dict) else None
-    return ty.FileContent(
-        file=media,
-        filename=filename if isinstance(filename, str) else "document",
-        mime_type=mime or "application/octet-stream",
-    )
+    return media_item(kind, media, mime, filename if isinstance(filename, str) else "document")
 
 
 def _user_content(content: object, where: str, fail: Any) -> ty.Message:
@@ -604,19 +594,20 @@ class RunEncoder:
         mid, self._text = self._text, None
         return [{"type": "TEXT_MESSAGE_END", "messageId": mid}]
 
+    def _end_reasoning_message(self) -> Out:
+        """End the open reasoning message, if any, keeping its text in the run's output."""
+        mid = self._reasoning_message
+        if mid is None:
+            return []
+        self._output.append(
+            {"id": mid, "role": "reasoning", "content": "".join(self._reasoning_text)}
+        )
+        self._reasoning_message = None
+        self._reasoning_text = []
+        return [{"type": "REASONING_MESSAGE_END", "messageId": mid}]
+
     def _close_reasoning(self) -> Out:
-        out: Out = []
-        if self._reasoning_message is not None:
-            out.append({"type": "REASONING_MESSAGE_END", "messageId": self._reasoning_message})
-            self._output.append(
-                {
-                    "id": self._reasoning_message,
-                    "role": "reasoning",
-                    "content": "".join(self._reasoning_text),
-                }
-            )
-            self._reasoning_message = None
-            self._reasoning_text = []
+        out = self._end_reasoning_message()
         if self._reasoning is not None:
             out.append({"type": "REASONING_END", "messageId": self._reasoning})
             self._reasoning = None
@@ -782,18 +773,9 @@ class RunEncoder:
         if not event.content:
             return []
         out = [*self._close_tools(), *self._close_text()]
-        if not event.is_delta and self._reasoning_message is not None:
+        if not event.is_delta:
             # A complete thought: end the current reasoning message, start another.
-            out.append({"type": "REASONING_MESSAGE_END", "messageId": self._reasoning_message})
-            self._output.append(
-                {
-                    "id": self._reasoning_message,
-                    "role": "reasoning",
-                    "content": "".join(self._reasoning_text),
-                }
-            )
-            self._reasoning_message = None
-            self._reasoning_text = []
+            out += self._end_reasoning_message()
         if self._reasoning is None:
             self._reasoning = self._ids("reasoning")
             out.append({"type": "REASONING_START", "messageId": self._reasoning})

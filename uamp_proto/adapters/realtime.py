@@ -982,6 +982,19 @@ class ResponseEncoder:
             return str(self.output[-1]["id"])
         return str(self.session.items[-1]["id"]) if self.session.items else None
 
+    def _item_added(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        # A new output item joins the conversation, unless the response is out of band.
+        if self.conversation == "none":
+            return []
+        return [
+            {
+                "type": self.session.name("conversation.item.added"),
+                "event_id": self.session.ids("event"),
+                "previous_item_id": self._previous(),
+                "item": item,
+            }
+        ]
+
     def _open_item(self) -> list[dict[str, Any]]:
         if self._item is not None:
             return []
@@ -995,17 +1008,7 @@ class ResponseEncoder:
         }
         self._item = item
         out = [self._event("response.output_item.added", output_index=self._index(), item=item)]
-        if self.conversation != "none":
-            previous = self._previous()
-            out.append(
-                {
-                    "type": self.session.name("conversation.item.added"),
-                    "event_id": self.session.ids("event"),
-                    "previous_item_id": previous,
-                    "item": {**item, "content": []},
-                }
-            )
-        return out
+        return out + self._item_added({**item, "content": []})
 
     def _part_fields(self) -> dict[str, Any]:
         assert self._item is not None
@@ -1088,16 +1091,7 @@ class ResponseEncoder:
         }
         index = self._index()
         out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
-        if self.conversation != "none":
-            previous = self._previous()
-            out.append(
-                {
-                    "type": self.session.name("conversation.item.added"),
-                    "event_id": self.session.ids("event"),
-                    "previous_item_id": previous,
-                    "item": dict(item),
-                }
-            )
+        out += self._item_added(dict(item))
         common = {"item_id": item["id"], "output_index": index, "call_id": call.call_id}
         if call.arguments:
             out.append(
