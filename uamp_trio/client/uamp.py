@@ -70,7 +70,7 @@ import logging
 import os
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -727,6 +727,21 @@ def _encode(
     return out, None
 
 
+def _received(conn: ClientConnection) -> Iterator[ev.Event]:
+    """The events ``conn`` has parsed so far; one the core refuses is logged and
+    skipped, and so is an event type this version does not know."""
+    while True:
+        try:
+            event = conn.next_event()
+        except RemoteProtocolError as exc:
+            log.warning("the server sent an event we refuse: %s", exc)
+            continue
+        if event is NEED_DATA:
+            return
+        if isinstance(event, ev.Event):
+            yield event
+
+
 def _new_session_id() -> str:
     return "sess_" + os.urandom(12).hex()
 
@@ -937,17 +952,7 @@ class UampClient(_Link):
             self._shutdown(ClientError("closed", f"the connection closed ({closed.code})"))
 
     async def _drain(self) -> None:
-        conn = self._conn
-        while True:
-            try:
-                event = conn.next_event()
-            except RemoteProtocolError as exc:
-                log.warning("the server sent an event we refuse: %s", exc)
-                continue
-            if event is NEED_DATA:
-                return
-            if not isinstance(event, ev.Event):
-                continue  # an event type this version does not know
+        for event in _received(self._conn):
             sid = event.session_id
             session = self.sessions.get(sid) if sid is not None else None
             if session is None and sid is None and len(self.sessions) == 1:
@@ -1175,16 +1180,8 @@ class SSEClient(_Link):
                     async for chunk in resp.aiter_raw():
                         for sse in parser.feed(chunk):
                             conn.receive(sse.data)
-                            while True:
-                                try:
-                                    event = conn.next_event()
-                                except RemoteProtocolError as exc:
-                                    log.warning("the server sent an event we refuse: %s", exc)
-                                    continue
-                                if event is NEED_DATA:
-                                    break
-                                if isinstance(event, ev.Event):
-                                    await session._deliver(event, self._nursery)
+                            for event in _received(conn):
+                                await session._deliver(event, self._nursery)
                         owed = conn.data_to_send()
                         if owed:  # delta-window acks
                             await self._post(session, b"[" + b",".join(owed) + b"]")
