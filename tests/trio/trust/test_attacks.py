@@ -323,3 +323,17 @@ async def test_a_token_of_principal_a_refreshed_into_bs_session_is_refused(
     # The session goes on as bob: the refused token changed nothing.
     assert done["type"] == "response.done"
     assert [p.id for p in agent.runs] == ["bob"]
+
+
+async def test_an_sse_session_create_token_is_verified_too(
+    served: Any, agent: CountingAgent
+) -> None:
+    bob = _headers(ISSUER.token("bob"))
+    with trio.fail_after(TIMEOUT):
+        async with httpx.AsyncClient(base_url=served.url, timeout=TIMEOUT) as http:
+            for token in ISSUER.attacks().values():
+                body = [dict(CREATE, token=token), {"type": "response.create"}]
+                refused = await http.post("/agents/demo/events", json=body, headers=bob)
+                assert refused.status_code == 401
+                assert refused.json()["error"]["code"] == "unauthorized"
+    assert agent.runs == []
