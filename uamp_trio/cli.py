@@ -171,6 +171,13 @@ def _add_serve(sub: Any) -> None:
         "--max-body-size", type=int, default=_DEFAULTS.max_body_size, help="bytes (413 above)"
     )
     p.add_argument(
+        "--ws-send-timeout",
+        type=float,
+        default=_DEFAULTS.websocket_send_timeout,
+        help="seconds a WebSocket write may wait for a peer that does not read before it is "
+        "dropped (default %(default)s)",
+    )
+    p.add_argument(
         "--grace",
         type=float,
         default=_DEFAULTS.shutdown_grace,
@@ -326,6 +333,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             keyfile=args.keyfile,
             max_body_size=args.max_body_size,
             shutdown_grace=args.grace,
+            websocket_send_timeout=args.ws_send_timeout,
         )
     except ValueError as exc:
         print(f"uamp serve: {exc}", file=sys.stderr)

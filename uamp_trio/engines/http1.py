@@ -657,6 +657,7 @@ class _Http1Connection:
             self._ws_initial(),
             target,
             max_message_size=self.cfg.websocket_max_message_size,
+            send_timeout=self.cfg.websocket_send_timeout,
         )
         try:
             await handler(pending)

@@ -82,6 +82,9 @@ class ServerConfig:
         shutdown_grace: How long graceful shutdown waits for in-flight work.
         h2_max_concurrent_streams: SETTINGS_MAX_CONCURRENT_STREAMS we announce.
         websocket_max_message_size: Largest WebSocket message assembled.
+        websocket_send_timeout: Longest a WebSocket write may wait for a peer
+            that does not read (a full send buffer); the connection is then
+            dropped, so a stalled peer holds no more than its buffers.
     """
 
     host: str = "127.0.0.1"
@@ -96,6 +99,7 @@ class ServerConfig:
     shutdown_grace: float = 10.0
     h2_max_concurrent_streams: int = 100
     websocket_max_message_size: int = 4 * 1024 * 1024
+    websocket_send_timeout: float = 30.0
 
     def __attrs_post_init__(self) -> None:
         if (self.certfile is None) != (self.keyfile is None):
@@ -103,7 +107,7 @@ class ServerConfig:
         for name in ("max_body_size", "max_header_size", "h2_max_concurrent_streams"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in ("idle_timeout", "header_timeout", "body_timeout"):
+        for name in ("idle_timeout", "header_timeout", "body_timeout", "websocket_send_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.shutdown_grace < 0:
@@ -191,6 +195,11 @@ class Server:
         if not self.addresses:
             raise RuntimeError("the server is not listening yet")
         return self.addresses[0][1]
+
+    @property
+    def connection_count(self) -> int:
+        """How many connections are open now."""
+        return len(self._connections)
 
     @property
     def scheme(self) -> str:

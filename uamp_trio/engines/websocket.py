@@ -63,6 +63,8 @@ class WebSocketRequest:
         stream: The raw (possibly TLS) stream of the connection.
         initial_data: Bytes the client sent after the request head.
         max_message_size: Largest message :class:`WebSocket` will assemble.
+        send_timeout: Longest a write may wait for a peer that does not read
+            before the connection is dropped.
     """
 
     def __init__(
@@ -73,11 +75,13 @@ class WebSocketRequest:
         target: str,
         *,
         max_message_size: int,
+        send_timeout: float = 30.0,
     ) -> None:
         self.request = request
         self.stream = stream
         self.initial_data = initial_data
         self.max_message_size = max_message_size
+        self.send_timeout = send_timeout
         self.answered = False
         self._ws = WSConnection(ConnectionType.SERVER)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
@@ -100,7 +104,14 @@ class WebSocketRequest:
         headers = [(k.encode(), v.encode()) for k, v in extra_headers or []]
         data = self._ws.send(AcceptConnection(subprotocol=subprotocol, extra_headers=headers))
         await self.stream.send_all(data)
-        ws = WebSocket(self.stream, self._ws, self.request, subprotocol, self.max_message_size)
+        ws = WebSocket(
+            self.stream,
+            self._ws,
+            self.request,
+            subprotocol,
+            self.max_message_size,
+            send_timeout=self.send_timeout,
+        )
         if self.initial_data:
             ws._feed(self.initial_data)
         return ws
@@ -125,7 +136,9 @@ class WebSocket:
     """An open server-side WebSocket on a trio stream (wsproto underneath).
 
     One task may :meth:`receive` while others :meth:`send`; pings are answered
-    inside :meth:`receive`.
+    inside :meth:`receive`, only the latest of those read together (RFC 6455
+    section 5.5.3). A write that waits longer than ``send_timeout`` for a peer
+    that does not read drops the connection.
     """
 
     def __init__(
@@ -135,8 +148,11 @@ class WebSocket:
         request: Request,
         subprotocol: str | None,
         max_message_size: int,
+        *,
+        send_timeout: float = 30.0,
     ) -> None:
         self.stream = stream
+        self._send_timeout = send_timeout
         self.request = request
         self.subprotocol = subprotocol
         self._ws = ws
@@ -158,7 +174,11 @@ class WebSocket:
         except RemoteProtocolError as exc:  # pragma: no cover - wsproto queues its own close
             self._closed = ConnectionClosed(1002, str(exc))
             return
-        self._events.extend(self._ws.events())
+        events = list(self._ws.events())
+        last_ping = max((i for i, e in enumerate(events) if isinstance(e, Ping)), default=-1)
+        self._events.extend(
+            e for i, e in enumerate(events) if i >= last_ping or not isinstance(e, Ping)
+        )
 
     async def _write(self, event: Event) -> None:
         async with self._lock:
@@ -167,10 +187,16 @@ class WebSocket:
             except LocalProtocolError as exc:
                 raise ConnectionClosed(1006, str(exc)) from None
             try:
-                await self.stream.send_all(data)
+                with trio.move_on_after(self._send_timeout) as scope:
+                    await self.stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._closed = self._closed or ConnectionClosed(1006, "connection lost")
                 raise self._closed from None
+            if scope.cancelled_caught:
+                # The stream is unusable after a cancelled send_all: drop it.
+                self._closed = self._closed or ConnectionClosed(1006, "peer not reading")
+                await trio.aclose_forcefully(self.stream)
+                raise self._closed
 
     async def receive(self) -> str | bytes:
         """The next whole message (``str`` for text, ``bytes`` for binary).
@@ -201,6 +227,10 @@ class WebSocket:
                 elif isinstance(event, CloseConnection):
                     if self._ws.state is ConnectionState.REMOTE_CLOSING:
                         await self._write(event.response())
+                    elif self._ws.state is ConnectionState.OPEN:
+                        # wsproto could not accept a frame (bad UTF-8: 1007,
+                        # bad framing: 1002) and leaves the close to us.
+                        await self.close(event.code, event.reason or None)
                     self._closed = ConnectionClosed(event.code, event.reason or None)
                     raise self._closed
             try:

@@ -10,9 +10,12 @@ turn outgoing messages into bytes. :class:`FrameEngine` is that interface:
 * :meth:`FrameEngine.feed` takes bytes read from the socket (``b""`` for end
   of stream) and returns the complete messages they finished, as ``bytes``
   (UTF-8 for text frames; the UAMP core decodes JSON from bytes directly).
-  Control frames are handled inside: a ping queues its pong, a close frame
+  Control frames are handled inside: a ping makes a pong owed (only the
+  latest ping is answered, RFC 6455 section 5.5.3, so a ping flood queues
+  one pong, not one per ping), a close frame
   queues the closing reply and raises :class:`WebSocketClosed`. A message
-  above ``max_message_size`` queues a close with code 1009 and raises.
+  above ``max_message_size`` queues a close with code 1009, a text message
+  that is not UTF-8 one with 1007, and raises.
 * :meth:`FrameEngine.text`, :meth:`~FrameEngine.ping`,
   :meth:`~FrameEngine.close` queue frames; :meth:`FrameEngine.take` returns
   everything queued as one ``bytes`` so the caller writes it with one
@@ -53,6 +56,7 @@ EngineName = Literal["websockets", "wsproto"]
 CLOSE_NORMAL: Final = 1000
 CLOSE_GOING_AWAY: Final = 1001
 CLOSE_PROTOCOL_ERROR: Final = 1002
+CLOSE_INVALID_DATA: Final = 1007
 CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_TOO_BIG: Final = 1009
 CLOSE_INTERNAL_ERROR: Final = 1011
@@ -119,23 +123,66 @@ class FrameEngine(abc.ABC):
     _pongs = 0
 
 
+def _latest_ping_protocol() -> type:
+    """websockets' protocol core, owing a pong to the latest ping only.
+
+    The library queues a pong for every ping it parses; a peer that floods
+    pings and does not read would grow that queue without bound. RFC 6455
+    section 5.5.3 lets an endpoint answer only the most recent ping, so this
+    subclass keeps the latest ping's payload instead and the engine frames
+    its pong when the queue is taken.
+    """
+    from websockets.frames import Opcode
+    from websockets.protocol import Protocol
+
+    class LatestPingProtocol(Protocol):
+        ping_owed: bytes | None = None
+
+        def recv_frame(self, frame: object) -> None:
+            if getattr(frame, "opcode", None) is Opcode.PING:
+                self.ping_owed = bytes(frame.data)  # type: ignore[attr-defined]
+                self.events.append(frame)  # type: ignore[arg-type]
+                return
+            super().recv_frame(frame)  # type: ignore[arg-type]
+
+    return LatestPingProtocol
+
+
+_LATEST_PING_PROTOCOL: type | None = None
+
+
+def _valid_text(data: bytes) -> bool:
+    """Whether a text message's payload is UTF-8 (RFC 6455 section 8.1)."""
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class _WebsocketsEngine(FrameEngine):
     """Framing with the sans-IO core of the ``websockets`` library."""
 
     def __init__(self, client: bool, max_message_size: int | None) -> None:
+        global _LATEST_PING_PROTOCOL
         from websockets.frames import Frame, Opcode
-        from websockets.protocol import Protocol, Side, State
+        from websockets.protocol import Side, State
 
+        if _LATEST_PING_PROTOCOL is None:
+            _LATEST_PING_PROTOCOL = _latest_ping_protocol()
         self._frame_type = Frame
         self._op_text = Opcode.TEXT
         self._op_binary = Opcode.BINARY
         self._op_cont = Opcode.CONT
         self._op_pong = Opcode.PONG
         self._open = State.OPEN
-        self._p = Protocol(
+        self._p = _LATEST_PING_PROTOCOL(
             Side.CLIENT if client else Side.SERVER, state=State.OPEN, max_size=max_message_size
         )
         self._parts: list[bytes] = []
+        self._is_text = False
         self.closed = None
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -150,13 +197,20 @@ class _WebsocketsEngine(FrameEngine):
                 continue
             op = frame.opcode
             if op is self._op_text or op is self._op_binary or op is self._op_cont:
+                if op is not self._op_cont:
+                    self._is_text = op is self._op_text
                 if frame.fin and not self._parts:
-                    out.append(bytes(frame.data))
+                    message = bytes(frame.data)
                 else:
                     self._parts.append(bytes(frame.data))
-                    if frame.fin:
-                        out.append(b"".join(self._parts))
-                        self._parts = []
+                    if not frame.fin:
+                        continue
+                    message = b"".join(self._parts)
+                    self._parts = []
+                if self._is_text and not _valid_text(message):
+                    p.fail(CLOSE_INVALID_DATA, "invalid UTF-8 in a text message")
+                    break
+                out.append(message)
             elif op is self._op_pong:
                 self._pongs += 1
         if p.state is not self._open:
@@ -186,11 +240,17 @@ class _WebsocketsEngine(FrameEngine):
                 self.closed = WebSocketClosed(code, reason)
 
     def take(self) -> bytes:
-        return b"".join(self._p.data_to_send())
+        p = self._p
+        owed = p.ping_owed
+        if owed is not None:
+            p.ping_owed = None
+            if p.state is self._open:
+                p.send_pong(owed)
+        return b"".join(p.data_to_send())
 
     @property
     def owes(self) -> bool:
-        return bool(self._p.writes)
+        return bool(self._p.writes) or self._p.ping_owed is not None
 
 
 class _WsprotoEngine(FrameEngine):
@@ -208,6 +268,7 @@ class _WsprotoEngine(FrameEngine):
         self._parts: list[bytes] = []
         self._size = 0
         self._out: list[bytes] = []
+        self._ping_owed: bytes | None = None
         self.closed = None
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -233,12 +294,16 @@ class _WsprotoEngine(FrameEngine):
                         out.append(b"".join(self._parts))
                         self._parts, self._size = [], 0
             elif isinstance(event, we.Ping):
-                self._out.append(self._c.send(event.response()))
+                self._ping_owed = bytes(event.payload)  # only the latest is answered
             elif isinstance(event, we.Pong):
                 self._pongs += 1
             elif isinstance(event, we.CloseConnection):
                 if self._c.state is self._state_remote_closing:
                     self._out.append(self._c.send(event.response()))
+                elif self._c.state is self._state_open:
+                    # wsproto reports a frame it could not accept (bad UTF-8:
+                    # 1007, bad framing: 1002) as a close it leaves to us.
+                    self.close(event.code, event.reason or "")
                 self.closed = WebSocketClosed(event.code, event.reason or "")
                 break
         if not data and self.closed is None:
@@ -261,12 +326,17 @@ class _WsprotoEngine(FrameEngine):
                 self.closed = WebSocketClosed(code, reason)
 
     def take(self) -> bytes:
+        owed = self._ping_owed
+        if owed is not None:
+            self._ping_owed = None
+            if self._c.state is self._state_open:
+                self._out.append(self._c.send(self._we.Pong(payload=owed)))
         out, self._out = self._out, []
         return b"".join(out)
 
     @property
     def owes(self) -> bool:
-        return bool(self._out)
+        return bool(self._out) or self._ping_owed is not None
 
 
 def _default_engine() -> EngineName:

@@ -163,6 +163,8 @@ class SessionLimits:
         max_owed: Replies the server may owe a peer that does not read
             before the peer is dropped.
         max_delta_window: The largest delta window granted.
+        send_timeout: Longest a write may wait for a peer that does not read
+            (a full send buffer) before the connection is dropped.
     """
 
     max_sessions: int = 64
@@ -172,6 +174,7 @@ class SessionLimits:
     outbox_size: int = 64
     max_owed: int = 1024
     max_delta_window: int = 1024
+    send_timeout: float = 30.0
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -183,7 +186,7 @@ class SessionLimits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("idle_timeout", "keepalive_interval"):
+        for name in ("idle_timeout", "keepalive_interval", "send_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
 

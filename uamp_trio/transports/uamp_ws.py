@@ -124,7 +124,9 @@ class UampWebSocketEndpoint:
         offered = pending.subprotocols
         chosen = next((p for p in SUBPROTOCOLS if p in offered), None)
         await pending.accept(subprotocol=chosen)
-        limits = self.config.limits or SessionLimits(max_message_size=pending.max_message_size)
+        limits = self.config.limits or SessionLimits(
+            max_message_size=pending.max_message_size, send_timeout=pending.send_timeout
+        )
         await serve_uamp_websocket(
             pending.stream,
             self.app.agents,
@@ -195,7 +197,7 @@ class _Connection:
             self.shut(CLOSE_POLICY_VIOLATION, "too many unread replies")
 
     async def writer(self) -> None:
-        engine, outbox, stream = self.engine, self.host.outbox, self.stream
+        engine, outbox = self.engine, self.host.outbox
         try:
             while True:
                 try:
@@ -205,7 +207,7 @@ class _Connection:
                         engine.close(*self.closing)
                     tail = engine.take()
                     if tail:
-                        await stream.send_all(tail)
+                        await self._send(tail)
                     return
                 batch = await outbox.take_more(batch)
                 if engine.closed is None:
@@ -214,7 +216,7 @@ class _Connection:
                         text(message)
                 data = engine.take()
                 if data:
-                    await stream.send_all(data)
+                    await self._send(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.host.outbox.close()
         finally:
@@ -223,6 +225,18 @@ class _Connection:
                 # Nothing more will be written: give the peer a moment to answer
                 # the close frame, then end the connection.
                 self.scope.deadline = min(self.scope.deadline, trio.current_time() + CLOSE_GRACE)
+
+    async def _send(self, data: bytes) -> None:
+        """Write ``data``; a peer that leaves it unread for ``send_timeout`` is dropped."""
+        with trio.move_on_after(self.limits.send_timeout) as scope:
+            await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            log.info(
+                "UAMP WebSocket peer not reading for %.0fs; dropping it", self.limits.send_timeout
+            )
+            if self.scope is not None:
+                self.scope.cancel()
+            raise trio.ClosedResourceError("peer not reading")
 
     async def keeper(self) -> None:
         limits, host = self.limits, self.host
