@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 from ..errors import PersistenceError
 
-__all__ = ["PersistenceAdapter", "PersistenceError", "session_id_of"]
+__all__ = ["PersistenceAdapter", "PersistenceError", "encode_session", "session_id_of"]
 
 
 @runtime_checkable
@@ -47,3 +49,17 @@ def session_id_of(session_json: dict[str, Any]) -> str:
     if not isinstance(session_id, str) or not session_id:
         raise PersistenceError("a session to save must have a non-empty string 'id'")
     return session_id
+
+
+def encode_session(value: Any, session_id: str, *, option: int | None = None) -> bytes:
+    """``value`` (a SessionJSON value, or its head) as JSON for the store.
+
+    Raises:
+        PersistenceError: It is not JSON-serialisable.
+    """
+    try:
+        return orjson.dumps(value, option=option)
+    except TypeError as exc:
+        raise PersistenceError(
+            f"session is not JSON-serialisable: {exc}", session_id=session_id
+        ) from None

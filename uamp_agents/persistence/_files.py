@@ -20,7 +20,7 @@ from typing import Any, Final
 import orjson
 import trio
 
-from ._base import PersistenceError, session_id_of
+from ._base import PersistenceError, encode_session, session_id_of
 
 __all__ = ["JSONDirectoryAdapter"]
 
@@ -81,12 +81,7 @@ class JSONDirectoryAdapter:
         """
         session_id = session_id_of(session_json)
         target = self._file(session_id)
-        try:
-            data = orjson.dumps(session_json, option=orjson.OPT_INDENT_2)
-        except TypeError as exc:
-            raise PersistenceError(
-                f"session is not JSON-serialisable: {exc}", session_id=session_id
-            ) from None
+        data = encode_session(session_json, session_id, option=orjson.OPT_INDENT_2)
         try:
             await trio.to_thread.run_sync(self._write, target, data)
         except OSError as exc:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from ._base import PersistenceError, session_id_of
+from ._base import encode_session, session_id_of
 
 __all__ = ["MemoryAdapter"]
 
@@ -29,13 +29,7 @@ class MemoryAdapter:
             PersistenceError: No string ``id``, or not JSON-serialisable.
         """
         session_id = session_id_of(session_json)
-        try:
-            encoded = orjson.dumps(session_json)
-        except TypeError as exc:
-            raise PersistenceError(
-                f"session is not JSON-serialisable: {exc}", session_id=session_id
-            ) from None
-        self._data[session_id] = encoded
+        self._data[session_id] = encode_session(session_json, session_id)
 
     async def load(self, session_id: str) -> dict[str, Any] | None:
         """The stored value of ``session_id``, or ``None``."""

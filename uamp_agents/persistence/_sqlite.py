@@ -28,7 +28,7 @@ from typing import Any, Final
 import orjson
 import trio
 
-from ._base import PersistenceError, session_id_of
+from ._base import PersistenceError, encode_session, session_id_of
 
 __all__ = ["SQLiteAdapter"]
 
@@ -196,12 +196,7 @@ class SQLiteAdapter:
             head_value["checkpoints"] = None
         else:
             checkpoints = []
-        try:
-            head = orjson.dumps(head_value)
-        except TypeError as exc:
-            raise PersistenceError(
-                f"session is not JSON-serialisable: {exc}", session_id=session_id
-            ) from None
+        head = encode_session(head_value, session_id)
         await self._run(self._save, session_id, head, split, checkpoints)
 
     def _load(self, session_id: str) -> dict[str, Any] | None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import ModelRequest, ModelResponse, Provider, ProviderError, ProviderEvent
+from . import base
+from .base import *  # noqa: F403  (the provider interface: base.__all__)
 
 if TYPE_CHECKING:
     from ._anthropic import anthropic
@@ -20,18 +21,7 @@ if TYPE_CHECKING:
     from ._google import google
     from ._openai import openai
 
-__all__ = [
-    "ModelRequest",
-    "ModelResponse",
-    "Provider",
-    "ProviderError",
-    "ProviderEvent",
-    "anthropic",
-    "demo",
-    "function",
-    "google",
-    "openai",
-]
+__all__ = [*base.__all__, "anthropic", "demo", "function", "google", "openai"]
 
 _FACTORIES = frozenset({"openai", "anthropic", "google", "demo", "function"})
 

@@ -6,28 +6,8 @@ once; transports receive the resulting principal and never see raw credentials.
 Where this wing sits: docs/architecture.md; what it guarantees: docs/security.md.
 """
 
-from .auth import (
-    ANONYMOUS,
-    AnonymousAuthenticator,
-    AnyOf,
-    APIKeyAuthenticator,
-    Authenticator,
-    AuthError,
-    JWTAuthenticator,
-    Principal,
-    bearer_token,
-    is_loopback,
-)
+from . import auth
+from .auth import *  # noqa: F403
 
-__all__ = [
-    "ANONYMOUS",
-    "APIKeyAuthenticator",
-    "AnonymousAuthenticator",
-    "AnyOf",
-    "AuthError",
-    "Authenticator",
-    "JWTAuthenticator",
-    "Principal",
-    "bearer_token",
-    "is_loopback",
-]
+# The wing's public names are the authentication module's.
+__all__ = auth.__all__
