@@ -31,7 +31,7 @@ becomes the run's structured output, and the sampling parameters a transport
 puts in ``request.metadata`` (``temperature``, ``top_p``, ``max_tokens``,
 ``stop``, ``seed``, ``presence_penalty``, ``frequency_penalty``) override the
 agent's ``params``. The run's ``state.metadata["uamp"]`` names the agent,
-session and response.
+session, response and principal (``{"scheme", "id"}``).
 
 *Client tools.* The tools the client declared (``request.tools``) are offered
 to the model next to the agent's own, as deferred tools
@@ -206,6 +206,9 @@ class AgentEndpoint:
                     "agent": request.agent,
                     "session_id": request.session_id,
                     "response_id": request.response_id,
+                    # Who the run is for, so an agent that persists state
+                    # (checkpoints, sessions) can key it by its owner.
+                    "principal": {"scheme": request.principal.scheme, "id": request.principal.id},
                 }
             },
         )

@@ -34,6 +34,15 @@ class Principal:
     expires_at: float | None = None
     claims: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """What ownership compares: ``(scheme, id)``.
+
+        Two credentials of one caller (a refreshed JWT, a later request) own
+        the same objects; expiry and claims play no part.
+        """
+        return (self.scheme, self.id)
+
     def expired(self, now: float) -> bool:
         """Whether the credential has expired at ``now``."""
         return self.expires_at is not None and now >= self.expires_at

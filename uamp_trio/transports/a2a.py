@@ -41,6 +41,14 @@ or the ``payment_policy`` given to :func:`transport`) with the ``X-PAYMENT``
 header. JSON-RPC answers error ``-32402`` with ``data``
 ``{"status_code": 402, "accepts": [...]}``; the REST form streams
 ``task.failed`` with ``code: "payment_required"``.
+
+Ownership (docs/security.md): a task belongs to the principal whose request
+created it (``request.principal``). Every operation that names a task --
+``GetTask``, ``CancelTask``, ``SubscribeToTask``, a send with ``taskId``,
+the REST ``GET``/``DELETE`` -- answers another principal's task exactly as a
+task that does not exist; ``ListTasks`` lists the caller's tasks only, and a
+send into another principal's ``contextId`` starts a fresh conversation, as
+it does for an unknown one.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from uamp_proto.payment import (
     open_charge,
     pricing_of,
 )
+from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.sse import encode_json
 
@@ -73,7 +82,7 @@ from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingRes
 from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
-from ..stores.a2a_tasks import TaskStore
+from ..stores.a2a_tasks import TaskStore, task_not_found
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -247,18 +256,20 @@ class A2ATransport:
         if op == "stream":
             prepared = self._prepare(agent, params, dialect, request, rest=False)
             return self._stream_rpc(agent, prepared, call)
+        principal = request.principal
         if op == "get":
-            found = self._task(agent, a2a.task_id_param(params))
+            found = self._task(agent, a2a.task_id_param(params), principal)
             history = a2a.opt_int(params, "historyLength")
             got = a2a.render_task(found, dialect, history_length=history)
             return json_response(a2a.result_response(call.id, got))
         if op == "cancel":
-            canceled = await self._cancel(agent, a2a.task_id_param(params))
+            canceled = await self._cancel(agent, a2a.task_id_param(params), principal)
             return json_response(a2a.result_response(call.id, a2a.render_task(canceled, dialect)))
         if op == "list":
-            return json_response(a2a.result_response(call.id, self._list(agent, params)))
+            listed = self._list(agent, params, principal)
+            return json_response(a2a.result_response(call.id, listed))
         if op == "subscribe":
-            return self._subscribe(agent, a2a.task_id_param(params), call)
+            return self._subscribe(agent, a2a.task_id_param(params), call, principal)
         if op == "push":
             raise A2AError(
                 a2a.PUSH_NOTIFICATION_NOT_SUPPORTED, "Push notifications are not supported."
@@ -283,8 +294,10 @@ class A2ATransport:
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
-    def _subscribe(self, agent: Responder, task_id: str, call: a2a.RpcCall) -> StreamingResponse:
-        task = self._task(agent, task_id)
+    def _subscribe(
+        self, agent: Responder, task_id: str, call: a2a.RpcCall, principal: Principal
+    ) -> StreamingResponse:
+        task = self._task(agent, task_id, principal)
         if task.state.is_terminal:
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
@@ -308,7 +321,9 @@ class A2ATransport:
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
-    def _list(self, agent: Responder, params: dict[str, Any]) -> dict[str, Any]:
+    def _list(
+        self, agent: Responder, params: dict[str, Any], principal: Principal
+    ) -> dict[str, Any]:
         context_id = params.get("contextId") or None
         status = params.get("status") or None
         wanted: a2a.TaskState | None = None
@@ -327,7 +342,7 @@ class A2ATransport:
         artifacts = params.get("includeArtifacts") is True
         tasks = [
             t
-            for t in reversed(list(self.store))
+            for t in reversed(self.store.owned_by(principal))
             if t.agent == agent.name
             and (context_id is None or t.context_id == context_id)
             and (wanted is None or t.state is wanted)
@@ -388,7 +403,7 @@ class A2ATransport:
         """``GET .../tasks/{task_id}``."""
         agent = self.app.resolve_agent(request.path_params)
         try:
-            task = self._task(agent, request.path_params["task_id"])
+            task = self._task(agent, request.path_params["task_id"], request.principal)
         except A2AError as exc:
             raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         return json_response(a2a.rest_task(task))
@@ -397,17 +412,22 @@ class A2ATransport:
         """``DELETE .../tasks/{task_id}``: cancel the task."""
         agent = self.app.resolve_agent(request.path_params)
         try:
-            task = await self._cancel(agent, request.path_params["task_id"])
+            task = await self._cancel(agent, request.path_params["task_id"], request.principal)
         except A2AError as exc:
             raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         return json_response(a2a.rest_task(task))
 
     # --- tasks ---------------------------------------------------------------------------
 
-    def _task(self, agent: Responder, task_id: str) -> A2ATask:
-        task = self.store.get(task_id)
-        if task.agent != agent.name:  # another agent's task does not exist here
-            raise A2AError(a2a.TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
+    def _task(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:
+        """The caller's task ``task_id`` of ``agent``.
+
+        Another principal's task, or another agent's, does not exist here:
+        the answer is the store's one not-found error (no oracle).
+        """
+        task = self.store.get(task_id, owner=principal)
+        if task.agent != agent.name:
+            raise task_not_found(task_id)
         return task
 
     def _prepare(
@@ -432,6 +452,7 @@ class A2ATransport:
             raise A2AError(a2a.INVALID_PARAMS, "'metadata' must be an object.")
         tools = a2a.parse_tools(metadata)
         token = request.headers.get("x-payment")
+        principal = request.principal
         stored = a2a.StoredMessage(
             message_id=message.message_id,
             role="user",
@@ -441,7 +462,7 @@ class A2ATransport:
         )
         now = _now()
         if message.task_id is not None:
-            task = self._task(agent, message.task_id)
+            task = self._task(agent, message.task_id, principal)
             if message.context_id and message.context_id != task.context_id:
                 raise A2AError(
                     a2a.INVALID_PARAMS,
@@ -470,7 +491,9 @@ class A2ATransport:
             new = False
         else:
             context_id = message.context_id or self.ids("ctx")
-            earlier = self.store.latest_in_context(context_id)
+            # Only the caller's own conversation continues: another principal's
+            # contextId is a fresh context, as an unknown one is.
+            earlier = self.store.latest_in_context(context_id, owner=principal)
             if earlier is not None and earlier.agent != agent.name:
                 raise A2AError(
                     a2a.INVALID_PARAMS, f"Context {context_id} belongs to another agent."
@@ -503,19 +526,19 @@ class A2ATransport:
                     ],
                     metadata={"code": "payment_required"},
                 )
-                self.store.add(task)
+                self.store.add(task, owner=principal)
                 raise _PaymentRefused(task, error) from None
-            self.store.add(task)
+            self.store.add(task, owner=principal)
             new = True
         turn = TurnRequest(
             agent=agent.name,
+            principal=principal,
             session_id=task.context_id,
             response_id=response_id,
             messages=list(task.conversation),
             tools=list(task.tools),
             payment_token=token,
             metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
-            principal=request.principal,
         )
         return _Prepared(
             task=task,
@@ -647,8 +670,8 @@ class A2ATransport:
         signed = attrs.evolve(final, metadata={**(final.metadata or {}), "signature": signature})
         return [*updates[:-1], signed]
 
-    async def _cancel(self, agent: Responder, task_id: str) -> A2ATask:
-        task = self._task(agent, task_id)
+    async def _cancel(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:
+        task = self._task(agent, task_id, principal)
         live = self._live.get(task_id)
         if live is None:
             task.move(Trigger.CANCEL, _now())  # paused tasks cancel here; finished ones raise

@@ -38,6 +38,13 @@ text (the ``agent_message_chunk`` texts joined; ``content`` of
 ``prompt/submit``) and the JSON-RPC payload that carried the request, exactly
 as received (an HTTP body, a WebSocket message, a stdio line without its
 newline; a whole batch when it came in one).
+
+Ownership (docs/security.md): a session belongs to the principal that
+created it with ``session/new``. ``session/load``, ``session/prompt`` and
+``session/cancel`` from any other principal -- on another connection or
+carrier, or with another token -- are answered exactly as for a session that
+does not exist (``-32002``; a cancel is ignored either way), so a session id
+can neither be probed nor run on its owner's payment token.
 """
 
 from __future__ import annotations
@@ -118,6 +125,7 @@ class AcpSession:
     Attributes:
         id: The ``sessionId``.
         agent: The agent's name.
+        owner: The principal that created it; nobody else can reach it.
         cwd: The client's working directory.
         messages: The conversation so far (UAMP messages).
         payment_token: The last token that paid for a prompt.
@@ -127,6 +135,7 @@ class AcpSession:
     id: str
     agent: str
     cwd: str
+    owner: Principal = ANONYMOUS
     messages: list[ty.Message] = attrs.field(factory=list)
     payment_token: str | None = None
     turn: ResponseRun | None = None
@@ -139,20 +148,21 @@ class AcpSessionStore:
     def __init__(self) -> None:
         self.sessions: dict[str, AcpSession] = {}
 
-    def create(self, agent: str, cwd: str) -> AcpSession:
-        """A new empty session."""
-        session = AcpSession(id=_new_id("sess"), agent=agent, cwd=cwd)
+    def create(self, agent: str, cwd: str, *, owner: Principal) -> AcpSession:
+        """A new empty session of ``owner``."""
+        session = AcpSession(id=_new_id("sess"), agent=agent, cwd=cwd, owner=owner)
         self.sessions[session.id] = session
         return session
 
-    def get(self, agent: str, session_id: str) -> AcpSession:
-        """The session ``session_id`` of ``agent``.
+    def get(self, agent: str, session_id: str, *, owner: Principal) -> AcpSession:
+        """The session ``session_id`` of ``agent``, if ``owner`` created it.
 
         Raises:
-            JSONRPCError: ``-32002`` (resource not found) for an unknown id.
+            JSONRPCError: ``-32002`` (resource not found), the same for an
+                unknown id, another agent's and another principal's session.
         """
         session = self.sessions.get(session_id)
-        if session is None or session.agent != agent:
+        if session is None or session.agent != agent or session.owner.key != owner.key:
             raise acp.unknown_session(session_id)
         return session
 
@@ -169,7 +179,8 @@ class AcpConnection:
         signer: Signs each prompt's answer (``_meta.signature``); ``None``:
             unsigned.
         principal: Who the peer is (the authenticated caller; the local
-            user on stdio); put on every ``TurnRequest``.
+            user on stdio); owns the sessions it creates and is put on
+            every ``TurnRequest``.
     """
 
     def __init__(
@@ -252,7 +263,7 @@ class AcpConnection:
         if note.method == "session/cancel":
             try:
                 session_id = acp.parse_cancel(note.params)
-                session = self.store.get(self.agent.name, session_id)
+                session = self.store.get(self.agent.name, session_id, owner=self.principal)
             except rpc.JSONRPCError as exc:
                 log.info("ignored session/cancel: %s", exc.message)
                 return
@@ -306,12 +317,12 @@ class AcpConnection:
 
     async def _session_new(self, _id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_new_session(params)
-        session = self.store.create(self.agent.name, parsed.cwd)
+        session = self.store.create(self.agent.name, parsed.cwd, owner=self.principal)
         return {"sessionId": session.id}
 
     async def _session_load(self, _id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_load_session(params)
-        session = self.store.get(self.agent.name, parsed.session_id)
+        session = self.store.get(self.agent.name, parsed.session_id, owner=self.principal)
         session.cwd = parsed.cwd
         for update in acp.history_updates(session.messages):
             await self._update(session.id, update)
@@ -319,7 +330,7 @@ class AcpConnection:
 
     async def _session_prompt(self, _id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_prompt(params)
-        session = self.store.get(self.agent.name, parsed.session_id)
+        session = self.store.get(self.agent.name, parsed.session_id, owner=self.principal)
         if session.busy:
             raise rpc.JSONRPCError(
                 rpc.INVALID_REQUEST,

@@ -29,6 +29,17 @@ or, with no server running the app, in a trio system task. A session with no
 stream attached and no POST for ``idle_timeout`` seconds expires, as does one
 whose UAMP session ended.
 
+Ownership (docs/security.md): an HTTP session belongs to the principal of
+the request that created it (``request.principal``), and sessions are found
+by ``(principal, session id)``. Any other principal naming the id -- to POST
+events or to read the stream -- gets the same 404 as for an id that never
+existed. A ``session.create`` never attaches to a live session: with an id
+that principal already uses it is refused (400 ``duplicate_session``, as the
+core refuses a duplicate on one WebSocket); the same id proposed by another
+principal opens that principal's own, separate session, exactly as an unused
+id would. Session ids are therefore unique per principal, not server-wide
+(as on the WebSocket, where they are per connection).
+
 Errors: a body that is not JSON, not an event (or array of events), or an
 event the core refuses gets 400 with the JSON error body
 ``{"error": {"message", "type", "code", "param"}, "accepted": n}`` (events
@@ -208,7 +219,8 @@ class SSEEventsTransport:
     def __init__(self, app: Host, limits: SessionLimits | None = None) -> None:
         self.app = app
         self.limits = limits or SessionLimits(max_sessions=1)
-        self._sessions: dict[str, _HttpSession] = {}
+        #: Live sessions by ``(owner's principal key, session id)``.
+        self._sessions: dict[tuple[tuple[str, str], str], _HttpSession] = {}
 
     @property
     def agents(self) -> Mapping[str, Responder]:
@@ -221,8 +233,8 @@ class SSEEventsTransport:
         return len(self._sessions)
 
     def _forget(self, hs: _HttpSession) -> None:
-        if hs.id is not None and self._sessions.get(hs.id) is hs:
-            del self._sessions[hs.id]
+        if hs.id is not None and self._sessions.get((hs.principal.key, hs.id)) is hs:
+            del self._sessions[(hs.principal.key, hs.id)]
 
     def _path_agent(self, request: Request) -> Responder | None:
         name = request.path_params.get("agent")
@@ -246,7 +258,9 @@ class SSEEventsTransport:
             raise HTTPError(
                 400, "Name the session in the X-Session-ID header.", code="session_id_required"
             )
-        hs = self._sessions.get(sid)
+        # Only the caller's own sessions can be found: another principal's id
+        # is answered as one that never existed.
+        hs = self._sessions.get((request.principal.key, sid))
         if hs is None or hs.host is None:
             raise HTTPError(
                 404,
@@ -286,8 +300,13 @@ class SSEEventsTransport:
                 if error is not None and error[0] == "unauthorized":
                     status = 401
                 raise_error(error, accepted, status=status)
-            hs.id = hs.host.session_ids[0]
-            self._sessions[hs.id] = hs
+            sid = hs.host.session_ids[0]
+            key = (hs.principal.key, sid)
+            if key in self._sessions:  # never attach, never replace: refuse
+                hs.scope.cancel()
+                raise_error(("duplicate_session", f"session {sid!r} already exists"), 0)
+            hs.id = sid
+            self._sessions[key] = hs
             more, error = self._feed(hs, messages[1:], request.body)
             accepted += more
             if error is not None:
