@@ -39,7 +39,7 @@ from . import types as ty
 from ._state import RESPONSE_OUTCOMES, TERMINAL_RESPONSE_STATES, ResponseState
 from .errors import RemoteProtocolError
 
-__all__ = ["ResponseState", "ResponseTracker", "add_usage"]
+__all__ = ["AssistantGather", "ResponseState", "ResponseTracker", "add_usage"]
 
 
 def _sum(a: float | None, b: float | None) -> Any:
@@ -48,6 +48,34 @@ def _sum(a: float | None, b: float | None) -> Any:
     if b is None:
         return a
     return a + b
+
+
+class AssistantGather:
+    """Gathers assistant text and tool calls into one assistant message per run of them.
+
+    Used wherever a conversation is rebuilt from output in order (this
+    module's :meth:`ResponseTracker.messages`, the Realtime adapter's
+    conversation items): append to ``text`` and ``calls``, and call
+    :meth:`flush` where something else (a tool result) comes between.
+    """
+
+    def __init__(self, messages: list[ty.Message]) -> None:
+        self.messages = messages
+        self.text: list[str] = []
+        self.calls: list[ty.ToolInvocation] = []
+
+    def flush(self) -> None:
+        """Append the gathered assistant message, if there is one, to ``messages``."""
+        if self.text or self.calls:
+            self.messages.append(
+                ty.Message(
+                    role="assistant",
+                    content="".join(self.text) if self.text else None,
+                    tool_calls=list(self.calls) or None,
+                )
+            )
+            self.text.clear()
+            self.calls.clear()
 
 
 def add_usage(a: ty.UsageStats | None, b: ty.UsageStats | None) -> ty.UsageStats | None:
@@ -364,30 +392,16 @@ class ResponseTracker:
             # A text-only reply: the one message the loop below would build.
             return [ty.Message(role="assistant", content="".join(slots[0].parts))]
         msgs: list[ty.Message] = []
-        text: list[str] = []
-        calls: list[ty.ToolInvocation] = []
-
-        def flush() -> None:
-            if text or calls:
-                msgs.append(
-                    ty.Message(
-                        role="assistant",
-                        content="".join(text) if text else None,
-                        tool_calls=list(calls) if calls else None,
-                    )
-                )
-                text.clear()
-                calls.clear()
-
+        gather = AssistantGather(msgs)
         for item in self.output:
             if isinstance(item, ty.TextContent):
-                if calls:
-                    flush()
-                text.append(item.text)
+                if gather.calls:
+                    gather.flush()
+                gather.text.append(item.text)
             elif isinstance(item, ty.ToolCallContent):
-                calls.append(item.tool_call)
+                gather.calls.append(item.tool_call)
             elif isinstance(item, ty.ToolResultContent):
-                flush()
+                gather.flush()
                 msgs.append(
                     ty.Message(
                         role="tool",
@@ -395,7 +409,7 @@ class ResponseTracker:
                         tool_call_id=item.tool_result.call_id,
                     )
                 )
-        flush()
+        gather.flush()
         return msgs
 
     # --- terminal events ---------------------------------------------------

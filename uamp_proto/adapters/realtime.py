@@ -76,6 +76,7 @@ from ..errors import UampError
 from ..ids import IdSource
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
+from ..response import AssistantGather
 from ._tools import ToolFormError, parse_tool_call, parse_tool_choice, parse_tools
 
 __all__ = [
@@ -798,25 +799,11 @@ class RealtimeSession:
         message; each function call output is a ``role="tool"`` message.
         """
         out: list[ty.Message] = []
-        pending_text: list[str] = []
-        pending_calls: list[ty.ToolInvocation] = []
-
-        def flush() -> None:
-            if pending_text or pending_calls:
-                out.append(
-                    ty.Message(
-                        role="assistant",
-                        content="".join(pending_text) if pending_text else None,
-                        tool_calls=list(pending_calls) or None,
-                    )
-                )
-                pending_text.clear()
-                pending_calls.clear()
-
+        gather = AssistantGather(out)
         for item in self.items if items is None else items:
             kind = item.get("type")
             if kind == "function_call":
-                pending_calls.append(
+                gather.calls.append(
                     ty.ToolInvocation(
                         id=item.get("call_id") or item["id"],
                         name=item["name"],
@@ -825,20 +812,20 @@ class RealtimeSession:
                 )
                 continue
             if kind == "message" and item.get("role") == "assistant":
-                if pending_calls:
-                    flush()
+                if gather.calls:
+                    gather.flush()
                 for part in item.get("content") or []:
                     text = part.get("text") or part.get("transcript") or ""
-                    pending_text.append(text)
+                    gather.text.append(text)
                 continue
-            flush()
+            gather.flush()
             if kind == "function_call_output":
                 out.append(
                     ty.Message(role="tool", content=item["output"], tool_call_id=item["call_id"])
                 )
             elif kind == "message":
                 out.append(self._message(item))
-        flush()
+        gather.flush()
         return out
 
     def _message(self, item: dict[str, Any]) -> ty.Message:

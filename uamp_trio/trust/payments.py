@@ -32,6 +32,8 @@ from __future__ import annotations
 import logging
 from decimal import Decimal
 
+import attrs
+
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.ledger import LedgerError, Pricing, format_amount
@@ -47,17 +49,15 @@ log = logging.getLogger("uamp_trio.payments")
 LOW_BALANCE_HOLDS = 5
 
 
+@attrs.define(eq=False)
 class LedgerCharge:
     """The lock of one response on one payment token; see the module docstring."""
 
-    def __init__(
-        self, policy: LedgerPolicy, token: str, response_id: str, pricing: Pricing
-    ) -> None:
-        self.policy = policy
-        self.token = token
-        self.response_id = response_id
-        self.pricing = pricing
-        self.settled = False
+    policy: LedgerPolicy
+    token: str
+    response_id: str
+    pricing: Pricing
+    settled: bool = attrs.field(default=False, init=False)
 
     def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
         """Charge the response's cost from its lock and free the rest (once)."""
