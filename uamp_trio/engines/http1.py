@@ -151,6 +151,24 @@ def split_target(target: str) -> tuple[str, str]:
     return unquote(path), query
 
 
+async def linger(stream: trio.abc.Stream) -> None:
+    """Read and drop what the peer still sends (bounded), so it can read our last answer.
+
+    Closing a socket with unread input makes the kernel reset it, and the
+    reset can overtake the error response (or GOAWAY) the peer has not read.
+    """
+    with trio.move_on_after(_LINGER_SECONDS):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
+            dropped = 0
+            while dropped < _LINGER_BYTES:
+                data = await stream.receive_some(_READ_SIZE)
+                if not data:
+                    break
+                dropped += len(data)
+
+
 class _Close(UampError):
     """End the connection (after whatever has been sent)."""
 
@@ -551,25 +569,7 @@ class _Http1Connection:
             trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError
         ):
             await self._send_response(conn, error_response(status, message, code=code), close=True)
-            await self._linger()
-
-    async def _linger(self) -> None:
-        """Read and drop what the peer still sends (bounded), so it can read our answer.
-
-        Closing a socket with unread input makes the kernel reset it, and the
-        reset can overtake the error response the peer has not read yet.
-        """
-        stream = self.stream
-        with trio.move_on_after(_LINGER_SECONDS):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                if isinstance(stream, trio.abc.HalfCloseableStream):
-                    await stream.send_eof()
-                dropped = 0
-                while dropped < _LINGER_BYTES:
-                    data = await stream.receive_some(_READ_SIZE)
-                    if not data:
-                        break
-                    dropped += len(data)
+            await linger(self.stream)
 
     def _head(
         self, status: int, headers: list[tuple[str, str]], close: bool, length: int | None

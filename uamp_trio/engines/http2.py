@@ -14,11 +14,30 @@ Control").
 
 Draining (graceful shutdown): new streams are refused with REFUSED_STREAM;
 when the last active stream ends the server sends GOAWAY and closes.
+
+Hostile peers
+-------------
+Before h2 parses a read, :class:`FrameWatch` walks its frame headers and
+counts, per connection and per ``h2_flood_window`` seconds, RST_STREAM frames
+(rapid reset, CVE-2023-44487) and SETTINGS and PING frames (each of which h2
+answers), and the size of a header block across its CONTINUATION frames
+(CVE-2024-27316; at most ``max_header_size``). A peer over a limit is sent
+GOAWAY ``ENHANCE_YOUR_CALM`` and dropped, logged once at warning with its
+address; the read that broke the limit is not parsed at all.
+
+A stream's task starts only once its request has ended and the whole read
+that ended it has been handled, so a stream reset in the same read never
+reaches its endpoint; a reset that comes later cancels the task at once.
+``SETTINGS_MAX_CONCURRENT_STREAMS`` is enforced here too (REFUSED_STREAM),
+also before the peer has acknowledged it. A request that does not end within
+``body_timeout``, or receives nothing for ``header_timeout``, is reset.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import h2.config
@@ -37,7 +56,7 @@ from .http import (
     batched_writer,
     error_response,
 )
-from .http1 import split_target
+from .http1 import linger, split_target
 
 if TYPE_CHECKING:
     from .server import ConnectionTracker, Server
@@ -45,6 +64,87 @@ if TYPE_CHECKING:
 log = logging.getLogger("uamp_trio.server")
 
 _READ_SIZE = 65536
+#: Frame types FrameWatch looks at (RFC 9113 section 6).
+_HEADERS, _RST_STREAM, _SETTINGS, _PING, _CONTINUATION = 0x1, 0x3, 0x4, 0x6, 0x9
+_END_HEADERS = 0x4
+
+
+class FrameWatch:
+    """Per-connection flood limits, read from the frame headers of the raw bytes.
+
+    Sans-IO: :meth:`feed` takes the bytes a read returned (after any preface
+    bytes, given as ``skip``) and the time, and says whether the peer broke
+    a limit. It keeps only a partial frame header between reads.
+
+    Args:
+        max_resets: RST_STREAM frames (plus streams refused) per window.
+        max_control: SETTINGS and PING frames per window.
+        max_header_block: Bytes of one header block (HEADERS + CONTINUATION).
+        window: The window, in seconds.
+        skip: Bytes to pass over first (the client preface).
+    """
+
+    def __init__(
+        self, *, max_resets: int, max_control: int, max_header_block: int, window: float, skip: int
+    ) -> None:
+        self.max_resets = max_resets
+        self.max_control = max_control
+        self.max_header_block = max_header_block
+        self.window = window
+        self._skip = skip
+        self._head = b""
+        self._left = 0
+        self._block = 0
+        self._since = -math.inf
+        self.resets = 0
+        self.control = 0
+
+    def _tick(self, now: float) -> None:
+        if now - self._since >= self.window:
+            self._since, self.resets, self.control = now, 0, 0
+
+    def count_reset(self, now: float) -> str | None:
+        """Count one stream the server refused; why the peer is over the limit, if it is."""
+        self._tick(now)
+        self.resets += 1
+        return "too many stream resets" if self.resets > self.max_resets else None
+
+    def feed(self, data: bytes, now: float) -> str | None:
+        """Walk the frame headers in ``data``; why the peer is refused, or ``None``."""
+        self._tick(now)
+        pos, end = 0, len(data)
+        if self._skip:
+            pos = min(self._skip, end)
+            self._skip -= pos
+        while pos < end:
+            if self._left:
+                step = min(self._left, end - pos)
+                self._left -= step
+                pos += step
+                continue
+            need = 9 - len(self._head)
+            self._head += data[pos : pos + need]
+            pos += need
+            if len(self._head) < 9:
+                break
+            head, self._head = self._head, b""
+            self._left = length = int.from_bytes(head[:3], "big")
+            kind, flags = head[3], head[4]
+            if kind in (_HEADERS, _CONTINUATION):
+                self._block += length
+                if self._block > self.max_header_block:
+                    return "header block over the limit"
+                if flags & _END_HEADERS:
+                    self._block = 0
+            elif kind == _RST_STREAM:
+                self.resets += 1
+                if self.resets > self.max_resets:
+                    return "too many stream resets"
+            elif kind in (_SETTINGS, _PING):
+                self.control += 1
+                if self.control > self.max_control:
+                    return "too many SETTINGS/PING frames"
+        return None
 
 
 async def serve_http2(
@@ -55,7 +155,8 @@ async def serve_http2(
     client: tuple[str, int] | None,
 ) -> None:
     """Serve HTTP/2 on ``stream``; ``initial`` holds bytes already read."""
-    await _Http2Connection(server, stream, tracker, client).run(initial)
+    preface = len(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    await _Http2Connection(server, stream, tracker, client, preface).run(initial)
 
 
 class _Stream:
@@ -65,7 +166,13 @@ class _Stream:
         self.body: list[bytes] = []
         self.size = 0
         self.rejected = False
+        #: The peer reset the stream: its task must not run the endpoint.
+        self.reset = False
+        #: The request ended (END_STREAM): the stream's task runs or ran.
+        self.started = False
         self.scope: trio.CancelScope | None = None
+        self.opened = trio.current_time()
+        self.active = self.opened
 
 
 class _Http2Connection:
@@ -75,9 +182,20 @@ class _Http2Connection:
         stream: trio.abc.Stream,
         tracker: ConnectionTracker,
         client: tuple[str, int] | None,
+        preface: int,
     ) -> None:
         self.server = server
-        self.cfg = server.config
+        self.cfg = cfg = server.config
+        self.watch = FrameWatch(
+            max_resets=cfg.h2_max_resets,
+            max_control=cfg.h2_max_control_frames,
+            max_header_block=cfg.max_header_size,
+            window=cfg.h2_flood_window,
+            skip=preface,
+        )
+        #: Streams whose request ended in the read being handled.
+        self.ready: list[_Stream] = []
+        self.refused = False
         self.stream = stream
         self.tracker = tracker
         self.client = client
@@ -121,6 +239,7 @@ class _Http2Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
+                nursery.start_soon(self._sweep_streams)
                 if initial:
                     await self._receive(initial)
                 await self._read_loop()
@@ -128,6 +247,9 @@ class _Http2Connection:
         finally:
             self.closed = True
             self._wake_senders()
+        if self.refused:
+            await linger(self.stream)
+            return
         if self.h2.state_machine.state != h2.connection.ConnectionState.CLOSED:
             with trio.move_on_after(1):
                 try:
@@ -160,7 +282,49 @@ class _Http2Connection:
                 continue
             await self._receive(data)
 
+    async def _refuse(self, reason: str) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM and close: the peer broke a flood limit."""
+        log.warning("refusing HTTP/2 peer %s: %s", self.client, reason)
+        self.refused = self.closed = True
+        for st in self.streams.values():
+            st.reset = True
+        try:
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            with trio.move_on_after(1):
+                await self.flush()
+        except (h2.exceptions.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _sweep_streams(self) -> None:
+        """Reset requests that do not end within ``body_timeout`` or idle ``header_timeout``."""
+        total, idle = self.cfg.body_timeout, self.cfg.header_timeout
+        while True:
+            await trio.sleep(max(0.05, min(total, idle) / 4))
+            now = trio.current_time()
+            late = [
+                st
+                for st in self.streams.values()
+                if not st.started
+                and not st.rejected
+                and (now - st.opened > total or now - st.active > idle)
+            ]
+            for st in late:
+                st.reset = True
+                self.streams.pop(st.id, None)
+                with contextlib.suppress(h2.exceptions.ProtocolError):
+                    self.h2.reset_stream(st.id, h2.errors.ErrorCodes.CANCEL)
+            if late:
+                log.debug("HTTP/2 peer %s: %d unfinished request(s) reset", self.client, len(late))
+                try:
+                    await self.flush()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+
     async def _receive(self, data: bytes) -> None:
+        refusal = self.watch.feed(data, trio.current_time())
+        if refusal is not None:
+            await self._refuse(refusal)
+            return
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -170,6 +334,14 @@ class _Http2Connection:
             return
         for event in events:
             self._handle(event)
+        # Streams start only now: a reset in the same read has been seen.
+        ready, self.ready = self.ready, []
+        for st in ready:
+            if not st.reset:
+                self.nursery.start_soon(self._run_stream, st)  # type: ignore[union-attr]
+        if self.refused:
+            await self._refuse("too many stream resets")
+            return
         await self.flush()
 
     def _handle(self, event: h2.events.Event) -> None:
@@ -178,6 +350,12 @@ class _Http2Connection:
             sid = event.stream_id
             if self.tracker.draining:
                 self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+                return
+            if len(self.streams) >= self.cfg.h2_max_concurrent_streams:
+                # Also before the peer has acknowledged our SETTINGS.
+                self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+                if self.watch.count_reset(trio.current_time()) is not None:
+                    self.refused = True
                 return
             st = self.streams[sid] = _Stream(sid, list(event.headers or []))
             length = Headers(st.headers).get("content-length")
@@ -189,6 +367,7 @@ class _Http2Connection:
             data_st = self.streams.get(sid)
             if data_st is None:
                 return
+            data_st.active = trio.current_time()
             if data_st.rejected:
                 data_st.size += len(event.data or b"")
                 if data_st.size > 2 * self.cfg.max_body_size:
@@ -205,11 +384,14 @@ class _Http2Connection:
             if ended is not None and ended.rejected:
                 self._stream_finished(ended)
             elif ended is not None:
-                self.nursery.start_soon(self._run_stream, ended)
+                ended.started = True
+                self.ready.append(ended)
         elif isinstance(event, h2.events.StreamReset):
             reset = self.streams.pop(event.stream_id, None)
-            if reset is not None and reset.scope is not None:
-                reset.scope.cancel()
+            if reset is not None:
+                reset.reset = True
+                if reset.scope is not None:
+                    reset.scope.cancel()
             self._wake_senders()
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             self._wake_senders()
@@ -272,15 +454,19 @@ class _Http2Connection:
         try:
             with trio.CancelScope() as scope:
                 st.scope = scope
+                # The reader may be handling the read with this stream's reset.
+                await trio.lowlevel.checkpoint()
+                if st.reset:
+                    return
                 request = self._request(st)
                 response = await self.server.dispatch(request)
                 await self._send_response(st.id, response, head_only=request.method == "HEAD")
         except (
-            h2.exceptions.StreamClosedError,
+            h2.exceptions.ProtocolError,  # the stream was reset or closed meanwhile
             trio.BrokenResourceError,
             trio.ClosedResourceError,
-        ):
-            pass
+        ) as exc:
+            log.debug("HTTP/2 stream %d ended early: %r", st.id, exc)
         except Exception:
             log.exception("HTTP/2 stream %d failed", st.id)
             try:

@@ -80,7 +80,13 @@ class ServerConfig:
             its complete head.
         body_timeout: Time to receive a whole request body.
         shutdown_grace: How long graceful shutdown waits for in-flight work.
-        h2_max_concurrent_streams: SETTINGS_MAX_CONCURRENT_STREAMS we announce.
+        h2_max_concurrent_streams: SETTINGS_MAX_CONCURRENT_STREAMS we announce
+            and enforce (a stream over it is refused with REFUSED_STREAM).
+        h2_max_resets: Stream resets (the peer's RST_STREAM frames plus streams
+            refused) an HTTP/2 connection may cause per ``h2_flood_window``;
+            past it GOAWAY ENHANCE_YOUR_CALM (rapid reset, CVE-2023-44487).
+        h2_max_control_frames: SETTINGS and PING frames per ``h2_flood_window``.
+        h2_flood_window: The window of the two limits above, in seconds.
         websocket_max_message_size: Largest WebSocket message assembled.
         websocket_send_timeout: Longest a WebSocket write may wait for a peer
             that does not read (a full send buffer); the connection is then
@@ -98,13 +104,23 @@ class ServerConfig:
     body_timeout: float = 60.0
     shutdown_grace: float = 10.0
     h2_max_concurrent_streams: int = 100
+    h2_max_resets: int = 100
+    h2_max_control_frames: int = 100
+    h2_flood_window: float = 10.0
     websocket_max_message_size: int = 4 * 1024 * 1024
     websocket_send_timeout: float = 30.0
 
     def __attrs_post_init__(self) -> None:
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("certfile and keyfile must be given together")
-        for name in ("max_body_size", "max_header_size", "h2_max_concurrent_streams"):
+        for name in (
+            "max_body_size",
+            "max_header_size",
+            "h2_max_concurrent_streams",
+            "h2_max_resets",
+            "h2_max_control_frames",
+            "h2_flood_window",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         for name in ("idle_timeout", "header_timeout", "body_timeout", "websocket_send_timeout"):
