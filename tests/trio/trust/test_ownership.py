@@ -570,3 +570,68 @@ async def test_every_id_bearing_operation_answers_another_principal_as_not_found
             while not seen or seen[-1]["type"] != "response.done":
                 seen.append(orjson.loads(await alice_ws.get_message()))
             assert {e.get("session_id") for e in seen} == {alice.ids["uamp"]}
+
+
+async def test_sse_session_create_with_a_used_id_never_attaches() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serving() as server,
+            http_client(server, ALICE) as alice,
+            http_client(server, BOB) as bob,
+        ):
+            first = await alice.post(f"{AGENT}/events", json=CREATE)
+            sid = first.json()["session_id"]
+            again = await alice.post(f"{AGENT}/events", json={**CREATE, "session_id": sid})
+            assert again.status_code == 400
+            assert again.json()["error"]["code"] == "duplicate_session"
+            # Bob's create under alice's id is bob's own session: his events
+            # run there, and alice's session still answers her alone.
+            bobs = await bob.post(f"{AGENT}/events", json={**CREATE, "session_id": sid})
+            assert bobs.status_code == 200 and bobs.json()["session_id"] == sid
+            turn = [{"type": "input.text", "text": "hi"}, {"type": "response.create"}]
+            for client in (alice, bob):
+                sent = await client.post(
+                    f"{AGENT}/events", json=turn, headers={"x-session-id": sid}
+                )
+                assert sent.status_code == 200, sent.text
+            for client in (alice, bob):
+                async with client.stream(
+                    "GET", f"{AGENT}/events/stream", headers={"x-session-id": sid}
+                ) as resp:
+                    assert resp.status_code == 200
+                    body = b""
+                    async for chunk in resp.aiter_raw():
+                        body += chunk
+                        if b"response.done" in body:
+                            break
+                    # One session.created each: nobody joined the other's session.
+                    assert body.count(b'"type":"session.created"') == 1
+                    assert body.count(b'"type":"response.done"') == 1
+
+
+async def test_acp_cancel_of_another_principal_does_not_stop_the_prompt() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serving() as server,
+            websocket(server, f"{AGENT}/acp/stream", ALICE) as alice,
+            http_client(server, BOB) as bob,
+        ):
+            await alice.send_message(
+                orjson.dumps(rpc("session/new", {"cwd": "/", "mcpServers": []}, 1)).decode()
+            )
+            sid = orjson.loads(await alice.get_message())["result"]["sessionId"]
+            prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "wait"}]}
+            await alice.send_message(orjson.dumps(rpc("session/prompt", prompt, 2)).decode())
+            update = orjson.loads(await alice.get_message())
+            assert update["method"] == "session/update"  # the prompt is running
+            cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+            assert (await bob.post(f"{AGENT}/acp", json=cancel)).status_code == 204
+            with trio.move_on_after(1):
+                message = orjson.loads(await alice.get_message())
+                raise AssertionError(f"bob's cancel reached alice's prompt: {message}")
+            await alice.send_message(orjson.dumps({**cancel}).decode())
+            while True:
+                answer = orjson.loads(await alice.get_message())
+                if answer.get("id") == 2:
+                    break
+            assert answer["result"]["stopReason"] == "cancelled"
