@@ -104,6 +104,8 @@ def test_not_a_run_input(body: Any) -> None:
     [
         {"messages": {}},
         {"messages": [{"id": "1", "role": "alien", "content": "x"}]},
+        {"messages": [{"id": "1", "role": {}, "content": "x"}]},
+        {"messages": [{"id": "1", "role": ["user"], "content": "x"}]},
         {"messages": [{"role": "user", "content": "x"}]},
         {"messages": [{"id": "1", "role": "user", "content": 5}]},
         {"messages": [{"id": "1", "role": "user", "content": [{"type": "gif"}]}]},

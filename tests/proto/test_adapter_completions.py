@@ -309,6 +309,8 @@ def test_plain_messages_parse_as_the_general_path_does(role: str, content: str) 
     [
         ({"role": "tool", "content": "x"}, "messages[0].tool_call_id"),
         ({"role": "robot", "content": "x"}, "messages[0].role"),
+        ({"role": {}, "content": "x"}, "messages[0].role"),
+        ({"role": [], "content": "x"}, "messages[0].role"),
         ({"role": "user", "content": 5}, "messages[0].content"),
         ({"role": "user", "content": None}, "messages[0].content"),
     ],

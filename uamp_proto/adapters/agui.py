@@ -224,7 +224,7 @@ def _message(obj: object, where: str, fail: Any) -> ty.Message | None:
     if not isinstance(obj, dict):
         raise fail(f"'{where}' must be an object.")
     role = obj.get("role")
-    if role not in _ROLES:
+    if type(role) is not str or role not in _ROLES:
         raise fail(f"'{where}.role' must be one of {', '.join(sorted(_ROLES))}.")
     if not isinstance(obj.get("id"), str):
         raise fail(f"'{where}.id' must be a string.")

@@ -245,7 +245,7 @@ def _message(value: object, index: int) -> ty.Message:
         # The usual message, {"role": ..., "content": "text"}: nothing else to check.
         role = value.get("role")
         content = value.get("content")
-        if type(content) is str and role in _PLAIN_ROLES:
+        if type(content) is str and type(role) is str and role in _PLAIN_ROLES:
             return ty.Message(role="system" if role == "developer" else role, content=content)
     param = f"messages[{index}]"
     obj = _expect_obj(value, param)

@@ -105,6 +105,10 @@ async def test_bad_requests_get_openai_errors(serve_app) -> None:  # type: ignor
                 "param": "n",
                 "code": "unsupported_value",
             }
+            for role in ({}, [], 5):  # once a 500: an unhashable role in the plain shortcut
+                r = await client.post(url, json={"messages": [{"role": role, "content": "x"}]})
+                assert r.status_code == 400
+                assert r.json()["error"]["param"] == "messages[0].role"
             r = await client.get(url)
             assert r.status_code == 405 and r.headers["allow"] == "POST"
             r = await client.post("/agents/demo/capabilities")
