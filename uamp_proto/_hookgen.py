@@ -50,9 +50,22 @@ import attrs
 
 from .errors import UampError
 
-__all__ = ["INVALID", "CompiledHooks", "Unsupported", "WrongType", "json_type_name"]
+__all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "INVALID",
+    "CompiledHooks",
+    "Unsupported",
+    "WrongType",
+    "json_type_name",
+]
 
 _NoneType = type(None)
+
+#: The integers the codec accepts: what orjson can write back (signed and
+#: unsigned 64-bit). A larger one arrives from orjson as a float.
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
 _Hook = Callable[[Any], Any]
 
 
@@ -384,9 +397,11 @@ class CompiledHooks:
                 f"{indent}    raise WrongType({label!r}, {v})",
             ]
         if tp is int:  # JSON has one number type: 5.0 is the integer 5
+            # Only what the encoder can write back: 64-bit integers.
+            in_range = f"{INT_MIN} <= {v} <= {INT_MAX}"
             return [
-                f"{indent}if type({v}) is not int:",
-                f"{indent}    if type({v}) is float and {v}.is_integer():",
+                f"{indent}if type({v}) is not int or not {in_range}:",
+                f"{indent}    if type({v}) is float and {v}.is_integer() and {in_range}:",
                 f"{indent}        {v} = int_({v})",
                 f"{indent}    else:",
                 f"{indent}        raise WrongType('an integer', {v})",

@@ -37,6 +37,8 @@ from cattrs.preconf.orjson import make_converter
 from . import events as ev
 from . import types as ty
 from ._hookgen import (
+    INT_MAX,
+    INT_MIN,
     INVALID,
     CompiledHooks,
     WrongType,
@@ -91,9 +93,10 @@ def _s_str(value: Any, _: Any) -> str:
 
 
 def _s_int(value: Any, _: Any) -> int:
-    if type(value) is int:
+    # Only integers the encoder can write back (64-bit; see _hookgen.INT_MAX).
+    if type(value) is int and INT_MIN <= value <= INT_MAX:
         return value
-    if type(value) is float and value.is_integer():
+    if type(value) is float and value.is_integer() and INT_MIN <= value <= INT_MAX:
         return int(value)
     raise WrongType("an integer", value)
 

@@ -452,3 +452,26 @@ def test_hooks_belong_to_their_converter() -> None:
     a, b = _fresh_hooks(), _fresh_hooks()
     assert a.structure_fn(ev.Ping) is not b.structure_fn(ev.Ping)
     assert a.structure_fn(ev.Ping)({"type": "ping"}) == ev.Ping()
+
+
+@pytest.mark.parametrize(
+    ("number", "accepted"),
+    [
+        ("18446744073709551615", True),  # the largest unsigned 64-bit integer
+        ("-9223372036854775808", True),  # the smallest signed one
+        ("5.0", True),
+        ("18446744073709551616", False),  # one past: orjson could not write it back
+        ("123456789012345678901234567890", False),
+        ("1e300", False),
+    ],
+)
+def test_decode_accepts_exactly_the_integers_encode_can_write(number: str, accepted: bool) -> None:
+    head = b'{"type":"response.delta","delta":{"type":"text","text":"x"},"delta_seq":'
+    data = head + number.encode() + b"}"
+    for structure in (decode, lambda d: codec.from_dict(ev.ResponseDelta, orjson.loads(d))):
+        if accepted:
+            event = structure(data)
+            assert decode(encode(event)) == event
+        else:
+            with pytest.raises(DecodeError, match="delta_seq"):
+                structure(data)
