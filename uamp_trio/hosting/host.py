@@ -81,19 +81,28 @@ class Host:
         """
         return refusal(self.payment_policy, agent, token, pricing_of(self.agents.get(agent)))
 
-    def open_charge(self, agent: str, token: str | None, response_id: str) -> Charge | None:
+    def open_charge(
+        self,
+        agent: str,
+        token: str | None,
+        response_id: str,
+        *,
+        policy: PaymentPolicy | None = None,
+    ) -> Charge | None:
         """Hold the price of one response of ``agent`` before it starts.
 
         With a ledger behind the policy this locks money on ``token``; the
         turn driver settles the returned charge when the response ends.
         ``None``: nothing to settle (free, or a policy that only decides).
+        ``policy`` overrides the host's for a transport configured with its own.
 
         Raises:
             PaymentRequiredError: The response may not run until paid; its
                 ``code`` says why (spec 000 section 7.2).
         """
         declared = pricing_of(self.agents.get(agent))
-        return open_charge(self.payment_policy, agent, token, response_id, declared)
+        in_force = policy if policy is not None else self.payment_policy
+        return open_charge(in_force, agent, token, response_id, declared)
 
     def add_agent(self, agent: Responder) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/`` (see :meth:`AgentRegistry.add`)."""

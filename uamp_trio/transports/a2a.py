@@ -71,8 +71,6 @@ from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
-    open_charge,
-    pricing_of,
 )
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
@@ -185,9 +183,7 @@ class A2ATransport:
         Raises:
             PaymentRequiredError: The turn may not run until paid.
         """
-        if self._policy is not None:
-            return open_charge(self._policy, agent.name, token, response_id, pricing_of(agent))
-        return self.app.open_charge(agent.name, token, response_id)
+        return self.app.open_charge(agent.name, token, response_id, policy=self._policy)
 
     def mount(self) -> None:
         """Register the routes on the app."""
