@@ -2,14 +2,19 @@
 
 An :class:`App` is the :class:`~uamp_trio.hosting.host.Host` the server
 serves: the hosted agents, the route table, the shared services (payment
-policy, response signer, background nursery) and the middleware chain. It is
-the only module that imports the transports: :func:`create_app` mounts the
-built-in ones, each a plain ``mount(host)`` function that knows nothing of the
-others. The routes of the server itself, not of a transport, are mounted here:
-``GET /.well-known/jwks.json`` (and ``/agents/{name}/.well-known/jwks.json``),
-the public keys of response signatures, whichever transports are mounted
-(404 while the app has no :attr:`~Host.response_signer`). Arrows point down
-only: ``cli -> app -> transports -> hosting -> engines -> uamp_proto`` (see
+policy, response signer, background nursery), the shared state (the
+:class:`~uamp_trio.stores.Stores`: A2A tasks, ACP sessions, the tracker of
+HTTP+SSE sessions) and the middleware chain. The app creates that state once,
+from its arguments; a transport builds none of its own but takes the store it
+needs from the host it is mounted on (or as an explicit argument of its
+configured form, e.g. ``a2a.transport(store=...)``). The app is the only
+module that imports the transports: :func:`create_app` mounts the built-in
+ones, each a plain ``mount(host)`` function that knows nothing of the others.
+The routes of the server itself, not of a transport, are mounted here: ``GET
+/.well-known/jwks.json`` (and ``/agents/{name}/.well-known/jwks.json``), the
+public keys of response signatures, whichever transports are mounted (404
+while the app has no :attr:`~Host.response_signer`). Arrows point down only:
+``cli -> app -> transports -> hosting -> engines -> uamp_proto`` (see
 docs/architecture.md).
 
 Theory of operation
@@ -47,6 +52,7 @@ from .hosting.middleware import (
     render_error,
 )
 from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
+from .stores import Stores
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
 from .trust.auth import Authenticator
 from .trust.gate import AuthGate
@@ -55,6 +61,7 @@ __all__ = [
     "AGENT_PREFIX",
     "App",
     "Router",
+    "Stores",
     "Transport",
     "create_app",
     "default_transports",
@@ -77,6 +84,8 @@ class App(Host):
             (see docs/security.md). ``None``: everyone is ``anonymous``.
         allow_anonymous: With an authenticator, let calls that present no
             token in as ``anonymous`` (a token presented must still be valid).
+        stores: The state the transports share (A2A tasks, ACP sessions,
+            HTTP+SSE sessions); ``None``: new empty in-memory stores.
     """
 
     def __init__(
@@ -87,8 +96,13 @@ class App(Host):
         middleware: Iterable[Middleware] = (),
         authenticator: Authenticator | None = None,
         allow_anonymous: bool = False,
+        stores: Stores | None = None,
     ) -> None:
-        super().__init__(agents, payment_policy=payment_policy)
+        super().__init__(
+            agents,
+            payment_policy=payment_policy,
+            stores=stores if stores is not None else Stores(),
+        )
         self.authenticator = authenticator
         #: The middleware chain, outermost first; read per request.
         self.middleware: list[Middleware] = list(middleware)
@@ -198,6 +212,7 @@ def create_app(
     middleware: Iterable[Middleware] = (),
     authenticator: Authenticator | None = None,
     allow_anonymous: bool = False,
+    stores: Stores | None = None,
 ) -> App:
     """An app hosting ``agents`` with ``transports`` (default: all built-in ones)."""
     app = App(
@@ -206,6 +221,7 @@ def create_app(
         middleware=middleware,
         authenticator=authenticator,
         allow_anonymous=allow_anonymous,
+        stores=stores,
     )
     app.mount(*(default_transports() if transports is None else transports))
     return app

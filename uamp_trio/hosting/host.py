@@ -1,11 +1,12 @@
 """The host: what a transport sees of the server it is mounted on.
 
 A :class:`Host` holds the route table, the hosted agents and the shared
-services the composition root configures (payment policy, response signer,
-the background nursery). Transports are plain ``mount(host)`` functions that
-register routes with :meth:`Host.agent_route` / :meth:`Host.agent_websocket`
--- each under ``/agents/{agent}`` and, as spec 004 asks for a single-agent
-server, at the root -- and find their agent with :meth:`Host.resolve_agent`.
+services and state the composition root creates and configures (payment
+policy, response signer, the background nursery, the stores). Transports are
+plain ``mount(host)`` functions that register routes with
+:meth:`Host.agent_route` / :meth:`Host.agent_websocket` -- each under
+``/agents/{agent}`` and, as spec 004 asks for a single-agent server, at the
+root -- and find their agent with :meth:`Host.resolve_agent`.
 :class:`uamp_trio.App` is the host the root builds (it adds the middleware
 chain and the default transports); see docs/architecture.md.
 """
@@ -35,6 +36,7 @@ from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
+    from ..stores import Stores
     from ..trust.auth import Authenticator
 
 __all__ = ["Host", "Transport"]
@@ -44,13 +46,26 @@ Transport = Callable[["Host"], None]
 
 
 class Host:
-    """The agents a server hosts, the routes of their transports and shared services."""
+    """The agents a server hosts, the routes of their transports and shared services.
+
+    Args:
+        agents: The agents to host.
+        payment_policy: See :attr:`payment_policy`.
+        stores: The server-side state the root created for this host; a
+            transport takes the store it needs from here when it mounts.
+    """
 
     def __init__(
-        self, agents: Iterable[Responder] = (), *, payment_policy: PaymentPolicy | None = None
+        self,
+        agents: Iterable[Responder] = (),
+        *,
+        payment_policy: PaymentPolicy | None = None,
+        stores: Stores,
     ) -> None:
         self.router = Router()
         self.agents = AgentRegistry()
+        #: State that outlives a request (tasks, sessions), created by the root.
+        self.stores = stores
         #: Consulted by every transport before a turn runs (``None``: free).
         #: Transports read it when a request arrives, so it may be set after
         #: mounting.

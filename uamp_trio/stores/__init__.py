@@ -1,8 +1,42 @@
 """Where the server keeps state that outlives one request.
 
 The core (:mod:`uamp_proto`) maps protocols onto UAMP and keeps nothing;
-what a server must remember between requests (A2A tasks today) lives here,
-behind a small interface a database-backed store can implement later.
+what a server must remember between requests lives here, each kind behind a
+small interface a database-backed store can implement later: A2A tasks
+(:mod:`.a2a_tasks`), ACP sessions (:mod:`.acp_sessions`) and the live
+HTTP+SSE sessions (:mod:`.sessions`). :class:`Stores` is the set the
+composition root creates once per app and hands to the transports; no
+transport creates one of its own.
 
 Where this wing sits: docs/architecture.md.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .a2a_tasks import TaskStore
+from .acp_sessions import AcpSessionStore
+from .sessions import SessionTracker
+
+__all__ = ["AcpSessionStore", "SessionTracker", "Stores", "TaskStore"]
+
+
+@attrs.define(kw_only=True)
+class Stores:
+    """The server-side state of one app, shared by its transports.
+
+    Each field defaults to an empty in-memory store; pass your own to size
+    or share one (``Stores(a2a_tasks=TaskStore(max_tasks=50))``).
+
+    Attributes:
+        a2a_tasks: A2A tasks (the A2A transport).
+        acp_sessions: ACP sessions, for ``session/load`` on any carrier.
+        http_sessions: Live UAMP HTTP+SSE sessions (the session tracker).
+    """
+
+    a2a_tasks: TaskStore = attrs.field(factory=TaskStore)
+    acp_sessions: AcpSessionStore = attrs.field(factory=AcpSessionStore)
+    http_sessions: SessionTracker[Any] = attrs.field(factory=SessionTracker)

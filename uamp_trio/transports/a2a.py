@@ -157,7 +157,9 @@ class A2ATransport:
             (``None``: ask :meth:`App.payment_required`).
         public_url: Base URL for the card's interface URLs (default: from
             the request's scheme and ``Host``).
-        max_tasks: Bound of the task store.
+        store: Where tasks live; ``None``: the app's
+            :attr:`Stores.a2a_tasks <uamp_trio.stores.Stores.a2a_tasks>`
+            (bound it with ``TaskStore(max_tasks)``).
         ids: Id source for tasks, contexts and messages.
     """
 
@@ -167,13 +169,13 @@ class A2ATransport:
         *,
         payment_policy: PaymentPolicy | None = None,
         public_url: str | None = None,
-        max_tasks: int = 1000,
+        store: TaskStore | None = None,
         ids: IdSource = random_ids,
     ) -> None:
         self.app = app
         self._policy = payment_policy
         self.public_url = public_url.rstrip("/") if public_url else None
-        self.store = TaskStore(max_tasks)
+        self.store = store if store is not None else app.stores.a2a_tasks
         self.ids = ids
         self._live: dict[str, _Live] = {}
 
@@ -729,7 +731,7 @@ def transport(
     *,
     payment_policy: PaymentPolicy | None = None,
     public_url: str | None = None,
-    max_tasks: int = 1000,
+    store: TaskStore | None = None,
     ids: IdSource = random_ids,
 ) -> Transport:
     """A configured A2A transport to pass to :meth:`App.mount`."""
@@ -739,7 +741,7 @@ def transport(
             app,
             payment_policy=payment_policy,
             public_url=public_url,
-            max_tasks=max_tasks,
+            store=store,
             ids=ids,
         ).mount()
 

@@ -58,7 +58,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import attrs
 import orjson
 import trio
 
@@ -82,7 +81,8 @@ from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.host import Host
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseOutcome, ResponseRun, open_response
+from ..hosting.turns import ResponseOutcome, open_response
+from ..stores.acp_sessions import AcpSession, AcpSessionStore
 
 __all__ = [
     "AcpConnection",
@@ -116,55 +116,6 @@ def _version() -> str:
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
-
-
-@attrs.define(kw_only=True)
-class AcpSession:
-    """One ACP session: its agent, working directory and conversation.
-
-    Attributes:
-        id: The ``sessionId``.
-        agent: The agent's name.
-        owner: The principal that created it; nobody else can reach it.
-        cwd: The client's working directory.
-        messages: The conversation so far (UAMP messages).
-        payment_token: The last token that paid for a prompt.
-        turn: The running prompt's turn, if any.
-    """
-
-    id: str
-    agent: str
-    cwd: str
-    owner: Principal = ANONYMOUS
-    messages: list[ty.Message] = attrs.field(factory=list)
-    payment_token: str | None = None
-    turn: ResponseRun | None = None
-    busy: bool = False
-
-
-class AcpSessionStore:
-    """Sessions kept in memory for the life of the process (``session/load``)."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, AcpSession] = {}
-
-    def create(self, agent: str, cwd: str, *, owner: Principal) -> AcpSession:
-        """A new empty session of ``owner``."""
-        session = AcpSession(id=_new_id("sess"), agent=agent, cwd=cwd, owner=owner)
-        self.sessions[session.id] = session
-        return session
-
-    def get(self, agent: str, session_id: str, *, owner: Principal) -> AcpSession:
-        """The session ``session_id`` of ``agent``, if ``owner`` created it.
-
-        Raises:
-            JSONRPCError: ``-32002`` (resource not found), the same for an
-                unknown id, another agent's and another principal's session.
-        """
-        session = self.sessions.get(session_id)
-        if session is None or session.agent != agent or session.owner.key != owner.key:
-            raise acp.unknown_session(session_id)
-        return session
 
 
 class AcpConnection:
@@ -518,6 +469,7 @@ async def serve_stdio(
     max_line: int = 16 * 1024 * 1024,
     signer: ResponseSigner | None = None,
     principal: Principal = ANONYMOUS,
+    store: AcpSessionStore | None = None,
 ) -> None:
     """Serve ``agent`` as an ACP agent over newline-delimited JSON until EOF.
 
@@ -530,6 +482,8 @@ async def serve_stdio(
         signer: Signs each prompt's answer (``_meta.signature``).
         principal: Who the peer acts for (``uamp acp``: the local user,
             scheme ``local``).
+        store: Where the peer's sessions live (default: a store of this
+            peer's own, as one process serves one peer).
     """
     own: list[trio.lowlevel.FdStream] = []
     if stdin is None:
@@ -549,7 +503,7 @@ async def serve_stdio(
 
     conn = AcpConnection(
         agent,
-        AcpSessionStore(),
+        store if store is not None else AcpSessionStore(),
         send,
         payment_policy=payment_policy,
         signer=signer,
@@ -590,12 +544,20 @@ class AcpTransport:
         app: The app whose agents are served.
         payment_policy: Consulted before every prompt; ``None``: the app's
             :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
+        store: Where sessions live; ``None``: the app's
+            :attr:`Stores.acp_sessions <uamp_trio.stores.Stores.acp_sessions>`.
     """
 
-    def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
+    def __init__(
+        self,
+        app: Host,
+        *,
+        payment_policy: PaymentPolicy | None = None,
+        store: AcpSessionStore | None = None,
+    ) -> None:
         self.app = app
         self._payment_policy = payment_policy
-        self.store = AcpSessionStore()
+        self.store = store if store is not None else app.stores.acp_sessions
 
     @property
     def payment_policy(self) -> PaymentPolicy | None:
@@ -656,6 +618,15 @@ class AcpTransport:
             await ws.close()
 
 
-def mount(app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
-    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
-    AcpTransport(app, payment_policy=payment_policy).mount()
+def mount(
+    app: Host,
+    *,
+    payment_policy: PaymentPolicy | None = None,
+    store: AcpSessionStore | None = None,
+) -> None:
+    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.app.Transport`).
+
+    Sessions live in ``store``, by default the app's
+    (:attr:`Stores.acp_sessions <uamp_trio.stores.Stores.acp_sessions>`).
+    """
+    AcpTransport(app, payment_policy=payment_policy, store=store).mount()

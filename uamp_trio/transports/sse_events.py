@@ -72,6 +72,7 @@ from ..engines.http import (
 )
 from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+from ..stores.sessions import SessionTracker
 
 if TYPE_CHECKING:
     from ..hosting.host import Host
@@ -214,13 +215,23 @@ class SSEEventsTransport:
         app: The app whose agents are served.
         limits: Session limits (``idle_timeout`` is the expiry of a session
             with no stream and no POST).
+        sessions: Where live sessions are tracked; ``None``: the app's
+            :attr:`Stores.http_sessions <uamp_trio.stores.Stores.http_sessions>`.
     """
 
-    def __init__(self, app: Host, limits: SessionLimits | None = None) -> None:
+    def __init__(
+        self,
+        app: Host,
+        limits: SessionLimits | None = None,
+        *,
+        sessions: SessionTracker[_HttpSession] | None = None,
+    ) -> None:
         self.app = app
         self.limits = limits or SessionLimits(max_sessions=1)
-        #: Live sessions by ``(owner's principal key, session id)``.
-        self._sessions: dict[tuple[tuple[str, str], str], _HttpSession] = {}
+        #: Live sessions by owner and session id.
+        self.sessions: SessionTracker[_HttpSession] = (
+            sessions if sessions is not None else app.stores.http_sessions
+        )
 
     @property
     def agents(self) -> Mapping[str, Responder]:
@@ -230,11 +241,11 @@ class SSEEventsTransport:
     @property
     def session_count(self) -> int:
         """Live HTTP sessions."""
-        return len(self._sessions)
+        return len(self.sessions)
 
     def _forget(self, hs: _HttpSession) -> None:
-        if hs.id is not None and self._sessions.get((hs.principal.key, hs.id)) is hs:
-            del self._sessions[(hs.principal.key, hs.id)]
+        if hs.id is not None:
+            self.sessions.discard(hs.principal, hs.id, hs)
 
     def _path_agent(self, request: Request) -> Responder | None:
         name = request.path_params.get("agent")
@@ -260,7 +271,7 @@ class SSEEventsTransport:
             )
         # Only the caller's own sessions can be found: another principal's id
         # is answered as one that never existed.
-        hs = self._sessions.get((request.principal.key, sid))
+        hs = self.sessions.get(request.principal, sid)
         if hs is None or hs.host is None:
             raise HTTPError(
                 404,
@@ -301,12 +312,10 @@ class SSEEventsTransport:
                     status = 401
                 raise_error(error, accepted, status=status)
             sid = hs.host.session_ids[0]
-            key = (hs.principal.key, sid)
-            if key in self._sessions:  # never attach, never replace: refuse
+            if not self.sessions.add(hs.principal, sid, hs):  # never attach, never replace
                 hs.scope.cancel()
                 raise_error(("duplicate_session", f"session {sid!r} already exists"), 0)
             hs.id = sid
-            self._sessions[key] = hs
             more, error = self._feed(hs, messages[1:], request.body)
             accepted += more
             if error is not None:
@@ -414,5 +423,9 @@ def _split_body(request: Request) -> tuple[list[bytes], object]:
 
 
 def mount(app: Host, limits: SessionLimits | None = None) -> None:
-    """Serve UAMP over HTTP+SSE on ``app`` (see the module docstring)."""
+    """Serve UAMP over HTTP+SSE on ``app`` (see the module docstring).
+
+    Live sessions are tracked in the app's
+    :attr:`Stores.http_sessions <uamp_trio.stores.Stores.http_sessions>`.
+    """
     SSEEventsTransport(app, limits).mount(app)
