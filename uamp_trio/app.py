@@ -13,8 +13,10 @@ ones, each a plain ``mount(host)`` function that knows nothing of the others.
 The routes of the server itself, not of a transport, are mounted here: ``GET
 /.well-known/jwks.json`` (and ``/agents/{name}/.well-known/jwks.json``), the
 public keys of response signatures, whichever transports are mounted (404
-while the app has no :attr:`~Host.response_signer`). Arrows point down only:
-``cli -> app -> transports -> hosting -> engines -> uamp_proto`` (see
+while the app has no :attr:`~Host.response_signer`); ``GET /healthz`` and
+``/readyz``, ``GET /openapi.json`` and the playground (``GET /``,
+``/agents/{name}/``), each from :mod:`uamp_trio.server_routes`. Arrows point
+down only: ``cli -> app -> transports -> hosting -> engines -> uamp_proto`` (see
 docs/architecture.md).
 
 Theory of operation
@@ -51,7 +53,8 @@ from .hosting.middleware import (
     reject_upgrade,
     render_error,
 )
-from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
+from .hosting.router import AGENT_PREFIX, Route, Router, WebSocketRoute
+from .server_routes import SERVER_ROUTES, health, openapi, playground
 from .stores import Stores
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
 from .trust.auth import Authenticator
@@ -66,9 +69,6 @@ __all__ = [
     "create_app",
     "default_transports",
 ]
-
-#: The server's own public routes (the JWKS): no transport registered them.
-SERVER_ROUTES = RouteMeta(transport="server", error_style="openai", public=True)
 
 
 class App(Host):
@@ -109,6 +109,7 @@ class App(Host):
         if authenticator is not None:
             self.middleware.insert(0, AuthGate(authenticator, allow_anonymous=allow_anonymous))
         self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
+        self.mount(health.mount, openapi.mount, playground.mount)
 
     async def jwks(self, request: Request) -> Response:
         """``GET [/agents/{name}]/.well-known/jwks.json``: the keys of response signatures.

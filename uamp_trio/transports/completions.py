@@ -6,8 +6,12 @@ for the agent a root request's ``model`` names):
 * ``POST /agents/{name}/chat/completions`` and ``/agents/{name}/v1/chat/completions``
   -- JSON, or SSE (``data: {chunk}`` ... ``data: [DONE]``) with ``stream: true``;
 * ``GET /agents/{name}/capabilities`` -- the agent's capabilities (section 9);
-* ``GET /agents/{name}/v1/models`` -- OpenAI's model list, one model per agent
-  (at the root: every hosted agent);
+* ``GET /agents/{name}/models`` and ``/agents/{name}/v1/models`` -- OpenAI's
+  model list, one model per agent (at the root: every hosted agent), so an
+  OpenAI client works with either the agent's URL or its ``/v1`` as base URL;
+* ``GET /agents/{name}/models/{id}`` (and under ``/v1``) -- one model: the
+  agent itself (at the root: the hosted agent named ``id``); any other id is
+  a 404 ``model_not_found``;
 
 (The public keys of response signatures, ``/.well-known/jwks.json``, are the
 server's route, mounted by :mod:`uamp_trio.app` whatever the transports.)
@@ -97,6 +101,11 @@ _SSE_HEADERS = [
 ]
 
 
+def _model(name: str) -> dict[str, Any]:
+    """The OpenAI model object of the agent ``name``."""
+    return {"id": name, "object": "model", "created": 0, "owned_by": "uamp"}
+
+
 def _error_status(code: str) -> int:
     return _STATUS_FOR_CODE.get(code, 500)
 
@@ -130,7 +139,10 @@ class CompletionsTransport:
         app.agent_route(
             "GET", "/capabilities", self.capabilities, label="Capabilities", meta=ROUTES
         )
+        app.agent_route("GET", "/models", self.models, meta=ROUTES)
         app.agent_route("GET", "/v1/models", self.models, label="Models", meta=ROUTES)
+        app.agent_route("GET", "/models/{model_id}", self.model, meta=ROUTES)
+        app.agent_route("GET", "/v1/models/{model_id}", self.model, meta=ROUTES)
 
     # --- endpoints -------------------------------------------------------------
 
@@ -140,13 +152,28 @@ class CompletionsTransport:
         return json_response(unstructure(agent.capabilities()))
 
     async def models(self, request: Request) -> Response:
-        """``GET .../v1/models``: one OpenAI model object per agent."""
+        """``GET .../models``: one OpenAI model object per agent."""
         if "agent" in request.path_params:
             agents = [self.app.resolve_agent(request.path_params)]
         else:
             agents = list(self.app.agents.values())
-        data = [{"id": a.name, "object": "model", "created": 0, "owned_by": "uamp"} for a in agents]
-        return json_response({"object": "list", "data": data})
+        return json_response({"object": "list", "data": [_model(a.name) for a in agents]})
+
+    async def model(self, request: Request) -> Response:
+        """``GET .../models/{id}``: the agent ``id`` names, as an OpenAI model object."""
+        wanted = request.path_params["model_id"]
+        if "agent" in request.path_params:
+            found = self.app.resolve_agent(request.path_params).name == wanted
+        else:
+            found = wanted in self.app.agents
+        if not found:
+            raise HTTPError(
+                404,
+                f"The model {wanted!r} does not exist here.",
+                code="model_not_found",
+                param="model",
+            )
+        return json_response(_model(wanted))
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         """``POST .../chat/completions``."""

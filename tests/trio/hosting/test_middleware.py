@@ -102,6 +102,14 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "/.well-known/agent.json",
         "/agents/{agent}/.well-known/jwks.json",
         "/.well-known/jwks.json",
+        # the server's own: health, the OpenAPI document, the playground's page and files
+        "/healthz",
+        "/readyz",
+        "/openapi.json",
+        "/",
+        "/agents/{agent}/",
+        "/agents/{agent}",
+        "/playground/{file}",
     }
 
 

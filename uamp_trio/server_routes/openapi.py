@@ -1,0 +1,299 @@
+"""``GET /openapi.json``: an OpenAPI 3.1 description of every HTTP route the server mounts.
+
+Theory of operation
+-------------------
+The document is built from the route table itself on each request, so it
+lists exactly what is mounted -- a transport left out of ``create_app`` is
+left out here too. Each route is looked up in :data:`OPERATIONS` by method
+and *subpath* (the pattern without ``/agents/{agent}``: a transport mounts
+the same endpoint under each agent and at the root). A route the table does
+not know (a custom transport's) is still listed, with a generic description
+and ``x-uamp-undocumented: true``. WebSocket routes cannot be described in
+OpenAPI; they are listed under the top-level ``x-uamp-websockets``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+import attrs
+
+from ..engines.http import Request, Response, json_response
+from ..hosting.host import Host
+from ..hosting.router import AGENT_PREFIX
+from . import SERVER_ROUTES
+
+__all__ = ["OPERATIONS", "Operation", "document", "mount"]
+
+_JSON = "application/json"
+_SSE = "text/event-stream"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+@attrs.frozen
+class Operation:
+    """How one route is described.
+
+    Attributes:
+        tag: The group it is listed under (``Chat Completions``, ``A2A``...).
+        summary: One line.
+        request: The request body schema's name in ``components``, if any.
+        response: The 200 body's schema name.
+        media: The 200 body's media types.
+        errors: The schema of error responses (``OpenAIError``, or ``None``
+            for routes that answer errors inside a 200, as JSON-RPC does).
+        status: The success status (``200``; a redirect's ``308`` has no body).
+    """
+
+    tag: str
+    summary: str
+    request: str | None = None
+    response: str = "Object"
+    media: tuple[str, ...] = (_JSON,)
+    errors: str | None = "OpenAIError"
+    status: str = "200"
+
+
+#: Every built-in route by ``(method, subpath)``.
+OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("POST", "/chat/completions"): Operation(
+        "Chat Completions",
+        "Run one turn; JSON, or server-sent chunks with stream: true",
+        "ChatCompletionRequest",
+        "ChatCompletion",
+        (_JSON, _SSE),
+    ),
+    ("GET", "/models"): Operation("Models", "List the models (one per agent)", None, "ModelList"),
+    ("GET", "/models/{model_id}"): Operation("Models", "Retrieve one model", None, "Model"),
+    ("GET", "/capabilities"): Operation("Capabilities", "The agent's UAMP capabilities"),
+    ("POST", "/events"): Operation(
+        "UAMP HTTP+SSE", "Send one UAMP event or an array of them", "UampEvents", errors="UampError"
+    ),
+    ("GET", "/events/stream"): Operation(
+        "UAMP HTTP+SSE", "The session's outgoing UAMP events", media=(_SSE,), errors="UampError"
+    ),
+    ("POST", "/acp"): Operation(
+        "ACP",
+        "Agent Client Protocol over JSON-RPC 2.0",
+        "JSONRPCRequest",
+        "JSONRPCResponse",
+        errors=None,
+    ),
+    ("GET", "/.well-known/agent-card.json"): Operation("A2A", "The A2A agent card"),
+    ("GET", "/.well-known/agent.json"): Operation("A2A", "The A2A agent card (older path)"),
+    ("POST", "/a2a"): Operation(
+        "A2A",
+        "A2A over JSON-RPC 2.0 (message/send, message/stream, tasks/*)",
+        "JSONRPCRequest",
+        "JSONRPCResponse",
+        (_JSON, _SSE),
+        errors=None,
+    ),
+    ("POST", "/tasks"): Operation("A2A", "Create a task (A2A REST)", "Object"),
+    ("GET", "/tasks/{task_id}"): Operation("A2A", "Read a task (A2A REST)"),
+    ("DELETE", "/tasks/{task_id}"): Operation("A2A", "Cancel a task (A2A REST)"),
+    ("POST", "/agui"): Operation("AG-UI", "One AG-UI agent run", "Object", media=(_SSE,)),
+    ("GET", "/.well-known/jwks.json"): Operation(
+        "Signatures", "The public keys of response signatures", response="JWKS"
+    ),
+    ("GET", "/healthz"): Operation("Health", "Liveness: the process serves HTTP", None, "Health"),
+    ("GET", "/readyz"): Operation(
+        "Health", "Readiness: serving, with agents hosted (else 503)", None, "Ready"
+    ),
+    ("GET", "/openapi.json"): Operation("Health", "This document"),
+    ("GET", "/"): Operation("Playground", "The playground page", media=("text/html",)),
+    ("GET", ""): Operation("Playground", "A redirect to the playground page", status="308"),
+    ("GET", "/playground/{file}"): Operation(
+        "Playground",
+        "The playground's script and style sheet",
+        media=("text/javascript", "text/css"),
+    ),
+}
+
+_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+#: The schemas the operations name (loose where the protocol's own spec is the reference).
+SCHEMAS: dict[str, Any] = {
+    "Object": _OBJECT,
+    "OpenAIError": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type", "code"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "null"]},
+                },
+            }
+        },
+    },
+    "UampError": {
+        "type": "object",
+        "required": ["type", "error"],
+        "properties": {"type": {"const": "session.error"}, "error": _OBJECT},
+    },
+    "UampEvents": {
+        "oneOf": [
+            {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}},
+            {"type": "array", "items": {"type": "object", "required": ["type"]}},
+        ]
+    },
+    "ChatCompletionRequest": {
+        "type": "object",
+        "required": ["messages"],
+        "properties": {
+            "model": {"type": "string"},
+            "messages": {"type": "array", "items": _OBJECT},
+            "stream": {"type": "boolean"},
+            "tools": {"type": "array", "items": _OBJECT},
+        },
+    },
+    "ChatCompletion": {
+        "type": "object",
+        "required": ["id", "object", "choices"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "chat.completion"},
+            "choices": {"type": "array", "items": _OBJECT},
+            "usage": _OBJECT,
+        },
+    },
+    "Model": {
+        "type": "object",
+        "required": ["id", "object", "created", "owned_by"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
+        },
+    },
+    "ModelList": {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": _ref("Model")},
+        },
+    },
+    "JSONRPCRequest": {
+        "type": "object",
+        "required": ["jsonrpc", "method"],
+        "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"}, "id": {}},
+    },
+    "JSONRPCResponse": {
+        "type": "object",
+        "required": ["jsonrpc"],
+        "properties": {"jsonrpc": {"const": "2.0"}, "result": {}, "error": _OBJECT, "id": {}},
+    },
+    "JWKS": {"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array"}}},
+    "Health": {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}},
+    "Ready": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {
+            "status": {"enum": ["ready", "not_ready"]},
+            "agents": {"type": "array", "items": {"type": "string"}},
+            "reason": {"type": "string"},
+        },
+    },
+}
+
+#: How a route nobody described is listed.
+UNDOCUMENTED = Operation("Other", "A route this document has no description for")
+
+
+def subpath(pattern: str) -> str:
+    """``pattern`` without the agent prefix and a leading ``/v1`` (both are aliases)."""
+    rest = pattern.removeprefix(AGENT_PREFIX) if pattern != "/" else pattern
+    return rest.removeprefix("/v1") if rest.startswith("/v1/") else rest
+
+
+def _operation_id(method: str, pattern: str) -> str:
+    words = [w.strip("{}") for w in pattern.replace(".", "_").replace("-", "_").split("/") if w]
+    if pattern.endswith("/"):
+        words.append("index")
+    return "_".join([method.lower(), *words])
+
+
+def _describe(method: str, pattern: str, op: Operation) -> dict[str, Any]:
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in (w[1:-1] for w in pattern.split("/") if w.startswith("{"))
+    ]
+    out: dict[str, Any] = {
+        "tags": [op.tag],
+        "summary": op.summary,
+        "operationId": _operation_id(method, pattern),
+        "responses": {
+            op.status: {
+                "description": "OK",
+                "content": {media: {"schema": _ref(op.response)} for media in op.media},
+            }
+            if op.status == "200"
+            else {"description": "Moved: see the Location header"}
+        },
+    }
+    if params:
+        out["parameters"] = params
+    if op.request is not None:
+        out["requestBody"] = {
+            "required": True,
+            "content": {_JSON: {"schema": _ref(op.request)}},
+        }
+    if op.errors is not None:
+        out["responses"]["default"] = {
+            "description": "An error",
+            "content": {_JSON: {"schema": _ref(op.errors)}},
+        }
+    if op is UNDOCUMENTED:
+        out["x-uamp-undocumented"] = True
+    return out
+
+
+def document(host: Host) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every HTTP route of ``host``."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in host.router.routes:
+        for method in sorted(route.methods):
+            op = OPERATIONS.get((method, subpath(route.pattern)), UNDOCUMENTED)
+            paths.setdefault(route.pattern, {})[method.lower()] = _describe(
+                method, route.pattern, op
+            )
+    try:
+        version = importlib.metadata.version("uamp")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a bare tree
+        version = "0"
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "uamp server",
+            "version": version,
+            "description": "Every HTTP route this server mounts; agents are addressed "
+            "under /agents/{agent}, and at the root when one agent is hosted.",
+        },
+        "paths": paths,
+        "components": {"schemas": SCHEMAS},
+        "x-uamp-websockets": [
+            {"path": ws.pattern, "transport": ws.meta.transport}
+            for ws in host.router.websocket_routes
+        ],
+    }
+
+
+def mount(host: Host) -> None:
+    """Serve ``GET /openapi.json`` on ``host``."""
+
+    async def openapi(request: Request) -> Response:
+        """``GET /openapi.json``: the document of the routes mounted now."""
+        return json_response(document(host))
+
+    host.router.add("GET", "/openapi.json", openapi, meta=SERVER_ROUTES)

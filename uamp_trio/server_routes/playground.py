@@ -1,0 +1,99 @@
+"""The playground: a chat page for the hosted agents, at ``GET /`` and ``GET /agents/{name}/``.
+
+Theory of operation
+-------------------
+The page is three static files shipped in the package (``static/``: no build
+step, no CDN). The server fills one thing in: the names of the hosted agents
+(and, under ``/agents/{name}/``, the one to open), as JSON in a
+``<script type="application/json">`` element -- data the page reads, never
+code it runs, with ``<`` escaped so no name can close the element. The page
+then opens one UAMP WebSocket (``/uamp``) and multiplexes a session per pane
+over it (docs/playground.md).
+
+Everything here is public, as a login page would be: with authentication
+configured the WebSocket still needs a token (the page has a field for it),
+so the page shows no agent output to a caller who has none. A strict
+``Content-Security-Policy`` keeps the page to its own script and styles.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+
+import orjson
+
+from ..engines.http import HTTPError, Request, Response
+from ..hosting.host import Host
+from ..hosting.router import AGENT_PREFIX
+from . import SERVER_ROUTES
+
+__all__ = ["ASSETS", "mount"]
+
+#: The files served under ``/playground/`` and their media types.
+ASSETS = {
+    "playground.js": "text/javascript; charset=utf-8",
+    "playground.css": "text/css; charset=utf-8",
+}
+
+_PAGE = "playground.html"
+_CONFIG_SLOT = "{{config}}"
+
+_HEADERS = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-cache"),
+]
+
+
+@cache
+def _asset(name: str) -> bytes:
+    return files(__package__).joinpath("static", name).read_bytes()
+
+
+def page(agents: list[str], selected: str | None) -> bytes:
+    """The playground HTML with the agent list filled in."""
+    config = orjson.dumps({"agents": agents, "agent": selected}).replace(b"<", b"\\u003c")
+    return _asset(_PAGE).replace(_CONFIG_SLOT.encode(), config)
+
+
+def mount(host: Host) -> None:
+    """Serve the playground on ``host``: ``/``, ``/agents/{name}/`` and ``/playground/{file}``."""
+
+    def html(selected: str | None) -> Response:
+        body = page(sorted(host.agents), selected)
+        return Response(
+            headers=[("content-type", "text/html; charset=utf-8"), *_HEADERS], body=body
+        )
+
+    async def index(request: Request) -> Response:
+        """``GET /``: the playground, the agent picker on the first agent."""
+        return html(None)
+
+    async def agent_page(request: Request) -> Response:
+        """``GET /agents/{name}/``: the playground, talking to ``name``."""
+        return html(host.resolve_agent(request.path_params).name)
+
+    async def agent_redirect(request: Request) -> Response:
+        """``GET /agents/{name}``: a redirect to the page's canonical URL (with the slash)."""
+        name = host.resolve_agent(request.path_params).name
+        return Response(status=308, headers=[("location", f"/agents/{name}/")])
+
+    async def asset(request: Request) -> Response:
+        """``GET /playground/{file}``: the page's script and style sheet."""
+        name = request.path_params["file"]
+        media = ASSETS.get(name)
+        if media is None:
+            raise HTTPError(404, f"No playground file named {name!r}.", code="not_found")
+        return Response(headers=[("content-type", media), *_HEADERS], body=_asset(name))
+
+    host.router.add("GET", "/", index, meta=SERVER_ROUTES, label="Playground")
+    host.router.add("GET", AGENT_PREFIX + "/", agent_page, meta=SERVER_ROUTES, label="Playground")
+    host.router.add("GET", AGENT_PREFIX, agent_redirect, meta=SERVER_ROUTES)
+    host.router.add("GET", "/playground/{file}", asset, meta=SERVER_ROUTES)
