@@ -1,0 +1,250 @@
+"""The sans-IO parts of resumable sessions: where a resume starts and how its sources merge."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from uamp_proto.resume import (
+    LogEntry,
+    LogWindow,
+    Positions,
+    ResumeError,
+    ResumeState,
+    ResumeStream,
+    Retention,
+    event_id_of,
+    resume_from,
+    start_after,
+)
+
+
+def entry(n: int) -> LogEntry:
+    return LogEntry(n, f"evt_{n}", b'{"n":%d}' % n)
+
+
+def positions(entries: object) -> list[int]:
+    assert isinstance(entries, (list, tuple))
+    return [e.position for e in entries]
+
+
+# --- where a resume starts ------------------------------------------------------
+
+START_CASES = [
+    # window (first, last), found, expected start or error code
+    ((1, 10), 4, 4),
+    ((1, 10), 10, 10),
+    ((1, 0), None, "unknown_event"),
+    ((1, 10), None, "unknown_event"),
+    ((5, 10), None, "beyond_retention"),
+    ((5, 10), 7, 7),
+    ((5, 10), 2, "beyond_retention"),
+    ((5, 10), 11, "beyond_retention"),
+    ((11, 10), None, "beyond_retention"),
+]
+
+
+@pytest.mark.parametrize(("window", "found", "expected"), START_CASES)
+def test_start_after(window: tuple[int, int], found: int | None, expected: int | str) -> None:
+    log = LogWindow(*window)
+    if isinstance(expected, int):
+        assert start_after(log, found, "evt_x") == expected
+    else:
+        with pytest.raises(ResumeError) as caught:
+            start_after(log, found, "evt_x")
+        assert caught.value.code == expected
+        assert "evt_x" in caught.value.message
+
+
+RESUME_FROM_CASES = [
+    (None, None),
+    ({}, None),
+    ({"flow": {}}, None),
+    ({"resume_from": "evt_1"}, "evt_1"),
+    ({"resume_from": ""}, "invalid_event"),
+    ({"resume_from": 3}, "invalid_event"),
+    ({"resume_from": None}, "invalid_event"),
+]
+
+
+@pytest.mark.parametrize(("extensions", "expected"), RESUME_FROM_CASES)
+def test_resume_from_reads_the_extension(extensions: object, expected: str | None) -> None:
+    if expected == "invalid_event":
+        with pytest.raises(ResumeError) as caught:
+            resume_from(extensions)
+        assert caught.value.code == "invalid_event"
+    else:
+        assert resume_from(extensions) == expected
+
+
+# --- the merge: a table of (operation, argument) steps ---------------------------
+
+# ops: ("b", [positions]) backfill piece, ("done",) end of backfill, ("l", n) live entry.
+# expected per op: the positions sent, and the fetch asked for (or None).
+MERGE_CASES = {
+    "plain replay then live": (
+        0,
+        [("b", [1, 2, 3]), ("done",), ("l", 4), ("l", 5)],
+        [([1, 2, 3], None), ([], None), ([4], None), ([5], None)],
+    ),
+    "start in the middle skips what the client has": (
+        2,
+        [("b", [1, 2, 3, 4]), ("done",), ("l", 5)],
+        [([3, 4], None), ([], None), ([5], None)],
+    ),
+    "live entries during the replay are held, then sent once": (
+        0,
+        [("l", 3), ("b", [1, 2]), ("l", 4), ("b", [3]), ("done",), ("l", 5)],
+        [([], None), ([1, 2], None), ([], None), ([3], None), ([4], None), ([5], None)],
+    ),
+    "overlap of backfill and live is a duplicate": (
+        0,
+        [("l", 1), ("l", 2), ("b", [1, 2]), ("done",), ("l", 2), ("l", 3)],
+        [([], None), ([], None), ([1, 2], None), ([], None), ([], None), ([3], None)],
+    ),
+    "a live duplicate after going live is dropped": (
+        0,
+        [("b", []), ("done",), ("l", 1), ("l", 1), ("l", 2)],
+        [([], None), ([], None), ([1], None), ([], None), ([2], None)],
+    ),
+    "a gap in the live stream asks for a fetch": (
+        0,
+        [("b", [1]), ("done",), ("l", 4), ("b", [2, 3]), ("done",), ("l", 5)],
+        [([1], None), ([], None), ([], 1), ([2, 3], None), ([4], None), ([5], None)],
+    ),
+    "held entries with a gap after the backfill ask for a fetch": (
+        0,
+        [("l", 5), ("b", [1, 2]), ("done",), ("b", [3, 4, 5]), ("done",)],
+        [([], None), ([1, 2], None), ([], 2), ([3, 4, 5], None), ([], None)],
+    ),
+    "held entries arrive out of order": (
+        0,
+        [("l", 3), ("l", 2), ("b", [1]), ("done",)],
+        [([], None), ([], None), ([1], None), ([2, 3], None)],
+    ),
+    "a stale live entry while replaying is ignored": (
+        5,
+        [("l", 3), ("b", [6]), ("done",), ("l", 7)],
+        [([], None), ([6], None), ([], None), ([7], None)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MERGE_CASES))
+def test_merge_table(name: str) -> None:
+    after, ops, expected = MERGE_CASES[name]
+    stream = ResumeStream(after)
+    for op, (sent, fetch) in zip(ops, expected, strict=True):
+        if op[0] == "b":
+            step = stream.backfill(entry(n) for n in op[1])
+        elif op[0] == "done":
+            step = stream.backfill_done()
+        else:
+            step = stream.live(entry(op[1]))
+        assert (positions(step.send), step.fetch_after) == (sent, fetch), op
+
+
+def test_a_hole_in_the_backfill_is_beyond_retention() -> None:
+    stream = ResumeStream(2)
+    with pytest.raises(ResumeError) as caught:
+        stream.backfill([entry(5), entry(6)])
+    assert caught.value.code == "beyond_retention"
+    assert "3 to 4" in caught.value.message
+
+
+def test_too_many_held_entries_are_let_go_and_fetched() -> None:
+    stream = ResumeStream(0, max_held=2)
+    for n in (2, 3, 4):
+        assert stream.live(entry(n)).send == ()
+    step = stream.backfill([entry(1)])
+    assert positions(step.send) == [1]
+    step = stream.backfill_done()
+    assert (positions(step.send), step.fetch_after) == ([], 1)
+    assert stream.state is ResumeState.REPLAYING
+    assert positions(stream.backfill([entry(2), entry(3), entry(4)]).send) == [2, 3, 4]
+    assert stream.backfill_done().send == []
+    assert stream.state is ResumeState.LIVE
+
+
+@given(
+    after=st.integers(0, 20),
+    total=st.integers(0, 40),
+    split=st.integers(0, 40),
+    live_from=st.integers(1, 41),
+    dup=st.lists(st.integers(1, 40), max_size=10),
+    data=st.data(),
+)
+def test_every_position_after_the_start_is_sent_once_in_order(
+    after: int, total: int, split: int, live_from: int, dup: list[int], data: st.DataObject
+) -> None:
+    """Whatever the interleaving, the output is exactly after+1 .. total, once each."""
+    stream = ResumeStream(after, max_held=data.draw(st.integers(1, 50)))
+    log = [entry(n) for n in range(1, total + 1)]
+    live = [e for e in log if e.position >= live_from] + [entry(n) for n in dup if n <= total]
+    live = data.draw(st.permutations(live))
+    sent: list[int] = []
+    split = min(split, total)
+
+    def run(step: object) -> None:
+        from uamp_proto.resume import Step
+
+        assert isinstance(step, Step)
+        sent.extend(positions(step.send))
+        while step.fetch_after is not None:
+            step = stream.backfill(e for e in log if e.position > step.fetch_after)
+            sent.extend(positions(step.send))
+            step = stream.backfill_done()
+            sent.extend(positions(step.send))
+
+    # Some live entries come before and during the backfill, the rest after it.
+    cut = data.draw(st.integers(0, len(live)))
+    for e in live[:cut]:
+        run(stream.live(e))
+    run(stream.backfill(log[:split]))
+    run(stream.backfill(log[split:]))
+    run(stream.backfill_done())
+    for e in live[cut:]:
+        run(stream.live(e))
+    # Entries the live source never carried are only in the log: a final read.
+    run(stream.backfill(log))
+    assert sent == list(range(after + 1, total + 1))
+
+
+# --- positions and retention ------------------------------------------------------
+
+
+def test_positions_count_from_the_last() -> None:
+    fresh, restarted = Positions(), Positions(41)
+    assert [fresh.next(), fresh.next()] == [1, 2]
+    assert restarted.next() == 42
+
+
+RETENTION_CASES = [
+    # max_events, max_age, last, stamps, now, first kept
+    (10, 100.0, 0, [], 50.0, 1),
+    (10, 100.0, 5, [(n, 10.0) for n in range(1, 6)], 50.0, 1),
+    (3, 100.0, 5, [(n, 10.0) for n in range(1, 6)], 50.0, 3),
+    (10, 100.0, 5, [(1, 1.0), (2, 2.0), (3, 60.0), (4, 61.0), (5, 62.0)], 150.0, 3),
+    (10, 10.0, 5, [(n, 1.0) for n in range(1, 6)], 150.0, 6),
+    (2, 100.0, 5, [(4, 1.0), (5, 90.0)], 150.0, 5),
+]
+
+
+@pytest.mark.parametrize(("count", "age", "last", "stamps", "now", "first"), RETENTION_CASES)
+def test_retention_first_kept(
+    count: int, age: float, last: int, stamps: list[tuple[int, float]], now: float, first: int
+) -> None:
+    assert Retention(count, age).first_kept(last, stamps, now) == first
+
+
+@pytest.mark.parametrize(("count", "age"), [(0, 1.0), (1, 0.0), (1, -1.0)])
+def test_retention_refuses_nonsense(count: int, age: float) -> None:
+    with pytest.raises(ValueError):
+        Retention(count, age)
+
+
+def test_event_id_of_reads_the_top_level_id() -> None:
+    data = b'{"type":"response.delta","delta":{"text":"\\"event_id\\":\\"x\\""},"event_id":"e.7"}'
+    assert event_id_of(data) == "e.7"
+    assert event_id_of(b'{"type":"ping"}') == ""
