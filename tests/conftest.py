@@ -110,3 +110,12 @@ def thread_server() -> Iterator[Callable[..., Any]]:
         server.shutdown_threadsafe()
         thread.join(15)
         assert not thread.is_alive(), "server thread did not stop"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis server on 127.0.0.1 for the whole test run (installed when missing)."""
+    from tests._support.redis_server import running_redis
+
+    with running_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url

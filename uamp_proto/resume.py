@@ -13,7 +13,8 @@ Theory of operation
 *Positions.* The ``event_id`` stays an event's identity; its **position**
 orders it: 1, 2, 3 ... per session, assigned when the event is logged
 (:class:`Positions`). A log keeps a window of positions ``first..last``;
-older ones are dropped by the :class:`Retention` (count and age).
+older ones are dropped by the :class:`Retention` (a count per session),
+and a whole session expires some time after its last activity.
 
 *Where to start.* The client names an event id; the store finds its
 position. :func:`start_after` turns that lookup into the position the
@@ -175,11 +176,13 @@ def _beyond(window: LogWindow, event_id: str) -> int:
 
 @attrs.frozen
 class Retention:
-    """How much of a session's log is kept.
+    """How much of a session's log is kept, and for how long.
 
     Attributes:
         max_events: Most events kept per session (older ones are dropped).
-        max_age: Seconds an event is kept.
+        max_age: Seconds a session is kept after its last activity; a resume
+            later than that is refused as ``session_expired``, and after twice
+            as long the session is forgotten (``unknown_session``).
     """
 
     max_events: int = 10_000
@@ -191,23 +194,17 @@ class Retention:
         if self.max_age <= 0:
             raise ValueError("max_age must be positive")
 
-    def first_kept(self, last: int, stamps: Iterable[tuple[int, float]], now: float) -> int:
-        """The oldest position kept of a log ending at ``last``.
+    def first_kept(self, last: int) -> int:
+        """The oldest position a log ending at ``last`` keeps."""
+        return max(1, last - self.max_events + 1)
 
-        Args:
-            last: The newest position.
-            stamps: ``(position, time written)`` of the retained entries, oldest first.
-            now: The current time (same clock as the stamps).
-        """
-        first = max(1, last - self.max_events + 1)
-        horizon = now - self.max_age
-        for position, written in stamps:
-            if position < first:
-                continue
-            if written >= horizon:
-                return position
-            first = position + 1
-        return first
+    def expired(self, updated: float, now: float) -> bool:
+        """Whether a session last active at ``updated`` may no longer be resumed."""
+        return now - updated > self.max_age
+
+    def forgotten(self, updated: float, now: float) -> bool:
+        """Whether a session last active at ``updated`` may be deleted."""
+        return now - updated > 2 * self.max_age
 
 
 class Positions:

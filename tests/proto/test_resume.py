@@ -221,21 +221,35 @@ def test_positions_count_from_the_last() -> None:
 
 
 RETENTION_CASES = [
-    # max_events, max_age, last, stamps, now, first kept
-    (10, 100.0, 0, [], 50.0, 1),
-    (10, 100.0, 5, [(n, 10.0) for n in range(1, 6)], 50.0, 1),
-    (3, 100.0, 5, [(n, 10.0) for n in range(1, 6)], 50.0, 3),
-    (10, 100.0, 5, [(1, 1.0), (2, 2.0), (3, 60.0), (4, 61.0), (5, 62.0)], 150.0, 3),
-    (10, 10.0, 5, [(n, 1.0) for n in range(1, 6)], 150.0, 6),
-    (2, 100.0, 5, [(4, 1.0), (5, 90.0)], 150.0, 5),
+    # max_events, last, first kept
+    (10, 0, 1),
+    (10, 5, 1),
+    (3, 5, 3),
+    (1, 5, 5),
+    (5, 5, 1),
 ]
 
 
-@pytest.mark.parametrize(("count", "age", "last", "stamps", "now", "first"), RETENTION_CASES)
-def test_retention_first_kept(
-    count: int, age: float, last: int, stamps: list[tuple[int, float]], now: float, first: int
-) -> None:
-    assert Retention(count, age).first_kept(last, stamps, now) == first
+@pytest.mark.parametrize(("count", "last", "first"), RETENTION_CASES)
+def test_retention_first_kept(count: int, last: int, first: int) -> None:
+    assert Retention(count).first_kept(last) == first
+
+
+AGE_CASES = [
+    # updated, now, expired, forgotten (max_age 10)
+    (100.0, 105.0, False, False),
+    (100.0, 110.0, False, False),
+    (100.0, 110.5, True, False),
+    (100.0, 120.0, True, False),
+    (100.0, 120.5, True, True),
+]
+
+
+@pytest.mark.parametrize(("updated", "now", "expired", "forgotten"), AGE_CASES)
+def test_retention_age(updated: float, now: float, expired: bool, forgotten: bool) -> None:
+    retention = Retention(max_age=10.0)
+    assert retention.expired(updated, now) is expired
+    assert retention.forgotten(updated, now) is forgotten
 
 
 @pytest.mark.parametrize(("count", "age"), [(0, 1.0), (1, 0.0), (1, -1.0)])

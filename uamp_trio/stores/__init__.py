@@ -3,8 +3,9 @@
 The core (:mod:`uamp_proto`) maps protocols onto UAMP and keeps nothing;
 what a server must remember between requests lives here, each kind behind a
 small interface a database-backed store can implement later: A2A tasks
-(:mod:`.a2a_tasks`), ACP sessions (:mod:`.acp_sessions`) and the live
-HTTP+SSE sessions (:mod:`.sessions`). :class:`Stores` is the set the
+(:mod:`.a2a_tasks`), ACP sessions (:mod:`.acp_sessions`), the live
+HTTP+SSE sessions (:mod:`.sessions`) and the event logs of resumable UAMP
+sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams). :class:`Stores` is the set the
 composition root creates once per app and hands to the transports; no
 transport creates one of its own.
 
@@ -17,11 +18,39 @@ from typing import Any
 
 import attrs
 
+from uamp_proto.resume import Retention
+
 from .a2a_tasks import TaskStore
 from .acp_sessions import AcpSessionStore
+from .event_log import EventLog, MemoryEventLog, SessionRecord
 from .sessions import SessionTracker
 
-__all__ = ["AcpSessionStore", "SessionTracker", "Stores", "TaskStore"]
+__all__ = [
+    "AcpSessionStore",
+    "EventLog",
+    "MemoryEventLog",
+    "SessionRecord",
+    "SessionTracker",
+    "Stores",
+    "TaskStore",
+    "open_event_log",
+]
+
+
+def open_event_log(where: str = "memory", retention: Retention | None = None) -> EventLog:
+    """The event log named by ``where``: ``memory``, ``redis://HOST:PORT/DB``, or a SQLite path.
+
+    ``sqlite:PATH`` (or any other string, taken as a file path) is a SQLite file.
+    """
+    if where == "memory":
+        return MemoryEventLog(retention)
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        from .event_log_redis import RedisEventLog
+
+        return RedisEventLog(where, retention)
+    from .event_log_sqlite import SqliteEventLog
+
+    return SqliteEventLog(where.removeprefix("sqlite:"), retention)
 
 
 @attrs.define(kw_only=True)
@@ -35,8 +64,10 @@ class Stores:
         a2a_tasks: A2A tasks (the A2A transport).
         acp_sessions: ACP sessions, for ``session/load`` on any carrier.
         http_sessions: Live UAMP HTTP+SSE sessions (the session tracker).
+        event_log: What resumable UAMP sessions sent (docs/resume.md).
     """
 
     a2a_tasks: TaskStore = attrs.field(factory=TaskStore)
     acp_sessions: AcpSessionStore = attrs.field(factory=AcpSessionStore)
     http_sessions: SessionTracker[Any] = attrs.field(factory=SessionTracker)
+    event_log: EventLog = attrs.field(factory=MemoryEventLog)

@@ -1,0 +1,287 @@
+"""Every event log (memory, SQLite, Redis Streams) keeps the same promises.
+
+One parametrised suite: a hypothesis model check of the store semantics
+(positions, retention by count, reads, lookups by event id, windows), and
+cases for tails that wait for later writes, expiry, ownership and restarts.
+Redis is a real ``redis-server`` on 127.0.0.1 (tests/_support/redis_server.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from uamp_proto.resume import LogWindow, ResumeError, Retention, start_after
+from uamp_trio.stores import open_event_log
+from uamp_trio.stores.event_log import EventLog, LogKey, SessionRecord
+from uamp_trio.stores.event_log_redis import RedisEventLog
+from uamp_trio.stores.event_log_sqlite import SqliteEventLog
+
+KINDS = ["memory", "sqlite", "redis"]
+ALICE = ("api_key", "alice")
+BOB = ("api_key", "bob")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., EventLog]]:
+    """Makes stores of the parametrised kind; same ``name``, same storage."""
+    kind = request.param
+    url = request.getfixturevalue("redis_url") if kind == "redis" else ""
+    run = uuid.uuid4().hex[:8]
+    made: list[EventLog] = []
+
+    def make(
+        retention: Retention | None = None, clock: Clock | None = None, name: str = "a"
+    ) -> EventLog:
+        clock = clock or Clock()
+        log: EventLog
+        if kind == "memory":
+            from uamp_trio.stores.event_log import MemoryEventLog
+
+            log = MemoryEventLog(retention, clock=clock)
+        elif kind == "sqlite":
+            log = SqliteEventLog(tmp_path / f"{name}.db", retention, clock=clock)
+        else:
+            log = RedisEventLog(url, retention, prefix=f"t{run}{name}", clock=clock)
+        made.append(log)
+        return log
+
+    yield make
+
+
+def kinds() -> Any:
+    return pytest.mark.parametrize("make_log", KINDS, indirect=True)
+
+
+def key(sid: str, owner: tuple[str, str] = ALICE) -> LogKey:
+    return (owner, sid)
+
+
+def ev(n: int) -> bytes:
+    return b'{"type":"response.delta","event_id":"evt.%d"}' % n
+
+
+# --- the model check ------------------------------------------------------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("open"), st.sampled_from("xy")),
+        st.tuples(st.just("append"), st.sampled_from("xy"), st.integers(1, 8)),
+        st.tuples(st.just("flush")),
+        st.tuples(st.just("read"), st.sampled_from("xy"), st.integers(0, 30)),
+        st.tuples(st.just("find"), st.sampled_from("xy"), st.integers(0, 30)),
+        st.tuples(st.just("window"), st.sampled_from("xy")),
+    ),
+    max_size=25,
+)
+
+
+@kinds()
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS, keep=st.integers(1, 12))
+def test_store_semantics_match_the_model(
+    make_log: Callable[..., EventLog], ops: list[tuple[Any, ...]], keep: int
+) -> None:
+    """After each flush the store answers exactly as a list-per-session model does."""
+    counter = itertools.count(1)
+
+    async def main() -> None:
+        log = make_log(Retention(max_events=keep), name=f"m{uuid.uuid4().hex[:8]}")
+        model: dict[str, list[tuple[int, str]]] = {}
+        firsts: dict[str, int] = {}
+        try:
+            for op in ops:
+                name = op[1] if len(op) > 1 else ""
+                k = key(name)
+                if op[0] == "open":
+                    await log.open(k, SessionRecord(agent="demo"))
+                    model[name], firsts[name] = [], 1
+                elif op[0] == "append":
+                    if name not in model:
+                        with pytest.raises(KeyError):
+                            log.append(k, ev(0), "evt.0")
+                        continue
+                    for _ in range(op[2]):
+                        n = next(counter)
+                        entry = log.append(k, ev(n), f"evt.{n}")
+                        last = model[name][-1][0] if model[name] else firsts[name] - 1
+                        assert entry.position == last + 1
+                        model[name].append((entry.position, f"evt.{n}"))
+                    kept = model[name][-keep:]
+                    if len(kept) < len(model[name]):
+                        firsts[name] = kept[0][0]
+                    model[name] = kept
+                elif op[0] == "flush":
+                    await log.flush()
+                else:
+                    await log.flush()
+                    held = model.get(name, [])
+                    if op[0] == "read":
+                        got = await log.read(k, op[2])
+                        assert [(e.position, e.event_id) for e in got] == [
+                            p for p in held if p[0] > op[2]
+                        ]
+                        assert all(e.data == ev(int(e.event_id[4:])) for e in got)
+                    elif op[0] == "find":
+                        ids = {i: p for p, i in held}
+                        assert await log.find(k, f"evt.{op[2]}") == ids.get(f"evt.{op[2]}")
+                    else:
+                        window = await log.window(k)
+                        if held:
+                            assert window == LogWindow(held[0][0], held[-1][0])
+                        else:
+                            assert window.last == 0 or window.first == window.last + 1
+        finally:
+            await log.aclose()
+
+    trio.run(main)
+
+
+# --- tails, expiry, ownership, restarts --------------------------------------------
+
+
+@kinds()
+async def test_tail_yields_the_log_then_later_writes(make_log: Callable[..., EventLog]) -> None:
+    log = make_log()
+    k = key("s1")
+    await log.open(k, SessionRecord(agent="demo"))
+    for n in range(1, 6):
+        log.append(k, ev(n), f"evt.{n}")
+    await log.flush()
+    got: list[int] = []
+
+    async def reader() -> None:
+        async for entries in log.tail(k, 2):
+            got.extend(e.position for e in entries)
+            if got[-1] == 9:
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.sleep(0.05)
+        for n in range(6, 10):
+            log.append(k, ev(n), f"evt.{n}")
+            await log.flush()
+            await trio.sleep(0.01)
+    assert got == [3, 4, 5, 6, 7, 8, 9]
+    await log.aclose()
+
+
+@kinds()
+async def test_the_flusher_writes_what_append_queued(make_log: Callable[..., EventLog]) -> None:
+    log = make_log()
+    k = key("s1")
+    await log.open(k, SessionRecord(agent="demo"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log.run)
+        for n in range(1, 101):
+            log.append(k, ev(n), f"evt.{n}")
+        with trio.fail_after(5):
+            while (await log.window(k)).last < 100:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert [e.position for e in await log.read(k, 95)] == [96, 97, 98, 99, 100]
+    await log.aclose()
+
+
+@kinds()
+async def test_a_trimmed_log_says_beyond_retention(make_log: Callable[..., EventLog]) -> None:
+    log = make_log(Retention(max_events=3))
+    k = key("s1")
+    await log.open(k, SessionRecord(agent="demo"))
+    for n in range(1, 11):
+        log.append(k, ev(n), f"evt.{n}")
+    await log.flush()
+    window = await log.window(k)
+    assert window == LogWindow(8, 10)
+    assert start_after(window, await log.find(k, "evt.9"), "evt.9") == 9
+    with pytest.raises(ResumeError) as caught:
+        start_after(window, await log.find(k, "evt.2"), "evt.2")
+    assert caught.value.code == "beyond_retention"
+    await log.aclose()
+
+
+@kinds()
+async def test_records_expire_then_are_forgotten(make_log: Callable[..., EventLog]) -> None:
+    clock = Clock()
+    log = make_log(Retention(max_age=60.0), clock)
+    k = key("s1")
+    await log.open(k, SessionRecord(agent="demo", history=[{"role": "user", "content": "hi"}]))
+    clock.now += 30
+    log.append(k, ev(1), "evt.1")
+    await log.flush()
+    clock.now += 59  # 59 s after the last activity
+    record = await log.load(k)
+    assert (record.agent, record.history) == ("demo", [{"role": "user", "content": "hi"}])
+    clock.now += 2
+    with pytest.raises(ResumeError) as caught:
+        await log.load(k)
+    assert caught.value.code == "session_expired"
+    clock.now += 60
+    with pytest.raises(ResumeError) as caught:
+        await log.load(k)
+    assert caught.value.code == "unknown_session"
+    await log.aclose()
+
+
+@kinds()
+async def test_another_owner_finds_nothing(make_log: Callable[..., EventLog]) -> None:
+    log = make_log()
+    await log.open(key("s1"), SessionRecord(agent="demo"))
+    log.append(key("s1"), ev(1), "evt.1")
+    await log.flush()
+    with pytest.raises(ResumeError) as theirs:
+        await log.load(key("s1", BOB))
+    with pytest.raises(ResumeError) as never:
+        await log.load(key("s-never", BOB))
+    assert (theirs.value.code, never.value.code) == ("unknown_session", "unknown_session")
+    assert await log.read(key("s1", BOB), 0) == []
+    assert await log.find(key("s1", BOB), "evt.1") is None
+    await log.aclose()
+
+
+@pytest.mark.parametrize("make_log", ["sqlite", "redis"], indirect=True)
+async def test_a_new_store_on_the_same_storage_continues_the_log(
+    make_log: Callable[..., EventLog],
+) -> None:
+    first = make_log(name="shared")
+    k = key("s1")
+    await first.open(k, SessionRecord(agent="demo", running="resp_1", node="n1"))
+    for n in range(1, 4):
+        first.append(k, ev(n), f"evt.{n}")
+    await first.flush()
+    await first.aclose()  # the process is gone
+    second = make_log(name="shared")
+    assert (await second.load(k)).running == "resp_1"
+    assert await second.adopt(k) == 3
+    assert second.append(k, ev(4), "evt.4").position == 4
+    await second.flush()
+    assert [e.position for e in await second.read(k, 0)] == [1, 2, 3, 4]
+    await second.aclose()
+
+
+def test_open_event_log_picks_the_store(tmp_path: Path, redis_url: str) -> None:
+    from uamp_trio.stores.event_log import MemoryEventLog
+
+    assert isinstance(open_event_log("memory"), MemoryEventLog)
+    assert isinstance(open_event_log(f"sqlite:{tmp_path / 'a.db'}"), SqliteEventLog)
+    assert isinstance(open_event_log(str(tmp_path / "b.db")), SqliteEventLog)
+    assert isinstance(open_event_log(redis_url), RedisEventLog)

@@ -1,0 +1,186 @@
+"""Session event logs in Redis Streams: several ``uamp serve`` processes share them.
+
+Each session has a stream ``{prefix}:log:{name}`` (one entry per event,
+entry id ``0-{position}``, fields ``e`` the event id and ``d`` its JSON) and
+a string ``{prefix}:rec:{name}`` (its :class:`SessionRecord`), where
+``name`` is :func:`~uamp_trio.stores.event_log.log_name` of the log key.
+Explicit entry ids make Redis itself refuse a position written twice, and
+let a reader in any process ask for "everything after position n" with one
+``XREAD``/``XRANGE``.
+
+Writes are batched: the flusher sends everything queued since its last round
+as one pipeline (``XADD`` with ``MAXLEN`` for the count retention, the
+record's ``updated`` field, ``PEXPIRE`` on both keys at twice the retention
+age so Redis itself forgets abandoned sessions). Every Redis call runs in a
+worker thread with the synchronous redis-py client (the event loop is trio,
+redis-py's async client is asyncio); :meth:`RedisEventLog.wait` is a
+blocking ``XREAD`` there, which also sees what other processes append.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import trio
+
+from uamp_proto.resume import LogEntry, LogWindow, Retention
+
+from .event_log import READ_BATCH, EventLog, LogKey, SessionRecord, log_name
+
+__all__ = ["RedisEventLog"]
+
+T = TypeVar("T")
+
+#: Entries read per step while searching a log backwards for an event id.
+_FIND_BATCH: Final = 512
+
+
+def _position(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[2])
+
+
+def _entries(rows: list[Any]) -> list[LogEntry]:
+    return [LogEntry(_position(i), f[b"e"].decode(), f[b"d"]) for i, f in rows]
+
+
+class RedisEventLog(EventLog):
+    """Event logs and session records in Redis (``redis://host:port/db``).
+
+    Args:
+        url: The Redis URL.
+        retention: How much is kept, and how long.
+        prefix: Key prefix, so several apps can share one database.
+        clock: Wall-clock seconds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        retention: Retention | None = None,
+        *,
+        prefix: str = "uamp",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(retention, clock=clock)
+        import redis  # the optional dependency (extra "redis")
+
+        self.url = url
+        self.prefix = prefix
+        # Typed loosely: redis-py's stubs union every reply shape.
+        self._redis: Any = redis.Redis.from_url(url, socket_timeout=30.0)
+
+    def _log(self, key: LogKey) -> str:
+        return f"{self.prefix}:log:{log_name(key)}"
+
+    def _rec(self, key: LogKey) -> str:
+        return f"{self.prefix}:rec:{log_name(key)}"
+
+    @property
+    def _ttl_ms(self) -> int:
+        return int(2 * self.retention.max_age * 1000) + 1000
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+    async def ping(self) -> bool:
+        """Whether the server answers."""
+        return bool(await self._call(self._redis.ping))
+
+    async def _reset(self, key: LogKey, record: SessionRecord) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(self._log(key), f"{self._rec(key)}:u")
+        pipe.set(self._rec(key), record.encode(), px=self._ttl_ms)
+        await self._call(pipe.execute)
+
+    async def _write(self, batch: list[tuple[LogKey, LogEntry, float]]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        keep = self.retention.max_events
+        touched: dict[LogKey, float] = {}
+        for key, entry, written in batch:
+            pipe.xadd(
+                self._log(key),
+                {"e": entry.event_id, "d": entry.data},
+                id=f"0-{entry.position}",
+                maxlen=keep,
+                approximate=False,
+            )
+            touched[key] = written
+        ttl = self._ttl_ms
+        for key, written in touched.items():
+            pipe.pexpire(self._log(key), ttl)
+            # The record's activity stamp, without rewriting the record.
+            pipe.set(f"{self._rec(key)}:u", repr(written), px=ttl)
+            pipe.pexpire(self._rec(key), ttl)
+        await self._call(pipe.execute)
+
+    async def _load(self, key: LogKey) -> SessionRecord | None:
+        raw, stamp = await self._call(self._redis.mget, [self._rec(key), f"{self._rec(key)}:u"])
+        if raw is None:
+            return None
+        record = SessionRecord.decode(raw)
+        if stamp is not None:
+            record.updated = max(record.updated, float(stamp))
+        if self.retention.forgotten(record.updated, self.clock()):
+            return None
+        return record
+
+    async def _save(self, key: LogKey, record: SessionRecord) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._rec(key), record.encode(), px=self._ttl_ms)
+        pipe.set(f"{self._rec(key)}:u", repr(record.updated), px=self._ttl_ms)
+        pipe.pexpire(self._log(key), self._ttl_ms)
+        await self._call(pipe.execute)
+
+    async def window(self, key: LogKey) -> LogWindow:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.xrange(self._log(key), count=1)
+        pipe.xrevrange(self._log(key), count=1)
+        first, last = await self._call(pipe.execute)
+        if not last:
+            return LogWindow()
+        return LogWindow(_position(first[0][0]), _position(last[0][0]))
+
+    async def find(self, key: LogKey, event_id: str) -> int | None:
+        def find() -> int | None:
+            name, high = self._log(key), "+"
+            while True:
+                rows = self._redis.xrevrange(name, max=high, count=_FIND_BATCH)
+                for entry_id, fields in rows:
+                    if fields[b"e"].decode() == event_id:
+                        return _position(entry_id)
+                if len(rows) < _FIND_BATCH:
+                    return None
+                low = _position(rows[-1][0])
+                if low <= 1:
+                    return None
+                high = f"0-{low - 1}"
+
+        return await self._call(find)
+
+    async def read(self, key: LogKey, after: int, limit: int = READ_BATCH) -> list[LogEntry]:
+        rows = await self._call(
+            lambda: self._redis.xrange(self._log(key), min=f"0-{after + 1}", count=limit)
+        )
+        return _entries(rows)
+
+    async def wait(self, key: LogKey, after: int, timeout: float = 1.0) -> list[LogEntry]:
+        name = self._log(key)
+        block = max(1, int(timeout * 1000))
+        found = await self._call(
+            lambda: self._redis.xread({name: f"0-{after}"}, count=READ_BATCH, block=block)
+        )
+        if not found:
+            return []
+        return _entries(found[0][1])
+
+    async def drop(self, key: LogKey) -> None:
+        self._forget_pending(key)
+        await self._call(self._redis.delete, self._log(key), self._rec(key), f"{self._rec(key)}:u")
+        self.release(key)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        self._redis.close()
