@@ -374,10 +374,36 @@ class _Codec:
         self.hooks.compile(*ev.EVENT_TYPES.values())
         #: Wire type -> structure function of its event class.
         self.by_tag = {tag: self.hooks.structure_fn(cls) for tag, cls in ev.EVENT_TYPES.items()}
+        create = self.by_tag["session.create"]
+        self.by_tag["session.create"] = lambda obj: create(_multiplexed_create(obj))
         #: Event class -> unstructure function; other classes are added on use.
         self.by_class = self.hooks.unstructure_table()
         for cls in (*ev.EVENT_TYPES.values(), ev.UnknownEvent):
             self.by_class[cls] = self.hooks.unstructure_fn(cls)
+
+
+def _multiplexed_create(obj: dict[str, Any]) -> dict[str, Any]:
+    """Spec 004's multiplexed ``session.create`` in the form of section 5.1.
+
+    Daemons register an agent with ``{"session": {"agent": A, "token": T}}``
+    and no modalities: the agent and the token move to the top level (where
+    section 10.4 puts them; a top-level value wins) and the session is a
+    text session. Anything else is left as it came.
+    """
+    session = obj.get("session")
+    if type(session) is not dict or (
+        "modalities" in session and "agent" not in session and "token" not in session
+    ):
+        return obj
+    session = dict(session)
+    out = dict(obj)
+    for key in ("agent", "token"):
+        if key in session:
+            value = session.pop(key)
+            out.setdefault(key, value)
+    session.setdefault("modalities", ["text"])
+    out["session"] = session
+    return out
 
 
 _CODEC = _Codec()

@@ -54,6 +54,7 @@ from .hosting.middleware import (
     render_error,
 )
 from .hosting.router import AGENT_PREFIX, Route, Router, WebSocketRoute
+from .relay import platform as relay_platform
 from .server_routes import SERVER_ROUTES, health, openapi, playground
 from .stores import Stores
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
@@ -104,6 +105,8 @@ class App(Host):
             stores=stores if stores is not None else Stores(),
         )
         self.authenticator = authenticator
+        #: Daemons' agents, when the app is a relay (:func:`create_app` ``relay=``).
+        self.relay: relay_platform.Relay | None = None
         #: The middleware chain, outermost first; read per request.
         self.middleware: list[Middleware] = list(middleware)
         if authenticator is not None:
@@ -214,8 +217,14 @@ def create_app(
     authenticator: Authenticator | None = None,
     allow_anonymous: bool = False,
     stores: Stores | None = None,
+    relay: bool | relay_platform.RelayLimits = False,
 ) -> App:
-    """An app hosting ``agents`` with ``transports`` (default: all built-in ones)."""
+    """An app hosting ``agents`` with ``transports`` (default: all built-in ones).
+
+    ``relay`` (``True`` or the per-daemon limits) also makes the app a relay
+    that daemons dial into (docs/relay.md); its :class:`~uamp_trio.relay.platform.Relay`
+    is ``app.relay``.
+    """
     app = App(
         agents,
         payment_policy=payment_policy,
@@ -225,4 +234,6 @@ def create_app(
         stores=stores,
     )
     app.mount(*(default_transports() if transports is None else transports))
+    if relay is not False:
+        app.relay = relay_platform.mount(app, None if relay is True else relay)
     return app

@@ -44,6 +44,7 @@ import getpass
 import hashlib
 import importlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -183,6 +184,12 @@ def _add_serve(sub: Any) -> None:
         default=_DEFAULTS.shutdown_grace,
         help="seconds in-flight requests get on shutdown (default %(default)s)",
     )
+    p.add_argument(
+        "--relay",
+        action="store_true",
+        help="also be a relay: daemons (uamp connect) dial /ws or /agents/connect and register "
+        "agents served on every transport (docs/relay.md); hosts no demo agent by default",
+    )
     add_ledger_args(p)
     p.add_argument(
         "--signing-key",
@@ -303,6 +310,17 @@ OPEN_BIND_REFUSED = (
 )
 
 
+#: What ``uamp serve --relay`` says at start about who may register agents.
+RELAY_OPEN = (
+    "relay: no authentication configured: daemons may register agents from this machine "
+    "(loopback) only"
+)
+RELAY_AUTH = (
+    "relay: daemons register agent NAME only with a credential bound to it (a JWT with an "
+    "agent_id or agent_name claim of NAME, or an agent:NAME API key)"
+)
+
+
 def _serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if (args.certfile is None) != (args.keyfile is None):
@@ -317,12 +335,15 @@ def _serve_command(args: argparse.Namespace) -> int:
         print(OPEN_BIND_REFUSED.format(host=args.host), file=sys.stderr)
         return 2
     try:
-        agents = [load_agent(spec) for spec in args.agent] or [default_agent()]
+        agents = [load_agent(spec) for spec in args.agent]
+        if not agents and not args.relay:
+            agents = [default_agent()]
         app = create_app(
             agents,
             payment_policy=open_policy(args),
             authenticator=authenticator,
             allow_anonymous=args.allow_anonymous,
+            relay=args.relay,
         )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)
@@ -338,6 +359,8 @@ def _serve_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"uamp serve: {exc}", file=sys.stderr)
         return 2
+    if args.relay:
+        print(RELAY_OPEN if authenticator is None else RELAY_AUTH, flush=True)
     server = Server(app, config)
     try:
         trio.run(_serve, server, app)
@@ -345,6 +368,20 @@ def _serve_command(args: argparse.Namespace) -> int:
         print(f"uamp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _watch_signals(
+    signals: Any, nursery: trio.Nursery, first: Callable[[], None], said: str, doing: str
+) -> None:
+    """The first SIGINT/SIGTERM says what it does and calls ``first``; a second stops at once."""
+    count = 0
+    async for signum in signals:
+        count += 1
+        if count == 1:
+            print(f"{said}: {signal.Signals(signum).name}, {doing}", flush=True)
+            first()
+        else:
+            nursery.cancel_scope.cancel()
 
 
 async def _serve(server: Server, app: App) -> None:
@@ -357,18 +394,10 @@ async def _serve(server: Server, app: App) -> None:
                 await server.serve(task_status=task_status)
                 nursery.cancel_scope.cancel()  # served out: stop watching signals
 
-            async def watch() -> None:
-                count = 0
-                async for signum in signals:
-                    count += 1
-                    if count == 1:
-                        print(f"uamp: {signal.Signals(signum).name}, shutting down", flush=True)
-                        server.shutdown()
-                    else:
-                        nursery.cancel_scope.cancel()
-
             await nursery.start(run)
-            nursery.start_soon(watch)
+            nursery.start_soon(
+                _watch_signals, signals, nursery, server.shutdown, "uamp", "shutting down"
+            )
             print_urls(server, app)
 
 
@@ -414,6 +443,83 @@ def print_urls(server: Server, app: App, *, file: Any = None) -> None:
             f"{base}/v1/chat/completions, {base}/capabilities"
         )
     print("\n".join(lines), file=out, flush=True)
+
+
+# --- connect ------------------------------------------------------------------------
+
+
+def _add_connect(sub: Any) -> None:
+    p = sub.add_parser(
+        "connect", help="dial a relay and serve agents over that one socket (docs/relay.md)"
+    )
+    p.add_argument("url", help="the relay: ws(s):// or http(s):// (a bare origin gets /ws)")
+    p.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        required=True,
+        metavar="MODULE:ATTR",
+        help="an agent (uamp or UAP) or a factory to serve (repeatable)",
+    )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the credential of the connection and of every agent without its own "
+        "(default: $UAMP_TOKEN)",
+    )
+    p.add_argument(
+        "--agent-token",
+        action="append",
+        default=[],
+        metavar="NAME=TOKEN",
+        help="the registration token of agent NAME (repeatable)",
+    )
+    p.add_argument("--log-level", default="info", help="logging level (default %(default)s)")
+    p.set_defaults(func=_connect_command)
+
+
+def _connect_command(args: argparse.Namespace) -> int:
+    from .relay.daemon import Daemon, DaemonRefused
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    tokens: dict[str, str] = {}
+    for item in args.agent_token:
+        name, sep, token = item.partition("=")
+        if not sep or not name or not token:
+            print(
+                f"uamp connect: --agent-token {name or '?'}=...: expected NAME=TOKEN",
+                file=sys.stderr,
+            )
+            return 2
+        tokens[name] = token
+    try:
+        agents = [load_agent(spec) for spec in args.agent]
+        daemon = Daemon(
+            args.url, agents, token=args.token or os.environ.get("UAMP_TOKEN"), tokens=tokens
+        )
+    except ValueError as exc:
+        print(f"uamp connect: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(_connect, daemon)
+    except DaemonRefused as exc:
+        print(f"uamp connect: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _connect(daemon: Any) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                await daemon.run()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(run)
+            nursery.start_soon(
+                _watch_signals, signals, nursery, daemon.stop, "uamp connect", "stopping"
+            )
 
 
 # --- acp ----------------------------------------------------------------------------
@@ -480,6 +586,7 @@ def _add_verify(sub: Any) -> None:
 #: UAMP client, :mod:`uamp_trio.client.chat`) and ``uamp bench`` register here.
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     _add_serve,
+    _add_connect,
     _add_acp,
     _add_chat,
     _add_verify,

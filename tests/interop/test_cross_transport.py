@@ -42,48 +42,48 @@ def _run(coro: Any) -> Any:
 # --- one function per transport: prompt in, reply text out -----------------------
 
 
-def completions_plain(base: str, prompt: str) -> str:
-    client = openai.OpenAI(base_url=f"{base}/agents/demo", api_key="x", max_retries=0)
+def completions_plain(base: str, prompt: str, agent: str = "demo") -> str:
+    client = openai.OpenAI(base_url=f"{base}/agents/{agent}", api_key="x", max_retries=0)
     reply = client.chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": prompt}]
+        model=agent, messages=[{"role": "user", "content": prompt}]
     )
     return reply.choices[0].message.content or ""
 
 
-def completions_streamed(base: str, prompt: str) -> str:
-    client = openai.OpenAI(base_url=f"{base}/agents/demo", api_key="x", max_retries=0)
+def completions_streamed(base: str, prompt: str, agent: str = "demo") -> str:
+    client = openai.OpenAI(base_url=f"{base}/agents/{agent}", api_key="x", max_retries=0)
     stream = client.chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": prompt}], stream=True
+        model=agent, messages=[{"role": "user", "content": prompt}], stream=True
     )
     return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 
 
-def uamp_websocket(base: str, prompt: str) -> str:
+def uamp_websocket(base: str, prompt: str, agent: str = "demo") -> str:
     async def main() -> str:
         with trio.fail_after(TIMEOUT):
             async with connect(base.replace("http://", "ws://") + "/ws") as client:
-                session = await client.create_session(agent="demo")
+                session = await client.create_session(agent=agent)
                 result = await session.ask(prompt)
                 return result.text
 
     return str(trio.run(main))
 
 
-def uamp_http_sse(base: str, prompt: str) -> str:
+def uamp_http_sse(base: str, prompt: str, agent: str = "demo") -> str:
     async def main() -> str:
         with trio.fail_after(TIMEOUT):
             async with connect_sse(base) as client:
-                session = await client.create_session(agent="demo")
+                session = await client.create_session(agent=agent)
                 result = await session.ask(prompt)
                 return result.text
 
     return str(trio.run(main))
 
 
-def realtime(base: str, prompt: str) -> str:
+def realtime(base: str, prompt: str, agent: str = "demo") -> str:
     async def main() -> str:
-        client = openai.AsyncOpenAI(api_key="x", base_url=f"{base}/agents/demo", max_retries=0)
-        async with client.realtime.connect(model="demo") as conn:
+        client = openai.AsyncOpenAI(api_key="x", base_url=f"{base}/agents/{agent}", max_retries=0)
+        async with client.realtime.connect(model=agent) as conn:
             await conn.conversation.item.create(
                 item={
                     "type": "message",
@@ -104,13 +104,13 @@ def realtime(base: str, prompt: str) -> str:
     return str(_run(main()))
 
 
-def _a2a(base: str, prompt: str, streaming: bool) -> str:
+def _a2a(base: str, prompt: str, streaming: bool, agent: str = "demo") -> str:
     from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
     from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 
     async def main() -> str:
         async with httpx.AsyncClient(timeout=TIMEOUT) as http:
-            card = await A2ACardResolver(http, f"{base}/agents/demo").get_agent_card()
+            card = await A2ACardResolver(http, f"{base}/agents/{agent}").get_agent_card()
             client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(
                 card
             )
@@ -126,15 +126,15 @@ def _a2a(base: str, prompt: str, streaming: bool) -> str:
     return str(_run(main()))
 
 
-def a2a_blocking(base: str, prompt: str) -> str:
-    return _a2a(base, prompt, streaming=False)
+def a2a_blocking(base: str, prompt: str, agent: str = "demo") -> str:
+    return _a2a(base, prompt, streaming=False, agent=agent)
 
 
-def a2a_streamed(base: str, prompt: str) -> str:
-    return _a2a(base, prompt, streaming=True)
+def a2a_streamed(base: str, prompt: str, agent: str = "demo") -> str:
+    return _a2a(base, prompt, streaming=True, agent=agent)
 
 
-def agui(base: str, prompt: str) -> str:
+def agui(base: str, prompt: str, agent: str = "demo") -> str:
     body = {
         "threadId": "thread-1",
         "runId": "run-1",
@@ -144,14 +144,14 @@ def agui(base: str, prompt: str) -> str:
         "state": {},
         "forwardedProps": {},
     }
-    with httpx.stream("POST", f"{base}/agents/demo/agui", json=body, timeout=TIMEOUT) as resp:
+    with httpx.stream("POST", f"{base}/agents/{agent}/agui", json=body, timeout=TIMEOUT) as resp:
         assert resp.status_code == 200
         events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
     return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
 
 
-def acp_stdio(base: str, prompt: str) -> str:
+def acp_stdio(base: str, prompt: str, agent: str = "demo") -> str:
     import acp
     from acp.schema import AgentMessageChunk, TextContentBlock
 

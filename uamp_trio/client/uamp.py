@@ -105,6 +105,7 @@ __all__ = [
     "UampClient",
     "connect",
     "connect_sse",
+    "open_websocket",
 ]
 
 log = logging.getLogger("uamp_trio.client")
@@ -831,6 +832,33 @@ async def _handshake(
             raise ClientError("handshake_failed", "the server closed during the handshake")
 
 
+async def open_websocket(
+    url: str,
+    *,
+    headers: Sequence[tuple[str, str]] = (),
+    ssl_context: ssl.SSLContext | None = None,
+    timeout: float = 10.0,
+) -> tuple[trio.abc.Stream, bytes]:
+    """Dial ``url`` and do the WebSocket handshake (subprotocol ``uamp``).
+
+    Returns the stream and the bytes read past the handshake.
+
+    Raises:
+        ClientError: The server refused the upgrade (its error code, e.g.
+            ``unauthorized``) or closed during it.
+        OSError: The server is unreachable.
+        trio.TooSlowError: No handshake within ``timeout``.
+    """
+    with trio.fail_after(timeout):
+        stream, authority, target = await _open_stream(url, ssl_context)
+        try:
+            initial = await _handshake(stream, authority, target, headers, ("uamp",))
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+    return stream, initial
+
+
 class UampClient(_Link):
     """A native UAMP WebSocket client; make one with :func:`connect`.
 
@@ -1036,13 +1064,9 @@ async def connect(
         JWKSError: ``verify`` names no usable JWKS.
     """
     jwks = await load_jwks(verify) if verify is not None else None
-    with trio.fail_after(connect_timeout):
-        stream, authority, target = await _open_stream(url, ssl_context)
-        try:
-            initial = await _handshake(stream, authority, target, headers, ("uamp",))
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
+    stream, initial = await open_websocket(
+        url, headers=headers, ssl_context=ssl_context, timeout=connect_timeout
+    )
     frames = make_engine(client=True, max_message_size=max_message_size, engine=engine)
     body: list[BaseException] = []
     try:

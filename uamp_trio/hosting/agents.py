@@ -11,13 +11,41 @@ from uamp_proto.responder import Responder
 
 from ..engines.http import HTTPError
 
-__all__ = ["AgentRegistry"]
+__all__ = ["AGENT_OFFLINE", "AgentRegistry"]
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.~-]+$")
 
 
+#: The code of an agent that is registered but cannot answer now (spec 000 section 6.3).
+AGENT_OFFLINE = "agent_offline"
+
+
 class AgentRegistry(dict[str, Responder]):
-    """Hosted agents by name (a ``dict``), with the rules for adding and finding one."""
+    """Hosted agents by name (a ``dict``), with the rules for adding and finding one.
+
+    An agent whose name is in :attr:`offline` (a daemon's agent while its
+    daemon is away, docs/relay.md) stays listed but is not served: finding
+    it answers 503 ``agent_offline``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Names of agents that are registered but cannot answer now.
+        self.offline: set[str] = set()
+
+    def available(self, agent: Responder) -> Responder:
+        """``agent`` itself, unless it is offline.
+
+        Raises:
+            HTTPError: 503 ``agent_offline``.
+        """
+        if agent.name in self.offline:
+            raise HTTPError(
+                503,
+                f"Agent {agent.name!r} is offline: its daemon is not connected.",
+                code=AGENT_OFFLINE,
+            )
+        return agent
 
     def add(self, agent: Responder) -> None:
         """Host ``agent`` under its name.
@@ -51,11 +79,11 @@ class AgentRegistry(dict[str, Responder]):
                 raise HTTPError(
                     404, f"No agent named {name!r} is hosted here.", code="agent_not_found"
                 )
-            return agent
+            return self.available(agent)
         if model is not None and model in self:
-            return self[model]
+            return self.available(self[model])
         if len(self) == 1:
-            return next(iter(self.values()))
+            return self.available(next(iter(self.values())))
         if not self:
             raise HTTPError(404, "This server hosts no agent.", code="agent_not_found")
         names = ", ".join(sorted(self))

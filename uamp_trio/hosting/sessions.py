@@ -110,6 +110,7 @@ from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
+from .agents import AGENT_OFFLINE
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -661,6 +662,8 @@ class SessionHost:
         agent = self._agents.get(name)
         if agent is None:
             return ("agent_not_found", f"no agent named {name!r} is hosted here (hosted: {hosted})")
+        if name in getattr(self._agents, "offline", ()):
+            return (AGENT_OFFLINE, f"agent {name!r} is offline: its daemon is not connected")
         return agent
 
     def _create(self, event: ev.SessionCreate) -> None:

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 import trio
@@ -60,13 +60,20 @@ from ..engines.ws_frames import (
 )
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
-from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+from ..hosting.sessions import Outbox, OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 if TYPE_CHECKING:
     from ..engines.websocket import WebSocketRequest
     from ..hosting.host import Host
 
-__all__ = ["UampWebSocketConfig", "UampWebSocketEndpoint", "mount", "serve_uamp_websocket"]
+__all__ = [
+    "FrameHost",
+    "UampWebSocketConfig",
+    "UampWebSocketEndpoint",
+    "mount",
+    "serve_host",
+    "serve_uamp_websocket",
+]
 
 #: What middleware knows of these routes: UAMP ``session.error`` refusals.
 ROUTES = RouteMeta(transport="uamp_ws", error_style="uamp")
@@ -114,16 +121,20 @@ class UampWebSocketEndpoint:
         name = pending.request.path_params.get("agent")
         fixed: Responder | None = None
         if name is not None:
-            fixed = self.app.agents.get(name)
-            if fixed is None:
-                missing = HTTPError(
-                    404, f"No agent named {name!r} is hosted here.", code="agent_not_found"
-                )
+            try:
+                fixed = self.app.resolve_agent(pending.request.path_params)
+            except HTTPError as missing:
                 await reject_upgrade(pending, ROUTES.error_style, missing)
                 return
         offered = pending.subprotocols
         chosen = next((p for p in SUBPROTOCOLS if p in offered), None)
         await pending.accept(subprotocol=chosen)
+        await self.serve(pending, fixed)
+
+    async def serve(
+        self, pending: WebSocketRequest, fixed: Responder | None, initial_data: bytes | None = None
+    ) -> None:
+        """Serve UAMP on an accepted upgrade (``initial_data``: bytes already read past it)."""
         limits = self.config.limits or SessionLimits(
             max_message_size=pending.max_message_size, send_timeout=pending.send_timeout
         )
@@ -131,7 +142,7 @@ class UampWebSocketEndpoint:
             pending.stream,
             self.app.agents,
             fixed,
-            initial_data=pending.initial_data,
+            initial_data=pending.initial_data if initial_data is None else initial_data,
             limits=limits,
             engine=self.config.engine,
             app=self.app,
@@ -153,7 +164,7 @@ class _Connection:
         self,
         stream: trio.abc.Stream,
         engine: FrameEngine,
-        host: SessionHost,
+        host: FrameHost,
         limits: SessionLimits,
     ) -> None:
         self.stream = stream
@@ -267,6 +278,62 @@ class _Connection:
             await trio.sleep_until(max(next_at, now + 0.001))
 
 
+class FrameHost(Protocol):
+    """What :func:`serve_host` drives: a :class:`SessionHost`, or anything shaped like one.
+
+    The reader hands it every message (:meth:`feed`, never waiting), the
+    writer drains its :attr:`outbox`, and the keeper reads :attr:`busy` and
+    :attr:`last_activity` to close an idle connection.
+    """
+
+    outbox: Outbox
+    last_activity: float
+
+    @property
+    def busy(self) -> bool:
+        """Whether work is running (an idle connection is not closed meanwhile)."""
+        ...
+
+    def feed(self, message: bytes | str) -> object:
+        """Take one incoming message; never waits."""
+        ...
+
+    def close_all(self, reason: str | None = None, *, notify: bool = True) -> None:
+        """End everything the connection carries."""
+        ...
+
+
+async def serve_host(
+    stream: trio.abc.Stream,
+    make_host: Callable[[trio.Nursery], FrameHost],
+    frames: FrameEngine,
+    *,
+    initial_data: bytes = b"",
+    limits: SessionLimits | None = None,
+) -> None:
+    """Run the reader, writer and keeper of one WebSocket around a host until it closes.
+
+    ``make_host`` builds the host in the connection's nursery (where its
+    work runs); ``frames`` is a framing engine of the right side (a daemon
+    dials out, so its engine is a client's).
+    """
+    limits = limits or SessionLimits()
+    async with trio.open_nursery() as nursery:
+        host = make_host(nursery)
+        conn = _Connection(stream, frames, host, limits)
+        conn.scope = nursery.cancel_scope
+        nursery.start_soon(conn.writer)
+        nursery.start_soon(conn.keeper)
+        await conn.reader(initial_data)
+        host.close_all(notify=False)
+        conn.shut(CLOSE_NORMAL, "")
+        with trio.move_on_after(CLOSE_GRACE):
+            await conn.writer_done.wait()
+        nursery.cancel_scope.cancel()
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await trio.aclose_forcefully(stream)
+
+
 async def serve_uamp_websocket(
     stream: trio.abc.Stream,
     agents: Mapping[str, Responder],
@@ -293,8 +360,9 @@ async def serve_uamp_websocket(
     """
     limits = limits or SessionLimits()
     frames = make_engine(client=False, max_message_size=limits.max_message_size, engine=engine)
-    async with trio.open_nursery() as nursery:
-        host = SessionHost(
+
+    def make_host(nursery: trio.Nursery) -> SessionHost:
+        return SessionHost(
             nursery,
             agents,
             agent,
@@ -303,15 +371,5 @@ async def serve_uamp_websocket(
             app=app,
             principal=principal,
         )
-        conn = _Connection(stream, frames, host, limits)
-        conn.scope = nursery.cancel_scope
-        nursery.start_soon(conn.writer)
-        nursery.start_soon(conn.keeper)
-        await conn.reader(initial_data)
-        host.close_all(notify=False)
-        conn.shut(CLOSE_NORMAL, "")
-        with trio.move_on_after(CLOSE_GRACE):
-            await conn.writer_done.wait()
-        nursery.cancel_scope.cancel()
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-        await trio.aclose_forcefully(stream)
+
+    await serve_host(stream, make_host, frames, initial_data=initial_data, limits=limits)

@@ -116,6 +116,10 @@ class AnonymousAuthenticator:
         return ANONYMOUS
 
 
+#: The principal prefix of an API key bound to one agent (``agent:NAME``).
+AGENT_PREFIX = "agent"
+
+
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
@@ -138,6 +142,9 @@ class APIKeyAuthenticator:
     def from_file(cls, path: str | Path) -> APIKeyAuthenticator:
         """Read ``principal:key`` lines; blank lines and ``#`` comments are skipped.
 
+        ``agent:NAME:key`` binds the key to agent ``NAME`` (principal
+        ``agent:NAME``): the credential a relay's daemon registers NAME with.
+
         Raises:
             ValueError: a line is not ``principal:key`` (named by number, not content).
         """
@@ -147,6 +154,10 @@ class APIKeyAuthenticator:
             if not line or line.startswith("#"):
                 continue
             principal, sep, key = line.partition(":")
+            if principal.strip() == AGENT_PREFIX:
+                # ``agent:NAME:key``: a key bound to agent NAME (docs/relay.md).
+                name, sep, key = key.partition(":")
+                principal = f"{AGENT_PREFIX}:{name.strip()}" if name.strip() else ""
             if not sep or not principal.strip() or not key.strip():
                 raise ValueError(f"{path}:{number}: expected 'principal:key'")
             pairs.append((principal.strip(), key.strip()))

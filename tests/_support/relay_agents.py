@@ -1,0 +1,26 @@
+"""Agents ``uamp connect`` serves in the relay tests (``--agent tests._support.relay_agents:X``)."""
+
+from __future__ import annotations
+
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio.demo import DemoAgent
+
+#: Two demo agents under their own names.
+alpha = DemoAgent("alpha")
+beta = DemoAgent("beta")
+
+
+class SlowAgent(DemoAgent):
+    """Streams ``tick N`` every 50 ms, 400 times: long enough to cancel or kill mid-stream."""
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        for n in range(400):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"tick {n} ")))
+            await trio.sleep(0.05)
+
+
+slow = SlowAgent("slow")

@@ -1,0 +1,129 @@
+"""The relay and the daemon as libraries, over real sockets on 127.0.0.1.
+
+Who may register (no authentication: loopback; with it: a credential bound
+to the agent), a refused daemon's one-line error, 100 agents on one socket,
+a second registration replacing the first, and a daemon's stop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from uamp_trio.app import create_app
+from uamp_trio.demo import DemoAgent
+from uamp_trio.relay.daemon import Daemon, DaemonRefused
+from uamp_trio.trust.auth import APIKeyAuthenticator
+
+TIMEOUT = 20
+
+
+async def ask(base: str, agent: str, text: str, **headers: str) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT) as http:
+        return await http.post(
+            f"/agents/{agent}/chat/completions",
+            json={"messages": [{"role": "user", "content": text}]},
+            headers=headers,
+        )
+
+
+async def listing(base: str, **headers: str) -> dict[str, str]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        agents = (await http.get("/agents", headers=headers)).json()["agents"]
+    return {a["name"]: a["state"] for a in agents}
+
+
+async def test_one_socket_carries_a_hundred_agents(serve_app: Any, nursery: trio.Nursery) -> None:
+    app = create_app([], relay=True)
+    server = await serve_app(app)
+    daemon = Daemon(server.url, [DemoAgent(f"agent{n:03d}") for n in range(100)])
+    nursery.start_soon(daemon.run)
+    with trio.fail_after(TIMEOUT):
+        await daemon.connected.wait()
+        states = await listing(server.url)
+        assert len(states) == 100 and set(states.values()) == {"online"}
+        for n in (0, 57, 99):
+            reply = await ask(server.url, f"agent{n:03d}", f"hi {n}")
+            assert reply.json()["choices"][0]["message"]["content"] == f"You said: hi {n}"
+    assert daemon.connections == 1
+    daemon.stop()
+
+
+def keyed_app(tmp_path: Path) -> Any:
+    keys = tmp_path / "keys"
+    keys.write_text("agent:alpha:key-alpha\nalice:key-alice\n")
+    return create_app([], relay=True, authenticator=APIKeyAuthenticator.from_file(keys))
+
+
+async def test_with_auth_only_a_credential_bound_to_the_agent_registers_it(
+    serve_app: Any, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    server = await serve_app(keyed_app(tmp_path))
+    with trio.fail_after(TIMEOUT):
+        # A user's key is a client credential: it registers nothing.
+        with pytest.raises(DaemonRefused, match=r"refused every agent: alpha \(forbidden\)"):
+            await Daemon(server.url, [DemoAgent("alpha")], token="key-alice").run()
+        # A key of agent alpha may not register beta.
+        with pytest.raises(DaemonRefused, match="beta"):
+            await Daemon(server.url, [DemoAgent("beta")], token="key-alpha").run()
+        # A wrong key is refused at the upgrade.
+        with pytest.raises(DaemonRefused, match="refused the credential"):
+            await Daemon(server.url, [DemoAgent("alpha")], token="nope").run()
+        assert await listing(server.url, authorization="Bearer key-alice") == {}
+        daemon = Daemon(server.url, [DemoAgent("alpha")], token="key-alpha")
+        nursery.start_soon(daemon.run)
+        await daemon.connected.wait()
+        reply = await ask(server.url, "alpha", "bound", authorization="Bearer key-alice")
+        assert reply.json()["choices"][0]["message"]["content"] == "You said: bound"
+        # Clients still need their own credential.
+        assert (await ask(server.url, "alpha", "anonymous")).status_code == 401
+    daemon.stop()
+
+
+async def test_a_per_agent_token_on_an_open_upgrade(
+    serve_app: Any, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    server = await serve_app(keyed_app(tmp_path))
+    # No connection credential: the upgrade defers to each session.create's token.
+    daemon = Daemon(server.url, [DemoAgent("alpha")], tokens={"alpha": "key-alpha"})
+    nursery.start_soon(daemon.run)
+    with trio.fail_after(TIMEOUT):
+        await daemon.connected.wait()
+        assert await listing(server.url, authorization="Bearer key-alice") == {"alpha": "online"}
+    daemon.stop()
+
+
+async def test_a_second_registration_replaces_the_first(
+    serve_app: Any, nursery: trio.Nursery
+) -> None:
+    server = await serve_app(create_app([], relay=True))
+    first = Daemon(server.url, [DemoAgent("alpha")])
+    nursery.start_soon(first.run)
+    with trio.fail_after(TIMEOUT):
+        await first.connected.wait()
+        second = Daemon(f"{server.url}/agents/connect", [DemoAgent("alpha")])
+        nursery.start_soon(second.run)
+        await second.connected.wait()
+        assert (await listing(server.url)) == {"alpha": "online"}
+        reply = await ask(server.url, "alpha", "after")
+        assert reply.json()["choices"][0]["message"]["content"] == "You said: after"
+        # The older daemon's registration ended; stopping the newer one leaves alpha offline.
+        second.stop()
+        while (await listing(server.url)).get("alpha") != "offline":
+            await trio.sleep(0.05)
+    first.stop()
+
+
+async def test_a_name_hosted_by_the_relay_itself_makes_the_connection_a_client(
+    serve_app: Any, nursery: trio.Nursery
+) -> None:
+    server = await serve_app(create_app([DemoAgent("local")], relay=True))
+    with trio.fail_after(TIMEOUT):
+        # On /ws the connection becomes a client of 'local'; on /agents/connect it is refused.
+        with pytest.raises(DaemonRefused, match=r"local \(name_taken\)"):
+            await Daemon(f"{server.url}/agents/connect", [DemoAgent("local")]).run()
+        assert await listing(server.url) == {"local": "online"}

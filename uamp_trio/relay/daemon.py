@@ -1,0 +1,460 @@
+"""The daemon side: dial a relay, register agents, serve their turns over that one socket.
+
+::
+
+    daemon = Daemon("https://relay.example", [agent_a, agent_b], token="...")
+    await daemon.run()              # until daemon.stop() or a refusal
+
+``uamp connect URL --agent module:attr ...`` runs exactly this.
+
+Theory of operation
+-------------------
+:meth:`Daemon.run` dials the relay's WebSocket (:func:`uamp_proto.relay.daemon_url`:
+``http(s)`` becomes ``ws(s)``, a bare origin gets ``/ws``), the credential in
+``Authorization: Bearer`` on the upgrade, and runs the connection with the
+same reader, writer and keeper as a UAMP server connection
+(:func:`uamp_trio.transports.uamp_ws.serve_host`; the keeper's WebSocket pings
+are the daemon's heartbeat). The :class:`DaemonHost` it drives sends one
+``session.create`` per agent, ``{"session": {"agent": NAME, "token": T}}``
+under a session id it proposes, and logs one line per ``session.created``.
+
+Then the roles turn. An ``input.text`` (a frame with a top-level ``type``;
+``event``-only broadcast frames never start anything) starts a turn of the
+agent registered under its ``session_id``, or named by its ``agent`` field
+when the id is an interaction-scoped one the relay opened for the turn. The
+turn runs through the turn driver every listening transport uses
+(:class:`~uamp_trio.hosting.turns.ResponseRunner`) on
+:func:`uamp_proto.relay.turn_request` (the relay's ``messages``: a daemon
+keeps no state), in a task of its own, so a slow turn never stalls the
+reader. Its events go back under the turn's ``session_id``; a turn that
+stops for client tools ends with ``response.done`` status
+``requires_action``. ``response.cancel`` and ``session.end`` cancel the
+turn's runner (``response.cancelled``); a second ``input.text`` on a busy
+session replaces the turn running there.
+
+A refused credential or agent (``session.error`` for a registration) is one
+log line; when every agent was refused, or the upgrade itself was refused
+with 401/403, :meth:`Daemon.run` raises :class:`DaemonRefused`. Any other end
+of the connection reconnects after :func:`uamp_proto.relay.backoff_delay`
+(exponential, with jitter) and registers every agent again.
+:meth:`Daemon.stop` cancels the turns in flight (each ends
+``response.cancelled``), ends every registration with ``session.end`` and
+closes the socket with 1000.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+import orjson
+import trio
+
+from uamp_proto import codec
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.codec import DecodeError
+from uamp_proto.errors import UampError
+from uamp_proto.relay import backoff_delay, daemon_url, turn_request
+from uamp_proto.responder import Responder
+
+from ..client.uamp import ClientError, open_websocket
+from ..engines.ws_frames import CLOSE_NORMAL, FrameEngine, make_engine
+from ..hosting.sessions import Outbox, OutboxClosed, SessionLimits
+from ..hosting.turns import ResponseRunner
+from ..transports.uamp_ws import serve_host
+
+__all__ = ["Daemon", "DaemonHost", "DaemonRefused", "connect"]
+
+log = logging.getLogger("uamp_trio.daemon")
+
+#: Upgrade statuses that mean the credential itself is refused: retrying cannot help.
+_REFUSED_CODES: Final = frozenset({"unauthorized", "forbidden", "invalid_token"})
+#: How long :meth:`Daemon.stop` lets cancelled turns send their last events.
+STOP_GRACE: Final = 2.0
+
+
+class DaemonRefused(UampError):
+    """The relay refused the daemon's credential or every agent it registers (one line)."""
+
+
+def _turn_id() -> str:
+    return "resp_" + uuid.uuid4().hex
+
+
+class DaemonHost:
+    """One daemon connection's registrations and turns (a ``FrameHost``, see the module docstring).
+
+    Args:
+        nursery: Where the turns run.
+        agents: The agents to register, by name.
+        tokens: Each agent's registration token (``None``: the connection's credential).
+        frames: The connection's framing engine (for the close frame).
+        limits: Outbox sizes.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        agents: Mapping[str, Responder],
+        tokens: Mapping[str, str | None],
+        frames: FrameEngine,
+        limits: SessionLimits,
+    ) -> None:
+        self.outbox = Outbox(limits.outbox_size, limits.max_owed)
+        self.last_activity = trio.current_time()
+        self._nursery = nursery
+        self._agents = agents
+        self._frames = frames
+        #: Registration session id -> agent name, proposed and not yet answered.
+        self._pending: dict[str, str] = {}
+        #: Registration session id -> agent name, accepted by the relay.
+        self.registered: dict[str, str] = {}
+        #: ``(agent, code, message)`` of each refused registration.
+        self.refused: list[tuple[str, str, str]] = []
+        self._runs: dict[str, ResponseRunner] = {}
+        for name, agent in agents.items():
+            sid = "reg_" + uuid.uuid4().hex
+            self._pending[sid] = name
+            create = ev.SessionCreate(
+                session_id=sid,
+                uamp_version="1.0",
+                session=ty.SessionConfig(modalities=["text"], unknown={"agent": agent.name}),
+                token=tokens.get(name),
+            )
+            self._owe(create)
+        #: Set once every agent was answered (registered or refused).
+        self.answered = trio.Event()
+
+    @property
+    def busy(self) -> bool:
+        """A daemon's connection is never idle-closed."""
+        return True
+
+    @property
+    def fatal(self) -> bool:
+        """Whether the relay refused every agent."""
+        return not self.registered and not self._pending and bool(self.refused)
+
+    def _owe(self, event: ev.Event) -> None:
+        self.outbox.put_owed(codec.encode(event))
+
+    # --- the reader's side ------------------------------------------------------------
+
+    def feed(self, message: bytes | str) -> None:
+        """Take one message from the relay; never waits."""
+        self.last_activity = trio.current_time()
+        try:
+            obj = orjson.loads(message)
+        except orjson.JSONDecodeError:
+            log.warning("relay sent a message that is not JSON; ignored")
+            return
+        if type(obj) is not dict or type(obj.get("type")) is not str:
+            return  # a broadcast copy ({"event": ...}): never a command
+        try:
+            event = codec.decode_object(obj)
+        except DecodeError as exc:
+            log.warning("relay sent an event this daemon cannot read: %s", exc)
+            return
+        if not isinstance(event, ev.Event):
+            return
+        sid = event.session_id
+        if isinstance(event, ev.InputText):
+            self._start(event)
+        elif isinstance(event, ev.ResponseCancel | ev.SessionEnd):
+            if sid is not None:
+                runner = self._runs.get(sid)
+                if runner is not None:
+                    runner.cancel()
+                if isinstance(event, ev.SessionEnd) and sid in self.registered:
+                    name = self.registered.pop(sid)
+                    log.warning("relay ended the registration of agent %r (%s)", name, event.reason)
+        elif isinstance(event, ev.SessionCreated):
+            self._created(event)
+        elif isinstance(event, ev.SessionErrorEvent):
+            self._refused(event)
+        elif isinstance(event, ev.Ping):
+            self._owe(ev.Pong())
+        elif isinstance(event, ev.SessionUpdate):
+            self._owe(ev.SessionUpdated(session_id=sid))
+
+    def _created(self, event: ev.SessionCreated) -> None:
+        sid = event.session_id
+        name = self._pending.pop(sid, None) if sid is not None else None
+        if name is None or sid is None:
+            return
+        self.registered[sid] = name
+        agent = self._agents[name]
+        log.info("registered agent %r with the relay (session %s)", name, sid)
+        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
+        self._check_answered()
+
+    def _refused(self, event: ev.SessionErrorEvent) -> None:
+        sid = event.session_id
+        name = self._pending.pop(sid, None) if sid is not None else None
+        if name is None:
+            log.warning("relay: %s: %s", event.error.code, event.error.message)
+            return
+        self.refused.append((name, event.error.code, event.error.message))
+        log.error("relay refused agent %r: %s: %s", name, event.error.code, event.error.message)
+        self._check_answered()
+        if self.fatal:
+            self.shutdown(registrations=False)
+
+    def _check_answered(self) -> None:
+        if not self._pending:
+            self.answered.set()
+
+    def _agent_for(self, event: ev.InputText) -> Responder | None:
+        sid = event.session_id
+        name = self.registered.get(sid) if sid is not None else None
+        if name is None:
+            named = event.unknown.get("agent")
+            if isinstance(named, str) and named in self.registered.values():
+                name = named
+        return self._agents.get(name) if name is not None else None
+
+    def _start(self, event: ev.InputText) -> None:
+        sid = event.session_id
+        agent = self._agent_for(event)
+        if sid is None or agent is None:
+            self._owe(
+                ev.SessionErrorEvent(
+                    session_id=sid,
+                    error=ty.ErrorInfo(
+                        code="agent_not_found",
+                        message="no agent of this daemon is registered under that session",
+                    ),
+                )
+            )
+            return
+        earlier = self._runs.get(sid)
+        if earlier is not None:
+            earlier.cancel()
+        self._nursery.start_soon(self._turn, sid, agent, event)
+
+    async def _turn(self, sid: str, agent: Responder, event: ev.InputText) -> None:
+        proposed = event.unknown.get("response_id")
+        response_id = proposed if isinstance(proposed, str) and proposed else _turn_id()
+        try:
+            request = turn_request(event, agent.name, response_id, {"transport": "relay"})
+        except DecodeError as exc:
+            self._owe(
+                ev.ResponseErrorEvent(
+                    session_id=sid,
+                    response_id=response_id,
+                    error=ty.ErrorInfo(code="invalid_event", message=str(exc)),
+                )
+            )
+            return
+        runner = ResponseRunner(agent, request, self._sink)
+        previous = self._runs.get(sid)
+        while previous is not None:  # the turn it replaces sends its last event first
+            await trio.sleep(0)
+            previous = self._runs.get(sid)
+        self._runs[sid] = runner
+        self.outbox.producers += 1
+        try:
+            outcome = await runner.run()
+            if outcome.final is None:  # stopped for client tools: the relay needs an end
+                done = outcome.tracker.done_event(session_id=sid)
+                done = ev.ResponseDone(
+                    session_id=sid,
+                    response_id=done.response_id,
+                    response=ty.ResponseOutput(
+                        id=done.response.id,
+                        status="requires_action",
+                        output=done.response.output,
+                        usage=done.response.usage,
+                    ),
+                )
+                await self._sink(done)
+        except OutboxClosed:
+            pass
+        finally:
+            self.outbox.producers -= 1
+            if self._runs.get(sid) is runner:
+                del self._runs[sid]
+
+    async def _sink(self, event: ev.Event) -> None:
+        await self.outbox.put(codec.encode(event))
+
+    # --- ending -----------------------------------------------------------------------
+
+    def close_all(self, reason: str | None = None, *, notify: bool = True) -> None:
+        """The connection ended: stop every turn."""
+        for runner in self._runs.values():
+            runner.cancel()
+
+    def shutdown(self, *, registrations: bool = True) -> None:
+        """Cancel the turns, end the registrations and close (after :data:`STOP_GRACE`)."""
+        for runner in self._runs.values():
+            runner.cancel()
+        self._nursery.start_soon(self._close, registrations)
+
+    async def _close(self, registrations: bool) -> None:
+        with trio.move_on_after(STOP_GRACE):
+            while self._runs:
+                await trio.sleep(0.01)
+        if registrations:
+            for sid in list(self.registered):
+                self._owe(ev.SessionEnd(session_id=sid, reason="shutdown"))
+        self._frames.close(CLOSE_NORMAL, "")
+        self.outbox.close()
+
+
+class Daemon:
+    """Serves agents to a relay over one outgoing WebSocket; see the module docstring.
+
+    Args:
+        url: The relay (``ws(s)://`` or ``http(s)://``; a bare origin gets ``/ws``).
+        agents: The agents to register.
+        token: The connection's credential (the upgrade's bearer token), also
+            each agent's registration token unless ``tokens`` names one.
+        tokens: Per-agent registration tokens, by agent name.
+        backoff: ``(base, cap)`` seconds of the reconnect delay.
+        keepalive: Seconds of silence before the daemon pings the relay (and
+            as long again before it takes the relay for gone).
+        ssl_context: For ``wss://``.
+        rng: The jitter's random source (seconds in ``[0, 1)``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        agents: Sequence[Responder],
+        *,
+        token: str | None = None,
+        tokens: Mapping[str, str] | None = None,
+        backoff: tuple[float, float] = (0.5, 30.0),
+        keepalive: float = 20.0,
+        ssl_context: ssl.SSLContext | None = None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.url = daemon_url(url)
+        self.agents: dict[str, Responder] = {}
+        for agent in agents:
+            if agent.name in self.agents:
+                raise ValueError(f"two agents are named {agent.name!r}")
+            self.agents[agent.name] = agent
+        if not self.agents:
+            raise ValueError("a daemon needs at least one agent")
+        tokens = dict(tokens or {})
+        unknown = sorted(set(tokens) - set(self.agents))
+        if unknown:
+            raise ValueError(f"a token is given for an agent that is not hosted: {unknown[0]!r}")
+        self.tokens: dict[str, str | None] = {name: tokens.get(name, token) for name in self.agents}
+        self.token = token if token is not None else next(iter(tokens.values()), None)
+        self.backoff = backoff
+        self.limits = SessionLimits(keepalive_interval=keepalive)
+        self.ssl_context = ssl_context
+        self.rng = rng
+        #: Set while a connection has every agent answered; cleared when it ends.
+        self.connected = trio.Event()
+        #: Connections made so far (the first is 1).
+        self.connections = 0
+        self._host: DaemonHost | None = None
+        self._stopping = False
+        self._scope: trio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """Stop: cancel the turns in flight, end the registrations, close the socket."""
+        self._stopping = True
+        if self._host is not None:
+            self._host.shutdown()
+        elif self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> None:
+        """Connect, serve and reconnect until :meth:`stop`.
+
+        :attr:`connected` is set while a connection has its agents registered.
+
+        Raises:
+            DaemonRefused: The relay refused the credential or every agent.
+        """
+        attempt = 0
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            while not self._stopping:
+                try:
+                    stream, initial = await open_websocket(
+                        self.url,
+                        headers=[("Authorization", f"Bearer {self.token}")] if self.token else [],
+                        ssl_context=self.ssl_context,
+                    )
+                except ClientError as exc:
+                    if exc.code in _REFUSED_CODES:
+                        raise DaemonRefused(
+                            f"the relay at {self.url} refused the credential: {exc}"
+                        ) from None
+                    attempt += 1
+                    await self._pause(attempt, str(exc))
+                    continue
+                except (OSError, trio.TooSlowError) as exc:
+                    attempt += 1
+                    await self._pause(attempt, str(exc) or type(exc).__name__)
+                    continue
+                self.connections += 1
+                log.info("connected to %s", self.url)
+                host = await self._serve(stream, initial)
+                if host is not None and host.registered:
+                    attempt = 0
+                if host is not None and host.fatal:
+                    names = ", ".join(f"{n} ({c})" for n, c, _ in host.refused)
+                    raise DaemonRefused(f"the relay at {self.url} refused every agent: {names}")
+                if self._stopping:
+                    break
+                attempt += 1
+                await self._pause(attempt, "the connection ended")
+        self._scope = None
+
+    async def _pause(self, attempt: int, why: str) -> None:
+        delay = backoff_delay(attempt, base=self.backoff[0], cap=self.backoff[1], jitter=self.rng())
+        log.warning("relay %s: %s; reconnecting in %.1fs", self.url, why, delay)
+        await trio.sleep(delay)
+
+    async def _serve(
+        self,
+        stream: trio.abc.Stream,
+        initial: bytes,
+    ) -> DaemonHost | None:
+        frames = make_engine(client=True, max_message_size=self.limits.max_message_size)
+        made: list[DaemonHost] = []
+
+        def make_host(nursery: trio.Nursery) -> DaemonHost:
+            host = DaemonHost(nursery, self.agents, self.tokens, frames, self.limits)
+            made.append(host)
+            self._host = host
+
+            async def announce() -> None:
+                await host.answered.wait()
+                if host.registered:
+                    self.connected.set()
+
+            nursery.start_soon(announce)
+            if self._stopping:
+                host.shutdown()
+            return host
+
+        try:
+            await serve_host(stream, make_host, frames, initial_data=initial, limits=self.limits)
+        finally:
+            self._host = None
+            self.connected = trio.Event()
+        return made[0] if made else None
+
+
+async def connect(
+    url: str,
+    agents: Sequence[Responder],
+    *,
+    token: str | None = None,
+    tokens: Mapping[str, str] | None = None,
+) -> None:
+    """Serve ``agents`` to the relay at ``url`` until cancelled (see :class:`Daemon`)."""
+    await Daemon(url, agents, token=token, tokens=tokens).run()

@@ -1,0 +1,615 @@
+"""The relay side: daemons dial in, register agents, and every transport serves them.
+
+Theory of operation
+-------------------
+``uamp serve --relay`` mounts :func:`mount`: the UAMP WebSocket at ``/ws``
+becomes a :class:`RelayEndpoint` and ``/agents/connect`` is added (always a
+daemon). On ``/ws`` the first message decides what the connection is
+(docs/relay.md, "client or daemon"): a ``session.create`` naming an agent
+that is neither hosted here nor connected now makes it a *daemon*; anything
+else makes it an ordinary UAMP client, served by the UAMP WebSocket endpoint
+with the bytes read so far.
+
+A daemon connection is a :class:`DaemonLink`, run by the same reader, writer
+and keeper as a UAMP client connection (:func:`uamp_trio.transports.uamp_ws.serve_host`).
+Each ``session.create`` on it registers one agent: a :class:`RemoteAgent`
+goes into the app's agent registry, so to every transport it is one more
+:class:`~uamp_proto.responder.Responder`. Its ``respond`` sends the turn to
+the daemon as one ``input.text`` under a fresh interaction-scoped session id
+(:func:`uamp_proto.relay.turn_input`: the whole conversation, the client's
+tools), then emits what the daemon answers under that id until
+``response.done``, ``response.error`` or ``response.cancelled``; a cancel
+from the client (the turn's task cancelled) becomes ``response.cancel``, and
+every turn ends with ``session.end`` so the daemon forgets its id.
+
+The reader never waits: events from the daemon are queued on their turn
+(at most :attr:`RelayLimits.max_queued_events` per daemon; past that the
+turn that overflowed fails with ``overloaded`` and is cancelled on the
+daemon), so one slow client never stalls the daemon's other sessions. When
+the socket ends, every turn in flight fails with ``agent_offline`` and the
+daemon's agents stay registered but offline (the registry answers 503
+``agent_offline``) until a daemon registers them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import orjson
+import trio
+
+from uamp_proto import codec
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.codec import DecodeError
+from uamp_proto.principal import Principal
+from uamp_proto.relay import turn_input
+from uamp_proto.responder import Emit, ResponderError, TurnRequest
+
+from ..engines.http import Request, Response, json_response
+from ..engines.ws_frames import WebSocketClosed, make_engine
+from ..hosting.agents import AGENT_OFFLINE
+from ..hosting.router import RouteMeta, WebSocketRoute
+from ..hosting.sessions import Outbox, Overloaded, SessionLimits
+from ..transports.uamp_ws import ROUTES as UAMP_ROUTES
+from ..transports.uamp_ws import SUBPROTOCOLS, UampWebSocketEndpoint, serve_host
+from ..trust.auth import SESSION_AUTH, AuthError, is_loopback
+from ..trust.registration import bound_to
+
+if TYPE_CHECKING:
+    from ..engines.websocket import WebSocketRequest
+    from ..hosting.host import Host
+
+__all__ = ["DaemonLink", "Relay", "RelayEndpoint", "RelayLimits", "RemoteAgent", "mount"]
+
+log = logging.getLogger("uamp_trio.relay")
+
+#: ``GET /agents`` speaks the OpenAI error style.
+LIST_ROUTES = RouteMeta(transport="relay", error_style="openai")
+#: How long ``/ws`` waits for the first message before it decides nothing.
+FIRST_MESSAGE_TIMEOUT: Final = 30.0
+_READ_SIZE: Final = 65536
+#: Server events a daemon may send under a turn's id that are no part of its response.
+_NOT_OF_A_RESPONSE: Final = (
+    ev.ResponseCreated,
+    ev.SessionCreated,
+    ev.SessionUpdated,
+    ev.SessionEnd,
+    ev.CapabilitiesEvent,
+    ev.Pong,
+)
+
+
+@attrs.frozen(kw_only=True)
+class RelayLimits:
+    """Per-daemon limits of a relay.
+
+    Attributes:
+        max_agents: Agents one daemon connection may register.
+        max_sessions: Turns in flight on one daemon at once; one more is
+            refused with ``too_many_sessions`` (503 on HTTP transports).
+        max_queued_events: Events from one daemon waiting for their clients;
+            the turn that overflows fails with ``overloaded``.
+    """
+
+    max_agents: int = 1024
+    max_sessions: int = 256
+    max_queued_events: int = 4096
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_agents", "max_sessions", "max_queued_events"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex
+
+
+def _error(session_id: str | None, code: str, message: str) -> ev.SessionErrorEvent:
+    return ev.SessionErrorEvent(
+        session_id=session_id, error=ty.ErrorInfo(code=code, message=message)
+    )
+
+
+def _local(event: ev.Event) -> ev.Event:
+    """``event`` without the daemon's ids, so the relay's turn stamps its own."""
+    changes: dict[str, Any] = {"session_id": None, "event_id": None}
+    if hasattr(event, "response_id"):
+        changes["response_id"] = None
+    if isinstance(event, ev.ResponseDelta):
+        changes["delta_seq"] = None
+    return attrs.evolve(event, **changes)
+
+
+class RemoteAgent:
+    """An agent a daemon registered: to every transport, just another Responder.
+
+    Args:
+        name: The name it registered under.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        #: The daemon connection serving it now (``None``: offline).
+        self.link: DaemonLink | None = None
+        #: Its registration's session id on that connection.
+        self.registration: str | None = None
+        #: What the daemon declared (a ``capabilities`` event), if anything.
+        self.declared: ty.Capabilities | None = None
+
+    @property
+    def name(self) -> str:
+        """The registered name."""
+        return self._name
+
+    @property
+    def online(self) -> bool:
+        """Whether a daemon serves it now."""
+        return self.link is not None
+
+    def capabilities(self) -> ty.Capabilities:
+        """What the daemon declared, else text streaming with client tools."""
+        if self.declared is not None:
+            return self.declared
+        return ty.Capabilities(
+            id=self._name,
+            provider="uamp-relay",
+            modalities=["text"],
+            supports_streaming=True,
+            tools=ty.ToolCapabilities(supports_tools=True),
+        )
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Run the turn on the daemon (see the module docstring)."""
+        link = self.link
+        if link is None:
+            raise ResponderError(
+                AGENT_OFFLINE, f"Agent {self._name!r} is offline: its daemon is not connected."
+            )
+        await link.run_turn(request, emit)
+
+
+class _Turn:
+    """Events of one turn, queued by the reader for the turn's task."""
+
+    __slots__ = ("events", "failure", "lot", "sid")
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+        self.events: deque[ev.Event] = deque()
+        self.lot = trio.lowlevel.ParkingLot()
+        self.failure: ResponderError | None = None
+
+    def fail(self, error: ResponderError) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.lot.unpark_all()
+
+
+class DaemonLink:
+    """One daemon's connection on the relay (a :class:`~uamp_trio.transports.uamp_ws.FrameHost`).
+
+    Args:
+        relay: The relay it registers agents with.
+        nursery: The connection's nursery (registrations being verified run there).
+        principal: Who the upgrade authenticated (``SESSION_AUTH``: nobody yet).
+        loopback: Whether the peer is on this machine.
+        limits: The connection's UAMP limits (outbox sizes).
+    """
+
+    def __init__(
+        self,
+        relay: Relay,
+        nursery: trio.Nursery,
+        principal: Principal,
+        loopback: bool,
+        limits: SessionLimits,
+    ) -> None:
+        self.relay = relay
+        self.outbox = Outbox(limits.outbox_size, limits.max_owed)
+        self.last_activity = trio.current_time()
+        self.closed = False
+        self._nursery = nursery
+        self._principal = principal
+        self._loopback = loopback
+        #: Registration session id -> the agent it registered.
+        self.registered: dict[str, RemoteAgent] = {}
+        self._turns: dict[str, _Turn] = {}
+        self._queued = 0
+
+    @property
+    def busy(self) -> bool:
+        """A daemon with agents registered is never idle-closed (its pings keep it honest)."""
+        return bool(self.registered) or bool(self._turns)
+
+    # --- the reader's side (never waits) --------------------------------------------
+
+    def feed(self, message: bytes | str) -> None:
+        """Take one message from the daemon."""
+        self.last_activity = trio.current_time()
+        try:
+            obj = orjson.loads(message)
+        except orjson.JSONDecodeError as exc:
+            self._owe(_error(None, "invalid_json", f"not JSON: {exc}"))
+            return
+        if type(obj) is not dict or type(obj.get("type")) is not str:
+            return  # a broadcast copy or junk: never an event to act on
+        sid = obj.get("session_id")
+        turn = self._turns.get(sid) if type(sid) is str else None
+        try:
+            event = codec.decode_object(obj)
+        except DecodeError as exc:
+            if turn is not None:
+                log.debug("relay: dropping a daemon event it cannot read: %s", exc)
+            else:
+                self._owe(_error(sid if type(sid) is str else None, "invalid_event", str(exc)))
+            return
+        if turn is not None:
+            if isinstance(event, ev.Event):
+                self._queue(turn, event)
+            return
+        if isinstance(event, ev.Ping):
+            self._owe(ev.Pong())
+        elif isinstance(event, ev.SessionCreate):
+            self._register(event)
+        elif isinstance(event, ev.CapabilitiesEvent):
+            agent = self.registered.get(sid) if type(sid) is str else None
+            if agent is not None:
+                agent.declared = event.capabilities
+        elif isinstance(event, ev.SessionEnd) and type(sid) is str and sid in self.registered:
+            self.relay.unlink_one(self, sid)
+
+    def _queue(self, turn: _Turn, event: ev.Event) -> None:
+        if self._queued >= self.relay.limits.max_queued_events:
+            turn.fail(
+                ResponderError(
+                    "overloaded", "The relay queued too many events of this agent's daemon."
+                )
+            )
+            return
+        turn.events.append(event)
+        self._queued += 1
+        turn.lot.unpark_all()
+
+    def close_all(self, reason: str | None = None, *, notify: bool = True) -> None:
+        """The socket ended: every turn fails with ``agent_offline``, the agents go offline."""
+        if self.closed:
+            return
+        self.closed = True
+        lost = ResponderError(AGENT_OFFLINE, "The agent's daemon disconnected.")
+        for turn in self._turns.values():
+            turn.fail(lost)
+        self.relay.unlink(self)
+
+    def _owe(self, event: ev.Event) -> None:
+        self.outbox.put_owed(codec.encode(event))
+
+    def send(self, event: ev.Event) -> None:
+        """Queue ``event`` for the daemon (never waits).
+
+        Raises:
+            ResponderError: ``agent_offline`` when the daemon is gone or does
+                not read what it is sent.
+        """
+        if self.closed or self.outbox.closed:
+            raise ResponderError(AGENT_OFFLINE, "The agent's daemon disconnected.")
+        try:
+            self._owe(event)
+        except Overloaded:
+            raise ResponderError(
+                AGENT_OFFLINE, "The agent's daemon is not reading what it is sent."
+            ) from None
+
+    # --- registration -----------------------------------------------------------------
+
+    def _register(self, create: ev.SessionCreate) -> None:
+        sid = create.session_id or _new_id("reg_")
+        name = create.agent
+        if not name:
+            self._owe(_error(sid, "agent_required", "name the agent in session.create"))
+            return
+        if len(self.registered) >= self.relay.limits.max_agents:
+            self._owe(
+                _error(
+                    sid,
+                    "too_many_sessions",
+                    f"one daemon may register at most {self.relay.limits.max_agents} agents",
+                )
+            )
+            return
+        auth = self.relay.app.authenticator
+        if auth is None:
+            if not self._loopback:
+                self._owe(
+                    _error(
+                        sid,
+                        "forbidden",
+                        "this relay has no authentication: it accepts registrations from "
+                        "this machine only",
+                    )
+                )
+                return
+            self._admit(sid, name, self._principal)
+            return
+        self._nursery.start_soon(self._verify, sid, name, create.token)
+
+    async def _verify(self, sid: str, name: str, token: str | None) -> None:
+        principal = self._principal
+        auth = self.relay.app.authenticator
+        assert auth is not None
+        if token is not None:
+            try:
+                principal = await auth.authenticate(token)
+            except AuthError as exc:
+                log.info("relay: refused a registration of %r: %s", name, exc.message)
+                self._owe_safely(_error(sid, "unauthorized", exc.message))
+                return
+        if principal is SESSION_AUTH or not bound_to(principal, name):
+            log.info("relay: refused a registration of %r: credential not bound to it", name)
+            self._owe_safely(
+                _error(
+                    sid,
+                    "forbidden",
+                    f"this credential may not register agent {name!r}: it needs a token bound "
+                    "to that agent (an agent_id or agent_name claim, or an agent:NAME API key)",
+                )
+            )
+            return
+        self._admit(sid, name, principal)
+
+    def _owe_safely(self, event: ev.Event) -> None:
+        try:
+            self._owe(event)
+        except Overloaded:
+            self.outbox.close()
+
+    def _admit(self, sid: str, name: str, principal: Principal) -> None:
+        if self.closed:
+            return
+        refused = self.relay.link(self, sid, name)
+        if refused is not None:
+            self._owe_safely(_error(sid, *refused))
+            return
+        log.info(
+            "relay: agent %r registered by %s:%s (session %s)",
+            name,
+            principal.scheme,
+            principal.id,
+            sid,
+        )
+        self._owe_safely(
+            ev.SessionCreated(
+                session_id=sid,
+                uamp_version="1.0",
+                session=ty.Session(id=sid, status="active", unknown={"agent": name}),
+                agent=name,
+            )
+        )
+
+    # --- turns ------------------------------------------------------------------------
+
+    async def run_turn(self, request: TurnRequest, emit: Emit) -> None:
+        """Run ``request`` on the daemon; its events go to ``emit`` (see the module docstring).
+
+        Raises:
+            ResponderError: ``agent_offline`` (the daemon went away),
+                ``too_many_sessions``, ``overloaded``, or the daemon's own
+                ``response.error``.
+        """
+        limits = self.relay.limits
+        if len(self._turns) >= limits.max_sessions:
+            raise ResponderError(
+                "too_many_sessions",
+                f"The agent's daemon runs {limits.max_sessions} turns already; try again later.",
+            )
+        sid = _new_id("rly_")
+        turn = _Turn(sid)
+        self._turns[sid] = turn
+        finished = streamed_usage = False
+        try:
+            self.send(turn_input(request, sid))
+            while True:
+                while not turn.events:
+                    if turn.failure is not None:
+                        raise turn.failure
+                    await turn.lot.park()
+                event = turn.events.popleft()
+                self._queued -= 1
+                if isinstance(event, ev.ResponseDone):
+                    finished = True
+                    usage = event.response.usage
+                    if usage is not None and not streamed_usage:
+                        await emit(ev.UsageDelta(delta=usage))
+                    return
+                if isinstance(event, ev.ResponseErrorEvent | ev.SessionErrorEvent):
+                    finished = True
+                    err = event.error
+                    raise ResponderError(err.code, err.message, err.details)
+                if isinstance(event, ev.ResponseCancelled):
+                    finished = True
+                    raise ResponderError("cancelled", "The agent's daemon cancelled the response.")
+                if isinstance(event, _NOT_OF_A_RESPONSE) or event.direction == "client":
+                    continue
+                streamed_usage = streamed_usage or isinstance(event, ev.UsageDelta)
+                await emit(_local(event))
+        finally:
+            del self._turns[sid]
+            self._queued -= len(turn.events)
+            if not self.closed and not self.outbox.closed:
+                try:
+                    if not finished:
+                        self._owe(ev.ResponseCancel(session_id=sid))
+                    self._owe(ev.SessionEnd(session_id=sid))
+                except Overloaded:
+                    self.outbox.close()
+
+
+class Relay:
+    """The daemons' agents of one app, by name; see the module docstring.
+
+    Args:
+        app: The host whose agent registry the agents join.
+        limits: Per-daemon limits.
+    """
+
+    def __init__(self, app: Host, limits: RelayLimits | None = None) -> None:
+        self.app = app
+        self.limits = limits or RelayLimits()
+        self.agents: dict[str, RemoteAgent] = {}
+
+    def live(self, name: str) -> bool:
+        """Whether ``name`` is hosted here or served by a connected daemon."""
+        agent = self.app.agents.get(name)
+        return agent is not None and not (isinstance(agent, RemoteAgent) and not agent.online)
+
+    def link(self, link: DaemonLink, sid: str, name: str) -> tuple[str, str] | None:
+        """Serve agent ``name`` through ``link``; ``(code, message)`` when refused.
+
+        A second registration of a name replaces the first: new turns go to
+        the newest daemon, turns in flight finish where they run, and the
+        older daemon's registration ends with ``session.end`` ``replaced``.
+        """
+        agent = self.agents.get(name)
+        if agent is None:
+            if name in self.app.agents:
+                return ("name_taken", f"agent {name!r} is hosted by the relay itself")
+            agent = RemoteAgent(name)
+            try:
+                self.app.add_agent(agent)
+            except ValueError as exc:
+                return ("invalid_agent", str(exc))
+            self.agents[name] = agent
+        old, old_sid = agent.link, agent.registration
+        if old is not None and old_sid is not None and old is not link:
+            old.registered.pop(old_sid, None)
+            log.info("relay: agent %r re-registered; the older daemon's registration ends", name)
+            with contextlib.suppress(ResponderError):
+                old.send(ev.SessionEnd(session_id=old_sid, reason="replaced"))
+        agent.link, agent.registration = link, sid
+        link.registered[sid] = agent
+        self.app.agents.offline.discard(name)
+        return None
+
+    def unlink_one(self, link: DaemonLink, sid: str) -> None:
+        """The daemon ended one registration (``session.end``): its agent goes offline."""
+        agent = link.registered.pop(sid, None)
+        if agent is not None and agent.link is link:
+            agent.link = agent.registration = None
+            self.app.agents.offline.add(agent.name)
+            log.info("relay: agent %r unregistered by its daemon", agent.name)
+
+    def unlink(self, link: DaemonLink) -> None:
+        """A daemon's socket ended: its agents go offline until registered again."""
+        for sid in list(link.registered):
+            agent = link.registered.pop(sid)
+            if agent.link is link:
+                agent.link = agent.registration = None
+                self.app.agents.offline.add(agent.name)
+                log.info("relay: agent %r offline (its daemon disconnected)", agent.name)
+
+    def listing(self) -> list[dict[str, str]]:
+        """Every agent of the app: ``{"name", "kind", "state"}``."""
+        out = []
+        for name, agent in sorted(self.app.agents.items()):
+            if isinstance(agent, RemoteAgent):
+                state = "online" if agent.online else "offline"
+                out.append({"name": name, "kind": "connected", "state": state})
+            else:
+                out.append({"name": name, "kind": "local", "state": "online"})
+        return out
+
+
+class RelayEndpoint:
+    """``/ws`` (client or daemon, by the first message) and ``/agents/connect`` (daemon).
+
+    Args:
+        relay: The relay daemons register with.
+        daemon_only: Every connection is a daemon (``/agents/connect``).
+    """
+
+    def __init__(self, relay: Relay, *, daemon_only: bool) -> None:
+        self.relay = relay
+        self.daemon_only = daemon_only
+        self.clients = UampWebSocketEndpoint(relay.app)
+
+    async def __call__(self, pending: WebSocketRequest) -> None:
+        """Accept the upgrade, then serve a daemon or a client."""
+        chosen = next((p for p in SUBPROTOCOLS if p in pending.subprotocols), None)
+        await pending.accept(subprotocol=chosen)
+        data = pending.initial_data
+        if not self.daemon_only:
+            peeked = await self._first_message(pending)
+            if peeked is None:
+                return
+            first, data = peeked
+            if not self._is_registration(first):
+                await self.clients.serve(pending, None, initial_data=data)
+                return
+        await self.serve_daemon(pending, data)
+
+    async def _first_message(self, pending: WebSocketRequest) -> tuple[bytes, bytes] | None:
+        """The first message and every byte read so far (``None``: the peer left)."""
+        frames = make_engine(client=False, max_message_size=pending.max_message_size)
+        data = bytes(pending.initial_data)
+        with trio.move_on_after(FIRST_MESSAGE_TIMEOUT):
+            try:
+                chunk = data
+                while True:
+                    messages = frames.feed(chunk) if chunk else []
+                    if messages:
+                        return messages[0], data
+                    chunk = bytes(await pending.stream.receive_some(_READ_SIZE))
+                    if not chunk:
+                        frames.feed(b"")
+                    data += chunk
+            except (WebSocketClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        await trio.aclose_forcefully(pending.stream)
+        return None
+
+    def _is_registration(self, message: bytes) -> bool:
+        try:
+            event = codec.decode(message)
+        except DecodeError:
+            return False
+        if not isinstance(event, ev.SessionCreate) or not event.agent:
+            return False
+        return not self.relay.live(event.agent)
+
+    async def serve_daemon(self, pending: WebSocketRequest, initial_data: bytes) -> None:
+        """Serve a daemon's connection until it ends."""
+        request = pending.request
+        peer = request.client[0] if request.client else ""
+        limits = SessionLimits(
+            max_message_size=pending.max_message_size, send_timeout=pending.send_timeout
+        )
+        frames = make_engine(client=False, max_message_size=limits.max_message_size)
+
+        def make_host(nursery: trio.Nursery) -> DaemonLink:
+            return DaemonLink(self.relay, nursery, request.principal, is_loopback(peer), limits)
+
+        await serve_host(
+            pending.stream, make_host, frames, initial_data=initial_data, limits=limits
+        )
+
+
+def mount(app: Host, limits: RelayLimits | None = None) -> Relay:
+    """Make ``app`` a relay: ``/ws`` and ``/agents/connect`` take daemons, ``GET /agents`` lists."""
+    relay = Relay(app, limits)
+    routes = app.router.websocket_routes
+    routes[:0] = [
+        WebSocketRoute("/agents/connect", RelayEndpoint(relay, daemon_only=True), meta=UAMP_ROUTES),
+        WebSocketRoute("/ws", RelayEndpoint(relay, daemon_only=False), meta=UAMP_ROUTES),
+    ]
+
+    async def agents(request: Request) -> Response:
+        return json_response({"agents": relay.listing()})
+
+    app.router.add("GET", "/agents", agents, meta=LIST_ROUTES)
+    return relay
