@@ -235,5 +235,10 @@ def create_app(
     )
     app.mount(*(default_transports() if transports is None else transports))
     if relay is not False:
-        app.relay = relay_platform.mount(app, None if relay is True else relay)
+        clients = uamp_ws.UampWebSocketEndpoint(app)
+
+        async def serve_client(pending: WebSocketRequest, data: bytes) -> None:
+            await clients.serve(pending, None, initial_data=data)
+
+        app.relay = relay_platform.mount(app, serve_client, None if relay is True else relay)
     return app

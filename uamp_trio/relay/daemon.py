@@ -13,7 +13,7 @@ Theory of operation
 ``http(s)`` becomes ``ws(s)``, a bare origin gets ``/ws``), the credential in
 ``Authorization: Bearer`` on the upgrade, and runs the connection with the
 same reader, writer and keeper as a UAMP server connection
-(:func:`uamp_trio.transports.uamp_ws.serve_host`; the keeper's WebSocket pings
+(:func:`uamp_trio.hosting.ws_connection.serve_host`; the keeper's WebSocket pings
 are the daemon's heartbeat). The :class:`DaemonHost` it drives sends one
 ``session.create`` per agent, ``{"session": {"agent": NAME, "token": T}}``
 under a session id it proposes, and logs one line per ``session.created``.
@@ -66,7 +66,7 @@ from ..client.uamp import ClientError, open_websocket
 from ..engines.ws_frames import CLOSE_NORMAL, FrameEngine, make_engine
 from ..hosting.sessions import Outbox, OutboxClosed, SessionLimits
 from ..hosting.turns import ResponseRunner
-from ..transports.uamp_ws import serve_host
+from ..hosting.ws_connection import serve_host
 
 __all__ = ["Daemon", "DaemonHost", "DaemonRefused", "connect"]
 

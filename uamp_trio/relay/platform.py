@@ -11,7 +11,7 @@ else makes it an ordinary UAMP client, served by the UAMP WebSocket endpoint
 with the bytes read so far.
 
 A daemon connection is a :class:`DaemonLink`, run by the same reader, writer
-and keeper as a UAMP client connection (:func:`uamp_trio.transports.uamp_ws.serve_host`).
+and keeper as a UAMP client connection (:func:`uamp_trio.hosting.ws_connection.serve_host`).
 Each ``session.create`` on it registers one agent: a :class:`RemoteAgent`
 goes into the app's agent registry, so to every transport it is one more
 :class:`~uamp_proto.responder.Responder`. Its ``respond`` sends the turn to
@@ -37,6 +37,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -56,8 +57,7 @@ from ..engines.ws_frames import WebSocketClosed, make_engine
 from ..hosting.agents import AGENT_OFFLINE
 from ..hosting.router import RouteMeta, WebSocketRoute
 from ..hosting.sessions import Outbox, Overloaded, SessionLimits
-from ..transports.uamp_ws import ROUTES as UAMP_ROUTES
-from ..transports.uamp_ws import SUBPROTOCOLS, UampWebSocketEndpoint, serve_host
+from ..hosting.ws_connection import SUBPROTOCOLS, serve_host
 from ..trust.auth import SESSION_AUTH, AuthError, is_loopback
 from ..trust.registration import bound_to
 
@@ -69,6 +69,11 @@ __all__ = ["DaemonLink", "Relay", "RelayEndpoint", "RelayLimits", "RemoteAgent",
 
 log = logging.getLogger("uamp_trio.relay")
 
+#: The relay's WebSocket routes: refused in UAMP's style, and (like the UAMP
+#: WebSocket) an upgrade without a token defers to each ``session.create``'s.
+UAMP_ROUTES = RouteMeta(transport="uamp_ws", error_style="uamp")
+#: Serves a UAMP client on an accepted upgrade, given the bytes read past it.
+ClientHandler = Callable[["WebSocketRequest", bytes], Awaitable[None]]
 #: ``GET /agents`` speaks the OpenAI error style.
 LIST_ROUTES = RouteMeta(transport="relay", error_style="openai")
 #: How long ``/ws`` waits for the first message before it decides nothing.
@@ -193,7 +198,7 @@ class _Turn:
 
 
 class DaemonLink:
-    """One daemon's connection on the relay (a :class:`~uamp_trio.transports.uamp_ws.FrameHost`).
+    """One daemon's connection on the relay (a :class:`~uamp_trio.hosting.ws_connection.FrameHost`).
 
     Args:
         relay: The relay it registers agents with.
@@ -530,13 +535,14 @@ class RelayEndpoint:
 
     Args:
         relay: The relay daemons register with.
+        clients: Serves a connection that turned out to be a UAMP client.
         daemon_only: Every connection is a daemon (``/agents/connect``).
     """
 
-    def __init__(self, relay: Relay, *, daemon_only: bool) -> None:
+    def __init__(self, relay: Relay, clients: ClientHandler, *, daemon_only: bool) -> None:
         self.relay = relay
         self.daemon_only = daemon_only
-        self.clients = UampWebSocketEndpoint(relay.app)
+        self.clients = clients
 
     async def __call__(self, pending: WebSocketRequest) -> None:
         """Accept the upgrade, then serve a daemon or a client."""
@@ -549,7 +555,7 @@ class RelayEndpoint:
                 return
             first, data = peeked
             if not self._is_registration(first):
-                await self.clients.serve(pending, None, initial_data=data)
+                await self.clients(pending, data)
                 return
         await self.serve_daemon(pending, data)
 
@@ -599,13 +605,18 @@ class RelayEndpoint:
         )
 
 
-def mount(app: Host, limits: RelayLimits | None = None) -> Relay:
-    """Make ``app`` a relay: ``/ws`` and ``/agents/connect`` take daemons, ``GET /agents`` lists."""
+def mount(app: Host, clients: ClientHandler, limits: RelayLimits | None = None) -> Relay:
+    """Make ``app`` a relay: ``/ws`` and ``/agents/connect`` take daemons, ``GET /agents`` lists.
+
+    ``clients`` serves a ``/ws`` connection that is a UAMP client after all
+    (the root hands over its UAMP WebSocket endpoint).
+    """
     relay = Relay(app, limits)
-    routes = app.router.websocket_routes
-    routes[:0] = [
-        WebSocketRoute("/agents/connect", RelayEndpoint(relay, daemon_only=True), meta=UAMP_ROUTES),
-        WebSocketRoute("/ws", RelayEndpoint(relay, daemon_only=False), meta=UAMP_ROUTES),
+    daemons = RelayEndpoint(relay, clients, daemon_only=True)
+    either = RelayEndpoint(relay, clients, daemon_only=False)
+    app.router.websocket_routes[:0] = [
+        WebSocketRoute("/agents/connect", daemons, meta=UAMP_ROUTES),
+        WebSocketRoute("/ws", either, meta=UAMP_ROUTES),
     ]
 
     async def agents(request: Request) -> Response:

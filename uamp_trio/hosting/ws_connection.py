@@ -1,0 +1,229 @@
+"""One WebSocket connection driving a host of sessions: reader, writer and keeper.
+
+Theory of operation
+-------------------
+:func:`serve_host` runs a connection as a few tasks in one nursery
+(``shared/STYLE.md`` section 5) around a :class:`FrameHost` -- the UAMP
+session host of a client connection, a relay's daemon link, or a daemon's own
+side (docs/relay.md):
+
+* the **reader** reads the socket, lets the framing engine
+  (:mod:`uamp_trio.engines.ws_frames`) cut it into messages, and feeds each to
+  the host, which never waits;
+* the **writer** takes everything ready in the host's outbox (plus pongs and
+  close frames the engine owes), frames it and writes it with one
+  ``send_all``: coalescing is the main lever on throughput, since each trio
+  ``send_all`` costs about as much as framing ten small messages;
+* the **keeper** sends a WebSocket ping when nothing has arrived for
+  ``keepalive_interval``, drops a peer that still sends nothing for as long
+  again, and closes (``session.end`` reason ``timeout`` for every session,
+  then close code 1001) a connection whose host is not busy and that sent
+  nothing for ``idle_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Final, Protocol
+
+import trio
+
+from ..engines.ws_frames import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    FrameEngine,
+    WebSocketClosed,
+)
+from .sessions import Outbox, OutboxClosed, Overloaded, SessionLimits
+
+__all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"]
+
+log = logging.getLogger("uamp_trio.uamp_ws")
+
+#: Bytes asked of the socket per read.
+READ_SIZE: Final = 65536
+#: The WebSocket subprotocol names accepted when a client offers one.
+SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
+#: How long closing waits for the writer to flush the close frame.
+CLOSE_GRACE: Final = 2.0
+
+
+class _Connection:
+    """The tasks of one UAMP WebSocket connection."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        engine: FrameEngine,
+        host: FrameHost,
+        limits: SessionLimits,
+    ) -> None:
+        self.stream = stream
+        self.engine = engine
+        self.host = host
+        self.limits = limits
+        self.last_received = trio.current_time()
+        self.writer_done = trio.Event()
+        self.scope: trio.CancelScope | None = None
+        self.closing: tuple[int, str] | None = None
+
+    def shut(self, code: int, reason: str) -> None:
+        """Close once what is queued is written: the writer sends the close frame last."""
+        if self.closing is None:
+            self.closing = (code, reason)
+        self.host.outbox.close()
+
+    async def reader(self, initial: bytes) -> None:
+        engine, host, stream = self.engine, self.host, self.stream
+        data = initial
+        try:
+            while True:
+                if data:
+                    for message in engine.feed(data):
+                        host.feed(message)
+                    self.last_received = trio.current_time()
+                    if engine.owes:  # pongs and close replies
+                        host.outbox.poke()
+                try:
+                    data = bytes(await stream.receive_some(READ_SIZE))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    engine.feed(b"")  # raises WebSocketClosed
+        except WebSocketClosed as closed:
+            log.debug("UAMP WebSocket closed: %s", closed)
+            host.close_all(notify=False)
+            host.outbox.close()
+        except Overloaded as exc:
+            log.info("dropping a UAMP WebSocket peer: %s", exc)
+            self.shut(CLOSE_POLICY_VIOLATION, "too many unread replies")
+
+    async def writer(self) -> None:
+        engine, outbox = self.engine, self.host.outbox
+        try:
+            while True:
+                try:
+                    batch = await outbox.take()
+                except OutboxClosed:
+                    if self.closing is not None:
+                        engine.close(*self.closing)
+                    tail = engine.take()
+                    if tail:
+                        await self._send(tail)
+                    return
+                batch = await outbox.take_more(batch)
+                if engine.closed is None:
+                    text = engine.text
+                    for message in batch:
+                        text(message)
+                data = engine.take()
+                if data:
+                    await self._send(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.host.outbox.close()
+        finally:
+            self.writer_done.set()
+            if self.scope is not None:
+                # Nothing more will be written: give the peer a moment to answer
+                # the close frame, then end the connection.
+                self.scope.deadline = min(self.scope.deadline, trio.current_time() + CLOSE_GRACE)
+
+    async def _send(self, data: bytes) -> None:
+        """Write ``data``; a peer that leaves it unread for ``send_timeout`` is dropped."""
+        with trio.move_on_after(self.limits.send_timeout) as scope:
+            await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            log.info(
+                "UAMP WebSocket peer not reading for %.0fs; dropping it", self.limits.send_timeout
+            )
+            if self.scope is not None:
+                self.scope.cancel()
+            raise trio.ClosedResourceError("peer not reading")
+
+    async def keeper(self) -> None:
+        limits, host = self.limits, self.host
+        interval = limits.keepalive_interval
+        pinged_at: float | None = None
+        while True:
+            now = trio.current_time()
+            quiet = now - self.last_received
+            if pinged_at is not None and self.last_received >= pinged_at:
+                pinged_at = None  # the peer answered (or sent something)
+            if pinged_at is not None and now - pinged_at >= interval:
+                log.info("UAMP WebSocket peer silent for %.0fs; dropping it", quiet)
+                self.shut(CLOSE_INTERNAL_ERROR, "keepalive timeout")
+                return
+            if pinged_at is None and quiet >= interval:
+                self.engine.ping(b"uamp")
+                host.outbox.poke()
+                pinged_at = now
+            idle_since = host.last_activity
+            if not host.busy and now - idle_since >= limits.idle_timeout:
+                host.close_all("timeout", notify=True)
+                self.shut(CLOSE_GOING_AWAY, "idle timeout")
+                return
+            next_at = min(
+                (pinged_at + interval) if pinged_at is not None else self.last_received + interval,
+                idle_since + limits.idle_timeout if not host.busy else now + interval,
+            )
+            await trio.sleep_until(max(next_at, now + 0.001))
+
+
+class FrameHost(Protocol):
+    """What :func:`serve_host` drives: a :class:`SessionHost`, or anything shaped like one.
+
+    The reader hands it every message (:meth:`feed`, never waiting), the
+    writer drains its :attr:`outbox`, and the keeper reads :attr:`busy` and
+    :attr:`last_activity` to close an idle connection.
+    """
+
+    outbox: Outbox
+    last_activity: float
+
+    @property
+    def busy(self) -> bool:
+        """Whether work is running (an idle connection is not closed meanwhile)."""
+        ...
+
+    def feed(self, message: bytes | str) -> object:
+        """Take one incoming message; never waits."""
+        ...
+
+    def close_all(self, reason: str | None = None, *, notify: bool = True) -> None:
+        """End everything the connection carries."""
+        ...
+
+
+async def serve_host(
+    stream: trio.abc.Stream,
+    make_host: Callable[[trio.Nursery], FrameHost],
+    frames: FrameEngine,
+    *,
+    initial_data: bytes = b"",
+    limits: SessionLimits | None = None,
+) -> None:
+    """Run the reader, writer and keeper of one WebSocket around a host until it closes.
+
+    ``make_host`` builds the host in the connection's nursery (where its
+    work runs); ``frames`` is a framing engine of the right side (a daemon
+    dials out, so its engine is a client's).
+    """
+    limits = limits or SessionLimits()
+    async with trio.open_nursery() as nursery:
+        host = make_host(nursery)
+        conn = _Connection(stream, frames, host, limits)
+        conn.scope = nursery.cancel_scope
+        nursery.start_soon(conn.writer)
+        nursery.start_soon(conn.keeper)
+        await conn.reader(initial_data)
+        host.close_all(notify=False)
+        conn.shut(CLOSE_NORMAL, "")
+        with trio.move_on_after(CLOSE_GRACE):
+            await conn.writer_done.wait()
+        nursery.cancel_scope.cancel()
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await trio.aclose_forcefully(stream)
