@@ -74,21 +74,20 @@ class AuthError(UampError):
 
     Attributes:
         code: Always ``unauthorized`` (spec 000's session error code).
-        error: The RFC 6750 ``error`` for ``WWW-Authenticate``: ``invalid_token``,
-            or ``None`` when no credentials were presented at all.
+        error: The RFC 6750 ``error`` for ``WWW-Authenticate``: always
+            ``invalid_token`` (a missing token included: clients key their
+            token refresh on it, and issue 13 asks for one answer).
         message: A sentence for the caller; never contains the token.
     """
 
     code: ClassVar[str] = "unauthorized"
 
     message: str
-    error: str | None = attrs.field(default="invalid_token", kw_only=True)
+    error: str = attrs.field(default="invalid_token", kw_only=True)
 
     @property
     def www_authenticate(self) -> str:
         """The ``WWW-Authenticate`` header value for a 401."""
-        if self.error is None:
-            return 'Bearer realm="uamp"'
         return f'Bearer realm="uamp", error="{self.error}"'
 
 
@@ -105,7 +104,7 @@ class Authenticator(Protocol):
 
 
 def _missing() -> AuthError:
-    return AuthError("authentication required: send a bearer token", error=None)
+    return AuthError("authentication required: send a bearer token")
 
 
 class AnonymousAuthenticator:

@@ -87,7 +87,7 @@ def _headers(token: str | None) -> dict[str, str]:
 def _check_http(response: httpx.Response, style: str) -> None:
     if response.status_code != 401:
         return
-    assert response.headers["www-authenticate"].startswith('Bearer realm="uamp"')
+    assert response.headers["www-authenticate"] == 'Bearer realm="uamp", error="invalid_token"'
     body = response.json()
     if style == "openai":
         assert body["error"]["code"] == "unauthorized"
