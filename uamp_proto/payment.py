@@ -30,10 +30,12 @@ from typing import Protocol
 
 from . import events as ev
 from . import types as ty
+from .codec import unstructure
 from .errors import UampError
 from .ledger import Pricing
 
 __all__ = [
+    "BALANCE_EVENT",
     "BLOCKING_STATES",
     "PAYMENT_ERROR_CODES",
     "Charge",
@@ -43,6 +45,7 @@ __all__ = [
     "PaymentRequiredError",
     "PaymentState",
     "TokenPolicy",
+    "balance_fields",
     "open_charge",
     "pricing_of",
     "refusal",
@@ -284,16 +287,23 @@ class PaymentPolicy(Protocol):
 
 
 class Charge(Protocol):
-    """The money held for one response: settled once when the response ends."""
+    """The money held for one response: settled once when the response ends.
 
-    def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
+    Both methods are coroutines: a ledger does its I/O off the event loop.
+    ``settle`` must complete even when its caller is being cancelled (it
+    runs in ``finally`` blocks), so implementations shield it.
+    """
+
+    async def settle(
+        self, usage: ty.UsageStats | None, *, used: bool
+    ) -> ev.PaymentBalance | None:
         """Charge what the response used, free the rest; the balance update to send, if any.
 
         Settling again changes nothing (and returns ``None``).
         """
         ...
 
-    def extend(self, token: str | None, amount: str) -> None:
+    async def extend(self, token: str | None, amount: str) -> None:
         """Lock ``amount`` more for this response (a mid-stream top-up).
 
         Raises:
@@ -308,16 +318,24 @@ class ChargingPolicy(PaymentPolicy, Protocol):
     ``declared`` is the agent's own pricing (its ``pricing`` attribute), if any.
     """
 
-    def verify(
+    async def verify(
         self, agent: str, token: str | None, declared: Pricing | None
     ) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay a response of ``agent`` now, or ``None`` (locks nothing)."""
         ...
 
-    def open(
-        self, agent: str, token: str | None, response_id: str, declared: Pricing | None = None
+    async def open(
+        self,
+        agent: str,
+        token: str | None,
+        response_id: str,
+        declared: Pricing | None = None,
+        *,
+        principal: str | None = None,
     ) -> Charge | None:
         """Lock the response's price on ``token``; ``None`` when ``agent`` is free.
+
+        ``principal`` (the caller's id) is recorded with the lock.
 
         Raises:
             PaymentRequiredError: No token, or the token cannot pay (its
@@ -330,7 +348,7 @@ def _charging(policy: PaymentPolicy) -> ChargingPolicy | None:
     return policy if hasattr(policy, "open") and hasattr(policy, "verify") else None  # type: ignore[return-value]
 
 
-def refusal(
+async def refusal(
     policy: PaymentPolicy | None, agent: str, token: str | None, declared: Pricing | None = None
 ) -> PaymentRequiredError | None:
     """Why ``policy`` would not let ``token`` pay a response of ``agent`` now (locks nothing)."""
@@ -338,17 +356,19 @@ def refusal(
         return None
     charging = _charging(policy)
     if charging is not None:
-        return charging.verify(agent, token, declared)
+        return await charging.verify(agent, token, declared)
     requirements = policy.check(agent, token)
     return None if requirements is None else PaymentRequiredError(requirements)
 
 
-def open_charge(
+async def open_charge(
     policy: PaymentPolicy | None,
     agent: str,
     token: str | None,
     response_id: str,
     declared: Pricing | None = None,
+    *,
+    principal: str | None = None,
 ) -> Charge | None:
     """Hold the price of one response before the agent starts (``None``: nothing to settle).
 
@@ -362,11 +382,29 @@ def open_charge(
         return None
     charging = _charging(policy)
     if charging is not None:
-        return charging.open(agent, token, response_id, declared)
+        return await charging.open(agent, token, response_id, declared, principal=principal)
     requirements = policy.check(agent, token)
     if requirements is not None:
         raise PaymentRequiredError(requirements)
     return None
+
+
+#: What a ``payment.balance`` is called where a transport carries it in a frame
+#: of its own (an AG-UI ``CUSTOM`` event's name, an SSE event name, a key of
+#: A2A and ACP ``metadata``/``_meta``); docs/security.md lists each transport.
+BALANCE_EVENT = "payment.balance"
+
+_ENVELOPE = frozenset({"type", "event_id", "session_id", "response_id", "timestamp"})
+
+
+def balance_fields(event: ev.PaymentBalance) -> dict[str, object]:
+    """The balance update's own fields (balance, currency, ``low_balance_warning`` ...).
+
+    Without the UAMP envelope (type and ids): what a transport that wraps
+    the update in its own frame carries.
+    """
+    fields: dict[str, object] = unstructure(event)
+    return {k: v for k, v in fields.items() if k not in _ENVELOPE}
 
 
 def pricing_of(agent: object) -> Pricing | None:

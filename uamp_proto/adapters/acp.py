@@ -49,6 +49,8 @@ from ..jsonrpc import INVALID_PARAMS, PAYMENT_REQUIRED, JSONRPCError
 from ..payment import PaymentRequiredError
 
 __all__ = [
+    "AUTH_REQUIRED",
+    "BEARER_AUTH_METHOD",
     "PAYMENT_REQUIRED",
     "PROTOCOL_VERSION",
     "REQUEST_CANCELLED",
@@ -83,6 +85,16 @@ PROTOCOL_VERSION = 1
 RESOURCE_NOT_FOUND = -32002
 #: ACP's "Request cancelled".
 REQUEST_CANCELLED = -32800
+#: ACP's "Authentication required".
+AUTH_REQUIRED = -32000
+#: The auth method a server with authentication advertises in ``initialize``:
+#: ``authenticate`` with this ``methodId`` and a bearer token in ``_meta.token``
+#: refreshes an open connection's credential (docs/security.md).
+BEARER_AUTH_METHOD = {
+    "id": "bearer",
+    "name": "Bearer token",
+    "description": "Send a fresh bearer token in _meta.token to renew the connection's.",
+}
 
 _STOP_FOR_ERROR = {
     "refusal": "refusal",

@@ -186,11 +186,25 @@ class StreamingResponse:
     once the chunk is handed to the connection (backpressure). The response
     ends when ``producer`` returns. Use :meth:`from_iterable` for an async
     generator of chunks.
+
+    ``on_close`` is awaited once when the server is done with the response,
+    whether ``producer`` ran, failed, was cancelled or never started (the
+    client left first, a ``HEAD`` request, a reset HTTP/2 stream): a
+    response that holds something (a payment lock) releases it there. It is
+    shielded from cancellation, so it must be short.
     """
 
     producer: Callable[[SendChunk], Awaitable[None]]
     status: int = 200
     headers: list[tuple[str, str]] = attrs.field(factory=list)
+    on_close: Callable[[], Awaitable[object]] | None = None
+
+    async def aclose(self) -> None:
+        """Run ``on_close`` (once); the engines call it after sending, or not sending."""
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            with trio.CancelScope(shield=True):
+                await on_close()
 
     @classmethod
     def from_iterable(

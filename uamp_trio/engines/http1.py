@@ -280,12 +280,16 @@ class _Http1Connection:
                 client=self.client,
             )
             response = await self.server.dispatch(request)
-            if not await self._send_templated(response):
-                conn = self._h11_replay(buf[pos:end])
-                await self._send_response(conn, response)
-                if conn.our_state is not h11.DONE:  # MUST_CLOSE
-                    return
-                self.h11 = None
+            try:
+                if not await self._send_templated(response):
+                    conn = self._h11_replay(buf[pos:end])
+                    await self._send_response(conn, response)
+                    if conn.our_state is not h11.DONE:  # MUST_CLOSE
+                        return
+                    self.h11 = None
+            finally:
+                if type(response) is StreamingResponse:
+                    await response.aclose()
             if self.tracker.draining:
                 return
             if end == len(buf):
@@ -430,19 +434,23 @@ class _Http1Connection:
             await self._send_error(exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request")
             return False
         response = await self.server.dispatch(request)
-        # A keep-alive HTTP/1.1 request read to its end may get the fast
-        # response path; h11 is not told, as it is dropped after this request.
-        if not (
-            method != "HEAD"
-            and conn.their_http_version == b"1.1"
-            and conn.their_state is h11.DONE
-            and conn.our_state is h11.SEND_RESPONSE
-            and not headers.has_token("connection", "close")
-            and await self._send_templated(response)
-        ):
-            await self._send_response(conn, response, head_only=method == "HEAD")
-            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                return False  # MUST_CLOSE, or the request was not read to its end
+        try:
+            # A keep-alive HTTP/1.1 request read to its end may get the fast
+            # response path; h11 is not told, as it is dropped after this request.
+            if not (
+                method != "HEAD"
+                and conn.their_http_version == b"1.1"
+                and conn.their_state is h11.DONE
+                and conn.our_state is h11.SEND_RESPONSE
+                and not headers.has_token("connection", "close")
+                and await self._send_templated(response)
+            ):
+                await self._send_response(conn, response, head_only=method == "HEAD")
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return False  # MUST_CLOSE, or the request was not read to its end
+        finally:
+            if type(response) is StreamingResponse:
+                await response.aclose()
         if self.tracker.draining:
             return False
         self.buf, self.eof = conn.trailing_data

@@ -460,7 +460,13 @@ class _Http2Connection:
                     return
                 request = self._request(st)
                 response = await self.server.dispatch(request)
-                await self._send_response(st.id, response, head_only=request.method == "HEAD")
+                try:
+                    await self._send_response(
+                        st.id, response, head_only=request.method == "HEAD"
+                    )
+                finally:
+                    if type(response) is StreamingResponse:
+                        await response.aclose()
         except (
             h2.exceptions.ProtocolError,  # the stream was reset or closed meanwhile
             trio.BrokenResourceError,

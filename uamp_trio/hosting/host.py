@@ -26,6 +26,7 @@ from uamp_proto.payment import (
     pricing_of,
     refusal,
 )
+from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 
 from ..engines.http import Endpoint
@@ -88,21 +89,26 @@ class Host:
         for agent in agents:
             self.add_agent(agent)
 
-    def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
+    async def payment_required(
+        self, agent: str, token: str | None
+    ) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay for a turn of ``agent`` now, or ``None`` (locks nothing).
 
         Every transport asks the host, so that the same agent behaves the
         same whatever protocol its client speaks.
         """
-        return refusal(self.payment_policy, agent, token, pricing_of(self.agents.get(agent)))
+        return await refusal(
+            self.payment_policy, agent, token, pricing_of(self.agents.get(agent))
+        )
 
-    def open_charge(
+    async def open_charge(
         self,
         agent: str,
         token: str | None,
         response_id: str,
         *,
         policy: PaymentPolicy | None = None,
+        principal: Principal | None = None,
     ) -> Charge | None:
         """Hold the price of one response of ``agent`` before it starts.
 
@@ -110,6 +116,11 @@ class Host:
         turn driver settles the returned charge when the response ends.
         ``None``: nothing to settle (free, or a policy that only decides).
         ``policy`` overrides the host's for a transport configured with its own.
+        The lock records ``principal`` (the caller) as its owner.
+
+        The lock is done once this returns: a caller must put the charge
+        where it is settled (a ``finally``, a response's ``on_close``) before
+        its next checkpoint.
 
         Raises:
             PaymentRequiredError: The response may not run until paid; its
@@ -117,7 +128,14 @@ class Host:
         """
         declared = pricing_of(self.agents.get(agent))
         in_force = policy if policy is not None else self.payment_policy
-        return open_charge(in_force, agent, token, response_id, declared)
+        return await open_charge(
+            in_force,
+            agent,
+            token,
+            response_id,
+            declared,
+            principal=None if principal is None else principal.id,
+        )
 
     def add_agent(self, agent: Responder) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/`` (see :meth:`AgentRegistry.add`)."""

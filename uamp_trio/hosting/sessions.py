@@ -381,6 +381,10 @@ class _Session:
         #: The worker's cancel scope: a cancel ends the response it runs (or
         #: is about to run), and a scope once cancelled is replaced.
         self.scope: trio.CancelScope | None = None
+        #: A payment verdict is being worked out (off the event loop); a
+        #: submit meanwhile asks for one more round instead of another task.
+        self.settling = False
+        self.settle_again = False
 
     def wake(self) -> None:
         if self.wakeup:
@@ -609,7 +613,7 @@ class SessionHost:
                 self._cancel(session, event.response_id)
         elif etype == "payment.submit":
             if session is not None:
-                self._settle(session)
+                self._ask_settle(session)
         elif etype == "input.text":
             assert isinstance(event, ev.InputText)
             if session is not None and event.payment_token is not None:
@@ -617,7 +621,7 @@ class SessionHost:
                 if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
                     # The core took the token as the answer to an open
                     # payment.required, as it does for session.update.
-                    self._settle(session)
+                    self._ask_settle(session)
         elif etype == "session.update":
             assert isinstance(event, ev.SessionUpdate)
             sid = session.id if session is not None else None
@@ -633,7 +637,7 @@ class SessionHost:
                 if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
                     # The core took the new payment_token as the answer to
                     # the outstanding payment.required (spec 004).
-                    self._settle(session)
+                    self._ask_settle(session)
         elif etype == "session.end":
             if session is not None:
                 self._drop(session.id)
@@ -796,12 +800,34 @@ class SessionHost:
 
     # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
 
-    def _unpaid(self, agent: str, token: str | None) -> PaymentRequiredError | None:
+    async def _unpaid(self, agent: str, token: str | None) -> PaymentRequiredError | None:
         """What the app's payment policy asks before ``agent`` may answer, or ``None``."""
         app = self._app
-        return None if app is None else app.payment_required(agent, token)
+        return None if app is None else await app.payment_required(agent, token)
 
-    def _settle(self, session: _Session) -> None:
+    def _ask_settle(self, session: _Session) -> None:
+        """Have the latest payment token judged (:meth:`_settle`) in a task of its own.
+
+        One task per session at a time (a flood of submits is one more
+        round, not a task each); the reader never waits for the ledger.
+        """
+        if session.settling:
+            session.settle_again = True
+            return
+        session.settling = True
+        self._nursery.start_soon(self._settle_rounds, session)
+
+    async def _settle_rounds(self, session: _Session) -> None:
+        try:
+            while True:
+                session.settle_again = False
+                await self._settle(session)
+                if not session.settle_again:
+                    return
+        finally:
+            session.settling = False
+
+    async def _settle(self, session: _Session) -> None:
         """Answer a ``payment.submit`` (or a ``session.update`` token) with the policy's verdict.
 
         The token the client presented is checked with the same policy that
@@ -813,7 +839,9 @@ class SessionHost:
         if ctx is None:
             return
         negotiation = ctx.payment
-        unpaid = self._unpaid(session.agent.name, negotiation.token)
+        unpaid = await self._unpaid(session.agent.name, negotiation.token)
+        if self.conn.sessions.get(session.id) is not ctx:
+            return  # the session ended while the ledger answered
         reply: ev.Event
         if unpaid is not None:
             if unpaid.code == "payment_required":  # a submit that carried no token
@@ -882,8 +910,11 @@ class SessionHost:
                 if app is None:
                     return
                 try:
-                    response.charge = app.open_charge(
-                        session.agent.name, negotiation.token, response.id
+                    response.charge = await app.open_charge(
+                        session.agent.name,
+                        negotiation.token,
+                        response.id,
+                        principal=session.principal,
                     )
                     return
                 except PaymentRequiredError as unpaid:
@@ -895,15 +926,22 @@ class SessionHost:
             required = attrs.evolve(required, session_id=session.id)
             await self._hold_for_payment(session, response, required)
 
-    def _settle_charge(
-        self, session: _Session, response: _Response, tracker: ResponseTracker
+    async def _settle_charge(
+        self, session: _Session, response: _Response, tracker: ResponseTracker | None
     ) -> None:
-        """Settle the response's charge from its usage; ``payment.balance`` to the client."""
+        """Settle the response's charge from its usage; ``payment.balance`` to the client.
+
+        ``tracker`` ``None``: the response never ran (its session ended
+        while the price was being locked): the whole lock is freed.
+        """
         charge, response.charge = response.charge, None
         if charge is None:
             return
+        if tracker is None:
+            await charge.settle(None, used=False)
+            return
         used = tracker.usage is not None or bool(tracker.output)
-        balance = charge.settle(tracker.usage, used=used)
+        balance = await charge.settle(tracker.usage, used=used)
         if balance is None or session.id not in self.conn.sessions:
             return
         try:
@@ -928,7 +966,7 @@ class SessionHost:
             ctx = self.conn.sessions.get(session.id)
             token = ctx.payment.token if ctx is not None else None
             try:
-                charge.extend(token, required.requirements.amount)
+                await charge.extend(token, required.requirements.amount)
                 return
             except PaymentRequiredError as unpaid:
                 required = attrs.evolve(
@@ -1070,13 +1108,14 @@ class SessionHost:
         await self._preflight(session, response)
         ctx = self.conn.sessions.get(session.id)
         tracker = ctx.response if ctx is not None else None
+        if tracker is not None and tracker.response_id != rid:
+            tracker = None
         try:
             await self._run_rounds(session, response, create)
         finally:
             # However the response ended (done, failed, cancelled, session
-            # gone): charge what it used and free the rest of the lock.
-            if tracker is not None and tracker.response_id == rid:
-                self._settle_charge(session, response, tracker)
+            # gone, or never started): charge what it used, free the rest.
+            await self._settle_charge(session, response, tracker)
 
     async def _run_rounds(
         self, session: _Session, response: _Response, create: ev.ResponseCreate

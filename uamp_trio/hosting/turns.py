@@ -324,16 +324,16 @@ class ResponseRunner:
         try:
             return await self._run()
         finally:
-            self._settle()  # a no-op when the normal path settled already
+            await self._settle()  # a no-op when the normal path settled already
 
-    def _settle(self) -> None:
+    async def _settle(self) -> None:
         charge = self._charge
         if charge is None:
             return
         self._charge = None
         tracker = self.tracker
         used = tracker.usage is not None or bool(tracker.output)
-        self.balance = charge.settle(tracker.usage, used=used)
+        self.balance = await charge.settle(tracker.usage, used=used)
 
     async def _run(self) -> ResponseOutcome:
         request, tracker = self.request, self.tracker
@@ -384,7 +384,7 @@ class ResponseRunner:
                 final = tracker.done_event(session_id=sid)
         if final is not None and self._track:
             tracker.apply(final)  # built with both ids: nothing to stamp
-        self._settle()
+        await self._settle()
         outcome = self.outcome = ResponseOutcome(
             status=status, tracker=tracker, final=final, balance=self.balance
         )
@@ -508,4 +508,4 @@ async def open_response(
                     nursery.cancel_scope.cancel()
     finally:
         if charge is not None:
-            charge.settle(None, used=False)  # the runner never ran; else a no-op
+            await charge.settle(None, used=False)  # the runner never ran; else a no-op

@@ -135,7 +135,7 @@ class _Live:
                 send.close()
 
 
-@attrs.frozen
+@attrs.define
 class _Prepared:
     """A validated send: the task to run and the turn request to run it with."""
 
@@ -146,6 +146,14 @@ class _Prepared:
     #: The HTTP body that carried the message: what a signature covers.
     request_bytes: bytes = b""
     charge: Charge | None = None
+    #: Set when the turn is handed to :meth:`A2ATransport._execute`, which
+    #: settles the charge; before that, whoever drops the send releases it.
+    started: bool = False
+
+    async def release_unstarted(self) -> None:
+        """Free the charge of a turn that never started (a stream whose body never began)."""
+        if not self.started and self.charge is not None:
+            await self.charge.settle(None, used=False)
 
 
 class A2ATransport:
@@ -179,13 +187,17 @@ class A2ATransport:
         self.ids = ids
         self._live: dict[str, _Live] = {}
 
-    def charge(self, agent: Responder, token: str | None, response_id: str) -> Charge | None:
+    async def charge(
+        self, agent: Responder, token: str | None, response_id: str, principal: Principal
+    ) -> Charge | None:
         """Hold the price of one turn of ``agent`` (new task or resumed) before it runs.
 
         Raises:
             PaymentRequiredError: The turn may not run until paid.
         """
-        return self.app.open_charge(agent.name, token, response_id, policy=self._policy)
+        return await self.app.open_charge(
+            agent.name, token, response_id, policy=self._policy, principal=principal
+        )
 
     def mount(self) -> None:
         """Register the routes on the app."""
@@ -244,7 +256,7 @@ class A2ATransport:
     ) -> Response | StreamingResponse:
         op, params, dialect = call.operation, call.params, call.dialect
         if op == "send":
-            prepared = self._prepare(agent, params, dialect, request, rest=False)
+            prepared = await self._prepare(agent, params, dialect, request, rest=False)
             await self._execute(agent, prepared, None, wait=_blocking(params, dialect))
             rendered = a2a.render_task(
                 prepared.task, dialect, history_length=prepared.history_length
@@ -252,7 +264,7 @@ class A2ATransport:
             result = {"task": rendered} if dialect is Dialect.V1 else rendered
             return json_response(a2a.result_response(call.id, result))
         if op == "stream":
-            prepared = self._prepare(agent, params, dialect, request, rest=False)
+            prepared = await self._prepare(agent, params, dialect, request, rest=False)
             return self._stream_rpc(agent, prepared, call)
         principal = request.principal
         if op == "get":
@@ -290,7 +302,9 @@ class A2ATransport:
 
             await self._execute(agent, prepared, write)
 
-        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+        return StreamingResponse(
+            producer=produce, headers=list(_SSE_HEADERS), on_close=prepared.release_unstarted
+        )
 
     def _subscribe(
         self, agent: Responder, task_id: str, call: a2a.RpcCall, principal: Principal
@@ -369,7 +383,7 @@ class A2ATransport:
                 400, "The body must be a JSON object with a 'message'.", code="invalid_request"
             )
         try:
-            prepared = self._prepare(agent, body, Dialect.V03, request, rest=True)
+            prepared = await self._prepare(agent, body, Dialect.V03, request, rest=True)
         except _PaymentRefused as refused:
             task = refused.task
             error = refused.error
@@ -395,7 +409,9 @@ class A2ATransport:
 
             await self._execute(agent, prepared, write)
 
-        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+        return StreamingResponse(
+            producer=produce, headers=list(_SSE_HEADERS), on_close=prepared.release_unstarted
+        )
 
     async def rest_get(self, request: Request) -> Response:
         """``GET .../tasks/{task_id}``."""
@@ -428,7 +444,7 @@ class A2ATransport:
             raise task_not_found(task_id)
         return task
 
-    def _prepare(
+    async def _prepare(
         self,
         agent: Responder,
         params: dict[str, Any],
@@ -471,16 +487,17 @@ class A2ATransport:
                     a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
                 )
             a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
-            # A resumed task runs the agent again: it is paid like a new one.
-            response_id = self.ids("resp")
-            try:
-                charge = self.charge(agent, token, response_id)
-            except PaymentRequiredError as error:
-                raise _payment_error(error) from None
             if task.pending_tool_calls:
                 added = a2a.parse_tool_results(message, task.pending_tool_calls)
             else:
                 added = [message.to_uamp()]
+            # A resumed task runs the agent again: it is paid like a new one.
+            # Nothing after the lock can fail, so nothing can leave it held.
+            response_id = self.ids("resp")
+            try:
+                charge = await self.charge(agent, token, response_id, principal)
+            except PaymentRequiredError as error:
+                raise _payment_error(error) from None
             task.history.append(stored)
             task.conversation.extend(added)
             task.pending_tool_calls = []
@@ -510,7 +527,7 @@ class A2ATransport:
             )
             response_id = self.ids("resp")
             try:
-                charge = self.charge(agent, token, response_id)
+                charge = await self.charge(agent, token, response_id, principal)
             except PaymentRequiredError as error:
                 if not rest:
                     raise _payment_error(error) from None
@@ -526,7 +543,12 @@ class A2ATransport:
                 )
                 self.store.add(task, owner=principal)
                 raise _PaymentRefused(task, error) from None
-            self.store.add(task, owner=principal)
+            try:
+                self.store.add(task, owner=principal)
+            except BaseException:
+                if charge is not None:  # the store refused the task: free its lock
+                    await charge.settle(None, used=False)
+                raise
             new = True
         turn = TurnRequest(
             agent=agent.name,
@@ -564,6 +586,7 @@ class A2ATransport:
         (an app used outside :class:`~uamp_trio.engines.server.Server`) the turn runs
         inside the request.
         """
+        prepared.started = True  # from here _run settles the charge
         nursery = self.app.background
         if nursery is None:
             await self._run(agent, prepared, write)
@@ -637,7 +660,7 @@ class A2ATransport:
             await deliver(updates)
         finally:
             if prepared.charge is not None:
-                prepared.charge.settle(None, used=False)  # never ran; else a no-op
+                await prepared.charge.settle(None, used=False)  # never ran; else a no-op
             if not (task.state.is_terminal or task.state.is_interrupted):
                 # The request went away (client disconnect, shutdown): the
                 # turn was cancelled with it, and so is the task.

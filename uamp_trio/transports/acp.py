@@ -54,6 +54,7 @@ import contextvars
 import importlib.metadata
 import logging
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -66,9 +67,11 @@ from uamp_proto import types as ty
 from uamp_proto.adapters import acp
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import (
+    BALANCE_EVENT,
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
+    balance_fields,
     open_charge,
     pricing_of,
 )
@@ -83,6 +86,7 @@ from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, open_response
 from ..stores.acp_sessions import AcpSession, AcpSessionStore
+from ..trust.auth import Authenticator, AuthError
 
 __all__ = [
     "AcpConnection",
@@ -94,6 +98,9 @@ __all__ = [
 ]
 
 #: What middleware knows of these routes: JSON-RPC error refusals.
+#: Methods a connection whose token expired may still call.
+_WITHOUT_AUTH = frozenset({"initialize", "authenticate"})
+
 ROUTES = RouteMeta(transport="acp", error_style="jsonrpc")
 
 log = logging.getLogger("uamp_trio.acp")
@@ -132,6 +139,10 @@ class AcpConnection:
         principal: Who the peer is (the authenticated caller; the local
             user on stdio); owns the sessions it creates and is put on
             every ``TurnRequest``.
+        authenticator: Verifies the fresh token of an ``authenticate``
+            request (method ``bearer``) once the connection's token expired;
+            ``None``: no authentication configured.
+        clock: Seconds since the epoch, to tell an expired token.
     """
 
     def __init__(
@@ -143,9 +154,13 @@ class AcpConnection:
         payment_policy: PaymentPolicy | None = None,
         signer: ResponseSigner | None = None,
         principal: Principal = ANONYMOUS,
+        authenticator: Authenticator | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.agent = agent
         self.principal = principal
+        self.authenticator = authenticator
+        self._clock = clock
         self.store = store
         self.payment_policy = payment_policy
         self.signer = signer
@@ -185,11 +200,23 @@ class AcpConnection:
         """The answer to one decoded message (``None`` for notifications, replies)."""
         if isinstance(item, rpc.Invalid):
             return item.error.response(item.id)
+        expired = self.principal.expired(self._clock())
         if isinstance(item, rpc.Notification):
-            await self._notification(item)
+            if not expired:
+                await self._notification(item)
             return None
         if not isinstance(item, rpc.Request):
             return None  # a reply to a request we never send: nothing to do
+        if expired and item.method not in _WITHOUT_AUTH:
+            # The connection's token ran out while it was open: nothing more
+            # runs for it until ``authenticate`` brings a fresh one.
+            return rpc.error_response(
+                item.id,
+                acp.AUTH_REQUIRED,
+                "The connection's token has expired: call authenticate (methodId"
+                ' "bearer", _meta.token) with a fresh one.',
+                {"status": 401, "code": "unauthorized"},
+            )
         method = self._methods.get(item.method)
         if method is None:
             return rpc.error_response(
@@ -231,11 +258,16 @@ class AcpConnection:
 
     # --- payment ----------------------------------------------------------------
 
-    def _charge(self, token: str | None, response_id: str) -> Charge | None:
+    async def _charge(self, token: str | None, response_id: str) -> Charge | None:
         """Hold the price of one prompt (the turn driver settles it); ``-32402`` if unpaid."""
         try:
-            return open_charge(
-                self.payment_policy, self.agent.name, token, response_id, pricing_of(self.agent)
+            return await open_charge(
+                self.payment_policy,
+                self.agent.name,
+                token,
+                response_id,
+                pricing_of(self.agent),
+                principal=self.principal.id,
             )
         except PaymentRequiredError as exc:
             raise acp.payment_error(exc) from None
@@ -249,19 +281,54 @@ class AcpConnection:
             and "protocolVersion" in params
             and not isinstance(params["protocolVersion"], str)
         ):
-            return acp.initialize_result(
-                params,
-                agent_name=self.agent.name,
-                version=self._version,
-                capabilities=caps,
-                load_session=True,
+            return self._initialized(
+                acp.initialize_result(
+                    params,
+                    agent_name=self.agent.name,
+                    version=self._version,
+                    capabilities=caps,
+                    load_session=True,
+                )
             )
-        return acp.spec_initialize_result(
-            agent_name=self.agent.name, version=self._version, capabilities=caps
+        return self._initialized(
+            acp.spec_initialize_result(
+                agent_name=self.agent.name, version=self._version, capabilities=caps
+            )
         )
 
+    def _initialized(self, result: dict[str, Any]) -> dict[str, Any]:
+        if self.authenticator is not None:
+            result["authMethods"] = [dict(acp.BEARER_AUTH_METHOD)]
+        return result
+
     async def _authenticate(self, _id: rpc.Id, params: Any) -> Any:
-        return {}  # no auth methods are advertised; accept as a no-op
+        """Refresh the connection's token (method ``bearer``); a no-op without auth."""
+        auth = self.authenticator
+        if auth is None:
+            return {}  # no auth methods are advertised; accept as a no-op
+        p = params if isinstance(params, dict) else {}
+        meta = p.get("_meta")
+        token = meta.get("token") if isinstance(meta, dict) else None
+        if p.get("methodId") != acp.BEARER_AUTH_METHOD["id"] or not isinstance(token, str):
+            raise rpc.JSONRPCError(
+                rpc.INVALID_PARAMS,
+                'authenticate takes methodId "bearer" and the token in _meta.token.',
+            )
+        try:
+            fresh = await auth.authenticate(token)
+        except AuthError as exc:
+            raise rpc.JSONRPCError(
+                acp.AUTH_REQUIRED, exc.message, {"status": 401, "code": "unauthorized"}
+            ) from None
+        if fresh.id != self.principal.id:
+            # Another principal's token never takes over this connection's sessions.
+            raise rpc.JSONRPCError(
+                acp.AUTH_REQUIRED,
+                "The token is for another principal than this connection's.",
+                {"status": 401, "code": "unauthorized"},
+            )
+        self.principal = fresh
+        return {}
 
     async def _capabilities(self, _id: rpc.Id, params: Any) -> Any:
         return unstructure(self.agent.capabilities())
@@ -291,7 +358,7 @@ class AcpConnection:
             )
         token = parsed.payment_token or session.payment_token
         response_id = _new_id("resp")
-        charge = self._charge(token, response_id)
+        charge = await self._charge(token, response_id)
         if parsed.payment_token is not None:
             session.payment_token = parsed.payment_token
         request = TurnRequest(
@@ -325,7 +392,14 @@ class AcpConnection:
         return self._signed(self._prompt_result(outcome), outcome)
 
     def _signed(self, result: dict[str, Any], outcome: ResponseOutcome) -> dict[str, Any]:
-        """``result`` with ``_meta.signature`` when the answer is to be signed."""
+        """``result`` with ``_meta.signature`` when the answer is to be signed.
+
+        A paid answer also carries ``_meta["payment.balance"]``: ACP has no
+        payment notification, and ``_meta`` is its place for extensions.
+        """
+        if outcome.balance is not None:
+            balance = balance_fields(outcome.balance)
+            result["_meta"] = {**result.get("_meta", {}), BALANCE_EVENT: balance}
         if self.signer is None or outcome.status not in ("completed", "requires_action"):
             return result
         signature = self.signer(outcome.tracker.text, _PAYLOAD.get())
@@ -350,7 +424,7 @@ class AcpConnection:
     async def _prompt_submit(self, request_id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_prompt_submit(params)
         response_id = _new_id("resp")
-        charge = self._charge(parsed.payment_token, response_id)
+        charge = await self._charge(parsed.payment_token, response_id)
         request = TurnRequest(
             agent=self.agent.name,
             principal=self.principal,
@@ -360,8 +434,9 @@ class AcpConnection:
             payment_token=parsed.payment_token,
             metadata={"transport": "acp"},
         )
-        await self._notify("prompt/started", {"requestId": str(request_id)})
         async with open_response(self.agent, request, charge=charge) as turn:
+            # Inside: a peer gone before this leaves no lock behind.
+            await self._notify("prompt/started", {"requestId": str(request_id)})
             async for event in turn:
                 delta = getattr(event, "delta", None)
                 if isinstance(delta, ty.DeltaText) and delta.text:
@@ -402,7 +477,7 @@ class AcpConnection:
             )
         token = params.get("payment_token") if isinstance(params, dict) else None
         response_id = _new_id("resp")
-        charge = self._charge(token if isinstance(token, str) else None, response_id)
+        charge = await self._charge(token if isinstance(token, str) else None, response_id)
         call = orjson.dumps({"name": name, "arguments": arguments}).decode()
         request = TurnRequest(
             agent=self.agent.name,
@@ -580,6 +655,7 @@ class AcpTransport:
             payment_policy=self.payment_policy,
             signer=self.app.response_signer,
             principal=principal,
+            authenticator=self.app.authenticator,
         )
 
     async def http(self, request: Request) -> Response:

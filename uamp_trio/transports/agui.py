@@ -28,12 +28,14 @@ module runs the turn (:func:`uamp_trio.hosting.turns.open_response`) and writes.
 from __future__ import annotations
 
 import uuid
+from functools import partial
 
 import orjson
 
 from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, turn_request
+from uamp_proto.events import PaymentBalance
 from uamp_proto.ids import IdSource, random_ids
-from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
 from uamp_proto.saved_response import AGUI_SIGNATURE_EVENT
 from uamp_proto.sse import encode_json
 
@@ -57,6 +59,11 @@ _SSE_HEADERS = [
 def signature_event(signature: str) -> dict[str, object]:
     """The AG-UI ``CUSTOM`` event carrying a response signature."""
     return {"type": "CUSTOM", "name": AGUI_SIGNATURE_EVENT, "value": {"signature": signature}}
+
+
+def balance_event(balance: PaymentBalance) -> dict[str, object]:
+    """The AG-UI ``CUSTOM`` event carrying a ``payment.balance`` update."""
+    return {"type": "CUSTOM", "name": BALANCE_EVENT, "value": balance_fields(balance)}
 
 
 def _frame(events: list[dict[str, object]]) -> bytes:
@@ -98,7 +105,9 @@ class AguiTransport:
         response_id = f"resp_{uuid.uuid4().hex}"
         try:
             # Lock the price before the run starts (settled when it ends).
-            charge = self.app.open_charge(agent.name, token, response_id)
+            charge = await self.app.open_charge(
+                agent.name, token, response_id, principal=request.principal
+            )
         except PaymentRequiredError as refusal:
             events = encoder.start(run)
             events += encoder.error(
@@ -128,7 +137,10 @@ class AguiTransport:
                 error = outcome.error
                 code = error.code if error else "internal_error"
                 message = error.message if error else "The agent failed."
-                await send(_frame(encoder.error(message, code)))
+                out = encoder.error(message, code)
+                if outcome.balance is not None:  # a failed run pays what it used
+                    out.insert(-1, balance_event(outcome.balance))
+                await send(_frame(out))
             else:
                 cancelled = outcome.status == "cancelled"
                 out = encoder.finish(cancelled=cancelled)
@@ -136,9 +148,18 @@ class AguiTransport:
                 if signer is not None and not cancelled:
                     signature = signer(outcome.tracker.text, request.body)
                     out.insert(-1, signature_event(signature))  # RUN_FINISHED stays last
+                if outcome.balance is not None:
+                    out.insert(-1, balance_event(outcome.balance))
                 await send(_frame(out))
 
-        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+        # The turn runs inside the producer: when the server drops the
+        # response the turn has settled, or never started (then this frees
+        # the lock).
+        return StreamingResponse(
+            producer=produce,
+            headers=list(_SSE_HEADERS),
+            on_close=None if charge is None else partial(charge.settle, None, used=False),
+        )
 
     @staticmethod
     def _respond(events: list[dict[str, object]]) -> StreamingResponse:

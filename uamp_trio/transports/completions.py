@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from functools import partial
 from typing import Any
 
 import attrs
@@ -205,7 +206,9 @@ class CompletionsTransport:
         # 200 or a stream; the client retries the whole request with X-PAYMENT.
         token = request.headers.get("x-payment")
         try:
-            charge = self.app.open_charge(agent.name, token, completion_id)
+            charge = await self.app.open_charge(
+                agent.name, token, completion_id, principal=request.principal
+            )
         except PaymentRequiredError as unpaid:
             return json_response(
                 {
@@ -221,15 +224,18 @@ class CompletionsTransport:
         if parsed.stream:
 
             async def produce(send: SendChunk) -> None:
-                try:
-                    await self._stream(
-                        agent, parsed, completion_id, created, send, request.body, charge
-                    )
-                finally:
-                    if charge is not None:
-                        charge.settle(None, used=False)  # the client left first; else a no-op
+                await self._stream(
+                    agent, parsed, completion_id, created, send, request.body, charge
+                )
 
-            return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+            # The lock is released when the server drops the response, also
+            # when the body never starts (the client left first); a no-op
+            # after the turn settled it.
+            return StreamingResponse(
+                producer=produce,
+                headers=list(_SSE_HEADERS),
+                on_close=None if charge is None else partial(charge.settle, None, used=False),
+            )
         return await self._complete(agent, parsed, completion_id, created, request.body, charge)
 
     # --- one turn --------------------------------------------------------------

@@ -157,8 +157,8 @@ class _RealtimeConnection:
 
     # --- responses ---------------------------------------------------------------
 
-    def _refusal(self) -> PaymentRequiredError | None:
-        return refusal(
+    async def _refusal(self) -> PaymentRequiredError | None:
+        return await refusal(
             self.payment_policy, self.agent.name, self.payment_token, pricing_of(self.agent)
         )
 
@@ -166,12 +166,13 @@ class _RealtimeConnection:
         """Hold the response's price (a ledger locks it) and start it, or ask for payment."""
         response_id = _ids("resp")
         try:
-            charge = open_charge(
+            charge = await open_charge(
                 self.payment_policy,
                 self.agent.name,
                 self.payment_token,
                 response_id,
                 pricing_of(self.agent),
+                principal=self.principal.id,
             )
         except PaymentRequiredError as unpaid:
             self.held = (action, message)
@@ -232,6 +233,8 @@ class _RealtimeConnection:
             if not encoder.finished:  # client tool calls pending: the response completes
                 for out in encoder.finish("completed", usage=outcome.tracker.usage):
                     await self.send(self._signed(out, active, turn))
+            if outcome.balance is not None:  # after response.done, as on UAMP
+                await self.send(rt.payment_event(outcome.balance, self.session.ids("event")))
         except ConnectionClosed:
             pass
         finally:
@@ -266,7 +269,7 @@ class _RealtimeConnection:
 
     async def _payment(self, action: rt.SubmitPayment) -> None:
         self.payment_token = action.token
-        unpaid = self._refusal()
+        unpaid = await self._refusal()
         if unpaid is not None:
             if unpaid.code == "payment_required":  # the submit carried no token
                 unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."

@@ -13,12 +13,21 @@ before any lookup, so a guessed id is worth nothing.
 
 Locks are keyed by ``(token, response_id)``: locking or settling the same
 response twice changes nothing the second time (``payment.submit`` sent twice
-charges once). A lock still open when its process died is returned to the
-balance by :meth:`Ledger.recover` at the next start.
+charges once). Each lock records the principal it was taken for and the
+server instance that holds it (:mod:`uamp_trio.trust.owners`). A lock still
+open when its process died is returned to the balance by
+:meth:`Ledger.recover` at the next start of any server on the file; the open
+locks of servers that still run are left alone.
+
+The methods are blocking SQLite calls. A server makes them through
+:meth:`Ledger.call`, which runs them in a worker thread, one at a time per
+ledger (a limiter of 1), shielded from cancellation so that a settlement
+started in a ``finally`` block completes.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import time
@@ -27,15 +36,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import attrs
 import jwt
+import trio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from uamp_proto import ledger as arith
 from uamp_proto.ledger import Account, LedgerError, format_amount
+
+from .owners import instance_id, is_alive
 
 __all__ = ["Ledger", "LedgerError", "TokenState"]
 
@@ -58,9 +70,17 @@ CREATE TABLE IF NOT EXISTS locks (
     amount TEXT NOT NULL,
     charged TEXT,
     state TEXT NOT NULL CHECK (state IN ('locked', 'settled')),
+    principal TEXT,
+    owner TEXT,
     PRIMARY KEY (token_id, response_id)
 );
 """
+
+#: Columns added to ``locks`` after its first version (older files gain them).
+_ADDED_LOCK_COLUMNS = ("principal", "owner")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 _ISSUER = "uamp-ledger"
 
@@ -107,17 +127,47 @@ class Ledger:
     Args:
         path: The database file (created with its signing key on first use).
         clock: Seconds since the epoch (injectable for tests).
+        owner: The instance id recorded with every lock this ledger takes
+            (default: this process's, :func:`~uamp_trio.trust.owners.instance_id`).
     """
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+    ) -> None:
         self.path = Path(path)
         self._clock = clock
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        self.owner = owner or instance_id()
+        # Used from worker threads (Ledger.call), one at a time.
+        self._db = sqlite3.connect(
+            self.path, isolation_level=None, timeout=30.0, check_same_thread=False
+        )
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        have = {row["name"] for row in self._db.execute("PRAGMA table_info(locks)")}
+        for column in _ADDED_LOCK_COLUMNS:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE locks ADD COLUMN {column} TEXT")
         self._key = self._signing_key()
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def call(self, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run one of this ledger's methods in a worker thread (see the module docstring).
+
+        Shielded: once asked, the call completes and its result is returned
+        even if the caller is being cancelled (the cancellation lands at the
+        caller's next checkpoint).
+        """
+        with trio.CancelScope(shield=True):
+            result = await trio.to_thread.run_sync(
+                functools.partial(method, *args, **kwargs), limiter=self._limiter
+            )
+        return result
 
     def now(self) -> float:
         """The ledger's clock (seconds since the epoch)."""
@@ -191,8 +241,11 @@ class Ledger:
             claims["exp"] = int(expires_at)
         return jwt.encode(claims, self._key, algorithm="EdDSA")
 
-    def token_id(self, token: str) -> str:
+    def token_id(self, token: str, *, expired_ok: bool = False) -> str:
         """The id a token names, once its signature is verified.
+
+        ``expired_ok``: accept an expired token (settling what it locked
+        while it was valid).
 
         Raises:
             LedgerError: ``token_invalid`` (not ours or altered), ``token_expired``.
@@ -208,7 +261,7 @@ class Ledger:
         except jwt.PyJWTError:
             raise LedgerError("token_invalid", "the payment token is invalid") from None
         exp = claims.get("exp")
-        if isinstance(exp, int | float) and self._clock() >= exp:
+        if not expired_ok and isinstance(exp, int | float) and self._clock() >= exp:
             raise LedgerError("token_expired", "the payment token has expired")
         token_id = claims["jti"]
         if not isinstance(token_id, str):
@@ -259,8 +312,18 @@ class Ledger:
 
     # -- one response's money -------------------------------------------------
 
-    def lock(self, token: str, response_id: str, amount: Decimal | str) -> Account:
+    def lock(
+        self,
+        token: str,
+        response_id: str,
+        amount: Decimal | str,
+        *,
+        principal: str | None = None,
+    ) -> Account:
         """Hold ``amount`` for ``response_id``; a second call for the same response is a no-op.
+
+        The lock records ``principal`` (who the response is for) and this
+        ledger's :attr:`owner`.
 
         Raises:
             LedgerError: ``token_invalid``, ``token_expired``, ``insufficient_balance``.
@@ -278,9 +341,9 @@ class Ledger:
             account = arith.lock(account, value, self._clock())
             self._store(db, token_id, account)
             db.execute(
-                "INSERT INTO locks (token_id, response_id, amount, state)"
-                " VALUES (?, ?, ?, 'locked')",
-                (token_id, response_id, str(value)),
+                "INSERT INTO locks (token_id, response_id, amount, state, principal, owner)"
+                " VALUES (?, ?, ?, 'locked', ?, ?)",
+                (token_id, response_id, str(value), principal, self.owner),
             )
             return account
 
@@ -320,9 +383,11 @@ class Ledger:
     def settle(self, token: str, response_id: str, cost: Decimal | str) -> Account:
         """Charge the response's real cost (at most its lock); the rest returns to the balance.
 
-        Settling a response that was settled already, or never locked, changes nothing.
+        Settling a response that was settled already, or never locked, changes
+        nothing. A token that expired (or was revoked) since it locked still
+        settles: the lock was taken while it was good.
         """
-        token_id = self.token_id(token)
+        token_id = self.token_id(token, expired_ok=True)
         value = arith.parse_amount(cost)
         with self._transaction() as db:
             account = self._load(db, token_id)
@@ -343,14 +408,17 @@ class Ledger:
         return self.settle(token, response_id, Decimal(0))
 
     def recover(self) -> int:
-        """Return every open lock to its balance (locks left by a process that died).
+        """Return the open locks of dead server instances to their balances.
 
-        Call once at start, before serving. Returns how many locks were released.
+        Call once at start, before serving. Locks held by a server that
+        still runs (another process on the same file) are left to it; see
+        :mod:`uamp_trio.trust.owners`. Returns how many locks were released.
         """
         with self._transaction() as db:
-            rows = db.execute(
-                "SELECT token_id, response_id, amount FROM locks WHERE state = 'locked'"
+            found = db.execute(
+                "SELECT token_id, response_id, amount, owner FROM locks WHERE state = 'locked'"
             ).fetchall()
+            rows = [r for r in found if r["owner"] != self.owner and not is_alive(r["owner"])]
             for row in rows:
                 account = arith.release(self._load(db, row["token_id"]), Decimal(row["amount"]))
                 self._store(db, row["token_id"], account)
@@ -360,6 +428,17 @@ class Ledger:
                     (row["token_id"], row["response_id"]),
                 )
             return len(rows)
+
+    def entries(self, token: str) -> list[dict[str, Any]]:
+        """The token's locks, oldest first, with their principal and owner."""
+        token_id = self.token_id(token)
+        with self._transaction() as db:
+            rows = db.execute(
+                "SELECT response_id, amount, charged, state, principal, owner FROM locks"
+                " WHERE token_id = ? ORDER BY rowid",
+                (token_id,),
+            ).fetchall()
+        return [dict(row) for row in rows]
 
     def totals(self) -> dict[str, Decimal]:
         """Sums over every token (issued, topped_up, balance, locked, settled)."""

@@ -23,8 +23,10 @@ start.
 
 An agent declares its own prices with a ``pricing`` attribute (a
 :class:`~uamp_proto.ledger.Pricing`); agents without one cost the server's
-flat ``price`` per response. Ledger calls are short SQLite transactions made
-in the event loop's thread.
+flat ``price`` per response. Ledger calls are SQLite transactions run in a
+worker thread, one at a time per ledger (:meth:`Ledger.call`), so a slow disk
+or another server holding the file's write lock never stalls the event loop;
+a settlement is shielded from cancellation and completes.
 """
 
 from __future__ import annotations
@@ -59,25 +61,29 @@ class LedgerCharge:
     pricing: Pricing
     settled: bool = attrs.field(default=False, init=False)
 
-    def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
-        """Charge the response's cost from its lock and free the rest (once)."""
+    async def settle(
+        self, usage: ty.UsageStats | None, *, used: bool
+    ) -> ev.PaymentBalance | None:
+        """Charge the response's cost from its lock and free the rest (once; shielded)."""
         if self.settled:
             return None
         self.settled = True
         cost = self.pricing.cost(usage, used=used)
+        ledger = self.policy.ledger
         try:
-            account = self.policy.ledger.settle(self.token, self.response_id, cost)
+            account = await ledger.call(ledger.settle, self.token, self.response_id, cost)
         except LedgerError as exc:
-            # The token was verified when it locked; only a revoked or expired
-            # token's JWT check can fail now, and the lock stays for recover().
+            # Cannot happen for a token that locked (its signature was good
+            # and settling accepts an expired one); logged, never raised.
             log.warning("cannot settle response %s: %s", self.response_id, exc.message)
             return None
         return self.policy.balance_event(account.balance, account.currency, self.pricing)
 
-    def extend(self, token: str | None, amount: str) -> None:
+    async def extend(self, token: str | None, amount: str) -> None:
         """Lock ``amount`` more for this response (spec 004 mid-stream top-up)."""
+        ledger = self.policy.ledger
         try:
-            self.policy.ledger.extend(token or self.token, self.response_id, amount)
+            await ledger.call(ledger.extend, token or self.token, self.response_id, amount)
         except (LedgerError, ValueError) as exc:
             raise self.policy.refusal(self.pricing, exc, amount=amount) from None
 
@@ -154,14 +160,24 @@ class LedgerPolicy:
     # --- PaymentPolicy / ChargingPolicy ---------------------------------------------
 
     def check(self, agent: str, token: str | None) -> ty.PaymentRequirements | None:
-        """``None`` when ``token`` could pay a response of ``agent`` now (nothing is locked)."""
-        refused = self.verify(agent, token, None)
+        """``None`` when ``token`` could pay a response of ``agent`` now (nothing is locked).
+
+        Blocking (for callers outside an event loop); servers use :meth:`verify`.
+        """
+        refused = self._verify(agent, token, None)
         return None if refused is None else refused.requirements
 
-    def verify(
+    async def verify(
         self, agent: str, token: str | None, declared: Pricing | None
     ) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay a response of ``agent`` now, or ``None`` (nothing locked)."""
+        if self.pricing(agent, declared) is None:
+            return None
+        return await self.ledger.call(self._verify, agent, token, declared)
+
+    def _verify(
+        self, agent: str, token: str | None, declared: Pricing | None
+    ) -> PaymentRequiredError | None:
         pricing = self.pricing(agent, declared)
         if pricing is None:
             return None
@@ -184,10 +200,16 @@ class LedgerPolicy:
             return self.refusal(pricing, exc)
         return None
 
-    def open(
-        self, agent: str, token: str | None, response_id: str, declared: Pricing | None = None
+    async def open(
+        self,
+        agent: str,
+        token: str | None,
+        response_id: str,
+        declared: Pricing | None = None,
+        *,
+        principal: str | None = None,
     ) -> LedgerCharge | None:
-        """Lock the hold of one response of ``agent`` on ``token``.
+        """Lock the hold of one response of ``agent`` on ``token`` (for ``principal``).
 
         Raises:
             PaymentRequiredError: No token, or the ledger refused it (its code says why).
@@ -197,11 +219,16 @@ class LedgerPolicy:
             return None
         if token is None:
             raise self.refusal(pricing, None)
+        await self.ledger.call(self._lock, pricing, token, response_id, principal)
+        return LedgerCharge(self, token, response_id, pricing)
+
+    def _lock(
+        self, pricing: Pricing, token: str, response_id: str, principal: str | None
+    ) -> None:
         try:
             account = self.ledger.show(token).account
             if account.currency != pricing.currency:
                 raise LedgerError("token_invalid", f"the payment token holds {account.currency}")
-            self.ledger.lock(token, response_id, pricing.hold_amount())
+            self.ledger.lock(token, response_id, pricing.hold_amount(), principal=principal)
         except LedgerError as exc:
             raise self.refusal(pricing, exc) from None
-        return LedgerCharge(self, token, response_id, pricing)
