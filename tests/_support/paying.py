@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import trio
 
 from uamp_proto import events as ev
@@ -20,3 +25,27 @@ class Slow(TestAgent):
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working")))
         await trio.sleep(60)
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text=" done")))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_server(ledger: Path, price: str = "0.25") -> tuple[subprocess.Popen[str], str]:
+    """``uamp serve --ledger LEDGER --price PRICE`` serving :class:`Slow`; the process and URL."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "uamp_trio", "serve", "--port", "0"),
+            *("--ledger", str(ledger), "--price", price),
+            *("--agent", "tests._support.paying:Slow"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
+        if found:
+            return proc, found.group(1)
+    raise AssertionError("uamp serve did not start")

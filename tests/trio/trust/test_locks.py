@@ -7,7 +7,6 @@ processes for the several-servers case.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 import trio
 
 from tests._support.agents import TestAgent
+from tests._support.paying import start_server
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -34,7 +34,6 @@ from uamp_trio.trust.owners import instance_id, is_alive
 from uamp_trio.trust.payments import LedgerPolicy
 
 D = Decimal
-ROOT = Path(__file__).resolve().parents[3]
 
 
 class Counted(TestAgent):
@@ -221,30 +220,11 @@ def test_recover_frees_only_the_locks_of_dead_servers(tmp_path: Path) -> None:
                 proc.kill()
 
 
-SERVE = (sys.executable, "-m", "uamp_trio", "serve", "--port", "0")
-
-
-def _start_server(ledger: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [*SERVE, "--ledger", str(ledger), "--price", "0.25", "--agent", "tests._support.paying:Slow"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if found:
-            return proc, found.group(1)
-    raise AssertionError("uamp serve did not start")
-
-
 def test_a_second_server_on_the_ledger_leaves_the_first_ones_locks_alone(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     with Ledger(path) as book:
         token = book.issue("1.00", "USD")
-    first, url = _start_server(path)
+    first, url = start_server(path)
     second: subprocess.Popen[str] | None = None
     try:
         body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -255,7 +235,7 @@ def test_a_second_server_on_the_ledger_leaves_the_first_ones_locks_alone(tmp_pat
             for chunk in resp.iter_text():
                 if "working" in chunk:
                     break  # the first server's response holds its lock
-            second, _ = _start_server(path)  # starts on the same file (and recovers)
+            second, _ = start_server(path)  # starts on the same file (and recovers)
             with Ledger(path) as book:
                 state = book.show(token).account
                 assert (state.locked, state.balance) == (D("0.25"), D("0.75"))

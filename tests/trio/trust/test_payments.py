@@ -8,10 +8,7 @@ check settled + locked + balance = issued + top-ups.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -24,6 +21,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.agents import TestAgent
+from tests._support.paying import start_server
 from tests._support.wire import ask, create_session, recv, send, serving, texts, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -38,7 +36,6 @@ from uamp_trio.trust.ledger import Ledger
 from uamp_trio.trust.payments import LedgerPolicy
 
 D = Decimal
-ROOT = Path(__file__).resolve().parents[3]
 BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "pay me"}]}
 
 
@@ -393,31 +390,6 @@ async def test_a2a_resumed_task_is_charged_like_a_new_one(serve_app: Any, ledger
 # --- kill -9 mid-response, then a restart on the same ledger -------------------------
 
 
-SERVE = (sys.executable, "-m", "uamp_trio", "serve", "--port", "0")
-
-
-def _start_server(ledger: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            *SERVE,
-            "--ledger",
-            str(ledger),
-            "--price",
-            "0.25",
-            "--agent",
-            "tests._support.paying:Slow",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        found = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if found:
-            return proc, found.group(1)
-    raise AssertionError("uamp serve did not start")
 
 
 def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
@@ -426,7 +398,7 @@ def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
     path = tmp_path / "ledger.db"
     with Ledger(path) as book:
         token = book.issue("1.00", "USD")
-    proc, url = _start_server(path)
+    proc, url = start_server(path)
     try:
         body = {**BODY, "stream": True}
         with httpx.stream(
@@ -447,7 +419,7 @@ def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
             proc.kill()
     with Ledger(path) as book:
         assert book.show(token).account.locked == D("0.25")  # left by the dead process
-    proc, url = _start_server(path)
+    proc, url = start_server(path)
     try:
         with Ledger(path) as book:
             state = book.show(token).account
