@@ -66,11 +66,14 @@ from uamp_proto import types as ty
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.errors import UampError
+from uamp_proto.events import PaymentBalance
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import (
+    BALANCE_EVENT,
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
+    balance_fields,
 )
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
@@ -631,8 +634,9 @@ class A2ATransport:
                     await write(update)
 
         try:
-            if task.metadata:  # a signature covers the turn that made it, not this one
+            if task.metadata:  # a signature (a balance) is of the turn that made it
                 task.metadata.pop("signature", None)
+                task.metadata.pop(BALANCE_EVENT, None)
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await deliver([run.status()])
@@ -657,6 +661,8 @@ class A2ATransport:
                     code="internal_error", message="The agent failed."
                 )
                 updates = run.fail(error, _now())
+            if outcome.balance is not None:
+                updates = _with_balance(updates, task, outcome.balance)
             await deliver(updates)
         finally:
             if prepared.charge is not None:
@@ -705,6 +711,18 @@ class A2ATransport:
         with trio.move_on_after(_CANCEL_WAIT):
             await live.done.wait()
         return task
+
+
+def _with_balance(updates: list[Update], task: A2ATask, balance: PaymentBalance) -> list[Update]:
+    """The turn's updates, its ``payment.balance`` on the task's and the last update's metadata.
+
+    A2A has no payment event; ``metadata`` is where it lets a server add its own.
+    """
+    fields = balance_fields(balance)
+    task.metadata = {**(task.metadata or {}), BALANCE_EVENT: fields}
+    final = updates[-1]
+    noted = attrs.evolve(final, metadata={**(final.metadata or {}), BALANCE_EVENT: fields})
+    return [*updates[:-1], noted]
 
 
 def _blocking(params: dict[str, Any], dialect: Dialect) -> bool:
