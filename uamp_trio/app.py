@@ -152,6 +152,17 @@ class App(Host):
             return route.handler
         return functools.partial(self._through_websocket, route)
 
+    def render_refusal(self, request: Request, exc: HTTPError) -> Response:
+        """``exc`` in the error style of ``request``'s route (the engine's own refusals)."""
+        try:
+            route, _ = self.router.match(request.method, request.path)
+        except HTTPError:
+            found = self.router.match_websocket(request.path)
+            if found is None:
+                return exc.to_response()
+            return render_error(found[0].meta.error_style, exc)
+        return render_error(route.meta.error_style, exc)
+
     # --- the chain ------------------------------------------------------------------
 
     async def _through_http(self, route: Route, request: Request) -> Response | StreamingResponse:

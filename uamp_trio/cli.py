@@ -155,6 +155,67 @@ def default_agent() -> Responder:
 # --- serve --------------------------------------------------------------------
 
 
+#: ``uamp serve`` flags that set a ServerConfig limit of the same meaning:
+#: (flag, ServerConfig field, type, help).
+_LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
+    (
+        "--limit-concurrency",
+        "max_connections",
+        int,
+        "most connections at once; more are answered 503 (HTTP/2: GOAWAY) and closed",
+    ),
+    (
+        "--max-buffered-body",
+        "max_buffered_body",
+        int,
+        "request body bytes buffered across all connections; a body over it gets 503",
+    ),
+    (
+        "--response-timeout",
+        "response_timeout",
+        float,
+        "seconds a streamed response may last in total ('inf': no limit)",
+    ),
+    (
+        "--response-idle-timeout",
+        "response_idle_timeout",
+        float,
+        "seconds a streamed response may go without writing",
+    ),
+    (
+        "--max-queued-events",
+        "max_queued_events",
+        int,
+        "UAMP events queued for one connection's writer before the agents wait",
+    ),
+    (
+        "--max-session-queued-events",
+        "max_session_queued_events",
+        int,
+        "of those, the most one session may queue",
+    ),
+    (
+        "--h2-max-concurrent-streams",
+        "h2_max_concurrent_streams",
+        int,
+        "HTTP/2 streams open at once per connection (more are refused)",
+    ),
+    (
+        "--h2-max-resets",
+        "h2_max_resets",
+        int,
+        "HTTP/2 stream resets per connection per --h2-flood-window before GOAWAY",
+    ),
+    (
+        "--h2-max-control-frames",
+        "h2_max_control_frames",
+        int,
+        "HTTP/2 SETTINGS and PING frames per connection per --h2-flood-window before GOAWAY",
+    ),
+    ("--h2-flood-window", "h2_flood_window", float, "seconds of the two HTTP/2 limits above"),
+)
+
+
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="host agents over HTTP/1.1, HTTP/2 and WebSocket")
     p.add_argument("--host", default=_DEFAULTS.host, help="address to bind (default %(default)s)")
@@ -171,13 +232,22 @@ def _add_serve(sub: Any) -> None:
     p.add_argument(
         "--max-body-size", type=int, default=_DEFAULTS.max_body_size, help="bytes (413 above)"
     )
-    p.add_argument(
+    limits = p.add_argument_group("limits (see docs/security.md, Hardening)")
+    limits.add_argument(
         "--ws-send-timeout",
         type=float,
         default=_DEFAULTS.websocket_send_timeout,
         help="seconds a WebSocket write may wait for a peer that does not read before it is "
         "dropped (default %(default)s)",
     )
+    for flag, field, kind, text in _LIMIT_FLAGS:
+        limits.add_argument(
+            flag,
+            dest=field,
+            type=kind,
+            default=getattr(_DEFAULTS, field),
+            help=f"{text} (default %(default)s)",
+        )
     p.add_argument(
         "--grace",
         type=float,
@@ -355,6 +425,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             max_body_size=args.max_body_size,
             shutdown_grace=args.grace,
             websocket_send_timeout=args.ws_send_timeout,
+            **{field: getattr(args, field) for _, field, _, _ in _LIMIT_FLAGS},
         )
     except ValueError as exc:
         print(f"uamp serve: {exc}", file=sys.stderr)

@@ -30,6 +30,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 __all__ = [
     "BATCH_HIGH_WATER",
     "KNOWN_METHODS",
+    "BodyBudget",
     "Endpoint",
     "HTTPError",
     "Headers",
@@ -66,6 +67,33 @@ def reason_phrase(status: int) -> bytes:
 
 
 _REASONS: dict[int, bytes] = {}
+
+class BodyBudget:
+    """Request body bytes buffered across all connections, against one cap.
+
+    A connection :meth:`take` s each piece of a body it buffers while the body
+    is still arriving and :meth:`give` s it back once the request has been
+    handled (or the connection ended). A piece that would go over the cap is
+    refused: the request is answered 503 instead of buffered.
+    """
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, size: int) -> bool:
+        """Count ``size`` more bytes buffered; ``False`` (nothing counted) when over the cap."""
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        """``size`` bytes taken before are no longer buffered."""
+        self.used -= size
+
 
 #: Writes one chunk of a streaming body; waits for flow control / the socket.
 SendChunk = Callable[[bytes], Awaitable[None]]

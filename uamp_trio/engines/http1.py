@@ -173,6 +173,10 @@ class _Close(UampError):
     """End the connection (after whatever has been sent)."""
 
 
+class _OverBudget(UampError):
+    """The request's body would go over the server's ``max_buffered_body``."""
+
+
 async def serve_http1(
     server: Server,
     stream: trio.abc.Stream,
@@ -227,9 +231,33 @@ class _Http1Connection:
         self.reading_body = False
         #: Writes the streamed bodies, one response at a time.
         self.bodies = SerialBodyWriter(nursery)
+        #: Bytes of the current request's body counted in the server's
+        #: ``body_budget`` (given back once it is handled).
+        self.budgeted = 0
+        self.over_budget = False
 
     async def run(self) -> None:
         """Serve requests until the connection should close."""
+        try:
+            await self._run()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Give the current request's body bytes back to the server's budget."""
+        if self.budgeted:
+            self.server.body_budget.give(self.budgeted)
+            self.budgeted = 0
+
+    def _take(self, size: int) -> bool:
+        """Count ``size`` more body bytes in the server's budget; ``False`` when over it."""
+        if not self.server.body_budget.take(size):
+            self.over_budget = True
+            return False
+        self.budgeted += size
+        return True
+
+    async def _run(self) -> None:
         scope = self.scope
         with scope:
             await self._serve()
@@ -264,7 +292,10 @@ class _Http1Connection:
             end = start + length
             if end > len(buf):
                 if not await self._read_rest(end - pos):
-                    await self._serve_h11()  # closed mid-body: h11's answer
+                    if self.over_budget:
+                        await self._refuse_over_budget(method, target)
+                    else:
+                        await self._serve_h11()  # closed mid-body: h11's answer
                     return
                 buf, start, end, pos = self.buf, start - pos, end - pos, 0
             path, query = split_target(target)
@@ -280,6 +311,7 @@ class _Http1Connection:
                 client=self.client,
             )
             response = await self.server.dispatch(request)
+            self._release()
             try:
                 if not await self._send_templated(response):
                     conn = self._h11_replay(buf[pos:end])
@@ -332,7 +364,10 @@ class _Http1Connection:
         """Read on until ``buf[pos:]`` holds ``need`` bytes, under ``body_timeout``.
 
         Leaves the buffer rebased (``pos == 0``). Returns False when the peer
-        closed first; a timeout cancels :attr:`scope` (:meth:`run` answers 408).
+        closed first or the server's ``body_budget`` refused the bytes
+        (:attr:`over_budget`); a timeout cancels :attr:`scope` (:meth:`run`
+        answers 408). The bytes read here count in the budget: the part of a
+        body that came with its head (one read, at most 64 KiB) does not.
         """
         scope = self.scope
         parts = [self.buf[self.pos :]]
@@ -344,6 +379,8 @@ class _Http1Connection:
                 data = await self._receive()
                 if not data:
                     self.eof = True
+                    break
+                if not self._take(len(data)):
                     break
                 parts.append(data)
                 have += len(data)
@@ -430,10 +467,14 @@ class _Http1Connection:
             return False
         try:
             request.body = await self._read_body(conn, headers)
+        except _OverBudget:
+            await self._send_refusal(self.server.over_budget(request))
+            return False
         except h11.RemoteProtocolError as exc:
             await self._send_error(exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request")
             return False
         response = await self.server.dispatch(request)
+        self._release()
         try:
             # A keep-alive HTTP/1.1 request read to its end may get the fast
             # response path; h11 is not told, as it is dropped after this request.
@@ -506,6 +547,8 @@ class _Http1Connection:
                 size += len(event.data)
                 if size > limit:
                     await self._too_large()
+                if not self._take(len(event.data)):
+                    raise _OverBudget
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -522,6 +565,8 @@ class _Http1Connection:
                     size += len(event.data)
                     if size > limit:
                         await self._too_large()
+                    if not self._take(len(event.data)):
+                        raise _OverBudget
                     chunks.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     return b"".join(chunks)
@@ -570,14 +615,28 @@ class _Http1Connection:
         raise _Close
 
     async def _send_error(self, status: int, message: str, code: str) -> None:
+        await self._send_refusal(error_response(status, message, code=code))
+
+    async def _send_refusal(self, response: Response) -> None:
+        """Answer ``response`` on h11's connection, then close (after lingering)."""
+        self._release()  # nothing more of this body will be kept
         conn = self.h11
         if conn is None or conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         with contextlib.suppress(
             trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError
         ):
-            await self._send_response(conn, error_response(status, message, code=code), close=True)
+            await self._send_response(conn, response, close=True)
             await linger(self.stream)
+
+    async def _refuse_over_budget(self, method: str, target: str) -> None:
+        """The fast path's body went over the server's ``body_budget``: 503 and close."""
+        conn = self._h11_from_buffer()
+        with contextlib.suppress(h11.RemoteProtocolError):
+            conn.next_event()  # the head, which the fast path accepted
+        path, query = split_target(target)
+        request = Request(method=method, path=path, query=query, scheme=self.scheme)
+        await self._send_refusal(self.server.over_budget(request))
 
     def _head(
         self, status: int, headers: list[tuple[str, str]], close: bool, length: int | None
@@ -629,7 +688,7 @@ class _Http1Connection:
         self, response: StreamingResponse, head: bytes, frame: Callable[[bytes, bool], bytes]
     ) -> None:
         """Send ``head`` and the body ``response`` produces, batches framed by ``frame``."""
-        stream = self.stream
+        stream, tracker = self.stream, self.tracker
         pending = [head]  # the head goes out with the first batch
 
         async def write(data: bytes, final: bool) -> None:
@@ -640,10 +699,17 @@ class _Http1Connection:
                 out = pending.pop() + out
             if out:
                 await stream.send_all(out)
+                tracker.response_active = trio.current_time()
 
+        # The server's sweeper cancels this scope when the response is over
+        # response_timeout, or response_idle_timeout since its last write.
+        scope = trio.CancelScope()
+        tracker.response_since = tracker.response_active = trio.current_time()
+        tracker.response_scope = scope
         try:
-            async with self.bodies.body(write) as send:
-                await response.producer(send)
+            with scope:
+                async with self.bodies.body(write) as send:
+                    await response.producer(send)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise
         except Exception:
@@ -653,6 +719,12 @@ class _Http1Connection:
             if pending:
                 await stream.send_all(pending.pop())
             raise _Close from None
+        finally:
+            tracker.response_scope = None
+        if scope.cancelled_caught:
+            # Not ended cleanly: closing is how the client learns of it.
+            log.info("HTTP/1.1 response to %s timed out; closing", self.client)
+            raise _Close
 
     async def _upgrade(self, request: Request, target: str) -> None:
         handler = self.server.app.websocket_handler_for(request)
@@ -666,6 +738,8 @@ class _Http1Connection:
             target,
             max_message_size=self.cfg.websocket_max_message_size,
             send_timeout=self.cfg.websocket_send_timeout,
+            max_queued_events=self.cfg.max_queued_events,
+            max_session_queued_events=self.cfg.max_session_queued_events,
         )
         try:
             await handler(pending)

@@ -147,6 +147,18 @@ class FrameWatch:
         return None
 
 
+def busy_goaway() -> bytes:
+    """Our SETTINGS and a GOAWAY (last stream 0, REFUSED_STREAM): a connection we do not serve.
+
+    The peer may retry every request of it (RFC 9113 section 6.8) on a new
+    connection; the answer to a connection over ``max_connections``.
+    """
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    conn.initiate_connection()
+    conn.close_connection(error_code=h2.errors.ErrorCodes.REFUSED_STREAM, last_stream_id=0)
+    return conn.data_to_send()
+
+
 async def serve_http2(
     server: Server,
     stream: trio.abc.Stream,
@@ -173,6 +185,10 @@ class _Stream:
         self.scope: trio.CancelScope | None = None
         self.opened = trio.current_time()
         self.active = self.opened
+        #: Body bytes counted in the server's ``body_budget``.
+        self.budgeted = 0
+        #: trio time the response body began streaming (``None``: not streaming).
+        self.streaming: float | None = None
 
 
 class _Http2Connection:
@@ -246,6 +262,8 @@ class _Http2Connection:
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
+            for st in self.streams.values():
+                self._release(st)
             self._wake_senders()
         if self.refused:
             await linger(self.stream)
@@ -296,10 +314,18 @@ class _Http2Connection:
             pass
 
     async def _sweep_streams(self) -> None:
-        """Reset requests that do not end within ``body_timeout`` or idle ``header_timeout``."""
-        total, idle = self.cfg.body_timeout, self.cfg.header_timeout
+        """Reset requests that do not end within ``body_timeout`` or idle ``header_timeout``.
+
+        And streamed responses over ``response_timeout`` in total or
+        ``response_idle_timeout`` since their last write.
+        """
+        cfg = self.cfg
+        total, idle = cfg.body_timeout, cfg.header_timeout
+        interval = max(
+            0.05, min(total, idle, cfg.response_timeout, cfg.response_idle_timeout) / 4
+        )
         while True:
-            await trio.sleep(max(0.05, min(total, idle) / 4))
+            await trio.sleep(interval)
             now = trio.current_time()
             late = [
                 st
@@ -308,8 +334,18 @@ class _Http2Connection:
                 and not st.rejected
                 and (now - st.opened > total or now - st.active > idle)
             ]
+            for st in self.streams.values():
+                since = st.streaming
+                if since is not None and (
+                    now - since > cfg.response_timeout
+                    or now - st.active > cfg.response_idle_timeout
+                ):
+                    late.append(st)
+                    if st.scope is not None:
+                        st.scope.cancel()
             for st in late:
                 st.reset = True
+                self._release(st)
                 self.streams.pop(st.id, None)
                 with contextlib.suppress(h2.exceptions.ProtocolError):
                     self.h2.reset_stream(st.id, h2.errors.ErrorCodes.CANCEL)
@@ -374,11 +410,15 @@ class _Http2Connection:
                     self.h2.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
                     self._stream_finished(data_st)
                 return
-            data_st.size += len(event.data or b"")
+            chunk = bytes(event.data or b"")
+            data_st.size += len(chunk)
             if data_st.size > self.cfg.max_body_size:
                 self._reject_too_large(data_st)
+            elif not self.server.body_budget.take(len(chunk)):
+                self._reject(data_st, self.server.over_budget(self._request(data_st)))
             else:
-                data_st.body.append(bytes(event.data or b""))
+                data_st.budgeted += len(chunk)
+                data_st.body.append(chunk)
         elif isinstance(event, h2.events.StreamEnded):
             ended = self.streams.get(event.stream_id)
             if ended is not None and ended.rejected:
@@ -389,6 +429,7 @@ class _Http2Connection:
         elif isinstance(event, h2.events.StreamReset):
             reset = self.streams.pop(event.stream_id, None)
             if reset is not None:
+                self._release(reset)
                 reset.reset = True
                 if reset.scope is not None:
                     reset.scope.cancel()
@@ -400,15 +441,26 @@ class _Http2Connection:
             self._wake_senders()
 
     def _reject_too_large(self, st: _Stream) -> None:
-        assert self.nursery is not None
-        st.rejected = True
-        st.body.clear()
         response = error_response(
             413,
             f"The request body exceeds the limit of {self.cfg.max_body_size} bytes.",
             code="request_too_large",
         )
+        self._reject(st, response)
+
+    def _reject(self, st: _Stream, response: Response) -> None:
+        """Answer ``response`` before the request's body has ended, and drop the body."""
+        assert self.nursery is not None
+        st.rejected = True
+        st.body.clear()
+        self._release(st)
         self.nursery.start_soon(self._respond_rejected, st, response)
+
+    def _release(self, st: _Stream) -> None:
+        """Give ``st``'s body bytes back to the server's budget."""
+        if st.budgeted:
+            self.server.body_budget.give(st.budgeted)
+            st.budgeted = 0
 
     async def _respond_rejected(self, st: _Stream, response: Response) -> None:
         # The answer goes out at once; the rest of the upload is acknowledged
@@ -421,6 +473,7 @@ class _Http2Connection:
             self._stream_finished(st)
 
     def _stream_finished(self, st: _Stream) -> None:
+        self._release(st)
         self.streams.pop(st.id, None)
         if self.tracker.draining and not self.streams and self.read_scope is not None:
             self.read_scope.cancel()
@@ -444,7 +497,7 @@ class _Http2Connection:
             path=path,
             query=query,
             headers=Headers(regular),
-            body=b"".join(st.body),
+            body=b"".join(st.body) if st.body else b"",
             http_version="2",
             scheme=self.server.scheme,
             client=self.client,
@@ -459,7 +512,9 @@ class _Http2Connection:
                 if st.reset:
                     return
                 request = self._request(st)
+                st.body.clear()
                 response = await self.server.dispatch(request)
+                self._release(st)
                 try:
                     await self._send_response(
                         st.id, response, head_only=request.method == "HEAD"
@@ -510,6 +565,8 @@ class _Http2Connection:
             return
         # The headers wait in h2's buffer and leave with the first DATA batch.
 
+        st = self.streams.get(sid)
+
         async def write(data: bytes, final: bool) -> None:
             # Everything queued since the last write: one DATA frame (split
             # only by the window or the frame size limit) and one send_all;
@@ -520,7 +577,11 @@ class _Http2Connection:
                 if final:
                     self.h2.end_stream(sid)
                 await self.flush()
+            if st is not None:
+                st.active = trio.current_time()
 
+        if st is not None:  # the sweeper times the response from here
+            st.streaming = st.active = trio.current_time()
         async with batched_writer(write) as send:
             await response.producer(send)
 

@@ -37,19 +37,22 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import orjson
 import trio
 
 from .http import (
     KNOWN_METHODS,
+    BodyBudget,
     Endpoint,
     HTTPError,
     Request,
     Response,
     StreamingResponse,
+    error_body,
     error_response,
 )
-from .http1 import serve_http1
-from .http2 import serve_http2
+from .http1 import linger, serve_http1
+from .http2 import busy_goaway, serve_http2
 from .websocket import WebSocketHandler
 
 __all__ = ["Dispatcher", "Server", "ServerConfig", "serve"]
@@ -62,6 +65,26 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # Accept errors that mean "out of resources, try again" (as trio's serve_listeners).
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_RETRY_SLEEP = 0.1
+
+
+
+def _busy_response() -> bytes:
+    """The whole answer to an HTTP/1.1 connection over ``max_connections``."""
+    body = orjson.dumps(
+        error_body(
+            "The server is at its connection limit; retry later.",
+            code="server_busy",
+            type="server_error",
+        )
+    )
+    head = (
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        b"retry-after: 1\r\nconnection: close\r\nserver: uamp\r\n"
+    )
+    return head + b"content-length: %d\r\n\r\n" % len(body) + body
+
+
+BUSY_RESPONSE = _busy_response()
 
 
 @attrs.frozen(kw_only=True)
@@ -91,6 +114,29 @@ class ServerConfig:
         websocket_send_timeout: Longest a WebSocket write may wait for a peer
             that does not read (a full send buffer); the connection is then
             dropped, so a stalled peer holds no more than its buffers.
+        max_connections: Most connections served at once (``uamp serve
+            --limit-concurrency``); ``None``: no limit. A connection over it
+            is still accepted and answered ``503`` (HTTP/1.1) or ``GOAWAY``
+            (HTTP/2), then closed, as uvicorn's ``--limit-concurrency`` does:
+            a client learns at once that the server is busy instead of
+            hanging in the kernel's accept queue, and health checks get an
+            answer.
+        max_buffered_body: Request body bytes buffered across all connections
+            while they are being received; a request whose body would go
+            over it is answered ``503`` in its route's error style (and the
+            connection closed), so slow uploads cannot fill memory.
+        response_timeout: Longest a streamed response may last in total;
+            then it is ended (HTTP/1.1: the connection is closed without the
+            last chunk; HTTP/2: the stream is reset). ``math.inf``: no limit.
+        response_idle_timeout: Longest a streamed response may go without
+            writing anything (a producer that hangs, or a peer that does not
+            read); ended the same way.
+        max_queued_events: Encoded UAMP events queued for one connection's
+            writer (one WebSocket, one HTTP+SSE session) before the
+            producers wait (a peer that does not read stops the agent).
+        max_session_queued_events: Of those, the most one session may hold,
+            so one busy session cannot take a multiplexed connection's whole
+            queue.
     """
 
     host: str = "127.0.0.1"
@@ -109,6 +155,12 @@ class ServerConfig:
     h2_flood_window: float = 10.0
     websocket_max_message_size: int = 4 * 1024 * 1024
     websocket_send_timeout: float = 30.0
+    max_connections: int | None = None
+    max_buffered_body: int = 64 * 1024 * 1024
+    response_timeout: float = 3600.0
+    response_idle_timeout: float = 300.0
+    max_queued_events: int = 64
+    max_session_queued_events: int = 32
 
     def __attrs_post_init__(self) -> None:
         if (self.certfile is None) != (self.keyfile is None):
@@ -120,10 +172,22 @@ class ServerConfig:
             "h2_max_resets",
             "h2_max_control_frames",
             "h2_flood_window",
+            "max_buffered_body",
+            "max_queued_events",
+            "max_session_queued_events",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in ("idle_timeout", "header_timeout", "body_timeout", "websocket_send_timeout"):
+        if self.max_connections is not None and self.max_connections <= 0:
+            raise ValueError("max_connections must be positive")
+        for name in (
+            "idle_timeout",
+            "header_timeout",
+            "body_timeout",
+            "websocket_send_timeout",
+            "response_timeout",
+            "response_idle_timeout",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.shutdown_grace < 0:
@@ -147,10 +211,24 @@ class Dispatcher(Protocol):
 
 
 @runtime_checkable
+class RendersErrors(Protocol):
+    """A dispatcher whose routes answer errors in a style of their own."""
+
+    def render_refusal(self, request: Request, exc: HTTPError) -> Response:
+        """``exc`` as the route of ``request`` answers errors."""
+        ...
+
+
+@runtime_checkable
 class HasBackground(Protocol):
-    """A dispatcher with a nursery slot for work that outlives its request."""
+    """A dispatcher with a nursery slot for work that outlives its request.
+
+    The server also tells it ``queue_limits``: its ``max_queued_events`` and
+    ``max_session_queued_events``.
+    """
 
     background: trio.Nursery | None
+    queue_limits: tuple[int, int]
 
 
 class ConnectionTracker:
@@ -170,6 +248,12 @@ class ConnectionTracker:
         self.idle_scope: trio.CancelScope | None = None
         self.idle_since: float | None = None
         self.on_shutdown: Callable[[], None] | None = None
+        #: While an HTTP/1.1 response body streams: its cancel scope, when it
+        #: started and when it last wrote (trio time), for the server's
+        #: ``response_timeout`` and ``response_idle_timeout``.
+        self.response_scope: trio.CancelScope | None = None
+        self.response_since = 0.0
+        self.response_active = 0.0
 
     def begin_shutdown(self) -> None:
         """Ask the connection to finish its current work and close."""
@@ -204,6 +288,10 @@ class Server:
         self._connections: set[ConnectionTracker] = set()
         self._all_closed = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
+        #: Connections being answered 503 (over ``max_connections``).
+        self._refusing = 0
+        #: Request body bytes being received, across connections.
+        self.body_budget = BodyBudget(self.config.max_buffered_body)
 
     @property
     def port(self) -> int:
@@ -260,10 +348,21 @@ class Server:
             async with trio.open_nursery() as connections:
                 if self._host is not None:
                     self._host.background = connections
+                    self._host.queue_limits = (
+                        cfg.max_queued_events,
+                        cfg.max_session_queued_events,
+                    )
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
                         acceptors.start_soon(self._accept_loop, listener, connections)
-                    if math.isfinite(cfg.idle_timeout):
+                    if any(
+                        math.isfinite(t)
+                        for t in (
+                            cfg.idle_timeout,
+                            cfg.response_timeout,
+                            cfg.response_idle_timeout,
+                        )
+                    ):
                         acceptors.start_soon(self._sweep_idle)
                     task_status.started(self.port)
                     await self._shutdown.wait()
@@ -282,18 +381,29 @@ class Server:
     async def _sweep_idle(self) -> None:
         """Close connections idle (``ConnectionTracker.idle_since``) for ``idle_timeout``.
 
-        Checks a few times per timeout, at most once a second: a connection
-        closes within a quarter of the timeout (or a second) after it expired.
+        Also ends HTTP/1.1 streamed responses over ``response_timeout`` in
+        total or ``response_idle_timeout`` without a write (HTTP/2 streams
+        are swept by their connection). Checks a few times per timeout, at
+        most once a second: a connection closes within a quarter of the
+        timeout (or a second) after it expired.
         """
-        timeout = self.config.idle_timeout
-        interval = min(1.0, timeout / 4)
+        cfg = self.config
+        timeout = cfg.idle_timeout
+        interval = min(1.0, min(timeout, cfg.response_timeout, cfg.response_idle_timeout) / 4)
         while True:
             await trio.sleep(interval)
-            expired = trio.current_time() - timeout
+            now = trio.current_time()
+            expired = now - timeout
             for conn in self._connections:
                 since = conn.idle_since
                 if since is not None and since <= expired and conn.idle_scope is not None:
                     conn.idle_scope.cancel()
+                scope = conn.response_scope
+                if scope is not None and (
+                    now - conn.response_since > cfg.response_timeout
+                    or now - conn.response_active > cfg.response_idle_timeout
+                ):
+                    scope.cancel()
 
     async def _drain(self) -> None:
         for conn in list(self._connections):
@@ -315,7 +425,40 @@ class Server:
                     await trio.sleep(_ACCEPT_RETRY_SLEEP)
                     continue
                 raise
-            nursery.start_soon(self._handle_connection, stream)
+            limit = self.config.max_connections
+            if limit is None or len(self._connections) < limit:
+                nursery.start_soon(self._handle_connection, stream)
+            elif self._refusing < limit:
+                # Busy: answered and closed (see ServerConfig.max_connections).
+                self._refusing += 1
+                nursery.start_soon(self._refuse_busy, stream)
+            else:
+                # Even the refusals are at the limit: close without a word.
+                await trio.aclose_forcefully(stream)
+
+    async def _refuse_busy(self, stream: trio.SocketStream) -> None:
+        """Answer a connection over ``max_connections``: 503 (HTTP/1.1) or GOAWAY (HTTP/2).
+
+        Waits for the client's first bytes (a client that has not sent its
+        request yet may not read an answer), at most ``header_timeout``. Over
+        TLS the connection is closed without an answer (a handshake costs
+        more than the refusal should).
+        """
+        try:
+            with trio.move_on_after(self.config.header_timeout):
+                data = b""
+                if self.ssl_context is None:
+                    data = bytes(await stream.receive_some(65536))
+                if data and (data.startswith(H2_PREFACE) or H2_PREFACE.startswith(data)):
+                    await stream.send_all(busy_goaway())
+                elif data:
+                    await stream.send_all(BUSY_RESPONSE)
+                await linger(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self._refusing -= 1
+            await trio.aclose_forcefully(stream)
 
     async def _handle_connection(self, sock_stream: trio.SocketStream) -> None:
         tracker = ConnectionTracker()
@@ -395,6 +538,22 @@ class Server:
                     break
                 data += chunk
         return data
+
+    def refusal(self, request: Request, exc: HTTPError) -> Response:
+        """``exc`` answered in the error style of ``request``'s route (when the app has styles)."""
+        if isinstance(self.app, RendersErrors):
+            return self.app.render_refusal(request, exc)
+        return exc.to_response()
+
+    def over_budget(self, request: Request) -> Response:
+        """The 503 of a request whose body would go over ``max_buffered_body``."""
+        exc = HTTPError(
+            503,
+            "The server is receiving too many request bodies at once; retry later.",
+            code="server_busy",
+            headers=[("retry-after", "1")],
+        )
+        return self.refusal(request, exc)
 
     async def dispatch(self, request: Request) -> Response | StreamingResponse:
         """Hand ``request`` to its endpoint; errors become JSON error responses."""

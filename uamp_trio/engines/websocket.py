@@ -65,6 +65,9 @@ class WebSocketRequest:
         max_message_size: Largest message :class:`WebSocket` will assemble.
         send_timeout: Longest a write may wait for a peer that does not read
             before the connection is dropped.
+        max_queued_events: Events a message-queueing handler (the UAMP
+            WebSocket) may queue for this connection's writer.
+        max_session_queued_events: Of those, the most for one session.
     """
 
     def __init__(
@@ -76,12 +79,16 @@ class WebSocketRequest:
         *,
         max_message_size: int,
         send_timeout: float = 30.0,
+        max_queued_events: int = 64,
+        max_session_queued_events: int = 32,
     ) -> None:
         self.request = request
         self.stream = stream
         self.initial_data = initial_data
         self.max_message_size = max_message_size
         self.send_timeout = send_timeout
+        self.max_queued_events = max_queued_events
+        self.max_session_queued_events = max_session_queued_events
         self.answered = False
         self._ws = WSConnection(ConnectionType.SERVER)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]

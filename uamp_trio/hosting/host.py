@@ -76,6 +76,11 @@ class Host:
         #: serving and cancels what is left at the end of its shutdown grace
         #: period.
         self.background: trio.Nursery | None = None
+        #: ``(per connection, per session)``: the most encoded events queued
+        #: for one connection's writer, and for one session of it
+        #: (``ServerConfig.max_queued_events`` and
+        #: ``max_session_queued_events``; the server sets them while serving).
+        self.queue_limits: tuple[int, int] = (64, 32)
         #: Signs every transport's responses (spec 004 "Response Signing";
         #: where each puts the signature: docs/signing.md): a
         #: :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable

@@ -120,6 +120,7 @@ __all__ = [
     "Outbox",
     "OutboxClosed",
     "Overloaded",
+    "Quota",
     "SessionHost",
     "SessionLimits",
 ]
@@ -160,7 +161,10 @@ class SessionLimits:
             sends a WebSocket ping; with still nothing after as long again,
             the peer is taken for dead and the connection dropped.
         outbox_size: Encoded events queued between the sessions and the
-            writer before the sessions' workers wait.
+            writer before the sessions' workers wait (per connection).
+        session_outbox_size: Of those, the most one session's worker may
+            have queued before it waits, so one busy session cannot take the
+            whole queue of a multiplexed connection (per session).
         max_owed: Replies the server may owe a peer that does not read
             before the peer is dropped.
         max_delta_window: The largest delta window granted.
@@ -173,6 +177,7 @@ class SessionLimits:
     idle_timeout: float = 300.0
     keepalive_interval: float = 30.0
     outbox_size: int = 64
+    session_outbox_size: int = 32
     max_owed: int = 1024
     max_delta_window: int = 1024
     send_timeout: float = 30.0
@@ -182,6 +187,7 @@ class SessionLimits:
             "max_sessions",
             "max_message_size",
             "outbox_size",
+            "session_outbox_size",
             "max_owed",
             "max_delta_window",
         ):
@@ -205,17 +211,23 @@ class Outbox:
 
     Response tasks :meth:`put` (waiting while it is full); the reader adds the
     replies it owes with :meth:`put_owed` (never waiting; those go first);
-    the writer :meth:`take` s everything ready at once.
+    the writer :meth:`take` s everything ready at once. An event put for a
+    :class:`Quota` (one session's) also waits while that quota's share is
+    queued, so one session cannot fill a queue the others share.
 
     Args:
         size: Most queued events from :meth:`put`.
         max_owed: Most queued replies from :meth:`put_owed`.
+        per_quota: Most queued events of one :class:`Quota`.
     """
 
-    def __init__(self, size: int = 64, max_owed: int = 1024) -> None:
+    def __init__(self, size: int = 64, max_owed: int = 1024, per_quota: int | None = None) -> None:
         self._size = size
         self._max_owed = max_owed
+        self._per_quota = size if per_quota is None else per_quota
         self._items: deque[bytes] = deque()
+        #: The quota of each of :attr:`_items` (``None``: none), in step with it.
+        self._quotas: deque[Quota | None] = deque()
         self._owed: deque[bytes] = deque()
         self._space = trio.lowlevel.ParkingLot()
         self._ready = trio.lowlevel.ParkingLot()
@@ -232,19 +244,19 @@ class Outbox:
         """Whether :meth:`close` was called."""
         return self._closed
 
-    async def put(self, data: bytes) -> None:
-        """Queue one event, waiting while the outbox is full.
+    async def put(self, data: bytes, quota: Quota | None = None) -> None:
+        """Queue one event, waiting while the outbox (or ``quota``'s share) is full.
 
         Raises:
             OutboxClosed: The outbox is (or gets) closed.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while not self.offer(data):
+        while not self.offer(data, quota):
             if self._closed:
                 raise OutboxClosed
             await self._space.park()
 
-    def offer(self, data: bytes) -> bool:
+    def offer(self, data: bytes, quota: Quota | None = None) -> bool:
         """Queue one event if there is room, without waiting; ``False`` when full or closed.
 
         For a producer that passed a cancel point just before (the turn
@@ -252,10 +264,25 @@ class Outbox:
         """
         if self._closed or len(self._items) >= self._size:
             return False
+        if quota is not None:
+            if quota.queued >= self._per_quota:
+                return False
+            quota.queued += 1
         self._items.append(data)
+        self._quotas.append(quota)
         if self._ready:
             self._ready.unpark_all()
         return True
+
+    def _taken(self) -> None:
+        """The queued events were handed to the writer: free their quotas and wake producers."""
+        for quota in self._quotas:
+            if quota is not None:
+                quota.queued -= 1
+        self._quotas.clear()
+        self._items.clear()
+        if self._space:
+            self._space.unpark_all()
 
     def put_owed(self, data: bytes) -> None:
         """Queue a reply the server owes, without waiting.
@@ -291,9 +318,7 @@ class Outbox:
         out = list(self._owed)
         self._owed.clear()
         out.extend(self._items)
-        self._items.clear()
-        if self._space:
-            self._space.unpark_all()
+        self._taken()
         return out
 
     async def take_more(self, batch: list[bytes], rounds: int = 32) -> list[bytes]:
@@ -319,9 +344,7 @@ class Outbox:
             batch.extend(self._owed)
             self._owed.clear()
             batch.extend(self._items)
-            self._items.clear()
-            if self._space:
-                self._space.unpark_all()
+            self._taken()
         return batch
 
     def close(self) -> None:
@@ -329,6 +352,15 @@ class Outbox:
         self._closed = True
         self._ready.unpark_all()
         self._space.unpark_all()
+
+
+class Quota:
+    """One producer's (a session's) count of events queued in an :class:`Outbox`."""
+
+    __slots__ = ("queued",)
+
+    def __init__(self) -> None:
+        self.queued = 0
 
 
 class _SessionGone(UampError):
@@ -385,6 +417,8 @@ class _Session:
         #: submit meanwhile asks for one more round instead of another task.
         self.settling = False
         self.settle_again = False
+        #: This session's share of the connection's outbox.
+        self.quota = Quota()
 
     def wake(self) -> None:
         if self.wakeup:
@@ -489,7 +523,9 @@ class SessionHost:
             )
         )
         #: Encoded outgoing events for the transport's writer.
-        self.outbox = Outbox(self.limits.outbox_size, self.limits.max_owed)
+        self.outbox = Outbox(
+            self.limits.outbox_size, self.limits.max_owed, self.limits.session_outbox_size
+        )
         #: trio time of the last incoming UAMP message.
         self.last_activity = trio.current_time()
         self._nursery = nursery
@@ -1253,12 +1289,12 @@ class SessionHost:
                 log.warning("dropping %s of agent %r: %s", event.type, session.agent.name, exc)
                 return
             break
-        outbox = self.outbox
-        if not outbox.offer(data):
+        outbox, quota = self.outbox, session.quota
+        if not outbox.offer(data, quota):
             if isinstance(event, _TERMINAL):
                 # The core has ended the response: a cancel landing now must
                 # not lose the event that tells the client so.
                 with trio.CancelScope(shield=True):
-                    await outbox.put(data)
+                    await outbox.put(data, quota)
             else:
-                await outbox.put(data)  # waits for room, or raises OutboxClosed
+                await outbox.put(data, quota)  # waits for room, or raises OutboxClosed

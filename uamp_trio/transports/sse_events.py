@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
 
+import attrs
 import orjson
 import trio
 
@@ -112,7 +113,7 @@ class _HttpSession:
         self.replay: deque[tuple[int, bytes]] = deque(maxlen=REPLAY_SIZE)
 
     async def run(self) -> None:
-        limits = self.transport.limits
+        limits = self.transport.session_limits()
         try:
             with self.scope:
                 async with trio.open_nursery() as nursery:
@@ -227,10 +228,20 @@ class SSEEventsTransport:
         sessions: SessionTracker[_HttpSession] | None = None,
     ) -> None:
         self.app = app
+        self._given = limits
         self.limits = limits or SessionLimits(max_sessions=1)
         #: Live sessions by owner and session id.
         self.sessions: SessionTracker[_HttpSession] = (
             sessions if sessions is not None else app.stores.http_sessions
+        )
+
+    def session_limits(self) -> SessionLimits:
+        """The limits of a new session: as given, else with the server's queue limits."""
+        if self._given is not None:
+            return self._given
+        outbox, per_session = self.app.queue_limits
+        return attrs.evolve(
+            self.limits, outbox_size=outbox, session_outbox_size=min(outbox, per_session)
         )
 
     @property

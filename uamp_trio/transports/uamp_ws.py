@@ -101,7 +101,10 @@ class UampWebSocketEndpoint:
     ) -> None:
         """Serve UAMP on an accepted upgrade (``initial_data``: bytes already read past it)."""
         limits = self.config.limits or SessionLimits(
-            max_message_size=pending.max_message_size, send_timeout=pending.send_timeout
+            max_message_size=pending.max_message_size,
+            send_timeout=pending.send_timeout,
+            outbox_size=pending.max_queued_events,
+            session_outbox_size=pending.max_session_queued_events,
         )
         await serve_uamp_websocket(
             pending.stream,

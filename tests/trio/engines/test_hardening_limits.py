@@ -1,0 +1,417 @@
+"""Connection, body-buffer, response-time and queue caps of the server (issue 14).
+
+Real sockets on 127.0.0.1; HTTP/2 through h2 over a raw socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import pytest
+import trio
+
+from uamp_trio.app import App
+from uamp_trio.cli import _LIMIT_FLAGS, build_parser
+from uamp_trio.engines.http import Request, Response, SendChunk, StreamingResponse, json_response
+from uamp_trio.engines.server import ServerConfig
+from uamp_trio.hosting.router import RouteMeta
+from uamp_trio.hosting.sessions import Outbox, Quota
+
+TIMEOUT = 20
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+RPC = RouteMeta(transport="test", error_style="jsonrpc")
+
+
+def make_app(hits: list[str]) -> App:
+    """An app with an OpenAI-style ``/hit``, a JSON-RPC-style ``/rpc`` and streams."""
+    app = App()
+
+    async def hit(request: Request) -> Response:
+        hits.append(request.path)
+        return json_response({"size": len(request.body)})
+
+    async def drip(request: Request) -> StreamingResponse:
+        # ?gap=SECONDS&count=N: N chunks, GAP apart (count 0: forever).
+        params = dict(p.split("=") for p in request.query.split("&") if p)
+        gap, count = float(params.get("gap", "0.1")), int(params.get("count", "0"))
+
+        async def produce(send: SendChunk) -> None:
+            n = 0
+            while count == 0 or n < count:
+                await send(b"tick\n")
+                n += 1
+                await trio.sleep(gap)
+
+        return StreamingResponse(producer=produce)
+
+    app.router.add(["GET", "POST"], "/hit", hit)
+    app.router.add(["POST"], "/rpc", hit, meta=RPC)
+    app.router.add(["GET"], "/drip", drip)
+    return app
+
+
+async def read_response(stream: trio.SocketStream) -> tuple[bytes, bool]:
+    """Everything the server sends until it closes (bytes, closed), at most 5 s."""
+    parts: list[bytes] = []
+    closed = False
+    with trio.move_on_after(5):
+        with contextlib.suppress(trio.BrokenResourceError):
+            while chunk := await stream.receive_some(65536):
+                parts.append(chunk)
+        closed = True
+    return b"".join(parts), closed
+
+
+async def request_once(port: int, data: bytes) -> tuple[bytes, bool]:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(data)
+        return await read_response(stream)
+
+
+GET = b"GET /hit HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+
+
+# --- maximum connections ---------------------------------------------------------
+
+
+async def test_connections_over_the_limit_get_503_and_are_closed(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        hits: list[str] = []
+        server = await serve_app(make_app(hits), max_connections=2)
+        held = [await trio.open_tcp_stream("127.0.0.1", server.port) for _ in range(2)]
+        while server.connection_count < 2:
+            await trio.sleep(0.01)
+        raw, closed = await request_once(server.port, GET)
+        assert raw.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert b"retry-after: 1" in raw.lower()
+        assert json.loads(raw.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "server_busy"
+        assert closed and hits == []
+        # HTTP/2 prior knowledge: GOAWAY with no stream processed.
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            client.initiate_connection()
+            await stream.send_all(client.data_to_send())
+            data, _ = await read_response(stream)
+        events = client.receive_data(data)
+        goaway = [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
+        assert goaway and goaway[0].last_stream_id == 0
+        assert goaway[0].error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        # A slot freed is a slot served.
+        await held[0].aclose()
+        while server.connection_count > 1:
+            await trio.sleep(0.01)
+        raw, _ = await request_once(server.port, GET)
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and hits == ["/hit"]
+        await held[1].aclose()
+
+
+async def test_no_connection_limit_by_default(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(make_app([]))
+        assert server.config.max_connections is None
+        held = [await trio.open_tcp_stream("127.0.0.1", server.port) for _ in range(50)]
+        raw, _ = await request_once(server.port, GET)
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+        for stream in held:
+            await stream.aclose()
+
+
+# --- body bytes buffered across connections -------------------------------------------
+
+
+def post_head(path: str, length: int) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+async def fill_budget(port: int, path: str, sent: int, length: int) -> trio.SocketStream:
+    """A connection that sent ``sent`` of a ``length``-byte body and stalls."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(post_head(path, length))
+    await stream.send_all(b" " * sent)
+    return stream
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_bodies_over_the_shared_budget_get_503_in_the_route_style(  # type: ignore[no-untyped-def]
+    serve_app, chunked: bool
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        hits: list[str] = []
+        server = await serve_app(
+            make_app(hits), max_buffered_body=1_000_000, max_body_size=4_000_000
+        )
+        stalled = await fill_budget(server.port, "/hit", 800_000, 900_000)
+        while server.body_budget.used < 700_000:
+            await trio.sleep(0.01)
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            if chunked:
+                head = b"POST /rpc HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                await stream.send_all(head)
+                with contextlib.suppress(trio.BrokenResourceError):
+                    for _ in range(10):
+                        await stream.send_all(b"%x\r\n%s\r\n" % (100_000, b" " * 100_000))
+            else:
+                await stream.send_all(post_head("/rpc", 900_000))
+                with contextlib.suppress(trio.BrokenResourceError):
+                    await stream.send_all(b" " * 500_000)
+            raw, closed = await read_response(stream)
+        assert raw.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), raw[:200]
+        body = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+        # /rpc is a JSON-RPC route: the error comes as JSON-RPC.
+        assert body["jsonrpc"] == "2.0" and body["error"]["data"]["code"] == "server_busy"
+        assert closed and hits == []
+        # The stalled body completes within the budget and is served.
+        await stalled.send_all(b" " * 100_000)
+        raw, _ = await read_response(stalled)
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and hits == ["/hit"]
+        await stalled.aclose()
+        while server.body_budget.used:
+            await trio.sleep(0.01)
+        # Given back: a new large body fits again.
+        raw, _ = await request_once(server.port, post_head("/hit", 900_000) + b" " * 900_000)
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_http2_bodies_over_the_shared_budget_get_503(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        hits: list[str] = []
+        server = await serve_app(make_app(hits), max_buffered_body=300_000, max_body_size=4_000_000)
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            client.initiate_connection()
+            headers = [
+                (":method", "POST"),
+                (":path", "/hit"),
+                (":scheme", "http"),
+                (":authority", "t"),
+            ]
+            statuses: dict[int, bytes] = {}
+            ended: set[int] = set()
+            await stream.send_all(client.data_to_send())
+            # Four streams, 100 kB each, none ended: the fourth goes over.
+            for sid in (1, 3, 5, 7):
+                client.send_headers(sid, headers)
+            sent = dict.fromkeys((1, 3, 5, 7), 0)
+            while any(n < 100_000 for n in sent.values()) and len(statuses) == 0:
+                for sid in sent:
+                    room = min(client.local_flow_control_window(sid), 16_384, 100_000 - sent[sid])
+                    if room > 0:
+                        client.send_data(sid, b" " * room)
+                        sent[sid] += room
+                await stream.send_all(client.data_to_send())
+                with trio.move_on_after(0.2):
+                    data = await stream.receive_some(65536)
+                    for event in client.receive_data(data):
+                        if isinstance(event, h2.events.ResponseReceived):
+                            statuses[event.stream_id] = dict(event.headers)[b":status"]
+                await stream.send_all(client.data_to_send())
+            assert list(statuses.values()) == [b"503"], statuses
+            refused = next(iter(statuses))
+            for sid in sent:
+                if sid != refused:
+                    client.end_stream(sid)
+                    ended.add(sid)
+            await stream.send_all(client.data_to_send())
+            while len(statuses) < 4:
+                data = await stream.receive_some(65536)
+                for event in client.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        statuses[event.stream_id] = dict(event.headers)[b":status"]
+                await stream.send_all(client.data_to_send())
+        assert sorted(statuses.values()) == [b"200", b"200", b"200", b"503"]
+        assert len(hits) == 3
+        while server.body_budget.used:
+            await trio.sleep(0.01)
+
+
+# --- responses that never end -------------------------------------------------------------
+
+
+async def read_chunked(port: int, path: str) -> tuple[bytes, float]:
+    """The raw response to ``GET path`` until the server closes or ends it; and the time."""
+    start = trio.current_time()
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        out = b""
+        while not out.endswith(b"0\r\n\r\n"):
+            try:
+                chunk = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out, trio.current_time() - start
+
+
+@pytest.mark.parametrize(
+    ("config", "path"),
+    [
+        ({"response_idle_timeout": 0.5}, "/drip?gap=60"),
+        ({"response_timeout": 1.0}, "/drip?gap=0.05"),
+    ],
+    ids=["idle", "total"],
+)
+async def test_http1_response_that_never_ends_is_cut(  # type: ignore[no-untyped-def]
+    serve_app, config: dict[str, float], path: str
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(make_app([]), **config)
+        raw, _ = await read_chunked(server.port, path)
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"tick" in raw and not raw.endswith(b"0\r\n\r\n")  # cut, not ended
+        while server.connection_count:  # and the connection closed (fail_after bounds it)
+            await trio.sleep(0.01)
+
+
+async def test_http1_long_stream_within_the_timeouts_completes(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(make_app([]), response_idle_timeout=0.5, response_timeout=10)
+        raw, elapsed = await read_chunked(server.port, "/drip?gap=0.1&count=20")
+        assert raw.endswith(b"0\r\n\r\n") and raw.count(b"tick") == 20
+        assert elapsed > 1.5  # longer than the idle timeout, never idle that long
+
+
+async def h2_stream(port: int, path: str) -> tuple[list[h2.events.Event], float]:
+    start = trio.current_time()
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    events: list[h2.events.Event] = []
+    async with stream:
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        client.send_headers(
+            1,
+            [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "t")],
+            end_stream=True,
+        )
+        await stream.send_all(client.data_to_send())
+        while not any(isinstance(e, h2.events.StreamEnded | h2.events.StreamReset) for e in events):
+            data = await stream.receive_some(65536)
+            if not data:
+                break
+            events += client.receive_data(data)
+            await stream.send_all(client.data_to_send())
+    return events, trio.current_time() - start
+
+
+async def test_http2_response_that_never_ends_is_reset(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(make_app([]), response_idle_timeout=0.5)
+        events, _ = await h2_stream(server.port, "/drip?gap=60")
+        assert any(isinstance(e, h2.events.DataReceived) for e in events)
+        resets = [e for e in events if isinstance(e, h2.events.StreamReset)]
+        assert resets and resets[0].error_code == h2.errors.ErrorCodes.CANCEL
+        server2 = await serve_app(make_app([]), response_timeout=1.0)
+        events, _ = await h2_stream(server2.port, "/drip?gap=0.05")
+        assert any(isinstance(e, h2.events.StreamReset) for e in events)
+        events, _elapsed = await h2_stream(server2.port, "/drip?gap=0.05&count=10")
+        assert any(isinstance(e, h2.events.StreamEnded) for e in events)
+        assert not any(isinstance(e, h2.events.StreamReset) for e in events)
+
+
+# --- queued outbound events ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        # (quota name or None, offered?) in order; per connection 4, per quota 2.
+        ([("a", True), ("a", True), ("a", False)], "a capped at its share"),
+        ([("a", True), ("a", True), ("b", True), ("b", True), ("c", False)], "connection full"),
+        ([("a", True), ("a", True), (None, True), (None, True), ("b", False)], "unowned fill it"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+async def test_outbox_caps_each_session_and_the_connection(
+    steps: list[tuple[str | None, bool]], expected: str
+) -> None:
+    outbox = Outbox(size=4, max_owed=8, per_quota=2)
+    quotas = {name: Quota() for name in "abc"}
+    for name, accepted in steps:
+        quota = quotas[name] if name is not None else None
+        assert outbox.offer(b"x", quota) is accepted, (expected, name)
+    taken = await outbox.take()
+    assert len(taken) == sum(ok for _, ok in steps)
+    assert all(q.queued == 0 for q in quotas.values())
+    assert outbox.offer(b"x", quotas["a"]) and outbox.offer(b"x", quotas["a"])
+
+
+async def test_a_full_session_share_waits_until_taken() -> None:
+    with trio.fail_after(TIMEOUT):
+        outbox = Outbox(size=10, max_owed=8, per_quota=1)
+        quota = Quota()
+        await outbox.put(b"1", quota)
+        done = trio.Event()
+
+        async def second() -> None:
+            await outbox.put(b"2", quota)
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second)
+            await trio.sleep(0.05)
+            assert not done.is_set() and len(outbox) == 1
+            assert await outbox.take() == [b"1"]
+            await done.wait()
+        assert await outbox.take() == [b"2"]
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+def test_every_limit_flag_sets_its_server_config_field() -> None:
+    values = {
+        "--limit-concurrency": "7",
+        "--max-buffered-body": "12345",
+        "--response-timeout": "inf",
+        "--response-idle-timeout": "9.5",
+        "--max-queued-events": "16",
+        "--max-session-queued-events": "4",
+        "--h2-max-concurrent-streams": "11",
+        "--h2-max-resets": "12",
+        "--h2-max-control-frames": "13",
+        "--h2-flood-window": "2.5",
+    }
+    assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
+    argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
+    args = build_parser().parse_args(argv)
+    fields = {field: getattr(args, field) for _, field, _, _ in _LIMIT_FLAGS}
+    config = ServerConfig(**fields)
+    assert config.max_connections == 7 and config.max_buffered_body == 12345
+    assert config.response_timeout == float("inf") and config.response_idle_timeout == 9.5
+    assert (config.max_queued_events, config.max_session_queued_events) == (16, 4)
+    assert (config.h2_max_concurrent_streams, config.h2_max_resets) == (11, 12)
+    assert (config.h2_max_control_frames, config.h2_flood_window) == (13, 2.5)
+    defaults = build_parser().parse_args(["serve"])
+    assert (
+        ServerConfig(**{f: getattr(defaults, f) for _, f, _, _ in _LIMIT_FLAGS}) == ServerConfig()
+    )
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "max_connections",
+        "max_buffered_body",
+        "response_timeout",
+        "response_idle_timeout",
+        "max_queued_events",
+        "max_session_queued_events",
+    ],
+)
+def test_limits_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ServerConfig(**{field: 0})
