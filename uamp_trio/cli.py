@@ -213,6 +213,14 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "HTTP/2 SETTINGS and PING frames per connection per --h2-flood-window before GOAWAY",
     ),
     ("--h2-flood-window", "h2_flood_window", float, "seconds of the two HTTP/2 limits above"),
+    (
+        "--header-timeout",
+        "header_timeout",
+        float,
+        "seconds from a request's first byte to its whole head (408 after; slowloris)",
+    ),
+    ("--body-timeout", "body_timeout", float, "seconds to receive a whole request body"),
+    ("--idle-timeout", "idle_timeout", float, "seconds a keep-alive connection may sit idle"),
 )
 
 

@@ -370,8 +370,11 @@ class _Http1Connection:
         body that came with its head (one read, at most 64 KiB) does not.
         """
         scope = self.scope
-        parts = [self.buf[self.pos :]]
-        have = len(parts[0])
+        # One growing buffer rather than a list of reads: each read's bytes
+        # object is freed at once (a list keeps every 64 KiB allocation, however
+        # little of it the read filled).
+        body = bytearray(self.buf[self.pos :])
+        first = have = len(body)
         self.reading_body = True
         scope.deadline = trio.current_time() + self.cfg.body_timeout
         try:
@@ -382,10 +385,15 @@ class _Http1Connection:
                     break
                 if not self._take(len(data)):
                     break
-                parts.append(data)
+                body += data
                 have += len(data)
         finally:
-            self.buf, self.pos = b"".join(parts), 0
+            if have < need:
+                # Refused, closed or timed out: only the head is answered, so
+                # drop the partial body now instead of copying it around.
+                del body[first:]
+            self.buf, self.pos = bytes(body), 0
+            del body
         scope.deadline = math.inf
         if scope.cancel_called:
             await trio.lowlevel.checkpoint()  # timed out as the bytes came: 408

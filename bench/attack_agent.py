@@ -1,0 +1,44 @@
+"""The agent ``bench/attacks.py`` serves: it counts its runs in a file.
+
+Each run appends one byte to the file named by ``UAMP_ATTACK_COUNTS``, so
+the attack suite reads how often the server invoked the agent from its file
+size, from outside the server process. It answers ``ok``; a last user
+message ``flood N`` makes it stream ``N`` deltas of 1 KiB each instead (for
+the stalled-reader attack).
+"""
+
+from __future__ import annotations
+
+import os
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.responder import Emit, TurnRequest
+
+_CHUNK = "x" * 1024
+
+
+class CountingAgent:
+    """Counts its runs (see the module docstring)."""
+
+    name = "counter"
+
+    def capabilities(self) -> ty.Capabilities:
+        """Text in, text out, streaming."""
+        return ty.Capabilities(
+            id=self.name, provider="bench", modalities=["text"], supports_streaming=True
+        )
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Count the run, then answer ``ok`` (or flood)."""
+        path = os.environ.get("UAMP_ATTACK_COUNTS")
+        if path:
+            with open(path, "ab") as counts:
+                counts.write(b".")
+        last = request.messages[-1].text.strip() if request.messages else ""
+        words = last.split()
+        if len(words) == 2 and words[0] == "flood" and words[1].isdigit():
+            for _ in range(int(words[1])):
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_CHUNK)))
+            return
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))

@@ -1,0 +1,1070 @@
+"""The attack suite of issue 14: hostile traffic against a real ``uamp serve``, with figures.
+
+Each scenario starts a fresh ``uamp serve`` subprocess on 127.0.0.1 hosting
+the counting agent (``bench/attack_agent.py``), runs one attack against it,
+bounded in count and time, while a separate process probes a health route
+(``GET /agents/counter/v1/models`` on a new connection every 20 ms), then
+reports:
+
+* the attack and what was sent,
+* the server's CPU seconds during the attack (``/proc/PID/stat``),
+* its peak RSS (``VmHWM`` in ``/proc/PID/status``: the whole life of that
+  server process, start-up included),
+* the health check's p99 latency and how many probes failed,
+* how often the agent was invoked (the counting agent appends a byte to a
+  file per run), and the server's answer (GOAWAY, 1007, 503...),
+* whether the scenario met its bounds (peak RSS under 200 MB, health
+  answered, the agent invoked only for work that was accepted, the expected
+  answer, and no traceback in the server's log).
+
+Loopback only. Usage::
+
+    .venv/bin/python bench/attacks.py            # short counts (about 30 s)
+    .venv/bin/python bench/attacks.py --long     # the issue's counts
+    .venv/bin/python bench/attacks.py --only rapid_reset --only slowloris --json
+
+The short version runs in the test suite (tests/bench/test_attacks.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import attrs
+import h2.config
+import h2.connection
+import h2.events
+import h11
+import trio
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    HeadersFrame,
+    PingFrame,
+    SettingsFrame,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from uamp_trio.engines.http import KNOWN_METHODS  # noqa: E402
+
+AGENT = "counter"
+HEALTH = f"/agents/{AGENT}/v1/models"
+COMPLETIONS = f"/agents/{AGENT}/chat/completions"
+UAMP_WS = f"/agents/{AGENT}/uamp"
+RSS_BOUND_MB = 200.0
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+GOAWAY, ENHANCE_YOUR_CALM = 0x7, 0xB
+
+
+@attrs.define
+class Outcome:
+    """What an attack observed: what it sent, what the server answered, whether that is right."""
+
+    sent: str
+    answer: str
+    ok: bool
+    #: Agent runs that were legitimate work (the stalled reader's one response).
+    allowed_runs: int = 0
+
+
+@attrs.define
+class Result:
+    """One scenario's figures."""
+
+    name: str
+    attack: str
+    sent: str
+    answer: str
+    cpu_s: float
+    peak_rss_mb: float
+    health_p99_ms: float
+    health_probes: int
+    health_failures: int
+    agent_invoked: int
+    #: Of those, runs for work the server rightly accepted.
+    agent_allowed: int
+    tracebacks: int
+    ok: bool
+
+
+Attack = Callable[[int, bool], Awaitable[Outcome]]
+
+
+@attrs.define
+class Scenario:
+    """An attack: its name, a line saying what it does, and the coroutine that does it."""
+
+    name: str
+    attack: str
+    run: Attack
+
+    @classmethod
+    def of(cls, run: Attack) -> Scenario:
+        """The scenario of an attack function: its name and its docstring's first line."""
+        doc = (run.__doc__ or run.__name__).strip().splitlines()[0]
+        return cls(run.__name__, doc.rstrip("."), run)
+
+
+# --- the server under attack ---------------------------------------------------------------
+
+
+class ServerProcess:
+    """``uamp serve`` hosting the counting agent, in a subprocess."""
+
+    def __init__(self, flags: tuple[str, ...], workdir: Path) -> None:
+        workdir = Path(tempfile.mkdtemp(dir=workdir))
+        self.counts = workdir / "counts"
+        self.counts.write_bytes(b"")
+        self.log_path = workdir / "server.log"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)]),
+            "UAMP_ATTACK_COUNTS": str(self.counts),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.log = self.log_path.open("wb")
+        cmd = [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"]
+        cmd += ["--agent", "attack_agent:CountingAgent", "--log-level", "info", *flags]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=self.log)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 30
+        self.port = 0
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            found = re.search(r"serving on http://127\.0\.0\.1:(\d+)", line)
+            if found:
+                self.port = int(found.group(1))
+                break
+            if not line and self.proc.poll() is not None:
+                break
+        if not self.port:
+            self.stop()
+            raise RuntimeError(f"uamp serve did not start: {self.log_path.read_text()[-2000:]}")
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def invoked(self) -> int:
+        return self.counts.stat().st_size
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.log_path.read_text(errors="replace")
+
+
+# --- the health probe (its own process, so the attacker's CPU does not delay it) ----------
+
+
+def _probe(port: int, stop: Any, out: Connection) -> None:
+    request = f"GET {HEALTH} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode()
+    latencies: list[float] = []
+    failures = 0
+    while not stop.is_set():
+        start = time.perf_counter()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+                sock.sendall(request)
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+            if not data.startswith(b"HTTP/1.1 200 "):
+                failures += 1
+        except OSError:
+            failures += 1
+        latencies.append(time.perf_counter() - start)
+        time.sleep(0.02)
+    out.send((latencies, failures))
+
+
+@contextlib.contextmanager
+def probing(port: int) -> Iterator[list[Any]]:
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_probe, args=(port, stop, send), daemon=True)
+    proc.start()
+    found: list[Any] = []
+    try:
+        yield found
+    finally:
+        stop.set()
+        if recv.poll(10):
+            found.extend(recv.recv())
+        proc.join(5)
+
+
+# --- byte-level helpers -------------------------------------------------------------------------
+
+
+async def connect(port: int) -> trio.SocketStream:
+    return await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def send_quietly(stream: trio.abc.Stream, data: bytes) -> bool:
+    """Send; ``False`` when the server already closed."""
+    try:
+        await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return False
+    return True
+
+
+async def read_all(stream: trio.abc.Stream, limit: float = 5.0, most: int = 1 << 22) -> bytes:
+    """What the server sends until it closes (at most ``limit`` s and ``most`` bytes)."""
+    parts: list[bytes] = []
+    size = 0
+    with trio.move_on_after(limit):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while size < most and (chunk := await stream.receive_some(65536)):
+                parts.append(chunk)
+                size += len(chunk)
+    return b"".join(parts)
+
+
+async def status_within(stream: trio.abc.Stream, seconds: float) -> str | None:
+    """The status of what the server sends within ``seconds`` (``"closed"`` at EOF), or None."""
+    with trio.move_on_after(seconds):
+        try:
+            data = await stream.receive_some(65536)
+        except trio.BrokenResourceError:
+            data = b""
+        lines = status_lines(data)
+        return lines[0][9:] if lines else "closed"
+    return None
+
+
+def status_lines(data: bytes) -> list[str]:
+    return [m.decode() for m in re.findall(rb"HTTP/1\.1 \d{3}[^\r\n]*", data)]
+
+
+def h2_frames(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """(type, stream id, payload) of the whole frames in ``data``."""
+    pos = 0
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        kind, sid = data[pos + 3], int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        yield kind, sid, data[pos + 9 : pos + 9 + length]
+        pos += 9 + length
+
+
+def goaway(data: bytes) -> tuple[int, int] | None:
+    """(error code, last stream id) of the first GOAWAY in server bytes."""
+    for kind, _, payload in h2_frames(data):
+        if kind == GOAWAY and len(payload) >= 8:
+            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+            return int.from_bytes(payload[4:8], "big"), last
+    return None
+
+
+def goaway_code(data: bytes) -> int | None:
+    found = goaway(data)
+    return found[0] if found is not None else None
+
+
+def h2_client() -> h2.connection.H2Connection:
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    return conn
+
+
+def h2_headers(method: str, path: str) -> list[tuple[str, str]]:
+    return [(":method", method), (":path", path), (":scheme", "http"), (":authority", "t")]
+
+
+def chat_body(text: str = "hi", **extra: Any) -> bytes:
+    body = {"model": AGENT, "messages": [{"role": "user", "content": text}], **extra}
+    return json.dumps(body).encode()
+
+
+def ws_frame(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
+    """A masked client frame (RFC 6455 section 5.2); the mask is zeros, which is allowed."""
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 65536:
+        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return head + b"\0\0\0\0" + payload
+
+
+async def ws_open(port: int, path: str = UAMP_WS) -> tuple[trio.SocketStream, bytes]:
+    """A UAMP WebSocket after its 101; the bytes read past the head."""
+    stream = await connect(port)
+    await stream.send_all(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: uamp.v1\r\n\r\n"
+        ).encode()
+    )
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise RuntimeError(f"upgrade refused: {head[:80]!r}")
+    return stream, rest
+
+
+def ws_server_frames(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(opcode, payload) of the unmasked server frames in ``data``."""
+    pos = 0
+    while pos + 2 <= len(data):
+        opcode, n = data[pos] & 0x0F, data[pos + 1] & 0x7F
+        pos += 2
+        if n == 126:
+            n, pos = int.from_bytes(data[pos : pos + 2], "big"), pos + 2
+        elif n == 127:
+            n, pos = int.from_bytes(data[pos : pos + 8], "big"), pos + 8
+        yield opcode, data[pos : pos + n]
+        pos += n
+
+
+def ws_close_code(data: bytes) -> int | None:
+    """The code of the first close frame in server bytes."""
+    for opcode, payload in ws_server_frames(data):
+        if opcode == 0x8 and len(payload) >= 2:
+            return int.from_bytes(payload[:2], "big")
+    return None
+
+
+def ws_texts(data: bytes) -> list[bytes]:
+    """The text messages in server bytes (unfragmented, as the server sends them)."""
+    return [payload for opcode, payload in ws_server_frames(data) if opcode == 0x1]
+
+
+CREATE = json.dumps(
+    {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
+).encode()
+
+
+# --- scenarios ---------------------------------------------------------------------------------
+
+
+async def rapid_reset(port: int, long: bool) -> Outcome:
+    """HEADERS + DATA(END_STREAM) + RST_STREAM per stream to the agent's route (CVE-2023-44487)."""
+    pairs = 10_000 if long else 2_000
+    conn = h2_client()
+    stream = await connect(port)
+    body = chat_body()
+    sent = 0
+    async with stream:
+        batch = [conn.data_to_send()]  # the preface and our SETTINGS first
+        for i in range(pairs):
+            sid = 1 + 2 * i
+            conn.send_headers(sid, h2_headers("POST", COMPLETIONS))
+            batch.append(conn.data_to_send())
+            # DATA built by hand: the server gives its window back as it reads,
+            # which this writer does not wait to hear about.
+            batch.append(DataFrame(sid, data=body, flags={"END_STREAM"}).serialize())
+            conn.reset_stream(sid)
+            batch.append(conn.data_to_send())
+            if len(batch) >= 50 or i == pairs - 1:
+                if not await send_quietly(stream, b"".join(batch)):
+                    break
+                sent, batch = i + 1, []
+        answer = await read_all(stream)
+    found = goaway(answer)
+    code, last = found if found is not None else (None, -1)
+    return Outcome(
+        sent=f"{pairs:,} pairs offered, {sent:,} written",
+        answer=f"GOAWAY {'ENHANCE_YOUR_CALM' if code == ENHANCE_YOUR_CALM else code}"
+        f" at stream {last:,} (pair {(last + 1) // 2:,})",
+        ok=code == ENHANCE_YOUR_CALM and 0 <= last < 2 * pairs - 1,
+    )
+
+
+async def never_ending_streams(port: int, long: bool) -> Outcome:
+    """100 HTTP/2 streams that send body bytes and never end."""
+    per_stream = (4 * 1024 * 1024 - 1) if long else 128 * 1024
+    conn = h2_client()
+    stream = await connect(port)
+    statuses: list[str] = []
+    resets = 0
+    async with stream:
+        await stream.send_all(conn.data_to_send())
+        for i in range(100):
+            conn.send_headers(1 + 2 * i, h2_headers("POST", COMPLETIONS))
+        sent = dict.fromkeys(range(1, 201, 2), 0)
+        deadline = trio.current_time() + (30 if long else 3)
+        while trio.current_time() < deadline and any(n < per_stream for n in sent.values()):
+            for sid, n in sent.items():
+                with contextlib.suppress(Exception):
+                    room = min(conn.local_flow_control_window(sid), 16384, per_stream - n)
+                    if room > 0:
+                        conn.send_data(sid, b" " * room)
+                        sent[sid] = n + room
+            if not await send_quietly(stream, conn.data_to_send()):
+                break
+            with trio.move_on_after(0.05):
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        statuses.append(dict(event.headers)[b":status"].decode())
+                    elif isinstance(event, h2.events.StreamReset):
+                        resets += 1
+                await send_quietly(stream, conn.data_to_send())
+        total = sum(sent.values())
+        # Then silence: the server resets them after body_timeout / header_timeout.
+        with trio.move_on_after(8 if long else 4):
+            while resets + len(statuses) < 100:
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.StreamReset):
+                        resets += 1
+                    elif isinstance(event, h2.events.ResponseReceived):
+                        statuses.append(dict(event.headers)[b":status"].decode())
+                await send_quietly(stream, conn.data_to_send())
+    counted = {s: statuses.count(s) for s in sorted(set(statuses))}
+    return Outcome(
+        sent=f"100 streams, {total / 1e6:.0f} MB of body, none ended",
+        answer=f"{resets} reset, answered {counted}",
+        ok=resets + len(statuses) >= 100,
+    )
+
+
+async def _h2_flood(port: int, frames: Iterator[bytes], count: int) -> Outcome:
+    stream = await connect(port)
+    sent = 0
+    async with stream:
+        if not await send_quietly(stream, PREFACE + SettingsFrame(0).serialize()):
+            return Outcome("nothing", "closed at once", False)
+        batch: list[bytes] = []
+        size = 0
+        for frame in frames:
+            batch.append(frame)
+            size += len(frame)
+            if size >= 65536:
+                if not await send_quietly(stream, b"".join(batch)):
+                    break
+                sent += len(batch)
+                batch, size = [], 0
+        answer = await read_all(stream)
+    code = goaway_code(answer)
+    return Outcome(
+        sent=f"{count:,} frames offered, {sent:,} sent",
+        answer=f"GOAWAY {'ENHANCE_YOUR_CALM' if code == ENHANCE_YOUR_CALM else code}",
+        ok=code == ENHANCE_YOUR_CALM,
+    )
+
+
+async def continuation_flood(port: int, long: bool) -> Outcome:
+    """One header block across endless CONTINUATION frames (CVE-2024-27316)."""
+    count = 100_000 if long else 10_000
+    head = HeadersFrame(1, data=b"\x82", flags=set()).serialize()  # :method GET, no END_HEADERS
+
+    def frames() -> Iterator[bytes]:
+        yield head
+        # 15 KB frames: the 64 KiB block limit trips before h2's own limit on
+        # the number of CONTINUATION frames.
+        frame = ContinuationFrame(1, data=b"\x40\x01a\x01b" * 3000, flags=set()).serialize()
+        for _ in range(count):
+            yield frame
+
+    return await _h2_flood(port, frames(), count)
+
+
+async def settings_flood(port: int, long: bool) -> Outcome:
+    """HTTP/2 SETTINGS flood."""
+    count = 100_000 if long else 10_000
+    frame = SettingsFrame(0, settings={0x4: 65535}).serialize()
+    return await _h2_flood(port, (frame for _ in range(count)), count)
+
+
+async def ping_flood_h2(port: int, long: bool) -> Outcome:
+    """HTTP/2 PING flood."""
+    count = 100_000 if long else 10_000
+    frame = PingFrame(0, opaque_data=b"12345678").serialize()
+    return await _h2_flood(port, (frame for _ in range(count)), count)
+
+
+async def ws_ping_flood(port: int, long: bool) -> Outcome:
+    """Pings on a UAMP WebSocket whose pongs are never read (bounded by time)."""
+    count = 1_000_000 if long else 50_000
+    limit = 30.0 if long else 2.0
+    stream, _ = await ws_open(port)
+    sent = 0
+    batch = ws_frame(0x9, b"p") * 1000
+    async with stream:
+        with trio.move_on_after(limit):
+            while sent < count and await send_quietly(stream, batch):
+                sent += 1000
+        # Still served afterwards: a session opens.
+        alive = await send_quietly(stream, ws_frame(0x1, CREATE))
+        data = await read_all(stream, limit=3, most=1 << 20) if alive else b""
+    created = any(b'"session.created"' in t for t in ws_texts(data))
+    return Outcome(
+        sent=f"{sent:,} pings unread",
+        answer="then session.created" if created else "no answer after the flood",
+        ok=sent > 0,
+    )
+
+
+async def ws_invalid_utf8(port: int, long: bool) -> Outcome:
+    """A WebSocket text message that is not UTF-8."""
+    stream, _ = await ws_open(port)
+    async with stream:
+        await stream.send_all(ws_frame(0x1, b'{"type": "\xff\xfe"}'))
+        code = ws_close_code(await read_all(stream))
+    return Outcome(sent="a text frame that is not UTF-8", answer=f"close {code}", ok=code == 1007)
+
+
+async def ws_oversized(port: int, long: bool) -> Outcome:
+    """A WebSocket message one byte over the 4 MiB limit."""
+    size = 4 * 1024 * 1024 + 1
+    stream, _ = await ws_open(port)
+    async with stream:
+        await send_quietly(stream, ws_frame(0x1, b" " * size))
+        code = ws_close_code(await read_all(stream))
+    return Outcome(sent=f"one {size:,}-byte message", answer=f"close {code}", ok=code == 1009)
+
+
+async def ws_stalled_reader(port: int, long: bool) -> Outcome:
+    """A session asks for a flood of deltas and never reads; the server drops it."""
+    deltas = 200_000 if long else 20_000
+    stream, _ = await ws_open(port)
+    async with stream:
+        await stream.send_all(ws_frame(0x1, CREATE))
+        text = json.dumps({"type": "input.text", "text": f"flood {deltas}"}).encode()
+        await stream.send_all(ws_frame(0x1, text) + ws_frame(0x1, b'{"type":"response.create"}'))
+        await trio.sleep(3.0)  # the server's --ws-send-timeout is 1 s here
+        start = trio.current_time()
+        data = await read_all(stream, limit=10, most=1 << 30)
+        closed_after = trio.current_time() - start
+    received = len(data)
+    done = b'"response.done"' in data[-4096:]
+    return Outcome(
+        sent=f"asked for {deltas:,} deltas of 1 KiB, read none for 3 s",
+        answer=(
+            f"dropped: {received / 1e6:.1f} MB buffered reached the client, "
+            f"EOF after {closed_after:.1f} s of reading"
+            if not done
+            else "served to the end"
+        ),
+        ok=not done and received < deltas * 1024,
+        allowed_runs=1,
+    )
+
+
+SMUGGLED = (
+    f"POST {COMPLETIONS} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    f"Content-Length: {len(chat_body())}\r\n\r\n"
+).encode() + chat_body()
+
+
+def smuggling_corpus() -> list[tuple[str, bytes]]:
+    """Requests whose framing two parsers could read differently, each hiding SMUGGLED.
+
+    The outer request goes to the health route; a server that takes the
+    hidden request for a second one runs the agent, which counts it.
+    """
+    chunked = b"0\r\n\r\n" + SMUGGLED
+    length = str(len(chunked)).encode()
+    head = f"POST {HEALTH} HTTP/1.1\r\nHost: t\r\n".encode()
+    te_variants = [
+        b"Transfer-Encoding: chunked",
+        b"Transfer-Encoding:  chunked",
+        b"Transfer-Encoding: chunked ",
+        b"Transfer-Encoding:\tchunked",
+        b"Transfer-Encoding: xchunked",
+        b"Transfer-Encoding: chunked, identity",
+        b"Transfer-Encoding: identity, chunked",
+        b"Transfer-Encoding: CHUNKED",
+        b"Transfer-Encoding : chunked",
+        b"Transfer-Encoding:\r\n chunked",
+        b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity",
+        b"Transfer-Encoding: \x0bchunked",
+        b"X: y\r\nTransfer-Encoding: chunked",
+    ]
+    corpus = []
+    for te in te_variants:
+        corpus.append(
+            (
+                f"CL+TE {te!r}",
+                head + b"Content-Length: " + length + b"\r\n" + te + b"\r\n\r\n" + chunked,
+            )
+        )
+        corpus.append(
+            (f"TE+CL {te!r}", head + te + b"\r\nContent-Length: " + length + b"\r\n\r\n" + chunked)
+        )
+        corpus.append((f"TE only {te!r}", head + te + b"\r\n\r\n" + chunked))
+    for cl in (b"+5", b"5, 5", b"0x5", b" 5 ", b"5\r\nContent-Length: 6", b"-1", b"5a"):
+        corpus.append((f"CL {cl!r}", head + b"Content-Length: " + cl + b"\r\n\r\nhello" + SMUGGLED))
+    for size in (b"5;x=y", b"0x5", b"-1", b"ffffffffffffffffff", b"5 "):
+        corpus.append(
+            (
+                f"chunk size {size!r}",
+                head
+                + b"Transfer-Encoding: chunked\r\n\r\n"
+                + size
+                + b"\r\nhello\r\n0\r\n\r\n"
+                + SMUGGLED,
+            )
+        )
+    corpus.append(
+        (
+            "HTTP/1.0 with TE",
+            head.replace(b"1.1", b"1.0")
+            + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+            + chunked,
+        )
+    )
+    corpus.append(
+        (
+            "LF only CL+TE",
+            (
+                head + b"Content-Length: " + length + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
+            ).replace(b"\r\n", b"\n")
+            + chunked,
+        )
+    )
+    return corpus
+
+
+def reference_requests(raw: bytes) -> int:
+    """How many requests of ``raw`` a server should serve, by h11 (the reference parser).
+
+    h11 frames the requests; a request with both Content-Length and
+    Transfer-Encoding, or with a method outside RFC 9110, is refused (RFC
+    9112 section 6.3; RFC 9110 section 9.1), and nothing after it is read.
+    """
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(raw)
+    served = 0
+    try:
+        while True:
+            event = conn.next_event()
+            if isinstance(event, h11.Request):
+                names = {k.lower() for k, _ in event.headers}
+                if {b"content-length", b"transfer-encoding"} <= names:
+                    return served
+                if event.method.decode() not in KNOWN_METHODS:
+                    return served
+            elif isinstance(event, h11.EndOfMessage):
+                served += 1
+                conn.send(h11.Response(status_code=200, headers=[(b"content-length", b"0")]))
+                conn.send(h11.EndOfMessage())
+                conn.start_next_cycle()
+            elif event is h11.NEED_DATA or event is h11.PAUSED:
+                return served
+    except h11.RemoteProtocolError:
+        return served
+    return served
+
+
+async def smuggling(port: int, long: bool) -> Outcome:
+    """HTTP/1.1 smuggling corpus (CL/TE framings); the server must serve what h11 reads.
+
+    Each framing against the server and h11: the same number of requests served.
+    """
+    rounds = 5 if long else 1
+    cases = smuggling_corpus()
+    expected = [reference_requests(raw) for _, raw in cases]
+    differ: list[str] = []
+    refused = 0
+    for _ in range(rounds):
+        for (name, raw), want in zip(cases, expected, strict=True):
+            stream = await connect(port)
+            async with stream:
+                if await send_quietly(stream, raw):
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await stream.send_eof()  # nothing follows: answer and close
+                lines = status_lines(await read_all(stream, limit=3))
+            served = sum(not re.match(r"HTTP/1\.1 (400|501|505|431)", line) for line in lines)
+            refused += served == 0
+            if served != want:
+                differ.append(name)
+    return Outcome(
+        sent=f"{len(cases)} framings x {rounds}, each hiding a second request",
+        answer=f"{refused} refused outright; {len(differ)} differ from h11"
+        + (f": {sorted(set(differ))}" if differ else ""),
+        ok=not differ,
+        # Where h11 reads a legitimate pipelined second request, it runs the agent.
+        allowed_runs=rounds * sum(want >= 2 for want in expected),
+    )
+
+
+async def lowercase_methods(port: int, long: bool) -> Outcome:
+    """HTTP/1.1 requests with lowercase and unknown methods."""
+    methods = ("head", "get", "post", "BREW", "Get")
+    raws = [f"{m} {HEALTH} HTTP/1.1\r\nHost: t\r\n\r\n".encode() for m in methods]
+    rounds = 1000 if long else 100
+    sent = f"{rounds} requests with head/get/post/BREW/Get"
+    return await answered(port, (raws[i % 5] for i in range(rounds)), sent, {"501"})
+
+
+async def head_limit(port: int, long: bool) -> Outcome:
+    """HTTP/1.1 request heads one byte over the 64 KiB limit."""
+    rounds = 500 if long else 50
+    limit = 64 * 1024
+    start = f"GET {HEALTH} HTTP/1.1\r\nHost: t\r\nX: ".encode()
+    raw = start + b"a" * (limit + 1 - len(start) - 4) + b"\r\n\r\n"
+    sent = f"{rounds} heads of the limit + 1 byte ({limit + 1:,})"
+    return await answered(port, (raw for _ in range(rounds)), sent, {"431"})
+
+
+async def stalled_bodies(port: int, long: bool) -> Outcome:
+    """Connections that send all but the last byte of a 4 MiB body, then stall."""
+    count = 200 if long else 60
+    size = 4 * 1024 * 1024
+    answers: dict[str, int] = {}
+    streams: list[trio.SocketStream] = []
+    payload = b" " * (size - 1)
+
+    async def one() -> None:
+        stream = await connect(port)
+        streams.append(stream)
+        head = (
+            f"POST {COMPLETIONS} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {size}\r\n\r\n"
+        ).encode()
+        await send_quietly(stream, head + payload)
+
+    with trio.move_on_after(60 if long else 15):
+        async with trio.open_nursery() as nursery:
+            for _ in range(count):
+                nursery.start_soon(one)
+    await trio.sleep(0.5)
+
+    async def answer(stream: trio.SocketStream) -> None:
+        tally(answers, await status_within(stream, 0.5) or "held")
+
+    async with trio.open_nursery() as nursery:
+        for stream in streams:
+            nursery.start_soon(answer, stream)
+    for stream in streams:
+        await stream.aclose()
+    held = answers.get("held", 0)
+    return Outcome(
+        sent=f"{count} x 4 MiB bodies, all but one byte sent",
+        answer=str(dict(sorted(answers.items()))),
+        # The budget (64 MiB) holds at most 16 of them; the rest are refused
+        # (503) or, stalled, time out (408 after --body-timeout).
+        ok=held <= 16
+        and answers.get("503 Service Unavailable", 0) > 0
+        and set(answers) <= {"held", "503 Service Unavailable", "408 Request Timeout"},
+    )
+
+
+async def idle_flood(port: int, long: bool) -> Outcome:
+    """Idle connections that never send a byte."""
+    count = 5000 if long else 1000
+    streams: list[trio.SocketStream] = []
+    with trio.move_on_after(30 if long else 10):
+        for _ in range(count):
+            streams.append(await connect(port))
+    await trio.sleep(3.0 if long else 0.5)
+    # Still served on one of them.
+    ok = await send_quietly(
+        streams[-1], f"GET {HEALTH} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode()
+    )
+    lines = status_lines(await read_all(streams[-1], limit=3)) if ok else []
+    for stream in streams:
+        await stream.aclose()
+    return Outcome(
+        sent=f"{len(streams):,} idle connections",
+        answer=f"a request on the last one: {lines[0] if lines else 'no answer'}",
+        ok=bool(lines) and lines[0].startswith("HTTP/1.1 200"),
+    )
+
+
+async def slowloris(port: int, long: bool) -> Outcome:
+    """Heads sent a byte at a time; the server's --header-timeout is 1 s here (default 10)."""
+    count = 500 if long else 100
+    answers: dict[str, int] = {}
+    head = f"GET {HEALTH} HTTP/1.1\r\nHost: t\r\n".encode()
+
+    async def one() -> None:
+        stream = await connect(port)
+        async with stream:
+            pos = 0
+            with trio.move_on_after(6):
+                while await send_quietly(stream, head[pos : pos + 1] or b"X"):
+                    pos += 1
+                    status = await status_within(stream, 0.3)
+                    if status is not None:
+                        tally(answers, status)
+                        return
+            tally(answers, "still open")
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(one)
+    return Outcome(
+        sent=f"{count} connections, one head byte per 0.3 s",
+        answer=str(answers),
+        ok=answers.get("408 Request Timeout", 0) == count,
+    )
+
+
+async def first_status(port: int, raw: bytes, limit: float = 3.0) -> str:
+    """Send ``raw`` on a new connection; the first status (``"400 Bad Request"``...)."""
+    stream = await connect(port)
+    async with stream:
+        await send_quietly(stream, raw)
+        lines = status_lines(await read_all(stream, limit=limit))
+    return lines[0][9:] if lines else "no answer"
+
+
+def tally(answers: dict[str, int], key: str) -> None:
+    answers[key] = answers.get(key, 0) + 1
+
+
+def post(path: str, body: bytes) -> bytes:
+    """A whole ``POST`` of a JSON body on a connection that closes after it."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+async def answered(port: int, raws: Iterable[bytes], sent: str, wanted: set[str]) -> Outcome:
+    """Send each request on its own connection; ok when every status is in ``wanted``."""
+    answers: dict[str, int] = {}
+    for raw in raws:
+        tally(answers, await first_status(port, raw, limit=10))
+    codes = {key.split(" ")[0] for key in answers}
+    return Outcome(sent=sent, answer=str(answers), ok=codes <= wanted)
+
+
+async def json_bomb(port: int, long: bool) -> Outcome:
+    """JSON bombs to Completions: a very deep array and an object of 300k keys."""
+    rounds = 20 if long else 2
+    deep = b'{"model":"counter","messages":' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}"
+    wide = b"{" + b",".join(b'"k%d":[]' % i for i in range(300_000)) + b"}"
+    bombs = [post(COMPLETIONS, deep[: 4 * 1024 * 1024 - 1]), post(COMPLETIONS, wide)]
+    sent = f"{rounds} x (1M-deep array, 300k-key object), under the 4 MiB body limit"
+    return await answered(port, bombs * rounds, sent, {"400", "413"})
+
+
+async def role_object(port: int, long: bool) -> Outcome:
+    """Completions messages whose role is {}, [], 1 or null."""
+    rounds = 1000 if long else 100
+    bodies = [
+        post(
+            COMPLETIONS,
+            json.dumps({"model": AGENT, "messages": [{"role": r, "content": "x"}]}).encode(),
+        )
+        for r in ({}, [], 1, None)
+    ]
+    sent = f"{rounds} Completions requests with role {{}}, [], 1, null"
+    return await answered(port, (bodies[i % 4] for i in range(rounds)), sent, {"400"})
+
+
+async def big_integers(port: int, long: bool) -> Outcome:
+    """Integers past 64 bits to Completions and in UAMP events."""
+    rounds = 1000 if long else 100
+    answers: dict[str, int] = {}
+    big = "123456789012345678901234567890"
+    for i in range(rounds // 2):
+        raw = f'{{"model":"counter","messages":[{{"role":"user","content":"x"}}],"n":{big}{i}}}'
+        tally(answers, await first_status(port, post(COMPLETIONS, raw.encode())))
+    stream, _ = await ws_open(port)
+    errors = 0
+    async with stream:
+        await stream.send_all(ws_frame(0x1, CREATE))
+        event = f'{{"type":"progress","target":"x","step":{big}}}'.encode()
+        await stream.send_all(ws_frame(0x1, event) * (rounds // 2))
+        data = await read_all(stream, limit=2)
+        errors = sum(b'"session.error"' in t or b'"error"' in t for t in ws_texts(data))
+    answers["UAMP error events"] = errors
+    return Outcome(
+        sent=f"{rounds // 2} Completions bodies with n={big}..., "
+        f"{rounds // 2} UAMP progress.step={big}",
+        answer=str(answers),
+        ok=set(answers) - {"UAMP error events"} == {"400 Bad Request"} and errors > 0,
+    )
+
+
+SCENARIOS = [
+    Scenario.of(attack)
+    for attack in (
+        rapid_reset,
+        never_ending_streams,
+        continuation_flood,
+        settings_flood,
+        ping_flood_h2,
+        ws_ping_flood,
+        ws_invalid_utf8,
+        ws_oversized,
+        ws_stalled_reader,
+        smuggling,
+        lowercase_methods,
+        head_limit,
+        stalled_bodies,
+        idle_flood,
+        slowloris,
+        json_bomb,
+        role_object,
+        big_integers,
+    )
+]
+
+
+#: The timeouts every scenario runs with: short enough that slowloris, the
+#: never-ending streams and the stalled reader end within seconds.
+FLAGS = ("--header-timeout", "1", "--body-timeout", "2", "--ws-send-timeout", "1")
+
+
+class RssSampler:
+    """The largest VmRSS of a process, read every 10 ms in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = Path(f"/proc/{pid}/status")
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                for line in self.path.read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        self.peak = max(self.peak, int(line.split()[1]) / 1024)
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def measure(server: ServerProcess, scenario: Scenario, long: bool, *, fresh: bool) -> Result:
+    """Run ``scenario`` against ``server`` and collect its figures."""
+    invoked0 = server.invoked()
+    log0 = server.log_path.stat().st_size
+    with RssSampler(server.proc.pid) as rss, probing(server.port) as probes:
+        cpu0 = server.cpu_seconds()
+        outcome = trio.run(scenario.run, server.port, long)
+        time.sleep(0.2)
+        cpu = server.cpu_seconds() - cpu0
+    # A fresh server's VmHWM is this scenario's exact peak; on a shared one,
+    # the sampled peak while it ran.
+    peak = server.peak_rss_mb() if fresh else rss.peak
+    invoked = server.invoked() - invoked0
+    with server.log_path.open("rb") as log:
+        log.seek(log0)
+        tracebacks = log.read().count(b"Traceback")
+    latencies, failures = probes if probes else ([], 0)
+    p99 = statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) >= 2 else float("nan")
+    ok = (
+        outcome.ok
+        and peak < RSS_BOUND_MB
+        and invoked == outcome.allowed_runs
+        and failures == 0
+        and len(latencies) > 0
+        and tracebacks == 0
+    )
+    return Result(
+        name=scenario.name,
+        attack=scenario.attack,
+        sent=outcome.sent,
+        answer=outcome.answer,
+        cpu_s=round(cpu, 2),
+        peak_rss_mb=round(peak, 1),
+        health_p99_ms=round(p99, 1),
+        health_probes=len(latencies),
+        health_failures=failures,
+        agent_invoked=invoked,
+        agent_allowed=outcome.allowed_runs,
+        tracebacks=tracebacks,
+        ok=ok,
+    )
+
+
+def run(scenarios: list[Scenario], long: bool, fresh: bool) -> Iterator[Result]:
+    """Each scenario's result: on a fresh server each, or all on one server."""
+    with tempfile.TemporaryDirectory(prefix="uamp-attack-") as tmp:
+        if fresh:
+            for scenario in scenarios:
+                server = ServerProcess(FLAGS, Path(tmp))
+                try:
+                    yield measure(server, scenario, long, fresh=True)
+                finally:
+                    server.stop()
+            return
+        server = ServerProcess(FLAGS, Path(tmp))
+        try:
+            for scenario in scenarios:
+                yield measure(server, scenario, long, fresh=False)
+        finally:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--long", action="store_true", help="the issue's counts (minutes)")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a fresh server per scenario (exact peak RSS; the default with --long)",
+    )
+    parser.add_argument("--only", action="append", default=[], help="run only this scenario")
+    parser.add_argument("--json", action="store_true", help="one JSON object per scenario")
+    args = parser.parse_args(argv)
+    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
+    unknown = set(args.only) - {s.name for s in SCENARIOS}
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    failed = 0
+    for result in run(chosen, args.long, args.fresh or args.long):
+        failed += not result.ok
+        if args.json:
+            print(json.dumps(attrs.asdict(result)), flush=True)
+        else:
+            print(
+                f"{result.name}: {result.attack}\n  sent: {result.sent}\n"
+                f"  answer: {result.answer}\n  server CPU {result.cpu_s:.2f} s, "
+                f"peak RSS {result.peak_rss_mb:.0f} MB, health p99 "
+                f"{result.health_p99_ms:.1f} ms ({result.health_probes} probes, "
+                f"{result.health_failures} failed), agent invoked {result.agent_invoked}, "
+                f"tracebacks {result.tracebacks}: {'ok' if result.ok else 'FAILED'}",
+                flush=True,
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

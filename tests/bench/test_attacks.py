@@ -1,0 +1,67 @@
+"""The short attack suite (bench/attacks.py) against a real ``uamp serve``, asserting its bounds.
+
+One server process for all scenarios (its sampled peak RSS per scenario);
+``bench/attacks.py --long`` runs the issue's counts on a fresh server each.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Scenarios where agent runs are legitimate work: the stalled reader's own
+#: response, and the pipelined second requests h11 also reads in the corpus.
+WORK = {"ws_stalled_reader", "smuggling"}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "attacks.py"), "--json"],
+        capture_output=True,
+        timeout=240,
+        cwd=ROOT,
+        check=False,
+    )
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+    assert lines, done.stderr.decode()[-3000:]
+    return {r["name"]: r for r in lines}
+
+
+SCENARIOS = [
+    "rapid_reset",
+    "never_ending_streams",
+    "continuation_flood",
+    "settings_flood",
+    "ping_flood_h2",
+    "ws_ping_flood",
+    "ws_invalid_utf8",
+    "ws_oversized",
+    "ws_stalled_reader",
+    "smuggling",
+    "lowercase_methods",
+    "head_limit",
+    "stalled_bodies",
+    "idle_flood",
+    "slowloris",
+    "json_bomb",
+    "role_object",
+    "big_integers",
+]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_stays_within_its_bounds(results: dict[str, dict[str, object]], name: str) -> None:
+    result = results[name]
+    assert result["peak_rss_mb"] < 200, result  # type: ignore[operator]
+    assert result["health_probes"] > 0 and result["health_failures"] == 0, result  # type: ignore[operator]
+    allowed = result["agent_allowed"]
+    assert (allowed > 0) == (name in WORK), result  # type: ignore[operator]
+    assert result["agent_invoked"] == allowed, result
+    assert result["tracebacks"] == 0, result
+    assert result["ok"] is True, result  # the scenario's own answer check (GOAWAY, 1007...)
