@@ -115,97 +115,62 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
 }
 
 _OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_STRING: dict[str, Any] = {"type": "string"}
+_NULLABLE: dict[str, Any] = {"type": ["string", "null"]}
+
+
+def _object(*required: str, **properties: Any) -> dict[str, Any]:
+    """A JSON Schema object with ``required`` keys among ``properties``."""
+    return {"type": "object", "required": list(required), "properties": properties}
+
+
+def _array(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
 
 #: The schemas the operations name (loose where the protocol's own spec is the reference).
 SCHEMAS: dict[str, Any] = {
     "Object": _OBJECT,
-    "OpenAIError": {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["message", "type", "code"],
-                "properties": {
-                    "message": {"type": "string"},
-                    "type": {"type": "string"},
-                    "param": {"type": ["string", "null"]},
-                    "code": {"type": ["string", "null"]},
-                },
-            }
-        },
-    },
-    "UampError": {
-        "type": "object",
-        "required": ["type", "error"],
-        "properties": {"type": {"const": "session.error"}, "error": _OBJECT},
-    },
-    "UampEvents": {
-        "oneOf": [
-            {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}},
-            {"type": "array", "items": {"type": "object", "required": ["type"]}},
-        ]
-    },
-    "ChatCompletionRequest": {
-        "type": "object",
-        "required": ["messages"],
-        "properties": {
-            "model": {"type": "string"},
-            "messages": {"type": "array", "items": _OBJECT},
-            "stream": {"type": "boolean"},
-            "tools": {"type": "array", "items": _OBJECT},
-        },
-    },
-    "ChatCompletion": {
-        "type": "object",
-        "required": ["id", "object", "choices"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "chat.completion"},
-            "choices": {"type": "array", "items": _OBJECT},
-            "usage": _OBJECT,
-        },
-    },
-    "Model": {
-        "type": "object",
-        "required": ["id", "object", "created", "owned_by"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "model"},
-            "created": {"type": "integer"},
-            "owned_by": {"type": "string"},
-        },
-    },
-    "ModelList": {
-        "type": "object",
-        "required": ["object", "data"],
-        "properties": {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": _ref("Model")},
-        },
-    },
-    "JSONRPCRequest": {
-        "type": "object",
-        "required": ["jsonrpc", "method"],
-        "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"}, "id": {}},
-    },
-    "JSONRPCResponse": {
-        "type": "object",
-        "required": ["jsonrpc"],
-        "properties": {"jsonrpc": {"const": "2.0"}, "result": {}, "error": _OBJECT, "id": {}},
-    },
-    "JWKS": {"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array"}}},
-    "Health": {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}},
-    "Ready": {
-        "type": "object",
-        "required": ["status"],
-        "properties": {
-            "status": {"enum": ["ready", "not_ready"]},
-            "agents": {"type": "array", "items": {"type": "string"}},
-            "reason": {"type": "string"},
-        },
-    },
-}
+    "OpenAIError": _object(
+        "error",
+        error=_object(
+            "message", "type", "code", message=_STRING, type=_STRING, param=_NULLABLE,
+            code=_NULLABLE,
+        ),
+    ),
+    "UampError": _object("type", "error", type={"const": "session.error"}, error=_OBJECT),
+    "UampEvents": {"oneOf": [_object("type", type=_STRING), _array(_object("type"))]},
+    "ChatCompletionRequest": _object(
+        "messages",
+        model=_STRING,
+        messages=_array(_OBJECT),
+        stream={"type": "boolean"},
+        tools=_array(_OBJECT),
+    ),
+    "ChatCompletion": _object(
+        "id", "object", "choices",
+        id=_STRING, object={"const": "chat.completion"}, choices=_array(_OBJECT), usage=_OBJECT,
+    ),
+    "Model": _object(
+        "id", "object", "created", "owned_by",
+        id=_STRING, object={"const": "model"}, created={"type": "integer"}, owned_by=_STRING,
+    ),
+    "ModelList": _object("object", "data", object={"const": "list"}, data=_array(_ref("Model"))),
+    "JSONRPCRequest": _object(
+        "jsonrpc", "method", jsonrpc={"const": "2.0"}, method=_STRING, id={}
+    ),
+    "JSONRPCResponse": _object(
+        "jsonrpc", jsonrpc={"const": "2.0"}, result={}, error=_OBJECT, id={}
+    ),
+    "JWKS": _object("keys", keys={"type": "array"}),
+    "Health": _object("status", status={"const": "ok"}),
+    "Ready": _object(
+        "status",
+        status={"enum": ["ready", "not_ready"]},
+        agents=_array(_STRING),
+        reason=_STRING,
+    ),
+}  # fmt: skip
 
 #: How a route nobody described is listed.
 UNDOCUMENTED = Operation("Other", "A route this document has no description for")

@@ -105,9 +105,15 @@
     return prefix + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   };
 
+  // An amount as sent (a string such as "0.01") is shown as is; a computed
+  // cost (a float) with the decimals it needs, at least two.
   const fmtCost = (amount, currency) => {
     const n = Number(amount);
-    const shown = Number.isFinite(n) ? (n < 0.01 && n > 0 ? n.toPrecision(2) : n.toFixed(n < 1 ? 4 : 2)) : String(amount);
+    let shown = String(amount);
+    if (Number.isFinite(n)) {
+      shown = String(Number(n.toFixed(6)));
+      if (/^-?\d+(\.\d)?$/.test(shown)) shown = n.toFixed(2);
+    }
     return currency && currency !== "USD" ? `${shown} ${currency}` : `$${shown}`;
   };
 

@@ -1,0 +1,301 @@
+"""The playground in a real headless Chromium against a real ``uamp serve``.
+
+Each test starts ``uamp serve`` on 127.0.0.1 (tests/_support/cli.py) and drives
+the page through chromedriver: typing, Enter and Esc are real key events, the
+page talks to the server over its own WebSocket, and every assertion reads
+the DOM the user sees. The desktop screenshot is saved to
+``build/screenshots/playground.png`` on every run; with
+``UAMP_DOCS_SCREENSHOT=1`` it also replaces ``docs/img/playground.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver import Chrome as WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.wait import WebDriverWait
+
+from tests._support.browser import start_chrome
+from tests._support.cli import ROOT, uamp, uamp_serve
+
+AGENTS = ("--agent", "uamp_trio.cli:default_agent", "--agent", "tests._support.browser:Storyteller")
+SCREENSHOTS = ROOT / "build" / "screenshots"
+DOCS_IMAGE = ROOT / "docs" / "img" / "playground.png"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[WebDriver]:
+    driver = start_chrome()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser(chrome: WebDriver) -> Iterator[WebDriver]:
+    """The module's Chromium at desktop size, light scheme, with no saved theme."""
+    chrome.set_window_size(1280, 800)
+    chrome.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    yield chrome
+    chrome.execute_script("try { localStorage.clear(); } catch (e) {}")
+    chrome.get("about:blank")  # no reconnecting page left behind for the next test
+    chrome.get_log("browser")  # drained
+
+
+def no_page_errors(driver: WebDriver, allowed: str = "$^") -> None:
+    """No script error and no refused resource (CSP) on the page so far, but ``allowed``."""
+    errors = [
+        e["message"]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and not re.search(allowed, e["message"])
+    ]
+    assert errors == []
+
+
+def wait(driver: WebDriver, what: Callable[[WebDriver], Any], seconds: float = 20) -> Any:
+    return WebDriverWait(driver, seconds, poll_frequency=0.05).until(what)
+
+
+def panes(driver: WebDriver) -> list[WebElement]:
+    return driver.find_elements(By.CSS_SELECTOR, "#sessions .session")
+
+
+def open_page(driver: WebDriver, url: str) -> WebElement:
+    """Load ``url``; the first pane once its session is created."""
+    driver.get(url)
+    wait(driver, lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "open")
+    wait(driver, lambda d: panes(d) and panes(d)[0].get_attribute("data-state") == "ready")
+    return panes(driver)[0]
+
+
+def say(pane: WebElement, text: str) -> None:
+    box = pane.find_element(By.TAG_NAME, "textarea")
+    box.send_keys(text)
+    box.send_keys(Keys.ENTER)
+
+
+def replies(pane: WebElement) -> list[WebElement]:
+    return pane.find_elements(By.CSS_SELECTOR, ".msg.assistant")
+
+
+def finished(pane: WebElement, count: int, status: str = "completed") -> WebElement:
+    """Wait for the ``count``-th reply of ``pane`` to end with ``status``."""
+    driver = pane.parent
+    wait(driver, lambda d: len(replies(pane)) >= count)
+    reply = replies(pane)[count - 1]
+    wait(driver, lambda d: reply.get_attribute("data-status") in (status, "error", "cancelled"))
+    assert reply.get_attribute("data-status") == status, reply.text
+    return reply
+
+
+def save_screenshot(driver: WebDriver) -> Path:
+    driver.execute_script(
+        "document.querySelectorAll('.log')"
+        ".forEach(l => l.scrollTo({top: 1e6, behavior: 'instant'}))"
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / "playground.png"
+    assert driver.save_screenshot(str(path))
+    if os.environ.get("UAMP_DOCS_SCREENSHOT") == "1":
+        DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOCS_IMAGE)
+    return path
+
+
+def test_chat_streams_markdown_tools_and_cancel_side_by_side(browser: WebDriver) -> None:
+    with uamp_serve(*AGENTS) as url:
+        first = open_page(browser, url + "/")
+        assert first.find_element(By.CSS_SELECTOR, ".agent-name").text == "demo"
+
+        # A streamed answer, rendered as markdown; markup the agent echoes stays text.
+        say(first, "hello **world** and <b>bold</b> `x`")
+        reply = finished(first, 1)
+        body = reply.find_element(By.CSS_SELECTOR, ".body")
+        assert body.text == "You said: hello world and <b>bold</b> x"
+        assert body.find_element(By.TAG_NAME, "strong").text == "world"
+        assert body.find_element(By.TAG_NAME, "code").text == "x"
+        assert first.find_elements(By.CSS_SELECTOR, ".log b") == []
+        assert re.fullmatch(r"\d+ in · \d+ out", reply.find_element(By.CSS_SELECTOR, ".meta").text)
+
+        # Shift+Enter is a new line, not a send.
+        box = first.find_element(By.TAG_NAME, "textarea")
+        box.send_keys("line one", Keys.SHIFT, Keys.ENTER, Keys.NULL, "line two")
+        assert box.get_attribute("value") == "line one\nline two"
+        assert len(replies(first)) == 1
+        box.send_keys(Keys.ENTER)
+        finished(first, 2)
+        assert first.find_elements(By.CSS_SELECTOR, ".msg.user")[-1].text == "line one\nline two"
+
+        # Markdown blocks, and only safe links: typed with Shift+Enter between the lines.
+        box = first.find_element(By.TAG_NAME, "textarea")
+        for line in ["see", "- [safe](https://example.com/a)", "- [bad](javascript:alert(1))",
+                     "```", "<i>kept</i>", "```"]:  # fmt: skip
+            box.send_keys(line, Keys.SHIFT, Keys.ENTER, Keys.NULL)
+        box.send_keys(Keys.ENTER)
+        body = finished(first, 3).find_element(By.CSS_SELECTOR, ".body")
+        items = body.find_elements(By.CSS_SELECTOR, "ul > li")
+        assert [li.text for li in items] == ["safe", "[bad](javascript:alert(1))"]
+        links = body.find_elements(By.TAG_NAME, "a")
+        assert [a.get_attribute("href") for a in links] == ["https://example.com/a"]
+        assert links[0].get_attribute("rel") == "noopener noreferrer"
+        assert body.find_element(By.CSS_SELECTOR, "pre code").text == "<i>kept</i>"
+        assert body.find_elements(By.TAG_NAME, "i") == []
+
+        # A tool call and its result, then the answer built on it.
+        say(first, "what is 2+3?")
+        reply = finished(first, 4)
+        tool = reply.find_element(By.CSS_SELECTOR, ".tool")
+        assert tool.get_attribute("data-status") == "done"
+        assert tool.find_element(By.CSS_SELECTOR, ".tool-name").text == "add"
+        assert tool.find_element(By.CSS_SELECTOR, ".tool-state").text == "→ 5"
+        assert reply.find_element(By.CSS_SELECTOR, ".body").text == "2 + 3 = 5"
+        tool.find_element(By.TAG_NAME, "summary").click()  # open the card: arguments, result
+        assert '"a": 2' in tool.find_element(By.CSS_SELECTOR, ".tool-args").text
+        assert tool.find_element(By.CSS_SELECTOR, ".tool-result").text == "5"
+        totals = first.find_element(By.CSS_SELECTOR, ".totals").text
+        assert re.fullmatch(r"\d+/\d+ tok", totals) and not totals.startswith("0/")
+
+        # A second session beside the first, with the other agent, on the same socket.
+        Select(browser.find_element(By.ID, "agent-picker")).select_by_value("story")
+        browser.find_element(By.ID, "new-session").click()
+        wait(
+            browser,
+            lambda d: len(panes(d)) == 2 and panes(d)[1].get_attribute("data-state") == "ready",
+        )
+        second = panes(browser)[1]
+        assert second.find_element(By.CSS_SELECTOR, ".agent-name").text == "story"
+        assert second.get_attribute("data-session-id") != first.get_attribute("data-session-id")
+        assert second.rect["x"] > first.rect["x"] + first.rect["width"] - 1
+        assert second.rect["y"] == first.rect["y"]
+
+        # It streams: the text grows while the reply is still open; Esc stops it.
+        say(second, "tell me a long story")
+        wait(browser, lambda d: len(replies(second)) == 1)
+        streaming = replies(second)[0]
+        text = streaming.find_element
+        wait(browser, lambda d: len(text(By.CSS_SELECTOR, ".body").text) > 40)
+        seen = text(By.CSS_SELECTOR, ".body").text
+        wait(browser, lambda d: len(text(By.CSS_SELECTOR, ".body").text) > len(seen) + 20)
+        assert streaming.get_attribute("data-status") == "streaming"
+        assert second.find_element(By.CSS_SELECTOR, ".stop").is_displayed()
+        save_screenshot(browser)
+        second.find_element(By.TAG_NAME, "textarea").send_keys(Keys.ESCAPE)
+        finished(second, 1, status="cancelled")
+        stopped = text(By.CSS_SELECTOR, ".body").text
+        assert stopped.startswith("word0 word1 ") and len(stopped) < 1200 * 7
+        assert streaming.find_element(By.CSS_SELECTOR, ".meta").text.endswith("stopped")
+        assert second.find_element(By.CSS_SELECTOR, ".send").is_displayed()
+        # The first session never noticed.
+        assert len(replies(first)) == 4 and first.get_attribute("data-state") == "ready"
+        no_page_errors(browser)
+
+    shot = (SCREENSHOTS / "playground.png").read_bytes()
+    assert shot.startswith(PNG) and len(shot) > 20_000
+
+
+def test_agent_page_phone_width_and_theme(browser: WebDriver) -> None:
+    with uamp_serve(*AGENTS) as url:
+        browser.set_window_size(390, 844)
+        pane = open_page(browser, url + "/agents/story/")
+        assert pane.find_element(By.CSS_SELECTOR, ".agent-name").text == "story"
+        assert browser.find_element(By.ID, "agent-picker").get_attribute("value") == "story"
+        width = browser.execute_script("return [document.documentElement.scrollWidth, innerWidth]")
+        assert width[0] <= width[1]  # nothing sticks out sideways at phone width
+        say(pane, "a story on a phone")
+        wait(browser, lambda d: len(replies(pane)) == 1 and replies(pane)[0].text)
+        browser.find_element(By.CSS_SELECTOR, ".stop").click()
+        finished(pane, 1, status="cancelled")
+
+        def background() -> str:
+            return str(
+                browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+            )
+
+        def dark(color: str) -> bool:
+            r, g, b = (int(v) for v in re.findall(r"\d+", color)[:3])
+            return r + g + b < 3 * 80
+
+        assert not dark(background())
+        browser.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia",
+            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+        )
+        assert dark(background())  # the system's scheme, with no choice made
+        toggle = browser.find_element(By.ID, "theme-toggle")
+        toggle.click()
+        assert not dark(background())  # the toggle wins over the system
+        browser.refresh()
+        wait(
+            browser, lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "open"
+        )
+        assert not dark(background())  # and is remembered
+        browser.find_element(By.ID, "theme-toggle").click()
+        assert dark(background())
+        no_page_errors(browser)
+
+
+def test_the_token_field_opens_sessions_on_a_gated_server(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice:k-browser-test-0123456789\n")
+    with uamp_serve("--auth-api-keys", str(keys)) as url:
+        browser.get(url + "/")  # the page is public
+        wait(browser, lambda d: panes(d) and panes(d)[0].get_attribute("data-state") == "failed")
+        pane = panes(browser)[0]
+        notice = pane.find_element(By.CSS_SELECTOR, ".notice.error").text
+        assert notice.startswith("unauthorized:")
+        assert replies(pane) == []
+
+        token = browser.find_element(By.ID, "token")
+        token.send_keys("not-the-key", Keys.ENTER)
+        wait(browser, lambda d: d.find_element(By.ID, "status").text == "refused: check the token")
+        assert pane.get_attribute("data-state") != "ready"
+
+        token.clear()
+        token.send_keys("k-browser-test-0123456789", Keys.ENTER)
+        wait(browser, lambda d: pane.get_attribute("data-state") == "ready")
+        say(pane, "let me in")
+        reply = finished(pane, 1)
+        assert reply.find_element(By.CSS_SELECTOR, ".body").text == "You said: let me in"
+        no_page_errors(browser, allowed="HTTP Authentication failed")  # the wrong key
+
+
+def test_a_payment_prompt_takes_a_pasted_token(browser: WebDriver, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    issued = uamp("tokens", "issue", "--ledger", str(ledger), "--amount", "1.00")
+    assert issued.returncode == 0, issued.stderr
+    token = issued.stdout.strip()
+    with uamp_serve("--ledger", str(ledger), "--price", "0.01") as url:
+        pane = open_page(browser, url + "/")
+        say(pane, "hello paid world")
+        card = wait(browser, lambda d: pane.find_elements(By.CSS_SELECTOR, ".payment"))[0]
+        assert (
+            card.find_element(By.CSS_SELECTOR, ".payment-title").text
+            == "Payment required $0.01 — agent_usage"
+        )
+        field = card.find_element(By.TAG_NAME, "input")
+        assert browser.switch_to.active_element == field  # focused, ready for the paste
+        field.send_keys("tok_not_issued", Keys.ENTER)
+        wait(browser, lambda d: card.get_attribute("data-state") == "refused")
+        assert replies(pane)[0].find_elements(By.CSS_SELECTOR, ".body") == []  # still held
+        field.clear()
+        field.send_keys(token, Keys.ENTER)
+        reply = finished(pane, 1)
+        assert card.get_attribute("data-state") == "accepted"
+        assert card.find_element(By.CSS_SELECTOR, ".payment-note").text == "paid $0.01"
+        assert reply.find_element(By.CSS_SELECTOR, ".body").text == "You said: hello paid world"
+        assert pane.find_element(By.CSS_SELECTOR, ".totals").text.endswith("· $0.01")
+        no_page_errors(browser)
