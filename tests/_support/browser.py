@@ -74,11 +74,18 @@ def start_chrome(width: int = 1280, height: int = 800) -> webdriver.Chrome:
 
 
 class Storyteller(TestAgent):
-    """Streams a numbered word every 50 ms for a minute: long enough to be cancelled."""
+    """Thinks, reports its cost, then streams a numbered word every 50 ms for a minute.
+
+    Long enough to be cancelled; the thinking and the cost come first so a
+    cancelled reply still shows them.
+    """
 
     name = "story"
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.Thinking(content="Planning a long story.", is_delta=True))
+        cost = ty.UsageCost(total_cost=0.0042, currency="USD")
+        await emit(ev.UsageDelta(delta=ty.UsageStats(input_tokens=5, output_tokens=0, cost=cost)))
         for i in range(1200):
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"word{i} ")))
             await trio.sleep(0.05)

@@ -195,7 +195,18 @@ def test_chat_streams_markdown_tools_and_cancel_side_by_side(browser: WebDriver)
         finished(second, 1, status="cancelled")
         stopped = text(By.CSS_SELECTOR, ".body").text
         assert stopped.startswith("word0 word1 ") and len(stopped) < 1200 * 7
-        assert streaming.find_element(By.CSS_SELECTOR, ".meta").text.endswith("stopped")
+        # Thinking and cost came before the words; the cancelled reply keeps them.
+        assert (
+            streaming.find_element(By.CSS_SELECTOR, ".meta").text
+            == "5 in · 0 out · $0.0042 · stopped"
+        )
+        thinking = streaming.find_element(By.CSS_SELECTOR, ".thinking")
+        thinking.find_element(By.TAG_NAME, "summary").click()
+        assert (
+            thinking.find_element(By.CSS_SELECTOR, ".thinking-text").text
+            == "Planning a long story."
+        )
+        assert second.find_element(By.CSS_SELECTOR, ".totals").text == "5/0 tok · $0.0042"
         assert second.find_element(By.CSS_SELECTOR, ".send").is_displayed()
         # The first session never noticed.
         assert len(replies(first)) == 4 and first.get_attribute("data-state") == "ready"
