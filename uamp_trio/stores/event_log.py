@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
@@ -48,6 +50,8 @@ import orjson
 import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Positions, ResumeError, ResumeStream, Retention
+
+log = logging.getLogger("uamp_trio.stores")
 
 __all__ = [
     "EventLog",
@@ -102,6 +106,11 @@ class SessionRecord:
         return cls(**orjson.loads(data))
 
 
+#: One queued write: ``("reset" | "record", key, SessionRecord, time)`` or
+#: ``("event", key, LogEntry, time)``, applied in order by a flush.
+Op = tuple[str, LogKey, Any, float]
+
+
 class EventLog(abc.ABC):
     """Per-session event logs and session records; see the module docstring.
 
@@ -115,33 +124,68 @@ class EventLog(abc.ABC):
     ) -> None:
         self.retention = retention or Retention()
         self.clock = clock
+        #: This process's name in session records (``SessionRecord.node``).
+        self.node = uuid.uuid4().hex[:16]
         self._positions: dict[LogKey, Positions] = {}
-        self._pending: list[tuple[LogKey, LogEntry, float]] = []
+        self._owners: dict[LogKey, Callable[[], None]] = {}
+        self._claims: set[tuple[LogKey, str]] = set()
+        self._pending: list[Op] = []
         self._dirty = trio.Event()
+        self._flushing = trio.Lock()
         self._flushed = trio.lowlevel.ParkingLot()
+        self._running = False
 
     # --- writing ------------------------------------------------------------------
 
-    async def open(self, key: LogKey, record: SessionRecord) -> None:
-        """Start a new, empty log for ``key`` (a log it had is dropped) with ``record``."""
-        self._positions[key] = Positions()
-        self._forget_pending(key)
-        record.updated = self.clock()
-        await self._reset(key, record)
+    def begin(
+        self, key: LogKey, record: SessionRecord, owner: Callable[[], None] | None = None
+    ) -> None:
+        """Start a new, empty log for ``key`` (dropping any it had) with ``record``; never waits.
 
-    async def adopt(self, key: LogKey) -> int:
+        ``owner`` is called when another connection of this process takes
+        the session over (:meth:`take_over`).
+        """
+        self._positions[key] = Positions()
+        if owner is not None:
+            self._owners[key] = owner
+        self._forget_pending(key)
+        record.node = self.node
+        self._queue(("reset", key, record, self._stamp(record)))
+
+    async def open(self, key: LogKey, record: SessionRecord) -> None:
+        """:meth:`begin`, then write it."""
+        self.begin(key, record)
+        await self.flush()
+
+    async def adopt(self, key: LogKey, owner: Callable[[], None] | None = None) -> int:
         """Continue ``key`` 's log in this process; returns its last position."""
+        await self.flush()
         last = (await self.window(key)).last
         self._positions[key] = Positions(last)
+        if owner is not None:
+            self._owners[key] = owner
         return last
 
-    def release(self, key: LogKey) -> None:
-        """This process writes no more to ``key`` (its log stays)."""
+    def release(self, key: LogKey, owner: Callable[[], None] | None = None) -> None:
+        """This process writes no more to ``key`` (its log stays).
+
+        With ``owner``, only if that owner still holds the log.
+        """
+        if owner is not None and self._owners.get(key) is not owner:
+            return
         self._positions.pop(key, None)
+        self._owners.pop(key, None)
+
+    def take_over(self, key: LogKey) -> None:
+        """Ask the connection of this process that writes ``key`` to let it go."""
+        owner = self._owners.get(key)
+        if owner is not None:
+            owner()
+        self.release(key)
 
     def _forget_pending(self, key: LogKey) -> None:
-        if any(k == key for k, _, _ in self._pending):
-            self._pending = [p for p in self._pending if p[0] != key]
+        if any(op[1] == key for op in self._pending):
+            self._pending = [op for op in self._pending if op[1] != key]
 
     def writing(self, key: LogKey) -> bool:
         """Whether this process writes ``key`` 's log."""
@@ -154,29 +198,86 @@ class EventLog(abc.ABC):
             KeyError: The log is not open in this process.
         """
         entry = LogEntry(self._positions[key].next(), event_id, data)
-        self._pending.append((key, entry, self.clock()))
-        self._dirty.set()
+        self._queue(("event", key, entry, self.clock()))
         return entry
 
+    def put_record(self, key: LogKey, record: SessionRecord) -> None:
+        """Queue ``record`` as ``key`` 's record (``updated`` becomes now); never waits."""
+        self._queue(("record", key, record, self._stamp(record)))
+
+    async def save(self, key: LogKey, record: SessionRecord) -> None:
+        """:meth:`put_record`, then write it."""
+        self.put_record(key, record)
+        await self.flush()
+
+    def _stamp(self, record: SessionRecord) -> float:
+        record.updated = now = self.clock()
+        return now
+
+    def _queue(self, op: Op) -> None:
+        self._pending.append(op)
+        self._dirty.set()
+
+    @property
+    def pending(self) -> bool:
+        """Whether writes are queued or being written."""
+        return bool(self._pending) or self._flushing.locked()
+
     async def flush(self) -> None:
-        """Write everything queued, in one batch."""
-        batch, self._pending = self._pending, []
-        if self._dirty.is_set():
-            self._dirty = trio.Event()
-        if batch:
-            await self._write(batch)
+        """Write everything queued so far (after any flush in progress), in one batch."""
+        async with self._flushing:
+            batch, self._pending = self._pending, []
+            if self._dirty.is_set():
+                self._dirty = trio.Event()
+            if batch:
+                await self._write(batch)
         if self._flushed:
             self._flushed.unpark_all()
 
     async def run(self) -> None:
         """The flusher: write what was queued, one batch per round, until cancelled."""
+        self._running = True
         try:
-            while True:
-                await self._dirty.wait()
-                await self.flush()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._beat)
+                while True:
+                    await self._dirty.wait()
+                    await self.flush()
         finally:
+            self._running = False
             with trio.CancelScope(shield=True):
                 await self.flush()
+
+    def ensure_running(self, nursery: trio.Nursery | None) -> None:
+        """Start :meth:`run` in ``nursery`` (or as a system task) unless it runs."""
+        if self._running:
+            return
+        self._running = True
+        if nursery is not None:
+            nursery.start_soon(self.run, name="uamp-event-log")
+        else:
+            trio.lowlevel.spawn_system_task(self._run_system, name="uamp-event-log")
+
+    async def _run_system(self) -> None:
+        try:
+            await self.run()
+        except Exception:  # a system task must never raise
+            log.exception("the event log flusher failed")
+
+    async def _beat(self) -> None:
+        """Tell other processes this one is alive (stores shared between processes)."""
+        return
+
+    async def alive(self, node: str) -> bool:
+        """Whether the process ``node`` still runs (for a single-process store: this one)."""
+        return node == self.node
+
+    async def claim(self, key: LogKey, what: str) -> bool:
+        """Claim ``what`` of ``key`` once (the first caller wins, in every process)."""
+        if (key, what) in self._claims:
+            return False
+        self._claims.add((key, what))
+        return True
 
     # --- reading ------------------------------------------------------------------
 
@@ -220,28 +321,15 @@ class EventLog(abc.ABC):
             )
         return record
 
-    async def save(self, key: LogKey, record: SessionRecord) -> None:
-        """Replace ``key`` 's record (``updated`` becomes now)."""
-        record.updated = self.clock()
-        await self._save(key, record)
-
     # --- what each store implements ----------------------------------------------
 
     @abc.abstractmethod
-    async def _reset(self, key: LogKey, record: SessionRecord) -> None:
-        """Drop ``key`` 's log and store ``record``."""
-
-    @abc.abstractmethod
-    async def _write(self, batch: list[tuple[LogKey, LogEntry, float]]) -> None:
-        """Store a batch of ``(key, entry, time)``, trimming each log to the retention."""
+    async def _write(self, batch: list[Op]) -> None:
+        """Apply a batch of queued writes in order, trimming each log to the retention."""
 
     @abc.abstractmethod
     async def _load(self, key: LogKey) -> SessionRecord | None:
         """The stored record, or ``None``."""
-
-    @abc.abstractmethod
-    async def _save(self, key: LogKey, record: SessionRecord) -> None:
-        """Store ``record``."""
 
     @abc.abstractmethod
     async def window(self, key: LogKey) -> LogWindow:
@@ -309,13 +397,20 @@ class MemoryEventLog(EventLog):
     def __len__(self) -> int:
         return len(self._logs)
 
-    def append(self, key: LogKey, data: bytes, event_id: str) -> LogEntry:
-        # Readable at once: nothing to flush, readers are woken here.
-        entry = LogEntry(self._positions[key].next(), event_id, data)
-        self._store(key, entry, self.clock())
+    def _queue(self, op: Op) -> None:
+        # Applied at once: nothing to flush; readers are woken here.
+        kind, key, payload, written = op
+        if kind == "event":
+            self._store(key, payload, written)
+        elif kind == "record":
+            log = self._logs.get(key)
+            if log is None:
+                log = self._logs[key] = _MemoryLog(payload)
+            log.record = attrs.evolve(payload)
+        else:
+            self._reset(key, payload)
         if self._flushed:
             self._flushed.unpark_all()
-        return entry
 
     def _store(self, key: LogKey, entry: LogEntry, written: float) -> None:
         log = self._logs.get(key)
@@ -331,13 +426,13 @@ class MemoryEventLog(EventLog):
             if log.index.get(old.event_id) == old.position:
                 del log.index[old.event_id]
 
-    async def _reset(self, key: LogKey, record: SessionRecord) -> None:
+    def _reset(self, key: LogKey, record: SessionRecord) -> None:
         self._sweep()
         self._logs.pop(key, None)
         while len(self._logs) >= self.max_sessions:
             oldest = min(self._logs, key=lambda k: self._logs[k].record.updated)
             del self._logs[oldest]
-        self._logs[key] = _MemoryLog(record)
+        self._logs[key] = _MemoryLog(attrs.evolve(record))
 
     def _sweep(self) -> None:
         now = self.clock()
@@ -347,21 +442,15 @@ class MemoryEventLog(EventLog):
         for k in gone:
             del self._logs[k]
 
-    async def _write(self, batch: list[tuple[LogKey, LogEntry, float]]) -> None:
-        for key, entry, written in batch:
-            self._store(key, entry, written)
+    async def _write(self, batch: list[Op]) -> None:  # pragma: no cover - never queued
+        for op in batch:
+            self._queue(op)
 
     async def _load(self, key: LogKey) -> SessionRecord | None:
         log = self._logs.get(key)
         if log is None or self.retention.forgotten(log.record.updated, self.clock()):
             return None
         return attrs.evolve(log.record)
-
-    async def _save(self, key: LogKey, record: SessionRecord) -> None:
-        log = self._logs.get(key)
-        if log is None:
-            log = self._logs[key] = _MemoryLog(record)
-        log.record = attrs.evolve(record)
 
     async def window(self, key: LogKey) -> LogWindow:
         log = self._logs.get(key)

@@ -27,7 +27,7 @@ import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Retention
 
-from .event_log import READ_BATCH, EventLog, LogKey, SessionRecord, log_name
+from .event_log import READ_BATCH, EventLog, LogKey, Op, SessionRecord, log_name
 
 __all__ = ["RedisEventLog"]
 
@@ -89,32 +89,51 @@ class RedisEventLog(EventLog):
         """Whether the server answers."""
         return bool(await self._call(self._redis.ping))
 
-    async def _reset(self, key: LogKey, record: SessionRecord) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(self._log(key), f"{self._rec(key)}:u")
-        pipe.set(self._rec(key), record.encode(), px=self._ttl_ms)
-        await self._call(pipe.execute)
-
-    async def _write(self, batch: list[tuple[LogKey, LogEntry, float]]) -> None:
+    async def _write(self, batch: list[Op]) -> None:
         pipe = self._redis.pipeline(transaction=False)
         keep = self.retention.max_events
-        touched: dict[LogKey, float] = {}
-        for key, entry, written in batch:
-            pipe.xadd(
-                self._log(key),
-                {"e": entry.event_id, "d": entry.data},
-                id=f"0-{entry.position}",
-                maxlen=keep,
-                approximate=False,
-            )
-            touched[key] = written
         ttl = self._ttl_ms
+        touched: dict[LogKey, float] = {}
+        for kind, key, payload, written in batch:
+            if kind == "event":
+                pipe.xadd(
+                    self._log(key),
+                    {"e": payload.event_id, "d": payload.data},
+                    id=f"0-{payload.position}",
+                    maxlen=keep,
+                    approximate=False,
+                )
+                touched[key] = written
+                continue
+            if kind == "reset":
+                pipe.delete(self._log(key))
+            pipe.set(self._rec(key), payload.encode(), px=ttl)
+            touched[key] = written
         for key, written in touched.items():
             pipe.pexpire(self._log(key), ttl)
             # The record's activity stamp, without rewriting the record.
             pipe.set(f"{self._rec(key)}:u", repr(written), px=ttl)
             pipe.pexpire(self._rec(key), ttl)
         await self._call(pipe.execute)
+
+    async def _beat(self) -> None:
+        while True:
+            await self._call(lambda: self._redis.set(self._node(self.node), b"1", px=3000))
+            await trio.sleep(1.0)
+
+    def _node(self, node: str) -> str:
+        return f"{self.prefix}:node:{node}"
+
+    async def alive(self, node: str) -> bool:
+        if node == self.node:
+            return True
+        return bool(await self._call(self._redis.exists, self._node(node)))
+
+    async def claim(self, key: LogKey, what: str) -> bool:
+        name = f"{self._rec(key)}:claim:{what}"
+        return bool(
+            await self._call(lambda: self._redis.set(name, self.node, px=self._ttl_ms, nx=True))
+        )
 
     async def _load(self, key: LogKey) -> SessionRecord | None:
         raw, stamp = await self._call(self._redis.mget, [self._rec(key), f"{self._rec(key)}:u"])
@@ -126,13 +145,6 @@ class RedisEventLog(EventLog):
         if self.retention.forgotten(record.updated, self.clock()):
             return None
         return record
-
-    async def _save(self, key: LogKey, record: SessionRecord) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(self._rec(key), record.encode(), px=self._ttl_ms)
-        pipe.set(f"{self._rec(key)}:u", repr(record.updated), px=self._ttl_ms)
-        pipe.pexpire(self._log(key), self._ttl_ms)
-        await self._call(pipe.execute)
 
     async def window(self, key: LogKey) -> LogWindow:
         pipe = self._redis.pipeline(transaction=True)

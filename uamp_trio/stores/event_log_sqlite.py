@@ -24,7 +24,7 @@ import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Retention
 
-from .event_log import READ_BATCH, EventLog, LogKey, SessionRecord, log_name
+from .event_log import READ_BATCH, EventLog, LogKey, Op, SessionRecord, log_name
 
 __all__ = ["SqliteEventLog"]
 
@@ -89,45 +89,53 @@ class SqliteEventLog(EventLog):
         db.execute("COMMIT")
         return out
 
-    async def _reset(self, key: LogKey, record: SessionRecord) -> None:
-        name, now = log_name(key), self.clock()
-        horizon = now - 2 * self.retention.max_age
-
-        def reset(db: sqlite3.Connection) -> None:
-            # Forgotten sessions go first (the sweep rides on session creation).
-            db.execute(
-                "DELETE FROM uamp_events WHERE log IN "
-                "(SELECT log FROM uamp_sessions WHERE updated < ?)",
-                (horizon,),
-            )
-            db.execute("DELETE FROM uamp_sessions WHERE updated < ?", (horizon,))
-            db.execute("DELETE FROM uamp_events WHERE log = ?", (name,))
-            db.execute(
-                "INSERT OR REPLACE INTO uamp_sessions (log, updated, record) VALUES (?, ?, ?)",
-                (name, record.updated, record.encode()),
-            )
-
-        await self._call(self._transaction, reset)
-
-    async def _write(self, batch: list[tuple[LogKey, LogEntry, float]]) -> None:
-        rows = [(log_name(k), e.position, e.event_id, t, e.data) for k, e, t in batch]
-        last: dict[str, tuple[int, float]] = {}
-        for name, position, _, written, _ in rows:
-            last[name] = (position, written)
+    async def _write(self, batch: list[Op]) -> None:
         keep = self.retention.max_events
+        horizon = self.clock() - 2 * self.retention.max_age
 
         def write(db: sqlite3.Connection) -> None:
-            db.executemany(
-                "INSERT OR REPLACE INTO uamp_events (log, position, event_id, written, data) "
-                "VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
+            rows: list[tuple[str, int, str, float, bytes]] = []
+            last: dict[str, tuple[int, float]] = {}
+
+            def put_events() -> None:
+                db.executemany(
+                    "INSERT OR REPLACE INTO uamp_events "
+                    "(log, position, event_id, written, data) VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+                rows.clear()
+
+            for kind, key, payload, written in batch:
+                name = log_name(key)
+                if kind == "event":
+                    rows.append((name, payload.position, payload.event_id, written, payload.data))
+                    last[name] = (payload.position, written)
+                    continue
+                put_events()  # in order: the events queued before this record
+                if kind == "reset":
+                    # Forgotten sessions go first (the sweep rides on session creation).
+                    db.execute(
+                        "DELETE FROM uamp_events WHERE log IN "
+                        "(SELECT log FROM uamp_sessions WHERE updated < ?)",
+                        (horizon,),
+                    )
+                    db.execute("DELETE FROM uamp_sessions WHERE updated < ?", (horizon,))
+                    db.execute("DELETE FROM uamp_events WHERE log = ?", (name,))
+                    last.pop(name, None)
+                db.execute(
+                    "INSERT OR REPLACE INTO uamp_sessions (log, updated, record) VALUES (?, ?, ?)",
+                    (name, written, payload.encode()),
+                )
+            put_events()
             for name, (position, written) in last.items():
                 db.execute(
                     "DELETE FROM uamp_events WHERE log = ? AND position <= ?",
                     (name, position - keep),
                 )
-                db.execute("UPDATE uamp_sessions SET updated = ? WHERE log = ?", (written, name))
+                db.execute(
+                    "UPDATE uamp_sessions SET updated = MAX(updated, ?) WHERE log = ?",
+                    (written, name),
+                )
 
         await self._call(self._transaction, write)
 
@@ -146,13 +154,6 @@ class SqliteEventLog(EventLog):
         if record is None or self.retention.forgotten(record.updated, self.clock()):
             return None
         return record
-
-    async def _save(self, key: LogKey, record: SessionRecord) -> None:
-        await self._call(
-            self._db.execute,
-            "INSERT OR REPLACE INTO uamp_sessions (log, updated, record) VALUES (?, ?, ?)",
-            (log_name(key), record.updated, record.encode()),
-        )
 
     async def window(self, key: LogKey) -> LogWindow:
         def window() -> LogWindow:
