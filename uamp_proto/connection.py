@@ -88,6 +88,7 @@ from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .ids import IdSource, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
 from .response import ResponseTracker
+from .types import EMPTY
 
 __all__ = [
     "CLIENT_EVENTS",
@@ -328,6 +329,9 @@ class Connection:
         self._outbox: list[bytes] = []
         self._evt_base = self._ids("evt") + "."
         self._evt_n = 0
+        #: The ``event_id`` of the last event :meth:`send` serialised (what a
+        #: binding logs it under, without parsing the message again).
+        self.last_event_id = ""
         self._our_events = CLIENT_EVENTS if role is Role.CLIENT else SERVER_EVENTS
 
     # --- public API ----------------------------------------------------------
@@ -426,6 +430,7 @@ class Connection:
             if session_id is not None and raw.get("session_id") is None:
                 raw["session_id"] = session_id
             raw.setdefault("event_id", self._event_id())
+            self.last_event_id = str(raw["event_id"])
             return orjson.dumps(raw)
         if type(event) is ev.ResponseDelta and self.our_role is Role.SERVER:
             fast = self._send_delta(event, session_id, response_id)
@@ -502,7 +507,9 @@ class Connection:
     def _serialise(self, out: dict[str, Any]) -> bytes:
         """Fill in ``event_id`` (and ``timestamp`` with a clock) when absent; JSON bytes."""
         if "event_id" not in out:
-            out["event_id"] = self._event_id()
+            out["event_id"] = self.last_event_id = self._event_id()
+        else:
+            self.last_event_id = str(out["event_id"])
         if self.config.clock is not None and "timestamp" not in out:
             out["timestamp"] = int(self.config.clock() * 1000)
         return orjson.dumps(out)
@@ -1004,11 +1011,13 @@ class ServerConnection(Connection):
         *,
         agent: str | None = None,
         created_at: float | None = None,
+        extensions: dict[str, Any] | None = None,
     ) -> bytes:
         """Send ``session.created`` for a session being created.
 
         The configuration is echoed back; a granted delta window appears in
-        ``config.extensions.flow``.
+        ``config.extensions.flow``. ``extensions`` become the event's own
+        ``extensions`` object (``{"resumed": true}``: :mod:`uamp_proto.resume`).
         """
         session = self._sessions[session_id]
         config = session.config or ty.SessionConfig(modalities=["text"])
@@ -1025,6 +1034,7 @@ class ServerConnection(Connection):
                 ),
                 chat=session.chat,
                 agent=agent or session.agent,
+                unknown={"extensions": extensions} if extensions else EMPTY,
             )
         )
 

@@ -50,6 +50,7 @@ performs the fetches a :class:`Step` asks for.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -57,9 +58,13 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from . import events as ev
+from .codec import DecodeError, decode, unstructure
 from .errors import UampError
+from .response import ResponseTracker
 
 __all__ = [
+    "INTERRUPTED",
     "RESUMED",
     "RESUME_FROM",
     "LogEntry",
@@ -71,6 +76,8 @@ __all__ = [
     "Retention",
     "Step",
     "event_id_of",
+    "interrupted",
+    "interrupted_event",
     "resume_from",
     "start_after",
 ]
@@ -321,3 +328,42 @@ class ResumeStream:
 
 def _position(entry: LogEntry) -> int:
     return entry.position
+
+
+#: The ``response.error`` code of a response whose process was lost mid-stream.
+INTERRUPTED: Final = "interrupted"
+
+
+def interrupted(
+    response_id: str, logged: Iterable[bytes], *, session_id: str | None = None
+) -> ev.ResponseErrorEvent:
+    """``response.error`` ``interrupted`` for a response whose process stopped mid-stream.
+
+    ``logged`` is what the session's log holds (in order); the events of
+    ``response_id`` among them rebuild the partial output the client was
+    sent, which the error carries in ``details.partial_output`` (content
+    items) and ``details.text``.
+    """
+    tracker = ResponseTracker(response_id)
+    for data in logged:
+        try:
+            event = decode(data)
+        except DecodeError:
+            continue
+        if isinstance(event, ev.Event) and getattr(event, "response_id", None) == response_id:
+            with contextlib.suppress(UampError):
+                tracker.apply(event)
+    return interrupted_event(tracker, session_id=session_id)
+
+
+def interrupted_event(
+    tracker: ResponseTracker, *, session_id: str | None = None
+) -> ev.ResponseErrorEvent:
+    """``response.error`` ``interrupted`` carrying ``tracker`` 's output so far."""
+    return tracker.error_event(
+        INTERRUPTED,
+        "The response was interrupted: the process running it stopped before it ended. "
+        "details.partial_output is what was sent until then.",
+        {"partial_output": unstructure(tracker.output), "text": tracker.text},
+        session_id=session_id,
+    )

@@ -89,11 +89,12 @@ connection go on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -102,18 +103,32 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
+from uamp_proto.codec import encode, from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.ids import random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
+from uamp_proto.resume import (
+    RESUMED,
+    LogEntry,
+    ResumeError,
+    ResumeStream,
+    interrupted,
+    interrupted_event,
+    resume_from,
+    start_after,
+)
 
+from ..stores.event_log import SessionRecord
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
+    from ..stores.event_log import EventLog, LogKey
     from .host import Host
 
 __all__ = [
@@ -363,6 +378,19 @@ class Quota:
         self.queued = 0
 
 
+class _Discard(Outbox):
+    """Where a detached host's events go: nowhere (the event log has them)."""
+
+    def offer(self, data: bytes, quota: Quota | None = None) -> bool:
+        return True
+
+    async def put(self, data: bytes, quota: Quota | None = None) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+
+    def put_owed(self, data: bytes) -> None:
+        return
+
+
 class _SessionGone(UampError):
     """The session ended while its worker was sending."""
 
@@ -541,6 +569,13 @@ class SessionHost:
         self.on_empty: Callable[[], None] | None = None
         #: ``(code, message)`` of the last ``session.create`` refused for its agent.
         self.refusal: tuple[str, str] | None = None
+        #: Where every event of a session goes too, for resuming (docs/resume.md).
+        self.event_log: EventLog | None = app.stores.event_log if app is not None else None
+        #: The sessions whose log this host writes: id -> (log key, owner callback).
+        self._logged: dict[str, tuple[LogKey, Callable[[], None]]] = {}
+        self._records: dict[str, SessionRecord] = {}
+        #: Set once the peer is gone and its running responses go on into the log.
+        self.detached = False
 
     # --- public ---------------------------------------------------------------
 
@@ -611,7 +646,18 @@ class SessionHost:
     # --- dispatch -------------------------------------------------------------
 
     def _owe(self, event: ev.Event) -> None:
-        self.outbox.put_owed(self.conn.send(event))
+        data = self.conn.send(event)
+        sid = event.session_id
+        if sid is not None and sid in self._logged:
+            self._log(sid, data)
+        self.outbox.put_owed(data)
+
+    def _log(self, sid: str, data: bytes) -> None:
+        """Append ``data`` (the last event the core serialised) to ``sid`` 's log."""
+        entry = self._logged.get(sid)
+        if entry is not None:
+            assert self.event_log is not None
+            self.event_log.append(entry[0], data, self.conn.last_event_id)
 
     def _flush_owed(self) -> None:
         for data in self.conn.data_to_send():
@@ -676,6 +722,7 @@ class SessionHost:
                     self._ask_settle(session)
         elif etype == "session.end":
             if session is not None:
+                self._put_record(session.id, ended=True)
                 self._drop(session.id)
         elif etype == "capabilities.query":
             assert isinstance(event, ev.CapabilitiesQuery)
@@ -716,6 +763,21 @@ class SessionHost:
             return
         auth = self._app.authenticator if self._app is not None else None
         token = event.token
+        try:
+            after = resume_from(event.unknown.get("extensions"))
+        except ResumeError as exc:
+            self.refusal = (exc.code, exc.message)
+            self._owe(_error(sid, exc.code, exc.message))
+            return
+        if after is not None and (token is not None or self.principal is not SESSION_AUTH):
+            # Resuming reads the store: answered once the log says where to start.
+            session = _Session(sid, found, self.principal, token)
+            session.verifying = trio.Event()
+            self._sessions[sid] = session
+            self._nursery.start_soon(
+                self._admit, auth if token is not None else None, session, token, after
+            )
+            return
         if auth is None or (token is None and self.principal is not SESSION_AUTH):
             self._sessions[sid] = _Session(sid, found, self.principal, token)
             self._accept(sid, found)
@@ -731,16 +793,250 @@ class SessionHost:
         self._nursery.start_soon(self._admit, auth, session, token)
 
     def _accept(self, sid: str, agent: Responder) -> None:
-        self.outbox.put_owed(self.conn.accept(sid, agent=agent.name, created_at=self._clock()))
+        data = self.conn.accept(sid, agent=agent.name, created_at=self._clock())
+        self._begin_log(sid)
+        self._log(sid, data)
+        self.outbox.put_owed(data)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
+
+    # --- the event log (resumable sessions; docs/resume.md) ------------------------
+
+    def _begin_log(self, sid: str) -> None:
+        """Start the log of a new session: every event it sends from now on is logged."""
+        log, session = self.event_log, self._sessions.get(sid)
+        if log is None or session is None:
+            return
+        ctx = self.conn.sessions.get(sid)
+        config = ctx.config if ctx is not None else None
+        record = SessionRecord(
+            agent=session.agent.name, config=unstructure(config) if config else None
+        )
+        key = (session.principal.key, sid)
+        owner = functools.partial(self._taken_over, sid)
+        log.begin(key, attrs.evolve(record), owner)
+        self._logged[sid] = (key, owner)
+        self._records[sid] = record
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        assert self.event_log is not None
+        self.event_log.ensure_running(self._app.background if self._app is not None else None)
+
+    def _put_record(self, sid: str, **changes: object) -> None:
+        """Queue ``sid`` 's record with ``changes`` and its conversation so far."""
+        entry, record = self._logged.get(sid), self._records.get(sid)
+        if entry is None or record is None:
+            return
+        assert self.event_log is not None
+        ctx = self.conn.sessions.get(sid)
+        if ctx is not None:
+            record.history = unstructure(ctx.history)
+        for name, value in changes.items():
+            setattr(record, name, value)
+        self.event_log.put_record(entry[0], attrs.evolve(record))
+
+    def _taken_over(self, sid: str) -> None:
+        """Another connection of this process resumed ``sid``: it is not ours any more."""
+        self._logged.pop(sid, None)
+        self._records.pop(sid, None)
+        if sid in self._sessions:
+            if not self.detached and sid in self.conn.sessions:
+                with contextlib.suppress(LocalProtocolError, Overloaded):
+                    end = ev.SessionEnd(session_id=sid, reason="resumed")
+                    self.outbox.put_owed(self.conn.send(end))
+            self._drop(sid)
+
+    def _release_log(self, sid: str) -> None:
+        entry = self._logged.pop(sid, None)
+        self._records.pop(sid, None)
+        if entry is not None and self.event_log is not None:
+            self.event_log.release(entry[0], entry[1])
+
+    def detach(self) -> bool:
+        """The peer is gone: logged sessions with a running response go on, into the log.
+
+        The other sessions end (their logs and records stay, to be resumed).
+        Returns whether any session goes on (then :meth:`linger`).
+        """
+        if not self._logged:
+            return False
+        self.detached = True
+        self.outbox = _Discard()
+        for sid, session in list(self._sessions.items()):
+            if session.response is None or sid not in self._logged:
+                self._drop(sid)
+        return bool(self._sessions)
+
+    async def linger(self, limit: float) -> None:
+        """After :meth:`detach`: wait (at most ``limit`` s) for the running responses to end.
+
+        A response still running then ends in the log with ``response.error``
+        ``interrupted`` and its partial output.
+        """
+        with trio.move_on_after(limit):
+            while self.busy:
+                await trio.sleep(0.05)
+        for sid, session in list(self._sessions.items()):
+            ctx = self.conn.sessions.get(sid)
+            tracker = ctx.response if ctx is not None else None
+            if session.response is not None and tracker is not None and sid in self._logged:
+                with contextlib.suppress(LocalProtocolError):
+                    self._log(sid, self.conn.send(interrupted_event(tracker, session_id=sid)))
+                self._put_record(sid, running=None)
+        self.close_all(notify=False)
+        if self.event_log is not None:
+            await self.event_log.flush()
+
+    async def _resume(self, session: _Session, after_id: str) -> None:
+        """Resume ``session`` from its log: created, the missed events, then live.
+
+        See docs/resume.md. A refusal is ``session.error`` with the
+        :class:`~uamp_proto.resume.ResumeError` code; the session is not created.
+        """
+        log, sid = self.event_log, session.id
+        key = (session.principal.key, sid)
+        try:
+            if log is None:
+                raise ResumeError(
+                    "this server keeps no event log; sessions cannot be resumed",
+                    code="resume_unavailable",
+                )
+            record = await log.load(key)
+            if record.agent != session.agent.name:
+                # Another endpoint's session is answered as an unknown one.
+                raise ResumeError(
+                    f"no session {sid!r} to resume: it never existed or was forgotten",
+                    code="unknown_session",
+                )
+            window = await log.window(key)
+            start = start_after(window, await log.find(key, after_id), after_id)
+        except ResumeError as exc:
+            self._refuse(session, exc.code, exc.message)
+            return
+        ctx = self.conn.sessions.get(sid)
+        if ctx is None or self._sessions.get(sid) is not session:
+            return
+        self._restore(sid, record)
+        self.outbox.put_owed(
+            self.conn.accept(
+                sid,
+                agent=session.agent.name,
+                created_at=self._clock(),
+                extensions={RESUMED: True},
+            )
+        )
+        self._start_flusher()
+        try:
+            stream = ResumeStream(start)
+            record = await self._follow(session, key, stream)
+            if self._sessions.get(sid) is not session:
+                return
+            owner = functools.partial(self._taken_over, sid)
+            log.take_over(key)
+            await log.adopt(key, owner)
+            # Anything the previous writer appended before it let go.
+            await self._replay(stream, await log.read(key, stream.cursor))
+        except ResumeError as exc:
+            log.release(key)
+            self._refuse(session, exc.code, exc.message)
+            return
+        record.node = log.node
+        self._logged[sid] = (key, owner)
+        self._records[sid] = record
+        self._restore(sid, record)
+        self._put_record(sid)
+
+    def _refuse(self, session: _Session, code: str, message: str) -> None:
+        self.refusal = (code, message)
+        if session.id in self.conn.sessions:
+            with contextlib.suppress(LocalProtocolError, Overloaded):
+                self._owe(_error(session.id, code, message))
+        self._drop(session.id)
+
+    def _restore(self, sid: str, record: SessionRecord) -> None:
+        """Put the record's conversation and configuration into the core's session."""
+        ctx = self.conn.sessions.get(sid)
+        if ctx is None:
+            return
+        ctx.history = [from_dict(ty.Message, m) for m in record.history]
+        if record.config is not None:
+            ctx.config = from_dict(ty.SessionConfig, record.config)
+
+    async def _replay(self, stream: ResumeStream, entries: Iterable[LogEntry]) -> None:
+        step = stream.backfill(entries)
+        for entry in step.send:
+            await self.outbox.put(entry.data)
+
+    async def _follow(
+        self, session: _Session, key: LogKey, stream: ResumeStream
+    ) -> SessionRecord:
+        """Send the log from the stream's cursor on until no response runs elsewhere.
+
+        A response running in another connection or process streams on into
+        this one through the log; one whose process is gone (no heartbeat)
+        is ended in the log with ``response.error`` ``interrupted`` by the
+        first process that notices (:meth:`EventLog.claim`). Returns the
+        session's record once nobody else runs a response.
+        """
+        log = self.event_log
+        assert log is not None
+        while True:
+            entries = await log.read(key, stream.cursor)
+            if entries:
+                await self._replay(stream, entries)
+                continue
+            record = await log.load(key)
+            running = record.running
+            if running is None:
+                return record
+            if not log.writing(key) and not (
+                record.node != log.node and await log.alive(record.node)
+            ):
+                # Nobody runs it any more: its process stopped mid-stream.
+                await self._interrupt_orphan(key, record, running, session.id)
+                continue
+            await self._replay(stream, await log.wait(key, stream.cursor, timeout=0.5))
+
+    async def _interrupt_orphan(
+        self, key: LogKey, record: SessionRecord, running: str, sid: str
+    ) -> None:
+        log = self.event_log
+        assert log is not None
+        if not await log.claim(key, running):
+            await trio.sleep(0.1)  # another process is ending it
+            return
+        window = await log.adopt(key)
+        held = await log.read(key, 0, limit=max(window, 1))
+        error = interrupted(running, [e.data for e in held], session_id=sid)
+        event_id = random_ids("evt")
+        log.append(key, encode(attrs.evolve(error, event_id=event_id)), event_id)
+        record.running = None
+        log.put_record(key, attrs.evolve(record))
+        await log.flush()
+        log.release(key)
 
     # --- authentication (spec 000 section 10.3; docs/security.md) ---------------
 
-    async def _admit(self, auth: Authenticator, session: _Session, token: str) -> None:
-        """Verify a ``session.create`` token: created, or ``session.error`` ``unauthorized``."""
+    async def _admit(
+        self,
+        auth: Authenticator | None,
+        session: _Session,
+        token: str | None,
+        resume: str | None = None,
+    ) -> None:
+        """Verify a ``session.create`` token: created, or ``session.error`` ``unauthorized``.
+
+        With ``resume`` (the ``resume_from`` event id) the session is then
+        resumed from its log (:meth:`_resume`). Without ``auth`` the
+        connection's principal is the session's.
+        """
         try:
-            principal: Principal | None = await auth.authenticate(token)
-            reason = ""
+            if auth is None or token is None:
+                principal: Principal | None = session.principal
+                reason = ""
+            else:
+                principal = await auth.authenticate(token)
+                reason = ""
         except AuthError as exc:
             principal, reason = None, exc.message
         try:
@@ -752,7 +1048,10 @@ class SessionHost:
                 self._drop(session.id)
                 return
             session.principal, session.token = principal, token
-            self._accept(session.id, session.agent)
+            if resume is not None:
+                await self._resume(session, resume)
+            else:
+                self._accept(session.id, session.agent)
         except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
             log.info("session %s: cannot answer its session.create: %s", session.id, exc)
         finally:
@@ -817,6 +1116,7 @@ class SessionHost:
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
 
     def _drop(self, sid: str) -> None:
+        self._release_log(sid)
         session = self._sessions.pop(sid, None)
         if session is None:
             return
@@ -985,6 +1285,7 @@ class SessionHost:
         except LocalProtocolError as exc:  # pragma: no cover - allowed in every state
             log.info("payment.balance not sent: %s", exc)
             return
+        self._log(session.id, data)
         # In order after the response's last event (an owed reply would jump
         # the queue); a client whose outbox is full misses this update.
         if not self.outbox.offer(data):
@@ -1118,12 +1419,17 @@ class SessionHost:
     ) -> None:
         """Run one response; a cancel of the worker's scope propagates out."""
         self.outbox.producers += 1
+        logged = session.id in self._logged
+        if logged:
+            self._put_record(session.id, running=response.id)
         try:
             await self._run_response(session, response, create)
         except _SessionGone:
             pass
         finally:
             self.outbox.producers -= 1
+            if logged:
+                self._put_record(session.id, running=None)
             if session.response is response and not response.cancel_requested:
                 session.response = None
 
@@ -1289,12 +1595,20 @@ class SessionHost:
                 log.warning("dropping %s of agent %r: %s", event.type, session.agent.name, exc)
                 return
             break
+        logged = self._logged.get(session.id)
+        if logged is not None:
+            assert self.event_log is not None
+            self.event_log.append(logged[0], data, conn.last_event_id)
         outbox, quota = self.outbox, session.quota
         if not outbox.offer(data, quota):
-            if isinstance(event, _TERMINAL):
-                # The core has ended the response: a cancel landing now must
-                # not lose the event that tells the client so.
-                with trio.CancelScope(shield=True):
-                    await outbox.put(data, quota)
-            else:
-                await outbox.put(data, quota)  # waits for room, or raises OutboxClosed
+            try:
+                if isinstance(event, _TERMINAL):
+                    # The core has ended the response: a cancel landing now must
+                    # not lose the event that tells the client so.
+                    with trio.CancelScope(shield=True):
+                        await outbox.put(data, quota)
+                else:
+                    await outbox.put(data, quota)  # waits for room, or raises OutboxClosed
+            except OutboxClosed:
+                if not self.detached:
+                    raise  # else the log has it: the response goes on

@@ -19,6 +19,12 @@ side (docs/relay.md):
   again, and closes (``session.end`` reason ``timeout`` for every session,
   then close code 1001) a connection whose host is not busy and that sent
   nothing for ``idle_timeout``.
+
+A UAMP session host keeps an event log (docs/resume.md): the writer makes
+sure a batch is in the log before it writes it, and when the socket goes
+away the host *detaches* instead of closing -- its running responses go on
+into the log, the reader and writer stop, and :func:`serve_host` lingers
+until those responses end, for a resumed connection to pick them up.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from ..engines.ws_frames import (
     FrameEngine,
     WebSocketClosed,
 )
-from .sessions import Outbox, OutboxClosed, Overloaded, SessionLimits
+from .sessions import Outbox, OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 __all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"]
 
@@ -96,14 +102,18 @@ class _Connection:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:
             log.debug("UAMP WebSocket closed: %s", closed)
-            host.close_all(notify=False)
-            host.outbox.close()
+            outbox = host.outbox
+            # Resumable sessions with a response running go on into their log.
+            if not (isinstance(host, SessionHost) and host.detach()):
+                host.close_all(notify=False)
+            outbox.close()
         except Overloaded as exc:
             log.info("dropping a UAMP WebSocket peer: %s", exc)
             self.shut(CLOSE_POLICY_VIOLATION, "too many unread replies")
 
     async def writer(self) -> None:
         engine, outbox = self.engine, self.host.outbox
+        events = self.host.event_log if isinstance(self.host, SessionHost) else None
         try:
             while True:
                 try:
@@ -116,6 +126,10 @@ class _Connection:
                         await self._send(tail)
                     return
                 batch = await outbox.take_more(batch)
+                if events is not None and events.pending:
+                    # What the peer sees is in the log first: a resume (maybe on
+                    # another process) never names an event the log lacks.
+                    await events.flush()
                 if engine.closed is None:
                     text = engine.text
                     for message in batch:
@@ -216,14 +230,24 @@ async def serve_host(
     async with trio.open_nursery() as nursery:
         host = make_host(nursery)
         conn = _Connection(stream, frames, host, limits)
-        conn.scope = nursery.cancel_scope
-        nursery.start_soon(conn.writer)
-        nursery.start_soon(conn.keeper)
-        await conn.reader(initial_data)
-        host.close_all(notify=False)
-        conn.shut(CLOSE_NORMAL, "")
-        with trio.move_on_after(CLOSE_GRACE):
-            await conn.writer_done.wait()
+        detached = False
+        async with trio.open_nursery() as io:
+            conn.scope = io.cancel_scope
+            io.start_soon(conn.writer)
+            io.start_soon(conn.keeper)
+            await conn.reader(initial_data)
+            detached = isinstance(host, SessionHost) and host.detached
+            if not detached:
+                host.close_all(notify=False)
+            conn.shut(CLOSE_NORMAL, "")
+            with trio.move_on_after(CLOSE_GRACE):
+                await conn.writer_done.wait()
+            io.cancel_scope.cancel()
+        if detached:
+            assert isinstance(host, SessionHost)
+            # The socket is gone; its running responses finish into the log,
+            # where a resumed connection picks them up (docs/resume.md).
+            await host.linger(limits.idle_timeout)
         nursery.cancel_scope.cancel()
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await trio.aclose_forcefully(stream)

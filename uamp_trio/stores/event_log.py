@@ -362,13 +362,14 @@ class EventLog(abc.ABC):
 
 
 class _MemoryLog:
-    __slots__ = ("entries", "index", "last", "record")
+    __slots__ = ("entries", "index", "last", "record", "size")
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
         self.entries: deque[LogEntry] = deque()
         self.index: dict[str, int] = {}
         self.last = 0
+        self.size = 0
 
 
 class MemoryEventLog(EventLog):
@@ -378,6 +379,9 @@ class MemoryEventLog(EventLog):
         retention: How much is kept, and how long.
         max_sessions: Most sessions kept; past it the least recently active
             is forgotten.
+        max_bytes: Most event bytes kept over all sessions; past it the
+            least recently active sessions' logs are dropped first (their
+            records stay, so a resume says ``beyond_retention``).
         clock: Wall-clock seconds.
     """
 
@@ -386,12 +390,16 @@ class MemoryEventLog(EventLog):
         retention: Retention | None = None,
         *,
         max_sessions: int = 10_000,
+        max_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(retention, clock=clock)
-        if max_sessions < 1:
-            raise ValueError("max_sessions must be at least 1")
+        if max_sessions < 1 or max_bytes < 1:
+            raise ValueError("max_sessions and max_bytes must be at least 1")
         self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        #: Event bytes held over all sessions.
+        self.size = 0
         self._logs: dict[LogKey, _MemoryLog] = {}
 
     def __len__(self) -> int:
@@ -420,19 +428,43 @@ class MemoryEventLog(EventLog):
         log.index[entry.event_id] = entry.position
         log.last = entry.position
         log.record.updated = written
+        n = len(entry.data)
+        log.size += n
+        self.size += n
         keep = self.retention.max_events
         while len(log.entries) > keep:
-            old = log.entries.popleft()
-            if log.index.get(old.event_id) == old.position:
-                del log.index[old.event_id]
+            self._pop_oldest(log)
+        if self.size > self.max_bytes:
+            self._shed(log)
+
+    def _pop_oldest(self, log: _MemoryLog) -> None:
+        old = log.entries.popleft()
+        if log.index.get(old.event_id) == old.position:
+            del log.index[old.event_id]
+        log.size -= len(old.data)
+        self.size -= len(old.data)
+
+    def _shed(self, current: _MemoryLog) -> None:
+        """Drop events of the least recently active sessions until under ``max_bytes``."""
+        for log in sorted(self._logs.values(), key=lambda x: x.record.updated):
+            while log.entries and self.size > self.max_bytes:
+                if log is current and len(log.entries) == 1:
+                    return  # the event just appended stays
+                self._pop_oldest(log)
+            if self.size <= self.max_bytes:
+                return
 
     def _reset(self, key: LogKey, record: SessionRecord) -> None:
         self._sweep()
-        self._logs.pop(key, None)
+        self._forget(key)
         while len(self._logs) >= self.max_sessions:
-            oldest = min(self._logs, key=lambda k: self._logs[k].record.updated)
-            del self._logs[oldest]
+            self._forget(min(self._logs, key=lambda k: self._logs[k].record.updated))
         self._logs[key] = _MemoryLog(attrs.evolve(record))
+
+    def _forget(self, key: LogKey) -> None:
+        log = self._logs.pop(key, None)
+        if log is not None:
+            self.size -= log.size
 
     def _sweep(self) -> None:
         now = self.clock()
@@ -440,7 +472,7 @@ class MemoryEventLog(EventLog):
             k for k, log in self._logs.items() if self.retention.forgotten(log.record.updated, now)
         ]
         for k in gone:
-            del self._logs[k]
+            self._forget(k)
 
     async def _write(self, batch: list[Op]) -> None:  # pragma: no cover - never queued
         for op in batch:
@@ -472,5 +504,5 @@ class MemoryEventLog(EventLog):
         return [entries[i] for i in range(start, min(len(entries), start + limit))]
 
     async def drop(self, key: LogKey) -> None:
-        self._logs.pop(key, None)
+        self._forget(key)
         self.release(key)

@@ -285,3 +285,26 @@ def test_open_event_log_picks_the_store(tmp_path: Path, redis_url: str) -> None:
     assert isinstance(open_event_log(f"sqlite:{tmp_path / 'a.db'}"), SqliteEventLog)
     assert isinstance(open_event_log(str(tmp_path / "b.db")), SqliteEventLog)
     assert isinstance(open_event_log(redis_url), RedisEventLog)
+
+
+async def test_the_memory_log_stays_under_its_byte_budget() -> None:
+    from uamp_trio.stores.event_log import MemoryEventLog
+
+    clock = Clock()
+    log = MemoryEventLog(max_bytes=2000, clock=clock)
+    for sid in ("old", "new"):
+        await log.open(key(sid), SessionRecord(agent="demo"))
+    for n in range(1, 51):
+        clock.now += 1
+        log.append(key("old"), ev(n) + b" " * 60, f"evt.{n}")
+    for n in range(51, 61):
+        clock.now += 1
+        log.append(key("new"), ev(n) + b" " * 60, f"evt.{n}")
+    assert log.size <= 2000
+    # The least recently active session lost its oldest events first.
+    assert (await log.window(key("new"))) == LogWindow(1, 10)
+    old = await log.window(key("old"))
+    assert old.last == 50 and old.first > 1
+    with pytest.raises(ResumeError) as caught:
+        start_after(old, await log.find(key("old"), "evt.1"), "evt.1")
+    assert caught.value.code == "beyond_retention"
