@@ -54,7 +54,7 @@ def ensure_chromium() -> tuple[str, str]:
 
 
 def start_chrome(width: int = 1280, height: int = 800) -> webdriver.Chrome:
-    """A headless Chromium driven by chromedriver, with the page's console log kept."""
+    """A headless Chromium driven by chromedriver, keeping the console and network logs."""
     browser, driver = ensure_chromium()
     options = webdriver.ChromeOptions()
     options.binary_location = browser
@@ -69,7 +69,7 @@ def start_chrome(width: int = 1280, height: int = 800) -> webdriver.Chrome:
         f"--window-size={width},{height}",
     ):
         options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(driver))
 
 

@@ -10,6 +10,7 @@ the DOM the user sees. The desktop screenshot is saved to
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,7 @@ def browser(chrome: WebDriver) -> Iterator[WebDriver]:
     chrome.execute_script("try { localStorage.clear(); } catch (e) {}")
     chrome.get("about:blank")  # no reconnecting page left behind for the next test
     chrome.get_log("browser")  # drained
+    chrome.get_log("performance")
 
 
 def no_page_errors(driver: WebDriver, allowed: str = "$^") -> None:
@@ -66,6 +68,16 @@ def no_page_errors(driver: WebDriver, allowed: str = "$^") -> None:
 
 def wait(driver: WebDriver, what: Callable[[WebDriver], Any], seconds: float = 20) -> Any:
     return WebDriverWait(driver, seconds, poll_frequency=0.05).until(what)
+
+
+def websocket_urls(driver: WebDriver) -> list[str]:
+    """The URLs of the WebSockets the page opened (from the network log)."""
+    found = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.webSocketCreated":
+            found.append(message["params"]["url"])
+    return found
 
 
 def panes(driver: WebDriver) -> list[WebElement]:
@@ -271,17 +283,21 @@ def test_the_token_field_opens_sessions_on_a_gated_server(
         assert replies(pane) == []
 
         token = browser.find_element(By.ID, "token")
+        assert browser.switch_to.active_element == token  # the page asks for one
         token.send_keys("not-the-key", Keys.ENTER)
-        wait(browser, lambda d: d.find_element(By.ID, "status").text == "refused: check the token")
-        assert pane.get_attribute("data-state") != "ready"
+        wait(browser, lambda d: len(pane.find_elements(By.CSS_SELECTOR, ".notice.error")) == 2)
+        assert pane.get_attribute("data-state") == "failed"
+        assert "not-the-key" not in pane.text  # the page never echoes a token
 
         token.clear()
         token.send_keys("k-browser-test-0123456789", Keys.ENTER)
         wait(browser, lambda d: pane.get_attribute("data-state") == "ready")
+        # The token went in session.create, never in a URL the browser opened.
+        assert websocket_urls(browser) == [url.replace("http:", "ws:") + "/uamp"]
         say(pane, "let me in")
         reply = finished(pane, 1)
         assert reply.find_element(By.CSS_SELECTOR, ".body").text == "You said: let me in"
-        no_page_errors(browser, allowed="HTTP Authentication failed")  # the wrong key
+        no_page_errors(browser)
 
 
 def test_a_payment_prompt_takes_a_pasted_token(browser: WebDriver, tmp_path: Path) -> None:

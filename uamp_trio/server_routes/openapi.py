@@ -105,6 +105,9 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Health", "Readiness: serving, with agents hosted (else 503)", None, "Ready"
     ),
     ("GET", "/openapi.json"): Operation("Health", "This document"),
+    ("GET", "/metrics"): Operation(
+        "Health", "Metrics in the Prometheus text format", response="Text", media=("text/plain",)
+    ),
     ("GET", "/"): Operation("Playground", "The playground page", media=("text/html",)),
     ("GET", ""): Operation("Playground", "A redirect to the playground page", status="308"),
     ("GET", "/playground/{file}"): Operation(
@@ -131,6 +134,7 @@ def _array(items: dict[str, Any]) -> dict[str, Any]:
 #: The schemas the operations name (loose where the protocol's own spec is the reference).
 SCHEMAS: dict[str, Any] = {
     "Object": _OBJECT,
+    "Text": _STRING,
     "OpenAIError": _object(
         "error",
         error=_object(

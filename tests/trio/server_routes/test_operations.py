@@ -92,6 +92,7 @@ async def test_openapi_is_valid_and_lists_every_mounted_route(serve_app: Any) ->
         for method, op in ops.items()
         if op.get("x-uamp-undocumented")
     ]
+    # A new route needs its line in uamp_trio/server_routes/openapi.py OPERATIONS.
     assert undocumented == []
     websockets = {w["path"] for w in doc["x-uamp-websockets"]}
     assert {"/agents/{agent}/uamp", "/agents/{agent}/realtime", "/uamp"} <= websockets

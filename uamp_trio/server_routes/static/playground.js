@@ -1,8 +1,11 @@
 // The uamp playground: one UAMP WebSocket, one multiplexed session per pane.
 //
-// Theory of operation: the page opens `/uamp` (with `?token=` when the user
-// gave one) and proposes its own session id in each `session.create`, so
-// every event the server sends is routed to its pane by `session_id`. A pane
+// Theory of operation: the page opens `/uamp` and proposes its own session id
+// in each `session.create`, so every event the server sends is routed to its
+// pane by `session_id`. A bearer token goes in `session.create.token` (and
+// `session.update` when it changes), never in the URL, where proxies and
+// access logs would keep it: the server accepts a UAMP socket without a
+// token and authenticates each session instead. A pane
 // keeps the response in flight; text deltas are appended to its raw text and
 // the markdown is re-rendered at most once per animation frame. The markdown
 // renderer escapes every character of the input before it adds any tag, and
@@ -160,8 +163,7 @@
 
   function wsUrl() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    const token = tokenInput.value.trim();
-    return `${scheme}//${location.host}/uamp${token ? `?token=${encodeURIComponent(token)}` : ""}`;
+    return `${scheme}//${location.host}/uamp`;
   }
 
   function send(event) {
@@ -193,11 +195,10 @@
       try { event = JSON.parse(msg.data); } catch (_) { return; }
       route(event);
     };
-    ws.onclose = (ev) => {
+    ws.onclose = () => {
       if (socket !== ws) return;
       for (const pane of panes.values()) pane.disconnected();
-      const refused = ev.code === 1006 && retry === 0 && tokenInput.value;
-      setStatus("closed", refused ? "refused: check the token" : "offline, retrying");
+      setStatus("closed", "offline, retrying");
       retry = Math.min(retry + 1, 5);
       retryTimer = setTimeout(connect, 500 * 2 ** retry);
     };
@@ -241,6 +242,7 @@
     }
 
     open() {
+      if (this.id) panes.delete(this.id);
       this.id = randomId("sess_");
       this.node.dataset.sessionId = this.id;
       $(".session-id", this.node).textContent = this.id.slice(0, 13);
@@ -595,10 +597,19 @@
   }
 
   $("#new-session").addEventListener("click", newSession);
+  // A new token: open sessions take it with session.update, the others open again with it.
   $("#token-form").addEventListener("submit", (e) => {
     e.preventDefault();
-    retry = 0;
-    connect();
+    if (!socket || socket.readyState !== WebSocket.OPEN) {
+      retry = 0;
+      connect();
+      return;
+    }
+    const token = tokenInput.value.trim();
+    for (const pane of allPanes) {
+      if (pane.node.dataset.state !== "ready") pane.open();
+      else if (token) send({ type: "session.update", session_id: pane.id, token });
+    }
   });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape") {
