@@ -34,20 +34,14 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from . import events as ev
 from . import types as ty
 from ._state import RESPONSE_OUTCOMES, TERMINAL_RESPONSE_STATES, ResponseState
 from .errors import RemoteProtocolError
 
 __all__ = ["AssistantGather", "ResponseState", "ResponseTracker", "add_usage"]
-
-
-def _sum(a: float | None, b: float | None) -> Any:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
 
 
 class AssistantGather:
@@ -80,40 +74,29 @@ class AssistantGather:
 
 def add_usage(a: ty.UsageStats | None, b: ty.UsageStats | None) -> ty.UsageStats | None:
     """The field-wise sum of two usage records (absent fields stay absent)."""
+    summed: ty.UsageStats | None = _add_fields(a, b)
+    return summed
+
+
+#: Usage records :func:`add_usage` adds field by field (a cost, audio seconds).
+_USAGE_RECORDS = (ty.UsageStats, ty.UsageCost, ty.AudioUsage)
+
+
+def _add_fields(a: Any, b: Any) -> Any:
+    """Numbers add, nested usage records add field-wise, text keeps the first
+    present (a cost's currency); unknown members are not carried over."""
     if a is None:
         return b
     if b is None:
         return a
-    cost = a.cost
-    if b.cost is not None:
-        cost = (
-            b.cost
-            if cost is None
-            else ty.UsageCost(
-                input_cost=_sum(cost.input_cost, b.cost.input_cost),
-                output_cost=_sum(cost.output_cost, b.cost.output_cost),
-                total_cost=_sum(cost.total_cost, b.cost.total_cost),
-                currency=cost.currency or b.cost.currency,
-            )
-        )
-    audio = a.audio
-    if b.audio is not None:
-        audio = (
-            b.audio
-            if audio is None
-            else ty.AudioUsage(
-                input_seconds=_sum(audio.input_seconds, b.audio.input_seconds),
-                output_seconds=_sum(audio.output_seconds, b.audio.output_seconds),
-            )
-        )
-    return ty.UsageStats(
-        input_tokens=_sum(a.input_tokens, b.input_tokens),
-        output_tokens=_sum(a.output_tokens, b.output_tokens),
-        total_tokens=_sum(a.total_tokens, b.total_tokens),
-        cached_tokens=_sum(a.cached_tokens, b.cached_tokens),
-        cost=cost,
-        audio=audio,
-    )
+    if not isinstance(a, _USAGE_RECORDS):
+        return (a or b) if isinstance(a, str) else a + b
+    values = {
+        f.name: _add_fields(getattr(a, f.name), getattr(b, f.name))
+        for f in attrs.fields(type(a))
+        if f.name != "unknown"
+    }
+    return type(a)(**values)
 
 
 class _Slot:

@@ -14,6 +14,7 @@ from uamp_proto import DecodeError, codec, decode, encode
 from uamp_proto import events as ev
 
 from . import strategies as S
+from .damage import edit, outcome, paths
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: Per-class tests run once for each event class: fewer examples each.
@@ -81,28 +82,6 @@ def test_compiled_hooks_match_generic(cls: type[Any], data: st.DataObject) -> No
     assert type(from_compiled) is cls
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
-    if not path:
-        return new
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        return {**value, head: _replace(value[head], rest, new)}
-    copy = list(value)
-    copy[head] = _replace(value[head], rest, new)
-    return copy
-
-
 _FAILED = object()
 
 
@@ -115,14 +94,6 @@ def _generic_decode(wire: dict[str, Any]) -> Any:
         raise codec._refused(wire["type"], wire) from None
 
 
-def _outcome(decode_fn: Any, wire: Any) -> Any:
-    """The event, or the (message, path, ids) of the DecodeError raised."""
-    try:
-        return decode_fn(wire)
-    except DecodeError as exc:
-        return (exc.message, exc.path, exc.event_type, exc.event_id, exc.session_id)
-
-
 @pytest.mark.parametrize("cls", EVENT_CLASSES, ids=lambda c: c.type)
 @PER_CLASS
 @given(data=st.data())
@@ -132,33 +103,19 @@ def test_compiled_and_generic_agree_on_damaged_input(cls: type[Any], data: st.Da
     event = data.draw(S.instances(cls))
     wire = orjson.loads(encode(event))
     # The event's own "type" picks the hook; damaging it tests nothing here.
-    paths = [p for p in _paths(wire) if p != ("type",)]
-    assume(paths)  # a bare {"type": "ping"} has nothing else to damage
-    path = data.draw(st.sampled_from(paths))
+    places = [p for p in paths(wire) if p != ("type",)]
+    assume(places)  # a bare {"type": "ping"} has nothing else to damage
+    path = data.draw(st.sampled_from(places))
     if data.draw(st.booleans()):
-        damaged = _drop(wire, path)
+        damaged = edit(wire, path, drop=True)
     else:
-        damaged = _replace(wire, path, data.draw(S.json_values))
-    generic = _outcome(_generic_decode, damaged)
-    compiled = _outcome(codec.decode_object, damaged)
+        damaged = edit(wire, path, data.draw(S.json_values))
+    generic = outcome(_generic_decode, damaged)
+    compiled = outcome(codec.decode_object, damaged)
     if isinstance(generic, tuple):
         assert compiled == generic
     else:
         assert_same(compiled, generic, cls.type)
-
-
-def _drop(value: Any, path: tuple[Any, ...]) -> Any:
-    """``value`` without the key at ``path``."""
-    if len(path) == 1:
-        if isinstance(value, list):
-            return value[: path[0]] + value[path[0] + 1 :]
-        return {k: v for k, v in value.items() if k != path[0]}
-    head = path[0]
-    if isinstance(value, dict):
-        return {**value, head: _drop(value[head], path[1:])}
-    copy = list(value)
-    copy[head] = _drop(value[head], path[1:])
-    return copy
 
 
 # --- fuzz: any input gives an event or a DecodeError, nothing else ------------

@@ -189,3 +189,42 @@ def test_terminal_events_carry_the_accumulated_output() -> None:
     assert done.response.status == "completed" and done.signature == "sig"
     err = t.error_event("boom", "it broke", {"retry_after": 1})
     assert err.error.code == "boom" and err.error.details == {"retry_after": 1}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "total"),
+    [
+        (
+            ty.UsageStats(input_tokens=1, output_tokens=2, cached_tokens=None),
+            ty.UsageStats(input_tokens=3, cached_tokens=4),
+            ty.UsageStats(input_tokens=4, output_tokens=2, cached_tokens=4),
+        ),
+        (
+            ty.UsageStats(cost=ty.UsageCost(input_cost=0.5, currency="USD")),
+            ty.UsageStats(cost=ty.UsageCost(input_cost=0.25, output_cost=1.0, currency="EUR")),
+            ty.UsageStats(cost=ty.UsageCost(input_cost=0.75, output_cost=1.0, currency="USD")),
+        ),
+        (
+            ty.UsageStats(cost=ty.UsageCost(total_cost=1.0)),
+            ty.UsageStats(cost=ty.UsageCost(currency="USD")),
+            ty.UsageStats(cost=ty.UsageCost(total_cost=1.0, currency="USD")),
+        ),
+        (
+            ty.UsageStats(audio=ty.AudioUsage(input_seconds=1.0, output_seconds=2.0)),
+            ty.UsageStats(audio=ty.AudioUsage(output_seconds=0.5), total_tokens=7),
+            ty.UsageStats(
+                audio=ty.AudioUsage(input_seconds=1.0, output_seconds=2.5), total_tokens=7
+            ),
+        ),
+        (
+            ty.UsageStats(input_tokens=1, unknown={"x": 1}),
+            ty.UsageStats(input_tokens=1),
+            ty.UsageStats(input_tokens=2),
+        ),
+    ],
+)
+def test_add_usage_sums_field_by_field(
+    a: ty.UsageStats, b: ty.UsageStats, total: ty.UsageStats
+) -> None:
+    assert add_usage(a, b) == total
+    assert add_usage(a, None) is a and add_usage(None, b) is b

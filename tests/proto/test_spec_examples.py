@@ -14,6 +14,8 @@ from uamp_proto import codec, decode, encode
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 
+from .damage import edit, outcome, paths
+
 FIXTURES = Path(__file__).parent / "fixtures" / "spec_000_examples.json"
 EXAMPLES: list[dict[str, Any]] = [e for e in json.loads(FIXTURES.read_text()) if "json" in e]
 
@@ -82,42 +84,6 @@ def test_no_example_lands_in_unknown() -> None:
 _WRONG_VALUES: list[Any] = [None, 5, 1.5, True, "x", [], {}]
 
 
-def _leaf_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _leaf_paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _leaf_paths(v, (*prefix, i))
-    return out
-
-
-def _edit(value: Any, path: tuple[Any, ...], new: Any, *, drop: bool = False) -> Any:
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        if not rest:
-            return {k: v for k, v in value.items() if k != head} if drop else {**value, head: new}
-        return {**value, head: _edit(value[head], rest, new, drop=drop)}
-    copy = list(value)
-    if not rest:
-        if drop:
-            del copy[head]
-        else:
-            copy[head] = new
-        return copy
-    copy[head] = _edit(value[head], rest, new, drop=drop)
-    return copy
-
-
-def _outcome(fn: Any, value: Any) -> Any:
-    """The value ``fn`` gives, or the details of the DecodeError it raises."""
-    try:
-        return fn(value)
-    except codec.DecodeError as exc:
-        return (exc.message, exc.path, exc.event_type, exc.event_id, exc.session_id)
-
-
 def _paths_for(cls: type[Any]) -> tuple[Any, Any]:
     """(compiled, generic) structure functions of ``cls``; both raise
     DecodeError, the generic one describing the cattrs failure the same way."""
@@ -157,10 +123,10 @@ def test_compiled_and_generic_paths_agree(example: dict[str, Any]) -> None:
     assert orjson.dumps(hooks.unstructure_fn(cls)(value)) == orjson.dumps(
         codec.converter.unstructure(value)
     )
-    for path in _leaf_paths(original):
+    for path in paths(original):
         if path == ("type",) and example["kind"] == "event":
             continue  # the type picks the class; damaging it compares nothing
-        variants = [_edit(original, path, None, drop=True)]
-        variants += [_edit(original, path, wrong) for wrong in _WRONG_VALUES]
+        variants = [edit(original, path, None, drop=True)]
+        variants += [edit(original, path, wrong) for wrong in _WRONG_VALUES]
         for damaged in variants:
-            assert _outcome(compiled, damaged) == _outcome(generic, damaged), (path, damaged)
+            assert outcome(compiled, damaged) == outcome(generic, damaged), (path, damaged)

@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from .. import types as ty
+from ..codec import json_type_name
 from ..errors import UampError
 
 __all__ = [
@@ -63,21 +64,14 @@ class ToolFormError(UampError):
     code: str = "invalid_value"
 
 
+#: The article each JSON type takes in a sentence (``"null"`` takes none).
+_ARTICLE = {"boolean": "a ", "number": "a ", "string": "a ", "array": "an ", "object": "an "}
+
+
 def kind_of(value: object) -> str:
     """A JSON value's kind for error messages: ``"a string"``, ``"null"`` ..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    name = json_type_name(value)
+    return _ARTICLE.get(name, "") + name
 
 
 def _obj(value: object, param: str) -> dict[str, Any]:

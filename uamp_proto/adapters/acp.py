@@ -574,9 +574,7 @@ class UpdateEncoder:
             return out
         if isinstance(delta, ty.DeltaToolProgress):
             prog = delta.tool_progress
-            out = []
-            if prog.call_id not in self._calls:
-                out.append(self._start(prog.call_id, None, "in_progress"))
+            out = self._known(prog.call_id)
             out.append(
                 {
                     "sessionUpdate": "tool_call_update",
@@ -588,9 +586,7 @@ class UpdateEncoder:
             return out
         if isinstance(delta, ty.DeltaToolResult):
             res = delta.tool_result
-            out = []
-            if res.call_id not in self._calls:
-                out.append(self._start(res.call_id, None, "in_progress"))
+            out = self._known(res.call_id)
             state = self._calls[res.call_id]
             failed = res.status in ("error", "failed")
             state["status"] = "failed" if failed else "completed"
@@ -607,6 +603,12 @@ class UpdateEncoder:
             out.append(update)
             return out
         return []
+
+    def _known(self, call_id: str) -> list[dict[str, Any]]:
+        """The ``tool_call`` start a call not seen before needs first (or nothing)."""
+        if call_id in self._calls:
+            return []
+        return [self._start(call_id, None, "in_progress")]
 
     def unanswered(self, call_ids: list[str]) -> list[dict[str, Any]]:
         """Updates failing client tool calls nobody over ACP can run."""

@@ -548,7 +548,9 @@ class _Http1Connection:
             )
         chunks: list[bytes] = []
         size = 0
-        # Usually the body came with the head: take it without a timeout scope.
+        # Usually the body came with the head: take it without a timeout
+        # scope. Waiting for the rest runs under one deadline for all of it.
+        deadline: float | None = None
         while True:
             event = conn.next_event()
             if isinstance(event, h11.Data):
@@ -561,28 +563,17 @@ class _Http1Connection:
             elif isinstance(event, h11.EndOfMessage):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
             elif event is h11.NEED_DATA:
-                break
+                if deadline is None:
+                    deadline = trio.current_time() + self.cfg.body_timeout
+                with trio.move_on_at(deadline):
+                    conn.receive_data(await self._receive())
+                    continue
+                await self._send_error(
+                    408, "Timed out waiting for the request body.", "request_timeout"
+                )
+                raise _Close
             else:  # ConnectionClosed mid-body
                 raise _Close
-        with trio.move_on_after(self.cfg.body_timeout) as scope:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await self._receive())
-                elif isinstance(event, h11.Data):
-                    size += len(event.data)
-                    if size > limit:
-                        await self._too_large()
-                    if not self._take(len(event.data)):
-                        raise _OverBudget
-                    chunks.append(bytes(event.data))
-                elif isinstance(event, h11.EndOfMessage):
-                    return b"".join(chunks)
-                else:  # ConnectionClosed mid-body
-                    raise _Close
-        assert scope.cancelled_caught
-        await self._send_error(408, "Timed out waiting for the request body.", "request_timeout")
-        raise _Close
 
     async def _send_templated(self, response: Response | StreamingResponse) -> bool:
         """Write ``response`` without h11, from a head template; whether it could.

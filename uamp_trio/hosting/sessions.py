@@ -330,11 +330,7 @@ class Outbox:
                 raise OutboxClosed
             await self._ready.park()
         self._poked = False
-        out = list(self._owed)
-        self._owed.clear()
-        out.extend(self._items)
-        self._taken()
-        return out
+        return self._drain_into([])
 
     async def take_more(self, batch: list[bytes], rounds: int = 32) -> list[bytes]:
         """Let ready producers add to ``batch`` before it is written (coalescing).
@@ -356,10 +352,15 @@ class Outbox:
             if len(self._items) + len(self._owed) == before:
                 break
         if self._items or self._owed:
-            batch.extend(self._owed)
-            self._owed.clear()
-            batch.extend(self._items)
-            self._taken()
+            self._drain_into(batch)
+        return batch
+
+    def _drain_into(self, batch: list[bytes]) -> list[bytes]:
+        """Move everything queued (owed replies first) onto ``batch``; free quotas, wake producers."""
+        batch.extend(self._owed)
+        self._owed.clear()
+        batch.extend(self._items)
+        self._taken()
         return batch
 
     def close(self) -> None:
