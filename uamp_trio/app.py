@@ -6,18 +6,17 @@ policy, response signer, background nursery), the shared state (the
 :class:`~uamp_trio.stores.Stores`: A2A tasks, ACP sessions, the tracker of
 HTTP+SSE sessions) and the middleware chain. The app creates that state once,
 from its arguments; a transport builds none of its own but takes the store it
-needs from the host it is mounted on (or as an explicit argument of its
-configured form, e.g. ``a2a.transport(store=...)``). The app is the only
-module that imports the transports: :func:`create_app` mounts the built-in
-ones, each a plain ``mount(host)`` function that knows nothing of the others.
-The routes of the server itself, not of a transport, are mounted here: ``GET
+needs from the host it is mounted on. The app is the only module that imports
+the transports: :func:`create_app` mounts the built-in ones, each a plain
+``mount(host)`` function that knows nothing of the others. The routes of the
+server itself, not of a transport, are mounted here: ``GET
 /.well-known/jwks.json`` (and ``/agents/{name}/.well-known/jwks.json``), the
 public keys of response signatures, whichever transports are mounted (404
 while the app has no :attr:`~Host.response_signer`); ``GET /healthz`` and
 ``/readyz``, ``GET /openapi.json`` and the playground (``GET /``,
 ``/agents/{name}/``), each from :mod:`uamp_trio.server_routes`. Arrows point
-down only: ``cli -> app -> transports -> hosting -> engines -> uamp_proto`` (see
-docs/architecture.md).
+down only: ``cli -> app -> transports -> hosting -> engines -> uamp_proto``
+(see docs/architecture.md).
 
 Theory of operation
 -------------------
@@ -36,6 +35,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from typing import TypedDict, Unpack
 
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.responder import Responder
@@ -64,6 +64,7 @@ from .trust.gate import AuthGate
 __all__ = [
     "AGENT_PREFIX",
     "App",
+    "AppOptions",
     "Router",
     "Stores",
     "Transport",
@@ -219,31 +220,32 @@ def default_transports() -> Sequence[Transport]:
     ]
 
 
+class AppOptions(TypedDict, total=False):
+    """The keyword options of :class:`App`, which :func:`create_app` passes on."""
+
+    payment_policy: PaymentPolicy | None
+    middleware: Iterable[Middleware]
+    authenticator: Authenticator | None
+    allow_anonymous: bool
+    stores: Stores | None
+
+
 def create_app(
     agents: Iterable[Responder],
     transports: Sequence[Transport] | None = None,
     *,
-    payment_policy: PaymentPolicy | None = None,
-    middleware: Iterable[Middleware] = (),
-    authenticator: Authenticator | None = None,
-    allow_anonymous: bool = False,
-    stores: Stores | None = None,
     relay: bool | relay_platform.RelayLimits = False,
+    **options: Unpack[AppOptions],
 ) -> App:
     """An app hosting ``agents`` with ``transports`` (default: all built-in ones).
 
-    ``relay`` (``True`` or the per-daemon limits) also makes the app a relay
-    that daemons dial into (docs/relay.md); its :class:`~uamp_trio.relay.platform.Relay`
-    is ``app.relay``.
+    ``options`` are :class:`App`'s (``payment_policy``, ``middleware``,
+    ``authenticator``, ``allow_anonymous``, ``stores``). ``relay`` (``True``
+    or the per-daemon limits) also makes the app a relay that daemons dial
+    into (docs/relay.md); its :class:`~uamp_trio.relay.platform.Relay` is
+    ``app.relay``.
     """
-    app = App(
-        agents,
-        payment_policy=payment_policy,
-        middleware=middleware,
-        authenticator=authenticator,
-        allow_anonymous=allow_anonymous,
-        stores=stores,
-    )
+    app = App(agents, **options)
     app.mount(*(default_transports() if transports is None else transports))
     if relay is not False:
         clients = uamp_ws.UampWebSocketEndpoint(app)

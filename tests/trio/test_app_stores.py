@@ -17,7 +17,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_trio.app import App, create_app
 from uamp_trio.demo import DemoAgent
 from uamp_trio.stores import SessionTracker, Stores, TaskStore
-from uamp_trio.transports import a2a
+from uamp_trio.transports import a2a, acp, sse_events
 
 TIMEOUT = 15
 
@@ -53,15 +53,14 @@ async def test_every_transport_keeps_its_state_in_the_stores_the_app_was_given(
     assert stores.http_sessions.get(ANONYMOUS, sse.headers["x-session-id"]) is not None
 
 
-def test_each_app_creates_its_own_stores_and_a_configured_transport_may_take_one() -> None:
+def test_each_app_creates_its_own_stores_and_its_transports_take_them() -> None:
     first, second = App([DemoAgent()]), App([DemoAgent()])
     assert first.stores.a2a_tasks is not second.stores.a2a_tasks
     assert first.stores.acp_sessions is not second.stores.acp_sessions
     assert first.stores.http_sessions is not second.stores.http_sessions
-    own = TaskStore(max_tasks=1)
-    transport = a2a.A2ATransport(first, store=own)
-    assert transport.store is own
-    assert a2a.A2ATransport(second).store is second.stores.a2a_tasks
+    assert a2a.A2ATransport(first).store is first.stores.a2a_tasks
+    assert acp.AcpTransport(second).store is second.stores.acp_sessions
+    assert sse_events.SSEEventsTransport(second).sessions is second.stores.http_sessions
 
 
 def test_the_session_tracker_finds_a_session_only_for_its_owner_and_never_replaces() -> None:

@@ -83,7 +83,7 @@ from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingRes
 from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
-from ..stores.a2a_tasks import TaskStore, task_not_found
+from ..stores.a2a_tasks import task_not_found
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -168,9 +168,6 @@ class A2ATransport:
             (``None``: ask :meth:`App.payment_required`).
         public_url: Base URL for the card's interface URLs (default: from
             the request's scheme and ``Host``).
-        store: Where tasks live; ``None``: the app's
-            :attr:`Stores.a2a_tasks <uamp_trio.stores.Stores.a2a_tasks>`
-            (bound it with ``TaskStore(max_tasks)``).
         ids: Id source for tasks, contexts and messages.
     """
 
@@ -180,13 +177,13 @@ class A2ATransport:
         *,
         payment_policy: PaymentPolicy | None = None,
         public_url: str | None = None,
-        store: TaskStore | None = None,
         ids: IdSource = random_ids,
     ) -> None:
         self.app = app
         self._policy = payment_policy
         self.public_url = public_url.rstrip("/") if public_url else None
-        self.store = store if store is not None else app.stores.a2a_tasks
+        #: The app's task store (:attr:`Stores.a2a_tasks <uamp_trio.stores.Stores.a2a_tasks>`).
+        self.store = app.stores.a2a_tasks
         self.ids = ids
         self._live: dict[str, _Live] = {}
 
@@ -772,7 +769,6 @@ def transport(
     *,
     payment_policy: PaymentPolicy | None = None,
     public_url: str | None = None,
-    store: TaskStore | None = None,
     ids: IdSource = random_ids,
 ) -> Transport:
     """A configured A2A transport to pass to :meth:`App.mount`."""
@@ -782,7 +778,6 @@ def transport(
             app,
             payment_policy=payment_policy,
             public_url=public_url,
-            store=store,
             ids=ids,
         ).mount()
 

@@ -615,24 +615,19 @@ async def serve_stdio(
 class AcpTransport:
     """The ACP endpoints of an :class:`~uamp_trio.app.App`.
 
+    Sessions live in the app's
+    :attr:`Stores.acp_sessions <uamp_trio.stores.Stores.acp_sessions>`.
+
     Args:
         app: The app whose agents are served.
         payment_policy: Consulted before every prompt; ``None``: the app's
             :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
-        store: Where sessions live; ``None``: the app's
-            :attr:`Stores.acp_sessions <uamp_trio.stores.Stores.acp_sessions>`.
     """
 
-    def __init__(
-        self,
-        app: Host,
-        *,
-        payment_policy: PaymentPolicy | None = None,
-        store: AcpSessionStore | None = None,
-    ) -> None:
+    def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
         self.app = app
         self._payment_policy = payment_policy
-        self.store = store if store is not None else app.stores.acp_sessions
+        self.store = app.stores.acp_sessions
 
     @property
     def payment_policy(self) -> PaymentPolicy | None:
@@ -694,15 +689,6 @@ class AcpTransport:
             await ws.close()
 
 
-def mount(
-    app: Host,
-    *,
-    payment_policy: PaymentPolicy | None = None,
-    store: AcpSessionStore | None = None,
-) -> None:
-    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.app.Transport`).
-
-    Sessions live in ``store``, by default the app's
-    (:attr:`Stores.acp_sessions <uamp_trio.stores.Stores.acp_sessions>`).
-    """
-    AcpTransport(app, payment_policy=payment_policy, store=store).mount()
+def mount(app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
+    """Mount the ACP transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
+    AcpTransport(app, payment_policy=payment_policy).mount()

@@ -212,28 +212,21 @@ def _frame(n: int, data: bytes) -> bytes:
 class SSEEventsTransport:
     """The HTTP+SSE endpoints of one app (see the module docstring).
 
+    Live sessions are tracked in the app's
+    :attr:`Stores.http_sessions <uamp_trio.stores.Stores.http_sessions>`.
+
     Args:
         app: The app whose agents are served.
         limits: Session limits (``idle_timeout`` is the expiry of a session
             with no stream and no POST).
-        sessions: Where live sessions are tracked; ``None``: the app's
-            :attr:`Stores.http_sessions <uamp_trio.stores.Stores.http_sessions>`.
     """
 
-    def __init__(
-        self,
-        app: Host,
-        limits: SessionLimits | None = None,
-        *,
-        sessions: SessionTracker[_HttpSession] | None = None,
-    ) -> None:
+    def __init__(self, app: Host, limits: SessionLimits | None = None) -> None:
         self.app = app
         self._given = limits
         self.limits = limits or SessionLimits(max_sessions=1)
         #: Live sessions by owner and session id.
-        self.sessions: SessionTracker[_HttpSession] = (
-            sessions if sessions is not None else app.stores.http_sessions
-        )
+        self.sessions: SessionTracker[_HttpSession] = app.stores.http_sessions
 
     def session_limits(self) -> SessionLimits:
         """The limits of a new session: as given, else with the server's queue limits."""
@@ -434,9 +427,5 @@ def _split_body(request: Request) -> tuple[list[bytes], object]:
 
 
 def mount(app: Host, limits: SessionLimits | None = None) -> None:
-    """Serve UAMP over HTTP+SSE on ``app`` (see the module docstring).
-
-    Live sessions are tracked in the app's
-    :attr:`Stores.http_sessions <uamp_trio.stores.Stores.http_sessions>`.
-    """
+    """Serve UAMP over HTTP+SSE on ``app`` (see the module docstring)."""
     SSEEventsTransport(app, limits).mount(app)
