@@ -3,11 +3,15 @@
 Most tests need an agent that does one odd thing (stalls, floods, fails half
 way); the rest of the ``Responder`` protocol is the same every time. Subclass
 :class:`TestAgent`, set ``name`` (and ``modalities`` or ``provider`` where the
-test looks at them) and write ``respond``.
+test looks at them) and write ``respond``. :class:`Words` is the common case
+of an agent that talks slowly: a few text deltas with pauses between them.
 """
 
 from __future__ import annotations
 
+import trio
+
+from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 
@@ -30,3 +34,23 @@ class TestAgent:
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """Subclasses produce the response here."""
         raise NotImplementedError
+
+
+class Words(TestAgent):
+    """Says each of ``words`` as one text delta, ``pause`` seconds apart.
+
+    A long pause keeps a response running until the test cancels or kills
+    it; a short one makes the responses of many sessions overlap.
+    """
+
+    def __init__(self, name: str, *words: str, pause: float) -> None:
+        self.name = name
+        self.words = words
+        self.pause = pause
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """The words, one delta each, with the pause between them."""
+        for n, word in enumerate(self.words):
+            if n:
+                await trio.sleep(self.pause)
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=word)))

@@ -7,36 +7,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-import trio
+from .agents import Words
 
-from uamp_proto import events as ev
-from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest
-
-from .agents import TestAgent
-
-
-class Slow(TestAgent):
-    """Says a word, then works for a minute (long enough to be killed mid-response)."""
-
-    name = "slow"
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working")))
-        await trio.sleep(60)
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=" done")))
+#: Says a word, then works for a minute (long enough to be killed mid-response).
+slow = Words("slow", "working", " done", pause=60)
 
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_server(ledger: Path, price: str = "0.25") -> tuple[subprocess.Popen[str], str]:
-    """``uamp serve --ledger LEDGER --price PRICE`` serving :class:`Slow`; the process and URL."""
+    """``uamp serve --ledger LEDGER --price PRICE`` serving :data:`slow`; the process and URL."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "uamp_trio", "serve", "--port", "0"),
             *("--ledger", str(ledger), "--price", price),
-            *("--agent", "tests._support.paying:Slow"),
+            *("--agent", "tests._support.paying:slow"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

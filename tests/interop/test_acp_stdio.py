@@ -14,7 +14,6 @@ from typing import Any
 
 import acp
 import pytest
-import trio
 from acp.schema import (
     AgentMessageChunk,
     TextContentBlock,
@@ -23,7 +22,7 @@ from acp.schema import (
     UserMessageChunk,
 )
 
-from tests._support.agents import TestAgent
+from tests._support.agents import TestAgent, Words
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -32,15 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 30
 
 
-class SlowAgent(TestAgent):
-    """Says one word, then waits (until cancelled); used for session/cancel."""
-
-    name = "slow"
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="Thinking")))
-        await trio.sleep(60)
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=" never")))
+#: Says one word, then waits (until cancelled); used for session/cancel.
+slow_agent = Words("slow", "Thinking", " never", pause=60)
 
 
 class ToolAgent(TestAgent):
@@ -151,7 +143,7 @@ def test_load_session_replays_history() -> None:
 
 def test_cancel_answers_cancelled() -> None:
     async def main() -> None:
-        agent = "tests.interop.test_acp_stdio:SlowAgent"
+        agent = "tests.interop.test_acp_stdio:slow_agent"
         async with _spawn("--agent", agent) as (conn, _process):
             await conn.initialize(protocol_version=1)
             session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])

@@ -13,6 +13,7 @@ chain and the default transports); see docs/architecture.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -169,9 +170,8 @@ class Host:
             meta: What middleware knows of the route (transport, error style,
                 public).
         """
-        self.router.add(methods, AGENT_PREFIX + subpath, endpoint, label=label, meta=meta)
-        if root:
-            self.router.add(methods, subpath, endpoint, label=None, meta=meta)
+        add = functools.partial(self.router.add, methods, endpoint=endpoint, meta=meta)
+        _per_agent(add, subpath, label, root)
 
     def agent_websocket(
         self,
@@ -183,9 +183,8 @@ class Host:
         meta: RouteMeta = DEFAULT_META,
     ) -> None:
         """Serve a WebSocket ``handler`` at ``/agents/{agent}<subpath>`` (and ``<subpath>``)."""
-        self.router.add_websocket(AGENT_PREFIX + subpath, handler, label=label, meta=meta)
-        if root:
-            self.router.add_websocket(subpath, handler, label=None, meta=meta)
+        add = functools.partial(self.router.add_websocket, handler=handler, meta=meta)
+        _per_agent(add, subpath, label, root)
 
     def resolve_agent(self, path_params: dict[str, str], *, model: str | None = None) -> Responder:
         """The agent a request addresses (see :meth:`AgentRegistry.resolve`).
@@ -208,3 +207,10 @@ class Host:
                     rows.append((ws.label, ws_base + ws.pattern.replace("{agent}", name)))
             out[name] = rows
         return out
+
+
+def _per_agent(add: Callable[..., object], subpath: str, label: str | None, root: bool) -> None:
+    """Register under ``/agents/{agent}`` (labelled), and at the root unless ``root`` is false."""
+    add(AGENT_PREFIX + subpath, label=label)
+    if root:
+        add(subpath, label=None)

@@ -80,14 +80,10 @@ DEFAULT_META = RouteMeta()
 
 
 @attrs.frozen
-class Route:
-    """One HTTP route."""
+class _Pattern:
+    """A route's path pattern and its regex, compiled once."""
 
     pattern: str
-    methods: frozenset[str]
-    endpoint: Endpoint
-    label: str | None = None
-    meta: RouteMeta = DEFAULT_META
     regex: re.Pattern[str] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -95,17 +91,22 @@ class Route:
 
 
 @attrs.frozen
-class WebSocketRoute:
+class Route(_Pattern):
+    """One HTTP route."""
+
+    methods: frozenset[str]
+    endpoint: Endpoint
+    label: str | None = None
+    meta: RouteMeta = DEFAULT_META
+
+
+@attrs.frozen
+class WebSocketRoute(_Pattern):
     """One WebSocket route."""
 
-    pattern: str
     handler: WebSocketHandler
     label: str | None = None
     meta: RouteMeta = DEFAULT_META
-    regex: re.Pattern[str] = attrs.field(init=False, eq=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "regex", _compile(self.pattern))
 
 
 class Router:

@@ -20,7 +20,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
-from tests._support.agents import TestAgent
+from tests._support.agents import TestAgent, Words
 from tests._support.paying import start_server
 from tests._support.wire import ask, create_session, recv, send, serving, texts, until
 from uamp_proto import events as ev
@@ -181,15 +181,8 @@ async def test_per_token_pricing_settles_the_usage_and_frees_the_rest(
 # --- UAMP WebSocket ------------------------------------------------------------------
 
 
-class Paced(TestAgent):
-    """Two words with a pause between: responses of many sessions overlap."""
-
-    name = "paced"
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="one ")))
-        await trio.sleep(0.05)
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="two")))
+#: Two words with a pause between: responses of many sessions overlap.
+PACED = Words("paced", "one ", "two", pause=0.05)
 
 
 class MeteredTopUp(TestAgent):
@@ -214,7 +207,7 @@ def uamp_app(agents: list[Any], ledger: Ledger, price: str = "0.02") -> App:
 
 async def test_uamp_submit_twice_charges_once_and_the_balance_follows(ledger: Ledger) -> None:
     token = ledger.issue("0.10", "USD")
-    async with serving(uamp_app([Paced()], ledger)) as server:
+    async with serving(uamp_app([PACED], ledger)) as server:
         url = f"ws://127.0.0.1:{server.port}/agents/paced/uamp"
         with trio.fail_after(10):
             async with open_ws(url) as ws:
@@ -284,7 +277,7 @@ async def test_a_hundred_sessions_spending_one_token_never_drive_it_below_zero(
     outcomes: list[str] = []
     checks = 0
     with Ledger(tmp_path / "ledger.db") as watcher:
-        async with serving(uamp_app([Paced()], ledger)) as server:
+        async with serving(uamp_app([PACED], ledger)) as server:
             url = f"ws://127.0.0.1:{server.port}/agents/paced/uamp"
 
             async def spend() -> None:
@@ -388,8 +381,6 @@ async def test_a2a_resumed_task_is_charged_like_a_new_one(serve_app: Any, ledger
 
 
 # --- kill -9 mid-response, then a restart on the same ledger -------------------------
-
-
 
 
 def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
