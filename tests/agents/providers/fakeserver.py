@@ -20,13 +20,44 @@ from typing import Any
 import attrs
 import h11
 import orjson
+import pytest
 import trio
 
-from uamp_agents.providers import ModelResponse, ProviderEvent
+from uamp_agents.providers import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    ProviderError,
+    ProviderEvent,
+)
 from uamp_proto.events import Event, ResponseDelta, Thinking
-from uamp_proto.types import DeltaText, DeltaToolCall, ToolCallFragment
+from uamp_proto.types import (
+    DeltaText,
+    DeltaToolCall,
+    FunctionDefinition,
+    Message,
+    ToolCallFragment,
+    ToolDefinition,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+#: The question every provider test asks (a system prompt and a user turn).
+ASK = [
+    Message(role="system", content="Answer briefly."),
+    Message(role="user", content="What is the capital of France?"),
+]
+
+
+def weather_tool(**schema: Any) -> ToolDefinition:
+    """The tests' ``get_weather`` tool; ``schema`` adds to its JSON Schema (``required`` ...)."""
+    return ToolDefinition(
+        function=FunctionDefinition(
+            name="get_weather",
+            description="Current weather in a city",
+            parameters={"type": "object", "properties": {"city": {"type": "string"}}, **schema},
+        )
+    )
 
 
 def fixture_bytes(name: str) -> bytes:
@@ -258,3 +289,16 @@ def fragments(events: list[Any]) -> list[ToolCallFragment]:
 def thoughts(events: list[Any]) -> list[Thinking]:
     """Every thinking event, in order."""
     return [e for e in events if isinstance(e, Thinking)]
+
+
+async def malformed_json_errors(provider: Provider) -> tuple[ProviderError, ProviderError]:
+    """The errors of a streamed and of a plain call, each answered with malformed JSON.
+
+    Queue the two bad replies (the stream's first) before calling.
+    """
+    request = ModelRequest(messages=ASK)
+    with pytest.raises(ProviderError) as streamed:
+        await collect(provider.stream(request))
+    with pytest.raises(ProviderError) as plain:
+        await provider.generate(request)
+    return streamed.value, plain.value

@@ -11,53 +11,31 @@ from uamp_agents.providers import ModelRequest, ProviderError, anthropic
 from uamp_agents.providers._anthropic import AnthropicProvider
 from uamp_proto.events import Thinking, UsageDelta
 from uamp_proto.types import (
-    FunctionDefinition,
     ImageContent,
     MediaURL,
     Message,
     ResponseFormat,
     TextContent,
     ThinkingContent,
-    ToolDefinition,
     ToolInvocation,
     ToolOutput,
     ToolResultContent,
 )
 
+from . import fakeserver as fake
 from .conftest import ANTHROPIC_KEY
-from .fakeserver import (
-    FakeServer,
-    Reply,
-    Request,
-    collect,
-    fixture_json,
-    fragments,
-    json_reply,
-    sse_reply,
-    texts,
-    thoughts,
-)
+from .fakeserver import ASK, weather_tool
 
-WEATHER = ToolDefinition(
-    function=FunctionDefinition(
-        name="get_weather",
-        description="Current weather in a city",
-        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
-    )
-)
-ASK = [
-    Message(role="system", content="Answer briefly."),
-    Message(role="user", content="What is the capital of France?"),
-]
-SIGNATURE = fixture_json("anthropic/thinking.json")["content"][0]["signature"]
+WEATHER = weather_tool()
+SIGNATURE = fake.fixture_json("anthropic/thinking.json")["content"][0]["signature"]
 
 
-def provider(server: FakeServer, **kw: Any) -> AnthropicProvider:
+def provider(server: fake.FakeServer, **kw: Any) -> AnthropicProvider:
     kw.setdefault("retry_base_delay", 0.01)
     return anthropic("claude-sonnet-4-5", api_key=ANTHROPIC_KEY, base_url=server.url, **kw)
 
 
-def check_text_request(request: Request) -> None:
+def check_text_request(request: fake.Request) -> None:
     assert request.target == "/v1/messages"
     assert request.headers["x-api-key"] == ANTHROPIC_KEY
     assert request.headers["anthropic-version"] == "2023-06-01"
@@ -71,8 +49,8 @@ def check_text_request(request: Request) -> None:
     assert body["stop_sequences"] == ["END"]
 
 
-async def test_generate_text_and_cached_usage(anthropic_server: FakeServer) -> None:
-    anthropic_server.queue(json_reply("anthropic/text.json", check=check_text_request))
+async def test_generate_text_and_cached_usage(anthropic_server: fake.FakeServer) -> None:
+    anthropic_server.queue(fake.json_reply("anthropic/text.json", check=check_text_request))
     result = await provider(anthropic_server, params={"stop": "END"}).generate(
         ModelRequest(messages=ASK)
     )
@@ -87,14 +65,16 @@ async def test_generate_text_and_cached_usage(anthropic_server: FakeServer) -> N
     assert result.usage.total_tokens == 30
 
 
-async def test_stream_text(anthropic_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_stream_text(anthropic_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["stream"] is True
         assert request.headers["accept"] == "text/event-stream"
 
-    anthropic_server.queue(sse_reply("anthropic/text.sse", check=check))
-    events, final = await collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
-    deltas = texts(events)
+    anthropic_server.queue(fake.sse_reply("anthropic/text.sse", check=check))
+    events, final = await fake.collect(
+        provider(anthropic_server).stream(ModelRequest(messages=ASK))
+    )
+    deltas = fake.texts(events)
     assert deltas == ["Paris", " is the capital", " of France."]
     assert final.message.content == "".join(deltas)
     assert final.finish_reason == "stop"
@@ -106,8 +86,8 @@ async def test_stream_text(anthropic_server: FakeServer) -> None:
     assert final.usage == events[-1].delta
 
 
-async def test_tool_use_generate(anthropic_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_tool_use_generate(anthropic_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["tools"] == [
             {
@@ -118,7 +98,7 @@ async def test_tool_use_generate(anthropic_server: FakeServer) -> None:
         ]
         assert body["tool_choice"] == {"type": "tool", "name": "get_weather"}
 
-    anthropic_server.queue(json_reply("anthropic/tool_use.json", check=check))
+    anthropic_server.queue(fake.json_reply("anthropic/tool_use.json", check=check))
     request = ModelRequest(
         messages=[Message(role="user", content="Weather in Paris?")],
         tools=[WEATHER],
@@ -134,20 +114,20 @@ async def test_tool_use_generate(anthropic_server: FakeServer) -> None:
     assert orjson.loads(call.arguments) == {"city": "Paris", "unit": "celsius"}
 
 
-async def test_tool_use_stream_assembles_input(anthropic_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_tool_use_stream_assembles_input(anthropic_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["tool_choice"] == {"type": "any"}
 
-    anthropic_server.queue(sse_reply("anthropic/tool_use.sse", check=check))
+    anthropic_server.queue(fake.sse_reply("anthropic/tool_use.sse", check=check))
     request = ModelRequest(
         messages=[Message(role="user", content="Weather?")], tools=[WEATHER], tool_choice="required"
     )
-    events, final = await collect(provider(anthropic_server).stream(request))
-    frags = fragments(events)
+    events, final = await fake.collect(provider(anthropic_server).stream(request))
+    frags = fake.fragments(events)
     assert frags[0].id == "toolu_01T1x1fJ34qAmk2tNTrN7Up6"
     assert frags[0].name == "get_weather"
     assert "".join(f.arguments or "" for f in frags) == '{"city": "Paris", "unit": "celsius"}'
-    assert texts(events) == ["I'll check the weather."]
+    assert fake.texts(events) == ["I'll check the weather."]
     assert final.finish_reason == "tool_calls"
     assert final.message.tool_calls == [
         ToolInvocation(
@@ -158,14 +138,14 @@ async def test_tool_use_stream_assembles_input(anthropic_server: FakeServer) -> 
     ]
 
 
-async def test_tool_result_round_trip(anthropic_server: FakeServer) -> None:
+async def test_tool_result_round_trip(anthropic_server: fake.FakeServer) -> None:
     calls = [
         ToolInvocation(id="toolu_A", name="get_weather", arguments='{"city":"Paris"}'),
         ToolInvocation(id="toolu_B", name="get_weather", arguments='{"city":"Lyon"}'),
     ]
     thought = ThinkingContent(thinking="Two cities.", unknown={"signature": SIGNATURE})
 
-    def check(request: Request) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["system"] == "Answer briefly."
         assert body["messages"] == [
@@ -204,7 +184,7 @@ async def test_tool_result_round_trip(anthropic_server: FakeServer) -> None:
             },
         ]
 
-    anthropic_server.queue(json_reply("anthropic/after_tool.json", check=check))
+    anthropic_server.queue(fake.json_reply("anthropic/after_tool.json", check=check))
     request = ModelRequest(
         messages=[
             ASK[0],
@@ -234,14 +214,14 @@ async def test_tool_result_round_trip(anthropic_server: FakeServer) -> None:
     assert result.message.content == "It is 18 °C and sunny in Paris."
 
 
-async def test_thinking_stream(anthropic_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_thinking_stream(anthropic_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["thinking"] == {"type": "enabled", "budget_tokens": 2048}
 
-    anthropic_server.queue(sse_reply("anthropic/thinking.sse", check=check))
+    anthropic_server.queue(fake.sse_reply("anthropic/thinking.sse", check=check))
     p = provider(anthropic_server, thinking=2048, max_tokens=4096)
-    events, final = await collect(p.stream(ModelRequest(messages=ASK)))
-    thinking = thoughts(events)
+    events, final = await fake.collect(p.stream(ModelRequest(messages=ASK)))
+    thinking = fake.thoughts(events)
     assert [t.content for t in thinking] == ["The user wants 6 times 7.", " 6 x 7 is 42."]
     assert all(t.is_delta for t in thinking)
     assert events.index(thinking[-1]) < events.index(
@@ -256,8 +236,8 @@ async def test_thinking_stream(anthropic_server: FakeServer) -> None:
     assert final.message.content_items[0].unknown == {"signature": SIGNATURE}  # type: ignore[union-attr]
 
 
-async def test_thinking_generate_with_redacted_block(anthropic_server: FakeServer) -> None:
-    anthropic_server.queue(json_reply("anthropic/thinking.json"))
+async def test_thinking_generate_with_redacted_block(anthropic_server: fake.FakeServer) -> None:
+    anthropic_server.queue(fake.json_reply("anthropic/thinking.json"))
     result = await provider(anthropic_server, thinking=1024).generate(ModelRequest(messages=ASK))
     assert result.thinking == "The user wants 6 times 7. 6 x 7 is 42."
     items = result.message.content_items
@@ -269,32 +249,32 @@ async def test_thinking_generate_with_redacted_block(anthropic_server: FakeServe
     assert str(redacted.unknown["data"]).startswith("EmwKAhgB")
 
 
-async def test_structured_output_via_forced_tool(anthropic_server: FakeServer) -> None:
+async def test_structured_output_via_forced_tool(anthropic_server: fake.FakeServer) -> None:
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
     }
 
-    def check(request: Request) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["tool_choice"] == {"type": "tool", "name": "capital"}
         assert body["tools"][-1]["name"] == "capital"
         assert body["tools"][-1]["input_schema"] == schema
 
-    anthropic_server.queue(sse_reply("anthropic/structured.sse", check=check))
+    anthropic_server.queue(fake.sse_reply("anthropic/structured.sse", check=check))
     fmt = ResponseFormat(type="json_schema", json_schema={"name": "capital", "schema": schema})
     request = ModelRequest(messages=ASK, response_format=fmt)
-    events, final = await collect(provider(anthropic_server).stream(request))
+    events, final = await fake.collect(provider(anthropic_server).stream(request))
     # The forced tool is unwrapped: its input streams as text, no tool call.
-    assert fragments(events) == []
-    assert "".join(texts(events)) == final.message.content
+    assert fake.fragments(events) == []
+    assert "".join(fake.texts(events)) == final.message.content
     assert orjson.loads(final.message.content or "") == {"city": "Paris", "country": "France"}
     assert final.message.tool_calls is None
     assert final.finish_reason == "stop"
 
 
-async def test_images_as_sources(anthropic_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_images_as_sources(anthropic_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["messages"][0]["content"] == [
             {"type": "text", "text": "Compare"},
             {"type": "image", "source": {"type": "url", "url": "https://x.test/a.jpg"}},
@@ -305,7 +285,7 @@ async def test_images_as_sources(anthropic_server: FakeServer) -> None:
         ]
         assert "json" in request.json["system"].lower()
 
-    anthropic_server.queue(json_reply("anthropic/text.json", check=check))
+    anthropic_server.queue(fake.json_reply("anthropic/text.json", check=check))
     message = Message(
         role="user",
         content_items=[
@@ -318,20 +298,20 @@ async def test_images_as_sources(anthropic_server: FakeServer) -> None:
     await provider(anthropic_server).generate(request)
 
 
-async def test_429_with_retry_after_then_success(anthropic_server: FakeServer) -> None:
+async def test_429_with_retry_after_then_success(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(
-        json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "0"),)),
-        json_reply("anthropic/error_529.json", status=529),
-        json_reply("anthropic/text.json"),
+        fake.json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "0"),)),
+        fake.json_reply("anthropic/error_529.json", status=529),
+        fake.json_reply("anthropic/text.json"),
     )
     result = await provider(anthropic_server).generate(ModelRequest(messages=ASK))
     assert result.message.content == "Paris is the capital of France."
     assert len(anthropic_server.requests) == 3
 
 
-async def test_429_reports_retry_after(anthropic_server: FakeServer) -> None:
+async def test_429_reports_retry_after(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(
-        json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "12"),))
+        fake.json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "12"),))
     )
     with pytest.raises(ProviderError) as info:
         await provider(anthropic_server, max_retries=0).generate(ModelRequest(messages=ASK))
@@ -340,8 +320,8 @@ async def test_429_reports_retry_after(anthropic_server: FakeServer) -> None:
     assert "rate_limit_error" in info.value.message
 
 
-async def test_500_exhausts_retries(anthropic_server: FakeServer) -> None:
-    anthropic_server.queue(*[json_reply("anthropic/error_500.json", status=500)] * 2)
+async def test_500_exhausts_retries(anthropic_server: fake.FakeServer) -> None:
+    anthropic_server.queue(*[fake.json_reply("anthropic/error_500.json", status=500)] * 2)
     with pytest.raises(ProviderError) as info:
         await provider(anthropic_server, max_retries=1).generate(ModelRequest(messages=ASK))
     assert info.value.retryable
@@ -349,17 +329,17 @@ async def test_500_exhausts_retries(anthropic_server: FakeServer) -> None:
     assert len(anthropic_server.requests) == 2
 
 
-async def test_400_is_not_retried(anthropic_server: FakeServer) -> None:
-    anthropic_server.queue(json_reply("anthropic/error_400.json", status=400))
+async def test_400_is_not_retried(anthropic_server: fake.FakeServer) -> None:
+    anthropic_server.queue(fake.json_reply("anthropic/error_400.json", status=400))
     with pytest.raises(ProviderError) as info:
-        await collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
+        await fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
     assert not info.value.retryable
     assert info.value.status == 400
     assert "unexpected `tool_use_id`" in info.value.message
     assert len(anthropic_server.requests) == 1
 
 
-async def test_missing_version_header_is_refused(anthropic_server: FakeServer) -> None:
+async def test_missing_version_header_is_refused(anthropic_server: fake.FakeServer) -> None:
     p = anthropic(
         api_key=ANTHROPIC_KEY, base_url=anthropic_server.url, headers={"anthropic-version": "x"}
     )
@@ -368,10 +348,10 @@ async def test_missing_version_header_is_refused(anthropic_server: FakeServer) -
     assert info.value.status == 401
 
 
-async def test_stream_without_message_stop_is_cut(anthropic_server: FakeServer) -> None:
-    anthropic_server.queue(sse_reply("anthropic/cut.sse"))
+async def test_stream_without_message_stop_is_cut(anthropic_server: fake.FakeServer) -> None:
+    anthropic_server.queue(fake.sse_reply("anthropic/cut.sse"))
     with pytest.raises(ProviderError) as info:
-        await collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
+        await fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
     assert info.value.retryable
     assert "message_stop" in info.value.message
     # Text had been yielded, so no retry.
@@ -379,34 +359,34 @@ async def test_stream_without_message_stop_is_cut(anthropic_server: FakeServer) 
 
 
 async def test_overloaded_error_event_before_output_is_retried(
-    anthropic_server: FakeServer,
+    anthropic_server: fake.FakeServer,
 ) -> None:
-    anthropic_server.queue(sse_reply("anthropic/overloaded.sse"), sse_reply("anthropic/text.sse"))
-    events, final = await collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
+    anthropic_server.queue(
+        fake.sse_reply("anthropic/overloaded.sse"), fake.sse_reply("anthropic/text.sse")
+    )
+    events, final = await fake.collect(
+        provider(anthropic_server).stream(ModelRequest(messages=ASK))
+    )
     assert len(anthropic_server.requests) == 2
-    assert texts(events) == ["Paris", " is the capital", " of France."]
+    assert fake.texts(events) == ["Paris", " is the capital", " of France."]
     assert final.message.content == "Paris is the capital of France."
 
 
-async def test_malformed_json(anthropic_server: FakeServer) -> None:
+async def test_malformed_json(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(
-        sse_reply("anthropic/malformed.sse"),
-        Reply(body=b"<html>502 Bad Gateway</html>", headers=(("content-type", "text/html"),)),
+        fake.sse_reply("anthropic/malformed.sse"),
+        fake.Reply(body=b"<html>502 Bad Gateway</html>", headers=(("content-type", "text/html"),)),
     )
-    p = provider(anthropic_server)
-    with pytest.raises(ProviderError) as info:
-        await collect(p.stream(ModelRequest(messages=ASK)))
-    assert "malformed JSON" in info.value.message
-    with pytest.raises(ProviderError) as info:
-        await p.generate(ModelRequest(messages=ASK))
-    assert "malformed JSON" in info.value.message
-    assert not info.value.retryable
+    streamed, plain = await fake.malformed_json_errors(provider(anthropic_server))
+    assert "malformed JSON" in streamed.message
+    assert "malformed JSON" in plain.message
+    assert not plain.retryable
 
 
-async def test_stalled_stream_times_out(anthropic_server: FakeServer) -> None:
-    anthropic_server.queue(Reply(stall=True))
+async def test_stalled_stream_times_out(anthropic_server: fake.FakeServer) -> None:
+    anthropic_server.queue(fake.Reply(stall=True))
     p = provider(anthropic_server, timeout=0.3, max_retries=0)
     with pytest.raises(ProviderError) as info:
-        await collect(p.stream(ModelRequest(messages=ASK)))
+        await fake.collect(p.stream(ModelRequest(messages=ASK)))
     assert info.value.retryable
     assert "timed out" in info.value.message

@@ -13,57 +13,30 @@ from uamp_proto.events import UsageDelta
 from uamp_proto.types import (
     AudioContent,
     FileContent,
-    FunctionDefinition,
     ImageContent,
     MediaURL,
     Message,
     ResponseFormat,
     TextContent,
-    ToolDefinition,
     ToolInvocation,
 )
 
+from . import fakeserver as fake
 from .conftest import GOOGLE_KEY
-from .fakeserver import (
-    FakeServer,
-    Reply,
-    Request,
-    collect,
-    fixture_json,
-    fragments,
-    json_reply,
-    sse_reply,
-    texts,
-    thoughts,
-)
+from .fakeserver import ASK, weather_tool
 
-WEATHER = ToolDefinition(
-    function=FunctionDefinition(
-        name="get_weather",
-        description="Current weather in a city",
-        parameters={
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    )
-)
-ASK = [
-    Message(role="system", content="Answer briefly."),
-    Message(role="user", content="What is the capital of France?"),
-]
-SIGNATURE = fixture_json("google/tool_call.json")["candidates"][0]["content"]["parts"][0][
+WEATHER = weather_tool(required=["city"], additionalProperties=False)
+SIGNATURE = fake.fixture_json("google/tool_call.json")["candidates"][0]["content"]["parts"][0][
     "thoughtSignature"
 ]
 
 
-def provider(server: FakeServer, **kw: Any) -> GoogleProvider:
+def provider(server: fake.FakeServer, **kw: Any) -> GoogleProvider:
     kw.setdefault("retry_base_delay", 0.01)
     return google("gemini-2.5-flash", api_key=GOOGLE_KEY, base_url=f"{server.url}/v1beta", **kw)
 
 
-def check_text_request(request: Request) -> None:
+def check_text_request(request: fake.Request) -> None:
     assert request.target == "/v1beta/models/gemini-2.5-flash:generateContent"
     assert request.headers["x-goog-api-key"] == GOOGLE_KEY
     body = request.json
@@ -78,8 +51,8 @@ def check_text_request(request: Request) -> None:
     }
 
 
-async def test_generate_text_and_cached_usage(google_server: FakeServer) -> None:
-    google_server.queue(json_reply("google/text.json", check=check_text_request))
+async def test_generate_text_and_cached_usage(google_server: fake.FakeServer) -> None:
+    google_server.queue(fake.json_reply("google/text.json", check=check_text_request))
     p = provider(google_server, params={"temperature": 0.3, "max_tokens": 256})
     result = await p.generate(ModelRequest(messages=ASK, params={"stop": "END"}))
     assert result.message.content == "Paris is the capital of France."
@@ -89,18 +62,18 @@ async def test_generate_text_and_cached_usage(google_server: FakeServer) -> None
     assert result.usage is not None
     assert result.usage.input_tokens == 4210
     assert result.usage.cached_tokens == 4096
-    assert result.usage.output_tokens == 8 + 32  # candidates + thoughts
+    assert result.usage.output_tokens == 8 + 32  # candidates + fake.thoughts
     assert result.usage.total_tokens == 4250
 
 
-async def test_stream_text(google_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_stream_text(google_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.target == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
         assert request.headers["x-goog-api-key"] == GOOGLE_KEY
 
-    google_server.queue(sse_reply("google/text.sse", check=check))
-    events, final = await collect(provider(google_server).stream(ModelRequest(messages=ASK)))
-    deltas = texts(events)
+    google_server.queue(fake.sse_reply("google/text.sse", check=check))
+    events, final = await fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+    deltas = fake.texts(events)
     assert deltas == ["Paris", " is the capital", " of France."]
     assert final.message.content == "".join(deltas)
     assert final.finish_reason == "stop"
@@ -111,8 +84,8 @@ async def test_stream_text(google_server: FakeServer) -> None:
     assert final.usage == usage_events[0].delta
 
 
-async def test_function_call_generate(google_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_function_call_generate(google_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["tools"] == [
             {
@@ -134,7 +107,7 @@ async def test_function_call_generate(google_server: FakeServer) -> None:
             "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}
         }
 
-    google_server.queue(json_reply("google/tool_call.json", check=check))
+    google_server.queue(fake.json_reply("google/tool_call.json", check=check))
     request = ModelRequest(
         messages=[Message(role="user", content="Weather in Paris and Lyon?")],
         tools=[WEATHER],
@@ -152,11 +125,11 @@ async def test_function_call_generate(google_server: FakeServer) -> None:
     assert calls[0].unknown == {"thought_signature": SIGNATURE}
 
 
-async def test_function_call_stream(google_server: FakeServer) -> None:
-    google_server.queue(sse_reply("google/tool_call.sse"))
+async def test_function_call_stream(google_server: fake.FakeServer) -> None:
+    google_server.queue(fake.sse_reply("google/tool_call.sse"))
     request = ModelRequest(messages=[Message(role="user", content="Weather?")], tools=[WEATHER])
-    events, final = await collect(provider(google_server).stream(request))
-    frags = fragments(events)
+    events, final = await fake.collect(provider(google_server).stream(request))
+    frags = fake.fragments(events)
     assert [(f.name, f.arguments) for f in frags] == [
         ("get_weather", '{"city":"Paris"}'),
         ("get_weather", '{"city":"Lyon"}'),
@@ -166,7 +139,7 @@ async def test_function_call_stream(google_server: FakeServer) -> None:
     assert final.finish_reason == "tool_calls"
 
 
-async def test_function_response_round_trip(google_server: FakeServer) -> None:
+async def test_function_response_round_trip(google_server: fake.FakeServer) -> None:
     calls = [
         ToolInvocation(
             id="call_1",
@@ -177,7 +150,7 @@ async def test_function_response_round_trip(google_server: FakeServer) -> None:
         ToolInvocation(id="call_2", name="get_weather", arguments='{"city":"Lyon"}'),
     ]
 
-    def check(request: Request) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["contents"] == [
             {"role": "user", "parts": [{"text": "Weather in Paris and Lyon?"}]},
             {
@@ -204,7 +177,7 @@ async def test_function_response_round_trip(google_server: FakeServer) -> None:
             },
         ]
 
-    google_server.queue(json_reply("google/after_tool.json", check=check))
+    google_server.queue(fake.json_reply("google/after_tool.json", check=check))
     request = ModelRequest(
         messages=[
             Message(role="user", content="Weather in Paris and Lyon?"),
@@ -218,31 +191,31 @@ async def test_function_response_round_trip(google_server: FakeServer) -> None:
     assert result.message.content == "Paris: 18 °C and sunny. Lyon: not found."
 
 
-async def test_thinking_stream(google_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_thinking_stream(google_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["generationConfig"]["thinkingConfig"] == {
             "includeThoughts": True,
             "thinkingBudget": 1024,
         }
 
-    google_server.queue(sse_reply("google/thinking.sse", check=check))
-    events, final = await collect(
+    google_server.queue(fake.sse_reply("google/thinking.sse", check=check))
+    events, final = await fake.collect(
         provider(google_server, thinking=1024).stream(ModelRequest(messages=ASK))
     )
-    thinking = thoughts(events)
+    thinking = fake.thoughts(events)
     assert [t.content for t in thinking] == [
         "**Multiplying numbers**\n\nThe user wants 6 times 7.",
         " That is 42.",
     ]
     assert all(t.is_delta for t in thinking)
-    assert texts(events) == ["6 x 7 = 42"]
+    assert fake.texts(events) == ["6 x 7 = 42"]
     assert final.thinking == "**Multiplying numbers**\n\nThe user wants 6 times 7. That is 42."
     assert final.message.content == "6 x 7 = 42"
     assert final.usage is not None
     assert final.usage.output_tokens == 47
 
 
-async def test_structured_output_and_media(google_server: FakeServer) -> None:
+async def test_structured_output_and_media(google_server: fake.FakeServer) -> None:
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -250,7 +223,7 @@ async def test_structured_output_and_media(google_server: FakeServer) -> None:
         "additionalProperties": False,
     }
 
-    def check(request: Request) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["generationConfig"]["responseMimeType"] == "application/json"
         assert body["generationConfig"]["responseSchema"] == {
@@ -264,7 +237,7 @@ async def test_structured_output_and_media(google_server: FakeServer) -> None:
             {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0xLjQ="}},
         ]
 
-    google_server.queue(json_reply("google/structured.json", check=check))
+    google_server.queue(fake.json_reply("google/structured.json", check=check))
     message = Message(
         role="user",
         content="Where is this?",
@@ -281,28 +254,28 @@ async def test_structured_output_and_media(google_server: FakeServer) -> None:
     assert orjson.loads(result.message.content or "") == {"city": "Paris", "country": "France"}
 
 
-async def test_blocked_prompt(google_server: FakeServer) -> None:
-    google_server.queue(json_reply("google/blocked.json"))
+async def test_blocked_prompt(google_server: fake.FakeServer) -> None:
+    google_server.queue(fake.json_reply("google/blocked.json"))
     result = await provider(google_server).generate(ModelRequest(messages=ASK))
     assert result.finish_reason == "content_filter"
     assert result.message.content == ""
 
 
-async def test_429_with_retry_after_then_success(google_server: FakeServer) -> None:
+async def test_429_with_retry_after_then_success(google_server: fake.FakeServer) -> None:
     google_server.queue(
-        json_reply("google/error_429.json", status=429, headers=(("retry-after", "0"),)),
-        json_reply("google/error_503.json", status=503),
-        sse_reply("google/text.sse"),
+        fake.json_reply("google/error_429.json", status=429, headers=(("retry-after", "0"),)),
+        fake.json_reply("google/error_503.json", status=503),
+        fake.sse_reply("google/text.sse"),
     )
-    events, final = await collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+    events, final = await fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
     assert len(google_server.requests) == 3
-    assert texts(events) == ["Paris", " is the capital", " of France."]
+    assert fake.texts(events) == ["Paris", " is the capital", " of France."]
     assert final.message.content == "Paris is the capital of France."
 
 
-async def test_429_retry_info_delay(google_server: FakeServer) -> None:
+async def test_429_retry_info_delay(google_server: fake.FakeServer) -> None:
     # No Retry-After header: the delay comes from google.rpc.RetryInfo.
-    google_server.queue(json_reply("google/error_429.json", status=429))
+    google_server.queue(fake.json_reply("google/error_429.json", status=429))
     with pytest.raises(ProviderError) as info:
         await provider(google_server, max_retries=0).generate(ModelRequest(messages=ASK))
     assert info.value.retry_after == 37.0
@@ -310,8 +283,8 @@ async def test_429_retry_info_delay(google_server: FakeServer) -> None:
     assert "RESOURCE_EXHAUSTED" in info.value.message
 
 
-async def test_500_exhausts_retries(google_server: FakeServer) -> None:
-    google_server.queue(*[json_reply("google/error_500.json", status=500)] * 3)
+async def test_500_exhausts_retries(google_server: fake.FakeServer) -> None:
+    google_server.queue(*[fake.json_reply("google/error_500.json", status=500)] * 3)
     with pytest.raises(ProviderError) as info:
         await provider(google_server).generate(ModelRequest(messages=ASK))
     assert info.value.retryable
@@ -319,8 +292,8 @@ async def test_500_exhausts_retries(google_server: FakeServer) -> None:
     assert len(google_server.requests) == 3
 
 
-async def test_400_is_not_retried(google_server: FakeServer) -> None:
-    google_server.queue(json_reply("google/error_400.json", status=400))
+async def test_400_is_not_retried(google_server: fake.FakeServer) -> None:
+    google_server.queue(fake.json_reply("google/error_400.json", status=400))
     with pytest.raises(ProviderError) as info:
         await provider(google_server).generate(ModelRequest(messages=ASK))
     assert not info.value.retryable
@@ -329,50 +302,46 @@ async def test_400_is_not_retried(google_server: FakeServer) -> None:
 
 
 async def test_api_key_from_environment(
-    google_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+    google_server: fake.FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.setenv("GOOGLE_API_KEY", GOOGLE_KEY)
-    google_server.queue(json_reply("google/text.json"))
+    google_server.queue(fake.json_reply("google/text.json"))
     p = google(base_url=google_server.url)
     assert (await p.generate(ModelRequest(messages=ASK))).message.content
 
 
-async def test_stream_without_finish_reason_is_cut(google_server: FakeServer) -> None:
-    google_server.queue(sse_reply("google/cut.sse"))
+async def test_stream_without_finish_reason_is_cut(google_server: fake.FakeServer) -> None:
+    google_server.queue(fake.sse_reply("google/cut.sse"))
     with pytest.raises(ProviderError) as info:
-        await collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+        await fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
     assert info.value.retryable
     assert "finishReason" in info.value.message
     assert len(google_server.requests) == 1
 
 
-async def test_malformed_json(google_server: FakeServer) -> None:
+async def test_malformed_json(google_server: fake.FakeServer) -> None:
     google_server.queue(
-        sse_reply("google/malformed.sse"),
-        Reply(body=b'{"candidates": [', headers=(("content-type", "application/json"),)),
+        fake.sse_reply("google/malformed.sse"),
+        fake.Reply(body=b'{"candidates": [', headers=(("content-type", "application/json"),)),
     )
-    p = provider(google_server)
-    with pytest.raises(ProviderError) as info:
-        await collect(p.stream(ModelRequest(messages=ASK)))
-    assert "malformed JSON" in info.value.message
-    with pytest.raises(ProviderError) as info:
-        await p.generate(ModelRequest(messages=ASK))
-    assert "malformed JSON" in info.value.message
+    streamed, plain = await fake.malformed_json_errors(provider(google_server))
+    assert "malformed JSON" in streamed.message
+    assert "malformed JSON" in plain.message
 
 
-async def test_stalled_server_times_out(google_server: FakeServer) -> None:
-    google_server.queue(Reply(stall=True))
+async def test_stalled_server_times_out(google_server: fake.FakeServer) -> None:
+    google_server.queue(fake.Reply(stall=True))
     p = provider(google_server, timeout=0.3, max_retries=0)
     with pytest.raises(ProviderError) as info:
         await p.generate(ModelRequest(messages=[Message(role="user", content_items=[])]))
     assert "timed out" in info.value.message
 
 
-async def test_text_content_items_only(google_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_text_content_items_only(google_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["contents"] == [{"role": "user", "parts": [{"text": "ab"}]}]
 
-    google_server.queue(json_reply("google/text.json", check=check))
+    google_server.queue(fake.json_reply("google/text.json", check=check))
     message = Message(role="user", content_items=[TextContent(text="a"), TextContent(text="b")])
     await provider(google_server).generate(ModelRequest(messages=[message]))

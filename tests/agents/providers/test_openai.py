@@ -10,54 +10,24 @@ import pytest
 
 from uamp_agents.providers import ModelRequest, ModelResponse, ProviderError, openai
 from uamp_agents.providers._openai import OpenAIProvider
+from uamp_proto import types as ty
 from uamp_proto.events import ResponseDelta, UsageDelta
-from uamp_proto.types import (
-    FunctionDefinition,
-    ImageContent,
-    MediaURL,
-    Message,
-    ResponseFormat,
-    TextContent,
-    ToolDefinition,
-    ToolInvocation,
-)
 
+from . import fakeserver as fake
 from .conftest import OPENAI_KEY
-from .fakeserver import (
-    FakeServer,
-    Reply,
-    Request,
-    collect,
-    fragments,
-    json_reply,
-    sse_reply,
-    texts,
-    thoughts,
+from .fakeserver import ASK, weather_tool
+
+WEATHER = weather_tool(
+    properties={"city": {"type": "string"}, "unit": {"type": "string"}}, required=["city"]
 )
 
-WEATHER = ToolDefinition(
-    function=FunctionDefinition(
-        name="get_weather",
-        description="Current weather in a city",
-        parameters={
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-            "required": ["city"],
-        },
-    )
-)
-ASK = [
-    Message(role="system", content="Answer briefly."),
-    Message(role="user", content="What is the capital of France?"),
-]
 
-
-def provider(server: FakeServer, **kw: Any) -> OpenAIProvider:
+def provider(server: fake.FakeServer, **kw: Any) -> OpenAIProvider:
     kw.setdefault("retry_base_delay", 0.01)
     return openai("gpt-4o-mini", api_key=OPENAI_KEY, base_url=f"{server.url}/v1", **kw)
 
 
-def check_text_request(request: Request) -> None:
+def check_text_request(request: fake.Request) -> None:
     assert request.method == "POST"
     assert request.target == "/v1/chat/completions"
     assert request.headers["content-type"] == "application/json"
@@ -71,8 +41,8 @@ def check_text_request(request: Request) -> None:
     assert "stream" not in body
 
 
-async def test_generate_text_and_cached_usage(openai_server: FakeServer) -> None:
-    openai_server.queue(json_reply("openai/text.json", check=check_text_request))
+async def test_generate_text_and_cached_usage(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.json_reply("openai/text.json", check=check_text_request))
     p = provider(openai_server, params={"temperature": 0.2})
     result = await p.generate(ModelRequest(messages=ASK))
     assert result.message.role == "assistant"
@@ -87,16 +57,16 @@ async def test_generate_text_and_cached_usage(openai_server: FakeServer) -> None
     assert result.usage.total_tokens == 2014
 
 
-async def test_stream_text(openai_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_stream_text(openai_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
         assert request.headers["accept"] == "text/event-stream"
 
-    openai_server.queue(sse_reply("openai/text.sse", check=check))
-    events, final = await collect(provider(openai_server).stream(ModelRequest(messages=ASK)))
-    deltas = texts(events)
+    openai_server.queue(fake.sse_reply("openai/text.sse", check=check))
+    events, final = await fake.collect(provider(openai_server).stream(ModelRequest(messages=ASK)))
+    deltas = fake.texts(events)
     assert deltas == ["Paris", " is the", " capital", " of France."]
     assert len([e for e in events if isinstance(e, ResponseDelta)]) == 4
     # Usage arrives once, after the text and before the final response.
@@ -108,8 +78,8 @@ async def test_stream_text(openai_server: FakeServer) -> None:
     assert final.usage == events[-1].delta
 
 
-async def test_tool_call_generate(openai_server: FakeServer) -> None:
-    def check(request: Request) -> None:
+async def test_tool_call_generate(openai_server: fake.FakeServer) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["tools"] == [
             {
@@ -123,9 +93,9 @@ async def test_tool_call_generate(openai_server: FakeServer) -> None:
         ]
         assert body["tool_choice"] == "required"
 
-    openai_server.queue(json_reply("openai/tool_call.json", check=check))
+    openai_server.queue(fake.json_reply("openai/tool_call.json", check=check))
     request = ModelRequest(
-        messages=[Message(role="user", content="Weather in Paris?")],
+        messages=[ty.Message(role="user", content="Weather in Paris?")],
         tools=[WEATHER],
         tool_choice="required",
     )
@@ -133,7 +103,7 @@ async def test_tool_call_generate(openai_server: FakeServer) -> None:
     assert result.finish_reason == "tool_calls"
     assert result.message.content is None
     assert result.message.tool_calls == [
-        ToolInvocation(
+        ty.ToolInvocation(
             id="call_8fYz3Qk1LmN0pR2sT4uV6wXy",
             name="get_weather",
             arguments='{"city":"Paris","unit":"celsius"}',
@@ -141,11 +111,11 @@ async def test_tool_call_generate(openai_server: FakeServer) -> None:
     ]
 
 
-async def test_tool_call_stream_assembles_arguments(openai_server: FakeServer) -> None:
-    openai_server.queue(sse_reply("openai/tool_call.sse"))
-    request = ModelRequest(messages=[Message(role="user", content="Weather?")], tools=[WEATHER])
-    events, final = await collect(provider(openai_server).stream(request))
-    frags = fragments(events)
+async def test_tool_call_stream_assembles_arguments(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.sse_reply("openai/tool_call.sse"))
+    request = ModelRequest(messages=[ty.Message(role="user", content="Weather?")], tools=[WEATHER])
+    events, final = await fake.collect(provider(openai_server).stream(request))
+    frags = fake.fragments(events)
     assert len(frags) == len([e for e in events if isinstance(e, ResponseDelta)])
     # The name is announced once per call; every fragment carries the call id.
     assert [f.name for f in frags if f.name] == ["get_weather", "get_time"]
@@ -153,10 +123,10 @@ async def test_tool_call_stream_assembles_arguments(openai_server: FakeServer) -
     assert first == '{"city":"Paris"}'
     assert final.finish_reason == "tool_calls"
     assert final.message.tool_calls == [
-        ToolInvocation(
+        ty.ToolInvocation(
             id="call_8fYz3Qk1LmN0pR2sT4uV6wXy", name="get_weather", arguments='{"city":"Paris"}'
         ),
-        ToolInvocation(
+        ty.ToolInvocation(
             id="call_Q2w3E4r5T6y7U8i9O0pAsDfG",
             name="get_time",
             arguments='{"tz":"Europe/Paris"}',
@@ -164,10 +134,10 @@ async def test_tool_call_stream_assembles_arguments(openai_server: FakeServer) -
     ]
 
 
-async def test_tool_result_round_trip(openai_server: FakeServer) -> None:
-    call = ToolInvocation(id="call_8fYz", name="get_weather", arguments='{"city":"Paris"}')
+async def test_tool_result_round_trip(openai_server: fake.FakeServer) -> None:
+    call = ty.ToolInvocation(id="call_8fYz", name="get_weather", arguments='{"city":"Paris"}')
 
-    def check(request: Request) -> None:
+    def check(request: fake.Request) -> None:
         assert request.json["messages"] == [
             {"role": "user", "content": "Weather in Paris?"},
             {
@@ -184,12 +154,12 @@ async def test_tool_result_round_trip(openai_server: FakeServer) -> None:
             {"role": "tool", "tool_call_id": "call_8fYz", "content": '{"temp_c": 18}'},
         ]
 
-    openai_server.queue(json_reply("openai/after_tool.json", check=check))
+    openai_server.queue(fake.json_reply("openai/after_tool.json", check=check))
     request = ModelRequest(
         messages=[
-            Message(role="user", content="Weather in Paris?"),
-            Message(role="assistant", tool_calls=[call]),
-            Message(role="tool", tool_call_id="call_8fYz", content='{"temp_c": 18}'),
+            ty.Message(role="user", content="Weather in Paris?"),
+            ty.Message(role="assistant", tool_calls=[call]),
+            ty.Message(role="tool", tool_call_id="call_8fYz", content='{"temp_c": 18}'),
         ],
         tools=[WEATHER],
     )
@@ -197,11 +167,11 @@ async def test_tool_result_round_trip(openai_server: FakeServer) -> None:
     assert result.message.content == "It is 18 °C and sunny in Paris."
 
 
-async def test_reasoning_content_becomes_thinking(openai_server: FakeServer) -> None:
-    openai_server.queue(sse_reply("openai/reasoning.sse"))
+async def test_reasoning_content_becomes_thinking(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.sse_reply("openai/reasoning.sse"))
     p = openai("deepseek-reasoner", api_key=OPENAI_KEY, base_url=openai_server.url)
-    events, final = await collect(p.stream(ModelRequest(messages=ASK)))
-    thinking = thoughts(events)
+    events, final = await fake.collect(p.stream(ModelRequest(messages=ASK)))
+    thinking = fake.thoughts(events)
     assert [t.content for t in thinking] == ["The user asks", " for 6 times 7.", " That is 42."]
     assert all(t.is_delta for t in thinking)
     # Thinking comes before the answer's text, as the model produced it.
@@ -211,10 +181,10 @@ async def test_reasoning_content_becomes_thinking(openai_server: FakeServer) -> 
     assert final.message.content == "6 x 7 = 42"
 
 
-async def test_multimodal_and_response_format(openai_server: FakeServer) -> None:
+async def test_multimodal_and_response_format(openai_server: fake.FakeServer) -> None:
     schema = {"name": "capital", "schema": {"type": "object"}, "strict": True}
 
-    def check(request: Request) -> None:
+    def check(request: fake.Request) -> None:
         body = request.json
         assert body["messages"][0]["content"] == [
             {"type": "text", "text": "What is this?"},
@@ -223,37 +193,38 @@ async def test_multimodal_and_response_format(openai_server: FakeServer) -> None
         ]
         assert body["response_format"] == {"type": "json_schema", "json_schema": schema}
 
-    openai_server.queue(json_reply("openai/text.json", check=check))
-    message = Message(
+    openai_server.queue(fake.json_reply("openai/text.json", check=check))
+    message = ty.Message(
         role="user",
         content="What is this?",
         content_items=[
-            TextContent(text="What is this?"),
-            ImageContent(image=MediaURL(url="https://x.test/a.png"), detail="low"),
-            ImageContent(image="iVBORw0KGgoAAA"),
+            ty.TextContent(text="What is this?"),
+            ty.ImageContent(image=ty.MediaURL(url="https://x.test/a.png"), detail="low"),
+            ty.ImageContent(image="iVBORw0KGgoAAA"),
         ],
     )
     request = ModelRequest(
-        messages=[message], response_format=ResponseFormat(type="json_schema", json_schema=schema)
+        messages=[message],
+        response_format=ty.ResponseFormat(type="json_schema", json_schema=schema),
     )
     await provider(openai_server).generate(request)
 
 
-async def test_429_with_retry_after_then_success(openai_server: FakeServer) -> None:
+async def test_429_with_retry_after_then_success(openai_server: fake.FakeServer) -> None:
     openai_server.queue(
-        json_reply("openai/error_429.json", status=429, headers=(("retry-after", "0"),)),
-        json_reply("openai/text.json"),
+        fake.json_reply("openai/error_429.json", status=429, headers=(("retry-after", "0"),)),
+        fake.json_reply("openai/text.json"),
     )
     result = await provider(openai_server).generate(ModelRequest(messages=ASK))
     assert result.message.content == "Paris is the capital of France."
     assert len(openai_server.requests) == 2
 
 
-async def test_429_reports_retry_after(openai_server: FakeServer) -> None:
+async def test_429_reports_retry_after(openai_server: fake.FakeServer) -> None:
     later = email.utils.formatdate(time.time() + 120, usegmt=True)
     openai_server.queue(
-        json_reply("openai/error_429.json", status=429, headers=(("retry-after", "7"),)),
-        json_reply("openai/error_429.json", status=429, headers=(("retry-after", later),)),
+        fake.json_reply("openai/error_429.json", status=429, headers=(("retry-after", "7"),)),
+        fake.json_reply("openai/error_429.json", status=429, headers=(("retry-after", later),)),
     )
     p = provider(openai_server, max_retries=0)
     with pytest.raises(ProviderError) as info:
@@ -268,8 +239,8 @@ async def test_429_reports_retry_after(openai_server: FakeServer) -> None:
     assert 100 < info.value.retry_after <= 120
 
 
-async def test_500_exhausts_retries(openai_server: FakeServer) -> None:
-    openai_server.queue(*[json_reply("openai/error_500.json", status=500)] * 3)
+async def test_500_exhausts_retries(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(*[fake.json_reply("openai/error_500.json", status=500)] * 3)
     with pytest.raises(ProviderError) as info:
         await provider(openai_server, max_retries=2).generate(ModelRequest(messages=ASK))
     assert info.value.retryable
@@ -277,8 +248,8 @@ async def test_500_exhausts_retries(openai_server: FakeServer) -> None:
     assert len(openai_server.requests) == 3
 
 
-async def test_400_is_not_retried(openai_server: FakeServer) -> None:
-    openai_server.queue(json_reply("openai/error_400.json", status=400))
+async def test_400_is_not_retried(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.json_reply("openai/error_400.json", status=400))
     with pytest.raises(ProviderError) as info:
         await provider(openai_server).generate(ModelRequest(messages=ASK))
     assert not info.value.retryable
@@ -287,7 +258,7 @@ async def test_400_is_not_retried(openai_server: FakeServer) -> None:
     assert len(openai_server.requests) == 1
 
 
-async def test_bad_api_key_is_401(openai_server: FakeServer) -> None:
+async def test_bad_api_key_is_401(openai_server: fake.FakeServer) -> None:
     p = openai(api_key="wrong", base_url=openai_server.url)
     with pytest.raises(ProviderError) as info:
         await p.generate(ModelRequest(messages=ASK))
@@ -297,16 +268,16 @@ async def test_bad_api_key_is_401(openai_server: FakeServer) -> None:
 
 
 async def test_api_key_from_environment(
-    openai_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+    openai_server: fake.FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
-    openai_server.queue(json_reply("openai/text.json"))
+    openai_server.queue(fake.json_reply("openai/text.json"))
     result = await openai(base_url=openai_server.url).generate(ModelRequest(messages=ASK))
     assert result.message.content
 
 
-async def test_stream_without_done_is_cut(openai_server: FakeServer) -> None:
-    openai_server.queue(sse_reply("openai/cut.sse"))
+async def test_stream_without_done_is_cut(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.sse_reply("openai/cut.sse"))
     p = provider(openai_server, max_retries=0)
     seen = []
     with pytest.raises(ProviderError) as info:
@@ -317,8 +288,8 @@ async def test_stream_without_done_is_cut(openai_server: FakeServer) -> None:
     assert not any(isinstance(i, ModelResponse) for i in seen)
 
 
-async def test_connection_cut_mid_stream(openai_server: FakeServer) -> None:
-    openai_server.queue(sse_reply("openai/text.sse", cut_after=2))
+async def test_connection_cut_mid_stream(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.sse_reply("openai/text.sse", cut_after=2))
     p = provider(openai_server)
     seen = []
     with pytest.raises(ProviderError) as info:
@@ -327,29 +298,29 @@ async def test_connection_cut_mid_stream(openai_server: FakeServer) -> None:
     assert info.value.retryable
     # Events were already yielded, so the stream is not replayed.
     assert len(openai_server.requests) == 1
-    assert texts(seen) == ["Paris"]
+    assert fake.texts(seen) == ["Paris"]
 
 
-async def test_stream_retries_before_first_event(openai_server: FakeServer) -> None:
+async def test_stream_retries_before_first_event(openai_server: fake.FakeServer) -> None:
     openai_server.queue(
-        json_reply("openai/error_429.json", status=429, headers=(("retry-after", "0"),)),
-        sse_reply("openai/text.sse", cut_after=1),
-        sse_reply("openai/text.sse"),
+        fake.json_reply("openai/error_429.json", status=429, headers=(("retry-after", "0"),)),
+        fake.sse_reply("openai/text.sse", cut_after=1),
+        fake.sse_reply("openai/text.sse"),
     )
-    events, final = await collect(provider(openai_server).stream(ModelRequest(messages=ASK)))
+    events, final = await fake.collect(provider(openai_server).stream(ModelRequest(messages=ASK)))
     # The cut after the role-only chunk happened before any event was yielded.
     assert len(openai_server.requests) == 3
     assert final.message.content == "Paris is the capital of France."
     assert len([e for e in events if isinstance(e, ResponseDelta)]) == 4
 
 
-async def test_malformed_json(openai_server: FakeServer) -> None:
+async def test_malformed_json(openai_server: fake.FakeServer) -> None:
     openai_server.queue(
-        Reply(
+        fake.Reply(
             body=b'{"id": "chatcmpl-1", "choices": [',
             headers=(("content-type", "application/json"),),
         ),
-        sse_reply("openai/malformed.sse"),
+        fake.sse_reply("openai/malformed.sse"),
     )
     p = provider(openai_server)
     with pytest.raises(ProviderError) as info:
@@ -357,13 +328,13 @@ async def test_malformed_json(openai_server: FakeServer) -> None:
     assert "malformed JSON" in info.value.message
     assert not info.value.retryable
     with pytest.raises(ProviderError) as info:
-        await collect(p.stream(ModelRequest(messages=ASK)))
+        await fake.collect(p.stream(ModelRequest(messages=ASK)))
     assert "malformed JSON" in info.value.message
     assert len(openai_server.requests) == 2
 
 
-async def test_stalled_server_times_out(openai_server: FakeServer) -> None:
-    openai_server.queue(Reply(stall=True), Reply(stall=True))
+async def test_stalled_server_times_out(openai_server: fake.FakeServer) -> None:
+    openai_server.queue(fake.Reply(stall=True), fake.Reply(stall=True))
     p = provider(openai_server, timeout=0.3, max_retries=1)
     with pytest.raises(ProviderError) as info:
         await p.generate(ModelRequest(messages=ASK))
