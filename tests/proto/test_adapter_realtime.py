@@ -349,6 +349,18 @@ DONE = ev.ResponseDone(
     )
 )
 
+#: The events of one text message item, from its first delta to its end.
+TEXT_ITEM = [
+    "response.output_item.added",
+    "conversation.item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "conversation.item.done",
+]
+
 ENCODER_TABLE: list[tuple[str, list[ev.Event], list[str]]] = [
     (
         "text",
@@ -376,14 +388,7 @@ ENCODER_TABLE: list[tuple[str, list[ev.Event], list[str]]] = [
         ],
         [
             "response.created",
-            "response.output_item.added",
-            "conversation.item.added",
-            "response.content_part.added",
-            "response.output_text.delta",
-            "response.output_text.done",
-            "response.content_part.done",
-            "response.output_item.done",
-            "conversation.item.done",
+            *TEXT_ITEM,
             "response.output_item.added",
             "conversation.item.added",
             "response.function_call_arguments.delta",
@@ -427,14 +432,7 @@ ENCODER_TABLE: list[tuple[str, list[ev.Event], list[str]]] = [
         "cancelled mid-text",
         [text("par"), ev.ResponseCancelled(response_id="resp_1")],
         [
-            "response.output_item.added",
-            "conversation.item.added",
-            "response.content_part.added",
-            "response.output_text.delta",
-            "response.output_text.done",
-            "response.content_part.done",
-            "response.output_item.done",
-            "conversation.item.done",
+            *TEXT_ITEM,
             "response.done",
         ],
     ),

@@ -16,18 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
+from uamp_proto import _state as tables
 from uamp_proto import events as ev
-from uamp_proto._state import (
-    CLIENT_EVENTS,
-    RESPONSE_EVENTS,
-    RESPONSE_TRANSITIONS,
-    SERVER_EVENTS,
-    SESSION_TRANSITIONS,
-    TERMINAL_RESPONSE_STATES,
-    ResponseState,
-    Role,
-    SessionState,
-)
+from uamp_proto._state import ResponseState, Role, SessionState
 from uamp_proto.connection import Connection
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
 from uamp_proto.payment import PaymentNegotiation
@@ -66,16 +57,16 @@ def _setup(session: SessionState, slot: ResponseState, live: int) -> Pair:
 def _cases() -> list[tuple[Role, SessionState, ResponseState, int, str]]:
     cases = []
     for role in Role:
-        types = sorted(CLIENT_EVENTS if role is Role.CLIENT else SERVER_EVENTS)
+        types = sorted(tables.CLIENT_EVENTS if role is Role.CLIENT else tables.SERVER_EVENTS)
         for session in SessionState:
-            assert session is _S.ENDED or (role, session) in SESSION_TRANSITIONS
+            assert session is _S.ENDED or (role, session) in tables.SESSION_TRANSITIONS
             slots: list[ResponseState] = [_R.IDLE]
             if session is _S.ACTIVE:
                 slots = [_R.IDLE, _R.REQUESTED, _R.IN_PROGRESS]
             elif session is _S.CREATING:
                 slots = [_R.IDLE, _R.REQUESTED]  # a client pipelines response.create
             for slot in slots:
-                assert (role, slot) in RESPONSE_TRANSITIONS
+                assert (role, slot) in tables.RESPONSE_TRANSITIONS
                 for live in (0, 2) if session is _S.IDLE else (1,):
                     cases.extend((role, session, slot, live, t) for t in types)
     return cases
@@ -94,7 +85,7 @@ def _expected(
         return None, None, "unknown_session"  # it answers no session being created
     if session is _S.ENDED:
         return None, None, "session_ended"
-    after = SESSION_TRANSITIONS[(role, session)].get(etype)
+    after = tables.SESSION_TRANSITIONS[(role, session)].get(etype)
     if after is None:
         if session is _S.IDLE:
             return None, None, "no_session" if live == 0 else "session_id_required"
@@ -102,12 +93,12 @@ def _expected(
     if session is _S.IDLE:
         return after, None, None  # connection level: no response slot
     slot_after = slot
-    if etype in RESPONSE_EVENTS:
-        moved = RESPONSE_TRANSITIONS[(role, slot)].get(etype)
+    if etype in tables.RESPONSE_EVENTS:
+        moved = tables.RESPONSE_TRANSITIONS[(role, slot)].get(etype)
         if moved is None:
             code = {"response.create": "response_in_progress", "tool.result": "invalid_tool_result"}
             return None, None, code.get(etype, "invalid_event")
-        slot_after = _R.IDLE if moved in TERMINAL_RESPONSE_STATES else moved
+        slot_after = _R.IDLE if moved in tables.TERMINAL_RESPONSE_STATES else moved
     if etype.startswith("payment.") and not PaymentNegotiation(None).can_apply(sample(etype)):
         return None, None, "invalid_event"
     return after, slot_after, None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,7 +27,6 @@ import pytest
 import trio
 import trio_websocket
 
-from uamp_trio import create_app
 from uamp_trio.app import App
 
 from .agents import CountingAgent
@@ -133,10 +131,25 @@ async def _until(ws: trio_websocket.WebSocketConnection, *kinds: str) -> dict[st
 Probe = Callable[[Any, httpx.AsyncClient, str | None], Awaitable[None]]
 
 
-async def completions(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
-    _check_http(
-        await http.post("/v1/chat/completions", json=CHAT, headers=_headers(token)), "openai"
-    )
+def _post(path: str, body: Any, style: str) -> Probe:
+    """A probe that POSTs ``body`` to ``path``; a refusal is answered in ``style``."""
+
+    async def probe(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
+        _check_http(await http.post(path, json=body, headers=_headers(token)), style)
+
+    return probe
+
+
+completions = _post("/v1/chat/completions", CHAT, "openai")
+a2a_rpc = _post("/agents/demo/a2a", A2A_SEND, "jsonrpc")
+a2a_rest = _post("/agents/demo/tasks", A2A_REST, "openai")
+acp_http = _post("/agents/demo/acp", ACP_SUBMIT, "jsonrpc")
+agui = _post("/agents/demo/agui", AGUI_RUN, "openai")
+sse_events = _post(
+    "/agents/demo/events",
+    [CREATE, {"type": "input.text", "text": "hi"}, {"type": "response.create"}],
+    "uamp",
+)
 
 
 async def models(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
@@ -145,35 +158,6 @@ async def models(server: Any, http: httpx.AsyncClient, token: str | None) -> Non
     assert response.status_code == 200
     # Listing models runs no agent; the completion below is what the control counts.
     await completions(server, http, token)
-
-
-async def a2a_rpc(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
-    _check_http(
-        await http.post("/agents/demo/a2a", json=A2A_SEND, headers=_headers(token)), "jsonrpc"
-    )
-
-
-async def a2a_rest(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
-    _check_http(
-        await http.post("/agents/demo/tasks", json=A2A_REST, headers=_headers(token)), "openai"
-    )
-
-
-async def acp_http(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
-    _check_http(
-        await http.post("/agents/demo/acp", json=ACP_SUBMIT, headers=_headers(token)), "jsonrpc"
-    )
-
-
-async def agui(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
-    _check_http(
-        await http.post("/agents/demo/agui", json=AGUI_RUN, headers=_headers(token)), "openai"
-    )
-
-
-async def sse_events(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
-    body = [CREATE, {"type": "input.text", "text": "hi"}, {"type": "response.create"}]
-    _check_http(await http.post("/agents/demo/events", json=body, headers=_headers(token)), "uamp")
 
 
 async def realtime(server: Any, http: httpx.AsyncClient, token: str | None) -> None:
@@ -230,16 +214,6 @@ PROBES: dict[str, Probe] = {
     "uamp_ws_upgrade": uamp_ws_upgrade,
     "uamp_ws_session": uamp_ws_session,
 }
-
-
-@pytest.fixture
-def agent() -> CountingAgent:
-    return CountingAgent()
-
-
-@pytest.fixture
-def app(agent: CountingAgent, tmp_path: Path) -> App:
-    return create_app([agent], authenticator=ISSUER.authenticator(tmp_path, leeway=0))
 
 
 @pytest.fixture

@@ -334,6 +334,22 @@ def uamp(event: dict[str, Any]) -> Operation:
     return call
 
 
+def _sends_with_task_id(
+    dialect: str, methods: tuple[str, ...], message: Callable[..., dict[str, Any]]
+) -> list[tuple[str, str, Operation, Check]]:
+    """A send naming someone's task by ``taskId``, finished or running, in one dialect."""
+    return [
+        (
+            f"a2a {dialect} {m} with taskId ({kind})",
+            kind,
+            a2a_call(m, lambda t: {"message": message("more", taskId=t)}),
+            A2A_NOT_FOUND,
+        )
+        for m in methods
+        for kind in ("task", "running")
+    ]
+
+
 def _push(name: str) -> dict[str, Any]:
     return {"url": "http://127.0.0.1:9/hook", "id": "c1", "taskId": name}
 
@@ -368,16 +384,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
         ),
         PUSH_REFUSED,
     ),
-    *[
-        (
-            f"a2a 0.3 {m} with taskId ({kind})",
-            kind,
-            a2a_call(m, lambda t: {"message": v03_message("more", taskId=t)}),
-            A2A_NOT_FOUND,
-        )
-        for m in ("message/send", "message/stream")
-        for kind in ("task", "running")
-    ],
+    *_sends_with_task_id("0.3", ("message/send", "message/stream"), v03_message),
     # A2A JSON-RPC, 1.0 dialect
     *[
         (f"a2a 1.0 {m} ({kind})", kind, a2a_call(m, lambda t: {"id": t}), A2A_NOT_FOUND)
@@ -393,16 +400,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
             "DeleteTaskPushNotificationConfig",
         )
     ],
-    *[
-        (
-            f"a2a 1.0 {m} with taskId ({kind})",
-            kind,
-            a2a_call(m, lambda t: {"message": v1_message("more", taskId=t)}),
-            A2A_NOT_FOUND,
-        )
-        for m in ("SendMessage", "SendStreamingMessage")
-        for kind in ("task", "running")
-    ],
+    *_sends_with_task_id("1.0", ("SendMessage", "SendStreamingMessage"), v1_message),
     (
         "a2a 1.0 ListTasks by contextId",
         "context",

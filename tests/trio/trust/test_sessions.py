@@ -11,7 +11,6 @@ principal; an expired token fails the session's next response with
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -19,7 +18,6 @@ import pytest
 import trio
 import trio_websocket
 
-from uamp_trio import create_app
 from uamp_trio.app import App
 
 from .agents import CountingAgent
@@ -64,16 +62,6 @@ class Socket:
         return await self.until_any(
             ("response.done", "response.error", "response.cancelled"), session_id
         )
-
-
-@pytest.fixture
-def agent() -> CountingAgent:
-    return CountingAgent()
-
-
-@pytest.fixture
-def app(agent: CountingAgent, tmp_path: Path) -> App:
-    return create_app([agent], authenticator=ISSUER.authenticator(tmp_path, leeway=0))
 
 
 @pytest.fixture
