@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import trio
 
+from tests._support.rpc import a2a_message, rpc
 from tests._support.wire import CREATE, post
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_trio.app import App, create_app
@@ -22,10 +23,6 @@ from uamp_trio.transports import a2a, acp, sse_events
 TIMEOUT = 15
 
 
-def _rpc(method: str, params: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-
-
 async def test_every_transport_keeps_its_state_in_the_stores_the_app_was_given(
     serve_app: Any,
 ) -> None:
@@ -33,19 +30,14 @@ async def test_every_transport_keeps_its_state_in_the_stores_the_app_was_given(
     app = create_app([DemoAgent()], stores=stores)
     assert app.stores is stores
     server = await serve_app(app)
-    message = {
-        "kind": "message",
-        "messageId": "m",
-        "role": "user",
-        "parts": [{"kind": "text", "text": "hi"}],
-    }
+    message = a2a_message("hi")
     with trio.fail_after(TIMEOUT):
         async with httpx.AsyncClient(base_url=server.url) as http:
             task = (
-                await http.post("/agents/demo/a2a", json=_rpc("message/send", {"message": message}))
+                await http.post("/agents/demo/a2a", json=rpc("message/send", {"message": message}))
             ).json()
             acp = (
-                await http.post("/agents/demo/acp", json=_rpc("session/new", {"cwd": "/tmp"}))
+                await http.post("/agents/demo/acp", json=rpc("session/new", {"cwd": "/tmp"}))
             ).json()
             sse = await post(http, CREATE, path="/agents/demo/events")
     assert [t.id for t in stores.a2a_tasks] == [task["result"]["id"]]

@@ -9,6 +9,7 @@ import httpx
 import trio
 
 from tests._support.agents import TestAgent
+from tests._support.rpc import a2a_message, rpc
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -57,19 +58,12 @@ async def test_non_blocking_send_answers_at_once_and_the_task_completes_later(
     server = await serve_app(create_app([agent], transports=[a2a_transport.mount]))
     url = f"{server.url}/agents/gated/a2a"
     params = {
-        "message": {
-            "kind": "message",
-            "messageId": "m1",
-            "role": "user",
-            "parts": [{"kind": "text", "text": "hi"}],
-        },
+        "message": a2a_message("hi"),
         "configuration": {"blocking": False},
     }
     with trio.fail_after(10):
         async with httpx.AsyncClient() as http:
-            reply = await http.post(
-                url, json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
-            )
+            reply = await http.post(url, json=rpc("message/send", params))
             task = reply.json()["result"]
             assert task["status"]["state"] in {"submitted", "working"}
             TASK[:] = [task["id"]]

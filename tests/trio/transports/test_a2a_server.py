@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from tests._support.agents import TestAgent
+from tests._support.rpc import a2a_message, a2a_v1_message, rpc
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
@@ -50,17 +51,6 @@ async def base(serve_app) -> str:  # type: ignore[no-untyped-def]
     app = create_app([DemoAgent(), SlowAgent(), FailingAgent()], transports=[a2a_transport.mount])
     server = await serve_app(app)
     return str(server.url)
-
-
-def _rpc(method: str, params: Any = None, rid: Any = 1) -> dict[str, Any]:
-    body: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        body["params"] = params
-    return body
-
-
-def _v1_message(text: str, **extra: Any) -> dict[str, Any]:
-    return {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": text}], **extra}
 
 
 def _sse(text: str) -> list[tuple[str | None, Any]]:
@@ -111,27 +101,27 @@ async def test_card_urls_follow_the_host_and_carry_capabilities(base: str) -> No
         (b"{not json", -32700, None),
         (b"[1, 2]", -32600, None),
         (json.dumps({"jsonrpc": "1.0", "id": 3, "method": "GetTask"}).encode(), -32600, 3),
-        (json.dumps(_rpc("tasks/explode", {}, "x")).encode(), -32601, "x"),
-        (json.dumps(_rpc("GetTask", [1], 4)).encode(), -32602, 4),
-        (json.dumps(_rpc("GetTask", {}, 5)).encode(), -32602, 5),
+        (json.dumps(rpc("tasks/explode", {}, "x")).encode(), -32601, "x"),
+        (json.dumps(rpc("GetTask", [1], 4)).encode(), -32602, 4),
+        (json.dumps(rpc("GetTask", {}, 5)).encode(), -32602, 5),
         (
-            json.dumps(_rpc("SendMessage", {"message": {"role": "ROLE_USER"}}, 6)).encode(),
+            json.dumps(rpc("SendMessage", {"message": {"role": "ROLE_USER"}}, 6)).encode(),
             -32602,
             6,
         ),
         (
             json.dumps(
-                _rpc("SendMessage", {"message": _v1_message("x", role="ROLE_ROBOT")}, 7)
+                rpc("SendMessage", {"message": a2a_v1_message("x", role="ROLE_ROBOT")}, 7)
             ).encode(),
             -32602,
             7,
         ),
-        (json.dumps(_rpc("GetTask", {"id": "task_missing"}, 8)).encode(), -32001, 8),
-        (json.dumps(_rpc("tasks/get", {"id": "task_missing"}, 9)).encode(), -32001, 9),
-        (json.dumps(_rpc("tasks/pushNotificationConfig/set", {}, 10)).encode(), -32003, 10),
+        (json.dumps(rpc("GetTask", {"id": "task_missing"}, 8)).encode(), -32001, 8),
+        (json.dumps(rpc("tasks/get", {"id": "task_missing"}, 9)).encode(), -32001, 9),
+        (json.dumps(rpc("tasks/pushNotificationConfig/set", {}, 10)).encode(), -32003, 10),
         (
             json.dumps(
-                _rpc("SendMessage", {"message": _v1_message("x", taskId="task_missing")}, 11)
+                rpc("SendMessage", {"message": a2a_v1_message("x", taskId="task_missing")}, 11)
             ).encode(),
             -32001,
             11,
@@ -154,9 +144,9 @@ async def test_bad_requests_get_jsonrpc_errors(base: str, body: bytes, code: int
 
 async def test_v1_errors_carry_error_info_and_v03_errors_do_not(base: str) -> None:
     async with httpx.AsyncClient() as http:
-        v1 = (await http.post(f"{base}/agents/demo/a2a", json=_rpc("GetTask", {"id": "t"}))).json()
+        v1 = (await http.post(f"{base}/agents/demo/a2a", json=rpc("GetTask", {"id": "t"}))).json()
         v03 = (
-            await http.post(f"{base}/agents/demo/a2a", json=_rpc("tasks/get", {"id": "t"}))
+            await http.post(f"{base}/agents/demo/a2a", json=rpc("tasks/get", {"id": "t"}))
         ).json()
     assert v1["error"]["data"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
     assert v1["error"]["data"][0]["reason"] == "TASK_NOT_FOUND"
@@ -168,7 +158,7 @@ async def test_failed_agent_fails_the_task(base: str) -> None:
         reply = (
             await http.post(
                 f"{base}/agents/failing/a2a",
-                json=_rpc("SendMessage", {"message": _v1_message("hi")}),
+                json=rpc("SendMessage", {"message": a2a_v1_message("hi")}),
             )
         ).json()
     status = reply["result"]["task"]["status"]
@@ -178,17 +168,10 @@ async def test_failed_agent_fails_the_task(base: str) -> None:
 
 
 async def test_v03_blocking_send_shapes(base: str) -> None:
-    params = {
-        "message": {
-            "kind": "message",
-            "messageId": "m",
-            "role": "user",
-            "parts": [{"kind": "text", "text": "shape"}],
-        }
-    }
+    params = {"message": a2a_message("shape")}
     async with httpx.AsyncClient() as http:
         reply = (
-            await http.post(f"{base}/agents/demo/a2a", json=_rpc("message/send", params))
+            await http.post(f"{base}/agents/demo/a2a", json=rpc("message/send", params))
         ).json()
     task = reply["result"]
     assert task["kind"] == "task"
@@ -310,7 +293,7 @@ async def test_explicit_policy_of_the_transport_factory(serve_app) -> None:  # t
     async with httpx.AsyncClient() as http:
         reply = (
             await http.post(
-                f"{server.url}/a2a", json=_rpc("SendMessage", {"message": _v1_message("hi")})
+                f"{server.url}/a2a", json=rpc("SendMessage", {"message": a2a_v1_message("hi")})
             )
         ).json()
     assert reply["error"]["code"] == -32402

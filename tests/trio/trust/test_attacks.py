@@ -27,6 +27,7 @@ import pytest
 import trio
 import trio_websocket
 
+from tests._support.rpc import a2a_message, rpc
 from uamp_trio.app import App
 
 from .agents import CountingAgent
@@ -37,19 +38,7 @@ ATTACKS = {"no_token": None, **ISSUER.attacks()}
 TIMEOUT = 10
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
-A2A_SEND = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "message/send",
-    "params": {
-        "message": {
-            "kind": "message",
-            "messageId": "m1",
-            "role": "user",
-            "parts": [{"kind": "text", "text": "hi"}],
-        }
-    },
-}
+A2A_SEND = rpc("message/send", {"message": a2a_message("hi")})
 A2A_REST = {"message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
 ACP_SUBMIT = {
     "jsonrpc": "2.0",

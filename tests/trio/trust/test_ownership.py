@@ -27,6 +27,7 @@ import trio
 from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support.rpc import a2a_message, a2a_v1_message, rpc
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -123,19 +124,6 @@ def http_answer(resp: httpx.Response, named: str) -> bytes:
     return masked(b"\n".join([*head, b"", resp.content]), named)
 
 
-def rpc(method: str, params: dict[str, Any], rid: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-
-
-def v03_message(text: str, **extra: Any) -> dict[str, Any]:
-    part = {"kind": "text", "text": text}
-    return {"kind": "message", "messageId": "m1", "role": "user", "parts": [part], **extra}
-
-
-def v1_message(text: str, **extra: Any) -> dict[str, Any]:
-    return {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": text}], **extra}
-
-
 @asynccontextmanager
 async def serving() -> AsyncIterator[Server]:
     app = create_app([Witness()], middleware=[KeyGate()])
@@ -181,7 +169,7 @@ class Alice:
             f"{AGENT}/a2a",
             json=rpc(
                 "message/send",
-                {"message": v03_message("use the tool"), "metadata": {"tools": [TOOL]}},
+                {"message": a2a_message("use the tool"), "metadata": {"tools": [TOOL]}},
             ),
         )
         task = paused.json()["result"]
@@ -192,12 +180,12 @@ class Alice:
             f"{AGENT}/a2a",
             json=rpc(
                 "message/send",
-                {"message": v03_message("wait"), "configuration": {"blocking": False}},
+                {"message": a2a_message("wait"), "configuration": {"blocking": False}},
             ),
         )
         self.ids["running"] = running.json()["result"]["id"]
         done = await http.post(
-            f"{AGENT}/a2a", json=rpc("message/send", {"message": v03_message("hi")})
+            f"{AGENT}/a2a", json=rpc("message/send", {"message": a2a_message("hi")})
         )
         self.ids["done"] = done.json()["result"]["id"]
         self.ids["context2"] = done.json()["result"]["contextId"]
@@ -384,7 +372,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
         ),
         PUSH_REFUSED,
     ),
-    *_sends_with_task_id("0.3", ("message/send", "message/stream"), v03_message),
+    *_sends_with_task_id("0.3", ("message/send", "message/stream"), a2a_message),
     # A2A JSON-RPC, 1.0 dialect
     *[
         (f"a2a 1.0 {m} ({kind})", kind, a2a_call(m, lambda t: {"id": t}), A2A_NOT_FOUND)
@@ -400,7 +388,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
             "DeleteTaskPushNotificationConfig",
         )
     ],
-    *_sends_with_task_id("1.0", ("SendMessage", "SendStreamingMessage"), v1_message),
+    *_sends_with_task_id("1.0", ("SendMessage", "SendStreamingMessage"), a2a_v1_message),
     (
         "a2a 1.0 ListTasks by contextId",
         "context",
@@ -493,13 +481,13 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
     (
         "a2a 0.3 message/send with contextId",
         "context",
-        a2a_call("message/send", lambda c: {"message": v03_message("hi", contextId=c)}),
+        a2a_call("message/send", lambda c: {"message": a2a_message("hi", contextId=c)}),
         expect(b'"contextId":"<NAMED>"', b"bob sent 1 messages", b'"state":"completed"'),
     ),
     (
         "a2a 1.0 SendMessage with contextId",
         "context2",
-        a2a_call("SendMessage", lambda c: {"message": v1_message("hi", contextId=c)}),
+        a2a_call("SendMessage", lambda c: {"message": a2a_v1_message("hi", contextId=c)}),
         expect(b'"contextId":"<NAMED>"', b"bob sent 1 messages", b"TASK_STATE_COMPLETED"),
     ),
 ]
@@ -543,7 +531,7 @@ async def test_every_id_bearing_operation_answers_another_principal_as_not_found
             assert mine == {alice.ids["task"], alice.ids["running"], alice.ids["done"]}
             resumed = await alice_http.post(
                 f"{AGENT}/a2a",
-                json=rpc("message/send", {"message": v03_message("72F", taskId=alice.ids["task"])}),
+                json=rpc("message/send", {"message": a2a_message("72F", taskId=alice.ids["task"])}),
             )
             result = resumed.json()["result"]
             assert result["status"]["state"] == "completed", result
