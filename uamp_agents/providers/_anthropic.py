@@ -38,10 +38,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
-import httpx
 import orjson
 
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
@@ -63,8 +62,8 @@ from uamp_proto.types import (
 )
 
 from ._http import (
-    DEFAULT_TIMEOUT,
     HTTPClient,
+    HTTPOptions,
     HTTPProvider,
     MediaItem,
     RetryPolicy,
@@ -119,12 +118,7 @@ def anthropic(
     max_tokens: int = 1024,
     thinking: int | Mapping[str, Any] | None = None,
     params: Mapping[str, Any] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    max_retries: int = 2,
-    retry_base_delay: float = 0.5,
-    retry_max_delay: float = 20.0,
-    headers: Mapping[str, str] | None = None,
-    http_client: httpx.AsyncClient | None = None,
+    **options: Unpack[HTTPOptions],
 ) -> AnthropicProvider:
     """An Anthropic Messages API provider.
 
@@ -138,28 +132,15 @@ def anthropic(
             ``thinking`` object (``{"type": "enabled", "budget_tokens": ...}``).
         params: Default body parameters (``temperature``, ``top_k``,
             ``stop`` -> ``stop_sequences`` ...).
-        timeout: Seconds for connecting and for each read.
-        max_retries: Retries for 429/5xx/529/transport failures.
-        retry_base_delay: First backoff delay; doubles per retry.
-        retry_max_delay: Cap on a single wait, Retry-After included.
-        headers: Extra headers (``anthropic-beta`` ...).
-        http_client: A long-lived client to pool connections.
+        **options: Connection options (:class:`~._http.HTTPOptions`:
+            ``timeout``, ``max_retries``, ``retry_base_delay``,
+            ``retry_max_delay``, ``headers``, ``http_client``).
     """
     key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
     all_headers = {"anthropic-version": ANTHROPIC_VERSION}
     if key:
         all_headers["x-api-key"] = key
-    http, policy = connect(
-        _NAME,
-        base_url=base_url,
-        headers=all_headers,
-        extra_headers=headers,
-        timeout=timeout,
-        max_retries=max_retries,
-        retry_base_delay=retry_base_delay,
-        retry_max_delay=retry_max_delay,
-        http_client=http_client,
-    )
+    http, policy = connect(_NAME, base_url=base_url, own_headers=all_headers, **options)
     thinking_config: dict[str, Any] | None
     if thinking is None:
         thinking_config = None

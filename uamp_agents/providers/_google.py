@@ -50,10 +50,9 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
-import httpx
 import orjson
 
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
@@ -71,8 +70,8 @@ from uamp_proto.types import (
 )
 
 from ._http import (
-    DEFAULT_TIMEOUT,
     HTTPClient,
+    HTTPOptions,
     HTTPProvider,
     MediaItem,
     RetryPolicy,
@@ -131,12 +130,7 @@ def google(
     base_url: str = "https://generativelanguage.googleapis.com/v1beta",
     thinking: bool | int | Mapping[str, Any] | None = None,
     params: Mapping[str, Any] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    max_retries: int = 2,
-    retry_base_delay: float = 0.5,
-    retry_max_delay: float = 20.0,
-    headers: Mapping[str, str] | None = None,
-    http_client: httpx.AsyncClient | None = None,
+    **options: Unpack[HTTPOptions],
 ) -> GoogleProvider:
     """A Gemini provider.
 
@@ -149,12 +143,9 @@ def google(
         params: Default generation parameters; uamp/OpenAI names are
             translated, Gemini names pass through; ``safetySettings`` and
             ``cachedContent`` go to the top level of the body.
-        timeout: Seconds for connecting and for each read.
-        max_retries: Retries for 429/5xx/transport failures.
-        retry_base_delay: First backoff delay; doubles per retry.
-        retry_max_delay: Cap on a single wait, Retry-After included.
-        headers: Extra headers.
-        http_client: A long-lived client to pool connections.
+        **options: Connection options (:class:`~._http.HTTPOptions`:
+            ``timeout``, ``max_retries``, ``retry_base_delay``,
+            ``retry_max_delay``, ``headers``, ``http_client``).
     """
     key = api_key
     if key is None:
@@ -162,17 +153,7 @@ def google(
     all_headers: dict[str, str] = {}
     if key:
         all_headers["x-goog-api-key"] = key
-    http, policy = connect(
-        _NAME,
-        base_url=base_url,
-        headers=all_headers,
-        extra_headers=headers,
-        timeout=timeout,
-        max_retries=max_retries,
-        retry_base_delay=retry_base_delay,
-        retry_max_delay=retry_max_delay,
-        http_client=http_client,
-    )
+    http, policy = connect(_NAME, base_url=base_url, own_headers=all_headers, **options)
     thinking_config: dict[str, Any] | None
     if thinking is None or thinking is False:
         thinking_config = None

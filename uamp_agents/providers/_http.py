@@ -36,7 +36,7 @@ import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
 import attrs
 import httpx
@@ -68,6 +68,7 @@ __all__ = [
     "MAX_SSE_EVENT",
     "RETRYABLE_STATUSES",
     "HTTPClient",
+    "HTTPOptions",
     "HTTPProvider",
     "MediaItem",
     "MediaRef",
@@ -442,32 +443,48 @@ class HTTPClient:
 # --- The provider classes' common part -----------------------------------------
 
 
+class HTTPOptions(TypedDict, total=False):
+    """The connection options every provider factory takes (docs/providers.md).
+
+    Keys:
+        timeout: Seconds for connecting and for each read
+            (:data:`DEFAULT_TIMEOUT`).
+        max_retries: Retries of retryable failures (429, 5xx, transport
+            errors; Anthropic's 529 too), default 2.
+        retry_base_delay: First backoff delay, doubled per retry (0.5).
+        retry_max_delay: Cap on a single wait, Retry-After included (20.0).
+        headers: Extra headers; they win over the provider's own.
+        http_client: A long-lived ``httpx.AsyncClient`` to pool connections;
+            by default a client is opened per call.
+    """
+
+    timeout: float
+    max_retries: int
+    retry_base_delay: float
+    retry_max_delay: float
+    headers: Mapping[str, str] | None
+    http_client: httpx.AsyncClient | None
+
+
 def connect(
-    provider: str,
-    *,
-    base_url: str,
-    headers: Mapping[str, str],
-    extra_headers: Mapping[str, str] | None,
-    timeout: float,
-    max_retries: int,
-    retry_base_delay: float,
-    retry_max_delay: float,
-    http_client: httpx.AsyncClient | None,
+    provider: str, *, base_url: str, own_headers: Mapping[str, str], **options: Unpack[HTTPOptions]
 ) -> tuple[HTTPClient, RetryPolicy]:
     """The HTTP client and retry policy a provider factory builds from its arguments.
 
-    ``headers`` are the provider's own (version, credentials);
-    ``extra_headers`` are the caller's and win over them.
+    ``own_headers`` are the provider's (version, credentials); the caller's
+    ``headers`` option wins over them.
     """
     http = HTTPClient(
         provider=provider,
         base_url=base_url,
-        headers={**headers, **(extra_headers or {})},
-        timeout=timeout,
-        client=http_client,
+        headers={**own_headers, **(options.get("headers") or {})},
+        timeout=options.get("timeout", DEFAULT_TIMEOUT),
+        client=options.get("http_client"),
     )
     policy = RetryPolicy(
-        max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay
+        max_retries=options.get("max_retries", 2),
+        base_delay=options.get("retry_base_delay", 0.5),
+        max_delay=options.get("retry_max_delay", 20.0),
     )
     return http, policy
 

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
-import httpx
 
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
 from uamp_proto.types import (
@@ -51,7 +50,7 @@ from uamp_proto.types import (
 )
 
 from ._http import (
-    DEFAULT_TIMEOUT,
+    HTTPOptions,
     HTTPProvider,
     MediaItem,
     connect,
@@ -88,12 +87,7 @@ def openai(
     api_key: str | None = None,
     base_url: str = "https://api.openai.com/v1",
     params: Mapping[str, Any] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    max_retries: int = 2,
-    retry_base_delay: float = 0.5,
-    retry_max_delay: float = 20.0,
-    headers: Mapping[str, str] | None = None,
-    http_client: httpx.AsyncClient | None = None,
+    **options: Unpack[HTTPOptions],
 ) -> OpenAIProvider:
     """An OpenAI-compatible Chat Completions provider.
 
@@ -104,30 +98,15 @@ def openai(
         base_url: API root, e.g. ``http://localhost:11434/v1`` for Ollama.
         params: Default body parameters (``temperature``, ``max_tokens`` ...);
             a request's ``params`` win over these.
-        timeout: Seconds for connecting and for each read.
-        max_retries: Retries for 429/5xx/transport failures.
-        retry_base_delay: First backoff delay; doubles per retry.
-        retry_max_delay: Cap on a single wait, Retry-After included.
-        headers: Extra headers (``OpenAI-Organization``,
-            ``x-session-affinity`` for Fireworks caching ...).
-        http_client: A long-lived client to pool connections; by default a
-            client is opened per call.
+        **options: Connection options (:class:`~._http.HTTPOptions`:
+            ``timeout``, ``max_retries``, ``retry_base_delay``,
+            ``retry_max_delay``, ``headers``, ``http_client``).
     """
     key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
     all_headers: dict[str, str] = {}
     if key:
         all_headers["authorization"] = f"Bearer {key}"
-    http, policy = connect(
-        _NAME,
-        base_url=base_url,
-        headers=all_headers,
-        extra_headers=headers,
-        timeout=timeout,
-        max_retries=max_retries,
-        retry_base_delay=retry_base_delay,
-        retry_max_delay=retry_max_delay,
-        http_client=http_client,
-    )
+    http, policy = connect(_NAME, base_url=base_url, own_headers=all_headers, **options)
     return OpenAIProvider(model=model, http=http, policy=policy, params=dict(params or {}))
 
 
