@@ -37,6 +37,7 @@ from types import ModuleType
 
 import h11
 import trio
+from h11_baseline import json_reply, read_body
 
 from uamp_trio.app import Router
 from uamp_trio.engines.http import Request, Response, SendChunk, StreamingResponse
@@ -163,28 +164,8 @@ async def run_h11(kind: str, n: int, serve: Serve = serve_http1) -> float:
             continue
         if not isinstance(event, h11.Request):
             break
-        body = b""
-        while True:
-            part = conn.next_event()
-            if part is h11.NEED_DATA:
-                conn.receive_data(await stream.receive_some(65536))
-            elif isinstance(part, h11.Data):
-                body += part.data
-            else:
-                break
-        await stream.send_all(
-            conn.send(
-                h11.Response(
-                    status_code=200,
-                    headers=[
-                        ("content-type", "application/json"),
-                        ("content-length", str(len(ANSWER))),
-                    ],
-                )
-            )
-            + conn.send(h11.Data(data=ANSWER))
-            + conn.send(h11.EndOfMessage())
-        )
+        await read_body(conn, stream)
+        await stream.send_all(json_reply(conn, ANSWER))
         conn.start_next_cycle()
     return time.perf_counter() - start
 

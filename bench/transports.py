@@ -348,6 +348,7 @@ def serve_trio_h11(port_file: Path) -> None:
     """Bare trio + h11: SSE with one send_all per chunk, JSON completions."""
     import h11
     import trio
+    from h11_baseline import json_reply, read_body
 
     async def handle(stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -362,16 +363,7 @@ def serve_trio_h11(port_file: Path) -> None:
                     continue
                 if not isinstance(event, h11.Request):
                     return
-                body = b""
-                while True:
-                    part = conn.next_event()
-                    if part is h11.NEED_DATA:
-                        conn.receive_data(await stream.receive_some(65536))
-                    elif isinstance(part, h11.Data):
-                        body += part.data
-                    else:
-                        break
-                req = orjson.loads(body)
+                req = orjson.loads(await read_body(conn, stream))
                 n = int(req["messages"][-1]["content"])
                 if req.get("stream"):
                     # The head goes with the first chunk, then one send_all per chunk.
@@ -390,20 +382,7 @@ def serve_trio_h11(port_file: Path) -> None:
                         conn.send(h11.Data(data=last)) + conn.send(h11.EndOfMessage())
                     )
                 else:
-                    out = completion_body(n)
-                    await stream.send_all(
-                        conn.send(
-                            h11.Response(
-                                status_code=200,
-                                headers=[
-                                    ("content-type", "application/json"),
-                                    ("content-length", str(len(out))),
-                                ],
-                            )
-                        )
-                        + conn.send(h11.Data(data=out))
-                        + conn.send(h11.EndOfMessage())
-                    )
+                    await stream.send_all(json_reply(conn, completion_body(n)))
                 conn.start_next_cycle()
         except (trio.BrokenResourceError, h11.ProtocolError):
             return
@@ -887,76 +866,69 @@ def main() -> None:
         f"uamp transport benchmarks: {n} deltas per response, {args.rounds} rounds, "
         f"median; {os.cpu_count()} CPUs"
     )
-    if "ws" in only:
-        measure(
+    ws_kinds, http_kinds = ("uamp", "websockets", "trio-ws"), ("uamp", "starlette", "trio-h11")
+    # (--only name, title, unit, the measurement for one server kind, the kinds, options)
+    rows: list[tuple[str, str, str, Callable[[str], Callable[[int], float]], Any, Any]] = [
+        (
+            "ws",
             "WebSocket: response.delta events/s to one client",
             "events/s",
-            {
-                k: functools.partial(_by_kind, ws_rate, k, n)
-                for k in ("uamp", "websockets", "trio-ws")
-            },
-            args.rounds,
-            cpu_unit="delta",
-        )
-    if "sse" in only:
-        measure(
+            lambda k: functools.partial(_by_kind, ws_rate, k, n),
+            ws_kinds,
+            {"cpu_unit": "delta"},
+        ),
+        (
+            "sse",
             "SSE: chat.completion.chunk events/s",
             "chunks/s",
-            {
-                k: functools.partial(_by_kind, sse_rate, k, n)
-                for k in ("uamp", "starlette", "trio-h11")
-            },
-            args.rounds,
-            http=True,
-            cpu_unit="chunk",
-        )
-    if "json" in only:
-        measure(
+            lambda k: functools.partial(_by_kind, sse_rate, k, n),
+            http_kinds,
+            {"http": True, "cpu_unit": "chunk"},
+        ),
+        (
+            "json",
             "Non-streaming completions/s (sequential, keep-alive)",
             "req/s",
-            {k: functools.partial(json_rate, k) for k in ("uamp", "starlette", "trio-h11")},
-            args.rounds,
-            cpu_unit="request",
-        )
-    if "ttfd-sse" in only:
-        measure(
+            lambda k: functools.partial(json_rate, k),
+            http_kinds,
+            {"cpu_unit": "request"},
+        ),
+        (
+            "ttfd-sse",
             "Time to first delta (Chat Completions SSE, median)",
             "ms",
-            {k: functools.partial(sse_ttfd, k) for k in ("uamp", "starlette", "trio-h11")},
-            args.rounds,
-            higher_is_better=False,
-            cpu_unit="response",
-        )
-    if "ttfd" in only:
-        measure(
+            lambda k: functools.partial(sse_ttfd, k),
+            http_kinds,
+            {"higher_is_better": False, "cpu_unit": "response"},
+        ),
+        (
+            "ttfd",
             "Time to first delta (WebSocket, median)",
             "ms",
-            {
-                k: functools.partial(ws_ttfd, k)
-                for k in ("uamp", "uamp-bound", "websockets", "trio-ws")
-            },
-            args.rounds,
-            higher_is_better=False,
-            cpu_unit="response",
-        )
-    if "mux" in only:
-        measure(
+            lambda k: functools.partial(ws_ttfd, k),
+            ("uamp", "uamp-bound", *ws_kinds[1:]),
+            {"higher_is_better": False, "cpu_unit": "response"},
+        ),
+        (
+            "mux",
             "100 sessions multiplexed on one uamp WebSocket",
             "events/s",
-            {
-                "uamp": functools.partial(_many, "uamp", n, True),
-            },
-            args.rounds,
-            cpu_unit="event",
-        )
-    if "conns" in only:
-        measure(
+            lambda k: functools.partial(_many, k, n, True),
+            ("uamp",),
+            {"cpu_unit": "event"},
+        ),
+        (
+            "conns",
             "100 concurrent WebSocket connections",
             "events/s",
-            {k: functools.partial(_many, k, n, False) for k in ("uamp", "websockets", "trio-ws")},
-            args.rounds,
-            cpu_unit="event",
-        )
+            lambda k: functools.partial(_many, k, n, False),
+            ws_kinds,
+            {"cpu_unit": "event"},
+        ),
+    ]
+    for name, title, unit, run, kinds, options in rows:
+        if name in only:
+            measure(title, unit, {k: run(k) for k in kinds}, args.rounds, **options)
 
 
 if __name__ == "__main__":
