@@ -20,7 +20,7 @@ import copy
 import functools
 import uuid
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 import orjson
 import trio
@@ -50,6 +50,7 @@ __all__ = [
     "Agent",
     "AgentInput",
     "NoModelError",
+    "RunOptions",
     "agent",
     "to_message",
 ]
@@ -114,6 +115,17 @@ def _structure(structure: Any) -> tuple[dict[str, Any] | None, type | None]:
     if is_structured_class(structure):
         return schema_for(structure), structure
     return schema_for(structure), None
+
+
+class RunOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Agent.run` and :meth:`Agent.stream` (documented there)."""
+
+    session: Any
+    on_step: StepCallback | None
+    metadata: dict[str, Any] | None
+    resume: bool
+    tool_choice: str | dict[str, Any] | None
+    deps: Any
 
 
 class Agent:
@@ -259,13 +271,7 @@ class Agent:
         self,
         history_or_input: Any,
         input: AgentInput | None = None,
-        *,
-        session: Any = None,
-        on_step: StepCallback | None = None,
-        metadata: dict[str, Any] | None = None,
-        resume: bool = False,
-        tool_choice: str | dict[str, Any] | None = None,
-        deps: Any = None,
+        **options: Unpack[RunOptions],
     ) -> Turn:
         """Run the agent and return the turn (section 4.3).
 
@@ -304,50 +310,24 @@ class Agent:
             Exception: Whatever the model, a hook or a middleware raised,
                 unless ``on_error`` or a middleware recovered.
         """
-        history, user = _split(history_or_input, input, resume)
-        return await self._execute(
-            history,
-            user,
-            emitter=None,
-            abort=trio.CancelScope(),
-            session=session,
-            on_step=on_step,
-            metadata=metadata,
-            tool_choice=tool_choice,
-            deps=deps,
-        )
+        history, user = _split(history_or_input, input, options.get("resume", False))
+        return await self._execute(history, user, options, emitter=None, abort=trio.CancelScope())
 
     def stream(
         self,
         history_or_input: Any,
         input: AgentInput | None = None,
-        *,
-        session: Any = None,
-        on_step: StepCallback | None = None,
-        metadata: dict[str, Any] | None = None,
-        resume: bool = False,
-        tool_choice: str | dict[str, Any] | None = None,
-        deps: Any = None,
+        **options: Unpack[RunOptions],
     ) -> AgentStream:
         """Run the agent as a stream of events (section 12); same arguments as :meth:`run`.
 
         The run starts when the stream is first iterated, entered
         (``async with``) or its ``turn`` awaited.
         """
-        history, user = _split(history_or_input, input, resume)
+        history, user = _split(history_or_input, input, options.get("resume", False))
 
         async def runner(emit: Emitter, abort: trio.CancelScope) -> Turn:
-            return await self._execute(
-                history,
-                user,
-                emitter=emit,
-                abort=abort,
-                session=session,
-                on_step=on_step,
-                metadata=metadata,
-                tool_choice=tool_choice,
-                deps=deps,
-            )
+            return await self._execute(history, user, options, emitter=emit, abort=abort)
 
         return AgentStream(runner, buffer=self.stream_buffer)
 
@@ -393,14 +373,10 @@ class Agent:
         self,
         history: list[Message],
         user: Message | None,
+        options: RunOptions,
         *,
         emitter: Emitter | None,
         abort: trio.CancelScope,
-        session: Any,
-        on_step: StepCallback | None,
-        metadata: dict[str, Any] | None,
-        tool_choice: str | dict[str, Any] | None = None,
-        deps: Any = None,
     ) -> Turn:
         parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
@@ -422,7 +398,11 @@ class Agent:
             config=config,
         )
         mctx = MiddlewareContext(
-            agent=self, input=user, history=history, metadata=dict(metadata or {}), session=session
+            agent=self,
+            input=user,
+            history=history,
+            metadata=dict(options.get("metadata") or {}),
+            session=options.get("session"),
         )
 
         async def core(ctx: MiddlewareContext) -> Turn:
@@ -446,10 +426,10 @@ class Agent:
                 emitter=emitter,
                 checks=ctx.checks,
                 listeners=listeners,
-                on_step=on_step,
+                on_step=options.get("on_step"),
                 metadata=ctx.metadata,
-                tool_choice=tool_choice,
-                deps=deps,
+                tool_choice=options.get("tool_choice"),
+                deps=options.get("deps"),
             )
             with _running(info):
                 return await self._run_strategy(exe, ctx, abort)
