@@ -72,7 +72,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -1014,16 +1014,34 @@ class UampClient(_Link):
             self._shutdown(ClientError("closed", "the client closed the connection"))
 
 
-@asynccontextmanager
-async def _body_errors(body: list[BaseException]) -> AsyncIterator[None]:
-    """Let an exception of the caller's own ``async with`` block through unwrapped.
+#: A client run by :func:`_running`.
+_L = TypeVar("_L")
 
-    The client's tasks catch their own errors, so when the client's nursery
-    raises a group whose only member is what the caller's block raised, that
-    exception is the caller's, not ours: re-raise it as it was.
+
+@asynccontextmanager
+async def _running(
+    start: Callable[[trio.Nursery], _L], close: Callable[[_L], Awaitable[None]]
+) -> AsyncIterator[_L]:
+    """Run a client's tasks in a nursery for the length of the caller's block.
+
+    ``start`` builds the client in the nursery; ``close`` ends it when the
+    block is left. The client's tasks catch their own errors, so when the
+    nursery raises a group whose only member is what the caller's block
+    raised, that exception is the caller's, not ours: it is re-raised as it
+    was, unwrapped.
     """
+    body: list[BaseException] = []
     try:
-        yield
+        async with trio.open_nursery() as nursery:
+            client = start(nursery)
+            try:
+                yield client
+            except BaseException as exc:
+                body.append(exc)
+                raise
+            finally:
+                await close(client)
+                nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         if body and len(group.exceptions) == 1 and group.exceptions[0] is body[0]:
             raise body[0] from None
@@ -1068,28 +1086,22 @@ async def connect(
         url, headers=headers, ssl_context=ssl_context, timeout=connect_timeout
     )
     frames = make_engine(client=True, max_message_size=max_message_size, engine=engine)
-    body: list[BaseException] = []
+
+    def start(nursery: trio.Nursery) -> UampClient:
+        client = UampClient(
+            stream, frames, nursery, delta_window=delta_window, buffer=session_buffer, jwks=jwks
+        )
+        nursery.start_soon(client._reader, initial)
+        return client
+
+    async def close(client: UampClient) -> None:
+        with trio.move_on_after(1.0) as scope:
+            scope.shield = True
+            await client.aclose()
+
     try:
-        async with _body_errors(body), trio.open_nursery() as nursery:
-            client = UampClient(
-                stream,
-                frames,
-                nursery,
-                delta_window=delta_window,
-                buffer=session_buffer,
-                jwks=jwks,
-            )
-            nursery.start_soon(client._reader, initial)
-            try:
-                yield client
-            except BaseException as exc:
-                body.append(exc)
-                raise
-            finally:
-                with trio.move_on_after(1.0) as scope:
-                    scope.shield = True
-                    await client.aclose()
-                nursery.cancel_scope.cancel()
+        async with _running(start, close) as client:
+            yield client
     finally:
         await trio.aclose_forcefully(stream)
 
@@ -1259,26 +1271,21 @@ async def connect_sse(
     jwks = await load_jwks(verify) if verify is not None else None
     own = http is None
     client_http = http or httpx.AsyncClient(headers=headers, timeout=30.0)
-    body: list[BaseException] = []
+
+    def start(nursery: trio.Nursery) -> SSEClient:
+        return SSEClient(
+            client_http,
+            base_url,
+            nursery,
+            delta_window=delta_window,
+            buffer=session_buffer,
+            jwks=jwks,
+            agent_in_path=agent_in_path,
+        )
+
     try:
-        async with _body_errors(body), trio.open_nursery() as nursery:
-            client = SSEClient(
-                client_http,
-                base_url,
-                nursery,
-                delta_window=delta_window,
-                buffer=session_buffer,
-                jwks=jwks,
-                agent_in_path=agent_in_path,
-            )
-            try:
-                yield client
-            except BaseException as exc:
-                body.append(exc)
-                raise
-            finally:
-                await client.aclose()
-                nursery.cancel_scope.cancel()
+        async with _running(start, SSEClient.aclose) as client:
+            yield client
     finally:
         if own:
             with trio.CancelScope(shield=True):
