@@ -9,18 +9,8 @@ import pytest
 
 from uamp_agents.providers import ModelRequest, ProviderError, anthropic
 from uamp_agents.providers._anthropic import AnthropicProvider
+from uamp_proto import types as ty
 from uamp_proto.events import Thinking, UsageDelta
-from uamp_proto.types import (
-    ImageContent,
-    MediaURL,
-    Message,
-    ResponseFormat,
-    TextContent,
-    ThinkingContent,
-    ToolInvocation,
-    ToolOutput,
-    ToolResultContent,
-)
 
 from . import fakeserver as fake
 from .conftest import ANTHROPIC_KEY
@@ -100,7 +90,7 @@ async def test_tool_use_generate(anthropic_server: fake.FakeServer) -> None:
 
     anthropic_server.queue(fake.json_reply("anthropic/tool_use.json", check=check))
     request = ModelRequest(
-        messages=[Message(role="user", content="Weather in Paris?")],
+        messages=[ty.Message(role="user", content="Weather in Paris?")],
         tools=[WEATHER],
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
     )
@@ -120,7 +110,9 @@ async def test_tool_use_stream_assembles_input(anthropic_server: fake.FakeServer
 
     anthropic_server.queue(fake.sse_reply("anthropic/tool_use.sse", check=check))
     request = ModelRequest(
-        messages=[Message(role="user", content="Weather?")], tools=[WEATHER], tool_choice="required"
+        messages=[ty.Message(role="user", content="Weather?")],
+        tools=[WEATHER],
+        tool_choice="required",
     )
     events, final = await fake.collect(provider(anthropic_server).stream(request))
     frags = fake.fragments(events)
@@ -130,7 +122,7 @@ async def test_tool_use_stream_assembles_input(anthropic_server: fake.FakeServer
     assert fake.texts(events) == ["I'll check the weather."]
     assert final.finish_reason == "tool_calls"
     assert final.message.tool_calls == [
-        ToolInvocation(
+        ty.ToolInvocation(
             id="toolu_01T1x1fJ34qAmk2tNTrN7Up6",
             name="get_weather",
             arguments='{"city": "Paris", "unit": "celsius"}',
@@ -140,10 +132,10 @@ async def test_tool_use_stream_assembles_input(anthropic_server: fake.FakeServer
 
 async def test_tool_result_round_trip(anthropic_server: fake.FakeServer) -> None:
     calls = [
-        ToolInvocation(id="toolu_A", name="get_weather", arguments='{"city":"Paris"}'),
-        ToolInvocation(id="toolu_B", name="get_weather", arguments='{"city":"Lyon"}'),
+        ty.ToolInvocation(id="toolu_A", name="get_weather", arguments='{"city":"Paris"}'),
+        ty.ToolInvocation(id="toolu_B", name="get_weather", arguments='{"city":"Lyon"}'),
     ]
-    thought = ThinkingContent(thinking="Two cities.", unknown={"signature": SIGNATURE})
+    thought = ty.ThinkingContent(thinking="Two cities.", unknown={"signature": SIGNATURE})
 
     def check(request: fake.Request) -> None:
         body = request.json
@@ -188,20 +180,20 @@ async def test_tool_result_round_trip(anthropic_server: fake.FakeServer) -> None
     request = ModelRequest(
         messages=[
             ASK[0],
-            Message(role="user", content="Weather in Paris and Lyon?"),
-            Message(
+            ty.Message(role="user", content="Weather in Paris and Lyon?"),
+            ty.Message(
                 role="assistant",
                 content="Checking both.",
                 content_items=[thought],
                 tool_calls=calls,
             ),
-            Message(role="tool", tool_call_id="toolu_A", content="18 C"),
-            Message(
+            ty.Message(role="tool", tool_call_id="toolu_A", content="18 C"),
+            ty.Message(
                 role="tool",
                 tool_call_id="toolu_B",
                 content_items=[
-                    ToolResultContent(
-                        tool_result=ToolOutput(
+                    ty.ToolResultContent(
+                        tool_result=ty.ToolOutput(
                             call_id="toolu_B", result="city not found", is_error=True
                         )
                     )
@@ -231,7 +223,7 @@ async def test_thinking_stream(anthropic_server: fake.FakeServer) -> None:
     assert final.message.content == "6 x 7 = 42"
     # The signature is kept so the thinking block can be sent back.
     assert final.message.content_items == [
-        ThinkingContent(thinking="The user wants 6 times 7. 6 x 7 is 42.")
+        ty.ThinkingContent(thinking="The user wants 6 times 7. 6 x 7 is 42.")
     ]
     assert final.message.content_items[0].unknown == {"signature": SIGNATURE}  # type: ignore[union-attr]
 
@@ -244,7 +236,7 @@ async def test_thinking_generate_with_redacted_block(anthropic_server: fake.Fake
     assert items is not None
     assert [type(i).__name__ for i in items] == ["ThinkingContent", "ThinkingContent"]
     redacted = items[1]
-    assert isinstance(redacted, ThinkingContent)
+    assert isinstance(redacted, ty.ThinkingContent)
     assert redacted.redacted is True
     assert str(redacted.unknown["data"]).startswith("EmwKAhgB")
 
@@ -262,7 +254,7 @@ async def test_structured_output_via_forced_tool(anthropic_server: fake.FakeServ
         assert body["tools"][-1]["input_schema"] == schema
 
     anthropic_server.queue(fake.sse_reply("anthropic/structured.sse", check=check))
-    fmt = ResponseFormat(type="json_schema", json_schema={"name": "capital", "schema": schema})
+    fmt = ty.ResponseFormat(type="json_schema", json_schema={"name": "capital", "schema": schema})
     request = ModelRequest(messages=ASK, response_format=fmt)
     events, final = await fake.collect(provider(anthropic_server).stream(request))
     # The forced tool is unwrapped: its input streams as text, no tool call.
@@ -286,15 +278,17 @@ async def test_images_as_sources(anthropic_server: fake.FakeServer) -> None:
         assert "json" in request.json["system"].lower()
 
     anthropic_server.queue(fake.json_reply("anthropic/text.json", check=check))
-    message = Message(
+    message = ty.Message(
         role="user",
         content_items=[
-            TextContent(text="Compare"),
-            ImageContent(image=MediaURL(url="https://x.test/a.jpg")),
-            ImageContent(image="/9j/4AAQ"),
+            ty.TextContent(text="Compare"),
+            ty.ImageContent(image=ty.MediaURL(url="https://x.test/a.jpg")),
+            ty.ImageContent(image="/9j/4AAQ"),
         ],
     )
-    request = ModelRequest(messages=[message], response_format=ResponseFormat(type="json_object"))
+    request = ModelRequest(
+        messages=[message], response_format=ty.ResponseFormat(type="json_object")
+    )
     await provider(anthropic_server).generate(request)
 
 

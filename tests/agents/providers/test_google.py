@@ -9,17 +9,8 @@ import pytest
 
 from uamp_agents.providers import ModelRequest, ProviderError, google
 from uamp_agents.providers._google import GoogleProvider
+from uamp_proto import types as ty
 from uamp_proto.events import UsageDelta
-from uamp_proto.types import (
-    AudioContent,
-    FileContent,
-    ImageContent,
-    MediaURL,
-    Message,
-    ResponseFormat,
-    TextContent,
-    ToolInvocation,
-)
 
 from . import fakeserver as fake
 from .conftest import GOOGLE_KEY
@@ -109,7 +100,7 @@ async def test_function_call_generate(google_server: fake.FakeServer) -> None:
 
     google_server.queue(fake.json_reply("google/tool_call.json", check=check))
     request = ModelRequest(
-        messages=[Message(role="user", content="Weather in Paris and Lyon?")],
+        messages=[ty.Message(role="user", content="Weather in Paris and Lyon?")],
         tools=[WEATHER],
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
     )
@@ -127,7 +118,7 @@ async def test_function_call_generate(google_server: fake.FakeServer) -> None:
 
 async def test_function_call_stream(google_server: fake.FakeServer) -> None:
     google_server.queue(fake.sse_reply("google/tool_call.sse"))
-    request = ModelRequest(messages=[Message(role="user", content="Weather?")], tools=[WEATHER])
+    request = ModelRequest(messages=[ty.Message(role="user", content="Weather?")], tools=[WEATHER])
     events, final = await fake.collect(provider(google_server).stream(request))
     frags = fake.fragments(events)
     assert [(f.name, f.arguments) for f in frags] == [
@@ -141,13 +132,13 @@ async def test_function_call_stream(google_server: fake.FakeServer) -> None:
 
 async def test_function_response_round_trip(google_server: fake.FakeServer) -> None:
     calls = [
-        ToolInvocation(
+        ty.ToolInvocation(
             id="call_1",
             name="get_weather",
             arguments='{"city":"Paris"}',
             unknown={"thought_signature": SIGNATURE},
         ),
-        ToolInvocation(id="call_2", name="get_weather", arguments='{"city":"Lyon"}'),
+        ty.ToolInvocation(id="call_2", name="get_weather", arguments='{"city":"Lyon"}'),
     ]
 
     def check(request: fake.Request) -> None:
@@ -180,10 +171,12 @@ async def test_function_response_round_trip(google_server: fake.FakeServer) -> N
     google_server.queue(fake.json_reply("google/after_tool.json", check=check))
     request = ModelRequest(
         messages=[
-            Message(role="user", content="Weather in Paris and Lyon?"),
-            Message(role="assistant", tool_calls=calls),
-            Message(role="tool", tool_call_id="call_1", content='{"temp_c": 18, "sky": "sunny"}'),
-            Message(role="tool", tool_call_id="call_2", content="n/a"),
+            ty.Message(role="user", content="Weather in Paris and Lyon?"),
+            ty.Message(role="assistant", tool_calls=calls),
+            ty.Message(
+                role="tool", tool_call_id="call_1", content='{"temp_c": 18, "sky": "sunny"}'
+            ),
+            ty.Message(role="tool", tool_call_id="call_2", content="n/a"),
         ],
         tools=[WEATHER],
     )
@@ -238,16 +231,16 @@ async def test_structured_output_and_media(google_server: fake.FakeServer) -> No
         ]
 
     google_server.queue(fake.json_reply("google/structured.json", check=check))
-    message = Message(
+    message = ty.Message(
         role="user",
         content="Where is this?",
         content_items=[
-            ImageContent(image="iVBORw0KGgoAAA", format="png"),
-            AudioContent(audio=MediaURL(url="https://x.test/a.mp3"), format="mp3"),
-            FileContent(file="JVBERi0xLjQ=", filename="a.pdf", mime_type="application/pdf"),
+            ty.ImageContent(image="iVBORw0KGgoAAA", format="png"),
+            ty.AudioContent(audio=ty.MediaURL(url="https://x.test/a.mp3"), format="mp3"),
+            ty.FileContent(file="JVBERi0xLjQ=", filename="a.pdf", mime_type="application/pdf"),
         ],
     )
-    fmt = ResponseFormat(type="json_schema", json_schema={"name": "place", "schema": schema})
+    fmt = ty.ResponseFormat(type="json_schema", json_schema={"name": "place", "schema": schema})
     result = await provider(google_server).generate(
         ModelRequest(messages=[message], response_format=fmt)
     )
@@ -334,7 +327,7 @@ async def test_stalled_server_times_out(google_server: fake.FakeServer) -> None:
     google_server.queue(fake.Reply(stall=True))
     p = provider(google_server, timeout=0.3, max_retries=0)
     with pytest.raises(ProviderError) as info:
-        await p.generate(ModelRequest(messages=[Message(role="user", content_items=[])]))
+        await p.generate(ModelRequest(messages=[ty.Message(role="user", content_items=[])]))
     assert "timed out" in info.value.message
 
 
@@ -343,5 +336,7 @@ async def test_text_content_items_only(google_server: fake.FakeServer) -> None:
         assert request.json["contents"] == [{"role": "user", "parts": [{"text": "ab"}]}]
 
     google_server.queue(fake.json_reply("google/text.json", check=check))
-    message = Message(role="user", content_items=[TextContent(text="a"), TextContent(text="b")])
+    message = ty.Message(
+        role="user", content_items=[ty.TextContent(text="a"), ty.TextContent(text="b")]
+    )
     await provider(google_server).generate(ModelRequest(messages=[message]))
