@@ -58,26 +58,25 @@ def completions_streamed(base: str, prompt: str, agent: str = "demo") -> str:
     return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 
 
-def uamp_websocket(base: str, prompt: str, agent: str = "demo") -> str:
+def _uamp_ask(connected: Any, prompt: str, agent: str) -> str:
+    """One turn of a UAMP session with ``agent`` on the client ``connected`` opens."""
+
     async def main() -> str:
         with trio.fail_after(TIMEOUT):
-            async with connect(base.replace("http://", "ws://") + "/ws") as client:
+            async with connected as client:
                 session = await client.create_session(agent=agent)
                 result = await session.ask(prompt)
-                return result.text
+                return str(result.text)
 
-    return str(trio.run(main))
+    return trio.run(main)
+
+
+def uamp_websocket(base: str, prompt: str, agent: str = "demo") -> str:
+    return _uamp_ask(connect(base.replace("http://", "ws://") + "/ws"), prompt, agent)
 
 
 def uamp_http_sse(base: str, prompt: str, agent: str = "demo") -> str:
-    async def main() -> str:
-        with trio.fail_after(TIMEOUT):
-            async with connect_sse(base) as client:
-                session = await client.create_session(agent=agent)
-                result = await session.ask(prompt)
-                return result.text
-
-    return str(trio.run(main))
+    return _uamp_ask(connect_sse(base), prompt, agent)
 
 
 def realtime(base: str, prompt: str, agent: str = "demo") -> str:

@@ -56,11 +56,15 @@ async def test_402_before_any_stream_then_the_retry_with_x_payment_succeeds(
             assert paid.json()["choices"][0]["message"]["content"] == "paid with tok_ok"
 
 
-async def test_free_app_needs_no_payment(serve_app: Any) -> None:
-    server = await serve_app(create_app([DemoAgent()]))
+async def _complete(server: Any) -> httpx.Response:
+    """POST the test's Chat Completions request to ``server``'s root endpoint."""
     with trio.fail_after(10):
         async with httpx.AsyncClient(base_url=server.url) as client:
-            response = await client.post("/v1/chat/completions", json=BODY)
+            return await client.post("/v1/chat/completions", json=BODY)
+
+
+async def test_free_app_needs_no_payment(serve_app: Any) -> None:
+    response = await _complete(await serve_app(create_app([DemoAgent()])))
     assert response.status_code == 200
 
 
@@ -92,10 +96,7 @@ def test_openai_sdk_sees_402_as_an_api_error_and_pays_on_retry(thread_server: An
 
 
 async def test_mid_stream_topup_on_completions_ends_with_a_payment_error(serve_app: Any) -> None:
-    server = await serve_app(create_app([MidStreamTopUp()]))
-    with trio.fail_after(10):
-        async with httpx.AsyncClient(base_url=server.url) as client:
-            response = await client.post("/v1/chat/completions", json=BODY)
+    response = await _complete(await serve_app(create_app([MidStreamTopUp()])))
     assert response.status_code == 402
     error = response.json()["error"]
     assert error["code"] == "payment_required"
