@@ -391,9 +391,10 @@ def _multiplexed_create(obj: dict[str, Any]) -> dict[str, Any]:
     text session. Anything else is left as it came.
     """
     session = obj.get("session")
-    if type(session) is not dict or (
-        "modalities" in session and "agent" not in session and "token" not in session
-    ):
+    # Only a session naming its agent or token is the multiplexed form; any
+    # other session.create decodes as section 5.1 says (so the generated and
+    # the generic paths agree on it, tests/proto/test_spec_examples.py).
+    if type(session) is not dict or ("agent" not in session and "token" not in session):
         return obj
     session = dict(session)
     out = dict(obj)
