@@ -356,7 +356,7 @@ class Outbox:
         return batch
 
     def _drain_into(self, batch: list[bytes]) -> list[bytes]:
-        """Move everything queued (owed replies first) onto ``batch``; free quotas, wake producers."""
+        """Move everything queued (owed replies first) onto ``batch``; free its quotas."""
         batch.extend(self._owed)
         self._owed.clear()
         batch.extend(self._items)
