@@ -15,10 +15,13 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from selenium.webdriver import Chrome as WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -326,3 +329,93 @@ def test_a_payment_prompt_takes_a_pasted_token(browser: WebDriver, tmp_path: Pat
         assert reply.find_element(By.CSS_SELECTOR, ".body").text == "You said: hello paid world"
         assert pane.find_element(By.CSS_SELECTOR, ".totals").text.endswith("· $0.01")
         no_page_errors(browser)
+
+
+# --- the markdown renderer, fed adversarial text in the real browser -------------------
+
+#: What the renderer may produce: these tags, these attributes, these link schemes.
+TAGS = {"p", "br", "strong", "em", "del", "code", "pre", "a", "ul", "ol", "li", "blockquote",
+        "h3", "h4", "h5", "h6", "hr"}  # fmt: skip
+ATTRIBUTES = {"a": {"href", "target", "rel"}, "pre": {"data-lang"}}
+SCHEMES = ("http://", "https://", "mailto:")
+# Markdown and HTML syntax, quotes, entities, schemes, newlines: what an attack is made of.
+PIECES = ["<", ">", "&", '"', "'", "`", "```", "*", "**", "_", "__", "~~", "[", "]", "(", ")",
+          "#", "- ", "1. ", "> ", "\n", " ", "javascript:", "https://x.example/", "mailto:a@b",
+          "<script>", "<img src=x onerror=alert(1)>", "&lt;", "&#60;", "\u0000", "x", "\u00e9",
+          'onclick="', "data:text/html,"]  # fmt: skip
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.bad: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in TAGS:
+            self.bad.append(f"tag {tag}")
+        for name, value in attrs:
+            if name not in ATTRIBUTES.get(tag, set()):
+                self.bad.append(f"{tag}[{name}]")
+            elif name == "href" and not (value or "").startswith(SCHEMES):
+                self.bad.append(f"href {value!r}")
+
+    def handle_comment(self, data: str) -> None:
+        self.bad.append("comment")
+
+
+@pytest.fixture(scope="module")
+def renderer(chrome: WebDriver) -> Iterator[Callable[[list[str]], list[str]]]:
+    """``render(texts)``: each text through the page's own markdown renderer."""
+    with uamp_serve(*AGENTS[:2]) as url:
+        open_page(chrome, url + "/")
+
+        def render(texts: list[str]) -> list[str]:
+            return list(
+                chrome.execute_script("return arguments[0].map(window.uampMarkdown)", texts)
+            )
+
+        yield render
+        chrome.get("about:blank")
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.lists(st.sampled_from(PIECES), max_size=30).map("".join), min_size=20, max_size=20)
+)
+def test_the_markdown_renderer_never_emits_markup_it_was_not_meant_to(
+    renderer: Callable[[list[str]], list[str]], texts: list[str]
+) -> None:
+    for text, html in zip(texts, renderer(texts), strict=True):
+        parser = _Tags()
+        parser.feed(html)
+        parser.close()
+        assert parser.bad == [], (text, html)
+
+
+@pytest.mark.parametrize(
+    ("text", "html"),
+    [
+        ("**b** _i_ `c` ~~d~~", "<p><strong>b</strong> <em>i</em> <code>c</code> <del>d</del></p>"),
+        ("a\nb\n\nc", "<p>a<br>b</p><p>c</p>"),
+        ("- x\n- y\n1. z", "<ul><li>x</li><li>y</li></ul><ol><li>z</li></ol>"),
+        ("# T\n> q", "<h3>T</h3><blockquote>q</blockquote>"),
+        (
+            "```py\n<b>**x**</b>\n```",
+            '<pre data-lang="py"><code>&lt;b&gt;**x**&lt;/b&gt;</code></pre>',
+        ),
+        (
+            "[a](https://e.example/p?q=1&r=2)",
+            '<p><a href="https://e.example/p?q=1&amp;r=2" target="_blank" '
+            'rel="noopener noreferrer">a</a></p>',
+        ),
+        ("[a](javascript:alert(1))", "<p>[a](javascript:alert(1))</p>"),
+        ('<img src="x">', "<p>&lt;img src=&quot;x&quot;&gt;</p>"),
+        ("snake_case_name and 2*3*4", "<p>snake_case_name and 2*3*4</p>"),
+    ],
+)
+def test_the_markdown_renderer_table(
+    renderer: Callable[[list[str]], list[str]], text: str, html: str
+) -> None:
+    assert renderer([text]) == [html]

@@ -93,6 +93,9 @@
     return out.join("");
   }
 
+  // The renderer, for the tests (and the curious in the console).
+  window.uampMarkdown = markdown;
+
   // --- small DOM helpers --------------------------------------------------
 
   function el(tag, cls, text) {
