@@ -26,13 +26,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import events as ev
 from . import types as ty
-from .codec import DecodeError, from_dict, unstructure
+from .codec import DecodeError, decode_object, from_dict, unstructure
 from .principal import Principal
 from .responder import TurnRequest
 
 __all__ = [
     "DEFAULT_PATH",
     "backoff_delay",
+    "daemon_event",
     "daemon_url",
     "turn_input",
     "turn_request",
@@ -70,6 +71,30 @@ def backoff_delay(attempt: int, *, base: float, cap: float, jitter: float) -> fl
         return 0.0
     ceiling = min(cap, base * (2.0 ** min(attempt - 1, 62)))
     return ceiling / 2 + ceiling / 2 * jitter
+
+
+#: What a daemon's terminal event may leave out, filled in as a relay reads it.
+_TERMINAL_DEFAULTS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
+    "response.done": ("response", {"status": "completed", "output": []}),
+    "response.error": ("error", {"code": "agent_error", "message": "The agent failed."}),
+}
+
+
+def daemon_event(obj: dict[str, Any]) -> ev.Event | ev.UnknownEvent:
+    """Read one event a daemon sent, as a relay must.
+
+    Daemons end a turn with a bare ``response.done`` (no ``response``
+    object: the relay has the deltas) or a ``response.error`` without an
+    error object; those are read as an empty completed output and a generic
+    ``agent_error``, since a turn must end. Anything else decodes as usual.
+
+    Raises:
+        DecodeError: The event does not match its schema.
+    """
+    filled = _TERMINAL_DEFAULTS.get(obj.get("type"))  # type: ignore[arg-type]
+    if filled is not None and not isinstance(obj.get(filled[0]), dict):
+        obj = {**obj, filled[0]: filled[1]}
+    return decode_object(obj)
 
 
 def _caller(principal: Principal) -> dict[str, Any]:

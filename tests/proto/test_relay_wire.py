@@ -11,7 +11,7 @@ from uamp_proto import codec
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.principal import Principal
-from uamp_proto.relay import backoff_delay, daemon_url, turn_input, turn_request
+from uamp_proto.relay import backoff_delay, daemon_event, daemon_url, turn_input, turn_request
 from uamp_proto.responder import TurnRequest
 
 
@@ -100,3 +100,37 @@ def test_a_bare_input_text_is_one_user_message() -> None:
     assert back.messages == [ty.Message(role="user", content="hi")]
     with pytest.raises(codec.DecodeError, match="tools"):
         turn_request(ev.InputText(session_id="s", text="hi", unknown={"tools": 3}), "a", "r")
+
+
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        (
+            {"type": "response.done", "session_id": "s", "response_id": "r"},
+            ev.ResponseDone(
+                session_id="s",
+                response_id="r",
+                response=ty.ResponseOutput(status="completed", output=[]),
+            ),
+        ),
+        (
+            {"type": "response.error", "session_id": "s"},
+            ev.ResponseErrorEvent(
+                session_id="s", error=ty.ErrorInfo(code="agent_error", message="The agent failed.")
+            ),
+        ),
+        (
+            {"type": "response.error", "error": {"code": "x", "message": "y"}},
+            ev.ResponseErrorEvent(error=ty.ErrorInfo(code="x", message="y")),
+        ),
+    ],
+)
+def test_a_daemons_bare_terminal_event_still_ends_the_turn(
+    frame: dict[str, object], expected: ev.Event
+) -> None:
+    assert daemon_event(frame) == expected
+
+
+def test_other_daemon_events_decode_strictly() -> None:
+    with pytest.raises(codec.DecodeError):
+        daemon_event({"type": "response.delta", "session_id": "s"})

@@ -1546,6 +1546,13 @@ class SessionHost:
             cancellable=False,
         )
         outcome = await runner.run()
+        error = outcome.error
+        if error is not None and error.code == AGENT_OFFLINE and session.id in self.conn.sessions:
+            # The agent's daemon went away (docs/relay.md): the whole session
+            # is told, after the response's own error, not only this response.
+            offline = _error(session.id, AGENT_OFFLINE, error.message)
+            with contextlib.suppress(LocalProtocolError, OutboxClosed):
+                await self.outbox.put(self.conn.send(offline))
         return outcome.status
 
     def _final(self, session: _Session, response: _Response, event: ev.Event) -> ev.Event:

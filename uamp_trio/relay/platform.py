@@ -49,7 +49,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError
 from uamp_proto.principal import Principal
-from uamp_proto.relay import turn_input
+from uamp_proto.relay import daemon_event, turn_input
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
 from ..engines.http import Request, Response, json_response
@@ -248,10 +248,10 @@ class DaemonLink:
         sid = obj.get("session_id")
         turn = self._turns.get(sid) if type(sid) is str else None
         try:
-            event = codec.decode_object(obj)
+            event = daemon_event(obj)
         except DecodeError as exc:
             if turn is not None:
-                log.debug("relay: dropping a daemon event it cannot read: %s", exc)
+                log.info("relay: dropping a daemon event it cannot read: %s", exc)
             else:
                 self._owe(_error(sid if type(sid) is str else None, "invalid_event", str(exc)))
             return

@@ -127,3 +127,45 @@ async def test_a_name_hosted_by_the_relay_itself_makes_the_connection_a_client(
         with pytest.raises(DaemonRefused, match=r"local \(name_taken\)"):
             await Daemon(f"{server.url}/agents/connect", [DemoAgent("local")]).run()
         assert await listing(server.url) == {"local": "online"}
+
+
+async def test_uamp_clients_of_a_daemon_that_vanishes_get_agent_offline(
+    serve_app: Any, nursery: trio.Nursery
+) -> None:
+    from trio_websocket import open_websocket_url
+
+    from tests._support.relay_agents import SlowAgent
+    from tests._support.wire import ask as ask_ws
+    from tests._support.wire import create_session, recv, send
+
+    server = await serve_app(create_app([], relay=True))
+    daemon = Daemon(server.url, [SlowAgent("slow")])
+    daemon_scope = trio.CancelScope()
+
+    async def run_daemon() -> None:
+        with daemon_scope:
+            await daemon.run()
+
+    nursery.start_soon(run_daemon)
+    ws_url = server.url.replace("http://", "ws://") + "/ws"
+    with trio.fail_after(TIMEOUT):
+        await daemon.connected.wait()
+        async with open_websocket_url(ws_url) as ws:
+            sid = await create_session(ws, agent="slow")
+            await ask_ws(ws, "go", session_id=sid)
+            deltas = 0
+            while deltas < 2:
+                deltas += (await recv(ws))["type"] == "response.delta"
+            daemon_scope.cancel()  # the daemon's process is gone: its socket just closes
+            seen = []
+            while not seen or seen[-1]["type"] != "session.error":
+                seen.append(await recv(ws))
+            errors = [(e["type"], e["error"]["code"]) for e in seen if "error" in e]
+            assert errors == [
+                ("response.error", "agent_offline"),
+                ("session.error", "agent_offline"),
+            ]
+            await send(ws, type="session.create", uamp_version="1.0", session={"agent": "slow"})
+            refused = await recv(ws)
+            assert refused["type"] == "session.error"
+            assert refused["error"]["code"] == "agent_offline"
