@@ -580,6 +580,13 @@ class SessionHost:
 
     # --- public ---------------------------------------------------------------
 
+    #: The reader never waits for a session host (a FrameHost's backpressure
+    #: hook): peers that do not read are dropped through ``max_owed`` instead.
+    backlogged = False
+
+    async def drained(self) -> None:
+        """Nothing to wait for (see :attr:`backlogged`)."""
+
     @property
     def session_ids(self) -> list[str]:
         """The ids of the live sessions."""

@@ -91,6 +91,8 @@ class _Connection:
                 if data:
                     for message in engine.feed(data):
                         host.feed(message)
+                        if host.backlogged:  # stop reading until the host caught up
+                            await host.drained()
                     self.last_received = trio.current_time()
                     if engine.owes:  # pongs and close replies
                         host.outbox.poke()
@@ -197,6 +199,17 @@ class FrameHost(Protocol):
 
     outbox: Outbox
     last_activity: float
+    @property
+    def backlogged(self) -> bool:
+        """Whether the reader must wait for :meth:`drained` before it reads on.
+
+        TCP backpressure on a peer that sends faster than its events are taken.
+        """
+        ...
+
+    async def drained(self) -> None:
+        """Return once the host takes messages again."""
+        ...
 
     @property
     def busy(self) -> bool:

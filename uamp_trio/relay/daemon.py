@@ -130,6 +130,12 @@ class DaemonHost:
         #: Set once every agent was answered (registered or refused).
         self.answered = trio.Event()
 
+    #: The relay's messages are taken at once: turns run in tasks of their own.
+    backlogged = False
+
+    async def drained(self) -> None:
+        """Nothing to wait for (see :attr:`backlogged`)."""
+
     @property
     def busy(self) -> bool:
         """A daemon's connection is never idle-closed."""

@@ -22,11 +22,15 @@ tools), then emits what the daemon answers under that id until
 from the client (the turn's task cancelled) becomes ``response.cancel``, and
 every turn ends with ``session.end`` so the daemon forgets its id.
 
-The reader never waits: events from the daemon are queued on their turn
-(at most :attr:`RelayLimits.max_queued_events` per daemon; past that the
-turn that overflowed fails with ``overloaded`` and is cancelled on the
-daemon), so one slow client never stalls the daemon's other sessions. When
-the socket ends, every turn in flight fails with ``agent_offline`` and the
+The reader never waits on a client: events from the daemon are queued on
+their turn. Once half of :attr:`RelayLimits.max_queued_events` wait (a client
+reads slower than its agent writes), the reader stops reading the daemon's
+socket until a quarter or less wait: TCP pushes back on the daemon, whose
+agents' ``emit`` then waits, and memory stays bounded. A client that stops
+reading altogether is dropped by its own transport's send timeout, which
+ends its turn and frees its events. Should the limit itself be reached all
+the same, the turn that overflows fails with ``overloaded`` and is cancelled
+on the daemon. When the socket ends, every turn in flight fails with ``agent_offline`` and the
 daemon's agents stay registered but offline (the registry answers 503
 ``agent_offline``) until a daemon registers them again.
 """
@@ -227,6 +231,25 @@ class DaemonLink:
         self.registered: dict[str, RemoteAgent] = {}
         self._turns: dict[str, _Turn] = {}
         self._queued = 0
+        limit = relay.limits.max_queued_events
+        self._high_water = max(1, limit // 2)
+        self._low_water = limit // 4
+        self._drain = trio.lowlevel.ParkingLot()
+
+    @property
+    def backlogged(self) -> bool:
+        """Half of :attr:`RelayLimits.max_queued_events` wait: stop reading the daemon."""
+        return self._queued >= self._high_water
+
+    async def drained(self) -> None:
+        """Return once a quarter of the queue limit or less waits (or the link ended)."""
+        while self._queued > self._low_water and not self.closed:
+            await self._drain.park()
+
+    def _taken(self, count: int) -> None:
+        self._queued -= count
+        if self._drain and self._queued <= self._low_water:
+            self._drain.unpark_all()
 
     @property
     def busy(self) -> bool:
@@ -290,6 +313,7 @@ class DaemonLink:
         lost = ResponderError(AGENT_OFFLINE, "The agent's daemon disconnected.")
         for turn in self._turns.values():
             turn.fail(lost)
+        self._drain.unpark_all()
         self.relay.unlink(self)
 
     def _owe(self, event: ev.Event) -> None:
@@ -425,7 +449,7 @@ class DaemonLink:
                         raise turn.failure
                     await turn.lot.park()
                 event = turn.events.popleft()
-                self._queued -= 1
+                self._taken(1)
                 if isinstance(event, ev.ResponseDone):
                     finished = True
                     usage = event.response.usage
@@ -445,7 +469,7 @@ class DaemonLink:
                 await emit(_local(event))
         finally:
             del self._turns[sid]
-            self._queued -= len(turn.events)
+            self._taken(len(turn.events))
             if not self.closed and not self.outbox.closed:
                 try:
                     if not finished:

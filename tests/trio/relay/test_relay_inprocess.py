@@ -169,3 +169,42 @@ async def test_uamp_clients_of_a_daemon_that_vanishes_get_agent_offline(
             refused = await recv(ws)
             assert refused["type"] == "session.error"
             assert refused["error"]["code"] == "agent_offline"
+
+
+class _Flood(DemoAgent):
+    """As many one-word deltas as the user's text says."""
+
+    async def respond(self, request: Any, emit: Any) -> None:
+        from uamp_proto import events as ev
+        from uamp_proto import types as ty
+
+        for _ in range(int(request.messages[-1].text)):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text="w ")))
+
+
+async def test_a_slow_client_slows_the_daemon_down_instead_of_losing_events(
+    serve_app: Any, nursery: trio.Nursery
+) -> None:
+    from uamp_trio.client import connect
+    from uamp_trio.relay.platform import RelayLimits
+
+    server = await serve_app(create_app([], relay=RelayLimits(max_queued_events=64)))
+    daemon = Daemon(server.url, [_Flood("flood")])
+    nursery.start_soon(daemon.run)
+    with trio.fail_after(TIMEOUT):
+        await daemon.connected.wait()
+        async with connect(server.url.replace("http://", "ws://") + "/ws") as client:
+            session = await client.create_session(agent="flood")
+            deltas, last = 0, ""
+            async for event in session.respond("3000"):
+                if event.type == "response.delta":
+                    deltas += 1
+                    if deltas < 200:
+                        await trio.sleep(0.001)  # far slower than the daemon writes
+                last = event.type
+                if last in ("response.done", "response.error"):
+                    break
+    # Before the relay paused reading a daemon that outran its client, the
+    # 4097th queued event failed the turn with 'overloaded' (here the 65th).
+    assert (deltas, last) == (3000, "response.done")
+    daemon.stop()
