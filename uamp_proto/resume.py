@@ -129,9 +129,23 @@ class LogWindow:
 
 
 def event_id_of(data: bytes | str) -> str:
-    """The ``event_id`` of one encoded event (``""`` when it has none)."""
-    value = orjson.loads(data).get("event_id")
-    return value if isinstance(value, str) else ""
+    """The ``event_id`` of one encoded event (``""`` when it has none).
+
+    The core writes ``event_id`` as the last key of what it sends; that case
+    is read off the end of the message without parsing it, anything else is
+    parsed.
+    """
+    if type(data) is bytes and data.endswith(b'"}'):
+        at = data.rfind(b'"event_id":"')
+        if at > 0 and data[at - 1] in _KEY_START:
+            value = data[at + 12 : -2]
+            if b'"' not in value and b"\\" not in value:
+                return value.decode()
+    found = orjson.loads(data).get("event_id")
+    return found if isinstance(found, str) else ""
+
+
+_KEY_START: Final = frozenset(b",{")
 
 
 def resume_from(extensions: Any) -> str | None:

@@ -262,3 +262,21 @@ def test_event_id_of_reads_the_top_level_id() -> None:
     data = b'{"type":"response.delta","delta":{"text":"\\"event_id\\":\\"x\\""},"event_id":"e.7"}'
     assert event_id_of(data) == "e.7"
     assert event_id_of(b'{"type":"ping"}') == ""
+
+
+EVENT_ID_CASES = [
+    (b'{"type":"ping","event_id":"e.1"}', "e.1"),
+    (b'{"event_id":"e.2"}', "e.2"),
+    (b'{"type":"x","event_id":"e.3","timestamp":5}', "e.3"),
+    (b'{"type":"x","text":"a,\\"event_id\\":\\"fake\\""}', ""),
+    (b'{"type":"x","event_id":"e.9","text":"a,\\"event_id\\":\\"fake\\""}', "e.9"),
+    (b'{"event_id":"e.4","session_id":"s"}', "e.4"),
+    (b'{"type":"x","event_id":"e\\"5"}', 'e"5'),
+    (b'{"type":"x","event_id":7}', ""),
+    ('{"type":"x","event_id":"e.8"}', "e.8"),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), EVENT_ID_CASES)
+def test_event_id_of_fast_and_slow_paths_agree(data: bytes | str, expected: str) -> None:
+    assert event_id_of(data) == expected

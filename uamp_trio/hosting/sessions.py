@@ -817,7 +817,9 @@ class SessionHost:
         ctx = self.conn.sessions.get(sid)
         config = ctx.config if ctx is not None else None
         record = SessionRecord(
-            agent=session.agent.name, config=unstructure(config) if config else None
+            agent=session.agent.name,
+            config=unstructure(config) if config else None,
+            node=log.node,
         )
         key = (session.principal.key, sid)
         owner = functools.partial(self._taken_over, sid)

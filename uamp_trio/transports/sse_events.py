@@ -10,9 +10,12 @@ Endpoints (mounted by :func:`mount`):
     ``{"session_id": ..., "accepted": n}``. Later POSTs name the session.
 ``GET /events/stream`` and ``GET /agents/{name}/events/stream``
     ``text/event-stream`` of the session's outgoing events, one UAMP event per
-    SSE event (``id:`` numbered per session, ``data:`` the JSON). A new
+    SSE event (``id:`` the event's ``event_id``, ``data:`` the JSON). A new
     stream for the same session replaces the old one; ``Last-Event-ID``
-    replays the recent events after that id.
+    replays the events after that id, from the recent ones or the session's
+    event log, and a session living in another process that shares the log
+    (Redis) is streamed from the log (docs/resume.md): 410
+    ``beyond_retention`` when the log no longer holds what came after it.
 
 Each HTTP session is one :class:`~uamp_trio.hosting.sessions.SessionHost` (one
 :class:`~uamp_proto.connection.ServerConnection` with exactly one UAMP
@@ -48,9 +51,10 @@ before the bad one were processed); an unknown or expired session gets 404.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
 
@@ -60,6 +64,7 @@ import trio
 
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
+from uamp_proto.resume import ResumeError, ResumeStream, event_id_of, start_after
 from uamp_proto.sse import encode_json
 
 from ..engines.http import (
@@ -77,6 +82,7 @@ from ..stores.sessions import SessionTracker
 
 if TYPE_CHECKING:
     from ..hosting.host import Host
+    from ..stores.event_log import LogKey
 
 __all__ = ["SSEEventsTransport", "mount"]
 
@@ -109,8 +115,15 @@ class _HttpSession:
         self.scope = trio.CancelScope()
         self.stream_scope: trio.CancelScope | None = None
         self.last_seen = trio.current_time()
-        self.next_id = 1
-        self.replay: deque[tuple[int, bytes]] = deque(maxlen=REPLAY_SIZE)
+        #: The latest events sent, ``(event_id, message)``, for ``Last-Event-ID``.
+        self.replay: deque[tuple[str, bytes]] = deque(maxlen=REPLAY_SIZE)
+
+    def replay_after(self, event_id: str) -> list[tuple[str, bytes]] | None:
+        """The recent events after ``event_id``, or ``None`` when it is not among them."""
+        for n, (sent, _) in enumerate(self.replay):
+            if sent == event_id:
+                return list(itertools.islice(self.replay, n + 1, None))
+        return None
 
     async def run(self) -> None:
         limits = self.transport.session_limits()
@@ -161,21 +174,20 @@ class _HttpSession:
         self.transport._forget(self)
         self.scope.cancel()
 
-    async def stream(self, send: SendChunk, last_event_id: int | None) -> None:
+    async def stream(self, send: SendChunk, missed: list[tuple[str, bytes]] | None) -> None:
+        """Write the session's events: ``missed`` first (a ``Last-Event-ID`` replay), then live."""
         host = self.host
         assert host is not None
         if self.stream_scope is not None:
             self.stream_scope.cancel()  # one reader per session: the newest wins
         scope = trio.CancelScope()
         self.stream_scope = scope
+        # Replayed from the log, maybe still queued too: each is written once.
+        skip = {i for i, _ in missed or ()}
         try:
             with scope:
-                if last_event_id is not None:
-                    chunk = b"".join(
-                        _frame(n, data) for n, data in self.replay if n > last_event_id
-                    )
-                    if chunk:
-                        await send(chunk)
+                if missed:
+                    await send(b"".join(_frame(i, data) for i, data in missed))
                 else:
                     await send(b": uamp event stream\n\n")
                 # A write is the only way to notice a client that went away:
@@ -194,19 +206,22 @@ class _HttpSession:
                         continue
                     frames = []
                     for data in batch:
-                        n = self.next_id
-                        self.next_id = n + 1
-                        self.replay.append((n, data))
-                        frames.append(_frame(n, data))
-                    await send(b"".join(frames))
+                        event_id = event_id_of(data)
+                        if skip and event_id in skip:
+                            skip.discard(event_id)
+                            continue
+                        self.replay.append((event_id, data))
+                        frames.append(_frame(event_id, data))
+                    if frames:
+                        await send(b"".join(frames))
         finally:
             if self.stream_scope is scope:
                 self.stream_scope = None
             self.last_seen = trio.current_time()
 
 
-def _frame(n: int, data: bytes) -> bytes:
-    return encode_json(data, id=n)
+def _frame(event_id: str, data: bytes) -> bytes:
+    return encode_json(data, id=event_id or None)
 
 
 class SSEEventsTransport:
@@ -353,27 +368,85 @@ class SSEEventsTransport:
         return len(messages), None
 
     async def stream_events(self, request: Request) -> StreamingResponse:
-        """``GET /events/stream``: the session's outgoing events as SSE."""
+        """``GET /events/stream``: the session's outgoing events as SSE.
+
+        ``Last-Event-ID`` (an ``event_id``) replays what came after it: from
+        the session's recent events, else from its event log. A session that
+        lives in another process sharing the log (Redis) is streamed from the
+        log (docs/resume.md).
+        """
         self._path_agent(request)
-        hs = self._lookup(request)
-        last: int | None = None
-        raw = request.headers.get("last-event-id")
-        if raw is not None and raw.strip().isdigit():
-            last = int(raw.strip())
+        last = (request.headers.get("last-event-id") or "").strip() or None
+        sid = self._session_id(request)
+        hs = self.sessions.get(request.principal, sid) if sid is not None else None
+        if hs is None or hs.host is None:
+            if sid is None or not await self._logged(request.principal, sid):
+                self._lookup(request)  # raises the one not-found answer
+            assert sid is not None
+            key = (request.principal.key, sid)
+            after = await self._start(key, last)
+
+            async def follow(send: SendChunk) -> None:
+                await self._follow(send, key, after)
+
+            return _event_stream(follow, sid)
+        missed = hs.replay_after(last) if last is not None else None
+        if last is not None and missed is None and hs.id is not None:
+            missed = await self._from_log((request.principal.key, hs.id), last)
 
         async def produce(send: SendChunk) -> None:
-            await hs.stream(send, last)
+            await hs.stream(send, missed)
 
         assert hs.id is not None
-        return StreamingResponse(
-            producer=produce,
-            headers=[
-                ("content-type", "text/event-stream"),
-                ("cache-control", "no-cache"),
-                ("x-accel-buffering", "no"),
-                ("x-session-id", hs.id),
-            ],
-        )
+        return _event_stream(produce, hs.id)
+
+    # --- the event log: Last-Event-ID beyond this process's memory ----------------
+
+    async def _logged(self, principal: Principal, sid: str) -> bool:
+        """Whether the log holds a resumable session ``sid`` of ``principal``."""
+        try:
+            await self.app.stores.event_log.load((principal.key, sid))
+        except ResumeError:
+            return False
+        return True
+
+    async def _start(self, key: LogKey, last: str | None) -> int:
+        """The log position a stream after ``last`` starts after (now, without one)."""
+        log = self.app.stores.event_log
+        window = await log.window(key)
+        if last is None:
+            return window.last
+        try:
+            return start_after(window, await log.find(key, last), last)
+        except ResumeError as exc:
+            raise HTTPError(
+                410 if exc.code == "beyond_retention" else 400, exc.message, code=exc.code
+            ) from None
+
+    async def _from_log(self, key: LogKey, last: str) -> list[tuple[str, bytes]]:
+        log = self.app.stores.event_log
+        after = await self._start(key, last)
+        out: list[tuple[str, bytes]] = []
+        stream = ResumeStream(after)
+        while True:
+            sent = stream.backfill(await log.read(key, stream.cursor)).send
+            if not sent:
+                return out
+            out.extend((e.event_id, e.data) for e in sent)
+
+    async def _follow(self, send: SendChunk, key: LogKey, after: int) -> None:
+        """Stream ``key`` 's log after position ``after`` as another process writes it."""
+        log = self.app.stores.event_log
+        stream = ResumeStream(after)
+        await send(b": uamp event stream\n\n")
+        beat = min(HEARTBEAT, self.limits.idle_timeout / 2)
+        while True:
+            # An empty wait is a heartbeat: a write is how a gone client is noticed.
+            sent = stream.backfill(await log.wait(key, stream.cursor, timeout=beat)).send
+            if sent:
+                await send(b"".join(_frame(e.event_id, e.data) for e in sent))
+            else:
+                await send(b":\n\n")
 
     def mount(self, app: Host) -> None:
         """Register the endpoints on ``app``."""
@@ -383,6 +456,18 @@ class SSEEventsTransport:
         app.agent_route(
             "GET", "/events/stream", self.stream_events, label="UAMP SSE stream", meta=ROUTES
         )
+
+
+def _event_stream(produce: Callable[[SendChunk], Awaitable[None]], sid: str) -> StreamingResponse:
+    return StreamingResponse(
+        producer=produce,
+        headers=[
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+            ("x-accel-buffering", "no"),
+            ("x-session-id", sid),
+        ],
+    )
 
 
 def _not_found(error: Any) -> bool:

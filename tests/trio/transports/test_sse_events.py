@@ -55,7 +55,8 @@ async def test_session_create_then_stream_a_response() -> None:
             async with open_stream(http, sid, "/agents/demo/events/stream") as events:
                 created = await events.next()
                 assert created["type"] == "session.created" and created["session_id"] == sid
-                assert (await events.next())["type"] == "capabilities"
+                caps = await events.next()
+                assert caps["type"] == "capabilities"
                 # One POST may carry several events as a JSON array.
                 resp = await post(
                     http,
@@ -66,7 +67,8 @@ async def test_session_create_then_stream_a_response() -> None:
                 got = await events.until("response.done")
                 text = "".join(e["delta"]["text"] for e in got if e["type"] == "response.delta")
                 assert text == "You said: hi you"
-                assert events.ids[:3] == ["1", "2", "3"]
+                # Each SSE id is its event's event_id (what Last-Event-ID names).
+                assert events.ids[:3] == [created["event_id"], caps["event_id"], got[0]["event_id"]]
 
 
 async def test_session_id_in_the_query_and_token_refresh() -> None:
@@ -157,9 +159,9 @@ async def test_last_event_id_replays_and_sessions_expire() -> None:
             sid = (await post(http, CREATE)).json()["session_id"]
             async with open_stream(http, sid) as events:
                 first = await events.until("capabilities")
-            async with open_stream(http, sid, **{"last-event-id": "1"}) as events:
+            async with open_stream(http, sid, **{"last-event-id": first[0]["event_id"]}) as events:
                 again = await events.next()
-                assert again == first[1]  # event 2 replayed after id 1
+                assert again == first[1]  # the event after the one named
             assert transport.session_count == 1
             while transport.session_count:
                 await trio.sleep(0.05)
