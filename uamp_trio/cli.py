@@ -58,10 +58,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from uamp_proto.envelope import canonical_json
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
+from uamp_proto.resume import Retention
 from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
+from .stores import Stores, open_event_log
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
     AnyOf,
@@ -224,6 +226,10 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
 )
 
 
+#: The default retention of session event logs (``--retention-*``).
+_RETENTION = Retention()
+
+
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="host agents over HTTP/1.1, HTTP/2 and WebSocket")
     p.add_argument("--host", default=_DEFAULTS.host, help="address to bind (default %(default)s)")
@@ -269,6 +275,28 @@ def _add_serve(sub: Any) -> None:
         "agents served on every transport (docs/relay.md); hosts no demo agent by default",
     )
     add_ledger_args(p)
+    store = p.add_argument_group("sessions that survive (see docs/resume.md, docs/scale-out.md)")
+    store.add_argument(
+        "--store",
+        default="memory",
+        metavar="WHERE",
+        help="where session event logs live: memory (default), a SQLite file path (survives "
+        "restarts), or redis://HOST:PORT/DB (shared by several uamp serve processes)",
+    )
+    store.add_argument(
+        "--retention-events",
+        type=int,
+        default=_RETENTION.max_events,
+        metavar="N",
+        help="most events kept per session for resuming (default %(default)s)",
+    )
+    store.add_argument(
+        "--retention-age",
+        type=float,
+        default=_RETENTION.max_age,
+        metavar="SECONDS",
+        help="how long an inactive session can be resumed (default %(default)s)",
+    )
     p.add_argument(
         "--signing-key",
         metavar="PATH",
@@ -416,12 +444,14 @@ def _serve_command(args: argparse.Namespace) -> int:
         agents = [load_agent(spec) for spec in args.agent]
         if not agents and not args.relay:
             agents = [default_agent()]
+        retention = Retention(args.retention_events, args.retention_age)
         app = create_app(
             agents,
             payment_policy=open_policy(args),
             authenticator=authenticator,
             allow_anonymous=args.allow_anonymous,
             relay=args.relay,
+            stores=Stores(event_log=open_event_log(args.store, retention)),
         )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)

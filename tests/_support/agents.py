@@ -54,3 +54,14 @@ class Words(TestAgent):
             if n:
                 await trio.sleep(self.pause)
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text=word)))
+
+
+class Ticker(Words):
+    """``tick 0 tick 1 ...``, one delta per 50 ms, 400 in all.
+
+    For tests that kill a ``uamp serve`` process in the middle of a response
+    (``--agent tests._support.agents:Ticker``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__("ticker", *(f"tick {i} " for i in range(400)), pause=0.05)
