@@ -33,16 +33,24 @@ def uamp(
     )
 
 
-def spawn_serve(*args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen[str]:
-    """Start ``uamp serve --port 0 *args``; its stdout (and by default its stderr) is a pipe."""
+def spawn(
+    *args: str, stderr: int = subprocess.STDOUT, stdin: int | None = None
+) -> subprocess.Popen[str]:
+    """Start ``uamp *args``; its stdout (and by default its stderr) is a pipe."""
     return subprocess.Popen(
-        [sys.executable, "-m", "uamp_trio", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "uamp_trio", *args],
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
         cwd=ROOT,
         env=ENV,
     )
+
+
+def spawn_serve(*args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen[str]:
+    """Start ``uamp serve --port 0 *args``; its stdout (and by default its stderr) is a pipe."""
+    return spawn("serve", "--port", "0", *args, stderr=stderr)
 
 
 @contextmanager

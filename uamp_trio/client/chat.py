@@ -16,6 +16,11 @@ JWKS (a bad or missing one ends the chat with status 1); ``--save FILE``
 writes each response, in the form ``uamp verify`` reads, to ``FILE``
 (the last response wins).
 
+The chat survives a lost connection and a server restart: the client dials
+again with backoff and resumes the session where it broke
+(``auto_resume``, docs/resume.md); a server that no longer knows the session
+(an in-memory store that restarted) gets a new one, and the chat says so.
+
 Exit status: 0, or 1 when the connection or the session fails (the reason
 goes to stderr).
 """
@@ -38,6 +43,11 @@ from uamp_proto.signing import JWKSError
 from .uamp import ClientError, ClientSession, connect
 
 __all__ = ["add_parser", "chat_url", "main", "run_chat"]
+
+#: Why a resumed session may be gone after a reconnect: the chat opens a new one.
+_SESSION_LOST = frozenset(
+    {"unknown_session", "session_expired", "beyond_retention", "unknown_event", "session_ended"}
+)
 
 
 def chat_url(url: str) -> str:
@@ -178,13 +188,17 @@ async def run_chat(
     use_rich = out.isatty() if rich is None else rich
     printer = _Printer(out, use_rich)
     try:
-        async with connect(chat_url(url), verify=verify) as client:
-            session = await client.create_session(
-                agent,
-                token=token,
-                payment_token=payment_token,
-                on_payment_required=(lambda _event: payment_token) if payment_token else None,
-            )
+        async with connect(chat_url(url), verify=verify, auto_resume=True) as client:
+
+            async def open_session() -> ClientSession:
+                return await client.create_session(
+                    agent,
+                    token=token,
+                    payment_token=payment_token,
+                    on_payment_required=(lambda _event: payment_token) if payment_token else None,
+                )
+
+            session = await open_session()
             if once is not None:
                 paid = payment_token is not None
                 return 0 if await _turn(session, once, printer, can_pay=paid, save=save) else 1
@@ -199,10 +213,18 @@ async def run_chat(
                 line = line.strip()
                 if line in ("/quit", "/exit"):
                     return 0
-                if line:
-                    await _turn(
-                        session, line, printer, can_pay=payment_token is not None, save=save
-                    )
+                if not line:
+                    continue
+                paid = payment_token is not None
+                try:
+                    await _turn(session, line, printer, can_pay=paid, save=save)
+                except ClientError as exc:
+                    if client.closed or exc.code not in _SESSION_LOST:
+                        raise
+                    printer.end()
+                    printer.note("reconnected", f"{exc.message}; starting a new session", "yellow")
+                    session = await open_session()
+                    await _turn(session, line, printer, can_pay=paid, save=save)
     except (ClientError, JWKSError, OSError, trio.TooSlowError) as exc:
         print(f"uamp chat: {exc}", file=sys.stderr)
         return 1

@@ -83,9 +83,11 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.codec import encode
 from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import PaymentNegotiation
+from uamp_proto.resume import RESUME_FROM, RESUMED
 from uamp_proto.saved_response import SavedResponse
 from uamp_proto.signing import JWKS, Reason, SignatureError, verify_response_signature
 from uamp_proto.sse import SSEParser
@@ -97,6 +99,7 @@ __all__ = [
     "ClientError",
     "ClientSession",
     "PaymentHandler",
+    "Redial",
     "ResponseResult",
     "ResponseStream",
     "SSEClient",
@@ -396,6 +399,10 @@ class ClientSession:
         self._updated: deque[trio.Event] = deque()
         self._stream: ResponseStream | None = None
         self._ended: ClientError | None = None
+        #: The ``event_id`` of the last event received (what a resume names).
+        self.last_event_id: str | None = None
+        #: How the session was opened (a resume sends the same again).
+        self.opening: _Opening | None = None
 
     def __repr__(self) -> str:
         return f"<ClientSession {self.id} agent={self.agent!r}>"
@@ -637,6 +644,23 @@ class _Opening:
             chat=self.chat,
         )
 
+    def resume(self, conn: ClientConnection, last_event_id: str) -> bytes:
+        """The ``session.create`` that resumes this session after ``last_event_id``.
+
+        Written past the core, which knows the session already (docs/resume.md).
+        """
+        create = ev.SessionCreate(
+            session_id=self.session_id,
+            uamp_version=conn.config.uamp_version,
+            session=self.config,
+            agent=self.agent,
+            token=self.token,
+            payment_token=self.payment_token,
+            chat=self.chat,
+            unknown={"extensions": {RESUME_FROM: last_event_id}},
+        )
+        return encode(create)
+
 
 class _Link:
     """What a session needs from its client, and the session opening both clients share."""
@@ -680,7 +704,7 @@ class _Link:
         return await self._open(opening)
 
     def _session(self, conn: ClientConnection, opening: _Opening) -> ClientSession:
-        return ClientSession(
+        session = ClientSession(
             self,
             conn,
             opening.session_id,
@@ -689,6 +713,8 @@ class _Link:
             opening.on_payment_required,
             self._jwks,
         )
+        session.opening = opening
+        return session
 
     async def _open(self, opening: _Opening) -> ClientSession:
         """Send ``session.create`` the client's way; return once the session is created."""
@@ -859,11 +885,41 @@ async def open_websocket(
     return stream, initial
 
 
+@attrs.frozen
+class Redial:
+    """How :class:`UampClient` dials again after losing its connection (``auto_resume``).
+
+    Attributes:
+        url, headers, ssl_context, timeout: As given to :func:`connect`.
+        engine, max_message_size: The framing engine of each new connection.
+        give_up_after: Seconds of failed attempts before the sessions are
+            closed with the last error.
+        first_delay, max_delay: The backoff between attempts (doubling).
+    """
+
+    url: str
+    headers: Sequence[tuple[str, str]] = ()
+    ssl_context: ssl.SSLContext | None = None
+    timeout: float = 10.0
+    engine: EngineName | None = None
+    max_message_size: int | None = None
+    give_up_after: float = 60.0
+    first_delay: float = 0.1
+    max_delay: float = 5.0
+
+
 class UampClient(_Link):
     """A native UAMP WebSocket client; make one with :func:`connect`.
 
+    With ``redial`` (``connect(..., auto_resume=True)``) a lost connection is
+    dialled again with backoff and every open session resumed where it broke
+    (docs/resume.md): a response being iterated goes on, and calls made
+    meanwhile wait for the new connection. A session the server cannot
+    resume is closed with its ``session.error`` code.
+
     Attributes:
         sessions: The open sessions, by id.
+        reconnects: How many times the connection was dialled again.
     """
 
     def __init__(
@@ -875,6 +931,7 @@ class UampClient(_Link):
         delta_window: int | None,
         buffer: int,
         jwks: JWKS | None = None,
+        redial: Redial | None = None,
     ) -> None:
         self._jwks = jwks
         self._stream = stream
@@ -887,6 +944,15 @@ class UampClient(_Link):
         self._closed: ClientError | None = None
         self._pongs: deque[trio.Event] = deque()
         self._errors: deque[ev.Event] = deque(maxlen=64)
+        self._redial = redial
+        self._closing = False
+        #: Set while a connection is up; replaced by an unset one while redialling.
+        self._online = trio.Event()
+        self._online.set()
+        #: Sessions whose resuming ``session.create`` is not answered yet.
+        self._resuming: set[str] = set()
+        self._settled = trio.lowlevel.ParkingLot()
+        self.reconnects = 0
 
     @property
     def closed(self) -> bool:
@@ -923,6 +989,15 @@ class UampClient(_Link):
     async def _send_events(self, session: ClientSession, events: list[ev.Event]) -> bytes | None:
         if self._closed is not None:
             raise self._closed
+        while not self._online.is_set() or session.id in self._resuming:
+            # Nothing goes out for a session until the server has resumed it.
+            await self._online.wait()
+            if session.id in self._resuming:
+                await self._settled.park()
+            if self._closed is not None:
+                raise self._closed
+            if session._ended is not None:
+                raise session._ended
         encoded, refused = _encode(self._conn, events)
         if encoded:
             await self._write(encoded)
@@ -934,18 +1009,28 @@ class UampClient(_Link):
         self.sessions.pop(session.id, None)
 
     async def _write(self, messages: list[bytes]) -> None:
-        async with self._lock:
-            if self._closed is not None:
-                raise self._closed
-            engine = self._engine
-            for m in messages:
-                engine.text(m)
-            data = engine.take()
-            try:
-                await self._stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._shutdown(ClientError("closed", f"the connection broke: {exc}"))
-                raise self._closed from None  # type: ignore[misc]
+        while True:
+            await self._online.wait()  # redialling: wait for the new connection
+            async with self._lock:
+                if self._closed is not None:
+                    raise self._closed
+                if not self._online.is_set():
+                    continue
+                engine = self._engine
+                for m in messages:
+                    engine.text(m)
+                data = engine.take()
+                try:
+                    await self._stream.send_all(data)
+                    return
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    if self._redial is not None and not self._closing:
+                        # The reader notices too and dials again; send once it has.
+                        if self._online.is_set():
+                            self._online = trio.Event()
+                        continue
+                    self._shutdown(ClientError("closed", f"the connection broke: {exc}"))
+                    raise self._closed from None  # type: ignore[misc]
 
     async def _flush_owed(self) -> None:
         owed = self._conn.data_to_send()
@@ -959,13 +1044,24 @@ class UampClient(_Link):
                 with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await self._stream.send_all(data)
 
-    async def _reader(self, initial: bytes) -> None:
+    async def _reader(self, initial: bytes | None) -> None:
+        while initial is not None:
+            error = await self._read(initial)
+            if self._redial is None or self._closing or self._closed is not None:
+                self._shutdown(error)
+                return
+            initial = await self._dial_again(self._redial, error)
+
+    async def _read(self, initial: bytes) -> ClientError:
+        """Read one connection until it closes; returns why it did."""
         conn, engine = self._conn, self._engine
         data = initial
         try:
             while True:
                 if data:
                     for message in engine.feed(data):
+                        if self._resuming and self._resumed(message):
+                            continue
                         conn.receive(message)
                         await self._drain()
                     await self._flush_owed()
@@ -977,7 +1073,79 @@ class UampClient(_Link):
                     engine.feed(b"")
         except WebSocketClosed as closed:
             await self._flush_owed()  # the close reply
-            self._shutdown(ClientError("closed", f"the connection closed ({closed.code})"))
+            return ClientError("closed", f"the connection closed ({closed.code})")
+
+    async def _dial_again(self, redial: Redial, error: ClientError) -> bytes | None:
+        """Dial until connected (backoff), then resume every session; ``None``: gave up."""
+        if self._online.is_set():
+            self._online = trio.Event()
+        with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await trio.aclose_forcefully(self._stream)
+        delay, give_up = redial.first_delay, trio.current_time() + redial.give_up_after
+        while True:
+            try:
+                stream, initial = await open_websocket(
+                    redial.url,
+                    headers=redial.headers,
+                    ssl_context=redial.ssl_context,
+                    timeout=redial.timeout,
+                )
+                break
+            except (OSError, ClientError, trio.TooSlowError) as exc:
+                log.info("reconnecting to %s: %s", redial.url, exc)
+                if trio.current_time() + delay > give_up:
+                    self._shutdown(error)
+                    return None
+                await trio.sleep(delay)
+                delay = min(delay * 2, redial.max_delay)
+        self.reconnects += 1
+        async with self._lock:
+            self._stream = stream
+            self._engine = make_engine(
+                client=True, max_message_size=redial.max_message_size, engine=redial.engine
+            )
+            resumes = []
+            for sid, session in self.sessions.items():
+                if session.opening is not None and session.last_event_id is not None:
+                    resumes.append(session.opening.resume(self._conn, session.last_event_id))
+                    self._resuming.add(sid)
+            for message in resumes:
+                self._engine.text(message)
+            with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(self._engine.take())
+            self._online.set()
+        return initial
+
+    def _resumed(self, message: bytes | str) -> bool:
+        """Take the answer to a resuming ``session.create`` (the core knows the session)."""
+        if b"session." not in (message if isinstance(message, bytes) else message.encode()):
+            return False
+        try:
+            raw = orjson.loads(message)
+        except orjson.JSONDecodeError:
+            return False
+        sid = raw.get("session_id") if isinstance(raw, dict) else None
+        if sid not in self._resuming:
+            return False
+        session = self.sessions.get(sid)
+        if raw.get("type") == "session.created" and (raw.get("extensions") or {}).get(RESUMED):
+            self._resuming.discard(sid)
+            self._settled.unpark_all()
+            return True
+        if raw.get("type") == "session.error":
+            self._resuming.discard(sid)
+            self._settled.unpark_all()
+            error = raw.get("error") or {}
+            if session is not None:
+                self.sessions.pop(sid, None)
+                session._close(
+                    ClientError(
+                        str(error.get("code", "resume_failed")),
+                        f"session {sid} could not be resumed: {error.get('message', '')}",
+                    )
+                )
+            return True
+        return False
 
     async def _drain(self) -> None:
         for event in _received(self._conn):
@@ -985,6 +1153,8 @@ class UampClient(_Link):
             session = self.sessions.get(sid) if sid is not None else None
             if session is None and sid is None and len(self.sessions) == 1:
                 session = next(iter(self.sessions.values()))
+            if session is not None and event.event_id is not None:
+                session.last_event_id = event.event_id
             if event.type == "pong" and session is None and self._pongs:
                 self._pongs.popleft().set()
             elif session is not None:
@@ -995,6 +1165,9 @@ class UampClient(_Link):
                 self._errors.append(event)
 
     def _shutdown(self, error: ClientError) -> None:
+        self._resuming.clear()
+        self._settled.unpark_all()
+        self._online.set()  # writers waiting for a redial see the close
         if self._closed is None:
             self._closed = error
         for session in list(self.sessions.values()):
@@ -1004,6 +1177,7 @@ class UampClient(_Link):
 
     async def aclose(self) -> None:
         """Close the WebSocket (code 1000) and the connection."""
+        self._closing = True
         if self._closed is None:
             async with self._lock:
                 self._engine.close(1000, "")
@@ -1060,6 +1234,8 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     connect_timeout: float = 10.0,
     verify: JWKSSource | None = None,
+    auto_resume: bool = False,
+    resume_for: float = 60.0,
 ) -> AsyncIterator[UampClient]:
     """Connect to a UAMP WebSocket endpoint (``ws://host:port/ws`` or ``.../agents/NAME/uamp``).
 
@@ -1075,6 +1251,10 @@ async def connect(
         verify: Check every response's signature against this JWKS (a
             :class:`~uamp_proto.signing.JWKS`, its JSON object, a path or a
             URL; fetched once, now).
+        auto_resume: When the connection drops, dial again with backoff and
+            resume every open session (docs/resume.md).
+        resume_for: With ``auto_resume``, how long to keep trying before the
+            sessions are closed.
 
     Raises:
         ClientError: The handshake failed (``agent_not_found`` for an unknown
@@ -1088,8 +1268,25 @@ async def connect(
     frames = make_engine(client=True, max_message_size=max_message_size, engine=engine)
 
     def start(nursery: trio.Nursery) -> UampClient:
+        redial = None
+        if auto_resume:
+            redial = Redial(
+                url,
+                headers,
+                ssl_context,
+                connect_timeout,
+                engine,
+                max_message_size,
+                give_up_after=resume_for,
+            )
         client = UampClient(
-            stream, frames, nursery, delta_window=delta_window, buffer=session_buffer, jwks=jwks
+            stream,
+            frames,
+            nursery,
+            delta_window=delta_window,
+            buffer=session_buffer,
+            jwks=jwks,
+            redial=redial,
         )
         nursery.start_soon(client._reader, initial)
         return client
@@ -1098,6 +1295,8 @@ async def connect(
         with trio.move_on_after(1.0) as scope:
             scope.shield = True
             await client.aclose()
+        if client._stream is not stream:  # a redialled connection
+            await trio.aclose_forcefully(client._stream)
 
     try:
         async with _running(start, close) as client:

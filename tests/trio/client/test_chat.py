@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,59 @@ def test_chat_reports_a_refused_connection() -> None:
 )
 def test_chat_url(given: str, expected: str) -> None:
     assert chat_url(given) == expected
+
+
+def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float = 30) -> str:
+    """What ``proc`` printed up to and including the first line holding ``marker``."""
+    import select
+    import time
+
+    assert proc.stdout is not None
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if not ready:
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError(f"no {marker!r} in chat output:\n" + "".join(seen))
+
+
+def test_chat_survives_a_server_restart(tmp_path: Path) -> None:
+    import socket
+
+    from tests._support.cli import spawn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = ("--port", str(port), "--store", str(tmp_path / "sessions.db"))
+    with uamp_serve(*store):
+        proc = spawn("chat", f"127.0.0.1:{port}", stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write("first line\n")
+            proc.stdin.flush()
+            first = _read_until(proc, "[usage]")
+        except BaseException:
+            proc.kill()
+            raise
+    try:
+        # The server is gone; a new one on the same port and store.
+        with uamp_serve(*store):
+            proc.stdin.write("second line\n")
+            proc.stdin.flush()
+            second = _read_until(proc, "[usage]")
+            proc.stdin.write("/quit\n")
+            proc.stdin.flush()
+            assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "first line" in first
+    assert "second line" in second
+    assert "[reconnected]" not in second  # resumed, not replaced

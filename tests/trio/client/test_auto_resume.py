@@ -1,0 +1,137 @@
+"""connect(auto_resume=True): the client dials again and resumes its sessions by itself."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.trio.transports.test_uamp_resume import GatedAgent
+from uamp_trio import Server, create_app
+from uamp_trio.client import ClientError, connect
+from uamp_trio.stores import Stores
+from uamp_trio.stores.event_log import EventLog, MemoryEventLog
+from uamp_trio.stores.event_log_sqlite import SqliteEventLog
+
+TIMEOUT = 30
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def serving(agent: GatedAgent, log: EventLog, port: int) -> AsyncIterator[Server]:
+    server = Server(
+        create_app([agent], stores=Stores(event_log=log)), port=port, shutdown_grace=0.2
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_dropped_connection_is_resumed_mid_response() -> None:
+    agent = GatedAgent(count=8, pause_at=3)
+    port = free_port()
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serving(agent, MemoryEventLog(), port),
+            connect(f"ws://127.0.0.1:{port}/agents/gated/uamp", auto_resume=True) as client,
+        ):
+            session = await client.create_session()
+            texts = []
+            async for event in session.respond("count"):
+                if event.type == "response.delta":
+                    texts.append(event.delta.text)  # type: ignore[attr-defined]
+                    if len(texts) == 3:
+                        await agent.paused.wait()
+                        # The network drops: the socket dies under the client.
+                        await trio.aclose_forcefully(client._stream)
+                        agent.gate.set()
+            result = await session.ask("again")
+    assert texts == [f"d{i} " for i in range(8)]
+    assert client.reconnects == 1
+    assert result.text == "".join(f"d{i} " for i in range(8))
+    assert [m.text for m in agent.requests[1].messages][:2] == ["count", "".join(texts)]
+
+
+async def test_the_client_survives_a_server_restart_with_a_sqlite_store(tmp_path: Path) -> None:
+    agent = GatedAgent(count=2)
+    port = free_port()
+    url = f"ws://127.0.0.1:{port}/agents/gated/uamp"
+    with trio.fail_after(TIMEOUT):
+        async with connect_later(url) as started:
+            async with serving(agent, SqliteEventLog(tmp_path / "s.db"), port):
+                client = await started()
+                session = await client.create_session()
+                first = await session.ask("one")
+            # The server is gone; a new one starts on the same port and file.
+            async with serving(agent, SqliteEventLog(tmp_path / "s.db"), port):
+                second = await session.ask("two")
+    assert first.text == second.text == "d0 d1 "
+    assert [m.text for m in agent.requests[1].messages] == ["one", "d0 d1 ", "two"]
+
+
+async def test_a_session_the_new_server_does_not_know_is_closed_with_its_code() -> None:
+    agent = GatedAgent(count=1)
+    port = free_port()
+    url = f"ws://127.0.0.1:{port}/agents/gated/uamp"
+    with trio.fail_after(TIMEOUT):
+        async with connect_later(url) as started:
+            async with serving(agent, MemoryEventLog(), port):
+                client = await started()
+                session = await client.create_session()
+                await session.ask("one")
+            async with serving(agent, MemoryEventLog(), port):
+                with pytest.raises(ClientError) as caught:
+                    await session.ask("two")
+                # The connection itself is back: a new session works.
+                fresh = await client.create_session()
+                assert (await fresh.ask("three")).text == "d0 "
+    assert caught.value.code == "unknown_session"
+
+
+async def test_without_a_server_the_client_gives_up() -> None:
+    agent = GatedAgent(count=1)
+    port = free_port()
+    with trio.fail_after(TIMEOUT):
+        async with connect_later(f"ws://127.0.0.1:{port}/agents/gated/uamp", 0.5) as started:
+            async with serving(agent, MemoryEventLog(), port):
+                client = await started()
+                session = await client.create_session()
+            with pytest.raises(ClientError) as caught:
+                await session.ask("anyone?")
+    assert caught.value.code == "closed"
+
+
+@asynccontextmanager
+async def connect_later(url: str, resume_for: float = 20.0) -> AsyncIterator[object]:
+    """A client that connects when asked (the server starts later) and outlives the server."""
+    async with trio.open_nursery() as nursery:
+        ready: list[object] = []
+        go, done = trio.Event(), trio.Event()
+
+        async def run() -> None:
+            await go.wait()
+            async with connect(url, auto_resume=True, resume_for=resume_for) as client:
+                ready.append(client)
+                await done.wait()
+
+        async def started() -> object:
+            go.set()
+            while not ready:
+                await trio.sleep(0.01)
+            return ready[0]
+
+        nursery.start_soon(run)
+        try:
+            yield started
+        finally:
+            done.set()
