@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from selenium.webdriver import Chrome as WebDriver
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
@@ -243,6 +244,19 @@ def test_agent_page_phone_width_and_theme(browser: WebDriver) -> None:
         wait(browser, lambda d: len(replies(pane)) == 1 and replies(pane)[0].text)
         browser.find_element(By.CSS_SELECTOR, ".stop").click()
         finished(pane, 1, status="cancelled")
+        # Alt+N opens another session; at phone width it stacks below the first.
+        ActionChains(browser).key_down(Keys.ALT).send_keys("n").key_up(Keys.ALT).perform()
+        wait(
+            browser,
+            lambda d: len(panes(d)) == 2 and panes(d)[1].get_attribute("data-state") == "ready",
+        )
+        below = panes(browser)[1]
+        assert browser.switch_to.active_element == below.find_element(By.TAG_NAME, "textarea")
+        assert below.rect["y"] >= pane.rect["y"] + pane.rect["height"]
+        assert below.rect["x"] == pane.rect["x"]
+        # Closing it leaves the first.
+        below.find_element(By.CSS_SELECTOR, ".close").click()
+        wait(browser, lambda d: len(panes(d)) == 1)
 
         def background() -> str:
             return str(
