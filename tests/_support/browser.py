@@ -8,9 +8,12 @@ a machine that cannot install them fails the test with apt's own message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
+import threading
 
 import trio
 from selenium import webdriver
@@ -89,3 +92,70 @@ class Storyteller(TestAgent):
         for i in range(1200):
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"word{i} ")))
             await trio.sleep(0.05)
+
+
+class ShortStory(TestAgent):
+    """Streams ``word0`` ... ``word79``, one every 50 ms: four seconds to drop a connection in."""
+
+    name = "short"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        for i in range(80):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"word{i} ")))
+            await trio.sleep(0.05)
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 to ``target_port`` whose connections can all be cut at once.
+
+    The browser talks to the server through it; :meth:`cut` is a network drop
+    (both peers see their connection end), after which new connections are
+    relayed again, as when the network comes back.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # nothing listens there (yet): as a refused connection
+                client.close()
+                continue
+            with self._lock:
+                self._open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        """End every open connection (both ways)."""
+        with self._lock:
+            cut, self._open = self._open, []
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        """Stop relaying."""
+        self.listener.close()
+        self.cut()

@@ -30,7 +30,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests._support.browser import start_chrome
+from tests._support.browser import Relay, start_chrome
 from tests._support.cli import ROOT, uamp, uamp_serve
 
 AGENTS = ("--agent", "uamp_trio.cli:default_agent", "--agent", "tests._support.browser:Storyteller")
@@ -284,6 +284,56 @@ def test_agent_page_phone_width_and_theme(browser: WebDriver) -> None:
         browser.find_element(By.ID, "theme-toggle").click()
         assert dark(background())
         no_page_errors(browser)
+
+
+def test_a_dropped_connection_resumes_the_session_and_its_streaming_reply(
+    browser: WebDriver,
+) -> None:
+    with uamp_serve("--agent", "tests._support.browser:ShortStory") as url:
+        relay = Relay(int(url.rsplit(":", 1)[1]))
+        pane = open_page(browser, f"http://127.0.0.1:{relay.port}/")
+        session = pane.get_attribute("data-session-id")
+        say(pane, "a short story")
+        wait(browser, lambda d: len(replies(pane)) == 1)
+        reply = replies(pane)[0]
+        wait(browser, lambda d: "word5" in reply.text)
+        # The network drops mid-reply (as a phone's does); the page reconnects by itself.
+        relay.cut()
+        wait(browser, lambda d: pane.get_attribute("data-state") == "offline", seconds=5)
+        assert reply.get_attribute("data-status") == "streaming"
+        finished(pane, 1)
+        # The same session, every word once and in order: nothing lost, nothing twice.
+        assert pane.get_attribute("data-session-id") == session
+        words = reply.find_element(By.CSS_SELECTOR, ".body").text.split()
+        assert words == [f"word{i}" for i in range(80)]
+        notices = [n.text for n in pane.find_elements(By.CSS_SELECTOR, ".notice")]
+        assert notices == ["reconnected: session resumed"]
+        assert len(websocket_urls(browser)) == 2  # one drop, one reconnection
+        # The resumed session keeps going.
+        say(pane, "another")
+        assert finished(pane, 2).find_element(By.CSS_SELECTOR, ".body").text.startswith("word0")
+        no_page_errors(browser)
+        relay.close()
+
+
+def test_a_session_the_server_does_not_know_is_opened_again(browser: WebDriver) -> None:
+    with uamp_serve() as first_url, uamp_serve() as second_url:
+        relay = Relay(int(first_url.rsplit(":", 1)[1]))
+        pane = open_page(browser, f"http://127.0.0.1:{relay.port}/")
+        session = pane.get_attribute("data-session-id")
+        say(pane, "hello")
+        finished(pane, 1)
+        # The connection drops and comes back to another server, which has no such session.
+        relay.target_port = int(second_url.rsplit(":", 1)[1])
+        relay.cut()
+        wait(browser, lambda d: pane.get_attribute("data-session-id") != session)
+        wait(browser, lambda d: pane.get_attribute("data-state") == "ready")
+        notice = pane.find_elements(By.CSS_SELECTOR, ".notice")[-1].text
+        assert notice.startswith("reconnected: a new session (unknown_session")
+        say(pane, "again")
+        assert finished(pane, 2).find_element(By.CSS_SELECTOR, ".body").text == "You said: again"
+        no_page_errors(browser)
+        relay.close()
 
 
 def test_the_token_field_opens_sessions_on_a_gated_server(

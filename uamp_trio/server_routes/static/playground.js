@@ -5,7 +5,10 @@
 // pane by `session_id`. A bearer token goes in `session.create.token` (and
 // `session.update` when it changes), never in the URL, where proxies and
 // access logs would keep it: the server accepts a UAMP socket without a
-// token and authenticates each session instead. A pane
+// token and authenticates each session instead. When the socket drops, each
+// pane resumes its session on the next one (`extensions.resume_from`, the
+// last event id it saw; docs/resume.md): the missed events, a reply still
+// streaming included, arrive once each. A refused resume opens a new session. A pane
 // keeps the response in flight; text deltas are appended to its raw text and
 // the markdown is re-rendered at most once per animation frame. The markdown
 // renderer escapes every character of the input before it adds any tag, and
@@ -187,10 +190,13 @@
       retry = 0;
       setStatus("open", "connected");
       for (const pane of allPanes) {
-        if (pane.node.dataset.state === "offline") {
-          pane.notice("reconnected: a new session (earlier turns are not remembered)", "info");
+        const state = pane.node.dataset.state;
+        if (state === "offline" && pane.lastEventId) {
+          pane.resume();
+        } else if (state !== "ready") {
+          if (state === "ended") pane.notice("reconnected: a new session", "info");
+          pane.open();
         }
-        if (pane.node.dataset.state !== "ready") pane.open();
       }
     };
     ws.onmessage = (msg) => {
@@ -210,6 +216,7 @@
   function route(event) {
     const pane = panes.get(event.session_id);
     if (pane) {
+      if (event.event_id) pane.lastEventId = event.event_id;
       pane.handle(event);
     } else if (event.type === "session.error" && panes.size === 1) {
       panes.values().next().value.handle(event);
@@ -246,6 +253,7 @@
 
     open() {
       if (this.id) panes.delete(this.id);
+      this.lastEventId = null;
       this.id = randomId("sess_");
       this.node.dataset.sessionId = this.id;
       $(".session-id", this.node).textContent = this.id.slice(0, 13);
@@ -260,10 +268,22 @@
       send(create);
     }
 
+    // The socket dropped: the session (and a reply in flight) waits for a resume.
     disconnected() {
-      if (this.response) this.finish("error", "connection lost");
-      panes.delete(this.id);
-      this.setState("offline");
+      if (this.node.dataset.state === "ready" || this.node.dataset.state === "resuming") {
+        this.setState("offline");
+      }
+    }
+
+    resume() {
+      const create = {
+        type: "session.create", uamp_version: "1.0", session_id: this.id, agent: this.agent,
+        session: { modalities: ["text"] }, extensions: { resume_from: this.lastEventId },
+      };
+      const token = tokenInput.value.trim();
+      if (token) create.token = token;
+      this.setState("resuming");
+      send(create);
     }
 
     close() {
@@ -490,10 +510,17 @@
       const r = this.response;
       switch (event.type) {
         case "session.created":
+          if (this.node.dataset.state === "resuming") this.notice("reconnected: session resumed", "info");
           this.setState("ready");
           break;
         case "session.error": {
           const err = event.error || {};
+          if (this.node.dataset.state === "resuming") {
+            if (r) this.finish("error", "connection lost");
+            this.notice(`reconnected: a new session (${err.code || "resume refused"}; earlier turns are not remembered)`, "info");
+            this.open();
+            break;
+          }
           if (this.node.dataset.state === "opening") {
             panes.delete(this.id);
             this.setState("failed");
