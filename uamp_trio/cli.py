@@ -618,17 +618,25 @@ def _connect_command(args: argparse.Namespace) -> int:
 
 
 async def _connect(daemon: Any) -> None:
+    from .relay.daemon import DaemonRefused
+
+    refused: list[DaemonRefused] = []
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
-                await daemon.run()
+                try:
+                    await daemon.run()
+                except DaemonRefused as exc:
+                    refused.append(exc)  # raised below, outside the nursery's group
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(run)
             nursery.start_soon(
                 _watch_signals, signals, nursery, daemon.stop, "uamp connect", "stopping"
             )
+    if refused:
+        raise refused[0]
 
 
 # --- acp ----------------------------------------------------------------------------

@@ -243,3 +243,23 @@ def test_connect_refuses_a_bad_command_line_in_one_line() -> None:
     done = uamp("connect", "ftp://nowhere", "--agent", f"{AGENTS}:alpha")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "not a ws://" in done.stderr
+
+
+def test_connect_says_in_one_line_that_an_agent_cannot_be_loaded() -> None:
+    done = uamp("connect", "http://127.0.0.1:9", "--agent", "no_such_module:agent")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "cannot import 'no_such_module'" in done.stderr
+
+
+def test_connect_says_in_one_line_that_the_relay_refused_it(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("agent:alpha:key-alpha\nalice:key-alice\n")
+    with uamp_serve("--relay", "--auth-api-keys", str(keys)) as base:
+        wrong = uamp("connect", base, "--agent", f"{AGENTS}:alpha", "--token", "nope", timeout=30)
+        user = uamp("connect", base, "--agent", f"{AGENTS}:alpha", "--token", "key-alice")
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip().splitlines()[-1].startswith("uamp connect: the relay at ")
+    assert "refused the credential" in wrong.stderr and "nope" not in wrong.stderr
+    assert user.returncode == 1
+    assert "refused every agent: alpha (forbidden)" in user.stderr.strip().splitlines()[-1]
+    assert "key-alice" not in user.stderr + user.stdout

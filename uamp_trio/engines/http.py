@@ -68,6 +68,7 @@ def reason_phrase(status: int) -> bytes:
 
 _REASONS: dict[int, bytes] = {}
 
+
 class BodyBudget:
     """Request body bytes buffered across all connections, against one cap.
 

@@ -321,9 +321,7 @@ class _Http2Connection:
         """
         cfg = self.cfg
         total, idle = cfg.body_timeout, cfg.header_timeout
-        interval = max(
-            0.05, min(total, idle, cfg.response_timeout, cfg.response_idle_timeout) / 4
-        )
+        interval = max(0.05, min(total, idle, cfg.response_timeout, cfg.response_idle_timeout) / 4)
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -516,9 +514,7 @@ class _Http2Connection:
                 response = await self.server.dispatch(request)
                 self._release(st)
                 try:
-                    await self._send_response(
-                        st.id, response, head_only=request.method == "HEAD"
-                    )
+                    await self._send_response(st.id, response, head_only=request.method == "HEAD")
                 finally:
                     if type(response) is StreamingResponse:
                         await response.aclose()

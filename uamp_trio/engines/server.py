@@ -67,7 +67,6 @@ _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_RETRY_SLEEP = 0.1
 
 
-
 def _busy_response() -> bytes:
     """The whole answer to an HTTP/1.1 connection over ``max_connections``."""
     body = orjson.dumps(

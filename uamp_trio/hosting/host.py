@@ -95,17 +95,13 @@ class Host:
         for agent in agents:
             self.add_agent(agent)
 
-    async def payment_required(
-        self, agent: str, token: str | None
-    ) -> PaymentRequiredError | None:
+    async def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay for a turn of ``agent`` now, or ``None`` (locks nothing).
 
         Every transport asks the host, so that the same agent behaves the
         same whatever protocol its client speaks.
         """
-        return await refusal(
-            self.payment_policy, agent, token, pricing_of(self.agents.get(agent))
-        )
+        return await refusal(self.payment_policy, agent, token, pricing_of(self.agents.get(agent)))
 
     async def open_charge(
         self,

@@ -977,9 +977,7 @@ class SessionHost:
         for entry in step.send:
             await self.outbox.put(entry.data)
 
-    async def _follow(
-        self, session: _Session, key: LogKey, stream: ResumeStream
-    ) -> SessionRecord:
+    async def _follow(self, session: _Session, key: LogKey, stream: ResumeStream) -> SessionRecord:
         """Send the log from the stream's cursor on until no response runs elsewhere.
 
         A response running in another connection or process streams on into

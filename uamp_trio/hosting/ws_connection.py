@@ -199,6 +199,7 @@ class FrameHost(Protocol):
 
     outbox: Outbox
     last_activity: float
+
     @property
     def backlogged(self) -> bool:
         """Whether the reader must wait for :meth:`drained` before it reads on.

@@ -61,9 +61,7 @@ class LedgerCharge:
     pricing: Pricing
     settled: bool = attrs.field(default=False, init=False)
 
-    async def settle(
-        self, usage: ty.UsageStats | None, *, used: bool
-    ) -> ev.PaymentBalance | None:
+    async def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
         """Charge the response's cost from its lock and free the rest (once; shielded)."""
         if self.settled:
             return None
@@ -222,9 +220,7 @@ class LedgerPolicy:
         await self.ledger.call(self._lock, pricing, token, response_id, principal)
         return LedgerCharge(self, token, response_id, pricing)
 
-    def _lock(
-        self, pricing: Pricing, token: str, response_id: str, principal: str | None
-    ) -> None:
+    def _lock(self, pricing: Pricing, token: str, response_id: str, principal: str | None) -> None:
         try:
             account = self.ledger.show(token).account
             if account.currency != pricing.currency:
