@@ -24,3 +24,10 @@ class SlowAgent(DemoAgent):
 
 
 slow = SlowAgent("slow")
+
+
+def uap_demo() -> object:
+    """The UAP demo agent (server-side tools ``add`` and ``now``) as ``uap``, for ``--agent``."""
+    from uamp_agents.bridge import demo_agent
+
+    return demo_agent("uap")

@@ -25,6 +25,7 @@ import trio
 from tests._support.cli import ENV, ROOT, uamp, uamp_serve
 from tests.interop.test_cross_transport import TRANSPORTS as EVERY_TRANSPORT
 from tests.interop.test_cross_transport import acp_stdio, completions_plain
+from uamp_proto import codec
 from uamp_trio.client import connect
 
 AGENTS = "tests._support.relay_agents"
@@ -263,3 +264,39 @@ def test_connect_says_in_one_line_that_the_relay_refused_it(tmp_path: Path) -> N
     assert user.returncode == 1
     assert "refused every agent: alpha (forbidden)" in user.stderr.strip().splitlines()[-1]
     assert "key-alice" not in user.stderr + user.stdout
+
+
+def test_a_uap_agents_own_tool_round_streams_through_the_relay() -> None:
+    async def main() -> list[dict[str, Any]]:
+        async with connect(base.replace("http://", "ws://") + "/ws") as client:
+            session = await client.create_session(agent="uap")
+            return [
+                codec.to_dict(event)
+                async for event in session.respond("what is 2+3?")
+                if event.type == "response.delta"
+            ]
+
+    with uamp_serve("--relay") as base:
+        daemon = spawn_daemon(base, "uap_demo")
+        try:
+            wait_online(base, {"uap"})
+            deltas = trio.run(main)
+        finally:
+            stop(daemon)
+    kinds = [d["delta"]["type"] for d in deltas]
+    assert "tool_call" in kinds and "tool_result" in kinds
+    result = next(d["delta"]["tool_result"] for d in deltas if d["delta"]["type"] == "tool_result")
+    assert result["result"] == "5"
+    assert "".join(d["delta"].get("text", "") for d in deltas) == "2 + 3 = 5"
+
+
+def test_sigterm_stops_the_daemon_cleanly_and_its_agents_go_offline() -> None:
+    with uamp_serve("--relay") as base:
+        daemon = spawn_daemon(base, "alpha")
+        wait_online(base, {"alpha"})
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(10) == 0
+        log = daemon.stdout.read() if daemon.stdout else ""
+        listed = httpx.get(f"{base}/agents").json()["agents"]
+    assert "SIGTERM, stopping" in log
+    assert listed == [{"name": "alpha", "kind": "connected", "state": "offline"}]

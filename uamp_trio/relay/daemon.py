@@ -172,6 +172,7 @@ class DaemonHost:
         if isinstance(event, ev.InputText):
             self._start(event)
         elif isinstance(event, ev.ResponseCancel | ev.SessionEnd):
+            log.debug("daemon: %s for %s (running: %s)", event.type, sid, sid in self._runs)
             if sid is not None:
                 runner = self._runs.get(sid)
                 if runner is not None:

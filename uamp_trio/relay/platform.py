@@ -469,6 +469,7 @@ class DaemonLink:
                 streamed_usage = streamed_usage or isinstance(event, ev.UsageDelta)
                 await emit(_local(event))
         finally:
+            log.debug("relay: turn %s ends (finished=%s)", sid, finished)
             del self._turns[sid]
             self._taken(len(turn.events))
             if not self.closed and not self.outbox.closed:

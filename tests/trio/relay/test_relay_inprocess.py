@@ -208,3 +208,48 @@ async def test_a_slow_client_slows_the_daemon_down_instead_of_losing_events(
     # 4097th queued event failed the turn with 'overloaded' (here the 65th).
     assert (deltas, last) == (3000, "response.done")
     daemon.stop()
+
+
+class _Watched(DemoAgent):
+    """Streams until cancelled, and records that the cancel reached it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.cancelled = trio.Event()
+
+    async def respond(self, request: Any, emit: Any) -> None:
+        from uamp_proto import events as ev
+        from uamp_proto import types as ty
+
+        try:
+            while True:
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text="more ")))
+                await trio.sleep(0.01)
+        except trio.Cancelled:
+            self.cancelled.set()
+            raise
+
+
+async def test_a_client_cancel_reaches_the_agent_on_the_daemon(
+    serve_app: Any, nursery: trio.Nursery
+) -> None:
+    from uamp_trio.client import connect
+
+    agent = _Watched("watched")
+    server = await serve_app(create_app([], relay=True))
+    daemon = Daemon(server.url, [agent])
+    nursery.start_soon(daemon.run)
+    with trio.fail_after(TIMEOUT):
+        await daemon.connected.wait()
+        async with connect(server.url.replace("http://", "ws://") + "/ws") as client:
+            session = await client.create_session(agent="watched")
+            seen = 0
+            async for event in session.respond("go"):
+                seen += event.type == "response.delta"
+                if seen == 3:
+                    await session.cancel()
+                if event.type == "response.cancelled":
+                    break
+        await agent.cancelled.wait()  # the agent's own task saw the cancel
+    assert agent.cancelled.is_set()
+    daemon.stop()
