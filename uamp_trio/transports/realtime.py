@@ -37,6 +37,7 @@ Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
@@ -132,11 +133,27 @@ class _RealtimeConnection:
             try:
                 while True:
                     message = await self.ws.receive()
+                    if self.principal.expired(time.time()):
+                        await self._expired()
+                        return
                     await self._receive(message)
             except ConnectionClosed:
                 pass
             finally:
                 nursery.cancel_scope.cancel()
+
+    async def _expired(self) -> None:
+        """Refuse the first client event after the upgrade's token expired, and close.
+
+        Realtime has no way to present a new token on an open socket (OpenAI's
+        clients reconnect with a fresh key), so the refusal is an ``error``
+        event with code ``unauthorized`` and the socket closes with 1008;
+        the client reconnects with a fresh token.
+        """
+        await self.error(
+            "The connection's token has expired; reconnect with a fresh one.", "unauthorized"
+        )
+        await self.ws.close(1008, "token expired")
 
     async def _receive(self, message: str | bytes) -> None:
         try:
