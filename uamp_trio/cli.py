@@ -63,7 +63,7 @@ from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
-from .stores import Stores, open_event_log
+from .stores import Stores, TaskStore, open_event_log
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
     AnyOf,
@@ -269,6 +269,19 @@ def _add_serve(sub: Any) -> None:
         help="seconds in-flight requests get on shutdown (default %(default)s)",
     )
     p.add_argument(
+        "--a2a-max-tasks",
+        type=int,
+        default=1000,
+        help="A2A tasks the server keeps (default %(default)s)",
+    )
+    p.add_argument(
+        "--a2a-max-tasks-per-principal",
+        type=int,
+        default=None,
+        help="A2A tasks one principal may hold; over it, 429 / JSON-RPC -32029 for that "
+        "principal only (default: a tenth of --a2a-max-tasks)",
+    )
+    p.add_argument(
         "--relay",
         action="store_true",
         help="also be a relay: daemons (uamp connect) dial /ws or /agents/connect and register "
@@ -445,13 +458,14 @@ def _serve_command(args: argparse.Namespace) -> int:
         if not agents and not args.relay:
             agents = [default_agent()]
         retention = Retention(args.retention_events, args.retention_age)
+        tasks = TaskStore(args.a2a_max_tasks, args.a2a_max_tasks_per_principal)
         app = create_app(
             agents,
             payment_policy=open_policy(args),
             authenticator=authenticator,
             allow_anonymous=args.allow_anonymous,
             relay=args.relay,
-            stores=Stores(event_log=open_event_log(args.store, retention)),
+            stores=Stores(a2a_tasks=tasks, event_log=open_event_log(args.store, retention)),
         )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)

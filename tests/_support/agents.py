@@ -9,6 +9,10 @@ of an agent that talks slowly: a few text deltas with pauses between them.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 import trio
 
 from uamp_proto import events as ev
@@ -65,3 +69,25 @@ class Ticker(Words):
 
     def __init__(self) -> None:
         super().__init__("ticker", *(f"tick {i} " for i in range(400)), pause=0.05)
+
+
+class WorkingAgent(TestAgent):
+    """Says ``working ``, then works until cancelled (its task or turn stays unfinished)."""
+
+    name = "slow"
+
+    def capabilities(self) -> ty.Capabilities:
+        """Text, streaming."""
+        return ty.Capabilities(
+            id=self.name, provider=self.provider, modalities=["text"], supports_streaming=True
+        )
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """One word, then wait for the cancel."""
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working ")))
+        await trio.sleep_forever()
+
+
+def run_asyncio(coro_fn: Callable[[], Coroutine[Any, Any, None]], timeout: float = 20) -> None:
+    """Run an asyncio client (the SDKs that are not trio) to its end, within ``timeout``."""
+    asyncio.run(asyncio.wait_for(coro_fn(), timeout))

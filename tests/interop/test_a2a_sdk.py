@@ -8,14 +8,12 @@ same card with the 1.0 interface removed.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import trio
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.client.client import ClientCallContext
 from a2a.client.errors import A2AClientError
@@ -35,34 +33,17 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format, struct_pb2
 
+from tests._support.agents import WorkingAgent, run_asyncio
 from tests._support.tools import WEATHER_TOOL
-from uamp_proto import events as ev
-from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
-from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-class SlowAgent:
-    """Says one word, then works until cancelled."""
-
-    name = "slow"
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(
-            id="slow", provider="test", modalities=["text"], supports_streaming=True
-        )
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working ")))
-        await trio.sleep_forever()
-
-
-def run(coro_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(coro_fn(), 20))
+SlowAgent = WorkingAgent
+run = run_asyncio
 
 
 @pytest.fixture

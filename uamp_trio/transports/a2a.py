@@ -83,7 +83,7 @@ from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingRes
 from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
-from ..stores.a2a_tasks import task_not_found
+from ..stores.a2a_tasks import QUOTA_EXCEEDED, task_not_found
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -525,6 +525,7 @@ class A2ATransport:
                 ],
                 tools=tools or (earlier.tools if earlier is not None else []),
             )
+            self.store.check_quota(principal)  # before any money is locked
             response_id = self.ids("resp")
             try:
                 charge = await self.charge(agent, token, response_id, principal)
@@ -762,6 +763,7 @@ def _rest_code(error: A2AError) -> str:
         a2a.UNSUPPORTED_OPERATION: "unsupported_operation",
         a2a.INVALID_PARAMS: "invalid_request",
         a2a.PAYMENT_REQUIRED: "payment_required",
+        QUOTA_EXCEEDED: "quota_exceeded",
     }.get(error.code, "error")
 
 
