@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import attrs
 
+from uamp_proto.principal import Principal
 from uamp_proto.types import Message
 
 from .serialization import (
@@ -41,8 +42,35 @@ PLAN_STATUSES: Final = frozenset({"pending", "in_progress", "completed", "failed
 _STATE_KEYS = frozenset({"step", "messages", "metadata", "reasoning", "plan"})
 _PLAN_STEP_KEYS = frozenset({"id", "description", "tool", "dependsOn", "status"})
 _CHECKPOINT_KEYS = frozenset(
-    {"id", "sessionId", "timestamp", "step", "threadId", "state", "subAgentStates", "metadata"}
+    {
+        "id",
+        "sessionId",
+        "timestamp",
+        "step",
+        "threadId",
+        "state",
+        "subAgentStates",
+        "metadata",
+        "owner",
+    }
 )
+
+
+def owner_json(owner: Principal | None) -> dict[str, str] | None:
+    """The JSON form of an owning principal: ``{"scheme", "id"}`` (``None``: unowned)."""
+    return None if owner is None else {"scheme": owner.scheme, "id": owner.id}
+
+
+def read_owner(reader: Reader, key: str = "owner") -> Principal | None:
+    """The owning principal stored under ``key`` (an extension of UAP 13.1/13.3), if any.
+
+    Raises:
+        SerializationError: It is not ``{"scheme": str, "id": str}``.
+    """
+    if reader.data.get(key) is None:
+        return None
+    owner = reader.obj(key)
+    return Principal(id=owner.string("id"), scheme=owner.string("scheme"))
 
 
 @attrs.frozen(kw_only=True)
@@ -133,6 +161,8 @@ class Checkpoint:
             sub-session's id.
         metadata: Checkpoint metadata (``"reason"``: ``"step"``, ``"turn"``
             or ``"manual"``; ``"turnId"`` when made during a turn).
+        owner: The principal the session runs for (``owner`` key, an
+            extension of CheckpointJSON), or ``None``.
         extra: Unknown CheckpointJSON keys, written back on save.
     """
 
@@ -144,12 +174,15 @@ class Checkpoint:
     timestamp: str = attrs.field(factory=now_iso)
     sub_agent_states: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    owner: Principal | None = None
     extra: dict[str, Any] = attrs.field(factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The CheckpointJSON form (UAP section 13.3)."""
+        owned = {} if self.owner is None else {"owner": owner_json(self.owner)}
         return {
             **self.extra,
+            **owned,
             "id": self.id,
             "sessionId": self.session_id,
             "timestamp": self.timestamp,
@@ -185,6 +218,7 @@ class Checkpoint:
             state=CheckpointState.from_json(reader.raw("state"), reader.at("state")),
             sub_agent_states=sub_agent_states,
             metadata=reader.opt_map("metadata"),
+            owner=read_owner(reader),
             extra=extra_keys(reader.data, _CHECKPOINT_KEYS),
         )
 
@@ -202,6 +236,7 @@ _SESSION_KEYS = frozenset(
         "step",
         "subAgentStates",
         "queryThreads",
+        "owner",
     }
 )
 
@@ -226,6 +261,7 @@ class SessionData:
         sub_agent_states: Sub-agent SessionJSON by sub-session id.
         query_threads: Query threads (UAP section 9.2) by thread id.
         extra: Unknown keys, written back on save.
+        owner: The principal the session runs for (``owner``), or ``None``.
     """
 
     version: str
@@ -240,6 +276,7 @@ class SessionData:
     sub_agent_states: dict[str, dict[str, Any]]
     query_threads: dict[str, Thread]
     extra: dict[str, Any]
+    owner: Principal | None = None
 
 
 def validate_session_json(data: Any, path: str = "") -> SessionData:
@@ -256,6 +293,7 @@ def validate_session_json(data: Any, path: str = "") -> SessionData:
     reader = Reader(data, path)
     version = check_version(reader.raw("version"), reader.at("version"))
     session_id = reader.uuid4("id")
+    owner = read_owner(reader)
     agent_id = reader.string("agentId")
     created_at = reader.timestamp("createdAt")
     updated_at = reader.timestamp("updatedAt")
@@ -273,6 +311,10 @@ def validate_session_json(data: Any, path: str = "") -> SessionData:
             raise SerializationError(
                 f"{item_path}.sessionId",
                 f"checkpoint of session {checkpoint.session_id!r} in session {session_id!r}",
+            )
+        if checkpoint.owner is not None and checkpoint.owner.key != getattr(owner, "key", None):
+            raise SerializationError(
+                f"{item_path}.owner", "checkpoint of another owner than its session's"
             )
         if checkpoint.thread_id not in tree.nodes:
             raise SerializationError(
@@ -309,4 +351,5 @@ def validate_session_json(data: Any, path: str = "") -> SessionData:
         sub_agent_states=sub_agent_states,
         query_threads=query_threads,
         extra=extra_keys(reader.data, _SESSION_KEYS),
+        owner=owner,
     )

@@ -44,11 +44,19 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from uamp_proto.principal import Principal
 from uamp_proto.types import Message
 
-from .checkpoint import Checkpoint, CheckpointState, SessionData, validate_session_json
+from .checkpoint import (
+    Checkpoint,
+    CheckpointState,
+    SessionData,
+    owner_json,
+    read_owner,
+    validate_session_json,
+)
 from .errors import SessionBusyError
-from .persistence import MemoryAdapter, PersistenceAdapter, SQLiteAdapter
+from .persistence import MemoryAdapter, PersistenceAdapter, SQLiteAdapter, owner_key
 from .serialization import (
     UAP_VERSION,
     Reader,
@@ -162,6 +170,9 @@ class Session:
         checkpoints_enabled: Whether checkpoints are made automatically.
         checkpoint_interval: ``"step"`` or ``"turn"``.
         persistence: Where :meth:`save` stores the session.
+        owner: The principal the session runs for (a server's caller,
+            ``TurnRequest.principal``), recorded in the session and in each
+            checkpoint; adapters keep sessions by ``(owner, id)``.
         metadata: Session metadata.
         step: Steps run so far in this session.
         sub_agent_states: SessionJSON of each sub-agent conversation.
@@ -178,6 +189,7 @@ class Session:
         persistence: A :class:`~uamp_agents.persistence.PersistenceAdapter`,
             or a file path for a SQLite database; default: in memory.
         metadata: Session metadata.
+        owner: The principal the session runs for (``None``: unowned).
 
     Raises:
         ValueError: Bad ``checkpoint_interval``.
@@ -193,6 +205,7 @@ class Session:
         checkpoint_interval: CheckpointInterval = "step",
         persistence: PersistenceAdapter | str | os.PathLike[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        owner: Principal | None = None,
     ) -> None:
         if checkpoint_interval not in CHECKPOINT_INTERVALS:
             raise ValueError(
@@ -201,6 +214,7 @@ class Session:
         if id is not None:
             Reader({"id": id}).uuid4("id")
         self.id = id or new_id()
+        self.owner = owner
         self.agent = agent
         self.agent_id: str = agent.id
         self.thread_tree = ThreadTree()
@@ -273,6 +287,7 @@ class Session:
             ),
             sub_agent_states=dict(self.sub_agent_states),
             metadata={"reason": reason, **({"turnId": turn.id} if turn is not None else {})},
+            owner=self.owner,
         )
         self.checkpoints.append(checkpoint)
         self.current_checkpoint = checkpoint
@@ -394,8 +409,10 @@ class Session:
 
     def to_json(self) -> dict[str, Any]:
         """The SessionJSON form of the session (UAP section 13.1)."""
+        owned = {} if self.owner is None else {"owner": owner_json(self.owner)}
         return {
             **self.extra,
+            **owned,
             "version": UAP_VERSION,
             "id": self.id,
             "agentId": self.agent_id,
@@ -435,6 +452,7 @@ class Session:
             checkpoint_interval=checkpoint_interval,
             persistence=persistence,
             metadata=parsed.metadata,
+            owner=parsed.owner,
         )
         sess.agent_id = parsed.agent_id
         sess.created_at = parsed.created_at
@@ -455,18 +473,22 @@ class Session:
         agent: Agent,
         persistence: PersistenceAdapter | str | os.PathLike[str],
         *,
+        owner: Principal | None = None,
         checkpoints: bool = True,
         checkpoint_interval: CheckpointInterval = "step",
     ) -> Session:
-        """Load session ``session_id`` from ``persistence`` and rebuild it.
+        """Load ``owner``'s session ``session_id`` from ``persistence`` and rebuild it.
+
+        Sessions are kept by ``(owner, id)``: another owner's session of the
+        same id is not found, exactly like an id never saved.
 
         Raises:
-            LookupError: The adapter has no such session.
+            LookupError: The adapter has no such session of ``owner``.
             SerializationError: What it has is not a valid SessionJSON.
         """
         adapter = _adapter(persistence)
-        data = await adapter.load(session_id)
-        if data is None:
+        data = await adapter.load(session_id, owner=owner)
+        if data is None or owner_key(read_owner(Reader(data))) != owner_key(owner):
             raise LookupError(f"no saved session {session_id!r}")
         return cls.from_json(
             data,

@@ -12,10 +12,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
 from uamp_agents.agent import agent
+from uamp_agents.errors import SerializationError
 from uamp_agents.persistence import (
     JSONDirectoryAdapter,
     MemoryAdapter,
@@ -25,6 +27,10 @@ from uamp_agents.persistence import (
 )
 from uamp_agents.providers import function
 from uamp_agents.session import Session
+from uamp_proto.principal import Principal
+
+ALICE = Principal(id="alice", scheme="jwt")
+BOB = Principal(id="bob", scheme="jwt")
 
 
 def doc(session_id: str | None = None, checkpoints: int = 2) -> dict[str, Any]:
@@ -242,7 +248,7 @@ def checkpoint_rows(path: Path) -> list[tuple[str, int, int]]:
     conn = sqlite3.connect(path)
     try:
         return list(
-            conn.execute("SELECT id, seq, rowid FROM uap_checkpoints ORDER BY seq").fetchall()
+            conn.execute("SELECT id, seq, rowid FROM uap_owned_checkpoints ORDER BY seq").fetchall()
         )
     finally:
         conn.close()
@@ -295,6 +301,99 @@ async def test_sqlite_error_is_a_persistence_error(tmp_path: Path) -> None:
     store = SQLiteAdapter(tmp_path / "not-a-db")
     with pytest.raises(PersistenceError):
         await store.load(str(uuid.uuid4()))
+
+
+# --- owners: sessions are kept by (owner, session id) ---------------------------
+
+
+def owned(value: dict[str, Any], owner: Principal) -> dict[str, Any]:
+    return {**value, "owner": {"scheme": owner.scheme, "id": owner.id}}
+
+
+async def test_two_owners_keep_separate_sessions_of_one_id(adapter: PersistenceAdapter) -> None:
+    """Ids from servers are unique per principal: one id, two owners, two records."""
+    base = doc()
+    sid = base["id"]
+    mine, theirs = owned(base, ALICE), owned({**base, "metadata": {"task": "b"}}, BOB)
+    await adapter.save(mine)
+    await adapter.save(theirs)
+    assert await adapter.load(sid, owner=ALICE) == mine
+    assert await adapter.load(sid, owner=BOB) == theirs
+    # Another owner's id answers exactly as an id never saved.
+    assert await adapter.load(sid) is None
+    assert await adapter.load(sid, owner=Principal(id="alice", scheme="api_key")) is None
+    assert await adapter.list(owner=ALICE) == [sid]
+    assert await adapter.list() == []
+    await adapter.delete(sid, owner=BOB)
+    assert await adapter.load(sid, owner=BOB) is None
+    assert await adapter.load(sid, owner=ALICE) == mine  # bob's delete left alice's alone
+
+
+@pytest.mark.parametrize("bad", [{"id": "alice"}, "alice", {"scheme": 1, "id": "x"}])
+async def test_a_malformed_owner_is_refused(adapter: PersistenceAdapter, bad: Any) -> None:
+    with pytest.raises(PersistenceError):
+        await adapter.save({**doc(), "owner": bad})
+
+
+def owner_model(messages: list[Any], tools: list[Any]) -> str:
+    return "noted"
+
+
+async def test_session_records_its_owner_in_itself_and_every_checkpoint(tmp_path: Path) -> None:
+    async with SQLiteAdapter(tmp_path / "s.db") as store:
+        sess = Session(agent(model=function(owner_model)), persistence=store, owner=ALICE)
+        await sess.run("remember this")
+        saved = sess.to_json()
+        assert saved["owner"] == {"scheme": "jwt", "id": "alice"}
+        assert saved["checkpoints"]
+        assert {str(c["owner"]) for c in saved["checkpoints"]} == {str(saved["owner"])}
+        again = await Session.load(sess.id, agent(model=function(owner_model)), store, owner=ALICE)
+        assert again.owner == ALICE and again.history() == sess.history()
+        assert all(c.owner == ALICE for c in again.checkpoints)
+        for stranger in (BOB, None):
+            with pytest.raises(LookupError):
+                await Session.load(
+                    sess.id, agent(model=function(owner_model)), store, owner=stranger
+                )
+    # A checkpoint of another owner inside a session is refused on load.
+    forged = {
+        **saved,
+        "checkpoints": [{**saved["checkpoints"][0], "owner": {"scheme": "jwt", "id": "bob"}}],
+    }
+    with pytest.raises(SerializationError, match="owner"):
+        Session.from_json(forged, agent(model=function(owner_model)))
+
+
+async def test_sqlite_file_of_the_first_schema_moves_to_owned_tables(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    value = doc(checkpoints=2)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE uap_sessions (id TEXT PRIMARY KEY, updated_at TEXT, split INTEGER NOT NULL,"
+        " body TEXT NOT NULL);"
+        "CREATE TABLE uap_checkpoints (session_id TEXT NOT NULL, id TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, digest TEXT NOT NULL, body TEXT NOT NULL,"
+        " PRIMARY KEY (session_id, id));"
+    )
+    head = {**value, "checkpoints": None}
+    conn.execute(
+        "INSERT INTO uap_sessions VALUES (?, ?, 1, ?)",
+        (value["id"], value["updatedAt"], orjson.dumps(head).decode()),
+    )
+    for seq, cp in enumerate(value["checkpoints"]):
+        conn.execute(
+            "INSERT INTO uap_checkpoints VALUES (?, ?, ?, 'x', ?)",
+            (value["id"], cp["id"], seq, orjson.dumps(cp).decode()),
+        )
+    conn.commit()
+    conn.close()
+    async with SQLiteAdapter(path) as store:
+        assert await store.load(value["id"]) == value  # unowned
+        assert await store.load(value["id"], owner=ALICE) is None
+    check = sqlite3.connect(path)
+    names = {r[0] for r in check.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    check.close()
+    assert "uap_sessions" not in names and "uap_owned_sessions" in names
 
 
 # --- a process killed in the middle of a run -------------------------------------

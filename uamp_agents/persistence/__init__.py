@@ -1,6 +1,7 @@
 """Where sessions are kept: persistence adapters (UAP sections 6.3, 15.4).
 
-An adapter stores SessionJSON values by session id. Three are provided:
+An adapter stores SessionJSON values by ``(owner, session id)``: the owner
+is the principal the session runs for (:func:`owner_key`). Three are provided:
 
 * :class:`MemoryAdapter` -- in this process only (the default of
   :func:`uamp_agents.session`);
@@ -16,7 +17,7 @@ given to a session instead.
 
 from __future__ import annotations
 
-from ._base import PersistenceAdapter, PersistenceError
+from ._base import PersistenceAdapter, PersistenceError, owner_key
 from ._files import JSONDirectoryAdapter
 from ._memory import MemoryAdapter
 from ._sqlite import SQLiteAdapter
@@ -27,4 +28,5 @@ __all__ = [
     "PersistenceAdapter",
     "PersistenceError",
     "SQLiteAdapter",
+    "owner_key",
 ]

@@ -1,4 +1,12 @@
-"""The persistence adapter interface."""
+"""The persistence adapter interface.
+
+Sessions are kept by ``(owner, id)``. The owner is the principal a session
+runs for (its SessionJSON ``owner``, ``{"scheme", "id"}``; ``Session.owner``):
+session ids that reach an agent from a server are unique only per principal
+or per connection, so two callers' sessions of one id are two records, and
+asking for a session under another owner finds nothing, exactly like an id
+never saved. Sessions without an owner are kept under the empty owner.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +14,70 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from uamp_proto.principal import Principal
+
 from ..errors import PersistenceError
 
-__all__ = ["PersistenceAdapter", "PersistenceError", "encode_session", "session_id_of"]
+__all__ = [
+    "PersistenceAdapter",
+    "PersistenceError",
+    "encode_session",
+    "owner_key",
+    "session_id_of",
+    "stored_owner",
+]
 
 
 @runtime_checkable
 class PersistenceAdapter(Protocol):
-    """Stores SessionJSON values by session id.
+    """Stores SessionJSON values by ``(owner, session id)`` (see the module docstring).
 
-    ``save`` replaces what was stored under the value's ``id``; after it
-    returns, the value survives the process being killed (for durable
-    adapters). ``load`` returns ``None`` for an unknown id.
+    ``save`` replaces what was stored under the value's ``owner`` and ``id``;
+    after it returns, the value survives the process being killed (for
+    durable adapters). ``load`` returns ``None`` for an id that ``owner`` has
+    not saved.
     """
 
     async def save(self, session_json: dict[str, Any]) -> None:
-        """Store ``session_json`` under its ``id``, replacing any earlier value."""
+        """Store ``session_json`` under its ``owner`` and ``id``, replacing any earlier value."""
         ...
 
-    async def load(self, session_id: str) -> dict[str, Any] | None:
-        """The stored SessionJSON of ``session_id``, or ``None``."""
+    async def load(
+        self, session_id: str, *, owner: Principal | None = None
+    ) -> dict[str, Any] | None:
+        """The stored SessionJSON of ``owner``'s ``session_id``, or ``None``."""
         ...
 
-    async def list(self) -> list[str]:
-        """The ids of every stored session, sorted."""
+    async def list(self, *, owner: Principal | None = None) -> list[str]:
+        """The ids of every session stored for ``owner``, sorted."""
         ...
 
-    async def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; deleting an unknown id does nothing."""
+    async def delete(self, session_id: str, *, owner: Principal | None = None) -> None:
+        """Forget ``owner``'s ``session_id``; deleting an unknown id does nothing."""
         ...
+
+
+def owner_key(owner: Principal | None) -> str:
+    """The storage key of an owner: ``scheme:id``, or ``""`` for none."""
+    return "" if owner is None else f"{owner.scheme}:{owner.id}"
+
+
+def stored_owner(session_json: dict[str, Any]) -> str:
+    """The storage key of the owner a SessionJSON value names (``""``: none).
+
+    Raises:
+        PersistenceError: ``owner`` is not ``{"scheme": str, "id": str}``.
+    """
+    owner = session_json.get("owner")
+    if owner is None:
+        return ""
+    if (
+        not isinstance(owner, dict)
+        or not isinstance(owner.get("scheme"), str)
+        or not isinstance(owner.get("id"), str)
+    ):
+        raise PersistenceError("a session's 'owner' must be {\"scheme\": str, \"id\": str}")
+    return f"{owner['scheme']}:{owner['id']}"
 
 
 def session_id_of(session_json: dict[str, Any]) -> str:

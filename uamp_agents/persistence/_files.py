@@ -5,12 +5,18 @@ directory, fsyncs it, renames it over ``<session id>.json`` and fsyncs the
 directory, so a reader (or a process restarted after a crash) sees either the
 previous file or the new one, never a mix. Blocking file calls run in a
 worker thread.
+
+Sessions of an owner live in a subdirectory of their own,
+``owner-<first 32 hex digits of sha256(owner key)>`` (an owner key is any
+string, so it is never a file name itself); sessions without an owner lie in
+the directory itself.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import os
 import re
 import tempfile
@@ -20,7 +26,9 @@ from typing import Any, Final
 import orjson
 import trio
 
-from ._base import PersistenceError, encode_session, session_id_of
+from uamp_proto.principal import Principal
+
+from ._base import PersistenceError, encode_session, owner_key, session_id_of, stored_owner
 
 __all__ = ["JSONDirectoryAdapter"]
 
@@ -48,19 +56,23 @@ class JSONDirectoryAdapter:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
 
-    def _file(self, session_id: str) -> Path:
+    def _folder(self, owner: str) -> Path:
+        if not owner:
+            return self.directory
+        return self.directory / f"owner-{hashlib.sha256(owner.encode()).hexdigest()[:32]}"
+
+    def _file(self, session_id: str, owner: str = "") -> Path:
         if not _SAFE_ID.match(session_id):
             raise PersistenceError(
                 f"session id {session_id!r} cannot be used as a file name",
                 session_id=session_id,
             )
-        return self.directory / f"{session_id}{_SUFFIX}"
+        return self._folder(owner) / f"{session_id}{_SUFFIX}"
 
     def _write(self, target: Path, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, temp_name = tempfile.mkstemp(
-            dir=self.directory, prefix=f".{target.stem}.", suffix=".tmp"
-        )
+        folder = target.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.stem}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)
@@ -71,7 +83,7 @@ class JSONDirectoryAdapter:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp_name)
             raise
-        _fsync_directory(self.directory)
+        _fsync_directory(folder)
 
     async def save(self, session_json: dict[str, Any]) -> None:
         """Atomically replace the session's file with ``session_json``.
@@ -80,7 +92,7 @@ class JSONDirectoryAdapter:
             PersistenceError: Bad id, not JSON-serialisable, or an OS error.
         """
         session_id = session_id_of(session_json)
-        target = self._file(session_id)
+        target = self._file(session_id, stored_owner(session_json))
         data = encode_session(session_json, session_id, option=orjson.OPT_INDENT_2)
         try:
             await trio.to_thread.run_sync(self._write, target, data)
@@ -89,13 +101,15 @@ class JSONDirectoryAdapter:
                 f"could not write {target}: {exc}", session_id=session_id
             ) from exc
 
-    async def load(self, session_id: str) -> dict[str, Any] | None:
-        """The session's stored JSON, or ``None`` when there is no file.
+    async def load(
+        self, session_id: str, *, owner: Principal | None = None
+    ) -> dict[str, Any] | None:
+        """``owner``'s session's stored JSON, or ``None`` when there is no file.
 
         Raises:
             PersistenceError: The file is not a JSON object, or an OS error.
         """
-        target = self._file(session_id)
+        target = self._file(session_id, owner_key(owner))
         try:
             data = await trio.to_thread.run_sync(target.read_bytes)
         except FileNotFoundError:
@@ -114,29 +128,30 @@ class JSONDirectoryAdapter:
             raise PersistenceError(f"{target} does not hold a JSON object", session_id=session_id)
         return value
 
-    async def list(self) -> builtins.list[str]:
-        """The ids of the sessions in the directory, sorted."""
+    async def list(self, *, owner: Principal | None = None) -> builtins.list[str]:
+        """The ids of ``owner``'s sessions, sorted."""
+        folder = self._folder(owner_key(owner))
 
         def scan() -> builtins.list[str]:
-            if not self.directory.is_dir():
+            if not folder.is_dir():
                 return []
             return sorted(
                 p.name[: -len(_SUFFIX)]
-                for p in self.directory.iterdir()
+                for p in folder.iterdir()
                 if p.name.endswith(_SUFFIX) and _SAFE_ID.match(p.name[: -len(_SUFFIX)])
             )
 
         return await trio.to_thread.run_sync(scan)
 
-    async def delete(self, session_id: str) -> None:
-        """Remove the session's file, if there is one."""
-        target = self._file(session_id)
+    async def delete(self, session_id: str, *, owner: Principal | None = None) -> None:
+        """Remove ``owner``'s session file, if there is one."""
+        target = self._file(session_id, owner_key(owner))
 
         def remove() -> None:
             try:
                 target.unlink()
             except FileNotFoundError:
                 return
-            _fsync_directory(self.directory)
+            _fsync_directory(target.parent)
 
         await trio.to_thread.run_sync(remove)

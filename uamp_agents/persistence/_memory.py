@@ -7,7 +7,9 @@ from typing import Any
 
 import orjson
 
-from ._base import encode_session, session_id_of
+from uamp_proto.principal import Principal
+
+from ._base import encode_session, owner_key, session_id_of, stored_owner
 
 __all__ = ["MemoryAdapter"]
 
@@ -20,29 +22,34 @@ class MemoryAdapter:
     """
 
     def __init__(self) -> None:
-        self._data: dict[str, bytes] = {}
+        self._data: dict[tuple[str, str], bytes] = {}
 
     async def save(self, session_json: dict[str, Any]) -> None:
-        """Store ``session_json`` under its ``id``.
+        """Store ``session_json`` under its ``owner`` and ``id``.
 
         Raises:
-            PersistenceError: No string ``id``, or not JSON-serialisable.
+            PersistenceError: No string ``id``, a malformed ``owner``, or not
+                JSON-serialisable.
         """
         session_id = session_id_of(session_json)
-        self._data[session_id] = encode_session(session_json, session_id)
+        key = (stored_owner(session_json), session_id)
+        self._data[key] = encode_session(session_json, session_id)
 
-    async def load(self, session_id: str) -> dict[str, Any] | None:
-        """The stored value of ``session_id``, or ``None``."""
-        encoded = self._data.get(session_id)
+    async def load(
+        self, session_id: str, *, owner: Principal | None = None
+    ) -> dict[str, Any] | None:
+        """The stored value of ``owner``'s ``session_id``, or ``None``."""
+        encoded = self._data.get((owner_key(owner), session_id))
         if encoded is None:
             return None
         value: dict[str, Any] = orjson.loads(encoded)
         return value
 
-    async def list(self) -> builtins.list[str]:
-        """The stored session ids, sorted."""
-        return sorted(self._data)
+    async def list(self, *, owner: Principal | None = None) -> builtins.list[str]:
+        """The session ids stored for ``owner``, sorted."""
+        key = owner_key(owner)
+        return sorted(sid for who, sid in self._data if who == key)
 
-    async def delete(self, session_id: str) -> None:
-        """Forget ``session_id``."""
-        self._data.pop(session_id, None)
+    async def delete(self, session_id: str, *, owner: Principal | None = None) -> None:
+        """Forget ``owner``'s ``session_id``."""
+        self._data.pop((owner_key(owner), session_id), None)

@@ -10,6 +10,12 @@ and deletes those no longer listed, all in one transaction. Saving after
 every step therefore costs one session row and one checkpoint row, not the
 whole history of checkpoints again.
 
+Rows are keyed by ``(owner, session id)`` (the owner's storage key,
+:func:`~uamp_agents.persistence.owner_key`; ``""`` for an unowned session).
+A file written before owners existed (tables ``uap_sessions`` and
+``uap_checkpoints``) is moved to the owned tables on first open, its
+sessions unowned.
+
 The database runs in WAL mode with ``synchronous=FULL``: a committed save
 survives the process being killed (and a power cut), and readers in other
 processes do not block the writer. The stdlib ``sqlite3`` calls block, so
@@ -28,7 +34,9 @@ from typing import Any, Final
 import orjson
 import trio
 
-from ._base import PersistenceError, encode_session, session_id_of
+from uamp_proto.principal import Principal
+
+from ._base import PersistenceError, encode_session, owner_key, session_id_of, stored_owner
 
 __all__ = ["SQLiteAdapter"]
 
@@ -36,21 +44,35 @@ __all__ = ["SQLiteAdapter"]
 BUSY_TIMEOUT: Final = 10.0
 
 _SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS uap_sessions (
-    id TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS uap_owned_sessions (
+    owner TEXT NOT NULL,
+    id TEXT NOT NULL,
     updated_at TEXT,
     split INTEGER NOT NULL,
-    body TEXT NOT NULL
+    body TEXT NOT NULL,
+    PRIMARY KEY (owner, id)
 );
-CREATE TABLE IF NOT EXISTS uap_checkpoints (
+CREATE TABLE IF NOT EXISTS uap_owned_checkpoints (
+    owner TEXT NOT NULL,
     session_id TEXT NOT NULL,
     id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     digest TEXT NOT NULL,
     body TEXT NOT NULL,
-    PRIMARY KEY (session_id, id)
+    PRIMARY KEY (owner, session_id, id)
 );
-CREATE INDEX IF NOT EXISTS uap_checkpoints_order ON uap_checkpoints (session_id, seq);
+CREATE INDEX IF NOT EXISTS uap_owned_checkpoints_order
+    ON uap_owned_checkpoints (owner, session_id, seq);
+"""
+
+#: Moves a file of the first schema (no owners) to the owned tables, unowned.
+_MIGRATE: Final = """
+INSERT OR IGNORE INTO uap_owned_sessions (owner, id, updated_at, split, body)
+    SELECT '', id, updated_at, split, body FROM uap_sessions;
+INSERT OR IGNORE INTO uap_owned_checkpoints (owner, session_id, id, seq, digest, body)
+    SELECT '', session_id, id, seq, digest, body FROM uap_checkpoints;
+DROP TABLE uap_checkpoints;
+DROP TABLE uap_sessions;
 """
 
 
@@ -89,6 +111,11 @@ class SQLiteAdapter:
                     raise PersistenceError(f"{self.path}: could not enable WAL mode ({mode})")
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.executescript(_SCHEMA)
+                old = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'uap_sessions'"
+                ).fetchone()
+                if old is not None:
+                    conn.executescript(f"BEGIN IMMEDIATE;{_MIGRATE}COMMIT;")
             except BaseException:
                 conn.close()
                 raise
@@ -130,7 +157,12 @@ class SQLiteAdapter:
     # --- adapter --------------------------------------------------------
 
     def _save(
-        self, session_id: str, head: bytes, split: bool, checkpoints: builtins.list[Any]
+        self,
+        owner: str,
+        session_id: str,
+        head: bytes,
+        split: bool,
+        checkpoints: builtins.list[Any],
     ) -> None:
         conn = self._connect()
         rows = []
@@ -144,10 +176,12 @@ class SQLiteAdapter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(
-                "INSERT INTO uap_sessions (id, updated_at, split, body) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, "
+                "INSERT INTO uap_owned_sessions (owner, id, updated_at, split, body)"
+                " VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(owner, id) DO UPDATE SET updated_at = excluded.updated_at, "
                 "split = excluded.split, body = excluded.body",
                 (
+                    owner,
                     session_id,
                     updated if isinstance(updated, str) else None,
                     int(split),
@@ -157,20 +191,21 @@ class SQLiteAdapter:
             stored = {
                 cp_id: (seq, digest)
                 for cp_id, seq, digest in conn.execute(
-                    "SELECT id, seq, digest FROM uap_checkpoints WHERE session_id = ?",
-                    (session_id,),
+                    "SELECT id, seq, digest FROM uap_owned_checkpoints"
+                    " WHERE owner = ? AND session_id = ?",
+                    (owner, session_id),
                 )
             }
             keep = {row[0] for row in rows}
             conn.executemany(
-                "DELETE FROM uap_checkpoints WHERE session_id = ? AND id = ?",
-                [(session_id, cp_id) for cp_id in stored if cp_id not in keep],
+                "DELETE FROM uap_owned_checkpoints WHERE owner = ? AND session_id = ? AND id = ?",
+                [(owner, session_id, cp_id) for cp_id in stored if cp_id not in keep],
             )
             conn.executemany(
-                "INSERT OR REPLACE INTO uap_checkpoints (session_id, id, seq, digest, body) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO uap_owned_checkpoints"
+                " (owner, session_id, id, seq, digest, body) VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (session_id, cp_id, seq, digest, body)
+                    (owner, session_id, cp_id, seq, digest, body)
                     for cp_id, seq, digest, body in rows
                     if stored.get(cp_id) != (seq, digest)
                 ],
@@ -197,15 +232,17 @@ class SQLiteAdapter:
         else:
             checkpoints = []
         head = encode_session(head_value, session_id)
-        await self._run(self._save, session_id, head, split, checkpoints)
+        owner = stored_owner(session_json)
+        await self._run(self._save, owner, session_id, head, split, checkpoints)
 
-    def _load(self, session_id: str) -> dict[str, Any] | None:
+    def _load(self, owner: str, session_id: str) -> dict[str, Any] | None:
         conn = self._connect()
         # One read transaction, so the head and its checkpoints match.
         conn.execute("BEGIN")
         try:
             row = conn.execute(
-                "SELECT split, body FROM uap_sessions WHERE id = ?", (session_id,)
+                "SELECT split, body FROM uap_owned_sessions WHERE owner = ? AND id = ?",
+                (owner, session_id),
             ).fetchone()
             if row is None:
                 return None
@@ -214,38 +251,52 @@ class SQLiteAdapter:
                 value["checkpoints"] = [
                     orjson.loads(body)
                     for (body,) in conn.execute(
-                        "SELECT body FROM uap_checkpoints WHERE session_id = ? ORDER BY seq",
-                        (session_id,),
+                        "SELECT body FROM uap_owned_checkpoints"
+                        " WHERE owner = ? AND session_id = ? ORDER BY seq",
+                        (owner, session_id),
                     )
                 ]
             return value
         finally:
             conn.execute("COMMIT")
 
-    async def load(self, session_id: str) -> dict[str, Any] | None:
-        """The stored SessionJSON of ``session_id``, or ``None``."""
-        result: dict[str, Any] | None = await self._run(self._load, session_id)
+    async def load(
+        self, session_id: str, *, owner: Principal | None = None
+    ) -> dict[str, Any] | None:
+        """The stored SessionJSON of ``owner``'s ``session_id``, or ``None``."""
+        result: dict[str, Any] | None = await self._run(
+            self._load, owner_key(owner), session_id
+        )
         return result
 
-    async def list(self) -> builtins.list[str]:
-        """The stored session ids, sorted."""
+    async def list(self, *, owner: Principal | None = None) -> builtins.list[str]:
+        """The session ids stored for ``owner``, sorted."""
+        key = owner_key(owner)
 
         def query() -> builtins.list[str]:
-            rows = self._connect().execute("SELECT id FROM uap_sessions ORDER BY id")
+            rows = self._connect().execute(
+                "SELECT id FROM uap_owned_sessions WHERE owner = ? ORDER BY id", (key,)
+            )
             return [row[0] for row in rows]
 
         result: builtins.list[str] = await self._run(query)
         return result
 
-    async def delete(self, session_id: str) -> None:
-        """Remove the session and its checkpoints."""
+    async def delete(self, session_id: str, *, owner: Principal | None = None) -> None:
+        """Remove ``owner``'s session and its checkpoints."""
+        key = owner_key(owner)
 
         def remove() -> None:
             conn = self._connect()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("DELETE FROM uap_checkpoints WHERE session_id = ?", (session_id,))
-                conn.execute("DELETE FROM uap_sessions WHERE id = ?", (session_id,))
+                conn.execute(
+                    "DELETE FROM uap_owned_checkpoints WHERE owner = ? AND session_id = ?",
+                    (key, session_id),
+                )
+                conn.execute(
+                    "DELETE FROM uap_owned_sessions WHERE owner = ? AND id = ?", (key, session_id)
+                )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
