@@ -87,6 +87,33 @@ def test_serve_rejects_a_bad_agent_spec() -> None:
     assert "JSONDecoder is not an agent" in proc.stderr
 
 
+def test_serve_a2a_quota_flags() -> None:
+    refused = uamp("serve", "--a2a-max-tasks-per-principal", "0", timeout=30)
+    assert refused.returncode == 2
+    assert "max_per_principal must be at least 1" in refused.stderr
+    proc, lines = start("--a2a-max-tasks", "10", "--a2a-max-tasks-per-principal", "1")
+    try:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", "\n".join(lines))
+        assert m, lines
+        url = f"http://127.0.0.1:{m.group(1)}/a2a"
+
+        def send(text: str) -> dict[str, object]:
+            message = {"role": "user", "parts": [{"kind": "text", "text": text}], "messageId": text}
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "message/send",
+                "params": {"message": message, "configuration": {"blocking": False}},
+            }
+            reply: dict[str, object] = httpx.post(url, json=body, timeout=10).json()
+            return reply
+
+        # The demo agent finishes at once, so its one slot is always freed for the next.
+        assert "result" in send("one") and "result" in send("two")
+    finally:
+        assert stop(proc, signal.SIGTERM) == 0
+
+
 def test_load_agent_specs() -> None:
     agent = load_agent("tests.trio.test_cli:make_helper")
     assert agent.name == "alice.my-bot.helper"
