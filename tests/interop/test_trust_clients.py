@@ -22,17 +22,7 @@ import pytest
 import websockets
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
-from a2a.types.a2a_pb2 import (
-    CancelTaskRequest,
-    GetTaskRequest,
-    ListTasksRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageConfiguration,
-    SendMessageRequest,
-    TaskState,
-)
+from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
 from acp.ws import create_websocket_stream
 
@@ -153,9 +143,9 @@ async def _a2a(http: httpx.AsyncClient, base: str, agent: str = "demo", stream: 
     return ClientFactory(ClientConfig(streaming=stream, httpx_client=http)).create(card)
 
 
-def _message(text: str) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(role=Role.ROLE_USER, parts=[Part(text=text)], message_id="m-1")
+def _message(text: str) -> pb.SendMessageRequest:
+    return pb.SendMessageRequest(
+        message=pb.Message(role=pb.Role.ROLE_USER, parts=[pb.Part(text=text)], message_id="m-1")
     )
 
 
@@ -167,8 +157,8 @@ def test_a2a_sdk_is_refused_before_any_task(server: Any, agent: CountingAgent, a
             client = await _a2a(http, server.url)  # the card is public
             for call in (
                 lambda: anext(client.send_message(_message("hi"))),
-                lambda: client.get_task(GetTaskRequest(id="task_x")),
-                lambda: client.list_tasks(ListTasksRequest()),
+                lambda: client.get_task(pb.GetTaskRequest(id="task_x")),
+                lambda: client.list_tasks(pb.ListTasksRequest()),
             ):
                 with pytest.raises(A2AClientError, match="401"):
                     await call()
@@ -188,32 +178,34 @@ def test_a2a_sdk_another_principals_task_is_not_found_and_quota_is_per_principal
             bob = await _a2a(bob_http, server.url)
             [sent] = [e async for e in alice.send_message(_message("2 + 3"))]
             task = sent.task
-            assert task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert task.status.state == pb.TaskState.TASK_STATE_COMPLETED
             # Bob gets exactly the not-found answer a random id gets.
             answers = []
             for task_id in (task.id, "task_" + "0" * 32):
                 with pytest.raises(TaskNotFoundError) as missing:
-                    await bob.get_task(GetTaskRequest(id=task_id))
+                    await bob.get_task(pb.GetTaskRequest(id=task_id))
                 answers.append(str(missing.value).replace(task_id, "ID"))
                 with pytest.raises(TaskNotFoundError):
-                    await bob.cancel_task(CancelTaskRequest(id=task_id))
+                    await bob.cancel_task(pb.CancelTaskRequest(id=task_id))
             assert answers[0] == answers[1]
-            assert list((await bob.list_tasks(ListTasksRequest())).tasks) == []
-            assert [t.id for t in (await alice.list_tasks(ListTasksRequest())).tasks] == [task.id]
+            assert list((await bob.list_tasks(pb.ListTasksRequest())).tasks) == []
+            assert [t.id for t in (await alice.list_tasks(pb.ListTasksRequest())).tasks] == [
+                task.id
+            ]
 
             # Quota (2 per principal): her finished task makes room for one more (it is
             # evicted); then her two unfinished tasks stop a third -- hers, not bob's.
             waiting_alice = await _a2a(alice_http, server.url, "waiting")
             waiting_bob = await _a2a(bob_http, server.url, "waiting")
-            later = SendMessageRequest(
+            later = pb.SendMessageRequest(
                 message=_message("wait").message,
-                configuration=SendMessageConfiguration(return_immediately=True),
+                configuration=pb.SendMessageConfiguration(return_immediately=True),
             )
             for _ in range(2):
                 [first] = [e async for e in waiting_alice.send_message(later)]
                 assert first.task.status.state in (
-                    TaskState.TASK_STATE_SUBMITTED,
-                    TaskState.TASK_STATE_WORKING,
+                    pb.TaskState.TASK_STATE_SUBMITTED,
+                    pb.TaskState.TASK_STATE_WORKING,
                 )
             with pytest.raises(A2AClientError, match="-32029"):
                 [e async for e in waiting_alice.send_message(later)]

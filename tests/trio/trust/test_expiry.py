@@ -39,12 +39,18 @@ async def _wait_past(exp: int) -> None:
     await trio.sleep(max(0.0, exp + 0.2 - time.time()))
 
 
-async def test_realtime_refuses_the_first_event_after_expiry_and_closes(
-    tmp_path: Path, agent: CountingAgent
-) -> None:
+@pytest.fixture
+def setup(tmp_path: Path, agent: CountingAgent) -> tuple[Any, int, str]:
+    """An app with JWT auth, and alice's token that expires in 2 s (with its ``exp``)."""
     app = create_app([agent], authenticator=ISSUER.authenticator(tmp_path))
     exp = int(time.time()) + 2
-    short = ISSUER.token("alice", exp=exp)
+    return app, exp, ISSUER.token("alice", exp=exp)
+
+
+async def test_realtime_refuses_the_first_event_after_expiry_and_closes(
+    setup: tuple[Any, int, str], agent: CountingAgent
+) -> None:
+    app, exp, short = setup
     async with serving(app) as server:
         base = f"ws://127.0.0.1:{server.port}/agents/demo/realtime?token="
         with trio.fail_after(15):
@@ -69,11 +75,9 @@ async def test_realtime_refuses_the_first_event_after_expiry_and_closes(
 
 
 async def test_acp_refuses_after_expiry_and_authenticate_renews_for_the_same_principal(
-    tmp_path: Path, agent: CountingAgent
+    setup: tuple[Any, int, str], agent: CountingAgent
 ) -> None:
-    app = create_app([agent], authenticator=ISSUER.authenticator(tmp_path))
-    exp = int(time.time()) + 2
-    short = ISSUER.token("alice", exp=exp)
+    app, exp, short = setup
     ids = iter(range(1, 100))
 
     async def call(ws: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
