@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 The page is three static files shipped in the package (``static/``: no build
-step, no CDN). The server fills one thing in: the names of the hosted agents
-(and, under ``/agents/{name}/``, the one to open), as JSON in a
+step, no CDN). The server fills in the names of the hosted agents (and, under
+``/agents/{name}/``, the one to open) and the path of the UAMP WebSocket
+(``null`` when the app mounts no ``uamp_ws`` transport), as JSON in a
 ``<script type="application/json">`` element -- data the page reads, never
 code it runs, with ``<`` escaped so no name can close the element. The page
 then opens one UAMP WebSocket (``/uamp``) and multiplexes a session per pane
@@ -57,17 +58,26 @@ def _asset(name: str) -> bytes:
     return files(__package__).joinpath("static", name).read_bytes()
 
 
-def page(agents: list[str], selected: str | None) -> bytes:
-    """The playground HTML with the agent list filled in."""
-    config = orjson.dumps({"agents": agents, "agent": selected}).replace(b"<", b"\\u003c")
-    return _asset(_PAGE).replace(_CONFIG_SLOT.encode(), config)
+def page(agents: list[str], selected: str | None, socket: str | None = "/uamp") -> bytes:
+    """The playground HTML with its configuration filled in."""
+    config = {"agents": agents, "agent": selected, "socket": socket}
+    data = orjson.dumps(config).replace(b"<", b"\\u003c")
+    return _asset(_PAGE).replace(_CONFIG_SLOT.encode(), data)
+
+
+def _socket_path(host: Host) -> str | None:
+    """The multi-agent UAMP WebSocket route (``/uamp``), if the app mounts one."""
+    for route in host.router.websocket_routes:
+        if route.meta.transport == "uamp_ws" and "{" not in route.pattern:
+            return route.pattern
+    return None
 
 
 def mount(host: Host) -> None:
     """Serve the playground on ``host``: ``/``, ``/agents/{name}/`` and ``/playground/{file}``."""
 
     def html(selected: str | None) -> Response:
-        body = page(sorted(host.agents), selected)
+        body = page(sorted(host.agents), selected, _socket_path(host))
         return Response(
             headers=[("content-type", "text/html; charset=utf-8"), *_HEADERS], body=body
         )

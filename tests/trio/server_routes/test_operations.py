@@ -15,6 +15,7 @@ from uamp_trio.demo import DemoAgent
 from uamp_trio.engines.http import Request, Response, json_response
 from uamp_trio.engines.server import Server
 from uamp_trio.server_routes import openapi, playground
+from uamp_trio.transports import completions
 from uamp_trio.trust.auth import APIKeyAuthenticator
 
 KEY = "k-alice-0123456789"
@@ -145,13 +146,19 @@ async def test_playground_pages_and_files(serve_app: Any) -> None:
     unknown = await get(server, "/agents/nobody/")
     assert root.status_code == 200 and root.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in root.headers["content-security-policy"]
-    assert '{"agents":["demo","other"],"agent":null}' in root.text
-    assert '{"agents":["demo","other"],"agent":"other"}' in page.text
+    assert '{"agents":["demo","other"],"agent":null,"socket":"/uamp"}' in root.text
+    assert '{"agents":["demo","other"],"agent":"other","socket":"/uamp"}' in page.text
     assert (redirect.status_code, redirect.headers["location"]) == (308, "/agents/other/")
     assert script.status_code == 200 and "WebSocket" in script.text
     assert script.headers["content-type"].startswith("text/javascript")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "agent_not_found"
+
+
+async def test_without_the_uamp_websocket_the_page_says_so(serve_app: Any) -> None:
+    server = await serve_app(create_app([DemoAgent()], transports=[completions.mount]))
+    root = await get(server, "/")
+    assert '{"agents":["demo"],"agent":null,"socket":null}' in root.text
 
 
 def test_the_page_config_cannot_close_its_script_element() -> None:

@@ -169,7 +169,7 @@
 
   function wsUrl() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    return `${scheme}//${location.host}/uamp`;
+    return `${scheme}//${location.host}${config.socket}`;
   }
 
   function send(event) {
@@ -652,8 +652,9 @@
     }
   });
 
-  if (!agents.length) {
-    setStatus("closed", "no agent hosted");
+  if (!agents.length || !config.socket) {
+    setStatus("closed", agents.length ? "this server has no UAMP WebSocket" : "no agent hosted");
+    $("#new-session").disabled = true;
     showEmpty();
     return;
   }
