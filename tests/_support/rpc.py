@@ -1,4 +1,4 @@
-"""JSON-RPC requests and A2A messages, as the server tests send them."""
+"""Request bodies the server tests send: JSON-RPC requests, A2A messages, AG-UI runs."""
 
 from __future__ import annotations
 
@@ -22,3 +22,17 @@ def a2a_message(text: str, **extra: Any) -> dict[str, Any]:
 def a2a_v1_message(text: str, **extra: Any) -> dict[str, Any]:
     """The same message in A2A 1.0 form."""
     return {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": text}], **extra}
+
+
+def agui_run(text: str, **extra: Any) -> dict[str, Any]:
+    """An AG-UI ``RunAgentInput`` with one user message; ``extra`` adds or replaces members."""
+    return {
+        "threadId": "t1",
+        "runId": "r1",
+        "messages": [{"id": "m1", "role": "user", "content": text}],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+        **extra,
+    }

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from trio_websocket import open_websocket_url
 
+from tests._support.rpc import agui_run
 from uamp_proto.saved_response import SavedResponse, read_saved_response
 from uamp_proto.signing import JWKS, Reason, SignatureError, verify_response_signature
 from uamp_proto.sse import SSEParser
@@ -295,17 +296,7 @@ async def test_a2a_task_metadata_and_final_status(server: Any) -> None:
 
 
 async def test_agui_custom_event_before_run_finished(server: Any) -> None:
-    body = orjson.dumps(
-        {
-            "threadId": "t1",
-            "runId": "r1",
-            "messages": [{"id": "u1", "role": "user", "content": "ag-ui"}],
-            "tools": [],
-            "context": [],
-            "state": {},
-            "forwardedProps": {},
-        }
-    )
+    body = orjson.dumps(agui_run("ag-ui"))
     with trio.fail_after(TIMEOUT):
         jwks = await served_jwks(server)
         async with httpx.AsyncClient(base_url=server.url) as http:

@@ -27,7 +27,7 @@ import pytest
 import trio
 import trio_websocket
 
-from tests._support.rpc import a2a_message, rpc
+from tests._support.rpc import a2a_message, agui_run, rpc
 from uamp_trio.app import App
 
 from .agents import CountingAgent
@@ -46,15 +46,7 @@ ACP_SUBMIT = {
     "method": "prompt/submit",
     "params": {"messages": [{"role": "user", "content": "hi"}]},
 }
-AGUI_RUN = {
-    "threadId": "t1",
-    "runId": "r1",
-    "messages": [{"id": "u1", "role": "user", "content": "hi"}],
-    "tools": [],
-    "context": [],
-    "state": {},
-    "forwardedProps": {},
-}
+AGUI_RUN = agui_run("hi")
 CREATE = {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
 
 

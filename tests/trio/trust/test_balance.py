@@ -20,6 +20,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.agents import TestAgent
+from tests._support.rpc import agui_run
 from tests._support.wire import CREATE, open_stream, post, send, serving, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -86,15 +87,7 @@ async def _sse_events(base: str, token: str) -> dict[str, Any]:
 
 
 async def _agui(base: str, token: str) -> dict[str, Any]:
-    run = {
-        "threadId": "t1",
-        "runId": "r1",
-        "messages": [{"id": "m1", "role": "user", "content": "hi"}],
-        "tools": [],
-        "context": [],
-        "state": {},
-        "forwardedProps": {},
-    }
+    run = agui_run("hi")
     async with httpx.AsyncClient(base_url=base) as http:
         reply = await http.post("/agents/flat/agui", json=run, headers={"X-PAYMENT": token})
     events = _sse_data(reply.text)

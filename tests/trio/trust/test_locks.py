@@ -25,6 +25,7 @@ import trio
 
 from tests._support.agents import TestAgent
 from tests._support.paying import start_server
+from tests._support.rpc import agui_run
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -75,15 +76,7 @@ _A2A_STREAM = {
         "message": {"role": "user", "parts": [{"kind": "text", "text": "hi"}], "messageId": "m1"}
     },
 }
-_AGUI_RUN = {
-    "threadId": "t1",
-    "runId": "r1",
-    "messages": [{"id": "m1", "role": "user", "content": "hi"}],
-    "tools": [],
-    "context": [],
-    "state": {},
-    "forwardedProps": {},
-}
+_AGUI_RUN = agui_run("hi")
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.agents import TestAgent, Words
 from tests._support.paying import start_server
+from tests._support.rpc import agui_run
 from tests._support.wire import ask, create_session, recv, send, serving, texts, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -453,15 +454,7 @@ async def test_agui_locks_before_the_run_and_settles_when_it_ends(
     token = ledger.issue("0.05", "USD")
     app = create_app([Flat()], payment_policy=LedgerPolicy(ledger, price="0.02"))
     server = await serve_app(app)
-    run = {
-        "threadId": "t1",
-        "runId": "r1",
-        "messages": [{"id": "m1", "role": "user", "content": "pay me"}],
-        "tools": [],
-        "context": [],
-        "state": {},
-        "forwardedProps": {},
-    }
+    run = agui_run("pay me")
 
     def kinds(text: str) -> list[dict[str, Any]]:
         lines = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
