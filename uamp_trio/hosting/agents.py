@@ -1,17 +1,29 @@
 """The agent registry: the agents a server hosts, by name, and which one a request addresses.
 
+:class:`ServedAgent` is one of them on the terms a connection serves it:
+which payment policy charges for it and who signs its answers.
+
 See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
+import attrs
+
+from uamp_proto.payment import Charge, PaymentPolicy, PaymentRequiredError, open_charge, pricing_of
+from uamp_proto.payment import refusal as _refusal
+from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 
 from ..engines.http import HTTPError
 
-__all__ = ["AGENT_OFFLINE", "AgentRegistry"]
+if TYPE_CHECKING:
+    from uamp_proto.signing import ResponseSigner
+
+__all__ = ["AGENT_OFFLINE", "AgentRegistry", "ServedAgent"]
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.~-]+$")
 
@@ -91,4 +103,36 @@ class AgentRegistry(dict[str, Responder]):
             404,
             f"This server hosts several agents ({names}); address one under /agents/{{name}}/.",
             code="agent_not_found",
+        )
+
+
+@attrs.frozen
+class ServedAgent:
+    """An agent on the terms a connection serves it (ACP, Realtime).
+
+    Attributes:
+        agent: The agent.
+        payment_policy: Consulted before every response (``None``: free).
+        signer: Signs the answers (``None``: unsigned).
+    """
+
+    agent: Responder
+    payment_policy: PaymentPolicy | None = None
+    signer: ResponseSigner | None = None
+
+    async def refusal(self, token: str | None) -> PaymentRequiredError | None:
+        """Why ``token`` cannot pay for a response now, or ``None`` (locks nothing)."""
+        return await _refusal(self.payment_policy, self.agent.name, token, pricing_of(self.agent))
+
+    async def open_charge(
+        self, token: str | None, response_id: str, caller: Principal
+    ) -> Charge | None:
+        """Hold the price of one response of ``caller`` before it runs (a ledger locks it).
+
+        Raises:
+            PaymentRequiredError: The response may not run until paid.
+        """
+        name, price = self.agent.name, pricing_of(self.agent)
+        return await open_charge(
+            self.payment_policy, name, token, response_id, price, principal=caller.id
         )

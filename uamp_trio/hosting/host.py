@@ -32,7 +32,7 @@ from uamp_proto.responder import Responder
 
 from ..engines.http import Endpoint
 from ..engines.websocket import WebSocketHandler
-from .agents import AgentRegistry
+from .agents import AgentRegistry, ServedAgent
 from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..stores import Stores
     from ..trust.auth import Authenticator
 
-__all__ = ["Host", "Transport"]
+__all__ = ["Host", "PolicyTransport", "Transport"]
 
 #: A transport mounts its endpoints on a host.
 Transport = Callable[["Host"], None]
@@ -210,3 +210,26 @@ def _per_agent(add: Callable[..., object], subpath: str, label: str | None, root
     add(AGENT_PREFIX + subpath, label=label)
     if root:
         add(subpath, label=None)
+
+
+class PolicyTransport:
+    """A transport mounted on a host, charging on a payment policy of its own or the host's.
+
+    Args:
+        app: The app whose agents are served.
+        payment_policy: Consulted before every response; ``None``: the app's
+            :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
+    """
+
+    def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
+        self.app = app
+        self._payment_policy = payment_policy
+
+    @property
+    def payment_policy(self) -> PaymentPolicy | None:
+        """The policy in force: the one given, else the app's."""
+        return self._payment_policy or self.app.payment_policy
+
+    def served(self, agent: Responder) -> ServedAgent:
+        """``agent`` on the terms in force now: the policy in force, the app's signer."""
+        return ServedAgent(agent, self.payment_policy, self.app.response_signer)

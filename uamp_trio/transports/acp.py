@@ -72,8 +72,6 @@ from uamp_proto.payment import (
     PaymentPolicy,
     PaymentRequiredError,
     balance_fields,
-    open_charge,
-    pricing_of,
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder, TurnRequest
@@ -81,7 +79,8 @@ from uamp_proto.signing import ResponseSigner
 
 from ..engines.http import HTTPError, Request, Response
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
-from ..hosting.host import Host
+from ..hosting.agents import ServedAgent
+from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, open_response
@@ -129,13 +128,11 @@ class AcpConnection:
     """The JSON-RPC dispatcher of one ACP peer (one stdio pipe, socket or request).
 
     Args:
-        agent: The agent served.
+        served: The agent, the payment policy consulted before every prompt
+            and the signer of each prompt's answer (``_meta.signature``).
         store: Where sessions live (shared by every connection of a server).
         send: Writes a payload to the peer, or ``None`` when the carrier has
             no way to push notifications (plain HTTP).
-        payment_policy: Consulted before every prompt; ``None`` = free.
-        signer: Signs each prompt's answer (``_meta.signature``); ``None``:
-            unsigned.
         principal: Who the peer is (the authenticated caller; the local
             user on stdio); owns the sessions it creates and is put on
             every ``TurnRequest``.
@@ -147,23 +144,20 @@ class AcpConnection:
 
     def __init__(
         self,
-        agent: Responder,
+        served: ServedAgent,
         store: AcpSessionStore,
         send: SendPayload | None,
         *,
-        payment_policy: PaymentPolicy | None = None,
-        signer: ResponseSigner | None = None,
         principal: Principal = ANONYMOUS,
         authenticator: Authenticator | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.agent = agent
+        self.served = served
         self.principal = principal
+        self.agent = served.agent
         self.authenticator = authenticator
         self._clock = clock
         self.store = store
-        self.payment_policy = payment_policy
-        self.signer = signer
         self._send = send
         self._version = _version()
         self._methods: dict[str, Callable[[rpc.Id, Any], Awaitable[Any]]] = {
@@ -261,14 +255,7 @@ class AcpConnection:
     async def _charge(self, token: str | None, response_id: str) -> Charge | None:
         """Hold the price of one prompt (the turn driver settles it); ``-32402`` if unpaid."""
         try:
-            return await open_charge(
-                self.payment_policy,
-                self.agent.name,
-                token,
-                response_id,
-                pricing_of(self.agent),
-                principal=self.principal.id,
-            )
+            return await self.served.open_charge(token, response_id, self.principal)
         except PaymentRequiredError as exc:
             raise acp.payment_error(exc) from None
 
@@ -400,9 +387,10 @@ class AcpConnection:
         if outcome.balance is not None:
             balance = balance_fields(outcome.balance)
             result["_meta"] = {**result.get("_meta", {}), BALANCE_EVENT: balance}
-        if self.signer is None or outcome.status not in ("completed", "requires_action"):
+        signer = self.served.signer
+        if signer is None or outcome.status not in ("completed", "requires_action"):
             return result
-        signature = self.signer(outcome.tracker.text, _PAYLOAD.get())
+        signature = signer(outcome.tracker.text, _PAYLOAD.get())
         result["_meta"] = {**result.get("_meta", {}), "signature": signature}
         return result
 
@@ -577,11 +565,9 @@ async def serve_stdio(
             await out.send_all(payload + b"\n")
 
     conn = AcpConnection(
-        agent,
+        ServedAgent(agent, payment_policy, signer),
         store if store is not None else AcpSessionStore(),
         send,
-        payment_policy=payment_policy,
-        signer=signer,
         principal=principal,
     )
     lines = rpc.LineBuffer(max_line)
@@ -612,27 +598,16 @@ async def serve_stdio(
                 await stream.aclose()
 
 
-class AcpTransport:
-    """The ACP endpoints of an :class:`~uamp_trio.app.App`.
+class AcpTransport(PolicyTransport):
+    """The ACP endpoints of an :class:`~uamp_trio.app.App` (see :class:`PolicyTransport`).
 
     Sessions live in the app's
     :attr:`Stores.acp_sessions <uamp_trio.stores.Stores.acp_sessions>`.
-
-    Args:
-        app: The app whose agents are served.
-        payment_policy: Consulted before every prompt; ``None``: the app's
-            :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
     """
 
     def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
-        self.app = app
-        self._payment_policy = payment_policy
+        super().__init__(app, payment_policy=payment_policy)
         self.store = app.stores.acp_sessions
-
-    @property
-    def payment_policy(self) -> PaymentPolicy | None:
-        """The policy in force: the one given, else the app's."""
-        return self._payment_policy or self.app.payment_policy
 
     def mount(self) -> None:
         """Register ``POST .../acp`` and ``WS .../acp/stream``."""
@@ -644,11 +619,9 @@ class AcpTransport:
     ) -> AcpConnection:
         """A dispatcher for one carrier and caller, with the app's policy and signer as of now."""
         return AcpConnection(
-            agent,
+            self.served(agent),
             self.store,
             send,
-            payment_policy=self.payment_policy,
-            signer=self.app.response_signer,
             principal=principal,
             authenticator=self.app.authenticator,
         )

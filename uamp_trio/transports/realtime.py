@@ -53,17 +53,13 @@ from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
-    open_charge,
-    pricing_of,
-    refusal,
 )
-from uamp_proto.principal import ANONYMOUS, Principal
-from uamp_proto.responder import Responder
-from uamp_proto.signing import ResponseSigner
+from uamp_proto.principal import Principal
 
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
-from ..hosting.host import Host
+from ..hosting.agents import ServedAgent
+from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRun, open_response
@@ -95,21 +91,15 @@ class _RealtimeConnection:
     """One Realtime socket: reads client events, runs responses, writes events."""
 
     def __init__(
-        self,
-        ws: WebSocket,
-        agent: Responder,
-        session: rt.RealtimeSession,
-        payment_policy: PaymentPolicy | None,
-        signer: ResponseSigner | None = None,
-        principal: Principal = ANONYMOUS,
+        self, ws: WebSocket, served: ServedAgent, session: rt.RealtimeSession, principal: Principal
     ) -> None:
         self.ws = ws
+        #: The agent, its payment policy and signer.
+        self.served = served
+        self.agent = served.agent
         #: Who the connection acts for (the upgrade request's principal).
         self.principal = principal
-        self.agent = agent
         self.session = session
-        self.payment_policy = payment_policy
-        self.signer = signer
         self.payment_token: str | None = None
         self.active: _Active | None = None
         #: A ``response.create`` awaiting payment, with its raw message.
@@ -174,23 +164,11 @@ class _RealtimeConnection:
 
     # --- responses ---------------------------------------------------------------
 
-    async def _refusal(self) -> PaymentRequiredError | None:
-        return await refusal(
-            self.payment_policy, self.agent.name, self.payment_token, pricing_of(self.agent)
-        )
-
     async def _charge_and_start(self, action: rt.CreateResponse, message: bytes | str) -> None:
         """Hold the response's price (a ledger locks it) and start it, or ask for payment."""
         response_id = _ids("resp")
         try:
-            charge = await open_charge(
-                self.payment_policy,
-                self.agent.name,
-                self.payment_token,
-                response_id,
-                pricing_of(self.agent),
-                principal=self.principal.id,
-            )
+            charge = await self.served.open_charge(self.payment_token, response_id, self.principal)
         except PaymentRequiredError as unpaid:
             self.held = (action, message)
             await self.send(rt.payment_event(unpaid.event(), self.session.ids("event")))
@@ -259,7 +237,7 @@ class _RealtimeConnection:
 
     def _signed(self, out: dict[str, Any], active: _Active, turn: ResponseRun) -> dict[str, Any]:
         """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
-        signer = self.signer
+        signer = self.served.signer
         if (
             signer is not None
             and out.get("type") == "response.done"
@@ -286,7 +264,7 @@ class _RealtimeConnection:
 
     async def _payment(self, action: rt.SubmitPayment) -> None:
         self.payment_token = action.token
-        unpaid = await self._refusal()
+        unpaid = await self.served.refusal(self.payment_token)
         if unpaid is not None:
             if unpaid.code == "payment_required":  # the submit carried no token
                 unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
@@ -299,23 +277,8 @@ class _RealtimeConnection:
             await self._charge_and_start(*held)
 
 
-class RealtimeTransport:
-    """The Realtime endpoint of an :class:`~uamp_trio.app.App`.
-
-    Args:
-        app: The app whose agents are served.
-        payment_policy: Consulted before every response; ``None``: the app's
-            :attr:`~uamp_trio.app.App.payment_policy` (read per connection).
-    """
-
-    def __init__(self, app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
-        self.app = app
-        self._payment_policy = payment_policy
-
-    @property
-    def payment_policy(self) -> PaymentPolicy | None:
-        """The policy in force: the one given, else the app's."""
-        return self._payment_policy or self.app.payment_policy
+class RealtimeTransport(PolicyTransport):
+    """The Realtime endpoint of an :class:`~uamp_trio.app.App` (see :class:`PolicyTransport`)."""
 
     def mount(self) -> None:
         """Register ``WS .../realtime`` (and ``/v1/realtime`` at the root)."""
@@ -347,14 +310,8 @@ class RealtimeTransport:
             modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
         )
         try:
-            await _RealtimeConnection(
-                ws,
-                agent,
-                session,
-                self.payment_policy,
-                self.app.response_signer,
-                request.principal,
-            ).run()
+            served = self.served(agent)
+            await _RealtimeConnection(ws, served, session, request.principal).run()
         finally:
             await ws.close()
 
