@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from .agents import Words
 
@@ -35,3 +40,20 @@ def start_server(ledger: Path, price: str = "0.25") -> tuple[subprocess.Popen[st
         if found:
             return proc, found.group(1)
     raise AssertionError("uamp serve did not start")
+
+
+@contextmanager
+def mid_response(url: str, token: str, body: dict[str, Any]) -> Iterator[httpx.Response]:
+    """A streamed Completions request paid with ``token``, held open mid-response.
+
+    The block runs once :data:`slow` has said its first word: the agent is
+    working and the response's price is locked.
+    """
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, headers={"X-PAYMENT": token}
+    ) as resp:
+        assert resp.status_code == 200
+        for chunk in resp.iter_text():
+            if "working" in chunk:
+                break
+        yield resp

@@ -164,33 +164,34 @@ class ServerConfig:
     def __attrs_post_init__(self) -> None:
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("certfile and keyfile must be given together")
-        for name in (
-            "max_body_size",
-            "max_header_size",
-            "h2_max_concurrent_streams",
-            "h2_max_resets",
-            "h2_max_control_frames",
-            "h2_flood_window",
-            "max_buffered_body",
-            "max_queued_events",
-            "max_session_queued_events",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.max_connections is not None and self.max_connections <= 0:
-            raise ValueError("max_connections must be positive")
-        for name in (
-            "idle_timeout",
-            "header_timeout",
-            "body_timeout",
-            "websocket_send_timeout",
-            "response_timeout",
-            "response_idle_timeout",
-        ):
-            if getattr(self, name) <= 0:
+        for name in _POSITIVE:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.shutdown_grace < 0:
             raise ValueError("shutdown_grace must not be negative")
+
+
+#: The :class:`ServerConfig` limits and timeouts that must be above zero
+#: (``max_connections`` may also be ``None``: no limit).
+_POSITIVE = (
+    "max_body_size",
+    "max_header_size",
+    "h2_max_concurrent_streams",
+    "h2_max_resets",
+    "h2_max_control_frames",
+    "h2_flood_window",
+    "max_buffered_body",
+    "max_queued_events",
+    "max_session_queued_events",
+    "max_connections",
+    "idle_timeout",
+    "header_timeout",
+    "body_timeout",
+    "websocket_send_timeout",
+    "response_timeout",
+    "response_idle_timeout",
+)
 
 
 class Dispatcher(Protocol):

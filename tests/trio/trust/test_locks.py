@@ -24,7 +24,7 @@ import pytest
 import trio
 
 from tests._support.agents import TestAgent
-from tests._support.paying import start_server
+from tests._support.paying import mid_response, start_server
 from tests._support.rpc import agui_run
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -221,13 +221,7 @@ def test_a_second_server_on_the_ledger_leaves_the_first_ones_locks_alone(tmp_pat
     second: subprocess.Popen[str] | None = None
     try:
         body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
-        with httpx.stream(
-            "POST", f"{url}/v1/chat/completions", json=body, headers={"X-PAYMENT": token}
-        ) as resp:
-            assert resp.status_code == 200
-            for chunk in resp.iter_text():
-                if "working" in chunk:
-                    break  # the first server's response holds its lock
+        with mid_response(url, token, body):  # the first server's response holds its lock
             second, _ = start_server(path)  # starts on the same file (and recovers)
             with Ledger(path) as book:
                 state = book.show(token).account

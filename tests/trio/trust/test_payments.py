@@ -21,7 +21,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.agents import TestAgent, Words
-from tests._support.paying import start_server
+from tests._support.paying import mid_response, start_server
 from tests._support.rpc import agui_run
 from tests._support.wire import ask, create_session, recv, send, serving, texts, until
 from uamp_proto import events as ev
@@ -393,13 +393,7 @@ def test_kill_9_mid_response_then_restart_leaves_no_lock_and_loses_nothing(
     proc, url = start_server(path)
     try:
         body = {**BODY, "stream": True}
-        with httpx.stream(
-            "POST", f"{url}/v1/chat/completions", json=body, headers={"X-PAYMENT": token}
-        ) as resp:
-            assert resp.status_code == 200
-            for chunk in resp.iter_text():
-                if "working" in chunk:
-                    break  # the agent is mid-response: its lock is held
+        with mid_response(url, token, body):  # the agent is mid-response: its lock is held
             with Ledger(path) as book:
                 held = book.show(token).account
                 assert held.locked == D("0.25") and held.balance == D("0.75")
