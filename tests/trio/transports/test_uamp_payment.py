@@ -125,6 +125,16 @@ async def session_ws(
         yield ws
 
 
+@asynccontextmanager
+async def sse_http(agents: list[Responder]) -> AsyncIterator[httpx.AsyncClient]:
+    """A server for ``agents`` that accepts the token ``GOOD``, and an HTTP client of it."""
+    async with (
+        serving(agents, TokenPolicy({GOOD})) as server,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+    ):
+        yield http
+
+
 def ws_url(server: Server, agent: str) -> str:
     return f"ws://127.0.0.1:{server.port}/agents/{agent}/uamp"
 
@@ -354,10 +364,7 @@ async def test_an_agent_that_keeps_asking_fails_with_payment_required() -> None:
 async def test_mid_stream_top_up_over_http_sse() -> None:
     agent = TopUp()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
-        ):
+        async with sse_http([agent]) as http:
             created = await post(
                 http, {**CREATE, "payment_token": GOOD}, path="/agents/topup/events"
             )
@@ -390,10 +397,7 @@ async def test_mid_stream_top_up_over_http_sse() -> None:
 async def test_preflight_over_http_sse_wrong_then_right_token() -> None:
     agent = Echo()
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving([agent], TokenPolicy({GOOD})) as server,
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
-        ):
+        async with sse_http([agent]) as http:
             created = await post(http, CREATE, path="/agents/echo/events")
             sid = created.headers["x-session-id"]
             async with open_stream(http, sid, "/agents/echo/events/stream") as stream:

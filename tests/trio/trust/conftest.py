@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +23,9 @@ def agent() -> CountingAgent:
 def app(agent: CountingAgent, tmp_path: Path) -> App:
     """Every transport, gated by tokens of the test issuer (no leeway on expiry)."""
     return create_app([agent], authenticator=Issuer().authenticator(tmp_path, leeway=0))
+
+
+@pytest.fixture
+async def served(app: App, serve_app: Any) -> Any:
+    """A server for ``app`` on 127.0.0.1 for the length of the test."""
+    return await serve_app(app)

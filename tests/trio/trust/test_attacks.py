@@ -28,7 +28,6 @@ import trio
 import trio_websocket
 
 from tests._support.rpc import a2a_message, agui_run, rpc
-from uamp_trio.app import App
 
 from .agents import CountingAgent
 from .issuer import Issuer
@@ -195,11 +194,6 @@ PROBES: dict[str, Probe] = {
     "uamp_ws_upgrade": uamp_ws_upgrade,
     "uamp_ws_session": uamp_ws_session,
 }
-
-
-@pytest.fixture
-async def served(app: App, serve_app: Any) -> Any:
-    return await serve_app(app)
 
 
 async def _settle(agent: CountingAgent, count: int) -> None:

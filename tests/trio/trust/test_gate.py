@@ -42,11 +42,6 @@ def verifier(tmp_path: Path) -> JWTAuthenticator:
 
 
 @pytest.fixture
-def agent() -> CountingAgent:
-    return CountingAgent()
-
-
-@pytest.fixture
 def app(agent: CountingAgent, verifier: JWTAuthenticator) -> App:
     return create_app([agent], authenticator=verifier)
 
@@ -72,9 +67,9 @@ def assert_refused(style: str, status: int, headers: Any, body: bytes) -> None:
 
 @pytest.mark.parametrize("credential", ["none", "bad"])
 async def test_every_http_route_refuses_without_a_valid_token(
-    app: App, agent: CountingAgent, serve_app: Any, credential: str
+    app: App, served: Any, agent: CountingAgent, credential: str
 ) -> None:
-    server = await serve_app(app)
+    server = served
     headers = {} if credential == "none" else {"authorization": "Bearer not-a-jwt"}
     with trio.fail_after(20):
         async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
@@ -94,9 +89,9 @@ async def test_every_http_route_refuses_without_a_valid_token(
 
 
 async def test_every_websocket_route_refuses_an_upgrade_without_a_valid_token(
-    app: App, agent: CountingAgent, serve_app: Any
+    app: App, served: Any, agent: CountingAgent
 ) -> None:
-    server = await serve_app(app)
+    server = served
     base = f"ws://127.0.0.1:{server.port}"
     with trio.fail_after(20):
         for route in app.router.websocket_routes:
@@ -121,9 +116,9 @@ async def test_every_websocket_route_refuses_an_upgrade_without_a_valid_token(
 
 
 async def test_a_valid_token_passes_and_its_principal_reaches_the_agent(
-    app: App, agent: CountingAgent, serve_app: Any
+    app: App, served: Any, agent: CountingAgent
 ) -> None:
-    server = await serve_app(app)
+    server = served
     token = ISSUER.token("alice")
     with trio.fail_after(20):
         async with httpx.AsyncClient(

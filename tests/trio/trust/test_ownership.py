@@ -143,6 +143,17 @@ def http_client(server: Server, key: str) -> httpx.AsyncClient:
 
 
 @asynccontextmanager
+async def two_callers() -> AsyncIterator[tuple[Server, httpx.AsyncClient, httpx.AsyncClient]]:
+    """A server, and an HTTP client for Alice and one for Bob."""
+    async with (
+        serving() as server,
+        http_client(server, ALICE) as alice,
+        http_client(server, BOB) as bob,
+    ):
+        yield server, alice, bob
+
+
+@asynccontextmanager
 async def websocket(server: Server, path: str, key: str) -> AsyncIterator[WebSocketConnection]:
     url = f"ws://127.0.0.1:{server.port}{path}"
     headers = [(b"authorization", f"Bearer {key}".encode())]
@@ -496,9 +507,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
 async def test_every_id_bearing_operation_answers_another_principal_as_not_found() -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            serving() as server,
-            http_client(server, ALICE) as alice_http,
-            http_client(server, BOB) as bob_http,
+            two_callers() as (server, alice_http, bob_http),
             websocket(server, f"{AGENT}/uamp", ALICE) as alice_ws,
             websocket(server, f"{AGENT}/uamp", BOB) as bob_ws,
             websocket(server, f"{AGENT}/acp/stream", BOB) as bob_acp,
@@ -560,11 +569,7 @@ async def test_every_id_bearing_operation_answers_another_principal_as_not_found
 
 async def test_sse_session_create_with_a_used_id_never_attaches() -> None:
     with trio.fail_after(TIMEOUT):
-        async with (
-            serving() as server,
-            http_client(server, ALICE) as alice,
-            http_client(server, BOB) as bob,
-        ):
+        async with two_callers() as (_, alice, bob):
             first = await alice.post(f"{AGENT}/events", json=CREATE)
             sid = first.json()["session_id"]
             again = await alice.post(f"{AGENT}/events", json={**CREATE, "session_id": sid})
