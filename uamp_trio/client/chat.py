@@ -32,12 +32,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
 import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.relay import daemon_url
 from uamp_proto.signing import JWKSError
 
 from .uamp import ClientError, ClientSession, connect
@@ -54,14 +54,13 @@ def chat_url(url: str) -> str:
     """The WebSocket URL for what the user typed.
 
     ``host:port`` and ``http(s)://host:port`` (no path) become the
-    multi-agent endpoint ``ws(s)://host:port/ws``; a ``ws://`` URL is kept.
+    multi-agent endpoint ``ws(s)://host:port/ws``; a ``ws://`` URL is kept
+    (the rule a daemon's URL follows too, :func:`uamp_proto.relay.daemon_url`).
+
+    Raises:
+        ValueError: Not an http(s) or ws(s) URL, or no host.
     """
-    if "://" not in url:
-        url = "ws://" + url
-    parts = urlsplit(url)
-    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-    path = parts.path if parts.path not in ("", "/") else "/ws"
-    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+    return daemon_url(url if "://" in url else "ws://" + url)
 
 
 class _Printer:
