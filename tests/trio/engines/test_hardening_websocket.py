@@ -190,6 +190,17 @@ async def test_a_ping_flood_over_a_socket_gets_few_pongs_ending_with_the_latest(
             await stream.aclose()
 
 
+async def _close_code_after(target: str, frames: list[bytes]) -> int | None:
+    """The close code a fresh connection to ``target`` gets for ``frames``."""
+    with trio.fail_after(TIMEOUT):
+        async with serving(target) as (server, _):
+            stream, buf = await connect(server.port)
+            await stream.send_all(b"".join(frames))
+            code = await close_code(stream, buf)
+            await stream.aclose()
+            return code
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(
     "frames",
@@ -202,12 +213,7 @@ async def test_a_ping_flood_over_a_socket_gets_few_pongs_ending_with_the_latest(
 async def test_invalid_utf8_in_a_text_message_closes_with_1007(
     target: str, frames: list[bytes]
 ) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with serving(target) as (server, _):
-            stream, buf = await connect(server.port)
-            await stream.send_all(b"".join(frames))
-            assert await close_code(stream, buf) == 1007
-            await stream.aclose()
+    assert await _close_code_after(target, frames) == 1007
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -220,12 +226,7 @@ async def test_invalid_utf8_in_a_text_message_closes_with_1007(
     ids=["one-frame", "fragmented"],
 )
 async def test_a_message_over_the_limit_closes_with_1009(target: str, frames: list[bytes]) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with serving(target) as (server, _):
-            stream, buf = await connect(server.port)
-            await stream.send_all(b"".join(frames))
-            assert await close_code(stream, buf) == 1009
-            await stream.aclose()
+    assert await _close_code_after(target, frames) == 1009
 
 
 @pytest.mark.parametrize("target", TARGETS)
