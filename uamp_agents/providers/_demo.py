@@ -47,7 +47,7 @@ from uamp_proto.responder import placeholder_arguments
 from uamp_proto.types import Message, ToolInvocation
 
 from ._function import stream_response, usage_of
-from .base import ModelRequest, ModelResponse, ProviderEvent
+from .base import ModelRequest, ModelResponse, NamedProvider, ProviderEvent
 
 __all__ = ["DemoProvider", "add", "demo", "multiply", "now"]
 
@@ -199,21 +199,13 @@ class _Task:
         return " ".join([*others, main])
 
 
-class DemoProvider:
-    """The demo model. See the module docstring."""
+class DemoProvider(NamedProvider):
+    """The demo model, ``"demo"`` (see the module docstring)."""
+
+    provider_name = "demo"
 
     def __init__(self, model: str = "uamp-demo-1") -> None:
-        self._model = model
-
-    @property
-    def name(self) -> str:
-        """Always ``"demo"``."""
-        return "demo"
-
-    @property
-    def model(self) -> str:
-        """The model name (``"uamp-demo-1"`` by default)."""
-        return self._model
+        super().__init__(model)
 
     @staticmethod
     def tools() -> list[Callable[..., Any]]:

@@ -37,7 +37,7 @@ from uamp_proto.types import (
 )
 
 from ..hooks import maybe_await
-from .base import ModelRequest, ModelResponse, ProviderEvent
+from .base import ModelRequest, ModelResponse, NamedProvider, ProviderEvent
 
 __all__ = ["FunctionProvider", "count_tokens", "function"]
 
@@ -93,24 +93,19 @@ async def stream_response(response: ModelResponse) -> AsyncIterator[ProviderEven
     yield response
 
 
-class FunctionProvider:
-    """A :class:`~uamp_agents.providers.Provider` whose replies come from a function."""
+class FunctionProvider(NamedProvider):
+    """A :class:`~uamp_agents.providers.Provider` whose replies come from a function.
+
+    Its name is ``"function"``; its model the name given to :func:`function`.
+    """
+
+    provider_name = "function"
 
     def __init__(self, fn: ModelFunction, model: str = "function") -> None:
+        super().__init__(model)
         self._fn = fn
-        self._model = model
         self._ids = itertools.count(1)
         self.calls = 0
-
-    @property
-    def name(self) -> str:
-        """Always ``"function"``."""
-        return "function"
-
-    @property
-    def model(self) -> str:
-        """The model name given to :func:`function`."""
-        return self._model
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Call the function and wrap its reply.

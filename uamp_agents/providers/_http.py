@@ -36,7 +36,7 @@ import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import attrs
 import httpx
@@ -61,7 +61,7 @@ from uamp_proto.types import (
     VideoContent,
 )
 
-from .base import ProviderError, ProviderEvent
+from .base import NamedProvider, ProviderError, ProviderEvent
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -489,34 +489,22 @@ def connect(
     return http, policy
 
 
-class HTTPProvider:
+class HTTPProvider(NamedProvider):
     """What the HTTP providers share: the model, the client, retries, parameters.
 
-    A subclass names itself in :attr:`provider_name`, builds request bodies
-    and parses responses; :meth:`call_json` and :meth:`stream_events` do the
-    retried HTTP calls.
+    A subclass names itself in :attr:`provider_name` (``"openai"``,
+    ``"anthropic"``, ``"google"``), builds request bodies and parses
+    responses; :meth:`call_json` and :meth:`stream_events` do the retried
+    HTTP calls.
     """
-
-    #: The provider's name (``"openai"``, ``"anthropic"``, ``"google"``).
-    provider_name: ClassVar[str]
 
     def __init__(
         self, *, model: str, http: HTTPClient, policy: RetryPolicy, params: dict[str, Any]
     ) -> None:
-        self._model = model
+        super().__init__(model)
         self._http = http
         self._policy = policy
         self._params = params
-
-    @property
-    def name(self) -> str:
-        """The provider's name."""
-        return self.provider_name
-
-    @property
-    def model(self) -> str:
-        """The default model name."""
-        return self._model
 
     async def call_json(self, path: str, body: Mapping[str, Any]) -> Any:
         """POST ``body`` to ``path`` with retries; return the JSON response."""

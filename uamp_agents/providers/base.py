@@ -13,7 +13,7 @@ as :class:`~uamp_proto.events.ResponseDelta`, reasoning as
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 
@@ -25,6 +25,7 @@ from ..errors import ProviderError
 __all__ = [
     "ModelRequest",
     "ModelResponse",
+    "NamedProvider",
     "Provider",
     "ProviderError",
     "ProviderEvent",
@@ -98,3 +99,27 @@ class Provider(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Call the model and yield its events, ending with a ModelResponse."""
         ...
+
+
+class NamedProvider:
+    """The part every provider class shares: its name and its default model.
+
+    A subclass names itself in :attr:`provider_name`; ``model`` is the
+    default a request may override.
+    """
+
+    #: The provider's name (``"openai"``, ``"demo"``, ``"function"`` ...).
+    provider_name: ClassVar[str]
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+
+    @property
+    def name(self) -> str:
+        """The provider's name."""
+        return self.provider_name
+
+    @property
+    def model(self) -> str:
+        """The default model name."""
+        return self._model

@@ -40,6 +40,7 @@ from uamp_proto import types as ty
 from uamp_proto.relay import daemon_url
 from uamp_proto.signing import JWKSError
 
+from ._command import run_command
 from .uamp import ClientError, ClientSession, connect
 
 __all__ = ["add_parser", "chat_url", "main", "run_chat"]
@@ -270,9 +271,7 @@ def _command(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m uamp_trio.client.chat URL ...`` (the same as ``uamp chat``)."""
-    parser = argparse.ArgumentParser(prog="uamp chat", description=__doc__.split("\n\n")[0])
-    _arguments(parser)
-    return _command(parser.parse_args(argv))
+    return run_command("uamp chat", __doc__ or "", _arguments, _command, argv)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from uamp_proto.errors import UampError
 from uamp_proto.saved_response import SavedResponseError, read_saved_response
 from uamp_proto.signing import JWKS, JWKSError, SignatureError
 
+from ._command import run_command
+
 __all__ = ["JWKSSource", "add_parser", "load_jwks", "load_jwks_sync", "main", "verify_file"]
 
 #: What ``verify=`` accepts: a key set, its JSON object, a file path or a URL.
@@ -143,9 +145,7 @@ def _command(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m uamp_trio.client.verify ...`` (the same as ``uamp verify``)."""
-    parser = argparse.ArgumentParser(prog="uamp verify", description=__doc__.split("\n\n")[0])
-    _arguments(parser)
-    return _command(parser.parse_args(argv))
+    return run_command("uamp verify", __doc__ or "", _arguments, _command, argv)
 
 
 if __name__ == "__main__":
