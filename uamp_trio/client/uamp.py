@@ -92,6 +92,7 @@ from uamp_proto.saved_response import SavedResponse
 from uamp_proto.signing import JWKS, Reason, SignatureError, verify_response_signature
 from uamp_proto.sse import SSEParser
 
+from ..engines.streams import receive_or_eof
 from ..engines.ws_frames import EngineName, FrameEngine, WebSocketClosed, make_engine
 from .verify import JWKSSource, load_jwks
 
@@ -1065,10 +1066,7 @@ class UampClient(_Link):
                         conn.receive(message)
                         await self._drain()
                     await self._flush_owed()
-                try:
-                    data = bytes(await self._stream.receive_some(_READ_SIZE))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
+                data = await receive_or_eof(self._stream, _READ_SIZE)
                 if not data:
                     engine.feed(b"")
         except WebSocketClosed as closed:

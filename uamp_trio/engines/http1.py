@@ -63,6 +63,7 @@ from .http import (
     error_response,
     reason_phrase,
 )
+from .streams import receive_or_eof
 from .websocket import WebSocketRequest
 
 if TYPE_CHECKING:
@@ -331,10 +332,7 @@ class _Http1Connection:
 
     async def _receive(self) -> bytes:
         """The next bytes from the peer; ``b""`` once it closed."""
-        try:
-            return bytes(await self.stream.receive_some(_READ_SIZE))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return b""
+        return await receive_or_eof(self.stream, _READ_SIZE)
 
     async def _wait_idle(self) -> bool:
         """Wait up to ``idle_timeout`` for the next request's first bytes; False to close.

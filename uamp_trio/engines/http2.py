@@ -57,6 +57,7 @@ from .http import (
     error_response,
 )
 from .http1 import linger, split_target
+from .streams import receive_or_eof
 
 if TYPE_CHECKING:
     from .server import ConnectionTracker, Server
@@ -286,10 +287,7 @@ class _Http2Connection:
                     if self.tracker.draining:
                         return
                     scope.deadline = trio.current_time() + self.cfg.idle_timeout
-                try:
-                    data = bytes(await self.stream.receive_some(_READ_SIZE))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
+                data = await receive_or_eof(self.stream, _READ_SIZE)
                 if not data:
                     self.closed = True
                     return

@@ -37,6 +37,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from uamp_proto.errors import UampError
 
 from .http import Request
+from .streams import receive_or_eof
 
 __all__ = ["ConnectionClosed", "WebSocket", "WebSocketHandler", "WebSocketRequest"]
 
@@ -240,10 +241,7 @@ class WebSocket:
                         await self.close(event.code, event.reason or None)
                     self._closed = ConnectionClosed(event.code, event.reason or None)
                     raise self._closed
-            try:
-                data = bytes(await self.stream.receive_some(_READ_SIZE))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
+            data = await receive_or_eof(self.stream, _READ_SIZE)
             if not data:
                 self._closed = self._closed or ConnectionClosed(1006, "connection lost")
                 raise self._closed

@@ -36,6 +36,7 @@ from typing import Final, Protocol
 
 import trio
 
+from ..engines.streams import receive_or_eof
 from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -96,10 +97,7 @@ class _Connection:
                     self.last_received = trio.current_time()
                     if engine.owes:  # pongs and close replies
                         host.outbox.poke()
-                try:
-                    data = bytes(await stream.receive_some(READ_SIZE))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
+                data = await receive_or_eof(stream, READ_SIZE)
                 if not data:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:

@@ -78,6 +78,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
 
 from ..engines.http import HTTPError, Request, Response
+from ..engines.streams import receive_or_eof
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
@@ -584,11 +585,7 @@ async def serve_stdio(
                 return line
             if lines.eof:
                 return None
-            try:
-                data = await source.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            lines.receive_data(bytes(data))
+            lines.receive_data(await receive_or_eof(source))
 
     try:
         await _serve_stream(conn, receive, send, drain=True)
