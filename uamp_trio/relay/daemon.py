@@ -120,11 +120,15 @@ class DaemonHost:
         for name, agent in agents.items():
             sid = "reg_" + uuid.uuid4().hex
             self._pending[sid] = name
+            # Spec 004's multiplexed form: the agent and its token inside ``session``.
+            named: dict[str, str] = {"agent": agent.name}
+            token = tokens.get(name)
+            if token is not None:
+                named["token"] = token
             create = ev.SessionCreate(
                 session_id=sid,
                 uamp_version="1.0",
-                session=ty.SessionConfig(modalities=["text"], unknown={"agent": agent.name}),
-                token=tokens.get(name),
+                session=ty.SessionConfig(modalities=["text"], unknown=named),
             )
             self._owe(create)
         #: Set once every agent was answered (registered or refused).

@@ -253,3 +253,55 @@ async def test_a_client_cancel_reaches_the_agent_on_the_daemon(
         await agent.cancelled.wait()  # the agent's own task saw the cancel
     assert agent.cancelled.is_set()
     daemon.stop()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b'{"event": {"type": "input.text", "text": "hi", "session_id": "SID"}, "chatId": "c"}',
+        b'["input.text"]',
+        b"not json",
+        b'{"text": "hi", "session_id": "SID"}',
+        b'{"type": 7, "text": "hi", "session_id": "SID"}',
+    ],
+    ids=["broadcast", "array", "junk", "no type", "type not a string"],
+)
+async def test_a_daemon_starts_turns_only_on_a_typed_input_text(
+    nursery: trio.Nursery, frame: bytes
+) -> None:
+    import orjson
+
+    from uamp_trio.engines.ws_frames import make_engine
+    from uamp_trio.hosting.sessions import SessionLimits
+    from uamp_trio.relay.daemon import DaemonHost
+
+    host = DaemonHost(
+        nursery,
+        {"alpha": DemoAgent("alpha")},
+        {"alpha": None},
+        make_engine(client=True, max_message_size=None),
+        SessionLimits(),
+    )
+    create = orjson.loads((await host.outbox.take())[0])
+    sid = create["session_id"]
+    assert create["type"] == "session.create" and create["session"]["agent"] == "alpha"
+    host.feed(
+        orjson.dumps(
+            {
+                "type": "session.created",
+                "session_id": sid,
+                "uamp_version": "1.0",
+                "session": {"id": sid},
+                "agent": "alpha",
+            }
+        )
+    )
+    assert [orjson.loads(m)["type"] for m in await host.outbox.take()] == ["capabilities"]
+    host.feed(frame.replace(b"SID", sid.encode()))
+    await trio.sleep(0.05)
+    assert len(host.outbox) == 0  # nothing started
+    host.feed(orjson.dumps({"type": "input.text", "session_id": sid, "text": "hi"}))
+    sent: list[str] = []
+    while not sent or sent[-1] != "response.done":
+        sent += [orjson.loads(m)["type"] for m in await host.outbox.take()]
+    assert sent[0] == "response.created" and "response.delta" in sent
