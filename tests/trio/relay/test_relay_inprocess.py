@@ -305,3 +305,32 @@ async def test_a_daemon_starts_turns_only_on_a_typed_input_text(
     while not sent or sent[-1] != "response.done":
         sent += [orjson.loads(m)["type"] for m in await host.outbox.take()]
     assert sent[0] == "response.created" and "response.delta" in sent
+
+
+async def test_the_per_daemon_limits_are_enforced(serve_app: Any, nursery: trio.Nursery) -> None:
+    from tests._support.relay_agents import SlowAgent
+    from uamp_trio.client import connect
+    from uamp_trio.relay.platform import RelayLimits
+
+    server = await serve_app(create_app([], relay=RelayLimits(max_agents=2, max_sessions=1)))
+    daemon = Daemon(server.url, [SlowAgent("s1"), DemoAgent("d2"), DemoAgent("d3")])
+    nursery.start_soon(daemon.run)
+    with trio.fail_after(TIMEOUT):
+        await daemon.connected.wait()
+        # The third registration on one socket is refused; the first two serve.
+        assert await listing(server.url) == {"s1": "online", "d2": "online"}
+        async with connect(server.url.replace("http://", "ws://") + "/ws") as client:
+            slow = await client.create_session(agent="s1")
+            other = await client.create_session(agent="d2")
+            stream = slow.respond("go")
+            async for event in stream:
+                if event.type == "response.delta":
+                    break  # one turn now runs on the daemon
+            refused = await other.ask("hi")
+            assert refused.error is not None and refused.error.code == "too_many_sessions"
+            await slow.cancel()
+            async for event in stream:
+                if event.type == "response.cancelled":
+                    break
+            assert (await other.ask("hi")).text == "You said: hi"
+    daemon.stop()
