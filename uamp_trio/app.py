@@ -34,8 +34,10 @@ the layer that raised it, so the layers outside see it as a reply.
 from __future__ import annotations
 
 import functools
+import time
+import weakref
 from collections.abc import Iterable, Sequence
-from typing import TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.responder import Responder
@@ -53,13 +55,19 @@ from .hosting.middleware import (
     reject_upgrade,
     render_error,
 )
-from .hosting.router import AGENT_PREFIX, Route, Router, WebSocketRoute
+from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
+from .observe.logs import AccessLog
+from .observe.metrics import METRICS_PATH, Metrics
+from .observe.requests import Listener, Observe
 from .relay import platform as relay_platform
 from .server_routes import SERVER_ROUTES, health, openapi, playground
 from .stores import Stores
 from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
 from .trust.auth import Authenticator
 from .trust.gate import AuthGate
+
+if TYPE_CHECKING:  # the otel extra is optional: only a tracing app imports it
+    from .observe.tracing import Tracing
 
 __all__ = [
     "AGENT_PREFIX",
@@ -71,6 +79,10 @@ __all__ = [
     "create_app",
     "default_transports",
 ]
+
+#: ``GET /metrics``: behind authentication when the server has it (a scraper
+#: sends a token like any client).
+METRICS_ROUTES = RouteMeta(transport="metrics", error_style="openai")
 
 
 class App(Host):
@@ -88,6 +100,13 @@ class App(Host):
             token in as ``anonymous`` (a token presented must still be valid).
         stores: The state the transports share (A2A tasks, ACP sessions,
             HTTP+SSE sessions); ``None``: new empty in-memory stores.
+        access_log: Log one line per request (:class:`~uamp_trio.observe.logs.AccessLog`).
+        metrics: Count requests, runs and charges and serve them at ``GET
+            /metrics`` (``True`` for a new :class:`~uamp_trio.observe.metrics.Metrics`).
+        tracing: Trace requests, agent runs, model and tool calls
+            (:class:`~uamp_trio.observe.tracing.Tracing`).
+
+    With none of the last three the app observes nothing and costs nothing more.
     """
 
     def __init__(
@@ -99,7 +118,21 @@ class App(Host):
         authenticator: Authenticator | None = None,
         allow_anonymous: bool = False,
         stores: Stores | None = None,
+        access_log: bool = False,
+        metrics: Metrics | bool = False,
+        tracing: Tracing | None = None,
     ) -> None:
+        #: The counters behind ``GET /metrics``, or ``None``.
+        self.metrics: Metrics | None = Metrics() if metrics is True else (metrics or None)
+        #: The tracer (:class:`~uamp_trio.observe.tracing.Tracing`), or ``None``.
+        self.tracing = tracing
+        listeners: list[Listener] = []
+        if access_log:
+            listeners.append(AccessLog())
+        if self.metrics is not None:
+            listeners.append(self.metrics)
+        #: The request observer, first in the chain; ``None`` when nothing observes.
+        self.observe = Observe(listeners) if listeners else None
         super().__init__(
             agents,
             payment_policy=payment_policy,
@@ -112,8 +145,27 @@ class App(Host):
         self.middleware: list[Middleware] = list(middleware)
         if authenticator is not None:
             self.middleware.insert(0, AuthGate(authenticator, allow_anonymous=allow_anonymous))
+        if tracing is not None:
+            self.middleware.insert(0, tracing.middleware)
+        if self.observe is not None:
+            self.middleware.insert(0, self.observe)
         self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
         self.mount(health.mount, openapi.mount, playground.mount)
+        if self.metrics is not None:
+            self.router.add(
+                "GET", METRICS_PATH, self.metrics.endpoint, label="Metrics", meta=METRICS_ROUTES
+            )
+            self.session_hosts = weakref.WeakSet()
+            self.metrics.watch_sessions(self.session_hosts)
+            self.on_charge = self.metrics.wrap_charge
+
+    def add_agent(self, agent: Responder) -> None:
+        """Host ``agent``; observed (metrics, traces) when the app observes."""
+        if self.metrics is not None:
+            agent = self.metrics.wrap_agent(agent)
+        if self.tracing is not None:
+            agent = self.tracing.wrap_agent(agent)
+        super().add_agent(agent)
 
     async def jwks(self, request: Request) -> Response:
         """``GET [/agents/{name}]/.well-known/jwks.json``: the keys of response signatures.
@@ -138,7 +190,15 @@ class App(Host):
         Raises:
             HTTPError: 404 or 405 from the route table.
         """
-        route, request.path_params = self.router.match(request.method, request.path)
+        if self.observe is None:
+            route, request.path_params = self.router.match(request.method, request.path)
+        else:
+            began = time.perf_counter()
+            try:
+                route, request.path_params = self.router.match(request.method, request.path)
+            except HTTPError as exc:
+                self.observe.unmatched(request, exc, began)
+                raise
         if not self.middleware:
             return route.endpoint
         return functools.partial(self._through_http, route)
@@ -228,6 +288,9 @@ class AppOptions(TypedDict, total=False):
     authenticator: Authenticator | None
     allow_anonymous: bool
     stores: Stores | None
+    access_log: bool
+    metrics: Metrics | bool
+    tracing: Tracing | None
 
 
 def create_app(
@@ -240,7 +303,8 @@ def create_app(
     """An app hosting ``agents`` with ``transports`` (default: all built-in ones).
 
     ``options`` are :class:`App`'s (``payment_policy``, ``middleware``,
-    ``authenticator``, ``allow_anonymous``, ``stores``). ``relay`` (``True``
+    ``authenticator``, ``allow_anonymous``, ``stores``, ``access_log``,
+    ``metrics``, ``tracing``). ``relay`` (``True``
     or the per-daemon limits) also makes the app a relay that daemons dial
     into (docs/relay.md); its :class:`~uamp_trio.relay.platform.Relay` is
     ``app.relay``.

@@ -1,4 +1,4 @@
-"""The ``uamp`` command line (also ``python -m uamp_trio``).
+"""The ``uamp`` command line (also ``python -m uamp`` and ``python -m uamp_trio``).
 
 ``uamp serve [--host H] [--port P] [--agent module:attr ...] [--certfile F --keyfile F]``
 hosts agents with every built-in transport and prints the URL of each
@@ -6,6 +6,18 @@ endpoint. SIGINT/SIGTERM start a graceful shutdown (a second signal stops at
 once); the process exits 0. By default it hosts ``demo``: a UAP agent
 (:func:`uamp_agents.bridge.demo_agent`, the offline demo model with the tools
 ``add`` and ``now``) served through the agent bridge.
+
+It behaves like the Python servers operators know (uvicorn, hypercorn):
+``--agent mymod:agent`` imports ``mymod`` from the current directory first;
+``--reload`` runs the server in a child process and restarts it when a
+Python file under ``--reload-dir`` (the current directory) changes; one
+access line per request (``--no-access-log`` to silence it), timestamps on
+every log line, ``--log-format json`` for log shippers; ``GET /metrics``
+(``--no-metrics`` to leave it out) and OpenTelemetry traces with ``--otel``
+or ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the ``otel`` extra). Every operator
+mistake -- a bad flag value, a port in use, an agent that does not import,
+a certificate that does not load -- is one line on stderr and exit status 2
+(1 when the server could not listen), never a traceback.
 
 ``--agent`` takes anything satisfying :class:`uamp_proto.responder.Responder`, or a
 :class:`uamp_agents.Agent` (the UAP runtime), which is wrapped with
@@ -45,16 +57,18 @@ import hashlib
 import importlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from uamp import __version__
 from uamp_proto.envelope import canonical_json
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
@@ -63,6 +77,7 @@ from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
+from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, TaskStore, open_event_log
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
@@ -86,6 +101,35 @@ __all__ = [
 
 _DEFAULTS = ServerConfig()
 
+#: Set in the environment of the server a ``--reload`` parent runs.
+RELOADED_CHILD = "UAMP_RELOADED_CHILD"
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` whose usage errors are one line (exit status 2), like every operator mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``prog: error: message`` and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_log_level(parser: Any) -> None:
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="logging level, to stderr (default %(default)s)",
+    )
+
+
+def _import(module_name: str) -> Any:
+    """Import ``module_name``, the current directory first on the path (as uvicorn does)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(module_name)
+
 
 def load_agent(spec: str) -> Responder:
     """Load ``module:attr`` as an agent.
@@ -104,9 +148,13 @@ def load_agent(spec: str) -> Responder:
     if not sep or not module_name or not attr:
         raise ValueError(f"--agent {spec!r}: expected 'module:attribute'")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import(module_name)
     except ImportError as exc:
-        raise ValueError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from exc
+        raise ValueError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself failed: a syntax error, a raise at import
+        raise ValueError(
+            f"--agent {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -349,7 +397,42 @@ def _add_serve(sub: Any) -> None:
         help="let callers without a token in as 'anonymous' (needed to serve a "
         "non-loopback address without --auth-*)",
     )
-    p.add_argument("--log-level", default="warning", help="logging level (default %(default)s)")
+    ops = p.add_argument_group("operations")
+    _add_log_level(ops)
+    ops.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="log lines as text or one JSON object each, for log shippers (default %(default)s)",
+    )
+    for flag, what in (
+        (
+            "--access-log",
+            "one line per request: time, client, method, path, status, duration, agent, transport",
+        ),
+        ("--metrics", "serve GET /metrics in the Prometheus text format"),
+    ):
+        ops.add_argument(
+            flag, action=argparse.BooleanOptionalAction, default=True, help=f"{what} (default: on)"
+        )
+    ops.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces over OTLP/HTTP (also on when "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set; needs the 'otel' extra)",
+    )
+    ops.add_argument(
+        "--reload",
+        action="store_true",
+        help="restart the server when a Python file changes (development; use a fixed --port)",
+    )
+    ops.add_argument(
+        "--reload-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="directory --reload watches (repeatable; default: the current directory)",
+    )
     p.set_defaults(func=_serve_command)
 
 
@@ -441,7 +524,9 @@ RELAY_AUTH = (
 
 
 def _serve_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.reload and not os.environ.get(RELOADED_CHILD):
+        return _reload(args)
+    configure(args.log_level, args.log_format)
     if (args.certfile is None) != (args.keyfile is None):
         print("uamp serve: --certfile and --keyfile go together", file=sys.stderr)
         return 2
@@ -454,6 +539,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         print(OPEN_BIND_REFUSED.format(host=args.host), file=sys.stderr)
         return 2
     try:
+        tracing = _tracing(args)
         agents = [load_agent(spec) for spec in args.agent]
         if not agents and not args.relay:
             agents = [default_agent()]
@@ -466,6 +552,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             allow_anonymous=args.allow_anonymous,
             relay=args.relay,
             stores=Stores(a2a_tasks=tasks, event_log=open_event_log(args.store, retention)),
+            access_log=args.access_log,
+            metrics=args.metrics,
+            tracing=tracing,
         )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)
@@ -484,12 +573,79 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     if args.relay:
         print(RELAY_OPEN if authenticator is None else RELAY_AUTH, flush=True)
-    server = Server(app, config)
+    try:
+        server = Server(app, config)
+    except OSError as exc:  # ssl.SSLError is one too
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        print(
+            f"uamp serve: cannot load --certfile {args.certfile} / --keyfile {args.keyfile}: "
+            f"{reason}",
+            file=sys.stderr,
+        )
+        return 2
+    if app.metrics is not None:
+        app.metrics.watch_server(server)
     try:
         trio.run(_serve, server, app)
-    except OSError as exc:
-        print(f"uamp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
+    except BaseException as exc:
+        leaf = _only_leaf(exc)
+        if isinstance(leaf, OSError):
+            reason = leaf.strerror or str(leaf)
+            print(
+                f"uamp serve: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr
+            )
+            return 1
+        if isinstance(leaf, KeyboardInterrupt):
+            return 0
+        raise
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
+    return 0
+
+
+def _only_leaf(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) exception groups of one member, else ``exc``."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _tracing(args: argparse.Namespace) -> Any:
+    """The tracer ``--otel`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` asks for, or ``None``.
+
+    Raises:
+        ValueError: Asked for, but the ``otel`` extra is not installed.
+    """
+    if not args.otel and not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return None
+    try:
+        from .observe.tracing import Tracing
+    except ImportError as exc:
+        raise ValueError(f"--otel needs the otel extra (pip install 'uamp[otel]'): {exc}") from None
+    return Tracing.exporting()
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """Run ``uamp serve`` (the same arguments) in a child; restart it on Python file changes."""
+    from watchfiles import PythonFilter, run_process
+
+    dirs = args.reload_dir or [os.getcwd()]
+    for folder in dirs:
+        if not Path(folder).is_dir():
+            print(f"uamp serve: --reload-dir {folder}: not a directory", file=sys.stderr)
+            return 2
+    os.environ[RELOADED_CHILD] = "1"
+    command = shlex.join([sys.executable, "-m", "uamp", *args.argv])
+    print(f"uamp: watching {', '.join(dirs)} for changes (--reload)", flush=True)
+
+    def changed(changes: set[tuple[Any, str]]) -> None:
+        names = sorted({Path(path).name for _, path in changes})
+        print(f"uamp: {', '.join(names)} changed, restarting", flush=True)
+
+    run_process(
+        *dirs, target=command, target_type="command", callback=changed, watch_filter=PythonFilter()
+    )
     return 0
 
 
@@ -525,47 +681,48 @@ async def _serve(server: Server, app: App) -> None:
 
 
 def print_urls(server: Server, app: App, *, file: Any = None) -> None:
-    """Print every mounted endpoint of every agent (a rich table on a terminal)."""
+    """Print every endpoint of the server and of every agent, WebSockets included.
+
+    One ``label: url`` line each, never wrapped nor cut whatever the terminal
+    width (rich's soft wrap: the terminal folds a long line, the URL stays
+    whole for copying); styled on a terminal, plain otherwise.
+    """
+    from rich.console import Console
+    from rich.text import Text
+
     out = file or sys.stdout
     base = server.url
     ws_base = ("wss" if server.scheme == "https" else "ws") + base[len(server.scheme) :]
     protocols = (
         "HTTP/1.1 + HTTP/2 (TLS, ALPN)"
         if server.scheme == "https"
-        else ("HTTP/1.1 + HTTP/2 (h2c prior knowledge)")
+        else "HTTP/1.1 + HTTP/2 (h2c prior knowledge)"
     )
-    urls = app.urls(base, ws_base)
-    single = len(app.agents) == 1
-    if out.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"uamp serving on {base} ({protocols})")
-        table.add_column("agent")
-        table.add_column("endpoint")
-        table.add_column("url")
-        for name, rows in urls.items():
-            for label, url in rows:
-                table.add_row(name, label, url)
-        console = Console(file=out)
-        console.print(table)
-        if single:
-            console.print(
-                f"single agent: also answers at {base}/chat/completions, "
-                f"{base}/v1/chat/completions, {base}/capabilities"
-            )
-        console.print("Ctrl-C to stop")
-        return
-    lines = [f"uamp serving on {base} ({protocols})"]
-    for name, rows in urls.items():
-        lines.append(f"agent {name}")
-        lines.extend(f"  {label}: {url}" for label, url in rows)
-    if single:
-        lines.append(
+    console = Console(file=out, soft_wrap=True, highlight=False)
+    console.print(
+        Text.assemble(
+            ("uamp ", "bold"),
+            (__version__, "bold"),
+            " serving on ",
+            (base, "bold"),
+            f" ({protocols})",
+        )
+    )
+    sections = [("server", app.server_urls(base, ws_base))]
+    sections.extend((f"agent {name}", rows) for name, rows in app.urls(base, ws_base).items())
+    for title, rows in sections:
+        if not rows:
+            continue
+        console.print(Text(title, style="bold cyan"))
+        for label, url in rows:
+            console.print(Text.assemble("  ", (f"{label}:", "dim"), " ", (url, "green")))
+    if len(app.agents) == 1:
+        console.print(
             f"single agent: also answers at {base}/chat/completions, "
             f"{base}/v1/chat/completions, {base}/capabilities"
         )
-    print("\n".join(lines), file=out, flush=True)
+    console.print("Ctrl-C to stop")
+    out.flush()
 
 
 # --- connect ------------------------------------------------------------------------
@@ -665,18 +822,14 @@ def _add_acp(sub: Any) -> None:
     p.add_argument(
         "--signing-key", metavar="PATH", help="PEM RSA private key: sign every prompt's answer"
     )
-    p.add_argument("--log-level", default="warning", help="logging level, to stderr")
+    _add_log_level(p)
     p.set_defaults(func=_acp_command)
 
 
 def _acp_command(args: argparse.Namespace) -> int:
     from .transports.acp import serve_stdio
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure(args.log_level, "text", stream=sys.stderr)
     try:
         agent = load_agent(args.agent) if args.agent else default_agent()
         signer = load_signer(args.signing_key) if args.signing_key else None
@@ -727,7 +880,8 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``uamp`` argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(prog="uamp", description="Universal Agentic Message Protocol")
+    parser = Parser(prog="uamp", description="Universal Agentic Message Protocol")
+    parser.add_argument("--version", action="version", version=f"uamp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in SUBCOMMANDS:
         register(sub)
@@ -737,9 +891,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # what --reload hands to the server it runs
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
-    return int(func(args))
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
+        return 130

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,3 +81,80 @@ def uamp_serve(*args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:  # pragma: no cover - a hung server
             proc.kill()
             raise
+
+
+#: The installed ``uamp`` script (the console entry point, not ``python -m``).
+UAMP_SCRIPT = str(Path(sys.executable).with_name("uamp"))
+
+
+class Served:
+    """A running ``uamp`` server whose every output line is collected by a thread.
+
+    ``command`` is the argument list to run (by default through the ``uamp``
+    script); stdout and stderr are merged. :meth:`wait_for` waits for a line
+    matching a pattern; :meth:`stop` sends SIGINT and returns the exit code.
+    """
+
+    def __init__(
+        self, command: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None
+    ) -> None:
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            env={**ENV, **(env or {})},
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, pattern: str, *, after: int = 0, timeout: float = STARTUP) -> re.Match[str]:
+        """The first match of ``pattern`` in a line at index ``after`` or later."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        with self._changed:
+            while True:
+                for line in self.lines[after:]:
+                    found = regex.search(line)
+                    if found:
+                        return found
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(
+                        f"no line matches {pattern!r}; output:\n" + "\n".join(self.lines)
+                    )
+                self._changed.wait(min(left, 0.2))
+
+    def url(self, *, after: int = 0) -> str:
+        """The base URL the server printed."""
+        return self.wait_for(r"serving on (https?://[\d.]+:\d+)", after=after).group(1)
+
+    def stop(self) -> int:
+        """SIGINT, then the exit code (killed and failed after 15 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            code = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a hung server
+            self.proc.kill()
+            raise
+        self._reader.join(5)
+        return code
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -91,6 +91,8 @@ class WebSocketRequest:
         self.max_queued_events = max_queued_events
         self.max_session_queued_events = max_session_queued_events
         self.answered = False
+        #: The status the upgrade was answered with: 101, a refusal's, or ``None`` yet.
+        self.status: int | None = None
         self._ws = WSConnection(ConnectionType.SERVER)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
         self._ws.initiate_upgrade_connection(headers, target)
@@ -109,6 +111,7 @@ class WebSocketRequest:
     ) -> WebSocket:
         """Complete the handshake (``101``) and return the open socket."""
         self.answered = True
+        self.status = 101
         headers = [(k.encode(), v.encode()) for k, v in extra_headers or []]
         data = self._ws.send(AcceptConnection(subprotocol=subprotocol, extra_headers=headers))
         await self.stream.send_all(data)
@@ -129,6 +132,7 @@ class WebSocketRequest:
     ) -> None:
         """Refuse the upgrade with an HTTP ``status`` and optional body."""
         self.answered = True
+        self.status = status
         hdrs = [(k.encode(), v.encode()) for k, v in headers or []]
         if body:
             hdrs.append((b"content-length", str(len(body)).encode()))

@@ -9,10 +9,11 @@ See docs/architecture.md.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from uamp_proto import types as ty
 from uamp_proto.payment import Charge, PaymentPolicy, PaymentRequiredError, open_charge, pricing_of
 from uamp_proto.payment import refusal as _refusal
 from uamp_proto.principal import Principal
@@ -23,7 +24,31 @@ from ..engines.http import HTTPError
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
-__all__ = ["AGENT_OFFLINE", "AgentRegistry", "ServedAgent"]
+__all__ = ["AGENT_OFFLINE", "AgentRegistry", "ServedAgent", "WrappedAgent"]
+
+
+class WrappedAgent:
+    """An agent around another: same name and capabilities, every other attribute read through.
+
+    Subclasses define ``respond``; the registry, the agent card and the
+    pricing lookups see the wrapped agent's attributes (``description``,
+    ``pricing``...).
+    """
+
+    def __init__(self, agent: Responder) -> None:
+        self.agent = agent
+
+    @property
+    def name(self) -> str:
+        """The wrapped agent's name."""
+        return self.agent.name
+
+    def capabilities(self) -> ty.Capabilities:
+        """The wrapped agent's capabilities."""
+        return self.agent.capabilities()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.agent, attr)
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.~-]+$")
 

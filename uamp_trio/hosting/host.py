@@ -14,8 +14,9 @@ chain and the default transports); see docs/architecture.md.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -92,6 +93,13 @@ class Host:
         #: Verifies bearer tokens (the root's gate, and the per-session tokens
         #: of multiplexed UAMP sessions); ``None``: no authentication.
         self.authenticator: Authenticator | None = None
+        #: The live :class:`~uamp_trio.hosting.sessions.SessionHost` of every
+        #: UAMP connection, when something counts sessions (the metrics);
+        #: ``None``: nobody does and they are not tracked.
+        self.session_hosts: weakref.WeakSet[Any] | None = None
+        #: Wraps every charge :meth:`open_charge` opens, with the agent's name
+        #: (the metrics count what is settled); ``None``: charges as they are.
+        self.on_charge: Callable[[Charge, str], Charge] | None = None
         for agent in agents:
             self.add_agent(agent)
 
@@ -130,7 +138,7 @@ class Host:
         """
         declared = pricing_of(self.agents.get(agent))
         in_force = policy if policy is not None else self.payment_policy
-        return await open_charge(
+        charge = await open_charge(
             in_force,
             agent,
             token,
@@ -138,6 +146,9 @@ class Host:
             declared,
             principal=None if principal is None else principal.id,
         )
+        if charge is not None and self.on_charge is not None:
+            return self.on_charge(charge, agent)
+        return charge
 
     def add_agent(self, agent: Responder) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/`` (see :meth:`AgentRegistry.add`)."""
@@ -204,6 +215,19 @@ class Host:
             out[name] = rows
         return out
 
+    def server_urls(self, http_base: str, ws_base: str) -> list[tuple[str, str]]:
+        """``[(label, url), ...]`` of the labelled routes that name no agent, for display."""
+        rows = [
+            (route.label, http_base + route.pattern)
+            for route in self.router.routes
+            if route.label and "{" not in route.pattern
+        ]
+        rows.extend(
+            (ws.label, ws_base + ws.pattern)
+            for ws in self.router.websocket_routes
+            if ws.label and "{" not in ws.pattern
+        )
+        return rows
 
 def _per_agent(add: Callable[..., object], subpath: str, label: str | None, root: bool) -> None:
     """Register under ``/agents/{agent}`` (labelled), and at the root unless ``root`` is false."""

@@ -124,7 +124,7 @@ from uamp_proto.resume import (
 
 from ..stores.event_log import SessionRecord
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
-from .agents import AGENT_OFFLINE
+from .agents import AGENT_OFFLINE, WrappedAgent
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -454,7 +454,7 @@ class _Session:
             self.wakeup.unpark_all()
 
 
-class _PayingAgent:
+class _PayingAgent(WrappedAgent):
     """The session's agent, run again once paid when it raises PaymentRequiredError.
 
     UAMP transports retry internally (spec 004, "Payment Handling"): the
@@ -473,18 +473,11 @@ class _PayingAgent:
         response: _Response,
         create: ev.ResponseCreate,
     ) -> None:
-        self.agent = session.agent
+        super().__init__(session.agent)
         self._host = host
         self._session = session
         self._response = response
         self._create = create
-
-    @property
-    def name(self) -> str:
-        return self.agent.name
-
-    def capabilities(self) -> ty.Capabilities:
-        return self.agent.capabilities()
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         host, session, response = self._host, self._session, self._response
@@ -568,6 +561,8 @@ class SessionHost:
         self._message: bytes | str = b""
         #: Called when the last session ends (HTTP+SSE ends its HTTP session).
         self.on_empty: Callable[[], None] | None = None
+        if app is not None and app.session_hosts is not None:
+            app.session_hosts.add(self)  # counted by the app's metrics
         #: ``(code, message)`` of the last ``session.create`` refused for its agent.
         self.refusal: tuple[str, str] | None = None
         #: Where every event of a session goes too, for resuming (docs/resume.md).
@@ -636,6 +631,11 @@ class SessionHost:
                 self._dispatch(event)
         self._flush_owed()
         return errors
+
+    @property
+    def session_count(self) -> int:
+        """How many sessions are open on this connection."""
+        return len(self._sessions)
 
     def close_all(self, reason: str | None = None, *, notify: bool = True) -> None:
         """End every session and stop its work.

@@ -122,7 +122,7 @@ def mount(app: Host, config: UampWebSocketConfig | None = None) -> None:
     """Serve native UAMP over WebSocket on ``app`` (see the module docstring)."""
     endpoint = UampWebSocketEndpoint(app, config)
     app.agent_websocket("/uamp", endpoint, label="UAMP WebSocket", meta=ROUTES)
-    app.router.add_websocket("/ws", endpoint, meta=ROUTES)
+    app.router.add_websocket("/ws", endpoint, label="UAMP WebSocket (any agent)", meta=ROUTES)
 
 
 async def serve_uamp_websocket(

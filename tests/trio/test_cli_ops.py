@@ -1,0 +1,268 @@
+"""``uamp`` as operators use it: version, one-line errors, imports from the current
+directory, the access log, the banner and ``--reload`` -- each through the real
+``uamp`` script in a subprocess on 127.0.0.1."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import pty
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._support.cli import ENV, ROOT, UAMP_SCRIPT, Served
+
+VERSION = importlib.metadata.version("uamp")
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [UAMP_SCRIPT, *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=60
+    )
+
+
+def serve(*args: str, cwd: Path = ROOT) -> Served:
+    return Served([UAMP_SCRIPT, "serve", "--port", "0", *args], cwd=cwd)
+
+
+# --- version ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[UAMP_SCRIPT, "--version"], [sys.executable, "-m", "uamp", "--version"]],
+    ids=["script", "python -m uamp"],
+)
+def test_version_is_the_distribution_version(command: list[str], tmp_path: Path) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"uamp {VERSION}"
+
+
+def test_python_dash_m_uamp_serves(tmp_path: Path) -> None:
+    with Served([sys.executable, "-m", "uamp", "serve", "--port", "0"], cwd=tmp_path) as srv:
+        r = httpx.get(srv.url() + "/v1/models", timeout=10)
+        assert [m["id"] for m in r.json()["data"]] == ["demo"]
+
+
+# --- one-line errors ------------------------------------------------------------------
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+BROKEN_MODULE = "raise RuntimeError('agent config missing')\n"
+
+ERRORS = [
+    # (id, args, exit code, what the one line must say)
+    ("bad log level", ["--log-level", "loud"], 2, "invalid choice: 'loud'"),
+    ("bad port value", ["--port", "eighty"], 2, "invalid int value: 'eighty'"),
+    ("bad log format", ["--log-format", "xml"], 2, "invalid choice: 'xml'"),
+    ("unknown flag", ["--colour"], 2, "unrecognized arguments: --colour"),
+    ("unknown module", ["--agent", "no_such_module:agent"], 2, "cannot import 'no_such_module'"),
+    ("unknown attribute", ["--agent", "uamp_trio.demo:Nope"], 2, "has no 'Nope'"),
+    ("malformed agent", ["--agent", "just_a_module"], 2, "expected 'module:attribute'"),
+    ("module that raises", ["--agent", "broken:agent"], 2, "RuntimeError: agent config missing"),
+    ("missing cert", ["--certfile", "nope.pem", "--keyfile", "nope.pem"], 2, "No such file"),
+    ("garbage cert", ["--certfile", "junk.pem", "--keyfile", "junk.pem"], 2, "cannot load"),
+    ("cert without key", ["--certfile", "junk.pem"], 2, "go together"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"), [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS]
+)
+def test_operator_mistakes_are_one_line(
+    args: list[str], code: int, says: str, tmp_path: Path
+) -> None:
+    (tmp_path / "broken.py").write_text(BROKEN_MODULE)
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    done = run("serve", "--port", "0", *args, cwd=tmp_path)
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert re.match(r"uamp( serve)?: ", lines[0])
+    assert says in lines[0]
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_port_in_use_is_one_line_and_status_1(busy_port: int) -> None:
+    done = run("serve", "--port", str(busy_port))
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"uamp serve: cannot listen on 127.0.0.1:{busy_port}: Address already in use"
+    )
+
+
+# --- --agent from the current directory -------------------------------------------------
+
+AGENT_MODULE = """
+from uamp_trio.demo import DemoAgent
+
+agent = DemoAgent({name!r})
+"""
+
+
+def test_agent_imports_from_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "mymod.py").write_text(AGENT_MODULE.format(name="mine"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = Served(
+        [UAMP_SCRIPT, "serve", "--port", "0", "--agent", "mymod:agent"], cwd=tmp_path, env=env
+    )
+    with proc:
+        r = httpx.get(proc.url() + "/v1/models", timeout=10)
+        assert [m["id"] for m in r.json()["data"]] == ["mine"]
+
+
+# --- access log ---------------------------------------------------------------------------
+
+
+def _traffic(base: str) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": "Bearer sk-SECRET-HEADER"}
+    r = httpx.post(
+        f"{base}/agents/demo/chat/completions?token=SECRET-QUERY",
+        json=body,
+        headers=headers,
+        timeout=10,
+    )
+    assert r.status_code == 200
+    assert httpx.get(f"{base}/no/such/route", timeout=10).status_code == 404
+
+
+ACCESS_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (127\.0\.0\.1:\d+) "
+    r'"(\w+) (\S+) (HTTP/[\d.]+|WebSocket)" (\d{3}) ([\d.]+)ms agent=(\S+) transport=(\S+)$'
+)
+
+
+def test_access_log_has_one_line_per_request_and_no_secret() -> None:
+    with serve() as srv:
+        base = srv.url()
+        start = len(srv.lines)
+        _traffic(base)
+        srv.wait_for(r'"GET /no/such/route HTTP/1\.1" 404', after=start)
+    access = [m for line in srv.lines if (m := ACCESS_LINE.match(line))]
+    assert [(m[3], m[4], m[6], m[8], m[9]) for m in access] == [
+        ("POST", "/agents/demo/chat/completions", "200", "demo", "completions"),
+        ("GET", "/no/such/route", "404", "-", "-"),
+    ]
+    assert all(float(m[7]) >= 0 for m in access)
+    output = "\n".join(srv.lines)
+    assert "SECRET" not in output
+
+
+def test_access_log_json_lines() -> None:
+    with serve("--log-format", "json") as srv:
+        base = srv.url()
+        start = len(srv.lines)
+        _traffic(base)
+        srv.wait_for(r'"path": ?"/no/such/route"', after=start)
+    records = [json.loads(line) for line in srv.lines if line.startswith("{")]
+    access = [r for r in records if r["logger"] == "uamp.access"]
+    assert [(r["method"], r["path"], r["status"], r["agent"], r["transport"]) for r in access] == [
+        ("POST", "/agents/demo/chat/completions", 200, "demo", "completions"),
+        ("GET", "/no/such/route", 404, "-", "-"),
+    ]
+    for r in access:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["ts"])
+        assert r["client"].startswith("127.0.0.1:")
+        assert r["duration_ms"] >= 0
+    assert "SECRET" not in "\n".join(srv.lines)
+
+
+def test_no_access_log() -> None:
+    with serve("--no-access-log") as srv:
+        _traffic(srv.url())
+        time.sleep(0.3)
+    assert not any(ACCESS_LINE.match(line) for line in srv.lines)
+
+
+# --- banner -------------------------------------------------------------------------------
+
+
+def test_banner_lists_every_url_whole_on_a_narrow_terminal() -> None:
+    """On a 40-column terminal every URL, WebSocket ones included, is still one whole line."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [UAMP_SCRIPT, "serve", "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env={**ENV, "COLUMNS": "40", "LINES": "20", "TERM": "xterm-256color"},
+    )
+    os.close(slave)
+    data = b""
+    try:
+        deadline = time.monotonic() + 20
+        while b"Ctrl-C to stop" not in data and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                data += os.read(master, 65536)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\]8;[^\x1b]*\x1b\\\\", "", data.decode())
+    assert "Ctrl-C to stop" in text, text
+    base = re.search(r"serving on (http://127\.0\.0\.1:\d+)", text)
+    assert base, text
+    port = base.group(1).rsplit(":", 1)[1]
+    lines = [line.strip() for line in text.splitlines()]
+    for label, path in [
+        ("Chat Completions", "/agents/demo/chat/completions"),
+        ("A2A agent card", "/agents/demo/.well-known/agent-card.json"),
+    ]:
+        assert f"{label}: http://127.0.0.1:{port}{path}" in lines, text
+    for label, path in [
+        ("UAMP WebSocket", "/agents/demo/uamp"),
+        ("Realtime", "/agents/demo/realtime"),
+        ("UAMP WebSocket (any agent)", "/ws"),
+    ]:
+        assert f"{label}: ws://127.0.0.1:{port}{path}" in lines, text
+    assert "…" not in text
+
+
+# --- reload ---------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_reload_restarts_on_a_code_change(tmp_path: Path) -> None:
+    (tmp_path / "mymod.py").write_text(AGENT_MODULE.format(name="before"))
+    port = _free_port()
+    command = [UAMP_SCRIPT, "serve", "--port", str(port), "--agent", "mymod:agent", "--reload"]
+    with Served(command, cwd=tmp_path) as srv:
+        base = srv.url()
+        r = httpx.get(base + "/v1/models", timeout=10)
+        assert [m["id"] for m in r.json()["data"]] == ["before"]
+        mark = len(srv.lines)
+        time.sleep(0.5)  # let the watcher settle before the change
+        (tmp_path / "mymod.py").write_text(AGENT_MODULE.format(name="after"))
+        srv.wait_for(r"mymod\.py changed, restarting", after=mark, timeout=30)
+        assert srv.url(after=mark) == base
+        r = httpx.get(base + "/v1/models", timeout=10)
+        assert [m["id"] for m in r.json()["data"]] == ["after"]
+    assert srv.proc.returncode == 0
+    assert "Traceback" not in "\n".join(srv.lines)

@@ -1,0 +1,1 @@
+"""Observability: request observation, the access log, metrics and traces."""

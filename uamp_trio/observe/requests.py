@@ -1,0 +1,184 @@
+"""Request observation: the one middleware that times every call and reports it.
+
+Theory of operation
+-------------------
+The composition root puts :class:`Observe` first in its middleware chain
+when anything wants to see requests (the access log, the metrics, the
+tracer). For each call it takes the start time, passes the call on and,
+when the call is over, builds one :class:`Exchange` -- client, method, path
+(never the query string: it may carry a token), status, duration, agent and
+transport -- and hands it to every listener's ``finished``. "Over" depends
+on the reply:
+
+* a plain response or an error: when the endpoint returns or raises (an
+  :class:`~uamp_trio.engines.http.HTTPError` keeps its status, anything else
+  is a 500);
+* a streaming response: when its producer has written the last chunk (the
+  producer is wrapped; its status is the one it announced);
+* a WebSocket: when its handler returns; the status is what the upgrade got
+  (101, or the refusal's status).
+
+Streams (streaming responses and WebSockets) are also announced to
+``stream_opened`` and ``stream_closed``, so a gauge can count those in flight.
+
+Requests that match no route never reach the chain; the root reports them
+with :meth:`Observe.unmatched`. With nothing to observe the root leaves this
+middleware out altogether, so an unobserved server pays nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Protocol
+
+import attrs
+import trio
+
+from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
+from ..hosting.middleware import Call, Next, Reply
+from ..hosting.router import RouteMeta
+
+__all__ = ["CLIENT_GONE", "CURRENT", "Exchange", "Listener", "Observe"]
+
+#: The status logged for a call cancelled before it answered (the client left
+#: or the server shut down): nginx's 499, since no status was ever sent.
+CLIENT_GONE = 499
+
+
+@attrs.define(slots=True)
+class Exchange:
+    """One request as observers see it once it is over (or, for a stream, as it opens).
+
+    Attributes:
+        started: Wall-clock start (seconds since the epoch).
+        client: ``host:port`` of the peer, or ``-``.
+        method: The HTTP method (``GET`` for a WebSocket upgrade).
+        path: The path, without the query string.
+        http_version: ``1.1``, ``2``...
+        transport: The transport of the matched route (``-`` when none matched).
+        agent: The agent named in the path, or ``-``.
+        websocket: Whether the request was a WebSocket upgrade.
+        status: The HTTP status (101 for an accepted WebSocket).
+        duration: Seconds from the start until the call was over.
+        error: The error code of an :class:`HTTPError`, else ``""``.
+    """
+
+    started: float
+    client: str
+    method: str
+    path: str
+    http_version: str
+    transport: str
+    agent: str
+    websocket: bool = False
+    status: int = 0
+    duration: float = 0.0
+    error: str = ""
+
+
+#: The request being handled, for what runs on its behalf (agent runs, tasks
+#: started from it inherit it): ``None`` outside an observed request.
+CURRENT: ContextVar[Exchange | None] = ContextVar("uamp_request", default=None)
+
+
+class Listener(Protocol):
+    """What :class:`Observe` reports to."""
+
+    def finished(self, exchange: Exchange) -> None:
+        """A call is over."""
+
+    def stream_opened(self, exchange: Exchange) -> None:
+        """A streaming response or a WebSocket starts."""
+
+    def stream_closed(self, exchange: Exchange) -> None:
+        """That stream ended (:meth:`finished` follows)."""
+
+
+def _exchange(request: Request, route: RouteMeta | None, websocket: bool) -> Exchange:
+    client = request.client
+    return Exchange(
+        started=time.time(),
+        client=f"{client[0]}:{client[1]}" if client else "-",
+        method=request.method,
+        path=request.path,
+        http_version=request.http_version,
+        transport=(route.transport or "-") if route is not None else "-",
+        agent=request.path_params.get("agent") or "-",
+        websocket=websocket,
+    )
+
+
+class Observe:
+    """Middleware reporting every call to ``listeners``; see the module docstring."""
+
+    def __init__(self, listeners: Sequence[Listener]) -> None:
+        self.listeners = list(listeners)
+
+    def _finish(self, exchange: Exchange, began: float, status: int, error: str = "") -> None:
+        exchange.status = status
+        exchange.error = error
+        exchange.duration = time.perf_counter() - began
+        for listener in self.listeners:
+            listener.finished(exchange)
+
+    async def __call__(self, call: Call, call_next: Next) -> Reply:
+        began = time.perf_counter()
+        pending = call.websocket
+        exchange = _exchange(call.request, call.route, pending is not None)
+        CURRENT.set(exchange)
+        if pending is not None:
+            return await self._websocket(call, call_next, exchange, began)
+        try:
+            reply = await call_next(call)
+        except HTTPError as exc:
+            self._finish(exchange, began, exc.status, exc.code or "")
+            raise
+        except trio.Cancelled:
+            self._finish(exchange, began, CLIENT_GONE, "cancelled")
+            raise
+        except BaseException:
+            self._finish(exchange, began, 500, "internal_error")
+            raise
+        if isinstance(reply, StreamingResponse):
+            self._stream(reply, exchange, began)
+        elif reply is not None:
+            self._finish(exchange, began, reply.status)
+        return reply
+
+    def _stream(self, reply: StreamingResponse, exchange: Exchange, began: float) -> None:
+        produce = reply.producer
+        status = reply.status
+        listeners = self.listeners
+
+        async def producer(send: SendChunk) -> None:
+            for listener in listeners:
+                listener.stream_opened(exchange)
+            try:
+                await produce(send)
+            finally:
+                for listener in listeners:
+                    listener.stream_closed(exchange)
+                self._finish(exchange, began, status)
+
+        reply.producer = producer
+
+    async def _websocket(
+        self, call: Call, call_next: Next, exchange: Exchange, began: float
+    ) -> Reply:
+        pending = call.websocket
+        assert pending is not None
+        for listener in self.listeners:
+            listener.stream_opened(exchange)
+        try:
+            return await call_next(call)
+        finally:
+            for listener in self.listeners:
+                listener.stream_closed(exchange)
+            self._finish(exchange, began, pending.status or 500)
+
+    def unmatched(self, request: Request, exc: HTTPError, began: float) -> None:
+        """Report a request no route matched (it never reached the chain)."""
+        exchange = _exchange(request, None, False)
+        self._finish(exchange, began, exc.status, exc.code or "")
