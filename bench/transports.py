@@ -3,6 +3,14 @@
 Run: ``python bench/transports.py [--deltas 20000] [--rounds 3] [--only ws,sse,...]``
 (the baselines need the ``bench`` extra: ``pip install -e .[bench]``).
 
+``--against REV`` adds a ``uamp@REV`` row to the ws, sse and json rows: the
+same uamp server run from the tree of git revision ``REV`` (for a before/after
+ratio in one run). ``--observed`` adds ``uamp+obs``: the uamp server with
+everything ``uamp serve`` observes by default on (the access log, written to
+``/dev/null``, and the metrics) and traces when the ``otel`` extra is there
+(spans kept in memory), to show what observation costs when it is on; the
+plain ``uamp`` row is what it costs when off.
+
 Every server runs in its own process (``--serve KIND``); the clients are the
 same raw, framework-free socket loops for every server, in this process, so
 the figures compare servers. Each uamp figure is measured beside its
@@ -138,7 +146,7 @@ def completion_body(n: int) -> bytes:
 # --- servers -----------------------------------------------------------------------
 
 
-def serve_uamp(port_file: Path) -> None:
+def serve_uamp(port_file: Path, observed: bool = False) -> None:
     import trio
 
     from uamp_proto import events as ev
@@ -161,12 +169,16 @@ def serve_uamp(port_file: Path) -> None:
 
     # 100 multiplexed sessions need more than the default 64 per connection.
     limits = SessionLimits(max_sessions=128)
+    observe: dict[str, Any] = {}
+    if observed:
+        observe = {"access_log": True, "metrics": True, "tracing": _memory_tracing()}
     app = create_app(
         [FloodAgent()],
         transports=[
             completions.mount,
             lambda a: uamp_ws.mount(a, uamp_ws.UampWebSocketConfig(limits=limits)),
         ],
+        **observe,
     )
     server = Server(app, port=0)
 
@@ -429,8 +441,24 @@ def serve_starlette(port_file: Path) -> None:
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
 
 
+def _memory_tracing() -> Any:
+    """Tracing into memory, or ``None`` without the ``otel`` extra (or before tracing existed)."""
+    import logging
+
+    from uamp_trio.observe.logs import configure
+
+    configure("warning", "text", stream=open(os.devnull, "w"))  # noqa: SIM115 - for the process
+    logging.getLogger("uamp.access").setLevel(logging.INFO)
+    try:
+        from uamp_trio.observe.tracing import Tracing
+    except ImportError:
+        return None
+    return Tracing.in_memory()
+
+
 SERVERS: dict[str, Callable[[Path], None]] = {
     "uamp": serve_uamp,
+    "uamp+obs": functools.partial(serve_uamp, observed=True),
     "uamp-bound": serve_uamp_bound,
     "trio-ws": serve_trio_ws,
     "websockets": serve_websockets,
@@ -444,11 +472,16 @@ class Running:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        port_file = Path(f"/tmp/uamp-bench-{os.getpid()}-{kind}.port")
+        port_file = Path(f"/tmp/uamp-bench-{os.getpid()}-{kind.replace('/', '_')}.port")
         port_file.unlink(missing_ok=True)
+        env = None
+        if kind in REVISIONS:  # uamp@REV: the same server, imported from REV's tree
+            env = {**os.environ, "PYTHONPATH": str(REVISIONS[kind])}
+            kind = "uamp"
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", kind, "--port-file", str(port_file)],
             stdout=subprocess.DEVNULL,
+            env=env,
         )
         deadline = time.monotonic() + 20
         while not port_file.exists() or not port_file.read_text():
@@ -849,6 +882,23 @@ def _many(kind: str, n: int, multiplex: bool, port: int) -> float:
     return many_rate(kind, port, n, 100, multiplex=multiplex)
 
 
+#: ``uamp@REV`` row names -> the exported tree of that revision.
+REVISIONS: dict[str, Path] = {}
+
+
+def export_revision(rev: str) -> Path:
+    """The tracked files of git revision ``rev`` in a temporary folder."""
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    folder = Path(tempfile.mkdtemp(prefix="uamp-bench-rev-"))
+    archive = subprocess.run(
+        ["git", "archive", rev], cwd=root, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deltas", type=int, default=20000)
@@ -856,17 +906,26 @@ def main() -> None:
     parser.add_argument("--only", default="ws,sse,json,ttfd,ttfd-sse,mux,conns")
     parser.add_argument("--serve", choices=sorted(SERVERS))
     parser.add_argument("--port-file", type=Path)
+    parser.add_argument("--against", metavar="REV", help="add uamp as of git revision REV")
+    parser.add_argument("--observed", action="store_true", help="add uamp with observation on")
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port_file)
         return
     n = args.deltas
     only = set(args.only.split(","))
+    extra: list[str] = []
+    if args.against:
+        REVISIONS[f"uamp@{args.against}"] = export_revision(args.against)
+        extra.append(f"uamp@{args.against}")
+    if args.observed:
+        extra.append("uamp+obs")
     print(
         f"uamp transport benchmarks: {n} deltas per response, {args.rounds} rounds, "
         f"median; {os.cpu_count()} CPUs"
     )
-    ws_kinds, http_kinds = ("uamp", "websockets", "trio-ws"), ("uamp", "starlette", "trio-h11")
+    ws_kinds = ("uamp", *extra, "websockets", "trio-ws")
+    http_kinds = ("uamp", *extra, "starlette", "trio-h11")
     # (--only name, title, unit, the measurement for one server kind, the kinds, options)
     rows: list[tuple[str, str, str, Callable[[str], Callable[[int], float]], Any, Any]] = [
         (

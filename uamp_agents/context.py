@@ -58,6 +58,7 @@ from .tools import (
     parse_arguments,
     run_tool_calls,
 )
+from .tracing import model_span, tool_span
 from .turn import ToolExecution, Turn, add_usage
 
 if TYPE_CHECKING:
@@ -266,10 +267,16 @@ class ExecutionContext:
             response_format=response_format,
             params=dict(self.params),
         )
-        if self._emitter is None:
-            response = await self.llm.generate(request)
-        else:
-            response = await self._stream_model(request)
+        with model_span(self.agent_id, self.llm) as span:
+            if self._emitter is None:
+                response = await self.llm.generate(request)
+            else:
+                response = await self._stream_model(request)
+            span.set("gen_ai.response.model", response.model)
+            span.set("gen_ai.response.finish_reasons", [response.finish_reason])
+            if response.usage is not None:
+                span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
+                span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
         self.add_usage(response.usage, self.state.step if step is None else step)
         self.run_checks()
         return response
@@ -370,20 +377,23 @@ class ExecutionContext:
                 state=self.state,
                 deps=self.deps,
             )
-            try:
-                found = self._tools.get(call.name)
-                if found is None:
-                    known = ", ".join(sorted(self._tools)) or "none"
-                    raise ToolError(f"unknown tool {call.name!r} (available: {known})")
-                value = await found.invoke(parse_arguments(call), tctx)
-                if isinstance(value, ToolOutput):
-                    output = attrs.evolve(value, call_id=call.id)
-                else:
-                    output = ToolOutput(call_id=call.id, result=format_result(value))
-            except ToolError as exc:
-                output = error_output(call.id, str(exc))
-            except Exception as exc:
-                output = error_output(call.id, _describe(exc))
+            with tool_span(self.agent_id, call.name, call.id) as span:
+                try:
+                    found = self._tools.get(call.name)
+                    if found is None:
+                        known = ", ".join(sorted(self._tools)) or "none"
+                        raise ToolError(f"unknown tool {call.name!r} (available: {known})")
+                    value = await found.invoke(parse_arguments(call), tctx)
+                    if isinstance(value, ToolOutput):
+                        output = attrs.evolve(value, call_id=call.id)
+                    else:
+                        output = ToolOutput(call_id=call.id, result=format_result(value))
+                except ToolError as exc:
+                    output = error_output(call.id, str(exc))
+                except Exception as exc:
+                    output = error_output(call.id, _describe(exc))
+                if output.is_error:
+                    span.set("error.type", "tool_error")
             outputs[index] = output
             executions[index] = ToolExecution(
                 call=call,

@@ -230,7 +230,7 @@ class App(Host):
         async def endpoint(call: Call) -> Reply:
             return await route.endpoint(call.request)
 
-        reply = await self._run(Call(request, route.meta), 0, endpoint)
+        reply = await self._run(Call(request, route.meta, pattern=route.pattern), 0, endpoint)
         assert reply is not None, "a middleware returned no response for an HTTP call"
         return reply
 
@@ -240,7 +240,7 @@ class App(Host):
             await route.handler(call.websocket)
             return None
 
-        await self._run(Call(pending.request, route.meta, pending), 0, handler)
+        await self._run(Call(pending.request, route.meta, pending, route.pattern), 0, handler)
 
     async def _run(self, call: Call, index: int, innermost: Next) -> Reply:
         """Run ``call`` through the middleware from ``index`` on, then ``innermost``.

@@ -623,7 +623,11 @@ def _tracing(args: argparse.Namespace) -> Any:
         from .observe.tracing import Tracing
     except ImportError as exc:
         raise ValueError(f"--otel needs the otel extra (pip install 'uamp[otel]'): {exc}") from None
-    return Tracing.exporting()
+    from uamp_agents.tracing import set_tracer
+
+    tracing = Tracing.exporting()
+    set_tracer(tracing.runtime)  # the model and tool call spans of UAP agents
+    return tracing
 
 
 def _reload(args: argparse.Namespace) -> int:

@@ -57,11 +57,13 @@ class Call:
             ``path_params`` filled.
         route: The matched route's metadata.
         websocket: The pending upgrade for a WebSocket route, else ``None``.
+        pattern: The matched route's path pattern (``/agents/{agent}/uamp``).
     """
 
     request: Request
     route: RouteMeta
     websocket: WebSocketRequest | None = None
+    pattern: str = ""
 
 
 #: What the rest of the chain returns: the endpoint's response, or ``None``
