@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
+
+from tests._support.checkout import clean_env, copy_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,17 +45,9 @@ def test_the_core_installs_without_extras_and_runs_the_asyncio_example(tmp_path:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    # Install from a copy of the tracked files, so the build leaves nothing in the checkout.
-    source = tmp_path / "src"
-    source.mkdir()
-    subprocess.run(
-        f"git ls-files -z | xargs -0 cp --parents -t '{source}'",
-        shell=True,
-        check=True,
-        cwd=ROOT,
-        executable="/bin/bash",
-    )
+    environ = clean_env()
+    # Install from a copy of the checkout, so the build leaves nothing in it.
+    source = copy_checkout(tmp_path)
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)],
         capture_output=True,

@@ -1,0 +1,177 @@
+"""The fenced blocks of README.md and docs/first-hour.md, run in order against real servers.
+
+Each page is read top to bottom; an HTML comment ``<!-- snippet: ... -->``
+right before a block (or standing alone) says what to do:
+
+* ``skip REASON`` -- the block is not run; the reason is required and says why
+  (and what else covers it), so nothing is left out silently;
+* ``serve`` -- an ``sh`` block that starts a server: it runs in the background
+  (the previous one is stopped first) until its banner is out;
+* ``start COMMAND`` (alone) -- the same for a server the page assumes is running;
+* ``file NAME`` -- the block is a file the reader saves as ``NAME``;
+* ``expect TEXT`` -- the block's output must contain ``TEXT``.
+
+Every other ``python`` and ``sh`` block runs (``sh`` with ``bash -euo
+pipefail``) and must exit 0 without a traceback; a ``json`` block must parse; a
+block in any other language needs ``skip``. The pages speak of
+``127.0.0.1:8765`` and ``.venv/bin/``: both are replaced by the test's free
+port and this interpreter's scripts folder, and ``uamp serve`` gets ``--port``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tests._support.cli import ENV, ROOT, Served
+
+PAGES = ["README.md", "docs/first-hour.md"]
+BIN = Path(sys.executable).parent
+MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")
+FENCE = re.compile(r"^```(\S*)\s*$")
+
+
+@attrs.define
+class Block:
+    """One fenced block (``lang`` ``None``: a stand-alone marker) and the markers before it."""
+
+    line: int
+    lang: str | None
+    code: str
+    markers: list[tuple[str, str]]
+
+    def marker(self, name: str) -> str | None:
+        return next((arg for key, arg in self.markers if key == name), None)
+
+
+def blocks(text: str) -> list[Block]:
+    """The blocks of a markdown page, in order."""
+    found: list[Block] = []
+    pending: list[tuple[str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        marker = MARKER.match(lines[i])
+        fence = FENCE.match(lines[i])
+        if marker:
+            key, arg = marker.group(1), marker.group(2)
+            if key == "start":
+                found.append(Block(i + 1, None, arg, [("start", arg)]))
+            else:
+                pending.append((key, arg))
+        elif fence:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            found.append(Block(i + 1, fence.group(1), "\n".join(lines[i + 1 : end]), pending))
+            pending = []
+            i = end
+        i += 1
+    assert not pending, f"markers {pending} stand before no block"
+    return found
+
+
+def test_the_parser_sees_markers_and_blocks() -> None:
+    page = (
+        "<!-- snippet: skip it installs -->\n```sh\npip install x\n```\ntext\n"
+        "<!-- snippet: start uamp serve -->\n<!-- snippet: expect 5 -->\n"
+        "```python\nprint(5)\n```\n```json\n{}\n```\n"
+    )
+    assert blocks(page) == [
+        Block(2, "sh", "pip install x", [("skip", "it installs")]),
+        Block(6, None, "uamp serve", [("start", "uamp serve")]),
+        Block(8, "python", "print(5)", [("expect", "5")]),
+        Block(11, "json", "{}", []),
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Reader:
+    """Runs one page's blocks in a folder of its own, as a reader would."""
+
+    def __init__(self, folder: Path, page: str) -> None:
+        self.folder = folder
+        self.page = page
+        self.port = _free_port()
+        self.server: Served | None = None
+        self.env = {**ENV, "PATH": f"{BIN}{os.pathsep}{ENV.get('PATH', '')}"}
+        # The pages' programs import the checkout's packages, from any folder.
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), ENV.get("PYTHONPATH")]))
+
+    def local(self, text: str) -> str:
+        text = text.replace("127.0.0.1:8765", f"127.0.0.1:{self.port}")
+        return text.replace(".venv/bin/", f"{BIN}/")
+
+    def where(self, block: Block) -> str:
+        return f"{self.page}:{block.line}"
+
+    def serve(self, block: Block, command: str) -> None:
+        self.stop()
+        command = self.local(command).replace("uamp serve", f"uamp serve --port {self.port}")
+        self.server = Served(["bash", "-c", f"exec {command}"], cwd=self.folder, env=self.env)
+        self.server.wait_for("Ctrl-C to stop")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            assert self.server.stop() == 0, "\n".join(self.server.lines)
+            self.server = None
+
+    def run(self, block: Block) -> None:
+        where = self.where(block)
+        reason = block.marker("skip")
+        if reason is not None:
+            assert reason.strip(), f"{where}: a skipped block must say why"
+            return
+        if block.lang is None:
+            self.serve(block, block.code)
+            return
+        if block.marker("serve") is not None:
+            assert block.lang == "sh", f"{where}: only an sh block can start a server"
+            self.serve(block, block.code)
+            return
+        name = block.marker("file")
+        if name is not None:
+            (self.folder / name).write_text(block.code + "\n")
+            return
+        if block.lang == "json":
+            json.loads(block.code)
+            return
+        if block.lang == "python":
+            command = [sys.executable, "-c", self.local(block.code)]
+        elif block.lang == "sh":
+            command = ["bash", "-euo", "pipefail", "-c", self.local(block.code)]
+        else:
+            pytest.fail(f"{where}: a {block.lang or 'plain'} block must be marked skip or run")
+        done = subprocess.run(
+            command, cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"{where} failed:\n{output}"
+        assert "Traceback" not in output, f"{where}:\n{output}"
+        assert done.stdout.strip(), f"{where} printed nothing"
+        expected = block.marker("expect")
+        if expected is not None:
+            assert expected in output, f"{where}: no {expected!r} in:\n{output}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_of_the_page_runs(page: str, tmp_path: Path) -> None:
+    reader = Reader(tmp_path, page)
+    found = blocks((ROOT / page).read_text())
+    assert found, page
+    try:
+        for block in found:
+            reader.run(block)
+    finally:
+        reader.stop()
