@@ -704,13 +704,7 @@ def print_urls(server: Server, app: App, *, file: Any = None) -> None:
     )
     console = Console(file=out, soft_wrap=True, highlight=False)
     console.print(
-        Text.assemble(
-            ("uamp ", "bold"),
-            (__version__, "bold"),
-            " serving on ",
-            (base, "bold"),
-            f" ({protocols})",
-        )
+        Text.assemble(("uamp serving on ", "bold"), (base, "bold"), f" ({protocols})")
     )
     sections = [("server", app.server_urls(base, ws_base))]
     sections.extend((f"agent {name}", rows) for name, rows in app.urls(base, ws_base).items())
@@ -725,7 +719,7 @@ def print_urls(server: Server, app: App, *, file: Any = None) -> None:
             f"single agent: also answers at {base}/chat/completions, "
             f"{base}/v1/chat/completions, {base}/capabilities"
         )
-    console.print("Ctrl-C to stop")
+    console.print(f"uamp {__version__}; Ctrl-C to stop")
     out.flush()
 
 
