@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import signal
@@ -88,18 +89,24 @@ UAMP_SCRIPT = str(Path(sys.executable).with_name("uamp"))
 
 
 class Served:
-    """A running ``uamp`` server whose every output line is collected by a thread.
+    """A running ``uamp`` process whose every output line is collected by a thread.
 
-    ``command`` is the argument list to run (by default through the ``uamp``
-    script); stdout and stderr are merged. :meth:`wait_for` waits for a line
+    ``command`` is the argument list to run; stdout and stderr are merged;
+    ``stdin=True`` gives it a pipe to write to (``proc.stdin``). :meth:`wait_for` waits for a line
     matching a pattern; :meth:`stop` sends SIGINT and returns the exit code.
     """
 
     def __init__(
-        self, command: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None
+        self,
+        command: list[str],
+        *,
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
+        stdin: bool = False,
     ) -> None:
         self.proc = subprocess.Popen(
             command,
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -107,17 +114,26 @@ class Served:
             env={**ENV, **(env or {})},
         )
         self.lines: list[str] = []
+        self.partial = ""
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
+        # Raw reads, so that a line still being written (a streamed answer) is seen too.
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        raw = self.proc.stdout.buffer  # type: ignore[attr-defined]
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while chunk := raw.read1(65536):
+            text = decoder.decode(chunk)
             with self._changed:
-                self.lines.append(line.rstrip("\n"))
+                *done, self.partial = (self.partial + text).split("\n")
+                self.lines.extend(line.rstrip("\r") for line in done)
                 self._changed.notify_all()
         with self._changed:
+            if self.partial:
+                self.lines.append(self.partial)
+                self.partial = ""
             self._changed.notify_all()
 
     def wait_for(self, pattern: str, *, after: int = 0, timeout: float = STARTUP) -> re.Match[str]:
@@ -126,7 +142,7 @@ class Served:
         regex = re.compile(pattern)
         with self._changed:
             while True:
-                for line in self.lines[after:]:
+                for line in [*self.lines[after:], self.partial]:
                     found = regex.search(line)
                     if found:
                         return found

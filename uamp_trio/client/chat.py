@@ -8,8 +8,16 @@
 
 Tokens are printed as they arrive; tool calls, thinking and usage are shown
 beside them -- with colours (rich) when stdout is a terminal, as plain
-prefixed lines otherwise. ``/quit`` or end of input leaves; Ctrl-C during a
-response cancels it (``response.cancel``), Ctrl-C at the prompt leaves.
+prefixed lines otherwise.
+
+On a terminal the prompt has line editing and a history kept across runs
+(prompt_toolkit; ``--history FILE``, by default
+``~/.local/state/uamp/chat_history``), and stays open while an answer
+streams above it. Lines typed while the agent answers wait their turn.
+Commands: ``/help``, ``/new`` (end the session, start another), ``/cancel``
+(stop the answer being written: ``response.cancel``), ``/quit``. Ctrl-C stops
+the answer being written, or leaves when there is none; Ctrl-D (end of input)
+leaves once the queued lines are answered. Neither prints a traceback.
 
 ``--verify PATH_OR_URL`` checks every response's signature against that
 JWKS (a bad or missing one ends the chat with status 1); ``--save FILE``
@@ -28,11 +36,15 @@ goes to stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
 import trio
 
 from uamp_proto import events as ev
@@ -182,6 +194,8 @@ async def run_chat(
     rich: bool | None = None,
     verify: str | None = None,
     save: str | None = None,
+    history: str | None = None,
+    reader: _LineReader | None = None,
 ) -> int:
     """Run the chat; returns the exit status. See the module docstring."""
     out = out or sys.stdout
@@ -189,49 +203,179 @@ async def run_chat(
     printer = _Printer(out, use_rich)
     try:
         async with connect(chat_url(url), verify=verify, auto_resume=True) as client:
-
-            async def open_session() -> ClientSession:
-                return await client.create_session(
-                    agent,
-                    token=token,
-                    payment_token=payment_token,
-                    on_payment_required=(lambda _event: payment_token) if payment_token else None,
-                )
-
-            session = await open_session()
+            session = await _open(client, agent, token, payment_token)
             if once is not None:
                 paid = payment_token is not None
                 return 0 if await _turn(session, once, printer, can_pay=paid, save=save) else 1
             printer.note(
-                "connected", f"to {session.agent} (session {session.id}); /quit to leave", "blue"
+                "connected",
+                f"to {session.agent} (session {session.id}); /help for commands",
+                "blue",
             )
-            while True:
-                try:
-                    line = await trio.to_thread.run_sync(_prompt, abandon_on_cancel=True)
-                except EOFError:
-                    return 0
-                line = line.strip()
-                if line in ("/quit", "/exit"):
-                    return 0
-                if not line:
-                    continue
-                paid = payment_token is not None
-                try:
-                    await _turn(session, line, printer, can_pay=paid, save=save)
-                except ClientError as exc:
-                    if client.closed or exc.code not in _SESSION_LOST:
-                        raise
-                    printer.end()
-                    printer.note("reconnected", f"{exc.message}; starting a new session", "yellow")
-                    session = await open_session()
-                    await _turn(session, line, printer, can_pay=paid, save=save)
+            lines = reader or _LineReader(history)
+            chat = _Chat(client, session, printer, lines, agent, token, payment_token)
+            return await chat.run(save)
     except (ClientError, JWKSError, OSError, trio.TooSlowError) as exc:
         print(f"uamp chat: {exc}", file=sys.stderr)
         return 1
 
 
-def _prompt() -> str:
-    return input("> ")
+#: What ``/help`` prints.
+HELP = """\
+/help     this list
+/new      end this session and start a new one with the same agent
+/cancel   stop the answer being written (also Ctrl-C)
+/quit     leave (also Ctrl-D; Ctrl-C when no answer is being written)
+Anything else is sent to the agent; lines typed during an answer wait their turn."""
+
+#: A queued command (messages are queued as their text).
+_NEW, _QUIT, _HELP = object(), object(), object()
+#: What the line reader hands over for Ctrl-C at the prompt and for end of input.
+_INTERRUPT, _EOF = object(), object()
+
+DEFAULT_HISTORY = Path("~/.local/state/uamp/chat_history")
+
+
+async def _open(
+    client: Any, agent: str | None, token: str | None, payment_token: str | None
+) -> ClientSession:
+    """A new session with ``agent``, paying with ``payment_token`` when asked."""
+    pays = (lambda _event: payment_token) if payment_token is not None else None
+    return await client.create_session(  # type: ignore[no-any-return]
+        agent, token=token, payment_token=payment_token, on_payment_required=pays
+    )
+
+
+class _LineReader:
+    """Reads one line per call, in a worker thread: prompt_toolkit on a terminal, else stdin."""
+
+    def __init__(self, history: str | None = None) -> None:
+        self.prompt: Any = None
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            from prompt_toolkit import PromptSession
+            from prompt_toolkit.history import FileHistory
+
+            path = Path(history) if history else DEFAULT_HISTORY.expanduser()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.prompt = PromptSession(history=FileHistory(str(path)))
+
+    def read(self) -> object:
+        """The next line, :data:`_INTERRUPT` for Ctrl-C, :data:`_EOF` at the end."""
+        try:
+            if self.prompt is not None:
+                return str(self.prompt.prompt("> ", handle_sigint=False))
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            return _INTERRUPT
+        except EOFError:
+            return _EOF
+        return line.rstrip("\n") if line else _EOF
+
+    def output(self) -> Any:
+        """A context in which printing leaves the prompt intact (prompt_toolkit's patch_stdout)."""
+        if self.prompt is None:
+            return contextlib.nullcontext()
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        return patch_stdout(raw=True)
+
+
+@attrs.define(eq=False)
+class _Chat:
+    """The interactive loop: lines in, one answer at a time out; see the module docstring."""
+
+    client: Any
+    session: ClientSession
+    printer: _Printer
+    reader: _LineReader
+    agent: str | None
+    token: str | None
+    payment_token: str | None
+    #: Whether an answer is being written (what Ctrl-C and /cancel stop).
+    answering: bool = attrs.field(default=False, init=False)
+    #: Messages and commands, taken in order by :meth:`_answer`.
+    queue: tuple[trio.MemorySendChannel[object], trio.MemoryReceiveChannel[object]] = attrs.field(
+        init=False, factory=lambda: trio.open_memory_channel[object](math.inf)
+    )
+
+    async def run(self, save: str | None) -> int:
+        """Until ``/quit``, Ctrl-D (after the queue) or Ctrl-C with no answer running."""
+        with self.reader.output(), trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._answer, save, nursery.cancel_scope)
+                nursery.start_soon(self._signals, signals, nursery.cancel_scope)
+                while True:
+                    line = await trio.to_thread.run_sync(self.reader.read, abandon_on_cancel=True)
+                    if line is _EOF:
+                        self.queue[0].send_nowait(_QUIT)
+                        break
+                    if line is _INTERRUPT:
+                        if not await self._interrupt():
+                            nursery.cancel_scope.cancel()
+                        continue
+                    assert isinstance(line, str)
+                    await self._line(line.strip())
+        return 0
+
+    async def _line(self, line: str) -> None:
+        if not line:
+            return
+        if line == "/cancel":
+            if not await self._interrupt():
+                self.printer.note("cancel", "no answer is being written", "yellow")
+            return
+        command = {"/new": _NEW, "/quit": _QUIT, "/exit": _QUIT, "/help": _HELP}.get(line)
+        if command is None and line.startswith("/"):
+            self.printer.note("help", f"unknown command {line}; /help lists them", "yellow")
+            return
+        self.queue[0].send_nowait(command or line)
+
+    async def _interrupt(self) -> bool:
+        """Cancel the answer being written; ``False`` when there is none."""
+        if not self.answering:
+            return False
+        await self.session.cancel()
+        return True
+
+    async def _signals(self, signals: Any, leave: trio.CancelScope) -> None:
+        async for _ in signals:
+            if not await self._interrupt():
+                leave.cancel()
+
+    async def _say(self, text: str, save: str | None) -> None:
+        """One exchange; a session the server lost is replaced and the text sent again."""
+        paid = self.payment_token is not None
+        try:
+            await _turn(self.session, text, self.printer, can_pay=paid, save=save)
+        except ClientError as exc:
+            if self.client.closed or exc.code not in _SESSION_LOST:
+                raise
+            self.printer.end()
+            self.printer.note("reconnected", f"{exc.message}; starting a new session", "yellow")
+            self.session = await _open(self.client, self.agent, self.token, self.payment_token)
+            await _turn(self.session, text, self.printer, can_pay=paid, save=save)
+
+    async def _answer(self, save: str | None, leave: trio.CancelScope) -> None:
+        """Take the queue in order: send each message and print its answer, run commands."""
+        async for item in self.queue[1]:
+            if item is _QUIT:
+                break
+            if item is _HELP:
+                self.printer.note("help", "\n" + HELP, "blue")
+            elif item is _NEW:
+                await self.session.end()
+                self.session = await _open(self.client, self.agent, self.token, self.payment_token)
+                self.printer.note(
+                    "new", f"session {self.session.id} with {self.session.agent}", "blue"
+                )
+            else:
+                assert isinstance(item, str)
+                self.answering = True
+                try:
+                    await self._say(item, save)
+                finally:
+                    self.answering = False
+        leave.cancel()
 
 
 def add_parser(sub: Any) -> None:
@@ -252,6 +396,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--verify", metavar="PATH_OR_URL", help="check every response's signature against a JWKS"
     )
     p.add_argument("--save", metavar="FILE", help="save each response for `uamp verify`")
+    p.add_argument(
+        "--history",
+        metavar="FILE",
+        help=f"where the prompt keeps its history (default {DEFAULT_HISTORY})",
+    )
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -265,6 +414,7 @@ def _command(args: argparse.Namespace) -> int:
             rich=False if args.plain else None,
             verify=args.verify,
             save=args.save,
+            history=args.history,
         )
     )
 

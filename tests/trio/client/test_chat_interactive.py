@@ -1,0 +1,183 @@
+"""``uamp chat`` interactively: commands, queued lines, /cancel, Ctrl-C, Ctrl-D, and on a
+terminal (a pty) prompt_toolkit's line editing and history -- real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._support.cli import ENV, ROOT, UAMP_SCRIPT, Served, uamp
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[str]:
+    with Served([UAMP_SCRIPT, "serve", "--port", "0", "--no-access-log"]) as srv:
+        yield srv.url()
+
+
+@pytest.fixture(scope="module")
+def slow() -> Iterator[str]:
+    command = [UAMP_SCRIPT, "serve", "--port", "0", "--agent", "tests._support.paying:slow"]
+    with Served(command) as srv:
+        yield srv.url()
+
+
+SESSION = re.compile(r"session (sess_\w+|[\w-]{8,})")
+
+
+def test_help_new_and_queued_lines(demo: str) -> None:
+    done = uamp(
+        "chat", demo, "--agent", "demo", stdin="/help\nfirst\n/new\nsecond\n/bogus\n/quit\n"
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for command in ("/help", "/new", "/cancel", "/quit"):
+        assert command in out
+    assert out.count("[usage]") == 2
+    assert "first" in out and "second" in out
+    sessions = SESSION.findall(out)
+    assert len(sessions) == 2 and sessions[0] != sessions[1], out  # connected, then /new
+    assert out.index("first") < out.index("[new]") < out.rindex("second")
+    assert "unknown command /bogus" in out
+    assert "Traceback" not in done.stderr
+
+
+def test_end_of_input_answers_what_is_queued_then_leaves(demo: str) -> None:
+    done = uamp("chat", demo, "--agent", "demo", stdin="one\ntwo\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("[usage]") == 2
+    assert "Traceback" not in done.stderr
+
+
+def _spawn_chat(url: str) -> tuple[subprocess.Popen[str], Served]:
+    """A chat whose stdin we write to; its output lines are collected."""
+    served = Served([UAMP_SCRIPT, "chat", url, "--agent", "slow"], stdin=True)
+    return served.proc, served
+
+
+def test_cancel_and_ctrl_c_stop_an_answer_and_ctrl_c_then_leaves(slow: str) -> None:
+    proc, out = _spawn_chat(slow)
+    assert proc.stdin is not None
+    try:
+        out.wait_for(r"\[connected\]")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out.wait_for("working")
+        proc.stdin.write("/cancel\n")
+        proc.stdin.flush()
+        out.wait_for(r"\[cancelled\]")
+        mark = len(out.lines)
+        proc.stdin.write("again\n")
+        proc.stdin.flush()
+        out.wait_for("working", after=mark)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C while an answer is written: stops it
+        out.wait_for(r"\[cancelled\]", after=mark)
+        assert proc.poll() is None  # still chatting
+        proc.send_signal(signal.SIGINT)  # Ctrl-C with nothing running: leaves
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "\n".join(out.lines)
+    assert text.count("[cancelled]") == 2
+    assert "Traceback" not in text
+
+
+def test_cancel_with_nothing_running_says_so(demo: str) -> None:
+    done = uamp("chat", demo, "--agent", "demo", stdin="/cancel\n")
+    assert done.returncode == 0
+    assert "no answer is being written" in done.stdout
+
+
+# --- a terminal: prompt_toolkit -----------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+class Terminal:
+    """``uamp chat`` on a pseudo-terminal, as a person would run it."""
+
+    def __init__(self, url: str, history: Path) -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            [UAMP_SCRIPT, "chat", url, "--agent", "demo", "--history", str(history)],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=ROOT,
+            env={
+                **ENV,
+                "TERM": "xterm",
+                "COLUMNS": "100",
+                "LINES": "40",
+                "PROMPT_TOOLKIT_NO_CPR": "1",
+            },
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.raw = b""
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw.decode(errors="replace"))
+
+    def read_until(self, pattern: str, count: int = 1, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while len(re.findall(pattern, self.text)) < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {count}x {pattern!r} in:\n{self.text}"
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    self.raw += os.read(self.master, 65536)
+                except OSError:
+                    break
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            os.close(self.master)
+
+
+UP, LEFT = "\x1b[A", "\x1b[D"
+
+
+def test_terminal_has_line_editing_history_and_a_clean_ctrl_d(demo: str, tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    term = Terminal(demo, history)
+    term.read_until(r"(?m)^>")
+    term.type("hello one\r")
+    term.read_until(r"usage", 1)
+    term.type(UP + "\r")  # the previous line again, from the history
+    term.read_until(r"usage", 2)
+    assert len(re.findall(r"hello one", term.text)) >= 4  # typed, recalled, two answers
+    term.type("abc" + LEFT * 3 + "X\r")  # edit before sending: Xabc
+    term.read_until(r"usage", 3)
+    assert "Xabc" in term.text
+    term.type("\x04")  # Ctrl-D
+    assert term.close() == 0
+    assert "Traceback" not in term.text
+    assert "hello one" in history.read_text() and "Xabc" in history.read_text()
+
+
+def test_terminal_ctrl_c_at_the_prompt_leaves_cleanly(demo: str, tmp_path: Path) -> None:
+    term = Terminal(demo, tmp_path / "history")
+    term.read_until(r"(?m)^>")
+    term.type("\x03")  # Ctrl-C
+    assert term.close() == 0
+    assert "Traceback" not in term.text
