@@ -24,7 +24,7 @@ from ..engines.http import HTTPError
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
-__all__ = ["AGENT_OFFLINE", "AgentRegistry", "ServedAgent", "WrappedAgent"]
+__all__ = ["AGENT_OFFLINE", "AgentRegistry", "ServedAgent", "WrappedAgent", "unwrapped"]
 
 
 class WrappedAgent:
@@ -49,6 +49,13 @@ class WrappedAgent:
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.agent, attr)
+
+
+def unwrapped(agent: Responder) -> Responder:
+    """The agent inside any :class:`WrappedAgent` layers (what to test ``isinstance`` on)."""
+    while isinstance(agent, WrappedAgent):
+        agent = agent.agent
+    return agent
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.~-]+$")
 

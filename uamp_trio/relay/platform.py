@@ -58,7 +58,7 @@ from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
 from ..engines.http import Request, Response, json_response
 from ..engines.ws_frames import WebSocketClosed, make_engine
-from ..hosting.agents import AGENT_OFFLINE
+from ..hosting.agents import AGENT_OFFLINE, unwrapped
 from ..hosting.router import RouteMeta, WebSocketRoute
 from ..hosting.sessions import Outbox, Overloaded, SessionLimits
 from ..hosting.ws_connection import SUBPROTOCOLS, serve_host
@@ -496,7 +496,8 @@ class Relay:
 
     def live(self, name: str) -> bool:
         """Whether ``name`` is hosted here or served by a connected daemon."""
-        agent = self.app.agents.get(name)
+        found = self.app.agents.get(name)
+        agent = unwrapped(found) if found is not None else None  # metrics, traces wrap agents
         return agent is not None and not (isinstance(agent, RemoteAgent) and not agent.online)
 
     def link(self, link: DaemonLink, sid: str, name: str) -> tuple[str, str] | None:
@@ -547,7 +548,8 @@ class Relay:
     def listing(self) -> list[dict[str, str]]:
         """Every agent of the app: ``{"name", "kind", "state"}``."""
         out = []
-        for name, agent in sorted(self.app.agents.items()):
+        for name, hosted in sorted(self.app.agents.items()):
+            agent = unwrapped(hosted)
             if isinstance(agent, RemoteAgent):
                 state = "online" if agent.online else "offline"
                 out.append({"name": name, "kind": "connected", "state": state})
