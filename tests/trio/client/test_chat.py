@@ -65,23 +65,31 @@ def test_chat_url(given: str, expected: str) -> None:
 
 
 def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float = 30) -> str:
-    """What ``proc`` printed up to and including the first line holding ``marker``."""
+    """What ``proc`` printed up to and including the first line holding ``marker``.
+
+    Reads the pipe's bytes directly: a buffered ``readline`` after ``select``
+    would miss lines that arrived in the same chunk as the one it returned.
+    """
+    import os
     import select
     import time
 
     assert proc.stdout is not None
-    seen, deadline = [], time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    seen, deadline = "", time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        lines = seen.splitlines(keepends=True)
+        for n, line in enumerate(lines):
+            if marker in line and line.endswith("\n"):
+                return "".join(lines[: n + 1])
+        ready, _, _ = select.select([fd], [], [], 0.5)
         if not ready:
             continue
-        line = proc.stdout.readline()
-        if not line:
+        chunk = os.read(fd, 65536)
+        if not chunk:
             break
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError(f"no {marker!r} in chat output:\n" + "".join(seen))
+        seen += chunk.decode()
+    raise AssertionError(f"no {marker!r} in chat output:\n" + seen)
 
 
 def test_chat_survives_a_server_restart(tmp_path: Path) -> None:
