@@ -79,6 +79,22 @@ async def create_session(ws: WebSocketConnection, **extra: Any) -> str:
     return str(created["session_id"])
 
 
+async def resume_session(
+    ws: WebSocketConnection, session_id: str, after: str, **extra: Any
+) -> Event:
+    """Ask to resume ``session_id`` after event ``after`` (extensions.resume_from); the reply."""
+    await send(
+        ws,
+        type="session.create",
+        uamp_version="1.0",
+        session={"modalities": ["text"]},
+        session_id=session_id,
+        extensions={"resume_from": after},
+        **extra,
+    )
+    return await recv(ws)
+
+
 def texts(events: list[Event]) -> str:
     """The text of the ``response.delta`` events, joined."""
     return "".join(e["delta"]["text"] for e in events if e["type"] == "response.delta")

@@ -17,7 +17,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.cli import STARTUP, spawn_serve, uamp_serve
-from tests._support.wire import create_session, recv, send, until
+from tests._support.wire import create_session, recv, resume_session, send, until
 
 TIMEOUT = 60
 AGENT = "tests._support.agents:Ticker"
@@ -59,15 +59,7 @@ async def test_kill_9_mid_stream_then_resume_on_the_other_process(redis_url: str
                 doomed.kill()  # SIGKILL: no shutdown, no goodbye
                 doomed.wait(10)
             async with open_ws(f"ws://{second}/agents/ticker/uamp") as ws:
-                await send(
-                    ws,
-                    type="session.create",
-                    uamp_version="1.0",
-                    session={"modalities": ["text"]},
-                    session_id=sid,
-                    extensions={"resume_from": seen[-1]["event_id"]},
-                )
-                created = await recv(ws)
+                created = await resume_session(ws, sid, seen[-1]["event_id"])
                 assert created["type"] == "session.created", created
                 assert created["extensions"] == {"resumed": True}
                 rest = await until(ws, "response.error")

@@ -13,7 +13,7 @@ from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
 from tests._support.agents import TestAgent
-from tests._support.wire import create_session, recv, send, until
+from tests._support.wire import create_session, recv, resume_session, send, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -74,19 +74,6 @@ async def start(ws: Any, agent: GatedAgent) -> tuple[str, list[dict[str, Any]]]:
     return sid, seen
 
 
-async def resume(ws: Any, sid: str, after: str, **extra: Any) -> dict[str, Any]:
-    await send(
-        ws,
-        type="session.create",
-        uamp_version="1.0",
-        session={"modalities": ["text"]},
-        session_id=sid,
-        extensions={"resume_from": after},
-        **extra,
-    )
-    return await recv(ws)
-
-
 def deltas(events: list[dict[str, Any]]) -> list[str]:
     return [e["delta"]["text"] for e in events if e["type"] == "response.delta"]
 
@@ -102,7 +89,7 @@ async def test_a_dropped_connection_resumes_mid_response_and_the_response_contin
             await trio.sleep(0.1)
             last = seen[-1]
             async with open_ws(url) as ws:
-                created = await resume(ws, sid, last["event_id"])
+                created = await resume_session(ws, sid, last["event_id"])
                 assert created["type"] == "session.created", created
                 assert created["session_id"] == sid
                 assert created["extensions"] == {"resumed": True}
@@ -123,7 +110,7 @@ async def test_a_resume_reaches_the_live_stream_of_a_running_response() -> None:
             async with open_ws(url) as ws:
                 sid, seen = await start(ws, agent)
             async with open_ws(url) as ws:
-                created = await resume(ws, sid, seen[-2]["event_id"])
+                created = await resume_session(ws, sid, seen[-2]["event_id"])
                 assert created["extensions"] == {"resumed": True}
                 replayed = [await recv(ws)]  # d1: sent before the drop, logged
                 agent.gate.set()  # the rest is produced after the resume
@@ -140,7 +127,7 @@ async def test_the_resumed_session_keeps_its_conversation() -> None:
                 await ask(ws, sid, "first question")
                 first = await until(ws, "response.done")
             async with open_ws(url) as ws:
-                created = await resume(ws, sid, first[-1]["event_id"])
+                created = await resume_session(ws, sid, first[-1]["event_id"])
                 assert created["extensions"] == {"resumed": True}
                 await ask(ws, sid, "second question")
                 second = await until(ws, "response.done")
@@ -156,7 +143,7 @@ async def test_the_resumed_session_keeps_its_conversation() -> None:
 async def test_resuming_an_unknown_session_is_a_session_error() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving(GatedAgent()) as url, open_ws(url) as ws:
-            answer = await resume(ws, "sess_never", "evt_x")
+            answer = await resume_session(ws, "sess_never", "evt_x")
             assert answer["type"] == "session.error"
             assert answer["error"]["code"] == "unknown_session"
             # The connection goes on: a new session works.
@@ -170,9 +157,9 @@ async def test_an_unknown_event_id_and_a_bad_resume_from_are_refused() -> None:
             async with open_ws(url) as ws:
                 sid = await create_session(ws)
             async with open_ws(url) as ws:
-                unknown = await resume(ws, sid, "evt_not_sent_here")
+                unknown = await resume_session(ws, sid, "evt_not_sent_here")
             async with open_ws(url) as ws:
-                bad = await resume(ws, sid, "")
+                bad = await resume_session(ws, sid, "")
     assert (unknown["type"], unknown["error"]["code"]) == ("session.error", "unknown_event")
     assert (bad["type"], bad["error"]["code"]) == ("session.error", "invalid_event")
 
@@ -191,7 +178,7 @@ async def test_a_resume_beyond_retention_says_so() -> None:
                 await ask(ws, sid, "count")
                 await until(ws, "response.done")
             async with open_ws(url) as ws:
-                answer = await resume(ws, sid, created["event_id"])
+                answer = await resume_session(ws, sid, created["event_id"])
     assert answer["type"] == "session.error"
     assert answer["error"]["code"] == "beyond_retention"
     assert "lost" in answer["error"]["message"]
@@ -208,7 +195,7 @@ async def test_an_expired_session_cannot_be_resumed() -> None:
                 done = await until(ws, "response.done")
             now[0] += 61
             async with open_ws(url) as ws:
-                answer = await resume(ws, sid, done[-1]["event_id"])
+                answer = await resume_session(ws, sid, done[-1]["event_id"])
     assert (answer["type"], answer["error"]["code"]) == ("session.error", "session_expired")
 
 
@@ -222,7 +209,7 @@ async def test_an_ended_session_cannot_be_resumed() -> None:
                 await send(ws, type="session.end", session_id=sid)
                 await trio.sleep(0.1)
             async with open_ws(url) as ws:
-                answer = await resume(ws, sid, done[-1]["event_id"])
+                answer = await resume_session(ws, sid, done[-1]["event_id"])
     assert (answer["type"], answer["error"]["code"]) == ("session.error", "session_expired")
 
 
@@ -236,12 +223,12 @@ async def test_only_the_owner_resumes() -> None:
                 await ask(ws, sid, "hi")
                 done = await until(ws, "response.done")
             async with open_ws(url + "?token=key-bob") as ws:
-                theirs = await resume(ws, sid, done[-1]["event_id"])
-                never = await resume(ws, "sess_never", done[-1]["event_id"])
+                theirs = await resume_session(ws, sid, done[-1]["event_id"])
+                never = await resume_session(ws, "sess_never", done[-1]["event_id"])
                 # The connection goes on for Bob's own sessions.
                 assert await create_session(ws, session_id="sess_bob") == "sess_bob"
             async with open_ws(url + "?token=key-alice") as ws:
-                mine = await resume(ws, sid, done[0]["event_id"])
+                mine = await resume_session(ws, sid, done[0]["event_id"])
                 replayed = await until(ws, "response.done")
     assert theirs["type"] == never["type"] == "session.error"
     masked = [(e["error"]["code"], e["error"]["message"].replace(sid, "X")) for e in (theirs,)]
@@ -265,7 +252,7 @@ async def test_a_sqlite_log_resumes_after_a_server_restart(tmp_path: Path) -> No
         # A new server process: a new store on the same file.
         log = SqliteEventLog(path)
         async with serving(agent, log) as url, open_ws(url) as ws:
-            created = await resume(ws, sid, first[0]["event_id"])  # after response.created
+            created = await resume_session(ws, sid, first[0]["event_id"])  # after response.created
             replayed = await until(ws, "response.done")
             await ask(ws, sid, "two")
             await until(ws, "response.done")
