@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio_websocket
 
+from tests._support.refusals import JSONRPC_UNAUTHORIZED, assert_unauthorized
 from uamp_trio import DemoAgent, create_app
 from uamp_trio.app import App
 from uamp_trio.engines.http import Request
@@ -58,29 +59,15 @@ def concrete(pattern: str) -> str:
 
 
 def assert_refused_in_style(style: str, status: int, headers: Any, body: bytes) -> None:
-    assert status == 401
-    assert dict(headers)["www-authenticate"] == 'Bearer error="invalid_token"'
-    obj = orjson.loads(body)
-    if style == "openai":
-        assert obj["error"]["code"] == "unauthorized"
-        assert obj["error"]["message"] == "No credentials."
-        assert obj["error"]["type"] == "invalid_request_error"
-    elif style == "jsonrpc":
-        assert obj == {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {
-                "code": JSONRPC_REFUSED,
-                "message": "No credentials.",
-                "data": {"status": 401, "code": "unauthorized"},
-            },
-        }
-    else:
-        assert style == "uamp"
-        assert obj == {
-            "type": "session.error",
-            "error": {"code": "unauthorized", "message": "No credentials."},
-        }
+    assert_unauthorized(
+        style,
+        status,
+        headers,
+        body,
+        challenge='Bearer error="invalid_token"',
+        message="No credentials.",
+    )
+    assert JSONRPC_REFUSED == JSONRPC_UNAUTHORIZED
 
 
 @pytest.fixture

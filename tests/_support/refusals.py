@@ -1,0 +1,43 @@
+"""The 401 refusal a route answers in its own error style, as the tests expect it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+#: The JSON-RPC error code of an authentication refusal.
+JSONRPC_UNAUTHORIZED = -32000
+
+
+def assert_unauthorized(
+    style: str, status: int, headers: Any, body: bytes, *, challenge: str, message: str | None
+) -> None:
+    """A 401 with ``challenge`` in ``WWW-Authenticate`` and the ``unauthorized``
+    code in ``style``'s error shape (``openai``, ``jsonrpc`` or ``uamp``);
+    ``message``, when given, is the exact message the body carries, and then a
+    JSON-RPC or UAMP body must hold nothing else."""
+    assert status == 401
+    assert dict(headers)["www-authenticate"] == challenge
+    obj = orjson.loads(body)
+    if style == "openai":
+        error = obj["error"]
+        assert (error["code"], error["type"]) == ("unauthorized", "invalid_request_error")
+    elif style == "jsonrpc":
+        assert (obj["jsonrpc"], obj["id"]) == ("2.0", None)
+        error = obj["error"]
+        assert error["code"] == JSONRPC_UNAUTHORIZED
+        assert error["data"] == {"status": 401, "code": "unauthorized"}
+    else:
+        assert style == "uamp"
+        assert obj["type"] == "session.error"
+        error = obj["error"]
+        assert error["code"] == "unauthorized"
+    if message is not None:
+        assert error["message"] == message
+        exact = {
+            "jsonrpc": ({"jsonrpc", "id", "error"}, {"code", "message", "data"}),
+            "uamp": ({"type", "error"}, {"code", "message"}),
+        }.get(style)
+        if exact is not None:
+            assert (set(obj), set(error)) == exact
