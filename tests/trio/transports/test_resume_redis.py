@@ -17,8 +17,8 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
-from tests._support.wire import CREATE, open_stream, post, until
-from tests.trio.transports.test_uamp_resume import GatedAgent, deltas, resume, start
+from tests._support.wire import CREATE, open_stream, post, resume_session, until
+from tests.trio.transports.test_uamp_resume import GatedAgent, deltas, start
 from uamp_trio import App
 from uamp_trio.stores import Stores
 from uamp_trio.stores.event_log_redis import RedisEventLog
@@ -53,7 +53,7 @@ async def test_a_client_resumes_on_the_other_server_mid_response(redis_url: str)
             async with open_ws(f"ws://{first}{path}") as ws:
                 sid, seen = await start(ws, a)
             async with open_ws(f"ws://{second}{path}") as ws:
-                created = await resume(ws, sid, seen[-1]["event_id"])
+                created = await resume_session(ws, sid, seen[-1]["event_id"])
                 assert created["extensions"] == {"resumed": True}
                 a.gate.set()  # the first server's agent goes on: its events reach us via Redis
                 rest = await until(ws, "response.done")
