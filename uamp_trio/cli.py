@@ -862,6 +862,15 @@ def _add_verify(sub: Any) -> None:
     add_parser(sub)
 
 
+# --- bench ------------------------------------------------------------------------
+
+
+def _add_bench(sub: Any) -> None:
+    from .bench.command import add_parser
+
+    add_parser(sub)
+
+
 # --- entry point ----------------------------------------------------------------
 
 #: Functions that add a subcommand to the parser. ``uamp chat`` (the native
@@ -872,6 +881,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     _add_acp,
     _add_chat,
     _add_verify,
+    _add_bench,
     add_tokens_parser,
 ]
 

@@ -1,0 +1,24 @@
+"""``uamp bench``: load an agent endpoint and report its latency and throughput.
+
+:mod:`.config` holds what a run does (:class:`~.config.BenchConfig`, the URL
+and duration rules), :mod:`.stats` turns timed samples into the summary and
+its JSON, :mod:`.drivers` sends one request per transport, :mod:`.runner`
+keeps ``concurrency`` of them in flight, :mod:`.report` prints tables and
+comparisons, :mod:`.plot` draws charts and :mod:`.command` is the command
+line. See docs/bench.md.
+"""
+
+from .config import BenchConfig, chat_completions_url, parse_duration
+from .runner import run_bench
+from .stats import Sample, Summary, percentile, summarize
+
+__all__ = [
+    "BenchConfig",
+    "Sample",
+    "Summary",
+    "chat_completions_url",
+    "parse_duration",
+    "percentile",
+    "run_bench",
+    "summarize",
+]

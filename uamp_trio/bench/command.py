@@ -1,0 +1,172 @@
+"""``uamp bench URL``: the command line, which fills a :class:`~.config.BenchConfig`.
+
+::
+
+    uamp bench http://127.0.0.1:8765/agents/demo -c 16 -n 500
+    uamp bench http://127.0.0.1:8000/v1 --model my-model -d 30s --api-key $KEY
+    uamp bench http://127.0.0.1:8765 --agent demo --transport uamp-ws --json run.json
+    uamp bench --compare before.json after.json
+
+Exit status: 0 when every request succeeded, 1 when some failed (the table
+says which kinds), 2 for bad arguments or unreadable files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from ..client._command import run_command
+from .config import TRANSPORTS, BenchConfig, parse_duration, parse_header
+from .report import LiveProgress, print_compare, print_summary
+from .runner import run_bench
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``bench`` subcommand to the ``uamp`` command line's sub-parsers."""
+    p = sub.add_parser("bench", help="benchmark an agent endpoint (latency and throughput)")
+    _arguments(p)
+    p.set_defaults(func=_command)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _header(text: str) -> tuple[str, str]:
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "url",
+        nargs="?",
+        help="an agent's base URL (http://host/agents/NAME), a full endpoint URL, "
+        "or a server's root with --agent",
+    )
+    p.add_argument("--transport", "-t", choices=TRANSPORTS, default="openai")
+    p.add_argument("--agent", help="the agent to address at a server's root")
+    p.add_argument("--model", help="Chat Completions model (default: the agent's name)")
+    p.add_argument("--concurrency", "-c", type=int, default=10, help="requests in flight")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--requests", "-n", type=int, help="requests to send (default 100)")
+    budget.add_argument(
+        "--duration", "-d", type=_duration, help="run this long: 30s, 2m or seconds"
+    )
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", default="Say hello.", help="the user message")
+    prompt.add_argument("--prompt-file", type=Path, help="read the user message from a file")
+    p.add_argument(
+        "--stream", action=argparse.BooleanOptionalAction, default=True, help="stream responses"
+    )
+    p.add_argument("--http2", action="store_true", help="HTTP/2 (h2c prior knowledge on http://)")
+    p.add_argument(
+        "-H", "--header", type=_header, action="append", default=[], help="'Name: value'"
+    )
+    p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
+    p.add_argument("--max-tokens", type=int, help="Chat Completions max_tokens")
+    p.add_argument("--timeout", type=_duration, default=60.0, help="per request (default 60s)")
+    p.add_argument("--insecure", "-k", action="store_true", help="skip TLS verification")
+    p.add_argument("--json", metavar="FILE", help="write the summary as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="latency CDF and throughput chart")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--compare", nargs=2, metavar=("A.json", "B.json"), help="print two runs side by side"
+    )
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    """The run the parsed arguments describe.
+
+    Raises:
+        ValueError: A bad combination (no URL, a bad count).
+        OSError: ``--prompt-file`` cannot be read.
+    """
+    if not args.url:
+        raise ValueError("a URL is needed (or --compare A.json B.json)")
+    headers = list(args.header)
+    if args.api_key:
+        headers.append(("Authorization", f"Bearer {args.api_key}"))
+    prompt = args.prompt_file.read_text(encoding="utf-8") if args.prompt_file else args.prompt
+    return BenchConfig(
+        url=args.url,
+        transport=args.transport,
+        agent=args.agent,
+        model=args.model,
+        concurrency=args.concurrency,
+        requests=None if args.duration is not None else (args.requests or 100),
+        duration=args.duration,
+        prompt=prompt,
+        stream=args.stream,
+        http2=args.http2,
+        headers=tuple(headers),
+        timeout=args.timeout,
+        max_tokens=args.max_tokens,
+        insecure=args.insecure,
+    )
+
+
+def _load(path: str) -> dict[str, Any]:
+    data = orjson.loads(Path(path).read_bytes())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a uamp bench JSON summary")
+    return data
+
+
+def _command(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    if args.compare:
+        try:
+            a, b = (_load(path) for path in args.compare)
+        except (OSError, ValueError) as exc:
+            print(f"uamp bench: {exc}", file=sys.stderr)
+            return 2
+        print_compare(a, b, (args.compare[0], args.compare[1]), out)
+        return 0
+    try:
+        config = config_from(args)
+    except (OSError, ValueError) as exc:
+        print(f"uamp bench: {exc}", file=sys.stderr)
+        return 2
+    show = not args.no_progress and sys.stderr.isatty()
+
+    async def run() -> Any:
+        if not show:
+            return await run_bench(config)
+        with LiveProgress(config.requests, config.duration, sys.stderr) as progress:
+            return await run_bench(config, on_sample=progress.add)
+
+    summary, samples = trio.run(run)
+    print_summary(summary, out)
+    if args.json:
+        Path(args.json).write_bytes(
+            orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
+        )
+    if args.plot:
+        from .plot import plot
+
+        plot(samples, args.plot, title=f"uamp bench: {summary.meta.get('url', '')}")
+    return 1 if summary.errors else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m uamp_trio.bench.command URL ...`` (the same as ``uamp bench``)."""
+    return run_command("uamp bench", __doc__ or "", _arguments, _command, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""What one ``uamp bench`` run does, and the rules that read its URL and duration."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+
+__all__ = [
+    "TRANSPORTS",
+    "BenchConfig",
+    "chat_completions_url",
+    "parse_duration",
+    "parse_header",
+    "uamp_ws_url",
+]
+
+#: The transports ``--transport`` accepts.
+TRANSPORTS = ("openai", "uamp-ws")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30s``, ``2m``, ``1h``, ``500ms`` or plain ``45`` / ``2.5`` (seconds).
+
+    Raises:
+        ValueError: Anything else, or a duration that is not positive.
+    """
+    found = _DURATION.match(text)
+    if found is None:
+        raise ValueError(f"not a duration: {text!r} (use 30s, 2m, 1h, 500ms or seconds)")
+    seconds = float(found.group(1)) * _UNIT[found.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"the duration must be positive: {text!r}")
+    return seconds
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``Name: value`` (curl's and oha's ``-H`` form) as a pair.
+
+    Raises:
+        ValueError: No colon, or an empty name.
+    """
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ValueError(f"not a header: {text!r} (use 'Name: value')")
+    return name.strip(), value.strip()
+
+
+def _with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def _check(url: str, schemes: Sequence[str]) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in schemes or not parts.netloc:
+        raise ValueError(f"not an {' or '.join(schemes)} URL: {url!r}")
+
+
+def chat_completions_url(url: str, agent: str | None = None) -> str:
+    """The Chat Completions endpoint for what the user gave.
+
+    * ``.../chat/completions`` is the endpoint itself and is kept;
+    * a server root with ``agent`` becomes ``/agents/AGENT/v1/chat/completions``;
+    * a path ending in ``/v1`` (vLLM, OpenAI-style bases) gets ``/chat/completions``;
+    * any other path -- an agent's base ``/agents/NAME`` or a server root --
+      gets ``/v1/chat/completions``.
+
+    Raises:
+        ValueError: Not an http(s) URL.
+    """
+    _check(url, ("http", "https"))
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return _with_path(url, path)
+    if agent is not None:
+        path = f"{path}/agents/{agent}"
+    if path.endswith("/v1"):
+        return _with_path(url, path + "/chat/completions")
+    return _with_path(url, path + "/v1/chat/completions")
+
+
+def uamp_ws_url(url: str, agent: str | None = None) -> tuple[str, str | None]:
+    """The UAMP WebSocket URL and the agent to name in ``session.create``.
+
+    ``ws(s)://`` URLs are kept. An http(s) agent base ``/agents/NAME`` becomes
+    ``ws(s)://.../agents/NAME/uamp``; a server root becomes the multi-agent
+    endpoint ``/ws`` (with ``agent``, if given, named in each session).
+
+    Raises:
+        ValueError: Not an http(s) or ws(s) URL.
+    """
+    _check(url, ("http", "https", "ws", "wss"))
+    parts = urlsplit(url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    path = parts.path.rstrip("/")
+    if parts.scheme in ("ws", "wss"):
+        return url, agent
+    if agent is None and "/agents/" in path:
+        if not path.endswith("/uamp"):
+            path += "/uamp"
+    elif not path.endswith("/ws"):
+        path += "/ws"
+    return urlunsplit((scheme, parts.netloc, path, parts.query, "")), agent
+
+
+@attrs.frozen
+class BenchConfig:
+    """One benchmark run.
+
+    Attributes:
+        url: What the user gave (see :func:`chat_completions_url`, :func:`uamp_ws_url`).
+        transport: One of :data:`TRANSPORTS`.
+        agent: The agent to address at a server root.
+        model: Chat Completions ``model`` (default: the agent's name, else ``uamp``).
+        concurrency: Requests in flight at once.
+        requests: Stop after this many (when ``duration`` is ``None``).
+        duration: Stop starting requests after this many seconds.
+        prompt: The user message of every request.
+        stream: Ask for a streamed response.
+        http2: Speak HTTP/2 (h2c prior knowledge on ``http://``, ALPN on ``https://``).
+        headers: Sent with every request (``Authorization`` ...).
+        timeout: Seconds one request may take before it counts as a ``timeout``.
+        max_tokens: Chat Completions ``max_tokens``, if set.
+        insecure: Do not verify TLS certificates.
+    """
+
+    url: str
+    transport: str = "openai"
+    agent: str | None = None
+    model: str | None = None
+    concurrency: int = 10
+    requests: int | None = 100
+    duration: float | None = None
+    prompt: str = "Say hello."
+    stream: bool = True
+    http2: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout: float = 60.0
+    max_tokens: int | None = None
+    insecure: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {self.transport!r}: one of {TRANSPORTS}")
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be at least 1")
+        if self.duration is None and (self.requests is None or self.requests < 1):
+            raise ValueError("--requests must be at least 1")

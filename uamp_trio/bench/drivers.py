@@ -1,0 +1,252 @@
+"""One request per transport, timed into a :class:`~.stats.Sample`.
+
+A driver is opened once per run (:func:`open_driver`: the shared HTTP client)
+and gives each worker a :meth:`Driver.worker` context (for ``uamp-ws`` the
+worker's own WebSocket connection) whose ``send`` runs one request. ``send``
+never raises for what the endpoint did: a failure is recorded as the
+sample's ``error`` kind -- ``http_STATUS``, ``connect``, ``timeout``,
+``network``, ``protocol``, ``bad_response``, ``incomplete``, ``stream_error``
+or a UAMP error code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any, Protocol
+
+import httpx
+import orjson
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+
+from ..client.uamp import ClientError, UampClient, connect
+from .config import BenchConfig, chat_completions_url, uamp_ws_url
+from .stats import Sample
+
+__all__ = ["Driver", "Send", "open_driver"]
+
+#: Seconds between the tries of a worker that could not connect.
+_RETRY_PAUSE = 0.5
+
+#: Runs one request, filling in the sample.
+Send = Callable[[Sample], Awaitable[None]]
+
+
+class Driver(Protocol):
+    """Gives each worker what it needs to send requests."""
+
+    #: Where the requests go (for the report).
+    endpoint: str
+    #: The wire protocols the responses came over (``HTTP/1.1``, ``HTTP/2``, ``websocket``).
+    protocols: set[str]
+
+    def worker(self) -> contextlib.AbstractAsyncContextManager[Send]:
+        """A worker's ``send``, open for the worker's lifetime."""
+        ...
+
+
+def _http_error_kind(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.LocalProtocolError):
+        return "protocol"
+    return "network"
+
+
+class _ChatCompletions:
+    """OpenAI-compatible ``POST /chat/completions`` over one shared httpx client."""
+
+    def __init__(self, config: BenchConfig, client: httpx.AsyncClient) -> None:
+        self.endpoint = chat_completions_url(config.url, config.agent)
+        self._client = client
+        self._stream = config.stream
+        self.protocols: set[str] = set()
+        body: dict[str, Any] = {
+            "model": config.model or config.agent or _agent_in(config.url) or "uamp",
+            "messages": [{"role": "user", "content": config.prompt}],
+            "stream": config.stream,
+        }
+        if config.max_tokens is not None:
+            body["max_tokens"] = config.max_tokens
+        self._body = orjson.dumps(body)
+        self._headers = {"content-type": "application/json", **dict(config.headers)}
+
+    @contextlib.asynccontextmanager
+    async def worker(self) -> AsyncIterator[Send]:
+        yield self._send
+
+    async def _send(self, sample: Sample) -> None:
+        try:
+            async with self._client.stream(
+                "POST", self.endpoint, content=self._body, headers=self._headers
+            ) as response:
+                self.protocols.add(response.http_version)
+                if response.status_code >= 400:
+                    await response.aread()
+                    sample.error = f"http_{response.status_code}"
+                elif self._stream:
+                    await self._read_stream(response, sample)
+                else:
+                    await self._read_body(response, sample)
+                sample.bytes = response.num_bytes_downloaded
+        except httpx.HTTPError as exc:
+            sample.error = _http_error_kind(exc)
+        sample.end = trio.current_time()
+
+    @staticmethod
+    async def _read_stream(response: httpx.Response, sample: Sample) -> None:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                sample.error = "bad_response"
+                return
+            if not isinstance(chunk, dict):
+                sample.error = "bad_response"
+                return
+            if "error" in chunk:
+                sample.error = "stream_error"
+                return
+            text = _delta_text(chunk)
+            if text:
+                sample.deltas.append(trio.current_time())
+                sample.text += len(text)
+        sample.error = "incomplete"
+
+    @staticmethod
+    async def _read_body(response: httpx.Response, sample: Sample) -> None:
+        body = await response.aread()
+        try:
+            message = orjson.loads(body)["choices"][0]["message"]
+        except (orjson.JSONDecodeError, LookupError, TypeError):
+            sample.error = "bad_response"
+            return
+        text = message.get("content") if isinstance(message, dict) else None
+        if isinstance(text, str) and text:
+            sample.deltas.append(trio.current_time())
+            sample.text += len(text)
+
+
+def _delta_text(chunk: dict[str, Any]) -> str:
+    """The content (or reasoning) a streamed chunk carries."""
+    try:
+        delta = chunk["choices"][0]["delta"]
+    except (LookupError, TypeError):
+        return ""
+    if not isinstance(delta, dict):
+        return ""
+    text = delta.get("content") or delta.get("reasoning_content") or ""
+    return text if isinstance(text, str) else ""
+
+
+def _agent_in(url: str) -> str | None:
+    """``NAME`` in ``.../agents/NAME...``, if the URL names an agent."""
+    _, found, rest = url.partition("/agents/")
+    return rest.split("/")[0] or None if found else None
+
+
+class _UampWebSocket:
+    """Native UAMP over WebSocket: a connection per worker, a session per request.
+
+    Timing starts when the turn is sent (``respond``), after the session was
+    created, so the figures are the turn's alone.
+    """
+
+    def __init__(self, config: BenchConfig) -> None:
+        self.endpoint, agent = uamp_ws_url(config.url, config.agent)
+        self._agent = agent
+        self._prompt = config.prompt
+        self.protocols = {"websocket"}
+        self._headers = config.headers
+        self._ssl = _ssl_context(config)
+
+    @contextlib.asynccontextmanager
+    async def worker(self) -> AsyncIterator[Send]:
+        connected = False
+        try:
+            async with connect(
+                self.endpoint, headers=self._headers, ssl_context=self._ssl
+            ) as client:
+                connected = True
+                yield partial(self._send, client)
+                return
+        except (ClientError, OSError, trio.TooSlowError) as exc:
+            if connected:
+                raise
+            kind = exc.code if isinstance(exc, ClientError) else "connect"
+
+        async def refused(sample: Sample) -> None:
+            # A worker that could not connect records one failure per try,
+            # paced so that a --duration run does not spin.
+            await trio.sleep(_RETRY_PAUSE)
+            sample.error = kind
+            sample.end = trio.current_time()
+
+        yield refused
+
+    async def _send(self, client: UampClient, sample: Sample) -> None:
+        try:
+            await self._turn(client, sample)
+        except ClientError as exc:
+            sample.error = exc.code
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            sample.error = "network"
+        if not sample.end:
+            sample.end = trio.current_time()
+
+    async def _turn(self, client: UampClient, sample: Sample) -> None:
+        session = await client.create_session(self._agent)
+        sample.start = trio.current_time()
+        stream = session.respond(self._prompt)
+        async for event in stream:
+            delta = event.delta if isinstance(event, ev.ResponseDelta) else None
+            if isinstance(delta, ty.DeltaText) and delta.text:
+                sample.deltas.append(trio.current_time())
+                sample.text += len(delta.text)
+        sample.end = trio.current_time()
+        result = stream.result
+        if result is None:
+            sample.error = "incomplete"
+        elif result.status != "completed":
+            sample.error = result.error.code if result.error else result.status
+        await session.end()
+
+
+def _ssl_context(config: BenchConfig) -> ssl.SSLContext | None:
+    if not config.insecure:
+        return None
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@contextlib.asynccontextmanager
+async def open_driver(config: BenchConfig) -> AsyncIterator[Driver]:
+    """The driver of ``config.transport``, open for the run."""
+    if config.transport == "uamp-ws":
+        yield _UampWebSocket(config)
+        return
+    limits = httpx.Limits(
+        max_connections=config.concurrency, max_keepalive_connections=config.concurrency
+    )
+    async with httpx.AsyncClient(
+        http1=not config.http2,
+        http2=config.http2,
+        limits=limits,
+        timeout=httpx.Timeout(config.timeout),
+        verify=not config.insecure,
+    ) as client:
+        yield _ChatCompletions(config, client)
