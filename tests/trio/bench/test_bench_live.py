@@ -1,0 +1,187 @@
+"""``uamp bench`` against a real server on 127.0.0.1: its figures against what the server saw.
+
+In-process: a counting agent served by :class:`~uamp_trio.engines.server.Server`
+and :func:`~uamp_trio.bench.run_bench` in the same trio loop, over real
+sockets. As a command: ``uamp bench`` against ``uamp serve``, both
+subprocesses, with ``--json`` and ``--plot``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import orjson
+import pytest
+
+from tests._support.agents import TestAgent
+from tests._support.cli import uamp, uamp_serve
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio.app import create_app
+from uamp_trio.bench import BenchConfig, run_bench
+from uamp_trio.trust.auth import APIKeyAuthenticator
+
+WORDS = ("alpha ", "beta ", "gamma ", "delta ", "omega")
+
+
+class Counting(TestAgent):
+    """Says :data:`WORDS`, one delta each, and counts the turns it served and the prompts."""
+
+    name = "count"
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.prompts: list[str] = []
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.turns += 1
+        self.prompts.append(request.messages[-1].text)
+        for word in WORDS:
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=word)))
+
+
+async def _served(serve_app: Any) -> tuple[Counting, str]:
+    agent = Counting()
+    server = await serve_app(create_app([agent]))
+    return agent, server.url
+
+
+async def _one_body(url: str, stream: bool) -> int:
+    """The bytes of one response as a plain httpx request reads them."""
+    async with httpx.AsyncClient() as client:
+        body = {"model": "count", "messages": [{"role": "user", "content": "hi"}]}
+        response = await client.post(url, json={**body, "stream": stream})
+        return len(response.content)
+
+
+@pytest.mark.parametrize(("stream", "http2"), [(True, False), (False, False), (True, True)])
+async def test_the_counts_match_what_the_server_saw(
+    serve_app: Any, stream: bool, http2: bool
+) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(
+        url=base + "/agents/count",
+        concurrency=4,
+        requests=23,
+        prompt="how many?",
+        stream=stream,
+        http2=http2,
+    )
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 23 == data["requests"] == data["ok"]
+    assert agent.prompts == ["how many?"] * 23
+    assert data["errors"] == 0 and data["errors_by_kind"] == {}
+    # Streamed: one delta per word; not streamed: the whole message is one.
+    per_response = len(WORDS) if stream else 1
+    assert data["deltas"] == 23 * per_response
+    assert all(s.text == len("".join(WORDS)) for s in samples)
+    one = await _one_body(base + "/agents/count/v1/chat/completions", stream)
+    assert data["bytes"] == 23 * one
+    assert data["protocols"] == (["HTTP/2"] if http2 else ["HTTP/1.1"])
+    assert data["url"] == base + "/agents/count/v1/chat/completions"
+    for key in ("ttfd_ms", "itl_ms", "e2e_ms"):
+        assert set(data[key]) == {"p50", "p90", "p99", "mean"}
+    assert 0 < data["ttfd_ms"]["p50"] <= data["e2e_ms"]["p50"]
+    assert data["requests_per_s"] == pytest.approx(23 / data["duration_s"])
+    if not stream:
+        assert data["itl_ms"]["p50"] is None
+
+
+async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base, agent="count", transport="uamp-ws", concurrency=3, requests=10)
+    summary, _ = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 10 == data["ok"]
+    assert data["deltas"] == 10 * len(WORDS)
+    assert data["protocols"] == ["websocket"]
+    assert data["url"] == base.replace("http://", "ws://") + "/ws"
+    assert data["itl_ms"]["p50"] is not None
+
+
+async def test_a_duration_bounds_the_run(serve_app: Any) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base + "/agents/count", concurrency=2, requests=None, duration=0.4)
+    summary, _ = await run_bench(config)
+    data = summary.to_json()
+    assert 0.4 <= data["duration_s"] < 5
+    assert data["requests"] == agent.turns > 0
+
+
+async def test_errors_are_counted_by_kind(serve_app: Any) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base + "/agents/nobody", concurrency=2, requests=6)
+    data = (await run_bench(config))[0].to_json()
+    assert data["errors_by_kind"] == {"http_404": 6} and data["ok"] == 0
+    assert agent.turns == 0
+    ws = BenchConfig(url=base, agent="nobody", transport="uamp-ws", concurrency=1, requests=2)
+    data = (await run_bench(ws))[0].to_json()
+    assert data["errors_by_kind"] == {"agent_not_found": 2}
+
+
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    for transport in ("openai", "uamp-ws"):
+        config = BenchConfig(url="http://127.0.0.1:9", transport=transport, requests=2)
+        data = (await run_bench(config))[0].to_json()
+        assert data["errors_by_kind"] == {"connect": 2}, transport
+
+
+@pytest.mark.parametrize("transport", ["openai", "uamp-ws"])
+async def test_auth_headers_reach_the_server(serve_app: Any, transport: str) -> None:
+    agent = Counting()
+    auth = APIKeyAuthenticator([("bencher", "s3cret")])
+    base = (await serve_app(create_app([agent], authenticator=auth))).url
+    refused = BenchConfig(url=base + "/agents/count", transport=transport, requests=2)
+    data = (await run_bench(refused))[0].to_json()
+    assert data["ok"] == 0 and agent.turns == 0
+    assert data["errors_by_kind"] == {"http_401" if transport == "openai" else "unauthorized": 2}
+    allowed = attrs.evolve(refused, headers=(("Authorization", "Bearer s3cret"),))
+    data = (await run_bench(allowed))[0].to_json()
+    assert data["ok"] == 2 and agent.turns == 2
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    with uamp_serve() as url:
+        yield url
+
+
+def test_the_command_writes_json_a_plot_and_compares(server_url: str, tmp_path: Path) -> None:
+    runs = []
+    for name, extra in (("a", ()), ("b", ("--transport", "uamp-ws"))):
+        out = tmp_path / f"{name}.json"
+        done = uamp(
+            "bench", server_url, "--agent", "demo", "-c", "3", "-n", "12",
+            "--json", str(out), "--plot", str(tmp_path / f"{name}.png"), *extra,
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "time to first delta" in done.stdout and "requests/s" in done.stdout
+        assert "\x1b[" not in done.stderr  # no progress bar when stderr is not a terminal
+        data = orjson.loads(out.read_bytes())
+        assert data["requests"] == data["ok"] == 12 and data["errors"] == 0
+        assert data["deltas"] >= 12 and data["deltas_per_s"] > 0
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        runs.append(data)
+    assert runs[1]["transport"] == "uamp-ws"
+    done = uamp("bench", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert done.returncode == 0, done.stderr
+    ratio = runs[1]["requests_per_s"] / runs[0]["requests_per_s"]
+    row = next(line for line in done.stdout.splitlines() if "requests/s" in line)
+    assert f"{ratio:.2f}x" in row
+
+
+def test_the_command_exits_1_on_errors_and_2_on_bad_arguments(server_url: str) -> None:
+    failed = uamp("bench", server_url + "/agents/nobody", "-n", "3", timeout=60)
+    assert failed.returncode == 1
+    assert "http_404" in failed.stdout
+    bad = uamp("bench", server_url, "--duration", "soon")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
+    missing = uamp("bench", "--compare", "/nonexistent/a.json", "/nonexistent/b.json")
+    assert missing.returncode == 2
