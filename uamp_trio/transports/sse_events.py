@@ -213,6 +213,11 @@ class _HttpSession:
                         self.replay.append((event_id, data))
                         frames.append(_frame(event_id, data))
                     if frames:
+                        log = host.event_log
+                        if log is not None and log.pending:
+                            # In the log before the client sees it: a Last-Event-ID
+                            # on another process must find it (docs/resume.md).
+                            await log.flush()
                         await send(b"".join(frames))
         finally:
             if self.stream_scope is scope:
