@@ -182,6 +182,17 @@ class App(Host):
             )
         return json_response(signer.jwks().to_dict())
 
+    def mount(self, *transports: Transport) -> None:
+        """Let each transport register its routes; the server's own routes stay last.
+
+        The route table is matched in order, and the transports' routes are
+        the hot path: a completion request should not first be tried
+        against ``/healthz``, the playground and the JWKS. No server route
+        shares a path with a transport's, so the order changes no answer.
+        """
+        super().mount(*transports)
+        self.router.routes.sort(key=lambda route: route.meta is SERVER_ROUTES)
+
     # --- engines.server.Dispatcher -------------------------------------------------
 
     def endpoint_for(self, request: Request) -> Endpoint:

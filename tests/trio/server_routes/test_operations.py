@@ -166,3 +166,12 @@ def test_the_page_config_cannot_close_its_script_element() -> None:
     config = html.split('<script id="uamp-config" type="application/json">', 1)[1]
     assert config.index("</script>") > config.index("alert(1)")  # the first close is the real one
     assert orjson.loads(config.split("</script>", 1)[0])["agent"].startswith("</script>")
+
+
+def test_the_server_routes_are_matched_after_every_transport_route() -> None:
+    """The transports' routes are the hot path: no request is tried against /healthz first."""
+    app = create_app([DemoAgent()])
+    kinds = [route.meta.transport == "server" for route in app.router.routes]
+    first_server = kinds.index(True)
+    assert first_server > 0 and all(kinds[first_server:])
+    assert app.router.routes[0].pattern == "/agents/{agent}/chat/completions"
