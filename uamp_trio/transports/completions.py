@@ -24,6 +24,12 @@ response_signature`` / ``data: {"signature": ...}``. The signed response
 text is the assistant message content (all text deltas joined; empty for a
 tool-calls-only answer); the signed request is the HTTP body as received.
 
+Payment balance: a paid completion carries the token's ``payment.balance``
+fields (``balance``, ``currency``, ``low_balance_warning`` ...) as JSON in
+the ``X-UAMP-Payment-Balance`` header; a paid stream ends, after ``[DONE]``
+(and the signature), with ``event: payment.balance``. Both sit where OpenAI
+clients do not look (clients stop reading at ``[DONE]``), as the signature does.
+
 Each request is one UAMP turn, run inline in the request's task
 (:func:`uamp_trio.hosting.turns.run_response`): the sans-IO adapter
 :mod:`uamp_proto.adapters.completions` validates the body into a
@@ -59,9 +65,10 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event
-from uamp_proto.payment import Charge, PaymentRequiredError
+from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
+from uamp_proto.sse import encode_json
 
 from ..engines.http import (
     HTTPError,
@@ -94,6 +101,9 @@ _STATUS_FOR_CODE = {
     "rate_limit_exceeded": 429,
     "timeout": 504,
 }
+
+#: The header of a paid non-streamed completion: its ``payment.balance`` fields as JSON.
+BALANCE_HEADER = "x-uamp-payment-balance"
 
 _SSE_HEADERS = [
     ("content-type", "text/event-stream; charset=utf-8"),
@@ -252,16 +262,18 @@ class CompletionsTransport:
         # The tracker accumulates the reply; the events themselves go nowhere
         # (no sink) and are not stamped with ids.
         outcome = await run_response(agent, parsed.turn, None, stamp=False, charge=charge)
+        headers: list[tuple[str, str]] = []
+        if outcome.balance is not None:
+            headers.append((BALANCE_HEADER, orjson.dumps(balance_fields(outcome.balance)).decode()))
         if outcome.status in ("failed", "cancelled"):
             status, err = _error_json(outcome)
-            return json_response(err, status)
+            return json_response(err, status, headers=headers)
         tracker = outcome.tracker
         calls = outcome.pending_tool_calls
         usage = tracker.usage
         signer = self.app.response_signer
-        headers = None
         if signer is not None:
-            headers = [(SIGNATURE_HEADER, signer(tracker.text, request_body))]
+            headers.append((SIGNATURE_HEADER, signer(tracker.text, request_body)))
         return json_response(
             completion_response(
                 completion_id=completion_id,
@@ -317,6 +329,9 @@ class CompletionsTransport:
             if signer is not None:
                 # Spec 004: the signature follows [DONE] as its own named event.
                 tail += response_signature_event(signer(outcome.tracker.text, request_body))
+        if outcome.balance is not None:
+            fields = orjson.dumps(balance_fields(outcome.balance))
+            tail += encode_json(fields, event=BALANCE_EVENT)
         await send(tail)
 
 

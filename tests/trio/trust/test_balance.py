@@ -139,7 +139,36 @@ async def _a2a(base: str, token: str) -> dict[str, Any]:
     return value
 
 
+_ASK = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+async def _completions(base: str, token: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        reply = await http.post(
+            "/agents/flat/v1/chat/completions", json=_ASK, headers={"X-PAYMENT": token}
+        )
+    assert reply.json()["choices"][0]["message"]["content"] == "ok"
+    value: dict[str, Any] = orjson.loads(reply.headers["x-uamp-payment-balance"])
+    return value
+
+
+async def _completions_stream(base: str, token: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        reply = await http.post(
+            "/agents/flat/v1/chat/completions",
+            json={**_ASK, "stream": True},
+            headers={"X-PAYMENT": token},
+        )
+    # After [DONE], where OpenAI clients stop reading: its own named event.
+    done, _, after = reply.text.partition("data: [DONE]\n\n")
+    assert done and after.startswith("event: payment.balance\n")
+    [value] = _sse_data(after)
+    return value
+
+
 CASES: dict[str, Callable[[str, str], Awaitable[dict[str, Any]]]] = {
+    "completions": _completions,
+    "completions-stream": _completions_stream,
     "realtime": _realtime,
     "sse-events": _sse_events,
     "agui": _agui,
