@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -245,3 +246,56 @@ def test_a_second_server_on_the_ledger_leaves_the_first_ones_locks_alone(tmp_pat
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+# --- the event loop keeps serving while the ledger works -------------------------------
+
+
+class HeldLedger(Ledger):
+    """The real ledger, whose lock waits until the test lets it go (a busy database file)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def lock(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        self.release.wait(10)
+        try:
+            return super().lock(*args, **kwargs)
+        finally:
+            self.finished.set()
+
+
+async def test_other_requests_are_served_while_a_ledger_call_waits(
+    serve_app: Any, tmp_path: Path
+) -> None:
+    """A ledger call stuck on the database (another server's write lock) stalls only its own
+    response: the server answers other requests meanwhile (ledger calls run off the loop)."""
+    with HeldLedger(tmp_path / "ledger.db") as ledger:
+        token = ledger.issue("1.00", "USD")
+        app = create_app([Counted()], payment_policy=LedgerPolicy(ledger, price="0.02"))
+        server = await serve_app(app)
+        paid: list[int] = []
+        async with httpx.AsyncClient(base_url=server.url, timeout=20) as http:
+
+            async def pay() -> None:
+                reply = await http.post(
+                    "/agents/counted/v1/chat/completions",
+                    json={"messages": [{"role": "user", "content": "hi"}]},
+                    headers={"X-PAYMENT": token},
+                )
+                paid.append(reply.status_code)
+
+            with trio.fail_after(15):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(pay)
+                    await trio.to_thread.run_sync(ledger.entered.wait, 10)
+                    models = await http.get("/v1/models")  # while the lock still waits
+                    assert models.status_code == 200
+                    assert not ledger.finished.is_set() and paid == []
+                    ledger.release.set()
+        assert paid == [200]
+        assert ledger.show(token).account.settled == D("0.02")
