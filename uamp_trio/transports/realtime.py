@@ -62,7 +62,7 @@ from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseRun, open_response
+from ..hosting.turns import ResponseRunner
 
 __all__ = ["RealtimeTransport", "mount"]
 
@@ -83,8 +83,12 @@ class _Active:
     response_id: str
     encoder: rt.ResponseEncoder
     request_bytes: bytes | str
-    turn: ResponseRun | None = None
+    turn: ResponseRunner | None = None
     cancel_requested: bool = False
+    charge: Charge | None = None
+    #: A mid-response top-up the client has not paid yet: the amount asked
+    #: and the event set once it is locked (or the response is cancelled).
+    topup: tuple[str, trio.Event] | None = None
 
 
 class _RealtimeConnection:
@@ -209,22 +213,29 @@ class _RealtimeConnection:
             conversation=options.conversation,
             metadata=options.metadata,
         )
-        self.active = _Active(response_id=response_id, encoder=encoder, request_bytes=message)
+        self.active = _Active(
+            response_id=response_id, encoder=encoder, request_bytes=message, charge=charge
+        )
         assert self._nursery is not None
         self._nursery.start_soon(self._respond, self.active, request, charge)
 
     async def _respond(self, active: _Active, request: Any, charge: Charge | None) -> None:
         encoder = active.encoder
+
+        async def sink(event: ev.Event) -> None:
+            # Inline (the agent's emit awaits this), so a top-up holds the agent itself.
+            if type(event) is ev.PaymentRequired and event.is_topup:
+                await self._top_up(active, event)
+                return
+            for out in encoder.feed(event):
+                await self.send(self._signed(out, active, turn))
+
+        turn = ResponseRunner(self.agent, request, sink, charge=charge)
+        active.turn = turn
+        if active.cancel_requested:
+            turn.cancel()
         try:
-            async with open_response(self.agent, request, charge=charge) as turn:
-                active.turn = turn
-                if active.cancel_requested:
-                    turn.cancel()
-                async for event in turn:
-                    for out in encoder.feed(event):
-                        await self.send(self._signed(out, active, turn))
-            outcome = turn.outcome
-            assert outcome is not None
+            outcome = await turn.run()
             if not encoder.finished:  # client tool calls pending: the response completes
                 for out in encoder.finish("completed", usage=outcome.tracker.usage):
                     await self.send(self._signed(out, active, turn))
@@ -235,7 +246,28 @@ class _RealtimeConnection:
         finally:
             self.active = None
 
-    def _signed(self, out: dict[str, Any], active: _Active, turn: ResponseRun) -> dict[str, Any]:
+    async def _top_up(self, active: _Active, required: ev.PaymentRequired) -> None:
+        """Pause the response for a mid-response top-up (spec 004) until it is locked.
+
+        The client gets ``payment.required`` (``extra.action: "topup"``); no
+        content is sent meanwhile (the agent waits in its ``emit``). Each
+        ``payment.submit`` tries to lock the extra amount on the response's
+        charge: ``payment.accepted`` resumes the response, ``payment.error``
+        (``can_retry``) keeps it paused. A
+        ``response.cancel`` ends the wait and the response.
+        """
+        if active.charge is None:
+            return  # nothing is held for this response: no top-up to lock
+        paid = trio.Event()
+        active.topup = (required.requirements.amount, paid)
+        event = attrs.evolve(required, response_id=active.response_id)
+        await self.send(rt.payment_event(event, self.session.ids("event")))
+        await paid.wait()
+        active.topup = None
+
+    def _signed(
+        self, out: dict[str, Any], active: _Active, turn: ResponseRunner
+    ) -> dict[str, Any]:
         """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
         signer = self.served.signer
         if (
@@ -261,8 +293,14 @@ class _RealtimeConnection:
         active.cancel_requested = True
         if active.turn is not None:
             active.turn.cancel()
+        if active.topup is not None:
+            active.topup[1].set()  # stop waiting for the top-up: the response ends
 
     async def _payment(self, action: rt.SubmitPayment) -> None:
+        active = self.active
+        if active is not None and active.topup is not None and active.charge is not None:
+            await self._pay_top_up(active, active.charge, action)
+            return
         self.payment_token = action.token
         unpaid = await self.served.refusal(self.payment_token)
         if unpaid is not None:
@@ -275,6 +313,22 @@ class _RealtimeConnection:
         held, self.held = self.held, None
         if held is not None:
             await self._charge_and_start(*held)
+
+
+    async def _pay_top_up(self, active: _Active, charge: Charge, action: rt.SubmitPayment) -> None:
+        """Lock a paused response's top-up on the submitted token (or the one it holds)."""
+        assert active.topup is not None
+        amount, paid = active.topup
+        if action.token is not None:
+            self.payment_token = action.token
+        try:
+            await charge.extend(action.token, amount)
+        except PaymentRequiredError as unpaid:
+            await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
+            return
+        accepted = ev.PaymentAccepted(payment_id=_ids("pay"), amount=amount)
+        await self.send(rt.payment_event(accepted, self.session.ids("event")))
+        paid.set()
 
 
 class RealtimeTransport(PolicyTransport):
