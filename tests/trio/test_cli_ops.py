@@ -266,3 +266,23 @@ def test_reload_restarts_on_a_code_change(tmp_path: Path) -> None:
         assert [m["id"] for m in r.json()["data"]] == ["after"]
     assert srv.proc.returncode == 0
     assert "Traceback" not in "\n".join(srv.lines)
+
+
+def test_otel_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    """``--otel`` where OpenTelemetry does not import: one line naming the extra, exit 2."""
+    missing = tmp_path / "shadow" / "opentelemetry"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text("raise ImportError('opentelemetry is not installed')\n")
+    done = subprocess.run(
+        [UAMP_SCRIPT, "serve", "--port", "0", "--otel"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**ENV, "PYTHONPATH": str(missing.parent)},
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "uamp serve: --otel needs the otel extra (pip install 'uamp[otel]'): "
+        "opentelemetry is not installed"
+    ]
