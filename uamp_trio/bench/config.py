@@ -12,13 +12,14 @@ __all__ = [
     "TRANSPORTS",
     "BenchConfig",
     "chat_completions_url",
+    "endpoint_url",
     "parse_duration",
     "parse_header",
     "uamp_ws_url",
 ]
 
 #: The transports ``--transport`` accepts.
-TRANSPORTS = ("openai", "uamp-ws")
+TRANSPORTS = ("openai", "uamp-ws", "agui", "a2a")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -83,6 +84,25 @@ def chat_completions_url(url: str, agent: str | None = None) -> str:
     if path.endswith("/v1"):
         return _with_path(url, path + "/chat/completions")
     return _with_path(url, path + "/v1/chat/completions")
+
+
+def endpoint_url(url: str, agent: str | None, route: str) -> str:
+    """The endpoint ``route`` (``agui``, ``a2a``) of an agent, from what the user gave.
+
+    A URL whose path already ends in ``/ROUTE`` is kept; a server root with
+    ``agent`` becomes ``/agents/AGENT/ROUTE``; any other path (an agent's
+    base, or a single-agent server's root) gets ``/ROUTE``.
+
+    Raises:
+        ValueError: Not an http(s) URL.
+    """
+    _check(url, ("http", "https"))
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/" + route):
+        return _with_path(url, path)
+    if agent is not None:
+        path = f"{path}/agents/{agent}"
+    return _with_path(url, f"{path}/{route}")
 
 
 def uamp_ws_url(url: str, agent: str | None = None) -> tuple[str, str | None]:
@@ -150,5 +170,7 @@ class BenchConfig:
             raise ValueError(f"unknown transport {self.transport!r}: one of {TRANSPORTS}")
         if self.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
+        if not self.stream and self.transport != "openai":
+            raise ValueError(f"--no-stream is for --transport openai, not {self.transport}")
         if self.duration is None and (self.requests is None or self.requests < 1):
             raise ValueError("--requests must be at least 1")

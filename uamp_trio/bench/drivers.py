@@ -2,11 +2,14 @@
 
 A driver is opened once per run (:func:`open_driver`: the shared HTTP client)
 and gives each worker a :meth:`Driver.worker` context (for ``uamp-ws`` the
-worker's own WebSocket connection) whose ``send`` runs one request. ``send``
-never raises for what the endpoint did: a failure is recorded as the
-sample's ``error`` kind -- ``http_STATUS``, ``connect``, ``timeout``,
-``network``, ``protocol``, ``bad_response``, ``incomplete``, ``stream_error``
-or a UAMP error code.
+worker's own WebSocket connection) whose ``send`` runs one request. The HTTP
+transports (``openai``, ``agui``, ``a2a``) share one driver, reading the
+answer's server-sent events with :class:`uamp_proto.sse.SSEParser` and their
+meaning with the transport's :class:`~.dialects.Dialect`. ``send`` never
+raises for what the endpoint did: a failure is recorded as the sample's
+``error`` kind -- ``http_STATUS``, ``connect``, ``timeout``, ``network``,
+``protocol``, ``bad_response``, ``incomplete``, ``stream_error``, the
+dialect's own kinds or a UAMP error code.
 """
 
 from __future__ import annotations
@@ -15,17 +18,18 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
-import orjson
 import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.sse import SSEParser
 
 from ..client.uamp import ClientError, UampClient, connect
-from .config import BenchConfig, chat_completions_url, uamp_ws_url
+from .config import BenchConfig, uamp_ws_url
+from .dialects import DIALECTS, Dialect, Step
 from .stats import Sample
 
 __all__ = ["Driver", "Send", "open_driver"]
@@ -60,22 +64,15 @@ def _http_error_kind(exc: httpx.HTTPError) -> str:
     return "network"
 
 
-class _ChatCompletions:
-    """OpenAI-compatible ``POST /chat/completions`` over one shared httpx client."""
+class _HTTP:
+    """One request per :class:`~.dialects.Dialect` over one shared httpx client."""
 
-    def __init__(self, config: BenchConfig, client: httpx.AsyncClient) -> None:
-        self.endpoint = chat_completions_url(config.url, config.agent)
-        self._client = client
-        self._stream = config.stream
+    def __init__(self, config: BenchConfig, client: httpx.AsyncClient, dialect: Dialect) -> None:
+        self.endpoint = dialect.endpoint(config)
         self.protocols: set[str] = set()
-        body: dict[str, Any] = {
-            "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-            "messages": [{"role": "user", "content": config.prompt}],
-            "stream": config.stream,
-        }
-        if config.max_tokens is not None:
-            body["max_tokens"] = config.max_tokens
-        self._body = orjson.dumps(body)
+        self._config = config
+        self._client = client
+        self._dialect = dialect
         self._headers = {"content-type": "application/json", **dict(config.headers)}
 
     @contextlib.asynccontextmanager
@@ -83,78 +80,43 @@ class _ChatCompletions:
         yield self._send
 
     async def _send(self, sample: Sample) -> None:
+        body = self._dialect.body(self._config)
         try:
             async with self._client.stream(
-                "POST", self.endpoint, content=self._body, headers=self._headers
+                "POST", self.endpoint, content=body, headers=self._headers
             ) as response:
                 self.protocols.add(response.http_version)
                 if response.status_code >= 400:
                     await response.aread()
                     sample.error = f"http_{response.status_code}"
-                elif self._stream:
+                elif self._config.stream:
                     await self._read_stream(response, sample)
                 else:
-                    await self._read_body(response, sample)
+                    _record(sample, self._dialect.whole(await response.aread()))
                 sample.bytes = response.num_bytes_downloaded
         except httpx.HTTPError as exc:
             sample.error = _http_error_kind(exc)
         sample.end = trio.current_time()
 
-    @staticmethod
-    async def _read_stream(response: httpx.Response, sample: Sample) -> None:
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                return
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                sample.error = "bad_response"
-                return
-            if not isinstance(chunk, dict):
-                sample.error = "bad_response"
-                return
-            if "error" in chunk:
-                sample.error = "stream_error"
-                return
-            text = _delta_text(chunk)
-            if text:
-                sample.deltas.append(trio.current_time())
-                sample.text += len(text)
+    async def _read_stream(self, response: httpx.Response, sample: Sample) -> None:
+        parser = SSEParser()
+        reader = self._dialect.reader()
+        async for chunk in response.aiter_bytes():
+            for event in parser.feed(chunk):
+                step = reader.step(event.data)
+                _record(sample, step)
+                if step.done or step.error:
+                    return
         sample.error = "incomplete"
 
-    @staticmethod
-    async def _read_body(response: httpx.Response, sample: Sample) -> None:
-        body = await response.aread()
-        try:
-            message = orjson.loads(body)["choices"][0]["message"]
-        except (orjson.JSONDecodeError, LookupError, TypeError):
-            sample.error = "bad_response"
-            return
-        text = message.get("content") if isinstance(message, dict) else None
-        if isinstance(text, str) and text:
-            sample.deltas.append(trio.current_time())
-            sample.text += len(text)
 
-
-def _delta_text(chunk: dict[str, Any]) -> str:
-    """The content (or reasoning) a streamed chunk carries."""
-    try:
-        delta = chunk["choices"][0]["delta"]
-    except (LookupError, TypeError):
-        return ""
-    if not isinstance(delta, dict):
-        return ""
-    text = delta.get("content") or delta.get("reasoning_content") or ""
-    return text if isinstance(text, str) else ""
-
-
-def _agent_in(url: str) -> str | None:
-    """``NAME`` in ``.../agents/NAME...``, if the URL names an agent."""
-    _, found, rest = url.partition("/agents/")
-    return rest.split("/")[0] or None if found else None
+def _record(sample: Sample, step: Step) -> None:
+    """Note a step's delta (now) or error in ``sample``."""
+    if step.text:
+        sample.deltas.append(trio.current_time())
+        sample.text += len(step.text)
+    if step.error is not None:
+        sample.error = step.error
 
 
 class _UampWebSocket:
@@ -249,4 +211,4 @@ async def open_driver(config: BenchConfig) -> AsyncIterator[Driver]:
         timeout=httpx.Timeout(config.timeout),
         verify=not config.insecure,
     ) as client:
-        yield _ChatCompletions(config, client)
+        yield _HTTP(config, client, DIALECTS[config.transport])

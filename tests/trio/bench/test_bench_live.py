@@ -105,6 +105,23 @@ async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
     assert data["itl_ms"]["p50"] is not None
 
 
+@pytest.mark.parametrize(("transport", "route"), [("agui", "agui"), ("a2a", "a2a")])
+async def test_agui_and_a2a_counts_match(serve_app: Any, transport: str, route: str) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(
+        url=base, agent="count", transport=transport, concurrency=3, requests=9, prompt="hey"
+    )
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 9 == data["ok"], data["errors_by_kind"]
+    assert agent.prompts == ["hey"] * 9
+    # One delta per word: A2A's closing chunk repeats the whole text and is not one.
+    assert data["deltas"] == 9 * len(WORDS)
+    assert all(s.text == len("".join(WORDS)) for s in samples)
+    assert data["url"] == f"{base}/agents/count/{route}"
+    assert data["bytes"] > 0
+
+
 async def test_a_duration_bounds_the_run(serve_app: Any) -> None:
     agent, base = await _served(serve_app)
     config = BenchConfig(url=base + "/agents/count", concurrency=2, requests=None, duration=0.4)
@@ -123,6 +140,10 @@ async def test_errors_are_counted_by_kind(serve_app: Any) -> None:
     ws = BenchConfig(url=base, agent="nobody", transport="uamp-ws", concurrency=1, requests=2)
     data = (await run_bench(ws))[0].to_json()
     assert data["errors_by_kind"] == {"agent_not_found": 2}
+    for transport in ("agui", "a2a"):
+        other = BenchConfig(url=base + "/agents/nobody", transport=transport, requests=2)
+        data = (await run_bench(other))[0].to_json()
+        assert data["errors_by_kind"] == {"http_404": 2}, transport
 
 
 async def test_a_refused_connection_is_a_connect_error() -> None:

@@ -1,0 +1,135 @@
+"""How ``uamp bench`` reads each HTTP transport's stream: event data -> delta, end or error."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from uamp_trio.bench.config import BenchConfig, endpoint_url
+from uamp_trio.bench.dialects import DIALECTS, Step
+
+
+def _data(obj: object) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def _chunk(**delta: object) -> str:
+    return _data({"choices": [{"index": 0, "delta": delta}]})
+
+
+def _a2a(result: object) -> str:
+    return _data({"jsonrpc": "2.0", "id": 1, "result": result})
+
+
+def _artifact(text: str, **extra: object) -> str:
+    return _a2a(
+        {
+            "kind": "artifact-update",
+            "artifact": {"parts": [{"kind": "text", "text": text}]},
+            **extra,
+        }
+    )
+
+
+def _status(state: str, final: bool = True) -> str:
+    return _a2a({"kind": "status-update", "status": {"state": state}, "final": final})
+
+
+# (dialect, the events of one response, the steps they mean)
+CASES = [
+    (
+        "openai",
+        [_chunk(role="assistant"), _chunk(content="Hi"), _chunk(content=""), "[DONE]"],
+        [Step(), Step(text="Hi"), Step(), Step(done=True)],
+    ),
+    ("openai", [_chunk(reasoning_content="hmm")], [Step(text="hmm")]),
+    ("openai", [_data({"error": {"message": "x"}})], [Step(error="stream_error")]),
+    ("openai", ["not json", "[1]"], [Step(error="bad_response"), Step(error="bad_response")]),
+    ("openai", [_data({"choices": []}), _chunk(content=5)], [Step(), Step()]),
+    (
+        "agui",
+        [
+            _data({"type": "RUN_STARTED"}),
+            _data({"type": "TEXT_MESSAGE_START"}),
+            _data({"type": "TEXT_MESSAGE_CONTENT", "delta": "a"}),
+            _data({"type": "TEXT_MESSAGE_CONTENT", "delta": "b"}),
+            _data({"type": "RUN_FINISHED"}),
+        ],
+        [Step(), Step(), Step(text="a"), Step(text="b"), Step(done=True)],
+    ),
+    (
+        "agui",
+        [_data({"type": "RUN_ERROR", "code": "boom"}), _data({"type": "RUN_ERROR"})],
+        [Step(error="boom"), Step(error="run_error")],
+    ),
+    ("agui", [_data({"type": "TEXT_MESSAGE_CONTENT"})], [Step(error="bad_response")]),
+    (
+        "a2a",
+        [
+            _a2a({"kind": "task", "status": {"state": "submitted"}}),
+            _status("working", final=False),
+            _artifact("Hel"),
+            _artifact("lo", append=True),
+            _artifact("Hello", lastChunk=True),
+            _status("completed"),
+        ],
+        [Step(), Step(), Step(text="Hel"), Step(text="lo"), Step(), Step(done=True)],
+    ),
+    # A server that sends the whole text in one last chunk: that is the delta.
+    (
+        "a2a",
+        [_artifact("all", lastChunk=True), _status("completed")],
+        [Step(text="all"), Step(done=True)],
+    ),
+    ("a2a", [_status("failed")], [Step(error="task_failed")]),
+    ("a2a", [_a2a({"kind": "task", "status": {"state": "completed"}})], [Step(done=True)]),
+    (
+        "a2a",
+        [_data({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "x"}})],
+        [Step(error="jsonrpc_-32602")],
+    ),
+    ("a2a", [_data({"jsonrpc": "2.0", "id": 1})], [Step(error="bad_response")]),
+]
+
+
+@pytest.mark.parametrize(("dialect", "events", "steps"), CASES)
+def test_each_event_means_a_step(dialect: str, events: list[str], steps: list[Step]) -> None:
+    reader = DIALECTS[dialect].reader()
+    assert [reader.step(data) for data in events] == steps
+
+
+def test_openai_without_streaming_reads_the_message() -> None:
+    body = orjson.dumps({"choices": [{"message": {"role": "assistant", "content": "Hi!"}}]})
+    assert DIALECTS["openai"].whole(body) == Step(text="Hi!", done=True)
+    assert DIALECTS["openai"].whole(b"{}") == Step(error="bad_response")
+
+
+def test_the_bodies_carry_the_prompt_and_fresh_ids() -> None:
+    config = BenchConfig(url="http://h/agents/a", prompt="p?", max_tokens=7)
+    openai = orjson.loads(DIALECTS["openai"].body(config))
+    assert openai["model"] == "a" and openai["max_tokens"] == 7 and openai["stream"] is True
+    assert openai["messages"] == [{"role": "user", "content": "p?"}]
+    agui = [orjson.loads(DIALECTS["agui"].body(config)) for _ in range(2)]
+    assert agui[0]["messages"][0]["content"] == "p?" and agui[0]["runId"] != agui[1]["runId"]
+    a2a = [orjson.loads(DIALECTS["a2a"].body(config)) for _ in range(2)]
+    assert a2a[0]["method"] == "message/stream"
+    assert a2a[0]["params"]["message"]["parts"] == [{"kind": "text", "text": "p?"}]
+    assert a2a[0]["params"]["message"]["messageId"] != a2a[1]["params"]["message"]["messageId"]
+
+
+ENDPOINTS = [
+    ("http://h:1/agents/x", None, "a2a", "http://h:1/agents/x/a2a"),
+    ("http://h:1/agents/x/a2a", None, "a2a", "http://h:1/agents/x/a2a"),
+    ("http://h:1", "x", "agui", "http://h:1/agents/x/agui"),
+    ("http://h:1/", None, "agui", "http://h:1/agui"),
+]
+
+
+@pytest.mark.parametrize(("url", "agent", "route", "endpoint"), ENDPOINTS)
+def test_the_endpoint_of_a_route(url: str, agent: str | None, route: str, endpoint: str) -> None:
+    assert endpoint_url(url, agent, route) == endpoint
+
+
+def test_no_stream_is_only_for_chat_completions() -> None:
+    with pytest.raises(ValueError):
+        BenchConfig(url="http://h", transport="agui", stream=False)

@@ -1,0 +1,256 @@
+"""What one request looks like on each HTTP transport, and how to read its stream.
+
+A :class:`Dialect` builds a request body and reads the answer's server-sent
+events one at a time, saying for each whether it carried content (a delta),
+ended the response, or reported an error. No I/O here: the HTTP driver
+(:mod:`.drivers`) does the sending and the timing.
+
+* ``openai`` -- Chat Completions: ``delta.content`` (or reasoning) chunks,
+  ``[DONE]`` ends, an ``error`` object fails;
+* ``agui`` -- AG-UI ``RunAgentInput``: ``TEXT_MESSAGE_CONTENT`` deltas,
+  ``RUN_FINISHED`` ends, ``RUN_ERROR`` fails;
+* ``a2a`` -- A2A JSON-RPC ``message/stream`` (the 0.3 method name, which 1.0
+  servers such as uamp's also accept): text parts of ``artifact-update``
+  chunks are deltas (a last chunk that repeats the whole text is not, unless
+  nothing streamed before it), a final ``status-update`` ends (``failed`` /
+  ``canceled`` / ``rejected`` fail), a JSON-RPC ``error`` fails.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import attrs
+import orjson
+
+from .config import BenchConfig, chat_completions_url, endpoint_url
+
+__all__ = ["DIALECTS", "Dialect", "Step"]
+
+
+@attrs.frozen
+class Step:
+    """What one event of a stream meant.
+
+    Attributes:
+        text: Content it carried ("" for none).
+        done: The response ended well.
+        error: The response failed with this kind.
+    """
+
+    text: str = ""
+    done: bool = False
+    error: str | None = None
+
+
+_NOTHING = Step()
+_DONE = Step(done=True)
+
+
+def _json(data: str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _bad() -> Step:
+    return Step(error="bad_response")
+
+
+class Dialect:
+    """One transport's request and stream reading; a new :meth:`reader` per response."""
+
+    name = ""
+
+    def endpoint(self, config: BenchConfig) -> str:
+        """Where the requests go."""
+        raise NotImplementedError
+
+    def body(self, config: BenchConfig) -> bytes:
+        """The body of one request."""
+        raise NotImplementedError
+
+    def reader(self) -> Reader:
+        """A reader for one response's events."""
+        return Reader(self)
+
+    def step(self, data: str, reader: Reader) -> Step:
+        """What the ``data`` of one event means."""
+        raise NotImplementedError
+
+    def whole(self, body: bytes) -> Step:
+        """The content of a response that was not streamed."""
+        return _bad()
+
+
+class Reader:
+    """Reads one response's events (holds what a dialect needs across them)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.streamed = False
+
+    def step(self, data: str) -> Step:
+        """What the ``data`` of the next event means."""
+        step = self.dialect.step(data, self)
+        if step.text:
+            self.streamed = True
+        return step
+
+
+class OpenAI(Dialect):
+    """OpenAI Chat Completions (``POST .../chat/completions``)."""
+
+    name = "openai"
+
+    def endpoint(self, config: BenchConfig) -> str:
+        return chat_completions_url(config.url, config.agent)
+
+    def body(self, config: BenchConfig) -> bytes:
+        body: dict[str, Any] = {
+            "model": config.model or config.agent or _agent_in(config.url) or "uamp",
+            "messages": [{"role": "user", "content": config.prompt}],
+            "stream": config.stream,
+        }
+        if config.max_tokens is not None:
+            body["max_tokens"] = config.max_tokens
+        return orjson.dumps(body)
+
+    def step(self, data: str, reader: Reader) -> Step:
+        if data.strip() == "[DONE]":
+            return _DONE
+        chunk = _json(data)
+        if chunk is None:
+            return _bad()
+        if "error" in chunk:
+            return Step(error="stream_error")
+        try:
+            delta = chunk["choices"][0]["delta"]
+        except (LookupError, TypeError):
+            return _NOTHING
+        if not isinstance(delta, dict):
+            return _NOTHING
+        text = delta.get("content") or delta.get("reasoning_content") or ""
+        return Step(text=text) if isinstance(text, str) else _NOTHING
+
+    def whole(self, body: bytes) -> Step:
+        try:
+            message = orjson.loads(body)["choices"][0]["message"]
+        except (orjson.JSONDecodeError, LookupError, TypeError):
+            return _bad()
+        text = message.get("content") if isinstance(message, dict) else None
+        return Step(text=text if isinstance(text, str) else "", done=True)
+
+
+class AGUI(Dialect):
+    """AG-UI: ``POST .../agui`` with a ``RunAgentInput``, answered with SSE."""
+
+    name = "agui"
+
+    def endpoint(self, config: BenchConfig) -> str:
+        return endpoint_url(config.url, config.agent, "agui")
+
+    def body(self, config: BenchConfig) -> bytes:
+        return orjson.dumps(
+            {
+                "threadId": uuid.uuid4().hex,
+                "runId": uuid.uuid4().hex,
+                "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": config.prompt}],
+                "tools": [],
+                "context": [],
+                "state": {},
+                "forwardedProps": {},
+            }
+        )
+
+    def step(self, data: str, reader: Reader) -> Step:
+        event = _json(data)
+        if event is None:
+            return _bad()
+        kind = event.get("type")
+        if kind == "TEXT_MESSAGE_CONTENT":
+            delta = event.get("delta")
+            return Step(text=delta) if isinstance(delta, str) else _bad()
+        if kind == "RUN_FINISHED":
+            return _DONE
+        if kind == "RUN_ERROR":
+            code = event.get("code")
+            return Step(error=code if isinstance(code, str) and code else "run_error")
+        return _NOTHING
+
+
+_A2A_FAILED = frozenset({"failed", "canceled", "rejected", "auth-required"})
+
+
+class A2A(Dialect):
+    """A2A JSON-RPC ``message/stream`` (``POST .../a2a``)."""
+
+    name = "a2a"
+
+    def endpoint(self, config: BenchConfig) -> str:
+        return endpoint_url(config.url, config.agent, "a2a")
+
+    def body(self, config: BenchConfig) -> bytes:
+        message = {
+            "kind": "message",
+            "role": "user",
+            "messageId": uuid.uuid4().hex,
+            "parts": [{"kind": "text", "text": config.prompt}],
+        }
+        return orjson.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": uuid.uuid4().hex,
+                "method": "message/stream",
+                "params": {"message": message},
+            }
+        )
+
+    def step(self, data: str, reader: Reader) -> Step:
+        envelope = _json(data)
+        if envelope is None:
+            return _bad()
+        if "error" in envelope:
+            error = envelope["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            return Step(error=f"jsonrpc_{code}" if isinstance(code, int) else "stream_error")
+        result = envelope.get("result")
+        if not isinstance(result, dict):
+            return _bad()
+        kind = result.get("kind")
+        if kind == "artifact-update":
+            artifact = result.get("artifact") or {}
+            parts = artifact.get("parts") if isinstance(artifact, dict) else None
+            text = "".join(
+                p["text"]
+                for p in parts or ()
+                if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+            if result.get("lastChunk") and reader.streamed:
+                return _NOTHING  # the whole text again, after the chunks
+            return Step(text=text)
+        state = None
+        if kind == "status-update" and result.get("final"):
+            state = (result.get("status") or {}).get("state")
+        elif kind == "task":
+            state = (result.get("status") or {}).get("state")
+            if state not in _A2A_FAILED and state != "completed":
+                return _NOTHING
+        if state is None:
+            return _NOTHING
+        if state == "completed":
+            return _DONE
+        return Step(error=f"task_{state}" if isinstance(state, str) else "bad_response")
+
+
+def _agent_in(url: str) -> str | None:
+    """``NAME`` in ``.../agents/NAME...``, if the URL names an agent."""
+    _, found, rest = url.partition("/agents/")
+    return rest.split("/")[0] or None if found else None
+
+
+#: The HTTP dialects by ``--transport`` name.
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAI(), AGUI(), A2A())}
