@@ -2,8 +2,9 @@
 
 :mod:`.config` holds what a run does (:class:`~.config.BenchConfig`, the URL
 and duration rules), :mod:`.stats` turns timed samples into the summary and
-its JSON, :mod:`.dialects` reads each HTTP transport's stream, :mod:`.drivers` sends one request per transport, :mod:`.runner`
-keeps ``concurrency`` of them in flight, :mod:`.report` prints tables and
+its JSON, :mod:`.dialects` reads each HTTP transport's stream,
+:mod:`.drivers` sends one request per transport, :mod:`.runner` keeps
+``concurrency`` of them in flight, :mod:`.report` prints tables and
 comparisons, :mod:`.plot` draws charts and :mod:`.command` is the command
 line. See docs/bench.md.
 """
