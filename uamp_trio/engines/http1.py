@@ -87,6 +87,7 @@ _HEAD_END = re.compile(rb"\n\r?\n")
 #: After an error answer, what is read and dropped before closing (so the
 #: kernel does not reset the connection under the answer), at most.
 _LINGER_BYTES = 1 << 20
+_LINGER_READ = 16384
 _LINGER_SECONDS = 1.0
 
 
@@ -164,7 +165,8 @@ async def linger(stream: trio.abc.Stream) -> None:
                 await stream.send_eof()
             dropped = 0
             while dropped < _LINGER_BYTES:
-                data = await stream.receive_some(_READ_SIZE)
+                # Small reads: many refused connections linger at once.
+                data = await stream.receive_some(_LINGER_READ)
                 if not data:
                     break
                 dropped += len(data)
@@ -190,6 +192,7 @@ async def serve_http1(
     # The nursery holds the connection's writer of streamed bodies.
     async with trio.open_nursery() as nursery:
         conn = _Http1Connection(server, stream, tracker, client, initial, nursery)
+        del initial  # the connection's buffer holds it, and lets it go when consumed
         try:
             await conn.run()
         except _Close:
@@ -372,6 +375,7 @@ class _Http1Connection:
         # object is freed at once (a list keeps every 64 KiB allocation, however
         # little of it the read filled).
         body = bytearray(self.buf[self.pos :])
+        self.buf = b""  # held once, in ``body``
         first = have = len(body)
         self.reading_body = True
         scope.deadline = trio.current_time() + self.cfg.body_timeout

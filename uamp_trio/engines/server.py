@@ -155,7 +155,7 @@ class ServerConfig:
     websocket_max_message_size: int = 4 * 1024 * 1024
     websocket_send_timeout: float = 30.0
     max_connections: int | None = None
-    max_buffered_body: int = 64 * 1024 * 1024
+    max_buffered_body: int = 32 * 1024 * 1024
     response_timeout: float = 3600.0
     response_idle_timeout: float = 300.0
     max_queued_events: int = 64
@@ -509,10 +509,12 @@ class Server:
         initial = await self._read_preface(stream, tracker)
         if initial is None:
             return
-        if initial.startswith(H2_PREFACE):
-            await serve_http2(self, stream, tracker, initial, client)
-        else:
-            await serve_http1(self, stream, tracker, initial, client)
+        serve = serve_http2 if initial.startswith(H2_PREFACE) else serve_http1
+        # Handed over, not kept here: the first read (up to 64 KiB) is the
+        # protocol's to drop once it is consumed.
+        held = [initial]
+        del initial
+        await serve(self, stream, tracker, held.pop(), client)
 
     async def _read_preface(
         self, stream: trio.abc.Stream, tracker: ConnectionTracker
