@@ -11,6 +11,7 @@ runs a hundred times as many.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -233,10 +234,11 @@ class Socket:
         self.opening = opening
         self.ws: ClientConnection | None = None
         self.closes: list[int | None] = []
+        self.stack = contextlib.ExitStack()
 
     def get(self) -> ClientConnection:
         if self.ws is None:
-            self.ws = connect(self.url, open_timeout=10, max_size=None)
+            self.ws = self.stack.enter_context(connect(self.url, open_timeout=10, max_size=None))
             self.opening(self.ws)
         return self.ws
 
@@ -261,8 +263,7 @@ class Socket:
             return got
 
     def close(self) -> None:
-        if self.ws is not None:
-            self.ws.close()
+        self.stack.close()
 
 
 def check_event(obj: Any) -> None:
