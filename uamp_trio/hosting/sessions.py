@@ -653,6 +653,24 @@ class SessionHost:
 
     # --- dispatch -------------------------------------------------------------
 
+    def _update(self, session: _Session, event: ev.SessionUpdate) -> None:
+        """Answer ``session.update`` for ``session``: ``session.updated`` once its token is good."""
+        auth = self._app.authenticator if self._app is not None else None
+        if auth is not None and event.token is not None:
+            # Answered once the token is verified; the next response waits for it.
+            session.verifying = trio.Event()
+            self._nursery.start_soon(self._reauthenticate, auth, session, event.token)
+        else:
+            try:
+                self._owe(ev.SessionUpdated(session_id=session.id))
+            except LocalProtocolError as exc:  # not created yet: session.created comes first
+                log.info("session %s: session.update not answered: %s", session.id, exc)
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
+            # The core took the new payment_token as the answer to the
+            # outstanding payment.required (spec 004).
+            self._ask_settle(session)
+
     def _owe(self, event: ev.Event) -> None:
         data = self.conn.send(event)
         sid = event.session_id
@@ -714,20 +732,15 @@ class SessionHost:
                     self._ask_settle(session)
         elif etype == "session.update":
             assert isinstance(event, ev.SessionUpdate)
-            sid = session.id if session is not None else None
-            auth = self._app.authenticator if self._app is not None else None
-            if auth is not None and session is not None and event.token is not None:
-                # Answered once the token is verified; the next response waits for it.
-                session.verifying = trio.Event()
-                self._nursery.start_soon(self._reauthenticate, auth, session, event.token)
-            else:
-                self._owe(ev.SessionUpdated(session_id=sid))
-            if session is not None:
-                ctx = self.conn.sessions.get(session.id)
-                if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
-                    # The core took the new payment_token as the answer to
-                    # the outstanding payment.required (spec 004).
-                    self._ask_settle(session)
+            # Without session_id and with several sessions (or none) it is a
+            # connection-level update (section 5.2), which the core applied
+            # to every session: each is answered (and its token verified) as
+            # if it had been named; with no session, a session-less error.
+            targets = [session] if session is not None else list(self._sessions.values())
+            if not targets:
+                self._owe(_error(None, "no_session", "no session is open to update"))
+            for target in targets:
+                self._update(target, event)
         elif etype == "session.end":
             if session is not None:
                 self._put_record(session.id, ended=True)

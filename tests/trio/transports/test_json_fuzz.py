@@ -61,10 +61,9 @@ class Recorder(logging.Handler):
         self.records.append(record)
 
     def failures(self) -> list[str]:
+        formatter = logging.Formatter("%(name)s %(levelname)s: %(message)s")
         return [
-            f"{r.name} {r.levelname}: {r.getMessage()}"
-            for r in self.records
-            if r.levelno >= logging.ERROR or r.exc_info
+            formatter.format(r) for r in self.records if r.levelno >= logging.ERROR or r.exc_info
         ]
 
 

@@ -327,3 +327,24 @@ async def test_server_pings_a_quiet_peer_and_keeps_a_live_one() -> None:
             await trio.sleep(0.5)
             await send(ws, type="response.create")
             assert texts(await until(ws, "response.done")) == "d0 "
+
+
+@pytest.mark.parametrize("sessions", [0, 2], ids=["no-session", "two-sessions"])
+async def test_a_session_update_without_session_id_is_answered_per_session(sessions: int) -> None:
+    # Section 5.2: without session_id it applies to every session of the
+    # connection. The server answered with a session-less session.updated,
+    # which its own core refuses: the handler failed and the socket dropped
+    # without a close frame (found by tests/trio/transports/test_json_fuzz.py).
+    with trio.fail_after(TIMEOUT):
+        async with serving([DemoAgent()]) as base, open_ws(base + "/agents/demo/uamp") as ws:
+            sids = [await create_session(ws) for _ in range(sessions)]
+            await send(ws, type="session.update", token="t-2")
+            replies = [await recv(ws) for _ in range(max(sessions, 1))]
+            if sessions:
+                assert sorted(r["session_id"] for r in replies) == sorted(sids)
+                assert {r["type"] for r in replies} == {"session.updated"}
+            else:
+                assert replies[0]["type"] == "session.error"
+                assert replies[0]["error"]["code"] == "no_session"
+            await send(ws, type="ping")
+            assert (await recv(ws))["type"] == "pong"  # the socket goes on
