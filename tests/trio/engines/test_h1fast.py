@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import h11
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uamp_trio.engines.h1fast import Head, parse_head
+from tests._support.h1 import MAX, h11_head
+from uamp_trio.engines.h1fast import parse_head
 from uamp_trio.engines.http import Headers
 
-MAX = 64 * 1024
 BASE = b"POST /x?y=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
-
-
-def h11_head(data: bytes) -> Head | Exception | None:
-    """What h11 reads from ``data``: the same tuple as parse_head, its error, or
-    ``None`` when it needs more bytes."""
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX)
-    conn.receive_data(data)
-    try:
-        event = conn.next_event()
-    except h11.RemoteProtocolError as exc:
-        return exc
-    if not isinstance(event, h11.Request):
-        return None
-    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers]
-    length = int(dict(event.headers).get(b"content-length", b"0"))
-    end = len(data) - len(conn.trailing_data[0])
-    return event.method.decode(), event.target.decode(), headers, length, end
 
 
 def test_base_head_is_read_as_h11_reads_it() -> None:
