@@ -271,6 +271,12 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "seconds from a request's first byte to its whole head (408 after; slowloris)",
     ),
     ("--body-timeout", "body_timeout", float, "seconds to receive a whole request body"),
+    (
+        "--max-header-size",
+        "max_header_size",
+        int,
+        "bytes of a request head (HTTP/1.1) or header list (HTTP/2); 431 above",
+    ),
     ("--idle-timeout", "idle_timeout", float, "seconds a keep-alive connection may sit idle"),
 )
 

@@ -389,6 +389,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--header-timeout": "3",
         "--body-timeout": "4",
         "--idle-timeout": "5",
+        "--max-header-size": "2048",
     }
     assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
     argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
@@ -401,6 +402,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert (config.h2_max_concurrent_streams, config.h2_max_resets) == (11, 12)
     assert (config.h2_max_control_frames, config.h2_flood_window) == (13, 2.5)
     assert (config.header_timeout, config.body_timeout, config.idle_timeout) == (3, 4, 5)
+    assert config.max_header_size == 2048
     defaults = build_parser().parse_args(["serve"])
     assert (
         ServerConfig(**{f: getattr(defaults, f) for _, f, _, _ in _LIMIT_FLAGS}) == ServerConfig()
