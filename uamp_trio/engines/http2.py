@@ -411,6 +411,7 @@ class _Http2Connection:
             if data_st.size > self.cfg.max_body_size:
                 self._reject_too_large(data_st)
             elif not self.server.body_budget.take(len(chunk)):
+                data_st.body.clear()  # the route's style needs the head only
                 self._reject(data_st, self.server.over_budget(self._request(data_st)))
             else:
                 data_st.budgeted += len(chunk)

@@ -65,6 +65,9 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # Accept errors that mean "out of resources, try again" (as trio's serve_listeners).
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_RETRY_SLEEP = 0.1
+#: Connections over ``max_connections`` answered at once (each waits up to
+#: ``header_timeout`` for its request); more are closed without an answer.
+_MAX_REFUSING = 1024
 
 
 def _busy_response() -> bytes:
@@ -427,13 +430,17 @@ class Server:
                 raise
             limit = self.config.max_connections
             if limit is None or len(self._connections) < limit:
-                nursery.start_soon(self._handle_connection, stream)
-            elif self._refusing < limit:
+                # Counted from here, not from when its task first runs: a
+                # burst of accepts cannot slip past the limit.
+                tracker = ConnectionTracker()
+                self._connections.add(tracker)
+                nursery.start_soon(self._handle_connection, stream, tracker)
+            elif self._refusing < max(limit, _MAX_REFUSING):
                 # Busy: answered and closed (see ServerConfig.max_connections).
                 self._refusing += 1
                 nursery.start_soon(self._refuse_busy, stream)
             else:
-                # Even the refusals are at the limit: close without a word.
+                # Even the refusals are at their limit: close without a word.
                 await trio.aclose_forcefully(stream)
 
     async def _refuse_busy(self, stream: trio.SocketStream) -> None:
@@ -460,9 +467,9 @@ class Server:
             self._refusing -= 1
             await trio.aclose_forcefully(stream)
 
-    async def _handle_connection(self, sock_stream: trio.SocketStream) -> None:
-        tracker = ConnectionTracker()
-        self._connections.add(tracker)
+    async def _handle_connection(
+        self, sock_stream: trio.SocketStream, tracker: ConnectionTracker
+    ) -> None:
         stream: trio.abc.Stream = sock_stream
         try:
             # Responses are written head+body in one send; no Nagle delay on

@@ -114,6 +114,39 @@ async def test_connections_over_the_limit_get_503_and_are_closed(serve_app) -> N
         await held[1].aclose()
 
 
+async def test_a_burst_of_connections_cannot_slip_past_the_limit(serve_app) -> None:  # type: ignore[no-untyped-def]
+    # Counted when accepted, not when their tasks first run.
+    with trio.fail_after(TIMEOUT):
+        release = trio.Event()
+        entered: list[str] = []
+        app = App()
+
+        async def hang(request: Request) -> Response:
+            entered.append(request.path)
+            await release.wait()
+            return json_response({})
+
+        app.router.add(["GET"], "/hang", hang)
+        server = await serve_app(app, max_connections=3)
+        answers: list[bytes] = []
+
+        async def one() -> None:
+            raw, _ = await request_once(
+                server.port, b"GET /hang HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            answers.append(raw.split(b"\r\n", 1)[0])
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(one)
+            while len(answers) < 17:
+                await trio.sleep(0.01)
+            assert len(entered) == 3
+            release.set()
+        assert sorted(answers).count(b"HTTP/1.1 503 Service Unavailable") == 17
+        assert answers.count(b"HTTP/1.1 200 OK") == 3
+
+
 async def test_no_connection_limit_by_default(serve_app) -> None:  # type: ignore[no-untyped-def]
     with trio.fail_after(TIMEOUT):
         server = await serve_app(make_app([]))
