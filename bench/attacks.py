@@ -776,9 +776,9 @@ async def stalled_bodies(port: int, long: bool) -> Outcome:
     return Outcome(
         sent=f"{count} x 4 MiB bodies, all but one byte sent",
         answer=str(dict(sorted(answers.items()))),
-        # The budget (32 MiB) holds at most 8 of them; the rest are refused
+        # The budget (16 MiB) holds at most 4 of them; the rest are refused
         # (503) or, stalled, time out (408 after --body-timeout).
-        ok=held <= 8
+        ok=held <= 4
         and answers.get("503 Service Unavailable", 0) > 0
         and set(answers) <= {"held", "503 Service Unavailable", "408 Request Timeout"},
     )

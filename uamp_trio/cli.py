@@ -76,7 +76,6 @@ from uamp_proto.resume import Retention
 from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from .app import App, create_app
-from .engines.memory import fix_mmap_threshold
 from .engines.server import Server, ServerConfig
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, TaskStore, open_event_log
@@ -592,7 +591,6 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     if app.metrics is not None:
         app.metrics.watch_server(server)
-    fix_mmap_threshold()  # buffered bodies' memory goes back when freed (engines.memory)
     try:
         trio.run(_serve, server, app)
     except BaseException as exc:

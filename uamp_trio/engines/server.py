@@ -158,7 +158,7 @@ class ServerConfig:
     websocket_max_message_size: int = 4 * 1024 * 1024
     websocket_send_timeout: float = 30.0
     max_connections: int | None = None
-    max_buffered_body: int = 32 * 1024 * 1024
+    max_buffered_body: int = 16 * 1024 * 1024
     response_timeout: float = 3600.0
     response_idle_timeout: float = 300.0
     max_queued_events: int = 64

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import platform
 
 import h2.config
 import h2.connection
@@ -19,7 +18,6 @@ import trio
 from uamp_trio.app import App
 from uamp_trio.cli import _LIMIT_FLAGS, build_parser
 from uamp_trio.engines.http import Request, Response, SendChunk, StreamingResponse, json_response
-from uamp_trio.engines.memory import fix_mmap_threshold
 from uamp_trio.engines.server import ServerConfig
 from uamp_trio.hosting.router import RouteMeta
 from uamp_trio.hosting.sessions import Outbox, Quota
@@ -456,10 +454,3 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
 def test_limits_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         ServerConfig(**{field: 0})
-
-
-def test_the_mmap_threshold_is_fixed_on_glibc() -> None:
-    # uamp serve fixes it so freed body buffers go back to the system
-    # (uamp_trio.engines.memory); this machine runs glibc.
-    assert platform.libc_ver()[0] == "glibc"
-    assert fix_mmap_threshold() is True
