@@ -566,9 +566,14 @@ def uamp_start(sid: str, n: int, create: bool = True) -> list[bytes]:
     return msgs
 
 
+def _is_uamp(kind: str) -> bool:
+    """Whether ``kind`` is uamp's own server (now, or ``uamp@REV``), which speaks UAMP at its agent path."""
+    return kind == "uamp" or kind.startswith("uamp@")
+
+
 def ws_rate(kind: str, port: int, n: int) -> float:
     """Deltas per second for one response of ``n`` deltas."""
-    if kind == "uamp":
+    if _is_uamp(kind):
         client = WSClient(port, "/agents/flood/uamp")
         start_msgs, done = uamp_start("sess_bench", n), b'"response.done"'
     else:
@@ -595,7 +600,7 @@ def ws_rate(kind: str, port: int, n: int) -> float:
 
 def ws_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
     """Median milliseconds from request to the first delta (one-delta responses)."""
-    speaks_uamp = kind in ("uamp", "uamp-bound")
+    speaks_uamp = _is_uamp(kind) or kind == "uamp-bound"
     client = WSClient(port, "/agents/flood/uamp" if speaks_uamp else "/")
     if speaks_uamp:
         client.send(*uamp_start("sess_ttfd", 0, create=True)[:1])
@@ -632,11 +637,11 @@ def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> f
         clients.append(c)
     else:
         for _ in range(sessions):
-            clients.append(WSClient(port, "/agents/flood/uamp" if kind == "uamp" else "/"))
+            clients.append(WSClient(port, "/agents/flood/uamp" if _is_uamp(kind) else "/"))
     for c in clients:
         c.sock.setblocking(False)
         sel.register(c.sock, selectors.EVENT_READ, c)
-    done = b'"response.done"' if kind == "uamp" else b'"done"'
+    done = b'"response.done"' if _is_uamp(kind) else b'"done"'
     count = 0
     t0 = time.perf_counter()
     if multiplex:
@@ -649,7 +654,7 @@ def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> f
     else:
         for i, c in enumerate(clients):
             c.sock.setblocking(True)
-            c.send(*(uamp_start(f"sess_{i}", per) if kind == "uamp" else [f"go {per}".encode()]))
+            c.send(*(uamp_start(f"sess_{i}", per) if _is_uamp(kind) else [f"go {per}".encode()]))
             c.sock.setblocking(False)
     while remaining:
         for key, _ in sel.select():
