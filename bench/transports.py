@@ -567,7 +567,7 @@ def uamp_start(sid: str, n: int, create: bool = True) -> list[bytes]:
 
 
 def _is_uamp(kind: str) -> bool:
-    """Whether ``kind`` is uamp's own server (now, or ``uamp@REV``), which speaks UAMP at its agent path."""
+    """Whether ``kind`` is uamp now or ``uamp@REV``: both speak UAMP at the agent path."""
     return kind == "uamp" or kind.startswith("uamp@")
 
 
