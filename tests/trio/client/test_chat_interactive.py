@@ -165,7 +165,9 @@ def test_terminal_has_line_editing_history_and_a_clean_ctrl_d(demo: str, tmp_pat
     term.read_until(r"usage", 1)
     term.type(UP + "\r")  # the previous line again, from the history
     term.read_until(r"usage", 2)
-    assert len(re.findall(r"hello one", term.text)) >= 4  # typed, recalled, two answers
+    # Both answers echo the line: the second was sent from the history. (The echo of what
+    # was typed is not counted: prompt_toolkit may redraw it in pieces.)
+    assert len(re.findall(r"You said: hello one", term.text)) == 2
     term.type("abc" + LEFT * 3 + "X\r")  # edit before sending: Xabc
     term.read_until(r"usage", 3)
     assert "Xabc" in term.text
