@@ -9,7 +9,8 @@ comparisons, :mod:`.plot` draws charts and :mod:`.command` is the command
 line. See docs/bench.md.
 """
 
-from .config import BenchConfig, chat_completions_url, parse_duration
+from ..units import parse_duration
+from .config import BenchConfig, chat_completions_url
 from .runner import run_bench
 from .stats import Sample, Summary, percentile, summarize
 

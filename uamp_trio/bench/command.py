@@ -23,7 +23,8 @@ import orjson
 import trio
 
 from ..client._command import run_command
-from .config import TRANSPORTS, BenchConfig, parse_duration, parse_header
+from ..units import argument_type, parse_duration
+from .config import TRANSPORTS, BenchConfig, parse_header
 from .report import LiveProgress, print_compare, print_summary
 from .runner import run_bench
 
@@ -37,18 +38,8 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_command)
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _header(text: str) -> tuple[str, str]:
-    try:
-        return parse_header(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_duration = argument_type(parse_duration)
+_header = argument_type(parse_header)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

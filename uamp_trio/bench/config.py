@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,32 +12,12 @@ __all__ = [
     "BenchConfig",
     "chat_completions_url",
     "endpoint_url",
-    "parse_duration",
     "parse_header",
     "uamp_ws_url",
 ]
 
 #: The transports ``--transport`` accepts.
 TRANSPORTS = ("openai", "uamp-ws", "agui", "a2a")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``30s``, ``2m``, ``1h``, ``500ms`` or plain ``45`` / ``2.5`` (seconds).
-
-    Raises:
-        ValueError: Anything else, or a duration that is not positive.
-    """
-    found = _DURATION.match(text)
-    if found is None:
-        raise ValueError(f"not a duration: {text!r} (use 30s, 2m, 1h, 500ms or seconds)")
-    seconds = float(found.group(1)) * _UNIT[found.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"the duration must be positive: {text!r}")
-    return seconds
-
 
 def parse_header(text: str) -> tuple[str, str]:
     """``Name: value`` (curl's and oha's ``-H`` form) as a pair.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sqlite3
 import sys
 from decimal import Decimal
@@ -22,38 +21,14 @@ from typing import Any
 
 from uamp_proto.ledger import LedgerError, parse_amount
 
+from ..units import argument_type, parse_duration
 from .ledger import Ledger
 from .payments import LedgerPolicy
 
 __all__ = ["add_ledger_args", "add_tokens_parser", "open_policy", "parse_duration"]
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``1h`` or ``2d``.
-
-    Raises:
-        ValueError: Not a positive duration.
-    """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if match is None or float(match.group(1)) <= 0:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 1h, 2d)")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-
-
-def _amount(text: str) -> Decimal:
-    try:
-        return parse_amount(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_amount = argument_type(parse_amount)
+_duration = argument_type(parse_duration)
 
 
 def add_ledger_args(p: argparse.ArgumentParser) -> None:

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from uamp_trio.bench.config import (
     BenchConfig,
     chat_completions_url,
-    parse_duration,
     parse_header,
     uamp_ws_url,
 )
 from uamp_trio.bench.report import COMPARED, print_compare
 from uamp_trio.bench.stats import Sample, distribution, percentile, summarize
+from uamp_trio.units import parse_duration
 
 DURATIONS = [
     ("30s", 30.0),
