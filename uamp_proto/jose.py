@@ -557,10 +557,18 @@ def verify_compact(token: str, alg: str, key: PublicKey, error: type[SigningErro
 
 
 def sign_compact(
-    payload: bytes, key: PrivateKey, alg: str, kid: str | None, typ: str | None
+    payload: bytes,
+    key: PrivateKey,
+    alg: str,
+    kid: str | None,
+    typ: str | None,
+    extra: Mapping[str, Any] | None = None,
 ) -> str:
-    """A compact JWS ``header.payload.signature`` of ``payload``."""
-    headers: dict[str, Any] = {"typ": typ}
+    """A compact JWS ``header.payload.signature`` of ``payload``.
+
+    ``extra`` adds protected header members (``jwk``, ``cty``...).
+    """
+    headers: dict[str, Any] = {"typ": typ, **(extra or {})}
     if kid is not None:
         headers["kid"] = kid
     return _JWS.encode(payload, key, algorithm=alg, headers=headers)
@@ -577,9 +585,15 @@ def private_algorithm(key: PrivateKey, allowed: frozenset[str], what: str) -> st
     return alg
 
 
-def sign_detached(payload: bytes, key: PrivateKey, alg: str, kid: str | None = None) -> str:
+def sign_detached(
+    payload: bytes,
+    key: PrivateKey,
+    alg: str,
+    kid: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
     """A detached compact JWS of ``payload`` (RFC 7515 Appendix F): ``header..signature``."""
-    header, _, signature = sign_compact(payload, key, alg, kid, typ=None).split(".")
+    header, _, signature = sign_compact(payload, key, alg, kid, typ=None, extra=extra).split(".")
     return f"{header}..{signature}"
 
 

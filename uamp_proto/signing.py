@@ -133,7 +133,9 @@ def _envelope_payload(envelope: Envelope) -> bytes:
     return canonical_json({"sha256": envelope_sha256(envelope)})
 
 
-def sign_envelope(envelope: Envelope, key: PrivateKey, kid: str | None = None) -> Envelope:
+def sign_envelope(
+    envelope: Envelope, key: PrivateKey, kid: str | None = None, *, embed_jwk: bool = False
+) -> Envelope:
     """Sign an envelope: a copy whose ``sig`` is a detached compact JWS.
 
     Any ``sig`` already present is replaced (it is not part of what is
@@ -144,6 +146,9 @@ def sign_envelope(envelope: Envelope, key: PrivateKey, kid: str | None = None) -
         key: An EC P-256 (``ES256``) or Ed25519 (``EdDSA``) private key.
         kid: Key id for the JWS header, so verifiers can find the key in a
             JWKS.
+        embed_jwk: Put the public key in the protected header as ``jwk``
+            (RFC 7515 section 4.1.3), for a receiver that checks integrity
+            only (no trusted key for this sender).
 
     Returns:
         The envelope with ``sig`` = ``"<header>..<signature>"``.
@@ -153,7 +158,9 @@ def sign_envelope(envelope: Envelope, key: PrivateKey, kid: str | None = None) -
         TypeError: ``key`` is not a private key.
     """
     alg = private_algorithm(key, ENVELOPE_ALGORITHMS, "envelopes")
-    return attrs.evolve(envelope, sig=sign_detached(_envelope_payload(envelope), key, alg, kid))
+    extra = {"jwk": public_jwk(key)} if embed_jwk else None
+    sig = sign_detached(_envelope_payload(envelope), key, alg, kid, extra)
+    return attrs.evolve(envelope, sig=sig)
 
 
 def verify_envelope(envelope: Envelope, key: PrivateKey | PublicKey | JWKS) -> None:
@@ -261,7 +268,7 @@ def verify_cap_token(
     token: str,
     key: PrivateKey | PublicKey | JWKS,
     *,
-    audience: str,
+    audience: str | Iterable[str],
     required_scope: str | Iterable[str],
     now: float,
     leeway: float = 0,
@@ -275,7 +282,9 @@ def verify_cap_token(
     Args:
         token: The compact JWT (an envelope's ``cap_token``).
         key: The issuer's public key, or a :class:`JWKS`.
-        audience: Who is checking: must be ``aud`` or one of its entries.
+        audience: Who is checking: ``aud`` (or one of its entries) must be
+            it, or one of them when several names are given (an agent known
+            by its name and by its URL).
         required_scope: Scopes the request needs (space-separated string or
             strings); every one must be granted.
         now: The current time, seconds since the Unix epoch.
@@ -311,9 +320,10 @@ def verify_cap_token(
     audiences = [aud] if isinstance(aud, str) else aud
     if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
         raise CapTokenError(Reason.MISSING_CLAIM, "the token has no aud claim (string or strings)")
-    if audience not in audiences:
+    accepted = [audience] if isinstance(audience, str) else list(audience)
+    if not any(a in audiences for a in accepted):
         raise CapTokenError(
-            Reason.WRONG_AUDIENCE, f"the token is for {audiences!r}, not {audience!r}"
+            Reason.WRONG_AUDIENCE, f"the token is for {audiences!r}, not {accepted!r}"
         )
     granted = _scope_list(claims.get("scope", ""))
     if granted is None:

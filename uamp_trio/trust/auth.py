@@ -284,6 +284,17 @@ class JWTAuthenticator:
         if keys:
             self._keys = keys
 
+    async def signing_key(self, kid: str | None) -> jwt.PyJWK:
+        """The issuer's key named ``kid`` (the only one when ``kid`` is ``None``).
+
+        Also verifies spec 003 capability tokens of the same issuer
+        (:mod:`uamp_trio.trust.envelopes`).
+
+        Raises:
+            AuthError: No such key, after one refetch of a JWKS URL.
+        """
+        return await self._key_for(kid)
+
     async def _key_for(self, kid: str | None) -> jwt.PyJWK:
         if self._url is not None and self._fetched_at is None:
             await self._refresh()

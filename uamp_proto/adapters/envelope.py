@@ -1,0 +1,207 @@
+"""Spec 003 envelopes onto the agent boundary, and UAMP events back onto delta frames.
+
+Theory of operation
+-------------------
+An agent served by uamp answers spec 003 envelopes with the same
+:class:`~uamp_proto.responder.Responder` interface it answers UAMP 000
+events with. This module is the pure translation between the two; the
+binding (``uamp_trio.envelope``) verifies, routes, numbers and writes.
+
+* **In.** An ``ask`` or ``subscribe`` envelope becomes one user message
+  (:func:`user_message`): ``body.content`` as its text. Only textual bodies
+  (:data:`BODY_TYPES`, with ``encoding`` ``utf-8`` and ``compression``
+  ``none``) are served; anything else is refused with :class:`BodyError`.
+* **Out.** :class:`DeltaEncoder` turns the events of one response into the
+  ``(type, payload)`` pairs of delta frames, without ``delta_seq`` (the
+  binding stamps it through its :class:`~uamp_proto.flow.SendWindow`):
+
+  ============================== ===================================================
+  UAMP event                     delta frame
+  ============================== ===================================================
+  ``response.delta`` (text)      ``chunk`` ``{"text": ...}``
+  ``thinking``                   ``chunk`` ``{"thinking": ...}``
+  other non-terminal events      ``progress`` ``{"event": <the UAMP event>}``
+  ``response.done``              ``done`` ``{"text": <whole answer>, "usage": {...}}``
+  ``response.cancelled``         ``cancel`` ``{"text": <partial answer>}``
+  ``response.error``             ``error`` ``{"code": ..., "message": ...}``
+  ``response.created``           nothing
+  ============================== ===================================================
+
+* **Errors** (section 9) travel as an ``error`` envelope whose
+  ``body.content`` is the JSON text ``{"code", "message", "retry"}``
+  (:func:`error_body`, :func:`read_error`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+from .. import codec
+from .. import events as ev
+from .. import types as ty
+from ..envelope import (
+    DEFAULT_COMPRESSION,
+    DEFAULT_ENCODING,
+    Body,
+    DeltaType,
+    Envelope,
+    EnvelopeError,
+    ErrorCode,
+)
+from ..errors import UampError
+
+__all__ = [
+    "BAD_REQUEST",
+    "BODY_TYPES",
+    "ERROR_BODY_TYPE",
+    "NOT_FOUND",
+    "BodyError",
+    "DeltaEncoder",
+    "EnvelopeRefused",
+    "Frame",
+    "error_body",
+    "read_error",
+    "user_message",
+]
+
+#: The body types an agent is served with (the manifest's ``body_types``).
+BODY_TYPES: Final = ("text/plain", "text/markdown", "application/json")
+#: ``body.type`` of an ``error`` envelope.
+ERROR_BODY_TYPE: Final = "application/json"
+
+#: One delta frame before numbering: its ``type`` and ``payload``.
+Frame = tuple[DeltaType, dict[str, Any]]
+
+
+#: uamp's addition to section 9: an envelope that is not valid (schema, body
+#: type, an intent the agent does not serve). Not retryable.
+BAD_REQUEST: Final = ErrorCode(code="4.00", condition="Bad request", retryable=False)
+#: uamp's addition to section 9: no such exchange or stream for this caller
+#: (one owned by someone else answers the same).
+NOT_FOUND: Final = ErrorCode(code="4.04", condition="Not found", retryable=False)
+
+
+class EnvelopeRefused(UampError):
+    """An envelope, delta or stream request refused with a section 9 code.
+
+    Attributes:
+        error_code: The code (4.01, 4.03, 4.09, 4.13, 5.04, or uamp's 4.00/4.04).
+        message: A sentence for a person; never a credential.
+        retry_after: Seconds to wait before retrying (5.04), else ``None``.
+    """
+
+    def __init__(
+        self, error_code: ErrorCode, message: str, *, retry_after: int | None = None
+    ) -> None:
+        super().__init__(f"{error_code.code}: {message}")
+        self.error_code = error_code
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def code(self) -> str:
+        """The code string (``"4.01"``)."""
+        return self.error_code.code
+
+    def body(self) -> Body:
+        """The ``error`` envelope body that reports it (:func:`error_body`)."""
+        return error_body(self.code, self.message, retry=self.error_code.retryable)
+
+
+class BodyError(UampError, ValueError):
+    """An envelope body the agent cannot be given (type, encoding, compression)."""
+
+
+def user_message(envelope: Envelope) -> ty.Message:
+    """The user message an ``ask``/``subscribe`` envelope carries.
+
+    Raises:
+        BodyError: The body is not one of :data:`BODY_TYPES`, or is
+            compressed, or not ``utf-8``.
+    """
+    body = envelope.body
+    media = body.type.split(";", 1)[0].strip().lower()
+    if media not in BODY_TYPES:
+        raise BodyError(f"body.type {body.type!r} is not served; served: {', '.join(BODY_TYPES)}")
+    if body.effective_encoding.lower() != DEFAULT_ENCODING:
+        raise BodyError(f"body.encoding {body.encoding!r} is not served; use utf-8")
+    if body.effective_compression.lower() != DEFAULT_COMPRESSION:
+        raise BodyError(f"body.compression {body.compression!r} is not served; use none")
+    return ty.Message(role="user", content=body.content)
+
+
+def error_body(code: str, message: str, *, retry: bool) -> Body:
+    """The body of an ``error`` envelope: JSON ``{"code", "message", "retry"}``."""
+    content = orjson.dumps({"code": code, "message": message, "retry": retry}).decode()
+    return Body(type=ERROR_BODY_TYPE, content=content)
+
+
+def read_error(envelope: Envelope) -> tuple[str, str, bool]:
+    """``(code, message, retry)`` of an ``error`` envelope.
+
+    Raises:
+        EnvelopeError: The envelope is not an error envelope of that shape.
+    """
+    try:
+        data = orjson.loads(envelope.body.content)
+    except orjson.JSONDecodeError:
+        raise EnvelopeError(("body", "content"), "is not the JSON of an error") from None
+    if not isinstance(data, dict) or not isinstance(data.get("code"), str):
+        raise EnvelopeError(("body", "content"), "has no string 'code'")
+    return data["code"], str(data.get("message", "")), bool(data.get("retry", False))
+
+
+def _usage(usage: ty.UsageStats | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    out = codec.unstructure(usage)
+    return out if isinstance(out, dict) else None
+
+
+class DeltaEncoder:
+    """Turns one response's UAMP events into delta frames (see the module docstring)."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+
+    @property
+    def text(self) -> str:
+        """The text streamed so far."""
+        return "".join(self._text)
+
+    def feed(self, event: ev.Event) -> Frame | None:
+        """The frame for ``event``, or ``None`` when it makes none."""
+        kind = type(event)
+        if kind is ev.ResponseDelta:
+            assert isinstance(event, ev.ResponseDelta)
+            delta = event.delta
+            if isinstance(delta, ty.DeltaText):
+                self._text.append(delta.text)
+                return DeltaType.CHUNK, {"text": delta.text}
+        elif kind is ev.Thinking:
+            assert isinstance(event, ev.Thinking)
+            return DeltaType.CHUNK, {"thinking": event.content}
+        elif kind is ev.ResponseCreated:
+            return None
+        elif kind is ev.ResponseDone:
+            assert isinstance(event, ev.ResponseDone)
+            payload: dict[str, Any] = {"text": self.text}
+            usage = _usage(event.response.usage)
+            if usage:
+                payload["usage"] = usage
+            return DeltaType.DONE, payload
+        elif kind is ev.ResponseCancelled:
+            return DeltaType.CANCEL, {"text": self.text}
+        elif kind is ev.ResponseErrorEvent:
+            assert isinstance(event, ev.ResponseErrorEvent)
+            return DeltaType.ERROR, {"code": event.error.code, "message": event.error.message}
+        return DeltaType.PROGRESS, {"event": _event_dict(event)}
+
+
+def _event_dict(event: ev.Event) -> Mapping[str, Any]:
+    return codec.to_dict(event)

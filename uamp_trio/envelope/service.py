@@ -1,0 +1,632 @@
+"""The binding-neutral spec 003 service: envelopes in, exchanges run, delta frames out.
+
+Theory of operation
+-------------------
+Every spec 003 binding (HTTP + SSE, the length-prefixed WebSocket, gRPC,
+HTTP/3) reads bytes and hands them here; this module verifies, routes to the
+agent and runs the exchange; the binding writes what comes back. The API a
+binding uses, in order:
+
+1. ``agent = service.resolve(name, envelope)``: the hosted agent
+   (``name`` from the path; ``None`` at the root: the only agent, or the one
+   the envelope's ``to`` names as ``urn:uamp:agent:NAME`` or ``NAME``).
+2. ``envelope = service.decode(data, declared=n)``: parse an envelope;
+   4.13 from ``declared`` (or the size) past ``max_size``, 4.00 when it is
+   not a valid envelope.
+3. ``result = await service.submit(agent, envelope, nursery=...)``: verify
+   (signature, ``cap_token`` aud/scope/exp, ``ts``, replayed ``id``; see
+   :mod:`uamp_trio.trust.envelopes`) and act on the intent:
+
+   * ``ask`` / ``subscribe`` open an :class:`Exchange` (section 10:
+     NEW -> IN_PROGRESS) and start the agent in ``nursery`` (default: the
+     host's background nursery); 5.04 with ``retry_after`` when the agent
+     already runs ``max_concurrent`` exchanges;
+   * ``cancel`` / ``deny`` (``reply_to`` = the exchange's id) cancel it
+     (IN_PROGRESS -> CANCELLED); ``error`` ends it in ERROR; ``confirm``
+     completes it (IN_PROGRESS -> COMPLETED, the rest of the answer is not
+     produced) or, once ``done`` was sent, retires it;
+   * other intents are refused with 4.00 (the manifest lists the served ones).
+
+   The result (:class:`Submitted`) names the exchange; ``result.location``
+   is ``/v1/stream/{id}``.
+4. ``async for delta in exchange.deltas(after=-1)``: the delta frames, from
+   the first with ``delta_seq > after`` until the final one (``done``,
+   ``cancel`` or ``error``). The producer stops when ``delta_window`` frames
+   are un-acknowledged (the consumer's window from the ask, at most
+   ``max_window``) and waits for an ack; after ``idle_timeout`` without one
+   the exchange is cancelled.
+5. ``service.acknowledge(exchange, data_or_delta)``: a ``progress`` delta
+   frame with the highest contiguous ``delta_seq`` received; 4.09 for a
+   missing ``delta_seq``, another frame type, or a seq never sent.
+   ``service.find(stream_or_id, principal)`` looks an exchange up for the
+   stream endpoints (4.04 when absent or owned by someone else: the same).
+6. Any refusal is :class:`~uamp_proto.adapters.envelope.EnvelopeRefused`
+   (``error_code``, ``message``, ``retry_after``); ``service.error_envelope(
+   refused, agent=..., reply_to=...)`` is the signed ``error`` envelope to
+   send, and :func:`http_status` / :func:`close_code` give the HTTP status
+   and WebSocket close code of its code.
+
+Frames (:class:`~uamp_proto.envelope.Delta`) follow Appendix A.2 exactly;
+their ``stream_id`` is the ask's ``stream_id``, else its ``id``. Finished
+exchanges are kept (bounded by ``keep_finished``) for a late reader, a
+``confirm`` and as conversation history: an ask whose ``context`` names an
+earlier exchange of the same caller (``hash`` = ``sha256:`` of that
+envelope's canonical form) continues that conversation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters.envelope import (
+    BAD_REQUEST,
+    NOT_FOUND,
+    BodyError,
+    DeltaEncoder,
+    EnvelopeRefused,
+    user_message,
+)
+from uamp_proto.envelope import (
+    BACKEND_BUSY,
+    DEFAULT_MAX_SIZE,
+    MISSING_DELTA_SEQ,
+    PAYLOAD_TOO_LARGE,
+    UNAUTHORIZED,
+    Delta,
+    DeltaType,
+    Envelope,
+    EnvelopeError,
+    ExchangeState,
+    Intent,
+    Trigger,
+    decode_delta,
+    decode_envelope,
+    envelope_sha256,
+)
+from uamp_proto.envelope import Exchange as ExchangeMachine
+from uamp_proto.errors import RemoteProtocolError
+from uamp_proto.flow import SendWindow
+from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder, TurnRequest
+
+from ..engines.http import HTTPError
+from ..hosting.host import Host
+from ..hosting.turns import ResponseRunner
+from ..trust.envelopes import EnvelopeTrust
+from .keys import EnvelopeKey
+
+__all__ = [
+    "AGENT_URN",
+    "OPENING_INTENTS",
+    "SERVED_INTENTS",
+    "EnvelopeLimits",
+    "EnvelopeService",
+    "Exchange",
+    "Submitted",
+    "close_code",
+    "http_status",
+    "utc_ts",
+]
+
+log = logging.getLogger("uamp_trio.envelope")
+
+#: How an agent is named in ``from``/``to`` when no URL is configured.
+AGENT_URN: Final = "urn:uamp:agent:"
+#: Intents that open an exchange.
+OPENING_INTENTS: Final = frozenset({Intent.ASK, Intent.SUBSCRIBE})
+#: Intents that address an open exchange by ``reply_to``.
+_ADDRESSING: Final = frozenset({Intent.CONFIRM, Intent.CANCEL, Intent.DENY, Intent.ERROR})
+#: Every intent an agent served here accepts (the manifest's ``intents``).
+SERVED_INTENTS: Final = tuple(i.value for i in Intent if i in OPENING_INTENTS or i in _ADDRESSING)
+
+_HTTP_STATUS: Final[Mapping[str, int]] = {
+    "4.00": 400,
+    "4.01": 401,
+    "4.03": 403,
+    "4.04": 404,
+    "4.09": 409,
+    "4.13": 413,
+    "5.04": 503,
+}
+_CLOSE_CODES: Final[Mapping[str, int]] = {"4.01": 4401, "4.03": 4403, "4.13": 4413}
+_FINAL_TYPES: Final = frozenset({DeltaType.DONE, DeltaType.CANCEL, DeltaType.ERROR})
+
+
+def http_status(code: str) -> int:
+    """The HTTP status of a section 9 code (400 for one not in the table)."""
+    return _HTTP_STATUS.get(code, 400)
+
+
+def close_code(code: str) -> int | None:
+    """The WebSocket close code after an error frame (4401/4403/4413), or ``None`` to stay open."""
+    return _CLOSE_CODES.get(code)
+
+
+def utc_ts(now: float) -> str:
+    """RFC 3339 UTC timestamp with milliseconds (``2025-07-10T13:37:05.123Z``)."""
+    whole = time.gmtime(now)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", whole) + f".{int(now % 1 * 1000):03d}Z"
+
+
+@attrs.frozen(kw_only=True)
+class EnvelopeLimits:
+    """The limits of the envelope service (validated once).
+
+    Attributes:
+        max_size: Largest envelope accepted, bytes (4.13 past it).
+        max_concurrent: Exchanges one agent runs at once (``--max-concurrent``;
+            5.04 past it).
+        max_window: Largest ``delta_window`` granted.
+        idle_timeout: Seconds the producer waits on a full window before
+            the exchange is cancelled.
+        retry_after: The ``Retry-After`` of a 5.04, seconds.
+        keep_finished: Finished exchanges kept for late readers, ``confirm``
+            and history.
+    """
+
+    max_size: int = DEFAULT_MAX_SIZE
+    max_concurrent: int = 16
+    max_window: int = 1024
+    idle_timeout: float = 60.0
+    retry_after: int = 1
+    keep_finished: int = 1024
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_size", "max_concurrent", "max_window", "retry_after", "keep_finished"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.idle_timeout <= 0:
+            raise ValueError("idle_timeout must be positive")
+
+
+class Exchange:
+    """One ``ask``/``subscribe`` and its stream of delta frames (see the module docstring).
+
+    Attributes:
+        id: The opening envelope's ``id`` (the ``{id}`` of ``/v1/stream/{id}``).
+        stream_id: The frames' ``stream_id``.
+        agent: The agent's name.
+        owner: Who opened it (``Principal.key``).
+        machine: The section 10 state machine.
+        window: The producer's side of the delta window.
+        envelope_hash: ``sha256:<hex>`` of the opening envelope's canonical form.
+    """
+
+    def __init__(
+        self,
+        envelope: Envelope,
+        agent: str,
+        owner: tuple[str, str],
+        window: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.id = envelope.id
+        self.stream_id = envelope.stream_id or envelope.id
+        self.agent = agent
+        self.owner = owner
+        self.machine = ExchangeMachine()
+        self.machine.advance(Trigger.ASK if envelope.intent is Intent.ASK else Trigger.SUBSCRIBE)
+        self.window = SendWindow(window)
+        self.window.start_stream(self.stream_id)
+        self.envelope_hash = "sha256:" + envelope_sha256(envelope)
+        #: The conversation this exchange answered, with the answer (for history).
+        self.messages: list[ty.Message] = []
+        self._clock = clock
+        self._frames: list[Delta] = []  # sent, not yet acknowledged
+        self._changed = trio.Event()
+        self._final = False
+        self.runner: ResponseRunner | None = None
+        self.done_sent = False
+
+    @property
+    def state(self) -> ExchangeState:
+        """The section 10 state."""
+        return self.machine.state
+
+    @property
+    def finished(self) -> bool:
+        """Whether the final frame has been produced (or the run ended without one)."""
+        return self._final
+
+    def _pulse(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def push(self, kind: DeltaType, payload: dict[str, Any], idle: float) -> None:
+        """Produce one frame, waiting while the window is full.
+
+        Raises:
+            trio.TooSlowError: No ack opened the window within ``idle`` seconds.
+        """
+        with trio.fail_after(idle):
+            while self.window.available <= 0:
+                await self._changed.wait()
+        seq = self.window.stamp(self.stream_id)
+        self._frames.append(
+            Delta(
+                delta_seq=seq,
+                stream_id=self.stream_id,
+                ts=utc_ts(self._clock()),
+                type=kind,
+                payload=payload,
+            )
+        )
+        if kind in _FINAL_TYPES:
+            self._final = True
+            self.done_sent = kind is DeltaType.DONE
+        self._pulse()
+
+    def end(self) -> None:
+        """The run is over: readers stop after the frames already produced."""
+        if not self._final:
+            self._final = True
+            self._pulse()
+
+    def acknowledge(self, seq: int) -> int:
+        """Apply a cumulative ack; returns the frames freed.
+
+        Raises:
+            EnvelopeRefused: 4.09 for a ``delta_seq`` never sent.
+        """
+        try:
+            freed = self.window.acknowledge(self.stream_id, seq)
+        except RemoteProtocolError as exc:
+            raise EnvelopeRefused(MISSING_DELTA_SEQ, exc.message) from None
+        if freed:
+            self._frames = [f for f in self._frames if f.delta_seq > seq]
+            self._pulse()
+        return freed
+
+    async def deltas(self, after: int = -1) -> AsyncIterator[Delta]:
+        """The frames with ``delta_seq > after``, as produced, until the final one."""
+        while True:
+            for frame in self._frames:
+                if frame.delta_seq > after:
+                    after = frame.delta_seq
+                    yield frame
+            if self._final and (not self._frames or self._frames[-1].delta_seq <= after):
+                return
+            await self._changed.wait()
+
+
+@attrs.frozen
+class Submitted:
+    """What :meth:`EnvelopeService.submit` did.
+
+    Attributes:
+        envelope: The verified envelope.
+        principal: Who sent it.
+        exchange: The exchange it opened or addressed.
+    """
+
+    envelope: Envelope
+    principal: Principal
+    exchange: Exchange
+
+    @property
+    def location(self) -> str:
+        """``/v1/stream/{id}`` of the exchange (relative to the agent's prefix)."""
+        return f"/v1/stream/{self.exchange.id}"
+
+
+class EnvelopeService:
+    """Verifies envelopes and runs exchanges for the agents of ``host`` (module docstring).
+
+    Args:
+        host: The agents and shared services (payment, background nursery).
+        key: The server's envelope key (signs error envelopes).
+        trust: Who is trusted; default: authentication as configured on
+            ``host`` (its ``authenticator``), no trusted peers.
+        limits: The limits.
+        base_urls: Public URLs of the server: ``{url}/agents/{name}`` is
+            an accepted capability token audience besides the agent's name.
+        clock: Seconds since the epoch (``ts`` of frames and error envelopes).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        key: EnvelopeKey,
+        *,
+        trust: EnvelopeTrust | None = None,
+        limits: EnvelopeLimits | None = None,
+        base_urls: Sequence[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.host = host
+        self.key = key
+        self.trust = trust if trust is not None else EnvelopeTrust(host.authenticator, clock=clock)
+        self.limits = limits or EnvelopeLimits()
+        self.base_urls = tuple(u.rstrip("/") for u in base_urls)
+        self.clock = clock
+        self._exchanges: OrderedDict[str, Exchange] = OrderedDict()
+        self._streams: dict[str, Exchange] = {}
+        self._running: dict[str, int] = {}
+
+    # --- 1. which agent ---------------------------------------------------------
+
+    def audiences(self, agent: str) -> list[str]:
+        """The ``aud`` values that name ``agent`` here."""
+        out = [agent, AGENT_URN + agent]
+        for base in self.base_urls:
+            out.append(f"{base}/agents/{agent}")
+        return out
+
+    def resolve(self, name: str | None, envelope: Envelope | None = None) -> Responder:
+        """The agent addressed by the path's ``name``, else by the envelope's ``to``.
+
+        Raises:
+            EnvelopeRefused: 4.04 no such agent (or it is offline).
+        """
+        agents = self.host.agents
+        try:
+            if name is not None:
+                return agents.resolve({"agent": name})
+            if envelope is not None:
+                for target in envelope.to:
+                    candidate = target.removeprefix(AGENT_URN)
+                    if candidate in agents:
+                        return agents.resolve({"agent": candidate})
+            return agents.resolve({})
+        except HTTPError as exc:
+            raise EnvelopeRefused(NOT_FOUND, exc.message) from None
+
+    # --- 2. decode -------------------------------------------------------------------
+
+    def decode(self, data: bytes, *, declared: int | None = None) -> Envelope:
+        """Parse an envelope, checking the size first (``declared``: a Content-Length).
+
+        Raises:
+            EnvelopeRefused: 4.13 too large; 4.00 not a valid envelope (an
+                unsigned one is 4.01, from :meth:`submit`).
+        """
+        size = len(data) if declared is None else max(declared, len(data))
+        self.check_size(size)
+        try:
+            return decode_envelope(data, require_sig=False, max_size=self.limits.max_size)
+        except EnvelopeError as exc:
+            code = exc.error_code or BAD_REQUEST
+            raise EnvelopeRefused(code, str(exc)) from None
+
+    def check_size(self, size: int) -> None:
+        """Refuse (4.13) a body of ``size`` bytes over ``max_size``."""
+        if size > self.limits.max_size:
+            raise EnvelopeRefused(
+                PAYLOAD_TOO_LARGE,
+                f"the envelope is {size} bytes; this agent accepts at most {self.limits.max_size}",
+            )
+
+    # --- 3. submit ------------------------------------------------------------
+
+    async def submit(
+        self, agent: Responder, envelope: Envelope, *, nursery: trio.Nursery | None = None
+    ) -> Submitted:
+        """Verify ``envelope`` and act on its intent (see the module docstring).
+
+        Raises:
+            EnvelopeRefused: The envelope is refused; nothing was started.
+        """
+        name = agent.name
+        principal = await self.trust.authenticate(envelope, self.audiences(name))
+        if envelope.intent in OPENING_INTENTS:
+            exchange = await self._open(agent, envelope, principal, nursery)
+        elif envelope.intent in _ADDRESSING:
+            exchange = self._address(envelope, principal)
+        else:
+            raise EnvelopeRefused(
+                BAD_REQUEST,
+                f"intent {envelope.intent.value!r} is not served; served: "
+                f"{', '.join(SERVED_INTENTS)}",
+            )
+        return Submitted(envelope, principal, exchange)
+
+    async def _open(
+        self,
+        agent: Responder,
+        envelope: Envelope,
+        principal: Principal,
+        nursery: trio.Nursery | None,
+    ) -> Exchange:
+        name = agent.name
+        if envelope.id in self._exchanges:  # a replay outside the guard's memory
+            raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
+        try:
+            message = user_message(envelope)
+        except BodyError as exc:
+            raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
+        history = self._history(envelope, principal)
+        stream_id = envelope.stream_id or envelope.id
+        if stream_id in self._streams:
+            raise EnvelopeRefused(BAD_REQUEST, f"stream_id {stream_id!r} is already in use")
+        if self._running.get(name, 0) >= self.limits.max_concurrent:
+            raise EnvelopeRefused(
+                BACKEND_BUSY,
+                f"agent {name!r} is running {self.limits.max_concurrent} exchanges; retry later",
+                retry_after=self.limits.retry_after,
+            )
+        target = nursery or self.host.background
+        if target is None:
+            raise RuntimeError("no nursery to run the exchange in (the server is not serving)")
+        payment = envelope.ext.get("payment_token") if envelope.ext else None
+        token = payment if isinstance(payment, str) else None
+        response_id = f"resp_{uuid.uuid4().hex}"
+        try:
+            charge = await self.host.open_charge(name, token, response_id, principal=principal)
+        except PaymentRequiredError as exc:
+            raise EnvelopeRefused(
+                UNAUTHORIZED,
+                f"payment required ({exc.code}): put a payment token in ext.payment_token",
+            ) from None
+        window = min(envelope.effective_delta_window, self.limits.max_window)
+        exchange = Exchange(envelope, name, principal.key, window, self.clock)
+        exchange.messages = [*history, message]
+        request = TurnRequest(
+            agent=name,
+            session_id=exchange.id,
+            response_id=response_id,
+            messages=list(exchange.messages),
+            principal=principal,
+            payment_token=token,
+            metadata={"envelope_id": envelope.id, "stream_id": exchange.stream_id},
+        )
+        self.trust.accept(envelope)
+        self._remember(exchange)
+        self._running[name] = self._running.get(name, 0) + 1
+        encoder = DeltaEncoder()
+        idle = self.limits.idle_timeout
+
+        async def sink(event: ev.Event) -> None:
+            frame = encoder.feed(event)
+            if frame is not None and not exchange.finished:
+                await exchange.push(frame[0], frame[1], idle)
+
+        runner = ResponseRunner(agent, request, sink, charge=charge)
+        exchange.runner = runner
+        target.start_soon(self._run, exchange, runner, encoder)
+        return exchange
+
+    async def _run(self, exchange: Exchange, runner: ResponseRunner, encoder: DeltaEncoder) -> None:
+        try:
+            outcome = await runner.run()
+            if outcome.status == "completed" and exchange.state is ExchangeState.IN_PROGRESS:
+                exchange.machine.advance(Trigger.DONE)
+            elif outcome.status == "failed" and exchange.state is ExchangeState.IN_PROGRESS:
+                exchange.machine.advance(Trigger.ERROR)
+            elif outcome.status == "cancelled" and exchange.state is ExchangeState.IN_PROGRESS:
+                exchange.machine.advance(Trigger.CANCEL)
+            exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
+        except trio.TooSlowError:
+            log.info(
+                "exchange %s: no ack for %.0f s; cancelled", exchange.id, self.limits.idle_timeout
+            )
+            if exchange.state is ExchangeState.IN_PROGRESS:
+                exchange.machine.advance(Trigger.CANCEL)
+        except Exception:
+            log.exception("exchange %s failed", exchange.id)
+            if exchange.state is ExchangeState.IN_PROGRESS:
+                exchange.machine.advance(Trigger.ERROR)
+        finally:
+            exchange.end()
+            self._running[exchange.agent] -= 1
+            self._streams.pop(exchange.stream_id, None)
+
+    def _history(self, envelope: Envelope, principal: Principal) -> list[ty.Message]:
+        history: list[ty.Message] = []
+        for ref in envelope.context or ():
+            earlier = self._exchanges.get(ref.id)
+            if earlier is None or earlier.owner != principal.key or not earlier.finished:
+                continue  # context that is not ours to give: ignored
+            if ref.hash != earlier.envelope_hash:
+                raise EnvelopeRefused(
+                    BAD_REQUEST, f"context {ref.id!r}: hash does not match that envelope"
+                )
+            history = list(earlier.messages)
+        return history
+
+    def _remember(self, exchange: Exchange) -> None:
+        self._exchanges[exchange.id] = exchange
+        self._streams[exchange.stream_id] = exchange
+        while len(self._exchanges) > self.limits.keep_finished:
+            oldest = next((x for x in self._exchanges.values() if x.finished), None)
+            if oldest is None:
+                break
+            del self._exchanges[oldest.id]
+
+    def _address(self, envelope: Envelope, principal: Principal) -> Exchange:
+        if envelope.reply_to is None:
+            raise EnvelopeRefused(
+                BAD_REQUEST, f"a {envelope.intent.value} envelope names its exchange in reply_to"
+            )
+        exchange = self.find(envelope.reply_to, principal)
+        self.trust.accept(envelope)
+        intent = envelope.intent
+        if exchange.state is ExchangeState.IN_PROGRESS:
+            trigger = {
+                Intent.CONFIRM: Trigger.CONFIRM,
+                Intent.ERROR: Trigger.ERROR,
+            }.get(intent, Trigger.CANCEL)
+            exchange.machine.advance(trigger)
+            if exchange.runner is not None:
+                exchange.runner.cancel()
+        elif intent in (Intent.CONFIRM, Intent.DENY) and exchange.finished:
+            self._exchanges.pop(exchange.id, None)  # acknowledged: retired
+        return exchange
+
+    # --- 4/5. streams and acks -----------------------------------------------------
+
+    def find(self, key: str, principal: Principal) -> Exchange:
+        """The exchange with this ``id`` (or ``stream_id``) owned by ``principal``.
+
+        Raises:
+            EnvelopeRefused: 4.04 for none, and for one owned by someone else.
+        """
+        exchange = self._exchanges.get(key) or self._streams.get(key)
+        if exchange is None or exchange.owner != principal.key:
+            raise EnvelopeRefused(NOT_FOUND, f"no exchange {key!r}")
+        return exchange
+
+    def acknowledge(
+        self, exchange: Exchange | None, ack: bytes | Delta, principal: Principal
+    ) -> Exchange:
+        """Apply a ``progress`` ack frame (to ``exchange``, else the one its ``stream_id`` names).
+
+        Raises:
+            EnvelopeRefused: 4.09 missing ``delta_seq``, not a ``progress``
+                frame or a seq never sent; 4.04 unknown stream.
+        """
+        if isinstance(ack, bytes | bytearray):
+            try:
+                ack = decode_delta(bytes(ack), max_size=self.limits.max_size)
+            except EnvelopeError as exc:
+                raise EnvelopeRefused(MISSING_DELTA_SEQ, f"not an ack frame: {exc}") from None
+        if ack.type is not DeltaType.PROGRESS:
+            raise EnvelopeRefused(
+                MISSING_DELTA_SEQ, f"an ack is a progress frame, not {ack.type.value!r}"
+            )
+        if exchange is None:
+            exchange = self.find(ack.stream_id, principal)
+        elif ack.stream_id != exchange.stream_id:
+            raise EnvelopeRefused(NOT_FOUND, f"no stream {ack.stream_id!r} here")
+        exchange.acknowledge(ack.delta_seq)
+        return exchange
+
+    # --- 6. errors ---------------------------------------------------------------
+
+    def error_envelope(
+        self, refused: EnvelopeRefused, *, agent: str | None = None, reply_to: str | None = None
+    ) -> Envelope:
+        """The signed ``error`` envelope that reports ``refused``."""
+        sender = AGENT_URN + (agent or "server")
+        envelope = Envelope(
+            id=f"urn:uuid:{uuid.uuid4()}",
+            ts=utc_ts(self.clock()),
+            from_=sender,
+            to=("urn:uamp:peer",),
+            intent=Intent.ERROR,
+            reply_to=reply_to if reply_to and _is_uuid(reply_to) else None,
+            body=refused.body(),
+        )
+        return self.key.sign(envelope)
+
+    def running(self, agent: str) -> int:
+        """Exchanges of ``agent`` running now."""
+        return self._running.get(agent, 0)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value.removeprefix("urn:uuid:"))
+    except ValueError:
+        return False
+    return True
