@@ -39,10 +39,12 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
+from uamp_proto.grpc import is_grpc_content_type
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.responder import Responder
 from uamp_proto.signing import JWKS_PATH
 
+from . import grpc
 from .engines.http import Endpoint, HTTPError, Request, Response, StreamingResponse, json_response
 from .engines.websocket import WebSocketHandler, WebSocketRequest
 from .hosting.host import Host, Transport
@@ -201,18 +203,26 @@ class App(Host):
         Raises:
             HTTPError: 404 or 405 from the route table.
         """
-        if self.observe is None:
+        began = 0.0 if self.observe is None else time.perf_counter()
+        try:
             route, request.path_params = self.router.match(request.method, request.path)
-        else:
-            began = time.perf_counter()
-            try:
-                route, request.path_params = self.router.match(request.method, request.path)
-            except HTTPError as exc:
+        except HTTPError as exc:
+            if is_grpc_content_type(request.headers.get("content-type")):
+                return grpc.unimplemented  # gRPC's answer to a method nobody serves
+            if self.observe is not None:
                 self.observe.unmatched(request, exc, began)
-                raise
+            raise
         if not self.middleware:
             return route.endpoint
         return functools.partial(self._through_http, route)
+
+    def streams_body(self, request: Request) -> bool:
+        """Whether ``request`` (its head) goes to a route that reads its body while it arrives."""
+        try:
+            route, _ = self.router.match(request.method, request.path)
+        except HTTPError:
+            return False
+        return route.meta.stream_body
 
     def websocket_handler_for(self, request: Request) -> WebSocketHandler | None:
         """The handler for a WebSocket upgrade behind the middleware chain, or ``None``."""

@@ -30,6 +30,9 @@ DATA = [
     "uamp_trio/server_routes/static/playground.html",
     "uamp_trio/server_routes/static/playground.js",
     "uamp_trio/server_routes/static/playground.css",
+    "uamp_trio/grpc/protos/uamp/v1/agent.proto",
+    "uamp_trio/grpc/protos/uamp/v1/agent_pb2.py",
+    "uamp_trio/grpc/protos/uamp/v1/agent_pb2.pyi",
 ]
 
 

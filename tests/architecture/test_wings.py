@@ -75,3 +75,27 @@ def test_the_check_sees_a_store_built_inside_a_transport() -> None:
     assert _store_constructions(stdio, "uamp_trio/transports/x.py") == [
         "uamp_trio/transports/x.py:2 serve_stdio: AcpSessionStore"
     ]
+
+
+#: What the gRPC layer may import inside uamp_trio: it sits between the
+#: transports (which use it) and the hosting and engine wings (which it uses).
+GRPC_MAY_IMPORT = ("uamp_trio.grpc", "uamp_trio.hosting", "uamp_trio.engines")
+
+
+def test_the_grpc_layer_sits_between_transports_and_hosting() -> None:
+    bad = [
+        f"{module} -> {target}"
+        for module, targets in sorted(_tree().items())
+        if module.startswith("uamp_trio.grpc")
+        for target in sorted(targets)
+        if target.startswith("uamp_trio") and not target.startswith(GRPC_MAY_IMPORT)
+    ]
+    assert bad == []
+    below = [
+        f"{module} -> {target}"
+        for module, targets in sorted(_tree().items())
+        if module.startswith(("uamp_trio.hosting", "uamp_trio.engines"))
+        for target in targets
+        if target.startswith("uamp_trio.grpc")
+    ]
+    assert below == []

@@ -11,10 +11,19 @@ chunked encoding (HTTP/1.1) or DATA frames under h2 flow control (HTTP/2).
 An endpoint reports a client error by raising :class:`HTTPError`; the server
 turns it into a JSON body in the OpenAI error shape
 ``{"error": {"message", "type", "code", "param"}}``.
+
+Two additions serve protocols that stream both ways over one request (gRPC):
+a route that asks for it (the dispatcher's ``streams_body``) gets its body
+as a :class:`BodyStream` in ``request.body_stream`` while it arrives, the
+endpoint starting as soon as the head is in (HTTP/2 and HTTP/3 only; the
+peer is held back by the stream's flow-control window, so an endpoint that
+does not read holds at most one window); and a :class:`StreamingResponse`
+may end with ``trailers`` (HTTP/2 and HTTP/3; HTTP/1.1 drops them).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -31,6 +40,7 @@ __all__ = [
     "BATCH_HIGH_WATER",
     "KNOWN_METHODS",
     "BodyBudget",
+    "BodyStream",
     "Endpoint",
     "HTTPError",
     "Headers",
@@ -39,6 +49,7 @@ __all__ = [
     "SendChunk",
     "SerialBodyWriter",
     "StreamingResponse",
+    "TLSInfo",
     "WriteBatch",
     "batched_writer",
     "error_body",
@@ -94,6 +105,63 @@ class BodyBudget:
     def give(self, size: int) -> None:
         """``size`` bytes taken before are no longer buffered."""
         self.used -= size
+
+
+class BodyStream:
+    """A request body read piece by piece while the peer sends it.
+
+    The engine :meth:`feed` s each piece as it arrives and :meth:`end` s the
+    body (or :meth:`fail` s it when the stream is reset); the endpoint reads
+    with :meth:`receive`. Each piece read is reported to ``consumed`` (its
+    size), with which the engine gives the peer its flow-control credit back:
+    the peer can never be more than one window ahead of the reader.
+    """
+
+    __slots__ = ("_consumed", "_ended", "_error", "_pieces", "_waiter")
+
+    def __init__(self, consumed: Callable[[int], Awaitable[object]]) -> None:
+        self._consumed = consumed
+        self._pieces: deque[bytes] = deque()
+        self._ended = False
+        self._error: BaseException | None = None
+        self._waiter = trio.lowlevel.ParkingLot()
+
+    def feed(self, piece: bytes) -> None:
+        """Engine side: ``piece`` arrived."""
+        if piece:
+            self._pieces.append(piece)
+            self._waiter.unpark_all()
+
+    def end(self) -> None:
+        """Engine side: the body is complete."""
+        self._ended = True
+        self._waiter.unpark_all()
+
+    def fail(self, exc: BaseException) -> None:
+        """Engine side: the body will not complete (the stream was reset)."""
+        self._error = exc
+        self._waiter.unpark_all()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the peer has sent the whole body (pieces may still be unread)."""
+        return self._ended
+
+    async def receive(self) -> bytes:
+        """The next piece of the body; ``b""`` once it has all been read.
+
+        Raises:
+            trio.BrokenResourceError: The peer abandoned the request.
+        """
+        while not self._pieces:
+            if self._error is not None:
+                raise trio.BrokenResourceError("the request body was abandoned") from self._error
+            if self._ended:
+                return b""
+            await self._waiter.park()
+        piece = self._pieces.popleft()
+        await self._consumed(len(piece))
+        return piece
 
 
 #: Writes one chunk of a streaming body; waits for flow control / the socket.
@@ -154,6 +222,21 @@ def _text(value: str | bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
+@attrs.frozen(kw_only=True)
+class TLSInfo:
+    """What a request's TLS connection established.
+
+    Attributes:
+        version: The protocol version (``"TLSv1.3"``...).
+        alpn: The negotiated application protocol (``"h2"``, ``"h3"``...), if any.
+        peer_certificate: The client's certificate (DER) under mutual TLS, else ``None``.
+    """
+
+    version: str | None = None
+    alpn: str | None = None
+    peer_certificate: bytes | None = None
+
+
 @attrs.define(kw_only=True)
 class Request:
     """One HTTP request as endpoints see it.
@@ -170,6 +253,9 @@ class Request:
         client: The peer's ``(host, port)``, when known.
         principal: Who the request acts for, set by the authentication
             middleware (:data:`~uamp_proto.principal.ANONYMOUS` without one).
+        body_stream: For a route that streams its body: the body as it
+            arrives (``body`` is then empty); else ``None``.
+        tls: What the TLS handshake established (``None`` in cleartext).
     """
 
     method: str
@@ -182,6 +268,8 @@ class Request:
     scheme: str = "http"
     client: tuple[str, int] | None = None
     principal: Principal = ANONYMOUS
+    body_stream: BodyStream | None = None
+    tls: TLSInfo | None = None
 
     def json(self) -> Any:
         """The body parsed as JSON.
@@ -221,12 +309,21 @@ class StreamingResponse:
     client left first, a ``HEAD`` request, a reset HTTP/2 stream): a
     response that holds something (a payment lock) releases it there. It is
     shielded from cancellation, so it must be short.
+
+    ``trailers``, when the producer has set them by the time it returns,
+    are sent after the body (HTTP/2, HTTP/3: a last HEADERS frame). With
+    ``lazy_head`` (HTTP/2, HTTP/3) the head waits for the first body bytes,
+    so ``headers`` may still change until then, and a body that ends empty
+    with trailers is answered by one HEADERS frame holding head and trailers
+    (gRPC's "trailers-only" response).
     """
 
     producer: Callable[[SendChunk], Awaitable[None]]
     status: int = 200
     headers: list[tuple[str, str]] = attrs.field(factory=list)
     on_close: Callable[[], Awaitable[object]] | None = None
+    trailers: list[tuple[str, str]] | None = None
+    lazy_head: bool = False
 
     async def aclose(self) -> None:
         """Run ``on_close`` (once); the engines call it after sending, or not sending."""

@@ -31,11 +31,24 @@ reaches its endpoint; a reset that comes later cancels the task at once.
 ``SETTINGS_MAX_CONCURRENT_STREAMS`` is enforced here too (REFUSED_STREAM),
 also before the peer has acknowledged it. A request that does not end within
 ``body_timeout``, or receives nothing for ``header_timeout``, is reset.
+
+Streamed bodies and trailers
+----------------------------
+A request whose route streams its body (:meth:`Server.streams_body`, the
+gRPC routes) starts its task as soon as its head is in, with a
+:class:`~uamp_trio.engines.http.BodyStream` the reader feeds. Its DATA gives
+the connection window back at once but the stream window only as the
+endpoint reads (``increment_flow_control_window`` per piece read), so a peer
+is at most one stream window ahead of a slow endpoint and other streams are
+not starved; no ``max_body_size``, body budget or body timeout applies (the
+route bounds its own messages). A streamed response with ``trailers`` ends
+with a HEADERS frame carrying them instead of an empty DATA frame.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from typing import TYPE_CHECKING
@@ -49,6 +62,7 @@ import h2.settings
 import trio
 
 from .http import (
+    BodyStream,
     Headers,
     Request,
     Response,
@@ -172,6 +186,18 @@ async def serve_http2(
     await _Http2Connection(server, stream, tracker, client, preface).run(initial)
 
 
+def _fields(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
+
+
+def _head_fields(response: Response | StreamingResponse) -> list[tuple[bytes, bytes]]:
+    """The response head as h2 header fields (without ``content-length``)."""
+    return [(b":status", str(response.status).encode()), *_fields(response.headers), _SERVER]
+
+
+_SERVER = (b"server", b"uamp")
+
+
 class _Stream:
     def __init__(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.id = stream_id
@@ -190,6 +216,8 @@ class _Stream:
         self.budgeted = 0
         #: trio time the response body began streaming (``None``: not streaming).
         self.streaming: float | None = None
+        #: The body as it arrives, for a route that streams it.
+        self.body_stream: BodyStream | None = None
 
 
 class _Http2Connection:
@@ -390,13 +418,26 @@ class _Http2Connection:
                     self.refused = True
                 return
             st = self.streams[sid] = _Stream(sid, list(event.headers or []))
+            streamer = self.server.body_streamer
+            if (
+                event.stream_ended is None
+                and streamer is not None
+                and streamer.streams_body(self._request(st))
+            ):
+                st.body_stream = BodyStream(functools.partial(self._consumed, sid))
+                st.started = True
+                self.ready.append(st)
+                return
             length = Headers(st.headers).get("content-length")
             if length is not None and length.isdigit() and int(length) > self.cfg.max_body_size:
                 self._reject_too_large(st)
         elif isinstance(event, h2.events.DataReceived):
             sid = event.stream_id
-            self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
             data_st = self.streams.get(sid)
+            if data_st is not None and data_st.body_stream is not None:
+                self._feed_stream(data_st, event)
+                return
+            self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
             if data_st is None:
                 return
             data_st.active = trio.current_time()
@@ -418,7 +459,9 @@ class _Http2Connection:
                 data_st.body.append(chunk)
         elif isinstance(event, h2.events.StreamEnded):
             ended = self.streams.get(event.stream_id)
-            if ended is not None and ended.rejected:
+            if ended is not None and ended.body_stream is not None:
+                ended.body_stream.end()
+            elif ended is not None and ended.rejected:
                 self._stream_finished(ended)
             elif ended is not None:
                 ended.started = True
@@ -428,6 +471,8 @@ class _Http2Connection:
             if reset is not None:
                 self._release(reset)
                 reset.reset = True
+                if reset.body_stream is not None:
+                    reset.body_stream.fail(ConnectionResetError("the peer reset the stream"))
                 if reset.scope is not None:
                     reset.scope.cancel()
             self._wake_senders()
@@ -436,6 +481,31 @@ class _Http2Connection:
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.closed = True
             self._wake_senders()
+
+    def _feed_stream(self, st: _Stream, event: h2.events.DataReceived) -> None:
+        """DATA of a streamed body: the connection's credit back now, the stream's once read."""
+        assert st.body_stream is not None
+        data = bytes(event.data or b"")
+        flow = event.flow_controlled_length or 0
+        if flow:
+            self.h2.increment_flow_control_window(flow)
+        padding = flow - len(data)
+        if padding > 0:
+            self._give_stream_credit(st.id, padding)
+        st.active = trio.current_time()
+        st.body_stream.feed(data)
+
+    def _give_stream_credit(self, sid: int, size: int) -> None:
+        if size <= 0 or self.closed:
+            return
+        with contextlib.suppress(h2.exceptions.ProtocolError, KeyError, ValueError):
+            self.h2.increment_flow_control_window(size, stream_id=sid)
+
+    async def _consumed(self, sid: int, size: int) -> None:
+        """The endpoint read ``size`` bytes of stream ``sid``'s body: the peer may send more."""
+        if sid in self.streams:
+            self._give_stream_credit(sid, size)
+            await self.flush()
 
     def _reject_too_large(self, st: _Stream) -> None:
         response = error_response(
@@ -495,6 +565,7 @@ class _Http2Connection:
             query=query,
             headers=Headers(regular),
             body=b"".join(st.body) if st.body else b"",
+            body_stream=st.body_stream,
             http_version="2",
             scheme=self.server.scheme,
             client=self.client,
@@ -540,9 +611,7 @@ class _Http2Connection:
     async def _send_response(
         self, sid: int, response: Response | StreamingResponse, *, head_only: bool
     ) -> None:
-        headers = [(b":status", str(response.status).encode())]
-        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
-        headers.append((b"server", b"uamp"))
+        headers = _head_fields(response)
         if isinstance(response, Response):
             headers.append((b"content-length", str(len(response.body)).encode()))
             body = b"" if head_only else response.body
@@ -554,7 +623,9 @@ class _Http2Connection:
             else:
                 await self.flush()
             return
-        self.h2.send_headers(sid, headers, end_stream=head_only)
+        head_sent = not response.lazy_head or head_only
+        if head_sent:
+            self.h2.send_headers(sid, headers, end_stream=head_only)
         if head_only:
             await self.flush()
             return
@@ -565,8 +636,26 @@ class _Http2Connection:
         async def write(data: bytes, final: bool) -> None:
             # Everything queued since the last write: one DATA frame (split
             # only by the window or the frame size limit) and one send_all;
-            # END_STREAM rides on the last one.
-            if data:
+            # END_STREAM rides on the last one (or on the trailers).
+            nonlocal head_sent
+            trailers = response.trailers if final else None
+            if not head_sent:
+                if not data and not final:
+                    return  # a lazy head waits for the first bytes
+                head_sent = True
+                head = _head_fields(response)
+                if not data and trailers is not None:
+                    # Nothing but trailers: one HEADERS frame ends the stream.
+                    self.h2.send_headers(sid, head + _fields(trailers), end_stream=True)
+                    await self.flush()
+                    return
+                self.h2.send_headers(sid, head, end_stream=False)
+            if trailers is not None:
+                if data:
+                    await self._send_data(sid, data, end_stream=False)
+                self.h2.send_headers(sid, _fields(trailers), end_stream=True)
+                await self.flush()
+            elif data:
                 await self._send_data(sid, data, end_stream=final)
             else:
                 if final:

@@ -223,6 +223,15 @@ class RendersErrors(Protocol):
 
 
 @runtime_checkable
+class StreamsBodies(Protocol):
+    """A dispatcher with routes that read their request body while it arrives (gRPC)."""
+
+    def streams_body(self, request: Request) -> bool:
+        """Whether ``request`` (its head only) goes to a route that streams its body."""
+        ...
+
+
+@runtime_checkable
 class HasBackground(Protocol):
     """A dispatcher with a nursery slot for work that outlives its request.
 
@@ -283,6 +292,8 @@ class Server:
     def __init__(self, app: Dispatcher, config: ServerConfig | None = None, **overrides: Any):
         self.app = app
         self._host = app if isinstance(app, HasBackground) else None
+        #: The app, when some of its routes read their body while it arrives.
+        self.body_streamer = app if isinstance(app, StreamsBodies) else None
         self.config = attrs.evolve(config or ServerConfig(), **overrides)
         self.ssl_context = _ssl_context(self.config) if self.config.certfile else None
         #: Bound ``(host, port)`` of every listener, once serving.

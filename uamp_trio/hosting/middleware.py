@@ -13,7 +13,8 @@ endpoint's response, or ``None`` for a WebSocket once its handler is done) or
 refuses it by raising :class:`Refusal`. The root answers a refusal in the
 route's own style (:func:`render_error`): an OpenAI error object on
 Completions, Realtime, AG-UI and A2A REST routes, a JSON-RPC error on A2A
-JSON-RPC and ACP, a UAMP ``session.error`` on the UAMP routes; a WebSocket
+JSON-RPC and ACP, a UAMP ``session.error`` on the UAMP routes, a gRPC status
+on gRPC routes; a WebSocket
 upgrade is refused with that body before the handshake.
 
 Authentication, rate limits and request logging are middleware; the
@@ -27,6 +28,8 @@ from typing import Any
 
 import attrs
 import orjson
+
+from uamp_proto import grpc as grpc_wire
 
 from ..engines.http import JSON_HEADERS, HTTPError, Request, Response, StreamingResponse, error_body
 from ..engines.websocket import WebSocketRequest
@@ -113,7 +116,15 @@ def _error_object(style: ErrorStyle, exc: HTTPError, rpc_code: int) -> dict[str,
 
 
 def render_error(style: ErrorStyle, exc: HTTPError) -> Response:
-    """The response for ``exc`` in ``style`` (status and headers from ``exc``)."""
+    """The response for ``exc`` in ``style`` (status and headers from ``exc``).
+
+    In the ``grpc`` style: a trailers-only answer (HTTP 200) whose
+    ``grpc-status`` stands for ``exc.status`` (:func:`uamp_proto.grpc.status_for_http`).
+    """
+    if style == "grpc":
+        status = grpc_wire.status_trailers(grpc_wire.status_for_http(exc.status), exc.message)
+        headers = [("content-type", grpc_wire.CONTENT_TYPE), *status, *exc.headers]
+        return Response(status=200, headers=headers)
     rpc_code = exc.rpc_code if isinstance(exc, Refusal) else JSONRPC_REFUSED
     body = orjson.dumps(_error_object(style, exc, rpc_code))
     return Response(status=exc.status, headers=[*JSON_HEADERS, *exc.headers], body=body)

@@ -42,8 +42,8 @@ AGENT_PREFIX = "/agents/{agent}"
 
 #: How a route's clients expect an error: the OpenAI error object
 #: (``{"error": {"message", "type", "param", "code"}}``), a JSON-RPC 2.0 error
-#: response, or a UAMP ``session.error`` event.
-ErrorStyle = Literal["openai", "jsonrpc", "uamp"]
+#: response, a UAMP ``session.error`` event, or a gRPC status (trailers-only).
+ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc"]
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -68,11 +68,14 @@ class RouteMeta:
         transport: The transport that registered it (``"completions"``, ``"a2a"``...).
         error_style: How a refusal on this route is rendered.
         public: Served to anyone (agent cards, JWKS): a gate lets it through.
+        stream_body: The endpoint reads the request body while it arrives
+            (``request.body_stream``; HTTP/2 and HTTP/3), as gRPC streams do.
     """
 
     transport: str = ""
     error_style: ErrorStyle = "openai"
     public: bool = False
+    stream_body: bool = False
 
 
 #: The metadata of a route registered without any.
