@@ -9,7 +9,10 @@ ratio in one run). ``--observed`` adds ``uamp+obs``: the uamp server with
 everything ``uamp serve`` observes by default on (the access log, written to
 ``/dev/null``, and the metrics) and traces when the ``otel`` extra is there
 (spans kept in memory), to show what observation costs when it is on; the
-plain ``uamp`` row is what it costs when off.
+plain ``uamp`` row is what it costs when off. ``--agent`` adds ``uamp-agent``:
+a UAP agent (the runtime's loop strategy on the ``function`` model, one word
+per delta, ``bench/flood_agent.py``) loaded as ``uamp serve --agent`` loads
+it, on the same transports: what a real agent costs over the hand-written one.
 
 Every server runs in its own process (``--serve KIND``); the clients are the
 same raw, framework-free socket loops for every server, in this process, so
@@ -146,7 +149,13 @@ def completion_body(n: int) -> bytes:
 # --- servers -----------------------------------------------------------------------
 
 
-def serve_uamp(port_file: Path, observed: bool = False) -> None:
+def serve_uamp(port_file: Path, observed: bool = False, agent: str | None = None) -> None:
+    """uamp's server: the hand-written ``FloodAgent``, or the agent ``module:attr`` ``agent`` names.
+
+    ``agent`` is loaded as ``uamp serve --agent`` loads it (a UAP agent goes
+    through the bridge), and served on the same transports with the same
+    settings, so the two rows differ only in the agent path.
+    """
     import trio
 
     from uamp_proto import events as ev
@@ -172,8 +181,13 @@ def serve_uamp(port_file: Path, observed: bool = False) -> None:
     observe: dict[str, Any] = {}
     if observed:
         observe = {"access_log": True, "metrics": True, "tracing": _memory_tracing()}
+    served: Any = FloodAgent()
+    if agent is not None:
+        from uamp_trio.cli import load_agent
+
+        served = load_agent(agent)
     app = create_app(
-        [FloodAgent()],
+        [served],
         transports=[
             completions.mount,
             lambda a: uamp_ws.mount(a, uamp_ws.UampWebSocketConfig(limits=limits)),
@@ -459,6 +473,8 @@ def _memory_tracing() -> Any:
 SERVERS: dict[str, Callable[[Path], None]] = {
     "uamp": serve_uamp,
     "uamp+obs": functools.partial(serve_uamp, observed=True),
+    # A UAP agent (loop strategy, function model, one word per delta) via the bridge.
+    "uamp-agent": functools.partial(serve_uamp, agent="flood_agent:flood"),
     "uamp-bound": serve_uamp_bound,
     "trio-ws": serve_trio_ws,
     "websockets": serve_websockets,
@@ -567,8 +583,11 @@ def uamp_start(sid: str, n: int, create: bool = True) -> list[bytes]:
 
 
 def _is_uamp(kind: str) -> bool:
-    """Whether ``kind`` is uamp now or ``uamp@REV``: both speak UAMP at the agent path."""
-    return kind == "uamp" or kind.startswith("uamp@")
+    """Whether ``kind`` is a uamp server (``uamp``, ``uamp-agent``, ``uamp@REV`` ...).
+
+    All of them speak UAMP at the agent path.
+    """
+    return kind in ("uamp", "uamp+obs", "uamp-agent") or kind.startswith("uamp@")
 
 
 def ws_rate(kind: str, port: int, n: int) -> float:
@@ -913,6 +932,9 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--against", metavar="REV", help="add uamp as of git revision REV")
     parser.add_argument("--observed", action="store_true", help="add uamp with observation on")
+    parser.add_argument(
+        "--agent", action="store_true", help="add uamp-agent: a UAP agent through the bridge"
+    )
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port_file)
@@ -925,6 +947,8 @@ def main() -> None:
         extra.append(f"uamp@{args.against}")
     if args.observed:
         extra.append("uamp+obs")
+    if args.agent:
+        extra.append("uamp-agent")
     print(
         f"uamp transport benchmarks: {n} deltas per response, {args.rounds} rounds, "
         f"median; {os.cpu_count()} CPUs"

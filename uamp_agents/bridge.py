@@ -17,9 +17,12 @@ runtime :class:`~uamp_agents.agent.Agent` into such an object, an
 Theory of operation
 -------------------
 One ``respond`` call is one streamed run of the agent (:meth:`Agent.stream`)
-inside the transport's task; the run's nursery lives in ``respond``, so when
-the transport cancels the response, the run and every tool call in flight are
-cancelled with it and nothing outlives the call.
+driven inline (:meth:`~uamp_agents.streaming.AgentStream.drive`): the run
+executes in the transport's task and each of its events is mapped and handed
+to ``emit`` right there, with no channel and no task switch between the
+model's stream and the transport's writer. When the transport cancels the
+response, the run and every tool call in flight are cancelled with it and
+nothing outlives the call.
 
 *The request.* ``request.messages`` is the whole conversation. When it ends
 with a user message, that message is the run's input and the rest its
@@ -214,18 +217,10 @@ class AgentEndpoint:
         )
         own = {t.name for t in runner.resolved_tools if not t.deferred}
         mapper = _EventMapper(emit, own, request.response_id)
-        failure: Exception | None = None
-        turn: Turn | None = None
-        async with stream:
-            try:
-                async for event in stream:
-                    await mapper.feed(event)
-                turn = await stream.turn
-            except Exception as exc:  # reported below, outside the run's nursery
-                failure = exc
-        if failure is not None:
-            raise _agent_error(failure) from failure
-        assert turn is not None
+        try:
+            turn = await stream.drive(mapper.feed)
+        except Exception as exc:
+            raise _agent_error(exc) from exc
         await mapper.finish(turn)
         if turn.stop_reason == "max_steps":
             raise ResponderError(

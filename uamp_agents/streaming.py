@@ -20,6 +20,14 @@ first use, which copies the caller's context variables (so a stream opened
 inside a parent run is still tracked as its child). :meth:`AgentStream.abort`
 cancels the run, every tool call in flight with it, and the turn resolves
 with the partial result (``turn.status == "aborted"``).
+
+:meth:`AgentStream.drive` is the inline form, for a consumer that only
+forwards events (a server writing them to a socket): the run executes in the
+caller's task and awaits the consumer for each event, with no channel and no
+task switch in between; the consumer's awaiting is the backpressure. A
+consumer that fails stops the run the way a consumer leaving the channel does
+(the run is aborted and resolves with its partial turn), then ``drive``
+raises the consumer's error.
 """
 
 from __future__ import annotations
@@ -164,6 +172,47 @@ class AgentStream:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # Nobody will read any more: stop the run, keep its partial turn.
             self._abort.cancel()
+
+    async def drive(self, consumer: Emitter) -> Turn:
+        """Run the stream in this task, awaiting ``consumer(event)`` for each event.
+
+        The inline form of ``async for`` + ``turn`` (see the module
+        docstring): returns the final turn.
+
+        Raises:
+            RuntimeError: The stream has already started.
+            Exception: The run's error, or the consumer's (the run is then
+                aborted first, as when a reader leaves).
+        """
+        if self._started:
+            raise RuntimeError("this stream has already started")
+        self._started = True
+        self._send.close()
+        self._recv.close()
+        failure: Exception | None = None
+
+        async def forward(event: AgentStreamEvent) -> None:
+            nonlocal failure
+            if failure is None:
+                try:
+                    await consumer(event)
+                    return
+                except Exception as exc:
+                    failure = exc
+                    self._abort.cancel()
+            # Nobody reads any more: the abort lands here, as at a channel send.
+            await trio.lowlevel.checkpoint()
+
+        try:
+            self._turn = await self._run(forward, self._abort)
+        except Exception as exc:
+            self._error = exc
+            raise
+        finally:
+            self._done.set()
+        if failure is not None:
+            raise failure
+        return self._turn
 
     # --- consumer side ------------------------------------------------------
 

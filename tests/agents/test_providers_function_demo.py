@@ -6,10 +6,13 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from uamp_agents import agent
 from uamp_agents.execution import plan, react
 from uamp_agents.providers import ModelRequest, ModelResponse, Provider, demo, function
+from uamp_agents.providers._function import text_chunks
 from uamp_proto.events import ResponseDelta, UsageDelta
 from uamp_proto.types import (
     DeltaText,
@@ -133,3 +136,15 @@ async def test_demo_streams_words() -> None:
     text = "".join(e.delta.text for e in events if isinstance(e, ResponseDelta))
     assert text == "1 + 1 = 2"
     assert isinstance(events[-1], ModelResponse)
+
+
+@given(st.text(alphabet=st.sampled_from("ab \t\n\u00a0\u2003\x1c")))
+def test_text_chunks_cut_after_each_whitespace_character(text: str) -> None:
+    chunks = text_chunks(text)
+    assert "".join(chunks) == text
+    for i, chunk in enumerate(chunks):
+        assert chunk  # no empty delta
+        body = chunk[:-1] if chunk[-1].isspace() else chunk
+        assert not any(c.isspace() for c in body)  # one whitespace, at the end
+        if i < len(chunks) - 1:
+            assert chunk[-1].isspace()  # only the last piece may end in a word

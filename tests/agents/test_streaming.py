@@ -191,3 +191,56 @@ async def test_entering_a_started_stream_and_aclose() -> None:
     await stream.aclose()
     turn = await stream.turn
     assert turn.status in ("aborted", "completed") and stream.done
+
+
+async def test_drive_hands_every_event_to_the_consumer_in_this_task() -> None:
+    def make() -> Any:
+        return agent(model=replies([("add", {"a": 1, "b": 2})], "three it is"), tools=[add])
+
+    iterated = [label(e) async for e in make().stream("1+2?")]
+    seen: list[str] = []
+    tasks: set[object] = set()
+
+    async def consumer(event: AgentStreamEvent) -> None:
+        seen.append(label(event))
+        tasks.add(trio.lowlevel.current_task())
+
+    stream = make().stream("1+2?")
+    turn = await stream.drive(consumer)
+    assert seen == iterated  # the same events, in the same order, as iterating
+    assert tasks == {trio.lowlevel.current_task()}  # no task in between
+    assert turn.response.text == "three it is" and turn.status == "completed"
+    assert stream.done and (await stream.turn) is turn
+    with pytest.raises(RuntimeError, match="already started"):
+        await stream.drive(consumer)
+
+
+async def test_drive_consumer_failure_aborts_the_run_and_raises_it() -> None:
+    model = replies("alpha beta gamma delta", "never asked")
+    a = agent(model=model)
+    texts: list[str] = []
+
+    async def consumer(event: AgentStreamEvent) -> None:
+        texts.append(event.text)
+        if event.text == "beta ":
+            raise ConnectionError("peer gone")
+
+    stream = a.stream("x")
+    with pytest.raises(ConnectionError, match="peer gone"):
+        await stream.drive(consumer)
+    # Nothing reached the consumer after its failure; the run ended there.
+    assert "".join(texts) == "alpha beta "
+    assert stream.done and model.calls == 1
+    turn = await stream.turn
+    assert turn.status == "aborted"
+
+
+async def test_drive_raises_the_runs_error() -> None:
+    def fn(messages: list[Message], tools: list[ToolDefinition]) -> Any:
+        raise RuntimeError("model down")
+
+    stream = agent(model=function(fn)).stream("x")
+    with pytest.raises(RuntimeError, match="model down"):
+        await stream.drive(lambda e: trio.lowlevel.checkpoint())
+    with pytest.raises(RuntimeError, match="model down"):
+        await stream.turn

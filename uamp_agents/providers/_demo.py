@@ -46,7 +46,7 @@ import orjson
 from uamp_proto.responder import placeholder_arguments
 from uamp_proto.types import Message, ToolInvocation
 
-from ._function import stream_response, usage_of
+from ._function import response_events, usage_of
 from .base import ModelRequest, ModelResponse, NamedProvider, ProviderEvent
 
 __all__ = ["DemoProvider", "add", "demo", "multiply", "now"]
@@ -231,7 +231,7 @@ class DemoProvider(NamedProvider):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Answer the request, streamed word by word."""
-        async for event in stream_response(await self.generate(request)):
+        for event in response_events(await self.generate(request)):
             yield event
 
     def _reply(self, request: ModelRequest) -> Message:

@@ -20,7 +20,8 @@ then the :class:`ModelResponse`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -60,24 +61,26 @@ def usage_of(request: list[Message], reply: Message) -> UsageStats:
     return UsageStats(input_tokens=inp, output_tokens=out, total_tokens=inp + out)
 
 
+#: A word with the whitespace after it (one character), or a last word, or a
+#: lone whitespace character: the pieces :func:`text_chunks` cuts text into.
+_CHUNK = re.compile(r"\S*\s|\S+")
+
+
 def text_chunks(text: str) -> list[str]:
-    """Split text into word-sized deltas that join back to ``text``."""
-    if not text:
-        return []
-    chunks: list[str] = []
-    current = ""
-    for ch in text:
-        current += ch
-        if ch.isspace():
-            chunks.append(current)
-            current = ""
-    if current:
-        chunks.append(current)
-    return chunks
+    """Split text into word-sized deltas that join back to ``text``.
+
+    Each piece ends after one whitespace character (so a run of spaces
+    gives one-space pieces), except the last, which may end in a word.
+    """
+    return _CHUNK.findall(text)
 
 
-async def stream_response(response: ModelResponse) -> AsyncIterator[ProviderEvent]:
-    """Yield a finished response as provider stream events, then the response."""
+def response_events(response: ModelResponse) -> Iterator[ProviderEvent]:
+    """A finished response as provider stream events, then the response.
+
+    A plain generator: a provider's ``stream`` forwards it from its own
+    async generator, one generator frame per event instead of two.
+    """
     message = response.message
     for chunk in text_chunks(message.text):
         yield ResponseDelta(delta=DeltaText(text=chunk))
@@ -149,8 +152,7 @@ class FunctionProvider(NamedProvider):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Call the function, then yield its reply as stream events."""
-        response = await self.generate(request)
-        async for event in stream_response(response):
+        for event in response_events(await self.generate(request)):
             yield event
 
 
