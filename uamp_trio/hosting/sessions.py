@@ -160,6 +160,32 @@ def _payment_error(exc: BaseException) -> PaymentRequiredError | None:
     return None
 
 
+class _HistoryJSON:
+    """A session's conversation as JSON for its record, each message converted once.
+
+    The core only ever extends a session's history list (or replaces the
+    list), so the messages converted last time are still the list's first
+    ones: only the new ones are converted. The list handed out is never
+    changed afterwards (a longer one is a new list), so records queued
+    earlier keep the conversation they were queued with.
+    """
+
+    __slots__ = ("json", "source")
+
+    def __init__(self) -> None:
+        self.source: list[ty.Message] | None = None
+        self.json: list[dict[str, object]] = []
+
+    def of(self, history: list[ty.Message]) -> list[dict[str, object]]:
+        """``history`` as JSON (a list that nobody changes)."""
+        if history is not self.source or len(history) < len(self.json):
+            self.source, self.json = history, []
+        done = len(self.json)
+        if done < len(history):
+            self.json = self.json + [unstructure(m) for m in history[done:]]
+        return self.json
+
+
 @attrs.frozen(kw_only=True)
 class SessionLimits:
     """Limits of one UAMP connection (sizes in bytes, times in seconds).
@@ -570,6 +596,7 @@ class SessionHost:
         #: The sessions whose log this host writes: id -> (log key, owner callback).
         self._logged: dict[str, tuple[LogKey, Callable[[], None]]] = {}
         self._records: dict[str, SessionRecord] = {}
+        self._history_json: dict[str, _HistoryJSON] = {}
         #: Set once the peer is gone and its running responses go on into the log.
         self.detached = False
 
@@ -853,7 +880,10 @@ class SessionHost:
         assert self.event_log is not None
         ctx = self.conn.sessions.get(sid)
         if ctx is not None:
-            record.history = unstructure(ctx.history)
+            converted = self._history_json.get(sid)
+            if converted is None:
+                converted = self._history_json[sid] = _HistoryJSON()
+            record.history = converted.of(ctx.history)
         for name, value in changes.items():
             setattr(record, name, value)
         self.event_log.put_record(entry[0], attrs.evolve(record))
@@ -862,6 +892,7 @@ class SessionHost:
         """Another connection of this process resumed ``sid``: it is not ours any more."""
         self._logged.pop(sid, None)
         self._records.pop(sid, None)
+        self._history_json.pop(sid, None)
         if sid in self._sessions:
             if not self.detached and sid in self.conn.sessions:
                 with contextlib.suppress(LocalProtocolError, Overloaded):
@@ -872,6 +903,7 @@ class SessionHost:
     def _release_log(self, sid: str) -> None:
         entry = self._logged.pop(sid, None)
         self._records.pop(sid, None)
+        self._history_json.pop(sid, None)
         if entry is not None and self.event_log is not None:
             self.event_log.release(entry[0], entry[1])
 
