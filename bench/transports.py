@@ -509,11 +509,16 @@ class Running:
         port_file.unlink(missing_ok=True)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 5) -> None:
+    """Terminate a server process; kill it if it is still there after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 # --- raw clients ----------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +19,9 @@ import openai
 import pytest
 
 from tests._support.cli import ENV, ROOT, uamp_serve
+from tests._support.webagents import webagents_python as install
 from tests.interop.test_relay import stop, wait_online
 
-WEBAGENTS = "webagents==0.3.9"
 VENV = ROOT / ".test-cache" / "webagents-0.3.9"
 SCRIPT = Path(__file__).parent / "webagents" / "portal_daemon.py"
 
@@ -30,20 +29,7 @@ SCRIPT = Path(__file__).parent / "webagents" / "portal_daemon.py"
 @pytest.fixture(scope="module")
 def webagents_python() -> Path:
     """The throwaway virtualenv's python with webagents installed (installed once)."""
-    python = VENV / "bin" / "python"
-    probe = [str(python), "-c", "import webagents.agents.skills.robutler.portal_connect"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return python
-    venv.create(VENV, with_pip=True, clear=True)
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", WEBAGENTS],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    assert subprocess.run(probe, capture_output=True).returncode == 0
-    return python
+    return install(VENV, "import webagents.agents.skills.robutler.portal_connect")
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any, Unpack
 
 import attrs
@@ -252,12 +253,13 @@ class AnthropicProvider(HTTPProvider):
         self, body: dict[str, Any], structured: str | None
     ) -> AsyncIterator[ProviderEvent]:
         state = _StreamState(structured=structured)
-        async for sse in self._http.post_sse("v1/messages", body):
-            data = load_json(_NAME, sse.data)
-            for event in state.feed(data):
-                yield event
-            if state.stopped:
-                break
+        async with aclosing(self._http.post_sse("v1/messages", body)) as events:
+            async for sse in events:
+                if state.stopped:
+                    continue  # read to the end: the connection goes back to the pool
+                data = load_json(_NAME, sse.data)
+                for event in state.feed(data):
+                    yield event
         finish_or_cut(_NAME, state.stopped, "message_stop")
         if state.usage is not None:
             yield UsageDelta(delta=state.usage)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any, Unpack
 
 import attrs
@@ -151,13 +152,16 @@ class OpenAIProvider(HTTPProvider):
     async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ProviderEvent]:
         acc = _StreamState()
         done = False
-        async for sse in self._http.post_sse("chat/completions", body):
-            if sse.data.strip() == "[DONE]":
-                done = True
-                break
-            chunk = load_json(_NAME, sse.data)
-            for event in acc.feed(chunk):
-                yield event
+        async with aclosing(self._http.post_sse("chat/completions", body)) as events:
+            async for sse in events:
+                if done:
+                    continue  # read to the end: the connection goes back to the pool
+                if sse.data.strip() == "[DONE]":
+                    done = True
+                    continue
+                chunk = load_json(_NAME, sse.data)
+                for event in acc.feed(chunk):
+                    yield event
         finish_or_cut(_NAME, done, "data: [DONE]")
         if acc.usage is not None:
             yield UsageDelta(delta=acc.usage)

@@ -1,0 +1,336 @@
+"""uamp against Robutler's reference implementation, webagents 0.3.9, serving the same agent.
+
+Run: ``python bench/peers.py [--rounds 3] [--concurrency 16]`` (needs the
+``bench`` extra; the first run installs ``webagents==0.3.9`` from the
+package index into its own virtualenv under ``build/bench-cache/``, never
+into this project's).
+
+Three processes serve: a mock model (an OpenAI-compatible Chat Completions
+server, ``--serve model``, on uvicorn+Starlette), and the two agent servers
+whose figures are compared, both with their OpenAI provider pointed at that
+mock and one server-side tool, ``lookup``:
+
+* ``uamp``: ``uamp serve --agent peers_agent:peer`` (``bench/peers_agent.py``),
+  as it ships (access log and metrics on);
+* ``webagents``: a webagents ``BaseAgent`` on webagents' own server
+  (FastAPI on uvicorn, ``bench/peers_webagents.py``), rate limiter and
+  platform heartbeat off.
+
+The mock answers from the last user message: ``plain`` gets five words;
+``stream N`` gets ``N`` words, one per chunk when streamed; ``tool`` gets a
+call of ``lookup`` first and, once the conversation holds its result,
+twenty words. The workloads, each driven by ``uamp bench`` (Chat
+Completions over httpx) at ``--concurrency`` connections, the two servers
+alternating round by round:
+
+* ``plain``: a completion, not streamed;
+* ``stream-200``: a 200-chunk SSE stream;
+* ``tool+20``: the server-side tool round, then 20 streamed chunks.
+
+Printed per workload: each server's CPU time (user + system, from ``/proc``)
+per request over all rounds, requests/s (median) and the ratio webagents /
+uamp of CPU per request. Then what the tool round adds: the median
+end-to-end latency of ``tool+20`` minus that of a plain 20-chunk stream, one
+request at a time. The mock's own CPU is not counted for either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from transports import _server_cpu, stop_process  # noqa: E402
+
+from tests._support.webagents import webagents_python  # noqa: E402
+
+VENV = ROOT / "build" / "bench-cache" / "webagents-0.3.9"
+WORD = "tok "
+
+#: (name, prompt, streamed, requests per round)
+WORKLOADS = [
+    ("plain", "plain", False, 400),
+    ("stream-200", "stream 200", True, 100),
+    ("tool+20", "tool", True, 200),
+]
+
+
+# --- the mock model ----------------------------------------------------------------
+
+
+def _chunk(cid: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "mock",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def mock_reply(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """What the mock model says: (text, tool calls)."""
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    content = last_user.get("content")
+    if isinstance(content, list):  # content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = str(content or "").strip()
+    if text == "tool":
+        if any(m.get("role") == "tool" for m in messages):
+            return WORD * 20, []
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": '{"key": "k"}'},
+        }
+        return "", [call]
+    words = text.split()
+    if len(words) == 2 and words[0] == "stream" and words[1].isdigit():
+        return WORD * int(words[1]), []
+    return WORD * 5, []
+
+
+def serve_model(port_file: Path) -> None:
+    """The mock model: an OpenAI-compatible Chat Completions server (uvicorn+Starlette)."""
+    import asyncio
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def completions(request: Request) -> Response:
+        req = orjson.loads(await request.body())
+        text, calls = mock_reply(req.get("messages", []))
+        cid = "chatcmpl-mock"
+        usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 0}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if req.get("stream"):
+            parts = [_chunk(cid, {"role": "assistant", "content": ""})]
+            if calls:
+                tc = [{"index": 0, **calls[0]}]
+                parts.append(_chunk(cid, {"tool_calls": tc}))
+            parts.extend(_chunk(cid, {"content": w}) for w in text.split(" ") if w)
+            parts.append(_chunk(cid, {}, "tool_calls" if calls else "stop"))
+            if (req.get("stream_options") or {}).get("include_usage"):
+                body = {"id": cid, "object": "chat.completion.chunk", "created": 1700000000,
+                        "model": "mock", "choices": [], "usage": usage}  # fmt: skip
+                parts.append(b"data: " + orjson.dumps(body) + b"\n\n")
+            parts.append(b"data: [DONE]\n\n")
+
+            async def gen() -> Any:
+                for p in parts:
+                    yield p.replace(b'"content":"tok"', b'"content":"tok "')
+
+            return StreamingResponse(gen(), media_type="text/event-stream")
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = calls
+        body = {
+            "id": cid,
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "mock",
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+            ],
+            "usage": usage,
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/chat/completions", completions, methods=["POST"]),
+        ]
+    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    port_file.write_text(str(sock.getsockname()[1]))
+    config = uvicorn.Config(app, log_level="error", access_log=False)
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+# --- the servers ------------------------------------------------------------------------
+
+
+class Server:
+    """One server process; ``url`` is its Chat Completions endpoint."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], path: str, port_file: Path) -> None:
+        port_file.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            argv, env=env, cwd=ROOT / "bench", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode()[-3000:] if self.proc.stderr else ""
+                raise RuntimeError(f"{argv[:3]} did not start: {err}")
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+        self.url = f"http://127.0.0.1:{self.port}{path}"
+        _wait_port(self.port)
+
+    def stop(self) -> None:
+        stop_process(self.proc, 10)
+
+
+def _wait_port(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def start_uamp(model_url: str, tmp: Path) -> Server:
+    """``uamp serve --agent peers_agent:peer --port 0``; the port from its banner."""
+    port_file = tmp / "uamp.port"
+    env = {**os.environ, "UAMP_PEERS_MODEL_URL": model_url, "PYTHONPATH": str(ROOT / "bench")}
+    code = (
+        "import sys, runpy, trio\n"
+        "from uamp_trio import cli\n"
+        # The banner goes to stdout; the port file is written once listening.
+        "orig = cli.print_urls\n"
+        "def urls(server, app, **kw):\n"
+        f"    open({str(port_file)!r}, 'w').write(str(server.port))\n"
+        "cli.print_urls = urls\n"
+        "sys.exit(cli.main(['serve', '--agent', 'peers_agent:peer', '--port', '0']))\n"
+    )
+    return Server([sys.executable, "-c", code], env, "/agents/peer/v1/chat/completions", port_file)
+
+
+def start_webagents(model_url: str, tmp: Path) -> Server:
+    python = webagents_python(VENV, "import webagents.server.core.app")
+    port_file = tmp / "webagents.port"
+    env = {**os.environ, "PYTHONPATH": "", "HOME": str(tmp)}
+    script = str(ROOT / "bench" / "peers_webagents.py")
+    return Server(
+        [str(python), script, model_url, str(port_file)], env, "/peer/chat/completions", port_file
+    )
+
+
+# --- driving ----------------------------------------------------------------------------
+
+
+def drive(url: str, prompt: str, stream: bool, requests: int, concurrency: int) -> dict[str, Any]:
+    """One ``uamp bench`` run; its JSON summary."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        argv = [
+            sys.executable, "-m", "uamp", "bench", url, "--model", "peer",
+            "--prompt", prompt, "-c", str(concurrency), "-n", str(requests),
+            "--stream" if stream else "--no-stream", "--no-progress", "--json", out.name,
+            # webagents' server refuses a request without a credential header
+            # (it only checks that there is one); uamp serve without auth ignores it.
+            "--api-key", "bench",
+        ]  # fmt: skip
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        result: dict[str, Any] = json.loads(Path(out.name).read_text())
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", "-c", type=int, default=16)
+    parser.add_argument("--scale", type=float, default=1.0, help="requests per round x this")
+    parser.add_argument("--json", type=Path, help="write the figures as JSON")
+    parser.add_argument("--serve", choices=["model"])
+    parser.add_argument("--port-file", type=Path)
+    args = parser.parse_args()
+    if args.serve:
+        serve_model(args.port_file)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="uamp-peers-"))
+    model = Server(
+        [sys.executable, __file__, "--serve", "model", "--port-file", str(tmp / "model.port")],
+        dict(os.environ),
+        "/v1",
+        tmp / "model.port",
+    )
+    servers: dict[str, Server] = {}
+    try:
+        servers["uamp"] = start_uamp(model.url, tmp)
+        servers["webagents"] = start_webagents(model.url, tmp)
+        print(
+            f"uamp vs webagents 0.3.9: {args.concurrency} connections, {args.rounds} rounds; "
+            f"{os.cpu_count()} CPUs"
+        )
+        figures: dict[str, Any] = {}
+        for name, prompt, stream, n in WORKLOADS:
+            n = max(1, int(n * args.scale))
+            cpu = dict.fromkeys(servers, 0.0)
+            done = dict.fromkeys(servers, 0)
+            rates: dict[str, list[float]] = {k: [] for k in servers}
+            errors = dict.fromkeys(servers, 0)
+            for k, s in servers.items():  # warm up (and check that it answers)
+                warm = drive(s.url, prompt, stream, args.concurrency, args.concurrency)
+                if warm["errors"]:
+                    raise RuntimeError(f"{k} failed on {name}: {warm.get('errors_by_kind')}")
+            order = list(servers)
+            for r in range(args.rounds):
+                for k in order[r % 2 :] + order[: r % 2]:
+                    pid = servers[k].proc.pid
+                    c0 = _server_cpu(pid)
+                    result = drive(servers[k].url, prompt, stream, n, args.concurrency)
+                    c1 = _server_cpu(pid)
+                    if c0 is not None and c1 is not None:
+                        cpu[k] += c1 - c0
+                    done[k] += result["requests"]
+                    errors[k] += result["errors"]
+                    rates[k].append(result["requests_per_s"])
+            per = {k: cpu[k] / max(1, done[k]) * 1e3 for k in servers}
+            rate = {k: statistics.median(v) for k, v in rates.items()}
+            ratio = per["webagents"] / per["uamp"] if per["uamp"] else float("nan")
+            figures[name] = {"cpu_ms_per_request": per, "requests_per_s": rate, "errors": errors}
+            figures[name]["cpu_ratio_webagents_over_uamp"] = ratio
+            print(f"\n{name}: server CPU per request, requests/s (median)")
+            for k in servers:
+                print(
+                    f"  {k:<10} {per[k]:8.2f} ms CPU/request {rate[k]:9.1f} req/s"
+                    f"   errors {errors[k]}"
+                )
+            print(f"  webagents / uamp CPU per request = {ratio:.1f}x")
+        # What the tool round adds: tool+20 against a plain 20-chunk stream, one at a time.
+        print("\ntool round: median end-to-end latency, one request at a time")
+        figures["tool_round"] = {}
+        for k, s in servers.items():
+            e2e = {}
+            for label, prompt in (("stream-20", "stream 20"), ("tool+20", "tool")):
+                e2e[label] = drive(s.url, prompt, True, 50, 1)["e2e_ms"]["p50"]
+            added = e2e["tool+20"] - e2e["stream-20"]
+            figures["tool_round"][k] = {**e2e, "added_ms": added}
+            print(
+                f"  {k:<10} stream-20 {e2e['stream-20']:7.2f} ms   tool+20 {e2e['tool+20']:7.2f} ms"
+                f"   the tool round adds {added:7.2f} ms"
+            )
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+    finally:
+        for s in servers.values():
+            s.stop()
+        model.stop()
+
+
+if __name__ == "__main__":
+    main()
