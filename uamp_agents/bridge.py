@@ -75,6 +75,7 @@ it is; anything else is left to the transport (``internal_error``).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,7 +109,11 @@ SAMPLING_PARAMS = (
 
 
 def serve_agent(
-    agent: Agent, *, name: str | None = None, capabilities: ty.Capabilities | None = None
+    agent: Agent,
+    *,
+    name: str | None = None,
+    capabilities: ty.Capabilities | None = None,
+    checkpoints: bool = False,
 ) -> AgentEndpoint:
     """Wrap a runtime agent so that every transport can serve it.
 
@@ -116,11 +121,15 @@ def serve_agent(
         agent: The agent (see :func:`uamp_agents.agent`).
         name: The name to serve it under (default: the agent's ``name``).
         capabilities: Use this declaration instead of the derived one.
+        checkpoints: Announce a UAP checkpoint after every step (see
+            :attr:`AgentEndpoint.checkpoints`).
 
     Raises:
         ValueError: Neither ``name`` nor the agent's ``name`` is set.
     """
-    return AgentEndpoint(agent, name=name, capabilities=capabilities)
+    endpoint = AgentEndpoint(agent, name=name, capabilities=capabilities)
+    endpoint.checkpoints = checkpoints
+    return endpoint
 
 
 class AgentEndpoint:
@@ -128,7 +137,16 @@ class AgentEndpoint:
 
     Attributes:
         agent: The wrapped runtime agent.
+        checkpoints: Announce a UAP checkpoint (``progress`` stage
+            ``checkpoint``, a fresh id) after every step of a run (spec 002,
+            6.4 and level 2). The step's output -- its tool results included
+            -- is then complete in the session's event log, and a response
+            whose process is lost goes on from there in another process
+            instead of ending ``interrupted`` (docs/resume.md, "Node loss").
+            ``uamp serve --store`` with a SQLite file or Redis turns it on.
     """
+
+    checkpoints: bool = False
 
     def __init__(
         self,
@@ -204,6 +222,7 @@ class AgentEndpoint:
             user,
             resume=resume,
             tool_choice=choice,
+            on_step=_new_checkpoint if self.checkpoints else None,
             metadata={
                 "uamp": {
                     "agent": request.agent,
@@ -256,6 +275,11 @@ class AgentEndpoint:
         elif fmt is not None and fmt.type == "json_object":
             changes["structure"] = {"type": "object"}
         return a.derive(**changes) if changes else a
+
+
+def _new_checkpoint(step: int, state: object) -> str:
+    """A fresh checkpoint id: the step's state is in the session's event log."""
+    return str(uuid.uuid4())
 
 
 class _EventMapper:

@@ -19,7 +19,13 @@ output. Output items keep their order of first appearance:
   (section 6.13); a complete thought starts a new one;
 * audio chunks (``response.delta`` audio and ``audio.delta``) are decoded
   and joined into one audio item;
-* ``usage.delta`` values are summed into the final usage.
+* ``usage.delta`` values are summed into the final usage;
+* a ``progress`` event of stage ``checkpoint`` for the response marks the
+  output so far (a UAP checkpoint, spec 002 section 6.4); one of stage
+  ``restored`` rolls the output back to that mark: the response went on from
+  its checkpoint in another process after the one running it was lost
+  (docs/resume.md, "Node loss"), and what was sent after the checkpoint is
+  replaced by what follows.
 
 Its :attr:`~ResponseTracker.state` is a :class:`ResponseState`, the one
 enum of :mod:`uamp_proto._state`: a terminal event moves it to the state the
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -41,7 +47,21 @@ from . import types as ty
 from ._state import RESPONSE_OUTCOMES, TERMINAL_RESPONSE_STATES, ResponseState
 from .errors import RemoteProtocolError
 
-__all__ = ["AssistantGather", "ResponseState", "ResponseTracker", "add_usage"]
+__all__ = [
+    "CHECKPOINT",
+    "RESTORED",
+    "AssistantGather",
+    "ResponseState",
+    "ResponseTracker",
+    "add_usage",
+]
+
+#: The ``progress`` stage of a UAP checkpoint (spec 002, 6.4): the response's
+#: output up to this event is complete state it can go on from.
+CHECKPOINT: Final = "checkpoint"
+#: The ``progress`` stage saying a response goes on from its last checkpoint
+#: in another process: what was sent after that checkpoint is superseded.
+RESTORED: Final = "restored"
 
 
 class AssistantGather:
@@ -133,6 +153,8 @@ class ResponseTracker:
         self._final_usage: ty.UsageStats | None = None
         self._transcript: list[str] = []
         self.error: ty.ErrorInfo | None = None
+        #: The output at the last checkpoint (see :meth:`_mark`), or ``None``.
+        self._checkpoint: tuple[Any, ...] | None = None
 
     # --- feeding -----------------------------------------------------------
 
@@ -162,11 +184,50 @@ class ResponseTracker:
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
         elif kind is ev.ResponseErrorEvent:
             self.error = event.error  # type: ignore[attr-defined]
+        elif kind is ev.Progress:
+            self._progress_event(event)  # type: ignore[arg-type]
         # The state follows the response table's outcome for the event (the
         # connection checked the move, when there is one).
         after = RESPONSE_OUTCOMES.get(event.type)
         if after is not None:
             self.state = after
+
+    def _progress_event(self, event: ev.Progress) -> None:
+        if event.target != "response" or event.target_id != self.response_id:
+            return
+        if event.stage == CHECKPOINT:
+            self._checkpoint = self._mark()
+        elif event.stage == RESTORED:
+            self._roll_back(self._checkpoint)
+
+    def _mark(self) -> tuple[Any, ...]:
+        """What :meth:`_roll_back` needs to bring the output back to now."""
+        return (
+            [(s, len(s.parts), dict(s.extra)) for s in self._slots],
+            dict(self._calls),
+            dict(self._client_calls),
+            set(self._answered),
+            set(self._done_calls),
+            {k: len(v) for k, v in self._progress.items()},
+            self._usage,
+            len(self._transcript),
+        )
+
+    def _roll_back(self, mark: tuple[Any, ...] | None) -> None:
+        """Bring the output back to ``mark`` (``None``: to nothing)."""
+        if mark is None:
+            mark = ([], {}, {}, set(), set(), {}, None, 0)
+        slots, calls, client, answered, done, progress, usage, transcript = mark
+        for slot, parts, extra in slots:
+            del slot.parts[parts:]
+            slot.extra = dict(extra)
+        self._slots = [slot for slot, _, _ in slots]
+        self._calls, self._client_calls = dict(calls), dict(client)
+        self._answered, self._done_calls = set(answered), set(done)
+        self._progress = {k: self._progress[k][:n] for k, n in progress.items()}
+        self._usage = usage
+        del self._transcript[transcript:]
+        self._checkpoint = self._mark()
 
     def _last(self, kind: str) -> _Slot:
         slots = self._slots

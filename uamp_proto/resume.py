@@ -61,16 +61,19 @@ import orjson
 from . import events as ev
 from .codec import DecodeError, decode, unstructure
 from .errors import UampError
-from .response import ResponseTracker
+from .response import CHECKPOINT, RESTORED, ResponseTracker
 
 __all__ = [
+    "CHECKPOINT",
     "INTERRUPTED",
+    "RESTORED",
     "RESUMED",
     "RESUME_FROM",
     "LogEntry",
     "LogWindow",
     "Positions",
     "ResumeError",
+    "ResumePoint",
     "ResumeState",
     "ResumeStream",
     "Retention",
@@ -78,7 +81,9 @@ __all__ = [
     "event_id_of",
     "interrupted",
     "interrupted_event",
+    "replayed",
     "resume_from",
+    "resume_point",
     "start_after",
 ]
 
@@ -348,6 +353,88 @@ def _position(entry: LogEntry) -> int:
 INTERRUPTED: Final = "interrupted"
 
 
+def _events_of(response_id: str, logged: Iterable[bytes]) -> list[ev.Event]:
+    """The decodable events of ``response_id`` among ``logged``, in order."""
+    out: list[ev.Event] = []
+    for data in logged:
+        try:
+            event = decode(data)
+        except DecodeError:
+            continue
+        if isinstance(event, ev.Event) and _response_of(event) == response_id:
+            out.append(event)
+    return out
+
+
+def _response_of(event: ev.Event) -> str | None:
+    if type(event) is ev.Progress:
+        return event.target_id if event.target == "response" else None
+    return getattr(event, "response_id", None)
+
+
+def replayed(response_id: str, logged: Iterable[bytes]) -> ResponseTracker:
+    """``response_id`` 's output as the events among ``logged`` (a session's log) built it."""
+    return _tracked(response_id, _events_of(response_id, logged))
+
+
+def _tracked(response_id: str, events: Iterable[ev.Event]) -> ResponseTracker:
+    tracker = ResponseTracker(response_id)
+    for event in events:
+        with contextlib.suppress(UampError):
+            tracker.apply(event)
+    return tracker
+
+
+def _is_stage(event: ev.Event, stage: str) -> bool:
+    return type(event) is ev.Progress and event.stage == stage
+
+
+@attrs.frozen
+class ResumePoint:
+    """Where an orphaned response can go on: its last UAP checkpoint in the log.
+
+    Attributes:
+        checkpoint: The checkpoint's id (the ``progress`` event's ``message``).
+        tracker: The response's output up to the checkpoint (continue it).
+        superseded: How many of the response's events were sent after the
+            checkpoint (the continuation replaces them; 0: nothing to undo).
+    """
+
+    checkpoint: str
+    tracker: ResponseTracker
+    superseded: int
+
+
+def resume_point(response_id: str, logged: Iterable[bytes]) -> ResumePoint | None:
+    """The point ``response_id`` can go on from after its process was lost, or ``None``.
+
+    ``logged`` is what the session's log holds, in order. A response goes on
+    from its last ``progress`` event of stage :data:`CHECKPOINT` (target
+    ``response``) if it had one -- and if it did not already go on from
+    there (a :data:`RESTORED` after it: then from that restore, so a second
+    loss does not undo the first continuation's completed work). A response
+    that ended, or has no checkpoint, has none: it ends ``interrupted``.
+    """
+    events = _events_of(response_id, logged)
+    if any(type(e) in _ENDS for e in events):
+        return None
+    cut: int | None = None
+    name = ""
+    for i, event in enumerate(events):
+        if _is_stage(event, CHECKPOINT) or _is_stage(event, RESTORED):
+            cut, name = i, event.message or ""  # type: ignore[attr-defined]
+    if cut is None:
+        return None
+    return ResumePoint(
+        checkpoint=name,
+        tracker=_tracked(response_id, events[: cut + 1]),
+        superseded=len(events) - cut - 1,
+    )
+
+
+_ENDS: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
+
+
 def interrupted(
     response_id: str, logged: Iterable[bytes], *, session_id: str | None = None
 ) -> ev.ResponseErrorEvent:
@@ -358,16 +445,7 @@ def interrupted(
     sent, which the error carries in ``details.partial_output`` (content
     items) and ``details.text``.
     """
-    tracker = ResponseTracker(response_id)
-    for data in logged:
-        try:
-            event = decode(data)
-        except DecodeError:
-            continue
-        if isinstance(event, ev.Event) and getattr(event, "response_id", None) == response_id:
-            with contextlib.suppress(UampError):
-                tracker.apply(event)
-    return interrupted_event(tracker, session_id=session_id)
+    return interrupted_event(replayed(response_id, logged), session_id=session_id)
 
 
 def interrupted_event(

@@ -549,6 +549,12 @@ def _serve_command(args: argparse.Namespace) -> int:
         agents = [load_agent(spec) for spec in args.agent]
         if not agents and not args.relay:
             agents = [default_agent()]
+        if args.store != "memory":
+            # A log that outlives the process: a response can go on from its
+            # last step elsewhere after a loss (docs/resume.md, "Node loss").
+            for agent in agents:
+                if hasattr(agent, "checkpoints"):
+                    agent.checkpoints = True
         retention = Retention(args.retention_events, args.retention_age)
         tasks = TaskStore(args.a2a_max_tasks, args.a2a_max_tasks_per_principal)
         app = create_app(
@@ -709,9 +715,7 @@ def print_urls(server: Server, app: App, *, file: Any = None) -> None:
         else "HTTP/1.1 + HTTP/2 (h2c prior knowledge)"
     )
     console = Console(file=out, soft_wrap=True, highlight=False)
-    console.print(
-        Text.assemble(("uamp serving on ", "bold"), (base, "bold"), f" ({protocols})")
-    )
+    console.print(Text.assemble(("uamp serving on ", "bold"), (base, "bold"), f" ({protocols})"))
     sections = [("server", app.server_urls(base, ws_base))]
     sections.extend((f"agent {name}", rows) for name, rows in app.urls(base, ws_base).items())
     for title, rows in sections:

@@ -10,6 +10,7 @@ of an agent that talks slowly: a few text deltas with pauses between them.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -69,6 +70,46 @@ class Ticker(Words):
 
     def __init__(self) -> None:
         super().__init__("ticker", *(f"tick {i} " for i in range(400)), pause=0.05)
+
+
+class Checkpointed(TestAgent):
+    """Runs a tool, checkpoints (a UAP ``checkpoint`` progress event), then ticks slowly.
+
+    ``tick 0 `` .. ``tick 39 ``, one delta per 50 ms after the checkpoint.
+    Each run of the tool appends a line to the file named by the
+    ``UAMP_TEST_TOOL_RUNS`` environment variable, so a test can count them
+    across processes. Called on a conversation that ends with the tool's
+    result (carried on from the checkpoint after a node loss), it does not
+    run the tool again: it ticks. For ``--agent tests._support.agents:Checkpointed``.
+    """
+
+    name = "checkpointed"
+    ticks = 40
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """The tool round and checkpoint unless done already, then the ticks."""
+        last = request.messages[-1] if request.messages else None
+        if last is None or last.role != "tool":
+            call = ty.ToolCallFragment(id="call_fetch", name="fetch", arguments="{}")
+            await emit(ev.ResponseDelta(delta=ty.DeltaToolCall(tool_call=call)))
+            with open(os.environ["UAMP_TEST_TOOL_RUNS"], "a") as runs:
+                runs.write(f"{os.getpid()}\n")
+            result = ty.ToolResultFragment(
+                call_id="call_fetch", result="fetched", status="completed"
+            )
+            await emit(ev.ResponseDelta(delta=ty.DeltaToolResult(tool_result=result)))
+            await emit(ev.ToolCallDone(call_id="call_fetch"))
+            await emit(
+                ev.Progress(
+                    target="response",
+                    target_id=request.response_id,
+                    stage="checkpoint",
+                    message="cp1",
+                )
+            )
+        for i in range(self.ticks):
+            await trio.sleep(0.05)
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"tick {i} ")))
 
 
 class WorkingAgent(TestAgent):

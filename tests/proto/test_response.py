@@ -228,3 +228,39 @@ def test_add_usage_sums_field_by_field(
 ) -> None:
     assert add_usage(a, b) == total
     assert add_usage(a, None) is a and add_usage(None, b) is b
+
+
+@pytest.mark.parametrize(
+    ("steps", "text", "calls"),
+    [
+        # restored rolls back to the last checkpoint of this response
+        ([("t", "a"), ("cp", ""), ("t", "b"), ("rs", ""), ("t", "c")], "ac", []),
+        # without a checkpoint, to nothing
+        ([("t", "a"), ("rs", ""), ("t", "c")], "c", []),
+        # a tool call made after the checkpoint is gone too
+        ([("t", "a"), ("cp", ""), ("call", "x"), ("rs", ""), ("t", "b")], "ab", []),
+        ([("call", "x"), ("cp", ""), ("t", "a"), ("rs", "")], "", ["x"]),
+        # another response's markers change nothing
+        ([("t", "a"), ("cp2", ""), ("t", "b"), ("rs2", "")], "ab", []),
+    ],
+)
+def test_checkpoint_and_restored_table(
+    steps: list[tuple[str, str]], text: str, calls: list[str]
+) -> None:
+    from uamp_proto import events as ev_
+    from uamp_proto import types as ty_
+    from uamp_proto.response import ResponseTracker
+
+    tracker = ResponseTracker("r")
+    for kind, value in steps:
+        if kind == "t":
+            tracker.apply(ev_.ResponseDelta(delta=ty_.DeltaText(text=value)))
+        elif kind == "call":
+            frag = ty_.ToolCallFragment(id=value, name="f", arguments="{}")
+            tracker.apply(ev_.ResponseDelta(delta=ty_.DeltaToolCall(tool_call=frag)))
+        else:
+            stage = "checkpoint" if kind.startswith("cp") else "restored"
+            target = "r2" if kind.endswith("2") else "r"
+            tracker.apply(ev_.Progress(target="response", target_id=target, stage=stage))
+    assert tracker.text == text
+    assert [c.id for c in tracker.tool_calls] == calls

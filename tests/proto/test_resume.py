@@ -280,3 +280,96 @@ EVENT_ID_CASES = [
 @pytest.mark.parametrize(("data", "expected"), EVENT_ID_CASES)
 def test_event_id_of_fast_and_slow_paths_agree(data: bytes | str, expected: str) -> None:
     assert event_id_of(data) == expected
+
+
+# --- where an orphaned response goes on (node loss) ------------------------------
+
+R = "resp_1"
+
+
+def _ev(kind: str, value: str = "") -> bytes:
+    """One logged event of response :data:`R`, in a short notation."""
+    from uamp_proto import events as ev_
+    from uamp_proto import types as ty_
+    from uamp_proto.codec import encode
+
+    event: ev_.Event
+    if kind == "text":
+        event = ev_.ResponseDelta(response_id=R, delta=ty_.DeltaText(text=value))
+    elif kind == "call":
+        frag = ty_.ToolCallFragment(id=value, name="f", arguments="{}")
+        event = ev_.ResponseDelta(response_id=R, delta=ty_.DeltaToolCall(tool_call=frag))
+    elif kind == "result":
+        res = ty_.ToolResultFragment(call_id=value, result="ok", status="completed")
+        event = ev_.ResponseDelta(response_id=R, delta=ty_.DeltaToolResult(tool_result=res))
+    elif kind in ("checkpoint", "restored"):
+        event = ev_.Progress(target="response", target_id=R, stage=kind, message=value)
+    elif kind == "other":  # another response's checkpoint: not this one's
+        event = ev_.Progress(target="response", target_id="resp_2", stage="checkpoint")
+    elif kind == "done":
+        event = ev_.ResponseDone(
+            response_id=R, response=ty_.ResponseOutput(id=R, status="completed", output=[])
+        )
+    else:
+        raise AssertionError(kind)
+    return encode(event)
+
+
+@pytest.mark.parametrize(
+    ("log", "checkpoint", "text", "superseded"),
+    [
+        # No checkpoint: nothing to go on from (ends ``interrupted``).
+        ([("text", "a")], None, None, None),
+        ([("other", "")], None, None, None),
+        # Ended already: nothing to carry on.
+        ([("checkpoint", "c1"), ("text", "a"), ("done", "")], None, None, None),
+        # From the last checkpoint; what came after it is superseded.
+        ([("text", "a"), ("checkpoint", "c1"), ("text", "b")], "c1", "a", 1),
+        ([("checkpoint", "c1"), ("text", "a"), ("checkpoint", "c2")], "c2", "a", 0),
+        # Carried on once already: from the restore, the superseded part gone.
+        (
+            [("text", "a"), ("checkpoint", "c1"), ("text", "b"), ("restored", "c1"), ("text", "c")],
+            "c1",
+            "a",
+            1,
+        ),
+        (
+            [
+                ("checkpoint", "c1"),
+                ("text", "b"),
+                ("restored", "c1"),
+                ("text", "c"),
+                ("checkpoint", "c2"),
+                ("text", "d"),
+            ],
+            "c2",
+            "c",
+            1,
+        ),
+    ],
+)
+def test_resume_point_table(
+    log: list[tuple[str, str]], checkpoint: str | None, text: str | None, superseded: int | None
+) -> None:
+    from uamp_proto.resume import resume_point
+
+    point = resume_point(R, [_ev(*e) for e in log])
+    if checkpoint is None:
+        assert point is None
+        return
+    assert point is not None
+    assert (point.checkpoint, point.tracker.text, point.superseded) == (
+        checkpoint,
+        text,
+        superseded,
+    )
+
+
+def test_resume_point_keeps_completed_tool_results_as_conversation() -> None:
+    from uamp_proto.resume import resume_point
+
+    logged = [_ev("call", "c"), _ev("result", "c"), _ev("checkpoint", "k"), _ev("text", "x")]
+    point = resume_point(R, logged)
+    assert point is not None
+    roles = [(m.role, m.tool_call_id) for m in point.tracker.messages()]
+    assert roles == [("assistant", None), ("tool", "c")]

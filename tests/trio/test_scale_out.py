@@ -2,8 +2,12 @@
 
 A client streams a response from one process, which is killed with SIGKILL
 in the middle of it; the client resumes on another process and gets every
-event the first one sent up to the loss, then ``response.error``
-``interrupted`` with the partial output -- no gap, no event twice.
+event the first one sent up to the loss, then either ``response.error``
+``interrupted`` with the partial output (an agent without checkpoints) or the
+rest of the response carried on from the agent's last checkpoint, its
+completed tool not run again -- no gap, no event twice. Both processes share
+one payment ledger: the lost process's lock is settled once, never taken
+again.
 """
 
 from __future__ import annotations
@@ -11,16 +15,26 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import attrs
+import orjson
+import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support import cli
 from tests._support.cli import STARTUP, spawn_serve, uamp_serve
 from tests._support.wire import create_session, recv, resume_session, send, until
+from uamp_proto.codec import decode
+from uamp_proto.response import ResponseTracker
+from uamp_trio.trust.ledger import Ledger
 
 TIMEOUT = 60
 AGENT = "tests._support.agents:Ticker"
+PRICE = "0.25"
 
 
 def _started(proc: subprocess.Popen[str]) -> str:
@@ -39,45 +53,123 @@ def _started(proc: subprocess.Popen[str]) -> str:
 
 
 def _texts(events: list[dict[str, Any]]) -> list[str]:
-    return [e["delta"]["text"] for e in events if e["type"] == "response.delta"]
+    return [
+        e["delta"]["text"]
+        for e in events
+        if e["type"] == "response.delta" and e["delta"]["type"] == "text"
+    ]
 
 
-async def test_kill_9_mid_stream_then_resume_on_the_other_process(redis_url: str) -> None:
-    store = ("--store", redis_url, "--agent", AGENT)
+def _paid(tmp_path: Path) -> tuple[tuple[str, ...], Path, str]:
+    """Ledger flags for both processes, the ledger file, and a token holding 10 USD."""
+    ledger = tmp_path / "ledger.db"
+    with Ledger(ledger) as book:
+        token = book.issue("10", "USD")
+    return ("--ledger", str(ledger), "--price", PRICE), ledger, token
+
+
+@attrs.frozen
+class Loss:
+    """What the client saw around the loss of the process streaming to it."""
+
+    seen: list[dict[str, Any]]  # from the first process, until it was killed
+    rest: list[dict[str, Any]]  # after resuming on the second, to the response's end
+    again: list[dict[str, Any]]  # the next turn on the second process
+
+
+async def _lose_mid_stream(
+    store: tuple[str, ...], agent: str, token: str, deltas: int, end: str
+) -> Loss:
+    """Stream from one process, kill -9 it after ``deltas`` text deltas, resume on another."""
     doomed = spawn_serve(*store)
     try:
         first = _started(doomed)
         with uamp_serve(*store) as other, trio.fail_after(TIMEOUT):
             second = other.removeprefix("http://")
-            async with open_ws(f"ws://{first}/agents/ticker/uamp") as ws:
-                sid = await create_session(ws)
+            async with open_ws(f"ws://{first}/agents/{agent}/uamp") as ws:
+                sid = await create_session(ws, payment_token=token)
                 await send(ws, type="input.text", session_id=sid, text="go")
                 await send(ws, type="response.create", session_id=sid)
                 seen = await until(ws, "response.delta")
-                while len(_texts(seen)) < 6:
+                while len(_texts(seen)) < deltas:
                     seen.append(await recv(ws))
                 doomed.kill()  # SIGKILL: no shutdown, no goodbye
                 doomed.wait(10)
-            async with open_ws(f"ws://{second}/agents/ticker/uamp") as ws:
-                created = await resume_session(ws, sid, seen[-1]["event_id"])
+            async with open_ws(f"ws://{second}/agents/{agent}/uamp") as ws:
+                # The payment token is not kept with the session: a resuming
+                # client sends it again for the turns to come.
+                created = await resume_session(ws, sid, seen[-1]["event_id"], payment_token=token)
                 assert created["type"] == "session.created", created
                 assert created["extensions"] == {"resumed": True}
-                rest = await until(ws, "response.error")
-                # The session goes on on the second process.
+                rest = await until(ws, end)
+                # The session goes on at the second process.
                 await send(ws, type="input.text", session_id=sid, text="again")
                 await send(ws, type="response.create", session_id=sid)
-                again = await until(ws, "response.delta")
+                again = await until(ws, "response.done")
     finally:
         if doomed.poll() is None:
             doomed.kill()
             doomed.wait(10)
-    error = rest[-1]["error"]
+    ids = [e["event_id"] for e in seen + rest]
+    assert len(ids) == len(set(ids))  # no event twice
+    return Loss(seen, rest, again)
+
+
+def _charged_once(ledger: Path, token: str, response_id: str) -> None:
+    """The lost process's lock of ``response_id`` was settled once, at the flat price."""
+    with Ledger(ledger) as book:
+        rows = [r for r in book.entries(token) if r["response_id"] == response_id]
+        account = book.show(token).account
+    assert len(rows) == 1, rows  # locked once, by the first process only
+    assert (rows[0]["state"], Decimal(rows[0]["charged"])) == ("settled", Decimal(PRICE))
+    # This response and the next turn's, nothing more, nothing still held.
+    assert (account.settled, account.locked) == (2 * Decimal(PRICE), Decimal(0))
+
+
+async def test_kill_9_mid_stream_then_resume_on_the_other_process(
+    redis_url: str, tmp_path: Path
+) -> None:
+    paying, ledger, token = _paid(tmp_path)
+    store = ("--store", redis_url, "--agent", AGENT, *paying)
+    loss = await _lose_mid_stream(store, "ticker", token, 6, "response.error")
+    error = loss.rest[-1]["error"]
     assert error["code"] == "interrupted"
-    delivered = _texts(seen) + _texts(rest)
+    delivered = _texts(loss.seen) + _texts(loss.rest)
     # Every delta up to the loss, in order, none twice.
     assert delivered == [f"tick {i} " for i in range(len(delivered))]
     assert error["details"]["text"] == "".join(delivered)
     assert error["details"]["partial_output"] == [{"type": "text", "text": "".join(delivered)}]
-    ids = [e["event_id"] for e in seen + rest]
-    assert len(ids) == len(set(ids))
-    assert _texts(again)[0] == "tick 0 "
+    assert _texts(loss.again)[0] == "tick 0 "
+    # Settled by the process that ended the response: the flat price of a
+    # response that delivered something.
+    _charged_once(ledger, token, loss.rest[-1]["response_id"])
+
+
+async def test_kill_9_after_a_checkpoint_carries_the_response_on(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = tmp_path / "tool-runs"
+    runs.touch()
+    monkeypatch.setitem(cli.ENV, "UAMP_TEST_TOOL_RUNS", str(runs))
+    paying, ledger, token = _paid(tmp_path)
+    store = ("--store", redis_url, "--agent", "tests._support.agents:Checkpointed", *paying)
+    loss = await _lose_mid_stream(store, "checkpointed", token, 5, "response.done")
+    # The tool ran once in the lost process (the carried-on run did not
+    # repeat it); the next turn ran it once more.
+    assert len(runs.read_text().split()) == 2
+    restored = [e for e in loss.rest if e["type"] == "progress" and e.get("stage") == "restored"]
+    assert [e["message"] for e in restored] == ["cp1"]
+    ticks = "".join(f"tick {i} " for i in range(40))
+    done = loss.rest[-1]["response"]
+    assert [item["type"] for item in done["output"]] == ["tool_call", "tool_result", "text"]
+    assert done["output"][2]["text"] == ticks
+    # A client that follows the stream ends with the same output: the
+    # restored event rolls back what was sent after the checkpoint.
+    tracker = ResponseTracker(done["id"])
+    for event in loss.seen + loss.rest:
+        if done["id"] in (event.get("response_id"), event.get("target_id")):
+            tracker.apply(decode(orjson.dumps(event)))
+    assert tracker.text == ticks
+    assert loss.again[-1]["response"]["output"][-1]["text"] == ticks
+    # Charged once: the first process's lock, settled by the second.
+    _charged_once(ledger, token, done["id"])

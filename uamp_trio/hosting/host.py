@@ -111,6 +111,21 @@ class Host:
         """
         return await refusal(self.payment_policy, agent, token, pricing_of(self.agents.get(agent)))
 
+    async def adopt_charge(self, agent: str, response_id: str) -> Charge | None:
+        """The money a lost process held for ``response_id``, to settle here (or ``None``).
+
+        For a response carried on (or ended ``interrupted``) after the
+        process running it died (docs/resume.md, "Node loss"): its lock is
+        settled once, with what was delivered, and never taken again.
+        """
+        adopt = getattr(self.payment_policy, "adopt", None)
+        if adopt is None:
+            return None
+        charge: Charge | None = await adopt(agent, response_id, pricing_of(self.agents.get(agent)))
+        if charge is not None and self.on_charge is not None:
+            return self.on_charge(charge, agent)
+        return charge
+
     async def open_charge(
         self,
         agent: str,

@@ -103,10 +103,9 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
-from uamp_proto.codec import encode, from_dict, unstructure
+from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
-from uamp_proto.ids import random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Emit, Responder, TurnRequest
@@ -116,7 +115,6 @@ from uamp_proto.resume import (
     LogEntry,
     ResumeError,
     ResumeStream,
-    interrupted,
     interrupted_event,
     resume_from,
     start_after,
@@ -125,6 +123,7 @@ from uamp_proto.resume import (
 from ..stores.event_log import SessionRecord
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, WrappedAgent
+from .continuation import carry_on
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -1046,27 +1045,29 @@ class SessionHost:
                 record.node != log.node and await log.alive(record.node)
             ):
                 # Nobody runs it any more: its process stopped mid-stream.
-                await self._interrupt_orphan(key, record, running, session.id)
+                await self._interrupt_orphan(session, key, record, running)
                 continue
             await self._replay(stream, await log.wait(key, stream.cursor, timeout=0.5))
 
     async def _interrupt_orphan(
-        self, key: LogKey, record: SessionRecord, running: str, sid: str
+        self, session: _Session, key: LogKey, record: SessionRecord, running: str
     ) -> None:
+        """Carry on the response of a lost process (or end it ``interrupted``), once.
+
+        The first process to claim the loss adopts the log and carries the
+        response on in the background (:func:`~uamp_trio.hosting.continuation.carry_on`);
+        this connection follows the log meanwhile, like any other writer's.
+        """
         log = self.event_log
         assert log is not None
-        if not await log.claim(key, running):
-            await trio.sleep(0.1)  # another process is ending it
+        if not await log.claim(key, f"{running}@{record.node}"):
+            await trio.sleep(0.1)  # another process is carrying it on
             return
-        window = await log.adopt(key)
-        held = await log.read(key, 0, limit=max(window, 1))
-        error = interrupted(running, [e.data for e in held], session_id=sid)
-        event_id = random_ids("evt")
-        log.append(key, encode(attrs.evolve(error, event_id=event_id)), event_id)
-        record.running = None
-        log.put_record(key, attrs.evolve(record))
-        await log.flush()
-        log.release(key)
+        await log.adopt(key)
+        app = self._app
+        nursery = app.background if app is not None and app.background is not None else None
+        job = functools.partial(carry_on, log, key, record, session.agent, session.principal, app)
+        (nursery or self._nursery).start_soon(job)
 
     # --- authentication (spec 000 section 10.3; docs/security.md) ---------------
 
@@ -1474,7 +1475,10 @@ class SessionHost:
         self.outbox.producers += 1
         logged = session.id in self._logged
         if logged:
-            self._put_record(session.id, running=response.id)
+            ctx = self.conn.sessions.get(session.id)
+            tracker = ctx.response if ctx is not None else None
+            inputs = unstructure(tracker.input_messages) if tracker is not None else []
+            self._put_record(session.id, running=response.id, input=inputs)
         try:
             await self._run_response(session, response, create)
         except _SessionGone:
@@ -1482,7 +1486,7 @@ class SessionHost:
         finally:
             self.outbox.producers -= 1
             if logged:
-                self._put_record(session.id, running=None)
+                self._put_record(session.id, running=None, input=[])
             if session.response is response and not response.cancel_requested:
                 session.response = None
 

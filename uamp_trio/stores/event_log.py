@@ -83,6 +83,8 @@ class SessionRecord:
         config: The session configuration (UAMP ``session`` object) as JSON.
         history: The conversation so far, as UAMP messages in JSON.
         running: The id of the response in flight, or ``None``.
+        input: The input messages (JSON) of the response in flight: what a
+            process carrying it on after a loss answers.
         node: Which process runs the session (``uamp serve``'s node id).
         updated: When the session was last active (the log's clock).
         ended: Whether the session ended (``session.end``): not resumable.
@@ -92,6 +94,7 @@ class SessionRecord:
     config: dict[str, Any] | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
     running: str | None = None
+    input: list[dict[str, Any]] = attrs.field(factory=list)
     node: str = ""
     updated: float = 0.0
     ended: bool = False

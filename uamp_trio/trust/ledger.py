@@ -387,7 +387,30 @@ class Ledger:
         nothing. A token that expired (or was revoked) since it locked still
         settles: the lock was taken while it was good.
         """
-        token_id = self.token_id(token, expired_ok=True)
+        return self._settle_id(self.token_id(token, expired_ok=True), response_id, cost)
+
+    def orphan(self, response_id: str) -> str | None:
+        """The token id of ``response_id`` 's open lock if its server died, else ``None``.
+
+        For the server that carries the response on after that loss
+        (docs/resume.md, "Node loss"): it settles that lock
+        (:meth:`settle_orphan`) instead of locking again, so the response is
+        charged once.
+        """
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT token_id, owner FROM locks WHERE response_id = ? AND state = 'locked'",
+                (response_id,),
+            ).fetchone()
+        if row is None or row["owner"] == self.owner or is_alive(row["owner"]):
+            return None
+        return str(row["token_id"])
+
+    def settle_orphan(self, token_id: str, response_id: str, cost: Decimal | str) -> Account:
+        """:meth:`settle` a lock found by :meth:`orphan` (a no-op once settled)."""
+        return self._settle_id(token_id, response_id, cost)
+
+    def _settle_id(self, token_id: str, response_id: str, cost: Decimal | str) -> Account:
         value = arith.parse_amount(cost)
         with self._transaction() as db:
             account = self._load(db, token_id)

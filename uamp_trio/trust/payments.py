@@ -59,6 +59,9 @@ class LedgerCharge:
     token: str
     response_id: str
     pricing: Pricing
+    #: Set for a lock adopted from a lost server (:meth:`LedgerPolicy.adopt`),
+    #: which is settled by the token's id (its token is not known here).
+    token_id: str | None = None
     settled: bool = attrs.field(default=False, init=False)
 
     async def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
@@ -69,7 +72,12 @@ class LedgerCharge:
         cost = self.pricing.cost(usage, used=used)
         ledger = self.policy.ledger
         try:
-            account = await ledger.call(ledger.settle, self.token, self.response_id, cost)
+            if self.token_id is not None:
+                account = await ledger.call(
+                    ledger.settle_orphan, self.token_id, self.response_id, cost
+                )
+            else:
+                account = await ledger.call(ledger.settle, self.token, self.response_id, cost)
         except LedgerError as exc:
             # Cannot happen for a token that locked (its signature was good
             # and settling accepts an expired one); logged, never raised.
@@ -78,7 +86,11 @@ class LedgerCharge:
         return self.policy.balance_event(account.balance, account.currency, self.pricing)
 
     async def extend(self, token: str | None, amount: str) -> None:
-        """Lock ``amount`` more for this response (spec 004 mid-stream top-up)."""
+        """Lock ``amount`` more for this response (spec 004 mid-stream top-up).
+
+        A charge adopted after a node loss (:meth:`LedgerPolicy.adopt`)
+        knows no token: it takes the one given.
+        """
         ledger = self.policy.ledger
         try:
             await ledger.call(ledger.extend, token or self.token, self.response_id, amount)
@@ -219,6 +231,22 @@ class LedgerPolicy:
             raise self.refusal(pricing, None)
         await self.ledger.call(self._lock, pricing, token, response_id, principal)
         return LedgerCharge(self, token, response_id, pricing)
+
+    async def adopt(
+        self, agent: str, response_id: str, declared: Pricing | None = None
+    ) -> LedgerCharge | None:
+        """The open lock of ``response_id`` left by a server that died, as a charge to settle.
+
+        ``None``: the agent is free, or no dead server holds a lock for that
+        response (it was settled, freed by a restart, or never taken).
+        """
+        pricing = self.pricing(agent, declared)
+        if pricing is None:
+            return None
+        token_id = await self.ledger.call(self.ledger.orphan, response_id)
+        if token_id is None:
+            return None
+        return LedgerCharge(self, "", response_id, pricing, token_id)
 
     def _lock(self, pricing: Pricing, token: str, response_id: str, principal: str | None) -> None:
         try:

@@ -1,0 +1,116 @@
+"""A UAP agent's response goes on from its last checkpoint after its process was lost.
+
+The lost process is played by a run whose sink fails (the process "dies")
+some events after the agent's first step checkpointed; its events are in the
+session's log and its record names a process that no longer runs. The
+continuation (:func:`uamp_trio.hosting.continuation.carry_on`) then runs the
+same agent -- served through the bridge with ``checkpoints=True`` -- from
+that checkpoint. The tool of the completed step is not called again.
+(``tests/trio/test_scale_out.py`` does the same with real processes and Redis.)
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+
+from uamp_agents import agent
+from uamp_agents.bridge import serve_agent
+from uamp_agents.providers import _demo
+from uamp_agents.tools import tool
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.codec import decode, encode, unstructure
+from uamp_proto.principal import ANONYMOUS
+from uamp_proto.responder import TurnRequest
+from uamp_trio.hosting.continuation import carry_on
+from uamp_trio.hosting.turns import ResponseRunner
+from uamp_trio.stores.event_log import MemoryEventLog, SessionRecord
+
+KEY = (ANONYMOUS.key, "sess_1")
+QUESTION = ty.Message(role="user", content="what is 2+3?")
+
+
+class Lost(Exception):
+    """The process running the response died."""
+
+
+def _calculator(calls: list[tuple[float, float]]) -> object:
+    def add(a: float, b: float) -> float:
+        """Add two numbers."""
+        calls.append((a, b))
+        return a + b
+
+    model = agent(model=_demo.demo(), tools=[tool(add, thread=False)], name="calc")
+    return serve_agent(model, checkpoints=True)
+
+
+async def _lose_after(endpoint: object, log: MemoryEventLog, extra: int) -> str:
+    """Run the response into the log; the process dies ``extra`` events after a checkpoint."""
+    request = TurnRequest(
+        agent="calc", session_id=KEY[1], response_id="resp_1", messages=[QUESTION]
+    )
+    seen_checkpoint, left = False, extra
+
+    async def sink(event: ev.Event) -> None:
+        nonlocal seen_checkpoint, left
+        if seen_checkpoint:
+            if left == 0:
+                raise Lost
+            left -= 1
+        event_id = f"evt_{len(await log.read(KEY, 0))}"
+        log.append(KEY, encode(attrs.evolve(event, event_id=event_id)), event_id)
+        seen_checkpoint |= type(event) is ev.Progress and event.stage == "checkpoint"
+
+    with pytest.raises(Lost):
+        await ResponseRunner(endpoint, request, sink).run()  # type: ignore[arg-type]
+    return request.response_id
+
+
+@pytest.mark.parametrize("extra", [0, 3])
+async def test_the_response_goes_on_from_its_checkpoint(extra: int) -> None:
+    calls: list[tuple[float, float]] = []
+    endpoint = _calculator(calls)
+    log = MemoryEventLog()
+    record = SessionRecord(agent="calc", node="a-lost-process")
+    log.begin(KEY, attrs.evolve(record))
+    running = await _lose_after(endpoint, log, extra)
+    assert calls == [(2, 3)]
+    record.running, record.input = running, unstructure([QUESTION])
+    log.put_record(KEY, attrs.evolve(record))
+    with trio.fail_after(10):
+        await carry_on(log, KEY, record, endpoint, ANONYMOUS, None)  # type: ignore[arg-type]
+    events = [decode(e.data) for e in await log.read(KEY, 0)]
+    assert calls == [(2, 3)]  # the completed tool step was not run again
+    restored = [e for e in events if type(e) is ev.Progress and e.stage == "restored"]
+    assert len(restored) == 1
+    done = events[-1]
+    assert isinstance(done, ev.ResponseDone) and done.response_id == running
+    kinds = [type(item).__name__ for item in done.response.output]
+    assert kinds == ["ToolCallContent", "ToolResultContent", "TextContent"]
+    assert done.response.output[2].text == "2 + 3 = 5"  # type: ignore[union-attr]
+    # The session's record: nothing runs, and the conversation holds the answer.
+    after = await log.load(KEY)
+    assert after.running is None and after.input == []
+    assert after.history[0]["content"] == "what is 2+3?"
+    assert after.history[-1] == {"role": "assistant", "content": "2 + 3 = 5"}
+
+
+async def test_without_a_checkpoint_it_ends_interrupted() -> None:
+    log = MemoryEventLog()
+    record = SessionRecord(agent="calc", node="a-lost-process", running="resp_1")
+    log.begin(KEY, attrs.evolve(record))
+    for i, text in enumerate(["half ", "way"]):
+        delta = ev.ResponseDelta(response_id="resp_1", delta=ty.DeltaText(text=text))
+        log.append(KEY, encode(attrs.evolve(delta, event_id=f"evt_{i}")), f"evt_{i}")
+    calls: list[tuple[float, float]] = []
+    await carry_on(log, KEY, record, _calculator(calls), ANONYMOUS, None)  # type: ignore[arg-type]
+    last = decode((await log.read(KEY, 0))[-1].data)
+    assert isinstance(last, ev.ResponseErrorEvent) and last.error.code == "interrupted"
+    assert last.error.details == {
+        "partial_output": [{"type": "text", "text": "half way"}],
+        "text": "half way",
+    }
+    assert calls == []
+    assert (await log.load(KEY)).history == [{"role": "assistant", "content": "half way"}]

@@ -1,0 +1,170 @@
+"""A response whose process was lost goes on here, or ends ``interrupted`` (docs/resume.md).
+
+Theory of operation
+-------------------
+A session's record names the response in flight and the process running it
+(:class:`~uamp_trio.stores.event_log.SessionRecord`). When a client resumes
+the session elsewhere and that process has no heartbeat any more, the first
+process to :meth:`~uamp_trio.stores.event_log.EventLog.claim` the loss
+adopts the session's log and calls :func:`carry_on`, which reads what the
+lost process logged and decides with the sans-IO core
+(:func:`uamp_proto.resume.resume_point`):
+
+* the response reached a UAP checkpoint (a ``progress`` event of stage
+  ``checkpoint``, spec 002 section 6.4): it goes on from there. A
+  ``progress`` event of stage ``restored`` tells the client that what came
+  after the checkpoint is superseded; the agent is called again on the
+  conversation as it stood at the checkpoint -- the session's history, the
+  response's input and its output up to the checkpoint, completed tool
+  results included, so they are not run again -- and its events are written
+  to the log under the same response id, ending with ``response.done``
+  whose output is the whole response's. The resumed connection streams them
+  from the log like any other writer's.
+* otherwise the response ends with ``response.error`` ``interrupted``
+  carrying the output that was delivered.
+
+Payment: the lost process's ledger lock for the response is adopted
+(:meth:`Host.adopt_charge <uamp_trio.hosting.host.Host.adopt_charge>`) and
+settled once, with the usage of the whole response -- or of what was
+delivered when it is interrupted. Nothing is locked again, so a node loss
+never charges twice.
+
+The continuation marks its own process in the session's record, so if this
+process dies too, the next resume carries the response on again from its
+latest checkpoint (or the ``restored`` point).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.codec import encode, from_dict, unstructure
+from uamp_proto.ids import random_ids
+from uamp_proto.payment import Charge
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.response import ResponseTracker
+from uamp_proto.resume import RESTORED, interrupted_event, replayed, resume_point
+
+from .turns import ResponseRunner
+
+if TYPE_CHECKING:
+    from ..stores.event_log import EventLog, LogKey, SessionRecord
+    from .host import Host
+
+__all__ = ["carry_on"]
+
+log = logging.getLogger("uamp_trio.sessions")
+
+
+def _append(event_log: EventLog, key: LogKey, event: ev.Event, session_id: str) -> None:
+    event_id = random_ids("evt")
+    data = encode(attrs.evolve(event, event_id=event_id, session_id=session_id))
+    event_log.append(key, data, event_id)
+
+
+def _messages(raw: list[dict[str, object]]) -> list[ty.Message]:
+    return [from_dict(ty.Message, m) for m in raw]
+
+
+async def carry_on(
+    event_log: EventLog,
+    key: LogKey,
+    record: SessionRecord,
+    agent: Responder,
+    principal: Principal,
+    host: Host | None,
+) -> None:
+    """Go on with ``record.running`` from its last checkpoint, or end it ``interrupted``.
+
+    The caller claimed the loss and adopted ``key`` 's log; this writes the
+    rest of the response to it, updates the record and lets the log go.
+    """
+    running, sid = record.running, key[1]
+    assert running is not None
+    history, inputs = _messages(record.history), _messages(record.input)
+    tracker = None
+    try:
+        held = [e.data for e in await event_log.read(key, 0, event_log.retention.max_events)]
+        tracker = replayed(running, held)
+        charge = await host.adopt_charge(agent.name, running) if host is not None else None
+        point = resume_point(running, held)
+        if point is None:
+            _append(event_log, key, interrupted_event(tracker), sid)
+            if charge is not None:
+                used = tracker.usage is not None or bool(tracker.output)
+                await charge.settle(tracker.usage, used=used)
+        else:
+            tracker = point.tracker
+            await _go_on(
+                event_log,
+                key,
+                record,
+                agent,
+                principal,
+                charge,
+                point.checkpoint,
+                tracker,
+                [*history, *inputs],
+            )
+    except Exception:
+        log.exception("session %s: cannot carry response %s on", sid, running)
+        if tracker is not None and not tracker.is_finished:
+            _append(event_log, key, interrupted_event(tracker), sid)
+    finally:
+        done = tracker.messages() if tracker is not None else []
+        record.history = unstructure([*history, *inputs, *done])
+        record.running, record.input = None, []
+        event_log.put_record(key, attrs.evolve(record))
+        with trio.CancelScope(shield=True):
+            await event_log.flush()
+        event_log.release(key)
+
+
+async def _go_on(
+    event_log: EventLog,
+    key: LogKey,
+    record: SessionRecord,
+    agent: Responder,
+    principal: Principal,
+    charge: Charge | None,
+    checkpoint: str,
+    tracker: ResponseTracker,
+    before: list[ty.Message],
+) -> None:
+    """Run the agent again from the checkpoint ``tracker`` holds, into the log."""
+    running, sid = record.running, key[1]
+    assert running is not None
+    record.node = event_log.node  # this process carries it now
+    event_log.put_record(key, attrs.evolve(record))
+    restored = ev.Progress(target="response", target_id=running, stage=RESTORED, message=checkpoint)
+    _append(event_log, key, restored, sid)
+    config = ty.SessionConfig(modalities=["text"])
+    if record.config is not None:
+        config = from_dict(ty.SessionConfig, record.config)
+    request = TurnRequest(
+        agent=agent.name,
+        session_id=sid,
+        response_id=running,
+        messages=[*before, *tracker.messages()],
+        instructions=config.instructions,
+        tools=list(config.tools or []),
+        modalities=list(config.modalities or ["text"]),
+        metadata={"transport": "resume"},
+        principal=principal,
+    )
+
+    async def sink(event: ev.Event) -> None:
+        _append(event_log, key, event, sid)
+
+    runner = ResponseRunner(agent, request, sink, tracker=tracker, created=False, charge=charge)
+    outcome = await runner.run()
+    if outcome.final is None:
+        # It asked the client to run tools: nobody is there to answer.
+        _append(event_log, key, interrupted_event(tracker), sid)
