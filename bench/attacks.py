@@ -7,7 +7,14 @@ bounded in count and time, while a separate process probes a health route
 reports:
 
 * the attack and what was sent,
-* the server's CPU seconds during the attack (``/proc/PID/stat``),
+* the server's CPU seconds during the attack (``/proc/PID/stat``), and how
+  long it was ready to run but waited for a CPU (``/proc/PID/task/*/schedstat``:
+  the machine's share of the health latency, not the server's),
+* the longest scheduler batch of the server's event loop in CPU time
+  (``bench/loopstats``): the server's own share of any task's wait,
+* the attacker's own CPU seconds (it runs in a process of its own at a lower
+  priority, ``nice`` 10 by default, so that on a small machine the server
+  and the health probe are not waiting for the attacker's CPU),
 * its peak RSS (``VmHWM`` in ``/proc/PID/status``: the whole life of that
   server process, start-up included),
 * the health check's p99 latency and how many probes failed,
@@ -34,6 +41,7 @@ import json
 import multiprocessing
 import os
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -94,6 +102,13 @@ class Result:
     sent: str
     answer: str
     cpu_s: float
+    #: Seconds the server was ready to run but waited for a CPU.
+    cpu_wait_s: float
+    #: The attacking process's CPU seconds.
+    attacker_cpu_s: float
+    #: The longest scheduler batch of the server's event loop, in CPU ms:
+    #: what the server's own work made any one task wait at most.
+    loop_batch_max_ms: float
     peak_rss_mb: float
     health_p99_ms: float
     health_probes: int
@@ -103,6 +118,8 @@ class Result:
     agent_allowed: int
     tracebacks: int
     ok: bool
+    #: The machine's load average (1 minute) when the scenario ended.
+    load_1m: float = 0.0
 
 
 Attack = Callable[[int, bool], Awaitable[Outcome]]
@@ -129,14 +146,23 @@ class Scenario:
 class ServerProcess:
     """``uamp serve`` hosting the counting agent, in a subprocess."""
 
-    def __init__(self, flags: tuple[str, ...], workdir: Path) -> None:
+    def __init__(self, flags: tuple[str, ...], workdir: Path, priority: int = 0) -> None:
         workdir = Path(tempfile.mkdtemp(dir=workdir))
         self.counts = workdir / "counts"
         self.counts.write_bytes(b"")
         self.log_path = workdir / "server.log"
+        self.loop_path = workdir / "loop"
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)]),
+            "PYTHONPATH": os.pathsep.join(
+                [
+                    str(ROOT / "bench" / "loopstats"),
+                    str(ROOT / "bench"),
+                    str(ROOT),
+                    *filter(None, [os.environ.get("PYTHONPATH")]),
+                ]
+            ),
+            "UAMP_LOOP_STATS": str(self.loop_path),
             "UAMP_ATTACK_COUNTS": str(self.counts),
             "PYTHONUNBUFFERED": "1",
         }
@@ -144,6 +170,8 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"]
         cmd += ["--agent", "attack_agent:CountingAgent", "--log-level", "info", *flags]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=self.log)
+        if priority:  # before its threads start: they inherit it
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, priority)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 30
         self.port = 0
@@ -162,6 +190,28 @@ class ServerProcess:
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def cpu_wait_seconds(self) -> float:
+        """Seconds the server's threads were runnable but not running (the run queue)."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+        return total / 1e9
+
+    def longest_batch_ms(self, since: float, until: float) -> float:
+        """The most CPU time one scheduler batch of the server took between two monotonic times.
+
+        ``bench/loopstats`` records batches of 1 ms or more: 0 when none was.
+        """
+        longest = 0.0
+        with contextlib.suppress(OSError):
+            for line in self.loop_path.read_text().splitlines():
+                at, spent, *kind = line.split()
+                with contextlib.suppress(ValueError):
+                    if not kind and since <= float(at) <= until:
+                        longest = max(longest, float(spent))
+        return longest * 1000
 
     def peak_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -187,7 +237,9 @@ class ServerProcess:
 # --- the health probe (its own process, so the attacker's CPU does not delay it) ----------
 
 
-def _probe(port: int, stop: Any, out: Connection) -> None:
+def _probe(port: int, stop: Any, out: Connection, priority: int) -> None:
+    if priority:
+        os.setpriority(os.PRIO_PROCESS, 0, priority)
     request = f"GET {HEALTH} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode()
     latencies: list[float] = []
     failures = 0
@@ -209,11 +261,11 @@ def _probe(port: int, stop: Any, out: Connection) -> None:
 
 
 @contextlib.contextmanager
-def probing(port: int) -> Iterator[list[Any]]:
+def probing(port: int, priority: int = 0) -> Iterator[list[Any]]:
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Event()
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_probe, args=(port, stop, send), daemon=True)
+    proc = ctx.Process(target=_probe, args=(port, stop, send, priority), daemon=True)
     proc.start()
     found: list[Any] = []
     try:
@@ -223,6 +275,31 @@ def probing(port: int) -> Iterator[list[Any]]:
         if recv.poll(10):
             found.extend(recv.recv())
         proc.join(5)
+
+
+# --- the attacker (its own process, at a lower priority) --------------------------------------
+
+
+def _attack(scenario: Scenario, port: int, long: bool, nice: int, out: Connection) -> None:
+    os.nice(nice)
+    outcome = trio.run(scenario.run, port, long)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.send((outcome, usage.ru_utime + usage.ru_stime))
+
+
+def attack(scenario: Scenario, port: int, long: bool, nice: int) -> tuple[Outcome, float]:
+    """Run ``scenario`` in a child process at ``nice``; its outcome and CPU seconds."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_attack, args=(scenario, port, long, nice, send))
+    proc.start()
+    send.close()
+    try:
+        outcome, cpu = recv.recv()
+    except EOFError:
+        outcome, cpu = Outcome("nothing", f"the attacker failed (exit {proc.exitcode})", False), 0.0
+    proc.join()
+    return outcome, cpu
 
 
 # --- byte-level helpers -------------------------------------------------------------------------
@@ -978,15 +1055,26 @@ class RssSampler:
         self._thread.join()
 
 
-def measure(server: ServerProcess, scenario: Scenario, long: bool, *, fresh: bool) -> Result:
+def measure(
+    server: ServerProcess,
+    scenario: Scenario,
+    long: bool,
+    *,
+    fresh: bool,
+    nice: int = 10,
+    priority: int = 0,
+) -> Result:
     """Run ``scenario`` against ``server`` and collect its figures."""
     invoked0 = server.invoked()
     log0 = server.log_path.stat().st_size
-    with RssSampler(server.proc.pid) as rss, probing(server.port) as probes:
-        cpu0 = server.cpu_seconds()
-        outcome = trio.run(scenario.run, server.port, long)
+    with RssSampler(server.proc.pid) as rss, probing(server.port, priority) as probes:
+        cpu0, wait0 = server.cpu_seconds(), server.cpu_wait_seconds()
+        since = time.monotonic()
+        outcome, attacker_cpu = attack(scenario, server.port, long, nice)
         time.sleep(0.2)
         cpu = server.cpu_seconds() - cpu0
+        wait = server.cpu_wait_seconds() - wait0
+        batch = server.longest_batch_ms(since, time.monotonic())
     # A fresh server's VmHWM is this scenario's exact peak; on a shared one,
     # the sampled peak while it ran.
     peak = server.peak_rss_mb() if fresh else rss.peak
@@ -1010,6 +1098,9 @@ def measure(server: ServerProcess, scenario: Scenario, long: bool, *, fresh: boo
         sent=outcome.sent,
         answer=outcome.answer,
         cpu_s=round(cpu, 2),
+        cpu_wait_s=round(wait, 2),
+        attacker_cpu_s=round(attacker_cpu, 2),
+        loop_batch_max_ms=round(batch, 1),
         peak_rss_mb=round(peak, 1),
         health_p99_ms=round(p99, 1),
         health_probes=len(latencies),
@@ -1018,30 +1109,40 @@ def measure(server: ServerProcess, scenario: Scenario, long: bool, *, fresh: boo
         agent_allowed=outcome.allowed_runs,
         tracebacks=tracebacks,
         ok=ok,
+        load_1m=round(os.getloadavg()[0], 2),
     )
 
 
 def run(
-    scenarios: list[Scenario], long: bool, fresh: bool, extra: tuple[str, ...] = ()
+    scenarios: list[Scenario],
+    long: bool,
+    fresh: bool,
+    extra: tuple[str, ...] = (),
+    nice: int = 10,
+    priority: int = 0,
 ) -> Iterator[Result]:
     """Each scenario's result: on a fresh server each, or all on one server.
 
-    ``extra``: more ``uamp serve`` arguments (after :data:`FLAGS`).
+    ``extra``: more ``uamp serve`` arguments (after :data:`FLAGS`); ``nice``:
+    the attacker's niceness; ``priority``: the server's and the health
+    probe's (below 0 needs root).
     """
     flags = FLAGS + extra
     with tempfile.TemporaryDirectory(prefix="uamp-attack-") as tmp:
         if fresh:
             for scenario in scenarios:
-                server = ServerProcess(flags + FRESH_FLAGS.get(scenario.name, ()), Path(tmp))
+                server = ServerProcess(
+                    flags + FRESH_FLAGS.get(scenario.name, ()), Path(tmp), priority
+                )
                 try:
-                    yield measure(server, scenario, long, fresh=True)
+                    yield measure(server, scenario, long, fresh=True, nice=nice, priority=priority)
                 finally:
                     server.stop()
             return
-        server = ServerProcess(flags, Path(tmp))
+        server = ServerProcess(flags, Path(tmp), priority)
         try:
             for scenario in scenarios:
-                yield measure(server, scenario, long, fresh=False)
+                yield measure(server, scenario, long, fresh=False, nice=nice, priority=priority)
         finally:
             server.stop()
 
@@ -1063,24 +1164,50 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ARG",
         help="one more uamp serve argument, e.g. --serve-arg=--max-buffered-body=33554432",
     )
+    parser.add_argument(
+        "--attacker-nice",
+        type=int,
+        default=10,
+        metavar="N",
+        help="the attacking process's niceness (default 10; 0: the same priority as the server)",
+    )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the server's and the health probe's niceness (default 0); on a machine busy "
+        "with other work, e.g. -10 (root) measures the server rather than the machine",
+    )
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
     unknown = set(args.only) - {s.name for s in SCENARIOS}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     failed = 0
-    for result in run(chosen, args.long, args.fresh or args.long, tuple(args.serve_arg)):
+    for result in run(
+        chosen,
+        args.long,
+        args.fresh or args.long,
+        tuple(args.serve_arg),
+        args.attacker_nice,
+        args.priority,
+    ):
         failed += not result.ok
         if args.json:
             print(json.dumps(attrs.asdict(result)), flush=True)
         else:
             print(
                 f"{result.name}: {result.attack}\n  sent: {result.sent}\n"
-                f"  answer: {result.answer}\n  server CPU {result.cpu_s:.2f} s, "
+                f"  answer: {result.answer}\n  server CPU {result.cpu_s:.2f} s "
+                f"(waited {result.cpu_wait_s:.2f} s for a CPU), attacker CPU "
+                f"{result.attacker_cpu_s:.2f} s, longest loop batch "
+                f"{result.loop_batch_max_ms:.1f} ms CPU, "
                 f"peak RSS {result.peak_rss_mb:.0f} MB, health p99 "
                 f"{result.health_p99_ms:.1f} ms ({result.health_probes} probes, "
                 f"{result.health_failures} failed), agent invoked {result.agent_invoked}, "
-                f"tracebacks {result.tracebacks}: {'ok' if result.ok else 'FAILED'}",
+                f"tracebacks {result.tracebacks}, load average {result.load_1m:.1f}: "
+                f"{'ok' if result.ok else 'FAILED'}",
                 flush=True,
             )
     return 1 if failed else 0

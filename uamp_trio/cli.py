@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gc
 import getpass
 import hashlib
 import importlib
@@ -597,6 +598,12 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     if app.metrics is not None:
         app.metrics.watch_server(server)
+    # What start-up made (modules, classes, the app) lives as long as the
+    # process: frozen, a full garbage collection no longer walks it. Walked,
+    # it took 45 ms with every connection waiting, every few seconds under
+    # a flood that allocates.
+    gc.collect()
+    gc.freeze()
     try:
         trio.run(_serve, server, app)
     except BaseException as exc:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -65,6 +66,8 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # Accept errors that mean "out of resources, try again" (as trio's serve_listeners).
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_RETRY_SLEEP = 0.1
+#: Most connections accepted per wake-up of an accept loop.
+_ACCEPT_BATCH = 64
 #: Connections over ``max_connections`` answered at once (each waits up to
 #: ``header_timeout`` for its request); more are closed without an answer.
 _MAX_REFUSING = 1024
@@ -430,29 +433,53 @@ class Server:
             log.info("grace period over; cancelling %d connection(s)", len(self._connections))
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno in _ACCEPT_RETRY_ERRNOS:
-                    log.error("accept failed (%s); retrying", exc)
-                    await trio.sleep(_ACCEPT_RETRY_SLEEP)
-                    continue
-                raise
-            limit = self.config.max_connections
-            if limit is None or len(self._connections) < limit:
-                # Counted from here, not from when its task first runs: a
-                # burst of accepts cannot slip past the limit.
-                tracker = ConnectionTracker()
-                self._connections.add(tracker)
-                nursery.start_soon(self._handle_connection, stream, tracker)
-            elif self._refusing < max(limit, _MAX_REFUSING):
-                # Busy: answered and closed (see ServerConfig.max_connections).
-                self._refusing += 1
-                nursery.start_soon(self._refuse_busy, stream)
-            else:
-                # Even the refusals are at their limit: close without a word.
-                await trio.aclose_forcefully(stream)
+        # The listening socket once more, as a plain non-blocking socket on a
+        # duplicate of its descriptor: after each accept the backlog is
+        # drained with plain accept() calls, up to _ACCEPT_BATCH per wake-up
+        # (as asyncio does). One accept per scheduler round instead would
+        # leave a connection queued behind a burst of N (a connection flood,
+        # slowloris) waiting N rounds of every other task, health checks
+        # included.
+        raw = socket.socket(fileno=os.dup(listener.socket.fileno()))
+        raw.setblocking(False)
+        try:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno in _ACCEPT_RETRY_ERRNOS:
+                        log.error("accept failed (%s); retrying", exc)
+                        await trio.sleep(_ACCEPT_RETRY_SLEEP)
+                        continue
+                    raise
+                self._admit(stream, nursery)
+                for _ in range(_ACCEPT_BATCH - 1):
+                    try:
+                        sock, _ = raw.accept()
+                    except OSError:
+                        # Empty (EAGAIN), or an error the awaited accept
+                        # above reports or skips as trio does.
+                        break
+                    self._admit(trio.SocketStream(trio.socket.from_stdlib_socket(sock)), nursery)
+        finally:
+            raw.close()
+
+    def _admit(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+        """Serve an accepted connection, or refuse it (over ``max_connections``)."""
+        limit = self.config.max_connections
+        if limit is None or len(self._connections) < limit:
+            # Counted from here, not from when its task first runs: a
+            # burst of accepts cannot slip past the limit.
+            tracker = ConnectionTracker()
+            self._connections.add(tracker)
+            nursery.start_soon(self._handle_connection, stream, tracker)
+        elif self._refusing < max(limit, _MAX_REFUSING):
+            # Busy: answered and closed (see ServerConfig.max_connections).
+            self._refusing += 1
+            nursery.start_soon(self._refuse_busy, stream)
+        else:
+            # Even the refusals are at their limit: close without a word.
+            stream.socket.close()
 
     async def _refuse_busy(self, stream: trio.SocketStream) -> None:
         """Answer a connection over ``max_connections``: 503 (HTTP/1.1) or GOAWAY (HTTP/2).

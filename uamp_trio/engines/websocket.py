@@ -37,11 +37,10 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from uamp_proto.errors import UampError
 
 from .http import Request
-from .streams import receive_or_eof
+from .streams import FRAMES_READ_SIZE, receive_or_eof
 
 __all__ = ["ConnectionClosed", "WebSocket", "WebSocketHandler", "WebSocketRequest"]
 
-_READ_SIZE = 65536
 
 #: A WebSocket endpoint: receives the upgrade request, accepts or rejects it.
 WebSocketHandler = Callable[["WebSocketRequest"], Awaitable[None]]
@@ -245,7 +244,7 @@ class WebSocket:
                         await self.close(event.code, event.reason or None)
                     self._closed = ConnectionClosed(event.code, event.reason or None)
                     raise self._closed
-            data = await receive_or_eof(self.stream, _READ_SIZE)
+            data = await receive_or_eof(self.stream, FRAMES_READ_SIZE)
             if not data:
                 self._closed = self._closed or ConnectionClosed(1006, "connection lost")
                 raise self._closed

@@ -36,7 +36,7 @@ from typing import Final, Protocol
 
 import trio
 
-from ..engines.streams import receive_or_eof
+from ..engines.streams import FRAMES_READ_SIZE, receive_or_eof
 from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -51,8 +51,8 @@ __all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"
 
 log = logging.getLogger("uamp_trio.uamp_ws")
 
-#: Bytes asked of the socket per read.
-READ_SIZE: Final = 65536
+#: Bytes asked of the socket per read (see ``FRAMES_READ_SIZE``).
+READ_SIZE: Final = FRAMES_READ_SIZE
 #: The WebSocket subprotocol names accepted when a client offers one.
 SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
 #: How long closing waits for the writer to flush the close frame.

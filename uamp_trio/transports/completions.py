@@ -188,12 +188,7 @@ class CompletionsTransport:
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         """``POST .../chat/completions``."""
-        try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError as exc:
-            raise HTTPError(
-                400, f"The request body is not valid JSON: {exc}", code="invalid_json"
-            ) from None
+        body = await request.json()
         model = body.get("model") if isinstance(body, dict) else None
         agent = self.app.resolve_agent(
             request.path_params, model=model if isinstance(model, str) else None
