@@ -234,6 +234,12 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "seconds a streamed response may go without writing",
     ),
     (
+        "--response-head-timeout",
+        "response_head_timeout",
+        float,
+        "seconds a handler may take to return its response; then 504",
+    ),
+    (
         "--max-queued-events",
         "max_queued_events",
         int,

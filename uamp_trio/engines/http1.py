@@ -239,6 +239,9 @@ class _Http1Connection:
         #: ``body_budget`` (given back once it is handled).
         self.budgeted = 0
         self.over_budget = False
+        #: The request whose handler runs, and where it ends in :attr:`buf`
+        #: (``None``: h11 serves it), for the ``504`` of a late handler.
+        self.handling: tuple[Request, int | None] | None = None
 
     async def run(self) -> None:
         """Serve requests until the connection should close."""
@@ -262,16 +265,69 @@ class _Http1Connection:
         return True
 
     async def _run(self) -> None:
-        scope = self.scope
-        with scope:
-            await self._serve()
-        if scope.cancelled_caught and self.reading_body:
-            conn = self._h11_from_buffer()
-            with contextlib.suppress(h11.RemoteProtocolError):
-                conn.next_event()  # the head, which the fast path accepted
-            await self._send_error(
-                408, "Timed out waiting for the request body.", "request_timeout"
-            )
+        while True:
+            scope = self.scope
+            with scope:
+                await self._serve()
+            if not scope.cancelled_caught:
+                return
+            if self.reading_body:
+                conn = self._h11_from_buffer()
+                with contextlib.suppress(h11.RemoteProtocolError):
+                    conn.next_event()  # the head, which the fast path accepted
+                await self._send_error(
+                    408, "Timed out waiting for the request body.", "request_timeout"
+                )
+                return
+            if not self.tracker.head_late or not await self._answer_late():
+                return
+
+    async def _dispatch(self, request: Request, end: int | None) -> Response | StreamingResponse:
+        """The server's response to ``request``, its handler timed by the server's sweeper."""
+        tracker = self.tracker
+        self.handling = (request, end)
+        tracker.handler_scope = self.scope
+        tracker.handler_since = trio.current_time()
+        response = await self.server.dispatch(request)
+        if tracker.head_late:  # the sweeper came as it returned: the 504 goes instead
+            if type(response) is StreamingResponse:
+                with trio.CancelScope(shield=True):
+                    await response.aclose()
+            await trio.lowlevel.checkpoint()  # raises Cancelled: the scope is cancelled
+        tracker.handler_since = None
+        self.handling = None
+        return response
+
+    async def _answer_late(self) -> bool:
+        """Answer the request whose handler the sweeper cancelled ``504``; whether to go on."""
+        self.tracker.head_late = False
+        assert self.handling is not None
+        request, end = self.handling
+        self.handling = None
+        self._release()
+        response = self.server.head_timed_out(request)
+        conn = self.h11
+        if end is not None:  # the fast path's request: buf[pos:end]
+            if not await self._send_templated(response):
+                conn = self._h11_replay(self.buf[self.pos : end])
+                await self._send_response(conn, response)
+                if conn.our_state is not h11.DONE:
+                    return False
+                self.h11 = None
+            if end == len(self.buf):
+                self.buf, self.pos = b"", 0
+            else:
+                self.pos = end
+        else:
+            assert conn is not None
+            await self._send_response(conn, response, head_only=request.method == "HEAD")
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return False
+            self.buf, self.eof = conn.trailing_data
+            self.pos = 0
+            self.h11 = None
+        self.scope = trio.CancelScope()  # a scope is entered once; the next one serves on
+        return not self.tracker.draining
 
     async def _serve(self) -> None:
         max_head, max_body = self.cfg.max_header_size, self.cfg.max_body_size
@@ -314,7 +370,7 @@ class _Http1Connection:
                 scheme=self.scheme,
                 client=self.client,
             )
-            response = await self.server.dispatch(request)
+            response = await self._dispatch(request, end)
             self._release()
             try:
                 if not await self._send_templated(response):
@@ -483,7 +539,7 @@ class _Http1Connection:
         except h11.RemoteProtocolError as exc:
             await self._send_error(exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request")
             return False
-        response = await self.server.dispatch(request)
+        response = await self._dispatch(request, None)
         self._release()
         try:
             # A keep-alive HTTP/1.1 request read to its end may get the fast

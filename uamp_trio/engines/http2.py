@@ -218,6 +218,10 @@ class _Stream:
         self.streaming: float | None = None
         #: The body as it arrives, for a route that streams it.
         self.body_stream: BodyStream | None = None
+        #: trio time the handler was called (``None``: not running), and
+        #: whether the sweeper cancelled it past ``response_head_timeout``.
+        self.handling: float | None = None
+        self.head_late = False
 
 
 class _Http2Connection:
@@ -343,11 +347,15 @@ class _Http2Connection:
         """Reset requests that do not end within ``body_timeout`` or idle ``header_timeout``.
 
         And streamed responses over ``response_timeout`` in total or
-        ``response_idle_timeout`` since their last write.
+        ``response_idle_timeout`` since their last write; handlers running
+        past ``response_head_timeout`` are cancelled (their task answers 504).
         """
         cfg = self.cfg
         total, idle = cfg.body_timeout, cfg.header_timeout
-        interval = max(0.05, min(total, idle, cfg.response_timeout, cfg.response_idle_timeout) / 4)
+        head = cfg.response_head_timeout
+        interval = max(
+            0.05, min(total, idle, cfg.response_timeout, cfg.response_idle_timeout, head) / 4
+        )
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -359,6 +367,11 @@ class _Http2Connection:
                 and (now - st.opened > total or now - st.active > idle)
             ]
             for st in self.streams.values():
+                called = st.handling
+                if called is not None and now - called > head and st.scope is not None:
+                    st.head_late = True  # answered 504 by its task
+                    st.handling = None
+                    st.scope.cancel()
                 since = st.streaming
                 if since is not None and (
                     now - since > cfg.response_timeout
@@ -572,6 +585,7 @@ class _Http2Connection:
         )
 
     async def _run_stream(self, st: _Stream) -> None:
+        request: Request | None = None
         try:
             with trio.CancelScope() as scope:
                 st.scope = scope
@@ -581,13 +595,24 @@ class _Http2Connection:
                     return
                 request = self._request(st)
                 st.body.clear()
+                st.handling = trio.current_time()
                 response = await self.server.dispatch(request)
+                st.handling = None
+                if st.head_late:  # the sweeper came as it returned: the 504 goes instead
+                    with trio.CancelScope(shield=True):
+                        if type(response) is StreamingResponse:
+                            await response.aclose()
+                    await trio.lowlevel.checkpoint()  # raises Cancelled
                 self._release(st)
                 try:
                     await self._send_response(st.id, response, head_only=request.method == "HEAD")
                 finally:
                     if type(response) is StreamingResponse:
                         await response.aclose()
+            if st.head_late and request is not None:
+                self._release(st)
+                late = self.server.head_timed_out(request)
+                await self._send_response(st.id, late, head_only=request.method == "HEAD")
         except (
             h2.exceptions.ProtocolError,  # the stream was reset or closed meanwhile
             trio.BrokenResourceError,

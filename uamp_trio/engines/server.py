@@ -136,6 +136,12 @@ class ServerConfig:
         response_idle_timeout: Longest a streamed response may go without
             writing anything (a producer that hangs, or a peer that does not
             read); ended the same way.
+        response_head_timeout: Longest a handler may take to return its
+            response once the request is read; then it is cancelled and the
+            request answered ``504`` in its route's error style, and the
+            connection goes on (HTTP/1.1 keep-alive, the other HTTP/2
+            streams). A streamed response counts as returned: its producer
+            is under the two timeouts above.
         max_queued_events: Encoded UAMP events queued for one connection's
             writer (one WebSocket, one HTTP+SSE session) before the
             producers wait (a peer that does not read stops the agent).
@@ -164,6 +170,7 @@ class ServerConfig:
     max_buffered_body: int = 16 * 1024 * 1024
     response_timeout: float = 3600.0
     response_idle_timeout: float = 300.0
+    response_head_timeout: float = 300.0
     max_queued_events: int = 64
     max_session_queued_events: int = 32
 
@@ -197,6 +204,7 @@ _POSITIVE = (
     "websocket_send_timeout",
     "response_timeout",
     "response_idle_timeout",
+    "response_head_timeout",
 )
 
 
@@ -269,6 +277,12 @@ class ConnectionTracker:
         self.response_scope: trio.CancelScope | None = None
         self.response_since = 0.0
         self.response_active = 0.0
+        #: While an HTTP/1.1 handler runs: when it was called (trio time) and
+        #: the scope the server cancels past ``response_head_timeout``,
+        #: setting :attr:`head_late`.
+        self.handler_since: float | None = None
+        self.handler_scope: trio.CancelScope | None = None
+        self.head_late = False
 
     def begin_shutdown(self) -> None:
         """Ask the connection to finish its current work and close."""
@@ -378,6 +392,7 @@ class Server:
                             cfg.idle_timeout,
                             cfg.response_timeout,
                             cfg.response_idle_timeout,
+                            cfg.response_head_timeout,
                         )
                     ):
                         acceptors.start_soon(self._sweep_idle)
@@ -399,14 +414,16 @@ class Server:
         """Close connections idle (``ConnectionTracker.idle_since``) for ``idle_timeout``.
 
         Also ends HTTP/1.1 streamed responses over ``response_timeout`` in
-        total or ``response_idle_timeout`` without a write (HTTP/2 streams
-        are swept by their connection). Checks a few times per timeout, at
+        total or ``response_idle_timeout`` without a write, and cancels
+        HTTP/1.1 handlers running past ``response_head_timeout`` (HTTP/2
+        streams are swept by their connection). Checks a few times per timeout, at
         most once a second: a connection closes within a quarter of the
         timeout (or a second) after it expired.
         """
         cfg = self.config
         timeout = cfg.idle_timeout
-        interval = min(1.0, min(timeout, cfg.response_timeout, cfg.response_idle_timeout) / 4)
+        head = cfg.response_head_timeout
+        interval = min(1.0, min(timeout, cfg.response_timeout, cfg.response_idle_timeout, head) / 4)
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -421,6 +438,11 @@ class Server:
                     or now - conn.response_active > cfg.response_idle_timeout
                 ):
                     scope.cancel()
+                called = conn.handler_since
+                if called is not None and now - called > head and conn.handler_scope is not None:
+                    conn.head_late = True
+                    conn.handler_since = None
+                    conn.handler_scope.cancel()
 
     async def _drain(self) -> None:
         for conn in list(self._connections):
@@ -617,6 +639,27 @@ class Server:
             return error_response(
                 500, "The server failed while handling the request.", code="internal_error"
             )
+
+    def head_timed_out(self, request: Request) -> Response:
+        """The ``504`` of a request whose handler ran past ``response_head_timeout``.
+
+        The engines time handlers with their sweepers (no cancel scope per
+        request: entering one costs about as much as routing the request),
+        cancel the late one and send this in its place.
+        """
+        timeout = self.config.response_head_timeout
+        log.warning(
+            "%s %s: no response within %g s (--response-head-timeout); answered 504",
+            request.method,
+            request.path,
+            timeout,
+        )
+        exc = HTTPError(
+            504,
+            f"The server did not produce a response within {timeout:g} seconds.",
+            code="response_timeout",
+        )
+        return self.refusal(request, exc)
 
 
 def _ssl_context(cfg: ServerConfig) -> ssl.SSLContext:

@@ -49,9 +49,16 @@ def make_app(hits: list[str]) -> App:
 
         return StreamingResponse(producer=produce)
 
+    async def hang(request: Request) -> Response:
+        hits.append(request.path)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
     app.router.add(["GET", "POST"], "/hit", hit)
     app.router.add(["POST"], "/rpc", hit, meta=RPC)
     app.router.add(["GET"], "/drip", drip)
+    app.router.add(["GET", "POST"], "/hang", hang)
+    app.router.add(["POST"], "/rpc-hang", hang, meta=RPC)
     return app
 
 
@@ -355,6 +362,105 @@ async def test_http2_response_that_never_ends_is_reset(serve_app) -> None:  # ty
         assert not any(isinstance(e, h2.events.StreamReset) for e in events)
 
 
+# --- handlers that never answer ------------------------------------------------------------
+
+
+async def read_one(stream: trio.SocketStream) -> bytes:
+    """One whole response with a Content-Length (head and body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(
+            v
+            for k, v in (line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+            if k.lower() == b"content-length"
+        )
+    )
+    while len(body) < length:
+        body += await stream.receive_some(65536)
+    return head + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize(
+    "framing",
+    ["content-length", "chunked"],  # the fast path, and h11's
+)
+async def test_http1_handler_that_never_answers_gets_504_and_the_connection_goes_on(  # type: ignore[no-untyped-def]
+    serve_app, framing: str
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        hits: list[str] = []
+        server = await serve_app(make_app(hits), response_head_timeout=0.5)
+        if framing == "chunked":
+            late = b"POST /rpc-hang HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+            late += b"2\r\n{}\r\n0\r\n\r\n"
+        else:
+            late = b"POST /rpc-hang HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}"
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            start = trio.current_time()
+            await stream.send_all(late)
+            raw = await read_one(stream)
+            assert raw.startswith(b"HTTP/1.1 504 Gateway Timeout\r\n"), raw[:200]
+            assert trio.current_time() - start >= 0.5
+            body = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+            # /rpc-hang is a JSON-RPC route: the error comes as JSON-RPC.
+            assert body["jsonrpc"] == "2.0" and body["error"]["data"]["code"] == "response_timeout"
+            # The connection is still usable: the next request is served on it.
+            await stream.send_all(b"GET /hit HTTP/1.1\r\nHost: t\r\n\r\n")
+            raw = await read_one(stream)
+            assert raw.startswith(b"HTTP/1.1 200 OK\r\n"), raw[:200]
+        assert hits == ["/rpc-hang", "/hit"]
+
+
+async def test_http2_handler_that_never_answers_gets_504_and_other_streams_go_on(  # type: ignore[no-untyped-def]
+    serve_app,
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        hits: list[str] = []
+        server = await serve_app(make_app(hits), response_head_timeout=0.5)
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        statuses: dict[int, bytes] = {}
+        bodies: dict[int, bytes] = {}
+
+        async def until(sid: int) -> None:
+            while sid not in bodies:
+                data = await stream.receive_some(65536)
+                assert data, "the server closed the connection"
+                for event in client.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        statuses[event.stream_id] = dict(event.headers)[b":status"]
+                    elif isinstance(event, h2.events.DataReceived):
+                        bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+                        client.acknowledge_received_data(
+                            event.flow_controlled_length, event.stream_id
+                        )
+                    elif isinstance(event, h2.events.StreamEnded):
+                        bodies.setdefault(event.stream_id, b"")
+                await stream.send_all(client.data_to_send())
+
+        async with stream:
+            for sid, path in ((1, "/hang"), (3, "/hit")):
+                headers = [
+                    (":method", "GET"),
+                    (":path", path),
+                    (":scheme", "http"),
+                    (":authority", "t"),
+                ]
+                client.send_headers(sid, headers, end_stream=True)
+            await stream.send_all(client.data_to_send())
+            await until(3)
+            assert statuses[3] == b"200"  # served while stream 1 hangs
+            await until(1)
+        assert statuses[1] == b"504"
+        assert json.loads(bodies[1])["error"]["code"] == "response_timeout"  # OpenAI style
+        assert sorted(hits) == ["/hang", "/hit"]
+
+
 # --- queued outbound events ---------------------------------------------------------------
 
 
@@ -411,6 +517,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--max-buffered-body": "12345",
         "--response-timeout": "inf",
         "--response-idle-timeout": "9.5",
+        "--response-head-timeout": "7.5",
         "--max-queued-events": "16",
         "--max-session-queued-events": "4",
         "--h2-max-concurrent-streams": "11",
@@ -429,6 +536,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     config = ServerConfig(**fields)
     assert config.max_connections == 7 and config.max_buffered_body == 12345
     assert config.response_timeout == float("inf") and config.response_idle_timeout == 9.5
+    assert config.response_head_timeout == 7.5
     assert (config.max_queued_events, config.max_session_queued_events) == (16, 4)
     assert (config.h2_max_concurrent_streams, config.h2_max_resets) == (11, 12)
     assert (config.h2_max_control_frames, config.h2_flood_window) == (13, 2.5)
@@ -447,6 +555,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "max_buffered_body",
         "response_timeout",
         "response_idle_timeout",
+        "response_head_timeout",
         "max_queued_events",
         "max_session_queued_events",
     ],
