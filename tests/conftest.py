@@ -16,7 +16,7 @@ import trio
 def make_self_signed(directory: Path) -> tuple[str, str]:
     """Write a self-signed cert for 127.0.0.1/localhost; returns (certfile, keyfile)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
@@ -40,16 +40,10 @@ def make_self_signed(directory: Path) -> tuple[str, str]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    certfile, keyfile = directory / "cert.pem", directory / "key.pem"
-    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    keyfile.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(certfile), str(keyfile)
+    from tests._support.tls import write_pem
+
+    written = write_pem(directory / "cert.pem", directory / "key.pem", cert, key)
+    return written.certfile, written.keyfile
 
 
 @pytest.fixture(scope="session")

@@ -82,6 +82,9 @@ __all__ = [
     "default_transports",
 ]
 
+#: The TLS version the routes of spec 003 require (section 6.1).
+TLS13 = "TLSv1.3"
+
 #: ``GET /metrics``: behind authentication when the server has it (a scraper
 #: sends a token like any client).
 METRICS_ROUTES = RouteMeta(transport="metrics", error_style="openai")
@@ -212,9 +215,21 @@ class App(Host):
             if self.observe is not None:
                 self.observe.unmatched(request, exc, began)
             raise
+        if route.meta.tls13 and request.tls is not None and request.tls.version != TLS13:
+            return functools.partial(self._refuse_old_tls, route)
         if not self.middleware:
             return route.endpoint
         return functools.partial(self._through_http, route)
+
+    async def _refuse_old_tls(self, route: Route, request: Request) -> Response:
+        """A spec 003 route reached over TLS older than 1.3 (``--tls-min 1.2``)."""
+        version = request.tls.version if request.tls is not None else None
+        exc = HTTPError(
+            403,
+            f"This endpoint is served over TLS 1.3 only; the connection is {version}.",
+            code="tls13_required",
+        )
+        return render_error(route.meta.error_style, exc)
 
     def streams_body(self, request: Request) -> bool:
         """Whether ``request`` (its head) goes to a route that reads its body while it arrives."""

@@ -1,6 +1,7 @@
 """The ``uamp`` command line (also ``python -m uamp`` and ``python -m uamp_trio``).
 
-``uamp serve [--host H] [--port P] [--agent module:attr ...] [--certfile F --keyfile F]``
+``uamp serve [--host H] [--port P] [--agent module:attr ...] [--certfile F --keyfile F]
+[--tls-min 1.2] [--client-ca PATH] [--http3]``
 hosts agents with every built-in transport and prints the URL of each
 endpoint. SIGINT/SIGTERM start a graceful shutdown (a second signal stops at
 once); the process exits 0. By default it hosts ``demo``: a UAP agent
@@ -304,6 +305,27 @@ def _add_serve(sub: Any) -> None:
     )
     p.add_argument("--certfile", help="PEM certificate chain: serve HTTPS with ALPN h2/http1.1")
     p.add_argument("--keyfile", help="PEM private key for --certfile")
+    tls = p.add_argument_group("TLS and HTTP/3 (see docs/tls.md)")
+    tls.add_argument(
+        "--tls-min",
+        choices=["1.3", "1.2"],
+        default=_DEFAULTS.tls_min,
+        help="oldest TLS version accepted with --certfile (default 1.3, as spec 003 requires; "
+        "1.2 lets older clients use the other transports, the spec 003 bindings still "
+        "refuse them)",
+    )
+    tls.add_argument(
+        "--client-ca",
+        metavar="PATH",
+        help="PEM file of CAs: every TLS client must present a certificate one of them "
+        "signed (mutual TLS); not with --http3",
+    )
+    tls.add_argument(
+        "--http3",
+        action="store_true",
+        help="also serve HTTP/3 (QUIC, UDP) on the same port number, advertised with Alt-Svc "
+        "(needs --certfile)",
+    )
     p.add_argument(
         "--max-body-size", type=int, default=_DEFAULTS.max_body_size, help="bytes (413 above)"
     )
@@ -582,6 +604,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             port=args.port,
             certfile=args.certfile,
             keyfile=args.keyfile,
+            tls_min=args.tls_min,
+            client_ca=args.client_ca,
+            http3=args.http3,
             max_body_size=args.max_body_size,
             shutdown_grace=args.grace,
             websocket_send_timeout=args.ws_send_timeout,
@@ -727,6 +752,8 @@ def print_urls(server: Server, app: App, *, file: Any = None) -> None:
         if server.scheme == "https"
         else "HTTP/1.1 + HTTP/2 (h2c prior knowledge)"
     )
+    if server.http3_listeners:
+        protocols += f" + HTTP/3 (QUIC, UDP port {server.port})"
     console = Console(file=out, soft_wrap=True, highlight=False)
     console.print(Text.assemble(("uamp serving on ", "bold"), (base, "bold"), f" ({protocols})"))
     sections = [("server", app.server_urls(base, ws_base))]

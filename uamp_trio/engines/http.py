@@ -57,6 +57,7 @@ __all__ = [
     "json_response",
     "load_json",
     "reason_phrase",
+    "tls_info",
 ]
 
 #: The methods of RFC 9110 section 9 and PATCH (RFC 5789). Methods are
@@ -260,6 +261,17 @@ class TLSInfo:
     version: str | None = None
     alpn: str | None = None
     peer_certificate: bytes | None = None
+
+
+def tls_info(stream: trio.abc.Stream) -> TLSInfo | None:
+    """What the TLS handshake of ``stream`` established, or ``None`` in cleartext."""
+    if not isinstance(stream, trio.SSLStream):
+        return None
+    return TLSInfo(
+        version=stream.version(),
+        alpn=stream.selected_alpn_protocol(),
+        peer_certificate=stream.getpeercert(binary_form=True) or None,
+    )
 
 
 @attrs.define(kw_only=True)

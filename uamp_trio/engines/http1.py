@@ -62,6 +62,7 @@ from .http import (
     StreamingResponse,
     error_response,
     reason_phrase,
+    tls_info,
 )
 from .streams import receive_or_eof
 from .websocket import WebSocketRequest
@@ -221,6 +222,7 @@ class _Http1Connection:
         self.tracker = tracker
         self.client = client
         self.scheme = server.scheme
+        self.tls = tls_info(stream)
         # Read and not consumed: buf[pos:]; eof once the peer closed after it.
         self.buf = initial
         self.pos = 0
@@ -369,6 +371,7 @@ class _Http1Connection:
                 http_version="1.1",
                 scheme=self.scheme,
                 client=self.client,
+                tls=self.tls,
             )
             response = await self._dispatch(request, end)
             self._release()
@@ -525,6 +528,7 @@ class _Http1Connection:
             http_version=event.http_version.decode("ascii", "replace"),
             scheme=self.scheme,
             client=self.client,
+            tls=self.tls,
         )
         if headers.has_token("connection", "upgrade") and (
             (headers.get("upgrade") or "").lower() == "websocket"

@@ -61,16 +61,17 @@ import h2.exceptions
 import h2.settings
 import trio
 
+from .framed import request_from_fields, send_response
 from .http import (
     BodyStream,
     Headers,
     Request,
     Response,
     StreamingResponse,
-    batched_writer,
     error_response,
+    tls_info,
 )
-from .http1 import linger, split_target
+from .http1 import linger
 from .streams import receive_or_eof
 
 if TYPE_CHECKING:
@@ -186,18 +187,6 @@ async def serve_http2(
     await _Http2Connection(server, stream, tracker, client, preface).run(initial)
 
 
-def _fields(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
-
-
-def _head_fields(response: Response | StreamingResponse) -> list[tuple[bytes, bytes]]:
-    """The response head as h2 header fields (without ``content-length``)."""
-    return [(b":status", str(response.status).encode()), *_fields(response.headers), _SERVER]
-
-
-_SERVER = (b"server", b"uamp")
-
-
 class _Stream:
     def __init__(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.id = stream_id
@@ -224,6 +213,28 @@ class _Stream:
         self.head_late = False
 
 
+class _StreamSink:
+    """:class:`~uamp_trio.engines.framed.FrameSink` of one HTTP/2 stream."""
+
+    __slots__ = ("conn", "sid")
+
+    def __init__(self, conn: _Http2Connection, sid: int) -> None:
+        self.conn = conn
+        self.sid = sid
+
+    def headers(self, fields: list[tuple[bytes, bytes]], *, end_stream: bool) -> None:
+        self.conn.h2.send_headers(self.sid, fields, end_stream=end_stream)
+
+    async def data(self, data: bytes, *, end_stream: bool) -> None:
+        await self.conn._send_data(self.sid, data, end_stream=end_stream)
+
+    async def flush(self) -> None:
+        await self.conn.flush()
+
+    def end(self) -> None:
+        self.conn.h2.end_stream(self.sid)
+
+
 class _Http2Connection:
     def __init__(
         self,
@@ -248,6 +259,7 @@ class _Http2Connection:
         self.stream = stream
         self.tracker = tracker
         self.client = client
+        self.tls = tls_info(stream)
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self.h2 = h2.connection.H2Connection(config=config)
         self.streams: dict[int, _Stream] = {}
@@ -561,28 +573,16 @@ class _Http2Connection:
     # --- stream tasks ----------------------------------------------------------
 
     def _request(self, st: _Stream) -> Request:
-        pseudo: dict[bytes, bytes] = {}
-        regular: list[tuple[bytes, bytes]] = []
-        for name, value in st.headers:
-            if name.startswith(b":"):
-                pseudo[name] = value
-            else:
-                regular.append((name, value))
-        authority = pseudo.get(b":authority")
-        if authority is not None and not any(n == b"host" for n, _ in regular):
-            regular.append((b"host", authority))
-        path, query = split_target(pseudo.get(b":path", b"/").decode("latin-1"))
-        return Request(
-            method=pseudo.get(b":method", b"GET").decode("ascii", "replace"),
-            path=path,
-            query=query,
-            headers=Headers(regular),
+        request = request_from_fields(
+            st.headers,
             body=b"".join(st.body) if st.body else b"",
-            body_stream=st.body_stream,
             http_version="2",
             scheme=self.server.scheme,
             client=self.client,
         )
+        request.body_stream = st.body_stream
+        request.tls = self.tls
+        return request
 
     async def _run_stream(self, st: _Stream) -> None:
         request: Request | None = None
@@ -636,63 +636,18 @@ class _Http2Connection:
     async def _send_response(
         self, sid: int, response: Response | StreamingResponse, *, head_only: bool
     ) -> None:
-        headers = _head_fields(response)
-        if isinstance(response, Response):
-            headers.append((b"content-length", str(len(response.body)).encode()))
-            body = b"" if head_only else response.body
-            self.h2.send_headers(sid, headers, end_stream=not body)
-            if body:
-                # Queue as much body as the window allows before the first
-                # write, so head and body usually leave in one send.
-                await self._send_data(sid, body, end_stream=True)
-            else:
-                await self.flush()
-            return
-        head_sent = not response.lazy_head or head_only
-        if head_sent:
-            self.h2.send_headers(sid, headers, end_stream=head_only)
-        if head_only:
-            await self.flush()
-            return
-        # The headers wait in h2's buffer and leave with the first DATA batch.
-
         st = self.streams.get(sid)
 
-        async def write(data: bytes, final: bool) -> None:
-            # Everything queued since the last write: one DATA frame (split
-            # only by the window or the frame size limit) and one send_all;
-            # END_STREAM rides on the last one (or on the trailers).
-            nonlocal head_sent
-            trailers = response.trailers if final else None
-            if not head_sent:
-                if not data and not final:
-                    return  # a lazy head waits for the first bytes
-                head_sent = True
-                head = _head_fields(response)
-                if not data and trailers is not None:
-                    # Nothing but trailers: one HEADERS frame ends the stream.
-                    self.h2.send_headers(sid, head + _fields(trailers), end_stream=True)
-                    await self.flush()
-                    return
-                self.h2.send_headers(sid, head, end_stream=False)
-            if trailers is not None:
-                if data:
-                    await self._send_data(sid, data, end_stream=False)
-                self.h2.send_headers(sid, _fields(trailers), end_stream=True)
-                await self.flush()
-            elif data:
-                await self._send_data(sid, data, end_stream=final)
-            else:
-                if final:
-                    self.h2.end_stream(sid)
-                await self.flush()
+        def streaming() -> None:  # the sweeper times the response from here
+            if st is not None:
+                st.streaming = st.active = trio.current_time()
+
+        def wrote() -> None:
             if st is not None:
                 st.active = trio.current_time()
 
-        if st is not None:  # the sweeper times the response from here
-            st.streaming = st.active = trio.current_time()
-        async with batched_writer(write) as send:
-            await response.producer(send)
+        sink = _StreamSink(self, sid)
+        await send_response(sink, response, head_only=head_only, streaming=streaming, wrote=wrote)
 
     async def _send_data(self, sid: int, data: bytes, *, end_stream: bool) -> None:
         view = memoryview(data)

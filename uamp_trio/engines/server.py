@@ -29,13 +29,14 @@ refuses new streams and sends GOAWAY once its streams are done), waits up to
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import math
 import os
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 import orjson
@@ -55,6 +56,9 @@ from .http import (
 from .http1 import linger, serve_http1
 from .http2 import busy_goaway, serve_http2
 from .websocket import WebSocketHandler
+
+if TYPE_CHECKING:
+    from .http3 import Http3Listener
 
 __all__ = ["Dispatcher", "Server", "ServerConfig", "serve"]
 
@@ -148,6 +152,16 @@ class ServerConfig:
         max_session_queued_events: Of those, the most one session may hold,
             so one busy session cannot take a multiplexed connection's whole
             queue.
+        http3: Also serve HTTP/3 over QUIC on UDP, on the same port number
+            as TCP (needs ``certfile``), and advertise it on TCP responses
+            with ``Alt-Svc: h3=":PORT"``.
+        tls_min: The oldest TLS version accepted with a certificate:
+            ``"1.3"`` (spec 003 section 6.1: TLS 1.3 only) or ``"1.2"``
+            (older clients may connect; the routes of spec 003's bindings
+            still refuse a connection that is not TLS 1.3).
+        client_ca: PEM file of the CAs whose client certificates are
+            accepted: every TLS client must present one (mutual TLS).
+            Not with ``http3`` (aioquic does not verify client certificates).
     """
 
     host: str = "127.0.0.1"
@@ -173,10 +187,24 @@ class ServerConfig:
     response_head_timeout: float = 300.0
     max_queued_events: int = 64
     max_session_queued_events: int = 32
+    http3: bool = False
+    tls_min: str = "1.3"
+    client_ca: str | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.tls_min not in _TLS_VERSIONS:
+            raise ValueError(f"tls_min must be one of {', '.join(_TLS_VERSIONS)}")
+        if self.client_ca is not None and self.certfile is None:
+            raise ValueError("client_ca (mutual TLS) needs a certificate (certfile and keyfile)")
+        if self.client_ca is not None and self.http3:
+            raise ValueError(
+                "client_ca (mutual TLS) cannot be combined with HTTP/3: aioquic does not "
+                "verify client certificates, so QUIC clients would go unauthenticated"
+            )
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("certfile and keyfile must be given together")
+        if self.http3 and self.certfile is None:
+            raise ValueError("HTTP/3 needs a certificate (certfile and keyfile): QUIC is TLS 1.3")
         for name in _POSITIVE:
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -184,6 +212,9 @@ class ServerConfig:
         if self.shutdown_grace < 0:
             raise ValueError("shutdown_grace must not be negative")
 
+
+#: ``tls_min`` values and the versions they stand for.
+_TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 
 #: The :class:`ServerConfig` limits and timeouts that must be above zero
 #: (``max_connections`` may also be ``None``: no limit).
@@ -323,6 +354,9 @@ class Server:
         self._refusing = 0
         #: Request body bytes being received, across connections.
         self.body_budget = BodyBudget(self.config.max_buffered_body)
+        #: The HTTP/3 listeners (one per bound address), with ``http3``.
+        self.http3_listeners: list[Http3Listener] = []
+        self._alt_svc: tuple[str, str] | None = None
 
     @property
     def port(self) -> int:
@@ -383,6 +417,8 @@ class Server:
                         cfg.max_queued_events,
                         cfg.max_session_queued_events,
                     )
+                if cfg.http3:
+                    await self._start_http3(connections)
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
                         acceptors.start_soon(self._accept_loop, listener, connections)
@@ -401,6 +437,8 @@ class Server:
                     acceptors.cancel_scope.cancel()
                 for listener in listeners:
                     await listener.aclose()
+                for quic in self.http3_listeners:
+                    quic.shutdown()
                 await self._drain()
                 connections.cancel_scope.cancel()
         finally:
@@ -409,6 +447,21 @@ class Server:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
+
+    async def _start_http3(self, nursery: trio.Nursery) -> None:
+        """Serve HTTP/3 on UDP at every bound TCP address (same port numbers)."""
+        from .http3 import Http3Listener, quic_configuration  # aioquic: only when asked for
+
+        cfg = self.config
+        assert cfg.certfile is not None and cfg.keyfile is not None
+        configuration = quic_configuration(
+            cfg.certfile, cfg.keyfile, idle_timeout=min(cfg.idle_timeout, 600.0)
+        )
+        for host, port in self.addresses:
+            listener = Http3Listener(self, configuration)
+            await nursery.start(functools.partial(listener.serve, host, port))
+            self.http3_listeners.append(listener)
+        self._alt_svc = ("alt-svc", f'h3=":{self.port}"; ma=86400')
 
     async def _sweep_idle(self) -> None:
         """Close connections idle (``ConnectionTracker.idle_since``) for ``idle_timeout``.
@@ -630,6 +683,14 @@ class Server:
             return error_response(
                 501, f"The method {request.method!r} is not implemented.", code="not_implemented"
             )
+        alt_svc = self._alt_svc
+        if alt_svc is not None and request.http_version != "3":
+            response = await self._dispatch(request)
+            response.headers.append(alt_svc)
+            return response
+        return await self._dispatch(request)
+
+    async def _dispatch(self, request: Request) -> Response | StreamingResponse:
         try:
             return await self.app.endpoint_for(request)(request)
         except HTTPError as exc:
@@ -663,10 +724,20 @@ class Server:
 
 
 def _ssl_context(cfg: ServerConfig) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    """The server's TLS: its certificate, TLS 1.3 (or 1.2 with ``tls_min``), ALPN h2/http1.1.
+
+    Built from a bare server context, not ``create_default_context``: that
+    one loads the system's CAs, which under mutual TLS would accept a client
+    certificate from any public CA; only ``client_ca`` is trusted here.
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     assert cfg.certfile is not None
     ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # RFC 9113 section 9.2
+    # TLS 1.2 is HTTP/2's floor too (RFC 9113 section 9.2).
+    ctx.minimum_version = _TLS_VERSIONS[cfg.tls_min]
+    if cfg.client_ca is not None:
+        ctx.load_verify_locations(cafile=cfg.client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx
 

@@ -70,12 +70,16 @@ class RouteMeta:
         public: Served to anyone (agent cards, JWKS): a gate lets it through.
         stream_body: The endpoint reads the request body while it arrives
             (``request.body_stream``; HTTP/2 and HTTP/3), as gRPC streams do.
+        tls13: Over TLS, only TLS 1.3 connections are served (spec 003
+            section 6.1); the root refuses older ones with 403 even when the
+            server accepts them for other routes (``--tls-min 1.2``).
     """
 
     transport: str = ""
     error_style: ErrorStyle = "openai"
     public: bool = False
     stream_body: bool = False
+    tls13: bool = False
 
 
 #: The metadata of a route registered without any.

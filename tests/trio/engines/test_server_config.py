@@ -7,10 +7,21 @@ import pytest
 
 from uamp_trio.engines.server import ServerConfig
 
-#: Settings with no "above zero" rule: where to listen, the TLS files, a
-#: grace period (0 stops at once; negative is refused on its own), and the
-#: WebSocket message size, which ServerConfig does not check.
-UNBOUNDED = {"host", "port", "certfile", "keyfile", "shutdown_grace", "websocket_max_message_size"}
+#: Settings with no "above zero" rule: where to listen, the TLS files and
+#: options (checked in tests/trio/quic/test_tls_versions.py), a grace period
+#: (0 stops at once; negative is refused on its own), and the WebSocket
+#: message size, which ServerConfig does not check.
+UNBOUNDED = {
+    "host",
+    "port",
+    "certfile",
+    "keyfile",
+    "tls_min",
+    "client_ca",
+    "http3",
+    "shutdown_grace",
+    "websocket_max_message_size",
+}
 #: Every other setting is a limit or a timeout that must be above zero.
 LIMITS = [f.name for f in attrs.fields(ServerConfig) if f.name not in UNBOUNDED]
 

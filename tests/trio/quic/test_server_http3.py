@@ -1,0 +1,189 @@
+"""HTTP/3 over QUIC, served by the engine on trio UDP, driven by aioquic's own client.
+
+The server runs in its own thread with a certificate from a CA made in the
+test; aioquic's asyncio client (tests/_support/h3client.py) trusts only that
+CA. The routes are the app's own: a Chat Completions stream (SSE) is served
+over HTTP/3 exactly as over TCP.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests._support.agents import Words
+from tests._support.cli import spawn_serve
+from tests._support.h3client import H3Request, h3_requests
+from tests._support.tls import ThrowawayCA, make_ca
+from uamp_trio.app import create_app
+from uamp_trio.engines.http import Request, Response, StreamingResponse
+from uamp_trio.engines.server import ServerConfig
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
+    return make_ca(Path(tmp_path_factory.mktemp("ca")))
+
+
+def app() -> Any:
+    built = create_app([Words("poet", "roses ", "are ", "red", pause=0.05)])
+
+    async def echo(request: Request) -> Response:
+        return Response(
+            headers=[("content-type", "text/plain"), ("x-version", request.http_version)],
+            body=request.body,
+        )
+
+    async def trailing(request: Request) -> StreamingResponse:
+        async def produce(send: Any) -> None:
+            await send(b"part")
+            response.trailers = [("x-done", "yes")]
+
+        response = StreamingResponse(producer=produce, lazy_head=True)
+        return response
+
+    built.router.add("POST", "/echo", echo)
+    built.router.add("GET", "/trailing", trailing)
+    return built
+
+
+def serve(thread_server: Callable[..., Any], ca: ThrowawayCA, **config: Any) -> Any:
+    return thread_server(
+        app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile, http3=True, **config
+    )
+
+
+def test_routes_and_sse_streams_over_http3(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    server = serve(thread_server, ca)
+    chat = {"model": "poet", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    healthz, echoed, completion = h3_requests(
+        server.port,
+        [
+            H3Request("GET", "/healthz"),
+            H3Request("POST", "/echo", [("content-type", "text/plain")], b"x" * 200_000),
+            H3Request(
+                "POST",
+                "/v1/chat/completions",
+                [("content-type", "application/json")],
+                orjson.dumps(chat),
+            ),
+        ],
+        cafile=ca.cafile,
+    )
+    assert healthz.status == 200
+    assert echoed.status == 200 and echoed.body == b"x" * 200_000
+    assert echoed.headers["x-version"] == "3"
+    assert completion.status == 200
+    assert completion.headers["content-type"].startswith("text/event-stream")
+    events = [
+        orjson.loads(line[6:])
+        for line in completion.body.decode().splitlines()
+        if line.startswith("data: {")
+    ]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == "roses are red"
+    # The stream came as it was produced (50 ms apart), not as one piece.
+    assert len(completion.pieces) >= 3
+    assert completion.body.decode().rstrip().endswith("data: [DONE]")
+
+
+def test_concurrent_requests_on_one_connection(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    server = serve(thread_server, ca)
+    requests = [H3Request("POST", "/echo", [], str(i).encode() * 1000) for i in range(20)]
+    responses = h3_requests(server.port, requests, cafile=ca.cafile, concurrent=True)
+    assert [r.body for r in responses] == [r.body for r in requests]
+    # Each request had a QUIC stream of its own: client bidi streams 0, 4, 8...
+    assert sorted(r.stream_id for r in responses) == [4 * i for i in range(20)]
+
+
+def test_trailers_and_limits(thread_server: Callable[..., Any], ca: ThrowawayCA) -> None:
+    server = serve(thread_server, ca, max_body_size=1000)
+    trailing, too_big, missing = h3_requests(
+        server.port,
+        [
+            H3Request("GET", "/trailing"),
+            H3Request("POST", "/echo", [], b"y" * 5000),
+            H3Request("GET", "/nowhere"),
+        ],
+        cafile=ca.cafile,
+    )
+    assert trailing.body == b"part" and trailing.trailers == {"x-done": "yes"}
+    assert too_big.status == 413
+    assert orjson.loads(too_big.body)["error"]["code"] == "request_too_large"
+    assert missing.status == 404
+
+
+async def test_tcp_responses_advertise_http3(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    server = serve(thread_server, ca)
+    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=ca.cafile)) as client:
+        reply = await client.get(f"https://127.0.0.1:{server.port}/healthz")
+    assert reply.status_code == 200
+    assert reply.headers["alt-svc"] == f'h3=":{server.port}"; ma=86400'
+    # The UDP listener is on the same port number.
+    assert [q.socket.getsockname()[1] for q in server.http3_listeners] == [server.port]
+
+
+def test_no_alt_svc_without_http3(thread_server: Callable[..., Any], ca: ThrowawayCA) -> None:
+    server = thread_server(app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile)
+    trusted = ssl.create_default_context(cafile=ca.cafile)
+    reply = httpx.get(f"https://127.0.0.1:{server.port}/healthz", verify=trusted)
+    assert reply.status_code == 200 and "alt-svc" not in reply.headers
+    assert server.http3_listeners == []
+
+
+def test_http3_needs_a_certificate() -> None:
+    with pytest.raises(ValueError, match="certificate"):
+        ServerConfig(http3=True)
+
+
+def test_a_client_that_does_not_trust_the_ca_is_refused(
+    thread_server: Callable[..., Any], ca: ThrowawayCA, tmp_path: Path
+) -> None:
+    other = make_ca(tmp_path, "another CA")
+    server = serve(thread_server, ca)
+    with pytest.raises(ConnectionError):  # aioquic: the handshake failed on our side
+        h3_requests(server.port, [H3Request("GET", "/healthz")], cafile=other.cafile, timeout=3)
+    # The server is unaffected.
+    (ok,) = h3_requests(server.port, [H3Request("GET", "/healthz")], cafile=ca.cafile)
+    assert ok.status == 200
+
+
+def test_uamp_serve_http3(ca: ThrowawayCA) -> None:
+    proc = spawn_serve("--certfile", ca.server.certfile, "--keyfile", ca.server.keyfile, "--http3")
+    assert proc.stdout is not None
+    try:
+        seen: list[str] = []
+        url = None
+        while url is None and len(seen) < 200:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            found = re.search(r"serving on https://127\.0\.0\.1:(\d+)", line)
+            url = found and int(found.group(1))
+        assert url, "".join(seen)
+        assert f"HTTP/3 (QUIC, UDP port {url})" in seen[-1]
+        port = int(url)
+        trusted = ssl.create_default_context(cafile=ca.cafile)
+        tcp = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=trusted, timeout=5)
+        assert tcp.headers["alt-svc"] == f'h3=":{port}"; ma=86400'
+        (quic,) = h3_requests(port, [H3Request("GET", "/v1/models")], cafile=ca.cafile)
+        assert quic.status == 200
+        assert [m["id"] for m in orjson.loads(quic.body)["data"]] == ["demo"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 0

@@ -1,0 +1,121 @@
+"""TLS on every TCP transport: TLS 1.3 only by default, ``tls_min="1.2"``, mutual TLS.
+
+Real clients (httpx over the standard library's TLS, and ``openssl s_client``
+where a client certificate or a version must be forced) against a server whose
+certificate comes from a CA made in the test.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests._support.tls import ThrowawayCA, make_ca
+from uamp_trio.app import create_app
+from uamp_trio.engines.http import Request, Response
+from uamp_trio.engines.server import ServerConfig
+from uamp_trio.hosting.router import RouteMeta
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
+    return make_ca(Path(tmp_path_factory.mktemp("ca")))
+
+
+def app() -> Any:
+    built = create_app([])
+
+    async def whoami(request: Request) -> Response:
+        tls = request.tls
+        assert tls is not None
+        return Response(
+            headers=[
+                ("x-tls", tls.version or ""),
+                ("x-alpn", tls.alpn or ""),
+                ("x-client-cert", "yes" if tls.peer_certificate else "no"),
+            ]
+        )
+
+    built.router.add("GET", "/whoami", whoami)
+    built.router.add("GET", "/strict", whoami, meta=RouteMeta(transport="t", tls13=True))
+    return built
+
+
+def client_context(
+    ca: ThrowawayCA, *, max_version: ssl.TLSVersion | None = None, cert: Any = None
+) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=ca.cafile)
+    if max_version is not None:
+        ctx.maximum_version = max_version
+    if cert is not None:
+        ctx.load_cert_chain(cert.certfile, cert.keyfile)
+    return ctx
+
+
+def get(
+    port: int, ctx: ssl.SSLContext, *, http2: bool = False, path: str = "/whoami"
+) -> httpx.Response:
+    with httpx.Client(verify=ctx, http2=http2, timeout=5) as client:
+        return client.get(f"https://127.0.0.1:{port}{path}")
+
+
+def test_tls13_only_by_default(thread_server: Callable[..., Any], ca: ThrowawayCA) -> None:
+    server = thread_server(app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile)
+    for http2 in (False, True):
+        reply = get(server.port, client_context(ca), http2=http2)
+        assert reply.headers["x-tls"] == "TLSv1.3"
+        assert reply.headers["x-alpn"] == ("h2" if http2 else "http/1.1")
+        assert reply.headers["x-client-cert"] == "no"
+    with pytest.raises(httpx.ConnectError, match=r"(?i)eof|version|alert|handshake"):
+        get(server.port, client_context(ca, max_version=ssl.TLSVersion.TLSv1_2))
+
+
+def test_tls_min_12_lets_older_clients_in(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    server = thread_server(
+        app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile, tls_min="1.2"
+    )
+    tls12 = client_context(ca, max_version=ssl.TLSVersion.TLSv1_2)
+    old = get(server.port, tls12, http2=True)
+    assert old.status_code == 200 and old.headers["x-tls"] == "TLSv1.2"
+    assert get(server.port, client_context(ca)).headers["x-tls"] == "TLSv1.3"
+    # A route of the spec 003 bindings still refuses the TLS 1.2 connection.
+    for http2 in (False, True):
+        refused = get(server.port, tls12, http2=http2, path="/strict")
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "tls13_required"
+    assert get(server.port, client_context(ca), path="/strict").status_code == 200
+
+
+def test_mutual_tls_requires_a_certificate_from_the_client_ca(
+    thread_server: Callable[..., Any], ca: ThrowawayCA, tmp_path: Path
+) -> None:
+    server = thread_server(
+        app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile, client_ca=ca.cafile
+    )
+    reply = get(server.port, client_context(ca, cert=ca.client), http2=True)
+    assert reply.status_code == 200 and reply.headers["x-client-cert"] == "yes"
+    # No certificate, or one from a CA the server does not trust: no request served.
+    stranger = make_ca(tmp_path, "stranger CA").client
+    for cert in (None, stranger):
+        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
+            get(server.port, client_context(ca, cert=cert))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tls_min": "1.1"}, "tls_min"),
+        ({"client_ca": "ca.pem"}, "needs a certificate"),
+        ({"certfile": "c", "keyfile": "k", "client_ca": "ca.pem", "http3": True}, "HTTP/3"),
+    ],
+)
+def test_bad_tls_options_are_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServerConfig(**options)

@@ -1,0 +1,400 @@
+"""HTTP/3 over QUIC: aioquic's sans-IO ``QuicConnection`` and ``H3Connection`` on trio UDP.
+
+Theory of operation
+-------------------
+:class:`Http3Listener` owns one UDP socket, bound to the same address and
+port number as the server's TCP listener. Its reader task parses each
+datagram's QUIC header only as far as the destination connection id, and
+hands the datagram to the connection that owns that id
+(``receive_datagram``); an Initial packet of at least 1200 bytes (RFC 9000
+section 14.1) for an unknown id opens a new connection, and a packet of a
+QUIC version aioquic does not speak is answered with Version Negotiation.
+Connection ids issued and retired by a connection update the table.
+
+Each :class:`_QuicConnection` runs one task that sleeps until it is woken
+(a datagram arrived, a response has bytes to send) or its QUIC timer is due
+(``get_timer``/``handle_timer``: loss detection, idle timeout), then drains
+``next_event()`` -- feeding each event to the ``H3Connection``, created once
+ALPN ``h3`` is negotiated -- and sends ``datagrams_to_send()``. Time is
+trio's clock, passed in as ``now``: the sans-IO objects never read a clock.
+
+A request stream collects its header fields and body (at most
+``max_body_size``: 413 past it; the body is buffered even for routes that
+stream theirs on HTTP/2) and, once the client ends it, runs as its own task:
+the same :meth:`Server.dispatch` as HTTP/1.1 and HTTP/2, so every route is
+served, streamed responses (SSE) included, through
+:func:`~uamp_trio.engines.framed.send_response`. A streamed body waits after
+each write until QUIC has sent it (the stream's send buffer is empty), so a
+client that does not read holds at most one batch per stream. A stream the
+client resets cancels its task. The QUIC stream id is the request's HTTP/3
+stream id (spec 003 section 7: "QUIC stream-ID == stream_id").
+
+QUIC always runs TLS 1.3; the certificate is the server's. aioquic does not
+verify client certificates, so the server refuses to combine HTTP/3 with
+mutual TLS rather than serve it unauthenticated.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from typing import TYPE_CHECKING, Any
+
+import trio
+from aioquic.buffer import Buffer  # type: ignore[attr-defined]
+from aioquic.h3.connection import H3_ALPN, ErrorCode, H3Connection
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
+from aioquic.h3.exceptions import H3Error
+from aioquic.quic.configuration import SMALLEST_MAX_DATAGRAM_SIZE, QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import (
+    ConnectionIdIssued,
+    ConnectionIdRetired,
+    ConnectionTerminated,
+    ProtocolNegotiated,
+    QuicEvent,
+    StreamReset,
+)
+from aioquic.quic.packet import (
+    QuicPacketType,
+    encode_quic_version_negotiation,
+    pull_quic_header,
+)
+
+from .framed import request_from_fields, send_response
+from .http import Response, StreamingResponse, TLSInfo, error_response
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = ["Http3Listener", "quic_configuration"]
+
+log = logging.getLogger("uamp_trio.server")
+
+_DATAGRAM = 65536
+#: Every QUIC connection runs TLS 1.3 (RFC 9001); ALPN h3 is all this listener offers.
+_QUIC_TLS = TLSInfo(version="TLSv1.3", alpn="h3")
+
+
+def quic_configuration(certfile: str, keyfile: str, *, idle_timeout: float) -> QuicConfiguration:
+    """The server side of QUIC: ALPN ``h3``, the server's certificate, TLS 1.3."""
+    configuration = QuicConfiguration(
+        is_client=False, alpn_protocols=list(H3_ALPN), idle_timeout=idle_timeout
+    )
+    configuration.load_cert_chain(certfile, keyfile)
+    return configuration
+
+
+class Http3Listener:
+    """Serves HTTP/3 for ``server`` on a UDP socket (see the module docstring)."""
+
+    def __init__(self, server: Server, configuration: QuicConfiguration) -> None:
+        self.server = server
+        self.configuration = configuration
+        self.socket: trio.socket.SocketType | None = None
+        self._connections: dict[bytes, _QuicConnection] = {}
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def connection_count(self) -> int:
+        """Live QUIC connections."""
+        return len(set(self._connections.values()))
+
+    async def serve(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Bind ``(host, port)`` over UDP and serve until cancelled; reports the port."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = trio.socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            await sock.bind((host, port))
+            self.socket = sock
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(sock.getsockname()[1])
+                while True:
+                    try:
+                        data, addr = await sock.recvfrom(_DATAGRAM)
+                    except ConnectionResetError:  # an ICMP error for an earlier send
+                        continue
+                    self._datagram(data, addr)
+        finally:
+            for conn in set(self._connections.values()):
+                conn.quic.close(error_code=ErrorCode.H3_NO_ERROR)
+                with trio.move_on_after(0.5, shield=True):
+                    await conn.transmit()
+            sock.close()
+
+    def shutdown(self) -> None:
+        """Close every connection (graceful: the peer is told)."""
+        for conn in set(self._connections.values()):
+            conn.quic.close(error_code=ErrorCode.H3_NO_ERROR)
+            conn.wake()
+
+    def _datagram(self, data: bytes, addr: Any) -> None:
+        try:
+            header = pull_quic_header(
+                Buffer(data=data), host_cid_length=self.configuration.connection_id_length
+            )
+        except ValueError:
+            return
+        versions = self.configuration.supported_versions
+        if (
+            header.packet_type != QuicPacketType.VERSION_NEGOTIATION
+            and header.version is not None
+            and header.version not in versions
+        ):
+            reply = encode_quic_version_negotiation(
+                source_cid=header.destination_cid,
+                destination_cid=header.source_cid,
+                supported_versions=versions,
+            )
+            self._send_soon(reply, addr)
+            return
+        conn = self._connections.get(header.destination_cid)
+        if conn is None:
+            initial = header.packet_type == QuicPacketType.INITIAL
+            if not initial or len(data) < SMALLEST_MAX_DATAGRAM_SIZE:
+                return
+            limit = self.server.config.max_connections
+            if limit is not None and self.connection_count >= limit:
+                return  # busy: the client retries or falls back to TCP
+            quic = QuicConnection(
+                configuration=self.configuration,
+                original_destination_connection_id=header.destination_cid,
+            )
+            conn = _QuicConnection(self, quic)
+            conn.client = (str(addr[0]), int(addr[1]))
+            self._connections[header.destination_cid] = conn
+            self._connections[quic.host_cid] = conn
+            assert self._nursery is not None
+            self._nursery.start_soon(conn.run)
+        conn.quic.receive_datagram(data, addr, now=trio.current_time())
+        conn.wake()
+
+    def _send_soon(self, data: bytes, addr: Any) -> None:
+        async def send() -> None:
+            if self.socket is not None:
+                await self.socket.sendto(data, addr)
+
+        if self._nursery is not None:
+            self._nursery.start_soon(send)
+
+    def _forget(self, conn: _QuicConnection) -> None:
+        for cid, owner in list(self._connections.items()):
+            if owner is conn:
+                del self._connections[cid]
+
+
+class _RequestStream:
+    def __init__(self, stream_id: int) -> None:
+        self.id = stream_id
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.size = 0
+        self.rejected = False
+        self.scope: trio.CancelScope | None = None
+
+
+class _QuicConnection:
+    """One QUIC connection and its HTTP/3 requests."""
+
+    def __init__(self, listener: Http3Listener, quic: QuicConnection) -> None:
+        self.listener = listener
+        self.server = listener.server
+        self.quic = quic
+        self.h3: H3Connection | None = None
+        self.streams: dict[int, _RequestStream] = {}
+        self.client: tuple[str, int] | None = None
+        self._wake = trio.Event()
+        self._sent = trio.Event()
+        self._closed = False
+        self._nursery: trio.Nursery | None = None
+
+    def wake(self) -> None:
+        """Ask the connection task to handle what arrived and send what is queued."""
+        self._wake.set()
+
+    async def transmit(self) -> None:
+        """Send every datagram QUIC has ready."""
+        sock = self.listener.socket
+        if sock is None:
+            return
+        for data, addr in self.quic.datagrams_to_send(now=trio.current_time()):
+            try:
+                await sock.sendto(data, addr)
+            except OSError as exc:  # the peer's address went away
+                log.debug("HTTP/3 send to %s failed: %s", addr, exc)
+        self._sent.set()
+        self._sent = trio.Event()
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                while not self._closed:
+                    timer = self.quic.get_timer()
+                    with trio.move_on_at(math.inf if timer is None else timer):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
+                    now = trio.current_time()
+                    if timer is not None and now >= timer:
+                        self.quic.handle_timer(now)
+                    self._handle_events()
+                    await self.transmit()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._closed = True
+            self._sent.set()
+            self.listener._forget(self)
+
+    def _handle_events(self) -> None:
+        while (event := self.quic.next_event()) is not None:
+            self._quic_event(event)
+
+    def _quic_event(self, event: QuicEvent) -> None:
+        table = self.listener._connections
+        if isinstance(event, ConnectionIdIssued):
+            table[event.connection_id] = self
+        elif isinstance(event, ConnectionIdRetired):
+            table.pop(event.connection_id, None)
+        elif isinstance(event, ConnectionTerminated):
+            self._closed = True
+            for st in self.streams.values():
+                if st.scope is not None:
+                    st.scope.cancel()
+        elif isinstance(event, ProtocolNegotiated):
+            if event.alpn_protocol in H3_ALPN and self.h3 is None:
+                self.h3 = H3Connection(self.quic)
+        elif isinstance(event, StreamReset):
+            reset = self.streams.pop(event.stream_id, None)
+            if reset is not None and reset.scope is not None:
+                reset.scope.cancel()
+        if self.h3 is None:
+            return
+        try:
+            h3_events = self.h3.handle_event(event)
+        except H3Error as exc:
+            log.debug("HTTP/3 protocol error: %s", exc)
+            self.quic.close(error_code=ErrorCode.H3_GENERAL_PROTOCOL_ERROR)
+            return
+        for h3_event in h3_events:
+            self._h3_event(h3_event)
+
+    def _h3_event(self, event: H3Event) -> None:
+        if isinstance(event, HeadersReceived):
+            st = self.streams.get(event.stream_id)
+            if st is None:
+                st = self.streams[event.stream_id] = _RequestStream(event.stream_id)
+                st.headers = list(event.headers)
+            # A second HEADERS frame is the request's trailers: nothing uses them.
+            if event.stream_ended:
+                self._start(st)
+        elif isinstance(event, DataReceived):
+            st = self.streams.get(event.stream_id)
+            if st is None:
+                return
+            if not st.rejected:
+                st.size += len(event.data)
+                if st.size > self.server.config.max_body_size:
+                    st.rejected = True
+                    st.body.clear()
+                    self._start(st)
+                else:
+                    st.body.append(event.data)
+            if event.stream_ended and not st.rejected:
+                self._start(st)
+
+    def _start(self, st: _RequestStream) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_stream, st)
+
+    async def _run_stream(self, st: _RequestStream) -> None:
+        request = request_from_fields(
+            st.headers,
+            body=b"".join(st.body),
+            http_version="3",
+            scheme="https",
+            client=self.client,
+        )
+        request.tls = _QUIC_TLS
+        st.body.clear()
+        response: Response | StreamingResponse
+        try:
+            with trio.CancelScope() as scope:
+                st.scope = scope
+                if st.rejected:
+                    limit = self.server.config.max_body_size
+                    response = error_response(
+                        413,
+                        f"The request body exceeds the limit of {limit} bytes.",
+                        code="request_too_large",
+                    )
+                else:
+                    response = await self.server.dispatch(request)
+                try:
+                    await send_response(
+                        _H3Sink(self, st.id), response, head_only=request.method == "HEAD"
+                    )
+                finally:
+                    if type(response) is StreamingResponse:
+                        await response.aclose()
+        except (H3Error, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("HTTP/3 stream %d ended early: %r", st.id, exc)
+        except Exception:
+            log.exception("HTTP/3 stream %d failed", st.id)
+            self._reset(st.id, ErrorCode.H3_INTERNAL_ERROR)
+        finally:
+            self.streams.pop(st.id, None)
+            self.wake()
+
+    def _reset(self, stream_id: int, code: int) -> None:
+        try:
+            self.quic.reset_stream(stream_id, code)
+        except Exception as exc:  # the stream is already gone
+            log.debug("HTTP/3 reset of stream %d: %r", stream_id, exc)
+        self.wake()
+
+    def _send_buffer_empty(self, stream_id: int) -> bool:
+        # aioquic's QuicStream: its sender holds what is not yet sent.
+        stream = self.quic._streams.get(stream_id)
+        return stream is None or stream.sender.buffer_is_empty
+
+    async def drained(self, stream_id: int) -> None:
+        """Wait until QUIC has sent everything queued on ``stream_id``."""
+        while not self._send_buffer_empty(stream_id):
+            if self._closed:
+                raise trio.ClosedResourceError("the QUIC connection is closed")
+            sent = self._sent
+            self.wake()
+            await sent.wait()
+
+
+class _H3Sink:
+    """:class:`~uamp_trio.engines.framed.FrameSink` of one HTTP/3 request stream."""
+
+    __slots__ = ("conn", "sid")
+
+    def __init__(self, conn: _QuicConnection, sid: int) -> None:
+        self.conn = conn
+        self.sid = sid
+
+    def _h3(self) -> H3Connection:
+        if self.conn._closed or self.conn.h3 is None:
+            raise trio.ClosedResourceError("the QUIC connection is closed")
+        return self.conn.h3
+
+    def headers(self, fields: list[tuple[bytes, bytes]], *, end_stream: bool) -> None:
+        self._h3().send_headers(self.sid, fields, end_stream=end_stream)
+
+    async def data(self, data: bytes, *, end_stream: bool) -> None:
+        self._h3().send_data(self.sid, data, end_stream=end_stream)
+        await self.conn.drained(self.sid)
+
+    async def flush(self) -> None:
+        self.conn.wake()
+        await trio.lowlevel.checkpoint()
+
+    def end(self) -> None:
+        self._h3().send_data(self.sid, b"", end_stream=True)
