@@ -321,25 +321,42 @@ class _QuicConnection:
         request.tls = _QUIC_TLS
         st.body.clear()
         response: Response | StreamingResponse
+        cfg = self.server.config
         try:
             with trio.CancelScope() as scope:
                 st.scope = scope
                 if st.rejected:
-                    limit = self.server.config.max_body_size
                     response = error_response(
                         413,
-                        f"The request body exceeds the limit of {limit} bytes.",
+                        f"The request body exceeds the limit of {cfg.max_body_size} bytes.",
                         code="request_too_large",
                     )
                 else:
-                    response = await self.server.dispatch(request)
+                    with trio.move_on_after(cfg.response_head_timeout) as head:
+                        response = await self.server.dispatch(request)
+                    if head.cancelled_caught:
+                        response = self.server.head_timed_out(request)
+                began = trio.current_time()
+
+                def limit() -> None:  # response_timeout in all, the idle timeout per write
+                    now = trio.current_time()
+                    total = began + cfg.response_timeout
+                    scope.deadline = min(total, now + cfg.response_idle_timeout)
+
                 try:
                     await send_response(
-                        _H3Sink(self, st.id), response, head_only=request.method == "HEAD"
+                        _H3Sink(self, st.id),
+                        response,
+                        head_only=request.method == "HEAD",
+                        streaming=limit,
+                        wrote=limit,
                     )
                 finally:
                     if type(response) is StreamingResponse:
                         await response.aclose()
+            if scope.cancelled_caught and st.id in self.streams:
+                log.info("HTTP/3 response to %s timed out; stream reset", self.client)
+                self._reset(st.id, ErrorCode.H3_REQUEST_CANCELLED)
         except (H3Error, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.debug("HTTP/3 stream %d ended early: %r", st.id, exc)
         except Exception:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import trio
 
 from tests._support.agents import Words
 from tests._support.cli import spawn_serve
@@ -50,7 +51,12 @@ def app() -> Any:
         response = StreamingResponse(producer=produce, lazy_head=True)
         return response
 
+    async def hang(request: Request) -> Response:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
     built.router.add("POST", "/echo", echo)
+    built.router.add("GET", "/hang", hang)
     built.router.add("GET", "/trailing", trailing)
     return built
 
@@ -109,16 +115,18 @@ def test_concurrent_requests_on_one_connection(
 
 
 def test_trailers_and_limits(thread_server: Callable[..., Any], ca: ThrowawayCA) -> None:
-    server = serve(thread_server, ca, max_body_size=1000)
-    trailing, too_big, missing = h3_requests(
+    server = serve(thread_server, ca, max_body_size=1000, response_head_timeout=0.3)
+    trailing, too_big, missing, late = h3_requests(
         server.port,
         [
             H3Request("GET", "/trailing"),
             H3Request("POST", "/echo", [], b"y" * 5000),
             H3Request("GET", "/nowhere"),
+            H3Request("GET", "/hang"),
         ],
         cafile=ca.cafile,
     )
+    assert late.status == 504
     assert trailing.body == b"part" and trailing.trailers == {"x-done": "yes"}
     assert too_big.status == 413
     assert orjson.loads(too_big.body)["error"]["code"] == "request_too_large"
