@@ -37,7 +37,6 @@ mutual TLS rather than serve it unauthenticated.
 from __future__ import annotations
 
 import logging
-import math
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +63,7 @@ from aioquic.quic.packet import (
 
 from .framed import request_from_fields, send_response
 from .http import Response, StreamingResponse, TLSInfo, error_response
+from .quic import QuicDriver
 
 if TYPE_CHECKING:
     from .server import Server
@@ -122,6 +122,7 @@ class Http3Listener:
         finally:
             for conn in set(self._connections.values()):
                 conn.quic.close(error_code=ErrorCode.H3_NO_ERROR)
+                conn.sock = sock
                 with trio.move_on_after(0.5, shield=True):
                     await conn.transmit()
             sock.close()
@@ -170,8 +171,7 @@ class Http3Listener:
             self._connections[quic.host_cid] = conn
             assert self._nursery is not None
             self._nursery.start_soon(conn.run)
-        conn.quic.receive_datagram(data, addr, now=trio.current_time())
-        conn.wake()
+        conn.receive(data, addr)
 
     def _send_soon(self, data: bytes, addr: Any) -> None:
         async def send() -> None:
@@ -197,61 +197,22 @@ class _RequestStream:
         self.scope: trio.CancelScope | None = None
 
 
-class _QuicConnection:
+class _QuicConnection(QuicDriver):
     """One QUIC connection and its HTTP/3 requests."""
 
     def __init__(self, listener: Http3Listener, quic: QuicConnection) -> None:
+        super().__init__(quic, listener.socket)
         self.listener = listener
         self.server = listener.server
-        self.quic = quic
         self.h3: H3Connection | None = None
         self.streams: dict[int, _RequestStream] = {}
         self.client: tuple[str, int] | None = None
-        self._wake = trio.Event()
-        self._sent = trio.Event()
-        self._closed = False
-        self._nursery: trio.Nursery | None = None
 
-    def wake(self) -> None:
-        """Ask the connection task to handle what arrived and send what is queued."""
-        self._wake.set()
+    def on_closed(self) -> None:
+        self.listener._forget(self)
 
-    async def transmit(self) -> None:
-        """Send every datagram QUIC has ready."""
-        sock = self.listener.socket
-        if sock is None:
-            return
-        for data, addr in self.quic.datagrams_to_send(now=trio.current_time()):
-            try:
-                await sock.sendto(data, addr)
-            except OSError as exc:  # the peer's address went away
-                log.debug("HTTP/3 send to %s failed: %s", addr, exc)
-        self._sent.set()
-        self._sent = trio.Event()
-
-    async def run(self) -> None:
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                while not self._closed:
-                    timer = self.quic.get_timer()
-                    with trio.move_on_at(math.inf if timer is None else timer):
-                        await self._wake.wait()
-                    self._wake = trio.Event()
-                    now = trio.current_time()
-                    if timer is not None and now >= timer:
-                        self.quic.handle_timer(now)
-                    self._handle_events()
-                    await self.transmit()
-                nursery.cancel_scope.cancel()
-        finally:
-            self._closed = True
-            self._sent.set()
-            self.listener._forget(self)
-
-    def _handle_events(self) -> None:
-        while (event := self.quic.next_event()) is not None:
-            self._quic_event(event)
+    def handle(self, event: QuicEvent) -> None:
+        self._quic_event(event)
 
     def _quic_event(self, event: QuicEvent) -> None:
         table = self.listener._connections
@@ -260,7 +221,7 @@ class _QuicConnection:
         elif isinstance(event, ConnectionIdRetired):
             table.pop(event.connection_id, None)
         elif isinstance(event, ConnectionTerminated):
-            self._closed = True
+            self.closed = True
             for st in self.streams.values():
                 if st.scope is not None:
                     st.scope.cancel()
@@ -307,8 +268,8 @@ class _QuicConnection:
                 self._start(st)
 
     def _start(self, st: _RequestStream) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_stream, st)
+        assert self.nursery is not None
+        self.nursery.start_soon(self._run_stream, st)
 
     async def _run_stream(self, st: _RequestStream) -> None:
         request = request_from_fields(
@@ -373,20 +334,6 @@ class _QuicConnection:
             log.debug("HTTP/3 reset of stream %d: %r", stream_id, exc)
         self.wake()
 
-    def _send_buffer_empty(self, stream_id: int) -> bool:
-        # aioquic's QuicStream: its sender holds what is not yet sent.
-        stream = self.quic._streams.get(stream_id)
-        return stream is None or stream.sender.buffer_is_empty
-
-    async def drained(self, stream_id: int) -> None:
-        """Wait until QUIC has sent everything queued on ``stream_id``."""
-        while not self._send_buffer_empty(stream_id):
-            if self._closed:
-                raise trio.ClosedResourceError("the QUIC connection is closed")
-            sent = self._sent
-            self.wake()
-            await sent.wait()
-
 
 class _H3Sink:
     """:class:`~uamp_trio.engines.framed.FrameSink` of one HTTP/3 request stream."""
@@ -398,7 +345,7 @@ class _H3Sink:
         self.sid = sid
 
     def _h3(self) -> H3Connection:
-        if self.conn._closed or self.conn.h3 is None:
+        if self.conn.closed or self.conn.h3 is None:
             raise trio.ClosedResourceError("the QUIC connection is closed")
         return self.conn.h3
 

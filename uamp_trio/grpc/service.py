@@ -348,7 +348,8 @@ def mount_service(
     router: Router,
     service: GrpcService,
     *,
-    transport: str,
+    transport: str = "",
+    meta: RouteMeta | None = None,
     max_message: int = DEFAULT_MAX_MESSAGE,
     public: bool = False,
 ) -> None:
@@ -358,10 +359,14 @@ def mount_service(
         router: The route table (``host.router`` in a transport's ``mount``).
         service: The service.
         transport: The transport's name, for middleware and metrics.
+        meta: The routes' metadata when more than ``transport`` and ``public``
+            is needed (``tls13``...); its error style and body streaming are
+            always gRPC's.
         max_message: The largest request message (``RESOURCE_EXHAUSTED`` above).
         public: Let calls past the authentication gate with no credential.
     """
-    meta = RouteMeta(transport=transport, error_style="grpc", public=public, stream_body=True)
+    base = meta if meta is not None else RouteMeta(transport=transport, public=public)
+    meta = attrs.evolve(base, error_style="grpc", stream_body=True)
     for name, method in service.methods.items():
         path = service.path(name)
         router.add("POST", path, _endpoint(method, path, max_message), meta=meta)

@@ -195,3 +195,32 @@ def test_uamp_serve_http3(ca: ThrowawayCA) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(15) == 0
+
+
+async def test_the_trio_h3_client_through_httpx(
+    serve_app: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    from uamp_trio.client.h3 import open_h3
+
+    server = await serve_app(
+        app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile, http3=True
+    )
+    chat = {"model": "poet", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    url = f"https://127.0.0.1:{server.port}"
+    async with (
+        open_h3(url, verify=ca.cafile) as h3,
+        httpx.AsyncClient(transport=h3.transport(), base_url=h3.base_url) as http,
+    ):
+        echoed = await http.post("/echo", content=b"z" * 100_000)
+        assert echoed.status_code == 200 and echoed.content == b"z" * 100_000
+        assert echoed.headers["x-version"] == "3"
+        assert echoed.http_version == "HTTP/3"
+        pieces = []
+        async with http.stream("POST", "/v1/chat/completions", json=chat) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            async for piece in stream.aiter_bytes():
+                pieces.append(piece)
+        text = b"".join(pieces).decode()
+        assert "roses" in text and text.rstrip().endswith("data: [DONE]")
+        assert len(pieces) >= 3  # as produced, not in one piece
+        assert (await http.get("/nowhere")).status_code == 404
