@@ -84,7 +84,7 @@ from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseOutcome, open_response
+from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, open_response
 from ..stores.acp_sessions import AcpSession, AcpSessionStore
 from ..trust.auth import Authenticator, AuthError
 
@@ -152,8 +152,12 @@ class AcpConnection:
         principal: Principal = ANONYMOUS,
         authenticator: Authenticator | None = None,
         clock: Callable[[], float] = time.time,
+        session_queue: int = DEFAULT_BUFFER,
     ) -> None:
         self.served = served
+        #: Events one session's running prompt may queue for the writer
+        #: before its agent waits (the server's ``max_session_queued_events``).
+        self.session_queue = session_queue
         self.principal = principal
         self.agent = served.agent
         self.authenticator = authenticator
@@ -361,7 +365,9 @@ class AcpConnection:
         encoder = acp.UpdateEncoder()
         session.busy = True
         try:
-            async with open_response(self.agent, request, charge=charge) as turn:
+            async with open_response(
+                self.agent, request, charge=charge, buffer=self.session_queue
+            ) as turn:
                 session.turn = turn
                 async for event in turn:
                     for update in encoder.feed(event):
@@ -423,7 +429,9 @@ class AcpConnection:
             payment_token=parsed.payment_token,
             metadata={"transport": "acp"},
         )
-        async with open_response(self.agent, request, charge=charge) as turn:
+        async with open_response(
+            self.agent, request, charge=charge, buffer=self.session_queue
+        ) as turn:
             # Inside: a peer gone before this leaves no lock behind.
             await self._notify("prompt/started", {"requestId": str(request_id)})
             async for event in turn:
@@ -497,6 +505,7 @@ async def _serve_stream(
     send: SendPayload,
     *,
     drain: bool,
+    max_pending: int = 64,
 ) -> None:
     """Read payloads until ``receive`` returns ``None``; answer each in its own task.
 
@@ -504,20 +513,31 @@ async def _serve_stream(
         drain: At end of input, let running requests finish and answer
             (stdio: the reader may still be listening after closing our
             stdin); otherwise cancel them (a closed socket reads nothing).
+        max_pending: Most payloads being answered at once (the server's
+            ``max_queued_events``); with that many, nothing more is read
+            until one is answered. A peer that sends and does not read
+            would otherwise grow a task and a reply per payload, each
+            waiting for the socket.
     """
+    slots = trio.Semaphore(max_pending)
 
     async def answer(data: bytes | str) -> None:
-        reply = await conn.handle_payload(data)
-        if reply is not None:
-            with contextlib.suppress(
-                trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed
-            ):
-                await send(reply)
+        try:
+            reply = await conn.handle_payload(data)
+            if reply is not None:
+                with contextlib.suppress(
+                    trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed
+                ):
+                    await send(reply)
+        finally:
+            slots.release()
 
     async with trio.open_nursery() as nursery:
         while True:
+            await slots.acquire()
             data = await receive()
             if data is None:
+                slots.release()
                 break
             nursery.start_soon(answer, data)
         if not drain:
@@ -612,7 +632,12 @@ class AcpTransport(PolicyTransport):
         self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream", meta=ROUTES)
 
     def _connection(
-        self, agent: Responder, send: SendPayload | None, principal: Principal
+        self,
+        agent: Responder,
+        send: SendPayload | None,
+        principal: Principal,
+        *,
+        session_queue: int = DEFAULT_BUFFER,
     ) -> AcpConnection:
         """A dispatcher for one carrier and caller, with the app's policy and signer as of now."""
         return AcpConnection(
@@ -621,6 +646,7 @@ class AcpTransport(PolicyTransport):
             send,
             principal=principal,
             authenticator=self.app.authenticator,
+            session_queue=session_queue,
         )
 
     async def http(self, request: Request) -> Response:
@@ -650,9 +676,13 @@ class AcpTransport(PolicyTransport):
             except ConnectionClosed:
                 return None
 
-        conn = self._connection(agent, send, pending.request.principal)
+        conn = self._connection(
+            agent, send, pending.request.principal, session_queue=pending.max_session_queued_events
+        )
         try:
-            await _serve_stream(conn, receive, send, drain=False)
+            await _serve_stream(
+                conn, receive, send, drain=False, max_pending=pending.max_queued_events
+            )
         except ConnectionClosed:
             pass
         finally:
