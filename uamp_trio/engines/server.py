@@ -561,24 +561,33 @@ class Server:
 
         Waits for the client's first bytes (a client that has not sent its
         request yet may not read an answer), at most ``header_timeout``. Over
-        TLS the connection is closed without an answer (a handshake costs
-        more than the refusal should).
+        TLS the handshake comes first (HTTP/2 chosen by ALPN or by its
+        preface), so an HTTPS client gets the same answer as a cleartext one;
+        refusals in progress are bounded (see ``_admit``), which bounds the
+        handshakes a flood can cost too.
         """
+        conn: trio.abc.Stream = stream
         try:
             with trio.move_on_after(self.config.header_timeout):
-                data = b""
-                if self.ssl_context is None:
-                    data = bytes(await stream.receive_some(65536))
-                if data and (data.startswith(H2_PREFACE) or H2_PREFACE.startswith(data)):
-                    await stream.send_all(busy_goaway())
+                h2 = False
+                if self.ssl_context is not None:
+                    tls = trio.SSLStream(
+                        stream, self.ssl_context, server_side=True, https_compatible=True
+                    )
+                    conn = tls
+                    await tls.do_handshake()
+                    h2 = tls.selected_alpn_protocol() == "h2"
+                data = bytes(await conn.receive_some(65536))
+                if h2 or (data and (data.startswith(H2_PREFACE) or H2_PREFACE.startswith(data))):
+                    await conn.send_all(busy_goaway())
                 elif data:
-                    await stream.send_all(BUSY_RESPONSE)
-                await linger(stream)
+                    await conn.send_all(BUSY_RESPONSE)
+                await linger(conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+            pass  # ssl.SSLError is an OSError: a failed handshake gets no answer
         finally:
             self._refusing -= 1
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(conn)
 
     async def _handle_connection(
         self, sock_stream: trio.SocketStream, tracker: ConnectionTracker

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 
 import h2.config
 import h2.connection
@@ -117,6 +118,43 @@ async def test_connections_over_the_limit_get_503_and_are_closed(serve_app) -> N
         raw, _ = await request_once(server.port, GET)
         assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and hits == ["/hit"]
         await held[1].aclose()
+
+
+async def test_tls_connections_over_the_limit_get_the_same_answers(  # type: ignore[no-untyped-def]
+    serve_app, tls_files: tuple[str, str]
+) -> None:
+    certfile, keyfile = tls_files
+    with trio.fail_after(TIMEOUT):
+        hits: list[str] = []
+        server = await serve_app(
+            make_app(hits), max_connections=1, certfile=certfile, keyfile=keyfile
+        )
+        held = await trio.open_tcp_stream("127.0.0.1", server.port)
+        while server.connection_count < 1:
+            await trio.sleep(0.01)
+
+        async def over_tls(alpn: str, data: bytes) -> bytes:
+            ctx = ssl.create_default_context(cafile=certfile)
+            ctx.set_alpn_protocols([alpn])
+            stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", server.port, ssl_context=ctx)
+            async with stream:
+                await stream.send_all(data)
+                parts = []
+                with contextlib.suppress(trio.BrokenResourceError):
+                    while chunk := await stream.receive_some(65536):
+                        parts.append(chunk)
+            return b"".join(parts)
+
+        raw = await over_tls("http/1.1", GET)
+        assert raw.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), raw[:100]
+        assert json.loads(raw.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "server_busy"
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        events = client.receive_data(await over_tls("h2", client.data_to_send()))
+        goaway = [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
+        assert goaway and goaway[0].error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        assert hits == []
+        await held.aclose()
 
 
 async def test_a_burst_of_connections_cannot_slip_past_the_limit(serve_app) -> None:  # type: ignore[no-untyped-def]
