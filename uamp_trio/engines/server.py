@@ -233,6 +233,7 @@ _POSITIVE = (
     "header_timeout",
     "body_timeout",
     "websocket_send_timeout",
+    "websocket_max_message_size",
     "response_timeout",
     "response_idle_timeout",
     "response_head_timeout",
@@ -278,11 +279,13 @@ class HasBackground(Protocol):
     """A dispatcher with a nursery slot for work that outlives its request.
 
     The server also tells it ``queue_limits``: its ``max_queued_events`` and
-    ``max_session_queued_events``.
+    ``max_session_queued_events``, and ``draining``: whether a graceful
+    shutdown has begun.
     """
 
     background: trio.Nursery | None
     queue_limits: tuple[int, int]
+    draining: bool
 
 
 class ConnectionTracker:
@@ -413,6 +416,7 @@ class Server:
             async with trio.open_nursery() as connections:
                 if self._host is not None:
                     self._host.background = connections
+                    self._host.draining = False
                     self._host.queue_limits = (
                         cfg.max_queued_events,
                         cfg.max_session_queued_events,
@@ -434,6 +438,8 @@ class Server:
                         acceptors.start_soon(self._sweep_idle)
                     task_status.started(self.port)
                     await self._shutdown.wait()
+                    if self._host is not None:
+                        self._host.draining = True
                     acceptors.cancel_scope.cancel()
                 for listener in listeners:
                     await listener.aclose()
@@ -444,6 +450,7 @@ class Server:
         finally:
             if self._host is not None:
                 self._host.background = None
+                self._host.draining = False
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()

@@ -78,6 +78,10 @@ class Host:
         #: serving and cancels what is left at the end of its shutdown grace
         #: period.
         self.background: trio.Nursery | None = None
+        #: Set by the server from the start of a graceful shutdown until it
+        #: stops: requests still served meanwhile (on open connections) see
+        #: the server as not ready.
+        self.draining = False
         #: ``(per connection, per session)``: the most encoded events queued
         #: for one connection's writer, and for one session of it
         #: (``ServerConfig.max_queued_events`` and

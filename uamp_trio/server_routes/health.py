@@ -3,8 +3,9 @@
 * ``/healthz`` answers ``200 {"status": "ok"}`` as long as the process serves
   HTTP at all: a failing liveness probe means "restart me".
 * ``/readyz`` answers ``200 {"status": "ready", "agents": [...]}`` when the
-  server is serving (its background nursery is open) and hosts at least one
-  agent, else ``503 {"status": "not_ready", "reason": ...}``: a failing
+  server is serving (its background nursery is open), is not shutting down
+  (requests on open connections are still served during the grace period)
+  and hosts at least one agent, else ``503 {"status": "not_ready", "reason": ...}``: a failing
   readiness probe means "send traffic elsewhere for now".
 
 Both are public (no token needed) and tell nothing but the agent names, which
@@ -32,6 +33,8 @@ def mount(host: Host) -> None:
         agents = list(host.agents)
         if host.background is None:
             reason = "the server is not serving (starting or stopped)"
+        elif host.draining:
+            reason = "the server is shutting down"
         elif not agents:
             reason = "no agent is hosted"
         else:

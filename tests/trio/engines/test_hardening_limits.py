@@ -594,6 +594,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "response_timeout",
         "response_idle_timeout",
         "response_head_timeout",
+        "websocket_max_message_size",
         "max_queued_events",
         "max_session_queued_events",
     ],

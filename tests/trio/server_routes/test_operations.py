@@ -74,6 +74,32 @@ async def test_readyz_is_503_while_the_app_is_not_served() -> None:
     assert isinstance(after, Response) and after.status == 503
 
 
+async def test_readyz_is_503_on_an_open_connection_once_shutdown_began() -> None:
+    app = create_app([DemoAgent()])
+    async with trio.open_nursery() as nursery:
+        server = Server(app, port=0, shutdown_grace=5)
+        await nursery.start(server.serve)
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            # The head first, the body after the shutdown began: the request
+            # is served during the grace period, on a connection already open.
+            await stream.send_all(b"GET /readyz HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n")
+            while server.connection_count < 1:
+                await trio.sleep(0.01)
+            await trio.sleep(0.1)
+            server.shutdown()
+            await trio.sleep(0.1)
+            await stream.send_all(b"{}")
+            raw = b""
+            with trio.fail_after(5):
+                while chunk := await stream.receive_some(65536):
+                    raw += chunk
+        assert raw.startswith(b"HTTP/1.1 503 "), raw[:100]
+        body = orjson.loads(raw.split(b"\r\n\r\n", 1)[1])
+        assert body == {"status": "not_ready", "reason": "the server is shutting down"}
+        nursery.cancel_scope.cancel()
+
+
 # --- OpenAPI ---------------------------------------------------------------------
 
 
