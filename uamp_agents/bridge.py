@@ -32,9 +32,15 @@ or no messages at all) the run resumes the conversation without new input
 system prompt, ``request.response_format`` (JSON Schema, or any JSON object)
 becomes the run's structured output, and the sampling parameters a transport
 puts in ``request.metadata`` (``temperature``, ``top_p``, ``max_tokens``,
-``stop``, ``seed``, ``presence_penalty``, ``frequency_penalty``) override the
-agent's ``params``. The run's ``state.metadata["uamp"]`` names the agent,
-session, response and principal (``{"scheme", "id"}``).
+``stop``, ``seed``, ``presence_penalty``, ``frequency_penalty``), and the same
+keys in ``request.extensions`` (``session.extensions``, where Robutler's
+clients send model settings; the metadata wins), override the agent's
+``params``. The run's ``state.metadata["uamp"]`` names the agent,
+session, response and principal (``{"scheme", "id"}``), and carries the
+client's merged capability declaration (``client_capabilities``, a dict or
+``None``) and the ``context`` of its input (``input.text.context``: any keys,
+``chat_id`` and ``sender_id`` among them), which tools read as
+``ctx.metadata["uamp"]``.
 
 *Client tools.* The tools the client declared (``request.tools``) are offered
 to the model next to the agent's own, as deferred tools
@@ -79,8 +85,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
@@ -88,6 +97,7 @@ from .agent import Agent, NoModelError, agent
 from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
 from .middleware import BudgetExceededError, GuardrailError
+from .providers.catalog import model_info
 from .streaming import AgentStreamEvent, UAPEvent
 from .tools import Tool, deferred_tool, tool
 from .turn import Turn
@@ -171,34 +181,65 @@ class AgentEndpoint:
         return self._name
 
     def capabilities(self) -> ty.Capabilities:
-        """The declaration given, else one derived from the agent.
+        """The agent's capabilities: the model's real ones where known.
 
-        ``provider`` is the model's provider name; ``tools.built_in_tools``
-        lists the agent's own tools; ``extensions["uap"]`` carries the agent
-        id, model, strategy and description.
+        The model's facts (:func:`uamp_agents.providers.catalog.model_info`:
+        modalities, ``supports_thinking``, ``supports_caching``, tool
+        support, context window, output limit) come from its provider where
+        it knows them; otherwise the declaration given to :func:`serve_agent`
+        stands, and without one the agent declares text, streaming and
+        tools. ``provider`` is the model's provider name;
+        ``tools.built_in_tools`` lists the agent's own tools;
+        ``extensions["uap"]`` carries the agent id, model, strategy and
+        description.
         """
-        if self._capabilities is not None:
-            return self._capabilities
         a = self.agent
         model = a.model
+        info = model_info(model) if model is not None else None
+        declared = self._capabilities
+        if declared is not None and info is None:
+            return declared
         own = [t.name for t in a.resolved_tools]
         uap: dict[str, Any] = {"agent_id": a.id, "execution": a.execution.name}
         if model is not None:
             uap["model"] = model.model
         if a.description:
             uap["description"] = a.description
-        return ty.Capabilities(
-            id=self._name,
-            provider=model.name if model is not None else "uamp",
-            modalities=["text"],
-            supports_streaming=True,
-            tools=ty.ToolCapabilities(
-                supports_tools=True,
-                supports_parallel_tools=True,
-                supports_streaming_tools=True,
-                built_in_tools=own or None,
+        tools = ty.ToolCapabilities(
+            supports_tools=True
+            if info is None or info.supports_tools is None
+            else info.supports_tools,
+            supports_parallel_tools=(
+                True
+                if info is None or info.supports_parallel_tools is None
+                else info.supports_parallel_tools
             ),
-            extensions={"uap": uap},
+            supports_streaming_tools=True,
+            built_in_tools=own or None,
+        )
+        if declared is None:
+            declared = ty.Capabilities(
+                id=self._name,
+                provider=model.name if model is not None else "uamp",
+                modalities=["text"],
+                supports_streaming=True,
+                tools=tools,
+                extensions={"uap": uap},
+            )
+        if info is None:
+            return declared
+        return attrs.evolve(
+            declared,
+            modalities=list(info.modalities),
+            supports_thinking=_known(info.supports_thinking, declared.supports_thinking),
+            supports_caching=_known(info.supports_caching, declared.supports_caching),
+            context_window=_known(info.context_window, declared.context_window),
+            max_output_tokens=_known(info.max_output_tokens, declared.max_output_tokens),
+            tools=attrs.evolve(
+                declared.tools or tools,
+                supports_tools=tools.supports_tools,
+                supports_parallel_tools=tools.supports_parallel_tools,
+            ),
         )
 
     # --- one response -----------------------------------------------------------
@@ -231,6 +272,15 @@ class AgentEndpoint:
                     # Who the run is for, so an agent that persists state
                     # (checkpoints, sessions) can key it by its owner.
                     "principal": {"scheme": request.principal.scheme, "id": request.principal.id},
+                    # What the client can show, and the routing context of its
+                    # input (chat_id, sender_id ...): for the agent's hooks and
+                    # tools (ctx.metadata["uamp"]).
+                    "client_capabilities": (
+                        unstructure(request.client_capabilities)
+                        if request.client_capabilities is not None
+                        else None
+                    ),
+                    "context": dict(request.context),
                 }
             },
         )
@@ -264,7 +314,10 @@ class AgentEndpoint:
             changes["tools"] = client
         if request.instructions:
             changes["system"] = "\n\n".join(p for p in (a.system, request.instructions) if p)
-        params = {k: request.metadata[k] for k in SAMPLING_PARAMS if k in request.metadata}
+        # Model settings in session.extensions (Robutler's clients put them
+        # there), then the transport's own (a Chat Completions body), which win.
+        params = {k: request.extensions[k] for k in SAMPLING_PARAMS if k in request.extensions}
+        params.update((k, request.metadata[k]) for k in SAMPLING_PARAMS if k in request.metadata)
         if params:
             changes["params"] = {**a.params, **params}
         fmt = request.response_format
@@ -353,6 +406,11 @@ class _EventMapper:
             await self.emit(ev.UsageDelta(delta=missing))
         for call in turn.pending_tool_calls:
             await self.emit(ev.ToolCall(call_id=call.id, name=call.name, arguments=call.arguments))
+
+
+def _known(fact: Any, declared: Any) -> Any:
+    """The model's fact when known, else what the agent declared."""
+    return declared if fact is None else fact
 
 
 def _plus(a: ty.UsageStats | None, b: ty.UsageStats) -> ty.UsageStats:

@@ -121,8 +121,76 @@ async def test_capabilities_and_name() -> None:
     assert serve_agent(agent(model=demo()), name="other").name == "other"
     with pytest.raises(ValueError, match="no name"):
         serve_agent(agent(model=demo()))
-    given = ty.Capabilities(id="x", provider="y", modalities=["text"])
-    assert serve_agent(demo_agent(), capabilities=given).capabilities() is given
+    # The demo model knows its own facts.
+    assert (caps.supports_thinking, caps.supports_caching, caps.context_window) == (
+        False,
+        False,
+        32_768,
+    )
+    given = ty.Capabilities(id="x", provider="y", modalities=["text"], supports_thinking=True)
+    # A model the catalog does not know: the agent's declaration stands as given.
+    assert (
+        serve_agent(
+            agent(
+                model=function(
+                    lambda request: ModelResponse(
+                        message=ty.Message(role="assistant", content="ok")
+                    )
+                )
+            ),
+            name="f",
+            capabilities=given,
+        ).capabilities()
+        is given
+    )
+    # A model it knows: its facts win, the rest of the declaration stays.
+    over = serve_agent(demo_agent(), capabilities=given).capabilities()
+    assert (over.id, over.provider, over.supports_thinking, over.context_window) == (
+        "x",
+        "y",
+        False,
+        32_768,
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "model", "modalities", "thinking", "window"),
+    [
+        ("openai", "gpt-4o-mini", ["text", "image"], False, 128_000),
+        ("openai", "o3-mini", ["text", "image"], True, 200_000),
+        ("anthropic", "claude-sonnet-4-5", ["text", "image", "file"], True, 200_000),
+        (
+            "google",
+            "gemini-2.5-flash",
+            ["text", "image", "audio", "video", "file"],
+            True,
+            1_048_576,
+        ),
+    ],
+)
+def test_capabilities_come_from_the_model_the_provider_runs(
+    provider: str, model: str, modalities: list[str], thinking: bool, window: int
+) -> None:
+    from uamp_agents import providers
+
+    backend = getattr(providers, provider)(model=model, api_key="k")
+    caps = serve_agent(agent(model=backend, name="m")).capabilities()
+    assert (caps.provider, caps.modalities, caps.supports_thinking) == (
+        provider,
+        modalities,
+        thinking,
+    )
+    assert caps.context_window == window and caps.supports_caching is True
+    assert caps.tools is not None and caps.tools.supports_tools is True
+    unknown = serve_agent(
+        agent(model=getattr(providers, provider)(model="unheard-of-9", api_key="k"), name="u")
+    )
+    plain = unknown.capabilities()
+    assert (
+        plain.modalities == ["text"]
+        and plain.context_window is None
+        and plain.supports_thinking is None
+    )
 
 
 async def test_own_tool_thinking_progress_and_usage_without_double_counting() -> None:

@@ -48,6 +48,7 @@ from uamp_proto.types import Message, ToolInvocation
 
 from ._function import response_events, usage_of
 from .base import ModelRequest, ModelResponse, NamedProvider, ProviderEvent
+from .catalog import ModelInfo
 
 __all__ = ["DemoProvider", "add", "demo", "multiply", "now"]
 
@@ -199,6 +200,11 @@ class _Task:
         return " ".join([*others, main])
 
 
+#: The demo model's context window, in (whitespace-separated) tokens: it reads
+#: the whole conversation every time, so any size would do; this one is stated.
+DEMO_CONTEXT_WINDOW = 32_768
+
+
 class DemoProvider(NamedProvider):
     """The demo model, ``"demo"`` (see the module docstring)."""
 
@@ -206,6 +212,18 @@ class DemoProvider(NamedProvider):
 
     def __init__(self, model: str = "uamp-demo-1") -> None:
         super().__init__(model)
+
+    @staticmethod
+    def model_info() -> ModelInfo:
+        """Text only, no reasoning or caching; calls tools, several at once."""
+        return ModelInfo(
+            modalities=("text",),
+            supports_thinking=False,
+            supports_tools=True,
+            supports_parallel_tools=True,
+            supports_caching=False,
+            context_window=DEMO_CONTEXT_WINDOW,
+        )
 
     @staticmethod
     def tools() -> list[Callable[..., Any]]:
