@@ -24,7 +24,7 @@ from __future__ import annotations
 import types as _pytypes
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import orjson
@@ -375,29 +375,47 @@ class _Codec:
         #: Wire type -> structure function of its event class.
         self.by_tag = {tag: self.hooks.structure_fn(cls) for tag, cls in ev.EVENT_TYPES.items()}
         create = self.by_tag["session.create"]
-        self.by_tag["session.create"] = lambda obj: create(_multiplexed_create(obj))
+        self.by_tag["session.create"] = lambda obj: create(liberal_create(obj))
         #: Event class -> unstructure function; other classes are added on use.
         self.by_class = self.hooks.unstructure_table()
         for cls in (*ev.EVENT_TYPES.values(), ev.UnknownEvent):
             self.by_class[cls] = self.hooks.unstructure_fn(cls)
 
 
-def _multiplexed_create(obj: dict[str, Any]) -> dict[str, Any]:
-    """Spec 004's multiplexed ``session.create`` in the form of section 5.1.
+#: The version a ``session.create`` without ``uamp_version`` is taken to speak (14.1).
+DEFAULT_UAMP_VERSION: Final = "1.0"
 
-    Daemons register an agent with ``{"session": {"agent": A, "token": T}}``
-    and no modalities: the agent and the token move to the top level (where
-    section 10.4 puts them; a top-level value wins) and the session is a
-    text session. Anything else is left as it came.
+
+def liberal_create(obj: dict[str, Any]) -> dict[str, Any]:
+    """Every form of ``session.create`` the specs show, in the form of section 5.1.
+
+    * Section 5.1: the configuration in ``session``, ``agent`` and ``token``
+      at the top level (section 10.4 shows the same).
+    * Spec 004's multiplexed form, ``{"session": {"agent": A, "token": T}}``:
+      the agent and the token move to the top level (a top-level value wins).
+    * Clients that leave things out: no ``session`` or no
+      ``session.modalities`` is a text session (``["text"]``), no
+      ``uamp_version`` is :data:`DEFAULT_UAMP_VERSION`.
+
+    Anything present but malformed is left as it came, so the decoder's
+    refusal names the field and what is wrong with it.
     """
     session = obj.get("session")
-    # Only a session naming its agent or token is the multiplexed form; any
-    # other session.create decodes as section 5.1 says (so the generated and
-    # the generic paths agree on it, tests/proto/test_spec_examples.py).
-    if type(session) is not dict or ("agent" not in session and "token" not in session):
-        return obj
-    session = dict(session)
+    if (
+        type(session) is dict
+        and "modalities" in session
+        and "agent" not in session
+        and "token" not in session
+        and "uamp_version" in obj
+    ):
+        return obj  # the form of section 5.1, as most clients send it
     out = dict(obj)
+    out.setdefault("uamp_version", DEFAULT_UAMP_VERSION)
+    if session is None:
+        session = {}
+    elif type(session) is not dict:
+        return out
+    session = dict(session)
     for key in ("agent", "token"):
         if key in session:
             value = session.pop(key)
@@ -484,6 +502,8 @@ def _full_path(path: str, exc: BaseException) -> str:
 
 
 def _refused(tag: str, obj: dict[str, Any]) -> DecodeError:
+    if tag == "session.create":
+        obj = liberal_create(obj)  # describe what was decoded, defaults filled in
     return _error_for(tag, ev.EVENT_TYPES[tag], obj)
 
 

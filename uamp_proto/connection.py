@@ -83,9 +83,10 @@ from ._state import (
     next_response_state,
     next_session_state,
 )
+from .capabilities import merge_capabilities
 from .codec import DecodeError, decode, to_dict
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .ids import IdSource, random_ids
+from .ids import IdSource, event_ids, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
 from .response import ResponseTracker
 from .types import EMPTY
@@ -197,7 +198,8 @@ class SessionContext:
         agent, chat, token, payment_token, uamp_version: From
             ``session.create`` / ``session.update``.
         config: The session configuration.
-        client_capabilities: The client's latest capability declaration.
+        client_capabilities: The client's capability declaration, later
+            ``client.capabilities`` merged over it (:mod:`uamp_proto.capabilities`).
         history: The conversation so far (stateless ``messages`` replace it).
         response: The tracker of the current response, or ``None``.
         phase: The :class:`ResponseState` of the response slot (read-only).
@@ -220,6 +222,9 @@ class SessionContext:
         self.uamp_version = create.uamp_version if create else None
         self.config: ty.SessionConfig | None = create.session if create else None
         self.client_capabilities = create.client_capabilities if create else None
+        #: ``input.text.context`` of the input gathered for the next response
+        #: (later keys win), handed to its tracker on ``response.create``.
+        self.pending_context: dict[str, Any] | None = None
         self.history: list[ty.Message] = []
         self.pending_input: list[tuple[str, ty.ContentItem]] = []
         self.stateless_history: list[ty.Message] | None = None
@@ -327,8 +332,7 @@ class Connection:
         self._ended: deque[str] = deque(maxlen=256)
         self._inbox: deque[bytes | str] = deque()
         self._outbox: list[bytes] = []
-        self._evt_base = self._ids("evt") + "."
-        self._evt_n = 0
+        self._event_id = event_ids(self._ids("evt"))
         #: The ``event_id`` of the last event :meth:`send` serialised (what a
         #: binding logs it under, without parsing the message again).
         self.last_event_id = ""
@@ -513,10 +517,6 @@ class Connection:
         if self.config.clock is not None and "timestamp" not in out:
             out["timestamp"] = int(self.config.clock() * 1000)
         return orjson.dumps(out)
-
-    def _event_id(self) -> str:
-        self._evt_n += 1
-        return f"{self._evt_base}{self._evt_n}"
 
     def _reply_for(
         self,
@@ -833,7 +833,10 @@ class Connection:
         elif etype == "session.update":
             self._update_session(session, event)  # type: ignore[arg-type]
         elif etype == "client.capabilities":
-            session.client_capabilities = event.capabilities  # type: ignore[attr-defined]
+            assert isinstance(event, ev.ClientCapabilities)
+            session.client_capabilities = merge_capabilities(
+                session.client_capabilities, event.capabilities
+            )
         elif etype == "ping" and sender is self.their_role:
             self._outbox.append(self._encode_reply(ev.Pong(session_id=event.session_id)))
         elif etype == "session.error" and session.state is SessionState.CREATING:
@@ -854,6 +857,10 @@ class Connection:
             role = event.role or "user"
             if event.messages is not None:
                 session.stateless_history = list(event.messages)
+            if event.context is not None:
+                if session.pending_context is None:
+                    session.pending_context = {}
+                session.pending_context.update(event.context)
             if event.payment_token is not None:
                 self._offer_token(session, event.payment_token)
         elif type(event) is ev.InputImage:
@@ -927,8 +934,15 @@ class Connection:
             )
         stamps: dict[str, Any] | None = None
         if etype == "response.create":
+            assert isinstance(event, ev.ResponseCreate)
+            if event.response is not None and event.response.messages is not None:
+                # The conversation on response.create (Robutler's clients):
+                # exactly what input.text.messages is (section 5.6).
+                session.stateless_history = list(event.response.messages)
             messages = session._take_input()
             tracker = session.response = ResponseTracker(self._ids("resp"), messages)
+            if session.pending_context is not None:
+                tracker.context, session.pending_context = session.pending_context, None
         elif etype == "response.created":
             assert tracker is not None
             created_id = event.response_id  # type: ignore[attr-defined]

@@ -86,6 +86,13 @@ class TurnRequest:
         principal: Who the response is for, as the server authenticated
             the caller (:data:`~uamp_proto.principal.ANONYMOUS` without
             authentication).
+        client_capabilities: What the client declared it can handle
+            (``session.create.client_capabilities`` with every later
+            ``client.capabilities`` merged over it; UAMP section 9), so an
+            agent can, say, send no images to a text-only client. ``None``:
+            the client declared nothing.
+        context: ``input.text.context`` of the input this response answers
+            (any keys; ``chat_id`` and ``sender_id`` among them, section 5.6).
     """
 
     agent: str
@@ -102,6 +109,8 @@ class TurnRequest:
     extensions: dict[str, Any] = attrs.field(factory=dict)
     metadata: dict[str, Any] = attrs.field(factory=dict)
     principal: Principal = ANONYMOUS
+    client_capabilities: Capabilities | None = None
+    context: dict[str, Any] = attrs.field(factory=dict)
 
 
 class ResponderError(UampError):

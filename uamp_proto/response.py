@@ -142,6 +142,8 @@ class ResponseTracker:
     def __init__(self, response_id: str, input_messages: list[ty.Message] | None = None) -> None:
         self.response_id = response_id
         self.input_messages: list[ty.Message] = list(input_messages or ())
+        #: ``input.text.context`` of the input this response answers (5.6).
+        self.context: dict[str, Any] = {}
         self.state = ResponseState.REQUESTED
         self._slots: list[_Slot] = []
         self._calls: dict[str, _Slot] = {}

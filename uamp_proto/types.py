@@ -426,11 +426,17 @@ class SessionConfig:
 
 @attrs.frozen(kw_only=True)
 class ResponseConfig:
-    """Per-response overrides carried by ``response.create`` (section 5.12)."""
+    """Per-response overrides carried by ``response.create`` (section 5.12).
+
+    ``messages`` is the conversation for this response, in the shape of
+    section 8.5 (Robutler's clients send it here): it is treated exactly as
+    ``input.text.messages`` is (section 5.6).
+    """
 
     modalities: list[str] | None = None
     instructions: str | None = None
     tools: list[ToolDefinition] | None = None
+    messages: list[Message] | None = None
     unknown: Mapping[str, Any] = _unknown()
 
 

@@ -93,6 +93,8 @@ def _paths_for(cls: type[Any]) -> tuple[Any, Any]:
         return codec.decode_object(value) if is_event else codec.from_dict(cls, value)
 
     def generic(value: Any) -> Any:
+        if cls is ev.SessionCreate and type(value) is dict:
+            value = codec.liberal_create(value)  # decode's first step for this one type
         try:
             return codec.converter.structure(value, cls)
         except Exception:

@@ -23,6 +23,7 @@ transports know nothing of them. See docs/architecture.md.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -111,8 +112,27 @@ def _error_object(style: ErrorStyle, exc: HTTPError, rpc_code: int) -> dict[str,
         error = {"code": rpc_code, "message": exc.message, "data": data}
         return {"jsonrpc": "2.0", "id": None, "error": error}
     if style == "uamp":
-        return {"type": "session.error", "error": {"code": exc.code, "message": exc.message}}
+        return _session_error(exc)
     return error_body(exc.message, code=exc.code, type=exc.type, param=exc.param)
+
+
+#: UAMP 6.3's ``session.error`` codes for the HTTP statuses that mean them;
+#: the transport's own code goes along as ``details.reason``.
+SESSION_ERROR_CODES: dict[int, str] = {
+    401: "unauthorized",
+    408: "timeout",
+    429: "rate_limited",
+    504: "timeout",
+}
+
+
+def _session_error(exc: HTTPError) -> dict[str, Any]:
+    """A refusal as the ``session.error`` event UAMP clients read (spec codes, a UUID id)."""
+    code = SESSION_ERROR_CODES.get(exc.status, exc.code)
+    error: dict[str, Any] = {"code": code, "message": exc.message}
+    if code != exc.code and exc.code:
+        error["details"] = {"reason": exc.code}
+    return {"type": "session.error", "event_id": str(uuid.uuid4()), "error": error}
 
 
 def render_error(style: ErrorStyle, exc: HTTPError) -> Response:

@@ -49,7 +49,8 @@ event type (UAMP sections 3, 5, 6, 10):
 ``session.end``
     Stops the session's worker (and the response it runs).
 ``capabilities.query``
-    Answered with the session's agent's capabilities.
+    Answered with the session's agent's current capabilities, the client's merged
+    declaration under ``extensions.client_capabilities``.
 
 Replies the reader owes (``session.created``, errors, pongs, acks) go to the
 outbox without waiting (:meth:`Outbox.put_owed`); a peer that makes the
@@ -103,6 +104,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
+from uamp_proto.capabilities import session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
@@ -655,6 +657,10 @@ class SessionHost:
             self._flush_owed()
             if isinstance(event, ev.Event):
                 self._dispatch(event)
+            else:
+                # Section 14.3: an unknown event type is logged, never an error.
+                assert isinstance(event, ev.UnknownEvent)
+                log.info("ignoring an event of unknown type %r", event.type[:64])
         self._flush_owed()
         return errors
 
@@ -673,6 +679,10 @@ class SessionHost:
         for sid in list(self._sessions):
             if notify and sid in self.conn.sessions:
                 with contextlib.suppress(LocalProtocolError, Overloaded):
+                    if reason == "timeout":  # UAMP 6.3's code, then the end
+                        self.outbox.put_owed(
+                            self.conn.send(_error(sid, "timeout", "the session timed out"))
+                        )
                     end = ev.SessionEnd(session_id=sid, reason=reason)
                     self.outbox.put_owed(self.conn.send(end))
             self._drop(sid)
@@ -1167,7 +1177,11 @@ class SessionHost:
             self._owe(_error(None, *agent))
             return
         sid = session.id if session is not None else None
-        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
+        ctx = self.conn.sessions.get(sid) if sid is not None else None
+        view = session_view(
+            agent.capabilities(), ctx.client_capabilities if ctx is not None else None
+        )
+        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
 
     def _drop(self, sid: str) -> None:
         self._release_log(sid)
@@ -1418,6 +1432,8 @@ class SessionHost:
             extensions=extensions,
             metadata={"transport": self._transport},
             principal=session.principal,
+            client_capabilities=ctx.client_capabilities,
+            context=ctx.response.context,
         )
 
     async def _work(self, session: _Session) -> None:

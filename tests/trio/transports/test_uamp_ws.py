@@ -308,6 +308,9 @@ async def test_idle_connection_is_closed_after_the_idle_timeout() -> None:
         limits = SessionLimits(idle_timeout=0.3, keepalive_interval=10)
         async with serving([DemoAgent()], limits) as base, open_ws(base + "/ws") as ws:
             sid = await create_session(ws)
+            error = await recv(ws)  # UAMP 6.3: the spec's code first, then the end
+            assert error["type"] == "session.error" and error["error"]["code"] == "timeout"
+            assert error["session_id"] == sid
             end = await recv(ws)
             assert end["type"] == "session.end" and end["reason"] == "timeout"
             assert end["session_id"] == sid
