@@ -23,7 +23,7 @@ or makes ids: ``created`` and the completion id are arguments.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -46,6 +46,8 @@ __all__ = [
     "error_object",
     "finish_reason_for",
     "parse_request",
+    "server_rounds",
+    "splice_server_rounds",
     "sse_data",
     "usage_object",
 ]
@@ -678,3 +680,54 @@ class ChunkEncoder:
 def sse_data(obj: Mapping[str, Any]) -> bytes:
     """One ``data: {...}\\n\\n`` SSE frame."""
     return encode_json(orjson.dumps(obj))
+
+
+# --- server-side tool rounds across a client tool round trip -----------------------
+
+
+def server_rounds(produced: Sequence[ty.Message], client_calls: Iterable[str]) -> list[ty.Message]:
+    """The part of a turn's messages the client never sees: the agent's own tool rounds.
+
+    ``produced`` is what the turn produced (its tracker's ``messages()``);
+    the calls addressed to the client (``client_calls``) and the assistant's
+    text (the client gets both in its completion) are taken out, and what
+    remains -- assistant messages calling the agent's own tools, and their
+    ``role="tool"`` results -- is returned in order.
+    """
+    asked = set(client_calls)
+    out: list[ty.Message] = []
+    for message in produced:
+        if message.role == "assistant":
+            own = [c for c in message.tool_calls or () if c.id not in asked]
+            if own:
+                out.append(ty.Message(role="assistant", tool_calls=own))
+        elif message.role == "tool" and message.tool_call_id not in asked:
+            out.append(message)
+    return out
+
+
+def splice_server_rounds(
+    messages: Sequence[ty.Message],
+    recall: Callable[[str], Sequence[ty.Message] | None],
+) -> list[ty.Message]:
+    """Put a turn's server-side rounds back before the client's copy of that turn.
+
+    For each assistant message that calls the client's tools, ``recall``
+    (call id -> the rounds kept for it, or ``None``) gives the agent's own
+    tool rounds of that turn, which go in just before it -- unless the
+    conversation already carries them (a client that keeps them itself).
+    """
+    present = {c.id for m in messages if m.role == "assistant" for c in m.tool_calls or ()}
+    out: list[ty.Message] = []
+    for message in messages:
+        if message.role == "assistant" and message.tool_calls:
+            for call in message.tool_calls:
+                rounds = recall(call.id)
+                if rounds:
+                    ids = {c.id for m in rounds for c in m.tool_calls or ()}
+                    if not ids & present:
+                        out.extend(rounds)
+                        present |= ids
+                    break
+        out.append(message)
+    return out

@@ -4,7 +4,8 @@ The core (:mod:`uamp_proto`) maps protocols onto UAMP and keeps nothing;
 what a server must remember between requests lives here, each kind behind a
 small interface a database-backed store can implement later: A2A tasks
 (:mod:`.a2a_tasks`), ACP sessions (:mod:`.acp_sessions`), the live
-HTTP+SSE sessions (:mod:`.sessions`) and the event logs of resumable UAMP
+HTTP+SSE sessions (:mod:`.sessions`), the server-side tool rounds of
+Chat Completions turns (:mod:`.tool_rounds`) and the event logs of resumable UAMP
 sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams). :class:`Stores` is the set the
 composition root creates once per app and hands to the transports; no
 transport creates one of its own.
@@ -24,6 +25,7 @@ from .a2a_tasks import TaskStore
 from .acp_sessions import AcpSessionStore
 from .event_log import EventLog, MemoryEventLog, SessionRecord
 from .sessions import SessionTracker
+from .tool_rounds import ToolRoundStore
 
 __all__ = [
     "AcpSessionStore",
@@ -33,6 +35,7 @@ __all__ = [
     "SessionTracker",
     "Stores",
     "TaskStore",
+    "ToolRoundStore",
     "open_event_log",
 ]
 
@@ -65,9 +68,12 @@ class Stores:
         acp_sessions: ACP sessions, for ``session/load`` on any carrier.
         http_sessions: Live UAMP HTTP+SSE sessions (the session tracker).
         event_log: What resumable UAMP sessions sent (docs/resume.md).
+        tool_rounds: The agent's own tool rounds of Chat Completions turns
+            that also asked the client for a tool (the Completions transport).
     """
 
     a2a_tasks: TaskStore = attrs.field(factory=TaskStore)
     acp_sessions: AcpSessionStore = attrs.field(factory=AcpSessionStore)
     http_sessions: SessionTracker[Any] = attrs.field(factory=SessionTracker)
     event_log: EventLog = attrs.field(factory=MemoryEventLog)
+    tool_rounds: ToolRoundStore = attrs.field(factory=ToolRoundStore)

@@ -61,6 +61,8 @@ from uamp_proto.adapters.completions import (
     error_object,
     finish_reason_for,
     parse_request,
+    server_rounds,
+    splice_server_rounds,
     sse_data,
 )
 from uamp_proto.codec import unstructure
@@ -207,6 +209,14 @@ class CompletionsTransport:
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)
+        rounds = self.app.stores.tool_rounds
+        if len(rounds):
+            turn = parsed.turn
+            spliced = splice_server_rounds(
+                turn.messages, partial(rounds.recall, request.principal)
+            )
+            if len(spliced) != len(turn.messages):
+                parsed = attrs.evolve(parsed, turn=attrs.evolve(turn, messages=spliced))
         # Payment pre-flight (spec 004): lock the price before committing to a
         # 200 or a stream; the client retries the whole request with X-PAYMENT.
         token = request.headers.get("x-payment")
@@ -265,6 +275,7 @@ class CompletionsTransport:
             return json_response(err, status, headers=headers)
         tracker = outcome.tracker
         calls = outcome.pending_tool_calls
+        self._keep_rounds(parsed, outcome)
         usage = tracker.usage
         signer = self.app.response_signer
         if signer is not None:
@@ -282,6 +293,15 @@ class CompletionsTransport:
             ),
             headers=headers,
         )
+
+    def _keep_rounds(self, parsed: CompletionRequest, outcome: ResponseOutcome) -> None:
+        """Keep the turn's own tool rounds when it also asked the client for a tool."""
+        calls = outcome.pending_tool_calls
+        if not calls:
+            return
+        ids = [c.id for c in calls]
+        kept = server_rounds(outcome.tracker.messages(), ids)
+        self.app.stores.tool_rounds.remember(parsed.turn.principal, ids, kept)
 
     async def _stream(
         self,
@@ -317,6 +337,7 @@ class CompletionsTransport:
             tail = sse_data(err) + SSE_DONE
         else:
             calls = outcome.pending_tool_calls
+            self._keep_rounds(parsed, outcome)
             usage = outcome.tracker.usage
             reason = finish_reason_for(calls, usage, parsed.max_tokens)
             tail = b"".join([sse_data(c) for c in encoder.finish(reason, usage)]) + SSE_DONE
