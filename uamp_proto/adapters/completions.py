@@ -31,6 +31,7 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
+from ..codec import DecodeError, from_dict, unstructure
 from ..errors import UampError
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
@@ -45,6 +46,7 @@ __all__ = [
     "completion_response",
     "error_object",
     "finish_reason_for",
+    "output_items",
     "parse_request",
     "server_rounds",
     "splice_server_rounds",
@@ -242,6 +244,42 @@ _TUNING_KEYS = frozenset(
 )
 
 
+def _content_items(value: object, param: str) -> list[ty.ContentItem]:
+    """A message's ``content_items`` (UAMP 8.4 items, passed through as they are)."""
+    if not isinstance(value, list):
+        raise _fail(f"'{param}' must be an array.", param, "invalid_type")
+    try:
+        message = from_dict(ty.Message, {"role": "user", "content_items": value})
+    except DecodeError as exc:
+        detail = exc.message.removeprefix("Message: ").replace("'content_items", f"'{param}")
+        raise _fail(f"Invalid '{param}': {detail}", param) from None
+    return list(message.content_items or ())
+
+
+def output_items(output: Sequence[ty.ContentItem]) -> list[dict[str, Any]] | None:
+    """A response's ``content_items`` for the assistant message (UAMP 8.5.1).
+
+    The text and media items of the output, in order, as UAMP writes them
+    (tool traffic stays out: Chat Completions has its own fields for it);
+    ``None`` when the output is text alone, which ``content`` says already.
+    """
+    kept = [i for i in output if isinstance(i, _MESSAGE_ITEMS)]
+    if all(type(i) is ty.TextContent for i in kept):
+        return None
+    return [unstructure(i) for i in kept]
+
+
+#: The content items an assistant message carries in ``content_items``.
+_MESSAGE_ITEMS = (
+    ty.TextContent,
+    ty.ImageContent,
+    ty.AudioContent,
+    ty.VideoContent,
+    ty.FileContent,
+    ty.UnknownContent,
+)
+
+
 def _message(value: object, index: int) -> ty.Message:
     if type(value) is dict and len(value) == 2:
         # The usual message, {"role": ..., "content": "text"}: nothing else to check.
@@ -274,6 +312,12 @@ def _message(value: object, index: int) -> ty.Message:
             f"{param}.content",
             "invalid_type",
         )
+    raw_items = obj.get("content_items")
+    if raw_items is not None:
+        # UAMP 8.5: content_items take precedence for media; content keeps the text.
+        items = _content_items(raw_items, f"{param}.content_items")
+        if text is None:
+            text = "".join(i.text for i in items if isinstance(i, ty.TextContent)) or None
     name = obj.get("name")
     if name is not None:
         _expect_str(name, f"{param}.name")
@@ -539,13 +583,20 @@ def completion_response(
     finish_reason: str,
     usage: ty.UsageStats | None,
     reasoning: str | None = None,
+    content_items: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A ``chat.completion`` object with one choice."""
+    """A ``chat.completion`` object with one choice.
+
+    ``content_items`` (see :func:`output_items`) go on the message as they
+    are, UAMP 8.5's field next to OpenAI's ``content``.
+    """
     message: dict[str, Any] = {
         "role": "assistant",
         "content": text if text or not tool_calls else None,
         "refusal": None,
     }
+    if content_items:
+        message["content_items"] = content_items
     if tool_calls:
         message["tool_calls"] = [_openai_call(c) for c in tool_calls]
     if reasoning:

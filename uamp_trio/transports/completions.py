@@ -60,6 +60,7 @@ from uamp_proto.adapters.completions import (
     completion_response,
     error_object,
     finish_reason_for,
+    output_items,
     parse_request,
     server_rounds,
     splice_server_rounds,
@@ -290,6 +291,7 @@ class CompletionsTransport:
                 finish_reason=finish_reason_for(calls, usage, parsed.max_tokens),
                 usage=usage,
                 reasoning=tracker.thinking or None,
+                content_items=output_items(tracker.output),
             ),
             headers=headers,
         )
