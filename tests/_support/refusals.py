@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import orjson
@@ -31,13 +32,14 @@ def assert_unauthorized(
     else:
         assert style == "uamp"
         assert obj["type"] == "session.error"
+        assert str(uuid.UUID(obj["event_id"])) == obj["event_id"]  # UAMP 4: every event has one
         error = obj["error"]
         assert error["code"] == "unauthorized"
     if message is not None:
         assert error["message"] == message
         exact = {
             "jsonrpc": ({"jsonrpc", "id", "error"}, {"code", "message", "data"}),
-            "uamp": ({"type", "error"}, {"code", "message"}),
+            "uamp": ({"type", "event_id", "error"}, {"code", "message"}),
         }.get(style)
         if exact is not None:
             assert (set(obj), set(error)) == exact

@@ -27,7 +27,9 @@ UAMP event                                AG-UI events
 ``thinking``                              ``REASONING_START``, ``REASONING_MESSAGE_START`` (once),
                                           ``REASONING_MESSAGE_CONTENT``; a complete (non-delta)
                                           thought starts a new reasoning message
-``response.delta`` tool_call fragments    ``TOOL_CALL_START`` (once) + ``TOOL_CALL_ARGS``
+``response.delta`` tool_call fragments    ``TOOL_CALL_START`` (once, ``parentMessageId``
+                                          naming the assistant message making the
+                                          call) + ``TOOL_CALL_ARGS``
 ``tool.call`` (client tool)               ``TOOL_CALL_START``/``ARGS``/``END``; listed as
                                           pending in ``RUN_FINISHED.outcome``
 ``response.delta`` tool_result            ``TOOL_CALL_END`` (if open) + ``TOOL_CALL_RESULT``
@@ -39,7 +41,9 @@ UAMP event                                AG-UI events
 ``usage.delta``                           summed into ``RUN_FINISHED.usage``
 other known events (audio, payment ...)   ``CUSTOM`` named after the UAMP event type
 unknown delta types                       ``RAW`` (``source: "uamp"``)
-(run end)                                 ``MESSAGES_SNAPSHOT``, ``RUN_FINISHED``
+(run end)                                 ``MESSAGES_SNAPSHOT`` (the input messages, then
+                                          the run's, with exactly the stream's ids),
+                                          ``RUN_FINISHED``
 (run failure)                             ``RUN_ERROR``
 ========================================  =====================================================
 
@@ -729,10 +733,13 @@ class RunEncoder:
         if call_id in self._started_tools:
             return []
         out = [*self._close_text(), *self._close_reasoning()]
-        parent = self._assistant["id"] if self._assistant is not None else None
         if self._assistant is None:
+            # A call with no text before it: the assistant message that makes
+            # it is opened here, and the client learns its id from
+            # parentMessageId -- the id MESSAGES_SNAPSHOT uses for it.
             self._assistant = {"id": self._ids("msg"), "role": "assistant"}
             self._output.append(self._assistant)
+        parent = self._assistant["id"]
         self._assistant.setdefault("toolCalls", []).append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
         )
@@ -742,9 +749,8 @@ class RunEncoder:
             "type": "TOOL_CALL_START",
             "toolCallId": call_id,
             "toolCallName": name,
+            "parentMessageId": parent,
         }
-        if parent is not None:
-            start["parentMessageId"] = parent
         out.append(start)
         return out
 
