@@ -86,7 +86,7 @@ from ._state import (
 from .capabilities import merge_capabilities
 from .codec import DecodeError, decode, to_dict
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .ids import IdSource, event_ids, random_ids
+from .ids import IdSource, event_id_stem, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
 from .response import ResponseTracker
 from .types import EMPTY
@@ -332,7 +332,7 @@ class Connection:
         self._ended: deque[str] = deque(maxlen=256)
         self._inbox: deque[bytes | str] = deque()
         self._outbox: list[bytes] = []
-        self._event_id = event_ids(self._ids("evt"))
+        self._evt_base, self._evt_n = event_id_stem(self._ids("evt"))
         #: The ``event_id`` of the last event :meth:`send` serialised (what a
         #: binding logs it under, without parsing the message again).
         self.last_event_id = ""
@@ -517,6 +517,10 @@ class Connection:
         if self.config.clock is not None and "timestamp" not in out:
             out["timestamp"] = int(self.config.clock() * 1000)
         return orjson.dumps(out)
+
+    def _event_id(self) -> str:
+        self._evt_n += 1
+        return f"{self._evt_base}{self._evt_n}"
 
     def _reply_for(
         self,

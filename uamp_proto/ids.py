@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Callable
 
-__all__ = ["IdSource", "counter_ids", "event_ids", "random_ids"]
+__all__ = ["IdSource", "counter_ids", "event_id_stem", "random_ids"]
 
 #: Makes a fresh id for a prefix.
 IdSource = Callable[[str], str]
@@ -43,24 +43,22 @@ def counter_ids(start: int = 1) -> IdSource:
 
 
 _UUID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
-_LOW47 = (1 << 47) - 1
+#: The first value of a UUID event id's last group: 12 digits until 10**12 events.
+_FIRST_LAST_GROUP = 10**11
 
 
-def event_ids(stem: str) -> Callable[[], str]:
-    """The ``event_id`` maker of one connection, from one id of its source.
+def event_id_stem(stem: str) -> tuple[str, int]:
+    """How one connection numbers its events: ``(prefix, last number used)``.
 
-    A UUID stem (what :func:`random_ids` gives) makes UUIDs, as section 4
-    asks: its first 80 bits, with the last 48 counting up from the stem's
-    own (so each id is unique and UUID-shaped without drawing 16 random
-    bytes per event, which the delta path cannot afford). Any other stem
-    makes ``<stem>.1``, ``<stem>.2`` ... (deterministic sources).
+    The connection's ``event_id`` is ``prefix + str(n)`` for n counting up
+    from the number after the one returned. A UUID stem (what
+    :func:`random_ids` gives) makes UUIDs, as UAMP section 4 asks: the
+    stem's groups but the last, whose 12 digits count up from
+    ``100000000000`` (decimal digits are hex digits too; connections differ
+    by the stem's random bits), so no event draws random bytes, which the
+    delta path cannot afford. Any other stem makes ``<stem>.1``,
+    ``<stem>.2`` ... (deterministic sources).
     """
-    # map over a counter calls no Python function per id (the delta path
-    # makes one per event).
     if _UUID_SHAPE.match(stem):
-        # Counting starts at the stem's last 48 bits less its top bit: 2**47
-        # ids before the counter could overflow into the stem's part.
-        start = (int(stem[24:], 16) & _LOW47) + 1
-        template = stem[:24] + "%012x"
-        return map(template.__mod__, itertools.count(start)).__next__
-    return map((stem.replace("%", "%%") + ".%d").__mod__, itertools.count(1)).__next__
+        return stem[:24], _FIRST_LAST_GROUP - 1
+    return stem + ".", 0
