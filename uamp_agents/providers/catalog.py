@@ -39,16 +39,20 @@ _ALL = ("text", "image", "audio", "video", "file")
 #: (provider, model name prefix, modalities, thinking, context window, output
 #: limit); every model listed calls tools, several at once, and caches prompts.
 _TABLE: tuple[tuple[str, str, tuple[str, ...], bool, int, int], ...] = (
+    # OpenAI
     ("openai", "gpt-4o", _VISION, False, 128_000, 16_384),
     ("openai", "gpt-4.1", _VISION, False, 1_047_576, 32_768),
+    ("openai", "gpt-5", _VISION, True, 400_000, 128_000),
     ("openai", "o3", _VISION, True, 200_000, 100_000),
     ("openai", "o4-mini", _VISION, True, 200_000, 100_000),
-    ("openai", "gpt-5", _VISION, True, 400_000, 128_000),
+    # Anthropic: Claude 3.x, then the 4 family
     ("anthropic", "claude-3-5", _VISION_PDF, False, 200_000, 8_192),
     ("anthropic", "claude-3-7", _VISION_PDF, True, 200_000, 64_000),
-    ("anthropic", "claude-sonnet-4", _VISION_PDF, True, 200_000, 64_000),
-    ("anthropic", "claude-opus-4", _VISION_PDF, True, 200_000, 32_000),
-    ("anthropic", "claude-haiku-4", _VISION_PDF, True, 200_000, 64_000),
+    *(
+        ("anthropic", f"claude-{tier}-4", _VISION_PDF, True, 200_000, output)
+        for tier, output in (("sonnet", 64_000), ("opus", 32_000), ("haiku", 64_000))
+    ),
+    # Google
     ("google", "gemini-2.5", _ALL, True, 1_048_576, 65_536),
     ("google", "gemini-2.0", _ALL, False, 1_048_576, 8_192),
 )

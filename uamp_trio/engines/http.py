@@ -39,6 +39,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 __all__ = [
     "BATCH_HIGH_WATER",
     "KNOWN_METHODS",
+    "SSE_HEADERS",
     "BodyBudget",
     "BodyStream",
     "Endpoint",
@@ -662,6 +663,12 @@ def error_body(
 
 
 JSON_HEADERS = [("content-type", "application/json")]
+#: The head of a server-sent events body (no caching, no proxy buffering).
+SSE_HEADERS = [
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
 
 
 def json_response(

@@ -6,11 +6,12 @@ One JSON-RPC 2.0 dispatcher, :class:`AcpConnection`, serves three carriers:
   process's stdin/stdout, the way editors (Zed, JetBrains ...) run agents;
 * **WebSocket** ``/agents/{name}/acp/stream``: one JSON-RPC payload per
   message, notifications streamed as they happen;
-* **HTTP** ``POST /agents/{name}/acp``: one payload per request, answered in
-  the response body. Plain HTTP has no channel for notifications: use it for
-  ``initialize``, ``capabilities``, ``tools/*``, ``prompt/submit`` (whose
-  result carries the whole reply) and session management; stream prompts
-  over the WebSocket or stdio.
+* **HTTP** ``POST /agents/{name}/acp``: one payload per request. With
+  ``Accept: text/event-stream`` the answer is a stream of server-sent
+  events: every notification the payload causes (``session/update``,
+  ``prompt/started``, ``prompt/progress``), as it happens, then the answer
+  as the last event -- what the WebSocket and stdio deliver. Otherwise the
+  answer alone, as JSON (a plain JSON body has no room for notifications).
 
 Methods (see :mod:`uamp_proto.adapters.acp` for the translation):
 
@@ -76,8 +77,9 @@ from uamp_proto.payment import (
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
+from uamp_proto.sse import encode_json
 
-from ..engines.http import HTTPError, Request, Response
+from ..engines.http import SSE_HEADERS, HTTPError, Request, Response, SendChunk, StreamingResponse
 from ..engines.streams import receive_or_eof
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
@@ -649,9 +651,27 @@ class AcpTransport(PolicyTransport):
             session_queue=session_queue,
         )
 
-    async def http(self, request: Request) -> Response:
-        """``POST .../acp``: one JSON-RPC payload in, its answer out."""
+    async def http(self, request: Request) -> Response | StreamingResponse:
+        """``POST .../acp``: one JSON-RPC payload in, its answer out.
+
+        A client that accepts ``text/event-stream`` gets the notifications
+        the payload causes (``session/update``, ``prompt/started`` ...) as
+        they happen, one SSE event each, then the answer as the last event;
+        any other gets the answer alone, as JSON.
+        """
         agent = self.app.resolve_agent(request.path_params)
+        if "text/event-stream" in (request.headers.get("accept") or ""):
+
+            async def produce(send: SendChunk) -> None:
+                async def notify(payload: bytes) -> None:
+                    await send(encode_json(payload))
+
+                conn = self._connection(agent, notify, request.principal)
+                reply = await conn.handle_payload(request.body)
+                if reply is not None:
+                    await send(encode_json(reply))
+
+            return StreamingResponse(producer=produce, headers=list(SSE_HEADERS))
         conn = self._connection(agent, None, request.principal)
         reply = await conn.handle_payload(request.body)
         if reply is None:

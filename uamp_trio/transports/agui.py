@@ -39,7 +39,7 @@ from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fiel
 from uamp_proto.saved_response import AGUI_SIGNATURE_EVENT
 from uamp_proto.sse import encode_json
 
-from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
+from ..engines.http import SSE_HEADERS, HTTPError, Request, SendChunk, StreamingResponse
 from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
@@ -49,11 +49,6 @@ __all__ = ["AguiTransport", "mount", "signature_event", "transport"]
 #: What middleware knows of this route: OpenAI-shaped error objects (as its own errors).
 ROUTES = RouteMeta(transport="agui", error_style="openai")
 
-_SSE_HEADERS = [
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-    ("x-accel-buffering", "no"),
-]
 
 
 def signature_event(signature: str) -> dict[str, object]:
@@ -157,7 +152,7 @@ class AguiTransport:
         # the lock).
         return StreamingResponse(
             producer=produce,
-            headers=list(_SSE_HEADERS),
+            headers=list(SSE_HEADERS),
             on_close=None if charge is None else partial(charge.settle, None, used=False),
         )
 
@@ -168,7 +163,7 @@ class AguiTransport:
         async def produce(send: SendChunk) -> None:
             await send(payload)
 
-        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+        return StreamingResponse(producer=produce, headers=list(SSE_HEADERS))
 
 
 def transport(*, ids: IdSource = random_ids) -> Transport:

@@ -74,6 +74,7 @@ from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 
 from ..engines.http import (
+    SSE_HEADERS,
     HTTPError,
     Request,
     Response,
@@ -108,11 +109,6 @@ _STATUS_FOR_CODE = {
 #: The header of a paid non-streamed completion: its ``payment.balance`` fields as JSON.
 BALANCE_HEADER = "x-uamp-payment-balance"
 
-_SSE_HEADERS = [
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-    ("x-accel-buffering", "no"),
-]
 
 
 def _model(name: str) -> dict[str, Any]:
@@ -249,7 +245,7 @@ class CompletionsTransport:
             # after the turn settled it.
             return StreamingResponse(
                 producer=produce,
-                headers=list(_SSE_HEADERS),
+                headers=list(SSE_HEADERS),
                 on_close=None if charge is None else partial(charge.settle, None, used=False),
             )
         return await self._complete(agent, parsed, completion_id, created, request.body, charge)

@@ -231,3 +231,69 @@ async def test_websocket_payment_token_param(serve_app: Any) -> None:
                 ws, rpc(5, "prompt/submit", {"messages": [{"role": "user", "content": "x"}]}), 5
             )
             assert submit["error"]["code"] == -32402
+
+
+async def _sse_call(server: Any, body: dict[str, Any], agent: str = "demo") -> list[Any]:
+    """POST one payload accepting server-sent events; every event's JSON, in order."""
+    from uamp_proto.sse import SSEParser
+
+    parser, out = SSEParser(), []
+    async with (
+        httpx.AsyncClient(base_url=server.url) as client,
+        client.stream(
+            "POST",
+            f"/agents/{agent}/acp",
+            content=json.dumps(body).encode(),
+            headers={"accept": "text/event-stream"},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for chunk in response.aiter_raw():
+            out += [json.loads(e.data) for e in parser.feed(chunk)]
+    return out
+
+
+async def test_http_with_event_stream_delivers_what_the_websocket_does(serve_app: Any) -> None:
+    """session/prompt over POST .../acp: the session/update notifications, then the answer."""
+    server = await serve_app(make_app())
+    with trio.fail_after(TIMEOUT):
+        created = (await post(server, rpc(1, "session/new", {"cwd": "/", "mcpServers": []}))).json()
+        sid = created["result"]["sessionId"]
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "over http"}]}
+        events = await _sse_call(server, rpc(2, "session/prompt", prompt))
+        url = f"ws://127.0.0.1:{server.port}/agents/demo/acp/stream"
+        async with trio_websocket.open_websocket_url(url) as ws:
+            _, new = await _ws_call(ws, rpc(1, "session/new", {"cwd": "/", "mcpServers": []}), 1)
+            ws_prompt = {**prompt, "sessionId": new["result"]["sessionId"]}
+            ws_notes, ws_final = await _ws_call(ws, rpc(2, "session/prompt", ws_prompt), 2)
+    *notes, final = events
+    assert notes, "no session/update reached the HTTP client"
+    assert all(n["method"] == "session/update" and n["params"]["sessionId"] == sid for n in notes)
+    chunks = [n["params"]["update"] for n in notes]
+    said = "".join(
+        u["content"]["text"] for u in chunks if u["sessionUpdate"] == "agent_message_chunk"
+    )
+    assert said == "You said: over http"
+    assert (final["id"], final["result"]["stopReason"]) == (2, "end_turn")
+    # The same updates, in the same order, as the WebSocket carrier delivers.
+    assert [n["params"]["update"] for n in ws_notes] == chunks
+    assert ws_final["result"] == final["result"]
+
+
+async def test_http_with_event_stream_prompt_submit_and_plain_json_unchanged(
+    serve_app: Any,
+) -> None:
+    server = await serve_app(make_app())
+    body = rpc("p1", "prompt/submit", {"messages": [{"role": "user", "content": "Hi there"}]})
+    with trio.fail_after(TIMEOUT):
+        events = await _sse_call(server, body)
+        plain = (await post(server, body)).json()
+    assert events[0] == {
+        "jsonrpc": "2.0",
+        "method": "prompt/started",
+        "params": {"requestId": "p1"},
+    }
+    assert "".join(e["params"]["content"] for e in events[1:-1]) == "You said: Hi there"
+    assert events[-1]["result"]["content"] == "You said: Hi there"
+    assert plain["result"] == events[-1]["result"]

@@ -62,6 +62,10 @@ async def raw(ws: Any, event: dict[str, Any]) -> None:
     await ws.send_message(orjson.dumps(event).decode())
 
 
+#: What follows response.created when the Recorder answers.
+SAID = ["response.delta", "response.done"]
+
+
 def assert_uuid_ids(events: list[Event]) -> None:
     """Every server event carries a distinct UUID event_id (000 section 4)."""
     ids = [e["event_id"] for e in events]
@@ -114,14 +118,9 @@ async def test_every_session_create_form_opens_a_text_session(
             assert created["session"]["config"]["modalities"] == ["text"]
             caps = await recv(ws)
             assert caps["type"] == "capabilities" and caps["capabilities"]["id"] == "rec"
-            await send(ws, type="input.text", text="hello")
-            await send(ws, type="response.create")
+            await wire.ask(ws, "hello")
             events = await until(ws, "response.done")
-            assert [e["type"] for e in events] == [
-                "response.created",
-                "response.delta",
-                "response.done",
-            ]
+            assert [e["type"] for e in events] == ["response.created", *SAID]
             assert texts(events) == "echo: hello"
             assert_uuid_ids([created, caps, *events])
     (request,) = rec.requests
