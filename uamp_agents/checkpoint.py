@@ -52,6 +52,7 @@ _CHECKPOINT_KEYS = frozenset(
         "subAgentStates",
         "metadata",
         "owner",
+        "queryThreads",
     }
 )
 
@@ -163,6 +164,9 @@ class Checkpoint:
             or ``"manual"``; ``"turnId"`` when made during a turn).
         owner: The principal the session runs for (``owner`` key, an
             extension of CheckpointJSON), or ``None``.
+        query_threads: The session's query threads at the checkpoint (UAP
+            9.2; ``queryThreads`` key, an extension of CheckpointJSON), by
+            thread id; ``None`` for a checkpoint written without them.
         extra: Unknown CheckpointJSON keys, written back on save.
     """
 
@@ -175,14 +179,21 @@ class Checkpoint:
     sub_agent_states: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     metadata: dict[str, Any] = attrs.field(factory=dict)
     owner: Principal | None = None
+    query_threads: dict[str, Thread] | None = None
     extra: dict[str, Any] = attrs.field(factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The CheckpointJSON form (UAP section 13.3)."""
         owned = {} if self.owner is None else {"owner": owner_json(self.owner)}
+        queries = (
+            {}
+            if self.query_threads is None
+            else {"queryThreads": {tid: t.to_json() for tid, t in self.query_threads.items()}}
+        )
         return {
             **self.extra,
             **owned,
+            **queries,
             "id": self.id,
             "sessionId": self.session_id,
             "timestamp": self.timestamp,
@@ -219,6 +230,7 @@ class Checkpoint:
             sub_agent_states=sub_agent_states,
             metadata=reader.opt_map("metadata"),
             owner=read_owner(reader),
+            query_threads=_query_threads(reader),
             extra=extra_keys(reader.data, _CHECKPOINT_KEYS),
         )
 
@@ -279,6 +291,21 @@ class SessionData:
     owner: Principal | None = None
 
 
+def _query_threads(reader: Reader) -> dict[str, Thread] | None:
+    """The ``queryThreads`` map of a SessionJSON or CheckpointJSON (``None``: absent)."""
+    if reader.data.get("queryThreads") is None:
+        return None
+    query_threads: dict[str, Thread] = {}
+    for item_path, key, value in reader.obj("queryThreads").entries():
+        thread = Thread.from_json(value, item_path)
+        if thread.id != key:
+            raise SerializationError(
+                f"{item_path}.id", f"query thread {thread.id!r} is stored under {key!r}"
+            )
+        query_threads[key] = thread
+    return query_threads
+
+
 def validate_session_json(data: Any, path: str = "") -> SessionData:
     """Validate a SessionJSON value (UAP section 13.1) and take it apart.
 
@@ -326,15 +353,7 @@ def validate_session_json(data: Any, path: str = "") -> SessionData:
         for item_path, key, value in reader.obj("subAgentStates").entries():
             validate_session_json(value, item_path)
             sub_agent_states[key] = value
-    query_threads: dict[str, Thread] = {}
-    if reader.data.get("queryThreads") is not None:
-        for item_path, key, value in reader.obj("queryThreads").entries():
-            thread = Thread.from_json(value, item_path)
-            if thread.id != key:
-                raise SerializationError(
-                    f"{item_path}.id", f"query thread {thread.id!r} is stored under {key!r}"
-                )
-            query_threads[key] = thread
+    query_threads = _query_threads(reader) or {}
     step = reader.integer("step") if "step" in reader.data else None
     if step is None:
         step = max((c.step for c in checkpoints), default=0)

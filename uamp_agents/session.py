@@ -87,6 +87,11 @@ CheckpointInterval = Literal["step", "turn"]
 # --- sub-agent states ---------------------------------------------------------
 
 
+def _copy_threads(threads: dict[str, Thread]) -> dict[str, Thread]:
+    """The query threads as they are now (later exchanges do not reach the copy)."""
+    return {tid: Thread(id=t.id, messages=list(t.messages)) for tid, t in threads.items()}
+
+
 def _sub_agent_states(
     turn: Turn, *, parent_session_id: str, created_at: str
 ) -> dict[str, dict[str, Any]]:
@@ -288,6 +293,7 @@ class Session:
             sub_agent_states=dict(self.sub_agent_states),
             metadata={"reason": reason, **({"turnId": turn.id} if turn is not None else {})},
             owner=self.owner,
+            query_threads=_copy_threads(self.query_threads),
         )
         self.checkpoints.append(checkpoint)
         self.current_checkpoint = checkpoint
@@ -321,7 +327,9 @@ class Session:
         """Bring the session back to the state of checkpoint ``checkpoint_id``.
 
         Afterwards ``thread_tree.history()`` is exactly the checkpoint's
-        conversation, ``step`` and ``sub_agent_states`` are the checkpoint's,
+        conversation, ``step``, ``sub_agent_states`` and ``query_threads``
+        are the checkpoint's (a checkpoint written without query threads
+        leaves them as they are),
         and the checkpoint is the current one. Thread nodes made after the
         checkpoint stay in the tree: if the checkpoint's node has grown, the
         current node becomes a new branch (``metadata["restoredFrom"]``).
@@ -337,6 +345,8 @@ class Session:
         self._restore_tree(checkpoint)
         self.step = checkpoint.step
         self.sub_agent_states = dict(checkpoint.sub_agent_states)
+        if checkpoint.query_threads is not None:
+            self.query_threads = _copy_threads(checkpoint.query_threads)
         self.current_checkpoint = checkpoint
         self._touch()
         await self.save()

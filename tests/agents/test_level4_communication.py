@@ -166,3 +166,59 @@ async def test_resume_query_with_a_thread_object() -> None:
     resumed = await resume_query(a, first.thread, "two")
     assert resumed.turn.response.text == "2:two"
     assert resumed.thread is first.thread
+
+
+async def test_query_threads_are_saved_in_checkpoints_and_restored(tmp_path: Path) -> None:
+    """UAP 9.2 and level 4: a checkpoint holds the query threads as they were;
+    restoring it (also from its CheckpointJSON, in another process) brings them back."""
+    from uamp_agents.checkpoint import Checkpoint
+
+    a, _echo = make()
+    s = session(a, persistence=JSONDirectoryAdapter(tmp_path))
+    await s.run("main")
+    result = await query(a, "side", session=s)
+    mark = await s.checkpoint()
+    assert mark.query_threads is not None
+    assert mark.query_threads[result.thread_id].messages == result.thread.messages
+    await result.continue_("side 2")
+    later = await query(a, "another", session=s)
+    assert len(s.query_threads[result.thread_id].messages) == 4  # the checkpoint's copy stayed at 2
+    assert len(mark.query_threads[result.thread_id].messages) == 2
+
+    # CheckpointJSON carries them (queryThreads, next to the spec's keys).
+    wire = orjson.loads(orjson.dumps(mark.to_json()))
+    assert list(wire["queryThreads"]) == [result.thread_id]
+    again = Checkpoint.from_json(wire)
+    assert again.query_threads is not None
+    assert (
+        again.query_threads[result.thread_id].messages
+        == mark.query_threads[result.thread_id].messages
+    )
+
+    # Restored in another process: the session is loaded from its store and brought back.
+    b, echo_b = make()
+    loaded = await Session.load(s.id, b, s.persistence)
+    await loaded.restore(mark.id)
+    assert list(loaded.query_threads) == [result.thread_id]
+    assert later.thread_id not in loaded.query_threads
+    assert len(loaded.query_threads[result.thread_id].messages) == 2
+    more = await resume_query(b, result.thread_id, "side again", session=loaded)
+    assert echo_b.seen[-1] == ["side", "side again"]
+    assert more.turn.response.text == "2:side again"
+
+
+async def test_a_checkpoint_without_query_threads_leaves_them_alone() -> None:
+    from uamp_agents.checkpoint import Checkpoint
+
+    a, _echo = make()
+    s = session(a)
+    await s.run("main")
+    mark = await s.checkpoint()
+    result = await query(a, "side", session=s)
+    old_form = {k: v for k, v in mark.to_json().items() if k != "queryThreads"}
+    old_form["id"] = str(uuid.uuid4())
+    old = Checkpoint.from_json(old_form)
+    assert old.query_threads is None
+    s.checkpoints.append(old)
+    await s.restore(old.id)
+    assert list(s.query_threads) == [result.thread_id]
