@@ -77,6 +77,7 @@ from uamp_proto.responder import Responder
 from uamp_proto.resume import Retention
 from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
+from . import workers
 from .app import App, create_app
 from .engines.server import Server, ServerConfig
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
@@ -302,6 +303,14 @@ def _add_serve(sub: Any) -> None:
         default=[],
         metavar="MODULE:ATTR",
         help="an agent (uamp or UAP) or a factory to host (repeatable; default: the demo agent)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N server processes on one listening socket, restarted if they die "
+        "(share sessions between them with --store redis://...; docs/scale-out.md)",
     )
     p.add_argument("--certfile", help="PEM certificate chain: serve HTTPS with ALPN h2/http1.1")
     p.add_argument("--keyfile", help="PEM private key for --certfile")
@@ -561,6 +570,20 @@ RELAY_AUTH = (
 def _serve_command(args: argparse.Namespace) -> int:
     if args.reload and not os.environ.get(RELOADED_CHILD):
         return _reload(args)
+    if args.workers < 1:
+        print("uamp serve: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1 and not workers.is_worker():
+        if args.reload:
+            print("uamp serve: --workers and --reload do not go together", file=sys.stderr)
+            return 2
+        if args.store == "memory":
+            print(
+                "uamp serve: note: with --store memory each worker keeps its own sessions; "
+                "use --store redis://HOST:PORT/DB so a client can resume on any worker",
+                flush=True,
+            )
+        return workers.supervise(args.argv, args.host, args.port, args.workers)
     configure(args.log_level, args.log_format)
     if (args.certfile is None) != (args.keyfile is None):
         print("uamp serve: --certfile and --keyfile go together", file=sys.stderr)
@@ -618,7 +641,8 @@ def _serve_command(args: argparse.Namespace) -> int:
     if args.relay:
         print(RELAY_OPEN if authenticator is None else RELAY_AUTH, flush=True)
     try:
-        server = Server(app, config)
+        inherited = workers.inherited_socket()
+        server = Server(app, config, sockets=[inherited] if inherited is not None else [])
     except OSError as exc:  # ssl.SSLError is one too
         reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
         print(
@@ -731,7 +755,11 @@ async def _serve(server: Server, app: App) -> None:
             nursery.start_soon(
                 _watch_signals, signals, nursery, server.shutdown, "uamp", "shutting down"
             )
-            print_urls(server, app)
+            number = workers.worker_number()
+            if number:  # worker 0 (or the only process) prints the URLs
+                print(f"uamp worker {number} serving on {server.url}", flush=True)
+            else:
+                print_urls(server, app)
 
 
 def print_urls(server: Server, app: App, *, file: Any = None) -> None:

@@ -35,7 +35,7 @@ import math
 import os
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -335,13 +335,25 @@ class Server:
             is set to the server's connection nursery while serving) or a
             bare :class:`~uamp_trio.hosting.router.Router`.
         config: Options; keyword ``overrides`` replace single fields.
+        sockets: Listening sockets to serve on instead of binding
+            ``config.host``/``config.port`` (``uamp serve --workers``).
 
     Run it with ``port = await nursery.start(server.serve)``; stop it
     gracefully with :meth:`shutdown`, or at once by cancelling.
     """
 
-    def __init__(self, app: Dispatcher, config: ServerConfig | None = None, **overrides: Any):
+    def __init__(
+        self,
+        app: Dispatcher,
+        config: ServerConfig | None = None,
+        *,
+        sockets: Sequence[socket.socket] = (),
+        **overrides: Any,
+    ):
         self.app = app
+        #: Listening sockets bound already (``uamp serve --workers``: the
+        #: supervisor's); empty: :meth:`serve` binds ``host:port`` itself.
+        self.sockets = list(sockets)
         self._host = app if isinstance(app, HasBackground) else None
         #: The app, when some of its routes read their body while it arrives.
         self.body_streamer = app if isinstance(app, StreamsBodies) else None
@@ -407,7 +419,12 @@ class Server:
         """
         cfg = self.config
         self._trio_token = trio.lowlevel.current_trio_token()
-        listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
+        if self.sockets:
+            listeners = [
+                trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.sockets
+            ]
+        else:
+            listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
         self.addresses = [
             (str(lst.socket.getsockname()[0]), int(lst.socket.getsockname()[1]))
             for lst in listeners

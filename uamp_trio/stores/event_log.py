@@ -39,6 +39,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import logging
+import os
 import time
 import uuid
 from collections import deque
@@ -127,8 +128,9 @@ class EventLog(abc.ABC):
     ) -> None:
         self.retention = retention or Retention()
         self.clock = clock
-        #: This process's name in session records (``SessionRecord.node``).
-        self.node = uuid.uuid4().hex[:16]
+        #: This process's name in session records (``SessionRecord.node``): its
+        #: pid, then a random part (a pid alone is reused after a restart).
+        self.node = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._positions: dict[LogKey, Positions] = {}
         self._owners: dict[LogKey, Callable[[], None]] = {}
         self._claims: set[tuple[LogKey, str]] = set()
