@@ -574,8 +574,9 @@ def _serve_command(args: argparse.Namespace) -> int:
         print("uamp serve: --workers must be at least 1", file=sys.stderr)
         return 2
     if args.workers > 1 and not workers.is_worker():
-        if args.reload:
-            print("uamp serve: --workers and --reload do not go together", file=sys.stderr)
+        if args.reload or args.http3:
+            # HTTP/3 binds a UDP socket per process, which workers cannot share.
+            print("uamp serve: --workers goes with neither --reload nor --http3", file=sys.stderr)
             return 2
         if args.store == "memory":
             print(

@@ -55,6 +55,24 @@ def spawn_serve(*args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen
     return spawn("serve", "--port", "0", *args, stderr=stderr)
 
 
+def wait_for_line(
+    proc: subprocess.Popen[str], pattern: str, seen: list[str] | None = None
+) -> re.Match[str]:
+    """Read ``proc`` 's output until a line matches ``pattern`` (within :data:`STARTUP`)."""
+    assert proc.stdout is not None
+    seen = [] if seen is None else seen
+    deadline = time.monotonic() + STARTUP
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found
+    raise AssertionError(f"no line matching {pattern!r} in:\n" + "".join(seen))
+
+
 @contextmanager
 def uamp_serve(*args: str) -> Iterator[str]:
     """``uamp serve --port 0 *args`` in a subprocess; yields its base URL.

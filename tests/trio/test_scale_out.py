@@ -12,9 +12,7 @@ again.
 
 from __future__ import annotations
 
-import re
 import subprocess
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import cli
-from tests._support.cli import STARTUP, spawn_serve, uamp_serve
+from tests._support.cli import spawn_serve, uamp_serve, wait_for_line
 from tests._support.wire import create_session, recv, resume_session, send, until
 from uamp_proto.codec import decode
 from uamp_proto.response import ResponseTracker
@@ -38,18 +36,7 @@ PRICE = "0.25"
 
 
 def _started(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + STARTUP
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        found = re.search(r"serving on http://([\d.]+:\d+)", line)
-        if found:
-            return found.group(1)
-    raise AssertionError("uamp serve did not report its address:\n" + "".join(seen))
+    return wait_for_line(proc, r"serving on http://([\d.]+:\d+)").group(1)
 
 
 def _texts(events: list[dict[str, Any]]) -> list[str]:

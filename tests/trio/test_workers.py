@@ -37,15 +37,7 @@ def _children(pid: int) -> set[int]:
 
 
 def _wait_for(pattern: str, proc: subprocess.Popen[str], seen: list[str]) -> re.Match[str]:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + cli.STARTUP
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        seen.append(line)
-        found = re.search(pattern, line)
-        if found:
-            return found
-    raise AssertionError(f"no {pattern!r} in:\n" + "".join(seen))
+    return cli.wait_for_line(proc, pattern, seen)
 
 
 async def test_two_workers_one_port_survive_the_loss_of_one(
