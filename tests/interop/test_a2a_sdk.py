@@ -128,12 +128,12 @@ def test_streaming_send(server, legacy: bool) -> None:  # type: ignore[no-untype
             assert events[1].status_update.status.state == TaskState.TASK_STATE_WORKING
             chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
             assert len(chunks) >= 4  # really streamed, word by word
-            assert not chunks[0].append and all(c.append for c in chunks[1:-1])
-            assert "".join(c.artifact.parts[0].text for c in chunks[:-1]) == (
+            assert not chunks[0].append and all(c.append for c in chunks[1:])
+            # Concatenated, the chunks are the answer exactly once; the last one says so.
+            assert "".join(c.artifact.parts[0].text for c in chunks) == (
                 "You said: stream me please"
             )
-            assert chunks[-1].last_chunk  # the whole artifact again, as a replacement
-            assert chunks[-1].artifact.parts[0].text == "You said: stream me please"
+            assert chunks[-1].last_chunk and not any(c.last_chunk for c in chunks[:-1])
             final = events[-1].status_update
             assert final.status.state == TaskState.TASK_STATE_COMPLETED
             assert final.status.message.parts[0].text == "You said: stream me please"

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from tests._support import a2a_schema
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.adapters import a2a
+from uamp_proto.adapters import a2a, a2a_card
 from uamp_proto.adapters.a2a import Dialect, TaskState, Trigger
 from uamp_proto.errors import LocalProtocolError
 from uamp_proto.ids import counter_ids
@@ -216,18 +217,23 @@ def _text(text: str) -> ev.ResponseDelta:
     return ev.ResponseDelta(response_id="r1", delta=ty.DeltaText(text=text))
 
 
-def test_text_streams_as_one_appended_artifact_then_completes() -> None:
+def test_text_streams_as_appended_chunks_then_an_empty_last_chunk() -> None:
     task = _task()
     run = a2a.TaskRun(task, counter_ids())
     updates = [u for e in (_text("Hel"), _text(""), _text("lo")) for u in run.feed(e)]
-    assert [(u.kind, u.append, u.text) for u in updates] == [
-        ("artifact", False, "Hel"),
-        ("artifact", True, "lo"),
+    # The first output announces working.
+    assert [(u.kind, u.state, u.append, u.text) for u in updates] == [
+        ("status", TaskState.WORKING, False, None),
+        ("artifact", None, False, "Hel"),
+        ("artifact", None, True, "lo"),
     ]
     final = run.complete([ty.Message(role="assistant", content="Hello")], "T")
-    assert final[0].last_chunk and not final[0].append
-    assert final[0].artifact is not None
-    assert final[0].artifact.items == [ty.TextContent(text="Hello")]
+    assert [(u.kind, u.append, u.last_chunk, u.text) for u in final[:1]] == [
+        ("artifact", True, True, "")
+    ]
+    # A client that concatenates the chunks has the answer exactly once.
+    chunks = [u for u in [*updates, *final] if u.kind == "artifact"]
+    assert "".join(u.text or "" for u in chunks) == "Hello"
     assert final[1].state is TaskState.COMPLETED and final[1].final
     assert task.state is TaskState.COMPLETED and task.timestamp == "T"
     assert task.history[-1].items == [ty.TextContent(text="Hello")]
@@ -242,19 +248,98 @@ def test_text_streams_as_one_appended_artifact_then_completes() -> None:
         True,
         "completed",
     )
-    chunk = a2a.render_update(updates[1], Dialect.V1)["artifactUpdate"]
-    assert chunk["append"] is True and "lastChunk" not in chunk
-    assert chunk["artifact"]["parts"] == [{"text": "lo"}]
+    chunk = a2a.render_update(final[0], Dialect.V1)["artifactUpdate"]
+    assert chunk["append"] is True and chunk["lastChunk"] is True
+    assert chunk["artifact"]["parts"] == [{"text": ""}]
 
 
-def test_thinking_and_progress_are_working_updates_with_data() -> None:
+def test_uamp_internals_stay_inside_unless_the_extension_is_active() -> None:
+    events: list[ev.Event] = [
+        ev.Thinking(content="hmm"),
+        ev.ResponseDelta(
+            delta=ty.DeltaToolCall(tool_call=ty.ToolCallFragment(id="c", name="f", arguments="{"))
+        ),
+        ev.ToolCallDone(call_id="c"),
+        ev.Progress(target="x", stage="ack", delta_seq=3),
+        ev.UsageDelta(delta=ty.UsageStats(input_tokens=1)),
+    ]
+    plain = a2a.TaskRun(_task(), counter_ids())
+    assert [u for e in events for u in plain.feed(e)] == []
+    asked = a2a.TaskRun(_task(), counter_ids(), uamp_events=True)
+    noted = [u for e in events for u in asked.feed(e)]
+    assert [u.state for u in noted] == [TaskState.WORKING] * 4  # working, then three notes
+    assert noted[1].message is not None
+    assert noted[1].message.data == [{"uamp": {"type": "thinking", "content": "hmm"}}]
+
+
+def test_progress_text_is_a_readable_working_message() -> None:
     run = a2a.TaskRun(_task(), counter_ids())
-    [thought] = run.feed(ev.Thinking(content="hmm"))
-    assert thought.state is TaskState.WORKING and not thought.final
-    assert thought.message is not None
-    assert thought.message.data == [{"uamp": {"type": "thinking", "content": "hmm"}}]
-    assert run.feed(ev.Progress(target="x", stage="ack", delta_seq=3)) == []
-    assert run.feed(ev.UsageDelta(delta=ty.UsageStats(input_tokens=1))) == []
+    working, said = run.feed(ev.Progress(target="response", message="Looking it up"))
+    assert working.message is None
+    assert said.message is not None and said.message.items == [ty.TextContent(text="Looking it up")]
+    assert said.message.data == []
+
+
+def test_artifact_deltas_carry_file_and_data_parts() -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    items: list[ty.ContentItem] = [
+        ty.FileContent(file="dGNr", filename="out.txt", mime_type="text/plain"),
+        ty.FileContent(
+            file=ty.MediaURL(url="https://x/o.txt"), filename="o.txt", mime_type="text/plain"
+        ),
+        a2a.data_item({"key": "value", "count": 42}),
+    ]
+    first = a2a.artifact_delta(items[:1], artifact_id="a1", name="files")
+    more = a2a.artifact_delta(items[1:], artifact_id="a1", append=True, last_chunk=True)
+    updates = [u for e in (first, more) for u in run.feed(e)]
+    rendered = [a2a.render_update(u, Dialect.V1) for u in updates[1:]]
+    assert rendered[0]["artifactUpdate"]["artifact"]["parts"] == [
+        {"raw": "dGNr", "mediaType": "text/plain", "filename": "out.txt"}
+    ]
+    second = rendered[1]["artifactUpdate"]
+    assert second["append"] is True and second["lastChunk"] is True
+    assert second["artifact"]["parts"] == [
+        {"url": "https://x/o.txt", "mediaType": "text/plain", "filename": "o.txt"},
+        {"data": {"key": "value", "count": 42}},
+    ]
+    assert [len(a.items) for a in task.artifacts] == [3]
+    v03 = a2a.render_update(updates[2], Dialect.V03)
+    assert v03["artifact"]["parts"][1] == {"kind": "data", "data": {"key": "value", "count": 42}}
+
+
+def test_a_first_message_delta_is_a_direct_reply_and_no_task_update() -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    assert run.feed(a2a.message_delta([ty.TextContent(text="Direct")])) == []
+    assert run.reply is not None and run.reply.items == [ty.TextContent(text="Direct")]
+    assert run.feed(_text("ignored")) == []
+    assert run.complete([], "T") == []
+    late = a2a.TaskRun(_task(), counter_ids())
+    late.feed(_text("x"))
+    late.feed(a2a.message_delta([ty.TextContent(text="too late")]))
+    assert late.reply is None
+
+
+@pytest.mark.parametrize(
+    ("code", "state"),
+    [
+        ("input_required", TaskState.INPUT_REQUIRED),
+        ("auth_required", TaskState.AUTH_REQUIRED),
+        ("rejected", TaskState.REJECTED),
+    ],
+)
+def test_pause_codes_end_the_turn_in_their_state(code: str, state: TaskState) -> None:
+    task = _task()
+    run = a2a.TaskRun(task, counter_ids())
+    [status] = run.pause(a2a.PAUSE_CODES[code], "What is your name?", [], "T")
+    assert task.state is state and status.final and status.state is state
+    assert status.message is not None
+    assert status.message.items == [ty.TextContent(text="What is your name?")]
+    paused = state is not TaskState.REJECTED
+    assert (
+        task.conversation[-1:] == [ty.Message(role="assistant", content="What is your name?")]
+    ) is paused
 
 
 def test_require_input_pauses_with_the_tool_calls() -> None:
@@ -337,8 +422,8 @@ def test_opt_int_and_tools() -> None:
         a2a.parse_tools({"tools": [{"name": "f"}]})
 
 
-def test_agent_card() -> None:
-    caps = ty.Capabilities(
+def _caps() -> ty.Capabilities:
+    return ty.Capabilities(
         id="x",
         provider="p",
         modalities=["text", "audio"],
@@ -346,13 +431,58 @@ def test_agent_card() -> None:
         tools=ty.ToolCapabilities(supports_tools=True, built_in_tools=["search"]),
         provides=["search", "chart"],
     )
-    card = a2a.agent_card(
-        name="x", capabilities=caps, rpc_url="http://h/agents/x/a2a", base_url="http://h"
+
+
+def _card(**extra: Any) -> dict[str, Any]:
+    url = "http://h/agents/x/a2a"
+    return a2a_card.agent_card(
+        name="x",
+        capabilities=_caps(),
+        interfaces=[
+            a2a_card.Interface(url, "JSONRPC", "1.0"),
+            a2a_card.Interface(url, "JSONRPC", "0.3"),
+            a2a_card.Interface(url, "HTTP+JSON", "1.0"),
+            a2a_card.Interface("127.0.0.1:5", "GRPC", "1.0", tenant="x"),
+        ],
+        base_url="http://h",
+        **extra,
     )
-    assert [i["protocolVersion"] for i in card["supportedInterfaces"]] == ["1.0", "0.3"]
-    assert card["modelCapabilities"]["provides"] == ["search", "chart"]
-    assert card["capabilities"]["extensions"][0]["params"] == card["modelCapabilities"]
+
+
+def test_agent_card_is_the_spec_card_with_uamp_data_in_an_extension() -> None:
+    card = _card()
+    assert [(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]] == [
+        ("JSONRPC", "1.0"),
+        ("JSONRPC", "0.3"),
+        ("HTTP+JSON", "1.0"),
+        ("GRPC", "1.0"),
+    ]
+    [extension] = card["capabilities"]["extensions"]
+    assert extension["uri"] == a2a_card.CAPABILITIES_EXTENSION
+    assert extension["params"]["provides"] == ["search", "chart"]
     assert [s["id"] for s in card["skills"]] == ["x", "tool.search", "provides.chart"]
     assert "client-tools" in card["skills"][0]["tags"]
     assert card["defaultOutputModes"] == ["text/plain", "audio/*"]
-    assert card["protocolVersion"] == "0.3.0" and card["preferredTransport"] == "JSONRPC"
+    for member in ("url", "preferredTransport", "protocolVersion", "modelCapabilities"):
+        assert member not in card
+
+
+@pytest.mark.parametrize("secured", [False, True])
+def test_the_1_0_card_validates_against_the_spec_schema(secured: bool) -> None:
+    schemes = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}} if secured else None
+    card = _card(extended_card=secured, security_schemes=schemes)
+    assert a2a_schema.problems("Agent Card", card) == []
+    legacy = a2a_card.legacy_card(card, rpc_url="http://h/agents/x/a2a")
+    # The 0.3 members are exactly what the 1.0 schema refuses.
+    assert len(a2a_schema.problems("Agent Card", legacy)) == 1
+
+
+def test_legacy_card_adds_the_0_3_members_and_model_capabilities() -> None:
+    card = _card()
+    legacy = a2a_card.legacy_card(card, rpc_url="http://h/agents/x/a2a")
+    assert legacy["protocolVersion"] == "0.3.0" and legacy["preferredTransport"] == "JSONRPC"
+    assert legacy["url"] == "http://h/agents/x/a2a"
+    assert legacy["modelCapabilities"] == card["capabilities"]["extensions"][0]["params"]
+    assert legacy["additionalInterfaces"] == [
+        {"url": "http://h/agents/x/a2a", "transport": "JSONRPC"}
+    ]

@@ -52,7 +52,7 @@ import orjson
 from .. import events as ev
 from .. import jsonrpc
 from .. import types as ty
-from ..codec import unstructure
+from ..codec import DecodeError, from_dict, unstructure
 from ..errors import LocalProtocolError
 from ..ids import IdSource
 from ..jsonrpc import (
@@ -68,22 +68,27 @@ from . import _tools
 from ._media import media_item
 
 __all__ = [
-    "CAPABILITIES_EXTENSION",
+    "BINDING_STATUS",
     "CONTENT_TYPE_NOT_SUPPORTED",
     "EXTENDED_CARD_NOT_CONFIGURED",
+    "EXTENSION_SUPPORT_REQUIRED",
     "INTERNAL_ERROR",
+    "INVALID_AGENT_RESPONSE",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHODS",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
+    "PAUSE_CODES",
     "PAYMENT_REQUIRED",
     "PUSH_NOTIFICATION_NOT_SUPPORTED",
     "TASK_NOT_CANCELABLE",
     "TASK_NOT_FOUND",
     "TERMINAL_STATES",
     "TRANSITIONS",
+    "UAMP_EVENTS_EXTENSION",
     "UNSUPPORTED_OPERATION",
+    "VERSION_NOT_SUPPORTED",
     "A2AError",
     "A2AMessage",
     "A2ATask",
@@ -96,9 +101,14 @@ __all__ = [
     "TaskState",
     "Trigger",
     "Update",
-    "agent_card",
+    "accepts_media",
+    "artifact_delta",
+    "data_item",
     "error_response",
+    "message_delta",
+    "negotiate_version",
     "opt_int",
+    "opt_str",
     "parse_message",
     "parse_rpc",
     "parse_tool_results",
@@ -123,7 +133,10 @@ TASK_NOT_CANCELABLE = -32002
 PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
+INVALID_AGENT_RESPONSE = -32006
 EXTENDED_CARD_NOT_CONFIGURED = -32007
+EXTENSION_SUPPORT_REQUIRED = -32008
+VERSION_NOT_SUPPORTED = -32009
 
 #: The ``google.rpc.ErrorInfo`` reason a 1.0 error carries, by code.
 _REASONS = {
@@ -137,8 +150,31 @@ _REASONS = {
     PUSH_NOTIFICATION_NOT_SUPPORTED: "PUSH_NOTIFICATION_NOT_SUPPORTED",
     UNSUPPORTED_OPERATION: "UNSUPPORTED_OPERATION",
     CONTENT_TYPE_NOT_SUPPORTED: "CONTENT_TYPE_NOT_SUPPORTED",
+    INVALID_AGENT_RESPONSE: "INVALID_AGENT_RESPONSE",
     EXTENDED_CARD_NOT_CONFIGURED: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    EXTENSION_SUPPORT_REQUIRED: "EXTENSION_SUPPORT_REQUIRED",
+    VERSION_NOT_SUPPORTED: "VERSION_NOT_SUPPORTED",
     PAYMENT_REQUIRED: "PAYMENT_REQUIRED",
+}
+
+#: Each error code's HTTP status and gRPC status name (A2A 1.0 section 5.4;
+#: the JSON-RPC codes as gRPC's own HTTP mapping pairs them).
+BINDING_STATUS: dict[int, tuple[int, str]] = {
+    PARSE_ERROR: (400, "INVALID_ARGUMENT"),
+    INVALID_REQUEST: (400, "INVALID_ARGUMENT"),
+    METHOD_NOT_FOUND: (404, "UNIMPLEMENTED"),
+    INVALID_PARAMS: (400, "INVALID_ARGUMENT"),
+    INTERNAL_ERROR: (500, "INTERNAL"),
+    TASK_NOT_FOUND: (404, "NOT_FOUND"),
+    TASK_NOT_CANCELABLE: (409, "FAILED_PRECONDITION"),
+    PUSH_NOTIFICATION_NOT_SUPPORTED: (400, "UNIMPLEMENTED"),
+    UNSUPPORTED_OPERATION: (400, "UNIMPLEMENTED"),
+    CONTENT_TYPE_NOT_SUPPORTED: (415, "INVALID_ARGUMENT"),
+    INVALID_AGENT_RESPONSE: (502, "INTERNAL"),
+    EXTENDED_CARD_NOT_CONFIGURED: (400, "FAILED_PRECONDITION"),
+    EXTENSION_SUPPORT_REQUIRED: (400, "FAILED_PRECONDITION"),
+    VERSION_NOT_SUPPORTED: (400, "UNIMPLEMENTED"),
+    PAYMENT_REQUIRED: (402, "FAILED_PRECONDITION"),
 }
 _ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 _ERROR_DOMAIN = "a2a-protocol.org"
@@ -149,6 +185,33 @@ class Dialect(enum.Enum):
 
     V1 = "1.0"
     V03 = "0.3"
+
+
+def negotiate_version(header: str | None) -> Dialect | None:
+    """The protocol version an ``A2A-Version`` header asks for (A2A 1.0 section 3.6).
+
+    ``None`` when the header is absent or empty: the specification says to
+    assume 0.3, and uamp then lets the method name (JSON-RPC) or the path
+    choose, since 0.3 defined no header at all. Only ``Major.Minor``
+    counts (``1.0.2`` is 1.0).
+
+    Raises:
+        A2AError: :data:`VERSION_NOT_SUPPORTED` for any other version.
+    """
+    value = (header or "").strip()
+    if not value:
+        return None
+    parts = value.split(".")
+    if len(parts) >= 2 and all(p.isdigit() for p in parts):
+        major_minor = f"{int(parts[0])}.{int(parts[1])}"
+        for dialect in Dialect:
+            if dialect.value == major_minor:
+                return dialect
+    raise A2AError(
+        VERSION_NOT_SUPPORTED,
+        f"A2A-Version {value!r} is not supported; this agent speaks 1.0 and 0.3.",
+        data={"requestedVersion": value, "supportedVersions": "1.0,0.3"},
+    )
 
 
 #: Every method served: name -> (dialect, operation).
@@ -194,10 +257,50 @@ class A2AError(JSONRPCError):
         message: str,
         *,
         data: dict[str, Any] | None = None,
-        http_status: int = 400,
+        http_status: int | None = None,
     ) -> None:
         super().__init__(code, message, data)
-        self.http_status = http_status
+        self.http_status = (
+            http_status if http_status is not None else BINDING_STATUS.get(code, (400, ""))[0]
+        )
+
+    @property
+    def grpc_status(self) -> str:
+        """The gRPC status name this error is answered with (section 5.4)."""
+        if self.http_status == 429:
+            return "RESOURCE_EXHAUSTED"
+        if self.http_status == 503:
+            return "UNAVAILABLE"
+        return BINDING_STATUS.get(self.code, (0, "UNKNOWN"))[1]
+
+    @property
+    def reason(self) -> str:
+        """The ``google.rpc.ErrorInfo`` reason (``TASK_NOT_FOUND`` ...)."""
+        return _REASONS.get(self.code, "UNKNOWN_ERROR")
+
+    def error_info(self) -> dict[str, Any]:
+        """The ``google.rpc.ErrorInfo`` detail (metadata values JSON-encoded when not strings)."""
+        metadata = {
+            k: v if isinstance(v, str) else orjson.dumps(v).decode()
+            for k, v in (self.data or {}).items()
+        }
+        return {
+            "@type": _ERROR_INFO_TYPE,
+            "reason": self.reason,
+            "domain": _ERROR_DOMAIN,
+            "metadata": metadata,
+        }
+
+    def rest_body(self) -> dict[str, Any]:
+        """The HTTP+JSON error body (AIP-193; A2A 1.0 section 11.6)."""
+        return {
+            "error": {
+                "code": self.http_status,
+                "status": self.grpc_status,
+                "message": self.message,
+                "details": [self.error_info()],
+            }
+        }
 
     def error_object(self, dialect: Dialect = Dialect.V1) -> dict[str, Any]:
         """The JSON-RPC ``error`` member.
@@ -209,18 +312,7 @@ class A2AError(JSONRPCError):
         """
         out = super().error_object()
         if dialect is Dialect.V1:
-            metadata = {
-                k: v if isinstance(v, str) else orjson.dumps(v).decode()
-                for k, v in (self.data or {}).items()
-            }
-            details: list[dict[str, Any]] = [
-                {
-                    "@type": _ERROR_INFO_TYPE,
-                    "reason": _REASONS.get(self.code, "UNKNOWN_ERROR"),
-                    "domain": _ERROR_DOMAIN,
-                    "metadata": metadata,
-                }
-            ]
+            details: list[dict[str, Any]] = [self.error_info()]
             if self.data:
                 details.append({"@type": "type.uamp.dev/uamp.ErrorData", **self.data})
             out["data"] = details
@@ -295,12 +387,13 @@ class Trigger(enum.Enum):
     """What moves a task from one state to the next."""
 
     START = "start"  #: the agent's turn begins
-    REQUIRE_INPUT = "require_input"  #: the turn ended asking for client tool results
+    REQUIRE_INPUT = "require_input"  #: the turn ended asking for input (or client tool results)
+    REQUIRE_AUTH = "require_auth"  #: the turn ended asking for authorization
     RESUME = "resume"  #: a new message continues a paused task
     COMPLETE = "complete"  #: the turn ended with ``response.done``
     FAIL = "fail"  #: the turn ended with ``response.error`` (or never started)
     CANCEL = "cancel"  #: the client cancelled
-    REJECT = "reject"  #: the server refused the task before starting it
+    REJECT = "reject"  #: the server or the agent refused the task
 
 
 #: ``{state: {trigger: new state}}``; a missing key is an illegal move.
@@ -313,6 +406,8 @@ TRANSITIONS: dict[TaskState, dict[Trigger, TaskState]] = {
     },
     TaskState.WORKING: {
         Trigger.REQUIRE_INPUT: TaskState.INPUT_REQUIRED,
+        Trigger.REQUIRE_AUTH: TaskState.AUTH_REQUIRED,
+        Trigger.REJECT: TaskState.REJECTED,
         Trigger.COMPLETE: TaskState.COMPLETED,
         Trigger.FAIL: TaskState.FAILED,
         Trigger.CANCEL: TaskState.CANCELED,
@@ -386,6 +481,9 @@ class A2AMessage:
     context_id: str | None = None
     task_id: str | None = None
     metadata: dict[str, Any] | None = None
+    reference_task_ids: list[str] = attrs.field(factory=list)
+    extensions: list[str] = attrs.field(factory=list)
+    media_types: list[str] = attrs.field(factory=list)
 
     @property
     def text(self) -> str:
@@ -400,12 +498,18 @@ class A2AMessage:
         return ty.Message(role=role, content_items=list(self.items))
 
 
-def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+def opt_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    """An optional string member (``""`` counts as absent), ``where`` prefixing its name.
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` naming the field.
+    """
     value = obj.get(key)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise _invalid(f"'{where}.{key}' must be a string.")
+        field = f"{where}.{key}" if where and not where.endswith(".") else f"{where}{key}"
+        raise _invalid(f"'{field}' must be a string.")
     return value
 
 
@@ -421,8 +525,11 @@ def _parse_part(part: object, where: str) -> tuple[ty.ContentItem | None, Any]:
         raise _invalid(f"'{where}' must be an object.")
     kind = part.get("kind", part.get("type"))
     if kind is None:  # 1.0: exactly one content member
-        media_type = _opt_str(part, "mediaType", where)
-        filename = _opt_str(part, "filename", where)
+        members = [k for k in ("text", "raw", "url", "data") if k in part]
+        if len(members) > 1:
+            raise _invalid(f"'{where}' has {' and '.join(members)}: a part holds exactly one.")
+        media_type = opt_str(part, "mediaType", where)
+        filename = opt_str(part, "filename", where)
         if isinstance(part.get("text"), str):
             return ty.TextContent(text=part["text"]), None
         if isinstance(part.get("raw"), str):
@@ -442,8 +549,8 @@ def _parse_part(part: object, where: str) -> tuple[ty.ContentItem | None, Any]:
         spec = part.get("file")
         if not isinstance(spec, dict):
             raise _invalid(f"'{where}.file' must be an object.")
-        media_type = _opt_str(spec, "mimeType", f"{where}.file")
-        name = _opt_str(spec, "name", f"{where}.file")
+        media_type = opt_str(spec, "mimeType", f"{where}.file")
+        name = opt_str(spec, "name", f"{where}.file")
         if isinstance(spec.get("bytes"), str):
             return _media_item(spec["bytes"], media_type, name), None
         if isinstance(spec.get("uri"), str):
@@ -482,16 +589,20 @@ def parse_message(obj: object, *, where: str = "message", message_id: str = "") 
         raise _invalid(f"'{where}.parts' must be a non-empty array.")
     items: list[ty.ContentItem] = []
     data: list[Any] = []
+    media_types: list[str] = []
     for i, part in enumerate(parts):
         item, payload = _parse_part(part, f"{where}.parts[{i}]")
         if item is not None:
             items.append(item)
         if payload is not None:
             data.append(payload)
+        media_type = _part_media_type(part)
+        if media_type:
+            media_types.append(media_type)
     metadata = obj.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise _invalid(f"'{where}.metadata' must be an object.")
-    mid = _opt_str(obj, "messageId", where) or message_id
+    mid = opt_str(obj, "messageId", where) or message_id
     if not mid:
         raise _invalid(f"'{where}.messageId' is required.")
     return A2AMessage(
@@ -499,10 +610,42 @@ def parse_message(obj: object, *, where: str = "message", message_id: str = "") 
         role=role,
         items=items,
         data=data,
-        context_id=_opt_str(obj, "contextId", where),
-        task_id=_opt_str(obj, "taskId", where),
+        context_id=opt_str(obj, "contextId", where),
+        task_id=opt_str(obj, "taskId", where),
         metadata=metadata,
+        reference_task_ids=_str_list(obj, "referenceTaskIds", where),
+        extensions=_str_list(obj, "extensions", where),
+        media_types=media_types,
     )
+
+
+def _part_media_type(part: dict[str, Any]) -> str | None:
+    """The media type a part declares (1.0 ``mediaType``, 0.3 ``file.mimeType``)."""
+    value = part.get("mediaType")
+    spec = part.get("file")
+    if value is None and isinstance(spec, dict):
+        value = spec.get("mimeType")
+    return value if isinstance(value, str) and value else None
+
+
+def accepts_media(modes: list[str], media_type: str) -> bool:
+    """Whether ``media_type`` matches one of ``modes`` (``image/*`` and ``*/*`` wildcards)."""
+    wanted = media_type.split(";", 1)[0].strip().lower()
+    major = wanted.split("/", 1)[0]
+    for mode in modes:
+        mode = mode.lower()
+        if mode in (wanted, "*/*") or (mode.endswith("/*") and mode[:-2] == major):
+            return True
+    return False
+
+
+def _str_list(obj: Mapping[str, Any], key: str, where: str) -> list[str]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _invalid(f"'{where}.{key}' must be an array of strings.")
+    return list(value)
 
 
 def parse_tool_results(message: A2AMessage, pending: list[ty.ToolInvocation]) -> list[ty.Message]:
@@ -578,6 +721,9 @@ def render_part(
         return {"data": item} if v1 else {"kind": "data", "data": item}
     if isinstance(item, ty.TextContent):
         return {"text": item.text} if v1 else {"kind": "text", "text": item.text}
+    if isinstance(item, ty.UnknownContent) and item.type == "data":
+        value = item.raw.get("data")
+        return {"data": value} if v1 else {"kind": "data", "data": value}
     media = _item_media(item)
     if media is None:  # tool calls, results, thinking...: their JSON as data
         value = unstructure(item)
@@ -646,7 +792,9 @@ class A2ATask:
         pending_tool_calls: Client tool calls an ``input-required`` task waits on.
         error: The error of a failed task.
         tools: Client tools declared for the task (``metadata.tools``).
-        created: Insertion order, for listing.
+        push_configs: Its push-notification configs by id (1.0
+            ``TaskPushNotificationConfig`` fields: ``id``, ``url``,
+            ``token``, ``authentication``).
     """
 
     id: str
@@ -662,6 +810,7 @@ class A2ATask:
     error: ty.ErrorInfo | None = None
     tools: list[ty.ToolDefinition] = attrs.field(factory=list)
     metadata: dict[str, Any] | None = None
+    push_configs: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
     def move(self, trigger: Trigger, timestamp: str | None = None) -> TaskState:
         """Apply ``trigger`` (see :func:`transition`) and stamp the time."""
@@ -697,27 +846,119 @@ class Update:
     metadata: dict[str, Any] | None = None
 
 
+#: The extension (``A2A-Extensions``) under which a client asks to see UAMP's
+#: own progress events (thinking, tool activity) as ``data`` parts of
+#: ``working`` status messages; without it they stay inside the server.
+UAMP_EVENTS_EXTENSION = "https://uamp.dev/extensions/events/v1"
+
+#: :class:`~uamp_proto.responder.ResponderError` codes that end a turn in a
+#: state other than ``failed``: the agent pauses for input or authorization,
+#: or refuses the task.
+PAUSE_CODES: dict[str, Trigger] = {
+    "input_required": Trigger.REQUIRE_INPUT,
+    "auth_required": Trigger.REQUIRE_AUTH,
+    "rejected": Trigger.REJECT,
+}
+
+
+def data_item(value: Any) -> ty.UnknownContent:
+    """A UAMP content item holding structured JSON: ``{"type": "data", "data": value}``.
+
+    It is A2A's data part on the wire (UAMP keeps unknown item types verbatim).
+    """
+    return ty.UnknownContent(raw={"type": "data", "data": value})
+
+
+def artifact_delta(
+    items: list[ty.ContentItem],
+    *,
+    artifact_id: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    append: bool = False,
+    last_chunk: bool = False,
+) -> ev.ResponseDelta:
+    """The UAMP event by which an agent adds (a chunk of) an artifact to its task.
+
+    A ``response.delta`` of type ``artifact`` whose ``content`` is a list of
+    UAMP content items (text, file -- bytes or URL --, :func:`data_item`).
+    ``append`` adds the parts to the artifact sent before under the same id;
+    ``last_chunk`` says it is complete.
+    """
+    raw: dict[str, Any] = {
+        "type": "artifact",
+        "content": [unstructure(i) for i in items],
+        "append": append,
+        "last_chunk": last_chunk,
+    }
+    for key, value in (("artifact_id", artifact_id), ("name", name), ("description", description)):
+        if value is not None:
+            raw[key] = value
+    return ev.ResponseDelta(delta=ty.DeltaUnknown(raw=raw))
+
+
+def message_delta(items: list[ty.ContentItem]) -> ev.ResponseDelta:
+    """The UAMP event by which an agent answers with a message instead of a task.
+
+    Only as the turn's first output: the send answers with this message and
+    no task is kept.
+    """
+    raw = {"type": "message", "content": [unstructure(i) for i in items]}
+    return ev.ResponseDelta(delta=ty.DeltaUnknown(raw=raw))
+
+
+def _content(raw: dict[str, Any]) -> list[ty.ContentItem]:
+    """The content items of an ``artifact``/``message`` delta (invalid ones are dropped)."""
+    items = raw.get("content")
+    if not isinstance(items, list):
+        return []
+    try:
+        message = from_dict(ty.Message, {"role": "assistant", "content_items": items})
+    except DecodeError:
+        return []
+    return list(message.content_items or [])
+
+
 class TaskRun:
     """Turns one UAMP response's events into updates of an :class:`A2ATask`.
 
     Feed every event of the turn to :meth:`feed`; then call exactly one of
-    :meth:`complete`, :meth:`require_input`, :meth:`fail` or :meth:`cancel`.
-    Text deltas grow one text artifact (``response`` + ``-text``), streamed as
-    artifact updates with ``append``; thinking, progress and server-side tool
-    activity become ``working`` status updates whose message carries a data
-    part ``{"uamp": <event>}``; the final answer becomes an agent message in
-    the history and the completed status.
+    :meth:`complete`, :meth:`require_input`, :meth:`pause`, :meth:`fail` or
+    :meth:`cancel`. What maps to what:
+
+    * the turn's first output announces ``working`` (an agent that only
+      finishes never shows it) -- unless that output is a
+      :func:`message_delta`: then the turn is a direct reply
+      (:attr:`reply`) and no task update is made;
+    * text deltas grow one text artifact (``<response id>-text``), each
+      chunk sent as it comes (``append`` from the second on); when the turn
+      ends an empty text chunk carries ``lastChunk: true``, so a client
+      that concatenates the chunks has the answer exactly once;
+    * :func:`artifact_delta` events are artifact updates as the agent wrote them;
+    * ``progress`` with a message, and a tool's progress text, are
+      ``working`` status updates whose agent message is that text;
+    * thinking, tool calls and results stay inside unless the client
+      activated :data:`UAMP_EVENTS_EXTENSION` (then: a data part
+      ``{"uamp": <event>}``);
+    * the final text becomes an agent message in the history and the final
+      status.
 
     Args:
         task: The task being worked on (already ``working``).
         ids: Makes message ids.
+        uamp_events: Whether the client activated :data:`UAMP_EVENTS_EXTENSION`.
     """
 
-    def __init__(self, task: A2ATask, ids: IdSource) -> None:
+    def __init__(self, task: A2ATask, ids: IdSource, *, uamp_events: bool = False) -> None:
         self.task = task
         self._ids = ids
+        self._uamp_events = uamp_events
         self._text: Artifact | None = None
         self._text_parts: list[str] = []
+        self._sent_text = False
+        self._started = False
+        #: The agent's direct reply, when it answered with a message.
+        self.reply: StoredMessage | None = None
 
     def _status(
         self,
@@ -742,57 +983,145 @@ class TaskRun:
         """The update announcing the task's current state (e.g. ``working``)."""
         return self._status(self.task.status_message)
 
-    def _note(self, event: ev.Event) -> Update:
+    def _start(self) -> list[Update]:
+        if self._started:
+            return []
+        self._started = True
+        return [self.status()]
+
+    def _say(self, text: str) -> Update:
+        message = StoredMessage(
+            message_id=self._ids("msg"), role="agent", items=[ty.TextContent(text=text)]
+        )
+        return self._status(message)
+
+    def _note(self, event: ev.Event) -> list[Update]:
+        if not self._uamp_events:
+            return []
         body = unstructure(event)
         for key in ("event_id", "session_id", "response_id", "timestamp"):
             body.pop(key, None)
         message = StoredMessage(
             message_id=self._ids("msg"), role="agent", items=[], data=[{"uamp": body}]
         )
-        return self._status(message, metadata={"uamp_event": event.type})
+        return [
+            *self._start(),
+            self._status(message, metadata={UAMP_EVENTS_EXTENSION: {"event": event.type}}),
+        ]
 
     def feed(self, event: ev.Event) -> list[Update]:
         """The updates one UAMP event causes (often none)."""
+        if self.reply is not None:
+            return []  # a direct reply ends what the task shows
         kind = type(event)
         if kind is ev.ResponseDelta:
             assert isinstance(event, ev.ResponseDelta)
             delta = event.delta
             if isinstance(delta, ty.DeltaText):
                 return self._text_delta(delta.text, event.response_id or "response")
-            if isinstance(delta, ty.DeltaToolCall | ty.DeltaToolResult | ty.DeltaToolProgress):
-                return [self._note(event)]
+            if isinstance(delta, ty.DeltaToolProgress):
+                text = delta.tool_progress.text
+                return [*self._start(), self._say(text)] if text else []
+            if isinstance(delta, ty.DeltaUnknown):
+                return self._intent(delta.raw, event.response_id or "response")
+            if isinstance(delta, ty.DeltaToolCall | ty.DeltaToolResult):
+                return self._note(event)
             return []
-        if kind in (ev.Thinking, ev.Progress, ev.ToolCallDone):
-            if kind is ev.Progress and getattr(event, "stage", None) == "ack":
+        if kind is ev.Progress:
+            assert isinstance(event, ev.Progress)
+            if event.stage == "ack":
                 return []
-            return [self._note(event)]
+            if event.message:
+                return [*self._start(), self._say(event.message)]
+            return self._note(event)
+        if kind in (ev.Thinking, ev.ToolCallDone):
+            return self._note(event)
         return []
+
+    def _intent(self, raw: dict[str, Any], response_id: str) -> list[Update]:
+        kind = raw.get("type")
+        if kind == "message" and not self._started:
+            self.reply = StoredMessage(
+                message_id=self._ids("msg"), role="agent", items=_content(raw)
+            )
+            return []
+        if kind != "artifact":
+            return []
+        items = _content(raw)
+        if not items:
+            return []
+        task = self.task
+        artifact_id = raw.get("artifact_id")
+        if not isinstance(artifact_id, str) or not artifact_id:
+            artifact_id = f"{response_id}-artifact-{len(task.artifacts) + 1}"
+        name = raw.get("name") if isinstance(raw.get("name"), str) else None
+        description = raw.get("description")
+        append = raw.get("append") is True
+        kept = next((a for a in task.artifacts if a.artifact_id == artifact_id), None)
+        if kept is None:
+            kept = Artifact(
+                artifact_id=artifact_id,
+                name=name or "",
+                description=description if isinstance(description, str) else None,
+            )
+            task.artifacts.append(kept)
+        if append:
+            kept.items.extend(items)
+        else:
+            kept.items = list(items)
+        chunk = Artifact(
+            artifact_id=artifact_id,
+            name=kept.name,
+            items=items,
+            description=kept.description,
+        )
+        update = Update(
+            kind="artifact",
+            task_id=task.id,
+            context_id=task.context_id,
+            artifact=chunk,
+            append=append,
+            last_chunk=raw.get("last_chunk") is True,
+        )
+        return [*self._start(), update]
 
     def _text_delta(self, text: str, response_id: str) -> list[Update]:
         if not text:
             return []
         task = self.task
-        append = self._text is not None
+        out = self._start()
         if self._text is None:
             self._text = Artifact(artifact_id=f"{response_id}-text", name="response")
             task.artifacts.append(self._text)
         self._text_parts.append(text)
         self._text.items = [ty.TextContent(text="".join(self._text_parts))]
-        chunk = Artifact(
-            artifact_id=self._text.artifact_id,
-            name=self._text.name,
-            items=[ty.TextContent(text=text)],
+        out.append(self._text_chunk(text, last=False))
+        return out
+
+    def _text_chunk(self, text: str, *, last: bool) -> Update:
+        assert self._text is not None
+        task = self.task
+        append = self._sent_text
+        self._sent_text = True
+        return Update(
+            kind="artifact",
+            task_id=task.id,
+            context_id=task.context_id,
+            artifact=Artifact(
+                artifact_id=self._text.artifact_id,
+                name=self._text.name,
+                items=[ty.TextContent(text=text)],
+            ),
+            append=append,
+            last_chunk=last,
+            text=text,
         )
-        return [
-            Update(
-                kind="artifact",
-                task_id=task.id,
-                context_id=task.context_id,
-                artifact=chunk,
-                append=append,
-                text=text,
-            )
-        ]
+
+    def _close_text(self) -> list[Update]:
+        """The closing chunk of the text artifact: empty text, ``lastChunk``."""
+        if not self._sent_text:
+            return []
+        return [self._text_chunk("", last=True)]
 
     def _answer(self, text: str) -> StoredMessage | None:
         if not text:
@@ -801,34 +1130,12 @@ class TaskRun:
             message_id=self._ids("msg"), role="agent", items=[ty.TextContent(text=text)]
         )
 
-    def _close_text(self) -> list[Update]:
-        """The last chunk of the text artifact, if one was streamed.
-
-        It carries the whole text with ``append: false`` (replace), so a
-        client that missed chunks still ends with the complete artifact.
-        """
-        if self._text is None:
-            return []
-        task = self.task
-        return [
-            Update(
-                kind="artifact",
-                task_id=task.id,
-                context_id=task.context_id,
-                artifact=Artifact(
-                    artifact_id=self._text.artifact_id,
-                    name=self._text.name,
-                    items=list(self._text.items),
-                ),
-                append=False,
-                last_chunk=True,
-            )
-        ]
-
     def complete(self, output: list[ty.Message], timestamp: str | None) -> list[Update]:
         """The turn ended with ``response.done``; ``output`` is what it said."""
         task = self.task
         task.conversation.extend(output)
+        if self.reply is not None:
+            return []
         answer = self._answer("".join(self._text_parts))
         if answer is not None:
             task.history.append(answer)
@@ -870,6 +1177,29 @@ class TaskRun:
         task.move(Trigger.REQUIRE_INPUT, timestamp)
         task.status_message = request
         return [*self._close_text(), self._status(request, final=True)]
+
+    def pause(
+        self, trigger: Trigger, text: str, output: list[ty.Message], timestamp: str | None
+    ) -> list[Update]:
+        """The agent ended its turn asking for input or authorization, or refusing the task.
+
+        ``trigger`` is one of :data:`PAUSE_CODES`' values; ``text`` (the
+        agent's question or reason) becomes the status message and, for a
+        pause, the assistant's last word in the conversation the next
+        message resumes.
+        """
+        task = self.task
+        said = "".join(self._text_parts)
+        if said:
+            task.conversation.extend(output)
+        message = self._answer(text or said)
+        if message is not None:
+            task.history.append(message)
+            if trigger is not Trigger.REJECT:
+                task.conversation.append(ty.Message(role="assistant", content=text or said))
+        task.move(trigger, timestamp)
+        task.status_message = message
+        return [*self._close_text(), self._status(message, final=True)]
 
     def fail(self, error: ty.ErrorInfo, timestamp: str | None) -> list[Update]:
         """The turn failed with ``error``."""
@@ -1232,112 +1562,3 @@ def parse_tools(metadata: object) -> list[ty.ToolDefinition]:
         return _tools.parse_tools(metadata.get("tools"), "metadata.tools")
     except _tools.ToolFormError as exc:
         raise _invalid(exc.message) from None
-
-
-# --- the agent card ---------------------------------------------------------------
-
-_MODE_BY_MODALITY = {
-    "text": "text/plain",
-    "image": "image/*",
-    "audio": "audio/*",
-    "video": "video/*",
-    "file": "application/octet-stream",
-}
-
-#: The extension URI under which the card repeats the UAMP capabilities.
-CAPABILITIES_EXTENSION = "https://uamp.dev/extensions/capabilities/v1"
-
-
-def _skills(
-    name: str, description: str, caps: ty.Capabilities, modes: list[str]
-) -> list[dict[str, Any]]:
-    skills: list[dict[str, Any]] = [
-        {
-            "id": name,
-            "name": name,
-            "description": description,
-            "tags": ["uamp", *caps.modalities],
-            "inputModes": modes,
-            "outputModes": modes,
-        }
-    ]
-    tools = caps.tools
-    for tool in (tools.built_in_tools if tools else None) or []:
-        skills.append(
-            {
-                "id": f"tool.{tool}",
-                "name": tool,
-                "description": f"Uses its built-in tool {tool}.",
-                "tags": ["tool", tool],
-            }
-        )
-    for provided in caps.provides or []:
-        if any(s["id"] == f"tool.{provided}" for s in skills):
-            continue
-        skills.append(
-            {
-                "id": f"provides.{provided}",
-                "name": provided,
-                "description": f"Provides {provided}.",
-                "tags": ["provides", provided],
-            }
-        )
-    if tools and tools.supports_tools:
-        skills[0]["tags"].append("client-tools")
-    return skills
-
-
-def agent_card(
-    *,
-    name: str,
-    capabilities: ty.Capabilities,
-    rpc_url: str,
-    base_url: str,
-    description: str | None = None,
-    version: str = "1.0.0",
-) -> dict[str, Any]:
-    """The agent card (A2A "Agent Discovery"; UAMP 9.2).
-
-    It lists the JSON-RPC endpoint twice in ``supportedInterfaces``, once per
-    protocol version (a2a-sdk picks 1.0 and falls back to 0.3), keeps the
-    0.3 fields (``url``, ``preferredTransport``, ``protocolVersion``) for
-    older clients, derives skills from the capabilities (one general skill,
-    one per built-in tool and per ``provides`` entry) and carries the UAMP
-    Capabilities object as ``modelCapabilities`` and as the params of a
-    card extension.
-    """
-    caps = unstructure(capabilities)
-    modes = [_MODE_BY_MODALITY.get(m, m) for m in capabilities.modalities] or ["text/plain"]
-    text = description or f"The {name} agent, served over UAMP."
-    return {
-        "name": name,
-        "description": text,
-        "version": version,
-        "supportedInterfaces": [
-            {"url": rpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-            {"url": rpc_url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
-        ],
-        "provider": {"organization": capabilities.provider, "url": base_url},
-        "capabilities": {
-            "streaming": bool(capabilities.supports_streaming is not False),
-            "pushNotifications": False,
-            "extendedAgentCard": False,
-            "extensions": [
-                {
-                    "uri": CAPABILITIES_EXTENSION,
-                    "description": "The agent's UAMP Capabilities object (UAMP section 9).",
-                    "required": False,
-                    "params": caps,
-                }
-            ],
-        },
-        "defaultInputModes": [*modes, "application/json"],
-        "defaultOutputModes": modes,
-        "skills": _skills(name, text, capabilities, modes),
-        "modelCapabilities": caps,
-        # A2A 0.3 card fields, for clients that predate supportedInterfaces.
-        "url": rpc_url,
-        "preferredTransport": "JSONRPC",
-        "protocolVersion": "0.3.0",
-        "additionalInterfaces": [{"url": rpc_url, "transport": "JSONRPC"}],
-    }

@@ -15,6 +15,7 @@ OpenAPI; they are listed under the top-level ``x-uamp-websockets``.
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from typing import Any
 
 import attrs
@@ -93,6 +94,40 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         (_JSON, _SSE),
         errors=None,
     ),
+    ("POST", "/a2a/"): Operation(
+        "A2A",
+        "A2A over JSON-RPC 2.0 (the card's URL with a trailing slash)",
+        "JSONRPCRequest",
+        "JSONRPCResponse",
+        (_JSON, _SSE),
+        errors=None,
+    ),
+    ("POST", "/a2a/message:send"): Operation("A2A", "A2A HTTP+JSON: SendMessage", "Object"),
+    ("POST", "/a2a/message:stream"): Operation(
+        "A2A", "A2A HTTP+JSON: SendStreamingMessage", "Object", media=(_SSE,)
+    ),
+    ("GET", "/a2a/tasks"): Operation("A2A", "A2A HTTP+JSON: ListTasks"),
+    ("GET", "/a2a/tasks/{task_id}"): Operation("A2A", "A2A HTTP+JSON: GetTask"),
+    ("POST", "/a2a/tasks/{task_id}:cancel"): Operation("A2A", "A2A HTTP+JSON: CancelTask"),
+    ("POST", "/a2a/tasks/{task_id}:subscribe"): Operation(
+        "A2A", "A2A HTTP+JSON: SubscribeToTask", media=(_SSE,)
+    ),
+    ("GET", "/a2a/tasks/{task_id}:subscribe"): Operation(
+        "A2A", "A2A HTTP+JSON: SubscribeToTask", media=(_SSE,)
+    ),
+    ("POST", "/a2a/tasks/{task_id}/pushNotificationConfigs"): Operation(
+        "A2A", "A2A HTTP+JSON: create a push-notification config", "Object"
+    ),
+    ("GET", "/a2a/tasks/{task_id}/pushNotificationConfigs"): Operation(
+        "A2A", "A2A HTTP+JSON: list push-notification configs"
+    ),
+    ("GET", "/a2a/tasks/{task_id}/pushNotificationConfigs/{config_id}"): Operation(
+        "A2A", "A2A HTTP+JSON: get a push-notification config"
+    ),
+    ("DELETE", "/a2a/tasks/{task_id}/pushNotificationConfigs/{config_id}"): Operation(
+        "A2A", "A2A HTTP+JSON: delete a push-notification config"
+    ),
+    ("GET", "/a2a/extendedAgentCard"): Operation("A2A", "A2A HTTP+JSON: the extended card"),
     ("POST", "/tasks"): Operation("A2A", "Create a task (A2A REST)", "Object"),
     ("GET", "/tasks/{task_id}"): Operation("A2A", "Read a task (A2A REST)"),
     ("DELETE", "/tasks/{task_id}"): Operation("A2A", "Cancel a task (A2A REST)"),
@@ -187,7 +222,7 @@ def subpath(pattern: str) -> str:
 
 
 def _operation_id(method: str, pattern: str) -> str:
-    words = [w.strip("{}") for w in pattern.replace(".", "_").replace("-", "_").split("/") if w]
+    words = [re.sub(r"\W+", "_", w).strip("_") for w in pattern.split("/") if w]
     if pattern.endswith("/"):
         words.append("index")
     return "_".join([method.lower(), *words])
@@ -196,7 +231,7 @@ def _operation_id(method: str, pattern: str) -> str:
 def _describe(method: str, pattern: str, op: Operation) -> dict[str, Any]:
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in (w[1:-1] for w in pattern.split("/") if w.startswith("{"))
+        for name in re.findall(r"\{(\w+)\}", pattern)
     ]
     out: dict[str, Any] = {
         "tags": [op.tag],

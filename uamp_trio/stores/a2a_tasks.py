@@ -134,6 +134,10 @@ class TaskStore:
             if not self._held[key]:
                 del self._held[key]
 
+    def discard(self, task_id: str) -> None:
+        """Forget a task (an agent that answered with a message made none to keep)."""
+        self._drop(task_id)
+
     def get(self, task_id: str, *, owner: Principal) -> A2ATask:
         """The task with ``task_id``, if ``owner`` created it.
 

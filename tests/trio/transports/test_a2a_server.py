@@ -10,6 +10,7 @@ import httpx
 import pytest
 import trio
 
+from tests._support import a2a_schema
 from tests._support.agents import TestAgent
 from tests._support.rpc import a2a_message, a2a_v1_message, rpc
 from uamp_proto import events as ev
@@ -79,17 +80,37 @@ async def test_card_urls_follow_the_host_and_carry_capabilities(base: str) -> No
                 headers={"host": "agents.example:8443"},
             )
         ).json()
-    assert card == legacy
+    url = f"{base}/agents/slow/a2a"
     assert card["supportedInterfaces"] == [
-        {"url": f"{base}/agents/slow/a2a", "protocolBinding": "JSONRPC", "protocolVersion": v}
-        for v in ("1.0", "0.3")
+        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
-    assert card["url"] == f"{base}/agents/slow/a2a"
-    assert card["modelCapabilities"]["id"] == "slow"
-    assert card["modelCapabilities"]["tools"]["built_in_tools"] == ["web_search"]
+    assert a2a_schema.problems("Agent Card", card) == []
+    # agent.json is the 0.3 card with UAMP's modelCapabilities (UAMP 9.2).
+    assert legacy == {**legacy, **card}
+    assert legacy["url"] == url
+    assert legacy["modelCapabilities"]["id"] == "slow"
+    assert legacy["modelCapabilities"]["tools"]["built_in_tools"] == ["web_search"]
     assert [s["id"] for s in card["skills"]] == ["slow", "tool.web_search"]
     assert card["defaultInputModes"] == ["text/plain", "image/*", "application/json"]
     assert proxied["supportedInterfaces"][0]["url"] == "http://agents.example:8443/agents/slow/a2a"
+
+
+async def test_card_is_cacheable_and_0_3_clients_get_the_0_3_card(base: str) -> None:
+    url = f"{base}/agents/slow/.well-known/agent-card.json"
+    async with httpx.AsyncClient() as http:
+        first = await http.get(url)
+        again = await http.get(url, headers={"if-none-match": first.headers["etag"]})
+        old = await http.get(url, headers={"a2a-version": "0.3"})
+        stale = await http.get(url, headers={"if-none-match": '"other"'})
+    assert "max-age=" in first.headers["cache-control"]
+    assert first.headers["last-modified"].endswith("GMT")
+    assert (again.status_code, again.content) == (304, b"")
+    assert again.headers["etag"] == first.headers["etag"]
+    assert old.json()["protocolVersion"] == "0.3.0" and "protocolVersion" not in first.json()
+    assert old.headers["etag"] != first.headers["etag"]
+    assert stale.status_code == 200 and stale.json() == first.json()
 
 
 # --- JSON-RPC errors ------------------------------------------------------------------
@@ -118,7 +139,7 @@ async def test_card_urls_follow_the_host_and_carry_capabilities(base: str) -> No
         ),
         (json.dumps(rpc("GetTask", {"id": "task_missing"}, 8)).encode(), -32001, 8),
         (json.dumps(rpc("tasks/get", {"id": "task_missing"}, 9)).encode(), -32001, 9),
-        (json.dumps(rpc("tasks/pushNotificationConfig/set", {}, 10)).encode(), -32003, 10),
+        (json.dumps(rpc("tasks/pushNotificationConfig/set", {}, 10)).encode(), -32602, 10),
         (
             json.dumps(
                 rpc("SendMessage", {"message": a2a_v1_message("x", taskId="task_missing")}, 11)

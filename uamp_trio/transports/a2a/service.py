@@ -1,20 +1,34 @@
-"""The Google A2A transport (spec 004 "A2A Transport"; UAMP 1.3, 9.2).
+"""The Google A2A transport (A2A 1.0 and 0.3; spec 004 "A2A Transport"; UAMP 1.3, 9.2).
 
 Endpoints, for every hosted agent (and at the root for a single agent):
 
-* ``GET /agents/{name}/.well-known/agent-card.json`` and ``.../agent.json`` --
-  the agent card, with absolute interface URLs built from the request's
-  ``Host`` (or the ``public_url`` given to :func:`transport`);
-* ``POST /agents/{name}/a2a`` -- JSON-RPC 2.0, both dialects a2a-sdk speaks:
-  1.0 (``SendMessage``, ``SendStreamingMessage``, ``GetTask``,
-  ``CancelTask``, ``ListTasks``, ``SubscribeToTask``) and 0.3
+* ``GET /agents/{name}/.well-known/agent-card.json`` -- the A2A 1.0 card
+  (the 0.3 card when the request says ``A2A-Version: 0.3``), and
+  ``.../agent.json`` -- the 0.3 card with UAMP's ``modelCapabilities``;
+  interface URLs are absolute, built from the request's ``Host`` (or the
+  ``public_url`` given to :func:`transport`); ``Cache-Control``, ``ETag``,
+  ``Last-Modified`` and ``304`` on ``If-None-Match``;
+* ``POST /agents/{name}/a2a`` (and ``.../a2a/``) -- JSON-RPC 2.0, both
+  dialects a2a-sdk speaks: 1.0 (``SendMessage``, ``SendStreamingMessage``,
+  ``GetTask``, ``CancelTask``, ``ListTasks``, ``SubscribeToTask``, the
+  push-notification config methods, ``GetExtendedAgentCard``) and 0.3
   (``message/send``, ``message/stream``, ``tasks/get``, ``tasks/cancel``,
-  ``tasks/resubscribe``); streams are SSE;
+  ``tasks/resubscribe``, ``tasks/pushNotificationConfig/*``); streams are SSE;
+* ``.../a2a/message:send`` and the other HTTP+JSON routes
+  (:mod:`uamp_trio.transports.a2a_rest`);
 * ``POST /agents/{name}/tasks`` -- spec 004's REST form: an SSE stream of
   ``task.started``, ``task.message`` ..., ``task.completed`` /
   ``task.failed`` / ``task.canceled`` / ``task.input_required``;
   ``GET /agents/{name}/tasks/{id}`` and ``DELETE /agents/{name}/tasks/{id}``
   (cancel).
+
+Every binding calls the same operations (:meth:`A2ATransport.send`,
+:meth:`~A2ATransport.stream`, :meth:`~A2ATransport.get` ...), which take
+the request's params as ProtoJSON (1.0) or 0.3 JSON and answer the same
+objects: a conversation gives the same tasks over every binding. The
+``A2A-Version`` header picks the protocol version
+(:func:`uamp_proto.adapters.a2a.negotiate_version`); an unknown one is
+``VersionNotSupportedError``.
 
 Each task runs one UAMP turn (:func:`uamp_trio.hosting.turns.open_response`) per
 message in the server's background nursery (``App.background``): a blocking
@@ -54,6 +68,7 @@ it does for an unknown one.
 from __future__ import annotations
 
 import datetime
+import email.utils
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -63,8 +78,9 @@ import orjson
 import trio
 
 from uamp_proto import types as ty
-from uamp_proto.adapters import a2a
+from uamp_proto.adapters import a2a, a2a_card, a2a_params
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
+from uamp_proto.adapters.a2a_card import Interface
 from uamp_proto.errors import UampError
 from uamp_proto.events import PaymentBalance
 from uamp_proto.ids import IdSource, random_ids
@@ -77,13 +93,16 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.sse import encode_json
 
-from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse, json_response
-from ..hosting.host import Host, Transport
-from ..hosting.router import RouteMeta
-from ..hosting.turns import open_response
-from ..stores.a2a_tasks import QUOTA_EXCEEDED, task_not_found
+from ...engines import http as web
+from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, json_response
+from ...hosting.host import Host, Transport
+from ...hosting.router import RouteMeta
+from ...hosting.turns import open_response
+from ...stores.a2a_tasks import QUOTA_EXCEEDED, task_not_found
+from . import rest as a2a_rest
+from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
+from .push import PushSender
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -96,24 +115,17 @@ REST_ROUTES = RouteMeta(transport="a2a", error_style="openai")
 
 log = logging.getLogger("uamp_trio.a2a")
 
-_SSE_HEADERS = [
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-    ("x-accel-buffering", "no"),
-]
 #: Updates buffered per subscriber before a slow one is dropped.
 _SUBSCRIBER_BUFFER = 64
 #: How long a cancel request waits for the turn to wind down.
 _CANCEL_WAIT = 10.0
+#: How long a client may cache a card (A2A 1.0 section 8.6).
+_CARD_MAX_AGE = 300
 
 
 def _now() -> str:
     """The current time in RFC 3339 (what A2A's ``timestamp`` fields hold)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _sse(obj: Any, event: str | None = None) -> bytes:
-    return encode_json(orjson.dumps(obj), event=event)
 
 
 @attrs.define
@@ -152,6 +164,10 @@ class _Prepared:
     #: Set when the turn is handed to :meth:`A2ATransport._execute`, which
     #: settles the charge; before that, whoever drops the send releases it.
     started: bool = False
+    #: The client activated :data:`~uamp_proto.adapters.a2a.UAMP_EVENTS_EXTENSION`.
+    uamp_events: bool = False
+    #: The agent's direct reply (a message instead of a task), once it came.
+    reply: a2a.StoredMessage | None = None
 
     async def release_unstarted(self) -> None:
         """Free the charge of a turn that never started (a stream whose body never began)."""
@@ -169,6 +185,9 @@ class A2ATransport:
         public_url: Base URL for the card's interface URLs (default: from
             the request's scheme and ``Host``).
         ids: Id source for tasks, contexts and messages.
+        push: Delivers push notifications (default: a
+            :class:`~uamp_trio.transports.a2a_push.PushSender` that refuses
+            private and loopback targets).
     """
 
     def __init__(
@@ -178,6 +197,7 @@ class A2ATransport:
         payment_policy: PaymentPolicy | None = None,
         public_url: str | None = None,
         ids: IdSource = random_ids,
+        push: PushSender | None = None,
     ) -> None:
         self.app = app
         self._policy = payment_policy
@@ -185,7 +205,10 @@ class A2ATransport:
         #: The app's task store (:attr:`Stores.a2a_tasks <uamp_trio.stores.Stores.a2a_tasks>`).
         self.store = app.stores.a2a_tasks
         self.ids = ids
+        self.push = push if push is not None else PushSender()
         self._live: dict[str, _Live] = {}
+        #: When the cards last changed (the server started): ``Last-Modified``.
+        self._since = email.utils.formatdate(usegmt=True)
 
     async def charge(
         self, agent: Responder, token: str | None, response_id: str, principal: Principal
@@ -206,6 +229,8 @@ class A2ATransport:
         app.agent_route("GET", card, self.card, label="A2A agent card", meta=CARD_ROUTES)
         app.agent_route("GET", "/.well-known/agent.json", self.card, meta=CARD_ROUTES)
         app.agent_route("POST", "/a2a", self.rpc, label="A2A JSON-RPC", meta=RPC_ROUTES)
+        app.agent_route("POST", "/a2a/", self.rpc, meta=RPC_ROUTES)
+        a2a_rest.mount(app, self)
         app.agent_route(
             "POST", "/tasks", self.rest_create, label="A2A tasks (REST)", meta=REST_ROUTES
         )
@@ -220,20 +245,56 @@ class A2ATransport:
         host = request.headers.get("host") or "127.0.0.1"
         return f"{request.scheme}://{host}"
 
-    async def card(self, request: Request) -> Response:
-        """``GET .../.well-known/agent-card.json``."""
-        agent = self.app.resolve_agent(request.path_params)
+    def agent_card(self, agent: Responder, request: Request) -> dict[str, Any]:
+        """The A2A 1.0 card of ``agent`` as seen through ``request``."""
         base = self._base_url(request)
         prefix = f"/agents/{agent.name}" if "agent" in request.path_params else ""
+        url = f"{base}{prefix}/a2a"
         description = getattr(agent, "description", None)
-        card = a2a.agent_card(
+        interfaces = [
+            Interface(url, "JSONRPC", "1.0"),
+            Interface(url, "JSONRPC", "0.3"),
+            Interface(url, "HTTP+JSON", "1.0"),
+        ]
+        secured = self.app.authenticator is not None
+        return a2a_card.agent_card(
             name=agent.name,
             capabilities=agent.capabilities(),
-            rpc_url=f"{base}{prefix}/a2a",
+            interfaces=interfaces,
             base_url=base,
             description=description if isinstance(description, str) else None,
+            push_notifications=True,
+            extended_card=secured,
+            security_schemes=(
+                {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}} if secured else None
+            ),
         )
-        return json_response(card)
+
+    async def card(self, request: Request) -> Response:
+        """``GET .../.well-known/agent-card.json`` (and ``agent.json``): the card, cacheable.
+
+        ``agent-card.json`` is the 1.0 card unless the request asks for
+        ``A2A-Version: 0.3``; ``agent.json`` is always the 0.3 card (with
+        UAMP's ``modelCapabilities``).
+        """
+        agent = self.app.resolve_agent(request.path_params)
+        card = self.agent_card(agent, request)
+        wanted = request.headers.get("a2a-version") or ""
+        if request.path.endswith("/agent.json") or wanted.strip().startswith("0.3"):
+            rpc_url = card["supportedInterfaces"][0]["url"]
+            card = a2a_card.legacy_card(card, rpc_url=rpc_url)
+        body = orjson.dumps(card)
+        etag = a2a_card.card_etag(body)
+        headers = [
+            ("cache-control", f"public, max-age={_CARD_MAX_AGE}"),
+            ("etag", etag),
+            ("last-modified", self._since),
+            ("vary", "Host, A2A-Version"),
+        ]
+        match = request.headers.get("if-none-match") or ""
+        if etag in (tag.strip() for tag in match.split(",")) or match.strip() == "*":
+            return Response(status=304, headers=headers)
+        return Response(status=200, headers=[*JSON_HEADERS, *headers], body=body)
 
     # --- JSON-RPC ------------------------------------------------------------------------
 
@@ -241,75 +302,105 @@ class A2ATransport:
         """``POST .../a2a``: one JSON-RPC request (batches are refused)."""
         agent = self.app.resolve_agent(request.path_params)
         try:
+            check_json_body(request)
+            wanted = a2a.negotiate_version(request.headers.get("a2a-version"))
             call = a2a.parse_rpc(request.body)
         except a2a.RpcError as exc:
             return json_response(a2a.error_response(exc.request_id, exc, exc.dialect))
         except A2AError as exc:
             return json_response(a2a.error_response(None, exc))
         try:
-            return await self._dispatch(agent, call, request)
+            if wanted is Dialect.V1 and call.dialect is Dialect.V03:
+                raise A2AError(
+                    a2a.METHOD_NOT_FOUND,
+                    f"Method not found: {call.method} is an A2A 0.3 method; "
+                    "A2A-Version 1.0 was asked for.",
+                )
+            return await self._dispatch(Call(agent, request, call.dialect), call)
         except A2AError as exc:
             return json_response(a2a.error_response(call.id, exc, call.dialect))
 
-    async def _dispatch(
-        self, agent: Responder, call: a2a.RpcCall, request: Request
-    ) -> Response | StreamingResponse:
-        op, params, dialect = call.operation, call.params, call.dialect
+    async def _dispatch(self, call: Call, rpc: a2a.RpcCall) -> Response | StreamingResponse:
+        op, params = rpc.operation, rpc.params
+
+        def answer(result: Any) -> Response:
+            return json_response(a2a.result_response(rpc.id, result))
+
+        if op in ("stream", "subscribe"):
+            opener = self.stream if op == "stream" else self.subscribe
+            opened = await opener(call, params)
+            return opened.sse(lambda result: a2a.result_response(rpc.id, result))
         if op == "send":
-            prepared = await self._prepare(agent, params, dialect, request, rest=False)
-            await self._execute(agent, prepared, None, wait=_blocking(params, dialect))
-            rendered = a2a.render_task(
-                prepared.task, dialect, history_length=prepared.history_length
-            )
-            result = {"task": rendered} if dialect is Dialect.V1 else rendered
-            return json_response(a2a.result_response(call.id, result))
-        if op == "stream":
-            prepared = await self._prepare(agent, params, dialect, request, rest=False)
-            return self._stream_rpc(agent, prepared, call)
-        principal = request.principal
+            return answer(await self.send(call, params))
         if op == "get":
-            found = self._task(agent, a2a.task_id_param(params), principal)
-            history = a2a.opt_int(params, "historyLength")
-            got = a2a.render_task(found, dialect, history_length=history)
-            return json_response(a2a.result_response(call.id, got))
+            return answer(self.get(call, params))
         if op == "cancel":
-            canceled = await self._cancel(agent, a2a.task_id_param(params), principal)
-            return json_response(a2a.result_response(call.id, a2a.render_task(canceled, dialect)))
+            return answer(await self.cancel(call, params))
         if op == "list":
-            listed = self._list(agent, params, principal)
-            return json_response(a2a.result_response(call.id, listed))
-        if op == "subscribe":
-            return self._subscribe(agent, a2a.task_id_param(params), call, principal)
-        if op == "push":
-            raise A2AError(
-                a2a.PUSH_NOTIFICATION_NOT_SUPPORTED, "Push notifications are not supported."
-            )
-        raise A2AError(
-            a2a.EXTENDED_CARD_NOT_CONFIGURED, "This agent has no authenticated extended card."
+            return answer(self.list_tasks(call, params))
+        if op == "extended_card":
+            return answer(self.extended_card(call))
+        return answer(await self.push_config(call, rpc.method, params))
+
+    # --- the operations (every binding) ----------------------------------------------------
+
+    async def send(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+        """``SendMessage``: the task (or the agent's direct message) as a send's result."""
+        prepared = await self._prepare(call, params, rest=False)
+        await self._execute(call.agent, prepared, None, wait=_blocking(params, call.dialect))
+        if prepared.reply is not None:
+            return _message_result(prepared, call.dialect)
+        rendered = a2a.render_task(
+            prepared.task, call.dialect, history_length=prepared.history_length
         )
+        return {"task": rendered} if call.dialect is Dialect.V1 else rendered
 
-    def _stream_rpc(
-        self, agent: Responder, prepared: _Prepared, call: a2a.RpcCall
-    ) -> StreamingResponse:
+    async def stream(self, call: Call, params: dict[str, Any]) -> Opened:
+        """``SendStreamingMessage``: the task snapshot (or a message), then its updates."""
+        if call.agent.capabilities().supports_streaming is False:
+            raise A2AError(
+                a2a.UNSUPPORTED_OPERATION, "This agent does not stream (capabilities.streaming)."
+            )
+        prepared = await self._prepare(call, params, rest=False)
         dialect = call.dialect
+        # The task as submitted: sent before its first update, unless the
+        # agent answers with a message (then no task is shown at all).
+        snapshot = a2a.stream_task(prepared.task, dialect)
 
-        async def produce(send: SendChunk) -> None:
-            await send(_sse(a2a.result_response(call.id, a2a.stream_task(prepared.task, dialect))))
+        async def produce(emit: Emit) -> None:
+            opened = False
 
             async def write(update: Update) -> None:
-                result = a2a.render_update(update, dialect)
-                await send(_sse(a2a.result_response(call.id, result)))
+                nonlocal opened
+                if update.kind == "message":
+                    await emit(_message_result(prepared, dialect))
+                    return
+                if not opened:
+                    opened = True
+                    await emit(snapshot)
+                await emit(a2a.render_update(update, dialect))
 
-            await self._execute(agent, prepared, write)
+            await self._execute(call.agent, prepared, write)
+            if not opened and prepared.reply is None:
+                await emit(snapshot)
 
-        return StreamingResponse(
-            producer=produce, headers=list(_SSE_HEADERS), on_close=prepared.release_unstarted
-        )
+        return Opened(produce, prepared.release_unstarted)
 
-    def _subscribe(
-        self, agent: Responder, task_id: str, call: a2a.RpcCall, principal: Principal
-    ) -> StreamingResponse:
-        task = self._task(agent, task_id, principal)
+    def get(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+        """``GetTask``."""
+        task = self._task(call.agent, a2a.task_id_param(params), call.principal)
+        history = a2a.opt_int(params, "historyLength")
+        return a2a.render_task(task, call.dialect, history_length=history)
+
+    async def cancel(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+        """``CancelTask``."""
+        canceled = await self._cancel(call.agent, a2a.task_id_param(params), call.principal)
+        return a2a.render_task(canceled, call.dialect)
+
+    async def subscribe(self, call: Call, params: dict[str, Any]) -> Opened:
+        """``SubscribeToTask``: the task snapshot, then the running task's updates."""
+        task_id = a2a.task_id_param(params)
+        task = self._task(call.agent, task_id, call.principal)
         if task.state.is_terminal:
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
@@ -322,55 +413,86 @@ class A2ATransport:
             live.subscribers.append(send_channel)
         dialect = call.dialect
 
-        async def produce(send: SendChunk) -> None:
-            await send(_sse(a2a.result_response(call.id, a2a.stream_task(task, dialect))))
+        async def produce(emit: Emit) -> None:
+            await emit(a2a.stream_task(task, dialect))
             if receive is None:  # paused: the snapshot is all there is
                 return
             async with receive:
                 async for update in receive:
-                    result = a2a.render_update(update, dialect)
-                    await send(_sse(a2a.result_response(call.id, result)))
+                    if update.kind != "message":
+                        await emit(a2a.render_update(update, dialect))
 
-        return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
+        return Opened(produce)
 
-    def _list(
-        self, agent: Responder, params: dict[str, Any], principal: Principal
-    ) -> dict[str, Any]:
-        context_id = params.get("contextId") or None
-        status = params.get("status") or None
-        wanted: a2a.TaskState | None = None
-        if status not in (None, "TASK_STATE_UNSPECIFIED", 0):
-            try:
-                wanted = next(s for s in a2a.TaskState if status in (s.v1, s.value))
-            except StopIteration:
-                raise A2AError(a2a.INVALID_PARAMS, f"Unknown task state {status!r}.") from None
-        size = a2a.opt_int(params, "pageSize", minimum=1) or 50
-        if size > 100:
-            raise A2AError(a2a.INVALID_PARAMS, "'pageSize' must be at most 100.")
-        token = params.get("pageToken") or "0"
-        if not isinstance(token, str) or not token.isdigit():
-            raise A2AError(a2a.INVALID_PARAMS, "'pageToken' is not a token this server issued.")
-        history = a2a.opt_int(params, "historyLength")
-        artifacts = params.get("includeArtifacts") is True
+    def list_tasks(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+        """``ListTasks``: the caller's tasks of this agent, newest first, filtered and paged."""
+        query = a2a_params.parse_list_params(params)
         tasks = [
             t
-            for t in reversed(self.store.owned_by(principal))
-            if t.agent == agent.name
-            and (context_id is None or t.context_id == context_id)
-            and (wanted is None or t.state is wanted)
+            for t in reversed(self.store.owned_by(call.principal))
+            if t.agent == call.agent.name and query.matches(t)
         ]
-        start = int(token)
-        page = tasks[start : start + size]
-        more = start + size < len(tasks)
+        start = query.offset
+        if start > len(tasks):
+            raise A2AError(a2a.INVALID_PARAMS, "'pageToken' is not a token this server issued.")
+        page = tasks[start : start + query.page_size]
+        more = start + query.page_size < len(tasks)
         return {
             "tasks": [
-                a2a.render_task(t, Dialect.V1, history_length=history, include_artifacts=artifacts)
+                a2a.render_task(
+                    t,
+                    Dialect.V1,
+                    history_length=query.history_length,
+                    include_artifacts=query.include_artifacts,
+                )
                 for t in page
             ],
-            "nextPageToken": str(start + size) if more else "",
-            "pageSize": size,
+            "nextPageToken": a2a_params.page_token(start + query.page_size) if more else "",
+            "pageSize": query.page_size,
             "totalSize": len(tasks),
         }
+
+    def extended_card(self, call: Call) -> dict[str, Any]:
+        """``GetExtendedAgentCard``: the card for an authenticated caller.
+
+        Raises:
+            A2AError: :data:`~a2a.EXTENDED_CARD_NOT_CONFIGURED` without
+                authentication on the server (the card says
+                ``extendedAgentCard: false`` then).
+        """
+        if self.app.authenticator is None:
+            raise A2AError(
+                a2a.EXTENDED_CARD_NOT_CONFIGURED,
+                "This agent has no authenticated extended card (the server has no authentication).",
+            )
+        return self.agent_card(call.agent, call.request)
+
+    async def push_config(self, call: Call, method: str, params: dict[str, Any]) -> Any:
+        """The push-notification config methods (set, get, list, delete) of either dialect."""
+        op = a2a_params.PUSH_METHODS[method]
+        task_id = a2a_params.task_id_of(params, op, call.dialect)
+        task = self._task(call.agent, task_id, call.principal)
+        if op == "set":
+            config = a2a_params.parse_config(params, call.dialect, self.ids)
+            self.push.check_target(config["url"])
+            task.push_configs[config["id"]] = config
+            return a2a_params.render_config(task.id, config, call.dialect)
+        if op == "get":
+            config = a2a_params.find_config(task, params, call.dialect)
+            return a2a_params.render_config(task.id, config, call.dialect)
+        if op == "list":
+            rendered = [
+                a2a_params.render_config(task.id, c, call.dialect)
+                for c in task.push_configs.values()
+            ]
+            return (
+                {"configs": rendered, "nextPageToken": ""}
+                if call.dialect is Dialect.V1
+                else rendered
+            )
+        config = a2a_params.find_config(task, params, call.dialect)
+        del task.push_configs[config["id"]]
+        return {} if call.dialect is Dialect.V1 else None
 
     # --- the REST form (spec 004) ----------------------------------------------------------
 
@@ -379,11 +501,11 @@ class A2ATransport:
         agent = self.app.resolve_agent(request.path_params)
         body = await request.json()
         if not isinstance(body, dict):
-            raise HTTPError(
+            raise web.HTTPError(
                 400, "The body must be a JSON object with a 'message'.", code="invalid_request"
             )
         try:
-            prepared = await self._prepare(agent, body, Dialect.V03, request, rest=True)
+            prepared = await self._prepare(Call(agent, request, Dialect.V03), body, rest=True)
         except _PaymentRefused as refused:
             task = refused.task
             error = refused.error
@@ -391,26 +513,26 @@ class A2ATransport:
                 task.id, task.context_id, error.accepts(), error.details()
             )
 
-            async def refuse(send: SendChunk) -> None:
-                await send(_sse(data, "task.failed"))
+            async def refuse(send: web.SendChunk) -> None:
+                await send(sse(data, "task.failed"))
 
-            return StreamingResponse(producer=refuse, headers=list(_SSE_HEADERS))
+            return StreamingResponse(producer=refuse, headers=list(SSE_HEADERS))
         except A2AError as exc:
-            raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
+            raise web.HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         task = prepared.task
 
-        async def produce(send: SendChunk) -> None:
+        async def produce(send: web.SendChunk) -> None:
             started = {"id": task.id, "contextId": task.context_id, "status": "running"}
-            await send(_sse(started, "task.started"))
+            await send(sse(started, "task.started"))
 
             async def write(update: Update) -> None:
                 for name, data in a2a.rest_events(update):
-                    await send(_sse(data, name))
+                    await send(sse(data, name))
 
             await self._execute(agent, prepared, write)
 
         return StreamingResponse(
-            producer=produce, headers=list(_SSE_HEADERS), on_close=prepared.release_unstarted
+            producer=produce, headers=list(SSE_HEADERS), on_close=prepared.release_unstarted
         )
 
     async def rest_get(self, request: Request) -> Response:
@@ -419,7 +541,7 @@ class A2ATransport:
         try:
             task = self._task(agent, request.path_params["task_id"], request.principal)
         except A2AError as exc:
-            raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
+            raise web.HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         return json_response(a2a.rest_task(task))
 
     async def rest_cancel(self, request: Request) -> Response:
@@ -428,7 +550,7 @@ class A2ATransport:
         try:
             task = await self._cancel(agent, request.path_params["task_id"], request.principal)
         except A2AError as exc:
-            raise HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
+            raise web.HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         return json_response(a2a.rest_task(task))
 
     # --- tasks ---------------------------------------------------------------------------
@@ -444,26 +566,36 @@ class A2ATransport:
             raise task_not_found(task_id)
         return task
 
-    async def _prepare(
-        self,
-        agent: Responder,
-        params: dict[str, Any],
-        dialect: Dialect,
-        request: Request,
-        *,
-        rest: bool,
-    ) -> _Prepared:
-        """Validate a send and create (or resume) its task."""
-        message = a2a.parse_message(params.get("message"), message_id=self.ids("msg"))
+    async def _prepare(self, call: Call, params: dict[str, Any], *, rest: bool) -> _Prepared:
+        """Validate a send and create (or resume) its task.
+
+        ``rest``: spec 004's task form, whose messages need no ``messageId``
+        and whose payment refusal is a stored failed task.
+        """
+        agent, request, dialect = call.agent, call.request, call.dialect
+        if params.get("message") is None:
+            raise A2AError(a2a.INVALID_PARAMS, "'message' is required.")
+        message = a2a.parse_message(
+            params.get("message"), message_id=self.ids("msg") if rest else ""
+        )
         if message.role != "user":
             raise A2AError(a2a.INVALID_PARAMS, "'message.role' must be user for a new message.")
-        config = params.get("configuration") or {}
-        if not isinstance(config, dict):
-            raise A2AError(a2a.INVALID_PARAMS, "'configuration' must be an object.")
+        modes = a2a_card.input_modes(agent.capabilities())
+        for media_type in message.media_types:
+            if not a2a.accepts_media(modes, media_type):
+                raise A2AError(
+                    a2a.CONTENT_TYPE_NOT_SUPPORTED,
+                    f"This agent does not accept {media_type} (it accepts {', '.join(modes)}).",
+                    data={"mediaType": media_type},
+                )
+        config = a2a_params.send_configuration(params)
         history_length = a2a.opt_int(config, "historyLength")
         metadata = params.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise A2AError(a2a.INVALID_PARAMS, "'metadata' must be an object.")
+        push_config = a2a_params.inline_push_config(config, dialect, self.ids)
+        if push_config is not None:
+            self.push.check_target(push_config["url"])
         tools = a2a.parse_tools(metadata)
         token = request.headers.get("x-payment")
         principal = request.principal
@@ -503,6 +635,8 @@ class A2ATransport:
             task.pending_tool_calls = []
             if tools:
                 task.tools = tools
+            if push_config is not None:
+                task.push_configs[push_config["id"]] = push_config
             new = False
         else:
             context_id = message.context_id or self.ids("ctx")
@@ -525,6 +659,8 @@ class A2ATransport:
                 ],
                 tools=tools or (earlier.tools if earlier is not None else []),
             )
+            if push_config is not None:
+                task.push_configs[push_config["id"]] = push_config
             self.store.check_quota(principal)  # before any money is locked
             response_id = self.ids("resp")
             try:
@@ -559,7 +695,11 @@ class A2ATransport:
             messages=list(task.conversation),
             tools=list(task.tools),
             payment_token=token,
-            metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
+            metadata={
+                "a2a_task_id": task.id,
+                "a2a_context_id": task.context_id,
+                "a2a": a2a_params.turn_context(task, message, metadata, call.extensions),
+            },
         )
         return _Prepared(
             task=task,
@@ -568,6 +708,7 @@ class A2ATransport:
             new=new,
             request_bytes=request.body,
             charge=charge,
+            uamp_events=a2a.UAMP_EVENTS_EXTENSION in call.extensions,
         )
 
     async def _execute(
@@ -617,11 +758,16 @@ class A2ATransport:
         if live is None:
             live = _Live()
         self._live[task.id] = live
-        run = TaskRun(task, self.ids)
+        run = TaskRun(task, self.ids, uamp_events=prepared.uamp_events)
         current = live
 
         async def deliver(updates: list[Update]) -> None:
+            if run.reply is not None and prepared.reply is None:
+                prepared.reply = run.reply
+                updates = [_reply_update(task, run.reply), *updates]
             for update in updates:
+                if task.push_configs and update.kind != "message":
+                    self.push.notify(self.app.background, task, update)
                 current.publish(update)
                 if current.primary is not None:
                     try:
@@ -637,7 +783,6 @@ class A2ATransport:
                 task.metadata.pop(BALANCE_EVENT, None)
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
-            await deliver([run.status()])
             async with open_response(agent, prepared.turn, charge=prepared.charge) as turn:
                 live.cancel = turn.cancel
                 if live.cancel_requested:
@@ -654,14 +799,22 @@ class A2ATransport:
                 updates = run.require_input(output, outcome.pending_tool_calls, _now())
             elif outcome.status == "cancelled":
                 updates = run.cancel(_now())
+            elif outcome.error is not None and outcome.error.code in a2a.PAUSE_CODES:
+                trigger = a2a.PAUSE_CODES[outcome.error.code]
+                updates = run.pause(trigger, outcome.error.message, output, _now())
             else:
                 error = outcome.error or ty.ErrorInfo(
                     code="internal_error", message="The agent failed."
                 )
                 updates = run.fail(error, _now())
-            if outcome.balance is not None:
+            if outcome.balance is not None and updates:
                 updates = _with_balance(updates, task, outcome.balance)
             await deliver(updates)
+            if prepared.reply is not None:
+                # A direct reply is not a task: nothing is kept to get or list.
+                if not task.state.is_terminal:
+                    task.move(Trigger.COMPLETE, _now())
+                self.store.discard(task.id)
         finally:
             if prepared.charge is not None:
                 await prepared.charge.settle(None, used=False)  # never ran; else a no-op
@@ -709,6 +862,18 @@ class A2ATransport:
         with trio.move_on_after(_CANCEL_WAIT):
             await live.done.wait()
         return task
+
+
+def _reply_update(task: A2ATask, message: a2a.StoredMessage) -> Update:
+    """The update that carries an agent's direct reply to the request that sent the message."""
+    return Update(kind="message", task_id=task.id, context_id=task.context_id, message=message)
+
+
+def _message_result(prepared: _Prepared, dialect: Dialect) -> dict[str, Any]:
+    """A send's result when the agent answered with a message: no task id, the context's id."""
+    assert prepared.reply is not None
+    rendered = a2a.render_message(prepared.reply, dialect, context_id=prepared.task.context_id)
+    return {"message": rendered} if dialect is Dialect.V1 else rendered
 
 
 def _with_balance(updates: list[Update], task: A2ATask, balance: PaymentBalance) -> list[Update]:

@@ -1,0 +1,190 @@
+"""The A2A agent card (A2A 1.0 section 8; 0.3 for older clients; UAMP 9.2).
+
+Two shapes of one card:
+
+* :func:`agent_card` is the A2A 1.0 card. It has exactly the members of the
+  specification's ``AgentCard`` (its JSON schema allows no others): every
+  interface the agent is served on in ``supportedInterfaces`` (JSON-RPC in
+  both protocol versions, HTTP+JSON, gRPC), and uamp's own data -- the
+  agent's UAMP Capabilities object -- as the ``params`` of the
+  :data:`CAPABILITIES_EXTENSION` entry of ``capabilities.extensions``.
+* :func:`legacy_card` adds what a 0.3 client reads (``url``,
+  ``preferredTransport``, ``protocolVersion``, ``additionalInterfaces``)
+  and what UAMP discovery promises at ``/.well-known/agent.json``
+  (``modelCapabilities``, UAMP 9.2).
+
+:func:`card_etag` is the validator the server sends with either (the card
+changes only when the agent or the request's host does, so a hash of its
+bytes is a strong one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+
+from .. import types as ty
+from ..codec import unstructure
+
+__all__ = [
+    "CAPABILITIES_EXTENSION",
+    "Interface",
+    "agent_card",
+    "card_etag",
+    "legacy_card",
+]
+
+#: The extension URI under which the card carries the UAMP capabilities.
+CAPABILITIES_EXTENSION = "https://uamp.dev/extensions/capabilities/v1"
+
+_MODE_BY_MODALITY = {
+    "text": "text/plain",
+    "image": "image/*",
+    "audio": "audio/*",
+    "video": "video/*",
+    "file": "application/octet-stream",
+}
+
+
+@attrs.frozen
+class Interface:
+    """One ``supportedInterfaces`` entry: where, which binding, which protocol version.
+
+    ``tenant`` is set where the binding's URL cannot name the agent (gRPC
+    methods have fixed paths: the tenant is the agent's name).
+    """
+
+    url: str
+    binding: str  # "JSONRPC" | "HTTP+JSON" | "GRPC"
+    version: str = "1.0"
+    tenant: str | None = None
+
+    def render(self) -> dict[str, Any]:
+        """The ``AgentInterface`` object."""
+        out = {"url": self.url, "protocolBinding": self.binding, "protocolVersion": self.version}
+        if self.tenant:
+            out["tenant"] = self.tenant
+        return out
+
+
+def _skills(
+    name: str, description: str, caps: ty.Capabilities, modes: list[str]
+) -> list[dict[str, Any]]:
+    skills: list[dict[str, Any]] = [
+        {
+            "id": name,
+            "name": name,
+            "description": description,
+            "tags": ["uamp", *caps.modalities],
+            "inputModes": modes,
+            "outputModes": modes,
+        }
+    ]
+    tools = caps.tools
+    for tool in (tools.built_in_tools if tools else None) or []:
+        skills.append(
+            {
+                "id": f"tool.{tool}",
+                "name": tool,
+                "description": f"Uses its built-in tool {tool}.",
+                "tags": ["tool", tool],
+            }
+        )
+    for provided in caps.provides or []:
+        if any(s["id"] == f"tool.{provided}" for s in skills):
+            continue
+        skills.append(
+            {
+                "id": f"provides.{provided}",
+                "name": provided,
+                "description": f"Provides {provided}.",
+                "tags": ["provides", provided],
+            }
+        )
+    if tools and tools.supports_tools:
+        skills[0]["tags"].append("client-tools")
+    return skills
+
+
+def input_modes(capabilities: ty.Capabilities) -> list[str]:
+    """The media types the agent accepts (``defaultInputModes``)."""
+    modes = [_MODE_BY_MODALITY.get(m, m) for m in capabilities.modalities] or ["text/plain"]
+    return [*modes, "application/json"]
+
+
+def agent_card(
+    *,
+    name: str,
+    capabilities: ty.Capabilities,
+    interfaces: list[Interface],
+    base_url: str,
+    description: str | None = None,
+    version: str = "1.0.0",
+    push_notifications: bool = False,
+    extended_card: bool = False,
+    security_schemes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The A2A 1.0 agent card: only members the specification's schema defines.
+
+    Skills come from the capabilities (one general skill, one per built-in
+    tool and per ``provides`` entry); the UAMP Capabilities object is the
+    ``params`` of the :data:`CAPABILITIES_EXTENSION` extension.
+    """
+    caps = unstructure(capabilities)
+    modes = [_MODE_BY_MODALITY.get(m, m) for m in capabilities.modalities] or ["text/plain"]
+    text = description or f"The {name} agent, served over UAMP."
+    card: dict[str, Any] = {
+        "name": name,
+        "description": text,
+        "version": version,
+        "supportedInterfaces": [i.render() for i in interfaces],
+        "provider": {"organization": capabilities.provider, "url": base_url},
+        "capabilities": {
+            "streaming": bool(capabilities.supports_streaming is not False),
+            "pushNotifications": push_notifications,
+            "extendedAgentCard": extended_card,
+            "extensions": [
+                {
+                    "uri": CAPABILITIES_EXTENSION,
+                    "description": "The agent's UAMP Capabilities object (UAMP section 9).",
+                    "required": False,
+                    "params": caps,
+                }
+            ],
+        },
+        "defaultInputModes": input_modes(capabilities),
+        "defaultOutputModes": modes,
+        "skills": _skills(name, text, capabilities, modes),
+    }
+    if security_schemes:
+        card["securitySchemes"] = security_schemes
+        card["securityRequirements"] = [
+            {"schemes": {key: {"list": []}}} for key in security_schemes
+        ]
+    return card
+
+
+def legacy_card(card: dict[str, Any], *, rpc_url: str) -> dict[str, Any]:
+    """``card`` with the 0.3 members and UAMP's ``modelCapabilities`` added.
+
+    What ``/.well-known/agent.json`` serves (UAMP 9.2 puts
+    ``modelCapabilities`` there), and ``agent-card.json`` to a request that
+    asks for ``A2A-Version: 0.3``.
+    """
+    extensions = card["capabilities"]["extensions"]
+    caps = next(e["params"] for e in extensions if e["uri"] == CAPABILITIES_EXTENSION)
+    return {
+        **card,
+        "modelCapabilities": caps,
+        "url": rpc_url,
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0",
+        "additionalInterfaces": [{"url": rpc_url, "transport": "JSONRPC"}],
+    }
+
+
+def card_etag(body: bytes) -> str:
+    """A strong ``ETag`` for a card's bytes."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'

@@ -1,0 +1,375 @@
+"""A2A request parameters: strict reading of what the operations take (A2A 1.0 section 3.2).
+
+Each reader takes the decoded ``params`` object of one operation (the same
+object whatever binding carried it: a JSON-RPC ``params``, an HTTP+JSON body
+or query, a gRPC message as ProtoJSON) and either returns what it means or
+raises :class:`~uamp_proto.adapters.a2a.A2AError` ``INVALID_PARAMS``
+naming the field, as the proto marks fields required and typed:
+
+* :func:`send_configuration` -- ``SendMessageConfiguration``;
+* :func:`parse_list_params` -- ``ListTasksRequest`` (filters, page size and
+  token, ``historyLength``, ``statusTimestampAfter``);
+* the push-notification config readers and writers (1.0
+  ``TaskPushNotificationConfig``; 0.3 ``{taskId, pushNotificationConfig}``),
+  normalised to one dict ``{id, url, token?, authentication?}``;
+* :func:`turn_context` -- what of the A2A request reaches the agent
+  (``TurnRequest.metadata["a2a"]``).
+
+Page tokens are opaque to clients; here they are ``o`` and an offset.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..ids import IdSource
+from .a2a import (
+    INVALID_PARAMS,
+    TASK_NOT_FOUND,
+    A2AError,
+    A2AMessage,
+    A2ATask,
+    Dialect,
+    TaskState,
+    opt_int,
+    opt_str,
+)
+
+__all__ = [
+    "PUSH_METHODS",
+    "ListQuery",
+    "find_config",
+    "inline_push_config",
+    "page_token",
+    "parse_config",
+    "parse_list_params",
+    "parse_timestamp",
+    "render_config",
+    "send_configuration",
+    "task_id_of",
+    "turn_context",
+]
+
+#: The push-notification config methods of both dialects -> operation.
+PUSH_METHODS: dict[str, str] = {
+    "CreateTaskPushNotificationConfig": "set",
+    "GetTaskPushNotificationConfig": "get",
+    "ListTaskPushNotificationConfigs": "list",
+    "DeleteTaskPushNotificationConfig": "delete",
+    "tasks/pushNotificationConfig/set": "set",
+    "tasks/pushNotificationConfig/get": "get",
+    "tasks/pushNotificationConfig/list": "list",
+    "tasks/pushNotificationConfig/delete": "delete",
+}
+
+#: The largest page ``ListTasks`` serves, and the page it serves unasked.
+MAX_PAGE = 100
+DEFAULT_PAGE = 50
+
+
+def _invalid(message: str) -> A2AError:
+    return A2AError(INVALID_PARAMS, message)
+
+
+def _opt_bool(obj: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value in ("true", "false"):  # a query string
+        return value == "true"
+    if not isinstance(value, bool):
+        raise _invalid(f"'{where}{key}' must be a boolean.")
+    return value
+
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def parse_timestamp(value: object, field: str) -> float:
+    """An RFC 3339 timestamp (what ProtoJSON writes a ``Timestamp`` as), as UTC seconds.
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` naming ``field``.
+    """
+    m = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise _invalid(f"'{field}' must be an RFC 3339 timestamp (2025-11-09T10:30:00Z).")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        raise _invalid(f"'{field}' is not a valid date and time.")
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    zone = m.group(8)
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds + float(m.group(7) or 0)
+
+
+def send_configuration(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params.configuration`` checked (``{}`` when absent).
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` naming the field.
+    """
+    config = params.get("configuration")
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise _invalid("'configuration' must be an object.")
+    modes = config.get("acceptedOutputModes")
+    if modes is not None and (
+        not isinstance(modes, list) or not all(isinstance(m, str) for m in modes)
+    ):
+        raise _invalid("'configuration.acceptedOutputModes' must be an array of strings.")
+    for key in ("returnImmediately", "blocking"):
+        _opt_bool(config, key, "configuration.")
+    try:
+        opt_int(config, "historyLength")
+    except A2AError:
+        raise _invalid("'configuration.historyLength' must be an integer >= 0.") from None
+    return config
+
+
+@attrs.frozen
+class ListQuery:
+    """A checked ``ListTasks`` request."""
+
+    context_id: str | None = None
+    status: TaskState | None = None
+    page_size: int = DEFAULT_PAGE
+    offset: int = 0
+    history_length: int | None = None
+    after: float | None = None
+    include_artifacts: bool = False
+
+    def matches(self, task: A2ATask) -> bool:
+        """Whether ``task`` passes the filters."""
+        if self.context_id is not None and task.context_id != self.context_id:
+            return False
+        if self.status is not None and task.state is not self.status:
+            return False
+        if self.after is not None:
+            if task.timestamp is None:
+                return False
+            return parse_timestamp(task.timestamp, "timestamp") >= self.after
+        return True
+
+
+_STATES: dict[str, TaskState] = {}
+for _member in TaskState:
+    _STATES[_member.v1] = _member
+    _STATES[_member.value] = _member
+    _STATES[_member.value.replace("-", "_")] = _member
+#: ProtoJSON may write an enum as its number.
+_STATE_NUMBERS = {
+    1: TaskState.SUBMITTED,
+    2: TaskState.WORKING,
+    3: TaskState.COMPLETED,
+    4: TaskState.FAILED,
+    5: TaskState.CANCELED,
+    6: TaskState.INPUT_REQUIRED,
+    7: TaskState.REJECTED,
+    8: TaskState.AUTH_REQUIRED,
+}
+
+
+def _state(value: object) -> TaskState | None:
+    if value in (None, "", "TASK_STATE_UNSPECIFIED", 0, "0"):
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in _STATE_NUMBERS:
+        return _STATE_NUMBERS[value]
+    if isinstance(value, str) and value in _STATES:
+        return _STATES[value]
+    raise _invalid(f"'status' {value!r} is not a task state (TASK_STATE_WORKING ...).")
+
+
+def page_token(offset: int) -> str:
+    """The token of the page that starts at ``offset``."""
+    return f"o{offset}"
+
+
+def parse_list_params(params: Mapping[str, Any]) -> ListQuery:
+    """A ``ListTasks`` request, checked.
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` naming the field.
+    """
+    size = params.get("pageSize")
+    if size is None or size in (0, "0"):
+        page_size = DEFAULT_PAGE
+    else:
+        try:
+            page_size = opt_int(params, "pageSize", minimum=1) or DEFAULT_PAGE
+        except A2AError:
+            raise _invalid(f"'pageSize' must be an integer from 1 to {MAX_PAGE}.") from None
+        if page_size > MAX_PAGE:
+            raise _invalid(f"'pageSize' must be an integer from 1 to {MAX_PAGE}.")
+    token = params.get("pageToken") or ""
+    offset = 0
+    if token:
+        if not isinstance(token, str) or not token.startswith("o") or not token[1:].isdigit():
+            raise _invalid("'pageToken' is not a token this server issued.")
+        offset = int(token[1:])
+    try:
+        history = opt_int(params, "historyLength")
+    except A2AError:
+        raise _invalid("'historyLength' must be an integer >= 0.") from None
+    after_value = params.get("statusTimestampAfter")
+    after = (
+        None if after_value in (None, "") else parse_timestamp(after_value, "statusTimestampAfter")
+    )
+    return ListQuery(
+        context_id=opt_str(params, "contextId", ""),
+        status=_state(params.get("status")),
+        page_size=page_size,
+        offset=offset,
+        history_length=history,
+        after=after,
+        include_artifacts=bool(_opt_bool(params, "includeArtifacts", "")),
+    )
+
+
+# --- push-notification configs ------------------------------------------------------------
+
+
+def task_id_of(params: Mapping[str, Any], op: str, dialect: Dialect) -> str:
+    """The task a push-config call names.
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` when it is missing.
+    """
+    key = "taskId" if dialect is Dialect.V1 or op == "set" else "id"
+    value = params.get(key)
+    if not isinstance(value, str) or not value:
+        raise _invalid(f"'{key}' (the task id) is required and must be a string.")
+    return value
+
+
+def _read_config(spec: Mapping[str, Any], where: str, ids: IdSource) -> dict[str, Any]:
+    url = spec.get("url")
+    if not isinstance(url, str) or not url:
+        raise _invalid(f"'{where}url' is required and must be a string.")
+    if not url.startswith(("http://", "https://")):
+        raise _invalid(f"'{where}url' must be an http:// or https:// URL.")
+    config: dict[str, Any] = {"id": opt_str(spec, "id", where) or ids("push"), "url": url}
+    token = opt_str(spec, "token", where)
+    if token is not None:
+        config["token"] = token
+    auth = spec.get("authentication")
+    if auth is not None:
+        if not isinstance(auth, dict):
+            raise _invalid(f"'{where}authentication' must be an object.")
+        scheme = auth.get("scheme")
+        if scheme is None and isinstance(auth.get("schemes"), list) and auth["schemes"]:
+            scheme = auth["schemes"][0]  # 0.3: a list of schemes
+        if not isinstance(scheme, str) or not scheme:
+            raise _invalid(f"'{where}authentication.scheme' is required and must be a string.")
+        config["authentication"] = {"scheme": scheme}
+        credentials = opt_str(auth, "credentials", f"{where}authentication.")
+        if credentials is not None:
+            config["authentication"]["credentials"] = credentials
+    return config
+
+
+def parse_config(params: Mapping[str, Any], dialect: Dialect, ids: IdSource) -> dict[str, Any]:
+    """The config a set call carries, normalised (an ``id`` is made when none is given).
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` naming the field.
+    """
+    if dialect is Dialect.V1:
+        return _read_config(params, "", ids)
+    spec = params.get("pushNotificationConfig")
+    if not isinstance(spec, dict):
+        raise _invalid("'pushNotificationConfig' is required and must be an object.")
+    return _read_config(spec, "pushNotificationConfig.", ids)
+
+
+def inline_push_config(
+    configuration: Mapping[str, Any], dialect: Dialect, ids: IdSource
+) -> dict[str, Any] | None:
+    """The push config a send's ``configuration`` carries, if any."""
+    key = "taskPushNotificationConfig" if dialect is Dialect.V1 else "pushNotificationConfig"
+    spec = configuration.get(key)
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise _invalid(f"'configuration.{key}' must be an object.")
+    return _read_config(spec, f"configuration.{key}.", ids)
+
+
+def find_config(task: A2ATask, params: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """The config of ``task`` a get/delete call names.
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` without an id; ``TASK_NOT_FOUND`` (HTTP
+            404) for an id the task does not have.
+    """
+    key = "id" if dialect is Dialect.V1 else "pushNotificationConfigId"
+    config_id = params.get(key)
+    if config_id in (None, "") and dialect is Dialect.V03 and len(task.push_configs) == 1:
+        return next(iter(task.push_configs.values()))
+    if not isinstance(config_id, str) or not config_id:
+        raise _invalid(f"'{key}' (the config id) is required and must be a string.")
+    config = task.push_configs.get(config_id)
+    if config is None:
+        raise A2AError(
+            TASK_NOT_FOUND, f"Task {task.id!r} has no push-notification config {config_id!r}."
+        )
+    return config
+
+
+def render_config(task_id: str, config: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """A config on the wire (1.0 ``TaskPushNotificationConfig``, or 0.3's wrapper)."""
+    if dialect is Dialect.V1:
+        return {"taskId": task_id, **config}
+    spec = {k: v for k, v in config.items() if k != "authentication"}
+    auth = config.get("authentication")
+    if auth is not None:
+        spec["authentication"] = {"schemes": [auth["scheme"]]}
+        if "credentials" in auth:
+            spec["authentication"]["credentials"] = auth["credentials"]
+    return {"taskId": task_id, "pushNotificationConfig": spec}
+
+
+# --- what reaches the agent ------------------------------------------------------------------
+
+
+def turn_context(
+    task: A2ATask,
+    message: A2AMessage,
+    request_metadata: Mapping[str, Any] | None,
+    extensions: frozenset[str],
+) -> dict[str, Any]:
+    """``TurnRequest.metadata["a2a"]``: the A2A identity and metadata of the turn.
+
+    ``taskId``, ``contextId``, ``messageId``, the message's ``metadata``,
+    ``referenceTaskIds`` and ``extensions``, the request's ``metadata``
+    (``requestMetadata``) and the extensions the client activated
+    (``activeExtensions``).
+    """
+    out: dict[str, Any] = {
+        "taskId": task.id,
+        "contextId": task.context_id,
+        "messageId": message.message_id,
+    }
+    if message.metadata:
+        out["metadata"] = dict(message.metadata)
+    if request_metadata:
+        out["requestMetadata"] = dict(request_metadata)
+    if message.reference_task_ids:
+        out["referenceTaskIds"] = list(message.reference_task_ids)
+    if message.extensions:
+        out["extensions"] = list(message.extensions)
+    if extensions:
+        out["activeExtensions"] = sorted(extensions)
+    return out

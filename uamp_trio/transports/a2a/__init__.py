@@ -1,0 +1,22 @@
+"""The Google A2A transport: JSON-RPC, HTTP+JSON and spec 004's task routes, one task model.
+
+* :mod:`.service` -- :class:`A2ATransport`: the card, the operations every
+  binding calls, the JSON-RPC binding and spec 004's REST form; tasks run
+  in the server's background nursery;
+* :mod:`.rest` -- the HTTP+JSON binding (A2A 1.0 section 11);
+* :mod:`.push` -- push-notification delivery to webhooks;
+* :mod:`.call` -- what the bindings share (the call, an opened stream);
+* ``spec/`` -- the A2A 1.0 ``a2a.proto`` and JSON schema, as published by
+  the A2A project (Apache-2.0).
+
+The sans-IO translation lives in :mod:`uamp_proto.adapters.a2a` (tasks,
+parts, JSON-RPC), :mod:`~uamp_proto.adapters.a2a_card` and
+:mod:`~uamp_proto.adapters.a2a_params`.
+"""
+
+from __future__ import annotations
+
+from .push import PushSender
+from .service import A2ATransport, mount, transport
+
+__all__ = ["A2ATransport", "PushSender", "mount", "transport"]

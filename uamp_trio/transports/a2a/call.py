@@ -1,0 +1,100 @@
+"""What every binding of the A2A transport shares: the call, the stream it opens, body checks.
+
+The operations of :class:`~uamp_trio.transports.a2a.A2ATransport` take a
+:class:`Call` (the agent, the HTTP request, the object dialect) and answer
+plain JSON objects; a streaming operation answers an :class:`Opened` stream
+that each binding writes its own way (JSON-RPC responses or bare objects as
+SSE, gRPC messages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import orjson
+
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import A2AError, Dialect
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder
+from uamp_proto.sse import encode_json
+
+from ...engines.http import Request, SendChunk, StreamingResponse
+
+__all__ = ["SSE_HEADERS", "Call", "Emit", "Opened", "check_json_body", "sse"]
+
+SSE_HEADERS = [
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
+
+#: Sends one stream result object (a binding writes it as SSE, a gRPC message...).
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def sse(obj: Any, event: str | None = None) -> bytes:
+    """One SSE event whose data is ``obj`` as JSON."""
+    return encode_json(orjson.dumps(obj), event=event)
+
+
+@attrs.frozen
+class Call:
+    """One request to an A2A operation, whatever binding carried it.
+
+    Attributes:
+        agent: The agent addressed.
+        request: The HTTP request (principal, headers, body).
+        dialect: The object dialect to read and answer in.
+    """
+
+    agent: Responder
+    request: Request
+    dialect: Dialect
+
+    @property
+    def principal(self) -> Principal:
+        """Who the call acts for."""
+        return self.request.principal
+
+    @property
+    def extensions(self) -> frozenset[str]:
+        """The extension URIs the client activated (``A2A-Extensions``, comma-separated)."""
+        value = self.request.headers.get("a2a-extensions") or ""
+        return frozenset(v.strip() for v in value.split(",") if v.strip())
+
+
+def check_json_body(request: Request) -> None:
+    """Refuse a body declared as something other than JSON (A2A ``ContentTypeNotSupportedError``).
+
+    A request without a ``Content-Type`` is read as JSON (lenient).
+    """
+    declared = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if declared and declared != "application/json" and not declared.endswith("+json"):
+        raise A2AError(
+            a2a.CONTENT_TYPE_NOT_SUPPORTED,
+            f"Content-Type {declared} is not supported: send application/json.",
+        )
+
+
+@attrs.frozen
+class Opened:
+    """A stream an operation has opened: what produces its results, what frees it if unsent."""
+
+    produce: Callable[[Emit], Awaitable[None]]
+    on_close: Callable[[], Awaitable[object]] | None = None
+
+    def sse(self, wrap: Callable[[dict[str, Any]], Any]) -> StreamingResponse:
+        """The stream as SSE, each result written as ``data: <wrap(result)>``."""
+
+        async def producer(send: SendChunk) -> None:
+            async def emit(result: dict[str, Any]) -> None:
+                await send(sse(wrap(result)))
+
+            await self.produce(emit)
+
+        return StreamingResponse(
+            producer=producer, headers=list(SSE_HEADERS), on_close=self.on_close
+        )

@@ -1,0 +1,160 @@
+"""A2A push notifications: task updates POSTed to the webhooks clients configured (A2A 1.0 4.3).
+
+Theory of operation
+-------------------
+A client attaches push-notification configs to a task (``url``, an optional
+``token`` and ``authentication``). :class:`PushSender` is told of every
+update of such a task (:meth:`PushSender.notify`) and POSTs it to each
+config's URL as a 1.0 ``StreamResponse`` (``{"statusUpdate": ...}`` or
+``{"artifactUpdate": ...}``), in the server's background nursery so the
+task never waits for a webhook. Deliveries to one webhook go out one at a
+time, in order (a FIFO lock per config). A request carries
+``Authorization: <scheme> <credentials>`` when the config names
+authentication, and ``X-A2A-Notification-Token`` when it has a token. A
+failed delivery (a connection error, a timeout, a 5xx or 429) is retried
+with exponential backoff, at most :attr:`PushSender.attempts` times; a 4xx
+is final.
+
+SSRF: a webhook is a URL the *client* chose that the *server* fetches, so
+targets in private, loopback, link-local and other non-public ranges are
+refused -- when the config is set (a literal address, ``localhost``) and
+again at delivery (the addresses the name resolves to) -- unless an
+allow-list (``allow=["127.0.0.1/32"]``) admits them. A refused target is an
+``INVALID_PARAMS`` error when set and a skipped delivery (logged) later.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import trio
+
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, Update
+
+__all__ = ["PushSender"]
+
+log = logging.getLogger("uamp_trio.a2a.push")
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class PushSender:
+    """Delivers task updates to push-notification webhooks.
+
+    Args:
+        allow: Networks (CIDR strings) whose addresses may be targets although
+            they are not public (e.g. ``["127.0.0.1/32"]`` for a local receiver).
+        attempts: Deliveries tried per update before giving up.
+        backoff: Seconds before the first retry; doubled for each next one.
+        timeout: Seconds one delivery may take.
+    """
+
+    def __init__(
+        self,
+        allow: Iterable[str] = (),
+        *,
+        attempts: int = 4,
+        backoff: float = 0.5,
+        timeout: float = 15.0,
+    ) -> None:
+        self.allow: list[_Network] = [ipaddress.ip_network(a, strict=False) for a in allow]
+        self.attempts = attempts
+        self.backoff = backoff
+        self.timeout = timeout
+        self._locks: dict[tuple[str, str], trio.Lock] = {}
+        #: Deliveries made, by outcome (``delivered``, ``failed``, ``refused``).
+        self.counts: dict[str, int] = {"delivered": 0, "failed": 0, "refused": 0}
+
+    def _allowed(self, address: str) -> bool:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        if any(ip in net for net in self.allow):
+            return True
+        return ip.is_global
+
+    def check_target(self, url: str) -> None:
+        """Refuse a webhook URL whose host is plainly not public (and not allow-listed).
+
+        Raises:
+            A2AError: ``INVALID_PARAMS``.
+        """
+        host = (urlsplit(url).hostname or "").lower()
+        if not host:
+            raise A2AError(a2a.INVALID_PARAMS, "The push-notification 'url' has no host.")
+        if host == "localhost" or host.endswith(".localhost"):
+            host = "127.0.0.1"
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return  # a name: checked against what it resolves to at delivery
+        if not self._allowed(host):
+            raise A2AError(
+                a2a.INVALID_PARAMS,
+                f"The push-notification 'url' targets {host}, a non-public address this "
+                "server does not deliver to.",
+            )
+
+    async def _resolves_public(self, url: str) -> bool:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except OSError:
+            return False
+        return bool(infos) and all(self._allowed(str(info[4][0])) for info in infos)
+
+    def notify(self, nursery: trio.Nursery | None, task: A2ATask, update: Update) -> None:
+        """Deliver ``update`` of ``task`` to each of its webhooks, in the background."""
+        if nursery is None:
+            return  # no server around the app: nowhere to run deliveries
+        payload = orjson.dumps(a2a.render_update(update, Dialect.V1))
+        for config in list(task.push_configs.values()):
+            nursery.start_soon(self._deliver, task.id, dict(config), payload)
+
+    async def _deliver(self, task_id: str, config: dict[str, Any], payload: bytes) -> None:
+        key = (task_id, config["id"])
+        lock = self._locks.setdefault(key, trio.Lock())
+        async with lock:
+            await self._post(config, payload)
+
+    async def _post(self, config: dict[str, Any], payload: bytes) -> None:
+        url = config["url"]
+        if not await self._resolves_public(url):
+            self.counts["refused"] += 1
+            log.warning(
+                "push notification not sent: %s is not a public address", urlsplit(url).hostname
+            )
+            return
+        headers = {"content-type": "application/json"}
+        auth = config.get("authentication")
+        if auth is not None:
+            credentials = auth.get("credentials") or config.get("token") or ""
+            headers["authorization"] = f"{auth['scheme']} {credentials}".strip()
+        if config.get("token"):
+            headers["x-a2a-notification-token"] = config["token"]
+        delay = self.backoff
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
+            for attempt in range(1, self.attempts + 1):
+                try:
+                    response = await http.post(url, content=payload, headers=headers)
+                except httpx.HTTPError as exc:
+                    reason = type(exc).__name__
+                else:
+                    if response.status_code < 300:
+                        self.counts["delivered"] += 1
+                        return
+                    reason = f"HTTP {response.status_code}"
+                    if response.status_code < 500 and response.status_code != 429:
+                        break  # the receiver refused it: retrying will not help
+                if attempt < self.attempts:
+                    await trio.sleep(delay)
+                    delay *= 2
+        self.counts["failed"] += 1
+        log.warning("push notification to %s failed (%s)", urlsplit(url).hostname, reason)

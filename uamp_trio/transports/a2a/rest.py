@@ -1,0 +1,151 @@
+"""A2A's HTTP+JSON (REST) binding (A2A 1.0 section 11), over the operations of the A2A transport.
+
+Routes, under each agent's A2A base URL (``/agents/{name}/a2a``, and
+``/a2a`` for a single agent) -- the ``HTTP+JSON`` entry of the card's
+``supportedInterfaces``:
+
+=========================================================  ==============================
+``POST /message:send``                                     ``SendMessage``
+``POST /message:stream``                                   ``SendStreamingMessage`` (SSE)
+``GET /tasks``                                             ``ListTasks`` (query parameters)
+``GET /tasks/{id}``                                        ``GetTask`` (``?historyLength``)
+``POST /tasks/{id}:cancel``                                ``CancelTask``
+``POST /tasks/{id}:subscribe``                             ``SubscribeToTask`` (SSE)
+``POST /tasks/{id}/pushNotificationConfigs``               create a push config
+``GET /tasks/{id}/pushNotificationConfigs[/{configId}]``   list / get
+``DELETE /tasks/{id}/pushNotificationConfigs/{configId}``  delete
+``GET /extendedAgentCard``                                 ``GetExtendedAgentCard``
+=========================================================  ==============================
+
+Bodies and answers are the 1.0 ProtoJSON objects, stream events are SSE
+``data:`` lines of ``StreamResponse`` objects, and errors are AIP-193
+bodies (``{"error": {"code", "status", "message", "details":
+[ErrorInfo]}}``) with the HTTP status of the specification's table
+(:data:`uamp_proto.adapters.a2a.BINDING_STATUS`). This interface speaks
+1.0 only: ``A2A-Version: 0.3`` is ``VersionNotSupportedError``, and a
+request without the header is read as 1.0 (0.3 had different REST paths).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import A2AError, Dialect
+
+from ...engines.http import Request, Response, StreamingResponse, json_response
+from ...hosting.router import RouteMeta
+from .call import Call, check_json_body
+
+if TYPE_CHECKING:
+    from ...hosting.host import Host
+    from .service import A2ATransport
+
+__all__ = ["mount"]
+
+#: Refusals by middleware on these routes use the OpenAI error shape (the
+#: A2A errors of the operations use AIP-193).
+ROUTES = RouteMeta(transport="a2a", error_style="openai")
+
+_Handler = Callable[["Call", Request], Awaitable[Response | StreamingResponse]]
+
+
+def _body(request: Request) -> dict[str, Any]:
+    check_json_body(request)
+    if not request.body:
+        return {}
+    try:
+        body = request.json()
+    except Exception:  # the engine's own JSON error: answer in this binding's shape
+        raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise A2AError(a2a.INVALID_REQUEST, "The body must be a JSON object.")
+    return body
+
+
+def _query(request: Request) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, values in parse_qs(request.query, keep_blank_values=True).items():
+        out[key] = values[0] if len(values) == 1 else values
+    return out
+
+
+def mount(app: Host, transport: A2ATransport) -> None:
+    """Register the HTTP+JSON routes of ``transport`` on ``app``."""
+
+    def route(method: str, subpath: str, handler: _Handler, label: str | None = None) -> None:
+        async def endpoint(request: Request) -> Response | StreamingResponse:
+            agent = app.resolve_agent(request.path_params)
+            try:
+                if a2a.negotiate_version(request.headers.get("a2a-version")) is Dialect.V03:
+                    raise A2AError(
+                        a2a.VERSION_NOT_SUPPORTED,
+                        "This HTTP+JSON interface speaks A2A 1.0; use JSON-RPC for 0.3.",
+                        data={"requestedVersion": "0.3", "supportedVersions": "1.0"},
+                    )
+                return await handler(Call(agent, request, Dialect.V1), request)
+            except A2AError as exc:
+                return json_response(exc.rest_body(), exc.http_status)
+
+        app.agent_route(method, "/a2a" + subpath, endpoint, label=label, meta=ROUTES)
+
+    t = transport
+
+    async def send(call: Call, request: Request) -> Response:
+        return json_response(await t.send(call, _body(request)))
+
+    async def stream(call: Call, request: Request) -> StreamingResponse:
+        return (await t.stream(call, _body(request))).sse(lambda result: result)
+
+    async def list_tasks(call: Call, request: Request) -> Response:
+        return json_response(t.list_tasks(call, _query(request)))
+
+    async def get(call: Call, request: Request) -> Response:
+        params = {**_query(request), "id": request.path_params["task_id"]}
+        return json_response(t.get(call, params))
+
+    async def cancel(call: Call, request: Request) -> Response:
+        params = {**_body(request), "id": request.path_params["task_id"]}
+        return json_response(await t.cancel(call, params))
+
+    async def subscribe(call: Call, request: Request) -> StreamingResponse:
+        opened = await t.subscribe(call, {"id": request.path_params["task_id"]})
+        return opened.sse(lambda result: result)
+
+    def push(op: str) -> _Handler:
+        async def handler(call: Call, request: Request) -> Response:
+            params = _body(request) if op == "set" else _query(request)
+            params = {**params, "taskId": request.path_params["task_id"]}
+            if "config_id" in request.path_params:
+                params["id"] = request.path_params["config_id"]
+            method = _PUSH_OPS[op]
+            return json_response(await t.push_config(call, method, params))
+
+        return handler
+
+    async def extended_card(call: Call, request: Request) -> Response:
+        return json_response(t.extended_card(call))
+
+    route("POST", "/message:send", send, label="A2A HTTP+JSON")
+    route("POST", "/message:stream", stream)
+    route("GET", "/tasks", list_tasks)
+    route("POST", "/tasks/{task_id}:cancel", cancel)
+    route("POST", "/tasks/{task_id}:subscribe", subscribe)
+    route("GET", "/tasks/{task_id}:subscribe", subscribe)
+    configs = "/tasks/{task_id}/pushNotificationConfigs"
+    route("POST", configs, push("set"))
+    route("GET", configs, push("list"))
+    route("GET", configs + "/{config_id}", push("get"))
+    route("DELETE", configs + "/{config_id}", push("delete"))
+    route("GET", "/tasks/{task_id}", get)
+    route("GET", "/extendedAgentCard", extended_card)
+
+
+_PUSH_OPS = {
+    "set": "CreateTaskPushNotificationConfig",
+    "get": "GetTaskPushNotificationConfig",
+    "list": "ListTaskPushNotificationConfigs",
+    "delete": "DeleteTaskPushNotificationConfig",
+}
