@@ -78,10 +78,12 @@ from uamp_proto.resume import Retention
 from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
 
 from . import workers
-from .app import App, create_app
+from .app import App, create_app, default_transports
 from .engines.server import Server, ServerConfig
+from .hosting.host import Transport
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, TaskStore, open_event_log
+from .transports import a2a
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
     AnyOf,
@@ -132,6 +134,14 @@ def _import(module_name: str) -> Any:
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     return importlib.import_module(module_name)
+
+
+def _transports(args: argparse.Namespace) -> list[Transport] | None:
+    """The transports ``uamp serve`` mounts: the defaults, A2A configured by its flags."""
+    if not args.a2a_push_allow:
+        return None
+    push = a2a.PushSender(allow=args.a2a_push_allow)
+    return [a2a.transport(push=push) if t is a2a.mount else t for t in default_transports()]
 
 
 def load_agent(spec: str) -> Responder:
@@ -374,6 +384,14 @@ def _add_serve(sub: Any) -> None:
         "principal only (default: a tenth of --a2a-max-tasks)",
     )
     p.add_argument(
+        "--a2a-push-allow",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a non-public network A2A push notifications may be delivered to, e.g. "
+        "127.0.0.1/32 for a local receiver (repeatable; default: public addresses only)",
+    )
+    p.add_argument(
         "--relay",
         action="store_true",
         help="also be a relay: daemons (uamp connect) dial /ws or /agents/connect and register "
@@ -612,6 +630,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         tasks = TaskStore(args.a2a_max_tasks, args.a2a_max_tasks_per_principal)
         app = create_app(
             agents,
+            transports=_transports(args),
             payment_policy=open_policy(args),
             authenticator=authenticator,
             allow_anonymous=args.allow_anonymous,

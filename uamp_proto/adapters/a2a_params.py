@@ -43,6 +43,8 @@ from .a2a import (
 __all__ = [
     "PUSH_METHODS",
     "ListQuery",
+    "camel_keys",
+    "config_id",
     "find_config",
     "inline_push_config",
     "page_token",
@@ -307,6 +309,19 @@ def inline_push_config(
     return _read_config(spec, f"configuration.{key}.", ids)
 
 
+def config_id(params: Mapping[str, Any], dialect: Dialect) -> str:
+    """The config id a get/delete call names.
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` when it is missing.
+    """
+    key = "id" if dialect is Dialect.V1 else "pushNotificationConfigId"
+    value = params.get(key)
+    if not isinstance(value, str) or not value:
+        raise _invalid(f"'{key}' (the config id) is required and must be a string.")
+    return value
+
+
 def find_config(task: A2ATask, params: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:
     """The config of ``task`` a get/delete call names.
 
@@ -314,18 +329,44 @@ def find_config(task: A2ATask, params: Mapping[str, Any], dialect: Dialect) -> d
         A2AError: ``INVALID_PARAMS`` without an id; ``TASK_NOT_FOUND`` (HTTP
             404) for an id the task does not have.
     """
-    key = "id" if dialect is Dialect.V1 else "pushNotificationConfigId"
-    config_id = params.get(key)
-    if config_id in (None, "") and dialect is Dialect.V03 and len(task.push_configs) == 1:
+    unnamed = dialect is Dialect.V03 and not params.get("pushNotificationConfigId")
+    if unnamed and len(task.push_configs) == 1:  # 0.3 let a task's only config go unnamed
         return next(iter(task.push_configs.values()))
-    if not isinstance(config_id, str) or not config_id:
-        raise _invalid(f"'{key}' (the config id) is required and must be a string.")
-    config = task.push_configs.get(config_id)
+    wanted = config_id(params, dialect)
+    config = task.push_configs.get(wanted)
     if config is None:
         raise A2AError(
-            TASK_NOT_FOUND, f"Task {task.id!r} has no push-notification config {config_id!r}."
+            TASK_NOT_FOUND, f"Task {task.id!r} has no push-notification config {wanted!r}."
         )
     return config
+
+
+#: Members whose values are the client's own JSON, never proto fields.
+_OPAQUE = frozenset({"metadata", "data", "params"})
+
+
+def _camel(key: str) -> str:
+    if "_" not in key:
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def camel_keys(value: Any) -> Any:
+    """``value`` with proto field names (``task_id``) as their JSON names (``taskId``).
+
+    ProtoJSON readers accept both spellings; the operations read the JSON
+    names. The client's own data (``metadata``, data parts, extension
+    ``params``) is left as it is.
+    """
+    if isinstance(value, dict):
+        return {
+            (_camel(k) if isinstance(k, str) else k): (v if k in _OPAQUE else camel_keys(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [camel_keys(v) for v in value]
+    return value
 
 
 def render_config(task_id: str, config: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:

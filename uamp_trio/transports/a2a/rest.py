@@ -34,6 +34,7 @@ from urllib.parse import parse_qs
 
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, Dialect
+from uamp_proto.adapters.a2a_params import camel_keys
 
 from ...engines.http import Request, Response, StreamingResponse, json_response
 from ...hosting.router import RouteMeta
@@ -62,14 +63,16 @@ def _body(request: Request) -> dict[str, Any]:
         raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise A2AError(a2a.INVALID_REQUEST, "The body must be a JSON object.")
-    return body
+    out: dict[str, Any] = camel_keys(body)
+    return out
 
 
 def _query(request: Request) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, values in parse_qs(request.query, keep_blank_values=True).items():
         out[key] = values[0] if len(values) == 1 else values
-    return out
+    camel: dict[str, Any] = camel_keys(out)
+    return camel
 
 
 def mount(app: Host, transport: A2ATransport) -> None:

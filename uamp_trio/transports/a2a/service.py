@@ -135,19 +135,46 @@ class _Live:
     done: trio.Event = attrs.field(factory=trio.Event)
     cancel: Callable[[], None] | None = None
     cancel_requested: bool = False
-    subscribers: list[trio.MemorySendChannel[Update]] = attrs.field(factory=list)
     #: The request that started a detached run, fed with backpressure until
     #: it goes away (a client that disconnects no longer cancels the task).
     primary: trio.MemorySendChannel[Update] | None = None
 
-    def publish(self, update: Update) -> None:
-        for send in list(self.subscribers):
+
+class _Watchers:
+    """The ``SubscribeToTask`` streams of each task: they last until it is terminal.
+
+    A subscriber follows a task across its turns (a paused task that is
+    resumed streams on) and is closed when the task ends. One that cannot
+    keep up is dropped, never queued for.
+    """
+
+    def __init__(self) -> None:
+        self._by_task: dict[str, list[trio.MemorySendChannel[Update]]] = {}
+
+    def watch(self, task_id: str) -> trio.MemoryReceiveChannel[Update]:
+        """A new subscriber's channel."""
+        send, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
+        self._by_task.setdefault(task_id, []).append(send)
+        return receive
+
+    def publish(self, task_id: str, update: Update) -> None:
+        """Tell every subscriber of ``task_id``; close them all when the task ends."""
+        watchers = self._by_task.get(task_id)
+        if not watchers:
+            return
+        for send in list(watchers):
             try:
                 send.send_nowait(update)
             except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                # A subscriber that cannot keep up is dropped, never queued for.
-                self.subscribers.remove(send)
+                watchers.remove(send)
                 send.close()
+        if update.state is not None and update.state.is_terminal and update.final:
+            self.close(task_id)
+
+    def close(self, task_id: str) -> None:
+        """End every subscription of ``task_id``."""
+        for send in self._by_task.pop(task_id, []):
+            send.close()
 
 
 @attrs.define
@@ -207,6 +234,7 @@ class A2ATransport:
         self.ids = ids
         self.push = push if push is not None else PushSender()
         self._live: dict[str, _Live] = {}
+        self._watchers = _Watchers()
         #: When the cards last changed (the server started): ``Last-Modified``.
         self._since = email.utils.formatdate(usegmt=True)
 
@@ -316,6 +344,8 @@ class A2ATransport:
                     f"Method not found: {call.method} is an A2A 0.3 method; "
                     "A2A-Version 1.0 was asked for.",
                 )
+            if call.dialect is Dialect.V1:  # ProtoJSON readers take proto field names too
+                call = attrs.evolve(call, params=a2a_params.camel_keys(call.params))
             return await self._dispatch(Call(agent, request, call.dialect), call)
         except A2AError as exc:
             return json_response(a2a.error_response(call.id, exc, call.dialect))
@@ -406,17 +436,11 @@ class A2ATransport:
                 a2a.UNSUPPORTED_OPERATION,
                 f"Task {task_id} is {task.state.value}; there is nothing left to stream.",
             )
-        live = self._live.get(task_id)
-        receive: trio.MemoryReceiveChannel[Update] | None = None
-        if live is not None:
-            send_channel, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
-            live.subscribers.append(send_channel)
+        receive = self._watchers.watch(task_id)
         dialect = call.dialect
 
         async def produce(emit: Emit) -> None:
             await emit(a2a.stream_task(task, dialect))
-            if receive is None:  # paused: the snapshot is all there is
-                return
             async with receive:
                 async for update in receive:
                     if update.kind != "message":
@@ -490,8 +514,8 @@ class A2ATransport:
                 if call.dialect is Dialect.V1
                 else rendered
             )
-        config = a2a_params.find_config(task, params, call.dialect)
-        del task.push_configs[config["id"]]
+        # Deleting twice is not an error (the config is gone either way).
+        task.push_configs.pop(a2a_params.config_id(params, call.dialect), None)
         return {} if call.dialect is Dialect.V1 else None
 
     # --- the REST form (spec 004) ----------------------------------------------------------
@@ -766,9 +790,7 @@ class A2ATransport:
                 prepared.reply = run.reply
                 updates = [_reply_update(task, run.reply), *updates]
             for update in updates:
-                if task.push_configs and update.kind != "message":
-                    self.push.notify(self.app.background, task, update)
-                current.publish(update)
+                self._announce(task, update)
                 if current.primary is not None:
                     try:
                         await current.primary.send(update)
@@ -822,10 +844,10 @@ class A2ATransport:
                 # The request went away (client disconnect, shutdown): the
                 # turn was cancelled with it, and so is the task.
                 for update in run.cancel(_now()):
-                    live.publish(update)
+                    self._announce(task, update)
             self._live.pop(task.id, None)
-            for send in live.subscribers:
-                send.close()
+            if task.state.is_terminal or prepared.reply is not None:
+                self._watchers.close(task.id)
             if live.primary is not None:
                 live.primary.close()
             live.done.set()
@@ -848,6 +870,14 @@ class A2ATransport:
         signed = attrs.evolve(final, metadata={**(final.metadata or {}), "signature": signature})
         return [*updates[:-1], signed]
 
+    def _announce(self, task: A2ATask, update: Update) -> None:
+        """Tell the task's subscribers and push-notification webhooks about ``update``."""
+        if update.kind == "message":
+            return  # a direct reply goes to its sender only
+        self._watchers.publish(task.id, update)
+        if task.push_configs:
+            self.push.notify(self.app.background, task, update)
+
     async def _cancel(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:
         task = self._task(agent, task_id, principal)
         live = self._live.get(task_id)
@@ -855,6 +885,8 @@ class A2ATransport:
             task.move(Trigger.CANCEL, _now())  # paused tasks cancel here; finished ones raise
             task.status_message = None
             task.pending_tool_calls = []
+            canceled = TaskRun(task, self.ids).status()
+            self._announce(task, attrs.evolve(canceled, final=True))
             return task
         live.cancel_requested = True
         if live.cancel is not None:
@@ -937,6 +969,7 @@ def transport(
     payment_policy: PaymentPolicy | None = None,
     public_url: str | None = None,
     ids: IdSource = random_ids,
+    push: PushSender | None = None,
 ) -> Transport:
     """A configured A2A transport to pass to :meth:`App.mount`."""
 
@@ -946,6 +979,7 @@ def transport(
             payment_policy=payment_policy,
             public_url=public_url,
             ids=ids,
+            push=push,
         ).mount()
 
     return mount_configured
