@@ -36,7 +36,7 @@ from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, Dialect
 from uamp_proto.adapters.a2a_params import camel_keys
 
-from ...engines.http import Request, Response, StreamingResponse, json_response
+from ...engines.http import HTTPError, Request, Response, StreamingResponse, json_response
 from ...hosting.router import RouteMeta
 from .call import Call, check_json_body
 
@@ -53,13 +53,13 @@ ROUTES = RouteMeta(transport="a2a", error_style="openai")
 _Handler = Callable[["Call", Request], Awaitable[Response | StreamingResponse]]
 
 
-def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request) -> dict[str, Any]:
     check_json_body(request)
     if not request.body:
         return {}
     try:
-        body = request.json()
-    except Exception:  # the engine's own JSON error: answer in this binding's shape
+        body = await request.json()
+    except HTTPError:  # the engine's own JSON error: answer in this binding's shape
         raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise A2AError(a2a.INVALID_REQUEST, "The body must be a JSON object.")
@@ -97,10 +97,10 @@ def mount(app: Host, transport: A2ATransport) -> None:
     t = transport
 
     async def send(call: Call, request: Request) -> Response:
-        return json_response(await t.send(call, _body(request)))
+        return json_response(await t.send(call, await _body(request)))
 
     async def stream(call: Call, request: Request) -> StreamingResponse:
-        return (await t.stream(call, _body(request))).sse(lambda result: result)
+        return (await t.stream(call, await _body(request))).sse(lambda result: result)
 
     async def list_tasks(call: Call, request: Request) -> Response:
         return json_response(t.list_tasks(call, _query(request)))
@@ -110,7 +110,7 @@ def mount(app: Host, transport: A2ATransport) -> None:
         return json_response(t.get(call, params))
 
     async def cancel(call: Call, request: Request) -> Response:
-        params = {**_body(request), "id": request.path_params["task_id"]}
+        params = {**await _body(request), "id": request.path_params["task_id"]}
         return json_response(await t.cancel(call, params))
 
     async def subscribe(call: Call, request: Request) -> StreamingResponse:
@@ -119,7 +119,7 @@ def mount(app: Host, transport: A2ATransport) -> None:
 
     def push(op: str) -> _Handler:
         async def handler(call: Call, request: Request) -> Response:
-            params = _body(request) if op == "set" else _query(request)
+            params = await _body(request) if op == "set" else _query(request)
             params = {**params, "taskId": request.path_params["task_id"]}
             if "config_id" in request.path_params:
                 params["id"] = request.path_params["config_id"]
