@@ -12,6 +12,12 @@ targets:
 * ``response.delta``: typed time <= 2.5x orjson-on-dicts, >= 2x faster than
   stdlib json;
 * ``session.create``: typed time <= 3x orjson-on-dicts.
+
+``--instructions`` counts instructions instead of time, for a machine too
+busy for wall-clock ratios: each way runs under ``valgrind --tool=callgrind``
+twice, with 1,000 and 11,000 round trips of ``response.delta``, and the
+difference over 10,000 is its instructions per round trip (start-up and
+imports cancel out). Needs valgrind (``apt-get install valgrind``).
 """
 
 from __future__ import annotations
@@ -110,12 +116,65 @@ def _rate(fn: Callable[[bytes], bytes], data: bytes, seconds: float) -> float:
             return n / (now - start)
 
 
+WAYS: dict[str, Callable[[bytes], bytes]] = {"uamp": _typed, "orjson": _orjson, "stdlib": _stdlib}
+
+
+def _instructions(way: str, event: str, count: int) -> int:
+    """Instructions callgrind counts for this script running ``count`` round trips of ``way``."""
+    import re
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out"]
+        argv += [sys.executable, __file__, "--loop", way, event, str(count)]
+        out = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind said no count: {out.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def count_instructions(event: str = "response.delta") -> dict[str, float]:
+    """Instructions per round trip of ``event`` for each way (see the module docstring)."""
+    per = {
+        way: (_instructions(way, event, 11_000) - _instructions(way, event, 1_000)) / 10_000
+        for way in WAYS
+    }
+    print(f"{event}: instructions per round trip (callgrind)")
+    for way, n in per.items():
+        print(f"  {way:<8}{n:>10,.0f}")
+    print(
+        f"  uamp÷orjson {per['uamp'] / per['orjson']:.2f}x (target <= 2.5x),"
+        f" stdlib÷uamp {per['stdlib'] / per['uamp']:.2f}x (target >= 2x)"
+    )
+    return per
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=0.3, help="per measurement")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions with callgrind"
+    )
+    parser.add_argument("--loop", nargs=3, metavar=("WAY", "EVENT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    ways = {"uamp": _typed, "orjson": _orjson, "stdlib": _stdlib}
+    if args.loop:  # one callgrind run: N round trips of one way
+        way, event, count = args.loop
+        fn, data = WAYS[way], SAMPLES[event]
+        for _ in range(int(count)):
+            fn(data)
+        return 0
+    if args.instructions:
+        count_instructions()
+        return 0
+    ways = WAYS
     # Same output from all three ways, so they do the same work.
     for data in SAMPLES.values():
         expected = orjson.loads(data)

@@ -175,14 +175,18 @@ class Server:
 
     def __init__(self, argv: list[str], env: dict[str, str], path: str, port_file: Path) -> None:
         port_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
-            argv, env=env, cwd=ROOT / "bench", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        # The server's output goes to a file: a pipe nobody reads fills up
+        # and blocks the server mid-run (the access log writes every request).
+        self.log = port_file.with_suffix(".log")
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv, env=env, cwd=ROOT / "bench", stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode()[-3000:] if self.proc.stderr else ""
-                raise RuntimeError(f"{argv[:3]} did not start: {err}")
+                tail = self.log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{argv[:3]} did not start: {tail}")
             time.sleep(0.05)
         self.port = int(port_file.read_text())
         self.url = f"http://127.0.0.1:{self.port}{path}"

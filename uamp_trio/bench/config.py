@@ -17,7 +17,8 @@ __all__ = [
 ]
 
 #: The transports ``--transport`` accepts.
-TRANSPORTS = ("openai", "uamp-ws", "agui", "a2a")
+TRANSPORTS = ("openai", "uamp-ws", "agui", "a2a", "a2a-0.3")
+
 
 def parse_header(text: str) -> tuple[str, str]:
     """``Name: value`` (curl's and oha's ``-H`` form) as a pair.

@@ -9,11 +9,16 @@ ended the response, or reported an error. No I/O here: the HTTP driver
   ``[DONE]`` ends, an ``error`` object fails;
 * ``agui`` -- AG-UI ``RunAgentInput``: ``TEXT_MESSAGE_CONTENT`` deltas,
   ``RUN_FINISHED`` ends, ``RUN_ERROR`` fails;
-* ``a2a`` -- A2A JSON-RPC ``message/stream`` (the 0.3 method name, which 1.0
-  servers such as uamp's also accept): text parts of ``artifact-update``
-  chunks are deltas (a last chunk that repeats the whole text is not, unless
-  nothing streamed before it), a final ``status-update`` ends (``failed`` /
-  ``canceled`` / ``rejected`` fail), a JSON-RPC ``error`` fails.
+* ``a2a`` -- A2A 1.0 JSON-RPC ``SendStreamingMessage`` (ProtoJSON: results
+  wrapped as ``{"artifactUpdate"}``, ``{"statusUpdate"}``, ``{"task"}``,
+  states as ``TASK_STATE_COMPLETED``); ``a2a-0.3`` -- the same over A2A 0.3's
+  ``message/stream`` (``kind``-tagged results, lower-case states, ``final``
+  on the closing status). Either way, text parts of artifact updates are
+  deltas (a last chunk that repeats the whole text is not, unless nothing
+  streamed before it), the closing status ends (``failed`` / ``canceled`` /
+  ``rejected`` / ``auth-required`` fail, and so does an ``input-required``
+  pause), a JSON-RPC ``error`` fails. A 1.0 status update has no ``final``:
+  a terminal or interrupted state closes the stream.
 """
 
 from __future__ import annotations
@@ -185,26 +190,52 @@ class AGUI(Dialect):
 _A2A_FAILED = frozenset({"failed", "canceled", "rejected", "auth-required"})
 
 
-class A2A(Dialect):
-    """A2A JSON-RPC ``message/stream`` (``POST .../a2a``)."""
+#: A2A 1.0 (ProtoJSON) stream result members -> the 0.3 ``kind`` of the same object.
+_A2A_V1_KINDS = (("artifactUpdate", "artifact-update"), ("statusUpdate", "status-update"),
+                 ("task", "task"), ("message", "message"))  # fmt: skip
+#: States that close a 1.0 stream (terminal or interrupted), in 0.3 spelling.
+_A2A_CLOSING = frozenset(
+    {"completed", "failed", "canceled", "rejected", "input-required", "auth-required"}
+)
 
-    name = "a2a"
+
+def _a2a_v03(result: dict[str, Any]) -> dict[str, Any]:
+    """A 1.0 stream result in the 0.3 shape (``kind`` tag, lower-case state, ``final``)."""
+    for member, kind in _A2A_V1_KINDS:
+        body = result.get(member)
+        if isinstance(body, dict):
+            out = {**body, "kind": kind}
+            status = body.get("status")
+            if isinstance(status, dict) and isinstance(status.get("state"), str):
+                state = status["state"].removeprefix("TASK_STATE_").lower().replace("_", "-")
+                out["status"] = {**status, "state": state}
+                out["final"] = state in _A2A_CLOSING
+            return out
+    return result
+
+
+class A2A(Dialect):
+    """A2A JSON-RPC streaming (``POST .../a2a``): 1.0's ``SendStreamingMessage`` or 0.3's."""
+
+    def __init__(self, name: str, *, v1: bool) -> None:
+        self.name = name
+        self.v1 = v1
 
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "a2a")
 
     def body(self, config: BenchConfig) -> bytes:
-        message = {
-            "kind": "message",
-            "role": "user",
-            "messageId": uuid.uuid4().hex,
-            "parts": [{"kind": "text", "text": config.prompt}],
-        }
+        message: dict[str, Any] = {"messageId": uuid.uuid4().hex}
+        if self.v1:
+            message.update(role="ROLE_USER", parts=[{"text": config.prompt}])
+        else:
+            message.update(kind="message", role="user")
+            message["parts"] = [{"kind": "text", "text": config.prompt}]
         return orjson.dumps(
             {
                 "jsonrpc": "2.0",
                 "id": uuid.uuid4().hex,
-                "method": "message/stream",
+                "method": "SendStreamingMessage" if self.v1 else "message/stream",
                 "params": {"message": message},
             }
         )
@@ -220,6 +251,8 @@ class A2A(Dialect):
         result = envelope.get("result")
         if not isinstance(result, dict):
             return _bad()
+        if self.v1:
+            result = _a2a_v03(result)
         kind = result.get("kind")
         if kind == "artifact-update":
             artifact = result.get("artifact") or {}
@@ -253,4 +286,6 @@ def _agent_in(url: str) -> str | None:
 
 
 #: The HTTP dialects by ``--transport`` name.
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAI(), AGUI(), A2A())}
+DIALECTS: dict[str, Dialect] = {
+    d.name: d for d in (OpenAI(), AGUI(), A2A("a2a", v1=True), A2A("a2a-0.3", v1=False))
+}

@@ -169,6 +169,9 @@ class _UampWebSocket:
             sample.end = trio.current_time()
 
     async def _turn(self, client: UampClient, sample: Sample) -> None:
+        # The request's bytes: the session's creation and the turn, as the
+        # HTTP drivers count a whole response body (framing included here).
+        before = client.bytes_received
         session = await client.create_session(self._agent)
         sample.start = trio.current_time()
         stream = session.respond(self._prompt)
@@ -178,6 +181,7 @@ class _UampWebSocket:
                 sample.deltas.append(trio.current_time())
                 sample.text += len(delta.text)
         sample.end = trio.current_time()
+        sample.bytes = client.bytes_received - before
         result = stream.result
         if result is None:
             sample.error = "incomplete"

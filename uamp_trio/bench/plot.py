@@ -50,9 +50,7 @@ def plot(samples: Sequence[Sample], path: str | Path, title: str = "uamp bench")
     cdf.legend()
     xs = list(range(seconds))
     rate.plot(xs, _per_second([s.end for s in ok], origin, seconds), label="requests/s")
-    rate.plot(
-        xs, _per_second([t for s in ok for t in s.deltas], origin, seconds), label="deltas/s"
-    )
+    rate.plot(xs, _per_second([t for s in ok for t in s.deltas], origin, seconds), label="deltas/s")
     errors = _per_second([s.end for s in samples if s.error is not None], origin, seconds)
     if any(errors):
         rate.plot(xs, errors, label="errors/s", color="red")

@@ -921,6 +921,8 @@ class UampClient(_Link):
     Attributes:
         sessions: The open sessions, by id.
         reconnects: How many times the connection was dialled again.
+        bytes_received: Bytes read from the socket(s) so far, WebSocket
+            framing included (``uamp bench`` counts a turn's bytes with it).
     """
 
     def __init__(
@@ -954,6 +956,7 @@ class UampClient(_Link):
         self._resuming: set[str] = set()
         self._settled = trio.lowlevel.ParkingLot()
         self.reconnects = 0
+        self.bytes_received = 0
 
     @property
     def closed(self) -> bool:
@@ -1060,6 +1063,7 @@ class UampClient(_Link):
         try:
             while True:
                 if data:
+                    self.bytes_received += len(data)
                     for message in engine.feed(data):
                         if self._resuming and self._resumed(message):
                             continue

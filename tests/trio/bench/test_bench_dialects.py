@@ -64,7 +64,7 @@ CASES = [
     ),
     ("agui", [_data({"type": "TEXT_MESSAGE_CONTENT"})], [Step(error="bad_response")]),
     (
-        "a2a",
+        "a2a-0.3",
         [
             _a2a({"kind": "task", "status": {"state": "submitted"}}),
             _status("working", final=False),
@@ -77,18 +77,54 @@ CASES = [
     ),
     # A server that sends the whole text in one last chunk: that is the delta.
     (
-        "a2a",
+        "a2a-0.3",
         [_artifact("all", lastChunk=True), _status("completed")],
         [Step(text="all"), Step(done=True)],
     ),
-    ("a2a", [_status("failed")], [Step(error="task_failed")]),
-    ("a2a", [_a2a({"kind": "task", "status": {"state": "completed"}})], [Step(done=True)]),
+    ("a2a-0.3", [_status("failed")], [Step(error="task_failed")]),
+    ("a2a-0.3", [_a2a({"kind": "task", "status": {"state": "completed"}})], [Step(done=True)]),
+    (
+        "a2a-0.3",
+        [_data({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "x"}})],
+        [Step(error="jsonrpc_-32602")],
+    ),
+    ("a2a-0.3", [_data({"jsonrpc": "2.0", "id": 1})], [Step(error="bad_response")]),
+    # A2A 1.0: ProtoJSON results, wrapped; no ``final``: a closing state ends.
+    (
+        "a2a",
+        [
+            _a2a({"task": {"status": {"state": "TASK_STATE_SUBMITTED"}}}),
+            _a2a({"statusUpdate": {"status": {"state": "TASK_STATE_WORKING"}}}),
+            _a2a({"artifactUpdate": {"artifact": {"parts": [{"text": "Hel"}]}}}),
+            _a2a({"artifactUpdate": {"artifact": {"parts": [{"text": "lo"}]}, "append": True}}),
+            _a2a(
+                {"artifactUpdate": {"artifact": {"parts": [{"text": "Hello"}]}, "lastChunk": True}}
+            ),
+            _a2a({"statusUpdate": {"status": {"state": "TASK_STATE_COMPLETED"}}}),
+        ],
+        [Step(), Step(), Step(text="Hel"), Step(text="lo"), Step(), Step(done=True)],
+    ),
+    (
+        "a2a",
+        [_a2a({"statusUpdate": {"status": {"state": "TASK_STATE_INPUT_REQUIRED"}}})],
+        [Step(error="task_input-required")],
+    ),
+    (
+        "a2a",
+        [_a2a({"statusUpdate": {"status": {"state": "TASK_STATE_FAILED"}}})],
+        [Step(error="task_failed")],
+    ),
+    ("a2a", [_a2a({"task": {"status": {"state": "TASK_STATE_COMPLETED"}}})], [Step(done=True)]),
     (
         "a2a",
         [_data({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "x"}})],
         [Step(error="jsonrpc_-32602")],
     ),
-    ("a2a", [_data({"jsonrpc": "2.0", "id": 1})], [Step(error="bad_response")]),
+    (
+        "a2a",
+        [_a2a({"somethingElse": {}}), _data({"jsonrpc": "2.0", "id": 1})],
+        [Step(), Step(error="bad_response")],
+    ),
 ]
 
 
@@ -112,9 +148,13 @@ def test_the_bodies_carry_the_prompt_and_fresh_ids() -> None:
     agui = [orjson.loads(DIALECTS["agui"].body(config)) for _ in range(2)]
     assert agui[0]["messages"][0]["content"] == "p?" and agui[0]["runId"] != agui[1]["runId"]
     a2a = [orjson.loads(DIALECTS["a2a"].body(config)) for _ in range(2)]
-    assert a2a[0]["method"] == "message/stream"
-    assert a2a[0]["params"]["message"]["parts"] == [{"kind": "text", "text": "p?"}]
+    assert a2a[0]["method"] == "SendStreamingMessage"
+    assert a2a[0]["params"]["message"]["parts"] == [{"text": "p?"}]
+    assert a2a[0]["params"]["message"]["role"] == "ROLE_USER"
     assert a2a[0]["params"]["message"]["messageId"] != a2a[1]["params"]["message"]["messageId"]
+    old = orjson.loads(DIALECTS["a2a-0.3"].body(config))
+    assert old["method"] == "message/stream"
+    assert old["params"]["message"]["parts"] == [{"kind": "text", "text": "p?"}]
 
 
 ENDPOINTS = [

@@ -96,16 +96,24 @@ async def test_the_counts_match_what_the_server_saw(
 async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
     agent, base = await _served(serve_app)
     config = BenchConfig(url=base, agent="count", transport="uamp-ws", concurrency=3, requests=10)
-    summary, _ = await run_bench(config)
+    summary, samples = await run_bench(config)
     data = summary.to_json()
     assert agent.turns == 10 == data["ok"]
     assert data["deltas"] == 10 * len(WORDS)
+    # Bytes: each request's own (the same answer every time, so sizes differ
+    # only by ids and counters), at least its events' JSON, summed in the report.
+    sizes = [s.bytes for s in samples]
+    assert min(sizes) > len(WORDS) * len('{"type":"response.delta"}') + len("".join(WORDS))
+    assert max(sizes) < 1.2 * min(sizes)
+    assert data["bytes"] == sum(sizes)
     assert data["protocols"] == ["websocket"]
     assert data["url"] == base.replace("http://", "ws://") + "/ws"
     assert data["itl_ms"]["p50"] is not None
 
 
-@pytest.mark.parametrize(("transport", "route"), [("agui", "agui"), ("a2a", "a2a")])
+@pytest.mark.parametrize(
+    ("transport", "route"), [("agui", "agui"), ("a2a", "a2a"), ("a2a-0.3", "a2a")]
+)
 async def test_agui_and_a2a_counts_match(serve_app: Any, transport: str, route: str) -> None:
     agent, base = await _served(serve_app)
     config = BenchConfig(
