@@ -13,6 +13,11 @@ plain ``uamp`` row is what it costs when off. ``--agent`` adds ``uamp-agent``:
 a UAP agent (the runtime's loop strategy on the ``function`` model, one word
 per delta, ``bench/flood_agent.py``) loaded as ``uamp serve --agent`` loads
 it, on the same transports: what a real agent costs over the hand-written one.
+``--granian`` adds two baselines to the HTTP rows, both Granian (a Rust HTTP
+server for Python) with one worker process, whose CPU is counted with its
+parent's: ``granian-asgi`` serves the uvicorn baseline's Starlette app,
+``granian-rsgi`` a minimal app on Granian's native RSGI interface (the least
+Python a request can cost there).
 
 Every server runs in its own process (``--serve KIND``); the clients are the
 same raw, framework-free socket loops for every server, in this process, so
@@ -39,6 +44,10 @@ rounds is printed with the ratio uamp / baseline:
 * ``mux``: 100 sessions multiplexed on one uamp WebSocket, events/s overall.
 * ``conns``: 100 concurrent WebSocket connections (one session each),
   events/s overall, vs 100 connections to the ``websockets`` server.
+* ``h2-json``, ``h2-sse`` (not run by default): HTTP/2 over cleartext
+  (prior knowledge), 16 concurrent streams on one connection driven by
+  ``uamp bench --http2``: completions/s, and chunks/s of streamed
+  completions, vs hypercorn serving the Starlette app. Target: >= 1.0x.
 
 The agent (``FloodAgent``) emits as many one-word text deltas as its input
 text says. The HTTP baselines send the same bytes as uamp: the same chunk
@@ -416,11 +425,8 @@ def serve_trio_h11(port_file: Path) -> None:
     _serve_trio(handle, port_file)
 
 
-def serve_starlette(port_file: Path) -> None:
-    """uvicorn + Starlette: StreamingResponse for SSE, JSONResponse-like for JSON."""
-    import asyncio
-
-    import uvicorn
+def starlette_app() -> Any:
+    """The Starlette app of the uvicorn baseline (also served by Granian's ASGI)."""
     from starlette.applications import Starlette
     from starlette.requests import Request as SRequest
     from starlette.responses import Response as SResponse
@@ -442,7 +448,15 @@ def serve_starlette(port_file: Path) -> None:
             return SStreaming(gen(), media_type="text/event-stream")
         return SResponse(completion_body(n), media_type="application/json")
 
-    app = Starlette(routes=[Route("/chat/completions", completions, methods=["POST"])])
+    return Starlette(routes=[Route("/chat/completions", completions, methods=["POST"])])
+
+
+def serve_starlette(port_file: Path) -> None:
+    """uvicorn + Starlette: StreamingResponse for SSE, JSONResponse-like for JSON."""
+    import asyncio
+
+    import uvicorn
+
     # proto=IPPROTO_TCP as uvicorn's own bind gets it from getaddrinfo: asyncio
     # sets TCP_NODELAY only on sockets whose proto says TCP. A plain
     # socket.socket() has proto 0, so head and body (two writes) met Nagle and
@@ -451,8 +465,92 @@ def serve_starlette(port_file: Path) -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)  # clients may connect before uvicorn accepts
     port_file.write_text(str(sock.getsockname()[1]))
-    config = uvicorn.Config(app, log_level="error", access_log=False)
+    config = uvicorn.Config(starlette_app(), log_level="error", access_log=False)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+def serve_hypercorn(port_file: Path) -> None:
+    """hypercorn (HTTP/1.1 and h2c, on asyncio) serving the Starlette app: the HTTP/2 baseline."""
+    import asyncio
+
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    port = sock.getsockname()[1]
+    sock.close()
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.h2_max_concurrent_streams = 128
+
+    async def main() -> None:
+        async def started() -> None:
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    port_file.write_text(str(port))
+                    return
+                except OSError:
+                    await asyncio.sleep(0.05)
+
+        await asyncio.gather(serve(starlette_app(), config), started())  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+async def rsgi_app(scope: Any, proto: Any) -> None:
+    """The same bytes on Granian's native RSGI interface: the least Python per request."""
+    req = orjson.loads(await proto())
+    n = int(req["messages"][-1]["content"])
+    if not req.get("stream"):
+        headers = [("content-type", "application/json")]
+        proto.response_bytes(200, headers, completion_body(n))
+        return
+    first, chunk, last = sse_stream_parts()
+    transport = proto.response_stream(200, [("content-type", "text/event-stream")])
+    await transport.send_bytes(first)
+    for _ in range(n):
+        await transport.send_bytes(chunk)
+    await transport.send_bytes(last)
+
+
+def serve_granian(port_file: Path, interface: str) -> None:
+    """Granian (a Rust HTTP server) with one worker: ``asgi`` (the Starlette app) or ``rsgi``.
+
+    Granian runs its worker in a process of its own; the bench counts the CPU
+    of this process and all its descendants. Stopping this process stops them.
+    """
+    import signal
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    target = "transports:starlette_app" if interface == "asgi" else "transports:rsgi_app"
+    argv = [sys.executable, "-m", "granian", "--interface", interface, "--workers", "1"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--no-log", target]
+    if interface == "asgi":
+        argv.insert(-1, "--factory")
+    child = subprocess.Popen(argv, cwd=Path(__file__).parent)
+
+    def stop(*_: object) -> None:
+        child.terminate()
+        child.wait(10)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    port_file.write_text(str(port))
+    child.wait()
 
 
 def _memory_tracing() -> Any:
@@ -480,6 +578,9 @@ SERVERS: dict[str, Callable[[Path], None]] = {
     "websockets": serve_websockets,
     "trio-h11": serve_trio_h11,
     "starlette": serve_starlette,
+    "hypercorn": serve_hypercorn,
+    "granian-asgi": functools.partial(serve_granian, interface="asgi"),
+    "granian-rsgi": functools.partial(serve_granian, interface="rsgi"),
 }
 
 
@@ -798,6 +899,55 @@ def sse_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
     return statistics.median(samples) * 1000
 
 
+class Measured(float):
+    """A rate that also says how many units of work it measured (for CPU per unit).
+
+    For a measurement whose wall time includes more than the work (the
+    HTTP/2 rows start a client process).
+    """
+
+    units: float
+
+    def __new__(cls, value: float, units: float) -> Measured:
+        made = super().__new__(cls, value)
+        made.units = units
+        return made
+
+    @property
+    def value(self) -> float:
+        """The rate, as a plain float."""
+        return float(self)
+
+
+#: Requests in flight on the HTTP/2 rows.
+H2_CONCURRENCY = 16
+
+
+def h2_rate(kind: str, port: int, n: int, stream: bool) -> float:
+    """Over h2c (prior knowledge), ``H2_CONCURRENCY`` streams: requests/s, or chunks/s streamed.
+
+    The load comes from ``uamp bench --http2`` (httpx with h2) in a process of
+    its own, the same client for every server.
+    """
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        argv = [sys.executable, "-m", "uamp", "bench", f"http://127.0.0.1:{port}/chat/completions"]
+        argv += ["--http2", "--model", "flood", "-c", str(H2_CONCURRENCY), "--no-progress"]
+        argv += ["--prompt", str(n if stream else 5), "--json", out.name]
+        argv += ["-n", str(max(H2_CONCURRENCY, 20 if stream else 400))]
+        argv += ["--stream" if stream else "--no-stream"]
+        ran = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+        if ran.returncode != 0:
+            raise RuntimeError(f"uamp bench against {kind} failed: {ran.stdout[-1500:]}")
+        result = json.loads(Path(out.name).read_text())
+    assert result["errors"] == 0 and result["protocols"] == ["HTTP/2"], (kind, result)
+    if stream:
+        return Measured(result["deltas_per_s"], result["deltas"])
+    return Measured(result["requests_per_s"], result["requests"])
+
+
 def payload_sizes(port: int) -> tuple[int, int]:
     """(bytes of a 100-chunk SSE body, bytes of a 5-word completion) from one server."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -837,12 +987,29 @@ def json_rate(kind: str, port: int, seconds: float = 1.0) -> float:
 
 
 def _server_cpu(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` so far (Linux), else ``None``."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    """User + system CPU seconds so far of process ``pid`` and its descendants (Linux).
+
+    ``None`` without ``/proc``. Descendants count because some servers work
+    in child processes (Granian's worker).
+    """
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    if pid not in stats:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += stats[current][1]
+        todo.extend(p for p, (parent, _) in stats.items() if parent == current)
+    return total
 
 
 def measure(
@@ -881,10 +1048,15 @@ def measure(
                 c0, t0 = _server_cpu(pid), time.perf_counter()
                 value = runs[k](servers[k].port)
                 t1, c1 = time.perf_counter(), _server_cpu(pid)
+                done: float | None = None
+                if isinstance(value, Measured):
+                    value, done = value.value, value.units
                 results[k].append(value)
                 if c0 is not None and c1 is not None:
                     cpu[k] += c1 - c0
-                    work[k] += value * (t1 - t0) if higher_is_better else TTFD_REPEATS
+                    if done is None:
+                        done = value * (t1 - t0) if higher_is_better else TTFD_REPEATS
+                    work[k] += done
     finally:
         for s in servers.values():
             s.stop()
@@ -905,6 +1077,10 @@ def measure(
 def _by_kind(fn: Callable[[str, int, int], float], kind: str, n: int, port: int) -> float:
     """``fn(kind, port, n)``: a measurement bound to its server kind and size."""
     return fn(kind, port, n)
+
+
+def _h2(kind: str, n: int, stream: bool, port: int) -> float:
+    return h2_rate(kind, port, n, stream)
 
 
 def _many(kind: str, n: int, multiplex: bool, port: int) -> float:
@@ -940,6 +1116,9 @@ def main() -> None:
     parser.add_argument(
         "--agent", action="store_true", help="add uamp-agent: a UAP agent through the bridge"
     )
+    parser.add_argument(
+        "--granian", action="store_true", help="add granian-asgi and granian-rsgi to the HTTP rows"
+    )
     args = parser.parse_args()
     if args.serve:
         SERVERS[args.serve](args.port_file)
@@ -959,7 +1138,8 @@ def main() -> None:
         f"median; {os.cpu_count()} CPUs"
     )
     ws_kinds = ("uamp", *extra, "websockets", "trio-ws")
-    http_kinds = ("uamp", *extra, "starlette", "trio-h11")
+    granian = ("granian-asgi", "granian-rsgi") if args.granian else ()
+    http_kinds = ("uamp", *extra, "starlette", *granian, "trio-h11")
     # (--only name, title, unit, the measurement for one server kind, the kinds, options)
     rows: list[tuple[str, str, str, Callable[[str], Callable[[int], float]], Any, Any]] = [
         (
@@ -1017,6 +1197,25 @@ def main() -> None:
             lambda k: functools.partial(_many, k, n, False),
             ws_kinds,
             {"cpu_unit": "event"},
+        ),
+    ]
+    h2_kinds = ("uamp", *extra, "hypercorn")
+    rows += [
+        (
+            "h2-json",
+            f"HTTP/2 (h2c): non-streamed completions/s, {H2_CONCURRENCY} streams",
+            "req/s",
+            lambda k: functools.partial(_h2, k, n, False),
+            h2_kinds,
+            {"cpu_unit": "request"},
+        ),
+        (
+            "h2-sse",
+            f"HTTP/2 (h2c): streamed chunks/s, {H2_CONCURRENCY} streams",
+            "chunks/s",
+            lambda k: functools.partial(_h2, k, min(n, 1000), True),
+            h2_kinds,
+            {"cpu_unit": "chunk"},
         ),
     ]
     for name, title, unit, run, kinds, options in rows:
