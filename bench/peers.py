@@ -53,7 +53,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from transports import _server_cpu, stop_process  # noqa: E402
+from transports import _server_cpu, stop_process, wait_for_port  # noqa: E402
 
 from tests._support.webagents import webagents_python  # noqa: E402
 
@@ -190,21 +190,10 @@ class Server:
             time.sleep(0.05)
         self.port = int(port_file.read_text())
         self.url = f"http://127.0.0.1:{self.port}{path}"
-        _wait_port(self.port)
+        wait_for_port(self.port)
 
     def stop(self) -> None:
         stop_process(self.proc, 10)
-
-
-def _wait_port(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def start_uamp(model_url: str, tmp: Path) -> Server:

@@ -542,15 +542,25 @@ def serve_granian(port_file: Path, interface: str) -> None:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    deadline = time.monotonic() + 20
+    wait_for_port(port)
+    port_file.write_text(str(port))
+    child.wait()
+
+
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    """Return once something accepts connections on loopback ``port``.
+
+    Raises:
+        RuntimeError: Nothing did within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return
         except OSError:
             time.sleep(0.05)
-    port_file.write_text(str(port))
-    child.wait()
+    raise RuntimeError(f"nothing listens on {port}")
 
 
 def _memory_tracing() -> Any:
