@@ -158,12 +158,16 @@ def completion_body(n: int) -> bytes:
 # --- servers -----------------------------------------------------------------------
 
 
-def serve_uamp(port_file: Path, observed: bool = False, agent: str | None = None) -> None:
+def serve_uamp(
+    port_file: Path, observed: bool = False, agent: str | None = None, soak: bool = False
+) -> None:
     """uamp's server: the hand-written ``FloodAgent``, or the agent ``module:attr`` ``agent`` names.
 
     ``agent`` is loaded as ``uamp serve --agent`` loads it (a UAP agent goes
     through the bridge), and served on the same transports with the same
-    settings, so the two rows differ only in the agent path.
+    settings, so the two rows differ only in the agent path. ``soak``
+    (``bench/soak.py``) allows 1,100 sessions a connection and an hour of
+    idleness before a connection is closed.
     """
     import trio
 
@@ -186,7 +190,8 @@ def serve_uamp(port_file: Path, observed: bool = False, agent: str | None = None
                 await emit(ev.ResponseDelta(delta=ty.DeltaText(text=WORD)))
 
     # 100 multiplexed sessions need more than the default 64 per connection.
-    limits = SessionLimits(max_sessions=128)
+    limits = SessionLimits(max_sessions=1100, idle_timeout=3600) if soak else None
+    limits = limits or SessionLimits(max_sessions=128)
     observe: dict[str, Any] = {}
     if observed:
         observe = {"access_log": True, "metrics": True, "tracing": _memory_tracing()}
@@ -583,6 +588,7 @@ SERVERS: dict[str, Callable[[Path], None]] = {
     "uamp+obs": functools.partial(serve_uamp, observed=True),
     # A UAP agent (loop strategy, function model, one word per delta) via the bridge.
     "uamp-agent": functools.partial(serve_uamp, agent="flood_agent:flood"),
+    "uamp-soak": functools.partial(serve_uamp, soak=True),
     "uamp-bound": serve_uamp_bound,
     "trio-ws": serve_trio_ws,
     "websockets": serve_websockets,
@@ -703,7 +709,7 @@ def _is_uamp(kind: str) -> bool:
 
     All of them speak UAMP at the agent path.
     """
-    return kind in ("uamp", "uamp+obs", "uamp-agent") or kind.startswith("uamp@")
+    return kind in ("uamp", "uamp+obs", "uamp-agent", "uamp-soak") or kind.startswith("uamp@")
 
 
 def ws_rate(kind: str, port: int, n: int) -> float:

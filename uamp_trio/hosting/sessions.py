@@ -296,7 +296,12 @@ class Outbox:
         while not self.offer(data, quota):
             if self._closed:
                 raise OutboxClosed
-            await self._space.park()
+            try:
+                await self._space.park()
+            except BaseException:
+                self._wake_for_space()  # woken (maybe) but leaving: pass the turn on
+                raise
+        self._wake_for_space()
 
     def offer(self, data: bytes, quota: Quota | None = None) -> bool:
         """Queue one event if there is room, without waiting; ``False`` when full or closed.
@@ -316,15 +321,27 @@ class Outbox:
             self._ready.unpark_all()
         return True
 
+    def _wake_for_space(self) -> None:
+        """Wake one more waiting producer while there is room for it."""
+        if self._space and len(self._items) < self._size:
+            self._space.unpark()
+
     def _taken(self) -> None:
-        """The queued events were handed to the writer: free their quotas and wake producers."""
+        """The queued events were handed to the writer: free their quotas and wake producers.
+
+        As many producers are woken as there is room for, not all of them:
+        with a thousand sessions' responses waiting, waking all for 64
+        places made each drain a thousand task switches, most of them to
+        park again. A woken producer that puts and sees room left, or that
+        leaves without putting, wakes the next (:meth:`_wake_for_space`).
+        """
         for quota in self._quotas:
             if quota is not None:
                 quota.queued -= 1
         self._quotas.clear()
         self._items.clear()
         if self._space:
-            self._space.unpark_all()
+            self._space.unpark(count=self._size)
 
     def put_owed(self, data: bytes) -> None:
         """Queue a reply the server owes, without waiting.
