@@ -23,6 +23,11 @@ lost process logged and decides with the sans-IO core
 * otherwise the response ends with ``response.error`` ``interrupted``
   carrying the output that was delivered.
 
+A ``response.cancel`` sent on a connection following the carried-on
+response reaches it through the log's messages
+(:meth:`~uamp_trio.stores.event_log.EventLog.ask`): it ends with
+``response.cancelled``.
+
 Payment: the lost process's ledger lock for the response is adopted
 (:meth:`Host.adopt_charge <uamp_trio.hosting.host.Host.adopt_charge>`) and
 settled once, with the usage of the whole response -- or of what was
@@ -37,7 +42,7 @@ latest checkpoint (or the ``restored`` point).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -164,7 +169,19 @@ async def _go_on(
         _append(event_log, key, event, sid)
 
     runner = ResponseRunner(agent, request, sink, tracker=tracker, created=False, charge=charge)
-    outcome = await runner.run()
+
+    async def on_message(message: dict[str, Any]) -> dict[str, Any]:
+        # A response.cancel sent on a connection following this response.
+        if message.get("op") != "cancel":
+            return {"error": "unsupported"}
+        runner.cancel()
+        return {"cancelled": True}
+
+    event_log.register(key, on_message)
+    try:
+        outcome = await runner.run()
+    finally:
+        event_log.unregister(key, on_message)
     if outcome.final is None:
         # It asked the client to run tools: nobody is there to answer.
         _append(event_log, key, interrupted_event(tracker), sid)

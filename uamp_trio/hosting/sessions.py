@@ -96,7 +96,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -129,7 +129,7 @@ from .continuation import carry_on
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
-    from ..stores.event_log import EventLog, LogKey
+    from ..stores.event_log import EventLog, Handler, LogKey
     from .host import Host
 
 __all__ = [
@@ -617,6 +617,11 @@ class SessionHost:
         self._history_json: dict[str, _HistoryJSON] = {}
         #: Set once the peer is gone and its running responses go on into the log.
         self.detached = False
+        #: The handlers this host answers with, by session id (:meth:`_answer_for`).
+        self._answering: dict[str, tuple[LogKey, Handler]] = {}
+        #: Answers messages other than ``cancel`` about this host's sessions
+        #: (the HTTP+SSE transport: POSTs that reached another process).
+        self.on_message: Handler | None = None
 
     # --- public ---------------------------------------------------------------
 
@@ -892,6 +897,7 @@ class SessionHost:
         log.begin(key, attrs.evolve(record), owner)
         self._logged[sid] = (key, owner)
         self._records[sid] = record
+        self._answer_for(sid, key)
         self._start_flusher()
 
     def _start_flusher(self) -> None:
@@ -914,8 +920,38 @@ class SessionHost:
             setattr(record, name, value)
         self.event_log.put_record(entry[0], attrs.evolve(record))
 
+    def _answer_for(self, sid: str, key: LogKey) -> None:
+        """Answer what other connections and processes ask about ``sid`` (its writer is here)."""
+        assert self.event_log is not None
+        handler = functools.partial(self._on_message, sid)
+        self._answering[sid] = (key, handler)
+        self.event_log.register(key, handler)
+
+    def _stop_answering(self, sid: str) -> None:
+        entry = self._answering.pop(sid, None)
+        if entry is not None and self.event_log is not None:
+            self.event_log.unregister(*entry)
+
+    async def _on_message(self, sid: str, message: dict[str, Any]) -> dict[str, Any]:
+        """A message about ``sid`` from another connection or process (:meth:`EventLog.ask`).
+
+        ``cancel`` cancels the response running here (a ``response.cancel``
+        sent on a connection that resumed the session meanwhile); other
+        messages go to :attr:`on_message` (the HTTP+SSE transport's POSTs).
+        """
+        if message.get("op") == "cancel":
+            session = self._sessions.get(sid)
+            if session is None or session.response is None:
+                return {"cancelled": False}
+            self._cancel(session, message.get("response_id"))
+            return {"cancelled": session.response.cancel_requested}
+        if self.on_message is not None:
+            return await self.on_message(message)
+        return {"error": "unsupported"}
+
     def _taken_over(self, sid: str) -> None:
         """Another connection of this process resumed ``sid``: it is not ours any more."""
+        self._stop_answering(sid)
         self._logged.pop(sid, None)
         self._records.pop(sid, None)
         self._history_json.pop(sid, None)
@@ -927,6 +963,7 @@ class SessionHost:
             self._drop(sid)
 
     def _release_log(self, sid: str) -> None:
+        self._stop_answering(sid)
         entry = self._logged.pop(sid, None)
         self._records.pop(sid, None)
         self._history_json.pop(sid, None)
@@ -1023,6 +1060,7 @@ class SessionHost:
             return
         record.node = log.node
         self._logged[sid] = (key, owner)
+        self._answer_for(sid, key)
         self._records[sid] = record
         self._restore(sid, record)
         self._put_record(sid)
@@ -1213,11 +1251,32 @@ class SessionHost:
 
     def _cancel(self, session: _Session, response_id: str | None) -> None:
         response = session.response
+        if response is None and self.event_log is not None and session.id not in self._logged:
+            # A resumed session whose response runs on another connection or
+            # process (it streams in through the log): ask its writer.
+            self._nursery.start_soon(self._cancel_elsewhere, session, response_id)
+            return
         if response is None or (response_id is not None and response_id != response.id):
             return  # nothing running, or a cancel racing the end of an earlier response
         response.cancel_requested = True
         if session.scope is not None:
             session.scope.cancel()
+
+    async def _cancel_elsewhere(self, session: _Session, response_id: str | None) -> None:
+        """Cancel ``session`` 's response where it runs (the record names the process)."""
+        store = self.event_log
+        assert store is not None
+        key = (session.principal.key, session.id)
+        try:
+            record = await store.load(key)
+        except ResumeError:
+            return
+        running = record.running
+        if running is None or (response_id is not None and response_id != running):
+            return
+        answer = await store.ask(record.node, key, {"op": "cancel", "response_id": running})
+        if not answer or not answer.get("cancelled"):
+            log.info("session %s: response %s was not cancelled where it runs", key[1], running)
 
     # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
 

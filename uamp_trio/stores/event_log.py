@@ -26,6 +26,15 @@ pieces). Between reads it waits in :meth:`~EventLog.wait`: in-process a
 parking lot woken by the flusher; on Redis a blocking stream read, which also
 sees what other processes append.
 
+*Messages between processes.* The process that writes a session's log
+:meth:`~EventLog.register` s a handler for it; any process can
+:meth:`~EventLog.ask` the session's writer (the record's ``node``) something
+-- an HTTP+SSE POST that reached another process, a ``response.cancel``
+sent on another connection -- and gets the handler's answer. In one process
+that is a call; on Redis the question goes to the writer's inbox stream and
+the answer comes back on a list the asker waits on (:meth:`EventLog._ask_remote`,
+:meth:`EventLog._serve_inbox`).
+
 *Session records.* Beside the log each session has a :class:`SessionRecord`
 (its agent, configuration, conversation, the response in flight and the
 process running it), written with :meth:`~EventLog.save`. A session last
@@ -43,7 +52,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import attrs
@@ -64,6 +73,9 @@ __all__ = [
 
 #: A session's log: ``(owner's principal key, session id)``.
 LogKey = tuple[tuple[str, str], str]
+
+#: A process's answer to a message about a session it writes (:meth:`EventLog.ask`).
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 #: Entries read per round of :meth:`EventLog.tail`.
 READ_BATCH: Final = 1024
@@ -134,6 +146,7 @@ class EventLog(abc.ABC):
         self._positions: dict[LogKey, Positions] = {}
         self._owners: dict[LogKey, Callable[[], None]] = {}
         self._claims: set[tuple[LogKey, str]] = set()
+        self._handlers: dict[LogKey, Handler] = {}
         self._pending: list[Op] = []
         self._dirty = trio.Event()
         self._flushing = trio.Lock()
@@ -245,6 +258,7 @@ class EventLog(abc.ABC):
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._beat)
+                nursery.start_soon(self._serve_inbox)
                 while True:
                     await self._dirty.wait()
                     await self.flush()
@@ -271,6 +285,49 @@ class EventLog(abc.ABC):
 
     async def _beat(self) -> None:
         """Tell other processes this one is alive (stores shared between processes)."""
+        return
+
+    # --- messages to the process writing a session ---------------------------------
+
+    def register(self, key: LogKey, handler: Handler) -> None:
+        """Answer messages about ``key`` with ``handler`` (this process writes it)."""
+        self._handlers[key] = handler
+
+    def unregister(self, key: LogKey, handler: Handler) -> None:
+        """Stop answering for ``key`` (only if ``handler`` is still the one registered)."""
+        if self._handlers.get(key) is handler:
+            del self._handlers[key]
+
+    async def ask(
+        self, node: str, key: LogKey, message: dict[str, Any], timeout: float = 10.0
+    ) -> dict[str, Any] | None:
+        """The answer of process ``node`` 's handler for ``key`` to ``message``.
+
+        ``None``: nobody there answers for ``key`` (or not within ``timeout``).
+        """
+        if node == self.node:
+            return await self.answer(key, message)
+        return await self._ask_remote(node, key, message, timeout)
+
+    async def answer(self, key: LogKey, message: dict[str, Any]) -> dict[str, Any] | None:
+        """This process's handler's answer for ``key`` (``None``: none registered)."""
+        handler = self._handlers.get(key)
+        if handler is None:
+            return None
+        try:
+            return await handler(message)
+        except Exception:
+            log.exception("answering a message about session %s failed", key[1])
+            return None
+
+    async def _ask_remote(
+        self, node: str, key: LogKey, message: dict[str, Any], timeout: float
+    ) -> dict[str, Any] | None:
+        """Ask another process (stores shared between processes); here: nobody answers."""
+        return None
+
+    async def _serve_inbox(self) -> None:
+        """Answer what other processes ask (stores shared between processes)."""
         return
 
     async def alive(self, node: str) -> bool:

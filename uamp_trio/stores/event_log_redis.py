@@ -19,10 +19,13 @@ blocking ``XREAD`` there, which also sees what other processes append.
 
 from __future__ import annotations
 
+import functools
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+import orjson
 import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Retention
@@ -120,6 +123,44 @@ class RedisEventLog(EventLog):
         while True:
             await self._call(lambda: self._redis.set(self._node(self.node), b"1", px=3000))
             await trio.sleep(1.0)
+
+    def _inbox(self, node: str) -> str:
+        return f"{self.prefix}:inbox:{node}"
+
+    async def _ask_remote(
+        self, node: str, key: LogKey, message: dict[str, Any], timeout: float
+    ) -> dict[str, Any] | None:
+        reply = f"{self.prefix}:reply:{uuid.uuid4().hex}"
+        question = orjson.dumps({"k": [list(key[0]), key[1]], "m": message, "r": reply})
+
+        def ask() -> Any:
+            self._redis.xadd(self._inbox(node), {"q": question}, maxlen=1000, approximate=True)
+            return self._redis.blpop([reply], timeout=max(1, round(timeout)))
+
+        found = await self._call(ask)
+        if not found:
+            return None
+        answer: dict[str, Any] | None = orjson.loads(found[1])
+        return answer
+
+    async def _serve_inbox(self) -> None:
+        inbox, last = self._inbox(self.node), "$"
+        while True:
+            read = functools.partial(self._redis.xread, {inbox: last}, count=64, block=1000)
+            found = await self._call(read)
+            for entry_id, fields in found[0][1] if found else ():
+                last = entry_id
+                question = orjson.loads(fields[b"q"])
+                owner, sid = question["k"]
+                answer = await self.answer((tuple(owner), sid), question["m"])
+
+                def reply(name: str = question["r"], data: bytes = orjson.dumps(answer)) -> None:
+                    pipe = self._redis.pipeline(transaction=False)
+                    pipe.rpush(name, data)
+                    pipe.pexpire(name, 30_000)
+                    pipe.execute()
+
+                await self._call(reply)
 
     def _node(self, node: str) -> str:
         return f"{self.prefix}:node:{node}"

@@ -8,6 +8,9 @@ Endpoints (mounted by :func:`mount`):
     ``session.create``: it opens a new HTTP session and the answer carries the
     new id in the ``X-Session-ID`` header and the JSON body
     ``{"session_id": ..., "accepted": n}``. Later POSTs name the session.
+    With a log shared between processes (Redis), a POST naming a session
+    that another process holds is forwarded there and answered with that
+    process's answer (docs/scale-out.md).
 ``GET /events/stream`` and ``GET /agents/{name}/events/stream``
     ``text/event-stream`` of the session's outgoing events, one UAMP event per
     SSE event (``id:`` the event's ``event_id``, ``data:`` the JSON). A new
@@ -117,6 +120,17 @@ class _HttpSession:
         self.last_seen = trio.current_time()
         #: The latest events sent, ``(event_id, message)``, for ``Last-Event-ID``.
         self.replay: deque[tuple[str, bytes]] = deque(maxlen=REPLAY_SIZE)
+
+    async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Events POSTed to another process for this session (``EventLog.ask``)."""
+        if message.get("op") != "events" or self.host is None:
+            return {"error": "unsupported"}
+        name = message.get("agent")
+        if name is not None and self.agent is not None and name != self.agent.name:
+            return {"accepted": 0, "error": ["unknown_session", "another agent's session"]}
+        events = [str(e).encode() for e in message.get("events", ())]
+        accepted, error = self.transport._feed(self, events, str(message["body"]).encode())
+        return {"accepted": accepted, "error": list(error) if error is not None else None}
 
     def replay_after(self, event_id: str) -> list[tuple[str, bytes]] | None:
         """The recent events after ``event_id``, or ``None`` when it is not among them."""
@@ -340,13 +354,22 @@ class SSEEventsTransport:
                 hs.scope.cancel()
                 raise_error(("duplicate_session", f"session {sid!r} already exists"), 0)
             hs.id = sid
+            hs.host.on_message = hs.answer
             more, error = self._feed(hs, messages[1:], request.body)
             accepted += more
             if error is not None:
                 raise_error(error, accepted, headers=[("x-session-id", hs.id)])
+            # The session's record is in the log before its id is handed out:
+            # another process may be asked for its stream or get its POSTs next.
+            await self.app.stores.event_log.flush()
             return json_response(
                 {"session_id": hs.id, "accepted": accepted}, headers=[("x-session-id", hs.id)]
             )
+        named = self._session_id(request)
+        if named is not None and self.sessions.get(request.principal, named) is None:
+            forwarded = await self._forward(request, named, agent, messages)
+            if forwarded is not None:
+                return forwarded
         hs = self._lookup(request)
         if agent is not None and hs.agent is not None and agent is not hs.agent:
             raise HTTPError(
@@ -357,6 +380,40 @@ class SSEEventsTransport:
             raise_error(error, accepted)
         assert hs.id is not None
         return json_response({"session_id": hs.id, "accepted": accepted})
+
+    async def _forward(
+        self, request: Request, sid: str, agent: Responder | None, messages: list[bytes]
+    ) -> Response | None:
+        """POST ``messages`` to the process that holds session ``sid`` (``None``: none does).
+
+        With a log shared between processes (Redis), the session's record
+        names the process that writes it; the events go there
+        (:meth:`EventLog.ask <uamp_trio.stores.event_log.EventLog.ask>`) and
+        its answer is this POST's. Another principal's session has no record
+        under this caller's key: not found, like one that never existed.
+        """
+        store = self.app.stores.event_log
+        key = (request.principal.key, sid)
+        try:
+            record = await store.load(key)
+        except ResumeError:
+            return None
+        if record.node == store.node or not await store.alive(record.node):
+            return None
+        message = {
+            "op": "events",
+            "agent": agent.name if agent is not None else None,
+            "events": [m.decode() for m in messages],
+            "body": request.body.decode(),
+        }
+        answer = await store.ask(record.node, key, message)
+        if answer is None or "accepted" not in answer:
+            return None
+        error = answer.get("error")
+        if error is not None:
+            status = 404 if error[0] == "unknown_session" else 400
+            raise_error(tuple(error), answer["accepted"], status=status)
+        return json_response({"session_id": sid, "accepted": answer["accepted"]})
 
     def _feed(self, hs: _HttpSession, messages: list[bytes], body: bytes) -> tuple[int, Any]:
         host = hs.host
