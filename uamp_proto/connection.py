@@ -90,6 +90,7 @@ from .ids import IdSource, event_id_stem, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
 from .response import ResponseTracker
 from .types import EMPTY
+from .voice import Call
 
 __all__ = [
     "CLIENT_EVENTS",
@@ -146,6 +147,9 @@ assert all(
 _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
 )
+_VOICE_TYPES: Final = frozenset({"voice.invite", "voice.accept", "voice.decline", "voice.end"})
+#: Most chats one session may take part in (section 7.1; memory stays bounded).
+MAX_CHATS_PER_SESSION: Final = 16
 _PAYMENT_TYPES: Final = frozenset(
     {"payment.required", "payment.submit", "payment.accepted", "payment.balance", "payment.error"}
 )
@@ -234,6 +238,28 @@ class SessionContext:
         self.receive_window: flow.ReceiveWindow | None = None
         self.requested_window: int | None = None
         self.finished_responses: deque[str] = deque(maxlen=32)
+        #: The chats the session takes part in (section 7.1): its
+        #: ``session.create.chat`` and those named since by ``input.text``
+        #: ``context.chat_id`` or ``input.typing`` ``chat_id``.
+        self.chats: set[str] = {self.chat} if self.chat else set()
+        #: The session's voice call (sections 5.16, 7.3).
+        self.call = Call()
+
+    def chat_of(self, event: ev.Event) -> str | None:
+        """The chat an ``input.text`` / ``input.typing`` / ``message.read`` belongs to, or ``None``.
+
+        An explicit ``context.chat_id`` (``chat_id`` on the others) wins;
+        otherwise a chat-scoped session's own chat.
+        """
+        named: Any = None
+        if type(event) is ev.InputText:
+            context = event.context
+            named = context.get("chat_id") if context else None
+        else:
+            named = getattr(event, "chat_id", None)
+        if isinstance(named, str) and named:
+            return named
+        return self.chat
 
     def __repr__(self) -> str:
         return f"<SessionContext {self.id} {self.state.value} {self.phase.value}>"
@@ -820,7 +846,14 @@ class Connection:
         etype = event.type
         stamps: dict[str, Any] | None = None
         if etype in RESPONSE_EVENTS:
-            stamps = self._response_rules(session, event, sender)
+            if etype == "audio.delta":
+                self._check_audio(session)
+            if sender is Role.SERVER and event.unknown and event.unknown.get("chat_id"):
+                # A chat's response fanned out to a participant (section 7.1):
+                # it is not this session's own response slot.
+                pass
+            else:
+                stamps = self._response_rules(session, event, sender)
         elif etype in _PAYMENT_TYPES:
             if not session.payment.can_apply(event):
                 raise _refuse(
@@ -831,7 +864,15 @@ class Connection:
                 active_response=session.response.response_id if session.response else None,
             )
         elif etype in _INPUT_TYPES:
+            if etype == "input.audio":
+                self._check_audio(session)
             self._input(session, event)
+        elif etype in _VOICE_TYPES:
+            self._voice(session, event)
+        elif etype == "input.typing" or etype == "message.read":
+            chat = session.chat_of(event)
+            if chat is not None:
+                self._join_chat(session, chat)
         elif etype == "progress" and flow.is_ack(event):
             self._ack(session, event, sender)
         elif etype == "session.update":
@@ -853,10 +894,47 @@ class Connection:
             session.state = new_state
         return stamps
 
+    def _check_audio(self, session: SessionContext) -> None:
+        try:
+            session.call.check_audio()
+        except ProtocolError as exc:
+            raise _refuse(exc.code, exc.message) from None
+
+    def _voice(self, session: SessionContext, event: ev.Event) -> None:
+        clock = self.config.clock
+        try:
+            session.call.apply(
+                event.type,
+                clock() if clock is not None else None,
+                call_id=getattr(event, "call_id", None),
+                reason=getattr(event, "reason", None),
+            )
+        except ProtocolError as exc:
+            raise _refuse(exc.code, exc.message) from None
+
+    @staticmethod
+    def _join_chat(session: SessionContext, chat: str) -> None:
+        if chat not in session.chats:
+            if len(session.chats) >= MAX_CHATS_PER_SESSION:
+                raise _refuse(
+                    "too_many_chats",
+                    f"a session takes part in at most {MAX_CHATS_PER_SESSION} chats",
+                )
+            session.chats.add(chat)
+
     def _input(self, session: SessionContext, event: ev.Event) -> None:
         item: ty.ContentItem
         role = "user"
         if type(event) is ev.InputText:
+            if session.chats or event.context:
+                chat = session.chat_of(event)
+                if chat is not None:
+                    # A chat message (section 7.1): the room has it, not the
+                    # session's next response.
+                    self._join_chat(session, chat)
+                    if event.payment_token is not None:
+                        self._offer_token(session, event.payment_token)
+                    return
             item = ty.TextContent(text=event.text)
             role = event.role or "user"
             if event.messages is not None:

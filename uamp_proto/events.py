@@ -25,6 +25,7 @@ import attrs
 from .types import (
     EMPTY,
     Capabilities,
+    ChatSender,
     Delta,
     ErrorInfo,
     Media,
@@ -249,10 +250,14 @@ class PaymentSubmit(Event):
 
 @attrs.frozen(kw_only=True)
 class VoiceInvite(Event):
-    """Start a voice session, optionally with a WebRTC SDP offer (7.3)."""
+    """Start a voice session, optionally with a WebRTC SDP offer (7.3).
+
+    A client sends it; in a chat the server relays it to the callee, so
+    uamp lets either side send it (docs/voice.md).
+    """
 
     type: ClassVar[str] = "voice.invite"
-    direction: ClassVar[str] = "client"
+    direction: ClassVar[str] = "both"
     sdp: str | None = None
     call_id: str | None = None
 
@@ -310,6 +315,8 @@ class MessageRead(Event):
     chat_id: str | None = None
     user_id: str | None = None
     read_at: float | None = None
+    #: The chat sequence number read up to (uamp: the server's order, 7.1).
+    seq: int | None = None
 
 
 # === Server -> client (section 6) ==========================================
@@ -571,6 +578,12 @@ class MessageCreated(Event):
     message: Message | None = None
     message_id: str | None = None
     chat_id: str | None = None
+    #: The server-assigned position of the message in its chat (1, 2, ...).
+    seq: int | None = None
+    #: Who sent it.
+    sender: ChatSender | None = None
+    #: When the server stored it (Unix seconds).
+    created_at: float | None = None
 
 
 @attrs.frozen(kw_only=True)

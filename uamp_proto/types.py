@@ -24,6 +24,7 @@ __all__ = [
     "AudioContent",
     "AudioUsage",
     "Capabilities",
+    "ChatSender",
     "ContentItem",
     "Delta",
     "DeltaAudio",
@@ -370,6 +371,22 @@ class Message:
         if not self.content_items:
             return ""
         return "".join(i.text for i in self.content_items if isinstance(i, TextContent))
+
+
+@attrs.frozen(kw_only=True)
+class ChatSender:
+    """Who sent a chat message (``message.created.sender``, section 7.1).
+
+    Attributes:
+        id: The participant's user id (an agent's is its name).
+        name: Its display name.
+        kind: ``"user"`` or ``"agent"``.
+    """
+
+    id: str
+    name: str | None = None
+    kind: str = "user"
+    unknown: Mapping[str, Any] = _unknown()
 
 
 @attrs.frozen(kw_only=True)

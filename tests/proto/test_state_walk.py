@@ -22,6 +22,7 @@ from uamp_proto._state import ResponseState, Role, SessionState
 from uamp_proto.connection import Connection
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
 from uamp_proto.payment import PaymentNegotiation
+from uamp_proto.voice import CALL_TRANSITIONS, CallState
 
 from .pair import Pair
 from .samples import MINIMAL, sample
@@ -101,6 +102,8 @@ def _expected(
         slot_after = _R.IDLE if moved in tables.TERMINAL_RESPONSE_STATES else moved
     if etype.startswith("payment.") and not PaymentNegotiation(None).can_apply(sample(etype)):
         return None, None, "invalid_event"
+    if etype.startswith("voice.") and etype not in CALL_TRANSITIONS[CallState.IDLE]:
+        return None, None, "invalid_event"  # no call to accept, decline or end
     return after, slot_after, None
 
 

@@ -1,0 +1,127 @@
+"""The voice call lifecycle (UAMP sections 5.16 and 7.3) as a table.
+
+Theory of operation
+-------------------
+A session has at most one call at a time. :data:`CALL_TRANSITIONS` says
+which voice event moves it where, ``{state: {event type: next state}}``;
+a missing key is the refusal (``invalid_event``)::
+
+    IDLE --voice.invite--> RINGING --voice.accept--> ACTIVE --voice.end--> IDLE
+                              |--voice.decline / voice.end--> IDLE
+
+Audio (``input.audio`` in, ``audio.delta`` out) of a call flows only while
+it is ``ACTIVE``: :meth:`Call.check_audio` refuses it while the call rings
+and once it was declined (saying with what reason) or ended, with
+``call_not_active``. A session that never placed a call sends audio as
+plain input (a voice note, section 5.7), as before. ``voice.end`` carries the call's length in
+``duration_ms`` from ``voice.accept`` to the end, time being passed in.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+from .errors import ProtocolError
+from .types import Capabilities
+
+__all__ = ["CALL_TRANSITIONS", "Call", "CallState", "takes_calls"]
+
+
+class CallState(enum.Enum):
+    """Where a session's call is."""
+
+    IDLE = "idle"
+    RINGING = "ringing"
+    ACTIVE = "active"
+
+
+_C = CallState
+
+#: state -> {voice event: next state}.
+CALL_TRANSITIONS: Final[dict[CallState, dict[str, CallState]]] = {
+    _C.IDLE: {"voice.invite": _C.RINGING},
+    _C.RINGING: {"voice.accept": _C.ACTIVE, "voice.decline": _C.IDLE, "voice.end": _C.IDLE},
+    _C.ACTIVE: {"voice.end": _C.IDLE},
+}
+
+
+def takes_calls(capabilities: Capabilities) -> bool:
+    """Whether an agent declaring ``capabilities`` takes voice calls.
+
+    It does when it lists the ``audio`` modality and declares realtime
+    audio (``audio.supports_realtime``).
+    """
+    audio = capabilities.audio
+    return (
+        "audio" in capabilities.modalities and audio is not None and bool(audio.supports_realtime)
+    )
+
+
+class Call:
+    """One session's call; see the module docstring."""
+
+    __slots__ = ("call_id", "ended", "started_at", "state")
+
+    def __init__(self) -> None:
+        self.state = CallState.IDLE
+        self.call_id: str | None = None
+        self.started_at: float | None = None
+        #: Why the last call is over, for the audio refusal's message.
+        self.ended: str | None = None
+
+    def apply(
+        self,
+        etype: str,
+        now: float | None,
+        *,
+        call_id: str | None = None,
+        reason: str | None = None,
+    ) -> float | None:
+        """Move the call by ``etype`` at ``now``; ``duration_ms`` when an active call ends.
+
+        Raises:
+            ProtocolError: ``invalid_event`` when the table has no such
+                move, ``unknown_call`` when ``call_id`` names another call.
+        """
+        after = CALL_TRANSITIONS[self.state].get(etype)
+        if after is None:
+            where = (
+                "no call is ringing or active"
+                if self.state is _C.IDLE
+                else f"a call is {self.state.value}"
+            )
+            raise ProtocolError(f"{etype} not allowed: {where}", code="invalid_event")
+        if self.state is not _C.IDLE and call_id is not None and call_id != self.call_id:
+            raise ProtocolError(
+                f"call {call_id!r} is not this session's call {self.call_id!r}", code="unknown_call"
+            )
+        duration = None
+        if etype == "voice.invite":
+            self.call_id, self.ended, self.started_at = call_id, None, None
+        elif etype == "voice.accept":
+            self.started_at = now
+        elif etype == "voice.decline":
+            self.ended = f"was declined ({reason})" if reason else "was declined"
+        elif etype == "voice.end":
+            if self.started_at is not None and now is not None:
+                duration = max(0.0, (now - self.started_at) * 1000.0)
+            self.ended = "has ended"
+        self.state = after
+        return duration
+
+    def check_audio(self) -> None:
+        """Refuse audio while a call rings or after one was declined or ended.
+
+        Raises:
+            ProtocolError: ``call_not_active`` saying why.
+        """
+        if self.state is _C.ACTIVE:
+            return
+        if self.state is _C.RINGING:
+            why = "the call has not been accepted yet"
+        elif self.ended is not None:
+            why = f"the call {self.ended}; send voice.invite for a new one"
+        else:
+            return  # no call ever: plain audio input
+        raise ProtocolError(f"audio refused: {why}", code="call_not_active")
