@@ -5,8 +5,9 @@ what a server must remember between requests lives here, each kind behind a
 small interface a database-backed store can implement later: A2A tasks
 (:mod:`.a2a_tasks`), ACP sessions (:mod:`.acp_sessions`), the live
 HTTP+SSE sessions (:mod:`.sessions`), the server-side tool rounds of
-Chat Completions turns (:mod:`.tool_rounds`) and the event logs of resumable UAMP
-sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams). :class:`Stores` is the set the
+Chat Completions turns (:mod:`.tool_rounds`), the event logs of resumable
+UAMP sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams) and
+chat rooms (:mod:`.chats`: in memory or SQLite). :class:`Stores` is the set the
 composition root creates once per app and hands to the transports; no
 transport creates one of its own.
 
@@ -23,19 +24,23 @@ from uamp_proto.resume import Retention
 
 from .a2a_tasks import TaskStore
 from .acp_sessions import AcpSessionStore
+from .chats import ChatStore, MemoryChatStore
 from .event_log import EventLog, MemoryEventLog, SessionRecord
 from .sessions import SessionTracker
 from .tool_rounds import ToolRoundStore
 
 __all__ = [
     "AcpSessionStore",
+    "ChatStore",
     "EventLog",
+    "MemoryChatStore",
     "MemoryEventLog",
     "SessionRecord",
     "SessionTracker",
     "Stores",
     "TaskStore",
     "ToolRoundStore",
+    "open_chat_store",
     "open_event_log",
 ]
 
@@ -56,6 +61,15 @@ def open_event_log(where: str = "memory", retention: Retention | None = None) ->
     return SqliteEventLog(where.removeprefix("sqlite:"), retention)
 
 
+def open_chat_store(where: str = "memory") -> ChatStore:
+    """The chat store named by ``where``: ``memory``, or a SQLite path (``sqlite:PATH``)."""
+    if where == "memory":
+        return MemoryChatStore()
+    from .chats_sqlite import SqliteChatStore
+
+    return SqliteChatStore(where.removeprefix("sqlite:"))
+
+
 @attrs.define(kw_only=True)
 class Stores:
     """The server-side state of one app, shared by its transports.
@@ -70,6 +84,7 @@ class Stores:
         event_log: What resumable UAMP sessions sent (docs/resume.md).
         tool_rounds: The agent's own tool rounds of Chat Completions turns
             that also asked the client for a tool (the Completions transport).
+        chats: Chat rooms: settings, messages, read marks (docs/chat.md).
     """
 
     a2a_tasks: TaskStore = attrs.field(factory=TaskStore)
@@ -77,3 +92,4 @@ class Stores:
     http_sessions: SessionTracker[Any] = attrs.field(factory=SessionTracker)
     event_log: EventLog = attrs.field(factory=MemoryEventLog)
     tool_rounds: ToolRoundStore = attrs.field(factory=ToolRoundStore)
+    chats: ChatStore = attrs.field(factory=MemoryChatStore)

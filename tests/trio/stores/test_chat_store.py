@@ -1,0 +1,125 @@
+"""Every chat store (memory, SQLite) keeps the same promises: one parametrised suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from uamp_proto.principal import ANONYMOUS, Principal
+from uamp_trio.stores import Stores, open_chat_store
+from uamp_trio.stores.chats import ChatRecord, ChatStore, MemoryChatStore, StoredMessage
+from uamp_trio.stores.chats_sqlite import SqliteChatStore
+
+ALICE = Principal(id="alice", scheme="api_key")
+BOB = Principal(id="bob", scheme="api_key")
+CAROL = Principal(id="carol", scheme="api_key")
+
+Make = Callable[..., ChatStore]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Make:
+    def make(max_messages: int = 10_000, name: str = "chats") -> ChatStore:
+        if request.param == "memory":
+            return MemoryChatStore(max_messages)
+        return SqliteChatStore(tmp_path / f"{name}.db", max_messages)
+
+    return make
+
+
+def _msg(seq: int) -> StoredMessage:
+    return StoredMessage(
+        seq=seq,
+        message_id=f"msg_{seq}",
+        sender={"id": "alice", "name": "alice", "kind": "user"},
+        message={"role": "user", "content": f"m{seq}"},
+        created_at=float(seq),
+    )
+
+
+async def test_a_room_is_found_by_its_owner_and_its_members_only(make_store: Make) -> None:
+    store = make_store()
+    room = await store.create(ChatRecord(chat_id="c", owner=ALICE.key, members=["bob"]))
+    assert (await store.find(ALICE, "c")) == room
+    assert (await store.find(BOB, "c")) == room
+    # Carol is not listed: for her the id is as unknown as one nobody used.
+    assert await store.find(CAROL, "c") is None
+    assert await store.find(CAROL, "never") is None
+    carols = await store.create(ChatRecord(chat_id="c", owner=CAROL.key))
+    assert carols.key != room.key
+    assert (await store.find(CAROL, "c")) == carols
+    assert (await store.find(BOB, "c")) == room
+    # Creating under a key in use gives the room already there.
+    again = await store.create(ChatRecord(chat_id="c", owner=ALICE.key, members=[]))
+    assert again.members == ["bob"]
+
+
+async def test_anyone_and_anonymous(make_store: Make) -> None:
+    store = make_store()
+    await store.create(ChatRecord(chat_id="open", owner=ALICE.key, members=["*"]))
+    assert (await store.find(CAROL, "open")) is not None
+    await store.create(ChatRecord(chat_id="lobby", owner=ANONYMOUS.key))
+    assert (await store.find(ANONYMOUS, "lobby")) is not None
+    assert (await store.find(ALICE, "lobby")) is None
+
+
+async def test_save_keeps_settings_and_read_marks(make_store: Make) -> None:
+    store = make_store()
+    room = await store.create(ChatRecord(chat_id="c", owner=ALICE.key))
+    room.last_seq, room.reads, room.policy = 7, {"alice": 5}, {"respond": "every"}
+    await store.save(room)
+    found = await store.find(ALICE, "c")
+    assert found is not None
+    assert (found.last_seq, found.reads, found.policy) == (7, {"alice": 5}, {"respond": "every"})
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    count=st.integers(0, 40),
+    keep=st.integers(1, 30),
+    after=st.integers(0, 45),
+    limit=st.integers(0, 50),
+)
+def test_history_is_the_newest_kept_in_order(
+    make_store: Make, count: int, keep: int, after: int, limit: int
+) -> None:
+    async def main() -> list[int]:
+        store = make_store(max_messages=keep, name=f"h{count}_{keep}_{after}_{limit}")
+        room = await store.create(ChatRecord(chat_id=f"c{count}", owner=ALICE.key))
+        for seq in range(1, count + 1):
+            await store.append(room.key, _msg(seq))
+        got = await store.history(room.key, after=after, limit=limit)
+        assert all(m == _msg(m.seq) for m in got)
+        await store.aclose()
+        return [m.seq for m in got]
+
+    kept = [s for s in range(1, count + 1) if s > count - keep and s > after]
+    expected = kept[-limit:] if limit else []
+    assert trio.run(main) == expected
+
+
+async def test_sqlite_rooms_survive_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "chats.db"
+    first = open_chat_store(f"sqlite:{path}")
+    room = await first.create(ChatRecord(chat_id="c", owner=ALICE.key, members=["bob"]))
+    await first.append(room.key, _msg(1))
+    room.last_seq = 1
+    await first.save(room)
+    await first.aclose()
+    second = open_chat_store(str(path))
+    found = await second.find(BOB, "c")
+    assert found is not None and found.last_seq == 1
+    assert [m.seq for m in await second.history(found.key)] == [1]
+    await second.aclose()
+
+
+def test_the_app_has_a_memory_chat_store_by_default() -> None:
+    assert isinstance(Stores().chats, MemoryChatStore)
+    assert isinstance(open_chat_store(), MemoryChatStore)

@@ -1,0 +1,189 @@
+"""Chat rooms kept beyond a connection: settings, messages, read marks (docs/chat.md).
+
+Theory of operation
+-------------------
+:class:`ChatStore` is the small interface; :class:`MemoryChatStore` (the
+default) and :class:`~uamp_trio.stores.chats_sqlite.SqliteChatStore`
+(survives a restart) implement it, and a distributed one can be added
+behind the same five calls. The live side of a room -- who is connected,
+typing, fan-out -- is not stored: it lives in the process
+(:mod:`uamp_trio.hosting.chats`).
+
+Ownership (docs/security.md): a room is stored under its owner's principal
+key and its id (:data:`ChatKey`), and lists who else may join it
+(``members``: principal ids, or ``"*"`` for anyone). :meth:`ChatStore.find`
+gives a principal its own room of that id, else one that lists it, else
+nothing -- so a principal naming someone else's room gets a new room of its
+own, exactly as for an id nobody used. With no authentication every caller
+is the same anonymous principal and shares every room.
+
+Each message gets its sequence number from the room (``last_seq + 1``)
+before it is stored; a store keeps at most ``max_messages`` per room (the
+oldest go first).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import deque
+from typing import Any, Final
+
+import attrs
+
+from uamp_proto.principal import Principal
+
+__all__ = ["ChatKey", "ChatRecord", "ChatStore", "MemoryChatStore", "StoredMessage"]
+
+#: A room: ``(owner's principal key, chat id)``.
+ChatKey = tuple[tuple[str, str], str]
+
+#: Messages kept per room unless the store is told otherwise.
+MAX_MESSAGES: Final = 10_000
+#: Anyone may join a room listing this member.
+ANYONE: Final = "*"
+
+
+@attrs.define(kw_only=True)
+class ChatRecord:
+    """A room's settings and state.
+
+    Attributes:
+        chat_id: The id clients name.
+        owner: The creator's principal key.
+        members: Principal ids that may join besides the owner (``"*"``: anyone).
+        policy: When agents answer (:class:`uamp_proto.chat.AnswerPolicy` JSON).
+        last_seq: The sequence number of the latest message (0: none).
+        reads: Per user id, the highest sequence number read.
+        created: When the room was created (Unix seconds).
+    """
+
+    chat_id: str
+    owner: tuple[str, str]
+    members: list[str] = attrs.field(factory=list)
+    policy: dict[str, Any] = attrs.field(factory=dict)
+    last_seq: int = 0
+    reads: dict[str, int] = attrs.field(factory=dict)
+    created: float = 0.0
+
+    @property
+    def key(self) -> ChatKey:
+        """Where the room is stored."""
+        return (self.owner, self.chat_id)
+
+    def admits(self, principal: Principal) -> bool:
+        """Whether ``principal`` may join: the owner, or listed in :attr:`members`."""
+        return principal.key == self.owner or ANYONE in self.members or principal.id in self.members
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        data = attrs.asdict(self)
+        data["owner"] = list(self.owner)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChatRecord:
+        """A record from :meth:`to_json` 's data."""
+        owner = data["owner"]
+        return cls(**{**data, "owner": (str(owner[0]), str(owner[1]))})
+
+
+@attrs.frozen(kw_only=True)
+class StoredMessage:
+    """One message of a room as stored.
+
+    Attributes:
+        seq: Its position in the room (1, 2, ...).
+        message_id: Its id.
+        sender: Who sent it (``ChatSender`` JSON).
+        message: The UAMP message (section 8.5) as JSON.
+        created_at: When it was stored (Unix seconds).
+    """
+
+    seq: int
+    message_id: str
+    sender: dict[str, Any]
+    message: dict[str, Any]
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The message as JSON-ready data."""
+        return attrs.asdict(self)
+
+
+class ChatStore(abc.ABC):
+    """Where rooms and their messages are kept; see the module docstring.
+
+    Args:
+        max_messages: Messages kept per room (the oldest are dropped).
+    """
+
+    def __init__(self, max_messages: int = MAX_MESSAGES) -> None:
+        if max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        self.max_messages = max_messages
+
+    @abc.abstractmethod
+    async def find(self, principal: Principal, chat_id: str) -> ChatRecord | None:
+        """``principal``'s own room ``chat_id``, else one that admits it, else ``None``."""
+
+    @abc.abstractmethod
+    async def create(self, record: ChatRecord) -> ChatRecord:
+        """Store a new room; the one already under its key if there is one."""
+
+    @abc.abstractmethod
+    async def save(self, record: ChatRecord) -> None:
+        """Write a room's settings, ``last_seq`` and read marks."""
+
+    @abc.abstractmethod
+    async def append(self, key: ChatKey, message: StoredMessage) -> None:
+        """Add a message (its ``seq`` already assigned) and trim to ``max_messages``."""
+
+    @abc.abstractmethod
+    async def history(self, key: ChatKey, after: int = 0, limit: int = 100) -> list[StoredMessage]:
+        """The last ``limit`` messages with ``seq > after``, oldest first."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional for stores holding nothing open
+        """Release what the store holds open."""
+
+
+class MemoryChatStore(ChatStore):
+    """Rooms in this process's memory (the default)."""
+
+    def __init__(self, max_messages: int = MAX_MESSAGES) -> None:
+        super().__init__(max_messages)
+        self._rooms: dict[ChatKey, ChatRecord] = {}
+        self._messages: dict[ChatKey, deque[StoredMessage]] = {}
+        #: chat id -> keys of the rooms of that id, oldest first.
+        self._by_id: dict[str, list[ChatKey]] = {}
+
+    async def find(self, principal: Principal, chat_id: str) -> ChatRecord | None:
+        own = self._rooms.get((principal.key, chat_id))
+        if own is not None:
+            return attrs.evolve(own)
+        for key in self._by_id.get(chat_id, ()):
+            record = self._rooms[key]
+            if record.admits(principal):
+                return attrs.evolve(record)
+        return None
+
+    async def create(self, record: ChatRecord) -> ChatRecord:
+        existing = self._rooms.get(record.key)
+        if existing is not None:
+            return attrs.evolve(existing)
+        self._rooms[record.key] = attrs.evolve(record)
+        self._messages[record.key] = deque(maxlen=self.max_messages)
+        self._by_id.setdefault(record.chat_id, []).append(record.key)
+        return attrs.evolve(record)
+
+    async def save(self, record: ChatRecord) -> None:
+        if record.key in self._rooms:
+            self._rooms[record.key] = attrs.evolve(record, reads=dict(record.reads))
+
+    async def append(self, key: ChatKey, message: StoredMessage) -> None:
+        messages = self._messages.get(key)
+        if messages is not None:
+            messages.append(message)
+
+    async def history(self, key: ChatKey, after: int = 0, limit: int = 100) -> list[StoredMessage]:
+        messages = [m for m in self._messages.get(key, ()) if m.seq > after]
+        return messages[-limit:] if limit > 0 else []
