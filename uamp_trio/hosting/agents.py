@@ -57,6 +57,7 @@ def unwrapped(agent: Responder) -> Responder:
         agent = agent.agent
     return agent
 
+
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.~-]+$")
 
 

@@ -34,6 +34,7 @@ from uamp_proto.responder import Responder
 from ..engines.http import Endpoint
 from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
+from .chats import ChatHub
 from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class Host:
         self.agents = AgentRegistry()
         #: State that outlives a request (tasks, sessions), created by the root.
         self.stores = stores
+        #: The live chat rooms (docs/chat.md), kept in ``stores.chats``.
+        self.chats = ChatHub(stores.chats, self)
         #: Consulted by every transport before a turn runs (``None``: free).
         #: Transports read it when a request arrives, so it may be set after
         #: mounting.
@@ -247,6 +250,7 @@ class Host:
             if ws.label and "{" not in ws.pattern
         )
         return rows
+
 
 def _per_agent(add: Callable[..., object], subpath: str, label: str | None, root: bool) -> None:
     """Register under ``/agents/{agent}`` (labelled), and at the root unless ``root`` is false."""

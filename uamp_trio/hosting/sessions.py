@@ -125,6 +125,7 @@ from uamp_proto.resume import (
 from ..stores.event_log import SessionRecord
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, WrappedAgent
+from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import carry_on
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
@@ -144,6 +145,8 @@ __all__ = [
 log = logging.getLogger("uamp_trio.sessions")
 
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
+#: Client events that are chat work (docs/chat.md), and what the chat link calls them.
+_CHAT_WORK: Final = {"input.text": "say", "input.typing": "typing", "message.read": "read"}
 #: How many times one response may stop on a :class:`PaymentRequiredError`
 #: raised by its agent (each one answered by a payment) before it fails with
 #: ``response.error`` ``payment_required``: an agent that keeps refusing what
@@ -212,6 +215,8 @@ class SessionLimits:
         max_delta_window: The largest delta window granted.
         send_timeout: Longest a write may wait for a peer that does not read
             (a full send buffer) before the connection is dropped.
+        max_pushed: Chat events fanned out to this connection and not yet
+            written before its chat sessions end (told at half of it).
     """
 
     max_sessions: int = 64
@@ -223,6 +228,7 @@ class SessionLimits:
     max_owed: int = 1024
     max_delta_window: int = 1024
     send_timeout: float = 30.0
+    max_pushed: int = 1024
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -232,6 +238,7 @@ class SessionLimits:
             "session_outbox_size",
             "max_owed",
             "max_delta_window",
+            "max_pushed",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -253,6 +260,8 @@ class Outbox:
 
     Response tasks :meth:`put` (waiting while it is full); the reader adds the
     replies it owes with :meth:`put_owed` (never waiting; those go first);
+    a chat room fans its events out with :meth:`push` (never waiting; the
+    room decides what to do with a connection whose pushed events pile up);
     the writer :meth:`take` s everything ready at once. An event put for a
     :class:`Quota` (one session's) also waits while that quota's share is
     queued, so one session cannot fill a queue the others share.
@@ -271,6 +280,7 @@ class Outbox:
         #: The quota of each of :attr:`_items` (``None``: none), in step with it.
         self._quotas: deque[Quota | None] = deque()
         self._owed: deque[bytes] = deque()
+        self._pushed: deque[bytes] = deque()
         self._space = trio.lowlevel.ParkingLot()
         self._ready = trio.lowlevel.ParkingLot()
         self._poked = False
@@ -279,7 +289,7 @@ class Outbox:
         self.producers = 0
 
     def __len__(self) -> int:
-        return len(self._items) + len(self._owed)
+        return len(self._items) + len(self._owed) + len(self._pushed)
 
     @property
     def closed(self) -> bool:
@@ -357,6 +367,26 @@ class Outbox:
         if self._ready:
             self._ready.unpark_all()
 
+    def push(self, data: bytes) -> int:
+        """Queue an event fanned out to this connection, without waiting.
+
+        Returns:
+            How many pushed events are now unwritten (0 when closed): the
+            caller bounds it (:func:`uamp_proto.chat.backlog_action`).
+        """
+        if self._closed:
+            return 0
+        self._pushed.append(data)
+        if self._ready:
+            self._ready.unpark_all()
+        return len(self._pushed)
+
+    def drop_pushed(self) -> int:
+        """Forget the unwritten pushed events (a participant dropped for lagging); how many."""
+        count = len(self._pushed)
+        self._pushed.clear()
+        return count
+
     def poke(self) -> None:
         """Wake the writer with nothing queued (the transport has frames of its own)."""
         self._poked = True
@@ -369,7 +399,7 @@ class Outbox:
         Raises:
             OutboxClosed: The outbox is closed and empty.
         """
-        while not self._items and not self._owed and not self._poked:
+        while not self._items and not self._owed and not self._pushed and not self._poked:
             if self._closed:
                 raise OutboxClosed
             await self._ready.park()
@@ -389,13 +419,13 @@ class Outbox:
         without a scheduler round.
         """
         for _ in range(rounds):
-            before = len(self._items) + len(self._owed)
+            before = len(self)
             if before >= self._size or not self.producers:
                 break
             await trio.lowlevel.cancel_shielded_checkpoint()
-            if len(self._items) + len(self._owed) == before:
+            if len(self) == before:
                 break
-        if self._items or self._owed:
+        if self._items or self._owed or self._pushed:
             self._drain_into(batch)
         return batch
 
@@ -403,6 +433,9 @@ class Outbox:
         """Move everything queued (owed replies first) onto ``batch``; free its quotas."""
         batch.extend(self._owed)
         self._owed.clear()
+        if self._pushed:
+            batch.extend(self._pushed)
+            self._pushed.clear()
         batch.extend(self._items)
         self._taken()
         return batch
@@ -434,6 +467,9 @@ class _Discard(Outbox):
 
     def put_owed(self, data: bytes) -> None:
         return
+
+    def push(self, data: bytes) -> int:
+        return 0
 
 
 class _SessionGone(UampError):
@@ -622,6 +658,8 @@ class SessionHost:
         #: Answers messages other than ``cancel`` about this host's sessions
         #: (the HTTP+SSE transport: POSTs that reached another process).
         self.on_message: Handler | None = None
+        #: The chat side of this connection, made by its first chat event (docs/chat.md).
+        self.chat: ChatLink | None = None
 
     # --- public ---------------------------------------------------------------
 
@@ -631,6 +669,11 @@ class SessionHost:
 
     async def drained(self) -> None:
         """Nothing to wait for (see :attr:`backlogged`)."""
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """Where the connection's work runs."""
+        return self._nursery
 
     @property
     def session_ids(self) -> list[str]:
@@ -758,9 +801,14 @@ class SessionHost:
     def _dispatch(self, event: ev.Event) -> None:
         etype = event.type
         if etype == "response.delta" or (
-            etype == "input.text" and getattr(event, "payment_token", None) is None
+            etype == "input.text"
+            and getattr(event, "payment_token", None) is None
+            and self.chat is None
+            and getattr(event, "context", None) is None
         ):
             return  # the hot path: the core has accumulated the input already
+        if etype in _CHAT_WORK and self._to_chat(event):
+            return
         if etype == "session.create":
             assert isinstance(event, ev.SessionCreate)
             self._create(event)
@@ -806,6 +854,79 @@ class SessionHost:
         elif etype == "capabilities.query":
             assert isinstance(event, ev.CapabilitiesQuery)
             self._capabilities(session, event)
+
+    # --- chats (docs/chat.md; the rooms live in hosting/chats.py) --------------------
+
+    def _to_chat(self, event: ev.Event) -> bool:
+        """Hand a chat event to the connection's :class:`ChatLink`; ``True`` when it was one."""
+        session = self._session_of(event)
+        ctx = self.conn.sessions.get(session.id) if session is not None else None
+        if session is None or ctx is None or ctx.chat_of(event) is None:
+            return False
+        link = self._chat_link()
+        if link is None:
+            self._owe(_error(session.id, "unsupported", "this server keeps no chat rooms"))
+            return True
+        link.submit(session.id, _CHAT_WORK[event.type], event)
+        return True
+
+    def _chat_link(self) -> ChatLink | None:
+        if self.chat is None and self._app is not None:
+            self.chat = ChatLink(self, self._app.chats)
+        return self.chat
+
+    def chat_of(self, session_id: str, event: ev.Event) -> str | None:
+        """The chat a session's event belongs to (see :meth:`SessionContext.chat_of`)."""
+        ctx = self.conn.sessions.get(session_id)
+        return ctx.chat_of(event) if ctx is not None else None
+
+    def chat_profile(self, session_id: str) -> ChatProfile:
+        """Who the session is in its chats.
+
+        An authenticated principal is its own user id (a session cannot
+        claim another's); without authentication the session names itself
+        with ``session.extensions.chat.user_id`` / ``username``, else its
+        session id stands for it.
+        """
+        session = self._sessions.get(session_id)
+        ctx = self.conn.sessions.get(session_id)
+        settings = chat_settings(ctx.config if ctx is not None else None)
+        principal = session.principal if session is not None else self.principal
+        name = settings.get("username")
+        username = name if isinstance(name, str) and name else None
+        if principal.scheme == "anonymous":
+            claimed = settings.get("user_id")
+            user_id = claimed if isinstance(claimed, str) and claimed else username or session_id
+        else:
+            user_id = principal.id
+        return ChatProfile(
+            principal=principal,
+            user_id=user_id,
+            username=username or user_id,
+            agent=session.agent.name if session is not None else "",
+            settings=settings,
+        )
+
+    def session_tokens(self, session_id: str) -> tuple[str | None, str | None]:
+        """The session's auth token and payment token."""
+        session = self._sessions.get(session_id)
+        ctx = self.conn.sessions.get(session_id)
+        token = session.token if session is not None else None
+        return token, ctx.payment.token if ctx is not None else None
+
+    def owe_quietly(self, event: ev.Event) -> None:
+        """Queue a reply the server owes; a peer with too many unread ones is cut off."""
+        try:
+            self._owe(event)
+        except Overloaded:
+            self.outbox.close()
+
+    def end_session(self, session_id: str, reason: str) -> None:
+        """End one session from the server's side (``session.end`` with ``reason``)."""
+        if session_id in self.conn.sessions:
+            with contextlib.suppress(LocalProtocolError):
+                self.owe_quietly(ev.SessionEnd(session_id=session_id, reason=reason))
+        self._drop(session_id)
 
     def _resolve(self, name: str | None) -> Responder | tuple[str, str]:
         fixed = self._fixed
@@ -877,6 +998,14 @@ class SessionHost:
         self._log(sid, data)
         self.outbox.put_owed(data)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
+        ctx = self.conn.sessions.get(sid)
+        if ctx is not None and ctx.chat:
+            # session.create.chat (section 5.1, 10.2): the session joins at once.
+            link = self._chat_link()
+            if link is None:
+                self._owe(_error(sid, "unsupported", "this server keeps no chat rooms"))
+            else:
+                link.submit(sid, "join", (ctx.chat, chat_settings(ctx.config)))
 
     # --- the event log (resumable sessions; docs/resume.md) ------------------------
 
@@ -1240,6 +1369,8 @@ class SessionHost:
 
     def _drop(self, sid: str) -> None:
         self._release_log(sid)
+        if self.chat is not None:
+            self.chat.end(sid)
         session = self._sessions.pop(sid, None)
         if session is None:
             return

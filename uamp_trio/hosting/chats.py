@@ -1,0 +1,668 @@
+"""Live chat rooms: joining, fan-out, typing, read receipts, agents that answer (docs/chat.md).
+
+Theory of operation
+-------------------
+One :class:`ChatHub` per app keeps the rooms that have someone connected in
+this process; the :class:`~uamp_trio.stores.chats.ChatStore` keeps them
+beyond that (settings, messages, read marks). Every decision -- presence,
+order, typing throttle, read marks, which agent answers, what to do with a
+lagging participant -- is :mod:`uamp_proto.chat`'s; this module applies
+them and writes the events.
+
+Participants are sessions. Each UAMP connection's
+:class:`~uamp_trio.hosting.sessions.SessionHost` has one :class:`ChatLink`,
+which queues the chat work of each of its sessions in order (join, post,
+typing, read) and runs it in one task per session, so a session's events
+reach its rooms in the order it sent them while the host's reader never
+waits. A room's writes go through the participant's own protocol core
+(``conn.send``: the same checks and ids as everything else it sends) into
+its connection's outbox with :meth:`Outbox.push
+<uamp_trio.hosting.sessions.Outbox.push>`, which never waits: fan-out
+costs the poster nothing whatever the others' connections do.
+
+Order: a message gets its sequence number, is stored and is fanned out
+under the room's lock, so every participant sees the same order, the
+sender included (its copy tells it the number and id).
+
+Agents: the agent of each participating session is in the room too (its
+presence follows its sessions). When the room's :class:`AnswerPolicy
+<uamp_proto.chat.AnswerPolicy>` picks one for a message, the hub runs it
+(:class:`~uamp_trio.hosting.turns.ResponseRunner`) on the room's recent
+messages, for the sender's principal and with the sender's payment token
+(a turn the app's payment policy refuses does not run: the sender gets
+``session.error`` ``payment_required``). Its events go to everyone with
+the room's ``chat_id`` and the agent as ``sender`` -- ``response.created``,
+the deltas, ``response.done`` -- then its answer is stored and fanned out
+as ``message.created`` like any other message.
+
+Backpressure: a participant whose connection has more than
+``SessionLimits.max_pushed`` pushed events unwritten is told once, past
+half of it (``session.error`` ``slow_consumer``), and past all of it its
+queued pushes are dropped and its chat sessions ended (``session.end``
+reason ``slow_consumer``); the others get ``presence.offline`` and lose
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.chat import (
+    AnswerPolicy,
+    Backlog,
+    Participant,
+    ReadState,
+    Roster,
+    TypingGate,
+    agent_names,
+    backlog_action,
+)
+from uamp_proto.codec import from_dict, unstructure
+from uamp_proto.errors import LocalProtocolError, ProtocolError
+from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder, TurnRequest
+
+from ..stores.chats import ChatKey, ChatRecord, ChatStore, StoredMessage
+from .turns import ResponseRunner
+
+if TYPE_CHECKING:
+    from .host import Host
+    from .sessions import SessionHost
+
+__all__ = ["ChatHub", "ChatLimits", "ChatLink", "chat_settings"]
+
+log = logging.getLogger("uamp_trio.chats")
+
+#: Messages of a room an agent is given as its conversation.
+AGENT_CONTEXT: Final = 50
+
+
+@attrs.frozen(kw_only=True)
+class ChatLimits:
+    """Limits of the chat rooms of one app.
+
+    Attributes:
+        history: Messages a joining participant is sent (the newest).
+        typing_interval: Least time between two typing broadcasts of one user (s).
+        typing_timeout: A typing user quiet this long is cleared (s).
+        max_answers: Agent answers running at once in one room; a message
+            past it is stored but not answered (the sender is told).
+        queued_chat_events: Chat events of one session waiting for its
+            chat task before the session is told ``rate_limited``.
+    """
+
+    history: int = 100
+    typing_interval: float = 0.25
+    typing_timeout: float = 5.0
+    max_answers: int = 4
+    queued_chat_events: int = 256
+
+
+def chat_settings(config: ty.SessionConfig | None) -> Mapping[str, Any]:
+    """The ``session.extensions.chat`` object of a session (``{}`` when absent)."""
+    ext = config.extensions if config is not None else None
+    found = ext.get("chat") if ext else None
+    return found if isinstance(found, Mapping) else {}
+
+
+@attrs.define(eq=False)
+class _Member:
+    """One session in a room, as the room sees it."""
+
+    link: ChatLink
+    session_id: str
+    principal: Principal
+    user_id: str
+    username: str | None
+    agent: str
+
+    @property
+    def key(self) -> str:
+        return f"{id(self.link)}:{self.session_id}"
+
+
+class Room:
+    """A room with someone connected in this process."""
+
+    def __init__(self, record: ChatRecord, recent: list[StoredMessage], limits: ChatLimits) -> None:
+        self.record = record
+        self.roster = Roster()
+        self.members: dict[str, _Member] = {}
+        self.typing = TypingGate(limits.typing_interval, limits.typing_timeout)
+        self.reads = ReadState(record.reads)
+        self.policy = AnswerPolicy.from_json(record.policy)
+        self.recent: deque[StoredMessage] = deque(recent, maxlen=max(limits.history, AGENT_CONTEXT))
+        self.lock = trio.Lock()
+        self.answering = 0
+        self.timer = False
+
+    @property
+    def chat_id(self) -> str:
+        return self.record.chat_id
+
+    @property
+    def key(self) -> ChatKey:
+        return self.record.key
+
+
+class ChatHub:
+    """The live rooms of one app; see the module docstring.
+
+    Args:
+        store: Where rooms are kept.
+        host: The app: its agents, payment policy and background nursery.
+        limits: Room limits.
+        clock: Wall-clock seconds (``created_at``, ``read_at``).
+    """
+
+    def __init__(
+        self,
+        store: ChatStore,
+        host: Host,
+        limits: ChatLimits | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.limits = limits or ChatLimits()
+        self.clock = clock
+        self.rooms: dict[ChatKey, Room] = {}
+        self._joining = trio.Lock()
+
+    # --- membership -------------------------------------------------------------
+
+    async def join(self, member: _Member, chat_id: str, settings: Mapping[str, Any]) -> Room:
+        """Put ``member`` into its room ``chat_id`` (created when it has none).
+
+        Raises:
+            ProtocolError: ``invalid_event``: bad ``members`` / policy settings.
+        """
+        policy = AnswerPolicy.from_json(settings) if settings else None
+        members = settings.get("members") if settings else None
+        if members is not None and not (
+            isinstance(members, list) and all(isinstance(m, str) for m in members)
+        ):
+            raise ProtocolError(
+                "chat.members must be a list of principal ids", code="invalid_event"
+            )
+        async with self._joining:
+            record = await self.store.find(member.principal, chat_id)
+            if record is None:
+                record = await self.store.create(
+                    ChatRecord(
+                        chat_id=chat_id,
+                        owner=member.principal.key,
+                        members=list(members or []),
+                        policy=policy.to_json() if policy is not None else {},
+                        created=self.clock(),
+                    )
+                )
+            room = self.rooms.get(record.key)
+            if room is None:
+                recent = await self.store.history(record.key, limit=self.limits.history)
+                room = self.rooms[record.key] = Room(record, recent, self.limits)
+            if record.owner == member.principal.key and (policy or members is not None):
+                # The owner's settings on a later join change the room's.
+                if policy is not None:
+                    room.policy = policy
+                    room.record.policy = policy.to_json()
+                if members is not None:
+                    room.record.members = list(members)
+                await self.store.save(room.record)
+        self._enter(room, member)
+        return room
+
+    def _enter(self, room: Room, member: _Member) -> None:
+        joiner = Participant(
+            member=member.key, user_id=member.user_id, username=member.username, kind="user"
+        )
+        agent = Participant(
+            member=member.key + "/agent", user_id=member.agent, username=member.agent, kind="agent"
+        )
+        chat_id = room.chat_id
+        # What the newcomer is owed: who is here, the history, the read marks.
+        snapshot: list[ev.Event] = [
+            ev.PresenceOnline(user_id=p.user_id, username=p.username, chat_id=chat_id)
+            for p in room.roster.online()
+            if p.user_id != member.user_id
+        ]
+        snapshot.extend(self._created(room, m) for m in list(room.recent)[-self.limits.history :])
+        snapshot.extend(
+            ev.MessageRead(chat_id=chat_id, user_id=user, seq=seq)
+            for user, seq in room.reads.items()
+        )
+        room.members[member.key] = member
+        for participant in (joiner, agent):
+            if room.roster.join(participant):
+                self.broadcast(
+                    room,
+                    ev.PresenceOnline(
+                        user_id=participant.user_id,
+                        username=participant.username,
+                        chat_id=chat_id,
+                    ),
+                    skip_user=participant.user_id,
+                )
+        for event in snapshot:
+            member.link.deliver(member.session_id, event)
+
+    def leave(self, room: Room, member: _Member) -> None:
+        """Take ``member`` out of ``room``; ``presence.offline`` for a user or agent now gone."""
+        if room.members.pop(member.key, None) is None:
+            return
+        chat_id = room.chat_id
+        for key in (member.key, member.key + "/agent"):
+            left, offline = room.roster.leave(key)
+            if left is None or not offline:
+                continue
+            if left.kind == "user":
+                for user, typing in room.typing.clear(left.user_id, 0.0):
+                    self._typing_event(room, user, typing)
+            self.broadcast(
+                room,
+                ev.PresenceOffline(user_id=left.user_id, username=left.username, chat_id=chat_id),
+            )
+        if not room.members and self.rooms.get(room.key) is room:
+            del self.rooms[room.key]
+
+    # --- fan-out ----------------------------------------------------------------------
+
+    def broadcast(self, room: Room, event: ev.Event, *, skip_user: str | None = None) -> None:
+        """Send ``event`` to every participant (not to ``skip_user``'s sessions)."""
+        dropped = []
+        for member in list(room.members.values()):
+            if skip_user is not None and member.user_id == skip_user:
+                continue
+            if not member.link.deliver(member.session_id, event):
+                dropped.append(member)
+        for member in dropped:
+            member.link.lagging()
+
+    def _created(self, room: Room, message: StoredMessage) -> ev.MessageCreated:
+        return ev.MessageCreated(
+            chat_id=room.chat_id,
+            message_id=message.message_id,
+            seq=message.seq,
+            sender=from_dict(ty.ChatSender, message.sender),
+            message=from_dict(ty.Message, message.message),
+            created_at=message.created_at,
+        )
+
+    # --- messages -----------------------------------------------------------------------
+
+    async def post(self, room: Room, sender: ty.ChatSender, message: ty.Message) -> StoredMessage:
+        """Number, store and fan out one message; returns it as stored."""
+        async with room.lock:
+            stored = StoredMessage(
+                seq=room.record.last_seq + 1,
+                message_id=f"msg_{uuid.uuid4().hex}",
+                sender=unstructure(sender),
+                message=unstructure(message),
+                created_at=self.clock(),
+            )
+            await self.store.append(room.key, stored)
+            room.record.last_seq = stored.seq
+            room.recent.append(stored)
+            self.broadcast(room, self._created(room, stored))
+            await self.store.save(room.record)
+        return stored
+
+    async def say(self, room: Room, member: _Member, event: ev.InputText) -> None:
+        """A participant's ``input.text`` into the room; agents answer per the room's policy."""
+        for user, typing in room.typing.clear(member.user_id, trio.current_time()):
+            self._typing_event(room, user, typing)
+        role = event.role or "user"
+        message = ty.Message(role=role, content=event.text, name=member.username)
+        sender = ty.ChatSender(id=member.user_id, name=member.username, kind="user")
+        stored = await self.post(room, sender, message)
+        agents = agent_names(room.roster.participants)
+        for agent in room.policy.choose(event.text, agents):
+            if room.answering >= self.limits.max_answers:
+                member.link.tell(
+                    member.session_id,
+                    "rate_limited",
+                    f"{room.answering} agents are answering in chat {room.chat_id!r} already; "
+                    f"{agent!r} does not answer this message",
+                )
+                continue
+            room.answering += 1
+            member.link.spawn(self._answer, room, agent, member, stored)
+
+    def typing(self, room: Room, member: _Member, is_typing: bool) -> None:
+        """A participant's ``input.typing``: throttled ``presence.typing`` to the others."""
+        now = trio.current_time()
+        for user, typing in room.typing.update(member.user_id, is_typing, now):
+            self._typing_event(room, user, typing)
+        if not room.timer and room.typing.next_deadline() is not None:
+            room.timer = True
+            member.link.spawn(self._typing_timer, room)
+
+    def _typing_event(self, room: Room, user: str, is_typing: bool) -> None:
+        participant = next((p for p in room.roster.online() if p.user_id == user), None)
+        event = ev.PresenceTyping(
+            user_id=user,
+            username=participant.username if participant is not None else None,
+            is_typing=is_typing,
+            chat_id=room.chat_id,
+        )
+        self.broadcast(room, event, skip_user=user)
+
+    async def _typing_timer(self, room: Room) -> None:
+        try:
+            while True:
+                deadline = room.typing.next_deadline()
+                if deadline is None or not room.members:
+                    return
+                await trio.sleep_until(deadline)
+                for user, typing in room.typing.poll(trio.current_time()):
+                    self._typing_event(room, user, typing)
+        finally:
+            room.timer = False
+
+    async def read(self, room: Room, member: _Member, event: ev.MessageRead) -> None:
+        """A participant read up to a message: the others get ``message.read``.
+
+        Raises:
+            ProtocolError: ``unknown_message``.
+        """
+        seq = event.seq
+        if seq is None and event.message_id is not None:
+            seq = next((m.seq for m in room.recent if m.message_id == event.message_id), None)
+        if seq is None:
+            raise ProtocolError(
+                "message.read needs the seq (or the message_id of a recent message) it read up to",
+                code="unknown_message",
+            )
+        if not room.reads.mark(member.user_id, seq, room.record.last_seq):
+            return
+        room.record.reads = room.reads.as_dict()
+        message_id = next((m.message_id for m in room.recent if m.seq == seq), event.message_id)
+        self.broadcast(
+            room,
+            ev.MessageRead(
+                chat_id=room.chat_id,
+                user_id=member.user_id,
+                seq=seq,
+                message_id=message_id,
+                read_at=self.clock(),
+            ),
+            skip_user=member.user_id,
+        )
+        await self.store.save(room.record)
+
+    # --- agents -----------------------------------------------------------------------
+
+    def _conversation(self, room: Room, agent: str) -> list[ty.Message]:
+        out = []
+        for stored in list(room.recent)[-AGENT_CONTEXT:]:
+            message = from_dict(ty.Message, stored.message)
+            mine = stored.sender.get("kind") == "agent" and stored.sender.get("id") == agent
+            out.append(attrs.evolve(message, role="assistant") if mine else message)
+        return out
+
+    async def _answer(self, room: Room, name: str, poster: _Member, trigger: StoredMessage) -> None:
+        """Run agent ``name`` on the room and fan its answer out (see the module docstring)."""
+        try:
+            agent = self.host.agents.get(name)
+            if agent is None or name in self.host.agents.offline:
+                return
+            await self._run_answer(room, agent, poster, trigger)
+        finally:
+            room.answering -= 1
+
+    async def _run_answer(
+        self, room: Room, agent: Responder, poster: _Member, trigger: StoredMessage
+    ) -> None:
+        name = agent.name
+        response_id = f"resp_{uuid.uuid4().hex}"
+        token, payment_token = poster.link.tokens(poster.session_id)
+        try:
+            charge = await self.host.open_charge(
+                name, payment_token, response_id, principal=poster.principal
+            )
+        except PaymentRequiredError as unpaid:
+            poster.link.tell(
+                poster.session_id,
+                "payment_required",
+                f"agent {name!r} answers in this chat once paid: {unpaid.reason or unpaid.code}",
+            )
+            return
+        sender = unstructure(ty.ChatSender(id=name, name=name, kind="agent"))
+        chat = {"chat_id": room.chat_id, "sender": sender}
+        request = TurnRequest(
+            agent=name,
+            session_id=poster.session_id,
+            response_id=response_id,
+            messages=self._conversation(room, name),
+            token=token,
+            payment_token=payment_token,
+            metadata={
+                "transport": "uamp-chat",
+                "chat": {
+                    "chat_id": room.chat_id,
+                    "sender_id": poster.user_id,
+                    "sender_name": poster.username,
+                    "message_id": trigger.message_id,
+                    "seq": trigger.seq,
+                },
+            },
+            principal=poster.principal,
+        )
+
+        async def sink(event: ev.Event) -> None:
+            if isinstance(event, ev.ToolCall | ev.PaymentRequired):
+                return  # nobody in a room runs the agent's client tools or pays mid-answer
+            fields = {**event.unknown, **chat}
+            self.broadcast(room, attrs.evolve(event, session_id=None, unknown=fields))
+
+        self._typing_event(room, name, True)
+        try:
+            outcome = await ResponseRunner(agent, request, sink, charge=charge).run()
+        finally:
+            self._typing_event(room, name, False)
+        text = outcome.tracker.text
+        if outcome.status == "completed" and text:
+            reply = ty.Message(role="assistant", content=text, name=name)
+            await self.post(room, from_dict(ty.ChatSender, sender), reply)
+
+
+class _ChatSession:
+    """One session's chat state on its connection."""
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[str, Any]] = deque()
+        self.wakeup = trio.lowlevel.ParkingLot()
+        self.rooms: dict[str, tuple[Room, _Member]] = {}
+        self.worker = False
+        self.closed = False
+
+
+class ChatLink:
+    """The chat side of one connection's :class:`SessionHost`; see the module docstring."""
+
+    def __init__(self, host: SessionHost, hub: ChatHub) -> None:
+        self.host = host
+        self.hub = hub
+        self._sessions: dict[str, _ChatSession] = {}
+        self._warned = False
+        self._dropped = False
+
+    @property
+    def active(self) -> bool:
+        """Whether any session of the connection takes part in a chat."""
+        return bool(self._sessions)
+
+    # --- from the session host (never waits) ------------------------------------------
+
+    def submit(self, session_id: str, kind: str, payload: Any) -> None:
+        """Queue chat work of a session: ``join`` (settings), ``say``, ``typing``, ``read``."""
+        state = self._sessions.get(session_id)
+        if state is None:
+            state = self._sessions[session_id] = _ChatSession()
+        if len(state.queue) >= self.hub.limits.queued_chat_events:
+            self.tell(session_id, "rate_limited", "too many chat events are waiting; slow down")
+            return
+        state.queue.append((kind, payload))
+        if not state.worker:
+            state.worker = True
+            self.spawn(self._work, session_id, state)
+        elif state.wakeup:
+            state.wakeup.unpark_all()
+
+    def end(self, session_id: str) -> None:
+        """The session ended or its connection went away: it leaves every room."""
+        state = self._sessions.pop(session_id, None)
+        if state is None:
+            return
+        state.closed = True
+        state.wakeup.unpark_all()
+        for room, member in state.rooms.values():
+            self.hub.leave(room, member)
+        state.rooms.clear()
+
+    # --- to the session host ---------------------------------------------------------
+
+    def deliver(self, session_id: str, event: ev.Event) -> bool:
+        """Write a room's event to one session; ``False`` when the connection lags too far."""
+        if self._dropped:
+            return True
+        host = self.host
+        try:
+            data = host.conn.send(event, session_id=session_id)
+        except LocalProtocolError as exc:
+            log.debug("chat event %s not sent to %s: %s", event.type, session_id, exc)
+            return True
+        queued = host.outbox.push(data)
+        limit = host.limits.max_pushed
+        action = backlog_action(queued, limit, warned=self._warned)
+        if action is Backlog.WARN:
+            self._warned = True
+            self.tell(
+                session_id,
+                "slow_consumer",
+                f"{queued} chat events are waiting to be written to this connection; "
+                f"past {limit} its chats end",
+                {"queued": queued, "limit": limit},
+            )
+        elif action is Backlog.DROP:
+            return False
+        elif queued <= limit // 4:
+            self._warned = False
+        return True
+
+    def lagging(self) -> None:
+        """Past the limit: drop what is queued and end every chat session of the connection."""
+        if self._dropped:
+            return
+        self._dropped = True
+        dropped = self.host.outbox.drop_pushed()
+        log.info("dropping a lagging chat participant (%d events unwritten)", dropped)
+        for session_id in list(self._sessions):
+            self.end(session_id)
+            self.host.end_session(session_id, "slow_consumer")
+        self._dropped = False
+        self._warned = False
+
+    def tell(
+        self, session_id: str, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        """``session.error`` to one session (never waits; nothing if it cannot be written)."""
+        error = ty.ErrorInfo(code=code, message=message, details=details)
+        with contextlib.suppress(LocalProtocolError):
+            self.host.owe_quietly(ev.SessionErrorEvent(session_id=session_id, error=error))
+
+    def tokens(self, session_id: str) -> tuple[str | None, str | None]:
+        """The session's auth and payment tokens."""
+        return self.host.session_tokens(session_id)
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run chat work in the app's background nursery (else the connection's)."""
+        nursery = self.hub.host.background or self.host.nursery
+        nursery.start_soon(fn, *args)
+
+    # --- the session's chat task ----------------------------------------------------------
+
+    async def _work(self, session_id: str, state: _ChatSession) -> None:
+        try:
+            while not state.closed:
+                if not state.queue:
+                    await state.wakeup.park()
+                    continue
+                kind, payload = state.queue.popleft()
+                try:
+                    await self._step(session_id, state, kind, payload)
+                except ProtocolError as exc:
+                    self.tell(session_id, exc.code, exc.message)
+        finally:
+            state.worker = False
+
+    async def _step(self, session_id: str, state: _ChatSession, kind: str, payload: Any) -> None:
+        if kind == "join":
+            chat_id, settings = payload
+            await self._room(session_id, state, chat_id, settings)
+            return
+        event = payload
+        chat_id = self.host.chat_of(session_id, event)
+        if chat_id is None:
+            return
+        room, member = await self._room(session_id, state, chat_id, None)
+        if state.closed:
+            return
+        if kind == "say":
+            await self.hub.say(room, member, event)
+        elif kind == "typing":
+            self.hub.typing(room, member, event.is_typing)
+        elif kind == "read":
+            await self.hub.read(room, member, event)
+
+    async def _room(
+        self,
+        session_id: str,
+        state: _ChatSession,
+        chat_id: str,
+        settings: Mapping[str, Any] | None,
+    ) -> tuple[Room, _Member]:
+        joined = state.rooms.get(chat_id)
+        if joined is not None:
+            return joined
+        profile = self.host.chat_profile(session_id)
+        if settings is None:
+            settings = profile.settings
+        member = _Member(
+            link=self,
+            session_id=session_id,
+            principal=profile.principal,
+            user_id=profile.user_id,
+            username=profile.username,
+            agent=profile.agent,
+        )
+        room = await self.hub.join(member, chat_id, settings)
+        if state.closed:
+            self.hub.leave(room, member)
+        else:
+            state.rooms[chat_id] = (room, member)
+        return room, member
+
+
+@attrs.frozen(kw_only=True)
+class ChatProfile:
+    """Who a session is in its chats."""
+
+    principal: Principal
+    user_id: str
+    username: str | None
+    agent: str
+    settings: Mapping[str, Any]
