@@ -190,7 +190,8 @@ class ChatHub:
         Raises:
             ProtocolError: ``invalid_event``: bad ``members`` / policy settings.
         """
-        policy = AnswerPolicy.from_json(settings) if settings else None
+        says_policy = "respond" in settings or "rules" in settings
+        policy = AnswerPolicy.from_json(settings) if says_policy else None
         members = settings.get("members") if settings else None
         if members is not None and not (
             isinstance(members, list) and all(isinstance(m, str) for m in members)
@@ -579,10 +580,11 @@ class ChatLink:
     def tell(
         self, session_id: str, code: str, message: str, details: dict[str, Any] | None = None
     ) -> None:
-        """``session.error`` to one session (never waits; nothing if it cannot be written)."""
+        """``session.error`` to one session, in order with its chat events (never waits)."""
         error = ty.ErrorInfo(code=code, message=message, details=details)
         with contextlib.suppress(LocalProtocolError):
-            self.host.owe_quietly(ev.SessionErrorEvent(session_id=session_id, error=error))
+            data = self.host.conn.send(ev.SessionErrorEvent(session_id=session_id, error=error))
+            self.host.outbox.push(data)
 
     def tokens(self, session_id: str) -> tuple[str | None, str | None]:
         """The session's auth and payment tokens."""

@@ -255,6 +255,10 @@ async def serve_host(
             with trio.move_on_after(CLOSE_GRACE):
                 await conn.writer_done.wait()
             io.cancel_scope.cancel()
+        if not detached:
+            # Also when the reader was cut off (a peer dropped by the keeper
+            # or the send timeout): its sessions end, and leave their chats.
+            host.close_all(notify=False)
         if detached:
             assert isinstance(host, SessionHost)
             # The socket is gone; its running responses finish into the log,
