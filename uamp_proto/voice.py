@@ -49,13 +49,12 @@ CALL_TRANSITIONS: Final[dict[CallState, dict[str, CallState]]] = {
 def takes_calls(capabilities: Capabilities) -> bool:
     """Whether an agent declaring ``capabilities`` takes voice calls.
 
-    It does when it lists the ``audio`` modality and declares realtime
-    audio (``audio.supports_realtime``).
+    It does when it declares realtime audio (``audio.supports_realtime``):
+    a call's audio is passed to it as it comes, whatever output modalities
+    it lists for ordinary responses.
     """
     audio = capabilities.audio
-    return (
-        "audio" in capabilities.modalities and audio is not None and bool(audio.supports_realtime)
-    )
+    return audio is not None and bool(audio.supports_realtime)
 
 
 class Call:
@@ -92,7 +91,9 @@ class Call:
                 else f"a call is {self.state.value}"
             )
             raise ProtocolError(f"{etype} not allowed: {where}", code="invalid_event")
-        if self.state is not _C.IDLE and call_id is not None and call_id != self.call_id:
+        if self.state is not _C.IDLE and self.call_id is None:
+            self.call_id = call_id  # the answer names the call the invite left unnamed
+        elif self.state is not _C.IDLE and call_id is not None and call_id != self.call_id:
             raise ProtocolError(
                 f"call {call_id!r} is not this session's call {self.call_id!r}", code="unknown_call"
             )

@@ -31,19 +31,41 @@ same reply (ids included), on every transport. Its rules:
 * **Tool results.** When the conversation ends with ``role="tool"``
   messages it answers ``Tool <name> returned: <result>`` (one sentence per
   result, joined by a space).
+* **Voice.** It takes calls (docs/voice.md): its capabilities declare
+  realtime audio (``audio.supports_realtime``); its modalities stay text,
+  so transports that pick an output modality from them keep text. When audio output is asked for
+  (``request.modalities`` holds ``"audio"``) and the user message carries
+  audio, it echoes that audio back in ``audio.delta`` chunks (of at most
+  :data:`AUDIO_CHUNK` base64 characters), then ``audio.done``; audio with
+  nothing in it is answered with :func:`tone`, a short 440 Hz beep.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import math
+import struct
+from typing import Final
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest, placeholder_arguments
 
-__all__ = ["DemoAgent"]
+__all__ = ["AUDIO_CHUNK", "DemoAgent", "tone"]
 
 _EMPTY_REPLY = "Hello! Send me a message."
+#: Base64 characters per echoed ``audio.delta`` (a multiple of 4: whole bytes).
+AUDIO_CHUNK: Final = 8192
+#: The beep's sample rate (pcm16, mono).
+TONE_RATE: Final = 24000
+
+
+def tone(seconds: float = 0.2, hz: float = 440.0) -> str:
+    """A sine beep as base64 pcm16 mono at :data:`TONE_RATE`."""
+    frames = int(TONE_RATE * seconds)
+    samples = (int(12000 * math.sin(2 * math.pi * hz * n / TONE_RATE)) for n in range(frames))
+    return base64.b64encode(struct.pack(f"<{frames}h", *samples)).decode()
 
 
 def _words(text: str) -> int:
@@ -62,11 +84,14 @@ class DemoAgent:
         return self._name
 
     def capabilities(self) -> ty.Capabilities:
-        """Text in, text out, streaming, client tools (one per turn)."""
+        """Text and audio, streaming, client tools (one per turn), voice calls."""
         return ty.Capabilities(
             id=self._name,
             provider="uamp-demo",
             modalities=["text"],
+            audio=ty.AudioCapabilities(
+                input_formats=["pcm16"], output_formats=["pcm16"], supports_realtime=True
+            ),
             supports_streaming=True,
             supports_thinking=False,
             supports_caching=False,
@@ -99,6 +124,8 @@ class DemoAgent:
                     ev.UsageDelta(delta=ty.UsageStats(input_tokens=input_tokens, output_tokens=0))
                 )
                 return
+            if "audio" in request.modalities and user is not None:
+                await self._echo_audio(user, emit)
             reply = f"You said: {text}" if text else _EMPTY_REPLY
             attachments = self._attachments(user)
             if attachments:
@@ -119,6 +146,22 @@ class DemoAgent:
         )
 
     # --- rules -------------------------------------------------------------
+
+    @staticmethod
+    async def _echo_audio(message: ty.Message, emit: Emit) -> None:
+        clips = [
+            i.audio
+            for i in message.content_items or ()
+            if isinstance(i, ty.AudioContent) and isinstance(i.audio, str)
+        ]
+        if not clips:
+            return
+        if not any(clip.strip("A=") for clip in clips):  # silence or nothing: a beep
+            clips = [tone()]
+        for clip in clips:
+            for start in range(0, len(clip), AUDIO_CHUNK):
+                await emit(ev.AudioDelta(audio=clip[start : start + AUDIO_CHUNK]))
+        await emit(ev.AudioDone())
 
     @staticmethod
     def _attachments(message: ty.Message | None) -> int:

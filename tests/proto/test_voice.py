@@ -99,6 +99,7 @@ def test_the_connection_refuses_audio_after_a_decline_and_says_why() -> None:
 def test_takes_calls() -> None:
     audio = ty.AudioCapabilities(supports_realtime=True)
     base = {"id": "a", "provider": "p"}
-    assert takes_calls(ty.Capabilities(**base, modalities=["text", "audio"], audio=audio))
-    assert not takes_calls(ty.Capabilities(**base, modalities=["text"], audio=audio))
+    assert takes_calls(ty.Capabilities(**base, modalities=["text"], audio=audio))
+    not_realtime = ty.AudioCapabilities(supports_realtime=False)
+    assert not takes_calls(ty.Capabilities(**base, modalities=["audio"], audio=not_realtime))
     assert not takes_calls(ty.Capabilities(**base, modalities=["audio"]))

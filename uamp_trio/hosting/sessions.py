@@ -99,6 +99,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
+import orjson
 import trio
 
 from uamp_proto import events as ev
@@ -121,6 +122,7 @@ from uamp_proto.resume import (
     resume_from,
     start_after,
 )
+from uamp_proto.voice import takes_calls
 
 from ..stores.event_log import SessionRecord
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
@@ -528,6 +530,8 @@ class _Session:
         self.settle_again = False
         #: This session's share of the connection's outbox.
         self.quota = Quota()
+        #: When its voice call was accepted (trio time), or ``None``: no call.
+        self.call_started: float | None = None
 
     def wake(self) -> None:
         if self.wakeup:
@@ -854,6 +858,61 @@ class SessionHost:
         elif etype == "capabilities.query":
             assert isinstance(event, ev.CapabilitiesQuery)
             self._capabilities(session, event)
+        elif etype == "voice.invite" or etype == "voice.end":
+            if session is not None:
+                self._voice(session, event)
+        elif etype == "input.audio":
+            assert isinstance(event, ev.InputAudio)
+            if session is not None and event.is_final:
+                self._audio_turn(session)
+
+    # --- voice calls (sections 5.16, 7.3; docs/voice.md) ------------------------
+
+    def _voice(self, session: _Session, event: ev.Event) -> None:
+        """Answer a call to the session's agent: accepted if it takes calls, else declined.
+
+        uamp carries a call's audio in-band (``input.audio`` / ``audio.delta``
+        on this connection); an SDP offer is acknowledged, not answered, as
+        the server runs no WebRTC media stack.
+        """
+        if event.type == "voice.end":
+            session.call_started = None
+            return
+        assert isinstance(event, ev.VoiceInvite)
+        call_id = event.call_id or f"call_{uuid.uuid4().hex}"
+        reply: ev.Event
+        if takes_calls(session.agent.capabilities()):
+            session.call_started = trio.current_time()
+            reply = ev.VoiceAccept(session_id=session.id, call_id=call_id)
+        else:
+            reply = ev.VoiceDecline(
+                session_id=session.id,
+                call_id=call_id,
+                reason=f"agent {session.agent.name!r} does not take calls",
+            )
+        try:
+            self._owe(reply)
+        except LocalProtocolError as exc:  # pragma: no cover - the core just let the invite in
+            log.info("session %s: voice.invite not answered: %s", session.id, exc)
+
+    def _audio_turn(self, session: _Session) -> None:
+        """The caller finished an utterance (``is_final``): the agent answers it.
+
+        In a call the server detects turns (as Realtime's ``server_vad``
+        does): the audio so far goes to the agent as one user message with
+        audio asked for in return, exactly as if the client had sent
+        ``response.create``. Outside a call a final chunk changes nothing.
+        """
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None or session.call_started is None or ctx.response is not None:
+            return
+        create = {
+            "type": "response.create",
+            "session_id": session.id,
+            "response": {"modalities": ["audio", "text"]},
+        }
+        # Queued behind the message being processed: feed's loop takes it next.
+        self.conn.receive(orjson.dumps(create))
 
     # --- chats (docs/chat.md; the rooms live in hosting/chats.py) --------------------
 

@@ -1,0 +1,122 @@
+"""Voice calls over a real UAMP WebSocket (UAMP 5.16, 7.3; docs/voice.md).
+
+The demo agent takes calls and echoes what it hears; an agent that does not
+take calls declines them; audio after a declined or ended call is refused
+with ``call_not_active``, saying why.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import trio
+from trio_websocket import open_websocket_url as open_ws
+
+from tests._support import wire
+from tests._support.agents import TestAgent
+from tests._support.wire import recv, send, until
+from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio import App, DemoAgent
+from uamp_trio.demo import AUDIO_CHUNK, TONE_RATE
+from uamp_trio.transports import uamp_ws
+
+TIMEOUT = 15
+
+
+class Silent(TestAgent):
+    """A text-only agent that takes no calls."""
+
+    name = "silent"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        return
+
+
+def _pcm(n: int) -> str:
+    return base64.b64encode(bytes((i * 7) % 256 for i in range(n))).decode()
+
+
+async def test_a_call_is_accepted_echoed_and_ended() -> None:
+    spoken = [_pcm(6000), _pcm(9000)]
+    with trio.fail_after(TIMEOUT):
+        app = App([DemoAgent()])
+        app.mount(uamp_ws.mount)
+        async with (
+            wire.serving(app) as server,
+            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
+        ):
+            sid = await wire.create_session(ws)
+            await send(ws, type="voice.invite", call_id="call_1", sdp="v=0 offer")
+            accept = await recv(ws)
+            assert (accept["type"], accept["call_id"], accept["session_id"]) == (
+                "voice.accept",
+                "call_1",
+                sid,
+            )
+            assert "sdp" not in accept  # audio flows in-band, not over WebRTC
+            await send(ws, type="input.audio", audio=spoken[0], format="pcm16")
+            await send(ws, type="input.audio", audio=spoken[1], format="pcm16", is_final=True)
+            events = await until(ws, "response.done")
+            kinds = [e["type"] for e in events]
+            assert kinds[0] == "response.created"
+            echoed = [e["audio"] for e in events if e["type"] == "audio.delta"]
+            # The agent's echo: the same audio, in chunks, in order.
+            assert "".join(echoed) == "".join(spoken)
+            assert all(len(chunk) <= AUDIO_CHUNK for chunk in echoed)
+            assert kinds.index("audio.done") > kinds.index("audio.delta")
+            assert wire.texts(events) == "Hello! Send me a message. (with 2 attachments)"
+            await send(ws, type="voice.end", call_id="call_1", duration_ms=1234)
+            await send(ws, type="input.audio", audio=spoken[0], format="pcm16")
+            refused = await recv(ws)
+            assert refused["type"] == "session.error"
+            assert refused["error"]["code"] == "call_not_active"
+            assert "has ended" in refused["error"]["message"]
+            # A new call works again.
+            await send(ws, type="voice.invite")
+            again = await recv(ws)
+            assert again["type"] == "voice.accept" and again["call_id"].startswith("call_")
+
+
+async def test_silence_is_answered_with_a_tone() -> None:
+    with trio.fail_after(TIMEOUT):
+        app = App([DemoAgent()])
+        app.mount(uamp_ws.mount)
+        async with (
+            wire.serving(app) as server,
+            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
+        ):
+            await wire.create_session(ws)
+            await send(ws, type="voice.invite")
+            assert (await recv(ws))["type"] == "voice.accept"
+            silence = base64.b64encode(bytes(4800)).decode()
+            await send(ws, type="input.audio", audio=silence, format="pcm16", is_final=True)
+            events = await until(ws, "response.done")
+            audio = base64.b64decode(
+                "".join(e["audio"] for e in events if e["type"] == "audio.delta")
+            )
+            assert len(audio) == 2 * int(TONE_RATE * 0.2) and any(audio)
+
+
+async def test_an_agent_that_takes_no_calls_declines_and_audio_is_refused() -> None:
+    with trio.fail_after(TIMEOUT):
+        app = App([Silent()])
+        app.mount(uamp_ws.mount)
+        async with (
+            wire.serving(app) as server,
+            open_ws(f"ws://127.0.0.1:{server.port}/agents/silent/uamp") as ws,
+        ):
+            await wire.create_session(ws)
+            await send(ws, type="voice.accept")  # nothing to accept
+            wrong = await recv(ws)
+            assert (wrong["type"], wrong["error"]["code"]) == ("session.error", "invalid_event")
+            await send(ws, type="voice.invite", call_id="c")
+            decline = await recv(ws)
+            assert decline["type"] == "voice.decline" and decline["call_id"] == "c"
+            assert "does not take calls" in decline["reason"]
+            await send(ws, type="input.audio", audio=_pcm(30), format="pcm16", is_final=True)
+            refused = await recv(ws)
+            assert refused["error"]["code"] == "call_not_active"
+            assert "declined" in refused["error"]["message"]
+            # The session goes on for text.
+            await wire.ask(ws, "still there?")
+            assert (await until(ws, "response.done"))[-1]["type"] == "response.done"
