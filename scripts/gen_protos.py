@@ -3,11 +3,13 @@
 Every ``*.proto`` under ``uamp_trio/grpc/protos/`` (its package as
 directories: ``uamp/v1/agent.proto``) gets a ``*_pb2.py`` module and a
 ``*_pb2.pyi`` stub beside it, written by ``protoc`` from ``grpcio-tools``
-(the ``dev`` extra). The generated files are committed and never edited by
-hand; ``tests/trio/rpc/test_protos_current.py`` fails when one is missing or
-differs from what this script writes. Only messages are generated: the
-services are served by uamp's own gRPC layer (:mod:`uamp_trio.grpc`), and
-``grpcio`` is never the server.
+(the ``dev`` extra), with ``googleapis-common-protos``' ``google/api`` protos on
+the include path; a proto in ``PRIVATE_POOL`` is registered in a descriptor
+pool of its own (see :mod:`uamp_trio.grpc.pool`). The generated files are
+committed and never edited by hand; ``tests/trio/rpc/test_protos_current.py``
+fails when one is missing or differs from what this script writes. Only
+messages are generated: the services are served by uamp's own gRPC layer
+(:mod:`uamp_trio.grpc`), and ``grpcio`` is never the server.
 
 Run from the repository root after changing a ``.proto``::
 
@@ -18,6 +20,7 @@ Run from the repository root after changing a ``.proto``::
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +29,33 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTOS = ROOT / "uamp_trio" / "grpc" / "protos"
 #: What protoc writes for each ``x.proto``.
 SUFFIXES = ("_pb2.py", "_pb2.pyi")
+#: Protos whose messages are registered in a pool of their own
+#: (:func:`uamp_trio.grpc.pool.private_pool`), not protobuf's default one: copies
+#: of published protocols whose own SDKs register the same package in the
+#: default pool (a2a-sdk does for ``lf.a2a.v1``), which would be a
+#: duplicate-symbol error in a process that loads both.
+PRIVATE_POOL = {"lf/a2a/v1/a2a.proto"}
+_DEFAULT_POOL = "_descriptor_pool.Default().AddSerializedFile("
+_IMPORTED = re.compile(r"^from \S+ import \w+_pb2 as (\w+)$", re.MULTILINE)
+
+
+def _private(source: str) -> str:
+    """A generated module's source, registering its file in a private pool with its imports."""
+    dependencies = ", ".join(_IMPORTED.findall(source))
+    pool = f"_private_pool({dependencies}).AddSerializedFile("
+    if _DEFAULT_POOL not in source:
+        raise RuntimeError("protoc's output no longer registers in the default pool as expected")
+    head = "from uamp_trio.grpc.pool import private_pool as _private_pool\n"
+    return head + source.replace(_DEFAULT_POOL, pool)
+
+
+def _googleapis() -> list[str]:
+    """The include path of ``google/api/*.proto`` (googleapis-common-protos ships them)."""
+    try:
+        from google.api import annotations_pb2
+    except ImportError:  # pragma: no cover - only protos that import google/api need it
+        return []
+    return [f"-I{Path(annotations_pb2.__file__).parents[2]}"]
 
 
 def proto_files(root: Path = PROTOS) -> list[Path]:
@@ -50,9 +80,14 @@ def generate(out: Path, root: Path = PROTOS) -> list[Path]:
     sources = [str(p) for p in proto_files(root)]
     if not sources:
         return []
-    args = ["protoc", f"-I{root}", f"-I{well_known}", f"--python_out={out}", f"--pyi_out={out}"]
+    args = ["protoc", f"-I{root}", f"-I{well_known}", *_googleapis()]
+    args += [f"--python_out={out}", f"--pyi_out={out}"]
     if protoc.main([*args, *sources]) != 0:
         raise RuntimeError("protoc failed")
+    for relative in proto_files(root):
+        if str(relative) in PRIVATE_POOL:
+            module = out / relative.with_name(relative.stem + "_pb2.py")
+            module.write_text(_private(module.read_text()))
     return sorted(
         out / p.with_name(p.stem + suffix) for p in proto_files(root) for suffix in SUFFIXES
     )

@@ -3,9 +3,10 @@
 The agent is ``examples/a2a_scenarios.py`` (scripted by message id, as the
 A2A project's kit scripts its agents), served by a real uamp server on
 127.0.0.1 in its own thread; the SDK picks the binding from the card
-(``supported_protocol_bindings``). Every test runs over JSON-RPC and
-HTTP+JSON, streaming and not where it matters; the equivalence test runs
-one conversation over both and compares what comes back.
+(``supported_protocol_bindings``). Every test runs over JSON-RPC,
+HTTP+JSON and gRPC (a2a-sdk's grpcio client against uamp's own gRPC
+server), streaming and not where it matters; the equivalence test runs one
+conversation over all three and compares what comes back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -30,7 +32,7 @@ from uamp_trio.transports import a2a
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "a2a_scenarios.py"
-BINDINGS = pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+BINDINGS = pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"])
 
 
 def _scenarios() -> Any:
@@ -52,7 +54,10 @@ def server(thread_server):  # type: ignore[no-untyped-def]
 async def _client(http: httpx.AsyncClient, base: str, binding: str, *, streaming: bool) -> Any:
     card = await A2ACardResolver(http, base).get_agent_card()
     config = ClientConfig(
-        streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding]
+        streaming=streaming,
+        httpx_client=http,
+        supported_protocol_bindings=[binding],
+        grpc_channel_factory=grpc.aio.insecure_channel,
     )
     return ClientFactory(config).create(card)
 
@@ -301,7 +306,31 @@ def test_the_same_conversation_gives_the_same_tasks_over_each_binding(server) ->
 
         return body
 
-    for binding in ("JSONRPC", "HTTP+JSON"):
+    for binding in ("JSONRPC", "HTTP+JSON", "GRPC"):
         _run(server, binding, conversation(binding))
-    assert seen["JSONRPC"] == seen["HTTP+JSON"]
+    assert seen["JSONRPC"] == seen["HTTP+JSON"] == seen["GRPC"]
     assert len(seen["JSONRPC"]) == 6
+
+
+def test_grpc_errors_carry_the_spec_status_and_error_info(server) -> None:  # type: ignore[no-untyped-def]
+    from a2a.types import a2a_pb2_grpc
+    from google.rpc import error_details_pb2, status_pb2
+
+    target = server.url.removeprefix("http://")
+    with grpc.insecure_channel(target) as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as missing:
+            stub.GetTask(pb.GetTaskRequest(id="task_nope"))
+        with pytest.raises(grpc.RpcError) as old:
+            stub.SendMessage(_send("m-old"), metadata=[("a2a-version", "0.3")])
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.ListTasks(pb.ListTasksRequest(page_size=500))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    details = dict(missing.value.trailing_metadata())["grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(details)
+    info = error_details_pb2.ErrorInfo()
+    status.details[0].Unpack(info)
+    assert (info.reason, info.domain) == ("TASK_NOT_FOUND", "a2a-protocol.org")
+    assert old.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "pageSize" in (bad.value.details() or "")

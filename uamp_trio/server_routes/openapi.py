@@ -212,6 +212,28 @@ SCHEMAS: dict[str, Any] = {
 }  # fmt: skip
 
 #: How a route nobody described is listed.
+#: A2A's gRPC binding (``lf.a2a.v1.A2AService``): one route per rpc, bodies in gRPC framing.
+OPERATIONS.update(
+    {
+        ("POST", f"/lf.a2a.v1.A2AService/{rpc}"): Operation(
+            "A2A", f"A2A gRPC: {rpc}", media=("application/grpc",), errors=None
+        )
+        for rpc in (
+            "SendMessage",
+            "SendStreamingMessage",
+            "GetTask",
+            "ListTasks",
+            "CancelTask",
+            "SubscribeToTask",
+            "CreateTaskPushNotificationConfig",
+            "GetTaskPushNotificationConfig",
+            "ListTaskPushNotificationConfigs",
+            "DeleteTaskPushNotificationConfig",
+            "GetExtendedAgentCard",
+        )
+    }
+)
+
 UNDOCUMENTED = Operation("Other", "A route this document has no description for")
 
 

@@ -20,7 +20,7 @@ def gen_protos() -> ModuleType:
 
 def test_every_proto_has_its_current_module() -> None:
     gen = gen_protos()
-    assert [str(p) for p in gen.proto_files()] == ["uamp/v1/agent.proto"]
+    assert [str(p) for p in gen.proto_files()] == ["lf/a2a/v1/a2a.proto", "uamp/v1/agent.proto"]
     assert gen.stale() == []
 
 
@@ -44,3 +44,14 @@ def test_the_module_serves_the_service_it_declares() -> None:
     assert (session.client_streaming, session.server_streaming) == (True, True)
     assert send.input_type.full_name == "uamp.v1.Envelope"
     assert send.output_type.full_name == "uamp.v1.Delta"
+
+
+def test_the_a2a_messages_live_beside_a2a_sdk_s_own() -> None:
+    """Both copies of lf.a2a.v1 load in one process (uamp's in a pool of its own)."""
+    import a2a.types.a2a_pb2 as sdk
+
+    from uamp_trio.grpc.protos.lf.a2a.v1 import a2a_pb2
+
+    task = a2a_pb2.Task(id="t", status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING))
+    assert sdk.Task.FromString(task.SerializeToString()).status.state == sdk.TASK_STATE_WORKING
+    assert a2a_pb2.DESCRIPTOR.pool is not sdk.DESCRIPTOR.pool

@@ -85,6 +85,12 @@ async def test_card_urls_follow_the_host_and_carry_capabilities(base: str) -> No
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        {
+            "url": base.removeprefix("http://"),
+            "protocolBinding": "GRPC",
+            "protocolVersion": "1.0",
+            "tenant": "slow",
+        },
     ]
     assert a2a_schema.problems("Agent Card", card) == []
     # agent.json is the 0.3 card with UAMP's modelCapabilities (UAMP 9.2).

@@ -1,13 +1,14 @@
-"""The Google A2A transport: JSON-RPC, HTTP+JSON and spec 004's task routes, one task model.
+"""The Google A2A transport: JSON-RPC, HTTP+JSON, gRPC and spec 004's task routes, one task model.
 
 * :mod:`.service` -- :class:`A2ATransport`: the card, the operations every
   binding calls, the JSON-RPC binding and spec 004's REST form; tasks run
   in the server's background nursery;
 * :mod:`.rest` -- the HTTP+JSON binding (A2A 1.0 section 11);
+* :mod:`.grpc` -- the gRPC binding (section 10), on :mod:`uamp_trio.grpc`;
 * :mod:`.push` -- push-notification delivery to webhooks;
 * :mod:`.call` -- what the bindings share (the call, an opened stream);
-* ``spec/`` -- the A2A 1.0 ``a2a.proto`` and JSON schema, as published by
-  the A2A project (Apache-2.0).
+* ``spec/`` -- the A2A 1.0 JSON schema, as published by the A2A project
+  (Apache-2.0; its ``a2a.proto`` is under ``uamp_trio/grpc/protos``).
 
 The sans-IO translation lives in :mod:`uamp_proto.adapters.a2a` (tasks,
 parts, JSON-RPC), :mod:`~uamp_proto.adapters.a2a_card` and

@@ -72,6 +72,7 @@ import email.utils
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import orjson
@@ -100,6 +101,7 @@ from ...hosting.host import Host, Transport
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, task_not_found
+from . import grpc as a2a_grpc
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
 from .push import PushSender
@@ -259,6 +261,7 @@ class A2ATransport:
         app.agent_route("POST", "/a2a", self.rpc, label="A2A JSON-RPC", meta=RPC_ROUTES)
         app.agent_route("POST", "/a2a/", self.rpc, meta=RPC_ROUTES)
         a2a_rest.mount(app, self)
+        a2a_grpc.mount(app, self)
         app.agent_route(
             "POST", "/tasks", self.rest_create, label="A2A tasks (REST)", meta=REST_ROUTES
         )
@@ -279,10 +282,13 @@ class A2ATransport:
         prefix = f"/agents/{agent.name}" if "agent" in request.path_params else ""
         url = f"{base}{prefix}/a2a"
         description = getattr(agent, "description", None)
+        tenant = agent.name if prefix else None
         interfaces = [
             Interface(url, "JSONRPC", "1.0"),
             Interface(url, "JSONRPC", "0.3"),
             Interface(url, "HTTP+JSON", "1.0"),
+            # gRPC dials host:port (same port, HTTP/2); the tenant names the agent.
+            Interface(urlsplit(base).netloc, "GRPC", "1.0", tenant=tenant),
         ]
         secured = self.app.authenticator is not None
         return a2a_card.agent_card(
