@@ -192,3 +192,31 @@ class Served:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def read_until(proc: subprocess.Popen[str], marker: str, timeout: float = 30) -> str:
+    """What ``proc`` printed up to and including the first line holding ``marker``.
+
+    Reads the pipe's bytes directly: a buffered ``readline`` after ``select``
+    would miss lines that arrived in the same chunk as the one it returned.
+    """
+    import os
+    import select
+    import time
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    seen, deadline = "", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = seen.splitlines(keepends=True)
+        for n, line in enumerate(lines):
+            if marker in line and line.endswith("\n"):
+                return "".join(lines[: n + 1])
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        seen += chunk.decode()
+    raise AssertionError(f"no {marker!r} in chat output:\n" + seen)

@@ -5,6 +5,7 @@
     uamp chat ws://127.0.0.1:8765/agents/demo/uamp
     uamp chat http://127.0.0.1:8765 --agent demo      # -> ws://.../ws
     uamp chat 127.0.0.1:8765 --once "Hello"           # one turn, for scripts
+    uamp chat 127.0.0.1:8765 --chat lobby --name alice  # a chat room (docs/chat.md)
 
 Tokens are printed as they arrive; tool calls, thinking and usage are shown
 beside them -- with colours (rich) when stdout is a terminal, as plain
@@ -40,7 +41,7 @@ import contextlib
 import math
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -53,6 +54,7 @@ from uamp_proto.relay import daemon_url
 from uamp_proto.signing import JWKSError
 
 from ._command import run_command
+from .room import run_room
 from .uamp import ClientError, ClientSession, connect
 
 __all__ = ["add_parser", "chat_url", "main", "run_chat"]
@@ -196,13 +198,32 @@ async def run_chat(
     save: str | None = None,
     history: str | None = None,
     reader: _LineReader | None = None,
+    room: str | None = None,
+    name: str | None = None,
+    respond: str | None = None,
 ) -> int:
-    """Run the chat; returns the exit status. See the module docstring."""
+    """Run the chat; returns the exit status. See the module docstring.
+
+    With ``room`` the terminal joins that chat room instead
+    (:mod:`uamp_trio.client.room`).
+    """
     out = out or sys.stdout
     use_rich = out.isatty() if rich is None else rich
     printer = _Printer(out, use_rich)
     try:
         async with connect(chat_url(url), verify=verify, auto_resume=True) as client:
+            if room is not None:
+                return await run_room(
+                    client,
+                    room=room,
+                    name=name,
+                    agent=agent,
+                    token=token,
+                    payment_token=payment_token,
+                    respond=respond,
+                    printer=printer,
+                    reader=reader or _LineReader(history),
+                )
             session = await _open(client, agent, token, payment_token)
             if once is not None:
                 paid = payment_token is not None
@@ -251,6 +272,8 @@ class _LineReader:
 
     def __init__(self, history: str | None = None) -> None:
         self.prompt: Any = None
+        #: Called (in the reader's thread) when the text at the prompt changes.
+        self.on_change: Callable[[], None] | None = None
         if sys.stdin.isatty() and sys.stdout.isatty():
             from prompt_toolkit import PromptSession
             from prompt_toolkit.history import FileHistory
@@ -258,6 +281,11 @@ class _LineReader:
             path = Path(history) if history else DEFAULT_HISTORY.expanduser()
             path.parent.mkdir(parents=True, exist_ok=True)
             self.prompt = PromptSession(history=FileHistory(str(path)))
+            self.prompt.default_buffer.on_text_changed += self._changed
+
+    def _changed(self, _buffer: object) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def read(self) -> object:
         """The next line, :data:`_INTERRUPT` for Ctrl-C, :data:`_EOF` at the end."""
@@ -396,6 +424,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--verify", metavar="PATH_OR_URL", help="check every response's signature against a JWKS"
     )
     p.add_argument("--save", metavar="FILE", help="save each response for `uamp verify`")
+    p.add_argument("--chat", metavar="ROOM", help="join chat room ROOM (docs/chat.md)")
+    p.add_argument("--name", help="your name in the chat room")
+    p.add_argument(
+        "--respond",
+        choices=["every", "mention", "rules", "none"],
+        help="when agents answer in a room this creates (default: when @mentioned)",
+    )
     p.add_argument(
         "--history",
         metavar="FILE",
@@ -415,6 +450,9 @@ def _command(args: argparse.Namespace) -> int:
             verify=args.verify,
             save=args.save,
             history=args.history,
+            room=args.chat,
+            name=args.name,
+            respond=args.respond,
         )
     )
 

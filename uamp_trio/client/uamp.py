@@ -130,6 +130,22 @@ _TERMINAL: Final = frozenset({"response.done", "response.cancelled", "response.e
 _PAYMENT_EVENTS: Final = frozenset(
     {"payment.required", "payment.accepted", "payment.balance", "payment.error"}
 )
+#: What a chat room sends (docs/chat.md): they go to :meth:`ClientSession.room_events`.
+_ROOM_EVENTS: Final = frozenset(
+    {
+        "presence.online",
+        "presence.offline",
+        "presence.typing",
+        "message.created",
+        "message.read",
+        "voice.invite",
+        "voice.accept",
+        "voice.decline",
+        "voice.end",
+    }
+)
+#: Room events kept for a reader that is behind before the oldest is dropped.
+ROOM_BUFFER: Final = 1024
 _RESPONSE_EVENTS: Final = frozenset(
     {
         "response.created",
@@ -404,6 +420,10 @@ class ClientSession:
         self.last_event_id: str | None = None
         #: How the session was opened (a resume sends the same again).
         self.opening: _Opening | None = None
+        self._room: deque[ev.Event] = deque(maxlen=ROOM_BUFFER)
+        self._room_ready = trio.lowlevel.ParkingLot()
+        #: Room events dropped because nobody read them in time.
+        self.room_dropped = 0
 
     def __repr__(self) -> str:
         return f"<ClientSession {self.id} agent={self.agent!r}>"
@@ -523,6 +543,43 @@ class ClientSession:
         if self._stream is stream:
             self._stream = None
 
+    # --- chat rooms (docs/chat.md) -----------------------------------------------
+
+    async def room_events(self) -> AsyncIterator[ev.Event]:
+        """The events of the session's chats as they come, until the session ends.
+
+        ``presence.*``, ``message.*``, ``voice.*``, an agent's answer
+        streamed into the room (response events carrying ``chat_id``) and
+        ``session.error`` events of a chat-scoped session. At most
+        :data:`ROOM_BUFFER` wait for a reader; older ones are dropped
+        (counted in :attr:`room_dropped`).
+        """
+        while True:
+            while self._room:
+                yield self._room.popleft()
+            if self._ended is not None:
+                return
+            await self._room_ready.park()
+
+    async def say(self, text: str, *, chat_id: str | None = None) -> None:
+        """Post ``text`` into a chat (the session's own without ``chat_id``)."""
+        context = {"chat_id": chat_id} if chat_id is not None else None
+        await self.send(ev.InputText(text=text, context=context))
+
+    async def typing(self, is_typing: bool = True, *, chat_id: str | None = None) -> None:
+        """Tell a chat that this participant is (or stopped) typing."""
+        await self.send(ev.InputTyping(is_typing=is_typing, chat_id=chat_id))
+
+    async def mark_read(self, seq: int, *, chat_id: str | None = None) -> None:
+        """Mark the chat's messages up to ``seq`` read."""
+        await self.send(ev.MessageRead(seq=seq, chat_id=chat_id))
+
+    def _to_room(self, event: ev.Event) -> None:
+        if len(self._room) == self._room.maxlen:
+            self.room_dropped += 1
+        self._room.append(event)
+        self._room_ready.unpark_all()
+
     async def _receive(self) -> ev.Event | _End:
         try:
             return await self._recv_ch.receive()
@@ -551,6 +608,14 @@ class ClientSession:
             self._ready.set()
         elif etype == "session.end":
             self._close(ClientError("session_ended", f"the server ended session {self.id}"))
+        elif etype in _ROOM_EVENTS or (
+            etype in _RESPONSE_EVENTS and event.unknown and "chat_id" in event.unknown
+        ):
+            self._to_room(event)
+        elif etype == "session.error" and self.created is not None and self.created.chat:
+            assert isinstance(event, ev.SessionErrorEvent)
+            self.errors.append(event)
+            self._to_room(event)
         elif etype in _PAYMENT_EVENTS and self._stream is None:
             if etype == "payment.required" and self.on_payment_required is not None:
                 assert isinstance(event, ev.PaymentRequired)
@@ -614,6 +679,7 @@ class ClientSession:
         if self._caps_wait is not None:
             self._caps_wait.set()
         self._send_ch.close()
+        self._room_ready.unpark_all()
 
     async def _wait_created(self) -> None:
         await self._ready.wait()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._support.cli import read_until as _read_until
 from tests._support.cli import uamp, uamp_serve
 from uamp_trio.client.chat import chat_url
 
@@ -62,34 +63,6 @@ def test_chat_reports_a_refused_connection() -> None:
 )
 def test_chat_url(given: str, expected: str) -> None:
     assert chat_url(given) == expected
-
-
-def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float = 30) -> str:
-    """What ``proc`` printed up to and including the first line holding ``marker``.
-
-    Reads the pipe's bytes directly: a buffered ``readline`` after ``select``
-    would miss lines that arrived in the same chunk as the one it returned.
-    """
-    import os
-    import select
-    import time
-
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    seen, deadline = "", time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = seen.splitlines(keepends=True)
-        for n, line in enumerate(lines):
-            if marker in line and line.endswith("\n"):
-                return "".join(lines[: n + 1])
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        seen += chunk.decode()
-    raise AssertionError(f"no {marker!r} in chat output:\n" + seen)
 
 
 def test_chat_survives_a_server_restart(tmp_path: Path) -> None:
