@@ -82,7 +82,7 @@ from .app import App, create_app, default_transports
 from .engines.server import Server, ServerConfig
 from .hosting.host import Transport
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
-from .stores import Stores, TaskStore, open_event_log
+from .stores import Stores, TaskStore, open_chat_store, open_event_log
 from .transports import a2a
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
@@ -201,6 +201,13 @@ def _bridge(obj: Any, label: str) -> Responder:
     from uamp_agents.bridge import serve_agent
 
     return serve_agent(obj, name=obj.name or label)
+
+
+def _chat_store(where: str) -> str:
+    """Where ``--store WHERE`` keeps chat rooms: that SQLite file, else memory (docs/chat.md)."""
+    if where == "memory" or where.startswith(("redis://", "rediss://", "unix://")):
+        return "memory"
+    return where
 
 
 def default_agent() -> Responder:
@@ -403,8 +410,9 @@ def _add_serve(sub: Any) -> None:
         "--store",
         default="memory",
         metavar="WHERE",
-        help="where session event logs live: memory (default), a SQLite file path (survives "
-        "restarts), or redis://HOST:PORT/DB (shared by several uamp serve processes)",
+        help="where session event logs and chat rooms live: memory (default), a SQLite file "
+        "path (survives restarts), or redis://HOST:PORT/DB (event logs shared by several uamp "
+        "serve processes; chat rooms stay in each process's memory)",
     )
     store.add_argument(
         "--retention-events",
@@ -635,7 +643,11 @@ def _serve_command(args: argparse.Namespace) -> int:
             authenticator=authenticator,
             allow_anonymous=args.allow_anonymous,
             relay=args.relay,
-            stores=Stores(a2a_tasks=tasks, event_log=open_event_log(args.store, retention)),
+            stores=Stores(
+                a2a_tasks=tasks,
+                event_log=open_event_log(args.store, retention),
+                chats=open_chat_store(_chat_store(args.store)),
+            ),
             access_log=args.access_log,
             metrics=args.metrics,
             tracing=tracing,
