@@ -12,8 +12,8 @@ process of its own; its resident memory (``VmRSS``) is read from ``/proc``.
   response), ends, and a fresh session takes its place -- the steady state of
   a server whose sessions come and go. Memory is sampled after each round.
   The server keeps ended sessions' event logs for resuming, up to its
-  retention (``MemoryEventLog``: 10,000 sessions), so memory first grows to
-  that bound, then must stay flat.
+  retention (the soak server keeps 2,000 sessions' logs, ``uamp serve``
+  10,000), so memory first grows to that bound, then must stay flat.
 * ``idle``: ``--connections`` WebSocket connections opened and left idle for
   ``--minutes`` (the server pings each every 30 s; the client answers).
   Memory per connection is the growth from opening them, over their number;
@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 from transports import Running, WSClient, uamp_start  # noqa: E402
+
+from uamp_trio.engines.ws_frames import WebSocketClosed  # noqa: E402
 
 PATH = "/agents/flood/uamp"
 
@@ -128,36 +130,52 @@ def mux(server: Running, sessions: int, seconds: float) -> None:
     client.close()
 
 
+def _service(selector: selectors.BaseSelector, timeout: float) -> int:
+    """Read what arrived on the idle connections and answer pings; returns how many closed."""
+    closed = 0
+    for key, _ in selector.select(timeout=timeout):
+        c = key.data
+        try:
+            data = c.sock.recv(65536)
+        except BlockingIOError:
+            continue
+        try:
+            if not data:
+                raise WebSocketClosed(1006, "")
+            c.engine.feed(data)
+        except WebSocketClosed as why:
+            print(f"  the server closed a connection: {why}")
+            selector.unregister(c.sock)
+            closed += 1
+            continue
+        owed = c.engine.take()  # pongs
+        if owed:
+            c.sock.setblocking(True)
+            c.sock.sendall(owed)
+            c.sock.setblocking(False)
+    return closed
+
+
 def idle(server: Running, connections: int, seconds: float) -> None:
     pid = server.proc.pid
     base = rss_mb(pid)
-    clients = [WSClient(server.port, PATH) for _ in range(connections)]
+    selector = selectors.DefaultSelector()
+    clients = []
+    closed = 0
+    for i in range(connections):
+        c = WSClient(server.port, PATH)
+        c.sock.setblocking(False)
+        selector.register(c.sock, selectors.EVENT_READ, c)
+        clients.append(c)
+        if i % 200 == 0:  # opening them all takes a while: answer the pings meanwhile
+            closed += _service(selector, 0)
     grown = rss_mb(pid) - base
     print(f"idle: {connections} WebSocket connections: +{grown:.1f} MB, "
           f"{grown * 1024 / connections:.1f} KB per connection")  # fmt: skip
-    selector = selectors.DefaultSelector()
-    for c in clients:
-        c.sock.setblocking(False)
-        selector.register(c.sock, selectors.EVENT_READ, c)
-    start, samples, closed = time.monotonic(), [], 0
+    start, samples = time.monotonic(), []
     next_sample = 0.0
     while (now := time.monotonic() - start) < seconds:
-        for key, _ in selector.select(timeout=1):
-            c = key.data
-            try:
-                data = c.sock.recv(65536)
-            except BlockingIOError:
-                continue
-            if not data:
-                selector.unregister(c.sock)
-                closed += 1
-                continue
-            c.engine.feed(data)
-            owed = c.engine.take()  # pongs
-            if owed:
-                c.sock.setblocking(True)
-                c.sock.sendall(owed)
-                c.sock.setblocking(False)
+        closed += _service(selector, 1)
         if now >= next_sample:
             samples.append((now, rss_mb(pid)))
             next_sample = now + 10

@@ -158,6 +158,10 @@ def completion_body(n: int) -> bytes:
 # --- servers -----------------------------------------------------------------------
 
 
+#: Sessions whose event logs the soak server keeps (see :func:`serve_uamp`).
+SOAK_RETAINED = 2000
+
+
 def serve_uamp(
     port_file: Path, observed: bool = False, agent: str | None = None, soak: bool = False
 ) -> None:
@@ -167,7 +171,9 @@ def serve_uamp(
     through the bridge), and served on the same transports with the same
     settings, so the two rows differ only in the agent path. ``soak``
     (``bench/soak.py``) allows 1,100 sessions a connection and an hour of
-    idleness before a connection is closed.
+    idleness before a connection is closed, and keeps the logs of at most
+    ``SOAK_RETAINED`` sessions (``uamp serve`` keeps 10,000), so a soak
+    reaches the retention bound within a few rounds: growth past it is a leak.
     """
     import trio
 
@@ -195,6 +201,10 @@ def serve_uamp(
     observe: dict[str, Any] = {}
     if observed:
         observe = {"access_log": True, "metrics": True, "tracing": _memory_tracing()}
+    if soak:
+        from uamp_trio.stores import MemoryEventLog, Stores
+
+        observe["stores"] = Stores(event_log=MemoryEventLog(max_sessions=SOAK_RETAINED))
     served: Any = FloodAgent()
     if agent is not None:
         from uamp_trio.cli import load_agent
