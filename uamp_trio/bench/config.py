@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 #: The transports ``--transport`` accepts.
-TRANSPORTS = ("openai", "uamp-ws", "agui", "a2a", "a2a-0.3")
+TRANSPORTS = ("openai", "uamp-ws", "realtime", "agui", "a2a", "a2a-0.3")
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -107,6 +107,33 @@ def uamp_ws_url(url: str, agent: str | None = None) -> tuple[str, str | None]:
     elif not path.endswith("/ws"):
         path += "/ws"
     return urlunsplit((scheme, parts.netloc, path, parts.query, "")), agent
+
+
+def realtime_url(url: str, agent: str | None = None) -> str:
+    """The OpenAI Realtime WebSocket URL.
+
+    ``ws(s)://`` URLs are kept. An http(s) agent base ``/agents/NAME`` (or a
+    server root with ``agent``) becomes ``ws(s)://.../agents/NAME/realtime``;
+    a server root without one ``/v1/realtime``; a URL already ending in
+    ``/realtime`` keeps its path.
+
+    Raises:
+        ValueError: Not an http(s) or ws(s) URL.
+    """
+    _check(url, ("http", "https", "ws", "wss"))
+    parts = urlsplit(url)
+    if parts.scheme in ("ws", "wss"):
+        return url
+    scheme = {"http": "ws", "https": "wss"}[parts.scheme]
+    path = parts.path.rstrip("/")
+    if not path.endswith("/realtime"):
+        if "/agents/" in path:
+            path += "/realtime"
+        elif agent is not None:
+            path += f"/agents/{agent}/realtime"
+        else:
+            path += "/v1/realtime"
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
 @attrs.frozen

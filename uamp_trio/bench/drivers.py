@@ -2,7 +2,8 @@
 
 A driver is opened once per run (:func:`open_driver`: the shared HTTP client)
 and gives each worker a :meth:`Driver.worker` context (for ``uamp-ws`` the
-worker's own WebSocket connection) whose ``send`` runs one request. The HTTP
+worker's own WebSocket connection, and for ``realtime`` its own OpenAI
+Realtime session) whose ``send`` runs one request. The HTTP
 transports (``openai``, ``agui``, ``a2a``) share one driver, reading the
 answer's server-sent events with :class:`uamp_proto.sse.SSEParser` and their
 meaning with the transport's :class:`~.dialects.Dialect`. ``send`` never
@@ -16,19 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
+import orjson
 import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.sse import SSEParser
 
-from ..client.uamp import ClientError, UampClient, connect
-from .config import BenchConfig, uamp_ws_url
+from ..client.uamp import ClientError, UampClient, connect, open_websocket
+from ..engines.streams import receive_or_eof
+from ..engines.ws_frames import FrameEngine, WebSocketClosed, make_engine
+from .config import BenchConfig, realtime_url, uamp_ws_url
 from .dialects import DIALECTS, Dialect, Step
 from .stats import Sample
 
@@ -148,15 +153,7 @@ class _UampWebSocket:
             if connected:
                 raise
             kind = exc.code if isinstance(exc, ClientError) else "connect"
-
-        async def refused(sample: Sample) -> None:
-            # A worker that could not connect records one failure per try,
-            # paced so that a --duration run does not spin.
-            await trio.sleep(_RETRY_PAUSE)
-            sample.error = kind
-            sample.end = trio.current_time()
-
-        yield refused
+        yield _refused(kind)
 
     async def _send(self, client: UampClient, sample: Sample) -> None:
         try:
@@ -190,6 +187,129 @@ class _UampWebSocket:
         await session.end()
 
 
+def _refused(kind: str) -> Send:
+    """The ``send`` of a worker that could not connect: one failure of ``kind`` per try.
+
+    Paced, so that a ``--duration`` run does not spin.
+    """
+
+    async def refused(sample: Sample) -> None:
+        await trio.sleep(_RETRY_PAUSE)
+        sample.error = kind
+        sample.end = trio.current_time()
+
+    return refused
+
+
+#: The Realtime events that carry response text (GA name, beta name).
+_REALTIME_TEXT = frozenset({"response.output_text.delta", "response.text.delta"})
+
+
+class _RealtimeSession:
+    """One worker's OpenAI Realtime connection: its socket, framing and unread messages."""
+
+    def __init__(self, stream: trio.abc.Stream, engine: FrameEngine, initial: bytes) -> None:
+        self.stream = stream
+        self.engine = engine
+        self.pending: deque[bytes | str] = deque(engine.feed(initial) if initial else ())
+        self.received = len(initial)
+
+    async def next_event(self) -> dict[str, Any]:
+        """The next server event (answering pings meanwhile).
+
+        Raises:
+            WebSocketClosed: The connection closed.
+        """
+        while not self.pending:
+            data = await receive_or_eof(self.stream, 65536)
+            self.received += len(data)
+            self.pending.extend(self.engine.feed(data))  # b"" raises WebSocketClosed
+            owed = self.engine.take()  # pongs
+            if owed:
+                await self.stream.send_all(owed)
+        event = orjson.loads(self.pending.popleft())
+        return event if isinstance(event, dict) else {}
+
+
+class _Realtime:
+    """OpenAI Realtime over WebSocket: a session per worker, a response per request.
+
+    Each request adds the prompt as a user message (``conversation.item.create``)
+    and asks for a response (``response.create``); ``response.output_text.delta``
+    (or the beta ``response.text.delta``) events are the deltas,
+    ``response.done`` ends (a status other than ``completed`` fails with that
+    status), an ``error`` event fails with its code. The worker's turns
+    accumulate in its session's conversation, as in a chat.
+    """
+
+    def __init__(self, config: BenchConfig) -> None:
+        self.endpoint = realtime_url(config.url, config.agent)
+        self.protocols = {"websocket"}
+        self._headers = config.headers
+        self._ssl = _ssl_context(config)
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": config.prompt}],
+        }
+        self._ask = (
+            orjson.dumps({"type": "conversation.item.create", "item": item}),
+            orjson.dumps({"type": "response.create"}),
+        )
+
+    @contextlib.asynccontextmanager
+    async def worker(self) -> AsyncIterator[Send]:
+        try:
+            stream, initial = await open_websocket(
+                self.endpoint, headers=self._headers, ssl_context=self._ssl, subprotocols=()
+            )
+        except (ClientError, OSError, trio.TooSlowError) as exc:
+            yield _refused(exc.code if isinstance(exc, ClientError) else "connect")
+            return
+        engine = make_engine(client=True, max_message_size=None)
+        try:
+            yield partial(self._send, _RealtimeSession(stream, engine, initial))
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _send(self, session: _RealtimeSession, sample: Sample) -> None:
+        before = session.received
+        try:
+            for message in self._ask:
+                session.engine.text(message)
+            await session.stream.send_all(session.engine.take())
+            await self._read(session, sample)
+        except WebSocketClosed:
+            sample.error = "closed"
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            sample.error = "network"
+        except orjson.JSONDecodeError:
+            sample.error = "bad_response"
+        sample.bytes = session.received - before
+        if not sample.end:
+            sample.end = trio.current_time()
+
+    async def _read(self, session: _RealtimeSession, sample: Sample) -> None:
+        while True:
+            event = await session.next_event()
+            kind = event.get("type")
+            if kind in _REALTIME_TEXT:
+                delta = event.get("delta")
+                _record(sample, Step(text=delta if isinstance(delta, str) else ""))
+            elif kind == "error":
+                error = event.get("error")
+                code = error.get("code") if isinstance(error, dict) else None
+                sample.error = code if isinstance(code, str) and code else "error"
+                return
+            elif kind == "response.done":
+                response = event.get("response")
+                status = response.get("status") if isinstance(response, dict) else None
+                if status != "completed":
+                    sample.error = status if isinstance(status, str) else "bad_response"
+                sample.end = trio.current_time()
+                return
+
+
 def _ssl_context(config: BenchConfig) -> ssl.SSLContext | None:
     if not config.insecure:
         return None
@@ -204,6 +324,9 @@ async def open_driver(config: BenchConfig) -> AsyncIterator[Driver]:
     """The driver of ``config.transport``, open for the run."""
     if config.transport == "uamp-ws":
         yield _UampWebSocket(config)
+        return
+    if config.transport == "realtime":
+        yield _Realtime(config)
         return
     limits = httpx.Limits(
         max_connections=config.concurrency, max_keepalive_connections=config.concurrency

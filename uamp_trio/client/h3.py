@@ -265,4 +265,3 @@ async def open_h3(
                 nursery.cancel_scope.cancel()
     finally:
         sock.close()
-

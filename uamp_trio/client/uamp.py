@@ -931,8 +931,9 @@ async def open_websocket(
     headers: Sequence[tuple[str, str]] = (),
     ssl_context: ssl.SSLContext | None = None,
     timeout: float = 10.0,
+    subprotocols: Sequence[str] = ("uamp",),
 ) -> tuple[trio.abc.Stream, bytes]:
-    """Dial ``url`` and do the WebSocket handshake (subprotocol ``uamp``).
+    """Dial ``url`` and do the WebSocket handshake (offering ``subprotocols``).
 
     Returns the stream and the bytes read past the handshake.
 
@@ -945,7 +946,7 @@ async def open_websocket(
     with trio.fail_after(timeout):
         stream, authority, target = await _open_stream(url, ssl_context)
         try:
-            initial = await _handshake(stream, authority, target, headers, ("uamp",))
+            initial = await _handshake(stream, authority, target, headers, subprotocols)
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise

@@ -130,6 +130,26 @@ async def test_agui_and_a2a_counts_match(serve_app: Any, transport: str, route: 
     assert data["bytes"] > 0
 
 
+async def test_realtime_counts_match(serve_app: Any) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base + "/agents/count", transport="realtime", concurrency=2,
+                         requests=8, prompt="hey")  # fmt: skip
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 8 == data["ok"], data["errors_by_kind"]
+    assert agent.prompts == ["hey"] * 8  # the user message each request added
+    assert data["deltas"] == 8 * len(WORDS)
+    assert all(s.text == len("".join(WORDS)) for s in samples)
+    assert data["url"] == base.replace("http://", "ws://") + "/agents/count/realtime"
+    assert data["protocols"] == ["websocket"]
+    assert all(s.bytes > len("".join(WORDS)) for s in samples)
+    assert data["bytes"] == sum(s.bytes for s in samples)
+    # An agent that is not there: the server refuses the upgrade, each try counts.
+    other = BenchConfig(url=base + "/agents/nobody", transport="realtime", requests=2)
+    data = (await run_bench(other))[0].to_json()
+    assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2
+
+
 async def test_a_duration_bounds_the_run(serve_app: Any) -> None:
     agent, base = await _served(serve_app)
     config = BenchConfig(url=base + "/agents/count", concurrency=2, requests=None, duration=0.4)

@@ -14,6 +14,7 @@ from uamp_trio.bench.config import (
     BenchConfig,
     chat_completions_url,
     parse_header,
+    realtime_url,
     uamp_ws_url,
 )
 from uamp_trio.bench.report import COMPARED, print_compare
@@ -88,6 +89,20 @@ def test_the_uamp_websocket_of_a_url(
     url: str, agent: str | None, expected: tuple[str, str | None]
 ) -> None:
     assert uamp_ws_url(url, agent) == expected
+
+
+REALTIME_URLS = [
+    ("http://h:1/agents/demo", None, "ws://h:1/agents/demo/realtime"),
+    ("https://h:1/agents/demo/realtime", None, "wss://h:1/agents/demo/realtime"),
+    ("http://h:1", "demo", "ws://h:1/agents/demo/realtime"),
+    ("http://h:1/", None, "ws://h:1/v1/realtime"),
+    ("ws://h:1/x/realtime?model=m", None, "ws://h:1/x/realtime?model=m"),
+]
+
+
+@pytest.mark.parametrize(("url", "agent", "expected"), REALTIME_URLS)
+def test_the_realtime_websocket_of_a_url(url: str, agent: str | None, expected: str) -> None:
+    assert realtime_url(url, agent) == expected
 
 
 @pytest.mark.parametrize("url", ["ftp://h/x", "h:1/agents/demo", "http://"])
