@@ -103,3 +103,16 @@ def test_bad_content_items_are_refused_with_the_field(
     assert error["param"] == "messages[0].content_items"
     assert "messages[0].content_items[0].image" in error["message"]
     assert agent.requests == []
+
+
+def test_a_stream_carries_media_as_content_items(served: tuple[openai.OpenAI, Speaker]) -> None:
+    sdk, _ = served
+    chunks = list(
+        sdk.chat.completions.create(
+            model="speaker", messages=[{"role": "user", "content": "speak"}], stream=True
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(d.content or "" for d in deltas) == "here it is"
+    items = [i for d in deltas for i in (d.model_extra or {}).get("content_items", ())]
+    assert items == [{"type": "audio", "audio": PCM}]

@@ -619,8 +619,9 @@ class ChunkEncoder:
     Call :meth:`start` first, :meth:`feed` with every event, then
     :meth:`finish`. Client tool calls (``tool.call`` events) are streamed the
     OpenAI way; ``thinking`` becomes ``delta.reasoning_content`` (the field
-    OpenAI-compatible servers use for reasoning); other events produce no
-    chunk. Server-side tool traffic stays inside the agent.
+    OpenAI-compatible servers use for reasoning); audio becomes
+    ``delta.content_items`` (UAMP 8.5.1); other events produce no chunk.
+    Server-side tool traffic stays inside the agent.
     """
 
     def __init__(
@@ -663,6 +664,11 @@ class ChunkEncoder:
             delta = event.delta
             if isinstance(delta, ty.DeltaText) and delta.text:
                 return [self._chunk({"content": delta.text})]
+            if isinstance(delta, ty.DeltaAudio) and delta.audio:
+                # Media has no OpenAI delta field: UAMP's item, as the
+                # non-streamed message's content_items carries it.
+                item = {"type": "audio", "audio": delta.audio}
+                return [self._chunk({"content_items": [item]})]
             return []
         if isinstance(event, ev.ToolCall):
             index = self._tool_index
