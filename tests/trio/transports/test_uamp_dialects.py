@@ -257,7 +257,7 @@ async def whoami(ctx: ToolContext, query: str) -> str:
     """Who sent the message, in which chat, and what the client can show."""
     uamp = ctx.metadata["uamp"]
     context, client = uamp["context"], uamp["client_capabilities"] or {}
-    who = f"{context['sender_id']} in {context['chat_id']} ({context['mood']})"
+    who = f"{context['sender_id']} via {context['channel']} ({context['mood']})"
     return f"{who}, sees {client.get('modalities')}"
 
 
@@ -266,7 +266,8 @@ async def test_input_context_reaches_the_agent_and_its_tools() -> None:
     runtime = serve_agent(
         agent(model=demo(), tools=[tool(whoami, thread=False)], name="ctx"), name="ctx"
     )
-    context = {"chat_id": "chat_abc", "sender_id": "user_123", "mood": "curious"}
+    # No chat_id: an input naming a chat is a chat message (UAMP 7.1).
+    context = {"sender_id": "user_123", "channel": "sms", "mood": "curious"}
     with trio.fail_after(TIMEOUT):
         async with serving([rec, runtime]) as base, open_ws(base + "/ws") as ws:
             rec_sid = await wire.create_session(ws, agent="rec")
@@ -293,9 +294,9 @@ async def test_input_context_reaches_the_agent_and_its_tools() -> None:
         for e in events
         if e["type"] == "response.delta" and e["delta"]["type"] == "tool_result"
     ]
-    assert results == ["user_123 in chat_abc (curious), sees ['text']"]
+    assert results == ["user_123 via sms (curious), sees ['text']"]
     said = "".join(e["delta"].get("text", "") for e in events if e["type"] == "response.delta")
-    assert said.endswith("Tool whoami returned: user_123 in chat_abc (curious), sees ['text']")
+    assert said.endswith("Tool whoami returned: user_123 via sms (curious), sees ['text']")
 
 
 async def test_context_belongs_to_the_response_it_came_with() -> None:
@@ -303,14 +304,14 @@ async def test_context_belongs_to_the_response_it_came_with() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving([rec]) as base, open_ws(base + "/agents/rec/uamp") as ws:
             await wire.create_session(ws)
-            await send(ws, type="input.text", text="a", context={"chat_id": "c1", "k": 1})
+            await send(ws, type="input.text", text="a", context={"thread": "t1", "k": 1})
             await send(ws, type="input.text", text="b", context={"k": 2})
             await send(ws, type="response.create")
             await until(ws, "response.done")
             await send(ws, type="input.text", text="c")
             await send(ws, type="response.create")
             await until(ws, "response.done")
-    assert [r.context for r in rec.requests] == [{"chat_id": "c1", "k": 2}, {}]
+    assert [r.context for r in rec.requests] == [{"thread": "t1", "k": 2}, {}]
 
 
 # --- response.messages is the conversation --------------------------------------------
