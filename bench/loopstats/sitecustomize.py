@@ -11,6 +11,10 @@ scenario's window), and garbage collections of 1 ms or more as
 ``monotonic_time cpu_seconds gcN`` (N: the generation), which tells a
 collection's pause from the server's own work. Without the variable nothing
 is changed.
+
+It sees the loop thread's own CPU time only: while another thread holds the
+GIL (a C extension that does not release it), the loop waits without
+spending CPU, and that wait is not counted.
 """
 
 from __future__ import annotations
