@@ -284,12 +284,14 @@ class Request:
     body_stream: BodyStream | None = None
     tls: TLSInfo | None = None
 
-    def json(self) -> Any:
+    async def json(self) -> Any:
         """The body parsed as JSON.
 
         Parsed on the event loop: orjson keeps the GIL while it parses, so a
         worker thread would not let the loop run meanwhile (measured: the
-        loop waited as long either way).
+        loop waited as long either way). A coroutine all the same, so that a
+        parser that yields between slices can take its place without
+        changing the callers.
 
         Raises:
             HTTPError: 400 ``invalid_json`` when the body is not JSON.

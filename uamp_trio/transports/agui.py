@@ -84,7 +84,7 @@ class AguiTransport:
     async def run(self, request: Request) -> StreamingResponse:
         """``POST .../agui``: one agent run."""
         agent = self.app.resolve_agent(request.path_params)
-        body = request.json()
+        body = await request.json()
         try:
             run = parse_run_input(body)
         except AguiError as exc:

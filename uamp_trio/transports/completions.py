@@ -187,7 +187,7 @@ class CompletionsTransport:
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         """``POST .../chat/completions``."""
-        body = request.json()
+        body = await request.json()
         model = body.get("model") if isinstance(body, dict) else None
         agent = self.app.resolve_agent(
             request.path_params, model=model if isinstance(model, str) else None

@@ -320,7 +320,7 @@ class SSEEventsTransport:
 
     async def post_events(self, request: Request) -> Response:
         """``POST /events``: feed one event or an array of events."""
-        messages, first_type = _split_body(request)
+        messages, first_type = await _split_body(request)
         agent = self._path_agent(request)
         if self._session_id(request) is None:
             if first_type != "session.create":
@@ -559,9 +559,9 @@ class _BodyError(HTTPError):
         return json_response(self.body, self.status, self.headers)
 
 
-def _split_body(request: Request) -> tuple[list[bytes], object]:
+async def _split_body(request: Request) -> tuple[list[bytes], object]:
     """The body as one encoded message per event, and the first event's type."""
-    parsed = request.json()
+    parsed = await request.json()
     if isinstance(parsed, dict):
         return [request.body], parsed.get("type")
     if isinstance(parsed, list) and parsed and all(isinstance(e, dict) for e in parsed):

@@ -58,7 +58,7 @@ async def _body(request: Request) -> dict[str, Any]:
     if not request.body:
         return {}
     try:
-        body = request.json()
+        body = await request.json()
     except HTTPError:  # the engine's own JSON error: answer in this binding's shape
         raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
     if not isinstance(body, dict):

@@ -529,7 +529,7 @@ class A2ATransport:
     async def rest_create(self, request: Request) -> StreamingResponse:
         """``POST .../tasks``: create a task; the answer is an SSE stream."""
         agent = self.app.resolve_agent(request.path_params)
-        body = request.json()
+        body = await request.json()
         if not isinstance(body, dict):
             raise web.HTTPError(
                 400, "The body must be a JSON object with a 'message'.", code="invalid_request"
