@@ -181,6 +181,10 @@ class ChatHub:
         self.clock = clock
         self.rooms: dict[ChatKey, Room] = {}
         self._joining = trio.Lock()
+        #: Calls between two people in a room: call id -> (caller, callee, chat id).
+        self.calls: dict[str, tuple[_Member, _Member, str]] = {}
+        #: Member key -> the id of the call it is in.
+        self._call_of: dict[str, str] = {}
 
     # --- membership -------------------------------------------------------------
 
@@ -264,6 +268,10 @@ class ChatHub:
         """Take ``member`` out of ``room``; ``presence.offline`` for a user or agent now gone."""
         if room.members.pop(member.key, None) is None:
             return
+        call_id = self._call_of.get(member.key)
+        if call_id is not None and self.calls[call_id][2] == room.chat_id:
+            self._relay(call_id, member, ev.VoiceEnd(call_id=call_id, reason="left"))
+            self._hang_up(call_id)
         chat_id = room.chat_id
         for key in (member.key, member.key + "/agent"):
             left, offline = room.roster.leave(key)
@@ -404,6 +412,73 @@ class ChatHub:
         )
         await self.store.save(room.record)
 
+    # --- calls between people (docs/voice.md) -----------------------------------------
+
+    def call_invite(self, room: Room, caller: _Member, invite: ev.VoiceInvite, to: str) -> None:
+        """Relay ``caller``'s invite to participant ``to``; declined when it cannot ring."""
+        call_id = invite.call_id or f"call_{uuid.uuid4().hex}"
+        callee = next(
+            (m for m in room.members.values() if m.user_id == to and m.key != caller.key), None
+        )
+        reason = None
+        if callee is None:
+            reason = f"{to!r} is not in chat {room.chat_id!r}"
+        elif callee.key in self._call_of or caller.key in self._call_of or call_id in self.calls:
+            reason = "busy"
+        if callee is None or reason is not None:
+            decline = ev.VoiceDecline(
+                call_id=call_id, reason=reason, unknown={"chat_id": room.chat_id}
+            )
+            caller.link.deliver(caller.session_id, decline)
+            return
+        self.calls[call_id] = (caller, callee, room.chat_id)
+        self._call_of[caller.key] = self._call_of[callee.key] = call_id
+        ring = ev.VoiceInvite(
+            call_id=call_id,
+            sdp=invite.sdp,
+            unknown={"chat_id": room.chat_id, "from": caller.user_id},
+        )
+        callee.link.deliver(callee.session_id, ring)
+
+    def call_event(self, link: ChatLink, session_id: str, event: ev.Event) -> bool:
+        """Pass a call event (or audio) of a session in a call to the other side, or ``False``."""
+        key = f"{id(link)}:{session_id}"
+        call_id = self._call_of.get(key)
+        if call_id is None:
+            return False
+        caller, callee, _ = self.calls[call_id]
+        me = caller if caller.key == key else callee
+        relayed: ev.Event
+        if isinstance(event, ev.InputAudio):
+            relayed = ev.AudioDelta(
+                audio=event.audio, unknown={"call_id": call_id, "from": me.user_id}
+            )
+        elif isinstance(event, ev.VoiceAccept):
+            relayed = ev.VoiceAccept(call_id=call_id, sdp=event.sdp)
+        elif isinstance(event, ev.VoiceDecline):
+            relayed = ev.VoiceDecline(call_id=call_id, reason=event.reason)
+        elif isinstance(event, ev.VoiceEnd):
+            relayed = ev.VoiceEnd(
+                call_id=call_id, duration_ms=event.duration_ms, reason=event.reason
+            )
+        else:
+            return False
+        self._relay(call_id, me, relayed)
+        if isinstance(event, ev.VoiceDecline | ev.VoiceEnd):
+            self._hang_up(call_id)
+        return True
+
+    def _relay(self, call_id: str, sender: _Member, event: ev.Event) -> None:
+        caller, callee, chat_id = self.calls[call_id]
+        other = callee if sender is caller else caller
+        event = attrs.evolve(event, unknown={**event.unknown, "chat_id": chat_id})
+        other.link.deliver(other.session_id, event)
+
+    def _hang_up(self, call_id: str) -> None:
+        caller, callee, _ = self.calls.pop(call_id)
+        self._call_of.pop(caller.key, None)
+        self._call_of.pop(callee.key, None)
+
     # --- agents -----------------------------------------------------------------------
 
     def _conversation(self, room: Room, agent: str) -> list[ty.Message]:
@@ -533,6 +608,28 @@ class ChatLink:
         for room, member in state.rooms.values():
             self.hub.leave(room, member)
         state.rooms.clear()
+
+    def voice(self, session_id: str, event: ev.Event) -> bool:
+        """A call event of a session in a room: ``True`` when it concerns a call between people.
+
+        ``voice.invite`` with ``to`` (a participant's user id) rings that
+        participant; the events of a call in progress, and its audio, go to
+        the other side. Anything else is the session's call with its agent.
+        """
+        if isinstance(event, ev.VoiceInvite):
+            to = event.unknown.get("to") if event.unknown else None
+            if not isinstance(to, str):
+                return False
+            named = event.unknown.get("chat_id")
+            chat_id = named if isinstance(named, str) else self.host.chat_of(session_id, event)
+            state = self._sessions.get(session_id)
+            joined = state.rooms.get(chat_id) if state is not None and chat_id else None
+            if joined is None:
+                self.tell(session_id, "invalid_event", f"not in chat {chat_id!r}: join it first")
+                return True
+            self.hub.call_invite(joined[0], joined[1], event, to)
+            return True
+        return self.hub.call_event(self, session_id, event)
 
     # --- to the session host ---------------------------------------------------------
 

@@ -858,12 +858,19 @@ class SessionHost:
         elif etype == "capabilities.query":
             assert isinstance(event, ev.CapabilitiesQuery)
             self._capabilities(session, event)
-        elif etype == "voice.invite" or etype == "voice.end":
-            if session is not None:
+        elif etype.startswith("voice.") or etype == "input.audio":
+            if session is None:
+                return
+            if self.chat is not None and self.chat.voice(session.id, event):
+                # A call between people in a room (docs/voice.md): the audio
+                # went to the other side, not into the next response's input.
+                ctx = self.conn.sessions.get(session.id)
+                if etype == "input.audio" and ctx is not None and ctx.pending_input:
+                    ctx.pending_input.pop()
+                return
+            if etype == "voice.invite" or etype == "voice.end":
                 self._voice(session, event)
-        elif etype == "input.audio":
-            assert isinstance(event, ev.InputAudio)
-            if session is not None and event.is_final:
+            elif isinstance(event, ev.InputAudio) and event.is_final:
                 self._audio_turn(session)
 
     # --- voice calls (sections 5.16, 7.3; docs/voice.md) ------------------------

@@ -90,6 +90,14 @@ class Reader:
         out, self.by_session[sid] = buf[:count], buf[count:]
         return out
 
+    async def take_any(self, sid: str) -> Event:
+        """The next event of session ``sid``, whatever its type."""
+        buf = self.by_session[sid]
+        while not buf:
+            event = await recv(self.ws)
+            self.by_session[event.get("session_id", "")].append(event)
+        return buf.pop(0)
+
     async def expect(self, sid: str, expected: list[tuple[Any, ...]]) -> list[Event]:
         """Read as many room events as ``expected`` holds and check them, in order."""
         got = await self.take(sid, len(expected))

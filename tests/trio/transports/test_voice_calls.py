@@ -8,6 +8,7 @@ with ``call_not_active``, saying why.
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import trio
 from trio_websocket import open_websocket_url as open_ws
@@ -120,3 +121,46 @@ async def test_an_agent_that_takes_no_calls_declines_and_audio_is_refused() -> N
             # The session goes on for text.
             await wire.ask(ws, "still there?")
             assert (await until(ws, "response.done"))[-1]["type"] == "response.done"
+
+
+async def test_two_people_in_a_room_call_each_other() -> None:
+    from tests.trio.transports.test_chat_rooms import alice_and_bob
+
+    spoken = _pcm(3000)
+    with trio.fail_after(TIMEOUT):
+        async with alice_and_bob() as (_, a, alice, b, bob):
+            await send(a.ws, type="voice.invite", session_id=alice, to="bob", sdp="v=0 offer")
+            ring = await _next(b, bob, "voice.invite")
+            assert (ring["from"], ring["chat_id"], ring["sdp"]) == ("alice", "room", "v=0 offer")
+            call_id = ring["call_id"]
+            await send(b.ws, type="voice.accept", session_id=bob, call_id=call_id, sdp="v=0 answer")
+            accepted = await _next(a, alice, "voice.accept")
+            assert (accepted["call_id"], accepted["sdp"]) == (call_id, "v=0 answer")
+            # Alice speaks: Bob hears it as audio.delta, and no agent answers.
+            await send(
+                a.ws,
+                type="input.audio",
+                session_id=alice,
+                audio=spoken,
+                format="pcm16",
+                is_final=True,
+            )
+            heard = await _next(b, bob, "audio.delta")
+            assert (heard["audio"], heard["from"], heard["call_id"]) == (spoken, "alice", call_id)
+            await send(b.ws, type="voice.end", session_id=bob, call_id=call_id, duration_ms=900)
+            ended = await _next(a, alice, "voice.end")
+            assert ended["duration_ms"] == 900
+            await send(a.ws, type="input.audio", session_id=alice, audio=spoken, format="pcm16")
+            assert (await _next(a, alice, "session.error"))["error"]["code"] == "call_not_active"
+            # Nobody by that name: declined at once.
+            await send(a.ws, type="voice.invite", session_id=alice, to="zed")
+            declined = await _next(a, alice, "voice.decline")
+            assert "not in chat" in declined["reason"]
+
+
+async def _next(reader: Any, sid: str, etype: str) -> dict[str, Any]:
+    """The next event of ``etype`` for ``sid`` (room and voice events in between are skipped)."""
+    while True:
+        event = await reader.take_any(sid)
+        if event["type"] == etype:
+            return event  # type: ignore[no-any-return]
