@@ -97,15 +97,20 @@ class RedisEventLog(EventLog):
         keep = self.retention.max_events
         ttl = self._ttl_ms
         touched: dict[LogKey, float] = {}
+        command = pipe.execute_command
+        names: dict[LogKey, str] = {}
         for kind, key, payload, written in batch:
             if kind == "event":
-                pipe.xadd(
-                    self._log(key),
-                    {"e": payload.event_id, "d": payload.data},
-                    id=f"0-{payload.position}",
-                    maxlen=keep,
-                    approximate=False,
-                )
+                name = names.get(key)
+                if name is None:
+                    name = names[key] = self._log(key)
+                # The raw command: redis-py's xadd checks and rebuilds its
+                # arguments on every call. MAXLEN is exact (the retention's
+                # count is a promise: docs/resume.md).
+                command(
+                    "XADD", name, "MAXLEN", keep, f"0-{payload.position}",
+                    "e", payload.event_id, "d", payload.data,
+                )  # fmt: skip
                 touched[key] = written
                 continue
             if kind == "reset":

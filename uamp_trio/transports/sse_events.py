@@ -218,6 +218,9 @@ class _HttpSession:
                     if batch is None:
                         await send(b":\n\n")
                         continue
+                    # What ready producers add within a few scheduler rounds
+                    # goes in the same write (and the same wait for the log).
+                    batch = await host.outbox.take_more(batch)
                     frames = []
                     for data in batch:
                         event_id = event_id_of(data)
