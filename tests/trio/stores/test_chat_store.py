@@ -123,3 +123,18 @@ async def test_sqlite_rooms_survive_a_restart(tmp_path: Path) -> None:
 def test_the_app_has_a_memory_chat_store_by_default() -> None:
     assert isinstance(Stores().chats, MemoryChatStore)
     assert isinstance(open_chat_store(), MemoryChatStore)
+
+
+@pytest.mark.parametrize(
+    ("store", "chats"),
+    [
+        ("memory", "memory"),
+        ("redis://127.0.0.1:6379/0", "memory"),
+        ("sessions.db", "sessions.db"),
+        ("sqlite:/tmp/x.db", "sqlite:/tmp/x.db"),
+    ],
+)
+def test_uamp_serve_store_flag_decides_where_rooms_live(store: str, chats: str) -> None:
+    from uamp_trio.cli import _chat_store
+
+    assert _chat_store(store) == chats
