@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from uamp_proto.grpc import is_grpc_content_type
+from uamp_proto.jose import JWK, JWKS
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.responder import Responder
 from uamp_proto.signing import JWKS_PATH
@@ -47,6 +48,8 @@ from uamp_proto.signing import JWKS_PATH
 from . import grpc
 from .engines.http import Endpoint, HTTPError, Request, Response, StreamingResponse, json_response
 from .engines.websocket import WebSocketHandler, WebSocketRequest
+from .envelope.keys import EnvelopeKey
+from .envelope.service import EnvelopeLimits, EnvelopeService, refused_for
 from .hosting.host import Host, Transport
 from .hosting.middleware import (
     Call,
@@ -54,18 +57,18 @@ from .hosting.middleware import (
     Next,
     Refusal,
     Reply,
-    reject_upgrade,
     render_error,
 )
-from .hosting.router import AGENT_PREFIX, Route, RouteMeta, Router, WebSocketRoute
+from .hosting.router import AGENT_PREFIX, ErrorStyle, Route, RouteMeta, Router, WebSocketRoute
 from .observe.logs import AccessLog
 from .observe.metrics import METRICS_PATH, Metrics
 from .observe.requests import Listener, Observe
 from .relay import platform as relay_platform
 from .server_routes import SERVER_ROUTES, health, openapi, playground
 from .stores import Stores
-from .transports import a2a, acp, agui, completions, realtime, sse_events, uamp_ws
+from .transports import a2a, acp, agui, completions, envelopes, realtime, sse_events, uamp_ws
 from .trust.auth import Authenticator
+from .trust.envelopes import EnvelopeTrust
 from .trust.gate import AuthGate
 
 if TYPE_CHECKING:  # the otel extra is optional: only a tracing app imports it
@@ -110,6 +113,13 @@ class App(Host):
             /metrics`` (``True`` for a new :class:`~uamp_trio.observe.metrics.Metrics`).
         tracing: Trace requests, agent runs, model and tool calls
             (:class:`~uamp_trio.observe.tracing.Tracing`).
+        envelope_key: The server's spec 003 envelope key (signs error
+            envelopes and manifests; published in the JWKS); ``None``: an
+            ephemeral one (:attr:`EnvelopeKey.ephemeral`).
+        envelope_limits: The envelope service's limits (``--max-concurrent``...).
+        trust_jwks: Peers whose envelope keys are trusted without a
+            capability token (``--trust-jwks``).
+        base_urls: The server's public URLs (capability token audiences).
 
     With none of the last three the app observes nothing and costs nothing more.
     """
@@ -126,6 +136,10 @@ class App(Host):
         access_log: bool = False,
         metrics: Metrics | bool = False,
         tracing: Tracing | None = None,
+        envelope_key: EnvelopeKey | None = None,
+        envelope_limits: EnvelopeLimits | None = None,
+        trust_jwks: JWKS | None = None,
+        base_urls: Sequence[str] = (),
     ) -> None:
         #: The counters behind ``GET /metrics``, or ``None``.
         self.metrics: Metrics | None = Metrics() if metrics is True else (metrics or None)
@@ -144,6 +158,13 @@ class App(Host):
             stores=stores if stores is not None else Stores(),
         )
         self.authenticator = authenticator
+        self.envelopes = EnvelopeService(
+            self,
+            envelope_key or EnvelopeKey.ephemeral_key(),
+            trust=EnvelopeTrust(authenticator, trusted=trust_jwks),
+            limits=envelope_limits,
+            base_urls=base_urls,
+        )
         #: Daemons' agents, when the app is a relay (:func:`create_app` ``relay=``).
         self.relay: relay_platform.Relay | None = None
         #: The middleware chain, outermost first; read per request.
@@ -172,20 +193,42 @@ class App(Host):
             agent = self.tracing.wrap_agent(agent)
         super().add_agent(agent)
 
-    async def jwks(self, request: Request) -> Response:
-        """``GET [/agents/{name}]/.well-known/jwks.json``: the keys of response signatures.
+    @property
+    def serves_envelopes(self) -> bool:
+        """Whether a spec 003 binding is mounted (its key is then published)."""
+        return any(route.meta.envelope for route in self.router.routes)
 
-        One key set for the whole server (every agent signs with the app's
-        signer); under ``/agents/{name}`` an unknown agent is a 404.
+    async def jwks(self, request: Request) -> Response:
+        """``GET [/agents/{name}]/.well-known/jwks.json``: the server's public keys.
+
+        The response signer's key (when responses are signed) and the
+        envelope key (when a spec 003 binding is mounted), in that order.
+        One key set for the whole server; under ``/agents/{name}`` an unknown
+        agent is a 404.
         """
         if "agent" in request.path_params:
             self.resolve_agent(request.path_params)
-        signer = self.response_signer
-        if signer is None:
+        keys: list[JWK] = []
+        if self.response_signer is not None:
+            keys.extend(self.response_signer.jwks().keys)
+        if self.envelopes is not None and self.serves_envelopes:
+            keys.extend(self.envelopes.key.jwks().keys)
+        if not keys:
             raise HTTPError(
                 404, "This server does not sign responses; it publishes no JWKS.", code="not_found"
             )
-        return json_response(signer.jwks().to_dict())
+        return json_response(JWKS(keys).to_dict())
+
+    def render_error(self, style: ErrorStyle, exc: HTTPError) -> Response:
+        """``exc`` in ``style``; a signed ``error`` envelope on spec 003 routes."""
+        if style == "envelope" and self.envelopes is not None:
+            reply = envelopes.error_response(self.envelopes, refused_for(exc))
+            kept = [
+                (k, v) for k, v in exc.headers if k.lower() not in ("content-type", "retry-after")
+            ]
+            reply.headers.extend(kept)
+            return reply
+        return render_error(style, exc)
 
     def mount(self, *transports: Transport) -> None:
         """Let each transport register its routes; the server's own routes stay last.
@@ -257,8 +300,8 @@ class App(Host):
             found = self.router.match_websocket(request.path)
             if found is None:
                 return exc.to_response()
-            return render_error(found[0].meta.error_style, exc)
-        return render_error(route.meta.error_style, exc)
+            return self.render_error(found[0].meta.error_style, exc)
+        return self.render_error(route.meta.error_style, exc)
 
     # --- the chain ------------------------------------------------------------------
 
@@ -295,11 +338,12 @@ class App(Host):
             return await self.middleware[index](call, call_next)
         except Refusal as exc:
             pending = call.websocket
+            refused = self.render_error(call.route.error_style, exc)
             if pending is None:
-                return render_error(call.route.error_style, exc)
+                return refused
             if pending.answered:
                 raise
-            await reject_upgrade(pending, call.route.error_style, exc)
+            await pending.reject(refused.status, refused.body, refused.headers)
             return None
 
 
@@ -313,6 +357,7 @@ def default_transports() -> Sequence[Transport]:
         realtime.mount,
         a2a.mount,
         agui.mount,
+        envelopes.mount,
     ]
 
 
@@ -327,6 +372,10 @@ class AppOptions(TypedDict, total=False):
     access_log: bool
     metrics: Metrics | bool
     tracing: Tracing | None
+    envelope_key: EnvelopeKey | None
+    envelope_limits: EnvelopeLimits | None
+    trust_jwks: JWKS | None
+    base_urls: Sequence[str]
 
 
 def create_app(

@@ -15,7 +15,8 @@ def assert_unauthorized(
     style: str, status: int, headers: Any, body: bytes, *, challenge: str, message: str | None
 ) -> None:
     """A 401 with ``challenge`` in ``WWW-Authenticate`` and the ``unauthorized``
-    code in ``style``'s error shape (``openai``, ``jsonrpc`` or ``uamp``);
+    code in ``style``'s error shape (``openai``, ``jsonrpc``, ``uamp``, or a
+    spec 003 ``error`` envelope with code 4.01 for ``envelope``);
     ``message``, when given, is the exact message the body carries, and then a
     JSON-RPC or UAMP body must hold nothing else."""
     assert status == 401
@@ -29,6 +30,17 @@ def assert_unauthorized(
         error = obj["error"]
         assert error["code"] == JSONRPC_UNAUTHORIZED
         assert error["data"] == {"status": 401, "code": "unauthorized"}
+    elif style == "envelope":
+        from uamp_proto.adapters.envelope import read_error
+        from uamp_proto.envelope import Intent, decode_envelope
+
+        envelope = decode_envelope(body)
+        assert envelope.intent is Intent.ERROR
+        code, text, retry = read_error(envelope)
+        assert (code, retry) == ("4.01", False)
+        if message is not None:
+            assert text == message
+        return
     else:
         assert style == "uamp"
         assert obj["type"] == "session.error"

@@ -27,6 +27,9 @@ binding (``uamp_trio.envelope``) verifies, routes, numbers and writes.
   ``response.created``           nothing
   ============================== ===================================================
 
+* **Framing** (section 7, WebSocket): each frame is a 4-byte unsigned
+  big-endian length, then that many bytes of envelope or delta JSON
+  (:func:`prefix_frame`, :func:`split_frames`).
 * **Errors** (section 9) travel as an ``error`` envelope whose
   ``body.content`` is the JSON text ``{"code", "message", "retry"}``
   (:func:`error_body`, :func:`read_error`).
@@ -45,6 +48,7 @@ from .. import types as ty
 from ..envelope import (
     DEFAULT_COMPRESSION,
     DEFAULT_ENCODING,
+    PAYLOAD_TOO_LARGE,
     Body,
     DeltaType,
     Envelope,
@@ -63,7 +67,9 @@ __all__ = [
     "EnvelopeRefused",
     "Frame",
     "error_body",
+    "prefix_frame",
     "read_error",
+    "split_frames",
     "user_message",
 ]
 
@@ -205,3 +211,43 @@ class DeltaEncoder:
 
 def _event_dict(event: ev.Event) -> Mapping[str, Any]:
     return codec.to_dict(event)
+
+
+_PREFIX: Final = 4
+
+
+def prefix_frame(data: bytes) -> bytes:
+    """``data`` behind its 4-byte big-endian length (the WebSocket binding's framing)."""
+    return len(data).to_bytes(_PREFIX, "big") + data
+
+
+def split_frames(message: bytes, max_size: int) -> list[bytes]:
+    """The length-prefixed frames of one WebSocket message, in order.
+
+    Each declared length is checked against ``max_size`` before its bytes
+    are looked at.
+
+    Raises:
+        EnvelopeRefused: 4.13 for a declared length past ``max_size``; 4.00
+            for a message that does not split into whole frames.
+    """
+    frames: list[bytes] = []
+    pos, end = 0, len(message)
+    if end == 0:
+        raise EnvelopeRefused(BAD_REQUEST, "an empty message holds no frame")
+    while pos < end:
+        if end - pos < _PREFIX:
+            raise EnvelopeRefused(BAD_REQUEST, "a frame needs its 4-byte length prefix")
+        size = int.from_bytes(message[pos : pos + _PREFIX], "big")
+        if size > max_size:
+            raise EnvelopeRefused(
+                PAYLOAD_TOO_LARGE, f"a frame declares {size} bytes; at most {max_size} accepted"
+            )
+        pos += _PREFIX
+        if end - pos < size:
+            raise EnvelopeRefused(
+                BAD_REQUEST, f"a frame declares {size} bytes but {end - pos} follow"
+            )
+        frames.append(message[pos : pos + size])
+        pos += size
+    return frames

@@ -81,11 +81,13 @@ from uamp_proto.envelope import (
     DEFAULT_MAX_SIZE,
     MISSING_DELTA_SEQ,
     PAYLOAD_TOO_LARGE,
+    UNAUTHENTICATED,
     UNAUTHORIZED,
     Delta,
     DeltaType,
     Envelope,
     EnvelopeError,
+    ErrorCode,
     ExchangeState,
     Intent,
     Trigger,
@@ -116,6 +118,7 @@ __all__ = [
     "Submitted",
     "close_code",
     "http_status",
+    "refused_for",
     "utc_ts",
 ]
 
@@ -151,6 +154,25 @@ def http_status(code: str) -> int:
 def close_code(code: str) -> int | None:
     """The WebSocket close code after an error frame (4401/4403/4413), or ``None`` to stay open."""
     return _CLOSE_CODES.get(code)
+
+
+_BY_STATUS: Final[Mapping[int, ErrorCode]] = {
+    401: UNAUTHENTICATED,
+    403: UNAUTHORIZED,
+    404: NOT_FOUND,
+    413: PAYLOAD_TOO_LARGE,
+    503: BACKEND_BUSY,
+}
+
+
+def refused_for(exc: HTTPError) -> EnvelopeRefused:
+    """An HTTP refusal (a route miss, a middleware's) as the envelope error of its status."""
+    retry = next((v for k, v in exc.headers if k.lower() == "retry-after"), None)
+    return EnvelopeRefused(
+        _BY_STATUS.get(exc.status, BAD_REQUEST),
+        exc.message,
+        retry_after=int(retry) if retry is not None and retry.isdigit() else None,
+    )
 
 
 def utc_ts(now: float) -> str:
@@ -313,6 +335,11 @@ class Submitted:
     envelope: Envelope
     principal: Principal
     exchange: Exchange
+
+    @property
+    def opened(self) -> bool:
+        """Whether the envelope opened its exchange (``ask``/``subscribe``)."""
+        return self.envelope.intent in OPENING_INTENTS
 
     @property
     def location(self) -> str:
@@ -517,6 +544,8 @@ class EnvelopeService:
             if exchange.state is ExchangeState.IN_PROGRESS:
                 exchange.machine.advance(Trigger.ERROR)
         finally:
+            if exchange.state is ExchangeState.IN_PROGRESS:  # cancelled from outside
+                exchange.machine.advance(Trigger.CANCEL)
             exchange.end()
             self._running[exchange.agent] -= 1
             self._streams.pop(exchange.stream_id, None)

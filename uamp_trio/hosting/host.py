@@ -40,6 +40,7 @@ from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
+    from ..envelope.service import EnvelopeService
     from ..stores import Stores
     from ..trust.auth import Authenticator
 
@@ -100,6 +101,10 @@ class Host:
         #: Verifies bearer tokens (the root's gate, and the per-session tokens
         #: of multiplexed UAMP sessions); ``None``: no authentication.
         self.authenticator: Authenticator | None = None
+        #: The spec 003 envelope service every envelope binding (HTTP, WebSocket,
+        #: gRPC, HTTP/3) hands envelopes to; the root creates it. ``None``: no
+        #: envelope binding is served.
+        self.envelopes: EnvelopeService | None = None
         #: The live :class:`~uamp_trio.hosting.sessions.SessionHost` of every
         #: UAMP connection, when something counts sessions (the metrics);
         #: ``None``: nobody does and they are not tracked.

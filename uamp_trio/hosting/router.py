@@ -42,8 +42,10 @@ AGENT_PREFIX = "/agents/{agent}"
 
 #: How a route's clients expect an error: the OpenAI error object
 #: (``{"error": {"message", "type", "param", "code"}}``), a JSON-RPC 2.0 error
-#: response, a UAMP ``session.error`` event, or a gRPC status (trailers-only).
-ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc"]
+#: response, a UAMP ``session.error`` event, a gRPC status (trailers-only), or
+#: a signed spec 003 ``error`` envelope (rendered by the root, which holds the
+#: envelope key).
+ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope"]
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -73,6 +75,9 @@ class RouteMeta:
         tls13: Over TLS, only TLS 1.3 connections are served (spec 003
             section 6.1); the root refuses older ones with 403 even when the
             server accepts them for other routes (``--tls-min 1.2``).
+        envelope: A spec 003 binding: each envelope carries its own
+            credential (``cap_token``, ``sig``), which the envelope service
+            checks, so the gate lets the call through without a bearer token.
     """
 
     transport: str = ""
@@ -80,6 +85,7 @@ class RouteMeta:
     public: bool = False
     stream_body: bool = False
     tls13: bool = False
+    envelope: bool = False
 
 
 #: The metadata of a route registered without any.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -133,7 +133,27 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", "/tasks/{task_id}"): Operation("A2A", "Cancel a task (A2A REST)"),
     ("POST", "/agui"): Operation("AG-UI", "One AG-UI agent run", "Object", media=(_SSE,)),
     ("GET", "/.well-known/jwks.json"): Operation(
-        "Signatures", "The public keys of response signatures", response="JWKS"
+        "Signatures", "The public keys of response signatures and envelopes", response="JWKS"
+    ),
+    ("POST", "/messages"): Operation(
+        "Envelopes (spec 003)",
+        "Send one signed envelope; 202 with the stream in Location",
+        "Envelope",
+        errors="Envelope",
+        status="202",
+    ),
+    ("GET", "/stream/{id}"): Operation(
+        "Envelopes (spec 003)",
+        "The exchange's delta frames as server-sent events",
+        media=(_SSE,),
+        errors="Envelope",
+    ),
+    ("POST", "/stream/{id}"): Operation(
+        "Envelopes (spec 003)",
+        "Acknowledge delta frames (a progress frame); 204",
+        "Delta",
+        errors="Envelope",
+        status="204",
     ),
     ("GET", "/healthz"): Operation("Health", "Liveness: the process serves HTTP", None, "Health"),
     ("GET", "/readyz"): Operation(
@@ -202,6 +222,10 @@ SCHEMAS: dict[str, Any] = {
         "jsonrpc", jsonrpc={"const": "2.0"}, result={}, error=_OBJECT, id={}
     ),
     "JWKS": _object("keys", keys={"type": "array"}),
+    "Envelope": _object(
+        "id", "ts", "from", "to", "intent", "body", "sig", intent=_STRING, body=_OBJECT
+    ),
+    "Delta": _object("delta_seq", "stream_id", "ts", "type", delta_seq={"type": "integer"}),
     "Health": _object("status", status={"const": "ok"}),
     "Ready": _object(
         "status",
@@ -250,6 +274,13 @@ def _operation_id(method: str, pattern: str) -> str:
     return "_".join([method.lower(), *words])
 
 
+_STATUS_NOTES: Final = {
+    "202": "Accepted: the stream is at the Location header",
+    "204": "Acknowledged",
+    "308": "Moved: see the Location header",
+}
+
+
 def _describe(method: str, pattern: str, op: Operation) -> dict[str, Any]:
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
@@ -265,7 +296,7 @@ def _describe(method: str, pattern: str, op: Operation) -> dict[str, Any]:
                 "content": {media: {"schema": _ref(op.response)} for media in op.media},
             }
             if op.status == "200"
-            else {"description": "Moved: see the Location header"}
+            else {"description": _STATUS_NOTES[op.status]}
         },
     }
     if params:

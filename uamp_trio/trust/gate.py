@@ -16,7 +16,7 @@ authentication is configured (``App(authenticator=...)``). For every call it
    ``WWW-Authenticate: Bearer ...`` and the route's own error body. The
    endpoint (and so the agent) never runs for a refused call.
 
-Two exceptions to "no token, no entry":
+Three exceptions to "no token, no entry":
 
 * ``allow_anonymous``: a call without any token goes in as
   :data:`~uamp_proto.principal.ANONYMOUS` (a token that *is* presented must
@@ -25,6 +25,11 @@ Two exceptions to "no token, no entry":
   as :data:`SESSION_AUTH`: the connection itself grants nothing, and every
   multiplexed ``session.create`` must carry its own ``token`` (spec 000
   section 10.3), verified by :class:`~uamp_trio.hosting.sessions.SessionHost`.
+* A spec 003 binding (a route whose ``RouteMeta.envelope`` is set) goes in
+  as :data:`SESSION_AUTH` whatever it presents: every envelope carries its
+  own capability token and signature, which the envelope service checks
+  (:mod:`uamp_trio.trust.envelopes`), and the stream endpoints present the
+  capability token itself as their bearer token.
 
 Nothing here logs a token: a refusal is logged with the route, the path and
 the authenticator's reason, all of which are token-free.
@@ -81,6 +86,9 @@ class AuthGate:
         """Authenticate ``call`` and pass it on, or refuse it."""
         route = call.route
         if route.public:
+            return await call_next(call)
+        if route.envelope:
+            call.request.principal = SESSION_AUTH
             return await call_next(call)
         request = call.request
         websocket = call.websocket is not None

@@ -24,7 +24,17 @@ from uamp_trio.app import App
 from uamp_trio.engines.http import Request
 from uamp_trio.hosting.middleware import JSONRPC_REFUSED, Call, Next, Refusal, Reply
 
-TRANSPORTS = {"server", "completions", "uamp_ws", "sse_events", "a2a", "acp", "agui", "realtime"}
+TRANSPORTS = {
+    "server",
+    "completions",
+    "uamp_ws",
+    "sse_events",
+    "a2a",
+    "acp",
+    "agui",
+    "realtime",
+    "envelope",
+}
 CHALLENGE = [("www-authenticate", 'Bearer error="invalid_token"')]
 
 
@@ -80,7 +90,12 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
     app, _, _ = gated
     routes = [*app.router.routes, *app.router.websocket_routes]
     assert {route.meta.transport for route in routes} == TRANSPORTS
-    assert {route.meta.error_style for route in routes} == {"openai", "jsonrpc", "uamp"}
+    assert {route.meta.error_style for route in routes} == {
+        "openai",
+        "jsonrpc",
+        "uamp",
+        "envelope",
+    }
     public = {route.pattern for route in routes if route.meta.public}
     assert public == {
         "/agents/{agent}/.well-known/agent-card.json",
@@ -128,7 +143,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
             response = await client.get("/v1/models", headers={"x-let-in": "yes"})
             assert response.status_code == 200
             assert response.json()["data"][0]["id"] == "demo"
-    assert refused == {"completions", "sse_events", "a2a", "acp", "agui"}
+    assert refused == {"completions", "sse_events", "a2a", "acp", "agui", "envelope"}
     assert passed == {"server", "a2a"}
     # The outer middleware saw every reply, refusals included.
     assert replies.statuses.count(401) == sum(
@@ -164,7 +179,7 @@ async def test_every_websocket_route_is_gated_in_its_own_style(
         ) as ws:
             first = orjson.loads(await ws.get_message())
             assert first["type"] == "session.created"
-    assert refused == {"uamp_ws", "acp", "realtime"}
+    assert refused == {"uamp_ws", "acp", "realtime", "envelope"}
 
 
 def test_without_middleware_the_route_endpoint_is_served_directly() -> None:

@@ -95,7 +95,9 @@ async def test_non_streamed_completion_carries_a_signature_header(
         server = await serve_app(signed_app(rsa_key))
         async with httpx.AsyncClient(base_url=server.url) as client:
             jwks = await fetch_jwks(client)
-            assert [(k.kid, k.alg) for k in jwks.keys] == [("demo-key", "RS256")]
+            # The response signer's key, then the envelope key (spec 003).
+            assert next((k.kid, k.alg) for k in jwks.keys) == ("demo-key", "RS256")
+            assert [k.alg for k in jwks.keys][1:] == ["EdDSA"]
             sent = body("sign me")
             r = await client.post(
                 "/agents/demo/chat/completions",
@@ -164,8 +166,9 @@ async def test_without_a_signer_nothing_is_signed_and_no_jwks_is_served(
             assert "response_signature" not in r.text
             assert parse_sse(r.text)[-1] == (None, "[DONE]")
             r = await client.get("/agents/demo/.well-known/jwks.json")
-            assert r.status_code == 404
-            assert "does not sign" in r.text
+            # Only the envelope key (spec 003): no key verifies a response signature.
+            assert r.status_code == 200
+            assert [k.alg for k in JWKS.parse(r.content).keys] == ["EdDSA"]
 
 
 async def test_jwks_is_per_agent_path_and_unknown_agents_are_404(

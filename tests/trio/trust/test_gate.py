@@ -22,6 +22,8 @@ import trio
 import trio_websocket
 
 from tests._support.refusals import assert_unauthorized
+from uamp_proto.adapters.envelope import read_error
+from uamp_proto.envelope import decode_envelope
 from uamp_proto.principal import ANONYMOUS
 from uamp_trio import create_app
 from uamp_trio.app import App
@@ -68,6 +70,13 @@ async def test_every_http_route_refuses_without_a_valid_token(
                     if route.meta.public:
                         assert response.status_code != 401, route.pattern
                         continue
+                    if route.meta.envelope:
+                        # Each envelope carries its credential; the envelope
+                        # service refuses (tests/trio/envelope/test_bindings.py).
+                        refusal = decode_envelope(response.content)
+                        assert response.status_code in (400, 401), route.pattern
+                        assert read_error(refusal)[0] in ("4.00", "4.01")
+                        continue
                     assert_refused(
                         route.meta.error_style,
                         response.status_code,
@@ -84,8 +93,10 @@ async def test_every_websocket_route_refuses_an_upgrade_without_a_valid_token(
     base = f"ws://127.0.0.1:{server.port}"
     with trio.fail_after(20):
         for route in app.router.websocket_routes:
-            if route.meta.transport == "uamp_ws":
-                continue  # sessions authenticate themselves: tests/trio/trust/test_sessions.py
+            if route.meta.transport == "uamp_ws" or route.meta.envelope:
+                # Sessions and envelopes authenticate themselves:
+                # tests/trio/trust/test_sessions.py, tests/trio/envelope/test_bindings.py
+                continue
             for suffix in ("", "?token=not-a-jwt"):
                 with pytest.raises(trio_websocket.ConnectionRejected) as info:
                     async with trio_websocket.open_websocket_url(
