@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeAlias
@@ -66,6 +67,7 @@ __all__ = [
     "b64url_decode",
     "canonical_json",
     "check_key",
+    "jwk_thumbprint",
     "load_private_key",
     "private_algorithm",
     "public_jwk",
@@ -294,6 +296,16 @@ def public_jwk(key: PrivateKey | PublicKey, kid: str | None = None) -> dict[str,
     if kid is not None:
         jwk["kid"] = kid
     return jwk
+
+
+_THUMBPRINT_MEMBERS: Final = {"EC": ("crv", "kty", "x", "y"), "OKP": ("crv", "kty", "x")}
+
+
+def jwk_thumbprint(key: PrivateKey | PublicKey) -> str:
+    """The RFC 7638 thumbprint of ``key``'s public JWK, base64url (a stable ``kid``)."""
+    jwk = public_jwk(key)
+    members = _THUMBPRINT_MEMBERS.get(jwk["kty"], ("e", "kty", "n"))
+    return b64url(hashlib.sha256(canonical_json({k: jwk[k] for k in members})).digest())
 
 
 _PRIVATE_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})

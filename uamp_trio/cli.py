@@ -51,11 +51,9 @@ parsed arguments, returning the exit code).
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import gc
 import getpass
-import hashlib
 import importlib
 import logging
 import os
@@ -71,11 +69,11 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp import __version__
-from uamp_proto.envelope import canonical_json
+from uamp_proto.jose import jwk_thumbprint
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.resume import Retention
-from uamp_proto.signing import ResponseSigner, load_private_key, public_jwk
+from uamp_proto.signing import ResponseSigner
 
 from . import workers
 from .app import App, create_app, default_transports
@@ -434,6 +432,25 @@ def _add_serve(sub: Any) -> None:
         help="PEM RSA private key (2048 bits or more): sign every response (RS256) and "
         "publish /.well-known/jwks.json",
     )
+    env = p.add_argument_group("spec 003 envelopes (see docs/envelope.md)")
+    env.add_argument(
+        "--envelope-key",
+        metavar="PATH",
+        help="PEM EC P-256 or Ed25519 private key: signs error envelopes and manifests "
+        "(default: an ephemeral key, with a warning)",
+    )
+    env.add_argument(
+        "--trust-jwks",
+        metavar="PATH",
+        help="JWKS of peers whose signed envelopes are accepted without a capability token",
+    )
+    env.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=16,
+        metavar="N",
+        help="envelope exchanges one agent runs at once; more get 5.04 (default %(default)s)",
+    )
     auth = p.add_argument_group("authentication (see docs/security.md)")
     auth.add_argument(
         "--auth-jwks",
@@ -506,6 +523,29 @@ def _add_serve(sub: Any) -> None:
     p.set_defaults(func=_serve_command)
 
 
+def envelope_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The envelope service's options (``--envelope-key``, ``--trust-jwks``, ``--max-concurrent``).
+
+    Raises:
+        ValueError: A key or JWKS that cannot be read or used (one line for the operator).
+    """
+    from .envelope.keys import EnvelopeKey, read_jwks
+    from .envelope.service import EnvelopeLimits
+
+    if args.envelope_key is not None:
+        key = EnvelopeKey.from_file(args.envelope_key)
+    else:
+        key = EnvelopeKey.ephemeral_key()  # warned about once the server starts
+    trusted = read_jwks(args.trust_jwks, "--trust-jwks") if args.trust_jwks else None
+    if args.max_concurrent < 1:
+        raise ValueError("--max-concurrent must be at least 1")
+    return {
+        "envelope_key": key,
+        "trust_jwks": trusted,
+        "envelope_limits": EnvelopeLimits(max_concurrent=args.max_concurrent),
+    }
+
+
 def load_signer(path: str) -> ResponseSigner:
     """A :class:`~uamp_proto.signing.ResponseSigner` for the PEM RSA key at ``path``.
 
@@ -515,23 +555,15 @@ def load_signer(path: str) -> ResponseSigner:
     Raises:
         ValueError: One line saying what is wrong with the file.
     """
-    try:
-        pem = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"--signing-key {path}: cannot read it ({exc.strerror})") from None
-    try:
-        key = load_private_key(pem)
-    except ValueError as exc:
-        raise ValueError(f"--signing-key {path}: not a usable PEM private key ({exc})") from None
+    from .envelope.keys import read_private_key
+
+    key = read_private_key(path, "--signing-key")
     if not isinstance(key, rsa.RSAPrivateKey):
         raise ValueError(
             f"--signing-key {path}: response signatures are RS256, so the key must be RSA, "
             f"not {type(key).__name__.removeprefix('_')}"
         )
-    jwk = public_jwk(key.public_key(), None)
-    thumb = hashlib.sha256(canonical_json({k: jwk[k] for k in ("e", "kty", "n")})).digest()
-    kid = base64.urlsafe_b64encode(thumb).rstrip(b"=").decode("ascii")
-    return ResponseSigner(key=key, kid=kid, clock=lambda: int(time.time()))
+    return ResponseSigner(key=key, kid=jwk_thumbprint(key), clock=lambda: int(time.time()))
 
 
 def build_authenticator(args: argparse.Namespace) -> Authenticator | None:
@@ -651,6 +683,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             access_log=args.access_log,
             metrics=args.metrics,
             tracing=tracing,
+            **envelope_options(args),
         )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)
@@ -792,6 +825,13 @@ async def _serve(server: Server, app: App) -> None:
                 print(f"uamp worker {number} serving on {server.url}", flush=True)
             else:
                 print_urls(server, app)
+                if app.envelopes is not None and app.envelopes.key.ephemeral:
+                    print(
+                        "uamp serve: warning: no --envelope-key; envelopes and manifests are "
+                        f"signed with an ephemeral Ed25519 key (kid {app.envelopes.key.kid}) "
+                        "that changes at every start",
+                        file=sys.stderr,
+                    )
 
 
 def print_urls(server: Server, app: App, *, file: Any = None) -> None:
@@ -972,6 +1012,15 @@ def _add_verify(sub: Any) -> None:
     add_parser(sub)
 
 
+# --- discover ----------------------------------------------------------------------
+
+
+def _add_discover(sub: Any) -> None:
+    from .client.discover import add_parser
+
+    add_parser(sub)
+
+
 # --- bench ------------------------------------------------------------------------
 
 
@@ -991,6 +1040,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     _add_acp,
     _add_chat,
     _add_verify,
+    _add_discover,
     _add_bench,
     add_tokens_parser,
 ]

@@ -26,15 +26,15 @@ def envelope(
     *,
     key: PrivateKey | None = None,
     kid: str | None = None,
-    embed_jwk: bool = True,
-    cap_token: str | None = None,
-    reply_to: str | None = None,
+    to: str = "urn:uamp:agent:demo",
     window: int | None = None,
+    reply_to: str | None = None,
+    cap_token: str | None = None,
+    embed_jwk: bool = True,
     at: float | None = None,
+    sign: bool = True,
     context: list[ContextRef] | None = None,
     stream_id: str | None = None,
-    to: str = "urn:uamp:agent:demo",
-    sign: bool = True,
 ) -> Envelope:
     """An envelope signed with ``key`` (a new Ed25519 key when none)."""
     unsigned = Envelope(

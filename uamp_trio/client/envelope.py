@@ -85,9 +85,6 @@ class EnvelopeClientError(UampError):
     status: int | None = attrs.field(default=None, kw_only=True)
     retry_after: int | None = attrs.field(default=None, kw_only=True)
 
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
 
 def _ts(now: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))

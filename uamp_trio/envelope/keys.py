@@ -7,24 +7,49 @@ half is published in ``/.well-known/jwks.json``.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import attrs
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from uamp_proto.envelope import Envelope
-from uamp_proto.jose import JWKS, PrivateKey, load_private_key, private_algorithm, public_jwk
+from uamp_proto.jose import (
+    JWKS,
+    PrivateKey,
+    jwk_thumbprint,
+    load_private_key,
+    private_algorithm,
+)
 from uamp_proto.signing import ENVELOPE_ALGORITHMS, sign_envelope
 
-__all__ = ["EnvelopeKey", "thumbprint_kid"]
+__all__ = ["EnvelopeKey", "read_jwks", "read_private_key"]
 
 
-def thumbprint_kid(key: PrivateKey) -> str:
-    """A stable key id: the first 16 hex digits of SHA-256 over the public JWK's members."""
-    jwk = public_jwk(key)
-    members = ",".join(f"{k}={jwk[k]}" for k in sorted(jwk) if k not in ("alg", "use"))
-    return "env-" + hashlib.sha256(members.encode()).hexdigest()[:16]
+def _read(path: str | Path, flag: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
+
+
+def read_private_key(path: str | Path, flag: str) -> PrivateKey:
+    """The PEM private key at ``path``; ``ValueError`` is one line naming ``flag``."""
+    try:
+        return load_private_key(_read(path, flag))
+    except ValueError as exc:
+        if str(exc).startswith(flag):
+            raise
+        raise ValueError(f"{flag} {path}: not a usable PEM private key ({exc})") from None
+
+
+def read_jwks(path: str | Path, flag: str) -> JWKS:
+    """The JWKS file at ``path``; ``ValueError`` is one line naming ``flag``."""
+    try:
+        return JWKS.parse(_read(path, flag))
+    except ValueError as exc:
+        if str(exc).startswith(flag):
+            raise
+        raise ValueError(f"{flag} {path}: {exc}") from None
 
 
 @attrs.frozen
@@ -33,7 +58,7 @@ class EnvelopeKey:
 
     Attributes:
         key: EC P-256 or Ed25519 private key.
-        kid: Its key id (JWS header ``kid``, JWKS ``kid``).
+        kid: Its key id (JWS header ``kid``, JWKS ``kid``): the RFC 7638 thumbprint.
         ephemeral: Made at start rather than read from a file.
     """
 
@@ -51,22 +76,18 @@ class EnvelopeKey:
         Raises:
             ValueError: Unreadable, or a key type that cannot sign envelopes.
         """
-        try:
-            pem = Path(path).read_bytes()
-        except OSError as exc:
-            raise ValueError(f"--envelope-key: cannot read {path}: {exc.strerror}") from None
-        key = load_private_key(pem)
+        key = read_private_key(path, "--envelope-key")
         try:
             private_algorithm(key, ENVELOPE_ALGORITHMS, "envelopes")
         except ValueError as exc:
             raise ValueError(f"--envelope-key {path}: {exc}") from None
-        return cls(key, thumbprint_kid(key))
+        return cls(key, jwk_thumbprint(key))
 
     @classmethod
     def ephemeral_key(cls) -> EnvelopeKey:
         """A new Ed25519 key, for this run only."""
         key = ed25519.Ed25519PrivateKey.generate()
-        return cls(key, thumbprint_kid(key), ephemeral=True)
+        return cls(key, jwk_thumbprint(key), ephemeral=True)
 
     def jwks(self) -> JWKS:
         """The public key set clients verify this server's signatures with."""

@@ -135,6 +135,16 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/.well-known/jwks.json"): Operation(
         "Signatures", "The public keys of response signatures and envelopes", response="JWKS"
     ),
+    ("GET", "/.well-known/agent-manifest.json"): Operation(
+        "Envelopes (spec 003)",
+        "The agent's manifest, a JWS signed with the envelope key",
+        response="Text",
+        media=("application/manifest+jws",),
+        errors="Envelope",
+    ),
+    ("GET", "/.well-known/agent-hub.json"): Operation(
+        "Envelopes (spec 003)", "Every agent's signed manifest and the trust anchors"
+    ),
     ("POST", "/messages"): Operation(
         "Envelopes (spec 003)",
         "Send one signed envelope; 202 with the stream in Location",

@@ -15,6 +15,12 @@ Routes, for every hosted agent under ``/agents/{agent}`` and at the root
   consumer must acknowledge:
 * ``POST /v1/stream/{id}``: body = a ``progress`` delta frame with the
   highest contiguous ``delta_seq`` received; ``204``.
+* ``GET [/agents/NAME]/.well-known/agent-manifest.json``: the agent's
+  manifest (section 8, Appendix A.3) as a JWS signed with the envelope key
+  (``application/manifest+jws``); at the root, the default (first hosted)
+  agent's. ``GET /.well-known/agent-hub.json``: every agent's name, manifest
+  URL and signed manifest, and the trust anchors (the envelope key's JWKS,
+  also in ``/.well-known/jwks.json``). Both are public.
 * ``GET /uamp/1/ws`` (WebSocket, binary messages): each frame is a 4-byte
   big-endian length and that many bytes of JSON; an object with ``intent``
   is an envelope, any other a delta frame (an ack). The server sends the
@@ -39,15 +45,19 @@ import logging
 import orjson
 import trio
 
+from uamp_proto import manifest as discovery
 from uamp_proto.adapters import envelope as wire
 from uamp_proto.adapters.envelope import BAD_REQUEST, NOT_FOUND, EnvelopeRefused, prefix_frame
 from uamp_proto.envelope import Envelope, encode_delta, encode_envelope
 from uamp_proto.principal import ANONYMOUS, Principal
+from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
-from ..engines.http import Request, Response, SendChunk, StreamingResponse
+from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
-from ..envelope.service import EnvelopeService, Exchange, close_code, http_status
+from ..envelope import service as envelope_service
+from ..envelope.service import EnvelopeService, Exchange
+from ..hosting.agents import unwrapped
 from ..hosting.host import Host
 from ..hosting.router import AGENT_PREFIX, RouteMeta
 from ..trust.auth import bearer_token
@@ -60,6 +70,8 @@ log = logging.getLogger("uamp_trio.envelope")
 CONTENT_TYPE = "application/uamp+json;v=1"
 #: What middleware knows of these routes.
 ROUTES = RouteMeta(transport="envelope", error_style="envelope", envelope=True)
+#: The discovery documents: public (section 8: anyone may discover an agent).
+DISCOVERY = RouteMeta(transport="envelope", error_style="envelope", public=True, envelope=True)
 
 _ACCEPTED_TYPES = ("application/uamp+json", "application/json")
 _SSE_HEADERS = [
@@ -82,7 +94,9 @@ def error_response(
     if refused.retry_after is not None:
         headers.append(("retry-after", str(refused.retry_after)))
     return Response(
-        status=http_status(refused.code), headers=headers, body=encode_envelope(envelope)
+        status=envelope_service.http_status(refused.code),
+        headers=headers,
+        body=encode_envelope(envelope),
     )
 
 
@@ -105,6 +119,54 @@ class EnvelopeBindings:
         app.agent_route("GET", "/v1/stream/{id}", self.stream, meta=ROUTES)
         app.agent_route("POST", "/v1/stream/{id}", self.ack, meta=ROUTES)
         app.agent_websocket("/uamp/1/ws", self.websocket, label="Envelopes (WS)", meta=ROUTES)
+        app.agent_route(
+            "GET", discovery.MANIFEST_PATH, self.manifest, label="Manifest", meta=DISCOVERY
+        )
+        app.router.add("GET", discovery.HUB_PATH, self.hub, label="Agent hub", meta=DISCOVERY)
+
+    # --- discovery (section 8) --------------------------------------------------------
+
+    def signed_manifest(self, agent: Responder) -> str:
+        """``agent``'s manifest, signed with the envelope key."""
+        service = self.service
+        description = getattr(unwrapped(agent), "description", None)
+        manifest = discovery.build_manifest(
+            description=description if isinstance(description, str) else f"uamp agent {agent.name}",
+            intents=envelope_service.SERVED_INTENTS,
+            body_types=wire.BODY_TYPES,
+            auth=("oauth2",) if service.trust.required else (),
+            max_body_kb=max(1, service.limits.max_size // 1024),
+        )
+        return discovery.sign_manifest(manifest, service.key.key, service.key.kid)
+
+    def _default_agent(self, request: Request) -> Responder:
+        name = request.path_params.get("agent")
+        if name is not None:
+            return self.app.resolve_agent(request.path_params)
+        if not self.app.agents:
+            raise HTTPError(404, "This server hosts no agent.", code="agent_not_found")
+        return next(iter(self.app.agents.values()))  # the first hosted is the default
+
+    async def manifest(self, request: Request) -> Response:
+        """``GET [/agents/{name}]/.well-known/agent-manifest.json``: the signed manifest."""
+        jws = self.signed_manifest(self._default_agent(request))
+        return Response(
+            headers=[("content-type", discovery.MANIFEST_MEDIA_TYPE)], body=jws.encode()
+        )
+
+    async def hub(self, request: Request) -> Response:
+        """``GET /.well-known/agent-hub.json``: every agent's manifest and the trust anchors."""
+        entries = [
+            {
+                "name": name,
+                "manifest": AGENT_PREFIX.replace("{agent}", name) + discovery.MANIFEST_PATH,
+                "manifest_jws": self.signed_manifest(agent),
+            }
+            for name, agent in self.app.agents.items()
+        ]
+        anchors = self.service.key.jwks().to_dict()
+        document = {"hub": discovery.PROTOCOL, "agents": entries, "trust_anchors": anchors}
+        return Response(headers=[("content-type", "application/json")], body=orjson.dumps(document))
 
     # --- HTTP ---------------------------------------------------------------------
 
@@ -228,7 +290,7 @@ class _WsPeer:
                     await self._frame(frame)
             except EnvelopeRefused as refused:
                 error = service.error_envelope(refused, agent=self.agent, reply_to=self.reply_to)
-                code = close_code(refused.code)
+                code = envelope_service.close_code(refused.code)
                 with contextlib.suppress(ConnectionClosed):
                     await self.send(encode_envelope(error))
                     if code is not None:

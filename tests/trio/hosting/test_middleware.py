@@ -104,6 +104,10 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "/.well-known/agent.json",
         "/agents/{agent}/.well-known/jwks.json",
         "/.well-known/jwks.json",
+        # spec 003 discovery
+        "/agents/{agent}/.well-known/agent-manifest.json",
+        "/.well-known/agent-manifest.json",
+        "/.well-known/agent-hub.json",
         # the server's own: health, the OpenAPI document, the playground's page and files
         "/healthz",
         "/readyz",
@@ -144,7 +148,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
             assert response.status_code == 200
             assert response.json()["data"][0]["id"] == "demo"
     assert refused == {"completions", "sse_events", "a2a", "acp", "agui", "envelope"}
-    assert passed == {"server", "a2a"}
+    assert passed == {"server", "a2a", "envelope"}
     # The outer middleware saw every reply, refusals included.
     assert replies.statuses.count(401) == sum(
         len(r.methods) for r in app.router.routes if not r.meta.public
