@@ -272,7 +272,7 @@ class App(Host):
             f"This endpoint is served over TLS 1.3 only; the connection is {version}.",
             code="tls13_required",
         )
-        return render_error(route.meta.error_style, exc)
+        return self.render_error(route.meta.error_style, exc)
 
     def streams_body(self, request: Request) -> bool:
         """Whether ``request`` (its head) goes to a route that reads its body while it arrives."""

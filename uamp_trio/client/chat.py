@@ -30,6 +30,14 @@ again with backoff and resumes the session where it broke
 (``auto_resume``, docs/resume.md); a server that no longer knows the session
 (an in-memory store that restarted) gets a new one, and the chat says so.
 
+``--binding envelope-ws`` speaks spec 003 instead: signed envelopes over the
+length-prefixed WebSocket (``ws://host:port[/agents/NAME]/uamp/1/ws``; a
+``host:port`` or ``http://`` URL is turned into that). Each line is an
+``ask`` whose ``context`` names the previous one, so the agent sees the
+conversation; ``--token`` is the capability token and ``--envelope-key``
+the key it binds (default: a new key, for a server without authentication).
+The answer's delta frames are acknowledged as they arrive.
+
 Exit status: 0, or 1 when the connection or the session fails (the reason
 goes to stderr).
 """
@@ -406,6 +414,94 @@ class _Chat:
         leave.cancel()
 
 
+def envelope_ws_url(url: str, agent: str | None) -> str:
+    """The spec 003 WebSocket URL for what the user typed (``host:port``, ``http://``, ``ws://``)."""
+    if "://" not in url:
+        url = "ws://" + url
+    scheme, _, rest = url.partition("://")
+    scheme = {"http": "ws", "https": "wss"}.get(scheme, scheme)
+    host, _, path = rest.partition("/")
+    if path.rstrip("/").endswith("uamp/1/ws"):
+        return f"{scheme}://{host}/{path}"
+    prefix = f"/agents/{agent}" if agent else ""
+    return f"{scheme}://{host}{prefix}/uamp/1/ws"
+
+
+async def run_envelope_chat(
+    args: argparse.Namespace, *, out: TextIO | None = None, reader: _LineReader | None = None
+) -> int:
+    """The chat over spec 003's length-prefixed WebSocket (``--binding envelope-ws``).
+
+    ``args`` are ``uamp chat``'s: ``url``, ``agent``, ``token`` (the capability
+    token), ``envelope_key``, ``once``, ``plain``, ``history``.
+    """
+    url, agent, token, once = args.url, args.agent, args.token, args.once
+    key_path, history = args.envelope_key, args.history
+    rich = False if args.plain else None
+    import trio_websocket
+
+    from uamp_proto.envelope import ContextRef, Delta, DeltaType
+
+    from ..envelope.keys import read_private_key
+    from .envelope import EnvelopeClientError, EnvelopeSigner, envelope_ws
+
+    out = out or sys.stdout
+    printer = _Printer(out, out.isatty() if rich is None else rich)
+    try:
+        key = read_private_key(key_path, "--envelope-key") if key_path else None
+    except ValueError as exc:
+        print(f"uamp chat: {exc}", file=sys.stderr)
+        return 1
+    signer = EnvelopeSigner(key) if key else EnvelopeSigner.ephemeral()
+    signer.cap_token = token
+
+    def show(delta: Delta) -> None:
+        payload = delta.payload or {}
+        if delta.type is DeltaType.CHUNK and "text" in payload:
+            printer.text(str(payload["text"]))
+        elif delta.type is DeltaType.ERROR:
+            printer.note("error", str(payload.get("message", payload)), "red")
+        elif delta.type is DeltaType.CANCEL:
+            printer.note("cancelled", "", "yellow")
+
+    to = f"urn:uamp:agent:{agent}" if agent else "urn:uamp:agent:default"
+
+    async def converse(client: Any) -> int:
+        context: list[ContextRef] = []
+        lines = [once] if once is not None else None
+        line_reader = reader or (_LineReader(history) if lines is None else None)
+        while True:
+            if lines is not None:
+                if not lines:
+                    return 0
+                line: object = lines.pop(0)
+            else:
+                assert line_reader is not None
+                line = await trio.to_thread.run_sync(line_reader.read, abandon_on_cancel=True)
+            if line in (_EOF, _INTERRUPT) or line in ("/quit", "/exit"):
+                return 0
+            assert isinstance(line, str)
+            if not line.strip():
+                continue
+            try:
+                reply = await client.ask(line.strip(), context=context, on_delta=show)
+            except EnvelopeClientError as exc:
+                print(f"uamp chat: {exc.code}: {exc.message}", file=sys.stderr)
+                return 1
+            printer.end()
+            context = [reply.context()]
+            final = reply.final
+            if once is not None and (final is None or final.type is not DeltaType.DONE):
+                return 1
+
+    try:
+        async with envelope_ws(envelope_ws_url(url, agent), signer, to=to) as client:
+            return await converse(client)
+    except (trio_websocket.HandshakeError, OSError, trio.TooSlowError) as exc:
+        print(f"uamp chat: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
 def add_parser(sub: Any) -> None:
     """Add the ``chat`` subcommand to the ``uamp`` command line's sub-parsers."""
     p = sub.add_parser("chat", help="chat with an agent over the UAMP WebSocket")
@@ -436,9 +532,27 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"where the prompt keeps its history (default {DEFAULT_HISTORY})",
     )
+    p.add_argument(
+        "--binding",
+        choices=BINDINGS,
+        default="uamp",
+        help="uamp: the UAMP WebSocket (default); envelope-ws: spec 003 envelopes over the "
+        "length-prefixed WebSocket",
+    )
+    p.add_argument(
+        "--envelope-key",
+        metavar="PATH",
+        help="envelope-ws: PEM key the envelopes are signed with (the one --token binds)",
+    )
+
+
+#: The ``--binding`` choices.
+BINDINGS = ("uamp", "envelope-ws")
 
 
 def _command(args: argparse.Namespace) -> int:
+    if args.binding == "envelope-ws":
+        return trio.run(run_envelope_chat, args)
     return trio.run(
         lambda: run_chat(
             args.url,

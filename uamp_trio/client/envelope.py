@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -66,6 +66,8 @@ __all__ = [
 
 #: Spec 003's media type.
 CONTENT_TYPE = "application/uamp+json;v=1"
+#: Called with each delta frame as it arrives (``None``: nobody).
+OnDelta = Callable[[Delta], object] | None
 _FINAL = frozenset({DeltaType.DONE, DeltaType.CANCEL, DeltaType.ERROR})
 
 
@@ -224,8 +226,10 @@ class _Conversation:
         self.signer = signer
         self.to = to
 
-    async def exchange(self, envelope: Envelope, *, ack_every: int | None = None) -> Reply:
-        """Send an opening envelope and collect its frames."""
+    async def exchange(
+        self, envelope: Envelope, *, ack_every: int | None = None, on_delta: OnDelta = None
+    ) -> Reply:
+        """Send an opening envelope and collect its frames (each also to ``on_delta``)."""
         raise NotImplementedError
 
     async def send_only(self, envelope: Envelope) -> None:
@@ -240,6 +244,7 @@ class _Conversation:
         ack_every: int | None = None,
         context: Sequence[ContextRef] | None = None,
         intent: Intent | str = Intent.ASK,
+        on_delta: OnDelta = None,
     ) -> Reply:
         """Send an ``ask`` and read its whole stream, acknowledging as it goes.
 
@@ -247,7 +252,7 @@ class _Conversation:
             EnvelopeClientError: The server refused it (or closed the socket).
         """
         envelope = self.signer.make(intent, text, to=self.to, window=window, context=context)
-        return await self.exchange(envelope, ack_every=ack_every)
+        return await self.exchange(envelope, ack_every=ack_every, on_delta=on_delta)
 
     async def reply(self, intent: Intent | str, to_envelope: Envelope) -> None:
         """Send ``confirm``/``cancel``/``deny``/``error`` for an exchange."""
@@ -332,13 +337,17 @@ class EnvelopeHTTPClient(_Conversation):
         if r.status_code != 204:
             raise _error_from(r.content, r.status_code, r.headers.get("retry-after"))
 
-    async def exchange(self, envelope: Envelope, *, ack_every: int | None = None) -> Reply:
+    async def exchange(
+        self, envelope: Envelope, *, ack_every: int | None = None, on_delta: OnDelta = None
+    ) -> Reply:
         """Send an opening envelope and collect its frames, acknowledging as they come."""
         location = await self.send(envelope)
         reply = Reply(envelope)
         window = envelope.effective_delta_window
         async for delta in self.deltas(location, window=window, ack_every=ack_every, reply=reply):
             reply.deltas.append(delta)
+            if on_delta is not None:
+                on_delta(delta)
         return reply
 
     async def send_only(self, envelope: Envelope) -> None:
@@ -406,8 +415,10 @@ class EnvelopeWSClient(_Conversation):
         """Error envelopes received so far (also those no exchange was waiting for)."""
         return list(self._errors)
 
-    async def exchange(self, envelope: Envelope, *, ack_every: int | None = None) -> Reply:
-        """Send an opening envelope and collect its frames."""
+    async def exchange(
+        self, envelope: Envelope, *, ack_every: int | None = None, on_delta: OnDelta = None
+    ) -> Reply:
+        """Send an opening envelope and collect its frames (each also to ``on_delta``)."""
         stream_id = envelope.stream_id or envelope.id
         send, receive = trio.open_memory_channel[Delta | EnvelopeClientError](
             envelope.effective_delta_window + 2
@@ -423,6 +434,8 @@ class EnvelopeWSClient(_Conversation):
                     raise item
                 due = acks.receive(item)
                 reply.deltas.append(item)
+                if on_delta is not None:
+                    on_delta(item)
                 if due is not None:
                     await self.send_frame(_ack(stream_id, due))
                     reply.acks.append(due)
@@ -446,15 +459,16 @@ async def envelope_ws(
     to: str = "urn:uamp:agent:default",
     max_size: int = wire.DEFAULT_MAX_SIZE,
 ) -> AsyncIterator[EnvelopeWSClient]:
-    """Open ``ws://.../uamp/1/ws`` and yield a client (its reader runs meanwhile)."""
-    async with trio.open_nursery() as nursery:
-        ws = await trio_websocket.connect_websocket_url(
-            nursery, url, message_queue_size=64, max_message_size=max_size + 64
-        )
+    """Open ``ws://.../uamp/1/ws`` and yield a client (its reader runs meanwhile).
+
+    A refused upgrade raises trio-websocket's ``HandshakeError`` as it is.
+    """
+    async with trio_websocket.open_websocket_url(
+        url, message_queue_size=64, max_message_size=max_size + 64
+    ) as ws, trio.open_nursery() as nursery:
         client = EnvelopeWSClient(ws, signer, to=to, max_size=max_size)
         nursery.start_soon(client._reader)
         try:
             yield client
         finally:
-            await ws.aclose()
             nursery.cancel_scope.cancel()

@@ -310,16 +310,28 @@ class Exchange:
             self._pulse()
         return freed
 
-    async def deltas(self, after: int = -1) -> AsyncIterator[Delta]:
-        """The frames with ``delta_seq > after``, as produced, until the final one."""
+    async def batches(self, after: int = -1) -> AsyncIterator[list[Delta]]:
+        """The frames with ``delta_seq > after`` until the final one, in batches.
+
+        Each batch is every frame produced since the last one: a binding
+        writes it at once (one WebSocket message of several length-prefixed
+        frames, one chunk of several SSE events).
+        """
         while True:
-            for frame in self._frames:
-                if frame.delta_seq > after:
-                    after = frame.delta_seq
-                    yield frame
-            if self._final and (not self._frames or self._frames[-1].delta_seq <= after):
+            batch = [frame for frame in self._frames if frame.delta_seq > after]
+            if batch:
+                after = batch[-1].delta_seq
+                yield batch
+            elif self._final:
                 return
-            await self._changed.wait()
+            else:
+                await self._changed.wait()
+
+    async def deltas(self, after: int = -1) -> AsyncIterator[Delta]:
+        """The frames with ``delta_seq > after``, one by one, until the final one."""
+        async for batch in self.batches(after):
+            for frame in batch:
+                yield frame
 
 
 @attrs.frozen

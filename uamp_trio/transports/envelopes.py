@@ -68,10 +68,12 @@ log = logging.getLogger("uamp_trio.envelope")
 
 #: Spec 003's media type (section 11), with the version parameter.
 CONTENT_TYPE = "application/uamp+json;v=1"
-#: What middleware knows of these routes.
-ROUTES = RouteMeta(transport="envelope", error_style="envelope", envelope=True)
+#: What middleware knows of these routes (TLS 1.3 only over TLS: spec 003 section 6.1).
+ROUTES = RouteMeta(transport="envelope", error_style="envelope", envelope=True, tls13=True)
 #: The discovery documents: public (section 8: anyone may discover an agent).
-DISCOVERY = RouteMeta(transport="envelope", error_style="envelope", public=True, envelope=True)
+DISCOVERY = RouteMeta(
+    transport="envelope", error_style="envelope", public=True, envelope=True, tls13=True
+)
 
 _ACCEPTED_TYPES = ("application/uamp+json", "application/json")
 _SSE_HEADERS = [
@@ -225,8 +227,8 @@ class EnvelopeBindings:
             after = int(last)
 
         async def produce(send: SendChunk) -> None:
-            async for delta in exchange.deltas(after):
-                await send(encode_json(encode_delta(delta), id=delta.delta_seq))
+            async for batch in exchange.batches(after):
+                await send(b"".join([encode_json(encode_delta(d), id=d.delta_seq) for d in batch]))
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 
@@ -326,8 +328,8 @@ class _WsPeer:
 
     async def _forward(self, exchange: Exchange) -> None:
         try:
-            async for delta in exchange.deltas():
-                await self.send(encode_delta(delta))
+            async for batch in exchange.batches():
+                await self.ws.send(b"".join([prefix_frame(encode_delta(d)) for d in batch]))
         except ConnectionClosed:
             pass  # the reader sees it too and ends the connection
         finally:

@@ -120,3 +120,15 @@ def test_a_bad_envelope_key_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = uamp("serve", "--port", "0", "--envelope-key", str(bad))
     assert done.returncode == 2
     assert done.stderr.strip().startswith("uamp serve:") and "\n" not in done.stderr.strip()
+
+
+def test_uamp_chat_over_the_envelope_websocket(base_url: str) -> None:
+    once = uamp("chat", "--binding", "envelope-ws", base_url, "--agent", "demo", "--once", "hi")
+    assert once.returncode == 0, once.stderr
+    assert once.stdout.strip()
+    # Interactive, lines from stdin: two asks, the second continuing the first.
+    lines = uamp("chat", "--binding", "envelope-ws", base_url, "--plain", stdin="one\ntwo\n")
+    assert lines.returncode == 0, lines.stderr
+    assert len([line for line in lines.stdout.splitlines() if line.strip()]) >= 2
+    gone = uamp("chat", "--binding", "envelope-ws", base_url, "--agent", "nobody", "--once", "x")
+    assert gone.returncode == 1 and gone.stderr.startswith("uamp chat:")
