@@ -1,4 +1,4 @@
-"""The fenced blocks of README.md and docs/first-hour.md, run in order against real servers.
+"""The fenced blocks of README.md and docs/ (PAGES), run in order against real servers.
 
 Each page is read top to bottom; an HTML comment ``<!-- snippet: ... -->``
 right before a block (or standing alone) says what to do:
@@ -33,7 +33,7 @@ import pytest
 
 from tests._support.cli import ENV, ROOT, Served
 
-PAGES = ["README.md", "docs/first-hour.md"]
+PAGES = ["README.md", "docs/first-hour.md", "docs/envelope.md"]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(\S*)\s*$")
