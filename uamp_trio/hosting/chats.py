@@ -348,7 +348,14 @@ class ChatHub:
                 )
                 continue
             room.answering += 1
-            member.link.spawn(self._answer, room, agent, member, stored)
+            # The agent gets the poster's input.text.context (section 5.6),
+            # with the room and the sender as the server knows them.
+            context = {
+                **(event.context or {}),
+                "chat_id": room.chat_id,
+                "sender_id": member.user_id,
+            }
+            member.link.spawn(self._answer, room, agent, member, stored, context)
 
     def typing(self, room: Room, member: _Member, is_typing: bool) -> None:
         """A participant's ``input.typing``: throttled ``presence.typing`` to the others."""
@@ -489,18 +496,30 @@ class ChatHub:
             out.append(attrs.evolve(message, role="assistant") if mine else message)
         return out
 
-    async def _answer(self, room: Room, name: str, poster: _Member, trigger: StoredMessage) -> None:
+    async def _answer(
+        self,
+        room: Room,
+        name: str,
+        poster: _Member,
+        trigger: StoredMessage,
+        context: dict[str, Any],
+    ) -> None:
         """Run agent ``name`` on the room and fan its answer out (see the module docstring)."""
         try:
             agent = self.host.agents.get(name)
             if agent is None or name in self.host.agents.offline:
                 return
-            await self._run_answer(room, agent, poster, trigger)
+            await self._run_answer(room, agent, poster, trigger, context)
         finally:
             room.answering -= 1
 
     async def _run_answer(
-        self, room: Room, agent: Responder, poster: _Member, trigger: StoredMessage
+        self,
+        room: Room,
+        agent: Responder,
+        poster: _Member,
+        trigger: StoredMessage,
+        context: dict[str, Any],
     ) -> None:
         name = agent.name
         response_id = f"resp_{uuid.uuid4().hex}"
@@ -536,6 +555,7 @@ class ChatHub:
                 },
             },
             principal=poster.principal,
+            context=context,
         )
 
         async def sink(event: ev.Event) -> None:

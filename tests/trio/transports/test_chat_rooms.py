@@ -22,9 +22,12 @@ from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
+from tests._support.agents import TestAgent
 from tests._support.wire import recv, send
+from uamp_proto import events as ev
+from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
-from uamp_proto.responder import Responder
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_trio import App, DemoAgent
 from uamp_trio.hosting.chats import ChatLimits
 from uamp_trio.hosting.sessions import SessionLimits
@@ -521,3 +524,34 @@ async def test_a_silent_peer_times_out_and_goes_offline() -> None:
                 await a.expect(alice, [("presence.online", "mute")])
                 await a.expect(alice, [("presence.offline", "mute")])
                 await stream.aclose()
+
+
+class Recorder(TestAgent):
+    """Answers "ok" and keeps what it was asked."""
+
+    name = "rec"
+
+    def __init__(self) -> None:
+        self.requests: list[TurnRequest] = []
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.requests.append(request)
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
+
+
+async def test_the_answering_agent_gets_the_context_and_the_room() -> None:
+    rec = Recorder()
+    with trio.fail_after(TIMEOUT):
+        async with serving([rec]) as host, open_ws(f"ws://{host}/agents/rec/uamp") as ws:
+            r = Reader(ws)
+            sid = await r.join("ann", settings={"respond": "every", "user_id": "u1"})
+            await r.take(sid, 1)
+            context = {"mood": "curious", "sender_id": "someone-else"}
+            await send(ws, type="input.text", text="hi", context=context, session_id=sid)
+            got = await r.take(sid, 7)
+            assert summary(got[-1]) == ("message.created", 2, "rec", "ok")
+    (request,) = rec.requests
+    # The client's keys arrive; the room and the sender are the server's.
+    assert request.context == {"mood": "curious", "chat_id": "room", "sender_id": "u1"}
+    assert request.metadata["chat"]["seq"] == 1
+    assert [(m.role, m.text) for m in request.messages] == [("user", "hi")]
