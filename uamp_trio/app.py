@@ -66,7 +66,17 @@ from .observe.requests import Listener, Observe
 from .relay import platform as relay_platform
 from .server_routes import SERVER_ROUTES, health, openapi, playground
 from .stores import Stores
-from .transports import a2a, acp, agui, completions, envelopes, realtime, sse_events, uamp_ws
+from .transports import (
+    a2a,
+    acp,
+    agui,
+    completions,
+    envelope_grpc,
+    envelopes,
+    realtime,
+    sse_events,
+    uamp_ws,
+)
 from .trust.auth import Authenticator
 from .trust.envelopes import EnvelopeTrust
 from .trust.gate import AuthGate
@@ -358,6 +368,7 @@ def default_transports() -> Sequence[Transport]:
         a2a.mount,
         agui.mount,
         envelopes.mount,
+        envelope_grpc.mount,
     ]
 
 
