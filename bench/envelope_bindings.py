@@ -35,30 +35,12 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.resume import Flood
 from tests._support.tls import ThrowawayCA, make_ca
-from uamp_proto import events as ev
-from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.client.envelope import EnvelopeHTTPClient, EnvelopeSigner
 from uamp_trio.client.envelope_bindings import envelope_grpc, envelope_h3
 from uamp_trio.engines.server import Server
-
-
-class Flood:
-    """Emits ``count`` one-word deltas, as fast as the server takes them."""
-
-    name = "flood"
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    def capabilities(self) -> ty.Capabilities:
-        return ty.Capabilities(id=self.name, provider="bench", modalities=["text"])
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        for _ in range(self.count):
-            await emit(ev.ResponseDelta(delta=ty.DeltaText(text="w ")))
 
 
 def serve(certfile: str, keyfile: str, deltas: int, port_file: Path) -> None:
