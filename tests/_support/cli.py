@@ -89,7 +89,7 @@ def uamp_serve(*args: str) -> Iterator[str]:
             if not line:
                 break
             seen.append(line)
-            found = re.search(r"serving on (http://[\d.]+:\d+)", line)
+            found = re.search(r"serving on (https?://[\d.]+:\d+)", line)
             url = found.group(1) if found else None
         assert url, "uamp serve did not report its address:\n" + "".join(seen)
         yield url

@@ -6,6 +6,7 @@
     uamp chat http://127.0.0.1:8765 --agent demo      # -> ws://.../ws
     uamp chat 127.0.0.1:8765 --once "Hello"           # one turn, for scripts
     uamp chat 127.0.0.1:8765 --chat lobby --name alice  # a chat room (docs/chat.md)
+    uamp chat --binding grpc https://127.0.0.1:8765 --agent demo --cafile ca.pem
 
 Tokens are printed as they arrive; tool calls, thinking and usage are shown
 beside them -- with colours (rich) when stdout is a terminal, as plain
@@ -32,7 +33,11 @@ again with backoff and resumes the session where it broke
 
 ``--binding envelope-ws`` speaks spec 003 instead: signed envelopes over the
 length-prefixed WebSocket (``ws://host:port[/agents/NAME]/uamp/1/ws``; a
-``host:port`` or ``http://`` URL is turned into that). Each line is an
+``host:port`` or ``http://`` URL is turned into that); ``envelope-http``
+(POST + SSE), ``h3`` (the same over HTTP/3; the server needs ``--http3``) and
+``grpc`` (``uamp.v1.Agent/Session``) take the server's URL
+(``https://host:port``, ``--agent`` picks the agent), and ``--cafile``
+verifies a certificate from a private CA. Each line is an
 ``ask`` whose ``context`` names the previous one, so the agent sees the
 conversation; ``--token`` is the capability token and ``--envelope-key``
 the key it binds (default: a new key, for a server without authentication).
@@ -48,12 +53,14 @@ import argparse
 import contextlib
 import math
 import signal
+import ssl
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
+import httpx
 import trio
 
 from uamp_proto import events as ev
@@ -430,12 +437,12 @@ def envelope_ws_url(url: str, agent: str | None) -> str:
 async def run_envelope_chat(
     args: argparse.Namespace, *, out: TextIO | None = None, reader: _LineReader | None = None
 ) -> int:
-    """The chat over spec 003's length-prefixed WebSocket (``--binding envelope-ws``).
+    """The chat over a spec 003 binding (``--binding envelope-ws|envelope-http|h3|grpc``).
 
     ``args`` are ``uamp chat``'s: ``url``, ``agent``, ``token`` (the capability
-    token), ``envelope_key``, ``once``, ``plain``, ``history``.
+    token), ``envelope_key``, ``once``, ``plain``, ``history``, ``binding``, ``cafile``.
     """
-    url, agent, token, once = args.url, args.agent, args.token, args.once
+    agent, token, once = args.agent, args.token, args.once
     key_path, history = args.envelope_key, args.history
     rich = False if args.plain else None
     import trio_websocket
@@ -443,7 +450,7 @@ async def run_envelope_chat(
     from uamp_proto.envelope import ContextRef, Delta, DeltaType
 
     from ..envelope.keys import read_private_key
-    from .envelope import EnvelopeClientError, EnvelopeSigner, envelope_ws
+    from .envelope import EnvelopeClientError, EnvelopeSigner
 
     out = out or sys.stdout
     printer = _Printer(out, out.isatty() if rich is None else rich)
@@ -495,11 +502,57 @@ async def run_envelope_chat(
                 return 1
 
     try:
-        async with envelope_ws(envelope_ws_url(url, agent), signer, to=to) as client:
+        async with _envelope_client(args, signer, to) as client:
             return await converse(client)
-    except (trio_websocket.HandshakeError, OSError, trio.TooSlowError) as exc:
+    except (trio_websocket.HandshakeError, OSError, trio.TooSlowError, httpx.HTTPError) as exc:
         print(f"uamp chat: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except EnvelopeClientError as exc:
+        print(f"uamp chat: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+
+
+@contextlib.asynccontextmanager
+async def _envelope_client(
+    args: argparse.Namespace, signer: Any, to: str
+) -> AsyncIterator[Any]:
+    """The client of ``args.binding`` for the server at ``args.url``."""
+    from .envelope import EnvelopeHTTPClient, envelope_ws
+    from .envelope_bindings import envelope_grpc, envelope_h3, envelope_wss
+
+    binding, url, agent, cafile = args.binding, args.url, args.agent, args.cafile
+    if binding == "envelope-ws":
+        ws = envelope_ws_url(url, agent)
+        if ws.startswith("wss://") and cafile:
+            context = ssl.create_default_context(cafile=cafile)
+            async with envelope_wss(ws, signer, to=to, ssl_context=context) as client:
+                yield client
+        else:
+            async with envelope_ws(ws, signer, to=to) as client:
+                yield client
+        return
+    if "://" not in url:
+        url = "http://" + url
+    base = url.rstrip("/")
+    if agent and "/agents/" not in base:
+        base += f"/agents/{agent}"
+    if binding == "grpc":
+        server = base.split("/agents/")[0]
+        verify: Any = cafile or True
+        async with envelope_grpc(server, signer, to=to, agent=agent, verify=verify) as client:
+            yield client
+    elif binding == "h3":
+        async with envelope_h3(base, signer, to=to, verify=cafile or True) as client:
+            yield client
+    else:
+        trusted: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=cafile) if cafile else True
+        )
+        async with (
+            httpx.AsyncClient(verify=trusted, timeout=60) as http,
+            EnvelopeHTTPClient(base, signer, to=to, http=http) as client,
+        ):
+            yield client
 
 
 def add_parser(sub: Any) -> None:
@@ -536,22 +589,27 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--binding",
         choices=BINDINGS,
         default="uamp",
-        help="uamp: the UAMP WebSocket (default); envelope-ws: spec 003 envelopes over the "
-        "length-prefixed WebSocket",
+        help="uamp: the UAMP WebSocket (default); the others speak spec 003's signed "
+        "envelopes over the length-prefixed WebSocket, HTTP + SSE, HTTP/3 or gRPC",
     )
     p.add_argument(
         "--envelope-key",
         metavar="PATH",
-        help="envelope-ws: PEM key the envelopes are signed with (the one --token binds)",
+        help="spec 003 bindings: PEM key the envelopes are signed with (the one --token binds)",
+    )
+    p.add_argument(
+        "--cafile",
+        metavar="PATH",
+        help="spec 003 bindings: CA file the server's TLS certificate is verified with",
     )
 
 
 #: The ``--binding`` choices.
-BINDINGS = ("uamp", "envelope-ws")
+BINDINGS = ("uamp", "envelope-ws", "envelope-http", "h3", "grpc")
 
 
 def _command(args: argparse.Namespace) -> int:
-    if args.binding == "envelope-ws":
+    if args.binding != "uamp":
         return trio.run(run_envelope_chat, args)
     return trio.run(
         lambda: run_chat(

@@ -34,15 +34,17 @@ from typing import Any
 import httpx
 import orjson
 import trio
+import trio_websocket
 
 from uamp_proto.envelope import Delta, DeltaType
 
+from ..engines.tasks import background
 from ..grpc.client import Call, open_channel
 from ..grpc.protos.uamp.v1 import agent_pb2
 from .envelope import EnvelopeClientError, EnvelopeHTTPClient, EnvelopeSigner, EnvelopeWSClient
 from .h3 import open_h3
 
-__all__ = ["EnvelopeGrpcClient", "envelope_grpc", "envelope_h3", "from_message"]
+__all__ = ["EnvelopeGrpcClient", "envelope_grpc", "envelope_h3", "envelope_wss", "from_message"]
 
 #: The gRPC method every exchange of :class:`EnvelopeGrpcClient` goes over.
 SESSION = "/uamp.v1.Agent/Session"
@@ -81,6 +83,25 @@ async def envelope_h3(
         http = httpx.AsyncClient(transport=h3.transport(), timeout=httpx.Timeout(30.0))
         async with http, EnvelopeHTTPClient(base_url, signer, to=to, http=http) as client:
             yield client
+
+
+@asynccontextmanager
+async def envelope_wss(
+    url: str,
+    signer: EnvelopeSigner,
+    *,
+    to: str = "urn:uamp:agent:default",
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[EnvelopeWSClient]:
+    """The length-prefixed WebSocket over TLS (``wss://.../uamp/1/ws``) with ``ssl_context``."""
+    async with background() as nursery:
+        ws = await trio_websocket.connect_websocket_url(nursery, url, ssl_context=ssl_context)
+        client = EnvelopeWSClient(ws, signer, to=to)
+        nursery.start_soon(client._reader)
+        try:
+            yield client
+        finally:
+            await ws.aclose()
 
 
 class EnvelopeGrpcClient(EnvelopeWSClient):
@@ -137,12 +158,12 @@ async def envelope_grpc(
     async with (
         open_channel(url, verify=verify) as channel,
         channel.call(SESSION, agent_pb2.Delta, metadata=metadata) as call,
-        trio.open_nursery() as nursery,
+        background() as nursery,
     ):
         client = EnvelopeGrpcClient(call, signer, to=to)
         nursery.start_soon(client._reader)
         try:
             yield client
         finally:
-            await call.done_sending()
-            nursery.cancel_scope.cancel()
+            with trio.move_on_after(1, shield=True):
+                await call.done_sending()

@@ -39,6 +39,7 @@ from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, QuicEv
 from uamp_proto.errors import UampError
 
 from ..engines.quic import QuicDriver
+from ..engines.tasks import background
 
 __all__ = ["H3Client", "H3Error", "open_h3"]
 
@@ -237,7 +238,7 @@ async def open_h3(
     base = f"https://{parsed.netloc.decode()}"
     try:
         await sock.connect(addr)
-        async with trio.open_nursery() as nursery:
+        async with background() as nursery:
 
             async def read() -> None:
                 while True:
@@ -262,6 +263,5 @@ async def open_h3(
                 conn.wake()
                 with trio.move_on_after(1, shield=True):
                     await conn.transmit()
-                nursery.cancel_scope.cancel()
     finally:
         sock.close()

@@ -50,6 +50,7 @@ from uamp_proto.grpc import (
     encode_message,
 )
 
+from ..engines.tasks import background
 from .service import MessageType
 
 __all__ = ["Call", "Channel", "open_channel"]
@@ -324,11 +325,8 @@ async def open_channel(
     channel = Channel(stream, parsed.netloc.decode(), "https" if https else "http", max_message)
     try:
         await channel._start()
-        async with trio.open_nursery() as nursery:
+        async with background() as nursery:
             nursery.start_soon(channel._read)
-            try:
-                yield channel
-            finally:
-                nursery.cancel_scope.cancel()
+            yield channel
     finally:
         await trio.aclose_forcefully(stream)

@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 import trio
-import trio_websocket
 
 from tests._support.tls import ThrowawayCA, make_ca
 from tests.trio.rpc.test_agent_grpc import Echo
@@ -29,10 +28,9 @@ from uamp_trio.client.envelope import (
     EnvelopeClientError,
     EnvelopeHTTPClient,
     EnvelopeSigner,
-    EnvelopeWSClient,
     Reply,
 )
-from uamp_trio.client.envelope_bindings import envelope_grpc, envelope_h3
+from uamp_trio.client.envelope_bindings import envelope_grpc, envelope_h3, envelope_wss
 from uamp_trio.demo import DemoAgent
 
 TIMEOUT = 20
@@ -68,15 +66,9 @@ async def wss(
     server: Any, ca: ThrowawayCA, signer: EnvelopeSigner, agent: str
 ) -> AsyncIterator[Any]:
     url = server.url.replace("https://", "wss://") + f"/agents/{agent}/uamp/1/ws"
-    async with trio.open_nursery() as nursery:
-        ws = await trio_websocket.connect_websocket_url(nursery, url, ssl_context=trusted(ca))
-        client = EnvelopeWSClient(ws, signer, to=f"urn:uamp:agent:{agent}")
-        nursery.start_soon(client._reader)
-        try:
-            yield client
-        finally:
-            await ws.aclose()
-            nursery.cancel_scope.cancel()
+    to = f"urn:uamp:agent:{agent}"
+    async with envelope_wss(url, signer, to=to, ssl_context=trusted(ca)) as client:
+        yield client
 
 
 @asynccontextmanager
