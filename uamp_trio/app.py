@@ -274,8 +274,8 @@ class App(Host):
             return route.endpoint
         return functools.partial(self._through_http, route)
 
-    async def _refuse_old_tls(self, route: Route, request: Request) -> Response:
-        """A spec 003 route reached over TLS older than 1.3 (``--tls-min 1.2``)."""
+    def _old_tls(self, route: Route | WebSocketRoute, request: Request) -> Response:
+        """The refusal of a spec 003 route reached over TLS older than 1.3 (``--tls-min 1.2``)."""
         version = request.tls.version if request.tls is not None else None
         exc = HTTPError(
             403,
@@ -283,6 +283,15 @@ class App(Host):
             code="tls13_required",
         )
         return self.render_error(route.meta.error_style, exc)
+
+    async def _refuse_old_tls(self, route: Route, request: Request) -> Response:
+        return self._old_tls(route, request)
+
+    async def _refuse_old_tls_upgrade(
+        self, route: WebSocketRoute, pending: WebSocketRequest
+    ) -> None:
+        refused = self._old_tls(route, pending.request)
+        await pending.reject(refused.status, refused.body, refused.headers)
 
     def streams_body(self, request: Request) -> bool:
         """Whether ``request`` (its head) goes to a route that reads its body while it arrives."""
@@ -298,6 +307,8 @@ class App(Host):
         if found is None:
             return None
         route, request.path_params = found
+        if route.meta.tls13 and request.tls is not None and request.tls.version != TLS13:
+            return functools.partial(self._refuse_old_tls_upgrade, route)
         if not self.middleware:
             return route.handler
         return functools.partial(self._through_websocket, route)

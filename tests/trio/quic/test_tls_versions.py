@@ -17,6 +17,7 @@ import pytest
 
 from tests._support.tls import ThrowawayCA, make_ca
 from uamp_trio.app import create_app
+from uamp_trio.demo import DemoAgent
 from uamp_trio.engines.http import Request, Response
 from uamp_trio.engines.server import ServerConfig
 from uamp_trio.hosting.router import RouteMeta
@@ -28,7 +29,7 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
 
 
 def app() -> Any:
-    built = create_app([])
+    built = create_app([DemoAgent()])
 
     async def whoami(request: Request) -> Response:
         tls = request.tls
@@ -119,3 +120,47 @@ def test_mutual_tls_requires_a_certificate_from_the_client_ca(
 def test_bad_tls_options_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ServerConfig(**options)
+
+
+async def test_spec_003_bindings_refuse_tls12_when_others_accept_it(
+    serve_app: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    import trio_websocket
+
+    from tests._support.envelopes import envelope
+    from uamp_proto.adapters.envelope import read_error
+    from uamp_proto.envelope import decode_envelope, encode_envelope
+    from uamp_trio.grpc import StatusCode
+    from uamp_trio.grpc.client import open_channel
+    from uamp_trio.grpc.protos.uamp.v1 import agent_pb2
+
+    server = await serve_app(
+        app(), certfile=ca.server.certfile, keyfile=ca.server.keyfile, tls_min="1.2"
+    )
+    tls12 = client_context(ca, max_version=ssl.TLSVersion.TLSv1_2)
+    body = encode_envelope(envelope())
+    headers = {"content-type": "application/uamp+json;v=1"}
+    async with (
+        httpx.AsyncClient(verify=tls12) as old,
+        httpx.AsyncClient(verify=client_context(ca)) as new,
+    ):
+        refused = await old.post(f"{server.url}/v1/messages", content=body, headers=headers)
+        assert (await old.get(f"{server.url}/healthz")).status_code == 200
+        accepted = await new.post(f"{server.url}/v1/messages", content=body, headers=headers)
+    assert refused.status_code == 403
+    assert read_error(decode_envelope(refused.content))[0] == "4.03"
+    assert accepted.status_code == 202
+    # The length-prefixed WebSocket: the upgrade is refused.
+    url = server.url.replace("https://", "wss://") + "/uamp/1/ws"
+    with pytest.raises(trio_websocket.HandshakeError):
+        async with trio_websocket.open_websocket_url(url, ssl_context=tls12):
+            pass
+    # gRPC: PERMISSION_DENIED, trailers-only.
+    async with (
+        open_channel(server.url, verify=tls12) as channel,
+        channel.call("/uamp.v1.Agent/Send", agent_pb2.Delta) as call,
+    ):
+        await call.send(agent_pb2.Envelope(json=encode_envelope(envelope())))
+        await call.done_sending()
+        await call.ended.wait()
+    assert call.status is not None and call.status[0] is StatusCode.PERMISSION_DENIED
