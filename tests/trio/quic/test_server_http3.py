@@ -224,3 +224,35 @@ async def test_the_trio_h3_client_through_httpx(
         assert "roses" in text and text.rstrip().endswith("data: [DONE]")
         assert len(pieces) >= 3  # as produced, not in one piece
         assert (await http.get("/nowhere")).status_code == 404
+
+
+def test_spec_003_envelopes_over_http3_with_aioquic(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    from tests._support.envelopes import envelope
+    from uamp_proto.adapters.envelope import read_error
+    from uamp_proto.envelope import decode_delta, decode_envelope, encode_envelope
+
+    server = serve(thread_server, ca)
+    ask = envelope(text="roses", to="urn:uamp:agent:poet")
+    content = [("content-type", "application/uamp+json;v=1")]
+    accepted, stream, replayed = h3_requests(
+        server.port,
+        [
+            H3Request("POST", "/agents/poet/v1/messages", content, encode_envelope(ask)),
+            H3Request("GET", f"/agents/poet/v1/stream/{ask.id}"),
+            H3Request("POST", "/agents/poet/v1/messages", content, encode_envelope(ask)),
+        ],
+        cafile=ca.cafile,
+    )
+    assert accepted.status == 202
+    assert accepted.headers["location"] == f"/agents/poet/v1/stream/{ask.id}"
+    frames = [
+        decode_delta(line[6:])
+        for line in stream.body.decode().splitlines()
+        if line.startswith("data: ")
+    ]
+    assert [f.delta_seq for f in frames] == list(range(len(frames)))
+    assert frames[-1].type.value == "done" and frames[-1].payload["text"] == "roses are red"
+    assert replayed.status == 403
+    assert read_error(decode_envelope(replayed.body))[0] == "4.03"
