@@ -18,7 +18,20 @@ def assert_unauthorized(
     code in ``style``'s error shape (``openai``, ``jsonrpc``, ``uamp``, or a
     spec 003 ``error`` envelope with code 4.01 for ``envelope``);
     ``message``, when given, is the exact message the body carries, and then a
-    JSON-RPC or UAMP body must hold nothing else."""
+    JSON-RPC or UAMP body must hold nothing else. In the ``grpc`` style the
+    refusal is trailers-only: HTTP 200, ``grpc-status`` 16 (UNAUTHENTICATED)
+    and the message in ``grpc-message``, no body."""
+    if style == "grpc":
+        from uamp_proto.grpc import decode_message_text
+
+        fields = dict(headers)
+        assert (status, body) == (200, b"")
+        assert fields["content-type"] == "application/grpc"
+        assert fields["grpc-status"] == "16"
+        assert fields["www-authenticate"] == challenge
+        if message is not None:
+            assert decode_message_text(fields["grpc-message"]) == message
+        return
     assert status == 401
     assert dict(headers)["www-authenticate"] == challenge
     obj = orjson.loads(body)

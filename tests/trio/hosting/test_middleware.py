@@ -26,6 +26,7 @@ from uamp_trio.hosting.middleware import JSONRPC_REFUSED, Call, Next, Refusal, R
 
 TRANSPORTS = {
     "server",
+    "envelope-grpc",
     "completions",
     "uamp_ws",
     "sse_events",
@@ -95,6 +96,7 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "jsonrpc",
         "uamp",
         "envelope",
+        "grpc",
     }
     public = {route.pattern for route in routes if route.meta.public}
     assert public == {
@@ -147,11 +149,22 @@ async def test_every_http_route_is_gated_in_its_own_style(
             response = await client.get("/v1/models", headers={"x-let-in": "yes"})
             assert response.status_code == 200
             assert response.json()["data"][0]["id"] == "demo"
-    assert refused == {"completions", "sse_events", "a2a", "acp", "agui", "envelope"}
+    assert refused == {
+        "completions",
+        "sse_events",
+        "a2a",
+        "acp",
+        "agui",
+        "envelope",
+        "envelope-grpc",
+    }
     assert passed == {"server", "a2a", "envelope"}
     # The outer middleware saw every reply, refusals included.
+    # (gRPC refusals are HTTP 200 with the status in the head: trailers-only.)
     assert replies.statuses.count(401) == sum(
-        len(r.methods) for r in app.router.routes if not r.meta.public
+        len(r.methods)
+        for r in app.router.routes
+        if not r.meta.public and r.meta.error_style != "grpc"
     )
     assert replies.statuses[-1] == 200
 
