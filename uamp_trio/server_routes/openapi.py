@@ -29,6 +29,7 @@ __all__ = ["OPERATIONS", "Operation", "document", "mount"]
 
 _JSON = "application/json"
 _SSE = "text/event-stream"
+_GRPC = "application/grpc"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -164,6 +165,20 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Delta",
         errors="Envelope",
         status="204",
+    ),
+    ("POST", "/uamp.v1.Agent/Send"): Operation(
+        "Envelopes (spec 003)",
+        "gRPC (HTTP/2, application/grpc): one uamp.v1.Envelope, a stream of uamp.v1.Delta; "
+        "the status in the grpc-status trailer",
+        media=(_GRPC,),
+        errors=None,
+    ),
+    ("POST", "/uamp.v1.Agent/Session"): Operation(
+        "Envelopes (spec 003)",
+        "gRPC (HTTP/2, application/grpc): envelopes and acks in, delta frames out, both "
+        "streamed; the status in the grpc-status trailer",
+        media=(_GRPC,),
+        errors=None,
     ),
     ("GET", "/healthz"): Operation("Health", "Liveness: the process serves HTTP", None, "Health"),
     ("GET", "/readyz"): Operation(
