@@ -70,6 +70,11 @@ async def test_every_http_route_refuses_without_a_valid_token(
                     if route.meta.public:
                         assert response.status_code != 401, route.pattern
                         continue
+                    if route.meta.error_style == "grpc":
+                        # Not a gRPC call (HTTP/1.1, JSON): refused before any
+                        # envelope is read (tests/trio/rpc/test_agent_grpc.py).
+                        assert response.status_code == 415, route.pattern
+                        continue
                     if route.meta.envelope:
                         # Each envelope carries its credential; the envelope
                         # service refuses (tests/trio/envelope/test_bindings.py).
