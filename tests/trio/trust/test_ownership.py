@@ -267,7 +267,7 @@ def expect(*needles: bytes) -> Check:
 
 A2A_NOT_FOUND = expect(b'"code":-32001', b"was not found")
 REST_NOT_FOUND = expect(b"404", b'"code":"task_not_found"')
-PUSH_REFUSED = expect(b'"code":-32003')
+
 SSE_NOT_FOUND = expect(b"404", b'"code":"unknown_session"')
 ACP_NOT_FOUND = expect(b'"code":-32002')
 NOTHING = expect(b"")
@@ -367,7 +367,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
         for kind in ("task", "running")
     ],
     *[
-        (f"a2a 0.3 {m}", "task", a2a_call(m, lambda t: {"id": t, "taskId": t}), PUSH_REFUSED)
+        (f"a2a 0.3 {m}", "task", a2a_call(m, lambda t: {"id": t, "taskId": t}), A2A_NOT_FOUND)
         for m in (
             "tasks/pushNotificationConfig/get",
             "tasks/pushNotificationConfig/list",
@@ -381,7 +381,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
             "tasks/pushNotificationConfig/set",
             lambda t: {"taskId": t, "pushNotificationConfig": _push(t)},
         ),
-        PUSH_REFUSED,
+        A2A_NOT_FOUND,
     ),
     *_sends_with_task_id("0.3", ("message/send", "message/stream"), a2a_message),
     # A2A JSON-RPC, 1.0 dialect
@@ -391,7 +391,7 @@ TABLE: list[tuple[str, str, Operation, Check]] = [
         for kind in ("task", "running")
     ],
     *[
-        (f"a2a 1.0 {m}", "task", a2a_call(m, lambda t: _push(t)), PUSH_REFUSED)
+        (f"a2a 1.0 {m}", "task", a2a_call(m, lambda t: _push(t)), A2A_NOT_FOUND)
         for m in (
             "CreateTaskPushNotificationConfig",
             "GetTaskPushNotificationConfig",
