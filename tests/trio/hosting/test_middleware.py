@@ -130,8 +130,6 @@ async def test_every_http_route_is_gated_in_its_own_style(
     with trio.fail_after(20):
         async with httpx.AsyncClient(base_url=server.url) as client:
             for route in app.router.routes:
-                if route.meta.error_style == "grpc":
-                    continue  # HTTP/2 only; gated calls: tests/trio/rpc/test_grpc_server.py
                 path = concrete(route.pattern)
                 for method in sorted(route.methods):
                     response = await client.request(method, path, content=b"{}")

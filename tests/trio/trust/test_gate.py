@@ -65,8 +65,6 @@ async def test_every_http_route_refuses_without_a_valid_token(
     with trio.fail_after(20):
         async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
             for route in app.router.routes:
-                if route.meta.error_style == "grpc":
-                    continue  # HTTP/2 only; gated calls: tests/trio/rpc/test_grpc_server.py
                 for method in sorted(route.methods):
                     response = await client.request(method, concrete(route.pattern), content=b"{}")
                     if route.meta.public:
