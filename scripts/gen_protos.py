@@ -1,7 +1,10 @@
 """Generate the protobuf modules uamp ships from its ``.proto`` files.
 
 Every ``*.proto`` under ``uamp_trio/grpc/protos/`` (its package as
-directories: ``uamp/v1/agent.proto``) gets a ``*_pb2.py`` module and a
+directories: ``uamp/v1/agent.proto``) and under its ``third_party/`` folder
+(other projects' protos, vendored as published: ``third_party/lf/a2a/v1/a2a.proto``,
+compiled with ``third_party/`` as their own include root so their descriptor
+names stay the published ones) gets a ``*_pb2.py`` module and a
 ``*_pb2.pyi`` stub beside it, written by ``protoc`` from ``grpcio-tools``
 (the ``dev`` extra), with ``googleapis-common-protos``' ``google/api`` protos on
 the include path; a proto in ``PRIVATE_POOL`` is registered in a descriptor
@@ -27,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOS = ROOT / "uamp_trio" / "grpc" / "protos"
+#: Vendored protos of other projects: an include root of their own.
+THIRD_PARTY = "third_party"
 #: What protoc writes for each ``x.proto``.
 SUFFIXES = ("_pb2.py", "_pb2.pyi")
 #: Protos whose messages are registered in a pool of their own
@@ -59,8 +64,18 @@ def _googleapis() -> list[str]:
 
 
 def proto_files(root: Path = PROTOS) -> list[Path]:
-    """The ``.proto`` files under ``root``, relative to it, sorted."""
-    return sorted(p.relative_to(root) for p in root.rglob("*.proto"))
+    """The ``.proto`` files of the include root ``root``, relative to it, sorted.
+
+    The ``third_party`` folder is an include root of its own (:func:`roots`).
+    """
+    found = (p.relative_to(root) for p in root.rglob("*.proto"))
+    return sorted(p for p in found if THIRD_PARTY not in p.parts)
+
+
+def roots(protos: Path = PROTOS) -> list[Path]:
+    """The include roots under ``protos``: uamp's own protos, then the vendored ones."""
+    vendored = protos / THIRD_PARTY
+    return [protos, vendored] if vendored.is_dir() else [protos]
 
 
 def generate(out: Path, root: Path = PROTOS) -> list[Path]:
@@ -93,17 +108,16 @@ def generate(out: Path, root: Path = PROTOS) -> list[Path]:
     )
 
 
-def stale(root: Path = PROTOS) -> list[str]:
-    """The generated files under ``root`` that are missing or differ from a fresh run."""
-    with tempfile.TemporaryDirectory() as tmp:
-        fresh = generate(Path(tmp), root)
-        bad = []
-        for path in fresh:
-            relative = path.relative_to(tmp)
-            shipped = root / relative
-            if not shipped.exists() or shipped.read_bytes() != path.read_bytes():
-                bad.append(str(relative))
-        return bad
+def stale(protos: Path = PROTOS) -> list[str]:
+    """The generated files under ``protos`` that are missing or differ from a fresh run."""
+    bad = []
+    for root in roots(protos):
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in generate(Path(tmp), root):
+                shipped = root / path.relative_to(tmp)
+                if not shipped.exists() or shipped.read_bytes() != path.read_bytes():
+                    bad.append(str(shipped.relative_to(protos)))
+    return bad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in bad:
             print(f"out of date: {name}", file=sys.stderr)
         return 1 if bad else 0
-    for path in generate(PROTOS):
-        print(path.relative_to(ROOT))
+    for root in roots():
+        for path in generate(root, root):
+            print(path.relative_to(ROOT))
     return 0
 
 

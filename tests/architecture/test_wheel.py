@@ -33,6 +33,9 @@ DATA = [
     "uamp_trio/grpc/protos/uamp/v1/agent.proto",
     "uamp_trio/grpc/protos/uamp/v1/agent_pb2.py",
     "uamp_trio/grpc/protos/uamp/v1/agent_pb2.pyi",
+    "uamp_trio/grpc/protos/third_party/lf/a2a/v1/a2a.proto",
+    "uamp_trio/grpc/protos/third_party/lf/a2a/v1/a2a_pb2.py",
+    "uamp_trio/grpc/protos/third_party/lf/a2a/v1/a2a_pb2.pyi",
 ]
 
 

@@ -20,7 +20,8 @@ def gen_protos() -> ModuleType:
 
 def test_every_proto_has_its_current_module() -> None:
     gen = gen_protos()
-    assert [str(p) for p in gen.proto_files()] == ["lf/a2a/v1/a2a.proto", "uamp/v1/agent.proto"]
+    assert [str(p) for p in gen.proto_files()] == ["uamp/v1/agent.proto"]
+    assert [str(p) for p in gen.proto_files(gen.PROTOS / "third_party")] == ["lf/a2a/v1/a2a.proto"]
     assert gen.stale() == []
 
 
@@ -32,6 +33,16 @@ def test_the_check_sees_an_edited_proto(tmp_path: Path) -> None:
     edited = proto.read_text().replace("bytes json = 1;", "bytes json = 1;\n  int32 n = 2;")
     proto.write_text(edited)
     assert gen.stale(copy) == ["uamp/v1/agent_pb2.py", "uamp/v1/agent_pb2.pyi"]
+
+
+def test_the_check_sees_an_edited_vendored_proto(tmp_path: Path) -> None:
+    gen = gen_protos()
+    copy = tmp_path / "protos"
+    shutil.copytree(gen.PROTOS, copy)
+    proto = copy / "third_party" / "lf" / "a2a" / "v1" / "a2a.proto"
+    proto.write_text(proto.read_text() + "\nmessage Extra { int32 n = 1; }\n")
+    expected = ["third_party/lf/a2a/v1/a2a_pb2.py", "third_party/lf/a2a/v1/a2a_pb2.pyi"]
+    assert gen.stale(copy) == expected
 
 
 def test_the_module_serves_the_service_it_declares() -> None:
@@ -50,7 +61,7 @@ def test_the_a2a_messages_live_beside_a2a_sdk_s_own() -> None:
     """Both copies of lf.a2a.v1 load in one process (uamp's in a pool of its own)."""
     import a2a.types.a2a_pb2 as sdk
 
-    from uamp_trio.grpc.protos.lf.a2a.v1 import a2a_pb2
+    from uamp_trio.grpc.protos.third_party.lf.a2a.v1 import a2a_pb2
 
     task = a2a_pb2.Task(id="t", status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING))
     assert sdk.Task.FromString(task.SerializeToString()).status.state == sdk.TASK_STATE_WORKING

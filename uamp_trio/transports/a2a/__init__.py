@@ -8,7 +8,7 @@
 * :mod:`.push` -- push-notification delivery to webhooks;
 * :mod:`.call` -- what the bindings share (the call, an opened stream);
 * ``spec/`` -- the A2A 1.0 JSON schema, as published by the A2A project
-  (Apache-2.0; its ``a2a.proto`` is under ``uamp_trio/grpc/protos``).
+  (Apache-2.0; its ``a2a.proto`` is under ``uamp_trio/grpc/protos/third_party``).
 
 The sans-IO translation lives in :mod:`uamp_proto.adapters.a2a` (tasks,
 parts, JSON-RPC), :mod:`~uamp_proto.adapters.a2a_card` and
