@@ -8,21 +8,17 @@ connection, so the event loop never waits on the disk.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-import trio
 
 from uamp_proto.principal import Principal
 
+from ._sqlite import SqliteBacked
 from .chats import MAX_MESSAGES, ChatKey, ChatRecord, ChatStore, StoredMessage
 
 __all__ = ["SqliteChatStore"]
-
-T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS uamp_chats (
@@ -44,23 +40,12 @@ def _room(key: ChatKey) -> str:
     return orjson.dumps([list(key[0]), key[1]]).decode()
 
 
-class SqliteChatStore(ChatStore):
+class SqliteChatStore(SqliteBacked, ChatStore):
     """Rooms and messages in the SQLite file ``path`` (created when missing)."""
 
     def __init__(self, path: str | Path, max_messages: int = MAX_MESSAGES) -> None:
         super().__init__(max_messages)
-        self.path = str(path)
-        self._db = sqlite3.connect(
-            self.path, isolation_level=None, timeout=30.0, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._lock = trio.Lock()
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._lock:
-            return await trio.to_thread.run_sync(fn, *args)
+        self._open(path, _SCHEMA)
 
     async def find(self, principal: Principal, chat_id: str) -> ChatRecord | None:
         return await self._call(self._find, principal, chat_id)

@@ -18,12 +18,11 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
-
-import trio
+from typing import TypeVar
 
 from uamp_proto.resume import LogEntry, LogWindow, Retention
 
+from ._sqlite import SqliteBacked
 from .event_log import READ_BATCH, EventLog, LogKey, Op, SessionRecord, log_name
 
 __all__ = ["SqliteEventLog"]
@@ -48,7 +47,7 @@ CREATE TABLE IF NOT EXISTS uamp_sessions (
 """
 
 
-class SqliteEventLog(EventLog):
+class SqliteEventLog(SqliteBacked, EventLog):
     """Event logs and session records in the SQLite file ``path``.
 
     Args:
@@ -65,18 +64,7 @@ class SqliteEventLog(EventLog):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(retention, clock=clock)
-        self.path = str(path)
-        self._db = sqlite3.connect(
-            self.path, isolation_level=None, timeout=30.0, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._lock = trio.Lock()
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._lock:
-            return await trio.to_thread.run_sync(fn, *args)
+        self._open(path, _SCHEMA)
 
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db
