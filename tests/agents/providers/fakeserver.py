@@ -13,7 +13,7 @@ socket mid-body; ``stall`` accepts the request and never answers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +289,13 @@ def fragments(events: list[Any]) -> list[ToolCallFragment]:
 def thoughts(events: list[Any]) -> list[Thinking]:
     """Every thinking event, in order."""
     return [e for e in events if isinstance(e, Thinking)]
+
+
+async def provider_error(call: Awaitable[object]) -> ProviderError:
+    """The :class:`ProviderError` that awaiting ``call`` raises (the test fails if none)."""
+    with pytest.raises(ProviderError) as info:
+        await call
+    return info.value
 
 
 async def malformed_json_errors(provider: Provider) -> tuple[ProviderError, ProviderError]:

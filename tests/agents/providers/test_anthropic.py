@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pytest
 
-from uamp_agents.providers import ModelRequest, ProviderError, anthropic
+from uamp_agents.providers import ModelRequest, anthropic
 from uamp_agents.providers._anthropic import AnthropicProvider
 from uamp_proto import types as ty
 from uamp_proto.events import Thinking, UsageDelta
@@ -48,11 +47,9 @@ async def test_generate_text_and_cached_usage(anthropic_server: fake.FakeServer)
     assert result.finish_reason == "stop"
     assert result.model == "claude-sonnet-4-5-20250929"
     # Spec 8.7: Anthropic input_tokens exclude cached; cached = reads + writes.
-    assert result.usage is not None
-    assert result.usage.input_tokens == 21
-    assert result.usage.cached_tokens == 4200
-    assert result.usage.output_tokens == 9
-    assert result.usage.total_tokens == 30
+    assert result.usage == ty.UsageStats(
+        input_tokens=21, cached_tokens=4200, output_tokens=9, total_tokens=30
+    )
 
 
 async def test_stream_text(anthropic_server: fake.FakeServer) -> None:
@@ -307,29 +304,32 @@ async def test_429_reports_retry_after(anthropic_server: fake.FakeServer) -> Non
     anthropic_server.queue(
         fake.json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "12"),))
     )
-    with pytest.raises(ProviderError) as info:
-        await provider(anthropic_server, max_retries=0).generate(ModelRequest(messages=ASK))
-    assert info.value.retry_after == 12.0
-    assert info.value.retryable
-    assert "rate_limit_error" in info.value.message
+    error = await fake.provider_error(
+        provider(anthropic_server, max_retries=0).generate(ModelRequest(messages=ASK))
+    )
+    assert error.retry_after == 12.0
+    assert error.retryable
+    assert "rate_limit_error" in error.message
 
 
 async def test_500_exhausts_retries(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(*[fake.json_reply("anthropic/error_500.json", status=500)] * 2)
-    with pytest.raises(ProviderError) as info:
-        await provider(anthropic_server, max_retries=1).generate(ModelRequest(messages=ASK))
-    assert info.value.retryable
-    assert info.value.status == 500
+    error = await fake.provider_error(
+        provider(anthropic_server, max_retries=1).generate(ModelRequest(messages=ASK))
+    )
+    assert error.retryable
+    assert error.status == 500
     assert len(anthropic_server.requests) == 2
 
 
 async def test_400_is_not_retried(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(fake.json_reply("anthropic/error_400.json", status=400))
-    with pytest.raises(ProviderError) as info:
-        await fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
-    assert not info.value.retryable
-    assert info.value.status == 400
-    assert "unexpected `tool_use_id`" in info.value.message
+    error = await fake.provider_error(
+        fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
+    )
+    assert not error.retryable
+    assert error.status == 400
+    assert "unexpected `tool_use_id`" in error.message
     assert len(anthropic_server.requests) == 1
 
 
@@ -337,17 +337,17 @@ async def test_missing_version_header_is_refused(anthropic_server: fake.FakeServ
     p = anthropic(
         api_key=ANTHROPIC_KEY, base_url=anthropic_server.url, headers={"anthropic-version": "x"}
     )
-    with pytest.raises(ProviderError) as info:
-        await p.generate(ModelRequest(messages=ASK))
-    assert info.value.status == 401
+    error = await fake.provider_error(p.generate(ModelRequest(messages=ASK)))
+    assert error.status == 401
 
 
 async def test_stream_without_message_stop_is_cut(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(fake.sse_reply("anthropic/cut.sse"))
-    with pytest.raises(ProviderError) as info:
-        await fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
-    assert info.value.retryable
-    assert "message_stop" in info.value.message
+    error = await fake.provider_error(
+        fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
+    )
+    assert error.retryable
+    assert "message_stop" in error.message
     # Text had been yielded, so no retry.
     assert len(anthropic_server.requests) == 1
 
@@ -380,7 +380,6 @@ async def test_malformed_json(anthropic_server: fake.FakeServer) -> None:
 async def test_stalled_stream_times_out(anthropic_server: fake.FakeServer) -> None:
     anthropic_server.queue(fake.Reply(stall=True))
     p = provider(anthropic_server, timeout=0.3, max_retries=0)
-    with pytest.raises(ProviderError) as info:
-        await fake.collect(p.stream(ModelRequest(messages=ASK)))
-    assert info.value.retryable
-    assert "timed out" in info.value.message
+    error = await fake.provider_error(fake.collect(p.stream(ModelRequest(messages=ASK))))
+    assert error.retryable
+    assert "timed out" in error.message

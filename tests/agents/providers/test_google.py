@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from uamp_agents.providers import ModelRequest, ProviderError, google
+from uamp_agents.providers import ModelRequest, google
 from uamp_agents.providers._google import GoogleProvider
 from uamp_proto import types as ty
 from uamp_proto.events import UsageDelta
@@ -50,11 +50,12 @@ async def test_generate_text_and_cached_usage(google_server: fake.FakeServer) ->
     assert result.finish_reason == "stop"
     assert result.model == "gemini-2.5-flash"
     # Spec 8.7: Gemini input includes cached; cached = cachedContentTokenCount.
-    assert result.usage is not None
-    assert result.usage.input_tokens == 4210
-    assert result.usage.cached_tokens == 4096
-    assert result.usage.output_tokens == 8 + 32  # candidates + fake.thoughts
-    assert result.usage.total_tokens == 4250
+    assert result.usage == ty.UsageStats(
+        input_tokens=4210,
+        cached_tokens=4096,
+        output_tokens=8 + 32,  # candidates + fake.thoughts
+        total_tokens=4250,
+    )
 
 
 async def test_stream_text(google_server: fake.FakeServer) -> None:
@@ -269,28 +270,27 @@ async def test_429_with_retry_after_then_success(google_server: fake.FakeServer)
 async def test_429_retry_info_delay(google_server: fake.FakeServer) -> None:
     # No Retry-After header: the delay comes from google.rpc.RetryInfo.
     google_server.queue(fake.json_reply("google/error_429.json", status=429))
-    with pytest.raises(ProviderError) as info:
-        await provider(google_server, max_retries=0).generate(ModelRequest(messages=ASK))
-    assert info.value.retry_after == 37.0
-    assert info.value.retryable
-    assert "RESOURCE_EXHAUSTED" in info.value.message
+    error = await fake.provider_error(
+        provider(google_server, max_retries=0).generate(ModelRequest(messages=ASK))
+    )
+    assert error.retry_after == 37.0
+    assert error.retryable
+    assert "RESOURCE_EXHAUSTED" in error.message
 
 
 async def test_500_exhausts_retries(google_server: fake.FakeServer) -> None:
     google_server.queue(*[fake.json_reply("google/error_500.json", status=500)] * 3)
-    with pytest.raises(ProviderError) as info:
-        await provider(google_server).generate(ModelRequest(messages=ASK))
-    assert info.value.retryable
-    assert info.value.status == 500
+    error = await fake.provider_error(provider(google_server).generate(ModelRequest(messages=ASK)))
+    assert error.retryable
+    assert error.status == 500
     assert len(google_server.requests) == 3
 
 
 async def test_400_is_not_retried(google_server: fake.FakeServer) -> None:
     google_server.queue(fake.json_reply("google/error_400.json", status=400))
-    with pytest.raises(ProviderError) as info:
-        await provider(google_server).generate(ModelRequest(messages=ASK))
-    assert not info.value.retryable
-    assert "contents is not specified" in info.value.message
+    error = await fake.provider_error(provider(google_server).generate(ModelRequest(messages=ASK)))
+    assert not error.retryable
+    assert "contents is not specified" in error.message
     assert len(google_server.requests) == 1
 
 
@@ -306,10 +306,11 @@ async def test_api_key_from_environment(
 
 async def test_stream_without_finish_reason_is_cut(google_server: fake.FakeServer) -> None:
     google_server.queue(fake.sse_reply("google/cut.sse"))
-    with pytest.raises(ProviderError) as info:
-        await fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
-    assert info.value.retryable
-    assert "finishReason" in info.value.message
+    error = await fake.provider_error(
+        fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
+    )
+    assert error.retryable
+    assert "finishReason" in error.message
     assert len(google_server.requests) == 1
 
 
@@ -326,9 +327,10 @@ async def test_malformed_json(google_server: fake.FakeServer) -> None:
 async def test_stalled_server_times_out(google_server: fake.FakeServer) -> None:
     google_server.queue(fake.Reply(stall=True))
     p = provider(google_server, timeout=0.3, max_retries=0)
-    with pytest.raises(ProviderError) as info:
-        await p.generate(ModelRequest(messages=[ty.Message(role="user", content_items=[])]))
-    assert "timed out" in info.value.message
+    error = await fake.provider_error(
+        p.generate(ModelRequest(messages=[ty.Message(role="user", content_items=[])]))
+    )
+    assert "timed out" in error.message
 
 
 async def test_text_content_items_only(google_server: fake.FakeServer) -> None:
