@@ -211,13 +211,16 @@ def _chat_store(where: str) -> str:
 def default_agent() -> Responder:
     """What ``uamp serve`` and ``uamp acp`` host without ``--agent``: the UAP demo agent.
 
-    It is :func:`uamp_agents.bridge.demo_agent` served through the bridge.
+    It is :func:`uamp_agents.bridge.demo_agent` served through the bridge,
+    wrapped in :class:`uamp_trio.demo.CallTaker` so that it takes voice calls
+    (docs/voice.md) and echoes their audio.
     (:class:`uamp_trio.demo.DemoAgent`, the hand-written agent that needs no
     runtime, is still there for tests and for ``--agent uamp_trio.demo:DemoAgent``.)
     """
     from uamp_agents.bridge import demo_agent, serve_agent
+    from uamp_trio.demo import CallTaker
 
-    return serve_agent(demo_agent("demo"))
+    return CallTaker(serve_agent(demo_agent("demo")))
 
 
 # --- serve --------------------------------------------------------------------

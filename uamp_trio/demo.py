@@ -38,6 +38,10 @@ same reply (ids included), on every transport. Its rules:
   audio, it echoes that audio back in ``audio.delta`` chunks (of at most
   :data:`AUDIO_CHUNK` base64 characters), then ``audio.done``; audio with
   nothing in it is answered with :func:`tone`, a short 440 Hz beep.
+
+:class:`CallTaker` gives any served agent the same voice rule: ``uamp
+serve`` hosts the UAP demo agent wrapped in it, so the default agent takes
+calls while its text answers stay the UAP agent's own.
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ import math
 import struct
 from typing import Final
 
+import attrs
+
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest, placeholder_arguments
+from uamp_proto.responder import Emit, Responder, TurnRequest, placeholder_arguments
 
-__all__ = ["AUDIO_CHUNK", "DemoAgent", "tone"]
+__all__ = ["AUDIO_CHUNK", "CallTaker", "DemoAgent", "tone"]
 
 _EMPTY_REPLY = "Hello! Send me a message."
 #: Base64 characters per echoed ``audio.delta`` (a multiple of 4: whole bytes).
@@ -66,6 +72,24 @@ def tone(seconds: float = 0.2, hz: float = 440.0) -> str:
     frames = int(TONE_RATE * seconds)
     samples = (int(12000 * math.sin(2 * math.pi * hz * n / TONE_RATE)) for n in range(frames))
     return base64.b64encode(struct.pack(f"<{frames}h", *samples)).decode()
+
+
+async def echo_audio(message: ty.Message, emit: Emit) -> bool:
+    """Echo ``message``'s audio (silence: a beep) as ``audio.delta``; whether it had any."""
+    clips = [
+        i.audio
+        for i in message.content_items or ()
+        if isinstance(i, ty.AudioContent) and isinstance(i.audio, str)
+    ]
+    if not clips:
+        return False
+    if not any(clip.strip("A=") for clip in clips):  # silence or nothing: a beep
+        clips = [tone()]
+    for clip in clips:
+        for start in range(0, len(clip), AUDIO_CHUNK):
+            await emit(ev.AudioDelta(audio=clip[start : start + AUDIO_CHUNK]))
+    await emit(ev.AudioDone())
+    return True
 
 
 def _words(text: str) -> int:
@@ -125,7 +149,7 @@ class DemoAgent:
                 )
                 return
             if "audio" in request.modalities and user is not None:
-                await self._echo_audio(user, emit)
+                await echo_audio(user, emit)
             reply = f"You said: {text}" if text else _EMPTY_REPLY
             attachments = self._attachments(user)
             if attachments:
@@ -146,22 +170,6 @@ class DemoAgent:
         )
 
     # --- rules -------------------------------------------------------------
-
-    @staticmethod
-    async def _echo_audio(message: ty.Message, emit: Emit) -> None:
-        clips = [
-            i.audio
-            for i in message.content_items or ()
-            if isinstance(i, ty.AudioContent) and isinstance(i.audio, str)
-        ]
-        if not clips:
-            return
-        if not any(clip.strip("A=") for clip in clips):  # silence or nothing: a beep
-            clips = [tone()]
-        for clip in clips:
-            for start in range(0, len(clip), AUDIO_CHUNK):
-                await emit(ev.AudioDelta(audio=clip[start : start + AUDIO_CHUNK]))
-        await emit(ev.AudioDone())
 
     @staticmethod
     def _attachments(message: ty.Message | None) -> int:
@@ -217,3 +225,51 @@ class DemoAgent:
             f"Tool {names.get(m.tool_call_id or '', 'tool')} returned: {m.text}" for m in results
         ]
         return " ".join(sentences)
+
+
+class CallTaker:
+    """``inner`` that also takes calls (docs/voice.md): audio asked for is echoed.
+
+    Its capabilities are ``inner``'s with realtime pcm16 audio declared
+    (:func:`uamp_proto.voice.takes_calls`). A turn that asks for audio and
+    whose user message carries audio with no text is answered by
+    :func:`echo_audio` alone; every other turn is ``inner``'s.
+    """
+
+    def __init__(self, inner: Responder) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        """``inner``'s name."""
+        return self.inner.name
+
+    @property
+    def checkpoints(self) -> bool:
+        """``inner``'s checkpoint switch (``uamp serve --store`` sets it)."""
+        return bool(getattr(self.inner, "checkpoints", False))
+
+    @checkpoints.setter
+    def checkpoints(self, value: bool) -> None:
+        if hasattr(self.inner, "checkpoints"):
+            self.inner.checkpoints = value
+
+    def capabilities(self) -> ty.Capabilities:
+        """``inner``'s, with realtime audio: it takes calls."""
+        audio = ty.AudioCapabilities(
+            input_formats=["pcm16"], output_formats=["pcm16"], supports_realtime=True
+        )
+        return attrs.evolve(self.inner.capabilities(), audio=audio)
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Echo a call's audio; leave everything else to ``inner``."""
+        last = request.messages[-1] if request.messages else None
+        if (
+            "audio" in request.modalities
+            and last is not None
+            and last.role == "user"
+            and not last.text.strip()
+            and await echo_audio(last, emit)
+        ):
+            return
+        await self.inner.respond(request, emit)

@@ -164,3 +164,32 @@ async def _next(reader: Any, sid: str, etype: str) -> dict[str, Any]:
         event = await reader.take_any(sid)
         if event["type"] == etype:
             return event  # type: ignore[no-any-return]
+
+
+async def test_the_default_serve_agent_takes_calls_and_keeps_its_text_answers() -> None:
+    from uamp_trio.cli import default_agent
+
+    spoken = _pcm(3000)
+    with trio.fail_after(TIMEOUT):
+        app = App([default_agent()])
+        app.mount(uamp_ws.mount)
+        async with (
+            wire.serving(app) as server,
+            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
+        ):
+            await wire.create_session(ws)
+            await send(ws, type="voice.invite", call_id="call_d")
+            assert (await recv(ws))["type"] == "voice.accept"
+            await send(ws, type="input.audio", audio=spoken, format="pcm16", is_final=True)
+            events = await until(ws, "response.done")
+            assert "".join(e["audio"] for e in events if e["type"] == "audio.delta") == spoken
+            assert events[-1]["response"]["status"] == "completed"
+            await send(ws, type="voice.end", call_id="call_d", duration_ms=10)
+            await send(ws, type="input.text", text="what is 2+3?")
+            await send(ws, type="response.create")
+            answer = await until(ws, "response.done")
+            said = "".join(
+                e["delta"].get("text", "") for e in answer if e["type"] == "response.delta"
+            )
+            assert "2 + 3 = 5" in said
+            assert not [e for e in answer if e["type"] == "audio.delta"]
