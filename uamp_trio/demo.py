@@ -238,11 +238,8 @@ class CallTaker:
 
     def __init__(self, inner: Responder) -> None:
         self.inner = inner
-
-    @property
-    def name(self) -> str:
-        """``inner``'s name."""
-        return self.inner.name
+        #: ``inner``'s name.
+        self.name: str = inner.name
 
     @property
     def checkpoints(self) -> bool:

@@ -8,20 +8,36 @@ with ``call_not_active``, saying why.
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
+from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
 from tests._support.agents import TestAgent
 from tests._support.wire import recv, send, until
-from uamp_proto.responder import Emit, TurnRequest
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_trio import App, DemoAgent
 from uamp_trio.demo import AUDIO_CHUNK, TONE_RATE
 from uamp_trio.transports import uamp_ws
 
 TIMEOUT = 15
+
+
+@asynccontextmanager
+async def _call_session(agent: Responder) -> AsyncIterator[WebSocketConnection]:
+    """A UAMP WebSocket session with ``agent`` served over a real socket."""
+    app = App([agent])
+    app.mount(uamp_ws.mount)
+    async with (
+        wire.serving(app) as server,
+        open_ws(f"ws://127.0.0.1:{server.port}/agents/{agent.name}/uamp") as ws,
+    ):
+        await wire.create_session(ws)
+        yield ws
 
 
 class Silent(TestAgent):
@@ -171,13 +187,7 @@ async def test_the_default_serve_agent_takes_calls_and_keeps_its_text_answers() 
 
     spoken = _pcm(3000)
     with trio.fail_after(TIMEOUT):
-        app = App([default_agent()])
-        app.mount(uamp_ws.mount)
-        async with (
-            wire.serving(app) as server,
-            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
-        ):
-            await wire.create_session(ws)
+        async with _call_session(default_agent()) as ws:
             await send(ws, type="voice.invite", call_id="call_d")
             assert (await recv(ws))["type"] == "voice.accept"
             await send(ws, type="input.audio", audio=spoken, format="pcm16", is_final=True)
