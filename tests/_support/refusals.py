@@ -15,7 +15,8 @@ def assert_unauthorized(
     style: str, status: int, headers: Any, body: bytes, *, challenge: str, message: str | None
 ) -> None:
     """A 401 with ``challenge`` in ``WWW-Authenticate`` and the ``unauthorized``
-    code in ``style``'s error shape (``openai``, ``jsonrpc``, ``uamp``, or a
+    code in ``style``'s error shape (``openai``, ``jsonrpc``, ``uamp``, AIP-193 for
+    ``a2a_rest``, or a
     spec 003 ``error`` envelope with code 4.01 for ``envelope``);
     ``message``, when given, is the exact message the body carries, and then a
     JSON-RPC or UAMP body must hold nothing else. In the ``grpc`` style the
@@ -43,6 +44,13 @@ def assert_unauthorized(
         error = obj["error"]
         assert error["code"] == JSONRPC_UNAUTHORIZED
         assert error["data"] == {"status": 401, "code": "unauthorized"}
+    elif style == "a2a_rest":
+        error = obj["error"]  # AIP-193, as A2A 1.0 section 11.6 shapes HTTP+JSON errors
+        assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
+        (info,) = error["details"]
+        assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+        assert (info["reason"], info["domain"]) == ("UNAUTHORIZED", "uamp.dev")
+        assert set(obj) == {"error"} and set(error) == {"code", "status", "message", "details"}
     elif style == "envelope":
         from uamp_proto.adapters.envelope import read_error
         from uamp_proto.envelope import Intent, decode_envelope

@@ -13,16 +13,14 @@ appended out of place).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests._support.agents import TestAgent
+from tests._support.npm import install_client, run_node
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -35,26 +33,7 @@ CACHE = ROOT / ".test-cache" / "agui-client"
 
 @pytest.fixture(scope="module")
 def client_dir() -> Path:
-    """A copy of agui_client/ with node_modules from ``npm ci`` (again when the lock changes)."""
-    lock = (CLIENT / "package-lock.json").read_bytes()
-    stamp = CACHE / ".lock-sha256"
-    digest = hashlib.sha256(lock).hexdigest()
-    for name in ("package.json", "package-lock.json", "run.mjs"):
-        CACHE.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(CLIENT / name, CACHE / name)
-    if not (stamp.exists() and stamp.read_text() == digest and (CACHE / "node_modules").is_dir()):
-        npm = shutil.which("npm")
-        assert npm is not None, "npm is needed: install Node 20 with npm"
-        done = subprocess.run(
-            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-            cwd=CACHE,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        stamp.write_text(digest)
-    return CACHE
+    return install_client(CLIENT, CACHE)
 
 
 class Caller(TestAgent):
@@ -81,20 +60,6 @@ class Talker(TestAgent):
         await emit(ev.ToolCall(call_id="call_c", name="confirm", arguments='{"ok":true}'))
 
 
-def run_client(client_dir: Path, url: str, payload: dict[str, Any]) -> dict[str, Any]:
-    node = shutil.which("node")
-    assert node is not None, "node is needed: install Node 20"
-    done = subprocess.run(
-        [node, str(client_dir / "run.mjs"), url, json.dumps(payload)],
-        cwd=client_dir,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-
 def stream_ids(events: list[dict[str, Any]]) -> dict[str, str]:
     """Message id per role-ish key as the stream named them (before the snapshot)."""
     out: dict[str, str] = {}
@@ -113,7 +78,7 @@ def test_a_server_tool_call_keeps_its_place_in_the_clients_history(
 ) -> None:
     server = thread_server(create_app([Caller()]))
     user = {"id": "u1", "role": "user", "content": "what is uamp?"}
-    got = run_client(client_dir, f"{server.url}/agents/caller/agui", {"messages": [user]})
+    got = run_node(client_dir, f"{server.url}/agents/caller/agui", json.dumps({"messages": [user]}))
     events, messages = got["events"], got["messages"]
     ids = stream_ids(events)
     start = next(e for e in events if e["type"] == "TOOL_CALL_START")
@@ -149,9 +114,8 @@ def test_a_client_tool_call_belongs_to_the_message_that_said_it(
     server = thread_server(create_app([Talker()]))
     user = {"id": "u1", "role": "user", "content": "please confirm"}
     tool = {"name": "confirm", "description": "Confirm", "parameters": {"type": "object"}}
-    got = run_client(
-        client_dir, f"{server.url}/agents/talker/agui", {"messages": [user], "tools": [tool]}
-    )
+    payload = json.dumps({"messages": [user], "tools": [tool]})
+    got = run_node(client_dir, f"{server.url}/agents/talker/agui", payload)
     events, messages = got["events"], got["messages"]
     text_id = stream_ids(events)["text"]
     assert next(e for e in events if e["type"] == "TOOL_CALL_START")["parentMessageId"] == text_id

@@ -178,6 +178,8 @@ BINDING_STATUS: dict[int, tuple[int, str]] = {
 }
 _ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 _ERROR_DOMAIN = "a2a-protocol.org"
+#: The ``ErrorInfo`` domain of refusals that are uamp's, not A2A's.
+UAMP_ERROR_DOMAIN = "uamp.dev"
 
 
 class Dialect(enum.Enum):
@@ -240,6 +242,23 @@ METHODS: dict[str, tuple[Dialect, str]] = {
 }
 
 
+def rest_error_body(
+    http_status: int, status: str, message: str, info: dict[str, Any]
+) -> dict[str, Any]:
+    """An AIP-193 error body (A2A 1.0 section 11.6) with one ``ErrorInfo`` detail."""
+    return {"error": {"code": http_status, "status": status, "message": message, "details": [info]}}
+
+
+def refusal_rest_body(http_status: int, status: str, message: str, reason: str) -> dict[str, Any]:
+    """The HTTP+JSON body for a refusal made before any A2A operation ran (auth, limits).
+
+    Its ``ErrorInfo`` names uamp's refusal code (upper-cased) in uamp's domain,
+    since it is no A2A error.
+    """
+    info = {"@type": _ERROR_INFO_TYPE, "reason": reason.upper(), "domain": UAMP_ERROR_DOMAIN}
+    return rest_error_body(http_status, status, message, {**info, "metadata": {}})
+
+
 class A2AError(JSONRPCError):
     """An A2A/JSON-RPC error, with what to answer in either dialect and over REST.
 
@@ -293,14 +312,7 @@ class A2AError(JSONRPCError):
 
     def rest_body(self) -> dict[str, Any]:
         """The HTTP+JSON error body (AIP-193; A2A 1.0 section 11.6)."""
-        return {
-            "error": {
-                "code": self.http_status,
-                "status": self.grpc_status,
-                "message": self.message,
-                "details": [self.error_info()],
-            }
-        }
+        return rest_error_body(self.http_status, self.grpc_status, self.message, self.error_info())
 
     def error_object(self, dialect: Dialect = Dialect.V1) -> dict[str, Any]:
         """The JSON-RPC ``error`` member.

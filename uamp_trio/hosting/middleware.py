@@ -31,6 +31,7 @@ import attrs
 import orjson
 
 from uamp_proto import grpc as grpc_wire
+from uamp_proto.adapters import a2a
 
 from ..engines.http import JSON_HEADERS, HTTPError, Request, Response, StreamingResponse, error_body
 from ..engines.websocket import WebSocketRequest
@@ -113,6 +114,9 @@ def _error_object(style: ErrorStyle, exc: HTTPError, rpc_code: int) -> dict[str,
         return {"jsonrpc": "2.0", "id": None, "error": error}
     if style == "uamp":
         return _session_error(exc)
+    if style == "a2a_rest":
+        status = grpc_wire.status_for_http(exc.status).name
+        return a2a.refusal_rest_body(exc.status, status, exc.message, exc.code or "refused")
     return error_body(exc.message, code=exc.code, type=exc.type, param=exc.param)
 
 

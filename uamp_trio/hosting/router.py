@@ -45,7 +45,7 @@ AGENT_PREFIX = "/agents/{agent}"
 #: response, a UAMP ``session.error`` event, a gRPC status (trailers-only), or
 #: a signed spec 003 ``error`` envelope (rendered by the root, which holds the
 #: envelope key).
-ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope"]
+ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope", "a2a_rest"]
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

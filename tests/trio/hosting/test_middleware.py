@@ -97,6 +97,7 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "uamp",
         "envelope",
         "grpc",
+        "a2a_rest",
     }
     public = {route.pattern for route in routes if route.meta.public}
     assert public == {

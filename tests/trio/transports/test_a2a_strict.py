@@ -215,3 +215,24 @@ async def test_push_webhooks_on_non_public_addresses_are_refused(base: str, url:
         ),
     )
     assert inline["error"]["code"] == -32602
+
+
+async def test_rest_refusals_before_the_operation_are_aip_193_too(serve_app) -> None:  # type: ignore[no-untyped-def]
+    """Middleware refusals (here the gate's 401) use the binding's error body, not OpenAI's."""
+    from uamp_trio.trust.auth import APIKeyAuthenticator
+
+    gated = create_app(
+        [DemoAgent()],
+        transports=[a2a_transport.mount],
+        authenticator=APIKeyAuthenticator([("alice", "k-1")]),
+    )
+    url = str((await serve_app(gated)).url)
+    async with httpx.AsyncClient() as http:
+        resp = await http.post(f"{url}/agents/demo/a2a/message:send", json={"message": _message()})
+    assert resp.status_code == 401
+    error = resp.json()["error"]
+    assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
+    (info,) = error["details"]
+    assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert (info["reason"], info["domain"]) == ("UNAUTHORIZED", "uamp.dev")
+    assert "type" not in error  # the OpenAI shape's member

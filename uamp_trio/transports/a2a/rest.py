@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = ["mount"]
 
-#: Refusals by middleware on these routes use the OpenAI error shape (the
-#: A2A errors of the operations use AIP-193).
-ROUTES = RouteMeta(transport="a2a", error_style="openai")
+#: Refusals by middleware on these routes (auth, body limits, concurrency)
+#: use the same AIP-193 body as the A2A errors of the operations.
+ROUTES = RouteMeta(transport="a2a", error_style="a2a_rest")
 
 _Handler = Callable[["Call", Request], Awaitable[Response | StreamingResponse]]
 
