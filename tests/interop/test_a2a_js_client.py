@@ -28,11 +28,6 @@ CACHE = ROOT / ".test-cache" / "a2ajs-client"
 ANSWER = "Hello from uamp, in three chunks."
 
 
-@pytest.fixture(scope="module")
-def client_dir() -> Path:
-    return install_client(CLIENT, CACHE)
-
-
 class Chunky(TestAgent):
     """Answers in three text deltas (each becomes an artifact chunk)."""
 
@@ -44,12 +39,18 @@ class Chunky(TestAgent):
 
 
 class Other(TestAgent):
-    """A second agent, so the root card is not chunky's."""
+    """A second agent: the server hosts several, as real deployments do."""
 
     name = "other"
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="other")))
+
+
+@pytest.fixture(scope="module")
+def client_dir() -> Path:
+    """a2ajs_client/ installed with ``npm ci`` under the test cache."""
+    return install_client(CLIENT, CACHE)
 
 
 def test_the_js_client_resolves_the_card_and_sees_the_answer_once(
