@@ -301,6 +301,19 @@ class App(Host):
             return False
         return route.meta.stream_body
 
+    def body_limit(self, request: Request) -> int | None:
+        """The ``max_body`` of ``request``'s route (its head only), or ``None``."""
+        try:
+            route, _ = self.router.match(request.method, request.path)
+        except HTTPError:
+            return None
+        return route.meta.max_body
+
+    def smallest_body_limit(self) -> int | None:
+        """The smallest ``max_body`` of any route: below it no head needs :meth:`body_limit`."""
+        limits = [r.meta.max_body for r in self.router.routes if r.meta.max_body is not None]
+        return min(limits, default=None)
+
     def websocket_handler_for(self, request: Request) -> WebSocketHandler | None:
         """The handler for a WebSocket upgrade behind the middleware chain, or ``None``."""
         found = self.router.match_websocket(request.path)

@@ -454,6 +454,14 @@ def _add_serve(sub: Any) -> None:
         metavar="N",
         help="envelope exchanges one agent runs at once; more get 5.04 (default %(default)s)",
     )
+    env.add_argument(
+        "--max-envelope-size",
+        type=int,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest envelope accepted; a larger declared Content-Length gets 4.13 (413) "
+        "before the body is read (default %(default)s)",
+    )
     auth = p.add_argument_group("authentication (see docs/security.md)")
     auth.add_argument(
         "--auth-jwks",
@@ -545,7 +553,9 @@ def envelope_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "envelope_key": key,
         "trust_jwks": trusted,
-        "envelope_limits": EnvelopeLimits(max_concurrent=args.max_concurrent),
+        "envelope_limits": EnvelopeLimits(
+            max_concurrent=args.max_concurrent, max_size=args.max_envelope_size
+        ),
     }
 
 

@@ -332,7 +332,7 @@ class _Http1Connection:
         return not self.tracker.draining
 
     async def _serve(self) -> None:
-        max_head, max_body = self.cfg.max_header_size, self.cfg.max_body_size
+        max_head, max_body = self.cfg.max_header_size, self.server.body_floor
         while True:
             buf, pos = self.buf, self.pos
             if pos == len(buf):
@@ -534,6 +534,12 @@ class _Http1Connection:
             (headers.get("upgrade") or "").lower() == "websocket"
         ):
             await self._upgrade(request, target)
+            return False
+        limit = self.server.body_limit(request)
+        length = headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            # Refused from the head: the body is never read (and no 100 sent).
+            await self._send_refusal(self.server.too_large(request, limit))
             return False
         try:
             request.body = await self._read_body(conn, headers)

@@ -454,8 +454,14 @@ class _Http2Connection:
                 self.ready.append(st)
                 return
             length = Headers(st.headers).get("content-length")
-            if length is not None and length.isdigit() and int(length) > self.cfg.max_body_size:
-                self._reject_too_large(st)
+            if length is not None and length.isdigit():
+                declared = int(length)
+                if declared > self.server.body_floor:
+                    # Refused from the head, in the route's error style.
+                    request = self._request(st)
+                    limit = self.server.body_limit(request)
+                    if declared > limit:
+                        self._reject(st, self.server.too_large(request, limit))
         elif isinstance(event, h2.events.DataReceived):
             sid = event.stream_id
             data_st = self.streams.get(sid)

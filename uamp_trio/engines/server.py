@@ -275,6 +275,19 @@ class StreamsBodies(Protocol):
 
 
 @runtime_checkable
+class LimitsBodies(Protocol):
+    """A dispatcher with routes that take smaller bodies than the server does."""
+
+    def body_limit(self, request: Request) -> int | None:
+        """The body limit of ``request``'s route (its head only), or ``None``."""
+        ...
+
+    def smallest_body_limit(self) -> int | None:
+        """The smallest limit of any route, or ``None`` when no route has one."""
+        ...
+
+
+@runtime_checkable
 class HasBackground(Protocol):
     """A dispatcher with a nursery slot for work that outlives its request.
 
@@ -358,6 +371,7 @@ class Server:
         #: The app, when some of its routes read their body while it arrives.
         self.body_streamer = app if isinstance(app, StreamsBodies) else None
         self.config = attrs.evolve(config or ServerConfig(), **overrides)
+        self._limits = app if isinstance(app, LimitsBodies) else None
         self.ssl_context = _ssl_context(self.config) if self.config.certfile else None
         #: Bound ``(host, port)`` of every listener, once serving.
         self.addresses: list[tuple[str, int]] = []
@@ -699,6 +713,31 @@ class Server:
         if isinstance(self.app, RendersErrors):
             return self.app.render_refusal(request, exc)
         return exc.to_response()
+
+    @functools.cached_property
+    def body_floor(self) -> int:
+        """Declared lengths up to this need no per-route check (:meth:`body_limit`).
+
+        Read once, on the first request: the routes are mounted by then.
+        """
+        floor = self._limits.smallest_body_limit() if self._limits is not None else None
+        size = self.config.max_body_size
+        return size if floor is None else min(floor, size)
+
+    def body_limit(self, request: Request) -> int:
+        """The largest body ``request`` may declare: its route's, at most the server's."""
+        size = self.config.max_body_size
+        own = self._limits.body_limit(request) if self._limits is not None else None
+        return size if own is None else min(own, size)
+
+    def too_large(self, request: Request, limit: int) -> Response:
+        """The 413 of a body over ``limit``, in the error style of ``request``'s route."""
+        exc = HTTPError(
+            413,
+            f"The request body exceeds the limit of {limit} bytes.",
+            code="request_too_large",
+        )
+        return self.refusal(request, exc)
 
     def over_budget(self, request: Request) -> Response:
         """The 503 of a request whose body would go over ``max_buffered_body``."""

@@ -75,6 +75,9 @@ class RouteMeta:
         tls13: Over TLS, only TLS 1.3 connections are served (spec 003
             section 6.1); the root refuses older ones with 403 even when the
             server accepts them for other routes (``--tls-min 1.2``).
+        max_body: Largest request body this route takes, bytes; a larger
+            declared ``Content-Length`` is refused with 413 from the head,
+            before the body is read (``None``: the server's ``max_body_size``).
         envelope: A spec 003 binding: each envelope carries its own
             credential (``cap_token``, ``sig``), which the envelope service
             checks, so the gate lets the call through without a bearer token.
@@ -86,6 +89,7 @@ class RouteMeta:
     stream_body: bool = False
     tls13: bool = False
     envelope: bool = False
+    max_body: int | None = None
 
 
 #: The metadata of a route registered without any.

@@ -8,6 +8,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
+import h11
 import httpx
 import orjson
 import pytest
@@ -387,3 +391,88 @@ async def test_a_good_cap_token_is_served_and_its_stream_is_private(
         "urn:uuid:00000000-0000-4000-8000-000000000000", "X"
     )
     assert anonymous.status_code == 401
+
+
+async def _head_only(port: int, head: bytes) -> list[Any]:
+    """Send only ``head`` (never the body it declares); the events the server answers."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    conn = h11.Connection(h11.CLIENT)
+    events: list[Any] = []
+    async with stream:
+        await stream.send_all(head)
+        # h11 parses a response only to a request it sent: the same head, as state.
+        conn.send(h11.Request(method="POST", target="/", headers=[("host", "x")]))
+        while not any(isinstance(e, h11.EndOfMessage) for e in events):
+            data = await stream.receive_some(65536)
+            conn.receive_data(data)
+            while (event := conn.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+                events.append(event)
+                if isinstance(event, h11.ConnectionClosed):
+                    return events
+    return events
+
+
+@pytest.mark.parametrize("expect", [False, True])
+async def test_oversize_post_is_refused_before_its_body_is_sent(
+    serve_app: Callable[..., Awaitable[Any]], expect: bool
+) -> None:
+    app = create_app([Echo()], envelope_limits=EnvelopeLimits(max_size=2048))
+    server = await serve_app(app)
+    # Under the server's own --max-body-size: only the route's limit refuses it.
+    declared = 1024 * 1024
+    head = (
+        b"POST /agents/echo/v1/messages HTTP/1.1\r\nhost: x\r\n"
+        b"content-type: application/uamp+json\r\ncontent-length: %d\r\n"
+        % declared
+        + (b"expect: 100-continue\r\n" if expect else b"")
+        + b"\r\n"
+    )
+    with trio.fail_after(TIMEOUT):
+        events = await _head_only(server.port, head)
+    answers = (h11.Response, h11.InformationalResponse)
+    statuses = [e.status_code for e in events if isinstance(e, answers)]
+    assert statuses == [413]  # no 100 Continue: the body is never asked for
+    body = b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data))
+    code, message, _ = read_error(decode_envelope(body))
+    assert code == "4.13" and "2048" in message
+
+
+async def test_oversize_post_over_http2_is_refused_from_its_headers(
+    serve_app: Callable[..., Awaitable[Any]],
+) -> None:
+    app = create_app([Echo()], envelope_limits=EnvelopeLimits(max_size=2048))
+    server = await serve_app(app)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    # Headers only, no END_STREAM: the declared body is never sent.
+    conn.send_headers(
+        1,
+        [
+            (":method", "POST"),
+            (":path", "/agents/echo/v1/messages"),
+            (":scheme", "http"),
+            (":authority", "x"),
+            ("content-type", "application/uamp+json"),
+            ("content-length", str(1024 * 1024)),
+        ],
+    )
+    status, body, ended = None, b"", False
+    with trio.fail_after(TIMEOUT):
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            await stream.send_all(conn.data_to_send())
+            while not ended:
+                data = await stream.receive_some(65536)
+                assert data, "the server closed before answering"
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        status = dict(event.headers)[b":status"]
+                    elif isinstance(event, h2.events.DataReceived):
+                        body += event.data
+                        conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                    elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                        ended = True
+                await stream.send_all(conn.data_to_send())
+    assert status == b"413"
+    code, message, _ = read_error(decode_envelope(body))
+    assert code == "4.13" and "2048" in message
