@@ -113,3 +113,11 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with running_redis(tmp_path_factory.mktemp("redis")) as url:
         yield url
+
+
+@pytest.fixture
+def tool_runs(tmp_path: Path) -> Iterator[Path]:
+    """A file the ``Checkpointed`` agent's tool, in any spawned process, adds a line to per run."""
+    from tests._support.cli import count_tool_runs
+
+    yield from count_tool_runs(tmp_path)

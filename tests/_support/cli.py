@@ -50,6 +50,21 @@ def spawn(
     )
 
 
+def count_tool_runs(directory: Path) -> Iterator[Path]:
+    """A file the ``Checkpointed`` agent's tool appends a line to on every run.
+
+    It is named in ``ENV`` for the processes spawned meanwhile, so a test can
+    count runs across processes (tests/_support/agents.py).
+    """
+    runs = directory / "tool-runs"
+    runs.touch()
+    ENV["UAMP_TEST_TOOL_RUNS"] = str(runs)
+    try:
+        yield runs
+    finally:
+        ENV.pop("UAMP_TEST_TOOL_RUNS", None)
+
+
 def spawn_serve(*args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen[str]:
     """Start ``uamp serve --port 0 *args``; its stdout (and by default its stderr) is a pipe."""
     return spawn("serve", "--port", "0", *args, stderr=stderr)

@@ -19,11 +19,9 @@ from typing import Any
 
 import attrs
 import orjson
-import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
-from tests._support import cli
 from tests._support.cli import spawn_serve, uamp_serve, wait_for_line
 from tests._support.wire import create_session, recv, resume_session, send, until
 from uamp_proto.codec import decode
@@ -133,17 +131,14 @@ async def test_kill_9_mid_stream_then_resume_on_the_other_process(
 
 
 async def test_kill_9_after_a_checkpoint_carries_the_response_on(
-    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, tmp_path: Path, tool_runs: Path
 ) -> None:
-    runs = tmp_path / "tool-runs"
-    runs.touch()
-    monkeypatch.setitem(cli.ENV, "UAMP_TEST_TOOL_RUNS", str(runs))
     paying, ledger, token = _paid(tmp_path)
     store = ("--store", redis_url, "--agent", "tests._support.agents:Checkpointed", *paying)
     loss = await _lose_mid_stream(store, "checkpointed", token, 5, "response.done")
     # The tool ran once in the lost process (the carried-on run did not
     # repeat it); the next turn ran it once more.
-    assert len(runs.read_text().split()) == 2
+    assert len(tool_runs.read_text().split()) == 2
     restored = [e for e in loss.rest if e["type"] == "progress" and e.get("stage") == "restored"]
     assert [e["message"] for e in restored] == ["cp1"]
     ticks = "".join(f"tick {i} " for i in range(40))

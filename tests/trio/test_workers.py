@@ -11,13 +11,10 @@ the dead one, and SIGTERM stops them all.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
@@ -36,23 +33,16 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _wait_for(pattern: str, proc: subprocess.Popen[str], seen: list[str]) -> re.Match[str]:
-    return cli.wait_for_line(proc, pattern, seen)
-
-
 async def test_two_workers_one_port_survive_the_loss_of_one(
-    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, tool_runs: Path
 ) -> None:
-    runs = tmp_path / "tool-runs"
-    runs.touch()
-    monkeypatch.setitem(cli.ENV, "UAMP_TEST_TOOL_RUNS", str(runs))
     agent = "tests._support.agents:Checkpointed"
     sup = cli.spawn_serve("--workers", "2", "--store", redis_url, "--agent", agent)
     seen: list[str] = []
     try:
-        address = _wait_for(r"2 workers on ([\d.]+:\d+)", sup, seen).group(1)
-        _wait_for(r"serving on http://", sup, seen)
-        _wait_for(r"serving on http://", sup, seen)  # both workers are up
+        address = cli.wait_for_line(sup, r"2 workers on ([\d.]+:\d+)", seen).group(1)
+        cli.wait_for_line(sup, r"serving on http://", seen)
+        cli.wait_for_line(sup, r"serving on http://", seen)  # both workers are up
         workers = _children(sup.pid)
         assert len(workers) == 2
         url = f"ws://{address}/agents/checkpointed/uamp"
@@ -75,11 +65,12 @@ async def test_two_workers_one_port_survive_the_loss_of_one(
                 rest = await until(ws, "response.done")
             await log.aclose()
         # The checkpointed tool step was not run again by the other worker.
-        assert len(runs.read_text().split()) == 1
+        assert len(tool_runs.read_text().split()) == 1
         text = rest[-1]["response"]["output"][-1]["text"]
         assert text == "".join(f"tick {i} " for i in range(40))
         # The supervisor put a new worker in place of the dead one.
-        restarted = _wait_for(r"worker \d \(pid (\d+)\) exited with -9; restarting", sup, seen)
+        restarting = r"worker \d \(pid (\d+)\) exited with -9; restarting"
+        restarted = cli.wait_for_line(sup, restarting, seen)
         assert int(restarted.group(1)) == victim
         deadline = time.monotonic() + cli.STARTUP
         while time.monotonic() < deadline and len(_children(sup.pid) - {victim}) < 2:
