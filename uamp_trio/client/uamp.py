@@ -715,14 +715,24 @@ class _Opening:
         """The ``session.create`` that resumes this session after ``last_event_id``.
 
         Written past the core, which knows the session already (docs/resume.md).
+        It carries the session's credentials as they are now, not as they
+        were when it opened: the latest auth token (``session.update``) and
+        payment token (``payment.submit``, an ``on_payment_required`` answer,
+        ``session.update``), since the server keeps no payment token with a
+        session and a resumed session must not be asked to pay again.
         """
+        ctx = conn.sessions.get(self.session_id)
+        token, payment_token = self.token, self.payment_token
+        if ctx is not None:
+            token = ctx.token or token
+            payment_token = ctx.payment.token or payment_token
         create = ev.SessionCreate(
             session_id=self.session_id,
             uamp_version=conn.config.uamp_version,
             session=self.config,
             agent=self.agent,
-            token=self.token,
-            payment_token=self.payment_token,
+            token=token,
+            payment_token=payment_token,
             chat=self.chat,
             unknown={"extensions": {RESUME_FROM: last_event_id}},
         )

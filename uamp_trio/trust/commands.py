@@ -53,7 +53,11 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
     """The ledger policy the flags ask for (``None`` without ``--ledger``).
 
     Opens the ledger and frees the locks a previous process left (it died
-    mid-response), so a restart leaves no money held.
+    mid-response), so a restart leaves no money held. With a session store
+    that outlives the process (``--store`` other than ``memory``) such a
+    response may still be carried on by a process the client resumes on,
+    which settles its lock: those locks are left for ``--retention-age``
+    (how long the session can be resumed), then released.
 
     Raises:
         ValueError: The ledger cannot be opened (one line for the user).
@@ -61,10 +65,12 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
     if not args.ledger:
         return None
     ledger = _open(args.ledger)
-    freed = ledger.recover()
+    durable = getattr(args, "store", "memory") != "memory"
+    grace = float(args.retention_age) if durable else 0.0
+    freed = ledger.recover(grace=grace)
     if freed:
         print(f"uamp: ledger {args.ledger}: released {freed} unfinished lock(s)", file=sys.stderr)
-    return LedgerPolicy(ledger, price=args.price, currency=args.currency)
+    return LedgerPolicy(ledger, price=args.price, currency=args.currency, orphan_grace=grace)
 
 
 def _open(path: str, *, create: bool = True) -> Ledger:

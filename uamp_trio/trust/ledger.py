@@ -72,12 +72,13 @@ CREATE TABLE IF NOT EXISTS locks (
     state TEXT NOT NULL CHECK (state IN ('locked', 'settled')),
     principal TEXT,
     owner TEXT,
+    locked_at REAL,
     PRIMARY KEY (token_id, response_id)
 );
 """
 
-#: Columns added to ``locks`` after its first version (older files gain them).
-_ADDED_LOCK_COLUMNS = ("principal", "owner")
+#: Columns added to ``locks`` after its first version (older files gain them), with their types.
+_ADDED_LOCK_COLUMNS = (("principal", "TEXT"), ("owner", "TEXT"), ("locked_at", "REAL"))
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -150,9 +151,9 @@ class Ledger:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         have = {row["name"] for row in self._db.execute("PRAGMA table_info(locks)")}
-        for column in _ADDED_LOCK_COLUMNS:
+        for column, kind in _ADDED_LOCK_COLUMNS:
             if column not in have:
-                self._db.execute(f"ALTER TABLE locks ADD COLUMN {column} TEXT")
+                self._db.execute(f"ALTER TABLE locks ADD COLUMN {column} {kind}")
         self._key = self._signing_key()
         self._limiter = trio.CapacityLimiter(1)
 
@@ -341,9 +342,10 @@ class Ledger:
             account = arith.lock(account, value, self._clock())
             self._store(db, token_id, account)
             db.execute(
-                "INSERT INTO locks (token_id, response_id, amount, state, principal, owner)"
-                " VALUES (?, ?, ?, 'locked', ?, ?)",
-                (token_id, response_id, str(value), principal, self.owner),
+                "INSERT INTO locks"
+                " (token_id, response_id, amount, state, principal, owner, locked_at)"
+                " VALUES (?, ?, ?, 'locked', ?, ?, ?)",
+                (token_id, response_id, str(value), principal, self.owner, self._clock()),
             )
             return account
 
@@ -430,18 +432,32 @@ class Ledger:
         """End the response's lock with nothing charged."""
         return self.settle(token, response_id, Decimal(0))
 
-    def recover(self) -> int:
+    def recover(self, *, grace: float = 0.0) -> int:
         """Return the open locks of dead server instances to their balances.
 
-        Call once at start, before serving. Locks held by a server that
-        still runs (another process on the same file) are left to it; see
+        Call at start, before serving. Locks held by a server that still
+        runs (another process on the same file) are left to it; see
         :mod:`uamp_trio.trust.owners`. Returns how many locks were released.
+
+        ``grace``: leave a dead server's lock taken less than this many
+        seconds ago. Its response may still be carried on by a server that
+        resumes the session from a log that outlived the process
+        (docs/resume.md, "Node loss"), which settles that lock
+        (:meth:`orphan`) -- releasing it first would make that response free.
         """
+        oldest = self._clock() - grace
         with self._transaction() as db:
             found = db.execute(
-                "SELECT token_id, response_id, amount, owner FROM locks WHERE state = 'locked'"
+                "SELECT token_id, response_id, amount, owner, locked_at FROM locks"
+                " WHERE state = 'locked'"
             ).fetchall()
-            rows = [r for r in found if r["owner"] != self.owner and not is_alive(r["owner"])]
+            rows = [
+                r
+                for r in found
+                if r["owner"] != self.owner
+                and (r["locked_at"] is None or r["locked_at"] <= oldest)
+                and not is_alive(r["owner"])
+            ]
             for row in rows:
                 account = arith.release(self._load(db, row["token_id"]), Decimal(row["amount"]))
                 self._store(db, row["token_id"], account)

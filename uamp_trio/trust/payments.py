@@ -106,7 +106,15 @@ class LedgerPolicy:
         price: Flat price per response of an agent that declares no pricing.
         currency: Currency of that price.
         free_agents: Agents that cost nothing.
+        orphan_grace: Seconds a dead server's lock is left for a server that
+            carries its response on (:meth:`adopt`). Past that it is
+            released (:meth:`Ledger.recover`), checked at most once a minute
+            when a lock is taken. ``0``: dead servers' locks are released
+            only by the start-up recovery.
     """
+
+    #: Seconds between two sweeps for dead servers' locks past ``orphan_grace``.
+    SWEEP_EVERY = 60.0
 
     def __init__(
         self,
@@ -115,10 +123,13 @@ class LedgerPolicy:
         price: str | Decimal = "0.01",
         currency: str = "USD",
         free_agents: frozenset[str] = frozenset(),
+        orphan_grace: float = 0.0,
     ) -> None:
         self.ledger = ledger
         self.default_pricing = Pricing.flat(price, currency.upper())
         self.free_agents = free_agents
+        self.orphan_grace = orphan_grace
+        self._swept = ledger.now()
 
     # --- what is asked -----------------------------------------------------------
 
@@ -249,6 +260,9 @@ class LedgerPolicy:
         return LedgerCharge(self, "", response_id, pricing, token_id)
 
     def _lock(self, pricing: Pricing, token: str, response_id: str, principal: str | None) -> None:
+        if self.orphan_grace > 0 and self.ledger.now() - self._swept >= self.SWEEP_EVERY:
+            self._swept = self.ledger.now()
+            self.ledger.recover(grace=self.orphan_grace)
         try:
             account = self.ledger.show(token).account
             if account.currency != pricing.currency:

@@ -214,6 +214,57 @@ def test_recover_frees_only_the_locks_of_dead_servers(tmp_path: Path) -> None:
                 proc.kill()
 
 
+def _dead_instance() -> str:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = instance_id(dead.pid)
+    dead.wait(timeout=10)
+    return owner
+
+
+def test_recover_with_a_grace_leaves_a_dead_servers_recent_lock_for_its_carrier(
+    tmp_path: Path,
+) -> None:
+    # A session log that outlives the process: the lost response may still
+    # be carried on (and its lock settled) by the server the client resumes on.
+    path, now = tmp_path / "ledger.db", [1000.0]
+    with Ledger(path, owner=_dead_instance(), clock=lambda: now[0]) as crashed:
+        token = crashed.issue("1.00", "USD")
+        crashed.lock(token, "resp_old", "0.10")
+        now[0] = 1050.0
+        crashed.lock(token, "resp_new", "0.20")
+    now[0] = 1100.0
+    with Ledger(path, clock=lambda: now[0]) as starting:
+        assert starting.recover(grace=60) == 1  # resp_old, locked 100 s ago
+        states = {e["response_id"]: e["state"] for e in starting.entries(token)}
+        assert states == {"resp_old": "settled", "resp_new": "locked"}
+        assert starting.orphan("resp_new") is not None  # still there to be adopted
+        now[0] = 1111.0
+        assert starting.recover(grace=60) == 1  # resp_new's grace is over
+        assert starting.show(token).account.locked == 0
+        balanced(starting)
+
+
+def test_the_ledger_policy_releases_orphans_past_the_grace_as_it_locks(tmp_path: Path) -> None:
+    path, now = tmp_path / "ledger.db", [1000.0]
+    with Ledger(path, owner=_dead_instance(), clock=lambda: now[0]) as crashed:
+        token = crashed.issue("1.00", "USD")
+        crashed.lock(token, "resp_lost", "0.30")
+    with Ledger(path, clock=lambda: now[0]) as book:
+        policy = LedgerPolicy(book, price="0.10", orphan_grace=120)
+        pricing = policy.default_pricing
+        now[0] = 1100.0  # within the grace: kept
+        policy._lock(pricing, token, "resp_a", None)
+        assert book.show(token).account.locked == D("0.40")
+        now[0] = 1130.0  # past the grace, but swept less than a minute ago
+        policy._lock(pricing, token, "resp_b", None)
+        assert book.show(token).account.locked == D("0.50")
+        now[0] = 1161.0
+        policy._lock(pricing, token, "resp_c", None)
+        states = {e["response_id"]: e["state"] for e in book.entries(token)}
+    assert states["resp_lost"] == "settled"
+    assert [states[r] for r in ("resp_a", "resp_b", "resp_c")] == ["locked"] * 3
+
+
 def test_a_second_server_on_the_ledger_leaves_the_first_ones_locks_alone(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     with Ledger(path) as book:
