@@ -29,7 +29,9 @@ response, emit a :class:`~uamp_proto.events.PaymentRequired` (a top-up:
 ``extra={"action": "topup"}``). On the UAMP WebSocket and HTTP+SSE
 transports ``emit`` then returns only once the client's payment was accepted
 (no content flows meanwhile), so the agent simply continues; cancelling the
-response while it waits raises ``Cancelled`` out of ``emit``. Raising
+response while it waits raises ``Cancelled`` out of ``emit``; once it
+returns, ``request.metadata[PAID_TOKEN]`` holds the token the client paid
+with (a relay passes it on to the agent's daemon). Raising
 :class:`~uamp_proto.payment.PaymentRequiredError` instead abandons the call:
 those transports re-run the agent on the conversation so far once paid, the
 others report ``payment_required``.
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
@@ -52,7 +54,18 @@ from .events import Event
 from .principal import ANONYMOUS, Principal
 from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
-__all__ = ["Emit", "Responder", "ResponderError", "TurnRequest", "placeholder_arguments"]
+__all__ = [
+    "PAID_TOKEN",
+    "Emit",
+    "Responder",
+    "ResponderError",
+    "TurnRequest",
+    "placeholder_arguments",
+]
+
+#: ``TurnRequest.metadata`` key: the payment token that answered the
+#: response's latest mid-stream ``payment.required`` (set once ``emit`` returns).
+PAID_TOKEN: Final = "paid_token"
 
 #: Sends one outgoing event; awaits until the transport has accepted it.
 Emit = Callable[[Event], Awaitable[None]]

@@ -6,7 +6,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest
+from uamp_proto.responder import PAID_TOKEN, Emit, TurnRequest
 from uamp_trio.demo import DemoAgent
 
 #: Two demo agents under their own names.
@@ -24,6 +24,22 @@ class SlowAgent(DemoAgent):
 
 
 slow = SlowAgent("slow")
+
+#: What ``topup`` asks for in the middle of its answer.
+TOPUP = ty.PaymentRequirements(amount="0.50", currency="USD")
+
+
+class TopUpAgent(DemoAgent):
+    """Answers half, asks for a top-up mid-stream, then says which token paid for the rest."""
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="first half; ")))
+        await emit(ev.PaymentRequired(requirements=TOPUP, extra={"action": "topup"}))
+        paid = request.metadata.get(PAID_TOKEN)
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"second half, paid with {paid}")))
+
+
+topup = TopUpAgent("topup")
 
 
 def uap_demo() -> object:

@@ -26,6 +26,7 @@ from tests._support.cli import ENV, ROOT, uamp, uamp_serve
 from tests.interop.test_cross_transport import TRANSPORTS as EVERY_TRANSPORT
 from tests.interop.test_cross_transport import acp_stdio, completions_plain
 from uamp_proto import codec
+from uamp_proto import events as ev
 from uamp_trio.client import connect
 
 AGENTS = "tests._support.relay_agents"
@@ -73,9 +74,9 @@ def stop(proc: subprocess.Popen[str]) -> str:
 def relay() -> Iterator[str]:
     """``uamp serve --relay`` with ``uamp connect`` serving alpha, beta and slow."""
     with uamp_serve("--relay") as url:
-        daemon = spawn_daemon(url, "alpha", "beta", "slow")
+        daemon = spawn_daemon(url, "alpha", "beta", "slow", "topup")
         try:
-            wait_online(url, {"alpha", "beta", "slow"})
+            wait_online(url, {"alpha", "beta", "slow", "topup"})
             yield url
         finally:
             stop(daemon)
@@ -107,11 +108,12 @@ def test_every_transport_reaches_each_daemon_agent(relay: str, ask: Any, agent: 
 
 
 def test_the_listing_and_the_daemon_declared_capabilities(relay: str) -> None:
-    listed = wait_online(relay, {"alpha", "beta", "slow"})
+    listed = wait_online(relay, {"alpha", "beta", "slow", "topup"})
     assert {(a["name"], a["kind"]) for a in listed} == {
         ("alpha", "connected"),
         ("beta", "connected"),
         ("slow", "connected"),
+        ("topup", "connected"),
     }
     caps = httpx.get(f"{relay}/agents/beta/capabilities").json()
     assert caps["id"] == "beta" and caps["provider"] == "uamp-demo"
@@ -175,6 +177,42 @@ def test_a_cancel_mid_stream_reaches_the_daemon(relay: str) -> None:
     seen = trio.run(main)
     assert seen[-2:] == ["response.cancelled", "again"]
     assert seen.count("response.delta") < 10  # stopped early, not at the 400th tick
+
+
+def test_the_daemons_mid_stream_top_up_reaches_the_client_and_its_payment_the_daemon(
+    relay: str,
+) -> None:
+    async def main() -> list[ev.Event]:
+        with trio.fail_after(TIMEOUT):
+            async with connect(relay.replace("http://", "ws://") + "/ws") as client:
+                session = await client.create_session(agent="topup")
+                seen: list[ev.Event] = []
+                stream = session.respond("go")
+                async for event in stream:
+                    seen.append(event)
+                    if event.type == "payment.required":
+                        with trio.move_on_after(0.3):  # paused: nothing more comes unpaid
+                            seen.append(await stream.__anext__())
+                        await session.pay("tok_topped_up")
+                    if event.type in ("response.done", "response.error", "response.cancelled"):
+                        break
+                return seen
+
+    seen = trio.run(main)
+    types = [event.type for event in seen]
+    assert types[-1] == "response.done", types
+    asked, paid = types.index("payment.required"), types.index("payment.accepted")
+    assert asked < paid
+    assert "response.delta" not in types[asked:paid]
+    required = seen[asked]
+    assert isinstance(required, ev.PaymentRequired)
+    assert required.requirements.amount == "0.50" and required.is_topup
+    text = "".join(
+        e.delta.text for e in seen if isinstance(e, ev.ResponseDelta) and hasattr(e.delta, "text")
+    )
+    # The second half ran on the daemon after its payment.submit, with the client's token.
+    assert text == "first half; second half, paid with tok_topped_up"
+    assert types.count("response.created") == 1
 
 
 def test_a_killed_daemon_is_a_clean_error_then_back_after_a_restart() -> None:

@@ -111,7 +111,7 @@ from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
 from uamp_proto.principal import ANONYMOUS, Principal
-from uamp_proto.responder import Emit, Responder, TurnRequest
+from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
     RESUMED,
@@ -1865,6 +1865,9 @@ class SessionHost:
             if kind is ev.PaymentRequired:
                 assert isinstance(event, ev.PaymentRequired)
                 await self._top_up(session, response, event)
+                ctx = self.conn.sessions.get(session.id)
+                if ctx is not None and ctx.payment.token is not None:
+                    request.metadata[PAID_TOKEN] = ctx.payment.token
                 return
             if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
                 event = self._final(session, response, event)

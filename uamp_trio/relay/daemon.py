@@ -28,7 +28,10 @@ turn runs through the turn driver every listening transport uses
 keeps no state), in a task of its own, so a slow turn never stalls the
 reader. Its events go back under the turn's ``session_id``; a turn that
 stops for client tools ends with ``response.done`` status
-``requires_action``. ``response.cancel`` and ``session.end`` cancel the
+``requires_action``. An agent's mid-stream ``payment.required`` (a
+top-up) goes to the relay and its ``emit`` waits for the ``payment.submit``
+the relay sends once the client paid (the token lands in the request's
+``metadata[PAID_TOKEN]``). ``response.cancel`` and ``session.end`` cancel the
 turn's runner (``response.cancelled``); a second ``input.text`` on a busy
 session replaces the turn running there.
 
@@ -60,7 +63,7 @@ from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError
 from uamp_proto.errors import UampError
 from uamp_proto.relay import backoff_delay, daemon_url, turn_request
-from uamp_proto.responder import Responder
+from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
 
 from ..client.uamp import ClientError, open_websocket
 from ..engines.ws_frames import CLOSE_NORMAL, FrameEngine, make_engine
@@ -84,6 +87,16 @@ class DaemonRefused(UampError):
 
 def _turn_id() -> str:
     return "resp_" + uuid.uuid4().hex
+
+
+class _Payment:
+    """A turn's mid-stream ``payment.required``, until the relay's ``payment.submit`` answers it."""
+
+    __slots__ = ("paid", "token")
+
+    def __init__(self) -> None:
+        self.paid = trio.Event()
+        self.token: str | None = None
 
 
 class DaemonHost:
@@ -117,6 +130,8 @@ class DaemonHost:
         #: ``(agent, code, message)`` of each refused registration.
         self.refused: list[tuple[str, str, str]] = []
         self._runs: dict[str, ResponseRunner] = {}
+        #: Turn session id -> its emitted ``payment.required``, waiting for ``payment.submit``.
+        self._payments: dict[str, _Payment] = {}
         for name, agent in agents.items():
             sid = "reg_" + uuid.uuid4().hex
             self._pending[sid] = name
@@ -184,6 +199,8 @@ class DaemonHost:
                 if isinstance(event, ev.SessionEnd) and sid in self.registered:
                     name = self.registered.pop(sid)
                     log.warning("relay ended the registration of agent %r (%s)", name, event.reason)
+        elif isinstance(event, ev.PaymentSubmit):
+            self._paid(event)
         elif isinstance(event, ev.SessionCreated):
             self._created(event)
         elif isinstance(event, ev.SessionErrorEvent):
@@ -262,7 +279,7 @@ class DaemonHost:
                 )
             )
             return
-        runner = ResponseRunner(agent, request, self._sink)
+        runner = ResponseRunner(agent, request, self._turn_sink(sid, request))
         previous = self._runs.get(sid)
         while previous is not None:  # the turn it replaces sends its last event first
             await trio.sleep(0)
@@ -293,6 +310,31 @@ class DaemonHost:
 
     async def _sink(self, event: ev.Event) -> None:
         await self.outbox.put(codec.encode(event))
+
+    def _turn_sink(self, sid: str, request: TurnRequest) -> Emit:
+        """The turn's sink; an emitted ``payment.required`` waits for ``payment.submit``."""
+
+        async def sink(event: ev.Event) -> None:
+            await self.outbox.put(codec.encode(event))
+            if type(event) is ev.PaymentRequired:
+                waiting = self._payments[sid] = _Payment()
+                try:
+                    await waiting.paid.wait()
+                finally:
+                    if self._payments.get(sid) is waiting:
+                        del self._payments[sid]
+                if waiting.token is not None:
+                    request.metadata[PAID_TOKEN] = waiting.token
+
+        return sink
+
+    def _paid(self, event: ev.PaymentSubmit) -> None:
+        waiting = self._payments.pop(event.session_id or "", None)
+        if waiting is None:
+            log.info("relay sent payment.submit for a turn that asks for none; ignored")
+            return
+        waiting.token = event.payment.token
+        waiting.paid.set()
 
     # --- ending -----------------------------------------------------------------------
 

@@ -18,7 +18,10 @@ goes into the app's agent registry, so to every transport it is one more
 the daemon as one ``input.text`` under a fresh interaction-scoped session id
 (:func:`uamp_proto.relay.turn_input`: the whole conversation, the client's
 tools), then emits what the daemon answers under that id until
-``response.done``, ``response.error`` or ``response.cancelled``; a cancel
+``response.done``, ``response.error`` or ``response.cancelled``. A
+``payment.required`` of the daemon's is a mid-stream top-up: the client's
+transport holds the turn until the client paid, and the token it paid with
+goes back to the daemon as ``payment.submit``. A cancel
 from the client (the turn's task cancelled) becomes ``response.cancel``, and
 every turn ends with ``session.end`` so the daemon forgets its id.
 
@@ -54,7 +57,7 @@ from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError
 from uamp_proto.principal import Principal
 from uamp_proto.relay import daemon_event, turn_input
-from uamp_proto.responder import Emit, ResponderError, TurnRequest
+from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
 
 from ..engines.http import Request, Response, json_response
 from ..engines.ws_frames import WebSocketClosed, make_engine
@@ -466,6 +469,9 @@ class DaemonLink:
                     raise ResponderError("cancelled", "The agent's daemon cancelled the response.")
                 if isinstance(event, _NOT_OF_A_RESPONSE) or event.direction == "client":
                     continue
+                if type(event) is ev.PaymentRequired:
+                    await self._top_up(request, sid, event, emit)
+                    continue
                 streamed_usage = streamed_usage or isinstance(event, ev.UsageDelta)
                 await emit(_local(event))
         finally:
@@ -479,6 +485,21 @@ class DaemonLink:
                     self._owe(ev.SessionEnd(session_id=sid))
                 except Overloaded:
                     self.outbox.close()
+
+    async def _top_up(
+        self, request: TurnRequest, sid: str, required: ev.PaymentRequired, emit: Emit
+    ) -> None:
+        """The daemon's mid-stream ``payment.required``: the client pays, the daemon hears of it.
+
+        The client's transport holds the turn until its payment was
+        accepted (the relay's own policy and ledger judge it, as for a
+        local agent); the token it paid with then goes to the daemon as
+        ``payment.submit`` on the turn's session, where the agent's ``emit``
+        is waiting for it.
+        """
+        await emit(_local(required))
+        token = request.metadata.get(PAID_TOKEN, request.payment_token)
+        self.send(ev.PaymentSubmit(session_id=sid, payment=ty.PaymentSubmission(token=token)))
 
 
 class Relay:
