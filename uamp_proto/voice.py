@@ -15,17 +15,37 @@ and once it was declined (saying with what reason) or ended, with
 ``call_not_active``. A session that never placed a call sends audio as
 plain input (a voice note, section 5.7), as before. ``voice.end`` carries the call's length in
 ``duration_ms`` from ``voice.accept`` to the end, time being passed in.
+
+Who answers a call placed to an agent: the agent's own *call hook* when it
+has one (:class:`CallHook`: ``take_call`` gets a :class:`CallOffer` and
+returns a :class:`CallAnswer`, which may carry an SDP answer), else its
+capabilities (:func:`default_answer`). An agent may also have
+``call_ended``, told once how a call ended (:class:`CallEnded`). The
+transports ask both through ``uamp_trio.hosting.calls``.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
+
+import attrs
 
 from .errors import ProtocolError
+from .principal import ANONYMOUS, Principal
 from .types import Capabilities
 
-__all__ = ["CALL_TRANSITIONS", "Call", "CallState", "takes_calls"]
+__all__ = [
+    "CALL_TRANSITIONS",
+    "Call",
+    "CallAnswer",
+    "CallEnded",
+    "CallHook",
+    "CallOffer",
+    "CallState",
+    "default_answer",
+    "takes_calls",
+]
 
 
 class CallState(enum.Enum):
@@ -55,6 +75,75 @@ def takes_calls(capabilities: Capabilities) -> bool:
     """
     audio = capabilities.audio
     return audio is not None and bool(audio.supports_realtime)
+
+
+@attrs.frozen(kw_only=True)
+class CallOffer:
+    """A call placed to an agent.
+
+    Args:
+        call_id: The call's id (the caller's, or one the server made).
+        session_id: The caller's session.
+        sdp: The caller's WebRTC SDP offer, if any.
+        transport: Which transport the call came by (``uamp``, ``realtime``).
+        principal: Who calls.
+    """
+
+    call_id: str
+    session_id: str | None = None
+    sdp: str | None = None
+    transport: str = "uamp"
+    principal: Principal = ANONYMOUS
+
+
+@attrs.frozen(kw_only=True)
+class CallAnswer:
+    """An agent's answer to a :class:`CallOffer`.
+
+    Args:
+        accept: Take the call (``voice.accept``) or not (``voice.decline``).
+        sdp: The SDP answer sent in ``voice.accept`` (the agent's media
+            endpoint); ``None`` keeps the call's audio in-band.
+        reason: Why it is declined (``voice.decline.reason``).
+    """
+
+    accept: bool = True
+    sdp: str | None = None
+    reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CallEnded:
+    """How a call an agent took ended.
+
+    Args:
+        call_id: The call.
+        session_id: The caller's session.
+        duration_ms: From the accept to the end.
+        reason: ``"ended"`` (a ``voice.end``), ``"closed"`` (the session or
+            connection went away), or the ``voice.end`` reason.
+    """
+
+    call_id: str
+    session_id: str | None = None
+    duration_ms: float | None = None
+    reason: str | None = None
+
+
+@runtime_checkable
+class CallHook(Protocol):
+    """The hook of an agent that answers its calls itself (beside ``Responder``)."""
+
+    async def take_call(self, offer: CallOffer) -> CallAnswer:
+        """Accept (optionally with an SDP answer) or decline ``offer``."""
+        ...
+
+
+def default_answer(name: str, capabilities: Capabilities) -> CallAnswer:
+    """The answer of an agent without a call hook: accept when it :func:`takes_calls`."""
+    if takes_calls(capabilities):
+        return CallAnswer()
+    return CallAnswer(accept=False, reason=f"agent {name!r} does not take calls")
 
 
 class Call:

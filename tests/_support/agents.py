@@ -19,6 +19,8 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
+from uamp_proto.voice import CallAnswer, CallEnded, CallOffer
+from uamp_trio.demo import DemoAgent
 
 
 class TestAgent:
@@ -39,6 +41,34 @@ class TestAgent:
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """Subclasses produce the response here."""
         raise NotImplementedError
+
+
+class Switchboard(DemoAgent):
+    """The demo agent with a call hook: it answers an SDP offer with its own SDP.
+
+    Every offer and every end it is told of is kept (the server may run in
+    another thread: the test polls them). ``decline`` makes it refuse calls.
+    """
+
+    #: The SDP answer it gives to an offer.
+    SDP = "v=0\r\no=switchboard 1 1 IN IP4 127.0.0.1\r\ns=-\r\n"
+
+    def __init__(self, name: str = "switchboard", *, decline: str | None = None) -> None:
+        super().__init__(name=name)
+        self.decline = decline
+        self.offers: list[CallOffer] = []
+        self.ended: list[CallEnded] = []
+
+    async def take_call(self, offer: CallOffer) -> CallAnswer:
+        """Accept (with :attr:`SDP` when offered one), or decline with :attr:`decline`."""
+        self.offers.append(offer)
+        if self.decline is not None:
+            return CallAnswer(accept=False, reason=self.decline)
+        return CallAnswer(sdp=self.SDP if offer.sdp else None)
+
+    async def call_ended(self, ended: CallEnded) -> None:
+        """Keep ``ended``."""
+        self.ended.append(ended)
 
 
 class Words(TestAgent):

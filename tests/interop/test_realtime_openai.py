@@ -13,8 +13,12 @@ from typing import Any
 import openai
 import pytest
 
+from tests._support.agents import Switchboard, TestAgent
 from tests._support.tools import WEATHER_REALTIME_TOOL
+from uamp_proto import events as ev
+from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_trio.app import App
 from uamp_trio.demo import DemoAgent
 from uamp_trio.transports.realtime import mount as mount_realtime
@@ -22,8 +26,8 @@ from uamp_trio.transports.realtime import mount as mount_realtime
 TIMEOUT = 20
 
 
-def _app(policy: TokenPolicy | None = None) -> App:
-    app = App([DemoAgent()])
+def _app(policy: TokenPolicy | None = None, *agents: Responder) -> App:
+    app = App(list(agents) or [DemoAgent()])
     mount_realtime(app, payment_policy=policy)
     return app
 
@@ -170,6 +174,7 @@ def test_audio_reaches_the_agent_and_errors_keep_the_socket(thread_server: Any) 
 
             pcm = base64.b64encode(b"\x00\x01" * 200).decode()
             await conn.input_audio_buffer.append(audio=pcm)
+            assert (await conn.recv()).type == "voice.accept"  # the first audio places a call
             await conn.input_audio_buffer.append(audio=pcm)
             await conn.input_audio_buffer.commit()
             committed = await conn.recv()
@@ -278,5 +283,136 @@ def test_unknown_agent_is_refused(thread_server: Any) -> None:
             async with client.realtime.connect(model="m") as conn:
                 await conn.recv()
         assert "404" in str(info.value)
+
+    _run(main())
+
+
+# --- calls: the input audio buffer is a voice call (docs/voice.md) --------------------------
+
+
+async def _wait_for(items: list[Any], n: int) -> None:
+    """Until the server thread has put ``n`` things into ``items``."""
+    for _ in range(200):
+        if len(items) >= n:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"only {len(items)} of {n} arrived")
+
+
+def test_realtime_audio_is_a_call_from_first_audio_to_close(thread_server: Any) -> None:
+    agent = Switchboard()
+    server = thread_server(_app(None, agent))
+    hello = base64.b64encode(bytes(range(256)) * 4).decode()
+
+    async def main() -> None:
+        client = _client(server, agent="switchboard")
+        async with client.realtime.connect(model="m") as conn:
+            created = await conn.recv()
+            assert created.type == "session.created"
+            session_id = created.session.id
+            # The first audio places the call: the agent's hook takes it.
+            await conn.input_audio_buffer.append(audio=hello)
+            accept = json.loads(await conn.recv_bytes())
+            assert accept["type"] == "voice.accept" and "sdp" not in accept
+            first_call = accept["call_id"]
+            (offer,) = agent.offers
+            assert offer.call_id == first_call and offer.transport == "realtime"
+            assert offer.session_id == session_id and offer.sdp is None
+            # More audio joins the call; the commit makes it a user message.
+            await conn.input_audio_buffer.append(audio=hello)
+            await conn.input_audio_buffer.commit()
+            assert (await conn.recv()).type == "input_audio_buffer.committed"
+            added = await conn.recv()
+            assert added.type == "conversation.item.added"
+            both = base64.b64decode(hello) * 2
+            assert base64.b64decode(added.item.content[0].audio) == both
+            assert (await conn.recv()).type == "conversation.item.done"
+            # The agent answers the utterance in audio: it echoes what it heard.
+            await conn.response.create(response={"output_modalities": ["audio"]})
+            seen: list[Any] = []
+            done = await _until(conn, "response.done", seen)
+            heard = "".join(e.delta for e in seen if e.type == "response.output_audio.delta")
+            assert base64.b64decode(heard) == both
+            assert done.response.status == "completed"
+            # The client ends the call: voice.end with the server's duration.
+            await asyncio.sleep(0.05)
+            await conn.send({"type": "voice.end", "call_id": first_call})  # type: ignore[arg-type]
+            end = json.loads(await conn.recv_bytes())
+            assert end["type"] == "voice.end" and end["call_id"] == first_call
+            assert end["reason"] == "ended" and end["duration_ms"] >= 50
+            await _wait_for(agent.ended, 1)
+            assert agent.ended[0].call_id == first_call
+            assert agent.ended[0].duration_ms == end["duration_ms"]
+            # A second voice.end finds no call; the socket goes on.
+            await conn.send({"type": "voice.end"})  # type: ignore[arg-type]
+            err = await conn.recv()
+            assert err.type == "error" and err.error.code == "invalid_event"
+            # New audio places a new call, which the closing socket ends.
+            await conn.input_audio_buffer.append(audio=hello)
+            second = json.loads(await conn.recv_bytes())
+            assert second["type"] == "voice.accept" and second["call_id"] != first_call
+        await _wait_for(agent.ended, 2)
+        closed = agent.ended[1]
+        assert closed.call_id == second["call_id"] and closed.reason == "closed"
+        assert closed.duration_ms is not None and closed.duration_ms >= 0
+
+    _run(main())
+
+
+class _Typist(TestAgent):
+    """A text agent that takes no calls: it answers ``typed``."""
+
+    name = "typist"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="typed")))
+
+
+@pytest.mark.parametrize(
+    ("agent", "reason"),
+    [
+        (_Typist(), "agent 'typist' does not take calls"),
+        (Switchboard("busy", decline="busy"), "(busy)"),
+    ],
+    ids=["no-calls", "hook-declines"],
+)
+def test_audio_to_an_agent_that_takes_no_call_is_refused_and_text_goes_on(
+    thread_server: Any, agent: Responder, reason: str
+) -> None:
+    server = thread_server(_app(None, agent))
+
+    async def main() -> None:
+        client = _client(server, agent=agent.name)
+        async with client.realtime.connect(model="m") as conn:
+            assert (await conn.recv()).type == "session.created"
+            pcm = base64.b64encode(b"\x00\x01" * 100).decode()
+            for _ in range(2):  # every try is refused the same way
+                await conn.send(
+                    {"type": "input_audio_buffer.append", "audio": pcm, "event_id": "ev_a"}
+                )
+                err = await conn.recv()
+                assert err.type == "error"
+                assert err.error.code == "call_not_active" and err.error.param == "audio"
+                assert err.error.event_id == "ev_a" and reason in err.error.message
+            # Nothing was buffered...
+            await conn.input_audio_buffer.commit()
+            err = await conn.recv()
+            assert err.type == "error" and err.error.code == "input_audio_buffer_commit_empty"
+            # ... and the session keeps working in text.
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hi"}],
+                }
+            )
+            await conn.recv()
+            await conn.recv()
+            await conn.response.create()
+            seen: list[Any] = []
+            done = await _until(conn, "response.done", seen)
+            assert done.response.status == "completed"
+            text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+            assert text == ("typed" if agent.name == "typist" else "You said: hi")
 
     _run(main())

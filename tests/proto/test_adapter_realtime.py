@@ -11,6 +11,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.ids import counter_ids
+from uamp_proto.voice import CallAnswer, CallEnded, CallState
 
 
 def session(beta: bool = False) -> rt.RealtimeSession:
@@ -188,11 +189,22 @@ def test_beta_item_create_answers_created() -> None:
     ) == ["conversation.item.created"]
 
 
+def _answered(s: rt.RealtimeSession, audio: str, answer: CallAnswer) -> list[dict[str, Any]]:
+    """Append ``audio`` as the first audio of a call and answer the call with ``answer``."""
+    handled = s.handle({"type": "input_audio_buffer.append", "audio": audio, "event_id": "e1"})
+    assert handled.replies == []
+    placed = handled.action
+    assert isinstance(placed, rt.PlaceCall) and s.call.state is CallState.RINGING
+    return s.call_answered(placed, answer, 10.0)
+
+
 def test_audio_buffer_becomes_an_audio_content_item() -> None:
     s = session()
     chunk = base64.b64encode(b"\x01\x02\x03\x04").decode()
-    assert s.handle({"type": "input_audio_buffer.append", "audio": chunk}).replies == []
-    s.handle({"type": "input_audio_buffer.append", "audio": chunk})
+    assert types(_answered(s, chunk, CallAnswer())) == ["voice.accept"]
+    assert s.handle({"type": "input_audio_buffer.append", "audio": chunk}) == rt.Handled(
+        replies=[]
+    )
     assert s.buffered_audio == 8
     replies = s.handle({"type": "input_audio_buffer.commit"}).replies
     assert types(replies) == [
@@ -212,7 +224,7 @@ def test_audio_buffer_cap() -> None:
         session_id="s", model=None, beta=False, ids=counter_ids(), max_audio_buffer=4
     )
     ok = base64.b64encode(b"1234").decode()
-    assert s.handle({"type": "input_audio_buffer.append", "audio": ok}).replies == []
+    assert types(_answered(s, ok, CallAnswer())) == ["voice.accept"]
     (err,) = s.handle({"type": "input_audio_buffer.append", "audio": ok}).replies
     assert err["error"]["code"] == "input_audio_buffer_full"
 
@@ -510,3 +522,75 @@ def test_second_output_item_follows_the_first() -> None:
     added = [e for e in out if e["type"] == "conversation.item.added"]
     assert added[0]["previous_item_id"] == "u1"
     assert added[1]["previous_item_id"] == added[0]["item"]["id"]
+
+
+# --- calls (the input audio buffer is a voice call; docs/voice.md) ------------------------
+
+
+def test_an_accepted_call_carries_the_agents_sdp_and_ends_with_its_duration() -> None:
+    s = session()
+    pcm = base64.b64encode(b"\x00\x01" * 8).decode()
+    (accept,) = _answered(s, pcm, CallAnswer(sdp="v=0 answer"))
+    assert accept["type"] == "voice.accept" and accept["sdp"] == "v=0 answer"
+    call_id = accept["call_id"]
+    assert s.call.state is CallState.ACTIVE and s.buffered_audio == 16
+    handled = s.handle({"type": "voice.end", "call_id": call_id, "reason": "bye"})
+    assert handled.replies == [] and handled.action == rt.EndCall(reason="bye")
+    (end,), ended = s.end_call(12.5, "bye")
+    assert end["type"] == "voice.end" and end["call_id"] == call_id
+    assert end["duration_ms"] == 2500.0 and end["reason"] == "bye"
+    assert ended == CallEnded(
+        call_id=call_id, session_id="sess_1", duration_ms=2500.0, reason="bye"
+    )
+    assert s.call.state is CallState.IDLE and s.buffered_audio == 0  # the call's audio went with it
+    assert s.end_call(13.0) == ([], None)  # nothing more to end
+    # The next audio places a new call.
+    again = s.handle({"type": "input_audio_buffer.append", "audio": pcm}).action
+    assert isinstance(again, rt.PlaceCall) and again.call_id != call_id
+
+
+def test_a_declined_call_refuses_the_audio_and_the_session_goes_on() -> None:
+    s = session()
+    pcm = base64.b64encode(b"\x00\x01").decode()
+    (err,) = _answered(s, pcm, CallAnswer(accept=False, reason="agent 'x' does not take calls"))
+    assert err["type"] == "error" and err["error"]["event_id"] == "e1"
+    assert err["error"]["code"] == "call_not_active" and err["error"]["param"] == "audio"
+    assert "agent 'x' does not take calls" in err["error"]["message"]
+    assert s.buffered_audio == 0 and s.call.state is CallState.IDLE
+    # Text still works, and the next audio asks the agent again.
+    added = s.handle({"type": "conversation.item.create", "item": user_item("hi")}).replies
+    assert types(added)[0] == "conversation.item.added"
+    assert isinstance(
+        s.handle({"type": "input_audio_buffer.append", "audio": pcm}).action, rt.PlaceCall
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "code", "param"),
+    [
+        ({"type": "voice.end"}, "invalid_event", "type"),
+        ({"type": "voice.end", "call_id": 5}, "invalid_event", "type"),
+    ],
+)
+def test_voice_end_without_a_call_is_refused(
+    event: dict[str, Any], code: str, param: str
+) -> None:
+    (err,) = session().handle(event).replies
+    assert err["error"]["code"] == code and err["error"]["param"] == param
+
+
+def test_voice_end_naming_another_call_is_refused() -> None:
+    s = session()
+    _answered(s, base64.b64encode(b"ab").decode(), CallAnswer())
+    (err,) = s.handle({"type": "voice.end", "call_id": "call_other"}).replies
+    assert err["error"]["code"] == "unknown_call" and err["error"]["param"] == "call_id"
+    assert s.call.state is CallState.ACTIVE
+
+
+def test_an_answer_for_a_call_no_longer_ringing_is_dropped() -> None:
+    s = session()
+    placed = s.handle({"type": "input_audio_buffer.append", "audio": "AAAA"}).action
+    assert isinstance(placed, rt.PlaceCall)
+    s.end_call(1.0, "closed")
+    assert s.call_answered(placed, CallAnswer(), 2.0) == []
+    assert s.call.state is CallState.IDLE and s.buffered_audio == 0

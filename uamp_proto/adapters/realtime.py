@@ -26,6 +26,21 @@ content reaches the agent as an ``audio`` content item);
 ``payment.submit``. Bad input raises nothing: it is answered with an
 ``error`` event and the session goes on.
 
+**Calls.** The input audio buffer is a voice call (UAMP 5.16, 7.3; the
+lifecycle is :class:`uamp_proto.voice.Call`). Realtime has no invite, so the
+first ``input_audio_buffer.append`` outside a call places one: the session
+answers with the :class:`PlaceCall` action, the transport asks the agent and
+hands its :class:`~uamp_proto.voice.CallAnswer` to
+:meth:`~RealtimeSession.call_answered`. Accepted, the server sends the UAMP
+event ``voice.accept`` (with ``call_id``) and the audio is buffered;
+declined, the audio is refused with an ``error`` event (``call_not_active``,
+``param`` ``audio``, the agent's reason in the message) and the session goes
+on. ``voice.end`` from the client (the :class:`EndCall` action) ends the
+call; :meth:`~RealtimeSession.end_call` answers ``voice.end`` with the
+call's ``duration_ms``, and is what the transport calls when the socket
+closes mid-call too. Audio in ``conversation.item.create`` is a voice note,
+never a call.
+
 :class:`ResponseEncoder` turns the UAMP events of one turn into Realtime
 server events, opening and closing output items and content parts in order::
 
@@ -72,18 +87,21 @@ import attrs
 from .. import events as ev
 from .. import types as ty
 from ..codec import to_dict
-from ..errors import UampError
+from ..errors import ProtocolError, UampError
 from ..ids import IdSource
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import AssistantGather
+from ..voice import Call, CallAnswer, CallEnded, CallState
 from ._tools import ToolFormError, parse_tool_call, parse_tool_choice, parse_tools
 
 __all__ = [
     "DEFAULT_MAX_AUDIO_BUFFER",
     "CancelResponse",
     "CreateResponse",
+    "EndCall",
     "Handled",
+    "PlaceCall",
     "RealtimeError",
     "RealtimeSession",
     "ResponseEncoder",
@@ -214,7 +232,25 @@ class SubmitPayment:
     client_event_id: str | None = None
 
 
-Action = CreateResponse | CancelResponse | SubmitPayment
+@attrs.frozen(kw_only=True)
+class PlaceCall:
+    """The first audio outside a call: ask the agent, then :meth:`RealtimeSession.call_answered`."""
+
+    call_id: str
+    #: The appended audio, buffered once the call is accepted.
+    audio: bytes
+    client_event_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EndCall:
+    """``voice.end`` from the client: end the call at the transport's clock."""
+
+    reason: str | None = None
+    client_event_id: str | None = None
+
+
+Action = CreateResponse | CancelResponse | SubmitPayment | PlaceCall | EndCall
 
 
 @attrs.frozen(kw_only=True)
@@ -353,6 +389,8 @@ class RealtimeSession:
         self.items: list[dict[str, Any]] = []
         self.max_audio_buffer = max_audio_buffer
         self._audio = bytearray()
+        #: The connection's voice call (see "Calls" in the module docstring).
+        self.call = Call()
 
     # --- naming ---------------------------------------------------------------------
 
@@ -524,6 +562,19 @@ class RealtimeSession:
 
     def _audio_append(self, obj: dict[str, Any], cid: str | None) -> Handled:
         data = _b64_bytes(_req_str(obj, "audio", "audio"), "audio")
+        if self.call.state is CallState.IDLE:
+            call_id = self.ids("call")
+            self.call.apply("voice.invite", None, call_id=call_id)
+            return Handled(
+                replies=[], action=PlaceCall(call_id=call_id, audio=data, client_event_id=cid)
+            )
+        return Handled(replies=self._buffer(data))
+
+    def _buffer(self, data: bytes) -> list[dict[str, Any]]:
+        try:
+            self.call.check_audio()
+        except ProtocolError as exc:
+            raise RealtimeError(exc.message, code=exc.code, param="audio") from None
         if len(self._audio) + len(data) > self.max_audio_buffer:
             raise RealtimeError(
                 f"The input audio buffer would exceed {self.max_audio_buffer} bytes; "
@@ -532,7 +583,76 @@ class RealtimeSession:
                 param="audio",
             )
         self._audio += data
-        return Handled(replies=[])
+        return []
+
+    def call_answered(
+        self, placed: PlaceCall, answer: CallAnswer, now: float
+    ) -> list[dict[str, Any]]:
+        """The agent's answer to :class:`PlaceCall` at ``now``: the replies owed.
+
+        Accepted: ``voice.accept`` (with the agent's ``sdp``, if any), then
+        the audio is buffered. Declined: the audio's ``error`` event
+        (``call_not_active``, with the agent's reason).
+        """
+        cid = placed.client_event_id
+        if self.call.state is not CallState.RINGING or self.call.call_id != placed.call_id:
+            return []  # the call was ended meanwhile
+        if not answer.accept:
+            self.call.apply("voice.decline", now, call_id=placed.call_id, reason=answer.reason)
+            why = f" ({answer.reason})" if answer.reason else ""
+            refused = RealtimeError(
+                f"Audio refused: the call was declined{why}. Send text with "
+                "conversation.item.create instead.",
+                code="call_not_active",
+                param="audio",
+            )
+            return [refused.event(self.ids("event"), cid)]
+        self.call.apply("voice.accept", now, call_id=placed.call_id)
+        fields: dict[str, Any] = {"call_id": placed.call_id}
+        if answer.sdp is not None:
+            fields["sdp"] = answer.sdp
+        accepted = self._event("voice.accept", **fields)
+        try:
+            return [accepted, *self._buffer(placed.audio)]
+        except RealtimeError as exc:
+            return [accepted, exc.event(self.ids("event"), cid)]
+
+    def _voice_end(self, obj: dict[str, Any], cid: str | None) -> Handled:
+        if self.call.state is CallState.IDLE:
+            raise RealtimeError(
+                "voice.end not allowed: no call is active.", code="invalid_event", param="type"
+            )
+        call_id = _opt_str(obj, "call_id", "call_id")
+        if call_id is not None and call_id != self.call.call_id:
+            raise RealtimeError(
+                f"Call {call_id!r} is not this session's call {self.call.call_id!r}.",
+                code="unknown_call",
+                param="call_id",
+            )
+        reason = _opt_str(obj, "reason", "reason")
+        return Handled(replies=[], action=EndCall(reason=reason, client_event_id=cid))
+
+    def end_call(
+        self, now: float, reason: str = "ended"
+    ) -> tuple[list[dict[str, Any]], CallEnded | None]:
+        """End the call (if one rings or is active) at ``now``.
+
+        Returns:
+            The ``voice.end`` reply (with ``call_id``, ``duration_ms`` and
+            ``reason``) and what to tell the agent; nothing when no call
+            was placed. Audio appended and not committed is dropped with it.
+        """
+        call = self.call
+        if call.state is CallState.IDLE or call.call_id is None:
+            return [], None
+        call_id = call.call_id
+        duration = call.apply("voice.end", now, call_id=call_id)
+        self._audio.clear()
+        ended = CallEnded(
+            call_id=call_id, session_id=self.session_id, duration_ms=duration, reason=reason
+        )
+        reply = self._event("voice.end", call_id=call_id, duration_ms=duration, reason=reason)
+        return [reply], ended
 
     def _audio_commit(self, obj: dict[str, Any], cid: str | None) -> Handled:
         if not self._audio:
@@ -788,6 +908,7 @@ class RealtimeSession:
         "response.create": _response_create,
         "response.cancel": _response_cancel,
         "payment.submit": _payment_submit,
+        "voice.end": _voice_end,
     }
 
     # --- turn requests ----------------------------------------------------------------------

@@ -30,6 +30,13 @@ every client event; this module adds the I/O and runs the responses:
   deltas joined) and the exact bytes of the ``response.create`` message that
   started it.
 
+* calls (docs/voice.md): the first ``input_audio_buffer.append`` outside a
+  call places one to the agent (:func:`~uamp_trio.hosting.calls.answer_call`,
+  awaited before the next client event is read); ``voice.accept`` or the
+  audio's refusal goes out as the session says. ``voice.end`` from the
+  client, or the socket closing, ends the call: the agent's ``call_ended``
+  learns its duration.
+
 Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 ``openai-beta.realtime-v1`` subprotocol) get the beta event names.
 """
@@ -55,16 +62,21 @@ from uamp_proto.payment import (
     PaymentRequiredError,
 )
 from uamp_proto.principal import Principal
+from uamp_proto.voice import CallOffer
 
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
 from ..hosting.agents import ServedAgent
+from ..hosting.calls import answer_call, call_ended
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRunner
 
 __all__ = ["RealtimeTransport", "mount"]
+
+#: Seconds the agent's ``call_ended`` may take once the socket has closed.
+_CALL_END_GRACE = 5.0
 
 #: What middleware knows of these routes: OpenAI error objects.
 ROUTES = RouteMeta(transport="realtime", error_style="openai")
@@ -135,6 +147,8 @@ class _RealtimeConnection:
                 pass
             finally:
                 nursery.cancel_scope.cancel()
+                with trio.move_on_after(_CALL_END_GRACE, shield=True):
+                    await self._end_call("closed", tell_client=False)
 
     async def _expired(self) -> None:
         """Refuse the first client event after the upgrade's token expired, and close.
@@ -165,6 +179,33 @@ class _RealtimeConnection:
             await self._cancel(action)
         elif isinstance(action, rt.SubmitPayment):
             await self._payment(action)
+        elif isinstance(action, rt.PlaceCall):
+            await self._place_call(action)
+        elif isinstance(action, rt.EndCall):
+            await self._end_call(action.reason or "ended")
+
+    # --- calls ---------------------------------------------------------------------
+
+    async def _place_call(self, action: rt.PlaceCall) -> None:
+        """Ask the agent to take the call the first audio placed; send what the session owes."""
+        offer = CallOffer(
+            call_id=action.call_id,
+            session_id=self.session.session_id,
+            transport="realtime",
+            principal=self.principal,
+        )
+        answer = await answer_call(self.agent, offer)
+        for reply in self.session.call_answered(action, answer, trio.current_time()):
+            await self.send(reply)
+
+    async def _end_call(self, reason: str, *, tell_client: bool = True) -> None:
+        """End the call, if any: ``voice.end`` with its duration, and the agent is told."""
+        replies, ended = self.session.end_call(trio.current_time(), reason)
+        if tell_client:
+            for reply in replies:
+                await self.send(reply)
+        if ended is not None:
+            await call_ended(self.agent, ended)
 
     # --- responses ---------------------------------------------------------------
 
