@@ -283,12 +283,15 @@ realtime_event = shaped(
             "response.create",
             "response.cancel",
             "payment.submit",
+            "voice.end",
         )
     },
     {
         "event_id": _ids,
         "session": json_values,
         "audio": _text,
+        "call_id": _ids,
+        "reason": _text,
         "item_id": _ids,
         "content_index": st.integers(),
         "audio_end_ms": st.integers(),
