@@ -55,7 +55,7 @@ import math
 import signal
 import ssl
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -131,6 +131,20 @@ class _Printer:
     def end(self) -> None:
         if self.mid_line:
             self.text("\n")
+
+    @contextlib.contextmanager
+    def writing_to(self, out: TextIO) -> Iterator[None]:
+        """Write to ``out`` for the duration (the prompt's stdout proxy), then back."""
+        before = self.out
+        self.out = out
+        if self.console is not None:
+            self.console.file = out
+        try:
+            yield
+        finally:
+            self.out = before
+            if self.console is not None:
+                self.console.file = before
 
 
 async def _turn(
@@ -314,13 +328,21 @@ class _LineReader:
             return _EOF
         return line.rstrip("\n") if line else _EOF
 
-    def output(self) -> Any:
-        """A context in which printing leaves the prompt intact (prompt_toolkit's patch_stdout)."""
+    @contextlib.contextmanager
+    def output(self, printer: _Printer) -> Iterator[None]:
+        """A context in which ``printer`` writes above the prompt and leaves it intact.
+
+        prompt_toolkit's ``patch_stdout`` swaps ``sys.stdout`` for a proxy; the
+        printer holds the stream it was made with, so it is pointed at the proxy too
+        (otherwise answers are drawn over the prompt line).
+        """
         if self.prompt is None:
-            return contextlib.nullcontext()
+            yield
+            return
         from prompt_toolkit.patch_stdout import patch_stdout
 
-        return patch_stdout(raw=True)
+        with patch_stdout(raw=True), printer.writing_to(sys.stdout):
+            yield
 
 
 @attrs.define(eq=False)
@@ -343,7 +365,7 @@ class _Chat:
 
     async def run(self, save: str | None) -> int:
         """Until ``/quit``, Ctrl-D (after the queue) or Ctrl-C with no answer running."""
-        with self.reader.output(), trio.open_signal_receiver(signal.SIGINT) as signals:
+        with self.reader.output(self.printer), trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._answer, save, nursery.cancel_scope)
                 nursery.start_soon(self._signals, signals, nursery.cancel_scope)

@@ -160,7 +160,7 @@ async def run_room(
     )
     me = name or session.id
     printer.note("joined", f"chat {room!r} as {me}; /help for commands", "blue")
-    with reader.output(), trio.open_signal_receiver(signal.SIGINT) as signals:
+    with reader.output(printer), trio.open_signal_receiver(signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             view = _Room(session, printer, me, nursery)
             nursery.start_soon(view.show)

@@ -10,9 +10,10 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyte
 import pytest
 
 from tests._support.cli import ENV, ROOT, UAMP_SCRIPT, Served, uamp
@@ -100,11 +101,10 @@ def test_cancel_with_nothing_running_says_so(demo: str) -> None:
 
 # --- a terminal: prompt_toolkit -----------------------------------------------------------
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
-
-
 class Terminal:
-    """``uamp chat`` on a pseudo-terminal, as a person would run it."""
+    """``uamp chat`` on a pseudo-terminal, as a person would run it, read off the screen a
+    VT100 emulator (pyte) draws from its output -- prompt_toolkit redraws the prompt around
+    each piece of a streamed answer, so the raw bytes are not what a person sees."""
 
     def __init__(self, url: str, history: Path) -> None:
         self.master, slave = pty.openpty()
@@ -124,21 +124,36 @@ class Terminal:
             start_new_session=True,
         )
         os.close(slave)
-        self.raw = b""
+        self.screen = pyte.Screen(100, 40)
+        self.stream = pyte.ByteStream(self.screen)
 
     @property
     def text(self) -> str:
-        return ANSI.sub("", self.raw.decode(errors="replace"))
+        """The screen's lines, trailing blanks dropped."""
+        return "\n".join(line.rstrip() for line in self.screen.display).rstrip("\n")
 
     def read_until(self, pattern: str, count: int = 1, timeout: float = 20) -> None:
+        """Read until ``pattern`` shows ``count`` times on the screen."""
+        self.wait(lambda text: len(re.findall(pattern, text)) >= count, pattern, timeout)
+
+    def prompt_after(self, answers: int, timeout: float = 20) -> None:
+        """Read until ``answers`` answers are on the screen and the empty prompt is below."""
+
+        def ready(text: str) -> bool:
+            lines = text.splitlines()
+            return text.count("usage") >= answers and bool(lines) and lines[-1] == ">"
+
+        self.wait(ready, f"the prompt after answer {answers}", timeout)
+
+    def wait(self, done: Callable[[str], bool], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while len(re.findall(pattern, self.text)) < count:
+        while not done(self.text):
             left = deadline - time.monotonic()
-            assert left > 0, f"no {count}x {pattern!r} in:\n{self.text}"
+            assert left > 0, f"no {what!r} on the screen:\n{self.text}"
             ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
             if ready:
                 try:
-                    self.raw += os.read(self.master, 65536)
+                    self.stream.feed(os.read(self.master, 65536))
                 except OSError:
                     break
 
@@ -146,8 +161,15 @@ class Terminal:
         os.write(self.master, keys.encode())
 
     def close(self) -> int:
+        """Wait for the chat to leave; what it wrote until then is on the screen."""
         try:
-            return self.proc.wait(timeout=15)
+            code = self.proc.wait(timeout=15)
+            while select.select([self.master], [], [], 0.2)[0]:
+                try:
+                    self.stream.feed(os.read(self.master, 65536))
+                except OSError:
+                    break
+            return code
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
@@ -160,26 +182,25 @@ UP, LEFT = "\x1b[A", "\x1b[D"
 def test_terminal_has_line_editing_history_and_a_clean_ctrl_d(demo: str, tmp_path: Path) -> None:
     history = tmp_path / "history"
     term = Terminal(demo, history)
-    term.read_until(r"(?m)^>")
+    term.prompt_after(0)
     term.type("hello one\r")
-    term.read_until(r"usage", 1)
+    term.prompt_after(1)  # keys typed before the prompt is back would meet a cooked tty
+    # The answer is written above the prompt (not over it), then the prompt is drawn again.
+    assert "You said: hello one" in term.text, term.text
     term.type(UP + "\r")  # the previous line again, from the history
-    term.read_until(r"usage", 2)
-    # Two answers came back (two usage lines) though only one line was typed: the second
-    # was the line recalled from the history. What the terminal shows is not counted, since
-    # prompt_toolkit and the streamed answer may redraw it in pieces; the recalled line
+    term.prompt_after(2)
+    # Two answers though one line was typed: the second was recalled from the history, and
     # shows after the first answer.
-    assert "You said: hello one" in term.text
-    after_first = term.text[term.text.index("usage") :]
-    assert "hello one" in after_first
+    first = term.text.index("usage")
+    assert "You said: hello one" in term.text[first:], term.text
     term.type("abc" + LEFT * 3 + "X\r")  # edit before sending: Xabc
-    term.read_until(r"usage", 3)
-    assert "Xabc" in term.text
+    term.prompt_after(3)
+    assert "You said: Xabc" in term.text, term.text
     term.type("\x04")  # Ctrl-D
     assert term.close() == 0
     assert "Traceback" not in term.text
     submitted = [line[1:] for line in history.read_text().splitlines() if line.startswith("+")]
-    assert submitted == ["hello one", "Xabc"]  # a repeated line is stored once
+    assert submitted == ["hello one", "Xabc"], term.text  # a repeated line is stored once
 
 
 def test_terminal_ctrl_c_at_the_prompt_leaves_cleanly(demo: str, tmp_path: Path) -> None:
