@@ -38,13 +38,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
-from typing import Any, Unpack
+from typing import Any, ClassVar, Unpack
 
 import attrs
 import orjson
 
-from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
+from uamp_proto.events import Event, ResponseDelta, Thinking
 from uamp_proto.types import (
     ContentItem,
     DeltaText,
@@ -62,22 +61,20 @@ from uamp_proto.types import (
     UsageStats,
 )
 
-from ._http import (
-    HTTPClient,
-    HTTPOptions,
-    HTTPProvider,
+from ._http import HTTPClient, HTTPOptions, HTTPProvider, RetryPolicy, connect, load_json
+from ._wire import (
     MediaItem,
-    RetryPolicy,
-    connect,
+    add_counts,
+    arguments_object,
     decode_base64_text,
-    finish_or_cut,
-    load_json,
+    finish_reason,
     media_ref,
     merge_params,
-    parse_json_object,
     schema_of,
     split_message,
+    system_and_turns,
     unsupported,
+    wire_tool_choice,
 )
 from .base import ModelRequest, ModelResponse, ProviderError, ProviderEvent
 
@@ -104,6 +101,9 @@ _RETRYABLE_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_erro
 _JSON_OBJECT_INSTRUCTION = (
     "Respond with a single valid JSON object and nothing else: no prose, no code fences."
 )
+
+#: uamp ``tool_choice`` strings -> the Messages API's ``tool_choice.type``.
+_TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any", "any": "any"}
 
 # Parameter names that differ between uamp/OpenAI style and the Messages API.
 _PARAM_NAMES = {"stop": "stop_sequences", "max_completion_tokens": "max_tokens"}
@@ -174,28 +174,14 @@ class AnthropicProvider(HTTPProvider):
         thinking: dict[str, Any] | None,
         params: dict[str, Any],
     ) -> None:
-        super().__init__(model=model, http=http, policy=policy, params=params)
+        super().__init__(model=model, http=http, policy=policy, params=params, thinking=thinking)
         self._max_tokens = max_tokens
-        self._thinking = thinking
 
     def build_body(
         self, request: ModelRequest, *, stream: bool
     ) -> tuple[dict[str, Any], str | None]:
         """The request body, and the name of the structured-output tool if any."""
-        system: list[str] = []
-        turns: list[dict[str, Any]] = []
-        for message in request.messages:
-            if message.role == "system":
-                if message.text:
-                    system.append(message.text)
-                continue
-            role, blocks = _wire_turn(message)
-            if not blocks:
-                continue
-            if turns and turns[-1]["role"] == role:
-                turns[-1]["content"].extend(blocks)
-            else:
-                turns.append({"role": role, "content": blocks})
+        system, turns = system_and_turns(request.messages, _wire_turn, "content")
 
         params = merge_params(self._params, request.params)
         params = {_PARAM_NAMES.get(k, k): v for k, v in params.items()}
@@ -204,7 +190,13 @@ class AnthropicProvider(HTTPProvider):
         thinking = params.pop("thinking", None) or self._thinking
 
         tools = [_wire_tool(t) for t in request.tools]
-        tool_choice = _wire_tool_choice(request.tool_choice)
+        tool_choice = wire_tool_choice(
+            _NAME,
+            request.tool_choice,
+            _TOOL_CHOICES,
+            mode=lambda mode: {"type": mode},
+            named=lambda name: {"type": "tool", "name": name},
+        )
         structured: str | None = None
         fmt = request.response_format
         if fmt is not None and fmt.type == "json_object":
@@ -247,23 +239,9 @@ class AnthropicProvider(HTTPProvider):
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the model's events, then one ModelResponse."""
         body, structured = self.build_body(request, stream=True)
-        return self.stream_events(lambda: self._stream_once(body, structured))
-
-    async def _stream_once(
-        self, body: dict[str, Any], structured: str | None
-    ) -> AsyncIterator[ProviderEvent]:
-        state = _StreamState(structured=structured)
-        async with aclosing(self._http.post_sse("v1/messages", body)) as events:
-            async for sse in events:
-                if state.stopped:
-                    continue  # read to the end: the connection goes back to the pool
-                data = load_json(_NAME, sse.data)
-                for event in state.feed(data):
-                    yield event
-        finish_or_cut(_NAME, state.stopped, "message_stop")
-        if state.usage is not None:
-            yield UsageDelta(delta=state.usage)
-        yield state.result()
+        return self.stream_events(
+            lambda: self.read_stream("v1/messages", body, _StreamState(structured=structured))
+        )
 
 
 # --- Request mapping ------------------------------------------------------------
@@ -276,20 +254,6 @@ def _wire_tool(tool: ToolDefinition) -> dict[str, Any]:
         out["description"] = fn.description
     out["input_schema"] = fn.parameters or {"type": "object", "properties": {}}
     return out
-
-
-def _wire_tool_choice(choice: str | dict[str, Any] | None) -> dict[str, Any] | None:
-    if choice is None:
-        return None
-    if isinstance(choice, str):
-        mapped = {"auto": "auto", "none": "none", "required": "any", "any": "any"}.get(choice)
-        if mapped is None:
-            raise ProviderError(f"{_NAME}: unknown tool_choice {choice!r}")
-        return {"type": mapped}
-    if choice.get("type") == "function":
-        name = (choice.get("function") or {}).get("name")
-        return {"type": "tool", "name": name}
-    return dict(choice)  # already in the Messages API's shape
 
 
 def _structured_tool(fmt: ResponseFormat) -> tuple[str, dict[str, Any]]:
@@ -375,9 +339,13 @@ def _wire_turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
     )
     if message.role == "assistant":
         for call in parts.tool_calls:
-            arguments = parse_json_object(call.arguments or "{}")
             blocks.append(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments or {}}
+                {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": arguments_object(call),
+                }
             )
         return "assistant", blocks
     blocks.extend(_wire_result(r) for r in parts.tool_results)
@@ -392,11 +360,7 @@ def _usage(raw: Any) -> UsageStats | None:
         return None
     inp = raw.get("input_tokens")
     out = raw.get("output_tokens")
-    reads = raw.get("cache_read_input_tokens")
-    writes = raw.get("cache_creation_input_tokens")
-    cached = None
-    if isinstance(reads, int) or isinstance(writes, int):
-        cached = (reads or 0) + (writes or 0)
+    cached = add_counts(raw.get("cache_read_input_tokens"), raw.get("cache_creation_input_tokens"))
     total = inp + out if isinstance(inp, int) and isinstance(out, int) else None
     return UsageStats(input_tokens=inp, output_tokens=out, total_tokens=total, cached_tokens=cached)
 
@@ -406,7 +370,7 @@ def _finish(reason: Any, has_calls: bool, structured: bool) -> str:
         return "stop"
     if has_calls:
         return "tool_calls"
-    return _FINISH.get(reason, "stop") if isinstance(reason, str) else "stop"
+    return finish_reason(reason, _FINISH, calls=False)
 
 
 def _thinking_item(block: Mapping[str, Any]) -> ThinkingContent:
@@ -500,7 +464,13 @@ class _StreamState:
     stop_reason: str | None = None
     model: str | None = None
     started: bool = False
-    stopped: bool = False
+    #: ``message_stop`` seen.
+    ended: bool = False
+    ending: ClassVar[str] = "message_stop"
+
+    def feed_sse(self, data: str) -> list[Event]:
+        """Absorb one event's JSON data; what follows ``message_stop`` is ignored."""
+        return [] if self.ended else self.feed(load_json(_NAME, data))
 
     def feed(self, data: Any) -> list[Event]:
         """Absorb one stream event's data; return the UAMP events it carries."""
@@ -529,7 +499,7 @@ class _StreamState:
                 self.stop_reason = delta["stop_reason"]
             self._merge_usage(data.get("usage"))
         elif kind == "message_stop":
-            self.stopped = True
+            self.ended = True
         return []  # ping, content_block_stop and future event types
 
     def _merge_usage(self, raw: Any) -> None:

@@ -50,12 +50,12 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Unpack
+from typing import Any, ClassVar, Unpack
 
 import attrs
 import orjson
 
-from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
+from uamp_proto.events import Event, ResponseDelta, Thinking
 from uamp_proto.types import (
     DeltaText,
     DeltaToolCall,
@@ -69,21 +69,20 @@ from uamp_proto.types import (
     UsageStats,
 )
 
-from ._http import (
-    HTTPClient,
-    HTTPOptions,
-    HTTPProvider,
+from ._http import HTTPOptions, HTTPProvider, connect, load_json
+from ._wire import (
     MediaItem,
-    RetryPolicy,
-    connect,
-    finish_or_cut,
+    add_counts,
+    arguments_object,
+    finish_reason,
     json_arguments,
-    load_json,
     media_ref,
     merge_params,
     parse_json_object,
     schema_of,
     split_message,
+    system_and_turns,
+    wire_tool_choice,
 )
 from .base import ModelRequest, ModelResponse, ProviderError, ProviderEvent
 
@@ -115,6 +114,9 @@ _GENERATION_NAMES = {
     "n": "candidateCount",
     "response_logprobs": "responseLogprobs",
 }
+
+#: uamp ``tool_choice`` strings -> ``functionCallingConfig.mode``.
+_CALLING_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY", "any": "ANY"}
 
 #: Parameters that belong at the top of the body, not in generationConfig.
 _TOP_LEVEL = frozenset({"safetySettings", "cachedContent", "labels"})
@@ -173,18 +175,6 @@ class GoogleProvider(HTTPProvider):
 
     provider_name = _NAME
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        http: HTTPClient,
-        policy: RetryPolicy,
-        thinking: dict[str, Any] | None,
-        params: dict[str, Any],
-    ) -> None:
-        super().__init__(model=model, http=http, policy=policy, params=params)
-        self._thinking = thinking
-
     def _path(self, request: ModelRequest, method: str) -> str:
         model = request.model or self._model
         model = model.removeprefix("models/")
@@ -192,28 +182,25 @@ class GoogleProvider(HTTPProvider):
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The ``GenerateContentRequest`` body for ``request``."""
-        system: list[str] = []
-        contents: list[dict[str, Any]] = []
         names = {c.id: c.name for m in request.messages for c in split_message(m).tool_calls}
-        for message in request.messages:
-            if message.role == "system":
-                if message.text:
-                    system.append(message.text)
-                continue
-            role, parts = _wire_content(message, names)
-            if not parts:
-                continue
-            if contents and contents[-1]["role"] == role:
-                contents[-1]["parts"].extend(parts)
-            else:
-                contents.append({"role": role, "parts": parts})
+        system, contents = system_and_turns(
+            request.messages, lambda message: _wire_content(message, names), "parts"
+        )
 
         body: dict[str, Any] = {"contents": contents}
         if system:
             body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
         if request.tools:
             body["tools"] = [{"functionDeclarations": [_wire_function(t) for t in request.tools]}]
-        tool_config = _wire_tool_choice(request.tool_choice)
+        tool_config = wire_tool_choice(
+            _NAME,
+            request.tool_choice,
+            _CALLING_MODES,
+            mode=lambda mode: {"functionCallingConfig": {"mode": mode}},
+            named=lambda name: {
+                "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [name]}
+            },
+        )
         if tool_config is not None:
             body["toolConfig"] = tool_config
 
@@ -244,17 +231,7 @@ class GoogleProvider(HTTPProvider):
         """Stream the model's events, then one ModelResponse."""
         body = self.build_body(request)
         path = self._path(request, "streamGenerateContent") + "?alt=sse"
-        return self.stream_events(lambda: self._stream_once(path, body))
-
-    async def _stream_once(self, path: str, body: dict[str, Any]) -> AsyncIterator[ProviderEvent]:
-        state = _StreamState()
-        async for sse in self._http.post_sse(path, body):
-            for event in state.feed(load_json(_NAME, sse.data)):
-                yield event
-        finish_or_cut(_NAME, state.finish is not None, "a chunk with a finishReason")
-        if state.usage is not None:
-            yield UsageDelta(delta=state.usage)
-        yield state.result()
+        return self.stream_events(lambda: self.read_stream(path, body, _StreamState()))
 
 
 # --- Request mapping ------------------------------------------------------------
@@ -286,20 +263,6 @@ def _wire_function(tool: ToolDefinition) -> dict[str, Any]:
     if fn.parameters and fn.parameters.get("properties"):
         out["parameters"] = clean_schema(fn.parameters)
     return out
-
-
-def _wire_tool_choice(choice: str | dict[str, Any] | None) -> dict[str, Any] | None:
-    if choice is None:
-        return None
-    if isinstance(choice, str):
-        mode = {"auto": "AUTO", "none": "NONE", "required": "ANY", "any": "ANY"}.get(choice)
-        if mode is None:
-            raise ProviderError(f"{_NAME}: unknown tool_choice {choice!r}")
-        return {"functionCallingConfig": {"mode": mode}}
-    if choice.get("type") == "function":
-        name = (choice.get("function") or {}).get("name")
-        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [name]}}
-    return dict(choice)  # already a toolConfig
 
 
 def _apply_response_format(generation: dict[str, Any], fmt: ResponseFormat | None) -> None:
@@ -336,10 +299,7 @@ def _wire_content(message: Message, names: dict[str, str]) -> tuple[str, list[di
     if message.role == "assistant":
         for call in parts.tool_calls:
             part: dict[str, Any] = {
-                "functionCall": {
-                    "name": call.name,
-                    "args": parse_json_object(call.arguments or "{}") or {},
-                }
+                "functionCall": {"name": call.name, "args": arguments_object(call)}
             }
             signature = call.unknown.get("thought_signature")
             if isinstance(signature, str):
@@ -359,11 +319,7 @@ def _usage(raw: Any) -> UsageStats | None:
     if not isinstance(raw, dict):
         return None
     inp = raw.get("promptTokenCount")
-    candidates = raw.get("candidatesTokenCount")
-    thoughts = raw.get("thoughtsTokenCount")
-    out = None
-    if isinstance(candidates, int) or isinstance(thoughts, int):
-        out = (candidates or 0) + (thoughts or 0)
+    out = add_counts(raw.get("candidatesTokenCount"), raw.get("thoughtsTokenCount"))
     total = raw.get("totalTokenCount")
     if isinstance(inp, int) and isinstance(out, int):
         total = inp + out
@@ -393,12 +349,6 @@ def _invocation(part: Mapping[str, Any]) -> ToolInvocation:
     )
 
 
-def _finish(reason: Any, has_calls: bool) -> str:
-    if has_calls and reason in (None, "STOP"):
-        return "tool_calls"
-    return _FINISH.get(reason, "stop") if isinstance(reason, str) else "stop"
-
-
 @attrs.define
 class _StreamState:
     """Accumulates ``GenerateContentResponse`` chunks (one chunk = whole reply too)."""
@@ -409,6 +359,17 @@ class _StreamState:
     finish: str | None = None
     usage: UsageStats | None = None
     model: str | None = None
+
+    ending: ClassVar[str] = "a chunk with a finishReason"
+
+    @property
+    def ended(self) -> bool:
+        """Whether a chunk gave a finish reason (or a block reason)."""
+        return self.finish is not None
+
+    def feed_sse(self, data: str) -> list[Event]:
+        """Absorb one event's JSON data (a whole response chunk)."""
+        return self.feed(load_json(_NAME, data))
 
     def feed(self, data: Any) -> list[Event]:
         """Absorb one response chunk; return the UAMP events it carries."""
@@ -464,7 +425,9 @@ class _StreamState:
             message=message,
             usage=self.usage,
             thinking="".join(self.thinking) or None,
-            finish_reason=_finish(self.finish, bool(self.calls)),
+            finish_reason=finish_reason(
+                self.finish, _FINISH, calls=bool(self.calls), call_reasons=(None, "STOP")
+            ),
             model=self.model,
         )
 

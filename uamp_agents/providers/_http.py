@@ -19,49 +19,36 @@ the parts they share:
   replaying the call would duplicate output.
 * :func:`iter_sse` -- server-sent events of a response body, parsed by the
   core's :class:`uamp_proto.sse.SSEParser`.
-* Message helpers that split a uamp :class:`~uamp_proto.types.Message` into
-  what every vendor format needs (ordered text and media, tool calls, tool
-  results, thinking), media helpers (URL vs base64, MIME types), and the
-  ``response_format`` schema extraction used by spec section 8.3.
+* :class:`HTTPProvider` -- the provider classes' common part: retried JSON
+  calls, and :meth:`HTTPProvider.read_stream`, which feeds one streamed
+  call's events to a vendor's :class:`StreamReader` and checks that the
+  stream reached its end.
+
+What the vendor translations share besides HTTP (messages, media, finish
+reasons ...) is in :mod:`._wire`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import email.utils
 import math
-import mimetypes
 import random
 import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypedDict, TypeVar, Unpack
+from contextlib import aclosing
+from typing import Any, ClassVar, Protocol, TypedDict, TypeVar, Unpack
 
 import attrs
 import httpx
 import orjson
 import trio
 
+from uamp_proto.events import Event, UsageDelta
 from uamp_proto.sse import SSEError, SSEEvent, SSEParser
-from uamp_proto.types import (
-    AudioContent,
-    ContentItem,
-    FileContent,
-    ImageContent,
-    MediaURL,
-    Message,
-    ResponseFormat,
-    TextContent,
-    ThinkingContent,
-    ToolCallContent,
-    ToolInvocation,
-    ToolOutput,
-    ToolResultContent,
-    VideoContent,
-)
+from uamp_proto.types import UsageStats
 
-from .base import NamedProvider, ProviderError, ProviderEvent
+from .base import ModelResponse, NamedProvider, ProviderError, ProviderEvent
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -70,27 +57,16 @@ __all__ = [
     "HTTPClient",
     "HTTPOptions",
     "HTTPProvider",
-    "MediaItem",
-    "MediaRef",
-    "MessageParts",
     "RetryPolicy",
+    "StreamReader",
     "connect",
-    "decode_base64_text",
     "error_from_response",
     "finish_or_cut",
     "iter_sse",
-    "json_arguments",
     "load_json",
-    "media_ref",
-    "merge_params",
-    "only_text",
-    "parse_json_object",
     "parse_retry_after",
     "retrying",
     "retrying_stream",
-    "schema_of",
-    "split_message",
-    "unsupported",
 ]
 
 T = TypeVar("T")
@@ -512,22 +488,54 @@ def connect(
     return http, policy
 
 
+class StreamReader(Protocol):
+    """What :meth:`HTTPProvider.read_stream` needs of a vendor's stream state."""
+
+    #: What ends a whole stream (named in the error when it is cut).
+    ending: ClassVar[str]
+    #: The usage reported so far (the total once the stream has ended).
+    usage: UsageStats | None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the stream's end has been seen."""
+        ...
+
+    def feed_sse(self, data: str) -> list[Event]:
+        """Absorb one server-sent event's data; return the UAMP events it carries."""
+        ...
+
+    def result(self) -> ModelResponse:
+        """The assembled ModelResponse."""
+        ...
+
+
 class HTTPProvider(NamedProvider):
     """What the HTTP providers share: the model, the client, retries, parameters.
 
     A subclass names itself in :attr:`provider_name` (``"openai"``,
     ``"anthropic"``, ``"google"``), builds request bodies and parses
     responses; :meth:`call_json` and :meth:`stream_events` do the retried
-    HTTP calls.
+    HTTP calls, :meth:`read_stream` reads one streamed call.
+
+    ``thinking`` is the provider's default thinking configuration in the
+    vendor's own shape (``None``: the vendor's default).
     """
 
     def __init__(
-        self, *, model: str, http: HTTPClient, policy: RetryPolicy, params: dict[str, Any]
+        self,
+        *,
+        model: str,
+        http: HTTPClient,
+        policy: RetryPolicy,
+        params: dict[str, Any],
+        thinking: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(model)
         self._http = http
         self._policy = policy
         self._params = params
+        self._thinking = thinking
 
     async def call_json(self, path: str, body: Mapping[str, Any]) -> Any:
         """POST ``body`` to ``path`` with retries; return the JSON response."""
@@ -543,203 +551,29 @@ class HTTPProvider(NamedProvider):
         """Yield from ``parse()`` (one streamed call), retrying while nothing was yielded."""
         return retrying_stream(self._policy, parse)
 
+    async def read_stream(
+        self, path: str, body: Mapping[str, Any], reader: StreamReader
+    ) -> AsyncIterator[ProviderEvent]:
+        """One streamed call: ``reader``'s events, its usage, then its ModelResponse.
 
-# --- Parameters ---------------------------------------------------------------
+        The body is read to its end even when ``reader`` ignores what follows
+        the end marker, so the connection goes back to the pool.
 
-
-def merge_params(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Merge parameter dicts, later ones winning; ``None`` values are dropped."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        if layer:
-            merged.update(layer)
-    return {k: v for k, v in merged.items() if v is not None}
-
-
-def schema_of(response_format: ResponseFormat) -> tuple[str, dict[str, Any]]:
-    """The (name, JSON Schema) of a ``json_schema`` response format.
-
-    ``json_schema`` is OpenAI-shaped (``{"name", "schema", "strict"}``, which
-    is how OpenAI passes it through natively, spec 8.3); a bare schema
-    object is accepted too.
-    """
-    spec = response_format.json_schema or {}
-    if isinstance(spec.get("schema"), dict):
-        name = spec.get("name")
-        return (name if isinstance(name, str) and name else "response", dict(spec["schema"]))
-    return "response", dict(spec)
+        Raises:
+            ProviderError: Retryable, when the stream stopped before
+                ``reader`` saw its end (a cut connection).
+        """
+        async with aclosing(self._http.post_sse(path, body)) as events:
+            async for sse in events:
+                for event in reader.feed_sse(sse.data):
+                    yield event
+        finish_or_cut(self.provider_name, reader.ended, reader.ending)
+        if reader.usage is not None:
+            yield UsageDelta(delta=reader.usage)
+        yield reader.result()
 
 
-# --- Messages -----------------------------------------------------------------
-
-MediaItem = ImageContent | AudioContent | VideoContent | FileContent
-
-
-@attrs.frozen(kw_only=True)
-class MessageParts:
-    """A uamp message split into what vendor formats need.
-
-    Attributes:
-        content: Text and media in their original order.
-        tool_calls: The assistant's tool calls (``tool_calls`` first, then
-            ``tool_call`` content items not already listed).
-        tool_results: Tool outputs (a ``role="tool"`` message, or
-            ``tool_result`` content items).
-        thinking: Persisted thinking items (section 6.13).
-    """
-
-    content: list[TextContent | MediaItem]
-    tool_calls: list[ToolInvocation]
-    tool_results: list[ToolOutput]
-    thinking: list[ThinkingContent]
-
-
-def split_message(message: Message) -> MessageParts:
-    """Split ``message`` into ordered content, tool calls, results and thinking.
-
-    Section 8.5: when ``content_items`` carries media it is the full payload
-    (its text items included); ``content`` is the text-only form. Without
-    media, ``content`` (or the joined text items) is the text.
-    """
-    items: list[ContentItem] = list(message.content_items or [])
-    media_present = any(isinstance(i, MediaItem) for i in items)
-    content: list[TextContent | MediaItem] = []
-    if message.role == "tool":
-        pass  # a tool message's text is its result, not content
-    elif media_present:
-        if message.content and not any(isinstance(i, TextContent) for i in items):
-            content.append(TextContent(text=message.content))
-        content.extend(i for i in items if isinstance(i, TextContent | MediaItem))
-    elif message.text:
-        content.append(TextContent(text=message.text))
-
-    calls = list(message.tool_calls or [])
-    seen = {c.id for c in calls}
-    for item in items:
-        if isinstance(item, ToolCallContent) and item.tool_call.id not in seen:
-            calls.append(item.tool_call)
-            seen.add(item.tool_call.id)
-
-    results = [i.tool_result for i in items if isinstance(i, ToolResultContent)]
-    if message.role == "tool" and not results:
-        results.append(ToolOutput(call_id=message.tool_call_id or "", result=message.text))
-    thinking = [i for i in items if isinstance(i, ThinkingContent)]
-    return MessageParts(content=content, tool_calls=calls, tool_results=results, thinking=thinking)
-
-
-def only_text(parts: MessageParts) -> bool:
-    """Whether the ordered content is text only (no media)."""
-    return all(isinstance(i, TextContent) for i in parts.content)
-
-
-# --- Media --------------------------------------------------------------------
-
-# Base64 prefixes of common file signatures, to name a MIME type when the
-# content item does not.
-_BASE64_MAGIC = (
-    ("iVBORw0KGgo", "image/png"),
-    ("/9j/", "image/jpeg"),
-    ("R0lGOD", "image/gif"),
-    ("UklGR", "image/webp"),
-    ("JVBERi0", "application/pdf"),
-    ("SUQz", "audio/mpeg"),
-    ("//u", "audio/mpeg"),
-)
-
-_AUDIO_MIME = {
-    "mp3": "audio/mpeg",
-    "wav": "audio/wav",
-    "pcm16": "audio/pcm",
-    "opus": "audio/opus",
-    "ogg": "audio/ogg",
-    "webm": "audio/webm",
-    "aac": "audio/aac",
-    "flac": "audio/flac",
-    "g711_ulaw": "audio/basic",
-}
-
-
-@attrs.frozen(kw_only=True)
-class MediaRef:
-    """Where a media item's bytes are: a URL, or base64 data, and its MIME type."""
-
-    url: str | None
-    data: str | None
-    mime_type: str
-
-    @property
-    def data_url(self) -> str:
-        """A ``data:`` URL for base64 content, else the URL itself."""
-        if self.url is not None:
-            return self.url
-        return f"data:{self.mime_type};base64,{self.data}"
-
-
-def _default_mime(item: MediaItem) -> str:
-    if isinstance(item, FileContent):
-        return item.mime_type
-    if isinstance(item, ImageContent):
-        fmt = (item.format or "").lower()
-        return f"image/{'jpeg' if fmt == 'jpg' else fmt}" if fmt else ""
-    if isinstance(item, AudioContent):
-        fmt = (item.format or "").lower()
-        return _AUDIO_MIME.get(fmt, f"audio/{fmt}" if fmt else "")
-    fmt = (item.format or "").lower()
-    return f"video/{fmt}" if fmt else ""
-
-
-def _media_of(item: MediaItem) -> str | MediaURL:
-    if isinstance(item, ImageContent):
-        return item.image
-    if isinstance(item, AudioContent):
-        return item.audio
-    if isinstance(item, VideoContent):
-        return item.video
-    return item.file
-
-
-def media_ref(item: MediaItem) -> MediaRef:
-    """Resolve a media item to a URL or base64 data with a MIME type.
-
-    A string is base64 per spec 8.4.1, except that ``data:`` URLs and
-    ``http(s)://`` strings are recognised for what they are.
-    """
-    media = _media_of(item)
-    mime = _default_mime(item)
-    if isinstance(media, MediaURL):
-        url = media.url
-    elif media.startswith(("http://", "https://", "data:")):
-        url = media
-    else:
-        data = "".join(media.split())
-        if not mime:
-            mime = next((m for p, m in _BASE64_MAGIC if data.startswith(p)), "")
-        return MediaRef(url=None, data=data, mime_type=mime or "application/octet-stream")
-    if url.startswith("data:"):
-        header, _, data = url.partition(",")
-        declared = header[5:].split(";")[0]
-        return MediaRef(
-            url=None, data=data, mime_type=declared or mime or "application/octet-stream"
-        )
-    if not mime:
-        mime = mimetypes.guess_type(url.split("?")[0])[0] or ""
-    return MediaRef(url=url, data=None, mime_type=mime or "application/octet-stream")
-
-
-def decode_base64_text(data: str) -> str:
-    """Decode base64 to UTF-8 text (for text documents), or raise ProviderError."""
-    try:
-        return base64.b64decode(data, validate=False).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError) as exc:
-        raise ProviderError(f"file content is not base64 UTF-8 text: {exc}") from exc
-
-
-def unsupported(provider: str, what: str) -> ProviderError:
-    """A non-retryable error for input the provider's API cannot take."""
-    return ProviderError(f"{provider}: {what} is not supported by this API")
-
-
-# --- Streaming helpers ----------------------------------------------------------
+# --- Streaming ---------------------------------------------------------------
 
 
 def finish_or_cut(provider: str, ended: bool, what: str) -> None:
@@ -748,21 +582,3 @@ def finish_or_cut(provider: str, ended: bool, what: str) -> None:
         raise ProviderError(
             f"{provider}: stream ended before {what} (connection cut?)", retryable=True
         )
-
-
-def json_arguments(value: Any) -> str:
-    """Tool-call arguments as a JSON string (servers send a string or an object)."""
-    if isinstance(value, str):
-        return value or "{}"
-    if value is None:
-        return "{}"
-    return orjson.dumps(value).decode()
-
-
-def parse_json_object(text: str) -> dict[str, Any] | None:
-    """``text`` parsed as a JSON object, or ``None`` if it is not one."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None

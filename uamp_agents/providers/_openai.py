@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
-from typing import Any, Unpack
+from typing import Any, ClassVar, Unpack
 
 import attrs
 
-from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
+from uamp_proto.events import Event, ResponseDelta, Thinking
 from uamp_proto.types import (
     AudioContent,
     DeltaText,
@@ -50,14 +49,11 @@ from uamp_proto.types import (
     UsageStats,
 )
 
-from ._http import (
-    HTTPOptions,
-    HTTPProvider,
+from ._http import HTTPOptions, HTTPProvider, connect, load_json
+from ._wire import (
     MediaItem,
-    connect,
-    finish_or_cut,
+    finish_reason,
     json_arguments,
-    load_json,
     media_ref,
     merge_params,
     split_message,
@@ -69,14 +65,10 @@ __all__ = ["OpenAIProvider", "openai"]
 
 _NAME = "openai"
 
-#: OpenAI finish reasons -> uamp's normalised ones.
-_FINISH = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
+#: OpenAI finish reasons -> uamp's normalised ones: uamp uses OpenAI's names,
+#: and the legacy ``function_call`` is ``tool_calls``.
+_FINISH = {r: r for r in ("stop", "length", "tool_calls", "content_filter")}
+_FINISH["function_call"] = "tool_calls"
 
 # Audio formats ``input_audio`` accepts, by uamp format name.
 _INPUT_AUDIO = {"wav": "wav", "mp3": "mp3", "audio/wav": "wav", "audio/mpeg": "mp3"}
@@ -147,25 +139,9 @@ class OpenAIProvider(HTTPProvider):
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the model's events, then one ModelResponse."""
         body = self.build_body(request, stream=True)
-        return self.stream_events(lambda: self._stream_once(body))
-
-    async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ProviderEvent]:
-        acc = _StreamState()
-        done = False
-        async with aclosing(self._http.post_sse("chat/completions", body)) as events:
-            async for sse in events:
-                if done:
-                    continue  # read to the end: the connection goes back to the pool
-                if sse.data.strip() == "[DONE]":
-                    done = True
-                    continue
-                chunk = load_json(_NAME, sse.data)
-                for event in acc.feed(chunk):
-                    yield event
-        finish_or_cut(_NAME, done, "data: [DONE]")
-        if acc.usage is not None:
-            yield UsageDelta(delta=acc.usage)
-        yield acc.result()
+        return self.stream_events(
+            lambda: self.read_stream("chat/completions", body, _StreamState())
+        )
 
 
 # --- Request mapping ------------------------------------------------------------
@@ -266,10 +242,12 @@ def _reasoning(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: Finish reasons that mean "tool calls" when the answer has some (or none given).
+_CALL_REASONS = (None, "stop", "tool_calls", "function_call")
+
+
 def _finish(reason: Any, has_calls: bool) -> str:
-    if has_calls and reason in (None, "stop", "tool_calls", "function_call"):
-        return "tool_calls"
-    return _FINISH.get(reason, "stop") if isinstance(reason, str) else "stop"
+    return finish_reason(reason, _FINISH, calls=has_calls, call_reasons=_CALL_REASONS)
 
 
 def _shape_error(detail: str) -> ProviderError:
@@ -334,6 +312,18 @@ class _StreamState:
     finish: str | None = None
     usage: UsageStats | None = None
     model: str | None = None
+    #: ``data: [DONE]`` seen.
+    ended: bool = False
+    ending: ClassVar[str] = "data: [DONE]"
+
+    def feed_sse(self, data: str) -> list[Event]:
+        """Absorb one event's data: a JSON chunk, or ``[DONE]`` (what follows is ignored)."""
+        if self.ended:
+            return []
+        if data.strip() == "[DONE]":
+            self.ended = True
+            return []
+        return self.feed(load_json(_NAME, data))
 
     def feed(self, chunk: Any) -> list[Event]:
         """Absorb one chunk; return the UAMP events it carries."""

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from uamp_agents.providers import ModelRequest, anthropic
-from uamp_agents.providers._anthropic import AnthropicProvider
 from uamp_proto import types as ty
 from uamp_proto.events import Thinking, UsageDelta
 
 from . import fakeserver as fake
 from .conftest import ANTHROPIC_KEY
+from .conftest import anthropic_provider as provider
 from .fakeserver import ASK, weather_tool
 
 WEATHER = weather_tool()
 SIGNATURE = fake.fixture_json("anthropic/thinking.json")["content"][0]["signature"]
-
-
-def provider(server: fake.FakeServer, **kw: Any) -> AnthropicProvider:
-    kw.setdefault("retry_base_delay", 0.01)
-    return anthropic("claude-sonnet-4-5", api_key=ANTHROPIC_KEY, base_url=server.url, **kw)
 
 
 def check_text_request(request: fake.Request) -> None:
@@ -289,67 +282,12 @@ async def test_images_as_sources(anthropic_server: fake.FakeServer) -> None:
     await provider(anthropic_server).generate(request)
 
 
-async def test_429_with_retry_after_then_success(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(
-        fake.json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "0"),)),
-        fake.json_reply("anthropic/error_529.json", status=529),
-        fake.json_reply("anthropic/text.json"),
-    )
-    result = await provider(anthropic_server).generate(ModelRequest(messages=ASK))
-    assert result.message.content == "Paris is the capital of France."
-    assert len(anthropic_server.requests) == 3
-
-
-async def test_429_reports_retry_after(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(
-        fake.json_reply("anthropic/error_429.json", status=429, headers=(("retry-after", "12"),))
-    )
-    error = await fake.provider_error(
-        provider(anthropic_server, max_retries=0).generate(ModelRequest(messages=ASK))
-    )
-    assert error.retry_after == 12.0
-    assert error.retryable
-    assert "rate_limit_error" in error.message
-
-
-async def test_500_exhausts_retries(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(*[fake.json_reply("anthropic/error_500.json", status=500)] * 2)
-    error = await fake.provider_error(
-        provider(anthropic_server, max_retries=1).generate(ModelRequest(messages=ASK))
-    )
-    assert error.retryable
-    assert error.status == 500
-    assert len(anthropic_server.requests) == 2
-
-
-async def test_400_is_not_retried(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(fake.json_reply("anthropic/error_400.json", status=400))
-    error = await fake.provider_error(
-        fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
-    )
-    assert not error.retryable
-    assert error.status == 400
-    assert "unexpected `tool_use_id`" in error.message
-    assert len(anthropic_server.requests) == 1
-
-
 async def test_missing_version_header_is_refused(anthropic_server: fake.FakeServer) -> None:
     p = anthropic(
         api_key=ANTHROPIC_KEY, base_url=anthropic_server.url, headers={"anthropic-version": "x"}
     )
     error = await fake.provider_error(p.generate(ModelRequest(messages=ASK)))
     assert error.status == 401
-
-
-async def test_stream_without_message_stop_is_cut(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(fake.sse_reply("anthropic/cut.sse"))
-    error = await fake.provider_error(
-        fake.collect(provider(anthropic_server).stream(ModelRequest(messages=ASK)))
-    )
-    assert error.retryable
-    assert "message_stop" in error.message
-    # Text had been yielded, so no retry.
-    assert len(anthropic_server.requests) == 1
 
 
 async def test_overloaded_error_event_before_output_is_retried(
@@ -364,22 +302,3 @@ async def test_overloaded_error_event_before_output_is_retried(
     assert len(anthropic_server.requests) == 2
     assert fake.texts(events) == ["Paris", " is the capital", " of France."]
     assert final.message.content == "Paris is the capital of France."
-
-
-async def test_malformed_json(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(
-        fake.sse_reply("anthropic/malformed.sse"),
-        fake.Reply(body=b"<html>502 Bad Gateway</html>", headers=(("content-type", "text/html"),)),
-    )
-    streamed, plain = await fake.malformed_json_errors(provider(anthropic_server))
-    assert "malformed JSON" in streamed.message
-    assert "malformed JSON" in plain.message
-    assert not plain.retryable
-
-
-async def test_stalled_stream_times_out(anthropic_server: fake.FakeServer) -> None:
-    anthropic_server.queue(fake.Reply(stall=True))
-    p = provider(anthropic_server, timeout=0.3, max_retries=0)
-    error = await fake.provider_error(fake.collect(p.stream(ModelRequest(messages=ASK))))
-    assert error.retryable
-    assert "timed out" in error.message

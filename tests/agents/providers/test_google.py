@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 
 from uamp_agents.providers import ModelRequest, google
-from uamp_agents.providers._google import GoogleProvider
 from uamp_proto import types as ty
 from uamp_proto.events import UsageDelta
 
 from . import fakeserver as fake
 from .conftest import GOOGLE_KEY
+from .conftest import google_provider as provider
 from .fakeserver import ASK, weather_tool
 
 WEATHER = weather_tool(required=["city"], additionalProperties=False)
 SIGNATURE = fake.fixture_json("google/tool_call.json")["candidates"][0]["content"]["parts"][0][
     "thoughtSignature"
 ]
-
-
-def provider(server: fake.FakeServer, **kw: Any) -> GoogleProvider:
-    kw.setdefault("retry_base_delay", 0.01)
-    return google("gemini-2.5-flash", api_key=GOOGLE_KEY, base_url=f"{server.url}/v1beta", **kw)
 
 
 def check_text_request(request: fake.Request) -> None:
@@ -255,45 +248,6 @@ async def test_blocked_prompt(google_server: fake.FakeServer) -> None:
     assert result.message.content == ""
 
 
-async def test_429_with_retry_after_then_success(google_server: fake.FakeServer) -> None:
-    google_server.queue(
-        fake.json_reply("google/error_429.json", status=429, headers=(("retry-after", "0"),)),
-        fake.json_reply("google/error_503.json", status=503),
-        fake.sse_reply("google/text.sse"),
-    )
-    events, final = await fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
-    assert len(google_server.requests) == 3
-    assert fake.texts(events) == ["Paris", " is the capital", " of France."]
-    assert final.message.content == "Paris is the capital of France."
-
-
-async def test_429_retry_info_delay(google_server: fake.FakeServer) -> None:
-    # No Retry-After header: the delay comes from google.rpc.RetryInfo.
-    google_server.queue(fake.json_reply("google/error_429.json", status=429))
-    error = await fake.provider_error(
-        provider(google_server, max_retries=0).generate(ModelRequest(messages=ASK))
-    )
-    assert error.retry_after == 37.0
-    assert error.retryable
-    assert "RESOURCE_EXHAUSTED" in error.message
-
-
-async def test_500_exhausts_retries(google_server: fake.FakeServer) -> None:
-    google_server.queue(*[fake.json_reply("google/error_500.json", status=500)] * 3)
-    error = await fake.provider_error(provider(google_server).generate(ModelRequest(messages=ASK)))
-    assert error.retryable
-    assert error.status == 500
-    assert len(google_server.requests) == 3
-
-
-async def test_400_is_not_retried(google_server: fake.FakeServer) -> None:
-    google_server.queue(fake.json_reply("google/error_400.json", status=400))
-    error = await fake.provider_error(provider(google_server).generate(ModelRequest(messages=ASK)))
-    assert not error.retryable
-    assert "contents is not specified" in error.message
-    assert len(google_server.requests) == 1
-
-
 async def test_api_key_from_environment(
     google_server: fake.FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,35 +256,6 @@ async def test_api_key_from_environment(
     google_server.queue(fake.json_reply("google/text.json"))
     p = google(base_url=google_server.url)
     assert (await p.generate(ModelRequest(messages=ASK))).message.content
-
-
-async def test_stream_without_finish_reason_is_cut(google_server: fake.FakeServer) -> None:
-    google_server.queue(fake.sse_reply("google/cut.sse"))
-    error = await fake.provider_error(
-        fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
-    )
-    assert error.retryable
-    assert "finishReason" in error.message
-    assert len(google_server.requests) == 1
-
-
-async def test_malformed_json(google_server: fake.FakeServer) -> None:
-    google_server.queue(
-        fake.sse_reply("google/malformed.sse"),
-        fake.Reply(body=b'{"candidates": [', headers=(("content-type", "application/json"),)),
-    )
-    streamed, plain = await fake.malformed_json_errors(provider(google_server))
-    assert "malformed JSON" in streamed.message
-    assert "malformed JSON" in plain.message
-
-
-async def test_stalled_server_times_out(google_server: fake.FakeServer) -> None:
-    google_server.queue(fake.Reply(stall=True))
-    p = provider(google_server, timeout=0.3, max_retries=0)
-    error = await fake.provider_error(
-        p.generate(ModelRequest(messages=[ty.Message(role="user", content_items=[])]))
-    )
-    assert "timed out" in error.message
 
 
 async def test_text_content_items_only(google_server: fake.FakeServer) -> None:

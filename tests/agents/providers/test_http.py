@@ -10,14 +10,8 @@ import pytest
 import trio
 
 from uamp_agents.providers import ModelRequest, ProviderError, _http, openai
-from uamp_agents.providers._http import (
-    RetryPolicy,
-    iter_sse,
-    media_ref,
-    parse_retry_after,
-    retrying_stream,
-    split_message,
-)
+from uamp_agents.providers._http import RetryPolicy, iter_sse, parse_retry_after, retrying_stream
+from uamp_agents.providers._wire import media_ref, split_message
 from uamp_proto.types import (
     FileContent,
     ImageContent,
