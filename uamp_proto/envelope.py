@@ -857,36 +857,68 @@ def envelope_sha256(envelope: Envelope) -> str:
 
 
 class ExchangeState(enum.Enum):
-    """States of one request as its receiver tracks it (section 10)."""
+    """States of one received envelope's exchange (section 10, and uamp's ``ANSWERED``)."""
 
     NEW = "new"
     IN_PROGRESS = "in_progress"
+    ANSWERED = "answered"
+    """uamp's addition: a ``propose`` was answered; the proposer's ``confirm``
+    or ``deny`` is awaited."""
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     ERROR = "error"
 
 
 class Trigger(enum.Enum):
-    """What moves the state machine: the labels of section 10's arrows."""
+    """What moves the state machine: section 10's arrow labels and the other intents."""
 
     ASK = "ask"
     SUBSCRIBE = "subscribe"
+    PROPOSE = "propose"
+    INFORM = "inform"
+    NOTIFY = "notify"
+    PROGRESS = "progress"
     CONFIRM = "confirm"
+    DENY = "deny"
     DONE = "done"
+    ANSWER = "answer"
+    """The ``done`` of an exchange a ``propose`` opened: the answer is out."""
     CANCEL = "cancel"
     ERROR = "error"
 
 
-#: Section 10 as data: ``{state: {trigger: next state}}``. A trigger missing
-#: under a state is a protocol error; the three end states accept nothing.
+#: Section 10 as data, completed for every intent of section 4.1:
+#: ``{state: {trigger: next state}}``. A trigger missing under a state is a
+#: protocol error; the three end states accept nothing.
+#:
+#: * ``ask`` and ``subscribe`` open an exchange as section 10 draws; so does
+#:   ``propose``, whose answer (its ``done``, :attr:`Trigger.ANSWER`) waits
+#:   in ``ANSWERED`` for the proposer's ``confirm`` (COMPLETED) or ``deny``
+#:   (CANCELLED: the plan is withdrawn).
+#: * ``inform``, ``notify`` and ``progress`` expect no answer: their own
+#:   exchange completes on receipt (what they add to another exchange, named
+#:   by ``reply_to``, does not move that one).
+#: * ``deny`` of a running exchange withdraws it like ``cancel``.
 TRANSITIONS: Final[Mapping[ExchangeState, Mapping[Trigger, ExchangeState]]] = {
     ExchangeState.NEW: {
         Trigger.ASK: ExchangeState.IN_PROGRESS,
         Trigger.SUBSCRIBE: ExchangeState.IN_PROGRESS,
+        Trigger.PROPOSE: ExchangeState.IN_PROGRESS,
+        Trigger.INFORM: ExchangeState.COMPLETED,
+        Trigger.NOTIFY: ExchangeState.COMPLETED,
+        Trigger.PROGRESS: ExchangeState.COMPLETED,
     },
     ExchangeState.IN_PROGRESS: {
         Trigger.CONFIRM: ExchangeState.COMPLETED,
         Trigger.DONE: ExchangeState.COMPLETED,
+        Trigger.ANSWER: ExchangeState.ANSWERED,
+        Trigger.CANCEL: ExchangeState.CANCELLED,
+        Trigger.DENY: ExchangeState.CANCELLED,
+        Trigger.ERROR: ExchangeState.ERROR,
+    },
+    ExchangeState.ANSWERED: {
+        Trigger.CONFIRM: ExchangeState.COMPLETED,
+        Trigger.DENY: ExchangeState.CANCELLED,
         Trigger.CANCEL: ExchangeState.CANCELLED,
         Trigger.ERROR: ExchangeState.ERROR,
     },
@@ -895,13 +927,8 @@ TRANSITIONS: Final[Mapping[ExchangeState, Mapping[Trigger, ExchangeState]]] = {
     ExchangeState.ERROR: {},
 }
 
-_INTENT_TRIGGERS: Final[Mapping[Intent, Trigger]] = {
-    Intent.ASK: Trigger.ASK,
-    Intent.SUBSCRIBE: Trigger.SUBSCRIBE,
-    Intent.CONFIRM: Trigger.CONFIRM,
-    Intent.CANCEL: Trigger.CANCEL,
-    Intent.ERROR: Trigger.ERROR,
-}
+#: Every intent's trigger (section 4.1: each intent is one).
+_INTENT_TRIGGERS: Final[Mapping[Intent, Trigger]] = {i: Trigger(i.value) for i in Intent}
 _DELTA_TRIGGERS: Final[Mapping[DeltaType, Trigger]] = {
     DeltaType.DONE: Trigger.DONE,
     DeltaType.CANCEL: Trigger.CANCEL,
@@ -909,16 +936,20 @@ _DELTA_TRIGGERS: Final[Mapping[DeltaType, Trigger]] = {
 }
 
 
-def trigger_for(message: Envelope | Delta) -> Trigger | None:
+def trigger_for(message: Envelope | Delta, *, opened_by: Intent | None = None) -> Trigger | None:
     """The section 10 trigger a message carries, or ``None`` if it moves nothing.
 
-    Envelopes trigger by intent (``ask``, ``subscribe``, ``confirm``,
-    ``cancel``, ``error``), deltas by type (``done``, ``cancel``, ``error``);
-    the rest (``inform``, ``progress``, ``chunk``...) leave the state alone.
+    Envelopes trigger by intent (each intent is a trigger), deltas by type
+    (``done``, ``cancel``, ``error``; ``progress``, ``chunk`` and ``patch``
+    leave the state alone). The ``done`` of an exchange ``opened_by`` a
+    ``propose`` is :attr:`Trigger.ANSWER`.
     """
     if isinstance(message, Envelope):
-        return _INTENT_TRIGGERS.get(message.intent)
-    return _DELTA_TRIGGERS.get(message.type)
+        return _INTENT_TRIGGERS[message.intent]
+    trigger = _DELTA_TRIGGERS.get(message.type)
+    if trigger is Trigger.DONE and opened_by is Intent.PROPOSE:
+        return Trigger.ANSWER
+    return trigger
 
 
 class InvalidTransition(ProtocolError):
@@ -949,6 +980,8 @@ class Exchange:
     def __init__(self) -> None:
         #: The current state; starts at ``NEW`` ("envelope received").
         self.state = ExchangeState.NEW
+        #: The intent that moved it out of ``NEW`` (``None`` before).
+        self.opened_by: Intent | None = None
 
     def advance(self, trigger: Trigger) -> ExchangeState:
         """Apply ``trigger`` and return the new state.
@@ -960,6 +993,8 @@ class Exchange:
         moves = TRANSITIONS[self.state]
         if trigger not in moves:
             raise InvalidTransition(self.state, trigger)
+        if self.state is ExchangeState.NEW:
+            self.opened_by = Intent(trigger.value)
         self.state = moves[trigger]
         return self.state
 
@@ -969,5 +1004,5 @@ class Exchange:
         Raises:
             InvalidTransition: As :meth:`advance`.
         """
-        trigger = trigger_for(message)
+        trigger = trigger_for(message, opened_by=self.opened_by)
         return self.state if trigger is None else self.advance(trigger)

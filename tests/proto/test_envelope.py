@@ -454,12 +454,24 @@ def test_envelope_digest_ignores_member_order(ext: dict[str, Any], rnd: Any) -> 
 
 S, T = ExchangeState, Trigger
 LISTED = [
+    # section 10 as drawn
     (S.NEW, T.ASK, S.IN_PROGRESS),
     (S.NEW, T.SUBSCRIBE, S.IN_PROGRESS),
     (S.IN_PROGRESS, T.CONFIRM, S.COMPLETED),
     (S.IN_PROGRESS, T.DONE, S.COMPLETED),
     (S.IN_PROGRESS, T.CANCEL, S.CANCELLED),
     (S.IN_PROGRESS, T.ERROR, S.ERROR),
+    # the other intents of section 4.1 (uamp's decisions, docs/envelope.md)
+    (S.NEW, T.PROPOSE, S.IN_PROGRESS),
+    (S.NEW, T.INFORM, S.COMPLETED),
+    (S.NEW, T.NOTIFY, S.COMPLETED),
+    (S.NEW, T.PROGRESS, S.COMPLETED),
+    (S.IN_PROGRESS, T.DENY, S.CANCELLED),
+    (S.IN_PROGRESS, T.ANSWER, S.ANSWERED),
+    (S.ANSWERED, T.CONFIRM, S.COMPLETED),
+    (S.ANSWERED, T.DENY, S.CANCELLED),
+    (S.ANSWERED, T.CANCEL, S.CANCELLED),
+    (S.ANSWERED, T.ERROR, S.ERROR),
 ]
 UNLISTED = [
     (state, trigger)
@@ -475,7 +487,7 @@ def _at(state: ExchangeState) -> Exchange:
     return exchange
 
 
-def test_table_is_exactly_section_10() -> None:
+def test_table_is_exactly_section_10_and_the_other_intents() -> None:
     table = {(s, t): n for s, moves in TRANSITIONS.items() for t, n in moves.items()}
     assert table == {(s, t): n for s, t, n in LISTED}
     assert set(TRANSITIONS) == set(ExchangeState)
@@ -500,9 +512,14 @@ def test_every_unlisted_move_raises(state: ExchangeState, trigger: Trigger) -> N
 
 INTENT_TRIGGERS = {
     Intent.ASK: T.ASK,
-    Intent.SUBSCRIBE: T.SUBSCRIBE,
+    Intent.INFORM: T.INFORM,
+    Intent.PROPOSE: T.PROPOSE,
     Intent.CONFIRM: T.CONFIRM,
+    Intent.DENY: T.DENY,
+    Intent.PROGRESS: T.PROGRESS,
     Intent.CANCEL: T.CANCEL,
+    Intent.SUBSCRIBE: T.SUBSCRIBE,
+    Intent.NOTIFY: T.NOTIFY,
     Intent.ERROR: T.ERROR,
 }
 
@@ -510,7 +527,15 @@ INTENT_TRIGGERS = {
 @pytest.mark.parametrize("intent", list(Intent))
 def test_trigger_of_each_intent(intent: Intent) -> None:
     env = decode_envelope({**minimal(), "intent": intent.value})
-    assert trigger_for(env) is INTENT_TRIGGERS.get(intent)
+    assert trigger_for(env) is INTENT_TRIGGERS[intent]
+
+
+@pytest.mark.parametrize("intent", list(Intent))
+def test_every_intent_has_a_move_from_new_or_addresses_an_exchange(intent: Intent) -> None:
+    trigger = INTENT_TRIGGERS[intent]
+    opens = trigger in TRANSITIONS[S.NEW]
+    addresses = any(trigger in TRANSITIONS[s] for s in (S.IN_PROGRESS, S.ANSWERED))
+    assert opens or addresses
 
 
 @pytest.mark.parametrize("kind", list(DeltaType))
@@ -527,6 +552,25 @@ def test_a_streamed_exchange() -> None:
     assert exchange.observe(decode_delta({**delta_obj(), "type": "done"})) is S.COMPLETED
     with pytest.raises(InvalidTransition, match=r"has ended"):
         exchange.observe(decode_envelope({**minimal(), "intent": "cancel"}))
+
+
+@pytest.mark.parametrize(("decision", "end"), [("confirm", S.COMPLETED), ("deny", S.CANCELLED)])
+def test_a_proposal_waits_for_the_decision_after_its_answer(
+    decision: str, end: ExchangeState
+) -> None:
+    exchange = Exchange()
+    assert exchange.observe(decode_envelope({**minimal(), "intent": "propose"})) is S.IN_PROGRESS
+    assert exchange.opened_by is Intent.PROPOSE
+    assert exchange.observe(decode_delta({**delta_obj(), "type": "chunk"})) is S.IN_PROGRESS
+    assert exchange.observe(decode_delta({**delta_obj(), "type": "done"})) is S.ANSWERED
+    assert exchange.observe(decode_envelope({**minimal(), "intent": decision})) is end
+
+
+@pytest.mark.parametrize("intent", ["inform", "notify", "progress"])
+def test_one_way_intents_complete_on_receipt(intent: str) -> None:
+    exchange = Exchange()
+    assert exchange.observe(decode_envelope({**minimal(), "intent": intent})) is S.COMPLETED
+    assert exchange.opened_by is Intent(intent)
 
 
 # --- error codes (section 9) --------------------------------------------------------------

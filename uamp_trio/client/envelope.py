@@ -258,6 +258,20 @@ class _Conversation:
         """Send ``confirm``/``cancel``/``deny``/``error`` for an exchange."""
         await self.send_only(self.signer.make(intent, to=self.to, reply_to=to_envelope.id))
 
+    async def tell(
+        self, intent: Intent | str, text: str, *, reply_to: Envelope | None = None
+    ) -> Envelope:
+        """Send a one-way ``inform``/``notify``/``progress`` (about ``reply_to``'s exchange).
+
+        Returns:
+            The envelope sent.
+        """
+        envelope = self.signer.make(
+            intent, text, to=self.to, reply_to=None if reply_to is None else reply_to.id
+        )
+        await self.send_only(envelope)
+        return envelope
+
 
 class EnvelopeHTTPClient(_Conversation):
     """Spec 003 over HTTP: ``POST /v1/messages``, SSE streams, acks (see the module docstring).
@@ -298,8 +312,8 @@ class EnvelopeHTTPClient(_Conversation):
         url = httpx.URL(self.base_url)
         return f"{url.scheme}://{url.netloc.decode()}"
 
-    async def send(self, envelope: Envelope) -> str:
-        """POST one envelope; its exchange's stream URL (the ``Location``).
+    async def post(self, envelope: Envelope) -> httpx.Response:
+        """POST one envelope; the ``202`` answer.
 
         Raises:
             EnvelopeClientError: The server refused it.
@@ -311,7 +325,18 @@ class EnvelopeHTTPClient(_Conversation):
         )
         if r.status_code != 202:
             raise _error_from(r.content, r.status_code, r.headers.get("retry-after"))
-        return self._origin() + r.headers["location"]
+        return r
+
+    async def send(self, envelope: Envelope) -> str:
+        """POST one envelope; its exchange's stream URL (the ``Location``).
+
+        Raises:
+            EnvelopeClientError: The server refused it, or named no stream.
+        """
+        location = (await self.post(envelope)).headers.get("location")
+        if location is None:
+            raise EnvelopeClientError("4.00", "the server named no stream for this envelope")
+        return self._origin() + location
 
     async def deltas(
         self, location: str, *, window: int, ack_every: int | None = None, reply: Reply
@@ -351,8 +376,8 @@ class EnvelopeHTTPClient(_Conversation):
         return reply
 
     async def send_only(self, envelope: Envelope) -> None:
-        """Send an envelope that opens no stream (``confirm``, ``cancel``...)."""
-        await self.send(envelope)
+        """Send an envelope that opens no stream (``confirm``, ``cancel``, ``inform``...)."""
+        await self.post(envelope)
 
 
 class EnvelopeWSClient(_Conversation):

@@ -56,7 +56,9 @@ envelope's canonical form) continues that conversation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -81,6 +83,7 @@ from uamp_proto.envelope import (
     DEFAULT_MAX_SIZE,
     MISSING_DELTA_SEQ,
     PAYLOAD_TOO_LARGE,
+    TRANSITIONS,
     UNAUTHENTICATED,
     UNAUTHORIZED,
     Delta,
@@ -98,7 +101,7 @@ from uamp_proto.envelope import (
 from uamp_proto.envelope import Exchange as ExchangeMachine
 from uamp_proto.errors import RemoteProtocolError
 from uamp_proto.flow import SendWindow
-from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
@@ -110,6 +113,8 @@ from .keys import EnvelopeKey
 
 __all__ = [
     "AGENT_URN",
+    "MAX_NOTES",
+    "ONE_WAY_INTENTS",
     "OPENING_INTENTS",
     "SERVED_INTENTS",
     "EnvelopeLimits",
@@ -126,12 +131,20 @@ log = logging.getLogger("uamp_trio.envelope")
 
 #: How an agent is named in ``from``/``to`` when no URL is configured.
 AGENT_URN: Final = "urn:uamp:agent:"
-#: Intents that open an exchange.
-OPENING_INTENTS: Final = frozenset({Intent.ASK, Intent.SUBSCRIBE})
+#: Intents that open an exchange (the agent runs).
+OPENING_INTENTS: Final = frozenset({Intent.ASK, Intent.PROPOSE, Intent.SUBSCRIBE})
 #: Intents that address an open exchange by ``reply_to``.
 _ADDRESSING: Final = frozenset({Intent.CONFIRM, Intent.CANCEL, Intent.DENY, Intent.ERROR})
-#: Every intent an agent served here accepts (the manifest's ``intents``).
-SERVED_INTENTS: Final = tuple(i.value for i in Intent if i in OPENING_INTENTS or i in _ADDRESSING)
+#: Intents that expect no answer: recorded, the agent is not run for them
+#: (except a ``notify`` naming a subscription, which is its next event).
+ONE_WAY_INTENTS: Final = frozenset({Intent.INFORM, Intent.NOTIFY, Intent.PROGRESS})
+#: Every intent an agent served here accepts (the manifest's ``intents``): all of section 4.1.
+SERVED_INTENTS: Final = tuple(i.value for i in Intent)
+#: One-way messages kept per caller for its next exchange, and ``progress``
+#: updates per exchange (oldest dropped past it).
+MAX_NOTES: Final = 32
+#: A subscription's events (``notify``) waiting for the agent; 5.04 past it.
+_QUEUED_EVENTS: Final = 8
 
 _HTTP_STATUS: Final[Mapping[str, int]] = {
     "4.00": 400,
@@ -144,6 +157,8 @@ _HTTP_STATUS: Final[Mapping[str, int]] = {
 }
 _CLOSE_CODES: Final[Mapping[str, int]] = {"4.01": 4401, "4.03": 4403, "4.13": 4413}
 _FINAL_TYPES: Final = frozenset({DeltaType.DONE, DeltaType.CANCEL, DeltaType.ERROR})
+#: The final frame of a subscription that ended between events, by its state.
+_ENDING: Final = {ExchangeState.COMPLETED: DeltaType.DONE, ExchangeState.ERROR: DeltaType.ERROR}
 
 
 def http_status(code: str) -> int:
@@ -237,19 +252,40 @@ class Exchange:
         self.stream_id = envelope.stream_id or envelope.id
         self.agent = agent
         self.owner = owner
+        #: The opening intent: ``ask``, ``propose`` or ``subscribe``.
+        self.kind = envelope.intent
         self.machine = ExchangeMachine()
-        self.machine.advance(Trigger.ASK if envelope.intent is Intent.ASK else Trigger.SUBSCRIBE)
+        self.machine.advance(Trigger(envelope.intent.value))
         self.window = SendWindow(window)
         self.window.start_stream(self.stream_id)
         self.envelope_hash = "sha256:" + envelope_sha256(envelope)
         #: The conversation this exchange answered, with the answer (for history).
         self.messages: list[ty.Message] = []
+        #: The peer's ``progress`` envelopes about this exchange, as they
+        #: arrive (the running agent sees this list as ``metadata["updates"]``).
+        self.updates: list[dict[str, Any]] = []
+        #: The payment token of the opening envelope (a subscription's events).
+        self.payment_token: str | None = None
+        #: Where the next turns wait (a subscription's events); closed when it ends.
+        self.turns: trio.MemorySendChannel[_Turn] | None = None
         self._clock = clock
         self._frames: list[Delta] = []  # sent, not yet acknowledged
         self._changed = trio.Event()
         self._final = False
         self.runner: ResponseRunner | None = None
         self.done_sent = False
+
+    @property
+    def subscription(self) -> bool:
+        """Whether a ``subscribe`` opened it (a long-lived stream of answers)."""
+        return self.kind is Intent.SUBSCRIBE
+
+    def stop(self) -> None:
+        """No more turns: close the queue and cancel the running one, if any."""
+        if self.turns is not None:
+            self.turns.close()
+        if self.runner is not None:
+            self.runner.cancel()
 
     @property
     def state(self) -> ExchangeState:
@@ -335,28 +371,45 @@ class Exchange:
 
 
 @attrs.frozen
+class _Turn:
+    """One run of the agent waiting in an exchange's queue (its charge is held)."""
+
+    envelope_id: str
+    message: ty.Message
+    token: str | None
+    response_id: str
+    charge: Charge | None
+
+
+@attrs.frozen
 class Submitted:
     """What :meth:`EnvelopeService.submit` did.
 
     Attributes:
         envelope: The verified envelope.
         principal: Who sent it.
-        exchange: The exchange it opened or addressed.
+        exchange: The exchange it opened or addressed; ``None`` for a one-way
+            envelope without ``reply_to`` (kept for the caller's next exchange).
     """
 
     envelope: Envelope
     principal: Principal
-    exchange: Exchange
+    exchange: Exchange | None
 
     @property
     def opened(self) -> bool:
-        """Whether the envelope opened its exchange (``ask``/``subscribe``)."""
+        """Whether the envelope opened its exchange (``ask``/``propose``/``subscribe``)."""
         return self.envelope.intent in OPENING_INTENTS
 
     @property
-    def location(self) -> str:
-        """``/v1/stream/{id}`` of the exchange (relative to the agent's prefix)."""
-        return f"/v1/stream/{self.exchange.id}"
+    def state(self) -> ExchangeState:
+        """The state to report: the exchange's, or COMPLETED for a one-way envelope."""
+        return ExchangeState.COMPLETED if self.exchange is None else self.exchange.state
+
+    @property
+    def location(self) -> str | None:
+        """``/v1/stream/{id}`` of the exchange (relative to the agent's prefix), if any."""
+        return None if self.exchange is None else f"/v1/stream/{self.exchange.id}"
 
 
 class EnvelopeService:
@@ -392,6 +445,8 @@ class EnvelopeService:
         self._exchanges: OrderedDict[str, Exchange] = OrderedDict()
         self._streams: dict[str, Exchange] = {}
         self._running: dict[str, int] = {}
+        #: One-way messages waiting for their caller's next exchange.
+        self._notes: OrderedDict[tuple[str, str, str, str], list[ty.Message]] = OrderedDict()
 
     # --- 1. which agent ---------------------------------------------------------
 
@@ -456,19 +511,26 @@ class EnvelopeService:
         Raises:
             EnvelopeRefused: The envelope is refused; nothing was started.
         """
-        name = agent.name
-        principal = await self.trust.authenticate(envelope, self.audiences(name))
+        principal = await self.trust.authenticate(envelope, self.audiences(agent.name))
+        exchange: Exchange | None
         if envelope.intent in OPENING_INTENTS:
             exchange = await self._open(agent, envelope, principal, nursery)
         elif envelope.intent in _ADDRESSING:
             exchange = self._address(envelope, principal)
         else:
-            raise EnvelopeRefused(
-                BAD_REQUEST,
-                f"intent {envelope.intent.value!r} is not served; served: "
-                f"{', '.join(SERVED_INTENTS)}",
-            )
+            exchange = await self._one_way(agent, envelope, principal)
         return Submitted(envelope, principal, exchange)
+
+    async def _charge(
+        self, name: str, token: str | None, response_id: str, principal: Principal
+    ) -> Charge | None:
+        try:
+            return await self.host.open_charge(name, token, response_id, principal=principal)
+        except PaymentRequiredError as exc:
+            raise EnvelopeRefused(
+                UNAUTHORIZED,
+                f"payment required ({exc.code}): put a payment token in ext.payment_token",
+            ) from None
 
     async def _open(
         self,
@@ -480,10 +542,7 @@ class EnvelopeService:
         name = agent.name
         if envelope.id in self._exchanges:  # a replay outside the guard's memory
             raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
-        try:
-            message = user_message(envelope)
-        except BodyError as exc:
-            raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
+        message = _message(envelope)
         history = self._history(envelope, principal)
         stream_id = envelope.stream_id or envelope.id
         if stream_id in self._streams:
@@ -497,54 +556,38 @@ class EnvelopeService:
         target = nursery or self.host.background
         if target is None:
             raise RuntimeError("no nursery to run the exchange in (the server is not serving)")
-        payment = envelope.ext.get("payment_token") if envelope.ext else None
-        token = payment if isinstance(payment, str) else None
+        token = _payment_token(envelope)
         response_id = f"resp_{uuid.uuid4().hex}"
-        try:
-            charge = await self.host.open_charge(name, token, response_id, principal=principal)
-        except PaymentRequiredError as exc:
-            raise EnvelopeRefused(
-                UNAUTHORIZED,
-                f"payment required ({exc.code}): put a payment token in ext.payment_token",
-            ) from None
+        charge = await self._charge(name, token, response_id, principal)
+        # No checkpoint from here until the charge is in the exchange's queue.
         window = min(envelope.effective_delta_window, self.limits.max_window)
         exchange = Exchange(envelope, name, principal.key, window, self.clock)
-        exchange.messages = [*history, message]
-        request = TurnRequest(
-            agent=name,
-            session_id=exchange.id,
-            response_id=response_id,
-            messages=list(exchange.messages),
-            principal=principal,
-            payment_token=token,
-            metadata={"envelope_id": envelope.id, "stream_id": exchange.stream_id},
-        )
+        exchange.messages = [*history, *self._notes.pop(_notes_key(principal, name, envelope), ())]
+        exchange.payment_token = token
+        size = _QUEUED_EVENTS if exchange.subscription else 1
+        send, receive = trio.open_memory_channel[_Turn](size)
+        send.send_nowait(_Turn(envelope.id, message, token, response_id, charge))
+        if not exchange.subscription:
+            send.close()  # one turn
+        exchange.turns = send
         self.trust.accept(envelope)
         self._remember(exchange)
         self._running[name] = self._running.get(name, 0) + 1
-        encoder = DeltaEncoder()
-        idle = self.limits.idle_timeout
-
-        async def sink(event: ev.Event) -> None:
-            frame = encoder.feed(event)
-            if frame is not None and not exchange.finished:
-                await exchange.push(frame[0], frame[1], idle)
-
-        runner = ResponseRunner(agent, request, sink, charge=charge)
-        exchange.runner = runner
-        target.start_soon(self._run, exchange, runner, encoder)
+        target.start_soon(self._run, exchange, agent, principal, receive)
         return exchange
 
-    async def _run(self, exchange: Exchange, runner: ResponseRunner, encoder: DeltaEncoder) -> None:
+    async def _run(
+        self,
+        exchange: Exchange,
+        agent: Responder,
+        principal: Principal,
+        turns: trio.MemoryReceiveChannel[_Turn],
+    ) -> None:
         try:
-            outcome = await runner.run()
-            if outcome.status == "completed" and exchange.state is ExchangeState.IN_PROGRESS:
-                exchange.machine.advance(Trigger.DONE)
-            elif outcome.status == "failed" and exchange.state is ExchangeState.IN_PROGRESS:
-                exchange.machine.advance(Trigger.ERROR)
-            elif outcome.status == "cancelled" and exchange.state is ExchangeState.IN_PROGRESS:
-                exchange.machine.advance(Trigger.CANCEL)
-            exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
+            await self._turns(exchange, agent, principal, turns)
+            if not exchange.finished:  # a subscription that ended between events
+                kind = _ENDING.get(exchange.state, DeltaType.CANCEL)
+                await exchange.push(kind, {"state": exchange.state.value}, self.limits.idle_timeout)
         except trio.TooSlowError:
             log.info(
                 "exchange %s: no ack for %.0f s; cancelled", exchange.id, self.limits.idle_timeout
@@ -553,14 +596,157 @@ class EnvelopeService:
                 exchange.machine.advance(Trigger.CANCEL)
         except Exception:
             log.exception("exchange %s failed", exchange.id)
-            if exchange.state is ExchangeState.IN_PROGRESS:
+            if exchange.state in (ExchangeState.IN_PROGRESS, ExchangeState.ANSWERED):
                 exchange.machine.advance(Trigger.ERROR)
         finally:
             if exchange.state is ExchangeState.IN_PROGRESS:  # cancelled from outside
                 exchange.machine.advance(Trigger.CANCEL)
+            exchange.stop()
             exchange.end()
             self._running[exchange.agent] -= 1
             self._streams.pop(exchange.stream_id, None)
+            with trio.CancelScope(shield=True):
+                await _release(turns)
+
+    async def _turns(
+        self,
+        exchange: Exchange,
+        agent: Responder,
+        principal: Principal,
+        turns: trio.MemoryReceiveChannel[_Turn],
+    ) -> None:
+        """Run the queued turns: one for ``ask``/``propose``, each event of a subscription."""
+        wait = self.limits.idle_timeout if exchange.subscription else math.inf
+        while exchange.state is ExchangeState.IN_PROGRESS:
+            turn: _Turn | None = None
+            with trio.move_on_after(wait), contextlib.suppress(trio.EndOfChannel):
+                turn = await turns.receive()
+            if turn is None:  # the subscription was closed (confirm) or went idle
+                if exchange.state is ExchangeState.IN_PROGRESS:
+                    exchange.machine.advance(Trigger.DONE)
+                return
+            status = await self._turn(exchange, agent, principal, turn)
+            if exchange.state is not ExchangeState.IN_PROGRESS:
+                return  # stopped by the peer meanwhile
+            if status == "completed" and exchange.subscription:
+                continue
+            outcome = {
+                "completed": Trigger.ANSWER if exchange.kind is Intent.PROPOSE else Trigger.DONE,
+                "failed": Trigger.ERROR,
+            }
+            exchange.machine.advance(outcome.get(status, Trigger.CANCEL))
+            return
+
+    async def _turn(
+        self, exchange: Exchange, agent: Responder, principal: Principal, turn: _Turn
+    ) -> str:
+        """Run the agent once on ``turn``; its frames go to the exchange's stream."""
+        encoder = DeltaEncoder()
+        idle = self.limits.idle_timeout
+        between = exchange.subscription
+
+        async def sink(event: ev.Event) -> None:
+            frame = encoder.feed(event)
+            if frame is None or exchange.finished:
+                return
+            kind, payload = frame
+            if between and kind is DeltaType.DONE:  # one answer of a subscription: not its end
+                kind, payload = DeltaType.PROGRESS, {"answered": turn.envelope_id, **payload}
+            await exchange.push(kind, payload, idle)
+
+        exchange.messages.append(turn.message)
+        request = TurnRequest(
+            agent=exchange.agent,
+            session_id=exchange.id,
+            response_id=turn.response_id,
+            messages=list(exchange.messages),
+            principal=principal,
+            payment_token=turn.token,
+            metadata={
+                "envelope_id": turn.envelope_id,
+                "stream_id": exchange.stream_id,
+                "intent": exchange.kind.value,
+                "updates": exchange.updates,
+            },
+        )
+        runner = ResponseRunner(agent, request, sink, charge=turn.charge)
+        exchange.runner = runner
+        try:
+            outcome = await runner.run()
+        finally:
+            exchange.runner = None
+        exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
+        return outcome.status
+
+    async def _one_way(
+        self, agent: Responder, envelope: Envelope, principal: Principal
+    ) -> Exchange | None:
+        """``inform``, ``notify``, ``progress``: recorded, answered by nothing.
+
+        Without ``reply_to`` (``inform``, ``notify``) the message waits for
+        the caller's next exchange with this agent; with it, it joins that
+        exchange: a ``notify`` to a live subscription is its next event, a
+        ``progress`` is one of its ``updates``, anything else joins its
+        conversation (an ask continuing it sees it).
+        """
+        message = _message(envelope)
+        intent = envelope.intent
+        if envelope.reply_to is None:
+            if intent is Intent.PROGRESS:
+                raise EnvelopeRefused(
+                    BAD_REQUEST, "a progress envelope names its exchange in reply_to"
+                )
+            self._note(_notes_key(principal, agent.name, envelope), message)
+            self.trust.accept(envelope)
+            return None
+        exchange = self.find(envelope.reply_to, principal)
+        if exchange.agent != agent.name:
+            raise EnvelopeRefused(NOT_FOUND, f"no exchange {envelope.reply_to!r}")
+        if intent is Intent.PROGRESS:
+            if len(exchange.updates) >= MAX_NOTES:
+                del exchange.updates[0]
+            exchange.updates.append(
+                {"id": envelope.id, "type": envelope.body.type, "content": envelope.body.content}
+            )
+        elif intent is Intent.NOTIFY and exchange.subscription and exchange.turns is not None:
+            await self._event(exchange, envelope, principal, message)
+        else:
+            exchange.messages.append(message)
+        self.trust.accept(envelope)
+        return exchange
+
+    async def _event(
+        self, exchange: Exchange, envelope: Envelope, principal: Principal, message: ty.Message
+    ) -> None:
+        """Queue a ``notify`` as the subscription's next turn (5.04 when its queue is full)."""
+        turns = exchange.turns
+        assert turns is not None
+        busy = EnvelopeRefused(
+            BACKEND_BUSY,
+            f"subscription {exchange.id!r} has {_QUEUED_EVENTS} events waiting; retry later",
+            retry_after=self.limits.retry_after,
+        )
+        if exchange.state is not ExchangeState.IN_PROGRESS:
+            raise EnvelopeRefused(BAD_REQUEST, f"subscription {exchange.id!r} has ended")
+        if turns.statistics().current_buffer_used >= _QUEUED_EVENTS:
+            raise busy
+        token = _payment_token(envelope) or exchange.payment_token
+        response_id = f"resp_{uuid.uuid4().hex}"
+        charge = await self._charge(exchange.agent, token, response_id, principal)
+        try:
+            turns.send_nowait(_Turn(envelope.id, message, token, response_id, charge))
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            if charge is not None:
+                await charge.settle(None, used=False)
+            raise busy from None
+
+    def _note(self, key: tuple[str, str, str, str], message: ty.Message) -> None:
+        notes = self._notes.setdefault(key, [])
+        self._notes.move_to_end(key)
+        notes.append(message)
+        del notes[:-MAX_NOTES]
+        while len(self._notes) > self.limits.keep_finished:
+            self._notes.popitem(last=False)
 
     def _history(self, envelope: Envelope, principal: Principal) -> list[ty.Message]:
         history: list[ty.Message] = []
@@ -591,16 +777,11 @@ class EnvelopeService:
             )
         exchange = self.find(envelope.reply_to, principal)
         self.trust.accept(envelope)
-        intent = envelope.intent
-        if exchange.state is ExchangeState.IN_PROGRESS:
-            trigger = {
-                Intent.CONFIRM: Trigger.CONFIRM,
-                Intent.ERROR: Trigger.ERROR,
-            }.get(intent, Trigger.CANCEL)
+        trigger = Trigger(envelope.intent.value)
+        if trigger in TRANSITIONS[exchange.state]:
             exchange.machine.advance(trigger)
-            if exchange.runner is not None:
-                exchange.runner.cancel()
-        elif intent in (Intent.CONFIRM, Intent.DENY) and exchange.finished:
+            exchange.stop()
+        elif envelope.intent in (Intent.CONFIRM, Intent.DENY) and exchange.finished:
             self._exchanges.pop(exchange.id, None)  # acknowledged: retired
         return exchange
 
@@ -671,3 +852,32 @@ def _is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _message(envelope: Envelope) -> ty.Message:
+    try:
+        return user_message(envelope)
+    except BodyError as exc:
+        raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
+
+
+def _payment_token(envelope: Envelope) -> str | None:
+    payment = envelope.ext.get("payment_token") if envelope.ext else None
+    return payment if isinstance(payment, str) else None
+
+
+def _notes_key(principal: Principal, agent: str, envelope: Envelope) -> tuple[str, str, str, str]:
+    """Whose pending one-way messages: the caller, the agent, and the sender's ``from``."""
+    return (*principal.key, agent, envelope.from_)
+
+
+async def _release(turns: trio.MemoryReceiveChannel[_Turn]) -> None:
+    """Free the charges of turns that will not run, and close the queue."""
+    with turns:
+        while True:
+            try:
+                turn = turns.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            if turn.charge is not None:
+                await turn.charge.settle(None, used=False)

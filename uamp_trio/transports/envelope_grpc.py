@@ -67,7 +67,7 @@ from uamp_proto.envelope import Delta, Envelope, encode_envelope
 from uamp_proto.grpc import GrpcError, StatusCode
 from uamp_proto.principal import ANONYMOUS
 
-from ..envelope.service import EnvelopeService, Exchange
+from ..envelope.service import ONE_WAY_INTENTS, EnvelopeService, Exchange
 from ..grpc import Context, GrpcService, mount_service
 from ..grpc.protos.uamp.v1 import agent_pb2
 from ..hosting.host import Host
@@ -173,6 +173,8 @@ class EnvelopeGrpc:
             await send(self._error_frame(refused, name, envelope))
             raise self._status(refused) from None
         exchange = submitted.exchange
+        if exchange is None or envelope.intent in ONE_WAY_INTENTS:
+            return  # one-way: answered by nothing (the exchange it joined streams elsewhere)
         try:
             async for delta in exchange.deltas():
                 await send(to_message(delta))
@@ -240,7 +242,7 @@ class _SessionPeer:
             agent = service.resolve(self.agent, envelope)
             submitted = await service.submit(agent, envelope, nursery=self.nursery)
             exchange = submitted.exchange
-            if submitted.opened and exchange.stream_id not in self.exchanges:
+            if submitted.opened and exchange and exchange.stream_id not in self.exchanges:
                 self._remember(exchange)
                 self.nursery.start_soon(self._forward, exchange)
             return

@@ -198,14 +198,17 @@ class EnvelopeBindings:
         except EnvelopeRefused as refused:
             return error_response(service, refused, agent=name, reply_to=reply_to)
         exchange = submitted.exchange
-        body = orjson.dumps(
-            {"id": exchange.id, "stream_id": exchange.stream_id, "state": exchange.state.value}
-        )
-        headers = [
-            ("content-type", "application/json"),
-            ("location", _prefix(request) + submitted.location),
-        ]
-        return Response(status=202, headers=headers, body=body)
+        headers = [("content-type", "application/json")]
+        if exchange is None:  # one-way, kept for the caller's next exchange: no stream
+            answer = {"id": envelope.id, "state": submitted.state.value}
+        else:
+            answer = {
+                "id": exchange.id,
+                "stream_id": exchange.stream_id,
+                "state": exchange.state.value,
+            }
+            headers.append(("location", _prefix(request) + f"/v1/stream/{exchange.id}"))
+        return Response(status=202, headers=headers, body=orjson.dumps(answer))
 
     async def _caller(self, request: Request) -> tuple[Principal, Exchange]:
         service = self.service
@@ -326,7 +329,7 @@ class _WsPeer:
         agent = service.resolve(self.agent, envelope)
         submitted = await service.submit(agent, envelope, nursery=self.nursery)
         exchange = submitted.exchange
-        if submitted.opened:
+        if submitted.opened and exchange is not None:
             self.exchanges[exchange.stream_id] = exchange
             self.nursery.start_soon(self._forward, exchange)
 

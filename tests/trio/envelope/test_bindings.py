@@ -147,7 +147,7 @@ async def test_root_paths_route_by_to_and_jwks_holds_the_envelope_key(server: An
     async with httpx.AsyncClient(base_url=server.url) as http:
         r = await http.post(
             "/v1/messages",
-            content=encode_envelope(envelope("inform")),
+            content=encode_envelope(envelope("confirm")),
             headers={"content-type": "application/uamp+json"},
         )
         keys = JWKS.parse((await http.get("/.well-known/jwks.json")).content)

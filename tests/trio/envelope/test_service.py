@@ -79,10 +79,10 @@ async def test_the_producer_stops_at_the_window_until_acked() -> None:
         (lambda: envelope(sign=False), "4.01"),
         (lambda: envelope(embed_jwk=False), "4.01"),
         (lambda: envelope(at=time.time() - 3600), "4.01"),
-        (lambda: envelope(intent="inform"), "4.00"),
+        (lambda: envelope(intent="progress"), "4.00"),
         (lambda: envelope(intent="confirm"), "4.00"),
     ],
-    ids=["unsigned", "no-key", "stale-ts", "unserved-intent", "confirm-without-reply_to"],
+    ids=["unsigned", "no-key", "stale-ts", "progress-without-reply_to", "confirm-without-reply_to"],
 )
 async def test_refusals_without_auth(make: object, code: str) -> None:
     service = _service()
