@@ -535,9 +535,7 @@ async def run_envelope_chat(
 
 
 @contextlib.asynccontextmanager
-async def _envelope_client(
-    args: argparse.Namespace, signer: Any, to: str
-) -> AsyncIterator[Any]:
+async def _envelope_client(args: argparse.Namespace, signer: Any, to: str) -> AsyncIterator[Any]:
     """The client of ``args.binding`` for the server at ``args.url``."""
     from .envelope import EnvelopeHTTPClient, envelope_ws
     from .envelope_bindings import envelope_grpc, envelope_h3, envelope_wss

@@ -333,7 +333,7 @@ class EnvelopeHTTPClient(_Conversation):
         Raises:
             EnvelopeClientError: The server refused it, or named no stream.
         """
-        location = (await self.post(envelope)).headers.get("location")
+        location: str | None = (await self.post(envelope)).headers.get("location")
         if location is None:
             raise EnvelopeClientError("4.00", "the server named no stream for this envelope")
         return self._origin() + location
@@ -488,9 +488,12 @@ async def envelope_ws(
 
     A refused upgrade raises trio-websocket's ``HandshakeError`` as it is.
     """
-    async with trio_websocket.open_websocket_url(
-        url, message_queue_size=64, max_message_size=max_size + 64
-    ) as ws, trio.open_nursery() as nursery:
+    async with (
+        trio_websocket.open_websocket_url(
+            url, message_queue_size=64, max_message_size=max_size + 64
+        ) as ws,
+        trio.open_nursery() as nursery,
+    ):
         client = EnvelopeWSClient(ws, signer, to=to, max_size=max_size)
         nursery.start_soon(client._reader)
         try:

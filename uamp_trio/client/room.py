@@ -87,9 +87,7 @@ class _Room:
             p.text(event.delta.text)
         elif isinstance(event, ev.ResponseDone) and event.response_id in self.streaming:
             name = self.streaming.pop(event.response_id)
-            text = "".join(
-                i.text for i in event.response.output if isinstance(i, ty.TextContent)
-            )
+            text = "".join(i.text for i in event.response.output if isinstance(i, ty.TextContent))
             self.streamed.setdefault(name, []).append(text)
             p.end()
         elif isinstance(event, ev.SessionErrorEvent):

@@ -17,18 +17,29 @@ binding uses, in order:
    (signature, ``cap_token`` aud/scope/exp, ``ts``, replayed ``id``; see
    :mod:`uamp_trio.trust.envelopes`) and act on the intent:
 
-   * ``ask`` / ``subscribe`` open an :class:`Exchange` (section 10:
-     NEW -> IN_PROGRESS) and start the agent in ``nursery`` (default: the
-     host's background nursery); 5.04 with ``retry_after`` when the agent
-     already runs ``max_concurrent`` exchanges;
-   * ``cancel`` / ``deny`` (``reply_to`` = the exchange's id) cancel it
-     (IN_PROGRESS -> CANCELLED); ``error`` ends it in ERROR; ``confirm``
-     completes it (IN_PROGRESS -> COMPLETED, the rest of the answer is not
-     produced) or, once ``done`` was sent, retires it;
-   * other intents are refused with 4.00 (the manifest lists the served ones).
+   * ``ask`` / ``propose`` / ``subscribe`` open an :class:`Exchange`
+     (section 10: NEW -> IN_PROGRESS) and start the agent in ``nursery``
+     (default: the host's background nursery); 5.04 with ``retry_after``
+     when the agent already runs ``max_concurrent`` exchanges. The agent runs
+     once per *turn*, taken from the exchange's queue: an ask or a proposal
+     has one (a proposal's answer leaves it ANSWERED, waiting for
+     ``confirm``/``deny``); a subscription has one for its body and one per
+     ``notify`` naming it, each answer ending in a ``progress`` frame
+     ``{"answered": id, ...}``, until ``confirm``, ``cancel`` or
+     ``idle_timeout`` without an event;
+   * ``cancel`` / ``deny`` / ``error`` / ``confirm`` (``reply_to`` = the
+     exchange's id) move it as :data:`~uamp_proto.envelope.TRANSITIONS`
+     says and stop its run; a ``confirm``/``deny`` after an ask's ``done``
+     retires it;
+   * ``inform`` / ``notify`` / ``progress`` are one-way: without
+     ``reply_to`` the message waits (per caller and agent, bounded) for the
+     caller's next opening envelope; with it, it joins that exchange (a
+     subscription's next event, the running agent's ``metadata["updates"]``
+     for ``progress``, else its conversation).
 
-   The result (:class:`Submitted`) names the exchange; ``result.location``
-   is ``/v1/stream/{id}``.
+   The result (:class:`Submitted`) names the exchange (``None`` for a
+   one-way envelope without ``reply_to``); ``result.location`` is
+   ``/v1/stream/{id}``.
 4. ``async for delta in exchange.deltas(after=-1)``: the delta frames, from
    the first with ``delta_seq > after`` until the final one (``done``,
    ``cancel`` or ``error``). The producer stops when ``delta_window`` frames
@@ -228,7 +239,7 @@ class EnvelopeLimits:
 
 
 class Exchange:
-    """One ``ask``/``subscribe`` and its stream of delta frames (see the module docstring).
+    """One ``ask``/``propose``/``subscribe`` and its stream of delta frames (module docstring).
 
     Attributes:
         id: The opening envelope's ``id`` (the ``{id}`` of ``/v1/stream/{id}``).
@@ -644,14 +655,25 @@ class EnvelopeService:
         encoder = DeltaEncoder()
         idle = self.limits.idle_timeout
         between = exchange.subscription
+        answered = False
+
+        def answer() -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
 
         async def sink(event: ev.Event) -> None:
             frame = encoder.feed(event)
             if frame is None or exchange.finished:
                 return
             kind, payload = frame
-            if between and kind is DeltaType.DONE:  # one answer of a subscription: not its end
-                kind, payload = DeltaType.PROGRESS, {"answered": turn.envelope_id, **payload}
+            if kind in _FINAL_TYPES:
+                # The answer joins the conversation before the peer can see
+                # its end (and continue the conversation).
+                answer()
+                if between and kind is DeltaType.DONE:  # one answer, not the subscription's end
+                    kind, payload = DeltaType.PROGRESS, {"answered": turn.envelope_id, **payload}
             await exchange.push(kind, payload, idle)
 
         exchange.messages.append(turn.message)
@@ -675,7 +697,7 @@ class EnvelopeService:
             outcome = await runner.run()
         finally:
             exchange.runner = None
-        exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
+            answer()
         return outcome.status
 
     async def _one_way(
@@ -708,7 +730,11 @@ class EnvelopeService:
             exchange.updates.append(
                 {"id": envelope.id, "type": envelope.body.type, "content": envelope.body.content}
             )
-        elif intent is Intent.NOTIFY and exchange.subscription and exchange.turns is not None:
+        elif (
+            intent is Intent.NOTIFY
+            and exchange.subscription
+            and exchange.state is ExchangeState.IN_PROGRESS
+        ):
             await self._event(exchange, envelope, principal, message)
         else:
             exchange.messages.append(message)

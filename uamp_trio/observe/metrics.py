@@ -208,9 +208,7 @@ class _MeteredCharge:
         self.agent = agent
         self.metrics = metrics
 
-    async def settle(
-        self, usage: ty.UsageStats | None, *, used: bool
-    ) -> ev.PaymentBalance | None:
+    async def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
         """Settle, then count what was charged (when the charge knows its pricing)."""
         balance = await self.inner.settle(usage, used=used)
         pricing = getattr(self.inner, "pricing", None)

@@ -50,7 +50,6 @@ __all__ = ["AguiTransport", "mount", "signature_event", "transport"]
 ROUTES = RouteMeta(transport="agui", error_style="openai")
 
 
-
 def signature_event(signature: str) -> dict[str, object]:
     """The AG-UI ``CUSTOM`` event carrying a response signature."""
     return {"type": "CUSTOM", "name": AGUI_SIGNATURE_EVENT, "value": {"signature": signature}}

@@ -110,7 +110,6 @@ _STATUS_FOR_CODE = {
 BALANCE_HEADER = "x-uamp-payment-balance"
 
 
-
 def _model(name: str) -> dict[str, Any]:
     """The OpenAI model object of the agent ``name``."""
     return {"id": name, "object": "model", "created": 0, "owned_by": "uamp"}
@@ -209,9 +208,7 @@ class CompletionsTransport:
         rounds = self.app.stores.tool_rounds
         if len(rounds):
             turn = parsed.turn
-            spliced = splice_server_rounds(
-                turn.messages, partial(rounds.recall, request.principal)
-            )
+            spliced = splice_server_rounds(turn.messages, partial(rounds.recall, request.principal))
             if len(spliced) != len(turn.messages):
                 parsed = attrs.evolve(parsed, turn=attrs.evolve(turn, messages=spliced))
         # Payment pre-flight (spec 004): lock the price before committing to a

@@ -306,9 +306,7 @@ class _RealtimeConnection:
         await paid.wait()
         active.topup = None
 
-    def _signed(
-        self, out: dict[str, Any], active: _Active, turn: ResponseRunner
-    ) -> dict[str, Any]:
+    def _signed(self, out: dict[str, Any], active: _Active, turn: ResponseRunner) -> dict[str, Any]:
         """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
         signer = self.served.signer
         if (
@@ -354,7 +352,6 @@ class _RealtimeConnection:
         held, self.held = self.held, None
         if held is not None:
             await self._charge_and_start(*held)
-
 
     async def _pay_top_up(self, active: _Active, charge: Charge, action: rt.SubmitPayment) -> None:
         """Lock a paused response's top-up on the submitted token (or the one it holds)."""

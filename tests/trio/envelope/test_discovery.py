@@ -14,6 +14,7 @@ import pytest
 from tests._support.cli import uamp, uamp_serve
 from tests._support.envelopes import p256
 from tests.trio.transports.test_signing_everywhere import write_pem
+from uamp_proto.envelope import Intent
 from uamp_proto.jose import JWKS, b64url, b64url_decode, jwk_thumbprint, load_private_key
 from uamp_proto.manifest import ManifestError, verify_hub, verify_manifest
 
@@ -35,7 +36,7 @@ def test_the_manifest_is_signed_with_the_envelope_key(base_url: str, key_file: P
     jwks = JWKS.parse(httpx.get(f"{base_url}/.well-known/jwks.json").content)
     manifest = verify_manifest(r.text, jwks)
     assert manifest["agent"] == "uamp/1.0"
-    assert {"ask", "cancel", "confirm"} <= set(manifest["intents"])
+    assert manifest["intents"] == [i.value for i in Intent]  # every intent of section 4.1
     assert "text/plain" in manifest["body_types"]
     assert manifest["auth"] == []  # the loopback quick start: no authentication
     root = httpx.get(f"{base_url}/.well-known/agent-manifest.json").text
@@ -62,7 +63,7 @@ def test_uamp_discover_prints_the_verified_manifests(base_url: str) -> None:
 def _tamper(jws: str) -> str:
     head, payload, sig = jws.split(".")
     manifest = orjson.loads(b64url_decode(payload))
-    manifest["intents"] = [*manifest["intents"], "inform"]
+    manifest["intents"] = [*manifest["intents"], "x-forged"]
     return ".".join([head, b64url(orjson.dumps(manifest)), sig])
 
 

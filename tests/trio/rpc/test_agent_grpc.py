@@ -218,6 +218,18 @@ def test_replay_is_permission_denied(served: tuple[Any, Any, Any]) -> None:
     check_error_frame(frames, "4.03", server)
 
 
+def test_send_of_a_one_way_envelope_ends_ok_without_frames(served: tuple[Any, Any, Any]) -> None:
+    server, send, _ = served
+    inform = envelope("inform", "fyi", to="urn:uamp:agent:echo")
+    frames = send(Envelope(json=encode_envelope(inform)), timeout=10)
+    assert list(frames) == [] and frames.code() == grpc.StatusCode.OK
+    error, errors = refused(
+        send, encode_envelope(envelope("progress", "about nothing", to="urn:uamp:agent:echo"))
+    )
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT  # progress names its exchange
+    check_error_frame(errors, "4.00", server)
+
+
 def test_oversize_is_refused_from_the_message_prefix(served: tuple[Any, Any, Any]) -> None:
     _, send, _ = served
     big = encode_envelope(envelope(text="x" * 8000, to="urn:uamp:agent:echo"))
