@@ -66,6 +66,7 @@ from .observe.requests import Listener, Observe
 from .relay import platform as relay_platform
 from .server_routes import SERVER_ROUTES, health, openapi, playground
 from .stores import Stores
+from .stores.event_log_redis import RedisEventLog
 from .transports import (
     a2a,
     acp,
@@ -438,4 +439,9 @@ def create_app(
             await clients.serve(pending, None, initial_data=data)
 
         app.relay = relay_platform.mount(app, serve_client, None if relay is True else relay)
+        store = app.stores.event_log
+        if isinstance(store, RedisEventLog):  # several relay processes (docs/relay.md)
+            from .relay.shared import SharedRoutes
+
+            app.services.append(SharedRoutes(app.relay, store).run)
     return app

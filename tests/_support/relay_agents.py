@@ -6,7 +6,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.responder import PAID_TOKEN, Emit, TurnRequest
+from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
 from uamp_trio.demo import DemoAgent
 
 #: Two demo agents under their own names.
@@ -47,3 +47,14 @@ def uap_demo() -> object:
     from uamp_agents.bridge import demo_agent
 
     return demo_agent("uap")
+
+
+class FailingAgent(DemoAgent):
+    """Streams one delta, then fails with its own error code."""
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="trying ")))
+        raise ResponderError("tool_failed", "the weather service is down")
+
+
+failing = FailingAgent("failing")

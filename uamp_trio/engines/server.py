@@ -291,7 +291,9 @@ class LimitsBodies(Protocol):
 class HasBackground(Protocol):
     """A dispatcher with a nursery slot for work that outlives its request.
 
-    The server also tells it ``queue_limits``: its ``max_queued_events`` and
+    A ``services`` list of async callables, when it has one, runs in that
+    nursery while the server serves. The server also tells it
+    ``queue_limits``: its ``max_queued_events`` and
     ``max_session_queued_events``, and ``draining``: whether a graceful
     shutdown has begun.
     """
@@ -452,6 +454,8 @@ class Server:
                         cfg.max_queued_events,
                         cfg.max_session_queued_events,
                     )
+                    for service in getattr(self._host, "services", ()):
+                        connections.start_soon(service)
                 if cfg.http3:
                     await self._start_http3(connections)
                 async with trio.open_nursery() as acceptors:

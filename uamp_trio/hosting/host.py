@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -82,6 +82,10 @@ class Host:
         #: serving and cancels what is left at the end of its shutdown grace
         #: period.
         self.background: trio.Nursery | None = None
+        #: Tasks that run in :attr:`background` for as long as a server
+        #: serves the app (started when it starts listening; the relay's
+        #: routes shared between processes, docs/relay.md).
+        self.services: list[Callable[[], Awaitable[None]]] = []
         #: Set by the server from the start of a graceful shutdown until it
         #: stops: requests still served meanwhile (on open connections) see
         #: the server as not ready.

@@ -45,7 +45,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import orjson
@@ -72,7 +72,16 @@ if TYPE_CHECKING:
     from ..engines.websocket import WebSocketRequest
     from ..hosting.host import Host
 
-__all__ = ["DaemonLink", "Relay", "RelayEndpoint", "RelayLimits", "RemoteAgent", "mount"]
+__all__ = [
+    "DaemonLink",
+    "Link",
+    "Relay",
+    "RelayEndpoint",
+    "RelayLimits",
+    "RemoteAgent",
+    "Shared",
+    "mount",
+]
 
 log = logging.getLogger("uamp_trio.relay")
 
@@ -139,6 +148,26 @@ def _local(event: ev.Event) -> ev.Event:
     return attrs.evolve(event, **changes)
 
 
+class Link(Protocol):
+    """What serves a connected agent's turns: its daemon's socket here, or another relay process."""
+
+    async def run_turn(self, request: TurnRequest, emit: Emit) -> None:
+        """Run ``request``; its events go to ``emit``."""
+
+
+class Shared(Protocol):
+    """The routes this relay shares with other relay processes (:mod:`.shared`)."""
+
+    def publish(self, name: str, agent: RemoteAgent) -> None:
+        """A daemon here serves ``name`` now (or declared new capabilities); never waits."""
+
+    def withdraw(self, name: str) -> None:
+        """No daemon here serves ``name`` any more; never waits."""
+
+    def replace(self, name: str, link: Link) -> None:
+        """A daemon here took ``name`` over from ``link`` (another process); never waits."""
+
+
 class RemoteAgent:
     """An agent a daemon registered: to every transport, just another Responder.
 
@@ -148,8 +177,9 @@ class RemoteAgent:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        #: The daemon connection serving it now (``None``: offline).
-        self.link: DaemonLink | None = None
+        #: What serves it now: its daemon's connection, or another relay
+        #: process that has it (``None``: offline).
+        self.link: Link | None = None
         #: Its registration's session id on that connection.
         self.registration: str | None = None
         #: What the daemon declared (a ``capabilities`` event), if anything.
@@ -293,6 +323,8 @@ class DaemonLink:
             agent = self.registered.get(sid) if type(sid) is str else None
             if agent is not None:
                 agent.declared = event.capabilities
+                if self.relay.shared is not None and agent.link is self:
+                    self.relay.shared.publish(agent.name, agent)
         elif isinstance(event, ev.SessionEnd) and type(sid) is str and sid in self.registered:
             self.relay.unlink_one(self, sid)
 
@@ -427,8 +459,13 @@ class DaemonLink:
 
     # --- turns ------------------------------------------------------------------------
 
-    async def run_turn(self, request: TurnRequest, emit: Emit) -> None:
+    async def run_turn(
+        self, request: TurnRequest, emit: Emit, forwarded: ev.InputText | None = None
+    ) -> None:
         """Run ``request`` on the daemon; its events go to ``emit`` (see the module docstring).
+
+        ``forwarded``: the ``input.text`` another relay process built for
+        the turn, sent as it is under this turn's session id.
 
         Raises:
             ResponderError: ``agent_offline`` (the daemon went away),
@@ -446,7 +483,10 @@ class DaemonLink:
         self._turns[sid] = turn
         finished = streamed_usage = False
         try:
-            self.send(turn_input(request, sid))
+            if forwarded is None:
+                self.send(turn_input(request, sid))
+            else:
+                self.send(attrs.evolve(forwarded, session_id=sid))
             while True:
                 while not turn.events:
                     if turn.failure is not None:
@@ -514,6 +554,8 @@ class Relay:
         self.app = app
         self.limits = limits or RelayLimits()
         self.agents: dict[str, RemoteAgent] = {}
+        #: The routes shared with other relay processes (``None``: this one only).
+        self.shared: Shared | None = None
 
     def live(self, name: str) -> bool:
         """Whether ``name`` is hosted here or served by a connected daemon."""
@@ -539,31 +581,69 @@ class Relay:
                 return ("invalid_agent", str(exc))
             self.agents[name] = agent
         old, old_sid = agent.link, agent.registration
-        if old is not None and old_sid is not None and old is not link:
-            old.registered.pop(old_sid, None)
-            log.info("relay: agent %r re-registered; the older daemon's registration ends", name)
-            with contextlib.suppress(ResponderError):
-                old.send(ev.SessionEnd(session_id=old_sid, reason="replaced"))
+        if isinstance(old, DaemonLink) and old_sid is not None and old is not link:
+            self.end_registration(old, old_sid, name)
+        elif old is not None and self.shared is not None:
+            self.shared.replace(name, old)
         agent.link, agent.registration = link, sid
         link.registered[sid] = agent
         self.app.agents.offline.discard(name)
+        if self.shared is not None:
+            self.shared.publish(name, agent)
         return None
+
+    def end_registration(self, link: DaemonLink, sid: str, name: str) -> None:
+        """A newer registration replaces ``link`` 's of ``name``: it ends with ``replaced``."""
+        link.registered.pop(sid, None)
+        log.info("relay: agent %r re-registered; the older daemon's registration ends", name)
+        with contextlib.suppress(ResponderError):
+            link.send(ev.SessionEnd(session_id=sid, reason="replaced"))
+
+    def route(self, name: str, link: Link | None, declared: ty.Capabilities | None) -> None:
+        """Another relay process serves ``name`` through ``link`` (``None``: nobody does now).
+
+        A name a daemon of this process serves is left alone (its own
+        registration is what the other processes will see).
+        """
+        agent = self.agents.get(name)
+        if agent is not None and isinstance(agent.link, DaemonLink):
+            return
+        if agent is None:
+            if link is None or name in self.app.agents:
+                return
+            agent = RemoteAgent(name)
+            try:
+                self.app.add_agent(agent)
+            except ValueError:
+                return
+            self.agents[name] = agent
+        agent.link, agent.registration = link, None
+        if declared is not None:
+            agent.declared = declared
+        if link is None:
+            self.app.agents.offline.add(name)
+        else:
+            self.app.agents.offline.discard(name)
 
     def unlink_one(self, link: DaemonLink, sid: str) -> None:
         """The daemon ended one registration (``session.end``): its agent goes offline."""
         agent = link.registered.pop(sid, None)
         if agent is not None and agent.link is link:
-            agent.link = agent.registration = None
-            self.app.agents.offline.add(agent.name)
+            self._offline(agent)
             log.info("relay: agent %r unregistered by its daemon", agent.name)
+
+    def _offline(self, agent: RemoteAgent) -> None:
+        agent.link = agent.registration = None
+        self.app.agents.offline.add(agent.name)
+        if self.shared is not None:
+            self.shared.withdraw(agent.name)
 
     def unlink(self, link: DaemonLink) -> None:
         """A daemon's socket ended: its agents go offline until registered again."""
         for sid in list(link.registered):
             agent = link.registered.pop(sid)
             if agent.link is link:
-                agent.link = agent.registration = None
-                self.app.agents.offline.add(agent.name)
+                self._offline(agent)
                 log.info("relay: agent %r offline (its daemon disconnected)", agent.name)
 
     def listing(self) -> list[dict[str, str]]:
