@@ -1118,9 +1118,9 @@ class ServerConnection(Connection):
         session = self._sessions[session_id]
         config = session.config or ty.SessionConfig(modalities=["text"])
         if session.requested_window is not None:
-            extensions = dict(config.extensions or {})
-            extensions.update(flow.flow_extension(session.requested_window))
-            config = attrs.evolve(config, extensions=extensions)
+            granted = dict(config.extensions or {})
+            granted.update(flow.flow_extension(session.requested_window))
+            config = attrs.evolve(config, extensions=granted)
         return self.send(
             ev.SessionCreated(
                 session_id=session_id,
@@ -1141,6 +1141,14 @@ class ClientConnection(Connection):
     def __init__(self, config: ConnectionConfig | None = None) -> None:
         super().__init__(Role.CLIENT, config)
 
+    def windowed(self, config: ty.SessionConfig) -> ty.SessionConfig:
+        """``config`` asking for this client's delta window (unchanged without one)."""
+        if self.config.delta_window is None:
+            return config
+        extensions = dict(config.extensions or {})
+        extensions.update(flow.flow_extension(self.config.delta_window))
+        return attrs.evolve(config, extensions=extensions)
+
     def create_session(
         self,
         config: ty.SessionConfig | None = None,
@@ -1153,16 +1161,11 @@ class ClientConnection(Connection):
         client_capabilities: ty.Capabilities | None = None,
     ) -> bytes:
         """Send ``session.create``; opts into delta windows when configured."""
-        config = config or ty.SessionConfig(modalities=["text"])
-        if self.config.delta_window is not None:
-            extensions = dict(config.extensions or {})
-            extensions.update(flow.flow_extension(self.config.delta_window))
-            config = attrs.evolve(config, extensions=extensions)
         return self.send(
             ev.SessionCreate(
                 session_id=session_id,
                 uamp_version=self.config.uamp_version,
-                session=config,
+                session=self.windowed(config or ty.SessionConfig(modalities=["text"])),
                 agent=agent,
                 token=token,
                 payment_token=payment_token,

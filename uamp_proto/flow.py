@@ -309,6 +309,15 @@ class SendWindow:
         self.next_seq = 0
         self.acked = -1
 
+    def lift(self) -> None:
+        """Stop limiting: frames are still numbered, never refused.
+
+        For a response that outlives its connection: it streams into the
+        session's event log, which the resuming connection reads at its own
+        pace, and the acks of that connection do not come back here.
+        """
+        self.window = MAX_DELTA_WINDOW
+
     def stamp(self, response_id: str) -> int:
         """Allocate the ``delta_seq`` of the next frame of ``response_id``.
 

@@ -7,6 +7,7 @@ from collections import deque
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -193,6 +194,29 @@ def test_window_of_one_alternates() -> None:
         assert window.stamp("r") == seq
         assert window.available == 0
         assert window.acknowledge("r", seq) == 1
+
+
+def test_a_lifted_window_numbers_on_and_never_refuses() -> None:
+    window = SendWindow(2)
+    window.start_stream("r")
+    assert [window.stamp("r"), window.stamp("r")] == [0, 1]
+    with pytest.raises(FlowControlError):
+        window.stamp("r")  # full, nothing acknowledged
+    window.lift()  # the response outlived its connection (docs/resume.md)
+    assert [window.stamp("r") for _ in range(100)] == list(range(2, 102))
+    window.start_stream("r2")  # numbering per response still restarts
+    assert window.stamp("r2") == 0
+
+
+def test_a_resumed_session_created_keeps_both_its_window_and_its_extensions() -> None:
+    from uamp_proto.connection import ClientConnection, ConnectionConfig, ServerConnection
+
+    client, server = ClientConnection(ConnectionConfig(delta_window=8)), ServerConnection()
+    server.receive(client.create_session(session_id="s1"))
+    assert server.next_event().type == "session.create"  # type: ignore[union-attr]
+    raw = orjson.loads(server.accept("s1", extensions={"resumed": True}))
+    assert raw["extensions"] == {"resumed": True}
+    assert raw["session"]["config"]["extensions"]["flow"] == {"delta_window": 8}
 
 
 # --- ReceiveWindow ----------------------------------------------------------------

@@ -155,3 +155,76 @@ async def test_kill_9_after_a_checkpoint_carries_the_response_on(
     assert loss.again[-1]["response"]["output"][-1]["text"] == ticks
     # Charged once: the first process's lock, settled by the second.
     _charged_once(ledger, token, done["id"])
+
+
+async def _acked(ws: Any, sid: str, end: str, events: list[dict[str, Any]]) -> None:
+    """Receive up to the next ``end`` into ``events``, acknowledging each numbered delta."""
+    event: dict[str, Any] = {}
+    while event.get("type") != end:
+        event = await recv(ws)
+        events.append(event)
+        if "delta_seq" in event:
+            await send(
+                ws,
+                type="progress",
+                session_id=sid,
+                target="response",
+                target_id=event["response_id"],
+                stage="ack",
+                delta_seq=event["delta_seq"],
+            )
+
+
+async def test_a_delta_window_goes_on_numbering_across_a_node_loss(
+    redis_url: str, tool_runs: Path
+) -> None:
+    windowed = {"modalities": ["text"], "extensions": {"flow": {"delta_window": 4}}}
+    store = ("--store", redis_url, "--agent", "tests._support.agents:Checkpointed")
+    doomed = spawn_serve(*store)
+    seen: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
+    again: list[dict[str, Any]] = []
+    try:
+        first = _started(doomed)
+        with uamp_serve(*store) as other, trio.fail_after(TIMEOUT):
+            async with open_ws(f"ws://{first}/agents/checkpointed/uamp") as ws:
+                sid = await create_session(ws, session=windowed)
+                await send(ws, type="input.text", session_id=sid, text="go")
+                await send(ws, type="response.create", session_id=sid)
+                while len(_texts(seen)) < 5:
+                    await _acked(ws, sid, "response.delta", seen)
+                doomed.kill()
+                doomed.wait(10)
+            second = other.removeprefix("http://")
+            async with open_ws(f"ws://{second}/agents/checkpointed/uamp") as ws:
+                await send(
+                    ws,
+                    type="session.create",
+                    uamp_version="1.0",
+                    session=windowed,
+                    session_id=sid,
+                    extensions={"resume_from": seen[-1]["event_id"]},
+                )
+                created = await recv(ws)
+                assert created["extensions"] == {"resumed": True}, created
+                assert created["session"]["config"]["extensions"]["flow"] == {"delta_window": 4}
+                await _acked(ws, sid, "response.done", rest)
+                await send(ws, type="input.text", session_id=sid, text="again")
+                await send(ws, type="response.create", session_id=sid)
+                await _acked(ws, sid, "response.done", again)
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+            doomed.wait(10)
+    rid = rest[-1]["response"]["id"]
+    numbered = [e for e in seen + rest if e["type"] == "response.delta"]
+    # Every delta of the response numbered once, in order, across both
+    # processes: the carried-on part goes on after the last logged number.
+    assert [e["delta_seq"] for e in numbered] == list(range(len(numbered)))
+    assert {e["response_id"] for e in numbered} == {rid}
+    assert rest[-1]["response"]["output"][-1]["text"] == "".join(f"tick {i} " for i in range(40))
+    errors = [e for e in rest + again if e["type"] in ("error", "session.error")]
+    assert errors == []
+    # The resumed session keeps its window: the next response is numbered from 0.
+    next_deltas = [e["delta_seq"] for e in again if e["type"] == "response.delta"]
+    assert next_deltas == list(range(42))  # the tool call, its result, 40 ticks

@@ -729,7 +729,7 @@ class _Opening:
         create = ev.SessionCreate(
             session_id=self.session_id,
             uamp_version=conn.config.uamp_version,
-            session=self.config,
+            session=conn.windowed(self.config),  # the same delta window as before
             agent=self.agent,
             token=token,
             payment_token=payment_token,

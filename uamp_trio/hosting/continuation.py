@@ -37,6 +37,13 @@ never charges twice.
 The continuation marks its own process in the session's record, so if this
 process dies too, the next resume carries the response on again from its
 latest checkpoint (or the ``restored`` point).
+
+Delta windows (docs/flow.md): on a session that opted in, the carried-on
+deltas go on numbering ``delta_seq`` after the last one the lost process
+logged, so the resumed client's receive window accepts them. They are not
+held back by the window: they go into the log, which the resuming
+connection reads at its client's pace, and that client's acks reach the
+connection it resumed on, not this writer.
 """
 
 from __future__ import annotations
@@ -45,9 +52,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import orjson
 import trio
 
 from uamp_proto import events as ev
+from uamp_proto import flow
 from uamp_proto import types as ty
 from uamp_proto.codec import encode, from_dict, unstructure
 from uamp_proto.ids import random_ids
@@ -76,6 +85,26 @@ def _append(event_log: EventLog, key: LogKey, event: ev.Event, session_id: str) 
 
 def _messages(raw: list[dict[str, object]]) -> list[ty.Message]:
     return [from_dict(ty.Message, m) for m in raw]
+
+
+def _next_seq(config: ty.SessionConfig, running: str, held: list[bytes]) -> int | None:
+    """The ``delta_seq`` after the last one logged for ``running`` (``None``: no window)."""
+    if flow.requested_window(config.extensions) is None:
+        return None
+    last = -1
+    for data in held:
+        raw = orjson.loads(data)
+        seq = raw.get("delta_seq")
+        if raw.get("response_id") == running and type(seq) is int:
+            last = max(last, seq)
+    return last + 1
+
+
+def _config(record: SessionRecord) -> ty.SessionConfig:
+    if record.config is None:
+        return ty.SessionConfig(modalities=["text"])
+    config: ty.SessionConfig = from_dict(ty.SessionConfig, record.config)
+    return config
 
 
 async def carry_on(
@@ -117,6 +146,7 @@ async def carry_on(
                 point.checkpoint,
                 tracker,
                 [*history, *inputs],
+                _next_seq(_config(record), running, held),
             )
     except Exception:
         log.exception("session %s: cannot carry response %s on", sid, running)
@@ -142,17 +172,19 @@ async def _go_on(
     checkpoint: str,
     tracker: ResponseTracker,
     before: list[ty.Message],
+    seq: int | None,
 ) -> None:
-    """Run the agent again from the checkpoint ``tracker`` holds, into the log."""
+    """Run the agent again from the checkpoint ``tracker`` holds, into the log.
+
+    ``seq``: the next ``delta_seq`` on a session with a delta window.
+    """
     running, sid = record.running, key[1]
     assert running is not None
     record.node = event_log.node  # this process carries it now
     event_log.put_record(key, attrs.evolve(record))
     restored = ev.Progress(target="response", target_id=running, stage=RESTORED, message=checkpoint)
     _append(event_log, key, restored, sid)
-    config = ty.SessionConfig(modalities=["text"])
-    if record.config is not None:
-        config = from_dict(ty.SessionConfig, record.config)
+    config = _config(record)
     request = TurnRequest(
         agent=agent.name,
         session_id=sid,
@@ -166,6 +198,10 @@ async def _go_on(
     )
 
     async def sink(event: ev.Event) -> None:
+        nonlocal seq
+        if seq is not None and event.type in flow.FLOW_CONTROLLED_TYPES:
+            event = attrs.evolve(event, delta_seq=seq)  # type: ignore[call-arg]
+            seq += 1
         _append(event_log, key, event, sid)
 
     runner = ResponseRunner(agent, request, sink, tracker=tracker, created=False, charge=charge)

@@ -1178,6 +1178,13 @@ class SessionHost:
         for sid, session in list(self._sessions.items()):
             if session.response is None or sid not in self._logged:
                 self._drop(sid)
+                continue
+            ctx = self.conn.sessions.get(sid)
+            if ctx is not None and ctx.send_window is not None:
+                # No ack comes back here any more: the response goes on into
+                # the log, still numbered, read at the resuming client's pace.
+                ctx.send_window.lift()
+                session.wake()
         return bool(self._sessions)
 
     async def linger(self, limit: float) -> None:
