@@ -85,14 +85,15 @@ class CallOffer:
         call_id: The call's id (the caller's, or one the server made).
         session_id: The caller's session.
         sdp: The caller's WebRTC SDP offer, if any.
-        transport: Which transport the call came by (``uamp``, ``realtime``).
+        transport: Which transport the call came by (``uamp-websocket``,
+            ``uamp-sse``, ``realtime``).
         principal: Who calls.
     """
 
     call_id: str
     session_id: str | None = None
     sdp: str | None = None
-    transport: str = "uamp"
+    transport: str = "uamp-websocket"
     principal: Principal = ANONYMOUS
 
 

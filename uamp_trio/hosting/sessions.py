@@ -122,11 +122,12 @@ from uamp_proto.resume import (
     resume_from,
     start_after,
 )
-from uamp_proto.voice import takes_calls
+from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
 
 from ..stores.event_log import SessionRecord
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, WrappedAgent
+from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import carry_on
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
@@ -532,6 +533,8 @@ class _Session:
         self.quota = Quota()
         #: When its voice call was accepted (trio time), or ``None``: no call.
         self.call_started: float | None = None
+        #: The id of that call.
+        self.call_id: str | None = None
 
     def wake(self) -> None:
         if self.wakeup:
@@ -876,31 +879,67 @@ class SessionHost:
     # --- voice calls (sections 5.16, 7.3; docs/voice.md) ------------------------
 
     def _voice(self, session: _Session, event: ev.Event) -> None:
-        """Answer a call to the session's agent: accepted if it takes calls, else declined.
+        """Answer a call to the session's agent, or end it (``voice.end`` from the client).
 
-        uamp carries a call's audio in-band (``input.audio`` / ``audio.delta``
-        on this connection); an SDP offer is acknowledged, not answered, as
-        the server runs no WebRTC media stack.
+        The agent's ``take_call`` hook answers when it has one (in a task:
+        the reader never waits; audio meanwhile is refused as the call still
+        rings), else its capabilities do, at once. An accept carries the
+        hook's SDP answer if it gave one; without it uamp carries the call's
+        audio in-band (``input.audio`` / ``audio.delta`` on this connection).
         """
-        if event.type == "voice.end":
-            session.call_started = None
+        if isinstance(event, ev.VoiceEnd):
+            self._call_over(session, event.reason or "ended")
             return
         assert isinstance(event, ev.VoiceInvite)
-        call_id = event.call_id or f"call_{uuid.uuid4().hex}"
+        offer = CallOffer(
+            call_id=event.call_id or f"call_{uuid.uuid4().hex}",
+            session_id=session.id,
+            sdp=event.sdp,
+            transport=self._transport,
+            principal=session.principal,
+        )
+        if has_call_hook(session.agent):
+            self._nursery.start_soon(self._ask_agent, session, offer)
+        else:
+            answer = default_answer(session.agent.name, session.agent.capabilities())
+            self._answer_call(session, offer, answer)
+
+    async def _ask_agent(self, session: _Session, offer: CallOffer) -> None:
+        answer = await answer_call(session.agent, offer)
+        if self._sessions.get(session.id) is session:
+            self._answer_call(session, offer, answer)
+
+    def _answer_call(self, session: _Session, offer: CallOffer, answer: CallAnswer) -> None:
+        """Send the agent's ``answer`` to ``offer``: ``voice.accept`` or ``voice.decline``."""
         reply: ev.Event
-        if takes_calls(session.agent.capabilities()):
-            session.call_started = trio.current_time()
-            reply = ev.VoiceAccept(session_id=session.id, call_id=call_id)
+        if answer.accept:
+            reply = ev.VoiceAccept(session_id=session.id, call_id=offer.call_id, sdp=answer.sdp)
         else:
             reply = ev.VoiceDecline(
-                session_id=session.id,
-                call_id=call_id,
-                reason=f"agent {session.agent.name!r} does not take calls",
+                session_id=session.id, call_id=offer.call_id, reason=answer.reason
             )
         try:
             self._owe(reply)
-        except LocalProtocolError as exc:  # pragma: no cover - the core just let the invite in
+        except (LocalProtocolError, Overloaded) as exc:  # the caller hung up meanwhile
             log.info("session %s: voice.invite not answered: %s", session.id, exc)
+            return
+        if answer.accept:
+            session.call_started, session.call_id = trio.current_time(), offer.call_id
+
+    def _call_over(self, session: _Session, reason: str) -> None:
+        """The session's accepted call ended: the agent's ``call_ended`` learns how long it ran."""
+        started, call_id = session.call_started, session.call_id
+        session.call_started = session.call_id = None
+        if started is None or call_id is None:
+            return
+        ended = CallEnded(
+            call_id=call_id,
+            session_id=session.id,
+            duration_ms=(trio.current_time() - started) * 1000.0,
+            reason=reason,
+        )
+        background = self._app.background if self._app is not None else None
+        (background or self._nursery).start_soon(call_ended, session.agent, ended)
 
     def _audio_turn(self, session: _Session) -> None:
         """The caller finished an utterance (``is_final``): the agent answers it.
@@ -1447,6 +1486,7 @@ class SessionHost:
         session = self._sessions.pop(sid, None)
         if session is None:
             return
+        self._call_over(session, "closed")
         if session.scope is not None:
             session.scope.cancel()  # the worker leaves its response (if any) and ends
         session.wake()

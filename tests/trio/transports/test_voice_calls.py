@@ -17,7 +17,7 @@ from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
-from tests._support.agents import TestAgent
+from tests._support.agents import Switchboard, TestAgent
 from tests._support.wire import recv, send, until
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_trio import App, DemoAgent
@@ -203,3 +203,58 @@ async def test_the_default_serve_agent_takes_calls_and_keeps_its_text_answers() 
             )
             assert "2 + 3 = 5" in said
             assert not [e for e in answer if e["type"] == "audio.delta"]
+
+
+async def _ended(agent: Switchboard, n: int) -> None:
+    """Until ``agent`` was told of ``n`` ended calls."""
+    while len(agent.ended) < n:
+        await trio.sleep(0.01)
+
+
+async def test_an_agents_call_hook_answers_an_sdp_offer_and_learns_each_end() -> None:
+    agent = Switchboard()
+    spoken = _pcm(3000)
+    with trio.fail_after(TIMEOUT):
+        async with _call_session(agent) as ws:
+            # An SDP offer gets the agent's SDP answer in voice.accept.
+            await send(ws, type="voice.invite", call_id="call_s", sdp="v=0 offer")
+            accept = await recv(ws)
+            assert (accept["type"], accept["call_id"]) == ("voice.accept", "call_s")
+            assert accept["sdp"] == Switchboard.SDP
+            (offer,) = agent.offers
+            assert (offer.call_id, offer.sdp, offer.transport) == ("call_s", "v=0 offer", "uamp-websocket")
+            assert offer.session_id == accept["session_id"]
+            # The call works as any other: the agent echoes the utterance.
+            await send(ws, type="input.audio", audio=spoken, format="pcm16", is_final=True)
+            events = await until(ws, "response.done")
+            assert "".join(e["audio"] for e in events if e["type"] == "audio.delta") == spoken
+            await trio.sleep(0.05)
+            await send(ws, type="voice.end", call_id="call_s", duration_ms=10)
+            await _ended(agent, 1)
+            first = agent.ended[0]
+            assert (first.call_id, first.reason) == ("call_s", "ended")
+            assert first.duration_ms is not None and first.duration_ms >= 50  # the server's clock
+            # No offer, no SDP answer: audio stays in-band.
+            await send(ws, type="voice.invite")
+            plain = await recv(ws)
+            assert plain["type"] == "voice.accept" and "sdp" not in plain
+            # The connection closes mid-call: the agent learns that too.
+        await _ended(agent, 2)
+        assert (agent.ended[1].call_id, agent.ended[1].reason) == (plain["call_id"], "closed")
+
+
+async def test_an_agents_call_hook_may_decline() -> None:
+    agent = Switchboard(decline="in a meeting")
+    with trio.fail_after(TIMEOUT):
+        async with _call_session(agent) as ws:
+            await send(ws, type="voice.invite", call_id="call_m", sdp="v=0 offer")
+            decline = await recv(ws)
+            assert (decline["type"], decline["call_id"]) == ("voice.decline", "call_m")
+            assert decline["reason"] == "in a meeting"
+            await send(ws, type="input.audio", audio=_pcm(30), format="pcm16")
+            refused = await recv(ws)
+            assert refused["error"]["code"] == "call_not_active"
+            assert "in a meeting" in refused["error"]["message"]
+            await wire.ask(ws, "hello")
+            assert wire.texts(await until(ws, "response.done")) == "You said: hello"
+        assert agent.ended == []  # a declined call never ran
