@@ -222,7 +222,8 @@ async def test_an_agents_call_hook_answers_an_sdp_offer_and_learns_each_end() ->
             assert (accept["type"], accept["call_id"]) == ("voice.accept", "call_s")
             assert accept["sdp"] == Switchboard.SDP
             (offer,) = agent.offers
-            assert (offer.call_id, offer.sdp, offer.transport) == ("call_s", "v=0 offer", "uamp-websocket")
+            assert (offer.call_id, offer.sdp) == ("call_s", "v=0 offer")
+            assert offer.transport == "uamp-websocket"
             assert offer.session_id == accept["session_id"]
             # The call works as any other: the agent echoes the utterance.
             await send(ws, type="input.audio", audio=spoken, format="pcm16", is_final=True)
