@@ -37,6 +37,10 @@ from typing import Any
 
 import trio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.transports import port_from_file
+
 WORD = "word "
 
 
@@ -232,12 +236,7 @@ def main() -> None:
         port_file = Path(tmp) / "port"
         proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file)])
         try:
-            deadline = time.monotonic() + 20
-            while not port_file.exists() or not port_file.read_text():
-                if time.monotonic() > deadline:
-                    raise SystemExit("the server did not start")
-                time.sleep(0.05)
-            port = int(port_file.read_text())
+            port = port_from_file(port_file, proc, 20)
             found = trio.run(rates, port, args.deltas, args.rounds, windows)
         finally:
             proc.terminate()

@@ -36,6 +36,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.resume import Flood
+from bench.transports import port_from_file
 from tests._support.tls import ThrowawayCA, make_ca
 from uamp_trio.app import create_app
 from uamp_trio.client.envelope import EnvelopeHTTPClient, EnvelopeSigner
@@ -153,12 +154,7 @@ def main() -> None:
         command = [sys.executable, __file__, "--deltas", str(args.deltas), "--serve"]
         proc = subprocess.Popen([*command, ca.server.certfile, ca.server.keyfile, str(port_file)])
         try:
-            deadline = time.monotonic() + 30
-            while not port_file.exists() or not port_file.read_text():
-                if time.monotonic() > deadline:
-                    raise SystemExit("the server did not start")
-                time.sleep(0.05)
-            url = f"https://127.0.0.1:{port_file.read_text()}"
+            url = f"https://127.0.0.1:{port_from_file(port_file, proc)}"
             results = {
                 name: trio.run(measure, binding, url, ca, args.asks, args.window)
                 for name, binding in BINDINGS.items()

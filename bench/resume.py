@@ -36,6 +36,7 @@ from trio_websocket import open_websocket_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.transports import port_from_file
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -142,9 +143,7 @@ def measure(where: str, deltas: int, rounds: int, tmp: Path) -> dict[str, float]
         [sys.executable, __file__, "--serve", where, "--deltas", str(deltas), str(port_file)]
     )
     try:
-        while not port_file.exists() or not port_file.read_text():
-            time.sleep(0.05)
-        port = int(port_file.read_text())
+        port = port_from_file(port_file, proc)
         out: dict[str, list[float]] = {"ws": [], "sse": [], "resume": []}
         for _ in range(rounds):
             out["ws"].append(ws_rate(port))

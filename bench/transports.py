@@ -626,17 +626,28 @@ class Running:
             stdout=subprocess.DEVNULL,
             env=env,
         )
-        deadline = time.monotonic() + 20
-        while not port_file.exists() or not port_file.read_text():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"server {kind} did not start")
-            time.sleep(0.02)
+        self.port = port_from_file(port_file, self.proc, 20, f"server {kind}")
         time.sleep(0.05)
-        self.port = int(port_file.read_text())
         port_file.unlink(missing_ok=True)
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+def port_from_file(
+    port_file: Path, proc: subprocess.Popen[Any], timeout: float = 30, what: str = "the server"
+) -> int:
+    """The port a server subprocess writes to ``port_file`` once it listens.
+
+    Raises:
+        RuntimeError: The process exited, or wrote no port within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while not port_file.exists() or not port_file.read_text().strip():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.02)
+    return int(port_file.read_text())
 
 
 def stop_process(proc: subprocess.Popen[Any], grace: float = 5) -> None:

@@ -138,13 +138,6 @@ async def test_loop_max_iterations_stops_the_run() -> None:
     assert turn.response.tool_calls is not None
 
 
-def test_loop_rejects_bad_options() -> None:
-    with pytest.raises(ValueError, match="max_iterations"):
-        loop(max_iterations=0)
-    with pytest.raises(ValueError, match="structure_retries"):
-        loop(structure_retries=-1)
-
-
 async def test_no_model_raises_clear_error() -> None:
     with pytest.raises(NoModelError, match="has no model"):
         await agent().run("hi")

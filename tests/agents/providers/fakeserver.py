@@ -30,7 +30,7 @@ from uamp_agents.providers import (
     ProviderError,
     ProviderEvent,
 )
-from uamp_proto.events import Event, ResponseDelta, Thinking
+from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
 from uamp_proto.types import (
     DeltaText,
     DeltaToolCall,
@@ -38,6 +38,8 @@ from uamp_proto.types import (
     Message,
     ToolCallFragment,
     ToolDefinition,
+    ToolInvocation,
+    UsageStats,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,6 +49,45 @@ ASK = [
     Message(role="system", content="Answer briefly."),
     Message(role="user", content="What is the capital of France?"),
 ]
+
+
+#: The answer every vendor's recorded text reply gives to :data:`ASK`.
+PARIS = "Paris is the capital of France."
+
+
+def check_answer(result: ModelResponse, *, model: str, usage: UsageStats) -> None:
+    """``result`` is the recorded :data:`PARIS` answer, ended normally, of ``model``."""
+    assert result.message.content == PARIS
+    assert result.finish_reason == "stop"
+    assert result.model == model
+    assert result.usage == usage
+
+
+def check_streamed(events: list[Event], final: ModelResponse, deltas: list[str]) -> UsageStats:
+    """A text answer streamed as ``deltas``, ended normally, its usage once and last.
+
+    Returns:
+        That usage (the final response's too).
+    """
+    assert texts(events) == deltas
+    assert final.message.content == "".join(deltas)
+    assert final.finish_reason == "stop"
+    usage = [e for e in events if isinstance(e, UsageDelta)]
+    assert usage == [events[-1]]
+    assert final.usage == usage[0].delta
+    return usage[0].delta
+
+
+def question(text: str, tool: ToolDefinition, tool_choice: Any = None) -> ModelRequest:
+    """A user's ``text`` to a model that may call ``tool``."""
+    return ModelRequest(
+        messages=[Message(role="user", content=text)], tools=[tool], tool_choice=tool_choice
+    )
+
+
+def weather_call(call_id: str, arguments: str, **unknown: Any) -> ToolInvocation:
+    """A call of the :func:`weather_tool` (``unknown``: the vendor's extra members)."""
+    return ToolInvocation(id=call_id, name="get_weather", arguments=arguments, unknown=unknown)
 
 
 def weather_tool(**schema: Any) -> ToolDefinition:

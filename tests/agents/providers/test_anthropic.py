@@ -6,7 +6,7 @@ import orjson
 
 from uamp_agents.providers import ModelRequest, anthropic
 from uamp_proto import types as ty
-from uamp_proto.events import Thinking, UsageDelta
+from uamp_proto.events import Thinking
 
 from . import fakeserver as fake
 from .conftest import ANTHROPIC_KEY
@@ -36,13 +36,9 @@ async def test_generate_text_and_cached_usage(anthropic_server: fake.FakeServer)
     result = await provider(anthropic_server, params={"stop": "END"}).generate(
         ModelRequest(messages=ASK)
     )
-    assert result.message.content == "Paris is the capital of France."
-    assert result.finish_reason == "stop"
-    assert result.model == "claude-sonnet-4-5-20250929"
     # Spec 8.7: Anthropic input_tokens exclude cached; cached = reads + writes.
-    assert result.usage == ty.UsageStats(
-        input_tokens=21, cached_tokens=4200, output_tokens=9, total_tokens=30
-    )
+    usage = ty.UsageStats(input_tokens=21, cached_tokens=4200, output_tokens=9, total_tokens=30)
+    fake.check_answer(result, model="claude-sonnet-4-5-20250929", usage=usage)
 
 
 async def test_stream_text(anthropic_server: fake.FakeServer) -> None:
@@ -54,16 +50,9 @@ async def test_stream_text(anthropic_server: fake.FakeServer) -> None:
     events, final = await fake.collect(
         provider(anthropic_server).stream(ModelRequest(messages=ASK))
     )
-    deltas = fake.texts(events)
-    assert deltas == ["Paris", " is the capital", " of France."]
-    assert final.message.content == "".join(deltas)
-    assert final.finish_reason == "stop"
-    assert isinstance(events[-1], UsageDelta)
+    usage = fake.check_streamed(events, final, ["Paris", " is the capital", " of France."])
     # Output tokens come from message_delta; cache fields from message_start.
-    assert events[-1].delta.output_tokens == 9
-    assert events[-1].delta.cached_tokens == 4200
-    assert events[-1].delta.input_tokens == 21
-    assert final.usage == events[-1].delta
+    assert (usage.input_tokens, usage.cached_tokens, usage.output_tokens) == (21, 4200, 9)
 
 
 async def test_tool_use_generate(anthropic_server: fake.FakeServer) -> None:
@@ -79,10 +68,8 @@ async def test_tool_use_generate(anthropic_server: fake.FakeServer) -> None:
         assert body["tool_choice"] == {"type": "tool", "name": "get_weather"}
 
     anthropic_server.queue(fake.json_reply("anthropic/tool_use.json", check=check))
-    request = ModelRequest(
-        messages=[ty.Message(role="user", content="Weather in Paris?")],
-        tools=[WEATHER],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    request = fake.question(
+        "Weather in Paris?", WEATHER, {"type": "function", "function": {"name": "get_weather"}}
     )
     result = await provider(anthropic_server).generate(request)
     assert result.finish_reason == "tool_calls"
@@ -111,12 +98,9 @@ async def test_tool_use_stream_assembles_input(anthropic_server: fake.FakeServer
     assert "".join(f.arguments or "" for f in frags) == '{"city": "Paris", "unit": "celsius"}'
     assert fake.texts(events) == ["I'll check the weather."]
     assert final.finish_reason == "tool_calls"
+    arguments = '{"city": "Paris", "unit": "celsius"}'
     assert final.message.tool_calls == [
-        ty.ToolInvocation(
-            id="toolu_01T1x1fJ34qAmk2tNTrN7Up6",
-            name="get_weather",
-            arguments='{"city": "Paris", "unit": "celsius"}',
-        )
+        fake.weather_call("toolu_01T1x1fJ34qAmk2tNTrN7Up6", arguments)
     ]
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from uamp_agents.providers import ModelRequest, google
 from uamp_proto import types as ty
-from uamp_proto.events import UsageDelta
 
 from . import fakeserver as fake
 from .conftest import GOOGLE_KEY
@@ -39,16 +38,14 @@ async def test_generate_text_and_cached_usage(google_server: fake.FakeServer) ->
     google_server.queue(fake.json_reply("google/text.json", check=check_text_request))
     p = provider(google_server, params={"temperature": 0.3, "max_tokens": 256})
     result = await p.generate(ModelRequest(messages=ASK, params={"stop": "END"}))
-    assert result.message.content == "Paris is the capital of France."
-    assert result.finish_reason == "stop"
-    assert result.model == "gemini-2.5-flash"
     # Spec 8.7: Gemini input includes cached; cached = cachedContentTokenCount.
-    assert result.usage == ty.UsageStats(
+    usage = ty.UsageStats(
         input_tokens=4210,
         cached_tokens=4096,
-        output_tokens=8 + 32,  # candidates + fake.thoughts
+        output_tokens=8 + 32,  # candidates + thoughts
         total_tokens=4250,
     )
+    fake.check_answer(result, model="gemini-2.5-flash", usage=usage)
 
 
 async def test_stream_text(google_server: fake.FakeServer) -> None:
@@ -58,15 +55,9 @@ async def test_stream_text(google_server: fake.FakeServer) -> None:
 
     google_server.queue(fake.sse_reply("google/text.sse", check=check))
     events, final = await fake.collect(provider(google_server).stream(ModelRequest(messages=ASK)))
-    deltas = fake.texts(events)
-    assert deltas == ["Paris", " is the capital", " of France."]
-    assert final.message.content == "".join(deltas)
-    assert final.finish_reason == "stop"
     # Usage is cumulative per chunk: one UsageDelta with the last totals.
-    usage_events = [e for e in events if isinstance(e, UsageDelta)]
-    assert len(usage_events) == 1
-    assert usage_events[0].delta.output_tokens == 40
-    assert final.usage == usage_events[0].delta
+    usage = fake.check_streamed(events, final, ["Paris", " is the capital", " of France."])
+    assert usage.output_tokens == 40
 
 
 async def test_function_call_generate(google_server: fake.FakeServer) -> None:
@@ -93,10 +84,10 @@ async def test_function_call_generate(google_server: fake.FakeServer) -> None:
         }
 
     google_server.queue(fake.json_reply("google/tool_call.json", check=check))
-    request = ModelRequest(
-        messages=[ty.Message(role="user", content="Weather in Paris and Lyon?")],
-        tools=[WEATHER],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    request = fake.question(
+        "Weather in Paris and Lyon?",
+        WEATHER,
+        {"type": "function", "function": {"name": "get_weather"}},
     )
     result = await provider(google_server).generate(request)
     assert result.finish_reason == "tool_calls"
@@ -126,13 +117,8 @@ async def test_function_call_stream(google_server: fake.FakeServer) -> None:
 
 async def test_function_response_round_trip(google_server: fake.FakeServer) -> None:
     calls = [
-        ty.ToolInvocation(
-            id="call_1",
-            name="get_weather",
-            arguments='{"city":"Paris"}',
-            unknown={"thought_signature": SIGNATURE},
-        ),
-        ty.ToolInvocation(id="call_2", name="get_weather", arguments='{"city":"Lyon"}'),
+        fake.weather_call("call_1", '{"city":"Paris"}', thought_signature=SIGNATURE),
+        fake.weather_call("call_2", '{"city":"Lyon"}'),
     ]
 
     def check(request: fake.Request) -> None:

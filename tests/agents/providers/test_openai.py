@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from uamp_agents.providers import ModelRequest, ModelResponse, ProviderError, openai
+from uamp_agents.providers import ModelRequest, ProviderError, openai
 from uamp_proto import types as ty
-from uamp_proto.events import ResponseDelta, UsageDelta
+from uamp_proto.events import ResponseDelta
 
 from . import fakeserver as fake
 from .conftest import OPENAI_KEY
@@ -40,13 +40,9 @@ async def test_generate_text_and_cached_usage(openai_server: fake.FakeServer) ->
     p = provider(openai_server, params={"temperature": 0.2})
     result = await p.generate(ModelRequest(messages=ASK))
     assert result.message.role == "assistant"
-    assert result.message.content == "Paris is the capital of France."
-    assert result.finish_reason == "stop"
-    assert result.model == "gpt-4o-mini-2024-07-18"
     # Spec 8.7: OpenAI input_tokens include the cached ones; cached = reads.
-    assert result.usage == ty.UsageStats(
-        input_tokens=2006, cached_tokens=1920, output_tokens=8, total_tokens=2014
-    )
+    usage = ty.UsageStats(input_tokens=2006, cached_tokens=1920, output_tokens=8, total_tokens=2014)
+    fake.check_answer(result, model="gpt-4o-mini-2024-07-18", usage=usage)
 
 
 async def test_stream_text(openai_server: fake.FakeServer) -> None:
@@ -58,16 +54,10 @@ async def test_stream_text(openai_server: fake.FakeServer) -> None:
 
     openai_server.queue(fake.sse_reply("openai/text.sse", check=check))
     events, final = await fake.collect(provider(openai_server).stream(ModelRequest(messages=ASK)))
-    deltas = fake.texts(events)
-    assert deltas == ["Paris", " is the", " capital", " of France."]
-    assert len([e for e in events if isinstance(e, ResponseDelta)]) == 4
     # Usage arrives once, after the text and before the final response.
-    assert isinstance(events[-1], UsageDelta)
-    assert events[-1].delta.cached_tokens == 1920
-    assert isinstance(final, ModelResponse)
-    assert final.message.content == "".join(deltas)
-    assert final.finish_reason == "stop"
-    assert final.usage == events[-1].delta
+    usage = fake.check_streamed(events, final, ["Paris", " is the", " capital", " of France."])
+    assert len([e for e in events if isinstance(e, ResponseDelta)]) == 4
+    assert usage.cached_tokens == 1920
 
 
 async def test_tool_call_generate(openai_server: fake.FakeServer) -> None:
@@ -86,20 +76,13 @@ async def test_tool_call_generate(openai_server: fake.FakeServer) -> None:
         assert body["tool_choice"] == "required"
 
     openai_server.queue(fake.json_reply("openai/tool_call.json", check=check))
-    request = ModelRequest(
-        messages=[ty.Message(role="user", content="Weather in Paris?")],
-        tools=[WEATHER],
-        tool_choice="required",
-    )
+    request = fake.question("Weather in Paris?", WEATHER, "required")
     result = await provider(openai_server).generate(request)
     assert result.finish_reason == "tool_calls"
     assert result.message.content is None
+    arguments = '{"city":"Paris","unit":"celsius"}'
     assert result.message.tool_calls == [
-        ty.ToolInvocation(
-            id="call_8fYz3Qk1LmN0pR2sT4uV6wXy",
-            name="get_weather",
-            arguments='{"city":"Paris","unit":"celsius"}',
-        )
+        fake.weather_call("call_8fYz3Qk1LmN0pR2sT4uV6wXy", arguments)
     ]
 
 
