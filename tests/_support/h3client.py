@@ -67,7 +67,13 @@ class _Client(QuicConnectionProtocol):
             done.set_result(response)
 
     async def request(
-        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        *,
+        head_only: bool = False,
     ) -> H3Response:
         stream_id = self._quic.get_next_available_stream_id()
         fields = [
@@ -79,8 +85,8 @@ class _Client(QuicConnectionProtocol):
         fields += [(k.lower().encode(), v.encode()) for k, v in headers]
         done: asyncio.Future[H3Response] = asyncio.get_running_loop().create_future()
         self.waiting[stream_id] = (H3Response(stream_id), done)
-        self.h3.send_headers(stream_id, fields, end_stream=not body)
-        if body:
+        self.h3.send_headers(stream_id, fields, end_stream=not body and not head_only)
+        if body and not head_only:
             self.h3.send_data(stream_id, body, end_stream=True)
         self.transmit()
         return await done
@@ -88,10 +94,13 @@ class _Client(QuicConnectionProtocol):
 
 @attrs.frozen
 class H3Request:
+    """One request; ``head_only``: send the HEADERS, leave the stream open, never send a body."""
+
     method: str
     path: str
     headers: list[tuple[str, str]] = attrs.field(factory=list)
     body: bytes = b""
+    head_only: bool = False
 
 
 def h3_requests(
@@ -111,7 +120,10 @@ def h3_requests(
             config.load_verify_locations(cafile)
         async with connect("127.0.0.1", port, configuration=config, create_protocol=_Client) as c:
             client: _Client = c  # type: ignore[assignment]
-            calls = [client.request(r.method, r.path, r.headers, r.body) for r in requests]
+            calls = [
+                client.request(r.method, r.path, r.headers, r.body, head_only=r.head_only)
+                for r in requests
+            ]
             if concurrent:
                 return list(await asyncio.gather(*calls))
             return [await call for call in calls]

@@ -18,9 +18,14 @@ Each :class:`_QuicConnection` runs one task that sleeps until it is woken
 ALPN ``h3`` is negotiated -- and sends ``datagrams_to_send()``. Time is
 trio's clock, passed in as ``now``: the sans-IO objects never read a clock.
 
-A request stream collects its header fields and body (at most
-``max_body_size``: 413 past it; the body is buffered even for routes that
-stream theirs on HTTP/2) and, once the client ends it, runs as its own task:
+A request stream collects its header fields and body and, once the client
+ends it, runs as its own task. A body over the route's limit (its
+``RouteMeta.max_body``, at most ``max_body_size``) is refused with 413 in the
+route's error style (on the spec 003 routes: the signed 4.13 envelope) as
+soon as it is known: from a declared ``content-length`` in the HEADERS
+before any DATA is read, else when the DATA received passes it; the client
+is then asked to stop sending (STOP_SENDING). The body is buffered even for
+routes that stream theirs on HTTP/2. The request runs as its own task:
 the same :meth:`Server.dispatch` as HTTP/1.1 and HTTP/2, so every route is
 served, streamed responses (SSE) included, through
 :func:`~uamp_trio.engines.framed.send_response`. A streamed body waits after
@@ -62,7 +67,7 @@ from aioquic.quic.packet import (
 )
 
 from .framed import request_from_fields, send_response
-from .http import Response, StreamingResponse, TLSInfo, error_response
+from .http import Request, Response, StreamingResponse, TLSInfo
 from .quic import QuicDriver
 
 if TYPE_CHECKING:
@@ -193,8 +198,15 @@ class _RequestStream:
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
         self.size = 0
-        self.rejected = False
+        #: The body limit of the request's route, once the body may reach it.
+        self.limit: int | None = None
+        #: The 413 to answer instead of dispatching (the body is not read).
+        self.refusal: Response | None = None
         self.scope: trio.CancelScope | None = None
+
+    @property
+    def rejected(self) -> bool:
+        return self.refusal is not None
 
 
 class _QuicConnection(QuicDriver):
@@ -249,8 +261,11 @@ class _QuicConnection(QuicDriver):
             if st is None:
                 st = self.streams[event.stream_id] = _RequestStream(event.stream_id)
                 st.headers = list(event.headers)
+                declared = _content_length(st.headers)
+                if declared is not None and declared > self.server.body_floor:
+                    self._check_size(st, declared)  # refused from the head: the body is not read
             # A second HEADERS frame is the request's trailers: nothing uses them.
-            if event.stream_ended:
+            if event.stream_ended and not st.rejected:
                 self._start(st)
         elif isinstance(event, DataReceived):
             st = self.streams.get(event.stream_id)
@@ -258,40 +273,55 @@ class _QuicConnection(QuicDriver):
                 return
             if not st.rejected:
                 st.size += len(event.data)
-                if st.size > self.server.config.max_body_size:
-                    st.rejected = True
-                    st.body.clear()
-                    self._start(st)
-                else:
+                if st.size > self.server.body_floor:
+                    self._check_size(st, st.size)
+                if not st.rejected:
                     st.body.append(event.data)
             if event.stream_ended and not st.rejected:
                 self._start(st)
+
+    def _head(self, st: _RequestStream) -> Request:
+        request = request_from_fields(
+            st.headers, body=b"", http_version="3", scheme="https", client=self.client
+        )
+        request.tls = _QUIC_TLS
+        return request
+
+    def _check_size(self, st: _RequestStream, size: int) -> None:
+        """Refuse (413 in the route's style) a body of ``size`` over its route's limit.
+
+        The refusal is answered at once, and the client is asked to stop
+        sending the rest (STOP_SENDING, H3_NO_ERROR: RFC 9114 section 4.1.1).
+        """
+        if st.limit is not None and size <= st.limit:
+            return
+        head = self._head(st)
+        limit = st.limit = st.limit if st.limit is not None else self.server.body_limit(head)
+        if size <= limit:
+            return
+        st.refusal = self.server.too_large(head, limit)
+        st.body.clear()
+        try:
+            self.quic.stop_stream(st.id, ErrorCode.H3_NO_ERROR)
+        except Exception as exc:  # the client already ended its side
+            log.debug("HTTP/3 stop_sending on stream %d: %r", st.id, exc)
+        self._start(st)
 
     def _start(self, st: _RequestStream) -> None:
         assert self.nursery is not None
         self.nursery.start_soon(self._run_stream, st)
 
     async def _run_stream(self, st: _RequestStream) -> None:
-        request = request_from_fields(
-            st.headers,
-            body=b"".join(st.body),
-            http_version="3",
-            scheme="https",
-            client=self.client,
-        )
-        request.tls = _QUIC_TLS
+        request = self._head(st)
+        request.body = b"".join(st.body)
         st.body.clear()
         response: Response | StreamingResponse
         cfg = self.server.config
         try:
             with trio.CancelScope() as scope:
                 st.scope = scope
-                if st.rejected:
-                    response = error_response(
-                        413,
-                        f"The request body exceeds the limit of {cfg.max_body_size} bytes.",
-                        code="request_too_large",
-                    )
+                if st.refusal is not None:
+                    response = st.refusal
                 else:
                     with trio.move_on_after(cfg.response_head_timeout) as head:
                         response = await self.server.dispatch(request)
@@ -362,3 +392,10 @@ class _H3Sink:
 
     def end(self) -> None:
         self._h3().send_data(self.sid, b"", end_stream=True)
+
+
+def _content_length(fields: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in fields:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None

@@ -256,3 +256,38 @@ def test_spec_003_envelopes_over_http3_with_aioquic(
     assert frames[-1].type.value == "done" and frames[-1].payload["text"] == "roses are red"
     assert replayed.status == 403
     assert read_error(decode_envelope(replayed.body))[0] == "4.03"
+
+
+def test_an_oversize_envelope_is_refused_from_its_declared_length_over_http3(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    from tests._support.envelopes import envelope
+    from uamp_proto.adapters.envelope import read_error
+    from uamp_proto.envelope import decode_envelope, encode_envelope
+    from uamp_trio.envelope.service import EnvelopeLimits
+
+    built = create_app(
+        [Words("poet", "roses", pause=0)], envelope_limits=EnvelopeLimits(max_size=1024)
+    )
+    server = thread_server(
+        built, certfile=ca.server.certfile, keyfile=ca.server.keyfile, http3=True
+    )
+    content = ("content-type", "application/uamp+json;v=1")
+    path = "/agents/poet/v1/messages"
+    ask = encode_envelope(envelope(text="roses", to="urn:uamp:agent:poet"))
+    declared, streamed, fine = h3_requests(
+        server.port,
+        [
+            # The head declares 10 MB and the body never comes: the answer cannot wait for it.
+            H3Request("POST", path, [content, ("content-length", "10000000")], head_only=True),
+            # No declared length: refused once the DATA passes the limit.
+            H3Request("POST", path, [content], b"x" * 5000),
+            H3Request("POST", path, [content], ask),  # the connection goes on
+        ],
+        cafile=ca.cafile,
+    )
+    for refused in (declared, streamed):
+        assert refused.status == 413
+        assert read_error(decode_envelope(refused.body))[0] == "4.13"
+    assert "1024" in read_error(decode_envelope(declared.body))[1]
+    assert fine.status == 202
