@@ -96,13 +96,7 @@ async def test_a_call_is_accepted_echoed_and_ended() -> None:
 
 async def test_silence_is_answered_with_a_tone() -> None:
     with trio.fail_after(TIMEOUT):
-        app = App([DemoAgent()])
-        app.mount(uamp_ws.mount)
-        async with (
-            wire.serving(app) as server,
-            open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
-        ):
-            await wire.create_session(ws)
+        async with _call_session(DemoAgent()) as ws:
             await send(ws, type="voice.invite")
             assert (await recv(ws))["type"] == "voice.accept"
             silence = base64.b64encode(bytes(4800)).decode()
@@ -116,13 +110,7 @@ async def test_silence_is_answered_with_a_tone() -> None:
 
 async def test_an_agent_that_takes_no_calls_declines_and_audio_is_refused() -> None:
     with trio.fail_after(TIMEOUT):
-        app = App([Silent()])
-        app.mount(uamp_ws.mount)
-        async with (
-            wire.serving(app) as server,
-            open_ws(f"ws://127.0.0.1:{server.port}/agents/silent/uamp") as ws,
-        ):
-            await wire.create_session(ws)
+        async with _call_session(Silent()) as ws:
             await send(ws, type="voice.accept")  # nothing to accept
             wrong = await recv(ws)
             assert (wrong["type"], wrong["error"]["code"]) == ("session.error", "invalid_event")
