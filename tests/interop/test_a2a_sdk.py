@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -52,10 +53,12 @@ def server(thread_server):  # type: ignore[no-untyped-def]
     return thread_server(app)
 
 
-async def _client(http: httpx.AsyncClient, base: str, legacy: bool, *, streaming: bool) -> Any:
-    """An SDK client made from the agent card at ``base`` (see :func:`_card`)."""
-    card = await _card(http, base, legacy)
-    return ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+@asynccontextmanager
+async def _client(base: str, legacy: bool, *, streaming: bool) -> AsyncIterator[Any]:
+    """An SDK client made from the agent card at ``base`` (see :func:`_card`), on its own pool."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        card = await _card(http, base, legacy)
+        yield ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
 
 
 async def _card(http: httpx.AsyncClient, base: str, legacy: bool) -> AgentCard:
@@ -118,8 +121,7 @@ def test_card_and_blocking_send(server, legacy: bool) -> None:  # type: ignore[n
 @DIALECTS
 def test_streaming_send(server, legacy: bool) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=10) as http:
-            client = await _client(http, f"{server.url}/agents/demo", legacy, streaming=True)
+        async with _client(f"{server.url}/agents/demo", legacy, streaming=True) as client:
             events = await _events(client.send_message(_request("stream me please")))
             assert events[0].HasField("task")
             assert events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
@@ -146,8 +148,7 @@ def test_streaming_send(server, legacy: bool) -> None:  # type: ignore[no-untype
 @DIALECTS
 def test_cancel_a_running_task(server, legacy: bool) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=10) as http:
-            client = await _client(http, f"{server.url}/agents/slow", legacy, streaming=True)
+        async with _client(f"{server.url}/agents/slow", legacy, streaming=True) as client:
             stream = client.send_message(_request("take your time"))
             first = await anext(stream)
             task_id = first.task.id
@@ -178,8 +179,7 @@ def _tools_metadata() -> struct_pb2.Struct:
 @DIALECTS
 def test_client_tool_makes_the_task_input_required(server, legacy: bool) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=10) as http:
-            client = await _client(http, f"{server.url}/agents/demo", legacy, streaming=False)
+        async with _client(f"{server.url}/agents/demo", legacy, streaming=False) as client:
             request = _request("what is get_weather in Paris")
             request.metadata.CopyFrom(_tools_metadata())
             [first] = await _events(client.send_message(request))
@@ -201,8 +201,10 @@ def test_client_tool_makes_the_task_input_required(server, legacy: bool) -> None
 
 def test_v1_list_and_subscribe(server) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=10) as http:
-            demo = await _client(http, f"{server.url}/agents/demo", False, streaming=False)
+        async with (
+            _client(f"{server.url}/agents/demo", False, streaming=False) as demo,
+            _client(f"{server.url}/agents/slow", False, streaming=True) as slow,
+        ):
             [a] = await _events(demo.send_message(_request("one")))
             [b] = await _events(demo.send_message(_request("two", context_id=a.task.context_id)))
             listed = await demo.list_tasks(ListTasksRequest(context_id=a.task.context_id))
@@ -211,7 +213,6 @@ def test_v1_list_and_subscribe(server) -> None:  # type: ignore[no-untyped-def]
             done = await demo.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED))
             assert {a.task.id, b.task.id} <= {t.id for t in done.tasks}
 
-            slow = await _client(http, f"{server.url}/agents/slow", False, streaming=True)
             stream = slow.send_message(_request("wait"))
             task_id = (await anext(stream)).task.id
             await anext(stream)  # working
@@ -232,8 +233,7 @@ def test_payment_required_then_paid(thread_server) -> None:  # type: ignore[no-u
     server = thread_server(app)
 
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=10) as http:
-            client = await _client(http, f"{server.url}/agents/demo", False, streaming=True)
+        async with _client(f"{server.url}/agents/demo", False, streaming=True) as client:
             with pytest.raises(A2AClientError, match="-32402"):
                 await _events(client.send_message(_request("hi")))
             paid = ClientCallContext(service_parameters={"X-PAYMENT": "tok-1"})
