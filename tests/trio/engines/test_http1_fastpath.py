@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -146,6 +146,15 @@ class Client:
 Serve = Callable[..., Any]
 
 
+@pytest.fixture
+async def client(serve_app: Serve) -> AsyncIterator[Client]:
+    """A raw connection to a server of :func:`make_router`'s routes, closed after the test."""
+    server = await serve_app(make_router())
+    connection = await Client.connect(server.port)
+    yield connection
+    await connection.aclose()
+
+
 def post(body: bytes, path: bytes = b"/echo", extra: bytes = b"") -> bytes:
     return b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n%s\r\n%s" % (
         path,
@@ -156,11 +165,9 @@ def post(body: bytes, path: bytes = b"/echo", extra: bytes = b"") -> bytes:
 
 
 async def test_keep_alive_requests_on_one_connection_see_normalised_headers(
-    serve_app: Serve,
+    client: Client,
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         for i in range(5):
             body = b'{"n": %d}' % i
             await client.send(
@@ -178,13 +185,10 @@ async def test_keep_alive_requests_on_one_connection_see_normalised_headers(
                 ["connection", "keep-alive"],
                 ["content-length", str(len(body))],
             ]
-        await client.aclose()
 
 
-async def test_pipelined_fast_and_deferred_requests_in_one_write(serve_app: Serve) -> None:
+async def test_pipelined_fast_and_deferred_requests_in_one_write(client: Client) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         chunked = (
             b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
             b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
@@ -196,13 +200,10 @@ async def test_pipelined_fast_and_deferred_requests_in_one_write(serve_app: Serv
         assert (await client.json())["body"] == "abcde"
         assert (await client.json())["body"] == "three"
         assert (await client.json())["query"] == "four"
-        await client.aclose()
 
 
-async def test_requests_split_byte_by_byte(serve_app: Serve) -> None:
+async def test_requests_split_byte_by_byte(client: Client) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         for _ in range(2):
             for byte in post(b"slowly"):
                 await client.send(bytes([byte]))
@@ -210,13 +211,10 @@ async def test_requests_split_byte_by_byte(serve_app: Serve) -> None:
             assert (await client.json())["body"] == "slowly"
         await client.send(post(b"whole"))  # and the fast path again
         assert (await client.json())["body"] == "whole"
-        await client.aclose()
 
 
-async def test_body_in_writes_of_its_own(serve_app: Serve) -> None:
+async def test_body_in_writes_of_its_own(client: Client) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         body = b"x" * 200_000  # several reads
         request = post(body)
         head_size = len(request) - len(body)
@@ -227,7 +225,6 @@ async def test_body_in_writes_of_its_own(serve_app: Serve) -> None:
         await client.send(body[10:] + post(b"next"))
         assert (await client.json())["body"] == body.decode()
         assert (await client.json())["body"] == "next"
-        await client.aclose()
 
 
 async def test_body_over_the_limit_gets_413(serve_app: Serve) -> None:
@@ -281,10 +278,8 @@ async def test_peer_closing_mid_body_ends_the_connection(serve_app: Serve) -> No
         await client.aclose()
 
 
-async def test_deferred_requests_between_fast_ones(serve_app: Serve) -> None:
+async def test_deferred_requests_between_fast_ones(client: Client) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         await client.send(post(b"fast"))
         assert (await client.json())["body"] == "fast"
         await client.send(
@@ -345,10 +340,8 @@ async def test_streaming_response_is_framed_as_h11_frames_it(serve_app: Serve) -
         await client.aclose()
 
 
-async def test_responses_the_templates_leave_to_h11(serve_app: Serve) -> None:
+async def test_responses_the_templates_leave_to_h11(client: Client) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         await client.send(b"GET /empty HTTP/1.1\r\nHost: t\r\n\r\n")
         status, headers, _ = await client.response()
         assert status == 204 and b"content-length" not in headers
@@ -371,10 +364,8 @@ async def test_responses_the_templates_leave_to_h11(serve_app: Serve) -> None:
         assert await client.raw_until_close() == b""
 
 
-async def test_websocket_upgrade_after_fast_requests(serve_app: Serve) -> None:
+async def test_websocket_upgrade_after_fast_requests(client: Client) -> None:
     with trio.fail_after(TIMEOUT):
-        server = await serve_app(make_router())
-        client = await Client.connect(server.port)
         await client.send(post(b"first"))
         assert (await client.json())["body"] == "first"
         ws = WSConnection(ConnectionType.CLIENT)
@@ -393,7 +384,6 @@ async def test_websocket_upgrade_after_fast_requests(serve_app: Serve) -> None:
             ws.receive_data(await client.stream.receive_some(65536))
             got += [e.data for e in ws.events() if isinstance(e, TextMessage | BytesMessage)]
         assert got == ["hello", b"\x00"]
-        await client.aclose()
 
 
 async def test_long_endpoint_and_body_outlive_the_idle_timeout(serve_app: Serve) -> None:
