@@ -8,6 +8,7 @@ import json
 import pytest
 import trio
 
+from tests._support.raw import receive_or_eof
 from uamp_trio.app import Router
 from uamp_trio.engines.http import Request, Response, json_response
 
@@ -34,10 +35,7 @@ async def exchange(port: int, data: bytes) -> tuple[bytes, bool]:
             await stream.send_all(data)
         out = b""
         while True:
-            try:
-                chunk = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
-                return out, True
+            chunk = await receive_or_eof(stream)
             if not chunk:
                 return out, True
             out += chunk

@@ -16,6 +16,7 @@ import pytest
 import trio
 from hyperframe.frame import ContinuationFrame, HeadersFrame, PingFrame, SettingsFrame
 
+from tests._support.raw import receive_or_eof
 from uamp_trio.app import Router
 from uamp_trio.engines.http import Request, Response, json_response
 
@@ -60,10 +61,7 @@ async def read_events(
     """h2 events from the server until EOF (or an event of type ``until``)."""
     events: list[h2.events.Event] = []
     while True:
-        try:
-            data = await stream.receive_some(65536)
-        except trio.BrokenResourceError:
-            return events
+        data = await receive_or_eof(stream)
         if not data:
             return events
         new = conn.receive_data(data)

@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from tests._support.agents import TestAgent
+from tests._support.raw import receive_or_eof
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -145,10 +146,7 @@ async def close_code(stream: trio.SocketStream, buf: bytearray) -> int | None:
         for opcode, payload in parse_frames(buf):
             if opcode == OP_CLOSE:
                 return int(struct.unpack("!H", payload[:2])[0])
-        try:
-            data = await stream.receive_some(65536)
-        except trio.BrokenResourceError:
-            return None
+        data = await receive_or_eof(stream)
         if not data:
             return None
         buf += data
