@@ -80,7 +80,7 @@ from .app import App, create_app, default_transports
 from .engines.server import Server, ServerConfig
 from .hosting.host import Transport
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
-from .stores import Stores, TaskStore, open_chat_store, open_event_log
+from .stores import Stores, open_chat_store, open_event_log, open_task_store
 from .transports import a2a
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
@@ -412,8 +412,8 @@ def _add_serve(sub: Any) -> None:
         default="memory",
         metavar="WHERE",
         help="where session event logs and chat rooms live: memory (default), a SQLite file "
-        "path (survives restarts), or redis://HOST:PORT/DB (event logs shared by several uamp "
-        "serve processes; chat rooms stay in each process's memory)",
+        "path (survives restarts), or redis://HOST:PORT/DB (event logs and A2A tasks shared by "
+        "several uamp serve processes; chat rooms stay in each process's memory)",
     )
     store.add_argument(
         "--retention-events",
@@ -680,7 +680,7 @@ def _serve_command(args: argparse.Namespace) -> int:
                 if hasattr(agent, "checkpoints"):
                     agent.checkpoints = True
         retention = Retention(args.retention_events, args.retention_age)
-        tasks = TaskStore(args.a2a_max_tasks, args.a2a_max_tasks_per_principal)
+        tasks = open_task_store(args.store, args.a2a_max_tasks, args.a2a_max_tasks_per_principal)
         app = create_app(
             agents,
             transports=_transports(args),

@@ -19,7 +19,14 @@ TRANSPORTS = "uamp_trio.transports"
 #: Who may import a transport.
 MOUNTERS = {"uamp_trio.app", "uamp_trio.cli"}
 #: The shared state the root creates (:class:`uamp_trio.stores.Stores`).
-STORE_TYPES = {"Stores", "TaskStore", "AcpSessionStore", "SessionTracker"}
+STORE_TYPES = {
+    "Stores",
+    "TaskStore",
+    "MemoryTaskStore",
+    "RedisTaskStore",
+    "AcpSessionStore",
+    "SessionTracker",
+}
 #: A function that is a root of its own: ``uamp acp`` serves one peer on stdio.
 OWN_ROOTS = {("uamp_trio/transports/acp.py", "serve_stdio")}
 

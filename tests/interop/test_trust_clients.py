@@ -30,7 +30,7 @@ from tests._support.agents import WorkingAgent, run_asyncio
 from tests.trio.trust.agents import CountingAgent
 from tests.trio.trust.issuer import Issuer
 from uamp_trio.app import create_app
-from uamp_trio.stores import Stores, TaskStore
+from uamp_trio.stores import MemoryTaskStore, Stores
 from uamp_trio.trust.ledger import Ledger
 from uamp_trio.trust.payments import LedgerPolicy
 
@@ -60,7 +60,7 @@ def server(thread_server: Any, tmp_path: Path, agent: CountingAgent) -> Any:
     app = create_app(
         [agent, Waiting()],
         authenticator=ISSUER.authenticator(tmp_path),
-        stores=Stores(a2a_tasks=TaskStore(max_tasks=20, max_per_principal=2)),
+        stores=Stores(a2a_tasks=MemoryTaskStore(max_tasks=20, max_per_principal=2)),
     )
     return thread_server(app)
 

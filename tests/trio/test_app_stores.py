@@ -17,7 +17,7 @@ from tests._support.wire import CREATE, post
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_trio.app import App, create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.stores import SessionTracker, Stores, TaskStore
+from uamp_trio.stores import MemoryTaskStore, SessionTracker, Stores
 from uamp_trio.transports import a2a, acp, sse_events
 
 TIMEOUT = 15
@@ -26,7 +26,7 @@ TIMEOUT = 15
 async def test_every_transport_keeps_its_state_in_the_stores_the_app_was_given(
     serve_app: Any,
 ) -> None:
-    stores = Stores(a2a_tasks=TaskStore(max_tasks=5))
+    stores = Stores(a2a_tasks=MemoryTaskStore(max_tasks=5))
     app = create_app([DemoAgent()], stores=stores)
     assert app.stores is stores
     server = await serve_app(app)

@@ -2,8 +2,8 @@
 
 The core (:mod:`uamp_proto`) maps protocols onto UAMP and keeps nothing;
 what a server must remember between requests lives here, each kind behind a
-small interface a database-backed store can implement later: A2A tasks
-(:mod:`.a2a_tasks`), ACP sessions (:mod:`.acp_sessions`), the live
+small interface a database-backed store can implement: A2A tasks
+(:mod:`.a2a_tasks`: in memory or Redis), ACP sessions (:mod:`.acp_sessions`), the live
 HTTP+SSE sessions (:mod:`.sessions`), the server-side tool rounds of
 Chat Completions turns (:mod:`.tool_rounds`), the event logs of resumable
 UAMP sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams) and
@@ -22,7 +22,7 @@ import attrs
 
 from uamp_proto.resume import Retention
 
-from .a2a_tasks import TaskStore
+from .a2a_tasks import MemoryTaskStore, TaskStore
 from .acp_sessions import AcpSessionStore
 from .chats import ChatStore, MemoryChatStore
 from .event_log import EventLog, MemoryEventLog, SessionRecord
@@ -35,6 +35,7 @@ __all__ = [
     "EventLog",
     "MemoryChatStore",
     "MemoryEventLog",
+    "MemoryTaskStore",
     "SessionRecord",
     "SessionTracker",
     "Stores",
@@ -42,6 +43,7 @@ __all__ = [
     "ToolRoundStore",
     "open_chat_store",
     "open_event_log",
+    "open_task_store",
 ]
 
 
@@ -70,15 +72,29 @@ def open_chat_store(where: str = "memory") -> ChatStore:
     return SqliteChatStore(where.removeprefix("sqlite:"))
 
 
+def open_task_store(
+    where: str = "memory", max_tasks: int = 1000, max_per_principal: int | None = None
+) -> TaskStore:
+    """The A2A task store named by ``where``: ``redis://HOST:PORT/DB``, else in memory.
+
+    A SQLite ``--store`` keeps sessions and rooms; A2A tasks stay in memory then.
+    """
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        from .a2a_tasks_redis import RedisTaskStore
+
+        return RedisTaskStore(where, max_tasks, max_per_principal)
+    return MemoryTaskStore(max_tasks, max_per_principal)
+
+
 @attrs.define(kw_only=True)
 class Stores:
     """The server-side state of one app, shared by its transports.
 
     Each field defaults to an empty in-memory store; pass your own to size
-    or share one (``Stores(a2a_tasks=TaskStore(max_tasks=50))``).
+    or share one (``Stores(a2a_tasks=MemoryTaskStore(max_tasks=50))``).
 
     Attributes:
-        a2a_tasks: A2A tasks (the A2A transport).
+        a2a_tasks: A2A tasks (the A2A transport): in memory or Redis.
         acp_sessions: ACP sessions, for ``session/load`` on any carrier.
         http_sessions: Live UAMP HTTP+SSE sessions (the session tracker).
         event_log: What resumable UAMP sessions sent (docs/resume.md).
@@ -87,7 +103,7 @@ class Stores:
         chats: Chat rooms: settings, messages, read marks (docs/chat.md).
     """
 
-    a2a_tasks: TaskStore = attrs.field(factory=TaskStore)
+    a2a_tasks: TaskStore = attrs.field(factory=MemoryTaskStore)
     acp_sessions: AcpSessionStore = attrs.field(factory=AcpSessionStore)
     http_sessions: SessionTracker[Any] = attrs.field(factory=SessionTracker)
     event_log: EventLog = attrs.field(factory=MemoryEventLog)

@@ -130,10 +130,10 @@ def mount(app: Host, transport: A2ATransport) -> None:
         service.add(name, "server_stream", request_type, pb.StreamResponse, handler)
 
     async def get(call: Call, params: dict[str, Any]) -> Any:
-        return t.get(call, params)
+        return await t.get(call, params)
 
     async def list_tasks(call: Call, params: dict[str, Any]) -> Any:
-        return t.list_tasks(call, params)
+        return await t.list_tasks(call, params)
 
     async def extended_card(call: Call, params: dict[str, Any]) -> Any:
         return t.extended_card(call)

@@ -103,11 +103,11 @@ def mount(app: Host, transport: A2ATransport) -> None:
         return (await t.stream(call, await _body(request))).sse(lambda result: result)
 
     async def list_tasks(call: Call, request: Request) -> Response:
-        return json_response(t.list_tasks(call, _query(request)))
+        return json_response(await t.list_tasks(call, _query(request)))
 
     async def get(call: Call, request: Request) -> Response:
         params = {**_query(request), "id": request.path_params["task_id"]}
-        return json_response(t.get(call, params))
+        return json_response(await t.get(call, params))
 
     async def cancel(call: Call, request: Request) -> Response:
         params = {**await _body(request), "id": request.path_params["task_id"]}

@@ -100,7 +100,7 @@ from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, 
 from ...hosting.host import Host, Transport
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
-from ...stores.a2a_tasks import QUOTA_EXCEEDED, task_not_found
+from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed, task_not_found
 from . import grpc as a2a_grpc
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
@@ -117,7 +117,7 @@ REST_ROUTES = RouteMeta(transport="a2a", error_style="openai")
 
 log = logging.getLogger("uamp_trio.a2a")
 
-#: Updates buffered per subscriber before a slow one is dropped.
+#: Updates buffered for the request that started a detached run.
 _SUBSCRIBER_BUFFER = 64
 #: How long a cancel request waits for the turn to wind down.
 _CANCEL_WAIT = 10.0
@@ -140,43 +140,6 @@ class _Live:
     #: The request that started a detached run, fed with backpressure until
     #: it goes away (a client that disconnects no longer cancels the task).
     primary: trio.MemorySendChannel[Update] | None = None
-
-
-class _Watchers:
-    """The ``SubscribeToTask`` streams of each task: they last until it is terminal.
-
-    A subscriber follows a task across its turns (a paused task that is
-    resumed streams on) and is closed when the task ends. One that cannot
-    keep up is dropped, never queued for.
-    """
-
-    def __init__(self) -> None:
-        self._by_task: dict[str, list[trio.MemorySendChannel[Update]]] = {}
-
-    def watch(self, task_id: str) -> trio.MemoryReceiveChannel[Update]:
-        """A new subscriber's channel."""
-        send, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
-        self._by_task.setdefault(task_id, []).append(send)
-        return receive
-
-    def publish(self, task_id: str, update: Update) -> None:
-        """Tell every subscriber of ``task_id``; close them all when the task ends."""
-        watchers = self._by_task.get(task_id)
-        if not watchers:
-            return
-        for send in list(watchers):
-            try:
-                send.send_nowait(update)
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                watchers.remove(send)
-                send.close()
-        if update.state is not None and update.state.is_terminal and update.final:
-            self.close(task_id)
-
-    def close(self, task_id: str) -> None:
-        """End every subscription of ``task_id``."""
-        for send in self._by_task.pop(task_id, []):
-            send.close()
 
 
 @attrs.define
@@ -236,7 +199,7 @@ class A2ATransport:
         self.ids = ids
         self.push = push if push is not None else PushSender()
         self._live: dict[str, _Live] = {}
-        self._watchers = _Watchers()
+        self.store.on_cancel(self._cancel_requested)
         #: When the cards last changed (the server started): ``Last-Modified``.
         self._since = email.utils.formatdate(usegmt=True)
 
@@ -369,11 +332,11 @@ class A2ATransport:
         if op == "send":
             return answer(await self.send(call, params))
         if op == "get":
-            return answer(self.get(call, params))
+            return answer(await self.get(call, params))
         if op == "cancel":
             return answer(await self.cancel(call, params))
         if op == "list":
-            return answer(self.list_tasks(call, params))
+            return answer(await self.list_tasks(call, params))
         if op == "extended_card":
             return answer(self.extended_card(call))
         return answer(await self.push_config(call, rpc.method, params))
@@ -422,9 +385,9 @@ class A2ATransport:
 
         return Opened(produce, prepared.release_unstarted)
 
-    def get(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    async def get(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
         """``GetTask``."""
-        task = self._task(call.agent, a2a.task_id_param(params), call.principal)
+        task = await self._task(call.agent, a2a.task_id_param(params), call.principal)
         history = a2a.opt_int(params, "historyLength")
         return a2a.render_task(task, call.dialect, history_length=history)
 
@@ -436,30 +399,36 @@ class A2ATransport:
     async def subscribe(self, call: Call, params: dict[str, Any]) -> Opened:
         """``SubscribeToTask``: the task snapshot, then the running task's updates."""
         task_id = a2a.task_id_param(params)
-        task = self._task(call.agent, task_id, call.principal)
+        self.store.ensure_running(self.app.background)
+        task, feed = await self._follow(call.agent, task_id, call.principal)
         if task.state.is_terminal:
+            feed.close()
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
                 f"Task {task_id} is {task.state.value}; there is nothing left to stream.",
             )
-        receive = self._watchers.watch(task_id)
         dialect = call.dialect
 
         async def produce(emit: Emit) -> None:
-            await emit(a2a.stream_task(task, dialect))
-            async with receive:
-                async for update in receive:
+            try:
+                await emit(a2a.stream_task(task, dialect))
+                async for update in feed:
                     if update.kind != "message":
                         await emit(a2a.render_update(update, dialect))
+            finally:
+                feed.close()
 
-        return Opened(produce)
+        async def never_started() -> None:
+            feed.close()
 
-    def list_tasks(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+        return Opened(produce, never_started)
+
+    async def list_tasks(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
         """``ListTasks``: the caller's tasks of this agent, newest first, filtered and paged."""
         query = a2a_params.parse_list_params(params)
         tasks = [
             t
-            for t in reversed(self.store.owned_by(call.principal))
+            for t in reversed(await self.store.owned_by(call.principal))
             if t.agent == call.agent.name and query.matches(t)
         ]
         start = query.offset
@@ -501,11 +470,12 @@ class A2ATransport:
         """The push-notification config methods (set, get, list, delete) of either dialect."""
         op = a2a_params.PUSH_METHODS[method]
         task_id = a2a_params.task_id_of(params, op, call.dialect)
-        task = self._task(call.agent, task_id, call.principal)
+        task = await self._task(call.agent, task_id, call.principal)
         if op == "set":
             config = a2a_params.parse_config(params, call.dialect, self.ids)
             self.push.check_target(config["url"])
             task.push_configs[config["id"]] = config
+            await self.store.save_push_configs(task)
             return a2a_params.render_config(task.id, config, call.dialect)
         if op == "get":
             config = a2a_params.find_config(task, params, call.dialect)
@@ -522,6 +492,7 @@ class A2ATransport:
             )
         # Deleting twice is not an error (the config is gone either way).
         task.push_configs.pop(a2a_params.config_id(params, call.dialect), None)
+        await self.store.save_push_configs(task)
         return {} if call.dialect is Dialect.V1 else None
 
     # --- the REST form (spec 004) ----------------------------------------------------------
@@ -569,7 +540,7 @@ class A2ATransport:
         """``GET .../tasks/{task_id}``."""
         agent = self.app.resolve_agent(request.path_params)
         try:
-            task = self._task(agent, request.path_params["task_id"], request.principal)
+            task = await self._task(agent, request.path_params["task_id"], request.principal)
         except A2AError as exc:
             raise web.HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         return json_response(a2a.rest_task(task))
@@ -585,16 +556,26 @@ class A2ATransport:
 
     # --- tasks ---------------------------------------------------------------------------
 
-    def _task(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:
+    async def _task(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:
         """The caller's task ``task_id`` of ``agent``.
 
         Another principal's task, or another agent's, does not exist here:
         the answer is the store's one not-found error (no oracle).
         """
-        task = self.store.get(task_id, owner=principal)
+        task = await self.store.get(task_id, owner=principal)
         if task.agent != agent.name:
             raise task_not_found(task_id)
         return task
+
+    async def _follow(
+        self, agent: Responder, task_id: str, principal: Principal
+    ) -> tuple[A2ATask, TaskFeed]:
+        """:meth:`_task`, and a feed of its updates from then on."""
+        task, feed = await self.store.follow(task_id, owner=principal)
+        if task.agent != agent.name:
+            feed.close()
+            raise task_not_found(task_id)
+        return task, feed
 
     async def _prepare(self, call: Call, params: dict[str, Any], *, rest: bool) -> _Prepared:
         """Validate a send and create (or resume) its task.
@@ -638,7 +619,7 @@ class A2ATransport:
         )
         now = _now()
         if message.task_id is not None:
-            task = self._task(agent, message.task_id, principal)
+            task = await self._task(agent, message.task_id, principal)
             if message.context_id and message.context_id != task.context_id:
                 raise A2AError(
                     a2a.INVALID_PARAMS,
@@ -667,12 +648,13 @@ class A2ATransport:
                 task.tools = tools
             if push_config is not None:
                 task.push_configs[push_config["id"]] = push_config
+                await self.store.save_push_configs(task)
             new = False
         else:
             context_id = message.context_id or self.ids("ctx")
             # Only the caller's own conversation continues: another principal's
             # contextId is a fresh context, as an unknown one is.
-            earlier = self.store.latest_in_context(context_id, owner=principal)
+            earlier = await self.store.latest_in_context(context_id, owner=principal)
             if earlier is not None and earlier.agent != agent.name:
                 raise A2AError(
                     a2a.INVALID_PARAMS, f"Context {context_id} belongs to another agent."
@@ -691,7 +673,7 @@ class A2ATransport:
             )
             if push_config is not None:
                 task.push_configs[push_config["id"]] = push_config
-            self.store.check_quota(principal)  # before any money is locked
+            await self.store.check_quota(principal)  # before any money is locked
             response_id = self.ids("resp")
             try:
                 charge = await self.charge(agent, token, response_id, principal)
@@ -708,10 +690,10 @@ class A2ATransport:
                     ],
                     metadata={"code": "payment_required"},
                 )
-                self.store.add(task, owner=principal)
+                await self.store.add(task, owner=principal)
                 raise _PaymentRefused(task, error) from None
             try:
-                self.store.add(task, owner=principal)
+                await self.store.add(task, owner=principal)
             except BaseException:
                 if charge is not None:  # the store refused the task: free its lock
                     await charge.settle(None, used=False)
@@ -760,6 +742,7 @@ class A2ATransport:
         """
         prepared.started = True  # from here _run settles the charge
         nursery = self.app.background
+        self.store.ensure_running(nursery)  # cancel requests from other processes reach it
         if nursery is None:
             await self._run(agent, prepared, write)
             return
@@ -795,8 +778,9 @@ class A2ATransport:
             if run.reply is not None and prepared.reply is None:
                 prepared.reply = run.reply
                 updates = [_reply_update(task, run.reply), *updates]
+            if updates:
+                await self._announce(task, updates)
             for update in updates:
-                self._announce(task, update)
                 if current.primary is not None:
                     try:
                         await current.primary.send(update)
@@ -811,6 +795,7 @@ class A2ATransport:
                 task.metadata.pop(BALANCE_EVENT, None)
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
+            await self.store.publish(task, [])  # working, in every process
             async with open_response(agent, prepared.turn, charge=prepared.charge) as turn:
                 live.cancel = turn.cancel
                 if live.cancel_requested:
@@ -842,18 +827,16 @@ class A2ATransport:
                 # A direct reply is not a task: nothing is kept to get or list.
                 if not task.state.is_terminal:
                     task.move(Trigger.COMPLETE, _now())
-                self.store.discard(task.id)
+                await self.store.discard(task.id)
         finally:
             if prepared.charge is not None:
                 await prepared.charge.settle(None, used=False)  # never ran; else a no-op
             if not (task.state.is_terminal or task.state.is_interrupted):
                 # The request went away (client disconnect, shutdown): the
                 # turn was cancelled with it, and so is the task.
-                for update in run.cancel(_now()):
-                    self._announce(task, update)
+                with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_WAIT):
+                    await self._announce(task, run.cancel(_now()))
             self._live.pop(task.id, None)
-            if task.state.is_terminal or prepared.reply is not None:
-                self._watchers.close(task.id)
             if live.primary is not None:
                 live.primary.close()
             live.done.set()
@@ -876,23 +859,59 @@ class A2ATransport:
         signed = attrs.evolve(final, metadata={**(final.metadata or {}), "signature": signature})
         return [*updates[:-1], signed]
 
-    def _announce(self, task: A2ATask, update: Update) -> None:
-        """Tell the task's subscribers and push-notification webhooks about ``update``."""
-        if update.kind == "message":
-            return  # a direct reply goes to its sender only
-        self._watchers.publish(task.id, update)
+    async def _announce(self, task: A2ATask, updates: list[Update]) -> None:
+        """Store ``task`` and tell its subscribers and push-notification webhooks of ``updates``."""
+        # A direct reply goes to its sender only.
+        shown = [update for update in updates if update.kind != "message"]
+        await self.store.publish(task, shown)
         if task.push_configs:
-            self.push.notify(self.app.background, task, update)
+            for update in shown:
+                self.push.notify(self.app.background, task, update)
+
+    def _cancel_requested(self, task_id: str) -> None:
+        """Cancel ``task_id`` 's turn if it runs in this process (a request from any process)."""
+        live = self._live.get(task_id)
+        if live is not None:
+            live.cancel_requested = True
+            if live.cancel is not None:
+                live.cancel()
+
+    async def _cancel_elsewhere(
+        self, agent: Responder, task_id: str, principal: Principal
+    ) -> A2ATask:
+        """Ask the process running ``task_id`` 's turn to cancel it; the task once it ended.
+
+        The task comes back unchanged when no process answered within
+        :data:`_CANCEL_WAIT` (the one running it is gone).
+        """
+        self.store.ensure_running(self.app.background)
+        task, feed = await self._follow(agent, task_id, principal)
+        try:
+            if task.state.is_terminal or task.state.is_interrupted:
+                return task
+            await self.store.request_cancel(task_id)
+            with trio.move_on_after(_CANCEL_WAIT):
+                async for update in feed:
+                    if update.final:
+                        break
+        finally:
+            feed.close()
+        return await self._task(agent, task_id, principal)
 
     async def _cancel(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:
-        task = self._task(agent, task_id, principal)
+        task = await self._task(agent, task_id, principal)
         live = self._live.get(task_id)
+        running = not (task.state.is_terminal or task.state.is_interrupted)
+        if live is None and running and self.store.shared:
+            task = await self._cancel_elsewhere(agent, task_id, principal)
+            if task.state.is_terminal:
+                return task
         if live is None:
             task.move(Trigger.CANCEL, _now())  # paused tasks cancel here; finished ones raise
             task.status_message = None
             task.pending_tool_calls = []
             canceled = TaskRun(task, self.ids).status()
-            self._announce(task, attrs.evolve(canceled, final=True))
+            await self._announce(task, [attrs.evolve(canceled, final=True)])
             return task
         live.cancel_requested = True
         if live.cancel is not None:
