@@ -43,6 +43,25 @@ class TestAgent:
         raise NotImplementedError
 
 
+class Recording(TestAgent):
+    """A :class:`TestAgent` that keeps every request it is asked, oldest first, in ``requests``.
+
+    Subclasses answer in :meth:`answer`.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[TurnRequest] = []
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """Record ``request``, then :meth:`answer` it."""
+        self.requests.append(request)
+        await self.answer(request, emit)
+
+    async def answer(self, request: TurnRequest, emit: Emit) -> None:
+        """Subclasses produce the response here."""
+        raise NotImplementedError
+
+
 class Switchboard(DemoAgent):
     """The demo agent with a call hook: it answers an SDP offer with its own SDP.
 

@@ -15,7 +15,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests._support.agents import TestAgent
+from tests._support.agents import Recording
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
@@ -24,17 +24,13 @@ from uamp_trio.app import create_app
 PCM = base64.b64encode(b"\x00\x01" * 8).decode()
 
 
-class Speaker(TestAgent):
+class Speaker(Recording):
     """Records the request; answers text, and audio when asked to speak."""
 
     name = "speaker"
     modalities = ("text", "audio")
 
-    def __init__(self) -> None:
-        self.requests: list[TurnRequest] = []
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        self.requests.append(request)
+    async def answer(self, request: TurnRequest, emit: Emit) -> None:
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="here it is")))
         if "speak" in (request.messages[-1].text or ""):
             await emit(ev.ResponseDelta(delta=ty.DeltaAudio(audio=PCM)))

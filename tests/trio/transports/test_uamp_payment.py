@@ -16,7 +16,7 @@ from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
-from tests._support.agents import TestAgent
+from tests._support.agents import Recording, TestAgent
 from tests._support.wire import (
     CREATE,
     ask,
@@ -48,16 +48,12 @@ def delta(text: str) -> ev.ResponseDelta:
     return ev.ResponseDelta(delta=ty.DeltaText(text=text))
 
 
-class Echo(TestAgent):
+class Echo(Recording):
     """Answers with the payment token it was given; records its requests."""
 
     name = "echo"
 
-    def __init__(self) -> None:
-        self.requests: list[TurnRequest] = []
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        self.requests.append(request)
+    async def answer(self, request: TurnRequest, emit: Emit) -> None:
         await emit(delta(f"paid with {request.payment_token}"))
 
 
@@ -84,17 +80,16 @@ class TopUp(TestAgent):
         await emit(delta(" then ".join(steps)))
 
 
-class RaisingTopUp(TestAgent):
+class RaisingTopUp(Recording):
     """Raises PaymentRequiredError(topup=True) once, after some output; the retry finishes."""
 
     name = "raiser"
 
     def __init__(self, always: bool = False) -> None:
+        super().__init__()
         self.always = always
-        self.requests: list[TurnRequest] = []
 
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        self.requests.append(request)
+    async def answer(self, request: TurnRequest, emit: Emit) -> None:
         if len(self.requests) == 1 or self.always:
             await emit(delta("before "))
             raise PaymentRequiredError(TOPUP, topup=True)
