@@ -818,9 +818,18 @@ def decode_delta(
     )
 
 
-def encode_delta(delta: Delta) -> bytes:
-    """The delta frame as compact JSON bytes."""
-    return orjson.dumps(delta.to_dict())
+def encode_delta(delta: Delta, *, stream_id: str | None = None) -> bytes:
+    """The delta frame as compact JSON bytes.
+
+    Args:
+        stream_id: Write this ``stream_id`` instead of the frame's (a
+            binding whose transport stream names the frames: HTTP/3).
+    """
+    out = delta.to_dict()
+    if stream_id is not None:
+        _need_str(stream_id, ("stream_id",))
+        out["stream_id"] = stream_id
+    return orjson.dumps(out)
 
 
 # --- canonical JSON (section 4.2) -------------------------------------------------------

@@ -326,6 +326,13 @@ def test_bad_deltas(change: dict[str, Any], where: str, words: str) -> None:
     assert info.value.where == where and words in info.value.reason
 
 
+def test_encode_delta_can_name_another_stream() -> None:
+    delta = decode_delta(delta_obj())
+    renamed = decode_delta(encode_delta(delta, stream_id="4"))
+    assert renamed.stream_id == "4" and renamed.delta_seq == delta.delta_seq
+    assert decode_delta(encode_delta(delta)).stream_id == delta.stream_id
+
+
 @pytest.mark.parametrize("member", ["delta_seq", "stream_id", "ts", "type"])
 def test_delta_required_members(member: str) -> None:
     obj = delta_obj()

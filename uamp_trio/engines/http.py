@@ -269,6 +269,7 @@ class Request:
         body_stream: For a route that streams its body: the body as it
             arrives (``body`` is then empty); else ``None``.
         tls: What the TLS handshake established (``None`` in cleartext).
+        stream_id: The QUIC stream the request came on (HTTP/3), else ``None``.
     """
 
     method: str
@@ -283,6 +284,7 @@ class Request:
     principal: Principal = ANONYMOUS
     body_stream: BodyStream | None = None
     tls: TLSInfo | None = None
+    stream_id: int | None = None
 
     async def json(self) -> Any:
         """The body parsed as JSON.

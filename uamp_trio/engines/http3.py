@@ -31,8 +31,9 @@ served, streamed responses (SSE) included, through
 :func:`~uamp_trio.engines.framed.send_response`. A streamed body waits after
 each write until QUIC has sent it (the stream's send buffer is empty), so a
 client that does not read holds at most one batch per stream. A stream the
-client resets cancels its task. The QUIC stream id is the request's HTTP/3
-stream id (spec 003 section 7: "QUIC stream-ID == stream_id").
+client resets cancels its task. ``Request.stream_id`` is the request's QUIC
+stream id: the spec 003 stream endpoint names its delta frames with it
+(spec 003 section 7: "QUIC stream-ID == stream_id").
 
 QUIC always runs TLS 1.3; the certificate is the server's. aioquic does not
 verify client certificates, so the server refuses to combine HTTP/3 with
@@ -285,6 +286,7 @@ class _QuicConnection(QuicDriver):
             st.headers, body=b"", http_version="3", scheme="https", client=self.client
         )
         request.tls = _QUIC_TLS
+        request.stream_id = st.id
         return request
 
     def _check_size(self, st: _RequestStream, size: int) -> None:

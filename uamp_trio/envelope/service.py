@@ -58,7 +58,10 @@ binding uses, in order:
    and WebSocket close code of its code.
 
 Frames (:class:`~uamp_proto.envelope.Delta`) follow Appendix A.2 exactly;
-their ``stream_id`` is the ask's ``stream_id``, else its ``id``. Finished
+their ``stream_id`` is the ask's ``stream_id``, else its ``id`` -- except
+that a binding whose transport stream names them writes that name instead
+and registers it with :meth:`Exchange.alias` (HTTP/3: the QUIC stream id of
+the ``GET /v1/stream/{id}``), so an ack may name either. Finished
 exchanges are kept (bounded by ``keep_finished``) for a late reader, a
 ``confirm`` and as conversation history: an ask whose ``context`` names an
 earlier exchange of the same caller (``hash`` = ``sha256:`` of that
@@ -156,6 +159,8 @@ SERVED_INTENTS: Final = tuple(i.value for i in Intent)
 MAX_NOTES: Final = 32
 #: A subscription's events (``notify``) waiting for the agent; 5.04 past it.
 _QUEUED_EVENTS: Final = 8
+#: Transport stream ids an exchange answers to besides its own (HTTP/3 readers).
+_MAX_ALIASES: Final = 16
 
 _HTTP_STATUS: Final[Mapping[str, int]] = {
     "4.00": 400,
@@ -285,11 +290,24 @@ class Exchange:
         self._final = False
         self.runner: ResponseRunner | None = None
         self.done_sent = False
+        #: Other names of the stream: the QUIC stream ids that carried its
+        #: frames over HTTP/3 (an ack may name any of them).
+        self.aliases: list[str] = []
 
     @property
     def subscription(self) -> bool:
         """Whether a ``subscribe`` opened it (a long-lived stream of answers)."""
         return self.kind is Intent.SUBSCRIBE
+
+    def alias(self, stream_id: str) -> None:
+        """Accept ``stream_id`` as a name of this stream too (the newest 16 are kept)."""
+        if stream_id != self.stream_id and stream_id not in self.aliases:
+            self.aliases.append(stream_id)
+            del self.aliases[:-_MAX_ALIASES]
+
+    def names(self, stream_id: str) -> bool:
+        """Whether ``stream_id`` names this stream (its own id or an alias)."""
+        return stream_id == self.stream_id or stream_id in self.aliases
 
     def stop(self) -> None:
         """No more turns: close the queue and cancel the running one, if any."""
@@ -844,7 +862,7 @@ class EnvelopeService:
             )
         if exchange is None:
             exchange = self.find(ack.stream_id, principal)
-        elif ack.stream_id != exchange.stream_id:
+        elif not exchange.names(ack.stream_id):
             raise EnvelopeRefused(NOT_FOUND, f"no stream {ack.stream_id!r} here")
         exchange.acknowledge(ack.delta_seq)
         return exchange

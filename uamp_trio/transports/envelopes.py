@@ -11,8 +11,10 @@ Routes, for every hosted agent under ``/agents/{agent}`` and at the root
 * ``GET /v1/stream/{id}``: the exchange's delta frames as server-sent
   events, ``id:`` = ``delta_seq`` (``Last-Event-ID`` resumes after it),
   ``data:`` = the frame's JSON (Appendix A.2); the response ends after the
-  final frame. The producer honours the ask's ``delta_window``, so a
-  consumer must acknowledge:
+  final frame. Over HTTP/3 each frame's ``stream_id`` is the QUIC stream id
+  of this GET, in decimal (section 7: "QUIC stream-ID == stream_id"). The
+  producer honours the ask's ``delta_window``, so a consumer must
+  acknowledge:
 * ``POST /v1/stream/{id}``: body = a ``progress`` delta frame with the
   highest contiguous ``delta_seq`` received; ``204``.
 * ``GET [/agents/NAME]/.well-known/agent-manifest.json``: the agent's
@@ -232,10 +234,22 @@ class EnvelopeBindings:
         last = request.headers.get("last-event-id")
         if last is not None and last.strip().isdigit():
             after = int(last)
+        # HTTP/3: the frames are named by the QUIC stream that carries them
+        # (spec 003 section 7), which an ack may then name too.
+        quic = None if request.stream_id is None else str(request.stream_id)
+        if quic is not None:
+            exchange.alias(quic)
 
         async def produce(send: SendChunk) -> None:
             async for batch in exchange.batches(after):
-                await send(b"".join([encode_json(encode_delta(d), id=d.delta_seq) for d in batch]))
+                await send(
+                    b"".join(
+                        [
+                            encode_json(encode_delta(d, stream_id=quic), id=d.delta_seq)
+                            for d in batch
+                        ]
+                    )
+                )
 
         return StreamingResponse(producer=produce, headers=list(_SSE_HEADERS))
 

@@ -291,3 +291,50 @@ def test_an_oversize_envelope_is_refused_from_its_declared_length_over_http3(
         assert read_error(decode_envelope(refused.body))[0] == "4.13"
     assert "1024" in read_error(decode_envelope(declared.body))[1]
     assert fine.status == 202
+
+
+def test_over_http3_the_frames_name_the_quic_stream_that_carries_them(
+    thread_server: Callable[..., Any], ca: ThrowawayCA
+) -> None:
+    from tests._support.envelopes import envelope
+    from uamp_proto.adapters.envelope import read_error
+    from uamp_proto.envelope import Delta, decode_delta, decode_envelope, encode_delta
+    from uamp_proto.envelope import encode_envelope as encode
+
+    server = serve(thread_server, ca)
+    ask = envelope(text="roses", to="urn:uamp:agent:poet")
+    path = f"/agents/poet/v1/stream/{ask.id}"
+
+    def ack(stream_id: str, seq: int) -> H3Request:
+        frame = Delta(
+            delta_seq=seq, stream_id=stream_id, ts="2025-01-01T00:00:00Z", type="progress"
+        )
+        return H3Request("POST", path, [], encode_delta(frame))
+
+    # Client-initiated bidirectional QUIC streams are 0, 4, 8...: the GET is stream 4.
+    posted, stream, by_quic, by_own, unknown = h3_requests(
+        server.port,
+        [
+            H3Request(
+                "POST",
+                "/agents/poet/v1/messages",
+                [("content-type", "application/uamp+json;v=1")],
+                encode(ask),
+            ),
+            H3Request("GET", path),
+            ack("4", 0),
+            ack(ask.id, 1),  # the exchange's own stream_id still names it
+            ack("999", 2),
+        ],
+        cafile=ca.cafile,
+    )
+    assert posted.status == 202 and stream.stream_id == 4
+    frames = [
+        decode_delta(line[6:])
+        for line in stream.body.decode().splitlines()
+        if line.startswith("data: ")
+    ]
+    assert {f.stream_id for f in frames} == {"4"}  # spec 003 section 7: QUIC stream-ID == stream_id
+    assert frames[-1].type.value == "done" and frames[-1].payload["text"] == "roses are red"
+    assert (by_quic.status, by_own.status) == (204, 204)
+    assert unknown.status == 404 and read_error(decode_envelope(unknown.body))[0] == "4.04"
