@@ -35,6 +35,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.preconf.orjson import make_converter
 
 from . import events as ev
+from . import jsonbounds
 from . import types as ty
 from ._hookgen import (
     INT_MAX,
@@ -542,6 +543,8 @@ def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
 
 
 _loads = orjson.loads
+_check_bounds = jsonbounds.check
+_TooManyValues = jsonbounds.TooManyValues
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 
@@ -557,11 +560,16 @@ def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownE
         type this version does not know.
 
     Raises:
-        DecodeError: Invalid JSON, a non-object, a missing ``type``, a missing
-            required field or a field of the wrong type.
+        DecodeError: Invalid JSON, more values than
+            :mod:`~uamp_proto.jsonbounds` lets be parsed, a non-object, a
+            missing ``type``, a missing required field or a field of the
+            wrong type.
     """
     try:
+        _check_bounds(data)
         obj = _loads(data)
+    except _TooManyValues as exc:
+        raise DecodeError(str(exc)) from None
     except _JSONDecodeError as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
     # The hot path of decode_object, inlined: not an object (TypeError), no

@@ -46,6 +46,7 @@ from typing import Any, TypeAlias
 import attrs
 import orjson
 
+from . import jsonbounds
 from .errors import UampError
 
 __all__ = [
@@ -282,9 +283,15 @@ def decode(
     ``null_id`` and ``params_code`` are as for :func:`decode_object`.
 
     Raises:
-        JSONRPCError: ``-32700`` when the payload is not JSON, ``-32600``
-            when it is an empty array. Answer with ``exc.response(None)``.
+        JSONRPCError: ``-32700`` when the payload is not JSON or holds more
+            values than :mod:`~uamp_proto.jsonbounds` lets be parsed,
+            ``-32600`` when it is an empty array. Answer with
+            ``exc.response(None)``.
     """
+    try:
+        jsonbounds.check(data)
+    except jsonbounds.TooManyValues as exc:
+        raise JSONRPCError(PARSE_ERROR, f"Parse error: {exc}.") from None
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

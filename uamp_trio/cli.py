@@ -272,6 +272,13 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "of those, the most one session may queue",
     ),
     (
+        "--max-json-values",
+        "max_json_values",
+        int,
+        "array elements and object members a JSON body or message may hold; more is "
+        "refused unparsed",
+    ),
+    (
         "--h2-max-concurrent-streams",
         "h2_max_concurrent_streams",
         int,

@@ -33,6 +33,7 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto import jsonbounds
 from uamp_proto.errors import UampError
 from uamp_proto.principal import ANONYMOUS, Principal
 
@@ -40,6 +41,7 @@ __all__ = [
     "BATCH_HIGH_WATER",
     "KNOWN_METHODS",
     "SSE_HEADERS",
+    "YIELD_BEFORE",
     "BodyBudget",
     "BodyStream",
     "Endpoint",
@@ -59,6 +61,11 @@ __all__ = [
     "reason_phrase",
     "tls_info",
 ]
+
+#: A request body or WebSocket message larger than this is handed on only
+#: after a scheduler checkpoint: parsing it may take milliseconds, and the
+#: requests that are ready meanwhile are served first.
+YIELD_BEFORE = 64 * 1024
 
 #: The methods of RFC 9110 section 9 and PATCH (RFC 5789). Methods are
 #: case-sensitive: any other token, ``head`` included, is answered 501.
@@ -296,8 +303,16 @@ class Request:
         changing the callers.
 
         Raises:
-            HTTPError: 400 ``invalid_json`` when the body is not JSON.
+            HTTPError: 400 ``invalid_json`` when the body is not JSON, 413
+                ``json_too_complex`` when it holds more values than the
+                server parses (:mod:`uamp_proto.jsonbounds`).
         """
+        try:
+            jsonbounds.check(self.body)
+        except jsonbounds.TooManyValues as exc:
+            raise HTTPError(
+                413, f"The request body is not parsed: {exc}.", code="json_too_complex"
+            ) from None
         try:
             return orjson.loads(self.body)
         except orjson.JSONDecodeError as exc:

@@ -42,8 +42,11 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto import jsonbounds
+
 from .http import (
     KNOWN_METHODS,
+    YIELD_BEFORE,
     BodyBudget,
     Endpoint,
     HTTPError,
@@ -152,6 +155,11 @@ class ServerConfig:
         max_session_queued_events: Of those, the most one session may hold,
             so one busy session cannot take a multiplexed connection's whole
             queue.
+        max_json_values: Most values (array elements and object members) a
+            JSON body or message may hold; one with more is refused before
+            it is parsed, in its protocol's error format
+            (:mod:`uamp_proto.jsonbounds`), so that no document can hold the
+            event loop for long.
         http3: Also serve HTTP/3 over QUIC on UDP, on the same port number
             as TCP (needs ``certfile``), and advertise it on TCP responses
             with ``Alt-Svc: h3=":PORT"``.
@@ -187,6 +195,7 @@ class ServerConfig:
     response_head_timeout: float = 300.0
     max_queued_events: int = 64
     max_session_queued_events: int = 32
+    max_json_values: int = jsonbounds.DEFAULT_MAX_VALUES
     http3: bool = False
     tls_min: str = "1.3"
     client_ca: str | None = None
@@ -228,6 +237,7 @@ _POSITIVE = (
     "max_buffered_body",
     "max_queued_events",
     "max_session_queued_events",
+    "max_json_values",
     "max_connections",
     "idle_timeout",
     "header_timeout",
@@ -435,6 +445,8 @@ class Server:
         """
         cfg = self.config
         self._trio_token = trio.lowlevel.current_trio_token()
+        # Every task of the server inherits it: the parsers read it there.
+        jsonbounds.MAX_VALUES.set(cfg.max_json_values)
         if self.sockets:
             listeners = [
                 trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.sockets
@@ -767,6 +779,10 @@ class Server:
         return await self._dispatch(request)
 
     async def _dispatch(self, request: Request) -> Response | StreamingResponse:
+        if len(request.body) > YIELD_BEFORE:
+            # A large body may take milliseconds to parse: let the requests
+            # that are ready be served first.
+            await trio.lowlevel.checkpoint()
         try:
             return await self.app.endpoint_for(request)(request)
         except HTTPError as exc:

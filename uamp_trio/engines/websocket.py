@@ -36,7 +36,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from uamp_proto.errors import UampError
 
-from .http import Request
+from .http import YIELD_BEFORE, Request
 from .streams import FRAMES_READ_SIZE, receive_or_eof
 
 __all__ = ["ConnectionClosed", "WebSocket", "WebSocketHandler", "WebSocketRequest"]
@@ -228,11 +228,18 @@ class WebSocket:
                         await self.close(1009, "message too big")
                         raise ConnectionClosed(1009, "message too big")
                     if event.message_finished:
+                        size = self._size
                         parts, self._parts, self._size = self._parts, [], 0
+                        message: str | bytes
                         if isinstance(event, TextMessage):
-                            return "".join(p for p in parts if isinstance(p, str))
-                        assert isinstance(event, BytesMessage)
-                        return b"".join(p for p in parts if isinstance(p, bytes))
+                            message = "".join(p for p in parts if isinstance(p, str))
+                        else:
+                            assert isinstance(event, BytesMessage)
+                            message = b"".join(p for p in parts if isinstance(p, bytes))
+                        if size > YIELD_BEFORE:
+                            # Its parse may take milliseconds: others first.
+                            await trio.lowlevel.checkpoint()
+                        return message
                 elif isinstance(event, Ping):
                     await self._write(event.response())
                 elif isinstance(event, CloseConnection):

@@ -54,6 +54,7 @@ import orjson
 import trio
 
 from uamp_proto import events as ev
+from uamp_proto import jsonbounds
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import (
@@ -165,7 +166,11 @@ class _RealtimeConnection:
 
     async def _receive(self, message: str | bytes) -> None:
         try:
+            jsonbounds.check(message)
             obj = orjson.loads(message)
+        except jsonbounds.TooManyValues as exc:
+            await self.error(f"The message is not parsed: {exc}", "json_too_complex")
+            return
         except orjson.JSONDecodeError as exc:
             await self.error(f"The message is not valid JSON: {exc}", "invalid_json")
             return

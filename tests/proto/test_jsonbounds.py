@@ -1,0 +1,99 @@
+"""The JSON cost bound (uamp_proto.jsonbounds): refused exactly when a document has too many elements."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from uamp_proto import jsonbounds
+from uamp_proto.jsonbounds import TooManyValues, check, count_elements
+
+# Text full of what the count looks for: separators, brackets, quotes, escapes.
+_tricky = st.text(alphabet=st.sampled_from(list(',[]{}"\\:ab \n\u00e9')), max_size=12)
+_values = st.recursive(
+    st.none() | st.integers() | st.booleans() | _tricky,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(_tricky, inner, max_size=6),
+    max_leaves=60,
+)
+
+
+def elements(value: Any) -> int:
+    """What the bound counts, from the parsed value: separators and openings, plus one."""
+
+    def walk(v: Any) -> int:
+        if isinstance(v, list):
+            return 1 + max(len(v) - 1, 0) + sum(walk(x) for x in v)
+        if isinstance(v, dict):
+            return 1 + max(len(v) - 1, 0) + sum(walk(x) for x in v.values())
+        return 0
+
+    return walk(value) + 1
+
+
+@settings(max_examples=600)
+@given(
+    value=_values,
+    limit=st.integers(min_value=1, max_value=40),
+    spaced=st.booleans(),
+    ascii_only=st.booleans(),
+)
+def test_refused_exactly_when_over_the_limit(
+    value: Any, limit: int, spaced: bool, ascii_only: bool
+) -> None:
+    text = json.dumps(
+        value, ensure_ascii=ascii_only, separators=(", ", ": ") if spaced else (",", ":")
+    )
+    want = elements(value)
+    for data in (text, text.encode()):
+        if want > limit:
+            with pytest.raises(TooManyValues) as refused:
+                check(data, limit)
+            assert refused.value.limit == limit
+            assert str(limit) in str(refused.value)
+        else:
+            check(data, limit)  # the assertion is that it passes: it raises when wrong
+    count = count_elements(text.encode(), limit)
+    assert (count > limit) == (want > limit)
+    if want <= limit:
+        assert want <= count <= limit
+
+
+def test_length_shortcut_is_sound() -> None:
+    # The densest document: empty arrays in an array, 2 elements per 3 bytes.
+    for n in range(1, 60):
+        data = orjson.dumps([[]] * n)
+        assert count_elements(data, 10**9) == elements([[]] * n)
+        for limit in range(1, 2 * n + 4):
+            if elements([[]] * n) > limit:
+                with pytest.raises(TooManyValues):
+                    check(data, limit)
+
+
+def test_text_with_separators_is_one_value() -> None:
+    value = {"messages": [{"role": "user", "content": "a,b,[c],{d}\\\"e\n" * 5000}]}
+    body = orjson.dumps(value)
+    check(body, 100)
+    assert count_elements(body, 100) == elements(value) == 5
+
+
+def test_many_strings_refused_without_splitting() -> None:
+    body = b"{" + b",".join(b'"k%d":"v"' % i for i in range(3000)) + b"}"
+    with pytest.raises(TooManyValues):
+        check(body, 1000)
+    assert count_elements(body, 1000) > 1000
+
+
+def test_the_context_variable_is_the_default_limit() -> None:
+    body = orjson.dumps(list(range(50)))
+    check(body)
+    token = jsonbounds.MAX_VALUES.set(10)
+    try:
+        with pytest.raises(TooManyValues):
+            check(body)
+    finally:
+        jsonbounds.MAX_VALUES.reset(token)

@@ -1,0 +1,118 @@
+"""How much work a JSON document may ask of the parser, checked before parsing it.
+
+Theory of operation
+-------------------
+Parsing JSON costs time in proportion to the values it builds, not to its
+bytes: orjson reads a 4 MiB string in a millisecond, but an object of
+300,000 keys in 75 to 130 ms, all of it while the event loop of a server
+waits (orjson keeps the GIL, so a worker thread would not help). A peer can
+therefore stall every other connection with bodies well under the size
+limit. :func:`check` bounds that cost first, at the speed of ``bytes.count``
+(about a millisecond per MiB):
+
+* Each element of an array or member of an object after the first follows
+  a ``,``, and each container opens with ``[`` or ``{``: their count plus
+  one (the *elements* here) grows with the parser's work.
+* A container takes two bytes (its brackets), a separator one, and each
+  separator is followed by an element of its own bytes, so a document of
+  ``n`` bytes has fewer than ``2 n / 3`` of them: a document shorter than
+  one and a half times the limit passes without being looked at, and the
+  check costs one comparison for ordinary messages.
+* Otherwise the separators and opening brackets are counted, an upper
+  bound of the elements (some may be text). Under the limit, the document
+  passes.
+* Over it, the count may include text: a long string with commas in it (a
+  pasted CSV file) is one value. Escaped backslashes and quotes are removed,
+  and if the strings alone are more than twice the limit (each element holds
+  at most two: a key and a value) the document is over it for certain.
+  Else the parts outside the strings are counted again, exactly. So a
+  valid document is refused exactly when it has more elements than the
+  limit.
+
+Nesting needs no check of its own: orjson refuses a document nested deeper
+than 1024 levels as soon as it reaches that depth.
+
+The limit is :data:`MAX_VALUES`, a context variable: a server sets it once
+for the tasks it starts (``ServerConfig.max_json_values``), so every parser
+that calls :func:`check` (the UAMP event codec, JSON-RPC, the HTTP routes'
+bodies) applies the same one.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+import attrs
+
+from .errors import UampError
+
+__all__ = ["DEFAULT_MAX_VALUES", "MAX_VALUES", "TooManyValues", "check", "count_elements"]
+
+#: Elements a document may hold by default: parsed in 10 to 20 ms at most.
+DEFAULT_MAX_VALUES = 100_000
+
+#: The limit :func:`check` applies in the current context.
+MAX_VALUES: ContextVar[int] = ContextVar("uamp_max_json_values", default=DEFAULT_MAX_VALUES)
+
+
+@attrs.define(auto_exc=True)
+class TooManyValues(UampError, ValueError):
+    """A JSON document holds more elements than the limit; it was not parsed.
+
+    Attributes:
+        message: What was refused, naming the limit.
+        limit: The limit.
+    """
+
+    message: str
+    limit: int = attrs.field(kw_only=True)
+
+    @classmethod
+    def over(cls, limit: int) -> TooManyValues:
+        """The error for a document over ``limit``."""
+        return cls(
+            f"the document holds more than {limit} JSON values (array elements and object "
+            "members), the most the server parses",
+            limit=limit,
+        )
+
+
+def _structural(data: bytes) -> int:
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
+def count_elements(data: bytes, limit: int) -> int:
+    """The elements of ``data`` (separators and opening brackets, plus one), counted cheaply.
+
+    Exact, or an upper bound that is at most ``limit`` (a document that
+    passes may hold fewer), or a lower bound above ``limit`` (a document
+    over it for certain). Not a validator: JSON that is not valid gets some
+    count, and the parser refuses it afterwards.
+    """
+    bound = _structural(data)
+    if bound <= limit:
+        return bound
+    if b"\\" in data:
+        # Pairs first: in "\\\"" the backslash pair is one escape, the quote another.
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    strings = data.count(b'"') // 2
+    if strings > 2 * limit:
+        return (strings + 1) // 2  # at least half as many elements as strings
+    return _structural(b"".join(data.split(b'"')[::2]))
+
+
+def check(data: bytes | bytearray | memoryview | str, limit: int | None = None) -> None:
+    """Refuse ``data`` before parsing when it holds more JSON values than ``limit``.
+
+    ``limit`` defaults to :data:`MAX_VALUES` of the current context.
+
+    Raises:
+        TooManyValues: Over the limit.
+    """
+    if limit is None:
+        limit = MAX_VALUES.get()
+    if 2 * len(data) <= 3 * (limit - 1):
+        return
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if count_elements(raw, limit) > limit:
+        raise TooManyValues.over(limit)
