@@ -558,6 +558,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--response-head-timeout": "7.5",
         "--max-queued-events": "16",
         "--max-session-queued-events": "4",
+        "--max-json-values": "321",
         "--h2-max-concurrent-streams": "11",
         "--h2-max-resets": "12",
         "--h2-max-control-frames": "13",
@@ -579,7 +580,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert (config.h2_max_concurrent_streams, config.h2_max_resets) == (11, 12)
     assert (config.h2_max_control_frames, config.h2_flood_window) == (13, 2.5)
     assert (config.header_timeout, config.body_timeout, config.idle_timeout) == (3, 4, 5)
-    assert config.max_header_size == 2048
+    assert config.max_header_size == 2048 and config.max_json_values == 321
     defaults = build_parser().parse_args(["serve"])
     assert (
         ServerConfig(**{f: getattr(defaults, f) for _, f, _, _ in _LIMIT_FLAGS}) == ServerConfig()
