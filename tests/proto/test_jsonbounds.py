@@ -1,4 +1,4 @@
-"""The JSON cost bound (uamp_proto.jsonbounds): refused exactly when a document has too many elements."""
+"""uamp_proto.jsonbounds: a document is refused exactly when a document has too many values."""
 
 from __future__ import annotations
 
