@@ -1,4 +1,4 @@
-"""uamp_proto.jsonbounds: a document is refused exactly when a document has too many values."""
+"""uamp_proto.jsonbounds: a document is refused exactly when it holds too many values."""
 
 from __future__ import annotations
 
