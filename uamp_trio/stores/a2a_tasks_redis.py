@@ -52,6 +52,7 @@ from uamp_proto.adapters.a2a_records import (
 )
 from uamp_proto.principal import Principal
 
+from ._background import BackgroundLoop
 from .a2a_tasks import TaskFeed, TaskStore, quota_exceeded, store_full, task_not_found
 
 __all__ = ["RedisTaskStore"]
@@ -160,7 +161,7 @@ def _decode(data: bytes, push: bytes | None) -> A2ATask:
     return task_from_json(fields)
 
 
-class RedisTaskStore(TaskStore):
+class RedisTaskStore(BackgroundLoop, TaskStore):
     """A2A tasks in Redis (``redis://host:port/db``), shared by every process using it.
 
     Args:
@@ -169,6 +170,9 @@ class RedisTaskStore(TaskStore):
         max_per_principal: Tasks one principal may hold.
         prefix: Key prefix, so several apps can share one database.
     """
+
+    loop_name = "uamp-a2a-tasks"
+    loop_what = "the A2A task listener"
 
     shared = True
 
@@ -304,22 +308,6 @@ class RedisTaskStore(TaskStore):
 
     async def request_cancel(self, task_id: str) -> None:
         await self._call(self._redis.publish, f"{self._p}events", b"c\n" + task_id.encode())
-
-    def ensure_running(self, nursery: trio.Nursery | None) -> None:
-        """Start :meth:`run` in ``nursery`` (or as a system task) unless it runs."""
-        if self._running:
-            return
-        self._running = True
-        if nursery is not None:
-            nursery.start_soon(self.run, name="uamp-a2a-tasks")
-        else:
-            trio.lowlevel.spawn_system_task(self._run_system, name="uamp-a2a-tasks")
-
-    async def _run_system(self) -> None:
-        try:
-            await self.run()
-        except Exception:  # a system task must never raise
-            log.exception("the A2A task listener failed")
 
     async def run(self) -> None:
         """Hear every process's updates and cancel requests until cancelled."""

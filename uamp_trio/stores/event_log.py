@@ -61,6 +61,8 @@ import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Positions, ResumeError, ResumeStream, Retention
 
+from ._background import BackgroundLoop
+
 log = logging.getLogger("uamp_trio.stores")
 
 __all__ = [
@@ -127,13 +129,16 @@ class SessionRecord:
 Op = tuple[str, LogKey, Any, float]
 
 
-class EventLog(abc.ABC):
+class EventLog(BackgroundLoop, abc.ABC):
     """Per-session event logs and session records; see the module docstring.
 
     Args:
         retention: How much is kept, and how long.
         clock: Wall-clock seconds (records' ``updated``; expiry).
     """
+
+    loop_name = "uamp-event-log"
+    loop_what = "the event log flusher"
 
     def __init__(
         self, retention: Retention | None = None, *, clock: Callable[[], float] = time.time
@@ -266,22 +271,6 @@ class EventLog(abc.ABC):
             self._running = False
             with trio.CancelScope(shield=True):
                 await self.flush()
-
-    def ensure_running(self, nursery: trio.Nursery | None) -> None:
-        """Start :meth:`run` in ``nursery`` (or as a system task) unless it runs."""
-        if self._running:
-            return
-        self._running = True
-        if nursery is not None:
-            nursery.start_soon(self.run, name="uamp-event-log")
-        else:
-            trio.lowlevel.spawn_system_task(self._run_system, name="uamp-event-log")
-
-    async def _run_system(self) -> None:
-        try:
-            await self.run()
-        except Exception:  # a system task must never raise
-            log.exception("the event log flusher failed")
 
     async def _beat(self) -> None:
         """Tell other processes this one is alive (stores shared between processes)."""
