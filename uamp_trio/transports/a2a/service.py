@@ -538,18 +538,21 @@ class A2ATransport:
 
     async def rest_get(self, request: Request) -> Response:
         """``GET .../tasks/{task_id}``."""
-        agent = self.app.resolve_agent(request.path_params)
-        try:
-            task = await self._task(agent, request.path_params["task_id"], request.principal)
-        except A2AError as exc:
-            raise web.HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
-        return json_response(a2a.rest_task(task))
+        return await self._rest_task(request, self._task)
 
     async def rest_cancel(self, request: Request) -> Response:
         """``DELETE .../tasks/{task_id}``: cancel the task."""
+        return await self._rest_task(request, self._cancel)
+
+    async def _rest_task(
+        self,
+        request: Request,
+        operation: Callable[[Responder, str, Principal], Awaitable[A2ATask]],
+    ) -> Response:
+        """The REST answer of ``operation`` on the request's task: the task, or the error."""
         agent = self.app.resolve_agent(request.path_params)
         try:
-            task = await self._cancel(agent, request.path_params["task_id"], request.principal)
+            task = await operation(agent, request.path_params["task_id"], request.principal)
         except A2AError as exc:
             raise web.HTTPError(exc.http_status, exc.message, code=_rest_code(exc)) from None
         return json_response(a2a.rest_task(task))
