@@ -117,6 +117,21 @@ def uamp_serve(*args: str) -> Iterator[str]:
             raise
 
 
+@contextmanager
+def doomed_serve(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``uamp serve --port 0 *args`` for a test that kills it; yields the process and its URL.
+
+    Killed (SIGKILL) when the block ends, unless the test did that already.
+    """
+    proc = spawn_serve(*args)
+    try:
+        yield proc, wait_for_line(proc, r"serving on (https?://[\d.]+:\d+)").group(1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
 #: The installed ``uamp`` script (the console entry point, not ``python -m``).
 UAMP_SCRIPT = str(Path(sys.executable).with_name("uamp"))
 

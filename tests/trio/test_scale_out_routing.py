@@ -5,16 +5,21 @@ process A is driven entirely through process B: B streams it from the log
 and forwards every POST to A, whose answer is B's answer; a
 ``response.cancel`` POSTed to B stops A's response. A UAMP WebSocket client
 that resumed on B a session whose response still runs on A (its first
-connection dropped, A lives) cancels that response from B.
+connection dropped, A lives) cancels that response from B. When A is
+killed (SIGKILL), B adopts A's HTTP+SSE session on the client's next
+``GET`` or POST and serves it from then on.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
-from tests._support.cli import uamp_serve
+from tests._support.cli import doomed_serve, uamp_serve
 from tests._support.wire import (
     create_session,
     open_stream,
@@ -86,3 +91,77 @@ async def test_response_cancel_reaches_the_process_running_the_response(redis_ur
     assert rest[-1]["response_id"] == rid
     errors = [e for e in rest if e["type"] in ("error", "response.error", "session.error")]
     assert errors == []
+
+
+async def test_an_sse_session_whose_process_died_is_adopted_by_another(
+    redis_url: str, tool_runs: Path
+) -> None:
+    """kill -9 of the process holding an HTTP+SSE session mid-response.
+
+    The client's next ``GET /events/stream`` (``Last-Event-ID``, what an
+    EventSource sends when it reconnects) on the other process adopts the
+    session: the response goes on from its checkpoint into that stream, and
+    the client's next POSTs are served there.
+    """
+    store = ("--store", redis_url, "--agent", "tests._support.agents:Checkpointed")
+    path = "/agents/checkpointed/events"
+    with doomed_serve(*store) as (doomed, a), uamp_serve(*store) as b, trio.fail_after(TIMEOUT):
+        async with httpx.AsyncClient(base_url=a) as at_a:
+            created = await post(at_a, {"type": "session.create", "session": {}}, path=path)
+            sid = created.json()["session_id"]
+            async with open_stream(at_a, sid, path=f"{path}/stream") as stream:
+                turn = [
+                    {"type": "input.text", "session_id": sid, "text": "go"},
+                    {"type": "response.create", "session_id": sid},
+                ]
+                assert (await post(at_a, turn, sid, path=path)).status_code == 200
+                seen: list[dict[str, Any]] = []
+                while sum(1 for e in seen if e["type"] == "response.delta") < 6:
+                    seen.append(await stream.next())
+                last = stream.ids[-1]
+                assert last == seen[-1]["event_id"]
+                doomed.kill()
+                doomed.wait(10)
+        async with httpx.AsyncClient(base_url=b) as at_b:
+            headers = {"last-event-id": last}
+            async with open_stream(at_b, sid, path=f"{path}/stream", **headers) as stream:
+                rest = await stream.until("response.done")
+                again = await post(at_b, turn, sid, path=path)
+                next_turn = await stream.until("response.done")
+            # Any process now forwards to the adopter.
+            ended = await post(at_b, {"type": "session.end", "session_id": sid}, sid, path=path)
+    ids = [e["event_id"] for e in seen + rest]
+    assert len(ids) == len(set(ids))  # nothing twice across the two streams
+    restored = [e for e in rest if e["type"] == "progress" and e.get("stage") == "restored"]
+    assert [e["message"] for e in restored] == ["cp1"]
+    ticks = "".join(f"tick {i} " for i in range(40))
+    assert rest[-1]["response"]["output"][-1]["text"] == ticks
+    assert (again.status_code, again.json()) == (200, {"session_id": sid, "accepted": 2})
+    assert next_turn[-1]["response"]["output"][-1]["text"] == ticks
+    assert next_turn[-1]["response"]["id"] != rest[-1]["response"]["id"]
+    assert ended.status_code == 200
+    # The tool ran in A, not again in B's carried-on run; once more for the next turn.
+    assert len(tool_runs.read_text().split()) == 2
+
+
+async def test_a_post_to_a_session_whose_process_died_is_served_by_the_adopter(
+    redis_url: str,
+) -> None:
+    # Before: 404, the session lived only in the dead process's memory. The
+    # POST comes at once: it first waits for the dead process's answer.
+    store = ("--store", redis_url, *AGENT)
+    with doomed_serve(*store) as (doomed, a), uamp_serve(*store) as b, trio.fail_after(TIMEOUT):
+        async with httpx.AsyncClient(base_url=a) as at_a:
+            created = await post(at_a, {"type": "session.create", "session": {}}, path=PATH)
+            sid = created.json()["session_id"]
+        doomed.kill()
+        doomed.wait(10)
+        async with httpx.AsyncClient(base_url=b, timeout=30) as at_b:
+            text = {"type": "input.text", "session_id": sid, "text": "go"}
+            adopted = await post(at_b, text, sid, path=PATH)
+            async with open_stream(at_b, sid, path=f"{PATH}/stream") as stream:
+                go = {"type": "response.create", "session_id": sid}
+                assert (await post(at_b, go, sid, path=PATH)).status_code == 200
+                events = await stream.until("response.delta")
+    assert (adopted.status_code, adopted.json()) == (200, {"session_id": sid, "accepted": 1})
+    assert events[-1]["delta"]["text"] == "tick 0 "

@@ -10,7 +10,9 @@ Endpoints (mounted by :func:`mount`):
     ``{"session_id": ..., "accepted": n}``. Later POSTs name the session.
     With a log shared between processes (Redis), a POST naming a session
     that another process holds is forwarded there and answered with that
-    process's answer (docs/scale-out.md).
+    process's answer (docs/scale-out.md). When that process died, the
+    process the POST reached adopts the session from its log (once, over
+    all processes) and serves it from then on.
 ``GET /events/stream`` and ``GET /agents/{name}/events/stream``
     ``text/event-stream`` of the session's outgoing events, one UAMP event per
     SSE event (``id:`` the event's ``event_id``, ``data:`` the JSON). A new
@@ -19,6 +21,9 @@ Endpoints (mounted by :func:`mount`):
     event log, and a session living in another process that shares the log
     (Redis) is streamed from the log (docs/resume.md): 410
     ``beyond_retention`` when the log no longer holds what came after it.
+    A session whose process died is adopted here first, like on a POST: a
+    response it was streaming goes on from its checkpoint (or ends
+    ``interrupted``) into this stream.
 
 Each HTTP session is one :class:`~uamp_trio.hosting.sessions.SessionHost` (one
 :class:`~uamp_proto.connection.ServerConnection` with exactly one UAMP
@@ -67,7 +72,7 @@ import trio
 
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
-from uamp_proto.resume import ResumeError, ResumeStream, event_id_of, start_after
+from uamp_proto.resume import RESUME_FROM, ResumeError, ResumeStream, event_id_of, start_after
 from uamp_proto.sse import encode_json
 
 from ..engines.http import (
@@ -188,8 +193,13 @@ class _HttpSession:
         self.transport._forget(self)
         self.scope.cancel()
 
-    async def stream(self, send: SendChunk, missed: list[tuple[str, bytes]] | None) -> None:
-        """Write the session's events: ``missed`` first (a ``Last-Event-ID`` replay), then live."""
+    async def stream(
+        self, send: SendChunk, missed: list[tuple[str, bytes]] | None, *, greeted: bool = False
+    ) -> None:
+        """Write the session's events: ``missed`` first (a ``Last-Event-ID`` replay), then live.
+
+        ``greeted``: the stream's opening comment was written already.
+        """
         host = self.host
         assert host is not None
         if self.stream_scope is not None:
@@ -202,7 +212,7 @@ class _HttpSession:
             with scope:
                 if missed:
                     await send(b"".join(_frame(i, data) for i, data in missed))
-                else:
+                elif not greeted:
                     await send(b": uamp event stream\n\n")
                 # A write is the only way to notice a client that went away:
                 # beat often enough that a dead stream does not outlive the
@@ -333,12 +343,7 @@ class SSEEventsTransport:
                     code="session_id_required",
                 )
             hs = _HttpSession(self, agent, request.principal)
-            background = self.app.background
-            if background is not None:
-                # Under the server's lifecycle: a graceful shutdown ends it.
-                background.start_soon(hs.run, name="uamp-sse-session")
-            else:
-                trio.lowlevel.spawn_system_task(hs.run, name="uamp-sse-session")
+            self._launch(hs)
             await hs.started.wait()
             if hs.host is None:  # pragma: no cover - the system task failed at once
                 raise HTTPError(503, "Could not start the session.", code="unavailable")
@@ -373,6 +378,7 @@ class SSEEventsTransport:
             forwarded = await self._forward(request, named, agent, messages)
             if forwarded is not None:
                 return forwarded
+            await self._adopt(request.principal, named, agent)
         hs = self._lookup(request)
         if agent is not None and hs.agent is not None and agent is not hs.agent:
             raise HTTPError(
@@ -418,6 +424,71 @@ class SSEEventsTransport:
             raise_error(tuple(error), answer["accepted"], status=status)
         return json_response({"session_id": sid, "accepted": answer["accepted"]})
 
+    async def _adopt(
+        self, principal: Principal, sid: str, agent: Responder | None
+    ) -> _HttpSession | None:
+        """Take over session ``sid`` of ``principal`` whose process died (``None``: not here).
+
+        Like a WebSocket resume (docs/resume.md) without a client asking:
+        the first process to claim the loss resumes the session from its log
+        after the last logged event -- a response the lost process was
+        running goes on from its checkpoint or ends ``interrupted`` -- and
+        names itself in the session's record, so the other processes forward
+        to it. A process that loses the claim waits (a few seconds at most)
+        until the record names the winner, and the caller forwards there.
+        """
+        store = self.app.stores.event_log
+        key = (principal.key, sid)
+        try:
+            record = await store.load(key)
+        except ResumeError:
+            return None
+        lost = record.node
+        if lost == store.node or await store.alive(lost):
+            return None
+        owner = self.app.agents.get(record.agent)
+        if owner is None or (agent is not None and agent is not owner):
+            return None  # another endpoint's session: not found, as on the WebSocket
+        if not await store.claim(key, f"adopt@{lost}"):
+            with trio.move_on_after(5):
+                while record.node == lost:
+                    await trio.sleep(0.1)
+                    record = await store.load(key)
+            return None
+        window = await store.window(key)
+        last = await store.read(key, window.last - 1, 1) if window.last else []
+        if not last:
+            return None
+        hs = _HttpSession(self, owner, principal)
+        self._launch(hs)
+        await hs.started.wait()
+        create = {
+            "type": "session.create",
+            "uamp_version": "1.0",
+            "session_id": sid,
+            "session": record.config or {"modalities": ["text"]},
+            "extensions": {RESUME_FROM: last[0].event_id},
+        }
+        _, error = self._feed(hs, [orjson.dumps(create)], b"")
+        if error is not None or hs.host is None or not self.sessions.add(principal, sid, hs):
+            hs.scope.cancel()
+            return self.sessions.get(principal, sid)
+        hs.id = sid
+        hs.host.on_message = hs.answer
+        if record.running is None:
+            # Quick without a response to carry on: answer once it is resumed.
+            await hs.host.admitted()
+        log.info("HTTP+SSE session %s adopted from lost process %s", sid, lost)
+        return hs
+
+    def _launch(self, hs: _HttpSession) -> None:
+        background = self.app.background
+        if background is not None:
+            # Under the server's lifecycle: a graceful shutdown ends it.
+            background.start_soon(hs.run, name="uamp-sse-session")
+        else:
+            trio.lowlevel.spawn_system_task(hs.run, name="uamp-sse-session")
+
     def _feed(self, hs: _HttpSession, messages: list[bytes], body: bytes) -> tuple[int, Any]:
         host = hs.host
         assert host is not None
@@ -444,15 +515,23 @@ class SSEEventsTransport:
         last = (request.headers.get("last-event-id") or "").strip() or None
         sid = self._session_id(request)
         hs = self.sessions.get(request.principal, sid) if sid is not None else None
+        if hs is None and sid is not None:
+            hs = await self._adopt(request.principal, sid, self._path_agent(request))
         if hs is None or hs.host is None:
             if sid is None or not await self._logged(request.principal, sid):
                 self._lookup(request)  # raises the one not-found answer
             assert sid is not None
             key = (request.principal.key, sid)
             after = await self._start(key, last)
+            principal, agent = request.principal, self._path_agent(request)
 
             async def follow(send: SendChunk) -> None:
-                await self._follow(send, key, after)
+                adopted = await self._follow(send, key, after, principal, agent)
+                if adopted is not None:
+                    # Its process was lost meanwhile: adopted here, go on from it.
+                    hs, sent = adopted
+                    missed = await self._from_log(key, sent) if sent else None
+                    await hs.stream(send, missed, greeted=True)
 
             return _event_stream(follow, sid)
         missed = hs.replay_after(last) if last is not None else None
@@ -499,19 +578,38 @@ class SSEEventsTransport:
                 return out
             out.extend((e.event_id, e.data) for e in sent)
 
-    async def _follow(self, send: SendChunk, key: LogKey, after: int) -> None:
-        """Stream ``key`` 's log after position ``after`` as another process writes it."""
+    async def _follow(
+        self,
+        send: SendChunk,
+        key: LogKey,
+        after: int,
+        principal: Principal,
+        agent: Responder | None,
+    ) -> tuple[_HttpSession, str | None] | None:
+        """Stream ``key`` 's log after position ``after`` as another process writes it.
+
+        Returns when that process is lost and this one adopted the session
+        (:meth:`_adopt`): the session, and the last event id sent.
+        """
         log = self.app.stores.event_log
         stream = ResumeStream(after)
         await send(b": uamp event stream\n\n")
         beat = min(HEARTBEAT, self.limits.idle_timeout / 2)
+        last_id: str | None = None
+        quiet = trio.current_time()
         while True:
-            # An empty wait is a heartbeat: a write is how a gone client is noticed.
-            sent = stream.backfill(await log.wait(key, stream.cursor, timeout=beat)).send
+            sent = stream.backfill(await log.wait(key, stream.cursor, timeout=1.0)).send
             if sent:
                 await send(b"".join(_frame(e.event_id, e.data) for e in sent))
-            else:
+                last_id, quiet = sent[-1].event_id, trio.current_time()
+                continue
+            hs = await self._adopt(principal, key[1], agent)
+            if hs is not None and hs.host is not None:
+                return hs, last_id
+            if trio.current_time() - quiet >= beat:
+                # A write is how a gone client is noticed.
                 await send(b":\n\n")
+                quiet = trio.current_time()
 
     def mount(self, app: Host) -> None:
         """Register the endpoints on ``app``."""
