@@ -43,23 +43,8 @@ from typing import Any, ClassVar, Unpack
 import attrs
 import orjson
 
+from uamp_proto import types as ty
 from uamp_proto.events import Event, ResponseDelta, Thinking
-from uamp_proto.types import (
-    ContentItem,
-    DeltaText,
-    DeltaToolCall,
-    FileContent,
-    ImageContent,
-    Message,
-    ResponseFormat,
-    TextContent,
-    ThinkingContent,
-    ToolCallFragment,
-    ToolDefinition,
-    ToolInvocation,
-    ToolOutput,
-    UsageStats,
-)
 
 from ._http import HTTPClient, HTTPOptions, HTTPProvider, RetryPolicy, connect, load_json
 from ._wire import (
@@ -247,7 +232,7 @@ class AnthropicProvider(HTTPProvider):
 # --- Request mapping ------------------------------------------------------------
 
 
-def _wire_tool(tool: ToolDefinition) -> dict[str, Any]:
+def _wire_tool(tool: ty.ToolDefinition) -> dict[str, Any]:
     fn = tool.function
     out: dict[str, Any] = {"name": fn.name}
     if fn.description is not None:
@@ -256,7 +241,7 @@ def _wire_tool(tool: ToolDefinition) -> dict[str, Any]:
     return out
 
 
-def _structured_tool(fmt: ResponseFormat) -> tuple[str, dict[str, Any]]:
+def _structured_tool(fmt: ty.ResponseFormat) -> tuple[str, dict[str, Any]]:
     name, schema = schema_of(fmt)
     name = _TOOL_NAME_RE.sub("_", name)[:64] or "response"
     if schema.get("type") != "object":
@@ -270,19 +255,19 @@ def _structured_tool(fmt: ResponseFormat) -> tuple[str, dict[str, Any]]:
     return name, tool
 
 
-def _source(item: ImageContent | FileContent) -> dict[str, Any]:
+def _source(item: ty.ImageContent | ty.FileContent) -> dict[str, Any]:
     ref = media_ref(item)
     if ref.url is not None:
         return {"type": "url", "url": ref.url}
     return {"type": "base64", "media_type": ref.mime_type, "data": ref.data}
 
 
-def _wire_block(item: TextContent | MediaItem) -> dict[str, Any]:
-    if isinstance(item, TextContent):
+def _wire_block(item: ty.TextContent | MediaItem) -> dict[str, Any]:
+    if isinstance(item, ty.TextContent):
         return {"type": "text", "text": item.text}
-    if isinstance(item, ImageContent):
+    if isinstance(item, ty.ImageContent):
         return {"type": "image", "source": _source(item)}
-    if isinstance(item, FileContent):
+    if isinstance(item, ty.FileContent):
         ref = media_ref(item)
         if ref.mime_type == "application/pdf":
             block: dict[str, Any] = {"type": "document", "source": _source(item)}
@@ -297,9 +282,9 @@ def _wire_block(item: TextContent | MediaItem) -> dict[str, Any]:
     raise unsupported(_NAME, f"{item.type} input")
 
 
-def _wire_result(result: ToolOutput) -> dict[str, Any]:
+def _wire_result(result: ty.ToolOutput) -> dict[str, Any]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
-    media = [i for i in result.content_items or [] if isinstance(i, ImageContent)]
+    media = [i for i in result.content_items or [] if isinstance(i, ty.ImageContent)]
     if media:
         parts: list[dict[str, Any]] = []
         if result.result:
@@ -313,7 +298,7 @@ def _wire_result(result: ToolOutput) -> dict[str, Any]:
     return block
 
 
-def _wire_thinking(item: ThinkingContent) -> dict[str, Any] | None:
+def _wire_thinking(item: ty.ThinkingContent) -> dict[str, Any] | None:
     signature = item.unknown.get("signature")
     data = item.unknown.get("data")
     if item.redacted and isinstance(data, str):
@@ -323,7 +308,7 @@ def _wire_thinking(item: ThinkingContent) -> dict[str, Any] | None:
     return None  # without its signature the API would refuse the block
 
 
-def _wire_turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
+def _wire_turn(message: ty.Message) -> tuple[str, list[dict[str, Any]]]:
     """One uamp message as (role, content blocks)."""
     parts = split_message(message)
     if message.role == "tool":
@@ -335,7 +320,7 @@ def _wire_turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
             if thinking is not None:
                 blocks.append(thinking)
     blocks.extend(
-        _wire_block(i) for i in parts.content if not (isinstance(i, TextContent) and not i.text)
+        _wire_block(i) for i in parts.content if not (isinstance(i, ty.TextContent) and not i.text)
     )
     if message.role == "assistant":
         for call in parts.tool_calls:
@@ -355,14 +340,16 @@ def _wire_turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
 # --- Response mapping -----------------------------------------------------------
 
 
-def _usage(raw: Any) -> UsageStats | None:
+def _usage(raw: Any) -> ty.UsageStats | None:
     if not isinstance(raw, dict):
         return None
     inp = raw.get("input_tokens")
     out = raw.get("output_tokens")
     cached = add_counts(raw.get("cache_read_input_tokens"), raw.get("cache_creation_input_tokens"))
     total = inp + out if isinstance(inp, int) and isinstance(out, int) else None
-    return UsageStats(input_tokens=inp, output_tokens=out, total_tokens=total, cached_tokens=cached)
+    return ty.UsageStats(
+        input_tokens=inp, output_tokens=out, total_tokens=total, cached_tokens=cached
+    )
 
 
 def _finish(reason: Any, has_calls: bool, structured: bool) -> str:
@@ -373,24 +360,24 @@ def _finish(reason: Any, has_calls: bool, structured: bool) -> str:
     return finish_reason(reason, _FINISH, calls=False)
 
 
-def _thinking_item(block: Mapping[str, Any]) -> ThinkingContent:
+def _thinking_item(block: Mapping[str, Any]) -> ty.ThinkingContent:
     if block.get("type") == "redacted_thinking":
-        return ThinkingContent(thinking="", redacted=True, unknown={"data": block.get("data")})
+        return ty.ThinkingContent(thinking="", redacted=True, unknown={"data": block.get("data")})
     extra = {"signature": block["signature"]} if block.get("signature") else {}
-    return ThinkingContent(thinking=block.get("thinking") or "", unknown=extra)
+    return ty.ThinkingContent(thinking=block.get("thinking") or "", unknown=extra)
 
 
 def _assemble(
     text: str,
-    calls: list[ToolInvocation],
-    thinking: list[ThinkingContent],
-    usage: UsageStats | None,
+    calls: list[ty.ToolInvocation],
+    thinking: list[ty.ThinkingContent],
+    usage: ty.UsageStats | None,
     stop_reason: Any,
     structured: str | None,
     model: Any,
 ) -> ModelResponse:
-    items: list[ContentItem] = list(thinking)
-    message = Message(
+    items: list[ty.ContentItem] = list(thinking)
+    message = ty.Message(
         role="assistant",
         content=text if text or not calls else None,
         content_items=items or None,
@@ -420,8 +407,8 @@ def parse_message(data: Any, structured: str | None = None) -> ModelResponse:
             raise ProviderError(f"{_NAME}: {error.get('type')}: {error.get('message')}")
         raise ProviderError(f"{_NAME}: unexpected response shape (no content list)")
     text: list[str] = []
-    calls: list[ToolInvocation] = []
-    thinking: list[ThinkingContent] = []
+    calls: list[ty.ToolInvocation] = []
+    thinking: list[ty.ThinkingContent] = []
     for block in data["content"]:
         kind = block.get("type")
         if kind == "text":
@@ -430,7 +417,7 @@ def parse_message(data: Any, structured: str | None = None) -> ModelResponse:
             text.append(orjson.dumps(block.get("input") or {}).decode())
         elif kind == "tool_use":
             arguments = orjson.dumps(block.get("input") or {}).decode()
-            calls.append(ToolInvocation(id=block["id"], name=block["name"], arguments=arguments))
+            calls.append(ty.ToolInvocation(id=block["id"], name=block["name"], arguments=arguments))
         elif kind in ("thinking", "redacted_thinking"):
             thinking.append(_thinking_item(block))
     return _assemble(
@@ -460,7 +447,7 @@ class _StreamState:
 
     structured: str | None
     blocks: dict[int, _Block] = attrs.Factory(dict)
-    usage: UsageStats | None = None
+    usage: ty.UsageStats | None = None
     stop_reason: str | None = None
     model: str | None = None
     started: bool = False
@@ -507,7 +494,7 @@ class _StreamState:
         # message_start values.
         if not isinstance(raw, dict):
             return
-        before = self.usage or UsageStats()
+        before = self.usage or ty.UsageStats()
         merged = {
             "input_tokens": before.input_tokens,
             "output_tokens": before.output_tokens,
@@ -521,7 +508,7 @@ class _StreamState:
             merged["output_tokens"] = update.output_tokens
         cached = update.cached_tokens if update.cached_tokens is not None else before.cached_tokens
         inp, out = merged["input_tokens"], merged["output_tokens"]
-        self.usage = UsageStats(
+        self.usage = ty.UsageStats(
             input_tokens=inp,
             output_tokens=out,
             total_tokens=inp + out if inp is not None and out is not None else None,
@@ -534,10 +521,10 @@ class _StreamState:
         self.blocks[index] = state
         if kind == "text" and block.get("text"):
             state.text.append(block["text"])
-            return [ResponseDelta(delta=DeltaText(text=block["text"]))]
+            return [ResponseDelta(delta=ty.DeltaText(text=block["text"]))]
         if kind == "tool_use" and state.name != self.structured:
-            fragment = ToolCallFragment(id=state.id, name=state.name)
-            return [ResponseDelta(delta=DeltaToolCall(tool_call=fragment))]
+            fragment = ty.ToolCallFragment(id=state.id, name=state.name)
+            return [ResponseDelta(delta=ty.DeltaToolCall(tool_call=fragment))]
         if kind == "redacted_thinking":
             state.data = block.get("data")
             return [Thinking(content="", redacted=True, is_delta=True)]
@@ -554,7 +541,7 @@ class _StreamState:
         if kind == "text_delta":
             text = delta.get("text") or ""
             block.text.append(text)
-            return [ResponseDelta(delta=DeltaText(text=text))] if text else []
+            return [ResponseDelta(delta=ty.DeltaText(text=text))] if text else []
         if kind == "input_json_delta":
             fragment = delta.get("partial_json") or ""
             block.text.append(fragment)
@@ -562,9 +549,9 @@ class _StreamState:
                 return []
             if block.name == self.structured:
                 # The unwrapped structured answer streams as text (spec 8.3).
-                return [ResponseDelta(delta=DeltaText(text=fragment))]
-            call = ToolCallFragment(id=block.id, arguments=fragment)
-            return [ResponseDelta(delta=DeltaToolCall(tool_call=call))]
+                return [ResponseDelta(delta=ty.DeltaText(text=fragment))]
+            call = ty.ToolCallFragment(id=block.id, arguments=fragment)
+            return [ResponseDelta(delta=ty.DeltaToolCall(tool_call=call))]
         if kind == "thinking_delta":
             thought = delta.get("thinking") or ""
             block.text.append(thought)
@@ -576,8 +563,8 @@ class _StreamState:
     def result(self) -> ModelResponse:
         """The assembled ModelResponse."""
         text: list[str] = []
-        calls: list[ToolInvocation] = []
-        thinking: list[ThinkingContent] = []
+        calls: list[ty.ToolInvocation] = []
+        thinking: list[ty.ThinkingContent] = []
         for _, block in sorted(self.blocks.items()):
             joined = "".join(block.text)
             if block.kind == "text":
@@ -585,13 +572,15 @@ class _StreamState:
             elif block.kind == "tool_use" and block.name == self.structured:
                 text.append(joined or "{}")
             elif block.kind == "tool_use":
-                calls.append(ToolInvocation(id=block.id, name=block.name, arguments=joined or "{}"))
+                calls.append(
+                    ty.ToolInvocation(id=block.id, name=block.name, arguments=joined or "{}")
+                )
             elif block.kind == "thinking":
                 extra = {"signature": block.signature} if block.signature else {}
-                thinking.append(ThinkingContent(thinking=joined, unknown=extra))
+                thinking.append(ty.ThinkingContent(thinking=joined, unknown=extra))
             elif block.kind == "redacted_thinking":
                 thinking.append(
-                    ThinkingContent(thinking="", redacted=True, unknown={"data": block.data})
+                    ty.ThinkingContent(thinking="", redacted=True, unknown={"data": block.data})
                 )
         return _assemble(
             "".join(text),

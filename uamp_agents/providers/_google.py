@@ -55,19 +55,8 @@ from typing import Any, ClassVar, Unpack
 import attrs
 import orjson
 
+from uamp_proto import types as ty
 from uamp_proto.events import Event, ResponseDelta, Thinking
-from uamp_proto.types import (
-    DeltaText,
-    DeltaToolCall,
-    Message,
-    ResponseFormat,
-    TextContent,
-    ToolCallFragment,
-    ToolDefinition,
-    ToolInvocation,
-    ToolOutput,
-    UsageStats,
-)
 
 from ._http import HTTPOptions, HTTPProvider, connect, load_json
 from ._wire import (
@@ -255,7 +244,7 @@ def clean_schema(schema: Any) -> Any:
     return out
 
 
-def _wire_function(tool: ToolDefinition) -> dict[str, Any]:
+def _wire_function(tool: ty.ToolDefinition) -> dict[str, Any]:
     fn = tool.function
     out: dict[str, Any] = {"name": fn.name}
     if fn.description is not None:
@@ -265,7 +254,7 @@ def _wire_function(tool: ToolDefinition) -> dict[str, Any]:
     return out
 
 
-def _apply_response_format(generation: dict[str, Any], fmt: ResponseFormat | None) -> None:
+def _apply_response_format(generation: dict[str, Any], fmt: ty.ResponseFormat | None) -> None:
     if fmt is None or fmt.type == "text":
         return
     generation["responseMimeType"] = "application/json"
@@ -273,8 +262,8 @@ def _apply_response_format(generation: dict[str, Any], fmt: ResponseFormat | Non
         generation["responseSchema"] = clean_schema(schema_of(fmt)[1])
 
 
-def _wire_part(item: TextContent | MediaItem) -> dict[str, Any]:
-    if isinstance(item, TextContent):
+def _wire_part(item: ty.TextContent | MediaItem) -> dict[str, Any]:
+    if isinstance(item, ty.TextContent):
         return {"text": item.text}
     ref = media_ref(item)
     if ref.url is not None:
@@ -282,7 +271,7 @@ def _wire_part(item: TextContent | MediaItem) -> dict[str, Any]:
     return {"inlineData": {"mimeType": ref.mime_type, "data": ref.data}}
 
 
-def _wire_response(result: ToolOutput, name: str) -> dict[str, Any]:
+def _wire_response(result: ty.ToolOutput, name: str) -> dict[str, Any]:
     if result.is_error:
         payload: dict[str, Any] = {"error": result.result}
     else:
@@ -290,11 +279,11 @@ def _wire_response(result: ToolOutput, name: str) -> dict[str, Any]:
     return {"functionResponse": {"name": name, "response": payload}}
 
 
-def _wire_content(message: Message, names: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
+def _wire_content(message: ty.Message, names: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
     """One uamp message as (role, parts)."""
     parts = split_message(message)
     out: list[dict[str, Any]] = [
-        _wire_part(i) for i in parts.content if not (isinstance(i, TextContent) and not i.text)
+        _wire_part(i) for i in parts.content if not (isinstance(i, ty.TextContent) and not i.text)
     ]
     if message.role == "assistant":
         for call in parts.tool_calls:
@@ -315,7 +304,7 @@ def _wire_content(message: Message, names: dict[str, str]) -> tuple[str, list[di
 # --- Response mapping -----------------------------------------------------------
 
 
-def _usage(raw: Any) -> UsageStats | None:
+def _usage(raw: Any) -> ty.UsageStats | None:
     if not isinstance(raw, dict):
         return None
     inp = raw.get("promptTokenCount")
@@ -323,7 +312,7 @@ def _usage(raw: Any) -> UsageStats | None:
     total = raw.get("totalTokenCount")
     if isinstance(inp, int) and isinstance(out, int):
         total = inp + out
-    return UsageStats(
+    return ty.UsageStats(
         input_tokens=inp,
         output_tokens=out,
         total_tokens=total,
@@ -336,12 +325,12 @@ def _new_call_id() -> str:
     return f"call_{secrets.token_hex(8)}"
 
 
-def _invocation(part: Mapping[str, Any]) -> ToolInvocation:
+def _invocation(part: Mapping[str, Any]) -> ty.ToolInvocation:
     call = part["functionCall"]
     extra: dict[str, Any] = {}
     if isinstance(part.get("thoughtSignature"), str):
         extra["thought_signature"] = part["thoughtSignature"]
-    return ToolInvocation(
+    return ty.ToolInvocation(
         id=call.get("id") or _new_call_id(),
         name=call.get("name") or "",
         arguments=json_arguments(call.get("args")),
@@ -355,9 +344,9 @@ class _StreamState:
 
     text: list[str] = attrs.Factory(list)
     thinking: list[str] = attrs.Factory(list)
-    calls: list[ToolInvocation] = attrs.Factory(list)
+    calls: list[ty.ToolInvocation] = attrs.Factory(list)
     finish: str | None = None
-    usage: UsageStats | None = None
+    usage: ty.UsageStats | None = None
     model: str | None = None
 
     ending: ClassVar[str] = "a chunk with a finishReason"
@@ -400,15 +389,15 @@ class _StreamState:
             if "functionCall" in part:
                 call = _invocation(part)
                 self.calls.append(call)
-                fragment = ToolCallFragment(id=call.id, name=call.name, arguments=call.arguments)
-                events.append(ResponseDelta(delta=DeltaToolCall(tool_call=fragment)))
+                fragment = ty.ToolCallFragment(id=call.id, name=call.name, arguments=call.arguments)
+                events.append(ResponseDelta(delta=ty.DeltaToolCall(tool_call=fragment)))
             elif isinstance(part.get("text"), str) and part["text"]:
                 if part.get("thought"):
                     self.thinking.append(part["text"])
                     events.append(Thinking(content=part["text"], is_delta=True))
                 else:
                     self.text.append(part["text"])
-                    events.append(ResponseDelta(delta=DeltaText(text=part["text"])))
+                    events.append(ResponseDelta(delta=ty.DeltaText(text=part["text"])))
         if candidate.get("finishReason"):
             self.finish = candidate["finishReason"]
         return events
@@ -416,7 +405,7 @@ class _StreamState:
     def result(self) -> ModelResponse:
         """The assembled ModelResponse."""
         text = "".join(self.text)
-        message = Message(
+        message = ty.Message(
             role="assistant",
             content=text if text or not self.calls else None,
             tool_calls=list(self.calls) or None,

@@ -35,19 +35,8 @@ from typing import Any, ClassVar, Unpack
 
 import attrs
 
+from uamp_proto import types as ty
 from uamp_proto.events import Event, ResponseDelta, Thinking
-from uamp_proto.types import (
-    AudioContent,
-    DeltaText,
-    DeltaToolCall,
-    FileContent,
-    ImageContent,
-    Message,
-    TextContent,
-    ToolCallFragment,
-    ToolInvocation,
-    UsageStats,
-)
 
 from ._http import HTTPOptions, HTTPProvider, connect, load_json
 from ._wire import (
@@ -166,28 +155,28 @@ def _wire_response_format(response_format: Any) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": spec}
 
 
-def _wire_part(item: TextContent | MediaItem) -> dict[str, Any]:
-    if isinstance(item, TextContent):
+def _wire_part(item: ty.TextContent | MediaItem) -> dict[str, Any]:
+    if isinstance(item, ty.TextContent):
         return {"type": "text", "text": item.text}
     ref = media_ref(item)
-    if isinstance(item, ImageContent):
+    if isinstance(item, ty.ImageContent):
         image: dict[str, Any] = {"url": ref.data_url}
         if item.detail is not None:
             image["detail"] = item.detail
         return {"type": "image_url", "image_url": image}
-    if isinstance(item, AudioContent):
+    if isinstance(item, ty.AudioContent):
         fmt = _INPUT_AUDIO.get((item.format or ref.mime_type).lower())
         if ref.data is None or fmt is None:
             raise unsupported(_NAME, "audio other than base64 wav or mp3")
         return {"type": "input_audio", "input_audio": {"data": ref.data, "format": fmt}}
-    if isinstance(item, FileContent):
+    if isinstance(item, ty.FileContent):
         if ref.data is None:
             raise unsupported(_NAME, "a file by URL (send it as base64)")
         return {"type": "file", "file": {"filename": item.filename, "file_data": ref.data_url}}
     raise unsupported(_NAME, "video input")
 
 
-def _wire_messages(message: Message) -> list[dict[str, Any]]:
+def _wire_messages(message: ty.Message) -> list[dict[str, Any]]:
     """One uamp message as one or more Chat Completions messages."""
     parts = split_message(message)
     if message.role == "tool" or (parts.tool_results and message.role != "assistant"):
@@ -197,8 +186,8 @@ def _wire_messages(message: Message) -> list[dict[str, Any]]:
             for r in parts.tool_results
         ]
     out: dict[str, Any] = {"role": message.role}
-    if all(isinstance(i, TextContent) for i in parts.content):
-        text = "".join(i.text for i in parts.content if isinstance(i, TextContent))
+    if all(isinstance(i, ty.TextContent) for i in parts.content):
+        text = "".join(i.text for i in parts.content if isinstance(i, ty.TextContent))
         out["content"] = text if text or not parts.tool_calls else None
     else:
         out["content"] = [_wire_part(i) for i in parts.content]
@@ -219,7 +208,7 @@ def _wire_messages(message: Message) -> list[dict[str, Any]]:
 # --- Response mapping -----------------------------------------------------------
 
 
-def _usage(raw: Any) -> UsageStats | None:
+def _usage(raw: Any) -> ty.UsageStats | None:
     if not isinstance(raw, dict):
         return None
     details = raw.get("prompt_tokens_details")
@@ -231,7 +220,9 @@ def _usage(raw: Any) -> UsageStats | None:
     total = raw.get("total_tokens")
     if total is None and isinstance(inp, int) and isinstance(out, int):
         total = inp + out
-    return UsageStats(input_tokens=inp, output_tokens=out, total_tokens=total, cached_tokens=cached)
+    return ty.UsageStats(
+        input_tokens=inp, output_tokens=out, total_tokens=total, cached_tokens=cached
+    )
 
 
 def _reasoning(obj: Mapping[str, Any]) -> str | None:
@@ -268,11 +259,11 @@ def parse_completion(data: Any) -> ModelResponse:
     msg = choice.get("message")
     if not isinstance(msg, dict):
         raise _shape_error("choice without a message")
-    calls: list[ToolInvocation] = []
+    calls: list[ty.ToolInvocation] = []
     for n, raw in enumerate(msg.get("tool_calls") or []):
         fn = raw.get("function") or {}
         calls.append(
-            ToolInvocation(
+            ty.ToolInvocation(
                 id=raw.get("id") or f"call_{n}",
                 name=fn.get("name") or "",
                 arguments=json_arguments(fn.get("arguments")),
@@ -281,7 +272,7 @@ def parse_completion(data: Any) -> ModelResponse:
     content = msg.get("content")
     if isinstance(content, list):  # some compatible servers answer with parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    message = Message(
+    message = ty.Message(
         role="assistant",
         content=content if isinstance(content, str) else None,
         tool_calls=calls or None,
@@ -310,7 +301,7 @@ class _StreamState:
     thinking: list[str] = attrs.Factory(list)
     calls: dict[int, _CallBuffer] = attrs.Factory(dict)
     finish: str | None = None
-    usage: UsageStats | None = None
+    usage: ty.UsageStats | None = None
     model: str | None = None
     #: ``data: [DONE]`` seen.
     ended: bool = False
@@ -349,7 +340,7 @@ class _StreamState:
             text = delta.get("content")
             if isinstance(text, str) and text:
                 self.text.append(text)
-                events.append(ResponseDelta(delta=DeltaText(text=text)))
+                events.append(ResponseDelta(delta=ty.DeltaText(text=text)))
             for raw in delta.get("tool_calls") or []:
                 events.append(self._tool_delta(raw))
             if choice.get("finish_reason"):
@@ -372,19 +363,19 @@ class _StreamState:
         if fragment:
             buffer.arguments.append(fragment)
         return ResponseDelta(
-            delta=DeltaToolCall(
-                tool_call=ToolCallFragment(id=buffer.id, name=name, arguments=fragment or None)
+            delta=ty.DeltaToolCall(
+                tool_call=ty.ToolCallFragment(id=buffer.id, name=name, arguments=fragment or None)
             )
         )
 
     def result(self) -> ModelResponse:
         """The assembled ModelResponse."""
         calls = [
-            ToolInvocation(id=b.id, name=b.name, arguments="".join(b.arguments) or "{}")
+            ty.ToolInvocation(id=b.id, name=b.name, arguments="".join(b.arguments) or "{}")
             for _, b in sorted(self.calls.items())
         ]
         text = "".join(self.text)
-        message = Message(
+        message = ty.Message(
             role="assistant",
             content=text if text or not calls else None,
             tool_calls=calls or None,
