@@ -352,7 +352,7 @@ def _add_serve(sub: Any) -> None:
         "--client-ca",
         metavar="PATH",
         help="PEM file of CAs: every TLS client must present a certificate one of them "
-        "signed (mutual TLS); not with --http3",
+        "signed (mutual TLS), over HTTP/3 too",
     )
     tls.add_argument(
         "--http3",

@@ -17,7 +17,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import QuicEvent
+from aioquic.quic.events import ConnectionTerminated, QuicEvent
 
 
 @attrs.define
@@ -38,14 +38,29 @@ class H3Response:
         return b"".join(self.pieces)
 
 
+class H3Closed(Exception):
+    """The server closed the QUIC connection: its error code and reason."""
+
+    def __init__(self, event: ConnectionTerminated) -> None:
+        super().__init__(f"closed with {event.error_code:#x}: {event.reason_phrase}")
+        self.error_code = event.error_code
+        self.reason = event.reason_phrase
+
+
 class _Client(QuicConnectionProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.h3 = H3Connection(self._quic)
         self.waiting: dict[int, tuple[H3Response, asyncio.Future[H3Response]]] = {}
         self.on_piece: Callable[[H3Response], None] | None = None
+        self.closed: H3Closed | None = None
 
     def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ConnectionTerminated):
+            self.closed = H3Closed(event)
+            for _, done in self.waiting.values():
+                if not done.done():
+                    done.set_exception(self.closed)
         for h3_event in self.h3.handle_event(event):
             self._h3_event(h3_event)
 
@@ -75,6 +90,8 @@ class _Client(QuicConnectionProtocol):
         *,
         head_only: bool = False,
     ) -> H3Response:
+        if self.closed is not None:
+            raise self.closed
         stream_id = self._quic.get_next_available_stream_id()
         fields = [
             (b":method", method.encode()),
@@ -110,14 +127,23 @@ def h3_requests(
     cafile: str | None,
     timeout: float = 10.0,
     concurrent: bool = False,
+    cert: tuple[str, str] | None = None,
 ) -> list[H3Response]:
-    """Send ``requests`` over one QUIC connection to 127.0.0.1:``port``; their responses."""
+    """Send ``requests`` over one QUIC connection to 127.0.0.1:``port``; their responses.
+
+    ``cert``: the client's ``(certfile, keyfile)`` for mutual TLS.
+
+    Raises:
+        H3Closed: The server closed the connection.
+    """
 
     async def run() -> list[H3Response]:
         config = QuicConfiguration(is_client=True, alpn_protocols=list(H3_ALPN))
         config.server_name = "localhost"
         if cafile is not None:
             config.load_verify_locations(cafile)
+        if cert is not None:
+            config.load_cert_chain(*cert)
         async with connect("127.0.0.1", port, configuration=config, create_protocol=_Client) as c:
             client: _Client = c  # type: ignore[assignment]
             calls = [

@@ -35,9 +35,11 @@ client resets cancels its task. ``Request.stream_id`` is the request's QUIC
 stream id: the spec 003 stream endpoint names its delta frames with it
 (spec 003 section 7: "QUIC stream-ID == stream_id").
 
-QUIC always runs TLS 1.3; the certificate is the server's. aioquic does not
-verify client certificates, so the server refuses to combine HTTP/3 with
-mutual TLS rather than serve it unauthenticated.
+QUIC always runs TLS 1.3; the certificate is the server's. With
+``client_ca`` (mutual TLS) every connection asks the client for a
+certificate and serves nothing until it is verified against those CAs
+(:mod:`~uamp_trio.engines.quic_mtls`); a client without one, or with one
+from another CA, is closed with the TLS alert.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from aioquic.quic.events import (
     ConnectionIdIssued,
     ConnectionIdRetired,
     ConnectionTerminated,
+    HandshakeCompleted,
     ProtocolNegotiated,
     QuicEvent,
     StreamReset,
@@ -66,7 +69,9 @@ from aioquic.quic.packet import (
     encode_quic_version_negotiation,
     pull_quic_header,
 )
+from cryptography.hazmat.primitives.serialization import Encoding
 
+from . import quic_mtls
 from .framed import request_from_fields, send_response
 from .http import Request, Response, StreamingResponse, TLSInfo
 from .quic import QuicDriver
@@ -95,9 +100,15 @@ def quic_configuration(certfile: str, keyfile: str, *, idle_timeout: float) -> Q
 class Http3Listener:
     """Serves HTTP/3 for ``server`` on a UDP socket (see the module docstring)."""
 
-    def __init__(self, server: Server, configuration: QuicConfiguration) -> None:
+    def __init__(
+        self, server: Server, configuration: QuicConfiguration, *, client_ca: str | None = None
+    ) -> None:
         self.server = server
         self.configuration = configuration
+        #: Mutual TLS: the CAs every client certificate must chain to (quic_mtls).
+        self.client_ca = client_ca
+        if client_ca is not None:
+            quic_mtls.check_supported()
         self.socket: trio.socket.SocketType | None = None
         self._connections: dict[bytes, _QuicConnection] = {}
         self._nursery: trio.Nursery | None = None
@@ -167,7 +178,8 @@ class Http3Listener:
             limit = self.server.config.max_connections
             if limit is not None and self.connection_count >= limit:
                 return  # busy: the client retries or falls back to TCP
-            quic = QuicConnection(
+            kind = QuicConnection if self.client_ca is None else quic_mtls.ClientCertQuicConnection
+            quic = kind(
                 configuration=self.configuration,
                 original_destination_connection_id=header.destination_cid,
             )
@@ -220,6 +232,11 @@ class _QuicConnection(QuicDriver):
         self.h3: H3Connection | None = None
         self.streams: dict[int, _RequestStream] = {}
         self.client: tuple[str, int] | None = None
+        #: What the handshake established (the client certificate under mutual TLS).
+        self.tls = _QUIC_TLS
+        #: Whether requests may be served: at once, or under mutual TLS once
+        #: the client's certificate was verified.
+        self.verified = listener.client_ca is None
 
     def on_closed(self) -> None:
         self.listener._forget(self)
@@ -245,7 +262,11 @@ class _QuicConnection(QuicDriver):
             reset = self.streams.pop(event.stream_id, None)
             if reset is not None and reset.scope is not None:
                 reset.scope.cancel()
-        if self.h3 is None:
+        elif isinstance(event, HandshakeCompleted) and not self.verified:
+            self._verify_client()
+        if self.h3 is None or not self.verified:
+            # Under mutual TLS nothing reaches HTTP/3 before the client's
+            # certificate is verified (1-RTT data cannot come earlier anyway).
             return
         try:
             h3_events = self.h3.handle_event(event)
@@ -255,6 +276,21 @@ class _QuicConnection(QuicDriver):
             return
         for h3_event in h3_events:
             self._h3_event(h3_event)
+
+    def _verify_client(self) -> None:
+        ca = self.listener.client_ca
+        assert ca is not None
+        problem = quic_mtls.client_certificate_problem(self.quic, ca)
+        if problem is not None:
+            code, reason = problem
+            log.info("HTTP/3 client %s refused: %s", self.client, reason)
+            self.quic.close(error_code=code, reason_phrase=reason)
+            self.wake()
+            return
+        peer = getattr(self.quic.tls, "_peer_certificate", None)
+        der = peer.public_bytes(Encoding.DER) if peer is not None else None
+        self.tls = TLSInfo(version="TLSv1.3", alpn="h3", peer_certificate=der)
+        self.verified = True
 
     def _h3_event(self, event: H3Event) -> None:
         if isinstance(event, HeadersReceived):
@@ -285,7 +321,7 @@ class _QuicConnection(QuicDriver):
         request = request_from_fields(
             st.headers, body=b"", http_version="3", scheme="https", client=self.client
         )
-        request.tls = _QUIC_TLS
+        request.tls = self.tls
         request.stream_id = st.id
         return request
 

@@ -168,8 +168,8 @@ class ServerConfig:
             (older clients may connect; the routes of spec 003's bindings
             still refuse a connection that is not TLS 1.3).
         client_ca: PEM file of the CAs whose client certificates are
-            accepted: every TLS client must present one (mutual TLS).
-            Not with ``http3`` (aioquic does not verify client certificates).
+            accepted: every TLS client must present one (mutual TLS), over
+            HTTP/3 too (:mod:`~uamp_trio.engines.quic_mtls`).
     """
 
     host: str = "127.0.0.1"
@@ -205,11 +205,6 @@ class ServerConfig:
             raise ValueError(f"tls_min must be one of {', '.join(_TLS_VERSIONS)}")
         if self.client_ca is not None and self.certfile is None:
             raise ValueError("client_ca (mutual TLS) needs a certificate (certfile and keyfile)")
-        if self.client_ca is not None and self.http3:
-            raise ValueError(
-                "client_ca (mutual TLS) cannot be combined with HTTP/3: aioquic does not "
-                "verify client certificates, so QUIC clients would go unauthenticated"
-            )
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("certfile and keyfile must be given together")
         if self.http3 and self.certfile is None:
@@ -512,7 +507,7 @@ class Server:
             cfg.certfile, cfg.keyfile, idle_timeout=min(cfg.idle_timeout, 600.0)
         )
         for host, port in self.addresses:
-            listener = Http3Listener(self, configuration)
+            listener = Http3Listener(self, configuration, client_ca=cfg.client_ca)
             await nursery.start(functools.partial(listener.serve, host, port))
             self.http3_listeners.append(listener)
         self._alt_svc = ("alt-svc", f'h3=":{self.port}"; ma=86400')

@@ -114,7 +114,6 @@ def test_mutual_tls_requires_a_certificate_from_the_client_ca(
     [
         ({"tls_min": "1.1"}, "tls_min"),
         ({"client_ca": "ca.pem"}, "needs a certificate"),
-        ({"certfile": "c", "keyfile": "k", "client_ca": "ca.pem", "http3": True}, "HTTP/3"),
     ],
 )
 def test_bad_tls_options_are_refused(options: dict[str, Any], message: str) -> None:
