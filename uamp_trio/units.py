@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["argument_type", "parse_duration"]
+__all__ = ["argument_type", "duration_argument", "parse_duration"]
 
 _T = TypeVar("_T")
 
@@ -41,3 +41,7 @@ def argument_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
 
     convert.__name__ = parse.__name__
     return convert
+
+
+#: A duration (:func:`parse_duration`) as an argparse ``type=``.
+duration_argument = argument_type(parse_duration)

@@ -23,7 +23,7 @@ import orjson
 import trio
 
 from ..client._command import run_command
-from ..units import argument_type, parse_duration
+from ..units import argument_type, duration_argument
 from .config import TRANSPORTS, BenchConfig, parse_header
 from .report import LiveProgress, print_compare, print_summary
 from .runner import run_bench
@@ -38,7 +38,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_command)
 
 
-_duration = argument_type(parse_duration)
 _header = argument_type(parse_header)
 
 
@@ -56,7 +55,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--requests", "-n", type=int, help="requests to send (default 100)")
     budget.add_argument(
-        "--duration", "-d", type=_duration, help="run this long: 30s, 2m or seconds"
+        "--duration", "-d", type=duration_argument, help="run this long: 30s, 2m or seconds"
     )
     prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default="Say hello.", help="the user message")
@@ -70,7 +69,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
     p.add_argument("--max-tokens", type=int, help="Chat Completions max_tokens")
-    p.add_argument("--timeout", type=_duration, default=60.0, help="per request (default 60s)")
+    p.add_argument(
+        "--timeout", type=duration_argument, default=60.0, help="per request (default 60s)"
+    )
     p.add_argument("--insecure", "-k", action="store_true", help="skip TLS verification")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="latency CDF and throughput chart")

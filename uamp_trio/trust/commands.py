@@ -21,14 +21,13 @@ from typing import Any
 
 from uamp_proto.ledger import LedgerError, parse_amount
 
-from ..units import argument_type, parse_duration
+from ..units import argument_type, duration_argument, parse_duration
 from .ledger import Ledger
 from .payments import LedgerPolicy
 
 __all__ = ["add_ledger_args", "add_tokens_parser", "open_policy", "parse_duration"]
 
 _amount = argument_type(parse_amount)
-_duration = argument_type(parse_duration)
 
 
 def add_ledger_args(p: argparse.ArgumentParser) -> None:
@@ -94,7 +93,9 @@ def add_tokens_parser(sub: Any) -> None:
     issue.add_argument("--ledger", required=True, metavar="PATH")
     issue.add_argument("--amount", required=True, type=_amount)
     issue.add_argument("--currency", default="USD")
-    issue.add_argument("--expires-in", type=_duration, metavar="DURATION", help="e.g. 1h, 30m")
+    issue.add_argument(
+        "--expires-in", type=duration_argument, metavar="DURATION", help="e.g. 1h, 30m"
+    )
     issue.set_defaults(func=_issue)
 
     show = actions.add_parser("show", help="print a token's state as JSON")
