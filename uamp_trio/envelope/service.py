@@ -541,13 +541,24 @@ class EnvelopeService:
             EnvelopeRefused: The envelope is refused; nothing was started.
         """
         principal = await self.trust.authenticate(envelope, self.audiences(agent.name))
+        shared = self.host.stores.event_log
+        claim = (("envelope", "replay"), envelope.id)
+        if shared.shared and not await shared.claim(claim, "id", ttl=2 * self.trust.validity):
+            # Another process (a worker on the same Redis) took this id already.
+            raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
         exchange: Exchange | None
-        if envelope.intent in OPENING_INTENTS:
-            exchange = await self._open(agent, envelope, principal, nursery)
-        elif envelope.intent in _ADDRESSING:
-            exchange = self._address(envelope, principal)
-        else:
-            exchange = await self._one_way(agent, envelope, principal)
+        try:
+            if envelope.intent in OPENING_INTENTS:
+                exchange = await self._open(agent, envelope, principal, nursery)
+            elif envelope.intent in _ADDRESSING:
+                exchange = self._address(envelope, principal)
+            else:
+                exchange = await self._one_way(agent, envelope, principal)
+        except EnvelopeRefused:
+            if shared.shared:  # a refused envelope may be sent again, as in one process
+                with trio.CancelScope(shield=True):
+                    await shared.unclaim(claim, "id")
+            raise
         return Submitted(envelope, principal, exchange)
 
     async def _charge(

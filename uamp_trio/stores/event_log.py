@@ -53,7 +53,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import orjson
@@ -139,6 +139,8 @@ class EventLog(BackgroundLoop, abc.ABC):
 
     loop_name = "uamp-event-log"
     loop_what = "the event log flusher"
+    #: Whether other processes share this store (claims and messages reach them).
+    shared: ClassVar[bool] = False
 
     def __init__(
         self, retention: Retention | None = None, *, clock: Callable[[], float] = time.time
@@ -323,12 +325,20 @@ class EventLog(BackgroundLoop, abc.ABC):
         """Whether the process ``node`` still runs (for a single-process store: this one)."""
         return node == self.node
 
-    async def claim(self, key: LogKey, what: str) -> bool:
-        """Claim ``what`` of ``key`` once (the first caller wins, in every process)."""
+    async def claim(self, key: LogKey, what: str, *, ttl: float | None = None) -> bool:
+        """Claim ``what`` of ``key`` once (the first caller wins, in every process).
+
+        ``ttl``: seconds the claim holds in a shared store (default: as long
+        as a session's records).
+        """
         if (key, what) in self._claims:
             return False
         self._claims.add((key, what))
         return True
+
+    async def unclaim(self, key: LogKey, what: str) -> None:
+        """Give up a claim of :meth:`claim`: the next caller wins it again."""
+        self._claims.discard((key, what))
 
     # --- reading ------------------------------------------------------------------
 

@@ -59,6 +59,8 @@ class RedisEventLog(EventLog):
         clock: Wall-clock seconds.
     """
 
+    shared = True
+
     def __init__(
         self,
         url: str,
@@ -175,11 +177,13 @@ class RedisEventLog(EventLog):
             return True
         return bool(await self._call(self._redis.exists, self._node(node)))
 
-    async def claim(self, key: LogKey, what: str) -> bool:
+    async def claim(self, key: LogKey, what: str, *, ttl: float | None = None) -> bool:
         name = f"{self._rec(key)}:claim:{what}"
-        return bool(
-            await self._call(lambda: self._redis.set(name, self.node, px=self._ttl_ms, nx=True))
-        )
+        px = self._ttl_ms if ttl is None else max(1, int(ttl * 1000))
+        return bool(await self._call(lambda: self._redis.set(name, self.node, px=px, nx=True)))
+
+    async def unclaim(self, key: LogKey, what: str) -> None:
+        await self._call(self._redis.delete, f"{self._rec(key)}:claim:{what}")
 
     async def _load(self, key: LogKey) -> SessionRecord | None:
         raw, stamp = await self._call(self._redis.mget, [self._rec(key), f"{self._rec(key)}:u"])
