@@ -15,6 +15,13 @@ measure:
   (after a dropped connection, the last 100 events missed) to the first
   replayed event.
 
+and, for ``ws`` and ``sse``, the server process's CPU time (user + system,
+from ``/proc``) per delta, in microseconds, with what it means: the deltas
+per second one process streams on a core of its own (``1e6 / cpu_us``;
+``redis-server`` runs in its own process and is not counted). Wall-clock
+rates on a loaded machine measure the machine's load as much as uamp; CPU
+time per delta barely moves with it.
+
 The median of ``--rounds`` rounds is printed, with the ratio redis / memory
 measured in the same run (timings on a shared machine are noisy; compare
 ratios). Target (issue 15): >= 20,000 deltas/s with the Redis store.
@@ -23,6 +30,7 @@ ratios). Target (issue 15): >= 20,000 deltas/s with the Redis store.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -135,6 +143,12 @@ def serve(where: str, deltas: int, port_file: Path) -> None:
     trio.run(run)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(where: str, deltas: int, rounds: int, tmp: Path) -> dict[str, float]:
     import subprocess
 
@@ -144,10 +158,16 @@ def measure(where: str, deltas: int, rounds: int, tmp: Path) -> dict[str, float]
     )
     try:
         port = port_from_file(port_file, proc)
-        out: dict[str, list[float]] = {"ws": [], "sse": [], "resume": []}
+        out: dict[str, list[float]] = {
+            "ws": [], "ws_cpu": [], "sse": [], "sse_cpu": [], "resume": []
+        }  # fmt: skip
         for _ in range(rounds):
+            before = cpu_seconds(proc.pid)
             out["ws"].append(ws_rate(port))
+            out["ws_cpu"].append((cpu_seconds(proc.pid) - before) / deltas * 1e6)
+            before = cpu_seconds(proc.pid)
             out["sse"].append(trio.run(sse_rate, port))
+            out["sse_cpu"].append((cpu_seconds(proc.pid) - before) / deltas * 1e6)
             out["resume"].append(trio.run(resume_ms, port))
         return {k: statistics.median(v) for k, v in out.items()}
     finally:
@@ -176,9 +196,21 @@ def main() -> None:
                 results = _run(args, url, Path(tmp))
     memory, redis = results["memory"], results["redis"]
     print(f"{'':8} {'memory':>12} {'redis':>12} {'redis/memory':>13}")
-    for name, unit in (("ws", "deltas/s"), ("sse", "deltas/s"), ("resume", "ms")):
+    rows = (
+        ("ws", "ws", "deltas/s"),
+        ("ws_cpu", "ws cpu", "us of server CPU per delta"),
+        ("sse", "sse", "deltas/s"),
+        ("sse_cpu", "sse cpu", "us of server CPU per delta"),
+        ("resume", "resume", "ms"),
+    )
+    for name, label, unit in rows:
         ratio = redis[name] / memory[name]
-        print(f"{name:8} {memory[name]:12,.0f} {redis[name]:12,.0f} {ratio:12.2f}x  {unit}")
+        print(f"{label:8} {memory[name]:12,.1f} {redis[name]:12,.1f} {ratio:12.2f}x  {unit}")
+    for name in ("ws", "sse"):
+        print(
+            f"{name} on a core of its own (1e6 / cpu): memory "
+            f"{1e6 / memory[name + '_cpu']:,.0f}, redis {1e6 / redis[name + '_cpu']:,.0f} deltas/s"
+        )
 
 
 def _run(args: argparse.Namespace, redis_url: str, tmp: Path) -> dict[str, dict[str, float]]:

@@ -9,9 +9,13 @@ let a reader in any process ask for "everything after position n" with one
 ``XREAD``/``XRANGE``.
 
 Writes are batched: the flusher sends everything queued since its last round
-as one pipeline (``XADD`` with ``MAXLEN`` for the count retention, the
-record's ``updated`` field, ``PEXPIRE`` on both keys at twice the retention
-age so Redis itself forgets abandoned sessions). Every Redis call runs in a
+in one write on one connection, encoded here in Redis's wire format
+(:func:`_pack`): each run of consecutive events of one log is one ``EVAL``
+of :data:`_APPEND` (``XADD`` with exact ``MAXLEN`` for the count retention,
+inside Redis), then the record's ``updated`` field and ``PEXPIRE`` on both
+keys at twice the retention age so Redis itself forgets abandoned sessions.
+That is one reply to read per run, not per event (docs/scale-out.md, Cost).
+Every Redis call runs in a
 worker thread with the synchronous redis-py client (the event loop is trio,
 redis-py's async client is asyncio); :meth:`RedisEventLog.wait` is a
 blocking ``XREAD`` there, which also sees what other processes append.
@@ -38,6 +42,29 @@ T = TypeVar("T")
 
 #: Entries read per step while searching a log backwards for an event id.
 _FIND_BATCH: Final = 512
+
+#: Appends a run of entries to one stream: ``KEYS[1]`` the stream, ``ARGV[1]``
+#: the count retention (exact ``MAXLEN``), then (entry id, event id, JSON)
+#: triples. One command per run instead of one ``XADD`` each: far less to
+#: encode, send and parse per event (docs/scale-out.md, Cost).
+_APPEND: Final = """
+local keep = ARGV[1]
+for i = 2, #ARGV, 3 do
+  redis.call('XADD', KEYS[1], 'MAXLEN', keep, ARGV[i], 'e', ARGV[i + 1], 'd', ARGV[i + 2])
+end
+return (#ARGV - 1) / 3
+"""
+
+
+def _pack(commands: list[tuple[bytes | str | int, ...]]) -> bytes:
+    """The commands in Redis's wire format (RESP), ready to send in one write."""
+    out: list[bytes] = []
+    for command in commands:
+        out.append(b"*%d\r\n" % len(command))
+        for arg in command:
+            raw = arg if isinstance(arg, bytes) else str(arg).encode()
+            out.append(b"$%d\r\n%b\r\n" % (len(raw), raw))
+    return b"".join(out)
 
 
 def _position(entry_id: bytes | str) -> int:
@@ -95,36 +122,61 @@ class RedisEventLog(EventLog):
         return bool(await self._call(self._redis.ping))
 
     async def _write(self, batch: list[Op]) -> None:
-        pipe = self._redis.pipeline(transaction=False)
+        commands: list[tuple[bytes | str | int, ...]] = []
         keep = self.retention.max_events
         ttl = self._ttl_ms
         touched: dict[LogKey, float] = {}
-        command = pipe.execute_command
-        names: dict[LogKey, str] = {}
+        run: list[bytes | str] = []  # XADD arguments of consecutive events of one log
+        run_key: LogKey | None = None
+
+        def end_run() -> None:
+            if run_key is not None and run:
+                commands.append(("EVAL", _APPEND, 1, self._log(run_key), keep, *run))
+                run.clear()
+
         for kind, key, payload, written in batch:
-            if kind == "event":
-                name = names.get(key)
-                if name is None:
-                    name = names[key] = self._log(key)
-                # The raw command: redis-py's xadd checks and rebuilds its
-                # arguments on every call. MAXLEN is exact (the retention's
-                # count is a promise: docs/resume.md).
-                command(
-                    "XADD", name, "MAXLEN", keep, f"0-{payload.position}",
-                    "e", payload.event_id, "d", payload.data,
-                )  # fmt: skip
-                touched[key] = written
-                continue
-            if kind == "reset":
-                pipe.delete(self._log(key))
-            pipe.set(self._rec(key), payload.encode(), px=ttl)
             touched[key] = written
+            if kind == "event":
+                if key != run_key:
+                    end_run()
+                    run_key = key
+                run.extend((f"0-{payload.position}", payload.event_id, payload.data))
+                continue
+            end_run()
+            run_key = None
+            if kind == "reset":
+                commands.append(("DEL", self._log(key)))
+            commands.append(("SET", self._rec(key), payload.encode(), "PX", ttl))
+        end_run()
         for key, written in touched.items():
-            pipe.pexpire(self._log(key), ttl)
+            rec = self._rec(key)
+            commands.append(("PEXPIRE", self._log(key), ttl))
             # The record's activity stamp, without rewriting the record.
-            pipe.set(f"{self._rec(key)}:u", repr(written), px=ttl)
-            pipe.pexpire(self._rec(key), ttl)
-        await self._call(pipe.execute)
+            commands.append(("SET", f"{rec}:u", repr(written), "PX", ttl))
+            commands.append(("PEXPIRE", rec, ttl))
+        await self._call(self._send, _pack(commands), len(commands))
+
+    def _send(self, packed: bytes, replies: int) -> None:
+        """Send commands packed by :func:`_pack` on one connection; read their replies."""
+        from redis.exceptions import ResponseError
+
+        pool = self._redis.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([packed])
+            failed = None
+            for _ in range(replies):
+                try:
+                    conn.read_response()
+                except ResponseError as exc:  # the others still answer
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
 
     async def _beat(self) -> None:
         while True:
