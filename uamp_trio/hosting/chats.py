@@ -556,6 +556,7 @@ class ChatHub:
             },
             principal=poster.principal,
             context=context,
+            client_capabilities=poster.link.host.client_capabilities(poster.session_id),
         )
 
         async def sink(event: ev.Event) -> None:

@@ -1019,6 +1019,11 @@ class SessionHost:
         token = session.token if session is not None else None
         return token, ctx.payment.token if ctx is not None else None
 
+    def client_capabilities(self, session_id: str) -> ty.Capabilities | None:
+        """What the session's client declared it can handle, merged (UAMP 5.5, 9)."""
+        ctx = self.conn.sessions.get(session_id)
+        return ctx.client_capabilities if ctx is not None else None
+
     def owe_quietly(self, event: ev.Event) -> None:
         """Queue a reply the server owes; a peer with too many unread ones is cut off."""
         try:

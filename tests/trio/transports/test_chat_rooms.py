@@ -526,6 +526,16 @@ async def test_a_silent_peer_times_out_and_goes_offline() -> None:
                 await stream.aclose()
 
 
+#: A client's capability declaration (UAMP 9), the fields the spec requires.
+_CLIENT = {
+    "id": "ann-phone",
+    "provider": "test",
+    "supports_streaming": True,
+    "supports_thinking": False,
+    "supports_caching": False,
+}
+
+
 class Recorder(TestAgent):
     """Answers "ok" and keeps what it was asked."""
 
@@ -544,8 +554,19 @@ async def test_the_answering_agent_gets_the_context_and_the_room() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving([rec]) as host, open_ws(f"ws://{host}/agents/rec/uamp") as ws:
             r = Reader(ws)
-            sid = await r.join("ann", settings={"respond": "every", "user_id": "u1"})
+            sid = await r.join(
+                "ann",
+                settings={"respond": "every", "user_id": "u1"},
+                client_capabilities={**_CLIENT, "modalities": ["text", "image"]},
+            )
             await r.take(sid, 1)
+            # The client can no longer show images, and says it mid-session (5.5).
+            await send(
+                ws,
+                type="client.capabilities",
+                session_id=sid,
+                capabilities={**_CLIENT, "modalities": ["text"], "widgets": ["table"]},
+            )
             context = {"mood": "curious", "sender_id": "someone-else"}
             await send(ws, type="input.text", text="hi", context=context, session_id=sid)
             got = await r.take(sid, 7)
@@ -554,4 +575,9 @@ async def test_the_answering_agent_gets_the_context_and_the_room() -> None:
     # The client's keys arrive; the room and the sender are the server's.
     assert request.context == {"mood": "curious", "chat_id": "room", "sender_id": "u1"}
     assert request.metadata["chat"]["seq"] == 1
+    # ... and the poster's client capabilities, as merged so far.
+    assert request.client_capabilities is not None
+    assert request.client_capabilities.id == "ann-phone"
+    assert request.client_capabilities.modalities == ["text"]
+    assert request.client_capabilities.widgets == ["table"]
     assert [(m.role, m.text) for m in request.messages] == [("user", "hi")]
