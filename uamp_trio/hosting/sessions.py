@@ -50,7 +50,8 @@ event type (UAMP sections 3, 5, 6, 10):
     Stops the session's worker (and the response it runs).
 ``capabilities.query``
     Answered with the session's agent's current capabilities, the client's merged
-    declaration under ``extensions.client_capabilities``.
+    declaration under ``extensions.client_capabilities``: the same view as the
+    ``capabilities`` event that follows ``session.created`` (section 9.1).
 
 Replies the reader owes (``session.created``, errors, pongs, acks) go to the
 outbox without waiting (:meth:`Outbox.put_owed`); a peer that makes the
@@ -1107,8 +1108,11 @@ class SessionHost:
         self._begin_log(sid)
         self._log(sid, data)
         self.outbox.put_owed(data)
-        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=agent.capabilities()))
         ctx = self.conn.sessions.get(sid)
+        # Section 9.1: session.created, then capabilities -- the same merged
+        # view capabilities.query answers (the client's declaration echoed).
+        view = session_view(agent.capabilities(), ctx.client_capabilities if ctx else None)
+        self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
         if ctx is not None and ctx.chat:
             # session.create.chat (section 5.1, 10.2): the session joins at once.
             link = self._chat_link()

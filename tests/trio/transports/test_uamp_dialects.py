@@ -194,15 +194,17 @@ async def test_client_capabilities_are_kept_merged_and_seen_by_the_agent() -> No
                     "client_capabilities": declared,
                 },
             )
-            assert [(await recv(ws))["type"] for _ in range(2)] == [
-                "session.created",
-                "capabilities",
-            ]
+            assert (await recv(ws))["type"] == "session.created"
+            # Section 9.1: capabilities follows, the agent's with the client's echoed ...
+            announced = await recv(ws)
+            assert announced["type"] == "capabilities"
+            assert announced["capabilities"]["id"] == "rec"
+            assert announced["capabilities"]["extensions"]["client_capabilities"] == declared
+            # ... and capabilities.query answers the same view.
             await send(ws, type="capabilities.query")
             first = await recv(ws)
             assert first["type"] == "capabilities"
-            assert first["capabilities"]["id"] == "rec"
-            assert first["capabilities"]["extensions"]["client_capabilities"] == declared
+            assert first["capabilities"] == announced["capabilities"]
             await send(ws, type="input.text", text="one")
             await send(ws, type="response.create")
             await until(ws, "response.done")
@@ -243,10 +245,15 @@ async def test_a_session_without_client_capabilities_reports_none() -> None:
     rec = Recorder()
     with trio.fail_after(TIMEOUT):
         async with serving([rec]) as base, open_ws(base + "/agents/rec/uamp") as ws:
-            await wire.create_session(ws)
+            await send(ws, type="session.create", uamp_version="1.0", session={})
+            assert (await recv(ws))["type"] == "session.created"
+            announced = await recv(ws)
+            assert announced["type"] == "capabilities"
+            assert announced["capabilities"]["id"] == "rec"
             await send(ws, type="capabilities.query")
             caps = (await recv(ws))["capabilities"]
             assert "client_capabilities" not in (caps.get("extensions") or {})
+            assert caps == announced["capabilities"]
             await send(ws, type="input.text", text="x")
             await send(ws, type="response.create")
             await until(ws, "response.done")
