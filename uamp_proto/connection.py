@@ -337,9 +337,9 @@ class SessionContext:
         self.response = None
 
 
-def _refuse(code: str, message: str) -> LocalProtocolError:
+def _refuse(code: str, message: str, field: str | None = None) -> LocalProtocolError:
     """A broken rule, raised as a local error; the receive path converts it."""
-    return LocalProtocolError(message, code=code)
+    return LocalProtocolError(message, code=code, field=field)
 
 
 def _major(version: str) -> str:
@@ -425,6 +425,7 @@ class Connection:
                 code="invalid_event",
                 session_id=exc.session_id if exc.session_id in self._sessions else None,
                 event_id=exc.event_id,
+                field=exc.path or None,
             )
             raise self._remote(err, exc.event_type) from None
         try:
@@ -555,10 +556,12 @@ class Connection:
         session_id: str | None,
         event_id: str | None,
         event_type: str | None,
+        field: str | None = None,
     ) -> ev.Event:
         """The error event a server answers a client's violation with.
 
-        ``session.error`` names the offending event in ``details``;
+        ``session.error`` names the offending event in ``details`` (and the
+        offending field, when one is to blame, as ``details.field``);
         ``version_mismatch`` is a ``response.error`` listing the supported
         version (section 14.2).
         """
@@ -567,6 +570,8 @@ class Connection:
             details["event_id"] = event_id
         if event_type is not None:
             details["event_type"] = event_type
+        if field:
+            details["field"] = field
         if code == "version_mismatch":
             return ev.ResponseErrorEvent(
                 session_id=session_id,
@@ -599,6 +604,7 @@ class Connection:
                 sid if sid in self._sessions else None,
                 event.event_id,
                 event.type,
+                err.field,
             )
         return err
 
@@ -606,7 +612,7 @@ class Connection:
         """Attach and queue the error event owed to the peer."""
         if self.our_role is Role.SERVER and err.reply is None:
             err.reply = self._reply_for(
-                err.code, err.message, err.session_id, err.event_id, event_type
+                err.code, err.message, err.session_id, err.event_id, event_type, err.field
             )
         if err.reply is not None:
             self._outbox.append(self._encode_reply(err.reply))
@@ -632,6 +638,7 @@ class Connection:
                 code=err.code,
                 session_id=event.session_id if event.session_id in self._sessions else None,
                 event_id=event.event_id,
+                field=err.field,
             ) from None
 
     def _step(self, event: ev.Event, sender: Role) -> tuple[ev.Event, dict[str, Any] | None]:
@@ -696,8 +703,10 @@ class Connection:
             session = self._sessions.get(sid)
             if session is None:
                 if sid in self._ended:
-                    raise _refuse("session_ended", f"session {sid!r} has ended")
-                raise _refuse("unknown_session", f"no session {sid!r} on this connection")
+                    raise _refuse("session_ended", f"session {sid!r} has ended", "session_id")
+                raise _refuse(
+                    "unknown_session", f"no session {sid!r} on this connection", "session_id"
+                )
             return session
         sessions = self._sessions
         if len(sessions) == 1:
@@ -727,7 +736,7 @@ class Connection:
             )
         sid = event.session_id
         if sid is not None and (sid in self._sessions or sid in self._ended):
-            raise _refuse("duplicate_session", f"session {sid!r} already exists")
+            raise _refuse("duplicate_session", f"session {sid!r} already exists", "session_id")
         ours = _major(self.config.uamp_version)
         if _major(event.uamp_version) != ours and self.our_role is Role.SERVER:
             raise RemoteProtocolError(
@@ -736,6 +745,7 @@ class Connection:
                 code="version_mismatch",
                 session_id=sid,
                 event_id=event.event_id,
+                field="uamp_version",
             )
         window: int | None = None
         if event.session.extensions:
@@ -910,7 +920,7 @@ class Connection:
                 reason=getattr(event, "reason", None),
             )
         except ProtocolError as exc:
-            raise _refuse(exc.code, exc.message) from None
+            raise _refuse(exc.code, exc.message, exc.field) from None
 
     @staticmethod
     def _join_chat(session: SessionContext, chat: str) -> None:
@@ -1013,6 +1023,7 @@ class Connection:
                 "unknown_response",
                 f"response_id {response_id!r} is not the session's current response "
                 f"{tracker.response_id!r}",
+                "response_id",
             )
         stamps: dict[str, Any] | None = None
         if etype == "response.create":

@@ -71,6 +71,9 @@ class ProtocolError(UampError):
         session_id: The session the error belongs to, or ``None`` when it
             concerns the whole connection.
         event_id: The ``event_id`` of the offending event, when known.
+        field: The dotted path of the offending field (``session.modalities``,
+            ``session_id``), when one field is to blame; a server's reply
+            carries it as ``details.field``.
         reply: The error event a server answers the violation with (set
             when the client broke the rule, on either side: a client's
             refused ``send`` carries what the server would have said), or
@@ -81,6 +84,7 @@ class ProtocolError(UampError):
     code: str = attrs.field(default="protocol_error", kw_only=True)
     session_id: str | None = attrs.field(default=None, kw_only=True)
     event_id: str | None = attrs.field(default=None, kw_only=True)
+    field: str | None = attrs.field(default=None, kw_only=True)
     reply: Any = attrs.field(default=None, kw_only=True)
 
 

@@ -185,7 +185,9 @@ class Call:
             self.call_id = call_id  # the answer names the call the invite left unnamed
         elif self.state is not _C.IDLE and call_id is not None and call_id != self.call_id:
             raise ProtocolError(
-                f"call {call_id!r} is not this session's call {self.call_id!r}", code="unknown_call"
+                f"call {call_id!r} is not this session's call {self.call_id!r}",
+                code="unknown_call",
+                field="call_id",
             )
         duration = None
         if etype == "voice.invite":

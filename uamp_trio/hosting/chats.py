@@ -345,6 +345,7 @@ class ChatHub:
                     "rate_limited",
                     f"{room.answering} agents are answering in chat {room.chat_id!r} already; "
                     f"{agent!r} does not answer this message",
+                    {"limit": self.limits.max_answers, "agent": agent, "chat_id": room.chat_id},
                 )
                 continue
             room.answering += 1
@@ -610,7 +611,12 @@ class ChatLink:
         if state is None:
             state = self._sessions[session_id] = _ChatSession()
         if len(state.queue) >= self.hub.limits.queued_chat_events:
-            self.tell(session_id, "rate_limited", "too many chat events are waiting; slow down")
+            self.tell(
+                session_id,
+                "rate_limited",
+                "too many chat events are waiting; slow down",
+                {"limit": self.hub.limits.queued_chat_events, "event_type": kind},
+            )
             return
         state.queue.append((kind, payload))
         if not state.worker:

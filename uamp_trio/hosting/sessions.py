@@ -586,9 +586,13 @@ class _PayingAgent(WrappedAgent):
             request = retry
 
 
-def _error(session_id: str | None, code: str, message: str) -> ev.SessionErrorEvent:
+def _error(
+    session_id: str | None, code: str, message: str, field: str | None = None
+) -> ev.SessionErrorEvent:
+    """``session.error``; ``field`` names the offending field in ``details.field`` (6.3)."""
+    details = {"field": field} if field else None
     return ev.SessionErrorEvent(
-        session_id=session_id, error=ty.ErrorInfo(code=code, message=message)
+        session_id=session_id, error=ty.ErrorInfo(code=code, message=message, details=details)
     )
 
 
@@ -1070,7 +1074,7 @@ class SessionHost:
         found = self._resolve(event.agent)
         if isinstance(found, tuple):
             self.refusal = found
-            self._owe(_error(sid, *found))  # the session ends in the core: never created
+            self._owe(_error(sid, *found, "agent"))  # the session ends in the core: never created
             return
         auth = self._app.authenticator if self._app is not None else None
         token = event.token
@@ -1096,7 +1100,7 @@ class SessionHost:
         if token is None:
             # The upgrade presented no token: each session must bring its own.
             self.refusal = ("unauthorized", "session.create needs a token on this connection")
-            self._owe(_error(sid, *self.refusal))
+            self._owe(_error(sid, *self.refusal, "token"))
             return
         session = _Session(sid, found, SESSION_AUTH)
         session.verifying = trio.Event()
@@ -1413,7 +1417,7 @@ class SessionHost:
                 return  # ended while it was being verified
             if principal is None:
                 self.refusal = ("unauthorized", reason)
-                self._owe(_error(session.id, "unauthorized", reason))  # ends it in the core
+                self._owe(_error(session.id, "unauthorized", reason, "token"))  # ends it
                 self._drop(session.id)
                 return
             session.principal, session.token = principal, token
@@ -1450,7 +1454,7 @@ class SessionHost:
             if reason:
                 if ctx is not None:
                     ctx.token = session.token  # the refused token is not the session's
-                self._owe(_error(session.id, "unauthorized", reason))
+                self._owe(_error(session.id, "unauthorized", reason, "token"))
                 return
             session.principal, session.token = principal, token
             self._owe(ev.SessionUpdated(session_id=session.id))
@@ -1479,7 +1483,7 @@ class SessionHost:
         else:
             agent = self._resolve(event.model)
         if isinstance(agent, tuple):
-            self._owe(_error(None, *agent))
+            self._owe(_error(None, *agent, "model"))
             return
         sid = session.id if session is not None else None
         ctx = self.conn.sessions.get(sid) if sid is not None else None

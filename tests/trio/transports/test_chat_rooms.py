@@ -581,3 +581,79 @@ async def test_the_answering_agent_gets_the_context_and_the_room() -> None:
     assert request.client_capabilities.modalities == ["text"]
     assert request.client_capabilities.widgets == ["table"]
     assert [(m.role, m.text) for m in request.messages] == [("user", "hi")]
+
+
+# --- refusals for a rate (UAMP 6.3 rate_limited) ------------------------------------------
+
+
+async def test_answers_past_the_rooms_limit_are_refused_rate_limited() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serving([DemoAgent(), DemoAgent("helper")], chat_limits=ChatLimits(max_answers=1))
+            as host,
+            open_ws(f"ws://{host}/ws") as ws,
+        ):
+            r = Reader(ws)
+            one = await r.join("ann", agent="demo", chat="busy", settings={"respond": "every"})
+            await r.join("ann", agent="helper", chat="busy")
+            await r.expect(one, [("presence.online", "demo"), ("presence.online", "helper")])
+            await send(ws, type="input.text", text="hi", session_id=one)
+            got = await r.take(one, 2)
+            assert summary(got[0]) == ("message.created", 1, "ann", "hi")
+            refused = got[1]
+            assert summary(refused) == ("session.error", "rate_limited")
+            assert refused["error"]["details"] == {"limit": 1, "agent": "helper", "chat_id": "busy"}
+            # One agent answers; the room goes on.
+            await r.expect(
+                one,
+                [
+                    ("presence.typing", "demo", True),
+                    ("response.created", "demo"),
+                    ("response.delta", "You "),
+                    ("response.delta", "said: "),
+                    ("response.delta", "hi"),
+                    ("usage.delta", "demo"),
+                    ("response.done", "demo"),
+                    ("presence.typing", "demo", False),
+                    ("message.created", 2, "demo", "You said: hi"),
+                ],
+            )
+
+
+async def test_a_flood_of_chat_events_is_refused_rate_limited() -> None:
+    limits = ChatLimits(queued_chat_events=3)
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serving(chat_limits=limits) as host,
+            open_ws(f"ws://{host}/agents/demo/uamp") as ws,
+        ):
+            w = Reader(ws)
+            alice = await join(ws, "alice")
+            await w.take(alice, 1)
+            async with httpx.AsyncClient(base_url=f"http://{host}/agents/demo") as http:
+                create = {**wire.CREATE, "chat": "room", "session": {"modalities": ["text"]}}
+                resp = await wire.post(http, create)
+                sid = resp.headers["x-session-id"]
+                async with wire.open_stream(http, sid) as stream:
+                    await stream.until("capabilities")
+                    # Ten messages in one POST: all reach the server before its
+                    # chat task takes the first, so past 3 waiting they are refused.
+                    flood = [{"type": "input.text", "text": f"m{n}"} for n in range(10)]
+                    await wire.post(http, flood, sid)
+                    errors = []
+                    while len(errors) < 10 - 3:
+                        event = await stream.next()
+                        if event["type"] == "session.error":
+                            errors.append(event)
+                    for error in errors:
+                        assert error["error"]["code"] == "rate_limited"
+                        assert error["error"]["details"] == {"limit": 3, "event_type": "say"}
+                    # What was queued was posted, in order; the session goes on.
+                    await wire.post(http, {"type": "input.text", "text": "after"}, sid)
+                    got = await w.take(alice, 5)
+                    assert [summary(e)[3] for e in got if e["type"] == "message.created"] == [
+                        "m0",
+                        "m1",
+                        "m2",
+                        "after",
+                    ]

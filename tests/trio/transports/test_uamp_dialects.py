@@ -164,11 +164,79 @@ async def test_a_refused_session_create_names_the_field_and_the_connection_goes_
             assert error["type"] == "session.error"
             assert error["error"]["code"] == "invalid_event"
             assert f"'{field}'" in error["error"]["message"]
-            assert error["error"]["details"] == {"event_id": bad_id, "event_type": "session.create"}
+            assert error["error"]["details"] == {
+                "event_id": bad_id,
+                "event_type": "session.create",
+                "field": field,
+            }
             assert_uuid_ids([error])
             # The peer keeps working: a good session.create on the same socket.
             await raw(ws, {"type": "session.create", "session": {}})
             assert (await recv(ws))["type"] == "session.created"
+
+
+#: Refusals after a good session.create, each naming the field to blame:
+#: (label, the event, the error event's type, its code, details.field).
+FIELD_REFUSALS: list[tuple[str, dict[str, Any], str, str, str]] = [
+    (
+        "unknown session",
+        {"type": "input.text", "text": "x", "session_id": "sess_nope"},
+        "session.error",
+        "unknown_session",
+        "session_id",
+    ),
+    (
+        "a second session for another agent",
+        {"type": "session.create", "uamp_version": "1.0", "agent": "nobody", "session": {}},
+        "session.error",
+        "agent_not_found",
+        "agent",
+    ),
+    (
+        "an unsupported major version",
+        {"type": "session.create", "uamp_version": "2.0", "session": {}},
+        "response.error",
+        "version_mismatch",
+        "uamp_version",
+    ),
+    (
+        "a text without its text",
+        {"type": "input.text", "role": "user"},
+        "session.error",
+        "invalid_event",
+        "text",
+    ),
+    (
+        "ending another call",
+        {"type": "voice.end", "call_id": "call_other"},
+        "session.error",
+        "unknown_call",
+        "call_id",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "event", "etype", "code", "field"),
+    FIELD_REFUSALS,
+    ids=[r[0] for r in FIELD_REFUSALS],
+)
+async def test_refusals_name_the_field_in_details(
+    label: str, event: dict[str, Any], etype: str, code: str, field: str
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving([DemoAgent()]) as base, open_ws(base + "/agents/demo/uamp") as ws:
+            await wire.create_session(ws)
+            if code == "unknown_call":  # a call to end, under another id
+                await send(ws, type="voice.invite", call_id="call_mine")
+                assert (await recv(ws))["type"] == "voice.accept"
+            await raw(ws, event)
+            error = await recv(ws)
+            assert (error["type"], error["error"]["code"]) == (etype, code)
+            assert error["error"]["details"]["field"] == field
+            # The session goes on.
+            await wire.ask(ws, "still here")
+            assert texts(await until(ws, "response.done")) == "You said: still here"
 
 
 # --- capabilities and context reach the agent -----------------------------------------
