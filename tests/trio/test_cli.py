@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import httpx
 import pytest
 
 from tests._support.cli import spawn_serve, uamp
-from uamp_trio.cli import load_agent
+from uamp_trio.cli import FULL_COLLECTION_EVERY, load_agent, settle_garbage_collector
 
 STARTUP = 15.0
 
@@ -139,3 +140,16 @@ def test_serve_mounts_the_uamp_websocket_too() -> None:
         assert re.search(r"UAMP WebSocket: ws://127\.0\.0\.1:\d+/agents/demo/uamp", text), text
     finally:
         assert stop(proc, signal.SIGINT) == 0
+
+
+def test_serve_settles_the_garbage_collector() -> None:
+    """Start-up objects are frozen and full collections are considered ten times less often."""
+    before = gc.get_threshold()
+    assert before[2] < FULL_COLLECTION_EVERY
+    try:
+        settle_garbage_collector()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_EVERY)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
