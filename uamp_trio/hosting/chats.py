@@ -20,9 +20,20 @@ its connection's outbox with :meth:`Outbox.push
 <uamp_trio.hosting.sessions.Outbox.push>`, which never waits: fan-out
 costs the poster nothing whatever the others' connections do.
 
-Order: a message gets its sequence number, is stored and is fanned out
-under the room's lock, so every participant sees the same order, the
-sender included (its copy tells it the number and id).
+Order: everything a participant hears of a room goes through the room's
+feed (:meth:`ChatStore.publish <uamp_trio.stores.chats.ChatStore.publish>`):
+arrivals, departures, messages, read marks, typing, the agents' answers.
+Each process applies the feed's entries in the feed's order to its
+:class:`Room` -- a copy of the room: who is present, the recent messages,
+the read marks -- and delivers them to its own participants
+(:meth:`ChatHub._apply`). With one process the feed is applied at once;
+with a shared store (``--store redis://``) participants connected to
+different processes are in one room and hear the same events in the same
+order. A message gets its sequence number from the store as it enters the
+feed (:meth:`ChatStore.post <uamp_trio.stores.chats.ChatStore.post>`), so
+numbers and order agree, the sender's copy included (it tells it the number
+and id). A newcomer is sent who is here, the history and the read marks as
+they are when its own arrival is applied, then everything after.
 
 Agents: the agent of each participating session is in the room too (its
 presence follows its sessions). When the room's :class:`AnswerPolicy
@@ -46,6 +57,7 @@ nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -74,7 +86,7 @@ from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
-from ..stores.chats import ChatKey, ChatRecord, ChatStore, StoredMessage
+from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
 from .turns import ResponseRunner
 
 if TYPE_CHECKING:
@@ -130,16 +142,23 @@ class _Member:
 
     @property
     def key(self) -> str:
-        return f"{id(self.link)}:{self.session_id}"
+        return self.link.member_key(self.session_id)
 
 
 class Room:
-    """A room with someone connected in this process."""
+    """A room with someone connected in this process: this process's copy of it."""
 
-    def __init__(self, record: ChatRecord, recent: list[StoredMessage], limits: ChatLimits) -> None:
+    def __init__(self, state: RoomState, limits: ChatLimits) -> None:
+        record, recent = state.record, state.recent
         self.record = record
         self.roster = Roster()
+        for participants in state.present.values():
+            for fields in participants:
+                self.roster.join(Participant(**fields))
+        #: This process's participating sessions.
         self.members: dict[str, _Member] = {}
+        #: Those whose arrival is not applied yet.
+        self.pending: dict[str, _Member] = {}
         self.typing = TypingGate(limits.typing_interval, limits.typing_timeout)
         self.reads = ReadState(record.reads)
         self.policy = AnswerPolicy.from_json(record.policy)
@@ -180,6 +199,8 @@ class ChatHub:
         self.limits = limits or ChatLimits()
         self.clock = clock
         self.rooms: dict[ChatKey, Room] = {}
+        #: This hub's part of member keys (unique across processes sharing a store).
+        self.node = uuid.uuid4().hex[:12]
         self._joining = trio.Lock()
         #: Calls between two people in a room: call id -> (caller, callee, chat id).
         self.calls: dict[str, tuple[_Member, _Member, str]] = {}
@@ -217,8 +238,11 @@ class ChatHub:
                 )
             room = self.rooms.get(record.key)
             if room is None:
-                recent = await self.store.history(record.key, limit=self.limits.history)
-                room = self.rooms[record.key] = Room(record, recent, self.limits)
+                self.store.ensure_running(self.host.background)
+                deliver = functools.partial(self._apply, record.key)
+                keep = max(self.limits.history, AGENT_CONTEXT)
+                state = await self.store.open_room(record, deliver, keep)
+                room = self.rooms[record.key] = Room(state, self.limits)
             if record.owner == member.principal.key and (policy or members is not None):
                 # The owner's settings on a later join change the room's.
                 if policy is not None:
@@ -237,22 +261,34 @@ class ChatHub:
         agent = Participant(
             member=member.key + "/agent", user_id=member.agent, username=member.agent, kind="agent"
         )
+        room.pending[member.key] = member
+        participants = (attrs.asdict(joiner), attrs.asdict(agent))
+        entry = RoomEntry(kind="arrive", member=member.key, participants=participants)
+        self.store.publish(room.key, entry)
+
+    def _arrived(self, room: Room, entry: RoomEntry) -> None:
+        """Apply an arrival: a newcomer of this process gets its snapshot; presence to all."""
+        member = room.pending.pop(entry.member, None)
         chat_id = room.chat_id
-        # What the newcomer is owed: who is here, the history, the read marks.
-        snapshot: list[ev.Event] = [
-            ev.PresenceOnline(user_id=p.user_id, username=p.username, chat_id=chat_id)
-            for p in room.roster.online()
-            if p.user_id != member.user_id
-        ]
-        snapshot.extend(self._created(room, m) for m in list(room.recent)[-self.limits.history :])
-        snapshot.extend(
-            ev.MessageRead(chat_id=chat_id, user_id=user, seq=seq)
-            for user, seq in room.reads.items()
-        )
-        room.members[member.key] = member
-        for participant in (joiner, agent):
+        snapshot: list[ev.Event] = []
+        if member is not None:
+            # What the newcomer is owed: who is here, the history, the read marks.
+            snapshot.extend(
+                ev.PresenceOnline(user_id=p.user_id, username=p.username, chat_id=chat_id)
+                for p in room.roster.online()
+                if p.user_id != member.user_id
+            )
+            recent = list(room.recent)[-self.limits.history :]
+            snapshot.extend(self._created(room, m) for m in recent)
+            snapshot.extend(
+                ev.MessageRead(chat_id=chat_id, user_id=user, seq=seq)
+                for user, seq in room.reads.items()
+            )
+            room.members[member.key] = member
+        for fields in entry.participants:
+            participant = Participant(**fields)
             if room.roster.join(participant):
-                self.broadcast(
+                self._fan_out(
                     room,
                     ev.PresenceOnline(
                         user_id=participant.user_id,
@@ -261,36 +297,70 @@ class ChatHub:
                     ),
                     skip_user=participant.user_id,
                 )
-        for event in snapshot:
-            member.link.deliver(member.session_id, event)
+        if member is not None:
+            for event in snapshot:
+                member.link.deliver(member.session_id, event)
 
     def leave(self, room: Room, member: _Member) -> None:
         """Take ``member`` out of ``room``; ``presence.offline`` for a user or agent now gone."""
-        if room.members.pop(member.key, None) is None:
+        here = room.members.pop(member.key, None) or room.pending.pop(member.key, None)
+        if here is None:
             return
         call_id = self._call_of.get(member.key)
         if call_id is not None and self.calls[call_id][2] == room.chat_id:
             self._relay(call_id, member, ev.VoiceEnd(call_id=call_id, reason="left"))
             self._hang_up(call_id)
-        chat_id = room.chat_id
-        for key in (member.key, member.key + "/agent"):
+        self.store.publish(room.key, RoomEntry(kind="leave", member=member.key))
+        if not (room.members or room.pending) and self.rooms.get(room.key) is room:
+            del self.rooms[room.key]
+            self.store.close_room(room.key)
+
+    def _left(self, room: Room, member_key: str) -> None:
+        """Apply a departure: ``presence.offline`` for a user or agent now gone."""
+        for key in (member_key, member_key + "/agent"):
             left, offline = room.roster.leave(key)
             if left is None or not offline:
                 continue
             if left.kind == "user":
+                # Only the process that holds the user's typing state has any to clear.
                 for user, typing in room.typing.clear(left.user_id, 0.0):
                     self._typing_event(room, user, typing)
-            self.broadcast(
+            self._fan_out(
                 room,
-                ev.PresenceOffline(user_id=left.user_id, username=left.username, chat_id=chat_id),
+                ev.PresenceOffline(
+                    user_id=left.user_id, username=left.username, chat_id=room.chat_id
+                ),
             )
-        if not room.members and self.rooms.get(room.key) is room:
-            del self.rooms[room.key]
+
+    def _apply(self, key: ChatKey, entry: RoomEntry) -> None:
+        """Apply one entry of a room's feed to this process's copy and participants."""
+        room = self.rooms.get(key)
+        if room is None:
+            return
+        if entry.kind == "arrive":
+            self._arrived(room, entry)
+        elif entry.kind == "leave":
+            self._left(room, entry.member)
+        elif entry.kind == "message" and entry.message is not None:
+            stored = entry.message
+            room.recent.append(stored)
+            room.record.last_seq = max(room.record.last_seq, stored.seq)
+            self._fan_out(room, self._created(room, stored))
+        elif entry.kind == "read" and entry.event is not None:
+            room.reads.mark(entry.user, entry.seq, max(room.record.last_seq, entry.seq))
+            room.record.reads = room.reads.as_dict()
+            self._fan_out(room, entry.event, skip_user=entry.skip_user)
+        elif entry.event is not None:
+            self._fan_out(room, entry.event, skip_user=entry.skip_user)
 
     # --- fan-out ----------------------------------------------------------------------
 
     def broadcast(self, room: Room, event: ev.Event, *, skip_user: str | None = None) -> None:
-        """Send ``event`` to every participant (not to ``skip_user``'s sessions)."""
+        """Send ``event`` to every participant (not to ``skip_user``'s sessions), via the feed."""
+        self.store.publish(room.key, RoomEntry(kind="event", event=event, skip_user=skip_user))
+
+    def _fan_out(self, room: Room, event: ev.Event, *, skip_user: str | None = None) -> None:
+        """Write ``event`` to this process's participants (not to ``skip_user``'s sessions)."""
         dropped = []
         for member in list(room.members.values()):
             if skip_user is not None and member.user_id == skip_user:
@@ -314,20 +384,15 @@ class ChatHub:
 
     async def post(self, room: Room, sender: ty.ChatSender, message: ty.Message) -> StoredMessage:
         """Number, store and fan out one message; returns it as stored."""
+        fresh = StoredMessage(
+            seq=0,  # the store numbers it
+            message_id=f"msg_{uuid.uuid4().hex}",
+            sender=unstructure(sender),
+            message=unstructure(message),
+            created_at=self.clock(),
+        )
         async with room.lock:
-            stored = StoredMessage(
-                seq=room.record.last_seq + 1,
-                message_id=f"msg_{uuid.uuid4().hex}",
-                sender=unstructure(sender),
-                message=unstructure(message),
-                created_at=self.clock(),
-            )
-            await self.store.append(room.key, stored)
-            room.record.last_seq = stored.seq
-            room.recent.append(stored)
-            self.broadcast(room, self._created(room, stored))
-            await self.store.save(room.record)
-        return stored
+            return await self.store.post(room.record, fresh)
 
     async def say(self, room: Room, member: _Member, event: ev.InputText) -> None:
         """A participant's ``input.text`` into the room; agents answer per the room's policy."""
@@ -407,17 +472,17 @@ class ChatHub:
             return
         room.record.reads = room.reads.as_dict()
         message_id = next((m.message_id for m in room.recent if m.seq == seq), event.message_id)
-        self.broadcast(
-            room,
-            ev.MessageRead(
-                chat_id=room.chat_id,
-                user_id=member.user_id,
-                seq=seq,
-                message_id=message_id,
-                read_at=self.clock(),
-            ),
-            skip_user=member.user_id,
+        told = ev.MessageRead(
+            chat_id=room.chat_id,
+            user_id=member.user_id,
+            seq=seq,
+            message_id=message_id,
+            read_at=self.clock(),
         )
+        entry = RoomEntry(
+            kind="read", user=member.user_id, seq=seq, event=told, skip_user=member.user_id
+        )
+        self.store.publish(room.key, entry)
         await self.store.save(room.record)
 
     # --- calls between people (docs/voice.md) -----------------------------------------
@@ -450,7 +515,7 @@ class ChatHub:
 
     def call_event(self, link: ChatLink, session_id: str, event: ev.Event) -> bool:
         """Pass a call event (or audio) of a session in a call to the other side, or ``False``."""
-        key = f"{id(link)}:{session_id}"
+        key = link.member_key(session_id)
         call_id = self._call_of.get(key)
         if call_id is None:
             return False
@@ -489,9 +554,12 @@ class ChatHub:
 
     # --- agents -----------------------------------------------------------------------
 
-    def _conversation(self, room: Room, agent: str) -> list[ty.Message]:
+    def _conversation(self, room: Room, agent: str, trigger: StoredMessage) -> list[ty.Message]:
+        recent = list(room.recent)
+        if all(m.seq != trigger.seq for m in recent):  # not back through the feed yet
+            recent = sorted([*recent, trigger], key=lambda m: m.seq)
         out = []
-        for stored in list(room.recent)[-AGENT_CONTEXT:]:
+        for stored in recent[-AGENT_CONTEXT:]:
             message = from_dict(ty.Message, stored.message)
             mine = stored.sender.get("kind") == "agent" and stored.sender.get("id") == agent
             out.append(attrs.evolve(message, role="assistant") if mine else message)
@@ -542,7 +610,7 @@ class ChatHub:
             agent=name,
             session_id=poster.session_id,
             response_id=response_id,
-            messages=self._conversation(room, name),
+            messages=self._conversation(room, name, trigger),
             token=token,
             payment_token=payment_token,
             metadata={
@@ -597,6 +665,10 @@ class ChatLink:
         self._sessions: dict[str, _ChatSession] = {}
         self._warned = False
         self._dropped = False
+
+    def member_key(self, session_id: str) -> str:
+        """The key of ``session_id`` in its rooms (unique across processes)."""
+        return f"{self.hub.node}:{id(self)}:{session_id}"
 
     @property
     def active(self) -> bool:

@@ -4,10 +4,21 @@ Theory of operation
 -------------------
 :class:`ChatStore` is the small interface; :class:`MemoryChatStore` (the
 default) and :class:`~uamp_trio.stores.chats_sqlite.SqliteChatStore`
-(survives a restart) implement it, and a distributed one can be added
-behind the same five calls. The live side of a room -- who is connected,
-typing, fan-out -- is not stored: it lives in the process
-(:mod:`uamp_trio.hosting.chats`).
+(survives a restart) and
+:class:`~uamp_trio.stores.chats_redis.RedisChatStore` (several processes
+on one Redis) implement it. Who is connected and typing lives in the
+processes (:mod:`uamp_trio.hosting.chats`).
+
+The room feed: every change of a room a participant should hear of -- a
+session arriving or leaving, a message, a read mark, any other room event
+-- is a :class:`RoomEntry`, :meth:`ChatStore.publish` ed to the room's feed
+(it never waits). Each process that has the room open
+(:meth:`ChatStore.open_room`) applies the feed's entries in one order, the
+same in every process, to its copy of the room and delivers them to its own
+participants. A store kept by one process (memory, SQLite) applies each
+entry at once, in the publishing call; the Redis store carries them on a
+Redis Stream per room. :meth:`ChatStore.post` numbers, stores and publishes
+a message in one step, so message numbers and feed order agree.
 
 Ownership (docs/security.md): a room is stored under its owner's principal
 key and its id (:data:`ChatKey`), and lists who else may join it
@@ -26,13 +37,24 @@ from __future__ import annotations
 
 import abc
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
+import trio
 
+from uamp_proto import events as ev
 from uamp_proto.principal import Principal
 
-__all__ = ["ChatKey", "ChatRecord", "ChatStore", "MemoryChatStore", "StoredMessage"]
+__all__ = [
+    "ChatKey",
+    "ChatRecord",
+    "ChatStore",
+    "MemoryChatStore",
+    "RoomEntry",
+    "RoomState",
+    "StoredMessage",
+]
 
 #: A room: ``(owner's principal key, chat id)``.
 ChatKey = tuple[tuple[str, str], str]
@@ -110,6 +132,48 @@ class StoredMessage:
         return attrs.asdict(self)
 
 
+@attrs.frozen(kw_only=True)
+class RoomEntry:
+    """One change of a room on its feed (see the module docstring).
+
+    Attributes:
+        kind: ``arrive`` (``member`` joined, as ``participants``),
+            ``leave`` (``member`` left), ``message`` (``message`` was
+            stored), ``read`` (``user`` read up to ``seq``; ``event`` tells
+            the others) or ``event`` (``event`` for everyone).
+        member: The participating session (a key unique across processes).
+        participants: Who ``member`` brings: the person, then its agent
+            (:class:`uamp_proto.chat.Participant` fields as JSON).
+        message: The stored message.
+        event: A UAMP event for the room.
+        skip_user: A user whose sessions are not sent ``event``.
+        user: Who read.
+        seq: Up to which message.
+    """
+
+    kind: str
+    member: str = ""
+    participants: tuple[dict[str, Any], ...] = ()
+    message: StoredMessage | None = None
+    event: ev.Event | None = None
+    skip_user: str | None = None
+    user: str = ""
+    seq: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class RoomState:
+    """A room as a process starts following it: its record, newest messages, who is in it."""
+
+    record: ChatRecord
+    recent: list[StoredMessage]
+    present: dict[str, tuple[dict[str, Any], ...]] = attrs.field(factory=dict)
+
+
+#: Where a process applies a room's feed entries.
+Deliver = Callable[[RoomEntry], None]
+
+
 class ChatStore(abc.ABC):
     """Where rooms and their messages are kept; see the module docstring.
 
@@ -121,6 +185,7 @@ class ChatStore(abc.ABC):
         if max_messages < 1:
             raise ValueError("max_messages must be at least 1")
         self.max_messages = max_messages
+        self._room_feeds: dict[ChatKey, Deliver] = {}
 
     @abc.abstractmethod
     async def find(self, principal: Principal, chat_id: str) -> ChatRecord | None:
@@ -141,6 +206,39 @@ class ChatStore(abc.ABC):
     @abc.abstractmethod
     async def history(self, key: ChatKey, after: int = 0, limit: int = 100) -> list[StoredMessage]:
         """The last ``limit`` messages with ``seq > after``, oldest first."""
+
+    # --- the room feed (one process: applied at once) ------------------------------
+
+    async def open_room(self, record: ChatRecord, deliver: Deliver, history: int) -> RoomState:
+        """Follow ``record`` 's room: ``deliver`` gets each entry published from now on."""
+        self._room_feeds[record.key] = deliver
+        return RoomState(record=record, recent=await self.history(record.key, limit=history))
+
+    def close_room(self, key: ChatKey) -> None:
+        """Stop following the room ``key``."""
+        self._room_feeds.pop(key, None)
+
+    def publish(self, key: ChatKey, entry: RoomEntry) -> None:
+        """Add ``entry`` to the room's feed; never waits."""
+        deliver = self._room_feeds.get(key)
+        if deliver is not None:
+            deliver(entry)
+
+    async def post(self, record: ChatRecord, message: StoredMessage) -> StoredMessage:
+        """Number ``message`` (``last_seq + 1``), store and publish it; the caller holds the room.
+
+        A shared store numbers it in the store instead: ``record.last_seq``
+        is only this process's view there.
+        """
+        stored = attrs.evolve(message, seq=record.last_seq + 1)
+        await self.append(record.key, stored)
+        record.last_seq = stored.seq
+        await self.save(record)
+        self.publish(record.key, RoomEntry(kind="message", message=stored))
+        return stored
+
+    def ensure_running(self, nursery: trio.Nursery | None) -> None:  # noqa: B027 - optional
+        """Start what carries the feeds between processes (a shared store)."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional for stores holding nothing open
         """Release what the store holds open."""
