@@ -201,13 +201,6 @@ def _bridge(obj: Any, label: str) -> Responder:
     return serve_agent(obj, name=obj.name or label)
 
 
-def _chat_store(where: str) -> str:
-    """Where ``--store WHERE`` keeps chat rooms: that SQLite file, else memory (docs/chat.md)."""
-    if where == "memory" or where.startswith(("redis://", "rediss://", "unix://")):
-        return "memory"
-    return where
-
-
 def default_agent() -> Responder:
     """What ``uamp serve`` and ``uamp acp`` host without ``--agent``: the UAP demo agent.
 
@@ -419,8 +412,8 @@ def _add_serve(sub: Any) -> None:
         default="memory",
         metavar="WHERE",
         help="where session event logs and chat rooms live: memory (default), a SQLite file "
-        "path (survives restarts), or redis://HOST:PORT/DB (event logs and A2A tasks shared by "
-        "several uamp serve processes; chat rooms stay in each process's memory)",
+        "path (survives restarts), or redis://HOST:PORT/DB (event logs, A2A tasks and chat "
+        "rooms shared by several uamp serve processes)",
     )
     store.add_argument(
         "--retention-events",
@@ -698,7 +691,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             stores=Stores(
                 a2a_tasks=tasks,
                 event_log=open_event_log(args.store, retention),
-                chats=open_chat_store(_chat_store(args.store)),
+                chats=open_chat_store(args.store),
             ),
             access_log=args.access_log,
             metrics=args.metrics,

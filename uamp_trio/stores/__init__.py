@@ -7,7 +7,7 @@ small interface a database-backed store can implement: A2A tasks
 HTTP+SSE sessions (:mod:`.sessions`), the server-side tool rounds of
 Chat Completions turns (:mod:`.tool_rounds`), the event logs of resumable
 UAMP sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams) and
-chat rooms (:mod:`.chats`: in memory or SQLite). :class:`Stores` is the set the
+chat rooms (:mod:`.chats`: in memory, SQLite or Redis). :class:`Stores` is the set the
 composition root creates once per app and hands to the transports; no
 transport creates one of its own.
 
@@ -64,9 +64,13 @@ def open_event_log(where: str = "memory", retention: Retention | None = None) ->
 
 
 def open_chat_store(where: str = "memory") -> ChatStore:
-    """The chat store named by ``where``: ``memory``, or a SQLite path (``sqlite:PATH``)."""
+    """The chat store named by ``where``: ``memory``, ``redis://HOST:PORT/DB``, or a SQLite path."""
     if where == "memory":
         return MemoryChatStore()
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        from .chats_redis import RedisChatStore
+
+        return RedisChatStore(where)
     from .chats_sqlite import SqliteChatStore
 
     return SqliteChatStore(where.removeprefix("sqlite:"))

@@ -52,5 +52,7 @@ class BackgroundLoop:
 async def _logged(run: Callable[[], Awaitable[None]], what: str) -> None:
     try:
         await run()
-    except Exception:  # a system task must never raise
+    except trio.Cancelled:
+        raise
+    except BaseException:  # a system task must never raise (e.g. its client closed at exit)
         log.exception("%s failed", what)

@@ -1,10 +1,12 @@
-"""Every chat store (memory, SQLite) keeps the same promises: one parametrised suite."""
+"""Every chat store (memory, SQLite, Redis) keeps the same promises: one parametrised suite."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,14 @@ from hypothesis import strategies as st
 
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_trio.stores import Stores, open_chat_store
-from uamp_trio.stores.chats import ChatRecord, ChatStore, MemoryChatStore, StoredMessage
+from uamp_trio.stores.chats import (
+    ChatRecord,
+    ChatStore,
+    MemoryChatStore,
+    RoomEntry,
+    StoredMessage,
+)
+from uamp_trio.stores.chats_redis import RedisChatStore
 from uamp_trio.stores.chats_sqlite import SqliteChatStore
 
 ALICE = Principal(id="alice", scheme="api_key")
@@ -22,11 +31,15 @@ CAROL = Principal(id="carol", scheme="api_key")
 Make = Callable[..., ChatStore]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Make:
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+
     def make(max_messages: int = 10_000, name: str = "chats") -> ChatStore:
         if request.param == "memory":
             return MemoryChatStore(max_messages)
+        if request.param == "redis":
+            return RedisChatStore(url, max_messages, prefix=uuid.uuid4().hex)
         return SqliteChatStore(tmp_path / f"{name}.db", max_messages)
 
     return make
@@ -126,15 +139,77 @@ def test_the_app_has_a_memory_chat_store_by_default() -> None:
 
 
 @pytest.mark.parametrize(
-    ("store", "chats"),
+    ("store", "kind"),
     [
-        ("memory", "memory"),
-        ("redis://127.0.0.1:6379/0", "memory"),
-        ("sessions.db", "sessions.db"),
-        ("sqlite:/tmp/x.db", "sqlite:/tmp/x.db"),
+        ("memory", MemoryChatStore),
+        ("redis://127.0.0.1:6379/0", RedisChatStore),
+        ("{tmp}/sessions.db", SqliteChatStore),
+        ("sqlite:{tmp}/x.db", SqliteChatStore),
     ],
 )
-def test_uamp_serve_store_flag_decides_where_rooms_live(store: str, chats: str) -> None:
-    from uamp_trio.cli import _chat_store
+def test_uamp_serve_store_flag_decides_where_rooms_live(
+    store: str, kind: type[ChatStore], tmp_path: Path
+) -> None:
+    """``--store`` is passed on as is: the event log and the chat rooms live in one place."""
+    chosen = open_chat_store(store.format(tmp=tmp_path))
+    assert type(chosen) is kind
 
-    assert _chat_store(store) == chats
+
+async def test_a_rooms_feed_reaches_every_process_in_one_order(redis_url: str) -> None:
+    """Two stores on one Redis are two processes: both apply the same entries in one order."""
+    prefix = uuid.uuid4().hex
+    one, two = RedisChatStore(redis_url, prefix=prefix), RedisChatStore(redis_url, prefix=prefix)
+    room = await one.create(ChatRecord(chat_id="c", owner=ALICE.key))
+    seen: dict[str, list[RoomEntry]] = {"one": [], "two": []}
+    async with trio.open_nursery() as running:
+        for name, store in (("one", one), ("two", two)):
+            store.ensure_running(running)
+            state = await store.open_room(room, seen[name].append, 10)
+            assert state.recent == [] and state.present == {}
+        await _two_processes_talk(one, two, room, seen)
+        running.cancel_scope.cancel()
+    # A process opening the room later starts from the same state.
+    three = RedisChatStore(redis_url, prefix=prefix)
+    state = await three.open_room(room, [].append, 5)
+    assert [m.seq for m in state.recent] == [36, 37, 38, 39, 40]
+    assert state.record.last_seq == 40 and state.present == {}
+    for store in (one, two, three):
+        await store.aclose()
+
+
+async def _two_processes_talk(
+    one: ChatStore, two: ChatStore, room: ChatRecord, seen: dict[str, list[RoomEntry]]
+) -> None:
+    joiner = ({"member": "m1", "user_id": "alice", "username": None, "kind": "user"},)
+    one.publish(room.key, RoomEntry(kind="arrive", member="m1", participants=joiner))
+
+    async def say(store: ChatStore, who: str) -> None:
+        for n in range(20):
+            await store.post(room, attrs.evolve(_msg(0), message_id=f"{who}{n}"))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(say, one, "a")
+            nursery.start_soon(say, two, "b")
+        one.publish(room.key, RoomEntry(kind="leave", member="m1"))
+        while min(len(seen["one"]), len(seen["two"])) < 42:
+            await trio.sleep(0.01)
+
+    def shape(entries: list[RoomEntry]) -> list[tuple[str, str, int]]:
+        return [(e.kind, e.message.message_id if e.message else e.member, e.seq) for e in entries]
+
+    assert shape(seen["one"]) == shape(seen["two"])
+    order = shape(seen["one"])
+    first_of_one = next(i for i, e in enumerate(order) if e[1] == "a0")
+    assert order.index(("arrive", "m1", 0)) < first_of_one  # one's entries keep their order
+    assert order[-1] == ("leave", "m1", 0)
+    numbers = [e.message.seq for e in seen["one"] if e.message is not None]
+    assert numbers == list(range(1, 41))  # numbered in the order they entered the feed
+    # Each store's own posts kept their order.
+    for who in "ab":
+        mine = [
+            e.message.message_id
+            for e in seen["one"]
+            if e.message and e.message.message_id[0] == who
+        ]
+        assert mine == [f"{who}{n}" for n in range(20)]
