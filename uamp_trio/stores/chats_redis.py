@@ -79,9 +79,9 @@ if kind == 'arrive' then
 elseif kind == 'leave' then
   redis.call('HDEL', p .. 'pres:' .. room, ARGV[4])
 elseif kind == 'read' then
+  -- The process that publishes it decided the mark moves on; a save may have stored it.
   local was = tonumber(redis.call('HGET', p .. 'reads:' .. room, ARGV[8]) or '0')
-  if tonumber(ARGV[9]) <= was then return 0 end
-  redis.call('HSET', p .. 'reads:' .. room, ARGV[8], ARGV[9])
+  if tonumber(ARGV[9]) > was then redis.call('HSET', p .. 'reads:' .. room, ARGV[8], ARGV[9]) end
 end
 redis.call('XADD', p .. 'feed:' .. room, 'MAXLEN', '~', ARGV[10], '*',
   'k', kind, 'm', ARGV[4], 'p', ARGV[5], 'd', ARGV[6], 's', ARGV[7], 'u', ARGV[8], 'q', ARGV[9])
