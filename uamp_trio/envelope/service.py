@@ -66,6 +66,13 @@ exchanges are kept (bounded by ``keep_finished``) for a late reader, a
 ``confirm`` and as conversation history: an ask whose ``context`` names an
 earlier exchange of the same caller (``hash`` = ``sha256:`` of that
 envelope's canonical form) continues that conversation.
+
+With a store shared between processes (Redis: ``uamp serve --workers N``
+or several servers) every accepted envelope id is claimed in the store, so a
+replay is refused in every process, and each exchange is registered under
+its caller's key with this process as owner: :meth:`EnvelopeService.remote`
+gives the stream endpoints of another process a :class:`RemoteExchange`
+that acknowledges and reads frames through the store's inbox messages.
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ from uamp_proto.adapters.envelope import (
 from uamp_proto.envelope import (
     BACKEND_BUSY,
     DEFAULT_MAX_SIZE,
+    ERROR_CODES,
     MISSING_DELTA_SEQ,
     PAYLOAD_TOO_LARGE,
     TRANSITIONS,
@@ -110,6 +118,7 @@ from uamp_proto.envelope import (
     Trigger,
     decode_delta,
     decode_envelope,
+    encode_delta,
     envelope_sha256,
 )
 from uamp_proto.envelope import Exchange as ExchangeMachine
@@ -122,6 +131,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from ..engines.http import HTTPError
 from ..hosting.host import Host
 from ..hosting.turns import ResponseRunner
+from ..stores.event_log import EventLog, Handler, LogKey
 from ..trust.envelopes import EnvelopeTrust
 from .keys import EnvelopeKey
 
@@ -161,6 +171,8 @@ MAX_NOTES: Final = 32
 _QUEUED_EVENTS: Final = 8
 #: Transport stream ids an exchange answers to besides its own (HTTP/3 readers).
 _MAX_ALIASES: Final = 16
+#: Seconds the owner of an exchange waits for new frames for another process.
+_REMOTE_WAIT: Final = 1.0
 
 _HTTP_STATUS: Final[Mapping[str, int]] = {
     "4.00": 400,
@@ -187,6 +199,8 @@ def close_code(code: str) -> int | None:
     return _CLOSE_CODES.get(code)
 
 
+#: Every code an answer from another process may carry.
+_CODES: Final[Mapping[str, ErrorCode]] = {**ERROR_CODES, "4.00": BAD_REQUEST, "4.04": NOT_FOUND}
 _BY_STATUS: Final[Mapping[int, ErrorCode]] = {
     401: UNAUTHENTICATED,
     403: UNAUTHORIZED,
@@ -293,6 +307,8 @@ class Exchange:
         #: Other names of the stream: the QUIC stream ids that carried its
         #: frames over HTTP/3 (an ack may name any of them).
         self.aliases: list[str] = []
+        #: Its key and handler in a shared store (other processes reach it).
+        self.routed: tuple[LogKey, Handler] | None = None
 
     @property
     def subscription(self) -> bool:
@@ -614,7 +630,65 @@ class EnvelopeService:
         self._remember(exchange)
         self._running[name] = self._running.get(name, 0) + 1
         target.start_soon(self._run, exchange, agent, principal, receive)
+        await self._publish(exchange, principal)
         return exchange
+
+    # --- exchanges reached from other processes (a shared store) ---------------------
+
+    async def _publish(self, exchange: Exchange, principal: Principal) -> None:
+        """With a shared store: name this process as the exchange's, and answer for it."""
+        store = self.host.stores.event_log
+        if not store.shared:
+            return
+        key = _exchange_key(principal, exchange.id)
+
+        async def handler(message: dict[str, Any]) -> dict[str, Any]:
+            return await self._serve_remote(exchange, principal, message)
+
+        store.register(key, handler)
+        exchange.routed = (key, handler)
+        store.ensure_running(self.host.background)  # its inbox answers the other processes
+        await store.claim(key, "exchange")
+
+    async def _serve_remote(
+        self, exchange: Exchange, principal: Principal, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Another process's stream request for ``exchange``: an ack, or the next frames."""
+        try:
+            if exchange.agent not in message.get("agents", ()):
+                raise EnvelopeRefused(NOT_FOUND, f"no exchange {exchange.id!r}")
+            if message.get("op") == "ack":
+                self.acknowledge(exchange, str(message["body"]).encode(), principal)
+                return {"ok": True}
+            after = int(message["after"])
+            alias = message.get("alias")
+            if isinstance(alias, str):
+                exchange.alias(alias)
+            sent: list[Delta] = []
+            with trio.move_on_after(_REMOTE_WAIT):
+                async for batch in exchange.batches(after):
+                    sent = batch
+                    break
+            last = sent[-1].delta_seq if sent else after
+            return {
+                "frames": [encode_delta(d, stream_id=alias).decode() for d in sent],
+                "seqs": [d.delta_seq for d in sent],
+                "last": last,
+                "end": exchange.finished and last >= exchange.window.next_seq - 1,
+            }
+        except EnvelopeRefused as refused:
+            return {"error": [refused.code, refused.message]}
+
+    async def remote(self, exchange_id: str, principal: Principal) -> RemoteExchange | None:
+        """The exchange ``exchange_id`` of ``principal`` run by another process, if one does."""
+        store = self.host.stores.event_log
+        if not store.shared:
+            return None
+        key = _exchange_key(principal, exchange_id)
+        node = await store.claimant(key, "exchange")
+        if node is None or node == store.node or not await store.alive(node):
+            return None
+        return RemoteExchange(store, node, key)
 
     async def _run(
         self,
@@ -824,6 +898,8 @@ class EnvelopeService:
             if oldest is None:
                 break
             del self._exchanges[oldest.id]
+            if oldest.routed is not None:
+                self.host.stores.event_log.unregister(*oldest.routed)
 
     def _address(self, envelope: Envelope, principal: Principal) -> Exchange:
         if envelope.reply_to is None:
@@ -936,3 +1012,58 @@ async def _release(turns: trio.MemoryReceiveChannel[_Turn]) -> None:
                 return
             if turn.charge is not None:
                 await turn.charge.settle(None, used=False)
+
+
+def _exchange_key(principal: Principal, exchange_id: str) -> LogKey:
+    """The exchange's name in a shared store: only its owner's key finds it."""
+    return (principal.key, "envelope:" + exchange_id)
+
+
+class RemoteExchange:
+    """An exchange another process runs, reached through the shared store's messages.
+
+    The owner answers each request: an ack is applied there, and the frames
+    come in batches (long polling: it waits up to a second for new ones).
+    """
+
+    def __init__(self, store: EventLog, node: str, key: LogKey) -> None:
+        self.store = store
+        self.node = node
+        self.key = key
+
+    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        answer = await self.store.ask(self.node, self.key, message)
+        if answer is None:
+            raise EnvelopeRefused(
+                NOT_FOUND, f"no exchange {self.key[1].removeprefix('envelope:')!r}"
+            )
+        error = answer.get("error")
+        if error is not None:
+            code, text = error
+            raise EnvelopeRefused(_CODES.get(code, BAD_REQUEST), str(text))
+        return answer
+
+    async def acknowledge(self, body: bytes, agents: Sequence[str]) -> None:
+        """Apply an ack frame at the owner.
+
+        Raises:
+            EnvelopeRefused: As :meth:`EnvelopeService.acknowledge`.
+        """
+        await self._ask(
+            {"op": "ack", "body": body.decode("utf-8", "replace"), "agents": list(agents)}
+        )
+
+    async def frames(
+        self, after: int, agents: Sequence[str], alias: str | None = None
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """``(delta_seq, frame JSON)`` batches after ``after``, until the final frame."""
+        while True:
+            answer = await self._ask(
+                {"op": "frames", "after": after, "agents": list(agents), "alias": alias}
+            )
+            frames = [str(f).encode() for f in answer["frames"]]
+            if frames:
+                yield [(int(seq), f) for seq, f in zip(answer["seqs"], frames, strict=True)]
+            after = int(answer["last"])
+            if answer["end"]:
+                return

@@ -340,6 +340,10 @@ class EventLog(BackgroundLoop, abc.ABC):
         """Give up a claim of :meth:`claim`: the next caller wins it again."""
         self._claims.discard((key, what))
 
+    async def claimant(self, key: LogKey, what: str) -> str | None:
+        """The process (``node``) that holds the claim on ``what`` of ``key``, if any."""
+        return self.node if (key, what) in self._claims else None
+
     # --- reading ------------------------------------------------------------------
 
     async def tail(self, key: LogKey, after: int) -> AsyncIterator[list[LogEntry]]:

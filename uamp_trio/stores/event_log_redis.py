@@ -237,6 +237,10 @@ class RedisEventLog(EventLog):
     async def unclaim(self, key: LogKey, what: str) -> None:
         await self._call(self._redis.delete, f"{self._rec(key)}:claim:{what}")
 
+    async def claimant(self, key: LogKey, what: str) -> str | None:
+        node = await self._call(self._redis.get, f"{self._rec(key)}:claim:{what}")
+        return None if node is None else bytes(node).decode()
+
     async def _load(self, key: LogKey) -> SessionRecord | None:
         raw, stamp = await self._call(self._redis.mget, [self._rec(key), f"{self._rec(key)}:u"])
         if raw is None:

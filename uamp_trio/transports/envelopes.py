@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import attrs
 import orjson
@@ -59,7 +60,7 @@ from uamp_proto.sse import encode_json
 from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
 from ..envelope import service as envelope_service
-from ..envelope.service import EnvelopeService, Exchange
+from ..envelope.service import EnvelopeService, Exchange, RemoteExchange
 from ..hosting.agents import unwrapped
 from ..hosting.host import Host
 from ..hosting.router import AGENT_PREFIX, RouteMeta
@@ -212,22 +213,31 @@ class EnvelopeBindings:
             headers.append(("location", _prefix(request) + f"/v1/stream/{exchange.id}"))
         return Response(status=202, headers=headers, body=orjson.dumps(answer))
 
-    async def _caller(self, request: Request) -> tuple[Principal, Exchange]:
+    async def _caller(
+        self, request: Request
+    ) -> tuple[Principal, Exchange | RemoteExchange, list[str]]:
+        """Who asks, and the exchange: here, or run by another process (a shared store)."""
         service = self.service
         name = request.path_params.get("agent")
         names = [service.resolve(name).name] if name is not None else list(self.app.agents)
         token = bearer_token(request.headers.get("authorization"))
         audiences = [aud for each in names for aud in service.audiences(each)]
         principal = await service.trust.bearer(token, audiences)
-        exchange = service.find(request.path_params["id"], principal)
+        try:
+            exchange = service.find(request.path_params["id"], principal)
+        except EnvelopeRefused:
+            remote = await service.remote(request.path_params["id"], principal)
+            if remote is None:
+                raise
+            return principal, remote, names
         if exchange.agent not in names:
             raise EnvelopeRefused(NOT_FOUND, f"no exchange {exchange.id!r}")
-        return principal, exchange
+        return principal, exchange, names
 
     async def stream(self, request: Request) -> Response | StreamingResponse:
         """``GET /v1/stream/{id}``: the exchange's delta frames as SSE."""
         try:
-            _, exchange = await self._caller(request)
+            _, exchange, names = await self._caller(request)
         except EnvelopeRefused as refused:
             return error_response(self.service, refused, agent=request.path_params.get("agent"))
         after = -1
@@ -237,6 +247,10 @@ class EnvelopeBindings:
         # HTTP/3: the frames are named by the QUIC stream that carries them
         # (spec 003 section 7), which an ack may then name too.
         quic = None if request.stream_id is None else str(request.stream_id)
+        if isinstance(exchange, RemoteExchange):
+            return StreamingResponse(
+                producer=_relayed(exchange, after, names, quic), headers=list(_SSE_HEADERS)
+            )
         if quic is not None:
             exchange.alias(quic)
 
@@ -256,9 +270,12 @@ class EnvelopeBindings:
     async def ack(self, request: Request) -> Response:
         """``POST /v1/stream/{id}``: a ``progress`` ack frame; ``204``."""
         try:
-            principal, exchange = await self._caller(request)
+            principal, exchange, names = await self._caller(request)
             self.service.check_size(len(request.body))
-            self.service.acknowledge(exchange, request.body, principal)
+            if isinstance(exchange, RemoteExchange):
+                await exchange.acknowledge(request.body, names)
+            else:
+                self.service.acknowledge(exchange, request.body, principal)
         except EnvelopeRefused as refused:
             return error_response(self.service, refused, agent=request.path_params.get("agent"))
         return Response(status=204)
@@ -278,6 +295,21 @@ class EnvelopeBindings:
         async with trio.open_nursery() as nursery:
             await _WsPeer(self.service, ws, name, nursery).run()
             nursery.cancel_scope.cancel()
+
+
+def _relayed(
+    exchange: RemoteExchange, after: int, names: list[str], alias: str | None
+) -> Callable[[SendChunk], Awaitable[None]]:
+    """The SSE producer of an exchange another process runs (its frames, relayed)."""
+
+    async def produce(send: SendChunk) -> None:
+        try:
+            async for batch in exchange.frames(after, names, alias):
+                await send(b"".join([encode_json(frame, id=seq) for seq, frame in batch]))
+        except EnvelopeRefused as refused:  # the owner forgot it or went away: the stream ends
+            log.info("relayed stream ended: %s", refused)
+
+    return produce
 
 
 class _WsPeer:

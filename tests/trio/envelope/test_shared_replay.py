@@ -1,8 +1,9 @@
-"""Replayed envelope ids across processes: two ``uamp serve`` on one real Redis.
+"""Spec 003 across processes: two ``uamp serve`` on one real Redis.
 
 With ``--store redis://...`` (as every worker of ``uamp serve --workers N``
 has) an envelope id taken by one process is a replay for every other; an
-envelope one process refused may be sent again elsewhere.
+envelope one process refused may be sent again elsewhere; and the stream of
+an exchange one process runs is read and acknowledged through another.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import trio
 from tests._support.cli import uamp_serve
 from tests._support.envelopes import envelope
 from uamp_proto.adapters.envelope import read_error
-from uamp_proto.envelope import decode_envelope, encode_envelope
+from uamp_proto.envelope import DeltaType, decode_envelope, encode_envelope
+from uamp_trio.client.envelope import EnvelopeHTTPClient, EnvelopeSigner, Reply
 
 HEADERS = {"content-type": "application/uamp+json;v=1"}
 PATH = "/agents/demo/v1/messages"
@@ -36,3 +38,31 @@ async def test_an_id_taken_by_one_process_is_a_replay_for_another(redis_url: str
     for answer in (bad_a, bad_b):
         assert answer.status_code == 400
         assert read_error(decode_envelope(answer.content))[0] == "4.00"
+
+
+async def test_the_stream_of_an_exchange_is_read_and_acked_through_another_process(
+    redis_url: str,
+) -> None:
+    signer = EnvelopeSigner.ephemeral()
+    # A window of 1: every frame waits for the ack of the one before, so the
+    # stream only ends if B's acks reach A, which runs the exchange.
+    ask = signer.make("ask", "what is 2+3?", to="urn:uamp:agent:demo", window=1)
+    store = ("--store", redis_url)
+    reply = Reply(ask)
+    with uamp_serve(*store) as a, uamp_serve(*store) as b, trio.fail_after(60):
+        async with httpx.AsyncClient(base_url=a) as at_a:
+            posted = await at_a.post(PATH, content=encode_envelope(ask), headers=HEADERS)
+        assert posted.status_code == 202
+        location = b + posted.headers["location"]
+        async with EnvelopeHTTPClient(f"{b}/agents/demo", signer) as at_b:
+            async for delta in at_b.deltas(location, window=1, reply=reply):
+                reply.deltas.append(delta)
+            unknown = await at_b.http.get(f"{b}/agents/demo/v1/stream/{envelope().id}")
+            elsewhere = await at_b.http.get(location.replace("/agents/demo/", "/agents/x/"))
+    assert reply.final is not None and reply.final.type is DeltaType.DONE
+    assert "5" in reply.text and len(reply.deltas) >= 2
+    assert [d.delta_seq for d in reply.deltas] == list(range(len(reply.deltas)))
+    assert reply.acks == [d.delta_seq for d in reply.deltas]
+    assert {d.stream_id for d in reply.deltas} == {ask.id}
+    assert unknown.status_code == 404
+    assert elsewhere.status_code == 404
