@@ -82,8 +82,13 @@ async def test_people_on_two_processes_are_in_one_room_in_one_order(redis_url: s
             for reader, sid in ((a, alice), (b, bob)):
                 await reader.expect(sid, [("presence.offline", "carol")])
 
+            # Alice leaves while typing: her process clears it before she goes.
+            await send(a_ws, type="input.typing", is_typing=True, session_id=alice)
+            await b.expect(bob, [("presence.typing", "alice", True)])
             await send(a_ws, type="session.end", session_id=alice)
-            await b.expect(bob, [("presence.offline", "alice")])
+            await b.expect(
+                bob, [("presence.typing", "alice", False), ("presence.offline", "alice")]
+            )
             await b.quiet(bob)
             await a.quiet(alice)
 

@@ -310,6 +310,12 @@ class ChatHub:
         if call_id is not None and self.calls[call_id][2] == room.chat_id:
             self._relay(call_id, member, ev.VoiceEnd(call_id=call_id, reason="left"))
             self._hang_up(call_id)
+        staying = (*room.members.values(), *room.pending.values())
+        if all(m.user_id != member.user_id for m in staying):
+            # This process holds the user's typing state: cleared before it leaves
+            # (it may stop following the room right after).
+            for user, typing in room.typing.clear(member.user_id, 0.0):
+                self._typing_event(room, user, typing)
         self.store.publish(room.key, RoomEntry(kind="leave", member=member.key))
         if not (room.members or room.pending) and self.rooms.get(room.key) is room:
             del self.rooms[room.key]
