@@ -45,7 +45,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 import orjson
@@ -136,16 +136,6 @@ def _error(session_id: str | None, code: str, message: str) -> ev.SessionErrorEv
     return ev.SessionErrorEvent(
         session_id=session_id, error=ty.ErrorInfo(code=code, message=message)
     )
-
-
-def _local(event: ev.Event) -> ev.Event:
-    """``event`` without the daemon's ids, so the relay's turn stamps its own."""
-    if type(event) is ev.ResponseDelta:  # the hot path: one constructor call, no evolve
-        return ev.ResponseDelta(delta=event.delta, unknown=event.unknown)
-    changes: dict[str, Any] = {"session_id": None, "event_id": None}
-    if hasattr(event, "response_id"):
-        changes["response_id"] = None
-    return attrs.evolve(event, **changes)
 
 
 class Link(Protocol):
@@ -303,6 +293,14 @@ class DaemonLink:
             return  # a broadcast copy or junk: never an event to act on
         sid = obj.get("session_id")
         turn = self._turns.get(sid) if type(sid) is str else None
+        if turn is not None:
+            if obj["type"] == "response.created":
+                return  # the client's own response announces itself
+            # Read without the daemon's ids: the relay's turn stamps its own
+            # (one decode per event and no copy on the hot path).
+            del obj["session_id"]
+            obj.pop("event_id", None)
+            obj.pop("response_id", None)
         try:
             event = daemon_event(obj)
         except DecodeError as exc:
@@ -487,13 +485,17 @@ class DaemonLink:
                 self.send(turn_input(request, sid))
             else:
                 self.send(attrs.evolve(forwarded, session_id=sid))
+            events = turn.events
             while True:
-                while not turn.events:
+                while not events:
                     if turn.failure is not None:
                         raise turn.failure
                     await turn.lot.park()
-                event = turn.events.popleft()
+                event = events.popleft()
                 self._taken(1)
+                if type(event) is ev.ResponseDelta:  # the hot path first
+                    await emit(event)
+                    continue
                 if isinstance(event, ev.ResponseDone):
                     finished = True
                     usage = event.response.usage
@@ -513,7 +515,7 @@ class DaemonLink:
                     await self._top_up(request, sid, event, emit)
                     continue
                 streamed_usage = streamed_usage or isinstance(event, ev.UsageDelta)
-                await emit(_local(event))
+                await emit(event)
         finally:
             log.debug("relay: turn %s ends (finished=%s)", sid, finished)
             del self._turns[sid]
@@ -537,7 +539,7 @@ class DaemonLink:
         ``payment.submit`` on the turn's session, where the agent's ``emit``
         is waiting for it.
         """
-        await emit(_local(required))
+        await emit(required)
         token = request.metadata.get(PAID_TOKEN, request.payment_token)
         self.send(ev.PaymentSubmit(session_id=sid, payment=ty.PaymentSubmission(token=token)))
 
