@@ -1,6 +1,6 @@
 """What the relay costs: client -> relay -> daemon against the same agent served directly.
 
-Run: ``python bench/relay.py [--repeats 300] [--deltas 20000] [--rounds 3]``
+Run: ``python bench/relay.py [--repeats 300] [--deltas 20000] [--rounds 3] [--redis URL]``
 
 Three processes besides this one, all on loopback: a plain ``uamp`` server
 hosting ``FloodAgent`` (the direct path), a relay (``create_app(relay=True)``
@@ -22,7 +22,10 @@ in this process. In alternating rounds it measures:
 
 Then the time to first delta again with everything in one trio run (no
 process waits for the OS to schedule another: the work of the extra hops
-alone). The order of the two paths alternates from round to round; the medians
+alone). With ``--redis URL`` (a scratch database), once more across two relay
+processes sharing that Redis: the daemon dials relay B, the client relay A
+(docs/relay.md, "Several relay processes"). The order of the two paths
+alternates from round to round; the medians
 over ``--rounds`` rounds are printed. Timings on a shared machine are noisy:
 compare the figures of one run.
 """
@@ -70,11 +73,16 @@ class FloodAgent(DemoAgent):
 # --- the processes ---------------------------------------------------------------------
 
 
-async def _serve(kind: str) -> None:
+async def _serve(kind: str, store: str) -> None:
     from uamp_trio.app import create_app
     from uamp_trio.engines.server import Server
+    from uamp_trio.stores import Stores, open_event_log
 
-    app = create_app([FloodAgent()] if kind == "direct" else [], relay=kind == "relay")
+    app = create_app(
+        [FloodAgent()] if kind == "direct" else [],
+        relay=kind == "relay",
+        stores=Stores(event_log=open_event_log(store)),
+    )
     server = Server(app, port=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
@@ -227,11 +235,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--deltas", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="also measure two relay processes sharing this Redis (the daemon on one, the "
+        "client on the other); it must be a scratch database",
+    )
     parser.add_argument("--serve", choices=["direct", "relay"], help=argparse.SUPPRESS)
+    parser.add_argument("--store", default="memory", help=argparse.SUPPRESS)
     parser.add_argument("--daemon", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        trio.run(_serve, args.serve)
+        trio.run(_serve, args.serve, args.store)
         return
     if args.daemon:
         trio.run(_daemon, args.daemon)
@@ -254,6 +269,46 @@ def main() -> None:
         for proc in procs:
             proc.wait(10)
     trio.run(_in_process, args)
+    if args.redis:
+        _across_redis(args)
+
+
+def _across_redis(args: argparse.Namespace) -> None:
+    """Time to first delta through relay A -> Redis -> relay B -> daemon, against direct."""
+    import httpx
+
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        direct, direct_url = _spawn("--serve", "direct")
+        a, a_url = _spawn("--serve", "relay", "--store", args.redis)
+        b, b_url = _spawn("--serve", "relay", "--store", args.redis)
+        daemon, _ = _spawn("--daemon", b_url)
+        procs = [direct, a, b, daemon]
+        deadline = time.monotonic() + 30
+        while not any(
+            x["name"] == "flood" and x["state"] == "online"
+            for x in httpx.get(a_url.replace("ws://", "http://") + "/agents").json()["agents"]
+        ):
+            assert time.monotonic() < deadline, "relay A never saw the daemon's agent"
+            time.sleep(0.1)
+
+        async def measure() -> dict[str, list[float]]:
+            from uamp_trio.client import connect
+
+            urls = [u.replace("http://", "ws://") + "/ws" for u in (direct_url, a_url)]
+            async with connect(urls[0]) as d, connect(urls[1]) as r:
+                return await _rounds({"direct": d, "relay": r}, args)
+
+        ttfd = trio.run(measure)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+    d, r = statistics.median(ttfd["direct"]), statistics.median(ttfd["relay"])
+    print("time to first delta, client -> relay A -> Redis -> relay B -> daemon:")
+    print(f"  direct  {d:7.3f} ms")
+    print(f"  relays  {r:7.3f} ms   added {r - d:+.3f} ms")
 
 
 if __name__ == "__main__":
