@@ -12,13 +12,17 @@ use the core codec; the rest is mapped field by field.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+import attrs
 
 from .. import types as ty
 from ..codec import from_dict, unstructure
 from .a2a import A2ATask, Artifact, StoredMessage, TaskState, Update
 
 __all__ = ["task_from_json", "task_to_json", "update_from_json", "update_to_json"]
+
+_Record = TypeVar("_Record", StoredMessage, Artifact)
 
 
 def _items_to_json(items: list[ty.ContentItem]) -> list[Any]:
@@ -31,50 +35,18 @@ def _items_from_json(data: list[Any]) -> list[ty.ContentItem]:
     return list(message.content_items or [])
 
 
-def _message_to_json(message: StoredMessage | None) -> dict[str, Any] | None:
-    if message is None:
+def _record_to_json(record: StoredMessage | Artifact | None) -> dict[str, Any] | None:
+    """A history message or an artifact: its fields, its content items through the codec."""
+    if record is None:
         return None
-    return {
-        "message_id": message.message_id,
-        "role": message.role,
-        "items": _items_to_json(message.items),
-        "data": message.data,
-        "metadata": message.metadata,
-    }
+    return {**attrs.asdict(record, recurse=False), "items": _items_to_json(record.items)}
 
 
-def _message_from_json(data: dict[str, Any] | None) -> StoredMessage | None:
+def _record_from_json(cls: type[_Record], data: dict[str, Any] | None) -> _Record | None:
+    """The message or artifact :func:`_record_to_json` made ``data`` of."""
     if data is None:
         return None
-    return StoredMessage(
-        message_id=data["message_id"],
-        role=data["role"],
-        items=_items_from_json(data["items"]),
-        data=list(data["data"]),
-        metadata=data["metadata"],
-    )
-
-
-def _artifact_to_json(artifact: Artifact | None) -> dict[str, Any] | None:
-    if artifact is None:
-        return None
-    return {
-        "artifact_id": artifact.artifact_id,
-        "name": artifact.name,
-        "items": _items_to_json(artifact.items),
-        "description": artifact.description,
-    }
-
-
-def _artifact_from_json(data: dict[str, Any] | None) -> Artifact | None:
-    if data is None:
-        return None
-    return Artifact(
-        artifact_id=data["artifact_id"],
-        name=data["name"],
-        items=_items_from_json(data["items"]),
-        description=data["description"],
-    )
+    return cls(**{**data, "items": _items_from_json(data["items"])})
 
 
 def task_to_json(task: A2ATask) -> dict[str, Any]:
@@ -85,9 +57,9 @@ def task_to_json(task: A2ATask) -> dict[str, Any]:
         "agent": task.agent,
         "state": task.state.value,
         "timestamp": task.timestamp,
-        "status_message": _message_to_json(task.status_message),
-        "history": [_message_to_json(m) for m in task.history],
-        "artifacts": [_artifact_to_json(a) for a in task.artifacts],
+        "status_message": _record_to_json(task.status_message),
+        "history": [_record_to_json(m) for m in task.history],
+        "artifacts": [_record_to_json(a) for a in task.artifacts],
         "conversation": [unstructure(m) for m in task.conversation],
         "pending_tool_calls": [unstructure(c) for c in task.pending_tool_calls],
         "error": unstructure(task.error) if task.error is not None else None,
@@ -99,15 +71,15 @@ def task_to_json(task: A2ATask) -> dict[str, Any]:
 
 def task_from_json(data: dict[str, Any]) -> A2ATask:
     """The task :func:`task_to_json` made ``data`` of."""
-    history = [_message_from_json(m) for m in data["history"]]
-    artifacts = [_artifact_from_json(a) for a in data["artifacts"]]
+    history = [_record_from_json(StoredMessage, m) for m in data["history"]]
+    artifacts = [_record_from_json(Artifact, a) for a in data["artifacts"]]
     return A2ATask(
         id=data["id"],
         context_id=data["context_id"],
         agent=data["agent"],
         state=TaskState(data["state"]),
         timestamp=data["timestamp"],
-        status_message=_message_from_json(data["status_message"]),
+        status_message=_record_from_json(StoredMessage, data["status_message"]),
         history=[m for m in history if m is not None],
         artifacts=[a for a in artifacts if a is not None],
         conversation=[from_dict(ty.Message, m) for m in data["conversation"]],
@@ -127,8 +99,8 @@ def update_to_json(update: Update) -> dict[str, Any]:
         "context_id": update.context_id,
         "state": update.state.value if update.state is not None else None,
         "timestamp": update.timestamp,
-        "message": _message_to_json(update.message),
-        "artifact": _artifact_to_json(update.artifact),
+        "message": _record_to_json(update.message),
+        "artifact": _record_to_json(update.artifact),
         "append": update.append,
         "last_chunk": update.last_chunk,
         "final": update.final,
@@ -146,8 +118,8 @@ def update_from_json(data: dict[str, Any]) -> Update:
         context_id=data["context_id"],
         state=TaskState(state) if state is not None else None,
         timestamp=data["timestamp"],
-        message=_message_from_json(data["message"]),
-        artifact=_artifact_from_json(data["artifact"]),
+        message=_record_from_json(StoredMessage, data["message"]),
+        artifact=_record_from_json(Artifact, data["artifact"]),
         append=data["append"],
         last_chunk=data["last_chunk"],
         final=data["final"],
