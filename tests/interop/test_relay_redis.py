@@ -17,7 +17,7 @@ import openai
 import pytest
 import trio
 
-from tests._support.cli import uamp_serve
+from tests._support.cli import spawn_serve, uamp_serve, wait_for_line
 from tests.interop.test_relay import TIMEOUT, spawn_daemon, stop, wait_online
 from uamp_proto import events as ev
 from uamp_trio.client import connect
@@ -173,3 +173,40 @@ def test_a_daemon_that_goes_is_agent_offline_on_every_process(redis_url: str) ->
     assert 3 <= len(texts(seen)) < 400
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "agent_offline"
+
+
+def test_a_relay_process_that_dies_is_agent_offline_on_the_others(redis_url: str) -> None:
+    own_db = redis_url.rpartition("/")[0] + "/2"
+    store = ("--relay", "--store", own_db, "--log-level", "warning")
+    with uamp_serve(*store) as a:
+        b = spawn_serve(*store)
+        daemon = None
+        try:
+            b_url = wait_for_line(b, r"serving on (https?://[\d.]+:\d+)").group(1)
+            daemon = spawn_daemon(b_url, "slow")
+            wait_online(a, {"slow"})
+
+            async def main() -> list[Any]:
+                seen: list[Any] = []
+                with trio.fail_after(TIMEOUT):
+                    async with connect(ws(a)) as client:
+                        session = await client.create_session(agent="slow")
+                        async for event in session.respond("go"):
+                            seen.append(event)
+                            if len(texts(seen)) == 3:
+                                b.send_signal(signal.SIGKILL)  # the owner, not the daemon
+                            if event.type in ("response.done", "response.error"):
+                                break
+                return seen
+
+            seen = trio.run(main)
+            wait_online(a, {"slow"}, online=False)
+        finally:
+            b.kill()
+            b.wait()
+            if daemon is not None:
+                stop(daemon)
+    error = seen[-1]
+    assert isinstance(error, ev.ResponseErrorEvent), [e.type for e in seen]
+    assert error.error.code == "agent_offline"
+    assert 3 <= len(texts(seen)) < 400
