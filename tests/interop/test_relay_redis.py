@@ -9,8 +9,8 @@ WebSocket client, the OpenAI SDK and httpx talking to A (docs/relay.md,
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import openai
@@ -136,6 +136,21 @@ def test_a_top_up_on_b_is_paid_by_the_client_of_a(relays: tuple[str, str]) -> No
     assert "".join(texts(seen)) == "first half; second half, paid with tok_from_a"
 
 
+async def kill_mid_stream(base: str, victim: subprocess.Popen[str]) -> list[ev.Event]:
+    """A response of ``slow`` through ``base``; ``victim`` gets SIGKILL after three deltas."""
+    seen: list[ev.Event] = []
+    with trio.fail_after(TIMEOUT):
+        async with connect(ws(base)) as client:
+            session = await client.create_session(agent="slow")
+            async for event in session.respond("go"):
+                seen.append(event)
+                if len(texts(seen)) == 3:
+                    victim.send_signal(signal.SIGKILL)
+                if event.type in ("response.done", "response.error"):
+                    break
+    return seen
+
+
 def test_a_daemon_that_goes_is_agent_offline_on_every_process(redis_url: str) -> None:
     # A database of its own: the module's relays and daemon serve 'slow' too.
     own_db = redis_url.rpartition("/")[0] + "/1"
@@ -144,21 +159,8 @@ def test_a_daemon_that_goes_is_agent_offline_on_every_process(redis_url: str) ->
         daemon = spawn_daemon(b, "slow")
         wait_online(a, {"slow"})
 
-        async def main() -> list[Any]:
-            seen: list[Any] = []
-            with trio.fail_after(TIMEOUT):
-                async with connect(ws(a)) as client:
-                    session = await client.create_session(agent="slow")
-                    async for event in session.respond("go"):
-                        seen.append(event)
-                        if len(texts(seen)) == 3:
-                            daemon.send_signal(signal.SIGKILL)
-                        if event.type in ("response.done", "response.error"):
-                            break
-            return seen
-
         try:
-            seen = trio.run(main)
+            seen = trio.run(kill_mid_stream, a, daemon)
         finally:
             stop(daemon)
         for base in (a, b):
@@ -185,21 +187,7 @@ def test_a_relay_process_that_dies_is_agent_offline_on_the_others(redis_url: str
             b_url = wait_for_line(b, r"serving on (https?://[\d.]+:\d+)").group(1)
             daemon = spawn_daemon(b_url, "slow")
             wait_online(a, {"slow"})
-
-            async def main() -> list[Any]:
-                seen: list[Any] = []
-                with trio.fail_after(TIMEOUT):
-                    async with connect(ws(a)) as client:
-                        session = await client.create_session(agent="slow")
-                        async for event in session.respond("go"):
-                            seen.append(event)
-                            if len(texts(seen)) == 3:
-                                b.send_signal(signal.SIGKILL)  # the owner, not the daemon
-                            if event.type in ("response.done", "response.error"):
-                                break
-                return seen
-
-            seen = trio.run(main)
+            seen = trio.run(kill_mid_stream, a, b)  # the owner, not the daemon
             wait_online(a, {"slow"}, online=False)
         finally:
             b.kill()
