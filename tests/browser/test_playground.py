@@ -483,3 +483,96 @@ def test_the_markdown_renderer_table(
     renderer: Callable[[list[str]], list[str]], text: str, html: str
 ) -> None:
     assert renderer([text]) == [html]
+
+
+def _room_events(bob: Any, until: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """What ``bob`` (a plain WebSocket client in the room) receives, up to ``until``."""
+    got: list[dict[str, Any]] = []
+    while True:
+        event = json.loads(bob.recv(timeout=20))
+        got.append(event)
+        if until(event):
+            return got
+
+
+def test_a_room_shows_who_is_there_who_is_typing_and_every_message(browser: WebDriver) -> None:
+    from websockets.sync.client import connect
+
+    with uamp_serve(*AGENTS) as url:
+        open_page(browser, url + "/")
+        browser.find_element(By.ID, "room").send_keys("lobby")
+        browser.find_element(By.ID, "username").send_keys("alice", Keys.ENTER)
+        wait(
+            browser,
+            lambda d: len(panes(d)) == 2 and panes(d)[1].get_attribute("data-state") == "ready",
+        )
+        room = panes(browser)[1]
+        assert room.get_attribute("data-room") == "lobby"
+        assert room.find_element(By.CSS_SELECTOR, ".room-name").text == "#lobby"
+        roster = room.find_element(By.CSS_SELECTOR, ".roster")
+        wait(browser, lambda d: roster.text == "In #lobby: demo")  # the room's agent
+
+        # Bob joins over a plain WebSocket: Alice's page lists him.
+        with connect(url.replace("http", "ws", 1) + "/agents/demo/uamp") as bob:
+            bob.send(
+                json.dumps(
+                    {
+                        "type": "session.create",
+                        "uamp_version": "1.0",
+                        "chat": "lobby",
+                        "session": {"extensions": {"chat": {"username": "bob"}}},
+                    }
+                )
+            )
+            _room_events(bob, lambda e: e["type"] == "capabilities")
+            wait(browser, lambda d: roster.text == "In #lobby: demo, bob")
+            assert "bob joined" in [n.text for n in room.find_elements(By.CSS_SELECTOR, ".notice")]
+
+            # Bob types, then speaks: Alice sees both, and the typing line clears.
+            typing = room.find_element(By.CSS_SELECTOR, ".typing")
+            bob.send(json.dumps({"type": "input.typing", "is_typing": True, "chat_id": "lobby"}))
+            wait(browser, lambda d: typing.text == "bob is typing…")
+            hello = {"type": "input.text", "text": "hi alice", "context": {"chat_id": "lobby"}}
+            bob.send(json.dumps(hello))
+            wait(browser, lambda d: room.find_elements(By.CSS_SELECTOR, ".msg.room"))
+            said = room.find_elements(By.CSS_SELECTOR, ".msg.room")[0]
+            assert said.find_element(By.CSS_SELECTOR, ".sender").text == "bob"
+            assert said.find_element(By.CSS_SELECTOR, ".body").text == "hi alice"
+            assert typing.text == ""
+
+            # Alice types: Bob is told; she sends, and the room's agent answers everyone.
+            box = room.find_element(By.TAG_NAME, "textarea")
+            box.send_keys("@demo hello room")
+            started = _room_events(bob, lambda e: e["type"] == "presence.typing")[-1]
+            assert (started["username"], started["is_typing"]) == ("alice", True)
+            box.send_keys(Keys.ENTER)
+            heard = _room_events(
+                bob,
+                lambda e: e["type"] == "message.created" and e["sender"]["kind"] == "agent",
+            )
+            posted = [e for e in heard if e["type"] == "message.created"]
+            assert [(e["sender"]["name"], e["message"]["content"]) for e in posted[:1]] == [
+                ("alice", "@demo hello room")
+            ]
+            assert any(
+                e["type"] == "presence.typing" and e["username"] == "alice" and not e["is_typing"]
+                for e in heard
+            )
+            answer = heard[-1]["message"]["content"]
+            assert "hello room" in answer
+            # Alice's message as the room has it (in its order), then the answer.
+            wait(browser, lambda d: len(room.find_elements(By.CSS_SELECTOR, ".msg.room")) == 3)
+            _, hers, reply = room.find_elements(By.CSS_SELECTOR, ".msg.room")
+            assert hers.find_element(By.CSS_SELECTOR, ".sender").text == "alice"
+            assert hers.find_element(By.CSS_SELECTOR, ".body").text == "@demo hello room"
+            assert [hers.get_attribute("data-seq"), reply.get_attribute("data-seq")] == ["2", "3"]
+            assert reply.get_attribute("data-kind") == "agent"
+            assert reply.find_element(By.CSS_SELECTOR, ".sender").text == "demo"
+            assert reply.find_element(By.CSS_SELECTOR, ".body").text == answer
+            # The answer is drawn once: its stream is not a second reply.
+            assert room.find_elements(By.CSS_SELECTOR, ".msg.assistant, .msg.user") == []
+
+        # Bob hangs up: Alice's page says he left.
+        wait(browser, lambda d: roster.text == "In #lobby: demo")
+        assert "bob left" in [n.text for n in room.find_elements(By.CSS_SELECTOR, ".notice")]
+        no_page_errors(browser)

@@ -13,6 +13,16 @@
 // the markdown is re-rendered at most once per animation frame. The markdown
 // renderer escapes every character of the input before it adds any tag, and
 // only http(s)/mailto links survive, so nothing an agent says becomes markup.
+//
+// Chat rooms (docs/chat.md): "Join" opens a pane whose session joins a room
+// (`session.create.chat`, the name in `session.extensions.chat.username`).
+// There a message is only `input.text`: the room fans it out and its agent
+// answers by the room's policy. The pane lists who is in the room
+// (`presence.online` / `presence.offline`), says who is typing
+// (`presence.typing`), and shows every `message.created` (the user's own
+// come back too, in the room's order), the agents' included; their streamed answers (response events with a `chat_id`) are
+// not drawn twice. While the user types, `input.typing` goes out at most
+// every TYPING_EVERY ms, and a stop once they send or pause.
 "use strict";
 
 (() => {
@@ -225,9 +235,18 @@
 
   // --- one session pane ---------------------------------------------------
 
+  const TYPING_EVERY = 1500; // ms between two input.typing starts
+  const TYPING_PAUSE = 3000; // ms without a key before input.typing stops
+
   class Pane {
-    constructor(agent) {
+    constructor(agent, room = null, username = null) {
       this.agent = agent;
+      this.room = room;
+      this.username = username;
+      this.people = new Map(); // user id -> name, in the room
+      this.typists = new Map(); // user id -> name, typing now
+      this.typingSent = 0; // when this pane last said it is typing
+      this.typingTimer = null;
       this.node = $("#session-template").content.firstElementChild.cloneNode(true);
       this.log = $(".log", this.node);
       this.input = $("textarea", this.node);
@@ -244,7 +263,18 @@
       this.input.addEventListener("keydown", (e) => {
         if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.submit(); }
       });
-      this.input.addEventListener("input", () => this.autosize());
+      this.input.addEventListener("input", () => { this.autosize(); this.typed(); });
+      if (room) {
+        this.node.dataset.room = room;
+        const label = $(".room-name", this.node);
+        label.textContent = `#${room}`;
+        label.hidden = false;
+        $(".roster", this.node).hidden = false;
+        $(".typing", this.node).hidden = false;
+        this.input.placeholder = `Message #${room}\u2026`;
+        this.log.dataset.hint = `You are in #${room} with ${agent}. Everyone here sees what you send.`;
+        this.showRoster();
+      }
       this.node.addEventListener("focusin", () => { activePane = this; });
       $("#sessions").append(this.node);
       allPanes.add(this);
@@ -259,13 +289,22 @@
       $(".session-id", this.node).textContent = this.id.slice(0, 13);
       panes.set(this.id, this);
       const token = tokenInput.value.trim();
+      const create = this.createEvent();
+      if (token) create.token = token;
+      this.setState("opening");
+      send(create);
+    }
+
+    createEvent() {
       const create = {
         type: "session.create", uamp_version: "1.0", session_id: this.id, agent: this.agent,
         session: { modalities: ["text"] },
       };
-      if (token) create.token = token;
-      this.setState("opening");
-      send(create);
+      if (this.room) {
+        create.chat = this.room;
+        if (this.username) create.session.extensions = { chat: { username: this.username } };
+      }
+      return create;
     }
 
     // The socket dropped: the session (and a reply in flight) waits for a resume.
@@ -276,10 +315,7 @@
     }
 
     resume() {
-      const create = {
-        type: "session.create", uamp_version: "1.0", session_id: this.id, agent: this.agent,
-        session: { modalities: ["text"] }, extensions: { resume_from: this.lastEventId },
-      };
+      const create = { ...this.createEvent(), extensions: { resume_from: this.lastEventId } };
       const token = tokenInput.value.trim();
       if (token) create.token = token;
       this.setState("resuming");
@@ -318,6 +354,13 @@
       if (!text || this.response || this.node.dataset.state !== "ready") return;
       this.input.value = "";
       this.autosize();
+      if (this.room) {
+        // The room stores it and sends it back to everyone, this pane included,
+        // as message.created (in the room's order); answers come the same way.
+        this.stopTyping();
+        send({ type: "input.text", session_id: this.id, text, context: { chat_id: this.room } });
+        return;
+      }
       const bubble = el("div", "msg user");
       bubble.append(el("div", "body", text));
       this.log.append(bubble);
@@ -325,6 +368,77 @@
       send({ type: "input.text", session_id: this.id, text });
       send({ type: "response.create", session_id: this.id });
       this.log.scrollTop = this.log.scrollHeight;
+    }
+
+    // --- rooms ---
+
+    typed() {
+      if (!this.room || this.node.dataset.state !== "ready") return;
+      const now = Date.now();
+      if (now - this.typingSent >= TYPING_EVERY) {
+        this.typingSent = now;
+        send({ type: "input.typing", session_id: this.id, chat_id: this.room, is_typing: true });
+      }
+      clearTimeout(this.typingTimer);
+      this.typingTimer = setTimeout(() => this.stopTyping(), TYPING_PAUSE);
+    }
+
+    stopTyping() {
+      clearTimeout(this.typingTimer);
+      if (!this.typingSent) return;
+      this.typingSent = 0;
+      send({ type: "input.typing", session_id: this.id, chat_id: this.room, is_typing: false });
+    }
+
+    showRoster() {
+      const names = [...this.people.values()];
+      $(".roster", this.node).textContent = names.length
+        ? `In #${this.room}: ${names.join(", ")}` : `In #${this.room}: nobody else yet`;
+    }
+
+    showTypists() {
+      const names = [...this.typists.values()];
+      $(".typing", this.node).textContent = !names.length ? ""
+        : `${names.join(", ")} ${names.length === 1 ? "is" : "are"} typing\u2026`;
+    }
+
+    roomEvent(event) {
+      const who = event.user_id || (event.sender && event.sender.id) || "?";
+      const name = event.username || (event.sender && event.sender.name) || who;
+      switch (event.type) {
+        case "presence.online":
+          if (!this.people.has(who)) this.notice(`${name} joined`, "info");
+          this.people.set(who, name);
+          this.showRoster();
+          break;
+        case "presence.offline":
+          if (this.people.delete(who)) this.notice(`${name} left`, "info");
+          this.typists.delete(who);
+          this.showRoster();
+          this.showTypists();
+          break;
+        case "presence.typing":
+          if (event.is_typing) this.typists.set(who, name); else this.typists.delete(who);
+          this.showTypists();
+          break;
+        case "message.created": {
+          const message = event.message || {};
+          const content = typeof message.content === "string" ? message.content
+            : (message.content_items || message.content || [])
+              .filter((i) => i && i.type === "text").map((i) => i.text).join("");
+          const node = el("div", "msg room");
+          node.dataset.kind = (event.sender && event.sender.kind) || "user";
+          node.dataset.seq = String(event.seq ?? "");
+          node.append(el("div", "sender", name), el("div", "body", content));
+          this.log.append(node);
+          this.typists.delete(who);
+          this.showTypists();
+          this.scroll();
+          break;
+        }
+        default:
+          break; // an agent's streamed answer: its message.created follows
+      }
     }
 
     cancel() {
@@ -508,6 +622,10 @@
 
     handle(event) {
       const r = this.response;
+      if (this.room && (event.chat_id || event.type.startsWith("presence.") || event.type.startsWith("message."))) {
+        this.roomEvent(event);
+        return;
+      }
       switch (event.type) {
         case "session.created":
           if (this.node.dataset.state === "resuming") this.notice("reconnected: session resumed", "info");
@@ -618,15 +736,21 @@
     $("#empty").hidden = allPanes.size > 0;
   }
 
-  function newSession() {
+  function newSession(room = null, username = null) {
     if (!picker.value) return;
-    const pane = new Pane(picker.value);
+    const pane = new Pane(picker.value, room, username);
     activePane = pane;
     pane.input.focus();
     showEmpty();
   }
 
-  $("#new-session").addEventListener("click", newSession);
+  $("#new-session").addEventListener("click", () => newSession());
+  $("#room-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const room = $("#room").value.trim();
+    if (!room) { $("#room").focus(); return; }
+    newSession(room, $("#username").value.trim() || null);
+  });
   // A new token: open sessions take it with session.update, the others open again with it.
   $("#token-form").addEventListener("submit", (e) => {
     e.preventDefault();
