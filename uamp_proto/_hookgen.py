@@ -16,7 +16,9 @@ hints, and compiles them with ``exec`` into a namespace that belongs to that
   attrs ``__init__`` would store each slot through ``object.__setattr__``,
   three times the cost.
   Keys the class does not declare go to its ``unknown`` bag; to skip that
-  scan in the usual case the function counts the declared keys it found.
+  scan in the usual case the function counts the declared keys it found
+  (an optional key held as null is read by one ``d.get`` and not counted:
+  the scan then finds nothing and the bag stays empty).
 * ``unstructure(instance) -> dict`` writes ``"type"`` first (for a class
   tagged by a ``type`` class variable), then the fields that are always
   written, then the optional fields that are set, both in declaration order,
@@ -351,35 +353,35 @@ class CompiledHooks:
             if f.default is attrs.NOTHING:
                 lines.append(f"    {v} = d[{f.name!r}]")
                 lines += self._check(tp, v, "    ")
+            elif f.default is None:
+                # Null means absent, so one d.get() reads both (a key held
+                # as null is not counted: the unknown bag's scan below
+                # finds nothing for it).
+                lines.append(f"    {v} = d.get({f.name!r})")
+                lines.append(f"    if {v} is not None:")
+                lines.append("        extra -= 1")
+                lines += self._check(_without_none(tp), v, "        ")
             else:
-                # ("in" and a subscript cost less than a d.get() call.)
                 lines.append(f"    if {f.name!r} in d:")
                 lines.append("        extra -= 1")
                 lines.append(f"        {v} = d[{f.name!r}]")
-                if f.default is None:  # null means absent
-                    lines.append(f"        if {v} is not None:")
-                    lines += self._check(_without_none(tp), v, "            ")
-                else:
-                    lines += self._check(tp, v, "        ")
-                default = (
-                    "None"
-                    if f.default is None
-                    else self._const(("default", cls, f.name), "default", f.default)
-                )
+                lines += self._check(tp, v, "        ")
+                default = self._const(("default", cls, f.name), "default", f.default)
                 lines.append("    else:")
                 lines.append(f"        {v} = {default}")
         known = self._const(("known", cls), "known", wire_keys(cls))
         empty = self._const(("empty", cls), "empty", attrs.fields_dict(cls)["unknown"].default)
-        lines.append("    if extra == 0:")
-        lines.append(f"        unknown = {empty}")
-        lines.append("    else:")
-        lines.append(f"        unknown = {{k: x for k, x in d.items() if k not in {known}}}")
         for f in fields:
             _slot_setter(cls, f.name)  # refuses a field that is not a slot
         lines.append(f"    o = {self._builder_name(cls)}()")
-        for f in fields:
-            value = "unknown" if f.name == "unknown" else f"v{declared.index(f)}"
-            lines.append(f"    o.{f.name} = {value}")
+        for f in declared:
+            lines.append(f"    o.{f.name} = v{declared.index(f)}")
+        lines.append("    if extra == 0:")
+        lines.append(f"        o.unknown = {empty}")
+        lines.append("    else:")
+        lines.append(
+            f"        o.unknown = {{k: x for k, x in d.items() if k not in {known}}} or {empty}"
+        )
         lines.append(f"    o.__class__ = {self._const(('cls', cls), 'cls', cls)}")
         lines.append("    return o")
         return "\n".join(lines) + "\n"
@@ -457,10 +459,6 @@ class CompiledHooks:
             f"{indent}if type({v}) is not dict:",
             f"{indent}    raise WrongType('an object', {v})",
             f"{indent}tag = {v}.get('type')",
-            f"{indent}if type(tag) is not str:",
-            f"{indent}    if tag is None:",
-            f"{indent}        raise KeyError('type')",
-            f"{indent}    raise WrongType('a string', tag)",
         ]
         first_tag, first = next(iter(tags.items()))
         simple = self._simple_fields(first)
@@ -469,6 +467,7 @@ class CompiledHooks:
             # The union's first member (text, in every union of the spec) in
             # its plain shape -- its tag and its fields, nothing else -- is
             # built here without a call; any other shape goes to its function.
+            # (Equal to a string, the tag is one: its type is checked after.)
             lines.append(f"{indent}if tag == {first_tag!r} and len({v}) == {len(simple) + 1}:")
             inner = indent + "    "
             for j, (name, hint) in enumerate(simple):
@@ -484,7 +483,11 @@ class CompiledHooks:
             branch = "elif"
         return [
             *lines,
-            f"{indent}{branch} tag in {table_name}:",
+            f"{indent}{branch} type(tag) is not str:",
+            f"{indent}    if tag is None:",
+            f"{indent}        raise KeyError('type')",
+            f"{indent}    raise WrongType('a string', tag)",
+            f"{indent}elif tag in {table_name}:",
             f"{indent}    {v} = {table_name}[tag]({v})",
             f"{indent}else:  # a tag this version does not know (14.3)",
             f"{indent}    {v} = {raw_cls}(raw={v})",
@@ -526,14 +529,16 @@ class CompiledHooks:
             items.append(f"{f.name!r}: {self._value(hints[f.name], f'a{i}')}")
         lines.append(f"    out = {{{', '.join(items)}}}")
         for f in optional:
-            lines.append(f"    v = o.{f.name}")
-            lines.append("    if v is not None:")
-            lines.append(
-                f"        out[{f.name!r}] = {self._value(_without_none(hints[f.name]), 'v')}"
-            )
-        lines.append("    v = o.unknown")
-        lines.append("    if v:")
-        lines.append("        out.update(v)")
+            value = self._value(_without_none(hints[f.name]), "v")
+            if value == "v":  # written as it is: two slot reads cost less than a local
+                lines.append(f"    if o.{f.name} is not None:")
+                lines.append(f"        out[{f.name!r}] = o.{f.name}")
+            else:
+                lines.append(f"    v = o.{f.name}")
+                lines.append("    if v is not None:")
+                lines.append(f"        out[{f.name!r}] = {value}")
+        lines.append("    if o.unknown:")
+        lines.append("        out.update(o.unknown)")
         lines.append("    return out")
         return "\n".join(lines) + "\n"
 

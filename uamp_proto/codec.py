@@ -427,6 +427,9 @@ def liberal_create(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 _CODEC = _Codec()
+#: The codec's two tables, as module globals for the hot paths.
+_BY_TAG = _CODEC.by_tag
+_BY_CLASS = _CODEC.by_class
 
 
 # --- errors ------------------------------------------------------------------
@@ -576,7 +579,7 @@ def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownE
     # type or an unknown one (KeyError), an unhashable type (TypeError) go
     # to decode_object, which sorts them out.
     try:
-        hook = _CODEC.by_tag[obj["type"]]
+        hook = _BY_TAG[obj["type"]]
     except (KeyError, TypeError):
         return decode_object(obj)
     try:
@@ -601,7 +604,7 @@ def encode(event: ev.Event | ev.UnknownEvent) -> bytes:
         The event's JSON: ``type`` first, absent fields omitted, unknown keys
         written back.
     """
-    return _dumps(_CODEC.by_class[type(event)](event))
+    return _dumps(_BY_CLASS[type(event)](event))
 
 
 def from_dict(cls: type[Any], value: Any) -> Any:

@@ -475,3 +475,38 @@ def test_decode_accepts_exactly_the_integers_encode_can_write(number: str, accep
         else:
             with pytest.raises(DecodeError, match="delta_seq"):
                 structure(data)
+
+
+@pytest.mark.parametrize(
+    ("extra", "unknown"),
+    [
+        ({}, {}),
+        ({"session_id": None, "timestamp": None}, {}),  # null is absent, not unknown
+        ({"session_id": None, "future": 1}, {"future": 1}),
+        ({"future": None}, {"future": None}),  # an unknown key keeps its null
+    ],
+)
+def test_null_optional_fields_leave_the_unknown_bag_as_it_is(
+    extra: dict[str, Any], unknown: dict[str, Any]
+) -> None:
+    data = {"type": "response.delta", "delta": {"type": "text", "text": "hi"}, **extra}
+    event = decode(orjson.dumps(data))
+    assert isinstance(event, ev.ResponseDelta)
+    assert event.session_id is None and event.timestamp is None
+    assert dict(event.unknown) == unknown
+    if not unknown:
+        assert event.unknown is ty.EMPTY  # the shared bag, not a fresh empty dict
+
+
+@pytest.mark.parametrize(
+    ("delta", "message"),
+    [
+        ({"type": 5, "text": "hi"}, "must be a string, got number"),
+        ({"text": "hi"}, "is required"),
+        ({"type": "text", "text": 5}, "must be a string, got number"),
+        ({"type": ["text"], "text": "hi"}, "field 'delta'"),  # the detailed path names it
+    ],
+)
+def test_a_delta_with_a_bad_tag_or_text_is_refused(delta: dict[str, Any], message: str) -> None:
+    with pytest.raises(DecodeError, match=message):
+        decode(orjson.dumps({"type": "response.delta", "delta": delta}))
