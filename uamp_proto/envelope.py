@@ -49,6 +49,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from . import jsonbounds
 from .errors import ProtocolError, UampError
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "envelope_canonical_json",
     "envelope_sha256",
     "is_date_time",
+    "parse_json",
     "trigger_for",
 ]
 
@@ -720,11 +722,24 @@ def _load(data: bytes | str | Mapping[str, Any], max_size: int, what: str) -> di
             f"the {what} is {len(raw)} bytes, more than the {max_size} accepted",
             error_code=PAYLOAD_TOO_LARGE,
         )
+    return _need_object(parse_json(raw), ())
+
+
+def parse_json(raw: bytes | bytearray | memoryview) -> Any:
+    """Parse one envelope or frame's JSON, counted first (:mod:`~uamp_proto.jsonbounds`).
+
+    Raises:
+        EnvelopeError: :data:`PAYLOAD_TOO_LARGE` when it holds more values
+            than the parser is allowed to build (it is not parsed); no code
+            when it is not valid JSON.
+    """
     try:
-        obj = orjson.loads(raw)
+        jsonbounds.check(raw)
+        return orjson.loads(raw)
+    except jsonbounds.TooManyValues as exc:
+        raise EnvelopeError((), str(exc), error_code=PAYLOAD_TOO_LARGE) from None
     except orjson.JSONDecodeError as exc:
         raise EnvelopeError((), f"not valid JSON: {exc}") from None
-    return _need_object(obj, ())
 
 
 def decode_envelope(

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from uamp_proto import jsonbounds
 from uamp_proto.envelope import (
     BACKEND_BUSY,
     DEFAULT_DELTA_WINDOW,
@@ -277,6 +278,22 @@ def test_not_json_not_an_object_and_too_large() -> None:
         decode_envelope(big, max_size=len(big) - 1)
     assert info.value.error_code is PAYLOAD_TOO_LARGE
     assert decode_envelope(big, max_size=len(big)).id == ID
+
+
+def test_too_many_values_are_refused_unparsed_as_too_large() -> None:
+    """Envelopes and frames are counted first (``--max-json-values``): 4.13, not parsed."""
+    token = jsonbounds.MAX_VALUES.set(50)
+    try:
+        padded = orjson.dumps({**minimal(), "pad": list(range(60))})
+        frame = orjson.dumps({**delta_obj(), "pad": list(range(60))})
+        for decode, data in ((decode_envelope, padded), (decode_delta, frame)):
+            with pytest.raises(EnvelopeError, match="more than 50 JSON values") as info:
+                decode(data)
+            assert info.value.error_code is PAYLOAD_TOO_LARGE
+        # Under the count, the same limit lets an envelope through.
+        assert decode_envelope(orjson.dumps(minimal())).id == ID
+    finally:
+        jsonbounds.MAX_VALUES.reset(token)
 
 
 # --- deltas ----------------------------------------------------------------------------

@@ -63,7 +63,7 @@ import orjson
 import trio
 
 from uamp_proto.adapters.envelope import BAD_REQUEST, NOT_FOUND, EnvelopeRefused
-from uamp_proto.envelope import Delta, Envelope, encode_envelope
+from uamp_proto.envelope import Delta, Envelope, EnvelopeError, encode_envelope, parse_json
 from uamp_proto.grpc import GrpcError, StatusCode
 from uamp_proto.principal import ANONYMOUS
 
@@ -234,9 +234,11 @@ class _SessionPeer:
         service = self.service
         service.check_size(len(data))
         try:
-            probe = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise EnvelopeRefused(BAD_REQUEST, "a message is not JSON") from None
+            probe = parse_json(data)
+        except EnvelopeError as exc:
+            if exc.error_code is None:
+                raise EnvelopeRefused(BAD_REQUEST, "a message is not JSON") from None
+            raise EnvelopeRefused(exc.error_code, exc.reason) from None
         if isinstance(probe, dict) and "intent" in probe:
             envelope = self.envelope = service.decode(data)
             agent = service.resolve(self.agent, envelope)

@@ -52,7 +52,7 @@ import trio
 from uamp_proto import manifest as discovery
 from uamp_proto.adapters import envelope as wire
 from uamp_proto.adapters.envelope import BAD_REQUEST, NOT_FOUND, EnvelopeRefused, prefix_frame
-from uamp_proto.envelope import Envelope, encode_delta, encode_envelope
+from uamp_proto.envelope import Envelope, EnvelopeError, encode_delta, encode_envelope, parse_json
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
@@ -356,9 +356,11 @@ class _WsPeer:
     async def _frame(self, frame: bytes) -> None:
         service = self.service
         try:
-            probe = orjson.loads(frame)
-        except orjson.JSONDecodeError:
-            raise EnvelopeRefused(BAD_REQUEST, "a frame is not JSON") from None
+            probe = parse_json(frame)
+        except EnvelopeError as exc:
+            if exc.error_code is None:
+                raise EnvelopeRefused(BAD_REQUEST, "a frame is not JSON") from None
+            raise EnvelopeRefused(exc.error_code, exc.reason) from None
         if isinstance(probe, dict) and "intent" in probe:
             envelope = service.decode(frame)
             self.reply_to = envelope.id

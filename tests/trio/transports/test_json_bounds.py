@@ -18,8 +18,11 @@ import pytest
 from websockets.sync.client import connect
 
 from tests._support.agents import TestAgent
+from tests._support.envelopes import envelope
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.adapters.envelope import prefix_frame, read_error, split_frames
+from uamp_proto.envelope import decode_envelope, encode_envelope
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 
@@ -148,3 +151,38 @@ def test_acp_websocket_answers_parse_error(served: tuple[str, Counting]) -> None
         assert answer["error"]["code"] == -32700 and answer["id"] is None, answer
         ws.send(orjson.dumps(call).decode())
         assert orjson.loads(ws.recv(timeout=10))["id"] == 1
+
+
+def padded_envelope() -> tuple[bytes, bytes]:
+    """A signed spec 003 envelope to the agent, and the same with 1,500 values added."""
+    plain = encode_envelope(envelope(to="urn:uamp:agent:jb", text="hi"))
+    padded = orjson.dumps({**orjson.loads(plain), "pad": PAD})
+    return plain, padded
+
+
+def test_envelope_http_answers_4_13(served: tuple[str, Counting]) -> None:
+    base, agent = served
+    plain, padded = padded_envelope()
+    url = f"http://{base}/agents/jb/v1/messages"
+    headers = {"content-type": "application/uamp+json;v=1"}
+    resp = httpx.post(url, content=padded, headers=headers, timeout=15)
+    assert resp.status_code == 413, resp.text
+    code, why, _ = read_error(decode_envelope(resp.content))
+    assert code == "4.13" and f"more than {LIMIT} JSON values" in why
+    assert agent.runs == 0
+    # Without the padding the same envelope is taken (it is the count that was refused).
+    resp = httpx.post(url, content=plain, headers=headers, timeout=15)
+    assert resp.status_code == 202, resp.text
+
+
+def test_envelope_websocket_answers_4_13(served: tuple[str, Counting]) -> None:
+    base, agent = served
+    _, padded = padded_envelope()
+    with connect(f"ws://{base}/agents/jb/uamp/1/ws", max_size=None) as ws:
+        ws.send(prefix_frame(padded))
+        reply = ws.recv(timeout=10)
+        assert isinstance(reply, bytes)
+        (frame,) = split_frames(reply, 1 << 24)
+        code, why, _ = read_error(decode_envelope(frame))
+    assert code == "4.13" and f"more than {LIMIT} JSON values" in why
+    assert agent.runs == 0
