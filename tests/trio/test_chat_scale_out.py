@@ -5,7 +5,8 @@ they are in one room. Presence, typing, messages (numbered once for the
 whole room), the agent's answer streamed from the process that runs it and
 read marks reach every participant, in one order, exactly once. A
 participant that never reads is dropped on its own process; the others,
-on either process, get every message.
+on either process, get every message. A process killed outright has its
+participants leave: the survivors tell theirs once, and the room goes on.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import redis
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
-from tests._support.cli import uamp_serve
+from tests._support.cli import doomed_serve, uamp_serve
 from tests._support.wire import recv, send
-from tests.trio.transports.test_chat_rooms import REPLY, Reader
+from tests.trio.transports.test_chat_rooms import REPLY, Reader, summary
 
 TIMEOUT = 60
 
@@ -29,7 +31,11 @@ def two_processes(redis_url: str) -> Iterator[tuple[str, str]]:
     """Processes A and B sharing ``redis_url``; yields their WebSocket URLs."""
     serve = ("--store", redis_url, "--agent", "uamp_trio:DemoAgent")
     with uamp_serve(*serve) as a, uamp_serve(*serve) as b:
-        yield tuple(f"ws://{u.removeprefix('http://')}/agents/demo/uamp" for u in (a, b))  # type: ignore[misc]
+        yield tuple(_ws(u) for u in (a, b))  # type: ignore[misc]
+
+
+def _ws(url: str) -> str:
+    return f"ws://{url.removeprefix('http://')}/agents/demo/uamp"
 
 
 async def test_people_on_two_processes_are_in_one_room_in_one_order(redis_url: str) -> None:
@@ -124,3 +130,66 @@ async def test_a_participant_that_never_reads_slows_nobody_on_either_process(
                             seen[name].append(event["seq"])
     # Everyone else got every message, once, in order.
     assert seen["alice"] == seen["bob"] == list(range(1, messages + 1))
+
+
+async def test_a_killed_process_s_participants_go_offline_once_for_the_others(
+    redis_url: str,
+) -> None:
+    room = f"room-{uuid.uuid4().hex[:8]}"
+    serve = ("--store", redis_url, "--agent", "uamp_trio:DemoAgent")
+    with (
+        doomed_serve(*serve) as (doomed, url_a),
+        uamp_serve(*serve) as url_b,
+        uamp_serve(*serve) as url_c,
+        trio.fail_after(TIMEOUT),
+    ):
+        async with (
+            open_ws(_ws(url_a)) as a_ws,
+            open_ws(_ws(url_b)) as b_ws,
+            open_ws(_ws(url_c)) as c_ws,
+        ):
+            a, b, c = Reader(a_ws), Reader(b_ws), Reader(c_ws)
+            alice = await a.join("alice", room)
+            await a.expect(alice, [("presence.online", "demo")])
+            bob = await b.join("bob", room)
+            await b.expect(bob, [("presence.online", "alice"), ("presence.online", "demo")])
+            carol = await c.join("carol", room)
+            here = sorted(summary(e) for e in await c.take(carol, 3))  # a hash's order
+            assert here == [("presence.online", n) for n in ("alice", "bob", "demo")]
+            await b.expect(bob, [("presence.online", "carol")])
+            await send(a_ws, type="input.typing", is_typing=True, session_id=alice)
+            survivors = ((b, bob), (c, carol))
+            for reader, sid in survivors:
+                await reader.expect(sid, [("presence.typing", "alice", True)])
+
+            doomed.kill()  # SIGKILL: A says nothing more, its heartbeat lapses
+            # Both survivors watch A; one of them takes Alice out, each hears it once.
+            for reader, sid in survivors:
+                await reader.expect(
+                    sid, [("presence.typing", "alice", False), ("presence.offline", "alice")]
+                )
+            await send(b_ws, type="input.text", text="still here", session_id=bob)
+            for reader, sid in survivors:
+                await reader.expect(sid, [("message.created", 1, "bob", "still here")])
+            for reader, sid in survivors:
+                await reader.quiet(sid, 3.0)  # past the other survivor's next checks
+
+            # A newcomer sees who is left; the store keeps none of A's members.
+            dave = await c.join("dave", room)
+            got = await c.take(dave, 4)
+            summaries = [summary(e) for e in got]
+            assert sorted(summaries[:3]) == sorted(
+                ("presence.online", n) for n in ("bob", "carol", "demo")
+            )
+            assert summaries[3] == ("message.created", 1, "bob", "still here")
+            client = redis.Redis.from_url(redis_url)
+            try:
+                present = [
+                    member.decode()
+                    for name in client.scan_iter(match="*chat:pres:*")
+                    for member in client.hkeys(name)
+                ]
+            finally:
+                client.close()
+            assert len([m for m in present if m.startswith(f"{doomed.pid}-")]) == 0
+            assert len(present) >= 3  # Bob, Carol and Dave are still there

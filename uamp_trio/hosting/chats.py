@@ -33,7 +33,10 @@ order. A message gets its sequence number from the store as it enters the
 feed (:meth:`ChatStore.post <uamp_trio.stores.chats.ChatStore.post>`), so
 numbers and order agree, the sender's copy included (it tells it the number
 and id). A newcomer is sent who is here, the history and the read marks as
-they are when its own arrival is applied, then everything after.
+they are when its own arrival is applied, then everything after. A member
+key starts with its process's id (the event log's ``node``, whose heartbeat
+a shared store keeps): when that heartbeat stops, a surviving process takes
+the dead one's members out through the feed (:meth:`ChatHub._watch`).
 
 Agents: the agent of each participating session is in the room too (its
 presence follows its sessions). When the room's :class:`AnswerPolicy
@@ -86,6 +89,7 @@ from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
+from ..stores._background import start_background
 from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
 from .turns import ResponseRunner
 
@@ -99,6 +103,8 @@ log = logging.getLogger("uamp_trio.chats")
 
 #: Messages of a room an agent is given as its conversation.
 AGENT_CONTEXT: Final = 50
+#: Seconds between two checks of the heartbeats of the processes in the rooms.
+WATCH_INTERVAL: Final = 1.0
 
 
 @attrs.frozen(kw_only=True)
@@ -163,6 +169,8 @@ class Room:
         self.reads = ReadState(record.reads)
         self.policy = AnswerPolicy.from_json(record.policy)
         self.recent: deque[StoredMessage] = deque(recent, maxlen=max(limits.history, AGENT_CONTEXT))
+        #: Users the feed last said are typing (cleared here when they go offline).
+        self.typists: set[str] = set()
         self.lock = trio.Lock()
         self.answering = 0
         self.timer = False
@@ -199,8 +207,10 @@ class ChatHub:
         self.limits = limits or ChatLimits()
         self.clock = clock
         self.rooms: dict[ChatKey, Room] = {}
-        #: This hub's part of member keys (unique across processes sharing a store).
-        self.node = uuid.uuid4().hex[:12]
+        #: This hub's part of member keys: the process's id, whose heartbeat
+        #: the shared event log keeps (:meth:`_watch`).
+        self.node = host.stores.event_log.node
+        self._watching = False
         self._joining = trio.Lock()
         #: Calls between two people in a room: call id -> (caller, callee, chat id).
         self.calls: dict[str, tuple[_Member, _Member, str]] = {}
@@ -239,6 +249,7 @@ class ChatHub:
             room = self.rooms.get(record.key)
             if room is None:
                 self.store.ensure_running(self.host.background)
+                self._start_watch()
                 deliver = functools.partial(self._apply, record.key)
                 keep = max(self.limits.history, AGENT_CONTEXT)
                 state = await self.store.open_room(record, deliver, keep)
@@ -331,6 +342,15 @@ class ChatHub:
                 # Only the process that holds the user's typing state has any to clear.
                 for user, typing in room.typing.clear(left.user_id, 0.0):
                     self._typing_event(room, user, typing)
+                if left.user_id in room.typists:  # its process stopped while it typed
+                    room.typists.discard(left.user_id)
+                    stop = ev.PresenceTyping(
+                        user_id=left.user_id,
+                        username=left.username,
+                        is_typing=False,
+                        chat_id=room.chat_id,
+                    )
+                    self._fan_out(room, stop, skip_user=left.user_id)
             self._fan_out(
                 room,
                 ev.PresenceOffline(
@@ -357,7 +377,55 @@ class ChatHub:
             room.record.reads = room.reads.as_dict()
             self._fan_out(room, entry.event, skip_user=entry.skip_user)
         elif entry.event is not None:
-            self._fan_out(room, entry.event, skip_user=entry.skip_user)
+            event = entry.event
+            if isinstance(event, ev.PresenceTyping) and event.user_id is not None:
+                (room.typists.add if event.is_typing else room.typists.discard)(event.user_id)
+            self._fan_out(room, event, skip_user=entry.skip_user)
+
+    # --- processes that stop (a shared store) -----------------------------------------
+
+    def _start_watch(self) -> None:
+        if self.store.shared and self.host.stores.event_log.shared and not self._watching:
+            self._watching = True
+            self.host.stores.event_log.ensure_running(self.host.background)  # our heartbeat
+            start_background(self.host.background, self._watch, "uamp-chat-watch", "chat watch")
+
+    async def _watch(self) -> None:
+        """Take the participants of processes whose heartbeat stopped out of the rooms here.
+
+        A process missed on two checks in a row (its heartbeat lapses after
+        a few seconds) is gone: :meth:`ChatStore.depart` takes its members
+        out through each room's feed, once whichever process gets there
+        first, and everyone applies their departure like any other.
+        """
+        missing: set[str] = set()
+        try:
+            while True:
+                await trio.sleep(WATCH_INTERVAL)  # the first room opens meanwhile
+                if not self.rooms:
+                    return
+                try:
+                    missing = await self._check(missing)
+                except Exception as exc:  # Redis away: the next round tries again
+                    log.warning("checking the chat rooms' processes failed: %s", exc)
+        finally:
+            self._watching = False
+
+    async def _check(self, missing: set[str]) -> set[str]:
+        """One round of :meth:`_watch`; ``missing``: processes not beating last round."""
+        nodes = {
+            p.member.split(":", 1)[0]
+            for room in list(self.rooms.values())
+            for p in room.roster.participants
+        } - {self.node}
+        dead = {node for node in nodes if not await self.host.stores.event_log.alive(node)}
+        gone = dead & missing
+        for room in list(self.rooms.values()):
+            here = {p.member.split(":", 1)[0] for p in room.roster.participants}
+            for node in gone & here:
+                left = await self.store.depart(room.key, node)
+                log.info("process %s stopped: %d left chat %s", node, left, room.chat_id)
+        return dead
 
     # --- fan-out ----------------------------------------------------------------------
 

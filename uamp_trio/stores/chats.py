@@ -38,7 +38,7 @@ from __future__ import annotations
 import abc
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import trio
@@ -181,6 +181,9 @@ class ChatStore(abc.ABC):
         max_messages: Messages kept per room (the oldest are dropped).
     """
 
+    #: Whether other processes share the rooms (their participants can be in them).
+    shared: ClassVar[bool] = False
+
     def __init__(self, max_messages: int = MAX_MESSAGES) -> None:
         if max_messages < 1:
             raise ValueError("max_messages must be at least 1")
@@ -236,6 +239,16 @@ class ChatStore(abc.ABC):
         await self.save(record)
         self.publish(record.key, RoomEntry(kind="message", message=stored))
         return stored
+
+    async def depart(self, key: ChatKey, node: str) -> int:
+        """Take every participant of the stopped process ``node`` out of room ``key``, once.
+
+        Each gets a ``leave`` entry on the room's feed; of several processes
+        calling this for the same ``node`` only the first finds anyone to
+        take out. Returns how many left. A store one process keeps has no
+        other process's participants: nobody.
+        """
+        return 0
 
     def ensure_running(self, nursery: trio.Nursery | None) -> None:  # noqa: B027 - optional
         """Start what carries the feeds between processes (a shared store)."""

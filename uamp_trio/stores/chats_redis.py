@@ -28,8 +28,11 @@ one reader task follows the feeds of every room open in this process with
 a blocking ``XREAD`` and hands their entries on. Calls run in worker threads
 with the synchronous redis-py client, as in the other Redis stores.
 
-A process that dies leaves its members in ``pres:{room}``: they are shown
-present until the room's presence is reset (docs/scale-out.md, Limits).
+A process that dies leaves its members in ``pres:{room}`` until another
+one sees its heartbeat gone and calls :meth:`~RedisChatStore.depart`: one
+Lua script removes the members whose key starts with that process's id and
+writes a ``leave`` entry for each, so however many processes call it, each
+member leaves the feed once.
 """
 
 from __future__ import annotations
@@ -98,6 +101,21 @@ redis.call('ZREMRANGEBYRANK', p .. 'msg:' .. room, 0, -(tonumber(ARGV[4]) + 1))
 redis.call('XADD', p .. 'feed:' .. room, 'MAXLEN', '~', ARGV[5], '*',
   'k', 'message', 'm', '', 'p', '', 'd', data, 's', '', 'u', '', 'q', seq)
 return seq
+"""
+
+#: ARGV: prefix, room, member key prefix of the stopped process, feed length.
+_DEPART: Final = """
+local p, room, node = ARGV[1], ARGV[2], ARGV[3]
+local gone = 0
+for _, member in ipairs(redis.call('HKEYS', p .. 'pres:' .. room)) do
+  if string.sub(member, 1, #node) == node then
+    redis.call('HDEL', p .. 'pres:' .. room, member)
+    redis.call('XADD', p .. 'feed:' .. room, 'MAXLEN', '~', ARGV[4], '*',
+      'k', 'leave', 'm', member, 'p', '', 'd', '', 's', '', 'u', '', 'q', 0)
+    gone = gone + 1
+  end
+end
+return gone
 """
 
 #: ARGV: prefix, room, record JSON, chat id. Returns the stored record JSON.
@@ -190,6 +208,7 @@ class RedisChatStore(BackgroundLoop, ChatStore):
 
     loop_name = "uamp-chat-feeds"
     loop_what = "the chat feeds of the Redis store"
+    shared = True
 
     def __init__(self, url: str, max_messages: int = MAX_MESSAGES, *, prefix: str = "uamp") -> None:
         super().__init__(max_messages)
@@ -203,6 +222,7 @@ class RedisChatStore(BackgroundLoop, ChatStore):
         self._post_script = self._redis.register_script(_POST)
         self._create_script = self._redis.register_script(_CREATE)
         self._save_script = self._redis.register_script(_SAVE)
+        self._depart_script = self._redis.register_script(_DEPART)
         self._queue: list[_Pending] = []
         self._dirty = trio.Event()
         self._opened = trio.Event()
@@ -321,18 +341,25 @@ class RedisChatStore(BackgroundLoop, ChatStore):
         ]  # fmt: skip
         self._enqueue(_Pending(self._feed_script, args))
 
+    async def depart(self, key: ChatKey, node: str) -> int:
+        args = [self._p, _room(key), f"{node}:", FEED_LENGTH]
+        return int(await self._written(_Pending(self._depart_script, args)))
+
     async def post(self, record: ChatRecord, message: StoredMessage) -> StoredMessage:
         fields = message.to_json()
         del fields["seq"]  # the script puts the number first
         args = [self._p, _room(record.key), orjson.dumps(fields), self.max_messages, FEED_LENGTH]
-        pending = _Pending(self._post_script, args)
+        seq = int(await self._written(_Pending(self._post_script, args)))
+        record.last_seq = max(record.last_seq, seq)
+        return attrs.evolve(message, seq=seq)
+
+    async def _written(self, pending: _Pending) -> Any:
+        """Queue ``pending`` for the writer; its script's result once sent (raised if it failed)."""
         self._enqueue(pending)
         await pending.done.wait()
         if isinstance(pending.result, BaseException):
             raise pending.result
-        seq = int(pending.result)
-        record.last_seq = max(record.last_seq, seq)
-        return attrs.evolve(message, seq=seq)
+        return pending.result
 
     def _enqueue(self, pending: _Pending) -> None:
         self.ensure_running(None)
