@@ -641,7 +641,6 @@ class Server:
     async def _handle_connection(
         self, sock_stream: trio.SocketStream, tracker: ConnectionTracker
     ) -> None:
-        stream: trio.abc.Stream = sock_stream
         try:
             # Responses are written head+body in one send; no Nagle delay on
             # the small frames that follow (trio sets this too; be explicit).
@@ -659,7 +658,10 @@ class Server:
         except Exception:
             log.exception("connection handler failed")
         finally:
-            await trio.aclose_forcefully(stream)
+            # Closing the socket is what aclose_forcefully would do here (any
+            # TLS layer is dropped without close_notify), without its cancel
+            # scope and checkpoint: a flood's closes arrive thousands at once.
+            sock_stream.socket.close()
             self._connections.discard(tracker)
             if not self._connections:
                 self._all_closed.set()

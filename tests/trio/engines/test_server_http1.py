@@ -163,6 +163,31 @@ async def test_content_length_over_limit_gets_413_without_reading_body(serve_app
         assert body_of(raw)["error"]["code"] == "request_too_large"
 
 
+async def test_body_sent_after_an_early_413_is_drained_so_the_answer_arrives(serve_app) -> None:  # type: ignore[no-untyped-def]
+    """A client that sends its whole body before reading still reads the 413, then EOF.
+
+    The server answers from the declared length and drops the body the client
+    goes on sending (on Linux in the kernel, without copying it); had it
+    closed with the body unread, the kernel would reset the connection and
+    the client would lose the answer.
+    """
+    with trio.fail_after(TIMEOUT):
+        router, _ = make_router()
+        server = await serve_app(router, max_body_size=100)
+        size = 900 * 1024  # more than the socket buffers hold unread
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            await stream.send_all(
+                b"POST /echo/x HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % size
+            )
+            await stream.send_all(b"x" * size)  # blocks unless the server reads it
+            raw = b""
+            while chunk := await stream.receive_some(65536):
+                raw += chunk
+        assert raw.startswith(b"HTTP/1.1 413")
+        assert body_of(raw)["error"]["code"] == "request_too_large"
+
+
 async def test_chunked_body_over_limit_gets_413(serve_app) -> None:  # type: ignore[no-untyped-def]
     with trio.fail_after(TIMEOUT):
         router, _ = make_router()
