@@ -55,7 +55,6 @@ import contextlib
 import gc
 import getpass
 import importlib
-import logging
 import os
 import shlex
 import signal
@@ -940,9 +939,10 @@ def _add_connect(sub: Any) -> None:
 
 
 def _connect_command(args: argparse.Namespace) -> int:
+    from .observe.logs import configure
     from .relay.daemon import Daemon, DaemonRefused
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    configure(args.log_level, "text")  # the relay's words are escaped like any peer's
     tokens: dict[str, str] = {}
     for item in args.agent_token:
         name, sep, token = item.partition("=")

@@ -187,6 +187,26 @@ def test_access_log_json_lines() -> None:
     assert "SECRET" not in "\n".join(srv.lines)
 
 
+def test_a_peer_cannot_forge_a_log_line_or_send_terminal_codes() -> None:
+    """A percent-encoded CR LF and an escape sequence in a path stay in one escaped line."""
+    forged = "2026-01-01T00:00:00.000Z INFO uamp: forged"
+    with serve() as srv:
+        port = int(srv.url().rsplit(":", 1)[1])
+        start = len(srv.lines)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(
+                b"GET /x%0d%0a"
+                + forged.replace(" ", "%20").encode()
+                + b"%1b[31m%c2%9b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            assert sock.recv(65536).startswith(b"HTTP/1.1 404")
+        line = srv.wait_for(r'" 404 ', after=start).string
+    assert line.startswith("20")
+    assert "\\x0d\\x0a" + forged in line and "\\x1b[31m" in line and "\\x9b" in line
+    assert not any(text.startswith(forged) for text in srv.lines)
+    assert not any("\x1b" in text or "\r" in text for text in srv.lines)
+
+
 def test_no_access_log() -> None:
     with serve("--no-access-log") as srv:
         _traffic(srv.url())

@@ -7,11 +7,17 @@ per line (``--log-format json``, for log shippers). :class:`AccessLog` is an
 per finished request to the ``uamp.access`` logger, whatever ``--log-level``
 says for the rest. An access line holds no secret: the path is logged
 without its query string (``?token=`` stays out) and no header is logged.
+
+A text line is one line whatever a peer sent: control characters in the
+message (a percent-encoded CR LF in a path, an escape sequence in a reason
+a client gave) are written as ``\\xNN``, so no one can forge a line or drive
+the operator's terminal. JSON lines are escaped by JSON itself.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any, Literal, TextIO
@@ -37,14 +43,29 @@ def _timestamp(created: float) -> str:
     return f"{seconds}.{int(created % 1 * 1000):03d}Z"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters written as ``\\xNN`` (one line, no terminal codes)."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape_control, text)
+
+
 class TextFormatter(logging.Formatter):
     """``2026-01-02T03:04:05.678Z INFO logger: message`` (an access line: no level, no logger)."""
 
     def format(self, record: logging.LogRecord) -> str:
         ts = _timestamp(record.created)
+        message = one_line(record.getMessage())
         if record.name == ACCESS_LOGGER:
-            return f"{ts} {record.getMessage()}"
-        line = f"{ts} {record.levelname} {record.name}: {record.getMessage()}"
+            return f"{ts} {message}"
+        line = f"{ts} {record.levelname} {record.name}: {message}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
