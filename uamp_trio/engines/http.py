@@ -86,7 +86,8 @@ def reason_phrase(status: int) -> bytes:
     return phrase
 
 
-_REASONS: dict[int, bytes] = {}
+#: RFC 9110 renamed these; Python before 3.13 still has the RFC 7231 names.
+_REASONS: dict[int, bytes] = {413: b"Content Too Large", 422: b"Unprocessable Content"}
 
 
 class BodyBudget:

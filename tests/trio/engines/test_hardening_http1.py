@@ -115,3 +115,14 @@ async def test_status_lines_carry_reason_phrases(serve_app) -> None:  # type: ig
         assert fast.startswith(b"HTTP/1.1 200 OK\r\n")
         assert old.startswith(b"HTTP/1.1 200 OK\r\n")
         assert missing.startswith(b"HTTP/1.1 404 Not Found\r\n")
+
+
+async def test_reason_phrases_are_rfc_9110s(serve_app) -> None:  # type: ignore[no-untyped-def]
+    """413 is "Content Too Large" (RFC 9110 section 15.5.14), not RFC 7231's name."""
+    with trio.fail_after(TIMEOUT):
+        router, _ = make_router()
+        server = await serve_app(router, max_body_size=10)
+        big, _ = await exchange(
+            server.port, b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\n"
+        )
+        assert big.startswith(b"HTTP/1.1 413 Content Too Large\r\n"), big[:60]
