@@ -3,7 +3,8 @@
 The reader feeds bytes to the h2 state machine and reacts to its events:
 headers open a stream, DATA is buffered (and its flow-control credit given
 back at once, bounded by ``max_body_size`` per stream), END_STREAM starts the
-stream's task, RST_STREAM cancels it, WINDOW_UPDATE/SETTINGS wake senders.
+stream's task, RST_STREAM cancels it, WINDOW_UPDATE/SETTINGS wake senders (a stream's
+WINDOW_UPDATE wakes only that stream's sender).
 Writers share one lock around ``data_to_send()`` + ``send_all`` so frames
 leave in the order h2 produced them.
 
@@ -264,7 +265,8 @@ class _Http2Connection:
         self.h2 = h2.connection.H2Connection(config=config)
         self.streams: dict[int, _Stream] = {}
         self.write_lock = trio.StrictFIFOLock()
-        self.window_changed = trio.Event()
+        #: Streams whose sender waits for flow-control credit, and its wake-up.
+        self.blocked: dict[int, trio.Event] = {}
         self.read_scope: trio.CancelScope | None = None
         self.closed = False
         self.nursery: trio.Nursery | None = None
@@ -278,9 +280,16 @@ class _Http2Connection:
             if data:
                 await self.stream.send_all(data)
 
-    def _wake_senders(self) -> None:
-        self.window_changed.set()
-        self.window_changed = trio.Event()
+    def _wake_senders(self, sid: int | None = None) -> None:
+        """Wake the sender of stream ``sid`` waiting for credit, or every waiting sender."""
+        if sid is None:
+            blocked, self.blocked = self.blocked, {}
+            for event in blocked.values():
+                event.set()
+        else:
+            waiter = self.blocked.pop(sid, None)
+            if waiter is not None:
+                waiter.set()
 
     def _on_shutdown(self) -> None:
         if not self.streams and self.read_scope is not None:
@@ -506,9 +515,13 @@ class _Http2Connection:
                     reset.body_stream.fail(ConnectionResetError("the peer reset the stream"))
                 if reset.scope is not None:
                     reset.scope.cancel()
-            self._wake_senders()
-        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
-            self._wake_senders()
+            self._wake_senders(event.stream_id)
+        elif isinstance(event, h2.events.WindowUpdated):
+            # Credit for one stream wakes its sender only; the connection's
+            # credit (stream 0) may unblock any of them.
+            self._wake_senders(event.stream_id or None)
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self._wake_senders()  # the initial window or the frame size changed
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.closed = True
             self._wake_senders()
@@ -656,13 +669,19 @@ class _Http2Connection:
         await send_response(sink, response, head_only=head_only, streaming=streaming, wrote=wrote)
 
     async def _send_data(self, sid: int, data: bytes, *, end_stream: bool) -> None:
+        # As many frames as the windows allow go out in one send; a sender
+        # with no credit left sends what is queued and waits for the peer's
+        # WINDOW_UPDATE of its stream or of the connection.
+        conn = self.h2
         view = memoryview(data)
         while view:
             if self.closed:
                 raise trio.ClosedResourceError("HTTP/2 connection closed")
-            waiter = self.window_changed
-            window = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
+            window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
             if window <= 0:
+                waiter = self.blocked.get(sid)
+                if waiter is None:
+                    waiter = self.blocked[sid] = trio.Event()
                 await self.flush()
                 await waiter.wait()
                 continue
@@ -670,6 +689,4 @@ class _Http2Connection:
             last = size == len(view)
             self.h2.send_data(sid, view[:size].tobytes(), end_stream=end_stream and last)
             view = view[size:]
-            if not last:
-                await self.flush()
         await self.flush()

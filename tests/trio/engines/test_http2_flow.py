@@ -1,0 +1,132 @@
+"""HTTP/2 flow control: which credit from the peer lets a blocked response go on.
+
+A raw h2 client on 127.0.0.1 reads large responses without acknowledging
+them, so the server's senders run out of credit, then gives exactly one
+kind of credit (a stream's WINDOW_UPDATE, the connection's, or a SETTINGS
+change of the initial window) and expects the rest of the body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+import trio
+
+from tests._support.raw import receive_or_eof
+from uamp_trio.app import Router
+from uamp_trio.engines.http import Request, StreamingResponse
+
+TIMEOUT = 15
+SIZE = 200_000  # about three default windows
+DEFAULT_WINDOW = 65_535
+WINDOW = h2.settings.SettingCodes.INITIAL_WINDOW_SIZE
+
+
+def router() -> Router:
+    router = Router()
+
+    async def big(request: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            yield bytes(range(256)) * (SIZE // 256) + b"x" * (SIZE % 256)
+
+        return StreamingResponse.from_iterable(body())
+
+    router.add("GET", "/big", big)
+    return router
+
+
+class Peer:
+    """An h2 client over a socket that acknowledges nothing unless told to."""
+
+    def __init__(self, stream: trio.SocketStream, settings: dict[int, int]) -> None:
+        self.stream = stream
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.local_settings = h2.settings.Settings(client=True, initial_values=settings)
+        self.conn.initiate_connection()
+        self.received: dict[int, int] = {}
+        self.ended: set[int] = set()
+
+    def get(self, sid: int) -> None:
+        headers = [(":method", "GET"), (":path", "/big"), (":scheme", "http"), (":authority", "t")]
+        self.conn.send_headers(sid, headers, end_stream=True)
+        self.received[sid] = 0
+
+    async def send(self) -> None:
+        await self.stream.send_all(self.conn.data_to_send())
+
+    async def read_until(self, done: object) -> None:
+        """Read until ``done()`` holds; fail if the server closes first."""
+        while not done():  # type: ignore[operator]
+            data = await receive_or_eof(self.stream)
+            assert data, "the server closed the connection"
+            for event in self.conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    self.received[event.stream_id] += len(event.data)
+                elif isinstance(event, h2.events.StreamEnded):
+                    self.ended.add(event.stream_id)
+            await self.send()  # SETTINGS and PING acks; never WINDOW_UPDATE
+
+
+async def open_peer(port: int, settings: dict[int, int]) -> Peer:
+    return Peer(await trio.open_tcp_stream("127.0.0.1", port), settings)
+
+
+#: (case, the client's initial stream window, extra connection window)
+CASES = [
+    ("stream credit", DEFAULT_WINDOW, 10 * SIZE),
+    ("connection credit", 10 * SIZE, 0),
+    ("initial window raised", 0, 10 * SIZE),
+]
+
+
+@pytest.mark.parametrize(("case", "window", "extra"), CASES, ids=[c[0] for c in CASES])
+async def test_blocked_sender_resumes_on_each_kind_of_credit(  # type: ignore[no-untyped-def]
+    serve_app, case: str, window: int, extra: int
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(router())
+        peer = await open_peer(server.port, {WINDOW: window})
+        async with peer.stream:
+            if extra:
+                peer.conn.increment_flow_control_window(extra)
+            peer.get(1)
+            await peer.send()
+            # What the windows allow arrives, then the sender waits.
+            allowed = min(window, DEFAULT_WINDOW + extra)
+            await peer.read_until(lambda: peer.received[1] >= allowed)
+            assert peer.received[1] == allowed and 1 not in peer.ended
+            if case == "stream credit":
+                peer.conn.increment_flow_control_window(SIZE, stream_id=1)
+            elif case == "connection credit":
+                peer.conn.increment_flow_control_window(SIZE)
+            else:
+                peer.conn.update_settings({WINDOW: 10 * SIZE})
+            await peer.send()
+            await peer.read_until(lambda: 1 in peer.ended)
+        assert peer.received[1] == SIZE
+
+
+async def test_credit_for_one_stream_does_not_wait_for_another(serve_app) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(router())
+        peer = await open_peer(server.port, {WINDOW: DEFAULT_WINDOW})
+        async with peer.stream:
+            peer.conn.increment_flow_control_window(10 * SIZE)
+            peer.get(1)
+            peer.get(3)
+            await peer.send()
+            await peer.read_until(lambda: min(peer.received.values()) >= DEFAULT_WINDOW)
+            # Stream 3 stays blocked; stream 1 alone gets credit and finishes.
+            peer.conn.increment_flow_control_window(SIZE, stream_id=1)
+            await peer.send()
+            await peer.read_until(lambda: 1 in peer.ended)
+            assert peer.received == {1: SIZE, 3: DEFAULT_WINDOW}
+            peer.conn.increment_flow_control_window(SIZE, stream_id=3)
+            await peer.send()
+            await peer.read_until(lambda: 3 in peer.ended)
+        assert peer.received == {1: SIZE, 3: SIZE}
