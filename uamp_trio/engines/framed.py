@@ -19,7 +19,14 @@ from typing import Protocol
 from .http import Headers, Request, Response, StreamingResponse, batched_writer
 from .http1 import split_target
 
-__all__ = ["FrameSink", "head_fields", "request_from_fields", "send_response", "to_fields"]
+__all__ = [
+    "FrameSink",
+    "content_length",
+    "head_fields",
+    "request_from_fields",
+    "send_response",
+    "to_fields",
+]
 
 _SERVER = (b"server", b"uamp")
 
@@ -34,6 +41,14 @@ def head_fields(response: Response | StreamingResponse) -> list[tuple[bytes, byt
     return [(b":status", str(response.status).encode()), *to_fields(response.headers), _SERVER]
 
 
+def content_length(fields: list[tuple[bytes, bytes]]) -> int | None:
+    """The ``content-length`` of a request's header fields (``None``: none, or not a number)."""
+    for name, value in fields:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
 def request_from_fields(
     fields: list[tuple[bytes, bytes]],
     *,
@@ -44,21 +59,27 @@ def request_from_fields(
 ) -> Request:
     """The :class:`Request` of a request's header fields and body (``:authority`` as ``host``)."""
     pseudo: dict[bytes, bytes] = {}
-    regular: list[tuple[bytes, bytes]] = []
+    regular: list[tuple[str, str]] = []
+    has_host = False
     for name, value in fields:
         if name.startswith(b":"):
             pseudo[name] = value
         else:
-            regular.append((name, value))
+            # Decoded once, straight into the stored form of Headers: h2 and
+            # aioquic refuse upper-case field names (RFC 9113 section 8.2.1,
+            # RFC 9114 section 4.2), lower() only guards against a peer they let by.
+            text = name.decode("latin-1").lower()
+            has_host = has_host or text == "host"
+            regular.append((text, value.decode("latin-1")))
     authority = pseudo.get(b":authority")
-    if authority is not None and not any(n == b"host" for n, _ in regular):
-        regular.append((b"host", authority))
+    if authority is not None and not has_host:
+        regular.append(("host", authority.decode("latin-1")))
     path, query = split_target(pseudo.get(b":path", b"/").decode("latin-1"))
     return Request(
         method=pseudo.get(b":method", b"GET").decode("ascii", "replace"),
         path=path,
         query=query,
-        headers=Headers(regular),
+        headers=Headers.from_normalized(regular),
         body=body,
         http_version=http_version,
         scheme=scheme,

@@ -62,10 +62,9 @@ import h2.exceptions
 import h2.settings
 import trio
 
-from .framed import request_from_fields, send_response
+from .framed import content_length, request_from_fields, send_response
 from .http import (
     BodyStream,
-    Headers,
     Request,
     Response,
     StreamingResponse,
@@ -192,6 +191,8 @@ class _Stream:
     def __init__(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.id = stream_id
         self.headers = headers
+        #: The request, built from the head once (its body is set when it has ended).
+        self.request: Request | None = None
         self.body: list[bytes] = []
         self.size = 0
         self.rejected = False
@@ -462,15 +463,13 @@ class _Http2Connection:
                 st.started = True
                 self.ready.append(st)
                 return
-            length = Headers(st.headers).get("content-length")
-            if length is not None and length.isdigit():
-                declared = int(length)
-                if declared > self.server.body_floor:
-                    # Refused from the head, in the route's error style.
-                    request = self._request(st)
-                    limit = self.server.body_limit(request)
-                    if declared > limit:
-                        self._reject(st, self.server.too_large(request, limit))
+            declared = content_length(st.headers)
+            if declared is not None and declared > self.server.body_floor:
+                # Refused from the head, in the route's error style.
+                request = self._request(st)
+                limit = self.server.body_limit(request)
+                if declared > limit:
+                    self._reject(st, self.server.too_large(request, limit))
         elif isinstance(event, h2.events.DataReceived):
             sid = event.stream_id
             data_st = self.streams.get(sid)
@@ -592,15 +591,15 @@ class _Http2Connection:
     # --- stream tasks ----------------------------------------------------------
 
     def _request(self, st: _Stream) -> Request:
-        request = request_from_fields(
-            st.headers,
-            body=b"".join(st.body) if st.body else b"",
-            http_version="2",
-            scheme=self.server.scheme,
-            client=self.client,
-        )
+        """``st``'s request: its head, and its body once the request has ended."""
+        request = st.request
+        if request is None:
+            scheme = self.server.scheme
+            request = st.request = request_from_fields(
+                st.headers, body=b"", http_version="2", scheme=scheme, client=self.client
+            )
+            request.tls = self.tls
         request.body_stream = st.body_stream
-        request.tls = self.tls
         return request
 
     async def _run_stream(self, st: _Stream) -> None:
@@ -613,7 +612,9 @@ class _Http2Connection:
                 if st.reset:
                     return
                 request = self._request(st)
-                st.body.clear()
+                if st.body:
+                    request.body = st.body[0] if len(st.body) == 1 else b"".join(st.body)
+                    st.body.clear()
                 st.handling = trio.current_time()
                 response = await self.server.dispatch(request)
                 st.handling = None

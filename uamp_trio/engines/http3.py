@@ -72,7 +72,7 @@ from aioquic.quic.packet import (
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from . import quic_mtls
-from .framed import request_from_fields, send_response
+from .framed import content_length, request_from_fields, send_response
 from .http import Request, Response, StreamingResponse, TLSInfo
 from .quic import QuicDriver
 
@@ -298,7 +298,7 @@ class _QuicConnection(QuicDriver):
             if st is None:
                 st = self.streams[event.stream_id] = _RequestStream(event.stream_id)
                 st.headers = list(event.headers)
-                declared = _content_length(st.headers)
+                declared = content_length(st.headers)
                 if declared is not None and declared > self.server.body_floor:
                     self._check_size(st, declared)  # refused from the head: the body is not read
             # A second HEADERS frame is the request's trailers: nothing uses them.
@@ -430,10 +430,3 @@ class _H3Sink:
 
     def end(self) -> None:
         self._h3().send_data(self.sid, b"", end_stream=True)
-
-
-def _content_length(fields: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in fields:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
