@@ -222,9 +222,9 @@ class _WebsocketsEngine(FrameEngine):
                     raise
                 # Deliver what was complete first; the next feed raises.
             return out
-        if self._pending:
-            data, self._pending = bytes(self._pending) + data, None
-        self._pending = None
+        pending, self._pending = self._pending, None
+        if pending:
+            self._p.receive_data(bytes(pending))  # its events are taken below
         return self._slow(data)
 
     def _fast(self, data: bytes) -> tuple[list[bytes], bytes]:
