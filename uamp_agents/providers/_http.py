@@ -35,6 +35,7 @@ import math
 import random
 import ssl
 import time
+import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, ClassVar, Protocol, TypedDict, TypeVar, Unpack
@@ -48,6 +49,7 @@ from uamp_proto.events import Event, UsageDelta
 from uamp_proto.sse import SSEError, SSEEvent, SSEParser
 from uamp_proto.types import UsageStats
 
+from ._pool import LeanTransport
 from .base import ModelResponse, NamedProvider, ProviderError, ProviderEvent
 
 __all__ = [
@@ -326,44 +328,76 @@ def _ssl_context() -> ssl.SSLContext:
     return _SSL_CONTEXT
 
 
+class _RunPool:
+    """The current trio run's model connections: a :class:`LeanTransport`.
+
+    Requests go straight to the transport, without an ``httpx.AsyncClient``'s
+    per-request work (cookies, auth and redirect handling, event hooks) that
+    a model call does not use. With a proxy configured in the environment
+    (``HTTP_PROXY`` ...) they go through an ``httpx.AsyncClient`` on its own
+    pool instead, which routes them to the proxy as httpx does.
+    """
+
+    def __init__(self) -> None:
+        self.transport = LeanTransport(_ssl_context())
+        self.client: httpx.AsyncClient | None = None
+        if urllib.request.getproxies():
+            self.client = httpx.AsyncClient(
+                verify=_ssl_context(), limits=httpx.Limits(max_connections=None)
+            )
+
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``; the response's body is read by the caller, who closes it."""
+        if self.client is not None:
+            return await self.client.send(request, stream=True)
+        return await self.transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        if self.client is not None:
+            await self.client.aclose()
+        await self.transport.aclose()
+
+
 #: The connection pool of the current trio run, shared by every provider
-#: without a client of its own: see :func:`_run_client`.
-_RUN_CLIENT: trio.lowlevel.RunVar[httpx.AsyncClient] = trio.lowlevel.RunVar("uamp_http_client")
+#: without a client of its own: see :func:`_run_pool`.
+_RUN_POOL: trio.lowlevel.RunVar[_RunPool] = trio.lowlevel.RunVar("uamp_http_pool")
 
 
-def _run_client() -> httpx.AsyncClient:
-    """The current trio run's shared :class:`httpx.AsyncClient`, opened on first use.
+def _run_pool() -> _RunPool:
+    """The current trio run's shared connections, opened on first use.
 
     An httpx pool belongs to one event loop run while a provider object may
     outlive it (or serve several), so the pool is kept per run, not per
     provider: every model call of a server reuses its keep-alive connections
     instead of opening a client and a TCP connection per call (about a
     millisecond of CPU each, more than the rest of a short agent turn). A
-    system task closes the client when the run ends.
+    system task closes them when the run ends.
     """
     try:
-        return _RUN_CLIENT.get()
+        return _RUN_POOL.get()
     except LookupError:
         pass
-    client = httpx.AsyncClient(verify=_ssl_context(), limits=httpx.Limits(max_connections=None))
-    _RUN_CLIENT.set(client)
+    pool = _RunPool()
+    _RUN_POOL.set(pool)
 
     async def close_at_exit() -> None:
         try:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
-                await client.aclose()
+                await pool.aclose()
 
-    trio.lowlevel.spawn_system_task(close_at_exit, name="uamp_agents.http_client")
-    return client
+    trio.lowlevel.spawn_system_task(close_at_exit, name="uamp_agents.http_pool")
+    return pool
 
 
 class HTTPClient:
     """POSTs JSON to one provider and maps every failure to ProviderError.
 
     Without ``client`` the calls share the trio run's pool
-    (:func:`_run_client`); pass a client of your own to use that instead.
+    (:func:`_run_pool`); pass a client of your own to use that instead
+    (its headers, auth and event hooks apply).
     """
 
     def __init__(
@@ -380,9 +414,35 @@ class HTTPClient:
         self.headers = {"content-type": "application/json", **headers}
         self.timeout = httpx.Timeout(timeout)
         self._client = client
+        # What every request repeats is made once: the parsed headers and
+        # URLs, and the timeouts as httpx passes them to its transport.
+        self._json_headers = httpx.Headers(self.headers)
+        self._sse_headers = httpx.Headers({**self.headers, "accept": "text/event-stream"})
+        self._extensions = {"timeout": self.timeout.as_dict()}
+        self._urls: dict[str, httpx.URL] = {}
 
-    def _url(self, path: str) -> str:
-        return f"{self.base_url}/{path.lstrip('/')}"
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            if len(self._urls) >= _MAX_URLS:
+                self._urls.clear()
+            url = self._urls[path] = httpx.URL(f"{self.base_url}/{path.lstrip('/')}")
+        return url
+
+    async def _open(
+        self, path: str, body: Mapping[str, Any], headers: httpx.Headers
+    ) -> httpx.Response:
+        """POST ``body``; the response with its body still to read (the caller closes it)."""
+        content = orjson.dumps(body)
+        if self._client is not None:
+            request = self._client.build_request(
+                "POST", self._url(path), content=content, headers=headers, timeout=self.timeout
+            )
+            return await self._client.send(request, stream=True)
+        request = httpx.Request(
+            "POST", self._url(path), headers=headers, content=content, extensions=self._extensions
+        )
+        return await _run_pool().send(request)
 
     def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
         if isinstance(exc, httpx.TimeoutException):
@@ -400,19 +460,17 @@ class HTTPClient:
             ProviderError: On transport failure, timeout, an HTTP error
                 status, or a body that is not JSON.
         """
-        content = orjson.dumps(body)
-        client = self._client or _run_client()
         try:
-            response = await client.post(
-                self._url(path), content=content, headers=self.headers, timeout=self.timeout
-            )
+            response = await self._open(path, body, self._json_headers)
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
         if response.status_code >= 400:
-            raise error_from_response(
-                self.provider, response.status_code, response.headers, response.content
-            )
-        return load_json(self.provider, response.content, status=response.status_code)
+            raise error_from_response(self.provider, response.status_code, response.headers, raw)
+        return load_json(self.provider, raw, status=response.status_code)
 
     async def post_sse(self, path: str, body: Mapping[str, Any]) -> AsyncGenerator[SSEEvent, None]:
         """POST ``body`` and yield the server-sent events of the response.
@@ -421,13 +479,9 @@ class HTTPClient:
             ProviderError: On transport failure, timeout (of any single read)
                 or an HTTP error status.
         """
-        content = orjson.dumps(body)
-        headers = {**self.headers, "accept": "text/event-stream"}
-        client = self._client or _run_client()
         try:
-            async with client.stream(
-                "POST", self._url(path), content=content, headers=headers, timeout=self.timeout
-            ) as response:
+            response = await self._open(path, body, self._sse_headers)
+            try:
                 if response.status_code >= 400:
                     raw = await response.aread()
                     raise error_from_response(
@@ -435,8 +489,14 @@ class HTTPClient:
                     )
                 async for event in iter_sse(response.aiter_bytes()):
                     yield event
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
+
+
+#: Request URLs remembered per client (a provider calls a handful of paths).
+_MAX_URLS = 64
 
 
 # --- The provider classes' common part -----------------------------------------
@@ -453,8 +513,9 @@ class HTTPOptions(TypedDict, total=False):
         retry_base_delay: First backoff delay, doubled per retry (0.5).
         retry_max_delay: Cap on a single wait, Retry-After included (20.0).
         headers: Extra headers; they win over the provider's own.
-        http_client: A long-lived ``httpx.AsyncClient`` to pool connections;
-            by default a client is opened per call.
+        http_client: An ``httpx.AsyncClient`` of your own for the calls
+            (its headers, auth, proxies and event hooks apply); by default
+            the calls of a trio run share one pool of connections.
     """
 
     timeout: float

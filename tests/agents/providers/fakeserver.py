@@ -146,6 +146,8 @@ class Reply:
         chunks: A streamed body, one chunk per element (chunked encoding).
         cut_after: Close the connection after this many chunks, mid-body.
         stall: Read the request, then never answer.
+        hang_up: Close the connection after the answer, without saying so
+            (the way a server drops an idle keep-alive connection).
         check: Assertions on the request, run by the server.
     """
 
@@ -155,6 +157,7 @@ class Reply:
     chunks: tuple[bytes, ...] | None = None
     cut_after: int | None = None
     stall: bool = False
+    hang_up: bool = False
     check: Check | None = None
 
 
@@ -183,6 +186,9 @@ class FakeServer:
         self.requests: list[Request] = []
         self.replies: list[Reply] = []
         self.failures: list[str] = []
+        #: Connections accepted, and of those closed (by either side).
+        self.connections = 0
+        self.closed = 0
         self._auth = auth
 
     @property
@@ -203,6 +209,7 @@ class FakeServer:
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
+        self.connections += 1
         try:
             while True:
                 request = await self._read_request(conn, stream)
@@ -218,6 +225,7 @@ class FakeServer:
             return
         finally:
             await stream.aclose()
+            self.closed += 1
 
     async def _next(self, conn: h11.Connection, stream: trio.SocketStream) -> Any:
         while True:
@@ -296,7 +304,7 @@ class FakeServer:
                 await stream.send_all(conn.send(h11.Data(data=chunk)))
                 await trio.sleep(0)
         await stream.send_all(conn.send(h11.EndOfMessage()))
-        return True
+        return not reply.hang_up
 
 
 async def collect(stream: AsyncIterator[ProviderEvent]) -> tuple[list[Event], ModelResponse]:
