@@ -126,6 +126,7 @@ class RunOptions(TypedDict, total=False):
     resume: bool
     tool_choice: str | dict[str, Any] | None
     deps: Any
+    stream_model: bool
 
 
 class Agent:
@@ -303,6 +304,10 @@ class Agent:
                 client, settings) that tools receive as ``ctx.deps`` when
                 they take a ``ToolContext[YourDeps]`` parameter. Sub-agents
                 called as tools get the same object.
+            stream_model: For :meth:`stream`: ``False`` calls the model for
+                whole replies and emits each as one delta (with its thinking
+                and usage) -- for a consumer that only keeps the finished
+                turn, such as a non-streamed completion. Default ``True``.
 
         Raises:
             NoModelError: No model, and no parent run to inherit one from.
@@ -430,6 +435,7 @@ class Agent:
                 metadata=ctx.metadata,
                 tool_choice=options.get("tool_choice"),
                 deps=options.get("deps"),
+                stream_model=options.get("stream_model", True),
             )
             with _running(info):
                 return await self._run_strategy(exe, ctx, abort)

@@ -263,6 +263,7 @@ class AgentEndpoint:
             user,
             resume=resume,
             tool_choice=choice,
+            stream_model=request.streamed,
             on_step=_new_checkpoint if self.checkpoints else None,
             metadata={
                 "uamp": {

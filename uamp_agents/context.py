@@ -28,7 +28,7 @@ import cattrs
 import orjson
 import trio
 
-from uamp_proto.events import ResponseDelta
+from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
 from uamp_proto.types import (
     DeltaText,
     Message,
@@ -164,6 +164,9 @@ class ExecutionContext:
             caller (see :meth:`defer`).
         deps: The run's dependencies (``Agent.run(..., deps=...)``), handed
             to every tool as ``ToolContext.deps``.
+        stream_model: In a streaming run, whether the model's replies are
+            streamed (``False``: each is fetched whole and emitted as one
+            delta, see ``Agent.run``'s ``stream_model``).
     """
 
     agent: Agent
@@ -179,6 +182,7 @@ class ExecutionContext:
     structure_type: type | None = None
     tool_choice: str | dict[str, Any] | None = None
     deps: Any = None
+    stream_model: bool = True
     state: ExecutionState = attrs.field(init=False)
     usage: UsageStats = attrs.field(init=False, factory=UsageStats)
     tool_executions: list[ToolExecution] = attrs.field(init=False, factory=list)
@@ -270,8 +274,11 @@ class ExecutionContext:
         with model_span(self.agent_id, self.llm) as span:
             if self._emitter is None:
                 response = await self.llm.generate(request)
-            else:
+            elif self.stream_model:
                 response = await self._stream_model(request)
+            else:
+                response = await self.llm.generate(request)
+                await self._emit_whole(response)
             span.set("gen_ai.response.model", response.model)
             span.set("gen_ai.response.finish_reasons", [response.finish_reason])
             if response.usage is not None:
@@ -303,6 +310,20 @@ class ExecutionContext:
             raise ProviderError(f"the {self.llm.name} stream ended without a response")
         self._partial_text = []
         return response
+
+    async def _emit_whole(self, response: ModelResponse) -> None:
+        """Emit a reply fetched whole as a stream of it would end: thinking, text, usage."""
+        assert self._emitter is not None
+        events: list[Event] = []
+        if response.thinking:
+            events.append(Thinking(content=response.thinking, is_delta=True))
+        text = response.message.text
+        if text:
+            events.append(ResponseDelta(delta=DeltaText(text=text)))
+        if response.usage is not None:
+            events.append(UsageDelta(delta=response.usage))
+        for event in events:
+            await self._emitter(AgentStreamEvent(source="upp", upp=event))
 
     def add_usage(self, usage: UsageStats | None, step: int) -> None:
         """Add ``usage`` to the run's total and to step ``step``'s total."""

@@ -106,6 +106,11 @@ class TurnRequest:
             the client declared nothing.
         context: ``input.text.context`` of the input this response answers
             (any keys; ``chat_id`` and ``sender_id`` among them, section 5.6).
+        streamed: Whether the client sees the response while it is being
+            produced. ``False`` (a non-streamed Chat Completions request):
+            only the finished response reaches it, so an agent may produce
+            the reply in one piece -- call its model without streaming --
+            and emit it as one delta.
     """
 
     agent: str
@@ -124,6 +129,7 @@ class TurnRequest:
     principal: Principal = ANONYMOUS
     client_capabilities: Capabilities | None = None
     context: dict[str, Any] = attrs.field(factory=dict)
+    streamed: bool = True
 
 
 class ResponderError(UampError):

@@ -94,13 +94,17 @@ class Scripted:
     def __init__(self, *steps: tuple[list[ev.Event], ModelResponse]) -> None:
         self.steps = list(steps)
         self.requests: list[ModelRequest] = []
+        #: "generate" or "stream", per call.
+        self.calls: list[str] = []
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
+        self.calls.append("generate")
         return self.steps.pop(0)[1]
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         self.requests.append(request)
+        self.calls.append("stream")
         events, response = self.steps.pop(0)
         for event in events:
             yield event
@@ -256,6 +260,40 @@ async def test_own_tool_thinking_progress_and_usage_without_double_counting() ->
     ]
 
 
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_a_response_nobody_watches_calls_the_model_for_whole_replies(
+    streamed: bool,
+) -> None:
+    call = ty.ToolInvocation(id="c1", name="add", arguments='{"a": 2, "b": 3}')
+    usage1 = ty.UsageStats(input_tokens=10, output_tokens=2, total_tokens=12)
+    usage2 = ty.UsageStats(input_tokens=14, output_tokens=3, total_tokens=17)
+    first = ModelResponse(
+        message=ty.Message(role="assistant", tool_calls=[call]), usage=usage1, thinking="adding"
+    )
+    second = ModelResponse(message=ty.Message(role="assistant", content="five"), usage=usage2)
+    model = Scripted(
+        ([ev.Thinking(content="adding", is_delta=True), ev.UsageDelta(delta=usage1)], first),
+        ([ev.ResponseDelta(delta=ty.DeltaText(text="five")), ev.UsageDelta(delta=usage2)], second),
+    )
+    a = agent(model=model, tools=[tool(demo().tools()[0])], name="calc")
+    events, outcome = await drive(serve_agent(a), user("2+3"), streamed=streamed)
+    assert model.calls == (["stream"] * 2 if streamed else ["generate"] * 2)
+    # Either way the client's events tell the same story.
+    assert outcome.status == "completed"
+    assert [e.content for e in events if isinstance(e, ev.Thinking)] == ["adding"]
+    assert text_of(events) == "five"
+    assert [e.delta for e in events if isinstance(e, ev.UsageDelta)] == [usage1, usage2]
+    fragments = [
+        e.delta.tool_call
+        for e in events
+        if isinstance(e, ev.ResponseDelta) and isinstance(e.delta, ty.DeltaToolCall)
+    ]
+    assert [(f.id, f.arguments) for f in fragments] == [("c1", call.arguments)]
+    done = events[-1]
+    assert isinstance(done, ev.ResponseDone)
+    assert done.response.usage == ty.UsageStats(input_tokens=24, output_tokens=5, total_tokens=29)
+
+
 async def test_request_settings_reach_the_model() -> None:
     model = Scripted(([], ModelResponse(message=ty.Message(role="assistant", content="{}"))))
     a = agent(model=model, system="Be brief.", params={"temperature": 1.0}, name="cfg")
@@ -409,6 +447,24 @@ async def test_completions_over_http(serve_app: Serve) -> None:
             )
             r = await client.get(f"{server.url}/agents/demo/capabilities")
             assert r.json()["tools"]["built_in_tools"] == ["add", "now"]
+
+
+async def test_only_a_streamed_completion_streams_the_model(serve_app: Serve) -> None:
+    def reply() -> tuple[list[ev.Event], ModelResponse]:
+        text = ev.ResponseDelta(delta=ty.DeltaText(text="hello"))
+        return [text], ModelResponse(message=ty.Message(role="assistant", content="hello"))
+
+    model = Scripted(reply(), reply())
+    server = await serve_app(create_app([serve_agent(agent(model=model, name="s"))]))
+    url = f"{server.url}/agents/s/chat/completions"
+    ask = {"messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(timeout=10) as client:
+        with trio.fail_after(10):
+            r = await client.post(url, json=ask)
+            assert r.json()["choices"][0]["message"]["content"] == "hello"
+            r = await client.post(url, json={**ask, "stream": True})
+            assert '"content":"hello"' in r.text
+    assert model.calls == ["generate", "stream"]
 
 
 async def test_uamp_websocket_own_and_client_tools_in_one_response(serve_app: Serve) -> None:

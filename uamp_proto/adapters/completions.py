@@ -498,6 +498,7 @@ def parse_request(
         response_format=response_format,
         metadata=metadata,
         principal=principal,
+        streamed=stream,
     )
     return CompletionRequest(
         turn=turn,
