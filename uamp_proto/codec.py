@@ -547,6 +547,7 @@ def decode_object(obj: Any) -> ev.Event | ev.UnknownEvent:
 
 _loads = orjson.loads
 _check_bounds = jsonbounds.check
+_FLOOR = jsonbounds.FLOOR
 _TooManyValues = jsonbounds.TooManyValues
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
@@ -569,7 +570,8 @@ def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownE
             wrong type.
     """
     try:
-        _check_bounds(data)
+        if len(data) > _FLOOR[0]:  # else within every limit: not even the call
+            _check_bounds(data)
         obj = _loads(data)
     except _TooManyValues as exc:
         raise DecodeError(str(exc)) from None

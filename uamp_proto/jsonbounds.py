@@ -32,27 +32,64 @@ limit. :func:`check` bounds that cost first, at the speed of ``bytes.count``
 Nesting needs no check of its own: orjson refuses a document nested deeper
 than 1024 levels as soon as it reaches that depth.
 
-The limit is :data:`MAX_VALUES`, a context variable: a server sets it once
-for the tasks it starts (``ServerConfig.max_json_values``), so every parser
-that calls :func:`check` (the UAMP event codec, JSON-RPC, the HTTP routes'
-bodies) applies the same one.
+The limit is a context variable set with :func:`limit_values`: a server sets
+it once for the tasks it starts (``ServerConfig.max_json_values``), so every
+parser that calls :func:`check` (the UAMP event codec, JSON-RPC, the HTTP
+routes' bodies) applies the same one. :data:`FLOOR` holds the length up to
+which no limit ever set needs a look, so the event codec's hot path skips
+even the call for ordinary messages.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 import attrs
 
 from .errors import UampError
 
-__all__ = ["DEFAULT_MAX_VALUES", "MAX_VALUES", "TooManyValues", "check", "count_elements"]
+__all__ = [
+    "DEFAULT_MAX_VALUES",
+    "FLOOR",
+    "TooManyValues",
+    "check",
+    "count_elements",
+    "limit_values",
+    "max_values",
+    "reset_limit",
+]
 
 #: Elements a document may hold by default: parsed in 10 to 20 ms at most.
 DEFAULT_MAX_VALUES = 100_000
 
-#: The limit :func:`check` applies in the current context.
-MAX_VALUES: ContextVar[int] = ContextVar("uamp_max_json_values", default=DEFAULT_MAX_VALUES)
+#: The limit :func:`check` applies in the current context (set with :func:`limit_values`).
+_MAX_VALUES: ContextVar[int] = ContextVar("uamp_max_json_values", default=DEFAULT_MAX_VALUES)
+
+
+def _passes_unseen(limit: int) -> int:
+    """The longest document that cannot hold more than ``limit`` values (see above)."""
+    return max(0, 3 * (limit - 1) // 2)
+
+
+#: ``FLOOR[0]``: documents up to this length pass every limit ever set in
+#: this process without being looked at. Only ever lowered.
+FLOOR: list[int] = [_passes_unseen(DEFAULT_MAX_VALUES)]
+
+
+def limit_values(limit: int) -> Token[int]:
+    """Make ``limit`` the current context's limit; the token undoes it (:func:`reset_limit`)."""
+    FLOOR[0] = min(FLOOR[0], _passes_unseen(limit))
+    return _MAX_VALUES.set(limit)
+
+
+def reset_limit(token: Token[int]) -> None:
+    """Undo a :func:`limit_values`."""
+    _MAX_VALUES.reset(token)
+
+
+def max_values() -> int:
+    """The current context's limit."""
+    return _MAX_VALUES.get()
 
 
 @attrs.define(auto_exc=True)
@@ -104,14 +141,14 @@ def count_elements(data: bytes, limit: int) -> int:
 def check(data: bytes | bytearray | memoryview | str, limit: int | None = None) -> None:
     """Refuse ``data`` before parsing when it holds more JSON values than ``limit``.
 
-    ``limit`` defaults to :data:`MAX_VALUES` of the current context.
+    ``limit`` defaults to the current context's (:func:`limit_values`).
 
     Raises:
         TooManyValues: Over the limit.
     """
     if limit is None:
-        limit = MAX_VALUES.get()
-    if 2 * len(data) <= 3 * (limit - 1):
+        limit = _MAX_VALUES.get()
+    if len(data) <= _passes_unseen(limit):
         return
     raw = data.encode() if isinstance(data, str) else bytes(data)
     if count_elements(raw, limit) > limit:

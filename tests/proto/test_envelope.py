@@ -282,7 +282,7 @@ def test_not_json_not_an_object_and_too_large() -> None:
 
 def test_too_many_values_are_refused_unparsed_as_too_large() -> None:
     """Envelopes and frames are counted first (``--max-json-values``): 4.13, not parsed."""
-    token = jsonbounds.MAX_VALUES.set(50)
+    token = jsonbounds.limit_values(50)
     try:
         padded = orjson.dumps({**minimal(), "pad": list(range(60))})
         frame = orjson.dumps({**delta_obj(), "pad": list(range(60))})
@@ -293,7 +293,7 @@ def test_too_many_values_are_refused_unparsed_as_too_large() -> None:
         # Under the count, the same limit lets an envelope through.
         assert decode_envelope(orjson.dumps(minimal())).id == ID
     finally:
-        jsonbounds.MAX_VALUES.reset(token)
+        jsonbounds.reset_limit(token)
 
 
 # --- deltas ----------------------------------------------------------------------------

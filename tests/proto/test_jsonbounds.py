@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uamp_proto import jsonbounds
+from uamp_proto import DecodeError, decode, jsonbounds
 from uamp_proto.jsonbounds import TooManyValues, check, count_elements
 
 # Text full of what the count looks for: separators, brackets, quotes, escapes.
@@ -91,9 +91,27 @@ def test_many_strings_refused_without_splitting() -> None:
 def test_the_context_variable_is_the_default_limit() -> None:
     body = orjson.dumps(list(range(50)))
     check(body)
-    token = jsonbounds.MAX_VALUES.set(10)
+    token = jsonbounds.limit_values(10)
     try:
         with pytest.raises(TooManyValues):
             check(body)
     finally:
-        jsonbounds.MAX_VALUES.reset(token)
+        jsonbounds.reset_limit(token)
+
+
+def test_the_codec_skips_the_count_only_below_every_limit_set() -> None:
+    """A limit lowered for a context lowers the codec's floor: short events are counted then."""
+    event = orjson.dumps(
+        {"type": "response.delta", "response_id": "r", "delta": {"type": "text", "text": "hi"}}
+    )
+    many = orjson.dumps({**orjson.loads(event), "extra": list(range(30))})
+    decode(many)  # within the default limit
+    token = jsonbounds.limit_values(20)
+    try:
+        assert jsonbounds.FLOOR[0] <= 28 < len(many)
+        decode(event)  # 7 values: within 20
+        with pytest.raises(DecodeError, match="more than 20 JSON values"):
+            decode(many)
+    finally:
+        jsonbounds.reset_limit(token)
+    assert jsonbounds.max_values() == jsonbounds.DEFAULT_MAX_VALUES

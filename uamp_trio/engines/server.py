@@ -441,7 +441,7 @@ class Server:
         cfg = self.config
         self._trio_token = trio.lowlevel.current_trio_token()
         # Every task of the server inherits it: the parsers read it there.
-        jsonbounds.MAX_VALUES.set(cfg.max_json_values)
+        jsonbounds.limit_values(cfg.max_json_values)
         if self.sockets:
             listeners = [
                 trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.sockets
