@@ -85,7 +85,8 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# A uamp@REV server imports uamp from REV's tree (see Running), ahead of this one.
+sys.path.insert(0, os.environ.get("UAMP_BENCH_TREE") or str(ROOT))
 
 WORD = "tok "
 #: Responses per time-to-first-delta measurement.
@@ -619,7 +620,7 @@ class Running:
         port_file.unlink(missing_ok=True)
         env = None
         if kind in REVISIONS:  # uamp@REV: the same server, imported from REV's tree
-            env = {**os.environ, "PYTHONPATH": str(REVISIONS[kind])}
+            env = {**os.environ, "UAMP_BENCH_TREE": str(REVISIONS[kind])}
             kind = "uamp"
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", kind, "--port-file", str(port_file)],

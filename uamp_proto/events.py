@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from . import _fastinit
 from .types import (
     EMPTY,
     Capabilities,
@@ -815,3 +816,6 @@ PAYMENT_ERROR_CODES = frozenset(
         "mandate_revoked",
     }
 )
+
+#: The classes above built by a compiled ``__init__`` (:mod:`uamp_proto._fastinit`).
+FAST_INIT = _fastinit.install(globals())

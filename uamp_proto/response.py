@@ -168,7 +168,14 @@ class ResponseTracker:
         """
         kind = type(event)
         if kind is ev.ResponseDelta:
-            self._delta(event.delta)  # type: ignore[attr-defined]
+            delta = event.delta  # type: ignore[attr-defined]
+            if type(delta) is ty.DeltaText:
+                # The common event, in place: the text goes to the last text item.
+                slots = self._slots
+                if slots and slots[-1].kind == "text":
+                    slots[-1].parts.append(delta.text)
+                    return
+            self._delta(delta)
             return
         if kind is ev.Thinking:
             self._thinking(event)  # type: ignore[arg-type]

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
+from . import _fastinit
+
 __all__ = [
     "EMPTY",
     "AudioCapabilities",
@@ -637,3 +639,7 @@ class PaymentSubmission:
     token: str | None = None
     amount: str | None = None
     unknown: Mapping[str, Any] = _unknown()
+
+
+#: The classes above built by a compiled ``__init__`` (:mod:`uamp_proto._fastinit`).
+FAST_INIT = _fastinit.install(globals())

@@ -696,6 +696,15 @@ class ChunkEncoder:
             return [self._chunk({"reasoning_content": event.content})]
         return []
 
+    @property
+    def text_frame(self) -> tuple[bytes, bytes] | None:
+        """The bytes before and after the JSON-encoded text of a text chunk's SSE frame.
+
+        ``head + orjson.dumps(text) + tail`` is :meth:`text_sse` of ``text``
+        (for a non-empty text); ``None`` when the chunk has no such template.
+        """
+        return self._text_frame
+
     def text_sse(self, text: str) -> bytes:
         """The SSE frame of the text chunk for ``text``, rendered from a template.
 

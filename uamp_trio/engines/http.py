@@ -404,6 +404,7 @@ class _Batcher:
         "high_water",
         "idle",
         "on_error",
+        "parked",
         "queue",
         "room",
         "size",
@@ -418,6 +419,9 @@ class _Batcher:
         self.closing = False
         self.error: Exception | None = None
         self.idle = trio.lowlevel.ParkingLot()  # the writer, waiting for bytes
+        #: Whether the writer waits in ``idle`` (a plain flag: cheaper to test
+        #: on every chunk than the lot's length).
+        self.parked = False
         self.room = trio.lowlevel.ParkingLot()  # the producer, waiting for room
         self.on_error: Callable[[], object] | None = None
         #: The producer failed: write nothing more.
@@ -430,12 +434,18 @@ class _Batcher:
             return
         self.queue.append(chunk)
         self.size += len(chunk)
-        if self.idle:
-            self.idle.unpark()
-        while self.size > self.high_water and self.error is None:
-            await self.room.park()
-        if self.error is not None:
-            raise trio.BrokenResourceError("the response could not be written") from self.error
+        if self.parked:
+            self.wake()
+        if self.size > self.high_water:
+            while self.size > self.high_water and self.error is None:
+                await self.room.park()
+            if self.error is not None:
+                raise trio.BrokenResourceError("the response could not be written") from self.error
+
+    def wake(self) -> None:
+        """Wake the writer if it waits for bytes."""
+        self.parked = False
+        self.idle.unpark()
 
     async def run(self) -> None:
         first = True
@@ -454,6 +464,7 @@ class _Batcher:
                         first = False
                         await self.write(b"", False)
                         continue
+                    self.parked = True
                     await self.idle.park()
                     continue
                 first = False
@@ -539,8 +550,7 @@ class SerialBodyWriter:
             # Nothing more is written. A write in progress ends on its own;
             # the connection is closed after this, which ends it if it hangs.
             batcher.abandoned = True
-            if batcher.idle:
-                batcher.idle.unpark()
+            batcher.wake()
             if batcher.error is not None and isinstance(exc, trio.Cancelled):
                 raise batcher.error from None  # the failed write cancelled the block
             raise
@@ -559,8 +569,7 @@ class SerialBodyWriter:
                 raise
             return
         batcher.closing = True
-        if batcher.idle:
-            batcher.idle.unpark()
+        batcher.wake()
         while self._current is batcher:
             await self._finished.park()
         if batcher.error is not None:

@@ -289,11 +289,29 @@ class ResponseRunner:
             )
         if type(event) is not ev.ResponseDelta and isinstance(event, _TERMINAL):
             raise RuntimeError("the turn driver sends the terminal event, not the agent")
-        # A cancel lands at the next emit even when the sink never waits.
-        await trio.lowlevel.checkpoint_if_cancelled()
+        # cancel() lands at the next emit even when the sink never waits. Any
+        # other cancellation lands where the sink waits or at the checkpoint
+        # every yield_every events (a check here on every event, for what
+        # trio delivers at checkpoints anyway, cost as much as the sink).
+        if self._cancel_requested:
+            await trio.lowlevel.checkpoint_if_cancelled()
         if self._track:
             self.tracker.apply(event)
-        await self._deliver(event)
+        # _deliver, inline: this is the hot path of every streamed event.
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            await sink(event)
+        except Exception as exc:
+            self._sink_error = exc
+            raise _SinkFailed from None
+        count = self._count + 1
+        if count >= self._yield_every:
+            self._count = 0
+            await trio.lowlevel.checkpoint()
+        else:
+            self._count = count
 
     async def _deliver(self, event: ev.Event) -> None:
         if self._sink is None:

@@ -67,11 +67,12 @@ from uamp_proto.adapters.completions import (
     sse_data,
 )
 from uamp_proto.codec import unstructure
-from uamp_proto.events import Event
+from uamp_proto.events import Event, ResponseDelta
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
+from uamp_proto.types import DeltaText
 
 from ..engines.http import (
     SSE_HEADERS,
@@ -318,8 +319,18 @@ class CompletionsTransport:
         # The agent runs in this task and each event is rendered and queued
         # for the socket as it is emitted: no channel, no task switch.
         render = encoder.sse
+        template = encoder.text_frame
+        head, tail = template if template is not None else (b"", b"")
+        join, dumps = b"".join, orjson.dumps
 
         async def sink(event: Event) -> None:
+            if type(event) is ResponseDelta and template is not None:
+                # A text delta, the usual event: its frame from the template.
+                delta = event.delta
+                if type(delta) is DeltaText:
+                    if delta.text:
+                        await send(join((head, dumps(delta.text), tail)))
+                    return
             frame = render(event)
             if frame:
                 await send(frame)

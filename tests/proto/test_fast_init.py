@@ -1,0 +1,162 @@
+"""The compiled constructors of the frozen protocol classes (:mod:`uamp_proto._fastinit`).
+
+Every class that got one must build exactly what attrs' own ``__init__``
+(kept as ``__init__.__wrapped__``) builds, refuse the same calls, and stay
+frozen; the classes it cannot express keep attrs' ``__init__``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import attrs
+import pytest
+
+from uamp_proto import _fastinit
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+
+COMPILED = [*ty.FAST_INIT, *ev.FAST_INIT]
+
+
+def _all_attrs_classes() -> list[type[Any]]:
+    return [
+        v
+        for module in (ty, ev)
+        for v in vars(module).values()
+        if isinstance(v, type)
+        and "__attrs_attrs__" in v.__dict__
+        and v.__module__ == module.__name__
+    ]
+
+
+def _by_attrs(cls: type[Any], **kwargs: Any) -> Any:
+    """An instance of ``cls`` built by attrs' own ``__init__``."""
+    obj = object.__new__(cls)
+    cls.__init__.__wrapped__(obj, **kwargs)
+    return obj
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}
+
+
+def _args(cls: type[Any], every: bool) -> dict[str, Any]:
+    """A value for every field (``every``) or for the required ones only: distinct objects."""
+    return {f.alias: object() for f in attrs.fields(cls) if every or f.default is attrs.NOTHING}
+
+
+def test_the_hot_classes_and_every_protocol_class_are_compiled() -> None:
+    assert ev.ResponseDelta in COMPILED and ty.DeltaText in COMPILED
+    assert sorted(c.__name__ for c in _all_attrs_classes()) == sorted(c.__name__ for c in COMPILED)
+
+
+@pytest.mark.parametrize("cls", COMPILED, ids=lambda c: c.__name__)
+def test_builds_what_attrs_builds(cls: type[Any]) -> None:
+    for every in (True, False):
+        kwargs = _args(cls, every)
+        made = cls(**kwargs)
+        assert type(made) is cls
+        assert _fields(made) == _fields(_by_attrs(cls, **kwargs))
+    # A default made by a factory is a new object each time, as with attrs.
+    for field in attrs.fields(cls):
+        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            one, two = cls(**_args(cls, False)), cls(**_args(cls, False))
+            assert getattr(one, field.name) == getattr(two, field.name)
+            assert getattr(one, field.name) is not getattr(two, field.name)
+
+
+@pytest.mark.parametrize("cls", COMPILED, ids=lambda c: c.__name__)
+def test_refuses_what_attrs_refuses_and_stays_frozen(cls: type[Any]) -> None:
+    assert inspect.signature(cls.__init__) == inspect.signature(cls.__init__.__wrapped__)
+    required = _args(cls, False)
+    for name in required:
+        partial = {k: v for k, v in required.items() if k != name}
+        for build in (cls, lambda **kw: _by_attrs(cls, **kw)):
+            with pytest.raises(TypeError):
+                build(**partial)
+    for build in (cls, lambda **kw: _by_attrs(cls, **kw)):
+        with pytest.raises(TypeError):
+            build(**required, not_a_field=1)
+    made = cls(**required)
+    name = attrs.fields(cls)[0].name
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(made, name, 1)
+
+
+def test_copies_evolves_and_subclasses() -> None:
+    delta = ev.ResponseDelta(delta=ty.DeltaText(text="a"), response_id="resp_1")
+    # (Deep copies and pickles fail alike before and after: ``unknown`` is a
+    # mappingproxy.)
+    assert copy.copy(delta) == delta
+    evolved = attrs.evolve(delta, session_id="sess_1")
+    assert type(evolved) is ev.ResponseDelta and evolved.session_id == "sess_1"
+    assert evolved.response_id == "resp_1"
+
+    class Mine(ty.DeltaText):  # no slots: another layout, built by attrs' __init__
+        pass
+
+    mine = Mine(text="b")
+    assert type(mine) is Mine and mine.text == "b" and mine.unknown == ty.EMPTY
+
+
+def _module(*classes: type[Any]) -> dict[str, object]:
+    namespace: dict[str, object] = {"__name__": __name__}
+    for cls in classes:
+        namespace[cls.__name__] = cls
+    return namespace
+
+
+def test_what_it_cannot_express_keeps_attrs_init() -> None:
+    @attrs.frozen(kw_only=True)
+    class Validated:
+        x: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.frozen(kw_only=True)
+    class Converted:
+        x: int = attrs.field(converter=int)
+
+    @attrs.frozen(kw_only=True)
+    class PostInit:
+        x: int
+
+        def __attrs_post_init__(self) -> None:
+            pass
+
+    @attrs.frozen(kw_only=True, cache_hash=True)
+    class CachedHash:
+        x: int
+
+    @attrs.frozen(kw_only=True)
+    class SelfFactory:
+        x: int = attrs.field(default=attrs.Factory(lambda self: 1, takes_self=True))
+
+    @attrs.define(kw_only=True)
+    class Mutable:
+        x: int
+
+    @attrs.frozen(slots=False)
+    class NoSlots:
+        x: int
+
+    @attrs.frozen
+    class Plain:
+        x: int
+        y: list[int] = attrs.Factory(list)
+        z: int = attrs.field(default=3, kw_only=True)
+
+    refused = (Validated, Converted, PostInit, CachedHash, SelfFactory, Mutable, NoSlots)
+    originals = {cls: cls.__init__ for cls in refused}
+    assert _fastinit.install(_module(*refused, Plain)) == [Plain]
+    assert all(cls.__init__ is originals[cls] for cls in refused)
+    with pytest.raises(TypeError):
+        Validated(x="1")  # the validator still runs
+    assert Converted(x="2").x == 2
+    # Positional fields stay positional, keyword-only ones keyword-only.
+    made = Plain(1, [2], z=4)
+    assert (made.x, made.y, made.z) == (1, [2], 4)
+    assert Plain(1).y == [] and Plain(1).z == 3
+    with pytest.raises(TypeError):
+        Plain(1, [2], 4)

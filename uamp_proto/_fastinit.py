@@ -1,0 +1,134 @@
+"""Cheaper constructors for the frozen attrs classes of the protocol.
+
+Theory of operation
+-------------------
+attrs' ``__init__`` of a frozen slotted class cannot store a field the
+ordinary way (the class's ``__setattr__`` refuses), so it binds
+``object.__setattr__`` to the instance and calls it once per field. A
+``response.delta`` with its text delta, built once per streamed token, paid
+about 15,000 interpreter instructions for that (callgrind), a third of what
+serving the token over SSE cost in all.
+
+:func:`install` gives such a class an ``__init__`` compiled from the same
+field metadata, with the same signature and defaults, that moves the new
+instance to the class's builder (:func:`uamp_proto._hookgen._builder`: a
+subclass of the same layout whose ``__setattr__`` is ``object``'s), stores
+every field with a plain attribute store and moves the instance back: two
+class switches instead of one call per field, 40% fewer instructions
+for a seven-field event. Nothing else changes: the instance is the same
+frozen object, equal to what attrs builds.
+
+Only what attrs' init would do by plain stores is compiled: a class with
+validators, converters, ``init=False`` fields, factories that take ``self``,
+pre- or post-init hooks, slots other than its fields (a cached hash), or
+that is not frozen and slotted keeps attrs' own ``__init__``. An instance of
+a subclass without an ``__init__`` of its own (whose layout may differ) is
+built by attrs' ``__init__``, which the compiled one keeps as its
+``__wrapped__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from ._hookgen import _builder
+
+__all__ = ["install"]
+
+
+def _slots(cls: type[Any]) -> set[str]:
+    """Every slot of ``cls`` and its bases."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)
+    return names
+
+
+def _eligible(cls: type[Any]) -> bool:
+    """Whether attrs' ``__init__`` of ``cls`` only stores its arguments and defaults."""
+    props = getattr(cls, "__attrs_props__", None)
+    if props is None or not (props.is_frozen and props.is_slotted and props.added_init):
+        return False
+    if "__attrs_pre_init__" in dir(cls) or "__attrs_post_init__" in dir(cls):
+        return False
+    fields = attrs.fields(cls)
+    for field in fields:
+        if not field.init or field.validator is not None or field.converter is not None:
+            return False
+        default = field.default
+        if isinstance(default, attrs.Factory) and default.takes_self:  # type: ignore[arg-type]
+            return False
+    if any(f.alias == "self" for f in fields):
+        return False
+    # (Other names of the generated code start with "_", which no alias does.)
+    return _slots(cls) - {"__weakref__"} == {f.name for f in fields}
+
+
+def _compile(cls: type[Any]) -> Callable[..., None]:
+    """The ``__init__`` described in the module docstring, for an eligible ``cls``."""
+    original = cls.__init__
+    namespace: dict[str, Any] = {
+        "_C": cls,
+        "_B": _builder(cls),
+        "_attrs_init": original,
+        "_set": object.__setattr__,
+        "_NOTHING": attrs.NOTHING,
+        "_type": type,  # a field may be called ``type``
+    }
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
+    passed: list[str] = []
+    for i, field in enumerate(attrs.fields(cls)):
+        name, alias = field.name, field.alias
+        default = field.default
+        param = alias
+        if default is attrs.NOTHING:
+            pass
+        elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            namespace[f"_f{i}"] = default.factory
+            param = f"{alias}=_NOTHING"
+            body.append(f"    if {alias} is _NOTHING:")
+            body.append(f"        {alias} = _f{i}()")
+        else:
+            namespace[f"_d{i}"] = default
+            param = f"{alias}=_d{i}"
+        (keyword if field.kw_only else positional).append(param)
+        body.append(f"    self.{name} = {alias}")
+        passed.append(f"{alias}={alias}")
+    params = ["self", *positional, *(["*", *keyword] if keyword else [])]
+    lines = [
+        f"def __init__({', '.join(params)}):",
+        "    if _type(self) is not _C:",
+        f"        return _attrs_init(self, {', '.join(passed)})",
+        "    _set(self, '__class__', _B)",
+        *body,
+        "    self.__class__ = _C",
+    ]
+    exec("\n".join(lines), namespace)
+    init: Callable[..., None] = namespace["__init__"]
+    init.__annotations__ = dict(getattr(original, "__annotations__", {}))
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__doc__ = original.__doc__
+    init.__wrapped__ = original  # type: ignore[attr-defined]
+    return init
+
+
+def install(namespace: Mapping[str, object]) -> list[type[Any]]:
+    """Give every eligible frozen attrs class defined in ``namespace`` (a module's
+    ``globals()``) the compiled ``__init__``; returns those classes."""
+    module = namespace.get("__name__")
+    done: list[type[Any]] = []
+    for value in list(namespace.values()):
+        if not isinstance(value, type) or value.__module__ != module:
+            continue
+        if "__attrs_attrs__" not in value.__dict__ or not _eligible(value):
+            continue
+        value.__init__ = _compile(value)  # type: ignore[misc]
+        done.append(value)
+    return done
