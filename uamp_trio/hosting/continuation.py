@@ -156,7 +156,7 @@ async def carry_on(
         done = tracker.messages() if tracker is not None else []
         record.history = unstructure([*history, *inputs, *done])
         record.running, record.input = None, []
-        event_log.put_record(key, attrs.evolve(record))
+        event_log.put_record(key, record.copy())
         with trio.CancelScope(shield=True):
             await event_log.flush()
         event_log.release(key)
@@ -181,7 +181,7 @@ async def _go_on(
     running, sid = record.running, key[1]
     assert running is not None
     record.node = event_log.node  # this process carries it now
-    event_log.put_record(key, attrs.evolve(record))
+    event_log.put_record(key, record.copy())
     restored = ev.Progress(target="response", target_id=running, stage=RESTORED, message=checkpoint)
     _append(event_log, key, restored, sid)
     config = _config(record)

@@ -1141,7 +1141,7 @@ class SessionHost:
         )
         key = (session.principal.key, sid)
         owner = functools.partial(self._taken_over, sid)
-        log.begin(key, attrs.evolve(record), owner)
+        log.begin(key, record.copy(), owner)
         self._logged[sid] = (key, owner)
         self._records[sid] = record
         self._answer_for(sid, key)
@@ -1165,7 +1165,7 @@ class SessionHost:
             record.history = converted.of(ctx.history)
         for name, value in changes.items():
             setattr(record, name, value)
-        self.event_log.put_record(entry[0], attrs.evolve(record))
+        self.event_log.put_record(entry[0], record.copy())
 
     def _answer_for(self, sid: str, key: LogKey) -> None:
         """Answer what other connections and processes ask about ``sid`` (its writer is here)."""

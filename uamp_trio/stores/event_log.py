@@ -114,6 +114,22 @@ class SessionRecord:
     updated: float = 0.0
     ended: bool = False
 
+    def copy(self) -> SessionRecord:
+        """A shallow copy: what ``record.copy()`` makes, without its generic machinery.
+
+        A record is copied each time one is queued (twice per response).
+        """
+        return SessionRecord(
+            agent=self.agent,
+            config=self.config,
+            history=self.history,
+            running=self.running,
+            input=self.input,
+            node=self.node,
+            updated=self.updated,
+            ended=self.ended,
+        )
+
     def encode(self) -> bytes:
         """The record as JSON."""
         return orjson.dumps(attrs.asdict(self))
@@ -479,7 +495,7 @@ class MemoryEventLog(EventLog):
             log = self._logs.get(key)
             if log is None:
                 log = self._logs[key] = _MemoryLog(payload)
-            log.record = attrs.evolve(payload)
+            log.record = payload.copy()
         else:
             self._reset(key, payload)
         if self._flushed:
@@ -524,7 +540,7 @@ class MemoryEventLog(EventLog):
         self._forget(key)
         while len(self._logs) >= self.max_sessions:
             self._forget(min(self._logs, key=lambda k: self._logs[k].record.updated))
-        self._logs[key] = _MemoryLog(attrs.evolve(record))
+        self._logs[key] = _MemoryLog(record.copy())
 
     def _forget(self, key: LogKey) -> None:
         log = self._logs.pop(key, None)
@@ -547,7 +563,7 @@ class MemoryEventLog(EventLog):
         log = self._logs.get(key)
         if log is None or self.retention.forgotten(log.record.updated, self.clock()):
             return None
-        return attrs.evolve(log.record)
+        return log.record.copy()
 
     async def window(self, key: LogKey) -> LogWindow:
         log = self._logs.get(key)

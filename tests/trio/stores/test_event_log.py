@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -308,3 +309,24 @@ async def test_the_memory_log_stays_under_its_byte_budget() -> None:
     with pytest.raises(ResumeError) as caught:
         start_after(old, await log.find(key("old"), "evt.1"), "evt.1")
     assert caught.value.code == "beyond_retention"
+
+
+def test_record_copy_is_a_shallow_copy_of_every_field() -> None:
+    # Every field set away from its default: a field copy() forgot would differ.
+    values = {
+        "agent": "a",
+        "config": {"modalities": ["text"]},
+        "history": [{"role": "user", "content": "hi"}],
+        "running": "resp_1",
+        "input": [{"role": "user", "content": "hi"}],
+        "node": "n1",
+        "updated": 12.5,
+        "ended": True,
+    }
+    assert set(values) == {f.name for f in attrs.fields(SessionRecord)}
+    record = SessionRecord(**values)  # type: ignore[arg-type]
+    copied = record.copy()
+    assert copied is not record and copied == record == attrs.evolve(record)
+    assert copied.history is record.history  # shallow, as attrs.evolve
+    copied.running = None
+    assert record.running == "resp_1"
