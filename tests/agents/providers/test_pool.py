@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import ssl
 
+import httpcore
 import httpx
 import pytest
 import trio
 
-from uamp_agents.providers import ModelRequest, _http, openai
+from uamp_agents.providers import ModelRequest, _http, _pool, openai
 from uamp_agents.providers._pool import LeanPool, LeanTransport
 from uamp_proto.types import Message
 
 from .conftest import OPENAI_KEY
-from .fakeserver import FakeServer, collect, json_reply, sse_reply
+from .fakeserver import FakeServer, Request, collect, json_reply, sse_reply
 
 HI = ModelRequest(messages=[Message(role="user", content="hi")])
 
@@ -151,3 +152,60 @@ async def test_a_callers_client_sends_its_own_headers(openai_server: FakeServer)
         await collect(p.stream(HI))
     assert [r.headers.get("x-team") for r in openai_server.requests] == ["blue", "blue"]
     assert openai_server.requests[1].headers["accept"] == "text/event-stream"
+
+
+class _Recorder(httpcore.AsyncNetworkStream):
+    """A network stream that records its writes and answers reads with ``b"reply"``."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.writes.append(buffer)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return b"reply"
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, info: str) -> object:
+        return f"info:{info}"
+
+
+async def test_writes_wait_for_the_next_read_and_leave_in_one_send() -> None:
+    raw = _Recorder()
+    corked = _pool._CorkedStream(raw)
+    await corked.write(b"POST / HTTP/1.1\r\n\r\n")
+    await corked.write(b"")
+    await corked.write(b'{"a": 1}')
+    assert raw.writes == []
+    assert await corked.read(100) == b"reply"
+    assert raw.writes == [b'POST / HTTP/1.1\r\n\r\n{"a": 1}']
+    assert await corked.read(100) == b"reply"  # nothing held: nothing sent
+    assert len(raw.writes) == 1
+    # Past the limit it sends without waiting for a read.
+    await corked.write(b"x" * _pool.CORK_LIMIT)
+    assert raw.writes[1:] == []
+    await corked.write(b"y")
+    assert raw.writes[1:] == [b"x" * _pool.CORK_LIMIT + b"y"]
+    # Closing drops what is held.
+    await corked.write(b"late")
+    await corked.aclose()
+    assert raw.closed and len(raw.writes) == 2
+    assert corked.get_extra_info("is_readable") == "info:is_readable"
+
+
+async def test_a_request_larger_than_the_cork_limit_goes_out_whole(
+    openai_server: FakeServer,
+) -> None:
+    big = "word " * (_pool.CORK_LIMIT // 2)
+
+    def check(request: Request) -> None:
+        assert request.json["messages"][0]["content"] == big
+
+    openai_server.queue(sse_reply("openai/text.sse", check=check))
+    p = openai(api_key=OPENAI_KEY, base_url=openai_server.url)
+    _, final = await collect(p.stream(ModelRequest(messages=[Message(role="user", content=big)])))
+    assert final.message.content
