@@ -494,19 +494,22 @@ class ExecutionContext:
         ``checkpoint`` when it reports an id), then evaluates
         ``stop_condition`` (section 11.4).
         """
-        if messages is None:
-            messages = self.state.messages[self._step_start_index.get(step, 0) :]
         usage = self._step_usage.get(step, UsageStats())
-        step_turn = Turn(
-            messages=list(messages),
-            response=response,
-            usage=usage,
-            steps=1,
-            agent_id=self.agent_id,
-            parent_turn_id=self.run.parent_turn_id,
-            parent_agent_id=self.run.parent_agent_id,
-        )
-        await self.strategy.call("on_step_end", step, StepResult(turn=step_turn, state=self.state))
+        if self.strategy.on_step_end is not None:  # the step's own turn only for the hook
+            if messages is None:
+                messages = self.state.messages[self._step_start_index.get(step, 0) :]
+            step_turn = Turn(
+                messages=list(messages),
+                response=response,
+                usage=usage,
+                steps=1,
+                agent_id=self.agent_id,
+                parent_turn_id=self.run.parent_turn_id,
+                parent_agent_id=self.run.parent_agent_id,
+            )
+            await self.strategy.call(
+                "on_step_end", step, StepResult(turn=step_turn, state=self.state)
+            )
         await self.emit(
             "step_end", {"step_number": step, "usage": usage, **(data or {})}, step=step
         )
