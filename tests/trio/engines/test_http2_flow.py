@@ -14,6 +14,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import httpx
 import pytest
 import trio
 
@@ -23,6 +24,7 @@ from uamp_trio.engines.http import Request, StreamingResponse
 
 TIMEOUT = 15
 SIZE = 200_000  # about three default windows
+BODY = bytes(range(256)) * (SIZE // 256) + b"x" * (SIZE % 256)
 DEFAULT_WINDOW = 65_535
 WINDOW = h2.settings.SettingCodes.INITIAL_WINDOW_SIZE
 
@@ -32,7 +34,7 @@ def router() -> Router:
 
     async def big(request: Request) -> StreamingResponse:
         async def body() -> AsyncIterator[bytes]:
-            yield bytes(range(256)) * (SIZE // 256) + b"x" * (SIZE % 256)
+            yield BODY
 
         return StreamingResponse.from_iterable(body())
 
@@ -130,3 +132,23 @@ async def test_credit_for_one_stream_does_not_wait_for_another(serve_app) -> Non
             await peer.send()
             await peer.read_until(lambda: 3 in peer.ended)
         assert peer.received == {1: SIZE, 3: SIZE}
+
+
+async def test_many_blocked_streams_all_finish_with_a_real_client(serve_app) -> None:  # type: ignore[no-untyped-def]
+    # httpx gives credit back per stream as the body is read: with eight
+    # streams over their windows at once, every sender must be woken by its
+    # own stream's WINDOW_UPDATE.
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(router())
+        bodies: dict[int, bytes] = {}
+        async with httpx.AsyncClient(base_url=server.url, http1=False, http2=True) as client:
+
+            async def one(i: int) -> None:
+                async with client.stream("GET", "/big") as r:
+                    assert r.http_version == "HTTP/2"
+                    bodies[i] = await r.aread()
+
+            async with trio.open_nursery() as nursery:
+                for i in range(8):
+                    nursery.start_soon(one, i)
+        assert bodies == {i: BODY for i in range(8)}
