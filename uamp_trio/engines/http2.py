@@ -585,6 +585,7 @@ class _Http2Connection:
     def _stream_finished(self, st: _Stream) -> None:
         self._release(st)
         self.streams.pop(st.id, None)
+        self.blocked.pop(st.id, None)  # a sender cancelled while it waited for credit
         if self.tracker.draining and not self.streams and self.read_scope is not None:
             self.read_scope.cancel()
 

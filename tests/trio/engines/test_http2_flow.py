@@ -152,3 +152,26 @@ async def test_many_blocked_streams_all_finish_with_a_real_client(serve_app) -> 
                 for i in range(8):
                     nursery.start_soon(one, i)
         assert bodies == {i: BODY for i in range(8)}
+
+
+async def test_a_sender_reset_while_it_waits_for_credit_leaves_nothing_behind(serve_app) -> None:  # type: ignore[no-untyped-def]
+    # The server resets a response that gets no credit for response_idle_timeout;
+    # the connection must not keep the sender's wake-up (memory stays bounded
+    # on a connection that lives long).
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(router(), response_idle_timeout=0.3)
+        peer = await open_peer(server.port, {WINDOW: DEFAULT_WINDOW})
+        async with peer.stream:
+            peer.get(1)
+            await peer.send()
+            resets: list[h2.events.StreamReset] = []
+            while not resets:
+                data = await receive_or_eof(peer.stream)
+                assert data, "the server closed the connection"
+                events = peer.conn.receive_data(data)
+                resets += [e for e in events if isinstance(e, h2.events.StreamReset)]
+            (tracker,) = server._connections
+            conn = tracker.on_shutdown.__self__  # the HTTP/2 connection
+            while 1 in conn.streams or conn.blocked:
+                await trio.sleep(0.01)  # the cancelled sender finishing
+        assert resets[0].stream_id == 1
