@@ -126,6 +126,7 @@ from uamp_proto.resume import (
 from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
 
 from ..stores.event_log import SessionRecord
+from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, WrappedAgent
 from .calls import answer_call, call_ended, has_call_hook
@@ -1076,6 +1077,11 @@ class SessionHost:
             self.refusal = found
             self._owe(_error(sid, *found, "agent"))  # the session ends in the core: never created
             return
+        down = self._store_down()
+        if down is not None:
+            self.refusal = (STORE_UNAVAILABLE, down)
+            self._owe(_error(sid, STORE_UNAVAILABLE, down))
+            return
         auth = self._app.authenticator if self._app is not None else None
         token = event.token
         try:
@@ -1126,6 +1132,13 @@ class SessionHost:
                 link.submit(sid, "join", (ctx.chat, chat_settings(ctx.config)))
 
     # --- the event log (resumable sessions; docs/resume.md) ------------------------
+
+    def _store_down(self) -> str | None:
+        """Why new work is refused now: the event log's store does not answer (or ``None``)."""
+        log = self.event_log
+        if log is None or not log.health.down:
+            return None
+        return "the session store is unavailable; try again shortly"
 
     def _begin_log(self, sid: str) -> None:
         """Start the log of a new session: every event it sends from now on is logged."""
@@ -1257,7 +1270,9 @@ class SessionHost:
                 self._put_record(sid, running=None)
         self.close_all(notify=False)
         if self.event_log is not None:
-            await self.event_log.flush()
+            # A store that does not answer keeps them queued: the flusher writes them later.
+            with contextlib.suppress(StoreUnavailable):
+                await self.event_log.flush()
 
     async def _resume(self, session: _Session, after_id: str) -> None:
         """Resume ``session`` from its log: created, the missed events, then live.
@@ -1282,7 +1297,7 @@ class SessionHost:
                 )
             window = await log.window(key)
             start = start_after(window, await log.find(key, after_id), after_id)
-        except ResumeError as exc:
+        except (ResumeError, StoreUnavailable) as exc:
             self._refuse(session, exc.code, exc.message)
             return
         ctx = self.conn.sessions.get(sid)
@@ -1851,6 +1866,12 @@ class SessionHost:
                 code="unauthorized",
                 message="The session's token has expired; send session.update with a fresh one.",
             )
+            await self._send(session, response, ev.ResponseErrorEvent(error=error))
+            return
+        down = self._store_down()
+        if down is not None:
+            # The agent does not run: what it sent could not be kept for a resume.
+            error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=down)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
         await self._preflight(session, response)

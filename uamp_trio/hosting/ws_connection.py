@@ -45,6 +45,7 @@ from ..engines.ws_frames import (
     FrameEngine,
     WebSocketClosed,
 )
+from ..stores.health import StoreUnavailable
 from .sessions import Outbox, OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 __all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"]
@@ -126,10 +127,12 @@ class _Connection:
                         await self._send(tail)
                     return
                 batch = await outbox.take_more(batch)
-                if events is not None and events.pending:
+                if events is not None and events.pending and not events.health.down:
                     # What the peer sees is in the log first: a resume (maybe on
-                    # another process) never names an event the log lacks.
-                    await events.flush()
+                    # another process) never names an event the log lacks. A store
+                    # that does not answer gets it once it does (the flusher retries).
+                    with contextlib.suppress(StoreUnavailable):
+                        await events.flush()
                 if engine.closed is None:
                     text = engine.text
                     for message in batch:

@@ -4,25 +4,47 @@
   HTTP at all: a failing liveness probe means "restart me".
 * ``/readyz`` answers ``200 {"status": "ready", "agents": [...]}`` when the
   server is serving (its background nursery is open), is not shutting down
-  (requests on open connections are still served during the grace period)
-  and hosts at least one agent, else ``503 {"status": "not_ready", "reason": ...}``: a failing
-  readiness probe means "send traffic elsewhere for now".
+  (requests on open connections are still served during the grace period),
+  hosts at least one agent and every store it uses answers (a store shared
+  with other processes, such as Redis, may not), else
+  ``503 {"status": "not_ready", "reason": ...}`` -- with ``"stores"``, the
+  names of the stores that do not answer, when that is the reason: a
+  failing readiness probe means "send traffic elsewhere for now". The stores
+  are asked at most once per :data:`STORE_CHECK_EVERY` seconds, however often
+  the probe comes.
 
 Both are public (no token needed) and tell nothing but the agent names, which
-the agent cards publish anyway.
+the agent cards publish anyway, and the roles of stores that are down (the
+log names where they are and the error).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import trio
 
 from ..engines.http import Request, Response, json_response
 from ..hosting.host import Host
 from . import SERVER_ROUTES
 
-__all__ = ["mount"]
+__all__ = ["STORE_CHECK_EVERY", "mount"]
+
+#: Seconds a readiness answer about the stores is reused.
+STORE_CHECK_EVERY = 1.0
 
 
 def mount(host: Host) -> None:
     """Serve ``/healthz`` and ``/readyz`` on ``host``."""
+    checked: list[Any] = [-STORE_CHECK_EVERY, {}]  # when, and what was down then
+
+    async def stores_down() -> dict[str, str]:
+        now = trio.current_time()
+        if now - checked[0] >= STORE_CHECK_EVERY:
+            checked[0] = now
+            checked[1] = await host.stores.unavailable()
+        down: dict[str, str] = checked[1]
+        return down
 
     async def healthz(request: Request) -> Response:
         """``GET /healthz``: the process is alive."""
@@ -37,6 +59,10 @@ def mount(host: Host) -> None:
             reason = "the server is shutting down"
         elif not agents:
             reason = "no agent is hosted"
+        elif down := await stores_down():
+            reason = "a store does not answer: " + ", ".join(down)
+            body = {"status": "not_ready", "reason": reason, "stores": list(down)}
+            return json_response(body, 503)
         else:
             return json_response({"status": "ready", "agents": agents})
         return json_response({"status": "not_ready", "reason": reason}, 503)

@@ -19,13 +19,16 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import trio
 
 from uamp_proto.resume import Retention
 
+from ._background import BackgroundLoop
 from .a2a_tasks import MemoryTaskStore, TaskStore
 from .acp_sessions import AcpSessionStore
 from .chats import ChatStore, MemoryChatStore
 from .event_log import EventLog, MemoryEventLog, SessionRecord
+from .health import describe
 from .sessions import SessionTracker
 from .tool_rounds import ToolRoundStore
 
@@ -113,3 +116,28 @@ class Stores:
     event_log: EventLog = attrs.field(factory=MemoryEventLog)
     tool_rounds: ToolRoundStore = attrs.field(factory=ToolRoundStore)
     chats: ChatStore = attrs.field(factory=MemoryChatStore)
+
+    async def unavailable(self) -> dict[str, str]:
+        """The stores that do not answer now: their name here -> the error (``Class: message``).
+
+        A store is down when its background loop fails (:mod:`.health`) or it
+        does not answer a ping within :data:`~.health.PROBE_TIMEOUT`; the
+        stores are asked at once.
+        """
+        down: dict[str, str] = {}
+
+        async def check(name: str, store: BackgroundLoop) -> None:
+            try:
+                await store.probe()
+            except Exception as exc:
+                down[name] = describe(exc)
+            else:
+                if store.health.error is not None:
+                    down[name] = store.health.error
+
+        async with trio.open_nursery() as nursery:
+            for name in ("event_log", "chats", "a2a_tasks"):
+                store = getattr(self, name)
+                if isinstance(store, BackgroundLoop):
+                    nursery.start_soon(check, name, store)
+        return {name: down[name] for name in sorted(down)}

@@ -1,24 +1,43 @@
-"""Starting a store's background loop where the caller can, or where it must."""
+"""Starting a store's background loop where the caller can, or where it must, under supervision.
+
+Every loop runs under :func:`~.health.supervise`: a failure (the store went
+away) is logged once per outage and the loop starts again after a backoff,
+so no store outage reaches the nursery it runs in (the server's).
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 import trio
 
+from .health import StoreHealth, supervise
+
 log = logging.getLogger("uamp_trio.stores")
 
 
 def start_background(
+    nursery: trio.Nursery | None,
+    run: Callable[[], Awaitable[None]],
+    name: str,
+    what: str,
+    health: StoreHealth | None = None,
+) -> None:
+    """Run ``run`` supervised in ``nursery``, or as a trio system task when there is none.
+
+    ``health`` records the loop's outages (a new one when not given). A
+    system task outlives every nursery but must never raise (trio would
+    crash the run), so there anything else escaping is logged instead.
+    """
+    _start(nursery, functools.partial(supervise, run, health or StoreHealth(what)), name, what)
+
+
+def _start(
     nursery: trio.Nursery | None, run: Callable[[], Awaitable[None]], name: str, what: str
 ) -> None:
-    """Run ``run`` in ``nursery``, or as a trio system task when there is none.
-
-    A system task outlives every nursery but must never raise (trio would
-    crash the run), so there a failure of ``what`` is logged instead.
-    """
     if nursery is not None:
         nursery.start_soon(run, name=name)
     else:
@@ -29,7 +48,8 @@ class BackgroundLoop:
     """Mixin of a store with a :meth:`run` loop that :meth:`ensure_running` starts once.
 
     The store sets ``_running`` in its ``__init__`` (and its ``run`` may
-    clear it when the loop ends).
+    clear it when the loop ends). Its loop calls ``self.health.ok()`` after
+    a round that reached the store.
     """
 
     #: The trio task's name, and what a failure of the loop is logged as.
@@ -37,16 +57,37 @@ class BackgroundLoop:
     loop_what: ClassVar[str]
     _running: bool
 
+    @functools.cached_property
+    def health(self) -> StoreHealth:
+        """Whether the loop fails now (the store is down); see :mod:`.health`."""
+        return StoreHealth(self.loop_what)
+
     async def run(self) -> None:
         """The loop; the store defines it."""
         raise NotImplementedError
 
     def ensure_running(self, nursery: trio.Nursery | None) -> None:
         """Start :meth:`run` in ``nursery`` (or as a system task) unless it runs."""
-        if self._running:
+        if self._running or self._supervising:
             return
-        self._running = True
-        start_background(nursery, self.run, self.loop_name, self.loop_what)
+        self._running = self._supervising = True
+        _start(nursery, self._supervised, self.loop_name, self.loop_what)
+
+    #: Whether :meth:`ensure_running` 's task is on (the loop may be waiting to restart).
+    _supervising = False
+
+    async def _supervised(self) -> None:
+        try:
+            await supervise(self.run, self.health)
+        finally:
+            self._supervising = False
+
+    async def probe(self) -> None:
+        """Raise :class:`~.health.StoreUnavailable` when the store does not answer now.
+
+        Readiness asks it; a store in this process's memory always answers.
+        """
+        return
 
 
 async def _logged(run: Callable[[], Awaitable[None]], what: str) -> None:

@@ -34,10 +34,8 @@ synchronous redis-py client, like :mod:`~uamp_trio.stores.event_log_redis`.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
-from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import orjson
@@ -53,6 +51,7 @@ from uamp_proto.adapters.a2a_records import (
 from uamp_proto.principal import Principal
 
 from ._background import BackgroundLoop
+from ._redis import RedisCalls, open_redis
 from .a2a_tasks import TaskFeed, TaskStore, quota_exceeded, store_full, task_not_found
 
 __all__ = ["RedisTaskStore"]
@@ -161,7 +160,7 @@ def _decode(data: bytes, push: bytes | None) -> A2ATask:
     return task_from_json(fields)
 
 
-class RedisTaskStore(BackgroundLoop, TaskStore):
+class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
     """A2A tasks in Redis (``redis://host:port/db``), shared by every process using it.
 
     Args:
@@ -185,21 +184,16 @@ class RedisTaskStore(BackgroundLoop, TaskStore):
         prefix: str = "uamp",
     ) -> None:
         super().__init__(max_tasks, max_per_principal)
-        import redis  # the optional dependency (extra "redis")
-
         self.url = url
         self._p = f"{prefix}:a2a:"
         # Typed loosely: redis-py's stubs union every reply shape.
-        self._redis: Any = redis.Redis.from_url(url, socket_timeout=30.0)
+        self._redis: Any = open_redis(url)
         self._add = self._redis.register_script(_ADD)
         self._discard = self._redis.register_script(_DISCARD)
         self._publish = self._redis.register_script(_PUBLISH)
         self._save_push = self._redis.register_script(_SAVE_PUSH)
         self._running = False
         self._listening = trio.Event()
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True)
 
     # --- tasks -------------------------------------------------------------------------
 

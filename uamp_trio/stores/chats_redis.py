@@ -37,9 +37,7 @@ member leaves the feed once.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -50,6 +48,7 @@ from uamp_proto.codec import decode_object, to_dict
 from uamp_proto.principal import Principal
 
 from ._background import BackgroundLoop
+from ._redis import RedisCalls, open_redis
 from .chats import (
     MAX_MESSAGES,
     ChatKey,
@@ -197,7 +196,7 @@ class _Pending:
     result: Any = None
 
 
-class RedisChatStore(BackgroundLoop, ChatStore):
+class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
     """Chat rooms and their feeds in Redis (``redis://host:port/db``); see the module docstring.
 
     Args:
@@ -212,12 +211,10 @@ class RedisChatStore(BackgroundLoop, ChatStore):
 
     def __init__(self, url: str, max_messages: int = MAX_MESSAGES, *, prefix: str = "uamp") -> None:
         super().__init__(max_messages)
-        import redis  # the optional dependency (extra "redis")
-
         self.url = url
         self._p = f"{prefix}:chat:"
         # Typed loosely: redis-py's stubs union every reply shape.
-        self._redis: Any = redis.Redis.from_url(url, socket_timeout=30.0)
+        self._redis: Any = open_redis(url)
         self._feed_script = self._redis.register_script(_FEED)
         self._post_script = self._redis.register_script(_POST)
         self._create_script = self._redis.register_script(_CREATE)
@@ -229,9 +226,6 @@ class RedisChatStore(BackgroundLoop, ChatStore):
         #: Room name -> (its key, last feed id read).
         self._following: dict[str, tuple[ChatKey, bytes]] = {}
         self._running = False
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True)
 
     # --- rooms and messages ---------------------------------------------------------
 

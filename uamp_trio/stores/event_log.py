@@ -41,6 +41,17 @@ process running it), written with :meth:`~EventLog.save`. A session last
 active longer ago than the retention's ``max_age`` is expired, twice that
 and it is forgotten (:class:`uamp_proto.resume.Retention`); each log keeps
 at most ``max_events`` entries.
+
+*Outages* (a shared store that stops answering; :mod:`.health`). A batch
+that fails to be written goes back to the head of the queue and the flusher
+starts again after a backoff, so what was queued is written, in order, once
+the store answers (a Redis entry written twice is skipped). Meanwhile
+:attr:`~EventLog.health` says the store is down and the transports refuse new
+sessions and responses with ``store_unavailable``. The queue is bounded
+(:attr:`EventLog.max_pending` writes): past it the session with the oldest
+queued write loses its queued writes and its log, which is deleted from the
+store once it answers (a resume then says ``unknown_session``), and a warning
+says so.
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ import trio
 from uamp_proto.resume import LogEntry, LogWindow, Positions, ResumeError, ResumeStream, Retention
 
 from ._background import BackgroundLoop
+from .health import StoreUnavailable, describe, is_outage
 
 log = logging.getLogger("uamp_trio.stores")
 
@@ -140,9 +152,13 @@ class SessionRecord:
         return cls(**orjson.loads(data))
 
 
-#: One queued write: ``("reset" | "record", key, SessionRecord, time)`` or
-#: ``("event", key, LogEntry, time)``, applied in order by a flush.
+#: One queued write: ``("reset" | "record", key, SessionRecord, time)``,
+#: ``("event", key, LogEntry, time)`` or ``("lost", key, None, time)`` (delete
+#: the log and record: its writes were dropped), applied in order by a flush.
 Op = tuple[str, LogKey, Any, float]
+
+#: The most writes queued while the store does not answer (:attr:`EventLog.max_pending`).
+MAX_PENDING: Final = 100_000
 
 
 class EventLog(BackgroundLoop, abc.ABC):
@@ -157,6 +173,8 @@ class EventLog(BackgroundLoop, abc.ABC):
     loop_what = "the event log flusher"
     #: Whether other processes share this store (claims and messages reach them).
     shared: ClassVar[bool] = False
+    #: The most writes queued (only reached while the store does not answer).
+    max_pending: int = MAX_PENDING
 
     def __init__(
         self, retention: Retention | None = None, *, clock: Callable[[], float] = time.time
@@ -175,6 +193,8 @@ class EventLog(BackgroundLoop, abc.ABC):
         self._flushing = trio.Lock()
         self._flushed = trio.lowlevel.ParkingLot()
         self._running = False
+        #: Sessions whose queued writes were dropped (the queue was full): not queued any more.
+        self._lost: set[LogKey] = set()
 
     # --- writing ------------------------------------------------------------------
 
@@ -190,6 +210,7 @@ class EventLog(BackgroundLoop, abc.ABC):
         if owner is not None:
             self._owners[key] = owner
         self._forget_pending(key)
+        self._lost.discard(key)
         record.node = self.node
         self._queue(("reset", key, record, self._stamp(record)))
 
@@ -216,6 +237,7 @@ class EventLog(BackgroundLoop, abc.ABC):
             return
         self._positions.pop(key, None)
         self._owners.pop(key, None)
+        self._lost.discard(key)
 
     def take_over(self, key: LogKey) -> None:
         """Ask the connection of this process that writes ``key`` to let it go."""
@@ -256,8 +278,28 @@ class EventLog(BackgroundLoop, abc.ABC):
         return now
 
     def _queue(self, op: Op) -> None:
+        if self._lost and op[1] in self._lost:
+            return  # its earlier writes were dropped: the rest would make a log with a gap
         self._pending.append(op)
         self._dirty.set()
+        if len(self._pending) > self.max_pending:
+            self._shed()
+
+    def _shed(self) -> None:
+        """The queue is full (the store does not answer): drop the oldest session's writes."""
+        while len(self._pending) > self.max_pending // 2 and self._pending[0][0] != "lost":
+            key = self._pending[0][1]
+            dropped = sum(1 for op in self._pending if op[1] == key)
+            self._forget_pending(key)
+            self._lost.add(key)
+            self._pending.append(("lost", key, None, self.clock()))
+            log.warning(
+                "the event log's queue is full while the store does not answer: session %s "
+                "lost %d queued writes; its log is deleted when the store answers again "
+                "(a resume says unknown_session)",
+                key[1],
+                dropped,
+            )
 
     @property
     def pending(self) -> bool:
@@ -271,7 +313,25 @@ class EventLog(BackgroundLoop, abc.ABC):
             if self._dirty.is_set():
                 self._dirty = trio.Event()
             if batch:
-                await self._write(batch)
+                try:
+                    await self._write(batch)
+                except BaseException as exc:
+                    # Kept, in order, before what was queued meanwhile: written once
+                    # the store answers (the flusher starts again after a backoff).
+                    self._pending[:0] = batch
+                    self._dirty.set()
+                    if not self.health.down and is_outage(exc):
+                        self.health.failed(exc)  # requests are refused from now on
+                    if (
+                        isinstance(exc, Exception)
+                        and is_outage(exc)
+                        and not isinstance(exc, StoreUnavailable)
+                    ):
+                        raise StoreUnavailable(
+                            f"the event log's store is unavailable ({describe(exc)})"
+                        ) from exc
+                    raise
+                self.health.ok()
         if self._flushed:
             self._flushed.unpark_all()
 
@@ -285,10 +345,24 @@ class EventLog(BackgroundLoop, abc.ABC):
                 while True:
                     await self._dirty.wait()
                     await self.flush()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._last_flush()
+            raise
         finally:
             self._running = False
-            with trio.CancelScope(shield=True):
-                await self.flush()
+
+    async def _last_flush(self) -> None:
+        """Write what is queued as the flusher stops (the app closes); say what is lost."""
+        try:
+            await self.flush()
+        except Exception as exc:
+            log.warning(
+                "%d queued event log writes are lost: the store did not answer as the "
+                "server stopped (%s)",
+                len(self._pending),
+                describe(exc),
+            )
 
     async def _beat(self) -> None:
         """Tell other processes this one is alive (stores shared between processes)."""

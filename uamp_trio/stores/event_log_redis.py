@@ -34,7 +34,9 @@ import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Retention
 
+from ._redis import RedisCalls, open_redis
 from .event_log import READ_BATCH, EventLog, LogKey, Op, SessionRecord, log_name
+from .health import PROBE_TIMEOUT, STORE_TIMEOUT
 
 __all__ = ["RedisEventLog"]
 
@@ -46,13 +48,22 @@ _FIND_BATCH: Final = 512
 #: Appends a run of entries to one stream: ``KEYS[1]`` the stream, ``ARGV[1]``
 #: the count retention (exact ``MAXLEN``), then (entry id, event id, JSON)
 #: triples. One command per run instead of one ``XADD`` each: far less to
-#: encode, send and parse per event (docs/scale-out.md, Cost).
+#: encode, send and parse per event (docs/scale-out.md, Cost). An entry the
+#: stream holds already is skipped: a batch sent again after a connection
+#: broke mid-write (the store's outage, :mod:`.health`) may hold some.
 _APPEND: Final = """
 local keep = ARGV[1]
+local added = 0
 for i = 2, #ARGV, 3 do
-  redis.call('XADD', KEYS[1], 'MAXLEN', keep, ARGV[i], 'e', ARGV[i + 1], 'd', ARGV[i + 2])
+  local r = redis.pcall('XADD', KEYS[1], 'MAXLEN', keep, ARGV[i],
+                        'e', ARGV[i + 1], 'd', ARGV[i + 2])
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'equal or smaller', 1, true) then return r end
+  else
+    added = added + 1
+  end
 end
-return (#ARGV - 1) / 3
+return added
 """
 
 
@@ -76,7 +87,7 @@ def _entries(rows: list[Any]) -> list[LogEntry]:
     return [LogEntry(_position(i), f[b"e"].decode(), f[b"d"]) for i, f in rows]
 
 
-class RedisEventLog(EventLog):
+class RedisEventLog(RedisCalls, EventLog):
     """Event logs and session records in Redis (``redis://host:port/db``).
 
     Args:
@@ -97,12 +108,10 @@ class RedisEventLog(EventLog):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(retention, clock=clock)
-        import redis  # the optional dependency (extra "redis")
-
         self.url = url
         self.prefix = prefix
         # Typed loosely: redis-py's stubs union every reply shape.
-        self._redis: Any = redis.Redis.from_url(url, socket_timeout=30.0)
+        self._redis: Any = open_redis(url)
 
     def _log(self, key: LogKey) -> str:
         return f"{self.prefix}:log:{log_name(key)}"
@@ -114,12 +123,12 @@ class RedisEventLog(EventLog):
     def _ttl_ms(self) -> int:
         return int(2 * self.retention.max_age * 1000) + 1000
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
-
     async def ping(self) -> bool:
         """Whether the server answers."""
         return bool(await self._call(self._redis.ping))
+
+    async def probe(self) -> None:
+        await self._call(self._redis.ping, timeout=PROBE_TIMEOUT)
 
     async def _write(self, batch: list[Op]) -> None:
         commands: list[tuple[bytes | str | int, ...]] = []
@@ -144,6 +153,10 @@ class RedisEventLog(EventLog):
                 continue
             end_run()
             run_key = None
+            if kind == "lost":
+                commands.append(("DEL", self._log(key), self._rec(key), f"{self._rec(key)}:u"))
+                touched.pop(key, None)
+                continue
             if kind == "reset":
                 commands.append(("DEL", self._log(key)))
             commands.append(("SET", self._rec(key), payload.encode(), "PX", ttl))
@@ -181,6 +194,7 @@ class RedisEventLog(EventLog):
     async def _beat(self) -> None:
         while True:
             await self._call(lambda: self._redis.set(self._node(self.node), b"1", px=3000))
+            self.health.ok()
             await trio.sleep(1.0)
 
     def _inbox(self, node: str) -> str:
@@ -196,7 +210,7 @@ class RedisEventLog(EventLog):
             self._redis.xadd(self._inbox(node), {"q": question}, maxlen=1000, approximate=True)
             return self._redis.blpop([reply], timeout=max(1, round(timeout)))
 
-        found = await self._call(ask)
+        found = await self._call(ask, timeout=timeout + STORE_TIMEOUT)
         if not found:
             return None
         answer: dict[str, Any] | None = orjson.loads(found[1])

@@ -100,6 +100,11 @@ class SqliteEventLog(SqliteBacked, EventLog):
                     last[name] = (payload.position, written)
                     continue
                 put_events()  # in order: the events queued before this record
+                if kind == "lost":  # its queued writes were dropped (:meth:`EventLog._shed`)
+                    db.execute("DELETE FROM uamp_events WHERE log = ?", (name,))
+                    db.execute("DELETE FROM uamp_sessions WHERE log = ?", (name,))
+                    last.pop(name, None)
+                    continue
                 if kind == "reset":
                     # Forgotten sessions go first (the sweep rides on session creation).
                     db.execute(

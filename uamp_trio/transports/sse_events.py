@@ -59,6 +59,7 @@ before the bad one were processed); an unknown or expired session gets 404.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections import deque
@@ -86,6 +87,7 @@ from ..engines.http import (
 )
 from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..stores.sessions import SessionTracker
 
 if TYPE_CHECKING:
@@ -241,10 +243,12 @@ class _HttpSession:
                         frames.append(_frame(event_id, data))
                     if frames:
                         log = host.event_log
-                        if log is not None and log.pending:
+                        if log is not None and log.pending and not log.health.down:
                             # In the log before the client sees it: a Last-Event-ID
-                            # on another process must find it (docs/resume.md).
-                            await log.flush()
+                            # on another process must find it (docs/resume.md). A
+                            # store that does not answer gets it once it does.
+                            with contextlib.suppress(StoreUnavailable):
+                                await log.flush()
                         await send(b"".join(frames))
         finally:
             if self.stream_scope is scope:
@@ -356,6 +360,8 @@ class SSEEventsTransport:
                 status = 404 if _not_found(error) else 400
                 if error is not None and error[0] == "unauthorized":
                     status = 401
+                if error is not None and error[0] == STORE_UNAVAILABLE:
+                    status = 503
                 raise_error(error, accepted, status=status)
             sid = hs.host.session_ids[0]
             if not self.sessions.add(hs.principal, sid, hs):  # never attach, never replace
@@ -369,7 +375,11 @@ class SSEEventsTransport:
                 raise_error(error, accepted, headers=[("x-session-id", hs.id)])
             # The session's record is in the log before its id is handed out:
             # another process may be asked for its stream or get its POSTs next.
-            await self.app.stores.event_log.flush()
+            try:
+                await self.app.stores.event_log.flush()
+            except StoreUnavailable as exc:
+                hs.scope.cancel()
+                raise_error((exc.code, exc.message), 0, status=503)
             return json_response(
                 {"session_id": hs.id, "accepted": accepted}, headers=[("x-session-id", hs.id)]
             )
