@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["redis_server_binary", "running_redis"]
+__all__ = ["free_port", "redis_server_binary", "running_redis", "start_redis", "stop_redis"]
 
 
 def redis_server_binary() -> str:
@@ -41,20 +41,18 @@ def redis_server_binary() -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-@contextmanager
-def running_redis(directory: Path) -> Iterator[str]:
-    """Run a throwaway ``redis-server`` (no persistence); yields its ``redis://`` URL."""
-    binary = redis_server_binary()
-    port = _free_port()
+def start_redis(directory: Path, port: int) -> subprocess.Popen[bytes]:
+    """Start ``redis-server`` (no persistence) on 127.0.0.1:``port``; returns once it answers."""
     proc = subprocess.Popen(
         [
-            binary,
+            redis_server_binary(),
             "--bind",
             "127.0.0.1",
             "--port",
@@ -71,24 +69,37 @@ def running_redis(directory: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_redis(proc)
+            raise RuntimeError(f"redis-server did not start on port {port}")
+        time.sleep(0.05)
+
+
+def stop_redis(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server of :func:`start_redis` (SIGTERM, then SIGKILL after 10 s)."""
+    proc.terminate()
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def running_redis(directory: Path) -> Iterator[str]:
+    """Run a throwaway ``redis-server`` (no persistence); yields its ``redis://`` URL."""
+    port = free_port()
+    proc = start_redis(directory, port)
+    try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_redis(proc)

@@ -10,8 +10,8 @@
   ``503 {"status": "not_ready", "reason": ...}`` -- with ``"stores"``, the
   names of the stores that do not answer, when that is the reason: a
   failing readiness probe means "send traffic elsewhere for now". The stores
-  are asked at most once per :data:`STORE_CHECK_EVERY` seconds, however often
-  the probe comes.
+  are pinged at most once per :data:`STORE_CHECK_EVERY` seconds, however often
+  the probe comes; a store whose background loop fails counts at once.
 
 Both are public (no token needed) and tell nothing but the agent names, which
 the agent cards publish anyway, and the roles of stores that are down (the
@@ -38,13 +38,13 @@ def mount(host: Host) -> None:
     """Serve ``/healthz`` and ``/readyz`` on ``host``."""
     checked: list[Any] = [-STORE_CHECK_EVERY, {}]  # when, and what was down then
 
-    async def stores_down() -> dict[str, str]:
+    async def stores_down() -> list[str]:
         now = trio.current_time()
         if now - checked[0] >= STORE_CHECK_EVERY:
             checked[0] = now
-            checked[1] = await host.stores.unavailable()
-        down: dict[str, str] = checked[1]
-        return down
+            checked[1] = await host.stores.unreachable()
+        # A failing loop counts at once; the pings are reused for a moment.
+        return sorted({*host.stores.failing(), *checked[1]})
 
     async def healthz(request: Request) -> Response:
         """``GET /healthz``: the process is alive."""
@@ -61,7 +61,7 @@ def mount(host: Host) -> None:
             reason = "no agent is hosted"
         elif down := await stores_down():
             reason = "a store does not answer: " + ", ".join(down)
-            body = {"status": "not_ready", "reason": reason, "stores": list(down)}
+            body = {"status": "not_ready", "reason": reason, "stores": down}
             return json_response(body, 503)
         else:
             return json_response({"status": "ready", "agents": agents})

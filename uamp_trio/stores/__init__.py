@@ -117,13 +117,17 @@ class Stores:
     tool_rounds: ToolRoundStore = attrs.field(factory=ToolRoundStore)
     chats: ChatStore = attrs.field(factory=MemoryChatStore)
 
-    async def unavailable(self) -> dict[str, str]:
-        """The stores that do not answer now: their name here -> the error (``Class: message``).
+    def _loops(self) -> list[tuple[str, BackgroundLoop]]:
+        found = [(name, getattr(self, name)) for name in ("event_log", "chats", "a2a_tasks")]
+        return [(name, store) for name, store in found if isinstance(store, BackgroundLoop)]
 
-        A store is down when its background loop fails (:mod:`.health`) or it
-        does not answer a ping within :data:`~.health.PROBE_TIMEOUT`; the
-        stores are asked at once.
-        """
+    def failing(self) -> dict[str, str]:
+        """The stores whose background loop fails now (:mod:`.health`): name -> the error."""
+        return {name: s.health.error for name, s in self._loops() if s.health.error is not None}
+
+    async def unreachable(self) -> dict[str, str]:
+        """The stores that do not answer a ping within :data:`~.health.PROBE_TIMEOUT`: name ->
+        the error (``Class: message``); the stores are asked at once."""
         down: dict[str, str] = {}
 
         async def check(name: str, store: BackgroundLoop) -> None:
@@ -131,13 +135,8 @@ class Stores:
                 await store.probe()
             except Exception as exc:
                 down[name] = describe(exc)
-            else:
-                if store.health.error is not None:
-                    down[name] = store.health.error
 
         async with trio.open_nursery() as nursery:
-            for name in ("event_log", "chats", "a2a_tasks"):
-                store = getattr(self, name)
-                if isinstance(store, BackgroundLoop):
-                    nursery.start_soon(check, name, store)
-        return {name: down[name] for name in sorted(down)}
+            for name, store in self._loops():
+                nursery.start_soon(check, name, store)
+        return down
