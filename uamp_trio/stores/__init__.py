@@ -131,10 +131,18 @@ class Stores:
         down: dict[str, str] = {}
 
         async def check(name: str, store: BackgroundLoop) -> None:
+            health = store.health
             try:
                 await store.probe()
             except Exception as exc:
                 down[name] = describe(exc)
+                if not health.down:
+                    # Work is refused from now on, before a loop's call times out.
+                    health.failed(exc)
+                    health.by_probe = True
+            else:
+                if health.down and health.by_probe:
+                    health.ok()
 
         async with trio.open_nursery() as nursery:
             for name, store in self._loops():

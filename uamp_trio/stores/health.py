@@ -118,6 +118,8 @@ class StoreHealth:
         self.error: str | None = None
         self._since = 0.0
         self._delay = MIN_DELAY
+        #: Whether the outage was noticed by readiness's ping (which may then end it).
+        self.by_probe = False
 
     @property
     def down(self) -> bool:
@@ -150,6 +152,7 @@ class StoreHealth:
             return
         log.info("%s works again after %.1f s", self.what, trio.current_time() - self._since)
         self.error = None
+        self.by_probe = False
 
 
 async def supervise(run: Callable[[], Awaitable[None]], health: StoreHealth) -> None:
