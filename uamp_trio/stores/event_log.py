@@ -283,9 +283,9 @@ class EventLog(BackgroundLoop, abc.ABC):
         self._pending.append(op)
         self._dirty.set()
         if len(self._pending) > self.max_pending:
-            self._shed()
+            self._shed_queue()
 
-    def _shed(self) -> None:
+    def _shed_queue(self) -> None:
         """The queue is full (the store does not answer): drop the oldest session's writes."""
         while len(self._pending) > self.max_pending // 2 and self._pending[0][0] != "lost":
             key = self._pending[0][1]
