@@ -28,10 +28,18 @@ from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.cli import Served
 from tests._support.redis_server import free_port, start_redis, stop_redis
-from tests._support.wire import create_session, recv, resume_session, send, until
+from tests._support.wire import CREATE, create_session, recv, resume_session, send, until
 
 TIMEOUT = 60
 AGENT = "uamp_trio:DemoAgent"
+A2A_SEND = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "message/send",
+    "params": {
+        "message": {"role": "user", "parts": [{"kind": "text", "text": "hi"}], "messageId": "m1"}
+    },
+}
 
 
 @contextmanager
@@ -108,6 +116,15 @@ async def test_the_server_outlives_a_redis_outage_and_recovers(tmp_path: Path, o
                     _refused(await recv(other), "session.error")
                 await send(ws, type="capabilities.query", session_id=sid)
                 assert (await recv(ws))["type"] == "capabilities"
+                # UAMP HTTP+SSE: 503 with the JSON error body.
+                posted = await http.post("/agents/demo/events", json=CREATE)
+                assert posted.status_code == 503, posted.text
+                assert posted.json()["error"]["code"] == "store_unavailable"
+                if outage == "stopped":  # (a hung Redis: the same, after the 5 s limit)
+                    # A2A JSON-RPC (its task store is in Redis too): a JSON-RPC error.
+                    rpc = await http.post("/agents/demo/a2a", json=A2A_SEND)
+                    error = rpc.json()["error"]
+                    assert (error["code"], error["data"]["code"]) == (-32603, "store_unavailable")
                 await trio.sleep(1.5)  # several retries of every loop meanwhile
                 assert served.proc.poll() is None
 

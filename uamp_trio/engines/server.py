@@ -43,6 +43,7 @@ import orjson
 import trio
 
 from uamp_proto import jsonbounds
+from uamp_proto.errors import UampError
 
 from .http import (
     KNOWN_METHODS,
@@ -784,7 +785,11 @@ class Server:
             return await self.app.endpoint_for(request)(request)
         except HTTPError as exc:
             return exc.to_response()
-        except Exception:
+        except Exception as exc:
+            status = getattr(exc, "http_status", None)
+            if isinstance(exc, UampError) and isinstance(status, int):
+                # An error that names its status (a store that does not answer: 503).
+                return error_response(status, str(exc), code=getattr(exc, "code", None))
             log.exception("endpoint failed: %s %s", request.method, request.path)
             return error_response(
                 500, "The server failed while handling the request.", code="internal_error"

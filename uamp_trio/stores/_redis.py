@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .health import STORE_TIMEOUT, call_store
+from .health import PROBE_TIMEOUT, STORE_TIMEOUT, call_store
 
 T = TypeVar("T")
 
@@ -38,6 +38,11 @@ class RedisCalls:
     """Mixin of a Redis store: :meth:`_call` runs one bounded call (``url`` set by the store)."""
 
     url: str
+    _redis: Any
+
+    async def probe(self) -> None:
+        """Ping Redis (readiness): :class:`~.health.StoreUnavailable` past :data:`PROBE_TIMEOUT`."""
+        await self._call(self._redis.ping, timeout=PROBE_TIMEOUT)
 
     async def _call(self, fn: Callable[..., T], *args: Any, timeout: float = STORE_TIMEOUT) -> T:
         """``fn(*args)`` in a worker thread; :class:`~.health.StoreUnavailable` past ``timeout``."""

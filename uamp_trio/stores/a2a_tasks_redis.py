@@ -51,8 +51,9 @@ from uamp_proto.adapters.a2a_records import (
 from uamp_proto.principal import Principal
 
 from ._background import BackgroundLoop
-from ._redis import RedisCalls, open_redis
+from ._redis import RedisCalls, open_redis, redis_where
 from .a2a_tasks import TaskFeed, TaskStore, quota_exceeded, store_full, task_not_found
+from .health import STORE_TIMEOUT, StoreUnavailable
 
 __all__ = ["RedisTaskStore"]
 
@@ -287,7 +288,11 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
 
     async def follow(self, task_id: str, *, owner: Principal) -> tuple[A2ATask, TaskFeed]:
         self.ensure_running(None)
-        await self._listening.wait()  # the feed must hear what is published from now on
+        # The feed must hear what is published from now on (bounded: Redis may be down).
+        with trio.move_on_after(STORE_TIMEOUT):
+            await self._listening.wait()
+        if not self._listening.is_set():
+            raise StoreUnavailable(f"{redis_where(self.url)} does not answer: no task updates")
         feed = self._watchers.open(task_id)
         try:
             found = await self._read(task_id, _owner(owner))
@@ -310,6 +315,7 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
         try:
             await self._call(pubsub.subscribe, f"{self._p}events")
             self._listening.set()
+            self.health.ok()
             while True:
                 message = await self._call(
                     lambda: pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)

@@ -60,6 +60,7 @@ from .chats import (
     StoredMessage,
 )
 from .event_log import log_name
+from .health import STORE_TIMEOUT
 
 __all__ = ["RedisChatStore"]
 
@@ -385,8 +386,12 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
             try:
                 results = await self._call(send)
             except Exception as exc:  # Redis gone: the waiting posts fail, the rest is lost
-                log.warning("chat feed write failed: %s", exc)
+                if not self.health.down:
+                    self.health.failed(exc)  # once per outage; each loss at debug level
+                log.debug("chat feed write failed: %s", exc)
                 results = [exc] * len(batch)
+            else:
+                self.health.ok()
             for pending, result in zip(batch, results, strict=True):
                 pending.result = result
                 pending.done.set()
@@ -400,8 +405,10 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
             streams = {f"{self._p}feed:{name}": last for name, (_, last) in self._following.items()}
             block = int(READ_BLOCK * 1000)
             found = await self._call(
-                lambda: self._redis.xread(streams, count=512, block=block)  # noqa: B023
+                lambda: self._redis.xread(streams, count=512, block=block),  # noqa: B023
+                timeout=READ_BLOCK + STORE_TIMEOUT,
             )
+            self.health.ok()
             for stream, rows in found or ():
                 name = stream.decode().removeprefix(f"{self._p}feed:")
                 for entry_id, fields in rows:

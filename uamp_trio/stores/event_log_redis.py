@@ -36,7 +36,7 @@ from uamp_proto.resume import LogEntry, LogWindow, Retention
 
 from ._redis import RedisCalls, open_redis
 from .event_log import READ_BATCH, EventLog, LogKey, Op, SessionRecord, log_name
-from .health import PROBE_TIMEOUT, STORE_TIMEOUT
+from .health import STORE_TIMEOUT
 
 __all__ = ["RedisEventLog"]
 
@@ -126,9 +126,6 @@ class RedisEventLog(RedisCalls, EventLog):
     async def ping(self) -> bool:
         """Whether the server answers."""
         return bool(await self._call(self._redis.ping))
-
-    async def probe(self) -> None:
-        await self._call(self._redis.ping, timeout=PROBE_TIMEOUT)
 
     async def _write(self, batch: list[Op]) -> None:
         commands: list[tuple[bytes | str | int, ...]] = []
@@ -302,7 +299,8 @@ class RedisEventLog(RedisCalls, EventLog):
         name = self._log(key)
         block = max(1, int(timeout * 1000))
         found = await self._call(
-            lambda: self._redis.xread({name: f"0-{after}"}, count=READ_BATCH, block=block)
+            lambda: self._redis.xread({name: f"0-{after}"}, count=READ_BATCH, block=block),
+            timeout=timeout + STORE_TIMEOUT,
         )
         if not found:
             return []

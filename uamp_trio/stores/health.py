@@ -30,7 +30,7 @@ import functools
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 import trio
@@ -74,6 +74,9 @@ class StoreUnavailable(UampError):
 
     message: str
     code: str = attrs.field(default=STORE_UNAVAILABLE, kw_only=True)
+
+    #: What an HTTP route that lets it escape answers (the engine renders it).
+    http_status: ClassVar[int] = 503
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -101,6 +101,7 @@ from ...hosting.host import Host, Transport
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed, task_not_found
+from ...stores.health import StoreUnavailable
 from . import grpc as a2a_grpc
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
@@ -318,6 +319,11 @@ class A2ATransport:
             return await self._dispatch(Call(agent, request, call.dialect), call)
         except A2AError as exc:
             return json_response(a2a.error_response(call.id, exc, call.dialect))
+        except StoreUnavailable as exc:  # the task store (Redis) does not answer now
+            error = A2AError(
+                a2a.INTERNAL_ERROR, exc.message, data={"code": exc.code}, http_status=503
+            )
+            return json_response(a2a.error_response(call.id, error, call.dialect))
 
     async def _dispatch(self, call: Call, rpc: a2a.RpcCall) -> Response | StreamingResponse:
         op, params = rpc.operation, rpc.params
