@@ -23,6 +23,7 @@ from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 
 from .agents import TestAgent
+from .cache import cache_folder, exclusive
 
 PACKAGES = ("chromium", "chromium-driver")
 
@@ -48,8 +49,11 @@ def ensure_chromium() -> tuple[str, str]:
             "the playground tests need Debian's chromium and chromium-driver; run them as "
             "root (CI does) or: sudo apt-get install -y " + " ".join(PACKAGES)
         )
-    _apt("update", "-q")
-    _apt("install", "-y", "-q", "--no-install-recommends", *PACKAGES)
+    # One apt-get at a time across the test processes (it holds dpkg's lock).
+    with exclusive(cache_folder("apt-get")):
+        if not (shutil.which("chromium") and shutil.which("chromedriver")):
+            _apt("update", "-q")
+            _apt("install", "-y", "-q", "--no-install-recommends", *PACKAGES)
     browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (browser and driver):
         raise RuntimeError("apt-get installed chromium but chromium/chromedriver is not on PATH")

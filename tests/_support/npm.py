@@ -1,4 +1,4 @@
-"""Node clients for interop tests: ``npm ci`` from a lock file into the test cache."""
+"""Node clients for the interop tests: ``npm ci`` from a lock file into the test cache."""
 
 from __future__ import annotations
 
@@ -9,27 +9,36 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests._support.cache import cache_folder, exclusive
 
-def install_client(source: Path, cache: Path) -> Path:
-    """Copy an npm client folder to ``cache`` and ``npm ci`` there (again when the lock changes)."""
-    lock = (source / "package-lock.json").read_bytes()
-    stamp = cache / ".lock-sha256"
-    digest = hashlib.sha256(lock).hexdigest()
-    cache.mkdir(parents=True, exist_ok=True)
-    for name in ("package.json", "package-lock.json", "run.mjs"):
-        shutil.copyfile(source / name, cache / name)
-    if not (stamp.exists() and stamp.read_text() == digest and (cache / "node_modules").is_dir()):
-        npm = shutil.which("npm")
-        assert npm is not None, "npm is needed: install Node 20 with npm"
-        done = subprocess.run(
-            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-            cwd=cache,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        stamp.write_text(digest)
+FILES = ("package.json", "package-lock.json", "run.mjs")
+
+
+def install_client(source: Path, name: str) -> Path:
+    """The folder ``name`` of the test cache holding ``source`` 's client, ``npm ci`` -ed there.
+
+    The folder is named after the client's files too, so checkouts with
+    different versions of them never share one.
+    """
+    digest = hashlib.sha256(b"".join((source / file).read_bytes() for file in FILES)).hexdigest()
+    cache = cache_folder(f"{name}-{digest[:16]}")
+    stamp = cache / ".installed"
+    with exclusive(cache):
+        if not (stamp.exists() and (cache / "node_modules").is_dir()):
+            cache.mkdir(parents=True, exist_ok=True)
+            for file in FILES:
+                shutil.copyfile(source / file, cache / file)
+            npm = shutil.which("npm")
+            assert npm is not None, "npm is needed: install Node 20 with npm"
+            done = subprocess.run(
+                [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                cwd=cache,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            stamp.touch()
     return cache
 
 

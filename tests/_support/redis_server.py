@@ -16,14 +16,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests._support.cache import cache_folder, exclusive
+
 __all__ = ["free_port", "redis_server_binary", "running_redis", "start_redis", "stop_redis"]
 
 
 def redis_server_binary() -> str:
-    """The path of ``redis-server``, installing the Debian package when it is missing."""
+    """The path of ``redis-server``, installing the Debian package when it is missing.
+
+    Test processes running side by side (pytest-xdist) install it one at a
+    time: apt-get holds dpkg's lock and fails in a second process.
+    """
     found = shutil.which("redis-server")
     if found:
         return found
+    with exclusive(cache_folder("apt-get")):
+        return shutil.which("redis-server") or _install()
+
+
+def _install() -> str:
     env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     for command in (
         ["apt-get", "update", "-qq"],

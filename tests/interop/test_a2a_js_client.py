@@ -1,11 +1,11 @@
 """A2A with the JavaScript client: ``@a2a-js/sdk`` (npm) against a real server.
 
 The client is installed with ``npm ci`` from the lock file in
-``tests/interop/a2ajs_client/`` (``node_modules`` kept under ``.test-cache/``
-and reused while the lock file is unchanged, the AG-UI client test's helper)
-and run with Node. It resolves the agent card the way a browser joins URLs,
-sends a message blocking and streaming, and concatenates artifact chunks as a
-UI would: the answer must show exactly once.
+``tests/interop/a2ajs_client/`` (``node_modules`` kept in the tests' cache
+folder and reused while the client's files are unchanged, the AG-UI client
+test's helper) and run with Node. It resolves the agent card the way a
+browser joins URLs, sends a message blocking and streaming, and concatenates
+artifact chunks as a UI would: the answer must show exactly once.
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 
-ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).parent / "a2ajs_client"
-CACHE = ROOT / ".test-cache" / "a2ajs-client"
 ANSWER = "Hello from uamp, in three chunks."
 
 
@@ -50,7 +48,7 @@ class Other(TestAgent):
 @pytest.fixture(scope="module")
 def client_dir() -> Path:
     """a2ajs_client/ installed with ``npm ci`` under the test cache."""
-    return install_client(CLIENT, CACHE)
+    return install_client(CLIENT, "a2ajs-client")
 
 
 def test_the_js_client_resolves_the_card_and_sees_the_answer_once(

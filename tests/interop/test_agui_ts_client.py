@@ -1,8 +1,9 @@
 """AG-UI with the TypeScript client CopilotKit-style frontends use: ``@ag-ui/client`` 1.0.
 
 The client is installed from the npm registry with ``npm ci`` from the lock
-file in ``tests/interop/agui_client/`` (its ``node_modules`` kept under
-``.test-cache/`` and reused while the lock file is unchanged) and run with
+file in ``tests/interop/agui_client/`` (its ``node_modules`` kept in the
+tests' cache folder, ``tests/_support/cache.py``, and reused while the
+client's files are unchanged) and run with
 Node against a real server. Its ``HttpAgent`` applies every event to its
 message history as a chat UI does; the history after the run must be in
 conversation order -- each tool call in the assistant message that makes
@@ -26,14 +27,12 @@ from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 
-ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).parent / "agui_client"
-CACHE = ROOT / ".test-cache" / "agui-client"
 
 
 @pytest.fixture(scope="module")
 def client_dir() -> Path:
-    return install_client(CLIENT, CACHE)
+    return install_client(CLIENT, "agui-client")
 
 
 class Caller(TestAgent):

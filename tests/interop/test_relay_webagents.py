@@ -1,11 +1,11 @@
 """webagents 0.3.9's Portal Connect daemon against ``uamp serve --relay``, unmodified.
 
 webagents is installed from the package index into a throwaway virtualenv
-under ``.test-cache/`` (never a dependency of this project; created on the
-first run, reused after). Its agent's model is the OpenAI skill pointed at a
-uamp server's own Completions endpoint (the offline demo agent), so nothing
-leaves the machine. The OpenAI SDK pointed at the relay must get the
-webagents agent's answer.
+in the tests' cache folder, ``tests/_support/cache.py`` (never a dependency
+of this project; created on the first run, reused after). Its agent's model
+is the OpenAI skill pointed at a uamp server's own Completions endpoint (the
+offline demo agent), so nothing leaves the machine. The OpenAI SDK pointed
+at the relay must get the webagents agent's answer.
 """
 
 from __future__ import annotations
@@ -19,17 +19,9 @@ import openai
 import pytest
 
 from tests._support.cli import ENV, ROOT, uamp_serve
-from tests._support.webagents import webagents_python as install
 from tests.interop.test_relay import stop, wait_online
 
-VENV = ROOT / ".test-cache" / "webagents-0.3.9"
 SCRIPT = Path(__file__).parent / "webagents" / "portal_daemon.py"
-
-
-@pytest.fixture(scope="module")
-def webagents_python() -> Path:
-    """The throwaway virtualenv's python with webagents installed (installed once)."""
-    return install(VENV, "import webagents.agents.skills.robutler.portal_connect")
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,12 @@ import subprocess
 from pathlib import Path
 
 from tests._support.cli import ENV, ROOT, uamp_serve
-from tests.interop.test_relay_webagents import webagents_python  # noqa: F401  (the venv fixture)
 
 SCRIPT = Path(__file__).parent / "webagents" / "uamp_clients.py"
 
 
 def test_the_llm_proxy_and_delegation_skills_get_the_demo_agents_answers(
-    webagents_python: Path,  # noqa: F811
+    webagents_python: Path,
 ) -> None:
     with uamp_serve() as base:
         ran = subprocess.run(
