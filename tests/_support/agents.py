@@ -102,23 +102,34 @@ class Words(TestAgent):
         self.words = words
         self.pause = pause
 
+    def how_many(self, request: TurnRequest) -> int:
+        """How many of the words ``request`` gets: all of them."""
+        return len(self.words)
+
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """The words, one delta each, with the pause between them."""
-        for n, word in enumerate(self.words):
+        for n, word in enumerate(self.words[: self.how_many(request)]):
             if n:
                 await trio.sleep(self.pause)
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text=word)))
 
 
 class Ticker(Words):
-    """``tick 0 tick 1 ...``, one delta per 50 ms, 400 in all.
+    """``tick 0 tick 1 ...``, one delta per 50 ms, 400 in all (20 s).
 
     For tests that kill a ``uamp serve`` process in the middle of a response
-    (``--agent tests._support.agents:Ticker``).
+    (``--agent tests._support.agents:Ticker``). A user message that is a
+    number N gets N ticks instead: a test's turn that only has to end does
+    not wait 20 s.
     """
 
     def __init__(self) -> None:
         super().__init__("ticker", *(f"tick {i} " for i in range(400)), pause=0.05)
+
+    def how_many(self, request: TurnRequest) -> int:
+        """The number the last message is, else all 400."""
+        said = request.messages[-1].text.strip() if request.messages else ""
+        return int(said) if said.isdigit() else len(self.words)
 
 
 class Checkpointed(TestAgent):

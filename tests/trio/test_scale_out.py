@@ -87,8 +87,9 @@ async def _lose_mid_stream(
                 assert created["type"] == "session.created", created
                 assert created["extensions"] == {"resumed": True}
                 rest = await until(ws, end)
-                # The session goes on at the second process.
-                await send(ws, type="input.text", session_id=sid, text="again")
+                # The session goes on at the second process (a Ticker says
+                # 3 ticks to "3"; Checkpointed its 40).
+                await send(ws, type="input.text", session_id=sid, text="3")
                 await send(ws, type="response.create", session_id=sid)
                 again = await until(ws, "response.done")
     finally:
