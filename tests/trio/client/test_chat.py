@@ -73,7 +73,9 @@ def test_chat_survives_a_server_restart(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    store = ("--port", str(port), "--store", str(tmp_path / "sessions.db"))
+    # The client's WebSocket is in flight when the first server stops: --grace 1
+    # cuts it after a second instead of the default ten.
+    store = ("--port", str(port), "--store", str(tmp_path / "sessions.db"), "--grace", "1")
     with uamp_serve(*store):
         proc = spawn("chat", f"127.0.0.1:{port}", stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdin is not None
