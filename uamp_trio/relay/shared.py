@@ -62,8 +62,10 @@ from uamp_proto.relay import turn_input, turn_request
 from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
 
 from ..hosting.agents import AGENT_OFFLINE
+from ..stores._redis import open_redis, redis_where
 from ..stores.event_log import LogKey
 from ..stores.event_log_redis import RedisEventLog
+from ..stores.health import STORE_TIMEOUT, StoreHealth, call_store
 from .platform import DaemonLink, Link, Relay, RemoteAgent
 
 __all__ = ["POLL", "PeerLink", "SharedRoutes"]
@@ -217,14 +219,14 @@ class SharedRoutes:
     """
 
     def __init__(self, relay: Relay, store: RedisEventLog, *, poll: float = POLL) -> None:
-        import redis  # the optional dependency (extra "redis")
-
         self.relay = relay
         self.store = store
         self.poll = poll
         self.node = store.node
         # Typed loosely: redis-py's stubs union every reply shape.
-        self._redis: Any = redis.Redis.from_url(store.url, socket_timeout=30.0)
+        self._redis: Any = open_redis(store.url)
+        #: Whether reading or writing the shared routes fails now (logged once per outage).
+        self.health = StoreHealth("the relay's shared routes")
         self._routes = f"{store.prefix}:relay:agents"
         self._writes: dict[str, bytes | None] = {}
         self._dirty = trio.Event()
@@ -237,9 +239,9 @@ class SharedRoutes:
         """The stream a turn's events go to."""
         return f"{self.store.prefix}:relay:out:{turn}"
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread (redis-py's client blocks)."""
-        return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+    async def call(self, fn: Callable[..., T], *args: Any, timeout: float = STORE_TIMEOUT) -> T:
+        """``fn(*args)`` in a worker thread (redis-py's client blocks), within ``timeout`` s."""
+        return await call_store(fn, *args, where=redis_where(self.store.url), timeout=timeout)
 
     async def tell(
         self, node: str, message: dict[str, Any], timeout: float = 10.0
@@ -295,7 +297,7 @@ class SharedRoutes:
             try:
                 await self.call(self._write_routes, writes)
             except Exception as exc:  # Redis away: try again with the next change
-                log.warning("relay: cannot write the shared routes: %s", exc)
+                self._failed(exc)
                 for name, value in writes.items():
                     self._writes.setdefault(name, value)
                 await trio.sleep(self.poll)
@@ -414,6 +416,12 @@ class SharedRoutes:
             if not await self.store.alive(node):
                 raise ResponderError(AGENT_OFFLINE, "The relay process serving it is gone.")
 
+    def _failed(self, exc: Exception) -> None:
+        """Redis did not answer: one warning per outage, each failure at debug level."""
+        if not self.health.down:
+            self.health.failed(exc)
+        log.debug("relay: the shared routes failed: %s", exc)
+
     async def run(self) -> None:
         """Serve the shared routes until cancelled (an app service, see :attr:`Host.services`)."""
         self.store.register(RELAY_KEY, self._answer)
@@ -426,7 +434,9 @@ class SharedRoutes:
                     try:
                         await self.mirror()
                     except Exception as exc:  # Redis away: the routes stay as they were
-                        log.warning("relay: cannot read the shared routes: %s", exc)
+                        self._failed(exc)
+                    else:
+                        self.health.ok()
                     await trio.sleep(self.poll)
         finally:
             self._nursery = None
