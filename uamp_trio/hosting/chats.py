@@ -91,6 +91,7 @@ from uamp_proto.responder import Responder, TurnRequest
 
 from ..stores._background import start_background
 from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
+from ..stores.health import StoreHealth
 from .turns import ResponseRunner
 
 if TYPE_CHECKING:
@@ -212,6 +213,8 @@ class ChatHub:
         self.node = host.stores.event_log.node
         self._watching = False
         self._joining = trio.Lock()
+        #: Whether checking the rooms' processes fails now (logged once per outage).
+        self._watch_health = StoreHealth("checking the chat rooms' processes")
         #: Calls between two people in a room: call id -> (caller, callee, chat id).
         self.calls: dict[str, tuple[_Member, _Member, str]] = {}
         #: Member key -> the id of the call it is in.
@@ -407,7 +410,11 @@ class ChatHub:
                 try:
                     missing = await self._check(missing)
                 except Exception as exc:  # Redis away: the next round tries again
-                    log.warning("checking the chat rooms' processes failed: %s", exc)
+                    if not self._watch_health.down:
+                        self._watch_health.failed(exc)  # once per outage
+                    log.debug("checking the chat rooms' processes failed: %s", exc)
+                else:
+                    self._watch_health.ok()
         finally:
             self._watching = False
 

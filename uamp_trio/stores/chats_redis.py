@@ -60,7 +60,7 @@ from .chats import (
     StoredMessage,
 )
 from .event_log import log_name
-from .health import STORE_TIMEOUT
+from .health import STORE_TIMEOUT, StoreUnavailable
 
 __all__ = ["RedisChatStore"]
 
@@ -390,6 +390,12 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
                     self.health.failed(exc)  # once per outage; each loss at debug level
                 log.debug("chat feed write failed: %s", exc)
                 results = [exc] * len(batch)
+            except BaseException:  # cancelled (the loop restarts): nobody waits forever
+                stopped = StoreUnavailable("the chat store stopped writing; try again")
+                for pending in batch:
+                    pending.result = stopped
+                    pending.done.set()
+                raise
             else:
                 self.health.ok()
             for pending, result in zip(batch, results, strict=True):
