@@ -287,24 +287,26 @@ class Agent:
         history as it is; ``turn.messages`` then holds only the messages the
         run added, and middleware sees ``context.input is None``.
 
-        Args:
-            session: The session the run belongs to (shown to middleware).
-            on_step: Called as ``on_step(step, state)`` after every step (after
-                ``on_step_end``, before ``stop_condition``); if it returns a
-                string, that is announced as a ``checkpoint`` event.
-            metadata: Initial ``state.metadata`` (and middleware metadata).
-            resume: Continue ``history`` without new input (see above).
-            tool_choice: ``"auto"``, ``"none"``, ``"required"`` or
+        Keyword Args:
+            session (Any): The session the run belongs to (shown to middleware).
+            on_step (StepCallback | None): Called as ``on_step(step, state)``
+                after every step (after ``on_step_end``, before
+                ``stop_condition``); if it returns a string, that is
+                announced as a ``checkpoint`` event.
+            metadata (dict[str, Any] | None): Initial ``state.metadata`` (and middleware metadata).
+            resume (bool): Continue ``history`` without new input (see above).
+            tool_choice (str | dict[str, Any] | None): ``"auto"``, ``"none"``,
+                ``"required"`` or
                 ``{"type": "function", "function": {"name": ...}}`` for the
                 run's model calls; a forcing choice applies to the first
                 model call that offers tools only (see
                 :attr:`ExecutionContext.tool_choice
                 <uamp_agents.context.ExecutionContext>`).
-            deps: The run's dependencies: any object (a database handle, a
+            deps (Any): The run's dependencies: any object (a database handle, a
                 client, settings) that tools receive as ``ctx.deps`` when
                 they take a ``ToolContext[YourDeps]`` parameter. Sub-agents
                 called as tools get the same object.
-            stream_model: For :meth:`stream`: ``False`` calls the model for
+            stream_model (bool): For :meth:`stream`: ``False`` calls the model for
                 whole replies and emits each as one delta (with its thinking
                 and usage) -- for a consumer that only keeps the finished
                 turn, such as a non-streamed completion. Default ``True``.
