@@ -21,13 +21,15 @@ slow = Words("slow", "working", " done", pause=60)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_server(ledger: Path, price: str = "0.25") -> tuple[subprocess.Popen[str], str]:
-    """``uamp serve --ledger LEDGER --price PRICE`` serving :data:`slow`; the process and URL."""
+def start_server(
+    ledger: Path, price: str = "0.25", *flags: str
+) -> tuple[subprocess.Popen[str], str]:
+    """``uamp serve --ledger LEDGER --price PRICE *flags`` serving :data:`slow`; process, URL."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "uamp_trio", "serve", "--port", "0"),
             *("--ledger", str(ledger), "--price", price),
-            *("--agent", "tests._support.paying:slow"),
+            *("--agent", "tests._support.paying:slow", *flags),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -269,7 +269,9 @@ def test_a_second_server_on_the_ledger_leaves_the_first_ones_locks_alone(tmp_pat
     path = tmp_path / "ledger.db"
     with Ledger(path) as book:
         token = book.issue("1.00", "USD")
-    first, url = start_server(path)
+    # Stopped mid-response below: --grace 1 cancels the minute-long response
+    # after a second instead of the default ten (it is cancelled either way).
+    first, url = start_server(path, "0.25", "--grace", "1")
     second: subprocess.Popen[str] | None = None
     try:
         body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
