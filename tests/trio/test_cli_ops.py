@@ -207,6 +207,37 @@ def test_a_peer_cannot_forge_a_log_line_or_send_terminal_codes() -> None:
     assert not any("\x1b" in text or "\r" in text for text in srv.lines)
 
 
+def test_an_idle_http_sse_stream_does_not_hold_the_shutdown() -> None:
+    """SIGINT with a UAMP HTTP+SSE stream open and nothing running: the stream ends at once.
+
+    Before, the stream (which never ends by itself) held the shutdown for its
+    whole grace period, and the server then cancelled it.
+    """
+    srv = serve("--grace", "30")
+    try:
+        base = srv.url()
+        created = httpx.post(
+            f"{base}/agents/demo/events",
+            json={"type": "session.create", "uamp_version": "1.0"},
+            timeout=10,
+        )
+        assert created.status_code == 200, created.text
+        sid = created.headers["x-session-id"]
+        with httpx.stream(
+            "GET", f"{base}/agents/demo/events/stream?session_id={sid}", timeout=20
+        ) as stream:
+            chunks = stream.iter_bytes()
+            assert b"session.created" in next(chunks)
+            srv.proc.send_signal(signal.SIGINT)
+            rest = b"".join(chunks)  # the server ends the stream
+        assert b"session.created" not in rest
+        assert srv.stop() == 0
+    finally:
+        srv.stop()
+    output = "\n".join(srv.lines)
+    assert "grace period over" not in output, output[-2000:]
+
+
 def test_no_access_log() -> None:
     with serve("--no-access-log") as srv:
         _traffic(srv.url())

@@ -86,10 +86,11 @@ class Host:
         #: serves the app (started when it starts listening; the relay's
         #: routes shared between processes, docs/relay.md).
         self.services: list[Callable[[], Awaitable[None]]] = []
-        #: Set by the server from the start of a graceful shutdown until it
-        #: stops: requests still served meanwhile (on open connections) see
-        #: the server as not ready.
-        self.draining = False
+        self._draining = False
+        #: Set when a graceful shutdown begins (:attr:`draining`): long-lived
+        #: streams with nothing in flight end then instead of holding the
+        #: shutdown for its whole grace period.
+        self.drain_started = trio.Event()
         #: ``(per connection, per session)``: the most encoded events queued
         #: for one connection's writer, and for one session of it
         #: (``ServerConfig.max_queued_events`` and
@@ -180,6 +181,23 @@ class Host:
         if charge is not None and self.on_charge is not None:
             return self.on_charge(charge, agent)
         return charge
+
+    @property
+    def draining(self) -> bool:
+        """Set by the server from the start of a graceful shutdown until it stops.
+
+        Requests still served meanwhile (on open connections) see the server
+        as not ready.
+        """
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if value:
+            self.drain_started.set()
+        elif self.drain_started.is_set():
+            self.drain_started = trio.Event()
 
     def add_agent(self, agent: Responder) -> None:
         """Host ``agent`` under ``/agents/{agent.name}/`` (see :meth:`AgentRegistry.add`)."""

@@ -212,48 +212,77 @@ class _HttpSession:
         skip = {i for i, _ in missed or ()}
         try:
             with scope:
-                if missed:
-                    await send(b"".join(_frame(i, data) for i, data in missed))
-                elif not greeted:
-                    await send(b": uamp event stream\n\n")
-                # A write is the only way to notice a client that went away:
-                # beat often enough that a dead stream does not outlive the
-                # session's idle timeout.
-                beat = min(HEARTBEAT, self.transport.limits.idle_timeout / 2)
-                while True:
-                    batch: list[bytes] | None = None
-                    with trio.move_on_after(beat):
-                        try:
-                            batch = await host.outbox.take()
-                        except OutboxClosed:
-                            return
-                    if batch is None:
-                        await send(b":\n\n")
-                        continue
-                    # What ready producers add within a few scheduler rounds
-                    # goes in the same write (and the same wait for the log).
-                    batch = await host.outbox.take_more(batch)
-                    frames = []
-                    for data in batch:
-                        event_id = event_id_of(data)
-                        if skip and event_id in skip:
-                            skip.discard(event_id)
-                            continue
-                        self.replay.append((event_id, data))
-                        frames.append(_frame(event_id, data))
-                    if frames:
-                        log = host.event_log
-                        if log is not None and log.pending and not log.health.down:
-                            # In the log before the client sees it: a Last-Event-ID
-                            # on another process must find it (docs/resume.md). A
-                            # store that does not answer gets it once it does.
-                            with contextlib.suppress(StoreUnavailable):
-                                await log.flush()
-                        await send(b"".join(frames))
+                async with trio.open_nursery() as watch:
+                    watch.start_soon(self._end_on_drain, scope)
+                    await self._write_events(send, missed, skip, greeted)
+                    watch.cancel_scope.cancel()
         finally:
             if self.stream_scope is scope:
                 self.stream_scope = None
             self.last_seen = trio.current_time()
+
+    async def _end_on_drain(self, scope: trio.CancelScope) -> None:
+        """End the stream once a graceful shutdown begins and no response is running.
+
+        An event stream never ends by itself: left open, it would hold the
+        shutdown for its whole grace period. The client resumes elsewhere
+        with ``Last-Event-ID`` (docs/resume.md).
+        """
+        app = self.transport.app
+        await app.drain_started.wait()
+        host = self.host
+        while host is not None and host.busy:
+            await trio.sleep(0.1)  # a response in flight goes out whole, within the grace
+        scope.cancel()
+
+    async def _write_events(
+        self,
+        send: SendChunk,
+        missed: list[tuple[str, bytes]] | None,
+        skip: set[str],
+        greeted: bool,
+    ) -> None:
+        """The stream's body: the replay or a greeting, then events and heartbeats."""
+        host = self.host
+        assert host is not None
+        if missed:
+            await send(b"".join(_frame(i, data) for i, data in missed))
+        elif not greeted:
+            await send(b": uamp event stream\n\n")
+        # A write is the only way to notice a client that went away:
+        # beat often enough that a dead stream does not outlive the
+        # session's idle timeout.
+        beat = min(HEARTBEAT, self.transport.limits.idle_timeout / 2)
+        while True:
+            batch: list[bytes] | None = None
+            with trio.move_on_after(beat):
+                try:
+                    batch = await host.outbox.take()
+                except OutboxClosed:
+                    return
+            if batch is None:
+                await send(b":\n\n")
+                continue
+            # What ready producers add within a few scheduler rounds
+            # goes in the same write (and the same wait for the log).
+            batch = await host.outbox.take_more(batch)
+            frames = []
+            for data in batch:
+                event_id = event_id_of(data)
+                if skip and event_id in skip:
+                    skip.discard(event_id)
+                    continue
+                self.replay.append((event_id, data))
+                frames.append(_frame(event_id, data))
+            if frames:
+                log = host.event_log
+                if log is not None and log.pending and not log.health.down:
+                    # In the log before the client sees it: a Last-Event-ID
+                    # on another process must find it (docs/resume.md). A
+                    # store that does not answer gets it once it does.
+                    with contextlib.suppress(StoreUnavailable):
+                        await log.flush()
+                await send(b"".join(frames))
 
 
 def _frame(event_id: str, data: bytes) -> bytes:
