@@ -188,6 +188,34 @@ async def test_body_sent_after_an_early_413_is_drained_so_the_answer_arrives(ser
         assert body_of(raw)["error"]["code"] == "request_too_large"
 
 
+async def test_a_body_in_pieces_then_a_pipelined_request_are_both_served(serve_app) -> None:  # type: ignore[no-untyped-def]
+    """The rest of a body read in many small reads, and the next request after it, intact."""
+    with trio.fail_after(TIMEOUT):
+        router, _ = make_router()
+        server = await serve_app(router)
+        body = bytes(range(97, 123)) * 8000  # 208,000 bytes, more than one read
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            await stream.send_all(
+                b"POST /echo/a HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body)
+                + body[:1000]
+            )
+            await trio.sleep(0.05)  # the server has read the head and waits for the rest
+            pieces = [body[i : i + 50_000] for i in range(1000, len(body), 50_000)]
+            for piece in pieces[:-1]:
+                await stream.send_all(piece)
+                await trio.sleep(0.01)
+            await stream.send_all(
+                pieces[-1] + b"GET /echo/b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            raw = b""
+            while chunk := await stream.receive_some(65536):
+                raw += chunk
+        first, second = raw.split(b"HTTP/1.1 200", 2)[1:]
+        assert json.loads(first.split(b"\r\n\r\n", 1)[1])["body"] == body.decode()
+        assert json.loads(second.split(b"\r\n\r\n", 1)[1])["path"] == "/echo/b"
+
+
 async def test_chunked_body_over_limit_gets_413(serve_app) -> None:  # type: ignore[no-untyped-def]
     with trio.fail_after(TIMEOUT):
         router, _ = make_router()
