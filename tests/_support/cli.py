@@ -211,9 +211,18 @@ class Served:
             self.proc.send_signal(signal.SIGINT)
         try:
             code = self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a hung server
+        except subprocess.TimeoutExpired as exc:  # pragma: no cover - a hung server
+            tree = subprocess.run(
+                ["ps", "-o", "pid,ppid,stat,etime,args", "--ppid", str(self.proc.pid)],
+                capture_output=True,
+                text=True,
+            ).stdout
             self.proc.kill()
-            raise
+            tail = "\n".join(self.lines[-40:])
+            raise AssertionError(
+                f"{self.proc.args} did not stop within 15 s of SIGINT; its children:\n{tree}"
+                f"its last output:\n{tail}"
+            ) from exc
         self._reader.join(5)
         return code
 
