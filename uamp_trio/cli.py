@@ -811,6 +811,9 @@ def _reload(args: argparse.Namespace) -> int:
             print(f"uamp serve: --reload-dir {folder}: not a directory", file=sys.stderr)
             return 2
     os.environ[RELOADED_CHILD] = "1"
+    # watchfiles stops on KeyboardInterrupt; a process started with SIGINT
+    # ignored (inherited from whatever launched it) would never raise it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     command = shlex.join([sys.executable, "-m", "uamp", *args.argv])
     print(f"uamp: watching {', '.join(dirs)} for changes (--reload)", flush=True)
 

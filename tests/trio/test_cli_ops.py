@@ -320,6 +320,20 @@ def test_reload_restarts_on_a_code_change(tmp_path: Path) -> None:
     assert "Traceback" not in "\n".join(srv.lines)
 
 
+def test_reload_stops_on_sigint_even_when_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """A launcher that ignores SIGINT passes that on; the reloader still stops on it."""
+    (tmp_path / "mymod.py").write_text(AGENT_MODULE.format(name="before"))
+    command = [UAMP_SCRIPT, "serve", "--port", "0", "--agent", "mymod:agent", "--reload"]
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child
+    try:
+        srv = Served(command, cwd=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    with srv:
+        srv.url()
+    assert srv.proc.returncode == 0
+
+
 def test_otel_without_the_extra_is_one_line(tmp_path: Path) -> None:
     """``--otel`` where OpenTelemetry does not import: one line naming the extra, exit 2."""
     missing = tmp_path / "shadow" / "opentelemetry"
