@@ -23,4 +23,6 @@ def h11_head(data: bytes, max_size: int = MAX) -> Head | Exception | None:
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers]
     length = int(dict(event.headers).get(b"content-length", b"0"))
     end = len(data) - len(conn.trailing_data[0])
-    return event.method.decode(), event.target.decode(), headers, length, end
+    # h11's own reading of whether the connection closes after this request.
+    close = not h11._connection._keep_alive(event)
+    return event.method.decode(), event.target.decode(), headers, length, end, close

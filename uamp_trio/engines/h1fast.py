@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-Most requests a uamp server sees are keep-alive HTTP/1.1 requests with a
-``Content-Length`` (or no body), whose whole head arrives in one read. For
+Most requests a uamp server sees are HTTP/1.1 requests with a
+``Content-Length`` (or no body), whose whole head arrives in one read: on a
+kept-alive connection, or one a client (a health checker, a script) opens
+for one request with ``Connection: close``. For
 those, h11's general reader (line extraction, one regex per header, header
 normalisation, a state machine) is most of the server's per-request cost.
 :func:`parse_head` reads exactly that common shape with one regex over the
@@ -27,8 +29,8 @@ decision it leaves to h11:
   repeated, listed, signed or overlong lengths: RFC 9112 section 6.3 makes
   those errors or smuggling risks);
 * ``Expect`` (h11 tracks ``100-continue``), ``Upgrade`` and any
-  ``Connection`` other than ``keep-alive`` (close and upgrade change what
-  the connection does next);
+  ``Connection`` other than one ``keep-alive`` or ``close`` (a list, an
+  upgrade: h11 decides what the connection does next);
 * no ``Host`` or several (RFC 9112 section 3.2: h11 answers 400).
 """
 
@@ -39,10 +41,11 @@ from typing import Final
 
 __all__ = ["Head", "parse_head"]
 
-#: ``(method, target, headers, content_length, end)``: ``headers`` are
+#: ``(method, target, headers, content_length, end, close)``: ``headers`` are
 #: ``(lowercase name, value)`` pairs in order; ``end`` is the offset just
-#: past the blank line, where the body starts.
-Head = tuple[str, str, list[tuple[str, str]], int, int]
+#: past the blank line, where the body starts; ``close``: the client asked
+#: for the connection to close after the response (``Connection: close``).
+Head = tuple[str, str, list[tuple[str, str]], int, int, bool]
 
 _TOKEN = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"  # RFC 9110 section 5.6.2
 #: The request line and every header line, each ending in CRLF. Targets are
@@ -70,7 +73,7 @@ def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None
         max_size: The longest head accepted, blank line included.
 
     Returns:
-        ``(method, target, headers, content_length, end)`` (see :data:`Head`),
+        ``(method, target, headers, content_length, end, close)`` (see :data:`Head`),
         or ``None`` when the head is incomplete, over ``max_size`` or outside
         the strict subset described in the module docstring.
     """
@@ -85,6 +88,7 @@ def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None
     headers: list[tuple[str, str]] = []
     length = -1
     hosts = 0
+    close = False
     for line in block.split("\r\n")[:-1]:
         name, _, value = line.partition(":")
         name = name.lower()
@@ -103,9 +107,13 @@ def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None
                 length = int(value)
             elif name == "host":
                 hosts += 1
-            elif value.lower() != "keep-alive":  # connection
-                return None
+            else:  # connection
+                token = value.lower()
+                if token == "close":
+                    close = True
+                elif token != "keep-alive":
+                    return None
         headers.append((name, value))
     if hosts != 1:
         return None
-    return method, target, headers, max(length, 0), blank + 4
+    return method, target, headers, max(length, 0), blank + 4, close

@@ -12,8 +12,8 @@ Theory of operation
 -------------------
 The connection keeps what it has read and not yet consumed in its own buffer.
 When the buffer holds a whole head that :func:`~uamp_trio.engines.h1fast.parse_head`
-accepts (a keep-alive HTTP/1.1 request framed by one plain ``Content-Length``
-or none; see there), the body is taken from the buffer (read on, under
+accepts (an HTTP/1.1 request framed by one plain ``Content-Length`` or none,
+kept alive or ``Connection: close``; see there), the body is taken from the buffer (read on, under
 ``body_timeout``, when it is not all there yet), the request is dispatched and
 the response is written from a per-(status, headers) head template: a plain
 body with its ``content-length``, a streaming one in the chunked coding framed
@@ -67,7 +67,7 @@ from .http import (
     reason_phrase,
     tls_info,
 )
-from .streams import receive_or_eof
+from .streams import receive_or_eof, send_now
 from .websocket import WebSocketRequest
 
 if TYPE_CHECKING:
@@ -87,6 +87,9 @@ _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 _BODYLESS = frozenset({204, 304})
 #: How h11 ends a head whose body is chunked (it spells the name this way).
 _CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
+#: The ends of a head for a request that asked for ``Connection: close`` (h11's bytes).
+_CHUNKED_CLOSE = b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+_CLOSE_END = b"\r\nConnection: close\r\n\r\n"
 #: Response heads by (status, headers), without the Content-Length line; bounded.
 _HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], bytes] = {}
 _HEADS_MAX = 256
@@ -270,6 +273,8 @@ class _Http1Connection:
         #: The request whose handler runs, and where it ends in :attr:`buf`
         #: (``None``: h11 serves it), for the ``504`` of a late handler.
         self.handling: tuple[Request, int | None] | None = None
+        #: The fast-path request being served asked for ``Connection: close``.
+        self.closing = False
 
     async def run(self) -> None:
         """Serve requests until the connection should close."""
@@ -336,12 +341,14 @@ class _Http1Connection:
         response = self.server.head_timed_out(request)
         conn = self.h11
         if end is not None:  # the fast path's request: buf[pos:end]
-            if not await self._send_templated(response):
+            if not await self._send_templated(response, self.closing):
                 conn = self._h11_replay(self.buf[self.pos : end])
                 await self._send_response(conn, response)
                 if conn.our_state is not h11.DONE:
                     return False
                 self.h11 = None
+            if self.closing:
+                return False
             if end == len(self.buf):
                 self.buf, self.pos = b"", 0
             else:
@@ -376,7 +383,8 @@ class _Http1Connection:
                 if await self._serve_h11():
                     continue
                 return
-            _, target, items, length, start = head
+            _, target, items, length, start, close = head
+            self.closing = close
             end = start + length
             if end > len(buf):
                 if not await self._read_rest(end - pos, start - pos):
@@ -402,7 +410,7 @@ class _Http1Connection:
             response = await self._dispatch(request, end)
             self._release()
             try:
-                if not await self._send_templated(response):
+                if not await self._send_templated(response, close):
                     conn = self._h11_replay(buf[pos:end])
                     await self._send_response(conn, response)
                     if conn.our_state is not h11.DONE:  # MUST_CLOSE
@@ -411,7 +419,7 @@ class _Http1Connection:
             finally:
                 if type(response) is StreamingResponse:
                     await response.aclose()
-            if self.tracker.draining:
+            if close or self.tracker.draining:
                 return
             if end == len(buf):
                 self.buf, self.pos = b"", 0
@@ -682,10 +690,13 @@ class _Http1Connection:
             else:  # ConnectionClosed mid-body
                 raise _Close
 
-    async def _send_templated(self, response: Response | StreamingResponse) -> bool:
+    async def _send_templated(
+        self, response: Response | StreamingResponse, close: bool = False
+    ) -> bool:
         """Write ``response`` without h11, from a head template; whether it could.
 
-        Only for a keep-alive HTTP/1.1 request, not ``HEAD``, read to its end.
+        Only for a fast-path HTTP/1.1 request, not ``HEAD``, read to its end;
+        ``close``: it asked for ``Connection: close``, which the head then says.
         h11 builds, validates and re-frames the head of every response (a good
         part of a small request's cost); here it comes from a template
         (:func:`_head_template`) plus ``content-length`` and the body in one
@@ -702,13 +713,16 @@ class _Http1Connection:
             if head is None:
                 return False
             body = response.body
-            await self.stream.send_all(b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body))
+            end = _CLOSE_END if close else b"\r\n\r\n"
+            await send_now(self.stream, b"%scontent-length: %d%s%s" % (head, len(body), end, body))
             return True
         if type(response) is StreamingResponse:
             head = _head_template(status, response.headers)
             if head is None:
                 return False
-            await self._stream_body(response, head + _CHUNKED, _frame_chunk)
+            await self._stream_body(
+                response, head + (_CHUNKED_CLOSE if close else _CHUNKED), _frame_chunk
+            )
             return True
         return False
 
@@ -774,11 +788,11 @@ class _Http1Connection:
                 if body:
                     data += conn.send(h11.Data(data=body))
                 data += conn.send(h11.EndOfMessage())
-                await self.stream.send_all(data)  # head and body in one write
+                await send_now(self.stream, data)  # head and body in one write
                 return
             head = conn.send(self._head(response.status, response.headers, close, None))
             if head_only:
-                await self.stream.send_all(head + conn.send(h11.EndOfMessage()))
+                await send_now(self.stream, head + conn.send(h11.EndOfMessage()))
                 return
 
             def frame(data: bytes, final: bool) -> bytes:
@@ -804,7 +818,7 @@ class _Http1Connection:
             if pending:
                 out = pending.pop() + out
             if out:
-                await stream.send_all(out)
+                await send_now(stream, out)
                 tracker.response_active = trio.current_time()
 
         # The server's sweeper cancels this scope when the response is over

@@ -59,6 +59,7 @@ from .http import (
 )
 from .http1 import linger, serve_http1
 from .http2 import busy_goaway, serve_http2
+from .streams import receive_or_eof, received
 from .websocket import WebSocketHandler
 
 if TYPE_CHECKING:
@@ -74,6 +75,20 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # Accept errors that mean "out of resources, try again" (as trio's serve_listeners).
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_RETRY_SLEEP = 0.1
+#: Accept errors about one connection that is already gone (accept(2): Linux
+#: reports a pending network error of the new connection here): skip it.
+_ACCEPT_SKIP_ERRNOS = {
+    errno.ECONNABORTED,
+    errno.EPROTO,
+    errno.EPERM,
+    errno.ETIMEDOUT,
+    errno.ENETDOWN,
+    errno.ENETUNREACH,
+    errno.EHOSTDOWN,
+    errno.EHOSTUNREACH,
+    errno.ENOPROTOOPT,
+    errno.EOPNOTSUPP,
+}
 #: Most connections accepted per wake-up of an accept loop.
 _ACCEPT_BATCH = 64
 #: Connections over ``max_connections`` answered at once (each waits up to
@@ -559,34 +574,38 @@ class Server:
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         # The listening socket once more, as a plain non-blocking socket on a
-        # duplicate of its descriptor: after each accept the backlog is
-        # drained with plain accept() calls, up to _ACCEPT_BATCH per wake-up
-        # (as asyncio does). One accept per scheduler round instead would
-        # leave a connection queued behind a burst of N (a connection flood,
+        # duplicate of its descriptor: each wake-up drains the backlog with
+        # plain accept() calls, up to _ACCEPT_BATCH (as asyncio does), and
+        # waits only when it is empty. trio's accept would add a scheduler
+        # round after every connection: one accept per round leaves a
+        # connection queued behind a burst of N (a connection flood,
         # slowloris) waiting N rounds of every other task, health checks
-        # included.
+        # included, and even the first costs a round of its own.
         raw = socket.socket(fileno=os.dup(listener.socket.fileno()))
         raw.setblocking(False)
         try:
             while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno in _ACCEPT_RETRY_ERRNOS:
-                        log.error("accept failed (%s); retrying", exc)
-                        await trio.sleep(_ACCEPT_RETRY_SLEEP)
-                        continue
-                    raise
-                self._admit(stream, nursery)
-                for _ in range(_ACCEPT_BATCH - 1):
+                for _ in range(_ACCEPT_BATCH):
                     try:
                         sock, _ = raw.accept()
-                    except OSError:
-                        # Empty (EAGAIN), or an error the awaited accept
-                        # above reports or skips as trio does.
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:
+                        if exc.errno in _ACCEPT_SKIP_ERRNOS:
+                            continue
+                        if exc.errno not in _ACCEPT_RETRY_ERRNOS:
+                            raise
+                        log.error("accept failed (%s); retrying", exc)
+                        await trio.sleep(_ACCEPT_RETRY_SLEEP)
                         break
                     self._admit(trio.SocketStream(trio.socket.from_stdlib_socket(sock)), nursery)
+                else:
+                    # A whole batch: the connections just admitted run first.
+                    await trio.lowlevel.checkpoint()
+                    continue
+                await trio.lowlevel.wait_readable(raw)
         finally:
+            trio.lowlevel.notify_closing(raw)
             raw.close()
 
     def _admit(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
@@ -701,18 +720,23 @@ class Server:
         self, stream: trio.abc.Stream, tracker: ConnectionTracker
     ) -> bytes | None:
         """First bytes of a connection: enough to tell h2's preface from h11."""
-        data = b""
-        with trio.CancelScope() as scope:
-            scope.deadline = trio.current_time() + self.config.idle_timeout
-            tracker.idle_scope = scope
-            if tracker.draining:
+        if tracker.draining:
+            return None
+        # Usually the request came with the connection: read at once, no
+        # scheduler round. Otherwise wait, until the idle sweeper cancels the
+        # wait (no deadline per connection: a flood's thousands of idle
+        # connections each cost a deadline set and cleared).
+        data = received(stream)
+        if data is None:
+            with trio.CancelScope() as scope:
+                tracker.idle_scope = scope
+                tracker.idle_since = trio.current_time()
+                data = await receive_or_eof(stream)
+            tracker.idle_since = None
+            tracker.idle_scope = None
+            if scope.cancelled_caught:
                 return None
-            chunk = bytes(await stream.receive_some(65536))
-            if not chunk:
-                return None
-            data = chunk
-        tracker.idle_scope = None
-        if scope.cancelled_caught:
+        if not data:
             return None
         with trio.fail_after(self.config.header_timeout):
             while len(data) < len(H2_PREFACE) and H2_PREFACE.startswith(data):

@@ -1,18 +1,31 @@
-"""Reading a byte stream whose peer may go away at any moment.
+"""Reading and writing a byte stream whose peer may go away at any moment.
 
 Every engine, the WebSocket connection driver, the UAMP client and ACP over
 stdio read their peer the same way: a broken or closed stream is simply its
 end, ``b""``, which the caller's protocol machine then handles as the peer
 leaving.
+
+trio ends every socket operation with a scheduler round, also one the kernel
+completed at once: a task that reads a request already waiting and writes a
+response that fits the socket's buffer waits behind every other ready task
+twice. Under a flood (thousands of connections closing in one burst) each of
+those rounds is long, and a health check needs several of them. On a plain
+TCP stream :func:`received` and :func:`send_now` first try the operation
+without a round (as asyncio's transports write at once when their buffer is
+empty) and fall back to trio's own, which then also reports any error in
+trio's terms. Callers use them where the task has just been woken or started,
+so each still yields once per wake-up; a loop over already-buffered work
+keeps using the awaited operations.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 import trio
 
-__all__ = ["FRAMES_READ_SIZE", "READ_SIZE", "receive_or_eof"]
+__all__ = ["FRAMES_READ_SIZE", "READ_SIZE", "receive_or_eof", "received", "send_now"]
 
 #: Bytes asked of a socket per read.
 READ_SIZE: Final = 65536
@@ -28,3 +41,36 @@ async def receive_or_eof(stream: trio.abc.ReceiveStream, max_bytes: int = READ_S
         return bytes(await stream.receive_some(max_bytes))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return b""
+
+
+def received(stream: trio.abc.ReceiveStream, max_bytes: int = READ_SIZE) -> bytes | None:
+    """Bytes already waiting on a plain TCP ``stream`` (``b""``: its end), read at once.
+
+    ``None`` when none are waiting, on an error, or for any other kind of
+    stream: then ``await stream.receive_some()`` is the way (and reports the
+    error).
+    """
+    if type(stream) is not trio.SocketStream:
+        return None
+    try:
+        return os.read(stream.socket.fileno(), max_bytes)
+    except OSError:  # nothing yet (EAGAIN), closed (EBADF) or broken
+        return None
+
+
+async def send_now(stream: trio.abc.SendStream, data: bytes) -> None:
+    """``stream.send_all(data)``, without a scheduler round when the kernel takes it whole.
+
+    Only for a stream one task writes at a time (trio's own check of
+    concurrent writers is bypassed when the write completes at once).
+    """
+    if type(stream) is trio.SocketStream and data:
+        try:
+            sent = os.write(stream.socket.fileno(), data)
+        except OSError:  # full (EAGAIN), closed or broken: trio's path says which
+            sent = 0
+        if sent == len(data):
+            return
+        if sent:
+            data = data[sent:]
+    await stream.send_all(data)

@@ -15,7 +15,14 @@ BASE = b"POST /x?y=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
 
 def test_base_head_is_read_as_h11_reads_it() -> None:
     head = parse_head(BASE, 0, MAX)
-    assert head == ("POST", "/x?y=1", [("host", "a"), ("content-length", "3")], 3, len(BASE) - 3)
+    assert head == (
+        "POST",
+        "/x?y=1",
+        [("host", "a"), ("content-length", "3")],
+        3,
+        len(BASE) - 3,
+        False,
+    )
     assert head == h11_head(BASE)
 
 
@@ -42,11 +49,22 @@ def test_base_head_is_read_as_h11_reads_it() -> None:
             b"PUT http://a/b HTTP/1.1\r\nContent-Length: 007\r\nHost: a\r\n\r\n",
             ("PUT", "http://a/b", [("content-length", "007"), ("host", "a")], 7),
         ),
+        # A connection for one request (a health checker's): the flag says so.
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: CLOSE\r\n\r\n",
+            ("GET", "/healthz", [("host", "a"), ("connection", "CLOSE")], 0),
+        ),
+        (
+            b"GET / HTTP/1.1\r\nConnection: keep-alive\r\nHost: a\r\nConnection: close\r\n\r\n",
+            ("GET", "/", [("connection", "keep-alive"), ("host", "a"), ("connection", "close")], 0),
+        ),
     ],
 )
 def test_accepted_heads(data: bytes, expected: tuple[object, ...]) -> None:
     head = parse_head(data, 0, MAX)
-    assert head == (*expected, len(data))  # the head is all of data
+    assert head is not None
+    close = b"close" in data.lower()
+    assert head == (*expected, len(data), close)  # the head is all of data
     assert h11_head(data) == head
 
 
@@ -56,6 +74,7 @@ def test_head_after_a_previous_request_in_the_buffer() -> None:
     assert head is not None
     assert head[4] == 2 * len(BASE) - 3
     assert head[:4] == parse_head(BASE, 0, MAX)[:4]  # type: ignore[index]
+    assert head[5] is False
 
 
 REPLACE = [
@@ -102,7 +121,7 @@ REPLACE = [
     ("expect", b"Host: a\r\n", b"Host: a\r\nExpect: 100-continue\r\n"),
     ("upgrade", b"Host: a\r\n", b"Host: a\r\nUpgrade: websocket\r\n"),
     ("connection upgrade", b"Host: a\r\n", b"Host: a\r\nConnection: Upgrade\r\n"),
-    ("connection close", b"Host: a\r\n", b"Host: a\r\nConnection: close\r\n"),
+    ("connection close list", b"Host: a\r\n", b"Host: a\r\nConnection: close, x\r\n"),
     ("connection list", b"Host: a\r\n", b"Host: a\r\nConnection: keep-alive, x\r\n"),
     ("no host", b"Host: a\r\n", b""),
     ("two hosts", b"Host: a\r\n", b"Host: a\r\nHost: a\r\n"),
@@ -178,10 +197,13 @@ def valid_heads(draw: st.DrawFn) -> bytes:
         digits = draw(st.text("0123456789", min_size=1, max_size=18))
         at = draw(st.integers(0, len(lines)))
         lines.insert(at, (random_case(draw, "content-length"), digits))
-    if draw(st.booleans()):
+    for _ in range(draw(st.integers(0, 2))):
         lines.insert(
             draw(st.integers(0, len(lines))),
-            (random_case(draw, "connection"), random_case(draw, "keep-alive")),
+            (
+                random_case(draw, "connection"),
+                random_case(draw, draw(st.sampled_from(["keep-alive", "close"]))),
+            ),
         )
     head = f"{method} {target} HTTP/1.1\r\n" + "".join(
         f"{name}:{draw(ows)}{value}{draw(ows)}\r\n" for name, value in lines

@@ -140,6 +140,43 @@ async def test_pipelined_requests_close_and_http10_get_h11_identical_heads(serve
         assert old.startswith(b"HTTP/1.1 200 ") and b"connection: close" in old.lower()
 
 
+async def test_connection_close_requests_are_answered_as_h11_answers_them(serve_app) -> None:  # type: ignore[no-untyped-def]
+    # A request with Connection: close (a health checker's) takes the fast
+    # path; its answer, plain or streamed, must be byte for byte what h11
+    # writes for the same request (here: its head split across two reads,
+    # which only h11 reads), then the connection ends, a pipelined request
+    # after it unanswered.
+    router, _ = make_router()
+
+    async def words(request: Request) -> StreamingResponse:
+        async def chunks() -> AsyncIterator[bytes]:
+            for word in (b"one ", b"two ", b"three"):
+                yield word
+                await trio.sleep(0.01)
+
+        return StreamingResponse.from_iterable(chunks(), headers=[("content-type", "text/plain")])
+
+    router.add("GET", "/words", words)
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(router)
+        for path, body in ((b"/echo/c", b'"path":"/echo/c"'), (b"/words", b"one ")):
+            req = b"GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" % path
+            after = b"GET /echo/d HTTP/1.1\r\nHost: t\r\n\r\n"
+            fast = await raw_exchange(server.port, req + after)
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with stream:
+                await stream.send_all(req[:12])
+                await trio.sleep(0.05)  # the server has read a part of the head
+                await stream.send_all(req[12:] + after)
+                slow = b""
+                while chunk := await stream.receive_some(65536):
+                    slow += chunk
+            assert fast == slow
+            assert fast.count(b"HTTP/1.1 200 OK") == 1 and b"/echo/d" not in fast
+            assert b"\r\nConnection: close\r\n" in fast.split(b"\r\n\r\n")[0] + b"\r\n"
+            assert body in fast
+
+
 async def test_bad_http_gets_400_json(serve_app) -> None:  # type: ignore[no-untyped-def]
     with trio.fail_after(TIMEOUT):
         router, _ = make_router()
