@@ -49,7 +49,8 @@ from uamp_proto.events import Event, UsageDelta
 from uamp_proto.sse import SSEError, SSEEvent, SSEParser
 from uamp_proto.types import UsageStats
 
-from ._pool import LeanTransport
+from ._h1 import Target
+from ._pool import LeanPool, PooledResponse
 from .base import ModelResponse, NamedProvider, ProviderError, ProviderEvent
 
 __all__ = [
@@ -329,34 +330,28 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 class _RunPool:
-    """The current trio run's model connections: a :class:`LeanTransport`.
+    """The current trio run's model connections: a :class:`LeanPool`.
 
-    Requests go straight to the transport, without an ``httpx.AsyncClient``'s
-    per-request work (cookies, auth and redirect handling, event hooks) that
-    a model call does not use. With a proxy configured in the environment
-    (``HTTP_PROXY`` ...) they go through an ``httpx.AsyncClient`` on its own
-    pool instead, which routes them to the proxy as httpx does.
+    Requests go straight to the pool's HTTP/1.1 connections
+    (:mod:`._h1`), without httpx's client, request and response layers.
+    With a proxy configured in the environment (``HTTP_PROXY`` ...) they go
+    through an ``httpx.AsyncClient`` on its own pool instead, which routes
+    them to the proxy as httpx does.
     """
 
     def __init__(self) -> None:
-        self.transport = LeanTransport(_ssl_context())
+        self.pool = LeanPool(_ssl_context())
         self.client: httpx.AsyncClient | None = None
         if urllib.request.getproxies():
             self.client = httpx.AsyncClient(
                 verify=_ssl_context(), limits=httpx.Limits(max_connections=None)
             )
 
-    async def send(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request``; the response's body is read by the caller, who closes it."""
-        if self.client is not None:
-            return await self.client.send(request, stream=True)
-        return await self.transport.handle_async_request(request)
-
     async def aclose(self) -> None:
         """Close the connections."""
         if self.client is not None:
             await self.client.aclose()
-        await self.transport.aclose()
+        await self.pool.aclose()
 
 
 #: The connection pool of the current trio run, shared by every provider
@@ -415,11 +410,14 @@ class HTTPClient:
         self.timeout = httpx.Timeout(timeout)
         self._client = client
         # What every request repeats is made once: the parsed headers and
-        # URLs, and the timeouts as httpx passes them to its transport.
+        # URLs, the heads of the pool's requests, the timeouts as httpx
+        # passes them to its transport.
         self._json_headers = httpx.Headers(self.headers)
         self._sse_headers = httpx.Headers({**self.headers, "accept": "text/event-stream"})
+        self._timeout_s = timeout
         self._extensions = {"timeout": self.timeout.as_dict()}
         self._urls: dict[str, httpx.URL] = {}
+        self._targets: dict[tuple[str, bool], Target] = {}
 
     def _url(self, path: str) -> httpx.URL:
         url = self._urls.get(path)
@@ -429,20 +427,35 @@ class HTTPClient:
             url = self._urls[path] = httpx.URL(f"{self.base_url}/{path.lstrip('/')}")
         return url
 
-    async def _open(
-        self, path: str, body: Mapping[str, Any], headers: httpx.Headers
-    ) -> httpx.Response:
+    def _target(self, path: str, sse: bool) -> Target:
+        target = self._targets.get((path, sse))
+        if target is None:
+            if len(self._targets) >= _MAX_URLS:
+                self._targets.clear()
+            headers = dict(self._sse_headers if sse else self._json_headers)
+            target = self._targets[path, sse] = Target(self._url(path), headers)
+        return target
+
+    async def _open(self, path: str, body: Mapping[str, Any], sse: bool) -> _Response:
         """POST ``body``; the response with its body still to read (the caller closes it)."""
         content = orjson.dumps(body)
+        headers = self._sse_headers if sse else self._json_headers
         if self._client is not None:
             request = self._client.build_request(
                 "POST", self._url(path), content=content, headers=headers, timeout=self.timeout
             )
             return await self._client.send(request, stream=True)
-        request = httpx.Request(
-            "POST", self._url(path), headers=headers, content=content, extensions=self._extensions
-        )
-        return await _run_pool().send(request)
+        pool = _run_pool()
+        if pool.client is not None:
+            request = httpx.Request(
+                "POST",
+                self._url(path),
+                headers=headers,
+                content=content,
+                extensions=self._extensions,
+            )
+            return await pool.client.send(request, stream=True)
+        return await pool.pool.send(self._target(path, sse), content, self._timeout_s)
 
     def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
         if isinstance(exc, httpx.TimeoutException):
@@ -461,7 +474,7 @@ class HTTPClient:
                 status, or a body that is not JSON.
         """
         try:
-            response = await self._open(path, body, self._json_headers)
+            response = await self._open(path, body, sse=False)
             try:
                 raw = await response.aread()
             finally:
@@ -480,7 +493,7 @@ class HTTPClient:
                 or an HTTP error status.
         """
         try:
-            response = await self._open(path, body, self._sse_headers)
+            response = await self._open(path, body, sse=True)
             try:
                 if response.status_code >= 400:
                     raw = await response.aread()
@@ -497,6 +510,9 @@ class HTTPClient:
 
 #: Request URLs remembered per client (a provider calls a handful of paths).
 _MAX_URLS = 64
+
+#: A response as the HTTP client reads it: the pool's, or httpx's.
+_Response = PooledResponse | httpx.Response
 
 
 # --- The provider classes' common part -----------------------------------------

@@ -6,15 +6,12 @@ the idle connections the pool keeps.
 
 from __future__ import annotations
 
-import ssl
-
-import httpcore
 import httpx
 import pytest
 import trio
 
-from uamp_agents.providers import ModelRequest, _http, _pool, openai
-from uamp_agents.providers._pool import LeanPool, LeanTransport
+from uamp_agents.providers import ModelRequest, _http, openai
+from uamp_agents.providers._pool import LeanPool
 from uamp_proto.types import Message
 
 from .conftest import OPENAI_KEY
@@ -25,7 +22,7 @@ HI = ModelRequest(messages=[Message(role="user", content="hi")])
 
 def run_pool() -> LeanPool:
     """The current trio run's pool (the one the providers share)."""
-    return _http._run_pool().transport.pool
+    return _http._run_pool().pool
 
 
 async def closed(server: FakeServer, count: int) -> None:
@@ -111,25 +108,24 @@ async def test_a_stream_left_unread_closes_its_connection(openai_server: FakeSer
     assert openai_server.connections == 2
 
 
-async def test_idle_connections_are_bounded_and_closed_with_the_client(
-    openai_server: FakeServer,
+async def test_idle_connections_are_bounded_and_closed_with_the_pool(
+    openai_server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     openai_server.queue(*(sse_reply("openai/text.sse") for _ in range(3)))
-    transport = LeanTransport(ssl.create_default_context(), max_idle=2)
-    async with httpx.AsyncClient(transport=transport) as client:
-        p = openai(api_key=OPENAI_KEY, base_url=openai_server.url, http_client=client)
-        streams = [p.stream(HI) for _ in range(3)]
-        for stream in streams:
-            await anext(aiter(stream))
-        for stream in streams:
-            async for _ in stream:
-                pass
-        # httpx sent through the lean pool: it holds the connections.
-        assert transport.pool.idle_count() == 2
-        await closed(openai_server, 1)
+    monkeypatch.setattr(_http, "LeanPool", lambda ssl_context: LeanPool(ssl_context, max_idle=2))
+    p = openai(api_key=OPENAI_KEY, base_url=openai_server.url)
+    streams = [p.stream(HI) for _ in range(3)]
+    for stream in streams:
+        await anext(aiter(stream))
+    for stream in streams:
+        async for _ in stream:
+            pass
+    assert run_pool().idle_count() == 2
+    await closed(openai_server, 1)  # the third had no place on the stack
+    await run_pool().aclose()
     await closed(openai_server, 3)
     assert openai_server.connections == 3
-    assert transport.pool.idle_count() == 0
+    assert run_pool().idle_count() == 0
 
 
 async def test_a_proxy_from_the_environment_is_used(
@@ -154,53 +150,8 @@ async def test_a_callers_client_sends_its_own_headers(openai_server: FakeServer)
     assert openai_server.requests[1].headers["accept"] == "text/event-stream"
 
 
-class _Recorder(httpcore.AsyncNetworkStream):
-    """A network stream that records its writes and answers reads with ``b"reply"``."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self.writes.append(buffer)
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return b"reply"
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, info: str) -> object:
-        return f"info:{info}"
-
-
-async def test_writes_wait_for_the_next_read_and_leave_in_one_send() -> None:
-    raw = _Recorder()
-    corked = _pool._CorkedStream(raw)
-    await corked.write(b"POST / HTTP/1.1\r\n\r\n")
-    await corked.write(b"")
-    await corked.write(b'{"a": 1}')
-    assert raw.writes == []
-    assert await corked.read(100) == b"reply"
-    assert raw.writes == [b'POST / HTTP/1.1\r\n\r\n{"a": 1}']
-    assert await corked.read(100) == b"reply"  # nothing held: nothing sent
-    assert len(raw.writes) == 1
-    # Past the limit it sends without waiting for a read.
-    await corked.write(b"x" * _pool.CORK_LIMIT)
-    assert raw.writes[1:] == []
-    await corked.write(b"y")
-    assert raw.writes[1:] == [b"x" * _pool.CORK_LIMIT + b"y"]
-    # Closing drops what is held.
-    await corked.write(b"late")
-    await corked.aclose()
-    assert raw.closed and len(raw.writes) == 2
-    assert corked.get_extra_info("is_readable") == "info:is_readable"
-
-
-async def test_a_request_larger_than_the_cork_limit_goes_out_whole(
-    openai_server: FakeServer,
-) -> None:
-    big = "word " * (_pool.CORK_LIMIT // 2)
+async def test_a_large_request_goes_out_whole(openai_server: FakeServer) -> None:
+    big = "word " * 100_000
 
     def check(request: Request) -> None:
         assert request.json["messages"][0]["content"] == big
