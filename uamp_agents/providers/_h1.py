@@ -184,7 +184,10 @@ class Connection:
         except trio.TooSlowError as exc:
             raise httpx.ConnectTimeout(f"connecting to {target.host}:{target.port}") from exc
         except (OSError, trio.BrokenResourceError) as exc:
-            raise httpx.ConnectError(f"connecting to {target.host}:{target.port}: {exc}") from exc
+            reason = exc.__cause__ or exc  # trio's broken stream carries the TLS error as its cause
+            raise httpx.ConnectError(
+                f"connecting to {target.host}:{target.port}: {reason}"
+            ) from exc
 
     def stale(self) -> bool:
         """Whether an idle connection has something to read: the server closed it."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import h11
 import httpx
@@ -22,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests._support.h1 import first_event, mutate, replaced
+from tests._support.tls import make_ca
 from uamp_agents.providers import ModelRequest, ProviderError, _http, openai
 from uamp_agents.providers._h1 import Head, Target, parse_head
 from uamp_agents.providers._openai import OpenAIProvider
@@ -215,7 +218,7 @@ def sse(text: str) -> list[bytes]:
     return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
-Reply = Callable[[trio.SocketStream], Awaitable[None]]
+Reply = Callable[[trio.abc.Stream], Awaitable[None]]
 
 
 class RawServer:
@@ -226,7 +229,7 @@ class RawServer:
         self.connections = 0
         self.port = 0
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
         buffer = b""
         try:
@@ -245,15 +248,21 @@ class RawServer:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the reply closed it, or the client did
 
-    async def start(self, nursery: trio.Nursery) -> str:
-        serve = functools.partial(trio.serve_tcp, self._handle, 0, host="127.0.0.1")
+    async def start(self, nursery: trio.Nursery, tls: ssl.SSLContext | None = None) -> str:
+        if tls is None:
+            serve = functools.partial(trio.serve_tcp, self._handle, 0, host="127.0.0.1")
+        else:
+            serve = functools.partial(
+                trio.serve_ssl_over_tcp, self._handle, 0, tls, host="127.0.0.1"
+            )
         listeners = await nursery.start(serve)
-        self.port = listeners[0].socket.getsockname()[1]
-        return f"http://127.0.0.1:{self.port}/v1"
+        sockets = listeners[0].transport_listener.socket if tls else listeners[0].socket
+        self.port = sockets.getsockname()[1]
+        return f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/v1"
 
 
 def send(*pieces: bytes, close: bool = False) -> Reply:
-    async def reply(stream: trio.SocketStream) -> None:
+    async def reply(stream: trio.abc.Stream) -> None:
         for piece in pieces:
             await stream.send_all(piece)
             await trio.sleep(0.001)  # separate reads on the other side
@@ -405,4 +414,27 @@ async def test_malformed_responses_fail_the_call(reply: Reply, words: str) -> No
         assert words in caught.value.message
         assert caught.value.retryable
         assert _http._run_pool().pool.idle_count() == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_https_calls_share_one_connection_and_check_the_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca = make_ca(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(ca.server.certfile, ca.server.keyfile)
+    reply = send(json_head(COMPLETION) + COMPLETION)
+    async with trio.open_nursery() as nursery:
+        server = RawServer([reply, reply, reply])
+        url = await server.start(nursery, server_tls)
+        p = openai("m", api_key="k", base_url=url, max_retries=0, timeout=5)
+        # The system's CAs do not know this server's: the call fails.
+        with pytest.raises(ProviderError) as caught:
+            await p.generate(HI)
+        assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+        monkeypatch.setattr(_http, "_SSL_CONTEXT", ssl.create_default_context(cafile=ca.cafile))
+        monkeypatch.setattr(_http, "_RUN_POOL", trio.lowlevel.RunVar("uamp_http_pool"))
+        for _ in range(2):
+            assert (await p.generate(HI)).message.content == "hi"
+        assert server.connections == 2  # the refused handshake, then one for both calls
         nursery.cancel_scope.cancel()
