@@ -72,7 +72,7 @@ from .http import (
     tls_info,
 )
 from .http1 import linger
-from .streams import receive_or_eof
+from .streams import receive_or_eof, send_now
 
 if TYPE_CHECKING:
     from .server import ConnectionTracker, Server
@@ -276,10 +276,20 @@ class _Http2Connection:
     # --- plumbing ------------------------------------------------------------
 
     async def flush(self) -> None:
-        async with self.write_lock:
+        lock = self.write_lock
+        # A free lock has no waiters: taken without trio's scheduler round,
+        # and the bytes go out at once when the socket takes them whole
+        # (send_now): a response's flushes cost no round of their own.
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
             data = self.h2.data_to_send()
             if data:
-                await self.stream.send_all(data)
+                await send_now(self.stream, data)
+        finally:
+            lock.release()
 
     def _wake_senders(self, sid: int | None = None) -> None:
         """Wake the sender of stream ``sid`` waiting for credit, or every waiting sender."""
