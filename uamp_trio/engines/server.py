@@ -45,6 +45,8 @@ import trio
 from uamp_proto import jsonbounds
 from uamp_proto.errors import UampError
 
+from .dormant import DormantConnections
+from .dormant import available as dormant_available
 from .http import (
     KNOWN_METHODS,
     YIELD_BEFORE,
@@ -324,6 +326,13 @@ class HasBackground(Protocol):
     draining: bool
 
 
+class Cancellable(Protocol):
+    """What the server cancels to end an idle connection (a cancel scope or a handle)."""
+
+    def cancel(self) -> None:
+        """End the wait (for a connection that sent nothing yet: close it)."""
+
+
 class ConnectionTracker:
     """What the server knows of one live connection, for graceful shutdown.
 
@@ -338,7 +347,7 @@ class ConnectionTracker:
 
     def __init__(self) -> None:
         self.draining = False
-        self.idle_scope: trio.CancelScope | None = None
+        self.idle_scope: Cancellable | None = None
         self.idle_since: float | None = None
         self.on_shutdown: Callable[[], None] | None = None
         #: While an HTTP/1.1 response body streams: its cancel scope, when it
@@ -404,6 +413,8 @@ class Server:
         self._trio_token: trio.lowlevel.TrioToken | None = None
         #: Connections being answered 503 (over ``max_connections``).
         self._refusing = 0
+        #: Plain TCP connections that have sent nothing yet (see .dormant).
+        self._dormant: DormantConnections | None = None
         #: Request body bytes being received, across connections.
         self.body_budget = BodyBudget(self.config.max_buffered_body)
         #: The HTTP/3 listeners (one per bound address), with ``http3``.
@@ -481,6 +492,15 @@ class Server:
                         connections.start_soon(service)
                 if cfg.http3:
                     await self._start_http3(connections)
+                if self.ssl_context is None and dormant_available():
+
+                    def wake(
+                        stream: trio.SocketStream, tracker: ConnectionTracker, data: bytes
+                    ) -> None:
+                        connections.start_soon(self._handle_connection, stream, tracker, data)
+
+                    self._dormant = DormantConnections(wake, self._forget)
+                    connections.start_soon(self._dormant.watch)
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
                         acceptors.start_soon(self._accept_loop, listener, connections)
@@ -546,7 +566,9 @@ class Server:
             await trio.sleep(interval)
             now = trio.current_time()
             expired = now - timeout
-            for conn in self._connections:
+            # A copy: cancelling a connection that sent nothing yet closes it
+            # at once (.dormant), which leaves the set.
+            for conn in list(self._connections):
                 since = conn.idle_since
                 if since is not None and since <= expired and conn.idle_scope is not None:
                     conn.idle_scope.cancel()
@@ -616,7 +638,20 @@ class Server:
             # burst of accepts cannot slip past the limit.
             tracker = ConnectionTracker()
             self._connections.add(tracker)
-            nursery.start_soon(self._handle_connection, stream, tracker)
+            dormant = self._dormant
+            if dormant is None:
+                nursery.start_soon(self._handle_connection, stream, tracker)
+                return
+            # Usually the request came with the connection: its task starts
+            # with it. A connection that sent nothing yet waits without a task.
+            data = received(stream)
+            if data is None:
+                dormant.add(stream, tracker)
+            elif data:
+                nursery.start_soon(self._handle_connection, stream, tracker, data)
+            else:  # it hung up already
+                stream.socket.close()
+                self._forget(tracker)
         elif self._refusing < max(limit, _MAX_REFUSING):
             # Busy: answered and closed (see ServerConfig.max_connections).
             self._refusing += 1
@@ -658,9 +693,19 @@ class Server:
             self._refusing -= 1
             await trio.aclose_forcefully(conn)
 
+    def _forget(self, tracker: ConnectionTracker) -> None:
+        """A connection has closed: it no longer counts, and shutdown may be done."""
+        self._connections.discard(tracker)
+        if not self._connections:
+            self._all_closed.set()
+
     async def _handle_connection(
-        self, sock_stream: trio.SocketStream, tracker: ConnectionTracker
+        self,
+        sock_stream: trio.SocketStream,
+        tracker: ConnectionTracker,
+        first: bytes | None = None,
     ) -> None:
+        """Serve one connection; ``first``: its first bytes, when read already."""
         try:
             # Responses are written head+body in one send; no Nagle delay on
             # the small frames that follow (trio sets this too; be explicit).
@@ -670,7 +715,7 @@ class Server:
                 client: tuple[str, int] | None = (str(peer[0]), int(peer[1]))
             except OSError:
                 client = None
-            await self._run_protocol(sock_stream, tracker, client)
+            await self._run_protocol(sock_stream, tracker, client, first)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
         except ssl.SSLError as exc:
@@ -682,15 +727,14 @@ class Server:
             # TLS layer is dropped without close_notify), without its cancel
             # scope and checkpoint: a flood's closes arrive thousands at once.
             sock_stream.socket.close()
-            self._connections.discard(tracker)
-            if not self._connections:
-                self._all_closed.set()
+            self._forget(tracker)
 
     async def _run_protocol(
         self,
         sock_stream: trio.SocketStream,
         tracker: ConnectionTracker,
         client: tuple[str, int] | None,
+        first: bytes | None,
     ) -> None:
         cfg = self.config
         stream: trio.abc.Stream = sock_stream
@@ -706,7 +750,7 @@ class Server:
         if alpn == "h2":
             await serve_http2(self, stream, tracker, b"", client)
             return
-        initial = await self._read_preface(stream, tracker)
+        initial = await self._read_preface(stream, tracker, first)
         if initial is None:
             return
         serve = serve_http2 if initial.startswith(H2_PREFACE) else serve_http1
@@ -717,16 +761,16 @@ class Server:
         await serve(self, stream, tracker, held.pop(), client)
 
     async def _read_preface(
-        self, stream: trio.abc.Stream, tracker: ConnectionTracker
+        self, stream: trio.abc.Stream, tracker: ConnectionTracker, first: bytes | None
     ) -> bytes | None:
-        """First bytes of a connection: enough to tell h2's preface from h11."""
+        """First bytes of a connection (``first`` when read already): enough to tell h2 from h11."""
         if tracker.draining:
             return None
         # Usually the request came with the connection: read at once, no
         # scheduler round. Otherwise wait, until the idle sweeper cancels the
         # wait (no deadline per connection: a flood's thousands of idle
         # connections each cost a deadline set and cleared).
-        data = received(stream)
+        data = first if first is not None else received(stream)
         if data is None:
             with trio.CancelScope() as scope:
                 tracker.idle_scope = scope
