@@ -347,9 +347,12 @@ class _EventMapper:
         self.streamed_calls: set[str] = set()
 
     async def feed(self, event: AgentStreamEvent) -> None:
-        if event.upp is not None:
-            upp = event.upp
-            if isinstance(upp, ev.UsageDelta):
+        upp = event.upp
+        if upp is not None:
+            if type(upp) is ev.ResponseDelta:  # nearly every event: one check
+                if isinstance(upp.delta, ty.DeltaToolCall):
+                    self.streamed_calls.add(upp.delta.tool_call.id)
+            elif isinstance(upp, ev.UsageDelta):
                 self.sent_usage = _plus(self.sent_usage, upp.delta)
             elif isinstance(upp, ev.ResponseDelta) and isinstance(upp.delta, ty.DeltaToolCall):
                 self.streamed_calls.add(upp.delta.tool_call.id)

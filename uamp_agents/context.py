@@ -289,18 +289,25 @@ class ExecutionContext:
         return response
 
     async def _stream_model(self, request: ModelRequest) -> ModelResponse:
-        assert self._emitter is not None
+        emitter = self._emitter
+        assert emitter is not None
         response: ModelResponse | None = None
-        self._partial_text = []
+        partial: list[str] = []
+        self._partial_text = partial
         events = self.llm.stream(request)
         try:
             async for event in events:
-                if isinstance(event, ModelResponse):
+                # Text deltas first: nearly every event of a stream is one.
+                if type(event) is ResponseDelta:
+                    delta = event.delta
+                    if isinstance(delta, DeltaText):
+                        partial.append(delta.text)
+                elif isinstance(event, ModelResponse):
                     response = event
                     continue
-                if isinstance(event, ResponseDelta) and isinstance(event.delta, DeltaText):
-                    self._partial_text.append(event.delta.text)
-                await self._emitter(AgentStreamEvent(source="upp", upp=event))
+                elif isinstance(event, ResponseDelta) and isinstance(event.delta, DeltaText):
+                    partial.append(event.delta.text)
+                await emitter(AgentStreamEvent(source="upp", upp=event))
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:

@@ -41,6 +41,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from uamp_proto import _fastinit
 from uamp_proto.events import Event, ResponseDelta
 from uamp_proto.types import DeltaText
 
@@ -263,3 +264,8 @@ class AgentStream:
         if not self._done.is_set():
             self.abort()
         await self._recv.aclose()
+
+
+#: Built once per streamed delta: the protocol's compiled constructor
+#: (:mod:`uamp_proto._fastinit`; about half attrs' frozen ``__init__``).
+FAST_INIT = _fastinit.install(globals())
