@@ -100,19 +100,43 @@ class _HTTP:
                     _record(sample, self._dialect.whole(await response.aread()))
                 sample.bytes = response.num_bytes_downloaded
         except httpx.HTTPError as exc:
-            sample.error = _http_error_kind(exc)
-        sample.end = trio.current_time()
+            if not sample.end:  # a failure after the stream's end marker does not count
+                sample.error = _http_error_kind(exc)
+        if not sample.end:
+            sample.end = trio.current_time()
 
     async def _read_stream(self, response: httpx.Response, sample: Sample) -> None:
         parser = SSEParser()
         reader = self._dialect.reader()
-        async for chunk in response.aiter_bytes():
+        chunks = response.aiter_bytes()
+        async for chunk in chunks:
             for event in parser.feed(chunk):
                 step = reader.step(event.data)
                 _record(sample, step)
                 if step.done or step.error:
+                    sample.end = trio.current_time()
+                    await _drain(chunks)
                     return
         sample.error = "incomplete"
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a body whose stream has ended (at most :data:`DRAIN_LIMIT` bytes).
+
+    The body's own end (a chunked body's last chunk) follows the stream's
+    end marker; reading it keeps the connection for the next request, as the
+    OpenAI SDK does. Without it httpx closes the connection, and every
+    streamed request would open a new one.
+    """
+    left = DRAIN_LIMIT
+    async for chunk in chunks:
+        left -= len(chunk)
+        if left < 0:
+            return
+
+
+#: What is read of a body after its stream's end marker before giving up on it.
+DRAIN_LIMIT = 64 * 1024
 
 
 def _record(sample: Sample, step: Step) -> None:

@@ -37,9 +37,14 @@ class Counting(TestAgent):
     def __init__(self) -> None:
         self.turns = 0
         self.prompts: list[str] = []
+        self.server: Any = None
+        #: The server's connections open during its turns (those that carried them).
+        self.connections: set[Any] = set()
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self.turns += 1
+        if self.server is not None:
+            self.connections.update(self.server._connections)
         self.prompts.append(request.messages[-1].text)
         for word in WORDS:
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text=word)))
@@ -47,7 +52,7 @@ class Counting(TestAgent):
 
 async def _served(serve_app: Any) -> tuple[Counting, str]:
     agent = Counting()
-    server = await serve_app(create_app([agent]))
+    server = agent.server = await serve_app(create_app([agent]))
     return agent, server.url
 
 
@@ -77,6 +82,9 @@ async def test_the_counts_match_what_the_server_saw(
     assert agent.turns == 23 == data["requests"] == data["ok"]
     assert agent.prompts == ["how many?"] * 23
     assert data["errors"] == 0 and data["errors_by_kind"] == {}
+    # Keep-alive: a connection per worker at most, streamed or not (a streamed
+    # body is read to its end after [DONE], so httpx keeps its connection).
+    assert 1 <= len(agent.connections) <= 4
     # Streamed: one delta per word; not streamed: the whole message is one.
     per_response = len(WORDS) if stream else 1
     assert data["deltas"] == 23 * per_response
