@@ -130,8 +130,7 @@ class AccessLog:
             "transport": exchange.transport,
             "websocket": exchange.websocket,
         }
-        logger.info(
-            '%s "%s %s %s" %d %.1fms agent=%s transport=%s',
+        args = (
             exchange.client,
             exchange.method,
             exchange.path,
@@ -140,8 +139,20 @@ class AccessLog:
             ms,
             exchange.agent,
             exchange.transport,
+        )
+        # The record is made here rather than by logger.info, which would look
+        # up its caller in the stack (this line, every time) for each request.
+        record = logger.makeRecord(
+            logger.name,
+            logging.INFO,
+            "(unknown file)",
+            0,
+            '%s "%s %s %s" %d %.1fms agent=%s transport=%s',
+            args,
+            None,
             extra={"fields": fields},
         )
+        logger.handle(record)
 
     def stream_opened(self, exchange: Exchange) -> None:
         """Nothing: the line is written when the stream ends."""

@@ -60,6 +60,26 @@ _FIRST_DELTA_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
+class _Children:
+    """A labelled instrument's children by label values, each looked up in the instrument once.
+
+    ``labels()`` takes the instrument's lock and checks its arguments on
+    every call, five times per plain request; the instrument keeps every
+    child it made anyway, so keeping them here as well costs no more memory.
+    """
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        """The child for ``values``."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class Metrics:
     """The server's Prometheus instruments; see the module docstring."""
 
@@ -113,6 +133,13 @@ class Metrics:
             "uamp_open_connections", "Client connections open.", registry=r
         )
         self.open_connections.set_function(lambda: sum(count() for count in self._servers))
+        # What every request counts, by its label values.
+        self.requests_by = _Children(self.requests)
+        self.duration_by = _Children(self.duration)
+        self.first_delta_by = _Children(self.first_delta)
+        self.deltas_by = _Children(self.deltas)
+        self.live_responses_by = _Children(self.live_responses)
+        self.open_streams_by = _Children(self.open_streams)
 
     # --- what feeds it ---------------------------------------------------------------
 
@@ -127,19 +154,19 @@ class Metrics:
     def finished(self, exchange: Exchange) -> None:
         """Count a finished request (an :class:`Observe` listener)."""
         status = exchange.status
-        self.requests.labels(exchange.transport, exchange.agent, str(status)).inc()
-        self.duration.labels(exchange.transport, exchange.agent).observe(exchange.duration)
+        self.requests_by.labels(exchange.transport, exchange.agent, str(status)).inc()
+        self.duration_by.labels(exchange.transport, exchange.agent).observe(exchange.duration)
         if status >= 400:
             code = exchange.error or str(status)
             self.errors.labels(exchange.transport, exchange.agent, code).inc()
 
     def stream_opened(self, exchange: Exchange) -> None:
         """A stream starts."""
-        self.open_streams.labels(exchange.transport).inc()
+        self.open_streams_by.labels(exchange.transport).inc()
 
     def stream_closed(self, exchange: Exchange) -> None:
         """A stream ended."""
-        self.open_streams.labels(exchange.transport).dec()
+        self.open_streams_by.labels(exchange.transport).dec()
 
     def wrap_agent(self, agent: Responder) -> Responder:
         """``agent``, its runs counted."""
@@ -180,13 +207,13 @@ class MeteredAgent(WrappedAgent):
             nonlocal deltas
             if type(event) is ev.ResponseDelta:
                 if not deltas:
-                    metrics.first_delta.labels(transport, agent).observe(
+                    metrics.first_delta_by.labels(transport, agent).observe(
                         time.perf_counter() - began
                     )
                 deltas += 1
             await emit(event)
 
-        live = metrics.live_responses.labels(agent)
+        live = metrics.live_responses_by.labels(agent)
         live.inc()
         try:
             await self.agent.respond(request, counted)
@@ -197,7 +224,7 @@ class MeteredAgent(WrappedAgent):
         finally:
             live.dec()
             if deltas:
-                metrics.deltas.labels(transport, agent).inc(deltas)
+                metrics.deltas_by.labels(transport, agent).inc(deltas)
 
 
 class _MeteredCharge:
