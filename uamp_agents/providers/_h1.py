@@ -332,16 +332,20 @@ class Response:
             del buffer[:2]
         if parts:
             yield b"".join(parts)
+        trailers = 0
         while True:  # the trailer section, ignored, up to its blank line
             end = buffer.find(b"\r\n")
             while end < 0:
                 if len(buffer) > MAX_HEAD:
-                    raise httpx.RemoteProtocolError("trailer line too long")
+                    raise httpx.RemoteProtocolError("trailer section too long")
                 await self._more()
                 end = buffer.find(b"\r\n")
             del buffer[: end + 2]
+            trailers += end + 2
             if not end:
                 break
+            if trailers > MAX_HEAD:
+                raise httpx.RemoteProtocolError("trailer section too long")
         self._done()
 
     def _done(self) -> None:
