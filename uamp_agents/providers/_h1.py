@@ -15,8 +15,9 @@ head and body leave in one ``send``; the response head is read with one
 regular expression per line (:func:`parse_head`) and its body framed here
 (a length, or chunks). Whatever else a server may answer -- an interim
 ``1xx``, HTTP/1.0, a body that ends when the connection closes, obs-fold,
-repeated or conflicting lengths, a transfer coding besides ``chunked`` --
-makes :func:`parse_head` return ``None``, and h11 reads that response from
+bare LF line ends, repeated or conflicting lengths, a transfer coding
+besides ``chunked`` -- makes :func:`parse_head` return ``None`` (or the
+head's end is not found), and h11 reads that response from
 the same bytes (its answer, or its error, is then the call's); such a
 connection is not reused. A body with a ``Content-Encoding`` is decoded by
 httpx's decoders (the caller wraps it in an ``httpx.Response``).
@@ -218,7 +219,9 @@ class Connection:
                     )
                 raise httpx.RemoteProtocolError("connection closed in the response head")
             end = buffer.find(b"\r\n\r\n")
-        head = parse_head(bytes(buffer[:end]))
+            if end < 0 and b"\n\n" in buffer:
+                break  # a head with bare LF line ends: h11's to read
+        head = parse_head(bytes(buffer[:end])) if end >= 0 else None
         if head is None:
             return await _H11Response.read(self, target, buffer, timeout)
         del buffer[: end + 4]

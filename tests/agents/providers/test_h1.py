@@ -338,8 +338,10 @@ async def test_several_events_in_one_read_arrive_together() -> None:
         (send(b"HTTP/1.1 100 Continue\r\n\r\n", json_head(COMPLETION) + COMPLETION), "hi"),
         # obs-fold in a field.
         (send(json_head(COMPLETION, b"x-a: b\r\n c\r\n") + COMPLETION), "hi"),
+        # Line ends without CR.
+        (send(json_head(COMPLETION).replace(b"\r\n", b"\n") + COMPLETION), "hi"),
     ],
-    ids=["http/1.0", "interim", "obs-fold"],
+    ids=["http/1.0", "interim", "obs-fold", "bare LF"],
 )
 async def test_uncommon_responses_are_read_by_h11_and_their_connection_closed(
     reply: Reply, content: str
