@@ -49,6 +49,7 @@ connection it resumed on, not this writer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -114,11 +115,15 @@ async def carry_on(
     agent: Responder,
     principal: Principal,
     host: Host | None,
+    owner: Callable[[], None] | None = None,
 ) -> None:
     """Go on with ``record.running`` from its last checkpoint, or end it ``interrupted``.
 
-    The caller claimed the loss and adopted ``key`` 's log; this writes the
-    rest of the response to it, updates the record and lets the log go.
+    The caller claimed the loss and adopted ``key`` 's log (with ``owner``,
+    :meth:`EventLog.adopt`); this writes the rest of the response to it,
+    updates the record and lets the log go -- unless a session of this
+    process has taken it on meanwhile: once the record says nothing runs, a
+    client following the log may start its next turn at once.
     """
     running, sid = record.running, key[1]
     assert running is not None
@@ -150,7 +155,7 @@ async def carry_on(
             )
     except Exception:
         log.exception("session %s: cannot carry response %s on", sid, running)
-        if tracker is not None and not tracker.is_finished:
+        if tracker is not None and not tracker.is_finished and event_log.writing(key):
             _append(event_log, key, interrupted_event(tracker), sid)
     finally:
         done = tracker.messages() if tracker is not None else []
@@ -159,7 +164,7 @@ async def carry_on(
         event_log.put_record(key, record.copy())
         with trio.CancelScope(shield=True):
             await event_log.flush()
-        event_log.release(key)
+        event_log.release(key, owner)
 
 
 async def _go_on(

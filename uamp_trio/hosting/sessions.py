@@ -1397,10 +1397,16 @@ class SessionHost:
         if not await log.claim(key, f"{running}@{record.node}"):
             await trio.sleep(0.1)  # another process is carrying it on
             return
-        await log.adopt(key)
+
+        def carrying() -> None:
+            """The continuation's hold on the log: released only while it is the holder."""
+
+        await log.adopt(key, carrying)
         app = self._app
         nursery = app.background if app is not None and app.background is not None else None
-        job = functools.partial(carry_on, log, key, record, session.agent, session.principal, app)
+        job = functools.partial(
+            carry_on, log, key, record, session.agent, session.principal, app, carrying
+        )
         (nursery or self._nursery).start_soon(job)
 
     # --- authentication (spec 000 section 10.3; docs/security.md) ---------------

@@ -114,3 +114,60 @@ async def test_without_a_checkpoint_it_ends_interrupted() -> None:
     }
     assert calls == []
     assert (await log.load(KEY)).history == [{"role": "assistant", "content": "half way"}]
+
+
+class _HeldFlush(MemoryEventLog):
+    """A log whose first flush once ``armed`` waits for ``go``: the moment a slow store's write takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.held = trio.Event()
+        self.go = trio.Event()
+
+    async def flush(self) -> None:
+        if self.armed and not self.held.is_set():
+            self.held.set()
+            await self.go.wait()
+        await super().flush()
+
+
+async def test_a_session_that_goes_on_meanwhile_keeps_its_hold_on_the_log() -> None:
+    # The continuation's last write says nothing runs; a client following the
+    # log may start its next turn at once, and its session adopts the log
+    # while the continuation still waits for that write. When the write
+    # returns, the continuation lets go of its own hold only: the session's
+    # stays (a release of any holder made the next turn's first event fail
+    # with the log "not open in this process", which ended the connection).
+    log = _HeldFlush()
+    record = SessionRecord(agent="calc", node="a-lost-process", running="resp_1")
+    log.begin(KEY, attrs.evolve(record))
+
+    def carrying() -> None:
+        """The continuation's hold."""
+
+    def session() -> None:
+        """The following session's hold."""
+
+    await log.adopt(KEY, carrying)
+    log.armed = True
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                carry_on,
+                log,
+                KEY,
+                record,
+                _calculator([]),
+                ANONYMOUS,
+                None,
+                carrying,
+            )
+            await log.held.wait()  # the continuation's final write is on its way
+            assert (await log.load(KEY)).running is None
+            await log.adopt(KEY, session)  # the next turn takes the session on
+            log.go.set()
+    assert log.writing(KEY)
+    last = (await log.window(KEY)).last  # the continuation's interrupted event
+    entry = log.append(KEY, b"{}", "evt_next")  # the next turn's first event
+    assert entry.position == last + 1
