@@ -117,7 +117,7 @@ async def test_without_a_checkpoint_it_ends_interrupted() -> None:
 
 
 class _HeldFlush(MemoryEventLog):
-    """A log whose first flush once ``armed`` waits for ``go``: the moment a slow store's write takes."""
+    """A log whose first flush once ``armed`` waits for ``go`` (a slow store's write)."""
 
     def __init__(self) -> None:
         super().__init__()
