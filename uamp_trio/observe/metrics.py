@@ -50,10 +50,12 @@ from ..engines.http import Request, Response
 from ..hosting.agents import WrappedAgent
 from .requests import CURRENT, Exchange
 
-__all__ = ["METRICS_PATH", "MeteredAgent", "Metrics"]
+__all__ = ["METRICS_PATH", "UNKNOWN_AGENT", "MeteredAgent", "Metrics"]
 
 #: Where the app serves the metrics.
 METRICS_PATH = "/metrics"
+#: The agent label of requests to an agent the server does not host.
+UNKNOWN_AGENT = "(unknown)"
 
 # Seconds; time to first delta is short, whole requests (streams) can be long.
 _FIRST_DELTA_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -140,6 +142,8 @@ class Metrics:
         self.deltas_by = _Children(self.deltas)
         self.live_responses_by = _Children(self.live_responses)
         self.open_streams_by = _Children(self.open_streams)
+        #: Names of the hosted agents (:meth:`wrap_agent`).
+        self._agents: set[str] = set()
 
     # --- what feeds it ---------------------------------------------------------------
 
@@ -152,13 +156,21 @@ class Metrics:
         self.live_sessions.set_function(lambda: sum(h.session_count for h in list(hosts)))
 
     def finished(self, exchange: Exchange) -> None:
-        """Count a finished request (an :class:`Observe` listener)."""
+        """Count a finished request (an :class:`Observe` listener).
+
+        The agent label is a hosted agent's name or :data:`UNKNOWN_AGENT`:
+        the name in a request's path is the client's to choose, and a label
+        per name a client made up would grow the metrics without bound.
+        """
         status = exchange.status
-        self.requests_by.labels(exchange.transport, exchange.agent, str(status)).inc()
-        self.duration_by.labels(exchange.transport, exchange.agent).observe(exchange.duration)
+        agent = exchange.agent
+        if agent not in self._agents and agent != "-":
+            agent = UNKNOWN_AGENT
+        self.requests_by.labels(exchange.transport, agent, str(status)).inc()
+        self.duration_by.labels(exchange.transport, agent).observe(exchange.duration)
         if status >= 400:
             code = exchange.error or str(status)
-            self.errors.labels(exchange.transport, exchange.agent, code).inc()
+            self.errors.labels(exchange.transport, agent, code).inc()
 
     def stream_opened(self, exchange: Exchange) -> None:
         """A stream starts."""
@@ -169,7 +181,8 @@ class Metrics:
         self.open_streams_by.labels(exchange.transport).dec()
 
     def wrap_agent(self, agent: Responder) -> Responder:
-        """``agent``, its runs counted."""
+        """``agent``, its runs counted (and its name a label of the request counts)."""
+        self._agents.add(agent.name)
         return MeteredAgent(agent, self)
 
     def wrap_charge(self, charge: Charge, agent: str) -> Charge:
