@@ -13,6 +13,11 @@ plain ``uamp`` row is what it costs when off. ``--agent`` adds ``uamp-agent``:
 a UAP agent (the runtime's loop strategy on the ``function`` model, one word
 per delta, ``bench/flood_agent.py``) loaded as ``uamp serve --agent`` loads
 it, on the same transports: what a real agent costs over the hand-written one.
+``--only calls`` (not run by default) counts, with cProfile in the server process, the Python calls
+each uamp server (``uamp``, and the ``--against`` and ``--agent`` rows)
+makes per one-delta WebSocket response over ``CALLS_RESPONSES`` responses
+(after a warm-up), with the functions called most: call counts do not move
+with the machine's load the way timings do.
 ``--granian`` adds two baselines to the HTTP rows, both Granian (a Rust HTTP
 server for Python) with one worker process, whose CPU is counted with its
 parent's: ``granian-asgi`` serves the uvicorn baseline's Starlette app,
@@ -91,6 +96,10 @@ sys.path.insert(0, os.environ.get("UAMP_BENCH_TREE") or str(ROOT))
 WORD = "tok "
 #: Responses per time-to-first-delta measurement.
 TTFD_REPEATS = 200
+#: One-delta responses profiled by ``--calls`` (after as many to warm up).
+CALLS_RESPONSES = 1000
+#: Where a server started by ``--calls`` writes its profile (see :func:`_profiled`).
+PROFILE_ENV = "UAMP_BENCH_PROFILE"
 
 
 def delta_event(i: int) -> bytes:
@@ -611,10 +620,34 @@ SERVERS: dict[str, Callable[[Path], None]] = {
 }
 
 
-class Running:
-    """A server subprocess."""
+def _profiled(serve: Callable[[Path], None], port_file: Path, out: str) -> None:
+    """Run ``serve`` with cProfile switched on by SIGUSR1 and off (stats to ``out``) by SIGUSR2.
 
-    def __init__(self, kind: str) -> None:
+    The handlers run on the main thread, which is the one trio's loop and
+    every task of the server run on.
+    """
+    import cProfile
+    import signal
+
+    profile = cProfile.Profile()
+
+    def start(*_: object) -> None:
+        profile.enable()
+
+    def stop(*_: object) -> None:
+        profile.disable()
+        profile.dump_stats(out + ".part")
+        os.replace(out + ".part", out)
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    serve(port_file)
+
+
+class Running:
+    """A server subprocess (``profile``: a path for :func:`_profiled`)."""
+
+    def __init__(self, kind: str, profile: Path | None = None) -> None:
         self.kind = kind
         port_file = Path(f"/tmp/uamp-bench-{os.getpid()}-{kind.replace('/', '_')}.port")
         port_file.unlink(missing_ok=True)
@@ -622,6 +655,8 @@ class Running:
         if kind in REVISIONS:  # uamp@REV: the same server, imported from REV's tree
             env = {**os.environ, "UAMP_BENCH_TREE": str(REVISIONS[kind])}
             kind = "uamp"
+        if profile is not None:
+            env = {**(env or os.environ), PROFILE_ENV: str(profile)}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", kind, "--port-file", str(port_file)],
             stdout=subprocess.DEVNULL,
@@ -787,6 +822,75 @@ def ws_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
         samples.append(first - t0)
     client.close()
     return statistics.median(samples) * 1000
+
+
+def _ttfd_responses(client: WSClient, sid: str, count: int) -> None:
+    """Run ``count`` one-delta responses one after another on session ``sid``."""
+    for _ in range(count):
+        client.send(*uamp_start(sid, 1, create=False))
+        while not any(b'"response.done"' in m for m in client.messages()):
+            pass
+
+
+def _call_group(path: str) -> str:
+    """Which package a profiled function's file belongs to (``builtins`` for C functions)."""
+    if path == "~":
+        return "builtins"
+    parts = Path(path).parts
+    for name in ("uamp_proto", "uamp_trio", "uamp_agents", "trio", "websockets", "wsproto"):
+        if name in parts:
+            return name
+    return "other"
+
+
+def ws_calls(kind: str, top: int = 25) -> None:
+    """Print the Python calls a uamp server makes per one-delta WebSocket response.
+
+    The server runs under cProfile (:func:`_profiled`), switched on for
+    ``CALLS_RESPONSES`` responses after as many to warm up, on one session
+    of one connection -- the ``ttfd`` row's traffic.
+    """
+    import pstats
+    import signal
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="uamp-bench-calls-")) / "server.prof"
+    server = Running(kind, profile=out)
+    try:
+        client = WSClient(server.port, "/agents/flood/uamp")
+        client.send(*uamp_start("sess_calls", 0, create=True)[:1])
+        while not any(b'"capabilities"' in m for m in client.messages()):
+            pass
+        _ttfd_responses(client, "sess_calls", CALLS_RESPONSES)
+        os.kill(server.proc.pid, signal.SIGUSR1)
+        _ttfd_responses(client, "sess_calls", CALLS_RESPONSES)
+        os.kill(server.proc.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not out.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server {kind} wrote no profile")
+            time.sleep(0.05)
+        client.close()
+    finally:
+        server.stop()
+    stats = pstats.Stats(str(out))
+    raw: Any = stats.stats  # type: ignore[attr-defined]  # {func: (cc, nc, tt, ct, callers)}
+    total = sum(nc for _, nc, _, _, _ in raw.values())
+    print(f"\n{kind}: {total / CALLS_RESPONSES:,.1f} Python calls per one-delta response")
+    groups: dict[str, int] = {}
+    for (path, _, _), (_, nc, _, _, _) in raw.items():
+        group = _call_group(path)
+        groups[group] = groups.get(group, 0) + nc
+    print(
+        "  by package: "
+        + ", ".join(
+            f"{g} {c / CALLS_RESPONSES:.0f}" for g, c in sorted(groups.items(), key=lambda i: -i[1])
+        )
+    )
+    ranked = sorted(raw.items(), key=lambda item: -item[1][1])[:top]
+    for (path, line, name), (_, nc, _, _, _) in ranked:
+        where = f"{Path(path).name}:{line}" if line else path
+        print(f"  {nc / CALLS_RESPONSES:>7.2f}  {name}  ({where})")
 
 
 def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> float:
@@ -1159,7 +1263,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve:
-        SERVERS[args.serve](args.port_file)
+        profile = os.environ.get(PROFILE_ENV)
+        if profile:
+            _profiled(SERVERS[args.serve], args.port_file, profile)
+        else:
+            SERVERS[args.serve](args.port_file)
         return
     n = args.deltas
     only = set(args.only.split(","))
@@ -1176,6 +1284,9 @@ def main() -> None:
         f"median; {os.cpu_count()} CPUs"
     )
     ws_kinds = ("uamp", *extra, "websockets", "trio-ws")
+    if "calls" in only:
+        for kind in ("uamp", *extra):
+            ws_calls(kind)
     granian = ("granian-asgi", "granian-rsgi") if args.granian else ()
     http_kinds = ("uamp", *extra, "starlette", *granian, "trio-h11")
     # (--only name, title, unit, the measurement for one server kind, the kinds, options)

@@ -94,10 +94,11 @@ import contextlib
 import functools
 import logging
 import time
+import types
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import attrs
 import orjson
@@ -139,15 +140,19 @@ if TYPE_CHECKING:
     from .host import Host
 
 __all__ = [
+    "DirectWriter",
     "Outbox",
     "OutboxClosed",
     "Overloaded",
     "Quota",
     "SessionHost",
     "SessionLimits",
+    "write_at_yields",
 ]
 
 log = logging.getLogger("uamp_trio.sessions")
+
+_T = TypeVar("_T")
 
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 #: Client events that are chat work (docs/chat.md), and what the chat link calls them.
@@ -271,6 +276,15 @@ class Outbox:
     :class:`Quota` (one session's) also waits while that quota's share is
     queued, so one session cannot fill a queue the others share.
 
+    *Held writes.* A transport whose writer can write without waiting sets
+    :attr:`direct`. A producer run by :func:`write_at_yields` (a session's
+    worker) is *holding* during each of its scheduler steps: with nothing
+    queued, the events it offers are framed by :attr:`direct` instead of
+    queued, and written in one go when the step ends (:meth:`release`). The
+    writer is not woken for them: a short response costs its worker's step
+    and no step of the writer's. Nobody else runs during the step, so
+    nothing can be queued or written in between, and order is kept.
+
     Args:
         size: Most queued events from :meth:`put`.
         max_owed: Most queued replies from :meth:`put_owed`.
@@ -292,6 +306,11 @@ class Outbox:
         self._closed = False
         #: Tasks that may still :meth:`put` (the host's running responses).
         self.producers = 0
+        #: The transport's writer of held events (``None``: everything is queued).
+        self.direct: DirectWriter | None = None
+        #: Whether the task running now holds its events (see :func:`write_at_yields`).
+        self.holding = False
+        self._held = False
 
     def __len__(self) -> int:
         return len(self._items) + len(self._owed) + len(self._pushed)
@@ -326,6 +345,16 @@ class Outbox:
         """
         if self._closed or len(self._items) >= self._size:
             return False
+        if (
+            self.holding
+            and not self._items
+            and not self._owed
+            and not self._pushed
+            and self.direct is not None
+            and self.direct.hold(data)
+        ):
+            self._held = True
+            return True
         if quota is not None:
             if quota.queued >= self._per_quota:
                 return False
@@ -335,6 +364,14 @@ class Outbox:
         if self._ready:
             self._ready.unpark_all()
         return True
+
+    def release(self) -> None:
+        """The holding task's step ends: write what it held (see the class docstring)."""
+        self.holding = False
+        if self._held:
+            self._held = False
+            if self.direct is not None:
+                self.direct.flush()
 
     def _wake_for_space(self) -> None:
         """Wake one more waiting producer while there is room for it."""
@@ -450,6 +487,45 @@ class Outbox:
         self._closed = True
         self._ready.unpark_all()
         self._space.unpark_all()
+
+
+class DirectWriter(Protocol):
+    """What writes an :class:`Outbox` 's held events: the transport's connection."""
+
+    def hold(self, data: bytes) -> bool:
+        """Take ``data`` to write at :meth:`flush`; ``False``: it must be queued."""
+        ...
+
+    def flush(self) -> None:
+        """Write what was held, without waiting (the writer sends what the socket refuses)."""
+        ...
+
+
+@types.coroutine
+def write_at_yields(coro: Coroutine[Any, Any, _T], outbox: Outbox) -> Generator[Any, Any, _T]:
+    """Run ``coro`` holding its events in ``outbox``; each time it yields, write them.
+
+    Awaited in place of ``coro``: every value ``coro`` yields to the trio
+    scheduler (the only way a task gives up the CPU) passes through here, and
+    the events ``coro`` offered since it last resumed are written first
+    (:meth:`Outbox.release`), so nothing it emitted waits while it blocks.
+    What comes back (a value or an exception, a cancellation included) goes
+    into ``coro`` unchanged.
+    """
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        outbox.holding = True
+        try:
+            step = coro.send(value) if error is None else coro.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            outbox.release()
+        try:
+            value, error = (yield step), None
+        except BaseException as exc:  # handed to coro, which decides
+            value, error = None, exc
 
 
 class Quota:
@@ -1800,7 +1876,15 @@ class SessionHost:
         ``response.create``. ``response.cancel`` cancels :attr:`_Session.scope`,
         which ends the response (also a wait for payment or tool results);
         the worker sends ``response.cancelled`` and goes on in a new scope.
+
+        The worker holds the events it sends during each of its scheduler
+        steps and writes them when the step ends (:func:`write_at_yields`),
+        when the transport can (the WebSocket's writer is idle).
         """
+        await write_at_yields(self._responses(session), self.outbox)
+
+    async def _responses(self, session: _Session) -> None:
+        """The body of :meth:`_work`."""
         try:
             while self._sessions.get(session.id) is session:
                 scope = session.scope = trio.CancelScope()

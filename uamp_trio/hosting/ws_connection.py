@@ -25,12 +25,37 @@ sure a batch is in the log before it writes it, and when the socket goes
 away the host *detaches* instead of closing -- its running responses go on
 into the log, the reader and writer stop, and :func:`serve_host` lingers
 until those responses end, for a resumed connection to pick them up.
+
+*Writing without a wait.* On a plain TCP socket every write first goes to
+the kernel with one non-blocking ``write`` (:meth:`_Connection.write_now`);
+only what the socket does not take at once goes through trio's
+``send_all``, under the send timeout. A write the kernel takes whole costs no
+scheduler round (trio's ``send_all`` yields after every send) and no
+deadline.
+
+*Held writes.* While the writer waits with nothing in hand, a session's
+worker frames the events it sends during one scheduler step itself
+(:meth:`_Connection.hold`) and writes them in one go when the step ends
+(:meth:`_Connection.flush`, called by the outbox; see
+:func:`~uamp_trio.hosting.sessions.write_at_yields`): a one-delta response
+costs the reader's step and its worker's, with one write, and the writer is
+not woken. Held writes keep the writer's rules: only with nothing queued
+and nothing left unsent (order; nobody else runs during the step), only
+once the event is in the log (an event a store is still writing goes
+through the writer, which waits for the flush), and never once the writer
+has ended. What the kernel does not take is left to the writer
+(:attr:`_Connection.unsent`, written before anything else), which applies
+the send timeout to it, and so do errors: a peer that went away is found by
+the writer's ``send_all``. A peer that reads slowly thus gets the writer's
+path, with its bounded outbox, from its first full buffer on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Final, Protocol
 
@@ -60,6 +85,17 @@ SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
 CLOSE_GRACE: Final = 2.0
 
 
+def _raw_fd(stream: trio.abc.Stream) -> int | None:
+    """The file descriptor to write ``stream`` 's bytes to without trio, or ``None``.
+
+    Only a plain TCP stream on a POSIX system (``os.write`` on a socket); TLS
+    and other wrapped streams go through their ``send_all``.
+    """
+    if sys.platform == "win32" or type(stream) is not trio.SocketStream:
+        return None
+    return stream.socket.fileno()
+
+
 class _Connection:
     """The tasks of one UAMP WebSocket connection."""
 
@@ -78,6 +114,44 @@ class _Connection:
         self.writer_done = trio.Event()
         self.scope: trio.CancelScope | None = None
         self.closing: tuple[int, str] | None = None
+        self.events = host.event_log if isinstance(host, SessionHost) else None
+        self.fd = _raw_fd(stream)
+        #: Whether the writer waits for work with nothing in hand (held writes may go).
+        self.idle = False
+        #: Bytes a flush left unwritten (the socket was full): the writer's, first.
+        self.unsent = b""
+        if self.fd is not None:
+            host.outbox.direct = self
+
+    def write_now(self, data: bytes) -> bytes:
+        """Give ``data`` to the socket without waiting; returns what it did not take.
+
+        Errors return everything: the writer's ``send_all`` meets the same
+        error and handles it (a peer gone, a socket closed).
+        """
+        assert self.fd is not None
+        try:
+            sent = os.write(self.fd, data)
+        except OSError:
+            return data
+        return data[sent:] if sent < len(data) else b""
+
+    def hold(self, data: bytes) -> bool:
+        """Frame one held event if the writer is idle; ``False``: queue it (module docstring)."""
+        if not self.idle or self.unsent:
+            return False
+        engine, events = self.engine, self.events
+        if engine.closed is not None or (events is not None and events.pending):
+            return False
+        engine.text(data)
+        return True
+
+    def flush(self) -> None:
+        """Write the held events; the writer gets what the socket did not take."""
+        rest = self.write_now(self.engine.take())
+        if rest:
+            self.unsent = rest
+            self.host.outbox.poke()  # written under the send timeout
 
     def shut(self, code: int, reason: str) -> None:
         """Close once what is queued is written: the writer sends the close frame last."""
@@ -113,19 +187,21 @@ class _Connection:
             self.shut(CLOSE_POLICY_VIOLATION, "too many unread replies")
 
     async def writer(self) -> None:
-        engine, outbox = self.engine, self.host.outbox
-        events = self.host.event_log if isinstance(self.host, SessionHost) else None
+        engine, outbox, events = self.engine, self.host.outbox, self.events
         try:
             while True:
                 try:
+                    self.idle = True
                     batch = await outbox.take()
                 except OutboxClosed:
+                    self.idle = False
                     if self.closing is not None:
                         engine.close(*self.closing)
-                    tail = engine.take()
+                    tail = self._unsent() + engine.take()
                     if tail:
-                        await self._send(tail)
+                        await self._write(tail)
                     return
+                self.idle = False
                 batch = await outbox.take_more(batch)
                 if events is not None and events.pending and not events.health.down:
                     # What the peer sees is in the log first: a resume (maybe on
@@ -137,17 +213,32 @@ class _Connection:
                     text = engine.text
                     for message in batch:
                         text(message)
-                data = engine.take()
+                data = self._unsent() + engine.take()
                 if data:
-                    await self._send(data)
+                    await self._write(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.host.outbox.close()
         finally:
+            self.idle = False
+            outbox.direct = None  # nothing is held past the writer's end
             self.writer_done.set()
             if self.scope is not None:
                 # Nothing more will be written: give the peer a moment to answer
                 # the close frame, then end the connection.
                 self.scope.deadline = min(self.scope.deadline, trio.current_time() + CLOSE_GRACE)
+
+    def _unsent(self) -> bytes:
+        """Take what a flush left unsent (it goes before anything framed since)."""
+        unsent, self.unsent = self.unsent, b""
+        return unsent
+
+    async def _write(self, data: bytes) -> None:
+        """Write ``data``: at once what the socket takes, the rest through :meth:`_send`."""
+        if self.fd is not None:
+            data = self.write_now(data)
+            if not data:
+                return
+        await self._send(data)
 
     async def _send(self, data: bytes) -> None:
         """Write ``data``; a peer that leaves it unread for ``send_timeout`` is dropped."""
@@ -242,6 +333,22 @@ async def serve_host(
     dials out, so its engine is a client's).
     """
     limits = limits or SessionLimits()
+    try:
+        await _serve(stream, make_host, frames, initial_data, limits)
+    finally:
+        # Also when cancelled (a daemon stopped, the server shutting down): the
+        # peer learns at once that the connection is gone.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await trio.aclose_forcefully(stream)
+
+
+async def _serve(
+    stream: trio.abc.Stream,
+    make_host: Callable[[trio.Nursery], FrameHost],
+    frames: FrameEngine,
+    initial_data: bytes,
+    limits: SessionLimits,
+) -> None:
     async with trio.open_nursery() as nursery:
         host = make_host(nursery)
         conn = _Connection(stream, frames, host, limits)
@@ -268,5 +375,3 @@ async def serve_host(
             # where a resumed connection picks them up (docs/resume.md).
             await host.linger(limits.idle_timeout)
         nursery.cancel_scope.cancel()
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-        await trio.aclose_forcefully(stream)

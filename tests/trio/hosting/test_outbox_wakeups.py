@@ -5,25 +5,15 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from tests._support.steps import TaskSteps
 from uamp_trio.hosting.sessions import Outbox
-
-
-class _Steps(trio.abc.Instrument):
-    """Counts the steps run by tasks whose name starts with ``producer``."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name.startswith("producer"):
-            self.steps += 1
 
 
 async def test_many_waiting_producers_are_woken_only_for_the_room_there_is() -> None:
     producers, each, size = 50, 3, 4
     outbox = Outbox(size=size)
     got: list[bytes] = []
-    steps = _Steps()
+    steps = TaskSteps(lambda name: name.startswith("producer"))
     trio.lowlevel.add_instrument(steps)
 
     async def producer(i: int) -> None:

@@ -1,0 +1,268 @@
+"""Held writes on the UAMP WebSocket: a response's events written by its own task.
+
+While the connection's writer waits with nothing in hand, a session's worker
+writes the events of each of its scheduler steps itself, in one write when
+the step ends (``uamp_trio.hosting.ws_connection``, "Held writes"). These
+tests hold that path to the writer's rules on real sockets: it is taken (the
+writer does not run for a short response), what was held goes out before
+the agent waits, order holds across concurrent sessions and when the kernel
+takes only part of a write, a peer that stops reading is still dropped after
+the send timeout, and no event reaches the peer before it is in the event
+log, so a resume finds it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import trio
+from trio_websocket import open_websocket_url as open_ws
+
+from tests._support.agents import TestAgent
+from tests._support.steps import TaskSteps
+from tests._support.wire import create_session, recv, resume_session, send, until
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.principal import ANONYMOUS
+from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio import App, Server
+from uamp_trio.client.uamp import _handshake
+from uamp_trio.engines.ws_frames import WebSocketClosed, make_engine
+from uamp_trio.stores import Stores
+from uamp_trio.stores.event_log import EventLog, MemoryEventLog
+from uamp_trio.stores.event_log_sqlite import SqliteEventLog
+from uamp_trio.transports import uamp_ws
+
+TIMEOUT = 30
+#: What the ``wait`` answer of :class:`Says` waits for (one test sets it).
+GATE = trio.Event()
+
+
+class Says(TestAgent):
+    """``"N"``: N deltas ``d0 d1 ...``; ``"big N"``: one delta of N bytes.
+
+    ``"big-hold N"``: the same, then it waits forever; ``"wait N"``: N
+    deltas, then ``after`` once :data:`GATE` is set.
+    """
+
+    name = "says"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        words = request.messages[-1].text.split()
+        if words[0].startswith("big"):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text="x" * int(words[1]))))
+            if words[0] == "big-hold":
+                await trio.sleep_forever()
+            return
+        for i in range(int(words[-1])):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"d{i} ")))
+        if words[0] == "wait":
+            await GATE.wait()
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text="after ")))
+
+
+@asynccontextmanager
+async def serving(log: EventLog | None = None, **server: Any) -> AsyncIterator[Server]:
+    app = App([Says()], stores=Stores(event_log=log) if log is not None else Stores())
+    app.mount(uamp_ws.mount)
+    instance = Server(app, port=0, shutdown_grace=0.5, **server)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(instance.serve)
+        yield instance
+        nursery.cancel_scope.cancel()
+
+
+def url(server: Server) -> str:
+    return f"ws://127.0.0.1:{server.port}/agents/says/uamp"
+
+
+async def ask(ws: Any, sid: str, text: str) -> None:
+    await send(ws, type="input.text", session_id=sid, text=text)
+    await send(ws, type="response.create", session_id=sid)
+
+
+async def test_short_responses_are_written_by_their_worker_not_the_writer() -> None:
+    steps = TaskSteps(lambda name: name.endswith("_Connection.writer"))
+    with trio.fail_after(TIMEOUT):
+        async with serving() as server, open_ws(url(server)) as ws:
+            sid = await create_session(ws)
+            trio.lowlevel.add_instrument(steps)
+            try:
+                for _ in range(20):
+                    await ask(ws, sid, "1")
+                    got = await until(ws, "response.done")
+                    assert [e["type"] for e in got] == [
+                        "response.created",
+                        "response.delta",
+                        "response.done",
+                    ]
+                    assert got[-1]["response"]["output"][0]["text"] == "d0 "
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+    # Before direct writes the writer ran twice per response (its batch, then
+    # the step after trio's send_all); it is not woken for these at all now.
+    assert steps.steps <= 2, steps.steps
+
+
+async def test_order_holds_across_concurrent_sessions_held_and_queued() -> None:
+    sizes = [1, 2, 300, 1, 3, 150, 1, 2]  # held while the writer is idle, else queued
+    with trio.fail_after(TIMEOUT):
+        async with serving() as server, open_ws(url(server)) as ws:
+            sids = [await create_session(ws) for _ in sizes]
+            for _round in range(3):
+                for sid, n in zip(sids, sizes, strict=True):
+                    await ask(ws, sid, str(n))
+                got: dict[str, list[dict[str, Any]]] = {sid: [] for sid in sids}
+                done = 0
+                while done < len(sids):
+                    event = await recv(ws)
+                    got[event["session_id"]].append(event)
+                    done += event["type"] == "response.done"
+                for sid, n in zip(sids, sizes, strict=True):
+                    events = got[sid]
+                    assert [e["type"] for e in events] == [
+                        "response.created",
+                        *["response.delta"] * n,
+                        "response.done",
+                    ], sid
+                    texts = [e["delta"]["text"] for e in events[1:-1]]
+                    assert texts == [f"d{i} " for i in range(n)]
+                    assert events[-1]["response"]["output"][0]["text"] == "".join(texts)
+                    ids = [e["event_id"] for e in events]
+                    assert len(set(ids)) == len(ids)
+
+
+async def open_raw(port: int, rcvbuf: int) -> tuple[trio.SocketStream, Any, list[bytes]]:
+    """A raw client socket with a small receive buffer, past the handshake."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    await sock.connect(("127.0.0.1", port))
+    stream = trio.SocketStream(sock)
+    rest = await _handshake(stream, f"127.0.0.1:{port}", "/agents/says/uamp", [], [])
+    frames = make_engine(client=True, max_message_size=None)
+    return stream, frames, frames.feed(rest) if rest else []
+
+
+async def start(stream: trio.SocketStream, frames: Any, pending: list[bytes], text: str) -> None:
+    """Create a session, read its two replies, then ask for ``text`` (a read of its own)."""
+    create = {"type": "session.create", "uamp_version": "1.0", "session": {"modalities": ["text"]}}
+    frames.text(orjson.dumps(create))
+    await stream.send_all(frames.take())
+    while len(pending) < 2:
+        pending += frames.feed(bytes(await stream.receive_some(65536)))
+    assert [orjson.loads(m)["type"] for m in pending] == ["session.created", "capabilities"]
+    pending.clear()
+    for event in ({"type": "input.text", "text": text}, {"type": "response.create"}):
+        frames.text(orjson.dumps(event))
+    await stream.send_all(frames.take())
+
+
+async def test_a_held_write_the_socket_takes_in_part_is_finished_by_the_writer_in_order() -> None:
+    size = 8 * 1024 * 1024  # far more than the socket buffers hold
+    with trio.fail_after(TIMEOUT):
+        async with serving() as server:
+            stream, frames, pending = await open_raw(server.port, 32 * 1024)
+            await start(stream, frames, pending, f"big {size}")
+            await trio.sleep(0.2)  # let the server fill the buffers before we read
+            types: list[str] = []
+            delta = ""
+            while not types or types[-1] != "response.done":
+                while not pending:
+                    pending = frames.feed(bytes(await stream.receive_some(1 << 20)))
+                for raw in pending:
+                    event = orjson.loads(raw)
+                    types.append(event["type"])
+                    if event["type"] == "response.delta":
+                        delta = event["delta"]["text"]
+                pending = []
+            await stream.aclose()
+    assert types == [
+        "response.created",
+        "response.delta",
+        "response.done",
+    ]
+    assert delta == "x" * size
+
+
+async def test_a_peer_that_stops_reading_a_held_write_is_dropped_after_the_send_timeout() -> None:
+    size = 8 * 1024 * 1024
+    with trio.fail_after(TIMEOUT):
+        async with serving(websocket_send_timeout=0.3) as server:
+            stream, frames, pending = await open_raw(server.port, 32 * 1024)
+            await start(stream, frames, pending, f"big-hold {size}")
+            # Never read until the server gave up: the rest of the held write
+            # is the writer's, which waits at most the send timeout.
+            while not server.connection_count:
+                await trio.sleep(0.01)
+            while server.connection_count:
+                await trio.sleep(0.05)
+            # What the kernel held arrives, then the connection ends without a
+            # close frame (the peer could not be sent one): 1006.
+            types = []
+            try:
+                while True:
+                    for raw in pending:
+                        types.append(orjson.loads(raw)["type"])
+                    pending = frames.feed(bytes(await stream.receive_some(1 << 20)))
+            except WebSocketClosed as closed:
+                code = closed.code
+            await stream.aclose()
+    assert code == 1006
+    assert types[:1] == ["response.created"]
+    assert "response.delta" not in types  # it never arrived whole
+
+
+async def test_a_resume_after_held_writes_finds_their_events_in_the_log() -> None:
+    log = MemoryEventLog()
+    with trio.fail_after(TIMEOUT):
+        async with serving(log) as server:
+            async with open_ws(url(server)) as ws:
+                sid = await create_session(ws)
+                await ask(ws, sid, "2")
+                first = await until(ws, "response.done")
+            async with open_ws(url(server)) as ws:
+                created = await resume_session(ws, sid, first[0]["event_id"])
+                assert created["extensions"] == {"resumed": True}
+                replayed = await until(ws, "response.done")
+    assert [e["event_id"] for e in replayed] == [e["event_id"] for e in first[1:]]
+    assert [e["type"] for e in replayed] == ["response.delta"] * 2 + ["response.done"]
+
+
+async def test_no_event_reaches_the_peer_before_a_store_that_writes_later_has_it(
+    tmp_path: Any,
+) -> None:
+    log = SqliteEventLog(tmp_path / "log.db")
+    key = (ANONYMOUS.key, "")
+    with trio.fail_after(TIMEOUT):
+        async with serving(log) as server, open_ws(url(server)) as ws:
+            sid = await create_session(ws)
+            key = (ANONYMOUS.key, sid)
+            for _ in range(5):
+                await ask(ws, sid, "2")
+                while True:
+                    event = await recv(ws)
+                    # Read straight from the store: queued writes are not in it yet.
+                    stored = {e.event_id for e in await log.read(key, 0, limit=10_000)}
+                    assert event["event_id"] in stored, event["type"]
+                    if event["type"] == "response.done":
+                        break
+    await log.aclose()
+
+
+async def test_what_a_worker_held_is_written_before_its_agent_waits() -> None:
+    global GATE
+    GATE = trio.Event()
+    with trio.fail_after(TIMEOUT):
+        async with serving() as server, open_ws(url(server)) as ws:
+            sid = await create_session(ws)
+            await ask(ws, sid, "wait 2")  # two deltas, then the agent waits for GATE
+            got = [await recv(ws) for _ in range(3)]
+            assert [e["type"] for e in got] == ["response.created", *["response.delta"] * 2]
+            GATE.set()
+            rest = await until(ws, "response.done")
+    assert [e["type"] for e in rest] == ["response.delta", "response.done"]
+    assert rest[-1]["response"]["output"][0]["text"] == "d0 d1 after "
