@@ -187,9 +187,7 @@ async def linger(stream: trio.abc.Stream) -> None:
             if isinstance(stream, trio.SocketStream):
                 sock = stream.socket
                 while dropped < _LINGER_BYTES:
-                    count = await sock.recv_into(
-                        _LINGER_SCRATCH, _LINGER_BYTES - dropped, _DISCARD
-                    )
+                    count = await sock.recv_into(_LINGER_SCRATCH, _LINGER_BYTES - dropped, _DISCARD)
                     if not count:
                         break
                     dropped += count

@@ -25,7 +25,7 @@ from typing import Final
 
 import trio
 
-__all__ = ["FRAMES_READ_SIZE", "READ_SIZE", "receive_or_eof", "received", "send_now"]
+__all__ = ["FRAMES_READ_SIZE", "READ_SIZE", "receive_or_eof", "received", "send_now", "written_now"]
 
 #: Bytes asked of a socket per read.
 READ_SIZE: Final = 65536
@@ -58,17 +58,28 @@ def received(stream: trio.abc.ReceiveStream, max_bytes: int = READ_SIZE) -> byte
         return None
 
 
+def written_now(stream: trio.abc.SendStream, data: bytes) -> int:
+    """How much of ``data`` a plain TCP ``stream`` took at once, without waiting.
+
+    0 when the socket is full, on an error (trio's ``send_all`` then says
+    which) and for any other kind of stream. Only for a stream one task
+    writes at a time (trio's own check of concurrent writers is bypassed).
+    """
+    if type(stream) is not trio.SocketStream:
+        return 0
+    try:
+        return os.write(stream.socket.fileno(), data)
+    except OSError:  # full (EAGAIN), closed or broken: trio's path says which
+        return 0
+
+
 async def send_now(stream: trio.abc.SendStream, data: bytes) -> None:
     """``stream.send_all(data)``, without a scheduler round when the kernel takes it whole.
 
-    Only for a stream one task writes at a time (trio's own check of
-    concurrent writers is bypassed when the write completes at once).
+    Only for a stream one task writes at a time (see :func:`written_now`).
     """
-    if type(stream) is trio.SocketStream and data:
-        try:
-            sent = os.write(stream.socket.fileno(), data)
-        except OSError:  # full (EAGAIN), closed or broken: trio's path says which
-            sent = 0
+    if data:
+        sent = written_now(stream, data)
         if sent == len(data):
             return
         if sent:

@@ -54,14 +54,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 from collections.abc import Callable
 from typing import Final, Protocol
 
 import trio
 
-from ..engines.streams import FRAMES_READ_SIZE, receive_or_eof
+from ..engines.streams import FRAMES_READ_SIZE, receive_or_eof, written_now
 from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -85,17 +83,6 @@ SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
 CLOSE_GRACE: Final = 2.0
 
 
-def _raw_fd(stream: trio.abc.Stream) -> int | None:
-    """The file descriptor to write ``stream`` 's bytes to without trio, or ``None``.
-
-    Only a plain TCP stream on a POSIX system (``os.write`` on a socket); TLS
-    and other wrapped streams go through their ``send_all``.
-    """
-    if sys.platform == "win32" or type(stream) is not trio.SocketStream:
-        return None
-    return stream.socket.fileno()
-
-
 class _Connection:
     """The tasks of one UAMP WebSocket connection."""
 
@@ -115,12 +102,11 @@ class _Connection:
         self.scope: trio.CancelScope | None = None
         self.closing: tuple[int, str] | None = None
         self.events = host.event_log if isinstance(host, SessionHost) else None
-        self.fd = _raw_fd(stream)
         #: Whether the writer waits for work with nothing in hand (held writes may go).
         self.idle = False
         #: Bytes a flush left unwritten (the socket was full): the writer's, first.
         self.unsent = b""
-        if self.fd is not None:
+        if type(stream) is trio.SocketStream:  # what written_now writes to
             host.outbox.direct = self
 
     def write_now(self, data: bytes) -> bytes:
@@ -129,12 +115,8 @@ class _Connection:
         Errors return everything: the writer's ``send_all`` meets the same
         error and handles it (a peer gone, a socket closed).
         """
-        assert self.fd is not None
-        try:
-            sent = os.write(self.fd, data)
-        except OSError:
-            return data
-        return data[sent:] if sent < len(data) else b""
+        sent = written_now(self.stream, data)
+        return data[sent:] if sent else data
 
     def hold(self, data: bytes) -> bool:
         """Frame one held event if the writer is idle; ``False``: queue it (module docstring)."""
@@ -234,11 +216,9 @@ class _Connection:
 
     async def _write(self, data: bytes) -> None:
         """Write ``data``: at once what the socket takes, the rest through :meth:`_send`."""
-        if self.fd is not None:
-            data = self.write_now(data)
-            if not data:
-                return
-        await self._send(data)
+        data = self.write_now(data)
+        if data:
+            await self._send(data)
 
     async def _send(self, data: bytes) -> None:
         """Write ``data``; a peer that leaves it unread for ``send_timeout`` is dropped."""
