@@ -73,12 +73,16 @@ def spawn_serve(*args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen
 def wait_for_line(
     proc: subprocess.Popen[str], pattern: str, seen: list[str] | None = None
 ) -> re.Match[str]:
-    """Read ``proc`` 's output until a line matches ``pattern`` (within :data:`STARTUP`)."""
+    """Read ``proc`` 's output until a line matches ``pattern`` (within :data:`STARTUP`).
+
+    A process that stays silent fails the test at the deadline, with what it
+    said so far (a bare ``readline`` would wait for its next line forever).
+    """
     assert proc.stdout is not None
     seen = [] if seen is None else seen
     deadline = time.monotonic() + STARTUP
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
+    while (left := deadline - time.monotonic()) > 0:
+        line = _readline(proc, left)
         if not line:
             break
         seen.append(line)
@@ -86,6 +90,17 @@ def wait_for_line(
         if found:
             return found
     raise AssertionError(f"no line matching {pattern!r} in:\n" + "".join(seen))
+
+
+def _readline(proc: subprocess.Popen[str], timeout: float) -> str | None:
+    """``proc`` 's next output line, ``""`` at its end, ``None`` if none came within ``timeout``."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return got[0] if got else None
 
 
 @contextmanager
