@@ -18,7 +18,13 @@ hints, and compiles them with ``exec`` into a namespace that belongs to that
   Keys the class does not declare go to its ``unknown`` bag; to skip that
   scan in the usual case the function counts the declared keys it found
   (an optional key held as null is read by one ``d.get`` and not counted:
-  the scan then finds nothing and the bag stays empty).
+  the scan then finds nothing and the bag stays empty). The same count
+  spares the lookups of absent keys: required keys are read first, then the
+  optional ones, and once every key of the object is accounted for the
+  remaining optional fields are absent without looking (the keys most
+  events arrive without, :data:`_READ_LAST`, come last). Which key is read
+  first changes no outcome: a refusal is described afresh by the codec's
+  detailed converter.
 * ``unstructure(instance) -> dict`` writes ``"type"`` first (for a class
   tagged by a ``type`` class variable), then the fields that are always
   written, then the optional fields that are set, both in declaration order,
@@ -175,6 +181,17 @@ def _builder(cls: type[Any]) -> type[Any]:
         "__module__": __name__,
     }
     return type(f"_{cls.__name__}Builder", (cls,), namespace)
+
+
+#: Optional keys that events mostly arrive without (the server sets no
+#: ``timestamp``, and ``session_id`` only on a multiplexed connection): read
+#: last, so that once the keys present are counted they are not looked up.
+_READ_LAST = ("session_id", "timestamp")
+
+
+def _read_order(fields: list[Any]) -> list[Any]:
+    """The optional fields in the order a structure function reads them."""
+    return sorted(fields, key=lambda f: f.name in _READ_LAST)
 
 
 def _classes_in(tp: Any) -> list[type[Any]]:
@@ -348,27 +365,34 @@ class CompiledHooks:
         # unknown bag. A tagged class is reached through its tag: "type" is
         # there, like every required key (or KeyError).
         lines.append(f"    extra = len(d) - {len(required) + (tag_of(cls) is not None)}")
-        for i, f in enumerate(declared):
-            v, tp = f"v{i}", hints[f.name]
-            if f.default is attrs.NOTHING:
-                lines.append(f"    {v} = d[{f.name!r}]")
-                lines += self._check(tp, v, "    ")
-            elif f.default is None:
+        for f in required:
+            v = f"v{declared.index(f)}"
+            lines.append(f"    {v} = d[{f.name!r}]")
+            lines += self._check(hints[f.name], v, "    ")
+        # The optional keys, each read only while some key is unaccounted
+        # for: once the count is down to zero the rest are absent.
+        for f in _read_order([f for f in declared if f.default is not attrs.NOTHING]):
+            v, tp = f"v{declared.index(f)}", hints[f.name]
+            lines.append("    if extra:")
+            if f.default is None:
                 # Null means absent, so one d.get() reads both (a key held
                 # as null is not counted: the unknown bag's scan below
                 # finds nothing for it).
-                lines.append(f"    {v} = d.get({f.name!r})")
-                lines.append(f"    if {v} is not None:")
-                lines.append("        extra -= 1")
-                lines += self._check(_without_none(tp), v, "        ")
+                lines.append(f"        {v} = d.get({f.name!r})")
+                lines.append(f"        if {v} is not None:")
+                lines.append("            extra -= 1")
+                lines += self._check(_without_none(tp), v, "            ")
+                default = "None"
             else:
-                lines.append(f"    if {f.name!r} in d:")
-                lines.append("        extra -= 1")
-                lines.append(f"        {v} = d[{f.name!r}]")
-                lines += self._check(tp, v, "        ")
                 default = self._const(("default", cls, f.name), "default", f.default)
-                lines.append("    else:")
-                lines.append(f"        {v} = {default}")
+                lines.append(f"        if {f.name!r} in d:")
+                lines.append("            extra -= 1")
+                lines.append(f"            {v} = d[{f.name!r}]")
+                lines += self._check(tp, v, "            ")
+                lines.append("        else:")
+                lines.append(f"            {v} = {default}")
+            lines.append("    else:")
+            lines.append(f"        {v} = {default}")
         known = self._const(("known", cls), "known", wire_keys(cls))
         empty = self._const(("empty", cls), "empty", attrs.fields_dict(cls)["unknown"].default)
         for f in fields:
@@ -458,7 +482,7 @@ class CompiledHooks:
         lines = [
             f"{indent}if type({v}) is not dict:",
             f"{indent}    raise WrongType('an object', {v})",
-            f"{indent}tag = {v}.get('type')",
+            f"{indent}tag = {v}['type']",
         ]
         first_tag, first = next(iter(tags.items()))
         simple = self._simple_fields(first)
@@ -537,7 +561,11 @@ class CompiledHooks:
                 lines.append(f"    v = o.{f.name}")
                 lines.append("    if v is not None:")
                 lines.append(f"        out[{f.name!r}] = {value}")
-        lines.append("    if o.unknown:")
+        # The shared empty bag is recognised by identity, which costs less
+        # than asking a mapping proxy for its length; any other bag, empty
+        # or not, is written.
+        empty = self._const(("empty", cls), "empty", attrs.fields_dict(cls)["unknown"].default)
+        lines.append(f"    if o.unknown is not {empty}:")
         lines.append("        out.update(o.unknown)")
         lines.append("    return out")
         return "\n".join(lines) + "\n"
@@ -573,7 +601,9 @@ class CompiledHooks:
             fields = (f"{n!r}: {v}.{n}" for n, _ in simple)
             items = ", ".join([f"'type': {tag_of(first)!r}", *fields])
             cls = self._const(("cls", first), "cls", first)
-            call = f"({{{items}}} if type({v}) is {cls} and not {v}.unknown else {call})"
+            bag = attrs.fields_dict(first)["unknown"].default
+            empty = self._const(("empty", first), "empty", bag)
+            call = f"({{{items}}} if type({v}) is {cls} and {v}.unknown is {empty} else {call})"
         if str in members:
             return f"({v} if type({v}) is str else {call})"
         return call
