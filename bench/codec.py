@@ -15,9 +15,10 @@ targets:
 
 ``--instructions`` counts instructions instead of time, for a machine too
 busy for wall-clock ratios: each way runs under ``valgrind --tool=callgrind``
-twice, with 1,000 and 11,000 round trips of ``response.delta``, and the
-difference over 10,000 is its instructions per round trip (start-up and
-imports cancel out). Needs valgrind (``apt-get install valgrind``).
+twice, with 1,000 and 11,000 round trips of ``response.delta`` (or of each
+``--event`` given), and the difference over 10,000 is its instructions per
+round trip (start-up and imports cancel out). Needs valgrind
+(``apt-get install valgrind``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,22 @@ SAMPLES: dict[str, bytes] = {
                 {"role": "user", "content": "What's the weather in Paris?"},
             ],
             "context": {"chat_id": "chat_abc", "sender_id": "user_123"},
+        }
+    ),
+    "response.created": orjson.dumps(
+        {"type": "response.created", "event_id": "evt_210", "response_id": "resp_abc"}
+    ),
+    "response.done": orjson.dumps(
+        {
+            "type": "response.done",
+            "event_id": "evt_299",
+            "response_id": "resp_abc",
+            "response": {
+                "id": "resp_abc",
+                "status": "completed",
+                "output": [{"type": "text", "text": "The weather in Paris is sunny, 18 C."}],
+                "usage": {"input_tokens": 12, "output_tokens": 9, "total_tokens": 21},
+            },
         }
     ),
     "session.create": orjson.dumps(
@@ -149,9 +166,12 @@ def count_instructions(event: str = "response.delta") -> dict[str, float]:
     print(f"{event}: instructions per round trip (callgrind)")
     for way, n in per.items():
         print(f"  {way:<8}{n:>10,.0f}")
+    targets = event == "response.delta"
     print(
-        f"  uamp÷orjson {per['uamp'] / per['orjson']:.2f}x (target <= 2.5x),"
-        f" stdlib÷uamp {per['stdlib'] / per['uamp']:.2f}x (target >= 2x)"
+        f"  uamp÷orjson {per['uamp'] / per['orjson']:.2f}x"
+        + (" (target <= 2.5x)" if targets else "")
+        + f", stdlib÷uamp {per['stdlib'] / per['uamp']:.2f}x"
+        + (" (target >= 2x)" if targets else "")
     )
     return per
 
@@ -163,6 +183,12 @@ def main() -> int:
     parser.add_argument(
         "--instructions", action="store_true", help="count instructions with callgrind"
     )
+    parser.add_argument(
+        "--event",
+        action="append",
+        choices=list(SAMPLES),
+        help="with --instructions: the events to count (default: response.delta)",
+    )
     parser.add_argument("--loop", nargs=3, metavar=("WAY", "EVENT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:  # one callgrind run: N round trips of one way
@@ -172,7 +198,8 @@ def main() -> int:
             fn(data)
         return 0
     if args.instructions:
-        count_instructions()
+        for event in args.event or ["response.delta"]:
+            count_instructions(event)
         return 0
     ways = WAYS
     # Same output from all three ways, so they do the same work.
