@@ -349,13 +349,11 @@ class _EventMapper:
     async def feed(self, event: AgentStreamEvent) -> None:
         upp = event.upp
         if upp is not None:
-            if type(upp) is ev.ResponseDelta:  # nearly every event: one check
+            if isinstance(upp, ev.ResponseDelta):  # nearly every event: checked first
                 if isinstance(upp.delta, ty.DeltaToolCall):
                     self.streamed_calls.add(upp.delta.tool_call.id)
             elif isinstance(upp, ev.UsageDelta):
                 self.sent_usage = _plus(self.sent_usage, upp.delta)
-            elif isinstance(upp, ev.ResponseDelta) and isinstance(upp.delta, ty.DeltaToolCall):
-                self.streamed_calls.add(upp.delta.tool_call.id)
             await self.emit(upp)
         elif event.uap is not None:
             await self._uap(event.uap)

@@ -297,16 +297,13 @@ class ExecutionContext:
         events = self.llm.stream(request)
         try:
             async for event in events:
-                # Text deltas first: nearly every event of a stream is one.
-                if type(event) is ResponseDelta:
-                    delta = event.delta
-                    if isinstance(delta, DeltaText):
-                        partial.append(delta.text)
+                # Deltas first: nearly every event of a stream is one.
+                if isinstance(event, ResponseDelta):
+                    if isinstance(event.delta, DeltaText):
+                        partial.append(event.delta.text)
                 elif isinstance(event, ModelResponse):
                     response = event
                     continue
-                elif isinstance(event, ResponseDelta) and isinstance(event.delta, DeltaText):
-                    partial.append(event.delta.text)
                 await emitter(AgentStreamEvent(source="upp", upp=event))
         finally:
             aclose = getattr(events, "aclose", None)

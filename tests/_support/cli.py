@@ -111,18 +111,8 @@ def uamp_serve(*args: str) -> Iterator[str]:
     15 s is killed and fails the test.
     """
     proc = spawn_serve(*args)
-    assert proc.stdout is not None
     try:
-        url, seen, deadline = None, [], time.monotonic() + STARTUP
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            found = re.search(r"serving on (https?://[\d.]+:\d+)", line)
-            url = found.group(1) if found else None
-        assert url, "uamp serve did not report its address:\n" + "".join(seen)
-        yield url
+        yield wait_for_line(proc, r"serving on (https?://[\d.]+:\d+)").group(1)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
