@@ -1,5 +1,5 @@
 """``python -m uamp``: the ``uamp`` command line."""
 
-from uamp_trio.cli import main
+from uamp_trio.command_line import main
 
 raise SystemExit(main())

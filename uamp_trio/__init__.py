@@ -12,12 +12,50 @@ The wings (app, transports, hosting, engines, trust, stores, client) and the
 path of one request: docs/architecture.md.
 """
 
-from .app import App, Router, create_app
-from .demo import DemoAgent
-from .engines.http import HTTPError, Request, Response, StreamingResponse, json_response
-from .engines.server import Server, ServerConfig, serve
-from .engines.websocket import WebSocket, WebSocketRequest
-from .hosting.turns import ResponseOutcome, ResponseRun, open_response
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import App, Router, create_app
+    from .demo import DemoAgent
+    from .engines.http import HTTPError, Request, Response, StreamingResponse, json_response
+    from .engines.server import Server, ServerConfig, serve
+    from .engines.websocket import WebSocket, WebSocketRequest
+    from .hosting.turns import ResponseOutcome, ResponseRun, open_response
+
+#: Where each public name lives: imported on first use, so that ``uamp
+#: --version`` or a client does not load the whole server.
+_LAZY = {
+    "App": ".app",
+    "Router": ".app",
+    "create_app": ".app",
+    "DemoAgent": ".demo",
+    "HTTPError": ".engines.http",
+    "Request": ".engines.http",
+    "Response": ".engines.http",
+    "StreamingResponse": ".engines.http",
+    "json_response": ".engines.http",
+    "Server": ".engines.server",
+    "ServerConfig": ".engines.server",
+    "serve": ".engines.server",
+    "WebSocket": ".engines.websocket",
+    "WebSocketRequest": ".engines.websocket",
+    "ResponseOutcome": ".hosting.turns",
+    "ResponseRun": ".hosting.turns",
+    "open_response": ".hosting.turns",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'uamp_trio' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "App",

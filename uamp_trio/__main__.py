@@ -1,5 +1,5 @@
 """``python -m uamp_trio``: the ``uamp`` command line."""
 
-from .cli import main
+from .command_line import main
 
 raise SystemExit(main())

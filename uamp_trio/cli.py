@@ -43,9 +43,10 @@ inspects those tokens (:mod:`uamp_trio.trust.commands`).
 demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
 editors; it exits when stdin closes.
 
-Subcommands register themselves in :data:`SUBCOMMANDS`: a function that adds
-its parser to the ``argparse`` sub-parsers and sets ``func`` (taking the
-parsed arguments, returning the exit code).
+Subcommands are rows of :data:`uamp_trio.command_line.COMMANDS`, the entry
+point's table: each names a function that adds its parser to the ``argparse``
+sub-parsers and sets ``func`` (taking the parsed arguments, returning the exit
+code); the ``uamp`` script imports this module only for the ones it defines.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -76,6 +77,7 @@ from uamp_proto.signing import ResponseSigner
 
 from . import workers
 from .app import App, create_app, default_transports
+from .command_line import build_parser, main
 from .engines.server import Server, ServerConfig
 from .hosting.host import Transport
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
@@ -89,10 +91,9 @@ from .trust.auth import (
     JWTAuthenticator,
     is_loopback,
 )
-from .trust.commands import add_ledger_args, add_tokens_parser, open_policy
+from .trust.commands import add_ledger_args, open_policy
 
 __all__ = [
-    "SUBCOMMANDS",
     "build_authenticator",
     "build_parser",
     "default_agent",
@@ -105,14 +106,6 @@ _DEFAULTS = ServerConfig()
 
 #: Set in the environment of the server a ``--reload`` parent runs.
 RELOADED_CHILD = "UAMP_RELOADED_CHILD"
-
-
-class Parser(argparse.ArgumentParser):
-    """``argparse`` whose usage errors are one line (exit status 2), like every operator mistake."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print ``prog: error: message`` and exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_log_level(parser: Any) -> None:
@@ -1028,81 +1021,3 @@ def _acp_command(args: argparse.Namespace) -> int:
             lambda: serve_stdio(agent, payment_policy=policy, signer=signer, principal=principal)
         )
     return 0
-
-
-# --- chat ------------------------------------------------------------------------
-
-
-def _add_chat(sub: Any) -> None:
-    from .client.chat import add_parser
-
-    add_parser(sub)
-
-
-# --- verify ------------------------------------------------------------------------
-
-
-def _add_verify(sub: Any) -> None:
-    from .client.verify import add_parser
-
-    add_parser(sub)
-
-
-# --- discover ----------------------------------------------------------------------
-
-
-def _add_discover(sub: Any) -> None:
-    from .client.discover import add_parser
-
-    add_parser(sub)
-
-
-# --- bench ------------------------------------------------------------------------
-
-
-def _add_bench(sub: Any) -> None:
-    from .bench.command import add_parser
-
-    add_parser(sub)
-
-
-# --- entry point ----------------------------------------------------------------
-
-#: Functions that add a subcommand to the parser. ``uamp chat`` (the native
-#: UAMP client, :mod:`uamp_trio.client.chat`) and ``uamp bench`` register here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [
-    _add_serve,
-    _add_connect,
-    _add_acp,
-    _add_chat,
-    _add_verify,
-    _add_discover,
-    _add_bench,
-    add_tokens_parser,
-]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``uamp`` argument parser with every registered subcommand."""
-    parser = Parser(prog="uamp", description="Universal Agentic Message Protocol")
-    parser.add_argument("--version", action="version", version=f"uamp {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for register in SUBCOMMANDS:
-        register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv  # what --reload hands to the server it runs
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
-    try:
-        return int(func(args))
-    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
-        return 130
