@@ -169,11 +169,18 @@ class App(Host):
             stores=stores if stores is not None else Stores(),
         )
         self.authenticator = authenticator
+        limits = envelope_limits or EnvelopeLimits()
+        trust = EnvelopeTrust(
+            authenticator,
+            trusted=trust_jwks,
+            max_remembered=limits.replay_memory,
+            per_principal=limits.replay_per_principal,
+        )
         self.envelopes = EnvelopeService(
             self,
             envelope_key or EnvelopeKey.ephemeral_key(),
-            trust=EnvelopeTrust(authenticator, trusted=trust_jwks),
-            limits=envelope_limits,
+            trust=trust,
+            limits=limits,
             base_urls=base_urls,
         )
         #: Daemons' agents, when the app is a relay (:func:`create_app` ``relay=``).

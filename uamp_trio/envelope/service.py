@@ -132,7 +132,7 @@ from ..engines.http import HTTPError
 from ..hosting.host import Host
 from ..hosting.turns import ResponseRunner
 from ..stores.event_log import EventLog, Handler, LogKey
-from ..trust.envelopes import EnvelopeTrust
+from ..trust.envelopes import DEFAULT_MAX_REMEMBERED, DEFAULT_PER_PRINCIPAL, EnvelopeTrust
 from .keys import EnvelopeKey
 
 __all__ = [
@@ -167,6 +167,8 @@ SERVED_INTENTS: Final = tuple(i.value for i in Intent)
 #: One-way messages kept per caller for its next exchange, and ``progress``
 #: updates per exchange (oldest dropped past it).
 MAX_NOTES: Final = 32
+#: Bytes of one principal's waiting one-way messages (``note_bytes_per_principal``).
+DEFAULT_NOTE_BYTES: Final = 1024 * 1024
 #: A subscription's events (``notify``) waiting for the agent; 5.04 past it.
 _QUEUED_EVENTS: Final = 8
 #: Transport stream ids an exchange answers to besides its own (HTTP/3 readers).
@@ -240,6 +242,17 @@ class EnvelopeLimits:
         retry_after: The ``Retry-After`` of a 5.04, seconds.
         keep_finished: Finished exchanges kept for late readers, ``confirm``
             and history.
+        replay_memory: Envelope ids remembered at once, from every sender
+            (the replay check's memory; 5.04 for everyone past it).
+        replay_per_principal: Of those, the most one principal may hold:
+            its envelopes per validity window (5.04 for it alone past it).
+        notes_per_principal: One-way messages (``inform``/``notify``
+            without ``reply_to``) one principal may have waiting for its
+            next exchange, and one-way messages joining one exchange (5.04
+            past it, until an exchange takes them or they expire).
+        note_bytes_per_principal: Their ``body.content`` bytes, in all
+            (a single one larger is 4.13; 5.04 when the waiting ones fill it).
+        note_ttl: Seconds an unclaimed one-way message waits.
     """
 
     max_size: int = DEFAULT_MAX_SIZE
@@ -248,13 +261,28 @@ class EnvelopeLimits:
     idle_timeout: float = 60.0
     retry_after: int = 1
     keep_finished: int = 1024
+    replay_memory: int = DEFAULT_MAX_REMEMBERED
+    replay_per_principal: int = DEFAULT_PER_PRINCIPAL
+    notes_per_principal: int = MAX_NOTES
+    note_bytes_per_principal: int = DEFAULT_NOTE_BYTES
+    note_ttl: float = 600.0
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_size", "max_concurrent", "max_window", "retry_after", "keep_finished"):
+        for name in (
+            "max_size",
+            "max_concurrent",
+            "max_window",
+            "retry_after",
+            "keep_finished",
+            "replay_memory",
+            "replay_per_principal",
+            "notes_per_principal",
+            "note_bytes_per_principal",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        if self.idle_timeout <= 0:
-            raise ValueError("idle_timeout must be positive")
+        if self.idle_timeout <= 0 or self.note_ttl <= 0:
+            raise ValueError("idle_timeout and note_ttl must be positive")
 
 
 class Exchange:
@@ -483,8 +511,17 @@ class EnvelopeService:
     ) -> None:
         self.host = host
         self.key = key
-        self.trust = trust if trust is not None else EnvelopeTrust(host.authenticator, clock=clock)
-        self.limits = limits or EnvelopeLimits()
+        self.limits = limits = limits or EnvelopeLimits()
+        self.trust = (
+            trust
+            if trust is not None
+            else EnvelopeTrust(
+                host.authenticator,
+                clock=clock,
+                max_remembered=limits.replay_memory,
+                per_principal=limits.replay_per_principal,
+            )
+        )
         self.base_urls = tuple(u.rstrip("/") for u in base_urls)
         self.clock = clock
         self._exchanges: OrderedDict[str, Exchange] = OrderedDict()
@@ -557,13 +594,21 @@ class EnvelopeService:
             EnvelopeRefused: The envelope is refused; nothing was started.
         """
         principal = await self.trust.authenticate(envelope, self.audiences(agent.name))
+        # Checked and remembered in one step, before anything yields: of N
+        # copies arriving together, one is taken and the others are replays.
+        self.trust.claim(envelope, principal)
         shared = self.host.stores.event_log
-        claim = (("envelope", "replay"), envelope.id)
-        if shared.shared and not await shared.claim(claim, "id", ttl=2 * self.trust.validity):
-            # Another process (a worker on the same Redis) took this id already.
-            raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
+        claim = _replay_key(principal, envelope.id)
+        claimed = False
         exchange: Exchange | None
         try:
+            # Another process (a worker on the same store) may have taken it: SET NX.
+            if shared.shared:
+                claimed = await shared.claim(claim, "id", ttl=2 * self.trust.validity)
+                if not claimed:
+                    raise EnvelopeRefused(
+                        UNAUTHORIZED, "this envelope id was already received (replay)"
+                    )
             if envelope.intent in OPENING_INTENTS:
                 exchange = await self._open(agent, envelope, principal, nursery)
             elif envelope.intent in _ADDRESSING:
@@ -571,7 +616,9 @@ class EnvelopeService:
             else:
                 exchange = await self._one_way(agent, envelope, principal)
         except EnvelopeRefused:
-            if shared.shared:  # a refused envelope may be sent again, as in one process
+            # A refused envelope may be sent again (here or in another process).
+            self.trust.release(envelope, principal)
+            if claimed:
                 with trio.CancelScope(shield=True):
                     await shared.unclaim(claim, "id")
             raise
@@ -626,7 +673,6 @@ class EnvelopeService:
         if not exchange.subscription:
             send.close()  # one turn
         exchange.turns = send
-        self.trust.accept(envelope)
         self._remember(exchange)
         self._running[name] = self._running.get(name, 0) + 1
         target.start_soon(self._run, exchange, agent, principal, receive)
@@ -822,7 +868,6 @@ class EnvelopeService:
                     BAD_REQUEST, "a progress envelope names its exchange in reply_to"
                 )
             self._note(_notes_key(principal, agent.name, envelope), message)
-            self.trust.accept(envelope)
             return None
         exchange = self.find(envelope.reply_to, principal)
         if exchange.agent != agent.name:
@@ -841,7 +886,6 @@ class EnvelopeService:
             await self._event(exchange, envelope, principal, message)
         else:
             exchange.messages.append(message)
-        self.trust.accept(envelope)
         return exchange
 
     async def _event(
@@ -907,7 +951,6 @@ class EnvelopeService:
                 BAD_REQUEST, f"a {envelope.intent.value} envelope names its exchange in reply_to"
             )
         exchange = self.find(envelope.reply_to, principal)
-        self.trust.accept(envelope)
         trigger = Trigger(envelope.intent.value)
         if trigger in TRANSITIONS[exchange.state]:
             exchange.machine.advance(trigger)
@@ -1012,6 +1055,11 @@ async def _release(turns: trio.MemoryReceiveChannel[_Turn]) -> None:
                 return
             if turn.charge is not None:
                 await turn.charge.settle(None, used=False)
+
+
+def _replay_key(principal: Principal, envelope_id: str) -> LogKey:
+    """An envelope id taken in a shared store: per sender, as in the local memory."""
+    return (principal.key, "replay:" + envelope_id)
 
 
 def _exchange_key(principal: Principal, exchange_id: str) -> LogKey:

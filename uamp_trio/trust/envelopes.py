@@ -27,15 +27,18 @@ Codes: no or unverifiable credential, bad or missing ``sig``, an expired or
 malformed token, a ``ts`` outside the validity window -> 4.01; a valid
 token without the ``aud`` or ``scope`` -> 4.03. :class:`ReplayGuard`
 remembers accepted ids for the validity window, so a replayed ``id`` is
-refused (4.03) until it could no longer pass the ``ts`` check anyway.
+refused (4.03) until it could no longer pass the ``ts`` check anyway; it
+decides in one step (no copy of an envelope arriving at the same time slips
+through) and gives each principal a bounded share.
 Messages never contain a token.
 """
 
 from __future__ import annotations
 
 import calendar
+import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -54,6 +57,8 @@ from uamp_proto.signing import (
 from .auth import AnyOf, Authenticator, AuthError, JWTAuthenticator
 
 __all__ = [
+    "DEFAULT_MAX_REMEMBERED",
+    "DEFAULT_PER_PRINCIPAL",
     "DEFAULT_VALIDITY",
     "EnvelopeTrust",
     "ReplayGuard",
@@ -67,6 +72,9 @@ DEFAULT_VALIDITY: Final = 300.0
 #: Most ids remembered at once; past it new envelopes get 5.04 until old
 #: ones age out (memory stays bounded under a flood of valid envelopes).
 DEFAULT_MAX_REMEMBERED: Final = 100_000
+#: Most of those one principal may hold (its envelopes per validity window);
+#: past it that principal alone gets 5.04.
+DEFAULT_PER_PRINCIPAL: Final = 10_000
 
 
 def parse_ts(ts: str) -> float:
@@ -97,37 +105,97 @@ def issuers_of(authenticator: Authenticator | None) -> list[JWTAuthenticator]:
 
 
 class ReplayGuard:
-    """Envelope ids accepted within the validity window (bounded; the clock is passed in)."""
+    """Envelope ids accepted within the validity window, bounded in all and per principal.
 
-    def __init__(self, window: float, max_remembered: int = DEFAULT_MAX_REMEMBERED) -> None:
+    :meth:`claim` checks and remembers in one synchronous step, so of N
+    copies of one envelope arriving together exactly one is taken, however
+    the rest of their handling interleaves; :meth:`release` gives an id back
+    when the envelope is refused after all (it may then be sent again). Ids
+    are remembered per principal (who the envelope authenticated as): a
+    replay can only come from the same principal, since the signature binds
+    the envelope to its sender, and one principal filling its share
+    (``per_principal``) is refused 5.04 for itself alone. ``max_remembered``
+    is the last resort for everyone (5.04) when many principals fill theirs.
+    """
+
+    def __init__(
+        self,
+        window: float,
+        max_remembered: int = DEFAULT_MAX_REMEMBERED,
+        per_principal: int = DEFAULT_PER_PRINCIPAL,
+    ) -> None:
+        if max_remembered < 1 or per_principal < 1:
+            raise ValueError("the replay memory and each principal's share must be at least 1")
         self.window = window
         self.max_remembered = max_remembered
-        self._seen: OrderedDict[str, float] = OrderedDict()
+        self.per_principal = per_principal
+        # (owner, id) -> when, oldest first; and each owner's times, oldest first.
+        self._seen: OrderedDict[tuple[tuple[str, str], str], float] = OrderedDict()
+        self._owners: dict[tuple[str, str], deque[float]] = {}
 
     def __len__(self) -> int:
         return len(self._seen)
 
+    def held(self, owner: tuple[str, str]) -> int:
+        """Ids of ``owner`` remembered now."""
+        times = self._owners.get(owner)
+        return 0 if times is None else len(times)
+
     def _prune(self, now: float) -> None:
         seen = self._seen
         while seen:
-            _, at = next(iter(seen.items()))
+            (owner, _), at = next(iter(seen.items()))
             if now - at <= self.window:
                 break
             seen.popitem(last=False)
+            self._drop(owner, at)
 
-    def check(self, envelope_id: str, now: float) -> None:
-        """Refuse an id already accepted in the window (4.03) or a full memory (5.04)."""
+    def _drop(self, owner: tuple[str, str], at: float) -> None:
+        times = self._owners[owner]
+        if times and times[0] == at:
+            times.popleft()
+        elif times and times[-1] == at:
+            times.pop()
+        else:
+            times.remove(at)
+        if not times:
+            del self._owners[owner]
+
+    def claim(self, owner: tuple[str, str], envelope_id: str, now: float) -> None:
+        """Take ``envelope_id`` for ``owner`` (``Principal.key``), or refuse it.
+
+        Raises:
+            EnvelopeRefused: 4.03 an id ``owner`` already sent in the window;
+                5.04 ``owner``'s share is full (``retry_after``: until its
+                oldest id ages out), or the whole memory is.
+        """
         self._prune(now)
-        if envelope_id in self._seen:
+        key = (owner, envelope_id)
+        if key in self._seen:
             raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
+        times = self._owners.get(owner)
+        if times is not None and len(times) >= self.per_principal:
+            wait = max(1, math.ceil(times[0] + self.window - now))
+            raise EnvelopeRefused(
+                BACKEND_BUSY,
+                f"you sent {self.per_principal} envelopes within {self.window:.0f} s, "
+                "the most one sender may; retry later",
+                retry_after=wait,
+            )
         if len(self._seen) >= self.max_remembered:
             raise EnvelopeRefused(
                 BACKEND_BUSY, "too many envelopes in the replay window", retry_after=1
             )
+        self._seen[key] = now
+        if times is None:
+            times = self._owners[owner] = deque()
+        times.append(now)
 
-    def remember(self, envelope_id: str, now: float) -> None:
-        """Record ``envelope_id`` as accepted at ``now``."""
-        self._seen[envelope_id] = now
+    def release(self, owner: tuple[str, str], envelope_id: str) -> None:
+        """Forget a claimed id (its envelope was refused): it may be sent again."""
+        at = self._seen.pop((owner, envelope_id), None)
+        if at is not None:
+            self._drop(owner, at)
 
 
 def _refused(exc: CapTokenError | SignatureError | AuthError, what: str) -> EnvelopeRefused:
@@ -181,6 +249,7 @@ class EnvelopeTrust:
         clock: Callable[[], float] = time.time,
         leeway: float = 30.0,
         max_remembered: int = DEFAULT_MAX_REMEMBERED,
+        per_principal: int = DEFAULT_PER_PRINCIPAL,
     ) -> None:
         self.authenticator = authenticator
         self.issuers = issuers_of(authenticator)
@@ -188,7 +257,7 @@ class EnvelopeTrust:
         self.validity = validity
         self.clock = clock
         self.leeway = leeway
-        self.replays = ReplayGuard(validity, max_remembered)
+        self.replays = ReplayGuard(validity, max_remembered, per_principal)
 
     @property
     def required(self) -> bool:
@@ -208,8 +277,8 @@ class EnvelopeTrust:
     async def authenticate(self, envelope: Envelope, audiences: Sequence[str]) -> Principal:
         """The principal ``envelope`` acts for; raises :class:`EnvelopeRefused`.
 
-        Does not record the id: call :meth:`accept` once the envelope is
-        taken (so an envelope refused as busy may be sent again).
+        Does not record the id: :meth:`claim` does, in one step with the
+        replay check.
         """
         now = self.clock()
         header = _sig_header(envelope)
@@ -223,12 +292,20 @@ class EnvelopeTrust:
             self._verify(envelope, _jwk_key(header.get("jwk"), "the sig header's jwk"))
             principal = ANONYMOUS
         self.check_time(envelope, now)
-        self.replays.check(envelope.id, now)
         return principal
 
-    def accept(self, envelope: Envelope) -> None:
-        """Remember ``envelope``'s id: a replay of it is refused from now on."""
-        self.replays.remember(envelope.id, self.clock())
+    def claim(self, envelope: Envelope, principal: Principal) -> None:
+        """Take ``envelope``'s id for ``principal``: a copy of it is refused from now on.
+
+        Raises:
+            EnvelopeRefused: 4.03 a replay; 5.04 the principal's share of
+                the replay memory (or the whole memory) is full.
+        """
+        self.replays.claim(principal.key, envelope.id, self.clock())
+
+    def release(self, envelope: Envelope, principal: Principal) -> None:
+        """Give back a claimed id (the envelope was refused after all)."""
+        self.replays.release(principal.key, envelope.id)
 
     async def bearer(self, token: str | None, audiences: Sequence[str]) -> Principal:
         """The principal of a capability token presented without an envelope.

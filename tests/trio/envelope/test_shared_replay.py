@@ -66,3 +66,21 @@ async def test_the_stream_of_an_exchange_is_read_and_acked_through_another_proce
     assert {d.stream_id for d in reply.deltas} == {ask.id}
     assert unknown.status_code == 404
     assert elsewhere.status_code == 404
+
+
+async def test_copies_sent_at_once_to_two_processes_are_taken_once(redis_url: str) -> None:
+    # Each process decides its own copies in one step, and the store's SET NX
+    # decides between them: of 20 copies split over A and B, one is taken.
+    ask = encode_envelope(envelope(text="once"))
+    store = ("--store", redis_url)
+    statuses: list[int] = []
+    with uamp_serve(*store) as a, uamp_serve(*store) as b, trio.fail_after(60):
+        async with httpx.AsyncClient(base_url=a) as at_a, httpx.AsyncClient(base_url=b) as at_b:
+
+            async def post(client: httpx.AsyncClient) -> None:
+                statuses.append((await client.post(PATH, content=ask, headers=HEADERS)).status_code)
+
+            async with trio.open_nursery() as nursery:
+                for n in range(20):
+                    nursery.start_soon(post, at_a if n % 2 else at_b)
+    assert sorted(statuses) == [202] + [403] * 19
