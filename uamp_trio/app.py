@@ -71,6 +71,7 @@ from .transports import (
     a2a,
     acp,
     agui,
+    anthropic,
     completions,
     envelope_grpc,
     envelopes,
@@ -269,7 +270,9 @@ class App(Host):
         """
         began = 0.0 if self.observe is None else time.perf_counter()
         try:
-            route, request.path_params = self.router.match(request.method, request.path)
+            route, request.path_params = self.router.match(
+                request.method, request.path, request.headers
+            )
         except HTTPError as exc:
             if is_grpc_content_type(request.headers.get("content-type")):
                 return grpc.unimplemented  # gRPC's answer to a method nobody serves
@@ -304,7 +307,7 @@ class App(Host):
     def streams_body(self, request: Request) -> bool:
         """Whether ``request`` (its head) goes to a route that reads its body while it arrives."""
         try:
-            route, _ = self.router.match(request.method, request.path)
+            route, _ = self.router.match(request.method, request.path, request.headers)
         except HTTPError:
             return False
         return route.meta.stream_body
@@ -312,7 +315,7 @@ class App(Host):
     def body_limit(self, request: Request) -> int | None:
         """The ``max_body`` of ``request``'s route (its head only), or ``None``."""
         try:
-            route, _ = self.router.match(request.method, request.path)
+            route, _ = self.router.match(request.method, request.path, request.headers)
         except HTTPError:
             return None
         return route.meta.max_body
@@ -337,7 +340,7 @@ class App(Host):
     def render_refusal(self, request: Request, exc: HTTPError) -> Response:
         """``exc`` in the error style of ``request``'s route (the engine's own refusals)."""
         try:
-            route, _ = self.router.match(request.method, request.path)
+            route, _ = self.router.match(request.method, request.path, request.headers)
         except HTTPError:
             found = self.router.match_websocket(request.path)
             if found is None:
@@ -401,6 +404,7 @@ def default_transports() -> Sequence[Transport]:
         agui.mount,
         envelopes.mount,
         envelope_grpc.mount,
+        anthropic.mount,
     ]
 
 

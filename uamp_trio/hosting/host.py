@@ -35,7 +35,7 @@ from ..engines.http import Endpoint
 from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
 from .chats import ChatHub
-from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router
+from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router, RouteWhen
 
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
@@ -217,6 +217,7 @@ class Host:
         label: str | None = None,
         root: bool = True,
         meta: RouteMeta = DEFAULT_META,
+        when: RouteWhen | None = None,
     ) -> None:
         """Serve ``endpoint`` at ``/agents/{agent}<subpath>`` (and at ``<subpath>``).
 
@@ -225,8 +226,10 @@ class Host:
                 then picks the only hosted agent.
             meta: What middleware knows of the route (transport, error style,
                 public).
+            when: Match only requests whose headers it accepts (a path
+                shared with another transport; see :class:`Router`).
         """
-        add = functools.partial(self.router.add, methods, endpoint=endpoint, meta=meta)
+        add = functools.partial(self.router.add, methods, endpoint=endpoint, meta=meta, when=when)
         _per_agent(add, subpath, label, root)
 
     def agent_websocket(

@@ -14,7 +14,8 @@ refuses it by raising :class:`Refusal`. The root answers a refusal in the
 route's own style (:func:`render_error`): an OpenAI error object on
 Completions, Realtime, AG-UI and A2A REST routes, a JSON-RPC error on A2A
 JSON-RPC and ACP, a UAMP ``session.error`` on the UAMP routes, a gRPC status
-on gRPC routes; a WebSocket
+on gRPC routes, Anthropic's error object (503 answered 529) on the
+Anthropic Messages routes; a WebSocket
 upgrade is refused with that body before the handshake.
 
 Authentication, rate limits and request logging are middleware; the
@@ -32,6 +33,7 @@ import orjson
 
 from uamp_proto import grpc as grpc_wire
 from uamp_proto.adapters import a2a
+from uamp_proto.adapters import anthropic as anthropic_wire
 
 from ..engines.http import JSON_HEADERS, HTTPError, Request, Response, StreamingResponse, error_body
 from ..engines.websocket import WebSocketRequest
@@ -149,6 +151,12 @@ def render_error(style: ErrorStyle, exc: HTTPError) -> Response:
         status = grpc_wire.status_trailers(grpc_wire.status_for_http(exc.status), exc.message)
         headers = [("content-type", grpc_wire.CONTENT_TYPE), *status, *exc.headers]
         return Response(status=200, headers=headers)
+    if style == "anthropic":
+        code = anthropic_wire.error_status(exc.status)
+        error = anthropic_wire.error_body(exc.message, anthropic_wire.error_type_for(code))
+        return Response(
+            status=code, headers=[*JSON_HEADERS, *exc.headers], body=orjson.dumps(error)
+        )
     rpc_code = exc.rpc_code if isinstance(exc, Refusal) else JSONRPC_REFUSED
     body = orjson.dumps(_error_object(style, exc, rpc_code))
     return Response(status=exc.status, headers=[*JSON_HEADERS, *exc.headers], body=body)

@@ -11,6 +11,13 @@ whether it is public (an agent card, a JWKS). The composition root
 in the route's own style. The table is filled by the root and the transports
 it mounts; it imports no transport (see docs/architecture.md).
 
+Routes may share a method and path when all but one carry a ``when``
+predicate over the request's headers (its head, so the choice is made
+before the body is read and before any middleware runs): a route with a
+predicate is tried first, and the one without takes what none accepts. The Anthropic
+Messages API and spec 003's envelope binding share ``POST /v1/messages``
+this way, told apart by ``Content-Type`` and ``anthropic-version``.
+
 A bare :class:`Router` is also something the server can serve
 (:class:`~uamp_trio.engines.server.Dispatcher`): it resolves and calls, with
 no middleware.
@@ -19,12 +26,12 @@ no middleware.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import attrs
 
-from ..engines.http import Endpoint, HTTPError, Request
+from ..engines.http import Endpoint, Headers, HTTPError, Request
 from ..engines.websocket import WebSocketHandler
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "ErrorStyle",
     "Route",
     "RouteMeta",
+    "RouteWhen",
     "Router",
     "WebSocketHandler",
     "WebSocketRoute",
@@ -45,7 +53,10 @@ AGENT_PREFIX = "/agents/{agent}"
 #: response, a UAMP ``session.error`` event, a gRPC status (trailers-only), or
 #: a signed spec 003 ``error`` envelope (rendered by the root, which holds the
 #: envelope key).
-ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope", "a2a_rest"]
+ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope", "a2a_rest", "anthropic"]
+
+#: A route's extra condition on the request head (see the module docstring).
+RouteWhen = Callable[[Headers], bool]
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -81,6 +92,8 @@ class RouteMeta:
         envelope: A spec 003 binding: each envelope carries its own
             credential (``cap_token``, ``sig``), which the envelope service
             checks, so the gate lets the call through without a bearer token.
+        key_header: A header this route's clients may carry their token in
+            instead of ``Authorization: Bearer`` (Anthropic's ``x-api-key``).
     """
 
     transport: str = ""
@@ -90,6 +103,7 @@ class RouteMeta:
     tls13: bool = False
     envelope: bool = False
     max_body: int | None = None
+    key_header: str | None = None
 
 
 #: The metadata of a route registered without any.
@@ -115,6 +129,8 @@ class Route(_Pattern):
     endpoint: Endpoint
     label: str | None = None
     meta: RouteMeta = DEFAULT_META
+    #: Matched only when this holds for the request's headers (``None``: always).
+    when: RouteWhen | None = None
 
 
 @attrs.frozen
@@ -142,11 +158,24 @@ class Router:
         *,
         label: str | None = None,
         meta: RouteMeta = DEFAULT_META,
+        when: RouteWhen | None = None,
     ) -> Route:
-        """Register ``endpoint`` for ``methods`` (``"POST"`` or a list) at ``pattern``."""
+        """Register ``endpoint`` for ``methods`` (``"POST"`` or a list) at ``pattern``.
+
+        ``when``: match only requests whose headers it accepts. Such a route
+        goes before a route without one at the same pattern, whichever was
+        added first, so that the unconditional one takes only the rest.
+        """
         names = [methods] if isinstance(methods, str) else list(methods)
-        route = Route(pattern, frozenset(m.upper() for m in names), endpoint, label, meta)
-        self.routes.append(route)
+        route = Route(pattern, frozenset(m.upper() for m in names), endpoint, label, meta, when)
+        at = len(self.routes)
+        if when is not None:
+            taken = route.methods
+            for i, other in enumerate(self.routes):
+                if other.pattern == pattern and other.when is None and other.methods & taken:
+                    at = i
+                    break
+        self.routes.insert(at, route)
         return route
 
     def add_websocket(
@@ -162,8 +191,13 @@ class Router:
         self.websocket_routes.append(route)
         return route
 
-    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+    def match(
+        self, method: str, path: str, headers: Headers | None = None
+    ) -> tuple[Route, dict[str, str]]:
         """The route and path parameters for a request.
+
+        A route with a ``when`` is skipped unless ``headers`` are given and
+        it accepts them.
 
         Raises:
             HTTPError: 404 when no pattern matches, 405 (with ``Allow``) when
@@ -175,6 +209,9 @@ class Router:
             if m is None:
                 continue
             if method in route.methods or (method == "HEAD" and "GET" in route.methods):
+                when = route.when
+                if when is not None and (headers is None or not when(headers)):
+                    continue
                 return route, m.groupdict()
             allowed |= route.methods
         if allowed:
@@ -209,7 +246,7 @@ class Router:
 
     def endpoint_for(self, request: Request) -> Endpoint:
         """The endpoint for ``request``; fills ``request.path_params``."""
-        route, request.path_params = self.match(request.method, request.path)
+        route, request.path_params = self.match(request.method, request.path, request.headers)
         return route.endpoint
 
     def websocket_handler_for(self, request: Request) -> WebSocketHandler | None:

@@ -7,8 +7,9 @@ authentication is configured (``App(authenticator=...)``). For every call it
 
 1. lets public routes through untouched (agent cards, JWKS);
 2. takes the bearer token: the ``Authorization: Bearer`` header on every
-   route, and on a WebSocket upgrade also ``?token=`` (browsers cannot set
-   headers on a WebSocket);
+   route, on a WebSocket upgrade also ``?token=`` (browsers cannot set
+   headers on a WebSocket), and on a route that names a ``key_header``
+   (Anthropic's ``x-api-key``) that header when there is no bearer;
 3. asks the :class:`~uamp_trio.trust.auth.Authenticator` for the principal
    and stores it on ``request.principal``, where transports read it and put
    it on every ``TurnRequest``; or refuses with a
@@ -94,6 +95,8 @@ class AuthGate:
         websocket = call.websocket is not None
         query = _query_token(request.query) if websocket and request.query else None
         token = bearer_token(request.headers.get("authorization"), query)
+        if token is None and route.key_header is not None:
+            token = request.headers.get(route.key_header) or None
         if token is None:
             if self.allow_anonymous:
                 request.principal = ANONYMOUS
