@@ -18,7 +18,8 @@ def assert_unauthorized(
     code in ``style``'s error shape (``openai``, ``jsonrpc``, ``uamp``, AIP-193 for
     ``a2a_rest``, or a
     spec 003 ``error`` envelope with code 4.01 for ``envelope``);
-    ``message``, when given, is the exact message the body carries, and then a
+    Anthropic's ``authentication_error`` for ``anthropic``; ``message``, when
+    given, is the exact message the body carries, and then a
     JSON-RPC or UAMP body must hold nothing else. In the ``grpc`` style the
     refusal is trailers-only: HTTP 200, ``grpc-status`` 16 (UNAUTHENTICATED)
     and the message in ``grpc-message``, no body."""
@@ -36,7 +37,12 @@ def assert_unauthorized(
     assert status == 401
     assert dict(headers)["www-authenticate"] == challenge
     obj = orjson.loads(body)
-    if style == "openai":
+    if style == "anthropic":
+        assert set(obj) == {"type", "error"} and obj["type"] == "error"
+        error = obj["error"]
+        assert error["type"] == "authentication_error"
+        assert set(error) == {"type", "message"}
+    elif style == "openai":
         error = obj["error"]
         assert (error["code"], error["type"]) == ("unauthorized", "invalid_request_error")
     elif style == "jsonrpc":

@@ -148,10 +148,17 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("POST", "/messages"): Operation(
         "Envelopes (spec 003)",
-        "Send one signed envelope; 202 with the stream in Location",
+        "Send one signed envelope; 202 with the stream in Location (a request with an "
+        "anthropic-version or x-api-key header is the Anthropic Messages API instead)",
         "Envelope",
         errors="Envelope",
         status="202",
+    ),
+    ("POST", "/messages/count_tokens"): Operation(
+        "Anthropic Messages",
+        "The input's token count (Anthropic's count_tokens)",
+        "Object",
+        errors="AnthropicError",
     ),
     ("GET", "/stream/{id}"): Operation(
         "Envelopes (spec 003)",
@@ -221,6 +228,9 @@ SCHEMAS: dict[str, Any] = {
             "message", "type", "code", message=_STRING, type=_STRING, param=_NULLABLE,
             code=_NULLABLE,
         ),
+    ),
+    "AnthropicError": _object(
+        "type", "error", type={"const": "error"}, error=_object("type", "message")
     ),
     "UampError": _object("type", "error", type={"const": "session.error"}, error=_OBJECT),
     "UampEvents": {"oneOf": [_object("type", type=_STRING), _array(_object("type"))]},

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Awaitable, Callable
+from functools import partial, wraps
 from typing import Any
 
 import attrs
@@ -67,6 +67,7 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.host import Host
+from ..hosting.middleware import render_error
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, ResponseRunner
 
@@ -122,6 +123,21 @@ def _failure(outcome: ResponseOutcome) -> tuple[int, str, str]:
     return status, wire.error_type_for(status), message
 
 
+def _anthropic_errors(
+    endpoint: Callable[[Any, Request], Awaitable[Response | StreamingResponse]],
+) -> Callable[[Any, Request], Awaitable[Response | StreamingResponse]]:
+    """Answer an endpoint's ``HTTPError`` (unknown agent, bad JSON) in Anthropic's shape."""
+
+    @wraps(endpoint)
+    async def answer(self: Any, request: Request) -> Response | StreamingResponse:
+        try:
+            return await endpoint(self, request)
+        except HTTPError as exc:
+            return render_error("anthropic", exc)
+
+    return answer
+
+
 @attrs.define
 class _Turn:
     """One request's turn: the runner, the stop-sequence scanner, what the client saw."""
@@ -174,6 +190,7 @@ class AnthropicTransport:
 
     # --- models and token counts -------------------------------------------------
 
+    @_anthropic_errors
     async def models(self, request: Request) -> Response:
         """``GET .../v1/models``: Anthropic's model list, one model per agent."""
         if "agent" in request.path_params:
@@ -190,6 +207,7 @@ class AnthropicTransport:
             }
         )
 
+    @_anthropic_errors
     async def model(self, request: Request) -> Response:
         """``GET .../v1/models/{id}``: the agent ``id`` names."""
         wanted = request.path_params["model_id"]
@@ -201,6 +219,7 @@ class AnthropicTransport:
             raise HTTPError(404, f"model: {wanted}", code="not_found")
         return json_response(_model_info(wanted))
 
+    @_anthropic_errors
     async def count_tokens(self, request: Request) -> Response:
         """``POST .../v1/messages/count_tokens``: the input's token count."""
         body = await request.json()
@@ -221,6 +240,7 @@ class AnthropicTransport:
 
     # --- messages ---------------------------------------------------------------------
 
+    @_anthropic_errors
     async def messages(self, request: Request) -> Response | StreamingResponse:
         """``POST .../v1/messages``."""
         body = await request.json()

@@ -35,6 +35,7 @@ TRANSPORTS = {
     "agui",
     "realtime",
     "envelope",
+    "anthropic",
 }
 CHALLENGE = [("www-authenticate", 'Bearer error="invalid_token"')]
 
@@ -98,6 +99,7 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "envelope",
         "grpc",
         "a2a_rest",
+        "anthropic",
     }
     public = {route.pattern for route in routes if route.meta.public}
     assert public == {
@@ -132,8 +134,10 @@ async def test_every_http_route_is_gated_in_its_own_style(
         async with httpx.AsyncClient(base_url=server.url) as client:
             for route in app.router.routes:
                 path = concrete(route.pattern)
+                # A route that shares its path answers only the requests it accepts.
+                headers = {"anthropic-version": "2023-06-01"} if route.when else {}
                 for method in sorted(route.methods):
-                    response = await client.request(method, path, content=b"{}")
+                    response = await client.request(method, path, content=b"{}", headers=headers)
                     if route.meta.public:
                         assert response.status_code != 401, path
                         passed.add(route.meta.transport)
@@ -158,6 +162,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
         "agui",
         "envelope",
         "envelope-grpc",
+        "anthropic",
     }
     assert passed == {"server", "a2a", "envelope"}
     # The outer middleware saw every reply, refusals included.
