@@ -454,6 +454,36 @@ def _add_serve(sub: Any) -> None:
         help="largest envelope accepted; a larger declared Content-Length gets 4.13 (413) "
         "before the body is read (default %(default)s)",
     )
+    env.add_argument(
+        "--envelope-replay-memory",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="envelope ids remembered against replay, from every sender (default %(default)s)",
+    )
+    env.add_argument(
+        "--envelope-replay-per-principal",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="of those, the most one principal may hold (its envelopes per 300 s); past it "
+        "that principal alone gets 5.04 (default %(default)s)",
+    )
+    env.add_argument(
+        "--envelope-notes",
+        type=int,
+        default=32,
+        metavar="N",
+        help="one-way envelopes (inform/notify) one principal may have waiting for its next "
+        "exchange, and that join one exchange (default %(default)s)",
+    )
+    env.add_argument(
+        "--envelope-note-bytes",
+        type=int,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="their body bytes, in all (default %(default)s)",
+    )
     auth = p.add_argument_group("authentication (see docs/security.md)")
     auth.add_argument(
         "--auth-jwks",
@@ -542,13 +572,18 @@ def envelope_options(args: argparse.Namespace) -> dict[str, Any]:
     trusted = read_jwks(args.trust_jwks, "--trust-jwks") if args.trust_jwks else None
     if args.max_concurrent < 1:
         raise ValueError("--max-concurrent must be at least 1")
-    return {
-        "envelope_key": key,
-        "trust_jwks": trusted,
-        "envelope_limits": EnvelopeLimits(
-            max_concurrent=args.max_concurrent, max_size=args.max_envelope_size
-        ),
-    }
+    try:
+        limits = EnvelopeLimits(
+            max_concurrent=args.max_concurrent,
+            max_size=args.max_envelope_size,
+            replay_memory=args.envelope_replay_memory,
+            replay_per_principal=args.envelope_replay_per_principal,
+            notes_per_principal=args.envelope_notes,
+            note_bytes_per_principal=args.envelope_note_bytes,
+        )
+    except ValueError as exc:
+        raise ValueError(f"envelope limits: {exc}") from None
+    return {"envelope_key": key, "trust_jwks": trusted, "envelope_limits": limits}
 
 
 def load_signer(path: str) -> ResponseSigner:

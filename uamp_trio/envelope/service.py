@@ -134,6 +134,7 @@ from ..hosting.turns import ResponseRunner
 from ..stores.event_log import EventLog, Handler, LogKey
 from ..trust.envelopes import DEFAULT_MAX_REMEMBERED, DEFAULT_PER_PRINCIPAL, EnvelopeTrust
 from .keys import EnvelopeKey
+from .notes import Notes, fits, trimmed
 
 __all__ = [
     "AGENT_URN",
@@ -248,10 +249,12 @@ class EnvelopeLimits:
             its envelopes per validity window (5.04 for it alone past it).
         notes_per_principal: One-way messages (``inform``/``notify``
             without ``reply_to``) one principal may have waiting for its
-            next exchange, and one-way messages joining one exchange (5.04
-            past it, until an exchange takes them or they expire).
-        note_bytes_per_principal: Their ``body.content`` bytes, in all
-            (a single one larger is 4.13; 5.04 when the waiting ones fill it).
+            next exchange (5.04 past it, until an exchange takes them or
+            they expire), and one-way messages one exchange takes into its
+            conversation (4.13 past it).
+        note_bytes_per_principal: Their ``body.content`` bytes, in all (a
+            single one larger is 4.13); also the bytes of an exchange's
+            ``progress`` updates (the oldest are dropped past it).
         note_ttl: Seconds an unclaimed one-way message waits.
     """
 
@@ -335,6 +338,8 @@ class Exchange:
         #: Other names of the stream: the QUIC stream ids that carried its
         #: frames over HTTP/3 (an ack may name any of them).
         self.aliases: list[str] = []
+        #: One-way messages (with ``reply_to``) that joined its conversation, and their bytes.
+        self.joined = (0, 0)
         #: Its key and handler in a shared store (other processes reach it).
         self.routed: tuple[LogKey, Handler] | None = None
 
@@ -528,7 +533,12 @@ class EnvelopeService:
         self._streams: dict[str, Exchange] = {}
         self._running: dict[str, int] = {}
         #: One-way messages waiting for their caller's next exchange.
-        self._notes: OrderedDict[tuple[str, str, str, str], list[ty.Message]] = OrderedDict()
+        self._notes = Notes(
+            count=limits.notes_per_principal,
+            size=limits.note_bytes_per_principal,
+            ttl=limits.note_ttl,
+            principals=limits.keep_finished,
+        )
 
     # --- 1. which agent ---------------------------------------------------------
 
@@ -665,7 +675,8 @@ class EnvelopeService:
         # No checkpoint from here until the charge is in the exchange's queue.
         window = min(envelope.effective_delta_window, self.limits.max_window)
         exchange = Exchange(envelope, name, principal.key, window, self.clock)
-        exchange.messages = [*history, *self._notes.pop(_notes_key(principal, name, envelope), ())]
+        waiting = self._notes.take(principal.key, _address(name, envelope), self.clock())
+        exchange.messages = [*history, *waiting]
         exchange.payment_token = token
         size = _QUEUED_EVENTS if exchange.subscription else 1
         send, receive = trio.open_memory_channel[_Turn](size)
@@ -867,17 +878,19 @@ class EnvelopeService:
                 raise EnvelopeRefused(
                     BAD_REQUEST, "a progress envelope names its exchange in reply_to"
                 )
-            self._note(_notes_key(principal, agent.name, envelope), message)
+            self._notes.add(principal.key, _address(agent.name, envelope), message, self.clock())
             return None
         exchange = self.find(envelope.reply_to, principal)
         if exchange.agent != agent.name:
             raise EnvelopeRefused(NOT_FOUND, f"no exchange {envelope.reply_to!r}")
+        limits = self.limits
         if intent is Intent.PROGRESS:
-            if len(exchange.updates) >= MAX_NOTES:
-                del exchange.updates[0]
+            # The newest updates are kept (the oldest dropped), within the budget.
+            fits((0, 0), message, limits.notes_per_principal, limits.note_bytes_per_principal)
             exchange.updates.append(
                 {"id": envelope.id, "type": envelope.body.type, "content": envelope.body.content}
             )
+            trimmed(exchange.updates, MAX_NOTES, limits.note_bytes_per_principal)
         elif (
             intent is Intent.NOTIFY
             and exchange.subscription
@@ -885,6 +898,12 @@ class EnvelopeService:
         ):
             await self._event(exchange, envelope, principal, message)
         else:
+            exchange.joined = fits(
+                exchange.joined,
+                message,
+                limits.notes_per_principal,
+                limits.note_bytes_per_principal,
+            )
             exchange.messages.append(message)
         return exchange
 
@@ -912,14 +931,6 @@ class EnvelopeService:
             if charge is not None:
                 await charge.settle(None, used=False)
             raise busy from None
-
-    def _note(self, key: tuple[str, str, str, str], message: ty.Message) -> None:
-        notes = self._notes.setdefault(key, [])
-        self._notes.move_to_end(key)
-        notes.append(message)
-        del notes[:-MAX_NOTES]
-        while len(self._notes) > self.limits.keep_finished:
-            self._notes.popitem(last=False)
 
     def _history(self, envelope: Envelope, principal: Principal) -> list[ty.Message]:
         history: list[ty.Message] = []
@@ -1040,9 +1051,9 @@ def _payment_token(envelope: Envelope) -> str | None:
     return payment if isinstance(payment, str) else None
 
 
-def _notes_key(principal: Principal, agent: str, envelope: Envelope) -> tuple[str, str, str, str]:
-    """Whose pending one-way messages: the caller, the agent, and the sender's ``from``."""
-    return (*principal.key, agent, envelope.from_)
+def _address(agent: str, envelope: Envelope) -> tuple[str, str]:
+    """Whose pending one-way messages (besides the caller): the agent and the sender's ``from``."""
+    return (agent, envelope.from_)
 
 
 async def _release(turns: trio.MemoryReceiveChannel[_Turn]) -> None:

@@ -328,11 +328,17 @@ async def test_one_way_messages_about_an_unknown_exchange_are_4_04() -> None:
 async def test_notes_are_bounded_per_caller() -> None:
     service = _service()
     agent = service.resolve("recall")
+    refused: list[str] = []
     for i in range(40):
-        await service.submit(agent, envelope("inform", f"n{i}", to="urn:uamp:agent:recall"))
+        try:
+            await service.submit(agent, envelope("inform", f"n{i}", to="urn:uamp:agent:recall"))
+        except EnvelopeRefused as exc:
+            refused.append(exc.code)
     async with trio.open_nursery() as nursery:
         ask = envelope("ask", "q", to="urn:uamp:agent:recall")
         opened = await service.submit(agent, ask, nursery=nursery)
     assert opened.exchange is not None
     texts = [m.text for m in opened.exchange.messages if m.role == "user"]
-    assert texts == [f"n{i}" for i in range(8, 40)] + ["q"]  # the newest 32 notes
+    # The first 32 wait; the sender is told (5.04) of the 8 that did not fit.
+    assert texts == [f"n{i}" for i in range(32)] + ["q"]
+    assert refused == ["5.04"] * 8
