@@ -77,6 +77,7 @@ from uamp_proto.signing import ResponseSigner
 
 from . import workers
 from .app import App, create_app, default_transports
+from .cli_checks import check_host, check_store, import_agent_file, import_failed, port_number
 from .command_line import build_parser, main
 from .engines.server import Server, ServerConfig
 from .hosting.host import Transport
@@ -147,17 +148,28 @@ def load_agent(spec: str) -> Responder:
     Raises:
         ValueError: The spec is malformed or does not yield an agent.
     """
-    module_name, sep, attr = spec.partition(":")
+    module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--agent {spec!r}: expected 'module:attribute'")
-    try:
-        obj: Any = _import(module_name)
-    except ImportError as exc:
-        raise ValueError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:  # the module itself failed: a syntax error, a raise at import
         raise ValueError(
-            f"--agent {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from None
+            f"--agent {spec!r}: expected 'module:attribute' or 'path/to/file.py:attribute'"
+        )
+    obj: Any
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        obj = import_agent_file(module_name, spec)
+    else:
+        try:
+            obj = _import(module_name)
+        except ImportError as exc:
+            missing = exc.name or ""
+            if module_name != missing and not module_name.startswith(missing + "."):
+                # The module was found; something it imports was not.
+                raise ValueError(import_failed(spec, repr(module_name), exc)) from None
+            raise ValueError(
+                f"--agent {spec!r}: cannot import {module_name!r}: {exc} (neither in the "
+                "current directory nor installed)"
+            ) from None
+        except Exception as exc:  # the module itself failed: a syntax error, a raise at import
+            raise ValueError(import_failed(spec, repr(module_name), exc)) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -306,7 +318,9 @@ _RETENTION = Retention()
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="host agents over HTTP/1.1, HTTP/2 and WebSocket")
     p.add_argument("--host", default=_DEFAULTS.host, help="address to bind (default %(default)s)")
-    p.add_argument("--port", type=int, default=_DEFAULTS.port, help="port (0 = any free one)")
+    p.add_argument(
+        "--port", type=port_number, default=_DEFAULTS.port, help="port (0 = any free one)"
+    )
     p.add_argument(
         "--agent",
         action="append",
@@ -666,6 +680,12 @@ RELAY_AUTH = (
 
 
 def _serve_command(args: argparse.Namespace) -> int:
+    try:  # mistakes found before anything starts (uamp_trio.cli_checks)
+        check_host(args.host)
+        check_store(args.store)
+    except ValueError as exc:
+        print(f"uamp serve: {exc}", file=sys.stderr)
+        return 2
     if args.reload and not os.environ.get(RELOADED_CHILD):
         return _reload(args)
     if args.workers < 1:

@@ -69,6 +69,20 @@ def test_the_core_installs_without_extras_and_runs_the_asyncio_example(tmp_path:
     assert demo.returncode == 0, demo.stderr
     assert demo.stdout.strip() == "You said: hello asyncio"
 
+    # The `uamp` script is installed with the core: --version answers, a command
+    # that needs the server names the extra, neither prints a traceback.
+    uamp = python.with_name("uamp")
+    version = subprocess.run(
+        [str(uamp), "--version"], capture_output=True, text=True, env=environ, cwd=outside
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("uamp ")
+    serve = subprocess.run(
+        [str(uamp), "serve"], capture_output=True, text=True, env=environ, cwd=outside
+    )
+    assert serve.returncode == 2
+    assert "pip install 'uamp[trio]'" in serve.stderr and "Traceback" not in serve.stderr
+
     for module in ("trio", "h11", "wsproto", "jwt"):
         probe = subprocess.run(
             [str(python), "-c", f"import {module}"],

@@ -25,6 +25,7 @@ import trio
 from ..client._command import run_command
 from ..units import argument_type, duration_argument
 from .config import TRANSPORTS, BenchConfig, parse_header
+from .plot import check_plot
 from .report import LiveProgress, print_compare, print_summary
 from .runner import run_bench
 
@@ -131,6 +132,8 @@ def _command(args: argparse.Namespace) -> int:
         return 0
     try:
         config = config_from(args)
+        if args.plot:
+            check_plot(args.plot)
     except (OSError, ValueError) as exc:
         print(f"uamp bench: {exc}", file=sys.stderr)
         return 2

@@ -29,6 +29,10 @@ __all__ = ["add_ledger_args", "add_tokens_parser", "open_policy", "parse_duratio
 
 _amount = argument_type(parse_amount)
 
+#: What ``--price`` and ``--currency`` are when only ``--ledger`` is given.
+PRICE = Decimal("0.01")
+CURRENCY = "USD"
+
 
 def add_ledger_args(p: argparse.ArgumentParser) -> None:
     """``--ledger PATH --price AMOUNT --currency CODE`` for a command that serves agents."""
@@ -41,11 +45,11 @@ def add_ledger_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--price",
         type=_amount,
-        default=Decimal("0.01"),
         metavar="AMOUNT",
-        help="price per response of an agent that declares no pricing (default %(default)s)",
+        help=f"price per response of an agent that declares no pricing (default {PRICE}; "
+        "needs --ledger)",
     )
-    p.add_argument("--currency", default="USD", help="currency of --price (default %(default)s)")
+    p.add_argument("--currency", help=f"currency of --price (default {CURRENCY})")
 
 
 def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
@@ -62,6 +66,14 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
         ValueError: The ledger cannot be opened (one line for the user).
     """
     if not args.ledger:
+        given = [
+            f for f, v in (("--price", args.price), ("--currency", args.currency)) if v is not None
+        ]
+        if given:
+            raise ValueError(
+                f"{given[0]} needs --ledger PATH (the ledger that charges it); without a "
+                "ledger every response is free"
+            )
         return None
     ledger = _open(args.ledger)
     durable = getattr(args, "store", "memory") != "memory"
@@ -69,7 +81,8 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
     freed = ledger.recover(grace=grace)
     if freed:
         print(f"uamp: ledger {args.ledger}: released {freed} unfinished lock(s)", file=sys.stderr)
-    return LedgerPolicy(ledger, price=args.price, currency=args.currency, orphan_grace=grace)
+    price = PRICE if args.price is None else args.price
+    return LedgerPolicy(ledger, price=price, currency=args.currency or CURRENCY, orphan_grace=grace)
 
 
 def _open(path: str, *, create: bool = True) -> Ledger:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from pathlib import Path
 
 import numpy
 import pytest
@@ -199,3 +200,38 @@ def test_compare_prints_each_figure_with_its_ratio_and_the_better_run() -> None:
     assert cells("ITL p50 (ms)") == ["1.00", "1.00", "1.00x", "-"]
     assert cells("E2E p50 (ms)") == ["-", "-", "-", "-"]
     assert "before.json" in out.getvalue() and "after.json" in out.getvalue()
+
+
+# --- the throughput chart of a short run ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("span", "width"), [(0.4, 0.02), (5.0, 0.25), (20.0, 1.0), (300.0, 1.0), (0.0, 0.00005)]
+)
+def test_a_short_run_gets_narrow_bins(span: float, width: float) -> None:
+    from uamp_trio.bench.plot import MIN_BINS, bin_width
+
+    assert bin_width(span) == pytest.approx(width)
+    assert max(span, 0.001) / bin_width(span) >= MIN_BINS - 1e-9  # never one lone bin
+
+
+def test_a_sub_second_run_draws_its_rate_in_every_bin() -> None:
+    """40 requests ending evenly over 0.4 s: 20 bins of 20 ms at 100 requests/s each."""
+    from uamp_trio.bench.plot import _rates, bin_width
+
+    ends = [0.01 * (i + 0.5) for i in range(40)]
+    width = bin_width(0.4)
+    rates = _rates(ends, 0.0, width, 20)
+    assert rates == pytest.approx([100.0] * 20)
+    assert _rates([0.4], 0.0, width, 20)[-1] == pytest.approx(50.0)  # the run's last instant
+
+
+def test_plot_writes_a_png_for_a_sub_second_run(tmp_path: Path) -> None:
+    from uamp_trio.bench.plot import plot
+
+    samples = [
+        Sample(start=0.01 * i, end=0.01 * i + 0.05, deltas=[0.01 * i + 0.02]) for i in range(30)
+    ]
+    out = tmp_path / "short.png"
+    plot(samples, out)
+    assert out.read_bytes().startswith(b"\x89PNG")
