@@ -19,9 +19,11 @@ authentication is configured (``App(authenticator=...)``). For every call it
 
 Three exceptions to "no token, no entry":
 
-* ``allow_anonymous``: a call without any token goes in as
-  :data:`~uamp_proto.principal.ANONYMOUS` (a token that *is* presented must
-  still be valid).
+* ``allow_anonymous``: a call without any credential goes in as
+  :data:`~uamp_proto.principal.ANONYMOUS`. A credential that *is* presented
+  must still be valid: an ``Authorization`` header that holds no bearer
+  token (``Basic ...``, a bare ``Bearer``, ``Token ...``) is refused like a
+  bad token, with or without ``allow_anonymous``.
 * A UAMP WebSocket upgrade (``uamp_ws`` routes) without a token is accepted
   as :data:`SESSION_AUTH`: the connection itself grants nothing, and every
   multiplexed ``session.create`` must carry its own ``token`` (spec 000
@@ -94,9 +96,17 @@ class AuthGate:
         request = call.request
         websocket = call.websocket is not None
         query = _query_token(request.query) if websocket and request.query else None
-        token = bearer_token(request.headers.get("authorization"), query)
+        authorization = request.headers.get("authorization")
+        token = bearer_token(authorization, query)
         if token is None and route.key_header is not None:
             token = request.headers.get(route.key_header) or None
+        if token is None and authorization is not None:
+            # A credential was presented (Basic, a bare Bearer, another
+            # scheme): it fails, and is refused as any failing one is --
+            # never taken for the absence of one.
+            exc = AuthError("the Authorization header holds no bearer token")
+            log.info("refused %s %s (%s): %s", request.method, request.path, route.transport, exc)
+            raise refusal(exc)
         if token is None:
             if self.allow_anonymous:
                 request.principal = ANONYMOUS
