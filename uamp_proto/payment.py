@@ -196,8 +196,8 @@ class PaymentRequiredError(UampError):
     """A turn cannot run (or go on) until the client pays.
 
     Transports map it to their own signal (spec 004 "Payment Handling"):
-    Completions answers ``402`` with ``{"error": "Payment required",
-    "status_code": 402, "context": {"accepts": [...]}}`` before any stream
+    Completions and Responses answer ``402`` with OpenAI's error object
+    (``error.code`` the reason, ``error.accepts`` the options) before any stream
     starts and accepts ``X-PAYMENT`` on the retry; UAMP WebSocket and Realtime
     send ``payment.required`` and retry after ``payment.submit``; A2A fails the
     task with ``code: "payment_required"``; ACP answers JSON-RPC error

@@ -119,11 +119,13 @@ def test_every_error_on_an_openai_route_is_an_openai_error_object(
         assert error["code"] == code
 
 
-def test_the_payment_preflight_keeps_its_own_402_body(thread_server: Any) -> None:
+def test_the_payment_preflight_answers_openais_error_object(thread_server: Any) -> None:
     app = create_app([DemoAgent()], payment_policy=TokenPolicy({"tok_ok"}))
     server = thread_server(app)
     reply = httpx.post(f"{server.url}{CHAT}", json={"messages": MESSAGES}, timeout=10)
     assert reply.status_code == 402
     body = reply.json()
-    assert body["error"] == "Payment required" and body["status_code"] == 402
-    assert body["context"]["accepts"]
+    error = body["error"]
+    assert error["code"] == "payment_required" and error["type"] == "payment_required"
+    assert isinstance(error["message"], str) and error["message"]
+    assert error["accepts"] and "param" in error

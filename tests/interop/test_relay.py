@@ -267,7 +267,7 @@ def test_a_payment_round_through_the_relay(tmp_path: Path) -> None:
             url = f"{base}/agents/alpha/chat/completions"
             refused = httpx.post(url, json=body)
             assert refused.status_code == 402
-            assert refused.json()["context"]["code"] == "payment_required"
+            assert refused.json()["error"]["code"] == "payment_required"
             paid = httpx.post(url, json=body, headers={"X-PAYMENT": token})
             assert paid.status_code == 200
             assert paid.json()["choices"][0]["message"]["content"] == "You said: pay me"

@@ -48,6 +48,7 @@ __all__ = [
     "finish_reason_for",
     "output_items",
     "parse_request",
+    "payment_error",
     "server_rounds",
     "splice_server_rounds",
     "sse_data",
@@ -100,6 +101,22 @@ def error_object(
 ) -> dict[str, Any]:
     """The OpenAI error object."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def payment_error(accepts: list[dict[str, Any]], details: Mapping[str, Any]) -> dict[str, Any]:
+    """The 402 body of an unpaid request: OpenAI's error object, with the offer.
+
+    ``error.code`` is why (``payment_required``, ``insufficient_balance`` ...),
+    ``error.accepts`` the payment options (spec 004), and the other
+    ``details`` (balances) sit beside them.
+    """
+    code = str(details.get("code") or "payment_required")
+    reason = details.get("message")
+    message = f"Payment required: {reason}" if reason else "Payment required."
+    body = error_object(message, code=code, type="payment_required")
+    extra = {k: v for k, v in details.items() if k not in ("code", "message")}
+    body["error"].update(extra, accepts=accepts)
+    return body
 
 
 @attrs.frozen(kw_only=True)

@@ -62,6 +62,7 @@ from uamp_proto.adapters.completions import (
     finish_reason_for,
     output_items,
     parse_request,
+    payment_error,
     server_rounds,
     splice_server_rounds,
     sse_data,
@@ -220,14 +221,7 @@ class CompletionsTransport:
                 agent.name, token, completion_id, principal=request.principal
             )
         except PaymentRequiredError as unpaid:
-            return json_response(
-                {
-                    "error": "Payment required",
-                    "status_code": 402,
-                    "context": {"accepts": unpaid.accepts(), **unpaid.details()},
-                },
-                402,
-            )
+            return json_response(payment_error(unpaid.accepts(), unpaid.details()), 402)
         if token is not None:
             parsed = attrs.evolve(parsed, turn=attrs.evolve(parsed.turn, payment_token=token))
         created = int(time.time())

@@ -50,12 +50,12 @@ def test_serve_with_a_ledger_requires_payment_on_completions(
     body = {"messages": [{"role": "user", "content": "hi"}]}
     refused = httpx.post(f"{paid_server}/v1/chat/completions", json=body)
     assert refused.status_code == 402
-    assert refused.json()["context"]["accepts"][0]["scheme"] == "token"
-    assert refused.json()["context"]["code"] == "payment_required"
+    assert refused.json()["error"]["accepts"][0]["scheme"] == "token"
+    assert refused.json()["error"]["code"] == "payment_required"
     bad = httpx.post(
         f"{paid_server}/v1/chat/completions", json=body, headers={"X-PAYMENT": "tok_bad"}
     )
-    assert bad.status_code == 402 and bad.json()["context"]["code"] == "token_invalid"
+    assert bad.status_code == 402 and bad.json()["error"]["code"] == "token_invalid"
     paid = httpx.post(f"{paid_server}/v1/chat/completions", json=body, headers={"X-PAYMENT": token})
     assert paid.status_code == 200
     after = show(ledger, token)

@@ -43,8 +43,8 @@ async def test_402_before_any_stream_then_the_retry_with_x_payment_succeeds(
                 assert refused.status_code == 402
                 assert refused.headers["content-type"].startswith("application/json")
                 body = refused.json()
-                assert body["error"] == "Payment required" and body["status_code"] == 402
-                assert body["context"]["accepts"][0]["amount"] == "0.02"
+                assert body["error"]["type"] == "payment_required"
+                assert body["error"]["accepts"][0]["amount"] == "0.02"
             bad = await client.post(
                 "/agents/echo/chat/completions", json=BODY, headers={"X-PAYMENT": "tok_bad"}
             )

@@ -140,12 +140,12 @@ async def test_completions_402_before_any_stream_with_the_section_7_2_code(
                     assert refused.status_code == 402, (token, stream)
                     assert refused.headers["content-type"].startswith("application/json")
                     body = refused.json()
-                    assert body["error"] == "Payment required" and body["status_code"] == 402
-                    assert body["context"]["accepts"][0]["amount"] == "0.02"
-                    assert body["context"]["code"] == code, (token, stream)
+                    assert body["error"]["type"] == "payment_required"
+                    assert body["error"]["accepts"][0]["amount"] == "0.02"
+                    assert body["error"]["code"] == code, (token, stream)
             assert (
                 await client.post("/v1/chat/completions", json=BODY, headers={"X-PAYMENT": poor})
-            ).json()["context"]["balance_current"] == "0.001"
+            ).json()["error"]["balance_current"] == "0.001"
             for stream in (False, True):
                 paid = await client.post(
                     "/v1/chat/completions",
