@@ -76,6 +76,7 @@ from .transports import (
     envelope_grpc,
     envelopes,
     realtime,
+    responses,
     sse_events,
     uamp_ws,
 )
@@ -396,6 +397,7 @@ def default_transports() -> Sequence[Transport]:
     """Every transport a default server mounts, in mounting order."""
     return [
         completions.mount,
+        responses.mount,
         uamp_ws.mount,
         sse_events.mount,
         acp.mount,

@@ -40,9 +40,11 @@ from ._tools import ToolFormError, kind_of, parse_tool_call, parse_tool_choice, 
 
 __all__ = [
     "SSE_DONE",
+    "STATUS_FOR_CODE",
     "ChunkEncoder",
     "CompletionRequest",
     "CompletionsError",
+    "body_object",
     "completion_response",
     "error_object",
     "finish_reason_for",
@@ -63,6 +65,19 @@ _PROBE = "\x00uamp-text\x00"
 _PROBE_JSON = orjson.dumps(_PROBE)
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+#: The HTTP status of a turn that failed with a UAMP error code (the
+#: caller's fault); other codes are the server's (500).
+STATUS_FOR_CODE = {
+    "invalid_request": 400,
+    "unauthorized": 401,
+    "payment_required": 402,
+    "insufficient_balance": 402,
+    "forbidden": 403,
+    "not_found": 404,
+    "rate_limited": 429,
+    "rate_limit_exceeded": 429,
+    "timeout": 504,
+}
 _RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
 _DATA_URL = re.compile(
     r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)$", re.DOTALL
@@ -435,6 +450,28 @@ def _bool(obj: Mapping[str, Any], key: str) -> bool | None:
     return value
 
 
+def body_object(body: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
+    """A request body as a JSON object (raw JSON, or already parsed).
+
+    Raises:
+        CompletionsError: Not JSON, or not an object.
+    """
+    if isinstance(body, bytes | str):
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise CompletionsError(
+                f"The request body is not valid JSON: {exc}", code="invalid_json"
+            ) from None
+    else:
+        parsed = body
+    if not isinstance(parsed, dict):
+        raise _fail(
+            f"The request body must be a JSON object, got {kind_of(parsed)}.", None, "invalid_type"
+        )
+    return parsed
+
+
 def parse_request(
     body: bytes | str | Mapping[str, Any],
     *,
@@ -460,20 +497,7 @@ def parse_request(
         CompletionsError: Invalid JSON, a missing or mistyped field, an
             unsupported value (``n`` other than 1, ``file_id`` parts...).
     """
-    if isinstance(body, bytes | str):
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise CompletionsError(
-                f"The request body is not valid JSON: {exc}", code="invalid_json"
-            ) from None
-    else:
-        parsed = body
-    if not isinstance(parsed, dict):
-        raise _fail(
-            f"The request body must be a JSON object, got {kind_of(parsed)}.", None, "invalid_type"
-        )
-    obj: dict[str, Any] = parsed
+    obj = body_object(body)
     raw_messages = _required(obj, "messages", "messages")
     if not isinstance(raw_messages, list):
         raise _fail("'messages' must be an array.", "messages", "invalid_type")

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import orjson
@@ -67,7 +67,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import RESTORED, interrupted_event, replayed, resume_point
 
-from .turns import ResponseRunner
+from .turns import ResponseRunner, cancel_handler
 
 if TYPE_CHECKING:
     from ..stores.event_log import EventLog, LogKey, SessionRecord
@@ -211,13 +211,8 @@ async def _go_on(
 
     runner = ResponseRunner(agent, request, sink, tracker=tracker, created=False, charge=charge)
 
-    async def on_message(message: dict[str, Any]) -> dict[str, Any]:
-        # A response.cancel sent on a connection following this response.
-        if message.get("op") != "cancel":
-            return {"error": "unsupported"}
-        runner.cancel()
-        return {"cancelled": True}
-
+    # A response.cancel sent on a connection following this response.
+    on_message = cancel_handler(runner)
     event_log.register(key, on_message)
     try:
         outcome = await runner.run()

@@ -70,7 +70,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import attrs
 import trio
@@ -90,6 +90,7 @@ __all__ = [
     "ResponseRunner",
     "Sink",
     "TurnStatus",
+    "cancel_handler",
     "open_response",
     "run_response",
 ]
@@ -420,6 +421,24 @@ class ResponseRunner:
         except Exception as exc:
             return exc
         return None
+
+
+def cancel_handler(
+    runner: ResponseRunner,
+) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+    """An event-log message handler that cancels ``runner`` on ``{"op": "cancel"}``.
+
+    What the process running a response answers when another process asks
+    it to cancel (``EventLog.ask``).
+    """
+
+    async def on_message(message: dict[str, Any]) -> dict[str, Any]:
+        if message.get("op") != "cancel":
+            return {"error": "unsupported"}
+        runner.cancel()
+        return {"cancelled": True}
+
+    return on_message
 
 
 async def run_response(

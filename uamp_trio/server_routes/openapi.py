@@ -69,6 +69,27 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "ChatCompletion",
         (_JSON, _SSE),
     ),
+    ("POST", "/responses"): Operation(
+        "Responses",
+        "Run one turn (OpenAI Responses API); JSON, or server-sent events with stream: true",
+        "ResponseRequest",
+        "Response",
+        (_JSON, _SSE),
+    ),
+    ("GET", "/responses/{response_id}"): Operation(
+        "Responses",
+        "A stored response; with stream=true a background response's events (starting_after)",
+        None,
+        "Response",
+        (_JSON, _SSE),
+    ),
+    ("DELETE", "/responses/{response_id}"): Operation("Responses", "Delete a stored response"),
+    ("GET", "/responses/{response_id}/input_items"): Operation(
+        "Responses", "A stored response's input items (after, limit, order)"
+    ),
+    ("POST", "/responses/{response_id}/cancel"): Operation(
+        "Responses", "Cancel a background response", None, "Response"
+    ),
     ("GET", "/models"): Operation("Models", "List the models (one per agent)", None, "ModelList"),
     ("GET", "/models/{model_id}"): Operation("Models", "Retrieve one model", None, "Model"),
     ("GET", "/capabilities"): Operation("Capabilities", "The agent's UAMP capabilities"),
@@ -244,6 +265,17 @@ SCHEMAS: dict[str, Any] = {
     "ChatCompletion": _object(
         "id", "object", "choices",
         id=_STRING, object={"const": "chat.completion"}, choices=_array(_OBJECT), usage=_OBJECT,
+    ),
+    "ResponseRequest": _object(
+        "model",
+        model=_STRING, input={}, instructions=_STRING, tools=_array(_OBJECT),
+        stream={"type": "boolean"}, background={"type": "boolean"}, store={"type": "boolean"},
+        previous_response_id=_STRING,
+    ),
+    "Response": _object(
+        "id", "object", "status", "output",
+        id=_STRING, object={"const": "response"}, status=_STRING, output=_array(_OBJECT),
+        usage=_OBJECT,
     ),
     "Model": _object(
         "id", "object", "created", "owned_by",

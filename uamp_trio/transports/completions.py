@@ -54,6 +54,7 @@ import orjson
 
 from uamp_proto.adapters.completions import (
     SSE_DONE,
+    STATUS_FOR_CODE,
     ChunkEncoder,
     CompletionRequest,
     CompletionsError,
@@ -95,19 +96,6 @@ ROUTES = RouteMeta(transport="completions", error_style="openai")
 
 log = logging.getLogger("uamp_trio.completions")
 
-#: HTTP status for a ResponderError code in a non-streamed completion.
-_STATUS_FOR_CODE = {
-    "invalid_request": 400,
-    "unauthorized": 401,
-    "payment_required": 402,
-    "insufficient_balance": 402,
-    "forbidden": 403,
-    "not_found": 404,
-    "rate_limited": 429,
-    "rate_limit_exceeded": 429,
-    "timeout": 504,
-}
-
 #: The header of a paid non-streamed completion: its ``payment.balance`` fields as JSON.
 BALANCE_HEADER = "x-uamp-payment-balance"
 
@@ -118,7 +106,7 @@ def _model(name: str) -> dict[str, Any]:
 
 
 def _error_status(code: str) -> int:
-    return _STATUS_FOR_CODE.get(code, 500)
+    return STATUS_FOR_CODE.get(code, 500)
 
 
 def _error_json(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:

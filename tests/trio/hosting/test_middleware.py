@@ -28,6 +28,7 @@ TRANSPORTS = {
     "server",
     "envelope-grpc",
     "completions",
+    "responses",
     "uamp_ws",
     "sse_events",
     "a2a",
@@ -156,6 +157,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
             assert response.json()["data"][0]["id"] == "demo"
     assert refused == {
         "completions",
+        "responses",
         "sse_events",
         "a2a",
         "acp",

@@ -1,0 +1,270 @@
+"""The OpenAI Responses API, driven by the real ``openai`` SDK over real sockets.
+
+Every client is built with ``_strict_response_validation=True``: each JSON
+answer and each stream event must parse as the SDK's own models (required
+fields, closed sets of literals), as the SDK checks them in strict mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from uamp_agents import agent
+from uamp_agents.bridge import serve_agent
+from uamp_agents.providers._demo import DemoProvider
+from uamp_proto.payment import TokenPolicy
+from uamp_trio.app import create_app
+from uamp_trio.demo import DemoAgent
+from uamp_trio.trust.auth import APIKeyAuthenticator
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+def _client(base: str, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=base,
+        api_key="unused",
+        timeout=10,
+        max_retries=0,
+        _strict_response_validation=True,
+        **kw,
+    )
+
+
+@pytest.fixture
+def demo(thread_server: Any) -> tuple[openai.OpenAI, str]:
+    server = thread_server(create_app([DemoAgent()]))
+    return _client(f"{server.url}/agents/demo/v1"), server.url
+
+
+@pytest.fixture
+def tools(thread_server: Any) -> openai.OpenAI:
+    runtime = agent(model=DemoProvider(), name="calc")
+    server = thread_server(create_app([serve_agent(runtime)]))
+    return _client(f"{server.url}/agents/calc")
+
+
+def test_create_answers_a_strictly_valid_response(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    response = sdk.responses.create(model="demo", input="hello there", metadata={"k": "v"})
+    assert response.id.startswith("resp_") and response.object == "response"
+    assert response.status == "completed"
+    assert response.output_text == "You said: hello there"
+    assert response.metadata == {"k": "v"} and response.store is True
+    assert response.usage is not None
+    assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+    message = response.output[0]
+    assert message.type == "message" and message.content[0].annotations == []
+
+
+def test_the_stream_is_the_responses_event_sequence(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    events = list(sdk.responses.create(model="demo", input="stream me", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert len(deltas) > 1 and all(d.logprobs == [] for d in deltas)
+    text = "".join(d.delta for d in deltas)
+    assert text == "You said: stream me"
+    final = events[-1].response
+    assert final.output_text == text and final.status == "completed"
+    # The item streamed is the item of the final object (same id).
+    assert final.output[0].id == deltas[0].item_id
+
+
+def test_the_stream_helper_accumulates_the_same_response(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    with sdk.responses.stream(model="demo", input="helper") as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "You said: helper"
+
+
+def test_previous_response_id_continues_on_the_server(
+    demo: tuple[openai.OpenAI, str], thread_server: Any
+) -> None:
+    recorded: list[Any] = []
+
+    class Recorder(DemoAgent):
+        async def respond(self, request: Any, emit: Any) -> None:
+            recorded.append([(m.role, m.content) for m in request.messages])
+            await super().respond(request, emit)
+
+    server = thread_server(create_app([Recorder()]))
+    sdk = _client(f"{server.url}/v1")
+    first = sdk.responses.create(model="demo", input="one", instructions="be brief")
+    second = sdk.responses.create(model="demo", input="two", previous_response_id=first.id)
+    assert second.previous_response_id == first.id
+    assert recorded[1] == [
+        ("user", "one"),
+        ("assistant", "You said: one"),
+        ("user", "two"),
+    ]
+    assert second.instructions is None  # instructions are not carried over
+
+
+def test_retrieve_delete_and_input_items(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    created = sdk.responses.create(
+        model="demo",
+        input=[
+            {"role": "developer", "content": "rules"},
+            {"role": "user", "content": [{"type": "input_text", "text": "a"}]},
+            {"type": "message", "role": "user", "content": "b"},
+        ],
+    )
+    again = sdk.responses.retrieve(created.id)
+    assert again.model_dump() == created.model_dump()
+    listed = sdk.responses.input_items.list(created.id)
+    texts = [i.content[0].text for i in listed.data]  # type: ignore[union-attr]
+    assert texts == ["b", "a", "rules"]  # newest first by default
+    page = sdk.responses.input_items.list(created.id, order="asc", limit=2)
+    assert [i.content[0].text for i in page.data] == ["rules", "a"]  # type: ignore[union-attr]
+    assert page.has_more
+    rest = sdk.responses.input_items.list(created.id, order="asc", after=page.last_id)
+    assert [i.content[0].text for i in rest.data] == ["b"]  # type: ignore[union-attr]
+    assert not rest.has_more
+    sdk.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.delete(created.id)
+
+
+def test_store_false_cannot_be_retrieved_or_continued(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    unstored = sdk.responses.create(model="demo", input="forget me", store=False)
+    assert unstored.output_text == "You said: forget me" and unstored.store is False
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(unstored.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.create(model="demo", input="more", previous_response_id=unstored.id)
+
+
+def test_another_principals_response_is_missing(thread_server: Any) -> None:
+    keys = APIKeyAuthenticator([("alice", "tok-a"), ("bob", "tok-b")])
+    app = create_app([DemoAgent()], authenticator=keys)
+    server = thread_server(app)
+    alice = openai.OpenAI(base_url=f"{server.url}/v1", api_key="tok-a", max_retries=0)
+    bob = openai.OpenAI(base_url=f"{server.url}/v1", api_key="tok-b", max_retries=0)
+    mine = alice.responses.create(model="demo", input="secret")
+    assert alice.responses.retrieve(mine.id).output_text == "You said: secret"
+    missing = httpx.get(
+        f"{server.url}/v1/responses/resp_{'0' * 32}", headers={"Authorization": "Bearer tok-b"}
+    )
+    theirs = httpx.get(
+        f"{server.url}/v1/responses/{mine.id}", headers={"Authorization": "Bearer tok-b"}
+    )
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["error"]["code"] == missing.json()["error"]["code"]
+    for attempt in (
+        lambda: bob.responses.retrieve(mine.id),
+        lambda: bob.responses.delete(mine.id),
+        lambda: bob.responses.input_items.list(mine.id),
+        lambda: bob.responses.create(model="demo", input="x", previous_response_id=mine.id),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            attempt()
+    assert alice.responses.retrieve(mine.id).status == "completed"
+
+
+def test_client_function_tools_round_trip(tools: openai.OpenAI) -> None:
+    sdk = tools
+    first = sdk.responses.create(
+        model="calc", input="call get_weather for Paris", tools=[WEATHER]
+    )
+    assert first.status == "completed"
+    calls = [i for i in first.output if i.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert first.tools[0].name == "get_weather"  # type: ignore[union-attr]
+    second = sdk.responses.create(
+        model="calc",
+        previous_response_id=first.id,
+        input=[
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"}
+        ],
+        tools=[WEATHER],
+    )
+    assert second.output_text == "Tool get_weather returned: sunny"
+    # The same round trip without the server's memory: the items themselves.
+    third = sdk.responses.create(
+        model="calc",
+        store=False,
+        input=[
+            {"role": "user", "content": "call get_weather for Paris"},
+            calls[0].model_dump(exclude_none=True),
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "rainy"},
+        ],
+        tools=[WEATHER],
+    )
+    assert third.output_text == "Tool get_weather returned: rainy"
+
+
+def test_a_streamed_function_call(tools: openai.OpenAI) -> None:
+    events = list(
+        tools.responses.create(
+            model="calc", input="call get_weather for Rome", tools=[WEATHER], stream=True
+        )
+    )
+    kinds = [e.type for e in events]
+    assert "response.function_call_arguments.delta" in kinds
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert done and "Rome" in done[0].arguments
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert [i.type for i in final.response.output][-1] == "function_call"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_an_unknown_model_is_openais_404(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    with pytest.raises(openai.NotFoundError) as err:
+        sdk.responses.create(model="gpt-9", input="hi")
+    assert err.value.code == "model_not_found"
+
+
+def test_bad_input_is_a_400_naming_the_parameter(demo: tuple[openai.OpenAI, str]) -> None:
+    sdk, _ = demo
+    with pytest.raises(openai.BadRequestError) as err:
+        sdk.responses.create(model="demo", input=[{"type": "nonsense"}])  # type: ignore[list-item]
+    assert err.value.param == "input[0].type"
+
+
+def test_payment_is_the_completions_gate_with_openais_402(thread_server: Any) -> None:
+    server = thread_server(create_app([DemoAgent()], payment_policy=TokenPolicy({"tok_ok"})))
+    url = f"{server.url}/agents/demo/v1/responses"
+    refused = httpx.post(url, json={"model": "demo", "input": "pay"}, timeout=10)
+    assert refused.status_code == 402
+    error = refused.json()["error"]
+    assert error["code"] == "payment_required" and error["accepts"]
+    # Nothing ran, nothing was stored.
+    paid = httpx.post(
+        url, json={"model": "demo", "input": "pay"}, headers={"X-PAYMENT": "tok_ok"}, timeout=10
+    )
+    assert paid.status_code == 200 and paid.json()["status"] == "completed"

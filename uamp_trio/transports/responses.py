@@ -1,0 +1,668 @@
+"""The OpenAI Responses API transport (docs/responses.md).
+
+Endpoints, for every hosted agent under ``/agents/{name}`` (and at the root,
+like Chat Completions), each also under ``/v1``:
+
+* ``POST /responses`` -- one turn: the Response object as JSON, or the
+  Responses event stream with ``stream: true``; ``background: true`` answers
+  ``queued`` at once and runs the agent without the connection;
+* ``GET /responses/{id}`` -- a stored response (``?stream=true``: a background
+  response's events from the start, or after ``starting_after``, then live
+  until it ends);
+* ``DELETE /responses/{id}``; ``GET /responses/{id}/input_items``
+  (``after``, ``limit``, ``order``); ``POST /responses/{id}/cancel`` (background
+  responses).
+
+Theory of operation
+-------------------
+The sans-IO adapters do the protocol: :mod:`uamp_proto.adapters.responses`
+parses the request into a turn, :mod:`uamp_proto.adapters.responses_render`
+renders a turn's UAMP events as the Response object and the event stream.
+
+A stored response *is* a resumable UAMP session of the event log
+(:mod:`uamp_trio.stores.event_log`): its log key is ``(owner's principal
+key, response id)``, so another principal's id is not found, exactly like a
+missing one; its :class:`~uamp_trio.stores.event_log.SessionRecord` holds the
+agent, the conversation before it (``history``), its input, the echoed
+request fields and listed input items (``config.extensions``), and while it
+runs, the process running it (``node``); its log holds UAMP events. A
+foreground response logs ``response.created`` when it starts and its
+terminal event (which carries the whole output) when it ends; a background
+response logs every event as the agent emits it, so a stream can be rendered
+again from the log at any time, on any process sharing the store -- the
+renderer is a pure function of the events, so the ``sequence_number`` s are
+the same each time. ``previous_response_id`` prepends the stored
+conversation (history, input and output) to the new input.
+
+A background response whose process died is found when someone asks for it
+(``GET``, a stream waiting on it, ``cancel``): the first process to claim
+the loss adopts its log and :func:`~uamp_trio.hosting.continuation.carry_on`
+goes on from the agent's last checkpoint or ends it ``interrupted``
+(rendered ``incomplete``), settling the lost process's payment lock once --
+the machinery UAMP sessions resume with, unchanged.
+
+Payment and signing are Chat Completions': a ``402`` with OpenAI's error
+object before anything runs, the ``X-UAMP-Payment-Balance`` and
+``X-UAMP-Signature`` headers on a JSON answer; a stream that has either ends
+``data: [DONE]`` (where the SDK stops reading) followed by ``event:
+response_signature`` and ``event: payment.balance``. A streamed turn renders
+each event to its SSE bytes as the agent emits it and queues them on the
+response, and the server's writer sends what is queued in one write, as for
+Chat Completions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+import attrs
+import orjson
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters.completions import (
+    SSE_DONE,
+    STATUS_FOR_CODE,
+    CompletionsError,
+    error_object,
+    payment_error,
+)
+from uamp_proto.adapters.responses import ECHO_KEY, ResponsesRequest, parse_request
+from uamp_proto.adapters.responses_render import (
+    StreamEncoder,
+    response_object,
+    stored_response,
+)
+from uamp_proto.codec import decode, encode, from_dict, unstructure
+from uamp_proto.ids import random_ids
+from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder
+from uamp_proto.resume import ResumeError
+from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
+from uamp_proto.sse import encode_json
+from uamp_proto.types import DeltaText
+
+from ..engines.http import (
+    SSE_HEADERS,
+    HTTPError,
+    Request,
+    Response,
+    SendChunk,
+    StreamingResponse,
+    json_response,
+)
+from ..hosting.continuation import carry_on
+from ..hosting.host import Host
+from ..hosting.router import RouteMeta
+from ..hosting.turns import ResponseOutcome, ResponseRunner, cancel_handler, run_response
+from ..stores.event_log import EventLog, LogKey, SessionRecord
+
+__all__ = ["MAX_BACKGROUND", "MAX_BACKGROUND_PER_PRINCIPAL", "ResponsesTransport", "mount"]
+
+#: What middleware knows of these routes: OpenAI error objects.
+ROUTES = RouteMeta(transport="responses", error_style="openai")
+
+log = logging.getLogger("uamp_trio.responses")
+
+#: Background responses running in this process at most ...
+MAX_BACKGROUND: Final = 256
+#: ... and per principal (a 429 past either).
+MAX_BACKGROUND_PER_PRINCIPAL: Final = 16
+#: A stream with nothing to say writes a comment this often (seconds), so
+#: proxies keep it open and a gone client is noticed.
+HEARTBEAT: Final = 15.0
+#: How long ``cancel`` and ``DELETE`` wait for a running response to end (seconds).
+SETTLE_WAIT: Final = 10.0
+#: The header of a paid JSON answer: its ``payment.balance`` fields as JSON.
+BALANCE_HEADER: Final = "x-uamp-payment-balance"
+
+
+def _not_found(response_id: str, param: str | None = None) -> HTTPError:
+    return HTTPError(
+        404,
+        f"No response with id {response_id!r} is stored here.",
+        code="response_not_found",
+        param=param,
+    )
+
+
+def _append(event_log: EventLog, key: LogKey, event: ev.Event) -> None:
+    event_id = random_ids("evt")
+    data = encode(attrs.evolve(event, event_id=event_id, session_id=key[1]))
+    event_log.append(key, data, event_id)
+
+
+def _stored(record: SessionRecord) -> dict[str, Any] | None:
+    """The Responses part of a record (``None``: a UAMP session, not a response)."""
+    extensions = (record.config or {}).get("extensions") or {}
+    kept = extensions.get(ECHO_KEY)
+    return kept if isinstance(kept, dict) else None
+
+
+def _query(request: Request) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(request.query).items()}
+
+
+def _int_param(query: dict[str, str], name: str, default: int | None) -> int | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise HTTPError(400, f"'{name}' must be an integer.", code="invalid_value") from None
+
+
+class ResponsesTransport:
+    """The Responses endpoints of an app (see the module docstring)."""
+
+    def __init__(self, app: Host) -> None:
+        self.app = app
+        #: Background responses running in this process, by log key.
+        self.running: dict[LogKey, ResponseRunner] = {}
+
+    def mount(self) -> None:
+        """Register the routes on the app."""
+        app = self.app
+        for prefix in ("", "/v1"):
+            label = "Responses" if prefix == "/v1" else None
+            app.agent_route("POST", f"{prefix}/responses", self.create, label=label, meta=ROUTES)
+            one = f"{prefix}/responses/{{response_id}}"
+            app.agent_route("GET", one, self.retrieve, meta=ROUTES)
+            app.agent_route("DELETE", one, self.delete, meta=ROUTES)
+            app.agent_route("GET", f"{one}/input_items", self.input_items, meta=ROUTES)
+            app.agent_route("POST", f"{one}/cancel", self.cancel, meta=ROUTES)
+
+    @property
+    def _log(self) -> EventLog:
+        return self.app.stores.event_log
+
+    # --- POST /responses -------------------------------------------------------
+
+    def _agent(self, request: Request, model: object) -> Responder:
+        named = model if isinstance(model, str) else None
+        agent = self.app.resolve_agent(request.path_params, model=named)
+        if named is not None and named != agent.name:
+            raise HTTPError(
+                404,
+                f"The model {named!r} does not exist here: the agent is {agent.name!r}.",
+                code="model_not_found",
+                param="model",
+            )
+        return agent
+
+    async def create(self, request: Request) -> Response | StreamingResponse:
+        """``POST .../responses``."""
+        body = await request.json()
+        agent = self._agent(request, body.get("model") if isinstance(body, dict) else None)
+        rid = f"resp_{os.urandom(16).hex()}"
+        principal = request.principal
+        try:
+            parsed = parse_request(
+                body,
+                agent=agent.name,
+                response_id=rid,
+                session_id=rid,
+                created_at=int(time.time()),
+                principal=principal,
+            )
+        except CompletionsError as exc:
+            return json_response(exc.body(), exc.status)
+        history: list[dict[str, Any]] = []
+        if parsed.previous_response_id is not None:
+            history = await self._conversation(principal, parsed.previous_response_id)
+            before = [from_dict(ty.Message, m) for m in history]
+            turn = parsed.turn
+            parsed = attrs.evolve(
+                parsed, turn=attrs.evolve(turn, messages=[*before, *turn.messages])
+            )
+        if parsed.background:
+            self._check_room(principal)
+        if parsed.store and self._log.health.down:
+            raise HTTPError(
+                503, "The response store does not answer; try again.", code="store_unavailable"
+            )
+        token = request.headers.get("x-payment")
+        try:
+            charge = await self.app.open_charge(agent.name, token, rid, principal=principal)
+        except PaymentRequiredError as unpaid:
+            return json_response(payment_error(unpaid.accepts(), unpaid.details()), 402)
+        if token is not None:
+            parsed = attrs.evolve(parsed, turn=attrs.evolve(parsed.turn, payment_token=token))
+        key: LogKey = (principal.key, rid)
+        record: SessionRecord | None = None
+        if parsed.store:
+            record = self._record(agent, parsed, history)
+            self._log.begin(key, record)
+        if parsed.background:
+            assert record is not None
+            return await self._start_background(parsed, key, record, charge, request, agent)
+        if parsed.stream:
+
+            async def produce(send: SendChunk) -> None:
+                await self._stream(agent, parsed, key, record, send, request.body, charge)
+
+            return StreamingResponse(
+                producer=produce,
+                headers=list(SSE_HEADERS),
+                on_close=None if charge is None else partial(charge.settle, None, used=False),
+            )
+        return await self._complete(agent, parsed, key, record, request.body, charge)
+
+    async def _conversation(self, principal: Principal, previous: str) -> list[dict[str, Any]]:
+        """The whole conversation of stored response ``previous`` (JSON messages)."""
+        record = await self._record_of((principal.key, previous), param="previous_response_id")
+        if record.running is not None:
+            raise HTTPError(
+                400,
+                f"Response {previous!r} has not ended yet; continue it once it has.",
+                code="invalid_value",
+                param="previous_response_id",
+            )
+        return list(record.history)
+
+    def _check_room(self, principal: Principal) -> None:
+        mine = sum(1 for key in self.running if key[0] == principal.key)
+        if len(self.running) >= MAX_BACKGROUND or mine >= MAX_BACKGROUND_PER_PRINCIPAL:
+            raise HTTPError(
+                429,
+                "Too many background responses are running; wait for one to end.",
+                code="rate_limit_exceeded",
+            )
+
+    def _record(
+        self, agent: Responder, parsed: ResponsesRequest, history: list[dict[str, Any]]
+    ) -> SessionRecord:
+        turn = parsed.turn
+        config = ty.SessionConfig(
+            modalities=["text"],
+            instructions=turn.instructions,
+            tools=turn.tools or None,
+            response_format=turn.response_format,
+            extensions={ECHO_KEY: {"echo": parsed.echo, "input": parsed.input_items}},
+        )
+        given = len(turn.messages) - len(history)
+        return SessionRecord(
+            agent=agent.name,
+            config=unstructure(config),
+            history=history,
+            running=turn.response_id,
+            input=unstructure(turn.messages[len(turn.messages) - given :]),
+        )
+
+    def _finish(
+        self, key: LogKey, record: SessionRecord | None, outcome: ResponseOutcome | None
+    ) -> None:
+        """Log the end of a stored response and let its log go."""
+        event_log = self._log
+        if not event_log.writing(key):
+            return  # not stored, or deleted meanwhile
+        if outcome is not None and record is not None:
+            record.history = [
+                *record.history,
+                *record.input,
+                *unstructure(outcome.tracker.messages()),
+            ]
+            record.running, record.input = None, []
+            event_log.put_record(key, record.copy())
+        event_log.release(key)
+
+    def _final(self, outcome: ResponseOutcome) -> ev.Event:
+        """The terminal event of a turn (client tool calls: ``response.done`` too)."""
+        if outcome.final is not None:
+            return outcome.final
+        return outcome.tracker.done_event(session_id=outcome.tracker.response_id)
+
+    # --- a foreground turn -------------------------------------------------------
+
+    async def _complete(
+        self,
+        agent: Responder,
+        parsed: ResponsesRequest,
+        key: LogKey,
+        record: SessionRecord | None,
+        request_body: bytes,
+        charge: Charge | None,
+    ) -> Response:
+        if record is not None:
+            _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
+        outcome = await run_response(agent, parsed.turn, None, stamp=False, charge=charge)
+        final = self._final(outcome)
+        if record is not None:
+            _append(self._log, key, final)
+            self._finish(key, record, outcome)
+            await self._log.flush()
+        headers: list[tuple[str, str]] = []
+        if outcome.balance is not None:
+            headers.append((BALANCE_HEADER, orjson.dumps(balance_fields(outcome.balance)).decode()))
+        if outcome.status == "failed" and outcome.error is not None:
+            status = STATUS_FOR_CODE.get(outcome.error.code)
+            if status is not None:  # the caller's fault: an HTTP error, as OpenAI does
+                body = error_object(outcome.error.message, code=outcome.error.code)
+                return json_response(body, status, headers=headers)
+        signer = self.app.response_signer
+        if signer is not None and outcome.status in ("completed", "requires_action"):
+            headers.append((SIGNATURE_HEADER, signer(outcome.tracker.text, request_body)))
+        obj = stored_response(key[1], parsed.echo, [ev.ResponseCreated(response_id=key[1]), final])
+        return json_response(obj, headers=headers)
+
+    async def _stream(
+        self,
+        agent: Responder,
+        parsed: ResponsesRequest,
+        key: LogKey,
+        record: SessionRecord | None,
+        send: SendChunk,
+        request_body: bytes,
+        charge: Charge | None,
+    ) -> None:
+        store = record is not None
+        encoder = StreamEncoder(key[1], parsed.echo)
+        text = encoder.text
+        render = encoder.sse
+
+        async def sink(event: ev.Event) -> None:
+            # The agent runs in this task; each event is rendered and queued
+            # for the socket as it is emitted: no channel, no task switch.
+            if type(event) is ev.ResponseDelta:
+                delta = event.delta
+                if type(delta) is DeltaText:
+                    frame = text(delta.text)
+                    if frame:
+                        await send(frame)
+                    return
+            frame = render(event)
+            if frame:
+                await send(frame)
+
+        if store:
+            _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
+        outcome: ResponseOutcome | None = None
+        try:
+            outcome = await run_response(agent, parsed.turn, sink, stamp=False, charge=charge)
+        finally:
+            if store:
+                if outcome is None:  # the client left: what it saw is all there is
+                    _append(self._log, key, ev.ResponseCancelled(response_id=key[1]))
+                else:
+                    _append(self._log, key, self._final(outcome))
+                self._finish(key, record, outcome)
+        assert outcome is not None
+        tail = b""
+        if outcome.final is None:
+            tail = render(self._final(outcome))
+        signer = self.app.response_signer
+        extra = b""
+        if signer is not None and outcome.status in ("completed", "requires_action"):
+            extra += response_signature_event(signer(outcome.tracker.text, request_body))
+        if outcome.balance is not None:
+            extra += encode_json(orjson.dumps(balance_fields(outcome.balance)), event=BALANCE_EVENT)
+        if extra:
+            tail += SSE_DONE + extra
+        if store:
+            await self._log.flush()
+        if tail:
+            await send(tail)
+
+    # --- background responses ------------------------------------------------------
+
+    async def _start_background(
+        self,
+        parsed: ResponsesRequest,
+        key: LogKey,
+        record: SessionRecord,
+        charge: Charge | None,
+        request: Request,
+        agent: Responder,
+    ) -> Response | StreamingResponse:
+        runner = ResponseRunner(agent, parsed.turn, partial(self._log_event, key), charge=charge)
+        self.running[key] = runner
+        try:
+            await self._log.flush()  # findable on every process before its id is handed out
+        except Exception:
+            self.running.pop(key, None)
+            self._log.release(key)
+            if charge is not None:
+                await charge.settle(None, used=False)
+            raise
+        self._launch(partial(self._run_background, key, runner, record))
+        if parsed.stream:
+            return self._follow_response(key, parsed.echo, -1, request.principal)
+        return json_response(response_object(key[1], parsed.echo, status="queued", output=[]))
+
+    async def _log_event(self, key: LogKey, event: ev.Event) -> None:
+        _append(self._log, key, event)
+
+    def _launch(self, job: Callable[[], Awaitable[None]]) -> None:
+        background = self.app.background
+        if background is not None:
+            background.start_soon(job, name="uamp-responses-background")
+        else:
+            trio.lowlevel.spawn_system_task(job, name="uamp-responses-background")
+
+    async def _run_background(
+        self, key: LogKey, runner: ResponseRunner, record: SessionRecord
+    ) -> None:
+        event_log = self._log
+
+        on_message = cancel_handler(runner)
+        event_log.register(key, on_message)
+        outcome: ResponseOutcome | None = None
+        try:
+            outcome = await runner.run()
+            if outcome.final is None and event_log.writing(key):
+                _append(event_log, key, self._final(outcome))
+        except Exception:
+            log.exception("background response %s failed", key[1])
+            if event_log.writing(key) and not runner.tracker.is_finished:
+                error = runner.tracker.error_event("internal_error", "The response failed.")
+                _append(event_log, key, error)
+                outcome = ResponseOutcome(status="failed", tracker=runner.tracker, final=error)
+        finally:
+            event_log.unregister(key, on_message)
+            self.running.pop(key, None)
+            self._finish(key, record, outcome)
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                try:
+                    await event_log.flush()
+                except Exception:
+                    log.warning("response %s: its end is written once the store answers", key[1])
+
+    async def _recover(self, key: LogKey, record: SessionRecord, principal: Principal) -> None:
+        """Carry on (or end) a response whose process died, once over all processes."""
+        event_log = self._log
+        lost = record.node
+        if record.running is None or lost == event_log.node or key in self.running:
+            return
+        if await event_log.alive(lost) or not await event_log.claim(key, f"adopt@{lost}"):
+            return
+        agent = self.app.agents.get(record.agent)
+        if agent is None:
+            return
+        await event_log.adopt(key)
+        log.info("response %s: carried on after process %s was lost", key[1], lost)
+        self._launch(partial(carry_on, event_log, key, record, agent, principal, self.app))
+
+    # --- stored responses ------------------------------------------------------------
+
+    async def _record_of(self, key: LogKey, *, param: str | None = None) -> SessionRecord:
+        try:
+            record = await self._log.load(key)
+        except ResumeError:
+            record = None
+        if record is None or _stored(record) is None:
+            raise _not_found(key[1], param)
+        return record
+
+    async def _events(self, key: LogKey) -> list[ev.Event | ev.UnknownEvent]:
+        entries = await self._log.read(key, 0, self._log.retention.max_events)
+        return [decode(e.data) for e in entries]
+
+    async def _view(
+        self, key: LogKey, principal: Principal
+    ) -> tuple[SessionRecord, dict[str, Any]]:
+        record = await self._record_of(key)
+        await self._recover(key, record, principal)
+        kept = _stored(record)
+        assert kept is not None
+        return record, stored_response(key[1], kept["echo"], await self._events(key))
+
+    async def retrieve(self, request: Request) -> Response | StreamingResponse:
+        """``GET .../responses/{id}``, with ``stream=true``: the events, then live."""
+        key: LogKey = (request.principal.key, request.path_params["response_id"])
+        query = _query(request)
+        if query.get("stream") not in ("true", "1"):
+            _, obj = await self._view(key, request.principal)
+            return json_response(obj)
+        record = await self._record_of(key)
+        kept = _stored(record)
+        assert kept is not None
+        if not kept["echo"].get("background"):
+            raise HTTPError(
+                400,
+                "Only a background response can be streamed again; retrieve this one as JSON.",
+                code="invalid_value",
+                param="stream",
+            )
+        after = _int_param(query, "starting_after", -1)
+        if (await self._log.window(key)).trimmed:
+            raise HTTPError(
+                410,
+                "The start of this response's events is no longer kept; retrieve it as JSON.",
+                code="beyond_retention",
+            )
+        await self._recover(key, record, request.principal)
+        return self._follow_response(key, kept["echo"], after, request.principal)
+
+    def _follow_response(
+        self, key: LogKey, echo: dict[str, Any], after: int | None, principal: Principal
+    ) -> StreamingResponse:
+        async def produce(send: SendChunk) -> None:
+            await self._follow(send, key, echo, -1 if after is None else after, principal)
+
+        return StreamingResponse(producer=produce, headers=list(SSE_HEADERS))
+
+    async def _follow(
+        self, send: SendChunk, key: LogKey, echo: dict[str, Any], after: int, principal: Principal
+    ) -> None:
+        """Render ``key`` 's log as the Responses stream, live until its terminal event."""
+        event_log = self._log
+        encoder = StreamEncoder(key[1], echo, after=after)
+        cursor = 0
+        quiet = trio.current_time()
+        while not encoder.finished:
+            entries = await event_log.wait(key, cursor, timeout=1.0)
+            if entries:
+                if entries[0].position != cursor + 1:
+                    await send(encoder.sse(_lost_events()))
+                    return
+                cursor = entries[-1].position
+                frames = b"".join([encoder.sse(decode(e.data)) for e in entries])
+                if frames:
+                    await send(frames)
+                    quiet = trio.current_time()
+                continue
+            try:
+                record = await event_log.load(key)
+            except ResumeError:
+                return  # deleted meanwhile
+            await self._recover(key, record, principal)
+            if trio.current_time() - quiet >= HEARTBEAT:
+                await send(b": keep-alive\n\n")
+                quiet = trio.current_time()
+
+    async def delete(self, request: Request) -> Response:
+        """``DELETE .../responses/{id}``: a running one is cancelled first."""
+        rid = request.path_params["response_id"]
+        key: LogKey = (request.principal.key, rid)
+        record = await self._record_of(key)
+        if record.running is not None:
+            await self._stop(key, record, request.principal)
+        await self._log.drop(key)
+        await self._log.flush()
+        return json_response({"id": rid, "object": "response.deleted", "deleted": True})
+
+    async def cancel(self, request: Request) -> Response:
+        """``POST .../responses/{id}/cancel``: background responses only."""
+        key: LogKey = (request.principal.key, request.path_params["response_id"])
+        record = await self._record_of(key)
+        kept = _stored(record)
+        assert kept is not None
+        if not kept["echo"].get("background"):
+            raise HTTPError(
+                400, "Only a background response can be cancelled.", code="invalid_value"
+            )
+        if record.running is not None:
+            await self._stop(key, record, request.principal)
+        _, obj = await self._view(key, request.principal)
+        return json_response(obj)
+
+    async def _stop(self, key: LogKey, record: SessionRecord, principal: Principal) -> None:
+        """Cancel a running response wherever it runs; wait (a while) for it to end."""
+        event_log = self._log
+        runner = self.running.get(key)
+        if runner is not None:
+            runner.cancel()
+        else:
+            await self._recover(key, record, principal)
+            record = await event_log.load(key)
+            await event_log.ask(record.node, key, {"op": "cancel"}, timeout=2.0)
+        with trio.move_on_after(SETTLE_WAIT):
+            while True:
+                record = await event_log.load(key)
+                if record.running is None:
+                    return
+                await event_log.wait(key, (await event_log.window(key)).last, timeout=0.2)
+
+    async def input_items(self, request: Request) -> Response:
+        """``GET .../responses/{id}/input_items``: ``after``, ``limit`` (1-100), ``order``."""
+        key: LogKey = (request.principal.key, request.path_params["response_id"])
+        kept = _stored(await self._record_of(key))
+        assert kept is not None
+        query = _query(request)
+        limit = _int_param(query, "limit", 20)
+        assert limit is not None
+        if not 1 <= limit <= 100:
+            raise HTTPError(400, "'limit' must be from 1 to 100.", code="invalid_value")
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise HTTPError(400, "'order' must be 'asc' or 'desc'.", code="invalid_value")
+        items: list[dict[str, Any]] = list(kept["input"])
+        if order == "desc":
+            items.reverse()
+        after = query.get("after")
+        if after is not None:
+            ids = [i.get("id") for i in items]
+            items = items[ids.index(after) + 1 :] if after in ids else []
+        page = items[:limit]
+        return json_response(
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > limit,
+            }
+        )
+
+
+def _lost_events() -> ev.ResponseErrorEvent:
+    """What a stream says when the log dropped events it had not sent."""
+    return ev.ResponseErrorEvent(
+        error=ty.ErrorInfo(
+            code="beyond_retention", message="Events of this response are no longer kept."
+        )
+    )
+
+
+def mount(app: Host) -> None:
+    """Mount the Responses transport on ``app`` (a :data:`Transport`)."""
+    ResponsesTransport(app).mount()
