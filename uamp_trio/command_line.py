@@ -77,6 +77,11 @@ COMMANDS: tuple[Command, ...] = (
         "issue and inspect payment tokens of a ledger",
         "uamp_trio.trust.commands:add_tokens_parser",
     ),
+    Command(
+        "ledger",
+        "manage a payment ledger's database (migrate)",
+        "uamp_trio.trust.commands:add_ledger_parser",
+    ),
 )
 
 #: Modules the ``trio`` extra installs: a subcommand failing to import one of

@@ -5,8 +5,10 @@ prints the new payment token and nothing else on stdout;
 ``uamp tokens show --ledger PATH TOKEN`` prints its state as JSON;
 ``uamp tokens top-up --ledger PATH TOKEN --amount X`` adds money and prints the
 state. ``uamp serve`` and ``uamp acp`` take ``--ledger PATH --price AMOUNT``
-(:func:`add_ledger_args`, :func:`open_policy`). Every failure is one line on
-stderr and exit status 1 (2 for a malformed argument).
+(:func:`add_ledger_args`, :func:`open_policy`). ``uamp ledger migrate --ledger
+URL`` brings a PostgreSQL ledger's schema up to date. ``PATH`` is a SQLite file
+or a ``postgresql://`` URL (:mod:`.ledger_postgres`). Every failure is one line
+on stderr and exit status 1 (2 for a malformed argument).
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from uamp_proto.ledger import LedgerError, parse_amount
 
 from ..units import argument_type, duration_argument, parse_duration
 from .ledger import Ledger
+from .ledger_sql import SqlLedger
 from .payments import LedgerPolicy
 
-__all__ = ["add_ledger_args", "add_tokens_parser", "open_policy", "parse_duration"]
+__all__ = [
+    "add_ledger_args",
+    "add_ledger_parser",
+    "add_tokens_parser",
+    "open_ledger",
+    "open_policy",
+    "parse_duration",
+]
 
 _amount = argument_type(parse_amount)
 
@@ -39,8 +49,8 @@ def add_ledger_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ledger",
         metavar="PATH",
-        help="charge every response to a payment token of this SQLite ledger "
-        "(issue tokens with 'uamp tokens issue')",
+        help="charge every response to a payment token of this ledger: a SQLite file, or a "
+        "postgresql:// URL shared by several servers (issue tokens with 'uamp tokens issue')",
     )
     p.add_argument(
         "--price",
@@ -75,7 +85,7 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
                 "ledger every response is free"
             )
         return None
-    ledger = _open(args.ledger)
+    ledger = open_ledger(args.ledger)
     durable = getattr(args, "store", "memory") != "memory"
     grace = float(args.retention_age) if durable else 0.0
     freed = ledger.recover(grace=grace)
@@ -85,13 +95,87 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
     return LedgerPolicy(ledger, price=price, currency=args.currency or CURRENCY, orphan_grace=grace)
 
 
-def _open(path: str, *, create: bool = True) -> Ledger:
-    if not create and not Path(path).is_file():
-        raise ValueError(f"no ledger at {path}")
+def open_ledger(spec: str, *, create: bool = True) -> SqlLedger:
+    """The ledger ``--ledger`` names: a ``postgresql://`` URL or a SQLite file.
+
+    Raises:
+        ValueError: It cannot be opened (one line for the user, no password).
+    """
+    if spec.startswith(("postgresql://", "postgres://")):
+        try:
+            from .ledger_postgres import PostgresLedger
+        except ModuleNotFoundError as exc:
+            raise ValueError(
+                f"a PostgreSQL ledger needs the 'postgres' extra (no module {exc.name!r}):"
+                " pip install 'uamp[postgres]'"
+            ) from None
+        return PostgresLedger(spec)
+    if not create and not Path(spec).is_file():
+        raise ValueError(f"no ledger at {spec}")
     try:
-        return Ledger(path)
+        return Ledger(spec)
     except sqlite3.Error as exc:
-        raise ValueError(f"cannot open ledger {path}: {exc}") from None
+        raise ValueError(f"cannot open ledger {spec}: {exc}") from None
+
+
+def _database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database's own error (a connection lost mid-command ...)."""
+    return isinstance(exc, sqlite3.Error) or type(exc).__module__.split(".")[0] in {
+        "psycopg",
+        "psycopg_pool",
+    }
+
+
+# --- uamp ledger ---------------------------------------------------------------------
+
+
+def add_ledger_parser(sub: Any) -> None:
+    """Register ``uamp ledger migrate``."""
+    p = sub.add_parser("ledger", help="manage a payment ledger's database (migrate)")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    migrate = actions.add_parser(
+        "migrate", help="create or upgrade a PostgreSQL ledger's schema (idempotent)"
+    )
+    migrate.add_argument("--ledger", required=True, metavar="URL")
+    migrate.set_defaults(func=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    spec: str = args.ledger
+    if not spec.startswith(("postgresql://", "postgres://")):
+        try:
+            open_ledger(spec).close()
+        except ValueError as exc:
+            print(f"uamp ledger migrate: {exc}", file=sys.stderr)
+            return 1
+        print(f"uamp ledger migrate: {spec}: SQLite ledgers are brought up to date when opened")
+        return 0
+    try:
+        from .ledger_postgres import migrate, redact
+    except ModuleNotFoundError as exc:
+        print(
+            f"uamp ledger migrate: needs the 'postgres' extra (no module {exc.name!r}):"
+            " pip install 'uamp[postgres]'",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        before, after = migrate(spec)
+    except ValueError as exc:
+        print(f"uamp ledger migrate: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if not _database_error(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"uamp ledger migrate: cannot reach {redact(spec)}: {first}", file=sys.stderr)
+        return 1
+    where = redact(spec)
+    if before == after:
+        print(f"uamp ledger migrate: {where}: schema already at version {after}")
+    else:
+        print(f"uamp ledger migrate: {where}: schema version {before} -> {after}")
+    return 0
 
 
 # --- uamp tokens ---------------------------------------------------------------------
@@ -103,7 +187,7 @@ def add_tokens_parser(sub: Any) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     issue = actions.add_parser("issue", help="issue a token; prints only the token")
-    issue.add_argument("--ledger", required=True, metavar="PATH")
+    issue.add_argument("--ledger", required=True, metavar="PATH_OR_URL")
     issue.add_argument("--amount", required=True, type=_amount)
     issue.add_argument("--currency", default="USD")
     issue.add_argument(
@@ -112,12 +196,12 @@ def add_tokens_parser(sub: Any) -> None:
     issue.set_defaults(func=_issue)
 
     show = actions.add_parser("show", help="print a token's state as JSON")
-    show.add_argument("--ledger", required=True, metavar="PATH")
+    show.add_argument("--ledger", required=True, metavar="PATH_OR_URL")
     show.add_argument("token")
     show.set_defaults(func=_show)
 
     top = actions.add_parser("top-up", help="add money to a token; prints its state")
-    top.add_argument("--ledger", required=True, metavar="PATH")
+    top.add_argument("--ledger", required=True, metavar="PATH_OR_URL")
     top.add_argument("token")
     top.add_argument("--amount", required=True, type=_amount)
     top.set_defaults(func=_top_up)
@@ -125,13 +209,19 @@ def add_tokens_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace, action: Any) -> int:
     try:
-        with _open(args.ledger, create=args.action == "issue") as ledger:
+        with open_ledger(args.ledger, create=args.action == "issue") as ledger:
             out = action(ledger)
     except LedgerError as exc:
         print(f"uamp tokens {args.action}: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
-    except (ValueError, sqlite3.Error) as exc:
+    except ValueError as exc:
         print(f"uamp tokens {args.action}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if not _database_error(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"uamp tokens {args.action}: the ledger failed: {first}", file=sys.stderr)
         return 1
     print(out)
     return 0
@@ -149,7 +239,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _top_up(args: argparse.Namespace) -> int:
-    def action(ledger: Ledger) -> str:
+    def action(ledger: SqlLedger) -> str:
         ledger.top_up(args.token, args.amount)
         return json.dumps(ledger.show(args.token).as_json())
 

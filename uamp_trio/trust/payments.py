@@ -18,13 +18,13 @@ with the response's usage: the real cost (:meth:`uamp_proto.ledger.Pricing.cost`
 at most the lock) is charged and the rest goes back to the balance. The
 settlement returns the ``payment.balance`` event (with
 ``low_balance_warning``) for transports that can carry it. A lock whose
-process died before settling is freed by :meth:`Ledger.recover` at the next
-start.
+process died before settling is freed by :meth:`SqlLedger.recover` at the next
+start (on PostgreSQL: once its heartbeat has expired).
 
 An agent declares its own prices with a ``pricing`` attribute (a
 :class:`~uamp_proto.ledger.Pricing`); agents without one cost the server's
-flat ``price`` per response. Ledger calls are SQLite transactions run in a
-worker thread, one at a time per ledger (:meth:`Ledger.call`), so a slow disk
+flat ``price`` per response. Ledger calls are database transactions run in
+worker threads (:meth:`SqlLedger.call`), so a slow disk or database
 or another server holding the file's write lock never stalls the event loop;
 a settlement is shielded from cancellation and completes.
 """
@@ -41,7 +41,7 @@ from uamp_proto import types as ty
 from uamp_proto.ledger import LedgerError, Pricing, format_amount
 from uamp_proto.payment import PaymentRequiredError
 
-from .ledger import Ledger
+from .ledger_sql import SqlLedger
 
 __all__ = ["LedgerCharge", "LedgerPolicy"]
 
@@ -99,7 +99,7 @@ class LedgerCharge:
 
 
 class LedgerPolicy:
-    """Payment through a :class:`~uamp_trio.trust.ledger.Ledger`.
+    """Payment through a ledger (:class:`~uamp_trio.trust.ledger_sql.SqlLedger`).
 
     Args:
         ledger: Where the tokens and their money live.
@@ -108,7 +108,7 @@ class LedgerPolicy:
         free_agents: Agents that cost nothing.
         orphan_grace: Seconds a dead server's lock is left for a server that
             carries its response on (:meth:`adopt`). Past that it is
-            released (:meth:`Ledger.recover`), checked at most once a minute
+            released (:meth:`SqlLedger.recover`), checked at most once a minute
             when a lock is taken. ``0``: dead servers' locks are released
             only by the start-up recovery.
     """
@@ -118,7 +118,7 @@ class LedgerPolicy:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: SqlLedger,
         *,
         price: str | Decimal = "0.01",
         currency: str = "USD",

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from uamp_proto import ledger as arith
 from uamp_proto.ledger import Account, LedgerError
 from uamp_trio.trust.ledger import Ledger
+from uamp_trio.trust.ledger_sql import SqlLedger
 
 D = Decimal
 
@@ -189,14 +190,22 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        import tempfile
-
-        self._dir = tempfile.TemporaryDirectory()
-        self.book = Ledger(Path(self._dir.name) / "l.db", clock=lambda: 0.0)
+        self.book = self.open_book()
         self.tokens: list[str] = []
         self.open: list[tuple[str, str, Decimal]] = []
         self.issued = D(0)
         self.counter = 0
+
+    def open_book(self) -> SqlLedger:
+        """The ledger under test (a subclass tests another backend)."""
+        import tempfile
+
+        self._dir = tempfile.TemporaryDirectory()
+        return Ledger(Path(self._dir.name) / "l.db", clock=lambda: 0.0)
+
+    def close_book(self) -> None:
+        self.book.close()
+        self._dir.cleanup()
 
     amounts = st.decimals(min_value=0, max_value=100, places=2)
 
@@ -239,8 +248,7 @@ class LedgerMachine(RuleBasedStateMachine):
         assert min(t["balance"], t["locked"], t["settled"]) >= 0
 
     def teardown(self) -> None:
-        self.book.close()
-        self._dir.cleanup()
+        self.close_book()
 
 
 TestLedgerMachine = LedgerMachine.TestCase
