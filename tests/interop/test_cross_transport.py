@@ -4,7 +4,8 @@
 agent), and every client people use asks it the same questions: the reply
 text must be the same over Chat Completions (plain and streamed), the native
 UAMP WebSocket, UAMP over HTTP+SSE, OpenAI Realtime, A2A (blocking and
-streamed), AG-UI, and ACP over stdio (``uamp acp``).
+streamed), AG-UI, ACP over stdio (``uamp acp``), and the Anthropic Messages
+API (plain and streamed).
 """
 
 from __future__ import annotations
@@ -185,6 +186,29 @@ def acp_stdio(base: str, prompt: str, agent: str = "demo") -> str:
     return str(_run(main()))
 
 
+def _anthropic(base: str, agent: str) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(
+        base_url=f"{base}/agents/{agent}", api_key="x", max_retries=0, timeout=TIMEOUT
+    )
+
+
+def anthropic_plain(base: str, prompt: str, agent: str = "demo") -> str:
+    reply = _anthropic(base, agent).messages.create(
+        model=agent, max_tokens=1024, messages=[{"role": "user", "content": prompt}]
+    )
+    assert reply.stop_reason == "end_turn"
+    return "".join(b.text for b in reply.content if b.type == "text")
+
+
+def anthropic_streamed(base: str, prompt: str, agent: str = "demo") -> str:
+    with _anthropic(base, agent).messages.stream(
+        model=agent, max_tokens=1024, messages=[{"role": "user", "content": prompt}]
+    ) as stream:
+        return "".join(stream.text_stream)
+
+
 TRANSPORTS = [
     completions_plain,
     completions_streamed,
@@ -195,6 +219,8 @@ TRANSPORTS = [
     a2a_streamed,
     agui,
     acp_stdio,
+    anthropic_plain,
+    anthropic_streamed,
 ]
 
 

@@ -553,9 +553,11 @@ class StopScanner:
             self._held = ""
             return buf[:first]
         hold = 0
+        last = buf[-1:]
         for seq in self.sequences:
             for k in range(min(len(seq) - 1, len(buf)), hold, -1):
-                if buf.endswith(seq[:k]):
+                # The last character first: most lengths are ruled out without a slice.
+                if seq[k - 1] == last and buf.endswith(seq[:k]):
                     hold = k
                     break
         self._held = buf[len(buf) - hold :] if hold else ""
