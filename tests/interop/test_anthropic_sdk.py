@@ -7,6 +7,7 @@ and stream event must parse as the SDK's own pydantic models.
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import anthropic
@@ -427,3 +428,23 @@ def test_envelopes_still_work_on_the_same_path(server: Any) -> None:
     # The same body, with the SDK's header: the Messages API.
     reply = client(server).messages.create(model="demo", max_tokens=10, messages=ask("hi"))
     assert reply.content[0].type == "text"
+
+
+def test_over_the_connection_limit_is_overloaded(thread_server: Any) -> None:
+    server = thread_server(_app(), max_connections=1)
+    with socket.create_connection(("127.0.0.1", server.port)) as held:
+        held.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert held.recv(65536).startswith(b"HTTP/1.1 200")  # served: it holds the one slot
+        with pytest.raises(anthropic.OverloadedError) as caught:
+            client(server).messages.create(model="demo", max_tokens=10, messages=ask("hi"))
+        assert caught.value.status_code == 529
+        assert caught.value.body == {  # type: ignore[comparison-overlap]
+            "type": "error",
+            "error": {
+                "type": "overloaded_error",
+                "message": "The server is at its connection limit; retry later.",
+            },
+        }
+        # Another protocol on the same server keeps its own answer to the same limit.
+        busy = httpx.post(f"{server.url}/v1/chat/completions", json={})
+        assert busy.status_code == 503 and busy.json()["error"]["code"] == "server_busy"

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
+import h11
 import orjson
 import trio
 
@@ -52,14 +53,16 @@ from .http import (
     YIELD_BEFORE,
     BodyBudget,
     Endpoint,
+    Headers,
     HTTPError,
     Request,
     Response,
     StreamingResponse,
     error_body,
     error_response,
+    reason_phrase,
 )
-from .http1 import linger, serve_http1
+from .http1 import linger, serve_http1, split_target
 from .http2 import busy_goaway, serve_http2
 from .streams import receive_or_eof, received
 from .websocket import WebSocketHandler
@@ -98,11 +101,14 @@ _ACCEPT_BATCH = 64
 _MAX_REFUSING = 1024
 
 
+_BUSY_MESSAGE = "The server is at its connection limit; retry later."
+
+
 def _busy_response() -> bytes:
     """The whole answer to an HTTP/1.1 connection over ``max_connections``."""
     body = orjson.dumps(
         error_body(
-            "The server is at its connection limit; retry later.",
+            _BUSY_MESSAGE,
             code="server_busy",
             type="server_error",
         )
@@ -685,13 +691,47 @@ class Server:
                 if h2 or (data and (data.startswith(H2_PREFACE) or H2_PREFACE.startswith(data))):
                     await conn.send_all(busy_goaway())
                 elif data:
-                    await conn.send_all(BUSY_RESPONSE)
+                    await conn.send_all(self.busy_answer(data))
                 await linger(conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # ssl.SSLError is an OSError: a failed handshake gets no answer
         finally:
             self._refusing -= 1
             await trio.aclose_forcefully(conn)
+
+    def busy_answer(self, data: bytes) -> bytes:
+        """The HTTP/1.1 answer to a connection over ``max_connections`` that sent ``data``.
+
+        A whole request head is answered 503 in its route's error style (an
+        Anthropic client expects 529 ``overloaded_error``); anything else,
+        and an app without styles, gets :data:`BUSY_RESPONSE`.
+        """
+        if not isinstance(self.app, RendersErrors) or b"\r\n\r\n" not in data:
+            return BUSY_RESPONSE
+        parser = h11.Connection(h11.SERVER)
+        parser.receive_data(data)
+        try:
+            event = parser.next_event()
+        except h11.RemoteProtocolError:
+            return BUSY_RESPONSE
+        if not isinstance(event, h11.Request):
+            return BUSY_RESPONSE
+        path, query = split_target(event.target.decode("latin-1"))
+        request = Request(
+            method=event.method.decode("latin-1"),
+            path=path,
+            query=query,
+            headers=Headers(event.headers),
+        )
+        exc = HTTPError(503, _BUSY_MESSAGE, code="server_busy", headers=[("retry-after", "1")])
+        try:
+            reply = self.app.render_refusal(request, exc)
+        except HTTPError:
+            return BUSY_RESPONSE
+        head = [f"HTTP/1.1 {reply.status} ".encode() + reason_phrase(reply.status)]
+        head += [f"{k}: {v}".encode("latin-1") for k, v in reply.headers]
+        head += [b"connection: close", b"server: uamp", b"content-length: %d" % len(reply.body)]
+        return b"\r\n".join(head) + b"\r\n\r\n" + reply.body
 
     def _forget(self, tracker: ConnectionTracker) -> None:
         """A connection has closed: it no longer counts, and shutdown may be done."""
