@@ -146,6 +146,24 @@ async def test_completions_streamed_and_not(server: Any) -> None:
             assert_binds(saved.signature, saved.text, streamed, jwks)
 
 
+async def test_anthropic_messages_streamed_and_not(server: Any) -> None:
+    headers = {"anthropic-version": "2023-06-01", "content-type": "application/json"}
+    with trio.fail_after(TIMEOUT):
+        jwks = await served_jwks(server)
+        async with httpx.AsyncClient(base_url=server.url, headers=headers) as http:
+            ask = {"model": "demo", "max_tokens": 9, "messages": [{"role": "user", "content": "a"}]}
+            body = orjson.dumps(ask)
+            r = await http.post("/agents/demo/v1/messages", content=body)
+            assert_binds(r.headers["x-uamp-signature"], r.json()["content"][0]["text"], body, jwks)
+            streamed = orjson.dumps({**ask, "stream": True})
+            r = await http.post("/agents/demo/v1/messages", content=streamed)
+            events = [orjson.loads(data) for _, data in sse(r.content)]
+            text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+            assert text == "You said: a" and events[-1]["type"] == "message_stop"
+            # On message_stop, where the anthropic SDK keeps members it does not know.
+            assert_binds(events[-1]["signature"], text, streamed, jwks)
+
+
 async def test_uamp_websocket_client_verifies(server: Any) -> None:
     url = f"ws://127.0.0.1:{server.port}/agents/demo/uamp"
     jwks_url = f"{server.url}/.well-known/jwks.json"
