@@ -2,6 +2,7 @@
 
 ::
 
+    uamp chat http://127.0.0.1:8765/agents/demo      # -> ws://.../agents/demo/uamp
     uamp chat ws://127.0.0.1:8765/agents/demo/uamp
     uamp chat http://127.0.0.1:8765 --agent demo      # -> ws://.../ws
     uamp chat 127.0.0.1:8765 --once "Hello"           # one turn, for scripts
@@ -10,12 +11,14 @@
 
 Tokens are printed as they arrive; tool calls, thinking and usage are shown
 beside them -- with colours (rich) when stdout is a terminal, as plain
-prefixed lines otherwise.
+prefixed lines otherwise. For scripts, ``--quiet`` prints the answer's text
+alone and ``--json`` each event the server sends as one JSON line.
 
 On a terminal the prompt has line editing and a history kept across runs
 (prompt_toolkit; ``--history FILE``, by default
 ``~/.local/state/uamp/chat_history``), and stays open while an answer
-streams above it. Lines typed while the agent answers wait their turn.
+streams above it, a whole line at a time (a line written in pieces would be
+erased by the prompt's redraw). Lines typed while the agent answers wait their turn.
 Commands: ``/help``, ``/new`` (end the session, start another), ``/cancel``
 (stop the answer being written: ``response.cancel``), ``/quit``. Ctrl-C stops
 the answer being written, or leaves when there is none; Ctrl-D (end of input)
@@ -52,12 +55,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import re
+import shutil
 import signal
 import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import httpx
@@ -65,6 +71,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.codec import encode
 from uamp_proto.relay import daemon_url
 from uamp_proto.signing import JWKSError
 
@@ -80,40 +87,90 @@ _SESSION_LOST = frozenset(
 )
 
 
+#: An agent's root URL (``.../agents/NAME``, or its OpenAI base ``.../agents/NAME/v1``).
+_AGENT_ROOT = re.compile(r"^(.*/agents/[^/]+?)(?:/v1)?/?$")
+
+
 def chat_url(url: str) -> str:
     """The WebSocket URL for what the user typed.
 
     ``host:port`` and ``http(s)://host:port`` (no path) become the
-    multi-agent endpoint ``ws(s)://host:port/ws``; a ``ws://`` URL is kept
+    multi-agent endpoint ``ws(s)://host:port/ws``; an agent's root URL, the
+    one every other client is given (``http://host:port/agents/NAME``, with
+    ``/v1`` or not), becomes that agent's UAMP WebSocket
+    (``ws://host:port/agents/NAME/uamp``); any other ``ws://`` URL is kept
     (the rule a daemon's URL follows too, :func:`uamp_proto.relay.daemon_url`).
 
     Raises:
         ValueError: Not an http(s) or ws(s) URL, or no host.
     """
-    return daemon_url(url if "://" in url else "ws://" + url)
+    ws = daemon_url(url if "://" in url else "ws://" + url)
+    parts = urlsplit(ws)
+    root = _AGENT_ROOT.match(parts.path)
+    if root is None:
+        return ws
+    path = str(root.group(1)) + "/uamp"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+#: What ``--json`` and ``--quiet`` leave of the output (``human``: everything).
+MODES = ("human", "json", "quiet")
+#: Notes ``--quiet`` still writes, to stderr: the ones that say why an answer failed.
+_QUIET_ALOUD = frozenset({"error", "payment"})
 
 
 class _Printer:
-    """Writes a response as it streams, rich or plain."""
+    """Writes a response as it streams, rich or plain.
 
-    def __init__(self, out: TextIO, rich: bool) -> None:
+    ``mode`` ``json`` writes each event the server sends as one JSON line and
+    nothing else; ``quiet`` writes the answer's text alone (failures go to
+    stderr). Above an interactive prompt (:meth:`whole_lines`) text is written
+    a whole line at a time: a line written in pieces would be erased by the
+    prompt's next redraw.
+    """
+
+    def __init__(self, out: TextIO, rich: bool, mode: str = "human") -> None:
         self.out = out
+        self.mode = mode
         self.console: Any = None
-        if rich:
+        if rich and mode == "human":
             from rich.console import Console
 
             self.console = Console(file=out, highlight=False)
         self.mid_line = False
+        #: Columns of a line held back until it is whole (``None``: write at once).
+        self.width: int | None = None
+        self.pending = ""
 
-    def text(self, text: str) -> None:
+    def event(self, event: Any) -> None:
+        """``--json``: the event as one line of its wire form."""
+        if self.mode == "json":
+            self._write(encode(event).decode() + "\n")
+
+    def _write(self, text: str) -> None:
         if self.console is not None:
             self.console.print(text, end="", soft_wrap=True)
         else:
             self.out.write(text)
             self.out.flush()
-        self.mid_line = not text.endswith("\n")
+
+    def text(self, text: str) -> None:
+        if self.mode == "json":
+            return
+        if self.width is None:
+            self._write(text)
+            self.mid_line = not text.endswith("\n")
+            return
+        self.pending += text
+        for line in self._whole_lines(self.width):
+            self._write(line + "\n")
+        self.mid_line = bool(self.pending)
 
     def note(self, label: str, text: str, style: str) -> None:
+        if self.mode != "human":
+            if self.mode == "quiet" and label in _QUIET_ALOUD:
+                print(f"uamp chat: {label}: {text}", file=sys.stderr, flush=True)
+            return
         if self.mid_line:
             self.text("\n")
         if self.console is not None:
@@ -131,6 +188,36 @@ class _Printer:
     def end(self) -> None:
         if self.mid_line:
             self.text("\n")
+
+    def _whole_lines(self, width: int) -> Iterator[str]:
+        """Take the lines :attr:`pending` completes: up to each newline, or a screen line.
+
+        A line longer than ``width`` is cut after its last space within it (or
+        at ``width`` when it has none), as the terminal would have wrapped it.
+        """
+        while True:
+            pending = self.pending
+            newline = pending.find("\n")
+            if 0 <= newline <= width:
+                self.pending = pending[newline + 1 :]
+                yield pending[:newline]
+            elif len(pending) > width:
+                cut = pending.rfind(" ", 0, width + 1)
+                cut = width if cut <= 0 else cut + 1
+                self.pending = pending[cut:]
+                yield pending[:cut].rstrip(" ")
+            else:
+                return
+
+    @contextlib.contextmanager
+    def whole_lines(self, width: int) -> Iterator[None]:
+        """Hold text back until a line is whole, or ``width`` columns long, for the duration."""
+        self.width = max(width, 20)
+        try:
+            yield
+        finally:
+            self.end()
+            self.width = None
 
     @contextlib.contextmanager
     def writing_to(self, out: TextIO) -> Iterator[None]:
@@ -161,6 +248,7 @@ async def _turn(
     unpaid = False
     with trio.CancelScope():
         async for event in stream:
+            printer.event(event)
             if isinstance(event, ev.PaymentRequired):
                 req = event.requirements
                 price = f"{req.amount} {req.currency or ''}".strip()
@@ -223,6 +311,7 @@ async def run_chat(
     once: str | None = None,
     out: TextIO | None = None,
     rich: bool | None = None,
+    mode: str = "human",
     verify: str | None = None,
     save: str | None = None,
     history: str | None = None,
@@ -238,7 +327,7 @@ async def run_chat(
     """
     out = out or sys.stdout
     use_rich = out.isatty() if rich is None else rich
-    printer = _Printer(out, use_rich)
+    printer = _Printer(out, use_rich, mode)
     try:
         async with connect(chat_url(url), verify=verify, auto_resume=True) as client:
             if room is not None:
@@ -341,7 +430,8 @@ class _LineReader:
             return
         from prompt_toolkit.patch_stdout import patch_stdout
 
-        with patch_stdout(raw=True), printer.writing_to(sys.stdout):
+        width = shutil.get_terminal_size().columns
+        with patch_stdout(raw=True), printer.writing_to(sys.stdout), printer.whole_lines(width):
             yield
 
 
@@ -589,6 +679,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payment-token", help="pay with this token when the agent asks")
     p.add_argument("--once", metavar="TEXT", help="send TEXT, print the answer and exit")
     p.add_argument("--plain", action="store_true", help="no colours even on a terminal")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="for scripts: write each event the server sends as one JSON line, nothing else",
+    )
+    output.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="for scripts: write the answer's text alone (failures go to stderr)",
+    )
     p.add_argument(
         "--verify", metavar="PATH_OR_URL", help="check every response's signature against a JWKS"
     )
@@ -639,6 +741,7 @@ def _command(args: argparse.Namespace) -> int:
             payment_token=args.payment_token,
             once=args.once,
             rich=False if args.plain else None,
+            mode="json" if args.json else "quiet" if args.quiet else "human",
             verify=args.verify,
             save=args.save,
             history=args.history,

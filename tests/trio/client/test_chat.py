@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,10 +60,61 @@ def test_chat_reports_a_refused_connection() -> None:
         ("http://h:1", "ws://h:1/ws"),
         ("https://h:1/", "wss://h:1/ws"),
         ("ws://h:1/agents/a/uamp", "ws://h:1/agents/a/uamp"),
+        # An agent's root URL, as every other client is given it.
+        ("http://h:1/agents/demo", "ws://h:1/agents/demo/uamp"),
+        ("http://h:1/agents/demo/", "ws://h:1/agents/demo/uamp"),
+        ("http://h:1/agents/demo/v1", "ws://h:1/agents/demo/uamp"),
+        ("ws://h:1/agents/demo", "ws://h:1/agents/demo/uamp"),
+        ("https://h/api/agents/demo", "wss://h/api/agents/demo/uamp"),
     ],
 )
 def test_chat_url(given: str, expected: str) -> None:
     assert chat_url(given) == expected
+
+
+def test_chat_finds_the_websocket_of_an_agent_root_url_and_quiet_prints_the_answer_alone(
+    server_url: str,
+) -> None:
+    done = chat(f"{server_url}/agents/demo", "--once", "hello there", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "You said: hello there\n"
+    assert done.stderr == ""
+
+
+def test_chat_json_writes_each_event_as_one_json_line(server_url: str) -> None:
+    done = chat(f"{server_url}/agents/demo", "--once", "hello there", "--json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    types = [e["type"] for e in events]
+    assert types[-1] == "response.done" and "response.delta" in types, types
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "response.delta")
+    assert text == "You said: hello there"
+
+
+@pytest.mark.parametrize(
+    ("pieces", "width", "lines", "held"),
+    [
+        (["tick 0 ", "tick 1 ", "tick"], 80, [], "tick 0 tick 1 tick"),
+        (["one\ntw", "o\n"], 80, ["one", "two"], ""),
+        (["aaaa bbbb cccc"], 10, ["aaaa bbbb"], "cccc"),
+        (["x" * 25], 10, ["x" * 10, "x" * 10], "x" * 5),
+    ],
+    ids=["partial", "newlines", "word wrap", "no space"],
+)
+def test_above_a_prompt_text_is_written_in_whole_lines(
+    pieces: list[str], width: int, lines: list[str], held: str
+) -> None:
+    import io
+
+    from uamp_trio.client.chat import _Printer
+
+    out = io.StringIO()
+    printer = _Printer(out, rich=False)
+    printer.width = width
+    for piece in pieces:
+        printer.text(piece)
+    assert out.getvalue().splitlines() == lines
+    assert printer.pending == held
 
 
 def test_chat_survives_a_server_restart(tmp_path: Path) -> None:

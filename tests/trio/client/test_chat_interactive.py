@@ -101,15 +101,16 @@ def test_cancel_with_nothing_running_says_so(demo: str) -> None:
 
 # --- a terminal: prompt_toolkit -----------------------------------------------------------
 
+
 class Terminal:
     """``uamp chat`` on a pseudo-terminal, as a person would run it, read off the screen a
     VT100 emulator (pyte) draws from its output -- prompt_toolkit redraws the prompt around
     each piece of a streamed answer, so the raw bytes are not what a person sees."""
 
-    def __init__(self, url: str, history: Path) -> None:
+    def __init__(self, url: str, history: Path, agent: str = "demo", lines: int = 40) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            [UAMP_SCRIPT, "chat", url, "--agent", "demo", "--history", str(history)],
+            [UAMP_SCRIPT, "chat", url, "--agent", agent, "--history", str(history)],
             stdin=slave,
             stdout=slave,
             stderr=slave,
@@ -118,13 +119,13 @@ class Terminal:
                 **ENV,
                 "TERM": "xterm",
                 "COLUMNS": "100",
-                "LINES": "40",
+                "LINES": str(lines),
                 "PROMPT_TOOLKIT_NO_CPR": "1",
             },
             start_new_session=True,
         )
         os.close(slave)
-        self.screen = pyte.Screen(100, 40)
+        self.screen = pyte.Screen(100, lines)
         self.stream = pyte.ByteStream(self.screen)
 
     @property
@@ -209,3 +210,33 @@ def test_terminal_ctrl_c_at_the_prompt_leaves_cleanly(demo: str, tmp_path: Path)
     term.type("\x03")  # Ctrl-C
     assert term.close() == 0
     assert "Traceback" not in term.text
+
+
+@pytest.fixture(scope="module")
+def ticker() -> Iterator[str]:
+    agent = "tests._support.agents:Ticker"
+    command = [UAMP_SCRIPT, "serve", "--port", "0", "--no-access-log", "--agent", agent]
+    with Served(command) as srv:
+        yield srv.url()
+
+
+def test_ten_rapid_turns_keep_every_streamed_word_on_the_screen(
+    ticker: str, tmp_path: Path
+) -> None:
+    """Lines typed while answers stream (one delta per 50 ms, no newline): every answer
+    shows whole, in order -- the prompt's redraw never erases a line written in pieces."""
+    term = Terminal(ticker, tmp_path / "history", agent="ticker", lines=60)
+    term.prompt_after(0)
+    counts = [3 + n % 3 for n in range(10)]
+    for n, count in enumerate(counts):
+        term.type(f"{count}\r")  # "N": the ticker says tick 0 ... tick N-1
+        time.sleep(0.06 * (n % 4))  # typed between, during and after the answers
+
+    def answers(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("tick")]
+
+    term.wait(lambda text: len(answers(text)) >= 10 and text.endswith("\n>"), "10 answers", 60)
+    expected = [" ".join(f"tick {i}" for i in range(count)) for count in counts]
+    assert answers(term.text) == expected, term.text
+    term.type("\x04")
+    assert term.close() == 0
