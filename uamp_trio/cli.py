@@ -83,7 +83,7 @@ from .engines.server import Server, ServerConfig
 from .hosting.host import Transport
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, open_chat_store, open_event_log, open_task_store
-from .transports import a2a
+from .transports import a2a, envelope_grpc, envelopes
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
     AnyOf,
@@ -128,11 +128,34 @@ def _import(module_name: str) -> Any:
 
 
 def _transports(args: argparse.Namespace) -> list[Transport] | None:
-    """The transports ``uamp serve`` mounts: the defaults, A2A configured by its flags."""
-    if not args.a2a_push_allow:
+    """The transports ``uamp serve`` mounts: the defaults, A2A configured by its flags,
+    without spec 003's bindings when :func:`envelopes_refused` says so."""
+    if not args.a2a_push_allow and envelopes_refused(args) is None:
         return None
-    push = a2a.PushSender(allow=args.a2a_push_allow)
-    return [a2a.transport(push=push) if t is a2a.mount else t for t in default_transports()]
+    chosen = list(default_transports())
+    if args.a2a_push_allow:
+        push = a2a.PushSender(allow=args.a2a_push_allow)
+        chosen = [a2a.transport(push=push) if t is a2a.mount else t for t in chosen]
+    if envelopes_refused(args) is not None:
+        chosen = [t for t in chosen if t not in (envelopes.mount, envelope_grpc.mount)]
+    return chosen
+
+
+def envelopes_refused(args: argparse.Namespace) -> str | None:
+    """Why spec 003's bindings are not served, or ``None`` when they are.
+
+    Spec 003 section 6.1: envelopes travel over TLS 1.3 only. In cleartext
+    they are served on a loopback address (the quick start, or behind a
+    local TLS proxy), or where ``--insecure-envelopes`` says the operator
+    knows better (a private network, a TLS proxy on another host).
+    """
+    if args.certfile is not None or is_loopback(args.host) or args.insecure_envelopes:
+        return None
+    return (
+        f"spec 003 envelopes are not served: {args.host} is not a loopback address and there "
+        "is no --certfile (spec 003 section 6.1: TLS 1.3 only); give --certfile/--keyfile, "
+        "or --insecure-envelopes to serve them in cleartext anyway"
+    )
 
 
 def load_agent(spec: str) -> Responder:
@@ -525,6 +548,12 @@ def _add_serve(sub: Any) -> None:
         metavar="PATH",
         help="accept static API keys from this file (one 'principal:key' a line)",
     )
+    env.add_argument(
+        "--insecure-envelopes",
+        action="store_true",
+        help="serve spec 003's bindings in cleartext on a non-loopback address (by default "
+        "they need --certfile there: spec 003 section 6.1)",
+    )
     auth.add_argument(
         "--allow-anonymous",
         action="store_true",
@@ -765,6 +794,12 @@ def _serve_command(args: argparse.Namespace) -> int:
         return 2
     if args.relay:
         print(RELAY_OPEN if authenticator is None else RELAY_AUTH, flush=True)
+    refused = envelopes_refused(args)
+    if refused is not None:
+        print(f"uamp serve: {refused}", flush=True)
+    # Section 8: the manifest names mutual TLS when every client must present a certificate.
+    if app.envelopes is not None:
+        app.envelopes.mutual_tls = config.client_ca is not None
     try:
         inherited = workers.inherited_socket()
         server = Server(app, config, sockets=[inherited] if inherited is not None else [])

@@ -104,15 +104,16 @@ def _readline(proc: subprocess.Popen[str], timeout: float) -> str | None:
 
 
 @contextmanager
-def uamp_serve(*args: str) -> Iterator[str]:
+def uamp_serve(*args: str, seen: list[str] | None = None) -> Iterator[str]:
     """``uamp serve --port 0 *args`` in a subprocess; yields its base URL.
 
-    Stopped with SIGINT when the block ends; a server that does not stop in
-    15 s is killed and fails the test.
+    ``seen`` collects the lines it printed up to the URL's. Stopped with
+    SIGINT when the block ends; a server that does not stop in 15 s is
+    killed and fails the test.
     """
     proc = spawn_serve(*args)
     try:
-        yield wait_for_line(proc, r"serving on (https?://[\d.]+:\d+)").group(1)
+        yield wait_for_line(proc, r"serving on (https?://[\d.]+:\d+)", seen).group(1)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -529,6 +529,9 @@ class EnvelopeService:
         )
         self.base_urls = tuple(u.rstrip("/") for u in base_urls)
         self.clock = clock
+        #: Every TLS client presents a certificate (``--client-ca``): the
+        #: manifest lists ``mtls`` among its ``auth`` methods.
+        self.mutual_tls = False
         self._exchanges: OrderedDict[str, Exchange] = OrderedDict()
         self._streams: dict[str, Exchange] = {}
         self._running: dict[str, int] = {}

@@ -143,7 +143,10 @@ class EnvelopeBindings:
             description=description if isinstance(description, str) else f"uamp agent {agent.name}",
             intents=envelope_service.SERVED_INTENTS,
             body_types=wire.BODY_TYPES,
-            auth=("oauth2",) if service.trust.required else (),
+            auth=(
+                *(("oauth2",) if service.trust.required else ()),
+                *(("mtls",) if service.mutual_tls else ()),
+            ),
             max_body_kb=max(1, service.limits.max_size // 1024),
         )
         return discovery.sign_manifest(manifest, service.key.key, service.key.kid)
