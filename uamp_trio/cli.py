@@ -403,9 +403,12 @@ def _add_serve(sub: Any) -> None:
         )
     p.add_argument(
         "--grace",
+        "--graceful-timeout",
+        dest="grace",
         type=float,
         default=_DEFAULTS.shutdown_grace,
-        help="seconds in-flight requests get on shutdown (default %(default)s)",
+        help="seconds in-flight requests get on shutdown; UAMP WebSockets then close with "
+        "1012 once their responses end (default %(default)s)",
     )
     p.add_argument(
         "--a2a-max-tasks",

@@ -68,6 +68,8 @@ CLOSE_INVALID_DATA: Final = 1007
 CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_TOO_BIG: Final = 1009
 CLOSE_INTERNAL_ERROR: Final = 1011
+#: The server is restarting or draining: reconnect (to another server) and resume.
+CLOSE_SERVICE_RESTART: Final = 1012
 #: Not sent on the wire: the connection ended without a close frame.
 CLOSE_ABNORMAL: Final = 1006
 

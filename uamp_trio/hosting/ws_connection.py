@@ -19,6 +19,12 @@ side (docs/relay.md):
   again, and closes (``session.end`` reason ``timeout`` for every session,
   then close code 1001) a connection whose host is not busy and that sent
   nothing for ``idle_timeout``.
+* the **drainer** (when the server can drain) waits for a graceful shutdown
+  to begin, lets the responses running on the connection finish, and then
+  closes it with code 1012 ("service restart"): the client reconnects --
+  through a load balancer, to another server -- and resumes its sessions
+  there (docs/resume.md). A response still running when the server's grace
+  period ends is cut off with the connection, as a lost node's is.
 
 A UAMP session host keeps an event log (docs/resume.md): the writer makes
 sure a batch is in the log before it writes it, and when the socket goes
@@ -65,6 +71,7 @@ from ..engines.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
+    CLOSE_SERVICE_RESTART,
     FrameEngine,
     WebSocketClosed,
 )
@@ -81,6 +88,8 @@ READ_SIZE: Final = FRAMES_READ_SIZE
 SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
 #: How long closing waits for the writer to flush the close frame.
 CLOSE_GRACE: Final = 2.0
+#: How often a draining connection looks whether its responses have ended.
+DRAIN_POLL: Final = 0.05
 
 
 class _Connection:
@@ -232,6 +241,14 @@ class _Connection:
                 self.scope.cancel()
             raise trio.ClosedResourceError("peer not reading")
 
+    async def drainer(self, drain: trio.Event) -> None:
+        """Once ``drain`` is set, close with 1012 as soon as no response runs."""
+        await drain.wait()
+        while self.host.busy:
+            await trio.sleep(DRAIN_POLL)
+        log.debug("server draining: closing a UAMP WebSocket with 1012")
+        self.shut(CLOSE_SERVICE_RESTART, "server draining: reconnect and resume")
+
     async def keeper(self) -> None:
         limits, host = self.limits, self.host
         interval = limits.keepalive_interval
@@ -305,16 +322,19 @@ async def serve_host(
     *,
     initial_data: bytes = b"",
     limits: SessionLimits | None = None,
+    drain: trio.Event | None = None,
 ) -> None:
     """Run the reader, writer and keeper of one WebSocket around a host until it closes.
 
     ``make_host`` builds the host in the connection's nursery (where its
     work runs); ``frames`` is a framing engine of the right side (a daemon
-    dials out, so its engine is a client's).
+    dials out, so its engine is a client's); ``drain`` is set when the server
+    begins a graceful shutdown (the connection then closes with 1012 once its
+    responses end).
     """
     limits = limits or SessionLimits()
     try:
-        await _serve(stream, make_host, frames, initial_data, limits)
+        await _serve(stream, make_host, frames, initial_data, limits, drain)
     finally:
         # Also when cancelled (a daemon stopped, the server shutting down): the
         # peer learns at once that the connection is gone.
@@ -328,6 +348,7 @@ async def _serve(
     frames: FrameEngine,
     initial_data: bytes,
     limits: SessionLimits,
+    drain: trio.Event | None,
 ) -> None:
     async with trio.open_nursery() as nursery:
         host = make_host(nursery)
@@ -337,6 +358,8 @@ async def _serve(
             conn.scope = io.cancel_scope
             io.start_soon(conn.writer)
             io.start_soon(conn.keeper)
+            if drain is not None:
+                io.start_soon(conn.drainer, drain)
             await conn.reader(initial_data)
             detached = isinstance(host, SessionHost) and host.detached
             if not detached:

@@ -163,4 +163,7 @@ async def serve_uamp_websocket(
             principal=principal,
         )
 
-    await serve_host(stream, make_host, frames, initial_data=initial_data, limits=limits)
+    drain = app.drain_started if app is not None else None
+    await serve_host(
+        stream, make_host, frames, initial_data=initial_data, limits=limits, drain=drain
+    )
