@@ -26,7 +26,12 @@ messages and writes the events these decisions produce.
     Which agents answer a message: every message, only when mentioned
     (``@name``), or by routing rules in the spirit of section 12 (a pattern
     a message must match, the agent that answers, a priority). An agent's
-    own message never triggers an agent (no loops between agents).
+    own message never triggers an agent (no loops between agents). A rule's
+    pattern comes from a client, so it is matched by RE2 (``google-re2``):
+    time linear in the message, no backtracking, a compile bounded by
+    :data:`MAX_RULE_PATTERN` characters and :data:`RULE_MEMORY` bytes of
+    program; Python's ``re`` would let ``(a+)+$`` freeze the event loop and a
+    pattern of 2,000 nested groups overflow its compiler's recursion.
 :func:`backlog_action`
     What to do with a participant whose connection has ``queued`` unwritten
     events: nothing, tell it once, or drop it.
@@ -37,7 +42,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -54,11 +59,67 @@ __all__ = [
     "TypingGate",
     "agent_names",
     "backlog_action",
+    "compile_rule",
     "mentions",
 ]
 
 #: Agents a message names with ``@name``.
 _MENTION: Final = re.compile(r"(?<![\w@])@([A-Za-z0-9_.~-]+)")
+#: The longest pattern of a routing rule, in characters.
+MAX_RULE_PATTERN: Final = 256
+#: RE2's memory budget for one rule's compiled program (bytes): a pattern that
+#: compiles to more (``\p{L}{100}``...) is refused, so compiling one stays
+#: under a millisecond.
+RULE_MEMORY: Final = 1 << 16
+#: The most routing rules a room has.
+MAX_RULES: Final = 64
+
+
+class Pattern(Protocol):
+    """A compiled routing pattern (RE2's)."""
+
+    def search(self, text: str) -> object | None:
+        """A match of the pattern anywhere in ``text``, or ``None``."""
+        ...
+
+
+def compile_rule(pattern: str, where: str = "match") -> Pattern:
+    """``pattern`` (RE2 syntax: no backreferences or lookaround) compiled case-insensitive.
+
+    Raises:
+        ProtocolError: ``invalid_request`` naming ``where`` (the field) and
+            what is wrong: too long, too big a program, not RE2 syntax.
+    """
+    if len(pattern) > MAX_RULE_PATTERN:
+        raise ProtocolError(
+            f"{where} is {len(pattern)} characters long; at most {MAX_RULE_PATTERN}",
+            code="invalid_request",
+            field=where,
+        )
+    try:
+        import re2  # google-re2: the server's extra; imported only when a room has rules
+    except ImportError:  # pragma: no cover - installed with uamp[trio]
+        raise ProtocolError(
+            f"{where}: this server cannot match routing rules (google-re2 is not installed)",
+            code="invalid_request",
+            field=where,
+        ) from None
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False
+    options.max_mem = RULE_MEMORY
+    try:
+        compiled: Pattern = re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ProtocolError(
+            f"{where} is not a regular expression this server matches: {reason}",
+            code="invalid_request",
+            field=where,
+        ) from None
+    return compiled
 
 
 @attrs.frozen(kw_only=True)
@@ -265,19 +326,27 @@ class RoutingRule:
     """Section 12 in a chat: messages matching ``match`` go to ``agent``.
 
     Attributes:
-        match: A regular expression searched in the message text
-            (case-insensitive).
+        match: A regular expression (RE2 syntax) searched in the message
+            text, case-insensitive; compiled when the rule is made.
         agent: The agent that answers.
         priority: Higher wins when several rules match.
+
+    Raises:
+        ProtocolError: ``invalid_request``: ``match`` is refused
+            (:func:`compile_rule`).
     """
 
     match: str
     agent: str
     priority: int = 0
+    _pattern: Pattern = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_pattern", compile_rule(self.match))
 
     def matches(self, text: str) -> bool:
-        """Whether ``text`` matches the rule."""
-        return re.search(self.match, text, re.IGNORECASE) is not None
+        """Whether ``text`` matches the rule (time linear in ``text``)."""
+        return self._pattern.search(text) is not None
 
 
 class Respond(enum.Enum):
@@ -322,31 +391,40 @@ class AnswerPolicy:
             ) from None
         rules = []
         raw_rules = data.get("rules") or []
-        if not isinstance(raw_rules, list) or len(raw_rules) > 64:
+        if not isinstance(raw_rules, list) or len(raw_rules) > MAX_RULES:
             raise ProtocolError(
-                "chat.rules must be a list of at most 64 rules", code="invalid_event"
+                f"chat.rules must be a list of at most {MAX_RULES} rules",
+                code="invalid_request",
+                field="chat.rules",
             )
         for n, raw in enumerate(raw_rules):
+            field = f"chat.rules[{n}]"
             try:
-                rule = RoutingRule(
-                    match=str(raw["match"]),
-                    agent=str(raw["agent"]),
-                    priority=int(raw.get("priority", 0)),
-                )
-                re.compile(rule.match)
-            except (KeyError, TypeError, ValueError, re.error) as exc:
+                match, agent = raw["match"], raw["agent"]
+                priority = int(raw.get("priority", 0))
+                if not (isinstance(match, str) and isinstance(agent, str)):
+                    raise TypeError
+            except (KeyError, TypeError, ValueError, AttributeError):
                 raise ProtocolError(
-                    f"chat.rules[{n}] needs match (a regular expression) and agent: {exc}",
-                    code="invalid_event",
+                    f"{field} needs match (a regular expression), agent (a name) "
+                    "and an integer priority",
+                    code="invalid_request",
+                    field=field,
                 ) from None
-            rules.append(rule)
+            try:
+                rules.append(RoutingRule(match=match, agent=agent, priority=priority))
+            except ProtocolError as exc:  # the pattern: say which rule's
+                where = f"{field}.{exc.field}"
+                raise ProtocolError(f"{field}.{exc.message}", code=exc.code, field=where) from None
         return cls(respond=respond, rules=tuple(rules))
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form :meth:`from_json` reads."""
         out: dict[str, Any] = {"respond": self.respond.value}
         if self.rules:
-            out["rules"] = [attrs.asdict(r) for r in self.rules]
+            out["rules"] = [
+                {"match": r.match, "agent": r.agent, "priority": r.priority} for r in self.rules
+            ]
         return out
 
     def choose(self, text: str, agents: Sequence[str], *, from_agent: bool = False) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uamp_proto import events as ev
@@ -20,6 +20,7 @@ from uamp_proto.chat import (
     RoutingRule,
     TypingGate,
     backlog_action,
+    compile_rule,
     mentions,
 )
 from uamp_proto.errors import LocalProtocolError, ProtocolError
@@ -164,14 +165,36 @@ def test_policy_json_round_trip_and_refusals() -> None:
         {"respond": "rules", "rules": [{"match": "a+", "agent": "demo", "priority": 2}]}
     )
     assert AnswerPolicy.from_json(policy.to_json()) == policy
-    for bad in (
-        {"respond": "sometimes"},
-        {"rules": [{"agent": "x"}]},
-        {"rules": [{"match": "(", "agent": "x"}]},
+    for bad, code, field in (
+        ({"respond": "sometimes"}, "invalid_event", None),
+        ({"rules": [{"agent": "x"}]}, "invalid_request", "chat.rules[0]"),
+        ({"rules": [{"match": "(", "agent": "x"}]}, "invalid_request", "chat.rules[0].match"),
+        ({"rules": [{"match": "a" * 257, "agent": "x"}]}, "invalid_request", "chat.rules[0].match"),
+        ({"rules": [{"match": r"(a)\1", "agent": "x"}]}, "invalid_request", "chat.rules[0].match"),
+        ({"rules": [{"match": "x", "agent": "x"}] * 65}, "invalid_request", "chat.rules"),
     ):
         with pytest.raises(ProtocolError) as err:
             AnswerPolicy.from_json(bad)
-        assert err.value.code == "invalid_event" and "chat." in err.value.message
+        assert err.value.code == code and "chat." in err.value.message
+        assert err.value.field == field
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_rule_pattern_compiles_or_is_refused_as_invalid_request(pattern: str) -> None:
+    try:
+        compiled = compile_rule(pattern)
+    except ProtocolError as exc:
+        assert exc.code == "invalid_request" and exc.field == "match"
+    else:
+        compiled.search("some text to match, " * 50)  # linear: never a backtracking blow-up
+
+
+def test_rules_are_matched_without_backtracking() -> None:
+    # Python's re takes about 2**n steps for (a+)+$ against n a's and a "!"; RE2 is linear.
+    rule = RoutingRule(match="(a+)+$", agent="demo")
+    assert not rule.matches("a" * 5000 + "!")
+    assert rule.matches("A" * 5000)  # case-insensitive
 
 
 BACKLOG_TABLE = [

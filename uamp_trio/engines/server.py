@@ -65,6 +65,7 @@ from .http import (
 from .http1 import linger, serve_http1, split_target
 from .http2 import busy_goaway, serve_http2
 from .streams import receive_or_eof, received
+from .supervise import Background, Spawner
 from .websocket import WebSocketHandler
 
 if TYPE_CHECKING:
@@ -327,7 +328,7 @@ class HasBackground(Protocol):
     shutdown has begun.
     """
 
-    background: trio.Nursery | None
+    background: Spawner | None
     queue_limits: tuple[int, int]
     draining: bool
 
@@ -488,14 +489,17 @@ class Server:
         try:
             async with trio.open_nursery() as connections:
                 if self._host is not None:
-                    self._host.background = connections
+                    # Every task started there runs supervised: work a client's
+                    # input started never ends the server (engines.supervise).
+                    background = Background(connections)
+                    self._host.background = background
                     self._host.draining = False
                     self._host.queue_limits = (
                         cfg.max_queued_events,
                         cfg.max_session_queued_events,
                     )
                     for service in getattr(self._host, "services", ()):
-                        connections.start_soon(service)
+                        background.start_soon(service)
                 if cfg.http3:
                     await self._start_http3(connections)
                 if self.ssl_context is None and dormant_available():

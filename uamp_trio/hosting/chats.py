@@ -89,6 +89,7 @@ from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
+from ..engines.supervise import OnError, supervised
 from ..stores._background import start_background
 from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
 from ..stores.health import StoreHealth
@@ -502,7 +503,17 @@ class ChatHub:
                 "chat_id": room.chat_id,
                 "sender_id": member.user_id,
             }
-            member.link.spawn(self._answer, room, agent, member, stored, context)
+            failed = functools.partial(self._answer_failed, member, agent, room.chat_id)
+            member.link.spawn(self._answer, room, agent, member, stored, context, on_error=failed)
+
+    @staticmethod
+    def _answer_failed(member: _Member, agent: str, chat_id: str, exc: BaseException) -> None:
+        member.link.tell(
+            member.session_id,
+            "internal_error",
+            f"agent {agent!r} could not answer in chat {chat_id!r}: the server failed",
+            {"agent": agent, "chat_id": chat_id},
+        )
 
     def typing(self, room: Room, member: _Member, is_typing: bool) -> None:
         """A participant's ``input.typing``: throttled ``presence.typing`` to the others."""
@@ -774,7 +785,9 @@ class ChatLink:
         state.queue.append((kind, payload))
         if not state.worker:
             state.worker = True
-            self.spawn(self._work, session_id, state)
+            self.spawn(
+                self._work, session_id, state, on_error=functools.partial(self._failed, session_id)
+            )
         elif state.wakeup:
             state.wakeup.unpark_all()
 
@@ -867,10 +880,23 @@ class ChatLink:
         """The session's auth and payment tokens."""
         return self.host.session_tokens(session_id)
 
-    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run chat work in the app's background nursery (else the connection's)."""
+    def spawn(self, fn: Callable[..., Any], *args: Any, on_error: OnError | None = None) -> None:
+        """Run chat work supervised in the app's background nursery (else the connection's).
+
+        ``on_error`` ends the work with its client when it raises (a bug).
+        """
         nursery = self.hub.host.background or self.host.nursery
-        nursery.start_soon(fn, *args)
+        what = f"chat work {getattr(fn, '__name__', fn)}"
+        nursery.start_soon(functools.partial(supervised, fn, *args, what=what, on_error=on_error))
+
+    def _failed(self, session_id: str, exc: BaseException) -> None:
+        """The session's chat task failed: told so, it leaves its rooms (it may join again)."""
+        self.tell(
+            session_id,
+            "internal_error",
+            "this session's chat work failed on the server; it left its chats",
+        )
+        self.end(session_id)
 
     # --- the session's chat task ----------------------------------------------------------
 
@@ -884,7 +910,8 @@ class ChatLink:
                 try:
                     await self._step(session_id, state, kind, payload)
                 except ProtocolError as exc:
-                    self.tell(session_id, exc.code, exc.message)
+                    details = {"field": exc.field} if exc.field else None
+                    self.tell(session_id, exc.code, exc.message, details)
         finally:
             state.worker = False
 

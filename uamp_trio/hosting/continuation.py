@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from ..stores.event_log import EventLog, LogKey, SessionRecord
     from .host import Host
 
-__all__ = ["carry_on"]
+__all__ = ["abandon", "carry_on"]
 
 log = logging.getLogger("uamp_trio.sessions")
 
@@ -165,6 +165,26 @@ async def carry_on(
         with trio.CancelScope(shield=True):
             await event_log.flush()
         event_log.release(key, owner)
+
+
+def abandon(
+    event_log: EventLog,
+    key: LogKey,
+    record: SessionRecord,
+    owner: Callable[[], None] | None,
+    exc: BaseException | None = None,
+) -> None:
+    """:func:`carry_on` itself raised (a bug): the response ends ``interrupted``, the log is let go.
+
+    Its ``on_error`` under supervision (:mod:`uamp_trio.engines.supervise`):
+    the client following the log hears the end instead of waiting forever.
+    """
+    running = record.running
+    if running is not None and event_log.writing(key):
+        _append(event_log, key, interrupted_event(replayed(running, [])), key[1])
+    record.running, record.input = None, []
+    event_log.put_record(key, record.copy())
+    event_log.release(key, owner)
 
 
 async def _go_on(

@@ -32,6 +32,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 
 from ..engines.http import Endpoint
+from ..engines.supervise import Spawner
 from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
 from .chats import ChatHub
@@ -81,7 +82,8 @@ class Host:
         #: tasks). :class:`~uamp_trio.engines.server.Server` sets it while
         #: serving and cancels what is left at the end of its shutdown grace
         #: period.
-        self.background: trio.Nursery | None = None
+        #: Every task started in it runs supervised (:mod:`~uamp_trio.engines.supervise`).
+        self.background: Spawner | None = None
         #: Tasks that run in :attr:`background` for as long as a server
         #: serves the app (started when it starts listening; the relay's
         #: routes shared between processes, docs/relay.md).

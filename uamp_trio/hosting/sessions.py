@@ -126,13 +126,14 @@ from uamp_proto.resume import (
 )
 from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
 
+from ..engines.supervise import supervised
 from ..stores.event_log import SessionRecord
 from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, WrappedAgent
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
-from .continuation import carry_on
+from .continuation import abandon, carry_on
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -1212,7 +1213,7 @@ class SessionHost:
     def _store_down(self) -> str | None:
         """Why new work is refused now: the event log's store does not answer (or ``None``)."""
         log = self.event_log
-        if log is None or not log.health.down:
+        if log is None or not log.health.unavailable:
             return None
         return "the session store is unavailable; try again shortly"
 
@@ -1483,7 +1484,11 @@ class SessionHost:
         job = functools.partial(
             carry_on, log, key, record, session.agent, session.principal, app, carrying
         )
-        (nursery or self._nursery).start_soon(job)
+        failed = functools.partial(abandon, log, key, record, carrying)
+        what = f"session {session.id}: carrying on response {running}"
+        (nursery or self._nursery).start_soon(
+            functools.partial(supervised, job, what=what, on_error=failed)
+        )
 
     # --- authentication (spec 000 section 10.3; docs/security.md) ---------------
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import trio
 
 from .health import StoreHealth, supervise
 
+if TYPE_CHECKING:
+    from ..engines.supervise import Spawner
+
 log = logging.getLogger("uamp_trio.stores")
 
 
 def start_background(
-    nursery: trio.Nursery | None,
+    nursery: Spawner | None,
     run: Callable[[], Awaitable[None]],
     name: str,
     what: str,
@@ -36,7 +39,7 @@ def start_background(
 
 
 def _start(
-    nursery: trio.Nursery | None, run: Callable[[], Awaitable[None]], name: str, what: str
+    nursery: Spawner | None, run: Callable[[], Awaitable[None]], name: str, what: str
 ) -> None:
     if nursery is not None:
         nursery.start_soon(run, name=name)
@@ -66,7 +69,7 @@ class BackgroundLoop:
         """The loop; the store defines it."""
         raise NotImplementedError
 
-    def ensure_running(self, nursery: trio.Nursery | None) -> None:
+    def ensure_running(self, nursery: Spawner | None) -> None:
         """Start :meth:`run` in ``nursery`` (or as a system task) unless it runs."""
         if self._running or self._supervising:
             return

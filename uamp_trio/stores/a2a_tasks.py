@@ -35,13 +35,16 @@ from __future__ import annotations
 import abc
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
 
 from uamp_proto.adapters.a2a import INTERNAL_ERROR, TASK_NOT_FOUND, A2AError, A2ATask, Update
 from uamp_proto.principal import Principal
+
+if TYPE_CHECKING:
+    from ..engines.supervise import Spawner
 
 __all__ = [
     "QUOTA_EXCEEDED",
@@ -251,7 +254,7 @@ class TaskStore(abc.ABC):
         for handler in self._cancel_handlers:
             handler(task_id)
 
-    def ensure_running(self, nursery: trio.Nursery | None) -> None:  # noqa: B027 - optional
+    def ensure_running(self, nursery: Spawner | None) -> None:  # noqa: B027 - optional
         """Start what the store runs in the background (a shared store listens to the others)."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional for stores holding nothing open

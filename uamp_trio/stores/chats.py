@@ -38,13 +38,15 @@ from __future__ import annotations
 import abc
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
-import trio
 
 from uamp_proto import events as ev
 from uamp_proto.principal import Principal
+
+if TYPE_CHECKING:
+    from ..engines.supervise import Spawner
 
 __all__ = [
     "ChatKey",
@@ -250,7 +252,7 @@ class ChatStore(abc.ABC):
         """
         return 0
 
-    def ensure_running(self, nursery: trio.Nursery | None) -> None:  # noqa: B027 - optional
+    def ensure_running(self, nursery: Spawner | None) -> None:  # noqa: B027 - optional
         """Start what carries the feeds between processes (a shared store)."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional for stores holding nothing open

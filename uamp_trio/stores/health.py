@@ -123,11 +123,21 @@ class StoreHealth:
         self._delay = MIN_DELAY
         #: Whether the outage was noticed by readiness's ping (which may then end it).
         self.by_probe = False
+        #: Whether the last failure was the store's (unreachable, failing), not a bug.
+        self.outage = False
 
     @property
     def down(self) -> bool:
         """Whether the loop's last round failed and none succeeded since."""
         return self.error is not None
+
+    @property
+    def unavailable(self) -> bool:
+        """Whether the store itself is down now: new work that needs it is refused.
+
+        A loop that failed of a bug (and starts again) leaves the store usable.
+        """
+        return self.error is not None and self.outage
 
     def failed(self, exc: BaseException) -> float:
         """Record a failure of the loop; returns how long to wait before starting it again."""
@@ -146,6 +156,7 @@ class StoreHealth:
                 # A bug, not an outage: said at every capped retry (one line per MAX_DELAY).
                 log.warning("%s still fails (%s); retrying", self.what, text)
         self.error = text
+        self.outage = outage
         log.debug("%s failed", self.what, exc_info=exc)
         return self._delay
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -37,6 +37,9 @@ import trio
 
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, Update
+
+if TYPE_CHECKING:
+    from ...engines.supervise import Spawner
 
 __all__ = ["PushSender"]
 
@@ -110,7 +113,7 @@ class PushSender:
             return False
         return bool(infos) and all(self._allowed(str(info[4][0])) for info in infos)
 
-    def notify(self, nursery: trio.Nursery | None, task: A2ATask, update: Update) -> None:
+    def notify(self, nursery: Spawner | None, task: A2ATask, update: Update) -> None:
         """Deliver ``update`` of ``task`` to each of its webhooks, in the background."""
         if nursery is None:
             return  # no server around the app: nowhere to run deliveries
