@@ -81,6 +81,7 @@ it is; anything else is left to the transport (``internal_error``).
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -290,6 +291,7 @@ class AgentEndpoint:
         try:
             turn = await stream.drive(mapper.feed)
         except Exception as exc:
+            _log_provider_failure(exc, request.agent or self._name, runner.model)
             raise _agent_error(exc) from exc
         await mapper.finish(turn)
         if turn.stop_reason == "max_steps":
@@ -444,6 +446,40 @@ def _minus(total: ty.UsageStats, sent: ty.UsageStats | None) -> ty.UsageStats | 
         return None
     return ty.UsageStats(
         input_tokens=inp, output_tokens=out, total_tokens=inp + out, cached_tokens=cached or None
+    )
+
+
+#: What looks like a credential in a provider's error text: an ``sk-`` or
+#: Google ``AIza`` key, a bearer token, a ``key=`` query parameter.
+_SECRET = re.compile(
+    r"(sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{6,}|AIza[0-9A-Za-z_\-]{10,}|"
+    r"(?i:bearer)\s+[A-Za-z0-9._\-~+/=]{6,}|(?i:(?:api[_-]?)?key)=[^&\s'\"]+)"
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with anything shaped like an API key replaced by ``[redacted]``."""
+    return _SECRET.sub("[redacted]", text)
+
+
+def _log_provider_failure(exc: BaseException, agent_name: str, model: Any) -> None:
+    """One warning for a run a model provider failed: the operator sees what the client's
+    ``provider_error`` does not say (provider, model, the underlying error's class)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if not isinstance(exc, ProviderError):
+        return
+    cause = exc.__cause__ or exc.__context__
+    kind = type(cause).__name__ if cause is not None else type(exc).__name__
+    status = f" (HTTP {exc.status})" if exc.status is not None else ""
+    log.warning(
+        "agent %s: model provider %s failed (model %s): %s%s: %s",
+        agent_name,
+        getattr(model, "name", None) or "-",
+        getattr(model, "model", None) or "-",
+        kind,
+        status,
+        redact(exc.message),
     )
 
 

@@ -100,7 +100,7 @@ def anthropic(
     model: str = "claude-sonnet-4-5",
     *,
     api_key: str | None = None,
-    base_url: str = "https://api.anthropic.com",
+    base_url: str | None = None,
     max_tokens: int = 1024,
     thinking: int | Mapping[str, Any] | None = None,
     params: Mapping[str, Any] | None = None,
@@ -111,7 +111,8 @@ def anthropic(
     Args:
         model: Default model name (a request may override it).
         api_key: Defaults to ``$ANTHROPIC_API_KEY``.
-        base_url: API root (without ``/v1``).
+        base_url: API root (without ``/v1``); defaults to ``$ANTHROPIC_BASE_URL``,
+            then ``https://api.anthropic.com`` (as the ``anthropic`` SDK does).
         max_tokens: Output token limit (the API requires one); a request's
             ``params["max_tokens"]`` wins.
         thinking: Extended thinking: a token budget (``2048``) or the raw
@@ -126,7 +127,8 @@ def anthropic(
     all_headers = {"anthropic-version": ANTHROPIC_VERSION}
     if key:
         all_headers["x-api-key"] = key
-    http, policy = connect(_NAME, base_url=base_url, own_headers=all_headers, **options)
+    root = base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+    http, policy = connect(_NAME, base_url=root, own_headers=all_headers, **options)
     thinking_config: dict[str, Any] | None
     if thinking is None:
         thinking_config = None

@@ -67,7 +67,7 @@ def openai(
     model: str = "gpt-4o-mini",
     *,
     api_key: str | None = None,
-    base_url: str = "https://api.openai.com/v1",
+    base_url: str | None = None,
     params: Mapping[str, Any] | None = None,
     **options: Unpack[HTTPOptions],
 ) -> OpenAIProvider:
@@ -77,7 +77,9 @@ def openai(
         model: Default model name (a request may override it).
         api_key: Bearer token; defaults to ``$OPENAI_API_KEY``. Local servers
             that need none work with it unset (no header is sent).
-        base_url: API root, e.g. ``http://localhost:11434/v1`` for Ollama.
+        base_url: API root, e.g. ``http://localhost:11434/v1`` for Ollama;
+            defaults to ``$OPENAI_BASE_URL``, then ``https://api.openai.com/v1``
+            (as the ``openai`` SDK does).
         params: Default body parameters (``temperature``, ``max_tokens`` ...);
             a request's ``params`` win over these.
         **options: Connection options (:class:`~._http.HTTPOptions`:
@@ -88,7 +90,8 @@ def openai(
     all_headers: dict[str, str] = {}
     if key:
         all_headers["authorization"] = f"Bearer {key}"
-    http, policy = connect(_NAME, base_url=base_url, own_headers=all_headers, **options)
+    root = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    http, policy = connect(_NAME, base_url=root, own_headers=all_headers, **options)
     return OpenAIProvider(model=model, http=http, policy=policy, params=dict(params or {}))
 
 

@@ -9,6 +9,7 @@ See docs/architecture.md.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -24,7 +25,19 @@ from ..engines.http import HTTPError
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
 
-__all__ = ["AGENT_OFFLINE", "AgentRegistry", "ServedAgent", "WrappedAgent", "unwrapped"]
+__all__ = [
+    "AGENT_OFFLINE",
+    "RESOLVED_AGENT",
+    "AgentRegistry",
+    "ServedAgent",
+    "WrappedAgent",
+    "unwrapped",
+]
+
+#: The agent a request at a root path (``/v1/chat/completions`` on a
+#: single-agent server) was resolved to, for that request's access line and
+#: metrics (:mod:`uamp_trio.observe.requests` reads it; set in the request's task).
+RESOLVED_AGENT: ContextVar[str | None] = ContextVar("uamp_resolved_agent", default=None)
 
 
 class WrappedAgent:
@@ -126,8 +139,10 @@ class AgentRegistry(dict[str, Responder]):
                 )
             return self.available(agent)
         if model is not None and model in self:
+            RESOLVED_AGENT.set(model)
             return self.available(self[model])
         if len(self) == 1:
+            RESOLVED_AGENT.set(next(iter(self)))
             return self.available(next(iter(self.values())))
         if not self:
             raise HTTPError(404, "This server hosts no agent.", code="agent_not_found")

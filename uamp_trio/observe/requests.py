@@ -37,6 +37,7 @@ import attrs
 import trio
 
 from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
+from ..hosting.agents import RESOLVED_AGENT
 from ..hosting.middleware import Call, Next, Reply
 from ..hosting.router import RouteMeta
 
@@ -58,7 +59,7 @@ class Exchange:
         path: The path, without the query string.
         http_version: ``1.1``, ``2``...
         transport: The transport of the matched route (``-`` when none matched).
-        agent: The agent named in the path, or ``-``.
+        agent: The agent named in the path or resolved at a root path, or ``-``.
         websocket: Whether the request was a WebSocket upgrade.
         status: The HTTP status (101 for an accepted WebSocket).
         duration: Seconds from the start until the call was over.
@@ -110,6 +111,12 @@ def _exchange(request: Request, route: RouteMeta | None, websocket: bool) -> Exc
     )
 
 
+def _name_agent(exchange: Exchange) -> None:
+    """Name the agent a root path resolved to (``agent=-`` until then)."""
+    if exchange.agent == "-":
+        exchange.agent = RESOLVED_AGENT.get() or "-"
+
+
 class Observe:
     """Middleware reporting every call to ``listeners``; see the module docstring."""
 
@@ -117,6 +124,7 @@ class Observe:
         self.listeners = list(listeners)
 
     def _finish(self, exchange: Exchange, began: float, status: int, error: str = "") -> None:
+        _name_agent(exchange)
         exchange.status = status
         exchange.error = error
         exchange.duration = time.perf_counter() - began
@@ -128,6 +136,7 @@ class Observe:
         pending = call.websocket
         exchange = _exchange(call.request, call.route, pending is not None)
         CURRENT.set(exchange)
+        RESOLVED_AGENT.set(None)
         if pending is not None:
             return await self._websocket(call, call_next, exchange, began)
         try:
@@ -142,6 +151,7 @@ class Observe:
             self._finish(exchange, began, 500, "internal_error")
             raise
         if isinstance(reply, StreamingResponse):
+            _name_agent(exchange)  # before the stream is reported open
             self._stream(reply, exchange, began)
         elif reply is not None:
             self._finish(exchange, began, reply.status)
