@@ -7,6 +7,7 @@ fields, closed sets of literals), as the SDK checks them in strict mode.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -19,7 +20,10 @@ from uamp_agents.providers._demo import DemoProvider
 from uamp_proto.payment import TokenPolicy
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
+from uamp_trio.transports.responses import MAX_BACKGROUND_PER_PRINCIPAL
 from uamp_trio.trust.auth import APIKeyAuthenticator
+
+from tests._support.agents import Ticker, WorkingAgent
 
 WEATHER = {
     "type": "function",
@@ -268,3 +272,91 @@ def test_payment_is_the_completions_gate_with_openais_402(thread_server: Any) ->
         url, json={"model": "demo", "input": "pay"}, headers={"X-PAYMENT": "tok_ok"}, timeout=10
     )
     assert paid.status_code == 200 and paid.json()["status"] == "completed"
+
+
+# --- background responses --------------------------------------------------------
+
+
+@pytest.fixture
+def ticker(thread_server: Any) -> openai.OpenAI:
+    server = thread_server(create_app([Ticker(), WorkingAgent()]))
+    return _client(f"{server.url}/v1")
+
+
+def _wait_for(sdk: openai.OpenAI, rid: str, *statuses: str) -> Any:
+    deadline = time.monotonic() + 15
+    while True:
+        response = sdk.responses.retrieve(rid)
+        if response.status in statuses or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+def test_a_background_response_runs_without_the_connection(ticker: openai.OpenAI) -> None:
+    queued = ticker.responses.create(model="ticker", input="5", background=True)
+    assert queued.status == "queued" and queued.background is True
+    done = _wait_for(ticker, queued.id, "completed")
+    assert done.status == "completed"
+    assert done.output_text == "tick 0 tick 1 tick 2 tick 3 tick 4 "
+
+
+def test_a_dropped_stream_resumes_after_its_last_sequence_number(ticker: openai.OpenAI) -> None:
+    stream = ticker.responses.create(model="ticker", input="30", background=True, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta" and len(seen) > 8:
+            break
+    stream.close()  # the connection drops; the response goes on
+    rid, last = seen[0].response.id, seen[-1].sequence_number
+    assert seen[0].response.status == "queued"
+    resumed = list(ticker.responses.retrieve(rid, stream=True, starting_after=last))
+    numbers = [e.sequence_number for e in resumed]
+    assert numbers == list(range(last + 1, last + 1 + len(numbers)))
+    assert resumed[-1].type == "response.completed"
+    text = "".join(
+        e.delta for e in [*seen, *resumed] if e.type == "response.output_text.delta"
+    )
+    assert text == "".join(f"tick {i} " for i in range(30))
+    assert resumed[-1].response.output_text == text
+    # The whole stream again from the start: the same events, numbered the same.
+    again = list(ticker.responses.retrieve(rid, stream=True))
+    assert [e.model_dump() for e in again[: len(seen)]] == [e.model_dump() for e in seen]
+
+
+def test_the_sdk_stream_helper_resumes_a_response(ticker: openai.OpenAI) -> None:
+    queued = ticker.responses.create(model="ticker", input="12", background=True)
+    with ticker.responses.stream(response_id=queued.id, starting_after=3) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert events[0].sequence_number == 4
+    assert final.output_text == "".join(f"tick {i} " for i in range(12))
+
+
+def test_cancel_ends_a_background_response_cancelled(ticker: openai.OpenAI) -> None:
+    queued = ticker.responses.create(model="slow", input="go", background=True)
+    _wait_for(ticker, queued.id, "in_progress")
+    cancelled = ticker.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    assert ticker.responses.retrieve(queued.id).status == "cancelled"
+    events = list(ticker.responses.retrieve(queued.id, stream=True))
+    assert events[-1].type == "response.failed"
+    assert events[-1].response.status == "cancelled"
+    # Only background responses can be cancelled.
+    plain = ticker.responses.create(model="ticker", input="1")
+    with pytest.raises(openai.BadRequestError):
+        ticker.responses.cancel(plain.id)
+
+
+def test_background_responses_are_bounded_per_principal(ticker: openai.OpenAI) -> None:
+    started = [
+        ticker.responses.create(model="slow", input="go", background=True)
+        for _ in range(MAX_BACKGROUND_PER_PRINCIPAL)
+    ]
+    with pytest.raises(openai.RateLimitError):
+        ticker.responses.create(model="slow", input="one more", background=True)
+    ticker.responses.cancel(started[0].id)
+    again = ticker.responses.create(model="slow", input="now there is room", background=True)
+    for response in [*started[1:], again]:
+        ticker.responses.delete(response.id)
+    assert ticker.responses.create(model="ticker", input="1", background=True).status == "queued"
