@@ -60,6 +60,7 @@ def _model(kind: str, base: str) -> Any:
 
 
 KINDS = ["responses", "chat_completions"]
+DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -103,12 +104,8 @@ def test_runner_run_streamed(base: str, kind: str) -> None:
         helper = Agent(name="helper", model=_model(kind, base), tools=[get_weather])
         run = Runner.run_streamed(helper, "call get_weather for Rome")
         async for event in run.stream_events():
-            if event.type == "raw_response_event" and getattr(event.data, "delta", None):
-                if event.data.type in (
-                    "response.output_text.delta",
-                    "response.function_call_arguments.delta",
-                ):
-                    seen.append(event.data.delta)
+            if event.type == "raw_response_event" and event.data.type in DELTAS:
+                seen.append(event.data.delta)
         finals.append(run.final_output)
 
     run_asyncio(main)

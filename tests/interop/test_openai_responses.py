@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from tests._support.agents import Ticker, WorkingAgent
 from uamp_agents import agent
 from uamp_agents.bridge import serve_agent
 from uamp_agents.providers._demo import DemoProvider
@@ -22,8 +23,6 @@ from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 from uamp_trio.transports.responses import MAX_BACKGROUND_PER_PRINCIPAL
 from uamp_trio.trust.auth import APIKeyAuthenticator
-
-from tests._support.agents import Ticker, WorkingAgent
 
 WEATHER = {
     "type": "function",
@@ -200,9 +199,7 @@ def test_another_principals_response_is_missing(thread_server: Any) -> None:
 
 def test_client_function_tools_round_trip(tools: openai.OpenAI) -> None:
     sdk = tools
-    first = sdk.responses.create(
-        model="calc", input="call get_weather for Paris", tools=[WEATHER]
-    )
+    first = sdk.responses.create(model="calc", input="call get_weather for Paris", tools=[WEATHER])
     assert first.status == "completed"
     calls = [i for i in first.output if i.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_weather"
@@ -210,9 +207,7 @@ def test_client_function_tools_round_trip(tools: openai.OpenAI) -> None:
     second = sdk.responses.create(
         model="calc",
         previous_response_id=first.id,
-        input=[
-            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"}
-        ],
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"}],
         tools=[WEATHER],
     )
     assert second.output_text == "Tool get_weather returned: sunny"
@@ -314,9 +309,7 @@ def test_a_dropped_stream_resumes_after_its_last_sequence_number(ticker: openai.
     numbers = [e.sequence_number for e in resumed]
     assert numbers == list(range(last + 1, last + 1 + len(numbers)))
     assert resumed[-1].type == "response.completed"
-    text = "".join(
-        e.delta for e in [*seen, *resumed] if e.type == "response.output_text.delta"
-    )
+    text = "".join(e.delta for e in [*seen, *resumed] if e.type == "response.output_text.delta")
     assert text == "".join(f"tick {i} " for i in range(30))
     assert resumed[-1].response.output_text == text
     # The whole stream again from the start: the same events, numbered the same.

@@ -183,7 +183,11 @@ class ResponsesTransport:
 
     @property
     def _log(self) -> EventLog:
-        return self.app.stores.event_log
+        store = self.app.stores.event_log
+        # Its flusher, heartbeat and inbox run once anything here uses it:
+        # other processes see this one's writes, know it is alive, can ask it.
+        store.ensure_running(self.app.background)
+        return store
 
     # --- POST /responses -------------------------------------------------------
 
