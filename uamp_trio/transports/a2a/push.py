@@ -31,7 +31,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
 import orjson
 import trio
 
@@ -143,6 +142,8 @@ class PushSender:
         if config.get("token"):
             headers["x-a2a-notification-token"] = config["token"]
         delay = self.backoff
+        import httpx  # here: a server that never pushes does not pay for its import
+
         async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
             for attempt in range(1, self.attempts + 1):
                 try:
