@@ -75,6 +75,7 @@ from .transports import (
     completions,
     envelope_grpc,
     envelopes,
+    mcp,
     realtime,
     responses,
     sse_events,
@@ -407,6 +408,7 @@ def default_transports() -> Sequence[Transport]:
         envelopes.mount,
         envelope_grpc.mount,
         anthropic.mount,
+        mcp.mount,
     ]
 
 

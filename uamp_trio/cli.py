@@ -41,7 +41,8 @@ inspects those tokens (:mod:`uamp_trio.trust.commands`).
 
 ``uamp acp [--agent module:attr] [--ledger PATH]`` runs one agent (the
 demo agent by default) as an Agent Client Protocol agent on stdin/stdout, for
-editors; it exits when stdin closes.
+editors; it exits when stdin closes. ``uamp mcp [--agent module:attr | NAME]``
+does the same as a Model Context Protocol server (docs/mcp.md).
 
 Subcommands are rows of :data:`uamp_trio.command_line.COMMANDS`, the entry
 point's table: each names a function that adds its parser to the ``argparse``
@@ -1084,33 +1085,77 @@ async def _connect(daemon: Any) -> None:
 
 
 def _add_acp(sub: Any) -> None:
-    p = sub.add_parser("acp", help="run an agent as an ACP agent on stdin/stdout (for editors)")
+    text = "run an agent as an ACP agent on stdin/stdout (for editors)"
+    _add_stdio_parser(sub, "acp", text, "prompt's", _acp_command)
+
+
+def _add_stdio_parser(
+    sub: Any, name: str, text: str, answers: str, func: Callable[[argparse.Namespace], int]
+) -> None:
+    """The parser of ``uamp acp`` / ``uamp mcp``: an agent, a ledger, a signing key."""
+    p = sub.add_parser(name, help=text)
     p.add_argument(
-        "--agent", metavar="MODULE:ATTR", help="the agent to run (default: the demo agent)"
+        "--agent",
+        metavar="MODULE:ATTR | NAME",
+        help="the agent to serve: MODULE:ATTR, or the default agent's name (default: the "
+        "demo agent)",
     )
     add_ledger_args(p)
     p.add_argument(
-        "--signing-key", metavar="PATH", help="PEM RSA private key: sign every prompt's answer"
+        "--signing-key", metavar="PATH", help=f"PEM RSA private key: sign every {answers} answer"
     )
     _add_log_level(p)
-    p.set_defaults(func=_acp_command)
+    p.set_defaults(func=func)
 
 
 def _acp_command(args: argparse.Namespace) -> int:
     from .transports.acp import serve_stdio
 
+    return _stdio_command("acp", serve_stdio, args)
+
+
+def _stdio_command(command: str, serve_stdio: Callable[..., Any], args: argparse.Namespace) -> int:
+    """Run ``uamp acp`` / ``uamp mcp``: one agent for the process that started us, on stdio."""
     configure(args.log_level, "text", stream=sys.stderr)
     try:
-        agent = load_agent(args.agent) if args.agent else default_agent()
+        agent = _stdio_agent(args.agent)
         signer = load_signer(args.signing_key) if args.signing_key else None
         policy = open_policy(args)
     except ValueError as exc:
-        print(f"uamp acp: {exc}", file=sys.stderr)
+        print(f"uamp {command}: {exc}", file=sys.stderr)
         return 2
-    # The editor started this process: it acts for the local user.
+    # The editor (or MCP host) started this process: it acts for the local user.
     principal = Principal(id=getpass.getuser(), scheme="local")
     with contextlib.suppress(KeyboardInterrupt):
         trio.run(
             lambda: serve_stdio(agent, payment_policy=policy, signer=signer, principal=principal)
         )
     return 0
+
+
+# --- mcp ----------------------------------------------------------------------------
+
+
+def _add_mcp(sub: Any) -> None:
+    text = "run an agent as an MCP server on stdin/stdout (for MCP hosts)"
+    _add_stdio_parser(sub, "mcp", text, "call's", _mcp_command)
+
+
+def _mcp_command(args: argparse.Namespace) -> int:
+    from .transports.mcp import serve_stdio
+
+    return _stdio_command("mcp", serve_stdio, args)
+
+
+def _stdio_agent(spec: str | None) -> Responder:
+    """``--agent``: ``MODULE:ATTR``, the default agent's name, or nothing (the default agent)."""
+    if spec is not None and ":" in spec:
+        return load_agent(spec)
+    agent = default_agent()
+    if spec is not None and spec != agent.name:
+        raise ValueError(
+            f"--agent {spec!r}: no agent of that name; give MODULE:ATTR, or {agent.name!r}"
+        )
+    return agent
+
+

@@ -55,6 +55,11 @@ COMMANDS: tuple[Command, ...] = (
         "uamp_trio.cli:_add_acp",
     ),
     Command(
+        "mcp",
+        "run an agent as an MCP server on stdin/stdout (for MCP hosts)",
+        "uamp_trio.cli:_add_mcp",
+    ),
+    Command(
         "chat", "chat with an agent over the UAMP WebSocket", "uamp_trio.client.chat:add_parser"
     ),
     Command(

@@ -25,10 +25,14 @@ STORE_TYPES = {
     "MemoryTaskStore",
     "RedisTaskStore",
     "AcpSessionStore",
+    "McpSessionStore",
     "SessionTracker",
 }
 #: A function that is a root of its own: ``uamp acp`` serves one peer on stdio.
-OWN_ROOTS = {("uamp_trio/transports/acp.py", "serve_stdio")}
+OWN_ROOTS = {
+    ("uamp_trio/transports/acp.py", "serve_stdio"),
+    ("uamp_trio/transports/mcp.py", "serve_stdio"),
+}
 
 
 def _transport_of(module: str) -> str:

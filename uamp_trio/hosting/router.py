@@ -94,6 +94,9 @@ class RouteMeta:
             checks, so the gate lets the call through without a bearer token.
         key_header: A header this route's clients may carry their token in
             instead of ``Authorization: Bearer`` (Anthropic's ``x-api-key``).
+        protected_resource: An OAuth protected resource (RFC 9728; MCP's
+            authorization): the gate's 401 names its metadata URL in
+            ``WWW-Authenticate`` (``resource_metadata=...``).
     """
 
     transport: str = ""
@@ -104,6 +107,7 @@ class RouteMeta:
     envelope: bool = False
     max_body: int | None = None
     key_header: str | None = None
+    protected_resource: bool = False
 
 
 #: The metadata of a route registered without any.

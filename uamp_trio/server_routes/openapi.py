@@ -106,6 +106,24 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "JSONRPCResponse",
         errors=None,
     ),
+    ("POST", "/mcp"): Operation(
+        "MCP",
+        "Model Context Protocol (Streamable HTTP): one JSON-RPC message; JSON, or SSE",
+        "JSONRPCRequest",
+        "JSONRPCResponse",
+        (_JSON, _SSE),
+        errors=None,
+    ),
+    ("GET", "/mcp"): Operation(
+        "MCP", "The MCP session's stream of server messages", media=(_SSE,), errors=None
+    ),
+    ("DELETE", "/mcp"): Operation("MCP", "End the MCP session", errors=None),
+    **{
+        ("GET", "/.well-known/oauth-protected-resource" + path): Operation(
+            "MCP", "OAuth protected resource metadata (RFC 9728)"
+        )
+        for path in ("", "/mcp", "/agents/{agent}/mcp")
+    },
     ("GET", "/.well-known/agent-card.json"): Operation("A2A", "The A2A agent card"),
     ("GET", "/.well-known/agent.json"): Operation("A2A", "The A2A agent card (older path)"),
     ("POST", "/a2a"): Operation(

@@ -29,6 +29,7 @@ from .acp_sessions import AcpSessionStore
 from .chats import ChatStore, MemoryChatStore
 from .event_log import EventLog, MemoryEventLog, SessionRecord
 from .health import describe
+from .mcp_sessions import McpSessionStore
 from .sessions import SessionTracker
 from .tool_rounds import ToolRoundStore
 
@@ -36,6 +37,7 @@ __all__ = [
     "AcpSessionStore",
     "ChatStore",
     "EventLog",
+    "McpSessionStore",
     "MemoryChatStore",
     "MemoryEventLog",
     "MemoryTaskStore",
@@ -108,6 +110,8 @@ class Stores:
         tool_rounds: The agent's own tool rounds of Chat Completions turns
             that also asked the client for a tool (the Completions transport).
         chats: Chat rooms: settings, messages, read marks (docs/chat.md).
+        mcp_sessions: MCP sessions over Streamable HTTP and the named
+            conversations of the agents' MCP tools (docs/mcp.md).
     """
 
     a2a_tasks: TaskStore = attrs.field(factory=MemoryTaskStore)
@@ -116,6 +120,7 @@ class Stores:
     event_log: EventLog = attrs.field(factory=MemoryEventLog)
     tool_rounds: ToolRoundStore = attrs.field(factory=ToolRoundStore)
     chats: ChatStore = attrs.field(factory=MemoryChatStore)
+    mcp_sessions: McpSessionStore = attrs.field(factory=McpSessionStore)
 
     def _loops(self) -> list[tuple[str, BackgroundLoop]]:
         found = [(name, getattr(self, name)) for name in ("event_log", "chats", "a2a_tasks")]

@@ -50,11 +50,9 @@ can neither be probed nor run on its owner's payment token.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import importlib.metadata
 import logging
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -80,12 +78,18 @@ from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_json
 
 from ..engines.http import SSE_HEADERS, HTTPError, Request, Response, SendChunk, StreamingResponse
-from ..engines.streams import receive_or_eof
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
+from ..hosting.rpc_streams import (
+    Handle,
+    SendPayload,
+    answer_payload,
+    serve_ndjson,
+    serve_payloads,
+)
 from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, open_response
 from ..stores.acp_sessions import AcpSession, AcpSessionStore
 from ..trust.auth import Authenticator, AuthError
@@ -106,9 +110,6 @@ _WITHOUT_AUTH = frozenset({"initialize", "authenticate"})
 ROUTES = RouteMeta(transport="acp", error_style="jsonrpc")
 
 log = logging.getLogger("uamp_trio.acp")
-
-#: Send one JSON-RPC payload (already encoded) to the peer.
-SendPayload = Callable[[bytes], Awaitable[None]]
 
 #: The payload being answered, as received: what a response signature covers.
 #: Set per task by :meth:`AcpConnection.handle_payload` (each payload is
@@ -184,18 +185,7 @@ class AcpConnection:
     async def handle_payload(self, data: bytes | str) -> bytes | None:
         """Answer one payload; ``None`` when nothing is owed (notifications)."""
         _PAYLOAD.set(data.encode() if isinstance(data, str) else bytes(data))
-        try:
-            batch = rpc.decode(data)
-        except rpc.JSONRPCError as exc:
-            return rpc.encode(exc.response(None))
-        answers: list[rpc.Message] = []
-        for item in batch.items:
-            answer = await self.handle_message(item)
-            if answer is not None:
-                answers.append(answer)
-        if not answers:
-            return None
-        return rpc.encode(answers if batch.is_batch else answers[0])
+        return await answer_payload(data, self.handle_message)
 
     async def handle_message(self, item: rpc.Message | rpc.Invalid) -> rpc.Message | None:
         """The answer to one decoded message (``None`` for notifications, replies)."""
@@ -501,51 +491,6 @@ class AcpConnection:
 # --- carriers -------------------------------------------------------------------------
 
 
-async def _serve_stream(
-    conn: AcpConnection,
-    receive: Callable[[], Awaitable[bytes | str | None]],
-    send: SendPayload,
-    *,
-    drain: bool,
-    max_pending: int = 64,
-) -> None:
-    """Read payloads until ``receive`` returns ``None``; answer each in its own task.
-
-    Args:
-        drain: At end of input, let running requests finish and answer
-            (stdio: the reader may still be listening after closing our
-            stdin); otherwise cancel them (a closed socket reads nothing).
-        max_pending: Most payloads being answered at once (the server's
-            ``max_queued_events``); with that many, nothing more is read
-            until one is answered. A peer that sends and does not read
-            would otherwise grow a task and a reply per payload, each
-            waiting for the socket.
-    """
-    slots = trio.Semaphore(max_pending)
-
-    async def answer(data: bytes | str) -> None:
-        try:
-            reply = await conn.handle_payload(data)
-            if reply is not None:
-                with contextlib.suppress(
-                    trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed
-                ):
-                    await send(reply)
-        finally:
-            slots.release()
-
-    async with trio.open_nursery() as nursery:
-        while True:
-            await slots.acquire()
-            data = await receive()
-            if data is None:
-                slots.release()
-                break
-            nursery.start_soon(answer, data)
-        if not drain:
-            nursery.cancel_scope.cancel()
-
-
 async def serve_stdio(
     agent: Responder,
     *,
@@ -571,50 +516,13 @@ async def serve_stdio(
         store: Where the peer's sessions live (default: a store of this
             peer's own, as one process serves one peer).
     """
-    own: list[trio.lowlevel.FdStream] = []
-    if stdin is None:
-        fd_in = trio.lowlevel.FdStream(os.dup(0))
-        own.append(fd_in)
-        stdin = fd_in
-    if stdout is None:
-        fd_out = trio.lowlevel.FdStream(os.dup(1))
-        own.append(fd_out)
-        stdout = fd_out
-    lock = trio.StrictFIFOLock()
-    out = stdout
+    sessions = store if store is not None else AcpSessionStore()
 
-    async def send(payload: bytes) -> None:
-        async with lock:
-            await out.send_all(payload + b"\n")
+    def handler_for(send: SendPayload) -> Handle:
+        served = ServedAgent(agent, payment_policy, signer)
+        return AcpConnection(served, sessions, send, principal=principal).handle_payload
 
-    conn = AcpConnection(
-        ServedAgent(agent, payment_policy, signer),
-        store if store is not None else AcpSessionStore(),
-        send,
-        principal=principal,
-    )
-    lines = rpc.LineBuffer(max_line)
-    source = stdin
-
-    async def receive() -> bytes | None:
-        while True:
-            try:
-                line = lines.next_line()
-            except rpc.LineTooLong as exc:
-                await send(rpc.encode(rpc.error_response(None, rpc.INVALID_REQUEST, str(exc))))
-                continue
-            if line is not None:
-                return line
-            if lines.eof:
-                return None
-            lines.receive_data(await receive_or_eof(source))
-
-    try:
-        await _serve_stream(conn, receive, send, drain=True)
-    finally:
-        for stream in own:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+    await serve_ndjson(handler_for, stdin=stdin, stdout=stdout, max_line=max_line)
 
 
 class AcpTransport(PolicyTransport):
@@ -700,8 +608,12 @@ class AcpTransport(PolicyTransport):
             agent, send, pending.request.principal, session_queue=pending.max_session_queued_events
         )
         try:
-            await _serve_stream(
-                conn, receive, send, drain=False, max_pending=pending.max_queued_events
+            await serve_payloads(
+                conn.handle_payload,
+                receive,
+                send,
+                drain=False,
+                max_pending=pending.max_queued_events,
             )
         except ConnectionClosed:
             pass

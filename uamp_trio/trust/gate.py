@@ -47,6 +47,7 @@ from uamp_proto.principal import ANONYMOUS
 
 from ..hosting.middleware import Call, Next, Refusal, Reply
 from .auth import SESSION_AUTH, Authenticator, AuthError, bearer_token
+from .resource import metadata_url
 
 __all__ = ["SESSION_AUTH_TRANSPORTS", "AuthGate", "refusal"]
 
@@ -56,14 +57,16 @@ log = logging.getLogger("uamp_trio.auth")
 SESSION_AUTH_TRANSPORTS = frozenset({"uamp_ws"})
 
 
-def refusal(exc: AuthError) -> Refusal:
-    """The 401 refusal for ``exc`` (``WWW-Authenticate`` per RFC 6750)."""
-    return Refusal(
-        401,
-        exc.message,
-        code=exc.code,
-        headers=[("www-authenticate", exc.www_authenticate)],
-    )
+def refusal(exc: AuthError, resource_metadata: str | None = None) -> Refusal:
+    """The 401 refusal for ``exc`` (``WWW-Authenticate`` per RFC 6750).
+
+    ``resource_metadata``: the URL of the route's RFC 9728 metadata, named
+    in the challenge (section 5.1).
+    """
+    challenge = exc.www_authenticate
+    if resource_metadata is not None:
+        challenge += f', resource_metadata="{resource_metadata}"'
+    return Refusal(401, exc.message, code=exc.code, headers=[("www-authenticate", challenge)])
 
 
 def _query_token(query: str) -> str | None:
@@ -118,5 +121,6 @@ class AuthGate:
             request.principal = await self.authenticator.authenticate(token)
         except AuthError as exc:
             log.info("refused %s %s (%s): %s", request.method, request.path, route.transport, exc)
-            raise refusal(exc) from None
+            metadata = metadata_url(request) if route.protected_resource else None
+            raise refusal(exc, metadata) from None
         return await call_next(call)

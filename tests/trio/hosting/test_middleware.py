@@ -37,6 +37,7 @@ TRANSPORTS = {
     "realtime",
     "envelope",
     "anthropic",
+    "mcp",
 }
 CHALLENGE = [("www-authenticate", 'Bearer error="invalid_token"')]
 
@@ -114,6 +115,10 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "/agents/{agent}/.well-known/agent-manifest.json",
         "/.well-known/agent-manifest.json",
         "/.well-known/agent-hub.json",
+        # MCP's authorization: protected resource metadata (RFC 9728)
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource/agents/{agent}/mcp",
         # the server's own: health, the OpenAPI document, the playground's page and files
         "/healthz",
         "/readyz",
@@ -165,8 +170,9 @@ async def test_every_http_route_is_gated_in_its_own_style(
         "envelope",
         "envelope-grpc",
         "anthropic",
+        "mcp",
     }
-    assert passed == {"server", "a2a", "envelope"}
+    assert passed == {"server", "a2a", "envelope", "mcp"}
     # The outer middleware saw every reply, refusals included.
     # (gRPC refusals are HTTP 200 with the status in the head: trailers-only.)
     assert replies.statuses.count(401) == sum(

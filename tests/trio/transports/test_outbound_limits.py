@@ -90,7 +90,7 @@ async def test_acp_payloads_answered_at_once_are_capped_per_connection(serve_app
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(flood)
-                answering = await settle(lambda: tasks_named("_serve_stream.<locals>.answer"))
+                answering = await settle(lambda: tasks_named("serve_payloads.<locals>.answer"))
                 nursery.cancel_scope.cancel()
             # Without a cap the server kept reading: one task (and one reply)
             # per payload, hundreds of them waiting for the socket.

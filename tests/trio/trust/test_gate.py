@@ -49,10 +49,15 @@ def app(agent: CountingAgent, verifier: JWTAuthenticator) -> App:
     return create_app([agent], authenticator=verifier)
 
 
-def assert_refused(style: str, status: int, headers: Any, body: bytes) -> None:
+def assert_refused(
+    style: str, status: int, headers: Any, body: bytes, metadata: str | None = None
+) -> None:
     # Issue 13 asks for error="invalid_token" on every 401, a missing token
     # included (RFC 6750 would allow leaving it out then); the realm stays.
+    # A protected resource (MCP) also names its RFC 9728 metadata.
     challenge = 'Bearer realm="uamp", error="invalid_token"'
+    if metadata is not None:
+        challenge += f', resource_metadata="{metadata}"'
     assert_unauthorized(style, status, headers, body, challenge=challenge, message=None)
 
 
@@ -88,11 +93,16 @@ async def test_every_http_route_refuses_without_a_valid_token(
                         assert response.status_code in (400, 401), route.pattern
                         assert read_error(refusal)[0] in ("4.00", "4.01")
                         continue
+                    metadata = None
+                    if route.meta.protected_resource:
+                        path = concrete(route.pattern)
+                        metadata = f"{server.url}/.well-known/oauth-protected-resource{path}"
                     assert_refused(
                         route.meta.error_style,
                         response.status_code,
                         response.headers,
                         response.content,
+                        metadata,
                     )
     assert agent.runs == []
 

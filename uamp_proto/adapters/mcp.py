@@ -1,0 +1,312 @@
+"""Model Context Protocol <-> UAMP: every agent as an MCP server, as pure functions.
+
+Theory of operation
+-------------------
+An MCP client (Claude Desktop, Cursor, VS Code, the ``mcp`` Python SDK,
+``@modelcontextprotocol/sdk``) sees a uamp agent as an MCP server with one
+tool named after the agent. Messages are JSON-RPC 2.0
+(:mod:`uamp_proto.jsonrpc`); this module decides what each one means and
+builds each answer, with no I/O:
+
+* ``initialize`` -- :func:`negotiate` picks the protocol version (the
+  client's when it is one of :data:`PROTOCOL_VERSIONS`, else the newest we
+  speak, as the MCP lifecycle asks) and :func:`initialize_result` declares
+  the ``tools`` capability and the server's name.
+* ``server/discover`` (the stateless 2026-07-28 revision) is answered
+  ``-32601``: clients that probe it (the ``mcp`` Python SDK 2.x in its
+  ``auto`` mode) fall back to ``initialize`` (:data:`DISCOVER_METHOD`).
+* ``tools/list`` -- :func:`tools_list_result`: one tool, :func:`tool_name`
+  of the agent, whose input schema requires a string ``prompt`` and takes
+  an optional ``session`` (a name the caller chooses; the same name
+  continues the same conversation).
+* ``tools/call`` -- :func:`parse_call` reads the tool's arguments, the
+  ``_meta.progressToken`` and a ``_meta.payment_token``;
+  :func:`call_result` builds the answer: the reply as text content, plus
+  ``structuredContent`` when the reply is a JSON object; agent failures are
+  results with ``isError: true`` (:func:`error_result`), never JSON-RPC
+  errors, which are kept for protocol faults (an unknown tool, a malformed
+  request). An unpaid call is such a tool error too
+  (:func:`payment_result`): its text names what to pay, its ``_meta``
+  carries spec 004's ``accepts``.
+* ``notifications/progress`` -- :class:`Progress` turns text deltas into
+  progress notifications whose ``progress`` is the number of characters
+  answered so far and whose ``message`` is the delta.
+* ``notifications/cancelled`` -- :func:`cancelled_request` names the
+  request to cancel (which then gets no response, as MCP asks).
+
+Nothing here reads the clock or makes ids.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from ..jsonrpc import INVALID_PARAMS, Id, JSONRPCError, Notification, notification
+from ..payment import PaymentRequiredError
+
+__all__ = [
+    "DISCOVER_METHOD",
+    "LATEST_VERSION",
+    "PROTOCOL_VERSIONS",
+    "CallParams",
+    "Progress",
+    "call_result",
+    "cancelled_request",
+    "error_result",
+    "initialize_result",
+    "negotiate",
+    "parse_call",
+    "payment_result",
+    "tool_definition",
+    "tool_name",
+    "tools_list_result",
+]
+
+#: The handshake revisions of MCP this server speaks, newest first. The
+#: stateless 2026-07-28 revision (``server/discover``) is not one of them.
+PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+#: What a client asking for a revision we do not know is offered.
+LATEST_VERSION: Final = PROTOCOL_VERSIONS[0]
+#: The 2026-07-28 revision's first request; answered ``-32601`` so clients fall back.
+DISCOVER_METHOD: Final = "server/discover"
+
+#: Longest session name a caller may choose.
+MAX_SESSION_NAME: Final = 128
+
+#: MCP tool names (SEP-986): 1-128 of ``A-Za-z0-9_-.``.
+_TOOL_NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _invalid(message: str) -> JSONRPCError:
+    return JSONRPCError(INVALID_PARAMS, message)
+
+
+def _params(params: object) -> dict[str, Any]:
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise _invalid("params must be an object.")
+    return params
+
+
+# --- lifecycle ------------------------------------------------------------------------
+
+
+def negotiate(params: object) -> str:
+    """The protocol version to answer ``initialize`` with.
+
+    Raises:
+        JSONRPCError: ``-32602`` when ``protocolVersion`` is not a string.
+    """
+    requested = _params(params).get("protocolVersion")
+    if not isinstance(requested, str):
+        raise _invalid("params.protocolVersion must be a string.")
+    return requested if requested in PROTOCOL_VERSIONS else LATEST_VERSION
+
+
+def initialize_result(
+    version: str, *, agent_name: str, server_version: str, instructions: str | None = None
+) -> dict[str, Any]:
+    """The ``initialize`` answer: the version, the ``tools`` capability, who we are."""
+    result: dict[str, Any] = {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": agent_name, "version": server_version},
+    }
+    if instructions:
+        result["instructions"] = instructions
+    return result
+
+
+# --- tools ------------------------------------------------------------------------------
+
+
+def tool_name(agent_name: str) -> str:
+    """The tool an agent is exposed as: its name, with characters MCP refuses as ``_``."""
+    return _TOOL_NAME_BAD.sub("_", agent_name)[:128] or "agent"
+
+
+def tool_definition(agent_name: str, description: str | None = None) -> dict[str, Any]:
+    """The agent's tool: a ``prompt`` (required) and an optional ``session`` name."""
+    return {
+        "name": tool_name(agent_name),
+        "title": agent_name,
+        "description": description or f"Ask the agent {agent_name!r}; it answers in text.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string", "description": "What to ask the agent."},
+                "session": {
+                    "type": "string",
+                    "description": "A name for the conversation: calls with the same name "
+                    "continue it; without one every call starts afresh.",
+                    "maxLength": MAX_SESSION_NAME,
+                },
+            },
+            "required": ["prompt"],
+        },
+    }
+
+
+def tools_list_result(agent_name: str, description: str | None = None) -> dict[str, Any]:
+    """The ``tools/list`` answer: the agent's one tool."""
+    return {"tools": [tool_definition(agent_name, description)]}
+
+
+@attrs.frozen(kw_only=True)
+class CallParams:
+    """A ``tools/call`` of the agent's tool.
+
+    Attributes:
+        prompt: What the caller asks (``None`` when the arguments are bad:
+            see ``problem``).
+        session: The conversation name, or ``None`` for a fresh one.
+        progress_token: ``_meta.progressToken``: the caller wants progress.
+        payment_token: ``_meta.payment_token`` (spec 004), when sent.
+        problem: Why the arguments are unusable; answered as a tool error
+            (the MCP spec's "input validation errors" are tool results).
+    """
+
+    prompt: str | None
+    session: str | None = None
+    progress_token: str | int | None = None
+    payment_token: str | None = None
+    problem: str | None = None
+
+
+def parse_call(params: object, agent_name: str) -> CallParams:
+    """Read a ``tools/call``.
+
+    Raises:
+        JSONRPCError: ``-32602`` for a malformed request or a tool other
+            than the agent's (protocol faults, per the MCP spec).
+    """
+    p = _params(params)
+    name = p.get("name")
+    if not isinstance(name, str):
+        raise _invalid("params.name must be a string.")
+    if name != tool_name(agent_name):
+        raise _invalid(
+            f"Unknown tool {name!r}: this server has one tool, {tool_name(agent_name)!r}."
+        )
+    meta = p.get("_meta")
+    meta = meta if isinstance(meta, dict) else {}
+    token = meta.get("progressToken")
+    progress = token if isinstance(token, str | int) and not isinstance(token, bool) else None
+    paying = meta.get("payment_token")
+    payment = paying if isinstance(paying, str) and paying else None
+    args = p.get("arguments", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise _invalid("params.arguments must be an object.")
+    prompt = args.get("prompt")
+    session = args.get("session")
+    problem = None
+    if not isinstance(prompt, str) or not prompt.strip():
+        problem = "The argument 'prompt' is required: a non-empty string."
+    elif session is not None and (
+        not isinstance(session, str) or not session or len(session) > MAX_SESSION_NAME
+    ):
+        problem = f"The argument 'session' must be a string of 1 to {MAX_SESSION_NAME} characters."
+    if problem is not None:
+        return CallParams(
+            prompt=None, progress_token=progress, payment_token=payment, problem=problem
+        )
+    return CallParams(
+        prompt=prompt,
+        session=session,
+        progress_token=progress,
+        payment_token=payment,
+    )
+
+
+def _structured(text: str) -> dict[str, Any] | None:
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        value = orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def call_result(
+    text: str, *, session: str | None = None, meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A successful ``tools/call`` answer.
+
+    Args:
+        text: The agent's reply; a JSON object also goes out as
+            ``structuredContent``.
+        session: The conversation the turn ran in, echoed in ``_meta.session``.
+        meta: More ``_meta`` members (a signature, a payment balance).
+    """
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+    structured = _structured(text)
+    if structured is not None:
+        result["structuredContent"] = structured
+    extra = dict(meta or {})
+    if session is not None:
+        extra["session"] = session
+    if extra:
+        result["_meta"] = extra
+    return result
+
+
+def error_result(message: str, *, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``tools/call`` answer for a turn that failed: ``isError: true``."""
+    result: dict[str, Any] = {"content": [{"type": "text", "text": message}], "isError": True}
+    if meta:
+        result["_meta"] = meta
+    return result
+
+
+def payment_result(exc: PaymentRequiredError) -> dict[str, Any]:
+    """The tool error of an unpaid call: the price in words, ``accepts`` in ``_meta``."""
+    req = exc.requirements
+    price = f"{req.amount} {req.currency}".strip() if req.currency else str(req.amount)
+    text = (
+        f"Payment required ({exc.code}): {exc.reason} This call costs {price}; "
+        "send a payment token as _meta.payment_token of the tools/call request."
+    )
+    payment = {"accepts": exc.accepts(), "reason": req.reason, **exc.details()}
+    return error_result(text, meta={"payment": payment})
+
+
+# --- notifications ----------------------------------------------------------------------
+
+
+class Progress:
+    """Text deltas -> ``notifications/progress`` for one ``progressToken``.
+
+    ``progress`` is the number of characters answered so far (it grows with
+    every notification, as MCP requires); ``message`` is the delta.
+    """
+
+    def __init__(self, token: str | int) -> None:
+        self.token = token
+        self.chars = 0
+
+    def feed(self, delta: str) -> Notification | None:
+        """The notification for one text delta (``None`` for an empty one)."""
+        if not delta:
+            return None
+        self.chars += len(delta)
+        params = {"progressToken": self.token, "progress": self.chars, "message": delta}
+        return notification("notifications/progress", params)
+
+
+def cancelled_request(params: object) -> Id | None:
+    """The request a ``notifications/cancelled`` names (``None`` if it names none)."""
+    if not isinstance(params, dict):
+        return None
+    rid = params.get("requestId")
+    if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
+        return rid
+    return None
