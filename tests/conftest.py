@@ -115,6 +115,23 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server for the whole test session; the URL of its ``postgres`` database."""
+    from tests._support.postgres_server import running_postgres
+
+    with running_postgres() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A new empty database on the session's PostgreSQL server."""
+    from tests._support.postgres_server import create_database
+
+    return create_database(postgres_server)
+
+
 @pytest.fixture
 def tool_runs(tmp_path: Path) -> Iterator[Path]:
     """A file the ``Checkpointed`` agent's tool, in any spawned process, adds a line to per run."""

@@ -60,6 +60,14 @@ def add_ledger_args(p: argparse.ArgumentParser) -> None:
         "needs --ledger)",
     )
     p.add_argument("--currency", help=f"currency of --price (default {CURRENCY})")
+    p.add_argument(
+        "--ledger-heartbeat",
+        type=duration_argument,
+        default=15.0,
+        metavar="DURATION",
+        help="with a postgresql:// ledger: how long a server may go without a heartbeat before "
+        "other servers settle its open locks (default %(default)ss)",
+    )
 
 
 def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
@@ -85,7 +93,7 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
                 "ledger every response is free"
             )
         return None
-    ledger = open_ledger(args.ledger)
+    ledger = open_ledger(args.ledger, heartbeat=getattr(args, "ledger_heartbeat", 15.0))
     durable = getattr(args, "store", "memory") != "memory"
     grace = float(args.retention_age) if durable else 0.0
     freed = ledger.recover(grace=grace)
@@ -95,8 +103,10 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
     return LedgerPolicy(ledger, price=price, currency=args.currency or CURRENCY, orphan_grace=grace)
 
 
-def open_ledger(spec: str, *, create: bool = True) -> SqlLedger:
+def open_ledger(spec: str, *, create: bool = True, heartbeat: float = 15.0) -> SqlLedger:
     """The ledger ``--ledger`` names: a ``postgresql://`` URL or a SQLite file.
+
+    ``heartbeat``: a PostgreSQL ledger's (see :class:`.ledger_postgres.PostgresLedger`).
 
     Raises:
         ValueError: It cannot be opened (one line for the user, no password).
@@ -109,7 +119,7 @@ def open_ledger(spec: str, *, create: bool = True) -> SqlLedger:
                 f"a PostgreSQL ledger needs the 'postgres' extra (no module {exc.name!r}):"
                 " pip install 'uamp[postgres]'"
             ) from None
-        return PostgresLedger(spec)
+        return PostgresLedger(spec, heartbeat=heartbeat)
     if not create and not Path(spec).is_file():
         raise ValueError(f"no ledger at {spec}")
     try:

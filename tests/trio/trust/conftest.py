@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +30,3 @@ async def served(app: App, serve_app: Any) -> Any:
     """A server for ``app`` on 127.0.0.1 for the length of the test."""
     return await serve_app(app)
 
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """A PostgreSQL server for the whole test session; the URL of its ``postgres`` database."""
-    from tests._support.postgres_server import running_postgres
-
-    with running_postgres() as url:
-        yield url
-
-
-@pytest.fixture
-def postgres_url(postgres_server: str) -> str:
-    """A new empty database on the session's PostgreSQL server."""
-    from tests._support.postgres_server import create_database
-
-    return create_database(postgres_server)

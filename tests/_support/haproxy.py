@@ -1,0 +1,99 @@
+"""A real haproxy in front of test servers, with the project's own ``deploy/haproxy.cfg``.
+
+Debian's ``haproxy`` package, installed with ``apt-get`` when missing (as
+root, as CI runs). The configuration file is the one users copy; the test
+gives it its addresses through the environment, as ``deploy/compose.yaml``
+does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import httpx
+
+from tests._support.cache import cache_folder, exclusive
+from tests._support.cli import ROOT
+from tests._support.redis_server import free_port
+
+__all__ = ["CONFIG", "haproxy_binary", "running_haproxy"]
+
+CONFIG = ROOT / "deploy" / "haproxy.cfg"
+
+
+def haproxy_binary() -> str:
+    """The path of ``haproxy``, installing the Debian package when it is missing."""
+    found = shutil.which("haproxy") or (
+        "/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None
+    )
+    if found:
+        return found
+    with exclusive(cache_folder("apt-get")):
+        env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        for command in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "install", "-y", "-qq", "haproxy"],
+        ):
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"{' '.join(command)!r} failed: {done.stderr.strip()[-500:]}")
+    found = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.path.exists(found):
+        raise RuntimeError("apt-get installed haproxy but the binary was not found")
+    return found
+
+
+def check_config(nodes: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """``haproxy -c`` on the shipped configuration with ``nodes`` as its servers."""
+    env = _env(nodes, "127.0.0.1:1")
+    return subprocess.run(
+        [haproxy_binary(), "-c", "-f", str(CONFIG)], env=env, capture_output=True, text=True
+    )
+
+
+def _env(nodes: Sequence[str], listen: str) -> dict[str, str]:
+    env = {**os.environ, "UAMP_LISTEN": listen}
+    for i, node in enumerate(nodes, start=1):
+        env[f"UAMP_NODE{i}"] = node
+    return env
+
+
+@contextmanager
+def running_haproxy(nodes: Sequence[str]) -> Iterator[str]:
+    """haproxy round-robin over ``nodes`` (three ``host:port``); yields its ``http://`` URL.
+
+    Returns once a request through it reaches a ready node.
+    """
+    port = free_port()
+    proc = subprocess.Popen(
+        [haproxy_binary(), "-db", "-f", str(CONFIG)],
+        env=_env(nodes, f"127.0.0.1:{port}"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(f"haproxy did not start: {err[-800:]}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
