@@ -473,7 +473,8 @@ def _add_serve(sub: Any) -> None:
         "--envelope-key",
         metavar="PATH",
         help="PEM EC P-256 or Ed25519 private key: signs error envelopes and manifests "
-        "(default: an ephemeral key, with a warning)",
+        "(default: envelope-key.pem in the user's data folder, ~/.local/share/uamp, "
+        "made at the first start)",
     )
     env.add_argument(
         "--trust-jwks",
@@ -609,13 +610,16 @@ def envelope_options(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: A key or JWKS that cannot be read or used (one line for the operator).
     """
-    from .envelope.keys import EnvelopeKey, read_jwks
+    from .envelope.keys import EnvelopeKey, read_jwks, stored_key
     from .envelope.service import EnvelopeLimits
 
     if args.envelope_key is not None:
         key = EnvelopeKey.from_file(args.envelope_key)
     else:
-        key = EnvelopeKey.ephemeral_key()  # warned about once the server starts
+        try:
+            key, _ = stored_key()  # the data folder's, made at the first start
+        except OSError:
+            key = EnvelopeKey.ephemeral_key()  # warned about once the server starts
     trusted = read_jwks(args.trust_jwks, "--trust-jwks") if args.trust_jwks else None
     if args.max_concurrent < 1:
         raise ValueError("--max-concurrent must be at least 1")
@@ -947,6 +951,8 @@ async def _serve(server: Server, app: App) -> None:
                 print(f"uamp worker {number} serving on {server.url}", flush=True)
             else:
                 print_urls(server, app)
+                if app.envelopes is not None and app.envelopes.key.path:
+                    print(f"envelopes and manifests signed with {app.envelopes.key.path}")
                 if app.envelopes is not None and app.envelopes.key.ephemeral:
                     print(
                         "uamp serve: warning: no --envelope-key; envelopes and manifests are "
