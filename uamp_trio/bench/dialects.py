@@ -19,6 +19,9 @@ ended the response, or reported an error. No I/O here: the HTTP driver
   ``rejected`` / ``auth-required`` fail, and so does an ``input-required``
   pause), a JSON-RPC ``error`` fails. A 1.0 status update has no ``final``:
   a terminal or interrupted state closes the stream.
+* ``anthropic`` -- the Anthropic Messages API (``POST .../v1/messages`` with
+  ``anthropic-version``): ``text_delta`` (or ``thinking_delta``) events,
+  ``message_stop`` ends, an ``error`` event fails with its type.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class Dialect:
     """One transport's request and stream reading; a new :meth:`reader` per response."""
 
     name = ""
+    #: Headers every request of this dialect carries.
+    headers: tuple[tuple[str, str], ...] = ()
 
     def endpoint(self, config: BenchConfig) -> str:
         """Where the requests go."""
@@ -279,6 +284,55 @@ class A2A(Dialect):
         return Step(error=f"task_{state}" if isinstance(state, str) else "bad_response")
 
 
+class Anthropic(Dialect):
+    """The Anthropic Messages API (``POST .../v1/messages``)."""
+
+    name = "anthropic"
+    headers = (("anthropic-version", "2023-06-01"),)
+
+    def endpoint(self, config: BenchConfig) -> str:
+        return endpoint_url(config.url, config.agent, "v1/messages")
+
+    def body(self, config: BenchConfig) -> bytes:
+        return orjson.dumps(
+            {
+                "model": config.model or config.agent or _agent_in(config.url) or "uamp",
+                "max_tokens": config.max_tokens or 4096,
+                "messages": [{"role": "user", "content": config.prompt}],
+                "stream": config.stream,
+            }
+        )
+
+    def step(self, data: str, reader: Reader) -> Step:
+        event = _json(data)
+        if event is None:
+            return _bad()
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = event.get("delta")
+            if not isinstance(delta, dict):
+                return _bad()
+            text = delta.get("text") or delta.get("thinking") or ""
+            return Step(text=text) if isinstance(text, str) else _bad()
+        if kind == "message_stop":
+            return _DONE
+        if kind == "error":
+            error = event.get("error")
+            code = error.get("type") if isinstance(error, dict) else None
+            return Step(error=code if isinstance(code, str) and code else "stream_error")
+        return _NOTHING
+
+    def whole(self, body: bytes) -> Step:
+        try:
+            blocks = orjson.loads(body)["content"]
+        except (orjson.JSONDecodeError, LookupError, TypeError):
+            return _bad()
+        text = "".join(
+            b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)
+        )
+        return Step(text=text, done=True)
+
+
 def _agent_in(url: str) -> str | None:
     """``NAME`` in ``.../agents/NAME...``, if the URL names an agent."""
     _, found, rest = url.partition("/agents/")
@@ -287,5 +341,6 @@ def _agent_in(url: str) -> str | None:
 
 #: The HTTP dialects by ``--transport`` name.
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OpenAI(), AGUI(), A2A("a2a", v1=True), A2A("a2a-0.3", v1=False))
+    d.name: d
+    for d in (OpenAI(), AGUI(), A2A("a2a", v1=True), A2A("a2a-0.3", v1=False), Anthropic())
 }

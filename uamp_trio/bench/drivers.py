@@ -78,7 +78,11 @@ class _HTTP:
         self._config = config
         self._client = client
         self._dialect = dialect
-        self._headers = {"content-type": "application/json", **dict(config.headers)}
+        self._headers = {
+            "content-type": "application/json",
+            **dict(dialect.headers),
+            **dict(config.headers),
+        }
 
     @contextlib.asynccontextmanager
     async def worker(self) -> AsyncIterator[Send]:

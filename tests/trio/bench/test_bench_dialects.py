@@ -128,6 +128,30 @@ CASES = [
 ]
 
 
+CASES += [
+    (
+        "anthropic",
+        [
+            _data({"type": "message_start", "message": {}}),
+            _data({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "hm"}}),
+            _data({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "text_delta", "text": "Hi"}}),
+            _data({"type": "content_block_delta", "index": 2,
+                   "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+            _data({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            _data({"type": "message_stop"}),
+        ],
+        [Step(), Step(text="hm"), Step(text="Hi"), Step(), Step(), Step(done=True)],
+    ),
+    (
+        "anthropic",
+        [_data({"type": "error", "error": {"type": "overloaded_error", "message": "x"}}), "nope"],
+        [Step(error="overloaded_error"), Step(error="bad_response")],
+    ),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(("dialect", "events", "steps"), CASES)
 def test_each_event_means_a_step(dialect: str, events: list[str], steps: list[Step]) -> None:
     reader = DIALECTS[dialect].reader()
@@ -152,6 +176,12 @@ def test_the_bodies_carry_the_prompt_and_fresh_ids() -> None:
     assert a2a[0]["params"]["message"]["parts"] == [{"text": "p?"}]
     assert a2a[0]["params"]["message"]["role"] == "ROLE_USER"
     assert a2a[0]["params"]["message"]["messageId"] != a2a[1]["params"]["message"]["messageId"]
+    claude = orjson.loads(DIALECTS["anthropic"].body(config))
+    assert (claude["model"], claude["max_tokens"], claude["stream"]) == ("a", 7, True)
+    assert claude["messages"] == [{"role": "user", "content": "p?"}]
+    assert DIALECTS["anthropic"].headers == (("anthropic-version", "2023-06-01"),)
+    whole = orjson.dumps({"content": [{"type": "text", "text": "Hi"}, {"type": "tool_use"}]})
+    assert DIALECTS["anthropic"].whole(whole) == Step(text="Hi", done=True)
     old = orjson.loads(DIALECTS["a2a-0.3"].body(config))
     assert old["method"] == "message/stream"
     assert old["params"]["message"]["parts"] == [{"kind": "text", "text": "p?"}]

@@ -138,6 +138,22 @@ async def test_agui_and_a2a_counts_match(serve_app: Any, transport: str, route: 
     assert data["bytes"] > 0
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_anthropic_counts_match(serve_app: Any, stream: bool) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(
+        url=base + "/agents/count", transport="anthropic", concurrency=3, requests=9,
+        prompt="hey", stream=stream,
+    )  # fmt: skip
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 9 == data["ok"], data["errors_by_kind"]
+    assert agent.prompts == ["hey"] * 9
+    assert data["deltas"] == 9 * (len(WORDS) if stream else 1)
+    assert all(s.text == len("".join(WORDS)) for s in samples)
+    assert data["url"] == f"{base}/agents/count/v1/messages"
+
+
 async def test_realtime_counts_match(serve_app: Any) -> None:
     agent, base = await _served(serve_app)
     config = BenchConfig(url=base + "/agents/count", transport="realtime", concurrency=2,
