@@ -49,6 +49,11 @@ rounds is printed with the ratio uamp / baseline:
 * ``mux``: 100 sessions multiplexed on one uamp WebSocket, events/s overall.
 * ``conns``: 100 concurrent WebSocket connections (one session each),
   events/s overall, vs 100 connections to the ``websockets`` server.
+* ``anthropic`` (not run by default): Anthropic Messages SSE events per
+  second (``POST /v1/messages``, ``stream: true``: one ``content_block_delta``
+  per delta) beside ``uamp-chat``, the same uamp server's Chat Completions
+  stream; the server CPU per event of the one over the other is the cost of
+  the Messages rendering. Target: <= 1.2x the Chat Completions CPU per chunk.
 * ``h2-json``, ``h2-sse`` (not run by default): HTTP/2 over cleartext
   (prior knowledge), 16 concurrent streams on one connection driven by
   ``uamp bench --http2``: completions/s, and chunks/s of streamed
@@ -194,6 +199,13 @@ def serve_uamp(
     from uamp_trio.hosting.sessions import SessionLimits
     from uamp_trio.transports import completions, uamp_ws
 
+    try:
+        from uamp_trio.transports import anthropic
+
+        more = [anthropic.mount]
+    except ImportError:  # a uamp@REV from before the Anthropic transport
+        more = []
+
     class FloodAgent:
         name = "flood"
 
@@ -225,6 +237,7 @@ def serve_uamp(
         transports=[
             completions.mount,
             lambda a: uamp_ws.mount(a, uamp_ws.UampWebSocketConfig(limits=limits)),
+            *more,
         ],
         **observe,
     )
@@ -609,6 +622,8 @@ SERVERS: dict[str, Callable[[Path], None]] = {
     # A UAP agent (loop strategy, function model, one word per delta) via the bridge.
     "uamp-agent": functools.partial(serve_uamp, agent="flood_agent:flood"),
     "uamp-soak": functools.partial(serve_uamp, soak=True),
+    # The same server as "uamp": a second row of the same work on another route.
+    "uamp-chat": serve_uamp,
     "uamp-bound": serve_uamp_bound,
     "trio-ws": serve_trio_ws,
     "websockets": serve_websockets,
@@ -954,8 +969,10 @@ def _http_post(
     body: bytes,
     buf: bytearray,
     on_data: Callable[[bytes], None] | None = None,
+    target: str = "/chat/completions",
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> tuple[bytes, bytes]:
-    """One POST /chat/completions on a keep-alive socket; returns (head, raw body).
+    """One POST ``target`` on a keep-alive socket; returns (head, raw body).
 
     ``on_data`` sees every piece of the body as it arrives.
     """
@@ -966,11 +983,12 @@ def _http_post(
         conn.send(
             h11.Request(
                 method="POST",
-                target="/chat/completions",
+                target=target,
                 headers=[
                     ("host", "127.0.0.1"),
                     ("content-type", "application/json"),
                     ("content-length", str(len(body))),
+                    *headers,
                 ],
             )
         )
@@ -1014,6 +1032,26 @@ def sse_rate(kind: str, port: int, n: int) -> float:
     sock.close()
     chunks = raw.count(b'"content":"tok "')
     assert status == b"200" and chunks == n and raw.endswith(b"data: [DONE]\n\n"), (kind, chunks)
+    return n / elapsed
+
+
+def anthropic_rate(kind: str, port: int, n: int) -> float:
+    """Anthropic Messages SSE events/s (``uamp``), or Chat Completions chunks/s (``uamp-chat``)."""
+    if kind == "uamp-chat":
+        return sse_rate(kind, port, n)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ask = {"role": "user", "content": str(n)}
+    body = orjson.dumps({"model": "flood", "max_tokens": 10**9, "stream": True, "messages": [ask]})
+    version = (("anthropic-version", "2023-06-01"),)
+    t0 = time.perf_counter()
+    status, raw = _http_post(sock, body, bytearray(), target="/v1/messages", headers=version)
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    events = raw.count(b'"text":"tok "')
+    assert status == b"200" and events == n and raw.endswith(b"event: message_stop\n"
+                                                            b'data: {"type":"message_stop"}\n\n'
+                                                            ), (kind, events)  # fmt: skip
     return n / elapsed
 
 
@@ -1348,6 +1386,16 @@ def main() -> None:
             {"cpu_unit": "event"},
         ),
     ]
+    rows.append(
+        (
+            "anthropic",
+            "SSE: Anthropic Messages events/s (uamp) vs Chat Completions chunks/s (uamp-chat)",
+            "events/s",
+            lambda k: functools.partial(_by_kind, anthropic_rate, k, n),
+            ("uamp", "uamp-chat"),
+            {"cpu_unit": "event"},
+        )
+    )
     h2_kinds = ("uamp", *extra, "hypercorn")
     rows += [
         (
