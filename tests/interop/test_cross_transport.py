@@ -4,8 +4,8 @@
 agent), and every client people use asks it the same questions: the reply
 text must be the same over Chat Completions (plain and streamed), the native
 UAMP WebSocket, UAMP over HTTP+SSE, OpenAI Realtime, A2A (blocking and
-streamed), AG-UI, ACP over stdio (``uamp acp``), and the Anthropic Messages
-API (plain and streamed).
+streamed), AG-UI, ACP over stdio (``uamp acp``), the Anthropic Messages
+API (plain and streamed) and MCP (Streamable HTTP, and stdio with ``uamp mcp``).
 """
 
 from __future__ import annotations
@@ -209,6 +209,33 @@ def anthropic_streamed(base: str, prompt: str, agent: str = "demo") -> str:
         return "".join(stream.text_stream)
 
 
+def _mcp_call(server: Any, prompt: str, agent: str) -> str:
+    import anyio
+    from mcp import Client
+
+    async def main() -> str:
+        with anyio.fail_after(TIMEOUT):
+            async with Client(server) as client:
+                result = await client.call_tool(agent, {"prompt": prompt})
+        assert not result.is_error
+        return str(result.content[0].text)
+
+    return str(anyio.run(main))
+
+
+def mcp_http(base: str, prompt: str, agent: str = "demo") -> str:
+    return _mcp_call(f"{base}/agents/{agent}/mcp", prompt, agent)
+
+
+def mcp_stdio(base: str, prompt: str, agent: str = "demo") -> str:
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {"PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "uamp_trio", "mcp"]
+    server = StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT), env=env)
+    return _mcp_call(server, prompt, agent)
+
+
 TRANSPORTS = [
     completions_plain,
     completions_streamed,
@@ -221,6 +248,8 @@ TRANSPORTS = [
     acp_stdio,
     anthropic_plain,
     anthropic_streamed,
+    mcp_http,
+    mcp_stdio,
 ]
 
 
