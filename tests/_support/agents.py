@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -192,3 +193,25 @@ class WorkingAgent(TestAgent):
 def run_asyncio(coro_fn: Callable[[], Coroutine[Any, Any, None]], timeout: float = 20) -> None:
     """Run an asyncio client (the SDKs that are not trio) to its end, within ``timeout``."""
     asyncio.run(asyncio.wait_for(coro_fn(), timeout))
+
+
+class Stalls(TestAgent):
+    """Says one word and waits until cancelled; tells a test in another thread of both.
+
+    ``started`` is set once the word is out, ``cancelled`` when the turn is
+    cancelled (threading events: the server may run in a thread of its own).
+    """
+
+    def __init__(self, name: str = "stalls") -> None:
+        self.name = name
+        self.started = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        """``thinking``, then wait for the cancel."""
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="thinking")))
+        self.started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.cancelled.set()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests._support.agents import TestAgent
+from tests._support.agents import Stalls, TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
@@ -70,24 +69,6 @@ class Broken(TestAgent):
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         raise ResponderError("model_unavailable", "the model is down")
-
-
-class Stalls(TestAgent):
-    """Says one word and waits until cancelled; tells the test (threads) both."""
-
-    name = "stalls"
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.cancelled = threading.Event()
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="thinking")))
-        self.started.set()
-        try:
-            await anyio.sleep(3600)
-        finally:
-            self.cancelled.set()
 
 
 def _serve(thread_server: Callable[..., Any], *agents: Any, **options: Any) -> str:
