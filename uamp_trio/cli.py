@@ -56,6 +56,7 @@ import argparse
 import contextlib
 import gc
 import getpass
+import hashlib
 import importlib
 import os
 import shlex
@@ -81,6 +82,7 @@ from .app import App, create_app, default_transports
 from .cli_checks import check_host, check_store, import_agent_file, import_failed, port_number
 from .command_line import build_parser, main
 from .engines.server import Server, ServerConfig
+from .envfile import load_env_file
 from .hosting.host import Transport
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, open_chat_store, open_event_log, open_task_store
@@ -560,6 +562,15 @@ def _add_serve(sub: Any) -> None:
         "they need --certfile there: spec 003 section 6.1)",
     )
     auth.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="[PRINCIPAL:]KEY",
+        help="accept this API key as a bearer token (repeatable; the principal defaults to "
+        "key-<hash prefix>); a key on the command line shows in the process list: prefer "
+        "--auth-api-keys or --env-file on a shared machine",
+    )
+    auth.add_argument(
         "--allow-anonymous",
         action="store_true",
         help="let callers without a token in as 'anonymous' (needed to serve a "
@@ -583,6 +594,12 @@ def _add_serve(sub: Any) -> None:
         ops.add_argument(
             flag, action=argparse.BooleanOptionalAction, default=True, help=f"{what} (default: on)"
         )
+    ops.add_argument(
+        "--env-file",
+        metavar="PATH",
+        help="read NAME=value lines (a .env file: provider keys, OPENAI_BASE_URL ...) into the "
+        "environment before the agents load; variables already set win",
+    )
     ops.add_argument(
         "--otel",
         action="store_true",
@@ -692,16 +709,32 @@ def build_authenticator(args: argparse.Namespace) -> Authenticator | None:
         if not len(keys):
             raise ValueError(f"--auth-api-keys: {args.auth_api_keys} holds no key")
         found.append(keys)
+    if getattr(args, "api_key", None):
+        found.append(APIKeyAuthenticator([_api_key_pair(entry) for entry in args.api_key]))
     if not found:
         return None
     return found[0] if len(found) == 1 else AnyOf(found)
+
+
+def _api_key_pair(entry: str) -> tuple[str, str]:
+    """``--api-key [PRINCIPAL:]KEY`` as ``(principal, key)`` (never echoes the key)."""
+    principal, sep, key = entry.partition(":")
+    if principal.strip() == "agent" and sep:  # agent:NAME:KEY, as in an --auth-api-keys file
+        name, sep, key = key.partition(":")
+        principal = f"agent:{name.strip()}" if name.strip() else ""
+    if not sep:
+        key = entry
+        principal = "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    if not principal.strip() or not key.strip():
+        raise ValueError("--api-key: expected KEY or PRINCIPAL:KEY, both non-empty")
+    return principal.strip(), key.strip()
 
 
 #: What ``uamp serve`` says when asked to serve a non-loopback address openly.
 OPEN_BIND_REFUSED = (
     "uamp serve: refusing to serve {host} without authentication; add "
     "--auth-jwks PATH_OR_URL --auth-issuer ISS --auth-audience AUD, or "
-    "--auth-api-keys PATH, or --allow-anonymous to accept anyone knowingly"
+    "--auth-api-keys PATH or --api-key KEY, or --allow-anonymous to accept anyone knowingly"
 )
 
 
@@ -718,6 +751,8 @@ RELAY_AUTH = (
 
 def _serve_command(args: argparse.Namespace) -> int:
     try:  # mistakes found before anything starts (uamp_trio.cli_checks)
+        if args.env_file:
+            load_env_file(args.env_file)  # before the agents (and --reload's child) read it
         check_host(args.host)
         check_store(args.store)
     except ValueError as exc:
@@ -1163,5 +1198,3 @@ def _stdio_agent(spec: str | None) -> Responder:
             f"--agent {spec!r}: no agent of that name; give MODULE:ATTR, or {agent.name!r}"
         )
     return agent
-
-

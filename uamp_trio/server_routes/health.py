@@ -1,4 +1,6 @@
-"""``GET /healthz`` (liveness) and ``GET /readyz`` (readiness), for load balancers and containers.
+"""``GET /healthz`` (liveness), ``GET /readyz`` (readiness) and ``GET /version``.
+
+For load balancers, containers and deploy scripts:
 
 * ``/healthz`` answers ``200 {"status": "ok"}`` as long as the process serves
   HTTP at all: a failing liveness probe means "restart me".
@@ -13,7 +15,10 @@
   are pinged at most once per :data:`STORE_CHECK_EVERY` seconds, however often
   the probe comes; a store whose background loop fails counts at once.
 
-Both are public (no token needed) and tell nothing but the agent names, which
+* ``/version`` answers ``200 {"name": "uamp", "version": ...}``: which
+  release is deployed (vLLM and others answer the same route).
+
+All are public (no token needed) and tell nothing but the agent names, which
 the agent cards publish anyway, and the roles of stores that are down (the
 log names where they are and the error).
 """
@@ -23,6 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+
+from uamp import __version__
 
 from ..engines.http import Request, Response, json_response
 from ..hosting.host import Host
@@ -50,6 +57,10 @@ def mount(host: Host) -> None:
         """``GET /healthz``: the process is alive."""
         return json_response({"status": "ok"})
 
+    async def version(request: Request) -> Response:
+        """``GET /version``: the installed uamp release."""
+        return json_response({"name": "uamp", "version": __version__})
+
     async def readyz(request: Request) -> Response:
         """``GET /readyz``: the server is serving and hosts agents."""
         agents = list(host.agents)
@@ -69,3 +80,4 @@ def mount(host: Host) -> None:
 
     host.router.add("GET", "/healthz", healthz, meta=SERVER_ROUTES)
     host.router.add("GET", "/readyz", readyz, meta=SERVER_ROUTES)
+    host.router.add("GET", "/version", version, meta=SERVER_ROUTES)

@@ -231,6 +231,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Health", "Readiness: serving, with agents hosted (else 503)", None, "Ready"
     ),
     ("GET", "/openapi.json"): Operation("Health", "This document"),
+    ("GET", "/version"): Operation("Health", "The installed uamp release"),
     ("GET", "/metrics"): Operation(
         "Health", "Metrics in the Prometheus text format", response="Text", media=("text/plain",)
     ),

@@ -122,6 +122,7 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         # the server's own: health, the OpenAPI document, the playground's page and files
         "/healthz",
         "/readyz",
+        "/version",
         "/openapi.json",
         "/",
         "/agents/{agent}/",
