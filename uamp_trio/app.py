@@ -71,6 +71,7 @@ from .transports import (
     a2a,
     acp,
     agui,
+    ai_sdk,
     anthropic,
     completions,
     envelope_grpc,
@@ -409,6 +410,7 @@ def default_transports() -> Sequence[Transport]:
         envelope_grpc.mount,
         anthropic.mount,
         mcp.mount,
+        ai_sdk.mount,
     ]
 
 

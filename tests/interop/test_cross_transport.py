@@ -5,7 +5,8 @@ agent), and every client people use asks it the same questions: the reply
 text must be the same over Chat Completions (plain and streamed), the native
 UAMP WebSocket, UAMP over HTTP+SSE, OpenAI Realtime, A2A (blocking and
 streamed), AG-UI, ACP over stdio (``uamp acp``), the Anthropic Messages
-API (plain and streamed) and MCP (Streamable HTTP, and stdio with ``uamp mcp``).
+API (plain and streamed), MCP (Streamable HTTP, and stdio with ``uamp mcp``) and
+the Vercel AI SDK (its npm client, under Node).
 """
 
 from __future__ import annotations
@@ -236,6 +237,20 @@ def mcp_stdio(base: str, prompt: str, agent: str = "demo") -> str:
     return _mcp_call(server, prompt, agent)
 
 
+def ai_sdk(base: str, prompt: str, agent: str = "demo") -> str:
+    """The Vercel AI SDK's own client (npm ``ai``: DefaultChatTransport, readUIMessageStream)."""
+    from pathlib import Path
+
+    from tests._support.npm import install_client, run_node
+
+    client = install_client(Path(__file__).parent / "ai_sdk_client", "ai-sdk-client")
+    args = json.dumps({"chatId": f"cross-{len(prompt)}", "text": prompt})
+    got = run_node(client, "stream", f"{base}/agents/{agent}/ai-sdk", args)
+    assert got["warnings"] == [] and got["errors"] == []
+    parts = got["message"]["parts"]
+    return "".join(p["text"] for p in parts if p["type"] == "text")
+
+
 TRANSPORTS = [
     completions_plain,
     completions_streamed,
@@ -250,6 +265,7 @@ TRANSPORTS = [
     anthropic_streamed,
     mcp_http,
     mcp_stdio,
+    ai_sdk,
 ]
 
 

@@ -172,6 +172,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/tasks/{task_id}"): Operation("A2A", "Read a task (A2A REST)"),
     ("DELETE", "/tasks/{task_id}"): Operation("A2A", "Cancel a task (A2A REST)"),
     ("POST", "/agui"): Operation("AG-UI", "One AG-UI agent run", "Object", media=(_SSE,)),
+    ("POST", "/ai-sdk"): Operation(
+        "Vercel AI SDK", "One chat answer as a UI message stream", "Object", media=(_SSE,)
+    ),
+    ("GET", "/ai-sdk/{chat_id}/stream"): Operation(
+        "Vercel AI SDK",
+        "Resume the chat's answer from its start; 204 when none runs",
+        media=(_SSE,),
+    ),
     ("GET", "/.well-known/jwks.json"): Operation(
         "Signatures", "The public keys of response signatures and envelopes", response="JWKS"
     ),

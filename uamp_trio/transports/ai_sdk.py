@@ -1,0 +1,547 @@
+"""The Vercel AI SDK transport: ``POST /agents/{name}/ai-sdk`` and its resume stream.
+
+Endpoints (and the same at the root, for a single agent):
+
+``POST /agents/{name}/ai-sdk``
+    What ``DefaultChatTransport`` sends (``api`` set to this URL); the
+    answer is a UI message stream (:mod:`uamp_proto.adapters.ai_sdk`). The
+    chat ``id`` is the turn's UAMP session.
+``GET /agents/{name}/ai-sdk/{chatId}/stream``
+    The SDK's resume (``resume: true``, ``resumeStream()``): the chat's
+    active answer replayed from its ``start`` chunk, then followed live;
+    ``204`` when the chat has no answer in progress.
+
+Theory of operation
+-------------------
+An answer does not belong to the request that asked for it: the POST starts
+it as an :class:`_Answer` in :attr:`Host.background
+<uamp_trio.hosting.host.Host.background>` (the server's nursery, so a
+graceful shutdown ends it) and then follows it like any reader. A client
+that aborts its fetch (a page reload, a lost connection) stops reading, not
+the agent; a resume reads the same answer again from its start. A new POST
+for a chat whose answer still runs supersedes it: the old answer ends
+(``abort``, ``finish``) and the new one starts.
+
+Answers are found by ``(principal, agent, chat id)``: another principal's
+chat answers ``204`` like one that never existed (docs/security.md,
+Ownership). Each principal runs at most :data:`MAX_ANSWERS` answers at once
+(``429`` past it), and an answer's chunks, kept for replays, are bounded by
+:data:`MAX_ANSWER_BYTES` (past it the answer ends with an ``error`` chunk).
+
+Across processes (docs/scale-out.md): when the event log is shared (Redis),
+every answer's chunks also go to it, under the session id ``ai-sdk:{agent}:
+{chat id}`` of the caller's principal, with a record naming the running
+answer and its process. A resume that reaches another process streams the
+answer from the log as it is written; when the writing process is gone the
+replay ends ``interrupted``. A POST for a chat whose answer runs in another
+live process asks that process to stop it first (:meth:`EventLog.ask
+<uamp_trio.stores.event_log.EventLog.ask>`).
+
+Payment (spec 004): the price is locked before the stream starts; an unpaid
+POST is answered ``402`` with the pre-flight JSON error of the Completions
+endpoint. Signing and the payment balance go into the ``finish`` chunk's
+``messageMetadata`` (``signature``, ``paymentBalance``), beside ``usage``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto.adapters.ai_sdk import (
+    DONE,
+    HEADERS,
+    MAX_CHAT_ID,
+    AiSdkError,
+    ChatRequest,
+    Phase,
+    StreamEncoder,
+    frame,
+    parse_chat_request,
+    replay_chunks,
+    turn_request,
+)
+from uamp_proto.adapters.completions import payment_error
+from uamp_proto.errors import UampError
+from uamp_proto.ids import IdSource, random_ids
+from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder
+from uamp_proto.resume import ResumeError, ResumeStream
+
+from ..engines.http import (
+    HTTPError,
+    Request,
+    Response,
+    SendChunk,
+    StreamingResponse,
+    json_response,
+)
+from ..hosting.host import Host
+from ..hosting.router import RouteMeta
+from ..hosting.turns import ResponseRunner
+from ..stores.event_log import SessionRecord
+from ..stores.health import StoreUnavailable
+
+__all__ = ["MAX_ANSWERS", "MAX_ANSWER_BYTES", "AiSdkTransport", "mount", "transport"]
+
+#: What middleware knows of these routes: OpenAI-shaped error objects.
+ROUTES = RouteMeta(transport="ai_sdk", error_style="openai")
+
+log = logging.getLogger("uamp_trio.ai_sdk")
+
+#: Answers one principal may have running at once.
+MAX_ANSWERS: Final = 8
+#: The most chunk bytes one answer keeps for replays.
+MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
+#: A comment line is written when a stream has been quiet this long (seconds).
+HEARTBEAT: Final = 15.0
+#: How long a resume from the log waits for news before it checks the writer (seconds).
+LOG_WAIT: Final = 1.0
+
+#: An answer's key: ``(principal key, agent name, chat id)``.
+AnswerKey = tuple[tuple[str, str], str, str]
+
+
+def log_session(agent: str, chat_id: str) -> str:
+    """The event log's session id of a chat's answers."""
+    return f"ai-sdk:{agent}:{chat_id}"
+
+
+class _Answer:
+    """One answer: its frames so far (kept for replays) and what its readers wait on."""
+
+    def __init__(self, key: AnswerKey, leg: str, start: bytes, prefix: list[bytes]) -> None:
+        self.key = key
+        #: This answer's id (its frames' event ids in the log start with it).
+        self.leg = leg
+        #: The frames in stream order; the first is ``start``.
+        self.frames: list[bytes] = [start]
+        #: A continued message's earlier parts, replayed right after ``start``.
+        self.prefix = prefix
+        self.size = len(start) + sum(len(f) for f in prefix)
+        self.done = False
+        self._changed = trio.Event()
+        self.runner: ResponseRunner | None = None
+        self.finished = trio.Event()
+        #: Whether the answer writes to the shared event log (until superseded there).
+        self.logging = False
+
+    def push(self, frames: list[bytes]) -> None:
+        """Add frames (never waits)."""
+        self.frames.extend(frames)
+        self.size += sum(len(f) for f in frames)
+        self._wake()
+
+    def close(self) -> None:
+        """No more frames."""
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def cancel(self) -> None:
+        """Stop the agent (the answer ends ``abort``, ``finish``)."""
+        if self.runner is not None:
+            self.runner.cancel()
+
+    async def follow(self, send: SendChunk, *, replay: bool) -> None:
+        """Write the frames from the start, then each new one, then ``[DONE]``.
+
+        ``replay``: include a continued message's earlier parts (a resume).
+        """
+        sent = 0
+        if replay and self.prefix:
+            await send(b"".join([self.frames[0], *self.prefix]))
+            sent = 1
+        while True:
+            if sent < len(self.frames):
+                batch = self.frames[sent:]
+                sent += len(batch)
+                await send(b"".join(batch))
+                continue
+            if self.done:
+                await send(DONE)
+                return
+            changed = self._changed
+            with trio.move_on_after(HEARTBEAT):
+                await changed.wait()
+            if not changed.is_set():
+                await send(b": keep-alive\n\n")  # a write is how a gone client is noticed
+
+
+class AiSdkTransport:
+    """The AI SDK endpoints of an :class:`~uamp_trio.app.App` (see the module docstring).
+
+    Args:
+        app: The app to mount on.
+        ids: Id source for messages, parts and responses.
+        max_answers: Answers one principal may have running at once.
+        max_answer_bytes: The most chunk bytes one answer keeps.
+    """
+
+    def __init__(
+        self,
+        app: Host,
+        *,
+        ids: IdSource = random_ids,
+        max_answers: int = MAX_ANSWERS,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+    ) -> None:
+        self.app = app
+        self.ids = ids
+        self.max_answers = max_answers
+        self.max_answer_bytes = max_answer_bytes
+        #: The answers running in this process.
+        self.answers: dict[AnswerKey, _Answer] = {}
+        self._per_principal: dict[tuple[str, str], int] = {}
+
+    def mount(self) -> None:
+        """Register the routes on the app."""
+        self.app.agent_route("POST", "/ai-sdk", self.chat, label="Vercel AI SDK", meta=ROUTES)
+        self.app.agent_route("GET", "/ai-sdk/{chat_id}/stream", self.resume, meta=ROUTES)
+
+    # --- POST: one answer ------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response | StreamingResponse:
+        """``POST .../ai-sdk``: start an answer and stream it."""
+        agent = self.app.resolve_agent(request.path_params)
+        try:
+            chat = parse_chat_request(await request.json())
+        except AiSdkError as exc:
+            raise HTTPError(400, exc.message, code=exc.code) from None
+        principal = request.principal
+        key: AnswerKey = (principal.key, agent.name, chat.chat_id)
+        old = self.answers.get(key)
+        if old is None and self._per_principal.get(principal.key, 0) >= self.max_answers:
+            raise HTTPError(
+                429,
+                f"At most {self.max_answers} answers may run at once for one caller; "
+                "wait for one to finish.",
+                code="too_many_answers",
+                headers=[("retry-after", "1")],
+            )
+        response_id = self.ids("resp")
+        token = request.headers.get("x-payment")
+        try:
+            # Locked before the stream starts; the turn driver settles it.
+            charge = await self.app.open_charge(agent.name, token, response_id, principal=principal)
+        except PaymentRequiredError as unpaid:
+            return json_response(payment_error(unpaid.accepts(), unpaid.details()), 402)
+        try:
+            await self._supersede(key, principal)
+        except BaseException:
+            if charge is not None:
+                with trio.CancelScope(shield=True):
+                    await charge.settle(None, used=False)
+            raise
+        answer = self._start(agent, chat, key, response_id, token, principal, charge, request.body)
+
+        async def produce(send: SendChunk) -> None:
+            await answer.follow(send, replay=False)
+
+        return StreamingResponse(producer=produce, headers=list(HEADERS))
+
+    async def _supersede(self, key: AnswerKey, principal: Principal) -> None:
+        """Stop the chat's answer still running, here or in another process."""
+        old = self.answers.get(key)
+        if old is not None:
+            old.cancel()
+            with trio.move_on_after(5):
+                await old.finished.wait()
+            return
+        store = self.app.stores.event_log
+        if not store.shared:
+            return
+        lkey = (principal.key, log_session(key[1], key[2]))
+        try:
+            record = await store.load(lkey)
+        except ResumeError:
+            return
+        node = record.node
+        if record.running is not None and node != store.node and await store.alive(node):
+            await store.ask(node, lkey, {"op": "cancel"})
+
+    def _start(
+        self,
+        agent: Responder,
+        chat: ChatRequest,
+        key: AnswerKey,
+        response_id: str,
+        token: str | None,
+        principal: Principal,
+        charge: Charge | None,
+        body: bytes,
+    ) -> _Answer:
+        """Create the answer and start its task (no checkpoint: the charge is in its hands)."""
+        continued = chat.continued
+        message_id = continued["id"] if continued is not None else self.ids("msg")
+        encoder = StreamEncoder(message_id, self.ids, client_tools=chat.client_tools)
+        prefix = replay_chunks(continued, self.ids) if continued is not None else []
+        answer = _Answer(
+            key,
+            response_id,
+            frame(encoder.start()[0]),
+            [frame(c) for c in prefix],
+        )
+        self.answers[key] = answer
+        self._per_principal[principal.key] = self._per_principal.get(principal.key, 0) + 1
+        turn = turn_request(
+            chat,
+            agent=agent.name,
+            response_id=response_id,
+            payment_token=token,
+            principal=principal,
+        )
+        run = _Run(self, answer, encoder, charge, body)
+        answer.runner = ResponseRunner(agent, turn, run.sink, charge=charge)
+        background = self.app.background
+        if background is not None:
+            background.start_soon(run.run, name="uamp-ai-sdk-answer")
+        else:
+            trio.lowlevel.spawn_system_task(run.run, name="uamp-ai-sdk-answer")
+        return answer
+
+    def _forget(self, answer: _Answer) -> None:
+        if self.answers.get(answer.key) is answer:
+            del self.answers[answer.key]
+        owner = answer.key[0]
+        left = self._per_principal.get(owner, 1) - 1
+        if left > 0:
+            self._per_principal[owner] = left
+        else:
+            self._per_principal.pop(owner, None)
+
+    # --- GET: resume -----------------------------------------------------------------
+
+    async def resume(self, request: Request) -> Response | StreamingResponse:
+        """``GET .../ai-sdk/{chatId}/stream``: the active answer from its start, or 204."""
+        agent = self.app.resolve_agent(request.path_params)
+        chat_id = request.path_params["chat_id"]
+        if len(chat_id) > MAX_CHAT_ID:
+            return Response(status=204)
+        principal = request.principal
+        answer = self.answers.get((principal.key, agent.name, chat_id))
+        if answer is not None and not answer.done:
+            found = answer
+
+            async def replay(send: SendChunk) -> None:
+                await found.follow(send, replay=True)
+
+            return StreamingResponse(producer=replay, headers=list(HEADERS))
+        store = self.app.stores.event_log
+        if not store.shared:
+            return Response(status=204)
+        lkey = (principal.key, log_session(agent.name, chat_id))
+        try:
+            record = await store.load(lkey)
+        except ResumeError:
+            return Response(status=204)
+        if record.running is None or record.node == store.node:
+            return Response(status=204)  # finished (or this process's, and gone)
+        window = await store.window(lkey)
+        if window.first > 1:
+            return Response(status=204)  # its start is no longer kept: no replay
+        running = record.running
+
+        async def from_log(send: SendChunk) -> None:
+            await self._follow_log(send, lkey, running, record.node)
+
+        return StreamingResponse(producer=from_log, headers=list(HEADERS))
+
+    async def _follow_log(
+        self, send: SendChunk, lkey: tuple[tuple[str, str], str], leg: str, node: str
+    ) -> None:
+        """Stream answer ``leg`` from the shared log as its process writes it."""
+        store = self.app.stores.event_log
+        stream = ResumeStream(0)
+        done_id = f"{leg}:done"
+        quiet = trio.current_time()
+        while True:
+            entries = await store.wait(lkey, stream.cursor, timeout=LOG_WAIT)
+            try:
+                sent = stream.backfill(entries).send
+            except ResumeError:
+                lost = {"type": "error", "errorText": "The answer is no longer kept in full."}
+                await send(frame(lost) + frame({"type": "finish", "finishReason": "other"}) + DONE)
+                return
+            frames: list[bytes] = []
+            for entry in sent:
+                if not entry.event_id.startswith(leg + ":"):
+                    return  # a newer answer took the log over: this one is gone
+                if entry.event_id == done_id:
+                    await send(b"".join(frames) + DONE)
+                    return
+                frames.append(entry.data)
+            if frames:
+                await send(b"".join(frames))
+                quiet = trio.current_time()
+                continue
+            if not await store.alive(node):
+                lost = {"type": "error", "errorText": "The server running this answer stopped."}
+                finish = {"type": "finish", "finishReason": "interrupted"}
+                await send(frame(lost) + frame(finish) + DONE)
+                return
+            if trio.current_time() - quiet >= HEARTBEAT:
+                await send(b": keep-alive\n\n")
+                quiet = trio.current_time()
+
+
+class _Run:
+    """The task of one answer: runs the turn, renders its events, ends the answer."""
+
+    def __init__(
+        self,
+        transport: AiSdkTransport,
+        answer: _Answer,
+        encoder: StreamEncoder,
+        charge: Charge | None,
+        body: bytes,
+    ) -> None:
+        self.transport = transport
+        self.answer = answer
+        self.encoder = encoder
+        self.charge = charge
+        self.body = body
+        self.app = transport.app
+        self.lkey = (answer.key[0], log_session(answer.key[1], answer.key[2]))
+        self._count = 0
+        self._owner: Callable[[], None] = self._lose_log
+
+    def _lose_log(self) -> None:
+        self.answer.logging = False
+
+    def _emit(self, chunks: list[dict[str, Any]]) -> None:
+        frames = [frame(c) for c in chunks]
+        self.answer.push(frames)
+        if self.answer.logging:
+            store = self.app.stores.event_log
+            for data in frames:
+                self._count += 1
+                store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
+
+    def _open_log(self) -> None:
+        store = self.app.stores.event_log
+        if not store.shared:
+            return
+        store.take_over(self.lkey)
+        record = SessionRecord(agent=self.answer.key[1], running=self.answer.leg)
+        store.begin(self.lkey, record, owner=self._owner)
+        self.answer.logging = True
+        for data in [self.answer.frames[0], *self.answer.prefix]:
+            self._count += 1
+            store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
+        store.register(self.lkey, self._answer_message)
+
+    async def _answer_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Another process asks about this chat: a newer POST stops this answer."""
+        if message.get("op") == "cancel":
+            self.answer.cancel()
+            with trio.move_on_after(5):
+                await self.answer.finished.wait()
+            return {"ok": True}
+        return {"error": "unsupported"}
+
+    async def _close_log(self) -> None:
+        store = self.app.stores.event_log
+        if not self.answer.logging:
+            return
+        store.unregister(self.lkey, self._answer_message)
+        store.append(self.lkey, DONE, f"{self.answer.leg}:done")
+        record = SessionRecord(agent=self.answer.key[1], running=None)
+        record.node = store.node
+        store.put_record(self.lkey, record)
+        store.release(self.lkey, self._owner)
+        self.answer.logging = False
+        try:
+            await store.flush()
+        except StoreUnavailable:
+            log.warning(
+                "the event log is unavailable: chat answer %s is kept queued", self.answer.leg
+            )
+
+    async def sink(self, event: ev.Event) -> None:
+        chunks = self.encoder.feed(event)
+        if chunks:
+            self._emit(chunks)
+            if self.answer.size > self.transport.max_answer_bytes:
+                raise _TooLarge
+
+    async def run(self) -> None:
+        answer, runner = self.answer, self.answer.runner
+        assert runner is not None
+        try:
+            self._open_log()
+            outcome = await runner.run()
+            tail = self._tail(outcome)
+        except _TooLarge:
+            limit = self.transport.max_answer_bytes
+            tail = self._failed(f"The answer exceeded {limit} bytes and was stopped.")
+        except Exception:  # a background task must never raise
+            log.exception("chat answer %s failed", answer.leg)
+            tail = self._failed("The server failed while answering.")
+        except BaseException:  # cancelled: the server stops
+            with trio.CancelScope(shield=True):
+                self._end(self._failed("The server stopped this answer."))
+                await self._close_log()
+            raise
+        finally:
+            if self.charge is not None:
+                with trio.CancelScope(shield=True):
+                    await self.charge.settle(None, used=False)  # a no-op once the turn settled it
+        self._end(tail)
+        with trio.CancelScope(shield=True):
+            await self._close_log()
+
+    def _failed(self, text: str) -> list[dict[str, Any]]:
+        return self.encoder.error(text) if self.encoder.phase is not Phase.FINISHED else []
+
+    def _end(self, tail: list[dict[str, Any]]) -> None:
+        if self.answer.done:
+            return
+        self._emit(tail)
+        self.answer.close()
+        self.answer.finished.set()
+        self.transport._forget(self.answer)
+
+    def _tail(self, outcome: Any) -> list[dict[str, Any]]:
+        meta: dict[str, Any] = {}
+        if outcome.balance is not None:
+            meta["paymentBalance"] = balance_fields(outcome.balance)
+        if outcome.status == "failed":
+            error = outcome.error
+            return self.encoder.error(error.message if error else "The agent failed.", meta)
+        if outcome.status == "cancelled":
+            out = self.encoder.finish("other", meta)
+            out.insert(-1, {"type": "abort", "reason": "superseded or stopped"})
+            return out
+        signer = self.app.response_signer
+        if signer is not None:
+            meta["signature"] = signer(outcome.tracker.text, self.body)
+        return self.encoder.finish("stop", meta)
+
+
+class _TooLarge(UampError):
+    """An answer went over its byte budget (raised in the agent, through the sink)."""
+
+
+def transport(
+    *, ids: IdSource = random_ids, max_answers: int = MAX_ANSWERS
+) -> Callable[[Host], None]:
+    """A configured AI SDK transport to pass to :meth:`App.mount`."""
+
+    def mount_configured(app: Host) -> None:
+        AiSdkTransport(app, ids=ids, max_answers=max_answers).mount()
+
+    return mount_configured
+
+
+def mount(app: Host) -> None:
+    """Mount the AI SDK transport on ``app`` (a :data:`Transport`)."""
+    AiSdkTransport(app).mount()
