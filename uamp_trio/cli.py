@@ -385,6 +385,34 @@ def _add_serve(sub: Any) -> None:
         help="also serve HTTP/3 (QUIC, UDP) on the same port number, advertised with Alt-Svc "
         "(needs --certfile)",
     )
+    cors = p.add_argument_group("browsers on other origins, CORS (see docs/operations.md)")
+    cors.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let pages from ORIGIN (scheme://host[:port], or '*' for any) call every HTTP "
+        "route; repeatable. Off by default",
+    )
+    cors.add_argument(
+        "--allowed-methods",
+        action="append",
+        default=[],
+        metavar="METHOD",
+        help="methods a preflight may ask for (repeatable; default: the usual ones)",
+    )
+    cors.add_argument(
+        "--allowed-headers",
+        action="append",
+        default=[],
+        metavar="HEADER",
+        help="request headers a preflight may ask for (repeatable; default: any)",
+    )
+    cors.add_argument(
+        "--allow-credentials",
+        action="store_true",
+        help="let those pages send cookies and HTTP authentication",
+    )
     p.add_argument(
         "--max-body-size", type=int, default=_DEFAULTS.max_body_size, help="bytes (413 above)"
     )
@@ -830,6 +858,10 @@ def _serve_command(args: argparse.Namespace) -> int:
             max_body_size=args.max_body_size,
             shutdown_grace=args.grace,
             websocket_send_timeout=args.ws_send_timeout,
+            allowed_origins=tuple(args.allowed_origins),
+            allowed_methods=tuple(args.allowed_methods),
+            allowed_headers=tuple(args.allowed_headers),
+            allow_credentials=args.allow_credentials,
             **{field: getattr(args, field) for _, field, _, _ in _LIMIT_FLAGS},
         )
     except ValueError as exc:

@@ -14,19 +14,21 @@ from tests._support.cache import cache_folder, exclusive
 FILES = ("package.json", "package-lock.json", "run.mjs")
 
 
-def install_client(source: Path, name: str) -> Path:
+def install_client(source: Path, name: str, *, script: str = "run.mjs") -> Path:
     """The folder ``name`` of the test cache holding ``source`` 's client, ``npm ci`` -ed there.
 
     The folder is named after the client's files too, so checkouts with
-    different versions of them never share one.
+    different versions of them never share one. ``script``: the client's
+    script, copied beside its package files.
     """
-    digest = hashlib.sha256(b"".join((source / file).read_bytes() for file in FILES)).hexdigest()
+    files = (*FILES[:-1], script)
+    digest = hashlib.sha256(b"".join((source / file).read_bytes() for file in files)).hexdigest()
     cache = cache_folder(f"{name}-{digest[:16]}")
     stamp = cache / ".installed"
     with exclusive(cache):
         if not (stamp.exists() and (cache / "node_modules").is_dir()):
             cache.mkdir(parents=True, exist_ok=True)
-            for file in FILES:
+            for file in files:
                 shutil.copyfile(source / file, cache / file)
             npm = shutil.which("npm")
             assert npm is not None, "npm is needed: install Node 20 with npm"
@@ -42,12 +44,12 @@ def install_client(source: Path, name: str) -> Path:
     return cache
 
 
-def run_node(client_dir: Path, *args: str) -> dict[str, Any]:
-    """Run ``client_dir/run.mjs`` with ``args``; its last stdout line, read as JSON."""
+def run_node(client_dir: Path, *args: str, script: str = "run.mjs") -> dict[str, Any]:
+    """Run ``client_dir/<script>`` with ``args``; its last stdout line, read as JSON."""
     node = shutil.which("node")
     assert node is not None, "node is needed: install Node 20"
     done = subprocess.run(
-        [node, str(client_dir / "run.mjs"), *args],
+        [node, str(client_dir / script), *args],
         cwd=client_dir,
         capture_output=True,
         text=True,

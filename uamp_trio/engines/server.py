@@ -46,6 +46,7 @@ import trio
 from uamp_proto import jsonbounds
 from uamp_proto.errors import UampError
 
+from .cors import CorsPolicy
 from .dormant import DormantConnections
 from .dormant import available as dormant_available
 from .http import (
@@ -195,6 +196,12 @@ class ServerConfig:
         client_ca: PEM file of the CAs whose client certificates are
             accepted: every TLS client must present one (mutual TLS), over
             HTTP/3 too (:mod:`~uamp_trio.engines.quic_mtls`).
+        allowed_origins: Origins whose browser pages may call every HTTP
+            route (CORS, :mod:`~uamp_trio.engines.cors`): ``scheme://host[:port]``
+            or ``*``. Empty (the default): CORS is off.
+        allowed_methods: Methods a preflight may ask for (empty: the usual ones).
+        allowed_headers: Request headers a preflight may ask for (empty: any).
+        allow_credentials: Let those pages send cookies and HTTP auth.
     """
 
     host: str = "127.0.0.1"
@@ -224,8 +231,13 @@ class ServerConfig:
     http3: bool = False
     tls_min: str = "1.3"
     client_ca: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    allowed_methods: tuple[str, ...] = ()
+    allowed_headers: tuple[str, ...] = ()
+    allow_credentials: bool = False
 
     def __attrs_post_init__(self) -> None:
+        CorsPolicy.of(self.allowed_origins)  # raises on a malformed origin
         if self.tls_min not in _TLS_VERSIONS:
             raise ValueError(f"tls_min must be one of {', '.join(_TLS_VERSIONS)}")
         if self.client_ca is not None and self.certfile is None:
@@ -427,6 +439,11 @@ class Server:
         #: The HTTP/3 listeners (one per bound address), with ``http3``.
         self.http3_listeners: list[Http3Listener] = []
         self._alt_svc: tuple[str, str] | None = None
+        cfg = self.config
+        #: Cross-origin calls from browser pages (``None``: CORS off).
+        self.cors = CorsPolicy.of(
+            cfg.allowed_origins, cfg.allowed_methods, cfg.allowed_headers, cfg.allow_credentials
+        )
 
     @property
     def port(self) -> int:
@@ -837,8 +854,13 @@ class Server:
     def refusal(self, request: Request, exc: HTTPError) -> Response:
         """``exc`` answered in the error style of ``request``'s route (when the app has styles)."""
         if isinstance(self.app, RendersErrors):
-            return self.app.render_refusal(request, exc)
-        return exc.to_response()
+            refused = self.app.render_refusal(request, exc)
+        else:
+            refused = exc.to_response()
+        origin = request.headers.get("origin")
+        if self.cors is not None and origin is not None:
+            refused.headers.extend(self.cors.response_headers(origin))
+        return refused
 
     @functools.cached_property
     def body_floor(self) -> int:
@@ -881,12 +903,30 @@ class Server:
             return error_response(
                 501, f"The method {request.method!r} is not implemented.", code="not_implemented"
             )
+        if self.cors is not None and request.headers.get("origin") is not None:
+            return await self._cross_origin(request, self.cors)
         alt_svc = self._alt_svc
         if alt_svc is not None and request.http_version != "3":
             response = await self._dispatch(request)
             response.headers.append(alt_svc)
             return response
         return await self._dispatch(request)
+
+    async def _cross_origin(
+        self, request: Request, cors: CorsPolicy
+    ) -> Response | StreamingResponse:
+        """A request from a browser page (``Origin``) while CORS is on (engines/cors.py).
+
+        A preflight is answered here, before any route; every other answer,
+        errors included, gets the CORS headers.
+        """
+        if cors.is_preflight(request):
+            return cors.preflight(request)
+        response = await self._dispatch(request)
+        if self._alt_svc is not None and request.http_version != "3":
+            response.headers.append(self._alt_svc)
+        response.headers.extend(cors.response_headers(request.headers.get("origin") or ""))
+        return response
 
     async def _dispatch(self, request: Request) -> Response | StreamingResponse:
         if len(request.body) > YIELD_BEFORE:
