@@ -62,8 +62,9 @@ async def test_unpaid_is_a_402_preflight_and_paid_runs(serve_app: Any) -> None:
         async with httpx.AsyncClient(base_url=server.url) as http:
             refused = await http.post("/agents/demo/ai-sdk", json=body("c1"))
             assert refused.status_code == 402
-            assert refused.json()["status_code"] == 402
-            assert refused.json()["context"]["accepts"][0]["amount"] == "0.02"
+            error = refused.json()["error"]  # the Completions pre-flight's body
+            assert error["code"] == "payment_required"
+            assert error["accepts"][0]["amount"] == "0.02"
             paid = await http.post(
                 "/agents/demo/ai-sdk", json=body("c1"), headers={"X-PAYMENT": "tok_ok"}
             )
