@@ -158,6 +158,22 @@ _T = TypeVar("_T")
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 #: Client events that are chat work (docs/chat.md), and what the chat link calls them.
 _CHAT_WORK: Final = {"input.text": "say", "input.typing": "typing", "message.read": "read"}
+#: What a session whose credential expired may still send (spec 000 section
+#: 10.3): a fresh token, its end, a cancel; ``response.create`` is answered
+#: ``response.error`` ``unauthorized`` by the response itself. Anything else
+#: -- chat posts, joins, typing, reads, voice, tool results -- is refused.
+_WHILE_EXPIRED: Final = frozenset(
+    {
+        "session.update",
+        "session.end",
+        "response.cancel",
+        "response.create",
+        "session.create",
+        "ping",
+    }
+)
+#: The refusal of an action on a session whose credential expired.
+_EXPIRED: Final = "The session's token has expired; send session.update with a fresh one."
 #: How many times one response may stop on a :class:`PaymentRequiredError`
 #: raised by its agent (each one answered by a payment) before it fails with
 #: ``response.error`` ``payment_required``: an agent that keeps refusing what
@@ -862,6 +878,28 @@ class SessionHost:
             # outstanding payment.required (spec 004).
             self._ask_settle(session)
 
+    def _lapsed(self, event: ev.Event) -> bool:
+        """Refuse ``event`` when its session's credential has expired; ``True`` if refused."""
+        session = self._session_of(event)
+        if session is None or not session.principal.expired(self._clock()):
+            return False
+        with contextlib.suppress(LocalProtocolError):
+            self.owe_quietly(_error(session.id, "unauthorized", _EXPIRED, "token"))
+        return True
+
+    def renew(self, principal: Principal) -> None:
+        """A request of the same principal brought a credential verified now (HTTP+SSE POSTs).
+
+        The connection's and its sessions' credentials become that one, so
+        their expiry is its expiry; another principal's changes nothing.
+        """
+        if principal.key != self.principal.key:
+            return
+        self.principal = principal
+        for session in self._sessions.values():
+            if session.principal.key == principal.key:
+                session.principal = principal
+
     def _owe(self, event: ev.Event) -> None:
         data = self.conn.send(event)
         sid = event.session_id
@@ -897,6 +935,8 @@ class SessionHost:
             and getattr(event, "context", None) is None
         ):
             return  # the hot path: the core has accumulated the input already
+        if etype not in _WHILE_EXPIRED and self._lapsed(event):
+            return
         if etype in _CHAT_WORK and self._to_chat(event):
             return
         if etype == "session.create":
@@ -1166,6 +1206,14 @@ class SessionHost:
         except ResumeError as exc:
             self.refusal = (exc.code, exc.message)
             self._owe(_error(sid, exc.code, exc.message))
+            return
+        if token is None and self.principal.expired(self._clock()):
+            # The connection's credential expired: a new session brings its own.
+            self.refusal = (
+                "unauthorized",
+                "this connection's token has expired; send a fresh one in session.create.token",
+            )
+            self._owe(_error(sid, *self.refusal, "token"))
             return
         if after is not None and (token is not None or self.principal is not SESSION_AUTH):
             # Resuming reads the store: answered once the log says where to start.
@@ -1559,6 +1607,8 @@ class SessionHost:
                 self._owe(_error(session.id, "unauthorized", reason, "token"))
                 return
             session.principal, session.token = principal, token
+            if self.principal.key == principal.key:
+                self.principal = principal  # the connection's new sessions go on with it
             self._owe(ev.SessionUpdated(session_id=session.id))
         except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
             log.info("session %s: cannot answer its session.update: %s", session.id, exc)

@@ -65,6 +65,20 @@ ChatKey = tuple[tuple[str, str], str]
 MAX_MESSAGES: Final = 10_000
 #: Anyone may join a room listing this member.
 ANYONE: Final = "*"
+#: Schemes a member may name (``"jwt:bob"``); see :func:`member_key`.
+SCHEMES: Final = frozenset({"jwt", "api_key", "anonymous", "local"})
+
+
+def member_key(member: str, scheme: str) -> tuple[str, str]:
+    """The principal key a room's ``members`` entry names.
+
+    ``"jwt:bob"`` names scheme and id; a bare ``"bob"`` is an id of the
+    owner's ``scheme`` (the usual case: one server, one way to authenticate).
+    """
+    named, sep, rest = member.partition(":")
+    if sep and named in SCHEMES:
+        return (named, rest)
+    return (scheme, member)
 
 
 @attrs.define(kw_only=True)
@@ -95,8 +109,15 @@ class ChatRecord:
         return (self.owner, self.chat_id)
 
     def admits(self, principal: Principal) -> bool:
-        """Whether ``principal`` may join: the owner, or listed in :attr:`members`."""
-        return principal.key == self.owner or ANYONE in self.members or principal.id in self.members
+        """Whether ``principal`` may join: the owner, or listed in :attr:`members`.
+
+        Members are compared by the whole identity, scheme and id (see
+        :func:`member_key`): the API key ``bob`` is not the JWT subject ``bob``.
+        """
+        if principal.key == self.owner or ANYONE in self.members:
+            return True
+        scheme = self.owner[0]
+        return any(member_key(m, scheme) == principal.key for m in self.members)
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data."""

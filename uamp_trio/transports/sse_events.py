@@ -419,6 +419,8 @@ class SSEEventsTransport:
                 return forwarded
             await self._adopt(request.principal, named, agent)
         hs = self._lookup(request)
+        if hs.host is not None:
+            hs.host.renew(request.principal)  # verified by this request: its expiry holds
         if agent is not None and hs.agent is not None and agent is not hs.agent:
             raise HTTPError(
                 404, f"Session {hs.id!r} belongs to another agent.", code="unknown_session"

@@ -8,13 +8,24 @@ now only the abuser's own request is refused and everyone else is served.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
 import httpx
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support import wire
 from tests._support.wire import send
-from tests.trio.transports.test_chat_rooms import Reader, serving
-from uamp_trio import DemoAgent
+from tests.trio.transports.test_chat_rooms import Reader, serving, summary
+from tests.trio.trust.agents import CountingAgent
+from tests.trio.trust.issuer import Issuer
+from uamp_trio import App, DemoAgent
+from uamp_trio.transports import sse_events, uamp_ws
+from uamp_trio.trust.auth import AnyOf, APIKeyAuthenticator
+
+ISSUER = Issuer()
 
 TIMEOUT = 20
 
@@ -94,3 +105,132 @@ async def test_rules_outside_re2_or_the_limits_are_refused_one_by_one() -> None:
             error = await r.take_any(sid)
             assert error["error"]["details"] == {"field": "chat.rules"}
             assert await healthy(host)
+
+
+# --- a socket does not outlive its credential ---------------------------------------------
+
+
+def _jwt_app(tmp_path: Path, agent: CountingAgent, **keys: str) -> App:
+    auth: Any = ISSUER.authenticator(tmp_path, leeway=0)
+    if keys:
+        api = APIKeyAuthenticator([(name, key) for name, key in keys.items()])
+        auth = AnyOf([auth, api])
+    return App([agent], authenticator=auth)
+
+
+async def test_after_expiry_every_room_action_is_refused_until_session_update(
+    tmp_path: Path,
+) -> None:
+    agent = CountingAgent()
+    app = _jwt_app(tmp_path, agent)
+    app.mount(uamp_ws.mount)
+    exp = int(time.time()) + 2
+    short = ISSUER.token("alice", exp=exp)
+    async with wire.serving(app) as server:
+        base = f"ws://127.0.0.1:{server.port}/ws"
+        with trio.fail_after(TIMEOUT):
+            async with (
+                open_ws(f"{base}?token={short}") as a_ws,
+                open_ws(f"{base}?token={ISSUER.token('bob')}") as b_ws,
+            ):
+                a, b = Reader(a_ws), Reader(b_ws)
+                alice = await a.join(
+                    "alice", agent="demo", chat="room", settings={"members": ["bob"]}
+                )
+                await a.expect(alice, [("presence.online", "demo")])
+                bob = await b.join("bob", agent="demo", chat="room")
+                await b.take(bob, 2)  # alice and demo online
+                await a.expect(alice, [("presence.online", "bob")])
+                await trio.sleep(max(0.0, exp + 0.3 - time.time()))
+                actions: list[dict[str, Any]] = [
+                    {"type": "input.text", "text": "@demo after expiry"},
+                    {"type": "input.text", "text": "posted", "context": {"chat_id": "other"}},
+                    {"type": "input.typing", "is_typing": True},
+                    {"type": "message.read", "seq": 1},
+                    {"type": "voice.invite", "to": "bob", "call_id": "call_1"},
+                ]
+                for action in actions:
+                    await send(a_ws, session_id=alice, **action)
+                    refused = await a.take_any(alice)
+                    assert refused["type"] == "session.error", (action, refused)
+                    assert refused["error"]["code"] == "unauthorized", (action, refused)
+                # A new session on the socket (joining a room with its history) is refused.
+                await send(
+                    a_ws,
+                    type="session.create",
+                    uamp_version="1.0",
+                    chat="room",
+                    session={"modalities": ["text"]},
+                )
+                while (event := await wire.recv(a_ws))["type"] != "session.error":
+                    assert event["type"] != "session.created", event
+                assert event["error"]["code"] == "unauthorized"
+                await b.quiet(bob)  # bob heard nothing of it
+                # A fresh token for the same principal: everything works again.
+                await send(
+                    a_ws, type="session.update", session_id=alice, token=ISSUER.token("alice")
+                )
+                assert (await a.take_any(alice))["type"] == "session.updated"
+                await send(a_ws, type="input.text", text="back", session_id=alice)
+                await b.expect(bob, [("message.created", 1, "alice", "back")])
+                again = await a.join("alice", agent="demo", chat="room")
+                assert again
+    assert agent.runs == []  # the mention never ran the agent
+
+
+async def test_room_members_are_compared_by_scheme_and_id(tmp_path: Path) -> None:
+    agent = CountingAgent()
+    app = _jwt_app(tmp_path, agent, bob="key-bob", carol="key-carol")
+    app.mount(uamp_ws.mount)
+    async with wire.serving(app) as server:
+        url = f"ws://127.0.0.1:{server.port}/ws"
+        with trio.fail_after(TIMEOUT):
+            async with open_ws(url) as ws:
+                r = Reader(ws)
+                settings = {"members": ["bob", "jwt:dave"]}  # bare: carol's scheme (api_key)
+                carol = await r.join(
+                    "carol", agent="demo", chat="secret", token="key-carol", settings=settings
+                )
+                await r.expect(carol, [("presence.online", "demo")])
+                await send(ws, type="input.text", text="hush", session_id=carol)
+                await r.expect(carol, [("message.created", 1, "carol", "hush")])
+                # A JWT principal named bob is not the API key bob: a room of its own.
+                jwt_bob = await r.join(
+                    "bob", agent="demo", chat="secret", token=ISSUER.token("bob")
+                )
+                await r.expect(jwt_bob, [("presence.online", "demo")])
+                await r.quiet(jwt_bob)
+                key_bob = await r.join("bob", agent="demo", chat="secret", token="key-bob")
+                got = await r.take(key_bob, 3)
+                assert ("message.created", 1, "carol", "hush") in [summary(e) for e in got]
+                dave = await r.join("dave", agent="demo", chat="secret", token=ISSUER.token("dave"))
+                got = await r.take(dave, 4)
+                assert ("message.created", 1, "carol", "hush") in [summary(e) for e in got]
+
+
+async def test_http_sse_posts_carry_their_own_credential(tmp_path: Path) -> None:
+    # Each POST is authenticated: the expired token is refused at the door, and
+    # a fresh one for the same principal renews the session's credential.
+    agent = CountingAgent()
+    app = _jwt_app(tmp_path, agent)
+    app.mount(sse_events.mount)
+    exp = int(time.time()) + 2
+    short = {"authorization": f"Bearer {ISSUER.token('alice', exp=exp)}"}
+    fresh = {"authorization": f"Bearer {ISSUER.token('alice')}"}
+    async with wire.serving(app) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        with trio.fail_after(TIMEOUT):
+            async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT) as http:
+                http.headers.update(short)
+                created = await wire.post(http, wire.CREATE)
+                sid = created.json()["session_id"]
+                await trio.sleep(max(0.0, exp + 0.3 - time.time()))
+                text = {"type": "input.text", "text": "late"}
+                assert (await wire.post(http, text, sid)).status_code == 401
+                http.headers.update(fresh)
+                async with wire.open_stream(http, sid) as stream:
+                    ok = await wire.post(http, [text, {"type": "response.create"}], sid)
+                    assert ok.status_code == 200, ok.text
+                    events = await stream.until("response.done")
+                assert wire.texts(events) == "You said: late"
+    assert [p.id for p in agent.runs] == ["alice"]
