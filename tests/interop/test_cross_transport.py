@@ -5,8 +5,9 @@ agent), and every client people use asks it the same questions: the reply
 text must be the same over Chat Completions (plain and streamed), the native
 UAMP WebSocket, UAMP over HTTP+SSE, OpenAI Realtime, A2A (blocking and
 streamed), AG-UI, ACP over stdio (``uamp acp``), the Anthropic Messages
-API (plain and streamed), MCP (Streamable HTTP, and stdio with ``uamp mcp``) and
-the Vercel AI SDK (its npm client, under Node).
+API (plain and streamed), MCP (Streamable HTTP, and stdio with ``uamp mcp``),
+the Vercel AI SDK (its npm client, under Node), and the OpenAI Responses API
+(plain, streamed, and a background response read back through its resumed stream).
 """
 
 from __future__ import annotations
@@ -251,6 +252,33 @@ def ai_sdk(base: str, prompt: str, agent: str = "demo") -> str:
     return "".join(p["text"] for p in parts if p["type"] == "text")
 
 
+def _responses(base: str, agent: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{base}/agents/{agent}/v1",
+        api_key="x",
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+def responses_plain(base: str, prompt: str, agent: str = "demo") -> str:
+    reply = _responses(base, agent).responses.create(model=agent, input=prompt)
+    assert reply.status == "completed"
+    return reply.output_text
+
+
+def responses_streamed(base: str, prompt: str, agent: str = "demo") -> str:
+    stream = _responses(base, agent).responses.create(model=agent, input=prompt, stream=True)
+    return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+
+
+def responses_background(base: str, prompt: str, agent: str = "demo") -> str:
+    client = _responses(base, agent)
+    queued = client.responses.create(model=agent, input=prompt, background=True)
+    with client.responses.stream(response_id=queued.id) as stream:
+        return stream.get_final_response().output_text
+
+
 TRANSPORTS = [
     completions_plain,
     completions_streamed,
@@ -266,6 +294,9 @@ TRANSPORTS = [
     mcp_http,
     mcp_stdio,
     ai_sdk,
+    responses_plain,
+    responses_streamed,
+    responses_background,
 ]
 
 
