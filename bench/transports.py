@@ -37,6 +37,12 @@ rounds is printed with the ratio uamp / baseline:
 * ``sse``: ``chat.completion.chunk`` SSE events per second from uamp's Chat
   Completions endpoint vs a bare trio+h11 chunk writer and uvicorn+Starlette
   streaming. Target: >= 1.0x uvicorn+Starlette.
+* ``sse-responses``: the same stream over the OpenAI Responses API
+  (``response.output_text.delta`` events from ``/responses``, stored, the
+  default) beside Chat Completions' chunks, both from one uamp server kind:
+  ``uamp/uamp-responses`` is the rate ratio, and the server CPU per delta of
+  each is the comparison the Responses transport is held to (target: at most
+  1.2x Chat Completions').
 * ``json``: non-streaming completions per second (sequential, keep-alive)
   vs a bare trio+h11 JSON responder and uvicorn+Starlette.
 * ``ttfd``: median time to first delta (ms) after the request, WebSocket.
@@ -205,6 +211,12 @@ def serve_uamp(
         more = [anthropic.mount]
     except ImportError:  # a uamp@REV from before the Anthropic transport
         more = []
+    try:
+        from uamp_trio.transports import responses
+
+        more.append(responses.mount)
+    except ImportError:  # a uamp@REV from before the Responses API
+        pass
 
     class FloodAgent:
         name = "flood"
@@ -625,6 +637,8 @@ SERVERS: dict[str, Callable[[Path], None]] = {
     # The same server as "uamp": a second row of the same work on another route.
     "uamp-chat": serve_uamp,
     "uamp-bound": serve_uamp_bound,
+    # The same server as "uamp", measured on its Responses endpoint (sse-responses).
+    "uamp-responses": serve_uamp,
     "trio-ws": serve_trio_ws,
     "websockets": serve_websockets,
     "trio-h11": serve_trio_h11,
@@ -1055,6 +1069,21 @@ def anthropic_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
+def responses_rate(kind: str, port: int, n: int) -> float:
+    """``response.output_text.delta`` events/s of one streamed Responses API response."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    body = orjson.dumps({"model": "flood", "stream": True, "input": str(n)})
+    t0 = time.perf_counter()
+    status, raw = _http_post(sock, body, bytearray(), target="/v1/responses")
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    deltas = raw.count(b'"delta":"tok "')
+    ended = b"event: response.completed\n" in raw
+    assert status == b"200" and deltas == n and ended, (kind, deltas, raw[-300:])
+    return n / elapsed
+
+
 def sse_ttfd(kind: str, port: int, repeats: int = TTFD_REPEATS) -> float:
     """Median milliseconds from a streamed request to its first text chunk."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -1288,7 +1317,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deltas", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default="ws,sse,json,ttfd,ttfd-sse,mux,conns")
+    parser.add_argument("--only", default="ws,sse,sse-responses,json,ttfd,ttfd-sse,mux,conns")
     parser.add_argument("--serve", choices=sorted(SERVERS))
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--against", metavar="REV", help="add uamp as of git revision REV")
@@ -1344,6 +1373,16 @@ def main() -> None:
             lambda k: functools.partial(_by_kind, sse_rate, k, n),
             http_kinds,
             {"http": True, "cpu_unit": "chunk"},
+        ),
+        (
+            "sse-responses",
+            "SSE: Responses API output_text.delta events/s (uamp-responses) vs Chat Completions",
+            "deltas/s",
+            lambda k: functools.partial(
+                _by_kind, responses_rate if k == "uamp-responses" else sse_rate, k, n
+            ),
+            ("uamp", "uamp-responses"),
+            {"cpu_unit": "delta"},
         ),
         (
             "json",

@@ -65,6 +65,7 @@ _ERROR_CODES: Final = {
 #: The UAMP error code of a response whose process was lost (uamp_proto.resume).
 _INTERRUPTED: Final = "interrupted"
 _SEQ: Final = b',"sequence_number":'
+_dumps = orjson.dumps
 
 
 def error_code(code: str) -> str:
@@ -286,20 +287,19 @@ class StreamEncoder:
 
     def text(self, text: str) -> bytes:
         """The frames of one text delta."""
+        if text and self._last == "text":
+            # The usual event: one frame from the item's template.
+            self._parts.append(text)
+            seq = self.seq
+            self.seq = seq + 1
+            if seq <= self.after:
+                return b""
+            return b"".join((self._text_head, _dumps(text), _SEQ, b"%d}\n\n" % seq))
         out = b""
         if self._last != "text":
             self._last = "text"
             out = self._open_message()
-        if not text:
-            return out
-        self._parts.append(text)
-        seq = self.seq
-        self.seq = seq + 1
-        if seq <= self.after:
-            return out
-        return b"".join(
-            (out, self._text_head, orjson.dumps(text), _SEQ, str(seq).encode(), b"}\n\n")
-        )
+        return out + self.text(text) if text else out
 
     def _thinking(self, event: ev.Thinking) -> bytes:
         if event.is_delta and self._last == "thinking":

@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 #: The transports ``--transport`` accepts.
-TRANSPORTS = ("openai", "uamp-ws", "realtime", "agui", "a2a", "a2a-0.3", "anthropic")
+TRANSPORTS = ("openai", "uamp-ws", "realtime", "agui", "a2a", "a2a-0.3", "anthropic", "responses")
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -177,9 +177,10 @@ class BenchConfig:
             raise ValueError(f"unknown transport {self.transport!r}: one of {TRANSPORTS}")
         if self.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
-        if not self.stream and self.transport not in ("openai", "anthropic"):
+        if not self.stream and self.transport not in ("openai", "anthropic", "responses"):
             raise ValueError(
-                f"--no-stream is for --transport openai or anthropic, not {self.transport}"
+                "--no-stream is for --transport openai, anthropic or responses, "
+                f"not {self.transport}"
             )
         if self.duration is None and (self.requests is None or self.requests < 1):
             raise ValueError("--requests must be at least 1")

@@ -7,6 +7,9 @@ ended the response, or reported an error. No I/O here: the HTTP driver
 
 * ``openai`` -- Chat Completions: ``delta.content`` (or reasoning) chunks,
   ``[DONE]`` ends, an ``error`` object fails;
+* ``responses`` -- the OpenAI Responses API: ``response.output_text.delta``
+  events, ``response.completed`` (or ``response.incomplete``) ends,
+  ``response.failed`` and ``error`` events fail;
 * ``agui`` -- AG-UI ``RunAgentInput``: ``TEXT_MESSAGE_CONTENT`` deltas,
   ``RUN_FINISHED`` ends, ``RUN_ERROR`` fails;
 * ``a2a`` -- A2A 1.0 JSON-RPC ``SendStreamingMessage`` (ProtoJSON: results
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import orjson
@@ -153,6 +157,63 @@ class OpenAI(Dialect):
             return _bad()
         text = message.get("content") if isinstance(message, dict) else None
         return Step(text=text if isinstance(text, str) else "", done=True)
+
+
+class Responses(Dialect):
+    """The OpenAI Responses API (``POST .../responses``)."""
+
+    name = "responses"
+
+    def endpoint(self, config: BenchConfig) -> str:
+        if urlsplit(config.url).path.rstrip("/").endswith("/responses"):
+            return config.url
+        return (
+            chat_completions_url(config.url, config.agent).removesuffix("/chat/completions")
+            + "/responses"
+        )
+
+    def body(self, config: BenchConfig) -> bytes:
+        body: dict[str, Any] = {
+            "model": config.model or config.agent or _agent_in(config.url) or "uamp",
+            "input": config.prompt,
+            "stream": config.stream,
+            "store": False,
+        }
+        if config.max_tokens is not None:
+            body["max_output_tokens"] = config.max_tokens
+        return orjson.dumps(body)
+
+    def step(self, data: str, reader: Reader) -> Step:
+        event = _json(data)
+        if event is None:
+            return _bad()
+        kind = event.get("type")
+        if kind == "response.output_text.delta":
+            delta = event.get("delta")
+            return Step(text=delta) if isinstance(delta, str) else _bad()
+        if kind in ("response.completed", "response.incomplete"):
+            return _DONE
+        if kind == "error":
+            code = event.get("code")
+            return Step(error=code if isinstance(code, str) and code else "stream_error")
+        if kind == "response.failed":
+            return Step(error="response_failed")
+        return _NOTHING
+
+    def whole(self, body: bytes) -> Step:
+        try:
+            response = orjson.loads(body)
+            items = response["output"]
+        except (orjson.JSONDecodeError, LookupError, TypeError):
+            return _bad()
+        text = "".join(
+            part.get("text", "")
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "message"
+            for part in item.get("content") or ()
+            if isinstance(part, dict) and part.get("type") == "output_text"
+        )
+        return Step(text=text, done=response.get("status") in ("completed", "incomplete"))
 
 
 class AGUI(Dialect):
@@ -342,5 +403,12 @@ def _agent_in(url: str) -> str | None:
 #: The HTTP dialects by ``--transport`` name.
 DIALECTS: dict[str, Dialect] = {
     d.name: d
-    for d in (OpenAI(), AGUI(), A2A("a2a", v1=True), A2A("a2a-0.3", v1=False), Anthropic())
+    for d in (
+        OpenAI(),
+        Responses(),
+        AGUI(),
+        A2A("a2a", v1=True),
+        A2A("a2a-0.3", v1=False),
+        Anthropic(),
+    )
 }

@@ -154,6 +154,24 @@ async def test_anthropic_counts_match(serve_app: Any, stream: bool) -> None:
     assert data["url"] == f"{base}/agents/count/v1/messages"
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_responses_counts_match(serve_app: Any, stream: bool) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base + "/agents/count", transport="responses", concurrency=3,
+                         requests=9, prompt="hey", stream=stream)  # fmt: skip
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 9 == data["ok"], data["errors_by_kind"]
+    assert agent.prompts == ["hey"] * 9
+    assert data["deltas"] == (9 * len(WORDS) if stream else 9)
+    assert all(s.text == len("".join(WORDS)) for s in samples)
+    assert data["url"] == f"{base}/agents/count/v1/responses"
+    # Another model name is OpenAI's 404: each request counts as an error.
+    other = attrs.evolve(config, model="nobody", requests=2)
+    data = (await run_bench(other))[0].to_json()
+    assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2
+
+
 async def test_realtime_counts_match(serve_app: Any) -> None:
     agent, base = await _served(serve_app)
     config = BenchConfig(url=base + "/agents/count", transport="realtime", concurrency=2,
