@@ -14,6 +14,14 @@ What the relay's client declared rides along as extra fields of that
 ``input.text`` (``tools``, ``tool_choice``, ``instructions``, ``response_id``),
 and who asked as ``caller`` (``{"user_id", "tier"}``). See docs/relay.md.
 
+Money stays with the relay: the relay settles every turn with the caller's
+payment token itself, so the ``input.text`` a daemon gets carries no token,
+only ``paid`` (whether the relay took payment for the turn). A daemon's
+mid-stream ``payment.required`` is a round trip through the relay: the
+client pays the relay, and the daemon gets a ``payment.submit`` holding a
+*receipt* (:func:`receipt`: the amount paid, under an id that is no
+payment token anywhere) in place of the client's token.
+
 Everything here is data in, data out: building and reading those frames,
 the daemon's URL rule and the reconnect delay (randomness is passed in).
 """
@@ -24,6 +32,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+import attrs
+
 from . import events as ev
 from . import types as ty
 from .codec import DecodeError, decode_object, from_dict, unstructure
@@ -32,9 +42,12 @@ from .responder import TurnRequest
 
 __all__ = [
     "DEFAULT_PATH",
+    "RECEIPT_SCHEME",
     "backoff_delay",
     "daemon_event",
     "daemon_url",
+    "for_daemon",
+    "receipt",
     "turn_input",
     "turn_request",
 ]
@@ -133,6 +146,31 @@ def turn_input(request: TurnRequest, session_id: str) -> ev.InputText:
     )
 
 
+def for_daemon(start: ev.InputText, *, paid: bool) -> ev.InputText:
+    """``start`` as a daemon may see it: no payment token, ``paid`` in its place."""
+    return attrs.evolve(start, payment_token=None, unknown={**start.unknown, "paid": paid})
+
+
+#: ``PaymentSubmission.scheme`` of a relay's receipt.
+RECEIPT_SCHEME: Final = "relay-receipt"
+
+
+def receipt(session_id: str, required: ty.PaymentRequirements, receipt_id: str) -> ev.PaymentSubmit:
+    """What a daemon is told once the client paid its ``payment.required``: a receipt.
+
+    ``token`` is ``receipt_id`` (made by the caller, say a random id): it
+    names the payment, and spends nothing anywhere; ``amount`` and
+    ``currency`` are what the client paid for.
+    """
+    extra = {} if required.currency is None else {"currency": required.currency}
+    return ev.PaymentSubmit(
+        session_id=session_id,
+        payment=ty.PaymentSubmission(
+            scheme=RECEIPT_SCHEME, token=receipt_id, amount=required.amount, unknown=extra
+        ),
+    )
+
+
 def turn_request(
     event: ev.InputText, agent: str, response_id: str, metadata: Mapping[str, Any] = {}
 ) -> TurnRequest:
@@ -161,6 +199,8 @@ def turn_request(
     caller = extra.get("caller")
     if isinstance(caller, dict):
         meta["caller"] = caller
+    if extra.get("paid") is True:
+        meta["paid"] = True
     return TurnRequest(
         agent=agent,
         session_id=session_id,

@@ -31,7 +31,8 @@ transports ``emit`` then returns only once the client's payment was accepted
 (no content flows meanwhile), so the agent simply continues; cancelling the
 response while it waits raises ``Cancelled`` out of ``emit``; once it
 returns, ``request.metadata[PAID_TOKEN]`` holds the token the client paid
-with (a relay passes it on to the agent's daemon). Raising
+with (behind a relay, the daemon's agent gets the relay's receipt instead:
+the token itself never leaves the server that settles it). Raising
 :class:`~uamp_proto.payment.PaymentRequiredError` instead abandons the call:
 those transports re-run the agent on the conversation so far once paid, the
 others report ``payment_required``.

@@ -11,7 +11,16 @@ from uamp_proto import codec
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.principal import Principal
-from uamp_proto.relay import backoff_delay, daemon_event, daemon_url, turn_input, turn_request
+from uamp_proto.relay import (
+    RECEIPT_SCHEME,
+    backoff_delay,
+    daemon_event,
+    daemon_url,
+    for_daemon,
+    receipt,
+    turn_input,
+    turn_request,
+)
 from uamp_proto.responder import TurnRequest
 
 
@@ -88,11 +97,28 @@ def test_a_turn_survives_the_trip_through_input_text() -> None:
     assert isinstance(sent, ev.InputText)
     assert (sent.session_id, sent.text, sent.unknown["agent"]) == ("rly_1", "second", "alpha")
     assert sent.unknown["caller"] == {"user_id": "jwt:u1", "tier": "user"}
-    back = turn_request(sent, "alpha", "resp_1")
+    assert sent.payment_token == "pay"  # between relay processes, not to a daemon:
+    to_daemon = codec.decode(codec.encode(for_daemon(sent, paid=True)))
+    assert isinstance(to_daemon, ev.InputText)
+    assert b"pay" not in codec.encode(to_daemon).replace(b'"paid"', b"")
+    back = turn_request(to_daemon, "alpha", "resp_1")
     assert back.messages == request.messages
     assert (back.tools, back.tool_choice, back.instructions) == ([tool], "auto", "be brief")
-    assert (back.payment_token, back.session_id) == ("pay", "rly_1")
+    assert (back.payment_token, back.session_id) == (None, "rly_1")
     assert back.metadata["caller"]["user_id"] == "jwt:u1"
+    assert back.metadata["paid"] is True
+    unpaid = turn_request(for_daemon(sent, paid=False), "alpha", "resp_1")
+    assert "paid" not in unpaid.metadata
+
+
+def test_a_receipt_names_the_amount_and_no_token() -> None:
+    required = ty.PaymentRequirements(amount="0.50", currency="USD")
+    submit = codec.decode(codec.encode(receipt("rly_1", required, "rcpt_1")))
+    assert isinstance(submit, ev.PaymentSubmit)
+    assert submit.session_id == "rly_1"
+    assert (submit.payment.scheme, submit.payment.token) == (RECEIPT_SCHEME, "rcpt_1")
+    assert submit.payment.amount == "0.50"
+    assert submit.payment.unknown == {"currency": "USD"}
 
 
 def test_a_bare_input_text_is_one_user_message() -> None:

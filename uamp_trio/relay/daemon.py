@@ -30,8 +30,10 @@ reader. Its events go back under the turn's ``session_id``; a turn that
 stops for client tools ends with ``response.done`` status
 ``requires_action``. An agent's mid-stream ``payment.required`` (a
 top-up) goes to the relay and its ``emit`` waits for the ``payment.submit``
-the relay sends once the client paid (the token lands in the request's
-``metadata[PAID_TOKEN]``). ``response.cancel`` and ``session.end`` cancel the
+the relay sends once the client paid: a receipt for the amount (its id
+lands in the request's ``metadata[PAID_TOKEN]``), never the client's token,
+which stays with the relay; ``metadata["paid"]`` says the relay took payment
+for the turn. ``response.cancel`` and ``session.end`` cancel the
 turn's runner (``response.cancelled``); a second ``input.text`` on a busy
 session replaces the turn running there.
 

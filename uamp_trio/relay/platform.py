@@ -18,10 +18,12 @@ goes into the app's agent registry, so to every transport it is one more
 the daemon as one ``input.text`` under a fresh interaction-scoped session id
 (:func:`uamp_proto.relay.turn_input`: the whole conversation, the client's
 tools), then emits what the daemon answers under that id until
-``response.done``, ``response.error`` or ``response.cancelled``. A
+``response.done``, ``response.error`` or ``response.cancelled``. The
+caller's payment token never goes to the daemon: the relay settles the turn
+with it, and the daemon hears only that the turn is paid (``paid``). A
 ``payment.required`` of the daemon's is a mid-stream top-up: the client's
-transport holds the turn until the client paid, and the token it paid with
-goes back to the daemon as ``payment.submit``. A cancel
+transport holds the turn until the client paid the relay, and the daemon
+gets a receipt for the amount as ``payment.submit``. A cancel
 from the client (the turn's task cancelled) becomes ``response.cancel``, and
 every turn ends with ``session.end`` so the daemon forgets its id.
 
@@ -56,8 +58,8 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError
 from uamp_proto.principal import Principal
-from uamp_proto.relay import daemon_event, turn_input
-from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
+from uamp_proto.relay import daemon_event, for_daemon, receipt, turn_input
+from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
 from ..engines.http import Request, Response, json_response
 from ..engines.ws_frames import WebSocketClosed, make_engine
@@ -481,10 +483,14 @@ class DaemonLink:
         self._turns[sid] = turn
         finished = streamed_usage = False
         try:
-            if forwarded is None:
-                self.send(turn_input(request, sid))
-            else:
-                self.send(attrs.evolve(forwarded, session_id=sid))
+            start = (
+                turn_input(request, sid)
+                if forwarded is None
+                else attrs.evolve(forwarded, session_id=sid)
+            )
+            # The caller's payment token stays here (docs/relay.md, "Money").
+            paid = start.payment_token is not None and self.relay.app.payment_policy is not None
+            self.send(for_daemon(start, paid=paid))
             events = turn.events
             while True:
                 while not events:
@@ -535,13 +541,13 @@ class DaemonLink:
 
         The client's transport holds the turn until its payment was
         accepted (the relay's own policy and ledger judge it, as for a
-        local agent); the token it paid with then goes to the daemon as
-        ``payment.submit`` on the turn's session, where the agent's ``emit``
-        is waiting for it.
+        local agent); the daemon then gets a ``payment.submit`` on the
+        turn's session, where the agent's ``emit`` is waiting for it,
+        holding a receipt for the amount, never the token the client paid
+        with (that one spends money here, and the daemon is not trusted with it).
         """
         await emit(required)
-        token = request.metadata.get(PAID_TOKEN, request.payment_token)
-        self.send(ev.PaymentSubmit(session_id=sid, payment=ty.PaymentSubmission(token=token)))
+        self.send(receipt(sid, required.requirements, _new_id("rcpt_")))
 
 
 class Relay:
