@@ -59,6 +59,7 @@ from .hosting.middleware import (
     Reply,
     render_error,
 )
+from .hosting.proxy_headers import ProxyHeaders
 from .hosting.router import AGENT_PREFIX, ErrorStyle, Route, RouteMeta, Router, WebSocketRoute
 from .observe.logs import AccessLog
 from .observe.metrics import METRICS_PATH, Metrics
@@ -135,6 +136,8 @@ class App(Host):
         trust_jwks: Peers whose envelope keys are trusted without a
             capability token (``--trust-jwks``).
         base_urls: The server's public URLs (capability token audiences).
+        proxy_headers: Believe a trusted reverse proxy's X-Forwarded-* headers
+            (:class:`~uamp_trio.hosting.proxy_headers.ProxyHeaders`), first in the chain.
 
     With none of the last three the app observes nothing and costs nothing more.
     """
@@ -155,6 +158,7 @@ class App(Host):
         envelope_limits: EnvelopeLimits | None = None,
         trust_jwks: JWKS | None = None,
         base_urls: Sequence[str] = (),
+        proxy_headers: ProxyHeaders | None = None,
     ) -> None:
         #: The counters behind ``GET /metrics``, or ``None``.
         self.metrics: Metrics | None = Metrics() if metrics is True else (metrics or None)
@@ -197,6 +201,8 @@ class App(Host):
             self.middleware.insert(0, tracing.middleware)
         if self.observe is not None:
             self.middleware.insert(0, self.observe)
+        if proxy_headers is not None:  # before the observer: the log shows the real client
+            self.middleware.insert(0, proxy_headers)
         self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
         self.mount(health.mount, openapi.mount, playground.mount)
         if self.metrics is not None:
@@ -429,6 +435,7 @@ class AppOptions(TypedDict, total=False):
     envelope_limits: EnvelopeLimits | None
     trust_jwks: JWKS | None
     base_urls: Sequence[str]
+    proxy_headers: ProxyHeaders | None
 
 
 def create_app(

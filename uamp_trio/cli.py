@@ -84,6 +84,7 @@ from .command_line import build_parser, main
 from .engines.server import Server, ServerConfig
 from .envfile import load_env_file
 from .hosting.host import Transport
+from .hosting.proxy_headers import ProxyHeaders
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, open_chat_store, open_event_log, open_task_store
 from .transports import a2a, envelope_grpc, envelopes
@@ -623,6 +624,19 @@ def _add_serve(sub: Any) -> None:
             flag, action=argparse.BooleanOptionalAction, default=True, help=f"{what} (default: on)"
         )
     ops.add_argument(
+        "--proxy-headers",
+        action="store_true",
+        help="behind a reverse proxy: take the client from X-Forwarded-For and the scheme "
+        "from X-Forwarded-Proto, when the peer is in --forwarded-allow-ips",
+    )
+    ops.add_argument(
+        "--forwarded-allow-ips",
+        default=os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"),
+        metavar="IPS",
+        help="comma-separated proxy addresses or networks whose X-Forwarded-* headers are "
+        "believed, '*' for any (default %(default)s; $FORWARDED_ALLOW_IPS)",
+    )
+    ops.add_argument(
         "--env-file",
         metavar="PATH",
         help="read NAME=value lines (a .env file: provider keys, OPENAI_BASE_URL ...) into the "
@@ -843,6 +857,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             access_log=args.access_log,
             metrics=args.metrics,
             tracing=tracing,
+            proxy_headers=ProxyHeaders([args.forwarded_allow_ips]) if args.proxy_headers else None,
             **envelope_options(args),
         )
         if args.signing_key is not None:
