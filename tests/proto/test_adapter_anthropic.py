@@ -160,6 +160,16 @@ def test_media_blocks() -> None:
         ),
         ({"stop_sequences": [""]}, "stop_sequences: expected an array of non-empty strings"),
         ({"stream": "yes"}, "stream: expected a boolean"),
+        ({"messages": []}, "messages: at least one message is required"),
+        # What a client can make the stop-sequence scan cost is bounded.
+        (
+            {"stop_sequences": ["s"] * 17},
+            "stop_sequences: at most 16 sequences of at most 256 characters",
+        ),
+        (
+            {"stop_sequences": ["s" * 257]},
+            "stop_sequences: at most 16 sequences of at most 256 characters",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(change: dict[str, Any], message: str) -> None:

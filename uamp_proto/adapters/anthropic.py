@@ -454,6 +454,8 @@ def parse_request(
     raw_messages = obj.get("messages")
     if not isinstance(raw_messages, list):
         raise _fail("messages: Field required (an array of messages)")
+    if not raw_messages:
+        raise _fail("messages: at least one message is required")
     messages = [m for i, raw in enumerate(raw_messages) for m in _message(raw, i)]
     system = obj.get("system")
     instructions = None if system is None else _text_blocks(system, "system") or None
