@@ -166,7 +166,39 @@ async def _completions_stream(base: str, token: str) -> dict[str, Any]:
     return value
 
 
+_CLAUDE = {"model": "flat", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+_CLAUDE_HEADERS = {"anthropic-version": "2023-06-01"}
+
+
+async def _anthropic(base: str, token: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        reply = await http.post(
+            "/agents/flat/v1/messages",
+            json=_CLAUDE,
+            headers={**_CLAUDE_HEADERS, "X-PAYMENT": token},
+        )
+    assert reply.json()["content"] == [{"type": "text", "text": "ok"}]
+    value: dict[str, Any] = orjson.loads(reply.headers["x-uamp-payment-balance"])
+    return value
+
+
+async def _anthropic_stream(base: str, token: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        reply = await http.post(
+            "/agents/flat/v1/messages",
+            json={**_CLAUDE, "stream": True},
+            headers={**_CLAUDE_HEADERS, "X-PAYMENT": token},
+        )
+    # A member of message_stop, which the anthropic SDK keeps as it is.
+    stop = _sse_data(reply.text)[-1]
+    assert stop["type"] == "message_stop"
+    value: dict[str, Any] = stop["payment_balance"]
+    return value
+
+
 CASES: dict[str, Callable[[str, str], Awaitable[dict[str, Any]]]] = {
+    "anthropic": _anthropic,
+    "anthropic-stream": _anthropic_stream,
     "completions": _completions,
     "completions-stream": _completions_stream,
     "realtime": _realtime,
