@@ -536,7 +536,7 @@ class StopScanner:
     __slots__ = ("_held", "matched", "sequences")
 
     def __init__(self, sequences: Sequence[str]) -> None:
-        self.sequences = tuple(sequences)
+        self.sequences = tuple(dict.fromkeys(sequences))  # a repeat adds only cost
         self.matched: str | None = None
         self._held = ""
 
