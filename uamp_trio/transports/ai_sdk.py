@@ -84,7 +84,7 @@ from ..engines.http import (
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRunner
-from ..stores.event_log import SessionRecord
+from ..stores.event_log import EventLog, SessionRecord
 from ..stores.health import StoreUnavailable
 
 __all__ = ["MAX_ANSWERS", "MAX_ANSWER_BYTES", "AiSdkTransport", "mount", "transport"]
@@ -202,6 +202,13 @@ class AiSdkTransport:
         self.answers: dict[AnswerKey, _Answer] = {}
         self._per_principal: dict[tuple[str, str], int] = {}
 
+    @property
+    def log(self) -> EventLog:
+        """The app's event log, its flusher, heartbeat and inbox running once it is used."""
+        store = self.app.stores.event_log
+        store.ensure_running(self.app.background)
+        return store
+
     def mount(self) -> None:
         """Register the routes on the app."""
         self.app.agent_route("POST", "/ai-sdk", self.chat, label="Vercel AI SDK", meta=ROUTES)
@@ -256,9 +263,9 @@ class AiSdkTransport:
             with trio.move_on_after(5):
                 await old.finished.wait()
             return
-        store = self.app.stores.event_log
-        if not store.shared:
+        if not self.app.stores.event_log.shared:
             return
+        store = self.log
         lkey = (principal.key, log_session(key[1], key[2]))
         try:
             record = await store.load(lkey)
@@ -335,9 +342,9 @@ class AiSdkTransport:
                 await found.follow(send, replay=True)
 
             return StreamingResponse(producer=replay, headers=list(HEADERS))
-        store = self.app.stores.event_log
-        if not store.shared:
+        if not self.app.stores.event_log.shared:
             return Response(status=204)
+        store = self.log
         lkey = (principal.key, log_session(agent.name, chat_id))
         try:
             record = await store.load(lkey)
@@ -427,9 +434,9 @@ class _Run:
                 store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
 
     def _open_log(self) -> None:
-        store = self.app.stores.event_log
-        if not store.shared:
+        if not self.app.stores.event_log.shared:
             return
+        store = self.transport.log
         store.take_over(self.lkey)
         record = SessionRecord(agent=self.answer.key[1], running=self.answer.leg)
         store.begin(self.lkey, record, owner=self._owner)

@@ -1,0 +1,104 @@
+"""AI SDK answers across two servers sharing one real Redis: resume and supersession.
+
+Each server has its own :class:`RedisEventLog` (its own node id) on the same
+``redis-server``, as two ``uamp serve`` processes would.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+import trio
+
+from tests._support import wire
+from tests._support.agents import Words
+from uamp_trio import App
+from uamp_trio.stores import Stores
+from uamp_trio.stores.event_log_redis import RedisEventLog
+from uamp_trio.transports import ai_sdk
+
+TIMEOUT = 30
+WORDS = [f"w{n} " for n in range(30)]
+
+
+@asynccontextmanager
+async def two_servers(redis_url: str) -> AsyncIterator[tuple[list[str], list[Words]]]:
+    """Two servers on one Redis, each with its own slow agent."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    agents = [Words("slow", *WORDS, pause=0.05) for _ in range(2)]
+    async with AsyncExitStack() as stack:
+        urls = []
+        for agent in agents:
+            log = RedisEventLog(redis_url, prefix=prefix)
+            app = App([agent], stores=Stores(event_log=log))
+            app.mount(ai_sdk.mount)
+            server = await stack.enter_async_context(wire.serving(app))
+            urls.append(f"http://127.0.0.1:{server.port}/agents/slow/ai-sdk")
+            stack.push_async_callback(log.aclose)
+        yield urls, agents
+
+
+def body(chat_id: str) -> dict[str, Any]:
+    user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "talk"}]}
+    return {"id": chat_id, "messages": [user]}
+
+
+def chunks(raw: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(block[6:]) for block in raw.split(b"\n\n") if block.startswith(b"data: {")]
+
+
+def text(got: list[dict[str, Any]]) -> str:
+    return "".join(c["delta"] for c in got if c["type"] == "text-delta")
+
+
+async def first_chunks(http: httpx.AsyncClient, url: str, chat_id: str) -> list[dict[str, Any]]:
+    """POST, read until the answer has said something, then leave (an aborted fetch)."""
+    seen = b""
+    async with http.stream("POST", url, json=body(chat_id)) as r:
+        async for part in r.aiter_bytes():
+            seen += part
+            if b"text-delta" in seen:
+                break
+    return chunks(seen)
+
+
+async def test_a_resume_on_the_other_server_replays_from_the_start(redis_url: str) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with two_servers(redis_url) as ((first, second), _), httpx.AsyncClient() as http:
+            seen = await first_chunks(http, first, "chat-r")
+            resumed = await http.get(f"{second}/chat-r/stream")
+            over = [await http.get(f"{url}/chat-r/stream") for url in (first, second)]
+    assert resumed.status_code == 200
+    assert resumed.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    got = chunks(resumed.content)
+    # From the start chunk, the same message, then live to its end.
+    assert got[0] == seen[0] and got[0]["type"] == "start"
+    assert text(got) == "".join(WORDS) and got[-1]["finishReason"] == "stop"
+    assert resumed.content.endswith(b"data: [DONE]\n\n")
+    assert [r.status_code for r in over] == [204, 204]
+
+
+async def test_another_principals_or_unknown_chat_is_204_on_every_server(redis_url: str) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with two_servers(redis_url) as ((first, second), _), httpx.AsyncClient() as http:
+            await first_chunks(http, first, "chat-u")
+            unknown = await http.get(f"{second}/never/stream")
+    assert unknown.status_code == 204
+
+
+async def test_a_post_on_the_other_server_supersedes_the_running_answer(redis_url: str) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with two_servers(redis_url) as ((first, second), _), httpx.AsyncClient() as http:
+            async with http.stream("POST", first, json=body("chat-s")) as old:
+                parts = old.aiter_bytes()
+                await parts.__anext__()
+                new = await http.post(second, json=body("chat-s"))
+                rest = b"".join([part async for part in parts])
+    ended = chunks(rest)
+    assert [c["type"] for c in ended][-2:] == ["abort", "finish"]
+    assert text(chunks(new.content)) == "".join(WORDS)
