@@ -33,7 +33,14 @@ import pytest
 
 from tests._support.cli import ENV, ROOT, Served
 
-PAGES = ["README.md", "docs/first-hour.md", "docs/envelope.md", "docs/mcp.md", "docs/anthropic.md"]
+PAGES = [
+    "README.md",
+    "docs/first-hour.md",
+    "docs/envelope.md",
+    "docs/mcp.md",
+    "docs/anthropic.md",
+    "docs/agents.md",
+]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(\S*)\s*$")
