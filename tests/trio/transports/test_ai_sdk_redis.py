@@ -93,12 +93,15 @@ async def test_another_principals_or_unknown_chat_is_204_on_every_server(redis_u
 
 async def test_a_post_on_the_other_server_supersedes_the_running_answer(redis_url: str) -> None:
     with trio.fail_after(TIMEOUT):
-        async with two_servers(redis_url) as ((first, second), _), httpx.AsyncClient() as http:
-            async with http.stream("POST", first, json=body("chat-s")) as old:
-                parts = old.aiter_bytes()
-                await parts.__anext__()
-                new = await http.post(second, json=body("chat-s"))
-                rest = b"".join([part async for part in parts])
+        async with (
+            two_servers(redis_url) as ((first, second), _),
+            httpx.AsyncClient() as http,
+            http.stream("POST", first, json=body("chat-s")) as old,
+        ):
+            parts = old.aiter_bytes()
+            await parts.__anext__()
+            new = await http.post(second, json=body("chat-s"))
+            rest = b"".join([part async for part in parts])
     ended = chunks(rest)
     assert [c["type"] for c in ended][-2:] == ["abort", "finish"]
     assert text(chunks(new.content)) == "".join(WORDS)
