@@ -50,6 +50,15 @@ class Thinker(TestAgent):
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="thinking.")))
 
 
+class Counts(Thinker):
+    """Counts the tokens of a turn itself: one per message."""
+
+    name = "counts"
+
+    async def count_tokens(self, request: TurnRequest) -> int:
+        return 100 + len(request.messages)
+
+
 class Breaks(TestAgent):
     """Says a word, then fails."""
 
@@ -61,7 +70,7 @@ class Breaks(TestAgent):
 
 
 def _app(**options: Any) -> Any:
-    agents = [DemoAgent(), Thinker(), Breaks(), Words("slow", "one ", "two", pause=0.4)]
+    agents = [DemoAgent(), Thinker(), Breaks(), Words("slow", "one ", "two", pause=0.4), Counts()]
     app = create_app(agents, transports=[], **options)
     # The default transports, with a short ping interval for the silent agent.
     from uamp_trio.app import default_transports
@@ -308,6 +317,9 @@ def test_count_tokens(server: Any) -> None:
         model="demo", system="be kind", messages=ask("three little words")
     )
     assert count.input_tokens == 5
+    # An agent with a count of its own answers for itself.
+    own = client(server, "/agents/counts").messages.count_tokens(model="c", messages=ask("a b"))
+    assert own.input_tokens == 101
 
 
 @pytest.mark.parametrize("base", ["/agents/demo", ""])
@@ -315,7 +327,7 @@ def test_models(server: Any, base: str) -> None:
     sdk = client(server, base)
     listed = list(sdk.models.list())
     names = [m.id for m in listed]
-    assert names == (["demo"] if base else ["demo", "thinker", "breaks", "slow"])
+    assert names == (["demo"] if base else ["demo", "thinker", "breaks", "slow", "counts"])
     assert all(m.type == "model" and m.display_name == m.id for m in listed)
     assert sdk.models.retrieve("demo").id == "demo"
     with pytest.raises(anthropic.NotFoundError) as caught:

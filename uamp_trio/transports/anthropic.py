@@ -6,8 +6,9 @@ Endpoints, for every hosted agent under ``/agents/{name}`` and at the root
 * ``POST /v1/messages`` -- a ``message`` object, or with ``stream: true`` the
   named SSE events of the Messages API (``message_start`` ... ``message_stop``,
   ``ping`` while the agent is silent, ``error`` if it fails mid-stream);
-* ``POST /v1/messages/count_tokens`` -- ``{"input_tokens"}``, counted as the
-  demo model counts (whitespace-separated words);
+* ``POST /v1/messages/count_tokens`` -- ``{"input_tokens"}``: the agent's own
+  count when it has an ``async count_tokens(turn) -> int`` method, else the
+  demo model's (whitespace-separated words);
 * ``GET /v1/models`` and ``/v1/models/{id}`` -- Anthropic's model objects
   (``type``, ``display_name``, ``created_at``): one per agent.
 
@@ -66,6 +67,7 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
+from ..hosting.agents import unwrapped
 from ..hosting.host import Host
 from ..hosting.middleware import render_error
 from ..hosting.router import RouteMeta
@@ -230,7 +232,13 @@ class AnthropicTransport:
             )
         except wire.AnthropicError as exc:
             return json_response(exc.body(), exc.status)
-        return json_response({"input_tokens": wire.word_count(parsed.turn)})
+        counter = getattr(unwrapped(agent), "count_tokens", None)
+        if callable(counter):
+            # An agent that knows its model's tokenizer counts for itself.
+            count = await counter(parsed.turn)
+        else:
+            count = wire.word_count(parsed.turn)
+        return json_response({"input_tokens": count})
 
     def _agent(self, request: Request, body: object) -> Responder:
         model = body.get("model") if isinstance(body, dict) else None
