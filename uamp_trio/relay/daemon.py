@@ -37,6 +37,9 @@ for the turn. ``response.cancel`` and ``session.end`` cancel the
 turn's runner (``response.cancelled``); a second ``input.text`` on a busy
 session replaces the turn running there.
 
+The relay ends a registration when the credential it was made with expires
+(``session.end`` reason ``token_expired``); :meth:`Daemon.refresh` sends each
+agent's fresh token as ``session.update`` on its registration before that.
 A refused credential or agent (``session.error`` for a registration) is one
 log line; when every agent was refused, or the upgrade itself was refused
 with 401/403, :meth:`Daemon.run` raises :class:`DaemonRefused`. Any other end
@@ -211,6 +214,13 @@ class DaemonHost:
             self._owe(ev.Pong())
         elif isinstance(event, ev.SessionUpdate):
             self._owe(ev.SessionUpdated(session_id=sid))
+
+    def refresh(self, tokens: Mapping[str, str]) -> None:
+        """Send each registered agent's fresh token (``session.update``) before the old expires."""
+        for sid, name in self.registered.items():
+            token = tokens.get(name)
+            if token is not None:
+                self._owe(ev.SessionUpdate(session_id=sid, token=token))
 
     def _created(self, event: ev.SessionCreated) -> None:
         sid = event.session_id
@@ -415,6 +425,23 @@ class Daemon:
         self._host: DaemonHost | None = None
         self._stopping = False
         self._scope: trio.CancelScope | None = None
+
+    def refresh(self, token: str | None = None, tokens: Mapping[str, str] | None = None) -> None:
+        """Use fresh credentials: ``token`` for every agent (and the next connections),
+        ``tokens`` per agent name.
+
+        The relay ends a registration when the credential it was made with
+        expires; each registered agent's new token goes to the relay at once
+        as ``session.update`` on its registration, and a reconnection uses
+        them all.
+        """
+        fresh = dict(tokens or {})
+        if token is not None:
+            self.token = token
+            fresh = {name: fresh.get(name, token) for name in self.agents}
+        self.tokens.update({name: t for name, t in fresh.items() if name in self.agents})
+        if self._host is not None:
+            self._host.refresh({n: t for n, t in self.tokens.items() if t is not None})
 
     def stop(self) -> None:
         """Stop: cancel the turns in flight, end the registrations, close the socket."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -202,6 +203,10 @@ class RemoteAgent:
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """Run the turn on the daemon (see the module docstring)."""
         link = self.link
+        if isinstance(link, DaemonLink) and link.expired(self.registration):
+            assert self.registration is not None
+            link.end_expired(self.registration)  # before its timer noticed
+            link = self.link
         if link is None:
             raise ResponderError(
                 AGENT_OFFLINE, f"Agent {self._name!r} is offline: its daemon is not connected."
@@ -254,6 +259,8 @@ class DaemonLink:
         self._loopback = loopback
         #: Registration session id -> the agent it registered.
         self.registered: dict[str, RemoteAgent] = {}
+        #: Registration session id -> who registered it, while its credential holds.
+        self._registrants: dict[str, Principal] = {}
         self._turns: dict[str, _Turn] = {}
         self._queued = 0
         limit = relay.limits.max_queued_events
@@ -326,7 +333,10 @@ class DaemonLink:
                 if self.relay.shared is not None and agent.link is self:
                     self.relay.shared.publish(agent.name, agent)
         elif isinstance(event, ev.SessionEnd) and type(sid) is str and sid in self.registered:
+            self._registrants.pop(sid, None)
             self.relay.unlink_one(self, sid)
+        elif isinstance(event, ev.SessionUpdate) and type(sid) is str and sid in self.registered:
+            self._nursery.start_soon(self._refresh, sid, event.token)
 
     def _queue(self, turn: _Turn, event: ev.Event) -> None:
         if self._queued >= self.relay.limits.max_queued_events:
@@ -448,6 +458,9 @@ class DaemonLink:
             principal.id,
             sid,
         )
+        self._registrants[sid] = principal
+        if principal.expires_at is not None:
+            self._nursery.start_soon(self._expire, sid)
         self._owe_safely(
             ev.SessionCreated(
                 session_id=sid,
@@ -456,6 +469,65 @@ class DaemonLink:
                 agent=name,
             )
         )
+
+    # --- a registration lasts as long as its credential ---------------------------------
+
+    def expired(self, sid: str | None) -> bool:
+        """Whether registration ``sid``'s credential has expired (turns are no longer its)."""
+        principal = self._registrants.get(sid) if sid is not None else None
+        return principal is not None and principal.expired(time.time())
+
+    async def _expire(self, sid: str) -> None:
+        """End registration ``sid`` when its credential expires (unless refreshed meanwhile)."""
+        while True:
+            principal = self._registrants.get(sid)
+            if principal is None or principal.expires_at is None or sid not in self.registered:
+                return
+            left = principal.expires_at - time.time()
+            if left <= 0:
+                break
+            await trio.sleep(left)
+        self.end_expired(sid)
+
+    def end_expired(self, sid: str) -> None:
+        """Registration ``sid``'s credential expired: its agent goes offline, the daemon is told."""
+        self._registrants.pop(sid, None)
+        agent = self.registered.get(sid)
+        if agent is None:
+            return
+        log.info("relay: the registration of %r ended: its credential expired", agent.name)
+        self.relay.unlink_one(self, sid, reason="its credential expired")
+        if not self.closed:
+            self._owe_safely(ev.SessionEnd(session_id=sid, reason="token_expired"))
+
+    async def _refresh(self, sid: str, token: str | None) -> None:
+        """``session.update`` on a registration: a fresh token of the same principal."""
+        auth = self.relay.app.authenticator
+        before = self._registrants.get(sid)
+        agent = self.registered.get(sid)
+        if auth is None or before is None or agent is None:
+            self._owe_safely(ev.SessionUpdated(session_id=sid))
+            return
+        try:
+            principal = await auth.authenticate(token)
+        except AuthError as exc:
+            self._owe_safely(_error(sid, "unauthorized", exc.message))
+            return
+        if principal.key != before.key or not bound_to(principal, agent.name):
+            self._owe_safely(
+                _error(
+                    sid,
+                    "forbidden",
+                    "session.update must bring a token of the principal that registered "
+                    f"agent {agent.name!r}",
+                )
+            )
+            return
+        if sid in self._registrants:  # not ended while the token was checked
+            self._registrants[sid] = principal
+            if before.expires_at is None and principal.expires_at is not None:
+                self._nursery.start_soon(self._expire, sid)
+        self._owe_safely(ev.SessionUpdated(session_id=sid))
 
     # --- turns ------------------------------------------------------------------------
 
@@ -633,12 +705,14 @@ class Relay:
         else:
             self.app.agents.offline.discard(name)
 
-    def unlink_one(self, link: DaemonLink, sid: str) -> None:
-        """The daemon ended one registration (``session.end``): its agent goes offline."""
+    def unlink_one(
+        self, link: DaemonLink, sid: str, reason: str = "unregistered by its daemon"
+    ) -> None:
+        """A registration ended (``session.end``, an expired credential): its agent goes offline."""
         agent = link.registered.pop(sid, None)
         if agent is not None and agent.link is link:
             self._offline(agent)
-            log.info("relay: agent %r unregistered by its daemon", agent.name)
+            log.info("relay: agent %r offline (%s)", agent.name, reason)
 
     def _offline(self, agent: RemoteAgent) -> None:
         agent.link = agent.registration = None
