@@ -40,6 +40,7 @@ PAGES = [
     "docs/mcp.md",
     "docs/anthropic.md",
     "docs/agents.md",
+    "docs/responses.md",
 ]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")

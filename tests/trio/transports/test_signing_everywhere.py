@@ -146,6 +146,28 @@ async def test_completions_streamed_and_not(server: Any) -> None:
             assert_binds(saved.signature, saved.text, streamed, jwks)
 
 
+async def test_responses_streamed_and_not(server: Any) -> None:
+    with trio.fail_after(TIMEOUT):
+        jwks = await served_jwks(server)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            body = orjson.dumps({"model": "demo", "input": "a"})
+            r = await http.post("/agents/demo/v1/responses", content=body)
+            text = r.json()["output"][0]["content"][0]["text"]
+            assert_binds(r.headers["x-uamp-signature"], text, body, jwks)
+            streamed = orjson.dumps({"model": "demo", "input": "a", "stream": True})
+            r = await http.post("/agents/demo/v1/responses", content=streamed)
+            # After response.completed, then data: [DONE] (where the SDK stops
+            # reading), the signature as its own named event.
+            events = sse(r.content)
+            names = [name for name, _ in events]
+            assert names[-3:] == ["response.completed", None, "response_signature"]
+            assert events[-2][1] == "[DONE]"
+            final = orjson.loads(events[-3][1])["response"]
+            text = final["output"][0]["content"][0]["text"]
+            assert text == "You said: a"
+            assert_binds(orjson.loads(events[-1][1])["signature"], text, streamed, jwks)
+
+
 async def test_anthropic_messages_streamed_and_not(server: Any) -> None:
     headers = {"anthropic-version": "2023-06-01", "content-type": "application/json"}
     with trio.fail_after(TIMEOUT):
