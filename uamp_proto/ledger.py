@@ -21,11 +21,18 @@ response and rates per thousand input, output and cached tokens (a cached
 token without a rate of its own costs an input token). Its :meth:`Pricing.hold`
 is what is locked before the agent starts and :meth:`Pricing.cost` what is
 settled from the response's usage when it ends.
+
+Amounts are bounded (:func:`parse_amount`): finite, not negative, at most
+:data:`MAX_AMOUNT`, and -- where money enters the ledger (an issue, a
+top-up) -- with no more decimals than the currency has
+(:func:`minor_units`, ISO 4217). A balance never goes over
+:data:`MAX_AMOUNT` either, so every sum stays exact within
+:class:`~decimal.Decimal`'s default 28 digits.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation, localcontext
 
 import attrs
 
@@ -33,11 +40,13 @@ from .errors import UampError
 from .types import UsageStats
 
 __all__ = [
+    "MAX_AMOUNT",
     "Account",
     "LedgerError",
     "Pricing",
     "format_amount",
     "lock",
+    "minor_units",
     "parse_amount",
     "release",
     "settle",
@@ -62,26 +71,74 @@ class LedgerError(UampError):
     balance_current: Decimal | None = attrs.field(default=None, kw_only=True)
 
 
-def parse_amount(text: str | int | Decimal) -> Decimal:
-    """A non-negative finite amount from its wire form (``"10.00"``).
+#: The largest amount the ledger takes or holds on one token (a trillion units
+#: of any currency): far above any real balance, far below where 28 digits of
+#: :class:`~decimal.Decimal` would start rounding sums.
+MAX_AMOUNT = Decimal(10) ** 12
+
+#: Longest amount text read: no real amount needs more characters.
+_MAX_TEXT = 64
+
+#: ISO 4217 currencies whose minor unit is not the cent (two decimals).
+_MINOR_UNITS: dict[str, int] = {
+    code: units
+    for units, codes in (
+        (0, "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF"),
+        (3, "BHD IQD JOD KWD LYD OMR TND"),
+        (4, "CLF UYW"),
+    )
+    for code in codes.split()
+}
+
+#: Room for any amount this module formats (MAX_AMOUNT with many decimals).
+_WIDE = Context(prec=200)
+
+
+def minor_units(currency: str) -> int:
+    """Decimals an amount in ``currency`` may have (ISO 4217; two for an unlisted code)."""
+    return _MINOR_UNITS.get(currency.upper(), 2)
+
+
+def parse_amount(text: str | int | Decimal, *, currency: str | None = None) -> Decimal:
+    """A finite amount from 0 to :data:`MAX_AMOUNT` from its wire form (``"10.00"``).
+
+    Args:
+        currency: When given, the amount may have no more decimals than
+            that currency has (``"0.001"`` USD is refused; ``"1.50"`` JPY too).
 
     Raises:
-        ValueError: not a number, negative, or not finite.
+        ValueError: not a number, negative, not finite, over the maximum, or
+            finer than the currency's minor unit; the message says which.
     """
+    raw = str(text)
+    if len(raw) > _MAX_TEXT:
+        raise ValueError(f"not an amount: {raw[:_MAX_TEXT]!r}... is too long")
     try:
-        value = Decimal(str(text))
+        value = Decimal(raw.strip())
     except InvalidOperation:
-        raise ValueError(f"not an amount: {text!r}") from None
+        raise ValueError(f"not an amount: {raw!r}") from None
     if not value.is_finite() or value < 0:
-        raise ValueError(f"an amount must be a finite number >= 0: {text!r}")
+        raise ValueError(f"an amount must be a finite number >= 0: {raw!r}")
+    if value > MAX_AMOUNT:
+        raise ValueError(f"an amount must be at most {MAX_AMOUNT:,}: {raw!r}")
+    if currency is not None:
+        units = minor_units(currency)
+        with localcontext(_WIDE):
+            exact = value == value.quantize(Decimal(1).scaleb(-units))
+        if not exact:
+            raise ValueError(f"{currency.upper()} amounts have at most {units} decimal(s): {raw!r}")
     return value
 
 
 def format_amount(value: Decimal) -> str:
-    """The wire form of an amount: plain digits, at least two decimals (``"9.50"``)."""
-    value = value.normalize()
-    if value.as_tuple().exponent >= -2:  # type: ignore[operator]
-        value = value.quantize(Decimal("0.01"))
+    """The wire form of an amount: plain digits, at least two decimals (``"9.50"``).
+
+    Never raises for a finite amount, however large or fine it is.
+    """
+    with localcontext(_WIDE):
+        value = value.normalize()
+        if value.as_tuple().exponent >= -2:  # type: ignore[operator]
+            value = value.quantize(Decimal("0.01"))
     return format(value, "f")
 
 
@@ -255,9 +312,16 @@ def release(account: Account, locked: Decimal) -> Account:
 
 
 def top_up(account: Account, amount: Decimal) -> Account:
-    """Add ``amount`` to the balance (allowed on an expired token; it still cannot lock)."""
+    """Add ``amount`` to the balance (allowed on an expired token; it still cannot lock).
+
+    Raises:
+        ValueError: ``amount`` is not positive, or the token would hold more
+            than :data:`MAX_AMOUNT` (balance and locks together).
+    """
     if amount <= 0:
         raise ValueError("a top-up must be positive")
+    if account.balance + account.locked + amount > MAX_AMOUNT:
+        raise ValueError(f"a token holds at most {MAX_AMOUNT:,}: the top-up would pass it")
     return attrs.evolve(
         account, balance=account.balance + amount, topped_up=account.topped_up + amount
     )

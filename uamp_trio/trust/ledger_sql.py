@@ -36,6 +36,7 @@ words: what makes a ``SELECT`` lock its row, and what orders locks by age.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -117,6 +118,26 @@ def _row_to_account(row: Mapping[str, Any]) -> Account:
 def _amount(value: Decimal) -> str:
     """How an amount is written to a row (text: exact on every backend)."""
     return str(value)
+
+
+def _to_hold(amount: Decimal | str) -> Decimal:
+    """An amount to lock; one past :data:`~uamp_proto.ledger.MAX_AMOUNT` no token can hold.
+
+    Raises:
+        LedgerError: ``insufficient_balance`` for an amount over the maximum.
+        ValueError: One that is not an amount at all.
+    """
+    try:
+        return arith.parse_amount(amount)
+    except ValueError:
+        with contextlib.suppress(ArithmeticError):
+            if Decimal(str(amount)) > arith.MAX_AMOUNT:
+                raise LedgerError(
+                    "insufficient_balance",
+                    "insufficient balance to process the request",
+                    balance_required=arith.MAX_AMOUNT,
+                ) from None
+        raise
 
 
 class SqlLedger(ABC):
@@ -216,10 +237,15 @@ class SqlLedger(ABC):
     def issue(
         self, amount: Decimal | str, currency: str, *, expires_in: float | None = None
     ) -> str:
-        """Create a token holding ``amount``; return the signed token string."""
-        value = arith.parse_amount(amount)
-        if not currency.isalpha() or len(currency) != 3:
+        """Create a token holding ``amount``; return the signed token string.
+
+        Raises:
+            ValueError: A currency that is not a 3-letter code, or an amount
+                :func:`~uamp_proto.ledger.parse_amount` refuses in it (nothing is written).
+        """
+        if not currency.isascii() or not currency.isalpha() or len(currency) != 3:
             raise ValueError(f"currency must be a 3-letter code: {currency!r}")
+        value = arith.parse_amount(amount, currency=currency)
         now = self._clock()
         expires_at = None if expires_in is None else now + expires_in
         token_id = "pt_" + uuid.UUID(bytes=os.urandom(16)).hex
@@ -302,11 +328,19 @@ class SqlLedger(ABC):
             return TokenState(token_id=token_id, account=self._load(db, token_id, update=False))
 
     def top_up(self, token: str, amount: Decimal | str) -> Account:
-        """Add ``amount`` to the token's balance."""
+        """Add ``amount`` to the token's balance.
+
+        Raises:
+            ValueError: An amount :func:`~uamp_proto.ledger.parse_amount`
+                refuses in the token's currency, or one that would take the
+                token past :data:`~uamp_proto.ledger.MAX_AMOUNT` (nothing is written).
+        """
         token_id = self.token_id(token)
-        value = arith.parse_amount(amount)
+        arith.parse_amount(amount)  # a malformed amount is refused before any lock
         with self._transaction() as db:
-            account = arith.top_up(self._load(db, token_id), value)
+            account = self._load(db, token_id)
+            value = arith.parse_amount(amount, currency=account.currency)
+            account = arith.top_up(account, value)
             self._store(db, token_id, account)
             return account
 
@@ -335,7 +369,7 @@ class SqlLedger(ABC):
             LedgerError: ``token_invalid``, ``token_expired``, ``insufficient_balance``.
         """
         token_id = self.token_id(token)
-        value = arith.parse_amount(amount)
+        value = _to_hold(amount)
         with self._transaction() as db:
             account = self._load(db, token_id)
             held = db.execute(
@@ -362,7 +396,7 @@ class SqlLedger(ABC):
                 or ``payment_failed`` when the response holds no open lock.
         """
         token_id = self.token_id(token)
-        value = arith.parse_amount(amount)
+        value = _to_hold(amount)
         with self._transaction() as db:
             account = self._load(db, token_id)
             held = self._held(db, token_id, response_id)
@@ -418,6 +452,8 @@ class SqlLedger(ABC):
         return self._settle_id(token_id, response_id, cost)
 
     def _settle_id(self, token_id: str, response_id: str, cost: Decimal | str) -> Account:
+        if isinstance(cost, Decimal) and cost.is_finite() and cost > arith.MAX_AMOUNT:
+            cost = arith.MAX_AMOUNT  # more than any lock: the whole lock is charged
         value = arith.parse_amount(cost)
         with self._transaction() as db:
             account = self._load(db, token_id)

@@ -116,7 +116,7 @@ async def test_completions_402_before_any_stream_with_the_section_7_2_code(
     serve_app: Any, ledger: Ledger
 ) -> None:
     rich = ledger.issue("1.00", "USD")
-    poor = ledger.issue("0.001", "USD")
+    poor = ledger.issue("0.01", "USD")
     expired = ledger.issue("1.00", "USD", expires_in=-1)
     euros = ledger.issue("1.00", "EUR")
     app = create_app([Flat()], payment_policy=LedgerPolicy(ledger, price="0.02"))
@@ -145,7 +145,7 @@ async def test_completions_402_before_any_stream_with_the_section_7_2_code(
                     assert body["error"]["code"] == code, (token, stream)
             assert (
                 await client.post("/v1/chat/completions", json=BODY, headers={"X-PAYMENT": poor})
-            ).json()["error"]["balance_current"] == "0.001"
+            ).json()["error"]["balance_current"] == "0.01"
             for stream in (False, True):
                 paid = await client.post(
                     "/v1/chat/completions",
