@@ -335,7 +335,62 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "bytes of a request head (HTTP/1.1) or header list (HTTP/2); 431 above",
     ),
     ("--idle-timeout", "idle_timeout", float, "seconds a keep-alive connection may sit idle"),
+    (
+        "--acp-max-sessions",
+        "acp_max_sessions",
+        int,
+        "ACP sessions one principal may hold; more get JSON-RPC -32029",
+    ),
+    (
+        "--acp-max-session-bytes",
+        "acp_max_session_bytes",
+        int,
+        "bytes of cwd plus mcpServers an ACP session keeps; more get -32602",
+    ),
+    (
+        "--acp-session-idle-timeout",
+        "acp_session_idle_timeout",
+        float,
+        "seconds an unused ACP session is kept",
+    ),
+    (
+        "--a2a-max-push-configs",
+        "a2a_max_push_configs",
+        int,
+        "push-notification configs per A2A task; more get -32029 / 429 / RESOURCE_EXHAUSTED",
+    ),
+    (
+        "--a2a-max-push-config-bytes",
+        "a2a_max_push_config_bytes",
+        int,
+        "bytes of one push-notification config (as JSON); more get -32602 / 400",
+    ),
+    (
+        "--sse-max-sessions",
+        "sse_max_sessions",
+        int,
+        "UAMP HTTP+SSE sessions one principal may hold; more get 429",
+    ),
+    (
+        "--sse-session-idle-timeout",
+        "sse_session_idle_timeout",
+        float,
+        "seconds an HTTP+SSE session with no stream and no POST is kept",
+    ),
 )
+
+
+def _add_limit_flags(group: Any, prefix: str = "") -> None:
+    """The :data:`_LIMIT_FLAGS` of the fields starting with ``prefix``, on ``group``."""
+    for flag, field, kind, text in _LIMIT_FLAGS:
+        if field.startswith(prefix):
+            group.add_argument(
+                flag,
+                dest=field,
+                type=kind,
+                default=getattr(_DEFAULTS, field),
+                help=f"{text} (default %(default)s)",
+            )
 
 
 #: The default retention of session event logs (``--retention-*``).
@@ -425,14 +480,7 @@ def _add_serve(sub: Any) -> None:
         help="seconds a WebSocket write may wait for a peer that does not read before it is "
         "dropped (default %(default)s)",
     )
-    for flag, field, kind, text in _LIMIT_FLAGS:
-        limits.add_argument(
-            flag,
-            dest=field,
-            type=kind,
-            default=getattr(_DEFAULTS, field),
-            help=f"{text} (default %(default)s)",
-        )
+    _add_limit_flags(limits)
     p.add_argument(
         "--grace",
         "--graceful-timeout",
@@ -1174,12 +1222,13 @@ async def _connect(daemon: Any) -> None:
 
 def _add_acp(sub: Any) -> None:
     text = "run an agent as an ACP agent on stdin/stdout (for editors)"
-    _add_stdio_parser(sub, "acp", text, "prompt's", _acp_command)
+    p = _add_stdio_parser(sub, "acp", text, "prompt's", _acp_command)
+    _add_limit_flags(p, prefix="acp_")
 
 
 def _add_stdio_parser(
     sub: Any, name: str, text: str, answers: str, func: Callable[[argparse.Namespace], int]
-) -> None:
+) -> Any:
     """The parser of ``uamp acp`` / ``uamp mcp``: an agent, a ledger, a signing key."""
     p = sub.add_parser(name, help=text)
     p.add_argument(
@@ -1194,16 +1243,32 @@ def _add_stdio_parser(
     )
     _add_log_level(p)
     p.set_defaults(func=func)
+    return p
 
 
 def _acp_command(args: argparse.Namespace) -> int:
+    from .stores.acp_sessions import AcpLimits
     from .transports.acp import serve_stdio
 
-    return _stdio_command("acp", serve_stdio, args)
+    try:
+        limits = AcpLimits(
+            max_sessions=args.acp_max_sessions,
+            max_session_bytes=args.acp_max_session_bytes,
+            idle_timeout=args.acp_session_idle_timeout,
+        )
+    except ValueError as exc:
+        print(f"uamp acp: {exc}", file=sys.stderr)
+        return 2
+    return _stdio_command("acp", serve_stdio, args, limits=limits)
 
 
-def _stdio_command(command: str, serve_stdio: Callable[..., Any], args: argparse.Namespace) -> int:
-    """Run ``uamp acp`` / ``uamp mcp``: one agent for the process that started us, on stdio."""
+def _stdio_command(
+    command: str, serve_stdio: Callable[..., Any], args: argparse.Namespace, **options: Any
+) -> int:
+    """Run ``uamp acp`` / ``uamp mcp``: one agent for the process that started us, on stdio.
+
+    ``options`` go to ``serve_stdio`` as they are (``uamp acp``: its session limits).
+    """
     configure(args.log_level, "text", stream=sys.stderr)
     try:
         agent = _stdio_agent(args.agent)
@@ -1216,7 +1281,9 @@ def _stdio_command(command: str, serve_stdio: Callable[..., Any], args: argparse
     principal = Principal(id=getpass.getuser(), scheme="local")
     with contextlib.suppress(KeyboardInterrupt):
         trio.run(
-            lambda: serve_stdio(agent, payment_policy=policy, signer=signer, principal=principal)
+            lambda: serve_stdio(
+                agent, payment_policy=policy, signer=signer, principal=principal, **options
+            )
         )
     return 0
 

@@ -202,6 +202,22 @@ class ServerConfig:
         allowed_methods: Methods a preflight may ask for (empty: the usual ones).
         allowed_headers: Request headers a preflight may ask for (empty: any).
         allow_credentials: Let those pages send cookies and HTTP auth.
+        acp_max_sessions: ACP sessions one principal may hold (every
+            carrier: stdio, WebSocket, HTTP); one more ``session/new`` gets
+            JSON-RPC ``-32029`` until one expires.
+        acp_max_session_bytes: Largest ``cwd`` plus ``mcpServers`` (as JSON)
+            an ACP session may keep; a larger ``session/new`` or
+            ``session/load`` gets ``-32602`` naming the field.
+        acp_session_idle_timeout: An ACP session with no request for this
+            long (and no prompt running) is forgotten.
+        a2a_max_push_configs: Push-notification configs one A2A task may
+            hold; one more gets ``-32029`` / HTTP 429 / ``RESOURCE_EXHAUSTED``.
+        a2a_max_push_config_bytes: Largest push-notification config (as
+            JSON); a larger one gets ``-32602`` / 400 / ``INVALID_ARGUMENT``.
+        sse_max_sessions: UAMP HTTP+SSE sessions one principal may hold; one
+            more ``session.create`` gets 429 ``too_many_sessions``.
+        sse_session_idle_timeout: An HTTP+SSE session with no stream attached
+            and no POST for this long expires.
     """
 
     host: str = "127.0.0.1"
@@ -235,6 +251,13 @@ class ServerConfig:
     allowed_methods: tuple[str, ...] = ()
     allowed_headers: tuple[str, ...] = ()
     allow_credentials: bool = False
+    acp_max_sessions: int = 100
+    acp_max_session_bytes: int = 64 * 1024
+    acp_session_idle_timeout: float = 3600.0
+    a2a_max_push_configs: int = 10
+    a2a_max_push_config_bytes: int = 16 * 1024
+    sse_max_sessions: int = 64
+    sse_session_idle_timeout: float = 300.0
 
     def __attrs_post_init__(self) -> None:
         CorsPolicy.of(self.allowed_origins)  # raises on a malformed origin
@@ -279,6 +302,13 @@ _POSITIVE = (
     "response_timeout",
     "response_idle_timeout",
     "response_head_timeout",
+    "acp_max_sessions",
+    "acp_max_session_bytes",
+    "acp_session_idle_timeout",
+    "a2a_max_push_configs",
+    "a2a_max_push_config_bytes",
+    "sse_max_sessions",
+    "sse_session_idle_timeout",
 )
 
 
@@ -336,13 +366,15 @@ class HasBackground(Protocol):
     A ``services`` list of async callables, when it has one, runs in that
     nursery while the server serves. The server also tells it
     ``queue_limits``: its ``max_queued_events`` and
-    ``max_session_queued_events``, and ``draining``: whether a graceful
-    shutdown has begun.
+    ``max_session_queued_events``, ``draining``: whether a graceful
+    shutdown has begun, and ``server_config``: the whole configuration (the
+    per-principal limits its stores enforce).
     """
 
     background: Spawner | None
     queue_limits: tuple[int, int]
     draining: bool
+    server_config: ServerConfig
 
 
 class Cancellable(Protocol):
@@ -515,6 +547,7 @@ class Server:
                         cfg.max_queued_events,
                         cfg.max_session_queued_events,
                     )
+                    self._host.server_config = cfg
                     for service in getattr(self._host, "services", ()):
                         background.start_soon(service)
                 if cfg.http3:

@@ -32,6 +32,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 
 from ..engines.http import Endpoint
+from ..engines.server import ServerConfig
 from ..engines.supervise import Spawner
 from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
@@ -98,6 +99,10 @@ class Host:
         #: (``ServerConfig.max_queued_events`` and
         #: ``max_session_queued_events``; the server sets them while serving).
         self.queue_limits: tuple[int, int] = (64, 32)
+        #: The configuration of the server serving the app (the server sets
+        #: it when it starts): transports read their per-principal limits
+        #: here (``acp_max_sessions`` ...) when a request arrives.
+        self.server_config = ServerConfig()
         #: Signs every transport's responses (spec 004 "Response Signing";
         #: where each puts the signature: docs/signing.md): a
         #: :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable

@@ -46,6 +46,12 @@ created it with ``session/new``. ``session/load``, ``session/prompt`` and
 carrier, or with another token -- are answered exactly as for a session that
 does not exist (``-32002``; a cancel is ignored either way), so a session id
 can neither be probed nor run on its owner's payment token.
+
+Bounds (docs/security.md): the sessions one principal holds, what each keeps
+of ``cwd`` and ``mcpServers``, and how long an unused one lives are
+:class:`~uamp_trio.stores.acp_sessions.AcpLimits` -- on a server, its
+``ServerConfig.acp_*`` fields (``uamp serve --acp-*``); on stdio,
+:func:`serve_stdio`'s ``limits`` (``uamp acp --max-sessions`` ...).
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ from ..hosting.rpc_streams import (
     serve_payloads,
 )
 from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, open_response
-from ..stores.acp_sessions import AcpSession, AcpSessionStore
+from ..stores.acp_sessions import AcpLimits, AcpSession, AcpSessionStore
 from ..trust.auth import Authenticator, AuthError
 
 __all__ = [
@@ -319,13 +325,15 @@ class AcpConnection:
 
     async def _session_new(self, _id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_new_session(params)
-        session = self.store.create(self.agent.name, parsed.cwd, owner=self.principal)
+        session = self.store.create(
+            self.agent.name, parsed.cwd, owner=self.principal, mcp_servers=parsed.mcp_servers
+        )
         return {"sessionId": session.id}
 
     async def _session_load(self, _id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_load_session(params)
         session = self.store.get(self.agent.name, parsed.session_id, owner=self.principal)
-        session.cwd = parsed.cwd
+        self.store.reopen(session, parsed.cwd, parsed.mcp_servers)
         for update in acp.history_updates(session.messages):
             await self._update(session.id, update)
         return {}
@@ -372,6 +380,7 @@ class AcpConnection:
         finally:
             session.turn = None
             session.busy = False
+            self.store.touch(session)  # idle from the prompt's end, not its start
         session.messages.append(parsed.message)
         if outcome.status != "failed":
             session.messages.extend(outcome.tracker.messages())
@@ -501,6 +510,7 @@ async def serve_stdio(
     signer: ResponseSigner | None = None,
     principal: Principal = ANONYMOUS,
     store: AcpSessionStore | None = None,
+    limits: AcpLimits | None = None,
 ) -> None:
     """Serve ``agent`` as an ACP agent over newline-delimited JSON until EOF.
 
@@ -515,8 +525,9 @@ async def serve_stdio(
             scheme ``local``).
         store: Where the peer's sessions live (default: a store of this
             peer's own, as one process serves one peer).
+        limits: The bounds of a store made here (default :class:`AcpLimits`).
     """
-    sessions = store if store is not None else AcpSessionStore()
+    sessions = store if store is not None else AcpSessionStore(limits)
 
     def handler_for(send: SendPayload) -> Handle:
         served = ServedAgent(agent, payment_policy, signer)
@@ -537,9 +548,35 @@ class AcpTransport(PolicyTransport):
         self.store = app.stores.acp_sessions
 
     def mount(self) -> None:
-        """Register ``POST .../acp`` and ``WS .../acp/stream``."""
+        """Register ``POST .../acp`` and ``WS .../acp/stream``, and the idle sessions' sweep."""
         self.app.agent_route("POST", "/acp", self.http, label="ACP (JSON-RPC)", meta=ROUTES)
         self.app.agent_websocket("/acp/stream", self.websocket, label="ACP stream", meta=ROUTES)
+        self.app.services.append(self.sweep)
+
+    def limits(self) -> AcpLimits:
+        """The bounds the serving server's configuration sets (``ServerConfig.acp_*``)."""
+        cfg = self.app.server_config
+        current = self.store.limits
+        if (
+            current.max_sessions != cfg.acp_max_sessions
+            or current.max_session_bytes != cfg.acp_max_session_bytes
+            or current.idle_timeout != cfg.acp_session_idle_timeout
+        ):
+            current = AcpLimits(
+                max_sessions=cfg.acp_max_sessions,
+                max_session_bytes=cfg.acp_max_session_bytes,
+                idle_timeout=cfg.acp_session_idle_timeout,
+            )
+            self.store.limits = current
+        return current
+
+    async def sweep(self) -> None:
+        """Forget idle sessions while the server serves, even with no ACP request coming."""
+        while True:
+            await trio.sleep(min(60.0, self.limits().idle_timeout / 4))
+            gone = self.store.expire()
+            if gone:
+                log.info("ACP: %d idle session(s) expired", gone)
 
     def _connection(
         self,
@@ -550,6 +587,7 @@ class AcpTransport(PolicyTransport):
         session_queue: int = DEFAULT_BUFFER,
     ) -> AcpConnection:
         """A dispatcher for one carrier and caller, with the app's policy and signer as of now."""
+        self.limits()
         return AcpConnection(
             self.served(agent),
             self.store,

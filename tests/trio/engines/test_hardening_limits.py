@@ -586,6 +586,13 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--body-timeout": "4",
         "--idle-timeout": "5",
         "--max-header-size": "2048",
+        "--acp-max-sessions": "21",
+        "--acp-max-session-bytes": "22",
+        "--acp-session-idle-timeout": "23.5",
+        "--a2a-max-push-configs": "24",
+        "--a2a-max-push-config-bytes": "25",
+        "--sse-max-sessions": "26",
+        "--sse-session-idle-timeout": "27.5",
     }
     assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
     argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
@@ -600,6 +607,10 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert (config.h2_max_control_frames, config.h2_flood_window) == (13, 2.5)
     assert (config.header_timeout, config.body_timeout, config.idle_timeout) == (3, 4, 5)
     assert config.max_header_size == 2048 and config.max_json_values == 321
+    assert (config.acp_max_sessions, config.acp_max_session_bytes) == (21, 22)
+    assert (config.acp_session_idle_timeout, config.a2a_max_push_configs) == (23.5, 24)
+    assert (config.a2a_max_push_config_bytes, config.sse_max_sessions) == (25, 26)
+    assert config.sse_session_idle_timeout == 27.5
     defaults = build_parser().parse_args(["serve"])
     assert (
         ServerConfig(**{f: getattr(defaults, f) for _, f, _, _ in _LIMIT_FLAGS}) == ServerConfig()
