@@ -479,7 +479,8 @@ class A2ATransport:
         task = await self._task(call.agent, task_id, call.principal)
         if op == "set":
             config = a2a_params.parse_config(params, call.dialect, self.ids)
-            self.push.check_target(config["url"])
+            self._check_push_config(config)
+            self._make_room(task, config)
             task.push_configs[config["id"]] = config
             await self.store.save_push_configs(task)
             return a2a_params.render_config(task.id, config, call.dialect)
@@ -500,6 +501,39 @@ class A2ATransport:
         task.push_configs.pop(a2a_params.config_id(params, call.dialect), None)
         await self.store.save_push_configs(task)
         return {} if call.dialect is Dialect.V1 else None
+
+    def _check_push_config(self, config: dict[str, Any]) -> None:
+        """Refuse a config over ``a2a_max_push_config_bytes`` or with a non-public target.
+
+        Raises:
+            A2AError: ``INVALID_PARAMS`` (400, gRPC ``INVALID_ARGUMENT``).
+        """
+        limit = self.app.server_config.a2a_max_push_config_bytes
+        if len(orjson.dumps(config)) > limit:
+            raise A2AError(
+                a2a.INVALID_PARAMS,
+                f"The push-notification config is too large (at most {limit} bytes as JSON).",
+                data={"limit": limit},
+            )
+        self.push.check_target(config["url"])
+
+    def _make_room(self, task: A2ATask, config: dict[str, Any]) -> None:
+        """Refuse a new config on a task holding ``a2a_max_push_configs`` already.
+
+        Replacing a config the task has (the same ``id``) is always allowed.
+
+        Raises:
+            A2AError: :data:`QUOTA_EXCEEDED` (HTTP 429, gRPC ``RESOURCE_EXHAUSTED``).
+        """
+        limit = self.app.server_config.a2a_max_push_configs
+        if config["id"] not in task.push_configs and len(task.push_configs) >= limit:
+            raise A2AError(
+                QUOTA_EXCEEDED,
+                f"Task {task.id} has {limit} push-notification configs, the most it may "
+                "hold; delete one first.",
+                data={"status": 429, "code": "too_many_push_configs", "limit": limit},
+                http_status=429,
+            )
 
     # --- the REST form (spec 004) ----------------------------------------------------------
 
@@ -615,7 +649,7 @@ class A2ATransport:
             raise A2AError(a2a.INVALID_PARAMS, "'metadata' must be an object.")
         push_config = a2a_params.inline_push_config(config, dialect, self.ids)
         if push_config is not None:
-            self.push.check_target(push_config["url"])
+            self._check_push_config(push_config)
         tools = a2a.parse_tools(metadata)
         token = request.headers.get("x-payment")
         principal = request.principal
@@ -639,6 +673,8 @@ class A2ATransport:
                     a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
                 )
             a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
+            if push_config is not None:
+                self._make_room(task, push_config)  # before any money is locked
             if task.pending_tool_calls:
                 added = a2a.parse_tool_results(message, task.pending_tool_calls)
             else:
