@@ -8,10 +8,15 @@ Ownership (docs/security.md): a session can be found only by the principal
 that created it, so another principal naming the id is answered as for an
 id that never existed; and the same id proposed by two principals names two
 separate sessions. Adding under a key in use is refused, never a replace.
+
+Bounds: the tracker counts each owner's sessions (:meth:`SessionTracker.held_by`);
+the transport refuses a principal's ``session.create`` past its limit
+(``ServerConfig.sse_max_sessions``, docs/security.md).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Generic, TypeVar
 
 from uamp_proto.principal import Principal
@@ -26,9 +31,14 @@ class SessionTracker(Generic[S]):
 
     def __init__(self) -> None:
         self._sessions: dict[tuple[tuple[str, str], str], S] = {}
+        self._held: Counter[tuple[str, str]] = Counter()
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def held_by(self, owner: Principal) -> int:
+        """How many sessions ``owner`` has here now."""
+        return self._held[owner.key]
 
     def add(self, owner: Principal, session_id: str, session: S) -> bool:
         """Track ``session`` of ``owner`` under ``session_id``; ``False`` if that id is in use."""
@@ -36,6 +46,7 @@ class SessionTracker(Generic[S]):
         if key in self._sessions:
             return False
         self._sessions[key] = session
+        self._held[owner.key] += 1
         return True
 
     def get(self, owner: Principal, session_id: str) -> S | None:
@@ -47,3 +58,6 @@ class SessionTracker(Generic[S]):
         key = (owner.key, session_id)
         if self._sessions.get(key) is session:
             del self._sessions[key]
+            self._held[owner.key] -= 1
+            if not self._held[owner.key]:
+                del self._held[owner.key]

@@ -55,6 +55,13 @@ Errors: a body that is not JSON, not an event (or array of events), or an
 event the core refuses gets 400 with the JSON error body
 ``{"error": {"message", "type", "code", "param"}, "accepted": n}`` (events
 before the bad one were processed); an unknown or expired session gets 404.
+
+Bounds (docs/security.md): a principal holds at most ``sse_max_sessions``
+sessions (``ServerConfig``; sessions being opened count too); one more
+``session.create`` gets 429 ``too_many_sessions``, for that principal only.
+A session with no stream and no POST expires after
+``sse_session_idle_timeout`` seconds (unless the transport was given
+:class:`~uamp_trio.hosting.sessions.SessionLimits` of its own).
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
@@ -304,9 +311,18 @@ class SSEEventsTransport:
     def __init__(self, app: Host, limits: SessionLimits | None = None) -> None:
         self.app = app
         self._given = limits
-        self.limits = limits or SessionLimits(max_sessions=1)
         #: Live sessions by owner and session id.
         self.sessions: SessionTracker[_HttpSession] = app.stores.http_sessions
+        #: Sessions being opened, by owner key (not tracked until their id is known).
+        self._opening: Counter[tuple[str, str]] = Counter()
+
+    @property
+    def limits(self) -> SessionLimits:
+        """The limits as given, else one session each, expiring as the server's config says."""
+        if self._given is not None:
+            return self._given
+        idle = self.app.server_config.sse_session_idle_timeout
+        return SessionLimits(max_sessions=1, idle_timeout=idle)
 
     def session_limits(self) -> SessionLimits:
         """The limits of a new session: as given, else with the server's queue limits."""
@@ -375,43 +391,15 @@ class SSEEventsTransport:
                     "A POST without X-Session-ID must start with session.create.",
                     code="session_id_required",
                 )
-            hs = _HttpSession(self, agent, request.principal)
-            self._launch(hs)
-            await hs.started.wait()
-            if hs.host is None:  # pragma: no cover - the system task failed at once
-                raise HTTPError(503, "Could not start the session.", code="unavailable")
-            accepted, error = self._feed(hs, messages[:1], request.body)
-            await hs.host.admitted()  # a session.create token is verified first
-            if error is None and not hs.host.session_ids:
-                error, accepted = hs.host.refusal, 0
-            if error is not None or not hs.host.session_ids:
-                hs.scope.cancel()
-                status = 404 if _not_found(error) else 400
-                if error is not None and error[0] == "unauthorized":
-                    status = 401
-                if error is not None and error[0] == STORE_UNAVAILABLE:
-                    status = 503
-                raise_error(error, accepted, status=status)
-            sid = hs.host.session_ids[0]
-            if not self.sessions.add(hs.principal, sid, hs):  # never attach, never replace
-                hs.scope.cancel()
-                raise_error(("duplicate_session", f"session {sid!r} already exists"), 0)
-            hs.id = sid
-            hs.host.on_message = hs.answer
-            more, error = self._feed(hs, messages[1:], request.body)
-            accepted += more
-            if error is not None:
-                raise_error(error, accepted, headers=[("x-session-id", hs.id)])
-            # The session's record is in the log before its id is handed out:
-            # another process may be asked for its stream or get its POSTs next.
+            principal = request.principal
+            self._check_quota(principal)
+            self._opening[principal.key] += 1
             try:
-                await self.app.stores.event_log.flush()
-            except StoreUnavailable as exc:
-                hs.scope.cancel()
-                raise_error((exc.code, exc.message), 0, status=503)
-            return json_response(
-                {"session_id": hs.id, "accepted": accepted}, headers=[("x-session-id", hs.id)]
-            )
+                return await self._open(request, agent, messages)
+            finally:
+                self._opening[principal.key] -= 1
+                if not self._opening[principal.key]:
+                    del self._opening[principal.key]
         named = self._session_id(request)
         if named is not None and self.sessions.get(request.principal, named) is None:
             forwarded = await self._forward(request, named, agent, messages)
@@ -430,6 +418,62 @@ class SSEEventsTransport:
             raise_error(error, accepted)
         assert hs.id is not None
         return json_response({"session_id": hs.id, "accepted": accepted})
+
+    def _check_quota(self, principal: Principal) -> None:
+        """Refuse a new session of a principal at ``sse_max_sessions`` (opening ones count)."""
+        limit = self.app.server_config.sse_max_sessions
+        if self.sessions.held_by(principal) + self._opening[principal.key] >= limit:
+            raise_error(
+                (
+                    "too_many_sessions",
+                    f"Too many HTTP+SSE sessions of yours (at most {limit}); end one with "
+                    "session.end, or wait for an unused one to expire.",
+                ),
+                0,
+                status=429,
+            )
+
+    async def _open(
+        self, request: Request, agent: Responder | None, messages: list[bytes]
+    ) -> Response:
+        """Open the session a POST's leading ``session.create`` asks for, feed the rest."""
+        hs = _HttpSession(self, agent, request.principal)
+        self._launch(hs)
+        await hs.started.wait()
+        if hs.host is None:  # pragma: no cover - the system task failed at once
+            raise HTTPError(503, "Could not start the session.", code="unavailable")
+        accepted, error = self._feed(hs, messages[:1], request.body)
+        await hs.host.admitted()  # a session.create token is verified first
+        if error is None and not hs.host.session_ids:
+            error, accepted = hs.host.refusal, 0
+        if error is not None or not hs.host.session_ids:
+            hs.scope.cancel()
+            status = 404 if _not_found(error) else 400
+            if error is not None and error[0] == "unauthorized":
+                status = 401
+            if error is not None and error[0] == STORE_UNAVAILABLE:
+                status = 503
+            raise_error(error, accepted, status=status)
+        sid = hs.host.session_ids[0]
+        if not self.sessions.add(hs.principal, sid, hs):  # never attach, never replace
+            hs.scope.cancel()
+            raise_error(("duplicate_session", f"session {sid!r} already exists"), 0)
+        hs.id = sid
+        hs.host.on_message = hs.answer
+        more, error = self._feed(hs, messages[1:], request.body)
+        accepted += more
+        if error is not None:
+            raise_error(error, accepted, headers=[("x-session-id", hs.id)])
+        # The session's record is in the log before its id is handed out:
+        # another process may be asked for its stream or get its POSTs next.
+        try:
+            await self.app.stores.event_log.flush()
+        except StoreUnavailable as exc:
+            hs.scope.cancel()
+            raise_error((exc.code, exc.message), 0, status=503)
+        return json_response(
+            {"session_id": hs.id, "accepted": accepted}, headers=[("x-session-id", hs.id)]
+        )
 
     async def _forward(
         self, request: Request, sid: str, agent: Responder | None, messages: list[bytes]
