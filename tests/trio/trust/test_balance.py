@@ -166,7 +166,6 @@ async def _completions_stream(base: str, token: str) -> dict[str, Any]:
     return value
 
 
-<<<<<<< HEAD
 _CLAUDE = {"model": "flat", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 _CLAUDE_HEADERS = {"anthropic-version": "2023-06-01"}
 
@@ -179,19 +178,20 @@ async def _anthropic(base: str, token: str) -> dict[str, Any]:
             headers={**_CLAUDE_HEADERS, "X-PAYMENT": token},
         )
     assert reply.json()["content"] == [{"type": "text", "text": "ok"}]
-=======
+    value: dict[str, Any] = orjson.loads(reply.headers["x-uamp-payment-balance"])
+    return value
+
+
 async def _responses(base: str, token: str) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base) as http:
         reply = await http.post(
             "/agents/flat/v1/responses", json={"input": "hi"}, headers={"X-PAYMENT": token}
         )
     assert reply.json()["output"][0]["content"][0]["text"] == "ok"
->>>>>>> edf93bd (Responses: signing (X-UAMP-Signature; a stream's signature after data: [DONE]) and the payment balance (header; event after [DONE]) tested beside the other transports; README's client list has the Responses API and the Agents SDK (run as printed), docs/responses.md's blocks run in the snippet test, with the Agents SDK and the sse-responses figure)
     value: dict[str, Any] = orjson.loads(reply.headers["x-uamp-payment-balance"])
     return value
 
 
-<<<<<<< HEAD
 async def _anthropic_stream(base: str, token: str) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base) as http:
         reply = await http.post(
@@ -203,7 +203,9 @@ async def _anthropic_stream(base: str, token: str) -> dict[str, Any]:
     stop = _sse_data(reply.text)[-1]
     assert stop["type"] == "message_stop"
     value: dict[str, Any] = stop["payment_balance"]
-=======
+    return value
+
+
 async def _responses_stream(base: str, token: str) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base) as http:
         reply = await http.post(
@@ -214,7 +216,6 @@ async def _responses_stream(base: str, token: str) -> dict[str, Any]:
     done, _, after = reply.text.partition("data: [DONE]\n\n")
     assert "event: response.completed\n" in done and after.startswith("event: payment.balance\n")
     [value] = _sse_data(after)
->>>>>>> edf93bd (Responses: signing (X-UAMP-Signature; a stream's signature after data: [DONE]) and the payment balance (header; event after [DONE]) tested beside the other transports; README's client list has the Responses API and the Agents SDK (run as printed), docs/responses.md's blocks run in the snippet test, with the Agents SDK and the sse-responses figure)
     return value
 
 
