@@ -29,8 +29,17 @@ limit. :func:`check` bounds that cost first, at the speed of ``bytes.count``
   valid document is refused exactly when it has more elements than the
   limit.
 
-Nesting needs no check of its own: orjson refuses a document nested deeper
-than 1024 levels as soon as it reaches that depth.
+Nesting: orjson parses up to 1,024 levels but writes at most 254, so a
+value a client nested 300 levels deep was accepted, then failed when the
+server wrote it back (a traceback and an HTTP 500; on a UAMP WebSocket the
+whole socket closed). :data:`MAX_DEPTH` is the one limit for both sides: a
+document nested deeper is refused before it is parsed, and whatever is
+accepted can be written again with room to spare (a reply wraps a client's
+value in a few levels of its own). A document nested ``d`` deep has at
+least ``d`` opening brackets and ``2 d`` bytes, so shorter ones, and ones
+with fewer brackets (one count), pass unlooked-at; the others get their
+depth measured outside strings at C speed (:func:`deeper_than`: a few
+passes for an ordinary document, at most :data:`MAX_DEPTH` for an attack).
 
 The limit is a context variable set with :func:`limit_values`: a server sets
 it once for the tasks it starts (``ServerConfig.max_json_values``), so every
@@ -43,6 +52,7 @@ even the call for ordinary messages.
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
+from typing import Final
 
 import attrs
 
@@ -51,9 +61,11 @@ from .errors import UampError
 __all__ = [
     "DEFAULT_MAX_VALUES",
     "FLOOR",
+    "MAX_DEPTH",
     "TooManyValues",
     "check",
     "count_elements",
+    "deeper_than",
     "limit_values",
     "max_values",
     "reset_limit",
@@ -61,6 +73,11 @@ __all__ = [
 
 #: Elements a document may hold by default: parsed in 10 to 20 ms at most.
 DEFAULT_MAX_VALUES = 100_000
+#: The deepest nesting of arrays and objects a document may have, parsed or
+#: written (orjson writes at most 254 levels; the rest is room for replies).
+MAX_DEPTH: Final = 128
+#: Documents up to this length cannot be nested deeper than MAX_DEPTH.
+DEPTH_FLOOR: Final = 2 * MAX_DEPTH
 
 #: The limit :func:`check` applies in the current context (set with :func:`limit_values`).
 _MAX_VALUES: ContextVar[int] = ContextVar("uamp_max_json_values", default=DEFAULT_MAX_VALUES)
@@ -72,8 +89,8 @@ def _passes_unseen(limit: int) -> int:
 
 
 #: ``FLOOR[0]``: documents up to this length pass every limit ever set in
-#: this process without being looked at. Only ever lowered.
-FLOOR: list[int] = [_passes_unseen(DEFAULT_MAX_VALUES)]
+#: this process (and :data:`MAX_DEPTH`) without being looked at. Only ever lowered.
+FLOOR: list[int] = [min(_passes_unseen(DEFAULT_MAX_VALUES), DEPTH_FLOOR)]
 
 
 def limit_values(limit: int) -> Token[int]:
@@ -105,6 +122,15 @@ class TooManyValues(UampError, ValueError):
     limit: int = attrs.field(kw_only=True)
 
     @classmethod
+    def too_deep(cls) -> TooManyValues:
+        """The error for a document nested deeper than :data:`MAX_DEPTH`."""
+        return cls(
+            f"the document nests arrays and objects more than {MAX_DEPTH} levels deep, "
+            "the most the server parses",
+            limit=MAX_DEPTH,
+        )
+
+    @classmethod
     def over(cls, limit: int) -> TooManyValues:
         """The error for a document over ``limit``."""
         return cls(
@@ -116,6 +142,37 @@ class TooManyValues(UampError, ValueError):
 
 def _structural(data: bytes) -> int:
     return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
+#: Brackets to parentheses: ``[`` and ``{`` open, ``]`` and ``}`` close.
+_PARENS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _outside_strings(data: bytes) -> bytes:
+    if b"\\" in data:
+        # Pairs first: in "\\\"" the backslash pair is one escape, the quote another.
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(data.split(b'"')[::2])
+
+
+def deeper_than(data: bytes, levels: int) -> bool:
+    """Whether ``data`` nests arrays and objects more than ``levels`` deep.
+
+    Brackets in strings do not count. Each round takes out every innermost
+    pair at C speed, so a document ``d`` levels deep is empty after ``d``
+    rounds: a shallow one costs a few passes over its brackets. Not a
+    validator: unbalanced brackets (JSON the parser refuses) are not deep.
+    """
+    brackets = _outside_strings(data).translate(_PARENS, _NOT_BRACKETS)
+    for _ in range(levels):
+        if not brackets:
+            return False
+        inner = brackets.replace(b"()", b"")
+        if len(inner) == len(brackets):
+            return False  # unbalanced
+        brackets = inner
+    return bool(brackets) and b"()" in brackets
 
 
 def count_elements(data: bytes, limit: int) -> int:
@@ -135,21 +192,25 @@ def count_elements(data: bytes, limit: int) -> int:
     strings = data.count(b'"') // 2
     if strings > 2 * limit:
         return (strings + 1) // 2  # at least half as many elements as strings
-    return _structural(b"".join(data.split(b'"')[::2]))
+    return _structural(_outside_strings(data))
 
 
 def check(data: bytes | bytearray | memoryview | str, limit: int | None = None) -> None:
-    """Refuse ``data`` before parsing when it holds more JSON values than ``limit``.
+    """Refuse ``data`` before parsing when it holds more JSON values than ``limit``
+    or nests deeper than :data:`MAX_DEPTH`.
 
     ``limit`` defaults to the current context's (:func:`limit_values`).
 
     Raises:
-        TooManyValues: Over the limit.
+        TooManyValues: Over a limit.
     """
     if limit is None:
         limit = _MAX_VALUES.get()
-    if len(data) <= _passes_unseen(limit):
+    size, unseen = len(data), _passes_unseen(limit)
+    if size <= DEPTH_FLOOR and size <= unseen:
         return
     raw = data.encode() if isinstance(data, str) else bytes(data)
-    if count_elements(raw, limit) > limit:
+    if size > unseen and count_elements(raw, limit) > limit:
         raise TooManyValues.over(limit)
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and deeper_than(raw, MAX_DEPTH):
+        raise TooManyValues.too_deep()

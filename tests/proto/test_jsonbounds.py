@@ -115,3 +115,32 @@ def test_the_codec_skips_the_count_only_below_every_limit_set() -> None:
     finally:
         jsonbounds.reset_limit(token)
     assert jsonbounds.max_values() == jsonbounds.DEFAULT_MAX_VALUES
+
+
+def nesting(value: Any) -> int:
+    """How deep the parsed value nests arrays and objects."""
+    if isinstance(value, list):
+        return 1 + max((nesting(x) for x in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((nesting(x) for x in value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=600)
+@given(value=_values, levels=st.integers(min_value=0, max_value=8), pretty=st.booleans())
+def test_deeper_than_agrees_with_the_parsed_value(value: Any, levels: int, pretty: bool) -> None:
+    data = json.dumps(value, indent=1 if pretty else None).encode()
+    assert jsonbounds.deeper_than(data, levels) == (nesting(value) > levels)
+
+
+@pytest.mark.parametrize("levels", [100, 126, 127, 300, 1000])
+def test_a_document_nested_past_the_limit_is_refused_before_parsing(levels: int) -> None:
+    inner = b'{"a":' * levels + b'"[[[]]]"' + b"}" * levels
+    event = b'{"type":"session.create","session":{"extensions":' + inner + b"}}"
+    if levels + 2 > jsonbounds.MAX_DEPTH:  # inside the event and its session
+        with pytest.raises(DecodeError, match="levels deep"):
+            decode(event)
+    else:
+        # Whatever is accepted can be written back, inside a reply of its own.
+        reply = {"jsonrpc": "2.0", "result": {"task": {"metadata": orjson.loads(event)}}}
+        orjson.dumps(reply)

@@ -9,6 +9,7 @@ served. Real server on 127.0.0.1, httpx and websockets as clients.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -186,3 +187,72 @@ def test_envelope_websocket_answers_4_13(served: tuple[str, Counting]) -> None:
         code, why, _ = read_error(decode_envelope(frame))
     assert code == "4.13" and f"more than {LIMIT} JSON values" in why
     assert agent.runs == 0
+
+
+# --- nesting: one limit for what is parsed and what is written (issue 29) -------------------
+
+#: 300 levels: orjson parses it (up to 1,024) but writes at most 254 levels (the
+#: client writes it with the standard library).
+DEEP: Any = "bottom"
+for _ in range(300):
+    DEEP = {"a": DEEP}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/agents/jb/chat/completions", chat("hi", metadata=DEEP)),
+        (
+            "/agents/jb/events",
+            {"type": "session.create", "uamp_version": "1.0", "session": {"extensions": DEEP}},
+        ),
+    ],
+    ids=["completions", "sse-events"],
+)
+def test_deep_json_is_413_without_a_traceback(
+    served: tuple[str, Counting], path: str, body: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    base, agent = served
+    resp = httpx.post(f"http://{base}{path}", content=json.dumps(body), timeout=15)
+    assert resp.status_code == 413, resp.text
+    assert resp.json()["error"]["code"] == "json_too_complex"
+    assert "128 levels deep" in resp.json()["error"]["message"]
+    assert agent.runs == 0
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_deep_json_errors_its_message_only_on_a_multiplexed_socket(
+    served: tuple[str, Counting], caplog: pytest.LogCaptureFixture
+) -> None:
+    base, agent = served
+
+    def create(ws: Any, **session: Any) -> dict[str, Any]:
+        event = {"type": "session.create", "uamp_version": "1.0", "agent": "jb"}
+        ws.send(json.dumps({**event, "session": {"modalities": ["text"], **session}}))
+        return orjson.loads(ws.recv(timeout=10))  # type: ignore[no-any-return]
+
+    def answered(ws: Any, sid: str) -> str:
+        ws.send(orjson.dumps({"type": "input.text", "text": "x", "session_id": sid}).decode())
+        ws.send(orjson.dumps({"type": "response.create", "session_id": sid}).decode())
+        while (event := orjson.loads(ws.recv(timeout=10)))["type"] != "response.done":
+            pass
+        return str(event["session_id"])
+
+    with connect(f"ws://{base}/ws", max_size=None) as ws:
+        first = create(ws)
+        assert first["type"] == "session.created", first
+        sid = first["session_id"]
+        assert orjson.loads(ws.recv(timeout=10))["type"] == "capabilities"
+        refused = create(ws, extensions=DEEP)
+        assert refused["type"] == "session.error", refused
+        assert "128 levels deep" in refused["error"]["message"]
+        update = {"type": "session.update", "session_id": sid, "session": {"extensions": DEEP}}
+        ws.send(json.dumps(update))
+        refused = orjson.loads(ws.recv(timeout=10))
+        assert refused["type"] == "session.error", refused
+        # The socket and its session go on.
+        assert answered(ws, sid) == sid
+        second = create(ws)
+        assert second["type"] == "session.created", second
+    assert agent.runs == 1
+    assert not [r for r in caplog.records if r.exc_info]
