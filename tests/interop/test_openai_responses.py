@@ -7,6 +7,7 @@ fields, closed sets of literals), as the SDK checks them in strict mode.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -14,11 +15,14 @@ import httpx
 import openai
 import pytest
 
-from tests._support.agents import Ticker, WorkingAgent
+from tests._support.agents import TestAgent, Ticker, WorkingAgent
 from uamp_agents import agent
 from uamp_agents.bridge import serve_agent
 from uamp_agents.providers._demo import DemoProvider
+from uamp_proto import events as ev
+from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 from uamp_trio.transports.responses import MAX_BACKGROUND_PER_PRINCIPAL
@@ -353,3 +357,55 @@ def test_background_responses_are_bounded_per_principal(ticker: openai.OpenAI) -
     for response in [*started[1:], again]:
         ticker.responses.delete(response.id)
     assert ticker.responses.create(model="ticker", input="1", background=True).status == "queued"
+
+
+class Thinker(TestAgent):
+    """Thinks in two deltas, then answers."""
+
+    name = "thinker"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.Thinking(content="Let me ", is_delta=True))
+        await emit(ev.Thinking(content="see.", is_delta=True))
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="Done.")))
+        await emit(ev.UsageDelta(delta=ty.UsageStats(input_tokens=3, output_tokens=4)))
+
+
+def test_thinking_comes_back_as_reasoning_items(thread_server: Any) -> None:
+    server = thread_server(create_app([Thinker()]))
+    sdk = _client(f"{server.url}/v1")
+    events = list(
+        sdk.responses.create(
+            model="thinker", input="think", reasoning={"effort": "low"}, stream=True
+        )
+    )
+    summary = [e.delta for e in events if e.type == "response.reasoning_summary_text.delta"]
+    assert summary == ["Let me ", "see."]
+    final = events[-1].response
+    assert [i.type for i in final.output] == ["reasoning", "message"]
+    assert final.output[0].summary[0].text == "Let me see."
+    assert final.output_text == "Done." and final.reasoning.effort == "low"
+    assert final.usage.input_tokens == 3 and final.usage.output_tokens == 4
+    stored = sdk.responses.retrieve(final.id)
+    assert stored.output[0].model_dump() == final.output[0].model_dump()
+
+
+def test_structured_output_and_the_output_budget(tools: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    shaped = tools.responses.create(
+        model="calc",
+        input="a city please",
+        text={"format": {"type": "json_schema", "name": "place", "schema": schema, "strict": True}},
+    )
+    assert set(json.loads(shaped.output_text)) == {"city"}
+    assert shaped.text.format.type == "json_schema"  # type: ignore[union-attr]
+    cut = tools.responses.create(model="calc", input="tell me a long story", max_output_tokens=2)
+    assert cut.status == "incomplete"
+    assert cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+    assert len(cut.output_text.split()) == 2
