@@ -45,6 +45,7 @@ endpoint. Signing and the payment balance go into the ``finish`` chunk's
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -249,6 +250,11 @@ class AiSdkTransport:
                     await charge.settle(None, used=False)
             raise
         answer = self._start(agent, chat, key, response_id, token, principal, charge, request.body)
+        if answer.logging:
+            # The chat's record is in the shared log before the client hears
+            # of the answer: a resume or a POST on another process finds it.
+            with contextlib.suppress(StoreUnavailable):
+                await self.log.flush()
 
         async def produce(send: SendChunk) -> None:
             await answer.follow(send, replay=False)
@@ -307,6 +313,7 @@ class AiSdkTransport:
             principal=principal,
         )
         run = _Run(self, answer, encoder, charge, body)
+        run.open_log()
         answer.runner = ResponseRunner(agent, turn, run.sink, charge=charge)
         background = self.app.background
         if background is not None:
@@ -433,7 +440,8 @@ class _Run:
                 self._count += 1
                 store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
 
-    def _open_log(self) -> None:
+    def open_log(self) -> None:
+        """Start the chat's log in the shared event log (when there is one); never waits."""
         if not self.app.stores.event_log.shared:
             return
         store = self.transport.log
@@ -452,6 +460,9 @@ class _Run:
             self.answer.cancel()
             with trio.move_on_after(5):
                 await self.answer.finished.wait()
+                # Its last writes are in the store before the asker starts anew.
+                with contextlib.suppress(StoreUnavailable):
+                    await self.transport.log.flush()
             return {"ok": True}
         return {"error": "unsupported"}
 
@@ -484,7 +495,6 @@ class _Run:
         answer, runner = self.answer, self.answer.runner
         assert runner is not None
         try:
-            self._open_log()
             outcome = await runner.run()
             tail = self._tail(outcome)
         except _TooLarge:
