@@ -97,6 +97,7 @@ from uamp_proto.responder import Emit, ResponderError, TurnRequest
 from .agent import Agent, NoModelError, agent
 from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
+from .mcp import McpServer, connect_mcp
 from .middleware import BudgetExceededError, GuardrailError
 from .providers.catalog import model_info
 from .streaming import AgentStreamEvent, UAPEvent
@@ -155,6 +156,11 @@ class AgentEndpoint:
             whose process is lost goes on from there in another process
             instead of ending ``interrupted`` (docs/resume.md, "Node loss").
             ``uamp serve --store`` with a SQLite file or Redis turns it on.
+        tool_sources: Where more tools come from, asked at every run: objects
+            with ``tools() -> list[Tool]`` (an
+            :class:`~uamp_agents.mcp.McpToolset`, ``uamp serve --mcp``). The
+            agent's own tools keep their names; a client's tool of the same
+            name is shadowed.
     """
 
     checkpoints: bool = False
@@ -172,6 +178,7 @@ class AgentEndpoint:
         self.agent = agent
         self._name = served
         self._capabilities = capabilities
+        self.tool_sources: list[Any] = []
 
     def __repr__(self) -> str:
         return f"<AgentEndpoint {self._name!r} {self.agent!r}>"
@@ -251,7 +258,18 @@ class AgentEndpoint:
         Raises:
             ResponderError: The run failed (see the module docstring for codes).
         """
-        runner = self._variant(request)
+        servers = _mcp_servers(request)
+        if not servers:
+            await self._respond(request, emit, self._variant(request, self.tool_sources))
+            return
+        # The turn's own MCP servers (ACP's mcpServers) live in this run's nursery.
+        own = [t.name for t in self.agent.resolved_tools]
+        async with connect_mcp(*servers, reserved=own) as toolset:
+            await self._respond(
+                request, emit, self._variant(request, [*self.tool_sources, toolset])
+            )
+
+    async def _respond(self, request: TurnRequest, emit: Emit, runner: Agent) -> None:
         messages = list(request.messages)
         resume = not messages or messages[-1].role != "user"
         history = messages if resume else messages[:-1]
@@ -301,11 +319,17 @@ class AgentEndpoint:
                 {"steps": turn.steps},
             )
 
-    def _variant(self, request: TurnRequest) -> Agent:
+    def _variant(self, request: TurnRequest, sources: list[Any]) -> Agent:
         """The agent with what the request adds (tools, instructions, params, format)."""
         a = self.agent
         changes: dict[str, Any] = {}
         own = {t.name for t in a.resolved_tools}
+        extra: list[Tool] = []
+        for source in sources:
+            for found in source.tools():
+                if found.name not in own:
+                    own.add(found.name)
+                    extra.append(found)
         client: list[Tool] = []
         for definition in request.tools:
             fn = definition.function
@@ -313,8 +337,8 @@ class AgentEndpoint:
                 log.debug("client tool %r is shadowed by the agent's own tool", fn.name)
                 continue
             client.append(deferred_tool(fn.name, fn.description, fn.parameters))
-        if client:
-            changes["tools"] = client
+        if extra or client:
+            changes["tools"] = [*extra, *client]
         if request.instructions:
             changes["system"] = "\n\n".join(p for p in (a.system, request.instructions) if p)
         # Model settings in session.extensions (Robutler's clients put them
@@ -331,6 +355,17 @@ class AgentEndpoint:
         elif fmt is not None and fmt.type == "json_object":
             changes["structure"] = {"type": "object"}
         return a.derive(**changes) if changes else a
+
+
+def _mcp_servers(request: TurnRequest) -> list[McpServer]:
+    """The request's MCP servers it describes well enough to connect (others are logged)."""
+    out = []
+    for described in request.mcp_servers:
+        try:
+            out.append(McpServer.from_acp(described))
+        except ValueError as exc:
+            log.warning("an MCP server of the request is left out: %s", exc)
+    return out
 
 
 def _new_checkpoint(step: int, state: object) -> str:

@@ -112,6 +112,12 @@ class TurnRequest:
             only the finished response reaches it, so an agent may produce
             the reply in one piece -- call its model without streaming --
             and emit it as one delta.
+        mcp_servers: MCP servers whose tools the agent may use for this
+            turn, as the client described them (ACP's ``mcpServers``:
+            ``{name, command, args, env}`` or ``{type: "http", name, url,
+            headers}``). Running a command is the host's to allow: only a
+            transport whose caller may run programs here (``uamp acp`` on
+            stdio, the local user) sets it.
     """
 
     agent: str
@@ -131,6 +137,7 @@ class TurnRequest:
     client_capabilities: Capabilities | None = None
     context: dict[str, Any] = attrs.field(factory=dict)
     streamed: bool = True
+    mcp_servers: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 class ResponderError(UampError):

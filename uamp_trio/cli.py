@@ -63,7 +63,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -517,6 +517,14 @@ def _add_serve(sub: Any) -> None:
         help="also be a relay: daemons (uamp connect) dial /ws or /agents/connect and register "
         "agents served on every transport (docs/relay.md); hosts no demo agent by default",
     )
+    p.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="COMMAND_OR_URL",
+        help="give the served agents the tools of this MCP server: a command line (stdio) or "
+        "an http(s) Streamable HTTP URL (repeatable; docs/mcp.md)",
+    )
     add_ledger_args(p)
     store = p.add_argument_group("sessions that survive (see docs/resume.md, docs/scale-out.md)")
     store.add_argument(
@@ -910,6 +918,8 @@ def _serve_command(args: argparse.Namespace) -> int:
         )
         if args.signing_key is not None:
             app.response_signer = load_signer(args.signing_key)
+        if args.mcp:
+            app.services.append(mcp_tools(agents, args.mcp))
         config = ServerConfig(
             host=args.host,
             port=args.port,
@@ -969,6 +979,50 @@ def _serve_command(args: argparse.Namespace) -> int:
         if tracing is not None:
             tracing.shutdown()
     return 0
+
+
+def mcp_tools(agents: Sequence[Responder], specs: Sequence[str]) -> Callable[[], Any]:
+    """``--mcp``: the service that keeps the MCP servers connected for the UAP agents.
+
+    Their tools keep their own names unless an agent's tool (or an earlier
+    server's) has it; what each server gave, under which name, is printed
+    once the servers were tried.
+
+    Raises:
+        ValueError: A ``--mcp`` value is neither a command nor a URL.
+    """
+    from uamp_agents.bridge import AgentEndpoint
+    from uamp_agents.mcp import McpServer, McpToolset
+
+    from .hosting.agents import unwrapped
+
+    def endpoint(agent: Any) -> AgentEndpoint | None:
+        """The UAP agent inside ``agent``'s wrappers (metrics, ``CallTaker``), if any."""
+        while agent is not None and not isinstance(agent, AgentEndpoint):
+            agent = getattr(unwrapped(agent), "inner", None)
+        return agent
+
+    servers = [McpServer.parse(spec) for spec in specs]
+    found = {a.name: endpoint(a) for a in agents}
+    endpoints = [e for e in found.values() if e is not None]
+    own = sorted({t.name for e in endpoints for t in e.agent.resolved_tools})
+    toolset = McpToolset(servers, reserved=own)
+    for uap in endpoints:
+        uap.tool_sources.append(toolset)
+    others = [name for name, e in found.items() if e is None]
+
+    async def keep_connected() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(toolset.run)
+            for line in toolset.describe():
+                print(f"uamp serve: {line}", flush=True)
+            if others:
+                print(
+                    f"uamp serve: --mcp tools go to UAP agents only, not to {', '.join(others)}",
+                    flush=True,
+                )
+
+    return keep_connected
 
 
 #: Young-generation collections between two looks at the oldest generation
