@@ -79,7 +79,14 @@ from uamp_proto.signing import ResponseSigner
 
 from . import workers
 from .app import App, create_app, default_transports
-from .cli_checks import check_host, check_store, import_agent_file, import_failed, port_number
+from .cli_checks import (
+    check_extra,
+    check_host,
+    check_store,
+    import_agent_file,
+    import_failed,
+    port_number,
+)
 from .command_line import build_parser, main
 from .engines.server import Server, ServerConfig
 from .envfile import load_env_file
@@ -853,6 +860,8 @@ def _serve_command(args: argparse.Namespace) -> int:
             load_env_file(args.env_file)  # before the agents (and --reload's child) read it
         check_host(args.host)
         check_store(args.store)
+        if args.http3:
+            check_extra("aioquic", "--http3", "http3")
     except ValueError as exc:
         print(f"uamp serve: {exc}", file=sys.stderr)
         return 2

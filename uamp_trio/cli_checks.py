@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "REDIS_SCHEMES",
     "SQLITE_SUFFIXES",
+    "check_extra",
     "check_host",
     "check_store",
     "import_agent_file",
@@ -85,6 +86,20 @@ def check_host(host: str) -> None:
             f"--host {host}: cannot resolve this name ({reason}); give an address such as "
             "127.0.0.1 (this machine) or 0.0.0.0 (every interface)"
         ) from None
+
+
+def check_extra(module: str, flag: str, extra: str) -> None:
+    """``flag`` needs ``module``, which the ``extra`` extra installs.
+
+    Raises:
+        ValueError: It is not installed (one line naming the extra).
+    """
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise ValueError(f"{flag} needs the {extra} extra: pip install 'uamp[{extra}]'")
 
 
 def check_store(where: str) -> None:

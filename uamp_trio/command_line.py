@@ -89,28 +89,34 @@ COMMANDS: tuple[Command, ...] = (
     ),
 )
 
-#: Modules the ``trio`` extra installs: a subcommand failing to import one of
-#: them runs on an install without that extra.
-_EXTRA_MODULES = frozenset(
-    {
-        "trio",
-        "trio_websocket",
-        "h11",
-        "h2",
-        "wsproto",
-        "websockets",
-        "httpx",
-        "rich",
-        "jwt",
-        "cryptography",
-        "prometheus_client",
-        "prompt_toolkit",
-        "watchfiles",
-        "google",
-        "aioquic",
-        "jsonschema",
-    }
-)
+#: The extra that installs each module a subcommand may need: a command failing
+#: to import one of them runs on an install without that extra.
+_EXTRAS = {
+    **dict.fromkeys(
+        (
+            "trio",
+            "trio_websocket",
+            "h11",
+            "h2",
+            "wsproto",
+            "websockets",
+            "httpx",
+            "rich",
+            "jwt",
+            "cryptography",
+            "prometheus_client",
+            "watchfiles",
+            "re2",
+        ),
+        "server",
+    ),
+    "jsonschema": "agents",
+    "google": "grpc",
+    "aioquic": "http3",
+    "prompt_toolkit": "tui",
+    "redis": "redis",
+    "opentelemetry": "otel",
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -170,11 +176,12 @@ def _chosen(argv: Sequence[str]) -> str | None:
 def _missing_extra(exc: ModuleNotFoundError, command: str) -> int | None:
     """Exit 2 with one line when ``exc`` is a dependency of an extra not installed."""
     top = (exc.name or "").split(".")[0]
-    if top not in _EXTRA_MODULES:
+    extra = _EXTRAS.get(top)
+    if extra is None:
         return None
     print(
-        f"uamp {command}: needs the 'trio' extra, which is not installed (no module {top!r}): "
-        "pip install 'uamp[trio]'",
+        f"uamp {command}: needs the '{extra}' extra, which is not installed (no module "
+        f"{top!r}): pip install 'uamp[{extra}]'",
         file=sys.stderr,
     )
     return 2

@@ -81,7 +81,7 @@ def test_the_core_installs_without_extras_and_runs_the_asyncio_example(tmp_path:
         [str(uamp), "serve"], capture_output=True, text=True, env=environ, cwd=outside
     )
     assert serve.returncode == 2
-    assert "pip install 'uamp[trio]'" in serve.stderr and "Traceback" not in serve.stderr
+    assert "pip install 'uamp[server]'" in serve.stderr and "Traceback" not in serve.stderr
 
     for module in ("trio", "h11", "wsproto", "jwt"):
         probe = subprocess.run(

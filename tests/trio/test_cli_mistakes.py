@@ -70,8 +70,8 @@ MISTAKES = [
         "serve without the trio extra",
         ["serve"],
         ["trio"],
-        "needs the 'trio' extra, which is not installed (no module 'trio'): "
-        "pip install 'uamp[trio]'",
+        "needs the 'server' extra, which is not installed (no module 'trio'): "
+        "pip install 'uamp[server]'",
     ),
 ]
 

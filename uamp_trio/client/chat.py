@@ -385,6 +385,15 @@ async def _open(
     )
 
 
+def _has_prompt_toolkit() -> bool:
+    """Whether the ``tui`` extra is installed (else lines are read plainly, without editing)."""
+    try:
+        import prompt_toolkit  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class _LineReader:
     """Reads one line per call, in a worker thread: prompt_toolkit on a terminal, else stdin."""
 
@@ -392,7 +401,7 @@ class _LineReader:
         self.prompt: Any = None
         #: Called (in the reader's thread) when the text at the prompt changes.
         self.on_change: Callable[[], None] | None = None
-        if sys.stdin.isatty() and sys.stdout.isatty():
+        if sys.stdin.isatty() and sys.stdout.isatty() and _has_prompt_toolkit():
             from prompt_toolkit import PromptSession
             from prompt_toolkit.history import FileHistory
 

@@ -47,11 +47,26 @@ hosts several agents picks one from metadata (uamp's services read
 ``uamp-agent``) or from the message itself.
 """
 
+from importlib.util import find_spec
+
 from uamp_proto.grpc import GrpcError, StatusCode
 
 from .service import Context, GrpcService, MethodKind, mount_service, trailers_only, unimplemented
 
+
+def _installed(*modules: str) -> bool:
+    try:
+        return all(find_spec(module) is not None for module in modules)
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
+
+
+#: Whether the ``grpc`` extra (protobuf and the google.rpc messages) is
+#: installed: without it the gRPC bindings are not mounted and the rest serves.
+AVAILABLE = _installed("google.protobuf", "google.rpc")
+
 __all__ = [
+    "AVAILABLE",
     "Context",
     "GrpcError",
     "GrpcService",

@@ -68,8 +68,10 @@ from uamp_proto.grpc import GrpcError, StatusCode
 from uamp_proto.principal import ANONYMOUS
 
 from ..envelope.service import ONE_WAY_INTENTS, EnvelopeService, Exchange
-from ..grpc import Context, GrpcService, mount_service
-from ..grpc.protos.uamp.v1 import agent_pb2
+from ..grpc import AVAILABLE, Context, GrpcService, mount_service
+
+if AVAILABLE:  # the grpc extra; without it mount() serves nothing
+    from ..grpc.protos.uamp.v1 import agent_pb2
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
 
@@ -279,6 +281,8 @@ ROUTES = RouteMeta(transport="envelope-grpc", envelope=True, tls13=True)
 
 def mount(app: Host) -> None:
     """Mount ``uamp.v1.Agent`` on ``app`` (a :data:`Transport`); none without envelope service."""
+    if not AVAILABLE:
+        return
     service = app.envelopes
     if service is not None:
         grpc = EnvelopeGrpc(app, service).grpc_service()

@@ -97,15 +97,18 @@ from uamp_proto.responder import Responder, TurnRequest
 
 from ...engines import http as web
 from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, json_response
+from ...grpc import AVAILABLE as GRPC_AVAILABLE
 from ...hosting.host import Host, Transport
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed, task_not_found
 from ...stores.health import StoreUnavailable
-from . import grpc as a2a_grpc
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
 from .push import PushSender
+
+if GRPC_AVAILABLE:  # the grpc extra; without it the gRPC binding is not mounted
+    from . import grpc as a2a_grpc
 
 __all__ = ["A2ATransport", "mount", "transport"]
 
@@ -225,7 +228,8 @@ class A2ATransport:
         app.agent_route("POST", "/a2a", self.rpc, label="A2A JSON-RPC", meta=RPC_ROUTES)
         app.agent_route("POST", "/a2a/", self.rpc, meta=RPC_ROUTES)
         a2a_rest.mount(app, self)
-        a2a_grpc.mount(app, self)
+        if GRPC_AVAILABLE:
+            a2a_grpc.mount(app, self)
         app.agent_route(
             "POST", "/tasks", self.rest_create, label="A2A tasks (REST)", meta=REST_ROUTES
         )
@@ -251,9 +255,10 @@ class A2ATransport:
             Interface(url, "JSONRPC", "1.0"),
             Interface(url, "JSONRPC", "0.3"),
             Interface(url, "HTTP+JSON", "1.0"),
-            # gRPC dials host:port (same port, HTTP/2); the tenant names the agent.
-            Interface(urlsplit(base).netloc, "GRPC", "1.0", tenant=tenant),
         ]
+        if GRPC_AVAILABLE:
+            # gRPC dials host:port (same port, HTTP/2); the tenant names the agent.
+            interfaces.append(Interface(urlsplit(base).netloc, "GRPC", "1.0", tenant=tenant))
         secured = self.app.authenticator is not None
         return a2a_card.agent_card(
             name=agent.name,
