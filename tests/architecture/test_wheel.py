@@ -4,6 +4,7 @@ virtual environment runs ``uamp serve``, playground included."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -94,7 +95,7 @@ def test_the_wheel_in_a_fresh_venv_serves(dist: Path, tmp_path: Path) -> None:
             "install",
             "-q",
             "--disable-pip-version-check",
-            f"{wheel}[all]",
+            f"{wheel}[server]",
         ],
         capture_output=True,
         text=True,
@@ -120,6 +121,16 @@ def test_the_wheel_in_a_fresh_venv_serves(dist: Path, tmp_path: Path) -> None:
         env=clean_env(),
     )
     assert where.stdout.startswith(str(env_dir)), where.stdout + where.stderr
+    # The base server leaves out gRPC, HTTP/3 and the terminal UI (their own extras).
+    for absent in ("google.protobuf", "aioquic", "prompt_toolkit"):
+        probe = subprocess.run(
+            [str(bin_dir / "python"), "-c", f"import {absent}"],
+            capture_output=True,
+            text=True,
+            cwd=outside,
+            env=clean_env(),
+        )
+        assert probe.returncode != 0, f"{absent} is installed by uamp[server]"
     with Served(
         [str(bin_dir / "uamp"), "serve", "--port", "0"], cwd=outside, env={"PYTHONPATH": ""}
     ) as served:
@@ -144,3 +155,110 @@ def test_the_wheel_in_a_fresh_venv_serves(dist: Path, tmp_path: Path) -> None:
             timeout=10,
         )
         assert "5" in said.json()["choices"][0]["message"]["content"]
+
+
+# --- the metadata and the extras ------------------------------------------------------
+
+#: The extras a user installs (the others build, test and document this repository).
+USER_EXTRAS = {
+    "signing",
+    "agents",
+    "server",
+    "trio",
+    "grpc",
+    "http3",
+    "tui",
+    "clients",
+    "mcp",
+    "redis",
+    "postgres",
+    "otel",
+}
+#: What only its own extra may bring: (distribution, extra).
+OWN_EXTRA = [("protobuf", "grpc"), ("aioquic", "http3"), ("prompt-toolkit", "tui")]
+
+
+def _metadata(dist: Path) -> list[tuple[str, str]]:
+    wheel = next(dist.glob("*.whl"))
+    name = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(name).decode()
+    head = text.split("\n\n", 1)[0]
+    return [tuple(line.split(": ", 1)) for line in head.splitlines() if ": " in line]  # type: ignore[misc]
+
+
+def _requires(fields: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
+    """``(distribution, extra or None)`` of every Requires-Dist."""
+    found = []
+    for key, value in fields:
+        if key == "Requires-Dist":
+            name = re.match(r"[A-Za-z0-9_.\-]+", value).group(0).lower().replace("_", "-")  # type: ignore[union-attr]
+            extra = re.search(r'extra == "([^"]+)"', value)
+            found.append((name, extra.group(1) if extra else None))
+    return found
+
+
+def test_the_metadata_describes_the_project_and_its_extras(dist: Path) -> None:
+    fields = _metadata(dist)
+    classifiers = {value for key, value in fields if key == "Classifier"}
+    assert {"Typing :: Typed", "Framework :: Trio", "Programming Language :: Python :: 3.11"} <= (
+        classifiers
+    )
+    assert any(key in ("Author", "Author-email") for key, _ in fields)
+    extras = {value for key, value in fields if key == "Provides-Extra"}
+    assert USER_EXTRAS | {"all"} <= extras
+    requires = _requires(fields)
+    # `pip install uamp` is the sans-IO core alone.
+    assert sorted(name for name, extra in requires if extra is None) == [
+        "attrs",
+        "cattrs",
+        "orjson",
+    ]
+    for name, own in OWN_EXTRA:
+        assert {extra for dep, extra in requires if dep == name} <= {own, "test", "dev", "bench"}, (
+            name
+        )
+        assert (name, "server") not in requires
+    # `all` is every user extra.
+    (everything,) = [
+        re.search(r"uamp\[([^\]]+)\]", v)
+        for k, v in fields
+        if k == "Requires-Dist" and 'extra == "all"' in v
+    ]
+    assert everything is not None
+    assert set(everything.group(1).split(",")) >= USER_EXTRAS - {"trio"}
+
+
+@pytest.mark.parametrize("extra", ["grpc", "http3", "tui", "clients", "all"])
+def test_each_extra_resolves_alone(dist: Path, extra: str, tmp_path: Path) -> None:
+    """pip resolves the wheel with that one extra (a dry run: nothing is installed; the
+    ``server`` extra is installed for real above)."""
+    wheel = next(dist.glob("*.whl"))
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            f"{wheel}[{extra}]",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    names = {
+        item["metadata"]["name"].lower().replace("_", "-")
+        for item in json.loads(report.read_text())["install"]
+    }
+    for name, own in OWN_EXTRA:
+        assert (name in names) == (extra in (own, "all")) or extra == "clients", (extra, name)
+    if extra in ("clients", "all"):  # (a2a-sdk brings protobuf of its own)
+        assert {"openai", "a2a-sdk", "anthropic"} <= names
