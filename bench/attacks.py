@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from decimal import Decimal
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,9 @@ class Result:
     #: what the server's own work made any one task wait at most.
     loop_batch_max_ms: float
     peak_rss_mb: float
+    #: The server's RSS when the attack began and once it ended (what it pinned).
+    rss_before_mb: float
+    rss_after_mb: float
     health_p99_ms: float
     health_probes: int
     health_failures: int
@@ -132,12 +136,15 @@ class Scenario:
     name: str
     attack: str
     run: Attack
+    #: ``uamp serve`` arguments of a server of its own, given a directory for
+    #: its files (a ledger...); such a scenario never shares the suite's server.
+    server: Callable[[Path], tuple[str, ...]] | None = None
 
     @classmethod
-    def of(cls, run: Attack) -> Scenario:
+    def of(cls, run: Attack, server: Callable[[Path], tuple[str, ...]] | None = None) -> Scenario:
         """The scenario of an attack function: its name and its docstring's first line."""
         doc = (run.__doc__ or run.__name__).strip().splitlines()[0]
-        return cls(run.__name__, doc.rstrip("."), run)
+        return cls(run.__name__, doc.rstrip("."), run, server)
 
 
 # --- the server under attack ---------------------------------------------------------------
@@ -212,6 +219,13 @@ class ServerProcess:
                     if not kind and since <= float(at) <= until:
                         longest = max(longest, float(spent))
         return longest * 1000
+
+    def rss_mb(self) -> float:
+        """The server's resident set now (``VmRSS``)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
 
     def peak_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -995,6 +1009,184 @@ async def big_integers(port: int, long: bool) -> Outcome:
     )
 
 
+# --- spec 003 envelopes and the relay: money and memory (issue 29) ------------------------
+
+#: The ledger a scenario's server settles on (set before the attacker forks).
+LEDGER_ENV = "UAMP_ATTACK_LEDGER"
+PRICE = "0.25"
+ENVELOPES = f"/agents/{AGENT}/v1/messages"
+
+
+def with_ledger(directory: Path) -> tuple[str, ...]:
+    """A server of its own that charges ``PRICE`` per response on a ledger in ``directory``."""
+    ledger = directory / "ledger.db"
+    os.environ[LEDGER_ENV] = str(ledger)
+    return ("--ledger", str(ledger), "--price", PRICE)
+
+
+def relay_with_ledger(directory: Path) -> tuple[str, ...]:
+    """As :func:`with_ledger`, and a relay that daemons on this machine register with."""
+    return ("--relay", *with_ledger(directory))
+
+
+def _issue(amount: str = "10.00") -> tuple[Any, str]:
+    from uamp_trio.trust.ledger import Ledger
+
+    ledger = Ledger(os.environ[LEDGER_ENV])
+    return ledger, ledger.issue(amount, "USD")
+
+
+def signed(intent: str, text: str, **ext: Any) -> bytes:
+    """A signed spec 003 envelope to the counting agent (integrity only: its own key)."""
+    import uuid
+
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from uamp_proto.envelope import Body, Envelope, Intent, encode_envelope
+    from uamp_proto.signing import sign_envelope
+
+    envelope = Envelope(
+        id=f"urn:uuid:{uuid.uuid4()}",
+        ts=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        from_="urn:uamp:attacker",
+        to=(f"urn:uamp:agent:{AGENT}",),
+        intent=Intent(intent),
+        body=Body(type="text/plain", content=text),
+        ext=ext or None,
+    )
+    key = ed25519.Ed25519PrivateKey.generate()
+    return encode_envelope(sign_envelope(envelope, key, None, embed_jwk=True))
+
+
+def envelope_post(body: bytes) -> bytes:
+    head = (
+        f"POST {ENVELOPES} HTTP/1.1\r\nHost: t\r\nContent-Type: application/uamp+json;v=1\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _settled(ledger: Any, token: str) -> Any:
+    """The token's account once nothing is locked on it any more (at most 10 s)."""
+    with trio.move_on_after(10):
+        while ledger.show(token).account.locked:
+            await trio.sleep(0.05)
+    return ledger.show(token).account
+
+
+async def concurrent_replay(port: int, long: bool) -> Outcome:
+    """One signed, paid spec 003 ask sent on many connections at once."""
+    copies = 200 if long else 30
+    ledger, token = _issue()
+    raw = envelope_post(signed("ask", "pay once", payment_token=token))
+    answers: dict[str, int] = {}
+    streams = [await connect(port) for _ in range(copies)]
+
+    async def one(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.send_all(raw)
+            tally(answers, (await status_within(stream, 10)) or "no answer")
+
+    async with trio.open_nursery() as nursery:
+        for stream in streams:
+            nursery.start_soon(one, stream)
+    account = await _settled(ledger, token)
+    charges = account.settled / Decimal(PRICE)
+    return Outcome(
+        sent=f"{copies} copies of one signed ask paying with one token, each on its own "
+        "connection at once",
+        answer=f"{answers}; the token charged {charges:g} time(s) ({account.settled} of 10.00)",
+        ok=answers == {"202 Accepted": 1, "403 Forbidden": copies - 1} and charges == 1,
+        allowed_runs=1,
+    )
+
+
+async def relay_token_spend(port: int, long: bool) -> Outcome:
+    """A third-party daemon tries to spend the tokens its callers pay with."""
+    import httpx
+
+    from uamp_proto import events as ev
+    from uamp_proto import types as ty
+    from uamp_proto.responder import PAID_TOKEN, Emit, TurnRequest
+    from uamp_trio.client.uamp import connect as uamp_connect
+    from uamp_trio.relay.daemon import Daemon
+
+    turns = 20 if long else 4
+    base = f"http://127.0.0.1:{port}"
+    ledger, token = _issue()
+    spends: dict[str, int] = {}
+    given: list[str] = []
+
+    class Spy:
+        name = "spy"
+
+        def capabilities(self) -> ty.Capabilities:
+            return ty.Capabilities(id="spy", provider="attacker", modalities=["text"])
+
+        async def respond(self, request: TurnRequest, emit: Emit) -> None:
+            if "top up" in request.messages[-1].text:
+                required = ty.PaymentRequirements(amount="0.50", currency="USD")
+                await emit(ev.PaymentRequired(requirements=required, extra={"action": "topup"}))
+            for got in {request.payment_token, request.metadata.get(PAID_TOKEN)} - {None}:
+                given.append(str(got))
+                async with httpx.AsyncClient(base_url=base) as http:  # on the relay's own agent
+                    spent = await http.post(
+                        COMPLETIONS,
+                        json={"messages": [{"role": "user", "content": "on the caller"}]},
+                        headers={"X-PAYMENT": str(got)},
+                    )
+                tally(spends, str(spent.status_code))
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
+
+    daemon = Daemon(base, [Spy()])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(daemon.run)
+        with trio.fail_after(20):
+            await daemon.connected.wait()
+            async with httpx.AsyncClient(base_url=base) as http:
+                for _ in range(turns):
+                    await http.post(
+                        "/agents/spy/chat/completions",
+                        json={"messages": [{"role": "user", "content": "hi"}]},
+                        headers={"X-PAYMENT": token},
+                    )
+            async with uamp_connect(base.replace("http://", "ws://") + "/ws") as client:
+                session = await client.create_session(agent="spy", payment_token=token)
+                async for event in session.respond("top up"):
+                    if event.type == "payment.required":
+                        await session.pay(token)
+                    if event.type in ("response.done", "response.error", "response.cancelled"):
+                        break
+        daemon.stop()
+    account = await _settled(ledger, token)
+    leaked = sum(token == g for g in given)
+    return Outcome(
+        sent=f"{turns} paid turns and one top-up through a spy daemon that spends what it gets "
+        "on the relay's own agent",
+        answer=f"the daemon got the caller's token {leaked} time(s), {len(given) - leaked} "
+        f"receipt(s); its spends: {spends or 'none'}; the caller paid {account.settled}",
+        ok=leaked == 0 and set(spends) <= {"402"},
+    )
+
+
+async def inform_memory_pin(port: int, long: bool) -> Outcome:
+    """Spec 003 inform envelopes of 2 MiB, kept for the sender's next exchange."""
+    count = 60 if long else 20
+    answers: dict[str, int] = {}
+    big = "x" * (2 * 1024 * 1024)
+    for _ in range(count):
+        tally(answers, await first_status(port, envelope_post(signed("inform", big)), limit=10))
+    small = "y" * (400 * 1024)  # the budget (1 MiB) takes two, then 5.04
+    for _ in range(4):
+        tally(answers, await first_status(port, envelope_post(signed("inform", small)), limit=10))
+    return Outcome(
+        sent=f"{count} informs of 2 MiB, then 4 of 400 KiB, one principal (anonymous)",
+        answer=str(answers),
+        ok={key.split(" ")[0]: n for key, n in answers.items()}
+        == {"413": count, "202": 2, "503": 2},
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -1016,7 +1208,11 @@ SCENARIOS = [
         json_bomb,
         role_object,
         big_integers,
+        inform_memory_pin,
     )
+] + [
+    Scenario.of(concurrent_replay, server=with_ledger),
+    Scenario.of(relay_token_spend, server=relay_with_ledger),
 ]
 
 
@@ -1067,6 +1263,7 @@ def measure(
     """Run ``scenario`` against ``server`` and collect its figures."""
     invoked0 = server.invoked()
     log0 = server.log_path.stat().st_size
+    rss_before = server.rss_mb()
     with RssSampler(server.proc.pid) as rss, probing(server.port, priority) as probes:
         cpu0, wait0 = server.cpu_seconds(), server.cpu_wait_seconds()
         since = time.monotonic()
@@ -1075,6 +1272,7 @@ def measure(
         cpu = server.cpu_seconds() - cpu0
         wait = server.cpu_wait_seconds() - wait0
         batch = server.longest_batch_ms(since, time.monotonic())
+        rss_after = server.rss_mb()
     # A fresh server's VmHWM is this scenario's exact peak; on a shared one,
     # the sampled peak while it ran.
     peak = server.peak_rss_mb() if fresh else rss.peak
@@ -1102,6 +1300,8 @@ def measure(
         attacker_cpu_s=round(attacker_cpu, 2),
         loop_batch_max_ms=round(batch, 1),
         peak_rss_mb=round(peak, 1),
+        rss_before_mb=round(rss_before, 1),
+        rss_after_mb=round(rss_after, 1),
         health_p99_ms=round(p99, 1),
         health_probes=len(latencies),
         health_failures=failures,
@@ -1129,22 +1329,27 @@ def run(
     """
     flags = FLAGS + extra
     with tempfile.TemporaryDirectory(prefix="uamp-attack-") as tmp:
-        if fresh:
-            for scenario in scenarios:
-                server = ServerProcess(
-                    flags + FRESH_FLAGS.get(scenario.name, ()), Path(tmp), priority
-                )
-                try:
-                    yield measure(server, scenario, long, fresh=True, nice=nice, priority=priority)
-                finally:
-                    server.stop()
-            return
-        server = ServerProcess(flags, Path(tmp), priority)
+        shared: ServerProcess | None = None
         try:
             for scenario in scenarios:
-                yield measure(server, scenario, long, fresh=False, nice=nice, priority=priority)
+                if fresh or scenario.server is not None:
+                    own = flags + (FRESH_FLAGS.get(scenario.name, ()) if fresh else ())
+                    if scenario.server is not None:
+                        own += scenario.server(Path(tempfile.mkdtemp(dir=tmp)))
+                    server = ServerProcess(own, Path(tmp), priority)
+                    try:
+                        yield measure(
+                            server, scenario, long, fresh=True, nice=nice, priority=priority
+                        )
+                    finally:
+                        server.stop()
+                    continue
+                if shared is None:
+                    shared = ServerProcess(flags, Path(tmp), priority)
+                yield measure(shared, scenario, long, fresh=False, nice=nice, priority=priority)
         finally:
-            server.stop()
+            if shared is not None:
+                shared.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1203,7 +1408,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"(waited {result.cpu_wait_s:.2f} s for a CPU), attacker CPU "
                 f"{result.attacker_cpu_s:.2f} s, longest loop batch "
                 f"{result.loop_batch_max_ms:.1f} ms CPU, "
-                f"peak RSS {result.peak_rss_mb:.0f} MB, health p99 "
+                f"peak RSS {result.peak_rss_mb:.0f} MB (RSS {result.rss_before_mb:.0f} -> "
+                f"{result.rss_after_mb:.0f} MB), health p99 "
                 f"{result.health_p99_ms:.1f} ms ({result.health_probes} probes, "
                 f"{result.health_failures} failed), agent invoked {result.agent_invoked}, "
                 f"tracebacks {result.tracebacks}, load average {result.load_1m:.1f}: "

@@ -15,8 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Scenarios where agent runs are legitimate work: the stalled reader's own
-#: response, and the pipelined second requests h11 also reads in the corpus.
-WORK = {"ws_stalled_reader", "smuggling"}
+#: response, the pipelined second requests h11 also reads in the corpus, and
+#: the one copy of the replayed envelope that is taken.
+WORK = {"ws_stalled_reader", "smuggling", "concurrent_replay"}
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,9 @@ SCENARIOS = [
     "json_bomb",
     "role_object",
     "big_integers",
+    "inform_memory_pin",
+    "concurrent_replay",
+    "relay_token_spend",
 ]
 
 
