@@ -12,11 +12,13 @@ payment ledger: the response is charged once.
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
 from tests._support.cli import doomed_serve, uamp_serve
 from uamp_trio.trust.ledger import Ledger
@@ -118,3 +120,21 @@ def test_kill_9_after_a_checkpoint_carries_the_response_on(
     assert final.status == "completed" and final.output_text == ticks
     assert len(tool_runs.read_text().split()) == 1  # the tool ran once, before the loss
     _charged_once(ledger, token, rid)
+
+
+def test_a_response_running_on_one_process_is_cancelled_from_the_other(redis_url: str) -> None:
+    store = ("--store", redis_url, "--agent", "tests._support.agents:WorkingAgent")
+    with uamp_serve(*store) as first, uamp_serve(*store) as second:
+        here, there = _client(first, "unused"), _client(second, "unused")
+        queued = here.responses.create(model="slow", input="go", background=True)
+        deadline = time.monotonic() + 15
+        while there.responses.retrieve(queued.id).status != "in_progress":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert there.responses.retrieve(queued.id).output_text == "working "
+        cancelled = there.responses.cancel(queued.id)  # asked of the process running it
+        assert cancelled.status == "cancelled"
+        assert here.responses.retrieve(queued.id).status == "cancelled"
+        there.responses.delete(queued.id)
+        with pytest.raises(openai.NotFoundError):
+            here.responses.retrieve(queued.id)
