@@ -5,6 +5,8 @@
     uamp bench http://127.0.0.1:8765/agents/demo -c 16 -n 500
     uamp bench http://127.0.0.1:8000/v1 --model my-model -d 30s --api-key $KEY
     uamp bench http://127.0.0.1:8765 --agent demo --transport uamp-ws --json run.json
+    uamp bench http://127.0.0.1:8765/agents/demo --rate 50 -d 30s --goodput ttft:200 e2e:1000
+    uamp bench http://127.0.0.1:8765/agents/demo --rate 10:100:10s --arrival gamma --burstiness 0.5
     uamp bench --compare before.json after.json
 
 Exit status: 0 when every request succeeded, 1 when some failed (the table
@@ -24,7 +26,8 @@ import trio
 
 from ..client._command import run_command
 from ..units import argument_type, duration_argument
-from .config import TRANSPORTS, BenchConfig, parse_header
+from .arrivals import ARRIVALS, parse_rate
+from .config import TRANSPORTS, BenchConfig, parse_goodput, parse_header, parse_warmup
 from .plot import check_plot
 from .report import LiveProgress, print_compare, print_summary
 from .runner import run_bench
@@ -40,6 +43,8 @@ def add_parser(sub: Any) -> None:
 
 
 _header = argument_type(parse_header)
+_rate = argument_type(parse_rate)
+_warmup = argument_type(parse_warmup)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +57,50 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", "-t", choices=TRANSPORTS, default="openai")
     p.add_argument("--agent", help="the agent to address at a server's root")
     p.add_argument("--model", help="Chat Completions model (default: the agent's name)")
-    p.add_argument("--concurrency", "-c", type=int, default=10, help="requests in flight")
+    p.add_argument(
+        "--concurrency",
+        "-c",
+        type=int,
+        default=10,
+        help="requests in flight (with --rate: the most at once)",
+    )
+    p.add_argument(
+        "--rate",
+        type=_rate,
+        metavar="R|START:END:STEP",
+        help="open loop: start R requests/s on schedule whatever the server does (latency "
+        "counted from the scheduled start); START:END:STEP ramps in steps of START every STEP",
+    )
+    p.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        default="poisson",
+        help="with --rate: the arrival process (default %(default)s)",
+    )
+    p.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="with --arrival gamma: its shape; below 1 burstier, 1 Poisson (default %(default)s)",
+    )
+    p.add_argument("--seed", type=int, help="with --rate: the arrival process's random seed")
+    p.add_argument(
+        "--warmup",
+        type=_warmup,
+        metavar="N|DURATION",
+        help="run N requests (or for DURATION) first, left out of the figures",
+    )
+    p.add_argument(
+        "--goodput",
+        nargs="+",
+        metavar="SLO:MS",
+        help="count requests that met every SLO (ttft:MS tpot:MS e2e:MS) as goodput",
+    )
+    p.add_argument(
+        "--save-requests",
+        metavar="FILE.jsonl",
+        help="write one JSON line per request (times, deltas, bytes, error)",
+    )
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--requests", "-n", type=int, help="requests to send (default 100)")
     budget.add_argument(
@@ -95,14 +143,26 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     if args.api_key:
         headers.append(("Authorization", f"Bearer {args.api_key}"))
     prompt = args.prompt_file.read_text(encoding="utf-8") if args.prompt_file else args.prompt
+    requests = None if args.duration is not None else (args.requests or 100)
+    rate = getattr(args, "rate", None)
+    if rate is not None and len(rate.rates) > 1 and args.requests is None:
+        requests = None  # a ramp lasts its steps unless -n or -d says otherwise
+    warm_n, warm_s = getattr(args, "warmup", None) or (0, 0.0)
     return BenchConfig(
         url=args.url,
         transport=args.transport,
         agent=args.agent,
         model=args.model,
         concurrency=args.concurrency,
-        requests=None if args.duration is not None else (args.requests or 100),
+        requests=requests,
         duration=args.duration,
+        rate=rate,
+        arrival=getattr(args, "arrival", "poisson"),
+        burstiness=getattr(args, "burstiness", 1.0),
+        seed=getattr(args, "seed", None),
+        warmup_requests=warm_n,
+        warmup_s=warm_s,
+        slo=parse_goodput(getattr(args, "goodput", None) or []),
         prompt=prompt,
         stream=args.stream,
         http2=args.http2,
@@ -142,11 +202,18 @@ def _command(args: argparse.Namespace) -> int:
     async def run() -> Any:
         if not show:
             return await run_bench(config)
-        with LiveProgress(config.requests, config.duration, sys.stderr) as progress:
+        span = config.duration
+        if span is None and config.rate is not None and config.requests is None:
+            span = config.rate.total_s
+        with LiveProgress(config.requests, span, sys.stderr) as progress:
             return await run_bench(config, on_sample=progress.add)
 
     summary, samples = trio.run(run)
     print_summary(summary, out)
+    if args.save_requests:
+        with open(args.save_requests, "wb") as saved:
+            for sample in samples:
+                saved.write(orjson.dumps(sample.record()) + b"\n")
     if args.json:
         Path(args.json).write_bytes(
             orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2) + b"\n"

@@ -7,12 +7,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
+from ..units import parse_duration
+from .arrivals import ARRIVALS, RatePlan
+
 __all__ = [
     "TRANSPORTS",
     "BenchConfig",
     "chat_completions_url",
     "endpoint_url",
+    "parse_goodput",
     "parse_header",
+    "parse_warmup",
     "uamp_ws_url",
 ]
 
@@ -30,6 +35,42 @@ def parse_header(text: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise ValueError(f"not a header: {text!r} (use 'Name: value')")
     return name.strip(), value.strip()
+
+
+#: The SLOs ``--goodput`` takes.
+SLOS = ("ttft", "tpot", "e2e")
+
+
+def parse_goodput(items: Sequence[str]) -> dict[str, float]:
+    """``["ttft:200", "e2e:1000"]`` (milliseconds) as seconds by SLO name.
+
+    Raises:
+        ValueError: Not ``NAME:MS``, an unknown name, or a limit that is not positive.
+    """
+    slo: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or name not in SLOS:
+            raise ValueError(f"--goodput takes {'/'.join(SLOS)}:MS, not {item!r}")
+        try:
+            ms = float(value)
+        except ValueError:
+            raise ValueError(f"--goodput {item}: not a number of milliseconds") from None
+        if not ms > 0:
+            raise ValueError(f"--goodput {item}: the limit must be positive")
+        slo[name] = ms / 1000
+    return slo
+
+
+def parse_warmup(text: str) -> tuple[int, float]:
+    """``--warmup N`` (requests) or a duration (``10s``): (requests, seconds).
+
+    Raises:
+        ValueError: Neither a whole number nor a duration.
+    """
+    if text.isdigit():
+        return int(text), 0.0
+    return 0, parse_duration(text)
 
 
 def _with_path(url: str, path: str) -> str:
@@ -155,6 +196,13 @@ class BenchConfig:
         timeout: Seconds one request may take before it counts as a ``timeout``.
         max_tokens: Chat Completions ``max_tokens``, if set.
         insecure: Do not verify TLS certificates.
+        rate: An open loop's rate plan (``None``: a closed loop; :mod:`.arrivals`).
+        arrival: The open loop's arrival process (``poisson``, ``constant``, ``gamma``).
+        burstiness: The gamma process's shape.
+        seed: The open loop's random seed (``None``: a new one each run).
+        warmup_requests: Requests run first and left out of the figures.
+        warmup_s: Seconds run first and left out of the figures.
+        slo: Seconds by ``ttft``/``tpot``/``e2e`` a request must meet to count as goodput.
     """
 
     url: str
@@ -171,6 +219,13 @@ class BenchConfig:
     timeout: float = 60.0
     max_tokens: int | None = None
     insecure: bool = False
+    rate: RatePlan | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    seed: int | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    slo: dict[str, float] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -182,5 +237,16 @@ class BenchConfig:
                 "--no-stream is for --transport openai, anthropic or responses, "
                 f"not {self.transport}"
             )
-        if self.duration is None and (self.requests is None or self.requests < 1):
+        if (
+            self.duration is None
+            and self.rate is None
+            and (self.requests is None or self.requests < 1)
+        ):
             raise ValueError("--requests must be at least 1")
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"unknown arrival {self.arrival!r}: one of {', '.join(ARRIVALS)}")
+        if not self.burstiness > 0:
+            raise ValueError("--burstiness must be positive")
+        unknown = set(self.slo) - set(SLOS)
+        if unknown:
+            raise ValueError(f"unknown SLO {sorted(unknown)[0]!r}: one of {', '.join(SLOS)}")

@@ -30,6 +30,7 @@ COMPARED: tuple[tuple[str, tuple[str, ...], bool], ...] = (
         for label, key in (("TTFD", "ttfd_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))
         for q in ("p50", "p90", "p99", "mean")
     ),
+    ("goodput/s", ("goodput_per_s",), True),
 )
 
 
@@ -42,15 +43,23 @@ def summary_table(summary: Summary) -> Table:
     data = summary.to_json()
     table = Table(title=f"uamp bench: {data.get('url', '')} ({data.get('transport', '')})")
     table.add_column("metric")
-    for column in ("p50", "p90", "p99", "mean"):
+    columns = ("p50", "p90", "p95", "p99", "p99.9", "mean")
+    for column in columns:
         table.add_column(column, justify="right")
-    for label, key in (
+    rows = [
         ("time to first delta (ms)", "ttfd_ms"),
         ("inter-delta latency (ms)", "itl_ms"),
+        ("time per output delta (ms)", "tpot_ms"),
         ("end-to-end latency (ms)", "e2e_ms"),
-    ):
-        dist = data[key]
-        table.add_row(label, *(_ms(dist[q]) for q in ("p50", "p90", "p99", "mean")))
+    ]
+    if "ttfd_raw_ms" in data:  # an open loop: the rows above count from the scheduled start
+        rows += [
+            ("time to first delta from send (ms)", "ttfd_raw_ms"),
+            ("end-to-end from send (ms)", "e2e_raw_ms"),
+        ]
+    for label, key in rows:
+        dist = data.get(key) or {}
+        table.add_row(label, *(_ms(dist.get(q)) for q in columns))
     return table
 
 
@@ -64,7 +73,27 @@ def print_summary(summary: Summary, out: TextIO) -> None:
         f"requests/s {d['requests_per_s']:,.2f}   deltas/s {d['deltas_per_s']:,.2f}   "
         f"deltas {d['deltas']}   bytes {d['bytes']:,}"
     )
+    if d.get("load") == "open":
+        rate = d.get("rate")
+        asked = "ramp " + "/".join(f"{r:g}" for r in rate) if isinstance(rate, list) else rate
+        console.print(
+            f"open loop: rate {asked} req/s ({d.get('arrival')}), sent {d['sent_per_s']:,.2f}"
+            " req/s; latencies count from each request's scheduled start"
+        )
+    if d.get("warmup_requests"):
+        console.print(f"warm-up: {d['warmup_requests']} requests left out")
+    if "good" in d:
+        slo = " ".join(f"{k}:{v:g}ms" for k, v in d["slo_ms"].items())
+        console.print(
+            f"goodput ({slo}): {d['good']} of {d['ok']} ok requests, {d['goodput_per_s']:,.2f}/s"
+        )
     console.print(summary_table(summary))
+    for step in d.get("steps", ()):
+        e2e = step["e2e_ms"]
+        console.print(
+            f"  step {step['rate']:g} req/s: {step['ok']}/{step['requests']} ok, e2e p50 "
+            f"{_ms(e2e['p50'])} p99 {_ms(e2e['p99'])} ms"
+        )
     if d["errors_by_kind"]:
         errors = Table(title="errors by kind")
         errors.add_column("kind")

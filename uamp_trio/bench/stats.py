@@ -12,7 +12,17 @@ The measures, for successful requests:
   streamed);
 * ``itl`` -- inter-delta latency: the gaps between consecutive deltas of one
   response, all responses pooled;
-* ``e2e`` -- request sent to the end of the response.
+* ``e2e`` -- request sent to the end of the response;
+* ``tpot`` -- time per output delta: ``(e2e - ttfd) / (deltas - 1)`` of each
+  response with two deltas or more.
+
+In an open-loop run (``--rate``) a request has a *scheduled* start as well as
+the moment it was sent; ``ttfd`` and ``e2e`` count from the scheduled start
+(corrected for coordinated omission, :mod:`.arrivals`) and ``ttfd_raw`` /
+``e2e_raw`` from the send. In a closed loop both are the same and only the
+first are reported. Requests of the warm-up are left out of every figure.
+*Goodput* is the rate of successful requests that met every SLO given
+(``--goodput ttft:MS tpot:MS e2e:MS``).
 """
 
 from __future__ import annotations
@@ -24,10 +34,23 @@ from typing import Any
 
 import attrs
 
-__all__ = ["SCHEMA_VERSION", "Sample", "Summary", "distribution", "percentile", "summarize"]
+__all__ = [
+    "QUANTILES",
+    "SCHEMA_VERSION",
+    "Sample",
+    "Summary",
+    "distribution",
+    "meets",
+    "percentile",
+    "summarize",
+]
 
-#: Bumped when a field of :meth:`Summary.to_json` changes meaning.
-SCHEMA_VERSION = 1
+#: Bumped when a field of :meth:`Summary.to_json` changes meaning (2: p95, p99.9, tpot,
+#: the open loop's raw latencies, goodput, warm-up).
+SCHEMA_VERSION = 2
+
+#: The percentiles of every distribution.
+QUANTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -47,17 +70,21 @@ def percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * fraction
 
 
+def _label(q: float) -> str:
+    return f"p{q:g}"
+
+
 def distribution(values: Sequence[float], scale: float = 1000.0) -> dict[str, float | None]:
-    """``{"p50", "p90", "p99", "mean"}`` of ``values`` times ``scale`` (None when empty)."""
+    """``{"p50", "p90", "p95", "p99", "p99.9", "mean"}`` of ``values`` times ``scale``.
+
+    Every figure is ``None`` when there are no values.
+    """
     if not values:
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
+        return {**{_label(q): None for q in QUANTILES}, "mean": None}
     ordered = sorted(values)
-    return {
-        "p50": percentile(ordered, 50) * scale,
-        "p90": percentile(ordered, 90) * scale,
-        "p99": percentile(ordered, 99) * scale,
-        "mean": math.fsum(ordered) / len(ordered) * scale,
-    }
+    out: dict[str, float | None] = {_label(q): percentile(ordered, q) * scale for q in QUANTILES}
+    out["mean"] = math.fsum(ordered) / len(ordered) * scale
+    return out
 
 
 @attrs.define
@@ -79,6 +106,36 @@ class Sample:
     bytes: int = 0
     error: str | None = None
     text: int = 0
+    #: When an open loop scheduled it (``None`` in a closed loop: it is ``start``).
+    scheduled: float | None = None
+    #: Part of the warm-up: left out of the figures.
+    warmup: bool = False
+
+    @property
+    def origin(self) -> float:
+        """Where its latencies count from: the scheduled start if any, else the send."""
+        return self.start if self.scheduled is None else self.scheduled
+
+    def tpot(self) -> float | None:
+        """Seconds per output delta after the first (``None`` with fewer than two)."""
+        if len(self.deltas) < 2:
+            return None
+        return (self.end - self.deltas[0]) / (len(self.deltas) - 1)
+
+    def record(self) -> dict[str, Any]:
+        """One line of ``--save-requests`` (times in seconds on the run's clock)."""
+        return {
+            "scheduled": self.scheduled,
+            "start": self.start,
+            "end": self.end,
+            "ttfd": self.deltas[0] - self.origin if self.deltas else None,
+            "e2e": self.end - self.origin,
+            "deltas": len(self.deltas),
+            "bytes": self.bytes,
+            "chars": self.text,
+            "error": self.error,
+            "warmup": self.warmup,
+        }
 
 
 @attrs.frozen
@@ -96,6 +153,16 @@ class Summary:
     itl: tuple[float, ...]
     e2e: tuple[float, ...]
     meta: dict[str, Any] = attrs.field(factory=dict)
+    tpot: tuple[float, ...] = ()
+    #: An open loop's latencies from the send (``None`` in a closed loop).
+    ttfd_raw: tuple[float, ...] | None = None
+    e2e_raw: tuple[float, ...] | None = None
+    #: Successful requests that met every SLO (``None`` without ``--goodput``).
+    good: int | None = None
+    #: The SLOs, in milliseconds, by name (``ttft``, ``tpot``, ``e2e``).
+    slo_ms: dict[str, float] = attrs.field(factory=dict)
+    #: Requests of the warm-up, left out of every other figure.
+    warmup: int = 0
 
     @property
     def requests_per_s(self) -> float:
@@ -125,14 +192,60 @@ class Summary:
             "ttfd_ms": distribution(self.ttfd),
             "itl_ms": distribution(self.itl),
             "e2e_ms": distribution(self.e2e),
+            "tpot_ms": distribution(self.tpot),
+            "warmup_requests": self.warmup,
+            **(
+                {}
+                if self.ttfd_raw is None or self.e2e_raw is None
+                else {
+                    "ttfd_raw_ms": distribution(self.ttfd_raw),
+                    "e2e_raw_ms": distribution(self.e2e_raw),
+                }
+            ),
+            **(
+                {}
+                if self.good is None
+                else {
+                    "slo_ms": dict(self.slo_ms),
+                    "good": self.good,
+                    "goodput_per_s": self.good / self.duration_s if self.duration_s > 0 else 0.0,
+                }
+            ),
         }
 
 
-def summarize(samples: Sequence[Sample], duration_s: float, **meta: Any) -> Summary:
-    """The :class:`Summary` of a run's samples; ``meta`` goes into the JSON as is."""
+def meets(sample: Sample, slo: dict[str, float]) -> bool:
+    """Whether a successful ``sample`` met every SLO (seconds by ``ttft``, ``tpot``, ``e2e``)."""
+    limit = slo.get("ttft")
+    if limit is not None and (not sample.deltas or sample.deltas[0] - sample.origin > limit):
+        return False
+    limit = slo.get("tpot")
+    tpot = sample.tpot()
+    if limit is not None and tpot is not None and tpot > limit:
+        return False
+    limit = slo.get("e2e")
+    return limit is None or sample.end - sample.origin <= limit
+
+
+def summarize(
+    samples: Sequence[Sample],
+    duration_s: float,
+    *,
+    slo: dict[str, float] | None = None,
+    **meta: Any,
+) -> Summary:
+    """The :class:`Summary` of a run's samples; ``meta`` goes into the JSON as is.
+
+    ``slo``: seconds by ``ttft``/``tpot``/``e2e`` for the goodput (none: no goodput).
+    """
+    warm = sum(1 for s in samples if s.warmup)
+    if warm:
+        samples = [s for s in samples if not s.warmup]
     ok = [s for s in samples if s.error is None]
     kinds = Counter(s.error for s in samples if s.error is not None)
     itl = [b - a for s in ok for a, b in zip(s.deltas, s.deltas[1:], strict=False)]
+    open_loop = any(s.scheduled is not None for s in samples)
+    tpots = [t for t in (s.tpot() for s in ok) if t is not None]
     return Summary(
         requests=len(samples),
         ok=len(ok),
@@ -141,8 +254,14 @@ def summarize(samples: Sequence[Sample], duration_s: float, **meta: Any) -> Summ
         duration_s=duration_s,
         deltas=sum(len(s.deltas) for s in ok),
         bytes=sum(s.bytes for s in samples),
-        ttfd=tuple(s.deltas[0] - s.start for s in ok if s.deltas),
+        ttfd=tuple(s.deltas[0] - s.origin for s in ok if s.deltas),
         itl=tuple(itl),
-        e2e=tuple(s.end - s.start for s in ok),
+        e2e=tuple(s.end - s.origin for s in ok),
         meta=meta,
+        tpot=tuple(tpots),
+        ttfd_raw=tuple(s.deltas[0] - s.start for s in ok if s.deltas) if open_loop else None,
+        e2e_raw=tuple(s.end - s.start for s in ok) if open_loop else None,
+        good=None if not slo else sum(1 for s in ok if meets(s, slo)),
+        slo_ms={k: v * 1000 for k, v in (slo or {}).items()},
+        warmup=warm,
     )
