@@ -102,6 +102,7 @@ async def _closed_loop(
     limit: trio.CancelScope,
 ) -> None:
     warm_n, warm_s = config.warmup_requests, config.warmup_s
+    begin = trio.current_time()  # the driver is open: the budget starts now
     deadline = None if config.duration is None else begin + warm_s + config.duration
     issued = 0
 
