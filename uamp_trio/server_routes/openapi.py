@@ -240,6 +240,10 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/openapi.json"): Operation("Health", "This document"),
     ("GET", "/version"): Operation("Health", "The installed uamp release"),
+    ("GET", "/docs"): Operation("Health", "This document as a page", media=("text/html",)),
+    ("GET", "/docs/{file}"): Operation(
+        "Health", "The script and style sheet of /docs", media=("text/javascript", "text/css")
+    ),
     ("GET", "/metrics"): Operation(
         "Health", "Metrics in the Prometheus text format", response="Text", media=("text/plain",)
     ),

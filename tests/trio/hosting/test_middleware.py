@@ -124,6 +124,8 @@ def test_every_route_declares_its_transport_and_style(gated: tuple[App, Gate, Re
         "/readyz",
         "/version",
         "/openapi.json",
+        "/docs",
+        "/docs/{file}",
         "/",
         "/agents/{agent}/",
         "/agents/{agent}",
