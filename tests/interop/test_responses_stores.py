@@ -7,7 +7,10 @@ with the last sequence number the client saw, or the SDK's own resume
 helper -- the response goes on: from the agent's checkpoint when it reached
 one (its tool not run again), else it ends ``incomplete`` with what was
 produced. The numbering goes on without a gap, and both processes share one
-payment ledger: the response is charged once.
+payment ledger: the response is charged once. A cancel reaches the process
+running a response from the other one. With a SQLite ``--store``, stored
+responses outlive a restart, and a background response the killed server was
+running is ended by the restarted one.
 """
 
 from __future__ import annotations
@@ -138,3 +141,27 @@ def test_a_response_running_on_one_process_is_cancelled_from_the_other(redis_url
         there.responses.delete(queued.id)
         with pytest.raises(openai.NotFoundError):
             here.responses.retrieve(queued.id)
+
+
+def test_a_sqlite_store_keeps_responses_across_a_restart(tmp_path: Path) -> None:
+    store = ("--store", str(tmp_path / "responses.db"), "--agent", "tests._support.agents:Ticker")
+    with doomed_serve(*store) as (doomed, first):
+        sdk = _client(first, "unused")
+        kept = sdk.responses.create(model="ticker", input="2")
+        running = sdk.responses.create(model="ticker", input="go", background=True)
+        deadline = time.monotonic() + 15
+        while "tick 3" not in sdk.responses.retrieve(running.id).output_text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        doomed.kill()  # no shutdown: the background response is left running
+        doomed.wait(10)
+    with uamp_serve(*store) as again:
+        sdk = _client(again, "unused")
+        assert sdk.responses.retrieve(kept.id).output_text == "tick 0 tick 1 "
+        lost = sdk.responses.retrieve(running.id)  # the restarted server ends it
+        deadline = time.monotonic() + 15
+        while lost.status == "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            lost = sdk.responses.retrieve(running.id)
+        assert lost.status == "incomplete"
+        assert lost.output_text.startswith("tick 0 tick 1 tick 2 tick 3 ")
