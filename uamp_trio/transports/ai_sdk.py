@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import trio
@@ -131,6 +131,8 @@ class _Answer:
         self.finished = trio.Event()
         #: Whether the answer writes to the shared event log (until superseded there).
         self.logging = False
+        #: Writes what the shared log has queued (``None``: no shared log).
+        self.flush: Callable[[], Awaitable[None]] | None = None
 
     def push(self, frames: list[bytes]) -> None:
         """Add frames (never waits)."""
@@ -165,6 +167,11 @@ class _Answer:
             if sent < len(self.frames):
                 batch = self.frames[sent:]
                 sent += len(batch)
+                if self.flush is not None and self.logging:
+                    # In the shared log before the client sees it: a resume
+                    # on another process never shows less (docs/resume.md).
+                    with contextlib.suppress(StoreUnavailable):
+                        await self.flush()
                 await send(b"".join(batch))
                 continue
             if self.done:
@@ -401,6 +408,12 @@ class AiSdkTransport:
                 lost = {"type": "error", "errorText": "The server running this answer stopped."}
                 finish = {"type": "finish", "finishReason": "interrupted"}
                 await send(frame(lost) + frame(finish) + DONE)
+                if await store.claim(lkey, f"lost:{leg}"):
+                    # Nothing runs it any more: the next resume is a 204.
+                    done = SessionRecord(agent=lkey[1].split(":", 2)[1], running=None, node=node)
+                    store.put_record(lkey, done)
+                    with contextlib.suppress(StoreUnavailable):
+                        await store.flush()
                 return
             if trio.current_time() - quiet >= HEARTBEAT:
                 await send(b": keep-alive\n\n")
@@ -449,6 +462,7 @@ class _Run:
         record = SessionRecord(agent=self.answer.key[1], running=self.answer.leg)
         store.begin(self.lkey, record, owner=self._owner)
         self.answer.logging = True
+        self.answer.flush = store.flush
         for data in [self.answer.frames[0], *self.answer.prefix]:
             self._count += 1
             store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")

@@ -17,6 +17,7 @@ import trio
 
 from tests._support import wire
 from tests._support.agents import Words
+from tests._support.cli import spawn_serve, uamp_serve, wait_for_line
 from uamp_trio import App
 from uamp_trio.stores import Stores
 from uamp_trio.stores.event_log_redis import RedisEventLog
@@ -105,3 +106,36 @@ async def test_a_post_on_the_other_server_supersedes_the_running_answer(redis_ur
     ended = chunks(rest)
     assert [c["type"] for c in ended][-2:] == ["abort", "finish"]
     assert text(chunks(new.content)) == "".join(WORDS)
+
+
+def test_a_resume_after_the_writer_was_killed_ends_interrupted(redis_url: str) -> None:
+    # Real processes: the one streaming the answer dies with SIGKILL (no
+    # goodbye); the other replays what the log holds, then says it stopped.
+    store = ("--store", redis_url, "--agent", "tests._support.agents:Ticker")
+    doomed = spawn_serve(*store)
+    try:
+        first = wait_for_line(doomed, r"serving on (http://[\d.]+:\d+)").group(1)
+        with uamp_serve(*store) as second, httpx.Client(timeout=TIMEOUT) as http:
+            url = "/agents/ticker/ai-sdk"
+            seen = b""
+            with http.stream("POST", first + url, json=body("chat-k")) as r:
+                for part in r.iter_bytes():
+                    seen += part
+                    if seen.count(b"text-delta") >= 3:
+                        break
+                doomed.kill()
+                doomed.wait(10)
+            resumed = http.get(f"{second}{url}/chat-k/stream")
+            after = http.get(f"{second}{url}/chat-k/stream")
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+            doomed.wait(10)
+    assert resumed.status_code == 200
+    got = chunks(resumed.content)
+    assert got[0] == chunks(seen)[0]  # from its start chunk
+    assert text(got).startswith(text(chunks(seen)))
+    assert [c["type"] for c in got][-2:] == ["error", "finish"]
+    assert got[-1]["finishReason"] == "interrupted"
+    assert resumed.content.endswith(b"data: [DONE]\n\n")
+    assert after.status_code == 204  # the lost answer is over
