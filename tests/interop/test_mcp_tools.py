@@ -7,12 +7,14 @@ HTTP (a subprocess on a free port); the client is the ``mcp`` SDK under Trio.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -253,3 +255,89 @@ def test_uamp_serve_says_when_a_name_is_taken() -> None:
 def test_agent_and_tool_come_from_uamp_agents() -> None:
     # The public names the docs use.
     assert callable(tool) and os.path.exists(ROOT / "uamp_agents" / "mcp.py")
+
+
+# --- ACP: the MCP servers a client names in session/new ---------------------------
+
+
+def test_acp_session_mcp_servers_are_connected_for_its_turns(http_server: str) -> None:
+    import asyncio
+
+    import acp
+    from acp.schema import AgentMessageChunk, EnvVariable, HttpMcpServer, McpServerStdio
+
+    texts: dict[str, list[str]] = {}
+
+    class Client:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            if isinstance(update, AgentMessageChunk):
+                texts.setdefault(session_id, []).append(update.content.text)
+
+        async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+            raise acp.RequestError.method_not_found("session/request_permission")
+
+        def on_connect(self, conn: Any) -> None:
+            pass
+
+    stdio = McpServerStdio(
+        name="weather",
+        command=sys.executable,
+        args=["-m", "tests._support.mcp_weather"],
+        env=[EnvVariable(name="GIVEN", value="yes")],
+    )
+    http = HttpMcpServer(type="http", name="remote", url=http_server, headers=[])
+
+    async def main() -> dict[str, Any]:
+        spawned = acp.spawn_agent_process(
+            Client(), sys.executable, "-m", "uamp_trio", "acp", cwd=str(ROOT), env=ENV
+        )
+        async with spawned as (conn, _process):
+            init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            out: dict[str, Any] = {"mcp_http": init.agent_capabilities.mcp_capabilities.http}
+            for label, servers in [("stdio", [stdio]), ("http", [http]), ("none", [])]:
+                session = await conn.new_session(cwd=str(ROOT), mcp_servers=servers)
+                await conn.prompt(
+                    session_id=session.session_id,
+                    prompt=[acp.text_block("get weather in Paris")],
+                )
+                out[label] = "".join(texts.get(session.session_id, []))
+            return out
+
+    out = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert out["mcp_http"] is True
+    assert out["stdio"] == ANSWER
+    assert out["http"] == ANSWER
+    assert out["none"] == "You said: get weather in Paris"
+
+
+def test_acp_over_http_connects_no_client_mcp_servers(thread_server: Any) -> None:
+    """A network peer may not make the server run programs: its mcpServers stay unused."""
+    import httpx
+
+    from uamp_trio.app import create_app
+    from uamp_trio.cli import default_agent
+
+    server = thread_server(create_app([default_agent()]))
+    url = f"http://127.0.0.1:{server.port}/agents/demo/acp"
+
+    def rpc(method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        return httpx.post(url, json=body, timeout=TIMEOUT).json()["result"]
+
+    assert rpc("initialize", {"protocolVersion": 1})["agentCapabilities"]["mcpCapabilities"] == {
+        "http": False,
+        "sse": False,
+    }
+    marker = ROOT / "tests" / "_support" / "mcp_weather.py"
+    servers = [{"name": "evil", "command": sys.executable, "args": [str(marker)], "env": []}]
+    session = rpc("session/new", {"cwd": str(ROOT), "mcpServers": servers})["sessionId"]
+    prompt = [{"type": "text", "text": "get weather in Paris"}]
+    body = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt"}
+    body["params"] = {"sessionId": session, "prompt": prompt}
+    streamed = httpx.post(url, json=body, headers={"accept": "text/event-stream"}, timeout=TIMEOUT)
+    said = "".join(
+        json.loads(line[6:])["params"]["update"]["content"]["text"]
+        for line in streamed.text.splitlines()
+        if line.startswith("data: ") and "agent_message_chunk" in line
+    )
+    assert said == "You said: get weather in Paris"

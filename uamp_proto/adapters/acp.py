@@ -153,8 +153,12 @@ def initialize_result(
     version: str,
     capabilities: ty.Capabilities,
     load_session: bool,
+    mcp_http: bool = False,
 ) -> dict[str, Any]:
     """The answer to Zed-style ``initialize`` (``protocolVersion`` an integer).
+
+    ``mcp_http``: the agent connects HTTP MCP servers a session names (stdio
+    ones it always may, per ACP; ``sse`` ones it does not).
 
     The agent answers with the client's version when it supports it and with
     its own latest version otherwise (ACP "Initialization").
@@ -173,7 +177,7 @@ def initialize_result(
                 "audio": "audio" in modalities,
                 "embeddedContext": True,
             },
-            "mcpCapabilities": {"http": False, "sse": False},
+            "mcpCapabilities": {"http": mcp_http, "sse": False},
         },
         "agentInfo": {"name": agent_name, "title": capabilities.id, "version": version},
         "authMethods": [],

@@ -26,7 +26,12 @@ Methods (see :mod:`uamp_proto.adapters.acp` for the translation):
   ``capabilities``.
 
 Every request runs in its own task, so ``session/cancel`` is read while a
-prompt streams. Each prompt is one UAMP turn (:func:`~uamp_trio.hosting.turns.open_response`).
+prompt streams. On stdio (``uamp acp``, the local user) the MCP servers a
+session names (``mcpServers``) are given to each prompt's turn
+(``TurnRequest.mcp_servers``, connected by the agent for that turn); the
+network carriers never pass them on, so no remote client makes the server
+start a program or open a connection of its choosing. Each prompt is one
+UAMP turn (:func:`~uamp_trio.hosting.turns.open_response`).
 Payment: with a :class:`~uamp_proto.payment.PaymentPolicy`, a prompt whose
 token (``payment_token`` in the params or ``_meta``, else the one the session
 last paid with) does not pass is refused with JSON-RPC error ``-32402`` and
@@ -117,6 +122,9 @@ ROUTES = RouteMeta(transport="acp", error_style="jsonrpc")
 
 log = logging.getLogger("uamp_trio.acp")
 
+#: Most MCP servers of a session a prompt connects (more are left out).
+MAX_MCP_SERVERS = 8
+
 #: The payload being answered, as received: what a response signature covers.
 #: Set per task by :meth:`AcpConnection.handle_payload` (each payload is
 #: answered in a task of its own), so concurrent prompts never mix theirs up.
@@ -162,8 +170,13 @@ class AcpConnection:
         authenticator: Authenticator | None = None,
         clock: Callable[[], float] = time.time,
         session_queue: int = DEFAULT_BUFFER,
+        connect_mcp: bool = False,
     ) -> None:
         self.served = served
+        #: Give each prompt's turn the MCP servers its session names (at most
+        #: :data:`MAX_MCP_SERVERS`). Only for a peer that may run programs
+        #: here: the local user of ``uamp acp`` on stdio.
+        self.connect_mcp = connect_mcp
         #: Events one session's running prompt may queue for the writer
         #: before its agent waits (the server's ``max_session_queued_events``).
         self.session_queue = session_queue
@@ -278,6 +291,7 @@ class AcpConnection:
                     version=self._version,
                     capabilities=caps,
                     load_session=True,
+                    mcp_http=self.connect_mcp,
                 )
             )
         return self._initialized(
@@ -361,6 +375,7 @@ class AcpConnection:
             messages=[*session.messages, parsed.message],
             payment_token=token,
             metadata={"transport": "acp", "cwd": session.cwd},
+            mcp_servers=session.mcp_servers[:MAX_MCP_SERVERS] if self.connect_mcp else [],
         )
         encoder = acp.UpdateEncoder()
         session.busy = True
@@ -531,7 +546,9 @@ async def serve_stdio(
 
     def handler_for(send: SendPayload) -> Handle:
         served = ServedAgent(agent, payment_policy, signer)
-        return AcpConnection(served, sessions, send, principal=principal).handle_payload
+        return AcpConnection(
+            served, sessions, send, principal=principal, connect_mcp=True
+        ).handle_payload
 
     await serve_ndjson(handler_for, stdin=stdin, stdout=stdout, max_line=max_line)
 
