@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import trio
 
@@ -95,6 +96,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="SLO:MS",
         help="count requests that met every SLO (ttft:MS tpot:MS e2e:MS) as goodput",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split the load over N generator processes (one event loop each) and merge "
+        "their samples (default %(default)s)",
     )
     p.add_argument(
         "--save-requests",
@@ -208,7 +217,22 @@ def _command(args: argparse.Namespace) -> int:
         with LiveProgress(config.requests, span, sys.stderr) as progress:
             return await run_bench(config, on_sample=progress.add)
 
-    summary, samples = trio.run(run)
+    processes = getattr(args, "processes", 1)
+    if processes < 1:
+        print("uamp bench: --processes must be at least 1", file=sys.stderr)
+        return 2
+    if processes > 1:
+        from .processes import run_processes
+
+        summary, samples = run_processes(config, processes)
+    else:
+        from .processes import cpu_seconds
+
+        cpu = cpu_seconds()
+        summary, samples = trio.run(run)
+        used = cpu_seconds() - cpu
+        busy = used / summary.duration_s if summary.duration_s > 0 else 0.0
+        summary = attrs.evolve(summary, meta={**summary.meta, "generator_cpu": [busy]})
     print_summary(summary, out)
     if args.save_requests:
         with open(args.save_requests, "wb") as saved:

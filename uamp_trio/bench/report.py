@@ -18,6 +18,9 @@ from rich.table import Table
 
 from .stats import Sample, Summary
 
+#: A generator that used this much of a CPU over its run is likely the bottleneck.
+BUSY = 0.85
+
 __all__ = ["COMPARED", "LiveProgress", "compare_table", "print_compare", "print_summary"]
 
 #: What ``--compare`` sets side by side: (label, JSON path, whether higher is better).
@@ -79,6 +82,12 @@ def print_summary(summary: Summary, out: TextIO) -> None:
         console.print(
             f"open loop: rate {asked} req/s ({d.get('arrival')}), sent {d['sent_per_s']:,.2f}"
             " req/s; latencies count from each request's scheduled start"
+        )
+    busy = [c for c in d.get("generator_cpu", ()) if c >= BUSY]
+    if busy:
+        console.print(
+            f"warning: a load generator used {max(busy):.0%} of a CPU: it may be the "
+            "bottleneck, not the server (try --processes N)"
         )
     if d.get("warmup_requests"):
         console.print(f"warm-up: {d['warmup_requests']} requests left out")

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 from hypothesis import given
@@ -32,6 +33,7 @@ from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.bench import BenchConfig, run_bench
 from uamp_trio.bench.arrivals import RatePlan, arrival_offsets, parse_rate
+from uamp_trio.bench.processes import split
 from uamp_trio.bench.stats import Sample, summarize
 
 
@@ -176,3 +178,30 @@ def test_the_command_warms_up_saves_requests_and_reports_goodput(tmp_path: Path)
     lines = [orjson.loads(line) for line in saved.read_text().splitlines()]
     assert len(lines) == 38 and sum(line["warmup"] for line in lines) == 8
     assert all(line["scheduled"] is not None and line["e2e"] >= 0 for line in lines)
+
+
+def test_split_divides_the_load_and_keeps_its_total() -> None:
+    config = BenchConfig(
+        url="http://x", concurrency=10, requests=101, rate=RatePlan((30.0,)), seed=5
+    )
+    parts = split(config, 3)
+    assert [p.requests for p in parts] == [34, 34, 33]
+    assert [p.rate for p in parts] == [RatePlan((10.0,))] * 3
+    assert [p.seed for p in parts] == [5, 6, 7] and all(p.concurrency == 4 for p in parts)
+    assert len(split(attrs.evolve(config, requests=2), 3)) == 2  # no empty part
+
+
+def test_several_generator_processes_merge_into_one_report(tmp_path: Path) -> None:
+    summary, saved = tmp_path / "summary.json", tmp_path / "requests.jsonl"
+    with uamp_serve() as base:
+        done = uamp(
+            *("bench", f"{base}/agents/demo", "--processes", "2", "-n", "40", "--rate", "40"),
+            *("--no-progress", "--json", str(summary), "--save-requests", str(saved)),
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    data = orjson.loads(summary.read_bytes())
+    assert data["processes"] == 2 and data["requests"] == data["ok"] == 40
+    assert len(data["generator_cpu"]) == 2 and data["rate"] == 40
+    assert data["e2e_ms"]["p50"] is not None
+    assert len(saved.read_text().splitlines()) == 40
