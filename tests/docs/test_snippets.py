@@ -16,6 +16,10 @@ pipefail``) and must exit 0 without a traceback; a ``json`` block must parse; a
 block in any other language needs ``skip``. The pages speak of
 ``127.0.0.1:8765`` and ``.venv/bin/``: both are replaced by the test's free
 port and this interpreter's scripts folder, and ``uamp serve`` gets ``--port``.
+
+``docs/first-hour.md`` is also run verbatim: its own install command in a
+copy of the checkout (a fresh ``.venv`` from the package index), then every
+block with that environment alone.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from tests._support.checkout import clean_env, copy_checkout
 from tests._support.cli import ENV, ROOT, Served
 
 PAGES = [
@@ -108,18 +113,25 @@ def _free_port() -> int:
 class Reader:
     """Runs one page's blocks in a folder of its own, as a reader would."""
 
-    def __init__(self, folder: Path, page: str) -> None:
+    def __init__(self, folder: Path, page: str, bin_dir: Path | None = None) -> None:
         self.folder = folder
         self.page = page
         self.port = _free_port()
         self.server: Served | None = None
-        self.env = {**ENV, "PATH": f"{BIN}{os.pathsep}{ENV.get('PATH', '')}"}
-        # The pages' programs import the checkout's packages, from any folder.
-        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), ENV.get("PYTHONPATH")]))
+        # A fresh virtual environment's scripts (``bin_dir``), or this interpreter's.
+        self.bin = bin_dir or BIN
+        self.env = {**ENV, "PATH": f"{self.bin}{os.pathsep}{ENV.get('PATH', '')}"}
+        if bin_dir is None:
+            # The pages' programs import the checkout's packages, from any folder.
+            paths = [str(ROOT), ENV.get("PYTHONPATH")]
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        else:  # everything comes from what the page had the reader install
+            self.env["PYTHONPATH"] = ""
+            self.env.pop("VIRTUAL_ENV", None)
 
     def local(self, text: str) -> str:
         text = text.replace("127.0.0.1:8765", f"127.0.0.1:{self.port}")
-        return text.replace(".venv/bin/", f"{BIN}/")
+        return text.replace(".venv/bin/", f"{self.bin}/")
 
     def where(self, block: Block) -> str:
         return f"{self.page}:{block.line}"
@@ -156,7 +168,7 @@ class Reader:
             json.loads(block.code)
             return
         if block.lang == "python":
-            command = [sys.executable, "-c", self.local(block.code)]
+            command = [str(self.bin / "python"), "-c", self.local(block.code)]
         elif block.lang == "sh":
             command = ["bash", "-euo", "pipefail", "-c", self.local(block.code)]
         else:
@@ -181,5 +193,32 @@ def test_every_block_of_the_page_runs(page: str, tmp_path: Path) -> None:
     try:
         for block in found:
             reader.run(block)
+    finally:
+        reader.stop()
+
+
+def test_first_hour_verbatim_in_a_fresh_venv(tmp_path: Path) -> None:
+    """The newcomer's path: a copy of the checkout, the page's own install command run as
+    printed (a new ``.venv``, the extras the page names, from the package index), then
+    every block with that environment alone -- no test dependencies, no PYTHONPATH."""
+    source = copy_checkout(tmp_path)
+    page = "docs/first-hour.md"
+    found = blocks((ROOT / page).read_text())
+    install = next(b for b in found if b.lang == "sh" and "pip install" in b.code)
+    env = {**clean_env(), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", install.code],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    reader = Reader(source, page, bin_dir=source / ".venv" / "bin")
+    try:
+        for block in found:
+            if block is not install:
+                reader.run(block)
     finally:
         reader.stop()
