@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from uamp_proto.envelope import Body, ContextRef, Envelope, Intent
-from uamp_proto.jose import PrivateKey, public_jwk
+from uamp_proto.jose import JWKS, PrivateKey, public_jwk
 from uamp_proto.signing import issue_cap_token, sign_envelope
+from uamp_trio.trust.auth import JWTAuthenticator
 
 ISSUER = "https://issuer.test"
 
@@ -83,3 +85,11 @@ def cap_token(
         int(time.time()) + 300 if exp is None else exp,
         kid=kid,
     )
+
+
+def capability_issuer(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, JWTAuthenticator]:
+    """A new issuer key (kid ``issuer-1``) and a server authenticator trusting it."""
+    issuer = p256()
+    jwks = directory / "jwks.json"
+    jwks.write_bytes(JWKS.from_keys((issuer, "issuer-1")).to_json())
+    return issuer, JWTAuthenticator(jwks, issuer=ISSUER, audience="uamp")

@@ -19,7 +19,7 @@ import trio
 import trio_websocket
 
 from tests._support.agents import TestAgent, Words
-from tests._support.envelopes import ISSUER, cap_token, envelope, p256
+from tests._support.envelopes import cap_token, capability_issuer, envelope, p256
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters.envelope import prefix_frame, read_error, split_frames
@@ -43,7 +43,6 @@ from uamp_trio.client.envelope import (
 )
 from uamp_trio.demo import DemoAgent
 from uamp_trio.envelope.service import EnvelopeLimits
-from uamp_trio.trust.auth import JWTAuthenticator
 
 TIMEOUT = 15
 
@@ -331,10 +330,7 @@ async def _post_to(server: Any, agent: str, env: Envelope) -> httpx.Response:
 
 @pytest.fixture
 async def auth_server(serve_app: Callable[..., Awaitable[Any]], tmp_path: Path) -> Any:
-    issuer = p256()
-    jwks = tmp_path / "jwks.json"
-    jwks.write_bytes(JWKS.from_keys((issuer, "issuer-1")).to_json())
-    auth = JWTAuthenticator(jwks, issuer=ISSUER, audience="uamp")
+    issuer, auth = capability_issuer(tmp_path)
     server = await serve_app(create_app([Echo()], authenticator=auth))
     server.issuer = issuer  # type: ignore[attr-defined]
     return server

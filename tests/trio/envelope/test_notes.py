@@ -20,18 +20,16 @@ import trio_websocket
 from hypothesis import given
 
 from tests._support.agents import TestAgent
-from tests._support.envelopes import ISSUER, cap_token, envelope, p256
+from tests._support.envelopes import cap_token, capability_issuer, envelope, p256
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters.envelope import EnvelopeRefused, prefix_frame, read_error
 from uamp_proto.envelope import Envelope, decode_envelope, encode_envelope
-from uamp_proto.jose import JWKS
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.client.envelope import EnvelopeHTTPClient, EnvelopeSigner
 from uamp_trio.envelope.notes import Notes
 from uamp_trio.envelope.service import EnvelopeLimits
-from uamp_trio.trust.auth import JWTAuthenticator
 
 TIMEOUT = 20
 HEADERS = {"content-type": "application/uamp+json;v=1"}
@@ -75,10 +73,7 @@ async def test_a_large_inform_is_4_13_on_http_and_the_websocket(
 
 @pytest.fixture
 async def auth_server(serve_app: Callable[..., Awaitable[Any]], tmp_path: Path) -> Any:
-    issuer = p256()
-    jwks = tmp_path / "jwks.json"
-    jwks.write_bytes(JWKS.from_keys((issuer, "issuer-1")).to_json())
-    auth = JWTAuthenticator(jwks, issuer=ISSUER, audience="uamp")
+    issuer, auth = capability_issuer(tmp_path)
     limits = EnvelopeLimits(notes_per_principal=3, note_bytes_per_principal=1000)
     server = await serve_app(create_app([Recall()], authenticator=auth, envelope_limits=limits))
     server.issuer = issuer

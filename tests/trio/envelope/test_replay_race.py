@@ -25,18 +25,16 @@ import trio_websocket
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from tests._support.agents import TestAgent
-from tests._support.envelopes import ISSUER, cap_token, envelope, p256
+from tests._support.envelopes import cap_token, capability_issuer, envelope, p256
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters.envelope import prefix_frame, read_error, split_frames
 from uamp_proto.envelope import Envelope, decode_envelope, encode_envelope
-from uamp_proto.jose import JWKS
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_proto.signing import sign_envelope
 from uamp_trio.app import create_app
 from uamp_trio.envelope.service import EnvelopeLimits
 from uamp_trio.grpc.protos.uamp.v1 import agent_pb2
-from uamp_trio.trust.auth import JWTAuthenticator
 from uamp_trio.trust.ledger import Ledger
 from uamp_trio.trust.payments import LedgerPolicy
 
@@ -156,10 +154,7 @@ async def test_concurrent_copies_of_a_paid_ask_run_and_charge_once(
 
 @pytest.fixture
 def auth_server(thread_server: Callable[..., Any], tmp_path: Path) -> Any:
-    issuer = p256()
-    jwks = tmp_path / "jwks.json"
-    jwks.write_bytes(JWKS.from_keys((issuer, "issuer-1")).to_json())
-    auth = JWTAuthenticator(jwks, issuer=ISSUER, audience="uamp")
+    issuer, auth = capability_issuer(tmp_path)
     limits = EnvelopeLimits(replay_memory=40, replay_per_principal=10)
     server = thread_server(create_app([Counted()], authenticator=auth, envelope_limits=limits))
     server.issuer = issuer

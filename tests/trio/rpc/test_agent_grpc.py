@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from tests._support.agents import TestAgent, Words
-from tests._support.envelopes import ISSUER, cap_token, envelope, p256
+from tests._support.envelopes import cap_token, capability_issuer, envelope, p256
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.envelope import decode_envelope, encode_envelope
@@ -34,7 +34,6 @@ from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 from uamp_trio.envelope.service import EnvelopeLimits
 from uamp_trio.grpc.protos.uamp.v1 import agent_pb2
-from uamp_trio.trust.auth import JWTAuthenticator
 
 Envelope = agent_pb2.Envelope
 Delta = agent_pb2.Delta
@@ -281,10 +280,7 @@ def test_session_bad_signature_ends_the_call(served: tuple[Any, Any, Any]) -> No
 
 @pytest.fixture
 def auth_served(thread_server: Callable[..., Any], tmp_path: Path) -> Iterator[tuple[Any, Any]]:
-    issuer = p256()
-    jwks = tmp_path / "jwks.json"
-    jwks.write_bytes(JWKS.from_keys((issuer, "issuer-1")).to_json())
-    auth = JWTAuthenticator(jwks, issuer=ISSUER, audience="uamp")
+    issuer, auth = capability_issuer(tmp_path)
     server = thread_server(create_app([Echo()], authenticator=auth))
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         yield issuer, stubs(channel)[0]
