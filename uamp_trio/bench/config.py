@@ -22,7 +22,17 @@ __all__ = [
 ]
 
 #: The transports ``--transport`` accepts.
-TRANSPORTS = ("openai", "uamp-ws", "realtime", "agui", "a2a", "a2a-0.3", "anthropic", "responses")
+TRANSPORTS = (
+    "openai",
+    "uamp-ws",
+    "realtime",
+    "agui",
+    "a2a",
+    "a2a-0.3",
+    "anthropic",
+    "responses",
+    "ai-sdk",
+)
 
 
 def parse_header(text: str) -> tuple[str, str]:

@@ -22,6 +22,9 @@ ended the response, or reported an error. No I/O here: the HTTP driver
   ``rejected`` / ``auth-required`` fail, and so does an ``input-required``
   pause), a JSON-RPC ``error`` fails. A 1.0 status update has no ``final``:
   a terminal or interrupted state closes the stream.
+* ``ai-sdk`` -- the Vercel AI SDK's UI message stream: ``text-delta`` (or
+  ``reasoning-delta``) chunks, ``finish`` ends (a ``finishReason`` other than
+  ``stop``, ``length`` or ``tool-calls`` fails), an ``error`` chunk fails;
 * ``anthropic`` -- the Anthropic Messages API (``POST .../v1/messages`` with
   ``anthropic-version``): ``text_delta`` (or ``thinking_delta``) events,
   ``message_stop`` ends, an ``error`` event fails with its type.
@@ -253,6 +256,43 @@ class AGUI(Dialect):
         return _NOTHING
 
 
+class AiSdk(Dialect):
+    """The Vercel AI SDK: ``POST .../ai-sdk`` as ``DefaultChatTransport`` sends it."""
+
+    name = "ai-sdk"
+
+    def endpoint(self, config: BenchConfig) -> str:
+        return endpoint_url(config.url, config.agent, "ai-sdk")
+
+    def body(self, config: BenchConfig) -> bytes:
+        text = {"type": "text", "text": config.prompt}
+        message = {"id": uuid.uuid4().hex, "role": "user", "parts": [text]}
+        return orjson.dumps(
+            {"id": uuid.uuid4().hex, "messages": [message], "trigger": "submit-message"}
+        )
+
+    def step(self, data: str, reader: Reader) -> Step:
+        if data == "[DONE]":
+            return _NOTHING
+        chunk = _json(data)
+        if chunk is None:
+            return _bad()
+        kind = chunk.get("type")
+        if kind == "text-delta" or kind == "reasoning-delta":
+            delta = chunk.get("delta")
+            return Step(text=delta) if isinstance(delta, str) else _bad()
+        if kind == "error":
+            return Step(error="stream_error")
+        if kind == "finish":
+            reason = chunk.get("finishReason")
+            return (
+                _DONE
+                if reason in (None, "stop", "length", "tool-calls")
+                else Step(error=f"finish_{reason}")
+            )
+        return _NOTHING
+
+
 _A2A_FAILED = frozenset({"failed", "canceled", "rejected", "auth-required"})
 
 
@@ -410,5 +450,6 @@ DIALECTS: dict[str, Dialect] = {
         A2A("a2a", v1=True),
         A2A("a2a-0.3", v1=False),
         Anthropic(),
+        AiSdk(),
     )
 }

@@ -64,6 +64,26 @@ CASES = [
     ),
     ("agui", [_data({"type": "TEXT_MESSAGE_CONTENT"})], [Step(error="bad_response")]),
     (
+        "ai-sdk",
+        [
+            _data({"type": "start", "messageId": "m"}),
+            _data({"type": "text-delta", "id": "t", "delta": "a"}),
+            _data({"type": "reasoning-delta", "id": "r", "delta": "b"}),
+            _data({"type": "finish", "finishReason": "stop"}),
+            "[DONE]",
+        ],
+        [Step(), Step(text="a"), Step(text="b"), Step(done=True), Step()],
+    ),
+    (
+        "ai-sdk",
+        [
+            _data({"type": "error", "errorText": "x"}),
+            _data({"type": "finish", "finishReason": "error"}),
+            _data({"type": "text-delta", "id": "t"}),
+        ],
+        [Step(error="stream_error"), Step(error="finish_error"), Step(error="bad_response")],
+    ),
+    (
         "a2a-0.3",
         [
             _a2a({"kind": "task", "status": {"state": "submitted"}}),

@@ -120,7 +120,8 @@ async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("transport", "route"), [("agui", "agui"), ("a2a", "a2a"), ("a2a-0.3", "a2a")]
+    ("transport", "route"),
+    [("agui", "agui"), ("a2a", "a2a"), ("a2a-0.3", "a2a"), ("ai-sdk", "ai-sdk")],
 )
 async def test_agui_and_a2a_counts_match(serve_app: Any, transport: str, route: str) -> None:
     agent, base = await _served(serve_app)
