@@ -317,3 +317,18 @@ def test_uamp_mcp_over_stdio() -> None:
     result = _run(main)
     assert result.content[0].text == "2 + 3 = 5"
     assert "".join(m or "" for m in seen) == "2 + 3 = 5"
+
+
+def test_pages_of_other_origins_are_refused(thread_server: Callable[..., Any]) -> None:
+    """MCP's DNS rebinding rule: an ``Origin`` that is not ours nor allowed gets 403."""
+    server = thread_server(create_app([Echo()]), allowed_origins=("http://app.example",))
+    url = f"http://127.0.0.1:{server.port}"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "x"}}
+    statuses = {
+        origin: httpx.post(f"{url}/agents/echo/mcp", json=init, headers={"origin": origin})
+        for origin in ("http://evil.example", url, "http://app.example")
+    }
+    assert statuses["http://evil.example"].status_code == 403
+    assert statuses[url].status_code == 200
+    assert statuses["http://app.example"].status_code == 200
+    assert httpx.post(f"{url}/agents/echo/mcp", json=init).status_code == 200  # no Origin: no page

@@ -25,6 +25,10 @@ Two carriers:
 * **stdio** (:func:`serve_stdio`, ``uamp mcp``): newline-delimited JSON, one
   peer per process.
 
+A request whose ``Origin`` is neither the server's own nor one
+``--allowed-origins`` names is refused ``403`` (MCP asks servers to check it:
+DNS rebinding of a local server).
+
 Auth (MCP "Authorization"): the endpoint is an OAuth protected resource. The
 gate's 401 names its RFC 9728 metadata
 (``/.well-known/oauth-protected-resource/agents/{name}/mcp``), served here,
@@ -59,6 +63,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_comment, encode_json
 
+from ..engines.cors import CorsPolicy
 from ..engines.http import (
     JSON_HEADERS,
     SSE_HEADERS,
@@ -400,6 +405,11 @@ class McpTransport(PolicyTransport):
     async def endpoint(self, request: Request) -> Response | StreamingResponse:
         """``.../mcp``: POST a message, GET the session's stream, DELETE the session."""
         agent = self.app.resolve_agent(request.path_params)
+        origin = request.headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin, request):
+            # MCP "Security Warning": a page of another origin (DNS
+            # rebinding of a local server) gets nothing.
+            return _refused(403, rpc.INVALID_REQUEST, f"Origin {origin!r} may not call.")
         try:
             if request.method == "POST":
                 return await self._post(agent, request)
@@ -410,6 +420,14 @@ class McpTransport(PolicyTransport):
             return self._stream(peer, request)
         except _Refused as refused:
             return refused.response
+
+    def _origin_allowed(self, origin: str, request: Request) -> bool:
+        """The page's own origin, or one ``--allowed-origins`` lets call (CORS)."""
+        if origin == resource.origin(request):
+            return True
+        config = self.app.server_config
+        policy = CorsPolicy.of(config.allowed_origins)
+        return policy is not None and policy.allows(origin)
 
     def _peer(self, agent: Responder, request: Request) -> McpPeer:
         """The session a request names, checked (else :class:`_Refused`)."""
