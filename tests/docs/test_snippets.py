@@ -46,6 +46,9 @@ PAGES = [
     "docs/anthropic.md",
     "docs/agents.md",
     "docs/responses.md",
+    "docs/sessions.md",
+    "docs/sans-io.md",
+    "docs/sse.md",
 ]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")
