@@ -1187,6 +1187,38 @@ async def inform_memory_pin(port: int, long: bool) -> Outcome:
     )
 
 
+async def mcp_session_flood(port: int, long: bool) -> Outcome:
+    """MCP initialize after initialize, never ending a session (one principal)."""
+    count = 2000 if long else 300
+    path = f"/agents/{AGENT}/mcp"
+    params = b'{"protocolVersion":"2025-11-25"}'
+    init = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":' + params + b"}"
+    answers: dict[str, int] = {}
+    ids: list[str] = []
+    for _ in range(count):
+        stream = await connect(port)
+        async with stream:
+            await send_quietly(stream, post(path, init))
+            data = await read_all(stream, limit=10)
+        lines = status_lines(data)
+        tally(answers, lines[0][9:] if lines else "no answer")
+        found = re.search(rb"(?im)^mcp-session-id:\s*(\S+)", data)
+        if found:
+            ids.append(found.group(1).decode())
+
+    async def ping(session: str) -> str:
+        raw = post(path, b'{"jsonrpc":"2.0","id":2,"method":"ping"}')
+        raw = raw.replace(b"\r\n\r\n", f"\r\nMcp-Session-Id: {session}\r\n\r\n".encode(), 1)
+        return (await first_status(port, raw, limit=10)).split(" ")[0]
+
+    oldest, newest = (await ping(ids[0]), await ping(ids[-1])) if ids else ("-", "-")
+    return Outcome(
+        sent=f"{count} MCP initialize requests, no DELETE",
+        answer=f"{answers}; the oldest session then answers {oldest}, the newest {newest}",
+        ok=answers == {"200 OK": count} and (oldest, newest) == ("404", "200"),
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -1209,6 +1241,7 @@ SCENARIOS = [
         role_object,
         big_integers,
         inform_memory_pin,
+        mcp_session_flood,
     )
 ] + [
     Scenario.of(concurrent_replay, server=with_ledger),

@@ -54,6 +54,7 @@ SCENARIOS = [
     "role_object",
     "big_integers",
     "inform_memory_pin",
+    "mcp_session_flood",
     "concurrent_replay",
     "relay_token_spend",
 ]
