@@ -12,8 +12,6 @@ configs on one task pinned +57 MB.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,30 +23,22 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError
 
 from tests._support.agents import run_asyncio
+from tests._support.webhooks import scenario_agent
 from uamp_trio.app import create_app, default_transports
 from uamp_trio.transports import a2a
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "a2a_scenarios.py"
 BINDINGS = pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"])
 LIMITS = {"a2a_max_push_configs": 3, "a2a_max_push_config_bytes": 2048}
 HOOK = "https://hooks.example.com/a2a"
-
-
-def _agent() -> Any:
-    spec = importlib.util.spec_from_file_location("a2a_scenarios", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.agent
 
 
 @pytest.fixture
 def server(thread_server: Any) -> Any:
     push = a2a.PushSender(allow=["127.0.0.1/32"], backoff=0.05)
     transports = [a2a.transport(push=push) if t is a2a.mount else t for t in default_transports()]
-    app = create_app([_agent()], transports=transports, payment_policy=None)
+    app = create_app([scenario_agent()], transports=transports, payment_policy=None)
     return thread_server(app, **LIMITS)
 
 

@@ -21,12 +21,16 @@ refused -- when the config is set (a literal address, ``localhost``) and
 again at delivery (the addresses the name resolves to) -- unless an
 allow-list (``allow=["127.0.0.1/32"]``) admits them. A refused target is an
 ``INVALID_PARAMS`` error when set and a skipped delivery (logged) later.
+A delivery connects to the address its check saw, and follows a redirect
+only to an address that passes the same check (:mod:`.pinned`: a name that
+resolves differently the second time -- DNS rebinding -- gains nothing).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import ssl
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -36,6 +40,8 @@ import trio
 
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, Update
+
+from .pinned import Refused, Resolve, post_checked, resolve
 
 if TYPE_CHECKING:
     from ...engines.supervise import Spawner
@@ -56,6 +62,9 @@ class PushSender:
         attempts: Deliveries tried per update before giving up.
         backoff: Seconds before the first retry; doubled for each next one.
         timeout: Seconds one delivery may take.
+        resolver: Resolves a target's name, once per delivery attempt
+            (default: trio's ``getaddrinfo``).
+        ssl_context: Verifies ``https`` receivers (default: the system's CAs).
     """
 
     def __init__(
@@ -65,11 +74,15 @@ class PushSender:
         attempts: int = 4,
         backoff: float = 0.5,
         timeout: float = 15.0,
+        resolver: Resolve = resolve,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.allow: list[_Network] = [ipaddress.ip_network(a, strict=False) for a in allow]
         self.attempts = attempts
         self.backoff = backoff
         self.timeout = timeout
+        self.resolver = resolver
+        self.ssl_context = ssl_context
         self._locks: dict[tuple[str, str], trio.Lock] = {}
         #: Deliveries made, by outcome (``delivered``, ``failed``, ``refused``).
         self.counts: dict[str, int] = {"delivered": 0, "failed": 0, "refused": 0}
@@ -102,16 +115,6 @@ class PushSender:
                 "server does not deliver to.",
             )
 
-    async def _resolves_public(self, url: str) -> bool:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-        except OSError:
-            return False
-        return bool(infos) and all(self._allowed(str(info[4][0])) for info in infos)
-
     def notify(self, nursery: Spawner | None, task: A2ATask, update: Update) -> None:
         """Deliver ``update`` of ``task`` to each of its webhooks, in the background."""
         if nursery is None:
@@ -128,37 +131,48 @@ class PushSender:
 
     async def _post(self, config: dict[str, Any], payload: bytes) -> None:
         url = config["url"]
-        if not await self._resolves_public(url):
-            self.counts["refused"] += 1
-            log.warning(
-                "push notification not sent: %s is not a public address", urlsplit(url).hostname
-            )
-            return
-        headers = {"content-type": "application/json"}
+        headers = [("content-type", "application/json")]
         auth = config.get("authentication")
         if auth is not None:
             credentials = auth.get("credentials") or config.get("token") or ""
-            headers["authorization"] = f"{auth['scheme']} {credentials}".strip()
+            headers.append(("authorization", f"{auth['scheme']} {credentials}".strip()))
         if config.get("token"):
-            headers["x-a2a-notification-token"] = config["token"]
+            headers.append(("x-a2a-notification-token", config["token"]))
         delay = self.backoff
-        import httpx  # here: a server that never pushes does not pay for its import
+        import httpcore  # here: a server that never pushes does not pay for its import
 
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
-            for attempt in range(1, self.attempts + 1):
-                try:
-                    response = await http.post(url, content=payload, headers=headers)
-                except httpx.HTTPError as exc:
-                    reason = type(exc).__name__
-                else:
-                    if response.status_code < 300:
-                        self.counts["delivered"] += 1
-                        return
-                    reason = f"HTTP {response.status_code}"
-                    if response.status_code < 500 and response.status_code != 429:
-                        break  # the receiver refused it: retrying will not help
-                if attempt < self.attempts:
-                    await trio.sleep(delay)
-                    delay *= 2
+        for attempt in range(1, self.attempts + 1):
+            try:
+                answer = await post_checked(
+                    url,
+                    payload,
+                    headers,
+                    allowed=self._allowed,
+                    resolver=self.resolver,
+                    timeout=self.timeout,
+                    ssl_context=self.ssl_context,
+                )
+            except Refused as exc:
+                self.counts["refused"] += 1
+                log.warning("push notification not sent: %s", exc)
+                return
+            except (
+                OSError,
+                trio.TooSlowError,
+                httpcore.NetworkError,
+                httpcore.TimeoutException,
+                httpcore.ProtocolError,
+            ) as exc:
+                reason = type(exc).__name__
+            else:
+                if answer.status < 300:
+                    self.counts["delivered"] += 1
+                    return
+                reason = f"HTTP {answer.status}"
+                if answer.status < 500 and answer.status != 429:
+                    break  # the receiver refused it (or redirected for good): final
+            if attempt < self.attempts:
+                await trio.sleep(delay)
+                delay *= 2
         self.counts["failed"] += 1
         log.warning("push notification to %s failed (%s)", urlsplit(url).hostname, reason)
