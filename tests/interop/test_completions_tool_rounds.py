@@ -4,7 +4,8 @@ One turn in which the agent runs its own tool (``add``) *and* asks the client
 to run one of the client's (``lookup``): the openai SDK sees only the call
 addressed to it, and its follow-up request carries the conversation as it saw
 it. The agent must still see its own call and result in that follow-up (it
-answers from both, and does not call ``add`` again), streamed or not.
+answers from both, and does not call ``add`` again), streamed or not -- and
+the same over the Responses API when the follow-up carries the items itself.
 """
 
 from __future__ import annotations
@@ -104,6 +105,46 @@ def test_the_follow_up_sees_the_agents_own_tool_round(served: Any, stream: bool)
     last = model.calls[-1]
     assert last == [
         ("user", "what is 2+3? and call lookup"),
+        ("assistant", "add"),
+        ("tool", "5"),
+        ("assistant", "lookup"),
+        ("tool", "a word"),
+    ]
+    assert sum(1 for call in model.calls for role, text in call if text == "add") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_follow_up_with_items_sees_the_agents_own_tool_round(
+    served: Any, stream: bool
+) -> None:
+    """The same over the Responses API, the follow-up as items without previous_response_id."""
+    sdk, model = served
+    lookup = {"type": "function", **LOOKUP["function"]}  # the Responses API's flat form
+    question = "what is 2+3? and call lookup"
+    if stream:
+        events = list(
+            sdk.responses.create(model="calc", input=question, tools=[lookup], stream=True)
+        )
+        first = events[-1].response
+    else:
+        first = sdk.responses.create(model="calc", input=question, tools=[lookup])
+    (call,) = [i for i in first.output if i.type == "function_call"]
+    assert call.name == "lookup"
+    second = sdk.responses.create(
+        model="calc",
+        store=False,
+        tools=[lookup],
+        input=[
+            {"role": "user", "content": question},
+            {"type": "function_call", "call_id": call.call_id, "name": "lookup",
+             "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "a word"},
+        ],
+    )  # fmt: skip
+    answer = second.output_text
+    assert "2 + 3 = 5" in answer and "Tool lookup returned: a word" in answer
+    assert model.calls[-1] == [
+        ("user", question),
         ("assistant", "add"),
         ("tool", "5"),
         ("assistant", "lookup"),

@@ -73,6 +73,8 @@ from uamp_proto.adapters.completions import (
     CompletionsError,
     error_object,
     payment_error,
+    server_rounds,
+    splice_server_rounds,
 )
 from uamp_proto.adapters.responses import ECHO_KEY, ResponsesRequest, parse_request
 from uamp_proto.adapters.responses_render import (
@@ -84,7 +86,7 @@ from uamp_proto.codec import decode, encode, from_dict, unstructure
 from uamp_proto.ids import random_ids
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Responder
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.resume import ResumeError
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
@@ -228,6 +230,14 @@ class ResponsesTransport:
             parsed = attrs.evolve(
                 parsed, turn=attrs.evolve(turn, messages=[*before, *turn.messages])
             )
+        rounds = self.app.stores.tool_rounds
+        if len(rounds):
+            # The agent's own tool rounds of a turn that also called the
+            # client's tools, which a client sending the items back never had.
+            turn = parsed.turn
+            spliced = splice_server_rounds(turn.messages, partial(rounds.recall, principal))
+            if len(spliced) != len(turn.messages):
+                parsed = attrs.evolve(parsed, turn=attrs.evolve(turn, messages=spliced))
         if parsed.background:
             self._check_room(principal)
         if parsed.store and self._log.health.down:
@@ -319,10 +329,18 @@ class ResponsesTransport:
             event_log.put_record(key, record.copy())
         event_log.release(key)
 
-    def _final(self, outcome: ResponseOutcome) -> ev.Event:
-        """The terminal event of a turn (client tool calls: ``response.done`` too)."""
+    def _final(self, outcome: ResponseOutcome, turn: TurnRequest) -> ev.Event:
+        """The terminal event of a turn (client tool calls: ``response.done`` too).
+
+        A turn that called the client's tools keeps its own tool rounds for
+        the request that brings the results (:func:`server_rounds`).
+        """
         if outcome.final is not None:
             return outcome.final
+        ids = [c.id for c in outcome.pending_tool_calls]
+        kept = server_rounds(outcome.tracker.messages(), ids)
+        if kept:
+            self.app.stores.tool_rounds.remember(turn.principal, ids, kept)
         return outcome.tracker.done_event(session_id=outcome.tracker.response_id)
 
     # --- a foreground turn -------------------------------------------------------
@@ -339,7 +357,7 @@ class ResponsesTransport:
         if record is not None:
             _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
         outcome = await run_response(agent, parsed.turn, None, stamp=False, charge=charge)
-        final = self._final(outcome)
+        final = self._final(outcome, parsed.turn)
         if record is not None:
             _append(self._log, key, final)
             self._finish(key, record, outcome)
@@ -390,19 +408,17 @@ class ResponsesTransport:
         if store:
             _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
         outcome: ResponseOutcome | None = None
+        final: ev.Event | None = None
         try:
             outcome = await run_response(agent, parsed.turn, sink, stamp=False, charge=charge)
+            final = self._final(outcome, parsed.turn)
         finally:
             if store:
-                if outcome is None:  # the client left: what it saw is all there is
-                    _append(self._log, key, ev.ResponseCancelled(response_id=key[1]))
-                else:
-                    _append(self._log, key, self._final(outcome))
+                # Without an outcome the client left: what it saw is all there is.
+                _append(self._log, key, final or ev.ResponseCancelled(response_id=key[1]))
                 self._finish(key, record, outcome)
-        assert outcome is not None
-        tail = b""
-        if outcome.final is None:
-            tail = render(self._final(outcome))
+        assert outcome is not None and final is not None
+        tail = render(final) if outcome.final is None else b""
         signer = self.app.response_signer
         extra = b""
         if signer is not None and outcome.status in ("completed", "requires_action"):
@@ -463,7 +479,7 @@ class ResponsesTransport:
         try:
             outcome = await runner.run()
             if outcome.final is None and event_log.writing(key):
-                _append(event_log, key, self._final(outcome))
+                _append(event_log, key, self._final(outcome, runner.request))
         except Exception:
             log.exception("background response %s failed", key[1])
             if event_log.writing(key) and not runner.tracker.is_finished:
