@@ -49,7 +49,43 @@ PAGES = [
     "docs/sessions.md",
     "docs/sans-io.md",
     "docs/sse.md",
+    "docs/resume.md",
+    "docs/a2a.md",
 ]
+#: Pages whose blocks are not run yet (issue 32): each still has blocks that
+#: need a server of their own, an external service or imports they leave
+#: out. A page moves to PAGES once every block runs or says why it is skipped.
+NOT_RUN_YET = {
+    "docs/acp.md",
+    "docs/agui.md",
+    "docs/ai-sdk.md",
+    "docs/architecture.md",
+    "docs/bench.md",
+    "docs/changelog.md",
+    "docs/chat.md",
+    "docs/clients.md",
+    "docs/codec.md",
+    "docs/completions.md",
+    "docs/deploy.md",
+    "docs/flow.md",
+    "docs/grpc.md",
+    "docs/index.md",
+    "docs/operations.md",
+    "docs/performance.md",
+    "docs/playground.md",
+    "docs/providers.md",
+    "docs/realtime.md",
+    "docs/relay.md",
+    "docs/scale-out.md",
+    "docs/security.md",
+    "docs/server.md",
+    "docs/signing.md",
+    "docs/specs.md",
+    "docs/tls.md",
+    "docs/uamp-sessions.md",
+    "docs/uamp-websocket.md",
+    "docs/voice.md",
+}
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(\S*)\s*$")
@@ -186,6 +222,12 @@ class Reader:
         expected = block.marker("expect")
         if expected is not None:
             assert expected in output, f"{where}: no {expected!r} in:\n{output}"
+
+
+def test_every_page_is_run_or_listed_as_not_run_yet() -> None:
+    """A new page joins PAGES (its blocks run) or NOT_RUN_YET knowingly, never silently."""
+    pages = {"README.md", *(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))}
+    assert pages - set(PAGES) == NOT_RUN_YET
 
 
 @pytest.mark.parametrize("page", PAGES)
