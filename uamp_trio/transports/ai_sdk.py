@@ -24,8 +24,10 @@ for a chat whose answer still runs supersedes it: the old answer ends
 
 Answers are found by ``(principal, agent, chat id)``: another principal's
 chat answers ``204`` like one that never existed (docs/security.md,
-Ownership). Each principal runs at most :data:`MAX_ANSWERS` answers at once
-(``429`` past it), and an answer's chunks, kept for replays, are bounded by
+Ownership). Each principal has at most :data:`MAX_ANSWERS` answers running
+that nobody reads -- started, then left -- (``429`` past it; answers that
+are being read are bounded like any streamed response, by the server's
+connection limits), and an answer's chunks, kept for replays, are bounded by
 :data:`MAX_ANSWER_BYTES` (past it the answer ends with an ``error`` chunk).
 
 Across processes (docs/scale-out.md): when the event log is shared (Redis),
@@ -95,7 +97,8 @@ ROUTES = RouteMeta(transport="ai_sdk", error_style="openai")
 
 log = logging.getLogger("uamp_trio.ai_sdk")
 
-#: Answers one principal may have running at once.
+#: Answers one principal may have running with nobody reading them (started,
+#: then left): past it a new one is refused 429.
 MAX_ANSWERS: Final = 8
 #: The most chunk bytes one answer keeps for replays.
 MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
@@ -131,6 +134,9 @@ class _Answer:
         self.finished = trio.Event()
         #: Whether the answer writes to the shared event log (until superseded there).
         self.logging = False
+        #: Requests reading the answer now (an answer nobody reads counts
+        #: against its caller's :data:`MAX_ANSWERS`).
+        self.readers = 0
         #: Writes what the shared log has queued (``None``: no shared log).
         self.flush: Callable[[], Awaitable[None]] | None = None
 
@@ -159,6 +165,13 @@ class _Answer:
 
         ``replay``: include a continued message's earlier parts (a resume).
         """
+        self.readers += 1
+        try:
+            await self._follow(send, replay)
+        finally:
+            self.readers -= 1
+
+    async def _follow(self, send: SendChunk, replay: bool) -> None:
         sent = 0
         if replay and self.prefix:
             await send(b"".join([self.frames[0], *self.prefix]))
@@ -233,12 +246,12 @@ class AiSdkTransport:
             raise HTTPError(400, exc.message, code=exc.code) from None
         principal = request.principal
         key: AnswerKey = (principal.key, agent.name, chat.chat_id)
-        old = self.answers.get(key)
-        if old is None and self._per_principal.get(principal.key, 0) >= self.max_answers:
+        # Superseding the chat's own answer leaves no more running: never refused.
+        if key not in self.answers and self._unread(principal.key) >= self.max_answers:
             raise HTTPError(
                 429,
-                f"At most {self.max_answers} answers may run at once for one caller; "
-                "wait for one to finish.",
+                f"At most {self.max_answers} answers nobody reads may run at once for one "
+                "caller; wait for one to finish, or resume it.",
                 code="too_many_answers",
                 headers=[("retry-after", "1")],
             )
@@ -328,6 +341,16 @@ class AiSdkTransport:
         else:
             trio.lowlevel.spawn_system_task(run.run, name="uamp-ai-sdk-answer")
         return answer
+
+    def _unread(self, owner: tuple[str, str]) -> int:
+        """How many of ``owner`` 's answers run with nobody reading them."""
+        if self._per_principal.get(owner, 0) < self.max_answers:
+            return 0  # fewer running at all: no need to look
+        return sum(
+            1
+            for key, answer in self.answers.items()
+            if key[0] == owner and answer.readers == 0
+        )
 
     def _forget(self, answer: _Answer) -> None:
         if self.answers.get(answer.key) is answer:

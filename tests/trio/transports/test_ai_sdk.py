@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -118,21 +119,39 @@ async def test_another_principals_chat_looks_like_none(serve_app: Any, tmp_path:
     assert unauthenticated.status_code == 401
 
 
-async def test_each_caller_runs_a_bounded_number_of_answers(serve_app: Any) -> None:
+async def test_each_caller_leaves_a_bounded_number_of_answers_running(
+    serve_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Answers outlive their requests: an abuser could start them and leave.
+    # A reader that left is noticed at the next write: the agent's next
+    # chunk, or the keep-alive comment (made frequent here).
+    monkeypatch.setattr(ai_sdk, "HEARTBEAT", 0.1)
     slow = Words("slow", "a ", "b ", pause=30)
     app = create_app([slow], transports=[ai_sdk.transport(max_answers=3)])
     server = await serve_app(app)
     with trio.fail_after(TIMEOUT):
-        async with httpx.AsyncClient(base_url=server.url) as http:
-            statuses = []
+        async with httpx.AsyncClient(base_url=server.url) as http, AsyncExitStack() as held:
+            # Answers being read are not counted: five at once, all served.
             for n in range(5):
-                async with http.stream("POST", "/agents/slow/ai-sdk", json=body(f"c{n}")) as r:
+                r = await held.enter_async_context(
+                    http.stream("POST", "/agents/slow/ai-sdk", json=body(f"c{n}"))
+                )
+                assert r.status_code == 200
+                await r.aiter_bytes().__anext__()
+            await held.aclose()  # all five left, their answers run on
+            statuses = []
+            for n in range(50):
+                async with http.stream("POST", "/agents/slow/ai-sdk", json=body(f"n{n}")) as r:
                     statuses.append(r.status_code)
+                    error = (await r.aread()) if r.status_code == 429 else b""
+                if statuses[-1] == 429:
+                    break
+                await trio.sleep(0.1)  # the server notices the readers leaving
+            # A POST for a chat whose answer runs supersedes it: not refused.
             async with http.stream("POST", "/agents/slow/ai-sdk", json=body("c0")) as again:
-                # A POST for a chat whose answer runs supersedes it: not over the limit.
                 assert again.status_code == 200
-    assert statuses == [200, 200, 200, 429, 429]
+    assert statuses[-1] == 429 and statuses.count(429) == 1
+    assert orjson.loads(error)["error"]["code"] == "too_many_answers"
 
 
 class Counting(TestAgent):
