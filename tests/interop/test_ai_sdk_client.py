@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests._support.agents import Words
+from tests._support.agents import TestAgent, Words
 from tests._support.npm import install_client, run_node
 from uamp_agents.bridge import demo_agent, serve_agent
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.responder import Emit, ResponderError, TurnRequest
 from uamp_trio.app import create_app
 
 CLIENT = Path(__file__).parent / "ai_sdk_client"
@@ -175,3 +178,31 @@ def test_a_stopped_fetch_does_not_stop_the_answer_and_a_resume_replays_it(
     assert got["final"] == after  # the answer over, a second resume found nothing (204)
     gets = [r for r in got["requests"] if r["method"] == "GET"]
     assert [r["url"] for r in gets] == [f"{url}/chat-resume/stream"] * 2
+
+
+class ThinkThenFail(TestAgent):
+    """Thinks, says something, then fails."""
+
+    name = "thinker"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        await emit(ev.Thinking(content="Let me think.", is_delta=True))
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="Half an answer")))
+        raise ResponderError("model_unavailable", "The model went away.")
+
+
+def test_reasoning_and_a_failure_reach_the_sdk_as_parts_and_an_error(
+    client_dir: Path, thread_server: Any
+) -> None:
+    server = thread_server(create_app([ThinkThenFail()]))
+    url = f"{server.url}/agents/thinker/ai-sdk"
+    got = run_node(client_dir, "stream", url, json.dumps({"chatId": "c", "text": "hi"}))
+    assert got["warnings"] == []
+    assert got["errors"] == ["Error: The model went away."]  # the SDK's onError
+    parts = got["message"]["parts"]
+    assert [(p["type"], p.get("text"), p.get("state")) for p in parts] == [
+        ("step-start", None, None),
+        ("reasoning", "Let me think.", "done"),
+        ("text", "Half an answer", "done"),
+    ]
+    assert got["chunks"][-1] == {"type": "finish", "finishReason": "error"}
