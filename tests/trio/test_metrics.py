@@ -104,3 +104,21 @@ def test_metrics_see_live_websocket_sessions(paid: tuple[str, str]) -> None:
     assert value(after, "uamp_live_sessions") == 0
     assert value(after, "uamp_open_streams", transport="uamp_ws") == 0
     assert value(after, "uamp_requests_total", transport="uamp_ws", status="101") == 1
+
+
+def test_metrics_count_ai_sdk_answers(paid: tuple[str, str]) -> None:
+    base, token = paid
+    url = f"{base}/agents/demo/ai-sdk"
+    user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hello there"}]}
+    chat = {"id": "metrics-chat", "messages": [user]}
+    with httpx.stream("POST", url, json=chat, headers={"X-PAYMENT": token}, timeout=10) as r:
+        assert r.status_code == 200
+        assert r.read().endswith(b"data: [DONE]\n\n")
+    assert httpx.post(url, json=chat, timeout=10).status_code == 402  # unpaid
+    samples = scrape(base)
+    ai_sdk = {"transport": "ai_sdk", "agent": "demo"}
+    assert value(samples, "uamp_requests_total", status="200", **ai_sdk) == 1
+    assert value(samples, "uamp_requests_total", status="402", **ai_sdk) == 1
+    assert value(samples, "uamp_deltas_total", agent="demo") == 4  # "You said: hello there"
+    assert value(samples, "uamp_charged_total", agent="demo", currency="USD") == pytest.approx(0.01)
+    assert value(samples, "uamp_live_responses") == 0
