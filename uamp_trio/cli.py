@@ -606,6 +606,14 @@ def _add_serve(sub: Any) -> None:
         "that principal alone gets 5.04 (default %(default)s)",
     )
     env.add_argument(
+        "--envelope-exchanges-per-principal",
+        type=int,
+        default=64,
+        metavar="N",
+        help="finished envelope exchanges kept per principal for late readers and history; "
+        "past it that principal's own oldest goes (default %(default)s)",
+    )
+    env.add_argument(
         "--envelope-notes",
         type=int,
         default=32,
@@ -751,6 +759,7 @@ def envelope_options(args: argparse.Namespace) -> dict[str, Any]:
             max_size=args.max_envelope_size,
             replay_memory=args.envelope_replay_memory,
             replay_per_principal=args.envelope_replay_per_principal,
+            exchanges_per_principal=args.envelope_exchanges_per_principal,
             notes_per_principal=args.envelope_notes,
             note_bytes_per_principal=args.envelope_note_bytes,
         )

@@ -243,6 +243,9 @@ class EnvelopeLimits:
         retry_after: The ``Retry-After`` of a 5.04, seconds.
         keep_finished: Finished exchanges kept for late readers, ``confirm``
             and history.
+        exchanges_per_principal: Of those, the most one principal keeps:
+            past it its own oldest finished exchange goes first, so one
+            caller's asks never push out another caller's.
         replay_memory: Envelope ids remembered at once, from every sender
             (the replay check's memory; 5.04 for everyone past it).
         replay_per_principal: Of those, the most one principal may hold:
@@ -264,6 +267,7 @@ class EnvelopeLimits:
     idle_timeout: float = 60.0
     retry_after: int = 1
     keep_finished: int = 1024
+    exchanges_per_principal: int = 64
     replay_memory: int = DEFAULT_MAX_REMEMBERED
     replay_per_principal: int = DEFAULT_PER_PRINCIPAL
     notes_per_principal: int = MAX_NOTES
@@ -277,6 +281,7 @@ class EnvelopeLimits:
             "max_window",
             "retry_after",
             "keep_finished",
+            "exchanges_per_principal",
             "replay_memory",
             "replay_per_principal",
             "notes_per_principal",
@@ -533,6 +538,8 @@ class EnvelopeService:
         #: manifest lists ``mtls`` among its ``auth`` methods.
         self.mutual_tls = False
         self._exchanges: OrderedDict[str, Exchange] = OrderedDict()
+        #: Exchanges kept per owner (``Principal.key``).
+        self._owned: dict[tuple[str, str], int] = {}
         self._streams: dict[str, Exchange] = {}
         self._running: dict[str, int] = {}
         #: One-way messages waiting for their caller's next exchange.
@@ -949,15 +956,33 @@ class EnvelopeService:
         return history
 
     def _remember(self, exchange: Exchange) -> None:
+        owner = exchange.owner
         self._exchanges[exchange.id] = exchange
         self._streams[exchange.stream_id] = exchange
+        self._owned[owner] = self._owned.get(owner, 0) + 1
+        if self._owned[owner] > self.limits.exchanges_per_principal:
+            # Its own oldest finished one goes first: never another caller's.
+            mine = (x for x in self._exchanges.values() if x.owner == owner and x.finished)
+            oldest = next(mine, None)
+            if oldest is not None:
+                self._forget(oldest)
         while len(self._exchanges) > self.limits.keep_finished:
             oldest = next((x for x in self._exchanges.values() if x.finished), None)
             if oldest is None:
                 break
-            del self._exchanges[oldest.id]
-            if oldest.routed is not None:
-                self.host.stores.event_log.unregister(*oldest.routed)
+            self._forget(oldest)
+
+    def _forget(self, exchange: Exchange) -> None:
+        """Stop keeping ``exchange`` (finished: no reader, ``confirm`` or history finds it)."""
+        if self._exchanges.pop(exchange.id, None) is None:
+            return
+        left = self._owned.get(exchange.owner, 1) - 1
+        if left:
+            self._owned[exchange.owner] = left
+        else:
+            self._owned.pop(exchange.owner, None)
+        if exchange.routed is not None:
+            self.host.stores.event_log.unregister(*exchange.routed)
 
     def _address(self, envelope: Envelope, principal: Principal) -> Exchange:
         if envelope.reply_to is None:
@@ -970,7 +995,7 @@ class EnvelopeService:
             exchange.machine.advance(trigger)
             exchange.stop()
         elif envelope.intent in (Intent.CONFIRM, Intent.DENY) and exchange.finished:
-            self._exchanges.pop(exchange.id, None)  # acknowledged: retired
+            self._forget(exchange)  # acknowledged: retired
         return exchange
 
     # --- 4/5. streams and acks -----------------------------------------------------
