@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -138,3 +139,39 @@ def tool_runs(tmp_path: Path) -> Iterator[Path]:
     from tests._support.cli import count_tool_runs
 
     yield from count_tool_runs(tmp_path)
+
+
+# --- --no-system-installs (tests/_support/system.py) ------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-system-installs",
+        action="store_true",
+        help="install no system program (redis-server, chromium, npm): skip the tests that "
+        "need a missing one, and list them at the end",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests._support.system import ENV_FLAG
+
+    if config.getoption("--no-system-installs"):
+        os.environ[ENV_FLAG] = "1"  # this process, its xdist workers, their subprocesses
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests._support.system import PREFIX
+
+    not_run = []
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if PREFIX in reason:
+            not_run.append((report.nodeid, reason.split(PREFIX, 1)[1]))
+    if not_run:
+        terminalreporter.section("NOT RUN: --no-system-installs", sep="=", red=True, bold=True)
+        for nodeid, what in not_run:
+            terminalreporter.write_line(f"{nodeid}: needs {what}")
+        terminalreporter.write_line(
+            f"{len(not_run)} tests were not run; CI runs them (as root, installing what they need)"
+        )

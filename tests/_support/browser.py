@@ -24,6 +24,7 @@ from uamp_proto.responder import Emit, TurnRequest
 
 from .agents import TestAgent
 from .cache import cache_folder, exclusive
+from .system import installs_allowed, missing
 
 PACKAGES = ("chromium", "chromium-driver")
 
@@ -44,6 +45,8 @@ def ensure_chromium() -> tuple[str, str]:
     browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if browser and driver:
         return browser, driver
+    if not installs_allowed():
+        missing("chromium and chromedriver", "apt-get install -y " + " ".join(PACKAGES))
     if os.geteuid() != 0:
         raise RuntimeError(
             "the playground tests need Debian's chromium and chromium-driver; run them as "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._support.cache import cache_folder, exclusive
+from tests._support.system import installs_allowed, missing
 
 FILES = ("package.json", "package-lock.json", "run.mjs")
 
@@ -31,6 +32,8 @@ def install_client(source: Path, name: str, *, script: str = "run.mjs") -> Path:
             for file in files:
                 shutil.copyfile(source / file, cache / file)
             npm = shutil.which("npm")
+            if npm is None and not installs_allowed():
+                missing("npm", "install Node 20 with npm")
             assert npm is not None, "npm is needed: install Node 20 with npm"
             done = subprocess.run(
                 [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests._support.cache import cache_folder, exclusive
+from tests._support.system import installs_allowed, missing
 
 __all__ = ["free_port", "redis_server_binary", "running_redis", "start_redis", "stop_redis"]
 
@@ -30,6 +31,8 @@ def redis_server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
+    if not installs_allowed():
+        missing("redis-server", "apt-get install redis-server, or put it on PATH")
     with exclusive(cache_folder("apt-get")):
         return shutil.which("redis-server") or _install()
 
