@@ -1219,6 +1219,99 @@ async def mcp_session_flood(port: int, long: bool) -> Outcome:
     )
 
 
+async def exchange(port: int, raw: bytes) -> tuple[str, Any]:
+    """Send ``raw`` on a connection of its own: its status and JSON body (``None``: not JSON)."""
+    stream = await connect(port)
+    async with stream:
+        await send_quietly(stream, raw)
+        data = await read_all(stream, limit=10)
+    lines = status_lines(data)
+    try:
+        body = json.loads(data.partition(b"\r\n\r\n")[2])
+    except ValueError:
+        body = None
+    return (lines[0][9:12] if lines else "no answer"), body
+
+
+def rpc_outcome(body: Any) -> str:
+    """``ok`` for a JSON-RPC result, else the error's code."""
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"].get("code"))
+    return "ok" if isinstance(body, dict) and "result" in body else "no answer"
+
+
+def rpc_post(path: str, method: str, params: dict[str, Any], *headers: str) -> bytes:
+    raw = post(
+        path, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    )
+    extra = "".join(f"\r\n{h}" for h in headers)
+    return raw.replace(b"\r\n\r\n", f"{extra}\r\n\r\n".encode(), 1)
+
+
+async def acp_session_pin(port: int, long: bool) -> Outcome:
+    """ACP session/new with a 1 MiB cwd, then with 60 KiB ones, all from one principal."""
+    big, small = (120, 150) if long else (20, 120)
+    path = f"/agents/{AGENT}/acp"
+    answers: dict[str, int] = {}
+    for size, count in ((1024 * 1024, big), (60 * 1024, small)):
+        raw = rpc_post(path, "session/new", {"cwd": "/" + "d" * size, "mcpServers": []})
+        for _ in range(count):
+            tally(answers, f"{size // 1024} KiB: {rpc_outcome((await exchange(port, raw))[1])}")
+    return Outcome(
+        sent=f"{big} session/new with a 1 MiB cwd, then {small} with a 60 KiB one (anonymous)",
+        answer=str(answers),
+        ok=answers == {"1024 KiB: -32602": big, "60 KiB: ok": 100, "60 KiB: -32029": small - 100},
+    )
+
+
+async def push_config_pin(port: int, long: bool) -> Outcome:
+    """A2A push configs piled on one task: 28 KiB ones, then 12 KiB ones."""
+    count = 2000 if long else 100
+    path = f"/agents/{AGENT}/a2a"
+    message = {"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": "m-pin"}
+    _, sent = await exchange(
+        port, rpc_post(path, "SendMessage", {"message": message}, "A2A-Version: 1.0")
+    )
+    task_id = sent["result"]["task"]["id"]
+    answers: dict[str, int] = {}
+    for size in (28 * 1024, 12 * 1024):
+        for n in range(count):
+            config = {
+                "taskId": task_id,
+                "id": f"c{size}-{n}",
+                "url": "https://hooks.example.com/a2a",
+            }
+            raw = rpc_post(
+                path,
+                "CreateTaskPushNotificationConfig",
+                {**config, "token": "t" * size},
+                "A2A-Version: 1.0",
+            )
+            tally(answers, f"{size // 1024} KiB: {rpc_outcome((await exchange(port, raw))[1])}")
+    return Outcome(
+        sent=f"{count} push configs of 28 KiB, then {count} of 12 KiB, on one task",
+        answer=str(answers),
+        ok=answers == {"28 KiB: -32602": count, "12 KiB: ok": 10, "12 KiB: -32029": count - 10},
+        allowed_runs=1,  # the task the configs hang on
+    )
+
+
+async def sse_session_pin(port: int, long: bool) -> Outcome:
+    """UAMP HTTP+SSE sessions opened and abandoned (no stream, no POST), one principal."""
+    count = 1500 if long else 200
+    raw = post(f"/agents/{AGENT}/events", CREATE)
+    answers: dict[str, int] = {}
+    for _ in range(count):
+        status, body = await exchange(port, raw)
+        code = body.get("error", {}).get("code") if isinstance(body, dict) else None
+        tally(answers, f"{status} {code}" if code else status)
+    return Outcome(
+        sent=f"{count} session.create POSTs, never streamed (anonymous)",
+        answer=str(answers),
+        ok=answers == {"200": 64, "429 too_many_sessions": count - 64},
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -1242,6 +1335,9 @@ SCENARIOS = [
         big_integers,
         inform_memory_pin,
         mcp_session_flood,
+        acp_session_pin,
+        push_config_pin,
+        sse_session_pin,
     )
 ] + [
     Scenario.of(concurrent_replay, server=with_ledger),

@@ -16,8 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Scenarios where agent runs are legitimate work: the stalled reader's own
 #: response, the pipelined second requests h11 also reads in the corpus, and
-#: the one copy of the replayed envelope that is taken.
-WORK = {"ws_stalled_reader", "smuggling", "concurrent_replay"}
+#: the one copy of the replayed envelope that is taken, and the task push configs
+#: are piled on.
+WORK = {"ws_stalled_reader", "smuggling", "concurrent_replay", "push_config_pin"}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,9 @@ SCENARIOS = [
     "big_integers",
     "inform_memory_pin",
     "mcp_session_flood",
+    "acp_session_pin",
+    "push_config_pin",
+    "sse_session_pin",
     "concurrent_replay",
     "relay_token_spend",
 ]
