@@ -384,6 +384,30 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         float,
         "seconds an HTTP+SSE session with no stream and no POST is kept",
     ),
+    (
+        "--chat-max-message-bytes",
+        "chat_max_message_bytes",
+        int,
+        "bytes of one chat message's text; longer is refused (invalid_request)",
+    ),
+    (
+        "--chat-room-messages",
+        "chat_room_messages",
+        int,
+        "messages a chat room keeps (the oldest go first)",
+    ),
+    (
+        "--chat-principal-messages",
+        "chat_principal_messages",
+        int,
+        "chat messages one principal may post per minute, in all rooms (rate_limited past it)",
+    ),
+    (
+        "--chat-room-idle-timeout",
+        "chat_room_idle_timeout",
+        float,
+        "seconds a chat room with nobody in it and no message is kept",
+    ),
 )
 
 

@@ -33,9 +33,10 @@ CREATE: Event = {
 
 
 @asynccontextmanager
-async def serving(app: App) -> AsyncIterator[Server]:
-    """A real server for ``app`` on 127.0.0.1:0, stopped when the block ends."""
-    server = Server(app, port=0, shutdown_grace=0.5)
+async def serving(app: App, **config: Any) -> AsyncIterator[Server]:
+    """A real server for ``app`` on 127.0.0.1:0 (``config``: ServerConfig fields), stopped
+    when the block ends."""
+    server = Server(app, port=0, shutdown_grace=0.5, **config)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         yield server

@@ -27,9 +27,9 @@ TIMEOUT = 60
 
 
 @contextmanager
-def two_processes(redis_url: str) -> Iterator[tuple[str, str]]:
-    """Processes A and B sharing ``redis_url``; yields their WebSocket URLs."""
-    serve = ("--store", redis_url, "--agent", "uamp_trio:DemoAgent")
+def two_processes(redis_url: str, *flags: str) -> Iterator[tuple[str, str]]:
+    """Processes A and B sharing ``redis_url`` (and ``flags``); yields their WebSocket URLs."""
+    serve = ("--store", redis_url, "--agent", "uamp_trio:DemoAgent", *flags)
     with uamp_serve(*serve) as a, uamp_serve(*serve) as b:
         yield tuple(_ws(u) for u in (a, b))  # type: ignore[misc]
 
@@ -104,7 +104,9 @@ async def test_a_participant_that_never_reads_slows_nobody_on_either_process(
 ) -> None:
     room = f"room-{uuid.uuid4().hex[:8]}"
     messages, batch = 600, 100
-    with two_processes(redis_url) as (at_a, at_b), trio.fail_after(TIMEOUT):
+    # Alice posts 600 messages within the minute: past the default per-principal rate.
+    rate = ("--chat-principal-messages", "1000")
+    with two_processes(redis_url, *rate) as (at_a, at_b), trio.fail_after(TIMEOUT):
         async with open_ws(at_a) as a_ws, open_ws(at_b) as b_ws, open_ws(at_b) as idle_ws:
             a, b = Reader(a_ws), Reader(b_ws)
             alice = await a.join("alice", room)

@@ -218,6 +218,13 @@ class ServerConfig:
             more ``session.create`` gets 429 ``too_many_sessions``.
         sse_session_idle_timeout: An HTTP+SSE session with no stream attached
             and no POST for this long expires.
+        chat_max_message_bytes: The longest text (UTF-8 bytes) of a message
+            posted in a chat room; longer is ``session.error`` ``invalid_request``.
+        chat_room_messages: Messages a chat room keeps (the oldest go first).
+        chat_principal_messages: Chat messages one principal may post per
+            minute in all rooms; past it ``session.error`` ``rate_limited``.
+        chat_room_idle_timeout: A chat room with nobody in it and no message
+            for this long is deleted, its messages with it.
     """
 
     host: str = "127.0.0.1"
@@ -258,6 +265,10 @@ class ServerConfig:
     a2a_max_push_config_bytes: int = 16 * 1024
     sse_max_sessions: int = 64
     sse_session_idle_timeout: float = 300.0
+    chat_max_message_bytes: int = 16 * 1024
+    chat_room_messages: int = 1000
+    chat_principal_messages: int = 120
+    chat_room_idle_timeout: float = 3600.0
 
     def __attrs_post_init__(self) -> None:
         CorsPolicy.of(self.allowed_origins)  # raises on a malformed origin
@@ -309,6 +320,10 @@ _POSITIVE = (
     "a2a_max_push_config_bytes",
     "sse_max_sessions",
     "sse_session_idle_timeout",
+    "chat_max_message_bytes",
+    "chat_room_messages",
+    "chat_principal_messages",
+    "chat_room_idle_timeout",
 )
 
 

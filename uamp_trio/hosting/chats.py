@@ -107,6 +107,10 @@ log = logging.getLogger("uamp_trio.chats")
 AGENT_CONTEXT: Final = 50
 #: Seconds between two checks of the heartbeats of the processes in the rooms.
 WATCH_INTERVAL: Final = 1.0
+#: The window of ``ServerConfig.chat_principal_messages`` (s).
+POST_WINDOW: Final = 60.0
+#: The longest wait between two sweeps for idle rooms (s).
+SWEEP_INTERVAL: Final = 60.0
 
 
 @attrs.frozen(kw_only=True)
@@ -156,7 +160,7 @@ class _Member:
 class Room:
     """A room with someone connected in this process: this process's copy of it."""
 
-    def __init__(self, state: RoomState, limits: ChatLimits) -> None:
+    def __init__(self, state: RoomState, limits: ChatLimits, keep: int) -> None:
         record, recent = state.record, state.recent
         self.record = record
         self.roster = Roster()
@@ -170,7 +174,7 @@ class Room:
         self.typing = TypingGate(limits.typing_interval, limits.typing_timeout)
         self.reads = ReadState(record.reads)
         self.policy = AnswerPolicy.from_json(record.policy)
-        self.recent: deque[StoredMessage] = deque(recent, maxlen=max(limits.history, AGENT_CONTEXT))
+        self.recent: deque[StoredMessage] = deque(recent, maxlen=keep)
         #: Users the feed last said are typing (cleared here when they go offline).
         self.typists: set[str] = set()
         self.lock = trio.Lock()
@@ -216,6 +220,9 @@ class ChatHub:
         self._joining = trio.Lock()
         #: Whether checking the rooms' processes fails now (logged once per outage).
         self._watch_health = StoreHealth("checking the chat rooms' processes")
+        #: When each principal posted its recent messages (``chat_principal_messages``).
+        self._posted: dict[tuple[str, str], deque[float]] = {}
+        self._sweeping = False
         #: Calls between two people in a room: call id -> (caller, callee, chat id).
         self.calls: dict[str, tuple[_Member, _Member, str]] = {}
         #: Member key -> the id of the call it is in.
@@ -238,6 +245,8 @@ class ChatHub:
             raise ProtocolError(
                 "chat.members must be a list of principal ids", code="invalid_event"
             )
+        # The server's limits (docs/security.md, "Chat rooms"): messages kept per room.
+        self.store.max_messages = self.host.server_config.chat_room_messages
         async with self._joining:
             record = await self.store.find(member.principal, chat_id)
             if record is None:
@@ -254,10 +263,11 @@ class ChatHub:
             if room is None:
                 self.store.ensure_running(self.host.background)
                 self._start_watch()
+                self._start_sweep()
                 deliver = functools.partial(self._apply, record.key)
-                keep = max(self.limits.history, AGENT_CONTEXT)
+                keep = min(max(self.limits.history, AGENT_CONTEXT), self.store.max_messages)
                 state = await self.store.open_room(record, deliver, keep)
-                room = self.rooms[record.key] = Room(state, self.limits)
+                room = self.rooms[record.key] = Room(state, self.limits, keep)
             if record.owner == member.principal.key and (policy or members is not None):
                 # The owner's settings on a later join change the room's.
                 if policy is not None:
@@ -386,6 +396,51 @@ class ChatHub:
                 (room.typists.add if event.is_typing else room.typists.discard)(event.user_id)
             self._fan_out(room, event, skip_user=entry.skip_user)
 
+    # --- rooms nobody is in, idle (docs/security.md) -----------------------------------
+
+    def _start_sweep(self) -> None:
+        if not self._sweeping:
+            self._sweeping = True
+            start_background(self.host.background, self._sweep, "uamp-chat-expiry", "chat expiry")
+
+    async def _sweep(self) -> None:
+        """Delete the rooms nobody is in with no message for ``chat_room_idle_timeout``."""
+        try:
+            while True:
+                idle = self.host.server_config.chat_room_idle_timeout
+                await trio.sleep(min(idle / 4, SWEEP_INTERVAL))
+                gone = await self.store.expire(self.clock() - idle, set(self.rooms))
+                if gone:
+                    log.info("%d chat rooms expired (nobody in them, idle %g s)", gone, idle)
+                now = trio.current_time()
+                for poster, times in list(self._posted.items()):
+                    if not times or times[-1] < now - POST_WINDOW:
+                        del self._posted[poster]
+        finally:
+            self._sweeping = False
+
+    def _admit_post(self, member: _Member, event: ev.InputText) -> None:
+        """Refuse a post over the message size or its principal's rate (``ProtocolError``)."""
+        config = self.host.server_config
+        size = len(event.text.encode("utf-8", "surrogatepass"))
+        if size > config.chat_max_message_bytes:
+            raise ProtocolError(
+                f"a chat message may hold {config.chat_max_message_bytes} bytes of text; "
+                f"this one holds {size}",
+                code="invalid_request",
+                field="text",
+            )
+        limit = config.chat_principal_messages
+        now = trio.current_time()
+        times = self._posted.setdefault(member.principal.key, deque(maxlen=limit))
+        if len(times) >= limit and times[0] > now - POST_WINDOW:
+            raise ProtocolError(
+                f"{member.principal.id!r} posted {limit} chat messages in the last "
+                f"{POST_WINDOW:g} s, the most allowed; wait a little",
+                code="rate_limited",
+            )
+        times.append(now)
+
     # --- processes that stop (a shared store) -----------------------------------------
 
     def _start_watch(self) -> None:
@@ -477,7 +532,13 @@ class ChatHub:
             return await self.store.post(room.record, fresh)
 
     async def say(self, room: Room, member: _Member, event: ev.InputText) -> None:
-        """A participant's ``input.text`` into the room; agents answer per the room's policy."""
+        """A participant's ``input.text`` into the room; agents answer per the room's policy.
+
+        Raises:
+            ProtocolError: ``invalid_request`` (the text is too long) or
+                ``rate_limited`` (its principal posted too many messages).
+        """
+        self._admit_post(member, event)
         for user, typing in room.typing.clear(member.user_id, trio.current_time()):
             self._typing_event(room, user, typing)
         role = event.role or "user"

@@ -30,14 +30,15 @@ is the same anonymous principal and shares every room.
 
 Each message gets its sequence number from the room (``last_seq + 1``)
 before it is stored; a store keeps at most ``max_messages`` per room (the
-oldest go first).
+oldest go first), and :meth:`ChatStore.expire` deletes the rooms nobody is
+in that had no message for a while (the hub calls it).
 """
 
 from __future__ import annotations
 
 import abc
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
@@ -93,6 +94,9 @@ class ChatRecord:
         last_seq: The sequence number of the latest message (0: none).
         reads: Per user id, the highest sequence number read.
         created: When the room was created (Unix seconds).
+        active: When its latest message was posted (else ``created``): a
+            room with nobody in it idle since long enough is deleted
+            (:meth:`ChatStore.expire`).
     """
 
     chat_id: str
@@ -102,6 +106,12 @@ class ChatRecord:
     last_seq: int = 0
     reads: dict[str, int] = attrs.field(factory=dict)
     created: float = 0.0
+    active: float = 0.0
+
+    @property
+    def last_active(self) -> float:
+        """When the room last had a message, or was created."""
+        return max(self.active, self.created)
 
     @property
     def key(self) -> ChatKey:
@@ -258,7 +268,7 @@ class ChatStore(abc.ABC):
         """
         stored = attrs.evolve(message, seq=record.last_seq + 1)
         await self.append(record.key, stored)
-        record.last_seq = stored.seq
+        record.last_seq, record.active = stored.seq, stored.created_at
         await self.save(record)
         self.publish(record.key, RoomEntry(kind="message", message=stored))
         return stored
@@ -272,6 +282,15 @@ class ChatStore(abc.ABC):
         other process's participants: nobody.
         """
         return 0
+
+    @abc.abstractmethod
+    async def expire(self, before: float, keep: Collection[ChatKey] = ()) -> int:
+        """Delete the rooms idle since ``before`` that nobody is in; how many.
+
+        Idle: no message since (nor created since). Nobody in it: none of
+        ``keep`` (the rooms open in this process) and, in a shared store, no
+        participant of any process.
+        """
 
     def ensure_running(self, nursery: Spawner | None) -> None:  # noqa: B027 - optional
         """Start what carries the feeds between processes (a shared store)."""
@@ -321,3 +340,18 @@ class MemoryChatStore(ChatStore):
     async def history(self, key: ChatKey, after: int = 0, limit: int = 100) -> list[StoredMessage]:
         messages = [m for m in self._messages.get(key, ()) if m.seq > after]
         return messages[-limit:] if limit > 0 else []
+
+    async def expire(self, before: float, keep: Collection[ChatKey] = ()) -> int:
+        gone = [
+            key
+            for key, record in self._rooms.items()
+            if record.last_active < before and key not in keep
+        ]
+        for key in gone:
+            record = self._rooms.pop(key)
+            self._messages.pop(key, None)
+            same_id = self._by_id[record.chat_id]
+            same_id.remove(key)
+            if not same_id:
+                del self._by_id[record.chat_id]
+        return len(gone)

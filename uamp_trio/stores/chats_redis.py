@@ -14,7 +14,10 @@ and the chat id (:func:`~uamp_trio.stores.event_log.log_name`):
 * ``reads:{room}`` -- read marks, a hash user -> number;
 * ``pres:{room}`` -- who is present, a hash member -> participants JSON;
 * ``feed:{room}`` -- the room's feed, a Redis Stream of
-  :class:`~uamp_trio.stores.chats.RoomEntry` s.
+  :class:`~uamp_trio.stores.chats.RoomEntry` s;
+* ``active`` -- every room, a sorted set by the time of its latest message
+  (or its creation): :meth:`~RedisChatStore.expire` deletes, in one script,
+  the rooms idle since a time that no process has a participant in.
 
 Each feed entry is written by one Lua script that also updates what the
 entry changes (presence, read marks; for a message its number, taken from
@@ -38,6 +41,7 @@ member leaves the feed once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -91,9 +95,10 @@ redis.call('XADD', p .. 'feed:' .. room, 'MAXLEN', '~', ARGV[10], '*',
 return 1
 """
 
-#: ARGV: prefix, room, message JSON without its seq, messages kept, feed length.
+#: ARGV: prefix, room, message JSON without its seq, messages kept, feed length, its time.
 _POST: Final = """
 local p, room = ARGV[1], ARGV[2]
+redis.call('ZADD', p .. 'active', ARGV[6], room)
 local seq = redis.call('INCR', p .. 'seq:' .. room)
 local data = '{"seq":' .. seq .. ',' .. string.sub(ARGV[3], 2)
 redis.call('ZADD', p .. 'msg:' .. room, seq, data)
@@ -118,13 +123,35 @@ end
 return gone
 """
 
-#: ARGV: prefix, room, record JSON, chat id. Returns the stored record JSON.
+#: ARGV: prefix, room, record JSON, chat id, created. Returns the stored record JSON.
 _CREATE: Final = """
 local p, room = ARGV[1], ARGV[2]
 if redis.call('SET', p .. 'rec:' .. room, ARGV[3], 'NX') then
   redis.call('ZADD', p .. 'id:' .. ARGV[4], redis.call('INCR', p .. 'n'), room)
+  redis.call('ZADD', p .. 'active', ARGV[5], room)
 end
 return redis.call('GET', p .. 'rec:' .. room)
+"""
+
+#: ARGV: prefix, idle since, rooms open in the calling process. Deletes every room
+#: idle since then that no process has a participant in; returns how many.
+_EXPIRE: Final = """
+local p, keep = ARGV[1], {}
+for i = 3, #ARGV do keep[ARGV[i]] = true end
+local gone = 0
+for _, room in ipairs(redis.call('ZRANGEBYSCORE', p .. 'active', '-inf', '(' .. ARGV[2])) do
+  if not keep[room] and redis.call('HLEN', p .. 'pres:' .. room) == 0 then
+    local rec = redis.call('GET', p .. 'rec:' .. room)
+    if rec then
+      redis.call('ZREM', p .. 'id:' .. cjson.decode(rec)['chat_id'], room)
+    end
+    redis.call('DEL', p .. 'rec:' .. room, p .. 'seq:' .. room, p .. 'msg:' .. room,
+      p .. 'reads:' .. room, p .. 'pres:' .. room, p .. 'feed:' .. room)
+    redis.call('ZREM', p .. 'active', room)
+    gone = gone + 1
+  end
+end
+return gone
 """
 
 
@@ -221,6 +248,7 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
         self._create_script = self._redis.register_script(_CREATE)
         self._save_script = self._redis.register_script(_SAVE)
         self._depart_script = self._redis.register_script(_DEPART)
+        self._expire_script = self._redis.register_script(_EXPIRE)
         self._queue: list[_Pending] = []
         self._dirty = trio.Event()
         self._opened = trio.Event()
@@ -257,7 +285,7 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
 
     async def create(self, record: ChatRecord) -> ChatRecord:
         room = _room(record.key)
-        args: list[Any] = [self._p, room, _settings(record), record.chat_id]
+        args: list[Any] = [self._p, room, _settings(record), record.chat_id, record.created]
         stored = await self._call(lambda: self._create_script(args=args))
         return _record(stored)
 
@@ -277,6 +305,10 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
             pipe.execute()
 
         await self._call(write)
+
+    async def expire(self, before: float, keep: Collection[ChatKey] = ()) -> int:
+        args = [self._p, before, *(_room(key) for key in keep)]
+        return int(await self._call(lambda: self._expire_script(args=args)))
 
     async def history(self, key: ChatKey, after: int = 0, limit: int = 100) -> list[StoredMessage]:
         if limit <= 0:
@@ -343,7 +375,14 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
     async def post(self, record: ChatRecord, message: StoredMessage) -> StoredMessage:
         fields = message.to_json()
         del fields["seq"]  # the script puts the number first
-        args = [self._p, _room(record.key), orjson.dumps(fields), self.max_messages, FEED_LENGTH]
+        args = [
+            self._p,
+            _room(record.key),
+            orjson.dumps(fields),
+            self.max_messages,
+            FEED_LENGTH,
+            message.created_at,
+        ]
         seq = int(await self._written(_Pending(self._post_script, args)))
         record.last_seq = max(record.last_seq, seq)
         return attrs.evolve(message, seq=seq)

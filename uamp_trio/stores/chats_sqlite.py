@@ -8,6 +8,7 @@ connection, so the event loop never waits on the disk.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,23 @@ class SqliteChatStore(SqliteBacked, ChatStore):
             "ORDER BY seq DESC LIMIT ?",
             (room, after, limit),
         ).fetchall()
+
+    async def expire(self, before: float, keep: Collection[ChatKey] = ()) -> int:
+        kept = {_room(key) for key in keep}
+        return await self._call(self._expire, before, kept)
+
+    def _expire(self, before: float, kept: set[str]) -> int:
+        rows = self._db.execute("SELECT room, record FROM uamp_chats").fetchall()
+        gone = [
+            (room,)
+            for room, data in rows
+            if room not in kept and ChatRecord.from_json(orjson.loads(data)).last_active < before
+        ]
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("DELETE FROM uamp_chats WHERE room = ?", gone)
+            self._db.executemany("DELETE FROM uamp_chat_messages WHERE room = ?", gone)
+        return len(gone)
 
     async def aclose(self) -> None:
         """Close the database."""

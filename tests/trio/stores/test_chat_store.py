@@ -213,3 +213,22 @@ async def _two_processes_talk(
             if e.message and e.message.message_id[0] == who
         ]
         assert mine == [f"{who}{n}" for n in range(20)]
+
+
+async def test_idle_rooms_nobody_is_in_expire(make_store: Make) -> None:
+    store = make_store()
+    quiet = await store.create(ChatRecord(chat_id="quiet", owner=ALICE.key, created=10.0))
+    busy = await store.create(ChatRecord(chat_id="busy", owner=ALICE.key, created=10.0))
+    open_here = await store.create(ChatRecord(chat_id="open", owner=BOB.key, created=10.0))
+    await store.post(busy, attrs.evolve(_msg(0), created_at=50.0))
+    await store.post(quiet, attrs.evolve(_msg(0), created_at=20.0))
+    assert await store.expire(30.0, keep={open_here.key}) == 1
+    assert await store.find(ALICE, "quiet") is None
+    assert await store.history(quiet.key) == []
+    assert (await store.find(ALICE, "busy")) is not None
+    assert (await store.find(BOB, "open")) is not None
+    # Its id is free again: the next join makes a new, empty room.
+    again = await store.create(ChatRecord(chat_id="quiet", owner=ALICE.key, created=60.0))
+    assert again.last_seq == 0 and await store.history(again.key) == []
+    assert await store.expire(100.0) == 3
+    await store.aclose()

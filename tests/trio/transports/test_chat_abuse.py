@@ -22,6 +22,7 @@ from tests.trio.transports.test_chat_rooms import Reader, serving, summary
 from tests.trio.trust.agents import CountingAgent
 from tests.trio.trust.issuer import Issuer
 from uamp_trio import App, DemoAgent
+from uamp_trio.app import create_app
 from uamp_trio.transports import sse_events, uamp_ws
 from uamp_trio.trust.auth import AnyOf, APIKeyAuthenticator
 
@@ -234,3 +235,46 @@ async def test_http_sse_posts_carry_their_own_credential(tmp_path: Path) -> None
                     events = await stream.until("response.done")
                 assert wire.texts(events) == "You said: late"
     assert [p.id for p in agent.runs] == ["alice"]
+
+
+# --- what one principal can make a room keep ------------------------------------------------
+
+
+async def test_chat_memory_is_bounded_by_size_rate_room_and_idle_expiry(serve_app: Any) -> None:
+    server = await serve_app(
+        create_app([DemoAgent()]),
+        chat_max_message_bytes=1000,
+        chat_principal_messages=5,
+        chat_room_messages=3,
+        chat_room_idle_timeout=0.3,
+    )
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    with trio.fail_after(TIMEOUT):
+        async with open_ws(url) as ws:
+            r = Reader(ws)
+            eve = await r.join("eve", agent="demo", chat="pinned")
+            await r.expect(eve, [("presence.online", "demo")])
+            # A message over the size limit is refused, naming the field; nothing is kept.
+            await send(ws, type="input.text", text="x" * (1024 * 1024), session_id=eve)
+            refused = await r.take_any(eve)
+            assert refused["error"]["code"] == "invalid_request", refused
+            assert refused["error"]["details"] == {"field": "text"}
+            # Five messages a minute per principal: the sixth is refused.
+            for n in range(1, 6):
+                await send(ws, type="input.text", text=f"m{n}", session_id=eve)
+                await r.expect(eve, [("message.created", n, "eve", f"m{n}")])
+            await send(ws, type="input.text", text="m6", session_id=eve)
+            refused = await r.take_any(eve)
+            assert refused["error"]["code"] == "rate_limited", refused
+            # The room keeps its newest three: a newcomer is sent those.
+            late = await r.join("late", agent="demo", chat="pinned")
+            got = [summary(e) for e in await r.take(late, 5)]
+            kept = [s for s in got if s[0] == "message.created"]
+            assert kept == [("message.created", n, "eve", f"m{n}") for n in (3, 4, 5)], got
+        # Everyone left; idle past the timeout, the room is deleted with its messages.
+        await trio.sleep(1.0)
+        async with open_ws(url) as ws:
+            r = Reader(ws)
+            back = await r.join("eve", agent="demo", chat="pinned")
+            await r.expect(back, [("presence.online", "demo")])
+            await r.quiet(back)  # no history: a new room

@@ -145,6 +145,7 @@ async def serving(
     agents: list[Responder] | None = None,
     limits: SessionLimits | None = None,
     chat_limits: ChatLimits | None = None,
+    config: dict[str, Any] | None = None,
     **app: Any,
 ) -> AsyncIterator[str]:
     the_app = App(agents if agents is not None else [DemoAgent()], **app)
@@ -153,7 +154,7 @@ async def serving(
     the_app.mount(
         lambda a: uamp_ws.mount(a, uamp_ws.UampWebSocketConfig(limits=limits)), sse_events.mount
     )
-    async with wire.serving(the_app) as server:
+    async with wire.serving(the_app, **(config or {})) as server:
         yield f"127.0.0.1:{server.port}"
 
 
@@ -336,8 +337,10 @@ async def test_a_participant_that_never_reads_is_dropped_and_the_others_lose_not
     limits = SessionLimits(max_pushed=16, send_timeout=30)
     big = "x" * 256_000
     count = 120
+    # 120 messages of 256 KB: over the default chat message size.
+    config = {"chat_max_message_bytes": 300_000}
     with trio.fail_after(TIMEOUT * 2):
-        async with serving(limits=limits) as host:
+        async with serving(limits=limits, config=config) as host:
             url = f"ws://{host}/agents/demo/uamp"
             async with open_ws(url) as a_ws, open_ws(url) as b_ws, open_ws(url) as s_ws:
                 a, b = Reader(a_ws), Reader(b_ws)
