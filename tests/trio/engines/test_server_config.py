@@ -10,8 +10,13 @@ from uamp_trio.engines.server import ServerConfig
 #: Settings with no "above zero" rule: where to listen, the TLS files and
 #: options (checked in tests/trio/quic/test_tls_versions.py), a grace period
 #: (0 stops at once; negative is refused on its own), and the WebSocket
-#: message size, which ServerConfig does not check.
+#: message size, which ServerConfig does not check; the CORS settings
+#: (origins, methods, headers and a flag: tests/trio/engines/test_cors.py).
 UNBOUNDED = {
+    "allowed_origins",
+    "allowed_methods",
+    "allowed_headers",
+    "allow_credentials",
     "host",
     "port",
     "certfile",

@@ -38,6 +38,7 @@ TRANSPORTS = {
     "envelope",
     "anthropic",
     "mcp",
+    "ai_sdk",
 }
 CHALLENGE = [("www-authenticate", 'Bearer error="invalid_token"')]
 
@@ -174,6 +175,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
         "envelope-grpc",
         "anthropic",
         "mcp",
+        "ai_sdk",
     }
     assert passed == {"server", "a2a", "envelope", "mcp"}
     # The outer middleware saw every reply, refusals included.
