@@ -62,9 +62,10 @@ async def test_a_principal_gets_its_quota_of_sessions_and_no_more(tmp_path: Path
                 assert "at most 3" in str(refused.value)
             assert _held(app, "alice") == 3
             # The status is 429, in the error body every HTTP+SSE refusal has.
-            raw = await httpx.AsyncClient().post(
-                url + "/agents/demo/events", json=CREATE, headers=_auth("alice")
-            )
+            async with httpx.AsyncClient() as http:
+                raw = await http.post(
+                    url + "/agents/demo/events", json=CREATE, headers=_auth("alice")
+                )
             assert raw.status_code == 429
             assert raw.json()["error"]["code"] == "too_many_sessions"
             assert raw.json()["accepted"] == 0
