@@ -26,11 +26,6 @@ UNBOUNDED = {
     "http3",
     "shutdown_grace",
     "websocket_max_message_size",
-    # CORS: origins, methods and headers (checked by CorsPolicy), and a flag.
-    "allowed_origins",
-    "allowed_methods",
-    "allowed_headers",
-    "allow_credentials",
 }
 #: Every other setting is a limit or a timeout that must be above zero.
 LIMITS = [f.name for f in attrs.fields(ServerConfig) if f.name not in UNBOUNDED]
