@@ -326,6 +326,10 @@ class McpToolSource:
                         client = await stack.enter_async_context(
                             Client(target, message_handler=self._on_message, mode=self.mode)
                         )
+                        # Subscribed to changes before the first listing: no
+                        # change between the two goes unnoticed.
+                        watchers = await stack.enter_async_context(trio.open_nursery())
+                        await watchers.start(self._listen, client)
                         await self._list(client)
                         scope.deadline = math.inf
                         self._client, self.error, pause = client, None, RETRY[0]
@@ -334,6 +338,7 @@ class McpToolSource:
                             started = True
                             task_status.started()
                         await self._serve(client)
+                        watchers.cancel_scope.cancel()
                 except Exception as exc:
                     self.error = _describe(exc)
                     log.warning(
@@ -359,30 +364,34 @@ class McpToolSource:
 
         Handshake-era servers say so with ``notifications/tools/list_changed``
         (:meth:`_on_message`); a 2026-07-28 connection subscribes to it
-        (``subscriptions/listen``).
+        (``subscriptions/listen``, :meth:`_listen`).
         """
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._listen, client)
-            while True:
-                await _first(self._changed, self._broken)
-                if self._broken.is_set():
-                    nursery.cancel_scope.cancel()
-                    return
-                self._changed = trio.Event()
-                with trio.fail_after(self.connect_timeout):
-                    await self._list(client)
+        while True:
+            await _first(self._changed, self._broken)
+            if self._broken.is_set():
+                return
+            self._changed = trio.Event()
+            with trio.fail_after(self.connect_timeout):
+                await self._list(client)
 
-    async def _listen(self, client: Any) -> None:
+    async def _listen(
+        self, client: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """On a 2026-07-28 connection: ``started`` once subscribed to tool list changes."""
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return
+        started = False
         try:
-            async with client.listen(tools_list_changed=True) as changes:
-                async for _ in changes:
-                    self._changed.set()
+            if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                async with client.listen(tools_list_changed=True) as changes:
+                    task_status.started()
+                    started = True
+                    async for _ in changes:
+                        self._changed.set()
         except Exception as exc:  # no subscription: the tools are listed once
             log.info("MCP server %s: no tool change subscription: %s", self.server.name, exc)
+        if not started:
+            task_status.started()
 
 
 def _describe(exc: BaseException) -> str:
