@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -72,7 +73,11 @@ class Broken(TestAgent):
 
 
 def _serve(thread_server: Callable[..., Any], *agents: Any, **options: Any) -> str:
-    server = thread_server(create_app(list(agents), **options))
+    return _serve_app(thread_server, create_app(list(agents), **options))
+
+
+def _serve_app(thread_server: Callable[..., Any], app: Any) -> str:
+    server = thread_server(app)
     return f"http://127.0.0.1:{server.port}"
 
 
@@ -332,3 +337,30 @@ def test_pages_of_other_origins_are_refused(thread_server: Callable[..., Any]) -
     assert statuses[url].status_code == 200
     assert statuses["http://app.example"].status_code == 200
     assert httpx.post(f"{url}/agents/echo/mcp", json=init).status_code == 200  # no Origin: no page
+
+
+def test_a_signed_answer_covers_the_reply_and_the_request(
+    thread_server: Callable[..., Any],
+) -> None:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from uamp_proto.signing import ResponseSigner, SignatureError, verify_response_signature
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    app = create_app([Echo()])
+    app.response_signer = ResponseSigner(key, "mcp-key", clock=lambda: int(time.time()))
+    url = f"{_serve_app(thread_server, app)}/agents/echo/mcp"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "x"}}
+    session = httpx.post(url, json=init).headers["mcp-session-id"]
+    body = (
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call",'
+        b'"params":{"name":"echo","arguments":{"prompt":"hi"}}}'
+    )
+    headers = {"mcp-session-id": session, "content-type": "application/json"}
+    result = httpx.post(url, content=body, headers=headers).json()["result"]
+    text = result["content"][0]["text"]
+    assert text == "echo: hi (1)"
+    signature = result["_meta"]["signature"]
+    verify_response_signature(signature, text, body, key.public_key())
+    with pytest.raises(SignatureError):
+        verify_response_signature(signature, text + "!", body, key.public_key())
