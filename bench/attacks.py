@@ -1312,6 +1312,246 @@ async def sse_session_pin(port: int, long: bool) -> Outcome:
     )
 
 
+# --- chat rooms, expired sockets, deep JSON (issue 29) -------------------------------------
+
+MUX_WS = "/ws"
+#: The JWT issuer of the expired-socket scenario's server (set before the attacker forks).
+JWT_KEY_ENV = "UAMP_ATTACK_JWT_KEY"
+JWT_ISSUER, JWT_AUDIENCE = "https://attack.test", "uamp-attack"
+
+
+def with_jwt(directory: Path) -> tuple[str, ...]:
+    """A server of its own that verifies JWTs signed by a key written to ``directory``."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = directory / "jwt.pem"
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public = json.loads(jwt.get_algorithm_by_name("RS256").to_jwk(key.public_key()))
+    public.update(kid="attack", alg="RS256", use="sig")
+    jwks = directory / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [public]}))
+    os.environ[JWT_KEY_ENV] = str(pem)
+    # Anonymous callers are let in (the health probe); a credential presented must be valid.
+    return (
+        "--allow-anonymous",
+        "--auth-jwks",
+        str(jwks),
+        "--auth-issuer",
+        JWT_ISSUER,
+        "--auth-audience",
+        JWT_AUDIENCE,
+    )
+
+
+def _jwt(sub: str, lifetime: float) -> str:
+    import jwt
+
+    now = int(time.time())
+    claims = {"sub": sub, "iss": JWT_ISSUER, "aud": JWT_AUDIENCE, "iat": now, "exp": now + lifetime}
+    key = Path(os.environ[JWT_KEY_ENV]).read_bytes()
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "attack"})
+
+
+class WsEvents:
+    """A raw UAMP WebSocket: sends events, reads the server's JSON events."""
+
+    def __init__(self, stream: trio.SocketStream, rest: bytes) -> None:
+        self.stream, self.data, self.seen = stream, rest, 0
+
+    @classmethod
+    async def open(cls, port: int, path: str = MUX_WS) -> WsEvents:
+        return cls(*await ws_open(port, path))
+
+    async def send(self, **event: Any) -> bool:
+        return await send_quietly(self.stream, ws_frame(0x1, json.dumps(event).encode()))
+
+    async def until(self, wanted: Callable[[dict[str, Any]], bool], limit: float = 5.0) -> Any:
+        """The first new event ``wanted`` accepts, or ``None`` after ``limit`` s or at EOF."""
+        with trio.move_on_after(limit):
+            while True:
+                texts = ws_texts(self.data)
+                # The last text may be cut short: only whole frames count.
+                complete = texts if self._whole() else texts[:-1]
+                for text in complete[self.seen :]:
+                    self.seen += 1
+                    event = json.loads(text)
+                    if wanted(event):
+                        return event
+                try:
+                    chunk = await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return None
+                if not chunk:
+                    return None
+                self.data += chunk
+        return None
+
+    def _whole(self) -> bool:
+        pos, data = 0, self.data
+        while pos + 2 <= len(data):
+            n = data[pos + 1] & 0x7F
+            pos += 2
+            if n == 126:
+                n, pos = int.from_bytes(data[pos : pos + 2], "big"), pos + 2
+            elif n == 127:
+                n, pos = int.from_bytes(data[pos : pos + 8], "big"), pos + 8
+            pos += n
+        return pos == len(data)
+
+    async def create(self, **extra: Any) -> Any:
+        """``session.create``; the ``session.created`` or ``session.error`` answering it."""
+        session = {"modalities": ["text"], **extra.pop("session", {})}
+        await self.send(type="session.create", uamp_version="1.0", session=session, **extra)
+        return await self.until(lambda e: e["type"] in ("session.created", "session.error"))
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def _of_type(kind: str, sid: str | None = None) -> Callable[[dict[str, Any]], bool]:
+    return lambda e: e["type"] == kind and (sid is None or e.get("session_id") == sid)
+
+
+async def chat_redos_rule(port: int, long: bool) -> Outcome:
+    """A room rule (a+)+$ and messages of a's ending in "!" (Python's re backtracks 2^n)."""
+    length = 32 if long else 28
+    messages = 20 if long else 5
+    ws = await WsEvents.open(port)
+    rules = {"respond": "rules", "rules": [{"match": "(a+)+$", "agent": AGENT}]}
+    created = await ws.create(agent=AGENT, chat="redos", session={"extensions": {"chat": rules}})
+    sid = created["session_id"] if created else None
+    stored = 0
+    for _ in range(messages):
+        await ws.send(type="input.text", text="a" * length + "!", session_id=sid)
+        stored += await ws.until(_of_type("message.created", sid)) is not None
+    await ws.aclose()
+    return Outcome(
+        sent=f"rule (a+)+$, then {messages} messages of {length} a's and a '!'",
+        answer=f"{stored} stored and matched at once (RE2), none answered",
+        ok=stored == messages,
+    )
+
+
+async def chat_nested_groups_rule(port: int, long: bool) -> Outcome:
+    """A room rule nesting 2,000 groups (Python's re compiler overflows its recursion)."""
+    count = 50 if long else 10
+    nested = "(" * 2000 + "a" + ")" * 2000
+    rules = {"respond": "rules", "rules": [{"match": nested, "agent": AGENT}]}
+    ws = await WsEvents.open(port)
+    answers: dict[str, int] = {}
+    for n in range(count):
+        created = await ws.create(
+            agent=AGENT, chat=f"nested{n}", session={"extensions": {"chat": rules}}
+        )
+        error = await ws.until(_of_type("session.error"))
+        field = (error or {}).get("error", {}).get("details", {}).get("field")
+        tally(
+            answers, f"{(error or {}).get('error', {}).get('code')} {field}" if created else "none"
+        )
+    await ws.send(type="ping")
+    alive = await ws.until(_of_type("pong")) is not None
+    await ws.aclose()
+    return Outcome(
+        sent=f"{count} session.create with a rule of 2,000 nested groups",
+        answer=f"{answers}; the socket then answers ping: {alive}",
+        ok=answers == {"invalid_request chat.rules[0].match": count} and alive,
+    )
+
+
+async def expired_socket_room_actions(port: int, long: bool) -> Outcome:
+    """After a WebSocket's token expires, it posts, @mentions, joins, types, reads, calls."""
+    rounds = 20 if long else 5
+    ws = await WsEvents.open(port, f"{MUX_WS}?token={_jwt('mallory', 2)}")
+    created = await ws.create(
+        agent=AGENT, chat="open", session={"extensions": {"chat": {"members": ["*"]}}}
+    )
+    sid = created["session_id"]
+    await trio.sleep(2.5)  # past the token's exp
+    actions: list[dict[str, Any]] = [
+        {"type": "input.text", "text": f"@{AGENT} charge the expired principal"},
+        {"type": "input.text", "text": "posted", "context": {"chat_id": "other"}},
+        {"type": "input.typing", "is_typing": True},
+        {"type": "message.read", "seq": 1},
+    ]
+    answers: dict[str, int] = {}
+    # A call (once: the core keeps one ringing), then the rest, round after round.
+    for action in [{"type": "voice.invite", "to": "anyone", "call_id": "c1"}, *actions * rounds]:
+        await ws.send(session_id=sid, **action)
+        error = await ws.until(_of_type("session.error", sid))
+        tally(answers, (error or {}).get("error", {}).get("code", "no answer"))
+    for _ in range(rounds):
+        refused = await ws.create(agent=AGENT, chat="open")
+        tally(answers, f"session.create: {(refused or {}).get('error', {}).get('code')}")
+    await ws.aclose()
+    return Outcome(
+        sent=f"after the socket's JWT expired: a call, {rounds} x (a post with an @mention, a "
+        f"post to another room, typing, a read mark), {rounds} new sessions",
+        answer=str(answers),
+        ok=answers
+        == {"unauthorized": rounds * len(actions) + 1, "session.create: unauthorized": rounds},
+    )
+
+
+async def deep_json_multi_session(port: int, long: bool) -> Outcome:
+    """session.extensions nested 300 levels on a socket whose other session is in use."""
+    count = 100 if long else 20
+    deep: Any = "bottom"
+    for _ in range(300):
+        deep = {"a": deep}
+    ws = await WsEvents.open(port)
+    first = await ws.create(agent=AGENT)
+    sid = first["session_id"]
+    refused = 0
+    for _ in range(count):
+        error = await ws.create(agent=AGENT, session={"extensions": deep})
+        refused += bool(error) and error["type"] == "session.error"
+    await ws.send(type="input.text", text="still here", session_id=sid)
+    await ws.send(type="response.create", session_id=sid)
+    done = await ws.until(_of_type("response.done", sid)) is not None
+    await ws.aclose()
+    return Outcome(
+        sent=f"{count} session.create with extensions 300 levels deep, beside a live session",
+        answer=f"{refused} refused (session.error, 128 levels at most); the live session "
+        f"{'answered' if done else 'did not answer'}",
+        ok=refused == count and done,
+        allowed_runs=1,  # the live session's response
+    )
+
+
+async def chat_memory_pin(port: int, long: bool) -> Outcome:
+    """Chat messages of 1 MiB into a room, from one principal."""
+    count = 100 if long else 20
+    ws = await WsEvents.open(port)
+    created = await ws.create(agent=AGENT, chat="pin")
+    sid = created["session_id"]
+    big = "x" * (1024 * 1024)
+    answers: dict[str, int] = {}
+    for _ in range(count):
+        await ws.send(type="input.text", text=big, session_id=sid)
+        answer = await ws.until(
+            lambda e: (
+                e.get("session_id") == sid and e["type"] in ("session.error", "message.created")
+            )
+        )
+        kind = (answer or {}).get("type", "no answer")
+        tally(answers, (answer or {}).get("error", {}).get("code", kind))
+    await ws.aclose()
+    return Outcome(
+        sent=f"{count} chat messages of 1 MiB into one room",
+        answer=str(answers),
+        ok=answers == {"invalid_request": count},
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -1342,6 +1582,11 @@ SCENARIOS = [
 ] + [
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
+    Scenario.of(chat_redos_rule),
+    Scenario.of(chat_nested_groups_rule),
+    Scenario.of(expired_socket_room_actions, server=with_jwt),
+    Scenario.of(deep_json_multi_session),
+    Scenario.of(chat_memory_pin),
 ]
 
 

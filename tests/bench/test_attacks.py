@@ -18,7 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 #: response, the pipelined second requests h11 also reads in the corpus, and
 #: the one copy of the replayed envelope that is taken, and the task push configs
 #: are piled on.
-WORK = {"ws_stalled_reader", "smuggling", "concurrent_replay", "push_config_pin"}
+WORK = {
+    "ws_stalled_reader",
+    "smuggling",
+    "concurrent_replay",
+    "push_config_pin",
+    "deep_json_multi_session",  # the live session's one response
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +67,11 @@ SCENARIOS = [
     "sse_session_pin",
     "concurrent_replay",
     "relay_token_spend",
+    "chat_redos_rule",
+    "chat_nested_groups_rule",
+    "expired_socket_room_actions",
+    "deep_json_multi_session",
+    "chat_memory_pin",
 ]
 
 
