@@ -24,7 +24,7 @@ import trio
 
 from tests._support.cli import ENV, ROOT, uamp, uamp_serve
 from tests.interop.test_cross_transport import TRANSPORTS as EVERY_TRANSPORT
-from tests.interop.test_cross_transport import acp_stdio, completions_plain
+from tests.interop.test_cross_transport import acp_stdio, completions_plain, mcp_stdio
 from uamp_proto import codec
 from uamp_proto import events as ev
 from uamp_trio.client import connect
@@ -82,9 +82,10 @@ def relay() -> Iterator[str]:
             stop(daemon)
 
 
-#: Every transport of the cross-transport test but ACP over stdio (a local
-#: process, not a client of the relay): ACP reaches the relay over HTTP instead.
-TRANSPORTS = [ask for ask in EVERY_TRANSPORT if ask is not acp_stdio]
+#: Every transport of the cross-transport test but the stdio carriers, ACP's
+#: and MCP's (each starts an agent process of its own, not a client of the
+#: relay): ACP reaches the relay over HTTP instead, MCP over Streamable HTTP.
+TRANSPORTS = [ask for ask in EVERY_TRANSPORT if ask not in (acp_stdio, mcp_stdio)]
 
 
 def acp_http(base: str, prompt: str, agent: str) -> str:
