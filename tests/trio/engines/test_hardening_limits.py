@@ -593,6 +593,10 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--a2a-max-push-config-bytes": "25",
         "--sse-max-sessions": "26",
         "--sse-session-idle-timeout": "27.5",
+        "--chat-max-message-bytes": "28",
+        "--chat-room-messages": "29",
+        "--chat-principal-messages": "30",
+        "--chat-room-idle-timeout": "31.5",
     }
     assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
     argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
@@ -611,6 +615,8 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert (config.acp_session_idle_timeout, config.a2a_max_push_configs) == (23.5, 24)
     assert (config.a2a_max_push_config_bytes, config.sse_max_sessions) == (25, 26)
     assert config.sse_session_idle_timeout == 27.5
+    assert (config.chat_max_message_bytes, config.chat_room_messages) == (28, 29)
+    assert (config.chat_principal_messages, config.chat_room_idle_timeout) == (30, 31.5)
     defaults = build_parser().parse_args(["serve"])
     assert (
         ServerConfig(**{f: getattr(defaults, f) for _, f, _, _ in _LIMIT_FLAGS}) == ServerConfig()

@@ -828,7 +828,10 @@ class A2ATransport:
             if run.reply is not None and prepared.reply is None:
                 prepared.reply = run.reply
                 updates = [_reply_update(task, run.reply), *updates]
-            if updates:
+                # A direct reply is not a task: it is forgotten before its sender
+                # sees the reply (and may list tasks at once), and never stored again.
+                await self.store.discard(task.id)
+            if updates and prepared.reply is None:
                 await self._announce(task, updates)
             for update in updates:
                 if current.primary is not None:
@@ -873,15 +876,12 @@ class A2ATransport:
             if outcome.balance is not None and updates:
                 updates = _with_balance(updates, task, outcome.balance)
             await deliver(updates)
-            if prepared.reply is not None:
-                # A direct reply is not a task: nothing is kept to get or list.
-                if not task.state.is_terminal:
-                    task.move(Trigger.COMPLETE, _now())
-                await self.store.discard(task.id)
+            if prepared.reply is not None and not task.state.is_terminal:
+                task.move(Trigger.COMPLETE, _now())
         finally:
             if prepared.charge is not None:
                 await prepared.charge.settle(None, used=False)  # never ran; else a no-op
-            if not (task.state.is_terminal or task.state.is_interrupted):
+            if prepared.reply is None and not (task.state.is_terminal or task.state.is_interrupted):
                 # The request went away (client disconnect, shutdown): the
                 # turn was cancelled with it, and so is the task.
                 with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_WAIT):
