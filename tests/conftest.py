@@ -103,7 +103,8 @@ def thread_server() -> Iterator[Callable[..., Any]]:
     yield start
     for server, thread in running:
         server.shutdown_threadsafe()
-        thread.join(15)
+        # Work still running gets the server's grace period, then is cancelled.
+        thread.join(server.config.shutdown_grace + 15)
         assert not thread.is_alive(), "server thread did not stop"
 
 
