@@ -67,6 +67,23 @@ def serve_app(nursery: trio.Nursery) -> Callable[..., Awaitable[Any]]:
     return start
 
 
+def _task_tree() -> str:
+    """Every task of the current trio run, indented by nursery, with where each waits."""
+    lines: list[str] = []
+
+    def walk(task: trio.lowlevel.Task, depth: int) -> None:
+        frames = [
+            f"{f.f_code.co_filename.rsplit('/', 2)[-1]}:{n}" for f, n in task.iter_await_frames()
+        ]
+        lines.append("  " * depth + f"{task.name} @ {' > '.join(frames[-4:])}")
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child, depth + 1)
+
+    walk(trio.lowlevel.current_root_task(), 0)
+    return "\n".join(lines)
+
+
 @pytest.fixture
 def thread_server() -> Iterator[Callable[..., Any]]:
     """``server = thread_server(app, **config)``: a server in its own thread
@@ -105,7 +122,12 @@ def thread_server() -> Iterator[Callable[..., Any]]:
         server.shutdown_threadsafe()
         # Work still running gets the server's grace period, then is cancelled.
         thread.join(server.config.shutdown_grace + 15)
-        assert not thread.is_alive(), "server thread did not stop"
+        if thread.is_alive():  # say where it is stuck: its trio tasks, each at its await
+            try:
+                where = trio.from_thread.run_sync(_task_tree, trio_token=server._trio_token)
+            except Exception as exc:  # pragma: no cover - diagnostics only
+                where = f"(no task tree: {exc!r})"
+            raise AssertionError(f"server thread did not stop; its tasks:\n{where}")
 
 
 @pytest.fixture(scope="session")

@@ -169,8 +169,15 @@ class _HttpSession:
                     )
                     self.host.on_empty = self.end
                     self.started.set()
-                    await self._expire()
-                    nursery.cancel_scope.cancel()
+                    try:
+                        await self._expire()
+                    finally:
+                        # Nothing reads the outbox any more: a response waiting for
+                        # room in it (shielded, for its terminal event) gives up now,
+                        # so a session whose client never read cannot hold the
+                        # nursery -- and the server's shutdown -- for ever.
+                        self.host.outbox.close()
+                        nursery.cancel_scope.cancel()
         except Exception:  # a system task must never raise
             log.exception("HTTP+SSE session %s failed", self.id)
         finally:

@@ -232,3 +232,37 @@ async def test_server_shutdown_ends_a_live_session_and_its_stream() -> None:
         # serve() returned: the session ran under the server, not in a system task.
         assert transport.session_count == 0
         assert agent.cancelled.is_set()
+
+
+class Chatty(TestAgent):
+    """Says far more than an unread session's outbox holds."""
+
+    name = "chatty"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        for i in range(500):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"{i} ")))
+
+
+async def test_a_session_nobody_reads_does_not_hold_the_shutdown() -> None:
+    # Its response fills the outbox and waits for room; cancelled, it owes
+    # the client response.cancelled, which waits for room too (shielded: a
+    # terminal event is never dropped). Before, that wait held the session's
+    # task, and the server's shutdown, for ever.
+    app = App([Chatty()])
+    transport = SSEEventsTransport(app)
+    app.mount(transport.mount)
+    server = Server(app, port=0, shutdown_grace=0.3)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            base = f"http://127.0.0.1:{server.port}"
+            async with httpx.AsyncClient(base_url=base) as http:
+                sid = (await post(http, CREATE)).json()["session_id"]
+                await post(http, [{"type": "input.text", "text": "go"}], sid)
+                await post(http, [{"type": "response.create"}], sid)
+                await trio.sleep(0.3)  # the outbox fills; nobody streams it
+                await post(http, [{"type": "response.cancel"}], sid)
+                await trio.sleep(0.3)  # response.cancelled waits for room
+            server.shutdown()
+    assert transport.session_count == 0
