@@ -15,8 +15,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from functools import partial
 
+import attrs
+
+from uamp_proto.adapters.completions import splice_server_rounds
 from uamp_proto.principal import Principal
+from uamp_proto.responder import TurnRequest
 from uamp_proto.types import Message
 
 __all__ = ["DEFAULT_MAX_ROUNDS", "ToolRoundStore"]
@@ -54,3 +59,15 @@ class ToolRoundStore:
     def recall(self, principal: Principal, call_id: str) -> tuple[Message, ...] | None:
         """The rounds kept for ``call_id`` of ``principal`` (another caller's: ``None``)."""
         return self._rounds.get((principal.scheme, principal.id, call_id))
+
+    def restore(self, principal: Principal, turn: TurnRequest) -> TurnRequest:
+        """``turn`` with the server-side rounds of the client calls it names put back.
+
+        The same object when there is nothing to put back.
+        """
+        if not self._rounds:
+            return turn
+        spliced = splice_server_rounds(turn.messages, partial(self.recall, principal))
+        if len(spliced) == len(turn.messages):
+            return turn
+        return attrs.evolve(turn, messages=spliced)

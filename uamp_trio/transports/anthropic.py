@@ -50,7 +50,7 @@ import orjson
 import trio
 
 from uamp_proto.adapters import anthropic as wire
-from uamp_proto.adapters.completions import server_rounds, splice_server_rounds
+from uamp_proto.adapters.completions import STATUS_FOR_CODE, server_rounds
 from uamp_proto.events import Event, ResponseDelta
 from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
@@ -84,19 +84,6 @@ BALANCE_HEADER = "x-uamp-payment-balance"
 PING_INTERVAL = 10.0
 _UAMP_JSON = "application/uamp+json"
 
-#: HTTP status for a ResponderError code of a failed turn.
-_STATUS_FOR_CODE = {
-    "invalid_request": 400,
-    "unauthorized": 401,
-    "payment_required": 402,
-    "insufficient_balance": 402,
-    "forbidden": 403,
-    "not_found": 404,
-    "rate_limited": 429,
-    "rate_limit_exceeded": 429,
-    "timeout": 504,
-}
-
 
 def speaks_anthropic(headers: Headers) -> bool:
     """Whether a request head is an Anthropic API call (see the module docstring)."""
@@ -121,7 +108,7 @@ def _failure(outcome: ResponseOutcome) -> tuple[int, str, str]:
     error = outcome.error
     code = error.code if error else "internal_error"
     message = error.message if error else "The response ended without output."
-    status = _STATUS_FOR_CODE.get(code, 500)
+    status = STATUS_FOR_CODE.get(code, 500)
     return status, wire.error_type_for(status), message
 
 
@@ -265,12 +252,11 @@ class AnthropicTransport:
             )
         except wire.AnthropicError as exc:
             return json_response(exc.body(), exc.status)
-        rounds = self.app.stores.tool_rounds
-        if len(rounds):
-            turn = parsed.turn
-            spliced = splice_server_rounds(turn.messages, partial(rounds.recall, request.principal))
-            if len(spliced) != len(turn.messages):
-                parsed = attrs.evolve(parsed, turn=attrs.evolve(turn, messages=spliced))
+        # The agent's own tool rounds of a turn that also called the client's
+        # tools, which the client sending its results back never had.
+        turn = self.app.stores.tool_rounds.restore(request.principal, parsed.turn)
+        if turn is not parsed.turn:
+            parsed = attrs.evolve(parsed, turn=turn)
         token = request.headers.get("x-payment")
         try:
             charge = await self.app.open_charge(

@@ -65,7 +65,6 @@ from uamp_proto.adapters.completions import (
     parse_request,
     payment_error,
     server_rounds,
-    splice_server_rounds,
     sse_data,
 )
 from uamp_proto.codec import unstructure
@@ -195,12 +194,11 @@ class CompletionsTransport:
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)
-        rounds = self.app.stores.tool_rounds
-        if len(rounds):
-            turn = parsed.turn
-            spliced = splice_server_rounds(turn.messages, partial(rounds.recall, request.principal))
-            if len(spliced) != len(turn.messages):
-                parsed = attrs.evolve(parsed, turn=attrs.evolve(turn, messages=spliced))
+        # The agent's own tool rounds of a turn that also called the client's
+        # tools, which the client sending its results back never had.
+        turn = self.app.stores.tool_rounds.restore(request.principal, parsed.turn)
+        if turn is not parsed.turn:
+            parsed = attrs.evolve(parsed, turn=turn)
         # Payment pre-flight (spec 004): lock the price before committing to a
         # 200 or a stream; the client retries the whole request with X-PAYMENT.
         token = request.headers.get("x-payment")

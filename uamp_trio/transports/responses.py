@@ -74,7 +74,6 @@ from uamp_proto.adapters.completions import (
     error_object,
     payment_error,
     server_rounds,
-    splice_server_rounds,
 )
 from uamp_proto.adapters.responses import ECHO_KEY, ResponsesRequest, parse_request
 from uamp_proto.adapters.responses_render import (
@@ -230,14 +229,11 @@ class ResponsesTransport:
             parsed = attrs.evolve(
                 parsed, turn=attrs.evolve(turn, messages=[*before, *turn.messages])
             )
-        rounds = self.app.stores.tool_rounds
-        if len(rounds):
-            # The agent's own tool rounds of a turn that also called the
-            # client's tools, which a client sending the items back never had.
-            turn = parsed.turn
-            spliced = splice_server_rounds(turn.messages, partial(rounds.recall, principal))
-            if len(spliced) != len(turn.messages):
-                parsed = attrs.evolve(parsed, turn=attrs.evolve(turn, messages=spliced))
+        # The agent's own tool rounds of a turn that also called the client's
+        # tools, which the client sending its results back never had.
+        turn = self.app.stores.tool_rounds.restore(principal, parsed.turn)
+        if turn is not parsed.turn:
+            parsed = attrs.evolve(parsed, turn=turn)
         if parsed.background:
             self._check_room(principal)
         if parsed.store and self._log.health.down:
