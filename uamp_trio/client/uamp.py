@@ -175,16 +175,24 @@ class ClientError(UampError):
     """An error the server reported (``session.error`` / ``response.error``) or a closed link.
 
     Attributes:
-        code: The UAMP error code (``agent_not_found``, ``invalid_event`` ...).
+        code: The UAMP error code (``agent_offline``, ``invalid_event`` ...).
         message: The server's message.
         event: The error event, when there is one.
+        reason: The server's more precise code (``details.reason``, e.g.
+            ``agent_not_found`` beside ``agent_offline``), or ``None``.
     """
 
-    def __init__(self, code: str, message: str, event: ev.Event | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, event: ev.Event | None = None, *, details: Any = None
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.event = event
+        if details is None:
+            details = getattr(getattr(event, "error", None), "details", None)
+        reason = details.get("reason") if isinstance(details, dict) else None
+        self.reason: str | None = reason if isinstance(reason, str) else None
 
 
 class SignatureVerificationError(ClientError):
@@ -1515,7 +1523,9 @@ def _http_error(resp: httpx.Response) -> ClientError:
     try:
         err = resp.json().get("error", {})
         return ClientError(
-            err.get("code") or f"http_{resp.status_code}", err.get("message") or resp.text
+            err.get("code") or f"http_{resp.status_code}",
+            err.get("message") or resp.text,
+            details=err.get("details"),
         )
     except (ValueError, AttributeError):
         return ClientError(f"http_{resp.status_code}", resp.text)

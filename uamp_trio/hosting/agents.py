@@ -77,6 +77,11 @@ _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.~-]+$")
 #: The code of an agent that is registered but cannot answer now (spec 000 section 6.3).
 AGENT_OFFLINE = "agent_offline"
 
+#: UAMP 6.3 lists no "agent not found": a ``session.error`` for an agent that is
+#: not hosted carries the spec's ``agent_offline`` ("target agent is
+#: unavailable"), the precise code going along as ``details.reason``.
+SPEC_SESSION_CODES: dict[str, str] = {"agent_not_found": AGENT_OFFLINE}
+
 
 class AgentRegistry(dict[str, Responder]):
     """Hosted agents by name (a ``dict``), with the rules for adding and finding one.

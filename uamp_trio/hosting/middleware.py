@@ -37,6 +37,7 @@ from uamp_proto.adapters import anthropic as anthropic_wire
 
 from ..engines.http import JSON_HEADERS, HTTPError, Request, Response, StreamingResponse, error_body
 from ..engines.websocket import WebSocketRequest
+from .agents import SPEC_SESSION_CODES
 from .router import ErrorStyle, RouteMeta
 
 __all__ = [
@@ -134,7 +135,7 @@ SESSION_ERROR_CODES: dict[int, str] = {
 
 def _session_error(exc: HTTPError) -> dict[str, Any]:
     """A refusal as the ``session.error`` event UAMP clients read (spec codes, a UUID id)."""
-    code = SESSION_ERROR_CODES.get(exc.status, exc.code)
+    code = SESSION_ERROR_CODES.get(exc.status) or SPEC_SESSION_CODES.get(exc.code or "", exc.code)
     error: dict[str, Any] = {"code": code, "message": exc.message}
     if code != exc.code and exc.code:
         error["details"] = {"reason": exc.code}

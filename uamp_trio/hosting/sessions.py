@@ -18,7 +18,8 @@ event type (UAMP sections 3, 5, 6, 10):
     The agent is resolved (the endpoint's agent, or ``session.create.agent``
     on a multi-agent endpoint). The server answers ``session.created`` then
     ``capabilities``; an agent that is not hosted gets ``session.error``
-    ``agent_not_found`` and no session is created.
+    ``agent_offline`` (``details.reason`` ``agent_not_found``) and no session
+    is created.
 ``response.create``
     Hands the response to the session's worker: one task per session (in
     the transport's nursery, started by the first response), which runs the
@@ -130,7 +131,7 @@ from ..engines.supervise import supervised
 from ..stores.event_log import SessionRecord
 from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
-from .agents import AGENT_OFFLINE, WrappedAgent
+from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import abandon, carry_on
@@ -683,10 +684,18 @@ class _PayingAgent(WrappedAgent):
 def _error(
     session_id: str | None, code: str, message: str, field: str | None = None
 ) -> ev.SessionErrorEvent:
-    """``session.error``; ``field`` names the offending field in ``details.field`` (6.3)."""
-    details = {"field": field} if field else None
+    """``session.error``; ``field`` names the offending field in ``details.field`` (6.3).
+
+    A code UAMP 6.3 does not list is sent as the spec's code, the precise one
+    in ``details.reason`` (:data:`~uamp_trio.hosting.agents.SPEC_SESSION_CODES`).
+    """
+    details: dict[str, Any] = {"field": field} if field else {}
+    spec = SPEC_SESSION_CODES.get(code, code)
+    if spec != code:
+        details["reason"] = code
     return ev.SessionErrorEvent(
-        session_id=session_id, error=ty.ErrorInfo(code=code, message=message, details=details)
+        session_id=session_id,
+        error=ty.ErrorInfo(code=spec, message=message, details=details or None),
     )
 
 

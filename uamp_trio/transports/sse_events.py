@@ -92,6 +92,7 @@ from ..engines.http import (
     error_body,
     json_response,
 )
+from ..hosting.agents import SPEC_SESSION_CODES
 from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
 from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
@@ -360,7 +361,9 @@ class SSEEventsTransport:
             return None
         agent = self.app.agents.get(name)
         if agent is None:
-            raise HTTPError(404, f"No agent named {name!r} is hosted here.", code="agent_not_found")
+            raise_error(
+                ("agent_not_found", f"no agent named {name!r} is hosted here"), 0, status=404
+            )
         return agent
 
     def _session_id(self, request: Request) -> str | None:
@@ -734,7 +737,9 @@ def raise_error(
 ) -> None:
     """Raise the HTTP error for a refused event (always raises)."""
     code, message = error if error is not None else ("invalid_event", "the event was refused")
-    body = error_body(message, code=code)
+    body = error_body(message, code=SPEC_SESSION_CODES.get(code, code))
+    if body["error"]["code"] != code:
+        body["error"]["details"] = {"reason": code}
     body["accepted"] = accepted
     raise _BodyError(status, body, headers or [])
 

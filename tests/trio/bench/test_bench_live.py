@@ -210,7 +210,7 @@ async def test_errors_are_counted_by_kind(serve_app: Any) -> None:
     assert agent.turns == 0
     ws = BenchConfig(url=base, agent="nobody", transport="uamp-ws", concurrency=1, requests=2)
     data = (await run_bench(ws))[0].to_json()
-    assert data["errors_by_kind"] == {"agent_not_found": 2}
+    assert data["errors_by_kind"] == {"agent_offline": 2}  # UAMP 6.3
     for transport in ("agui", "a2a"):
         other = BenchConfig(url=base + "/agents/nobody", transport=transport, requests=2)
         data = (await run_bench(other))[0].to_json()

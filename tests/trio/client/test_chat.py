@@ -45,7 +45,7 @@ def test_chat_reads_lines_until_quit(server_url: str) -> None:
 def test_chat_reports_an_unknown_agent_and_exits_1(server_url: str) -> None:
     done = chat(server_url, "--agent", "nobody", "--once", "hi")
     assert done.returncode == 1
-    assert "agent_not_found" in done.stderr and "nobody" in done.stderr
+    assert "agent_offline" in done.stderr and "nobody" in done.stderr
 
 
 def test_chat_reports_a_refused_connection() -> None:

@@ -152,7 +152,8 @@ async def test_unknown_agent_is_a_clear_error(open_client: Opener) -> None:
         async with serving(DemoAgent()) as addr, open_client(addr) as client:
             with pytest.raises(ClientError) as info:
                 await client.create_session("nobody")
-            assert info.value.code == "agent_not_found"
+            assert info.value.code == "agent_offline"  # UAMP 6.3
+            assert info.value.reason == "agent_not_found"
 
 
 async def test_several_sessions_share_one_websocket_concurrently() -> None:

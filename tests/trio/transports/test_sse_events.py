@@ -105,10 +105,11 @@ async def test_bad_input_gets_400_and_unknown_sessions_404() -> None:
             assert gone.status_code == 404
             unknown_agent = await post(http, CREATE, path="/agents/nobody/events")
             assert unknown_agent.status_code == 404
-            assert unknown_agent.json()["error"]["code"] == "agent_not_found"
+            assert unknown_agent.json()["error"]["code"] == "agent_offline"  # UAMP 6.3's code
             named = await post(http, {**CREATE, "agent": "nobody"})
             assert named.status_code == 404
-            assert named.json()["error"]["code"] == "agent_not_found"
+            assert named.json()["error"]["code"] == "agent_offline"  # UAMP 6.3's code
+            assert named.json()["error"]["details"] == {"reason": "agent_not_found"}
 
             sid = (await post(http, CREATE)).json()["session_id"]
             invalid = await post(

@@ -189,7 +189,7 @@ FIELD_REFUSALS: list[tuple[str, dict[str, Any], str, str, str]] = [
         "a second session for another agent",
         {"type": "session.create", "uamp_version": "1.0", "agent": "nobody", "session": {}},
         "session.error",
-        "agent_not_found",
+        "agent_offline",
         "agent",
     ),
     (
@@ -502,7 +502,7 @@ async def test_model_settings_in_session_extensions_reach_the_model() -> None:
         (429, "too_many_requests", "rate_limited"),
         (504, "upstream_timeout", "timeout"),
         (408, "request_timeout", "timeout"),
-        (404, "agent_not_found", "agent_not_found"),
+        (404, "agent_not_found", "agent_offline"),
         (503, "agent_offline", "agent_offline"),
     ],
 )

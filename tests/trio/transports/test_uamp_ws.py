@@ -113,7 +113,9 @@ async def test_unknown_agent_gets_session_error_and_no_session() -> None:
             )
             err = await recv(ws)
             assert err["type"] == "session.error"
-            assert err["error"]["code"] == "agent_not_found" and "carol" in err["error"]["message"]
+            # UAMP 6.3 lists agent_offline; the precise code rides in details.
+            assert err["error"]["code"] == "agent_offline" and "carol" in err["error"]["message"]
+            assert err["error"]["details"] == {"field": "agent", "reason": "agent_not_found"}
             # No agent named and several hosted: the client must choose.
             await send(
                 ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
