@@ -28,6 +28,13 @@ snapshot (no update twice, none missed), in whichever process it runs. A
 subscriber that cannot keep up is dropped, never queued for; feeds end when
 the task ends. :meth:`~TaskStore.request_cancel` asks the process running a
 task's turn to cancel it.
+
+Node loss: a shared store remembers which process runs a working task's
+turn, and each process keeps a short-lived heartbeat while it runs. When
+that process dies mid-turn, the first survivor asked about the task
+(:meth:`~TaskStore.take_over`) holds it, alone, and ends it ``failed`` with
+code ``interrupted`` (docs/scale-out.md): a subscriber on a survivor gets
+that terminal state rather than waiting for ever.
 """
 
 from __future__ import annotations
@@ -253,6 +260,14 @@ class TaskStore(abc.ABC):
     def _cancel_here(self, task_id: str) -> None:
         for handler in self._cancel_handlers:
             handler(task_id)
+
+    async def take_over(self, task_id: str) -> bool:
+        """Whether the process running ``task_id`` 's turn died and this one now holds the task.
+
+        Exactly one process gets ``True`` for a task whose runner is gone; a
+        single-process store never loses its runner without losing itself.
+        """
+        return False
 
     def ensure_running(self, nursery: Spawner | None) -> None:  # noqa: B027 - optional
         """Start what the store runs in the background (a shared store listens to the others)."""

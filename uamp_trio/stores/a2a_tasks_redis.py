@@ -12,7 +12,12 @@ Keys, under ``{prefix}:a2a:``:
 * ``all``, ``own:{o}``, ``fin``, ``fin:{o}``, ``ctx:{o}:{context}`` --
   sorted sets of task ids by creation number: every task, an owner's, the
   finished ones (all and an owner's), a conversation's;
-* ``n`` -- the creation counter.
+* ``n`` -- the creation counter;
+* ``node:{node}`` -- a process's heartbeat while it listens (it expires
+  :data:`NODE_TTL` after the last beat), and field ``r`` of a working task's
+  hash names the process running its turn. A task whose ``r`` has no
+  heartbeat lost its process: :meth:`RedisTaskStore.take_over` hands it to
+  exactly one survivor (one script: check the beat, rewrite ``r``).
 
 Every change that touches more than one key is one Lua script, so the
 bounds hold across processes: adding checks the owner's quota and the store's
@@ -36,12 +41,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from typing import Any, Final, TypeVar
 
 import orjson
 import trio
 
-from uamp_proto.adapters.a2a import A2ATask, Update
+from uamp_proto.adapters.a2a import A2ATask, TaskState, Update
 from uamp_proto.adapters.a2a_records import (
     task_from_json,
     task_to_json,
@@ -114,7 +120,12 @@ return 'ok'
 #: ARGV: prefix, id.
 _DISCARD: Final = _DROP + "drop(ARGV[1], ARGV[2])\nreturn 'ok'\n"
 
-#: ARGV: prefix, id, task JSON, finished (0/1), push JSON or '' (kept), updates...
+#: How long a process's heartbeat outlives its last beat, in milliseconds
+#: (it beats every second while it listens, and on each write of a working task).
+NODE_TTL: Final = 5000
+
+#: ARGV: prefix, id, task JSON, finished (0/1), push JSON or '' (kept),
+#: runner node or '' (none runs it now), updates...
 #: Returns the stored push JSON, or nil when the task is not stored.
 _PUBLISH: Final = (
     _DROP
@@ -125,9 +136,15 @@ if redis.call('EXISTS', tk) == 0 then return nil end
 redis.call('HSET', tk, 'd', ARGV[3])
 if ARGV[5] ~= '' then redis.call('HSET', tk, 'p', ARGV[5]) end
 if ARGV[4] == '1' then finish(p, id, tk) end
-if #ARGV > 5 then
-  local s = redis.call('HINCRBY', tk, 's', #ARGV - 5) - (#ARGV - 5)
-  for i = 6, #ARGV do
+if ARGV[6] ~= '' then
+  redis.call('HSET', tk, 'r', ARGV[6])
+  redis.call('SET', p .. 'node:' .. ARGV[6], '1', 'PX', ARGV[7])
+else
+  redis.call('HDEL', tk, 'r')
+end
+if #ARGV > 7 then
+  local s = redis.call('HINCRBY', tk, 's', #ARGV - 7) - (#ARGV - 7)
+  for i = 8, #ARGV do
     s = s + 1
     redis.call('PUBLISH', p .. 'events', 'u\\n' .. s .. '\\n' .. id .. '\\n' .. ARGV[i])
   end
@@ -135,6 +152,18 @@ end
 return redis.call('HGET', tk, 'p')
 """
 )
+
+#: ARGV: prefix, id, this node. 1 when the task's runner has no heartbeat
+#: and this node now runs it (to end it), else 0.
+_TAKE_OVER: Final = """
+local tk = ARGV[1] .. 't:' .. ARGV[2]
+local r = redis.call('HGET', tk, 'r')
+if not r or r == ARGV[3] then return 0 end
+if redis.call('EXISTS', ARGV[1] .. 'node:' .. r) == 1 then return 0 end
+redis.call('HSET', tk, 'r', ARGV[3])
+redis.call('SET', ARGV[1] .. 'node:' .. ARGV[3], '1', 'PX', ARGV[4])
+return 1
+"""
 
 #: ARGV: prefix, id, push JSON.
 _SAVE_PUSH: Final = """
@@ -193,6 +222,9 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
         self._discard = self._redis.register_script(_DISCARD)
         self._publish = self._redis.register_script(_PUBLISH)
         self._save_push = self._redis.register_script(_SAVE_PUSH)
+        self._take_over = self._redis.register_script(_TAKE_OVER)
+        #: This process, as working tasks' hashes name their runner.
+        self.node = uuid.uuid4().hex
         self._running = False
         self._listening = trio.Event()
 
@@ -275,9 +307,10 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
 
     async def _write(self, task: A2ATask, updates: list[Update], *, with_push: bool) -> None:
         data, push = _encode(task)
+        runner = self.node if task.state is TaskState.WORKING else ""
         args: list[Any] = [
             self._p, task.id, data, "1" if task.state.is_terminal else "0",
-            push if with_push else b"",
+            push if with_push else b"", runner, NODE_TTL,
         ]  # fmt: skip
         args.extend(orjson.dumps(update_to_json(u)) for u in updates)
         stored = await self._call(lambda: self._publish(args=args))
@@ -305,6 +338,10 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
         task, feed.after = found
         return task, feed
 
+    async def take_over(self, task_id: str) -> bool:
+        args = [self._p, task_id, self.node, NODE_TTL]
+        return bool(await self._call(lambda: self._take_over(args=args)))
+
     async def request_cancel(self, task_id: str) -> None:
         await self._call(self._redis.publish, f"{self._p}events", b"c\n" + task_id.encode())
 
@@ -316,7 +353,11 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
             await self._call(pubsub.subscribe, f"{self._p}events")
             self._listening.set()
             self.health.ok()
+            beat, last = f"{self._p}node:{self.node}", -1.0
             while True:
+                if trio.current_time() - last >= 1.0:
+                    await self._call(lambda: self._redis.set(beat, b"1", px=NODE_TTL))
+                    last = trio.current_time()
                 message = await self._call(
                     lambda: pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 )

@@ -182,6 +182,27 @@ async def test_push_configs_set_elsewhere_survive_the_running_turns_writes(
     }
 
 
+async def test_a_working_task_whose_runner_stops_beating_goes_to_exactly_one_survivor(
+    redis_url: str,
+) -> None:
+    prefix = uuid.uuid4().hex
+    runner, *survivors = (RedisTaskStore(redis_url, prefix=prefix) for _ in range(4))
+    task = a2a.A2ATask(id="t", context_id="c", agent="a")
+    await runner.add(task, owner=ALICE)
+    assert [await s.take_over("t") for s in survivors] == [False] * 3  # nobody runs it yet
+    task.move(Trigger.START)
+    await runner.publish(task, [])  # working, and its runner beats
+    assert [await s.take_over("t") for s in survivors] == [False] * 3  # the runner lives
+    runner._redis.delete(f"{prefix}:a2a:node:{runner.node}")  # its process died
+    taken = [await s.take_over("t") for s in survivors]
+    assert taken == [True, False, False]  # one survivor holds it now, and it lives
+    task.move(Trigger.FAIL)
+    await survivors[0].publish(task, [])  # ended: nobody runs it
+    runner._redis.delete(f"{prefix}:a2a:node:{survivors[0].node}")
+    assert [await s.take_over("t") for s in survivors] == [False] * 3
+    assert not await MemoryTaskStore().take_over("t")
+
+
 def test_open_task_store_picks_the_store(redis_url: str) -> None:
     assert isinstance(open_task_store("memory"), MemoryTaskStore)
     assert isinstance(open_task_store("sqlite:/tmp/x.db"), MemoryTaskStore)

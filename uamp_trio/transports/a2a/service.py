@@ -125,6 +125,12 @@ log = logging.getLogger("uamp_trio.a2a")
 _SUBSCRIBER_BUFFER = 64
 #: How long a cancel request waits for the turn to wind down.
 _CANCEL_WAIT = 10.0
+#: How often a subscriber on a shared store checks that the task's runner lives.
+_RUNNER_CHECK = 1.0
+#: The failure of a task whose process died mid-turn (docs/scale-out.md).
+_RUNNER_LOST = ty.ErrorInfo(
+    code="interrupted", message="The server running this task stopped before the task finished."
+)
 #: How long a client may cache a card (A2A 1.0 section 8.6).
 _CARD_MAX_AGE = 300
 
@@ -423,9 +429,13 @@ class A2ATransport:
         async def produce(emit: Emit) -> None:
             try:
                 await emit(a2a.stream_task(task, dialect))
-                async for update in feed:
-                    if update.kind != "message":
-                        await emit(a2a.render_update(update, dialect))
+                async with trio.open_nursery() as watch:
+                    if self.store.shared:
+                        watch.start_soon(self._watch_runner, call.agent, task_id, call.principal)
+                    async for update in feed:
+                        if update.kind != "message":
+                            await emit(a2a.render_update(update, dialect))
+                    watch.cancel_scope.cancel()
             finally:
                 feed.close()
 
@@ -613,7 +623,31 @@ class A2ATransport:
         task = await self.store.get(task_id, owner=principal)
         if task.agent != agent.name:
             raise task_not_found(task_id)
+        return await self._end_orphan(task)
+
+    async def _end_orphan(self, task: A2ATask) -> A2ATask:
+        """``task``, ended ``failed``/``interrupted`` when the process running it died.
+
+        Only a working task of a shared store that this process does not run
+        can be an orphan; the store hands it to one survivor
+        (:meth:`~uamp_trio.stores.a2a_tasks.TaskStore.take_over`), which
+        announces the end to every subscriber and webhook.
+        """
+        if task.state is not a2a.TaskState.WORKING or task.id in self._live:
+            return task
+        if not self.store.shared or not await self.store.take_over(task.id):
+            return task
+        log.warning("A2A task %s lost the process running it; it ends interrupted", task.id)
+        await self._announce(task, TaskRun(task, self.ids).fail(_RUNNER_LOST, _now()))
         return task
+
+    async def _watch_runner(self, agent: Responder, task_id: str, principal: Principal) -> None:
+        """End ``task_id`` if its process dies while a subscriber here waits on it."""
+        while True:
+            await trio.sleep(_RUNNER_CHECK)
+            task = await self._task(agent, task_id, principal)
+            if task.state.is_terminal or task.state.is_interrupted:
+                return
 
     async def _follow(
         self, agent: Responder, task_id: str, principal: Principal
