@@ -5,13 +5,16 @@ right before a block (or standing alone) says what to do:
 
 * ``skip REASON`` -- the block is not run; the reason is required and says why
   (and what else covers it), so nothing is left out silently;
-* ``serve`` -- an ``sh`` block that starts a server: it runs in the background
-  (the previous one is stopped first) until its banner is out;
+* ``serve [beside] [until TEXT]`` -- an ``sh`` block that starts a server: it
+  runs in the background (the previous ones are stopped first, unless
+  ``beside``) until its banner (or a line with ``TEXT``) is out;
 * ``start COMMAND`` (alone) -- the same for a server the page assumes is running;
 * ``file NAME`` -- the block is a file the reader saves as ``NAME``;
-* ``expect TEXT`` -- the block's output must contain ``TEXT``.
+* ``expect TEXT`` -- the block's output must contain ``TEXT``;
+* ``env NAME=VALUE ...`` -- the block runs with these variables, which the
+  page has told the reader to export.
 
-Every other ``python`` and ``sh`` block runs (``sh`` with ``bash -euo
+Every other ``python`` and ``sh`` (or ``bash``) block runs (with ``bash -euo
 pipefail``) and must exit 0 without a traceback; a ``json`` block must parse; a
 block in any other language needs ``skip``. The pages speak of
 ``127.0.0.1:8765`` and ``.venv/bin/``: both are replaced by the test's free
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -51,31 +55,31 @@ PAGES = [
     "docs/sse.md",
     "docs/resume.md",
     "docs/a2a.md",
+    "docs/acp.md",
+    "docs/agui.md",
+    "docs/architecture.md",
+    "docs/changelog.md",
+    "docs/clients.md",
+    "docs/codec.md",
+    "docs/completions.md",
+    "docs/flow.md",
+    "docs/grpc.md",
+    "docs/index.md",
+    "docs/playground.md",
+    "docs/providers.md",
+    "docs/realtime.md",
+    "docs/relay.md",
+    "docs/ai-sdk.md",
+    "docs/chat.md",
+    "docs/deploy.md",
 ]
 #: Pages whose blocks are not run yet (issue 32): each still has blocks that
 #: need a server of their own, an external service or imports they leave
 #: out. A page moves to PAGES once every block runs or says why it is skipped.
 NOT_RUN_YET = {
-    "docs/acp.md",
-    "docs/agui.md",
-    "docs/ai-sdk.md",
-    "docs/architecture.md",
     "docs/bench.md",
-    "docs/changelog.md",
-    "docs/chat.md",
-    "docs/clients.md",
-    "docs/codec.md",
-    "docs/completions.md",
-    "docs/deploy.md",
-    "docs/flow.md",
-    "docs/grpc.md",
-    "docs/index.md",
     "docs/operations.md",
     "docs/performance.md",
-    "docs/playground.md",
-    "docs/providers.md",
-    "docs/realtime.md",
-    "docs/relay.md",
     "docs/scale-out.md",
     "docs/security.md",
     "docs/server.md",
@@ -156,7 +160,7 @@ class Reader:
         self.folder = folder
         self.page = page
         self.port = _free_port()
-        self.server: Served | None = None
+        self.servers: list[Served] = []
         # A fresh virtual environment's scripts (``bin_dir``), or this interpreter's.
         self.bin = bin_dir or BIN
         self.env = {**ENV, "PATH": f"{self.bin}{os.pathsep}{ENV.get('PATH', '')}"}
@@ -175,16 +179,19 @@ class Reader:
     def where(self, block: Block) -> str:
         return f"{self.page}:{block.line}"
 
-    def serve(self, block: Block, command: str) -> None:
-        self.stop()
+    def serve(self, block: Block, command: str, how: str = "") -> None:
+        beside, _, until = how.partition("until")
+        if beside.strip() != "beside":
+            self.stop()
         command = self.local(command).replace("uamp serve", f"uamp serve --port {self.port}")
-        self.server = Served(["bash", "-c", f"exec {command}"], cwd=self.folder, env=self.env)
-        self.server.wait_for("Ctrl-C to stop")
+        server = Served(["bash", "-c", f"exec {command}"], cwd=self.folder, env=self.env)
+        self.servers.append(server)
+        server.wait_for(re.escape(until.strip() or "Ctrl-C to stop"))
 
     def stop(self) -> None:
-        if self.server is not None:
-            assert self.server.stop() == 0, "\n".join(self.server.lines)
-            self.server = None
+        while self.servers:
+            server = self.servers.pop()
+            assert server.stop() == 0, "\n".join(server.lines)
 
     def run(self, block: Block) -> None:
         where = self.where(block)
@@ -195,25 +202,30 @@ class Reader:
         if block.lang is None:
             self.serve(block, block.code)
             return
-        if block.marker("serve") is not None:
-            assert block.lang == "sh", f"{where}: only an sh block can start a server"
-            self.serve(block, block.code)
+        how = block.marker("serve")
+        if how is not None:
+            assert block.lang in ("sh", "bash"), f"{where}: only a shell block can start a server"
+            self.serve(block, block.code, how)
             return
         name = block.marker("file")
         if name is not None:
             (self.folder / name).write_text(block.code + "\n")
             return
         if block.lang == "json":
-            json.loads(block.code)
+            _json_values(block.code)
             return
         if block.lang == "python":
             command = [str(self.bin / "python"), "-c", self.local(block.code)]
-        elif block.lang == "sh":
+        elif block.lang in ("sh", "bash"):
             command = ["bash", "-euo", "pipefail", "-c", self.local(block.code)]
         else:
             pytest.fail(f"{where}: a {block.lang or 'plain'} block must be marked skip or run")
+        env = dict(self.env)
+        exported = block.marker("env")
+        if exported is not None:
+            env.update(item.split("=", 1) for item in shlex.split(self.local(exported)))
         done = subprocess.run(
-            command, cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=120
+            command, cwd=self.folder, env=env, capture_output=True, text=True, timeout=120
         )
         output = done.stdout + done.stderr
         assert done.returncode == 0, f"{where} failed:\n{output}"
@@ -222,6 +234,25 @@ class Reader:
         expected = block.marker("expect")
         if expected is not None:
             assert expected in output, f"{where}: no {expected!r} in:\n{output}"
+
+
+def _json_values(text: str) -> list[object]:
+    """The JSON values of a block: one, or several one after another (a stream of events)."""
+    decoder, text = json.JSONDecoder(), text.strip()
+    values: list[object] = []
+    at = 0
+    while at < len(text):
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return values
+
+
+def test_a_json_block_may_hold_several_values() -> None:
+    assert _json_values('{"a": 1}\n{"b":\n 2}\n') == [{"a": 1}, {"b": 2}]
+    with pytest.raises(json.JSONDecodeError):
+        _json_values('{"a": 1} {"b": ')
 
 
 def test_every_page_is_run_or_listed_as_not_run_yet() -> None:
@@ -234,7 +265,6 @@ def test_every_page_is_run_or_listed_as_not_run_yet() -> None:
 def test_every_block_of_the_page_runs(page: str, tmp_path: Path) -> None:
     reader = Reader(tmp_path, page)
     found = blocks((ROOT / page).read_text())
-    assert found, page
     try:
         for block in found:
             reader.run(block)
