@@ -195,3 +195,58 @@ async def test_a_killed_process_s_participants_go_offline_once_for_the_others(
                 client.close()
             assert len([m for m in present if m.startswith(f"{doomed.pid}-")]) == 0
             assert len(present) >= 3  # Bob, Carol and Dave are still there
+
+
+async def test_an_answer_whose_process_is_killed_ends_interrupted_for_the_others(
+    redis_url: str,
+) -> None:
+    room = f"room-{uuid.uuid4().hex[:8]}"
+    serve = ("--store", redis_url, "--agent", "tests._support.agents:Ticker")
+    ticker_ws = "/agents/ticker/uamp"
+    with (
+        doomed_serve(*serve) as (doomed, url_a),
+        uamp_serve(*serve) as url_b,
+        trio.fail_after(TIMEOUT),
+    ):
+        async with (
+            open_ws(_ws(url_a).replace("/agents/demo/uamp", ticker_ws)) as a_ws,
+            open_ws(_ws(url_b).replace("/agents/demo/uamp", ticker_ws)) as b_ws,
+        ):
+            a, b = Reader(a_ws), Reader(b_ws)
+            alice = await a.join("alice", room)
+            await a.expect(alice, [("presence.online", "ticker")])
+            bob = await b.join("bob", room)
+            await b.expect(bob, [("presence.online", "alice"), ("presence.online", "ticker")])
+            await a.expect(alice, [("presence.online", "bob")])
+
+            # Alice asks; the ticker answers on A (her process) and streams to Bob on B.
+            await send(a_ws, type="input.text", text="@ticker go", session_id=alice)
+            await b.expect(
+                bob,
+                [
+                    ("message.created", 1, "alice", "@ticker go"),
+                    ("presence.typing", "ticker", True),
+                    ("response.created", "ticker"),
+                ],
+            )
+            deltas = await b.take(bob, 3)
+            assert [summary(e) for e in deltas] == [
+                ("response.delta", f"tick {i} ") for i in range(3)
+            ]
+            response_id = deltas[0]["response_id"]
+            doomed.kill()  # SIGKILL mid-answer
+
+            # Bob's process ends the answer A was streaming, then Alice goes.
+            ended: list[dict[str, object]] = []
+            while not ended or ended[-1]["type"] != "presence.offline":
+                event = (await b.take(bob, 1))[0]
+                if event["type"] != "response.delta":
+                    ended.append(event)
+            assert [summary(e) for e in ended] == [
+                ("response.error", "interrupted"),
+                ("presence.typing", "ticker", False),
+                ("presence.offline", "alice"),
+            ]
+            assert ended[0]["response_id"] == response_id
+            assert ended[0]["chat_id"] == room and ended[0]["sender"]["id"] == "ticker"  # type: ignore[index]
+            await b.quiet(bob, 2.0)  # once: no second end, no second departure

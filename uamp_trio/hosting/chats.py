@@ -36,7 +36,12 @@ and id). A newcomer is sent who is here, the history and the read marks as
 they are when its own arrival is applied, then everything after. A member
 key starts with its process's id (the event log's ``node``, whose heartbeat
 a shared store keeps): when that heartbeat stops, a surviving process takes
-the dead one's members out through the feed (:meth:`ChatHub._watch`).
+the dead one's members out through the feed (:meth:`ChatHub._watch`). The
+answers their agents were streaming end there too: every process follows
+the answers in flight from the feed (each answer's entries name the member
+that asked, whose process runs it), and applying that member's departure it
+ends them for its participants with ``response.error`` ``interrupted`` and
+the agent's typing stopped, in the same place of the room's order.
 
 Agents: the agent of each participating session is in the room too (its
 presence follows its sessions). When the room's :class:`AnswerPolicy
@@ -102,6 +107,13 @@ if TYPE_CHECKING:
 __all__ = ["ChatHub", "ChatLimits", "ChatLink", "chat_settings"]
 
 log = logging.getLogger("uamp_trio.chats")
+
+#: The events that end an agent's answer in a room.
+_ANSWER_ENDS: Final = (ev.ResponseDone, ev.ResponseErrorEvent, ev.ResponseCancelled)
+#: How an answer ends when the process running it stops (docs/scale-out.md).
+_ANSWER_LOST: Final = ty.ErrorInfo(
+    code="interrupted", message="The server running this answer stopped before it finished."
+)
 
 #: Messages of a room an agent is given as its conversation.
 AGENT_CONTEXT: Final = 50
@@ -180,6 +192,9 @@ class Room:
         self.lock = trio.Lock()
         self.answering = 0
         self.timer = False
+        #: Answers streaming in the room, from the feed: response id -> the
+        #: asking member (whose process runs it) and the answer's chat fields.
+        self.answers: dict[str, tuple[str, Mapping[str, Any]]] = {}
 
     @property
     def chat_id(self) -> str:
@@ -381,6 +396,9 @@ class ChatHub:
             self._arrived(room, entry)
         elif entry.kind == "leave":
             self._left(room, entry.member)
+        elif entry.kind == "depart":
+            self._lost_answers(room, entry.member)
+            self._left(room, entry.member)
         elif entry.kind == "message" and entry.message is not None:
             stored = entry.message
             room.recent.append(stored)
@@ -394,7 +412,29 @@ class ChatHub:
             event = entry.event
             if isinstance(event, ev.PresenceTyping) and event.user_id is not None:
                 (room.typists.add if event.is_typing else room.typists.discard)(event.user_id)
+            elif isinstance(event, ev.ResponseCreated) and entry.member:
+                room.answers[event.response_id] = (entry.member, event.unknown)
+            elif isinstance(event, _ANSWER_ENDS) and event.response_id is not None:
+                room.answers.pop(event.response_id, None)
             self._fan_out(room, event, skip_user=entry.skip_user)
+
+    def _lost_answers(self, room: Room, member_key: str) -> None:
+        """End the answers ``member_key`` 's stopped process was streaming (``interrupted``)."""
+        lost = [rid for rid, (asker, _) in room.answers.items() if asker == member_key]
+        for response_id in lost:
+            _, fields = room.answers.pop(response_id)
+            self._fan_out(
+                room,
+                ev.ResponseErrorEvent(error=_ANSWER_LOST, response_id=response_id, unknown=fields),
+            )
+            agent = fields.get("sender", {}).get("id")
+            still = any(f.get("sender", {}).get("id") == agent for _, f in room.answers.values())
+            if agent in room.typists and not still:
+                room.typists.discard(agent)
+                stop = ev.PresenceTyping(
+                    user_id=agent, username=agent, is_typing=False, chat_id=room.chat_id
+                )
+                self._fan_out(room, stop)
 
     # --- rooms nobody is in, idle (docs/security.md) -----------------------------------
 
@@ -492,9 +532,15 @@ class ChatHub:
 
     # --- fan-out ----------------------------------------------------------------------
 
-    def broadcast(self, room: Room, event: ev.Event, *, skip_user: str | None = None) -> None:
-        """Send ``event`` to every participant (not to ``skip_user``'s sessions), via the feed."""
-        self.store.publish(room.key, RoomEntry(kind="event", event=event, skip_user=skip_user))
+    def broadcast(
+        self, room: Room, event: ev.Event, *, skip_user: str | None = None, member: str = ""
+    ) -> None:
+        """Send ``event`` to every participant (not to ``skip_user``'s sessions), via the feed.
+
+        ``member``: the participating session an agent's answer event is for.
+        """
+        entry = RoomEntry(kind="event", event=event, skip_user=skip_user, member=member)
+        self.store.publish(room.key, entry)
 
     def _fan_out(self, room: Room, event: ev.Event, *, skip_user: str | None = None) -> None:
         """Write ``event`` to this process's participants (not to ``skip_user``'s sessions)."""
@@ -785,7 +831,8 @@ class ChatHub:
             if isinstance(event, ev.ToolCall | ev.PaymentRequired):
                 return  # nobody in a room runs the agent's client tools or pays mid-answer
             fields = {**event.unknown, **chat}
-            self.broadcast(room, attrs.evolve(event, session_id=None, unknown=fields))
+            answer = attrs.evolve(event, session_id=None, unknown=fields)
+            self.broadcast(room, answer, member=poster.key)
 
         self._typing_event(room, name, True)
         try:

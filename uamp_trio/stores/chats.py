@@ -171,7 +171,8 @@ class RoomEntry:
 
     Attributes:
         kind: ``arrive`` (``member`` joined, as ``participants``),
-            ``leave`` (``member`` left), ``message`` (``message`` was
+            ``leave`` (``member`` left), ``depart`` (``member`` left because
+            its process stopped, :meth:`ChatStore.depart`), ``message`` (``message`` was
             stored), ``read`` (``user`` read up to ``seq``; ``event`` tells
             the others) or ``event`` (``event`` for everyone).
         member: The participating session (a key unique across processes).
@@ -276,7 +277,7 @@ class ChatStore(abc.ABC):
     async def depart(self, key: ChatKey, node: str) -> int:
         """Take every participant of the stopped process ``node`` out of room ``key``, once.
 
-        Each gets a ``leave`` entry on the room's feed; of several processes
+        Each gets a ``depart`` entry on the room's feed; of several processes
         calling this for the same ``node`` only the first finds anyone to
         take out. Returns how many left. A store one process keeps has no
         other process's participants: nobody.

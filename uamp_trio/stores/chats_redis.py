@@ -34,7 +34,7 @@ with the synchronous redis-py client, as in the other Redis stores.
 A process that dies leaves its members in ``pres:{room}`` until another
 one sees its heartbeat gone and calls :meth:`~RedisChatStore.depart`: one
 Lua script removes the members whose key starts with that process's id and
-writes a ``leave`` entry for each, so however many processes call it, each
+writes a ``depart`` entry for each, so however many processes call it, each
 member leaves the feed once.
 """
 
@@ -116,7 +116,7 @@ for _, member in ipairs(redis.call('HKEYS', p .. 'pres:' .. room)) do
   if string.sub(member, 1, #node) == node then
     redis.call('HDEL', p .. 'pres:' .. room, member)
     redis.call('XADD', p .. 'feed:' .. room, 'MAXLEN', '~', ARGV[4], '*',
-      'k', 'leave', 'm', member, 'p', '', 'd', '', 's', '', 'u', '', 'q', 0)
+      'k', 'depart', 'm', member, 'p', '', 'd', '', 's', '', 'u', '', 'q', 0)
     gone = gone + 1
   end
 end

@@ -50,6 +50,7 @@ ROOM_TYPES = {
     "response.delta",
     "usage.delta",
     "response.done",
+    "response.error",
     "session.end",
     "session.error",
 }
