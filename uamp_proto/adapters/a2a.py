@@ -103,6 +103,7 @@ __all__ = [
     "Update",
     "accepts_media",
     "artifact_delta",
+    "data_entries",
     "data_item",
     "error_response",
     "message_delta",
@@ -660,6 +661,22 @@ def _str_list(obj: Mapping[str, Any], key: str, where: str) -> list[str]:
     return list(value)
 
 
+def data_entries(data: list[Any], wrapper: str, key: str) -> list[dict[str, Any]]:
+    """The answer objects in a message's data parts: those with ``key``.
+
+    A data part is one such object, a list of them, or ``{wrapper: [...]}``.
+    """
+    flat: list[Any] = []
+    for payload in data:
+        if isinstance(payload, dict) and isinstance(payload.get(wrapper), list):
+            flat.extend(payload[wrapper])
+        elif isinstance(payload, list):
+            flat.extend(payload)
+        else:
+            flat.append(payload)
+    return [entry for entry in flat if isinstance(entry, dict) and key in entry]
+
+
 def parse_tool_results(message: A2AMessage, pending: list[ty.ToolInvocation]) -> list[ty.Message]:
     """The ``role="tool"`` messages a resuming message answers ``pending`` with.
 
@@ -673,17 +690,7 @@ def parse_tool_results(message: A2AMessage, pending: list[ty.ToolInvocation]) ->
     """
     wanted = {call.id for call in pending}
     results: dict[str, str] = {}
-    entries: list[Any] = []
-    for payload in message.data:
-        if isinstance(payload, dict) and isinstance(payload.get("tool_results"), list):
-            entries.extend(payload["tool_results"])
-        elif isinstance(payload, list):
-            entries.extend(payload)
-        else:
-            entries.append(payload)
-    for entry in entries:
-        if not isinstance(entry, dict) or "call_id" not in entry:
-            continue
+    for entry in data_entries(message.data, "tool_results", "call_id"):
         call_id = entry["call_id"]
         if call_id not in wanted:
             raise _invalid(f"Tool result for {call_id!r} answers no pending tool call.")

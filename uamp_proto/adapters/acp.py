@@ -19,7 +19,11 @@ newline-delimited JSON on stdio:
   events into ``session/update`` payloads (``agent_message_chunk``,
   ``agent_thought_chunk``, ``tool_call``, ``tool_call_update``);
   :func:`stop_reason` gives the answer's ``stopReason``;
-* ``session/cancel`` -- :func:`parse_cancel`.
+* ``session/cancel`` -- :func:`parse_cancel`;
+* a tool call that needs the human's approval -- the agent's request
+  ``session/request_permission`` (:func:`permission_request`: the tool call
+  and the options "Allow" / "Deny"), answered with the option the client
+  chose, or ``cancelled`` (:func:`parse_permission_outcome`).
 
 **The spec-004 form** (``POST /agents/{name}/acp``): ``initialize`` without a
 numeric ``protocolVersion`` (:func:`spec_initialize_result`),
@@ -47,6 +51,7 @@ from .. import events as ev
 from .. import types as ty
 from ..jsonrpc import INVALID_PARAMS, PAYMENT_REQUIRED, JSONRPCError
 from ..payment import PaymentRequiredError
+from ._human import Answer, Ask, describe, dismissed
 
 __all__ = [
     "AUTH_REQUIRED",
@@ -66,10 +71,12 @@ __all__ = [
     "parse_cancel",
     "parse_load_session",
     "parse_new_session",
+    "parse_permission_outcome",
     "parse_prompt",
     "parse_prompt_submit",
     "parse_tools_call",
     "payment_error",
+    "permission_request",
     "prompt_message",
     "spec_initialize_result",
     "stop_reason",
@@ -729,3 +736,62 @@ def history_updates(messages: list[ty.Message]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+# --- a human in the loop: session/request_permission ---------------------------------------
+
+#: The options a permission request offers (``optionId`` -> approved).
+PERMISSION_OPTIONS: dict[str, bool] = {"allow": True, "deny": False}
+#: ``_meta`` key naming the uamp interrupt a permission request stands for.
+INTERRUPT_META = "uamp/interrupt_id"
+
+
+def permission_request(session_id: str, ask: Ask) -> dict[str, Any]:
+    """The params of ``session/request_permission`` for an approval.
+
+    ``toolCall`` is a ``ToolCallUpdate`` (id, title, ``kind: "other"``,
+    ``status: "pending"``, ``rawInput`` = the arguments); the options are
+    ``allow`` (``allow_once``) and ``deny`` (``reject_once``).
+    """
+    call: dict[str, Any] = {
+        "toolCallId": ask.call_id or ask.id,
+        "title": describe(ask),
+        "kind": "other",
+        "status": "pending",
+    }
+    if ask.arguments is not None:
+        call["rawInput"] = ask.arguments
+    return {
+        "sessionId": session_id,
+        "toolCall": call,
+        "options": [
+            {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+        ],
+        "_meta": {INTERRUPT_META: ask.id},
+    }
+
+
+def parse_permission_outcome(result: object, ask: Ask) -> Answer:
+    """The answer a ``session/request_permission`` result gives.
+
+    ``{"outcome": {"outcome": "selected", "optionId": "allow"|"deny"}}``
+    approves or denies; ``{"outcome": {"outcome": "cancelled"}}`` (the
+    client cancelled the prompt turn) denies as abandoned.
+
+    Raises:
+        JSONRPCError: ``-32602`` for a result of another shape or an option
+            that was not offered.
+    """
+    outcome = result.get("outcome") if isinstance(result, dict) else None
+    kind = outcome.get("outcome") if isinstance(outcome, dict) else None
+    if kind == "cancelled":
+        return dismissed(ask)
+    option = outcome.get("optionId") if isinstance(outcome, dict) else None
+    if kind != "selected" or option not in PERMISSION_OPTIONS:
+        raise JSONRPCError(
+            INVALID_PARAMS,
+            'A permission result is {"outcome": {"outcome": "selected", "optionId": '
+            '"allow"|"deny"}} or {"outcome": {"outcome": "cancelled"}}.',
+        )
+    return Answer(approved=PERMISSION_OPTIONS[option])

@@ -77,6 +77,16 @@ from ..ids import IdSource
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
+from ._human import (
+    Answered,
+    AnswerError,
+    Ask,
+    answer_from_payload,
+    describe,
+    dismissed,
+    is_approval,
+    rfc3339,
+)
 from ._media import media_item
 
 _RUN_BOUNDARIES = (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
@@ -90,6 +100,8 @@ __all__ = [
     "RunInput",
     "apply_patch",
     "diff_state",
+    "interrupt_entry",
+    "parse_resume",
     "parse_run_input",
     "state_delta",
     "state_snapshot",
@@ -163,6 +175,8 @@ class RunInput:
         tools: The client's tools.
         instructions: ``context`` entries as one instruction text.
         forwarded_props: ``forwardedProps``.
+        resume: ``resume``: the answers to the interrupts a previous run
+            ended with, as sent (read them with :func:`parse_resume`).
     """
 
     thread_id: str
@@ -175,6 +189,7 @@ class RunInput:
     tools: list[ty.ToolDefinition] = attrs.field(factory=list)
     instructions: str | None = None
     forwarded_props: Any = None
+    resume: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 def _text_of(content: object) -> str:
@@ -335,6 +350,9 @@ def parse_run_input(obj: object) -> RunInput:
             raise fail(f'\'context[{i}]\' must be {{"description": str, "value": str}}.')
         lines.append(f"- {entry['description']}: {entry['value']}")
     instructions = "Context from the application:\n" + "\n".join(lines) if lines else None
+    resume = obj.get("resume") or []
+    if not isinstance(resume, list) or not all(isinstance(e, dict) for e in resume):
+        raise fail("'resume' must be an array of objects.")
     return RunInput(
         thread_id=thread_id,
         run_id=run_id,
@@ -346,6 +364,7 @@ def parse_run_input(obj: object) -> RunInput:
         tools=tools,
         instructions=instructions,
         forwarded_props=obj.get("forwardedProps"),
+        resume=resume,
     )
 
 
@@ -866,12 +885,17 @@ class RunEncoder:
 
     # --- ending -------------------------------------------------------------
 
-    def finish(self, *, cancelled: bool = False, result: Any = None) -> Out:
+    def finish(
+        self, *, cancelled: bool = False, result: Any = None, interrupts: list[Ask] | None = None
+    ) -> Out:
         """Close everything, then ``MESSAGES_SNAPSHOT`` and ``RUN_FINISHED``.
 
         Args:
             cancelled: The run was stopped (outcome ``cancelled``).
             result: ``RUN_FINISHED.result``, if any.
+            interrupts: The run paused on these (outcome ``interrupt``, each
+                rendered by :func:`interrupt_entry`; the next run's
+                ``resume`` answers them).
         """
         self._move("finish")
         out = self._close_all()
@@ -887,6 +911,11 @@ class RunEncoder:
             done["result"] = result
         if cancelled:
             done["outcome"] = {"type": "cancelled"}
+        elif interrupts:
+            done["outcome"] = {
+                "type": "interrupt",
+                "interrupts": [interrupt_entry(ask) for ask in interrupts],
+            }
         elif self._pending:
             done["outcome"] = {"type": "success", "pendingToolCallIds": list(self._pending)}
         usage = self._usage
@@ -934,3 +963,88 @@ def _event_value(event: ev.Event) -> Any:
         for key in ("event_id", "session_id", "response_id"):
             value.pop(key, None)
     return value
+
+
+# --- interrupts (AG-UI's interrupt-aware run lifecycle) ----------------------------------------
+
+#: ``Interrupt.reason`` of a tool call waiting for approval / of a question.
+REASON_TOOL_APPROVAL = "tool_approval"
+REASON_INPUT_REQUIRED = "input_required"
+
+
+def interrupt_entry(ask: Ask) -> dict[str, Any]:
+    """One ``Interrupt`` of a ``RUN_FINISHED`` interrupt outcome (``@ag-ui/core`` 1.0).
+
+    ``id``, ``reason`` (``tool_approval`` or ``input_required``),
+    ``message``, ``toolCallId`` (approvals), ``responseSchema`` (an approval
+    answers ``{"approved": bool, "editedArgs"?: object, "reason"?: str}``),
+    ``expiresAt`` (ISO 8601); ``metadata`` names the tool and its arguments.
+    """
+    entry: dict[str, Any] = {
+        "id": ask.id,
+        "reason": REASON_TOOL_APPROVAL if is_approval(ask) else REASON_INPUT_REQUIRED,
+        "message": describe(ask),
+    }
+    if is_approval(ask):
+        if ask.call_id is not None:
+            entry["toolCallId"] = ask.call_id
+        entry["responseSchema"] = {
+            "type": "object",
+            "properties": {
+                "approved": {"type": "boolean"},
+                "editedArgs": {"type": "object"},
+                "reason": {"type": "string"},
+            },
+            "required": ["approved"],
+        }
+        entry["metadata"] = {"tool": ask.tool_name, "arguments": ask.arguments or {}}
+    elif ask.schema is not None:
+        entry["responseSchema"] = dict(ask.schema)
+    if ask.expires_at is not None:
+        entry["expiresAt"] = rfc3339(ask.expires_at)
+    return entry
+
+
+def parse_resume(run: RunInput, pending: Mapping[str, Ask]) -> list[Answered]:
+    """The answers a run's ``resume`` entries give to the ``pending`` interrupts.
+
+    ``{"interruptId", "status": "resolved", "payload"}`` answers with the
+    payload (an approval: ``true``/``false`` or ``{"approved", "editedArgs",
+    "reason"}``); ``"status": "cancelled"`` dismisses it (an approval is then
+    denied). An entry naming an interrupt that is not pending is refused,
+    exactly as an unknown one (it may be another principal's).
+
+    Raises:
+        AguiError: (``started=True``, code ``invalid_resume``) naming the
+            entry at fault.
+    """
+
+    def fail(message: str) -> AguiError:
+        return AguiError(
+            message,
+            code="invalid_resume",
+            started=True,
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+        )
+
+    answers: list[Answered] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(run.resume):
+        iid, status = entry.get("interruptId"), entry.get("status")
+        if not isinstance(iid, str) or iid not in pending:
+            raise fail(f"'resume[{i}].interruptId' names no pending interrupt of this thread.")
+        if iid in seen:
+            raise fail(f"'resume[{i}]' answers {iid!r} a second time.")
+        seen.add(iid)
+        ask = pending[iid]
+        if status == "cancelled":
+            answers.append((iid, dismissed(ask)))
+        elif status == "resolved":
+            try:
+                answers.append((iid, answer_from_payload(ask, entry.get("payload"))))
+            except AnswerError as exc:
+                raise fail(f"'resume[{i}].payload': {exc.args[0]}") from None
+        else:
+            raise fail(f"'resume[{i}].status' must be \"resolved\" or \"cancelled\".")
+    return answers

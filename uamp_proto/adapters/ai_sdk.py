@@ -37,6 +37,9 @@ UAMP event                                UI message chunks
                                           when its status is ``failed``)
 ``tool.call`` (client tool)               ``tool-input-available``; the answer then finishes
                                           with ``finishReason: "tool-calls"``
+(a tool call waiting for approval)        ``tool-approval-request`` (see
+                                          :meth:`StreamEncoder.request_approval`); answered by
+                                          the next request's tool part ``approval``
 ``usage.delta``                           summed into ``finish.messageMetadata.usage``
 (answer end)                              ``finish-step`` (if open), ``finish``
 (failure)                                 ``error``, ``finish`` (``finishReason: "error"``)
@@ -76,6 +79,7 @@ from ..ids import IdSource
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
+from ._human import Answer, Answered, Ask
 from ._media import media_item
 from ._tools import ToolFormError, parse_tool_choice, parse_tools
 
@@ -90,6 +94,7 @@ __all__ = [
     "Phase",
     "StreamEncoder",
     "frame",
+    "parse_approval_responses",
     "parse_chat_request",
     "replay_chunks",
     "turn_request",
@@ -717,6 +722,29 @@ class StreamEncoder:
 
     # --- ending -------------------------------------------------------------
 
+    def request_approval(self, ask: Ask) -> Chunks:
+        """A tool call waiting for the human: ``tool-approval-request``, ``approvalId`` its id.
+
+        The call's ``tool-input-available`` comes first when the stream has
+        not shown it yet (the tool part the approval belongs to). The answer
+        then finishes as usual; the client's ``addToolApprovalResponse`` puts
+        ``approval: {id, approved, reason}`` on that part, and the next
+        request carries it (:func:`parse_approval_responses`).
+        """
+        out = self._open_content()
+        call_id = ask.call_id or ask.id
+        if call_id in self._inputs:
+            out += self._available(call_id, self._inputs.pop(call_id))
+        elif call_id not in self._known:
+            self._known[call_id] = False
+            out += self._available(
+                call_id,
+                _Input(name=ask.tool_name or "approval", client=False),
+                orjson.dumps(ask.arguments or {}).decode(),
+            )
+        out.append({"type": "tool-approval-request", "approvalId": ask.id, "toolCallId": call_id})
+        return out
+
     def finish(self, reason: str = "stop", metadata: Mapping[str, Any] | None = None) -> Chunks:
         """Close everything, then ``finish`` (usage and ``metadata`` in its metadata).
 
@@ -752,3 +780,30 @@ class StreamEncoder:
         if meta:
             chunk["messageMetadata"] = meta
         return chunk
+
+
+def parse_approval_responses(request: ChatRequest, pending: Mapping[str, Ask]) -> list[Answered]:
+    """The approvals the client answered with ``addToolApprovalResponse``.
+
+    They are the tool parts of the continued assistant message whose
+    ``approval`` has an ``id`` that is a ``pending`` interrupt and an
+    ``approved`` boolean (state ``approval-responded``); a ``reason`` goes
+    with a denial. Parts answering nothing pending are history and are left
+    alone.
+    """
+    message = request.continued
+    answers: list[Answered] = []
+    if message is None:
+        return answers
+    for part in message.get("parts", []):
+        approval = part.get("approval") if isinstance(part, dict) else None
+        if not isinstance(approval, dict):
+            continue
+        aid, approved = approval.get("id"), approval.get("approved")
+        if not isinstance(aid, str) or aid not in pending or not isinstance(approved, bool):
+            continue
+        reason = approval.get("reason")
+        answers.append(
+            (aid, Answer(approved=approved, reason=reason if isinstance(reason, str) else None))
+        )
+    return answers

@@ -33,6 +33,14 @@ builds each answer, with no I/O:
   answered so far and whose ``message`` is the delta.
 * ``notifications/cancelled`` -- :func:`cancelled_request` names the
   request to cancel (which then gets no response, as MCP asks).
+* a human in the loop -- when a call's run pauses on an interrupt and the
+  client declared the ``elicitation`` capability (:func:`client_elicits`),
+  the server asks it with ``elicitation/create`` in form mode
+  (:func:`elicitation_params`: an approval is a form with one boolean
+  ``approved``; a question keeps its own flat schema, or gets one string
+  ``answer``) and reads the client's ``ElicitResult``
+  (:func:`parse_elicitation_result`: ``accept`` with the form's content,
+  ``decline`` denies, ``cancel`` abandons).
 
 Nothing here reads the clock or makes ids.
 """
@@ -47,6 +55,7 @@ import orjson
 
 from ..jsonrpc import INVALID_PARAMS, Id, JSONRPCError, Notification, notification
 from ..payment import PaymentRequiredError
+from ._human import Answer, AnswerError, Ask, answer_from_payload, describe, dismissed, is_approval
 
 __all__ = [
     "DISCOVER_METHOD",
@@ -56,10 +65,13 @@ __all__ = [
     "Progress",
     "call_result",
     "cancelled_request",
+    "client_elicits",
+    "elicitation_params",
     "error_result",
     "initialize_result",
     "negotiate",
     "parse_call",
+    "parse_elicitation_result",
     "payment_result",
     "tool_definition",
     "tool_name",
@@ -310,3 +322,85 @@ def cancelled_request(params: object) -> Id | None:
     if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
         return rid
     return None
+
+
+# --- a human in the loop: elicitation/create ------------------------------------------------
+
+#: The method a server asks the human with.
+ELICIT_METHOD: Final = "elicitation/create"
+_PRIMITIVE_TYPES = frozenset({"string", "number", "integer", "boolean"})
+
+
+def client_elicits(initialize_params: object) -> bool:
+    """Whether an ``initialize`` request declared the form-mode ``elicitation`` capability."""
+    caps = initialize_params.get("capabilities") if isinstance(initialize_params, dict) else None
+    elicitation = caps.get("elicitation") if isinstance(caps, dict) else None
+    if not isinstance(elicitation, dict):
+        return False
+    # 2025-11-25: {} or {"form": {}} means form mode; {"url": {}} alone does not.
+    return not elicitation or "form" in elicitation
+
+
+def _flat(schema: object) -> bool:
+    """Whether a schema is what MCP forms allow: an object of primitive properties."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return False
+    props = schema.get("properties")
+    return isinstance(props, dict) and all(
+        isinstance(p, dict) and p.get("type") in _PRIMITIVE_TYPES for p in props.values()
+    )
+
+
+def _form(ask: Ask) -> dict[str, Any]:
+    if is_approval(ask):
+        return {
+            "type": "object",
+            "properties": {"approved": {"type": "boolean", "title": "Approve"}},
+            "required": ["approved"],
+        }
+    if _flat(ask.schema):
+        return dict(ask.schema or {})
+    return {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "title": "Answer"}},
+        "required": ["answer"],
+    }
+
+
+def elicitation_params(ask: Ask) -> dict[str, Any]:
+    """The params of ``elicitation/create`` (form mode) for ``ask``."""
+    return {
+        "mode": "form",
+        "message": describe(ask),
+        "requestedSchema": _form(ask),
+        "_meta": {"uamp/interrupt_id": ask.id},
+    }
+
+
+def parse_elicitation_result(result: object, ask: Ask) -> Answer:
+    """The answer an ``ElicitResult`` gives to ``ask``.
+
+    ``accept`` answers with the form's ``content`` (an approval reads its
+    ``approved``, true when left out; a question the whole content, or its
+    ``answer`` when it was given the one-string form); ``decline`` denies
+    (a question: abandoned); ``cancel`` abandons.
+
+    Raises:
+        JSONRPCError: ``-32602`` for a result of another shape.
+    """
+    action = result.get("action") if isinstance(result, dict) else None
+    if action == "decline" or action == "cancel":
+        return dismissed(ask)
+    if action != "accept" or not isinstance(result, dict):
+        raise _invalid("An elicitation result's action is accept, decline or cancel.")
+    content = result.get("content") or {}
+    if not isinstance(content, dict):
+        raise _invalid("An accepted elicitation result's content must be an object.")
+    if is_approval(ask):
+        try:
+            return answer_from_payload(ask, {"approved": content.get("approved", True)})
+        except AnswerError as exc:
+            raise _invalid(str(exc)) from None
+    if not _flat(ask.schema) and set(content) == {"answer"}:
+        return Answer(value=content["answer"])
+    return Answer(value=content)
