@@ -129,6 +129,8 @@ class EnvelopeSigner:
         context: Sequence[ContextRef] | None = None,
         body_type: str = "text/plain",
         now: float | None = None,
+        stream_id: str | None = None,
+        ext: dict[str, Any] | None = None,
     ) -> Envelope:
         """A signed envelope with a new ``id`` and the current ``ts``."""
         envelope = Envelope(
@@ -142,6 +144,8 @@ class EnvelopeSigner:
             delta_window=window,
             context=tuple(context) if context else None,
             cap_token=self.cap_token,
+            stream_id=stream_id,
+            ext=ext,
         )
         return self.sign(envelope)
 
@@ -259,15 +263,23 @@ class _Conversation:
         await self.send_only(self.signer.make(intent, to=self.to, reply_to=to_envelope.id))
 
     async def tell(
-        self, intent: Intent | str, text: str, *, reply_to: Envelope | None = None
+        self,
+        intent: Intent | str,
+        text: str,
+        *,
+        reply_to: Envelope | None = None,
+        ext: dict[str, Any] | None = None,
     ) -> Envelope:
         """Send a one-way ``inform``/``notify``/``progress`` (about ``reply_to``'s exchange).
+
+        A ``progress`` envelope acknowledges too: put the highest ``delta_seq``
+        received in ``ext``.
 
         Returns:
             The envelope sent.
         """
         envelope = self.signer.make(
-            intent, text, to=self.to, reply_to=None if reply_to is None else reply_to.id
+            intent, text, to=self.to, reply_to=None if reply_to is None else reply_to.id, ext=ext
         )
         await self.send_only(envelope)
         return envelope

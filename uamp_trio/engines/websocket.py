@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 import trio
 from wsproto import WSConnection
@@ -173,6 +174,10 @@ class WebSocket:
         self._size = 0
         self._lock = trio.StrictFIFOLock()
         self._closed: ConnectionClosed | None = None
+        #: What a message over the size limit is answered with before the
+        #: close: ``(message, close code, reason)`` for the bytes read of it;
+        #: ``None``: a bare close with 1009.
+        self.too_big_reply: Callable[[int], tuple[str | bytes, int, str]] | None = None
 
     @property
     def closed(self) -> bool:
@@ -225,8 +230,7 @@ class WebSocket:
                     self._parts.append(event.data)
                     self._size += len(event.data)
                     if self._size > self._max:
-                        await self.close(1009, "message too big")
-                        raise ConnectionClosed(1009, "message too big")
+                        await self._refuse_too_big()
                     if event.message_finished:
                         size = self._size
                         parts, self._parts, self._size = self._parts, [], 0
@@ -265,6 +269,15 @@ class WebSocket:
             await self._write(TextMessage(data=message))
         else:
             await self._write(BytesMessage(data=message))
+
+    async def _refuse_too_big(self) -> NoReturn:
+        code, reason = 1009, "message too big"
+        if self.too_big_reply is not None:
+            message, code, reason = self.too_big_reply(self._size)
+            with contextlib.suppress(ConnectionClosed):
+                await self.send(message)
+        await self.close(code, reason)
+        raise ConnectionClosed(code, reason)
 
     async def close(self, code: int = 1000, reason: str | None = None) -> None:
         """Send a close frame (if still open) and mark the socket closed."""

@@ -34,8 +34,11 @@ binding uses, in order:
    * ``inform`` / ``notify`` / ``progress`` are one-way: without
      ``reply_to`` the message waits (per caller and agent, bounded) for the
      caller's next opening envelope; with it, it joins that exchange (a
-     subscription's next event, the running agent's ``metadata["updates"]``
-     for ``progress``, else its conversation).
+     subscription's next event, an acknowledgement for ``progress``
+     (``delta_seq`` in ``ext`` or a JSON body; 4.09 without; a text body
+     beside ``ext.delta_seq`` is also one of the running agent's
+     ``metadata["updates"]``), else its conversation). A peer's ``error``
+     ends the stream with an ``error`` frame carrying its code and message.
 
    The result (:class:`Submitted`) names the exchange (``None`` for a
    one-way envelope without ``reply_to``); ``result.location`` is
@@ -87,6 +90,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+import orjson
 import trio
 
 from uamp_proto import events as ev
@@ -330,6 +334,9 @@ class Exchange:
         #: The peer's ``progress`` envelopes about this exchange, as they
         #: arrive (the running agent sees this list as ``metadata["updates"]``).
         self.updates: list[dict[str, Any]] = []
+        #: What the peer's ``error`` envelope reported (``{"code", "message"}``),
+        #: the payload of the final ``error`` frame.
+        self.peer_error: dict[str, Any] | None = None
         #: The payment token of the opening envelope (a subscription's events).
         self.payment_token: str | None = None
         #: Where the next turns wait (a subscription's events); closed when it ends.
@@ -768,7 +775,8 @@ class EnvelopeService:
             await self._turns(exchange, agent, principal, turns)
             if not exchange.finished:  # a subscription that ended between events
                 kind = _ENDING.get(exchange.state, DeltaType.CANCEL)
-                await exchange.push(kind, {"state": exchange.state.value}, self.limits.idle_timeout)
+                payload = {"state": exchange.state.value, **(exchange.peer_error or {})}
+                await exchange.push(kind, payload, self.limits.idle_timeout)
         except trio.TooSlowError:
             log.info(
                 "exchange %s: no ack for %.0f s; cancelled", exchange.id, self.limits.idle_timeout
@@ -838,6 +846,9 @@ class EnvelopeService:
             if frame is None or exchange.finished:
                 return
             kind, payload = frame
+            if kind is DeltaType.CANCEL and exchange.peer_error is not None:
+                # Stopped by the peer's error envelope (section 10: ERROR), not a cancel.
+                kind, payload = DeltaType.ERROR, {**exchange.peer_error, **payload}
             if kind in _FINAL_TYPES:
                 # The answer joins the conversation before the peer can see
                 # its end (and continue the conversation).
@@ -895,12 +906,23 @@ class EnvelopeService:
             raise EnvelopeRefused(NOT_FOUND, f"no exchange {envelope.reply_to!r}")
         limits = self.limits
         if intent is Intent.PROGRESS:
-            # The newest updates are kept (the oldest dropped), within the budget.
-            fits((0, 0), message, limits.notes_per_principal, limits.note_bytes_per_principal)
-            exchange.updates.append(
-                {"id": envelope.id, "type": envelope.body.type, "content": envelope.body.content}
-            )
-            trimmed(exchange.updates, MAX_NOTES, limits.note_bytes_per_principal)
+            # Section 5: the consumer acknowledges "via progress"; with only
+            # the two endpoints of section 7, that is this envelope.
+            seq, update = _acked_seq(envelope)
+            if envelope.stream_id is not None and not exchange.names(envelope.stream_id):
+                raise EnvelopeRefused(NOT_FOUND, f"no stream {envelope.stream_id!r} here")
+            exchange.acknowledge(seq)
+            if update:  # a text besides the ack: the running agent's update
+                # The newest updates are kept (the oldest dropped), within the budget.
+                fits((0, 0), message, limits.notes_per_principal, limits.note_bytes_per_principal)
+                exchange.updates.append(
+                    {
+                        "id": envelope.id,
+                        "type": envelope.body.type,
+                        "content": envelope.body.content,
+                    }
+                )
+                trimmed(exchange.updates, MAX_NOTES, limits.note_bytes_per_principal)
         elif (
             intent is Intent.NOTIFY
             and exchange.subscription
@@ -993,6 +1015,8 @@ class EnvelopeService:
         trigger = Trigger(envelope.intent.value)
         if trigger in TRANSITIONS[exchange.state]:
             exchange.machine.advance(trigger)
+            if trigger is Trigger.ERROR:
+                exchange.peer_error = _peer_error(envelope)
             exchange.stop()
         elif envelope.intent in (Intent.CONFIRM, Intent.DENY) and exchange.finished:
             self._forget(exchange)  # acknowledged: retired
@@ -1072,6 +1096,51 @@ def _message(envelope: Envelope) -> ty.Message:
         return user_message(envelope)
     except BodyError as exc:
         raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
+
+
+def _peer_error(envelope: Envelope) -> dict[str, Any]:
+    """A peer's ``error`` envelope: its code and message (JSON ``{"code", "message"}``, or text)."""
+    content = envelope.body.content
+    code, message = "peer_error", content
+    with contextlib.suppress(orjson.JSONDecodeError):
+        parsed = orjson.loads(content)
+        if isinstance(parsed, dict):
+            code = str(parsed.get("code", code))
+            message = str(parsed.get("message", ""))
+    return {"code": code, "message": message[:1024], "reported_by": envelope.id}
+
+
+def _acked_seq(envelope: Envelope) -> tuple[int, bool]:
+    """The ``delta_seq`` a ``progress`` envelope acknowledges, and whether its body says more.
+
+    ``ext.delta_seq``, else a JSON body ``{"delta_seq": n, ...}``.
+
+    Raises:
+        EnvelopeRefused: 4.09 without one.
+    """
+    seq = envelope.ext.get("delta_seq") if envelope.ext else None
+    if _is_seq(seq):
+        assert isinstance(seq, int)
+        return seq, bool(envelope.body.content)
+    body = envelope.body
+    if body.type.split(";", 1)[0].strip().endswith("json"):
+        try:
+            content = orjson.loads(body.content)
+        except orjson.JSONDecodeError:
+            content = None
+        seq = content.get("delta_seq") if isinstance(content, dict) else None
+        if _is_seq(seq):
+            assert isinstance(seq, int)
+            return seq, False
+    raise EnvelopeRefused(
+        MISSING_DELTA_SEQ,
+        "a progress envelope acknowledges a stream: put the highest delta_seq received"
+        ' in ext.delta_seq or in a JSON body {"delta_seq": n}',
+    )
+
+
+def _is_seq(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _payment_token(envelope: Envelope) -> str | None:

@@ -16,7 +16,10 @@ Routes, for every hosted agent under ``/agents/{agent}`` and at the root
   producer honours the ask's ``delta_window``, so a consumer must
   acknowledge:
 * ``POST /v1/stream/{id}``: body = a ``progress`` delta frame with the
-  highest contiguous ``delta_seq`` received; ``204``.
+  highest contiguous ``delta_seq`` received; ``204``. A ``progress``
+  *envelope* posted to ``/v1/messages`` (``reply_to`` = the exchange,
+  ``delta_seq`` in ``ext`` or a JSON body) acknowledges too (spec 003
+  section 5 "ACK via progress", with only the two section 7 endpoints).
 * ``GET [/agents/NAME]/.well-known/agent-manifest.json``: the agent's
   manifest (section 8, Appendix A.3) as a JWS signed with the envelope key
   (``application/manifest+jws``); at the root, the default (first hosted)
@@ -28,7 +31,8 @@ Routes, for every hosted agent under ``/agents/{agent}`` and at the root
   is an envelope, any other a delta frame (an ack). The server sends the
   delta frames of every exchange opened on the socket, interleaved (told
   apart by ``stream_id``), and error envelopes; after a 4.01, 4.03 or 4.13
-  error it closes the socket with 4401, 4403 or 4413. Exchanges still
+  error it closes the socket with 4401, 4403 or 4413 (a WebSocket message
+  over the server's message limit too: the 4.13 frame, then 4413). Exchanges still
   running when the socket closes are cancelled.
 
 With authentication configured, the stream endpoints present the capability
@@ -42,6 +46,7 @@ docs/envelope.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -52,7 +57,14 @@ import trio
 from uamp_proto import manifest as discovery
 from uamp_proto.adapters import envelope as wire
 from uamp_proto.adapters.envelope import BAD_REQUEST, NOT_FOUND, EnvelopeRefused, prefix_frame
-from uamp_proto.envelope import Envelope, EnvelopeError, encode_delta, encode_envelope, parse_json
+from uamp_proto.envelope import (
+    PAYLOAD_TOO_LARGE,
+    Envelope,
+    EnvelopeError,
+    encode_delta,
+    encode_envelope,
+    parse_json,
+)
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
@@ -295,9 +307,20 @@ class EnvelopeBindings:
             await pending.reject(reply.status, reply.body, reply.headers)
             return
         ws = await pending.accept()
+        ws.too_big_reply = functools.partial(self._too_big, name)
         async with trio.open_nursery() as nursery:
             await _WsPeer(self.service, ws, name, nursery).run()
             nursery.cancel_scope.cancel()
+
+    def _too_big(self, agent: str | None, size: int) -> tuple[bytes, int, str]:
+        """A message over the socket's limit: the 4.13 error frame, then close 4413."""
+        refused = EnvelopeRefused(
+            PAYLOAD_TOO_LARGE, f"a message of {size}+ bytes is over this socket's limit"
+        )
+        error = self.service.error_envelope(refused, agent=agent)
+        code = envelope_service.close_code(refused.code)
+        assert code is not None
+        return prefix_frame(encode_envelope(error)), code, refused.code
 
 
 def _relayed(

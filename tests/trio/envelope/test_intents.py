@@ -220,7 +220,8 @@ async def test_a_progress_envelope_reaches_the_running_agent(server: Any, bind: 
         async def steps(frames: trio.MemoryReceiveChannel[Delta]) -> None:
             first = await frames.receive()
             assert first.payload == {"text": "waiting "}
-            await client.tell("progress", "the code is 42", reply_to=ask)
+            ack = {"delta_seq": first.delta_seq}  # a progress envelope acknowledges too
+            await client.tell("progress", "the code is 42", reply_to=ask, ext=ack)
 
         reply = await while_streaming(client, ask, steps)
     assert reply.text == "waiting the code is 42"
