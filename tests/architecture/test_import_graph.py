@@ -11,7 +11,8 @@ already started the package's ``__init__`` before its submodules load).
 
 Layers (see docs/architecture.md): ``uamp_proto`` imports only itself;
 ``uamp_agents`` imports itself and ``uamp_proto``; ``uamp_trio`` imports itself
-and ``uamp_proto`` -- except ``uamp_trio.cli``, which wires agents into servers.
+and ``uamp_proto`` -- except ``uamp_trio.cli``, which wires agents into servers;
+``uamp_asgi`` imports itself and ``uamp_proto``.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("uamp_proto", "uamp_trio", "uamp_agents")
+PACKAGES = ("uamp_proto", "uamp_trio", "uamp_agents", "uamp_asgi")
 
 ALLOWED: Mapping[str, frozenset[str]] = {
     "uamp_proto": frozenset({"uamp_proto"}),
     "uamp_agents": frozenset({"uamp_agents", "uamp_proto"}),
     "uamp_trio": frozenset({"uamp_trio", "uamp_proto"}),
+    # The ASGI binding: the sans-IO core and its own I/O, never the Trio binding.
+    "uamp_asgi": frozenset({"uamp_asgi", "uamp_proto"}),
 }
 # Modules allowed to reach across the layer rule, and why.
 BRIDGES: Mapping[str, frozenset[str]] = {

@@ -74,6 +74,8 @@ from .. import types as ty
 from ..codec import unstructure
 from ..errors import LocalProtocolError, UampError
 from ..ids import IdSource
+from ..outcome import ResponseOutcome
+from ..payment import BALANCE_EVENT, balance_fields
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
@@ -87,6 +89,7 @@ from ._human import (
     is_approval,
     rfc3339,
 )
+from ..saved_response import AGUI_SIGNATURE_EVENT
 from ._media import media_item
 
 _RUN_BOUNDARIES = (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
@@ -99,6 +102,7 @@ __all__ = [
     "RunEncoder",
     "RunInput",
     "apply_patch",
+    "closing_events",
     "diff_state",
     "interrupt_entry",
     "parse_resume",
@@ -1048,3 +1052,28 @@ def parse_resume(run: RunInput, pending: Mapping[str, Ask]) -> list[Answered]:
         else:
             raise fail(f"'resume[{i}].status' must be \"resolved\" or \"cancelled\".")
     return answers
+def closing_events(
+    encoder: RunEncoder, outcome: ResponseOutcome, signature: str | None = None
+) -> list[dict[str, Any]]:
+    """The events that end a run after its turn ended as ``outcome``.
+
+    ``RUN_ERROR`` for a failed turn, else the encoder's finish (``RUN_FINISHED``
+    last). A ``CUSTOM`` event carries the response ``signature`` (a completed
+    run only) and another the payer's ``payment.balance``, both before the
+    last event.
+    """
+    if outcome.status == "failed":
+        error = outcome.error
+        code = error.code if error else "internal_error"
+        message = error.message if error else "The agent failed."
+        out = encoder.error(message, code)
+    else:
+        cancelled = outcome.status == "cancelled"
+        out = encoder.finish(cancelled=cancelled)
+        if signature is not None and not cancelled:
+            signed = {"signature": signature}
+            out.insert(-1, {"type": "CUSTOM", "name": AGUI_SIGNATURE_EVENT, "value": signed})
+    if outcome.balance is not None:
+        balance = balance_fields(outcome.balance)
+        out.insert(-1, {"type": "CUSTOM", "name": BALANCE_EVENT, "value": balance})
+    return out

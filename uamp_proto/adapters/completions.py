@@ -33,8 +33,11 @@ from .. import events as ev
 from .. import types as ty
 from ..codec import DecodeError, from_dict, unstructure
 from ..errors import UampError
+from ..outcome import ResponseOutcome
+from ..payment import BALANCE_EVENT, balance_fields
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
+from ..signing import response_signature_event
 from ..sse import encode_json
 from ._tools import ToolFormError, kind_of, parse_tool_call, parse_tool_choice, parse_tools
 
@@ -48,12 +51,16 @@ __all__ = [
     "completion_response",
     "error_object",
     "finish_reason_for",
+    "model_object",
+    "outcome_error",
+    "outcome_reply",
     "output_items",
     "parse_request",
     "payment_error",
     "server_rounds",
     "splice_server_rounds",
     "sse_data",
+    "stream_tail",
     "usage_object",
 ]
 
@@ -839,3 +846,62 @@ def splice_server_rounds(
                     break
         out.append(message)
     return out
+
+
+def model_object(name: str) -> dict[str, Any]:
+    """The OpenAI model object of the agent ``name``."""
+    return {"id": name, "object": "model", "created": 0, "owned_by": "uamp"}
+
+
+def outcome_error(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:
+    """``(HTTP status, error object)`` of a turn that failed or was cancelled."""
+    error = outcome.error
+    code = error.code if error else "internal_error"
+    message = error.message if error else "The response ended without output."
+    status = STATUS_FOR_CODE.get(code, 500)
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return status, error_object(message, code=code, type=kind)
+
+
+def outcome_reply(
+    outcome: ResponseOutcome, request: CompletionRequest, *, completion_id: str, created: int
+) -> dict[str, Any]:
+    """The non-streamed completion of a turn that ended as ``outcome`` (not failed)."""
+    tracker = outcome.tracker
+    calls = outcome.pending_tool_calls
+    return completion_response(
+        completion_id=completion_id,
+        created=created,
+        model=request.model or request.turn.agent,
+        text=tracker.text,
+        tool_calls=calls,
+        finish_reason=finish_reason_for(calls, tracker.usage, request.max_tokens),
+        usage=tracker.usage,
+        reasoning=tracker.thinking or None,
+        content_items=output_items(tracker.output),
+    )
+
+
+def stream_tail(
+    encoder: ChunkEncoder,
+    request: CompletionRequest,
+    outcome: ResponseOutcome,
+    signature: str | None = None,
+) -> bytes:
+    """What a stream sends after its turn ended: the last chunks, ``[DONE]`` and after it.
+
+    A failed turn's error object (as OpenAI streams one); else the finish
+    chunk (and usage) and ``[DONE]``, then the response ``signature`` as its
+    own named event. A paid turn's ``payment.balance`` comes last.
+    """
+    if outcome.status in ("failed", "cancelled"):
+        tail = sse_data(outcome_error(outcome)[1]) + SSE_DONE
+    else:
+        usage = outcome.tracker.usage
+        reason = finish_reason_for(outcome.pending_tool_calls, usage, request.max_tokens)
+        tail = b"".join([sse_data(c) for c in encoder.finish(reason, usage)]) + SSE_DONE
+        if signature is not None:
+            tail += response_signature_event(signature)
+    if outcome.balance is not None:
+        tail += encode_json(orjson.dumps(balance_fields(outcome.balance)), event=BALANCE_EVENT)
+    return tail

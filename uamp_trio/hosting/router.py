@@ -31,6 +31,8 @@ from typing import Literal
 
 import attrs
 
+from uamp_proto.paths import compile_pattern
+
 from ..engines.http import Endpoint, Headers, HTTPError, Request
 from ..engines.websocket import WebSocketHandler
 
@@ -57,21 +59,6 @@ ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope", "a2a_rest"
 
 #: A route's extra condition on the request head (see the module docstring).
 RouteWhen = Callable[[Headers], bool]
-
-_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    if not pattern.startswith("/"):
-        raise ValueError(f"route pattern must start with '/': {pattern!r}")
-    out, pos = [], 0
-    for m in _PARAM.finditer(pattern):
-        out.append(re.escape(pattern[pos : m.start()]))
-        out.append(f"(?P<{m.group(1)}>[^/]+)")
-        pos = m.end()
-    out.append(re.escape(pattern[pos:]))
-    return re.compile("^" + "".join(out) + "$")
-
 
 @attrs.frozen
 class RouteMeta:
@@ -122,7 +109,7 @@ class _Pattern:
     regex: re.Pattern[str] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "regex", _compile(self.pattern))
+        object.__setattr__(self, "regex", compile_pattern(self.pattern))
 
 
 @attrs.frozen

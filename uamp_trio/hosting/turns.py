@@ -70,16 +70,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-import attrs
 import trio
 
 from uamp_proto import events as ev
-from uamp_proto import types as ty
 from uamp_proto.errors import UampError
-from uamp_proto.payment import Charge, PaymentRequiredError
-from uamp_proto.responder import Responder, ResponderError, TurnRequest
+from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
+from uamp_proto.payment import Charge
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
 __all__ = [
@@ -107,60 +106,10 @@ DEFAULT_BUFFER = 16
 #: holds other tasks back for about 0.2 ms at most.
 YIELD_EVERY: Final = 64
 
-TurnStatus = Literal["completed", "requires_action", "cancelled", "failed"]
-
 #: Takes one event of the turn; awaiting it is the agent's backpressure.
 Sink = Callable[[ev.Event], Awaitable[None]]
 
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
-
-
-@attrs.frozen(kw_only=True)
-class ResponseOutcome:
-    """How a turn ended.
-
-    Attributes:
-        status: ``completed``, ``requires_action`` (client tools pending),
-            ``cancelled`` or ``failed``.
-        tracker: The response's accumulated output, usage and tool calls.
-        final: The terminal event sent, or ``None`` for ``requires_action``.
-        balance: The payer's balance after the response settled (with a
-            ledger), for transports that can send ``payment.balance``.
-    """
-
-    status: TurnStatus
-    tracker: ResponseTracker
-    final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseErrorEvent | None
-    balance: ev.PaymentBalance | None = None
-
-    @property
-    def pending_tool_calls(self) -> list[ty.ToolInvocation]:
-        """Client tool calls waiting for results."""
-        return self.tracker.pending_tool_calls
-
-    @property
-    def error(self) -> ty.ErrorInfo | None:
-        """The error of a failed turn."""
-        return self.final.error if isinstance(self.final, ev.ResponseErrorEvent) else None
-
-
-def _agent_error(exc: BaseException) -> ResponderError | None:
-    """The ResponderError behind ``exc`` (also a lone one inside an exception group).
-
-    A :class:`PaymentRequiredError` becomes ``payment_required`` with the
-    accepted payment options in its details.
-    """
-    if isinstance(exc, ResponderError):
-        return exc
-    if isinstance(exc, PaymentRequiredError):
-        return ResponderError(
-            "payment_required",
-            "Payment is required to continue this response.",
-            {"accepts": exc.accepts()},
-        )
-    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _agent_error(exc.exceptions[0])
-    return None
 
 
 class _SinkFailed(UampError):
@@ -383,27 +332,9 @@ class ResponseRunner:
         self._finished = True
         if self._sink_error is not None:
             raise self._sink_error
-        final: ev.ResponseDone | ev.ResponseCancelled | ev.ResponseErrorEvent | None = None
-        status: TurnStatus = "completed"
-        if error is not None and not cancelled:
-            agent_error = _agent_error(error)
-            status = "failed"
-            if agent_error is not None:
-                final = tracker.error_event(
-                    agent_error.code, agent_error.message, agent_error.details, session_id=sid
-                )
-            else:
-                log.error("agent %r failed", request.agent, exc_info=error)
-                final = tracker.error_event(
-                    "internal_error", f"The agent failed: {type(error).__name__}", session_id=sid
-                )
-        if cancelled:
-            status, final = "cancelled", tracker.cancelled_event(session_id=sid)
-        elif final is None:
-            if tracker.pending_tool_calls:
-                status = "requires_action"
-            else:
-                final = tracker.done_event(session_id=sid)
+        status, final, unexpected = conclude(tracker, error, cancelled, session_id=sid)
+        if unexpected:
+            log.error("agent %r failed", request.agent, exc_info=error)
         if final is not None and self._track:
             tracker.apply(final)  # built with both ids: nothing to stamp
         await self._settle()

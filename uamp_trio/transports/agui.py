@@ -32,11 +32,15 @@ from functools import partial
 
 import orjson
 
-from uamp_proto.adapters.agui import AguiError, RunEncoder, parse_run_input, turn_request
-from uamp_proto.events import PaymentBalance
+from uamp_proto.adapters.agui import (
+    AguiError,
+    RunEncoder,
+    closing_events,
+    parse_run_input,
+    turn_request,
+)
 from uamp_proto.ids import IdSource, random_ids
-from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
-from uamp_proto.saved_response import AGUI_SIGNATURE_EVENT
+from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.sse import encode_json
 
 from ..engines.http import SSE_HEADERS, HTTPError, Request, SendChunk, StreamingResponse
@@ -44,20 +48,10 @@ from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
 
-__all__ = ["AguiTransport", "mount", "signature_event", "transport"]
+__all__ = ["AguiTransport", "mount", "transport"]
 
 #: What middleware knows of this route: OpenAI-shaped error objects (as its own errors).
 ROUTES = RouteMeta(transport="agui", error_style="openai")
-
-
-def signature_event(signature: str) -> dict[str, object]:
-    """The AG-UI ``CUSTOM`` event carrying a response signature."""
-    return {"type": "CUSTOM", "name": AGUI_SIGNATURE_EVENT, "value": {"signature": signature}}
-
-
-def balance_event(balance: PaymentBalance) -> dict[str, object]:
-    """The AG-UI ``CUSTOM`` event carrying a ``payment.balance`` update."""
-    return {"type": "CUSTOM", "name": BALANCE_EVENT, "value": balance_fields(balance)}
 
 
 def _frame(events: list[dict[str, object]]) -> bytes:
@@ -127,24 +121,11 @@ class AguiTransport:
                         await send(_frame(out))
             outcome = turn.outcome
             assert outcome is not None
-            if outcome.status == "failed":
-                error = outcome.error
-                code = error.code if error else "internal_error"
-                message = error.message if error else "The agent failed."
-                out = encoder.error(message, code)
-                if outcome.balance is not None:  # a failed run pays what it used
-                    out.insert(-1, balance_event(outcome.balance))
-                await send(_frame(out))
-            else:
-                cancelled = outcome.status == "cancelled"
-                out = encoder.finish(cancelled=cancelled)
-                signer = self.app.response_signer
-                if signer is not None and not cancelled:
-                    signature = signer(outcome.tracker.text, request.body)
-                    out.insert(-1, signature_event(signature))  # RUN_FINISHED stays last
-                if outcome.balance is not None:
-                    out.insert(-1, balance_event(outcome.balance))
-                await send(_frame(out))
+            signer = self.app.response_signer
+            signature = None
+            if signer is not None and outcome.status == "completed":
+                signature = signer(outcome.tracker.text, request.body)
+            await send(_frame(closing_events(encoder, outcome, signature)))
 
         # The turn runs inside the producer: when the server drops the
         # response the turn has settled, or never started (then this frees

@@ -47,32 +47,27 @@ import logging
 import os
 import time
 from functools import partial
-from typing import Any
 
 import attrs
 import orjson
 
 from uamp_proto.adapters.completions import (
-    SSE_DONE,
-    STATUS_FOR_CODE,
     ChunkEncoder,
     CompletionRequest,
     CompletionsError,
-    completion_response,
-    error_object,
-    finish_reason_for,
-    output_items,
+    model_object,
+    outcome_error,
+    outcome_reply,
     parse_request,
     payment_error,
-    server_rounds,
     sse_data,
+    stream_tail,
 )
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event, ResponseDelta
-from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
+from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
-from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
-from uamp_proto.sse import encode_json
+from uamp_proto.signing import SIGNATURE_HEADER
 from uamp_proto.types import DeltaText
 
 from ..engines.http import (
@@ -86,7 +81,7 @@ from ..engines.http import (
 )
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseOutcome, run_response
+from ..hosting.turns import run_response
 
 __all__ = ["CompletionsTransport", "mount"]
 
@@ -97,24 +92,6 @@ log = logging.getLogger("uamp_trio.completions")
 
 #: The header of a paid non-streamed completion: its ``payment.balance`` fields as JSON.
 BALANCE_HEADER = "x-uamp-payment-balance"
-
-
-def _model(name: str) -> dict[str, Any]:
-    """The OpenAI model object of the agent ``name``."""
-    return {"id": name, "object": "model", "created": 0, "owned_by": "uamp"}
-
-
-def _error_status(code: str) -> int:
-    return STATUS_FOR_CODE.get(code, 500)
-
-
-def _error_json(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:
-    error = outcome.error
-    code = error.code if error else "internal_error"
-    message = error.message if error else "The response ended without output."
-    status = _error_status(code)
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return status, error_object(message, code=code, type=kind)
 
 
 class CompletionsTransport:
@@ -155,7 +132,7 @@ class CompletionsTransport:
             agents = [self.app.resolve_agent(request.path_params)]
         else:
             agents = list(self.app.agents.values())
-        return json_response({"object": "list", "data": [_model(a.name) for a in agents]})
+        return json_response({"object": "list", "data": [model_object(a.name) for a in agents]})
 
     async def model(self, request: Request) -> Response:
         """``GET .../models/{id}``: the agent ``id`` names, as an OpenAI model object."""
@@ -171,7 +148,7 @@ class CompletionsTransport:
                 code="model_not_found",
                 param="model",
             )
-        return json_response(_model(wanted))
+        return json_response(model_object(wanted))
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         """``POST .../chat/completions``."""
@@ -246,38 +223,14 @@ class CompletionsTransport:
         if outcome.balance is not None:
             headers.append((BALANCE_HEADER, orjson.dumps(balance_fields(outcome.balance)).decode()))
         if outcome.status in ("failed", "cancelled"):
-            status, err = _error_json(outcome)
+            status, err = outcome_error(outcome)
             return json_response(err, status, headers=headers)
-        tracker = outcome.tracker
-        calls = outcome.pending_tool_calls
-        self._keep_rounds(parsed, outcome)
-        usage = tracker.usage
+        self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)
         signer = self.app.response_signer
         if signer is not None:
-            headers.append((SIGNATURE_HEADER, signer(tracker.text, request_body)))
-        return json_response(
-            completion_response(
-                completion_id=completion_id,
-                created=created,
-                model=parsed.model or agent.name,
-                text=tracker.text,
-                tool_calls=calls,
-                finish_reason=finish_reason_for(calls, usage, parsed.max_tokens),
-                usage=usage,
-                reasoning=tracker.thinking or None,
-                content_items=output_items(tracker.output),
-            ),
-            headers=headers,
-        )
-
-    def _keep_rounds(self, parsed: CompletionRequest, outcome: ResponseOutcome) -> None:
-        """Keep the turn's own tool rounds when it also asked the client for a tool."""
-        calls = outcome.pending_tool_calls
-        if not calls:
-            return
-        ids = [c.id for c in calls]
-        kept = server_rounds(outcome.tracker.messages(), ids)
-        self.app.stores.tool_rounds.remember(parsed.turn.principal, ids, kept)
+            headers.append((SIGNATURE_HEADER, signer(outcome.tracker.text, request_body)))
+        reply = outcome_reply(outcome, parsed, completion_id=completion_id, created=created)
+        return json_response(reply, headers=headers)
 
     async def _stream(
         self,
@@ -316,25 +269,13 @@ class CompletionsTransport:
                 await send(frame)
 
         outcome = await run_response(agent, parsed.turn, sink, stamp=False, charge=charge)
-        if outcome.status in ("failed", "cancelled"):
-            # Headers are gone already: report the error in the stream, the
-            # way OpenAI does (the SDK raises it as an APIError).
-            _, err = _error_json(outcome)
-            tail = sse_data(err) + SSE_DONE
-        else:
-            calls = outcome.pending_tool_calls
-            self._keep_rounds(parsed, outcome)
-            usage = outcome.tracker.usage
-            reason = finish_reason_for(calls, usage, parsed.max_tokens)
-            tail = b"".join([sse_data(c) for c in encoder.finish(reason, usage)]) + SSE_DONE
+        signature = None
+        if outcome.status not in ("failed", "cancelled"):
+            self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)
             signer = self.app.response_signer
             if signer is not None:
-                # Spec 004: the signature follows [DONE] as its own named event.
-                tail += response_signature_event(signer(outcome.tracker.text, request_body))
-        if outcome.balance is not None:
-            fields = orjson.dumps(balance_fields(outcome.balance))
-            tail += encode_json(fields, event=BALANCE_EVENT)
-        await send(tail)
+                signature = signer(outcome.tracker.text, request_body)
+        await send(stream_tail(encoder, parsed, outcome, signature))
 
 
 def mount(app: Host) -> None:

@@ -73,7 +73,6 @@ from uamp_proto.adapters.completions import (
     CompletionsError,
     error_object,
     payment_error,
-    server_rounds,
 )
 from uamp_proto.adapters.responses import ECHO_KEY, ResponsesRequest, parse_request
 from uamp_proto.adapters.responses_render import (
@@ -333,10 +332,7 @@ class ResponsesTransport:
         """
         if outcome.final is not None:
             return outcome.final
-        ids = [c.id for c in outcome.pending_tool_calls]
-        kept = server_rounds(outcome.tracker.messages(), ids)
-        if kept:
-            self.app.stores.tool_rounds.remember(turn.principal, ids, kept)
+        self.app.stores.tool_rounds.keep(turn.principal, outcome)
         return outcome.tracker.done_event(session_id=outcome.tracker.response_id)
 
     # --- a foreground turn -------------------------------------------------------

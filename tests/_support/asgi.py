@@ -1,0 +1,36 @@
+"""An ASGI app served by uvicorn (asyncio) in a thread, on a free port of 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: How long uvicorn may take to start or stop.
+STARTUP = 20.0
+
+
+@contextmanager
+def uvicorn_server(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread; yields its base URL (``http://127.0.0.1:PORT``)."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="websockets-sansio"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(STARTUP)

@@ -1,0 +1,320 @@
+"""The ASGI application: routes, the authentication gate, dispatch.
+
+Paths are those of ``uamp serve``: every agent's transports under
+``/agents/{name}/...`` and, when one agent is hosted, also at the root. The
+app routes on the path *below where it is mounted*, with or without a
+leading ``/agents``: standalone, ``/agents/bot/chat/completions`` reaches
+``bot``; mounted in FastAPI with ``app.mount("/agents", uamp_app)`` the same
+URL arrives as ``/bot/chat/completions`` and reaches it too.
+
+Each transport module has a ``mount(host)`` that registers its endpoints on
+the :class:`Host` (HTTP endpoints take a :class:`~uamp_asgi.http.Request` and
+return a :class:`~uamp_asgi.http.Reply`; WebSocket handlers take a
+:class:`~uamp_asgi.websocket.WebSocket`). Before an endpoint runs the gate
+turns the caller's token into a principal (401 when the configured
+authenticator refuses it; public routes let anyone through).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal
+
+import attrs
+
+from uamp_proto.adapters.completions import error_object
+from uamp_proto.errors import UampError
+from uamp_proto.paths import compile_pattern
+from uamp_proto.payment import Charge, PaymentRequiredError, open_charge, pricing_of
+from uamp_proto.principal import ANONYMOUS, Principal
+from uamp_proto.responder import Responder
+
+from .config import Config
+from .http import (
+    HTTPError,
+    JsonReply,
+    Receive,
+    Reply,
+    Request,
+    Scope,
+    Send,
+    read_body,
+    scope_headers,
+    send_reply,
+)
+from .websocket import WebSocket
+
+__all__ = ["Endpoint", "Host", "UampASGI", "app"]
+
+Endpoint = Callable[[Request], Awaitable[Reply]]
+WebSocketHandler = Callable[[WebSocket], Awaitable[None]]
+#: How a route's clients expect an error (an OpenAI error object or JSON-RPC).
+ErrorStyle = Literal["openai", "jsonrpc", "anthropic"]
+
+
+@attrs.frozen
+class _Route:
+    methods: frozenset[str]
+    regex: re.Pattern[str]
+    endpoint: Endpoint
+    style: ErrorStyle
+    public: bool
+
+
+class Host:
+    """The agents served, their routes, and what transports share (config, charges)."""
+
+    def __init__(self, agents: Iterable[Responder], config: Config) -> None:
+        self.config = config
+        self.agents: dict[str, Responder] = {}
+        for agent in agents:
+            if agent.name in self.agents:
+                raise ValueError(f"two agents are named {agent.name!r}")
+            self.agents[agent.name] = agent
+        self._routes: list[_Route] = []
+        self._sockets: list[tuple[re.Pattern[str], WebSocketHandler]] = []
+
+    # --- what transports call --------------------------------------------------
+
+    def route(
+        self,
+        methods: str | Iterable[str],
+        subpath: str,
+        endpoint: Endpoint,
+        *,
+        style: ErrorStyle = "openai",
+        public: bool = False,
+    ) -> None:
+        """Serve ``endpoint`` at ``<agent>/<subpath>`` and at the root."""
+        names = frozenset([methods] if isinstance(methods, str) else methods)
+        self._routes.append(_Route(names, compile_pattern(subpath), endpoint, style, public))
+
+    def websocket(self, subpath: str, handler: WebSocketHandler) -> None:
+        """Serve a WebSocket ``handler`` at ``<agent>/<subpath>`` and at the root."""
+        self._sockets.append((compile_pattern(subpath), handler))
+
+    def resolve_agent(self, params: dict[str, str], *, model: str | None = None) -> Responder:
+        """The agent a request addresses (its path, else ``model``, else the only one).
+
+        Raises:
+            HTTPError: 404 ``agent_not_found``.
+        """
+        name = params.get("agent")
+        if name is None and model is not None and model in self.agents:
+            name = model
+        if name is None and len(self.agents) == 1:
+            name = next(iter(self.agents))
+        agent = self.agents.get(name) if name is not None else None
+        if agent is None:
+            raise HTTPError(404, "No such agent is hosted here.", code="agent_not_found")
+        return agent
+
+    async def open_charge(
+        self, agent: Responder, token: str | None, response_id: str, principal: Principal
+    ) -> Charge | None:
+        """Hold the price of one response of ``agent`` (``None``: free).
+
+        Raises:
+            PaymentRequiredError: The response may not run until paid.
+        """
+        return await open_charge(
+            self.config.payment_policy,
+            agent.name,
+            token,
+            response_id,
+            pricing_of(agent),
+            principal=principal.id,
+        )
+
+    # --- dispatch ----------------------------------------------------------------
+
+    def split(self, path: str) -> tuple[dict[str, str], str]:
+        """``({"agent": name} or {}, subpath)`` of a path below the mount point."""
+        if path.startswith("/agents/"):
+            name, _, sub = path[len("/agents/") :].partition("/")
+            if name:
+                return {"agent": name}, "/" + sub
+        name, _, sub = path[1:].partition("/")
+        if name in self.agents:
+            return {"agent": name}, "/" + sub
+        return {}, path
+
+    def match(self, method: str, subpath: str) -> tuple[_Route, dict[str, str]]:
+        """The route of ``method subpath`` and its parameters.
+
+        Raises:
+            HTTPError: 404, or 405 when only other methods are served there.
+        """
+        allowed: set[str] = set()
+        for route in self._routes:
+            m = route.regex.match(subpath)
+            if m is None:
+                continue
+            if method in route.methods or (method == "HEAD" and "GET" in route.methods):
+                return route, m.groupdict()
+            allowed |= route.methods
+        if allowed:
+            allow = ", ".join(sorted(allowed))
+            raise HTTPError(
+                405, f"Use {allow} here.", code="method_not_allowed", headers=[("allow", allow)]
+            )
+        raise HTTPError(404, f"No endpoint at {subpath}.", code="not_found")
+
+    def unknown_agent(self, method: str, path: str) -> HTTPError | None:
+        """The 404 of a path that would be an endpoint of an agent not hosted here."""
+        name, _, sub = path[1:].partition("/")
+        if name in self.agents or not sub:
+            return None
+        try:
+            self.match(method, "/" + sub)
+        except HTTPError:
+            return None
+        return HTTPError(404, f"No agent named {name!r} is hosted here.", code="agent_not_found")
+
+    def match_websocket(self, subpath: str) -> tuple[WebSocketHandler, dict[str, str]] | None:
+        """The WebSocket handler at ``subpath``, if any."""
+        for regex, handler in self._sockets:
+            m = regex.match(subpath)
+            if m is not None:
+                return handler, m.groupdict()
+        return None
+
+    async def authenticate(
+        self, headers: dict[str, str], query_token: str | None = None
+    ) -> Principal:
+        """The caller's principal.
+
+        Raises:
+            HTTPError: 401 when the authenticator refuses the caller.
+        """
+        auth = self.config.authenticator
+        if auth is None:
+            return ANONYMOUS
+        token = query_token
+        value = headers.get("authorization", "")
+        if value[:7].lower() == "bearer ":
+            token = value[7:].strip()
+        elif "x-api-key" in headers:
+            token = headers["x-api-key"]
+        try:
+            return await auth.authenticate(token)
+        except UampError as exc:
+            raise HTTPError(
+                401,
+                str(exc) or "authentication required",
+                code="unauthorized",
+                headers=[("www-authenticate", "Bearer")],
+            ) from None
+
+
+def _relative_path(scope: Scope) -> str:
+    path: str = scope.get("path", "/")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :] or "/"
+    return path
+
+
+def _refusal(style: ErrorStyle, error: HTTPError) -> JsonReply:
+    if style == "jsonrpc":
+        body: Any = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32001 if error.status == 401 else -32600, "message": error.message},
+        }
+        return JsonReply(body, error.status, error.headers)
+    if style == "anthropic":
+        kind = "authentication_error" if error.status == 401 else "invalid_request_error"
+        body = {"type": "error", "error": {"type": kind, "message": error.message}}
+        return JsonReply(body, error.status, error.headers)
+    kind = "server_error" if error.status >= 500 else "invalid_request_error"
+    return JsonReply(
+        error_object(error.message, code=error.code, type=kind), error.status, error.headers
+    )
+
+
+class UampASGI:
+    """The ASGI application :func:`app` returns."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = self.host
+        method: str = scope["method"]
+        headers = scope_headers(scope)
+        params, sub = host.split(_relative_path(scope))
+        style: ErrorStyle = "openai"
+        try:
+            try:
+                route, found = host.match(method, sub)
+            except HTTPError as missing:
+                unknown = None if params else host.unknown_agent(method, sub)
+                raise unknown or missing from None
+            style = route.style
+            principal = ANONYMOUS if route.public else await host.authenticate(headers)
+            body = await read_body(receive, headers, host.config.max_body_size)
+            request = Request(
+                method=method,
+                path=sub,
+                headers=headers,
+                body=body,
+                query=scope.get("query_string", b"").decode("latin-1"),
+                path_params={**params, **found},
+                principal=principal,
+            )
+            reply = await route.endpoint(request)
+        except HTTPError as error:
+            reply = _refusal(style, error)
+        except PaymentRequiredError as unpaid:
+            reply = JsonReply(error_object(str(unpaid), code=unpaid.code), 402)
+        await send_reply(reply, send, receive, head_only=method == "HEAD")
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = self.host
+        params, sub = host.split(_relative_path(scope))
+        found = host.match_websocket(sub)
+        first = await receive()  # websocket.connect
+        if first["type"] != "websocket.connect" or found is None:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        handler, more = found
+        headers = scope_headers(scope)
+        try:
+            principal = await host.authenticate(headers)
+        except HTTPError:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        socket = WebSocket(scope, receive, send, {**params, **more}, principal, headers)
+        await handler(socket)
+
+
+def app(agents: Responder | Iterable[Responder], *, config: Config | None = None) -> UampASGI:
+    """An ASGI application serving ``agents`` over every transport ``config`` names.
+
+    Mount it (``fastapi_app.mount("/agents", uamp_asgi.app(agent))``) or
+    serve it alone (``uvicorn module:app``).
+    """
+    from . import transports
+
+    listed: list[Responder] = [agents] if isinstance(agents, Responder) else list(agents)
+    host = Host(listed, config or Config())
+    for name in host.config.transports:
+        transports.mount(name, host)
+    return UampASGI(host)

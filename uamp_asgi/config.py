@@ -1,0 +1,62 @@
+"""What an embedding app configures: the options of ``uamp serve`` that apply to ASGI.
+
+The names are those of :func:`uamp_trio.create_app` and its ``ServerConfig``
+(``authenticator``, ``allow_anonymous``, ``payment_policy``,
+``response_signer``, ``max_body_size``), so one set of objects configures
+either server. Transport limits a Trio server enforces in its engines
+(header sizes, connection counts, timeouts) are the ASGI server's here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from uamp_proto.payment import PaymentPolicy
+from uamp_proto.principal import Principal
+
+if TYPE_CHECKING:
+    from uamp_proto.signing import ResponseSigner
+
+__all__ = ["TRANSPORTS", "Authenticator", "Config"]
+
+#: Every transport this package serves, by name (``Config.transports``).
+TRANSPORTS = ("completions", "responses", "anthropic", "agui", "a2a", "mcp", "uamp")
+
+
+class Authenticator(Protocol):
+    """Turns a bearer token (or none) into a principal; raises a ``UampError`` to refuse.
+
+    ``uamp_trio.trust.auth``'s authenticators (API keys, JWT) satisfy it and
+    import no event loop.
+    """
+
+    async def authenticate(self, token: str | None) -> Principal:
+        """The caller's principal."""
+        ...
+
+
+@attrs.define(kw_only=True)
+class Config:
+    """How :func:`uamp_asgi.app` serves its agents.
+
+    Attributes:
+        authenticator: Verifies the caller's bearer token (``Authorization``,
+            or Anthropic's ``x-api-key``); ``None``: everyone is anonymous.
+            When set, no agent runs for a caller it refuses (401), except on
+            public routes (agent cards).
+        payment_policy: Consulted before every response (a ledger-backed
+            policy locks and settles money); ``None``: free.
+        response_signer: Signs responses (spec 004), as ``uamp serve --sign-key``.
+        max_body_size: Largest request body read, bytes (413 above it).
+        max_sessions: UAMP WebSocket sessions one connection may hold.
+        transports: The transports served (names of :data:`TRANSPORTS`).
+    """
+
+    authenticator: Authenticator | None = None
+    payment_policy: PaymentPolicy | None = None
+    response_signer: ResponseSigner | None = None
+    max_body_size: int = 4 * 1024 * 1024
+    max_sessions: int = 64
+    transports: tuple[str, ...] = TRANSPORTS

@@ -1,0 +1,199 @@
+"""The ASGI side of one HTTP exchange: a :class:`Request` in, a :class:`Reply` out.
+
+An endpoint is ``async def endpoint(request) -> Reply``. The app reads the
+whole body first (bounded by ``Config.max_body_size``: a larger declared
+``Content-Length`` is refused before a byte is read, a body that grows past
+it is refused when it does), then writes the endpoint's reply: a
+:class:`JsonReply` in one message, a :class:`StreamReply` piece by piece as
+its producer writes. While a stream is produced a second task waits for the
+client's ``http.disconnect``; when the client leaves, the producer (and the
+agent turn inside it) is cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio
+import attrs
+import orjson
+
+from uamp_proto.errors import UampError
+from uamp_proto.principal import ANONYMOUS, Principal
+
+__all__ = [
+    "JSON_HEADERS",
+    "SSE_HEADERS",
+    "HTTPError",
+    "JsonReply",
+    "Reply",
+    "Request",
+    "StreamReply",
+    "Write",
+    "read_body",
+    "send_reply",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+#: Writes one piece of a streamed body.
+Write = Callable[[bytes], Awaitable[None]]
+
+JSON_HEADERS = [("content-type", "application/json")]
+SSE_HEADERS = [
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
+
+
+class HTTPError(UampError):
+    """An endpoint's refusal: the app answers ``status`` in the route's error style."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = headers or []
+
+
+@attrs.define
+class Request:
+    """One HTTP request, its body read whole."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes = b""
+    query: str = ""
+    path_params: dict[str, str] = attrs.field(factory=dict)
+    principal: Principal = ANONYMOUS
+
+    def json(self) -> Any:
+        """The body parsed as JSON.
+
+        Raises:
+            HTTPError: 400 ``invalid_json``.
+        """
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as exc:
+            raise HTTPError(400, f"The body is not JSON: {exc}", code="invalid_json") from None
+
+
+@attrs.frozen
+class JsonReply:
+    """A whole JSON response."""
+
+    body: Any
+    status: int = 200
+    headers: list[tuple[str, str]] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class StreamReply:
+    """A streamed response: ``producer(write)`` writes its body.
+
+    ``on_close`` runs once the response is over however it ended (a charge
+    to release when the producer never ran).
+    """
+
+    producer: Callable[[Write], Awaitable[None]]
+    headers: list[tuple[str, str]] = attrs.field(factory=lambda: list(SSE_HEADERS))
+    status: int = 200
+    on_close: Callable[[], Awaitable[object]] | None = None
+
+
+Reply = JsonReply | StreamReply
+
+
+def scope_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers, names lowercased (the first of repeated names)."""
+    out: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        out.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return out
+
+
+async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    """The whole request body, at most ``limit`` bytes.
+
+    Raises:
+        HTTPError: 413 when the body is larger; 400 when the client left.
+    """
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPError(413, f"The body is larger than {limit} bytes.", code="body_too_large")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise HTTPError(400, "The client left before sending its body.", code="disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HTTPError(413, f"The body is larger than {limit} bytes.", code="body_too_large")
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _head(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def send_reply(
+    reply: Reply, send: Send, receive: Receive, *, head_only: bool = False
+) -> None:
+    """Write ``reply``; a stream is cancelled when the client disconnects."""
+    if isinstance(reply, JsonReply):
+        body = orjson.dumps(reply.body)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": reply.status,
+                "headers": _head([*JSON_HEADERS, *reply.headers]),
+            }
+        )
+        await send({"type": "http.response.body", "body": b"" if head_only else body})
+        return
+    try:
+        await _stream(reply, send, receive)
+    finally:
+        if reply.on_close is not None:
+            with anyio.CancelScope(shield=True):
+                await reply.on_close()
+
+
+async def _stream(reply: StreamReply, send: Send, receive: Receive) -> None:
+    await send(
+        {"type": "http.response.start", "status": reply.status, "headers": _head(reply.headers)}
+    )
+
+    async def write(data: bytes) -> None:
+        if data:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()  # the client left: stop producing
+
+        group.start_soon(watch)
+        await reply.producer(write)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        group.cancel_scope.cancel()

@@ -1,0 +1,40 @@
+"""The transports of :mod:`uamp_asgi`, each a module with ``mount(host)``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..app import Host
+
+__all__ = ["mount"]
+
+#: ``Config.transports`` name -> module of this package.
+MODULES = {
+    "completions": "completions",
+    "responses": "responses",
+    "anthropic": "anthropic",
+    "agui": "agui",
+    "a2a": "a2a",
+    "mcp": "mcp",
+    "uamp": "uamp_ws",
+}
+
+
+def mount(name: str, host: Host) -> None:
+    """Mount the transport ``name`` on ``host``.
+
+    Raises:
+        ValueError: No transport of that name.
+    """
+    module = MODULES.get(name)
+    if module is None:
+        raise ValueError(f"unknown transport {name!r}; choose from {sorted(MODULES)}")
+    try:
+        loaded = importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{module}":
+            raise
+        return  # not written yet
+    loaded.mount(host)
