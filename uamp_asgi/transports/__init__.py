@@ -14,11 +14,7 @@ __all__ = ["mount"]
 MODULES = {
     "completions": "completions",
     "responses": "responses",
-    "anthropic": "anthropic",
     "agui": "agui",
-    "a2a": "a2a",
-    "mcp": "mcp",
-    "uamp": "uamp_ws",
 }
 
 
@@ -31,10 +27,4 @@ def mount(name: str, host: Host) -> None:
     module = MODULES.get(name)
     if module is None:
         raise ValueError(f"unknown transport {name!r}; choose from {sorted(MODULES)}")
-    try:
-        loaded = importlib.import_module(f"{__name__}.{module}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{module}":
-            raise
-        return  # not written yet
-    loaded.mount(host)
+    importlib.import_module(f"{__name__}.{module}").mount(host)
