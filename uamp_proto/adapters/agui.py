@@ -79,6 +79,7 @@ from ..payment import BALANCE_EVENT, balance_fields
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
+from ..saved_response import AGUI_SIGNATURE_EVENT
 from ._human import (
     Answered,
     AnswerError,
@@ -89,7 +90,6 @@ from ._human import (
     is_approval,
     rfc3339,
 )
-from ..saved_response import AGUI_SIGNATURE_EVENT
 from ._media import media_item
 
 _RUN_BOUNDARIES = (ev.ResponseCreated, ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
