@@ -92,16 +92,17 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import PaymentRequiredError
-from uamp_proto.responder import Emit, ResponderError, TurnRequest
+from uamp_proto.responder import TOOL_CALL, Emit, ResponderError, TurnRequest
 
 from .agent import Agent, NoModelError, agent
 from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
 from .mcp import McpServer, connect_mcp
 from .middleware import BudgetExceededError, GuardrailError
-from .providers.catalog import model_info
+from .providers.catalog import ModelInfo, model_info
+from .state import ExecutionState
 from .streaming import AgentStreamEvent, UAPEvent
-from .tools import Tool, deferred_tool, tool
+from .tools import Tool, ToolContext, deferred_tool, format_result, tool
 from .turn import Turn
 
 __all__ = ["SAMPLING_PARAMS", "AgentEndpoint", "demo_agent", "serve_agent"]
@@ -142,6 +143,14 @@ def serve_agent(
     endpoint = AgentEndpoint(agent, name=name, capabilities=capabilities)
     endpoint.checkpoints = checkpoints
     return endpoint
+
+
+@attrs.frozen
+class _ModelName:
+    """A provider's name and a model name: what :func:`model_info` looks up."""
+
+    name: str
+    model: str
 
 
 class AgentEndpoint:
@@ -201,16 +210,36 @@ class AgentEndpoint:
         ``extensions["uap"]`` carries the agent id, model, strategy and
         description.
         """
+        model = self.agent.model
+        if model is None:
+            return self._declaration(None, None, None)
+        return self._declaration(model.name, model.model, model_info(model))
+
+    def capabilities_for(self, model: str) -> ty.Capabilities | None:
+        """The agent's capabilities were it to run on ``model`` of its provider.
+
+        What ``capabilities.query`` with ``model`` answers inside a session
+        (UAMP 5.4). ``None`` when uamp knows nothing of that model.
+        """
+        current = self.agent.model
+        if current is None:
+            return None
+        if model == current.model:
+            return self.capabilities()
+        info = model_info(_ModelName(current.name, model))
+        return None if info is None else self._declaration(current.name, model, info)
+
+    def _declaration(
+        self, provider: str | None, model: str | None, info: ModelInfo | None
+    ) -> ty.Capabilities:
         a = self.agent
-        model = a.model
-        info = model_info(model) if model is not None else None
         declared = self._capabilities
         if declared is not None and info is None:
             return declared
         own = [t.name for t in a.resolved_tools]
         uap: dict[str, Any] = {"agent_id": a.id, "execution": a.execution.name}
         if model is not None:
-            uap["model"] = model.model
+            uap["model"] = model
         if a.description:
             uap["description"] = a.description
         tools = ty.ToolCapabilities(
@@ -228,7 +257,7 @@ class AgentEndpoint:
         if declared is None:
             declared = ty.Capabilities(
                 id=self._name,
-                provider=model.name if model is not None else "uamp",
+                provider=provider or "uamp",
                 modalities=["text"],
                 supports_streaming=True,
                 tools=tools,
@@ -258,6 +287,10 @@ class AgentEndpoint:
         Raises:
             ResponderError: The run failed (see the module docstring for codes).
         """
+        call = request.metadata.get(TOOL_CALL)
+        if isinstance(call, dict):
+            await self._call_tool(request, emit, call)
+            return
         servers = _mcp_servers(request)
         if not servers:
             await self._respond(request, emit, self._variant(request, self.tool_sources))
@@ -268,6 +301,53 @@ class AgentEndpoint:
             await self._respond(
                 request, emit, self._variant(request, [*self.tool_sources, toolset])
             )
+
+    async def _call_tool(self, request: TurnRequest, emit: Emit, call: dict[str, Any]) -> None:
+        """Run one of the agent's own tools by name (``TOOL_CALL``), not the model.
+
+        The tool gets a fresh :class:`~uamp_agents.state.ExecutionState` with
+        the same ``metadata["uamp"]`` a run's tools see.
+        """
+        name, arguments = call.get("name"), call.get("arguments") or {}
+        found = self._own_tool(name) if isinstance(name, str) else None
+        if found is None or not isinstance(arguments, dict):
+            raise ResponderError(
+                "unknown_tool", f"agent {self._name!r} has no tool {name!r}", {"name": name}
+            )
+        state = ExecutionState(metadata={"uamp": _uamp_metadata(request)})
+        context: ToolContext[Any] = ToolContext(
+            call_id=f"call_{uuid.uuid4().hex[:24]}",
+            tool_name=found.name,
+            agent_id=self.agent.id,
+            turn_id=request.response_id,
+            step=1,
+            state=state,
+            deps=None,
+        )
+        try:
+            value = await found.invoke(arguments, context)
+        except (ResponderError, PaymentRequiredError):
+            raise
+        except Exception as exc:
+            text = str(exc)
+            message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            raise ResponderError("tool_failed", message, {"name": found.name}) from None
+        output = value if isinstance(value, ty.ToolOutput) else None
+        text = output.result if output is not None else format_result(value)
+        if output is not None and output.is_error:
+            raise ResponderError("tool_failed", text, {"name": found.name})
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=text)))
+
+    def _own_tool(self, name: str) -> Tool | None:
+        """The agent's tool ``name`` (its own, then its tool sources'), never a deferred one."""
+        for found in self.agent.resolved_tools:
+            if found.name == name:
+                return None if found.deferred else found
+        for source in self.tool_sources:
+            for found in source.tools():
+                if found.name == name and not found.deferred:
+                    return found  # type: ignore[no-any-return]
+        return None
 
     async def _respond(self, request: TurnRequest, emit: Emit, runner: Agent) -> None:
         messages = list(request.messages)
@@ -284,25 +364,7 @@ class AgentEndpoint:
             tool_choice=choice,
             stream_model=request.streamed,
             on_step=_new_checkpoint if self.checkpoints else None,
-            metadata={
-                "uamp": {
-                    "agent": request.agent,
-                    "session_id": request.session_id,
-                    "response_id": request.response_id,
-                    # Who the run is for, so an agent that persists state
-                    # (checkpoints, sessions) can key it by its owner.
-                    "principal": {"scheme": request.principal.scheme, "id": request.principal.id},
-                    # What the client can show, and the routing context of its
-                    # input (chat_id, sender_id ...): for the agent's hooks and
-                    # tools (ctx.metadata["uamp"]).
-                    "client_capabilities": (
-                        unstructure(request.client_capabilities)
-                        if request.client_capabilities is not None
-                        else None
-                    ),
-                    "context": dict(request.context),
-                }
-            },
+            metadata={"uamp": _uamp_metadata(request)},
         )
         own = {t.name for t in runner.resolved_tools if not t.deferred}
         mapper = _EventMapper(emit, own, request.response_id)
@@ -355,6 +417,26 @@ class AgentEndpoint:
         elif fmt is not None and fmt.type == "json_object":
             changes["structure"] = {"type": "object"}
         return a.derive(**changes) if changes else a
+
+
+def _uamp_metadata(request: TurnRequest) -> dict[str, Any]:
+    """What a run's hooks and tools read as ``ctx.metadata["uamp"]``."""
+    return {
+        "agent": request.agent,
+        "session_id": request.session_id,
+        "response_id": request.response_id,
+        # Who the run is for, so an agent that persists state
+        # (checkpoints, sessions) can key it by its owner.
+        "principal": {"scheme": request.principal.scheme, "id": request.principal.id},
+        # What the client can show, and the routing context of its
+        # input (chat_id, sender_id ...).
+        "client_capabilities": (
+            unstructure(request.client_capabilities)
+            if request.client_capabilities is not None
+            else None
+        ),
+        "context": dict(request.context),
+    }
 
 
 def _mcp_servers(request: TurnRequest) -> list[McpServer]:

@@ -57,6 +57,7 @@ from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
 __all__ = [
     "PAID_TOKEN",
+    "TOOL_CALL",
     "Emit",
     "Responder",
     "ResponderError",
@@ -67,6 +68,13 @@ __all__ = [
 #: ``TurnRequest.metadata`` key: the payment token that answered the
 #: response's latest mid-stream ``payment.required`` (set once ``emit`` returns).
 PAID_TOKEN: Final = "paid_token"
+
+#: ``TurnRequest.metadata`` key set by a transport whose client calls one of the
+#: agent's tools by name (ACP ``tools/call``): ``{"name", "arguments"}``. An
+#: agent that runs its tools itself runs that tool and answers its result as
+#: the response's text, without asking its model; an unknown tool is a
+#: :class:`ResponderError` ``unknown_tool``, a failing one ``tool_failed``.
+TOOL_CALL: Final = "tool_call"
 
 #: Sends one outgoing event; awaits until the transport has accepted it.
 Emit = Callable[[Event], Awaitable[None]]

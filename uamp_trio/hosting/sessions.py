@@ -52,7 +52,11 @@ event type (UAMP sections 3, 5, 6, 10):
 ``capabilities.query``
     Answered with the session's agent's current capabilities, the client's merged
     declaration under ``extensions.client_capabilities``: the same view as the
-    ``capabilities`` event that follows ``session.created`` (section 9.1).
+    ``capabilities`` event that follows ``session.created`` (section 9.1). With
+    a ``model``, for that model (the agent's ``capabilities_for``) or that
+    hosted agent. The agent's declaration is compared before and after every
+    response, and sent again when it changed (section 6.4: a model swapped
+    mid-session).
 
 Replies the reader owes (``session.created``, errors, pongs, acks) go to the
 outbox without waiting (:meth:`Outbox.put_owed`); a peer that makes the
@@ -631,6 +635,8 @@ class _Session:
         self.call_started: float | None = None
         #: The id of that call.
         self.call_id: str | None = None
+        #: The agent's capabilities as last sent on this session (UAMP 6.4).
+        self.announced: ty.Capabilities | None = None
 
     def wake(self) -> None:
         if self.wakeup:
@@ -1255,7 +1261,11 @@ class SessionHost:
         ctx = self.conn.sessions.get(sid)
         # Section 9.1: session.created, then capabilities -- the same merged
         # view capabilities.query answers (the client's declaration echoed).
-        view = session_view(agent.capabilities(), ctx.client_capabilities if ctx else None)
+        caps = agent.capabilities()
+        session = self._sessions.get(sid)
+        if session is not None:
+            session.announced = caps
+        view = session_view(caps, ctx.client_capabilities if ctx else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
         if ctx is not None and ctx.chat:
             # session.create.chat (section 5.1, 10.2): the session joins at once.
@@ -1639,19 +1649,54 @@ class SessionHost:
                 await session.verifying.wait()
 
     def _capabilities(self, session: _Session | None, event: ev.CapabilitiesQuery) -> None:
-        if session is not None:
-            agent: Responder | tuple[str, str] = session.agent
-        else:
-            agent = self._resolve(event.model)
-        if isinstance(agent, tuple):
-            self._owe(_error(None, *agent, "model"))
-            return
+        """Answer ``capabilities.query`` (UAMP 5.4, 9.1).
+
+        ``model`` inside a session: the session's agent (its name or ``None``),
+        the agent as it would be on that model of its provider
+        (``capabilities_for``, when the agent has it), else the hosted agent
+        of that name. Outside a session ``model`` names a hosted agent.
+        """
+        model = event.model
+        caps: ty.Capabilities | None = None
+        if session is not None and model in (None, session.agent.name):
+            caps = session.announced = session.agent.capabilities()
+        elif session is not None:
+            answer = getattr(session.agent, "capabilities_for", None)
+            caps = answer(model) if callable(answer) else None
+        if caps is None:
+            found = self._resolve(model)
+            if isinstance(found, tuple):
+                code = "unsupported" if session is not None else found[0]
+                message = f"no model or agent {model!r} is known here" if session else found[1]
+                self._owe(_error(session.id if session else None, code, message, "model"))
+                return
+            caps = found.capabilities()
         sid = session.id if session is not None else None
         ctx = self.conn.sessions.get(sid) if sid is not None else None
-        view = session_view(
-            agent.capabilities(), ctx.client_capabilities if ctx is not None else None
-        )
+        view = session_view(caps, ctx.client_capabilities if ctx is not None else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
+
+    async def _announce(self, session: _Session) -> None:
+        """Send ``capabilities`` again when the agent's declaration changed (UAMP 6.4).
+
+        Checked before and after each response: an agent whose model was
+        swapped (or whose tools changed) between turns or during one tells
+        the client before its next output.
+        """
+        caps = session.agent.capabilities()
+        if caps == session.announced:
+            return
+        session.announced = caps
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None:
+            return
+        view = session_view(caps, ctx.client_capabilities)
+        try:
+            data = self.conn.send(ev.CapabilitiesEvent(session_id=session.id, capabilities=view))
+        except LocalProtocolError:
+            return  # the session is ending
+        self._log(session.id, data)
+        await self.outbox.put(data, session.quota)
 
     def _drop(self, sid: str) -> None:
         self._release_log(sid)
@@ -1964,7 +2009,9 @@ class SessionHost:
                             # before: settle that in a fresh scope first.
                             break
                         session.queued = None
+                        await self._announce(session)
                         await self._respond(session, *job)
+                        await self._announce(session)
                 cancelled = session.response
                 job = session.queued
                 if job is not None and job[0].cancel_requested:

@@ -84,7 +84,7 @@ from uamp_proto.payment import (
     balance_fields,
 )
 from uamp_proto.principal import ANONYMOUS, Principal
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.responder import TOOL_CALL, Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_json
 
@@ -497,14 +497,18 @@ class AcpConnection:
             principal=self.principal,
             session_id=_new_id("sess"),
             response_id=response_id,
+            # An agent that runs its tools (a served UAP agent) runs this one
+            # and ignores the prose, which is for one that does not.
             messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
-            metadata={"transport": "acp", "tool_call": {"name": name, "arguments": arguments}},
+            metadata={"transport": "acp", TOOL_CALL: {"name": name, "arguments": arguments}},
         )
         async with open_response(self.agent, request, charge=charge) as turn:
             async for _ in turn:
                 pass
         outcome = turn.outcome
         assert outcome is not None
+        if outcome.error is not None and outcome.error.code == "unknown_tool":
+            raise rpc.JSONRPCError(rpc.INVALID_PARAMS, outcome.error.message, {"name": name})
         failed = outcome.status != "completed"
         text = outcome.tracker.text
         if outcome.error is not None:

@@ -297,3 +297,53 @@ async def test_http_with_event_stream_prompt_submit_and_plain_json_unchanged(
     assert "".join(e["params"]["content"] for e in events[1:-1]) == "You said: Hi there"
     assert events[-1]["result"]["content"] == "You said: Hi there"
     assert plain["result"] == events[-1]["result"]
+
+
+# --- tools/call runs the agent's tool itself (spec 004 "ACP Transport") ---------------
+
+
+def _tool_agent(calls: list[dict[str, Any]]) -> Any:
+    from uamp_agents import agent
+    from uamp_agents.bridge import serve_agent
+    from uamp_agents.providers import function
+
+    def model(messages: Any, tools: Any) -> str:
+        raise AssertionError("tools/call must not ask the model")
+
+    def lookup(city: str) -> dict[str, Any]:
+        """The weather in a city."""
+        calls.append({"city": city})
+        return {"city": city, "temp": 21}
+
+    def broken(city: str) -> str:
+        """Always fails."""
+        raise RuntimeError(f"no station in {city}")
+
+    tools = [lookup, broken]
+    return serve_agent(agent(name="weather", model=function(model), tools=tools))
+
+
+async def test_tools_call_runs_the_named_tool_of_the_agent(serve_app: Any) -> None:
+    calls: list[dict[str, Any]] = []
+    app = App([_tool_agent(calls)])
+    mount(app)
+    server = await serve_app(app)
+    with trio.fail_after(TIMEOUT):
+        listed = await post(server, rpc(1, "tools/list"), agent="weather")
+        assert [t["name"] for t in listed.json()["result"]["tools"]] == ["lookup", "broken"]
+        args = {"name": "lookup", "arguments": {"city": "Oslo"}}
+        r = await post(server, rpc(2, "tools/call", args), agent="weather")
+        assert r.json()["result"] == {
+            "content": [{"type": "text", "text": '{"city":"Oslo","temp":21}'}],
+            "isError": False,
+        }
+        assert calls == [{"city": "Oslo"}]  # run once, with the arguments as sent
+        failing = {"name": "broken", "arguments": {"city": "Oslo"}}
+        r = await post(server, rpc(3, "tools/call", failing), agent="weather")
+        result = r.json()["result"]
+        assert result["isError"] is True and "no station in Oslo" in result["content"][0]["text"]
+        bad = {"name": "lookup", "arguments": {"town": "Oslo"}}
+        r = await post(server, rpc(4, "tools/call", bad), agent="weather")
+        assert r.json()["result"]["isError"] is True and calls == [{"city": "Oslo"}]
+        r = await post(server, rpc(5, "tools/call", {"name": "nope"}), agent="weather")
+        assert r.json()["error"]["code"] == -32602 and r.json()["error"]["data"] == {"name": "nope"}
