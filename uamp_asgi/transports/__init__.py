@@ -15,6 +15,7 @@ MODULES = {
     "completions": "completions",
     "responses": "responses",
     "agui": "agui",
+    "uamp": "uamp_ws",
 }
 
 
