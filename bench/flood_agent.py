@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from uamp_agents import agent
+from uamp_agents import agent, tool
 from uamp_agents.providers import function
 
 WORD = "tok "
@@ -26,3 +26,21 @@ def _reply(messages: list[Any], tools: list[Any]) -> str:
 
 
 flood = agent(model=function(_reply), name="flood")
+
+
+def lookup(key: str) -> str:
+    """Look ``key`` up (the server-side tool of ``tooled``)."""
+    return f"value-{key}"
+
+
+def _tool_rounds(messages: list[Any], tools: list[Any]) -> Any:
+    """``tools N``: ``N`` server-side rounds of ``lookup``, then five words; else as ``_reply``."""
+    asked = next((m.text.split() for m in reversed(messages) if m.role == "user"), [])
+    if len(asked) == 2 and asked[0] == "tools" and asked[1].isdigit():
+        done = sum(1 for m in messages if m.role == "tool")
+        return [("lookup", {"key": "k"})] if done < int(asked[1]) else WORD * 5
+    return _reply(messages, tools)
+
+
+#: ``flood`` with one server-side tool (``bench/turn.py``'s tool rounds).
+tooled = agent(model=function(_tool_rounds), tools=[tool(lookup, thread=False)], name="flood")

@@ -46,7 +46,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from transports import (  # noqa: E402
+from transports import (
     PROFILE_ENV,
     SERVERS,
     _call_group,
@@ -171,7 +171,8 @@ def report(per: dict[str, float], unit: str) -> None:
         before = per["agent"]
         for row in ("tool-1", "tool-2"):
             if row in per:
-                print(f"  {row} adds {per[row] - before:,.1f} {unit}: {(per[row] - before) / demo:.2f}x demo")
+                added = per[row] - before
+                print(f"  {row} adds {added:,.1f} {unit}: {added / demo:.2f}x demo")
                 before = per[row]
 
 
@@ -198,9 +199,12 @@ def calls(rows: list[str], requests: int, top: int) -> dict[str, float]:
         groups: dict[str, int] = {}
         for (path, _, _), (_, nc, _, _, _) in raw.items():
             groups[_call_group(path)] = groups.get(_call_group(path), 0) + nc
-        print(f"\n{row}: {per[row]:,.0f} Python calls per request ({out}); by package: " + ", ".join(
-            f"{g} {c / requests:.0f}" for g, c in sorted(groups.items(), key=lambda i: -i[1])
-        ))
+        print(
+            f"\n{row}: {per[row]:,.0f} Python calls per request ({out}); by package: "
+            + ", ".join(
+                f"{g} {c / requests:.0f}" for g, c in sorted(groups.items(), key=lambda i: -i[1])
+            )
+        )
         ranked = sorted(raw.items(), key=lambda item: -item[1][1])[:top]
         for (path, line, name), (_, nc, _, _, _) in ranked:
             where = f"{Path(path).name}:{line}" if line else path
@@ -216,16 +220,27 @@ def instructions(rows: list[str], requests: int) -> dict[str, float]:
     for row in rows:
         folder = Path(tempfile.mkdtemp(prefix="uamp-turn-cg-"))
         out = folder / "callgrind.out"
-        prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        prefix = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+        ]
         server = Server(ROWS[row][0], prefix=prefix)
         try:
             send = requester(row, server.port)
             send(max(20, requests // 4))
-            subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["callgrind_control", "-i", "on", str(server.proc.pid)],
+                check=True,
+                capture_output=True,
+            )
             send(requests)
-            subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["callgrind_control", "-i", "off", str(server.proc.pid)],
+                check=True,
+                capture_output=True,
+            )
         finally:
             server.stop()
         total = 0
@@ -264,7 +279,8 @@ def main() -> None:
         print("server instructions per request (callgrind):")
         report(instructions(rows, args.requests), "instr")
     else:
-        print(f"server CPU per request, {args.rounds} rounds of {args.requests}; {os.cpu_count()} CPUs")
+        cpus = os.cpu_count()
+        print(f"server CPU per request, {args.rounds} rounds of {args.requests}; {cpus} CPUs")
         report(cpu(rows, args.rounds, args.requests), "us")
 
 

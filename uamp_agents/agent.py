@@ -29,10 +29,10 @@ from uamp_proto.types import ContentItem, Message, TextContent
 
 from ._schema import is_structured_class, schema_for
 from .context import (
+    _CURRENT_RUN,
     ExecutionContext,
     RunInfo,
     StepCallback,
-    _running,
     current_run,
 )
 from .errors import BudgetExceededError, NoModelError, SubAgentDepthError
@@ -439,8 +439,11 @@ class Agent:
                 deps=options.get("deps"),
                 stream_model=options.get("stream_model", True),
             )
-            with _running(info):
+            token = _CURRENT_RUN.set(info)  # (a context manager's generator costs more)
+            try:
                 return await self._run_strategy(exe, ctx, abort)
+            finally:
+                _CURRENT_RUN.reset(token)
 
         return await run_pipeline(self.middleware, mctx, core)
 

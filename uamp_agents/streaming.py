@@ -117,7 +117,9 @@ class AgentStream:
 
     def __init__(self, run: RunFn, *, buffer: int = DEFAULT_BUFFER) -> None:
         self._run = run
-        self._send, self._recv = trio.open_memory_channel[AgentStreamEvent](buffer)
+        self._buffer = buffer
+        self._opened = False  # the channel: made on first use (drive needs none)
+        self._driven = False
         self._abort = trio.CancelScope()
         self._done = trio.Event()
         self._turn: Turn | None = None
@@ -126,11 +128,25 @@ class AgentStream:
         self._context = contextvars.copy_context()
         self._stack: contextlib.AsyncExitStack | None = None
 
+    _send: trio.MemorySendChannel[AgentStreamEvent]
+    _recv: trio.MemoryReceiveChannel[AgentStreamEvent]
+
+    def _open(self) -> None:
+        """Make the channel between the run task and the consumer, once (closed after drive)."""
+        if self._opened:
+            return
+        self._opened = True
+        self._send, self._recv = trio.open_memory_channel[AgentStreamEvent](self._buffer)
+        if self._driven:
+            self._send.close()
+            self._recv.close()
+
     # --- lifecycle ---------------------------------------------------------
 
     async def __aenter__(self) -> AgentStream:
         if self._started:
             raise RuntimeError("this stream has already started; enter it before iterating")
+        self._open()
         self._stack = contextlib.AsyncExitStack()
         nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._started = True
@@ -152,6 +168,7 @@ class AgentStream:
         return await self._stack.__aexit__(exc_type, exc, tb)
 
     def _ensure_started(self) -> None:
+        self._open()
         if not self._started:
             self._started = True
             trio.lowlevel.spawn_system_task(
@@ -188,8 +205,7 @@ class AgentStream:
         if self._started:
             raise RuntimeError("this stream has already started")
         self._started = True
-        self._send.close()
-        self._recv.close()
+        self._driven = True
         failure: Exception | None = None
 
         async def forward(event: AgentStreamEvent) -> None:
@@ -263,6 +279,7 @@ class AgentStream:
         """Abort the run (if still going) and stop reading events."""
         if not self._done.is_set():
             self.abort()
+        self._open()
         await self._recv.aclose()
 
 

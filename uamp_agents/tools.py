@@ -34,6 +34,7 @@ import trio
 
 from uamp_proto.types import FunctionDefinition, ToolDefinition, ToolInvocation, ToolOutput
 
+from ._quickcheck import Check, compile_check
 from ._schema import docstring_parts, parameters_schema, validate
 from .errors import SchemaError, ToolError
 from .hooks import maybe_await
@@ -144,14 +145,36 @@ class Tool:
     validate_arguments: bool = True
     agent: Any = None
     deferred: bool = False
+    # Made once, not per model call or tool call (see definition, invoke);
+    # made again when name, description or parameters are replaced.
+    _definition: ToolDefinition | None = attrs.field(default=None, init=False, repr=False)
+    _quick: tuple[Any, Check | None] | None = attrs.field(default=None, init=False, repr=False)
 
     def definition(self) -> ToolDefinition:
         """This tool as a uamp_proto tool definition for the model."""
-        return ToolDefinition(
+        made = self._definition
+        if made is not None:
+            fn = made.function
+            if (
+                fn.name is self.name
+                and fn.description is self.description
+                and fn.parameters is self.parameters
+            ):
+                return made
+        made = self._definition = ToolDefinition(
             function=FunctionDefinition(
                 name=self.name, description=self.description, parameters=self.parameters
             )
         )
+        return made
+
+    def _valid_at_a_glance(self, arguments: dict[str, Any]) -> bool:
+        """Whether the quick check of ``parameters`` (:mod:`._quickcheck`) passes ``arguments``."""
+        quick = self._quick
+        if quick is None or quick[0] is not self.parameters:
+            quick = self._quick = (self.parameters, compile_check(self.parameters))
+        check = quick[1]
+        return check is not None and check(arguments)
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext[Any]) -> Any:
         """Call the function with ``arguments`` (and the context); return its value.
@@ -160,7 +183,7 @@ class Tool:
             ToolError: ``arguments`` do not match the schema.
             Exception: Whatever the function raises.
         """
-        if self.validate_arguments:
+        if self.validate_arguments and not self._valid_at_a_glance(arguments):
             problems = validate(arguments, self.parameters, "arguments")
             if problems:
                 raise ToolError(f"invalid arguments for {self.name}: " + "; ".join(problems))

@@ -733,12 +733,24 @@ def with_ids(event: Event, *, session_id: str | None, response_id: str | None) -
             delta_seq=event.delta_seq,
             unknown=event.unknown,
         )
-    changes: dict[str, Any] = {}
-    if session_id is not None and event.session_id is None:
-        changes["session_id"] = session_id
-    if response_id is not None and getattr(event, "response_id", "") is None:
-        changes["response_id"] = response_id
-    return attrs.evolve(event, **changes) if changes else event
+    fill_sid = session_id is not None and event.session_id is None
+    fill_rid = response_id is not None and getattr(event, "response_id", "") is None
+    # A compiled attrs.evolve (a progress event, a usage delta on every turn).
+    stamped: Event
+    if fill_sid and fill_rid:
+        stamped = _fastinit.replacer(type(event), _BOTH_IDS)(event, session_id, response_id)
+    elif fill_sid:
+        stamped = _fastinit.replacer(type(event), _SESSION_ID)(event, session_id)
+    elif fill_rid:
+        stamped = _fastinit.replacer(type(event), _RESPONSE_ID)(event, response_id)
+    else:
+        stamped = event
+    return stamped
+
+
+_BOTH_IDS = ("session_id", "response_id")
+_SESSION_ID = ("session_id",)
+_RESPONSE_ID = ("response_id",)
 
 
 #: Every known event class, by wire type.

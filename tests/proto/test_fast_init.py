@@ -160,3 +160,42 @@ def test_what_it_cannot_express_keeps_attrs_init() -> None:
     assert Plain(1).y == [] and Plain(1).z == 3
     with pytest.raises(TypeError):
         Plain(1, [2], 4)
+
+
+@pytest.mark.parametrize("cls", _all_attrs_classes(), ids=lambda c: c.__name__)
+def test_the_compiled_replace_is_attrs_evolve(cls: type[Any]) -> None:
+    """``replacer`` (behind ``events.with_ids``) builds what ``attrs.evolve`` builds."""
+    made = cls(**_args(cls, True))
+    aliases = [f.alias for f in attrs.fields(cls) if f.init]
+    for names in ({*aliases} & {"session_id", "response_id"}, aliases[:1], aliases[-2:]):
+        names = tuple(sorted(names))
+        values = [object() for _ in names]
+        replaced = _fastinit.replacer(cls, names)(made, *values)
+        assert type(replaced) is cls
+        assert _fields(replaced) == _fields(
+            attrs.evolve(made, **dict(zip(names, values, strict=True)))
+        )
+    with pytest.raises(TypeError):
+        _fastinit.replacer(cls, ("not_a_field",))
+
+
+@pytest.mark.parametrize("cls", [c for c in _all_attrs_classes() if issubclass(c, ev.Event)])
+def test_with_ids_is_the_evolve_it_replaces(cls: type[Any]) -> None:
+    """Every event class: ids filled in only where missing, as ``attrs.evolve`` did."""
+    has_rid = "response_id" in {f.alias for f in attrs.fields(cls)}
+    for own_sid in (None, "sess_own"):
+        for own_rid in (None, "resp_own") if has_rid else (None,):
+            ids = {"session_id": own_sid, **({"response_id": own_rid} if has_rid else {})}
+            event = cls(**{**_args(cls, False), **ids})
+            for sid in (None, "sess_new"):
+                for rid in (None, "resp_new"):
+                    changes: dict[str, Any] = {}
+                    if sid is not None and own_sid is None:
+                        changes["session_id"] = sid
+                    if has_rid and rid is not None and own_rid is None:
+                        changes["response_id"] = rid
+                    stamped = ev.with_ids(event, session_id=sid, response_id=rid)
+                    if not changes:
+                        assert stamped is event
+                    else:
+                        assert _fields(stamped) == _fields(attrs.evolve(event, **changes))
