@@ -61,7 +61,6 @@ encoder sends the difference from the last known state as a
 from __future__ import annotations
 
 import contextlib
-import copy
 import enum
 from collections.abc import Mapping
 from typing import Any
@@ -70,6 +69,7 @@ import attrs
 import orjson
 
 from .. import events as ev
+from .. import jsonpatch
 from .. import types as ty
 from ..codec import unstructure
 from ..errors import LocalProtocolError, UampError
@@ -423,91 +423,13 @@ def state_update(state: Any) -> ev.Progress:
     return ev.Progress(target=STATE_TARGET, stage="update", message=orjson.dumps(state).decode())
 
 
-def _pointer(path: list[str]) -> str:
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in path)
+def diff_state(old: Any, new: Any) -> list[dict[str, Any]]:
+    """An RFC 6902 patch turning ``old`` into ``new`` (:func:`uamp_proto.jsonpatch.diff`)."""
+    return jsonpatch.diff(old, new)
 
 
-def diff_state(old: Any, new: Any, path: list[str] | None = None) -> list[dict[str, Any]]:
-    """An RFC 6902 patch turning ``old`` into ``new``.
-
-    Objects are compared key by key (``add``/``remove``/``replace``);
-    anything else that differs (arrays included) is replaced whole.
-    """
-    at = path or []
-    if isinstance(old, dict) and isinstance(new, dict):
-        ops: list[dict[str, Any]] = []
-        for key in old:
-            if key not in new:
-                ops.append({"op": "remove", "path": _pointer([*at, key])})
-        for key, value in new.items():
-            if key not in old:
-                ops.append({"op": "add", "path": _pointer([*at, key]), "value": value})
-            else:
-                ops.extend(diff_state(old[key], value, [*at, key]))
-        return ops
-    if old == new and type(old) is type(new):
-        return []
-    return [{"op": "replace", "path": _pointer(at), "value": new}]
-
-
-def _tokens(pointer: str) -> list[str]:
-    if pointer == "":
-        return []
-    if not pointer.startswith("/"):
-        raise ValueError(f"not a JSON pointer: {pointer!r}")
-    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-
-
-def apply_patch(doc: Any, patch: list[dict[str, Any]]) -> Any:
-    """Apply RFC 6902 ``add``, ``remove``, ``replace`` and ``test`` operations.
-
-    Returns the new document (the input is not modified).
-
-    Raises:
-        ValueError: an operation does not apply.
-    """
-    result = copy.deepcopy(doc)
-    for op in patch:
-        tokens = _tokens(op["path"])
-        kind = op["op"]
-        if not tokens:
-            if kind in ("add", "replace"):
-                result = op["value"]
-                continue
-            if kind == "test":
-                if result != op["value"]:
-                    raise ValueError("test failed at the root")
-                continue
-            raise ValueError(f"cannot {kind} the whole document")
-        parent = result
-        for t in tokens[:-1]:
-            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
-        last = tokens[-1]
-        if isinstance(parent, list):
-            index = len(parent) if last == "-" else int(last)
-            if kind == "add":
-                parent.insert(index, op["value"])
-            elif kind == "remove":
-                del parent[index]
-            elif kind == "replace":
-                parent[index] = op["value"]
-            elif kind == "test" and parent[index] != op["value"]:
-                raise ValueError(f"test failed at {op['path']}")
-        elif isinstance(parent, dict):
-            if kind == "add":
-                parent[last] = op["value"]
-            elif kind in ("remove", "replace"):
-                if last not in parent:
-                    raise ValueError(f"no member at {op['path']}")
-                if kind == "remove":
-                    del parent[last]
-                else:
-                    parent[last] = op["value"]
-            elif kind == "test" and parent.get(last) != op["value"]:
-                raise ValueError(f"test failed at {op['path']}")
-        else:
-            raise ValueError(f"{op['path']} does not point into a container")
-    return result
+#: Apply RFC 6902 operations (:func:`uamp_proto.jsonpatch.apply`).
+apply_patch = jsonpatch.apply
 
 
 # --- the run encoder ------------------------------------------------------------------------------
@@ -1050,7 +972,7 @@ def parse_resume(run: RunInput, pending: Mapping[str, Ask]) -> list[Answered]:
             except AnswerError as exc:
                 raise fail(f"'resume[{i}].payload': {exc.args[0]}") from None
         else:
-            raise fail(f"'resume[{i}].status' must be \"resolved\" or \"cancelled\".")
+            raise fail(f'\'resume[{i}].status\' must be "resolved" or "cancelled".')
     return answers
 def closing_events(
     encoder: RunEncoder, outcome: ResponseOutcome, signature: str | None = None

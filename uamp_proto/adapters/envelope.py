@@ -18,10 +18,16 @@ binding (``uamp_trio.envelope``) verifies, routes, numbers and writes.
   ============================== ===================================================
   UAMP event                     delta frame
   ============================== ===================================================
-  ``response.delta`` (text)      ``chunk`` ``{"text": ...}``
+  ``response.delta`` (text)      ``chunk`` ``{"text": ...}``; with structured
+                                 output, ``patch`` ``{"ops": [RFC 6902 ...]}``
+  ``response.delta`` (audio),    ``chunk`` ``{"chunk_b64": ...}`` (Appendix C.2)
+  ``audio.delta``
   ``thinking``                   ``chunk`` ``{"thinking": ...}``
   other non-terminal events      ``progress`` ``{"event": <the UAMP event>}``
-  ``response.done``              ``done`` ``{"text": <whole answer>, "usage": {...}}``
+  ``response.done``              binary output items not streamed yet as
+                                 ``chunk`` ``{"chunk_b64", "part"}`` frames, then
+                                 ``done`` ``{"text", "usage", "mime", "parts",
+                                 "json"}`` (``mime``: the first binary part's)
   ``response.cancelled``         ``cancel`` ``{"text": <partial answer>}``
   ``response.error``             ``error`` ``{"code": ..., "message": ...}``
   ``response.created``           nothing
@@ -37,12 +43,12 @@ binding (``uamp_trio.envelope``) verifies, routes, numbers and writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
 
-from .. import codec
+from .. import codec, jsonpatch
 from .. import events as ev
 from .. import types as ty
 from ..envelope import (
@@ -168,45 +174,128 @@ def _usage(usage: ty.UsageStats | None) -> dict[str, Any] | None:
 
 
 class DeltaEncoder:
-    """Turns one response's UAMP events into delta frames (see the module docstring)."""
+    """Turns one response's UAMP events into delta frames (see the module docstring).
 
-    __slots__ = ("_text",)
+    Args:
+        structured: Set when the ask asked for structured (JSON) output: the
+            parser of a JSON text that may be cut anywhere (``None`` when the
+            text so far is not JSON). The text then streams as ``patch``
+            frames (RFC 6902 operations from the previous snapshot to the
+            new one), and ``done`` carries the whole value as ``json``.
+            The parser is given, not imported: the core has no dependency
+            for it.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_audio", "_snapshot", "_structured", "_text")
+
+    def __init__(self, structured: Callable[[str], Any] | None = None) -> None:
         self._text: list[str] = []
+        self._structured = structured
+        self._snapshot: Any = None
+        #: Audio streamed as ``chunk`` frames (its item is not sent again at the end).
+        self._audio = False
 
     @property
     def text(self) -> str:
         """The text streamed so far."""
         return "".join(self._text)
 
-    def feed(self, event: ev.Event) -> Frame | None:
-        """The frame for ``event``, or ``None`` when it makes none."""
+    def feed(self, event: ev.Event) -> list[Frame]:
+        """The frames for ``event`` (none, one, or a binary output's chunks and ``done``)."""
         kind = type(event)
         if kind is ev.ResponseDelta:
             assert isinstance(event, ev.ResponseDelta)
             delta = event.delta
             if isinstance(delta, ty.DeltaText):
                 self._text.append(delta.text)
-                return DeltaType.CHUNK, {"text": delta.text}
+                if self._structured is not None:
+                    return self._patch(delta.text)
+                return [(DeltaType.CHUNK, {"text": delta.text})]
+            if isinstance(delta, ty.DeltaAudio):
+                self._audio = True
+                return [(DeltaType.CHUNK, {"chunk_b64": delta.audio})]
+        elif kind is ev.AudioDelta:
+            assert isinstance(event, ev.AudioDelta)
+            self._audio = True
+            return [(DeltaType.CHUNK, {"chunk_b64": event.audio})]
         elif kind is ev.Thinking:
             assert isinstance(event, ev.Thinking)
-            return DeltaType.CHUNK, {"thinking": event.content}
+            return [(DeltaType.CHUNK, {"thinking": event.content})]
         elif kind is ev.ResponseCreated:
-            return None
+            return []
         elif kind is ev.ResponseDone:
             assert isinstance(event, ev.ResponseDone)
-            payload: dict[str, Any] = {"text": self.text}
-            usage = _usage(event.response.usage)
-            if usage:
-                payload["usage"] = usage
-            return DeltaType.DONE, payload
+            return self._done(event.response)
         elif kind is ev.ResponseCancelled:
-            return DeltaType.CANCEL, {"text": self.text}
+            return [(DeltaType.CANCEL, {"text": self.text})]
         elif kind is ev.ResponseErrorEvent:
             assert isinstance(event, ev.ResponseErrorEvent)
-            return DeltaType.ERROR, {"code": event.error.code, "message": event.error.message}
-        return DeltaType.PROGRESS, {"event": _event_dict(event)}
+            return [(DeltaType.ERROR, {"code": event.error.code, "message": event.error.message})]
+        return [(DeltaType.PROGRESS, {"event": _event_dict(event)})]
+
+    def _patch(self, piece: str) -> list[Frame]:
+        assert self._structured is not None
+        value = self._structured(self.text)
+        if value is None:  # not JSON (yet, or at all): the text as it is
+            return [(DeltaType.CHUNK, {"text": piece})]
+        ops = jsonpatch.diff(self._snapshot, value)
+        self._snapshot = value
+        return [(DeltaType.PATCH, {"ops": ops})] if ops else []
+
+    def _done(self, response: ty.ResponseOutput) -> list[Frame]:
+        frames: list[Frame] = []
+        payload: dict[str, Any] = {"text": self.text}
+        if self._structured is not None and self._snapshot is not None:
+            payload["json"] = self._snapshot
+        parts: list[dict[str, Any]] = []
+        if self._audio:
+            parts.append({"mime": STREAMED_AUDIO_MIME})
+        for item in response.output:
+            found = _binary(item)
+            if found is None or (self._audio and isinstance(item, ty.AudioContent)):
+                continue
+            media, part = found
+            if isinstance(media, ty.MediaURL):
+                part["url"] = media.url
+            else:
+                index = len(parts)
+                frames.extend(
+                    (DeltaType.CHUNK, {"chunk_b64": piece, "part": index})
+                    for piece in _b64_pieces(media)
+                )
+            parts.append(part)
+        if parts:
+            payload["mime"] = parts[0]["mime"]  # Appendix C.2: the done frame names it
+            if len(parts) > 1 or "url" in parts[0] or "filename" in parts[0]:
+                payload["parts"] = parts
+        usage = _usage(response.usage)
+        if usage:
+            payload["usage"] = usage
+        frames.append((DeltaType.DONE, payload))
+        return frames
+
+
+#: The media type of audio an agent streams (``audio.delta``): pcm16, the UAMP default.
+STREAMED_AUDIO_MIME: Final = "audio/pcm"
+#: Base64 characters of one binary ``chunk`` frame (a multiple of 4: each decodes alone).
+CHUNK_B64: Final = 48 * 1024
+
+
+def _binary(item: ty.ContentItem) -> tuple[ty.Media, dict[str, Any]] | None:
+    """The media of a non-text output item and its part description (``mime``, ``filename``)."""
+    if isinstance(item, ty.ImageContent):
+        return item.image, {"mime": f"image/{item.format or 'png'}"}
+    if isinstance(item, ty.AudioContent):
+        return item.audio, {"mime": f"audio/{item.format}" if item.format else STREAMED_AUDIO_MIME}
+    if isinstance(item, ty.VideoContent):
+        return item.video, {"mime": f"video/{item.format or 'mp4'}"}
+    if isinstance(item, ty.FileContent):
+        return item.file, {"mime": item.mime_type, "filename": item.filename}
+    return None
+
+
+def _b64_pieces(data: str) -> list[str]:
+    return [data[i : i + CHUNK_B64] for i in range(0, len(data), CHUNK_B64)] or [""]
 
 
 def _event_dict(event: ev.Event) -> Mapping[str, Any]:

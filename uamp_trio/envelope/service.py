@@ -90,6 +90,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+import jiter
 import orjson
 import trio
 
@@ -337,6 +338,8 @@ class Exchange:
         #: What the peer's ``error`` envelope reported (``{"code", "message"}``),
         #: the payload of the final ``error`` frame.
         self.peer_error: dict[str, Any] | None = None
+        #: The structured output the opening envelope asked for (``ext.response_format``).
+        self.response_format: ty.ResponseFormat | None = None
         #: The payment token of the opening envelope (a subscription's events).
         self.payment_token: str | None = None
         #: Where the next turns wait (a subscription's events); closed when it ends.
@@ -687,6 +690,7 @@ class EnvelopeService:
         if target is None:
             raise RuntimeError("no nursery to run the exchange in (the server is not serving)")
         token = _payment_token(envelope)
+        response_format = _response_format(envelope)
         response_id = f"resp_{uuid.uuid4().hex}"
         charge = await self._charge(name, token, response_id, principal)
         # No checkpoint from here until the charge is in the exchange's queue.
@@ -695,6 +699,7 @@ class EnvelopeService:
         waiting = self._notes.take(principal.key, _address(name, envelope), self.clock())
         exchange.messages = [*history, *waiting]
         exchange.payment_token = token
+        exchange.response_format = response_format
         size = _QUEUED_EVENTS if exchange.subscription else 1
         send, receive = trio.open_memory_channel[_Turn](size)
         send.send_nowait(_Turn(envelope.id, message, token, response_id, charge))
@@ -830,7 +835,10 @@ class EnvelopeService:
         self, exchange: Exchange, agent: Responder, principal: Principal, turn: _Turn
     ) -> str:
         """Run the agent once on ``turn``; its frames go to the exchange's stream."""
-        encoder = DeltaEncoder()
+        structured = (
+            exchange.response_format is not None and exchange.response_format.type != "text"
+        )
+        encoder = DeltaEncoder(structured=partial_json if structured else None)
         idle = self.limits.idle_timeout
         between = exchange.subscription
         answered = False
@@ -842,20 +850,22 @@ class EnvelopeService:
                 exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
 
         async def sink(event: ev.Event) -> None:
-            frame = encoder.feed(event)
-            if frame is None or exchange.finished:
-                return
-            kind, payload = frame
-            if kind is DeltaType.CANCEL and exchange.peer_error is not None:
-                # Stopped by the peer's error envelope (section 10: ERROR), not a cancel.
-                kind, payload = DeltaType.ERROR, {**exchange.peer_error, **payload}
-            if kind in _FINAL_TYPES:
-                # The answer joins the conversation before the peer can see
-                # its end (and continue the conversation).
-                answer()
-                if between and kind is DeltaType.DONE:  # one answer, not the subscription's end
-                    kind, payload = DeltaType.PROGRESS, {"answered": turn.envelope_id, **payload}
-            await exchange.push(kind, payload, idle)
+            for kind, payload in encoder.feed(event):
+                if exchange.finished:
+                    return
+                if kind is DeltaType.CANCEL and exchange.peer_error is not None:
+                    # Stopped by the peer's error envelope (section 10: ERROR), not a cancel.
+                    kind, payload = DeltaType.ERROR, {**exchange.peer_error, **payload}
+                if kind in _FINAL_TYPES:
+                    # The answer joins the conversation before the peer can see
+                    # its end (and continue the conversation).
+                    answer()
+                    if between and kind is DeltaType.DONE:  # one answer, not the subscription's end
+                        kind, payload = (
+                            DeltaType.PROGRESS,
+                            {"answered": turn.envelope_id, **payload},
+                        )
+                await exchange.push(kind, payload, idle)
 
         exchange.messages.append(turn.message)
         request = TurnRequest(
@@ -865,6 +875,7 @@ class EnvelopeService:
             messages=list(exchange.messages),
             principal=principal,
             payment_token=turn.token,
+            response_format=exchange.response_format,
             metadata={
                 "envelope_id": turn.envelope_id,
                 "stream_id": exchange.stream_id,
@@ -1096,6 +1107,32 @@ def _message(envelope: Envelope) -> ty.Message:
         return user_message(envelope)
     except BodyError as exc:
         raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
+
+
+def _response_format(envelope: Envelope) -> ty.ResponseFormat | None:
+    """``ext.response_format`` (UAMP's ``{"type": "json_object" | "json_schema", ...}``).
+
+    Raises:
+        EnvelopeRefused: 4.00 for one that is not of that shape.
+    """
+    raw = envelope.ext.get("response_format") if envelope.ext else None
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise EnvelopeRefused(BAD_REQUEST, 'ext.response_format is {"type": ..., ...}')
+    schema = raw.get("json_schema")
+    return ty.ResponseFormat(
+        type=raw["type"], json_schema=schema if isinstance(schema, dict) else None
+    )
+
+
+def partial_json(text: str) -> Any:
+    """The JSON value of ``text`` cut anywhere (jiter's partial mode), or ``None``."""
+    try:
+        value = jiter.from_json(text.encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict | list) else None
 
 
 def _peer_error(envelope: Envelope) -> dict[str, Any]:

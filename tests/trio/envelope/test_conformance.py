@@ -15,6 +15,7 @@ The HTTP client here is httpx and hand-built envelopes, not uamp's client.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from tests._support.agents import TestAgent, Words
 from tests._support.envelopes import envelope
 from tests.trio.envelope.test_intents import BINDINGS, binding, eventually, while_streaming
 from uamp_proto import events as ev
+from uamp_proto import jsonpatch
 from uamp_proto import types as ty
 from uamp_proto.adapters.envelope import prefix_frame, read_error, split_frames
 from uamp_proto.envelope import (
@@ -61,9 +63,38 @@ class Stuck(TestAgent):
         await trio.sleep_forever()
 
 
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 64
+
+
+class Painter(TestAgent):
+    """Streams binary output (a "PNG") in base64 pieces, as an agent streams audio."""
+
+    name = "painter"
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        data = base64.b64encode(PNG).decode()
+        for i in range(0, len(data), 4096):
+            await emit(ev.AudioDelta(audio=data[i : i + 4096]))
+
+
+class Forecaster(TestAgent):
+    """Writes a JSON forecast a few characters at a time when asked for JSON, else prose."""
+
+    name = "forecaster"
+    FORECAST = '{"city": "Paris", "days": [{"t": 21}, {"t": 23}, {"t": 19}], "note": "dry"}'
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        fmt = request.response_format
+        text = self.FORECAST if fmt is not None and fmt.type == "json_object" else "dry in Paris"
+        for i in range(0, len(text), 7):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=text[i : i + 7])))
+
+
 @pytest.fixture
 async def server(serve_app: Callable[..., Awaitable[Any]]) -> Any:
-    app = create_app([Words("five", "a ", "b ", "c ", "d ", "e", pause=0), Stuck()])
+    app = create_app(
+        [Words("five", "a ", "b ", "c ", "d ", "e", pause=0), Stuck(), Painter(), Forecaster()]
+    )
     return await serve_app(app, websocket_max_message_size=64 * 1024)
 
 
@@ -78,6 +109,67 @@ def _progress(
     return encode_envelope(
         sign_envelope(unsigned, ed25519.Ed25519PrivateKey.generate(), embed_jwk=True)
     )
+
+
+async def _sse_frames(server: Any, agent: str, ask: Envelope) -> list[Delta]:
+    """POST ``ask`` and read its whole SSE stream (a window of 1024: no ack needed here)."""
+    frames: list[Delta] = []
+    async with httpx.AsyncClient(base_url=server.url, timeout=TIMEOUT) as http:
+        r = await http.post(
+            f"/agents/{agent}/v1/messages", content=encode_envelope(ask), headers=UAMP_JSON
+        )
+        assert r.status_code == 202, r.content
+        async with http.stream("GET", r.headers["location"]) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data:"):
+                    frames.append(decode_delta(line[5:].strip().encode()))
+    return frames
+
+
+def _signed(unsigned: Envelope) -> Envelope:
+    return sign_envelope(unsigned, ed25519.Ed25519PrivateKey.generate(), embed_jwk=True)
+
+
+async def test_binary_output_streams_as_chunk_b64_frames_and_a_done_with_the_mime(
+    server: Any,
+) -> None:
+    ask = envelope("ask", "512x512 cat", to="urn:uamp:agent:painter", window=1024)
+    with trio.fail_after(TIMEOUT):
+        frames = await _sse_frames(server, "painter", ask)
+    chunks, done = frames[:-1], frames[-1]
+    assert chunks and {f.type for f in chunks} == {DeltaType.CHUNK}
+    # Appendix C.2: the client reassembles chunk_b64 frames into the file.
+    data = b"".join(base64.b64decode(f.payload["chunk_b64"]) for f in chunks if f.payload)
+    assert data == PNG
+    assert done.type is DeltaType.DONE and done.payload is not None
+    assert done.payload["mime"] == "audio/pcm"
+
+
+@pytest.mark.parametrize("fmt", [None, {"type": "json_object"}])
+async def test_structured_output_streams_as_json_patch_frames(
+    server: Any, fmt: dict[str, Any] | None
+) -> None:
+    unsigned = envelope("ask", "forecast", to="urn:uamp:agent:forecaster", sign=False)
+    ask = _signed(attrs.evolve(unsigned, ext=None if fmt is None else {"response_format": fmt}))
+    with trio.fail_after(TIMEOUT):
+        frames = await _sse_frames(server, "forecaster", ask)
+    done = frames[-1]
+    assert done.type is DeltaType.DONE and done.payload is not None
+    if fmt is None:  # prose: text chunks, as before
+        assert {f.type for f in frames[:-1]} == {DeltaType.CHUNK}
+        assert done.payload["text"] == "dry in Paris" and "json" not in done.payload
+        return
+    patches = frames[:-1]
+    assert len(patches) > 3 and {f.type for f in patches} == {DeltaType.PATCH}
+    doc: Any = None  # RFC 6902 applied in order rebuilds the value
+    for frame in patches:
+        assert frame.payload is not None
+        doc = jsonpatch.apply(doc, frame.payload["ops"])
+    assert doc == orjson.loads(Forecaster.FORECAST) == done.payload["json"]
+    # The array grows by "add" of its new items, never a replace of the whole array.
+    ops = [op for f in patches if f.payload for op in f.payload["ops"]]
+    assert any(op["op"] == "add" and op["path"] == "/days/2" for op in ops)
+    assert not any(op["path"] == "/days" and op["op"] == "replace" for op in ops)
 
 
 async def _read_acking_by_envelope(
