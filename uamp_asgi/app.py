@@ -278,6 +278,8 @@ class UampASGI:
                 query=scope.get("query_string", b"").decode("latin-1"),
                 path_params={**params, **found},
                 principal=principal,
+                full_path=scope.get("root_path", "") + _relative_path(scope),
+                scheme=scope.get("scheme", "http"),
             )
             reply = await route.endpoint(request)
         except HTTPError as error:

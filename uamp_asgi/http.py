@@ -79,6 +79,9 @@ class Request:
     query: str = ""
     path_params: dict[str, str] = attrs.field(factory=dict)
     principal: Principal = ANONYMOUS
+    #: The whole path the client asked for (with where the app is mounted).
+    full_path: str = ""
+    scheme: str = "http"
 
     def json(self) -> Any:
         """The body parsed as JSON.
@@ -94,7 +97,7 @@ class Request:
 
 @attrs.frozen
 class JsonReply:
-    """A whole JSON response."""
+    """A whole JSON response (``body`` as ``bytes``: JSON already encoded)."""
 
     body: Any
     status: int = 200
@@ -159,7 +162,7 @@ async def send_reply(
 ) -> None:
     """Write ``reply``; a stream is cancelled when the client disconnects."""
     if isinstance(reply, JsonReply):
-        body = orjson.dumps(reply.body)
+        body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
         await send(
             {
                 "type": "http.response.start",

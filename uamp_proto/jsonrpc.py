@@ -41,6 +41,7 @@ and their servers parse and build every JSON-RPC message through it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
 import attrs
@@ -67,6 +68,7 @@ __all__ = [
     "Notification",
     "Request",
     "Response",
+    "answer_payload",
     "decode",
     "decode_object",
     "encode",
@@ -427,3 +429,26 @@ class LineBuffer:
             line = line.rstrip(b"\r")
             if line.strip():
                 return line
+
+
+async def answer_payload(
+    data: bytes | str,
+    handle_message: Callable[[Message | Invalid], Awaitable[Message | None]],
+) -> bytes | None:
+    """Decode one payload (a message or a batch), answer each message, encode the answers.
+
+    ``None`` when nothing is owed (only notifications and replies); a batch
+    is answered with an array (JSON-RPC 2.0 section 6).
+    """
+    try:
+        batch = decode(data)
+    except JSONRPCError as exc:
+        return encode(exc.response(None))
+    answers: list[Message] = []
+    for item in batch.items:
+        answer = await handle_message(item)
+        if answer is not None:
+            answers.append(answer)
+    if not answers:
+        return None
+    return encode(answers if batch.is_batch else answers[0])

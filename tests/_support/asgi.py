@@ -34,3 +34,22 @@ def uvicorn_server(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(STARTUP)
+
+
+@contextmanager
+def fastapi_with_framework_agents() -> Iterator[str]:
+    """A FastAPI app with uamp_asgi at ``/agents``: pydantic-ai "demo", OpenAI Agents SDK "oaa"."""
+    import fastapi
+
+    import uamp_asgi
+    from tests._support import framework_agents
+    from uamp_asgi.responders import openai_agents_agent, pydantic_ai_agent
+
+    agents = [
+        pydantic_ai_agent(framework_agents.pydantic_ai_agent("demo")),
+        openai_agents_agent(framework_agents.openai_agents_agent("oaa")),
+    ]
+    api = fastapi.FastAPI()
+    api.mount("/agents", uamp_asgi.app(agents))
+    with uvicorn_server(api) as url:
+        yield url

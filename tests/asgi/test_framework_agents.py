@@ -16,28 +16,19 @@ import httpx
 import openai
 import pytest
 
-import uamp_asgi
-from tests._support import framework_agents
-from tests._support.asgi import uvicorn_server
-from uamp_asgi.responders import openai_agents_agent, pydantic_ai_agent
+from tests._support.asgi import fastapi_with_framework_agents
 
 fastapi = pytest.importorskip("fastapi")
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("agents")
 
-AGENTS = ["pai", "oaa"]
+AGENTS = ["demo", "oaa"]
 PROBE = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
 
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
-    agents = [
-        pydantic_ai_agent(framework_agents.pydantic_ai_agent("pai")),
-        openai_agents_agent(framework_agents.openai_agents_agent("oaa")),
-    ]
-    api = fastapi.FastAPI()
-    api.mount("/agents", uamp_asgi.app(agents))
-    with uvicorn_server(api) as url:
+    with fastapi_with_framework_agents() as url:
         yield url
 
 

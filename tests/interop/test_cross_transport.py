@@ -304,3 +304,46 @@ TRANSPORTS = [
 @pytest.mark.parametrize("ask", TRANSPORTS, ids=lambda f: f.__name__)
 def test_same_prompt_same_reply_on_every_transport(base_url: str, ask: Any, prompt: str) -> None:
     assert ask(base_url, prompt) == EXPECTED[prompt]
+
+
+# --- the same check against uamp_asgi mounted in FastAPI under uvicorn (docs/embedding.md) ---
+
+
+def uamp_websocket_agent_url(base: str, prompt: str, agent: str = "demo") -> str:
+    """UAMP over WebSocket at the agent's own URL (a mounted app's root routes move with it)."""
+    return _uamp_ask(
+        connect(f"{base.replace('http://', 'ws://')}/agents/{agent}/uamp"), prompt, agent
+    )
+
+
+#: What the ASGI app serves of the transports above (the others are `uamp serve`'s).
+ASGI_TRANSPORTS = [
+    completions_plain,
+    completions_streamed,
+    uamp_websocket_agent_url,
+    a2a_blocking,
+    a2a_streamed,
+    agui,
+    mcp_http,
+    responses_plain,
+    responses_streamed,
+]
+
+
+@pytest.fixture(scope="module")
+def asgi_url() -> Iterator[str]:
+    """A pydantic-ai agent ("demo") and an OpenAI Agents SDK agent ("oaa") behind uamp_asgi."""
+    pytest.importorskip("fastapi")
+    from tests._support.asgi import fastapi_with_framework_agents
+
+    with fastapi_with_framework_agents() as url:
+        yield url
+
+
+@pytest.mark.parametrize("agent", ["demo", "oaa"])
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("ask", ASGI_TRANSPORTS, ids=lambda f: f.__name__)
+def test_the_asgi_app_gives_the_same_replies(
+    asgi_url: str, ask: Any, prompt: str, agent: str
+) -> None:
+    assert ask(asgi_url, prompt, agent) == EXPECTED[prompt]

@@ -16,6 +16,8 @@ MODULES = {
     "responses": "responses",
     "agui": "agui",
     "uamp": "uamp_ws",
+    "mcp": "mcp",
+    "a2a": "a2a",
 }
 
 

@@ -64,6 +64,8 @@ from ..jsonrpc import (
     PAYMENT_REQUIRED,
     JSONRPCError,
 )
+from ..outcome import ResponseOutcome
+from ..payment import PaymentRequiredError
 from . import _tools
 from ._media import media_item
 
@@ -114,6 +116,7 @@ __all__ = [
     "parse_rpc",
     "parse_tool_results",
     "parse_tools",
+    "payment_error",
     "payment_failed_event",
     "render_message",
     "render_part",
@@ -124,6 +127,7 @@ __all__ = [
     "result_response",
     "stream_task",
     "task_id_param",
+    "task_not_found",
     "transition",
 ]
 
@@ -1149,6 +1153,21 @@ class TaskRun:
             message_id=self._ids("msg"), role="agent", items=[ty.TextContent(text=text)]
         )
 
+    def end(self, outcome: ResponseOutcome, timestamp: str | None) -> list[Update]:
+        """The updates that end the task's turn, however it ended (:meth:`complete` ...)."""
+        output = outcome.tracker.messages()
+        if outcome.status == "completed":
+            return self.complete(output, timestamp)
+        if outcome.status == "requires_action":
+            return self.require_input(output, outcome.pending_tool_calls, timestamp)
+        if outcome.status == "cancelled":
+            return self.cancel(timestamp)
+        error = outcome.error
+        if error is not None and error.code in PAUSE_CODES:
+            return self.pause(PAUSE_CODES[error.code], error.message, output, timestamp)
+        failed = error or ty.ErrorInfo(code="internal_error", message="The agent failed.")
+        return self.fail(failed, timestamp)
+
     def complete(self, output: list[ty.Message], timestamp: str | None) -> list[Update]:
         """The turn ended with ``response.done``; ``output`` is what it said."""
         task = self.task
@@ -1581,3 +1600,18 @@ def parse_tools(metadata: object) -> list[ty.ToolDefinition]:
         return _tools.parse_tools(metadata.get("tools"), "metadata.tools")
     except _tools.ToolFormError as exc:
         raise _invalid(exc.message) from None
+
+
+def task_not_found(task_id: str) -> A2AError:
+    """The one answer for a task id the caller may not see (absent, evicted or not theirs)."""
+    return A2AError(TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
+
+
+def payment_error(error: PaymentRequiredError) -> A2AError:
+    """JSON-RPC ``-32402`` (HTTP 402) with what is accepted and why the token was refused."""
+    return A2AError(
+        PAYMENT_REQUIRED,
+        "Payment required: retry with an X-PAYMENT header.",
+        data={"status_code": 402, "accepts": error.accepts(), **error.details()},
+        http_status=402,
+    )

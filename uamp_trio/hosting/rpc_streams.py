@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from uamp_proto import jsonrpc as rpc
+from uamp_proto.jsonrpc import answer_payload
 
 from ..engines.streams import receive_or_eof
 from ..engines.websocket import ConnectionClosed
@@ -28,29 +29,6 @@ SendPayload = Callable[[bytes], Awaitable[None]]
 
 #: Answer one payload: the reply, or ``None`` when none is owed.
 Handle = Callable[[bytes | str], Awaitable[bytes | None]]
-
-
-async def answer_payload(
-    data: bytes | str,
-    handle_message: Callable[[rpc.Message | rpc.Invalid], Awaitable[rpc.Message | None]],
-) -> bytes | None:
-    """Decode one payload (a message or a batch), answer each message, encode the answers.
-
-    ``None`` when nothing is owed (only notifications and replies); a batch
-    is answered with an array (JSON-RPC 2.0 section 6).
-    """
-    try:
-        batch = rpc.decode(data)
-    except rpc.JSONRPCError as exc:
-        return rpc.encode(exc.response(None))
-    answers: list[rpc.Message] = []
-    for item in batch.items:
-        answer = await handle_message(item)
-        if answer is not None:
-            answers.append(answer)
-    if not answers:
-        return None
-    return rpc.encode(answers if batch.is_batch else answers[0])
 
 
 async def serve_payloads(

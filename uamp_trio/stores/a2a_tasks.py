@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from uamp_proto.adapters.a2a import INTERNAL_ERROR, TASK_NOT_FOUND, A2AError, A2ATask, Update
+from uamp_proto.adapters.a2a import (
+    INTERNAL_ERROR,
+    A2AError,
+    A2ATask,
+    Update,
+    task_not_found,
+)
 from uamp_proto.principal import Principal
 
 if TYPE_CHECKING:
@@ -69,11 +75,6 @@ QUOTA_EXCEEDED = -32029
 
 #: Updates buffered per subscriber before a slow one is dropped.
 FEED_BUFFER: Final = 64
-
-
-def task_not_found(task_id: str) -> A2AError:
-    """The one answer for a task id the caller may not see (absent, evicted or not theirs)."""
-    return A2AError(TASK_NOT_FOUND, f"Task {task_id!r} was not found.", http_status=404)
 
 
 def quota_exceeded(limit: int) -> A2AError:

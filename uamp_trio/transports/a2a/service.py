@@ -101,7 +101,7 @@ from ...grpc import AVAILABLE as GRPC_AVAILABLE
 from ...hosting.host import Host, Transport
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
-from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed, task_not_found
+from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed
 from ...stores.health import StoreUnavailable
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
@@ -622,7 +622,7 @@ class A2ATransport:
         """
         task = await self.store.get(task_id, owner=principal)
         if task.agent != agent.name:
-            raise task_not_found(task_id)
+            raise a2a.task_not_found(task_id)
         return await self._end_orphan(task)
 
     async def _end_orphan(self, task: A2ATask) -> A2ATask:
@@ -656,7 +656,7 @@ class A2ATransport:
         task, feed = await self.store.follow(task_id, owner=principal)
         if task.agent != agent.name:
             feed.close()
-            raise task_not_found(task_id)
+            raise a2a.task_not_found(task_id)
         return task, feed
 
     async def _prepare(self, call: Call, params: dict[str, Any], *, rest: bool) -> _Prepared:
@@ -724,7 +724,7 @@ class A2ATransport:
             try:
                 charge = await self.charge(agent, token, response_id, principal)
             except PaymentRequiredError as error:
-                raise _payment_error(error) from None
+                raise a2a.payment_error(error) from None
             task.history.append(stored)
             task.conversation.extend(added)
             task.pending_tool_calls = []
@@ -763,7 +763,7 @@ class A2ATransport:
                 charge = await self.charge(agent, token, response_id, principal)
             except PaymentRequiredError as error:
                 if not rest:
-                    raise _payment_error(error) from None
+                    raise a2a.payment_error(error) from None
                 task.error = ty.ErrorInfo(code="payment_required", message="Payment required")
                 task.move(Trigger.FAIL, now)
                 task.status_message = a2a.StoredMessage(
@@ -891,22 +891,9 @@ class A2ATransport:
                     await deliver(run.feed(event))
             outcome = turn.outcome
             assert outcome is not None
-            output = outcome.tracker.messages()
+            updates = run.end(outcome, _now())
             if outcome.status == "completed":
-                updates = run.complete(output, _now())
                 updates = self._sign(updates, task, outcome.tracker.text, prepared)
-            elif outcome.status == "requires_action":
-                updates = run.require_input(output, outcome.pending_tool_calls, _now())
-            elif outcome.status == "cancelled":
-                updates = run.cancel(_now())
-            elif outcome.error is not None and outcome.error.code in a2a.PAUSE_CODES:
-                trigger = a2a.PAUSE_CODES[outcome.error.code]
-                updates = run.pause(trigger, outcome.error.message, output, _now())
-            else:
-                error = outcome.error or ty.ErrorInfo(
-                    code="internal_error", message="The agent failed."
-                )
-                updates = run.fail(error, _now())
             if outcome.balance is not None and updates:
                 updates = _with_balance(updates, task, outcome.balance)
             await deliver(updates)
@@ -1041,16 +1028,6 @@ def _blocking(params: dict[str, Any], dialect: Dialect) -> bool:
     if dialect is Dialect.V1:
         return config.get("returnImmediately") is not True
     return config.get("blocking") is not False
-
-
-def _payment_error(error: PaymentRequiredError) -> A2AError:
-    """JSON-RPC ``-32402`` (HTTP 402) with what is accepted and why the token was refused."""
-    return A2AError(
-        a2a.PAYMENT_REQUIRED,
-        "Payment required: retry with an X-PAYMENT header.",
-        data={"status_code": 402, "accepts": error.accepts(), **error.details()},
-        http_status=402,
-    )
 
 
 class _PaymentRefused(UampError):

@@ -1,0 +1,173 @@
+"""MCP Streamable HTTP on ASGI: every agent is an MCP server with one tool, itself.
+
+``POST .../mcp`` takes one JSON-RPC payload, as ``uamp serve``'s
+(:mod:`uamp_trio.transports.mcp`); the translation is
+:mod:`uamp_proto.adapters.mcp`'s. ``initialize`` opens a session whose id
+goes back in ``Mcp-Session-Id`` and every later request must carry it (400
+without, 404 for an id this app does not know or that another principal
+opened). ``tools/call`` runs one turn of the agent; a ``session`` argument
+names a conversation the caller continues (kept in memory, bounded). Answers
+are JSON; a notification gets 202; ``DELETE`` ends the session. ``GET`` (a
+stream of server-initiated messages) is 405: this server sends none. Progress
+notifications while a call runs are ``uamp serve``'s.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from typing import Any, Final
+
+from uamp_proto import jsonrpc as rpc
+from uamp_proto import types as ty
+from uamp_proto.adapters import mcp
+from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder, TurnRequest
+
+from ..app import Host
+from ..http import JsonReply, Reply, Request
+from ..turns import run_turn
+
+__all__ = ["MAX_CONVERSATIONS", "MAX_SESSIONS", "mount"]
+
+SESSION_HEADER: Final = "mcp-session-id"
+#: Open MCP sessions kept (all principals); the oldest go first.
+MAX_SESSIONS: Final = 4096
+#: Named conversations kept (all principals); the oldest go first.
+MAX_CONVERSATIONS: Final = 4096
+#: Messages a named conversation keeps.
+MAX_MESSAGES: Final = 200
+
+
+def _refused(status: int, message: str) -> JsonReply:
+    body = rpc.to_object(rpc.error_response(None, rpc.INVALID_REQUEST, message))
+    return JsonReply(body, status)
+
+
+class _Mcp:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.sessions: OrderedDict[str, tuple[str, tuple[str, str]]] = OrderedDict()
+        self.conversations: OrderedDict[tuple[Any, ...], list[ty.Message]] = OrderedDict()
+
+    async def endpoint(self, request: Request) -> Reply:
+        agent = self.host.resolve_agent(request.path_params)
+        if request.method == "GET":
+            return _refused(405, "This server sends no messages of its own: POST requests.")
+        if request.method == "DELETE":
+            peer = request.headers.get(SESSION_HEADER, "")
+            if self.sessions.get(peer) != (agent.name, request.principal.key):
+                return _refused(404, "Session not found.")
+            del self.sessions[peer]
+            return JsonReply({})
+        try:
+            batch = rpc.decode(request.body)
+        except rpc.JSONRPCError as exc:
+            return JsonReply(rpc.to_object(exc.response(None)), 400)
+        calls = [i for i in batch.items if isinstance(i, rpc.Request)]
+        opening = any(c.method == "initialize" for c in calls)
+        discover = len(calls) == 1 and calls[0].method == mcp.DISCOVER_METHOD
+        headers: list[tuple[str, str]] = []
+        if opening:
+            peer = uuid.uuid4().hex
+            self.sessions[peer] = (agent.name, request.principal.key)
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.popitem(last=False)
+            headers.append((SESSION_HEADER, peer))
+        elif not discover:
+            peer = request.headers.get(SESSION_HEADER, "")
+            if not peer:
+                return _refused(400, "The Mcp-Session-Id header is required; send initialize.")
+            if self.sessions.get(peer) != (agent.name, request.principal.key):
+                return _refused(404, "Session not found: send initialize again.")
+
+        async def handle(item: rpc.Message | rpc.Invalid) -> rpc.Message | None:
+            return await self.answer(agent, request, item)
+
+        reply = await rpc.answer_payload(request.body, handle)
+        if reply is None:
+            return JsonReply(b"", 202)
+        return JsonReply(reply, 200, headers)
+
+    async def answer(
+        self, agent: Responder, request: Request, item: rpc.Message | rpc.Invalid
+    ) -> rpc.Message | None:
+        if isinstance(item, rpc.Invalid):
+            return item.error.response(item.id)
+        if not isinstance(item, rpc.Request):
+            return None  # notifications (a cancel of a call answered already) and replies
+        name = getattr(agent, "description", None) or None
+        try:
+            if item.method == "initialize":
+                version = mcp.negotiate(item.params)
+                result: Any = mcp.initialize_result(
+                    version, agent_name=agent.name, server_version="0", instructions=name
+                )
+            elif item.method == "ping":
+                result = {}
+            elif item.method == "tools/list":
+                result = mcp.tools_list_result(agent.name, name)
+            elif item.method == "tools/call":
+                result = await self.call(agent, request, item.params)
+            else:
+                return rpc.error_response(
+                    item.id, rpc.METHOD_NOT_FOUND, f"Method not found: {item.method!r}."
+                )
+        except rpc.JSONRPCError as exc:
+            return exc.response(item.id)
+        return rpc.response(item.id, result)
+
+    async def call(self, agent: Responder, request: Request, params: Any) -> Any:
+        call = mcp.parse_call(params, agent.name)
+        if call.prompt is None:
+            return mcp.error_result(call.problem or "Bad arguments.")
+        principal: Principal = request.principal
+        key = (principal.key, agent.name, call.session)
+        history = self.conversations.get(key, []) if call.session is not None else []
+        token = call.payment_token or request.headers.get("x-payment")
+        response_id = f"resp_{uuid.uuid4().hex}"
+        try:
+            charge = await self.host.open_charge(agent, token, response_id, principal)
+        except PaymentRequiredError as exc:
+            return mcp.payment_result(exc)
+        message = ty.Message(role="user", content=call.prompt)
+        turn = TurnRequest(
+            agent=agent.name,
+            principal=principal,
+            session_id=f"mcp_{uuid.uuid4().hex}",
+            response_id=response_id,
+            messages=[*history, message],
+            payment_token=token,
+            metadata={"transport": "mcp"},
+        )
+        outcome = await run_turn(agent, turn, charge=charge)
+        meta: dict[str, Any] = {}
+        if outcome.balance is not None:
+            meta[BALANCE_EVENT] = balance_fields(outcome.balance)
+        if outcome.status in ("failed", "cancelled"):
+            error = outcome.error
+            why = f"{error.code}: {error.message}" if error else "cancelled"
+            return mcp.error_result(f"The agent failed ({why})", meta=meta)
+        if outcome.status == "requires_action":
+            names = ", ".join(c.name for c in outcome.pending_tool_calls)
+            return mcp.error_result(
+                f"The agent asked its caller to run tools ({names}); MCP callers run none.",
+                meta=meta,
+            )
+        if call.session is not None:
+            kept = [*history, message, *outcome.tracker.messages()][-MAX_MESSAGES:]
+            self.conversations[key] = kept
+            self.conversations.move_to_end(key)
+            while len(self.conversations) > MAX_CONVERSATIONS:
+                self.conversations.popitem(last=False)
+        text = outcome.tracker.text
+        signer = self.host.config.response_signer
+        if signer is not None:
+            meta["signature"] = signer(text, request.body)
+        return mcp.call_result(text, session=call.session, meta=meta)
+
+
+def mount(host: Host) -> None:
+    """Register ``POST/GET/DELETE .../mcp``."""
+    host.route(["POST", "GET", "DELETE"], "/mcp", _Mcp(host).endpoint, style="jsonrpc")
