@@ -17,7 +17,7 @@ right before a block (or standing alone) says what to do:
 Every other ``python`` and ``sh`` (or ``bash``) block runs (with ``bash -euo
 pipefail``) and must exit 0 without a traceback; a ``json`` block must parse; a
 block in any other language needs ``skip``. The pages speak of
-``127.0.0.1:8765`` and ``.venv/bin/``: both are replaced by the test's free
+``127.0.0.1:8765`` (and ``--port 8765``) and ``.venv/bin/``: both are replaced by the test's free
 port and this interpreter's scripts folder, and ``uamp serve`` gets ``--port``.
 
 ``docs/first-hour.md`` is also run verbatim: its own install command in a
@@ -52,6 +52,7 @@ PAGES = [
     "docs/responses.md",
     "docs/sessions.md",
     "docs/sans-io.md",
+    "docs/embedding.md",
     "docs/sse.md",
     "docs/resume.md",
     "docs/a2a.md",
@@ -169,6 +170,7 @@ class Reader:
 
     def local(self, text: str) -> str:
         text = text.replace("127.0.0.1:8765", f"127.0.0.1:{self.port}")
+        text = text.replace("--port 8765", f"--port {self.port}")  # uvicorn, granian ...
         return text.replace(".venv/bin/", f"{self.bin}/")
 
     def where(self, block: Block) -> str:
