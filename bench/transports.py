@@ -23,6 +23,9 @@ server for Python) with one worker process, whose CPU is counted with its
 parent's: ``granian-asgi`` serves the uvicorn baseline's Starlette app,
 ``granian-rsgi`` a minimal app on Granian's native RSGI interface (the least
 Python a request can cost there).
+``--asgi`` adds ``uamp-asgi`` and ``uamp-asgi-granian`` to the HTTP rows: the
+same flood agent served by ``uamp_asgi`` (the ASGI app, docs/embedding.md)
+under uvicorn and under Granian (one worker), beside ``uamp serve``'s server.
 
 Every server runs in its own process (``--serve KIND``); the clients are the
 same raw, framework-free socket loops for every server, in this process, so
@@ -183,6 +186,47 @@ def completion_body(n: int) -> bytes:
 SOAK_RETAINED = 2000
 
 
+def flood_agent() -> Any:
+    """The agent every uamp server kind serves: as many one-word deltas as its input says."""
+    from uamp_proto import events as ev
+    from uamp_proto import types as ty
+    from uamp_proto.responder import Emit, TurnRequest
+
+    class FloodAgent:
+        name = "flood"
+
+        def capabilities(self) -> ty.Capabilities:
+            return ty.Capabilities(id="flood", provider="bench", modalities=["text"])
+
+        async def respond(self, request: TurnRequest, emit: Emit) -> None:
+            text = request.messages[-1].text.strip() if request.messages else "1"
+            for _ in range(int(text or "1")):
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=WORD)))
+
+    return FloodAgent()
+
+
+def asgi_app() -> Any:
+    """uamp_asgi serving the flood agent (what ``--asgi`` runs under uvicorn and Granian)."""
+    import uamp_asgi
+
+    return uamp_asgi.app([flood_agent()])
+
+
+def serve_asgi_uvicorn(port_file: Path) -> None:
+    """uamp_asgi under uvicorn (asyncio), bound as the uvicorn baseline is."""
+    import asyncio
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    port_file.write_text(str(sock.getsockname()[1]))
+    config = uvicorn.Config(asgi_app(), log_level="error", access_log=False, lifespan="off")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
 def serve_uamp(
     port_file: Path, observed: bool = False, agent: str | None = None, soak: bool = False
 ) -> None:
@@ -198,9 +242,6 @@ def serve_uamp(
     """
     import trio
 
-    from uamp_proto import events as ev
-    from uamp_proto import types as ty
-    from uamp_proto.responder import Emit, TurnRequest
     from uamp_trio import Server, create_app
     from uamp_trio.hosting.sessions import SessionLimits
     from uamp_trio.transports import completions, uamp_ws
@@ -218,17 +259,6 @@ def serve_uamp(
     except ImportError:  # a uamp@REV from before the Responses API
         pass
 
-    class FloodAgent:
-        name = "flood"
-
-        def capabilities(self) -> ty.Capabilities:
-            return ty.Capabilities(id="flood", provider="bench", modalities=["text"])
-
-        async def respond(self, request: TurnRequest, emit: Emit) -> None:
-            text = request.messages[-1].text.strip() if request.messages else "1"
-            for _ in range(int(text or "1")):
-                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=WORD)))
-
     # 100 multiplexed sessions need more than the default 64 per connection.
     limits = SessionLimits(max_sessions=1100, idle_timeout=3600) if soak else None
     limits = limits or SessionLimits(max_sessions=128)
@@ -239,7 +269,7 @@ def serve_uamp(
         from uamp_trio.stores import MemoryEventLog, Stores
 
         observe["stores"] = Stores(event_log=MemoryEventLog(max_sessions=SOAK_RETAINED))
-    served: Any = FloodAgent()
+    served: Any = flood_agent()
     if agent is not None:
         from uamp_trio.cli import load_agent
 
@@ -568,7 +598,7 @@ async def rsgi_app(scope: Any, proto: Any) -> None:
     await transport.send_bytes(last)
 
 
-def serve_granian(port_file: Path, interface: str) -> None:
+def serve_granian(port_file: Path, interface: str, target: str | None = None) -> None:
     """Granian (a Rust HTTP server) with one worker: ``asgi`` (the Starlette app) or ``rsgi``.
 
     Granian runs its worker in a process of its own; the bench counts the CPU
@@ -579,7 +609,8 @@ def serve_granian(port_file: Path, interface: str) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    target = "transports:starlette_app" if interface == "asgi" else "transports:rsgi_app"
+    if target is None:
+        target = "transports:starlette_app" if interface == "asgi" else "transports:rsgi_app"
     argv = [sys.executable, "-m", "granian", "--interface", interface, "--workers", "1"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--no-log", target]
     if interface == "asgi":
@@ -646,6 +677,11 @@ SERVERS: dict[str, Callable[[Path], None]] = {
     "hypercorn": serve_hypercorn,
     "granian-asgi": functools.partial(serve_granian, interface="asgi"),
     "granian-rsgi": functools.partial(serve_granian, interface="rsgi"),
+    # uamp_asgi (the ASGI app, no Trio) under uvicorn and under Granian.
+    "uamp-asgi": serve_asgi_uvicorn,
+    "uamp-asgi-granian": functools.partial(
+        serve_granian, interface="asgi", target="transports:asgi_app"
+    ),
 }
 
 
@@ -1328,6 +1364,11 @@ def main() -> None:
     parser.add_argument(
         "--granian", action="store_true", help="add granian-asgi and granian-rsgi to the HTTP rows"
     )
+    parser.add_argument(
+        "--asgi",
+        action="store_true",
+        help="add uamp-asgi (uamp_asgi under uvicorn) and uamp-asgi-granian to the HTTP rows",
+    )
     args = parser.parse_args()
     if args.serve:
         profile = os.environ.get(PROFILE_ENV)
@@ -1355,7 +1396,8 @@ def main() -> None:
         for kind in ("uamp", *extra):
             ws_calls(kind)
     granian = ("granian-asgi", "granian-rsgi") if args.granian else ()
-    http_kinds = ("uamp", *extra, "starlette", *granian, "trio-h11")
+    asgi = ("uamp-asgi", "uamp-asgi-granian") if args.asgi else ()
+    http_kinds = ("uamp", *extra, *asgi, "starlette", *granian, "trio-h11")
     # (--only name, title, unit, the measurement for one server kind, the kinds, options)
     rows: list[tuple[str, str, str, Callable[[str], Callable[[int], float]], Any, Any]] = [
         (
