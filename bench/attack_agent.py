@@ -4,12 +4,15 @@ Each run appends one byte to the file named by ``UAMP_ATTACK_COUNTS``, so
 the attack suite reads how often the server invoked the agent from its file
 size, from outside the server process. It answers ``ok``; a last user
 message ``flood N`` makes it stream ``N`` deltas of 1 KiB each instead (for
-the stalled-reader attack).
+the stalled-reader attack), ``hold N`` answers after ``N`` seconds (a
+conversation kept busy, for the busy-queue flood).
 """
 
 from __future__ import annotations
 
 import os
+
+import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -41,4 +44,6 @@ class CountingAgent:
             for _ in range(int(words[1])):
                 await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_CHUNK)))
             return
+        if len(words) == 2 and words[0] == "hold" and words[1].isdigit():
+            await trio.sleep(int(words[1]))
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))

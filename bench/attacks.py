@@ -1296,6 +1296,49 @@ async def push_config_pin(port: int, long: bool) -> Outcome:
     )
 
 
+async def busy_queue_flood(port: int, long: bool) -> Outcome:
+    """ACP prompts piled on one busy session (``--on-busy enqueue``), one principal."""
+    count = 1000 if long else 200
+    queued = 8  # --busy-max-queued's default
+    path = f"/agents/{AGENT}/acp"
+    _, made = await exchange(port, rpc_post(path, "session/new", {"cwd": "/", "mcpServers": []}))
+    sid = made["result"]["sessionId"]
+    answers: dict[str, int] = {}
+    refused = trio.Event()
+
+    def prompt(text: str) -> bytes:
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+        return rpc_post(path, "session/prompt", params)
+
+    async def one(raw: bytes, label: str) -> None:
+        _, body = await exchange(port, raw)
+        code = rpc_outcome(body)
+        if code == "-32600":
+            code += f" {body['error'].get('data', {}).get('code')}"
+        tally(answers, f"{label}: {code}")
+        if sum(n for key, n in answers.items() if "-326" in key) >= count - queued:
+            refused.set()
+
+    with trio.move_on_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, prompt("hold 120"), "hold")
+            await trio.sleep(0.5)
+            for _ in range(count):
+                nursery.start_soon(one, prompt("hi"), "flood")
+                await trio.sleep(0)
+            await refused.wait()
+            # The running prompt ends (session/cancel): the queued ones run, in turn.
+            cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+            await exchange(port, post(path, json.dumps(cancel).encode()))
+    return Outcome(
+        sent=f"{count} session/prompt on one session while its prompt runs",
+        answer=str(answers),
+        ok=answers
+        == {"hold: ok": 1, "flood: ok": queued, "flood: -32600 queue_full": count - queued},
+        allowed_runs=1 + queued,  # the held prompt and the queued ones, each in turn
+    )
+
+
 async def sse_session_pin(port: int, long: bool) -> Outcome:
     """UAMP HTTP+SSE sessions opened and abandoned (no stream, no POST), one principal."""
     count = 1500 if long else 200
@@ -1578,6 +1621,7 @@ SCENARIOS = [
         acp_session_pin,
         push_config_pin,
         sse_session_pin,
+        busy_queue_flood,
     )
 ] + [
     Scenario.of(concurrent_replay, server=with_ledger),

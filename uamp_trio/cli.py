@@ -71,6 +71,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp import __version__
+from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.jose import jwk_thumbprint
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
@@ -259,6 +260,14 @@ def default_agent() -> Responder:
 
 #: ``uamp serve`` flags that set a ServerConfig limit of the same meaning:
 #: (flag, ServerConfig field, type, help).
+def _busy_policy(value: str) -> str:
+    """``--on-busy``'s value, checked (docs/busy.md)."""
+    try:
+        return parse_policy(value).value
+    except BusyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
     (
         "--limit-concurrency",
@@ -407,6 +416,24 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "chat_room_idle_timeout",
         float,
         "seconds a chat room with nobody in it and no message is kept",
+    ),
+    (
+        "--on-busy",
+        "on_busy",
+        _busy_policy,
+        "a message for a conversation whose run is active: reject|enqueue|interrupt|rollback",
+    ),
+    (
+        "--busy-max-queued",
+        "busy_max_queued",
+        int,
+        "messages one conversation may hold waiting (--on-busy enqueue ...); more are refused",
+    ),
+    (
+        "--busy-max-queued-per-principal",
+        "busy_max_queued_per_principal",
+        int,
+        "messages one principal may hold waiting over all its conversations",
     ),
 )
 

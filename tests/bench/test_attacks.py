@@ -65,6 +65,7 @@ SCENARIOS = [
     "acp_session_pin",
     "push_config_pin",
     "sse_session_pin",
+    "busy_queue_flood",
     "concurrent_replay",
     "relay_token_spend",
     "chat_redos_rule",

@@ -73,6 +73,7 @@ PAGES = [
     "docs/ai-sdk.md",
     "docs/chat.md",
     "docs/deploy.md",
+    "docs/busy.md",
     "docs/operations.md",
     "docs/scale-out.md",
     "docs/security.md",

@@ -44,6 +44,7 @@ import orjson
 import trio
 
 from uamp_proto import jsonbounds
+from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.errors import UampError
 
 from .cors import CorsPolicy
@@ -225,6 +226,12 @@ class ServerConfig:
             minute in all rooms; past it ``session.error`` ``rate_limited``.
         chat_room_idle_timeout: A chat room with nobody in it and no message
             for this long is deleted, its messages with it.
+        on_busy: What a message for a conversation whose run is active does
+            (docs/busy.md): ``reject``, ``enqueue``, ``interrupt`` or ``rollback``.
+        busy_max_queued: Messages one conversation may hold waiting; more
+            are refused with the protocol's busy error (``queue_full``).
+        busy_max_queued_per_principal: Messages one principal may hold
+            waiting over all its conversations.
     """
 
     host: str = "127.0.0.1"
@@ -269,6 +276,9 @@ class ServerConfig:
     chat_room_messages: int = 1000
     chat_principal_messages: int = 120
     chat_room_idle_timeout: float = 3600.0
+    on_busy: str = "enqueue"
+    busy_max_queued: int = 8
+    busy_max_queued_per_principal: int = 32
 
     def __attrs_post_init__(self) -> None:
         CorsPolicy.of(self.allowed_origins)  # raises on a malformed origin
@@ -286,6 +296,10 @@ class ServerConfig:
                 raise ValueError(f"{name} must be positive")
         if self.shutdown_grace < 0:
             raise ValueError("shutdown_grace must not be negative")
+        try:
+            parse_policy(self.on_busy)
+        except BusyError as exc:
+            raise ValueError(f"on_busy: {exc}") from None
 
 
 #: ``tls_min`` values and the versions they stand for.
@@ -324,6 +338,8 @@ _POSITIVE = (
     "chat_room_messages",
     "chat_principal_messages",
     "chat_room_idle_timeout",
+    "busy_max_queued",
+    "busy_max_queued_per_principal",
 )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from uamp_proto.busy import BusyLimits, parse_policy
 from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
@@ -36,6 +37,7 @@ from ..engines.server import ServerConfig
 from ..engines.supervise import Spawner
 from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
+from .busy import ConversationGate
 from .chats import ChatHub
 from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router, RouteWhen
 
@@ -124,6 +126,8 @@ class Host:
         #: Wraps every charge :meth:`open_charge` opens, with the agent's name
         #: (the metrics count what is settled); ``None``: charges as they are.
         self.on_charge: Callable[[Charge, str], Charge] | None = None
+        self._gate = ConversationGate()
+        self._gate_config: ServerConfig | None = None
         for agent in agents:
             self.add_agent(agent)
 
@@ -188,6 +192,19 @@ class Host:
         if charge is not None and self.on_charge is not None:
             return self.on_charge(charge, agent)
         return charge
+
+    @property
+    def conversations(self) -> ConversationGate:
+        """The busy-conversation gate (:mod:`.busy`), set from :attr:`server_config`."""
+        gate, config = self._gate, self.server_config
+        if self._gate_config is not config:
+            self._gate_config = config
+            limits = BusyLimits(
+                per_conversation=config.busy_max_queued,
+                per_principal=config.busy_max_queued_per_principal,
+            )
+            gate.configure(limits, parse_policy(config.on_busy))
+        return gate
 
     @property
     def draining(self) -> bool:

@@ -75,6 +75,7 @@ import trio
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
+from uamp_proto.busy import INVALID_POLICY, BusyError
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import (
     BALANCE_EVENT,
@@ -91,6 +92,7 @@ from uamp_proto.sse import encode_json
 from ..engines.http import SSE_HEADERS, HTTPError, Request, Response, SendChunk, StreamingResponse
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
+from ..hosting.busy import ConversationGate, Slot
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
@@ -171,8 +173,12 @@ class AcpConnection:
         clock: Callable[[], float] = time.time,
         session_queue: int = DEFAULT_BUFFER,
         connect_mcp: bool = False,
+        conversations: ConversationGate | None = None,
     ) -> None:
         self.served = served
+        #: The busy policy of the sessions (docs/busy.md): the server's gate,
+        #: shared by every connection; a gate of its own on stdio.
+        self.conversations = conversations or ConversationGate()
         #: Give each prompt's turn the MCP servers its session names (at most
         #: :data:`MAX_MCP_SERVERS`). Only for a peer that may run programs
         #: here: the local user of ``uamp acp`` on stdio.
@@ -355,13 +361,24 @@ class AcpConnection:
     async def _session_prompt(self, _id: rpc.Id, params: Any) -> Any:
         parsed = acp.parse_prompt(params)
         session = self.store.get(self.agent.name, parsed.session_id, owner=self.principal)
-        if session.busy:
+        gate = self.conversations
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        try:
+            policy = gate.policy(meta)
+            # A prompt while another runs in the session: the busy policy.
+            async with gate.turn(("acp", session.id), self.principal, policy) as slot:
+                return await self._prompt(session, parsed, slot)
+        except BusyError as exc:
+            if exc.code == INVALID_POLICY:
+                raise rpc.JSONRPCError(rpc.INVALID_PARAMS, str(exc), {"code": exc.code}) from None
             raise rpc.JSONRPCError(
                 rpc.INVALID_REQUEST,
-                "A prompt is already running in this session; wait for its answer "
-                "or send session/cancel.",
-                {"sessionId": session.id},
-            )
+                f"{exc} (send session/cancel to stop the running prompt)",
+                {"sessionId": session.id, "code": exc.code},
+            ) from None
+
+    async def _prompt(self, session: AcpSession, parsed: acp.PromptParams, slot: Slot) -> Any:
+        """One prompt of ``session``, holding the session (``slot``)."""
         token = parsed.payment_token or session.payment_token
         response_id = _new_id("resp")
         charge = await self._charge(token, response_id)
@@ -384,6 +401,7 @@ class AcpConnection:
                 self.agent, request, charge=charge, buffer=self.session_queue
             ) as turn:
                 session.turn = turn
+                slot.bind(turn.cancel)  # a later prompt may interrupt this one
                 async for event in turn:
                     for update in encoder.feed(event):
                         await self._update(session.id, update)
@@ -396,9 +414,10 @@ class AcpConnection:
             session.turn = None
             session.busy = False
             self.store.touch(session)  # idle from the prompt's end, not its start
-        session.messages.append(parsed.message)
-        if outcome.status != "failed":
-            session.messages.extend(outcome.tracker.messages())
+        if not slot.dropped:  # a rolled-back prompt leaves no trace in the session
+            session.messages.append(parsed.message)
+            if outcome.status != "failed":
+                session.messages.extend(outcome.tracker.messages())
         return self._signed(self._prompt_result(outcome), outcome)
 
     def _signed(self, result: dict[str, Any], outcome: ResponseOutcome) -> dict[str, Any]:
@@ -616,6 +635,7 @@ class AcpTransport(PolicyTransport):
             principal=principal,
             authenticator=self.app.authenticator,
             session_queue=session_queue,
+            conversations=self.app.conversations,
         )
 
     async def http(self, request: Request) -> Response | StreamingResponse:

@@ -28,22 +28,26 @@ module runs the turn (:func:`uamp_trio.hosting.turns.open_response`) and writes.
 from __future__ import annotations
 
 import uuid
-from functools import partial
+from typing import Any
 
 import orjson
 
 from uamp_proto.adapters.agui import (
     AguiError,
     RunEncoder,
+    RunInput,
     closing_events,
     parse_run_input,
     turn_request,
 )
+from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, BusyError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
 from ..engines.http import SSE_HEADERS, HTTPError, Request, SendChunk, StreamingResponse
+from ..hosting.busy import Slot
 from ..hosting.host import Host, Transport
 from ..hosting.router import RouteMeta
 from ..hosting.turns import open_response
@@ -88,6 +92,31 @@ class AguiTransport:
             return self._respond(failed)
         encoder = RunEncoder(run.thread_id, run.run_id, self.ids, parent_run_id=run.parent_run_id)
         props = run.forwarded_props if isinstance(run.forwarded_props, dict) else {}
+        gate = self.app.conversations
+        try:
+            # A run on a thread whose run is active: the busy policy (docs/busy.md).
+            policy = gate.policy(props)
+            key = ("agui", request.principal.key, agent.name, run.thread_id)
+            slot = gate.enter(key, request.principal, policy)
+        except BusyError as exc:
+            status = 400 if exc.code == INVALID_POLICY else 409
+            raise HTTPError(status, str(exc), code=exc.code) from None
+        try:
+            return await self._start(request, agent, run, encoder, props, slot)
+        except BaseException:
+            slot.close()
+            raise
+
+    async def _start(
+        self,
+        request: Request,
+        agent: Responder,
+        run: RunInput,
+        encoder: RunEncoder,
+        props: dict[str, Any],
+        slot: Slot,
+    ) -> StreamingResponse:
+        """The run's stream, once it holds its thread's place (``slot``)."""
         token = request.headers.get("x-payment") or props.get("payment_token")
         token = token if isinstance(token, str) else None
         response_id = f"resp_{uuid.uuid4().hex}"
@@ -103,6 +132,7 @@ class AguiTransport:
                 refusal.code,
                 metadata={"status_code": 402, "accepts": refusal.accepts(), **refusal.details()},
             )
+            slot.close()
             return self._respond(events)
         turn_req = turn_request(
             run,
@@ -113,8 +143,13 @@ class AguiTransport:
         )
 
         async def produce(send: SendChunk) -> None:
+            async with slot:  # waits for the thread's earlier runs (enqueue)
+                await run_turn(send)
+
+        async def run_turn(send: SendChunk) -> None:
             await send(_frame(encoder.start(run)))
             async with open_response(agent, turn_req, charge=charge) as turn:
+                slot.bind(turn.cancel)  # a later run on the thread may interrupt this one
                 async for event in turn:
                     out = encoder.feed(event)
                     if out:
@@ -125,16 +160,21 @@ class AguiTransport:
             signature = None
             if signer is not None and outcome.status == "completed":
                 signature = signer(outcome.tracker.text, request.body)
-            await send(_frame(closing_events(encoder, outcome, signature)))
+            out = closing_events(encoder, outcome, signature)
+            if slot.dropped and outcome.status == "cancelled":
+                # The thread's messages are the client's: a rolled-back run says so.
+                out[-1]["result"] = {POLICY_KEY: "rollback"}
+            await send(_frame(out))
 
         # The turn runs inside the producer: when the server drops the
         # response the turn has settled, or never started (then this frees
         # the lock).
-        return StreamingResponse(
-            producer=produce,
-            headers=list(SSE_HEADERS),
-            on_close=None if charge is None else partial(charge.settle, None, used=False),
-        )
+        async def on_close() -> None:
+            slot.close()  # a stream the server never ran gives its place up
+            if charge is not None:
+                await charge.settle(None, used=False)
+
+        return StreamingResponse(producer=produce, headers=list(SSE_HEADERS), on_close=on_close)
 
     @staticmethod
     def _respond(events: list[dict[str, object]]) -> StreamingResponse:

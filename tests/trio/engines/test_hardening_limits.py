@@ -597,6 +597,9 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--chat-room-messages": "29",
         "--chat-principal-messages": "30",
         "--chat-room-idle-timeout": "31.5",
+        "--on-busy": "Rollback",
+        "--busy-max-queued": "32",
+        "--busy-max-queued-per-principal": "33",
     }
     assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
     argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
@@ -617,6 +620,11 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert config.sse_session_idle_timeout == 27.5
     assert (config.chat_max_message_bytes, config.chat_room_messages) == (28, 29)
     assert (config.chat_principal_messages, config.chat_room_idle_timeout) == (30, 31.5)
+    assert (config.on_busy, config.busy_max_queued, config.busy_max_queued_per_principal) == (
+        "rollback",
+        32,
+        33,
+    )
     defaults = build_parser().parse_args(["serve"])
     assert (
         ServerConfig(**{f: getattr(defaults, f) for _, f, _, _ in _LIMIT_FLAGS}) == ServerConfig()
@@ -639,3 +647,13 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
 def test_limits_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         ServerConfig(**{field: 0})
+
+
+def test_on_busy_takes_the_four_policies_only(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("reject", "enqueue", "interrupt", "rollback"):
+        assert build_parser().parse_args(["serve", "--on-busy", name]).on_busy == name
+    assert build_parser().parse_args(["serve"]).on_busy == "enqueue"
+    with pytest.raises(SystemExit) as bad:
+        build_parser().parse_args(["serve", "--on-busy", "later"])
+    assert bad.value.code == 2
+    assert "--on-busy" in capsys.readouterr().err

@@ -169,11 +169,12 @@ async def test_websocket_prompt_streams_and_cancel(serve_app: Any) -> None:
             first = json.loads(await ws.get_message())
             assert first["method"] == "session/update"
             assert first["params"]["update"]["content"]["text"] == "working"
-            # A second prompt on the busy session is refused; the first goes on.
-            _, busy = await _ws_call(
-                ws, rpc(4, "session/prompt", {"sessionId": sid, "prompt": []}), 4
-            )
+            # A second prompt on the busy session that asks for reject is
+            # refused (docs/busy.md); the first goes on.
+            params = {"sessionId": sid, "prompt": [], "_meta": {"uamp.on_busy": "reject"}}
+            _, busy = await _ws_call(ws, rpc(4, "session/prompt", params), 4)
             assert busy["error"]["code"] == -32600
+            assert busy["error"]["data"]["code"] == "conversation_busy"
             await ws.send_message(
                 json.dumps(
                     {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}

@@ -1,0 +1,185 @@
+"""The busy-conversation gate every transport runs its turns through (docs/busy.md).
+
+A transport wraps each run of a conversation in :meth:`ConversationGate.turn`::
+
+    async with host.conversations.turn(key, principal, policy) as slot:
+        ...                         # start the run
+        slot.bind(runner.cancel)    # how to stop it if a later message cuts in
+        ...                         # the run
+    if slot.dropped: ...            # rolled back: keep nothing of its turn
+
+``turn`` applies the policy with the pure :class:`uamp_proto.busy.Lanes`:
+the block is entered at once (idle conversation), after the runs before it
+(``enqueue``), or after the running one was cancelled (``interrupt``,
+``rollback``); a refused message raises :class:`~uamp_proto.busy.BusyError`
+before anything ran, which the transport answers with its protocol's busy
+error. A caller that goes away while waiting leaves the queue.
+
+The gate lives in one process: across nodes (the Redis store) the same
+conversation reached through two processes is not serialised; see
+docs/busy.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import asynccontextmanager
+
+import trio
+
+from uamp_proto.busy import BusyLimits, BusyPolicy, Lanes, Move, policy_of
+from uamp_proto.principal import Principal
+
+__all__ = ["ConversationGate", "Slot"]
+
+
+class Slot:
+    """One message's place in its conversation (from :meth:`ConversationGate.enter`).
+
+    ``async with slot`` waits for the message's turn and holds the
+    conversation until the block ends; :meth:`close` gives the place up
+    (also of a message that never ran). Both are safe to repeat.
+    """
+
+    __slots__ = ("_cancel", "_gate", "_held", "_key", "_ready", "stopped", "ticket", "waited")
+
+    def __init__(self, gate: ConversationGate, key: Hashable, ticket: int, runs: bool) -> None:
+        self._gate = gate
+        self._key = key
+        self.ticket = ticket
+        #: ``"keep"`` (interrupted) or ``"drop"`` (rolled back) once a later
+        #: message cut in; ``None`` otherwise.
+        self.stopped: str | None = None
+        #: Whether the message had to wait for earlier runs.
+        self.waited = not runs
+        self._cancel: Callable[[], None] | None = None
+        self._ready = trio.Event()
+        if runs:
+            self._ready.set()
+        #: ``True`` while the conversation is this slot's; ``None`` once closed.
+        self._held: bool | None = runs
+
+    @property
+    def dropped(self) -> bool:
+        """Whether the run was rolled back: its turn is to leave no trace."""
+        return self.stopped == "drop"
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a later message stopped the run (interrupt or rollback)."""
+        return self.stopped is not None
+
+    def bind(self, cancel: Callable[[], None]) -> None:
+        """How to cancel the run; called at once when it was already asked to stop."""
+        self._cancel = cancel
+        if self.stopped is not None:
+            cancel()
+
+    async def __aenter__(self) -> Slot:
+        if self._held is None:
+            raise RuntimeError("this slot was closed")
+        try:
+            await self._ready.wait()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give the conversation (or the place in its queue) up; the next message runs."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        self._gate._release(self._key, self, held)
+
+    def _stop(self, how: str) -> None:
+        self.stopped = how
+        if self._cancel is not None:
+            self._cancel()
+
+    def _wake(self) -> None:
+        self._held = True
+        self._ready.set()
+
+
+class ConversationGate:
+    """The busy policy of one server's conversations (one per :class:`~.host.Host`).
+
+    Args:
+        limits: The bounds on waiting messages.
+        default: The policy when a request names none (``uamp serve --on-busy``).
+    """
+
+    def __init__(
+        self, limits: BusyLimits | None = None, default: BusyPolicy = BusyPolicy.ENQUEUE
+    ) -> None:
+        self.lanes = Lanes(limits)
+        self.default = default
+        self._slots: dict[int, Slot] = {}
+        self._ids = itertools.count()
+
+    def configure(self, limits: BusyLimits, default: BusyPolicy) -> None:
+        """New limits and default (the server's configuration; waiting messages stay)."""
+        self.lanes.limits = limits
+        self.default = default
+
+    def policy(self, metadata: object) -> BusyPolicy:
+        """The policy ``metadata`` asks for (``uamp.on_busy``), or the server's.
+
+        Raises:
+            BusyError: ``invalid_policy``.
+        """
+        return policy_of(metadata, self.default)
+
+    def busy(self, key: Hashable) -> bool:
+        """Whether a run of ``key`` is active."""
+        return self.lanes.running(key) is not None
+
+    def enter(self, key: Hashable, principal: Principal, policy: BusyPolicy | None = None) -> Slot:
+        """A message for conversation ``key`` arrives: its place, or a refusal.
+
+        Apply the policy at once: an interrupted or rolled-back run is
+        cancelled now. The caller must close the slot (``async with`` or
+        :meth:`Slot.close`) however the message ends.
+
+        Raises:
+            BusyError: The message is refused (``conversation_busy``,
+                ``queue_full``); it holds nothing.
+        """
+        ticket = next(self._ids)
+        admission = self.lanes.arrive(key, ticket, principal.key, policy or self.default)
+        if admission.move is Move.REFUSE:
+            assert admission.refusal is not None
+            raise admission.refusal
+        slot = Slot(self, key, ticket, admission.runs)
+        self._slots[ticket] = slot
+        if admission.stop is not None:
+            victim = self._slots.get(admission.stop)  # type: ignore[call-overload]
+            if victim is not None:
+                victim._stop("drop" if admission.drop else "keep")
+        return slot
+
+    @asynccontextmanager
+    async def turn(
+        self, key: Hashable, principal: Principal, policy: BusyPolicy | None = None
+    ) -> AsyncIterator[Slot]:
+        """:meth:`enter` and hold the conversation for the block.
+
+        Raises:
+            BusyError: The message is refused; nothing was held.
+        """
+        async with self.enter(key, principal, policy) as slot:
+            yield slot
+
+    def _release(self, key: Hashable, slot: Slot, held: bool) -> None:
+        self._slots.pop(slot.ticket, None)
+        if not held:
+            self.lanes.leave(key, slot.ticket)
+            return
+        nxt = self.lanes.finish(key, slot.ticket)
+        if nxt is not None:
+            self._slots[nxt]._wake()  # type: ignore[index]
