@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import orjson
 
@@ -180,15 +181,76 @@ async def send_reply(
                 await reply.on_close()
 
 
+#: Bytes a stream may hold unsent before its producer waits for the socket.
+HIGH_WATER = 256 * 1024
+#: A producer that never waits passes a scheduler checkpoint this often
+#: (writes), so that what it wrote goes out in batches of at most this many.
+YIELD_EVERY = 64
+
+
+class _Batch:
+    """The body of a stream: the producer's writes, sent together as the writer gets to them.
+
+    The producer's ``write`` only queues its bytes and wakes the writer task,
+    which sends everything queued since its last send in one ASGI message: a
+    producer that writes many small pieces between two waits costs one send,
+    and one that writes a piece then waits (a model thinking) has it sent at
+    once. Past :data:`HIGH_WATER` bytes queued the producer waits for the
+    writer (backpressure).
+    """
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._count = 0
+        self._ready = anyio.Event()
+        self._room = anyio.Event()
+        self._done = False
+        self._drained = anyio.Event()
+
+    async def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._parts.append(data)
+        self._size += len(data)
+        self._ready.set()
+        if self._size > HIGH_WATER:
+            await self._room.wait()
+        else:
+            self._count += 1
+            if self._count >= YIELD_EVERY:
+                self._count = 0
+                await anyio.lowlevel.checkpoint()
+
+    async def drain(self) -> None:
+        """The writer task: send what is queued, until :meth:`finish`."""
+        while True:
+            await self._ready.wait()
+            self._ready = anyio.Event()
+            if self._parts:
+                data = b"".join(self._parts)
+                self._parts.clear()
+                self._size = 0
+                self._room.set()
+                self._room = anyio.Event()
+                await self._send({"type": "http.response.body", "body": data, "more_body": True})
+            if self._done and not self._parts:
+                self._drained.set()
+                return
+
+    async def finish(self) -> None:
+        """The producer is done: wait until everything it wrote is sent."""
+        self._done = True
+        self._ready.set()
+        await self._drained.wait()
+
+
 async def _stream(reply: StreamReply, send: Send, receive: Receive) -> None:
     await send(
         {"type": "http.response.start", "status": reply.status, "headers": _head(reply.headers)}
     )
-
-    async def write(data: bytes) -> None:
-        if data:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-
+    batch = _Batch(send)
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
@@ -197,6 +259,8 @@ async def _stream(reply: StreamReply, send: Send, receive: Receive) -> None:
             group.cancel_scope.cancel()  # the client left: stop producing
 
         group.start_soon(watch)
-        await reply.producer(write)
+        group.start_soon(batch.drain)
+        await reply.producer(batch.write)
+        await batch.finish()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         group.cancel_scope.cancel()
