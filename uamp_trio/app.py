@@ -60,6 +60,7 @@ from .hosting.middleware import (
     render_error,
 )
 from .hosting.proxy_headers import ProxyHeaders
+from .hosting.root_path import check_root_path, enter
 from .hosting.router import AGENT_PREFIX, ErrorStyle, Route, RouteMeta, Router, WebSocketRoute
 from .observe.logs import AccessLog
 from .observe.metrics import METRICS_PATH, Metrics
@@ -138,6 +139,9 @@ class App(Host):
         base_urls: The server's public URLs (capability token audiences).
         proxy_headers: Believe a trusted reverse proxy's X-Forwarded-* headers
             (:class:`~uamp_trio.hosting.proxy_headers.ProxyHeaders`), first in the chain.
+        root_path: The path prefix a reverse proxy publishes the server under
+            (``--root-path``, :mod:`~uamp_trio.hosting.root_path`): stripped
+            from requests that carry it, put before every URL given out.
 
     With none of the last three the app observes nothing and costs nothing more.
     """
@@ -159,7 +163,10 @@ class App(Host):
         trust_jwks: JWKS | None = None,
         base_urls: Sequence[str] = (),
         proxy_headers: ProxyHeaders | None = None,
+        root_path: str = "",
     ) -> None:
+        #: The prefix before every path (``""``: none); see :mod:`~uamp_trio.hosting.root_path`.
+        self.root_path = check_root_path(root_path)
         #: The counters behind ``GET /metrics``, or ``None``.
         self.metrics: Metrics | None = Metrics() if metrics is True else (metrics or None)
         #: The tracer (:class:`~uamp_trio.observe.tracing.Tracing`), or ``None``.
@@ -278,6 +285,8 @@ class App(Host):
             HTTPError: 404 or 405 from the route table.
         """
         began = 0.0 if self.observe is None else time.perf_counter()
+        if self.root_path:
+            enter(request, self.root_path)
         try:
             route, request.path_params = self.router.match(
                 request.method, request.path, request.headers
@@ -315,6 +324,8 @@ class App(Host):
 
     def streams_body(self, request: Request) -> bool:
         """Whether ``request`` (its head) goes to a route that reads its body while it arrives."""
+        if self.root_path:
+            enter(request, self.root_path)
         try:
             route, _ = self.router.match(request.method, request.path, request.headers)
         except HTTPError:
@@ -323,6 +334,8 @@ class App(Host):
 
     def body_limit(self, request: Request) -> int | None:
         """The ``max_body`` of ``request``'s route (its head only), or ``None``."""
+        if self.root_path:
+            enter(request, self.root_path)
         try:
             route, _ = self.router.match(request.method, request.path, request.headers)
         except HTTPError:
@@ -336,6 +349,8 @@ class App(Host):
 
     def websocket_handler_for(self, request: Request) -> WebSocketHandler | None:
         """The handler for a WebSocket upgrade behind the middleware chain, or ``None``."""
+        if self.root_path:
+            enter(request, self.root_path)
         found = self.router.match_websocket(request.path)
         if found is None:
             return None
@@ -348,6 +363,8 @@ class App(Host):
 
     def render_refusal(self, request: Request, exc: HTTPError) -> Response:
         """``exc`` in the error style of ``request``'s route (the engine's own refusals)."""
+        if self.root_path:
+            enter(request, self.root_path)
         try:
             route, _ = self.router.match(request.method, request.path, request.headers)
         except HTTPError:
@@ -436,6 +453,7 @@ class AppOptions(TypedDict, total=False):
     trust_jwks: JWKS | None
     base_urls: Sequence[str]
     proxy_headers: ProxyHeaders | None
+    root_path: str
 
 
 def create_app(

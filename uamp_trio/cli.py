@@ -93,6 +93,7 @@ from .engines.server import Server, ServerConfig
 from .envfile import load_env_file
 from .hosting.host import Transport
 from .hosting.proxy_headers import ProxyHeaders
+from .hosting.root_path import check_root_path
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
 from .stores import Stores, open_chat_store, open_event_log, open_task_store
 from .transports import a2a, envelope_grpc, envelopes
@@ -161,7 +162,8 @@ def envelopes_refused(args: argparse.Namespace) -> str | None:
     local TLS proxy), or where ``--insecure-envelopes`` says the operator
     knows better (a private network, a TLS proxy on another host).
     """
-    if args.certfile is not None or is_loopback(args.host) or args.insecure_envelopes:
+    local = getattr(args, "uds", None) is not None or is_loopback(args.host)
+    if args.certfile is not None or local or args.insecure_envelopes:
         return None
     return (
         f"spec 003 envelopes are not served: {args.host} is not a loopback address and there "
@@ -462,6 +464,11 @@ def _add_serve(sub: Any) -> None:
         "--port", type=port_number, default=_DEFAULTS.port, help="port (0 = any free one)"
     )
     p.add_argument(
+        "--uds",
+        metavar="PATH",
+        help="serve on this Unix domain socket instead of --host/--port (as uvicorn's --uds)",
+    )
+    p.add_argument(
         "--agent",
         action="append",
         default=[],
@@ -746,6 +753,14 @@ def _add_serve(sub: Any) -> None:
             flag, action=argparse.BooleanOptionalAction, default=True, help=f"{what} (default: on)"
         )
     ops.add_argument(
+        "--root-path",
+        default="",
+        metavar="PREFIX",
+        help="served below this path prefix by a reverse proxy (as uvicorn's --root-path): "
+        "the playground, Location headers, agent cards and the OpenAPI document use it, "
+        "and a request that still carries it has it stripped",
+    )
+    ops.add_argument(
         "--proxy-headers",
         action="store_true",
         help="behind a reverse proxy: take the client from X-Forwarded-For and the scheme "
@@ -920,6 +935,9 @@ def _serve_command(args: argparse.Namespace) -> int:
             load_env_file(args.env_file)  # before the agents (and --reload's child) read it
         check_host(args.host)
         check_store(args.store)
+        check_root_path(args.root_path)
+        if args.uds is not None and args.http3:
+            raise ValueError("--uds goes without --http3 (QUIC needs a UDP port)")
         if args.http3:
             check_extra("aioquic", "--http3", "http3")
     except ValueError as exc:
@@ -941,7 +959,7 @@ def _serve_command(args: argparse.Namespace) -> int:
                 "use --store redis://HOST:PORT/DB so a client can resume on any worker",
                 flush=True,
             )
-        return workers.supervise(args.argv, args.host, args.port, args.workers)
+        return workers.supervise(args.argv, args.host, args.port, args.workers, uds=args.uds)
     configure(args.log_level, args.log_format)
     if (args.certfile is None) != (args.keyfile is None):
         print("uamp serve: --certfile and --keyfile go together", file=sys.stderr)
@@ -951,7 +969,8 @@ def _serve_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"uamp serve: {exc}", file=sys.stderr)
         return 2
-    if authenticator is None and not args.allow_anonymous and not is_loopback(args.host):
+    local = args.uds is not None or is_loopback(args.host)  # a Unix socket is this machine's
+    if authenticator is None and not args.allow_anonymous and not local:
         print(OPEN_BIND_REFUSED.format(host=args.host), file=sys.stderr)
         return 2
     try:
@@ -983,6 +1002,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             metrics=args.metrics,
             tracing=tracing,
             proxy_headers=ProxyHeaders([args.forwarded_allow_ips]) if args.proxy_headers else None,
+            root_path=args.root_path,
             **envelope_options(args),
         )
         if args.signing_key is not None:
@@ -992,6 +1012,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         config = ServerConfig(
             host=args.host,
             port=args.port,
+            uds=args.uds,
             certfile=args.certfile,
             keyfile=args.keyfile,
             tls_min=args.tls_min,
@@ -1037,9 +1058,8 @@ def _serve_command(args: argparse.Namespace) -> int:
         leaf = _only_leaf(exc)
         if isinstance(leaf, OSError):
             reason = leaf.strerror or str(leaf)
-            print(
-                f"uamp serve: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr
-            )
+            where = args.uds if args.uds is not None else f"{args.host}:{args.port}"
+            print(f"uamp serve: cannot listen on {where}: {reason}", file=sys.stderr)
             return 1
         if isinstance(leaf, KeyboardInterrupt):
             return 0

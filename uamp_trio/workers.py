@@ -40,6 +40,8 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
+from .engines.unix import bind_unix, release_unix
+
 __all__ = ["WORKER_FD", "WORKER_ID", "inherited_socket", "is_worker", "supervise", "worker_number"]
 
 #: The environment variable naming a worker's inherited listening socket.
@@ -125,15 +127,22 @@ class _Supervisor:
             time.sleep(0.1)
 
 
-def supervise(argv: Sequence[str], host: str, port: int, count: int) -> int:
-    """Bind ``host:port``, run ``count`` workers of ``uamp`` ``argv`` on it; the exit code."""
+def supervise(
+    argv: Sequence[str], host: str, port: int, count: int, *, uds: str | None = None
+) -> int:
+    """Bind ``host:port`` (or the Unix socket ``uds``), run ``count`` workers of ``uamp``
+    ``argv`` on it; the exit code."""
+    where = uds if uds is not None else f"{host}:{port}"
     try:
-        sock = _bind(host, port)
+        sock = bind_unix(uds) if uds is not None else _bind(host, port)
     except OSError as exc:
-        print(f"uamp serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"uamp serve: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    bound = sock.getsockname()[1]
-    print(f"uamp: {count} workers on {host}:{bound} (pid {os.getpid()})", flush=True)
+    inode = os.stat(uds).st_ino if uds is not None else 0
+    sock.set_inheritable(True)
+    if uds is None:
+        where = f"{host}:{sock.getsockname()[1]}"
+    print(f"uamp: {count} workers on {where} (pid {os.getpid()})", flush=True)
     supervisor = _Supervisor([sys.executable, "-m", "uamp", *argv], sock, count)
     signal.signal(signal.SIGINT, supervisor.stop)
     signal.signal(signal.SIGTERM, supervisor.stop)
@@ -141,3 +150,5 @@ def supervise(argv: Sequence[str], host: str, port: int, count: int) -> int:
         return supervisor.run()
     finally:
         sock.close()
+        if uds is not None:
+            release_unix(uds, inode)

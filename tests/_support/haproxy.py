@@ -14,12 +14,14 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
 from tests._support.cache import cache_folder, exclusive
 from tests._support.cli import ROOT
 from tests._support.redis_server import free_port
+from tests._support.system import installs_allowed, missing
 
 __all__ = ["CONFIG", "haproxy_binary", "running_haproxy"]
 
@@ -33,6 +35,8 @@ def haproxy_binary() -> str:
     )
     if found:
         return found
+    if not installs_allowed():
+        missing("haproxy", "apt-get install haproxy")
     with exclusive(cache_folder("apt-get")):
         env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
         for command in (
@@ -64,14 +68,17 @@ def _env(nodes: Sequence[str], listen: str) -> dict[str, str]:
 
 
 @contextmanager
-def running_haproxy(nodes: Sequence[str]) -> Iterator[str]:
-    """haproxy round-robin over ``nodes`` (three ``host:port``); yields its ``http://`` URL.
+def running_haproxy(
+    nodes: Sequence[str], config: Path = CONFIG, ready: str = "/readyz"
+) -> Iterator[str]:
+    """haproxy with ``config`` (default: round-robin over ``nodes``, three ``host:port``);
+    yields its ``http://`` URL.
 
-    Returns once a request through it reaches a ready node.
+    Returns once a request for ``ready`` through it reaches a ready node.
     """
     port = free_port()
     proc = subprocess.Popen(
-        [haproxy_binary(), "-db", "-f", str(CONFIG)],
+        [haproxy_binary(), "-db", "-f", str(config)],
         env=_env(nodes, f"127.0.0.1:{port}"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -81,7 +88,7 @@ def running_haproxy(nodes: Sequence[str]) -> Iterator[str]:
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{url}{ready}", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -278,6 +278,9 @@ class Request:
             arrives (``body`` is then empty); else ``None``.
         tls: What the TLS handshake established (``None`` in cleartext).
         stream_id: The QUIC stream the request came on (HTTP/3), else ``None``.
+        root_path: The prefix a reverse proxy publishes the server under
+            (``uamp serve --root-path``; ``path`` is without it), else ``""``:
+            URLs given to the client start with it.
     """
 
     method: str
@@ -293,6 +296,7 @@ class Request:
     body_stream: BodyStream | None = None
     tls: TLSInfo | None = None
     stream_id: int | None = None
+    root_path: str = ""
 
     async def json(self) -> Any:
         """The body parsed as JSON.

@@ -68,6 +68,7 @@ from .http1 import linger, serve_http1, split_target
 from .http2 import busy_goaway, serve_http2
 from .streams import receive_or_eof, received
 from .supervise import Background, Spawner
+from .unix import bind_unix, is_unix, release_unix, unix_url
 from .websocket import WebSocketHandler
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ class ServerConfig:
     Attributes:
         host: Address to bind.
         port: Port to bind; 0 picks a free one.
+        uds: A Unix domain socket path to serve on instead of ``host``/``port``
+            (:mod:`~uamp_trio.engines.unix`).
         certfile: PEM certificate chain; with ``keyfile`` enables TLS + ALPN.
         keyfile: PEM private key.
         max_body_size: Largest request body accepted; larger gets 413.
@@ -236,6 +239,7 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = 8765
+    uds: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
     max_body_size: int = 4 * 1024 * 1024
@@ -487,8 +491,10 @@ class Server:
         self.config = attrs.evolve(config or ServerConfig(), **overrides)
         self._limits = app if isinstance(app, LimitsBodies) else None
         self.ssl_context = _ssl_context(self.config) if self.config.certfile else None
-        #: Bound ``(host, port)`` of every listener, once serving.
+        #: Bound ``(host, port)`` of every listener, once serving (a Unix socket: ``(path, 0)``).
         self.addresses: list[tuple[str, int]] = []
+        #: The path of the Unix socket served on, if it is one (``uds``, or an inherited one).
+        self.unix_path: str | None = None
         self._shutdown = trio.Event()
         self._connections: set[ConnectionTracker] = set()
         self._all_closed = trio.Event()
@@ -527,7 +533,9 @@ class Server:
 
     @property
     def url(self) -> str:
-        """The base URL, e.g. ``http://127.0.0.1:8765``."""
+        """The base URL, e.g. ``http://127.0.0.1:8765`` (``http+unix://...`` on a Unix socket)."""
+        if self.unix_path is not None:
+            return unix_url(self.unix_path, self.scheme)
         host = self.addresses[0][0] if self.addresses else self.config.host
         if ":" in host:
             host = f"[{host}]"
@@ -556,16 +564,25 @@ class Server:
         self._trio_token = trio.lowlevel.current_trio_token()
         # Every task of the server inherits it: the parsers read it there.
         jsonbounds.limit_values(cfg.max_json_values)
+        bound: tuple[str, int] | None = None  # a Unix socket this server made: removed at the end
         if self.sockets:
             listeners = [
                 trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.sockets
             ]
+        elif cfg.uds is not None:
+            sock = bind_unix(cfg.uds)
+            bound = (cfg.uds, os.stat(cfg.uds).st_ino)
+            listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))]
         else:
             listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
-        self.addresses = [
-            (str(lst.socket.getsockname()[0]), int(lst.socket.getsockname()[1]))
-            for lst in listeners
-        ]
+        self.addresses = []
+        for lst in listeners:
+            name = lst.socket.getsockname()
+            if isinstance(name, str):  # a Unix socket: its path, no port
+                self.unix_path = name
+                self.addresses.append((name, 0))
+            else:
+                self.addresses.append((str(name[0]), int(name[1])))
         try:
             async with trio.open_nursery() as connections:
                 if self._host is not None:
@@ -623,6 +640,8 @@ class Server:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
+            if bound is not None:
+                release_unix(*bound)
 
     async def _start_http3(self, nursery: trio.Nursery) -> None:
         """Serve HTTP/3 on UDP at every bound TCP address (same port numbers)."""
@@ -834,12 +853,14 @@ class Server:
         try:
             # Responses are written head+body in one send; no Nagle delay on
             # the small frames that follow (trio sets this too; be explicit).
-            sock_stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-            try:
-                peer = sock_stream.socket.getpeername()
-                client: tuple[str, int] | None = (str(peer[0]), int(peer[1]))
-            except OSError:
-                client = None
+            client: tuple[str, int] | None = None
+            if not is_unix(sock_stream.socket):  # a Unix socket's peer has no address
+                sock_stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+                try:
+                    peer = sock_stream.socket.getpeername()
+                    client = (str(peer[0]), int(peer[1]))
+                except OSError:
+                    client = None
             await self._run_protocol(sock_stream, tracker, client, first)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass

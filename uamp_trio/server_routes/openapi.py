@@ -414,8 +414,12 @@ def _describe(method: str, pattern: str, op: Operation) -> dict[str, Any]:
     return out
 
 
-def document(host: Host) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every HTTP route of ``host``."""
+def document(host: Host, root_path: str = "") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every HTTP route of ``host``.
+
+    ``root_path`` (``--root-path``) becomes the document's server: the paths
+    are relative to it.
+    """
     paths: dict[str, dict[str, Any]] = {}
     for route in host.router.routes:
         for method in sorted(route.methods):
@@ -427,7 +431,7 @@ def document(host: Host) -> dict[str, Any]:
         version = importlib.metadata.version("uamp")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a bare tree
         version = "0"
-    return {
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "uamp server",
@@ -442,6 +446,9 @@ def document(host: Host) -> dict[str, Any]:
             for ws in host.router.websocket_routes
         ],
     }
+    if root_path:
+        doc["servers"] = [{"url": root_path}]
+    return doc
 
 
 def mount(host: Host) -> None:
@@ -449,6 +456,6 @@ def mount(host: Host) -> None:
 
     async def openapi(request: Request) -> Response:
         """``GET /openapi.json``: the document of the routes mounted now."""
-        return json_response(document(host))
+        return json_response(document(host, request.root_path))
 
     host.router.add("GET", "/openapi.json", openapi, meta=SERVER_ROUTES)

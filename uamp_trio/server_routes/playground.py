@@ -39,6 +39,8 @@ ASSETS = {
 
 _PAGE = "playground.html"
 _CONFIG_SLOT = "{{config}}"
+#: Where the page's links start: ``--root-path`` (checked to need no escaping), or nothing.
+_ROOT_SLOT = "{{root}}"
 
 _HEADERS = [
     (
@@ -58,11 +60,15 @@ def _asset(name: str) -> bytes:
     return files(__package__).joinpath("static", name).read_bytes()
 
 
-def page(agents: list[str], selected: str | None, socket: str | None = "/uamp") -> bytes:
-    """The playground HTML with its configuration filled in."""
-    config = {"agents": agents, "agent": selected, "socket": socket}
+def page(
+    agents: list[str], selected: str | None, socket: str | None = "/uamp", root: str = ""
+) -> bytes:
+    """The playground HTML with its configuration filled in (``root``: ``--root-path``)."""
+    path = None if socket is None else root + socket
+    config = {"agents": agents, "agent": selected, "socket": path}
     data = orjson.dumps(config).replace(b"<", b"\\u003c")
-    return _asset(_PAGE).replace(_CONFIG_SLOT.encode(), data)
+    html = _asset(_PAGE).replace(_ROOT_SLOT.encode(), root.encode())
+    return html.replace(_CONFIG_SLOT.encode(), data)
 
 
 def _socket_path(host: Host) -> str | None:
@@ -76,24 +82,24 @@ def _socket_path(host: Host) -> str | None:
 def mount(host: Host) -> None:
     """Serve the playground on ``host``: ``/``, ``/agents/{name}/`` and ``/playground/{file}``."""
 
-    def html(selected: str | None) -> Response:
-        body = page(sorted(host.agents), selected, _socket_path(host))
+    def html(request: Request, selected: str | None) -> Response:
+        body = page(sorted(host.agents), selected, _socket_path(host), request.root_path)
         return Response(
             headers=[("content-type", "text/html; charset=utf-8"), *_HEADERS], body=body
         )
 
     async def index(request: Request) -> Response:
         """``GET /``: the playground, the agent picker on the first agent."""
-        return html(None)
+        return html(request, None)
 
     async def agent_page(request: Request) -> Response:
         """``GET /agents/{name}/``: the playground, talking to ``name``."""
-        return html(host.resolve_agent(request.path_params).name)
+        return html(request, host.resolve_agent(request.path_params).name)
 
     async def agent_redirect(request: Request) -> Response:
         """``GET /agents/{name}``: a redirect to the page's canonical URL (with the slash)."""
         name = host.resolve_agent(request.path_params).name
-        return Response(status=308, headers=[("location", f"/agents/{name}/")])
+        return Response(status=308, headers=[("location", f"{request.root_path}/agents/{name}/")])
 
     async def asset(request: Request) -> Response:
         """``GET /playground/{file}``: the page's script and style sheet."""

@@ -120,7 +120,8 @@ def error_response(
 
 def _prefix(request: Request) -> str:
     agent = request.path_params.get("agent")
-    return "" if agent is None else AGENT_PREFIX.replace("{agent}", agent)
+    root = request.root_path  # uamp serve --root-path
+    return root if agent is None else root + AGENT_PREFIX.replace("{agent}", agent)
 
 
 class EnvelopeBindings:
@@ -183,7 +184,9 @@ class EnvelopeBindings:
         entries = [
             {
                 "name": name,
-                "manifest": AGENT_PREFIX.replace("{agent}", name) + discovery.MANIFEST_PATH,
+                "manifest": request.root_path
+                + AGENT_PREFIX.replace("{agent}", name)
+                + discovery.MANIFEST_PATH,
                 "manifest_jws": self.signed_manifest(agent),
             }
             for name, agent in self.app.agents.items()

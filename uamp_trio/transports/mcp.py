@@ -398,7 +398,8 @@ class McpTransport(PolicyTransport):
             self.app.resolve_agent(request.path_params)
         path = request.path.removeprefix(resource.WELL_KNOWN)
         doc = resource.metadata_document(
-            resource.origin(request) + path, resource.issuers(self.app.authenticator)
+            resource.origin(request) + request.root_path + path,
+            resource.issuers(self.app.authenticator),
         )
         return json_response(doc)
 

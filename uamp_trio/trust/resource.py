@@ -36,8 +36,14 @@ def origin(request: Request) -> str:
 
 
 def metadata_url(request: Request) -> str:
-    """Where the metadata of the resource ``request`` addressed is served."""
-    return origin(request) + WELL_KNOWN + request.path
+    """Where the metadata of the resource ``request`` addressed is served.
+
+    Below a ``--root-path`` prefix the well-known path follows the prefix
+    (``/prefix/.well-known/...``) rather than the host as RFC 9728 section 3.1
+    builds it: that is where a proxy publishing only ``/prefix`` reaches
+    this server, and clients follow this URL as given.
+    """
+    return origin(request) + request.root_path + WELL_KNOWN + request.path
 
 
 def issuers(authenticator: Authenticator | None) -> list[str]:

@@ -66,7 +66,7 @@ function render(doc) {
   document.getElementById("title").textContent = `${info.title || "API"} ${info.version || ""}`;
   const summary = document.getElementById("summary");
   summary.textContent = info.description || "";
-  summary.append(" ", el("a", { href: "/openapi.json" }, "openapi.json"));
+  summary.append(" ", el("a", { href: "openapi.json" }, "openapi.json"));
   const groups = new Map();
   for (const [path, item] of Object.entries(doc.paths || {})) {
     for (const [method, op] of Object.entries(item)) {
@@ -88,7 +88,7 @@ function render(doc) {
   });
 }
 
-fetch("/openapi.json")
+fetch("openapi.json")  // relative: under --root-path too
   .then((reply) => {
     if (!reply.ok) throw new Error(`/openapi.json answered ${reply.status}`);
     return reply.json();

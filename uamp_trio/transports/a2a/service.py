@@ -248,7 +248,7 @@ class A2ATransport:
         if self.public_url:
             return self.public_url
         host = request.headers.get("host") or "127.0.0.1"
-        return f"{request.scheme}://{host}"
+        return f"{request.scheme}://{host}{request.root_path}"
 
     def agent_card(self, agent: Responder, request: Request) -> dict[str, Any]:
         """The A2A 1.0 card of ``agent`` as seen through ``request``."""
