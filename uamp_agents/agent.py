@@ -25,9 +25,11 @@ from typing import Any, TypedDict, Unpack, cast
 import orjson
 import trio
 
+from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
 
 from ._schema import is_structured_class, schema_for
+from .approval import ApprovalLike, ApprovalPolicy, Interrupter, InterruptHandler
 from .context import (
     _CURRENT_RUN,
     ExecutionContext,
@@ -127,6 +129,9 @@ class RunOptions(TypedDict, total=False):
     tool_choice: str | dict[str, Any] | None
     deps: Any
     stream_model: bool
+    on_interrupt: InterruptHandler | None
+    answers: dict[str, Answer] | None
+    interrupt_timeout: float | None
 
 
 class Agent:
@@ -162,6 +167,11 @@ class Agent:
         description: The description used when used as a sub-agent.
         max_depth: Deepest sub-agent nesting allowed below this agent.
         stream_buffer: Events buffered between a stream's run and its reader.
+        approve: Which tool calls a person approves first: a set of tool
+            names, a callable ``(tool_name, arguments) -> bool`` or
+            ``"side_effects"`` (every tool not marked ``read_only``).
+            Sub-agents inherit it and cannot narrow it
+            (docs/human-in-the-loop.md).
 
     Raises:
         TypeError: A tool, the strategy, ``structure`` or ``execution`` has
@@ -186,6 +196,7 @@ class Agent:
         description: str | None = None,
         max_depth: int = DEFAULT_MAX_DEPTH,
         stream_buffer: int = DEFAULT_BUFFER,
+        approve: ApprovalLike = None,
     ) -> None:
         if max_depth < 0:
             raise ValueError(f"max_depth must not be negative, got {max_depth}")
@@ -209,6 +220,8 @@ class Agent:
         self.description = description
         self.max_depth = max_depth
         self.stream_buffer = stream_buffer
+        self.approve = approve
+        self._approval = None if approve is None else ApprovalPolicy(approve)
         self._tools = [as_tool(t) for t in self.tools]
         names = [t.name for t in self._tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -231,6 +244,7 @@ class Agent:
         system: str | _Keep | None = _KEEP,
         params: dict[str, Any] | None = None,
         structure: Any = _KEEP,
+        approve: ApprovalLike = None,
     ) -> Agent:
         """A variant of this agent for some runs: same id, name and strategy.
 
@@ -244,6 +258,8 @@ class Agent:
             system: Replaces the system prompt.
             params: Replaces the model parameters.
             structure: Replaces the structured-output spec (``None``: none).
+            approve: Added to the agent's approval policy (a call is asked
+                about when either asks).
 
         Raises:
             ValueError: An added tool's name is already taken.
@@ -264,6 +280,8 @@ class Agent:
         if not isinstance(structure, _Keep):
             variant.structure = structure
             variant.schema, variant._structure_type = _structure(structure)
+        if approve is not None:
+            variant._approval = ApprovalPolicy(approve, self._approval)
         return variant
 
     # --- public API -----------------------------------------------------------
@@ -310,6 +328,14 @@ class Agent:
                 whole replies and emits each as one delta (with its thinking
                 and usage) -- for a consumer that only keeps the finished
                 turn, such as a non-streamed completion. Default ``True``.
+            on_interrupt (InterruptHandler | None): Asked about every
+                approval and question of the run (and its sub-agents); the
+                run waits for its answer. Without one the run stops at the
+                first interrupt (``turn.stop_reason == "interrupted"``).
+            answers (dict[str, Answer] | None): With ``resume=True``: answers
+                to the interrupts a stopped run listed, by their ``key``.
+            interrupt_timeout (float | None): Seconds ``on_interrupt`` may
+                take; then the interrupt expires (a denial the model sees).
 
         Raises:
             NoModelError: No model, and no parent run to inherit one from.
@@ -394,6 +420,17 @@ class Agent:
                 f"(agent {self.id}); raise max_depth on the top-level agent to allow it"
             )
         llm, config = self._bind_model(parent)
+        if parent is None:
+            approval = self._approval
+            interrupter: Interrupter | None = Interrupter(
+                options.get("on_interrupt"),
+                options.get("answers"),
+                options.get("interrupt_timeout"),
+                self.name,
+            )
+        else:
+            approval = ApprovalPolicy.combine(self._approval, parent.approval)
+            interrupter = parent.interrupter
         info = RunInfo(
             agent_id=self.id,
             turn_id=str(uuid.uuid4()),
@@ -403,6 +440,8 @@ class Agent:
             max_depth=limit,
             llm=llm,
             config=config,
+            approval=approval,
+            interrupter=interrupter,
         )
         mctx = MiddlewareContext(
             agent=self,
@@ -454,7 +493,11 @@ class Agent:
         turn: Turn | None = None
         try:
             with abort:
-                if mctx.deadline is None:
+                if exe.input is None and exe.run.interrupter and exe.run.interrupter.answers:
+                    await exe.resume_paused_calls()
+                if exe.suspended:
+                    turn = exe.make_turn(exe.last_assistant(), stop_reason="interrupted")
+                elif mctx.deadline is None:
                     turn = await self.execution.execute(exe)
                 else:
                     with trio.move_on_at(mctx.deadline) as timer:

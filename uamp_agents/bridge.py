@@ -91,6 +91,7 @@ import attrs
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
+from uamp_proto.interrupts import QUESTION, Answer, Interrupt
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import TOOL_CALL, Emit, ResponderError, TurnRequest
 
@@ -173,6 +174,9 @@ class AgentEndpoint:
     """
 
     checkpoints: bool = False
+    #: Tools a person approves before each call, added to the agent's own
+    #: approval policy (``uamp serve --approve``; docs/human-in-the-loop.md).
+    approve: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -357,12 +361,15 @@ class AgentEndpoint:
         choice = request.tool_choice
         if resume and choice is not None and choice not in ("none", "auto"):
             choice = None  # forced once already, before the client's results
+        port = request.interrupts
         stream = runner.stream(
             history,
             user,
             resume=resume,
             tool_choice=choice,
             stream_model=request.streamed,
+            on_interrupt=port.ask if port is not None else _nobody_to_ask,
+            answers=request.answers or None,
             on_step=_new_checkpoint if self.checkpoints else None,
             metadata={"uamp": _uamp_metadata(request)},
         )
@@ -401,6 +408,8 @@ class AgentEndpoint:
             client.append(deferred_tool(fn.name, fn.description, fn.parameters))
         if extra or client:
             changes["tools"] = [*extra, *client]
+        if self.approve:
+            changes["approve"] = self.approve
         if request.instructions:
             changes["system"] = "\n\n".join(p for p in (a.system, request.instructions) if p)
         # Model settings in session.extensions (Robutler's clients put them
@@ -448,6 +457,15 @@ def _mcp_servers(request: TurnRequest) -> list[McpServer]:
         except ValueError as exc:
             log.warning("an MCP server of the request is left out: %s", exc)
     return out
+
+
+async def _nobody_to_ask(interrupt: Interrupt) -> Answer:
+    """A transport with no way to ask a person: the call is refused (fail closed)."""
+    return Answer(
+        approved=False,
+        expired=interrupt.kind == QUESTION,
+        reason="nobody can approve it on this connection",
+    )
 
 
 def _new_checkpoint(step: int, state: object) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,16 +30,19 @@ import orjson
 import trio
 
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
+from uamp_proto.interrupts import Answer, refusal
 from uamp_proto.types import (
     DeltaText,
     Message,
     ResponseFormat,
     ToolInvocation,
     ToolOutput,
+    ToolResultContent,
     UsageStats,
 )
 
 from ._schema import validate
+from .approval import CALL_KEY, ApprovalPolicy, Interrupter, Suspended, ask_question, tool_requires
 from .errors import (
     AgentRuntimeError,
     ProviderError,
@@ -89,6 +93,10 @@ class RunInfo:
         max_depth: The deepest sub-agent nesting allowed below the root.
         llm: The model the run uses (what a model-less child inherits).
         config: The provider configuration a model-less child inherits.
+        approval: The run's approval policy (its agent's added to its
+            parent's), inherited by sub-agents.
+        interrupter: Where the run's interrupts go (the top-level run's,
+            shared by its sub-agents).
     """
 
     agent_id: str
@@ -99,6 +107,8 @@ class RunInfo:
     max_depth: int
     llm: Provider
     config: dict[str, Any]
+    approval: ApprovalPolicy | None = None
+    interrupter: Interrupter | None = None
 
 
 _CURRENT_RUN: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(
@@ -197,6 +207,8 @@ class ExecutionContext:
     _step_usage: dict[int, UsageStats] = attrs.field(init=False, factory=dict, repr=False)
     _step_start_index: dict[int, int] = attrs.field(init=False, factory=dict, repr=False)
     _partial_text: list[str] = attrs.field(init=False, factory=list, repr=False)
+    _suspended: set[str] = attrs.field(init=False, factory=set, repr=False)
+    _asks: int = attrs.field(init=False, default=0, repr=False)
 
     def __attrs_post_init__(self) -> None:
         messages = [self.input] if self.input is not None else []
@@ -375,7 +387,67 @@ class ExecutionContext:
         outputs = await self.run_tools(local) if local else []
         if deferred:
             self.defer(deferred)
+        if self._suspended:
+            kept = [
+                (c, o) for c, o in zip(local, outputs, strict=True) if c.id not in self._suspended
+            ]
+            local, outputs = [c for c, _ in kept], [o for _, o in kept]
         return local, outputs, deferred
+
+    @property
+    def suspended(self) -> bool:
+        """Whether a call waits for a person's answer (the run must stop: ``interrupted``)."""
+        return bool(self._suspended)
+
+    async def _approve(
+        self, found: Tool, call: ToolInvocation, arguments: dict[str, Any], tctx: ToolContext[Any]
+    ) -> Answer | None:
+        """Ask a person about this call if the tool or the policy says so (``None``: no need)."""
+        policy = self.run.approval
+        needed = await tool_requires(found, arguments) or (
+            policy is not None and await policy.needs(found, arguments)
+        )
+        interrupter = self.run.interrupter
+        if not needed or interrupter is None:
+            return None
+        ask = interrupter.approval(tctx.next_key(), call.name, call.id, arguments, tctx.step_id)
+        return await interrupter.ask(ask)
+
+    async def ask_human(self, prompt: str, schema: Any = None) -> Any:
+        """Ask a person ``prompt`` from a step; see :meth:`ToolContext.ask_human
+        <uamp_agents.tools.ToolContext.ask_human>`.
+
+        Raises:
+            ToolError: Nobody answered in time, or no answer fit.
+        """
+        assert self.run.interrupter is not None
+        key = f"step{self.state.step}#{self._asks}"
+        self._asks += 1
+        return await ask_question(
+            self.run.interrupter, key, prompt, schema, call_id=None, step_id=self.state.step_id
+        )
+
+    async def resume_paused_calls(self) -> None:
+        """Run the calls a suspended run left without results (resuming with answers).
+
+        The newest assistant message of the history with tool calls that no
+        ``role="tool"`` message answers: its calls of local tools run now
+        (each ask finds its answer by key) and their results follow the
+        history.
+        """
+        for index in range(len(self.history) - 1, -1, -1):
+            message = self.history[index]
+            if message.role != "assistant" or not message.tool_calls:
+                continue
+            answered = {m.tool_call_id for m in self.history[index + 1 :] if m.role == "tool"}
+            paused = [
+                c
+                for c in message.tool_calls
+                if c.id not in answered and (t := self._tools.get(c.name)) and not t.deferred
+            ]
+            if paused:
+                await self.run_tools(paused)
+            return
 
     async def run_tools(
         self, calls: Sequence[ToolInvocation], *, step: int | None = None, record: bool = True
@@ -393,6 +465,7 @@ class ExecutionContext:
 
         async def run_one(index: int, call: ToolInvocation) -> None:
             started = trio.current_time()
+            prefix = CALL_KEY.get()
             tctx = ToolContext(
                 call_id=call.id,
                 tool_name=call.name,
@@ -401,22 +474,50 @@ class ExecutionContext:
                 step=step_no,
                 state=self.state,
                 deps=self.deps,
+                step_id=self.state.step_id,
+                interrupter=self.run.interrupter,
+                key=f"{prefix}/{call.id}" if prefix else call.id,
             )
+            interrupter = self.run.interrupter
+            asked = len(interrupter.pending) if interrupter is not None else 0
             with tool_span(self.agent_id, call.name, call.id) as span:
                 try:
                     found = self._tools.get(call.name)
                     if found is None:
                         known = ", ".join(sorted(self._tools)) or "none"
                         raise ToolError(f"unknown tool {call.name!r} (available: {known})")
-                    value = await found.invoke(parse_arguments(call), tctx)
-                    if isinstance(value, ToolOutput):
-                        output = attrs.evolve(value, call_id=call.id)
+                    arguments = parse_arguments(call)
+                    answer = None
+                    if found.requires_approval or self.run.approval is not None:
+                        answer = await self._approve(found, call, arguments, tctx)
+                    if answer is not None and not answer.approved:
+                        output = error_output(call.id, refusal(call.name, answer))
                     else:
-                        output = ToolOutput(call_id=call.id, result=format_result(value))
+                        if answer is not None and answer.arguments is not None:
+                            arguments = answer.arguments
+                        if found.agent is not None:
+                            token = CALL_KEY.set(tctx.next_key())
+                            try:
+                                value = await found.invoke(arguments, tctx)
+                            finally:
+                                CALL_KEY.reset(token)
+                        else:
+                            value = await found.invoke(arguments, tctx)
+                        if isinstance(value, ToolOutput):
+                            output = attrs.evolve(value, call_id=call.id)
+                        else:
+                            output = ToolOutput(call_id=call.id, result=format_result(value))
                 except ToolError as exc:
                     output = error_output(call.id, str(exc))
                 except Exception as exc:
                     output = error_output(call.id, _describe(exc))
+                if interrupter is not None and len(interrupter.pending) > asked:
+                    # The call asked and has no answer yet (however the
+                    # Suspended raised in it travelled): it pauses the run.
+                    if self.run.depth > 0:
+                        raise Suspended  # the parent's call is what pauses
+                    self._suspended.add(call.id)
+                    return
                 if output.is_error:
                     span.set("error.type", "tool_error")
             outputs[index] = output
@@ -438,16 +539,20 @@ class ExecutionContext:
         try:
             await run_tool_calls(calls, run_one, sequential=sequential)
         finally:
+            suspended = self._suspended
             for index, call in enumerate(calls):
                 output = outputs[index]
                 if output is None:
                     output = error_output(call.id, "cancelled")
-                    executions[index] = ToolExecution(call=call, output=output, step=step_no)
+                    if call.id not in suspended:
+                        executions[index] = ToolExecution(call=call, output=output, step=step_no)
                 final.append(output)
             self.tool_executions.extend(e for e in executions if e is not None)
             if record:
                 self.state.messages.extend(
-                    tool_message(c, o) for c, o in zip(calls, final, strict=True)
+                    tool_message(c, o)
+                    for c, o in zip(calls, final, strict=True)
+                    if c.id not in suspended
                 )
         self.run_checks()
         return final
@@ -476,10 +581,13 @@ class ExecutionContext:
         """
         self.state.step += 1
         step = self.state.step
+        step_id = self.state.step_id = str(uuid.uuid4())
         self._step_start_index[step] = len(self.state.messages)
         self.run_checks()
         await self.strategy.call("on_step_start", step, self.state)
-        await self.emit("step_start", {"step_number": step, **(data or {})}, step=step)
+        await self.emit(
+            "step_start", {"step_number": step, "step_id": step_id, **(data or {})}, step=step
+        )
         return step
 
     async def end_step(
@@ -515,7 +623,9 @@ class ExecutionContext:
                 "on_step_end", step, StepResult(turn=step_turn, state=self.state)
             )
         await self.emit(
-            "step_end", {"step_number": step, "usage": usage, **(data or {})}, step=step
+            "step_end",
+            {"step_number": step, "step_id": self.state.step_id, "usage": usage, **(data or {})},
+            step=step,
         )
         if self._on_step is not None:
             checkpoint_id = await maybe_await(self._on_step(step, self.state))
@@ -577,6 +687,11 @@ class ExecutionContext:
             stop_reason=stop_reason,
             metadata=self.state.metadata,
             pending_tool_calls=list(self.pending_tool_calls),
+            interrupts=(
+                list(self.run.interrupter.pending)
+                if self.run.interrupter is not None and self.run.depth == 0
+                else []
+            ),
         )
 
     def last_assistant(self) -> Message:
@@ -597,7 +712,19 @@ class ExecutionContext:
 
 
 def tool_message(call: ToolInvocation, output: ToolOutput) -> Message:
-    """The ``role="tool"`` message carrying a tool call's result."""
+    """The ``role="tool"`` message carrying a tool call's result.
+
+    A failed call's message also carries the result as a content item, so
+    ``is_error`` reaches the model (providers read it there).
+    """
+    if output.is_error:
+        return Message(
+            role="tool",
+            tool_call_id=call.id,
+            name=call.name,
+            content=output.result,
+            content_items=[ToolResultContent(tool_result=output)],
+        )
     return Message(role="tool", tool_call_id=call.id, name=call.name, content=output.result)
 
 

@@ -52,6 +52,7 @@ class ExecutionState:
             hooks and tools).
         reasoning: ReAct reasoning traces, one per step.
         plan: The plan of the plan() strategy.
+        step_id: UUIDv4 of the current step (spec 002 section 3.4).
     """
 
     step: int = 0
@@ -59,3 +60,4 @@ class ExecutionState:
     metadata: dict[str, Any] = attrs.field(factory=dict)
     reasoning: list[str] | None = None
     plan: list[PlanStep] | None = None
+    step_id: str | None = None

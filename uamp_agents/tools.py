@@ -41,6 +41,7 @@ from .hooks import maybe_await
 from .state import ExecutionState
 
 if TYPE_CHECKING:
+    from .approval import Interrupter
     from .turn import Turn
 
 __all__ = [
@@ -93,11 +94,45 @@ class ToolContext(Generic[DepsT]):
     state: ExecutionState
     deps: DepsT
     child_turns: list[Turn] = attrs.field(factory=list)
+    step_id: str | None = None
+    _interrupter: Interrupter | None = attrs.field(default=None, alias="interrupter", repr=False)
+    _key: str = attrs.field(default="", alias="key", repr=False)
+    _asks: int = attrs.field(default=0, init=False, repr=False)
 
     @property
     def metadata(self) -> dict[str, Any]:
         """Shortcut for ``state.metadata``."""
         return self.state.metadata
+
+    def next_key(self) -> str:
+        """The key of this call's next interrupt (its number within the call)."""
+        key = f"{self._key or self.call_id}#{self._asks}"
+        self._asks += 1
+        return key
+
+    async def ask_human(self, prompt: str, schema: Any = None) -> Any:
+        """Ask a person ``prompt`` and return the answer (docs/human-in-the-loop.md).
+
+        The run pauses until the answer comes. ``schema`` is a JSON Schema
+        dict or a type (``int``, an attrs class ...); the answer is checked
+        against it (asked again when it does not fit) and built as the type.
+
+        Raises:
+            ToolError: Nobody answered in time, or no answer fit.
+            RuntimeError: The tool was not called by a run.
+        """
+        if self._interrupter is None:
+            raise RuntimeError("ask_human() needs a tool call made by an agent run")
+        from .approval import ask_question
+
+        return await ask_question(
+            self._interrupter,
+            self.next_key(),
+            prompt,
+            schema,
+            call_id=self.call_id,
+            step_id=self.step_id,
+        )
 
 
 def _is_context_hint(hint: Any) -> bool:
@@ -133,6 +168,11 @@ class Tool:
             agent, see :func:`deferred_tool`): the model may call it, but the
             run stops instead of running it and the turn lists the call in
             ``pending_tool_calls``.
+        requires_approval: A person approves each call first (``True``), or
+            the calls for which this predicate over the arguments is true
+            (docs/human-in-the-loop.md).
+        read_only: The tool has no side effects (``approve="side_effects"``
+            does not ask about it).
     """
 
     name: str
@@ -145,6 +185,8 @@ class Tool:
     validate_arguments: bool = True
     agent: Any = None
     deferred: bool = False
+    requires_approval: bool | Callable[[dict[str, Any]], Any] = False
+    read_only: bool = False
     # Made once, not per model call or tool call (see definition, invoke);
     # made again when name, description or parameters are replaced.
     _definition: ToolDefinition | None = attrs.field(default=None, init=False, repr=False)
@@ -210,6 +252,8 @@ def tool(
     parameters: dict[str, Any] | None = None,
     sequential: bool = False,
     thread: bool = True,
+    requires_approval: bool | Callable[[dict[str, Any]], Any] = False,
+    read_only: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 @overload
 def tool(
@@ -221,6 +265,8 @@ def tool(
     parameters: dict[str, Any] | None = None,
     sequential: bool = False,
     thread: bool = True,
+    requires_approval: bool | Callable[[dict[str, Any]], Any] = False,
+    read_only: bool = False,
 ) -> Tool: ...
 
 
@@ -233,13 +279,17 @@ def tool(
     parameters: dict[str, Any] | None = None,
     sequential: bool = False,
     thread: bool = True,
+    requires_approval: bool | Callable[[dict[str, Any]], Any] = False,
+    read_only: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a function; also usable as a decorator.
 
     ``@tool``, ``@tool(name=...)`` and ``tool(fn, description=...)`` all
     work. The name defaults to the function's name, the description to its
     docstring's description, the parameters to the schema of its type hints
-    (with ``Args:`` texts as property descriptions).
+    (with ``Args:`` texts as property descriptions). ``requires_approval``
+    (``True`` or a predicate over the arguments) makes a person approve calls
+    first; ``read_only`` marks a tool without side effects.
 
     Raises:
         SchemaError: A parameter's type has no JSON Schema form and no
@@ -261,6 +311,8 @@ def tool(
             context_param=context_param,
             sequential=sequential,
             thread=thread,
+            requires_approval=requires_approval,
+            read_only=read_only,
         )
 
     if fn is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from uamp_proto.interrupts import Interrupt
 from uamp_proto.types import Message, ToolInvocation, ToolOutput, UsageCost, UsageStats
 
 __all__ = ["ToolExecution", "Turn", "add_usage"]
@@ -118,12 +119,16 @@ class Turn:
         stop_reason: Why the run ended: ``"end_turn"`` (the model answered),
             ``"stop_condition"``, ``"max_steps"``, ``"aborted"``,
             ``"recovered"`` (an ``on_error`` hook or middleware supplied the
-            turn) or ``"client_tool"`` (the model called a deferred tool).
+            turn), ``"client_tool"`` (the model called a deferred tool) or
+            ``"interrupted"`` (a person's answer is awaited, see ``interrupts``).
         parent_agent_id: The id of the parent agent for a sub-agent run.
         metadata: The strategy's ``state.metadata`` at the end of the run.
         pending_tool_calls: Calls of deferred tools (see
             :func:`~uamp_agents.tools.deferred_tool`) the run stopped at:
             they wait for results from whoever runs those tools.
+        interrupts: The interrupts a suspended run stopped at
+            (``stop_reason == "interrupted"``): resume with
+            ``Agent.run(history + turn.messages, resume=True, answers={key: answer})``.
     """
 
     messages: list[Message]
@@ -140,6 +145,7 @@ class Turn:
     parent_agent_id: str | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
     pending_tool_calls: list[ToolInvocation] = attrs.field(factory=list)
+    interrupts: list[Interrupt] = attrs.field(factory=list)
 
     @property
     def text(self) -> str:

@@ -241,6 +241,23 @@ class ToolResult(Event):
 
 
 @attrs.frozen(kw_only=True)
+class InterruptAnswer(Event):
+    """A person's answer to an ``interrupt.request``, by its id (uamp extension).
+
+    Any connection of the interrupt's principal may send it, in any session:
+    the interrupt is found by id (docs/human-in-the-loop.md).
+    """
+
+    type: ClassVar[str] = "interrupt.answer"
+    direction: ClassVar[str] = "client"
+    interrupt_id: str
+    approved: bool | None = None
+    arguments: dict[str, Any] | None = None
+    value: Any = None
+    reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class PaymentSubmit(Event):
     """A payment token or proof answering ``payment.required`` (5.15)."""
 
@@ -426,6 +443,41 @@ class ToolCall(Event):
     call_id: str
     name: str
     arguments: str
+    response_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InterruptRequest(Event):
+    """The run paused to ask a human (uamp extension, docs/human-in-the-loop.md).
+
+    ``kind`` is ``approval`` (run ``tool_name`` with ``arguments``?) or
+    ``question`` (answer ``prompt`` with a value matching ``schema``). The
+    response stays open until an ``interrupt.answer`` with ``interrupt_id``
+    arrives (from any connection) or ``expires_at`` passes.
+    """
+
+    type: ClassVar[str] = "interrupt.request"
+    direction: ClassVar[str] = "server"
+    interrupt_id: str
+    kind: str
+    prompt: str
+    tool_name: str | None = None
+    call_id: str | None = None
+    arguments: dict[str, Any] | None = None
+    schema: dict[str, Any] | None = None
+    expires_at: float | None = None
+    step_id: str | None = None
+    response_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InterruptResolved(Event):
+    """An interrupt ended: ``approved``, ``denied``, ``answered``, ``expired`` or ``cancelled``."""
+
+    type: ClassVar[str] = "interrupt.resolved"
+    direction: ClassVar[str] = "server"
+    interrupt_id: str
+    outcome: str
     response_id: str | None = None
 
 
@@ -771,6 +823,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ResponseCreate,
         ResponseCancel,
         ToolResult,
+        InterruptAnswer,
         PaymentSubmit,
         VoiceInvite,
         VoiceAccept,
@@ -788,6 +841,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ResponseErrorEvent,
         ResponseCancelled,
         ToolCall,
+        InterruptRequest,
+        InterruptResolved,
         ToolCallDone,
         Progress,
         Thinking,

@@ -52,6 +52,7 @@ import attrs
 
 from .errors import UampError
 from .events import Event
+from .interrupts import Answer, InterruptPort
 from .principal import ANONYMOUS, Principal
 from .types import Capabilities, Message, ResponseFormat, ToolDefinition
 
@@ -126,6 +127,12 @@ class TurnRequest:
             headers}``). Running a command is the host's to allow: only a
             transport whose caller may run programs here (``uamp acp`` on
             stdio, the local user) sets it.
+        interrupts: Where the agent asks a person (tool approval, questions;
+            docs/human-in-the-loop.md). ``None``: this transport cannot ask,
+            and a call that needs approval is refused.
+        answers: Answers to the interrupts of a run resumed from its
+            checkpoint, by interrupt key (a run paused in a process that is
+            gone, answered here).
     """
 
     agent: str
@@ -146,6 +153,8 @@ class TurnRequest:
     context: dict[str, Any] = attrs.field(factory=dict)
     streamed: bool = True
     mcp_servers: list[dict[str, Any]] = attrs.field(factory=list)
+    interrupts: InterruptPort | None = attrs.field(default=None, eq=False, repr=False)
+    answers: dict[str, Answer] = attrs.field(factory=dict)
 
 
 class ResponderError(UampError):

@@ -455,11 +455,14 @@ class ResponseTracker:
                 gather.calls.append(item.tool_call)
             elif isinstance(item, ty.ToolResultContent):
                 gather.flush()
+                result = item.tool_result
                 msgs.append(
                     ty.Message(
                         role="tool",
-                        content=item.tool_result.result,
-                        tool_call_id=item.tool_result.call_id,
+                        content=result.result,
+                        tool_call_id=result.call_id,
+                        # A failed result keeps its item: is_error reaches the model.
+                        content_items=[item] if result.is_error else None,
                     )
                 )
         gather.flush()

@@ -590,6 +590,28 @@ def _add_serve(sub: Any) -> None:
         help="give the served agents the tools of this MCP server: a command line (stdio) or "
         "an http(s) Streamable HTTP URL (repeatable; docs/mcp.md)",
     )
+    hitl = p.add_argument_group("a human in the loop (see docs/human-in-the-loop.md)")
+    hitl.add_argument(
+        "--approve",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="ask a person before the served agents run this tool (repeatable)",
+    )
+    hitl.add_argument(
+        "--interrupt-expiry",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a paused run waits for an answer (0: for ever; default 600)",
+    )
+    hitl.add_argument(
+        "--interrupt-policy",
+        choices=("deny", "wait"),
+        default="deny",
+        help="for clients that do not declare interrupts: refuse the call at once (deny, "
+        "the default) or pause anyway for an answer from another client (wait)",
+    )
     add_ledger_args(p)
     store = p.add_argument_group("sessions that survive (see docs/resume.md, docs/scale-out.md)")
     store.add_argument(
@@ -1009,6 +1031,10 @@ def _serve_command(args: argparse.Namespace) -> int:
             app.response_signer = load_signer(args.signing_key)
         if args.mcp:
             app.services.append(mcp_tools(agents, args.mcp))
+        if args.approve:
+            approve_tools(agents, args.approve)
+        app.interrupts.expiry = args.interrupt_expiry or None
+        app.interrupts.policy = args.interrupt_policy
         config = ServerConfig(
             host=args.host,
             port=args.port,
@@ -1070,6 +1096,31 @@ def _serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def uap_endpoint(agent: Any) -> Any:
+    """The UAP agent (an ``AgentEndpoint``) inside ``agent``'s wrappers (metrics,
+    ``CallTaker``), or ``None`` when it is another kind of agent."""
+    from uamp_agents.bridge import AgentEndpoint
+
+    from .hosting.agents import unwrapped
+
+    while agent is not None and not isinstance(agent, AgentEndpoint):
+        agent = getattr(unwrapped(agent), "inner", None)
+    return agent
+
+
+def approve_tools(agents: Sequence[Responder], tools: Sequence[str]) -> None:
+    """``--approve``: a person approves calls of these tools first, in every UAP agent."""
+    for agent in agents:
+        found = uap_endpoint(agent)
+        if found is None:
+            print(
+                f"uamp serve: --approve has no effect on {agent.name!r} (not a UAP agent)",
+                file=sys.stderr,
+            )
+        else:
+            found.approve = frozenset(found.approve | set(tools))
+
+
 def mcp_tools(agents: Sequence[Responder], specs: Sequence[str]) -> Callable[[], Any]:
     """``--mcp``: the service that keeps the MCP servers connected for the UAP agents.
 
@@ -1080,19 +1131,10 @@ def mcp_tools(agents: Sequence[Responder], specs: Sequence[str]) -> Callable[[],
     Raises:
         ValueError: A ``--mcp`` value is neither a command nor a URL.
     """
-    from uamp_agents.bridge import AgentEndpoint
     from uamp_agents.mcp import McpServer, McpToolset
 
-    from .hosting.agents import unwrapped
-
-    def endpoint(agent: Any) -> AgentEndpoint | None:
-        """The UAP agent inside ``agent``'s wrappers (metrics, ``CallTaker``), if any."""
-        while agent is not None and not isinstance(agent, AgentEndpoint):
-            agent = getattr(unwrapped(agent), "inner", None)
-        return agent
-
     servers = [McpServer.parse(spec) for spec in specs]
-    found = {a.name: endpoint(a) for a in agents}
+    found = {a.name: uap_endpoint(a) for a in agents}
     endpoints = [e for e in found.values() if e is not None]
     own = sorted({t.name for e in endpoints for t in e.agent.resolved_tools})
     toolset = McpToolset(servers, reserved=own)

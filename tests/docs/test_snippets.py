@@ -86,6 +86,7 @@ PAGES = [
     "docs/bench.md",
     "docs/performance.md",
     "docs/specs.md",
+    "docs/human-in-the-loop.md",
 ]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*snippet:\s*(\w+)\s*(.*?)\s*-->\s*$")

@@ -51,6 +51,8 @@ class LoopStrategy(ExecutionStrategy):
                     )
                 rounds += 1
                 stop = await context.end_step(step, message)
+                if context.suspended:
+                    return context.make_turn(message, stop_reason="interrupted")
                 if deferred:
                     return context.make_turn(message, stop_reason="client_tool")
                 if stop:

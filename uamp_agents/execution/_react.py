@@ -82,6 +82,8 @@ class ReactStrategy(ExecutionStrategy):
                 if local:
                     await context.emit("observation", {"results": outputs, "text": observations})
             stop = await context.end_step(step, message)
+            if context.suspended:
+                return context.make_turn(message, stop_reason="interrupted")
             if deferred:
                 return context.make_turn(message, stop_reason="client_tool")
             if not calls:

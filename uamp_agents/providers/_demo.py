@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 
 from uamp_proto.responder import placeholder_arguments
-from uamp_proto.types import Message, ToolInvocation
+from uamp_proto.types import Message, ToolInvocation, ToolResultContent
 
 from ._function import response_events, usage_of
 from .base import ModelRequest, ModelResponse, NamedProvider, ProviderEvent
@@ -135,6 +135,8 @@ class _Task:
         self.op = ""
         self.results: list[str] = []
         self.named_results: list[tuple[str, str]] = []
+        #: Tools whose result was an error (``is_error``), with its text.
+        self.failed: dict[str, str] = {}
         index = -1
         for i in range(len(messages) - 1, -1, -1):
             m = messages[i]
@@ -157,6 +159,11 @@ class _Task:
                 name = m.name or names.get(m.tool_call_id or "", "tool")
                 self.results.append(m.text)
                 self.named_results.append((name, m.text))
+                if any(
+                    isinstance(i, ToolResultContent) and i.tool_result.is_error
+                    for i in m.content_items or ()
+                ):
+                    self.failed[name] = m.text
 
     @property
     def tool(self) -> str | None:
@@ -185,7 +192,13 @@ class _Task:
         own = [r for name, r in self.named_results if name == self.tool]
         others = [f"Tool {n} returned: {r}" for n, r in self.named_results if n != self.tool]
         sign = "+" if self.op == "add" else "*"
-        if self.kind == "arith":
+        if self.kind == "arith" and self.tool in self.failed:
+            # An error result is no value: say what happened instead of using it.
+            main = (
+                f"I could not {self.op} {_fmt(self.a)} and {_fmt(self.b)}: "
+                f"{self.failed[self.tool or '']}"
+            )
+        elif self.kind == "arith":
             result = _tidy(own[-1]) if own else self.computed()
             main = f"{_fmt(self.a)} {sign} {_fmt(self.b)} = {result}"
         elif self.kind == "time":

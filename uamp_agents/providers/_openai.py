@@ -184,8 +184,13 @@ def _wire_messages(message: ty.Message) -> list[dict[str, Any]]:
     parts = split_message(message)
     if message.role == "tool" or (parts.tool_results and message.role != "assistant"):
         # Each tool result is its own ``role: tool`` message.
+        # Chat Completions has no error flag: a failed result says so in its text.
         return [
-            {"role": "tool", "tool_call_id": r.call_id, "content": r.result}
+            {
+                "role": "tool",
+                "tool_call_id": r.call_id,
+                "content": f"Error: {r.result}" if r.is_error else r.result,
+            }
             for r in parts.tool_results
         ]
     out: dict[str, Any] = {"role": message.role}

@@ -86,6 +86,7 @@ from uamp_proto import types as ty
 from uamp_proto.codec import encode
 from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.interrupts import CAPABILITY_KEY, Answer
 from uamp_proto.payment import PaymentNegotiation
 from uamp_proto.resume import RESUME_FROM, RESUMED
 from uamp_proto.saved_response import SavedResponse
@@ -122,11 +123,17 @@ ToolHandler = Callable[[ty.ToolInvocation], "str | Awaitable[str]"]
 #: to submit, or ``None`` to submit nothing; may be a plain or an async function.
 PaymentHandler = Callable[[ev.PaymentRequired], "str | Awaitable[str | None] | None"]
 
+#: Answers an ``interrupt.request`` (docs/human-in-the-loop.md): gets the
+#: event, returns the :class:`~uamp_proto.interrupts.Answer` to send, or
+#: ``None`` to leave it to :meth:`ClientSession.answer`; may be async.
+InterruptHandler = Callable[[ev.InterruptRequest], "Answer | Awaitable[Answer | None] | None"]
+
 #: Events buffered per session before the reader waits for the consumer.
 DEFAULT_SESSION_BUFFER: Final = 1024
 _READ_SIZE: Final = 65536
 _WS_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _TERMINAL: Final = frozenset({"response.done", "response.cancelled", "response.error"})
+_INTERRUPT_EVENTS: Final = frozenset({"interrupt.request", "interrupt.resolved"})
 _PAYMENT_EVENTS: Final = frozenset(
     {"payment.required", "payment.accepted", "payment.balance", "payment.error"}
 )
@@ -143,6 +150,12 @@ _ROOM_EVENTS: Final = frozenset(
         "voice.decline",
         "voice.end",
     }
+)
+#: Unresolved interrupts a session keeps in :attr:`ClientSession.interrupts`.
+MAX_SHOWN_INTERRUPTS: Final = 256
+#: The ``client_capabilities`` of a client that answers interrupts.
+_ANSWERS_INTERRUPTS: Final = ty.Capabilities(
+    id="uamp-client", provider="uamp", modalities=["text"], extensions={CAPABILITY_KEY: True}
 )
 #: Room events kept for a reader that is behind before the oldest is dropped.
 ROOM_BUFFER: Final = 1024
@@ -395,6 +408,10 @@ class ClientSession:
         on_tool_call: Answers ``tool.call`` events (see :data:`ToolHandler`).
         on_payment_required: Answers ``payment.required`` events (see
             :data:`PaymentHandler`).
+        on_interrupt: Answers ``interrupt.request`` events (see
+            :data:`InterruptHandler`).
+        interrupts: The interrupts this session was shown and that are not
+            resolved yet, by id (answer with :meth:`answer`).
     """
 
     def __init__(
@@ -418,6 +435,8 @@ class ClientSession:
         self.payments: deque[ev.Event] = deque(maxlen=64)
         self.on_tool_call = on_tool_call
         self.on_payment_required = on_payment_required
+        self.on_interrupt: InterruptHandler | None = None
+        self.interrupts: dict[str, ev.InterruptRequest] = {}
         self._send_ch, self._recv_ch = trio.open_memory_channel[ev.Event | _End](buffer)
         self._ready = trio.Event()
         self._failure: ClientError | None = None
@@ -629,6 +648,16 @@ class ClientSession:
                 assert isinstance(event, ev.PaymentRequired)
                 nursery.start_soon(self._pay, event)
             self.payments.append(event)
+        elif etype in _INTERRUPT_EVENTS:
+            if isinstance(event, ev.InterruptRequest):
+                if len(self.interrupts) < MAX_SHOWN_INTERRUPTS:
+                    self.interrupts[event.interrupt_id] = event
+                if self.on_interrupt is not None:
+                    nursery.start_soon(self._answer_with_handler, event)
+            elif isinstance(event, ev.InterruptResolved):
+                self.interrupts.pop(event.interrupt_id, None)
+            if self._stream is not None:
+                await self._send_ch.send(event)
         elif etype in _RESPONSE_EVENTS or (etype == "session.error" and self._stream):
             if etype == "tool.call" and self.on_tool_call is not None:
                 assert isinstance(event, ev.ToolCall)
@@ -655,6 +684,54 @@ class ClientSession:
             text, is_error = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"}).decode(), True
         with suppress(ClientError):
             await self.send(ev.ToolResult(call_id=call.call_id, result=text, is_error=is_error))
+
+    async def answer(
+        self,
+        interrupt_id: str,
+        *,
+        approved: bool | None = None,
+        arguments: dict[str, Any] | None = None,
+        value: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """Answer an interrupt by id (docs/human-in-the-loop.md).
+
+        Any session of the interrupt's principal may answer it, on any
+        connection: the paused run goes on wherever it runs. An approval
+        takes ``approved`` (and edited ``arguments``), a question ``value``.
+        An unknown id (or another principal's) comes back as a
+        ``session.error`` ``interrupt_not_found`` in :attr:`errors`.
+        """
+        await self.send(
+            ev.InterruptAnswer(
+                interrupt_id=interrupt_id,
+                approved=approved,
+                arguments=arguments,
+                value=value,
+                reason=reason,
+            )
+        )
+
+    async def _answer_with_handler(self, request: ev.InterruptRequest) -> None:
+        handler = self.on_interrupt
+        assert handler is not None
+        try:
+            answer = handler(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception:
+            log.exception("on_interrupt failed; the interrupt is left unanswered")
+            return
+        if answer is None:
+            return
+        with suppress(ClientError):
+            await self.answer(
+                request.interrupt_id,
+                approved=answer.approved,
+                arguments=answer.arguments,
+                value=answer.value,
+                reason=answer.reason,
+            )
 
     async def _pay(self, required: ev.PaymentRequired) -> None:
         handler = self.on_payment_required
@@ -707,6 +784,8 @@ class _Opening:
     chat: str | None
     on_tool_call: ToolHandler | None
     on_payment_required: PaymentHandler | None
+    on_interrupt: InterruptHandler | None = None
+    interrupts: bool = False
 
     def encode(self, conn: ClientConnection, *, agent: str | None) -> bytes:
         """The ``session.create`` message, naming ``agent`` (or no agent) in it."""
@@ -717,6 +796,7 @@ class _Opening:
             token=self.token,
             payment_token=self.payment_token,
             chat=self.chat,
+            client_capabilities=_ANSWERS_INTERRUPTS if self.interrupts else None,
         )
 
     def resume(self, conn: ClientConnection, last_event_id: str) -> bytes:
@@ -766,11 +846,18 @@ class _Link:
         on_tool_call: ToolHandler | None = None,
         on_payment_required: PaymentHandler | None = None,
         session_id: str | None = None,
+        on_interrupt: InterruptHandler | None = None,
+        interrupts: bool | None = None,
     ) -> ClientSession:
         """Open a session; returns once ``session.created`` (and capabilities) arrived.
 
         ``on_tool_call`` and ``on_payment_required`` answer the server's
         ``tool.call`` and ``payment.required`` events (module docstring).
+        ``on_interrupt`` answers ``interrupt.request`` events; ``interrupts``
+        declares that this client shows and answers interrupts (default: when
+        ``on_interrupt`` is given), so the server pauses a run for its answer
+        instead of applying its policy for clients that cannot
+        (docs/human-in-the-loop.md).
 
         Raises:
             ClientError: The server refused it (``agent_not_found``,
@@ -785,6 +872,8 @@ class _Link:
             chat=chat,
             on_tool_call=on_tool_call,
             on_payment_required=on_payment_required,
+            on_interrupt=on_interrupt,
+            interrupts=on_interrupt is not None if interrupts is None else interrupts,
         )
         return await self._open(opening)
 
@@ -799,6 +888,7 @@ class _Link:
             self._jwks,
         )
         session.opening = opening
+        session.on_interrupt = opening.on_interrupt
         return session
 
     async def _open(self, opening: _Opening) -> ClientSession:

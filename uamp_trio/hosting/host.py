@@ -39,6 +39,7 @@ from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
 from .busy import ConversationGate
 from .chats import ChatHub
+from .interrupts import Interrupts
 from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router, RouteWhen
 
 if TYPE_CHECKING:
@@ -77,6 +78,9 @@ class Host:
         self.stores = stores
         #: The live chat rooms (docs/chat.md), kept in ``stores.chats``.
         self.chats = ChatHub(stores.chats, self)
+        #: Runs paused for a person, answerable by id from any transport
+        #: (docs/human-in-the-loop.md).
+        self.interrupts = Interrupts()
         #: Consulted by every transport before a turn runs (``None``: free).
         #: Transports read it when a request arrives, so it may be set after
         #: mounting.

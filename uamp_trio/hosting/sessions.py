@@ -116,6 +116,7 @@ from uamp_proto.capabilities import session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.interrupts import CAPABILITY_KEY, Answer, advertised, declaration, outcome_of
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
@@ -139,6 +140,7 @@ from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import abandon, carry_on
+from .interrupts import InterruptNotFound, InvalidAnswer
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -973,6 +975,10 @@ class SessionHost:
         elif etype == "payment.submit":
             if session is not None:
                 self._ask_settle(session)
+        elif etype == "interrupt.answer":
+            assert isinstance(event, ev.InterruptAnswer)
+            if session is not None and self._app is not None:
+                self._nursery.start_soon(self._answer_interrupt, session, event)
         elif etype == "input.text":
             assert isinstance(event, ev.InputText)
             if session is not None and event.payment_token is not None:
@@ -1265,7 +1271,7 @@ class SessionHost:
         session = self._sessions.get(sid)
         if session is not None:
             session.announced = caps
-        view = session_view(caps, ctx.client_capabilities if ctx else None)
+        view = self._view(caps, ctx.client_capabilities if ctx else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
         if ctx is not None and ctx.chat:
             # session.create.chat (section 5.1, 10.2): the session joins at once.
@@ -1673,7 +1679,7 @@ class SessionHost:
             caps = found.capabilities()
         sid = session.id if session is not None else None
         ctx = self.conn.sessions.get(sid) if sid is not None else None
-        view = session_view(caps, ctx.client_capabilities if ctx is not None else None)
+        view = self._view(caps, ctx.client_capabilities if ctx is not None else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
 
     async def _announce(self, session: _Session) -> None:
@@ -1690,13 +1696,50 @@ class SessionHost:
         ctx = self.conn.sessions.get(session.id)
         if ctx is None:
             return
-        view = session_view(caps, ctx.client_capabilities)
+        view = self._view(caps, ctx.client_capabilities)
         try:
             data = self.conn.send(ev.CapabilitiesEvent(session_id=session.id, capabilities=view))
         except LocalProtocolError:
             return  # the session is ending
         self._log(session.id, data)
         await self.outbox.put(data, session.quota)
+
+    def _view(self, caps: ty.Capabilities, client: ty.Capabilities | None) -> ty.Capabilities:
+        """The capabilities a session sees: the agent's, the client's echoed, and
+        the interrupts this transport carries (docs/human-in-the-loop.md)."""
+        view = session_view(caps, client)
+        if self._app is None:
+            return view
+        declared = {
+            **(view.extensions or {}),
+            CAPABILITY_KEY: declaration(self._app.interrupts.expiry),
+        }
+        return attrs.evolve(view, extensions=declared)
+
+    async def _answer_interrupt(self, session: _Session, event: ev.InterruptAnswer) -> None:
+        """Answer a paused run's interrupt, on this session or any other (by id)."""
+        assert self._app is not None
+        answer = Answer(
+            approved=event.approved,
+            arguments=event.arguments,
+            value=event.value,
+            reason=event.reason,
+        )
+        try:
+            found = await self._app.interrupts.answer(session.principal, event.interrupt_id, answer)
+        except (InterruptNotFound, InvalidAnswer) as exc:
+            reply: ev.Event = _error(session.id, exc.code, str(exc), "interrupt_id")
+        else:
+            if found.session_id == session.id:
+                return  # the paused run's own stream reports interrupt.resolved
+            reply = ev.InterruptResolved(
+                session_id=session.id,
+                interrupt_id=found.id,
+                outcome=outcome_of(found, answer),
+                response_id=found.response_id,
+            )
+        with contextlib.suppress(LocalProtocolError, OutboxClosed):
+            self._owe(reply)
 
     def _drop(self, sid: str) -> None:
         self._release_log(sid)
@@ -2164,6 +2207,13 @@ class SessionHost:
             raise _SessionGone
         # The worker's scope is the only one: response.cancel cancels it and
         # the worker sends response.cancelled (cancellable=False).
+        port = None
+        if self._app is not None and ctx is not None:
+            client = ctx.client_capabilities
+            port = self._app.interrupts.port(
+                request, supported=advertised(client.extensions if client is not None else None)
+            )
+            request = attrs.evolve(request, interrupts=port)
         runner = ResponseRunner(
             agent,
             request,
@@ -2175,6 +2225,8 @@ class SessionHost:
             track=False,
             cancellable=False,
         )
+        if port is not None:
+            port.emit = runner.emit
         outcome = await runner.run()
         error = outcome.error
         if error is not None and error.code == AGENT_OFFLINE and session.id in self.conn.sessions:

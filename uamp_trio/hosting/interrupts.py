@@ -1,0 +1,256 @@
+"""Pending interrupts of the host: runs paused for a person, answerable from anywhere.
+
+Theory of operation
+-------------------
+One :class:`Interrupts` per host (``app.interrupts``). Every transport uses
+the same two calls (docs/human-in-the-loop.md, "The hosting API"):
+
+* :meth:`Interrupts.port` gives a response its
+  :class:`~uamp_proto.interrupts.InterruptPort` (``TurnRequest.interrupts``).
+  When the agent asks, the port completes the interrupt (id, session,
+  response, agent, expiry), records it in the store under the response's
+  principal (bounded per principal), hands the transport an
+  :class:`~uamp_proto.events.InterruptRequest` through ``emit`` -- the
+  transport renders it natively (the UAMP event, an AG-UI interrupt, an A2A
+  ``input-required`` ...) -- and waits for the answer or the expiry. Then
+  it forgets the interrupt, emits :class:`~uamp_proto.events.InterruptResolved`
+  and returns the answer to the agent. The run and its response stay open
+  meanwhile: a paused run is an *active* run of its session
+  (:meth:`Interrupts.paused` tells which interrupt it waits on).
+* :meth:`Interrupts.answer` answers by interrupt id, from any connection or
+  transport: the principal must own it (another principal's id reads exactly
+  like a missing one), the answer must fit its kind; then the paused run
+  goes on. Answering is not a new turn of the conversation.
+
+For a client that does not declare interrupts (``extensions.interrupts`` in
+its capabilities) the configured policy applies: ``deny`` refuses the call
+at once (the model sees the refusal), ``wait`` pauses anyway (someone may
+answer from another client).
+
+Time: expiry deadlines use the trio clock for waiting and the wall clock
+(``clock``) for the ``expires_at`` clients see.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Final, Literal
+
+import attrs
+import trio
+
+from uamp_proto import events as ev
+from uamp_proto.errors import UampError
+from uamp_proto.interrupts import (
+    DEFAULT_EXPIRY,
+    DEFAULT_MAX_PENDING,
+    Answer,
+    Interrupt,
+    InterruptLimitError,
+    PendingTable,
+    answer_problem,
+    interrupt_fields,
+    outcome_of,
+)
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Emit, TurnRequest
+
+__all__ = [
+    "InterruptNotFound",
+    "InterruptPolicy",
+    "Interrupts",
+    "InvalidAnswer",
+    "ResponsePort",
+]
+
+log = logging.getLogger("uamp_trio.interrupts")
+
+#: What happens to an interrupt for a client that does not declare support.
+InterruptPolicy = Literal["deny", "wait"]
+POLICIES: Final = ("deny", "wait")
+
+
+class InterruptNotFound(UampError):
+    """No pending interrupt with that id for this principal (or it expired)."""
+
+    code = "interrupt_not_found"
+
+
+class InvalidAnswer(UampError):
+    """The answer does not fit the interrupt (an approval without ``approved`` ...)."""
+
+    code = "invalid_answer"
+
+
+def _owner(principal: Principal) -> tuple[str, str]:
+    return (principal.scheme, principal.id)
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    interrupt: Interrupt
+    event: trio.Event = attrs.field(factory=trio.Event)
+    answer: Answer | None = None
+
+
+class Interrupts:
+    """The host's pending interrupts; see the module docstring.
+
+    Args:
+        expiry: Seconds an interrupt waits for its answer (``None``: forever).
+        max_pending: Interrupts one principal may have pending at once.
+        policy: For clients that do not declare interrupts: ``deny`` or ``wait``.
+        clock: Wall-clock seconds, for ``expires_at``.
+
+    Raises:
+        ValueError: An unknown policy, or a bound below 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        expiry: float | None = DEFAULT_EXPIRY,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        policy: InterruptPolicy = "deny",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"interrupt policy must be one of {POLICIES}, not {policy!r}")
+        if expiry is not None and expiry <= 0:
+            raise ValueError("interrupt expiry must be positive")
+        self.expiry = expiry
+        self.policy: InterruptPolicy = policy
+        self.clock = clock
+        self._table = PendingTable(max_pending)
+        self._waiters: dict[str, _Waiter] = {}
+
+    # --- the API every transport uses -------------------------------------------
+
+    def port(self, request: TurnRequest, *, supported: bool = True) -> ResponsePort:
+        """The interrupt port of one response (set its ``emit`` before the agent runs).
+
+        Args:
+            request: The response's request (its principal owns the interrupts).
+            supported: Whether the client can show and answer interrupts; if
+                not, the host's :attr:`policy` applies.
+        """
+        return ResponsePort(self, request, supported)
+
+    async def answer(self, principal: Principal, interrupt_id: str, answer: Answer) -> Interrupt:
+        """Answer interrupt ``interrupt_id`` for ``principal``; the paused run goes on.
+
+        Returns the interrupt answered.
+
+        Raises:
+            InterruptNotFound: No such pending interrupt of this principal
+                (also: another principal's, or expired).
+            InvalidAnswer: The answer does not fit its kind.
+        """
+        found = self._table.get(interrupt_id, _owner(principal), self.clock())
+        waiter = self._waiters.get(interrupt_id)
+        if found is None or waiter is None or waiter.answer is not None:
+            raise InterruptNotFound(f"no pending interrupt {interrupt_id!r}")
+        problem = answer_problem(found, answer)
+        if problem is not None:
+            raise InvalidAnswer(problem)
+        waiter.answer = answer
+        waiter.event.set()
+        return found
+
+    def paused(self, session_id: str) -> list[Interrupt]:
+        """The interrupts the runs of ``session_id`` wait on (empty: not paused).
+
+        A paused run is an active run of its session; a message that answers
+        one of these is an answer, not a new turn.
+        """
+        return list(self._table.find(session_id=session_id))
+
+    def pending(self, principal: Principal) -> list[Interrupt]:
+        """Every pending interrupt ``principal`` may answer, oldest first."""
+        owner = _owner(principal)
+        return [it for it in self._table.find() if self._table.owner_of(it.id) == owner]
+
+    def get(self, principal: Principal, interrupt_id: str) -> Interrupt | None:
+        """The pending interrupt ``interrupt_id`` if ``principal`` owns it."""
+        return self._table.get(interrupt_id, _owner(principal), self.clock())
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    # --- the port's side ----------------------------------------------------------
+
+    async def _wait(self, interrupt: Interrupt, owner: tuple[str, str], emit: Emit) -> Answer:
+        existing = next(
+            (
+                it
+                for it in self._table.find(session_id=interrupt.session_id, key=interrupt.key)
+                if it.response_id == interrupt.response_id
+            ),
+            None,
+        )
+        if existing is not None:  # asked again (a resumed run): same interrupt, same id
+            interrupt = attrs.evolve(interrupt, id=existing.id, expires_at=existing.expires_at)
+            waiter = self._waiters[existing.id]
+        else:
+            self._table.add(interrupt, owner)
+            waiter = self._waiters[interrupt.id] = _Waiter(interrupt)
+        answer: Answer | None = None
+        try:
+            await emit(ev.InterruptRequest(**interrupt_fields(interrupt)))
+            deadline = (
+                trio.current_time() + max(0.0, interrupt.expires_at - self.clock())
+                if interrupt.expires_at is not None
+                else float("inf")
+            )
+            with trio.move_on_at(deadline):
+                await waiter.event.wait()
+            answer = waiter.answer or Answer.expiry()
+        finally:
+            self._waiters.pop(interrupt.id, None)
+            self._table.remove(interrupt.id)
+        await emit(
+            ev.InterruptResolved(
+                interrupt_id=interrupt.id,
+                outcome=outcome_of(interrupt, answer),
+                response_id=interrupt.response_id,
+            )
+        )
+        return answer
+
+
+class ResponsePort:
+    """The :class:`~uamp_proto.interrupts.InterruptPort` of one response.
+
+    Attributes:
+        emit: Where the interrupt events go (the response's ``emit``); set
+            it before the agent runs.
+    """
+
+    def __init__(self, host: Interrupts, request: TurnRequest, supported: bool) -> None:
+        self._host = host
+        self._request = request
+        self._supported = supported
+        self.emit: Emit | None = None
+
+    async def ask(self, interrupt: Interrupt) -> Answer:
+        """Record, show and wait for ``interrupt``; see :class:`Interrupts`."""
+        host = self._host
+        if not self._supported and host.policy == "deny":
+            return Answer(approved=False, reason="this client cannot answer approvals")
+        if self.emit is None:
+            raise RuntimeError("the port's emit is not set")
+        request = self._request
+        interrupt = attrs.evolve(
+            interrupt,
+            agent=interrupt.agent or request.agent,
+            session_id=request.session_id,
+            response_id=request.response_id,
+            expires_at=None if host.expiry is None else host.clock() + host.expiry,
+        )
+        try:
+            return await host._wait(interrupt, _owner(request.principal), self.emit)
+        except InterruptLimitError as exc:
+            log.info("interrupt refused for %s: %s", request.principal.id, exc)
+            return Answer(approved=False, reason=str(exc))
