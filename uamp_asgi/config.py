@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["TRANSPORTS", "Authenticator", "Config"]
 
 #: Every transport this package serves, by name (``Config.transports``).
-TRANSPORTS = ("completions", "responses", "agui", "uamp", "mcp", "a2a")
+TRANSPORTS = ("completions", "responses", "agui", "uamp", "mcp", "a2a", "acp")
 
 
 class Authenticator(Protocol):

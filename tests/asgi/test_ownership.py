@@ -85,3 +85,18 @@ def test_the_agent_card_is_public_and_names_the_json_rpc_url(base: str) -> None:
     card = httpx.get(f"{base}/.well-known/agent-card.json").json()
     assert card["supportedInterfaces"][0]["url"] == f"{base}/a2a"
     assert httpx.post(f"{base}/a2a", json=_rpc("tasks/get", {"id": "x"})).status_code == 401
+
+
+def test_acp_sessions_are_their_creators(base: str) -> None:
+    opened = httpx.post(
+        f"{base}/acp", json=_rpc("session/new", {"cwd": "/", "mcpServers": []}), headers=ALICE
+    )
+    sid = opened.json()["result"]["sessionId"]
+    prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}
+    mine = httpx.post(f"{base}/acp", json=_rpc("session/prompt", prompt), headers=ALICE).json()
+    assert mine["result"]["stopReason"] == "end_turn"
+    theirs = httpx.post(f"{base}/acp", json=_rpc("session/prompt", prompt), headers=BOB).json()
+    other = {"sessionId": "sess_nope", "prompt": prompt["prompt"]}
+    missing = httpx.post(f"{base}/acp", json=_rpc("session/prompt", other), headers=BOB).json()
+    assert theirs["error"]["code"] == missing["error"]["code"]
+    assert "result" not in theirs

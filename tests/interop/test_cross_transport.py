@@ -316,8 +316,47 @@ def uamp_websocket_agent_url(base: str, prompt: str, agent: str = "demo") -> str
     )
 
 
+def acp_websocket(base: str, prompt: str, agent: str = "demo") -> str:
+    """ACP over WebSocket (``.../acp/stream``) with the ACP client."""
+    import acp
+    from acp.schema import AgentMessageChunk, TextContentBlock
+    from acp.ws import create_websocket_stream
+
+    texts: list[str] = []
+
+    class Client:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            if isinstance(update, AgentMessageChunk) and isinstance(
+                update.content, TextContentBlock
+            ):
+                texts.append(update.content.text)
+
+        async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+            raise acp.RequestError.method_not_found("session/request_permission")
+
+        def on_connect(self, conn: Any) -> None:
+            pass
+
+    async def main() -> str:
+        url = f"{base.replace('http://', 'ws://')}/agents/{agent}/acp/stream"
+        conn = acp.connect_to_agent(Client(), await create_websocket_stream(url))
+        try:
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            session = await conn.new_session(cwd=str(ROOT), mcp_servers=[])
+            result = await conn.prompt(
+                session_id=session.session_id, prompt=[acp.text_block(prompt)]
+            )
+            assert result.stop_reason == "end_turn"
+        finally:
+            await conn.close()
+        return "".join(texts)
+
+    return str(_run(main()))
+
+
 #: What the ASGI app serves of the transports above (the others are `uamp serve`'s).
 ASGI_TRANSPORTS = [
+    acp_websocket,
     completions_plain,
     completions_streamed,
     uamp_websocket_agent_url,

@@ -18,6 +18,7 @@ MODULES = {
     "uamp": "uamp_ws",
     "mcp": "mcp",
     "a2a": "a2a",
+    "acp": "acp",
 }
 
 

@@ -49,7 +49,8 @@ import orjson
 
 from .. import events as ev
 from .. import types as ty
-from ..jsonrpc import INVALID_PARAMS, PAYMENT_REQUIRED, JSONRPCError
+from ..jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, PAYMENT_REQUIRED, JSONRPCError
+from ..outcome import ResponseOutcome
 from ..payment import PaymentRequiredError
 from ._human import Answer, Ask, describe, dismissed
 
@@ -78,6 +79,7 @@ __all__ = [
     "payment_error",
     "permission_request",
     "prompt_message",
+    "prompt_result",
     "spec_initialize_result",
     "stop_reason",
     "tool_names",
@@ -795,3 +797,26 @@ def parse_permission_outcome(result: object, ask: Ask) -> Answer:
             '"allow"|"deny"}} or {"outcome": {"outcome": "cancelled"}}.',
         )
     return Answer(approved=PERMISSION_OPTIONS[option])
+
+
+def prompt_result(outcome: ResponseOutcome) -> dict[str, Any]:
+    """The ``session/prompt`` answer of a turn that ended as ``outcome``.
+
+    ``stopReason`` (and ``usage``); a turn that failed for no reason ACP names
+    is a JSON-RPC internal error carrying the UAMP error code.
+
+    Raises:
+        JSONRPCError: The turn failed.
+    """
+    error = outcome.error
+    reason = stop_reason(outcome.status, error.code if error else None)
+    if reason is None:
+        assert error is not None
+        raise JSONRPCError(
+            INTERNAL_ERROR, error.message, {"code": error.code, "details": error.details}
+        )
+    result: dict[str, Any] = {"stopReason": reason}
+    usage = usage_object(outcome.tracker.usage)
+    if usage is not None:
+        result["usage"] = usage
+    return result

@@ -418,7 +418,7 @@ class AcpConnection:
             session.messages.append(parsed.message)
             if outcome.status != "failed":
                 session.messages.extend(outcome.tracker.messages())
-        return self._signed(self._prompt_result(outcome), outcome)
+        return self._signed(acp.prompt_result(outcome), outcome)
 
     def _signed(self, result: dict[str, Any], outcome: ResponseOutcome) -> dict[str, Any]:
         """``result`` with ``_meta.signature`` when the answer is to be signed.
@@ -434,21 +434,6 @@ class AcpConnection:
             return result
         signature = signer(outcome.tracker.text, _PAYLOAD.get())
         result["_meta"] = {**result.get("_meta", {}), "signature": signature}
-        return result
-
-    @staticmethod
-    def _prompt_result(outcome: ResponseOutcome) -> dict[str, Any]:
-        error = outcome.error
-        reason = acp.stop_reason(outcome.status, error.code if error else None)
-        if reason is None:
-            assert error is not None
-            raise rpc.JSONRPCError(
-                rpc.INTERNAL_ERROR, error.message, {"code": error.code, "details": error.details}
-            )
-        result: dict[str, Any] = {"stopReason": reason}
-        usage = acp.usage_object(outcome.tracker.usage)
-        if usage is not None:
-            result["usage"] = usage
         return result
 
     async def _prompt_submit(self, request_id: rpc.Id, params: Any) -> Any:
