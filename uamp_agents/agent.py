@@ -28,6 +28,7 @@ import trio
 from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
 
+from ._ids import uuid4_str
 from ._schema import is_structured_class, schema_for
 from .approval import ApprovalLike, ApprovalPolicy, Interrupter, InterruptHandler
 from .context import (
@@ -433,7 +434,7 @@ class Agent:
             interrupter = parent.interrupter
         info = RunInfo(
             agent_id=self.id,
-            turn_id=str(uuid.uuid4()),
+            turn_id=uuid4_str(),
             parent_agent_id=parent.agent_id if parent else None,
             parent_turn_id=parent.turn_id if parent else None,
             depth=depth,

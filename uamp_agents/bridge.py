@@ -95,6 +95,7 @@ from uamp_proto.interrupts import QUESTION, Answer, Interrupt
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import TOOL_CALL, Emit, ResponderError, TurnRequest
 
+from ._ids import uuid4_str
 from .agent import Agent, NoModelError, agent
 from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
@@ -120,6 +121,8 @@ SAMPLING_PARAMS = (
     "presence_penalty",
     "frequency_penalty",
 )
+
+_SAMPLING = frozenset(SAMPLING_PARAMS)
 
 
 def serve_agent(
@@ -391,6 +394,15 @@ class AgentEndpoint:
     def _variant(self, request: TurnRequest, sources: list[Any]) -> Agent:
         """The agent with what the request adds (tools, instructions, params, format)."""
         a = self.agent
+        if (
+            not sources
+            and not request.tools
+            and not request.instructions
+            and request.response_format is None
+            and _SAMPLING.isdisjoint(request.metadata)
+            and _SAMPLING.isdisjoint(request.extensions)
+        ):
+            return a  # nothing to add (the common request): no variant to make
         changes: dict[str, Any] = {}
         own = {t.name for t in a.resolved_tools}
         extra: list[Tool] = []
@@ -470,7 +482,7 @@ async def _nobody_to_ask(interrupt: Interrupt) -> Answer:
 
 def _new_checkpoint(step: int, state: object) -> str:
     """A fresh checkpoint id: the step's state is in the session's event log."""
-    return str(uuid.uuid4())
+    return uuid4_str()
 
 
 class _EventMapper:

@@ -29,6 +29,7 @@ import cattrs
 import orjson
 import trio
 
+from uamp_proto import _fastinit
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
 from uamp_proto.interrupts import Answer, refusal
 from uamp_proto.types import (
@@ -145,7 +146,9 @@ def _as_list(items: Sequence[Any]) -> list[Any]:
     return list(items)
 
 
-@attrs.define(slots=False, kw_only=True, eq=False)
+# No on_setattr hooks: with them (attrs' default when a field has a converter)
+# every store, the 25 of __init__ included, ran through attrs' setter pipeline.
+@attrs.define(slots=False, kw_only=True, eq=False, on_setattr=attrs.setters.NO_OP)
 class ExecutionContext:
     """Everything a strategy works with (section 5.1), plus its operations.
 
@@ -735,3 +738,7 @@ def _describe(exc: BaseException) -> str:
 
 def _is_typeddict(tp: type) -> bool:
     return issubclass(tp, dict) and hasattr(tp, "__total__")
+
+
+#: Built once per run: the protocol's compiled constructor (:mod:`uamp_proto._fastinit`).
+FAST_INIT = _fastinit.install(globals())

@@ -8,7 +8,6 @@ the usage summed over every model call, and the parsed structured output.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import attrs
@@ -16,11 +15,13 @@ import attrs
 from uamp_proto.interrupts import Interrupt
 from uamp_proto.types import Message, ToolInvocation, ToolOutput, UsageCost, UsageStats
 
+from ._ids import uuid4_str
+
 __all__ = ["ToolExecution", "Turn", "add_usage"]
 
 
 def _uuid4() -> str:
-    return str(uuid.uuid4())
+    return uuid4_str()
 
 
 def _sum(a: int | None, b: int | None) -> int | None:
