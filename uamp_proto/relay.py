@@ -42,6 +42,7 @@ from .responder import TurnRequest
 
 __all__ = [
     "DEFAULT_PATH",
+    "REGISTER",
     "RECEIPT_SCHEME",
     "backoff_delay",
     "daemon_event",
@@ -51,6 +52,10 @@ __all__ = [
     "turn_input",
     "turn_request",
 ]
+
+#: The ``session.extensions`` flag of a daemon's ``session.create``: it registers
+#: the agent, whatever the relay lists (on ``/ws`` the first message decides).
+REGISTER: Final = "relay_register"
 
 #: Where a daemon dials when its URL has no path (what platforms' clients default to).
 DEFAULT_PATH: Final = "/ws"

@@ -481,6 +481,7 @@ def create_app(
             await clients.serve(pending, None, initial_data=data)
 
         app.relay = relay_platform.mount(app, serve_client, None if relay is True else relay)
+        app.ready_without_agents = True
         store = app.stores.event_log
         if isinstance(store, RedisEventLog):  # several relay processes (docs/relay.md)
             from .relay.shared import SharedRoutes

@@ -93,6 +93,7 @@ def running_haproxy(
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()  # its stderr ends with it
                 err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
                 raise RuntimeError(f"haproxy did not start: {err[-800:]}")
             time.sleep(0.1)

@@ -14,10 +14,13 @@ from collections.abc import Iterator
 
 import httpx
 import openai
+import orjson
 import pytest
+import redis
 import trio
 
 from tests._support.cli import spawn_serve, uamp_serve, wait_for_line
+from tests._support.haproxy import running_haproxy
 from tests.interop.test_relay import TIMEOUT, spawn_daemon, stop, wait_online
 from uamp_proto import events as ev
 from uamp_trio.client import connect
@@ -179,7 +182,7 @@ def test_a_daemon_that_goes_is_agent_offline_on_every_process(redis_url: str) ->
     assert refused.json()["error"]["code"] == "agent_offline"
 
 
-def test_a_relay_process_that_dies_is_agent_offline_on_the_others(redis_url: str) -> None:
+def test_a_relay_process_that_dies_interrupts_its_turns_and_is_agent_offline_on_the_others(redis_url: str) -> None:
     own_db = redis_url.rpartition("/")[0] + "/2"
     store = ("--relay", "--store", own_db, "--log-level", "warning")
     with uamp_serve(*store) as a:
@@ -198,5 +201,56 @@ def test_a_relay_process_that_dies_is_agent_offline_on_the_others(redis_url: str
                 stop(daemon)
     error = seen[-1]
     assert isinstance(error, ev.ResponseErrorEvent), [e.type for e in seen]
-    assert error.error.code == "agent_offline"
+    assert error.error.code == "interrupted"  # the turn is lost; the agent may come back
     assert 3 <= len(texts(seen)) < 400
+
+
+def test_a_daemon_behind_a_load_balancer_moves_to_a_live_relay_when_its_own_dies(
+    redis_url: str,
+) -> None:
+    """Three relays behind haproxy; the one holding the daemon is killed -9 mid-turn.
+
+    The client (on another relay) gets ``interrupted``; the daemon reconnects
+    through haproxy to a live relay, and the next turn is answered there.
+    """
+    own_db = redis_url.rpartition("/")[0] + "/3"
+    # haproxy's health checks: no access log filling a pipe nobody reads.
+    store = ("--relay", "--store", own_db, "--log-level", "warning", "--no-access-log")
+    procs = [spawn_serve(*store) for _ in range(3)]
+    daemon = None
+    try:
+        urls = [wait_for_line(p, r"serving on (https?://[\d.]+:\d+)").group(1) for p in procs]
+        with running_haproxy([u.removeprefix("http://") for u in urls]) as balancer:
+            daemon = spawn_daemon(balancer, "slow")
+            for url in urls:
+                wait_online(url, {"slow"})
+            routes = redis.Redis.from_url(own_db)
+            try:
+                owner_node = orjson.loads(routes.hget("uamp:relay:agents", "slow"))["node"]
+            finally:
+                routes.close()
+            owner = next(p for p in procs if owner_node.startswith(f"{p.pid}-"))
+            client = urls[(procs.index(owner) + 1) % 3]
+            seen = trio.run(kill_mid_stream, client, owner)
+            try:
+                wait_online(client, {"slow"})  # back, through a live relay
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\ndaemon said:\n{stop(daemon)[-3000:]}") from None
+            after = trio.run(respond_briefly, client)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        if daemon is not None:
+            stop(daemon)
+    error = seen[-1]
+    assert isinstance(error, ev.ResponseErrorEvent), [e.type for e in seen]
+    assert error.error.code == "interrupted"
+    assert 3 <= len(texts(seen)) < 400
+    assert after[-1].type == "response.cancelled"  # a whole new turn, answered
+    assert texts(after)[:3] == ["tick 0 ", "tick 1 ", "tick 2 "]
+
+
+async def respond_briefly(base: str) -> list[ev.Event]:
+    """Three deltas of ``slow`` through ``base``, then a cancel."""
+    return await respond(base, "slow", "again", cancel_after=3)

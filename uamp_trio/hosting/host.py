@@ -95,6 +95,10 @@ class Host:
         #: serves the app (started when it starts listening; the relay's
         #: routes shared between processes, docs/relay.md).
         self.services: list[Callable[[], Awaitable[None]]] = []
+        #: Ready (``/readyz``) while it hosts no agent: a relay, whose agents
+        #: come with the daemons that dial in, through the load balancer that
+        #: asks it whether it is ready.
+        self.ready_without_agents = False
         self._draining = False
         #: Set when a graceful shutdown begins (:attr:`draining`): long-lived
         #: streams with nothing in flight end then instead of holding the

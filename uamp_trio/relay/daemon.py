@@ -67,7 +67,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError
 from uamp_proto.errors import UampError
-from uamp_proto.relay import backoff_delay, daemon_url, turn_request
+from uamp_proto.relay import REGISTER, backoff_delay, daemon_url, turn_request
 from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
 
 from ..client.uamp import ClientError, open_websocket
@@ -145,10 +145,14 @@ class DaemonHost:
             token = tokens.get(name)
             if token is not None:
                 named["token"] = token
+            # ``extensions.relay_register``: a registration even on ``/ws`` while
+            # the relay still lists the name (its old daemon's process just died).
             create = ev.SessionCreate(
                 session_id=sid,
                 uamp_version="1.0",
-                session=ty.SessionConfig(modalities=["text"], unknown=named),
+                session=ty.SessionConfig(
+                    modalities=["text"], extensions={REGISTER: True}, unknown=named
+                ),
             )
             self._owe(create)
         #: Set once every agent was answered (registered or refused).

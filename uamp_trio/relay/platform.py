@@ -6,7 +6,8 @@ Theory of operation
 becomes a :class:`RelayEndpoint` and ``/agents/connect`` is added (always a
 daemon). On ``/ws`` the first message decides what the connection is
 (docs/relay.md, "client or daemon"): a ``session.create`` naming an agent
-that is neither hosted here nor connected now makes it a *daemon*; anything
+that is neither hosted here nor connected now, or flagged
+``extensions.relay_register`` (``uamp connect`` sends it), makes it a *daemon*; anything
 else makes it an ordinary UAMP client, served by the UAMP WebSocket endpoint
 with the bytes read so far.
 
@@ -59,7 +60,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError
 from uamp_proto.principal import Principal
-from uamp_proto.relay import daemon_event, for_daemon, receipt, turn_input
+from uamp_proto.relay import REGISTER, daemon_event, for_daemon, receipt, turn_input
 from uamp_proto.responder import Emit, ResponderError, TurnRequest
 
 from ..engines.http import Request, Response, json_response
@@ -797,6 +798,9 @@ class RelayEndpoint:
             return False
         if not isinstance(event, ev.SessionCreate) or not event.agent:
             return False
+        extensions = event.session.extensions if event.session is not None else None
+        if extensions and extensions.get(REGISTER) is True:
+            return True  # a daemon says so (it may be taking the name over)
         return not self.relay.live(event.agent)
 
     async def serve_daemon(self, pending: WebSocketRequest, initial_data: bytes) -> None:

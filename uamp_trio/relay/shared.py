@@ -35,7 +35,8 @@ turn's task cancelled here) is a ``cancel`` message to the owner, whose
 link then sends ``response.cancel`` to the daemon. A mid-stream
 ``payment.required`` parks the owner's turn until this process sends the
 token the client paid with (``paid``). An owner that stops beating fails the
-turn here with ``agent_offline``.
+turn here with ``interrupted`` (its daemon reconnects, through the load
+balancer, to a live process; until it has, the name is ``agent_offline``).
 
 *Take-over.* A daemon that registers a name here while another process
 serves it replaces that registration, as within one process: the other
@@ -59,6 +60,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError, from_dict, unstructure
 from uamp_proto.relay import turn_input, turn_request
+from uamp_proto.resume import INTERRUPTED
 from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
 
 from ..hosting.agents import AGENT_OFFLINE
@@ -116,7 +118,8 @@ class PeerLink:
 
         Raises:
             ResponderError: ``agent_offline`` (the owner or its daemon is
-                gone), or the turn's own error.
+                gone), ``interrupted`` (the owner stopped mid-turn), or the
+                turn's own error.
         """
         shared = self.shared
         turn = "rly_" + uuid.uuid4().hex
@@ -404,7 +407,7 @@ class SharedRoutes:
         Waits for at least one entry.
 
         Raises:
-            ResponderError: ``agent_offline`` once ``node`` stops beating.
+            ResponderError: ``interrupted`` once ``node`` stops beating.
         """
         key = self.out_key(turn)
         while True:
@@ -414,7 +417,9 @@ class SharedRoutes:
                 rows = found[0][1]
                 return rows[-1][0], [fields for _, fields in rows]
             if not await self.store.alive(node):
-                raise ResponderError(AGENT_OFFLINE, "The relay process serving it is gone.")
+                raise ResponderError(
+                    INTERRUPTED, "The relay process running this turn stopped before it finished."
+                )
 
     def _failed(self, exc: Exception) -> None:
         """Redis did not answer: one warning per outage, each failure at debug level."""

@@ -62,13 +62,13 @@ def mount(host: Host) -> None:
         return json_response({"name": "uamp", "version": __version__})
 
     async def readyz(request: Request) -> Response:
-        """``GET /readyz``: the server is serving and hosts agents."""
+        """``GET /readyz``: the server is serving and hosts agents (a relay: may host none yet)."""
         agents = list(host.agents)
         if host.background is None:
             reason = "the server is not serving (starting or stopped)"
         elif host.draining:
             reason = "the server is shutting down"
-        elif not agents:
+        elif not agents and not host.ready_without_agents:
             reason = "no agent is hosted"
         elif down := await stores_down():
             reason = "a store does not answer: " + ", ".join(down)

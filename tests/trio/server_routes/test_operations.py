@@ -58,6 +58,13 @@ async def test_readyz_is_503_without_agents(serve_app: Any) -> None:
     assert (await get(server, "/healthz")).status_code == 200
 
 
+async def test_a_relay_is_ready_before_any_daemon_connects(serve_app: Any) -> None:
+    # A load balancer asks /readyz before it lets the first daemon through.
+    server = await serve_app(create_app([], relay=True))
+    ready = await get(server, "/readyz")
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready", "agents": []})
+
+
 async def test_readyz_is_503_while_the_app_is_not_served() -> None:
     app = create_app([DemoAgent()])
     endpoint = app.endpoint_for(Request(method="GET", path="/readyz"))
