@@ -42,8 +42,8 @@ from .responder import TurnRequest
 
 __all__ = [
     "DEFAULT_PATH",
-    "REGISTER",
     "RECEIPT_SCHEME",
+    "REGISTER",
     "backoff_delay",
     "daemon_event",
     "daemon_url",

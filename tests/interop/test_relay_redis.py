@@ -182,7 +182,9 @@ def test_a_daemon_that_goes_is_agent_offline_on_every_process(redis_url: str) ->
     assert refused.json()["error"]["code"] == "agent_offline"
 
 
-def test_a_relay_process_that_dies_interrupts_its_turns_and_is_agent_offline_on_the_others(redis_url: str) -> None:
+def test_a_relay_process_that_dies_interrupts_its_turns_and_is_agent_offline_on_the_others(
+    redis_url: str,
+) -> None:
     own_db = redis_url.rpartition("/")[0] + "/2"
     store = ("--relay", "--store", own_db, "--log-level", "warning")
     with uamp_serve(*store) as a:

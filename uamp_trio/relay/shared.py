@@ -60,8 +60,8 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import DecodeError, from_dict, unstructure
 from uamp_proto.relay import turn_input, turn_request
-from uamp_proto.resume import INTERRUPTED
 from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
+from uamp_proto.resume import INTERRUPTED
 
 from ..hosting.agents import AGENT_OFFLINE
 from ..stores._redis import open_redis, redis_where
