@@ -94,6 +94,7 @@ from uamp_proto.codec import unstructure
 from uamp_proto.interrupts import QUESTION, Answer, Interrupt
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import TOOL_CALL, Emit, ResponderError, TurnRequest
+from uamp_proto.types import EMPTY
 
 from ._ids import uuid4_str
 from .agent import Agent, NoModelError, agent
@@ -533,6 +534,7 @@ class _EventMapper:
             message = "Calling " + ", ".join(c.name for c in calls)
         elif kind == "checkpoint":
             message = str(data.get("checkpoint_id", ""))
+        step_id = data.get("step_id")
         await self.emit(
             ev.Progress(
                 target="response",
@@ -540,6 +542,8 @@ class _EventMapper:
                 stage=kind,
                 message=message,
                 step=step,
+                # The step's UUIDv4 (spec 002 section 3.4), an extra field.
+                unknown={"step_id": step_id} if step_id else EMPTY,
             )
         )
 

@@ -215,7 +215,11 @@ class ExecutionContext:
 
     def __attrs_post_init__(self) -> None:
         messages = [self.input] if self.input is not None else []
-        self.state = ExecutionState(messages=messages, metadata=dict(self._metadata or {}))
+        self.state = ExecutionState(
+            messages=messages,
+            metadata=dict(self._metadata or {}),
+            tool_executions=self.tool_executions,  # one list: the state sees every call
+        )
         self._tools = {t.name: t for t in self.tools}
 
     # --- read-only views ------------------------------------------------------
@@ -263,13 +267,16 @@ class ExecutionContext:
         response_format: ResponseFormat | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         step: int | None = None,
+        thinking: bool = False,
     ) -> ModelResponse:
         """Call the model once; stream its events to the consumer when streaming.
 
         ``tools`` defaults to all of the agent's tools (pass ``[]`` for none);
         ``tool_choice`` to the run's :attr:`tool_choice` when tools are
         offered. The usage is added to the run's and the step's totals, then
-        budget checks run.
+        budget checks run. ``thinking``: the reply is the agent's reasoning,
+        not its answer (``react``'s reasoning phase): its text is streamed
+        as :class:`~uamp_proto.events.Thinking`.
 
         Raises:
             ProviderError: The provider failed, or its stream had no response.
@@ -289,11 +296,14 @@ class ExecutionContext:
         with model_span(self.agent_id, self.llm) as span:
             if self._emitter is None:
                 response = await self.llm.generate(request)
+            elif thinking:
+                response = await self._stream_thoughts(request)
             elif self.stream_model:
                 response = await self._stream_model(request)
             else:
                 response = await self.llm.generate(request)
                 await self._emit_whole(response)
+            span.set("uap.step_id", self.state.step_id)
             span.set("gen_ai.response.model", response.model)
             span.set("gen_ai.response.finish_reasons", [response.finish_reason])
             if response.usage is not None:
@@ -329,6 +339,40 @@ class ExecutionContext:
             raise ProviderError(f"the {self.llm.name} stream ended without a response")
         self._partial_text = []
         return response
+
+    async def _stream_thoughts(self, request: ModelRequest) -> ModelResponse:
+        """A model call whose reply is reasoning: its text goes out as thinking."""
+        emitter = self._emitter
+        assert emitter is not None
+        if not self.stream_model:
+            response = await self.llm.generate(request)
+            text = response.message.text or response.thinking
+            if text:
+                thought = Thinking(content=text, is_delta=True, stage="reasoning")
+                await emitter(AgentStreamEvent(source="upp", upp=thought))
+            if response.usage is not None:
+                await emitter(AgentStreamEvent(source="upp", upp=UsageDelta(delta=response.usage)))
+            return response
+        found: ModelResponse | None = None
+        events = self.llm.stream(request)
+        try:
+            async for event in events:
+                if isinstance(event, ModelResponse):
+                    found = event
+                    continue
+                if isinstance(event, ResponseDelta):
+                    if not isinstance(event.delta, DeltaText):
+                        continue  # a reasoning call offers no tools
+                    event = Thinking(content=event.delta.text, is_delta=True, stage="reasoning")
+                await emitter(AgentStreamEvent(source="upp", upp=event))
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+        if found is None:
+            raise ProviderError(f"the {self.llm.name} stream ended without a response")
+        return found
 
     async def _emit_whole(self, response: ModelResponse) -> None:
         """Emit a reply fetched whole as a stream of it would end: thinking, text, usage."""
@@ -521,6 +565,7 @@ class ExecutionContext:
                         raise Suspended  # the parent's call is what pauses
                     self._suspended.add(call.id)
                     return
+                span.set("uap.step_id", tctx.step_id)
                 if output.is_error:
                     span.set("error.type", "tool_error")
             outputs[index] = output

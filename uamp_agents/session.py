@@ -64,10 +64,10 @@ from .serialization import (
     now_iso,
 )
 from .thread import Thread, ThreadNode, ThreadTree
+from .turn import Turn
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentInput
-    from .turn import Turn
 
 __all__ = [
     "CHECKPOINT_INTERVALS",
@@ -93,15 +93,23 @@ def _copy_threads(threads: dict[str, Thread]) -> dict[str, Thread]:
 
 
 def _sub_agent_states(
-    turn: Turn, *, parent_session_id: str, created_at: str
+    turn: Turn,
+    *,
+    parent_session_id: str,
+    created_at: str,
+    ids: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """SessionJSON of each sub-agent run of ``turn`` (UAP 6.5 rule 1, 8.4)."""
+    """SessionJSON of each sub-agent run of ``turn`` (UAP 6.5 rule 1, 8.4).
+
+    ``ids`` keeps the sub-session id given to each child turn, so a step's
+    checkpoint and the turn's name the same sub-agent state alike.
+    """
     out: dict[str, dict[str, Any]] = {}
     for execution in turn.tool_executions:
         for child in execution.child_turns:
             tree = ThreadTree()
             tree.root.thread.append(child.messages)
-            sub_id = new_id()
+            sub_id = new_id() if ids is None else ids.setdefault(child.id, new_id())
             out[sub_id] = {
                 "version": UAP_VERSION,
                 "id": sub_id,
@@ -291,7 +299,12 @@ class Session:
                 plan=_plan_json(getattr(state, "plan", None)),
             ),
             sub_agent_states=dict(self.sub_agent_states),
-            metadata={"reason": reason, **({"turnId": turn.id} if turn is not None else {})},
+            metadata={
+                "reason": reason,
+                **({"turnId": turn.id} if turn is not None else {}),
+                # The step's UUIDv4 (UAP 3.4), for a checkpoint made at a step.
+                **({"stepId": state.step_id} if getattr(state, "step_id", None) else {}),
+            },
             owner=self.owner,
             query_threads=_copy_threads(self.query_threads),
         )
@@ -547,6 +560,8 @@ class SessionStream:
         self._run_messages: list[Message] = []
         self._steps_seen = 0
         self._last_step_checkpoint: Checkpoint | None = None
+        self._base_subs = dict(sess.sub_agent_states)
+        self._sub_ids: dict[str, str] = {}
         self._turn: Turn | None = None
         self._finished = False
         history = sess.thread_tree.history()
@@ -582,6 +597,20 @@ class SessionStream:
         self._set_run_messages(messages)
         self._steps_seen = max(self._steps_seen, step)
         sess.step = self._base_step + self._steps_seen
+        executions = getattr(state, "tool_executions", None)
+        if executions:
+            # The sub-agent conversations of the steps so far belong to this
+            # step's checkpoint (UAP 6.5), not only to the turn's last one.
+            so_far = Turn(
+                messages=[],
+                response=Message(role="assistant", content=""),
+                tool_executions=list(executions),
+            )
+            sess.sub_agent_states.update(
+                _sub_agent_states(
+                    so_far, parent_session_id=sess.id, created_at=now_iso(), ids=self._sub_ids
+                )
+            )
         sess._touch()
         if not (sess.checkpoints_enabled and sess.checkpoint_interval == "step"):
             return None
@@ -601,7 +630,9 @@ class SessionStream:
         self._set_run_messages(list(turn.messages))
         sess.step = self._base_step + max(turn.steps, self._steps_seen)
         sess.sub_agent_states.update(
-            _sub_agent_states(turn, parent_session_id=sess.id, created_at=now_iso())
+            _sub_agent_states(
+                turn, parent_session_id=sess.id, created_at=now_iso(), ids=self._sub_ids
+            )
         )
         sess._touch()
         if sess.checkpoints_enabled:
@@ -636,6 +667,7 @@ class SessionStream:
                 self._finished = True
                 self._set_run_messages([])
                 self._session.step = self._base_step
+                self._session.sub_agent_states = dict(self._base_subs)
                 self._session._running = False
                 # The run's own error is the one to raise.
                 with contextlib.suppress(Exception):

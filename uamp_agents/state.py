@@ -53,6 +53,9 @@ class ExecutionState:
         reasoning: ReAct reasoning traces, one per step.
         plan: The plan of the plan() strategy.
         step_id: UUIDv4 of the current step (spec 002 section 3.4).
+        tool_executions: The run's tool calls so far
+            (:class:`~uamp_agents.turn.ToolExecution`, sub-agent turns
+            included): what a step's checkpoint records of its sub-agents.
     """
 
     step: int = 0
@@ -61,3 +64,4 @@ class ExecutionState:
     reasoning: list[str] | None = None
     plan: list[PlanStep] | None = None
     step_id: str | None = None
+    tool_executions: list[Any] = attrs.field(factory=list, repr=False)

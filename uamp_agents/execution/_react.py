@@ -54,7 +54,7 @@ class ReactStrategy(ExecutionStrategy):
             if observations is not None:
                 prompt_text = f"Observations:\n\n{observations}\n\n{self.reasoning_prompt}"
             prompt = Message(role="user", content=prompt_text)
-            thought = await context.generate(context.conversation(prompt), tools=[])
+            thought = await context.generate(context.conversation(prompt), tools=[], thinking=True)
             reasoning = thought.message.text or (thought.thinking or "")
             state.reasoning.append(reasoning)
             await context.strategy.call("on_reason", step, reasoning)

@@ -37,6 +37,7 @@ UAMP event                                AG-UI events
 ``response.delta`` tool_progress          ``ACTIVITY_SNAPSHOT`` (``TOOL_PROGRESS``)
 ``progress`` target ``state``             ``STATE_SNAPSHOT`` / ``STATE_DELTA`` (see below)
 ``progress`` stage start/end              ``STEP_STARTED`` / ``STEP_FINISHED``
+                                          (also stages ``step_start``/``step_end``)
 ``progress`` other stages                 ``ACTIVITY_SNAPSHOT`` (``PROGRESS``)
 ``usage.delta``                           summed into ``RUN_FINISHED.usage``
 other known events (audio, payment ...)   ``CUSTOM`` named after the UAMP event type
@@ -115,8 +116,10 @@ __all__ = [
 
 #: The ``progress.target`` that carries AG-UI agent state.
 STATE_TARGET = "state"
-_STEP_START = frozenset({"start", "started", "begin"})
-_STEP_END = frozenset({"end", "done", "finished", "complete", "completed", "failed", "error"})
+_STEP_START = frozenset({"start", "started", "begin", "step_start"})
+_STEP_END = frozenset(
+    {"end", "done", "finished", "complete", "completed", "failed", "error", "step_end"}
+)
 _ROLES = frozenset({"user", "assistant", "system", "developer", "tool", "activity", "reasoning"})
 #: Keys of an input message echoed in ``MESSAGES_SNAPSHOT``.
 _MESSAGE_KEYS = (
@@ -767,8 +770,11 @@ class RunEncoder:
             return self._state_event(event)
         key = event.target + (f":{event.target_id}" if event.target_id else "")
         stage = (event.stage or "").lower()
+        if stage.startswith("step_") and event.step is not None:
+            # A UAP step of the agent (uamp_agents.bridge): one AG-UI step each.
+            key = f"{key}#{event.step}"
         if stage in _STEP_START and key not in self._steps:
-            name = event.message or key
+            name = f"step {event.step}" if stage == "step_start" else (event.message or key)
             self._steps[key] = name
             return [{"type": "STEP_STARTED", "stepName": name}]
         if stage in _STEP_END and key in self._steps:
