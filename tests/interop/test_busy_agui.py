@@ -138,3 +138,16 @@ def test_a_bad_policy_is_400(thread_server: Any) -> None:
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_policy"
     assert agent.started == []
+
+
+def test_a_run_that_resumes_an_interrupt_is_not_held(thread_server: Any) -> None:
+    server, agent = _serve(thread_server, on_busy="reject")
+    first = _Run(server, _body("hold one", "r1"))
+    first.start()
+    until(lambda: agent.started == ["hold one"])
+    # RunAgentInput.resume answers an interrupt (docs/human-in-the-loop.md): never refused.
+    resume = [{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}]
+    events = _events(server, {**_body("two", "r2"), "resume": resume})
+    assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    agent.release.set()
+    assert _text(first.result()) == "echo hold one"

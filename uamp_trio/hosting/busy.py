@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -42,7 +43,18 @@ class Slot:
     (also of a message that never ran). Both are safe to repeat.
     """
 
-    __slots__ = ("_cancel", "_gate", "_held", "_key", "_ready", "stopped", "ticket", "waited")
+    __slots__ = (
+        "_cancel",
+        "_gate",
+        "_held",
+        "_key",
+        "_ready",
+        "handoff",
+        "inherited",
+        "stopped",
+        "ticket",
+        "waited",
+    )
 
     def __init__(self, gate: ConversationGate, key: Hashable, ticket: int, runs: bool) -> None:
         self._gate = gate
@@ -59,6 +71,13 @@ class Slot:
             self._ready.set()
         #: ``True`` while the conversation is this slot's; ``None`` once closed.
         self._held: bool | None = runs
+        #: What the run leaves to the next message of its conversation (the
+        #: transport's choice: the conversation as it now stands), set before
+        #: the slot closes; the next slot finds it in :attr:`inherited`.
+        self.handoff: Any = None
+        #: The :attr:`handoff` of the run this message waited for (``None``:
+        #: it did not wait, or that run left nothing).
+        self.inherited: Any = None
 
     @property
     def dropped(self) -> bool:
@@ -76,7 +95,14 @@ class Slot:
         if self.stopped is not None:
             cancel()
 
-    async def __aenter__(self) -> Slot:
+    async def wait(self) -> None:
+        """Wait for the message's turn; a wait that fails (cancelled) gives the place up.
+
+        Raises:
+            RuntimeError: The slot was closed.
+        """
+        if self.ticket < 0:
+            return  # a free slot (ConversationGate.free) never waits
         if self._held is None:
             raise RuntimeError("this slot was closed")
         try:
@@ -84,6 +110,9 @@ class Slot:
         except BaseException:
             self.close()
             raise
+
+    async def __aenter__(self) -> Slot:
+        await self.wait()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -92,7 +121,7 @@ class Slot:
     def close(self) -> None:
         """Give the conversation (or the place in its queue) up; the next message runs."""
         held, self._held = self._held, None
-        if held is None:
+        if held is None or self.ticket < 0:
             return
         self._gate._release(self._key, self, held)
 
@@ -163,6 +192,14 @@ class ConversationGate:
                 victim._stop("drop" if admission.drop else "keep")
         return slot
 
+    def free(self) -> Slot:
+        """A slot that holds nothing, for a message that is not a new turn.
+
+        A message that answers a paused run's question (docs/human-in-the-loop.md)
+        goes on with that run: it is never held, refused or stopped by the policy.
+        """
+        return Slot(self, None, -1, True)
+
     @asynccontextmanager
     async def turn(
         self, key: Hashable, principal: Principal, policy: BusyPolicy | None = None
@@ -182,4 +219,6 @@ class ConversationGate:
             return
         nxt = self.lanes.finish(key, slot.ticket)
         if nxt is not None:
-            self._slots[nxt]._wake()  # type: ignore[index]
+            following = self._slots[nxt]  # type: ignore[index]
+            following.inherited = slot.handoff
+            following._wake()

@@ -97,7 +97,8 @@ class AguiTransport:
             # A run on a thread whose run is active: the busy policy (docs/busy.md).
             policy = gate.policy(props)
             key = ("agui", request.principal.key, agent.name, run.thread_id)
-            slot = gate.enter(key, request.principal, policy)
+            # A run that resumes an interrupted one answers it: not a new turn.
+            slot = gate.free() if run.resume else gate.enter(key, request.principal, policy)
         except BusyError as exc:
             status = 400 if exc.code == INVALID_POLICY else 409
             raise HTTPError(status, str(exc), code=exc.code) from None

@@ -108,3 +108,11 @@ def test_the_host_gate_follows_the_server_config() -> None:
     assert gate.lanes.limits == BusyLimits(per_conversation=3, per_principal=4)
     with pytest.raises(ValueError, match="on_busy"):
         ServerConfig(on_busy="sometimes")
+
+
+async def test_a_free_slot_is_never_held_back() -> None:
+    gate = ConversationGate(default=BusyPolicy.REJECT)
+    async with gate.turn("c", P):
+        async with gate.free() as slot:  # an answer to a paused run, not a new turn
+            assert not slot.waited and not slot.interrupted
+        assert gate.lanes.running("c") is not None and gate.lanes.waiting("c") == []

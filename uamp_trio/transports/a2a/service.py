@@ -82,6 +82,7 @@ from uamp_proto import types as ty
 from uamp_proto.adapters import a2a, a2a_card, a2a_params
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.adapters.a2a_card import Interface
+from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, QUEUE_FULL, BusyError
 from uamp_proto.errors import UampError
 from uamp_proto.events import PaymentBalance
 from uamp_proto.ids import IdSource, random_ids
@@ -98,6 +99,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from ...engines import http as web
 from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, json_response
 from ...grpc import AVAILABLE as GRPC_AVAILABLE
+from ...hosting.busy import Slot
 from ...hosting.host import Host, Transport
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
@@ -170,10 +172,20 @@ class _Prepared:
     uamp_events: bool = False
     #: The agent's direct reply (a message instead of a task), once it came.
     reply: a2a.StoredMessage | None = None
+    #: The message's place in its context (docs/busy.md); closed when the turn ends.
+    slot: Slot | None = None
+    #: The conversation before this message (what a rolled-back turn leaves).
+    base: list[ty.Message] = attrs.Factory(list)
+    #: What a cancelled turn had said (``None``: the turn was not cancelled).
+    partial: list[ty.Message] | None = None
 
     async def release_unstarted(self) -> None:
-        """Free the charge of a turn that never started (a stream whose body never began)."""
-        if not self.started and self.charge is not None:
+        """Free the charge and the place of a turn that never started (a stream never begun)."""
+        if self.started:
+            return
+        if self.slot is not None:
+            self.slot.close()
+        if self.charge is not None:
             await self.charge.settle(None, used=False)
 
 
@@ -659,12 +671,52 @@ class A2ATransport:
             raise a2a.task_not_found(task_id)
         return task, feed
 
+    def _enter(self, call: Call, context_id: str, metadata: Any, message: a2a.A2AMessage) -> Slot:
+        """The message's place in its context under the busy policy (docs/busy.md).
+
+        Raises:
+            A2AError: refused (``conversation_busy`` 409, ``queue_full`` 429)
+                or a bad ``uamp.on_busy`` (invalid params).
+        """
+        gate = self.app.conversations
+        principal = call.request.principal
+        # The send's metadata, else the message's, may name the policy.
+        named = isinstance(metadata, dict) and POLICY_KEY in metadata
+        try:
+            policy = gate.policy(metadata if named else message.metadata)
+            key = ("a2a", principal.key, call.agent.name, context_id)
+            return gate.enter(key, principal, policy)
+        except BusyError as exc:
+            if exc.code == INVALID_POLICY:
+                raise A2AError(a2a.INVALID_PARAMS, str(exc), data={"code": exc.code}) from None
+            status = 429 if exc.code == QUEUE_FULL else 409
+            raise A2AError(
+                a2a.UNSUPPORTED_OPERATION,
+                f"{exc!s} (context {context_id})",
+                data={"code": exc.code, "contextId": context_id},
+                http_status=status,
+            ) from None
+
     async def _prepare(self, call: Call, params: dict[str, Any], *, rest: bool) -> _Prepared:
-        """Validate a send and create (or resume) its task.
+        """Validate a send and create (or resume) its task, holding its place in the context.
 
         ``rest``: spec 004's task form, whose messages need no ``messageId``
         and whose payment refusal is a stored failed task.
         """
+        holder: list[Slot] = []
+        try:
+            prepared = await self._prepare_held(call, params, rest=rest, holder=holder)
+        except BaseException:
+            for slot in holder:
+                slot.close()
+            raise
+        prepared.slot = holder[0] if holder else None
+        return prepared
+
+    async def _prepare_held(
+        self, call: Call, params: dict[str, Any], *, rest: bool, holder: list[Slot]
+    ) -> _Prepared:
+        """The body of :meth:`_prepare`; the place it takes goes into ``holder``."""
         agent, request, dialect = call.agent, call.request, call.dialect
         if params.get("message") is None:
             raise A2AError(a2a.INVALID_PARAMS, "'message' is required.")
@@ -712,6 +764,8 @@ class A2ATransport:
                     a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
                 )
             a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
+            holder.append(self._enter(call, task.context_id, metadata, message))
+            base = list(task.conversation)
             if push_config is not None:
                 self._make_room(task, push_config)  # before any money is locked
             if task.pending_tool_calls:
@@ -743,6 +797,8 @@ class A2ATransport:
                 raise A2AError(
                     a2a.INVALID_PARAMS, f"Context {context_id} belongs to another agent."
                 )
+            holder.append(self._enter(call, context_id, metadata, message))
+            base = list(earlier.conversation) if earlier is not None else []
             task = A2ATask(
                 id=self.ids("task"),
                 context_id=context_id,
@@ -805,6 +861,7 @@ class A2ATransport:
             request_bytes=request.body,
             charge=charge,
             uamp_events=a2a.UAMP_EVENTS_EXTENSION in call.extensions,
+            base=base,
         )
 
     async def _execute(
@@ -850,6 +907,68 @@ class A2ATransport:
         write: Callable[[Update], Awaitable[None]] | None,
         live: _Live | None = None,
     ) -> None:
+        """Run one turn of a task once its context lets it (docs/busy.md); see :meth:`_turn`.
+
+        A task queued behind its context's running turn stays ``submitted``;
+        ``CancelTask`` ends its wait (then it is ``canceled``).
+        """
+        slot = prepared.slot
+        if slot is None:
+            await self._turn(agent, prepared, write, live)
+            return
+        task = prepared.task
+        if live is None:
+            live = _Live()
+        self._live[task.id] = live
+        ran = False
+        try:
+            with trio.CancelScope() as waiting:
+                live.cancel = waiting.cancel
+                if live.cancel_requested:
+                    waiting.cancel()
+                await slot.wait()
+            live.cancel = None
+            if waiting.cancelled_caught:
+                return
+            async with slot:
+                if slot.waited and prepared.new and slot.inherited is not None:
+                    # It waited for the context's earlier turns: it continues the
+                    # conversation as they left it, not as it was when it was sent.
+                    prepared.base = list(slot.inherited)
+                    task.conversation = [*slot.inherited, task.conversation[-1]]
+                    prepared.turn = attrs.evolve(prepared.turn, messages=list(task.conversation))
+                ran = True
+                try:
+                    await self._turn(agent, prepared, write, live)
+                finally:
+                    # What the next message of the context continues.
+                    if prepared.partial is None:
+                        slot.handoff = list(task.conversation)
+                    elif slot.dropped:  # rolled back: as if this message was never sent
+                        slot.handoff = list(prepared.base)
+                    else:  # interrupted: its partial answer stays
+                        slot.handoff = [*task.conversation, *prepared.partial]
+        finally:
+            if not ran:  # cancelled while it waited: it never runs
+                with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_WAIT):
+                    if prepared.charge is not None:
+                        await prepared.charge.settle(None, used=False)
+                    if not task.state.is_terminal:
+                        task.move(Trigger.CANCEL, _now())
+                        canceled = TaskRun(task, self.ids).status()
+                        await self._announce(task, [attrs.evolve(canceled, final=True)])
+                self._live.pop(task.id, None)
+                if live.primary is not None:
+                    live.primary.close()
+                live.done.set()
+
+    async def _turn(
+        self,
+        agent: Responder,
+        prepared: _Prepared,
+        write: Callable[[Update], Awaitable[None]] | None,
+        live: _Live | None = None,
+    ) -> None:
         """Run one turn of a task, telling ``write`` and subscribers every update."""
         task = prepared.task
         if live is None:
@@ -885,12 +1004,16 @@ class A2ATransport:
             await self.store.publish(task, [])  # working, in every process
             async with open_response(agent, prepared.turn, charge=prepared.charge) as turn:
                 live.cancel = turn.cancel
+                if prepared.slot is not None:
+                    prepared.slot.bind(turn.cancel)  # a later message may interrupt it
                 if live.cancel_requested:
                     turn.cancel()
                 async for event in turn:
                     await deliver(run.feed(event))
             outcome = turn.outcome
             assert outcome is not None
+            if outcome.status == "cancelled":
+                prepared.partial = outcome.tracker.messages()
             updates = run.end(outcome, _now())
             if outcome.status == "completed":
                 updates = self._sign(updates, task, outcome.tracker.text, prepared)
