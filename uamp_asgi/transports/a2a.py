@@ -16,7 +16,6 @@ resubscribing, push notifications, the HTTP+JSON and gRPC bindings are
 from __future__ import annotations
 
 import datetime
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -32,13 +31,16 @@ from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.sse import encode_json
 
 from ..app import Host
+from ..bounded import OwnedLRU
 from ..http import JsonReply, Reply, Request, StreamReply, Write
 from ..turns import run_turn
 
 __all__ = ["MAX_TASKS", "mount"]
 
-#: Tasks kept (all principals); the oldest go first.
+#: Tasks kept (all principals); the least recently used go first.
 MAX_TASKS: Final = 4096
+#: Tasks one principal keeps; its own oldest go first.
+MAX_TASKS_PER_PRINCIPAL: Final = 512
 
 
 def _now() -> str:
@@ -52,7 +54,7 @@ def _rpc(request_id: Any, result: Any) -> JsonReply:
 class _A2A:
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.tasks: OrderedDict[str, tuple[tuple[str, str], A2ATask]] = OrderedDict()
+        self.tasks: OwnedLRU[A2ATask] = OwnedLRU(per_owner=MAX_TASKS_PER_PRINCIPAL, total=MAX_TASKS)
 
     def card(self, agent: Responder, request: Request) -> dict[str, Any]:
         base = f"{request.scheme}://{request.headers.get('host', '127.0.0.1')}"
@@ -122,10 +124,10 @@ class _A2A:
             return JsonReply(a2a.error_response(call.id, exc, call.dialect))
 
     def _task(self, task_id: str, principal: Principal) -> A2ATask:
-        found = self.tasks.get(task_id)
-        if found is None or found[0] != principal.key:
+        found = self.tasks.get(principal, task_id)
+        if found is None:
             raise a2a.task_not_found(task_id)
-        return found[1]
+        return found
 
     async def _prepare(
         self, agent: Responder, request: Request, params: dict[str, Any]
@@ -165,9 +167,7 @@ class _A2A:
                 conversation=[message.to_uamp()],
                 tools=tools,
             )
-            self.tasks[task.id] = (principal.key, task)
-            while len(self.tasks) > MAX_TASKS:
-                self.tasks.popitem(last=False)
+            self.tasks.put(principal, task.id, task)
             trigger = Trigger.START
         token = request.headers.get("x-payment")
         turn = TurnRequest(
@@ -212,7 +212,7 @@ class _A2A:
         updates = run.end(outcome, _now())
         await deliver(updates)
         if run.reply is not None:
-            self.tasks.pop(task.id, None)  # a direct reply is no task
+            self.tasks.pop(turn.principal, task.id)  # a direct reply is no task
         return run.reply
 
     def _stream(

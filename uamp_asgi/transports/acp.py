@@ -18,7 +18,6 @@ stdio client names are ``uamp serve``'s.
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from typing import Any, Final
 
 import anyio
@@ -33,6 +32,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
 from ..app import Host
+from ..bounded import OwnedLRU
 from ..http import JsonReply, Reply, Request
 from ..turns import Turn
 from ..websocket import Closed, WebSocket
@@ -61,23 +61,19 @@ class _Session:
 
 class _Sessions:
     def __init__(self) -> None:
-        self._all: OrderedDict[str, _Session] = OrderedDict()
+        self._all: OwnedLRU[_Session] = OwnedLRU(
+            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_SESSIONS
+        )
 
     def create(self, agent: str, owner: Principal) -> _Session:
         session = _Session(f"sess_{uuid.uuid4().hex}", owner.key, agent)
-        self._all[session.id] = session
-        mine = [s for s in self._all.values() if s.owner == owner.key]
-        if len(mine) > MAX_SESSIONS_PER_PRINCIPAL:
-            del self._all[mine[0].id]
-        while len(self._all) > MAX_SESSIONS:
-            self._all.popitem(last=False)
+        self._all.put(owner, session.id, session)
         return session
 
     def get(self, agent: str, session_id: str, owner: Principal) -> _Session:
-        found = self._all.get(session_id)
-        if found is None or found.owner != owner.key or found.agent != agent:
+        found = self._all.get(owner, session_id)
+        if found is None or found.agent != agent:
             raise acp.unknown_session(session_id)
-        self._all.move_to_end(session_id)
         return found
 
 

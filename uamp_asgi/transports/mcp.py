@@ -15,7 +15,6 @@ notifications while a call runs are ``uamp serve``'s.
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from typing import Any, Final
 
 from uamp_proto import jsonrpc as rpc
@@ -26,14 +25,17 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
 from ..app import Host
+from ..bounded import OwnedLRU
 from ..http import JsonReply, Reply, Request
 from ..turns import run_turn
 
 __all__ = ["MAX_CONVERSATIONS", "MAX_SESSIONS", "mount"]
 
 SESSION_HEADER: Final = "mcp-session-id"
-#: Open MCP sessions kept (all principals); the oldest go first.
+#: Open MCP sessions kept (all principals); the least recently used go first.
 MAX_SESSIONS: Final = 4096
+#: MCP sessions (and named conversations) one principal keeps; its own oldest go first.
+MAX_SESSIONS_PER_PRINCIPAL: Final = 64
 #: Named conversations kept (all principals); the oldest go first.
 MAX_CONVERSATIONS: Final = 4096
 #: Messages a named conversation keeps.
@@ -48,8 +50,13 @@ def _refused(status: int, message: str) -> JsonReply:
 class _Mcp:
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.sessions: OrderedDict[str, tuple[str, tuple[str, str]]] = OrderedDict()
-        self.conversations: OrderedDict[tuple[Any, ...], list[ty.Message]] = OrderedDict()
+        #: The agent of each open MCP session, by its owner and id.
+        self.sessions: OwnedLRU[str] = OwnedLRU(
+            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_SESSIONS
+        )
+        self.conversations: OwnedLRU[list[ty.Message]] = OwnedLRU(
+            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_CONVERSATIONS
+        )
 
     async def endpoint(self, request: Request) -> Reply:
         agent = self.host.resolve_agent(request.path_params)
@@ -57,9 +64,9 @@ class _Mcp:
             return _refused(405, "This server sends no messages of its own: POST requests.")
         if request.method == "DELETE":
             peer = request.headers.get(SESSION_HEADER, "")
-            if self.sessions.get(peer) != (agent.name, request.principal.key):
+            if self.sessions.get(request.principal, peer) != agent.name:
                 return _refused(404, "Session not found.")
-            del self.sessions[peer]
+            self.sessions.pop(request.principal, peer)
             return JsonReply({})
         try:
             batch = rpc.decode(request.body)
@@ -71,15 +78,13 @@ class _Mcp:
         headers: list[tuple[str, str]] = []
         if opening:
             peer = uuid.uuid4().hex
-            self.sessions[peer] = (agent.name, request.principal.key)
-            while len(self.sessions) > MAX_SESSIONS:
-                self.sessions.popitem(last=False)
+            self.sessions.put(request.principal, peer, agent.name)
             headers.append((SESSION_HEADER, peer))
         elif not discover:
             peer = request.headers.get(SESSION_HEADER, "")
             if not peer:
                 return _refused(400, "The Mcp-Session-Id header is required; send initialize.")
-            if self.sessions.get(peer) != (agent.name, request.principal.key):
+            if self.sessions.get(request.principal, peer) != agent.name:
                 return _refused(404, "Session not found: send initialize again.")
 
         async def handle(item: rpc.Message | rpc.Invalid) -> rpc.Message | None:
@@ -123,8 +128,9 @@ class _Mcp:
         if call.prompt is None:
             return mcp.error_result(call.problem or "Bad arguments.")
         principal: Principal = request.principal
-        key = (principal.key, agent.name, call.session)
-        history = self.conversations.get(key, []) if call.session is not None else []
+        key = f"{agent.name}\x00{call.session}"
+        kept = self.conversations.get(principal, key) if call.session is not None else None
+        history = kept or []
         token = call.payment_token or request.headers.get("x-payment")
         response_id = f"resp_{uuid.uuid4().hex}"
         try:
@@ -156,11 +162,8 @@ class _Mcp:
                 meta=meta,
             )
         if call.session is not None:
-            kept = [*history, message, *outcome.tracker.messages()][-MAX_MESSAGES:]
-            self.conversations[key] = kept
-            self.conversations.move_to_end(key)
-            while len(self.conversations) > MAX_CONVERSATIONS:
-                self.conversations.popitem(last=False)
+            grown = [*history, message, *outcome.tracker.messages()][-MAX_MESSAGES:]
+            self.conversations.put(principal, key, grown)
         text = outcome.tracker.text
         signer = self.host.config.response_signer
         if signer is not None:

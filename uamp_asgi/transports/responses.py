@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
 from typing import Any
 
 import attrs
@@ -39,13 +38,16 @@ from uamp_proto.sse import encode_json
 from uamp_proto.tool_rounds import ToolRoundStore
 
 from ..app import Host
+from ..bounded import OwnedLRU
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
 from ..turns import run_turn
 
 __all__ = ["MAX_STORED", "mount"]
 
-#: Stored responses kept (all principals); the oldest go first.
+#: Stored responses kept (all principals); the least recently used go first.
 MAX_STORED = 4096
+#: Stored responses one principal keeps; its own oldest go first.
+MAX_STORED_PER_PRINCIPAL = 512
 BALANCE_HEADER = "x-uamp-payment-balance"
 
 
@@ -59,20 +61,19 @@ class _Responses:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.rounds = ToolRoundStore()
-        self.stored: OrderedDict[tuple[tuple[str, str], str], _Stored] = OrderedDict()
+        self.stored: OwnedLRU[_Stored] = OwnedLRU(
+            per_owner=MAX_STORED_PER_PRINCIPAL, total=MAX_STORED
+        )
 
     def _keep(self, principal: Principal, rid: str, item: _Stored) -> None:
-        self.stored[(principal.key, rid)] = item
-        while len(self.stored) > MAX_STORED:
-            self.stored.popitem(last=False)
+        self.stored.put(principal, rid, item)
 
-    def _find(self, request: Request) -> tuple[tuple[tuple[str, str], str], _Stored]:
-        key = (request.principal.key, request.path_params["response_id"])
-        found = self.stored.get(key)
+    def _find(self, request: Request) -> _Stored:
+        rid = request.path_params["response_id"]
+        found = self.stored.get(request.principal, rid)
         if found is None:
-            rid = request.path_params["response_id"]
             raise HTTPError(404, f"No response found with id '{rid}'.", code="not_found")
-        return key, found
+        return found
 
     def _final(self, outcome: ResponseOutcome, turn: TurnRequest) -> ev.Event:
         if outcome.final is not None:
@@ -108,7 +109,7 @@ class _Responses:
         turn = parsed.turn
         if parsed.previous_response_id is not None:
             request.path_params["response_id"] = parsed.previous_response_id
-            _, previous = self._find(request)
+            previous = self._find(request)
             turn = attrs.evolve(turn, messages=[*previous.history, *turn.messages])
         turn = self.rounds.restore(principal, turn)
         token = request.headers.get("x-payment")
@@ -173,12 +174,12 @@ class _Responses:
         return StreamReply(produce, on_close=release)
 
     async def retrieve(self, request: Request) -> Reply:
-        return JsonReply(self._find(request)[1].body)
+        return JsonReply(self._find(request).body)
 
     async def delete(self, request: Request) -> Reply:
-        key, _ = self._find(request)
-        del self.stored[key]
+        self._find(request)
         rid = request.path_params["response_id"]
+        self.stored.pop(request.principal, rid)
         return JsonReply({"id": rid, "object": "response.deleted", "deleted": True})
 
 

@@ -25,7 +25,7 @@ resumed connection follows the log until it ends.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any, Final
 
 import anyio
@@ -35,7 +35,7 @@ import orjson
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.capabilities import session_view
-from uamp_proto.connection import NEED_DATA, ServerConnection, SessionContext
+from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection, SessionContext
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
@@ -43,6 +43,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.resume import RESUMED, ResumeError, resume_from
 
 from ..app import Host
+from ..bounded import OwnedLRU
 from ..http import HTTPError
 from ..turns import Turn
 from ..websocket import Closed, WebSocket
@@ -53,6 +54,8 @@ __all__ = ["MAX_SESSIONS", "RETAIN", "SessionLog", "mount"]
 RETAIN: Final = 2048
 #: Sessions whose logs are kept (all principals); the least recently used go first.
 MAX_SESSIONS: Final = 4096
+#: Session logs one principal keeps; its own least recently used go first.
+MAX_SESSIONS_PER_PRINCIPAL: Final = 256
 SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
 _TERMINAL = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 
@@ -94,25 +97,20 @@ class _Record:
 
 
 class SessionLog:
-    """Every session's :class:`_Record`, by (owner, session id); bounded."""
+    """Every session's :class:`_Record`, by owner and session id; bounded (:mod:`..bounded`)."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self.max_sessions = max_sessions
-        self._records: OrderedDict[tuple[tuple[str, str], str], _Record] = OrderedDict()
+        per_owner = min(MAX_SESSIONS_PER_PRINCIPAL, max_sessions)
+        self._records: OwnedLRU[_Record] = OwnedLRU(per_owner=per_owner, total=max_sessions)
 
     def open(self, owner: Principal, sid: str, agent: str) -> _Record:
         record = _Record(agent)
-        self._records[(owner.key, sid)] = record
-        while len(self._records) > self.max_sessions:
-            self._records.popitem(last=False)
+        self._records.put(owner, sid, record)
         return record
 
     def find(self, owner: Principal, sid: str) -> _Record | None:
         """The caller's session ``sid`` (another principal's: ``None``, as a missing one)."""
-        record = self._records.get((owner.key, sid))
-        if record is not None:
-            self._records.move_to_end((owner.key, sid))
-        return record
+        return self._records.get(owner, sid)
 
 
 def _event_id(frame: bytes) -> str:
@@ -132,7 +130,7 @@ class _Connection:
         self.log = log
         self.ws = ws
         self.fixed = fixed
-        self.conn = ServerConnection()
+        self.conn = ServerConnection(ConnectionConfig(max_sessions=host.config.max_sessions))
         self.agents: dict[str, Responder] = {}
         self.records: dict[str, _Record] = {}
         self.turns: dict[str, Turn] = {}
