@@ -490,7 +490,6 @@ class Agent:
     async def _run_strategy(
         self, exe: ExecutionContext, mctx: MiddlewareContext, abort: trio.CancelScope
     ) -> Turn:
-        started = trio.current_time()
         turn: Turn | None = None
         try:
             with abort:
@@ -501,6 +500,7 @@ class Agent:
                 elif mctx.deadline is None:
                     turn = await self.execution.execute(exe)
                 else:
+                    started = trio.current_time()  # (only a deadline needs the clock)
                     with trio.move_on_at(mctx.deadline) as timer:
                         turn = await self.execution.execute(exe)
                     if timer.cancelled_caught:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ from uamp_proto.types import (
     UsageStats,
 )
 
+from ._ids import uuid4_str
 from ._schema import validate
 from .approval import CALL_KEY, ApprovalPolicy, Interrupter, Suspended, ask_question, tool_requires
 from .errors import (
@@ -629,7 +629,7 @@ class ExecutionContext:
         """
         self.state.step += 1
         step = self.state.step
-        step_id = self.state.step_id = str(uuid.uuid4())
+        step_id = self.state.step_id = uuid4_str()
         self._step_start_index[step] = len(self.state.messages)
         self.run_checks()
         await self.strategy.call("on_step_start", step, self.state)

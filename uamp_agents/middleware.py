@@ -108,6 +108,9 @@ async def run_pipeline(middleware: Sequence[Any], context: MiddlewareContext, co
         TypeError: An ``after`` hook returned something that is not a Turn.
     """
 
+    if not middleware:  # the common agent: no onion to build
+        return await core(context)
+
     async def layer(index: int, ctx: MiddlewareContext) -> Turn:
         if index == len(middleware):
             return await core(ctx)
