@@ -103,6 +103,7 @@ __all__ = [
     "ClientConnection",
     "Connection",
     "ConnectionConfig",
+    "HeldResponse",
     "ResponseState",
     "Role",
     "ServerConnection",
@@ -173,6 +174,13 @@ class ConnectionConfig:
         max_delta_window: The largest delta window a server grants.
         delta_window: The window a client asks for when it opts in (None: no
             flow control).
+        on_busy: A server's say on a ``response.create`` while its session's
+            response slot is busy (docs/busy.md): called with the session id
+            and the event, it returns a token (any object) and the create is
+            *held* -- its input taken now, its response started later by
+            :meth:`Connection.start_held` -- or raises
+            :class:`~uamp_proto.errors.LocalProtocolError`, which refuses it.
+            ``None`` (the default): refused with ``response_in_progress``.
     """
 
     ids: IdSource = random_ids
@@ -183,6 +191,7 @@ class ConnectionConfig:
     max_queued: int = attrs.field(default=1024)
     max_delta_window: int = attrs.field(default=1024)
     delta_window: int | None = None
+    on_busy: Callable[[str, ev.ResponseCreate], object] | None = None
 
     @max_sessions.validator
     @max_event_size.validator
@@ -244,6 +253,12 @@ class SessionContext:
         self.chats: set[str] = {self.chat} if self.chat else set()
         #: The session's voice call (sections 5.16, 7.3).
         self.call = Call()
+        #: ``response.create`` events held while the slot was busy
+        #: (:attr:`ConnectionConfig.on_busy`), oldest first.
+        self.held: list[HeldResponse] = []
+        #: The response whose turn is dropped from :attr:`history` when it
+        #: ends (rolled back, docs/busy.md), or ``None``.
+        self.drop_response: str | None = None
 
     def chat_of(self, event: ev.Event) -> str | None:
         """The chat an ``input.text`` / ``input.typing`` / ``message.read`` belongs to, or ``None``.
@@ -330,11 +345,33 @@ class SessionContext:
     def _finish_response(self, keep_output: bool) -> None:
         tracker = self.response
         if tracker is not None:
-            self.history.extend(tracker.input_messages)
-            if keep_output:
-                self.history.extend(tracker.messages())
+            if tracker.response_id == self.drop_response:
+                self.drop_response = None  # rolled back: its turn leaves no trace
+            else:
+                self.history.extend(tracker.input_messages)
+                if keep_output:
+                    self.history.extend(tracker.messages())
             self.finished_responses.append(tracker.response_id)
         self.response = None
+
+
+@attrs.define(kw_only=True)
+class HeldResponse:
+    """A ``response.create`` held while its session's response slot was busy.
+
+    Attributes:
+        token: What :attr:`ConnectionConfig.on_busy` returned for it.
+        create: The event.
+        response_id: The id its response gets.
+        messages: The input it took when it arrived.
+        context: Its ``input.text.context``.
+    """
+
+    token: object
+    create: ev.ResponseCreate
+    response_id: str
+    messages: list[ty.Message]
+    context: dict[str, Any] | None = None
 
 
 def _refuse(code: str, message: str, field: str | None = None) -> LocalProtocolError:
@@ -992,6 +1029,11 @@ class Connection:
         phase = ResponseState.IDLE if tracker is None else tracker.state
         after = RESPONSE_TRANSITIONS[(sender, phase)].get(etype)
         if after is None:
+            on_busy = self.config.on_busy
+            if etype == "response.create" and on_busy is not None and sender is not self.our_role:
+                assert isinstance(event, ev.ResponseCreate)
+                self._hold(session, event, on_busy)
+                return None
             after = next_response_state(sender, phase, etype, session_id=session.id)
         if sender is Role.SERVER and etype in CONTENT_EVENTS and session.payment.blocks_content:
             raise _refuse(
@@ -1062,6 +1104,58 @@ class Connection:
         if tracker is not None:
             tracker.state = after  # the table's move (tracker.apply agrees)
         return stamps
+
+    def _hold(
+        self,
+        session: SessionContext,
+        event: ev.ResponseCreate,
+        on_busy: Callable[[str, ev.ResponseCreate], object],
+    ) -> None:
+        """Hold a ``response.create`` that came while the slot is busy, or refuse it."""
+        token = on_busy(session.id, event)  # a LocalProtocolError refuses it
+        if event.response is not None and event.response.messages is not None:
+            session.stateless_history = list(event.response.messages)
+        messages = session._take_input()
+        context, session.pending_context = session.pending_context, None
+        held = HeldResponse(
+            token=token,
+            create=event,
+            response_id=self._ids("resp"),
+            messages=messages,
+            context=context,
+        )
+        session.held.append(held)
+
+    def start_held(self, session_id: str, token: object) -> ev.ResponseCreate:
+        """Start the held ``response.create`` of ``token`` now that the slot is free.
+
+        Its response becomes the session's current one (requested), with the
+        input it took when it arrived after the history as it now stands.
+
+        Raises:
+            LocalProtocolError: No such session or held create, or the slot
+                is still busy.
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise _refuse("unknown_session", f"no session {session_id!r}")
+        held = next((h for h in session.held if h.token == token), None)
+        if held is None:
+            raise _refuse("invalid_event", "no such held response.create")
+        if session.phase is not ResponseState.IDLE:
+            raise _refuse("response_in_progress", "the response slot is still busy")
+        session.held.remove(held)
+        tracker = session.response = ResponseTracker(held.response_id, held.messages)
+        if held.context is not None:
+            tracker.context = held.context
+        tracker.state = ResponseState.REQUESTED
+        return held.create
+
+    def drop_held(self, session_id: str, token: object) -> None:
+        """Forget the held ``response.create`` of ``token`` (its input with it), if any."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.held[:] = [h for h in session.held if h.token != token]
 
     def _flow(
         self, session: SessionContext, tracker: ResponseTracker, event: ev.Event, sender: Role

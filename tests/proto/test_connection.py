@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import orjson
 import pytest
@@ -770,3 +772,75 @@ def test_a_text_reply_joins_the_history_as_one_assistant_message(
     pair.server_sends(tracker.done_event(session_id=sid))
     assert pair.server.session(sid).history == [ty.Message(role="user", content="q"), *expected]
     assert rid in pair.server.session(sid).finished_responses
+
+
+# --- a busy session: held response.create (docs/busy.md) ---------------------
+
+
+def _held_pair(decide: Any) -> tuple[Pair, str]:
+    pair = Pair()
+    pair.server = ServerConnection(ConnectionConfig(ids=counter_ids(1), on_busy=decide))
+    return pair, pair.open()
+
+
+def _raw(**event: Any) -> bytes:
+    return orjson.dumps(event)
+
+
+def test_a_busy_create_is_held_with_the_input_it_came_with() -> None:
+    asked: list[tuple[str, Any]] = []
+
+    def decide(sid: str, create: ev.ResponseCreate) -> object:
+        asked.append((sid, create.unknown.get("uamp.on_busy")))
+        return f"token-{len(asked)}"
+
+    pair, sid = _held_pair(decide)
+    first = pair.start_response(sid, "one")
+    session = pair.server.session(sid)
+    pair.server.receive(_raw(type="input.text", text="two"))
+    assert isinstance(pair.server.next_event(), ev.InputText)
+    pair.server.receive(_raw(type="response.create", **{"uamp.on_busy": "enqueue"}))
+    held_create = pair.server.next_event()
+    assert isinstance(held_create, ev.ResponseCreate)  # handed on, not refused
+    assert asked == [(sid, "enqueue")]
+    assert [h.token for h in session.held] == ["token-1"]
+    assert [m.text for m in session.held[0].messages] == ["two"]
+    assert session.response is not None and session.response.response_id == first
+    with pytest.raises(LocalProtocolError) as busy:  # not while the slot is busy
+        pair.server.start_held(sid, "token-1")
+    assert busy.value.code == "response_in_progress"
+    pair.server.send(session.response.done_event(session_id=sid))
+    assert pair.server.start_held(sid, "token-1") is held_create
+    assert session.held == [] and session.phase is ResponseState.REQUESTED
+    assert [m.text for m in pair.server.session(sid).conversation()] == ["one", "two"]
+    with pytest.raises(LocalProtocolError):
+        pair.server.start_held(sid, "token-1")  # started once
+
+
+def test_the_decision_may_refuse_a_busy_create_keeping_its_input() -> None:
+    def refuse(sid: str, create: ev.ResponseCreate) -> object:
+        raise LocalProtocolError("queue is full", code="queue_full")
+
+    pair, sid = _held_pair(refuse)
+    pair.start_response(sid, "one")
+    pair.server.receive(_raw(type="input.text", text="two"))
+    pair.server.next_event()
+    err = _remote_error(pair.server, _raw(type="response.create"))
+    assert err.code == "queue_full"
+    session = pair.server.session(sid)
+    assert session.held == [] and [i.text for _, i in session.pending_input] == ["two"]
+
+
+def test_drop_held_and_a_rolled_back_response() -> None:
+    pair, sid = _held_pair(lambda sid, create: object())
+    first = pair.start_response(sid, "one")
+    pair.server.receive(_raw(type="response.create"))
+    pair.server.next_event()
+    session = pair.server.session(sid)
+    token = session.held[0].token
+    pair.server.drop_held(sid, token)
+    assert session.held == []
+    session.drop_response = first  # rolled back: its turn leaves no trace
+    assert session.response is not None
+    pair.server.send(session.response.cancelled_event(session_id=sid))
+    assert session.history == [] and session.drop_response is None

@@ -89,6 +89,11 @@ class Slot:
         """Whether a later message stopped the run (interrupt or rollback)."""
         return self.stopped is not None
 
+    @property
+    def ready(self) -> bool:
+        """Whether the message's turn has come (or it never had to wait)."""
+        return self._ready.is_set()
+
     def bind(self, cancel: Callable[[], None]) -> None:
         """How to cancel the run; called at once when it was already asked to stop."""
         self._cancel = cancel

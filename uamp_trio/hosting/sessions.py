@@ -112,6 +112,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
+from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.capabilities import session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
@@ -137,6 +138,7 @@ from ..stores.event_log import SessionRecord
 from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
+from .busy import Slot
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import abandon, carry_on
@@ -595,6 +597,8 @@ class _Response:
         #: Set by ``response.cancel``: the session's worker then sends
         #: ``response.cancelled`` (a session's end cancels silently).
         self.cancel_requested = False
+        #: Its place in the session under the busy policy (docs/busy.md).
+        self.slot: Slot | None = None
 
 
 class _Session:
@@ -637,6 +641,8 @@ class _Session:
         self.call_started: float | None = None
         #: The id of that call.
         self.call_id: str | None = None
+        #: The places its running and held responses hold (docs/busy.md).
+        self.slots: list[Slot] = []
         #: The agent's capabilities as last sent on this session (UAMP 6.4).
         self.announced: ty.Capabilities | None = None
 
@@ -745,6 +751,8 @@ class SessionHost:
                 max_sessions=self.limits.max_sessions,
                 max_event_size=self.limits.max_message_size,
                 max_delta_window=self.limits.max_delta_window,
+                # A response.create while one runs: the busy policy (docs/busy.md).
+                on_busy=None if app is None else self._busy_create,
             )
         )
         #: Encoded outgoing events for the transport's writer.
@@ -1749,6 +1757,9 @@ class SessionHost:
         if session is None:
             return
         self._call_over(session, "closed")
+        for slot in session.slots:  # its running and held responses give their places up
+            slot.close()
+        session.slots.clear()
         if session.scope is not None:
             session.scope.cancel()  # the worker leaves its response (if any) and ends
         session.wake()
@@ -1970,9 +1981,21 @@ class SessionHost:
 
     def _start_response(self, session: _Session, create: ev.ResponseCreate) -> None:
         ctx = self.conn.sessions.get(session.id)
-        if ctx is None or ctx.response is None:  # pragma: no cover - the core checked
+        if ctx is None:  # pragma: no cover - the core checked
+            return
+        if ctx.held and ctx.held[-1].create is create:
+            return  # held behind the running response (_busy_create); the worker starts it
+        if ctx.response is None:  # pragma: no cover - the core checked
             return
         response = _Response(ctx.response.response_id, self._message)
+        if self._app is not None:
+            try:
+                slot = self._app.conversations.enter(
+                    self._busy_key(session), session.principal, self._busy_policy(create)
+                )
+            except (BusyError, LocalProtocolError):
+                slot = self._app.conversations.free()  # the core found the slot idle
+            self._hold_slot(session, response, slot)
         session.response = response
         session.queued = (response, create)
         if not session.worker:
@@ -1980,6 +2003,77 @@ class SessionHost:
             self._nursery.start_soon(self._work, session)
         elif session.idle:
             session.idle.unpark_all()
+
+    # --- a busy session (docs/busy.md) ----------------------------------------------
+
+    @staticmethod
+    def _busy_key(session: _Session) -> tuple[str, object, str]:
+        return ("uamp", session.principal.key, session.id)
+
+    def _busy_policy(self, create: ev.ResponseCreate) -> BusyPolicy:
+        assert self._app is not None
+        try:
+            return self._app.conversations.policy(create.unknown)
+        except BusyError as exc:
+            raise LocalProtocolError(str(exc), code="invalid_request", field=POLICY_KEY) from None
+
+    def _busy_create(self, sid: str, create: ev.ResponseCreate) -> Slot:
+        """The core's question on a ``response.create`` while a response runs: hold or refuse."""
+        session = self._sessions.get(sid)
+        if session is None or self._app is None:
+            raise LocalProtocolError("a response is in progress", code="response_in_progress")
+        try:
+            slot = self._app.conversations.enter(
+                self._busy_key(session), session.principal, self._busy_policy(create)
+            )
+        except BusyError as exc:
+            code = "response_in_progress" if exc.code == BUSY else exc.code
+            raise LocalProtocolError(
+                f"{exc} (send response.cancel to stop the running response)", code=code
+            ) from None
+        session.slots.append(slot)
+        return slot
+
+    def _hold_slot(self, session: _Session, response: _Response, slot: Slot) -> None:
+        """Give ``response`` its place; a later message may stop it through the place."""
+        response.slot = slot
+        if slot not in session.slots:
+            session.slots.append(slot)
+
+        def stop() -> None:
+            if slot.dropped:  # rolled back: the core leaves its turn out of the history
+                ctx = self.conn.sessions.get(session.id)
+                if ctx is not None:
+                    ctx.drop_response = response.id
+            self._cancel(session, response.id)
+
+        slot.bind(stop)
+
+    def _release_slot(self, session: _Session, response: _Response | None) -> None:
+        """``response`` ended: its place goes to the next held ``response.create``."""
+        if response is None or response.slot is None:
+            return
+        slot, response.slot = response.slot, None
+        slot.close()
+        if slot in session.slots:
+            session.slots.remove(slot)
+
+    def _take_held(self, session: _Session) -> bool:
+        """Queue the held ``response.create`` whose turn has come; ``False``: none has."""
+        ctx = self.conn.sessions.get(session.id)
+        if ctx is None or not ctx.held or ctx.response is not None:
+            return False
+        held = next((h for h in ctx.held if isinstance(h.token, Slot) and h.token.ready), None)
+        if held is None:
+            return False
+        slot = held.token
+        assert isinstance(slot, Slot)
+        create = self.conn.start_held(session.id, slot)
+        response = _Response(held.response_id, None)
+        self._hold_slot(session, response, slot)
+        session.response = response
+        session.queued = (response, create)
+        return True
 
     def _request(
         self, session: _Session, response_id: str, create: ev.ResponseCreate
@@ -2044,7 +2138,8 @@ class SessionHost:
                     while True:
                         job = session.queued
                         if job is None:
-                            await session.idle.park()
+                            if not self._take_held(session):
+                                await session.idle.park()
                             continue
                         if scope.cancel_called or job[0].cancel_requested:
                             # Cancelled before it started (maybe before this
@@ -2054,6 +2149,7 @@ class SessionHost:
                         session.queued = None
                         await self._announce(session)
                         await self._respond(session, *job)
+                        self._release_slot(session, job[0])
                         await self._announce(session)
                 cancelled = session.response
                 job = session.queued
@@ -2070,6 +2166,7 @@ class SessionHost:
                     finally:
                         if session.response is cancelled:
                             session.response = None
+                        self._release_slot(session, cancelled)
         except OutboxClosed:
             pass  # the connection is closing
         finally:

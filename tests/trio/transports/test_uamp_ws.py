@@ -245,8 +245,9 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
                 assert err["type"] == "session.error", raw
                 assert err["error"]["code"] == code, (raw, err)
                 assert word.lower() in err["error"]["message"].lower(), (raw, err)
-            # A second response.create while one runs is refused; the first one
-            # goes on, and so does the neighbour session.
+            # A second response.create while one runs that asks for reject
+            # (docs/busy.md) is refused; the first one goes on, and so does
+            # the neighbour session.
             await send(ws, type="response.create", session_id=s1)
             first = await until(ws, "response.delta")
             first.append(await recv(ws))
@@ -256,7 +257,7 @@ async def test_bad_input_gets_an_error_and_the_connection_and_neighbours_survive
                 "response.delta",
             ]
             await agent.hanging.wait()
-            await send(ws, type="response.create", session_id=s1)
+            await send(ws, type="response.create", session_id=s1, **{"uamp.on_busy": "reject"})
             refused = await recv(ws)
             assert refused["type"] == "session.error"
             assert refused["error"]["code"] == "response_in_progress"

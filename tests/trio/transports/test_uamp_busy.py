@@ -1,0 +1,149 @@
+"""The busy policy on a UAMP session (WebSocket), over a real socket.
+
+A ``response.create`` while the session's response runs: ``enqueue`` (the
+default) holds it -- with the input it came with -- and runs it once the
+running one ends; ``reject`` is ``session.error`` ``response_in_progress``
+(what UAMP always answered before); ``interrupt`` ends the running response
+with ``response.cancelled`` (its partial output stays in the conversation)
+and runs the new one; ``rollback`` also drops the cancelled turn from the
+conversation. The event's own ``uamp.on_busy`` overrides the server's policy.
+The raw WebSocket is the client: the UAMP client library runs one response
+per session at a time by design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from trio_websocket import WebSocketConnection
+from trio_websocket import open_websocket_url as open_ws
+
+from tests._support import wire
+from tests._support.busy import Holder
+from tests._support.wire import create_session, recv, send, until
+from uamp_trio.app import create_app
+
+TIMEOUT = 15
+
+
+@asynccontextmanager
+async def _session(**config: Any) -> AsyncIterator[tuple[WebSocketConnection, str, Holder]]:
+    agent = Holder()
+    async with wire.serving(create_app([agent]), **config) as server:
+        url = f"ws://127.0.0.1:{server.port}/agents/holder/uamp"
+        async with open_ws(url) as ws:
+            yield ws, await create_session(ws), agent
+
+
+async def _say(ws: WebSocketConnection, text: str, **create: Any) -> None:
+    await send(ws, type="input.text", text=text)
+    await send(ws, type="response.create", **create)
+
+
+async def _started(ws: WebSocketConnection, agent: Holder, text: str) -> None:
+    events = await until(ws, "response.delta")
+    assert [e["type"] for e in events] == ["response.created", "response.delta"]
+    assert events[-1]["delta"]["text"] == f"echo {text}"
+    assert agent.started[-1] == text
+
+
+@pytest.mark.parametrize("how", ["server", "event"])
+async def test_enqueue_holds_the_second_response_until_the_first_ends(how: str) -> None:
+    config = {"on_busy": "reject"} if how == "event" else {}
+    extra = {"uamp.on_busy": "enqueue"} if how == "event" else {}
+    with trio.fail_after(TIMEOUT):
+        async with _session(**config) as (ws, _, agent):
+            await _say(ws, "hold one")
+            await _started(ws, agent, "hold one")
+            await _say(ws, "two", **extra)
+            with trio.move_on_after(0.3):
+                raise AssertionError(f"not held: {await recv(ws)}")
+            assert agent.started == ["hold one"]
+            agent.release.set()
+            first = await until(ws, "response.done")
+            assert [e["type"] for e in first] == ["response.done"]
+            second = await until(ws, "response.done")
+            assert [e["type"] for e in second] == [
+                "response.created",
+                "response.delta",
+                "response.done",
+            ]
+            assert second[0]["response_id"] != first[0]["response_id"]
+    assert agent.seen["two"] == ["user:hold one", "assistant:echo hold one", "user:two"]
+
+
+@pytest.mark.parametrize("how", ["server", "event"])
+async def test_reject_is_response_in_progress(how: str) -> None:
+    config = {"on_busy": "reject"} if how == "server" else {}
+    extra = {"uamp.on_busy": "reject"} if how == "event" else {}
+    with trio.fail_after(TIMEOUT):
+        async with _session(**config) as (ws, _, agent):
+            await _say(ws, "hold one")
+            await _started(ws, agent, "hold one")
+            await send(ws, type="response.create", **extra)
+            refused = await recv(ws)
+            assert refused["type"] == "session.error"
+            assert refused["error"]["code"] == "response_in_progress"
+            agent.release.set()
+            assert (await until(ws, "response.done"))[-1]["type"] == "response.done"
+    assert agent.started == ["hold one"]
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("interrupt", True), ("rollback", False)])
+async def test_interrupt_keeps_and_rollback_drops_the_cancelled_turn(
+    policy: str, kept: bool
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with _session(on_busy=policy) as (ws, _, agent):
+            await _say(ws, "hold one")
+            await _started(ws, agent, "hold one")
+            await _say(ws, "two")
+            events = await until(ws, "response.done")
+            assert [e["type"] for e in events] == [
+                "response.cancelled",
+                "response.created",
+                "response.delta",
+                "response.done",
+            ]
+            assert events[0]["partial_output"] == [{"type": "text", "text": "echo hold one"}]
+            await _say(ws, "three")
+            await until(ws, "response.done")
+    assert agent.cancelled == ["hold one"]
+    stopped = ["user:hold one", "assistant:echo hold one"] if kept else []
+    assert agent.seen["two"] == [*stopped, "user:two"]
+    assert agent.seen["three"] == [*stopped, "user:two", "assistant:echo two", "user:three"]
+
+
+async def test_held_responses_are_bounded_and_run_in_order() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with _session(busy_max_queued=2) as (ws, _, agent):
+            await _say(ws, "hold one")
+            await _started(ws, agent, "hold one")
+            await _say(ws, "two")
+            await _say(ws, "three")
+            await _say(ws, "four")  # a third held one: over the bound
+            refused = await recv(ws)
+            assert refused["type"] == "session.error"
+            assert refused["error"]["code"] == "queue_full"
+            agent.release.set()
+            for _ in range(3):
+                await until(ws, "response.done")
+    assert agent.started == ["hold one", "two", "three"]
+
+
+async def test_a_session_that_ends_frees_its_held_places() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with _session(busy_max_queued=1) as (ws, sid, agent):
+            await _say(ws, "hold one")
+            await _started(ws, agent, "hold one")
+            await _say(ws, "two")
+            await send(ws, type="session.end", session_id=sid)
+            sid2 = await create_session(ws)
+            await _say(ws, "fresh", session_id=sid2)
+            events = await until(ws, "response.done")
+            assert events[-1]["session_id"] == sid2
+    assert "two" not in agent.started
