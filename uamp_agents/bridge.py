@@ -394,7 +394,7 @@ class AgentEndpoint:
 
     def _variant(self, request: TurnRequest, sources: list[Any]) -> Agent:
         """The agent with what the request adds (tools, instructions, params, format)."""
-        a = self.agent
+        a = self.agent if not self.approve else self._approving()
         if (
             not sources
             and not request.tools
@@ -421,8 +421,6 @@ class AgentEndpoint:
             client.append(deferred_tool(fn.name, fn.description, fn.parameters))
         if extra or client:
             changes["tools"] = [*extra, *client]
-        if self.approve:
-            changes["approve"] = self.approve
         if request.instructions:
             changes["system"] = "\n\n".join(p for p in (a.system, request.instructions) if p)
         # Model settings in session.extensions (Robutler's clients put them
@@ -439,6 +437,17 @@ class AgentEndpoint:
         elif fmt is not None and fmt.type == "json_object":
             changes["structure"] = {"type": "object"}
         return a.derive(**changes) if changes else a
+
+    def _approving(self) -> Agent:
+        """The agent with :attr:`approve` added to its policy (made once per setting)."""
+        made = self.__dict__.get("_approved")
+        if made is None or made[0] != self.approve:
+            made = self.__dict__["_approved"] = (
+                self.approve,
+                self.agent.derive(approve=self.approve),
+            )
+        agent: Agent = made[1]
+        return agent
 
 
 def _uamp_metadata(request: TurnRequest) -> dict[str, Any]:

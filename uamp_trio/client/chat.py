@@ -19,6 +19,10 @@ On a terminal the prompt has line editing and a history kept across runs
 ``~/.local/state/uamp/chat_history``), and stays open while an answer
 streams above it, a whole line at a time (a line written in pieces would be
 erased by the prompt's redraw). Lines typed while the agent answers wait their turn.
+When the agent asks a person (docs/human-in-the-loop.md) the chat shows the
+request -- ``[approve?] Allow the agent to run add? add({"a":2,"b":3})`` --
+and the next line typed answers it: ``y`` approves, ``n`` (optionally
+followed by a reason) denies; a question takes the line as its answer.
 Commands: ``/help``, ``/new`` (end the session, start another), ``/cancel``
 (stop the answer being written: ``response.cancel``), ``/quit``. Ctrl-C stops
 the answer being written, or leaves when there is none; Ctrl-D (end of input)
@@ -67,6 +71,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import httpx
+import orjson
 import trio
 
 from uamp_proto import events as ev
@@ -241,8 +246,13 @@ async def _turn(
     *,
     can_pay: bool = False,
     save: str | None = None,
+    on_interrupt: Callable[[ev.InterruptRequest], None] | None = None,
 ) -> bool:
-    """One exchange; returns False when the response failed."""
+    """One exchange; returns False when the response failed.
+
+    ``on_interrupt`` is told of each ``interrupt.request`` after it is shown
+    (the interactive chat then takes the next line typed as the answer).
+    """
     stream = session.respond(text)
     thinking: list[str] = []
     unpaid = False
@@ -279,6 +289,15 @@ async def _turn(
                 thinking.append(event.content)
             elif isinstance(event, ev.ToolCall):
                 printer.note("tool", f"{event.name}({event.arguments})", "cyan")
+            elif isinstance(event, ev.InterruptRequest):
+                printer.end()
+                printer.note(
+                    "approve?" if event.kind == "approval" else "question", _ask(event), "yellow"
+                )
+                if on_interrupt is not None:
+                    on_interrupt(event)
+            elif isinstance(event, ev.InterruptResolved):
+                printer.note("answered", event.outcome, "yellow")
             elif isinstance(event, ev.ResponseErrorEvent):
                 printer.note("error", f"{event.error.code}: {event.error.message}", "red")
     if thinking:
@@ -300,6 +319,27 @@ async def _turn(
             "green",
         )
     return result.status != "failed"
+
+
+def _ask(event: ev.InterruptRequest) -> str:
+    """What the chat shows for an interrupt (docs/human-in-the-loop.md)."""
+    if event.kind == "approval":
+        arguments = orjson.dumps(event.arguments or {}).decode()
+        return f"{event.prompt} {event.tool_name}({arguments}) -- type y to approve, n to deny"
+    return f"{event.prompt} -- type the answer"
+
+
+def _answer_of(event: ev.InterruptRequest, line: str) -> dict[str, Any]:
+    """The ``interrupt.answer`` fields a typed line gives."""
+    if event.kind == "approval":
+        word, _, reason = line.partition(" ")
+        approved = word.lower() in ("y", "yes", "a", "approve", "ok")
+        return {"approved": approved, "reason": reason.strip() or None}
+    try:
+        value: Any = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        value = line
+    return {"value": value}
 
 
 async def run_chat(
@@ -342,7 +382,7 @@ async def run_chat(
                     printer=printer,
                     reader=reader or _LineReader(history),
                 )
-            session = await _open(client, agent, token, payment_token)
+            session = await _open(client, agent, token, payment_token, interrupts=once is None)
             if once is not None:
                 paid = payment_token is not None
                 return 0 if await _turn(session, once, printer, can_pay=paid, save=save) else 1
@@ -376,12 +416,25 @@ DEFAULT_HISTORY = Path("~/.local/state/uamp/chat_history")
 
 
 async def _open(
-    client: Any, agent: str | None, token: str | None, payment_token: str | None
+    client: Any,
+    agent: str | None,
+    token: str | None,
+    payment_token: str | None,
+    *,
+    interrupts: bool = True,
 ) -> ClientSession:
-    """A new session with ``agent``, paying with ``payment_token`` when asked."""
+    """A new session with ``agent``, paying with ``payment_token`` when asked.
+
+    An interactive chat declares that it answers interrupts (the person types
+    the answer); ``--once`` does not, so the server's policy applies.
+    """
     pays = (lambda _event: payment_token) if payment_token is not None else None
     return await client.create_session(  # type: ignore[no-any-return]
-        agent, token=token, payment_token=payment_token, on_payment_required=pays
+        agent,
+        token=token,
+        payment_token=payment_token,
+        on_payment_required=pays,
+        interrupts=interrupts,
     )
 
 
@@ -457,6 +510,8 @@ class _Chat:
     payment_token: str | None
     #: Whether an answer is being written (what Ctrl-C and /cancel stop).
     answering: bool = attrs.field(default=False, init=False)
+    #: The interrupt the next line typed answers (docs/human-in-the-loop.md).
+    pending: ev.InterruptRequest | None = attrs.field(default=None, init=False)
     #: Messages and commands, taken in order by :meth:`_answer`.
     queue: tuple[trio.MemorySendChannel[object], trio.MemoryReceiveChannel[object]] = attrs.field(
         init=False, factory=lambda: trio.open_memory_channel[object](math.inf)
@@ -484,6 +539,11 @@ class _Chat:
     async def _line(self, line: str) -> None:
         if not line:
             return
+        asked = self.pending
+        if asked is not None and not line.startswith("/"):
+            self.pending = None
+            await self.session.answer(asked.interrupt_id, **_answer_of(asked, line))
+            return
         if line == "/cancel":
             if not await self._interrupt():
                 self.printer.note("cancel", "no answer is being written", "yellow")
@@ -510,7 +570,9 @@ class _Chat:
         """One exchange; a session the server lost is replaced and the text sent again."""
         paid = self.payment_token is not None
         try:
-            await _turn(self.session, text, self.printer, can_pay=paid, save=save)
+            await _turn(
+                self.session, text, self.printer, can_pay=paid, save=save, on_interrupt=self._asked
+            )
         except ClientError as exc:
             if self.client.closed or exc.code not in _SESSION_LOST:
                 raise
@@ -518,6 +580,9 @@ class _Chat:
             self.printer.note("reconnected", f"{exc.message}; starting a new session", "yellow")
             self.session = await _open(self.client, self.agent, self.token, self.payment_token)
             await _turn(self.session, text, self.printer, can_pay=paid, save=save)
+
+    def _asked(self, event: ev.InterruptRequest) -> None:
+        self.pending = event
 
     async def _answer(self, save: str | None, leave: trio.CancelScope) -> None:
         """Take the queue in order: send each message and print its answer, run commands."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -244,6 +245,7 @@ class ResponsePort:
         request = self._request
         interrupt = attrs.evolve(
             interrupt,
+            id=str(uuid.uuid4()),  # the host's own: what clients answer by
             agent=interrupt.agent or request.agent,
             session_id=request.session_id,
             response_id=request.response_id,
