@@ -53,6 +53,10 @@ WebSocketHandler = Callable[[WebSocket], Awaitable[None]]
 ErrorStyle = Literal["openai", "jsonrpc", "anthropic"]
 
 
+#: A route's extra condition on the request's headers (a path two transports share).
+When = Callable[[dict[str, str]], bool]
+
+
 @attrs.frozen
 class _Route:
     methods: frozenset[str]
@@ -60,6 +64,7 @@ class _Route:
     endpoint: Endpoint
     style: ErrorStyle
     public: bool
+    when: When | None = None
 
 
 class Host:
@@ -85,10 +90,19 @@ class Host:
         *,
         style: ErrorStyle = "openai",
         public: bool = False,
+        when: When | None = None,
     ) -> None:
-        """Serve ``endpoint`` at ``<agent>/<subpath>`` and at the root."""
+        """Serve ``endpoint`` at ``<agent>/<subpath>`` and at the root.
+
+        ``when``: only for requests whose headers it accepts; such a route is
+        tried before the routes without one.
+        """
         names = frozenset([methods] if isinstance(methods, str) else methods)
-        self._routes.append(_Route(names, compile_pattern(subpath), endpoint, style, public))
+        route = _Route(names, compile_pattern(subpath), endpoint, style, public, when)
+        if when is None:
+            self._routes.append(route)
+        else:
+            self._routes.insert(0, route)
 
     def websocket(self, subpath: str, handler: WebSocketHandler) -> None:
         """Serve a WebSocket ``handler`` at ``<agent>/<subpath>`` and at the root."""
@@ -140,7 +154,9 @@ class Host:
             return {"agent": name}, "/" + sub
         return {}, path
 
-    def match(self, method: str, subpath: str) -> tuple[_Route, dict[str, str]]:
+    def match(
+        self, method: str, subpath: str, headers: dict[str, str] | None = None
+    ) -> tuple[_Route, dict[str, str]]:
         """The route of ``method subpath`` and its parameters.
 
         Raises:
@@ -152,6 +168,8 @@ class Host:
             if m is None:
                 continue
             if method in route.methods or (method == "HEAD" and "GET" in route.methods):
+                if route.when is not None and (headers is None or not route.when(headers)):
+                    continue
                 return route, m.groupdict()
             allowed |= route.methods
         if allowed:
@@ -263,7 +281,7 @@ class UampASGI:
         style: ErrorStyle = "openai"
         try:
             try:
-                route, found = host.match(method, sub)
+                route, found = host.match(method, sub, headers)
             except HTTPError as missing:
                 unknown = None if params else host.unknown_agent(method, sub)
                 raise unknown or missing from None

@@ -22,7 +22,16 @@ if TYPE_CHECKING:
 __all__ = ["TRANSPORTS", "Authenticator", "Config"]
 
 #: Every transport this package serves, by name (``Config.transports``).
-TRANSPORTS = ("completions", "responses", "agui", "uamp", "mcp", "a2a", "acp")
+TRANSPORTS = (
+    "completions",
+    "responses",
+    "anthropic",
+    "agui",
+    "uamp",
+    "mcp",
+    "a2a",
+    "acp",
+)
 
 
 class Authenticator(Protocol):

@@ -19,6 +19,7 @@ MODULES = {
     "mcp": "mcp",
     "a2a": "a2a",
     "acp": "acp",
+    "anthropic": "anthropic",
 }
 
 

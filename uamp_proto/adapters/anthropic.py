@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -53,11 +53,13 @@ import orjson
 from .. import events as ev
 from .. import types as ty
 from ..errors import UampError
+from ..outcome import ResponseOutcome
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..sse import encode_json
 from ._media import media_item
 from ._tools import kind_of
+from .completions import STATUS_FOR_CODE
 
 __all__ = [
     "PING",
@@ -69,8 +71,11 @@ __all__ = [
     "error_event",
     "error_status",
     "error_type_for",
+    "failure",
     "message_object",
+    "model_info",
     "parse_request",
+    "speaks_anthropic",
     "stop_reason_for",
     "tool_input",
     "usage_object",
@@ -766,3 +771,40 @@ class StreamEncoder:
         return b"".join(
             (self._close(), _event("message_delta", delta), _event("message_stop", stop))
         )
+
+
+#: The content type of spec 003's envelope binding, which shares ``POST /v1/messages``.
+UAMP_JSON = "application/uamp+json"
+
+
+def speaks_anthropic(get_header: Callable[[str], str | None]) -> bool:
+    """Whether a request head is an Anthropic API call (not spec 003's envelope binding).
+
+    ``get_header`` reads a header by its lowercase name. An Anthropic call
+    carries ``anthropic-version`` or ``x-api-key`` and no
+    ``application/uamp+json`` body.
+    """
+    if get_header("anthropic-version") is None and get_header("x-api-key") is None:
+        return False
+    ctype = get_header("content-type")
+    return ctype is None or not ctype.lstrip().lower().startswith(UAMP_JSON)
+
+
+def model_info(name: str) -> dict[str, Any]:
+    """The Anthropic model object of the agent ``name``."""
+    return {
+        "type": "model",
+        "id": name,
+        "display_name": name,
+        "created_at": "1970-01-01T00:00:00Z",
+        "lifecycle": "active",
+    }
+
+
+def failure(outcome: ResponseOutcome) -> tuple[int, str, str]:
+    """``(HTTP status, error type, message)`` of a failed or cancelled turn."""
+    error = outcome.error
+    code = error.code if error else "internal_error"
+    message = error.message if error else "The response ended without output."
+    status = STATUS_FOR_CODE.get(code, 500)
+    return status, error_type_for(status), message

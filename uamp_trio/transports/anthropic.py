@@ -50,7 +50,6 @@ import orjson
 import trio
 
 from uamp_proto.adapters import anthropic as wire
-from uamp_proto.adapters.completions import STATUS_FOR_CODE, server_rounds
 from uamp_proto.events import Event, ResponseDelta
 from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
@@ -82,34 +81,11 @@ ROUTES = RouteMeta(transport="anthropic", error_style="anthropic", key_header="x
 BALANCE_HEADER = "x-uamp-payment-balance"
 #: Seconds of agent silence after which a stream gets a ``ping``.
 PING_INTERVAL = 10.0
-_UAMP_JSON = "application/uamp+json"
 
 
 def speaks_anthropic(headers: Headers) -> bool:
     """Whether a request head is an Anthropic API call (see the module docstring)."""
-    if headers.get("anthropic-version") is None and headers.get("x-api-key") is None:
-        return False
-    ctype = headers.get("content-type")
-    return ctype is None or not ctype.lstrip().lower().startswith(_UAMP_JSON)
-
-
-def _model_info(name: str) -> dict[str, Any]:
-    return {
-        "type": "model",
-        "id": name,
-        "display_name": name,
-        "created_at": "1970-01-01T00:00:00Z",
-        "lifecycle": "active",
-    }
-
-
-def _failure(outcome: ResponseOutcome) -> tuple[int, str, str]:
-    """``(status, error type, message)`` of a failed or cancelled turn."""
-    error = outcome.error
-    code = error.code if error else "internal_error"
-    message = error.message if error else "The response ended without output."
-    status = STATUS_FOR_CODE.get(code, 500)
-    return status, wire.error_type_for(status), message
+    return wire.speaks_anthropic(headers.get)
 
 
 def _anthropic_errors(
@@ -186,7 +162,7 @@ class AnthropicTransport:
             names = [self.app.resolve_agent(request.path_params).name]
         else:
             names = list(self.app.agents)
-        data = [_model_info(n) for n in names]
+        data = [wire.model_info(n) for n in names]
         return json_response(
             {
                 "data": data,
@@ -206,7 +182,7 @@ class AnthropicTransport:
             found = wanted in self.app.agents
         if not found:
             raise HTTPError(404, f"model: {wanted}", code="not_found")
-        return json_response(_model_info(wanted))
+        return json_response(wire.model_info(wanted))
 
     @_anthropic_errors
     async def count_tokens(self, request: Request) -> Response:
@@ -299,14 +275,6 @@ class AnthropicTransport:
         state.runner = runner
         return await runner.run()
 
-    def _keep_rounds(self, parsed: wire.MessagesRequest, outcome: ResponseOutcome) -> None:
-        """Keep the turn's own tool rounds when it also asked the client for a tool."""
-        calls = outcome.pending_tool_calls
-        if calls:
-            ids = [c.id for c in calls]
-            kept = server_rounds(outcome.tracker.messages(), ids)
-            self.app.stores.tool_rounds.remember(parsed.turn.principal, ids, kept)
-
     async def _complete(
         self,
         agent: Responder,
@@ -331,7 +299,7 @@ class AnthropicTransport:
             headers.append((BALANCE_HEADER, orjson.dumps(balance_fields(outcome.balance)).decode()))
         matched = state.scanner.matched if state.scanner is not None else None
         if outcome.status == "failed" or (outcome.status == "cancelled" and matched is None):
-            status, kind, message = _failure(outcome)
+            status, kind, message = wire.failure(outcome)
             return json_response(wire.error_body(message, kind), status, headers=headers)
         tracker = outcome.tracker
         if state.scanner is not None:
@@ -339,7 +307,7 @@ class AnthropicTransport:
         else:
             text = tracker.text
         calls = [] if matched is not None else outcome.pending_tool_calls
-        self._keep_rounds(parsed, outcome)
+        self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)
         signer = self.app.response_signer
         if signer is not None:
             headers.append((SIGNATURE_HEADER, signer(text, request_body)))
@@ -425,7 +393,7 @@ class AnthropicTransport:
         if outcome.balance is not None:
             extra["payment_balance"] = balance_fields(outcome.balance)
         if outcome.status == "failed" or (outcome.status == "cancelled" and matched is None):
-            _, kind, message = _failure(outcome)
+            _, kind, message = wire.failure(outcome)
             return wire.error_event(message, kind)
         tail = b""
         if state.scanner is not None:
@@ -434,7 +402,7 @@ class AnthropicTransport:
                 state.text.append(rest)
                 tail = encoder.text(rest)
         calls = [] if matched is not None else outcome.pending_tool_calls
-        self._keep_rounds(parsed, outcome)
+        self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)
         signer = self.app.response_signer
         if signer is not None:
             extra["signature"] = signer("".join(state.text), request_body)
