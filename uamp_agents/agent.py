@@ -19,12 +19,14 @@ from __future__ import annotations
 import copy
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypedDict, Unpack, cast
 
 import orjson
 import trio
 
+from uamp_proto.content_ids import find_content
+from uamp_proto.events import Thinking
 from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
 
@@ -38,12 +40,12 @@ from .context import (
     StepCallback,
     current_run,
 )
-from .errors import BudgetExceededError, NoModelError, SubAgentDepthError
+from .errors import BudgetExceededError, NoModelError, SubAgentDepthError, ToolError
 from .execution import StrategyLike, loop
 from .hooks import AgentStrategy
 from .middleware import MiddlewareContext, run_pipeline
 from .providers.base import Provider
-from .streaming import DEFAULT_BUFFER, AgentStream, Emitter
+from .streaming import DEFAULT_BUFFER, AgentStream, AgentStreamEvent, Emitter
 from .tools import Tool, ToolContext, as_tool, format_result
 from .turn import Turn
 
@@ -68,7 +70,13 @@ DEFAULT_MAX_DEPTH = 5
 SUB_AGENT_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "task": {"type": "string", "description": "The task for the sub-agent to perform"}
+        "task": {"type": "string", "description": "The task for the sub-agent to perform"},
+        # UAMP 8.5.4: media of the conversation handed on by content id.
+        "attachments": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Content ids of images or files in the conversation to pass on",
+        },
     },
     "required": ["task"],
 }
@@ -370,6 +378,8 @@ class Agent:
         name: str | None = None,
         description: str | None = None,
         parameter_schema: dict[str, Any] | None = None,
+        *,
+        forward_thinking: bool = False,
     ) -> Tool:
         """This agent as a tool for another agent (section 8.2).
 
@@ -379,13 +389,28 @@ class Agent:
         Calling it runs the agent on the task (or, with a custom schema and no
         ``task``, on the arguments as JSON) and returns the response text (the
         structured data as JSON for an agent with a ``structure``).
+
+        ``forward_thinking`` (UAMP 6.13's ``DELEGATE_FORWARD_THINKING``, off
+        by default here): the sub-agent's thinking, and the progress of its
+        own tools, reach the caller's stream as the call's progress
+        (:attr:`ToolContext.progress`) while it runs.
         """
         sub = self
 
         async def run_sub_agent(context: ToolContext[Any], **arguments: Any) -> str:
             task = arguments.get("task")
             text = task if isinstance(task, str) else orjson.dumps(arguments).decode()
-            turn = await sub.run(text, deps=context.deps)
+            given: AgentInput = text
+            attachments = arguments.get("attachments")
+            if attachments:
+                given = [TextContent(text=text), *_attachments(context, attachments)]
+            report = context.progress if forward_thinking else None
+            if report is None:
+                turn = await sub.run(given, deps=context.deps)
+            else:
+                turn = await sub.stream(given, deps=context.deps).drive(
+                    functools.partial(_forward_thinking, report)
+                )
             context.child_turns.append(turn)
             if sub.schema is not None and turn.data is not None:
                 return format_result(turn.data)
@@ -543,6 +568,34 @@ def _configured(provider: Provider, config: dict[str, Any]) -> Provider:
         configured: Provider = with_config(config)
         return configured
     return provider
+
+
+def _attachments(context: ToolContext[Any], ids: Any) -> list[ContentItem]:
+    """The media of the caller's conversation named by ``ids`` (UAMP 8.5.4).
+
+    Raises:
+        ToolError: An id is not a string, or names nothing in the conversation.
+    """
+    conversation = context.conversation() if context.conversation is not None else []
+    found: list[ContentItem] = []
+    for content_id in ids if isinstance(ids, list) else [ids]:
+        item = find_content(conversation, content_id) if isinstance(content_id, str) else None
+        if item is None:
+            raise ToolError(f"attachment {content_id!r} is no content id of this conversation")
+        found.append(item)
+    return found
+
+
+async def _forward_thinking(
+    report: Callable[[str], Awaitable[None]], event: AgentStreamEvent
+) -> None:
+    """A delegated run's thinking, and its own tools' progress, as the caller's progress."""
+    upp = event.upp
+    if isinstance(upp, Thinking):
+        if upp.content and not upp.redacted:
+            await report(upp.content)
+    elif event.uap is not None and event.uap.type == "tool_progress":
+        await report(str(event.uap.data.get("text", "")))
 
 
 def _split(

@@ -63,11 +63,19 @@ server-side call the model did not stream as fragments gets one fragment
 first. Agent-level events become :class:`~uamp_proto.events.Progress` with
 ``target="response"``, the step number and a ``stage``: ``step_start``,
 ``step_end``, ``reasoning`` (the message is the reasoning text), ``action``,
-``checkpoint``. Usage: the model's ``usage.delta`` events are passed on as
+``checkpoint``; a tool's ``tool_progress`` (a delegated agent's thinking,
+UAMP 6.13) becomes a ``tool_progress`` delta (6.6: ``call_id``, ``text``).
+Usage: the model's ``usage.delta`` events are passed on as
 they come, and when the run's total is larger (sub-agents, a provider that
 reports usage only in its final response) one more ``usage.delta`` carries
 the difference, so the transport's sum equals the run's usage and nothing is
 counted twice.
+
+*A tool by name.* A request whose ``metadata`` holds
+:data:`~uamp_proto.responder.TOOL_CALL` (ACP ``tools/call``) runs that one
+tool of the agent (its own or its tool sources', never a client's) with the
+arguments given, without the model; the result text is the response's
+text. No such tool: ``unknown_tool``; a failing one: ``tool_failed``.
 
 *Failures.* Runtime errors become :class:`~uamp_proto.responder.ResponderError` with
 a code: ``budget_exceeded``, ``provider_error`` (``rate_limit_exceeded`` for
@@ -91,6 +99,8 @@ import attrs
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
+from uamp_proto.content_ids import with_content_ids
+from uamp_proto.ids import random_ids
 from uamp_proto.interrupts import QUESTION, Answer, Interrupt
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import TOOL_CALL, Emit, ResponderError, TurnRequest
@@ -98,6 +108,7 @@ from uamp_proto.types import EMPTY
 
 from ._ids import uuid4_str
 from .agent import Agent, NoModelError, agent
+from .content import PRESENT
 from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
 from .mcp import McpServer, connect_mcp
@@ -358,7 +369,8 @@ class AgentEndpoint:
         return None
 
     async def _respond(self, request: TurnRequest, emit: Emit, runner: Agent) -> None:
-        messages = list(request.messages)
+        # UAMP 8.5.4: every media item gets its content id (a content URL's UUID).
+        messages = with_content_ids(request.messages, random_ids)
         resume = not messages or messages[-1].role != "user"
         history = messages if resume else messages[:-1]
         user = None if resume else messages[-1]
@@ -504,6 +516,8 @@ class _EventMapper:
         self.response_id = response_id
         self.sent_usage: ty.UsageStats | None = None
         self.streamed_calls: set[str] = set()
+        #: The ``present`` calls of the run: their content goes to the client.
+        self.presenting: set[str] = set()
 
     async def feed(self, event: AgentStreamEvent) -> None:
         upp = event.upp
@@ -532,6 +546,7 @@ class _EventMapper:
             message = str(data.get("text", ""))
         elif kind == "action":
             calls: Sequence[ty.ToolInvocation] = data.get("tool_calls", ())
+            self.presenting.update(c.id for c in calls if c.name == PRESENT)
             for call in calls:
                 if call.name in self.own_tools and call.id not in self.streamed_calls:
                     # Not streamed by the model: show the complete call once.
@@ -543,6 +558,13 @@ class _EventMapper:
             message = "Calling " + ", ".join(c.name for c in calls)
         elif kind == "checkpoint":
             message = str(data.get("checkpoint_id", ""))
+        elif kind == "tool_progress":
+            # A tool's progress (a delegated agent's thinking, UAMP 6.13).
+            progress = ty.ToolProgress(
+                call_id=str(data.get("call_id", "")), text=str(data.get("text", ""))
+            )
+            await self.emit(ev.ResponseDelta(delta=ty.DeltaToolProgress(tool_progress=progress)))
+            return
         step_id = data.get("step_id")
         await self.emit(
             ev.Progress(
@@ -558,7 +580,11 @@ class _EventMapper:
 
     async def _tool_done(self, output: ty.ToolOutput) -> None:
         status = "failed" if output.is_error else "completed"
-        result = ty.ToolResultFragment(call_id=output.call_id, result=output.result, status=status)
+        # UAMP 8.5.4: what the present tool shows goes out; other tools' media stay labels.
+        shown = output.content_items if output.call_id in self.presenting else None
+        result = ty.ToolResultFragment(
+            call_id=output.call_id, result=output.result, status=status, content_items=shown
+        )
         await self.emit(ev.ResponseDelta(delta=ty.DeltaToolResult(tool_result=result)))
         await self.emit(ev.ToolCallDone(call_id=output.call_id))
 

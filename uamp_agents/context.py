@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from uamp_proto import _fastinit
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
 from uamp_proto.interrupts import Answer, refusal
 from uamp_proto.types import (
+    ContentItem,
     DeltaText,
     Message,
     ResponseFormat,
@@ -524,6 +526,8 @@ class ExecutionContext:
                 step_id=self.state.step_id,
                 interrupter=self.run.interrupter,
                 key=f"{prefix}/{call.id}" if prefix else call.id,
+                progress=functools.partial(self._tool_progress, call.id, step_no),
+                conversation=self.conversation,
             )
             interrupter = self.run.interrupter
             asked = len(interrupter.pending) if interrupter is not None else 0
@@ -621,6 +625,10 @@ class ExecutionContext:
             await maybe_await(listener(event))
         if self._emitter is not None:
             await self._emitter(AgentStreamEvent(source="uap", uap=event))
+
+    async def _tool_progress(self, call_id: str, step: int, text: str) -> None:
+        """A tool's progress line: UAP ``tool_progress`` ``{"call_id", "text"}``."""
+        await self.emit("tool_progress", {"call_id": call_id, "text": text}, step=step)
 
     async def begin_step(self, data: dict[str, Any] | None = None) -> int:
         """Start the next step: number it, run checks, call ``on_step_start``, emit.
@@ -763,17 +771,21 @@ def tool_message(call: ToolInvocation, output: ToolOutput) -> Message:
     """The ``role="tool"`` message carrying a tool call's result.
 
     A failed call's message also carries the result as a content item, so
-    ``is_error`` reaches the model (providers read it there).
+    ``is_error`` reaches the model (providers read it there); so does a
+    result with media (UAMP 8.5.4: the conversation is the content registry).
     """
-    if output.is_error:
-        return Message(
-            role="tool",
-            tool_call_id=call.id,
-            name=call.name,
-            content=output.result,
-            content_items=[ToolResultContent(tool_result=output)],
-        )
-    return Message(role="tool", tool_call_id=call.id, name=call.name, content=output.result)
+    items: list[ContentItem] | None = (
+        [ToolResultContent(tool_result=output)]
+        if output.is_error or output.content_items
+        else None
+    )
+    return Message(
+        role="tool",
+        tool_call_id=call.id,
+        name=call.name,
+        content=output.result,
+        content_items=items,
+    )
 
 
 def _describe(exc: BaseException) -> str:

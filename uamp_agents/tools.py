@@ -32,7 +32,13 @@ import attrs
 import orjson
 import trio
 
-from uamp_proto.types import FunctionDefinition, ToolDefinition, ToolInvocation, ToolOutput
+from uamp_proto.types import (
+    FunctionDefinition,
+    Message,
+    ToolDefinition,
+    ToolInvocation,
+    ToolOutput,
+)
 
 from ._quickcheck import Check, compile_check
 from ._schema import docstring_parts, parameters_schema, validate
@@ -84,6 +90,12 @@ class ToolContext(Generic[DepsT]):
         deps: The run's dependencies (``Agent.run(..., deps=...)``).
         child_turns: Turns of sub-agents this call ran (filled by sub-agent
             tools; the runtime records them in the tool execution).
+        conversation: The calling run's conversation so far (system prompt,
+            history, this run's messages); ``None`` outside a run.
+        progress: Reports a line of progress on this call to the calling
+            run's stream (a UAP ``tool_progress`` event; a served agent's
+            client gets UAMP ``progress`` with ``target: "tool"``); ``None``
+            outside a run.
     """
 
     call_id: str
@@ -94,6 +106,8 @@ class ToolContext(Generic[DepsT]):
     state: ExecutionState
     deps: DepsT
     child_turns: list[Turn] = attrs.field(factory=list)
+    progress: Callable[[str], Awaitable[None]] | None = None
+    conversation: Callable[[], list[Message]] | None = None
     step_id: str | None = None
     _interrupter: Interrupter | None = attrs.field(default=None, alias="interrupter", repr=False)
     _key: str = attrs.field(default="", alias="key", repr=False)
@@ -233,11 +247,15 @@ class Tool:
         if self.context_param is not None:
             kwargs[self.context_param] = context
         if inspect.iscoroutinefunction(self.fn) or not self.thread:
-            return await maybe_await(self.fn(**kwargs))
-        result = await trio.to_thread.run_sync(
-            functools.partial(self.fn, **kwargs), abandon_on_cancel=True
-        )
-        return await maybe_await(result)
+            value = await maybe_await(self.fn(**kwargs))
+        else:
+            result = await trio.to_thread.run_sync(
+                functools.partial(self.fn, **kwargs), abandon_on_cancel=True
+            )
+            value = await maybe_await(result)
+        # A StructuredToolResult (uamp_agents.content) becomes its ToolOutput.
+        convert = getattr(value, "as_tool_output", None)
+        return convert(context.call_id) if callable(convert) else value
 
 
 @overload

@@ -85,6 +85,7 @@ from ._state import (
 )
 from .capabilities import merge_capabilities
 from .codec import DecodeError, decode, to_dict
+from .content_ids import content_id_of
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .ids import IdSource, event_id_stem, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
@@ -997,19 +998,19 @@ class Connection:
                 image=event.image,
                 format=event.format,
                 detail=event.detail,
-                content_id=event.content_id or self._ids("content"),
+                content_id=content_id_of(event.image, event.content_id, self._ids),
             )
         elif type(event) is ev.InputAudio:
             item = ty.AudioContent(
                 audio=event.audio,
                 format=event.format,
-                content_id=event.content_id or self._ids("content"),
+                content_id=content_id_of(event.audio, event.content_id, self._ids),
             )
         elif type(event) is ev.InputVideo:
             item = ty.VideoContent(
                 video=event.video,
                 format=event.format,
-                content_id=event.content_id or self._ids("content"),
+                content_id=content_id_of(event.video, event.content_id, self._ids),
             )
         else:
             assert isinstance(event, ev.InputFile)
@@ -1017,7 +1018,7 @@ class Connection:
                 file=event.file,
                 filename=event.filename,
                 mime_type=event.mime_type,
-                content_id=event.content_id or self._ids("content"),
+                content_id=content_id_of(event.file, event.content_id, self._ids),
             )
         session.pending_input.append((role, item))
 

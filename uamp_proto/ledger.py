@@ -266,10 +266,11 @@ class Account:
         """Raise unless the token may lock money at ``now``.
 
         Raises:
-            LedgerError: ``token_invalid`` (revoked) or ``token_expired``.
+            LedgerError: ``mandate_revoked`` (its issuer revoked it: UAMP 7.2's
+                code for a payment authority withdrawn) or ``token_expired``.
         """
         if self.revoked:
-            raise LedgerError("token_invalid", "the payment token was revoked")
+            raise LedgerError("mandate_revoked", "the payment token was revoked")
         if self.expires_at is not None and now >= self.expires_at:
             raise LedgerError("token_expired", "the payment token has expired")
 

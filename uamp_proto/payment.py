@@ -46,6 +46,7 @@ __all__ = [
     "PaymentState",
     "TokenPolicy",
     "balance_fields",
+    "balance_of",
     "open_charge",
     "pricing_of",
     "refusal",
@@ -359,6 +360,19 @@ async def refusal(
         return await charging.verify(agent, token, declared)
     requirements = policy.check(agent, token)
     return None if requirements is None else PaymentRequiredError(requirements)
+
+
+async def balance_of(policy: PaymentPolicy | None, token: str | None) -> str | None:
+    """What ``token`` has left to spend (``payment.accepted.balance_remaining``, spec 004).
+
+    ``None`` when there is no token, or the policy keeps no balances (only a
+    policy with an async ``balance_of(token)`` does, such as the ledger's).
+    """
+    reader = getattr(policy, "balance_of", None)
+    if token is None or not callable(reader):
+        return None
+    remaining: str | None = await reader(token)
+    return remaining
 
 
 async def open_charge(

@@ -264,7 +264,10 @@ class ResponseTracker:
             self._audio(delta.audio)  # type: ignore[union-attr]
         elif kind is ty.DeltaToolResult:
             res: ty.ToolResultFragment = delta.tool_result  # type: ignore[union-attr]
-            slot = _Slot("tool_result", {"call_id": res.call_id, "status": res.status})
+            slot = _Slot(
+                "tool_result",
+                {"call_id": res.call_id, "status": res.status, "items": res.content_items},
+            )
             slot.parts.append(res.result or "")
             self._slots.append(slot)
         elif kind is ty.DeltaToolProgress:
@@ -415,6 +418,7 @@ class ResponseTracker:
                             call_id=s.extra["call_id"],
                             result="".join(s.parts),
                             is_error=s.extra.get("is_error"),
+                            content_items=s.extra.get("items"),
                         )
                     )
                 )

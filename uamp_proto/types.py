@@ -290,11 +290,12 @@ class DeltaToolCall:
 
 @attrs.frozen(kw_only=True)
 class ToolResultFragment:
-    """The result of a server-side tool."""
+    """The result of a server-side tool; ``content_items``: media it shows (8.4.2, 8.5.4)."""
 
     call_id: str
     result: str | None = None
     status: str | None = None
+    content_items: list[ContentItem] | None = None
     unknown: Mapping[str, Any] = _unknown()
 
 

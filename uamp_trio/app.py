@@ -66,7 +66,7 @@ from .observe.logs import AccessLog
 from .observe.metrics import METRICS_PATH, Metrics
 from .observe.requests import Listener, Observe
 from .relay import platform as relay_platform
-from .server_routes import SERVER_ROUTES, api_docs, health, openapi, playground
+from .server_routes import SERVER_ROUTES, api_docs, health, openapi, payments, playground
 from .stores import Stores
 from .stores.event_log_redis import RedisEventLog
 from .transports import (
@@ -211,7 +211,7 @@ class App(Host):
         if proxy_headers is not None:  # before the observer: the log shows the real client
             self.middleware.insert(0, proxy_headers)
         self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
-        self.mount(health.mount, openapi.mount, api_docs.mount, playground.mount)
+        self.mount(health.mount, openapi.mount, api_docs.mount, playground.mount, payments.mount)
         if self.metrics is not None:
             self.router.add(
                 "GET", METRICS_PATH, self.metrics.endpoint, label="Metrics", meta=METRICS_ROUTES
@@ -274,7 +274,7 @@ class App(Host):
         shares a path with a transport's, so the order changes no answer.
         """
         super().mount(*transports)
-        self.router.routes.sort(key=lambda route: route.meta is SERVER_ROUTES)
+        self.router.routes.sort(key=lambda route: route.meta.transport == "server")
 
     # --- engines.server.Dispatcher -------------------------------------------------
 

@@ -402,14 +402,16 @@ class HasBackground(Protocol):
     nursery while the server serves. The server also tells it
     ``queue_limits``: its ``max_queued_events`` and
     ``max_session_queued_events``, ``draining``: whether a graceful
-    shutdown has begun, and ``server_config``: the whole configuration (the
-    per-principal limits its stores enforce).
+    shutdown has begun, ``server_config``: the whole configuration (the
+    per-principal limits its stores enforce), and ``connection_count``: how
+    to count the server's open connections.
     """
 
     background: Spawner | None
     queue_limits: tuple[int, int]
     draining: bool
     server_config: ServerConfig
+    connection_count: Callable[[], int] | None
 
 
 class Cancellable(Protocol):
@@ -596,6 +598,7 @@ class Server:
                         cfg.max_session_queued_events,
                     )
                     self._host.server_config = cfg
+                    self._host.connection_count = lambda: self.connection_count
                     for service in getattr(self._host, "services", ()):
                         background.start_soon(service)
                 if cfg.http3:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from uamp_proto import types as ty
-from uamp_proto.payment import Charge, PaymentPolicy, PaymentRequiredError, open_charge, pricing_of
+from uamp_proto.payment import (
+    Charge,
+    PaymentPolicy,
+    PaymentRequiredError,
+    balance_of,
+    open_charge,
+    pricing_of,
+)
 from uamp_proto.payment import refusal as _refusal
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
@@ -176,6 +183,10 @@ class ServedAgent:
     async def refusal(self, token: str | None) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay for a response now, or ``None`` (locks nothing)."""
         return await _refusal(self.payment_policy, self.agent.name, token, pricing_of(self.agent))
+
+    async def balance(self, token: str | None) -> str | None:
+        """What ``token`` has left to spend, where the policy keeps balances."""
+        return await balance_of(self.payment_policy, token)
 
     async def open_charge(
         self, token: str | None, response_id: str, caller: Principal

@@ -77,6 +77,7 @@ import attrs
 import trio
 
 from uamp_proto import events as ev
+from uamp_proto import ratelimit
 from uamp_proto import types as ty
 from uamp_proto.chat import (
     AnswerPolicy,
@@ -473,13 +474,21 @@ class ChatHub:
         limit = config.chat_principal_messages
         now = trio.current_time()
         times = self._posted.setdefault(member.principal.key, deque(maxlen=limit))
-        if len(times) >= limit and times[0] > now - POST_WINDOW:
+        refused = len(times) >= limit and times[0] > now - POST_WINDOW
+        if not refused:
+            times.append(now)
+        # UAMP 6.17: the poster hears how many are left once few are.
+        recent = [t for t in times if t > now - POST_WINDOW]
+        reset_at = self.clock() + (recent[0] + POST_WINDOW - now) if recent else None
+        warning = ratelimit.notice(limit, limit - len(recent), reset_at, member.session_id)
+        if warning is not None:
+            member.link.deliver(member.session_id, warning)
+        if refused:
             raise ProtocolError(
                 f"{member.principal.id!r} posted {limit} chat messages in the last "
                 f"{POST_WINDOW:g} s, the most allowed; wait a little",
                 code="rate_limited",
             )
-        times.append(now)
 
     # --- processes that stop (a shared store) -----------------------------------------
 

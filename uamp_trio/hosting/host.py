@@ -25,11 +25,13 @@ from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
+    balance_of,
     open_charge,
     pricing_of,
     refusal,
 )
 from uamp_proto.principal import Principal
+from uamp_proto.ratelimit import SlidingWindow
 from uamp_proto.responder import Responder
 
 from ..engines.http import Endpoint
@@ -49,7 +51,12 @@ if TYPE_CHECKING:
     from ..stores import Stores
     from ..trust.auth import Authenticator
 
-__all__ = ["Host", "PolicyTransport", "Transport"]
+__all__ = ["PAYMENT_ATTEMPTS_PER_MINUTE", "Host", "PolicyTransport", "Transport"]
+
+#: Payment tokens one principal may present per minute (``payment.submit``,
+#: or a token answering ``payment.required``); past it ``payment.error``
+#: ``rate_limited`` and the ledger is not asked (UAMP 7.2).
+PAYMENT_ATTEMPTS_PER_MINUTE = 60
 
 #: A transport mounts its endpoints on a host.
 Transport = Callable[["Host"], None]
@@ -113,6 +120,12 @@ class Host:
         #: it when it starts): transports read their per-principal limits
         #: here (``acp_max_sessions`` ...) when a request arrives.
         self.server_config = ServerConfig()
+        #: How many connections the server serving the app has open (the
+        #: server sets it when it starts; ``None`` until then): UAMP sessions
+        #: warn their client as ``max_connections`` comes near (UAMP 6.17).
+        self.connection_count: Callable[[], int] | None = None
+        #: Payment tokens presented per principal and minute (UAMP 7.2 ``rate_limited``).
+        self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
         #: Signs every transport's responses (spec 004 "Response Signing";
         #: where each puts the signature: docs/signing.md): a
         #: :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable
@@ -146,6 +159,10 @@ class Host:
         same whatever protocol its client speaks.
         """
         return await refusal(self.payment_policy, agent, token, pricing_of(self.agents.get(agent)))
+
+    async def payment_balance(self, token: str | None) -> str | None:
+        """What ``token`` has left to spend, where the payment policy keeps balances."""
+        return await balance_of(self.payment_policy, token)
 
     async def adopt_charge(self, agent: str, response_id: str) -> Charge | None:
         """The money a lost process held for ``response_id``, to settle here (or ``None``).

@@ -98,6 +98,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import time
 import types
 import uuid
@@ -110,7 +111,7 @@ import orjson
 import trio
 
 from uamp_proto import events as ev
-from uamp_proto import flow
+from uamp_proto import flow, ratelimit
 from uamp_proto import types as ty
 from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.capabilities import session_view
@@ -120,7 +121,7 @@ from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtoc
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer, advertised, declaration, outcome_of
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
 from uamp_proto.principal import ANONYMOUS, Principal
-from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
+from uamp_proto.responder import PAID_TOKEN, Emit, Responder, ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
     RESUMED,
@@ -253,6 +254,9 @@ class SessionLimits:
             (a full send buffer) before the connection is dropped.
         max_pushed: Chat events fanned out to this connection and not yet
             written before its chat sessions end (told at half of it).
+        payment_wait: Longest a response waits for payment after
+            ``payment.required`` (whose ``requirements.expires_at`` says
+            when); then it ends with ``response.error`` ``payment_required``.
     """
 
     max_sessions: int = 64
@@ -265,6 +269,7 @@ class SessionLimits:
     max_delta_window: int = 1024
     send_timeout: float = 30.0
     max_pushed: int = 1024
+    payment_wait: float = 600.0
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -278,7 +283,7 @@ class SessionLimits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("idle_timeout", "keepalive_interval", "send_timeout"):
+        for name in ("idle_timeout", "keepalive_interval", "send_timeout", "payment_wait"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
 
@@ -1281,6 +1286,7 @@ class SessionHost:
             session.announced = caps
         view = self._view(caps, ctx.client_capabilities if ctx else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
+        self._warn_limits(sid)
         if ctx is not None and ctx.chat:
             # session.create.chat (section 5.1, 10.2): the session joins at once.
             link = self._chat_link()
@@ -1288,6 +1294,27 @@ class SessionHost:
                 self._owe(_error(sid, "unsupported", "this server keeps no chat rooms"))
             else:
                 link.submit(sid, "join", (ctx.chat, chat_settings(ctx.config)))
+
+    def _warn_limits(self, sid: str) -> None:
+        """``rate_limit`` after ``session.created`` when a limit is nearly spent (UAMP 6.17).
+
+        The connection's sessions (``max_sessions``) and the server's
+        connections (``max_connections``, ``uamp serve --limit-concurrency``):
+        at a tenth or less left the client hears how much is.
+        """
+        limit = self.limits.max_sessions
+        warnings = []
+        if limit > 1:  # an HTTP+SSE session is a "connection" of one: nothing to tell
+            left = limit - len(self.conn.sessions)
+            warnings.append(ratelimit.notice(limit, left, session_id=sid))
+        app = self._app
+        count = app.connection_count if app is not None else None
+        cap = app.server_config.max_connections if app is not None else None
+        if count is not None and cap is not None:
+            warnings.append(ratelimit.notice(cap, cap - count(), session_id=sid))
+        for warning in warnings:
+            if warning is not None:
+                self._owe(warning)
 
     # --- the event log (resumable sessions; docs/resume.md) ------------------------
 
@@ -1808,11 +1835,43 @@ class SessionHost:
         One task per session at a time (a flood of submits is one more
         round, not a task each); the reader never waits for the ledger.
         """
+        if self._refuse_payment_attempt(session):
+            return
         if session.settling:
             session.settle_again = True
             return
         session.settling = True
         self._nursery.start_soon(self._settle_rounds, session)
+
+    def _refuse_payment_attempt(self, session: _Session) -> bool:
+        """Count a presented token for the session's principal; past the rate, refuse it.
+
+        ``payment.error`` ``rate_limited`` (``can_retry``: the response stays
+        held), with a ``rate_limit`` event saying when the window resets;
+        the ledger is not asked. A ``rate_limit`` also warns as the rate
+        comes near (UAMP 6.17).
+        """
+        app = self._app
+        if app is None:
+            return False
+        verdict = app.payment_attempts.hit(
+            session.principal.key, trio.current_time(), self._clock()
+        )
+        with contextlib.suppress(LocalProtocolError):
+            warning = verdict.notice(session.id)
+            if warning is not None:
+                self._owe(warning)
+            if not verdict.allowed:
+                self._owe(
+                    ev.PaymentErrorEvent(
+                        session_id=session.id,
+                        code="rate_limited",
+                        message=f"more than {verdict.limit} payment tokens a minute; try again "
+                        "after the rate_limit's reset_at",
+                        can_retry=True,
+                    )
+                )
+        return not verdict.allowed
 
     async def _settle_rounds(self, session: _Session) -> None:
         try:
@@ -1837,6 +1896,10 @@ class SessionHost:
             return
         negotiation = ctx.payment
         unpaid = await self._unpaid(session.agent.name, negotiation.token)
+        app = self._app
+        remaining = None
+        if unpaid is None and app is not None:
+            remaining = await app.payment_balance(negotiation.token)
         if self.conn.sessions.get(session.id) is not ctx:
             return  # the session ended while the ledger answered
         reply: ev.Event
@@ -1849,6 +1912,7 @@ class SessionHost:
             reply = ev.PaymentAccepted(
                 session_id=session.id,
                 payment_id=f"pay_{uuid.uuid4().hex[:24]}",
+                balance_remaining=remaining,
                 amount=asked.amount if asked is not None else None,
                 currency=asked.currency if asked is not None else None,
             )
@@ -1870,19 +1934,36 @@ class SessionHost:
         ``response.cancel`` cancels the worker's scope, which ends the wait
         (and the response) with ``response.cancelled``.
 
+        The wait is bounded (:attr:`SessionLimits.payment_wait`): the
+        requirements carry ``expires_at``, the wall-clock second it ends
+        (UAMP 7.2; an earlier one the policy set stands).
+
         Raises:
             _SessionGone: The session ended while waiting.
+            ResponderError: ``payment_required``: nothing was paid by then.
         """
+        now, wait = self._clock(), self.limits.payment_wait
+        asked = required.requirements
+        if asked.expires_at is not None and now < asked.expires_at < now + wait:
+            wait = asked.expires_at - now  # the policy's quote ends first
+        else:
+            deadline = math.ceil(now + wait)
+            required = attrs.evolve(required, requirements=attrs.evolve(asked, expires_at=deadline))
         await self._send(session, response, required)
-        while True:
-            ctx = self.conn.sessions.get(session.id)
-            if ctx is None:
-                # Ending the session cancelled this response: let that land first.
-                await trio.lowlevel.checkpoint()
-                raise _SessionGone
-            if ctx.payment.state is PaymentState.ACCEPTED:
-                return
-            await session.wakeup.park()
+        with trio.move_on_after(wait):
+            while True:
+                ctx = self.conn.sessions.get(session.id)
+                if ctx is None:
+                    # Ending the session cancelled this response: let that land first.
+                    await trio.lowlevel.checkpoint()
+                    raise _SessionGone
+                if ctx.payment.state is PaymentState.ACCEPTED:
+                    return
+                await session.wakeup.park()
+        raise ResponderError(
+            "payment_required",
+            f"no payment was accepted within {wait:g} s (the requirements' expires_at)",
+        )
 
     async def _preflight(self, session: _Session, response: _Response) -> None:
         """Hold the response's price before the agent runs (spec 004, UAMP row of the table).
@@ -2215,7 +2296,12 @@ class SessionHost:
             error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=down)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
-        await self._preflight(session, response)
+        try:
+            await self._preflight(session, response)
+        except ResponderError as exc:  # the payment's time ran out
+            error = ty.ErrorInfo(code=exc.code, message=exc.message)
+            await self._send(session, response, ev.ResponseErrorEvent(error=error))
+            return
         ctx = self.conn.sessions.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is not None and tracker.response_id != rid:

@@ -248,6 +248,10 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Health", "Metrics in the Prometheus text format", response="Text", media=("text/plain",)
     ),
     ("GET", "/"): Operation("Playground", "The playground page", media=("text/html",)),
+    ("POST", "/api/payments/tokens/{id}/topup"): Operation(
+        "Payments",
+        "The ledger's operator adds {amount} to a payment token (spec 004); 404 for anyone else",
+    ),
     ("GET", ""): Operation("Playground", "A redirect to the playground page", status="308"),
     ("GET", "/playground/{file}"): Operation(
         "Playground",

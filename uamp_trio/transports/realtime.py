@@ -352,7 +352,8 @@ class _RealtimeConnection:
                 unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
             await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
             return
-        accepted = ev.PaymentAccepted(payment_id=_ids("pay"))
+        remaining = await self.served.balance(self.payment_token)
+        accepted = ev.PaymentAccepted(payment_id=_ids("pay"), balance_remaining=remaining)
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         held, self.held = self.held, None
         if held is not None:
@@ -369,7 +370,10 @@ class _RealtimeConnection:
         except PaymentRequiredError as unpaid:
             await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
             return
-        accepted = ev.PaymentAccepted(payment_id=_ids("pay"), amount=amount)
+        remaining = await self.served.balance(self.payment_token)
+        accepted = ev.PaymentAccepted(
+            payment_id=_ids("pay"), amount=amount, balance_remaining=remaining
+        )
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         paid.set()
 

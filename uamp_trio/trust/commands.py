@@ -61,6 +61,14 @@ def add_ledger_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--currency", help=f"currency of --price (default {CURRENCY})")
     p.add_argument(
+        "--ledger-operator",
+        action="append",
+        default=[],
+        metavar="PRINCIPAL",
+        help="a principal (its id: an API key's name, a JWT's sub) that may top tokens up over "
+        "HTTP, POST /api/payments/tokens/{id}/topup; repeatable (default: nobody)",
+    )
+    p.add_argument(
         "--ledger-heartbeat",
         type=duration_argument,
         default=15.0,
@@ -100,7 +108,13 @@ def open_policy(args: argparse.Namespace) -> LedgerPolicy | None:
     if freed:
         print(f"uamp: ledger {args.ledger}: released {freed} unfinished lock(s)", file=sys.stderr)
     price = PRICE if args.price is None else args.price
-    return LedgerPolicy(ledger, price=price, currency=args.currency or CURRENCY, orphan_grace=grace)
+    return LedgerPolicy(
+        ledger,
+        price=price,
+        currency=args.currency or CURRENCY,
+        orphan_grace=grace,
+        operators=frozenset(getattr(args, "ledger_operator", None) or ()),
+    )
 
 
 def open_ledger(spec: str, *, create: bool = True, heartbeat: float = 15.0) -> SqlLedger:

@@ -303,7 +303,8 @@ class SqlLedger(ABC):
             (token_id,),
         ).fetchone()
         if row is None:
-            raise LedgerError("token_invalid", "the payment token is invalid")
+            # Signed by this ledger, yet its account is gone: withdrawn.
+            raise LedgerError("mandate_revoked", "the payment token's account no longer exists")
         return _row_to_account(row)
 
     def _store(self, db: Database, token_id: str, account: Account) -> None:
@@ -335,14 +336,22 @@ class SqlLedger(ABC):
                 refuses in the token's currency, or one that would take the
                 token past :data:`~uamp_proto.ledger.MAX_AMOUNT` (nothing is written).
         """
-        token_id = self.token_id(token)
+        return self.top_up_id(self.token_id(token), amount).account
+
+    def top_up_id(self, token_id: str, amount: Decimal | str) -> TokenState:
+        """Add ``amount`` to the token whose id is ``token_id`` (the operator's HTTP route).
+
+        Raises:
+            LedgerError: ``mandate_revoked``: no such token here.
+            ValueError: As :meth:`top_up`.
+        """
         arith.parse_amount(amount)  # a malformed amount is refused before any lock
         with self._transaction() as db:
             account = self._load(db, token_id)
             value = arith.parse_amount(amount, currency=account.currency)
             account = arith.top_up(account, value)
             self._store(db, token_id, account)
-            return account
+            return TokenState(token_id=token_id, account=account)
 
     def revoke(self, token: str) -> None:
         """Stop a token from locking anything more."""

@@ -111,6 +111,8 @@ class LedgerPolicy:
             released (:meth:`SqlLedger.recover`), checked at most once a minute
             when a lock is taken. ``0``: dead servers' locks are released
             only by the start-up recovery.
+        operators: Principal ids that may top tokens up over HTTP
+            (``POST /api/payments/tokens/{id}/topup``); empty: nobody.
     """
 
     #: Seconds between two sweeps for dead servers' locks past ``orphan_grace``.
@@ -124,8 +126,10 @@ class LedgerPolicy:
         currency: str = "USD",
         free_agents: frozenset[str] = frozenset(),
         orphan_grace: float = 0.0,
+        operators: frozenset[str] = frozenset(),
     ) -> None:
         self.ledger = ledger
+        self.operators = operators
         self.default_pricing = Pricing.flat(price, currency.upper())
         self.free_agents = free_agents
         self.orphan_grace = orphan_grace
@@ -171,6 +175,14 @@ class LedgerPolicy:
             estimated_remaining=int(balance / hold) if hold > 0 else None,
             threshold=format_amount(hold * LOW_BALANCE_HOLDS),
         )
+
+    async def balance_of(self, token: str) -> str | None:
+        """The token's free balance (``payment.accepted.balance_remaining``), or ``None``."""
+        try:
+            state = await self.ledger.call(self.ledger.show, token)
+        except LedgerError:
+            return None
+        return format_amount(state.account.balance)
 
     def pricing(self, agent: str, declared: Pricing | None) -> Pricing | None:
         """The pricing of ``agent``: its own, else the flat price (``None``: free)."""

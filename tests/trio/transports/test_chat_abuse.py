@@ -264,6 +264,10 @@ async def test_chat_memory_is_bounded_by_size_rate_room_and_idle_expiry(serve_ap
                 await send(ws, type="input.text", text=f"m{n}", session_id=eve)
                 await r.expect(eve, [("message.created", n, "eve", f"m{n}")])
             await send(ws, type="input.text", text="m6", session_id=eve)
+            # UAMP 6.17: the rate_limit event first says nothing is left, then the refusal.
+            notice = await r.take_any(eve)
+            assert notice["type"] == "rate_limit" and notice["remaining"] == 0, notice
+            assert notice["limit"] == 5 and notice["reset_at"] > time.time()
             refused = await r.take_any(eve)
             assert refused["error"]["code"] == "rate_limited", refused
             # The room keeps its newest three: a newcomer is sent those.

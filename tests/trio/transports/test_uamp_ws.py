@@ -280,7 +280,10 @@ async def test_too_many_sessions_is_refused_and_the_connection_stays_open() -> N
             open_ws(base + "/ws") as ws,
         ):
             await create_session(ws)
+            warned = await recv(ws)  # UAMP 6.17: one session of two left
+            assert (warned["type"], warned["remaining"]) == ("rate_limit", 1)
             s2 = await create_session(ws)
+            assert (await recv(ws))["remaining"] == 0
             await send(
                 ws, type="session.create", uamp_version="1.0", session={"modalities": ["text"]}
             )

@@ -32,7 +32,7 @@ D = Decimal
             Account(currency="USD", issued=D(1), balance=D(1), revoked=True),
             D("0.1"),
             0.0,
-            "token_invalid",
+            "mandate_revoked",
         ),
     ],
 )
