@@ -108,6 +108,7 @@ from uamp_proto.types import EMPTY
 
 from ._ids import uuid4_str
 from .agent import Agent, NoModelError, agent
+from .approval import ApprovalPolicy, tool_requires
 from .content import PRESENT
 from .errors import AgentRuntimeError, ProviderError, StructuredOutputError, SubAgentDepthError
 from .execution import PlanError
@@ -332,6 +333,17 @@ class AgentEndpoint:
         if found is None or not isinstance(arguments, dict):
             raise ResponderError(
                 "unknown_tool", f"agent {self._name!r} has no tool {name!r}", {"name": name}
+            )
+        approve = self.agent.approve
+        policy = ApprovalPolicy(approve) if approve is not None else None
+        if await tool_requires(found, arguments) or (
+            policy is not None and await policy.needs(found, arguments)
+        ):
+            # Fail closed: nobody is asked here, so a call a person must approve never runs.
+            raise ResponderError(
+                "approval_required",
+                f"tool {found.name!r} needs a person's approval: ask for it in a prompt",
+                {"name": found.name},
             )
         state = ExecutionState(metadata={"uamp": _uamp_metadata(request)})
         context: ToolContext[Any] = ToolContext(

@@ -304,7 +304,7 @@ async def test_http_with_event_stream_prompt_submit_and_plain_json_unchanged(
 
 
 def _tool_agent(calls: list[dict[str, Any]]) -> Any:
-    from uamp_agents import agent
+    from uamp_agents import agent, tool
     from uamp_agents.bridge import serve_agent
     from uamp_agents.providers import function
 
@@ -320,7 +320,12 @@ def _tool_agent(calls: list[dict[str, Any]]) -> Any:
         """Always fails."""
         raise RuntimeError(f"no station in {city}")
 
-    tools = [lookup, broken]
+    def wipe(city: str) -> str:
+        """Deletes a city's records; a person approves it first."""
+        calls.append({"wiped": city})
+        return "wiped"
+
+    tools = [lookup, broken, tool(wipe, requires_approval=True)]
     return serve_agent(agent(name="weather", model=function(model), tools=tools))
 
 
@@ -331,7 +336,8 @@ async def test_tools_call_runs_the_named_tool_of_the_agent(serve_app: Any) -> No
     server = await serve_app(app)
     with trio.fail_after(TIMEOUT):
         listed = await post(server, rpc(1, "tools/list"), agent="weather")
-        assert [t["name"] for t in listed.json()["result"]["tools"]] == ["lookup", "broken"]
+        names = [t["name"] for t in listed.json()["result"]["tools"]]
+        assert names == ["lookup", "broken", "wipe"]
         args = {"name": "lookup", "arguments": {"city": "Oslo"}}
         r = await post(server, rpc(2, "tools/call", args), agent="weather")
         assert r.json()["result"] == {
@@ -346,5 +352,10 @@ async def test_tools_call_runs_the_named_tool_of_the_agent(serve_app: Any) -> No
         bad = {"name": "lookup", "arguments": {"town": "Oslo"}}
         r = await post(server, rpc(4, "tools/call", bad), agent="weather")
         assert r.json()["result"]["isError"] is True and calls == [{"city": "Oslo"}]
+        # A call a person must approve is never run by tools/call (nobody is asked).
+        wipe = {"name": "wipe", "arguments": {"city": "Oslo"}}
+        r = await post(server, rpc(6, "tools/call", wipe), agent="weather")
+        assert r.json()["result"]["isError"] is True and "approval" in str(r.json())
+        assert calls == [{"city": "Oslo"}]
         r = await post(server, rpc(5, "tools/call", {"name": "nope"}), agent="weather")
         assert r.json()["error"]["code"] == -32602 and r.json()["error"]["data"] == {"name": "nope"}
