@@ -246,7 +246,7 @@ class App(Host):
         keys: list[JWK] = []
         if self.response_signer is not None:
             keys.extend(self.response_signer.jwks().keys)
-        if self.envelopes is not None and self.serves_envelopes:
+        if self.envelopes is not None and (self.serves_envelopes or self.envelopes.key_in_use):
             keys.extend(self.envelopes.key.jwks().keys)
         if not keys:
             raise HTTPError(

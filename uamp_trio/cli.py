@@ -58,6 +58,7 @@ import gc
 import getpass
 import hashlib
 import importlib
+import json
 import os
 import shlex
 import signal
@@ -71,6 +72,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uamp import __version__
+from uamp_proto.adapters import a2a_card
 from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.jose import jwk_thumbprint
 from uamp_proto.principal import Principal
@@ -143,15 +145,32 @@ def _import(module_name: str) -> Any:
 def _transports(args: argparse.Namespace) -> list[Transport] | None:
     """The transports ``uamp serve`` mounts: the defaults, A2A configured by its flags,
     without spec 003's bindings when :func:`envelopes_refused` says so."""
-    if not args.a2a_push_allow and envelopes_refused(args) is None:
+    configured = args.a2a_push_allow or args.a2a_sign_cards or args.a2a_extended_card
+    if not configured and envelopes_refused(args) is None:
         return None
     chosen = list(default_transports())
-    if args.a2a_push_allow:
-        push = a2a.PushSender(allow=args.a2a_push_allow)
-        chosen = [a2a.transport(push=push) if t is a2a.mount else t for t in chosen]
+    if configured:
+        push = a2a.PushSender(allow=args.a2a_push_allow) if args.a2a_push_allow else None
+        extended = _extended_card(args.a2a_extended_card) if args.a2a_extended_card else None
+        a2a_configured = a2a.transport(
+            push=push, sign_cards=args.a2a_sign_cards, extended_card=extended
+        )
+        chosen = [a2a_configured if t is a2a.mount else t for t in chosen]
     if envelopes_refused(args) is not None:
         chosen = [t for t in chosen if t not in (envelopes.mount, envelope_grpc.mount)]
     return chosen
+
+
+def _extended_card(path: str) -> dict[str, Any]:
+    """``--a2a-extended-card``: the operator's card members, checked now."""
+    try:
+        more = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(more, dict):
+            raise ValueError("it is not a JSON object")
+        a2a_card.extend_card({"skills": []}, more)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--a2a-extended-card {path}: {exc}") from None
+    return more
 
 
 def envelopes_refused(args: argparse.Namespace) -> str | None:
@@ -575,6 +594,18 @@ def _add_serve(sub: Any) -> None:
         metavar="CIDR",
         help="a non-public network A2A push notifications may be delivered to, e.g. "
         "127.0.0.1/32 for a local receiver (repeatable; default: public addresses only)",
+    )
+    p.add_argument(
+        "--a2a-sign-cards",
+        action="store_true",
+        help="sign A2A agent cards (signatures: JWS over the RFC 8785 card) with the envelope "
+        "key (--envelope-key or the stored one), published in /.well-known/jwks.json",
+    )
+    p.add_argument(
+        "--a2a-extended-card",
+        metavar="JSON",
+        help="a JSON file of card members (skills, description, ...) authenticated callers "
+        "get from GetExtendedAgentCard; needs authentication (docs/a2a.md)",
     )
     p.add_argument(
         "--relay",

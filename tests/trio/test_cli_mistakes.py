@@ -61,6 +61,18 @@ MISTAKES = [
     ("price without ledger", ["serve", "--price", "0.05"], [], "--price needs --ledger PATH"),
     ("missing agent file", ["serve", "--agent", "./nope.py:agent"], [], "no file ./nope.py"),
     (
+        "extended card not JSON",
+        ["serve", "--a2a-extended-card", "notes.db"],
+        [],
+        "--a2a-extended-card notes.db: Expecting value",
+    ),
+    (
+        "extended card missing",
+        ["serve", "--a2a-extended-card", "/nonexistent/card.json"],
+        [],
+        "--a2a-extended-card /nonexistent/card.json: [Errno 2]",
+    ),
+    (
         "plot without matplotlib",
         ["bench", "http://127.0.0.1:{port}/agents/demo", "--plot", "out.png", "-n", "1"],
         ["matplotlib"],

@@ -21,7 +21,8 @@ bytes is a strong one).
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 import attrs
 
@@ -30,9 +31,11 @@ from ..codec import unstructure
 
 __all__ = [
     "CAPABILITIES_EXTENSION",
+    "EXTENDABLE",
     "Interface",
     "agent_card",
     "card_etag",
+    "extend_card",
     "legacy_card",
 ]
 
@@ -149,7 +152,8 @@ def agent_card(
                 {
                     "uri": CAPABILITIES_EXTENSION,
                     "description": "The agent's UAMP Capabilities object (UAMP section 9).",
-                    "required": False,
+                    # "required": false is the default: left out, as a protobuf reader
+                    # drops it (a signed card signs only what every reader sees).
                     "params": caps,
                 }
             ],
@@ -166,6 +170,42 @@ def agent_card(
     return card
 
 
+#: The card members an operator may add for authenticated callers (``extend_card``).
+EXTENDABLE: Final = frozenset(
+    {
+        "description",
+        "documentationUrl",
+        "iconUrl",
+        "skills",
+        "defaultInputModes",
+        "defaultOutputModes",
+    }
+)
+
+
+def extend_card(card: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """The authenticated extended card: ``card`` with the operator's ``more``.
+
+    ``skills`` are added after the card's own; the other members of
+    :data:`EXTENDABLE` replace the card's.
+
+    Raises:
+        ValueError: ``more`` has a member outside :data:`EXTENDABLE`, or a
+            ``skills`` that is not a list of objects.
+    """
+    unknown = sorted(set(more) - EXTENDABLE)
+    if unknown:
+        raise ValueError(
+            f"the extended card may set {', '.join(sorted(EXTENDABLE))}; not {', '.join(unknown)}"
+        )
+    skills = more.get("skills", [])
+    if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
+        raise ValueError("the extended card's skills are a list of AgentSkill objects")
+    out = {**card, **{k: v for k, v in more.items() if k != "skills"}}
+    out["skills"] = [*card["skills"], *skills]
+    return out
+
+
 def legacy_card(card: dict[str, Any], *, rpc_url: str) -> dict[str, Any]:
     """``card`` with the 0.3 members and UAMP's ``modelCapabilities`` added.
 
@@ -175,8 +215,9 @@ def legacy_card(card: dict[str, Any], *, rpc_url: str) -> dict[str, Any]:
     """
     extensions = card["capabilities"]["extensions"]
     caps = next(e["params"] for e in extensions if e["uri"] == CAPABILITIES_EXTENSION)
+    signed_as_1_0 = ("signatures",)  # a 1.0 card's signatures do not cover this one
     return {
-        **card,
+        **{k: v for k, v in card.items() if k not in signed_as_1_0},
         "modelCapabilities": caps,
         "url": rpc_url,
         "preferredTransport": "JSONRPC",

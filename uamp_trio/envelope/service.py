@@ -547,6 +547,9 @@ class EnvelopeService:
         #: Every TLS client presents a certificate (``--client-ca``): the
         #: manifest lists ``mtls`` among its ``auth`` methods.
         self.mutual_tls = False
+        #: Something besides the spec 003 bindings signs with the key (A2A
+        #: agent cards): the server's JWKS publishes it even without them.
+        self.key_in_use = False
         self._exchanges: OrderedDict[str, Exchange] = OrderedDict()
         #: Exchanges kept per owner (``Principal.key``).
         self._owned: dict[tuple[str, str], int] = {}

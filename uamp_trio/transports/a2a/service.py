@@ -70,7 +70,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -83,6 +83,7 @@ from uamp_proto.adapters import a2a, a2a_card, a2a_params
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.adapters.a2a_card import Interface
 from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, QUEUE_FULL, BusyError
+from uamp_proto.card_signing import sign_card
 from uamp_proto.errors import UampError
 from uamp_proto.events import PaymentBalance
 from uamp_proto.ids import IdSource, random_ids
@@ -95,6 +96,7 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.signing import JWKS_PATH
 
 from ...engines import http as web
 from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, json_response
@@ -202,6 +204,14 @@ class A2ATransport:
         push: Delivers push notifications (default: a
             :class:`~uamp_trio.transports.a2a_push.PushSender` that refuses
             private and loopback targets).
+        sign_cards: Sign every card (``signatures``: a JWS over its RFC 8785
+            form, :mod:`uamp_proto.card_signing`) with the server's envelope
+            key, whose ``kid`` and ``jku`` (``/.well-known/jwks.json``) the
+            signature names.
+        extended_card: Card members authenticated callers get from
+            ``GetExtendedAgentCard`` (:func:`~uamp_proto.adapters.a2a_card.extend_card`);
+            served, and announced by ``capabilities.extendedAgentCard``, only
+            when the server authenticates.
     """
 
     def __init__(
@@ -212,8 +222,18 @@ class A2ATransport:
         public_url: str | None = None,
         ids: IdSource = random_ids,
         push: PushSender | None = None,
+        sign_cards: bool = False,
+        extended_card: Mapping[str, Any] | None = None,
     ) -> None:
         self.app = app
+        #: Cards are signed with the server's envelope key (published in its JWKS).
+        self.sign_cards = sign_cards
+        if sign_cards:
+            if app.envelopes is None:
+                raise ValueError("signing agent cards needs the server's envelope key")
+            app.envelopes.key_in_use = True
+        #: What authenticated callers see besides the public card (``GetExtendedAgentCard``).
+        self.card_extension = dict(extended_card) if extended_card is not None else None
         self._policy = payment_policy
         self.public_url = public_url.rstrip("/") if public_url else None
         #: The app's task store (:attr:`Stores.a2a_tasks <uamp_trio.stores.Stores.a2a_tasks>`).
@@ -262,8 +282,13 @@ class A2ATransport:
         host = request.headers.get("host") or "127.0.0.1"
         return f"{request.scheme}://{host}{request.root_path}"
 
-    def agent_card(self, agent: Responder, request: Request) -> dict[str, Any]:
-        """The A2A 1.0 card of ``agent`` as seen through ``request``."""
+    def agent_card(
+        self, agent: Responder, request: Request, *, extended: bool = False
+    ) -> dict[str, Any]:
+        """The A2A 1.0 card of ``agent`` as seen through ``request`` (signed when configured).
+
+        ``extended``: the authenticated extended card (the operator's additions).
+        """
         base = self._base_url(request)
         prefix = f"/agents/{agent.name}" if "agent" in request.path_params else ""
         url = f"{base}{prefix}/a2a"
@@ -278,18 +303,25 @@ class A2ATransport:
             # gRPC dials host:port (same port, HTTP/2); the tenant names the agent.
             interfaces.append(Interface(urlsplit(base).netloc, "GRPC", "1.0", tenant=tenant))
         secured = self.app.authenticator is not None
-        return a2a_card.agent_card(
+        card = a2a_card.agent_card(
             name=agent.name,
             capabilities=agent.capabilities(),
             interfaces=interfaces,
             base_url=base,
             description=description if isinstance(description, str) else None,
             push_notifications=True,
-            extended_card=secured,
+            extended_card=secured and self.card_extension is not None,
             security_schemes=(
                 {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}} if secured else None
             ),
         )
+        if extended and self.card_extension is not None:
+            card = a2a_card.extend_card(card, self.card_extension)
+        envelopes = self.app.envelopes
+        if self.sign_cards and envelopes is not None:
+            key = envelopes.key
+            card = sign_card(card, key.key, key.kid, jku=f"{base}{JWKS_PATH}")
+        return card
 
     async def card(self, request: Request) -> Response:
         """``GET .../.well-known/agent-card.json`` (and ``agent.json``): the card, cacheable.
@@ -492,12 +524,17 @@ class A2ATransport:
                 authentication on the server (the card says
                 ``extendedAgentCard: false`` then).
         """
-        if self.app.authenticator is None:
+        if self.app.authenticator is None or self.card_extension is None:
             raise A2AError(
                 a2a.EXTENDED_CARD_NOT_CONFIGURED,
-                "This agent has no authenticated extended card (the server has no authentication).",
+                "This agent has no authenticated extended card"
+                + (
+                    " (the server has no authentication)."
+                    if self.app.authenticator is None
+                    else "."
+                ),
             )
-        return self.agent_card(call.agent, call.request)
+        return self.agent_card(call.agent, call.request, extended=True)
 
     async def push_config(self, call: Call, method: str, params: dict[str, Any]) -> Any:
         """The push-notification config methods (set, get, list, delete) of either dialect."""
@@ -1179,8 +1216,10 @@ def transport(
     public_url: str | None = None,
     ids: IdSource = random_ids,
     push: PushSender | None = None,
+    sign_cards: bool = False,
+    extended_card: Mapping[str, Any] | None = None,
 ) -> Transport:
-    """A configured A2A transport to pass to :meth:`App.mount`."""
+    """A configured A2A transport to pass to :meth:`App.mount` (see :class:`A2ATransport`)."""
 
     def mount_configured(app: Host) -> None:
         A2ATransport(
@@ -1189,6 +1228,8 @@ def transport(
             public_url=public_url,
             ids=ids,
             push=push,
+            sign_cards=sign_cards,
+            extended_card=extended_card,
         ).mount()
 
     return mount_configured
