@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
-from tests._support.checkout import clean_env, copy_checkout
+from tests._support.checkout import clean_env
+from tests.architecture.conftest import fresh_venv, pip_install
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,25 +41,18 @@ def test_the_check_sees_a_banned_import() -> None:
     assert "trio" in result.stdout
 
 
-def test_the_core_installs_without_extras_and_runs_the_asyncio_example(tmp_path: Path) -> None:
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    python = env_dir / "bin" / "python"
+def test_the_core_installs_without_extras_and_runs_the_asyncio_example(
+    dist: Path, tmp_path: Path
+) -> None:
+    python = fresh_venv(tmp_path / "venv")
     environ = clean_env()
-    # Install from a copy of the checkout, so the build leaves nothing in it.
-    source = copy_checkout(tmp_path)
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=600,
-    )
+    # The wheel built from a copy of the checkout (conftest.dist), without extras.
+    install = pip_install(python, str(next(dist.glob("*.whl"))))
     assert install.returncode == 0, install.stdout + install.stderr
 
     outside = tmp_path  # not the checkout: imports must come from the installed package
     demo = subprocess.run(
-        [str(python), str(source / "examples" / "asyncio_server.py"), "--demo"],
+        [str(python), str(ROOT / "examples" / "asyncio_server.py"), "--demo"],
         capture_output=True,
         text=True,
         env=environ,

@@ -9,15 +9,15 @@ import re
 import subprocess
 import sys
 import tarfile
-import venv
 import zipfile
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests._support.checkout import ROOT, clean_env, copy_checkout
+from tests._support.checkout import ROOT, clean_env
 from tests._support.cli import Served
+from tests.architecture.conftest import fresh_venv, pip_install
 
 VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
 assert VERSION is not None
@@ -38,23 +38,6 @@ DATA = [
     "uamp_trio/grpc/protos/third_party/lf/a2a/v1/a2a_pb2.py",
     "uamp_trio/grpc/protos/third_party/lf/a2a/v1/a2a_pb2.pyi",
 ]
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """sdist and wheel built from a copy of the checkout's files (the checkout stays clean)."""
-    work = tmp_path_factory.mktemp("build")
-    source = copy_checkout(work)
-    out = work / "dist"
-    built = subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=600,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    return out
 
 
 def test_build_makes_an_sdist_and_a_wheel_twine_accepts(dist: Path) -> None:
@@ -84,24 +67,9 @@ def test_build_makes_an_sdist_and_a_wheel_twine_accepts(dist: Path) -> None:
 
 def test_the_wheel_in_a_fresh_venv_serves(dist: Path, tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    bin_dir = env_dir / "bin"
+    bin_dir = fresh_venv(env_dir).parent
     wheel = next(dist.glob("*.whl"))
-    install = subprocess.run(
-        [
-            str(bin_dir / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            f"{wheel}[server]",
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=600,
-    )
+    install = pip_install(bin_dir / "python", f"{wheel}[server]")
     assert install.returncode == 0, install.stdout + install.stderr
     outside = tmp_path / "elsewhere"  # not the checkout: everything comes from the wheel
     outside.mkdir()
