@@ -31,6 +31,7 @@ TRANSPORTS = (
     "mcp",
     "a2a",
     "acp",
+    "ai_sdk",
 )
 
 

@@ -357,6 +357,7 @@ def acp_websocket(base: str, prompt: str, agent: str = "demo") -> str:
 #: What the ASGI app serves of the transports above (the others are `uamp serve`'s).
 ASGI_TRANSPORTS = [
     acp_websocket,
+    ai_sdk,
     anthropic_plain,
     anthropic_streamed,
     completions_plain,

@@ -20,6 +20,7 @@ MODULES = {
     "a2a": "a2a",
     "acp": "acp",
     "anthropic": "anthropic",
+    "ai_sdk": "ai_sdk",
 }
 
 

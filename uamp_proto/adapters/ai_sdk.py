@@ -76,6 +76,8 @@ from .. import events as ev
 from .. import types as ty
 from ..errors import LocalProtocolError, UampError
 from ..ids import IdSource
+from ..outcome import ResponseOutcome
+from ..payment import balance_fields
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
@@ -761,6 +763,27 @@ class StreamEncoder:
         out = self._finish_step()
         out.append(self._finish_chunk(reason, metadata))
         return out
+
+    def end(self, outcome: ResponseOutcome, signature: str | None = None) -> Chunks:
+        """The chunks that end the answer of a turn that ended as ``outcome``.
+
+        A failed turn's ``error``; a cancelled one's ``abort`` and ``finish``
+        (reason ``other``); else ``finish`` with the ``signature``. The payer's
+        balance rides in the finish metadata.
+        """
+        meta: dict[str, Any] = {}
+        if outcome.balance is not None:
+            meta["paymentBalance"] = balance_fields(outcome.balance)
+        if outcome.status == "failed":
+            error = outcome.error
+            return self.error(error.message if error else "The agent failed.", meta)
+        if outcome.status == "cancelled":
+            out = self.finish("other", meta)
+            out.insert(-1, {"type": "abort", "reason": "superseded or stopped"})
+            return out
+        if signature is not None:
+            meta["signature"] = signature
+        return self.finish("stop", meta)
 
     def error(self, text: str, metadata: Mapping[str, Any] | None = None) -> Chunks:
         """Close everything, then ``error`` and ``finish`` (``finishReason: "error"``)."""

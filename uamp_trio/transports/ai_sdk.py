@@ -71,7 +71,7 @@ from uamp_proto.adapters.ai_sdk import (
 from uamp_proto.adapters.completions import payment_error
 from uamp_proto.errors import UampError
 from uamp_proto.ids import IdSource, random_ids
-from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
+from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.resume import ResumeError, ResumeStream
@@ -565,20 +565,11 @@ class _Run:
         self.transport._forget(self.answer)
 
     def _tail(self, outcome: Any) -> list[dict[str, Any]]:
-        meta: dict[str, Any] = {}
-        if outcome.balance is not None:
-            meta["paymentBalance"] = balance_fields(outcome.balance)
-        if outcome.status == "failed":
-            error = outcome.error
-            return self.encoder.error(error.message if error else "The agent failed.", meta)
-        if outcome.status == "cancelled":
-            out = self.encoder.finish("other", meta)
-            out.insert(-1, {"type": "abort", "reason": "superseded or stopped"})
-            return out
         signer = self.app.response_signer
-        if signer is not None:
-            meta["signature"] = signer(outcome.tracker.text, self.body)
-        return self.encoder.finish("stop", meta)
+        signature = None
+        if signer is not None and outcome.status == "completed":
+            signature = signer(outcome.tracker.text, self.body)
+        return self.encoder.end(outcome, signature)
 
 
 class _TooLarge(UampError):
