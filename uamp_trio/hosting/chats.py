@@ -79,6 +79,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import ratelimit
 from uamp_proto import types as ty
+from uamp_proto.busy import BUSY, INVALID_POLICY, BusyError
 from uamp_proto.chat import (
     AnswerPolicy,
     Backlog,
@@ -99,6 +100,7 @@ from ..engines.supervise import OnError, supervised
 from ..stores._background import start_background
 from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
 from ..stores.health import StoreHealth
+from .busy import Slot
 from .turns import ResponseRunner
 
 if TYPE_CHECKING:
@@ -611,6 +613,9 @@ class ChatHub:
                     {"limit": self.limits.max_answers, "agent": agent, "chat_id": room.chat_id},
                 )
                 continue
+            slot = self._place(room, agent, member, event)
+            if slot is None:
+                continue
             room.answering += 1
             # The agent gets the poster's input.text.context (section 5.6),
             # with the room and the sender as the server knows them.
@@ -620,7 +625,28 @@ class ChatHub:
                 "sender_id": member.user_id,
             }
             failed = functools.partial(self._answer_failed, member, agent, room.chat_id)
-            member.link.spawn(self._answer, room, agent, member, stored, context, on_error=failed)
+            member.link.spawn(
+                self._answer, room, agent, member, stored, context, slot, on_error=failed
+            )
+
+    def _place(self, room: Room, agent: str, member: _Member, event: ev.InputText) -> Slot | None:
+        """The answer's place behind ``agent`` 's running answer in the room (docs/busy.md).
+
+        ``None``: refused, and the poster told so (``session.error``).
+        """
+        gate = self.host.conversations
+        try:
+            policy = gate.policy(event.context)
+            return gate.enter(("chat", room.chat_id, agent), member.principal, policy)
+        except BusyError as exc:
+            code = {BUSY: "response_in_progress", INVALID_POLICY: "invalid_request"}
+            member.link.tell(
+                member.session_id,
+                code.get(exc.code, exc.code),
+                f"{agent!r} does not answer this message in chat {room.chat_id!r}: {exc}",
+                {"agent": agent, "chat_id": room.chat_id, "reason": exc.code},
+            )
+            return None
 
     @staticmethod
     def _answer_failed(member: _Member, agent: str, chat_id: str, exc: BaseException) -> None:
@@ -780,14 +806,20 @@ class ChatHub:
         poster: _Member,
         trigger: StoredMessage,
         context: dict[str, Any],
+        slot: Slot,
     ) -> None:
-        """Run agent ``name`` on the room and fan its answer out (see the module docstring)."""
+        """Run agent ``name`` on the room and fan its answer out (see the module docstring).
+
+        It waits for ``name`` 's earlier answers in the room (``slot``, the busy policy).
+        """
         try:
-            agent = self.host.agents.get(name)
-            if agent is None or name in self.host.agents.offline:
-                return
-            await self._run_answer(room, agent, poster, trigger, context)
+            async with slot:
+                agent = self.host.agents.get(name)
+                if agent is None or name in self.host.agents.offline:
+                    return
+                await self._run_answer(room, agent, poster, trigger, context, slot)
         finally:
+            slot.close()
             room.answering -= 1
 
     async def _run_answer(
@@ -797,6 +829,7 @@ class ChatHub:
         poster: _Member,
         trigger: StoredMessage,
         context: dict[str, Any],
+        slot: Slot,
     ) -> None:
         name = agent.name
         response_id = f"resp_{uuid.uuid4().hex}"
@@ -844,12 +877,16 @@ class ChatHub:
             self.broadcast(room, answer, member=poster.key)
 
         self._typing_event(room, name, True)
+        runner = ResponseRunner(agent, request, sink, charge=charge)
+        slot.bind(runner.cancel)  # a later message may interrupt this answer
         try:
-            outcome = await ResponseRunner(agent, request, sink, charge=charge).run()
+            outcome = await runner.run()
         finally:
             self._typing_event(room, name, False)
         text = outcome.tracker.text
-        if outcome.status == "completed" and text:
+        # An interrupted answer says what it had said; a rolled-back one says nothing.
+        kept = outcome.status == "cancelled" and slot.interrupted and not slot.dropped
+        if (outcome.status == "completed" or kept) and text:
             reply = ty.Message(role="assistant", content=text, name=name)
             await self.post(room, from_dict(ty.ChatSender, sender), reply)
 

@@ -43,6 +43,7 @@ Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -56,6 +57,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import jsonbounds
 from uamp_proto.adapters import realtime as rt
+from uamp_proto.busy import BUSY, INVALID_POLICY, BusyError
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import (
     Charge,
@@ -68,6 +70,7 @@ from uamp_proto.voice import CallOffer
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
 from ..hosting.agents import ServedAgent
+from ..hosting.busy import ConversationGate, Slot
 from ..hosting.calls import answer_call, call_ended
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
@@ -102,15 +105,26 @@ class _Active:
     #: A mid-response top-up the client has not paid yet: the amount asked
     #: and the event set once it is locked (or the response is cancelled).
     topup: tuple[str, trio.Event] | None = None
+    #: Its place in the session under the busy policy (docs/busy.md).
+    slot: Slot | None = None
 
 
 class _RealtimeConnection:
     """One Realtime socket: reads client events, runs responses, writes events."""
 
     def __init__(
-        self, ws: WebSocket, served: ServedAgent, session: rt.RealtimeSession, principal: Principal
+        self,
+        ws: WebSocket,
+        served: ServedAgent,
+        session: rt.RealtimeSession,
+        principal: Principal,
+        conversations: ConversationGate | None = None,
     ) -> None:
         self.ws = ws
+        #: The busy policy (docs/busy.md): the server's gate.
+        self.conversations = conversations or ConversationGate()
+        #: The place of the response held for payment.
+        self.held_slot: Slot | None = None
         #: The agent, its payment policy and signer.
         self.served = served
         self.agent = served.agent
@@ -148,6 +162,8 @@ class _RealtimeConnection:
                 pass
             finally:
                 nursery.cancel_scope.cancel()
+                if self.held_slot is not None:
+                    self.held_slot.close()  # a response held for payment never runs
                 with trio.move_on_after(_CALL_END_GRACE, shield=True):
                     await self._end_call("closed", tell_client=False)
 
@@ -214,28 +230,61 @@ class _RealtimeConnection:
 
     # --- responses ---------------------------------------------------------------
 
-    async def _charge_and_start(self, action: rt.CreateResponse, message: bytes | str) -> None:
+    async def _charge_and_start(
+        self, action: rt.CreateResponse, message: bytes | str, slot: Slot
+    ) -> None:
         """Hold the response's price (a ledger locks it) and start it, or ask for payment."""
         response_id = _ids("resp")
         try:
             charge = await self.served.open_charge(self.payment_token, response_id, self.principal)
         except PaymentRequiredError as unpaid:
-            self.held = (action, message)
+            self.held, self.held_slot = (action, message), slot
             await self.send(rt.payment_event(unpaid.event(), self.session.ids("event")))
             return
-        self._start(action, message, response_id, charge)
+        self._start(action, message, response_id, charge, slot)
 
     async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
-        if self.active is not None or self.held is not None:
+        gate = self.conversations
+        key = ("realtime", self.principal.key, self.session.session_id)
+        try:
+            # A response.create while one is active: the busy policy (docs/busy.md).
+            slot = gate.enter(key, self.principal, gate.policy(action.options.metadata))
+        except BusyError as exc:
             busy = self.active.response_id if self.active else "a response awaiting payment"
+            codes = {
+                BUSY: "conversation_already_has_active_response",
+                INVALID_POLICY: "invalid_value",
+            }
             await self.error(
-                f"Conversation already has an active response in progress: {busy}. "
-                "Wait until the response is finished before creating a new one.",
-                "conversation_already_has_active_response",
+                f"Conversation already has an active response in progress: {busy}. {exc}",
+                codes.get(exc.code, exc.code),
                 action.client_event_id,
             )
             return
-        await self._charge_and_start(action, message)
+        if slot.ready:
+            await self._charge_and_start(action, message, slot)
+            return
+        assert self._nursery is not None
+        self._nursery.start_soon(self._start_in_turn, action, message, slot)
+
+    async def _start_in_turn(
+        self, action: rt.CreateResponse, message: bytes | str, slot: Slot
+    ) -> None:
+        """Start a queued ``response.create`` once the responses before it ended."""
+        await slot.wait()
+        try:
+            await self._charge_and_start(action, message, slot)
+        except BaseException:
+            slot.close()
+            raise
+
+    def _stop(self, active: _Active) -> None:
+        """A later ``response.create`` cut in (interrupt, rollback): cancel ``active``."""
+        active.cancel_requested = True
+        if active.turn is not None:
+            active.turn.cancel()
+        if active.topup is not None:
+            active.topup[1].set()
 
     def _start(
         self,
@@ -243,6 +292,7 @@ class _RealtimeConnection:
         message: bytes | str,
         response_id: str,
         charge: Charge | None,
+        slot: Slot | None = None,
     ) -> None:
         options = action.options
         request = self.session.turn_request(
@@ -262,6 +312,9 @@ class _RealtimeConnection:
         self.active = _Active(
             response_id=response_id, encoder=encoder, request_bytes=message, charge=charge
         )
+        if slot is not None:
+            self.active.slot = slot
+            slot.bind(functools.partial(self._stop, self.active))
         assert self._nursery is not None
         self._nursery.start_soon(self._respond, self.active, request, charge)
 
@@ -287,10 +340,22 @@ class _RealtimeConnection:
                     await self.send(self._signed(out, active, turn))
             if outcome.balance is not None:  # after response.done, as on UAMP
                 await self.send(rt.payment_event(outcome.balance, self.session.ids("event")))
+            if active.slot is not None and active.slot.dropped:
+                await self._drop_turn(encoder)
         except ConnectionClosed:
             pass
         finally:
             self.active = None
+            if active.slot is not None:
+                active.slot.close()  # the next response.create runs
+
+    async def _drop_turn(self, encoder: rt.ResponseEncoder) -> None:
+        """A rolled-back response leaves the conversation: its items are deleted, as told."""
+        for item in encoder.output:
+            delete = {"type": "conversation.item.delete", "item_id": item["id"]}
+            handled = self.session.handle(delete)
+            for reply in handled.replies:
+                await self.send(reply)
 
     async def _top_up(self, active: _Active, required: ev.PaymentRequired) -> None:
         """Pause the response for a mid-response top-up (spec 004) until it is locked.
@@ -356,8 +421,9 @@ class _RealtimeConnection:
         accepted = ev.PaymentAccepted(payment_id=_ids("pay"), balance_remaining=remaining)
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         held, self.held = self.held, None
-        if held is not None:
-            await self._charge_and_start(*held)
+        slot, self.held_slot = self.held_slot, None
+        if held is not None and slot is not None:
+            await self._charge_and_start(*held, slot)
 
     async def _pay_top_up(self, active: _Active, charge: Charge, action: rt.SubmitPayment) -> None:
         """Lock a paused response's top-up on the submitted token (or the one it holds)."""
@@ -412,7 +478,8 @@ class RealtimeTransport(PolicyTransport):
         )
         try:
             served = self.served(agent)
-            await _RealtimeConnection(ws, served, session, request.principal).run()
+            gate = self.app.conversations
+            await _RealtimeConnection(ws, served, session, request.principal, gate).run()
         finally:
             await ws.close()
 

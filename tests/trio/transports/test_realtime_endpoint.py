@@ -57,7 +57,13 @@ async def test_cancel_and_single_active_response(serve_app: Any) -> None:
             await send(ws, type="response.create")
             seen = await until(ws, "response.output_text.delta")
             response_id = seen[0]["response"]["id"]
-            await send(ws, type="response.create", event_id="c2")
+            # A second response.create that asks for reject (docs/busy.md) is refused.
+            await send(
+                ws,
+                type="response.create",
+                event_id="c2",
+                response={"metadata": {"uamp.on_busy": "reject"}},
+            )
             busy = await recv(ws)
             assert busy["error"]["code"] == "conversation_already_has_active_response"
             assert busy["error"]["event_id"] == "c2"
