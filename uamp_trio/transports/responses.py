@@ -80,6 +80,7 @@ from uamp_proto.adapters.responses_render import (
     response_object,
     stored_response,
 )
+from uamp_proto.busy import BUSY, INVALID_POLICY, QUEUE_FULL, BusyError
 from uamp_proto.codec import decode, encode, from_dict, unstructure
 from uamp_proto.ids import random_ids
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
@@ -99,10 +100,11 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
+from ..hosting.busy import Slot
 from ..hosting.continuation import carry_on
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseOutcome, ResponseRunner, cancel_handler, run_response
+from ..hosting.turns import ResponseOutcome, ResponseRunner, cancel_handler
 from ..stores.event_log import EventLog, LogKey, SessionRecord
 
 __all__ = ["MAX_BACKGROUND", "MAX_BACKGROUND_PER_PRINCIPAL", "ResponsesTransport", "mount"]
@@ -168,6 +170,8 @@ class ResponsesTransport:
         self.app = app
         #: Background responses running in this process, by log key.
         self.running: dict[LogKey, ResponseRunner] = {}
+        #: The place each stored response running here holds (docs/busy.md).
+        self._places: dict[LogKey, Slot] = {}
 
     def mount(self) -> None:
         """Register the routes on the app."""
@@ -222,6 +226,8 @@ class ResponsesTransport:
             return json_response(exc.body(), exc.status)
         history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
+            meta = body.get("metadata") if isinstance(body, dict) else None
+            await self._after(principal, parsed.previous_response_id, meta)
             history = await self._conversation(principal, parsed.previous_response_id)
             before = [from_dict(ty.Message, m) for m in history]
             turn = parsed.turn
@@ -251,6 +257,10 @@ class ResponsesTransport:
         if parsed.store:
             record = self._record(agent, parsed, history)
             self._log.begin(key, record)
+            # A stored response holds its own place: a response continuing it
+            # meanwhile meets the busy policy (docs/busy.md).
+            gate = self.app.conversations
+            self._places[key] = gate.enter(("responses", principal.key, rid), principal)
         if parsed.background:
             assert record is not None
             return await self._start_background(parsed, key, record, charge, request, agent)
@@ -259,12 +269,45 @@ class ResponsesTransport:
             async def produce(send: SendChunk) -> None:
                 await self._stream(agent, parsed, key, record, send, request.body, charge)
 
-            return StreamingResponse(
-                producer=produce,
-                headers=list(SSE_HEADERS),
-                on_close=None if charge is None else partial(charge.settle, None, used=False),
+            async def on_close() -> None:
+                self._release_place(key)  # a stream that never ran gives its place up
+                if charge is not None:
+                    await charge.settle(None, used=False)
+
+            return StreamingResponse(producer=produce, headers=list(SSE_HEADERS), on_close=on_close)
+        try:
+            return await self._complete(agent, parsed, key, record, request.body, charge)
+        finally:
+            self._release_place(key)
+
+    async def _after(self, principal: Principal, previous: str, metadata: object) -> None:
+        """Wait until ``previous`` (running in this process) ended, as the busy policy says.
+
+        Raises:
+            HTTPError: ``409`` ``conversation_busy`` (reject), ``429``
+                ``queue_full``, ``400`` for a bad ``metadata["uamp.on_busy"]``.
+        """
+        gate = self.app.conversations
+        try:
+            place = gate.enter(
+                ("responses", principal.key, previous), principal, gate.policy(metadata)
             )
-        return await self._complete(agent, parsed, key, record, request.body, charge)
+        except BusyError as exc:
+            status = {BUSY: 409, QUEUE_FULL: 429}.get(exc.code, 400)
+            param = "metadata" if exc.code == INVALID_POLICY else "previous_response_id"
+            raise HTTPError(
+                status, f"Response {previous!r}: {exc}", code=exc.code, param=param
+            ) from None
+        # Only the wait is held: responses that continue the same one fork from it.
+        async with place:
+            pass
+
+    def _release_place(self, key: LogKey) -> Slot | None:
+        """The stored response ``key`` ended: a response waiting to continue it goes on."""
+        place = self._places.pop(key, None)
+        if place is not None:
+            place.close()
+        return place
 
     async def _conversation(self, principal: Principal, previous: str) -> list[dict[str, Any]]:
         """The whole conversation of stored response ``previous`` (JSON messages)."""
@@ -312,14 +355,18 @@ class ResponsesTransport:
     ) -> None:
         """Log the end of a stored response and let its log go."""
         event_log = self._log
+        place = self._places.get(key)
+        dropped = place is not None and place.dropped and outcome is not None
+        self._release_place(key)
         if not event_log.writing(key):
             return  # not stored, or deleted meanwhile
         if outcome is not None and record is not None:
-            record.history = [
-                *record.history,
-                *record.input,
-                *unstructure(outcome.tracker.messages()),
-            ]
+            if not (dropped and outcome.status == "cancelled"):  # rolled back: no trace
+                record.history = [
+                    *record.history,
+                    *record.input,
+                    *unstructure(outcome.tracker.messages()),
+                ]
             record.running, record.input = None, []
             event_log.put_record(key, record.copy())
         event_log.release(key)
@@ -348,7 +395,9 @@ class ResponsesTransport:
     ) -> Response:
         if record is not None:
             _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
-        outcome = await run_response(agent, parsed.turn, None, stamp=False, charge=charge)
+        outcome = await self._run(
+            key, ResponseRunner(agent, parsed.turn, None, stamp=False, charge=charge)
+        )
         final = self._final(outcome, parsed.turn)
         if record is not None:
             _append(self._log, key, final)
@@ -402,7 +451,8 @@ class ResponsesTransport:
         outcome: ResponseOutcome | None = None
         final: ev.Event | None = None
         try:
-            outcome = await run_response(agent, parsed.turn, sink, stamp=False, charge=charge)
+            runner = ResponseRunner(agent, parsed.turn, sink, stamp=False, charge=charge)
+            outcome = await self._run(key, runner)
             final = self._final(outcome, parsed.turn)
         finally:
             if store:
@@ -424,6 +474,13 @@ class ResponsesTransport:
         if tail:
             await send(tail)
 
+    async def _run(self, key: LogKey, runner: ResponseRunner) -> ResponseOutcome:
+        """Run a foreground turn; a response continuing it may stop it (busy policy)."""
+        place = self._places.get(key)
+        if place is not None:
+            place.bind(runner.cancel)
+        return await runner.run()
+
     # --- background responses ------------------------------------------------------
 
     async def _start_background(
@@ -437,10 +494,14 @@ class ResponsesTransport:
     ) -> Response | StreamingResponse:
         runner = ResponseRunner(agent, parsed.turn, partial(self._log_event, key), charge=charge)
         self.running[key] = runner
+        place = self._places.get(key)
+        if place is not None:
+            place.bind(runner.cancel)  # a response continuing it may stop it
         try:
             await self._log.flush()  # findable on every process before its id is handed out
         except Exception:
             self.running.pop(key, None)
+            self._release_place(key)
             self._log.release(key)
             if charge is not None:
                 await charge.settle(None, used=False)
