@@ -518,7 +518,7 @@ class Agent:
         turn: Turn | None = None
         try:
             with abort:
-                if exe.input is None and exe.run.interrupter and exe.run.interrupter.answers:
+                if exe.input is None:
                     await exe.resume_paused_calls()
                 if exe.suspended:
                     turn = exe.make_turn(exe.last_assistant(), stop_reason="interrupted")

@@ -91,7 +91,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -390,13 +390,18 @@ class AgentEndpoint:
         if resume and choice is not None and choice not in ("none", "auto"):
             choice = None  # forced once already, before the client's results
         port = request.interrupts
+        on_interrupt: Callable[[Interrupt], Awaitable[Answer]] = (
+            port.ask if port is not None else _nobody_to_ask
+        )
+        if self.checkpoints and port is not None:
+            on_interrupt = _checkpointed(port.ask, emit, request.response_id)
         stream = runner.stream(
             history,
             user,
             resume=resume,
             tool_choice=choice,
             stream_model=request.streamed,
-            on_interrupt=port.ask if port is not None else _nobody_to_ask,
+            on_interrupt=on_interrupt,
             answers=request.answers or None,
             on_step=_new_checkpoint if self.checkpoints else None,
             metadata={"uamp": _uamp_metadata(request)},
@@ -503,6 +508,27 @@ def _mcp_servers(request: TurnRequest) -> list[McpServer]:
         except ValueError as exc:
             log.warning("an MCP server of the request is left out: %s", exc)
     return out
+
+
+def _checkpointed(
+    ask: Callable[[Interrupt], Awaitable[Answer]], emit: Emit, response_id: str
+) -> Callable[[Interrupt], Awaitable[Answer]]:
+    """``ask``, announcing a checkpoint first: what the response streamed up to
+    the pause (the call asked about included) is where another process goes
+    on from if this one is lost while the person decides (docs/resume.md)."""
+
+    async def asking(interrupt: Interrupt) -> Answer:
+        await emit(
+            ev.Progress(
+                target="response",
+                target_id=response_id,
+                stage="checkpoint",
+                message=str(uuid.uuid4()),
+            )
+        )
+        return await ask(interrupt)
+
+    return asking
 
 
 async def _nobody_to_ask(interrupt: Interrupt) -> Answer:

@@ -495,7 +495,12 @@ class ExecutionContext:
                 if c.id not in answered and (t := self._tools.get(c.name)) and not t.deferred
             ]
             if paused:
-                await self.run_tools(paused)
+                done, outputs, _ = await self.run_and_defer(paused)
+                if done:
+                    text = "\n".join(
+                        f"{c.name}: {o.result}" for c, o in zip(done, outputs, strict=True)
+                    )
+                    await self.emit("observation", {"results": outputs, "text": text})
             return
 
     async def run_tools(

@@ -152,6 +152,7 @@ async def carry_on(
                 tracker,
                 [*history, *inputs],
                 _next_seq(_config(record), running, held),
+                host,
             )
     except Exception:
         log.exception("session %s: cannot carry response %s on", sid, running)
@@ -198,10 +199,13 @@ async def _go_on(
     tracker: ResponseTracker,
     before: list[ty.Message],
     seq: int | None,
+    host: Host | None = None,
 ) -> None:
     """Run the agent again from the checkpoint ``tracker`` holds, into the log.
 
-    ``seq``: the next ``delta_seq`` on a session with a delta window.
+    ``seq``: the next ``delta_seq`` on a session with a delta window. A run
+    that was paused on an interrupt asks again here (the host's interrupts,
+    docs/human-in-the-loop.md): the client following the log answers it.
     """
     running, sid = record.running, key[1]
     assert running is not None
@@ -229,7 +233,12 @@ async def _go_on(
             seq += 1
         _append(event_log, key, event, sid)
 
+    port = host.interrupts.port(request) if host is not None else None
+    if port is not None:
+        request = attrs.evolve(request, interrupts=port)
     runner = ResponseRunner(agent, request, sink, tracker=tracker, created=False, charge=charge)
+    if port is not None:
+        port.emit = runner.emit
 
     # A response.cancel sent on a connection following this response.
     on_message = cancel_handler(runner)
