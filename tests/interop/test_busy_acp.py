@@ -156,3 +156,31 @@ def test_a_bad_policy_is_invalid_params(thread_server: Any) -> None:
             await conn.close()
 
     run_asyncio(main, 30)
+
+
+def test_the_waiting_prompts_of_one_principal_are_bounded_over_sessions(
+    thread_server: Any,
+) -> None:
+    server, agent = _serve(thread_server, busy_max_queued_per_principal=2)
+
+    async def main() -> None:
+        conn, first = await _session(server)
+        try:
+            sids = [
+                first,
+                *[(await conn.new_session(cwd="/", mcp_servers=[])).session_id for _ in "ab"],
+            ]
+            running = [asyncio.create_task(conn.prompt(s, _say(f"hold {s}"))) for s in sids]
+            await until_async(lambda: len(agent.started) == 3)
+            waiting = [asyncio.create_task(conn.prompt(s, _say("next"))) for s in sids[:2]]
+            await asyncio.sleep(0.3)
+            with pytest.raises(acp.RequestError) as refused:  # a third session, same caller
+                await conn.prompt(sids[2], _say("next"))
+            assert refused.value.data["code"] == "queue_full"
+            agent.release.set()
+            answers = [await t for t in [*running, *waiting]]
+            assert [a.stop_reason for a in answers] == ["end_turn"] * 5
+        finally:
+            await conn.close()
+
+    run_asyncio(main, 30)

@@ -25,6 +25,7 @@ from trio_websocket import open_websocket_url as open_ws
 from tests._support import wire
 from tests._support.busy import Holder
 from tests._support.wire import create_session, recv, send, until
+from uamp_proto.principal import ANONYMOUS
 from uamp_trio.app import create_app
 
 TIMEOUT = 15
@@ -147,3 +148,70 @@ async def test_a_session_that_ends_frees_its_held_places() -> None:
             events = await until(ws, "response.done")
             assert events[-1]["session_id"] == sid2
     assert "two" not in agent.started
+
+
+# --- a run paused on a question to a person (docs/human-in-the-loop.md) -------
+
+
+@asynccontextmanager
+async def _approving(**config: Any) -> AsyncIterator[tuple[WebSocketConnection, Any]]:
+    """The demo agent asking before ``add``, on a raw WebSocket session."""
+    from tests.trio.transports.test_uamp_interrupts import approving_demo
+
+    app = create_app([approving_demo()])
+    async with (
+        wire.serving(app, **config) as server,
+        open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws,
+    ):
+        capabilities = {
+            "id": "t",
+            "provider": "test",
+            "modalities": ["text"],
+            "extensions": {"interrupts": True},
+        }
+        await create_session(ws, client_capabilities=capabilities)
+        yield ws, app
+
+
+def _text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"].get("text") or "" for e in events if e["type"] == "response.delta")
+
+
+async def _paused(ws: WebSocketConnection) -> str:
+    await _say(ws, "what is 2+3?")
+    events = await until(ws, "interrupt.request")
+    return str(events[-1]["interrupt_id"])
+
+
+async def test_a_paused_run_is_busy_and_its_answer_is_not_a_new_turn() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with _approving() as (ws, app):
+            interrupt_id = await _paused(ws)
+            await _say(ws, "hello")  # enqueue: held behind the paused run
+            with trio.move_on_after(0.3):
+                raise AssertionError(f"not held: {await recv(ws)}")
+            # The answer goes to the paused run, which goes on and ends first.
+            await send(ws, type="interrupt.answer", interrupt_id=interrupt_id, approved=True)
+            first = await until(ws, "response.done")
+            assert "5" in _text(first)
+            second = await until(ws, "response.done")
+            assert second[0]["type"] == "response.created"
+            assert _text(second) == "You said: hello"
+            assert app.interrupts.pending(ANONYMOUS) == []
+
+
+async def test_interrupt_ends_a_paused_run_and_its_pending_question() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with _approving(on_busy="interrupt") as (ws, app):
+            interrupt_id = await _paused(ws)
+            await _say(ws, "hello")
+            events = await until(ws, "response.done")
+            types = [e["type"] for e in events]
+            assert "response.cancelled" in types
+            assert types.index("response.cancelled") < types.index("response.created")
+            assert _text(events[types.index("response.created") :]) == "You said: hello"
+            assert app.interrupts.pending(ANONYMOUS) == []
+            # The question is gone: answering it now is answering nothing.
+            await send(ws, type="interrupt.answer", interrupt_id=interrupt_id, approved=True)
+            refused = await recv(ws)
+            assert refused["type"] == "session.error"
