@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from trio_websocket import WebSocketConnection
@@ -215,3 +216,27 @@ async def test_interrupt_ends_a_paused_run_and_its_pending_question() -> None:
             await send(ws, type="interrupt.answer", interrupt_id=interrupt_id, approved=True)
             refused = await recv(ws)
             assert refused["type"] == "session.error"
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("interrupt", True), ("rollback", False)])
+async def test_http_sse_sessions_follow_the_policy_too(policy: str, kept: bool) -> None:
+    agent = Holder()
+    with trio.fail_after(TIMEOUT):
+        async with (
+            wire.serving(create_app([agent]), on_busy=policy) as server,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+        ):
+            path = "/agents/holder/events"
+            sid = (await wire.post(http, wire.CREATE, path=path)).headers["x-session-id"]
+            async with wire.open_stream(http, sid, f"{path}/stream") as events:
+                await events.until("capabilities")
+                first = [{"type": "input.text", "text": "hold one"}, {"type": "response.create"}]
+                await wire.post(http, first, sid, path=path)
+                await events.until("response.delta")
+                second = [{"type": "input.text", "text": "two"}, {"type": "response.create"}]
+                await wire.post(http, second, sid, path=path)
+                got = await events.until("response.done")
+                assert [e["type"] for e in got][:2] == ["response.cancelled", "response.created"]
+    assert agent.cancelled == ["hold one"]
+    assert ("assistant:echo hold one" in agent.seen["two"]) is kept
+    assert ("user:hold one" in agent.seen["two"]) is kept
