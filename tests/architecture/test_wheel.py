@@ -141,9 +141,15 @@ USER_EXTRAS = {
     "redis",
     "postgres",
     "otel",
+    "voice",
 }
 #: What only its own extra may bring: (distribution, extra).
-OWN_EXTRA = [("protobuf", "grpc"), ("aioquic", "http3"), ("prompt-toolkit", "tui")]
+OWN_EXTRA = [
+    ("protobuf", "grpc"),
+    ("aioquic", "http3"),
+    ("prompt-toolkit", "tui"),
+    ("webrtcvad-wheels", "voice"),
+]
 
 
 def _metadata(dist: Path) -> list[tuple[str, str]]:

@@ -416,3 +416,46 @@ def test_audio_to_an_agent_that_takes_no_call_is_refused_and_text_goes_on(
             assert text == ("typed" if agent.name == "typist" else "You said: hi")
 
     _run(main())
+
+
+def test_server_vad_turns_with_the_sdk(thread_server: Any) -> None:
+    """UAMP 8.1 / Realtime ``server_vad``: the server hears the turn end and answers it."""
+    from tests.proto.test_audio import silence, voiced
+
+    agent = Switchboard()
+    server = thread_server(_app(None, agent))
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    async def main() -> None:
+        client = _client(server, agent="switchboard")
+        async with client.realtime.connect(model="m") as conn:
+            assert (await conn.recv()).type == "session.created"
+            turns = {"type": "server_vad", "silence_duration_ms": 400}
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "output_modalities": ["audio"],
+                    "audio": {"input": {"turn_detection": turns}},
+                }
+            )
+            updated = await conn.recv()
+            assert updated.type == "session.updated"
+            assert updated.session.audio.input.turn_detection.type == "server_vad"
+            await conn.input_audio_buffer.append(audio=b64(voiced(100)))
+            assert json.loads(await conn.recv_bytes())["type"] == "voice.accept"
+            for _ in range(5):
+                await conn.input_audio_buffer.append(audio=b64(voiced(100)))
+            await conn.input_audio_buffer.append(audio=b64(silence(600)))
+            seen: list[Any] = []
+            done = await _until(conn, "response.done", seen)
+            kinds = [e.type for e in seen]
+            started = seen[kinds.index("input_audio_buffer.speech_started")]
+            stopped = seen[kinds.index("input_audio_buffer.speech_stopped")]
+            assert started.item_id == stopped.item_id
+            assert 0 <= started.audio_start_ms < stopped.audio_end_ms
+            assert kinds.index("input_audio_buffer.committed") < kinds.index("response.created")
+            assert done.response.status == "completed"
+
+    _run(main())

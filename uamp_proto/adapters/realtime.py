@@ -86,6 +86,16 @@ import attrs
 
 from .. import events as ev
 from .. import types as ty
+from ..audio import (
+    CONVERTED_FORMATS,
+    TurnDetector,
+    TurnSettings,
+    decode_b64,
+    formats_available,
+    recode_b64,
+    to_pcm16,
+    vad_available,
+)
 from ..codec import to_dict
 from ..errors import ProtocolError, UampError
 from ..ids import IdSource
@@ -357,6 +367,8 @@ class _Settings:
     input_format: str = "pcm16"
     output_format: str = "pcm16"
     max_output_tokens: int | None = None
+    #: ``server_vad`` settings as reported (``None``: the client commits turns).
+    turn_detection: dict[str, Any] | None = None
 
 
 class RealtimeSession:
@@ -391,6 +403,9 @@ class RealtimeSession:
         self._audio = bytearray()
         #: The connection's voice call (see "Calls" in the module docstring).
         self.call = Call()
+        #: ``server_vad``'s detector, and the id of the item the turn it hears becomes.
+        self._detector: TurnDetector | None = None
+        self._vad_item: str | None = None
 
     # --- naming ---------------------------------------------------------------------
 
@@ -440,7 +455,7 @@ class RealtimeSession:
                 "input_audio_format": s.input_format,
                 "output_audio_format": s.output_format,
                 "input_audio_transcription": None,
-                "turn_detection": None,
+                "turn_detection": s.turn_detection,
                 "tools": tools,
                 "tool_choice": choice,
                 "max_response_output_tokens": s.max_output_tokens or "inf",
@@ -459,7 +474,7 @@ class RealtimeSession:
                 "input": {
                     "format": {"type": _UAMP_TO_GA_AUDIO[s.input_format], "rate": 24000},
                     "transcription": None,
-                    "turn_detection": None,
+                    "turn_detection": s.turn_detection,
                 },
                 "output": {
                     "format": {"type": _UAMP_TO_GA_AUDIO[s.output_format], "rate": 24000},
@@ -535,6 +550,9 @@ class RealtimeSession:
                 s.modalities = ["audio"] if "audio" in mods and not self.beta else mods
         if "voice" in sess:
             s.voice = _req_str(sess, "voice", "session.voice")
+        if "turn_detection" in sess:
+            raw_turns = sess["turn_detection"]
+            s.turn_detection = self._turn_detection(raw_turns, "session.turn_detection")
         if "input_audio_format" in sess:
             s.input_format = _audio_format(sess["input_audio_format"], "session.input_audio_format")
         if "output_audio_format" in sess:
@@ -552,11 +570,54 @@ class RealtimeSession:
                 s.output_format = _audio_format(out["format"], "session.audio.output.format")
             if "voice" in out:
                 s.voice = _req_str(out, "voice", "session.audio.output.voice")
+            if "turn_detection" in inp:
+                s.turn_detection = self._turn_detection(
+                    inp["turn_detection"], "session.audio.input.turn_detection"
+                )
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if key in sess:
                 s.max_output_tokens = _max_tokens(sess[key], f"session.{key}")
+        if s.turn_detection != self.settings.turn_detection:
+            turns = s.turn_detection
+            self._detector = None if turns is None else TurnDetector(TurnSettings.of(turns))
+            self._vad_item = None
         self.settings = s
         return Handled(replies=[self._event("session.updated", session=self.session_object())])
+
+    def _turn_detection(self, raw: object, param: str) -> dict[str, Any] | None:
+        """``server_vad`` settings, completed with their defaults; ``None`` turns it off."""
+        if raw is None:
+            return None
+        obj = _obj(raw, param)
+        if obj.get("type") != "server_vad":
+            raise RealtimeError(
+                f"{param}.type {obj.get('type')!r} is not supported here: only server_vad "
+                "(or null, and commit the buffer yourself).",
+                code="unsupported_value",
+                param=f"{param}.type",
+            )
+        if not vad_available():
+            raise RealtimeError(
+                "server_vad needs a voice activity detector: install uamp's voice extra.",
+                code="unsupported_value",
+                param=param,
+            )
+        try:
+            settings = TurnSettings.of(obj)
+        except ValueError as exc:
+            raise RealtimeError(str(exc), code="invalid_value", param=param) from None
+        create = obj.get("create_response", True)
+        if not isinstance(create, bool):
+            raise RealtimeError(
+                f"{param}.create_response must be a boolean.", param=f"{param}.create_response"
+            )
+        return {
+            "type": "server_vad",
+            "threshold": settings.threshold,
+            "prefix_padding_ms": settings.prefix_padding_ms,
+            "silence_duration_ms": settings.silence_duration_ms,
+            "create_response": create,
+        }
 
     # --- input audio ------------------------------------------------------------------
 
@@ -568,7 +629,45 @@ class RealtimeSession:
             return Handled(
                 replies=[], action=PlaceCall(call_id=call_id, audio=data, client_event_id=cid)
             )
-        return Handled(replies=self._buffer(data))
+        replies = self._buffer(data)
+        detector = self._detector
+        if detector is None:
+            return Handled(replies=replies)
+        return self._detect(detector, data, replies)
+
+    def _detect(
+        self, detector: TurnDetector, data: bytes, replies: list[dict[str, Any]]
+    ) -> Handled:
+        """``server_vad``: speech_started / speech_stopped, and the turn committed at its end."""
+        try:
+            pcm = to_pcm16(data, self.settings.input_format)
+        except ValueError:
+            return Handled(replies=replies)
+        action: CreateResponse | None = None
+        for turn in detector.feed(pcm):
+            if turn.kind == "speech_started":
+                self._vad_item = self.ids("item")
+                replies.append(
+                    self._event(
+                        "input_audio_buffer.speech_started",
+                        audio_start_ms=turn.at_ms,
+                        item_id=self._vad_item,
+                    )
+                )
+                continue
+            item_id = self._vad_item or self.ids("item")
+            self._vad_item = None
+            replies.append(
+                self._event(
+                    "input_audio_buffer.speech_stopped", audio_end_ms=turn.at_ms, item_id=item_id
+                )
+            )
+            if self._audio:
+                replies.extend(self._commit(item_id))
+                turns = self.settings.turn_detection or {}
+                if turns.get("create_response", True):
+                    action = CreateResponse(options=ResponseOptions(), client_event_id=None)
+        return Handled(replies=replies, action=action)
 
     def _buffer(self, data: bytes) -> list[dict[str, Any]]:
         try:
@@ -660,10 +759,14 @@ class RealtimeSession:
                 "Error committing input audio buffer: the buffer is empty.",
                 code="input_audio_buffer_commit_empty",
             )
+        return Handled(replies=self._commit(self.ids("item")))
+
+    def _commit(self, item_id: str) -> list[dict[str, Any]]:
+        """The buffered audio as the user item ``item_id``: ``committed`` and the item's events."""
         audio = base64.b64encode(bytes(self._audio)).decode("ascii")
         self._audio.clear()
         item = {
-            "id": self.ids("item"),
+            "id": item_id,
             "object": "realtime.item",
             "type": "message",
             "role": "user",
@@ -675,7 +778,7 @@ class RealtimeSession:
         committed = self._event(
             "input_audio_buffer.committed", previous_item_id=previous, item_id=item["id"]
         )
-        return Handled(replies=[committed, *self.item_events(item, previous)])
+        return [committed, *self.item_events(item, previous)]
 
     def _audio_clear(self, obj: dict[str, Any], cid: str | None) -> Handled:
         self._audio.clear()
@@ -949,6 +1052,14 @@ class RealtimeSession:
         gather.flush()
         return out
 
+    def _heard(self, audio: str) -> ty.AudioContent:
+        """Input audio for the agent: pcm16, converted from G.711 where this install can."""
+        fmt = self.settings.input_format
+        if fmt in CONVERTED_FORMATS and fmt in formats_available():
+            pcm = to_pcm16(decode_b64(audio), fmt)
+            return ty.AudioContent(audio=base64.b64encode(pcm).decode("ascii"), format="pcm16")
+        return ty.AudioContent(audio=audio, format=fmt)
+
     def _message(self, item: dict[str, Any]) -> ty.Message:
         role = item["role"]
         items: list[ty.ContentItem] = []
@@ -958,9 +1069,7 @@ class RealtimeSession:
                 items.append(ty.TextContent(text=part["text"]))
             elif kind == "input_audio":
                 if part.get("audio"):
-                    items.append(
-                        ty.AudioContent(audio=part["audio"], format=self.settings.input_format)
-                    )
+                    items.append(self._heard(part["audio"]))
                 elif part.get("transcript"):
                     items.append(ty.TextContent(text=part["transcript"]))
             elif kind == "input_image":
@@ -1269,6 +1378,9 @@ class ResponseEncoder:
         return out
 
     def _audio(self, audio: str) -> list[dict[str, Any]]:
+        spoken = self.session.settings.output_format
+        if spoken in CONVERTED_FORMATS and spoken in formats_available():
+            audio = recode_b64(audio, spoken)  # the agent speaks pcm16
         out = self._open_part("audio")
         out.append(self._event("response.output_audio.delta", **self._part_fields(), delta=audio))
         return out

@@ -110,8 +110,8 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto import audio, flow, ratelimit
 from uamp_proto import events as ev
-from uamp_proto import flow, ratelimit
 from uamp_proto import types as ty
 from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.capabilities import session_view
@@ -650,6 +650,8 @@ class _Session:
         self.slots: list[Slot] = []
         #: The agent's capabilities as last sent on this session (UAMP 6.4).
         self.announced: ty.Capabilities | None = None
+        #: Server-side turn detection (``turn_detection: server_vad``, UAMP 8.1).
+        self.detector: audio.TurnDetector | None = None
 
     def wake(self) -> None:
         if self.wakeup:
@@ -698,6 +700,21 @@ class _PayingAgent(WrappedAgent):
             if retry is None:
                 raise _SessionGone
             request = retry
+
+
+def _voice_refusal(config: ty.SessionConfig | None, agent: Responder) -> tuple[str, str] | None:
+    """Which voice setting of ``config`` neither this server nor ``agent`` honours, and why."""
+    if config is None or (
+        config.voice is None
+        and config.turn_detection is None
+        and config.input_audio_format is None
+        and config.output_audio_format is None
+    ):
+        return None
+    caps = agent.capabilities()
+    heard = caps.audio
+    speaks = "audio" in caps.modalities or bool(heard and heard.output_formats)
+    return audio.refusal(config, heard.voices if heard else None, speaks)
 
 
 def _error(
@@ -1032,6 +1049,8 @@ class SessionHost:
                 self._voice(session, event)
             elif isinstance(event, ev.InputAudio) and event.is_final:
                 self._audio_turn(session)
+            elif isinstance(event, ev.InputAudio) and session.detector is not None:
+                self._detect_turn(session, event)
 
     # --- voice calls (sections 5.16, 7.3; docs/voice.md) ------------------------
 
@@ -1116,6 +1135,18 @@ class SessionHost:
         }
         # Queued behind the message being processed: feed's loop takes it next.
         self.conn.receive(orjson.dumps(create))
+
+    def _detect_turn(self, session: _Session, event: ev.InputAudio) -> None:
+        """``server_vad``: the caller's audio through the detector; a pause ends the turn."""
+        detector = session.detector
+        if detector is None or session.call_started is None:
+            return
+        try:
+            pcm = audio.to_pcm16(audio.decode_b64(event.audio), event.format)
+        except ValueError:
+            return  # a format the session refused never gets here; another is not judged
+        if any(e.kind == "speech_stopped" for e in detector.feed(pcm)):
+            self._audio_turn(session)
 
     # --- chats (docs/chat.md; the rooms live in hosting/chats.py) --------------------
 
@@ -1228,6 +1259,12 @@ class SessionHost:
             self.refusal = found
             self._owe(_error(sid, *found, "agent"))  # the session ends in the core: never created
             return
+        unheard = _voice_refusal(event.session, found)
+        if unheard is not None:
+            # UAMP 8.1: a voice setting is honoured or refused, never echoed as if it were.
+            self.refusal = ("unsupported", unheard[1])
+            self._owe(_error(sid, "unsupported", unheard[1], f"session.{unheard[0]}"))
+            return
         down = self._store_down()
         if down is not None:
             self.refusal = (STORE_UNAVAILABLE, down)
@@ -1284,6 +1321,9 @@ class SessionHost:
         session = self._sessions.get(sid)
         if session is not None:
             session.announced = caps
+            turns = ctx.config.turn_detection if ctx is not None and ctx.config else None
+            if turns is not None:  # checked at session.create: server_vad, valid settings
+                session.detector = audio.TurnDetector(audio.TurnSettings.of(turns))
         view = self._view(caps, ctx.client_capabilities if ctx else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
         self._warn_limits(sid)
@@ -2175,11 +2215,18 @@ class SessionHost:
             modalities = override.modalities or modalities
         extensions = dict(config.extensions or {})
         extensions.pop("flow", None)  # the transport's business, not the agent's
+        messages = ctx.conversation()
+        heard = config.input_audio_format
+        if heard in audio.CONVERTED_FORMATS:
+            messages = audio.pcm16_messages(messages, heard)  # the agent hears pcm16
+        metadata: dict[str, Any] = {"transport": self._transport}
+        if config.voice is not None:
+            metadata["voice"] = config.voice  # the agent's speech output (UAMP 8.1)
         return TurnRequest(
             agent=session.agent.name,
             session_id=session.id,
             response_id=response_id,
-            messages=ctx.conversation(),
+            messages=messages,
             instructions=instructions,
             tools=list(tools),
             response_format=create.response_format or config.response_format,
@@ -2187,7 +2234,7 @@ class SessionHost:
             token=session.token if self._app and self._app.authenticator else ctx.token,
             payment_token=ctx.payment.token,
             extensions=extensions,
-            metadata={"transport": self._transport},
+            metadata=metadata,
             principal=session.principal,
             client_capabilities=ctx.client_capabilities,
             context=ctx.response.context,
@@ -2367,9 +2414,16 @@ class SessionHost:
         and ``emit`` returns once paid -- spec 004's mid-stream top-up.
         """
         send = self._send
+        live = self.conn.sessions.get(session.id)
+        spoken = live.config.output_audio_format if live is not None and live.config else None
+        recode = spoken if spoken in audio.CONVERTED_FORMATS else None
 
         async def sink(event: ev.Event) -> None:
             kind = type(event)
+            if kind is ev.AudioDelta and recode is not None:
+                # UAMP 8.2: the agent speaks pcm16; the client asked for G.711.
+                assert isinstance(event, ev.AudioDelta)
+                event = attrs.evolve(event, audio=audio.recode_b64(event.audio, recode))
             if kind is ev.PaymentRequired:
                 assert isinstance(event, ev.PaymentRequired)
                 await self._top_up(session, response, event)
