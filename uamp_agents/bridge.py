@@ -207,6 +207,7 @@ class AgentEndpoint:
         self.agent = agent
         self._name = served
         self._capabilities = capabilities
+        self._cached: tuple[tuple[Any, ...], ty.Capabilities] | None = None
         self.tool_sources: list[Any] = []
 
     def __repr__(self) -> str:
@@ -229,11 +230,33 @@ class AgentEndpoint:
         ``tools.built_in_tools`` lists the agent's own tools;
         ``extensions["uap"]`` carries the agent id, model, strategy and
         description.
+
+        Computed again only when what it is made of changed (the model, the
+        tools, the declaration...): the server compares it around every
+        response (UAMP 6.4), and building it costs more than a short turn's
+        bookkeeping.
         """
-        model = self.agent.model
+        a = self.agent
+        model = a.model
+        key = (
+            id(model),
+            getattr(model, "name", None),
+            getattr(model, "model", None),
+            id(self._capabilities),
+            tuple(map(id, a.resolved_tools)),
+            a.description,
+            a.execution.name,
+            a.id,
+        )
+        cached = self._cached
+        if cached is not None and cached[0] == key:
+            return cached[1]
         if model is None:
-            return self._declaration(None, None, None)
-        return self._declaration(model.name, model.model, model_info(model))
+            caps = self._declaration(None, None, None)
+        else:
+            caps = self._declaration(model.name, model.model, model_info(model))
+        self._cached = (key, caps)
+        return caps
 
     def capabilities_for(self, model: str) -> ty.Capabilities | None:
         """The agent's capabilities were it to run on ``model`` of its provider.

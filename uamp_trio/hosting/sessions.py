@@ -1765,7 +1765,7 @@ class SessionHost:
         the client before its next output.
         """
         caps = session.agent.capabilities()
-        if caps == session.announced:
+        if caps is session.announced or caps == session.announced:
             return
         session.announced = caps
         ctx = self.conn.sessions.get(session.id)
