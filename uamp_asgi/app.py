@@ -337,4 +337,15 @@ def app(agents: Responder | Iterable[Responder], *, config: Config | None = None
     host = Host(listed, config or Config())
     for name in host.config.transports:
         transports.mount(name, host)
+
+    async def jwks(request: Request) -> Reply:
+        """``GET [.../]/.well-known/jwks.json``: the response signer's public key."""
+        if "agent" in request.path_params:
+            host.resolve_agent(request.path_params)
+        signer = host.config.response_signer
+        if signer is None:
+            raise HTTPError(404, "Responses are not signed here; no JWKS.", code="not_found")
+        return JsonReply(signer.jwks().to_dict())
+
+    host.route("GET", "/.well-known/jwks.json", jwks, public=True)
     return UampASGI(host)
