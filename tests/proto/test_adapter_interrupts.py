@@ -30,6 +30,7 @@ from uamp_proto.jsonrpc import JSONRPCError
 ADD = Ask(
     id="int_1",
     kind=APPROVAL,
+    key="call_1",
     prompt="",
     tool_name="add",
     call_id="call_1",
@@ -39,10 +40,11 @@ ADD = Ask(
 CITY = Ask(
     id="int_2",
     kind=QUESTION,
+    key="call_9#0",
     prompt="Which city?",
     schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
-FREE = Ask(id="int_3", kind=QUESTION, prompt="Anything else?")
+FREE = Ask(id="int_3", kind=QUESTION, key="call_9#1", prompt="Anything else?")
 PENDING = {a.id: a for a in (ADD, CITY, FREE)}
 
 

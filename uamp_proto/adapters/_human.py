@@ -6,12 +6,13 @@ answer comes from any transport. Each protocol asks and answers in its own
 native way (AG-UI's interrupt outcome, A2A's ``input-required`` task, ACP's
 ``session/request_permission``, the AI SDK's tool approval, MCP's
 elicitation ...). The adapters translate between those forms and the two
-neutral records here:
+records of :mod:`uamp_proto.interrupts`:
 
-* :class:`Ask` -- what the adapter renders: the interrupt's id, whether it is
-  an approval or a question, the prompt, the tool call it concerns, the
-  answer's JSON Schema, when it expires;
-* :class:`Answer` -- what the adapter parses back, paired with the id it
+* :class:`Ask` (:class:`uamp_proto.interrupts.Interrupt`) -- what the
+  adapter renders: the interrupt's id, whether it is an approval or a
+  question, the prompt, the tool call it concerns, the answer's JSON Schema,
+  when it expires;
+* :class:`~uamp_proto.interrupts.Answer` -- what the adapter parses back, paired with the id it
   answers (:data:`Answered`): approved or denied (an approval, maybe with
   edited arguments), or a value (a question). An interrupt the human
   dismissed (:func:`dismissed`) is a denial, or for a question an expiry.
@@ -26,10 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import attrs
 import orjson
 
 from ..errors import UampError
+from ..interrupts import APPROVAL, QUESTION, Answer
+from ..interrupts import Interrupt as Ask
 
 __all__ = [
     "APPROVAL",
@@ -48,11 +50,6 @@ __all__ = [
     "is_approval",
     "rfc3339",
 ]
-
-#: :attr:`Ask.kind` of a tool call waiting for approval.
-APPROVAL: Final = "approval"
-#: :attr:`Ask.kind` of a question the agent asked the human.
-QUESTION: Final = "question"
 
 #: The JSON Schema of an approval's answer, where a protocol carries one.
 APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {
@@ -76,34 +73,6 @@ class AnswerError(UampError):
 
     Adapters convert it into their protocol's own error at the boundary.
     """
-
-
-# Until uamp_proto.interrupts lands on main these mirror its records field for
-# field (Interrupt / Answer); then they are imported from there instead.
-@attrs.frozen(kw_only=True)
-class Ask:
-    """One pending interrupt (the fields of ``uamp_proto.interrupts.Interrupt`` adapters use)."""
-
-    id: str
-    kind: str
-    prompt: str
-    key: str = ""
-    tool_name: str | None = None
-    call_id: str | None = None
-    arguments: dict[str, Any] | None = None
-    schema: dict[str, Any] | None = None
-    expires_at: float | None = None
-
-
-@attrs.frozen(kw_only=True)
-class Answer:
-    """A person's answer (the fields of ``uamp_proto.interrupts.Answer``)."""
-
-    approved: bool | None = None
-    arguments: dict[str, Any] | None = None
-    value: Any = None
-    reason: str | None = None
-    expired: bool = False
 
 
 #: An answer and the interrupt id it answers.

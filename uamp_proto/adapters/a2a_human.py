@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from ._human import (
     Answer,
     Answered,
@@ -56,17 +58,7 @@ def ask_to_json(ask: Ask) -> dict[str, Any]:
 
 def ask_record(ask: Ask) -> dict[str, Any]:
     """How a task record keeps a pending interrupt (every field, as JSON)."""
-    return {
-        "id": ask.id,
-        "kind": ask.kind,
-        "prompt": ask.prompt,
-        "key": ask.key,
-        "tool_name": ask.tool_name,
-        "call_id": ask.call_id,
-        "arguments": ask.arguments,
-        "schema": ask.schema,
-        "expires_at": ask.expires_at,
-    }
+    return attrs.asdict(ask)
 
 
 def ask_from_record(data: dict[str, Any]) -> Ask:

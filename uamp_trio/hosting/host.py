@@ -42,6 +42,7 @@ from .agents import AgentRegistry, ServedAgent
 from .busy import ConversationGate
 from .chats import ChatHub
 from .interrupts import Interrupts
+from .parked import ParkedTurns
 from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router, RouteWhen
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ class Host:
         #: Runs paused for a person, answerable by id from any transport
         #: (docs/human-in-the-loop.md).
         self.interrupts = Interrupts()
+        #: Turns that outlive the request that started them: a run paused
+        #: for a person on a protocol whose response ends with the ask
+        #: (AG-UI, the AI SDK ...), read on by a later request.
+        self.parked = ParkedTurns()
         #: Consulted by every transport before a turn runs (``None``: free).
         #: Transports read it when a request arrives, so it may be set after
         #: mounting.
