@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 
 from uamp_proto import types as ty
-from uamp_proto.adapters import a2a_human, acp, agui, ai_sdk, approve_tool, mcp
+from uamp_proto.adapters import a2a, a2a_human, a2a_records, acp, agui, ai_sdk, approve_tool, mcp
 from uamp_proto.adapters._human import (
     APPROVAL,
     DISMISSED,
@@ -284,10 +284,24 @@ def test_a2a_a_message_that_does_not_answer(
         a2a_human.parse_answers(data, text, pending)
 
 
-def test_a2a_a_task_record_keeps_the_whole_interrupt() -> None:
-    for ask in (ADD, CITY, FREE):
-        record = orjson.loads(orjson.dumps(a2a_human.ask_record(ask)))
-        assert a2a_human.ask_from_record(record) == ask
+def test_a2a_a_task_waits_on_its_interrupts_then_works_again() -> None:
+    task = a2a.A2ATask(id="task_1", context_id="ctx_1", agent="demo")
+    task.move(a2a.Trigger.START, "t0")
+    run = a2a.TaskRun(task, counter_ids())
+    first = run.ask_human(ADD, a2a_human.interrupt_message([ADD]), "t1")
+    assert [u.state for u in first] == [a2a.TaskState.WORKING, a2a.TaskState.INPUT_REQUIRED]
+    assert first[-1].final and task.status_message is not None
+    assert task.status_message.data[0]["interrupts"][0]["id"] == "int_1"
+    second = run.ask_human(CITY, a2a_human.interrupt_message([ADD, CITY]), "t2")
+    assert [u.state for u in second] == [a2a.TaskState.INPUT_REQUIRED]  # still waiting
+    assert [a.id for a in task.pending_interrupts] == ["int_1", "int_2"]
+    # The store keeps the whole interrupts (a shared store's JSON form).
+    again = a2a_records.task_from_json(orjson.loads(orjson.dumps(a2a_records.task_to_json(task))))
+    assert again.pending_interrupts == task.pending_interrupts
+    assert run.human_answered("int_1", "t3") == []  # one is still pending
+    (working,) = run.human_answered("int_2", "t4")
+    assert working.state is a2a.TaskState.WORKING and not working.final
+    assert task.pending_interrupts == [] and task.status_message is None
 
 
 # --- ACP: session/request_permission and the chosen option --------------------------------------

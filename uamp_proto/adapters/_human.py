@@ -30,6 +30,7 @@ from typing import Any, Final
 import orjson
 
 from ..errors import UampError
+from ..events import InterruptRequest
 from ..interrupts import APPROVAL, QUESTION, Answer
 from ..interrupts import Interrupt as Ask
 
@@ -44,6 +45,7 @@ __all__ = [
     "Ask",
     "answer_from_payload",
     "answer_schema",
+    "ask_of",
     "approval_word",
     "describe",
     "dismissed",
@@ -102,6 +104,23 @@ def describe(ask: Ask) -> str:
         args = orjson.dumps(ask.arguments or {}).decode()
         return f"Allow the agent to run {ask.tool_name}({args})?"
     return "The agent needs an answer."
+
+
+def ask_of(event: InterruptRequest) -> Ask:
+    """The interrupt an ``interrupt.request`` event shows (what a transport renders)."""
+    return Ask(
+        id=event.interrupt_id,
+        kind=event.kind,
+        key=event.call_id or event.interrupt_id,
+        prompt=event.prompt,
+        tool_name=event.tool_name,
+        call_id=event.call_id,
+        arguments=event.arguments,
+        schema=event.schema,
+        expires_at=event.expires_at,
+        step_id=event.step_id,
+        response_id=event.response_id,
+    )
 
 
 def dismissed(ask: Ask) -> Answer:

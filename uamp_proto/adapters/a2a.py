@@ -55,6 +55,7 @@ from .. import types as ty
 from ..codec import DecodeError, from_dict, unstructure
 from ..errors import LocalProtocolError
 from ..ids import IdSource
+from ..interrupts import Interrupt
 from ..jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -813,6 +814,9 @@ class A2ATask:
         conversation: The UAMP conversation so far (for resuming and for
             later tasks in the same context).
         pending_tool_calls: Client tool calls an ``input-required`` task waits on.
+        pending_interrupts: The interrupts (a tool call to approve, a
+            question) an ``input-required`` task waits on while its turn is
+            paused (:mod:`uamp_proto.adapters.a2a_human`).
         error: The error of a failed task.
         tools: Client tools declared for the task (``metadata.tools``).
         push_configs: Its push-notification configs by id (1.0
@@ -830,6 +834,7 @@ class A2ATask:
     artifacts: list[Artifact] = attrs.field(factory=list)
     conversation: list[ty.Message] = attrs.field(factory=list)
     pending_tool_calls: list[ty.ToolInvocation] = attrs.field(factory=list)
+    pending_interrupts: list[Interrupt] = attrs.field(factory=list)
     error: ty.ErrorInfo | None = None
     tools: list[ty.ToolDefinition] = attrs.field(factory=list)
     metadata: dict[str, Any] | None = None
@@ -945,9 +950,10 @@ def _content(raw: dict[str, Any]) -> list[ty.ContentItem]:
 class TaskRun:
     """Turns one UAMP response's events into updates of an :class:`A2ATask`.
 
-    Feed every event of the turn to :meth:`feed`; then call exactly one of
-    :meth:`complete`, :meth:`require_input`, :meth:`pause`, :meth:`fail` or
-    :meth:`cancel`. What maps to what:
+    Feed every event of the turn to :meth:`feed` (an ``interrupt.request``
+    to :meth:`ask_human`, an ``interrupt.resolved`` to
+    :meth:`human_answered`); then call exactly one of :meth:`complete`,
+    :meth:`require_input`, :meth:`pause`, :meth:`fail` or :meth:`cancel`. What maps to what:
 
     * the turn's first output announces ``working`` (an agent that only
       finishes never shows it) -- unless that output is a
@@ -1238,6 +1244,45 @@ class TaskRun:
         task.move(trigger, timestamp)
         task.status_message = message
         return [*self._close_text(), self._status(message, final=True)]
+
+    def ask_human(
+        self, ask: Interrupt, message: tuple[str, dict[str, Any]], timestamp: str | None
+    ) -> list[Update]:
+        """The paused turn asks a person (``interrupt.request``): ``input-required``.
+
+        ``message`` is the status message's text and data payload for every
+        interrupt pending (:func:`uamp_proto.adapters.a2a_human.interrupt_message`):
+        a second ask while the task waits replaces the status message. The
+        update is ``final``: the task waits for a message on it.
+        """
+        task = self.task
+        if all(a.id != ask.id for a in task.pending_interrupts):
+            task.pending_interrupts.append(ask)
+        text, data = message
+        request = StoredMessage(
+            message_id=self._ids("msg"),
+            role="agent",
+            items=[ty.TextContent(text=text)],
+            data=[data],
+        )
+        out = self._start()
+        if task.state is TaskState.INPUT_REQUIRED:
+            task.timestamp = timestamp
+        else:
+            task.move(Trigger.REQUIRE_INPUT, timestamp)
+        task.history.append(request)
+        task.status_message = request
+        return [*out, self._status(request, final=True)]
+
+    def human_answered(self, interrupt_id: str, timestamp: str | None) -> list[Update]:
+        """An interrupt was resolved (from any transport): back to ``working`` when none is left."""
+        task = self.task
+        task.pending_interrupts = [a for a in task.pending_interrupts if a.id != interrupt_id]
+        if task.pending_interrupts or task.state is not TaskState.INPUT_REQUIRED:
+            return []
+        task.move(Trigger.RESUME, timestamp)
+        task.status_message = None
+        return [self._status()]
 
     def fail(self, error: ty.ErrorInfo, timestamp: str | None) -> list[Update]:
         """The turn failed with ``error``."""

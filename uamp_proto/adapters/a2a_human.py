@@ -23,8 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
 from ._human import (
     Answer,
     Answered,
@@ -39,7 +37,7 @@ from ._human import (
 )
 from .a2a import data_entries
 
-__all__ = ["ask_from_record", "ask_record", "ask_to_json", "interrupt_message", "parse_answers"]
+__all__ = ["ask_to_json", "interrupt_message", "parse_answers"]
 
 
 def ask_to_json(ask: Ask) -> dict[str, Any]:
@@ -54,16 +52,6 @@ def ask_to_json(ask: Ask) -> dict[str, Any]:
     if ask.expires_at is not None:
         out["expires_at"] = rfc3339(ask.expires_at)
     return out
-
-
-def ask_record(ask: Ask) -> dict[str, Any]:
-    """How a task record keeps a pending interrupt (every field, as JSON)."""
-    return attrs.asdict(ask)
-
-
-def ask_from_record(data: dict[str, Any]) -> Ask:
-    """The inverse of :func:`ask_record`."""
-    return Ask(**data)
 
 
 def interrupt_message(asks: Sequence[Ask]) -> tuple[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ import attrs
 
 from .. import types as ty
 from ..codec import from_dict, unstructure
+from ..interrupts import Interrupt
 from .a2a import A2ATask, Artifact, StoredMessage, TaskState, Update
 
 __all__ = ["task_from_json", "task_to_json", "update_from_json", "update_to_json"]
@@ -62,6 +63,7 @@ def task_to_json(task: A2ATask) -> dict[str, Any]:
         "artifacts": [_record_to_json(a) for a in task.artifacts],
         "conversation": [unstructure(m) for m in task.conversation],
         "pending_tool_calls": [unstructure(c) for c in task.pending_tool_calls],
+        "pending_interrupts": [attrs.asdict(i) for i in task.pending_interrupts],
         "error": unstructure(task.error) if task.error is not None else None,
         "tools": [unstructure(t) for t in task.tools],
         "metadata": task.metadata,
@@ -84,6 +86,7 @@ def task_from_json(data: dict[str, Any]) -> A2ATask:
         artifacts=[a for a in artifacts if a is not None],
         conversation=[from_dict(ty.Message, m) for m in data["conversation"]],
         pending_tool_calls=[from_dict(ty.ToolInvocation, c) for c in data["pending_tool_calls"]],
+        pending_interrupts=[Interrupt(**i) for i in data.get("pending_interrupts", [])],
         error=from_dict(ty.ErrorInfo, data["error"]) if data["error"] is not None else None,
         tools=[from_dict(ty.ToolDefinition, t) for t in data["tools"]],
         metadata=data["metadata"],

@@ -78,7 +78,7 @@ from uamp_proto import events as ev
 from uamp_proto.errors import UampError
 from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
 from uamp_proto.payment import Charge
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 
 __all__ = [
@@ -410,9 +410,11 @@ class ResponseRun:
         request: TurnRequest,
         receive: trio.MemoryReceiveChannel[ev.Event],
         charge: Charge | None = None,
+        bind: Callable[[Emit], None] | None = None,
     ) -> None:
         self.agent = agent
         self._charge = charge
+        self._bind = bind
         self.request = request
         self._receive = receive
         self._runner: ResponseRunner | None = None
@@ -443,6 +445,8 @@ class ResponseRun:
             runner = ResponseRunner(
                 self.agent, self.request, send.send, tracker=self.tracker, charge=self._charge
             )
+            if self._bind is not None:
+                self._bind(runner.emit)
             if self._cancel_requested:
                 runner.cancel()
             self._runner = runner
@@ -460,15 +464,18 @@ async def open_response(
     *,
     buffer: int = DEFAULT_BUFFER,
     charge: Charge | None = None,
+    bind: Callable[[Emit], None] | None = None,
 ) -> AsyncIterator[ResponseRun]:
     """Start one response of ``agent`` in its own task; see the module docstring.
 
     The events arrive through a memory channel of ``buffer`` events. Leaving
     the block before the events are exhausted cancels the agent. ``charge``
     is settled when the response ends (also when it never started).
+    ``bind`` is given the runner's ``emit`` before the agent runs (the
+    response's interrupt port sends its events there).
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = ResponseRun(agent, request, receive, charge)
+    turn = ResponseRun(agent, request, receive, charge, bind)
     try:
         async with trio.open_nursery() as nursery, receive:
             nursery.start_soon(turn._drive, send)

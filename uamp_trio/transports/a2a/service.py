@@ -71,6 +71,7 @@ import datetime
 import email.utils
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,8 +79,10 @@ import attrs
 import orjson
 import trio
 
+from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.adapters import a2a, a2a_card, a2a_params
+from uamp_proto.adapters import a2a, a2a_card, a2a_human, a2a_params
+from uamp_proto.adapters._human import AnswerError, ask_of
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.adapters.a2a_card import Interface
 from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, QUEUE_FULL, BusyError
@@ -103,6 +106,7 @@ from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, 
 from ...grpc import AVAILABLE as GRPC_AVAILABLE
 from ...hosting.busy import Slot
 from ...hosting.host import Host, Transport
+from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta
 from ...hosting.turns import open_response
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed
@@ -154,6 +158,18 @@ class _Live:
     #: The request that started a detached run, fed with backpressure until
     #: it goes away (a client that disconnects no longer cancels the task).
     primary: trio.MemorySendChannel[Update] | None = None
+    #: The task as its turn updates it (what an answering send shows).
+    task: A2ATask | None = None
+    #: Set (and replaced) whenever the turn pauses for a person: a blocking
+    #: send returns then, a stream ends.
+    paused: trio.Event = attrs.field(factory=trio.Event)
+    #: Messages that answered the turn's interrupts, for its history.
+    answers: list[a2a.StoredMessage] = attrs.field(factory=list)
+
+    def pause(self) -> None:
+        """The turn now waits for a person."""
+        self.paused.set()
+        self.paused = trio.Event()
 
 
 @attrs.define
@@ -161,7 +177,7 @@ class _Prepared:
     """A validated send: the task to run and the turn request to run it with."""
 
     task: A2ATask
-    turn: TurnRequest
+    turn: TurnRequest | None
     history_length: int | None
     new: bool
     #: The HTTP body that carried the message: what a signature covers.
@@ -180,6 +196,12 @@ class _Prepared:
     base: list[ty.Message] = attrs.Factory(list)
     #: What a cancelled turn had said (``None``: the turn was not cancelled).
     partial: list[ty.Message] | None = None
+    #: A message that answered a paused turn's interrupts: the send follows
+    #: that turn (through ``follow``, attached before the answer was given,
+    #: or until ``paused_at`` is set) instead of running one.
+    answering: _Live | None = None
+    follow: trio.MemoryReceiveChannel[Update] | None = None
+    paused_at: trio.Event | None = None
 
     async def release_unstarted(self) -> None:
         """Free the charge and the place of a turn that never started (a stream never begun)."""
@@ -796,6 +818,11 @@ class A2ATransport:
                     a2a.INVALID_PARAMS,
                     f"Context {message.context_id} is not the context of task {task.id}.",
                 )
+            live = self._live.get(task.id)
+            if live is not None and live.task is not None and live.task.pending_interrupts:
+                return await self._answer(
+                    live, live.task, message, stored, history_length, principal
+                )
             if task.id in self._live:
                 raise A2AError(
                     a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
@@ -901,6 +928,47 @@ class A2ATransport:
             base=base,
         )
 
+    async def _answer(
+        self,
+        live: _Live,
+        task: A2ATask,
+        message: a2a.A2AMessage,
+        stored: a2a.StoredMessage,
+        history_length: int | None,
+        principal: Principal,
+    ) -> _Prepared:
+        """A message on a task whose turn waits for a person: its answers.
+
+        The answers go to ``app.interrupts`` (the paused turn goes on); the
+        send then follows that turn instead of running one. Its follower is
+        attached before the answer is given, so it misses no update.
+        """
+        try:
+            answers = a2a_human.parse_answers(message.data, message.text, task.pending_interrupts)
+        except AnswerError as exc:
+            raise A2AError(a2a.INVALID_PARAMS, exc.args[0]) from None
+        send, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
+        if live.primary is not None:
+            live.primary.close()
+        live.primary = send
+        paused_at = live.paused
+        live.answers.append(stored)
+        try:
+            for iid, answer in answers:
+                await self.app.interrupts.answer(principal, iid, answer)
+        except (InterruptNotFound, InvalidAnswer) as exc:
+            raise A2AError(a2a.INVALID_PARAMS, str(exc)) from None
+        return _Prepared(
+            task=task,
+            turn=None,
+            history_length=history_length,
+            new=False,
+            answering=live,
+            follow=receive,
+            paused_at=paused_at,
+            started=True,
+        )
+
     async def _execute(
         self,
         agent: Responder,
@@ -919,6 +987,9 @@ class A2ATransport:
         inside the request.
         """
         prepared.started = True  # from here _run settles the charge
+        if prepared.answering is not None:
+            await self._follow_answered(prepared, write, wait=wait)
+            return
         nursery = self.app.background
         self.store.ensure_running(nursery)  # cancel requests from other processes reach it
         if nursery is None:
@@ -929,13 +1000,31 @@ class A2ATransport:
         receive: trio.MemoryReceiveChannel[Update] | None = None
         if write is not None:
             live.primary, receive = trio.open_memory_channel[Update](_SUBSCRIBER_BUFFER)
+        paused_at = live.paused
         nursery.start_soon(self._run, agent, prepared, None, live)
         if receive is not None and write is not None:
-            async with receive:
-                async for update in receive:
-                    await write(update)
+            await _forward(receive, write)
         elif wait:
-            await live.done.wait()
+            await _first_of(live.done, paused_at)
+
+    async def _follow_answered(
+        self,
+        prepared: _Prepared,
+        write: Callable[[Update], Awaitable[None]] | None,
+        *,
+        wait: bool,
+    ) -> None:
+        """A send that answered a paused turn follows it to its next pause or its end."""
+        live = prepared.answering
+        assert live is not None and prepared.follow is not None and prepared.paused_at is not None
+        if write is not None:
+            await _forward(prepared.follow, write)
+            return
+        prepared.follow.close()
+        if wait:
+            await _first_of(live.done, prepared.paused_at)
+        if live.task is not None:
+            prepared.task = live.task
 
     async def _run(
         self,
@@ -973,6 +1062,7 @@ class A2ATransport:
                     # conversation as they left it, not as it was when it was sent.
                     prepared.base = list(slot.inherited)
                     task.conversation = [*slot.inherited, task.conversation[-1]]
+                    assert prepared.turn is not None
                     prepared.turn = attrs.evolve(prepared.turn, messages=list(task.conversation))
                 ran = True
                 try:
@@ -1008,11 +1098,27 @@ class A2ATransport:
     ) -> None:
         """Run one turn of a task, telling ``write`` and subscribers every update."""
         task = prepared.task
+        turn_request = prepared.turn
+        assert turn_request is not None
         if live is None:
             live = _Live()
         self._live[task.id] = live
+        live.task = task
         run = TaskRun(task, self.ids, uamp_events=prepared.uamp_events)
         current = live
+        port = self.app.interrupts.port(turn_request, supported=self.app.background is not None)
+        turn_request = attrs.evolve(turn_request, interrupts=port)
+
+        def updates_of(event: ev.Event) -> list[Update]:
+            if isinstance(event, ev.InterruptRequest):
+                ask = ask_of(event)
+                waiting = [*(a for a in task.pending_interrupts if a.id != ask.id), ask]
+                return run.ask_human(ask, a2a_human.interrupt_message(waiting), _now())
+            if isinstance(event, ev.InterruptResolved):
+                task.history.extend(live.answers)
+                live.answers.clear()
+                return run.human_answered(event.interrupt_id, _now())
+            return run.feed(event)
 
         async def deliver(updates: list[Update]) -> None:
             if run.reply is not None and prepared.reply is None:
@@ -1031,6 +1137,8 @@ class A2ATransport:
                         current.primary = None  # its request went away; the task goes on
                 if write is not None:
                     await write(update)
+                if update.final and update.state is a2a.TaskState.INPUT_REQUIRED:
+                    current.pause()
 
         try:
             if task.metadata:  # a signature (a balance) is of the turn that made it
@@ -1039,14 +1147,16 @@ class A2ATransport:
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await self.store.publish(task, [])  # working, in every process
-            async with open_response(agent, prepared.turn, charge=prepared.charge) as turn:
+            async with open_response(
+                agent, turn_request, charge=prepared.charge, bind=partial(setattr, port, "emit")
+            ) as turn:
                 live.cancel = turn.cancel
                 if prepared.slot is not None:
                     prepared.slot.bind(turn.cancel)  # a later message may interrupt it
                 if live.cancel_requested:
                     turn.cancel()
                 async for event in turn:
-                    await deliver(run.feed(event))
+                    await deliver(updates_of(event))
             outcome = turn.outcome
             assert outcome is not None
             if outcome.status == "cancelled":
@@ -1071,6 +1181,7 @@ class A2ATransport:
             if live.primary is not None:
                 live.primary.close()
             live.done.set()
+            live.pause()  # nothing waits for a pause that cannot come
 
     def _sign(
         self, updates: list[Update], task: A2ATask, text: str, prepared: _Prepared
@@ -1150,6 +1261,29 @@ class A2ATransport:
         with trio.move_on_after(_CANCEL_WAIT):
             await live.done.wait()
         return task
+
+
+async def _forward(
+    receive: trio.MemoryReceiveChannel[Update], write: Callable[[Update], Awaitable[None]]
+) -> None:
+    """Write a turn's updates until it ends, or pauses for a person (a final update)."""
+    async with receive:
+        async for update in receive:
+            await write(update)
+            if update.final and update.state is a2a.TaskState.INPUT_REQUIRED:
+                return  # the task waits for a message; this request is done
+
+
+async def _first_of(*events: trio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
 
 
 def _reply_update(task: A2ATask, message: a2a.StoredMessage) -> Update:
