@@ -26,7 +26,19 @@ Methods (see :mod:`uamp_proto.adapters.acp` for the translation):
   ``capabilities``.
 
 Every request runs in its own task, so ``session/cancel`` is read while a
-prompt streams. On stdio (``uamp acp``, the local user) the MCP servers a
+prompt streams.
+
+A human in the loop (docs/human-in-the-loop.md): on the two-way carriers
+(stdio, WebSocket) a tool call that needs approval becomes the agent's
+request ``session/request_permission`` (the tool call, options "Allow" and
+"Deny"); the option the client chooses answers the interrupt, ``cancelled``
+(or an error: a client without permission support) denies it. An interrupt
+answered from another transport meanwhile stops waiting for the client's
+choice. A question (no ACP form) is said as an ``agent_message_chunk``
+naming the interrupt, to be answered from a client that can. On plain
+HTTP (no way to ask the client) the host's interrupt policy applies.
+
+On stdio (``uamp acp``, the local user) the MCP servers a
 session names (``mcpServers``) are given to each prompt's turn
 (``TurnRequest.mcp_servers``, connected by the agent for that turn); the
 network carriers never pass them on, so no remote client makes the server
@@ -61,20 +73,25 @@ of ``cwd`` and ``mcpServers``, and how long an unused one lives are
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib.metadata
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
+import attrs
 import orjson
 import trio
 
+from uamp_proto import events as ev
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
+from uamp_proto.adapters._human import Ask, ask_of, describe, dismissed, is_approval
 from uamp_proto.busy import INVALID_POLICY, BusyError
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import (
@@ -94,6 +111,7 @@ from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
 from ..hosting.busy import ConversationGate, Slot
 from ..hosting.host import Host, PolicyTransport
+from ..hosting.interrupts import InterruptNotFound, Interrupts, InvalidAnswer
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import (
@@ -160,6 +178,9 @@ class AcpConnection:
             request (method ``bearer``) once the connection's token expired;
             ``None``: no authentication configured.
         clock: Seconds since the epoch, to tell an expired token.
+        interrupts: Where a prompt's run asks a person (``None``: it cannot).
+        two_way: The carrier can take requests from the agent (stdio,
+            WebSocket): approvals become ``session/request_permission``.
     """
 
     def __init__(
@@ -174,11 +195,18 @@ class AcpConnection:
         session_queue: int = DEFAULT_BUFFER,
         connect_mcp: bool = False,
         conversations: ConversationGate | None = None,
+        interrupts: Interrupts | None = None,
+        two_way: bool = False,
     ) -> None:
         self.served = served
         #: The busy policy of the sessions (docs/busy.md): the server's gate,
         #: shared by every connection; a gate of its own on stdio.
         self.conversations = conversations or ConversationGate()
+        self.interrupts = interrupts
+        self.two_way = two_way and send is not None
+        #: The agent's own requests waiting for the client's answer, by id.
+        self._asked: dict[str, trio.MemorySendChannel[rpc.Response | rpc.ErrorResponse]] = {}
+        self._asked_count = 0
         #: Give each prompt's turn the MCP servers its session names (at most
         #: :data:`MAX_MCP_SERVERS`). Only for a peer that may run programs
         #: here: the local user of ``uamp acp`` on stdio.
@@ -222,7 +250,10 @@ class AcpConnection:
                 await self._notification(item)
             return None
         if not isinstance(item, rpc.Request):
-            return None  # a reply to a request we never send: nothing to do
+            waiter = self._asked.pop(str(item.id), None)
+            if waiter is not None:  # the client answers a request of ours
+                waiter.send_nowait(item)
+            return None  # (a reply to nothing we asked is ignored)
         if expired and item.method not in _WITHOUT_AUTH:
             # The connection's token ran out while it was open: nothing more
             # runs for it until ``authenticate`` brings a fresh one.
@@ -271,6 +302,52 @@ class AcpConnection:
 
     async def _update(self, session_id: str, update: dict[str, Any]) -> None:
         await self._notify("session/update", {"sessionId": session_id, "update": update})
+
+    async def _ask_client(
+        self, method: str, params: dict[str, Any]
+    ) -> rpc.Response | rpc.ErrorResponse:
+        """Send a request of the agent's to the client; its answer."""
+        assert self._send is not None
+        self._asked_count += 1
+        rid = f"uamp-{self._asked_count}"
+        send, receive = trio.open_memory_channel[rpc.Response | rpc.ErrorResponse](1)
+        self._asked[rid] = send
+        try:
+            await self._send(rpc.encode(rpc.request(rid, method, params)))
+            return await receive.receive()
+        finally:
+            self._asked.pop(rid, None)
+
+    async def _ask_person(
+        self, session_id: str, ask: Ask, waiting: dict[str, trio.CancelScope]
+    ) -> None:
+        """Ask the client's user about ``ask`` (see the module docstring) and answer it."""
+        assert self.interrupts is not None
+        with trio.CancelScope() as scope:
+            waiting[ask.id] = scope
+            if not is_approval(ask):
+                note = f"{describe(ask)} (interrupt {ask.id}: answer it from a client that can.)"
+                await self._update(
+                    session_id,
+                    {
+                        "sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "text", "text": note},
+                    },
+                )
+                return
+            reply = await self._ask_client(
+                "session/request_permission", acp.permission_request(session_id, ask)
+            )
+            answer = dismissed(ask)
+            if isinstance(reply, rpc.Response):
+                try:
+                    answer = acp.parse_permission_outcome(reply.result, ask)
+                except rpc.JSONRPCError as exc:
+                    log.info("ACP permission answer not understood: %s", exc.message)
+            # Answered elsewhere, or expired, meanwhile: nothing left to answer.
+            with contextlib.suppress(InterruptNotFound, InvalidAnswer):
+                await self.interrupts.answer(self.principal, ask.id, answer)
+        waiting.pop(ask.id, None)
 
     # --- payment ----------------------------------------------------------------
 
@@ -395,16 +472,38 @@ class AcpConnection:
             mcp_servers=session.mcp_servers[:MAX_MCP_SERVERS] if self.connect_mcp else [],
         )
         encoder = acp.UpdateEncoder()
+        port = None
+        if self.interrupts is not None:
+            port = self.interrupts.port(request, supported=self.two_way)
+            request = attrs.evolve(request, interrupts=port)
         session.busy = True
         try:
-            async with open_response(
-                self.agent, request, charge=charge, buffer=self.session_queue
-            ) as turn:
+            async with (
+                open_response(
+                    self.agent,
+                    request,
+                    charge=charge,
+                    buffer=self.session_queue,
+                    bind=None if port is None else partial(setattr, port, "emit"),
+                ) as turn,
+                trio.open_nursery() as asking,
+            ):
                 session.turn = turn
                 slot.bind(turn.cancel)  # a later prompt may interrupt this one
+                waiting: dict[str, trio.CancelScope] = {}
                 async for event in turn:
+                    if isinstance(event, ev.InterruptRequest):
+                        if self.two_way:
+                            asking.start_soon(self._ask_person, session.id, ask_of(event), waiting)
+                        continue
+                    if isinstance(event, ev.InterruptResolved):
+                        scope = waiting.pop(event.interrupt_id, None)
+                        if scope is not None:
+                            scope.cancel()  # answered elsewhere: stop asking here
+                        continue
                     for update in encoder.feed(event):
                         await self._update(session.id, update)
+                asking.cancel_scope.cancel()
             outcome = turn.outcome
             assert outcome is not None
             pending = [c.id for c in outcome.pending_tool_calls]
@@ -551,11 +650,18 @@ async def serve_stdio(
         limits: The bounds of a store made here (default :class:`AcpLimits`).
     """
     sessions = store if store is not None else AcpSessionStore(limits)
+    interrupts = Interrupts()  # the one peer answers its own run's questions
 
     def handler_for(send: SendPayload) -> Handle:
         served = ServedAgent(agent, payment_policy, signer)
         return AcpConnection(
-            served, sessions, send, principal=principal, connect_mcp=True
+            served,
+            sessions,
+            send,
+            principal=principal,
+            connect_mcp=True,
+            interrupts=interrupts,
+            two_way=True,
         ).handle_payload
 
     await serve_ndjson(handler_for, stdin=stdin, stdout=stdout, max_line=max_line)
@@ -610,6 +716,7 @@ class AcpTransport(PolicyTransport):
         principal: Principal,
         *,
         session_queue: int = DEFAULT_BUFFER,
+        two_way: bool = False,
     ) -> AcpConnection:
         """A dispatcher for one carrier and caller, with the app's policy and signer as of now."""
         self.limits()
@@ -621,6 +728,8 @@ class AcpTransport(PolicyTransport):
             authenticator=self.app.authenticator,
             session_queue=session_queue,
             conversations=self.app.conversations,
+            interrupts=self.app.interrupts,
+            two_way=two_way,
         )
 
     async def http(self, request: Request) -> Response | StreamingResponse:
@@ -669,7 +778,11 @@ class AcpTransport(PolicyTransport):
                 return None
 
         conn = self._connection(
-            agent, send, pending.request.principal, session_queue=pending.max_session_queued_events
+            agent,
+            send,
+            pending.request.principal,
+            session_queue=pending.max_session_queued_events,
+            two_way=True,
         )
         try:
             await serve_payloads(
