@@ -299,6 +299,10 @@
       const create = {
         type: "session.create", uamp_version: "1.0", session_id: this.id, agent: this.agent,
         session: { modalities: ["text"] },
+        // This page answers interrupts (docs/human-in-the-loop.md): an approval card.
+        client_capabilities: {
+          id: "uamp-playground", provider: "uamp", modalities: ["text"], extensions: { interrupts: true },
+        },
       };
       if (this.room) {
         create.chat = this.room;
@@ -546,6 +550,62 @@
       this.scroll();
     }
 
+    // The run waits for a person: a card with Approve / Deny (a question: a field and Answer).
+    showInterrupt(event) {
+      const r = this.response;
+      const card = el("form", "interrupt");
+      card.dataset.interruptId = event.interrupt_id;
+      card.dataset.state = "pending";
+      const approval = event.kind === "approval";
+      const title = el("div", "interrupt-title");
+      title.append(el("strong", "", approval ? "Approval needed" : "Question"),
+        el("span", "muted", ` ${event.prompt || ""}`));
+      card.append(title);
+      if (approval && event.tool_name) {
+        card.append(el("pre", "interrupt-args", `${event.tool_name}(${JSON.stringify(event.arguments || {}, null, 2)})`));
+      }
+      const note = el("div", "interrupt-note muted");
+      const answer = (fields) => {
+        note.textContent = "sending\u2026";
+        send({ type: "interrupt.answer", session_id: this.id, interrupt_id: event.interrupt_id, ...fields });
+      };
+      if (approval) {
+        const approve = el("button", "btn primary", "Approve");
+        const deny = el("button", "btn", "Deny");
+        approve.type = "submit";
+        deny.type = "button";
+        deny.addEventListener("click", () => answer({ approved: false }));
+        card.addEventListener("submit", (e) => { e.preventDefault(); answer({ approved: true }); });
+        card.append(approve, deny);
+      } else {
+        const input = el("input");
+        Object.assign(input, { type: "text", placeholder: "your answer", spellcheck: true });
+        input.setAttribute("aria-label", "Answer");
+        const ok = el("button", "btn primary", "Answer");
+        ok.type = "submit";
+        card.addEventListener("submit", (e) => {
+          e.preventDefault();
+          const text = input.value.trim();
+          if (!text) { input.focus(); return; }
+          let value = text;
+          try { value = JSON.parse(text); } catch (_) { /* plain text */ }
+          answer({ value });
+        });
+        card.append(input, ok);
+      }
+      card.append(note);
+      (r ? r.parts : this.log).append(card);
+      this.scroll();
+    }
+
+    interruptOutcome(event) {
+      const card = this.node.querySelector(`form.interrupt[data-interrupt-id="${CSS.escape(event.interrupt_id)}"]`);
+      if (!card) return;
+      card.dataset.state = event.outcome || "resolved";
+      $(".interrupt-note", card).textContent = event.outcome || "resolved";
+      card.querySelectorAll("input, button").forEach((n) => { n.disabled = true; });
+    }
+
     paymentOutcome(event) {
       const card = this.payment;
       if (event.type === "payment.accepted") {
@@ -696,6 +756,12 @@
           break;
         case "payment.required":
           this.showPayment(event);
+          break;
+        case "interrupt.request":
+          this.showInterrupt(event);
+          break;
+        case "interrupt.resolved":
+          this.interruptOutcome(event);
           break;
         case "payment.accepted":
         case "payment.error":
