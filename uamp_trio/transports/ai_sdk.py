@@ -39,6 +39,19 @@ replay ends ``interrupted``. A POST for a chat whose answer runs in another
 live process asks that process to stop it first (:meth:`EventLog.ask
 <uamp_trio.stores.event_log.EventLog.ask>`).
 
+A human in the loop (docs/human-in-the-loop.md): when the agent asks to
+run a tool call that needs approval, the answer shows the call and the
+SDK's ``tool-approval-request`` (``approvalId`` = the interrupt id) and
+finishes; the turn stays paused on the server (:attr:`AiSdkTransport.paused`).
+The client's ``addToolApprovalResponse`` puts the decision on the tool part
+and its next POST carries it: the decision answers the interrupt and that
+POST streams the rest of the same turn, in the same assistant message. A
+question (no SDK form) is a ``data-uamp-interrupt`` part naming it, to be
+answered by id from a client that can; an interrupt answered from any other
+transport lets the turn go on, and the chat's next POST streams what it
+said meanwhile. A POST that answers nothing while the turn waits
+supersedes it, as any POST does.
+
 Payment (spec 004): the price is locked before the stream starts; an unpaid
 POST is answered ``402`` with the pre-flight JSON error of the Completions
 endpoint. Signing and the payment balance go into the ``finish`` chunk's
@@ -52,9 +65,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import attrs
 import trio
 
 from uamp_proto import events as ev
+from uamp_proto.adapters._human import ask_of, is_approval
 from uamp_proto.adapters.ai_sdk import (
     DONE,
     HEADERS,
@@ -64,6 +79,7 @@ from uamp_proto.adapters.ai_sdk import (
     Phase,
     StreamEncoder,
     frame,
+    parse_approval_responses,
     parse_chat_request,
     replay_chunks,
     turn_request,
@@ -85,6 +101,8 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.host import Host
+from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
+from ..hosting.parked import DEFAULT_LINGER, waiting_on
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRunner
 from ..stores.event_log import EventLog, SessionRecord
@@ -106,6 +124,9 @@ MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
 HEARTBEAT: Final = 15.0
 #: How long a resume from the log waits for news before it checks the writer (seconds).
 LOG_WAIT: Final = 1.0
+
+#: Events a turn paused for a person keeps while no answer shows them.
+MAX_HELD: Final = 4096
 
 #: An answer's key: ``(principal key, agent name, chat id)``.
 AnswerKey = tuple[tuple[str, str], str, str]
@@ -221,6 +242,8 @@ class AiSdkTransport:
         self.max_answer_bytes = max_answer_bytes
         #: The answers running in this process.
         self.answers: dict[AnswerKey, _Answer] = {}
+        #: Turns paused for a person whose answer has ended, by chat.
+        self.paused: dict[AnswerKey, _Run] = {}
         self._per_principal: dict[tuple[str, str], int] = {}
 
     @property
@@ -246,6 +269,11 @@ class AiSdkTransport:
             raise HTTPError(400, exc.message, code=exc.code) from None
         principal = request.principal
         key: AnswerKey = (principal.key, agent.name, chat.chat_id)
+        paused = self.paused.get(key)
+        if paused is not None:
+            went_on = await self._answer_paused(paused, chat, principal)
+            if went_on is not None:
+                return went_on
         # Superseding the chat's own answer leaves no more running: never refused.
         if key not in self.answers and self._unread(principal.key) >= self.max_answers:
             raise HTTPError(
@@ -275,6 +303,44 @@ class AiSdkTransport:
             # of the answer: a resume or a POST on another process finds it.
             with contextlib.suppress(StoreUnavailable):
                 await self.log.flush()
+
+        async def produce(send: SendChunk) -> None:
+            await answer.follow(send, replay=False)
+
+        return StreamingResponse(producer=produce, headers=list(HEADERS))
+
+    async def _answer_paused(
+        self, run: _Run, chat: ChatRequest, principal: Principal
+    ) -> StreamingResponse | None:
+        """A POST for a chat whose turn waits for a person: its decisions, and the rest.
+
+        ``None`` when it answers nothing that is pending while the turn still
+        waits: then it supersedes the turn like any new POST.
+        """
+        key = run.answer.key
+        pending = {it.id: it for it in waiting_on(self.app.interrupts, principal, key[1], key[2])}
+        decisions = parse_approval_responses(chat, pending)
+        if not decisions and pending:
+            run.cancel()
+            self.paused.pop(key, None)
+            return None
+        try:
+            for iid, decision in decisions:
+                await self.app.interrupts.answer(principal, iid, decision)
+        except (InterruptNotFound, InvalidAnswer) as exc:
+            raise HTTPError(409, str(exc), code=exc.code) from None
+        self.paused.pop(key, None)
+        continued = chat.continued
+        message_id = continued["id"] if continued is not None else self.ids("msg")
+        encoder = StreamEncoder(message_id, self.ids, client_tools=chat.client_tools)
+        prefix = replay_chunks(continued, self.ids) if continued is not None else []
+        answer = _Answer(
+            key, self.ids("leg"), frame(encoder.start()[0]), [frame(c) for c in prefix]
+        )
+        answer.runner = run.answer.runner
+        self.answers[key] = answer
+        self._per_principal[principal.key] = self._per_principal.get(principal.key, 0) + 1
+        run.attach(answer, encoder)
 
         async def produce(send: SendChunk) -> None:
             await answer.follow(send, replay=False)
@@ -332,10 +398,13 @@ class AiSdkTransport:
             payment_token=token,
             principal=principal,
         )
+        background = self.app.background
+        port = self.app.interrupts.port(turn, supported=background is not None)
+        turn = attrs.evolve(turn, interrupts=port)
         run = _Run(self, answer, encoder, charge, body)
         run.open_log()
         answer.runner = ResponseRunner(agent, turn, run.sink, charge=charge)
-        background = self.app.background
+        port.emit = answer.runner.emit
         if background is not None:
             background.start_soon(run.run, name="uamp-ai-sdk-answer")
         else:
@@ -347,9 +416,7 @@ class AiSdkTransport:
         if self._per_principal.get(owner, 0) < self.max_answers:
             return 0  # fewer running at all: no need to look
         return sum(
-            1
-            for key, answer in self.answers.items()
-            if key[0] == owner and answer.readers == 0
+            1 for key, answer in self.answers.items() if key[0] == owner and answer.readers == 0
         )
 
     def _forget(self, answer: _Answer) -> None:
@@ -463,6 +530,41 @@ class _Run:
         self.lkey = (answer.key[0], log_session(answer.key[1], answer.key[2]))
         self._count = 0
         self._owner: Callable[[], None] = self._lose_log
+        #: Paused for a person: the answer ended, the turn waits (see the module docstring).
+        self.paused = False
+        #: What the turn said while no answer showed it.
+        self.held: list[ev.Event] = []
+        #: A newer POST superseded the paused turn.
+        self.dropped = False
+        self._attached = trio.Event()
+
+    def cancel(self) -> None:
+        """Stop the turn (a newer POST supersedes it)."""
+        self.dropped = True
+        if self.answer.runner is not None:
+            self.answer.runner.cancel()
+
+    def attach(self, answer: _Answer, encoder: StreamEncoder) -> None:
+        """A POST takes the paused turn up: show the rest in ``answer``."""
+        self.answer, self.encoder = answer, encoder
+        self.paused = False
+        self.open_log()
+        held, self.held = self.held, []
+        for event in held:
+            self._show(event)
+        self._attached.set()
+        self._attached = trio.Event()
+
+    def _pause(self, chunks: list[dict[str, Any]]) -> None:
+        """Show the ask, end the answer; the turn waits for the person."""
+        chunks += self.encoder.finish("tool-calls")
+        self._emit(chunks)
+        self.paused = True
+        answer = self.answer
+        answer.close()
+        answer.finished.set()
+        self.transport._forget(answer)
+        self.transport.paused[answer.key] = self
 
     def _lose_log(self) -> None:
         self.answer.logging = False
@@ -522,24 +624,52 @@ class _Run:
             )
 
     async def sink(self, event: ev.Event) -> None:
+        if self.paused:
+            self.held.append(event)
+            if len(self.held) > MAX_HELD:
+                raise _TooLarge
+            return
+        self._show(event)
+        if self.answer.size > self.transport.max_answer_bytes:
+            raise _TooLarge
+
+    def _show(self, event: ev.Event) -> None:
+        """Render one event into the answer (an interrupt pauses it)."""
+        if isinstance(event, ev.InterruptRequest):
+            if self.paused:
+                self.held.append(event)
+                return
+            ask = ask_of(event)
+            if is_approval(ask):
+                chunks = self.encoder.request_approval(ask)
+            else:
+                shown = {"id": ask.id, "kind": ask.kind, "prompt": ask.prompt, "schema": ask.schema}
+                chunks = [{"type": "data-uamp-interrupt", "id": ask.id, "data": shown}]
+            self._pause(chunks)
+            return
+        if isinstance(event, ev.InterruptResolved):
+            return
+        if self.paused:
+            self.held.append(event)
+            return
         chunks = self.encoder.feed(event)
         if chunks:
             self._emit(chunks)
-            if self.answer.size > self.transport.max_answer_bytes:
-                raise _TooLarge
 
     async def run(self) -> None:
         answer, runner = self.answer, self.answer.runner
         assert runner is not None
+        outcome = None
+        failure: str | None = None
         try:
             outcome = await runner.run()
-            tail = self._tail(outcome)
         except _TooLarge:
-            limit = self.transport.max_answer_bytes
-            tail = self._failed(f"The answer exceeded {limit} bytes and was stopped.")
+            failure = (
+                f"The answer exceeded {self.transport.max_answer_bytes} bytes and was stopped."
+            )
         except Exception:  # a background task must never raise
             log.exception("chat answer %s failed", answer.leg)
-            tail = self._failed("The server failed while answering.")
+            failure = "The server failed while answering."
         except BaseException:  # cancelled: the server stops
             with trio.CancelScope(shield=True):
                 self._end(self._failed("The server stopped this answer."))
@@ -549,6 +679,21 @@ class _Run:
             if self.charge is not None:
                 with trio.CancelScope(shield=True):
                     await self.charge.settle(None, used=False)  # a no-op once the turn settled it
+        while self.paused and not self.dropped:
+            # It ended while paused (answered elsewhere): the chat's next POST shows the end.
+            attached = self._attached
+            with trio.move_on_after(DEFAULT_LINGER):
+                await attached.wait()
+            if not attached.is_set():
+                break
+        key = self.answer.key
+        if self.transport.paused.get(key) is self:
+            del self.transport.paused[key]
+        if self.paused:  # nobody took it up, or a newer POST dropped it
+            with trio.CancelScope(shield=True):
+                await self._close_log()
+            return
+        tail = self._failed(failure) if failure is not None else self._tail(outcome)
         self._end(tail)
         with trio.CancelScope(shield=True):
             await self._close_log()
