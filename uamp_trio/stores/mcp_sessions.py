@@ -87,6 +87,11 @@ class McpPeer:
     calls: dict[Any, ResponseRun] = attrs.field(factory=dict)
     #: Whether its ``GET`` stream is open (one at a time).
     streaming: bool = False
+    #: Whether the client declared form elicitation (``initialize``): a
+    #: run that asks a person asks it with ``elicitation/create``.
+    elicits: bool = False
+    #: The server's own requests waiting for the client's answer, by id.
+    asked: dict[str, Any] = attrs.field(factory=dict)
     #: Set when the session ends (``DELETE``, eviction, expiry).
     ended: trio.Event = attrs.field(factory=trio.Event)
 

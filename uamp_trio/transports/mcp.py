@@ -25,6 +25,17 @@ Two carriers:
 * **stdio** (:func:`serve_stdio`, ``uamp mcp``): newline-delimited JSON, one
   peer per process.
 
+A human in the loop (docs/human-in-the-loop.md): when a call's run asks a
+person and the client declared form elicitation in ``initialize``, the
+server sends ``elicitation/create`` (an approval: a form with one boolean
+``approved``; a question: its flat schema, or one ``answer`` string) on
+the call's stream -- over HTTP every ``tools/call`` of such a client is
+answered as SSE so there is a stream to send it on -- and the client's
+``ElicitResult``, POSTed back, answers the interrupt (``decline`` and
+``cancel`` deny). An interrupt answered from another transport meanwhile
+stops the asking. Clients without elicitation get the host's interrupt
+policy.
+
 A request whose ``Origin`` is neither the server's own nor one
 ``--allowed-origins`` names is refused ``403`` (MCP asks servers to check it:
 DNS rebinding of a local server).
@@ -44,18 +55,22 @@ received.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib.metadata
 import logging
 import uuid
+from functools import partial
 from typing import Any, Final
 
+import attrs
 import trio
 
 from uamp_proto import events as ev
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import mcp
+from uamp_proto.adapters._human import Ask, ask_of, dismissed
 from uamp_proto.errors import UampError
 from uamp_proto.payment import BALANCE_EVENT, PaymentPolicy, PaymentRequiredError, balance_fields
 from uamp_proto.principal import ANONYMOUS, Principal
@@ -76,6 +91,7 @@ from ..engines.http import (
 )
 from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
+from ..hosting.interrupts import InterruptNotFound, Interrupts, InvalidAnswer
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import Handle, SendPayload, answer_payload, serve_ndjson
 from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, ResponseRun, open_response
@@ -128,6 +144,11 @@ class McpDispatcher:
         payment_token: The token of the carrier (``X-PAYMENT``), used when a
             call names none.
         session_queue: Events a running call may queue before its agent waits.
+        interrupts: Where a call's run asks a person (``None``: it cannot).
+        elicits: The client declared form elicitation (an HTTP session's
+            flag; on stdio ``initialize`` sets it).
+        asked: The server's requests waiting for the client's answer (an
+            HTTP session's, shared by its requests).
     """
 
     def __init__(
@@ -140,8 +161,14 @@ class McpDispatcher:
         notify: SendPayload | None = None,
         payment_token: str | None = None,
         session_queue: int = DEFAULT_BUFFER,
+        interrupts: Interrupts | None = None,
+        elicits: bool = False,
+        asked: dict[str, Any] | None = None,
     ) -> None:
         self.served = served
+        self.interrupts = interrupts
+        self.elicits = elicits
+        self.asked: dict[str, Any] = {} if asked is None else asked
         self.agent: Responder = served.agent
         self.store = store
         self.principal = principal
@@ -172,7 +199,10 @@ class McpDispatcher:
                     call.cancel()
             return None
         if not isinstance(item, rpc.Request):
-            return None  # a reply to a request we never send
+            waiter = self.asked.pop(str(item.id), None)
+            if waiter is not None:  # the client answers an elicitation of ours
+                waiter.send_nowait(item)
+            return None  # (a reply to nothing we asked is ignored)
         method = self._methods.get(item.method)
         if method is None:
             return rpc.error_response(
@@ -198,6 +228,7 @@ class McpDispatcher:
 
     async def _initialize(self, _id: rpc.Id, params: Any) -> Any:
         version = mcp.negotiate(params)
+        self.elicits = mcp.client_elicits(params)
         return mcp.initialize_result(
             version,
             agent_name=self.agent.name,
@@ -246,20 +277,43 @@ class McpDispatcher:
             if call.progress_token is not None and notify is not None
             else None
         )
+        port = None
+        if self.interrupts is not None:
+            asks = self.elicits and notify is not None
+            port = self.interrupts.port(request, supported=asks)
+            request = attrs.evolve(request, interrupts=port)
         if conversation is not None:
             conversation.busy = True
         try:
-            async with open_response(
-                self.agent, request, charge=charge, buffer=self.session_queue
-            ) as turn:
+            async with (
+                open_response(
+                    self.agent,
+                    request,
+                    charge=charge,
+                    buffer=self.session_queue,
+                    bind=None if port is None else partial(setattr, port, "emit"),
+                ) as turn,
+                trio.open_nursery() as asking,
+            ):
                 self.calls[request_id] = turn
+                waiting: dict[str, trio.CancelScope] = {}
                 async for event in turn:
+                    if isinstance(event, ev.InterruptRequest):
+                        if self.elicits and notify is not None:
+                            asking.start_soon(self._elicit, ask_of(event), waiting)
+                        continue
+                    if isinstance(event, ev.InterruptResolved):
+                        scope = waiting.pop(event.interrupt_id, None)
+                        if scope is not None:
+                            scope.cancel()  # answered elsewhere: stop asking here
+                        continue
                     if progress is None or not isinstance(event, ev.ResponseDelta):
                         continue
                     if isinstance(event.delta, ty.DeltaText):
                         note = progress.feed(event.delta.text)
                         if note is not None and notify is not None:
                             await notify(rpc.encode(note))
+                asking.cancel_scope.cancel()
         finally:
             if self.calls.get(request_id) is turn:
                 del self.calls[request_id]
@@ -268,6 +322,33 @@ class McpDispatcher:
         outcome = turn.outcome
         assert outcome is not None
         return self._result(outcome, call.session, message, conversation)
+
+    async def _elicit(self, ask: Ask, waiting: dict[str, trio.CancelScope]) -> None:
+        """Ask the client's user with ``elicitation/create``; its result answers ``ask``."""
+        notify = self._notify
+        assert notify is not None and self.interrupts is not None
+        with trio.CancelScope() as scope:
+            waiting[ask.id] = scope
+            rid = f"uamp-elicit-{uuid.uuid4().hex}"
+            send, receive = trio.open_memory_channel[rpc.Response | rpc.ErrorResponse](1)
+            self.asked[rid] = send
+            try:
+                await notify(
+                    rpc.encode(rpc.request(rid, mcp.ELICIT_METHOD, mcp.elicitation_params(ask)))
+                )
+                reply = await receive.receive()
+            finally:
+                self.asked.pop(rid, None)
+            answer = dismissed(ask)
+            if isinstance(reply, rpc.Response):
+                try:
+                    answer = mcp.parse_elicitation_result(reply.result, ask)
+                except rpc.JSONRPCError as exc:
+                    log.info("MCP elicitation result not understood: %s", exc.message)
+            # Answered elsewhere, or expired, meanwhile: nothing left to answer.
+            with contextlib.suppress(InterruptNotFound, InvalidAnswer):
+                await self.interrupts.answer(self.principal, ask.id, answer)
+        waiting.pop(ask.id, None)
 
     def _result(
         self,
@@ -326,10 +407,13 @@ async def serve_stdio(
         max_line: Longest accepted line; longer ones get ``-32600``.
     """
     store = McpSessionStore()
+    interrupts = Interrupts()  # the one peer answers its own calls' questions
 
     def handler_for(send: SendPayload) -> Handle:
         served = ServedAgent(agent, payment_policy, signer)
-        return McpDispatcher(served, store, principal=principal, notify=send).handle_payload
+        return McpDispatcher(
+            served, store, principal=principal, notify=send, interrupts=interrupts
+        ).handle_payload
 
     await serve_ndjson(handler_for, stdin=stdin, stdout=stdout, max_line=max_line)
 
@@ -473,6 +557,9 @@ class McpTransport(PolicyTransport):
             notify=notify,
             payment_token=request.headers.get("x-payment"),
             session_queue=self.app.queue_limits[1],
+            interrupts=self.app.interrupts,
+            elicits=peer is not None and peer.elicits,
+            asked=None if peer is None else peer.asked,
         )
 
     async def _post(self, agent: Responder, request: Request) -> Response | StreamingResponse:
@@ -500,7 +587,7 @@ class McpTransport(PolicyTransport):
             accepts_sse
             and not batch.is_batch
             and calls[0].method == "tools/call"
-            and _wants_progress(calls[0])
+            and (_wants_progress(calls[0]) or peer.elicits)
         ):
             return self._streamed(agent, request, peer)
         reply = await self._dispatcher(agent, request, peer, None).handle_payload(request.body)
@@ -522,6 +609,7 @@ class McpTransport(PolicyTransport):
             peer = self.store.open(agent.name, request.principal, version)
         except TooManySessions as exc:
             return _refused(429, rpc.INVALID_REQUEST, f"Too many MCP sessions: {exc}; end one.")
+        peer.elicits = mcp.client_elicits(item.params)
         reply = await self._dispatcher(agent, request, peer, None).handle_payload(request.body)
         headers = [*JSON_HEADERS, (SESSION_HEADER, peer.id)]
         return Response(status=200, headers=headers, body=reply or b"")
