@@ -528,9 +528,3 @@ def test_an_approve_result_that_says_neither_yes_nor_no() -> None:
         approve_tool.parse_results(
             [ty.Message(role="tool", tool_call_id="int_1", content="hmm")], PENDING
         )
-
-
-def test_a_client_without_the_tool_is_told_where_to_answer() -> None:
-    code, message = approve_tool.refusal([ADD])
-    assert code == "human_input_required"
-    assert "int_1" in message and "uamp_approve" in message

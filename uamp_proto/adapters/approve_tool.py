@@ -16,11 +16,10 @@ have client function tools, so uamp offers one, documented, opt-in:
   ``{"approved": false, "reason": "..."}`` (or just ``yes`` / ``no``) for an
   approval, the value for a question (:func:`parse_results`).
 
-A client that did not declare the tool is refused with a clear error
-(:func:`refusal`, code :data:`HUMAN_INPUT_REQUIRED`) naming the interrupt,
-which stays pending on the server: it can be answered from any other
-transport (UAMP, AG-UI, A2A, ACP, the playground) by its id. Nothing here does
-I/O.
+A client that did not declare the tool gets the host's interrupt policy:
+``deny`` (the default) refuses the call at once and the model is told so;
+``wait`` keeps the run paused for an answer by id from any other transport
+(UAMP, AG-UI, A2A, ACP, the playground). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -43,19 +42,15 @@ from ._human import (
 )
 
 __all__ = [
-    "HUMAN_INPUT_REQUIRED",
     "TOOL_NAME",
     "approve_call",
     "declares",
     "parse_results",
-    "refusal",
     "tool_definition",
 ]
 
 #: The client function tool that answers interrupts.
 TOOL_NAME: Final = "uamp_approve"
-#: The error code of a turn that paused for a human this client cannot answer.
-HUMAN_INPUT_REQUIRED: Final = "human_input_required"
 
 _PARAMETERS: Final[Mapping[str, Any]] = {
     "type": "object",
@@ -130,14 +125,3 @@ def parse_results(messages: Iterable[ty.Message], pending: Mapping[str, Ask]) ->
                 raise
             answers.append((ask.id, Answer(value=content)))
     return answers
-
-
-def refusal(asks: Iterable[Ask]) -> tuple[str, str]:
-    """``(code, message)`` of the error a client without ``uamp_approve`` gets."""
-    ids = ", ".join(ask.id for ask in asks)
-    return (
-        HUMAN_INPUT_REQUIRED,
-        f"The agent is waiting for a human (interrupt {ids}). This request cannot answer it: "
-        f"declare the function tool {TOOL_NAME!r} to be asked, or answer the interrupt by its "
-        "id over another transport (UAMP, AG-UI, A2A, ACP, the playground).",
-    )

@@ -39,6 +39,17 @@ queues them on the response; the server's writer sends whatever is queued
 in one write (:func:`uamp_trio.engines.http.batched_writer`). Client tool calls end
 the response with ``finish_reason: "tool_calls"``; the client sends their
 results in its next request.
+
+A human in the loop (docs/human-in-the-loop.md): Chat Completions has no
+way to ask a person, so uamp offers an opt-in client function tool,
+``uamp_approve`` (:mod:`uamp_proto.adapters.approve_tool`). A request that
+declares it runs its turn parked (``app.parked``): when the agent asks, the
+completion ends with ``finish_reason: "tool_calls"`` and a call of
+``uamp_approve`` whose id is the interrupt id, while the turn waits. The
+client's next request carries that call's tool result (``{"approved":
+true}``, ``"no"``, a question's value): it answers the interrupt and its
+completion is the rest of the same turn. A request without the tool gets the
+host's interrupt policy (deny: the model is told the call was refused).
 """
 
 from __future__ import annotations
@@ -46,11 +57,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import aclosing
 from functools import partial
 
 import attrs
 import orjson
 
+from uamp_proto import events as ev
+from uamp_proto.adapters import approve_tool
+from uamp_proto.adapters._human import AnswerError
 from uamp_proto.adapters.completions import (
     ChunkEncoder,
     CompletionRequest,
@@ -80,6 +95,8 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.host import Host
+from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
+from ..hosting.parked import ParkedTurn, turn_key
 from ..hosting.router import RouteMeta
 from ..hosting.turns import run_response
 
@@ -171,6 +188,11 @@ class CompletionsTransport:
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)
+        if self.app.background is not None:
+            answered = await self._answers(parsed, request)
+            if answered is not None:
+                now = int(time.time())
+                return await self._go_on(agent, parsed, completion_id, now, answered)
         # The agent's own tool rounds of a turn that also called the client's
         # tools, which the client sending its results back never had.
         turn = self.app.stores.tool_rounds.restore(request.principal, parsed.turn)
@@ -188,6 +210,21 @@ class CompletionsTransport:
         if token is not None:
             parsed = attrs.evolve(parsed, turn=attrs.evolve(parsed.turn, payment_token=token))
         created = int(time.time())
+        background = self.app.background
+        if background is not None and approve_tool.declares(parsed.turn.tools):
+            tools = [t for t in parsed.turn.tools if t.function.name != approve_tool.TOOL_NAME]
+            turn_req = attrs.evolve(parsed.turn, tools=tools)
+            port = self.app.interrupts.port(turn_req, supported=True)
+            turn_req = attrs.evolve(turn_req, interrupts=port)
+            parked = self.app.parked.start(
+                background.start_soon,
+                agent,
+                turn_req,
+                key=turn_key(agent.name, turn_req.session_id, request.principal),
+                charge=charge,
+                bind=partial(setattr, port, "emit"),
+            )
+            return await self._go_on(agent, parsed, completion_id, created, parked)
         if parsed.stream:
 
             async def produce(send: SendChunk) -> None:
@@ -276,6 +313,130 @@ class CompletionsTransport:
             if signer is not None:
                 signature = signer(outcome.tracker.text, request_body)
         await send(stream_tail(encoder, parsed, outcome, signature))
+
+    # --- a human in the loop: the uamp_approve tool ------------------------------
+
+    async def _answers(self, parsed: CompletionRequest, request: Request) -> ParkedTurn | None:
+        """Answer the interrupts a request's ``uamp_approve`` results name; their parked turn.
+
+        ``None`` when it answers none (an ordinary request).
+        """
+        interrupts, principal = self.app.interrupts, request.principal
+        pending = {}
+        for message in parsed.turn.messages:
+            if message.role == "tool" and message.tool_call_id:
+                found = interrupts.get(principal, message.tool_call_id)
+                if found is not None:
+                    pending[found.id] = found
+        if not pending:
+            return None
+        try:
+            answers = approve_tool.parse_results(parsed.turn.messages, pending)
+            for iid, answer in answers:
+                await interrupts.answer(principal, iid, answer)
+        except AnswerError as exc:
+            raise HTTPError(400, exc.args[0], code="invalid_answer") from None
+        except (InterruptNotFound, InvalidAnswer) as exc:
+            raise HTTPError(400, str(exc), code=exc.code) from None
+        first = next(iter(pending.values()))
+        assert first.agent is not None and first.session_id is not None
+        turn = self.app.parked.find(turn_key(first.agent, first.session_id, principal))
+        if turn is None or turn.reading:
+            raise HTTPError(
+                409,
+                "Answered; the run that asked is not one this request can follow "
+                "(it runs on another transport, or another request follows it).",
+                code="interrupt_elsewhere",
+            )
+        turn.answered([iid for iid, _ in answers])
+        return turn
+
+    async def _go_on(
+        self,
+        agent: Responder,
+        parsed: CompletionRequest,
+        completion_id: str,
+        created: int,
+        turn: ParkedTurn,
+    ) -> Response | StreamingResponse:
+        """A completion of a parked turn: what it says until it pauses or ends.
+
+        A pause ends it with ``uamp_approve`` calls (``finish_reason: "tool_calls"``).
+        """
+        encoder = ChunkEncoder(
+            completion_id=completion_id,
+            created=created,
+            model=parsed.model or agent.name,
+            include_usage=parsed.include_usage,
+        )
+
+        async def events(send: Any) -> tuple[str, list[Any], ResponseOutcome | None]:
+            text: list[str] = []
+            while True:
+                async with aclosing(turn.read()) as read:
+                    async for event in read:
+                        if isinstance(event, ev.InterruptRequest | ev.InterruptResolved):
+                            continue
+                        delta = getattr(event, "delta", None)
+                        if isinstance(delta, DeltaText):
+                            text.append(delta.text)
+                        if send is not None:
+                            frame = encoder.sse(event)
+                            if frame:
+                                await send(frame)
+                if turn.outcome is not None:
+                    return "".join(text), [], turn.outcome
+                asks = [self.app.interrupts.get(turn.principal, iid) for iid in turn.asked]
+                calls = [approve_tool.approve_call(a) for a in asks if a is not None]
+                if calls:
+                    return "".join(text), calls, None
+
+        if parsed.stream:
+
+            async def produce(send: SendChunk) -> None:
+                await send(sse_data(encoder.start()))
+                try:
+                    _, calls, outcome = await events(send)
+                except BaseException:
+                    if not turn.paused and not turn.finished:
+                        turn.cancel()
+                    raise
+                if outcome is None:
+                    for call in calls:
+                        await send(encoder.sse(_call_event(call)))
+                    tail = [sse_data(c) for c in encoder.finish("tool_calls", None)]
+                    await send(b"".join(tail) + SSE_DONE)
+                elif outcome.status in ("failed", "cancelled"):
+                    await send(sse_data(_error_json(outcome)[1]) + SSE_DONE)
+                else:
+                    usage = outcome.tracker.usage
+                    reason = finish_reason_for(outcome.pending_tool_calls, usage, parsed.max_tokens)
+                    tail = [sse_data(c) for c in encoder.finish(reason, usage)]
+                    await send(b"".join(tail) + SSE_DONE)
+
+            return StreamingResponse(producer=produce, headers=list(SSE_HEADERS))
+        text, calls, outcome = await events(None)
+        if outcome is not None and outcome.status in ("failed", "cancelled"):
+            status, err = _error_json(outcome)
+            return json_response(err, status)
+        client_calls = outcome.pending_tool_calls if outcome is not None else calls
+        usage = outcome.tracker.usage if outcome is not None else None
+        return json_response(
+            completion_response(
+                completion_id=completion_id,
+                created=created,
+                model=parsed.model or agent.name,
+                text=text,
+                tool_calls=client_calls,
+                finish_reason=finish_reason_for(client_calls, usage, parsed.max_tokens),
+                usage=usage,
+            )
+        )
+
+
+def _call_event(call: Any) -> ev.ToolCall:
+    """The ``tool.call`` event a ``uamp_approve`` call is shown as."""
+    return ev.ToolCall(call_id=call.id, name=call.name, arguments=call.arguments)
 
 
 def mount(app: Host) -> None:
