@@ -59,6 +59,7 @@ import os
 import time
 from contextlib import aclosing
 from functools import partial
+from typing import Any
 
 import attrs
 import orjson
@@ -67,9 +68,12 @@ from uamp_proto import events as ev
 from uamp_proto.adapters import approve_tool
 from uamp_proto.adapters._human import AnswerError
 from uamp_proto.adapters.completions import (
+    SSE_DONE,
     ChunkEncoder,
     CompletionRequest,
     CompletionsError,
+    completion_response,
+    finish_reason_for,
     model_object,
     outcome_error,
     outcome_reply,
@@ -80,6 +84,7 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event, ResponseDelta
+from uamp_proto.outcome import ResponseOutcome
 from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
 from uamp_proto.signing import SIGNATURE_HEADER
@@ -406,18 +411,13 @@ class CompletionsTransport:
                         await send(encoder.sse(_call_event(call)))
                     tail = [sse_data(c) for c in encoder.finish("tool_calls", None)]
                     await send(b"".join(tail) + SSE_DONE)
-                elif outcome.status in ("failed", "cancelled"):
-                    await send(sse_data(_error_json(outcome)[1]) + SSE_DONE)
                 else:
-                    usage = outcome.tracker.usage
-                    reason = finish_reason_for(outcome.pending_tool_calls, usage, parsed.max_tokens)
-                    tail = [sse_data(c) for c in encoder.finish(reason, usage)]
-                    await send(b"".join(tail) + SSE_DONE)
+                    await send(stream_tail(encoder, parsed, outcome))
 
             return StreamingResponse(producer=produce, headers=list(SSE_HEADERS))
         text, calls, outcome = await events(None)
         if outcome is not None and outcome.status in ("failed", "cancelled"):
-            status, err = _error_json(outcome)
+            status, err = outcome_error(outcome)
             return json_response(err, status)
         client_calls = outcome.pending_tool_calls if outcome is not None else calls
         usage = outcome.tracker.usage if outcome is not None else None
