@@ -27,8 +27,10 @@ lets requests read it, one at a time:
 
 Bounds: a backlog holds at most ``max_backlog`` events. An agent that
 outruns it waits while a request reads (backpressure); with nobody reading
-the turn is cancelled. A turn that ended is dropped once read to the end, or
-``linger`` seconds after it ended. One turn per key: a transport refuses to
+the turn is cancelled. A turn that ended is dropped once read to the end; a
+turn that paused (a later request may come for its rest) waits ``linger``
+seconds for one; a turn that never paused and lost its reader is dropped
+when it ends. One turn per key: a transport refuses to
 start a second one while the first is parked (its client has interrupts to
 answer first).
 """
@@ -91,6 +93,8 @@ class ParkedTurn:
     asked: dict[str, ev.Event] = attrs.field(factory=dict)
     finished: bool = False
     reading: bool = False
+    #: A request ended with the turn paused: later requests may come for it.
+    parked: bool = False
     _backlog: deque[ev.Event] = attrs.field(factory=deque)
     _changed: trio.Event = attrs.field(factory=trio.Event)
     _read_out: trio.Event = attrs.field(factory=trio.Event)
@@ -163,6 +167,7 @@ class ParkedTurn:
                     self._read_out.set()
                     return
                 if self.asked and await self._settled():
+                    self.parked = True
                     return
                 if not self._backlog and not self.finished:
                     await self._changed.wait()
@@ -249,8 +254,13 @@ class ParkedTurns:
             if on_end is not None:
                 on_end()
         try:
+            # Someone may still come for the rest while a request reads it or
+            # it paused; a turn that never paused and lost its reader has
+            # nobody: dropped at once.
             with trio.move_on_after(self.linger):
-                await turn._read_out.wait()
+                while not turn._read_out.is_set() and (turn.parked or turn.reading):
+                    changed = turn._changed
+                    await changed.wait()
         finally:
             if self._turns.get(turn.key) is turn:
                 del self._turns[turn.key]
