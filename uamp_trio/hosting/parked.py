@@ -231,10 +231,13 @@ class ParkedTurns:
             on_end: Called once the response ended (e.g. to give up the
                 conversation's place: a paused turn still holds it).
 
+        A turn that ended and waits for its last reader is replaced.
+
         Raises:
-            RuntimeError: A turn is parked under ``key`` already.
+            RuntimeError: A turn that has not ended is parked under ``key``.
         """
-        if key in self._turns:
+        earlier = self._turns.get(key)
+        if earlier is not None and not earlier.finished:
             raise RuntimeError("a turn is parked under this key already")
         turn = ParkedTurn(key=key, max_backlog=self.max_backlog)
         turn.runner = ResponseRunner(agent, request, turn.sink, charge=charge)

@@ -115,6 +115,8 @@ class AguiTransport:
             return self._respond(failed)
         encoder = RunEncoder(run.thread_id, run.run_id, self.ids, parent_run_id=run.parent_run_id)
         parked = self.app.parked.find(turn_key(agent.name, run.thread_id, request.principal))
+        if parked is not None and (parked.reading or not parked.parked):
+            parked = None  # a run in progress: the busy policy decides (below)
         if run.resume or parked is not None:
             # It answers a paused run (its own turn holds the thread's place).
             return await self._resume(request, agent.name, run, encoder, parked)
