@@ -1141,8 +1141,12 @@ class SessionHost:
         detector = session.detector
         if detector is None or session.call_started is None:
             return
+        fmt: str | None = event.format
+        if not fmt:  # the chunk names none: the session's input_audio_format
+            ctx = self.conn.sessions.get(session.id)
+            fmt = ctx.config.input_audio_format if ctx is not None and ctx.config else None
         try:
-            pcm = audio.to_pcm16(audio.decode_b64(event.audio), event.format)
+            pcm = audio.to_pcm16(audio.decode_b64(event.audio), fmt)
         except ValueError:
             return  # a format the session refused never gets here; another is not judged
         if any(e.kind == "speech_stopped" for e in detector.feed(pcm)):
