@@ -19,6 +19,8 @@ UNBOUNDED = {
     "allow_credentials",
     "host",
     "port",
+    "uds",
+    "on_busy",
     "certfile",
     "keyfile",
     "tls_min",
