@@ -97,7 +97,7 @@ from .hosting.host import Transport
 from .hosting.proxy_headers import ProxyHeaders
 from .hosting.root_path import check_root_path
 from .observe.logs import LOG_FORMATS, LOG_LEVELS, configure
-from .stores import Stores, open_chat_store, open_event_log, open_task_store
+from .stores import Stores, open_chat_store, open_event_log, open_interrupt_relay, open_task_store
 from .transports import a2a, envelope_grpc, envelopes
 from .trust.auth import (
     ALLOWED_ALGORITHMS,
@@ -1066,6 +1066,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             approve_tools(agents, args.approve)
         app.interrupts.expiry = args.interrupt_expiry or None
         app.interrupts.policy = args.interrupt_policy
+        app.interrupts.relay = open_interrupt_relay(args.store)
         config = ServerConfig(
             host=args.host,
             port=args.port,

@@ -66,6 +66,8 @@ async def test_an_approval_answered_on_another_process_after_kill_9(
                 again = await until(ws, "interrupt.request")  # the carried-on run asks again
                 restored = [e for e in again if e.get("stage") == "restored"]
                 assert restored and again[-1]["tool_name"] == "add"
+                # ... under the id the client was shown first (the store keeps it).
+                assert again[-1]["interrupt_id"] == asked["interrupt_id"]
                 await send(
                     ws,
                     type="interrupt.answer",
@@ -74,7 +76,7 @@ async def test_an_approval_answered_on_another_process_after_kill_9(
                     **answer,
                 )
                 rest = await until(ws, "response.done")
-                # The old process's id is gone with it: it reads like any unknown id.
+                # Answered and done: the id reads like any unknown id now.
                 await send(
                     ws,
                     type="interrupt.answer",

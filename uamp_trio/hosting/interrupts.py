@@ -33,11 +33,12 @@ Time: expiry deadlines use the trio clock for waiting and the wall clock
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 import attrs
 import trio
@@ -61,6 +62,7 @@ from uamp_proto.responder import Emit, TurnRequest
 __all__ = [
     "InterruptNotFound",
     "InterruptPolicy",
+    "InterruptRelay",
     "Interrupts",
     "InvalidAnswer",
     "ResponsePort",
@@ -83,6 +85,39 @@ class InvalidAnswer(UampError):
     """The answer does not fit the interrupt (an approval without ``approved`` ...)."""
 
     code = "invalid_answer"
+
+
+def _check(interrupt: Interrupt, answer: Answer) -> None:
+    problem = answer_problem(interrupt, answer)
+    if problem is not None:
+        raise InvalidAnswer(problem)
+
+
+class InterruptRelay(Protocol):
+    """Where interrupts meet answers given on other processes (a Redis store:
+    :class:`uamp_trio.stores.interrupts_redis.RedisInterruptRelay`)."""
+
+    poll: float
+
+    async def publish(
+        self, interrupt: Interrupt, owner: tuple[str, str], ttl: float | None
+    ) -> None:
+        """Record a pending interrupt."""
+
+    async def lookup(self, interrupt_id: str, owner: tuple[str, str]) -> Interrupt | None:
+        """The owner's pending interrupt ``interrupt_id``, if recorded."""
+
+    async def send_answer(self, interrupt_id: str, answer: Answer) -> None:
+        """Hand an answer to the waiting process."""
+
+    async def take_answer(self, interrupt_id: str) -> Answer | None:
+        """An answer given elsewhere, if any."""
+
+    async def asked_before(self, interrupt: Interrupt, owner: tuple[str, str]) -> Interrupt | None:
+        """The interrupt recorded for the same ask of the same run (a lost process's)."""
+
+    async def forget(self, interrupt: Interrupt) -> None:
+        """Drop the record and its answers."""
 
 
 def _owner(principal: Principal) -> tuple[str, str]:
@@ -126,6 +161,9 @@ class Interrupts:
         self.clock = clock
         self._table = PendingTable(max_pending)
         self._waiters: dict[str, _Waiter] = {}
+        #: Shares pending interrupts with other processes (``uamp serve
+        #: --store redis://...``); ``None``: this process only.
+        self.relay: InterruptRelay | None = None
 
     # --- the API every transport uses -------------------------------------------
 
@@ -149,13 +187,19 @@ class Interrupts:
                 (also: another principal's, or expired).
             InvalidAnswer: The answer does not fit its kind.
         """
-        found = self._table.get(interrupt_id, _owner(principal), self.clock())
+        owner = _owner(principal)
+        found = self._table.get(interrupt_id, owner, self.clock())
         waiter = self._waiters.get(interrupt_id)
+        if found is None and self.relay is not None:
+            # Paused in another process: its run takes the answer from the relay.
+            remote = await self.relay.lookup(interrupt_id, owner)
+            if remote is not None and not remote.expired(self.clock()):
+                _check(remote, answer)
+                await self.relay.send_answer(interrupt_id, answer)
+                return remote
         if found is None or waiter is None or waiter.answer is not None:
             raise InterruptNotFound(f"no pending interrupt {interrupt_id!r}")
-        problem = answer_problem(found, answer)
-        if problem is not None:
-            raise InvalidAnswer(problem)
+        _check(found, answer)
         waiter.answer = answer
         waiter.event.set()
         return found
@@ -182,6 +226,23 @@ class Interrupts:
 
     # --- the port's side ----------------------------------------------------------
 
+    async def _wait_here_or_there(self, relay: InterruptRelay, waiter: _Waiter) -> None:
+        """Until an answer comes, given here or (through the relay) on another process."""
+        interrupt = waiter.interrupt
+        while not waiter.event.is_set():
+            with trio.move_on_after(relay.poll):
+                await waiter.event.wait()
+            if waiter.event.is_set():
+                return
+            try:
+                remote = await relay.take_answer(interrupt.id)
+            except UampError as exc:  # the store is down: answers given here still count
+                log.warning("cannot read answers for interrupt %s: %s", interrupt.id, exc)
+                continue
+            if remote is not None and answer_problem(interrupt, remote) is None:
+                waiter.answer = remote
+                waiter.event.set()
+
     async def _wait(self, interrupt: Interrupt, owner: tuple[str, str], emit: Emit) -> Answer:
         existing = next(
             (
@@ -198,7 +259,18 @@ class Interrupts:
             self._table.add(interrupt, owner)
             waiter = self._waiters[interrupt.id] = _Waiter(interrupt)
         answer: Answer | None = None
+        relay = self.relay
         try:
+            if relay is not None and existing is None:
+                lost = await relay.asked_before(interrupt, owner)
+                if lost is not None:  # carried on from a lost process: keep the id shown
+                    self._table.remove(interrupt.id)
+                    self._waiters.pop(interrupt.id, None)
+                    interrupt = attrs.evolve(interrupt, id=lost.id)
+                    waiter.interrupt = interrupt
+                    self._table.add(interrupt, owner)
+                    self._waiters[interrupt.id] = waiter
+                await relay.publish(interrupt, owner, self.expiry)
             await emit(ev.InterruptRequest(**interrupt_fields(interrupt)))
             deadline = (
                 trio.current_time() + max(0.0, interrupt.expires_at - self.clock())
@@ -206,11 +278,17 @@ class Interrupts:
                 else float("inf")
             )
             with trio.move_on_at(deadline):
-                await waiter.event.wait()
+                if relay is None:
+                    await waiter.event.wait()
+                else:
+                    await self._wait_here_or_there(relay, waiter)
             answer = waiter.answer or Answer.expiry()
         finally:
             self._waiters.pop(interrupt.id, None)
             self._table.remove(interrupt.id)
+            if relay is not None:
+                with trio.CancelScope(shield=True), contextlib.suppress(UampError):
+                    await relay.forget(interrupt)
         await emit(
             ev.InterruptResolved(
                 interrupt_id=interrupt.id,

@@ -48,6 +48,7 @@ __all__ = [
     "ToolRoundStore",
     "open_chat_store",
     "open_event_log",
+    "open_interrupt_relay",
     "open_task_store",
 ]
 
@@ -79,6 +80,16 @@ def open_chat_store(where: str = "memory") -> ChatStore:
     from .chats_sqlite import SqliteChatStore
 
     return SqliteChatStore(where.removeprefix("sqlite:"))
+
+
+def open_interrupt_relay(where: str = "memory") -> Any:
+    """Pending interrupts shared between processes for a Redis ``where``, else ``None``
+    (each process answers its own; docs/human-in-the-loop.md)."""
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        from .interrupts_redis import RedisInterruptRelay
+
+        return RedisInterruptRelay(where)
+    return None
 
 
 def open_task_store(

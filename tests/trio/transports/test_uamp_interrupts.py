@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -146,3 +147,41 @@ async def test_on_interrupt_answers_in_the_client(open_client: Opener) -> None:
             session = await client.create_session("demo", on_interrupt=approve)
             _, reply = await _rest(session.respond("what is 2+3?"))
             assert asked == ["add"] and "= 5" in reply
+
+
+async def test_an_answer_given_on_another_process_reaches_the_paused_run(redis_url: str) -> None:
+    """Two servers on one Redis: the run waits on the first, the person answers on the second."""
+    from contextlib import AsyncExitStack
+
+    from uamp_trio.stores.interrupts_redis import RedisInterruptRelay
+
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with trio.fail_after(TIMEOUT):
+        async with AsyncExitStack() as stack:
+            addrs = []
+            for _ in range(2):
+                relay = RedisInterruptRelay(redis_url, prefix=prefix)
+                stack.push_async_callback(relay.aclose)
+
+                def share(app: Any, relay: RedisInterruptRelay = relay) -> None:
+                    app.interrupts.relay = relay
+
+                addrs.append(await stack.enter_async_context(serving(share)))
+            first = await stack.enter_async_context(ws_client(addrs[0]))
+            second = await stack.enter_async_context(ws_client(addrs[1]))
+            session = await first.create_session("demo", interrupts=True)
+            stream, asked, _ = await _paused(session)
+            elsewhere = await second.create_session("demo")
+            await elsewhere.answer("no-such-interrupt", approved=True)
+            await elsewhere.answer(asked.interrupt_id, approved=False, reason="from B")
+            events, reply = await _rest(stream)
+            assert "denied" in reply and "from B" in reply
+            assert [e.outcome for e in events if isinstance(e, ev.InterruptResolved)] == ["denied"]
+            while not elsewhere.errors:
+                await trio.sleep(0.01)
+            assert [e.error.code for e in elsewhere.errors] == ["interrupt_not_found"]
+            # Answered and forgotten: the id reads like any unknown one now, everywhere.
+            await elsewhere.answer(asked.interrupt_id, approved=True)
+            while len(elsewhere.errors) < 2:
+                await trio.sleep(0.01)
+            assert elsewhere.errors[1].error.code == "interrupt_not_found"
