@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
@@ -49,6 +49,7 @@ import attrs
 from .errors import ProtocolError
 
 __all__ = [
+    "APPROVERS",
     "AnswerPolicy",
     "Backlog",
     "Participant",
@@ -58,8 +59,10 @@ __all__ = [
     "RoutingRule",
     "TypingGate",
     "agent_names",
+    "approvers_setting",
     "backlog_action",
     "compile_rule",
+    "may_answer",
     "mentions",
 ]
 
@@ -468,3 +471,47 @@ def agent_names(participants: Iterable[Participant]) -> list[str]:
         if p.kind == "agent":
             seen.setdefault(p.user_id, None)
     return list(seen)
+
+
+# --- who may answer an agent's question in a room (docs/human-in-the-loop.md) ---------------
+
+#: The room setting ``chat.approvals``: who may answer an interrupt of an
+#: agent answering in the room -- the member whose message it answers
+#: (``caller``, the default), the room's owner, or any member.
+APPROVERS: Final = ("caller", "owner", "members")
+
+
+def approvers_setting(value: object) -> str:
+    """A valid ``chat.approvals`` value.
+
+    Raises:
+        ProtocolError: ``invalid_event`` for anything else.
+    """
+    if value not in APPROVERS:
+        raise ProtocolError(
+            f"chat.approvals must be one of {', '.join(APPROVERS)}, got {value!r}",
+            code="invalid_event",
+        )
+    return str(value)
+
+
+def may_answer(
+    setting: str,
+    who: tuple[str, str],
+    *,
+    caller: tuple[str, str],
+    owner: tuple[str, str],
+    members: Collection[tuple[str, str]],
+) -> bool:
+    """Whether principal ``who`` may answer an interrupt of a room's agent under ``setting``.
+
+    The caller always may (the interrupt is theirs); ``owner`` adds the
+    room's owner, ``members`` every principal in the room.
+    """
+    if who == caller:
+        return True
+    if setting == "owner":
+        return who == owner
+    if setting == "members":
+        return who in members
+    return False

@@ -88,7 +88,9 @@ from uamp_proto.chat import (
     Roster,
     TypingGate,
     agent_names,
+    approvers_setting,
     backlog_action,
+    may_answer,
 )
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.errors import LocalProtocolError, ProtocolError
@@ -256,6 +258,7 @@ class ChatHub:
         """
         says_policy = "respond" in settings or "rules" in settings
         policy = AnswerPolicy.from_json(settings) if says_policy else None
+        approvals = approvers_setting(settings["approvals"]) if "approvals" in settings else None
         members = settings.get("members") if settings else None
         if members is not None and not (
             isinstance(members, list) and all(isinstance(m, str) for m in members)
@@ -273,7 +276,10 @@ class ChatHub:
                         chat_id=chat_id,
                         owner=member.principal.key,
                         members=list(members or []),
-                        policy=policy.to_json() if policy is not None else {},
+                        policy={
+                            **(policy.to_json() if policy is not None else {}),
+                            **({"approvals": approvals} if approvals else {}),
+                        },
                         created=self.clock(),
                     )
                 )
@@ -286,11 +292,19 @@ class ChatHub:
                 keep = min(max(self.limits.history, AGENT_CONTEXT), self.store.max_messages)
                 state = await self.store.open_room(record, deliver, keep)
                 room = self.rooms[record.key] = Room(state, self.limits, keep)
-            if record.owner == member.principal.key and (policy or members is not None):
+            if record.owner == member.principal.key and (
+                policy or members is not None or approvals
+            ):
                 # The owner's settings on a later join change the room's.
                 if policy is not None:
+                    kept = room.record.policy.get("approvals")
                     room.policy = policy
-                    room.record.policy = policy.to_json()
+                    room.record.policy = {
+                        **policy.to_json(),
+                        **({"approvals": kept} if kept else {}),
+                    }
+                if approvals:
+                    room.record.policy = {**room.record.policy, "approvals": approvals}
                 if members is not None:
                     room.record.members = list(members)
                 await self.store.save(room.record)
@@ -876,8 +890,22 @@ class ChatHub:
             answer = attrs.evolve(event, session_id=None, unknown=fields)
             self.broadcast(room, answer, member=poster.key)
 
+        # The room sees the agent's questions (the sink fans them out); who
+        # may answer them is the room's setting (docs/human-in-the-loop.md).
+        setting = str(room.record.policy.get("approvals") or "caller")
+        caller, owner = poster.principal.key, room.record.owner
+
+        def also(who: Principal) -> bool:
+            present = {m.principal.key for m in room.members.values()}
+            if who.id in room.record.members:  # a member the owner listed
+                present.add(who.key)
+            return may_answer(setting, who.key, caller=caller, owner=owner, members=present)
+
+        port = self.host.interrupts.port(request, supported=True, also=also)
+        request = attrs.evolve(request, interrupts=port)
         self._typing_event(room, name, True)
         runner = ResponseRunner(agent, request, sink, charge=charge)
+        port.emit = runner.emit
         slot.bind(runner.cancel)  # a later message may interrupt this answer
         try:
             outcome = await runner.run()

@@ -129,6 +129,8 @@ class _Waiter:
     interrupt: Interrupt
     event: trio.Event = attrs.field(factory=trio.Event)
     answer: Answer | None = None
+    #: Who else may answer (besides the owner).
+    also: Callable[[Principal], bool] | None = None
 
 
 class Interrupts:
@@ -167,15 +169,23 @@ class Interrupts:
 
     # --- the API every transport uses -------------------------------------------
 
-    def port(self, request: TurnRequest, *, supported: bool = True) -> ResponsePort:
+    def port(
+        self,
+        request: TurnRequest,
+        *,
+        supported: bool = True,
+        also: Callable[[Principal], bool] | None = None,
+    ) -> ResponsePort:
         """The interrupt port of one response (set its ``emit`` before the agent runs).
 
         Args:
             request: The response's request (its principal owns the interrupts).
             supported: Whether the client can show and answer interrupts; if
                 not, the host's :attr:`policy` applies.
+            also: Other principals who may see and answer them (a chat
+                room's setting); the owner always may.
         """
-        return ResponsePort(self, request, supported)
+        return ResponsePort(self, request, supported, also)
 
     async def answer(self, principal: Principal, interrupt_id: str, answer: Answer) -> Interrupt:
         """Answer interrupt ``interrupt_id`` for ``principal``; the paused run goes on.
@@ -188,7 +198,7 @@ class Interrupts:
             InvalidAnswer: The answer does not fit its kind.
         """
         owner = _owner(principal)
-        found = self._table.get(interrupt_id, owner, self.clock())
+        found = self.get(principal, interrupt_id)
         waiter = self._waiters.get(interrupt_id)
         if found is None and self.relay is not None:
             # Paused in another process: its run takes the answer from the relay.
@@ -218,8 +228,13 @@ class Interrupts:
         return [it for it in self._table.find() if self._table.owner_of(it.id) == owner]
 
     def get(self, principal: Principal, interrupt_id: str) -> Interrupt | None:
-        """The pending interrupt ``interrupt_id`` if ``principal`` owns it."""
-        return self._table.get(interrupt_id, _owner(principal), self.clock())
+        """The pending interrupt ``interrupt_id`` if ``principal`` owns it (or may answer it)."""
+        found = self._table.get(interrupt_id, _owner(principal), self.clock())
+        if found is None:
+            waiter = self._waiters.get(interrupt_id)
+            if waiter is not None and waiter.also is not None and waiter.also(principal):
+                found = self._table.get(interrupt_id, None, self.clock())
+        return found
 
     def __len__(self) -> int:
         return len(self._table)
@@ -243,7 +258,13 @@ class Interrupts:
                 waiter.answer = remote
                 waiter.event.set()
 
-    async def _wait(self, interrupt: Interrupt, owner: tuple[str, str], emit: Emit) -> Answer:
+    async def _wait(
+        self,
+        interrupt: Interrupt,
+        owner: tuple[str, str],
+        emit: Emit,
+        also: Callable[[Principal], bool] | None = None,
+    ) -> Answer:
         existing = next(
             (
                 it
@@ -257,7 +278,7 @@ class Interrupts:
             waiter = self._waiters[existing.id]
         else:
             self._table.add(interrupt, owner)
-            waiter = self._waiters[interrupt.id] = _Waiter(interrupt)
+            waiter = self._waiters[interrupt.id] = _Waiter(interrupt, also=also)
         answer: Answer | None = None
         relay = self.relay
         try:
@@ -307,10 +328,17 @@ class ResponsePort:
             it before the agent runs.
     """
 
-    def __init__(self, host: Interrupts, request: TurnRequest, supported: bool) -> None:
+    def __init__(
+        self,
+        host: Interrupts,
+        request: TurnRequest,
+        supported: bool,
+        also: Callable[[Principal], bool] | None = None,
+    ) -> None:
         self._host = host
         self._request = request
         self._supported = supported
+        self._also = also
         self.emit: Emit | None = None
 
     async def ask(self, interrupt: Interrupt) -> Answer:
@@ -330,7 +358,7 @@ class ResponsePort:
             expires_at=None if host.expiry is None else host.clock() + host.expiry,
         )
         try:
-            return await host._wait(interrupt, _owner(request.principal), self.emit)
+            return await host._wait(interrupt, _owner(request.principal), self.emit, self._also)
         except InterruptLimitError as exc:
             log.info("interrupt refused for %s: %s", request.principal.id, exc)
             return Answer(approved=False, reason=str(exc))
