@@ -717,6 +717,11 @@ def _voice_refusal(config: ty.SessionConfig | None, agent: Responder) -> tuple[s
     return audio.refusal(config, heard.voices if heard else None, speaks)
 
 
+#: ``interrupt.answer`` events one connection may have answered at once; more
+#: are refused with ``rate_limited`` (docs/human-in-the-loop.md).
+MAX_ANSWERS_IN_FLIGHT: Final = 16
+
+
 def _error(
     session_id: str | None, code: str, message: str, field: str | None = None
 ) -> ev.SessionErrorEvent:
@@ -813,6 +818,8 @@ class SessionHost:
         self.on_message: Handler | None = None
         #: The chat side of this connection, made by its first chat event (docs/chat.md).
         self.chat: ChatLink | None = None
+        #: ``interrupt.answer`` events being answered (at most MAX_ANSWERS_IN_FLIGHT).
+        self._answers_in_flight = 0
 
     # --- public ---------------------------------------------------------------
 
@@ -1008,7 +1015,12 @@ class SessionHost:
         elif etype == "interrupt.answer":
             assert isinstance(event, ev.InterruptAnswer)
             if session is not None and self._app is not None:
-                self._nursery.start_soon(self._answer_interrupt, session, event)
+                if self._answers_in_flight >= MAX_ANSWERS_IN_FLIGHT:
+                    # A flood of answers (each may ask the store) is refused, not queued.
+                    self._owe(_error(session.id, "rate_limited", "too many answers at once"))
+                else:
+                    self._answers_in_flight += 1
+                    self._nursery.start_soon(self._answer_interrupt, session, event)
         elif etype == "input.text":
             assert isinstance(event, ev.InputText)
             if session is not None and event.payment_token is not None:
@@ -1797,6 +1809,12 @@ class SessionHost:
 
     async def _answer_interrupt(self, session: _Session, event: ev.InterruptAnswer) -> None:
         """Answer a paused run's interrupt, on this session or any other (by id)."""
+        try:
+            await self._answer_one(session, event)
+        finally:
+            self._answers_in_flight -= 1
+
+    async def _answer_one(self, session: _Session, event: ev.InterruptAnswer) -> None:
         assert self._app is not None
         answer = Answer(
             approved=event.approved,

@@ -185,3 +185,25 @@ async def test_an_answer_given_on_another_process_reaches_the_paused_run(redis_u
             while len(elsewhere.errors) < 2:
                 await trio.sleep(0.01)
             assert elsewhere.errors[1].error.code == "interrupt_not_found"
+
+
+@pytest.mark.parametrize("open_client", CLIENTS, ids=IDS)
+async def test_a_flood_of_answers_is_answered_one_by_one_and_the_session_goes_on(
+    open_client: Opener,
+) -> None:
+    """Abuse: answers to made-up ids as fast as the client can send them. Each gets
+    one refusal (unknown id, or rate_limited past 16 at once); nothing else breaks."""
+    flood = 50
+    with trio.fail_after(TIMEOUT):
+        async with serving() as addr, open_client(addr) as client:
+            session = await client.create_session("demo", interrupts=True)
+            for n in range(flood):
+                await session.answer(f"made-up-{n}", approved=True)
+            while len(session.errors) < flood:
+                await trio.sleep(0.01)
+            codes = {e.error.code for e in session.errors}
+            assert codes <= {"interrupt_not_found", "rate_limited"}, codes
+            stream, asked, _ = await _paused(session)
+            await session.answer(asked.interrupt_id, approved=True)
+            _, reply = await _rest(stream)
+            assert "2 + 3 = 5" in reply
