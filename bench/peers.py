@@ -5,10 +5,11 @@ Run: ``python bench/peers.py [--rounds 3] [--concurrency 16]`` (needs the
 package index into its own virtualenv under ``build/bench-cache/``, never
 into this project's).
 
-Three processes serve: a mock model (an OpenAI-compatible Chat Completions
-server, ``--serve model``, on uvicorn+Starlette), and the two agent servers
-whose figures are compared, both with their OpenAI provider pointed at that
-mock and one server-side tool, ``lookup``:
+Two setups, one after the other (``--setup http|local|both``, default both).
+``http``: three processes serve, a mock model (an OpenAI-compatible Chat
+Completions server, ``--serve model``, on uvicorn+Starlette) and the two
+agent servers whose figures are compared, both with their OpenAI provider
+pointed at that mock and one server-side tool, ``lookup``:
 
 * ``uamp``: ``uamp serve --agent peers_agent:peer`` (``bench/peers_agent.py``),
   as it ships (access log and metrics on);
@@ -16,7 +17,11 @@ mock and one server-side tool, ``lookup``:
   (FastAPI on uvicorn, ``bench/peers_webagents.py``), rate limiter and
   platform heartbeat off.
 
-The mock answers from the last user message: ``plain`` gets five words;
+``local``: the same two servers with the model in process, so neither pays
+an HTTP client per model call: uamp's agent on the ``function`` model
+(``peers_agent:peer_local``), webagents' with its OpenAI skill answering in
+process (``peers_webagents.py --local``). The model answers by the same
+rules in every setup (``bench/peers_replies.py``): ``plain`` gets five words;
 ``stream N`` gets ``N`` words, one per chunk when streamed; ``tool`` gets a
 call of ``lookup`` first and, once the conversation holds its result,
 twenty words. The workloads, each driven by ``uamp bench`` (Chat
@@ -31,7 +36,8 @@ Printed per workload: each server's CPU time (user + system, from ``/proc``)
 per request over all rounds, requests/s (median) and the ratio webagents /
 uamp of CPU per request. Then what the tool round adds: the median
 end-to-end latency of ``tool+20`` minus that of a plain 20-chunk stream, one
-request at a time. The mock's own CPU is not counted for either.
+request at a time. The mock's own CPU is not counted for either; in the
+``local`` setup the model's work is each server's own.
 """
 
 from __future__ import annotations
@@ -53,12 +59,12 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from peers_replies import completion, stream_chunks  # noqa: E402
 from transports import _server_cpu, stop_process, wait_for_port  # noqa: E402
 
 from tests._support.webagents import webagents_python  # noqa: E402
 
 VENV = ROOT / "build" / "bench-cache" / "webagents-0.3.9"
-WORD = "tok "
 
 #: (name, prompt, streamed, requests per round)
 WORKLOADS = [
@@ -69,39 +75,6 @@ WORKLOADS = [
 
 
 # --- the mock model ----------------------------------------------------------------
-
-
-def _chunk(cid: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
-        "id": cid,
-        "object": "chat.completion.chunk",
-        "created": 1700000000,
-        "model": "mock",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-def mock_reply(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """What the mock model says: (text, tool calls)."""
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-    content = last_user.get("content")
-    if isinstance(content, list):  # content parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    text = str(content or "").strip()
-    if text == "tool":
-        if any(m.get("role") == "tool" for m in messages):
-            return WORD * 20, []
-        call = {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "lookup", "arguments": '{"key": "k"}'},
-        }
-        return "", [call]
-    words = text.split()
-    if len(words) == 2 and words[0] == "stream" and words[1].isdigit():
-        return WORD * int(words[1]), []
-    return WORD * 5, []
 
 
 def serve_model(port_file: Path) -> None:
@@ -116,42 +89,18 @@ def serve_model(port_file: Path) -> None:
 
     async def completions(request: Request) -> Response:
         req = orjson.loads(await request.body())
-        text, calls = mock_reply(req.get("messages", []))
-        cid = "chatcmpl-mock"
-        usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 0}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        messages = req.get("messages", [])
         if req.get("stream"):
-            parts = [_chunk(cid, {"role": "assistant", "content": ""})]
-            if calls:
-                tc = [{"index": 0, **calls[0]}]
-                parts.append(_chunk(cid, {"tool_calls": tc}))
-            parts.extend(_chunk(cid, {"content": w}) for w in text.split(" ") if w)
-            parts.append(_chunk(cid, {}, "tool_calls" if calls else "stop"))
-            if (req.get("stream_options") or {}).get("include_usage"):
-                body = {"id": cid, "object": "chat.completion.chunk", "created": 1700000000,
-                        "model": "mock", "choices": [], "usage": usage}  # fmt: skip
-                parts.append(b"data: " + orjson.dumps(body) + b"\n\n")
+            usage = bool((req.get("stream_options") or {}).get("include_usage"))
+            parts = [b"data: " + orjson.dumps(c) + b"\n\n" for c in stream_chunks(messages, usage)]
             parts.append(b"data: [DONE]\n\n")
 
             async def gen() -> Any:
                 for p in parts:
-                    yield p.replace(b'"content":"tok"', b'"content":"tok "')
+                    yield p
 
             return StreamingResponse(gen(), media_type="text/event-stream")
-        message: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if calls:
-            message["tool_calls"] = calls
-        body = {
-            "id": cid,
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": "mock",
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
-            ],
-            "usage": usage,
-        }
-        return Response(orjson.dumps(body), media_type="application/json")
+        return Response(orjson.dumps(completion(messages)), media_type="application/json")
 
     app = Starlette(
         routes=[
@@ -196,10 +145,14 @@ class Server:
         stop_process(self.proc, 10)
 
 
-def start_uamp(model_url: str, tmp: Path) -> Server:
-    """``uamp serve --agent peers_agent:peer --port 0``; the port from its banner."""
+def start_uamp(model_url: str | None, tmp: Path) -> Server:
+    """``uamp serve --agent peers_agent:peer --port 0`` (``peer_local`` without a model URL)."""
     port_file = tmp / "uamp.port"
-    env = {**os.environ, "UAMP_PEERS_MODEL_URL": model_url, "PYTHONPATH": str(ROOT / "bench")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
+    served = "peers_agent:peer_local"
+    if model_url is not None:
+        env["UAMP_PEERS_MODEL_URL"] = model_url
+        served = "peers_agent:peer"
     code = (
         "import sys, runpy, trio\n"
         "from uamp_trio import cli\n"
@@ -208,18 +161,22 @@ def start_uamp(model_url: str, tmp: Path) -> Server:
         "def urls(server, app, **kw):\n"
         f"    open({str(port_file)!r}, 'w').write(str(server.port))\n"
         "cli.print_urls = urls\n"
-        "sys.exit(cli.main(['serve', '--agent', 'peers_agent:peer', '--port', '0']))\n"
+        f"sys.exit(cli.main(['serve', '--agent', {served!r}, '--port', '0']))\n"
     )
     return Server([sys.executable, "-c", code], env, "/agents/peer/v1/chat/completions", port_file)
 
 
-def start_webagents(model_url: str, tmp: Path) -> Server:
+def start_webagents(model_url: str | None, tmp: Path) -> Server:
+    """webagents' server (``peers_webagents.py``); its model in process without a model URL."""
     python = webagents_python(VENV, "import webagents.server.core.app")
     port_file = tmp / "webagents.port"
     env = {**os.environ, "PYTHONPATH": "", "HOME": str(tmp)}
     script = str(ROOT / "bench" / "peers_webagents.py")
     return Server(
-        [str(python), script, model_url, str(port_file)], env, "/peer/chat/completions", port_file
+        [str(python), script, model_url or "--local", str(port_file)],
+        env,
+        "/peer/chat/completions",
+        port_file,
     )
 
 
@@ -250,24 +207,43 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures as JSON")
     parser.add_argument("--serve", choices=["model"])
     parser.add_argument("--port-file", type=Path)
+    parser.add_argument(
+        "--setup",
+        choices=["http", "local", "both"],
+        default="both",
+        help="the model over HTTP (a mock server), in process, or both, one after the other",
+    )
     args = parser.parse_args()
     if args.serve:
         serve_model(args.port_file)
         return
+    figures: dict[str, Any] = {}
+    for setup in ("http", "local") if args.setup == "both" else (args.setup,):
+        figures[setup] = compare(setup, args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Both servers in one setup (``http``: the mock model server; ``local``: in process)."""
     tmp = Path(tempfile.mkdtemp(prefix="uamp-peers-"))
-    model = Server(
-        [sys.executable, __file__, "--serve", "model", "--port-file", str(tmp / "model.port")],
-        dict(os.environ),
-        "/v1",
-        tmp / "model.port",
-    )
+    model: Server | None = None
+    if setup == "http":
+        model = Server(
+            [sys.executable, __file__, "--serve", "model", "--port-file", str(tmp / "model.port")],
+            dict(os.environ),
+            "/v1",
+            tmp / "model.port",
+        )
+    model_url = model.url if model is not None else None
     servers: dict[str, Server] = {}
     try:
-        servers["uamp"] = start_uamp(model.url, tmp)
-        servers["webagents"] = start_webagents(model.url, tmp)
+        servers["uamp"] = start_uamp(model_url, tmp)
+        servers["webagents"] = start_webagents(model_url, tmp)
         print(
-            f"uamp vs webagents 0.3.9: {args.concurrency} connections, {args.rounds} rounds; "
-            f"{os.cpu_count()} CPUs"
+            f"\n== {setup}: uamp vs webagents 0.3.9, the model "
+            f"{'over HTTP' if model else 'in process'}: {args.concurrency} connections, "
+            f"{args.rounds} rounds; {os.cpu_count()} CPUs"
         )
         figures: dict[str, Any] = {}
         for name, prompt, stream, n in WORKLOADS:
@@ -317,12 +293,12 @@ def main() -> None:
                 f"  {k:<10} stream-20 {e2e['stream-20']:7.2f} ms   tool+20 {e2e['tool+20']:7.2f} ms"
                 f"   the tool round adds {added:7.2f} ms"
             )
-        if args.json:
-            args.json.write_text(json.dumps(figures, indent=2))
+        return figures
     finally:
         for s in servers.values():
             s.stop()
-        model.stop()
+        if model is not None:
+            model.stop()
 
 
 if __name__ == "__main__":
