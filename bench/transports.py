@@ -63,6 +63,10 @@ rounds is printed with the ratio uamp / baseline:
   per delta) beside ``uamp-chat``, the same uamp server's Chat Completions
   stream; the server CPU per event of the one over the other is the cost of
   the Messages rendering. Target: <= 1.2x the Chat Completions CPU per chunk.
+* ``ai-sdk`` (not run by default): the Vercel AI SDK UI message stream
+  (``POST /ai-sdk``: one ``text-delta`` chunk per delta) beside
+  ``uamp-chat``'s Chat Completions chunks, as for ``anthropic``. Target:
+  <= 1.2x the Chat Completions CPU per chunk.
 * ``h2-json``, ``h2-sse`` (not run by default): HTTP/2 over cleartext
   (prior knowledge), 16 concurrent streams on one connection driven by
   ``uamp bench --http2``: completions/s, and chunks/s of streamed
@@ -257,6 +261,12 @@ def serve_uamp(
 
         more.append(responses.mount)
     except ImportError:  # a uamp@REV from before the Responses API
+        pass
+    try:
+        from uamp_trio.transports import ai_sdk
+
+        more.append(ai_sdk.mount)
+    except ImportError:  # a uamp@REV from before the AI SDK transport
         pass
 
     # 100 multiplexed sessions need more than the default 64 per connection.
@@ -1105,6 +1115,23 @@ def anthropic_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
+def ai_sdk_rate(kind: str, port: int, n: int) -> float:
+    """AI SDK ``text-delta`` chunks/s (``uamp``), or Chat Completions chunks/s (``uamp-chat``)."""
+    if kind == "uamp-chat":
+        return sse_rate(kind, port, n)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": str(n)}]}
+    body = orjson.dumps({"id": f"chat-{os.urandom(6).hex()}", "messages": [user]})
+    t0 = time.perf_counter()
+    status, raw = _http_post(sock, body, bytearray(), target="/ai-sdk")
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    deltas = raw.count(b'"delta":"tok "')
+    assert status == b"200" and deltas == n and raw.endswith(b"data: [DONE]\n\n"), (kind, deltas)
+    return n / elapsed
+
+
 def responses_rate(kind: str, port: int, n: int) -> float:
     """``response.output_text.delta`` events/s of one streamed Responses API response."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -1475,6 +1502,16 @@ def main() -> None:
             lambda k: functools.partial(_by_kind, anthropic_rate, k, n),
             ("uamp", "uamp-chat"),
             {"cpu_unit": "event"},
+        )
+    )
+    rows.append(
+        (
+            "ai-sdk",
+            "SSE: AI SDK text-delta chunks/s (uamp) vs Chat Completions chunks/s (uamp-chat)",
+            "chunks/s",
+            lambda k: functools.partial(_by_kind, ai_sdk_rate, k, n),
+            ("uamp", "uamp-chat"),
+            {"cpu_unit": "chunk"},
         )
     )
     h2_kinds = ("uamp", *extra, "hypercorn")
