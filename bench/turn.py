@@ -6,7 +6,9 @@ each row, per request, the rows alternating round by round in one run);
 the server process, and prints the functions called most (call counts do
 not move with the machine's load the way timings do); ``--callgrind``
 counts the server's instructions per request under ``valgrind
---tool=callgrind`` (instrumentation on for the measured requests only).
+--tool=callgrind`` (instrumentation on for the measured requests only);
+``--in-process`` measures the turn without sockets or a server (see
+:func:`in_process`): the runtime's and the bridge's own part.
 
 Every row is one sequential keep-alive connection posting non-streamed Chat
 Completions (``/chat/completions``) to a server of ``bench/transports.py``
@@ -251,6 +253,60 @@ def instructions(rows: list[str], requests: int) -> dict[str, float]:
     return per
 
 
+def in_process(rounds: int, turns: int) -> dict[str, float]:
+    """CPU (us, ``time.process_time``) per turn in this process, no sockets; least of ``rounds``.
+
+    ``bare``: the turn driver (``run_response``, no sink, as a non-streamed
+    Chat Completion runs it) with a responder that emits five words;
+    ``agent``: the same driver with ``tooled`` through the bridge;
+    ``tool-1``: with one tool round; ``runtime``: the runtime alone
+    (``Agent.stream(...).drive`` into a consumer that does nothing).
+    """
+    import flood_agent
+    import trio
+
+    from uamp_agents.bridge import serve_agent
+    from uamp_proto import events as ev
+    from uamp_proto import types as ty
+    from uamp_proto.responder import TurnRequest
+    from uamp_trio.hosting.turns import run_response
+
+    endpoint = serve_agent(flood_agent.tooled)
+
+    class Bare:
+        name = "flood"
+
+        async def respond(self, request: TurnRequest, emit: Any) -> None:
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=flood_agent.WORD * 5)))
+
+    async def nothing(event: Any) -> None:
+        pass
+
+    async def run(kind: str, n: int) -> None:
+        text = "tools 1" if kind == "tool-1" else "5"
+        for i in range(n):
+            ask = ty.Message(role="user", content=text)
+            if kind == "runtime":
+                await flood_agent.tooled.stream([], ask, stream_model=False).drive(nothing)
+                continue
+            request = TurnRequest(
+                agent="flood", session_id="sess_1", response_id=f"resp_{i}", messages=[ask],
+                streamed=False,
+            )  # fmt: skip
+            outcome = await run_response(Bare() if kind == "bare" else endpoint, request, None)
+            assert outcome.status == "completed", outcome
+
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for kind in ("bare", "agent", "tool-1", "runtime"):
+            trio.run(run, kind, 100)
+            t0 = time.process_time()
+            trio.run(run, kind, turns)
+            spent = (time.process_time() - t0) / turns * 1e6
+            best[kind] = min(best.get(kind, spent), spent)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -259,6 +315,9 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true", help="Python calls per request (cProfile)")
     parser.add_argument("--top", type=int, default=30, help="functions listed by --calls")
     parser.add_argument("--callgrind", action="store_true", help="instructions per request")
+    parser.add_argument(
+        "--in-process", action="store_true", help="the turn without sockets (least of rounds)"
+    )
     parser.add_argument("--serve", choices=sorted(SERVERS))
     parser.add_argument("--port-file", type=Path)
     args = parser.parse_args()
@@ -272,7 +331,11 @@ def main() -> None:
             SERVERS[args.serve](args.port_file)
         return
     rows = [r for r in args.only.split(",") if r]
-    if args.calls:
+    if args.in_process:
+        print(f"CPU per turn in process, least of {args.rounds} rounds of {args.requests}:")
+        for kind, value in in_process(args.rounds, args.requests).items():
+            print(f"  {kind:<8} {value:8.1f} us/turn")
+    elif args.calls:
         print("Python calls per request (cProfile):")
         report(calls(rows, args.requests, args.top), "calls")
     elif args.callgrind:
