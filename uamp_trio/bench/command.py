@@ -7,6 +7,7 @@
     uamp bench http://127.0.0.1:8765 --agent demo --transport uamp-ws --json run.json
     uamp bench http://127.0.0.1:8765/agents/demo --rate 50 -d 30s --goodput ttft:200 e2e:1000
     uamp bench http://127.0.0.1:8765/agents/demo --rate 10:100:10s --arrival gamma --burstiness 0.5
+    uamp bench http://127.0.0.1:8765/agents/demo --dataset chats.jsonl --turns 3 --seed 7
     uamp bench --compare before.json after.json
 
 Exit status: 0 when every request succeeded, 1 when some failed (the table
@@ -32,6 +33,7 @@ from .config import TRANSPORTS, BenchConfig, parse_goodput, parse_header, parse_
 from .plot import check_plot
 from .report import LiveProgress, print_compare, print_summary
 from .runner import run_bench
+from .workload import load_dataset
 
 __all__ = ["add_parser", "main"]
 
@@ -116,8 +118,21 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--duration", "-d", type=duration_argument, help="run this long: 30s, 2m or seconds"
     )
     prompt = p.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", default="Say hello.", help="the user message")
+    prompt.add_argument("--prompt", help="the user message (default 'Say hello.')")
     prompt.add_argument("--prompt-file", type=Path, help="read the user message from a file")
+    p.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="FILE.jsonl",
+        help='conversations to play, one a line: {"prompt": ...} or {"messages": [...]} '
+        "(drawn with --seed)",
+    )
+    p.add_argument(
+        "--turns",
+        type=int,
+        metavar="N",
+        help="turns per conversation, on one session/thread/context (default: its user messages)",
+    )
     p.add_argument(
         "--stream", action=argparse.BooleanOptionalAction, default=True, help="stream responses"
     )
@@ -151,7 +166,14 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     headers = list(args.header)
     if args.api_key:
         headers.append(("Authorization", f"Bearer {args.api_key}"))
-    prompt = args.prompt_file.read_text(encoding="utf-8") if args.prompt_file else args.prompt
+    prompt = (
+        args.prompt_file.read_text(encoding="utf-8")
+        if args.prompt_file
+        else args.prompt or "Say hello."
+    )
+    dataset = getattr(args, "dataset", None)
+    if dataset is not None and (args.prompt_file or args.prompt):
+        raise ValueError("--dataset replaces --prompt and --prompt-file")
     requests = None if args.duration is not None else (args.requests or 100)
     rate = getattr(args, "rate", None)
     if rate is not None and len(rate.rates) > 1 and args.requests is None:
@@ -173,6 +195,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         warmup_s=warm_s,
         slo=parse_goodput(getattr(args, "goodput", None) or []),
         prompt=prompt,
+        dataset=load_dataset(dataset) if dataset is not None else (),
+        turns=getattr(args, "turns", None),
         stream=args.stream,
         http2=args.http2,
         headers=tuple(headers),

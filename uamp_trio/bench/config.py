@@ -9,6 +9,7 @@ import attrs
 
 from ..units import parse_duration
 from .arrivals import ARRIVALS, RatePlan
+from .workload import Conversation, Workload
 
 __all__ = [
     "TRANSPORTS",
@@ -213,6 +214,8 @@ class BenchConfig:
         warmup_requests: Requests run first and left out of the figures.
         warmup_s: Seconds run first and left out of the figures.
         slo: Seconds by ``ttft``/``tpot``/``e2e`` a request must meet to count as goodput.
+        dataset: The conversations to play (empty: ``prompt``; :mod:`.workload`).
+        turns: Turns per conversation (``None``: as many as its user messages).
     """
 
     url: str
@@ -236,6 +239,12 @@ class BenchConfig:
     warmup_requests: int = 0
     warmup_s: float = 0.0
     slo: dict[str, float] = attrs.field(factory=dict)
+    dataset: tuple[Conversation, ...] = ()
+    turns: int | None = None
+
+    def workload(self) -> Workload:
+        """The run's conversations (seeded with ``seed``)."""
+        return Workload(self.dataset or (Conversation((self.prompt,)),), self.turns, self.seed)
 
     def __attrs_post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -257,6 +266,8 @@ class BenchConfig:
             raise ValueError(f"unknown arrival {self.arrival!r}: one of {', '.join(ARRIVALS)}")
         if not self.burstiness > 0:
             raise ValueError("--burstiness must be positive")
+        if self.turns is not None and self.turns < 1:
+            raise ValueError("--turns must be at least 1")
         unknown = set(self.slo) - set(SLOS)
         if unknown:
             raise ValueError(f"unknown SLO {sorted(unknown)[0]!r}: one of {', '.join(SLOS)}")

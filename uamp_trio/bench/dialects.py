@@ -40,6 +40,7 @@ import attrs
 import orjson
 
 from .config import BenchConfig, chat_completions_url, endpoint_url
+from .workload import Turn
 
 __all__ = ["DIALECTS", "Dialect", "Step"]
 
@@ -86,8 +87,8 @@ class Dialect:
         """Where the requests go."""
         raise NotImplementedError
 
-    def body(self, config: BenchConfig) -> bytes:
-        """The body of one request."""
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+        """The body of one request: ``turn`` of its conversation."""
         raise NotImplementedError
 
     def reader(self) -> Reader:
@@ -126,10 +127,10 @@ class OpenAI(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return chat_completions_url(config.url, config.agent)
 
-    def body(self, config: BenchConfig) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
         body: dict[str, Any] = {
             "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-            "messages": [{"role": "user", "content": config.prompt}],
+            "messages": turn.messages(),
             "stream": config.stream,
         }
         if config.max_tokens is not None:
@@ -175,10 +176,10 @@ class Responses(Dialect):
             + "/responses"
         )
 
-    def body(self, config: BenchConfig) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
         body: dict[str, Any] = {
             "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-            "input": config.prompt,
+            "input": turn.messages() if turn.history else turn.prompt,
             "stream": config.stream,
             "store": False,
         }
@@ -227,12 +228,12 @@ class AGUI(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "agui")
 
-    def body(self, config: BenchConfig) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
         return orjson.dumps(
             {
-                "threadId": uuid.uuid4().hex,
+                "threadId": turn.thread,
                 "runId": uuid.uuid4().hex,
-                "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": config.prompt}],
+                "messages": [{"id": uuid.uuid4().hex, **m} for m in turn.messages()],
                 "tools": [],
                 "context": [],
                 "state": {},
@@ -264,12 +265,16 @@ class AiSdk(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "ai-sdk")
 
-    def body(self, config: BenchConfig) -> bytes:
-        text = {"type": "text", "text": config.prompt}
-        message = {"id": uuid.uuid4().hex, "role": "user", "parts": [text]}
-        return orjson.dumps(
-            {"id": uuid.uuid4().hex, "messages": [message], "trigger": "submit-message"}
-        )
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+        messages = [
+            {
+                "id": uuid.uuid4().hex,
+                "role": m["role"],
+                "parts": [{"type": "text", "text": m["content"]}],
+            }
+            for m in turn.messages()
+        ]
+        return orjson.dumps({"id": turn.thread, "messages": messages, "trigger": "submit-message"})
 
     def step(self, data: str, reader: Reader) -> Step:
         if data == "[DONE]":
@@ -330,13 +335,14 @@ class A2A(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "a2a")
 
-    def body(self, config: BenchConfig) -> bytes:
-        message: dict[str, Any] = {"messageId": uuid.uuid4().hex}
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+        # The server keeps the conversation: a turn names its context and says only the prompt.
+        message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "contextId": turn.thread}
         if self.v1:
-            message.update(role="ROLE_USER", parts=[{"text": config.prompt}])
+            message.update(role="ROLE_USER", parts=[{"text": turn.prompt}])
         else:
             message.update(kind="message", role="user")
-            message["parts"] = [{"kind": "text", "text": config.prompt}]
+            message["parts"] = [{"kind": "text", "text": turn.prompt}]
         return orjson.dumps(
             {
                 "jsonrpc": "2.0",
@@ -394,12 +400,12 @@ class Anthropic(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "v1/messages")
 
-    def body(self, config: BenchConfig) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn) -> bytes:
         return orjson.dumps(
             {
                 "model": config.model or config.agent or _agent_in(config.url) or "uamp",
                 "max_tokens": config.max_tokens or 4096,
-                "messages": [{"role": "user", "content": config.prompt}],
+                "messages": turn.messages(),
                 "stream": config.stream,
             }
         )

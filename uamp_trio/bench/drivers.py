@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
 
+import attrs
 import httpx
 import orjson
 import trio
@@ -36,6 +37,7 @@ from ..engines.ws_frames import FrameEngine, WebSocketClosed, make_engine
 from .config import BenchConfig, realtime_url, uamp_ws_url
 from .dialects import DIALECTS, Dialect, Step
 from .stats import Sample
+from .workload import Script
 
 __all__ = ["Driver", "Send", "open_driver"]
 
@@ -78,6 +80,7 @@ class _HTTP:
         self._config = config
         self._client = client
         self._dialect = dialect
+        self._workload = config.workload()
         self._headers = {
             "content-type": "application/json",
             **dict(dialect.headers),
@@ -86,10 +89,12 @@ class _HTTP:
 
     @contextlib.asynccontextmanager
     async def worker(self) -> AsyncIterator[Send]:
-        yield self._send
+        yield partial(self._send, self._workload.script())
 
-    async def _send(self, sample: Sample) -> None:
-        body = self._dialect.body(self._config)
+    async def _send(self, script: Script, sample: Sample) -> None:
+        turn = script.next()
+        body = self._dialect.body(self._config, turn)
+        reply: list[str] = []
         try:
             async with self._client.stream(
                 "POST", self.endpoint, content=body, headers=self._headers
@@ -99,24 +104,28 @@ class _HTTP:
                     await response.aread()
                     sample.error = f"http_{response.status_code}"
                 elif self._config.stream:
-                    await self._read_stream(response, sample)
+                    await self._read_stream(response, sample, reply)
                 else:
-                    _record(sample, self._dialect.whole(await response.aread()))
+                    _record(sample, self._dialect.whole(await response.aread()), reply)
                 sample.bytes = response.num_bytes_downloaded
         except httpx.HTTPError as exc:
             if not sample.end:  # a failure after the stream's end marker does not count
                 sample.error = _http_error_kind(exc)
         if not sample.end:
             sample.end = trio.current_time()
+        if sample.error is None:
+            script.answered(turn, "".join(reply))
 
-    async def _read_stream(self, response: httpx.Response, sample: Sample) -> None:
+    async def _read_stream(
+        self, response: httpx.Response, sample: Sample, reply: list[str]
+    ) -> None:
         parser = SSEParser()
         reader = self._dialect.reader()
         chunks = response.aiter_bytes()
         async for chunk in chunks:
             for event in parser.feed(chunk):
                 step = reader.step(event.data)
-                _record(sample, step)
+                _record(sample, step, reply)
                 if step.done or step.error:
                     sample.end = trio.current_time()
                     await _drain(chunks)
@@ -143,26 +152,31 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 DRAIN_LIMIT = 64 * 1024
 
 
-def _record(sample: Sample, step: Step) -> None:
-    """Note a step's delta (now) or error in ``sample``."""
+def _record(sample: Sample, step: Step, reply: list[str] | None = None) -> None:
+    """Note a step's delta (now) or error in ``sample`` (its text in ``reply``)."""
     if step.text:
         sample.deltas.append(trio.current_time())
         sample.text += len(step.text)
+        if reply is not None:
+            reply.append(step.text)
     if step.error is not None:
         sample.error = step.error
 
 
 class _UampWebSocket:
-    """Native UAMP over WebSocket: a connection per worker, a session per request.
+    """Native UAMP over WebSocket: a connection per worker, a session per conversation.
 
-    Timing starts when the turn is sent (``respond``), after the session was
-    created, so the figures are the turn's alone.
+    A conversation's turns are ``response.create`` calls on its one session
+    (the server keeps the history); the session ends when the worker starts
+    its next conversation. Timing starts when the turn is sent
+    (``respond``), after the session was created, so the figures are the
+    turn's alone.
     """
 
     def __init__(self, config: BenchConfig) -> None:
         self.endpoint, agent = uamp_ws_url(config.url, config.agent)
         self._agent = agent
-        self._prompt = config.prompt
+        self._workload = config.workload()
         self.protocols = {"websocket"}
         self._headers = config.headers
         self._ssl = _ssl_context(config)
@@ -175,7 +189,7 @@ class _UampWebSocket:
                 self.endpoint, headers=self._headers, ssl_context=self._ssl
             ) as client:
                 connected = True
-                yield partial(self._send, client)
+                yield partial(self._send, _WsWorker(client, self._workload.script()))
                 return
         except (ClientError, OSError, trio.TooSlowError) as exc:
             if connected:
@@ -183,9 +197,9 @@ class _UampWebSocket:
             kind = exc.code if isinstance(exc, ClientError) else "connect"
         yield _refused(kind)
 
-    async def _send(self, client: UampClient, sample: Sample) -> None:
+    async def _send(self, worker: _WsWorker, sample: Sample) -> None:
         try:
-            await self._turn(client, sample)
+            await self._turn(worker, sample)
         except ClientError as exc:
             sample.error = exc.code
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -193,13 +207,19 @@ class _UampWebSocket:
         if not sample.end:
             sample.end = trio.current_time()
 
-    async def _turn(self, client: UampClient, sample: Sample) -> None:
-        # The request's bytes: the session's creation and the turn, as the
-        # HTTP drivers count a whole response body (framing included here).
+    async def _turn(self, worker: _WsWorker, sample: Sample) -> None:
+        # The request's bytes: the session's creation (on a first turn) and the
+        # turn, as the HTTP drivers count a whole response body (framing included here).
+        client = worker.client
         before = client.bytes_received
-        session = await client.create_session(self._agent)
+        turn = worker.script.next()
+        if turn.index == 0 or worker.session is None:
+            if worker.session is not None:
+                session, worker.session = worker.session, None
+                await session.end()
+            worker.session = await client.create_session(self._agent)
         sample.start = trio.current_time()
-        stream = session.respond(self._prompt)
+        stream = worker.session.respond(turn.prompt)
         async for event in stream:
             delta = event.delta if isinstance(event, ev.ResponseDelta) else None
             if isinstance(delta, ty.DeltaText) and delta.text:
@@ -212,7 +232,18 @@ class _UampWebSocket:
             sample.error = "incomplete"
         elif result.status != "completed":
             sample.error = result.error.code if result.error else result.status
-        await session.end()
+        if sample.error is not None:  # a failed turn ends its conversation
+            session, worker.session = worker.session, None
+            await session.end()
+
+
+@attrs.define
+class _WsWorker:
+    """One UAMP WebSocket worker: its connection, its script and its conversation's session."""
+
+    client: UampClient
+    script: Script
+    session: Any = None
 
 
 def _refused(kind: str) -> Send:
@@ -267,7 +298,10 @@ class _Realtime:
     (or the beta ``response.text.delta``) events are the deltas,
     ``response.done`` ends (a status other than ``completed`` fails with that
     status), an ``error`` event fails with its code. The worker's turns
-    accumulate in its session's conversation, as in a chat.
+    accumulate in its session's conversation, as in a chat: with ``--turns``
+    or a dataset its prompts follow its script, but the session is not reset
+    between conversations (every conversation a worker plays is one
+    Realtime conversation).
     """
 
     def __init__(self, config: BenchConfig) -> None:
@@ -275,12 +309,16 @@ class _Realtime:
         self.protocols = {"websocket"}
         self._headers = config.headers
         self._ssl = _ssl_context(config)
+        self._workload = config.workload()
+
+    @staticmethod
+    def _ask(prompt: str) -> tuple[bytes, bytes]:
         item = {
             "type": "message",
             "role": "user",
-            "content": [{"type": "input_text", "text": config.prompt}],
+            "content": [{"type": "input_text", "text": prompt}],
         }
-        self._ask = (
+        return (
             orjson.dumps({"type": "conversation.item.create", "item": item}),
             orjson.dumps({"type": "response.create"}),
         )
@@ -296,14 +334,15 @@ class _Realtime:
             return
         engine = make_engine(client=True, max_message_size=None)
         try:
-            yield partial(self._send, _RealtimeSession(stream, engine, initial))
+            session = _RealtimeSession(stream, engine, initial)
+            yield partial(self._send, session, self._workload.script())
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _send(self, session: _RealtimeSession, sample: Sample) -> None:
+    async def _send(self, session: _RealtimeSession, script: Script, sample: Sample) -> None:
         before = session.received
         try:
-            for message in self._ask:
+            for message in self._ask(script.next().prompt):
                 session.engine.text(message)
             await session.stream.send_all(session.engine.take())
             await self._read(session, sample)

@@ -186,23 +186,24 @@ def test_openai_without_streaming_reads_the_message() -> None:
 
 def test_the_bodies_carry_the_prompt_and_fresh_ids() -> None:
     config = BenchConfig(url="http://h/agents/a", prompt="p?", max_tokens=7)
-    openai = orjson.loads(DIALECTS["openai"].body(config))
+    turn = config.workload().script().next()
+    openai = orjson.loads(DIALECTS["openai"].body(config, turn))
     assert openai["model"] == "a" and openai["max_tokens"] == 7 and openai["stream"] is True
     assert openai["messages"] == [{"role": "user", "content": "p?"}]
-    agui = [orjson.loads(DIALECTS["agui"].body(config)) for _ in range(2)]
+    agui = [orjson.loads(DIALECTS["agui"].body(config, turn)) for _ in range(2)]
     assert agui[0]["messages"][0]["content"] == "p?" and agui[0]["runId"] != agui[1]["runId"]
-    a2a = [orjson.loads(DIALECTS["a2a"].body(config)) for _ in range(2)]
+    a2a = [orjson.loads(DIALECTS["a2a"].body(config, turn)) for _ in range(2)]
     assert a2a[0]["method"] == "SendStreamingMessage"
     assert a2a[0]["params"]["message"]["parts"] == [{"text": "p?"}]
     assert a2a[0]["params"]["message"]["role"] == "ROLE_USER"
     assert a2a[0]["params"]["message"]["messageId"] != a2a[1]["params"]["message"]["messageId"]
-    claude = orjson.loads(DIALECTS["anthropic"].body(config))
+    claude = orjson.loads(DIALECTS["anthropic"].body(config, turn))
     assert (claude["model"], claude["max_tokens"], claude["stream"]) == ("a", 7, True)
     assert claude["messages"] == [{"role": "user", "content": "p?"}]
     assert DIALECTS["anthropic"].headers == (("anthropic-version", "2023-06-01"),)
     whole = orjson.dumps({"content": [{"type": "text", "text": "Hi"}, {"type": "tool_use"}]})
     assert DIALECTS["anthropic"].whole(whole) == Step(text="Hi", done=True)
-    old = orjson.loads(DIALECTS["a2a-0.3"].body(config))
+    old = orjson.loads(DIALECTS["a2a-0.3"].body(config, turn))
     assert old["method"] == "message/stream"
     assert old["params"]["message"]["parts"] == [{"kind": "text", "text": "p?"}]
 

@@ -1,0 +1,187 @@
+"""What the requests of a run say: one prompt, or conversations from a dataset, over turns.
+
+A *dataset* (``--dataset FILE``) is JSONL, one conversation a line: either
+``{"prompt": "..."}`` (one user message) or ``{"messages": [{"role": "user",
+"content": "..."}, ...]}`` (a whole conversation; its user messages are its
+turns, in order -- the assistant messages it holds are left out, since the
+replies in a benchmark are the agent's own). Without a dataset every
+conversation is the one ``--prompt``.
+
+A *conversation* runs ``--turns N`` turns (default: as many as its user
+messages, so 1 for a prompt); turn ``k`` says its ``k``-th user message
+(wrapping round when it has fewer). Each turn is one request, one sample.
+A worker (a connection) plays its conversations one after another through
+its own :class:`Script`; which conversation comes next is drawn from the
+dataset by the run's :class:`Workload`, with ``random.Random(seed)``, so a
+seeded run plays the same sequence of conversations.
+
+What "the same conversation" means on the wire is each driver's business:
+:attr:`Turn.thread` is its id, :attr:`Turn.history` what was said before.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+__all__ = ["Conversation", "Script", "Turn", "Workload", "load_dataset", "parse_dataset"]
+
+#: The most conversations a dataset may hold (a bench's input, not a corpus).
+MAX_CONVERSATIONS = 1_000_000
+
+
+@attrs.frozen
+class Conversation:
+    """One line of a dataset: the user messages said in turn."""
+
+    turns: tuple[str, ...]
+
+
+def _conversation(value: Any, where: str) -> Conversation:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    if "prompt" in value:
+        prompt = value["prompt"]
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"{where}: 'prompt' must be a non-empty string")
+        return Conversation((prompt,))
+    messages = value.get("messages")
+    if not isinstance(messages, list):
+        raise ValueError(f"{where}: needs 'prompt' or 'messages'")
+    turns = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ValueError(f"{where}: every message needs a 'role'")
+        content = message.get("content")
+        if message["role"] == "user":
+            if not isinstance(content, str) or not content:
+                raise ValueError(f"{where}: a user message's 'content' must be a non-empty string")
+            turns.append(content)
+    if not turns:
+        raise ValueError(f"{where}: no user message")
+    return Conversation(tuple(turns))
+
+
+def parse_dataset(lines: Iterable[bytes], name: str = "dataset") -> tuple[Conversation, ...]:
+    """The conversations of JSONL ``lines`` (blank lines skipped).
+
+    Raises:
+        ValueError: A line that is not a conversation, no conversation, or too many.
+    """
+    out: list[Conversation] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{name}:{number}"
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise ValueError(f"{where}: not JSON") from None
+        out.append(_conversation(value, where))
+        if len(out) > MAX_CONVERSATIONS:
+            raise ValueError(f"{name}: more than {MAX_CONVERSATIONS} conversations")
+    if not out:
+        raise ValueError(f"{name}: no conversation")
+    return tuple(out)
+
+
+def load_dataset(path: Path) -> tuple[Conversation, ...]:
+    """:func:`parse_dataset` of a file.
+
+    Raises:
+        OSError: It cannot be read.
+        ValueError: See :func:`parse_dataset`.
+    """
+    with path.open("rb") as lines:
+        return parse_dataset(lines, str(path))
+
+
+@attrs.frozen
+class Turn:
+    """One request's part of a conversation.
+
+    Attributes:
+        thread: The conversation's id (fresh for each conversation).
+        index: Which turn (0 for the first).
+        prompt: What the user says now.
+        history: What was said before, as (role, text): ``user`` and ``assistant``.
+    """
+
+    thread: str
+    index: int
+    prompt: str
+    history: tuple[tuple[str, str], ...] = ()
+
+    def messages(self) -> list[dict[str, str]]:
+        """The history and the prompt as chat messages (``role``/``content``)."""
+        said = [{"role": role, "content": text} for role, text in self.history]
+        return [*said, {"role": "user", "content": self.prompt}]
+
+
+class Workload:
+    """The run's conversations, drawn in turn (one per run, shared by its workers)."""
+
+    def __init__(
+        self,
+        conversations: tuple[Conversation, ...],
+        turns: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not conversations:
+            raise ValueError("a workload needs a conversation")
+        if turns is not None and turns < 1:
+            raise ValueError("--turns must be at least 1")
+        self.conversations = conversations
+        self.turns = turns
+        self._rng = random.Random(seed)
+
+    def draw(self) -> Conversation:
+        """The next conversation to play."""
+        if len(self.conversations) == 1:
+            return self.conversations[0]
+        return self._rng.choice(self.conversations)
+
+    def script(self) -> Script:
+        """A worker's own sequence of turns."""
+        return Script(self)
+
+
+class Script:
+    """One worker's conversations: what its next request says, and what was said before."""
+
+    def __init__(self, workload: Workload) -> None:
+        self._workload = workload
+        self._conversation: Conversation | None = None
+        self._length = 0
+        self._thread = ""
+        self._index = 0
+        self._history: list[tuple[str, str]] = []
+        #: Conversations started so far.
+        self.started = 0
+
+    def next(self) -> Turn:
+        """The next turn (starting a new conversation after the last one's turns)."""
+        if self._conversation is None or self._index >= self._length:
+            self._conversation = self._workload.draw()
+            self._length = self._workload.turns or len(self._conversation.turns)
+            self._thread = uuid.uuid4().hex
+            self._index = 0
+            self._history = []
+            self.started += 1
+        turns = self._conversation.turns
+        turn = Turn(
+            self._thread, self._index, turns[self._index % len(turns)], tuple(self._history)
+        )
+        self._index += 1
+        return turn
+
+    def answered(self, turn: Turn, reply: str) -> None:
+        """Note the reply to ``turn`` (the history of the conversation's next turns)."""
+        if turn.thread == self._thread:
+            self._history += [("user", turn.prompt), ("assistant", reply)]
