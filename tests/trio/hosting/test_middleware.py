@@ -165,6 +165,7 @@ async def test_every_http_route_is_gated_in_its_own_style(
             assert response.status_code == 200
             assert response.json()["data"][0]["id"] == "demo"
     assert refused == {
+        "server",  # the ledger operator's top-up route (POST /api/payments/tokens/{id}/topup)
         "completions",
         "responses",
         "sse_events",
