@@ -26,6 +26,7 @@ __all__ = [
 TRANSPORTS = (
     "openai",
     "uamp-ws",
+    "uamp-sse",
     "realtime",
     "agui",
     "a2a",
@@ -159,6 +160,24 @@ def uamp_ws_url(url: str, agent: str | None = None) -> tuple[str, str | None]:
     elif not path.endswith("/ws"):
         path += "/ws"
     return urlunsplit((scheme, parts.netloc, path, parts.query, "")), agent
+
+
+def uamp_sse_url(url: str, agent: str | None = None) -> tuple[str, str]:
+    """The server's base URL and the agent, for UAMP over HTTP+SSE.
+
+    An agent base ``http://host/agents/NAME`` names the agent; a server
+    root needs ``agent``.
+
+    Raises:
+        ValueError: Not an http(s) URL, or no agent.
+    """
+    _check(url, ("http", "https"))
+    parts = urlsplit(url)
+    base, _, rest = parts.path.rstrip("/").partition("/agents/")
+    name = agent or rest.split("/")[0]
+    if not name:
+        raise ValueError("--transport uamp-sse needs an agent: /agents/NAME or --agent")
+    return urlunsplit((parts.scheme, parts.netloc, base, "", "")), name
 
 
 def realtime_url(url: str, agent: str | None = None) -> str:

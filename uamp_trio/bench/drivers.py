@@ -31,10 +31,10 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.sse import SSEParser
 
-from ..client.uamp import ClientError, UampClient, connect, open_websocket
+from ..client.uamp import ClientError, SSEClient, UampClient, connect, connect_sse, open_websocket
 from ..engines.streams import receive_or_eof
 from ..engines.ws_frames import FrameEngine, WebSocketClosed, make_engine
-from .config import BenchConfig, realtime_url, uamp_ws_url
+from .config import BenchConfig, realtime_url, uamp_sse_url, uamp_ws_url
 from .dialects import DIALECTS, Dialect, Step
 from .stats import Sample
 from .workload import Script
@@ -189,7 +189,7 @@ class _UampWebSocket:
                 self.endpoint, headers=self._headers, ssl_context=self._ssl
             ) as client:
                 connected = True
-                yield partial(self._send, _WsWorker(client, self._workload.script()))
+                yield partial(self._send, _UampWorker(client, self._workload.script()))
                 return
         except (ClientError, OSError, trio.TooSlowError) as exc:
             if connected:
@@ -197,7 +197,7 @@ class _UampWebSocket:
             kind = exc.code if isinstance(exc, ClientError) else "connect"
         yield _refused(kind)
 
-    async def _send(self, worker: _WsWorker, sample: Sample) -> None:
+    async def _send(self, worker: _UampWorker, sample: Sample) -> None:
         try:
             await self._turn(worker, sample)
         except ClientError as exc:
@@ -207,7 +207,7 @@ class _UampWebSocket:
         if not sample.end:
             sample.end = trio.current_time()
 
-    async def _turn(self, worker: _WsWorker, sample: Sample) -> None:
+    async def _turn(self, worker: _UampWorker, sample: Sample) -> None:
         # The request's bytes: the session's creation (on a first turn) and the
         # turn, as the HTTP drivers count a whole response body (framing included here).
         client = worker.client
@@ -238,12 +238,50 @@ class _UampWebSocket:
 
 
 @attrs.define
-class _WsWorker:
-    """One UAMP WebSocket worker: its connection, its script and its conversation's session."""
+class _UampWorker:
+    """One UAMP worker: its client, its script and its conversation's session."""
 
-    client: UampClient
+    client: UampClient | SSEClient
     script: Script
     session: Any = None
+
+
+class _UampSSE(_UampWebSocket):
+    """Native UAMP over HTTP+SSE (UAMP 13.2): the same turns as :class:`_UampWebSocket`.
+
+    Each worker has its own HTTP client (its connections: each session's
+    ``GET .../events/stream`` and the POSTs); a conversation is one HTTP
+    session (``session.create`` POSTed, its stream opened), each turn a POST
+    of ``response.create`` whose events come back on the stream. The bytes
+    are those of the event stream.
+    """
+
+    def __init__(self, config: BenchConfig) -> None:
+        self._base, self._agent = uamp_sse_url(config.url, config.agent)
+        self.endpoint = f"{self._base}/agents/{self._agent}/events"
+        self._workload = config.workload()
+        self.protocols = {"HTTP/1.1"}
+        self._headers = config.headers
+        self._verify = not config.insecure
+        self._timeout = config.timeout
+
+    @contextlib.asynccontextmanager
+    async def worker(self) -> AsyncIterator[Send]:
+        async with (
+            httpx.AsyncClient(
+                headers=dict(self._headers), verify=self._verify, timeout=self._timeout
+            ) as http,
+            connect_sse(self._base, http=http) as client,
+        ):
+            yield partial(self._send, _UampWorker(client, self._workload.script()))
+
+    async def _send(self, worker: _UampWorker, sample: Sample) -> None:
+        try:
+            await super()._send(worker, sample)
+        except httpx.HTTPError as exc:
+            sample.error = _http_error_kind(exc)
+            if not sample.end:
+                sample.end = trio.current_time()
 
 
 def _refused(kind: str) -> Send:
@@ -391,6 +429,9 @@ async def open_driver(config: BenchConfig) -> AsyncIterator[Driver]:
     """The driver of ``config.transport``, open for the run."""
     if config.transport == "uamp-ws":
         yield _UampWebSocket(config)
+        return
+    if config.transport == "uamp-sse":
+        yield _UampSSE(config)
         return
     if config.transport == "realtime":
         yield _Realtime(config)

@@ -1516,6 +1516,8 @@ class SSEClient(_Link):
         self.sessions: dict[str, ClientSession] = {}
         self._paths: dict[str, str] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
+        #: Bytes read from the sessions' event streams so far (SSE framing included).
+        self.bytes_received = 0
 
     async def _open(self, opening: _Opening) -> ClientSession:
         conn = ClientConnection(ConnectionConfig(delta_window=self._delta_window))
@@ -1590,6 +1592,7 @@ class SSEClient(_Link):
                     task_status.started()
                     started = True
                     async for chunk in resp.aiter_raw():
+                        self.bytes_received += len(chunk)
                         for sse in parser.feed(chunk):
                             conn.receive(sse.data)
                             for event in _received(conn):

@@ -119,6 +119,23 @@ async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
     assert data["itl_ms"]["p50"] is not None
 
 
+async def test_uamp_over_http_and_sse_counts_match(serve_app: Any) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base + "/agents/count", transport="uamp-sse", concurrency=3,
+                         requests=10, prompt="sse?")  # fmt: skip
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 10 == data["ok"], data["errors_by_kind"]
+    assert agent.prompts == ["sse?"] * 10
+    assert data["deltas"] == 10 * len(WORDS)
+    assert all(s.bytes > len("".join(WORDS)) for s in samples)
+    assert data["url"] == base + "/agents/count/events"
+    # An agent that is not there: session.create is refused, each try counts.
+    other = attrs.evolve(config, url=base + "/agents/nobody", requests=2)
+    data = (await run_bench(other))[0].to_json()
+    assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2, data
+
+
 @pytest.mark.parametrize(
     ("transport", "route"),
     [("agui", "agui"), ("a2a", "a2a"), ("a2a-0.3", "a2a"), ("ai-sdk", "ai-sdk")],
