@@ -252,7 +252,9 @@ def _from_events(objects: list[Any]) -> SavedResponse:
             transport = "uamp"
         elif kind == "RUN_STARTED":
             parts, signature, transport = [], None, "agui"
-        elif kind == "TEXT_MESSAGE_CONTENT" and isinstance(obj.get("delta"), str):
+        elif kind in ("TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CHUNK") and isinstance(
+            obj.get("delta"), str
+        ):
             parts.append(obj["delta"])
         elif kind == "CUSTOM" and obj.get("name") == AGUI_SIGNATURE_EVENT:
             value = obj.get("value") or {}

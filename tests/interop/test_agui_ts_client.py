@@ -105,6 +105,13 @@ def test_a_server_tool_call_keeps_its_place_in_the_clients_history(
     for order in got["orders"]:
         final = [m["id"] for m in messages]
         assert order == [i for i in final if i in order]
+    # The base property `timestamp` on every event; the run's input and result filled.
+    assert all(isinstance(e.get("timestamp"), int) and e["timestamp"] > 0 for e in events)
+    started, finished = events[0], events[-1]
+    assert started["type"] == "RUN_STARTED" and started["input"]["runId"] == "run-1"
+    assert [m["id"] for m in started["input"]["messages"]] == ["u1"]
+    assert started["input"]["threadId"] == "thread-1"
+    assert finished["type"] == "RUN_FINISHED" and finished["result"] == "uamp is a protocol"
 
 
 def test_a_client_tool_call_belongs_to_the_message_that_said_it(

@@ -409,3 +409,22 @@ def test_diff_of_equal_states_is_empty_and_pointers_are_escaped() -> None:
 def test_bad_patches_raise(patch: list[dict[str, Any]]) -> None:
     with pytest.raises((ValueError, KeyError, TypeError, IndexError)):
         agui.apply_patch({"a": 1}, patch)
+
+
+def test_a_saved_agui_stream_of_chunk_events_reads_as_its_text() -> None:
+    """A client that sends the run back re-encoded with the convenience events
+    (``TEXT_MESSAGE_CHUNK``, ``TOOL_CALL_CHUNK``) is read like the start/content/end form."""
+    import orjson
+
+    from uamp_proto.saved_response import read_saved_response
+
+    events = [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "TOOL_CALL_CHUNK", "toolCallId": "c1", "toolCallName": "f", "delta": "{}"},
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "role": "assistant", "delta": "hel"},
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "lo"},
+        {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"},
+    ]
+    data = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    saved = read_saved_response(data)
+    assert (saved.transport, saved.text) == ("agui", "hello")

@@ -184,6 +184,7 @@ class RunInput:
         forwarded_props: ``forwardedProps``.
         resume: ``resume``: the answers to the interrupts a previous run
             ended with, as sent (read them with :func:`parse_resume`).
+        raw: The whole ``RunAgentInput`` as sent (``RUN_STARTED.input``).
     """
 
     thread_id: str
@@ -197,6 +198,7 @@ class RunInput:
     instructions: str | None = None
     forwarded_props: Any = None
     resume: list[dict[str, Any]] = attrs.field(factory=list)
+    raw: dict[str, Any] = attrs.field(factory=dict)
 
 
 def _text_of(content: object) -> str:
@@ -372,6 +374,7 @@ def parse_run_input(obj: object) -> RunInput:
         instructions=instructions,
         forwarded_props=obj.get("forwardedProps"),
         resume=resume,
+        raw=dict(obj),
     )
 
 
@@ -496,6 +499,7 @@ class RunEncoder:
         self._input_messages: list[dict[str, Any]] = []
         self._output: list[dict[str, Any]] = []
         self._assistant: dict[str, Any] | None = None
+        self._input: dict[str, Any] | None = None
 
     # --- phases -----------------------------------------------------------
 
@@ -520,6 +524,8 @@ class RunEncoder:
     def start(self, run: RunInput | None = None) -> Out:
         """``RUN_STARTED`` (and ``STATE_SNAPSHOT`` of the input state)."""
         self._move("start")
+        if run is not None:
+            self._input = run.raw
         out: Out = [self._run_started()]
         if run is not None:
             self._input_messages = list(run.raw_messages)
@@ -536,6 +542,8 @@ class RunEncoder:
         }
         if self.parent_run_id:
             started["parentRunId"] = self.parent_run_id
+        if self._input:
+            started["input"] = self._input  # the exact RunAgentInput of this run
         return started
 
     # --- closing ------------------------------------------------------------
@@ -824,7 +832,9 @@ class RunEncoder:
 
         Args:
             cancelled: The run was stopped (outcome ``cancelled``).
-            result: ``RUN_FINISHED.result``, if any.
+            result: ``RUN_FINISHED.result``; default: the text the run's
+                assistant messages said (none for a cancelled or paused run,
+                or one that said nothing).
             interrupts: The run paused on these (outcome ``interrupt``, each
                 rendered by :func:`interrupt_entry`; the next run's
                 ``resume`` answers them).
@@ -839,6 +849,14 @@ class RunEncoder:
             "threadId": self.thread_id,
             "runId": self.run_id,
         }
+        if result is None and not cancelled and not interrupts:
+            # The run's answer: the text of its assistant messages.
+            answer = "".join(
+                m["content"]
+                for m in self._output
+                if m.get("role") == "assistant" and isinstance(m.get("content"), str)
+            )
+            result = answer or None
         if result is not None:
             done["result"] = result
         if cancelled:

@@ -246,8 +246,8 @@ class AGUI(Dialect):
         if event is None:
             return _bad()
         kind = event.get("type")
-        if kind == "TEXT_MESSAGE_CONTENT":
-            delta = event.get("delta")
+        if kind in ("TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CHUNK"):  # a chunk's delta is optional
+            delta = event.get("delta", "" if kind == "TEXT_MESSAGE_CHUNK" else None)
             return Step(text=delta) if isinstance(delta, str) else _bad()
         if kind == "RUN_FINISHED":
             return _DONE

@@ -40,6 +40,7 @@ module runs the turn (:func:`uamp_trio.hosting.turns.open_response`) and writes.
 
 from __future__ import annotations
 
+import time
 import uuid
 from contextlib import aclosing
 from functools import partial
@@ -82,7 +83,9 @@ _INTERRUPT_EVENTS = frozenset({"interrupt.request", "interrupt.resolved"})
 
 
 def _frame(events: list[dict[str, object]]) -> bytes:
-    return b"".join([encode_json(orjson.dumps(e)) for e in events])
+    """The events as SSE, each with its ``timestamp`` (milliseconds since the epoch)."""
+    now = int(time.time() * 1000)
+    return b"".join([encode_json(orjson.dumps({**e, "timestamp": now})) for e in events])
 
 
 class AguiTransport:
