@@ -27,6 +27,8 @@ from tests.interop.test_cross_transport import TRANSPORTS as EVERY_TRANSPORT
 from tests.interop.test_cross_transport import acp_stdio, completions_plain, mcp_stdio
 from uamp_proto import codec
 from uamp_proto import events as ev
+from uamp_proto.jose import JWKS
+from uamp_proto.manifest import verify_manifest
 from uamp_trio.client import connect
 
 AGENTS = "tests._support.relay_agents"
@@ -120,6 +122,18 @@ def test_the_listing_and_the_daemon_declared_capabilities(relay: str) -> None:
     assert caps["id"] == "beta" and caps["provider"] == "uamp-demo"
     card = httpx.get(f"{relay}/agents/beta/.well-known/agent-card.json").json()
     assert card["name"] == "beta"
+
+
+def test_the_hub_lists_the_daemons_agents_with_their_trust_anchors(relay: str) -> None:
+    hub = httpx.get(f"{relay}/.well-known/agent-hub.json").json()
+    entries = {e["name"]: e for e in hub["agents"]}
+    assert {"alpha", "beta", "slow", "topup"} <= set(entries)
+    for name in ("alpha", "beta", "slow", "topup"):
+        entry = entries[name]
+        assert (entry["kind"], entry["state"]) == ("connected", "online")
+        anchors = JWKS.parse(entry["trust_anchors"])
+        manifest = verify_manifest(entry["manifest_jws"], anchors)  # raises unless it verifies
+        assert manifest["agent"].startswith("uamp/1.")
 
 
 def test_a_client_tool_round_goes_through_the_relay(relay: str) -> None:

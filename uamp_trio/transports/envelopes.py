@@ -180,7 +180,16 @@ class EnvelopeBindings:
         )
 
     async def hub(self, request: Request) -> Response:
-        """``GET /.well-known/agent-hub.json``: every agent's manifest and the trust anchors."""
+        """``GET /.well-known/agent-hub.json``: every agent's manifest and the trust anchors.
+
+        Every hosted agent is listed, those of daemons connected through the
+        relay too (``kind: "connected"``, ``state`` online or offline); each
+        entry names the trust anchors its ``manifest_jws`` verifies with.
+        """
+        from ..relay.platform import RemoteAgent  # a relay's daemons' agents are hosted ones
+
+        agents = self.app.agents
+        anchors = self.service.key.jwks().to_dict()
         entries = [
             {
                 "name": name,
@@ -188,10 +197,12 @@ class EnvelopeBindings:
                 + AGENT_PREFIX.replace("{agent}", name)
                 + discovery.MANIFEST_PATH,
                 "manifest_jws": self.signed_manifest(agent),
+                "kind": "connected" if isinstance(unwrapped(agent), RemoteAgent) else "local",
+                "state": "offline" if name in agents.offline else "online",
+                "trust_anchors": anchors,
             }
-            for name, agent in self.app.agents.items()
+            for name, agent in agents.items()
         ]
-        anchors = self.service.key.jwks().to_dict()
         document = {"hub": discovery.PROTOCOL, "agents": entries, "trust_anchors": anchors}
         return Response(headers=[("content-type", "application/json")], body=orjson.dumps(document))
 
