@@ -27,6 +27,7 @@ TRANSPORTS = (
     "openai",
     "uamp-ws",
     "uamp-sse",
+    "acp",
     "realtime",
     "agui",
     "a2a",

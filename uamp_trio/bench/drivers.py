@@ -1,10 +1,12 @@
 """One request per transport, timed into a :class:`~.stats.Sample`.
 
-A driver is opened once per run (:func:`open_driver`: the shared HTTP client)
-and gives each worker a :meth:`Driver.worker` context (for ``uamp-ws`` the
-worker's own WebSocket connection, and for ``realtime`` its own OpenAI
-Realtime session) whose ``send`` runs one request. The HTTP
-transports (``openai``, ``agui``, ``a2a``) share one driver, reading the
+A driver is opened once per run (:func:`.driving.open_driver`; for the HTTP
+transports :func:`http_driver` opens the shared client) and gives each
+worker a :meth:`Driver.worker` context (for ``uamp-ws`` the worker's own
+WebSocket connection, for ``uamp-sse`` its own HTTP client, and for
+``realtime`` its own OpenAI Realtime session) whose ``send`` runs one
+request; each worker plays its own :class:`~.workload.Script` of turns. The
+HTTP transports (``openai``, ``agui``, ``a2a`` ...) share one driver, reading the
 answer's server-sent events with :class:`uamp_proto.sse.SSEParser` and their
 meaning with the transport's :class:`~.dialects.Dialect`. ``send`` never
 raises for what the endpoint did: a failure is recorded as the sample's
@@ -39,7 +41,20 @@ from .dialects import DIALECTS, Dialect, Step
 from .stats import Sample
 from .workload import Script
 
-__all__ = ["Driver", "Send", "open_driver"]
+__all__ = [
+    "Driver",
+    "JsonWebSocket",
+    "RealtimeDriver",
+    "Send",
+    "UampSSEDriver",
+    "UampWebSocketDriver",
+    "dial_json",
+    "http_driver",
+    "http_error_kind",
+    "record_step",
+    "refused_send",
+    "ssl_context_of",
+]
 
 #: Seconds between the tries of a worker that could not connect.
 _RETRY_PAUSE = 0.5
@@ -61,7 +76,7 @@ class Driver(Protocol):
         ...
 
 
-def _http_error_kind(exc: httpx.HTTPError) -> str:
+def http_error_kind(exc: httpx.HTTPError) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "timeout"
     if isinstance(exc, httpx.ConnectError):
@@ -106,11 +121,11 @@ class _HTTP:
                 elif self._config.stream:
                     await self._read_stream(response, sample, reply)
                 else:
-                    _record(sample, self._dialect.whole(await response.aread()), reply)
+                    record_step(sample, self._dialect.whole(await response.aread()), reply)
                 sample.bytes = response.num_bytes_downloaded
         except httpx.HTTPError as exc:
             if not sample.end:  # a failure after the stream's end marker does not count
-                sample.error = _http_error_kind(exc)
+                sample.error = http_error_kind(exc)
         if not sample.end:
             sample.end = trio.current_time()
         if sample.error is None:
@@ -125,7 +140,7 @@ class _HTTP:
         async for chunk in chunks:
             for event in parser.feed(chunk):
                 step = reader.step(event.data)
-                _record(sample, step, reply)
+                record_step(sample, step, reply)
                 if step.done or step.error:
                     sample.end = trio.current_time()
                     await _drain(chunks)
@@ -152,7 +167,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 DRAIN_LIMIT = 64 * 1024
 
 
-def _record(sample: Sample, step: Step, reply: list[str] | None = None) -> None:
+def record_step(sample: Sample, step: Step, reply: list[str] | None = None) -> None:
     """Note a step's delta (now) or error in ``sample`` (its text in ``reply``)."""
     if step.text:
         sample.deltas.append(trio.current_time())
@@ -163,7 +178,7 @@ def _record(sample: Sample, step: Step, reply: list[str] | None = None) -> None:
         sample.error = step.error
 
 
-class _UampWebSocket:
+class UampWebSocketDriver:
     """Native UAMP over WebSocket: a connection per worker, a session per conversation.
 
     A conversation's turns are ``response.create`` calls on its one session
@@ -179,7 +194,7 @@ class _UampWebSocket:
         self._workload = config.workload()
         self.protocols = {"websocket"}
         self._headers = config.headers
-        self._ssl = _ssl_context(config)
+        self._ssl = ssl_context_of(config)
 
     @contextlib.asynccontextmanager
     async def worker(self) -> AsyncIterator[Send]:
@@ -195,7 +210,7 @@ class _UampWebSocket:
             if connected:
                 raise
             kind = exc.code if isinstance(exc, ClientError) else "connect"
-        yield _refused(kind)
+        yield refused_send(kind)
 
     async def _send(self, worker: _UampWorker, sample: Sample) -> None:
         try:
@@ -246,8 +261,8 @@ class _UampWorker:
     session: Any = None
 
 
-class _UampSSE(_UampWebSocket):
-    """Native UAMP over HTTP+SSE (UAMP 13.2): the same turns as :class:`_UampWebSocket`.
+class UampSSEDriver(UampWebSocketDriver):
+    """Native UAMP over HTTP+SSE (UAMP 13.2): the same turns as :class:`UampWebSocketDriver`.
 
     Each worker has its own HTTP client (its connections: each session's
     ``GET .../events/stream`` and the POSTs); a conversation is one HTTP
@@ -279,12 +294,12 @@ class _UampSSE(_UampWebSocket):
         try:
             await super()._send(worker, sample)
         except httpx.HTTPError as exc:
-            sample.error = _http_error_kind(exc)
+            sample.error = http_error_kind(exc)
             if not sample.end:
                 sample.end = trio.current_time()
 
 
-def _refused(kind: str) -> Send:
+def refused_send(kind: str) -> Send:
     """The ``send`` of a worker that could not connect: one failure of ``kind`` per try.
 
     Paced, so that a ``--duration`` run does not spin.
@@ -302,8 +317,8 @@ def _refused(kind: str) -> Send:
 _REALTIME_TEXT = frozenset({"response.output_text.delta", "response.text.delta"})
 
 
-class _RealtimeSession:
-    """One worker's OpenAI Realtime connection: its socket, framing and unread messages."""
+class JsonWebSocket:
+    """A client WebSocket of JSON text messages: its socket, framing and unread messages."""
 
     def __init__(self, stream: trio.abc.Stream, engine: FrameEngine, initial: bytes) -> None:
         self.stream = stream
@@ -327,8 +342,27 @@ class _RealtimeSession:
         event = orjson.loads(self.pending.popleft())
         return event if isinstance(event, dict) else {}
 
+    async def send(self, *messages: Any) -> None:
+        """Send each of ``messages`` as one JSON text message."""
+        for message in messages:
+            self.engine.text(orjson.dumps(message))
+        await self.stream.send_all(self.engine.take())
 
-class _Realtime:
+
+async def dial_json(
+    url: str, headers: tuple[tuple[str, str], ...], ssl_context: ssl.SSLContext | None
+) -> JsonWebSocket | str:
+    """A :class:`JsonWebSocket` to ``url``, or the kind of failure (``connect``, a UAMP code)."""
+    try:
+        stream, initial = await open_websocket(
+            url, headers=headers, ssl_context=ssl_context, subprotocols=()
+        )
+    except (ClientError, OSError, trio.TooSlowError) as exc:
+        return str(exc.code) if isinstance(exc, ClientError) else "connect"
+    return JsonWebSocket(stream, make_engine(client=True, max_message_size=None), initial)
+
+
+class RealtimeDriver:
     """OpenAI Realtime over WebSocket: a session per worker, a response per request.
 
     Each request adds the prompt as a user message (``conversation.item.create``)
@@ -346,7 +380,7 @@ class _Realtime:
         self.endpoint = realtime_url(config.url, config.agent)
         self.protocols = {"websocket"}
         self._headers = config.headers
-        self._ssl = _ssl_context(config)
+        self._ssl = ssl_context_of(config)
         self._workload = config.workload()
 
     @staticmethod
@@ -363,21 +397,16 @@ class _Realtime:
 
     @contextlib.asynccontextmanager
     async def worker(self) -> AsyncIterator[Send]:
-        try:
-            stream, initial = await open_websocket(
-                self.endpoint, headers=self._headers, ssl_context=self._ssl, subprotocols=()
-            )
-        except (ClientError, OSError, trio.TooSlowError) as exc:
-            yield _refused(exc.code if isinstance(exc, ClientError) else "connect")
+        session = await dial_json(self.endpoint, self._headers, self._ssl)
+        if isinstance(session, str):
+            yield refused_send(session)
             return
-        engine = make_engine(client=True, max_message_size=None)
         try:
-            session = _RealtimeSession(stream, engine, initial)
             yield partial(self._send, session, self._workload.script())
         finally:
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(session.stream)
 
-    async def _send(self, session: _RealtimeSession, script: Script, sample: Sample) -> None:
+    async def _send(self, session: JsonWebSocket, script: Script, sample: Sample) -> None:
         before = session.received
         try:
             for message in self._ask(script.next().prompt):
@@ -394,13 +423,13 @@ class _Realtime:
         if not sample.end:
             sample.end = trio.current_time()
 
-    async def _read(self, session: _RealtimeSession, sample: Sample) -> None:
+    async def _read(self, session: JsonWebSocket, sample: Sample) -> None:
         while True:
             event = await session.next_event()
             kind = event.get("type")
             if kind in _REALTIME_TEXT:
                 delta = event.get("delta")
-                _record(sample, Step(text=delta if isinstance(delta, str) else ""))
+                record_step(sample, Step(text=delta if isinstance(delta, str) else ""))
             elif kind == "error":
                 error = event.get("error")
                 code = error.get("code") if isinstance(error, dict) else None
@@ -415,7 +444,7 @@ class _Realtime:
                 return
 
 
-def _ssl_context(config: BenchConfig) -> ssl.SSLContext | None:
+def ssl_context_of(config: BenchConfig) -> ssl.SSLContext | None:
     if not config.insecure:
         return None
     context = ssl.create_default_context()
@@ -425,17 +454,8 @@ def _ssl_context(config: BenchConfig) -> ssl.SSLContext | None:
 
 
 @contextlib.asynccontextmanager
-async def open_driver(config: BenchConfig) -> AsyncIterator[Driver]:
-    """The driver of ``config.transport``, open for the run."""
-    if config.transport == "uamp-ws":
-        yield _UampWebSocket(config)
-        return
-    if config.transport == "uamp-sse":
-        yield _UampSSE(config)
-        return
-    if config.transport == "realtime":
-        yield _Realtime(config)
-        return
+async def http_driver(config: BenchConfig) -> AsyncIterator[Driver]:
+    """The driver of an HTTP dialect's ``config.transport``, with its shared client open."""
     limits = httpx.Limits(
         max_connections=config.concurrency, max_keepalive_connections=config.concurrency
     )

@@ -29,7 +29,8 @@ import trio
 
 from .arrivals import RatePlan, arrival_offsets
 from .config import BenchConfig
-from .drivers import Driver, Send, open_driver
+from .drivers import Driver, Send
+from .driving import open_driver
 from .stats import Sample, Summary, distribution, summarize
 
 __all__ = ["run_bench"]

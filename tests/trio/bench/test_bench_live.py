@@ -136,6 +136,23 @@ async def test_uamp_over_http_and_sse_counts_match(serve_app: Any) -> None:
     assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2, data
 
 
+async def test_acp_over_websocket_counts_match(serve_app: Any) -> None:
+    agent, base = await _served(serve_app)
+    config = BenchConfig(url=base, agent="count", transport="acp", concurrency=3,
+                         requests=10, prompt="acp?")  # fmt: skip
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert agent.turns == 10 == data["ok"], data["errors_by_kind"]
+    assert agent.prompts == ["acp?"] * 10
+    assert data["deltas"] == 10 * len(WORDS)
+    assert all(s.text == len("".join(WORDS)) for s in samples)
+    assert data["url"] == base.replace("http://", "ws://") + "/agents/count/acp/stream"
+    assert data["protocols"] == ["websocket"] and data["bytes"] == sum(s.bytes for s in samples)
+    other = attrs.evolve(config, agent="nobody", requests=2)
+    data = (await run_bench(other))[0].to_json()
+    assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2, data
+
+
 @pytest.mark.parametrize(
     ("transport", "route"),
     [("agui", "agui"), ("a2a", "a2a"), ("a2a-0.3", "a2a"), ("ai-sdk", "ai-sdk")],

@@ -115,7 +115,18 @@ class Remembering(TestAgent):
 
 @pytest.mark.parametrize(
     "transport",
-    ["openai", "anthropic", "responses", "agui", "ai-sdk", "a2a", "a2a-0.3", "uamp-ws", "uamp-sse"],
+    [
+        "openai",
+        "anthropic",
+        "responses",
+        "agui",
+        "ai-sdk",
+        "a2a",
+        "a2a-0.3",
+        "uamp-ws",
+        "uamp-sse",
+        "acp",
+    ],
 )
 async def test_each_transport_carries_a_conversation(serve_app: Any, transport: str) -> None:
     agent = Remembering()
