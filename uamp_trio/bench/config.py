@@ -28,6 +28,7 @@ TRANSPORTS = (
     "uamp-ws",
     "uamp-sse",
     "acp",
+    "mcp",
     "realtime",
     "agui",
     "a2a",

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 from .config import BenchConfig
 from .drive_acp import AcpDriver
+from .drive_mcp import McpDriver
 from .drivers import Driver, RealtimeDriver, UampSSEDriver, UampWebSocketDriver, http_driver
 
 __all__ = ["open_driver"]
@@ -16,6 +17,7 @@ _SOCKET_DRIVERS: dict[str, Callable[[BenchConfig], Driver]] = {
     "uamp-ws": UampWebSocketDriver,
     "uamp-sse": UampSSEDriver,
     "acp": AcpDriver,
+    "mcp": McpDriver,
     "realtime": RealtimeDriver,
 }
 

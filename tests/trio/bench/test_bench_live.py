@@ -119,35 +119,29 @@ async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
     assert data["itl_ms"]["p50"] is not None
 
 
-async def test_uamp_over_http_and_sse_counts_match(serve_app: Any) -> None:
+@pytest.mark.parametrize(
+    ("transport", "endpoint"),
+    [
+        ("uamp-sse", "http://{}/agents/count/events"),
+        ("acp", "ws://{}/agents/count/acp/stream"),
+        ("mcp", "http://{}/agents/count/mcp"),
+    ],
+)
+async def test_session_transports_count_match(
+    serve_app: Any, transport: str, endpoint: str
+) -> None:
     agent, base = await _served(serve_app)
-    config = BenchConfig(url=base + "/agents/count", transport="uamp-sse", concurrency=3,
-                         requests=10, prompt="sse?")  # fmt: skip
+    config = BenchConfig(url=base, agent="count", transport=transport, concurrency=3,
+                         requests=10, prompt="again?")  # fmt: skip
     summary, samples = await run_bench(config)
     data = summary.to_json()
     assert agent.turns == 10 == data["ok"], data["errors_by_kind"]
-    assert agent.prompts == ["sse?"] * 10
+    assert agent.prompts == ["again?"] * 10
     assert data["deltas"] == 10 * len(WORDS)
-    assert all(s.bytes > len("".join(WORDS)) for s in samples)
-    assert data["url"] == base + "/agents/count/events"
-    # An agent that is not there: session.create is refused, each try counts.
-    other = attrs.evolve(config, url=base + "/agents/nobody", requests=2)
-    data = (await run_bench(other))[0].to_json()
-    assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2, data
-
-
-async def test_acp_over_websocket_counts_match(serve_app: Any) -> None:
-    agent, base = await _served(serve_app)
-    config = BenchConfig(url=base, agent="count", transport="acp", concurrency=3,
-                         requests=10, prompt="acp?")  # fmt: skip
-    summary, samples = await run_bench(config)
-    data = summary.to_json()
-    assert agent.turns == 10 == data["ok"], data["errors_by_kind"]
-    assert agent.prompts == ["acp?"] * 10
-    assert data["deltas"] == 10 * len(WORDS)
-    assert all(s.text == len("".join(WORDS)) for s in samples)
-    assert data["url"] == base.replace("http://", "ws://") + "/agents/count/acp/stream"
-    assert data["protocols"] == ["websocket"] and data["bytes"] == sum(s.bytes for s in samples)
+    assert all(s.text == len("".join(WORDS)) and s.bytes > s.text for s in samples)
+    assert data["bytes"] == sum(s.bytes for s in samples)
+    assert data["url"] == endpoint.format(base.removeprefix("http://"))
+    # An agent that is not there: each try counts as an error.
     other = attrs.evolve(config, agent="nobody", requests=2)
     data = (await run_bench(other))[0].to_json()
     assert data["ok"] == 0 and sum(data["errors_by_kind"].values()) == 2, data

@@ -126,6 +126,7 @@ class Remembering(TestAgent):
         "uamp-ws",
         "uamp-sse",
         "acp",
+        "mcp",
     ],
 )
 async def test_each_transport_carries_a_conversation(serve_app: Any, transport: str) -> None:
