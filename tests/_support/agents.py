@@ -120,17 +120,17 @@ class Ticker(Words):
 
     For tests that kill a ``uamp serve`` process in the middle of a response
     (``--agent tests._support.agents:Ticker``). A user message that is a
-    number N gets N ticks instead: a test's turn that only has to end does
-    not wait 20 s.
+    number N (or ends with one: ``@ticker 40`` in a chat room) gets N ticks
+    instead: a test's turn that only has to end does not wait 20 s.
     """
 
     def __init__(self) -> None:
         super().__init__("ticker", *(f"tick {i} " for i in range(400)), pause=0.05)
 
     def how_many(self, request: TurnRequest) -> int:
-        """The number the last message is, else all 400."""
-        said = request.messages[-1].text.strip() if request.messages else ""
-        return int(said) if said.isdigit() else len(self.words)
+        """The number the last message ends with, else all 400."""
+        said = request.messages[-1].text.split() if request.messages else []
+        return int(said[-1]) if said and said[-1].isdigit() else len(self.words)
 
 
 class Checkpointed(TestAgent):
