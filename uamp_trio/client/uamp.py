@@ -1196,6 +1196,15 @@ class UampClient(_Link):
                 if not self._online.is_set():
                     continue
                 engine = self._engine
+                if engine.closed is not None:
+                    # The server's close came in (a drain's "go away"): the
+                    # reader dials again when it sees it; send once it has.
+                    if self._redial is not None and not self._closing:
+                        if self._online.is_set():
+                            self._online = trio.Event()
+                        continue
+                    self._shutdown(ClientError("closed", f"the connection closed: {engine.closed}"))
+                    raise self._closed  # type: ignore[misc]
                 for m in messages:
                     engine.text(m)
                 data = engine.take()

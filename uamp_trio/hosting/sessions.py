@@ -599,6 +599,8 @@ class _Response:
         self.payment_rounds = 0
         #: The money the app's ledger holds for this response (settled at its end).
         self.charge: Charge | None = None
+        #: The settled charge's ``payment.balance``, sent after the terminal event.
+        self.balance: ev.PaymentBalance | None = None
         #: Set by ``response.cancel``: the session's worker then sends
         #: ``response.cancelled`` (a session's end cancels silently).
         self.cancel_requested = False
@@ -2074,14 +2076,8 @@ class SessionHost:
         ``tracker`` ``None``: the response never ran (its session ended
         while the price was being locked): the whole lock is freed.
         """
-        charge, response.charge = response.charge, None
-        if charge is None:
-            return
-        if tracker is None:
-            await charge.settle(None, used=False)
-            return
-        used = tracker.usage is not None or bool(tracker.output)
-        balance = await charge.settle(tracker.usage, used=used)
+        await self._charge_now(response, tracker)
+        balance, response.balance = response.balance, None
         if balance is None or session.id not in self.conn.sessions:
             return
         try:
@@ -2094,6 +2090,25 @@ class SessionHost:
         # the queue); a client whose outbox is full misses this update.
         if not self.outbox.offer(data):
             log.info("payment.balance not sent: the outbox is full")
+
+    @staticmethod
+    async def _charge_now(response: _Response, tracker: ResponseTracker | None) -> None:
+        """Settle the response's charge (once) from ``tracker`` 's usage, keeping its balance.
+
+        Called before the response's terminal event is sent or logged: a
+        process that dies after its client (or the session's log) got
+        ``response.done`` has charged it already. Settling after it left a
+        window where the lock outlived the delivered response and the
+        recovery of the dead process's locks freed it: a free response.
+        """
+        charge, response.charge = response.charge, None
+        if charge is None:
+            return
+        if tracker is None:
+            await charge.settle(None, used=False)
+            return
+        used = tracker.usage is not None or bool(tracker.output)
+        response.balance = await charge.settle(tracker.usage, used=used)
 
     async def _top_up(
         self, session: _Session, response: _Response, required: ev.PaymentRequired
@@ -2455,6 +2470,8 @@ class SessionHost:
                 return
             if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
                 event = self._final(session, response, event)
+            if kind in _TERMINAL:
+                await self._charge_now(response, tracker)  # charged before it is told
             await send(session, response, event)
 
         # One tracker per response: the runner reads the core's (which the
