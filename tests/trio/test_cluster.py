@@ -61,8 +61,6 @@ TICKS = 40  # the Ticker agent says "tick 0 " .. "tick 39 ", one per 50 ms
 FULL = "".join(f"tick {i} " for i in range(TICKS))
 #: Conversations per transport: 200 in all.
 MIX = {"uamp-ws": 70, "uamp-sse": 40, "completions": 40, "a2a": 40, "room": 10}
-if os.environ.get("UAMP_CLUSTER_SSE") != "1":  # see docs/scale-out.md, "Limits"
-    MIX = {"uamp-ws": 90, "completions": 50, "a2a": 50, "room": 10}
 AGENT = "/agents/ticker"
 #: How many times a client redials through haproxy before it gives up.
 REDIALS = 40
@@ -199,7 +197,7 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
         {"type": "input.text", "session_id": sid, "text": str(TICKS)},
         {"type": "response.create", "session_id": sid},
     ]
-    posted, last = False, None
+    posted, lost, last = False, False, None
     for _ in range(REDIALS):
         headers = {"x-session-id": sid, **({"last-event-id": last} if last else {})}
         try:
@@ -207,13 +205,14 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
                 if reply.status_code != 200:
                     await trio.sleep(0.25)
                     continue
-                if not posted or got.response_id is None:
+                if not posted or lost:
                     # A turn POSTed to a node that died before the response began
-                    # is lost with it (docs/scale-out.md): send it again.
+                    # is lost with it (docs/scale-out.md, "Limits"): send it again.
                     got.attempts += int(posted)
-                    await _retry_post(http, turn, sid, path)
-                    posted = True
+                    await _retry_post(http, turn, sid, path, running_ok=posted)
+                    posted, lost = True, False
                 parser = SSEParser()
+                began = trio.current_time()
                 async for chunk in _chunks(reply, lambda: got.response_id is None):
                     for sse in parser.feed(chunk):
                         event = orjson.loads(sse.data)
@@ -231,6 +230,8 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
                         elif kind == "response.error":
                             got.state = event["error"]["code"]
                             return
+                # No response began within BEGIN seconds of the stream: lost.
+                lost = got.response_id is None and trio.current_time() - began >= BEGIN
         except httpx.HTTPError:
             pass
         await trio.sleep(0.25)  # its node went: an EventSource reconnects
@@ -251,15 +252,21 @@ async def _chunks(reply: httpx.Response, waiting: Callable[[], bool]) -> AsyncIt
 
 
 async def _retry_post(
-    http: httpx.AsyncClient, body: Any, sid: str | None, path: str
+    http: httpx.AsyncClient, body: Any, sid: str | None, path: str, *, running_ok: bool = False
 ) -> httpx.Response:
-    """POST through haproxy until a live, serving node takes it."""
+    """POST through haproxy until a live, serving node takes it.
+
+    ``running_ok``: a turn sent again whose first sending runs after all
+    (400 ``response_in_progress``) is taken too: the stream shows it.
+    """
     for _ in range(REDIALS):
         try:
             reply = await post(http, body, sid, path=path)
         except httpx.HTTPError:
             reply = None
         if reply is not None and reply.status_code == 200:
+            return reply
+        if running_ok and reply is not None and "response_in_progress" in reply.text:
             return reply
         await trio.sleep(0.25)
     said = None if reply is None else (reply.status_code, reply.text)

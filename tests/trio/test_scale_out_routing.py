@@ -165,3 +165,76 @@ async def test_a_post_to_a_session_whose_process_died_is_served_by_the_adopter(
                 events = await stream.until("response.delta")
     assert (adopted.status_code, adopted.json()) == (200, {"session_id": sid, "accepted": 1})
     assert events[-1]["delta"]["text"] == "tick 0 "
+
+
+def _ticks(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"]["text"] for e in events if e["type"] == "response.delta")
+
+
+async def _turn_begun_on(at: httpx.AsyncClient, sid: str) -> str:
+    """POST a turn of 40 ticks to ``at``; read its stream to the third delta, then drop it.
+
+    A client whose stream breaks there and that kept no event id (an
+    EventSource that never got one) comes back without ``Last-Event-ID``.
+    Returns the response's id.
+    """
+    turn = [
+        {"type": "input.text", "session_id": sid, "text": "40"},
+        {"type": "response.create", "session_id": sid},
+    ]
+    async with open_stream(at, sid, path=f"{PATH}/stream") as stream:
+        assert (await post(at, turn, sid, path=PATH)).status_code == 200
+        head = await stream.until("response.delta")
+        while sum(1 for e in head if e["type"] == "response.delta") < 3:
+            head.append(await stream.next())
+    return str(head[-1]["response_id"])
+
+
+async def test_a_stream_without_last_event_id_on_another_process_gets_the_running_response(
+    redis_url: str,
+) -> None:
+    """A ``GET`` with no ``Last-Event-ID`` on a process that follows the log starts at the response.
+
+    It used to start "now": what the session's process had logged before
+    -- ``response.created`` and the first deltas -- never reached the
+    client, whose next ``response.create`` got 400 ``response_in_progress``.
+    """
+    store = ("--store", redis_url, *AGENT)
+    with uamp_serve(*store) as a, uamp_serve(*store) as b, trio.fail_after(TIMEOUT):
+        async with httpx.AsyncClient(base_url=a) as at_a, httpx.AsyncClient(base_url=b) as at_b:
+            created = await post(at_a, {"type": "session.create", "session": {}}, path=PATH)
+            sid = created.json()["session_id"]
+            rid = await _turn_begun_on(at_a, sid)
+            async with open_stream(at_b, sid, path=f"{PATH}/stream") as stream:
+                seen = await stream.until("response.done")
+    assert seen[0]["type"] == "response.created" and seen[0]["response_id"] == rid
+    assert _ticks(seen) == "".join(f"tick {i} " for i in range(40))
+    ids = [e["event_id"] for e in seen]
+    assert len(ids) == len(set(ids))
+
+
+async def test_a_stream_without_last_event_id_that_adopts_gets_the_lost_response(
+    redis_url: str,
+) -> None:
+    """The same after kill -9 of the session's process: the adopter's stream has it whole."""
+    store = ("--store", redis_url, *AGENT)
+    with doomed_serve(*store) as (doomed, a), uamp_serve(*store) as b, trio.fail_after(TIMEOUT):
+        async with httpx.AsyncClient(base_url=a) as at_a:
+            created = await post(at_a, {"type": "session.create", "session": {}}, path=PATH)
+            sid = created.json()["session_id"]
+            rid = await _turn_begun_on(at_a, sid)
+            doomed.kill()
+            doomed.wait(10)
+        async with (
+            httpx.AsyncClient(base_url=b) as at_b,
+            open_stream(at_b, sid, path=f"{PATH}/stream") as stream,
+        ):
+            seen = await stream.until("response.error")
+    mine = [e for e in seen if e.get("response_id") == rid]
+    assert mine[0]["type"] == "response.created"
+    assert mine[-1]["error"]["code"] == "interrupted"
+    delivered = _ticks(mine)
+    assert len(delivered.split()) >= 6  # the three the first stream showed, at least
+    assert mine[-1]["error"]["details"]["text"] == delivered
+    ids = [e["event_id"] for e in seen]
+    assert len(ids) == len(set(ids))

@@ -135,6 +135,12 @@ class _HttpSession:
         self.last_seen = trio.current_time()
         #: The latest events sent, ``(event_id, message)``, for ``Last-Event-ID``.
         self.replay: deque[tuple[str, bytes]] = deque(maxlen=REPLAY_SIZE)
+        #: The latest events no stream took (:meth:`_keep`), for the next stream.
+        self.unsent: deque[tuple[str, bytes]] = deque(maxlen=REPLAY_SIZE)
+        #: Set while no stream is attached: :meth:`_keep` takes the events then.
+        self.unattended = trio.Event()
+        self.unattended.set()
+        self._keeping: trio.CancelScope | None = None
 
     async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         """Events POSTed to another process for this session (``EventLog.ask``)."""
@@ -169,6 +175,7 @@ class _HttpSession:
                         principal=self.principal,
                     )
                     self.host.on_empty = self.end
+                    nursery.start_soon(self._keep)
                     self.started.set()
                     try:
                         await self._expire()
@@ -187,6 +194,34 @@ class _HttpSession:
             if self.host is not None:
                 self.host.outbox.close()
             self.transport._forget(self)
+
+    async def _keep(self) -> None:
+        """While no stream is attached, take the session's events into :attr:`unsent`.
+
+        A client may read this session from another process (which follows
+        the log) or be between two streams: its agent must not wait for a
+        reader here. The outbox held everything a stream had not taken and
+        stopped the response once full (a response followed elsewhere
+        stalled there for ever); now the latest :data:`REPLAY_SIZE` events
+        wait for the next stream here, and the log keeps all of them.
+        """
+        host = self.host
+        assert host is not None
+        while True:
+            await self.unattended.wait()
+            with trio.CancelScope() as scope:
+                self._keeping = scope
+                try:
+                    while True:
+                        # take() hands over what is queued without a checkpoint
+                        # after waking: a cancel never loses a batch.
+                        for data in await host.outbox.take():
+                            kept = (event_id_of(data), data)
+                            self.replay.append(kept)
+                            self.unsent.append(kept)
+                except OutboxClosed:
+                    return
+            self._keeping = None
 
     async def _expire(self) -> None:
         idle = self.transport.limits.idle_timeout
@@ -211,11 +246,19 @@ class _HttpSession:
         self.scope.cancel()
 
     async def stream(
-        self, send: SendChunk, missed: list[tuple[str, bytes]] | None, *, greeted: bool = False
+        self,
+        send: SendChunk,
+        missed: list[tuple[str, bytes]] | None,
+        *,
+        greeted: bool = False,
+        after: str | None = None,
     ) -> None:
         """Write the session's events: ``missed`` first (a ``Last-Event-ID`` replay), then live.
 
         ``greeted``: the stream's opening comment was written already.
+        ``after``: the client's ``Last-Event-ID``; what is queued up to it
+        is not written again (the client read it from the log elsewhere,
+        while no stream here took it).
         """
         host = self.host
         assert host is not None
@@ -223,17 +266,27 @@ class _HttpSession:
             self.stream_scope.cancel()  # one reader per session: the newest wins
         scope = trio.CancelScope()
         self.stream_scope = scope
+        self.unattended = trio.Event()
+        if self._keeping is not None:
+            self._keeping.cancel()
+            self._keeping = None
+        if after is None:
+            # What came while no stream was here (after what the log gave).
+            known = {i for i, _ in missed or ()}
+            missed = [*(missed or ()), *(e for e in self.unsent if e[0] not in known)]
+        self.unsent.clear()
         # Replayed from the log, maybe still queued too: each is written once.
         skip = {i for i, _ in missed or ()}
         try:
             with scope:
                 async with trio.open_nursery() as watch:
                     watch.start_soon(self._end_on_drain, scope)
-                    await self._write_events(send, missed, skip, greeted)
+                    await self._write_events(send, missed, skip, greeted, after)
                     watch.cancel_scope.cancel()
         finally:
             if self.stream_scope is scope:
                 self.stream_scope = None
+                self.unattended.set()
             self.last_seen = trio.current_time()
 
     async def _end_on_drain(self, scope: trio.CancelScope) -> None:
@@ -256,6 +309,7 @@ class _HttpSession:
         missed: list[tuple[str, bytes]] | None,
         skip: set[str],
         greeted: bool,
+        after: str | None = None,
     ) -> None:
         """The stream's body: the replay or a greeting, then events and heartbeats."""
         host = self.host
@@ -281,6 +335,12 @@ class _HttpSession:
             # What ready producers add within a few scheduler rounds
             # goes in the same write (and the same wait for the log).
             batch = await host.outbox.take_more(batch)
+            if after is not None:
+                # The first take holds all that was queued before this stream.
+                ids = [event_id_of(data) for data in batch]
+                if after in ids:
+                    batch = batch[ids.index(after) + 1 :]
+                after = None
             frames = []
             for data in batch:
                 event_id = event_id_of(data)
@@ -610,31 +670,37 @@ class SSEEventsTransport:
         last = (request.headers.get("last-event-id") or "").strip() or None
         sid = self._session_id(request)
         hs = self.sessions.get(request.principal, sid) if sid is not None else None
+        since: int | None = None
         if hs is None and sid is not None:
+            if last is None:
+                since = await self._running_since((request.principal.key, sid))
             hs = await self._adopt(request.principal, sid, self._path_agent(request))
         if hs is None or hs.host is None:
             if sid is None or not await self._logged(request.principal, sid):
                 self._lookup(request)  # raises the one not-found answer
             assert sid is not None
             key = (request.principal.key, sid)
-            after = await self._start(key, last)
+            after = await self._start(key, last) if since is None else since
             principal, agent = request.principal, self._path_agent(request)
 
             async def follow(send: SendChunk) -> None:
                 adopted = await self._follow(send, key, after, principal, agent)
                 if adopted is not None:
                     # Its process was lost meanwhile: adopted here, go on from it.
-                    hs, sent = adopted
-                    missed = await self._from_log(key, sent) if sent else None
+                    hs, cursor = adopted
+                    missed = await self._log_after(key, cursor)
                     await hs.stream(send, missed, greeted=True)
 
             return _event_stream(follow, sid)
         missed = hs.replay_after(last) if last is not None else None
         if last is not None and missed is None and hs.id is not None:
             missed = await self._from_log((request.principal.key, hs.id), last)
+        elif since is not None and hs.id is not None:
+            # Adopted just now: the response in progress from its start.
+            missed = await self._log_after((request.principal.key, hs.id), since)
 
         async def produce(send: SendChunk) -> None:
-            await hs.stream(send, missed)
+            await hs.stream(send, missed, after=last)
 
         assert hs.id is not None
         return _event_stream(produce, hs.id)
@@ -662,9 +728,39 @@ class SSEEventsTransport:
                 410 if exc.code == "beyond_retention" else 400, exc.message, code=exc.code
             ) from None
 
-    async def _from_log(self, key: LogKey, last: str) -> list[tuple[str, bytes]]:
+    async def _running_since(self, key: LogKey) -> int | None:
+        """The log position just before the response in progress began (``None``: none runs).
+
+        Where a stream opened without ``Last-Event-ID`` starts when the
+        session lives in another process (or is adopted now): its client
+        has seen nothing of that response -- a stream that broke before
+        ``response.created`` arrived, or a turn POSTed before the stream --
+        and the process holding the session keeps what no stream took in
+        its own queue, which a stream here cannot read. Starting "now"
+        lost the response's beginning, or all of it.
+        """
         log = self.app.stores.event_log
-        after = await self._start(key, last)
+        try:
+            running = (await log.load(key)).running
+        except ResumeError:
+            return None
+        if running is None:
+            return None
+        cursor = (await log.window(key)).first - 1
+        while entries := await log.read(key, cursor):
+            for entry in entries:
+                raw = orjson.loads(entry.data)
+                if raw.get("type") == "response.created" and raw.get("response_id") == running:
+                    return entry.position - 1
+            cursor = entries[-1].position
+        return None
+
+    async def _from_log(self, key: LogKey, last: str) -> list[tuple[str, bytes]]:
+        return await self._log_after(key, await self._start(key, last))
+
+    async def _log_after(self, key: LogKey, after: int) -> list[tuple[str, bytes]]:
+        """What ``key`` 's log holds after position ``after``."""
+        log = self.app.stores.event_log
         out: list[tuple[str, bytes]] = []
         stream = ResumeStream(after)
         while True:
@@ -680,27 +776,26 @@ class SSEEventsTransport:
         after: int,
         principal: Principal,
         agent: Responder | None,
-    ) -> tuple[_HttpSession, str | None] | None:
+    ) -> tuple[_HttpSession, int] | None:
         """Stream ``key`` 's log after position ``after`` as another process writes it.
 
         Returns when that process is lost and this one adopted the session
-        (:meth:`_adopt`): the session, and the last event id sent.
+        (:meth:`_adopt`): the session, and the log position streamed up to.
         """
         log = self.app.stores.event_log
         stream = ResumeStream(after)
         await send(b": uamp event stream\n\n")
         beat = min(HEARTBEAT, self.limits.idle_timeout / 2)
-        last_id: str | None = None
         quiet = trio.current_time()
         while True:
             sent = stream.backfill(await log.wait(key, stream.cursor, timeout=1.0)).send
             if sent:
                 await send(b"".join(_frame(e.event_id, e.data) for e in sent))
-                last_id, quiet = sent[-1].event_id, trio.current_time()
+                quiet = trio.current_time()
                 continue
             hs = await self._adopt(principal, key[1], agent)
             if hs is not None and hs.host is not None:
-                return hs, last_id
+                return hs, stream.cursor
             if trio.current_time() - quiet >= beat:
                 # A write is how a gone client is noticed.
                 await send(b":\n\n")
