@@ -208,7 +208,9 @@ class _HttpSession:
         host = self.host
         assert host is not None
         while True:
-            await self.unattended.wait()
+            if self.stream_scope is not None:
+                await self.unattended.wait()
+                continue  # maybe attached again meanwhile
             with trio.CancelScope() as scope:
                 self._keeping = scope
                 try:
