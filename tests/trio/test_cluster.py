@@ -238,10 +238,16 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
 
 
 async def _chunks(reply: httpx.Response, waiting: Callable[[], bool]) -> AsyncIterator[bytes]:
-    """``reply`` 's body; ends quietly when ``waiting()`` holds for :data:`BEGIN` seconds."""
+    """``reply`` 's body; ends quietly when ``waiting()`` still holds :data:`BEGIN` s after it began.
+
+    Heartbeat comments do not count: a stream that shows nothing but them
+    for that long shows no response.
+    """
     chunks = reply.aiter_raw()
+    began = trio.current_time()
     while True:
-        with trio.move_on_after(BEGIN if waiting() else PATIENCE) as waited:
+        until = began + BEGIN if waiting() else trio.current_time() + PATIENCE
+        with trio.move_on_at(until) as waited:
             try:
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
