@@ -238,7 +238,7 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
 
 
 async def _chunks(reply: httpx.Response, waiting: Callable[[], bool]) -> AsyncIterator[bytes]:
-    """``reply`` 's body; ends quietly when ``waiting()`` still holds :data:`BEGIN` s after it began.
+    """``reply`` 's body; ends quietly when ``waiting()`` holds :data:`BEGIN` s after it began.
 
     Heartbeat comments do not count: a stream that shows nothing but them
     for that long shows no response.
