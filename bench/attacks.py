@@ -1017,6 +1017,11 @@ PRICE = "0.25"
 ENVELOPES = f"/agents/{AGENT}/v1/messages"
 
 
+def alone(directory: Path) -> tuple[str, ...]:
+    """A server of its own with the suite's flags and nothing more."""
+    return ()
+
+
 def with_ledger(directory: Path) -> tuple[str, ...]:
     """A server of its own that charges ``PRICE`` per response on a ledger in ``directory``."""
     ledger = directory / "ledger.db"
@@ -1302,6 +1307,8 @@ async def busy_queue_flood(port: int, long: bool) -> Outcome:
     queued = 8  # --busy-max-queued's default
     path = f"/agents/{AGENT}/acp"
     _, made = await exchange(port, rpc_post(path, "session/new", {"cwd": "/", "mcpServers": []}))
+    if "result" not in made:
+        return Outcome("session/new", f"no session to flood: {made}", False)
     sid = made["result"]["sessionId"]
     answers: dict[str, int] = {}
     refused = trio.Event()
@@ -1621,9 +1628,10 @@ SCENARIOS = [
         acp_session_pin,
         push_config_pin,
         sse_session_pin,
-        busy_queue_flood,
     )
 ] + [
+    # A server of its own: acp_session_pin leaves the anonymous caller at its ACP session cap.
+    Scenario.of(busy_queue_flood, server=alone),
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
     Scenario.of(chat_redos_rule),

@@ -24,6 +24,7 @@ WORK = {
     "concurrent_replay",
     "push_config_pin",
     "deep_json_multi_session",  # the live session's one response
+    "busy_queue_flood",  # the held prompt and the eight queued ones, in turn
 }
 
 
