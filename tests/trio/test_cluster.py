@@ -406,8 +406,11 @@ async def _room(url: str, token: str, n: int, out: list[Outcome]) -> None:
             while True:
                 with trio.move_on_after(BEGIN) as waited:
                     event = await recv(watcher)
-                if waited.cancelled_caught and got.response_id is None:
-                    got.state = "cut"  # the asker's node went before the agent began
+                if waited.cancelled_caught:
+                    # The asker's node went before the agent began, or a draining
+                    # node's last room entries were never written (docs/scale-out.md,
+                    # "Limits"): the room's history tells (below).
+                    got.state = "cut"
                     return
                 if event.get("sender", {}).get("id") != "ticker":
                     continue
