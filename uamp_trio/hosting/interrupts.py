@@ -38,12 +38,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 import trio
 
 from uamp_proto import events as ev
+from uamp_proto import jsonrpc as rpc
+from uamp_proto.adapters._human import Ask, dismissed
 from uamp_proto.errors import UampError
 from uamp_proto.interrupts import (
     DEFAULT_EXPIRY,
@@ -213,6 +215,31 @@ class Interrupts:
         waiter.answer = answer
         waiter.event.set()
         return found
+
+    async def answer_reply(
+        self,
+        principal: Principal,
+        ask: Ask,
+        reply: rpc.Response | rpc.ErrorResponse,
+        parse: Callable[[Any, Ask], Answer],
+        what: str,
+    ) -> None:
+        """Answer ``ask`` with a client's JSON-RPC reply to the protocol's own question.
+
+        For transports that ask the client with a request of their own (ACP
+        ``session/request_permission``, MCP ``elicitation/create``): an error
+        reply, or a result ``parse`` cannot read (logged as ``what``), is the
+        ask dismissed; an interrupt answered elsewhere or expired meanwhile is
+        left as it is.
+        """
+        answer = dismissed(ask)
+        if isinstance(reply, rpc.Response):
+            try:
+                answer = parse(reply.result, ask)
+            except rpc.JSONRPCError as exc:
+                log.info("%s not understood: %s", what, exc.message)
+        with contextlib.suppress(InterruptNotFound, InvalidAnswer):
+            await self.answer(principal, ask.id, answer)
 
     def paused(self, session_id: str) -> list[Interrupt]:
         """The interrupts the runs of ``session_id`` wait on (empty: not paused).

@@ -73,7 +73,6 @@ of ``cwd`` and ``mcpServers``, and how long an unused one lives are
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import importlib.metadata
 import logging
@@ -91,7 +90,7 @@ from uamp_proto import events as ev
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
-from uamp_proto.adapters._human import Ask, ask_of, describe, dismissed, is_approval
+from uamp_proto.adapters._human import Ask, ask_of, describe, is_approval
 from uamp_proto.busy import INVALID_POLICY, BusyError
 from uamp_proto.codec import unstructure
 from uamp_proto.payment import (
@@ -111,7 +110,7 @@ from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
 from ..hosting.busy import ConversationGate, Slot
 from ..hosting.host import Host, PolicyTransport
-from ..hosting.interrupts import InterruptNotFound, Interrupts, InvalidAnswer
+from ..hosting.interrupts import Interrupts
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import (
@@ -338,15 +337,9 @@ class AcpConnection:
             reply = await self._ask_client(
                 "session/request_permission", acp.permission_request(session_id, ask)
             )
-            answer = dismissed(ask)
-            if isinstance(reply, rpc.Response):
-                try:
-                    answer = acp.parse_permission_outcome(reply.result, ask)
-                except rpc.JSONRPCError as exc:
-                    log.info("ACP permission answer not understood: %s", exc.message)
-            # Answered elsewhere, or expired, meanwhile: nothing left to answer.
-            with contextlib.suppress(InterruptNotFound, InvalidAnswer):
-                await self.interrupts.answer(self.principal, ask.id, answer)
+            await self.interrupts.answer_reply(
+                self.principal, ask, reply, acp.parse_permission_outcome, "ACP permission answer"
+            )
         waiting.pop(ask.id, None)
 
     # --- payment ----------------------------------------------------------------

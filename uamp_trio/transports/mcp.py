@@ -55,7 +55,6 @@ received.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import importlib.metadata
 import logging
@@ -70,7 +69,7 @@ from uamp_proto import events as ev
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import mcp
-from uamp_proto.adapters._human import Ask, ask_of, dismissed
+from uamp_proto.adapters._human import Ask, ask_of
 from uamp_proto.errors import UampError
 from uamp_proto.payment import BALANCE_EVENT, PaymentPolicy, PaymentRequiredError, balance_fields
 from uamp_proto.principal import ANONYMOUS, Principal
@@ -91,7 +90,7 @@ from ..engines.http import (
 )
 from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
-from ..hosting.interrupts import InterruptNotFound, Interrupts, InvalidAnswer
+from ..hosting.interrupts import Interrupts
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import Handle, SendPayload, answer_payload, serve_ndjson
 from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, ResponseRun, open_response
@@ -339,15 +338,9 @@ class McpDispatcher:
                 reply = await receive.receive()
             finally:
                 self.asked.pop(rid, None)
-            answer = dismissed(ask)
-            if isinstance(reply, rpc.Response):
-                try:
-                    answer = mcp.parse_elicitation_result(reply.result, ask)
-                except rpc.JSONRPCError as exc:
-                    log.info("MCP elicitation result not understood: %s", exc.message)
-            # Answered elsewhere, or expired, meanwhile: nothing left to answer.
-            with contextlib.suppress(InterruptNotFound, InvalidAnswer):
-                await self.interrupts.answer(self.principal, ask.id, answer)
+            await self.interrupts.answer_reply(
+                self.principal, ask, reply, mcp.parse_elicitation_result, "MCP elicitation result"
+            )
         waiting.pop(ask.id, None)
 
     def _result(
