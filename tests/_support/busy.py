@@ -29,7 +29,7 @@ class Holder(TestAgent):
     def __init__(self, name: str = "holder") -> None:
         self.name = name
         self.release = threading.Event()
-        #: The last user text of each run, in the order the runs started.
+        #: The last user text of each run, in the order the runs sent their echo.
         self.started: list[str] = []
         self.finished: list[str] = []
         self.cancelled: list[str] = []
@@ -40,9 +40,11 @@ class Holder(TestAgent):
         """Echo, then hold while asked to."""
         users = [m for m in request.messages if m.role == "user"]
         text = users[-1].text if users else ""
-        self.started.append(text)
         self.seen[text] = [f"{m.role}:{m.text}" for m in request.messages]
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"echo {text}")))
+        # Recorded once the echo is out and with no await before the hold:
+        # a test that waits for ``started`` knows a cancel lands in the hold.
+        self.started.append(text)
         if text.startswith("hold"):
             try:
                 while not self.release.is_set():
