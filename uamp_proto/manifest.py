@@ -22,6 +22,7 @@ Pure functions: keys are passed in, nothing is fetched or timed here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -70,6 +71,7 @@ _ALGORITHMS: Final = frozenset({"ES256", "EdDSA"})
 _MEMBERS: Final = frozenset({"agent", "description", "intents", "body_types", "auth", "limits"})
 _LIMITS: Final = frozenset({"max_body_kb", "rate_lph"})
 _TYP: Final = "manifest+jws"
+_AGENT: Final = re.compile(r"uamp/1\.[0-9]+", re.ASCII)
 
 
 class ManifestError(SignatureError):
@@ -98,7 +100,7 @@ def check_manifest(manifest: Mapping[str, Any]) -> None:
             f"manifest members: unknown {unknown or 'none'}, missing {missing or 'none'}",
         )
     agent = manifest["agent"]
-    if not isinstance(agent, str) or not agent.startswith("uamp/1.") or not agent[7:].isdigit():
+    if not isinstance(agent, str) or not _AGENT.fullmatch(agent):
         raise ManifestError(Reason.MALFORMED, f"agent must match uamp/1.N, not {agent!r}")
     if not isinstance(manifest["description"], str):
         raise ManifestError(Reason.MALFORMED, "description must be a string")
