@@ -368,3 +368,61 @@ def test_replay_rebuilds_a_continued_messages_parts() -> None:
         "tool-output-available",
         "finish-step",
     ]
+
+
+# --- the text-delta fast path ------------------------------------------------------------
+
+_EVENTS = st.one_of(
+    st.builds(text, st.text(max_size=8)),
+    st.builds(
+        lambda c, t: ev.Thinking(content=t, is_delta=c), st.booleans(), st.text(max_size=4)
+    ),
+    st.builds(
+        fragment, st.sampled_from(["c1", "c2"]), st.sampled_from([None, "f"]), st.text(max_size=3)
+    ),
+    st.builds(result, st.sampled_from(["c1", "c2"]), st.text(max_size=3)),
+    st.builds(step, st.sampled_from(["step_start", "step_end"])),
+)
+
+
+@given(st.lists(_EVENTS, max_size=30))
+@settings(max_examples=300)
+def test_text_frame_is_the_frame_feed_makes(events: list[ev.Event]) -> None:
+    """``text_frame`` (when it answers) gives the very bytes of ``frame(feed(...))``."""
+    from uamp_proto.adapters.ai_sdk import frame
+
+    fast = StreamEncoder("m1", counter_ids(), client_tools=frozenset({"f"}))
+    slow = StreamEncoder("m1", counter_ids(), client_tools=frozenset({"f"}))
+    fast_out = [frame(c) for c in fast.start()]
+    slow_out = [frame(c) for c in slow.start()]
+    shortcuts = 0
+    for event in events:
+        data = None
+        if isinstance(event, ev.ResponseDelta) and isinstance(event.delta, ty.DeltaText):
+            data = fast.text_frame(event.delta.text)
+        if data is not None:
+            shortcuts += 1
+            fast_out.append(data)
+        else:
+            fast_out += [frame(c) for c in fast.feed(event)]
+        slow_out += [frame(c) for c in slow.feed(event)]
+    fast_out += [frame(c) for c in fast.finish()]
+    slow_out += [frame(c) for c in slow.finish()]
+    assert fast_out == slow_out
+    assert shortcuts <= sum(isinstance(e, ev.ResponseDelta) for e in events)
+
+
+def test_text_frame_takes_the_hot_path_only_inside_an_open_text_part() -> None:
+    enc = StreamEncoder("m1", counter_ids())
+    enc.start()
+    assert enc.text_frame("a") is None  # no part open yet: feed opens it
+    enc.feed(text("a"))
+    assert enc.text_frame("b") == b'data: {"type":"text-delta","id":"txt_1","delta":"b"}\n\n'
+    assert enc.text_frame("") is None
+    enc.feed(fragment("c1", "t", "{}"))  # a tool call closes the text part
+    assert enc.text_frame("c") is None
+    after = StreamEncoder("m1", counter_ids())
+    after.start()
+    for event in (result("c1", ""), text("a"), result("c1", "")):
+        after.feed(event)  # a known call's output: the next text opens a new step
+    assert after.text_frame("b") is None

@@ -69,6 +69,7 @@ import attrs
 import trio
 
 from uamp_proto import events as ev
+from uamp_proto import types as ty
 from uamp_proto.adapters._human import ask_of, is_approval
 from uamp_proto.adapters.ai_sdk import (
     DONE,
@@ -150,7 +151,9 @@ class _Answer:
         self.prefix = prefix
         self.size = len(start) + sum(len(f) for f in prefix)
         self.done = False
-        self._changed = trio.Event()
+        #: Where readers wait for frames; ``_waiting``: someone is parked there.
+        self._lot = trio.lowlevel.ParkingLot()
+        self._waiting = False
         self.runner: ResponseRunner | None = None
         self.finished = trio.Event()
         #: Whether the answer writes to the shared event log (until superseded there).
@@ -165,16 +168,20 @@ class _Answer:
         """Add frames (never waits)."""
         self.frames.extend(frames)
         self.size += sum(len(f) for f in frames)
-        self._wake()
+        if self._waiting:
+            self._lot.unpark_all()
+
+    def push_one(self, data: bytes) -> None:
+        """Add one frame (never waits): :meth:`push` for the streamed text delta."""
+        self.frames.append(data)
+        self.size += len(data)
+        if self._waiting:
+            self._lot.unpark_all()
 
     def close(self) -> None:
         """No more frames."""
         self.done = True
-        self._wake()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        self._lot.unpark_all()
 
     def cancel(self) -> None:
         """Stop the agent (the answer ends ``abort``, ``finish``)."""
@@ -211,10 +218,13 @@ class _Answer:
             if self.done:
                 await send(DONE)
                 return
-            changed = self._changed
-            with trio.move_on_after(HEARTBEAT):
-                await changed.wait()
-            if not changed.is_set():
+            self._waiting = True
+            try:
+                with trio.move_on_after(HEARTBEAT) as quiet:
+                    await self._lot.park()
+            finally:
+                self._waiting = bool(self._lot)
+            if quiet.cancelled_caught:
                 await send(b": keep-alive\n\n")  # a write is how a gone client is noticed
 
 
@@ -403,7 +413,7 @@ class AiSdkTransport:
         turn = attrs.evolve(turn, interrupts=port)
         run = _Run(self, answer, encoder, charge, body)
         run.open_log()
-        answer.runner = ResponseRunner(agent, turn, run.sink, charge=charge)
+        answer.runner = ResponseRunner(agent, turn, run.sink, stamp=False, charge=charge)
         port.emit = answer.runner.emit
         if background is not None:
             background.start_soon(run.run, name="uamp-ai-sdk-answer")
@@ -573,10 +583,12 @@ class _Run:
         frames = [frame(c) for c in chunks]
         self.answer.push(frames)
         if self.answer.logging:
-            store = self.app.stores.event_log
             for data in frames:
-                self._count += 1
-                store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
+                self._log(data)
+
+    def _log(self, data: bytes) -> None:
+        self._count += 1
+        self.app.stores.event_log.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
 
     def open_log(self) -> None:
         """Start the chat's log in the shared event log (when there is one); never waits."""
@@ -624,6 +636,19 @@ class _Run:
             )
 
     async def sink(self, event: ev.Event) -> None:
+        if type(event) is ev.ResponseDelta and not self.paused:
+            delta = event.delta
+            # The hot path: a text delta continuing the open text part is one
+            # frame from the encoder's template, no chunk dicts.
+            data = self.encoder.text_frame(delta.text) if type(delta) is ty.DeltaText else None
+            if data is not None:
+                answer = self.answer
+                answer.push_one(data)
+                if answer.logging:
+                    self._log(data)
+                if answer.size > self.transport.max_answer_bytes:
+                    raise _TooLarge
+                return
         if self.paused:
             self.held.append(event)
             if len(self.held) > MAX_HELD:
