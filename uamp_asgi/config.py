@@ -28,6 +28,7 @@ TRANSPORTS = (
     "anthropic",
     "agui",
     "uamp",
+    "sse_events",
     "mcp",
     "a2a",
     "acp",
@@ -62,6 +63,10 @@ class Config:
         max_body_size: Largest request body read, bytes (413 above it).
         max_sessions: UAMP WebSocket sessions one connection may hold.
         transports: The transports served (names of :data:`TRANSPORTS`).
+        sse_max_sessions: UAMP HTTP+SSE sessions one principal may hold; one
+            more ``session.create`` gets 429 ``too_many_sessions``.
+        sse_session_idle_timeout: An HTTP+SSE session with no stream, no
+            running turn and no POST for this long (seconds) is forgotten.
     """
 
     authenticator: Authenticator | None = None
@@ -70,3 +75,5 @@ class Config:
     max_body_size: int = 4 * 1024 * 1024
     max_sessions: int = 64
     transports: tuple[str, ...] = TRANSPORTS
+    sse_max_sessions: int = 64
+    sse_session_idle_timeout: float = 300.0

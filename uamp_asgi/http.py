@@ -98,11 +98,17 @@ class Request:
 
 @attrs.frozen
 class JsonReply:
-    """A whole JSON response (``body`` as ``bytes``: JSON already encoded)."""
+    """A whole JSON response (``body`` as ``bytes``: JSON already encoded).
+
+    ``after`` runs once the response is sent, inside the request's task (work
+    the request started that outlives its answer, as Starlette's background
+    tasks): the ASGI server waits for it before it shuts down.
+    """
 
     body: Any
     status: int = 200
     headers: list[tuple[str, str]] = attrs.field(factory=list)
+    after: Callable[[], Awaitable[object]] | None = None
 
 
 @attrs.frozen
@@ -172,6 +178,8 @@ async def send_reply(
             }
         )
         await send({"type": "http.response.body", "body": b"" if head_only else body})
+        if reply.after is not None:
+            await reply.after()
         return
     try:
         await _stream(reply, send, receive)

@@ -363,6 +363,7 @@ ASGI_TRANSPORTS = [
     completions_plain,
     completions_streamed,
     uamp_websocket_agent_url,
+    uamp_http_sse,
     a2a_blocking,
     a2a_streamed,
     agui,

@@ -16,6 +16,7 @@ MODULES = {
     "responses": "responses",
     "agui": "agui",
     "uamp": "uamp_ws",
+    "sse_events": "sse_events",
     "mcp": "mcp",
     "a2a": "a2a",
     "acp": "acp",

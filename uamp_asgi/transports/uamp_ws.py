@@ -26,6 +26,7 @@ resumed connection follows the log until it ends.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 import anyio
@@ -48,7 +49,7 @@ from ..http import HTTPError
 from ..turns import Turn
 from ..websocket import Closed, WebSocket
 
-__all__ = ["MAX_SESSIONS", "RETAIN", "SessionLog", "mount"]
+__all__ = ["MAX_SESSIONS", "RETAIN", "Connection", "Record", "SessionLog", "event_id", "mount"]
 
 #: Frames kept per session for a resume; older ones are dropped.
 RETAIN: Final = 2048
@@ -61,7 +62,7 @@ _TERMINAL = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 
 
 @attrs.define
-class _Record:
+class Record:
     """One session's log: its frames, conversation and whether a response runs."""
 
     agent: str
@@ -71,14 +72,36 @@ class _Record:
     config: ty.SessionConfig | None = None
     running: int = 0
     changed: anyio.Event = attrs.field(factory=anyio.Event)
+    #: Frames ever appended: the position just after the newest.
+    total: int = 0
 
     def append(self, event_id: str, frame: bytes) -> None:
         if len(self.frames) == self.frames.maxlen:
             self.dropped = True
         self.frames.append((event_id, frame))
-        self._wake()
+        self.total += 1
+        self.wake()
 
-    def _wake(self) -> None:
+    def since(self, position: int) -> list[tuple[str, bytes]]:
+        """``(event_id, frame)`` after ``position`` (a :attr:`total` seen earlier) still held."""
+        skip = max(0, position - (self.total - len(self.frames)))
+        return list(self.frames)[skip:]
+
+    def position_of(self, event_id: str) -> int:
+        """The position just after the frame ``event_id``.
+
+        Raises:
+            ResumeError: ``beyond_retention`` or ``unknown_event``.
+        """
+        first = self.total - len(self.frames)
+        for i, (eid, _) in enumerate(self.frames):
+            if eid == event_id:
+                return first + i + 1
+        if self.dropped:
+            raise ResumeError(f"the log no longer holds the events after {event_id!r}")
+        raise ResumeError(f"no event {event_id!r} in this session", code="unknown_event")
+
+    def wake(self) -> None:
         self.changed.set()
         self.changed = anyio.Event()
 
@@ -88,32 +111,28 @@ class _Record:
         Raises:
             ResumeError: ``beyond_retention`` or ``unknown_event``.
         """
-        for i, (eid, _) in enumerate(self.frames):
-            if eid == event_id:
-                return [f for _, f in list(self.frames)[i + 1 :]]
-        if self.dropped:
-            raise ResumeError(f"the log no longer holds the events after {event_id!r}")
-        raise ResumeError(f"no event {event_id!r} in this session", code="unknown_event")
+        return [f for _, f in self.since(self.position_of(event_id))]
 
 
 class SessionLog:
-    """Every session's :class:`_Record`, by owner and session id; bounded (:mod:`..bounded`)."""
+    """Every session's :class:`Record`, by owner and session id; bounded (:mod:`..bounded`)."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
         per_owner = min(MAX_SESSIONS_PER_PRINCIPAL, max_sessions)
-        self._records: OwnedLRU[_Record] = OwnedLRU(per_owner=per_owner, total=max_sessions)
+        self._records: OwnedLRU[Record] = OwnedLRU(per_owner=per_owner, total=max_sessions)
 
-    def open(self, owner: Principal, sid: str, agent: str) -> _Record:
-        record = _Record(agent)
+    def open(self, owner: Principal, sid: str, agent: str) -> Record:
+        record = Record(agent)
         self._records.put(owner, sid, record)
         return record
 
-    def find(self, owner: Principal, sid: str) -> _Record | None:
+    def find(self, owner: Principal, sid: str) -> Record | None:
         """The caller's session ``sid`` (another principal's: ``None``, as a missing one)."""
         return self._records.get(owner, sid)
 
 
-def _event_id(frame: bytes) -> str:
+def event_id(frame: bytes) -> str:
+    """The ``event_id`` of an encoded event (``""``: none)."""
     value = orjson.loads(frame).get("event_id")
     return value if isinstance(value, str) else ""
 
@@ -122,25 +141,40 @@ def _error(sid: str | None, code: str, message: str) -> ev.SessionErrorEvent:
     return ev.SessionErrorEvent(session_id=sid, error=ty.ErrorInfo(code=code, message=message))
 
 
-class _Connection:
+class Connection:
     """The state of one UAMP WebSocket connection."""
 
-    def __init__(self, host: Host, log: SessionLog, ws: WebSocket, fixed: Responder | None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        log: SessionLog,
+        ws: WebSocket | None,
+        fixed: Responder | None,
+        principal: Principal,
+    ) -> None:
         self.host = host
         self.log = log
         self.ws = ws
+        self.principal = principal
         self.fixed = fixed
         self.conn = ServerConnection(ConnectionConfig(max_sessions=host.config.max_sessions))
         self.agents: dict[str, Responder] = {}
-        self.records: dict[str, _Record] = {}
+        self.records: dict[str, Record] = {}
         self.turns: dict[str, Turn] = {}
         self.lock = anyio.Lock()
         self.open = True
+        self.group: anyio.abc.TaskGroup | None = None
+
+    def spawn(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: object) -> None:
+        """Run ``func(*args)`` beside the connection (a turn, a follower)."""
+        assert self.group is not None
+        self.group.start_soon(func, *args)
 
     async def write(self, frames: list[bytes]) -> None:
         """Send ``frames`` while the socket is open (a closed one drops them)."""
         if not self.open or not frames:
             return
+        assert self.ws is not None
         async with self.lock:
             try:
                 for frame in frames:
@@ -154,12 +188,23 @@ class _Connection:
             frame = self.conn.send(event)
         except LocalProtocolError:
             return
+        await self.deliver([frame], sid)
+
+    async def deliver(self, frames: list[bytes], sid: str | None) -> None:
+        """Log ``frames`` when session ``sid`` keeps a log, then send them."""
         record = self.records.get(sid) if sid is not None else None
         if record is not None:
-            record.append(_event_id(frame), frame)
-        await self.write([frame])
+            for frame in frames:
+                record.append(event_id(frame), frame)
+        await self.write(frames)
+
+    async def refuse(self, sid: str | None, code: str, message: str) -> None:
+        """Turn down a ``session.create`` (a ``session.error``)."""
+        await self.owe(_error(sid, code, message))
 
     async def run(self, group: anyio.abc.TaskGroup) -> None:
+        self.group = group
+        assert self.ws is not None
         while True:
             try:
                 data = await self.ws.receive()
@@ -176,15 +221,15 @@ class _Connection:
                 if event is NEED_DATA:
                     break
                 await self.write(self.conn.data_to_send())
-                await self.handle(event, group)
+                await self.handle(event)
 
-    async def handle(self, event: Any, group: anyio.abc.TaskGroup) -> None:
+    async def handle(self, event: Any) -> None:
         if isinstance(event, ev.SessionCreate):
-            await self.create(event, group)
+            await self.create(event)
         elif isinstance(event, ev.ResponseCreate):
             sid = event.session_id
             assert sid is not None
-            self.start(sid, group)
+            self.start(sid)
         elif isinstance(event, ev.ResponseCancel):
             turn = self.turns.get(event.session_id or "")
             if turn is not None:
@@ -194,9 +239,9 @@ class _Connection:
             ctx = self.conn.sessions.get(sid)
             tracker = ctx.response if ctx is not None else None
             if tracker is not None and not tracker.pending_tool_calls and sid not in self.turns:
-                self.start(sid, group, created=False)
+                self.start(sid, created=False)
 
-    async def create(self, event: ev.SessionCreate, group: anyio.abc.TaskGroup) -> None:
+    async def create(self, event: ev.SessionCreate) -> None:
         sid = event.session_id
         assert sid is not None
         try:
@@ -205,18 +250,16 @@ class _Connection:
             if event.agent is not None and event.agent != agent.name:
                 raise HTTPError(404, f"No agent named {event.agent!r}.", code="agent_not_found")
         except ResumeError as exc:
-            await self.owe(_error(sid, exc.code, exc.message))
+            await self.refuse(sid, exc.code, exc.message)
             return
         except HTTPError as exc:
-            await self.owe(_error(sid, exc.code or "agent_not_found", exc.message))
+            await self.refuse(sid, exc.code or "agent_not_found", exc.message)
             return
         self.agents[sid] = agent
-        principal = self.ws.principal
+        principal = self.principal
         if after is None:
-            opened = self.records[sid] = self.log.open(principal, sid, agent.name)
-            frame = self.conn.accept(sid, agent=agent.name)
-            opened.append(_event_id(frame), frame)
-            await self.write([frame])
+            self.records[sid] = self.log.open(principal, sid, agent.name)
+            await self.deliver([self.conn.accept(sid, agent=agent.name)], sid)
             # Section 9.1: session.created, then the capabilities view.
             ctx = self.conn.sessions[sid]
             view = session_view(agent.capabilities(), ctx.client_capabilities)
@@ -228,7 +271,7 @@ class _Connection:
                 raise ResumeError(f"no session {sid!r} to resume", code="unknown_session")
             missed = record.after(after)
         except ResumeError as exc:
-            await self.owe(_error(sid, exc.code, exc.message))
+            await self.refuse(sid, exc.code, exc.message)
             return
         ctx = self.conn.sessions[sid]
         ctx.history = list(record.history)
@@ -238,23 +281,22 @@ class _Connection:
         frame = self.conn.accept(sid, agent=agent.name, extensions={RESUMED: True})
         await self.write([frame, *missed])
         if record.running:
-            group.start_soon(self.follow, ctx, record, len(record.frames))
+            self.spawn(self.follow, ctx, record, record.total)
 
-    async def follow(self, ctx: SessionContext, record: _Record, seen: int) -> None:
+    async def follow(self, ctx: SessionContext, record: Record, seen: int) -> None:
         """Send what a response running elsewhere logs, until it ends; then take its history."""
         while True:
-            frames = list(record.frames)
+            frames = [f for _, f in record.since(seen)]
+            seen = record.total
             ended = not record.running
             if ended:  # before the client sees the end and asks again
                 ctx.history = list(record.history)
-            if len(frames) > seen:
-                await self.write([f for _, f in frames[seen:]])
-                seen = len(frames)
+            await self.write(frames)
             if ended:
                 return
             await record.changed.wait()
 
-    def start(self, sid: str, group: anyio.abc.TaskGroup, *, created: bool = True) -> None:
+    def start(self, sid: str, *, created: bool = True) -> None:
         ctx = self.conn.sessions[sid]
         tracker = ctx.response
         agent = self.agents.get(sid)
@@ -270,10 +312,10 @@ class _Connection:
             tools=list(config.tools or []) if config else [],
             token=ctx.token,
             payment_token=ctx.payment_token,
-            principal=self.ws.principal,
+            principal=self.principal,
             client_capabilities=ctx.client_capabilities,
         )
-        group.start_soon(self.respond, ctx, agent, request, created)
+        self.spawn(self.respond, ctx, agent, request, created)
 
     async def respond(
         self, ctx: SessionContext, agent: Responder, request: TurnRequest, created: bool
@@ -301,8 +343,7 @@ class _Connection:
             record.history, record.config = list(ctx.history), ctx.config
             record.running -= 1
             ended = True
-            record.append(_event_id(frame), frame)
-            await self.write([frame])
+            await self.deliver([frame], sid)
 
         try:
             charge = await self.host.open_charge(
@@ -321,7 +362,7 @@ class _Connection:
             self.turns.pop(sid, None)
             if record is not None and not ended:
                 record.running -= 1
-                record._wake()
+                record.wake()
 
 
 def mount(host: Host) -> None:
@@ -333,7 +374,7 @@ def mount(host: Host) -> None:
             p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
         ]
         await ws.accept(next((p for p in SUBPROTOCOLS if p in offered), None))
-        connection = _Connection(host, log, ws, fixed)
+        connection = Connection(host, log, ws, fixed, ws.principal)
         async with anyio.create_task_group() as group:
             await connection.run(group)
             # The client left: its running turns go on into their logs (a

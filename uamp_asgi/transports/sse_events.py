@@ -1,0 +1,375 @@
+"""UAMP over HTTP+SSE on ASGI (UAMP section 13.2), as ``uamp serve`` serves it.
+
+Endpoints: ``POST .../events`` and ``GET .../events/stream`` for an agent
+(``/agents/{name}/events``) and at the root (``/events``, the agent named by
+``session.create``), with the bodies, headers and codes of
+:mod:`uamp_trio.transports.sse_events`: a POST without ``X-Session-ID`` (or
+``?session_id=``) starts with ``session.create`` and is answered
+``{"session_id", "accepted"}`` with the id in ``X-Session-ID``; later POSTs
+name the session; a refused event is a 400 (404 for an unknown session or
+agent) whose JSON body says how many events before it were ``accepted``.
+
+Theory of operation
+-------------------
+An HTTP session is a :class:`~uamp_asgi.transports.uamp_ws.Connection` with
+exactly one UAMP session and no socket: every frame it owes goes into the
+session's :class:`~uamp_asgi.transports.uamp_ws.Record` (the log a WebSocket
+resume reads), and the event stream follows that record. So a stream opened
+late still gets ``session.created``, a new stream with ``Last-Event-ID`` gets
+what came after that event (410 ``beyond_retention`` once the record no
+longer holds it), and a stream without it gets what no stream took yet. One
+stream reads a session at a time: a new one ends the old.
+
+A turn a POST starts (``response.create``, a tool result) runs in that POST's
+request task once its answer is sent (:attr:`~uamp_asgi.http.JsonReply.after`),
+so it outlives the POST and any stream, as under ``uamp serve``. A session
+belongs to the principal that opened it: another principal's id is answered
+404 like a missing one. Bounds: ``Config.sse_max_sessions`` sessions a
+principal (one more ``session.create`` is 429 ``too_many_sessions``), and a
+session with no stream, no turn and no POST for
+``Config.sse_session_idle_timeout`` seconds is forgotten.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+import anyio
+import orjson
+
+from uamp_proto.errors import ProtocolError, RemoteProtocolError
+from uamp_proto.principal import Principal
+from uamp_proto.responder import Responder
+from uamp_proto.resume import ResumeError
+from uamp_proto.sse import encode_json
+
+from ..app import Host
+from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
+from .uamp_ws import Connection, SessionLog, event_id
+
+__all__ = ["HEARTBEAT", "mount"]
+
+#: A comment is written when a stream has been quiet this long (seconds), so
+#: proxies keep it open and a client that left is noticed.
+HEARTBEAT: Final = 15.0
+#: Sessions kept over all principals.
+MAX_SESSIONS: Final = 4096
+_SESSION_HEADER: Final = "x-session-id"
+#: UAMP 6.3 has no "agent not found": the spec's ``agent_offline``, the
+#: precise code in ``details.reason`` (as ``uamp serve``).
+_SPEC_CODES: Final = {"agent_not_found": "agent_offline"}
+
+
+class _Refused(Exception):
+    """A ``session.create`` the session turned down."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Answer(HTTPError):
+    """A refusal with the HTTP+SSE body (``accepted`` beside the error)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        accepted: int,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(status, message, code=code, headers=headers)
+        spec = _SPEC_CODES.get(code, code)
+        error: dict[str, Any] = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": spec,
+        }
+        if spec != code:
+            error["details"] = {"reason": code}
+        self.body = {"error": error, "accepted": accepted}
+
+
+class _HttpSession(Connection):
+    """One HTTP session: a connection without a socket, its frames in its record."""
+
+    def __init__(self, host: Host, fixed: Responder | None, principal: Principal) -> None:
+        super().__init__(host, SessionLog(1), None, fixed, principal)
+        self.sid: str | None = None
+        self.pending: list[tuple[Callable[..., Coroutine[Any, Any, Any]], tuple[object, ...]]] = []
+        #: Position in the record up to which a stream took the frames.
+        self.delivered = 0
+        self.readers = 0
+        self.reader: object | None = None
+        self.last_seen = anyio.current_time()
+
+    def spawn(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: object) -> None:
+        self.pending.append((func, args))
+
+    async def write(self, frames: list[bytes]) -> None:
+        record = self.records.get(self.sid or "")
+        if record is None:
+            return
+        for frame in frames:
+            record.append(event_id(frame), frame)
+
+    async def deliver(self, frames: list[bytes], sid: str | None) -> None:
+        if self.sid is None and sid is not None and sid in self.records:
+            self.sid = sid
+        await self.write(frames)
+
+    async def refuse(self, sid: str | None, code: str, message: str) -> None:
+        raise _Refused(code, message)
+
+    @property
+    def ended(self) -> bool:
+        return self.sid is not None and self.sid not in self.conn.sessions
+
+    @property
+    def idle(self) -> bool:
+        return not self.readers and not self.turns and not self.pending
+
+    async def feed(self, messages: list[bytes]) -> tuple[int, ProtocolError | _Refused | None]:
+        """Process ``messages`` in order; how many were taken, and why the next was not."""
+        self.last_seen = anyio.current_time()
+        for n, message in enumerate(messages):
+            if self.sid is not None:
+                # The session is the POST's: its events need not name it.
+                parsed = orjson.loads(message)
+                if isinstance(parsed, dict) and parsed.get("session_id") is None:
+                    message = orjson.dumps({**parsed, "session_id": self.sid})
+            self.conn.receive(message)
+            try:
+                event = self.conn.next_event()
+                await self.write(self.conn.data_to_send())
+                await self.handle(event)
+            except RemoteProtocolError as err:
+                self.conn.data_to_send()  # the POST's answer says it instead
+                return n, err
+            except _Refused as refused:
+                return n, refused
+        return len(messages), None
+
+    async def run_pending(self) -> None:
+        """Run the turns the last POST started (after its answer went out)."""
+        pending, self.pending = self.pending, []
+        if pending:
+            async with anyio.create_task_group() as group:
+                for func, args in pending:
+                    group.start_soon(func, *args)
+        self.last_seen = anyio.current_time()
+
+    async def stream(self, write: Write, position: int | None) -> None:
+        """Write the record after ``position`` (``None``: what no stream took), then live."""
+        sid = self.sid
+        assert sid is not None
+        record = self.records[sid]
+        me = object()
+        if self.reader is not None:
+            record.wake()  # the stream reading now stops at its next look
+        self.reader = me
+        self.readers += 1
+        at = self.delivered if position is None else position
+        try:
+            await write(b": uamp event stream\n\n")
+            while self.reader is me:
+                frames = record.since(at)
+                at = record.total
+                self.delivered = max(self.delivered, at)
+                if frames:
+                    await write(b"".join(encode_json(f, id=i or None) for i, f in frames))
+                if self.ended:
+                    return
+                with anyio.move_on_after(HEARTBEAT) as beat:
+                    await record.changed.wait()
+                if beat.cancelled_caught:
+                    await write(b":\n\n")
+        finally:
+            self.readers -= 1
+            if self.reader is me:
+                self.reader = None
+            self.last_seen = anyio.current_time()
+
+
+def _messages(request: Request) -> tuple[list[bytes], object]:
+    """The body as one encoded message per event, and the first event's type."""
+    parsed = request.json()
+    if isinstance(parsed, dict):
+        return [request.body], parsed.get("type")
+    if isinstance(parsed, list) and parsed and all(isinstance(e, dict) for e in parsed):
+        return [orjson.dumps(e) for e in parsed], parsed[0].get("type")
+    raise _Answer(
+        400,
+        "invalid_event",
+        "The body must be one UAMP event (a JSON object) or a non-empty JSON array of events.",
+        0,
+    )
+
+
+def _status(code: str) -> int:
+    return 404 if code in ("agent_not_found", "unknown_session") else 400
+
+
+class _Sessions:
+    """The live HTTP sessions of one app, by owner and session id."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.live: dict[tuple[tuple[str, str], str], _HttpSession] = {}
+        self.held: Counter[tuple[str, str]] = Counter()
+
+    def session_id(self, request: Request) -> str | None:
+        sid = request.headers.get(_SESSION_HEADER)
+        if sid:
+            return sid
+        values = parse_qs(request.query).get("session_id")
+        return values[0] if values else None
+
+    def path_agent(self, request: Request) -> Responder | None:
+        if "agent" not in request.path_params:
+            return None
+        try:
+            return self.host.resolve_agent(request.path_params)
+        except HTTPError as missing:
+            raise _Answer(404, "agent_not_found", missing.message, 0) from None
+
+    def find(self, request: Request, sid: str | None) -> _HttpSession:
+        if sid is None:
+            raise _Answer(
+                400, "session_id_required", "Name the session in the X-Session-ID header.", 0
+            )
+        hs = self.live.get((request.principal.key, sid))
+        agent = self.path_agent(request)
+        if hs is None or hs.ended or (agent is not None and hs.agents.get(sid) is not agent):
+            raise _Answer(
+                404,
+                "unknown_session",
+                f"No session {sid!r}: it never existed, ended or expired.",
+                0,
+            )
+        return hs
+
+    def forget(self, hs: _HttpSession) -> None:
+        if hs.sid is not None and self.live.get((hs.principal.key, hs.sid)) is hs:
+            del self.live[(hs.principal.key, hs.sid)]
+            self.held[hs.principal.key] -= 1
+            if not self.held[hs.principal.key]:
+                del self.held[hs.principal.key]
+
+    def sweep(self) -> None:
+        """Forget ended sessions and idle ones past their timeout."""
+        deadline = anyio.current_time() - self.host.config.sse_session_idle_timeout
+        for hs in list(self.live.values()):
+            if hs.ended or (hs.idle and hs.last_seen < deadline):
+                self.forget(hs)
+
+    async def post(self, request: Request) -> Reply:
+        """``POST .../events``: one event or a JSON array of them."""
+        messages, first = _messages(request)
+        agent = self.path_agent(request)
+        sid = self.session_id(request)
+        if sid is None:
+            if first != "session.create":
+                raise _Answer(
+                    400,
+                    "session_id_required",
+                    "A POST without X-Session-ID must start with session.create.",
+                    0,
+                )
+            return await self.open(request, agent, messages)
+        hs = self.find(request, sid)
+        accepted, error = await hs.feed(messages)
+        if hs.ended:
+            self.forget(hs)
+        if error is not None:
+            raise _Answer(_status(error.code), error.code, str(error.message), accepted)
+        return JsonReply({"session_id": sid, "accepted": accepted}, after=hs.run_pending)
+
+    async def open(
+        self, request: Request, agent: Responder | None, messages: list[bytes]
+    ) -> JsonReply:
+        principal = request.principal
+        self.sweep()
+        limit = self.host.config.sse_max_sessions
+        if self.held[principal.key] >= limit or len(self.live) >= MAX_SESSIONS:
+            raise _Answer(
+                429,
+                "too_many_sessions",
+                f"Too many HTTP+SSE sessions of yours (at most {limit}); end one with "
+                "session.end, or wait for an unused one to expire.",
+                0,
+            )
+        hs = _HttpSession(self.host, agent, principal)
+        accepted, error = await hs.feed(messages[:1])
+        if error is not None or hs.sid is None:
+            code = error.code if error is not None else "invalid_event"
+            message = str(error.message) if error is not None else "The session was not opened."
+            raise _Answer(_status(code), code, message, 0)
+        key = (principal.key, hs.sid)
+        if key in self.live:  # never attach to (or replace) a live session
+            raise _Answer(400, "duplicate_session", f"session {hs.sid!r} already exists", 0)
+        self.live[key] = hs
+        self.held[principal.key] += 1
+        headers = [(_SESSION_HEADER, hs.sid)]
+        more, error = await hs.feed(messages[1:])
+        if error is not None:
+            raise _Answer(
+                _status(error.code), error.code, str(error.message), accepted + more, headers
+            )
+        return JsonReply(
+            {"session_id": hs.sid, "accepted": accepted + more},
+            headers=headers,
+            after=hs.run_pending,
+        )
+
+    async def get(self, request: Request) -> Reply:
+        """``GET .../events/stream``: the session's events as SSE."""
+        hs = self.find(request, self.session_id(request))
+        assert hs.sid is not None
+        last = (request.headers.get("last-event-id") or "").strip()
+        position: int | None = None
+        if last:
+            try:
+                position = hs.records[hs.sid].position_of(last)
+            except ResumeError as exc:
+                status = 410 if exc.code == "beyond_retention" else 400
+                raise _Answer(status, exc.code, exc.message, 0) from None
+
+        async def produce(write: Write) -> None:
+            await hs.stream(write, position)
+
+        return StreamReply(
+            produce,
+            headers=[
+                ("content-type", "text/event-stream"),
+                ("cache-control", "no-cache"),
+                ("x-accel-buffering", "no"),
+                (_SESSION_HEADER, hs.sid),
+            ],
+        )
+
+
+def mount(host: Host) -> None:
+    """Serve UAMP over HTTP+SSE at ``.../events`` and ``.../events/stream``."""
+    sessions = _Sessions(host)
+
+    async def post(request: Request) -> Reply:
+        try:
+            return await sessions.post(request)
+        except _Answer as refused:
+            return JsonReply(refused.body, refused.status, refused.headers)
+
+    async def get(request: Request) -> Reply:
+        try:
+            return await sessions.get(request)
+        except _Answer as refused:
+            return JsonReply(refused.body, refused.status, refused.headers)
+
+    host.route("POST", "/events", post)
+    host.route("GET", "/events/stream", get)
