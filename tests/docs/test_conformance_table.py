@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "specs.md"
 STATUSES = ("tested", "deviation", "n/a")
 #: The least number of rows each document's table may have (raise them as rows are added).
-FLOORS = {"003": 86, "001": 54, "004": 74}
+FLOORS = {"003": 86, "001": 54, "004": 74, "000": 168}
 #: The tables not yet held to the strict rules (rows naming a module, "untested" rows).
-LEGACY = {"000", "002"}
+LEGACY = {"002"}
 LEGACY_STATUSES = {"untested", "not done"}
 TEST_REF = re.compile(r"(tests/[\w/]+\.py)(?:::(\w+))?")
 HEADING = re.compile(r"^### .*\((\d{3})\)")
