@@ -23,10 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "specs.md"
 STATUSES = ("tested", "deviation", "n/a")
 #: The least number of rows each document's table may have (raise them as rows are added).
-FLOORS = {"003": 86, "001": 54, "004": 74, "000": 168}
-#: The tables not yet held to the strict rules (rows naming a module, "untested" rows).
-LEGACY = {"002"}
-LEGACY_STATUSES = {"untested", "not done"}
+FLOORS = {"000": 168, "001": 54, "002": 169, "003": 86, "004": 74}
 TEST_REF = re.compile(r"(tests/[\w/]+\.py)(?:::(\w+))?")
 HEADING = re.compile(r"^### .*\((\d{3})\)")
 COUNTS = re.compile(r" — (\d+) rows: (.*)$")
@@ -62,7 +59,7 @@ def _functions(path: str) -> frozenset[str]:
 
 def test_the_page_has_a_table_for_each_of_the_five_documents() -> None:
     assert set(_tables()) == {"000", "001", "002", "003", "004"}
-    assert set(FLOORS) | LEGACY == set(_tables())
+    assert set(FLOORS) == set(_tables())
 
 
 @pytest.mark.parametrize("spec", sorted(FLOORS))
@@ -91,14 +88,6 @@ def test_every_row_has_an_allowed_status_and_its_evidence(spec: str) -> None:
         elif cells[2] != "tested" and len(TEST_REF.sub("", cells[3]).split()) < 4:
             bad.append(cells)  # a deviation or n/a says why, in words
     assert bad == []
-
-
-def test_legacy_rows_have_a_status_and_evidence() -> None:
-    for spec in LEGACY:
-        for cells in _tables()[spec][1]:
-            assert len(cells) == 4, cells
-            assert cells[2] in {*STATUSES, *LEGACY_STATUSES}, cells
-            assert cells[3], cells
 
 
 def test_every_named_test_exists() -> None:
