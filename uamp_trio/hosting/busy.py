@@ -29,10 +29,24 @@ from typing import Any
 
 import trio
 
-from uamp_proto.busy import BusyLimits, BusyPolicy, Lanes, Move, policy_of
+from uamp_proto.busy import (
+    BUSY,
+    QUEUE_FULL,
+    BusyError,
+    BusyLimits,
+    BusyPolicy,
+    Lanes,
+    Move,
+    policy_of,
+)
 from uamp_proto.principal import Principal
 
-__all__ = ["ConversationGate", "Slot"]
+__all__ = ["ConversationGate", "Slot", "http_status"]
+
+
+def http_status(error: BusyError) -> int:
+    """An HTTP status for a refused message: 409 busy, 429 queue full, 400 a bad policy."""
+    return {BUSY: 409, QUEUE_FULL: 429}.get(error.code, 400)
 
 
 class Slot:

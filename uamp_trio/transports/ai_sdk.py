@@ -19,8 +19,14 @@ it as an :class:`_Answer` in :attr:`Host.background
 graceful shutdown ends it) and then follows it like any reader. A client
 that aborts its fetch (a page reload, a lost connection) stops reading, not
 the agent; a resume reads the same answer again from its start. A new POST
-for a chat whose answer still runs supersedes it: the old answer ends
-(``abort``, ``finish``) and the new one starts.
+for a chat whose answer still runs meets the busy policy (docs/busy.md;
+the chat id is the conversation, ``"uamp.on_busy"`` in the body a request's
+own policy): ``reject`` is ``409``, ``enqueue`` starts the new answer's
+stream at once and runs its turn when the old one ends, ``interrupt`` and
+``rollback`` end the old answer (``abort``, ``finish``; a rolled-back one's
+``finish`` says ``messageMetadata["uamp.on_busy"] == "rollback"``: the
+chat's messages are the client's, so the client drops the turn) and start
+the new one.
 
 Answers are found by ``(principal, agent, chat id)``: another principal's
 chat answers ``204`` like one that never existed (docs/security.md,
@@ -37,7 +43,9 @@ answer and its process. A resume that reaches another process streams the
 answer from the log as it is written; when the writing process is gone the
 replay ends ``interrupted``. A POST for a chat whose answer runs in another
 live process asks that process to stop it first (:meth:`EventLog.ask
-<uamp_trio.stores.event_log.EventLog.ask>`).
+<uamp_trio.stores.event_log.EventLog.ask>`) under ``interrupt`` and
+``rollback``, is refused under ``reject``, and waits for it to end under
+``enqueue``.
 
 A human in the loop (docs/human-in-the-loop.md): when the agent asks to
 run a tool call that needs approval, the answer shows the call and the
@@ -49,8 +57,8 @@ POST streams the rest of the same turn, in the same assistant message. A
 question (no SDK form) is a ``data-uamp-interrupt`` part naming it, to be
 answered by id from a client that can; an interrupt answered from any other
 transport lets the turn go on, and the chat's next POST streams what it
-said meanwhile. A POST that answers nothing while the turn waits
-supersedes it, as any POST does.
+said meanwhile. A POST that answers nothing while the turn waits is a new
+message on a busy chat: the policy decides.
 
 Payment (spec 004): the price is locked before the stream starts; an unpaid
 POST is answered ``402`` with the pre-flight JSON error of the Completions
@@ -86,6 +94,7 @@ from uamp_proto.adapters.ai_sdk import (
     turn_request,
 )
 from uamp_proto.adapters.completions import payment_error
+from uamp_proto.busy import POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.errors import UampError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
@@ -101,6 +110,7 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
+from ..hosting.busy import Slot, http_status
 from ..hosting.host import Host
 from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ..hosting.parked import DEFAULT_LINGER, waiting_on
@@ -279,6 +289,11 @@ class AiSdkTransport:
             raise HTTPError(400, exc.message, code=exc.code) from None
         principal = request.principal
         key: AnswerKey = (principal.key, agent.name, chat.chat_id)
+        gate = self.app.conversations
+        try:
+            policy = gate.policy(chat.extra)
+        except BusyError as exc:
+            raise HTTPError(400, str(exc), code=exc.code) from None
         paused = self.paused.get(key)
         if paused is not None:
             went_on = await self._answer_paused(paused, chat, principal)
@@ -293,21 +308,26 @@ class AiSdkTransport:
                 code="too_many_answers",
                 headers=[("retry-after", "1")],
             )
+        await self._elsewhere(key, principal, policy)
+        try:
+            # The chat's answer running here: the busy policy (docs/busy.md).
+            slot = gate.enter(("ai-sdk", *key), principal, policy)
+        except BusyError as exc:
+            raise HTTPError(http_status(exc), str(exc), code=exc.code) from None
         response_id = self.ids("resp")
         token = request.headers.get("x-payment")
         try:
             # Locked before the stream starts; the turn driver settles it.
             charge = await self.app.open_charge(agent.name, token, response_id, principal=principal)
         except PaymentRequiredError as unpaid:
+            slot.close()
             return json_response(payment_error(unpaid.accepts(), unpaid.details()), 402)
-        try:
-            await self._supersede(key, principal)
         except BaseException:
-            if charge is not None:
-                with trio.CancelScope(shield=True):
-                    await charge.settle(None, used=False)
+            slot.close()
             raise
-        answer = self._start(agent, chat, key, response_id, token, principal, charge, request.body)
+        answer = self._start(
+            agent, chat, key, response_id, token, principal, charge, request.body, slot
+        )
         if answer.logging:
             # The chat's record is in the shared log before the client hears
             # of the answer: a resume or a POST on another process finds it.
@@ -331,9 +351,7 @@ class AiSdkTransport:
         pending = {it.id: it for it in waiting_on(self.app.interrupts, principal, key[1], key[2])}
         decisions = parse_approval_responses(chat, pending)
         if not decisions and pending:
-            run.cancel()
-            self.paused.pop(key, None)
-            return None
+            return None  # a new message: the busy policy decides (the paused turn is active)
         try:
             for iid, decision in decisions:
                 await self.app.interrupts.answer(principal, iid, decision)
@@ -357,25 +375,35 @@ class AiSdkTransport:
 
         return StreamingResponse(producer=produce, headers=list(HEADERS))
 
-    async def _supersede(self, key: AnswerKey, principal: Principal) -> None:
-        """Stop the chat's answer still running, here or in another process."""
-        old = self.answers.get(key)
-        if old is not None:
-            old.cancel()
-            with trio.move_on_after(5):
-                await old.finished.wait()
-            return
-        if not self.app.stores.event_log.shared:
+    async def _elsewhere(self, key: AnswerKey, principal: Principal, policy: BusyPolicy) -> None:
+        """The busy policy for the chat's answer running in another process (a shared log).
+
+        Raises:
+            HTTPError: ``409`` ``conversation_busy`` under ``reject``.
+        """
+        if not self.app.stores.event_log.shared or key in self.answers:
             return
         store = self.log
         lkey = (principal.key, log_session(key[1], key[2]))
-        try:
-            record = await store.load(lkey)
-        except ResumeError:
-            return
-        node = record.node
-        if record.running is not None and node != store.node and await store.alive(node):
-            await store.ask(node, lkey, {"op": "cancel"})
+        while True:
+            try:
+                record = await store.load(lkey)
+            except ResumeError:
+                return
+            node = record.node
+            if record.running is None or node == store.node or not await store.alive(node):
+                return
+            if policy is BusyPolicy.REJECT:
+                raise HTTPError(
+                    409,
+                    "An answer of this chat is running (in another process); wait for it to end.",
+                    code="conversation_busy",
+                )
+            if policy is not BusyPolicy.ENQUEUE:
+                drop = policy is BusyPolicy.ROLLBACK
+                await store.ask(node, lkey, {"op": "cancel", "drop": drop})
+                return
+            await trio.sleep(LOG_WAIT)  # enqueue: until that answer ends
 
     def _start(
         self,
@@ -387,8 +415,13 @@ class AiSdkTransport:
         principal: Principal,
         charge: Charge | None,
         body: bytes,
+        slot: Slot,
     ) -> _Answer:
-        """Create the answer and start its task (no checkpoint: the charge is in its hands)."""
+        """Create the answer and start its task (no checkpoint: the charge is in its hands).
+
+        An answer whose turn waits for the chat's earlier one (``slot``) is
+        registered (and logged) once its turn comes.
+        """
         continued = chat.continued
         message_id = continued["id"] if continued is not None else self.ids("msg")
         encoder = StreamEncoder(message_id, self.ids, client_tools=chat.client_tools)
@@ -399,7 +432,6 @@ class AiSdkTransport:
             frame(encoder.start()[0]),
             [frame(c) for c in prefix],
         )
-        self.answers[key] = answer
         self._per_principal[principal.key] = self._per_principal.get(principal.key, 0) + 1
         turn = turn_request(
             chat,
@@ -411,8 +443,9 @@ class AiSdkTransport:
         background = self.app.background
         port = self.app.interrupts.port(turn, supported=background is not None)
         turn = attrs.evolve(turn, interrupts=port)
-        run = _Run(self, answer, encoder, charge, body)
-        run.open_log()
+        run = _Run(self, answer, encoder, charge, body, slot)
+        if slot.ready:
+            run.begin()
         answer.runner = ResponseRunner(agent, turn, run.sink, stamp=False, charge=charge)
         port.emit = answer.runner.emit
         if background is not None:
@@ -530,8 +563,11 @@ class _Run:
         encoder: StreamEncoder,
         charge: Charge | None,
         body: bytes,
+        slot: Slot | None = None,
     ) -> None:
         self.transport = transport
+        #: The chat's place under the busy policy, held until the turn ends.
+        self.slot = slot
         self.answer = answer
         self.encoder = encoder
         self.charge = charge
@@ -549,10 +585,15 @@ class _Run:
         self._attached = trio.Event()
 
     def cancel(self) -> None:
-        """Stop the turn (a newer POST supersedes it)."""
+        """Stop the turn (a newer POST interrupts or rolls it back)."""
         self.dropped = True
         if self.answer.runner is not None:
             self.answer.runner.cancel()
+
+    def begin(self) -> None:
+        """The turn's time has come: the chat's answer is this one (and in the log)."""
+        self.transport.answers[self.answer.key] = self.answer
+        self.open_log()
 
     def attach(self, answer: _Answer, encoder: StreamEncoder) -> None:
         """A POST takes the paused turn up: show the rest in ``answer``."""
@@ -608,6 +649,8 @@ class _Run:
     async def _answer_message(self, message: dict[str, Any]) -> dict[str, Any]:
         """Another process asks about this chat: a newer POST stops this answer."""
         if message.get("op") == "cancel":
+            if message.get("drop") is True and self.slot is not None:
+                self.slot.stopped = "drop"  # rolled back from another process
             self.answer.cancel()
             with trio.move_on_after(5):
                 await self.answer.finished.wait()
@@ -682,11 +725,25 @@ class _Run:
             self._emit(chunks)
 
     async def run(self) -> None:
+        slot = self.slot
+        try:
+            await self._run()
+        finally:
+            if slot is not None:
+                slot.close()  # the chat's next message goes on
+
+    async def _run(self) -> None:
         answer, runner = self.answer, self.answer.runner
         assert runner is not None
         outcome = None
         failure: str | None = None
         try:
+            slot = self.slot
+            if slot is not None:
+                if not slot.ready:
+                    await slot.wait()  # enqueue: after the chat's earlier answers
+                    self.begin()
+                slot.bind(self.cancel)
             outcome = await runner.run()
         except _TooLarge:
             failure = (
@@ -739,7 +796,11 @@ class _Run:
         signature = None
         if signer is not None and outcome.status == "completed":
             signature = signer(outcome.tracker.text, self.body)
-        return self.encoder.end(outcome, signature)
+        tail = self.encoder.end(outcome, signature)
+        if self.slot is not None and self.slot.dropped and outcome.status == "cancelled":
+            # The chat's messages are the client's: a rolled-back answer says so.
+            tail[-1].setdefault("messageMetadata", {})[POLICY_KEY] = BusyPolicy.ROLLBACK.value
+        return tail
 
 
 class _TooLarge(UampError):

@@ -80,7 +80,7 @@ from uamp_proto.adapters.responses_render import (
     response_object,
     stored_response,
 )
-from uamp_proto.busy import BUSY, INVALID_POLICY, QUEUE_FULL, BusyError
+from uamp_proto.busy import INVALID_POLICY, BusyError
 from uamp_proto.codec import decode, encode, from_dict, unstructure
 from uamp_proto.ids import random_ids
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
@@ -100,7 +100,7 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
-from ..hosting.busy import Slot
+from ..hosting.busy import Slot, http_status
 from ..hosting.continuation import carry_on
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
@@ -293,7 +293,7 @@ class ResponsesTransport:
                 ("responses", principal.key, previous), principal, gate.policy(metadata)
             )
         except BusyError as exc:
-            status = {BUSY: 409, QUEUE_FULL: 429}.get(exc.code, 400)
+            status = http_status(exc)
             param = "metadata" if exc.code == INVALID_POLICY else "previous_response_id"
             raise HTTPError(
                 status, f"Response {previous!r}: {exc}", code=exc.code, param=param

@@ -173,7 +173,7 @@ class Counting(TestAgent):
             raise
 
 
-async def test_a_new_post_supersedes_the_chats_running_answer(serve_app: Any) -> None:
+async def test_an_interrupting_post_supersedes_the_chats_running_answer(serve_app: Any) -> None:
     agent = Counting()
     server = await serve_app(create_app([agent]))
     with trio.fail_after(TIMEOUT):
@@ -183,7 +183,8 @@ async def test_a_new_post_supersedes_the_chats_running_answer(serve_app: Any) ->
         ):
             parts = first.aiter_bytes()
             await parts.__anext__()  # the answer runs
-            second = await http.post("/agents/count/ai-sdk", json=body("c", "quick"))
+            interrupt = {**body("c", "quick"), "uamp.on_busy": "interrupt"}
+            second = await http.post("/agents/count/ai-sdk", json=interrupt)
             rest = b"".join([part async for part in parts])
     assert agent.cancelled == 1 and agent.started == 2
     assert [c["type"] for c in chunks(rest)][-2:] == ["abort", "finish"]

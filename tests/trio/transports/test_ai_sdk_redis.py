@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 import trio
 
 from tests._support import wire
@@ -92,7 +93,20 @@ async def test_another_principals_or_unknown_chat_is_204_on_every_server(redis_u
     assert unknown.status_code == 204
 
 
-async def test_a_post_on_the_other_server_supersedes_the_running_answer(redis_url: str) -> None:
+#: policy -> (the new POST's status, the old answer's last chunk types, its finish metadata)
+ACROSS = {
+    "interrupt": (200, ["abort", "finish"], None),
+    "rollback": (200, ["abort", "finish"], {"uamp.on_busy": "rollback"}),
+    "reject": (409, ["finish-step", "finish"], None),
+    "enqueue": (200, ["finish-step", "finish"], None),
+}
+
+
+@pytest.mark.parametrize("policy", list(ACROSS))
+async def test_a_post_on_the_other_server_meets_the_busy_policy(
+    redis_url: str, policy: str
+) -> None:
+    status, ending, marked = ACROSS[policy]
     with trio.fail_after(TIMEOUT):
         async with (
             two_servers(redis_url) as ((first, second), _),
@@ -101,11 +115,17 @@ async def test_a_post_on_the_other_server_supersedes_the_running_answer(redis_ur
         ):
             parts = old.aiter_bytes()
             await parts.__anext__()
-            new = await http.post(second, json=body("chat-s"))
+            new = await http.post(second, json={**body("chat-s"), "uamp.on_busy": policy})
             rest = b"".join([part async for part in parts])
     ended = chunks(rest)
-    assert [c["type"] for c in ended][-2:] == ["abort", "finish"]
-    assert text(chunks(new.content)) == "".join(WORDS)
+    assert [c["type"] for c in ended][-2:] == ending
+    meta = ended[-1].get("messageMetadata") or {}
+    assert meta.get("uamp.on_busy") == (marked or {}).get("uamp.on_busy")
+    assert new.status_code == status
+    if status == 200:
+        assert text(chunks(new.content)) == "".join(WORDS)
+    else:
+        assert new.json()["error"]["code"] == "conversation_busy"
 
 
 def test_a_resume_after_the_writer_was_killed_ends_interrupted(redis_url: str) -> None:
