@@ -115,7 +115,13 @@ class McpConversation:
     #: The UAMP session id its turns run under.
     id: str = attrs.field(factory=lambda: f"mcp_{uuid.uuid4().hex}")
     messages: list[ty.Message] = attrs.field(factory=list)
-    busy: bool = False
+    #: Calls running or waiting in it (the busy policy): it is never dropped meanwhile.
+    calls: int = 0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call runs (or waits) in it."""
+        return self.calls > 0
 
 
 def _trim(messages: list[ty.Message], keep: int) -> list[ty.Message]:

@@ -36,6 +36,17 @@ answered as SSE so there is a stream to send it on -- and the client's
 stops the asking. Clients without elicitation get the host's interrupt
 policy.
 
+A busy conversation (docs/busy.md): a ``tools/call`` naming a ``session``
+whose call still runs meets the busy policy (the server's, or the call's
+``_meta["uamp.on_busy"]``; a bad value is ``-32602``). ``reject`` (and a
+full queue) is a tool error (``isError``, ``_meta.code``
+``conversation_busy`` / ``queue_full``); ``enqueue`` answers it after the
+running call, on the conversation that call left; ``interrupt`` and
+``rollback`` stop the running call, whose answer is then a tool error
+saying so (``_meta["uamp.on_busy"]``: how it was stopped) with what it said
+so far; under ``interrupt`` that stays in the conversation, under
+``rollback`` its turn leaves none.
+
 A request whose ``Origin`` is neither the server's own nor one
 ``--allowed-origins`` names is refused ``403`` (MCP asks servers to check it:
 DNS rebinding of a local server).
@@ -70,6 +81,7 @@ from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import mcp
 from uamp_proto.adapters._human import Ask, ask_of
+from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, BusyError
 from uamp_proto.errors import UampError
 from uamp_proto.payment import BALANCE_EVENT, PaymentPolicy, PaymentRequiredError, balance_fields
 from uamp_proto.principal import ANONYMOUS, Principal
@@ -89,12 +101,13 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.agents import ServedAgent
+from ..hosting.busy import ConversationGate, Slot
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.interrupts import Interrupts
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import Handle, SendPayload, answer_payload, serve_ndjson
 from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, ResponseRun, open_response
-from ..stores.mcp_sessions import McpPeer, McpSessionStore, TooManySessions
+from ..stores.mcp_sessions import McpConversation, McpPeer, McpSessionStore, TooManySessions
 from ..trust import resource
 
 __all__ = ["McpDispatcher", "McpTransport", "mount", "serve_stdio"]
@@ -148,6 +161,7 @@ class McpDispatcher:
             flag; on stdio ``initialize`` sets it).
         asked: The server's requests waiting for the client's answer (an
             HTTP session's, shared by its requests).
+        conversations: The busy policy of named sessions (the host's gate).
     """
 
     def __init__(
@@ -163,8 +177,10 @@ class McpDispatcher:
         interrupts: Interrupts | None = None,
         elicits: bool = False,
         asked: dict[str, Any] | None = None,
+        conversations: ConversationGate | None = None,
     ) -> None:
         self.served = served
+        self.conversations = conversations or ConversationGate()
         self.interrupts = interrupts
         self.elicits = elicits
         self.asked: dict[str, Any] = {} if asked is None else asked
@@ -245,14 +261,38 @@ class McpDispatcher:
         call = mcp.parse_call(params, self.agent.name)
         if call.prompt is None:
             return mcp.error_result(call.problem or "Bad arguments.")
-        conversation = None
-        if call.session is not None:
-            conversation = self.store.conversation(self.principal, self.agent.name, call.session)
-            if conversation.busy:
-                return mcp.error_result(
-                    f"A call is already running in session {call.session!r}; "
-                    "wait for its answer or use another session name."
-                )
+        if call.session is None:
+            return await self._call(request_id, call, None, None)
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        gate = self.conversations
+        try:
+            policy = gate.policy(meta)
+            slot = gate.enter(
+                ("mcp", self.principal.key, self.agent.name, call.session), self.principal, policy
+            )
+        except BusyError as exc:
+            if exc.code == INVALID_POLICY:
+                raise rpc.JSONRPCError(rpc.INVALID_PARAMS, str(exc), {"code": exc.code}) from None
+            return mcp.error_result(
+                f"Session {call.session!r}: {exc} Or use another session name.",
+                meta={"code": exc.code},
+            )
+        conversation = self.store.conversation(self.principal, self.agent.name, call.session)
+        conversation.calls += 1
+        try:
+            async with slot:  # enqueue: after the session's earlier calls
+                return await self._call(request_id, call, conversation, slot)
+        finally:
+            conversation.calls -= 1
+
+    async def _call(
+        self,
+        request_id: rpc.Id,
+        call: mcp.CallParams,
+        conversation: McpConversation | None,
+        slot: Slot | None,
+    ) -> Any:
+        """Run one call's turn (on its named conversation, holding its place)."""
         token = call.payment_token or self.payment_token
         response_id = f"resp_{uuid.uuid4().hex}"
         try:
@@ -281,8 +321,6 @@ class McpDispatcher:
             asks = self.elicits and notify is not None
             port = self.interrupts.port(request, supported=asks)
             request = attrs.evolve(request, interrupts=port)
-        if conversation is not None:
-            conversation.busy = True
         try:
             async with (
                 open_response(
@@ -295,6 +333,8 @@ class McpDispatcher:
                 trio.open_nursery() as asking,
             ):
                 self.calls[request_id] = turn
+                if slot is not None:
+                    slot.bind(turn.cancel)  # a later call in the session may stop this one
                 waiting: dict[str, trio.CancelScope] = {}
                 async for event in turn:
                     if isinstance(event, ev.InterruptRequest):
@@ -316,11 +356,28 @@ class McpDispatcher:
         finally:
             if self.calls.get(request_id) is turn:
                 del self.calls[request_id]
-            if conversation is not None:
-                conversation.busy = False
         outcome = turn.outcome
         assert outcome is not None
+        if slot is not None and slot.interrupted and outcome.status == "cancelled":
+            return self._stopped(outcome, slot, message, conversation)
         return self._result(outcome, call.session, message, conversation)
+
+    def _stopped(
+        self,
+        outcome: ResponseOutcome,
+        slot: Slot,
+        message: ty.Message,
+        conversation: McpConversation | None,
+    ) -> dict[str, Any]:
+        """The answer of a call a later call of its session stopped (interrupt, rollback)."""
+        how = "rollback" if slot.dropped else "interrupt"
+        if conversation is not None and not slot.dropped:
+            # Interrupted: what it said so far stays in the conversation.
+            self.store.remember(conversation, [message, *outcome.tracker.messages()])
+        said = outcome.tracker.text
+        text = "A later call in this session stopped this one"
+        text += f"; it had said: {said}" if said else "."
+        return mcp.error_result(text, meta={POLICY_KEY: how})
 
     async def _elicit(self, ask: Ask, waiting: dict[str, trio.CancelScope]) -> None:
         """Ask the client's user with ``elicitation/create``; its result answers ``ask``."""
@@ -401,11 +458,17 @@ async def serve_stdio(
     """
     store = McpSessionStore()
     interrupts = Interrupts()  # the one peer answers its own calls' questions
+    gate = ConversationGate()
 
     def handler_for(send: SendPayload) -> Handle:
         served = ServedAgent(agent, payment_policy, signer)
         return McpDispatcher(
-            served, store, principal=principal, notify=send, interrupts=interrupts
+            served,
+            store,
+            principal=principal,
+            notify=send,
+            interrupts=interrupts,
+            conversations=gate,
         ).handle_payload
 
     await serve_ndjson(handler_for, stdin=stdin, stdout=stdout, max_line=max_line)
@@ -553,6 +616,7 @@ class McpTransport(PolicyTransport):
             interrupts=self.app.interrupts,
             elicits=peer is not None and peer.elicits,
             asked=None if peer is None else peer.asked,
+            conversations=self.app.conversations,
         )
 
     async def _post(self, agent: Responder, request: Request) -> Response | StreamingResponse:
