@@ -136,7 +136,7 @@ class AcpDriver:
             peer.session = None  # a failed turn ends its conversation
 
     async def _turn(self, peer: _Peer, sample: Sample) -> None:
-        turn = peer.script.next()
+        turn = peer.script.next(sample)
         if turn.index == 0 or peer.session is None:
             opened = await peer.call("session/new", {"cwd": "/", "mcpServers": []})
             session = opened.get("sessionId")

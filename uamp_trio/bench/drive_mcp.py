@@ -163,7 +163,7 @@ class McpDriver:
             yield partial(self._send, peer)
 
     async def _send(self, peer: _Peer, sample: Sample) -> None:
-        turn = peer.script.next()
+        turn = peer.script.next(sample)
         params = {
             "name": peer.tool,
             "arguments": {"prompt": turn.prompt, "session": turn.thread},

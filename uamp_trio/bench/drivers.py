@@ -107,7 +107,7 @@ class _HTTP:
         yield partial(self._send, self._workload.script())
 
     async def _send(self, script: Script, sample: Sample) -> None:
-        turn = script.next()
+        turn = script.next(sample)
         body = self._dialect.body(self._config, turn)
         reply: list[str] = []
         try:
@@ -227,7 +227,7 @@ class UampWebSocketDriver:
         # turn, as the HTTP drivers count a whole response body (framing included here).
         client = worker.client
         before = client.bytes_received
-        turn = worker.script.next()
+        turn = worker.script.next(sample)
         if turn.index == 0 or worker.session is None:
             if worker.session is not None:
                 session, worker.session = worker.session, None
@@ -409,7 +409,7 @@ class RealtimeDriver:
     async def _send(self, session: JsonWebSocket, script: Script, sample: Sample) -> None:
         before = session.received
         try:
-            for message in self._ask(script.next().prompt):
+            for message in self._ask(script.next(sample).prompt):
                 session.engine.text(message)
             await session.stream.send_all(session.engine.take())
             await self._read(session, sample)

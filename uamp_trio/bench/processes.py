@@ -7,7 +7,9 @@ into N parts, each run by :func:`~.runner.run_bench` in a process of its own
 (``multiprocessing``'s ``spawn``: no state is inherited): the request budget
 and the rate are divided between them (a Poisson process split N ways is N
 Poisson processes of a Nth of the rate), the concurrency cap too, each gets
-its own seed. The parts' samples come back with their times moved so that
+its own seed, and a dataset's conversations are dealt out between them
+(:func:`~.workload.share`: disjoint shares drawn from the seed, so no
+conversation is split across processes). The parts' samples come back with their times moved so that
 each part starts at 0 (every process has a clock of its own), and are merged
 into one summary: the percentiles are those of all samples together, not an
 average of percentiles.
@@ -32,6 +34,7 @@ from .arrivals import RatePlan
 from .config import BenchConfig
 from .runner import run_bench
 from .stats import Sample, Summary, summarize
+from .workload import share
 
 __all__ = ["cpu_seconds", "run_processes", "split"]
 
@@ -60,13 +63,15 @@ def split(config: BenchConfig, parts: int) -> list[BenchConfig]:
                 concurrency=max(1, math.ceil(config.concurrency / parts)),
                 seed=None if config.seed is None else config.seed + i,
                 warmup_requests=math.ceil(config.warmup_requests / parts),
+                dataset=share(config.dataset, parts, i, config.seed) if config.dataset else (),
             )
         )
     return [c for c in out if c.requests is None or c.requests > 0]
 
 
-def _part(config: BenchConfig) -> tuple[list[Sample], dict[str, Any], float, float]:
-    """One process's run: its samples (times from its own start), meta, duration, CPU."""
+def _part(job: tuple[int, BenchConfig]) -> tuple[list[Sample], dict[str, Any], float, float]:
+    """Process ``index``'s run: its samples (times from its own start), meta, duration, CPU."""
+    index, config = job
 
     async def run() -> tuple[Summary, list[Sample], float]:
         origin = trio.current_time()
@@ -76,6 +81,7 @@ def _part(config: BenchConfig) -> tuple[list[Sample], dict[str, Any], float, flo
     cpu = cpu_seconds()
     summary, samples, origin = trio.run(run)
     for sample in samples:
+        sample.process = index
         sample.start -= origin
         sample.end -= origin
         sample.deltas = [t - origin for t in sample.deltas]
@@ -89,7 +95,7 @@ def run_processes(config: BenchConfig, parts: int) -> tuple[Summary, list[Sample
     configs = split(config, parts)
     context = multiprocessing.get_context("spawn")
     with context.Pool(len(configs)) as pool:
-        results = pool.map(_part, configs)
+        results = pool.map(_part, list(enumerate(configs)))
     samples = [s for part, _, _, _ in results for s in part]
     metas = [meta for _, meta, _, _ in results]
     duration = max(d for _, _, d, _ in results)

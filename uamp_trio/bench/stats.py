@@ -110,6 +110,13 @@ class Sample:
     scheduled: float | None = None
     #: Part of the warm-up: left out of the figures.
     warmup: bool = False
+    #: The conversation it was a turn of (its id), and which turn (0 first).
+    conversation: str | None = None
+    turn: int | None = None
+    #: The names of the tools the agent called during it, in order.
+    tool_calls: list[str] = attrs.field(factory=list)
+    #: Which generator process sent it (``--processes``; 0 with one).
+    process: int = 0
 
     @property
     def origin(self) -> float:
@@ -135,6 +142,10 @@ class Sample:
             "chars": self.text,
             "error": self.error,
             "warmup": self.warmup,
+            "conversation": self.conversation,
+            "turn": self.turn,
+            "tool_calls": list(self.tool_calls),
+            "process": self.process,
         }
 
 

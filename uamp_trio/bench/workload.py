@@ -25,12 +25,23 @@ import random
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
 
-__all__ = ["Conversation", "Script", "Turn", "Workload", "load_dataset", "parse_dataset"]
+if TYPE_CHECKING:
+    from .stats import Sample
+
+__all__ = [
+    "Conversation",
+    "Script",
+    "Turn",
+    "Workload",
+    "load_dataset",
+    "parse_dataset",
+    "share",
+]
 
 #: The most conversations a dataset may hold (a bench's input, not a corpus).
 MAX_CONVERSATIONS = 1_000_000
@@ -165,8 +176,11 @@ class Script:
         #: Conversations started so far.
         self.started = 0
 
-    def next(self) -> Turn:
-        """The next turn (starting a new conversation after the last one's turns)."""
+    def next(self, sample: Sample | None = None) -> Turn:
+        """The next turn (starting a new conversation after the last one's turns).
+
+        ``sample``, the request that says it, is stamped with its conversation and turn.
+        """
         if self._conversation is None or self._index >= self._length:
             self._conversation = self._workload.draw()
             self._length = self._workload.turns or len(self._conversation.turns)
@@ -179,9 +193,33 @@ class Script:
             self._thread, self._index, turns[self._index % len(turns)], tuple(self._history)
         )
         self._index += 1
+        if sample is not None:
+            sample.conversation, sample.turn = turn.thread, turn.index
         return turn
 
     def answered(self, turn: Turn, reply: str) -> None:
         """Note the reply to ``turn`` (the history of the conversation's next turns)."""
         if turn.thread == self._thread:
             self._history += [("user", turn.prompt), ("assistant", reply)]
+
+
+def share(
+    conversations: tuple[Conversation, ...], parts: int, index: int, seed: int | None
+) -> tuple[Conversation, ...]:
+    """Generator process ``index``'s share of ``conversations`` split ``parts`` ways.
+
+    The shares are disjoint (a conversation is played by one process only)
+    and cover the dataset: every ``parts``-th conversation of the dataset
+    shuffled with ``random.Random(seed)`` (in file order without a seed), so
+    a seeded run gives every process the same share each time. With fewer
+    conversations than processes, process ``index`` plays conversation
+    ``index % len(conversations)`` (then some are played by two processes).
+    """
+    if parts <= 1:
+        return conversations
+    if len(conversations) < parts:
+        return (conversations[index % len(conversations)],)
+    order = list(range(len(conversations)))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return tuple(conversations[k] for k in sorted(order[index::parts]))
