@@ -36,6 +36,8 @@ TRANSPORTS = (
     "anthropic",
     "responses",
     "ai-sdk",
+    "envelope-http",
+    "envelope-ws",
 )
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 from .config import BenchConfig
 from .drive_acp import AcpDriver
+from .drive_envelope import EnvelopeDriver
 from .drive_mcp import McpDriver
 from .drivers import Driver, RealtimeDriver, UampSSEDriver, UampWebSocketDriver, http_driver
 
@@ -19,6 +21,8 @@ _SOCKET_DRIVERS: dict[str, Callable[[BenchConfig], Driver]] = {
     "acp": AcpDriver,
     "mcp": McpDriver,
     "realtime": RealtimeDriver,
+    "envelope-http": partial(EnvelopeDriver, ws=False),
+    "envelope-ws": partial(EnvelopeDriver, ws=True),
 }
 
 

@@ -125,6 +125,8 @@ async def test_the_native_websocket_counts_match(serve_app: Any) -> None:
         ("uamp-sse", "http://{}/agents/count/events"),
         ("acp", "ws://{}/agents/count/acp/stream"),
         ("mcp", "http://{}/agents/count/mcp"),
+        ("envelope-http", "http://{}/agents/count/v1/messages"),
+        ("envelope-ws", "ws://{}/agents/count/uamp/1/ws"),
     ],
 )
 async def test_session_transports_count_match(

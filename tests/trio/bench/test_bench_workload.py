@@ -7,6 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 from hypothesis import given
@@ -19,7 +20,8 @@ from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.bench import BenchConfig, run_bench
-from uamp_trio.bench.workload import Conversation, Workload, parse_dataset
+from uamp_trio.bench.processes import split
+from uamp_trio.bench.workload import Conversation, Workload, parse_dataset, share
 
 
 def _lines(*values: object) -> list[bytes]:
@@ -127,6 +129,8 @@ class Remembering(TestAgent):
         "uamp-sse",
         "acp",
         "mcp",
+        "envelope-http",
+        "envelope-ws",
     ],
 )
 async def test_each_transport_carries_a_conversation(serve_app: Any, transport: str) -> None:
@@ -168,3 +172,58 @@ def test_the_command_reads_a_dataset(tmp_path: Path) -> None:
         (tmp_path / "e.jsonl").write_bytes(b"{}\n")
         bad = uamp("bench", url, "--dataset", str(tmp_path / "e.jsonl"))
         assert bad.returncode == 2 and "e.jsonl:1" in bad.stderr
+
+
+def test_the_processes_share_a_dataset_out_by_the_seed() -> None:
+    pool = tuple(Conversation((f"c{i}",)) for i in range(10))
+    config = BenchConfig(url="http://x", requests=30, dataset=pool, seed=4)
+    shares = [part.dataset for part in split(config, 3)]
+    dealt = [c for s in shares for c in s]
+    # Disjoint, covering, and the same again for the same seed (another for another).
+    assert sorted(dealt, key=lambda c: c.turns) == sorted(pool, key=lambda c: c.turns)
+    assert len(set(dealt)) == 10 and [len(s) for s in shares] == [4, 3, 3]
+    assert [p.dataset for p in split(config, 3)] == shares
+    assert [p.dataset for p in split(attrs.evolve(config, seed=5), 3)] != shares
+    # Without a seed, file order dealt round; fewer conversations than processes: one each.
+    unseeded = [p.dataset for p in split(attrs.evolve(config, seed=None), 3)]
+    assert unseeded[1] == (pool[1], pool[4], pool[7])
+    few = [p.dataset for p in split(attrs.evolve(config, dataset=pool[:2]), 3)]
+    assert few == [(pool[0],), (pool[1],), (pool[0],)]
+    assert share(pool, 1, 0, 4) == pool
+
+
+async def test_each_request_says_its_conversation_and_turn(serve_app: Any) -> None:
+    server = await serve_app(create_app([Remembering()]))
+    dataset = (Conversation(("p", "q")), Conversation(("r",)))
+    config = BenchConfig(url=server.url, agent="mem", transport="uamp-ws", concurrency=1,
+                         requests=12, dataset=dataset, turns=3, seed=2)  # fmt: skip
+    _summary, samples = await run_bench(config)
+    by_conversation: dict[str | None, list[int | None]] = {}
+    for sample in sorted(samples, key=lambda s: s.start):
+        by_conversation.setdefault(sample.conversation, []).append(sample.turn)
+    assert None not in by_conversation and len(by_conversation) == 4
+    assert all(turns == [0, 1, 2] for turns in by_conversation.values())
+    record = samples[0].record()
+    assert record["conversation"] == samples[0].conversation and record["tool_calls"] == []
+    assert record["process"] == 0
+
+
+def test_no_conversation_is_split_across_processes(tmp_path: Path) -> None:
+    dataset, saved = tmp_path / "d.jsonl", tmp_path / "r.jsonl"
+    dataset.write_bytes(b"".join(b'{"prompt": "say %d"}\n' % i for i in range(6)))
+    with uamp_serve() as url:
+        done = uamp(
+            "bench", url, "--agent", "demo", "-c", "2", "-n", "24", "--dataset", str(dataset),
+            "--turns", "3", "--seed", "9", "--processes", "2", "--save-requests", str(saved),
+            "--no-progress", timeout=180,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [orjson.loads(line) for line in saved.read_bytes().splitlines()]
+    assert len(lines) == 24 and {line["process"] for line in lines} == {0, 1}
+    where: dict[str, set[int]] = {}
+    turns: dict[str, list[int]] = {}
+    for line in sorted(lines, key=lambda line: (line["process"], line["start"])):
+        where.setdefault(line["conversation"], set()).add(line["process"])
+        turns.setdefault(line["conversation"], []).append(line["turn"])
+    assert all(len(processes) == 1 for processes in where.values())
+    assert all(t == list(range(len(t))) for t in turns.values())
