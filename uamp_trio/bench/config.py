@@ -28,6 +28,7 @@ TRANSPORTS = (
     "uamp-ws",
     "uamp-sse",
     "acp",
+    "acp-stdio",
     "mcp",
     "realtime",
     "agui",

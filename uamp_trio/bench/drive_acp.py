@@ -1,21 +1,30 @@
-"""The ``acp`` bench driver: the Agent Client Protocol over WebSocket (spec 004).
+"""The ``acp`` and ``acp-stdio`` bench drivers: the Agent Client Protocol (spec 004).
 
-A worker opens ``ws(s)://.../agents/NAME/acp/stream`` and says
-``initialize`` once. A conversation is one ACP session (``session/new``),
+``acp``: a worker opens ``ws(s)://.../agents/NAME/acp/stream``;
+``acp-stdio``: a worker starts its own agent process (the command the URL
+argument holds, e.g. ``uamp acp``) and speaks to it over its stdin and
+stdout, newline-delimited JSON as editors do (one client per agent process,
+so one process per worker; its stderr is discarded). Either way the worker
+says ``initialize`` once. A conversation is one ACP session (``session/new``),
 each turn a ``session/prompt`` on it (the server keeps the history): its
 ``session/update`` notifications with ``agent_message_chunk`` text are the
 deltas, the answer ends the turn (a ``stopReason`` other than ``end_turn``
 or ``max_tokens`` fails with that reason), a JSON-RPC error fails as
 ``rpc_CODE``. Opening the session is not timed: the figures are the turn's.
+A request the agent makes of the client (``fs/read_text_file``,
+``session/request_permission`` ...) is answered "method not found": the
+bench is a client with no capabilities.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shlex
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from itertools import count
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
@@ -27,11 +36,11 @@ from uamp_proto.errors import UampError
 from ..engines.ws_frames import WebSocketClosed
 from .config import BenchConfig, endpoint_url
 from .dialects import Step
-from .drivers import JsonWebSocket, Send, dial_json, record_step, refused_send, ssl_context_of
+from .drivers import Send, dial_json, record_step, refused_send, ssl_context_of
 from .stats import Sample
 from .workload import Script
 
-__all__ = ["AcpDriver", "ws_endpoint"]
+__all__ = ["AcpDriver", "AcpStdioDriver", "JsonLines", "ws_endpoint"]
 
 #: Stop reasons of a turn that went well.
 _GOOD_STOPS = frozenset({"end_turn", "max_tokens"})
@@ -50,11 +59,65 @@ class _Failed(UampError):
     """A JSON-RPC call the server answered with an error (its kind)."""
 
 
+class JsonChannel(Protocol):
+    """Where JSON-RPC messages go and come from: a WebSocket, or a process's stdio."""
+
+    received: int
+
+    async def send(self, *messages: Any) -> None: ...
+
+    async def next_event(self) -> dict[str, Any]: ...
+
+
+#: The longest line read from an agent process (a bench's answers are short).
+MAX_LINE = 16 * 1024 * 1024
+
+
+class JsonLines:
+    """Newline-delimited JSON over a process's stdin and stdout (ACP's stdio transport)."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+        self._buffer = bytearray()
+        self.received = 0
+
+    async def send(self, *messages: Any) -> None:
+        """Write each of ``messages`` as one line."""
+        await self._stdin.send_all(b"".join(orjson.dumps(m) + b"\n" for m in messages))
+
+    async def next_event(self) -> dict[str, Any]:
+        """The next message the agent wrote (blank lines skipped).
+
+        Raises:
+            trio.BrokenResourceError: The agent closed its stdout, or wrote a line
+                over :data:`MAX_LINE`.
+        """
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                if not line.strip():
+                    continue
+                message = orjson.loads(line)
+                return message if isinstance(message, dict) else {}
+            if len(self._buffer) > MAX_LINE:
+                raise trio.BrokenResourceError("the agent wrote a line too long")
+            data = await self._stdout.receive_some(65536)
+            if not data:
+                raise trio.BrokenResourceError("the agent closed its stdout")
+            self.received += len(data)
+            self._buffer += data
+
+
 @attrs.define
 class _Peer:
-    """One worker: its socket, its script, its JSON-RPC ids and its conversation's session."""
+    """One worker: its channel, its script, its JSON-RPC ids and its conversation's session."""
 
-    socket: JsonWebSocket
+    socket: JsonChannel
     script: Script
     ids: Iterator[int] = attrs.field(factory=lambda: count(1))
     session: str | None = None
@@ -76,7 +139,10 @@ class _Peer:
                 if not isinstance(result, dict):
                     raise _Failed("bad_response")
                 return result
-            if sample is not None and message.get("method") == "session/update":
+            if "method" in message and "id" in message:  # the agent asks the client: no
+                error = {"code": -32601, "message": "the bench client has no such method"}
+                await self.socket.send({"jsonrpc": "2.0", "id": message["id"], "error": error})
+            elif sample is not None and message.get("method") == "session/update":
                 record_step(sample, Step(text=_chunk_text(message)))
 
 
@@ -106,16 +172,23 @@ class AcpDriver:
         if isinstance(socket, str):
             yield refused_send(socket)
             return
-        peer = _Peer(socket, self._workload.script())
         try:
-            try:
-                await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-            except (_Failed, WebSocketClosed, OSError, trio.BrokenResourceError):
-                yield refused_send("initialize")
-                return
-            yield partial(self._send, peer)
+            async with self._initialized(socket) as send:
+                yield send
         finally:
             await trio.aclose_forcefully(socket.stream)
+
+    @contextlib.asynccontextmanager
+    async def _initialized(self, channel: JsonChannel) -> AsyncIterator[Send]:
+        """``initialize`` on ``channel``; the worker's ``send`` (a refused one if that failed)."""
+        peer = _Peer(channel, self._workload.script())
+        try:
+            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        except (_Failed, WebSocketClosed, OSError, trio.BrokenResourceError,
+                orjson.JSONDecodeError):  # fmt: skip
+            yield refused_send("initialize")
+            return
+        yield partial(self._send, peer)
 
     async def _send(self, peer: _Peer, sample: Sample) -> None:
         before = peer.socket.received
@@ -126,7 +199,7 @@ class AcpDriver:
         except WebSocketClosed:
             sample.error = "closed"
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            sample.error = "network"
+            sample.error = "network"  # (an agent process that exited too)
         except orjson.JSONDecodeError:
             sample.error = "bad_response"
         sample.bytes = peer.socket.received - before
@@ -150,3 +223,50 @@ class AcpDriver:
         reason = result.get("stopReason")
         if reason not in _GOOD_STOPS:
             sample.error = reason if isinstance(reason, str) else "bad_response"
+
+
+#: Seconds an agent process has to exit once its stdin is closed, before it is killed.
+_EXIT_GRACE = 5.0
+
+
+class AcpStdioDriver(AcpDriver):
+    """ACP over stdio: an agent process per worker (the command in ``config.url``)."""
+
+    def __init__(self, config: BenchConfig) -> None:
+        self.command = shlex.split(config.url)
+        if not self.command:
+            raise ValueError("--transport acp-stdio needs the agent's command as its URL")
+        self.endpoint = config.url
+        self.protocols = {"stdio"}
+        self._workload = config.workload()
+
+    @contextlib.asynccontextmanager
+    async def worker(self) -> AsyncIterator[Send]:
+        try:
+            process = await trio.lowlevel.open_process(
+                self.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            yield refused_send("spawn")
+            return
+        try:
+            async with self._initialized(JsonLines(process)) as send:
+                yield send
+        finally:
+            with trio.CancelScope(shield=True):
+                await _stop(process)
+
+
+async def _stop(process: trio.Process) -> None:
+    """Close the agent's stdin (it exits at EOF); kill it if it has not within the grace."""
+    assert process.stdin is not None
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        await process.stdin.aclose()
+    with trio.move_on_after(_EXIT_GRACE):
+        await process.wait()
+        return
+    process.kill()
+    await process.wait()

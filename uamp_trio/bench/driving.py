@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 from .config import BenchConfig
-from .drive_acp import AcpDriver
+from .drive_acp import AcpDriver, AcpStdioDriver
 from .drive_envelope import EnvelopeDriver
 from .drive_mcp import McpDriver
 from .drivers import Driver, RealtimeDriver, UampSSEDriver, UampWebSocketDriver, http_driver
@@ -19,6 +19,7 @@ _SOCKET_DRIVERS: dict[str, Callable[[BenchConfig], Driver]] = {
     "uamp-ws": UampWebSocketDriver,
     "uamp-sse": UampSSEDriver,
     "acp": AcpDriver,
+    "acp-stdio": AcpStdioDriver,
     "mcp": McpDriver,
     "realtime": RealtimeDriver,
     "envelope-http": partial(EnvelopeDriver, ws=False),

@@ -8,6 +8,8 @@ subprocesses, with ``--json`` and ``--plot``.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -307,3 +309,30 @@ def test_the_command_exits_1_on_errors_and_2_on_bad_arguments(server_url: str) -
     assert bad.returncode == 2 and "not a duration" in bad.stderr
     missing = uamp("bench", "--compare", "/nonexistent/a.json", "/nonexistent/b.json")
     assert missing.returncode == 2
+
+
+async def test_acp_over_stdio_runs_an_agent_process_per_worker() -> None:
+    command = shlex.join([sys.executable, "-m", "uamp_trio", "acp"])
+    config = BenchConfig(url=command, transport="acp-stdio", concurrency=2, requests=6,
+                         prompt="one two three", turns=2)  # fmt: skip
+    summary, samples = await run_bench(config)
+    data = summary.to_json()
+    assert data["ok"] == 6, data["errors_by_kind"]
+    # The demo agent's "You said: one two three", a word per delta, on every turn.
+    assert data["deltas"] == 6 * 5 and all(
+        s.text == len("You said: one two three") for s in samples
+    )
+    assert all(s.bytes > s.text for s in samples) and data["bytes"] == sum(s.bytes for s in samples)
+    assert data["protocols"] == ["stdio"] and data["url"] == command
+    assert sorted(s.turn for s in samples) == [0, 0, 0, 1, 1, 1]
+    assert len({s.conversation for s in samples}) == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [(["/nonexistent/agent"], "spawn"), ([sys.executable, "-c", "pass"], "initialize")],
+)
+async def test_an_agent_command_that_fails_counts_as_errors(argv: list[str], kind: str) -> None:
+    config = BenchConfig(url=shlex.join(argv), transport="acp-stdio", concurrency=1, requests=2)
+    data = (await run_bench(config))[0].to_json()
+    assert data["ok"] == 0 and data["errors_by_kind"] == {kind: 2}
