@@ -129,8 +129,9 @@ def payment_error(accepts: list[dict[str, Any]], details: Mapping[str, Any]) -> 
     """The 402 body of an unpaid request: OpenAI's error object, with the offer.
 
     ``error.code`` is why (``payment_required``, ``insufficient_balance`` ...),
-    ``error.accepts`` the payment options (spec 004), and the other
-    ``details`` (balances) sit beside them.
+    ``error.accepts`` the payment options, and the other ``details``
+    (balances) sit beside them. Spec 004's own members (``status_code``,
+    ``context.accepts``) are there too, for clients written from that page.
     """
     code = str(details.get("code") or "payment_required")
     reason = details.get("message")
@@ -138,6 +139,8 @@ def payment_error(accepts: list[dict[str, Any]], details: Mapping[str, Any]) -> 
     body = error_object(message, code=code, type="payment_required")
     extra = {k: v for k, v in details.items() if k not in ("code", "message")}
     body["error"].update(extra, accepts=accepts)
+    body["status_code"] = 402
+    body["context"] = {"accepts": accepts}
     return body
 
 
