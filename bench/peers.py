@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 from peers_replies import completion, stream_chunks  # noqa: E402
 from transports import _server_cpu, stop_process, wait_for_port  # noqa: E402
 
-from tests._support.webagents import webagents_python  # noqa: E402
+from tests._support.peer_venv import webagents_python  # noqa: E402
 
 VENV = ROOT / "build" / "bench-cache" / "webagents-0.3.9"
 
@@ -148,7 +148,8 @@ class Server:
 def start_uamp(model_url: str | None, tmp: Path) -> Server:
     """``uamp serve --agent peers_agent:peer --port 0`` (``peer_local`` without a model URL)."""
     port_file = tmp / "uamp.port"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
+    # The checkout's uamp, whatever the interpreter has installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
     served = "peers_agent:peer_local"
     if model_url is not None:
         env["UAMP_PEERS_MODEL_URL"] = model_url
@@ -166,9 +167,9 @@ def start_uamp(model_url: str | None, tmp: Path) -> Server:
     return Server([sys.executable, "-c", code], env, "/agents/peer/v1/chat/completions", port_file)
 
 
-def start_webagents(model_url: str | None, tmp: Path) -> Server:
+def start_webagents(model_url: str | None, tmp: Path, venv: Path = VENV) -> Server:
     """webagents' server (``peers_webagents.py``); its model in process without a model URL."""
-    python = webagents_python(VENV, "import webagents.server.core.app")
+    python = webagents_python(venv, "import webagents.server.core.app")
     port_file = tmp / "webagents.port"
     env = {**os.environ, "PYTHONPATH": "", "HOME": str(tmp)}
     script = str(ROOT / "bench" / "peers_webagents.py")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests._support.cache import cache_folder
-from tests._support.webagents import webagents_python as install
+from tests._support.peer_venv import webagents_python as install
 
 
 @pytest.fixture(scope="session")
