@@ -329,8 +329,8 @@ def table(figures: dict[str, Any]) -> str:
                 if r is None:
                     cells += ["-"] * 4
                     continue
-                errors = r["requests"] - r["ok"]
-                rate = f"{r['requests_per_s']:.1f}" + (f" ({errors} err)" if errors else "")
+                kinds = ", ".join(f"{n} {k}" for k, n in r["errors_by_kind"].items())
+                rate = f"{r['requests_per_s']:.1f}" + (f" ({kinds})" if kinds else "")
                 cpu[name] = r["server_cpu_ms_per_request"]
                 c = cpu[name]
                 cells += [
@@ -401,17 +401,18 @@ def plot(figures: dict[str, Any], folder: Path) -> list[Path]:
                 cpu.plot(
                     rates, [r["server_cpu_ms_per_request"] for r in mine], "o-", color=c, label=name
                 )
-            top = max((r["rate"] for r in rows), default=1)
-            low = min((r["rate"] for r in rows), default=1)
-            thr.plot([low, top], [low, top], ":", color="grey", label="offered")
+            offered = sorted({r["rate"] for r in rows})
+            thr.plot(offered, offered, ":", color="grey", label="offered")
             lat.set_yscale("log")
+            thr.set_yscale("log", base=2)
+            thr.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
             for ax in (lat, thr, cpu):
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(sorted({r["rate"] for r in rows}))
                 ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
             lat.set_title(f"{protocol}: {workload}")
             lat.set_ylabel("end-to-end latency (ms, log)")
-            thr.set_ylabel("successful requests/s")
+            thr.set_ylabel("successful requests/s (log)")
             cpu.set_ylabel("server CPU ms / request")
             cpu.set_xlabel("offered rate (requests/s, Poisson)")
             for ax in (lat, thr, cpu):
@@ -488,13 +489,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the page --publish writes to (its plots go to img/ beside it)",
     )
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: the tables and plots (and --publish) of the saved compare.json",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.workloads) - set(WORKLOADS)
     if unknown:
         parser.error(f"unknown workloads {sorted(unknown)}; known: {', '.join(WORKLOADS)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    figures = run(args)
-    (args.out / "compare.json").write_text(json.dumps(figures, indent=2))
+    saved = args.out / "compare.json"
+    if args.report:
+        figures = json.loads(saved.read_text())
+    else:
+        figures = run(args)
+        saved.write_text(json.dumps(figures, indent=2))
     report = about(figures) + "\n" + table(figures)
     (args.out / "compare.md").write_text(report)
     print("\n" + report)
