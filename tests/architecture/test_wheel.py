@@ -4,6 +4,7 @@ virtual environment runs ``uamp serve``, playground included."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -61,7 +63,11 @@ def test_build_makes_an_sdist_and_a_wheel_twine_accepts(dist: Path) -> None:
     assert f"uamp-{version}.dist-info/licenses/LICENSE" in names
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-    for needed in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", *DATA):
+    # docs/ and examples/: the README names their files (setup.py).
+    for needed in (
+        *("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "setup.py", *DATA),
+        *("docs/first-hour.md", "examples/ai-sdk-chat/chat.mjs"),
+    ):
         assert needed in members, f"{needed} is not in the sdist"
 
 
@@ -200,6 +206,76 @@ def test_the_metadata_describes_the_project_and_its_extras(dist: Path) -> None:
     ]
     assert everything is not None
     assert set(everything.group(1).split(",")) >= USER_EXTRAS - {"trio"}
+
+
+# --- the README on the index page (setup.py) -------------------------------------------
+
+#: A Markdown link or image target, an HTML ``href``/``src``.
+_TARGETS = re.compile(r"\]\(([^)\s]+)\)|(?:href|src)=\"([^\"]+)\"")
+
+
+def _setup_py() -> Any:
+    spec = importlib.util.spec_from_file_location("uamp_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not as __main__: setup() is not called
+    return module
+
+
+def _relative(markdown: str) -> list[str]:
+    """The link targets of ``markdown`` (outside code) that have no scheme."""
+    prose = re.sub(r"(?s:```.*?```)|`[^`\n]*`", "", markdown)
+    targets = [a or b for a, b in _TARGETS.findall(prose)]
+    return [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+
+
+def test_the_wheels_readme_has_no_relative_link_and_no_invented_url(dist: Path) -> None:
+    wheel = next(dist.glob("*.whl"))
+    name = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(name).decode()
+    description = text.split("\n\n", 1)[1]
+    assert "uamp serve" in description  # the README is there
+    linked = _relative((ROOT / "README.md").read_text())
+    assert linked, "the check below would see nothing"
+    assert _relative(description) == []
+    setup = _setup_py()
+    base = setup.source_url()
+    urls = [value for key, value in _metadata(dist) if key == "Project-URL"]
+    if base:
+        assert urls and all(base in url.split(", ", 1)[1] for url in urls), urls
+    else:  # no public home yet: no project URL pretends to be one
+        assert urls == []
+        for target in linked:  # named as a path in the sdist instead
+            assert f"`{target}`" in description and (ROOT / target.split("#")[0]).exists()
+
+
+@pytest.mark.parametrize(
+    ("base", "markdown", "expected"),
+    [
+        ("", "[Your first hour](docs/first-hour.md)", "Your first hour (`docs/first-hour.md`)"),
+        ("", "([docs/mcp.md](docs/mcp.md))", "(`docs/mcp.md`)"),
+        ("", "[docs/security.md](docs/security.md#x)", "`docs/security.md#x`"),
+        ("", "![a chart](./docs/img/cdf.png)", "a chart (`docs/img/cdf.png`)"),
+        ("https://h/r/", "[a](docs/a.md)", "[a](https://h/r/docs/a.md)"),
+        ("https://h/r", "![c](docs/c.png)", "![c](https://h/r/docs/c.png)"),
+        ("https://h/r", "[w](https://w.example/x) [t](#top)", "[w](https://w.example/x) [t](#top)"),
+        ("https://h/r", "`a[0](b)` [m](mailto:x@y)", "`a[0](b)` [m](mailto:x@y)"),
+    ],
+)
+def test_the_index_readme_rewrite(base: str, markdown: str, expected: str) -> None:
+    setup = _setup_py()
+    rewritten = setup.index_readme(markdown, base.rstrip("/"))
+    assert rewritten == expected
+    assert _relative(rewritten) == []
+    assert setup.project_urls(base.rstrip("/")) == (
+        {
+            "Source": "https://h/r",
+            "Documentation": "https://h/r/docs/index.md",
+            "Changelog": "https://h/r/CHANGELOG.md",
+        }
+        if base
+        else {}
+    )
 
 
 @pytest.mark.parametrize("extra", ["grpc", "http3", "tui", "clients", "all"])
