@@ -73,12 +73,13 @@ def test_request_permission_and_the_chosen_option(
 
     async def main() -> None:
         url = server.url.replace("http", "ws") + "/agents/demo/acp/stream"
-        conn = acp.connect_to_agent(user, await create_websocket_stream(url))
-        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-        session = await conn.new_session(cwd="/tmp", mcp_servers=[])
-        reply = await conn.prompt(
-            session_id=session.session_id, prompt=[acp.text_block("what is 2+3?")]
-        )
+        # Closed at the end: an open connection holds the server's shutdown for its grace.
+        async with acp.connect_to_agent(user, await create_websocket_stream(url)) as conn:
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            session = await conn.new_session(cwd="/tmp", mcp_servers=[])
+            reply = await conn.prompt(
+                session_id=session.session_id, prompt=[acp.text_block("what is 2+3?")]
+            )
         assert reply.stop_reason == "end_turn"
         [asked] = user.asked
         assert asked["session"] == session.session_id
