@@ -2,7 +2,8 @@
 
 A runtime agent (:func:`uamp_agents.agent`, the default loop strategy) on
 the ``function`` model: the model answers ``N`` words ``"tok "`` when the
-last user message is the number ``N``, and the ``function`` model streams
+last user message is (or starts with) the number ``N`` -- as ``uamp bench
+--output-len`` prompts do -- and the ``function`` model streams
 one word per delta. Loaded the way ``uamp serve --agent
 flood_agent:flood`` loads it (``uamp_trio.cli.load_agent``), so the bench
 measures the same path: model stream, the runtime's stream, the bridge,
@@ -20,9 +21,9 @@ WORD = "tok "
 
 
 def _reply(messages: list[Any], tools: list[Any]) -> str:
-    """``WORD`` repeated as often as the last user message says (1 when it is no number)."""
-    text = messages[-1].text.strip() if messages else ""
-    return WORD * int(text) if text.isdigit() else WORD
+    """``WORD`` as often as the last user message's first word says (1 when it is no number)."""
+    words = messages[-1].text.split() if messages else []
+    return WORD * int(words[0]) if words and words[0].isdigit() else WORD
 
 
 flood = agent(model=function(_reply), name="flood")

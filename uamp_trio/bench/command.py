@@ -8,6 +8,7 @@
     uamp bench http://127.0.0.1:8765/agents/demo --rate 50 -d 30s --goodput ttft:200 e2e:1000
     uamp bench http://127.0.0.1:8765/agents/demo --rate 10:100:10s --arrival gamma --burstiness 0.5
     uamp bench http://127.0.0.1:8765/agents/demo --dataset chats.jsonl --turns 3 --seed 7
+    uamp bench http://127.0.0.1:8765/agents/flood --input-len uniform:50:200 --output-len 100
     uamp bench --compare before.json after.json
 
 Exit status: 0 when every request succeeded, 1 when some failed (the table
@@ -30,6 +31,7 @@ from ..client._command import run_command
 from ..units import argument_type, duration_argument
 from .arrivals import ARRIVALS, parse_rate
 from .config import TRANSPORTS, BenchConfig, parse_goodput, parse_header, parse_warmup
+from .lengths import parse_lengths
 from .plot import check_plot
 from .report import LiveProgress, print_compare, print_summary
 from .runner import run_bench
@@ -48,6 +50,7 @@ def add_parser(sub: Any) -> None:
 _header = argument_type(parse_header)
 _rate = argument_type(parse_rate)
 _warmup = argument_type(parse_warmup)
+_lengths = argument_type(parse_lengths)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -134,6 +137,20 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="turns per conversation, on one session/thread/context (default: its user messages)",
     )
     p.add_argument(
+        "--input-len",
+        type=_lengths,
+        metavar="DIST",
+        help="synthetic prompts of this many words: N, uniform:A:B or normal:MEAN:SD "
+        "(drawn with --seed)",
+    )
+    p.add_argument(
+        "--output-len",
+        type=_lengths,
+        metavar="DIST",
+        help="the reply length each synthetic prompt asks for, in words (its first word, and "
+        "max_tokens where the transport has it): N, uniform:A:B or normal:MEAN:SD",
+    )
+    p.add_argument(
         "--stream", action=argparse.BooleanOptionalAction, default=True, help="stream responses"
     )
     p.add_argument("--http2", action="store_true", help="HTTP/2 (h2c prior knowledge on http://)")
@@ -174,6 +191,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     dataset = getattr(args, "dataset", None)
     if dataset is not None and (args.prompt_file or args.prompt):
         raise ValueError("--dataset replaces --prompt and --prompt-file")
+    input_len, output_len = getattr(args, "input_len", None), getattr(args, "output_len", None)
+    if (input_len or output_len) and (args.prompt_file or args.prompt):
+        raise ValueError("--input-len/--output-len replace --prompt and --prompt-file")
     requests = None if args.duration is not None else (args.requests or 100)
     rate = getattr(args, "rate", None)
     if rate is not None and len(rate.rates) > 1 and args.requests is None:
@@ -197,6 +217,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         prompt=prompt,
         dataset=load_dataset(dataset) if dataset is not None else (),
         turns=getattr(args, "turns", None),
+        input_len=input_len,
+        output_len=output_len,
         stream=args.stream,
         http2=args.http2,
         headers=tuple(headers),

@@ -9,6 +9,7 @@ import attrs
 
 from ..units import parse_duration
 from .arrivals import ARRIVALS, RatePlan
+from .lengths import Lengths
 from .workload import Conversation, Workload
 
 __all__ = [
@@ -240,6 +241,8 @@ class BenchConfig:
         slo: Seconds by ``ttft``/``tpot``/``e2e`` a request must meet to count as goodput.
         dataset: The conversations to play (empty: ``prompt``; :mod:`.workload`).
         turns: Turns per conversation (``None``: as many as its user messages).
+        input_len: The synthetic prompts' lengths in words (:mod:`.lengths`).
+        output_len: The output lengths the synthetic prompts ask for.
     """
 
     url: str
@@ -265,10 +268,18 @@ class BenchConfig:
     slo: dict[str, float] = attrs.field(factory=dict)
     dataset: tuple[Conversation, ...] = ()
     turns: int | None = None
+    input_len: Lengths | None = None
+    output_len: Lengths | None = None
 
     def workload(self) -> Workload:
         """The run's conversations (seeded with ``seed``)."""
-        return Workload(self.dataset or (Conversation((self.prompt,)),), self.turns, self.seed)
+        return Workload(
+            self.dataset or (Conversation((self.prompt,)),),
+            self.turns,
+            self.seed,
+            input_len=self.input_len,
+            output_len=self.output_len,
+        )
 
     def __attrs_post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -292,6 +303,8 @@ class BenchConfig:
             raise ValueError("--burstiness must be positive")
         if self.turns is not None and self.turns < 1:
             raise ValueError("--turns must be at least 1")
+        if self.dataset and (self.input_len is not None or self.output_len is not None):
+            raise ValueError("--input-len/--output-len make their own prompts: not with --dataset")
         unknown = set(self.slo) - set(SLOS)
         if unknown:
             raise ValueError(f"unknown SLO {sorted(unknown)[0]!r}: one of {', '.join(SLOS)}")

@@ -133,8 +133,9 @@ class OpenAI(Dialect):
             "messages": turn.messages(),
             "stream": config.stream,
         }
-        if config.max_tokens is not None:
-            body["max_tokens"] = config.max_tokens
+        limit = turn.max_tokens or config.max_tokens
+        if limit is not None:
+            body["max_tokens"] = limit
         return orjson.dumps(body)
 
     def step(self, data: str, reader: Reader) -> Step:
@@ -183,8 +184,9 @@ class Responses(Dialect):
             "stream": config.stream,
             "store": False,
         }
-        if config.max_tokens is not None:
-            body["max_output_tokens"] = config.max_tokens
+        limit = turn.max_tokens or config.max_tokens
+        if limit is not None:
+            body["max_output_tokens"] = limit
         return orjson.dumps(body)
 
     def step(self, data: str, reader: Reader) -> Step:
@@ -404,7 +406,7 @@ class Anthropic(Dialect):
         return orjson.dumps(
             {
                 "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-                "max_tokens": config.max_tokens or 4096,
+                "max_tokens": turn.max_tokens or config.max_tokens or 4096,
                 "messages": turn.messages(),
                 "stream": config.stream,
             }

@@ -117,6 +117,9 @@ class Sample:
     tool_calls: list[str] = attrs.field(factory=list)
     #: Which generator process sent it (``--processes``; 0 with one).
     process: int = 0
+    #: The prompt's words, and the output length it asked for (``--output-len``).
+    prompt_words: int | None = None
+    output_asked: int | None = None
 
     @property
     def origin(self) -> float:
@@ -146,6 +149,8 @@ class Sample:
             "turn": self.turn,
             "tool_calls": list(self.tool_calls),
             "process": self.process,
+            "prompt_words": self.prompt_words,
+            "output_asked": self.output_asked,
         }
 
 

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
+from .lengths import Lengths, synthetic_prompt
+
 if TYPE_CHECKING:
     from .stats import Sample
 
@@ -49,9 +51,14 @@ MAX_CONVERSATIONS = 1_000_000
 
 @attrs.frozen
 class Conversation:
-    """One line of a dataset: the user messages said in turn."""
+    """One line of a dataset: the user messages said in turn.
+
+    ``outputs``: the output length (words) each turn asks for, when it asks
+    (the synthetic generator's, :mod:`.lengths`).
+    """
 
     turns: tuple[str, ...]
+    outputs: tuple[int, ...] | None = None
 
 
 def _conversation(value: Any, where: str) -> Conversation:
@@ -122,12 +129,14 @@ class Turn:
         index: Which turn (0 for the first).
         prompt: What the user says now.
         history: What was said before, as (role, text): ``user`` and ``assistant``.
+        max_tokens: The output length it asks for (the synthetic generator's), if any.
     """
 
     thread: str
     index: int
     prompt: str
     history: tuple[tuple[str, str], ...] = ()
+    max_tokens: int | None = None
 
     def messages(self) -> list[dict[str, str]]:
         """The history and the prompt as chat messages (``role``/``content``)."""
@@ -143,6 +152,9 @@ class Workload:
         conversations: tuple[Conversation, ...],
         turns: int | None = None,
         seed: int | None = None,
+        *,
+        input_len: Lengths | None = None,
+        output_len: Lengths | None = None,
     ) -> None:
         if not conversations:
             raise ValueError("a workload needs a conversation")
@@ -150,10 +162,14 @@ class Workload:
             raise ValueError("--turns must be at least 1")
         self.conversations = conversations
         self.turns = turns
+        self.input_len = input_len
+        self.output_len = output_len
         self._rng = random.Random(seed)
 
     def draw(self) -> Conversation:
-        """The next conversation to play."""
+        """The next conversation to play (with ``--input-len``/``--output-len``: a new one)."""
+        if self.input_len is not None or self.output_len is not None:
+            return self._synthetic()
         if len(self.conversations) == 1:
             return self.conversations[0]
         return self._rng.choice(self.conversations)
@@ -161,6 +177,21 @@ class Workload:
     def script(self) -> Script:
         """A worker's own sequence of turns."""
         return Script(self)
+
+    def _synthetic(self) -> Conversation:
+        rng = self._rng
+        prompts, outputs = [], []
+        for _ in range(self.turns or 1):
+            output = None if self.output_len is None else self.output_len.draw(rng)
+            words = (self.input_len or DEFAULT_INPUT).draw(rng)
+            prompts.append(synthetic_prompt(words, output, rng))
+            outputs.append(output)
+        asked = None if self.output_len is None else tuple(o or 0 for o in outputs)
+        return Conversation(tuple(prompts), asked)
+
+
+#: A synthetic prompt's words when only ``--output-len`` is given.
+DEFAULT_INPUT = Lengths("const", 8)
 
 
 class Script:
@@ -188,13 +219,19 @@ class Script:
             self._index = 0
             self._history = []
             self.started += 1
-        turns = self._conversation.turns
+        turns, outputs = self._conversation.turns, self._conversation.outputs
         turn = Turn(
-            self._thread, self._index, turns[self._index % len(turns)], tuple(self._history)
+            self._thread,
+            self._index,
+            turns[self._index % len(turns)],
+            tuple(self._history),
+            outputs[self._index % len(outputs)] if outputs else None,
         )
         self._index += 1
         if sample is not None:
             sample.conversation, sample.turn = turn.thread, turn.index
+            sample.prompt_words = len(turn.prompt.split())
+            sample.output_asked = turn.max_tokens
         return turn
 
     def answered(self, turn: Turn, reply: str) -> None:
