@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import attrs
 
+from uamp_proto import grpc as grpc_wire
+from uamp_proto.adapters import a2a
 from uamp_proto.adapters.completions import error_object
 from uamp_proto.errors import UampError
 from uamp_proto.paths import compile_pattern
@@ -50,7 +52,7 @@ __all__ = ["Endpoint", "Host", "UampASGI", "app"]
 Endpoint = Callable[[Request], Awaitable[Reply]]
 WebSocketHandler = Callable[[WebSocket], Awaitable[None]]
 #: How a route's clients expect an error (an OpenAI error object or JSON-RPC).
-ErrorStyle = Literal["openai", "jsonrpc", "anthropic"]
+ErrorStyle = Literal["openai", "jsonrpc", "anthropic", "a2a_rest"]
 
 
 #: A route's extra condition on the request's headers (a path two transports share).
@@ -241,6 +243,10 @@ def _refusal(style: ErrorStyle, error: HTTPError) -> JsonReply:
             "id": None,
             "error": {"code": -32001 if error.status == 401 else -32600, "message": error.message},
         }
+        return JsonReply(body, error.status, error.headers)
+    if style == "a2a_rest":
+        status = grpc_wire.status_for_http(error.status).name
+        body = a2a.refusal_rest_body(error.status, status, error.message, error.code or "refused")
         return JsonReply(body, error.status, error.headers)
     if style == "anthropic":
         kind = "authentication_error" if error.status == 401 else "invalid_request_error"

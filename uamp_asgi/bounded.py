@@ -51,6 +51,10 @@ class OwnedLRU(Generic[V]):
         while len(self._all) > self.total:
             self._drop(next(iter(self._all)))
 
+    def owned_by(self, owner: Principal) -> list[V]:
+        """``owner``'s entries, least recently used first."""
+        return [v for (who, _), v in self._all.items() if who == owner.key]
+
     def get(self, owner: Principal, key: str) -> V | None:
         """``owner``'s entry ``key`` (another owner's: ``None``, as a missing one)."""
         slot = (owner.key, key)

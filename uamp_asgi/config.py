@@ -29,6 +29,7 @@ TRANSPORTS = (
     "agui",
     "uamp",
     "sse_events",
+    "realtime",
     "mcp",
     "a2a",
     "acp",

@@ -13,12 +13,21 @@ STARTUP = 20.0
 
 
 @contextmanager
-def uvicorn_server(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a thread; yields its base URL (``http://127.0.0.1:PORT``)."""
+def uvicorn_server(app: Any, **options: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread; yields its base URL (``http://127.0.0.1:PORT``).
+
+    ``options``: more ``uvicorn.Config`` options (``root_path``).
+    """
     import uvicorn
 
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="websockets-sansio"
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        ws="websockets-sansio",
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)

@@ -364,6 +364,7 @@ ASGI_TRANSPORTS = [
     completions_streamed,
     uamp_websocket_agent_url,
     uamp_http_sse,
+    realtime,
     a2a_blocking,
     a2a_streamed,
     agui,

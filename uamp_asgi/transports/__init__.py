@@ -17,6 +17,7 @@ MODULES = {
     "agui": "agui",
     "uamp": "uamp_ws",
     "sse_events": "sse_events",
+    "realtime": "realtime",
     "mcp": "mcp",
     "a2a": "a2a",
     "acp": "acp",

@@ -38,15 +38,18 @@ from .a2a import (
     TaskState,
     opt_int,
     opt_str,
+    render_task,
 )
 
 __all__ = [
     "PUSH_METHODS",
     "ListQuery",
+    "blocking",
     "camel_keys",
     "config_id",
     "find_config",
     "inline_push_config",
+    "list_page",
     "page_token",
     "parse_config",
     "parse_list_params",
@@ -139,6 +142,20 @@ def send_configuration(params: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+def blocking(params: Mapping[str, Any], dialect: Dialect) -> bool:
+    """Whether a send waits for the task to finish (the default in both dialects).
+
+    1.0 asks not to with ``configuration.returnImmediately: true``, 0.3 with
+    ``configuration.blocking: false``.
+    """
+    config = params.get("configuration")
+    if not isinstance(config, dict):
+        return True
+    if dialect is Dialect.V1:
+        return config.get("returnImmediately") is not True
+    return config.get("blocking") is not False
+
+
 @attrs.frozen
 class ListQuery:
     """A checked ``ListTasks`` request."""
@@ -192,6 +209,33 @@ def _state(value: object) -> TaskState | None:
     if isinstance(value, str) and value in _STATES:
         return _STATES[value]
     raise _invalid(f"'status' {value!r} is not a task state (TASK_STATE_WORKING ...).")
+
+
+def list_page(tasks: list[A2ATask], query: ListQuery) -> dict[str, Any]:
+    """The ``ListTasks`` result: the page of ``tasks`` (newest first, filtered) ``query`` asks for.
+
+    Raises:
+        A2AError: ``INVALID_PARAMS`` for a page token past the end.
+    """
+    start = query.offset
+    if start > len(tasks):
+        raise _invalid("'pageToken' is not a token this server issued.")
+    page = tasks[start : start + query.page_size]
+    more = start + query.page_size < len(tasks)
+    return {
+        "tasks": [
+            render_task(
+                t,
+                Dialect.V1,
+                history_length=query.history_length,
+                include_artifacts=query.include_artifacts,
+            )
+            for t in page
+        ],
+        "nextPageToken": page_token(start + query.page_size) if more else "",
+        "pageSize": query.page_size,
+        "totalSize": len(tasks),
+    }
 
 
 def page_token(offset: int) -> str:

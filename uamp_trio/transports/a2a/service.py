@@ -429,7 +429,9 @@ class A2ATransport:
     async def send(self, call: Call, params: dict[str, Any]) -> dict[str, Any]:
         """``SendMessage``: the task (or the agent's direct message) as a send's result."""
         prepared = await self._prepare(call, params, rest=False)
-        await self._execute(call.agent, prepared, None, wait=_blocking(params, call.dialect))
+        await self._execute(
+            call.agent, prepared, None, wait=a2a_params.blocking(params, call.dialect)
+        )
         if prepared.reply is not None:
             return _message_result(prepared, call.dialect)
         rendered = a2a.render_task(
@@ -518,25 +520,7 @@ class A2ATransport:
             for t in reversed(await self.store.owned_by(call.principal))
             if t.agent == call.agent.name and query.matches(t)
         ]
-        start = query.offset
-        if start > len(tasks):
-            raise A2AError(a2a.INVALID_PARAMS, "'pageToken' is not a token this server issued.")
-        page = tasks[start : start + query.page_size]
-        more = start + query.page_size < len(tasks)
-        return {
-            "tasks": [
-                a2a.render_task(
-                    t,
-                    Dialect.V1,
-                    history_length=query.history_length,
-                    include_artifacts=query.include_artifacts,
-                )
-                for t in page
-            ],
-            "nextPageToken": a2a_params.page_token(start + query.page_size) if more else "",
-            "pageSize": query.page_size,
-            "totalSize": len(tasks),
-        }
+        return a2a_params.list_page(tasks, query)
 
     def extended_card(self, call: Call) -> dict[str, Any]:
         """``GetExtendedAgentCard``: the card for an authenticated caller.
@@ -1308,20 +1292,6 @@ def _with_balance(updates: list[Update], task: A2ATask, balance: PaymentBalance)
     final = updates[-1]
     noted = attrs.evolve(final, metadata={**(final.metadata or {}), BALANCE_EVENT: fields})
     return [*updates[:-1], noted]
-
-
-def _blocking(params: dict[str, Any], dialect: Dialect) -> bool:
-    """Whether a send waits for the task to finish (the default in both dialects).
-
-    1.0 asks not to with ``configuration.returnImmediately: true``, 0.3 with
-    ``configuration.blocking: false``.
-    """
-    config = params.get("configuration")
-    if not isinstance(config, dict):
-        return True
-    if dialect is Dialect.V1:
-        return config.get("returnImmediately") is not True
-    return config.get("blocking") is not False
 
 
 class _PaymentRefused(UampError):

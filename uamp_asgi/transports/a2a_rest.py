@@ -1,0 +1,130 @@
+"""A2A's HTTP+JSON binding (A2A 1.0 section 11) on ASGI, over :class:`.a2a_ops.A2AOperations`.
+
+Routes under each agent's A2A URL (``.../a2a``), as ``uamp serve``'s
+(:mod:`uamp_trio.transports.a2a.rest`): ``POST /message:send``, ``POST
+/message:stream`` (SSE), ``GET /tasks``, ``GET /tasks/{id}``, ``POST
+/tasks/{id}:cancel``, ``POST|GET /tasks/{id}:subscribe`` (SSE). Bodies and
+answers are the 1.0 ProtoJSON objects, stream events SSE ``data:`` lines of
+``StreamResponse`` objects, errors AIP-193 bodies with the specification's
+HTTP status. 1.0 only: ``A2A-Version: 0.3`` is ``VersionNotSupportedError``.
+Push-notification configs answer ``PushNotificationNotSupportedError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import A2AError, Dialect
+from uamp_proto.adapters.a2a_params import camel_keys
+from uamp_proto.responder import Responder
+from uamp_proto.sse import encode_json
+
+from ..app import Host
+from ..http import JsonReply, Reply, Request
+from .a2a_ops import A2AOperations, sse
+
+__all__ = ["mount"]
+
+_Handler = Callable[[Responder, Request], Awaitable[Reply]]
+
+
+def _body(request: Request) -> dict[str, Any]:
+    declared = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if declared and declared != "application/json" and not declared.endswith("+json"):
+        raise A2AError(
+            a2a.CONTENT_TYPE_NOT_SUPPORTED,
+            f"Content-Type {declared} is not supported: send application/json.",
+        )
+    if not request.body:
+        return {}
+    try:
+        body = orjson.loads(request.body)
+    except orjson.JSONDecodeError:
+        raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise A2AError(a2a.INVALID_REQUEST, "The body must be a JSON object.")
+    out: dict[str, Any] = camel_keys(body)
+    return out
+
+
+def _query(request: Request) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, values in parse_qs(request.query, keep_blank_values=True).items():
+        out[key] = values[0] if len(values) == 1 else values
+    camel: dict[str, Any] = camel_keys(out)
+    return camel
+
+
+def _frame(result: dict[str, Any]) -> bytes:
+    return encode_json(orjson.dumps(result))
+
+
+def mount(host: Host, ops: A2AOperations) -> None:
+    """Register the HTTP+JSON routes of ``ops`` on ``host``."""
+    v1 = Dialect.V1
+
+    def route(method: str, subpath: str, handler: _Handler) -> None:
+        async def endpoint(request: Request) -> Reply:
+            agent = host.resolve_agent(request.path_params)
+            try:
+                if a2a.negotiate_version(request.headers.get("a2a-version")) is Dialect.V03:
+                    raise A2AError(
+                        a2a.VERSION_NOT_SUPPORTED,
+                        "This HTTP+JSON interface speaks A2A 1.0; use JSON-RPC for 0.3.",
+                        data={"requestedVersion": "0.3", "supportedVersions": "1.0"},
+                    )
+                return await handler(agent, request)
+            except A2AError as exc:
+                return JsonReply(exc.rest_body(), exc.http_status)
+
+        host.route(method, "/a2a" + subpath, endpoint, style="a2a_rest")
+
+    def task_id(request: Request) -> dict[str, Any]:
+        return {"id": request.path_params["task_id"]}
+
+    async def send(agent: Responder, request: Request) -> Reply:
+        result, after = await ops.send(agent, request, _body(request), v1)
+        return JsonReply(result, after=after)
+
+    async def stream(agent: Responder, request: Request) -> Reply:
+        return sse(ops.stream(agent, request, _body(request), v1), _frame)
+
+    async def list_tasks(agent: Responder, request: Request) -> Reply:
+        return JsonReply(ops.list_tasks(agent, request.principal, _query(request)))
+
+    async def get(agent: Responder, request: Request) -> Reply:
+        params = {**_query(request), **task_id(request)}
+        return JsonReply(ops.get(request.principal, params, v1))
+
+    async def cancel(agent: Responder, request: Request) -> Reply:
+        params = {**_body(request), **task_id(request)}
+        return JsonReply(await ops.cancel(request.principal, params, v1))
+
+    async def subscribe(agent: Responder, request: Request) -> Reply:
+        produce, never_ran = ops.subscribe(request.principal, task_id(request), v1)
+        return sse(produce, _frame, never_ran)
+
+    async def push(agent: Responder, request: Request) -> Reply:
+        ops.get(request.principal, task_id(request), v1)  # another's task: not found
+        raise A2AError(
+            a2a.PUSH_NOTIFICATION_NOT_SUPPORTED,
+            "Push notifications are served by `uamp serve`, not the ASGI app.",
+        )
+
+    route("POST", "/message:send", send)
+    route("POST", "/message:stream", stream)
+    route("GET", "/tasks", list_tasks)
+    route("POST", "/tasks/{task_id}:cancel", cancel)
+    route("POST", "/tasks/{task_id}:subscribe", subscribe)
+    route("GET", "/tasks/{task_id}:subscribe", subscribe)
+    configs = "/tasks/{task_id}/pushNotificationConfigs"
+    for method in ("POST", "GET"):
+        route(method, configs, push)
+    for method in ("GET", "DELETE"):
+        route(method, configs + "/{config_id}", push)
+    route("GET", "/tasks/{task_id}", get)

@@ -1,0 +1,303 @@
+"""The OpenAI Realtime API over an ASGI WebSocket: ``WS .../realtime``, as ``uamp serve``.
+
+The OpenAI SDK's ``client.realtime.connect(model=...)`` appends
+``/realtime?model=...`` to its WebSocket base URL: a client whose
+``base_url`` is ``http://host:port/agents/demo`` lands on that agent;
+``/v1/realtime`` at the root picks the agent by ``model`` (or the only one).
+
+The sans-IO :class:`~uamp_proto.adapters.realtime.RealtimeSession` answers
+every client event and :class:`~uamp_proto.adapters.realtime.ResponseEncoder`
+turns a turn's UAMP events into Realtime events; this module is the I/O:
+
+* ``session.created`` goes out first, unprompted;
+* ``response.create`` runs one turn (:class:`~uamp_asgi.turns.Turn`) in the
+  connection's task group, so the socket keeps reading; one response at a
+  time (another ``response.create`` meanwhile is the
+  ``conversation_already_has_active_response`` error). Client tools end the
+  response with ``function_call`` items; the client answers with
+  ``function_call_output`` items and a new ``response.create``;
+* ``response.cancel`` cancels the running turn (``response.done``, status
+  ``cancelled``);
+* payment: a ``response.create`` the session's token does not pay for is held
+  and answered ``payment.required``; ``payment.submit`` with a token that pays
+  gets ``payment.accepted`` and starts it (no agent runs unpaid), one that does
+  not gets ``payment.error``;
+* signing: with ``Config.response_signer`` a completed ``response.done``
+  carries ``signature`` over the response's text and the ``response.create``
+  message that started it.
+
+Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
+``openai-beta.realtime-v1`` subprotocol) get the beta event names. Voice
+calls (``input_audio_buffer.append`` placing a call to the agent), busy
+policies other than refusing and mid-response top-ups are ``uamp serve``'s.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio
+import anyio.abc
+import attrs
+import orjson
+
+from uamp_proto import events as ev
+from uamp_proto import jsonbounds
+from uamp_proto.adapters import realtime as rt
+from uamp_proto.codec import unstructure
+from uamp_proto.payment import Charge, PaymentRequiredError
+from uamp_proto.responder import Responder
+
+from ..app import Host
+from ..http import HTTPError
+from ..turns import Turn
+from ..websocket import Closed, WebSocket
+
+__all__ = ["mount"]
+
+_BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
+
+
+def _ids(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+@attrs.define
+class _Active:
+    response_id: str
+    encoder: rt.ResponseEncoder
+    request_bytes: bytes | str
+    turn: Turn | None = None
+    cancel_requested: bool = False
+
+
+class _Connection:
+    """One Realtime socket: reads client events, runs responses, writes events."""
+
+    def __init__(
+        self, host: Host, ws: WebSocket, agent: Responder, session: rt.RealtimeSession
+    ) -> None:
+        self.host = host
+        self.ws = ws
+        self.agent = agent
+        self.session = session
+        self.payment_token: str | None = None
+        self.active: _Active | None = None
+        #: A ``response.create`` awaiting payment, with its raw message.
+        self.held: tuple[rt.CreateResponse, bytes | str] | None = None
+        self.group: anyio.abc.TaskGroup | None = None
+        self.lock = anyio.Lock()
+
+    async def send(self, event: dict[str, Any]) -> None:
+        async with self.lock:
+            await self.ws.send(orjson.dumps(event).decode())
+
+    async def error(self, message: str, code: str, client_event_id: str | None = None) -> None:
+        event_id = self.session.ids("event")
+        await self.send(
+            rt.error_event(event_id, message, code=code, client_event_id=client_event_id)
+        )
+
+    async def run(self) -> None:
+        await self.send(self.session.created_event(unstructure(self.agent.capabilities())))
+        async with anyio.create_task_group() as group:
+            self.group = group
+            try:
+                while True:
+                    message = await self.ws.receive()
+                    if self.ws.principal.expired(time.time()):
+                        await self.error(
+                            "The connection's token has expired; reconnect with a fresh one.",
+                            "unauthorized",
+                        )
+                        await self.ws.close(1008)
+                        return
+                    await self._receive(message)
+            except Closed:
+                pass
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _receive(self, message: str | bytes) -> None:
+        try:
+            jsonbounds.check(message)
+            obj = orjson.loads(message)
+        except jsonbounds.TooManyValues as exc:
+            await self.error(f"The message is not parsed: {exc}", "json_too_complex")
+            return
+        except orjson.JSONDecodeError as exc:
+            await self.error(f"The message is not valid JSON: {exc}", "invalid_json")
+            return
+        handled = self.session.handle(obj)
+        for reply in handled.replies:
+            await self.send(reply)
+        action = handled.action
+        if isinstance(action, rt.CreateResponse):
+            await self._create(action, message)
+        elif isinstance(action, rt.CancelResponse):
+            await self._cancel(action)
+        elif isinstance(action, rt.SubmitPayment):
+            await self._payment(action)
+        elif isinstance(action, rt.PlaceCall):
+            await self.error(
+                "Voice calls are served by `uamp serve`, not the ASGI app.", "unsupported"
+            )
+
+    async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
+        if self.active is not None or self.held is not None:
+            busy = self.active.response_id if self.active else "a response awaiting payment"
+            await self.error(
+                f"Conversation already has an active response in progress: {busy}.",
+                "conversation_already_has_active_response",
+                action.client_event_id,
+            )
+            return
+        await self._charge_and_start(action, message)
+
+    async def _charge_and_start(self, action: rt.CreateResponse, message: bytes | str) -> bool:
+        """Hold the response's price and start it (``True``), or ask for payment."""
+        response_id = _ids("resp")
+        try:
+            charge = await self.host.open_charge(
+                self.agent, self.payment_token, response_id, self.ws.principal
+            )
+        except PaymentRequiredError as unpaid:
+            self.held = (action, message)
+            await self.send(rt.payment_event(unpaid.event(), self.session.ids("event")))
+            return False
+        self._start(action, message, response_id, charge)
+        return True
+
+    def _start(
+        self,
+        action: rt.CreateResponse,
+        message: bytes | str,
+        response_id: str,
+        charge: Charge | None,
+    ) -> None:
+        options = action.options
+        request = self.session.turn_request(
+            options,
+            agent=self.agent.name,
+            response_id=response_id,
+            payment_token=self.payment_token,
+            principal=self.ws.principal,
+        )
+        encoder = rt.ResponseEncoder(
+            self.session,
+            response_id,
+            modalities=options.modalities or list(self.session.settings.modalities),
+            conversation=options.conversation,
+            metadata=options.metadata,
+        )
+        self.active = _Active(response_id=response_id, encoder=encoder, request_bytes=message)
+        assert self.group is not None
+        self.group.start_soon(self._respond, self.active, request, charge)
+
+    async def _respond(self, active: _Active, request: Any, charge: Charge | None) -> None:
+        encoder = active.encoder
+
+        async def sink(event: ev.Event) -> None:
+            for out in encoder.feed(event):
+                await self.send(self._signed(out, active, turn))
+
+        turn = Turn(self.agent, request, sink, charge=charge)
+        active.turn = turn
+        if active.cancel_requested:
+            turn.cancel()
+        try:
+            outcome = await turn.run()
+            if not encoder.finished:  # client tool calls pending: the response completes
+                for out in encoder.finish("completed", usage=outcome.tracker.usage):
+                    await self.send(self._signed(out, active, turn))
+            if outcome.balance is not None:  # after response.done, as on UAMP
+                await self.send(rt.payment_event(outcome.balance, self.session.ids("event")))
+        except Closed:
+            pass
+        finally:
+            self.active = None
+
+    def _signed(self, out: dict[str, Any], active: _Active, turn: Turn) -> dict[str, Any]:
+        """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
+        signer = self.host.config.response_signer
+        if (
+            signer is not None
+            and out.get("type") == "response.done"
+            and out["response"].get("status") == "completed"
+        ):
+            out["signature"] = signer(turn.tracker.text, active.request_bytes)
+        return out
+
+    async def _cancel(self, action: rt.CancelResponse) -> None:
+        active = self.active
+        if active is None or (
+            action.response_id is not None and action.response_id != active.response_id
+        ):
+            await self.error(
+                "Cancellation failed: no active response found"
+                + (f" with id {action.response_id}." if action.response_id else "."),
+                "response_cancel_not_active",
+                action.client_event_id,
+            )
+            return
+        active.cancel_requested = True
+        if active.turn is not None:
+            active.turn.cancel()
+
+    async def _payment(self, action: rt.SubmitPayment) -> None:
+        """A token for the held response: it starts once the token pays for it."""
+        self.payment_token = action.token
+        held, self.held = self.held, None
+        if held is None:
+            return
+        response_id = _ids("resp")
+        try:
+            charge = await self.host.open_charge(
+                self.agent, self.payment_token, response_id, self.ws.principal
+            )
+        except PaymentRequiredError as unpaid:
+            self.held = held  # still unpaid: it waits for a better token
+            if unpaid.code == "payment_required":  # the submit carried no token
+                unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
+            await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
+            return
+        accepted = ev.PaymentAccepted(payment_id=_ids("pay"))
+        await self.send(rt.payment_event(accepted, self.session.ids("event")))
+        self._start(held[0], held[1], response_id, charge)
+
+
+def mount(host: Host) -> None:
+    """Serve the Realtime API at ``.../realtime`` and ``/v1/realtime``."""
+
+    async def serve(ws: WebSocket) -> None:
+        query = parse_qs(ws.scope.get("query_string", b"").decode("latin-1"))
+        model = (query.get("model") or [None])[0]
+        try:
+            agent = host.resolve_agent(ws.path_params, model=model)
+        except HTTPError:
+            await ws.close(1008)
+            return
+        offered = [
+            p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
+        beta = "realtime=v1" in (ws.headers.get("openai-beta") or "").replace(" ", "")
+        beta = beta or _BETA_SUBPROTOCOL in offered
+        await ws.accept("realtime" if "realtime" in offered else None)
+        modalities = ["audio"] if "audio" in agent.capabilities().modalities else ["text"]
+        session = rt.RealtimeSession(
+            session_id=_ids("sess"),
+            model=model,
+            beta=beta,
+            ids=_ids,
+            modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
+        )
+        try:
+            await _Connection(host, ws, agent, session).run()
+        finally:
+            await ws.close()
+
+    host.websocket("/realtime", serve)
+    host.websocket("/v1/realtime", serve)
