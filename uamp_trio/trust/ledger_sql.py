@@ -26,7 +26,9 @@ machine) the process is gone (:mod:`uamp_trio.trust.owners`), on PostgreSQL
 The methods are blocking database calls. A server makes them through
 :meth:`SqlLedger.call`, which runs them in worker threads (as many at once as
 the backend allows), shielded from cancellation so that a settlement started
-in a ``finally`` block completes.
+in a ``finally`` block completes. ``call`` is anyio's: the same ledger (and
+:class:`~uamp_trio.trust.payments.LedgerPolicy` over it) works under
+``uamp serve`` (Trio) and in ``uamp_asgi`` on asyncio.
 
 A backend supplies the connection (:meth:`SqlLedger._transaction`, yielding
 something with ``execute(sql, params)`` whose rows are mappings, SQL written
@@ -46,9 +48,9 @@ from contextlib import AbstractContextManager
 from decimal import Decimal
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+import anyio
 import attrs
 import jwt
-import trio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
@@ -164,7 +166,9 @@ class SqlLedger(ABC):
     ) -> None:
         self._clock = clock
         self.owner = owner or instance_id()
-        self._limiter = trio.CapacityLimiter(concurrency)
+        # anyio's, so the same ledger serves a Trio server and an asyncio
+        # (ASGI) app alike: on Trio it is trio.to_thread underneath.
+        self._limiter = anyio.CapacityLimiter(concurrency)
         self._key: ed25519.Ed25519PrivateKey | None = None
 
     # -- what a backend supplies ----------------------------------------------
@@ -190,8 +194,8 @@ class SqlLedger(ABC):
         even if the caller is being cancelled (the cancellation lands at the
         caller's next checkpoint).
         """
-        with trio.CancelScope(shield=True):
-            result = await trio.to_thread.run_sync(
+        with anyio.CancelScope(shield=True):
+            result = await anyio.to_thread.run_sync(
                 functools.partial(method, *args, **kwargs), limiter=self._limiter
             )
         return result
