@@ -9,10 +9,12 @@ and the rate are divided between them (a Poisson process split N ways is N
 Poisson processes of a Nth of the rate), the concurrency cap too, each gets
 its own seed, and a dataset's conversations are dealt out between them
 (:func:`~.workload.share`: disjoint shares drawn from the seed, so no
-conversation is split across processes). The parts' samples come back with their times moved so that
-each part starts at 0 (every process has a clock of its own), and are merged
-into one summary: the percentiles are those of all samples together, not an
-average of percentiles.
+conversation is split across processes). Each part sends back its
+latency distributions (HDR histograms, :mod:`.hdr`) and its samples, their
+times moved so that each part starts at 0 (every process has a clock of its
+own). The histograms are added into the summary's percentiles (an exact
+merge: those of every sample together, not an average of percentiles); the
+samples give the counts, the goodput, ``--save-requests`` and ``--plot``.
 
 Every process also reports the CPU time it used; the summary carries the
 generators' CPU per second of run (``generator_cpu``), and the report warns
@@ -32,11 +34,12 @@ import trio
 
 from .arrivals import RatePlan
 from .config import BenchConfig
+from .hdr import Distribution
 from .runner import run_bench
 from .stats import Sample, Summary, summarize
 from .workload import share
 
-__all__ = ["cpu_seconds", "run_processes", "split"]
+__all__ = ["cpu_seconds", "merge", "run_processes", "split"]
 
 
 def cpu_seconds() -> float:
@@ -69,8 +72,12 @@ def split(config: BenchConfig, parts: int) -> list[BenchConfig]:
     return [c for c in out if c.requests is None or c.requests > 0]
 
 
-def _part(job: tuple[int, BenchConfig]) -> tuple[list[Sample], dict[str, Any], float, float]:
-    """Process ``index``'s run: its samples (times from its own start), meta, duration, CPU."""
+_Part = tuple[list[Sample], dict[str, Any], float, float, dict[str, dict[str, Any]]]
+
+
+def _part(job: tuple[int, BenchConfig]) -> _Part:
+    """Process ``index``'s run: its samples (times from its own start), meta, duration, CPU
+    and its encoded distributions."""
     index, config = job
 
     async def run() -> tuple[Summary, list[Sample], float]:
@@ -87,7 +94,8 @@ def _part(job: tuple[int, BenchConfig]) -> tuple[list[Sample], dict[str, Any], f
         sample.deltas = [t - origin for t in sample.deltas]
         if sample.scheduled is not None:
             sample.scheduled -= origin
-    return samples, summary.meta, summary.duration_s, cpu_seconds() - cpu
+    dists = {name: d.encode() for name, d in summary.distributions().items()}
+    return samples, summary.meta, summary.duration_s, cpu_seconds() - cpu, dists
 
 
 def run_processes(config: BenchConfig, parts: int) -> tuple[Summary, list[Sample]]:
@@ -96,9 +104,10 @@ def run_processes(config: BenchConfig, parts: int) -> tuple[Summary, list[Sample
     context = multiprocessing.get_context("spawn")
     with context.Pool(len(configs)) as pool:
         results = pool.map(_part, list(enumerate(configs)))
-    samples = [s for part, _, _, _ in results for s in part]
-    metas = [meta for _, meta, _, _ in results]
-    duration = max(d for _, _, d, _ in results)
+    samples = [s for part, *_ in results for s in part]
+    metas = [meta for _, meta, *_ in results]
+    duration = max(d for _, _, d, *_ in results)
+    merged = merge([dists for *_, dists in results])
     meta = dict(metas[0])
     meta["concurrency"] = config.concurrency
     meta["processes"] = len(configs)
@@ -109,6 +118,19 @@ def run_processes(config: BenchConfig, parts: int) -> tuple[Summary, list[Sample
         rates = config.rate.rates
         meta["rate"] = list(rates) if len(rates) > 1 else rates[0]
         meta.pop("steps", None)  # per-step figures are per process; the merge has none
-    meta["generator_cpu"] = [cpu / d if d > 0 else 0.0 for _, _, d, cpu in results]
-    summary = summarize(samples, duration, slo=config.slo or None, **meta)
+    meta["generator_cpu"] = [cpu / d if d > 0 else 0.0 for _, _, d, cpu, _ in results]
+    summary = summarize(samples, duration, slo=config.slo or None, merged=merged, **meta)
     return summary, samples
+
+
+def merge(parts: list[dict[str, dict[str, Any]]]) -> dict[str, Distribution]:
+    """The processes' encoded distributions, decoded and added by measure."""
+    merged: dict[str, Distribution] = {}
+    for part in parts:
+        for name, encoded in part.items():
+            dist = Distribution.decode(encoded)
+            if name in merged:
+                merged[name].add(dist)
+            else:
+                merged[name] = dist
+    return merged

@@ -1,9 +1,9 @@
 """From timed samples to the summary ``uamp bench`` prints and saves.
 
-Percentiles interpolate linearly between the two nearest ranks (numpy's
-default, which vLLM's serving benchmark and llmperf report), so the figures
-line up with theirs. Times inside a run are seconds on one monotonic clock;
-the summary speaks milliseconds.
+Percentiles come from HDR histograms (:mod:`.hdr`: within 0.1 % of the
+exact order statistic; without the ``hdrhistogram`` package, exact and
+linearly interpolated between ranks as numpy's default does). Times inside a
+run are seconds on one monotonic clock; the summary speaks milliseconds.
 
 The measures, for successful requests:
 
@@ -27,14 +27,16 @@ first are reported. Requests of the warm-up are left out of every figure.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from .hdr import HDR, QUANTILES, Distribution, percentile
+
 __all__ = [
+    "MEASURES",
     "QUANTILES",
     "SCHEMA_VERSION",
     "Sample",
@@ -46,32 +48,12 @@ __all__ = [
 ]
 
 #: Bumped when a field of :meth:`Summary.to_json` changes meaning (2: p95, p99.9, tpot,
-#: the open loop's raw latencies, goodput, warm-up).
-SCHEMA_VERSION = 2
+#: the open loop's raw latencies, goodput, warm-up; 3: percentiles from HDR histograms,
+#: ``percentiles`` says which).
+SCHEMA_VERSION = 3
 
-#: The percentiles of every distribution.
-QUANTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) of ascending ``ordered``, linearly interpolated.
-
-    Raises:
-        ValueError: ``ordered`` is empty or ``q`` is outside 0..100.
-    """
-    if not ordered:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} outside 0..100")
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    fraction = rank - low
-    return ordered[low] + (ordered[high] - ordered[low]) * fraction
-
-
-def _label(q: float) -> str:
-    return f"p{q:g}"
+#: The distributions of a summary, by their JSON name.
+MEASURES = ("ttfd_ms", "itl_ms", "e2e_ms", "tpot_ms", "ttfd_raw_ms", "e2e_raw_ms")
 
 
 def distribution(values: Sequence[float], scale: float = 1000.0) -> dict[str, float | None]:
@@ -79,12 +61,7 @@ def distribution(values: Sequence[float], scale: float = 1000.0) -> dict[str, fl
 
     Every figure is ``None`` when there are no values.
     """
-    if not values:
-        return {**{_label(q): None for q in QUANTILES}, "mean": None}
-    ordered = sorted(values)
-    out: dict[str, float | None] = {_label(q): percentile(ordered, q) * scale for q in QUANTILES}
-    out["mean"] = math.fsum(ordered) / len(ordered) * scale
-    return out
+    return Distribution(values).summary(scale)
 
 
 @attrs.define
@@ -179,6 +156,23 @@ class Summary:
     slo_ms: dict[str, float] = attrs.field(factory=dict)
     #: Requests of the warm-up, left out of every other figure.
     warmup: int = 0
+    #: Distributions merged from several processes (by :data:`MEASURES` name),
+    #: used instead of the values above for the percentiles.
+    merged: dict[str, Distribution] | None = None
+
+    def distributions(self) -> dict[str, Distribution]:
+        """Each measure's distribution (an open loop's raw ones too), by JSON name."""
+        if self.merged is not None:
+            return dict(self.merged)
+        values: dict[str, tuple[float, ...] | None] = {
+            "ttfd_ms": self.ttfd,
+            "itl_ms": self.itl,
+            "e2e_ms": self.e2e,
+            "tpot_ms": self.tpot,
+            "ttfd_raw_ms": self.ttfd_raw,
+            "e2e_raw_ms": self.e2e_raw,
+        }
+        return {name: Distribution(v) for name, v in values.items() if v is not None}
 
     @property
     def requests_per_s(self) -> float:
@@ -192,6 +186,7 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         """The machine-readable summary (latencies in milliseconds)."""
+        dists = {name: d.summary() for name, d in self.distributions().items()}
         return {
             "schema": SCHEMA_VERSION,
             **self.meta,
@@ -205,19 +200,9 @@ class Summary:
             "deltas_per_s": self.deltas_per_s,
             "bytes": self.bytes,
             "bytes_per_s": self.bytes / self.duration_s if self.duration_s > 0 else 0.0,
-            "ttfd_ms": distribution(self.ttfd),
-            "itl_ms": distribution(self.itl),
-            "e2e_ms": distribution(self.e2e),
-            "tpot_ms": distribution(self.tpot),
+            **dists,
+            "percentiles": "hdr" if HDR else "exact",
             "warmup_requests": self.warmup,
-            **(
-                {}
-                if self.ttfd_raw is None or self.e2e_raw is None
-                else {
-                    "ttfd_raw_ms": distribution(self.ttfd_raw),
-                    "e2e_raw_ms": distribution(self.e2e_raw),
-                }
-            ),
             **(
                 {}
                 if self.good is None
@@ -248,11 +233,13 @@ def summarize(
     duration_s: float,
     *,
     slo: dict[str, float] | None = None,
+    merged: dict[str, Distribution] | None = None,
     **meta: Any,
 ) -> Summary:
     """The :class:`Summary` of a run's samples; ``meta`` goes into the JSON as is.
 
-    ``slo``: seconds by ``ttft``/``tpot``/``e2e`` for the goodput (none: no goodput).
+    ``slo``: seconds by ``ttft``/``tpot``/``e2e`` for the goodput (none: no goodput);
+    ``merged``: the distributions of several processes, added (``--processes``).
     """
     warm = sum(1 for s in samples if s.warmup)
     if warm:
@@ -280,4 +267,5 @@ def summarize(
         good=None if not slo else sum(1 for s in ok if meets(s, slo)),
         slo_ms={k: v * 1000 for k, v in (slo or {}).items()},
         warmup=warm,
+        merged=merged,
     )

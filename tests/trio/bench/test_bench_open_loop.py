@@ -33,6 +33,7 @@ from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 from uamp_trio.bench import BenchConfig, run_bench
 from uamp_trio.bench.arrivals import RatePlan, arrival_offsets, parse_rate
+from uamp_trio.bench.hdr import Distribution
 from uamp_trio.bench.processes import split
 from uamp_trio.bench.stats import Sample, summarize
 
@@ -108,7 +109,7 @@ def test_warmup_is_left_out_and_goodput_counts_requests_within_every_slo() -> No
     assert data["warmup_requests"] == 1 and data["requests"] == 3
     assert data["good"] == 1 and data["goodput_per_s"] == pytest.approx(1 / 3)
     # Corrected latency counts from the schedule, the raw one from the send.
-    assert data["ttfd_ms"]["p50"] == pytest.approx(100.0)
+    assert data["ttfd_ms"]["p50"] == pytest.approx(100.0, rel=1e-3)
     assert data["ttfd_ms"]["p99.9"] == pytest.approx(600.0, rel=0.01)
     assert data["ttfd_raw_ms"]["p99.9"] == pytest.approx(100.0, rel=0.01)
 
@@ -172,7 +173,7 @@ def test_the_command_warms_up_saves_requests_and_reports_goodput(tmp_path: Path)
         "open loop: rate 40" in done.stdout and "goodput (ttft:5000ms e2e:10000ms)" in done.stdout
     )
     data = orjson.loads(summary.read_bytes())
-    assert data["schema"] == 2 and data["load"] == "open" and data["arrival"] == "gamma"
+    assert data["schema"] == 3 and data["load"] == "open" and data["arrival"] == "gamma"
     assert data["requests"] == 30 and data["warmup_requests"] == 8
     assert data["good"] == data["ok"] == 30
     lines = [orjson.loads(line) for line in saved.read_text().splitlines()]
@@ -204,4 +205,9 @@ def test_several_generator_processes_merge_into_one_report(tmp_path: Path) -> No
     assert data["processes"] == 2 and data["requests"] == data["ok"] == 40
     assert len(data["generator_cpu"]) == 2 and data["rate"] == 40
     assert data["e2e_ms"]["p50"] is not None
-    assert len(saved.read_text().splitlines()) == 40
+    lines = [orjson.loads(line) for line in saved.read_text().splitlines()]
+    assert len(lines) == 40 and {line["process"] for line in lines} == {0, 1}
+    # The percentiles of the two processes' histograms added: those of every request.
+    e2e = Distribution(line["e2e"] for line in lines if line["error"] is None)
+    assert data["percentiles"] == "hdr"
+    assert data["e2e_ms"] == pytest.approx(e2e.summary(), rel=1e-3)

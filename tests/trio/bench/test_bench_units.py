@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uamp_trio.bench.config import (
@@ -18,6 +18,7 @@ from uamp_trio.bench.config import (
     realtime_url,
     uamp_ws_url,
 )
+from uamp_trio.bench.hdr import QUANTILES, Distribution
 from uamp_trio.bench.report import COMPARED, print_compare
 from uamp_trio.bench.stats import Sample, distribution, percentile, summarize
 from uamp_trio.units import parse_duration
@@ -132,11 +133,47 @@ def test_percentile_matches_numpy_linear(values: list[float], q: float) -> None:
 
 
 @given(st.lists(finite, min_size=1, max_size=200))
-def test_a_distribution_is_ordered_and_bounded(values: list[float]) -> None:
-    d = distribution(values, scale=1.0)
+def test_an_exact_distribution_is_ordered_and_bounded(values: list[float]) -> None:
+    d = Distribution(values, hdr=False).summary(scale=1.0)
     assert d["p50"] is not None and d["p90"] is not None and d["p99"] is not None
     assert min(values) <= d["p50"] <= d["p90"] <= d["p99"] <= max(values)
     assert d["mean"] == pytest.approx(math.fsum(values) / len(values), abs=1e-6)
+
+
+latencies = st.floats(min_value=1e-3, max_value=600.0, allow_nan=False)
+
+
+@settings(deadline=None)
+@given(st.lists(latencies, min_size=1, max_size=300))
+def test_hdr_percentiles_are_numpys_order_statistics_within_its_precision(
+    values: list[float],
+) -> None:
+    d = distribution(values, scale=1.0)
+    ordered = numpy.sort(numpy.array(values))
+    for q in QUANTILES:
+        # HdrHistogram's rank: round(q% of the count), at least 1; the value is the
+        # top of that value's bucket: within 0.1 % (and the 1 us unit) above it.
+        rank = max(1, int(q * len(values) / 100 + 0.5))
+        exact = float(ordered[rank - 1])
+        got = d[f"p{q:g}"]
+        assert got is not None and exact - 1e-6 <= got <= exact * 1.001 + 1e-6, (q, exact, got)
+    assert d["mean"] == pytest.approx(float(numpy.mean(ordered)), rel=1e-9)
+
+
+@settings(deadline=None)
+@given(st.lists(latencies, min_size=3, max_size=200), st.integers(1, 3))
+def test_distributions_merge_exactly(values: list[float], parts: int) -> None:
+    merged = Distribution()
+    for k in range(parts):
+        merged.add(Distribution.decode(Distribution(values[k::parts]).encode()))
+    whole = Distribution(values)
+    got, want = merged.summary(), whole.summary()
+    assert {k: v for k, v in got.items() if k != "mean"} == {
+        k: v for k, v in want.items() if k != "mean"
+    }
+    assert got["mean"] == pytest.approx(want["mean"]) and merged.count == len(values)
+    with pytest.raises(ValueError, match="merge"):
+        merged.add(Distribution(values, hdr=False))
 
 
 def test_percentile_refuses_no_values_and_q_out_of_range() -> None:
@@ -163,19 +200,16 @@ def test_the_summary_of_hand_made_samples() -> None:
     assert data["deltas_per_s"] == pytest.approx(1.0)
     assert data["transport"] == "openai"
     # TTFD 250 and 250 ms; ITL 250 and 500 ms (within the first response only);
-    # E2E 1000 and 500 ms.
-    assert data["ttfd_ms"] == {
-        "p50": 250.0,
-        "p90": 250.0,
-        "p95": 250.0,
-        "p99": 250.0,
-        "p99.9": 250.0,
-        "mean": 250.0,
-    }
-    assert data["itl_ms"]["p50"] == pytest.approx(375.0)
-    assert data["itl_ms"]["p90"] == pytest.approx(475.0)
+    # E2E 1000 and 500 ms. HDR percentiles: the value at rank round(q% of 2), to 0.1 %.
+    assert data["percentiles"] == "hdr"
+    assert data["ttfd_ms"] == pytest.approx(
+        {"p50": 250.0, "p90": 250.0, "p95": 250.0, "p99": 250.0, "p99.9": 250.0, "mean": 250.0},
+        rel=1e-3,
+    )
+    assert data["itl_ms"]["p50"] == pytest.approx(250.0, rel=1e-3)
+    assert data["itl_ms"]["p90"] == pytest.approx(500.0, rel=1e-3)
     assert data["e2e_ms"]["mean"] == pytest.approx(750.0)
-    assert data["e2e_ms"]["p99"] == pytest.approx(995.0)
+    assert data["e2e_ms"]["p99"] == pytest.approx(1000.0, rel=1e-3)
 
 
 def test_a_run_with_no_success_has_empty_distributions() -> None:
