@@ -164,6 +164,17 @@ def tool_runs(tmp_path: Path) -> Iterator[Path]:
     yield from count_tool_runs(tmp_path)
 
 
+# --- the order xdist hands tests out in (tests/_support/schedule.py) --------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long modules first, one whole per worker (every worker collects the same order)."""
+    from tests._support.schedule import LONG_MODULES, arrange
+
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    items[:] = arrange(items, lambda item: item.nodeid, workers, LONG_MODULES)
+
+
 # --- --no-system-installs (tests/_support/system.py) ------------------------------------
 
 

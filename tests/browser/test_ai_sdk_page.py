@@ -25,7 +25,6 @@ import pytest
 from selenium.webdriver import Chrome as WebDriver
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests._support.browser import start_chrome
 from tests._support.cli import uamp_serve
 from tests._support.npm import install_client
 
@@ -66,15 +65,6 @@ def site_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def chrome() -> Iterator[WebDriver]:
-    driver = start_chrome()
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
 def run_page(browser: WebDriver, page: str, api: str) -> dict[str, Any]:
     browser.get(f"{page}/index.html?api={api}")
     WebDriverWait(browser, 30).until(lambda b: b.execute_script("return window.result"))
@@ -82,7 +72,7 @@ def run_page(browser: WebDriver, page: str, api: str) -> dict[str, Any]:
 
 
 def test_a_page_on_an_allowed_origin_chats_and_another_origin_is_stopped(
-    chrome: WebDriver, site_root: Path
+    browser: WebDriver, site_root: Path
 ) -> None:
     with (
         static_site(site_root) as allowed,
@@ -90,7 +80,7 @@ def test_a_page_on_an_allowed_origin_chats_and_another_origin_is_stopped(
         uamp_serve("--allowed-origins", allowed) as base,
     ):
         api = f"{base}/agents/demo/ai-sdk"
-        got = run_page(chrome, allowed, api)
+        got = run_page(browser, allowed, api)
         assert "error" not in got, got
         parts = got["message"]["parts"]
         assert [p["type"] for p in parts] == [
@@ -101,8 +91,8 @@ def test_a_page_on_an_allowed_origin_chats_and_another_origin_is_stopped(
         ]
         assert parts[1]["toolName"] == "add" and parts[1]["output"] == "5"
         assert parts[-1]["text"] == "2 + 3 = 5"
-        refused = run_page(chrome, other, api)
+        refused = run_page(browser, other, api)
     # The browser stopped it ("Failed to fetch"), and says CORS is why.
     assert refused["error"].startswith("TypeError"), refused
-    console = " ".join(entry["message"] for entry in chrome.get_log("browser"))
+    console = " ".join(entry["message"] for entry in browser.get_log("browser"))
     assert "CORS" in console and other in console

@@ -14,7 +14,6 @@ from selenium.webdriver import Chrome as WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests._support.browser import start_chrome
 from tests._support.cli import Served
 
 
@@ -38,7 +37,7 @@ def test_the_page_and_its_files_come_from_this_server(server: str) -> None:
     assert httpx.get(f"{server}/docs/nope.js", timeout=10).status_code == 404
 
 
-def test_a_browser_lists_every_operation_and_filters_them(server: str) -> None:
+def test_a_browser_lists_every_operation_and_filters_them(server: str, browser: WebDriver) -> None:
     document = httpx.get(f"{server}/openapi.json", timeout=10).json()
     count = sum(
         1
@@ -46,17 +45,13 @@ def test_a_browser_lists_every_operation_and_filters_them(server: str) -> None:
         for method in item
         if method in ("get", "post", "put", "patch", "delete")
     )
-    driver: WebDriver = start_chrome()
-    try:
-        driver.get(f"{server}/docs")
-        wait = WebDriverWait(driver, 20)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "details")) == count)
-        paths = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "details .path")]
-        assert "/agents/{agent}/chat/completions" in paths
-        driver.find_element(By.ID, "filter").send_keys("healthz")
-        visible = [e for e in driver.find_elements(By.CSS_SELECTOR, "details") if e.is_displayed()]
-        assert [e.find_element(By.CSS_SELECTOR, ".path").text for e in visible] == ["/healthz"]
-        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        assert errors == [], errors
-    finally:
-        driver.quit()
+    browser.get(f"{server}/docs")
+    wait = WebDriverWait(browser, 20)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "details")) == count)
+    paths = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "details .path")]
+    assert "/agents/{agent}/chat/completions" in paths
+    browser.find_element(By.ID, "filter").send_keys("healthz")
+    visible = [e for e in browser.find_elements(By.CSS_SELECTOR, "details") if e.is_displayed()]
+    assert [e.find_element(By.CSS_SELECTOR, ".path").text for e in visible] == ["/healthz"]
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors

@@ -30,34 +30,13 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests._support.browser import Relay, start_chrome
+from tests._support.browser import Relay
 from tests._support.cli import ROOT, uamp, uamp_serve
 
 AGENTS = ("--agent", "uamp_trio.cli:default_agent", "--agent", "tests._support.browser:Storyteller")
 SCREENSHOTS = ROOT / "build" / "screenshots"
 DOCS_IMAGE = ROOT / "docs" / "img" / "playground.png"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def chrome() -> Iterator[WebDriver]:
-    driver = start_chrome()
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-@pytest.fixture
-def browser(chrome: WebDriver) -> Iterator[WebDriver]:
-    """The module's Chromium at desktop size, light scheme, with no saved theme."""
-    chrome.set_window_size(1280, 800)
-    chrome.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
-    yield chrome
-    chrome.execute_script("try { localStorage.clear(); } catch (e) {}")
-    chrome.get("about:blank")  # no reconnecting page left behind for the next test
-    chrome.get_log("browser")  # drained
-    chrome.get_log("performance")
 
 
 def no_page_errors(driver: WebDriver, allowed: str = "$^") -> None:

@@ -11,9 +11,7 @@ from selenium.webdriver import Chrome as WebDriver
 from selenium.webdriver.common.by import By
 
 from tests._support.cli import uamp_serve
-from tests.browser.test_playground import (  # noqa: F401 - the fixtures
-    browser,
-    chrome,
+from tests.browser.test_playground import (
     finished,
     no_page_errors,
     open_page,
@@ -23,7 +21,7 @@ from tests.browser.test_playground import (  # noqa: F401 - the fixtures
 )
 
 
-def test_the_approve_and_deny_buttons_answer_the_agents_question(browser: WebDriver) -> None:  # noqa: F811
+def test_the_approve_and_deny_buttons_answer_the_agents_question(browser: WebDriver) -> None:
     with uamp_serve("--approve", "add") as url:
         pane = open_page(browser, url + "/")
         say(pane, "what is 2+3?")
