@@ -18,6 +18,7 @@ and ``uamp_proto`` -- except ``uamp_trio.cli``, which wires agents into servers;
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -160,7 +161,10 @@ def layer_violations(graph: Mapping[str, set[str]]) -> list[str]:
     return bad
 
 
+@functools.cache
 def _tree() -> dict[str, set[str]]:
+    """The packages' import graph, parsed once per test process (six tests read it; none
+    changes it)."""
     files = {
         _module_name(path): path.read_text(encoding="utf-8")
         for package in PACKAGES
