@@ -33,6 +33,7 @@ ended the response, or reported an error. No I/O here: the HTTP driver
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,11 +54,13 @@ class Step:
         text: Content it carried ("" for none).
         done: The response ended well.
         error: The response failed with this kind.
+        tool: The name of a tool call it started (the agent's, or one for the client).
     """
 
     text: str = ""
     done: bool = False
     error: str | None = None
+    tool: str | None = None
 
 
 _NOTHING = Step()
@@ -103,13 +106,26 @@ class Dialect:
         """The content of a response that was not streamed."""
         return _bad()
 
+    def answer(
+        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
+    ) -> bytes | None:
+        """The request that answers the client tool calls ``reader`` saw, continuing
+        ``turn`` (``said``: the calls and answers so far, extended here); ``None``
+        when there is none to answer or the transport has no client tools."""
+        return None
+
 
 class Reader:
-    """Reads one response's events (holds what a dialect needs across them)."""
+    """Reads one response's events (holds what a dialect needs across them).
+
+    ``calls``: the client tool calls the response made, by index or id, each
+    ``{"id", "name", "arguments"}`` (the dialects with client tools fill it).
+    """
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.streamed = False
+        self.calls: dict[Any, dict[str, str]] = {}
 
     def step(self, data: str) -> Step:
         """What the ``data`` of the next event means."""
@@ -127,16 +143,36 @@ class OpenAI(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return chat_completions_url(config.url, config.agent)
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
         body: dict[str, Any] = {
             "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-            "messages": turn.messages(),
+            "messages": [*turn.messages(), *said],
             "stream": config.stream,
         }
         limit = turn.max_tokens or config.max_tokens
         if limit is not None:
             body["max_tokens"] = limit
+        if turn.tools:
+            body["tools"] = list(turn.tools)
         return orjson.dumps(body)
+
+    def answer(
+        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
+    ) -> bytes | None:
+        if not reader.calls:
+            return None
+        calls = [reader.calls[k] for k in sorted(reader.calls)]
+        asked = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls
+        ]  # fmt: skip
+        said.append({"role": "assistant", "content": None, "tool_calls": asked})
+        said += [
+            {"role": "tool", "tool_call_id": c["id"], "content": turn.tool_result(c["name"])}
+            for c in calls
+        ]
+        return self.body(config, turn, said)
 
     def step(self, data: str, reader: Reader) -> Step:
         if data.strip() == "[DONE]":
@@ -153,7 +189,8 @@ class OpenAI(Dialect):
         if not isinstance(delta, dict):
             return _NOTHING
         text = delta.get("content") or delta.get("reasoning_content") or ""
-        return Step(text=text) if isinstance(text, str) else _NOTHING
+        started = _openai_calls(delta.get("tool_calls"), reader)
+        return Step(text=text if isinstance(text, str) else "", tool=started)
 
     def whole(self, body: bytes) -> Step:
         try:
@@ -162,6 +199,26 @@ class OpenAI(Dialect):
             return _bad()
         text = message.get("content") if isinstance(message, dict) else None
         return Step(text=text if isinstance(text, str) else "", done=True)
+
+
+def _openai_calls(pieces: Any, reader: Reader) -> str | None:
+    """Add a chunk's ``tool_calls`` pieces to ``reader.calls``; the name of one that started."""
+    started = None
+    for piece in pieces if isinstance(pieces, list) else ():
+        if not isinstance(piece, dict):
+            continue
+        fresh = {"id": "", "name": "", "arguments": ""}
+        call = reader.calls.setdefault(piece.get("index", 0), fresh)
+        function = piece.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        if isinstance(piece.get("id"), str):
+            call["id"] = piece["id"]
+        if isinstance(function.get("name"), str) and function["name"]:
+            call["name"] = started = function["name"]
+        if isinstance(function.get("arguments"), str):
+            call["arguments"] += function["arguments"]
+    return started
 
 
 class Responses(Dialect):
@@ -177,17 +234,31 @@ class Responses(Dialect):
             + "/responses"
         )
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
         body: dict[str, Any] = {
             "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-            "input": turn.messages() if turn.history else turn.prompt,
+            "input": [*turn.messages(), *said] if turn.history or said else turn.prompt,
             "stream": config.stream,
             "store": False,
         }
         limit = turn.max_tokens or config.max_tokens
         if limit is not None:
             body["max_output_tokens"] = limit
+        if turn.tools:  # Chat Completions' form -> the Responses one (flat)
+            body["tools"] = [{"type": "function", **t["function"]} for t in turn.tools]
         return orjson.dumps(body)
+
+    def answer(
+        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
+    ) -> bytes | None:
+        if not reader.calls:
+            return None
+        for call in reader.calls.values():
+            said.append({"type": "function_call", "call_id": call["id"], "name": call["name"],
+                         "arguments": call["arguments"]})  # fmt: skip
+            said.append({"type": "function_call_output", "call_id": call["id"],
+                         "output": turn.tool_result(call["name"])})  # fmt: skip
+        return self.body(config, turn, said)
 
     def step(self, data: str, reader: Reader) -> Step:
         event = _json(data)
@@ -199,6 +270,18 @@ class Responses(Dialect):
             return Step(text=delta) if isinstance(delta, str) else _bad()
         if kind in ("response.completed", "response.incomplete"):
             return _DONE
+        item = event.get("item")
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            name = str(item.get("name") or "")
+            if kind == "response.output_item.added":
+                return Step(tool=name or None)
+            if kind == "response.output_item.done":
+                call_id = str(item.get("call_id") or "")
+                arguments = item.get("arguments")
+                reader.calls[call_id or len(reader.calls)] = {
+                    "id": call_id, "name": name,
+                    "arguments": arguments if isinstance(arguments, str) else "{}",
+                }  # fmt: skip
         if kind == "error":
             code = event.get("code")
             return Step(error=code if isinstance(code, str) and code else "stream_error")
@@ -253,6 +336,9 @@ class AGUI(Dialect):
             return Step(text=delta) if isinstance(delta, str) else _bad()
         if kind == "RUN_FINISHED":
             return _DONE
+        if kind == "TOOL_CALL_START":
+            name = event.get("toolCallName")
+            return Step(tool=name) if isinstance(name, str) and name else _NOTHING
         if kind == "RUN_ERROR":
             code = event.get("code")
             return Step(error=code if isinstance(code, str) and code else "run_error")

@@ -37,7 +37,7 @@ from ..client.uamp import ClientError, SSEClient, UampClient, connect, connect_s
 from ..engines.streams import receive_or_eof
 from ..engines.ws_frames import FrameEngine, WebSocketClosed, make_engine
 from .config import BenchConfig, realtime_url, uamp_sse_url, uamp_ws_url
-from .dialects import DIALECTS, Dialect, Step
+from .dialects import DIALECTS, Dialect, Reader, Step
 from .stats import Sample
 from .workload import Script
 
@@ -110,6 +110,24 @@ class _HTTP:
         turn = script.next(sample)
         body = self._dialect.body(self._config, turn)
         reply: list[str] = []
+        said: list[Any] = []  # the client tool calls answered so far
+        for _ in range(MAX_TOOL_ROUNDS + 1):
+            reader = self._dialect.reader()
+            await self._request(body, sample, reply, reader)
+            if sample.error is not None or not turn.tools:
+                break
+            follow = self._dialect.answer(self._config, turn, reader, said)
+            if follow is None:
+                break
+            body, sample.end = follow, 0.0  # the turn goes on: its end is the last answer's
+        else:
+            sample.error = "tool_rounds"
+        if not sample.end:
+            sample.end = trio.current_time()
+        if sample.error is None:
+            script.answered(turn, "".join(reply))
+
+    async def _request(self, body: bytes, sample: Sample, reply: list[str], reader: Reader) -> None:
         try:
             async with self._client.stream(
                 "POST", self.endpoint, content=body, headers=self._headers
@@ -119,23 +137,18 @@ class _HTTP:
                     await response.aread()
                     sample.error = f"http_{response.status_code}"
                 elif self._config.stream:
-                    await self._read_stream(response, sample, reply)
+                    await self._read_stream(response, sample, reply, reader)
                 else:
                     record_step(sample, self._dialect.whole(await response.aread()), reply)
-                sample.bytes = response.num_bytes_downloaded
+                sample.bytes += response.num_bytes_downloaded
         except httpx.HTTPError as exc:
             if not sample.end:  # a failure after the stream's end marker does not count
                 sample.error = http_error_kind(exc)
-        if not sample.end:
-            sample.end = trio.current_time()
-        if sample.error is None:
-            script.answered(turn, "".join(reply))
 
     async def _read_stream(
-        self, response: httpx.Response, sample: Sample, reply: list[str]
+        self, response: httpx.Response, sample: Sample, reply: list[str], reader: Reader
     ) -> None:
         parser = SSEParser()
-        reader = self._dialect.reader()
         chunks = response.aiter_bytes()
         async for chunk in chunks:
             for event in parser.feed(chunk):
@@ -146,6 +159,10 @@ class _HTTP:
                     await _drain(chunks)
                     return
         sample.error = "incomplete"
+
+
+#: The most client tool rounds one turn may take before it fails as ``tool_rounds``.
+MAX_TOOL_ROUNDS = 4
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
@@ -174,6 +191,8 @@ def record_step(sample: Sample, step: Step, reply: list[str] | None = None) -> N
         sample.text += len(step.text)
         if reply is not None:
             reply.append(step.text)
+    if step.tool is not None:
+        sample.tool_calls.append(step.tool)
     if step.error is not None:
         sample.error = step.error
 
@@ -240,6 +259,10 @@ class UampWebSocketDriver:
             if isinstance(delta, ty.DeltaText) and delta.text:
                 sample.deltas.append(trio.current_time())
                 sample.text += len(delta.text)
+            elif isinstance(delta, ty.DeltaToolCall) and delta.tool_call.name:
+                sample.tool_calls.append(delta.tool_call.name)  # the agent's own tool
+            elif isinstance(event, ev.ToolCall):
+                sample.tool_calls.append(event.name)
         sample.end = trio.current_time()
         sample.bytes = client.bytes_received - before
         result = stream.result

@@ -96,6 +96,12 @@ def print_summary(summary: Summary, out: TextIO) -> None:
         console.print(
             f"goodput ({slo}): {d['good']} of {d['ok']} ok requests, {d['goodput_per_s']:,.2f}/s"
         )
+    calls = d.get("tool_calls")
+    if calls:
+        console.print(
+            f"tool calls: {calls['met']} of {calls['expected']} requests called every tool "
+            "their dataset line expected"
+        )
     console.print(summary_table(summary))
     for step in d.get("steps", ()):
         e2e = step["e2e_ms"]

@@ -97,6 +97,15 @@ class Sample:
     #: The prompt's words, and the output length it asked for (``--output-len``).
     prompt_words: int | None = None
     output_asked: int | None = None
+    #: The tools the dataset expected the agent to call during it (``None``: none said).
+    tools_expected: list[str] | None = None
+
+    @property
+    def tool_ok(self) -> bool | None:
+        """Whether every expected tool was called (``None`` without an expectation)."""
+        if self.tools_expected is None:
+            return None
+        return self.error is None and set(self.tools_expected) <= set(self.tool_calls)
 
     @property
     def origin(self) -> float:
@@ -128,6 +137,8 @@ class Sample:
             "process": self.process,
             "prompt_words": self.prompt_words,
             "output_asked": self.output_asked,
+            "tools_expected": self.tools_expected,
+            "tool_ok": self.tool_ok,
         }
 
 
@@ -159,6 +170,9 @@ class Summary:
     #: Distributions merged from several processes (by :data:`MEASURES` name),
     #: used instead of the values above for the percentiles.
     merged: dict[str, Distribution] | None = None
+    #: Requests with expected tool calls, and those that made every one (``--dataset``).
+    tools_expected: int = 0
+    tools_met: int = 0
 
     def distributions(self) -> dict[str, Distribution]:
         """Each measure's distribution (an open loop's raw ones too), by JSON name."""
@@ -211,6 +225,11 @@ class Summary:
                     "good": self.good,
                     "goodput_per_s": self.good / self.duration_s if self.duration_s > 0 else 0.0,
                 }
+            ),
+            **(
+                {"tool_calls": {"expected": self.tools_expected, "met": self.tools_met}}
+                if self.tools_expected
+                else {}
             ),
         }
 
@@ -268,4 +287,6 @@ def summarize(
         slo_ms={k: v * 1000 for k, v in (slo or {}).items()},
         warmup=warm,
         merged=merged,
+        tools_expected=sum(1 for s in samples if s.tools_expected is not None),
+        tools_met=sum(1 for s in samples if s.tool_ok),
     )

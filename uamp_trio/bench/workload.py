@@ -17,6 +17,13 @@ seeded run plays the same sequence of conversations.
 
 What "the same conversation" means on the wire is each driver's business:
 :attr:`Turn.thread` is its id, :attr:`Turn.history` what was said before.
+
+*Tool workloads*: a line may also carry ``"tools"`` (client tools in Chat
+Completions' form, ``{"type": "function", "function": {"name": ...}}``,
+declared on the transports that take client tools), ``"tool_results"``
+(``{"NAME": "text"}``: what the bench answers each client tool call with;
+``ok`` by default) and ``"expected_tool_calls"`` (tool names the agent should
+call during each turn; a user message of ``messages`` may carry its own).
 """
 
 from __future__ import annotations
@@ -54,25 +61,61 @@ class Conversation:
     """One line of a dataset: the user messages said in turn.
 
     ``outputs``: the output length (words) each turn asks for, when it asks
-    (the synthetic generator's, :mod:`.lengths`).
+    (the synthetic generator's, :mod:`.lengths`); ``tools``, ``tool_results``
+    and ``expected`` (per turn): its tool workload (see the module docstring).
     """
 
     turns: tuple[str, ...]
     outputs: tuple[int, ...] | None = None
+    tools: tuple[dict[str, Any], ...] = attrs.field(default=(), hash=False)
+    tool_results: tuple[tuple[str, str], ...] = ()
+    expected: tuple[tuple[str, ...] | None, ...] | None = None
+
+
+#: What a client tool call is answered with when the dataset says nothing.
+DEFAULT_TOOL_RESULT = "ok"
+
+
+def _names(value: Any, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise ValueError(f"{where}: 'expected_tool_calls' must be a list of tool names")
+    return tuple(value)
+
+
+def _tools(value: dict[str, Any], where: str) -> dict[str, Any]:
+    tools = value.get("tools", [])
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
+        raise ValueError(f"{where}: 'tools' must be a list of function tools")
+    results = value.get("tool_results", {})
+    if not isinstance(results, dict) or not all(isinstance(v, str) for v in results.values()):
+        raise ValueError(f"{where}: 'tool_results' must map tool names to text")
+    return {"tools": tuple(tools), "tool_results": tuple(sorted(results.items()))}
 
 
 def _conversation(value: Any, where: str) -> Conversation:
     if not isinstance(value, dict):
         raise ValueError(f"{where}: not a JSON object")
+    tooling = _tools(value, where)
+    line_expects = _names(value.get("expected_tool_calls"), where)
     if "prompt" in value:
         prompt = value["prompt"]
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(f"{where}: 'prompt' must be a non-empty string")
-        return Conversation((prompt,))
+        return Conversation(
+            (prompt,), expected=None if line_expects is None else (line_expects,), **tooling
+        )
     messages = value.get("messages")
     if not isinstance(messages, list):
         raise ValueError(f"{where}: needs 'prompt' or 'messages'")
-    turns = []
+    turns, expects = [], []
     for message in messages:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ValueError(f"{where}: every message needs a 'role'")
@@ -81,9 +124,12 @@ def _conversation(value: Any, where: str) -> Conversation:
             if not isinstance(content, str) or not content:
                 raise ValueError(f"{where}: a user message's 'content' must be a non-empty string")
             turns.append(content)
+            own = _names(message.get("expected_tool_calls"), where)
+            expects.append(own if own is not None else line_expects)
     if not turns:
         raise ValueError(f"{where}: no user message")
-    return Conversation(tuple(turns))
+    expected = tuple(expects) if any(e is not None for e in expects) else None
+    return Conversation(tuple(turns), expected=expected, **tooling)
 
 
 def parse_dataset(lines: Iterable[bytes], name: str = "dataset") -> tuple[Conversation, ...]:
@@ -130,6 +176,9 @@ class Turn:
         prompt: What the user says now.
         history: What was said before, as (role, text): ``user`` and ``assistant``.
         max_tokens: The output length it asks for (the synthetic generator's), if any.
+        tools: The client tools it declares (Chat Completions' form).
+        tool_results: What each client tool's calls are answered with, by name.
+        expected: The tools the agent should call during it (``None``: no expectation).
     """
 
     thread: str
@@ -137,6 +186,13 @@ class Turn:
     prompt: str
     history: tuple[tuple[str, str], ...] = ()
     max_tokens: int | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_results: tuple[tuple[str, str], ...] = ()
+    expected: tuple[str, ...] | None = None
+
+    def tool_result(self, name: str) -> str:
+        """What a call of client tool ``name`` is answered with."""
+        return dict(self.tool_results).get(name, DEFAULT_TOOL_RESULT)
 
     def messages(self) -> list[dict[str, str]]:
         """The history and the prompt as chat messages (``role``/``content``)."""
@@ -219,19 +275,24 @@ class Script:
             self._index = 0
             self._history = []
             self.started += 1
-        turns, outputs = self._conversation.turns, self._conversation.outputs
+        chat = self._conversation
+        turns, outputs, expected = chat.turns, chat.outputs, chat.expected
         turn = Turn(
             self._thread,
             self._index,
             turns[self._index % len(turns)],
             tuple(self._history),
             outputs[self._index % len(outputs)] if outputs else None,
+            chat.tools,
+            chat.tool_results,
+            expected[self._index % len(expected)] if expected else None,
         )
         self._index += 1
         if sample is not None:
             sample.conversation, sample.turn = turn.thread, turn.index
             sample.prompt_words = len(turn.prompt.split())
             sample.output_asked = turn.max_tokens
+            sample.tools_expected = None if turn.expected is None else list(turn.expected)
         return turn
 
     def answered(self, turn: Turn, reply: str) -> None:
