@@ -374,6 +374,9 @@ class AiSdk(Dialect):
         if kind == "text-delta" or kind == "reasoning-delta":
             delta = chunk.get("delta")
             return Step(text=delta) if isinstance(delta, str) else _bad()
+        if kind == "tool-input-start":
+            name = chunk.get("toolName")
+            return Step(tool=name) if isinstance(name, str) and name else _NOTHING
         if kind == "error":
             return Step(error="stream_error")
         if kind == "finish":
