@@ -12,6 +12,14 @@ A text line is one line whatever a peer sent: control characters in the
 message (a percent-encoded CR LF in a path, an escape sequence in a reason
 a client gave) are written as ``\\xNN``, so no one can forge a line or drive
 the operator's terminal. JSON lines are escaped by JSON itself.
+
+``uamp serve``'s handler gathers the lines logged on the event loop's
+thread and writes them together a few milliseconds later
+(:mod:`~uamp_trio.observe.gather`). When an access line would reach that
+handler and nothing else (no other handler, filter or formatter in the
+way), :class:`AccessLog` formats the line itself and hands it over,
+without a ``LogRecord``: the same text as the formatters', held to them by
+a test.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any, Literal, TextIO
 
 import orjson
 
+from .gather import GatheredHandler
 from .requests import Exchange
 
 __all__ = ["ACCESS_LOGGER", "LOG_FORMATS", "LOG_LEVELS", "AccessLog", "configure"]
@@ -38,9 +47,16 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 LogFormat = Literal["text", "json"]
 
 
+#: The last whole second formatted, and its text (most lines share a second).
+_second: tuple[int, str] = (-1, "")
+
+
 def _timestamp(created: float) -> str:
-    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
-    return f"{seconds}.{int(created % 1 * 1000):03d}Z"
+    global _second
+    whole = int(created)
+    if _second[0] != whole:
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)))
+    return f"{_second[1]}.{int(created % 1 * 1000):03d}Z"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -90,8 +106,12 @@ class JSONFormatter(logging.Formatter):
 
 
 def configure(level: str, log_format: LogFormat, *, stream: TextIO | None = None) -> None:
-    """Log records at ``level`` or above (access lines always) to ``stream`` (stderr)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Log records at ``level`` or above (access lines always) to ``stream`` (stderr).
+
+    Lines logged on a trio loop's thread are gathered and written a few
+    milliseconds later (:class:`~uamp_trio.observe.gather.GatheredHandler`).
+    """
+    handler = GatheredHandler(stream or sys.stderr)
     handler.setFormatter(JSONFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -119,17 +139,6 @@ class AccessLog:
             return
         ms = exchange.duration * 1000
         version = "WebSocket" if exchange.websocket else f"HTTP/{exchange.http_version}"
-        fields = {
-            "client": exchange.client,
-            "method": exchange.method,
-            "path": exchange.path,
-            "http_version": exchange.http_version,
-            "status": exchange.status,
-            "duration_ms": round(ms, 3),
-            "agent": exchange.agent,
-            "transport": exchange.transport,
-            "websocket": exchange.websocket,
-        }
         args = (
             exchange.client,
             exchange.method,
@@ -140,6 +149,28 @@ class AccessLog:
             exchange.agent,
             exchange.transport,
         )
+        handler = _direct_handler(logger)
+        if handler is not None:
+            formatter = handler.formatter
+            if type(formatter) is TextFormatter and logger.name == ACCESS_LOGGER:
+                ts = _timestamp(time.time())
+                handler.write_line(f"{ts} {one_line(_ACCESS_FORMAT % args)}")
+                return
+            if type(formatter) is JSONFormatter:
+                data = {
+                    "ts": _timestamp(time.time()),
+                    "level": "info",
+                    "logger": logger.name,
+                    "message": _ACCESS_FORMAT % args,
+                    **_fields(exchange, ms),
+                }
+                handler.write_line(orjson.dumps(data).decode())
+                return
+        self._log(logger, args, _fields(exchange, ms))
+
+    @staticmethod
+    def _log(logger: logging.Logger, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
+        """The general path: a record through ``logging``'s handlers and formatters."""
         # The record is made here rather than by logger.info, which would look
         # up its caller in the stack (this line, every time) for each request.
         record = logger.makeRecord(
@@ -147,7 +178,7 @@ class AccessLog:
             logging.INFO,
             "(unknown file)",
             0,
-            '%s "%s %s %s" %d %.1fms agent=%s transport=%s',
+            _ACCESS_FORMAT,
             args,
             None,
             extra={"fields": fields},
@@ -159,3 +190,47 @@ class AccessLog:
 
     def stream_closed(self, exchange: Exchange) -> None:
         """Nothing: :meth:`finished` follows."""
+
+
+_ACCESS_FORMAT = '%s "%s %s %s" %d %.1fms agent=%s transport=%s'
+
+
+def _fields(exchange: Exchange, ms: float) -> dict[str, Any]:
+    """An access line's values, as JSON lines carry them."""
+    return {
+        "client": exchange.client,
+        "method": exchange.method,
+        "path": exchange.path,
+        "http_version": exchange.http_version,
+        "status": exchange.status,
+        "duration_ms": round(ms, 3),
+        "agent": exchange.agent,
+        "transport": exchange.transport,
+        "websocket": exchange.websocket,
+    }
+
+
+def _direct_handler(logger: logging.Logger) -> GatheredHandler | None:
+    """The one handler ``logger``'s records reach, if a gathered handler with no filter.
+
+    What ``logging`` would do with an INFO record of ``logger``: walk up to
+    the root while loggers propagate, handing it to each handler on the way.
+    When that reaches exactly one :class:`GatheredHandler` (``uamp serve``'s),
+    with no filter on the way and its level passing INFO, the access line
+    can be formatted and written without a record.
+    """
+    found: GatheredHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters or current.disabled:
+            return None
+        for handler in current.handlers:
+            if found is not None or type(handler) is not GatheredHandler:
+                return None
+            if handler.filters or handler.level > logging.INFO:
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    return found

@@ -1,0 +1,137 @@
+"""The access log's direct path writes what ``logging`` would; gathered lines are never lost.
+
+:class:`AccessLog` formats a line itself when it would reach ``uamp serve``'s
+gathered handler and nothing else: these tests hold that line to the one the
+general path (a record through the formatters) writes, for text and JSON,
+and check that the gathered handler writes every line, in order, whether
+logged on the loop's thread, on another thread, or at the loop's end.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+
+import pytest
+import trio
+
+from uamp_trio.observe import gather
+from uamp_trio.observe.gather import GatheredHandler
+from uamp_trio.observe.logs import (
+    ACCESS_LOGGER,
+    AccessLog,
+    JSONFormatter,
+    TextFormatter,
+    _direct_handler,
+)
+from uamp_trio.observe.requests import Exchange
+
+EXCHANGES = [
+    Exchange(0.0, "127.0.0.1:5000", "POST", "/agents/demo/chat/completions", "1.1", "completions", "demo", status=200, duration=0.00123),  # noqa: E501
+    Exchange(0.0, "-", "GET", "/ws", "1.1", "uamp_ws", "-", websocket=True, status=101, duration=8.2104),  # noqa: E501
+    Exchange(0.0, "[::1]:9", "GET", "/no/\r\nsuch\x1b[31m", "2", "-", "-", status=404, duration=0.0, error="not_found"),  # noqa: E501
+]  # fmt: skip
+
+
+def _logger(
+    stream: io.StringIO, formatter: logging.Formatter
+) -> tuple[logging.Logger, GatheredHandler]:
+    logger = logging.Logger(ACCESS_LOGGER)  # outside the global tree: no root in the way
+    handler = GatheredHandler(stream)
+    handler.setFormatter(formatter)
+    logger.addHandler(handler)
+    return logger, handler
+
+
+def _without_ts(line: str, formatter: logging.Formatter) -> object:
+    if isinstance(formatter, JSONFormatter):
+        data = json.loads(line)
+        assert data.pop("ts").endswith("Z")
+        return data
+    ts, rest = line.split(" ", 1)
+    assert ts.endswith("Z") and len(ts) == 24
+    return rest
+
+
+@pytest.mark.parametrize("formatter", [TextFormatter(), JSONFormatter()], ids=["text", "json"])
+@pytest.mark.parametrize("exchange", EXCHANGES)
+def test_the_direct_line_is_the_records_line(
+    formatter: logging.Formatter, exchange: Exchange
+) -> None:
+    direct, general = io.StringIO(), io.StringIO()
+    logger, _ = _logger(direct, formatter)
+    assert _direct_handler(logger) is not None
+    AccessLog(logger).finished(exchange)
+    logger, _ = _logger(general, formatter)
+    logger.addFilter(lambda record: True)  # a filter: the general path
+    assert _direct_handler(logger) is None
+    AccessLog(logger).finished(exchange)
+    lines = direct.getvalue().splitlines(), general.getvalue().splitlines()
+    assert len(lines[0]) == len(lines[1]) == 1
+    assert _without_ts(lines[0][0], formatter) == _without_ts(lines[1][0], formatter)
+
+
+def test_another_handler_or_a_filter_takes_the_general_path() -> None:
+    logger, handler = _logger(io.StringIO(), TextFormatter())
+    assert _direct_handler(logger) is handler
+    other = logging.StreamHandler(io.StringIO())
+    logger.addHandler(other)
+    assert _direct_handler(logger) is None
+    logger.removeHandler(other)
+    handler.addFilter(lambda record: True)
+    assert _direct_handler(logger) is None
+    handler.filters.clear()
+    handler.setLevel(logging.WARNING)
+    assert _direct_handler(logger) is None
+
+
+def test_lines_of_the_loop_are_gathered_then_all_written_in_order() -> None:
+    stream = io.StringIO()
+    handler = GatheredHandler(stream)
+
+    async def main() -> None:
+        handler.write_line("one")
+        handler.write_line("two")
+        assert stream.getvalue() == ""  # gathered, not written yet
+        await trio.sleep(gather.GATHER_SECONDS * 4)
+        assert stream.getvalue() == "one\ntwo\n"
+        # A line from another thread is written at once, after what was gathered.
+        handler.write_line("three")
+        await trio.to_thread.run_sync(handler.write_line, "four")
+        assert stream.getvalue() == "one\ntwo\nthree\nfour\n"
+        handler.write_line("five")  # still gathered when the loop ends
+
+    trio.run(main)
+    assert stream.getvalue() == "one\ntwo\nthree\nfour\nfive\n"
+
+
+def test_a_full_batch_is_written_at_once_and_flush_writes_the_rest() -> None:
+    stream = io.StringIO()
+    handler = GatheredHandler(stream)
+
+    async def main() -> None:
+        for i in range(gather.GATHER_LINES + 1):
+            handler.write_line(str(i))
+        assert stream.getvalue().splitlines() == [str(i) for i in range(gather.GATHER_LINES)]
+        handler.flush()  # what logging does at exit
+        assert len(stream.getvalue().splitlines()) == gather.GATHER_LINES + 1
+
+    trio.run(main)
+
+
+def test_outside_a_loop_a_line_is_written_at_once() -> None:
+    stream = io.StringIO()
+    handler = GatheredHandler(stream)
+    handler.write_line("now")
+    assert stream.getvalue() == "now\n"
+    done = threading.Event()
+
+    def other() -> None:
+        handler.write_line("there")
+        done.set()
+
+    threading.Thread(target=other).start()
+    assert done.wait(10)
+    assert stream.getvalue() == "now\nthere\n"
