@@ -3,11 +3,13 @@ answers (Chat Completions, Responses) and the agent's own tool calls it sees, on
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from tests._support.cli import uamp, uamp_serve
 from tests._support.tools import WEATHER_TOOL
 from uamp_agents import agent, tool
 from uamp_agents.bridge import serve_agent
@@ -106,3 +108,22 @@ async def test_the_agents_own_tool_calls_are_seen(serve_app: Any, transport: str
     met = sum(1 for s in samples if s.tools_expected == ["lookup"])
     assert [s.tool_ok for s in samples].count(True) == met
     assert summary.to_json()["tool_calls"] == {"expected": 6, "met": met}
+
+
+def test_the_command_reports_the_tool_calls_met(tmp_path: Path) -> None:
+    dataset, summary = tmp_path / "tools.jsonl", tmp_path / "s.json"
+    line = {
+        "prompt": "What does get_weather say?",
+        "tools": [WEATHER],
+        "tool_results": {"get_weather": "sunny"},
+        "expected_tool_calls": ["get_weather"],
+    }
+    dataset.write_bytes(orjson.dumps(line) + b"\n")
+    with uamp_serve() as url:
+        done = uamp(
+            "bench", f"{url}/agents/demo", "--dataset", str(dataset), "-c", "2", "-n", "4",
+            "--no-progress", "--json", str(summary),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "tool calls: 4 of 4 requests called every tool" in done.stdout
+    assert orjson.loads(summary.read_bytes())["tool_calls"] == {"expected": 4, "met": 4}
