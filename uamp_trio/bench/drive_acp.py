@@ -143,17 +143,23 @@ class _Peer:
                 error = {"code": -32601, "message": "the bench client has no such method"}
                 await self.socket.send({"jsonrpc": "2.0", "id": message["id"], "error": error})
             elif sample is not None and message.get("method") == "session/update":
-                record_step(sample, Step(text=_chunk_text(message)))
+                record_step(sample, _update_step(message))
 
 
-def _chunk_text(message: dict[str, Any]) -> str:
+def _update_step(message: dict[str, Any]) -> Step:
+    """A ``session/update``'s text (``agent_message_chunk``) or tool call (``tool_call``:
+    its title, which names the tool)."""
     params = message.get("params")
     update = params.get("update") if isinstance(params, dict) else None
-    if not isinstance(update, dict) or update.get("sessionUpdate") != "agent_message_chunk":
-        return ""
+    kind = update.get("sessionUpdate") if isinstance(update, dict) else None
+    if kind == "tool_call":
+        title = update.get("title") if isinstance(update, dict) else None
+        return Step(tool=title if isinstance(title, str) and title else None)
+    if kind != "agent_message_chunk" or not isinstance(update, dict):
+        return Step()
     content = update.get("content")
     text = content.get("text") if isinstance(content, dict) else None
-    return text if isinstance(text, str) else ""
+    return Step(text=text if isinstance(text, str) else "")
 
 
 class AcpDriver:

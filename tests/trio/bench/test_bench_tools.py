@@ -93,7 +93,7 @@ def _model(messages: list[Any], tools: list[Any]) -> Any:
     return [("lookup", {"key": "k"})]
 
 
-@pytest.mark.parametrize("transport", ["uamp-ws", "uamp-sse", "agui", "ai-sdk"])
+@pytest.mark.parametrize("transport", ["uamp-ws", "uamp-sse", "agui", "ai-sdk", "acp"])
 async def test_the_agents_own_tool_calls_are_seen(serve_app: Any, transport: str) -> None:
     # (Chat Completions and Anthropic keep an agent's own tool calls inside the agent.)
     served = serve_agent(agent(model=function(_model), tools=[tool(lookup)], name="srv"))
