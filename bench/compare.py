@@ -6,7 +6,7 @@ Run: ``python bench/compare.py`` (the figures and plots under
 ``docs/bench.md``). The first run installs the peers from the package index,
 each into a virtualenv of its own under ``build/bench-cache/`` (never into
 this project's): ``webagents==0.3.9`` (Robutler's reference implementation)
-and ``pydantic-ai-slim[ag-ui]==2.78.0`` with uvicorn.
+and ``pydantic-ai-slim[ag-ui]==2.78.0`` with ``fasta2a==2.1.1`` and uvicorn.
 
 Three servers on 127.0.0.1, one agent logic: one tool, ``lookup``, and a
 model in process answering by the same rules (``bench/peers_replies.py``:
@@ -17,12 +17,12 @@ then twenty words):
   (access log and metrics on), the ``function`` model;
 * ``webagents``: a ``BaseAgent`` on webagents' own FastAPI server
   (``bench/peers_webagents.py --local``);
-* ``pydantic-ai``: an ``Agent`` on a ``FunctionModel``, served over AG-UI by
-  ``AGUIAdapter.dispatch_request`` on Starlette and uvicorn
-  (``bench/peers_pydantic_ai.py``).
+* ``pydantic-ai``: an ``Agent`` on a ``FunctionModel``, served on uvicorn over
+  A2A by FastA2A's ``agent_to_a2a`` and over AG-UI by
+  ``AGUIAdapter.dispatch_request`` (``bench/peers_pydantic_ai.py``).
 
-Each pair is driven over the protocol both speak: Chat Completions for uamp
-and webagents, AG-UI for uamp and pydantic-ai. For each workload
+Each pair is driven over the protocols both speak: Chat Completions for uamp
+and webagents, AG-UI and A2A (1.0, JSON-RPC) for uamp and pydantic-ai. For each workload
 (``stream-50``, ``tool+20``) and server: a short closed-loop warm-up, then
 ``uamp bench --rate R`` (Poisson arrivals, a fixed seed) for each rate of
 ``--rates``, then a closed-loop row (``-c``), the servers alternating run by
@@ -75,6 +75,7 @@ WORKLOADS = {"stream-50": "stream 50", "tool+20": "tool"}
 PROTOCOLS = [
     ("Chat Completions", "openai", ("uamp", "webagents")),
     ("AG-UI", "agui", ("uamp", "pydantic-ai")),
+    ("A2A", "a2a", ("uamp", "pydantic-ai")),
 ]
 
 
@@ -88,19 +89,20 @@ def slug(text: str) -> str:
 
 def start_pydantic_ai(cache: Path, tmp: Path) -> Server:
     """pydantic-ai's AG-UI app on uvicorn (``peers_pydantic_ai.py``), in its own virtualenv."""
-    python = pydantic_ai_python(
-        cache / "pydantic-ai-2.78.0", "import pydantic_ai.ui.ag_ui, uvicorn"
-    )
+    probe = "import pydantic_ai.ui.ag_ui, fasta2a.pydantic_ai, uvicorn"
+    python = pydantic_ai_python(cache / "pydantic-ai-2.78.0", probe)
     port_file = tmp / "pydantic-ai.port"
     env = {**os.environ, "PYTHONPATH": "", "HOME": str(tmp)}
     script = str(ROOT / "bench" / "peers_pydantic_ai.py")
-    return Server([str(python), script, str(port_file)], env, "/agui", port_file)
+    return Server([str(python), script, str(port_file)], env, "", port_file)
 
 
 def endpoint(server: str, transport: str, running: Server) -> str:
     """The URL ``uamp bench`` is given for ``server`` over ``transport``."""
     if server == "uamp":  # one agent serves every transport: its base URL
         return f"http://127.0.0.1:{running.port}/agents/peer"
+    if server == "pydantic-ai":  # AG-UI at /agui, A2A at /a2a
+        return f"http://127.0.0.1:{running.port}/{transport}"
     return running.url
 
 
@@ -289,7 +291,8 @@ def versions(cache: Path) -> dict[str, str]:
         "uamp": version("uamp"),
         "webagents": WEBAGENTS[0].split("==")[1],
         "pydantic-ai-slim": PYDANTIC_AI[0].split("==")[1],
-        "uvicorn (pydantic-ai's server)": PYDANTIC_AI[1].split("==")[1],
+        "fasta2a": PYDANTIC_AI[1].split("==")[1],
+        "uvicorn (pydantic-ai's server)": PYDANTIC_AI[2].split("==")[1],
     }
 
 
@@ -447,8 +450,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--rates",
         type=lambda s: [float(x) for x in s.split(",")],
-        default=[5.0, 10.0, 20.0, 40.0],
-        help="open-loop rates, requests/s, comma-separated (default 5,10,20,40)",
+        default=[5.0, 10.0, 20.0, 40.0, 80.0],
+        help="open-loop rates, requests/s, comma-separated (default 5,10,20,40,80)",
     )
     parser.add_argument("--duration", default="10s", help="each run's length (default 10s)")
     parser.add_argument(

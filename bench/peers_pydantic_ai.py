@@ -4,9 +4,12 @@
 tool, ``lookup`` (the same as ``bench/peers_agent.py``), its model a
 ``FunctionModel`` answering by the bench's reply rules
 (``peers_replies.py``), streamed one word a chunk as uamp's ``function``
-model streams (``peers_agent.peer_local``). Served over AG-UI as
-pydantic-ai's documentation serves it: a Starlette route whose endpoint is
-``AGUIAdapter.dispatch_request``, on uvicorn. Writes the port to PORT_FILE,
+model streams (``peers_agent.peer_local``). Served on uvicorn over two
+protocols, each as its documentation serves it: A2A by FastA2A's
+``agent_to_a2a`` (pydantic-ai 2's replacement of ``Agent.to_a2a``; its
+JSON-RPC endpoint, at ``/`` there, also answers at ``/a2a``, where
+``uamp bench --transport a2a`` posts), and AG-UI at ``/agui``, a route whose
+endpoint is ``AGUIAdapter.dispatch_request``. Writes the port to PORT_FILE,
 then serves until killed.
 """
 
@@ -15,6 +18,7 @@ import socket
 import sys
 
 import uvicorn
+from fasta2a.pydantic_ai import agent_to_a2a
 from peers_replies import mock_reply
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -26,7 +30,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.ui.ag_ui import AGUIAdapter
-from starlette.applications import Starlette
 from starlette.routing import Route
 
 
@@ -53,13 +56,8 @@ def _openai_style(messages):
     return out
 
 
-def _reply(messages):
-    text, calls = mock_reply(_openai_style(messages))
-    return text, calls
-
-
 def _whole(messages, info: AgentInfo) -> ModelResponse:
-    text, calls = _reply(messages)
+    text, calls = mock_reply(_openai_style(messages))
     if calls:
         fn = calls[0]["function"]
         return ModelResponse(parts=[ToolCallPart(fn["name"], fn["arguments"], calls[0]["id"])])
@@ -67,7 +65,7 @@ def _whole(messages, info: AgentInfo) -> ModelResponse:
 
 
 async def _streamed(messages, info: AgentInfo):
-    text, calls = _reply(messages)
+    text, calls = mock_reply(_openai_style(messages))
     if calls:
         fn = calls[0]["function"]
         yield {0: DeltaToolCall(fn["name"], fn["arguments"], tool_call_id=calls[0]["id"])}
@@ -85,15 +83,26 @@ async def run_agent(request):
     return await AGUIAdapter.dispatch_request(request, agent=agent)
 
 
+def app():
+    """FastA2A's app with the AG-UI route beside it; ``/a2a`` is its ``/``."""
+    a2a = agent_to_a2a(agent, routes=[Route("/agui", run_agent, methods=["POST"])])
+
+    async def serve(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/a2a":
+            scope = {**scope, "path": "/", "raw_path": b"/"}
+        await a2a(scope, receive, send)
+
+    return serve
+
+
 def main(port_file: str) -> None:
-    app = Starlette(routes=[Route("/agui", run_agent, methods=["POST"])])
     # A TCP socket (proto set) so that uvicorn turns Nagle off, as its own bind does.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)
     with open(port_file, "w") as out:
         out.write(str(sock.getsockname()[1]))
-    config = uvicorn.Config(app, log_level="error", access_log=False)
+    config = uvicorn.Config(app(), log_level="error", access_log=False)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
 
 

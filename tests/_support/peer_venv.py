@@ -18,8 +18,9 @@ __all__ = ["PYDANTIC_AI", "WEBAGENTS", "peer_python", "pydantic_ai_python", "web
 
 #: Robutler's reference implementation.
 WEBAGENTS = ("webagents==0.3.9",)
-#: pydantic-ai with its AG-UI adapter, and the ASGI server its documentation serves it with.
-PYDANTIC_AI = ("pydantic-ai-slim[ag-ui]==2.78.0", "uvicorn==0.55.0")
+#: pydantic-ai with its AG-UI adapter, FastA2A (its A2A server since pydantic-ai 2), and the
+#: ASGI server their documentation serves them with.
+PYDANTIC_AI = ("pydantic-ai-slim[ag-ui]==2.78.0", "fasta2a==2.1.1", "uvicorn==0.55.0")
 
 
 def peer_python(folder: Path, requirements: tuple[str, ...], probe: str) -> Path:
@@ -61,5 +62,5 @@ def webagents_python(folder: Path, probe: str = "import webagents") -> Path:
 
 
 def pydantic_ai_python(folder: Path, probe: str = "import pydantic_ai.ui.ag_ui") -> Path:
-    """The python of a virtualenv in ``folder`` with pydantic-ai and uvicorn (installed once)."""
+    """The python of a virtualenv in ``folder`` with pydantic-ai, FastA2A and uvicorn (once)."""
     return peer_python(folder, PYDANTIC_AI, probe)

@@ -1,4 +1,4 @@
-"""bench/compare.py at its smallest: one workload, one rate, one second, both protocols.
+"""bench/compare.py at its smallest: one workload, one rate, one second, every protocol.
 
 The three servers really run (uamp serve, webagents 0.3.9 and pydantic-ai,
 the peers installed into the tests' cache from the package index on first
@@ -41,6 +41,7 @@ def test_compare_smallest_run(tmp_path: Path) -> None:
         for protocol, servers in (
             ("Chat Completions", ("uamp", "webagents")),
             ("AG-UI", ("uamp", "pydantic-ai")),
+            ("A2A", ("uamp", "pydantic-ai")),
         )
         for server in servers
         for load in ("4/s", "closed c=2")
@@ -54,7 +55,8 @@ def test_compare_smallest_run(tmp_path: Path) -> None:
 
     report = (out / "compare.md").read_text()
     assert "| tool+20 | 4/s |" in report and "| tool+20 | closed c=2 |" in report
-    for name in ("bench-compare-chat-completions.png", "bench-compare-ag-ui.png"):
+    for name in ("chat-completions", "ag-ui", "a2a"):
+        name = f"bench-compare-{name}.png"
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
         assert (doc.parent / "img" / name).read_bytes() == (out / name).read_bytes()
 
