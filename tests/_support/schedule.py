@@ -29,13 +29,23 @@ T = TypeVar("T")
 #: machine): run first, the longest first.
 LONG_MODULES: dict[str, float] = {
     "tests/docs/test_snippets.py::test_first_hour_verbatim_in_a_fresh_venv": 90,
-    "tests/bench/test_attacks.py": 60,
-    "tests/trio/test_cluster.py": 45,
+    # One group: the packaging tests share their process's sdist/wheel build
+    # (tests/architecture/conftest.py), which a split would make twice.
+    "tests/architecture": 90,
     # One group: the browser tests share their process's Chromium (tests/browser/conftest.py).
     "tests/browser": 75,
+    "tests/bench/test_attacks.py": 60,
+    "tests/trio/test_cluster.py": 45,
+    "tests/trio/test_scale_out_routing.py": 35,
+    "tests/trio/transports/test_json_fuzz.py": 30,
+    "tests/trio/test_chat_scale_out.py": 27,
     "tests/interop/test_relay_redis.py": 25,
     "tests/interop/test_responses_stores.py": 25,
-    "tests/architecture/test_wheel.py": 25,
+    "tests/trio/rpc/test_chat_bindings.py": 19,
+    "tests/trio/trust/test_ledger_postgres.py": 19,
+    "tests/trio/trust/test_ledger_postgres_cli.py": 18,
+    "tests/trio/bench/test_bench_live.py": 17,
+    "tests/trio/test_scale_out.py": 17,
     "tests/interop/test_webagents_uamp.py": 10,
     "tests/interop/test_a2a_node_loss.py": 10,
 }
