@@ -674,10 +674,25 @@ class Connection:
             raise RemoteProtocolError(
                 f"{event.type}: {err.message}",
                 code=err.code,
-                session_id=event.session_id if event.session_id in self._sessions else None,
+                session_id=self._refused_session(event, err.code),
                 event_id=event.event_id,
                 field=err.field,
             ) from None
+
+    def _refused_session(self, event: ev.Event, code: str) -> str | None:
+        """The ``session_id`` of the error refusing ``event``: its session's when known.
+
+        A refused ``session.create`` names the id it proposed (section 10:
+        every event of a multiplexed connection is scoped), so the client
+        fails that opening instead of waiting for it; the id of an ended
+        session proposed again is not named.
+        """
+        sid = event.session_id
+        if sid in self._sessions:
+            return sid
+        if event.type == "session.create" and code != "duplicate_session":
+            return sid
+        return None
 
     def _step(self, event: ev.Event, sender: Role) -> tuple[ev.Event, dict[str, Any] | None]:
         """Check and apply one event in either direction.

@@ -228,6 +228,14 @@ def test_max_sessions_per_connection() -> None:
         ),
     )
     assert err.code == "too_many_sessions"
+    # A proposed id is named in the refusal: the client fails that opening.
+    proposed = client.create_session(session_id="third")
+    err = _remote_error(server, proposed)
+    assert err.code == "too_many_sessions" and err.session_id == "third"
+    assert isinstance(err.reply, ev.SessionErrorEvent) and err.reply.session_id == "third"
+    client.receive(server.data_to_send()[-1])
+    refused = client.next_event()
+    assert isinstance(refused, ev.SessionErrorEvent) and "third" not in client.sessions
 
 
 def test_client_proposed_session_id_is_used_and_duplicates_refused() -> None:

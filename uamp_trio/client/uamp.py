@@ -447,6 +447,9 @@ class ClientSession:
         self.last_event_id: str | None = None
         #: How the session was opened (a resume sends the same again).
         self.opening: _Opening | None = None
+        #: The ``event_id`` of the ``session.create`` that opened it (what a
+        #: refusal without ``session_id`` names in ``details.event_id``).
+        self._create_event_id: str | None = None
         self._room: deque[ev.Event] = deque(maxlen=ROOM_BUFFER)
         self._room_ready = trio.lowlevel.ParkingLot()
         #: Room events dropped because nobody read them in time.
@@ -799,6 +802,24 @@ class _Opening:
             client_capabilities=_ANSWERS_INTERRUPTS if self.interrupts else None,
         )
 
+    def again(self, conn: ClientConnection) -> bytes:
+        """The same ``session.create`` once more, on a new connection (``auto_resume``).
+
+        For a session whose ``session.created`` never came (its node went
+        first): written past the core, which waits for it already.
+        """
+        create = ev.SessionCreate(
+            session_id=self.session_id,
+            uamp_version=conn.config.uamp_version,
+            session=conn.windowed(self.config),
+            agent=self.agent,
+            token=self.token,
+            payment_token=self.payment_token,
+            chat=self.chat,
+            client_capabilities=_ANSWERS_INTERRUPTS if self.interrupts else None,
+        )
+        return encode(create)
+
     def resume(self, conn: ClientConnection, last_event_id: str) -> bytes:
         """The ``session.create`` that resumes this session after ``last_event_id``.
 
@@ -1145,7 +1166,9 @@ class UampClient(_Link):
         session = self._session(self._conn, opening)
         self.sessions[sid] = session
         try:
-            await self._write([opening.encode(self._conn, agent=opening.agent)])
+            create = opening.encode(self._conn, agent=opening.agent)
+            session._create_event_id = self._conn.last_event_id
+            await self._write([create])
             await session._wait_created()
         except BaseException:
             self.sessions.pop(sid, None)
@@ -1292,9 +1315,14 @@ class UampClient(_Link):
             )
             resumes = []
             for sid, session in self.sessions.items():
-                if session.opening is not None and session.last_event_id is not None:
+                if session.opening is None:
+                    continue
+                if session.last_event_id is not None:
                     resumes.append(session.opening.resume(self._conn, session.last_event_id))
                     self._resuming.add(sid)
+                elif not session._ready.is_set():
+                    # Lost before its session.created: ask for it again.
+                    resumes.append(session.opening.again(self._conn))
             for message in resumes:
                 self._engine.text(message)
             with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -1337,8 +1365,8 @@ class UampClient(_Link):
         for event in _received(self._conn):
             sid = event.session_id
             session = self.sessions.get(sid) if sid is not None else None
-            if session is None and sid is None and len(self.sessions) == 1:
-                session = next(iter(self.sessions.values()))
+            if session is None and sid is None:
+                session = self._addressee(event)
             if session is not None and event.event_id is not None:
                 session.last_event_id = event.event_id
             if event.type == "pong" and session is None and self._pongs:
@@ -1349,6 +1377,28 @@ class UampClient(_Link):
                 await session._deliver(event, self._nursery)
             else:
                 self._errors.append(event)
+
+    def _addressee(self, event: ev.Event) -> ClientSession | None:
+        """The session an event without ``session_id`` is for (``None``: the connection).
+
+        The only session; or the opening whose ``session.create`` a
+        ``session.error`` refuses (named by ``details.event_id``, else the
+        only session still opening), so that opening fails at once instead
+        of waiting for a ``session.created`` that will never come.
+        """
+        if len(self.sessions) == 1:
+            return next(iter(self.sessions.values()))
+        if not isinstance(event, ev.SessionErrorEvent):
+            return None
+        details = event.error.details or {}
+        if details.get("event_type") != "session.create":
+            return None
+        opening = [s for s in self.sessions.values() if not s._ready.is_set()]
+        named = details.get("event_id")
+        for session in opening:
+            if named is not None and session._create_event_id == named:
+                return session
+        return opening[0] if len(opening) == 1 else None
 
     def _shutdown(self, error: ClientError) -> None:
         self._resuming.clear()
