@@ -100,6 +100,8 @@ _ACCEPT_SKIP_ERRNOS = {
 }
 #: Most connections accepted per wake-up of an accept loop.
 _ACCEPT_BATCH = 64
+#: How long a graceful shutdown waits for the stores to write what they queue (s).
+FLUSH_GRACE = 5.0
 #: Connections over ``max_connections`` answered at once (each waits up to
 #: ``header_timeout`` for its request); more are closed without an answer.
 _MAX_REFUSING = 1024
@@ -404,7 +406,8 @@ class HasBackground(Protocol):
     ``max_session_queued_events``, ``draining``: whether a graceful
     shutdown has begun, ``server_config``: the whole configuration (the
     per-principal limits its stores enforce), and ``connection_count``: how
-    to count the server's open connections.
+    to count the server's open connections. Its ``stores``, when it has
+    them, are flushed once a graceful shutdown closed every connection.
     """
 
     background: Spawner | None
@@ -635,6 +638,7 @@ class Server:
                 for quic in self.http3_listeners:
                     quic.shutdown()
                 await self._drain()
+                await self._flush_stores()
                 connections.cancel_scope.cancel()
         finally:
             if self._host is not None:
@@ -696,6 +700,13 @@ class Server:
                     conn.head_late = True
                     conn.handler_since = None
                     conn.handler_scope.cancel()
+
+    async def _flush_stores(self) -> None:
+        """Let the host's ``stores`` write what they still queue (at most :data:`FLUSH_GRACE` s)."""
+        flush = getattr(getattr(self._host, "stores", None), "flush", None)
+        if flush is not None:
+            with trio.move_on_after(FLUSH_GRACE):
+                await flush()
 
     async def _drain(self) -> None:
         for conn in list(self._connections):

@@ -16,6 +16,7 @@ Where this wing sits: docs/architecture.md.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import attrs
@@ -32,6 +33,8 @@ from .health import describe
 from .mcp_sessions import McpSessionStore
 from .sessions import SessionTracker
 from .tool_rounds import ToolRoundStore
+
+log = logging.getLogger("uamp_trio.stores")
 
 __all__ = [
     "AcpSessionStore",
@@ -132,6 +135,20 @@ class Stores:
     tool_rounds: ToolRoundStore = attrs.field(factory=ToolRoundStore)
     chats: ChatStore = attrs.field(factory=MemoryChatStore)
     mcp_sessions: McpSessionStore = attrs.field(factory=McpSessionStore)
+
+    async def flush(self) -> None:
+        """Write what the stores still queue: the event logs and the chat feeds.
+
+        The server's last step of a graceful shutdown, once its connections
+        are closed: a chat answer's last feed entries, queued for the
+        writer's next round, reached nobody when the process exited first.
+        A store that fails is logged and the others are still flushed.
+        """
+        for name, store in (("event_log", self.event_log), ("chats", self.chats)):
+            try:
+                await store.flush()
+            except Exception as exc:
+                log.warning("the %s store lost what it held at shutdown: %s", name, describe(exc))
 
     def _loops(self) -> list[tuple[str, BackgroundLoop]]:
         found = [(name, getattr(self, name)) for name in ("event_log", "chats", "a2a_tasks")]

@@ -296,6 +296,9 @@ class ChatStore(abc.ABC):
     def ensure_running(self, nursery: Spawner | None) -> None:  # noqa: B027 - optional
         """Start what carries the feeds between processes (a shared store)."""
 
+    async def flush(self) -> None:  # noqa: B027 - optional for stores that write at once
+        """Return once every entry published so far is written (a shared store queues them)."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional for stores holding nothing open
         """Release what the store holds open."""
 

@@ -26,7 +26,8 @@ changes. A process :meth:`~RedisChatStore.open_room` s a room by reading
 its settings, newest messages, read marks, presence and the feed's last id
 in one transaction, then follows the feed after that id: the snapshot and
 the entries after it are exactly the room. One writer task sends what this
-process publishes, in order, a pipeline per round (a publish never waits);
+process publishes, in order, a pipeline per round (a publish never waits;
+a graceful shutdown waits for the last round, :meth:`~RedisChatStore.flush`);
 one reader task follows the feeds of every room open in this process with
 a blocking ``XREAD`` and hands their entries on. Calls run in worker threads
 with the synchronous redis-py client, as in the other Redis stores.
@@ -249,6 +250,7 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
         self._save_script = self._redis.register_script(_SAVE)
         self._depart_script = self._redis.register_script(_DEPART)
         self._expire_script = self._redis.register_script(_EXPIRE)
+        self._noop_script = self._redis.register_script("return 0")
         self._queue: list[_Pending] = []
         self._dirty = trio.Event()
         self._opened = trio.Event()
@@ -386,6 +388,17 @@ class RedisChatStore(RedisCalls, BackgroundLoop, ChatStore):
         seq = int(await self._written(_Pending(self._post_script, args)))
         record.last_seq = max(record.last_seq, seq)
         return attrs.evolve(message, seq=seq)
+
+    async def flush(self) -> None:
+        """Return once what was published so far is written (a drain's last entries).
+
+        The writer sends its queue in order, a batch per round: a no-op
+        queued last is answered after everything before it. Raises
+        :class:`~.health.StoreUnavailable` (or Redis's error) when the
+        write failed.
+        """
+        if self._running or self._queue:
+            await self._written(_Pending(self._noop_script, []))
 
     async def _written(self, pending: _Pending) -> Any:
         """Queue ``pending`` for the writer; its script's result once sent (raised if it failed)."""

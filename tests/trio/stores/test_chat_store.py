@@ -232,3 +232,50 @@ async def test_idle_rooms_nobody_is_in_expire(make_store: Make) -> None:
     assert again.last_seq == 0 and await store.history(again.key) == []
     assert await store.expire(100.0) == 3
     await store.aclose()
+
+
+#: A server process that publishes room entries and stops at once, gracefully.
+_LAST_ROUND = """
+import sys, trio
+from uamp_trio import App, Server
+from uamp_trio.stores import Stores
+from uamp_trio.stores.chats import ChatRecord, RoomEntry
+from uamp_trio.stores.chats_redis import RedisChatStore
+
+async def main():
+    store = RedisChatStore(sys.argv[1], prefix=sys.argv[2])
+    room = await store.create(ChatRecord(chat_id="c", owner=("api_key", "alice")))
+    server = Server(App([], stores=Stores(chats=store)), port=0, shutdown_grace=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        for n in range(int(sys.argv[3])):  # an answer's last entries, queued: never waits
+            store.publish(room.key, RoomEntry(kind="leave", member=f"m{n}"))
+        server.shutdown()  # SIGTERM's graceful shutdown
+
+trio.run(main)
+"""
+
+
+def test_a_graceful_shutdown_writes_the_feed_entries_still_queued(redis_url: str) -> None:
+    """The writer runs as a system task, ended when the process's trio run ends: a
+    process that exits right after a drain lost the feed's last round (the end of an
+    agent's answer in a room, for the participants on other processes)."""
+    import subprocess
+    import sys
+
+    import redis
+
+    prefix, count = uuid.uuid4().hex, 200
+    done = subprocess.run(
+        [sys.executable, "-c", _LAST_ROUND, redis_url, prefix, str(count)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        (feed,) = client.keys(f"{prefix}:chat:feed:*")
+        assert client.xlen(feed) == count
+    finally:
+        client.close()
