@@ -26,15 +26,11 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -48,8 +44,9 @@ import trio
 from trio_websocket import ConnectionClosed
 from trio_websocket import open_websocket_url as open_ws
 
-from tests._support.cli import ROOT
-from tests._support.haproxy import check_config, running_haproxy
+from tests._support.cluster import Node
+from tests._support.cluster import cluster as three_nodes
+from tests._support.haproxy import check_config
 from tests._support.rpc import a2a_message, rpc
 from tests._support.wire import post, recv, send
 from uamp_proto import events as ev
@@ -74,41 +71,6 @@ PATIENCE = 60
 BEGIN = 20
 
 
-class Node:
-    """One ``uamp serve`` in its own directory, its output in a file there."""
-
-    def __init__(self, directory: Path, *flags: str) -> None:
-        directory.mkdir()
-        self.log = directory / "uamp.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "uamp_trio", "serve", "--port", "0", *flags],
-                cwd=directory,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.address = self._wait_address()
-
-    def _wait_address(self) -> str:
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            found = re.search(r"serving on http://([\d.]+:\d+)", self.log.read_text())
-            if found:
-                return found.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"node did not start:\n{self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(15)
-
-
 @contextmanager
 def cluster(tmp_path: Path, redis_url: str, ledger_url: str) -> Iterator[tuple[str, list[Node]]]:
     flags = (
@@ -116,13 +78,7 @@ def cluster(tmp_path: Path, redis_url: str, ledger_url: str) -> Iterator[tuple[s
         *("--ledger", ledger_url, "--price", str(PRICE), "--ledger-heartbeat", "10"),
         *("--grace", "15", "--no-access-log", "--log-level", "warning"),
     )
-    with ExitStack() as stack:
-        nodes = []
-        for i in range(3):
-            node = Node(tmp_path / f"node{i}", *flags)
-            stack.callback(node.stop)
-            nodes.append(node)
-        url = stack.enter_context(running_haproxy([n.address for n in nodes]))
+    with three_nodes(tmp_path, flags) as (url, nodes):
         yield url, nodes
 
 
@@ -407,9 +363,8 @@ async def _room(url: str, token: str, n: int, out: list[Outcome]) -> None:
                 with trio.move_on_after(BEGIN) as waited:
                     event = await recv(watcher)
                 if waited.cancelled_caught:
-                    # The asker's node went before the agent began, or a draining
-                    # node's last room entries were never written (docs/scale-out.md,
-                    # "Limits"): the room's history tells (below).
+                    # The asker's node went before the agent began, or with the
+                    # answer's end: the room's history tells (below).
                     got.state = "cut"
                     return
                 if event.get("sender", {}).get("id") != "ticker":
@@ -488,7 +443,7 @@ async def test_two_hundred_paid_conversations_on_five_transports_survive_a_kill_
                             await trio.sleep(0.005)
                         await trio.sleep(0.5)  # most responses are streaming now
                         nodes[0].proc.kill()  # kill -9: no goodbye
-                        nodes[1].proc.send_signal(signal.SIGTERM)  # graceful drain
+                        nodes[1].drain()  # SIGTERM: graceful drain
                     # A watcher whose own node went reads what its room kept.
                     for got in out:
                         if got.transport == "room" and got.state == "cut":
