@@ -32,7 +32,10 @@ Payment: the lost process's ledger lock for the response is adopted
 (:meth:`Host.adopt_charge <uamp_trio.hosting.host.Host.adopt_charge>`) and
 settled once, with the usage of the whole response -- or of what was
 delivered when it is interrupted. Nothing is locked again, so a node loss
-never charges twice.
+never charges twice. A heartbeat ledger may see the lost process alive for
+longer than the log did: the adoption waits for that (bounded) in a task of
+its own while the response goes on, and the settlement waits for the
+adoption.
 
 The continuation marks its own process in the session's record, so if this
 process dies too, the next resume carries the response on again from its
@@ -129,43 +132,85 @@ async def carry_on(
     assert running is not None
     history, inputs = _messages(record.history), _messages(record.input)
     tracker = None
-    try:
-        held = [e.data for e in await event_log.read(key, 0, event_log.retention.max_events)]
-        tracker = replayed(running, held)
-        charge = await host.adopt_charge(agent.name, running) if host is not None else None
-        point = resume_point(running, held)
-        if point is None:
-            _append(event_log, key, interrupted_event(tracker), sid)
-            if charge is not None:
-                used = tracker.usage is not None or bool(tracker.output)
-                await charge.settle(tracker.usage, used=used)
-        else:
-            tracker = point.tracker
-            await _go_on(
-                event_log,
-                key,
-                record,
-                agent,
-                principal,
-                charge,
-                point.checkpoint,
-                tracker,
-                [*history, *inputs],
-                _next_seq(_config(record), running, held),
-                host,
-            )
-    except Exception:
-        log.exception("session %s: cannot carry response %s on", sid, running)
-        if tracker is not None and not tracker.is_finished and event_log.writing(key):
-            _append(event_log, key, interrupted_event(tracker), sid)
-    finally:
-        done = tracker.messages() if tracker is not None else []
-        record.history = unstructure([*history, *inputs, *done])
-        record.running, record.input = None, []
-        event_log.put_record(key, record.copy())
+    charge = _Adopting(host, agent.name, running) if host is not None else None
+    ended = False
+    async with trio.open_nursery() as nursery:
+        if charge is not None:
+            # The ledger may see the lost process alive a while longer than the
+            # log did: the lock is adopted meanwhile, the response does not wait.
+            nursery.start_soon(charge.adopt)
+        try:
+            held = [e.data for e in await event_log.read(key, 0, event_log.retention.max_events)]
+            tracker = replayed(running, held)
+            point = resume_point(running, held)
+            if point is None:
+                _append(event_log, key, interrupted_event(tracker), sid)
+                ended = True  # settled below, once the client has heard
+            else:
+                tracker = point.tracker
+                await _go_on(
+                    event_log,
+                    key,
+                    record,
+                    agent,
+                    principal,
+                    charge,
+                    point.checkpoint,
+                    tracker,
+                    [*history, *inputs],
+                    _next_seq(_config(record), running, held),
+                    host,
+                )
+        except Exception:
+            log.exception("session %s: cannot carry response %s on", sid, running)
+            if tracker is not None and not tracker.is_finished and event_log.writing(key):
+                _append(event_log, key, interrupted_event(tracker), sid)
+        finally:
+            done = tracker.messages() if tracker is not None else []
+            record.history = unstructure([*history, *inputs, *done])
+            record.running, record.input = None, []
+            event_log.put_record(key, record.copy())
+            with trio.CancelScope(shield=True):
+                await event_log.flush()
+            event_log.release(key, owner)
+        if ended and charge is not None and tracker is not None:
+            used = tracker.usage is not None or bool(tracker.output)
+            await charge.settle(tracker.usage, used=used)
+
+
+class _Adopting:
+    """The lost process's lock of a carried-on response, adopted while the response goes on.
+
+    A :class:`~uamp_proto.payment.Charge`: settling (or extending) waits
+    for the adoption (:meth:`Host.adopt_charge
+    <uamp_trio.hosting.host.Host.adopt_charge>`, bounded by the ledger's
+    liveness window), then settles the adopted lock, once; nothing when
+    there was none to adopt.
+    """
+
+    def __init__(self, host: Host, agent: str, response_id: str) -> None:
+        self._host, self._agent, self._response_id = host, agent, response_id
+        self._adopted = trio.Event()
+        self._charge: Charge | None = None
+
+    async def adopt(self) -> None:
+        try:
+            self._charge = await self._host.adopt_charge(self._agent, self._response_id)
+        except Exception:
+            log.exception("cannot adopt the lock of response %s", self._response_id)
+        finally:
+            self._adopted.set()
+
+    async def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
         with trio.CancelScope(shield=True):
-            await event_log.flush()
-        event_log.release(key, owner)
+            await self._adopted.wait()
+            charge = self._charge
+            return None if charge is None else await charge.settle(usage, used=used)
+
+    async def extend(self, token: str | None, amount: str) -> None:
+        await self._adopted.wait()
+        if self._charge is not None:
+            await self._charge.extend(token, amount)
 
 
 def abandon(

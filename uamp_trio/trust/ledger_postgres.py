@@ -204,6 +204,7 @@ class PostgresLedger(SqlLedger):
         super().__init__(clock=clock, owner=owner, concurrency=pool_size)
         self.url = redact(url)
         self.heartbeat = heartbeat
+        self.liveness = heartbeat
         try:
             if auto_migrate:
                 migrate(url, connect_timeout=connect_timeout)

@@ -152,6 +152,9 @@ class SqlLedger(ABC):
         concurrency: How many :meth:`call` s may run at once.
     """
 
+    #: Seconds a dead server instance may still look alive (a heartbeat ledger's
+    #: window; ``0``: its death is known at once, as from the process table).
+    liveness: float = 0.0
     #: Appended to a ``SELECT`` of one token's row inside a transaction that changes it.
     FOR_UPDATE = ""
     #: The column that orders a token's locks oldest first.
@@ -451,14 +454,25 @@ class SqlLedger(ABC):
         (:meth:`settle_orphan`) instead of locking again, so the response is
         charged once.
         """
+        return self.find_orphan(response_id)[0]
+
+    def find_orphan(self, response_id: str) -> tuple[str | None, bool]:
+        """:meth:`orphan`, and whether another server that still looks alive holds the lock.
+
+        A server that died less than :attr:`liveness` seconds ago looks
+        alive: the one carrying its response on asks again until it does
+        not (:meth:`LedgerPolicy.adopt <uamp_trio.trust.payments.LedgerPolicy.adopt>`).
+        """
         with self._transaction() as db:
             row = db.execute(
                 "SELECT token_id, owner FROM locks WHERE response_id = ? AND state = 'locked'",
                 (response_id,),
             ).fetchone()
-            if row is None or row["owner"] == self.owner or self._alive(db, row["owner"]):
-                return None
-        return str(row["token_id"])
+            if row is None or row["owner"] == self.owner:
+                return None, False
+            if self._alive(db, row["owner"]):
+                return None, True
+        return str(row["token_id"]), False
 
     def settle_orphan(self, token_id: str, response_id: str, cost: Decimal | str) -> Account:
         """:meth:`settle` a lock found by :meth:`orphan` (a no-op once settled)."""

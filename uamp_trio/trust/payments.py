@@ -35,6 +35,7 @@ import logging
 from decimal import Decimal
 
 import attrs
+import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -46,6 +47,9 @@ from .ledger_sql import SqlLedger
 __all__ = ["LedgerCharge", "LedgerPolicy"]
 
 log = logging.getLogger("uamp_trio.payments")
+
+#: How often (s) adopting a lost server's lock asks again while the ledger sees it alive.
+ADOPT_POLL = 0.5
 
 #: A balance below this many holds of the response just settled is "low".
 LOW_BALANCE_HOLDS = 5
@@ -262,14 +266,26 @@ class LedgerPolicy:
 
         ``None``: the agent is free, or no dead server holds a lock for that
         response (it was settled, freed by a restart, or never taken).
+        The session store may see a server dead before the ledger does (a
+        heartbeat ledger's window is longer): while the lock's holder still
+        looks alive to the ledger this asks again, every
+        :data:`ADOPT_POLL` seconds, for at most the ledger's
+        :attr:`~uamp_trio.trust.ledger_sql.SqlLedger.liveness` and one more
+        poll. Giving up earlier left the lock to the start-up sweep, which
+        frees it: the response was delivered and charged nothing.
         """
         pricing = self.pricing(agent, declared)
         if pricing is None:
             return None
-        token_id = await self.ledger.call(self.ledger.orphan, response_id)
-        if token_id is None:
-            return None
-        return LedgerCharge(self, "", response_id, pricing, token_id)
+        ledger = self.ledger
+        deadline = trio.current_time() + ledger.liveness + ADOPT_POLL
+        while True:
+            token_id, held = await ledger.call(ledger.find_orphan, response_id)
+            if token_id is not None:
+                return LedgerCharge(self, "", response_id, pricing, token_id)
+            if not held or trio.current_time() >= deadline:
+                return None
+            await trio.sleep(ADOPT_POLL)
 
     def _lock(self, pricing: Pricing, token: str, response_id: str, principal: str | None) -> None:
         if self.orphan_grace > 0 and self.ledger.now() - self._swept >= self.SWEEP_EVERY:

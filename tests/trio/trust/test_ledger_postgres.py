@@ -246,3 +246,45 @@ def test_a_closed_ledger_forgets_its_heartbeat(postgres_url: str) -> None:
         assert other.recover() == 0
         leaving.close()  # a graceful stop: its locks are recoverable at once
         assert other.recover() == 1
+
+
+async def test_a_lost_servers_lock_is_adopted_once_the_ledger_sees_it_dead(
+    postgres_url: str,
+) -> None:
+    """The session store (3 s heartbeat) sees a server dead before this ledger does
+    (``heartbeat`` s): the survivor carrying its response on asks again until the
+    lock's holder is stale, adopts it and settles it once. Giving up at once left
+    the lock to the start-up sweep, which freed it: a delivered response, free."""
+    from uamp_trio.trust.payments import LedgerPolicy
+
+    with (
+        _book(postgres_url, owner="lost", heartbeat=2.0) as lost,
+        _book(postgres_url, owner="survivor", heartbeat=2.0) as survivor,
+    ):
+        token = survivor.issue("10", "USD")
+        lost.lock(token, "resp_lost", D("1"))
+        lost._stop.set()  # killed: no more beats, and its row stays (still fresh)
+        lost._beater.join()
+        policy = LedgerPolicy(survivor, price="1")
+        charge = await policy.adopt("agent", "resp_lost")
+        assert charge is not None and charge.token_id is not None
+        await charge.settle(None, used=True)
+        assert await policy.adopt("agent", "resp_lost") is None  # once
+        [entry] = survivor.entries(token)
+        assert (entry["state"], D(entry["charged"])) == ("settled", D("1"))
+        assert survivor.show(token).account.balance == D("9")
+
+
+async def test_a_live_servers_lock_is_not_adopted(postgres_url: str) -> None:
+    """Asking again is bounded: a holder that keeps beating keeps its lock."""
+    from uamp_trio.trust.payments import LedgerPolicy
+
+    with (
+        _book(postgres_url, owner="alive", heartbeat=1.0) as alive,
+        _book(postgres_url, owner="asker", heartbeat=1.0) as asker,
+    ):
+        token = asker.issue("10", "USD")
+        alive.lock(token, "resp_live", D("1"))
+        assert await LedgerPolicy(asker, price="1").adopt("agent", "resp_live") is None
+        [entry] = asker.entries(token)
+        assert entry["state"] == "locked"
