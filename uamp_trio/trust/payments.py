@@ -34,8 +34,8 @@ from __future__ import annotations
 import logging
 from decimal import Decimal
 
+import anyio
 import attrs
-import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -278,14 +278,14 @@ class LedgerPolicy:
         if pricing is None:
             return None
         ledger = self.ledger
-        deadline = trio.current_time() + ledger.liveness + ADOPT_POLL
+        deadline = anyio.current_time() + ledger.liveness + ADOPT_POLL
         while True:
             token_id, held = await ledger.call(ledger.find_orphan, response_id)
             if token_id is not None:
                 return LedgerCharge(self, "", response_id, pricing, token_id)
-            if not held or trio.current_time() >= deadline:
+            if not held or anyio.current_time() >= deadline:
                 return None
-            await trio.sleep(ADOPT_POLL)
+            await anyio.sleep(ADOPT_POLL)
 
     def _lock(self, pricing: Pricing, token: str, response_id: str, principal: str | None) -> None:
         if self.orphan_grace > 0 and self.ledger.now() - self._swept >= self.SWEEP_EVERY:
