@@ -194,6 +194,7 @@ class _Adopting:
         self._charge: Charge | None = None
 
     async def adopt(self) -> None:
+        """Ask the host for the lock (see the class docstring)."""
         try:
             self._charge = await self._host.adopt_charge(self._agent, self._response_id)
         except Exception:
@@ -202,12 +203,14 @@ class _Adopting:
             self._adopted.set()
 
     async def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
+        """Settle the adopted lock once it is known (shielded, as every settlement)."""
         with trio.CancelScope(shield=True):
             await self._adopted.wait()
-            charge = self._charge
-            return None if charge is None else await charge.settle(usage, used=used)
+        charge = self._charge
+        return None if charge is None else await charge.settle(usage, used=used)
 
     async def extend(self, token: str | None, amount: str) -> None:
+        """Lock more on the adopted lock (nothing when there was none)."""
         await self._adopted.wait()
         if self._charge is not None:
             await self._charge.extend(token, amount)
