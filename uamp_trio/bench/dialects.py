@@ -491,25 +491,58 @@ class Anthropic(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "v1/messages")
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
-        return orjson.dumps(
-            {
-                "model": config.model or config.agent or _agent_in(config.url) or "uamp",
-                "max_tokens": turn.max_tokens or config.max_tokens or 4096,
-                "messages": turn.messages(),
-                "stream": config.stream,
-            }
-        )
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
+        body: dict[str, Any] = {
+            "model": config.model or config.agent or _agent_in(config.url) or "uamp",
+            "max_tokens": turn.max_tokens or config.max_tokens or 4096,
+            "messages": [*turn.messages(), *said],
+            "stream": config.stream,
+        }
+        if turn.tools:  # Chat Completions' form -> Anthropic's (input_schema)
+            body["tools"] = [
+                {"name": f["name"], "description": f.get("description", ""),
+                 "input_schema": f.get("parameters") or {"type": "object"}}
+                for f in (t["function"] for t in turn.tools)
+            ]  # fmt: skip
+        return orjson.dumps(body)
+
+    def answer(
+        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
+    ) -> bytes | None:
+        if not reader.calls:
+            return None
+        calls = [reader.calls[k] for k in sorted(reader.calls)]
+        uses = []
+        for call in calls:
+            try:
+                arguments = orjson.loads(call["arguments"] or "{}")
+            except orjson.JSONDecodeError:
+                arguments = {}
+            uses.append({"type": "tool_use", "id": call["id"], "name": call["name"],
+                         "input": arguments if isinstance(arguments, dict) else {}})  # fmt: skip
+        results = [
+            {"type": "tool_result", "tool_use_id": c["id"], "content": turn.tool_result(c["name"])}
+            for c in calls
+        ]
+        said += [{"role": "assistant", "content": uses}, {"role": "user", "content": results}]
+        return self.body(config, turn, said)
 
     def step(self, data: str, reader: Reader) -> Step:
         event = _json(data)
         if event is None:
             return _bad()
         kind = event.get("type")
+        if kind == "content_block_start":
+            return _anthropic_call(event, reader)
         if kind == "content_block_delta":
             delta = event.get("delta")
             if not isinstance(delta, dict):
                 return _bad()
+            if delta.get("type") == "input_json_delta":
+                call = reader.calls.get(event.get("index"))
+                if call is not None and isinstance(delta.get("partial_json"), str):
+                    call["arguments"] += delta["partial_json"]
+                return _NOTHING
             text = delta.get("text") or delta.get("thinking") or ""
             return Step(text=text) if isinstance(text, str) else _bad()
         if kind == "message_stop":
@@ -529,6 +562,18 @@ class Anthropic(Dialect):
             b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)
         )
         return Step(text=text, done=True)
+
+
+def _anthropic_call(event: dict[str, Any], reader: Reader) -> Step:
+    """A ``content_block_start``: a ``tool_use`` block is a client tool call (kept by index)."""
+    block = event.get("content_block")
+    if not isinstance(block, dict) or block.get("type") != "tool_use":
+        return _NOTHING
+    name, ident = block.get("name"), block.get("id")
+    if not isinstance(name, str) or not isinstance(ident, str):
+        return _bad()
+    reader.calls[event.get("index")] = {"id": ident, "name": name, "arguments": ""}
+    return Step(tool=name)
 
 
 def _agent_in(url: str) -> str | None:

@@ -53,7 +53,7 @@ def test_bad_tool_fields_are_refused(extra: dict[str, Any], says: str) -> None:
         parse_dataset([orjson.dumps({"prompt": "p", **extra})], "t.jsonl")
 
 
-@pytest.mark.parametrize("transport", ["openai", "responses"])
+@pytest.mark.parametrize("transport", ["openai", "responses", "anthropic"])
 async def test_the_bench_answers_client_tool_calls_and_checks_them(
     serve_app: Any, transport: str
 ) -> None:
