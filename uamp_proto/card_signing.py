@@ -35,7 +35,7 @@ from .jose import (
     verify_detached,
 )
 
-__all__ = ["CARD_ALGORITHMS", "canonical_card", "sign_card", "verify_card"]
+__all__ = ["CARD_ALGORITHMS", "canonical_card", "sign_card", "verify_card", "without_empty"]
 
 #: The algorithms uamp signs and accepts card signatures with.
 CARD_ALGORITHMS: Final = frozenset({"ES256", "EdDSA"})
@@ -43,16 +43,16 @@ CARD_ALGORITHMS: Final = frozenset({"ES256", "EdDSA"})
 _MAX_DEPTH: Final = 64
 
 
-def _without_empty(value: Any, depth: int = 0) -> Any:
+def without_empty(value: Any, depth: int = 0) -> Any:
     """``value`` without empty strings, lists, objects and nulls (``None`` when it is empty)."""
     if depth > _MAX_DEPTH:
         raise ValueError(f"the card nests deeper than {_MAX_DEPTH} levels")
     if isinstance(value, Mapping):
-        kept = ((k, _without_empty(v, depth + 1)) for k, v in value.items())
+        kept = ((k, without_empty(v, depth + 1)) for k, v in value.items())
         out = {k: v for k, v in kept if v is not None}
         return out or None
     if isinstance(value, list):
-        items = [v for v in (_without_empty(v, depth + 1) for v in value) if v is not None]
+        items = [v for v in (without_empty(v, depth + 1) for v in value) if v is not None]
         return items or None
     if value == "" and isinstance(value, str):
         return None
@@ -62,20 +62,31 @@ def _without_empty(value: Any, depth: int = 0) -> Any:
 def canonical_card(card: Mapping[str, Any]) -> bytes:
     """The signed form of ``card``: RFC 8785 JSON of it without ``signatures`` and empty members."""
     body = {k: v for k, v in card.items() if k != "signatures"}
-    return rfc8785.dumps(_without_empty(body) or {})
+    return rfc8785.dumps(without_empty(body) or {})
 
 
 def sign_card(
-    card: Mapping[str, Any], key: PrivateKey, kid: str, *, jku: str | None = None
+    card: Mapping[str, Any],
+    key: PrivateKey,
+    kid: str,
+    *,
+    jku: str | None = None,
+    payload: bytes | None = None,
 ) -> dict[str, Any]:
     """``card`` with one more entry in ``signatures``, made with ``key``.
+
+    ``payload`` is what the signature covers, :func:`canonical_card` of
+    ``card`` unless given (another reader's view of the same card: an A2A
+    0.3 card carries a second signature over what a2a-sdk 0.3 reads of it,
+    :func:`uamp_proto.adapters.a2a_card.sdk_0_3_payload`).
 
     Raises:
         ValueError: The key cannot sign cards (only P-256 and Ed25519 do).
     """
     alg = private_algorithm(key, CARD_ALGORITHMS, "agent cards")
     extra = {"typ": "JOSE", **({"jku": jku} if jku else {})}
-    protected, _, signature = sign_detached(canonical_card(card), key, alg, kid, extra).split(".")
+    signed = canonical_card(card) if payload is None else payload
+    protected, _, signature = sign_detached(signed, key, alg, kid, extra).split(".")
     entry = {"protected": protected, "signature": signature}
     return {**card, "signatures": [*card.get("signatures", ()), entry]}
 

@@ -11,6 +11,7 @@ JSON-RPC, HTTP+JSON and gRPC.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,45 @@ def test_without_an_operator_extension_there_is_no_extended_card(
         )
     assert r.json()["error"]["code"] == -32007  # ExtendedAgentCardNotConfiguredError
     assert unauthenticated.status_code == 401
+
+
+A2A_0_3_CLIENT = Path(__file__).parent / "a2a03" / "verify_card.py"
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/agents/demo/.well-known/agent.json", {}),
+        ("/.well-known/agent-card.json", {"a2a-version": "0.3"}),
+    ],
+    ids=["agent.json", "A2A-Version-0.3"],
+)
+def test_the_0_3_card_is_signed_for_a2a_sdk_0_3_and_for_a_spec_verifier(
+    thread_server: Any,
+    tmp_path: Path,
+    a2a_sdk_0_3_python: Path,
+    path: str,
+    headers: dict[str, str],
+) -> None:
+    server = thread_server(_app(tmp_path, auth=True, extended=MORE, sign=True))
+    with httpx.Client(timeout=10) as http:
+        raw = http.get(server.url + path, headers=headers).json()
+        jwks = JWKS.parse(http.get(f"{server.url}/.well-known/jwks.json").json())
+    assert raw["protocolVersion"] == "0.3.0" and len(raw["signatures"]) == 2
+    verify_card(raw, jwks)  # RFC 8785 over the whole card, as served
+    with pytest.raises(SignatureError):
+        verify_card({**raw, "modelCapabilities": {}}, jwks)
+    if headers:  # the resolver sends no A2A-Version: agent.json is the 0.3 client's path
+        return
+    ran = subprocess.run(
+        [str(a2a_sdk_0_3_python), str(A2A_0_3_CLIENT), server.url, path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = json.loads(ran.stdout)
+    assert seen["verified"] and seen["signatures"] == 2 and seen["changed_refused"]
+    # The 0.3 shapes: a 1.0-shaped scheme reads as mutualTLS to this client.
+    assert seen["scheme"] == {"type": "http", "scheme": "Bearer"}
+    assert seen["security"] == [{"bearer": []}] and seen["extended"] is True

@@ -473,8 +473,10 @@ def test_the_1_0_card_validates_against_the_spec_schema(secured: bool) -> None:
     card = _card(extended_card=secured, security_schemes=schemes)
     assert a2a_schema.problems("Agent Card", card) == []
     legacy = a2a_card.legacy_card(card, rpc_url="http://h/agents/x/a2a")
-    # The 0.3 members are exactly what the 1.0 schema refuses.
-    assert len(a2a_schema.problems("Agent Card", legacy)) == 1
+    # The 0.3 members are exactly what the 1.0 schema refuses (and the 0.3 scheme shape).
+    problems = a2a_schema.problems("Agent Card", legacy)
+    assert len(problems) == 1 + secured
+    assert all(p.startswith((": ", "securitySchemes/bearer: ")) for p in problems)
 
 
 def test_legacy_card_adds_the_0_3_members_and_model_capabilities() -> None:
@@ -486,3 +488,59 @@ def test_legacy_card_adds_the_0_3_members_and_model_capabilities() -> None:
     assert legacy["additionalInterfaces"] == [
         {"url": "http://h/agents/x/a2a", "transport": "JSONRPC"}
     ]
+
+
+@pytest.mark.parametrize(
+    ("scheme", "legacy_scheme"),
+    [
+        ({"httpAuthSecurityScheme": {"scheme": "Bearer"}}, {"type": "http", "scheme": "Bearer"}),
+        (
+            {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}},
+            {"type": "apiKey", "in": "header", "name": "X-Key"},
+        ),
+        ({"mtlsSecurityScheme": {}}, {"type": "mutualTLS"}),
+        (
+            {"openIdConnectSecurityScheme": {"openIdConnectUrl": "https://i/.well-known"}},
+            {"type": "openIdConnect", "openIdConnectUrl": "https://i/.well-known"},
+        ),
+    ],
+)
+def test_the_0_3_card_has_0_3_security_shapes(
+    scheme: dict[str, Any], legacy_scheme: dict[str, Any]
+) -> None:
+    card = _card(extended_card=True, security_schemes={"s": scheme})
+    legacy = a2a_card.legacy_card(card, rpc_url="http://h/agents/x/a2a")
+    assert legacy["securitySchemes"] == {"s": legacy_scheme}
+    assert legacy["security"] == [{"s": []}]
+    assert legacy["supportsAuthenticatedExtendedCard"] is True
+    assert legacy["securityRequirements"] == card["securityRequirements"]  # 1.0 readers
+
+
+def test_the_0_3_sdk_payload_is_the_0_3_models_members_without_defaults() -> None:
+    card = _card(
+        extended_card=True, security_schemes={"b": {"httpAuthSecurityScheme": {"scheme": "B"}}}
+    )
+    legacy = a2a_card.legacy_card(card, rpc_url="http://h/agents/x/a2a")
+    view = json.loads(a2a_card.sdk_0_3_payload({**legacy, "signatures": [{"protected": "x"}]}))
+    assert set(view) == {
+        "additionalInterfaces",
+        "capabilities",
+        "defaultInputModes",
+        "defaultOutputModes",
+        "description",
+        "name",
+        "provider",
+        "securitySchemes",
+        "skills",
+        "supportsAuthenticatedExtendedCard",
+        "url",
+        "version",
+    }  # no 1.0-only members, no modelCapabilities, no defaults, no signatures,
+    # no empty members: ``security: [{"b": []}]`` is empty all the way down
+    assert view["securitySchemes"] == {"b": {"scheme": "B"}}  # its type is the model default
+    assert "extendedAgentCard" not in view["capabilities"]
+    assert (
+        a2a_card.sdk_0_3_payload({**legacy, "preferredTransport": "GRPC"})
+        != json.dumps(view, sort_keys=True, separators=(",", ":")).encode()
+    )
+    assert b"\\u00e9" in a2a_card.sdk_0_3_payload({**legacy, "description": "caf\u00e9"})

@@ -11,7 +11,15 @@ Two shapes of one card:
 * :func:`legacy_card` adds what a 0.3 client reads (``url``,
   ``preferredTransport``, ``protocolVersion``, ``additionalInterfaces``)
   and what UAMP discovery promises at ``/.well-known/agent.json``
-  (``modelCapabilities``, UAMP 9.2).
+  (``modelCapabilities``, UAMP 9.2). Its ``securitySchemes``, ``security``
+  and ``supportsAuthenticatedExtendedCard`` have the 0.3 shapes (a 0.3
+  reader takes a 1.0-shaped scheme for something else).
+* :func:`sdk_0_3_payload` is what a2a-sdk 0.3's signature verifier rebuilds
+  of a 0.3 card: only the members of its 0.3 ``AgentCard`` model, members
+  equal to the model's default left out, then its sorted compact JSON. A
+  signed 0.3 card carries a signature over that beside the one over the
+  whole card (RFC 8785, what a verifier written from the specification
+  checks); a verifier accepts a card when any one signature verifies.
 
 :func:`card_etag` is the validator the server sends with either (the card
 changes only when the agent or the request's host does, so a hash of its
@@ -21,12 +29,14 @@ bytes is a strong one).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 
 from .. import types as ty
+from ..card_signing import without_empty
 from ..codec import unstructure
 
 __all__ = [
@@ -37,6 +47,7 @@ __all__ = [
     "card_etag",
     "extend_card",
     "legacy_card",
+    "sdk_0_3_payload",
 ]
 
 #: The extension URI under which the card carries the UAMP capabilities.
@@ -206,24 +217,145 @@ def extend_card(card: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+#: A 1.0 ``SecurityScheme`` member -> the 0.3 scheme's ``type``.
+_SCHEME_TYPE_0_3: Final = {
+    "apiKeySecurityScheme": "apiKey",
+    "httpAuthSecurityScheme": "http",
+    "oauth2SecurityScheme": "oauth2",
+    "openIdConnectSecurityScheme": "openIdConnect",
+    "mtlsSecurityScheme": "mutualTLS",
+}
+
+
+def _scheme_0_3(scheme: Mapping[str, Any]) -> dict[str, Any]:
+    """A 1.0 ``SecurityScheme`` (one member naming its kind) in its 0.3 shape."""
+    for member, kind in _SCHEME_TYPE_0_3.items():
+        if member in scheme:
+            body = dict(scheme[member])
+            if kind == "apiKey" and "location" in body:
+                body["in"] = body.pop("location")
+            return {"type": kind, **body}
+    return dict(scheme)
+
+
+def _security_0_3(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The 0.3 members that say how to authenticate, from the 1.0 card's."""
+    out: dict[str, Any] = {}
+    schemes = card.get("securitySchemes")
+    if schemes:
+        out["securitySchemes"] = {k: _scheme_0_3(v) for k, v in schemes.items()}
+    requirements = card.get("securityRequirements")
+    if requirements:
+        out["security"] = [
+            {k: list(v.get("list", [])) for k, v in r.get("schemes", {}).items()}
+            for r in requirements
+        ]
+    if card.get("capabilities", {}).get("extendedAgentCard"):
+        out["supportsAuthenticatedExtendedCard"] = True
+    return out
+
+
 def legacy_card(card: dict[str, Any], *, rpc_url: str) -> dict[str, Any]:
     """``card`` with the 0.3 members and UAMP's ``modelCapabilities`` added.
 
     What ``/.well-known/agent.json`` serves (UAMP 9.2 puts
     ``modelCapabilities`` there), and ``agent-card.json`` to a request that
-    asks for ``A2A-Version: 0.3``.
+    asks for ``A2A-Version: 0.3``. Sign it after this (a 1.0 card's
+    signatures do not cover it and are dropped).
     """
     extensions = card["capabilities"]["extensions"]
     caps = next(e["params"] for e in extensions if e["uri"] == CAPABILITIES_EXTENSION)
     signed_as_1_0 = ("signatures",)  # a 1.0 card's signatures do not cover this one
     return {
         **{k: v for k, v in card.items() if k not in signed_as_1_0},
+        **_security_0_3(card),
         "modelCapabilities": caps,
         "url": rpc_url,
         "preferredTransport": "JSONRPC",
         "protocolVersion": "0.3.0",
         "additionalInterfaces": [{"url": rpc_url, "transport": "JSONRPC"}],
     }
+
+
+# --- what a2a-sdk 0.3 reads of a 0.3 card --------------------------------------------------
+# Its AgentCard model (a2a-sdk 0.3.x ``a2a.types``) keeps only these members;
+# a nested object's members are named by the entry for its kind, ``None`` is
+# a value kept as it is. ``_DEFAULTS_0_3`` are the model's non-null defaults,
+# which its canonical form leaves out when a card repeats them.
+_Shape = dict[str, "str | None"]
+_SHAPES_0_3: Final[dict[str, _Shape]] = {
+    "card": {
+        "additionalInterfaces": "interface",
+        "capabilities": "capabilities",
+        "defaultInputModes": None,
+        "defaultOutputModes": None,
+        "description": None,
+        "documentationUrl": None,
+        "iconUrl": None,
+        "name": None,
+        "preferredTransport": None,
+        "protocolVersion": None,
+        "provider": "provider",
+        "security": None,
+        "securitySchemes": "schemes",
+        "skills": "skill",
+        "supportsAuthenticatedExtendedCard": None,
+        "url": None,
+        "version": None,
+    },
+    "capabilities": {
+        "extensions": "extension",
+        "pushNotifications": None,
+        "stateTransitionHistory": None,
+        "streaming": None,
+    },
+    "extension": {"description": None, "params": None, "required": None, "uri": None},
+    "skill": {
+        "description": None,
+        "examples": None,
+        "id": None,
+        "inputModes": None,
+        "name": None,
+        "outputModes": None,
+        "security": None,
+        "tags": None,
+    },
+    "provider": {"organization": None, "url": None},
+    "interface": {"transport": None, "url": None},
+}
+_DEFAULTS_0_3: Final[dict[str, dict[str, Any]]] = {
+    "card": {"preferredTransport": "JSONRPC", "protocolVersion": "0.3.0"},
+}
+
+
+def _view_0_3(value: Any, kind: str) -> Any:
+    """``value`` as the 0.3 model of ``kind`` reads it (a list: each item)."""
+    if isinstance(value, list):
+        return [_view_0_3(item, kind) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    if kind == "schemes":  # name -> scheme; each scheme's ``type`` is its model's default
+        return {k: {m: v for m, v in s.items() if m != "type"} for k, s in value.items()}
+    shape, defaults = _SHAPES_0_3[kind], _DEFAULTS_0_3.get(kind, {})
+    out = {}
+    for member, item in value.items():
+        if member not in shape or (member in defaults and defaults[member] == item):
+            continue
+        inner = shape[member]
+        out[member] = item if inner is None else _view_0_3(item, inner)
+    return out
+
+
+def sdk_0_3_payload(card: Mapping[str, Any]) -> bytes:
+    """What a2a-sdk 0.3's verifier checks a signature of the 0.3 ``card`` against.
+
+    Its model's members only, defaults and empty members (``""``, ``[]``,
+    ``{}``, ``null``) left out, keys sorted, compact, non-ASCII escaped (its
+    ``json.dumps``; the same bytes as RFC 8785 for ASCII text and integers).
+    """
+    body = {k: v for k, v in card.items() if k != "signatures"}
+    view = without_empty(_view_0_3(body, "card")) or {}
+    return json.dumps(view, sort_keys=True, separators=(",", ":")).encode()
 
 
 def card_etag(body: bytes) -> str:

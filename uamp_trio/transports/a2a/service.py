@@ -305,11 +305,13 @@ class A2ATransport:
         return f"{request.scheme}://{host}{request.root_path}"
 
     def agent_card(
-        self, agent: Responder, request: Request, *, extended: bool = False
+        self, agent: Responder, request: Request, *, extended: bool = False, legacy: bool = False
     ) -> dict[str, Any]:
         """The A2A 1.0 card of ``agent`` as seen through ``request`` (signed when configured).
 
         ``extended``: the authenticated extended card (the operator's additions).
+        ``legacy``: the 0.3 card instead, signed twice (over the whole card,
+        and over what a2a-sdk 0.3 reads of it).
         """
         base = self._base_url(request)
         prefix = f"/agents/{agent.name}" if "agent" in request.path_params else ""
@@ -339,10 +341,15 @@ class A2ATransport:
         )
         if extended and self.card_extension is not None:
             card = a2a_card.extend_card(card, self.card_extension)
+        if legacy:
+            card = a2a_card.legacy_card(card, rpc_url=url)
         envelopes = self.app.envelopes
         if self.sign_cards and envelopes is not None:
-            key = envelopes.key
-            card = sign_card(card, key.key, key.kid, jku=f"{base}{JWKS_PATH}")
+            key, jku = envelopes.key, f"{base}{JWKS_PATH}"
+            card = sign_card(card, key.key, key.kid, jku=jku)
+            if legacy:
+                payload = a2a_card.sdk_0_3_payload(card)
+                card = sign_card(card, key.key, key.kid, jku=jku, payload=payload)
         return card
 
     async def card(self, request: Request) -> Response:
@@ -353,11 +360,9 @@ class A2ATransport:
         UAMP's ``modelCapabilities``).
         """
         agent = self.app.resolve_agent(request.path_params)
-        card = self.agent_card(agent, request)
         wanted = request.headers.get("a2a-version") or ""
-        if request.path.endswith("/agent.json") or wanted.strip().startswith("0.3"):
-            rpc_url = card["supportedInterfaces"][0]["url"]
-            card = a2a_card.legacy_card(card, rpc_url=rpc_url)
+        legacy = request.path.endswith("/agent.json") or wanted.strip().startswith("0.3")
+        card = self.agent_card(agent, request, legacy=legacy)
         body = orjson.dumps(card)
         etag = a2a_card.card_etag(body)
         headers = [
