@@ -26,7 +26,10 @@ records the token.
 from __future__ import annotations
 
 import enum
+import math
 from typing import Protocol
+
+import attrs
 
 from . import events as ev
 from . import types as ty
@@ -47,6 +50,7 @@ __all__ = [
     "TokenPolicy",
     "balance_fields",
     "balance_of",
+    "bounded_wait",
     "open_charge",
     "pricing_of",
     "refusal",
@@ -462,3 +466,20 @@ class TokenPolicy:
             schemes=[ty.PaymentScheme(scheme="token", network="uamp")],
             reason="agent_usage",
         )
+
+
+def bounded_wait(
+    required: ev.PaymentRequired, now: float, wait: float
+) -> tuple[ev.PaymentRequired, float]:
+    """``required`` with the ``expires_at`` of a wait for payment, and the seconds to wait.
+
+    A response waits for payment at most ``wait`` seconds (UAMP 7.2:
+    ``requirements.expires_at`` says until when, seconds since the epoch).
+    An earlier ``expires_at`` the policy set (its quote ends first) stands
+    and shortens the wait; otherwise it becomes ``now + wait``, rounded up.
+    """
+    asked = required.requirements
+    if asked.expires_at is not None and now < asked.expires_at < now + wait:
+        return required, asked.expires_at - now
+    deadline = math.ceil(now + wait)
+    return attrs.evolve(required, requirements=attrs.evolve(asked, expires_at=deadline)), wait

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
+import time
 from typing import Any
 
 import openai
@@ -456,6 +458,110 @@ def test_server_vad_turns_with_the_sdk(thread_server: Any) -> None:
             assert started.item_id == stopped.item_id
             assert 0 <= started.audio_start_ms < stopped.audio_end_ms
             assert kinds.index("input_audio_buffer.committed") < kinds.index("response.created")
+            assert done.response.status == "completed"
+
+    _run(main())
+
+
+# --- voice, session expiry, payment expiry (UAMP 7.2, 8.1) ---------------------------------
+
+
+class Voiced(TestAgent):
+    """Speaks with two voices; keeps every request (the server runs in another thread)."""
+
+    name = "voiced"
+    modalities = ("text", "audio")
+
+    def __init__(self) -> None:
+        self.requests: list[TurnRequest] = []
+
+    def capabilities(self) -> ty.Capabilities:
+        caps = super().capabilities()
+        audio = ty.AudioCapabilities(voices=["echo", "sage"], output_formats=["pcm16"])
+        return ty.Capabilities(
+            id=caps.id, provider=caps.provider, modalities=caps.modalities, audio=audio
+        )
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.requests.append(request)
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
+
+
+def test_the_sessions_voice_reaches_the_agent_and_an_undeclared_one_is_refused(
+    thread_server: Any,
+) -> None:
+    agent = Voiced()
+    server = thread_server(_app(None, agent))
+
+    async def main() -> None:
+        async with _client(server, "voiced").realtime.connect(model="m") as conn:
+            created = await conn.recv()
+            # "alloy" is not the agent's: the session starts with its first voice.
+            assert created.session.audio.output.voice == "echo"
+            await conn.session.update(
+                session={"type": "realtime", "audio": {"output": {"voice": "sage"}}}
+            )
+            assert (await conn.recv()).session.audio.output.voice == "sage"
+            await conn.session.update(
+                session={"type": "realtime", "audio": {"output": {"voice": "marin"}}}
+            )
+            refused = await conn.recv()
+            assert refused.type == "error" and refused.error.code == "unsupported_value"
+            assert refused.error.param == "session.audio.output.voice"
+            assert "echo, sage" in refused.error.message
+            await conn.response.create()
+            await _until(conn, "response.done", [])
+
+    _run(main())
+    (request,) = agent.requests
+    assert request.metadata["voice"] == {"voice_id": "sage"}  # the refused one changed nothing
+
+
+def test_the_session_expires_when_its_credential_does(thread_server: Any, tmp_path: Any) -> None:
+    from tests.trio.trust.issuer import Issuer
+
+    issuer = Issuer()
+    app = App([DemoAgent()], authenticator=issuer.authenticator(tmp_path))
+    mount_realtime(app)
+    server = thread_server(app)
+    exp = int(time.time()) + 3600
+    token = issuer.token("alice", exp=exp)
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(
+            api_key=token, base_url=f"{server.url}/agents/demo", max_retries=0
+        )
+        async with client.realtime.connect(model="m") as conn:
+            created = await conn.recv()
+            assert created.type == "session.created"
+            assert created.session.model_extra["expires_at"] == exp
+
+    _run(main())
+
+
+def test_an_unpaid_response_is_dropped_at_the_requirements_expires_at(thread_server: Any) -> None:
+    app = App([DemoAgent()])
+    mount_realtime(app, payment_policy=TokenPolicy({"tok_ok"}), payment_wait=1.0)
+    server = thread_server(app)
+
+    async def main() -> None:
+        async with _client(server).realtime.connect(model="m") as conn:
+            assert (await conn.recv()).type == "session.created"
+            before = time.time()
+            await conn.send({"type": "response.create", "event_id": "evt_ask"})
+            required = json.loads(await conn.recv_bytes())
+            assert required["type"] == "payment.required"
+            expires_at = required["requirements"]["expires_at"]
+            # now + payment_wait, rounded up to a whole second (UAMP 7.2's epoch seconds)
+            assert isinstance(expires_at, int) and before < expires_at <= math.ceil(time.time()) + 1
+            dropped = await conn.recv()  # nothing paid: the held response is dropped
+            assert dropped.type == "error" and dropped.error.code == "payment_required"
+            assert dropped.error.event_id == "evt_ask"
+            # Its place is free: paying now and asking again runs a response.
+            await conn.send({"type": "payment.submit", "payment": {"token": "tok_ok"}})  # type: ignore[arg-type]
+            assert json.loads(await conn.recv_bytes())["type"] == "payment.accepted"
+            await conn.response.create()
+            done = await _until(conn, "response.done", [])
             assert done.response.status == "completed"
 
     _run(main())

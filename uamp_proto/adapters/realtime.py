@@ -381,6 +381,13 @@ class RealtimeSession:
         ids: Makes event, item and call ids.
         modalities: Default output modalities.
         max_audio_buffer: Largest uncommitted input audio, in bytes.
+        voices: The voices the agent declares (``capabilities.audio.voices``):
+            another is refused at ``session.update`` (UAMP 8.1: a setting is
+            honoured or refused), and the default is the first of them when
+            ``alloy`` is not one. ``None``: any voice is taken.
+        expires_at: When the session ends, in seconds since the epoch (the
+            connection's credential expires): the session object's
+            ``expires_at``. ``None``: it does not.
     """
 
     def __init__(
@@ -392,12 +399,18 @@ class RealtimeSession:
         ids: IdSource,
         modalities: list[str] | None = None,
         max_audio_buffer: int = DEFAULT_MAX_AUDIO_BUFFER,
+        voices: list[str] | None = None,
+        expires_at: int | None = None,
     ) -> None:
         self.session_id = session_id
         self.model = model
         self.beta = beta
         self.ids = ids
+        self.voices = voices
+        self.expires_at = expires_at
         self.settings = _Settings(modalities=list(modalities or ["text"]))
+        if voices and self.settings.voice not in voices:
+            self.settings.voice = voices[0]
         self.items: list[dict[str, Any]] = []
         self.max_audio_buffer = max_audio_buffer
         self._audio = bytearray()
@@ -448,6 +461,7 @@ class RealtimeSession:
             return {
                 "id": self.session_id,
                 "object": "realtime.session",
+                **self._expiry(),
                 "model": self.model,
                 "modalities": ["text", "audio"] if "audio" in s.modalities else ["text"],
                 "instructions": s.instructions or "",
@@ -464,6 +478,7 @@ class RealtimeSession:
             "type": "realtime",
             "object": "realtime.session",
             "id": self.session_id,
+            **self._expiry(),
             "model": self.model,
             "output_modalities": list(s.modalities),
             "instructions": s.instructions or "",
@@ -482,6 +497,10 @@ class RealtimeSession:
                 },
             },
         }
+
+    def _expiry(self) -> dict[str, int]:
+        """``expires_at`` of the session object, when the session ends at a known time."""
+        return {} if self.expires_at is None else {"expires_at": self.expires_at}
 
     def created_event(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         """``session.created``: the first event of the connection, sent unprompted.
@@ -577,6 +596,13 @@ class RealtimeSession:
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if key in sess:
                 s.max_output_tokens = _max_tokens(sess[key], f"session.{key}")
+        if self.voices is not None and s.voice not in self.voices:
+            param = "session.audio.output.voice" if "voice" not in sess else "session.voice"
+            raise RealtimeError(
+                f"voice {s.voice!r} is not one of this agent's: {', '.join(self.voices)}.",
+                code="unsupported_value",
+                param=param,
+            )
         if s.turn_detection != self.settings.turn_detection:
             turns = s.turn_detection
             self._detector = None if turns is None else TurnDetector(TurnSettings.of(turns))
@@ -1112,6 +1138,7 @@ class RealtimeSession:
             metadata["max_tokens"] = max_tokens
         if options.metadata:
             metadata["response_metadata"] = options.metadata
+        metadata["voice"] = {"voice_id": s.voice}  # the agent's speech output (UAMP 8.1)
         modalities = options.modalities or s.modalities
         return TurnRequest(
             agent=agent,

@@ -98,7 +98,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import time
 import types
 import uuid
@@ -119,7 +118,7 @@ from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer, advertised, declaration, outcome_of
-from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState
+from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState, bounded_wait
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import PAID_TOKEN, Emit, Responder, ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
@@ -2006,13 +2005,7 @@ class SessionHost:
             _SessionGone: The session ended while waiting.
             ResponderError: ``payment_required``: nothing was paid by then.
         """
-        now, wait = self._clock(), self.limits.payment_wait
-        asked = required.requirements
-        if asked.expires_at is not None and now < asked.expires_at < now + wait:
-            wait = asked.expires_at - now  # the policy's quote ends first
-        else:
-            deadline = math.ceil(now + wait)
-            required = attrs.evolve(required, requirements=attrs.evolve(asked, expires_at=deadline))
+        required, wait = bounded_wait(required, self._clock(), self.limits.payment_wait)
         await self._send(session, response, required)
         with trio.move_on_after(wait):
             while True:

@@ -23,7 +23,14 @@ every client event; this module adds the I/O and runs the responses:
   ``response.create`` the session's token does not pay for is held and
   answered with ``payment.required``; ``payment.submit`` with a good token
   gets ``payment.accepted`` and starts the held response, a bad one
-  ``payment.error`` (``can_retry``);
+  ``payment.error`` (``can_retry``). The wait is bounded
+  (:attr:`RealtimeTransport.payment_wait`): ``requirements.expires_at``
+  says until when (UAMP 7.2), and then the held response is dropped with an
+  ``error`` event (``payment_required``);
+* the session object carries ``expires_at`` when the upgrade's credential
+  expires (the connection ends then); ``voice`` reaches the agent as the
+  turn's ``metadata["voice"]`` (UAMP 8.1's ``{"voice_id": ...}``), and a
+  voice the agent does not declare is refused at ``session.update``;
 * signing (spec 004 "Response Signing"): with the app's ``response_signer``,
   a ``response.done`` whose status is ``completed`` carries ``signature``, an
   RS256 JWT over the response's text (its ``response.output_text.delta``
@@ -63,6 +70,7 @@ from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
+    bounded_wait,
 )
 from uamp_proto.principal import Principal
 from uamp_proto.voice import CallOffer
@@ -75,6 +83,7 @@ from ..hosting.calls import answer_call, call_ended
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
+from ..hosting.sessions import SessionLimits
 from ..hosting.turns import ResponseRunner
 
 __all__ = ["RealtimeTransport", "mount"]
@@ -88,6 +97,9 @@ ROUTES = RouteMeta(transport="realtime", error_style="openai")
 log = logging.getLogger("uamp_trio.realtime")
 
 _BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
+
+#: Longest a ``response.create`` is held for payment, by default (UAMP sessions' own).
+_PAYMENT_WAIT = SessionLimits().payment_wait
 
 
 def _ids(prefix: str) -> str:
@@ -119,8 +131,13 @@ class _RealtimeConnection:
         session: rt.RealtimeSession,
         principal: Principal,
         conversations: ConversationGate | None = None,
+        payment_wait: float = _PAYMENT_WAIT,
     ) -> None:
         self.ws = ws
+        #: Longest a ``response.create`` is held for payment.
+        self.payment_wait = payment_wait
+        #: Ends the wait of the held response when it is paid or dropped.
+        self._hold_expiry: trio.CancelScope | None = None
         #: The busy policy (docs/busy.md): the server's gate.
         self.conversations = conversations or ConversationGate()
         #: The place of the response held for payment.
@@ -238,10 +255,30 @@ class _RealtimeConnection:
         try:
             charge = await self.served.open_charge(self.payment_token, response_id, self.principal)
         except PaymentRequiredError as unpaid:
+            required, wait = bounded_wait(unpaid.event(), time.time(), self.payment_wait)
             self.held, self.held_slot = (action, message), slot
-            await self.send(rt.payment_event(unpaid.event(), self.session.ids("event")))
+            assert self._nursery is not None
+            self._nursery.start_soon(self._expire_hold, self.held, wait)
+            await self.send(rt.payment_event(required, self.session.ids("event")))
             return
         self._start(action, message, response_id, charge, slot)
+
+    async def _expire_hold(self, held: tuple[rt.CreateResponse, bytes | str], wait: float) -> None:
+        """Drop ``held`` if it is still unpaid after ``wait`` seconds (its ``expires_at``)."""
+        with trio.CancelScope() as scope:
+            self._hold_expiry = scope
+            await trio.sleep(wait)
+            if self.held is not held:
+                return
+            slot, self.held, self.held_slot = self.held_slot, None, None
+            if slot is not None:
+                slot.close()  # the next response.create may run
+            await self.error(
+                f"No payment was accepted within {wait:g} s (the requirements' expires_at): "
+                "the response.create was dropped.",
+                "payment_required",
+                held[0].client_event_id,
+            )
 
     async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
         gate = self.conversations
@@ -422,6 +459,8 @@ class _RealtimeConnection:
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         held, self.held = self.held, None
         slot, self.held_slot = self.held_slot, None
+        if self._hold_expiry is not None:
+            self._hold_expiry.cancel()  # paid in time
         if held is not None and slot is not None:
             await self._charge_and_start(*held, slot)
 
@@ -447,6 +486,10 @@ class _RealtimeConnection:
 class RealtimeTransport(PolicyTransport):
     """The Realtime endpoint of an :class:`~uamp_trio.app.App` (see :class:`PolicyTransport`)."""
 
+    #: Longest a ``response.create`` is held for payment (as UAMP sessions'
+    #: :attr:`~uamp_trio.hosting.sessions.SessionLimits.payment_wait`).
+    payment_wait: float = _PAYMENT_WAIT
+
     def mount(self) -> None:
         """Register ``WS .../realtime`` (and ``/v1/realtime`` at the root)."""
         self.app.agent_websocket("/realtime", self.websocket, label="Realtime", meta=ROUTES)
@@ -469,21 +512,39 @@ class RealtimeTransport(PolicyTransport):
         subprotocol = "realtime" if "realtime" in offered else None
         ws = await pending.accept(subprotocol=subprotocol)
         modalities = ["audio"] if "audio" in agent.capabilities().modalities else ["text"]
+        heard = agent.capabilities().audio
+        expires = request.principal.expires_at
         session = rt.RealtimeSession(
             session_id=_ids("sess"),
             model=model,
             beta=beta,
             ids=_ids,
             modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
+            voices=(heard.voices or None) if heard else None,
+            expires_at=None if expires is None else int(expires),
         )
         try:
             served = self.served(agent)
             gate = self.app.conversations
-            await _RealtimeConnection(ws, served, session, request.principal, gate).run()
+            connection = _RealtimeConnection(
+                ws, served, session, request.principal, gate, self.payment_wait
+            )
+            await connection.run()
         finally:
             await ws.close()
 
 
-def mount(app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
-    """Mount the Realtime transport on ``app`` (a :data:`~uamp_trio.app.Transport`)."""
-    RealtimeTransport(app, payment_policy=payment_policy).mount()
+def mount(
+    app: Host, *, payment_policy: PaymentPolicy | None = None, payment_wait: float | None = None
+) -> None:
+    """Mount the Realtime transport on ``app`` (a :data:`~uamp_trio.app.Transport`).
+
+    ``payment_wait``: longest a response is held for payment (default
+    :attr:`RealtimeTransport.payment_wait`).
+    """
+    transport = RealtimeTransport(app, payment_policy=payment_policy)
+    if payment_wait is not None:
+        if payment_wait <= 0:
+            raise ValueError("payment_wait must be positive")
+        transport.payment_wait = payment_wait
+    transport.mount()
