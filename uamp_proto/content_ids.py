@@ -7,7 +7,13 @@ the item keeps its storage id; else a fresh UUID from the id source.
 
 The conversation is the registry (no store of its own): :func:`find_content`
 scans the messages' ``content_items``, tool results' included, newest
-first, for an id -- what a delegation's ``attachments`` resolve to.
+first, for an id -- what a delegation's ``attachments`` and the ``present``
+tool's ids resolve to. The spec's UUID fallback (for references written
+before content ids): a reference that names no item's id but is a UUID, or
+a ``/api/content/<uuid>`` URL, finds the item whose id is that UUID or whose
+URL is that content URL. Only the conversation is searched: a UUID of
+content the conversation does not hold (another principal's, say) finds
+nothing, exactly like a made-up one.
 :func:`labels` is how a tool result's media are named to a model without
 their URLs (the "text purity" rule).
 """
@@ -44,10 +50,9 @@ __all__ = [
 #: The content item types that carry a ``content_id``.
 MEDIA_ITEMS = (ImageContent, AudioContent, VideoContent, FileContent)
 
-_CONTENT_URL = re.compile(
-    r"/api/content/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
-    r"(?=$|[/?#])"
-)
+_UUID_TEXT = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID = re.compile(_UUID_TEXT)
+_CONTENT_URL = re.compile(rf"/api/content/({_UUID_TEXT})(?=$|[/?#])")
 
 #: One media content item.
 MediaItem = ImageContent | AudioContent | VideoContent | FileContent
@@ -97,13 +102,44 @@ def media_items(items: Iterable[ContentItem]) -> Iterator[MediaItem]:
             yield from media_items(item.tool_result.content_items)
 
 
-def find_content(messages: Sequence[Message], content_id: str) -> MediaItem | None:
-    """The media item named ``content_id`` in the conversation, newest first, or ``None``."""
-    wanted = content_id.lower()
+def _conversation_media(messages: Sequence[Message]) -> Iterator[MediaItem]:
+    """Every media item of ``messages``, newest message first."""
     for message in reversed(messages):
-        for item in media_items(message.content_items or ()):
-            if item.content_id is not None and item.content_id.lower() == wanted:
-                return item
+        yield from media_items(message.content_items or ())
+
+
+def _storage_uuid(item: MediaItem) -> str | None:
+    """The UUID of the ``/api/content/<uuid>`` URL ``item`` is, if it is one."""
+    media = _media(item)
+    found = _CONTENT_URL.search(media.url) if isinstance(media, MediaURL) else None
+    return found.group(1).lower() if found else None
+
+
+def _uuid_of(reference: str) -> str | None:
+    """The UUID a reference names: itself, or a content URL's; ``None``: neither."""
+    if _UUID.fullmatch(reference):
+        return reference.lower()
+    found = _CONTENT_URL.search(reference)
+    return found.group(1).lower() if found else None
+
+
+def find_content(messages: Sequence[Message], content_id: str) -> MediaItem | None:
+    """The media item ``content_id`` names in the conversation, newest first, or ``None``.
+
+    An item whose ``content_id`` it is; else, when ``content_id`` is a UUID
+    or a ``/api/content/<uuid>`` URL, the item with that UUID as its id or
+    as its content URL's (the spec's UUID fallback).
+    """
+    wanted = content_id.strip().lower()
+    for item in _conversation_media(messages):
+        if item.content_id is not None and item.content_id.lower() == wanted:
+            return item
+    uuid = _uuid_of(wanted)
+    if uuid is None:
+        return None
+    for item in _conversation_media(messages):
+        if (item.content_id or "").lower() == uuid or _storage_uuid(item) == uuid:
+            return item
     return None
 
 

@@ -152,3 +152,48 @@ async def test_produced_content_is_labelled_for_the_model_and_shown_by_present()
     assert len(presented) == 1
     assert presented[0]["content_items"][0]["content_id"] == CHART
     assert orjson.dumps(output).count(CHART.encode()) >= 1
+
+
+async def test_attachments_given_as_a_uuid_or_a_content_url_resolve_and_others_do_not() -> None:
+    """The spec's UUID fallback; a uuid only another conversation holds is a missing id."""
+    theirs = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+    passed: list[list[ty.Message]] = []
+
+    def describe(messages: list[ty.Message], tools: Any) -> str:
+        passed.append(messages)
+        return "described"
+
+    def lead(messages: list[ty.Message], tools: Any) -> Any:
+        if not [m for m in messages if m.role == "tool"]:
+            return [
+                ("describer", {"task": "1", "attachments": [PHOTO.upper()]}),
+                ("describer", {"task": "2", "attachments": [f"/api/content/{PHOTO}"]}),
+                ("describer", {"task": "3", "attachments": [theirs]}),
+                ("describer", {"task": "4", "attachments": ["made-up"]}),
+            ]
+        return "\n".join(m.text for m in messages if m.role == "tool")
+
+    describer = agent(name="describer", model=function(describe))
+    served = serve_agent(agent(name="lead", model=function(lead), tools=[describer]))
+    async with _serve(served) as server:
+        url = f"ws://127.0.0.1:{server.port}/agents/lead/uamp"
+        with trio.fail_after(TIMEOUT):
+            async with open_ws(url) as other:  # another conversation holds `theirs`
+                await create_session(other, session={"modalities": ["text", "image"]})
+                await send(other, type="input.image", image={"url": f"/api/content/{theirs}"})
+            async with open_ws(url) as ws:
+                await create_session(ws, session={"modalities": ["text", "image"]})
+                await send(ws, type="input.image", image={"url": f"/api/content/{PHOTO}"})
+                await send(ws, type="input.text", text="describe")
+                await send(ws, type="response.create")
+                events = await until(ws, "response.done")
+    assert [[i.content_id for i in _media(m)] for m in passed] == [[PHOTO], [PHOTO]]
+    final = "".join(
+        e["delta"]["text"]
+        for e in events
+        if e["type"] == "response.delta" and e["delta"]["type"] == "text"
+    ).splitlines()
+    assert final[:2] == ["described", "described"]
+    # Another conversation's content answers exactly as an id that never existed.
+    assert final[2].replace(theirs, "X") == final[3].replace("made-up", "X")
+    assert "no content id of this conversation" in final[3]
