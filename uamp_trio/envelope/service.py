@@ -75,7 +75,9 @@ or several servers) every accepted envelope id is claimed in the store, so a
 replay is refused in every process, and each exchange is registered under
 its caller's key with this process as owner: :meth:`EnvelopeService.remote`
 gives the stream endpoints of another process a :class:`RemoteExchange`
-that acknowledges and reads frames through the store's inbox messages.
+that acknowledges and reads frames through the store's inbox messages, and
+a ``progress`` envelope acknowledging an exchange another process runs is
+applied there the same way (:class:`RemoteAck` says what it left).
 """
 
 from __future__ import annotations
@@ -488,6 +490,8 @@ class Submitted:
     envelope: Envelope
     principal: Principal
     exchange: Exchange | None
+    #: The exchange a ``progress`` acknowledged in another process, if so.
+    remote: RemoteAck | None = None
 
     @property
     def opened(self) -> bool:
@@ -634,6 +638,7 @@ class EnvelopeService:
         claim = _replay_key(principal, envelope.id)
         claimed = False
         exchange: Exchange | None
+        remote: RemoteAck | None = None
         try:
             # Another process (a worker on the same store) may have taken it: SET NX.
             if shared.shared:
@@ -647,7 +652,10 @@ class EnvelopeService:
             elif envelope.intent in _ADDRESSING:
                 exchange = self._address(envelope, principal)
             else:
-                exchange = await self._one_way(agent, envelope, principal)
+                joined = await self._one_way(agent, envelope, principal)
+                exchange, remote = (
+                    (None, joined) if isinstance(joined, RemoteAck) else (joined, None)
+                )
         except EnvelopeRefused:
             # A refused envelope may be sent again (here or in another process).
             self.trust.release(envelope, principal)
@@ -655,7 +663,7 @@ class EnvelopeService:
                 with trio.CancelScope(shield=True):
                     await shared.unclaim(claim, "id")
             raise
-        return Submitted(envelope, principal, exchange)
+        return Submitted(envelope, principal, exchange, remote)
 
     async def _charge(
         self, name: str, token: str | None, response_id: str, principal: Principal
@@ -742,6 +750,21 @@ class EnvelopeService:
             if message.get("op") == "ack":
                 self.acknowledge(exchange, str(message["body"]).encode(), principal)
                 return {"ok": True}
+            if message.get("op") == "progress":
+                stream_id, update = message.get("stream_id"), message.get("update")
+                self._progress(
+                    exchange,
+                    int(message["seq"]),
+                    stream_id if isinstance(stream_id, str) else None,
+                    {str(k): str(v) for k, v in update.items()}
+                    if isinstance(update, dict)
+                    else None,
+                )
+                return {
+                    "id": exchange.id,
+                    "stream_id": exchange.stream_id,
+                    "state": exchange.state.value,
+                }
             after = int(message["after"])
             alias = message.get("alias")
             if isinstance(alias, str):
@@ -897,14 +920,15 @@ class EnvelopeService:
 
     async def _one_way(
         self, agent: Responder, envelope: Envelope, principal: Principal
-    ) -> Exchange | None:
+    ) -> Exchange | RemoteAck | None:
         """``inform``, ``notify``, ``progress``: recorded, answered by nothing.
 
         Without ``reply_to`` (``inform``, ``notify``) the message waits for
         the caller's next exchange with this agent; with it, it joins that
         exchange: a ``notify`` to a live subscription is its next event, a
         ``progress`` is one of its ``updates``, anything else joins its
-        conversation (an ask continuing it sees it).
+        conversation (an ask continuing it sees it). A ``progress`` for an
+        exchange another process runs (a shared store) is applied there.
         """
         message = _message(envelope)
         intent = envelope.intent
@@ -915,7 +939,19 @@ class EnvelopeService:
                 )
             self._notes.add(principal.key, _address(agent.name, envelope), message, self.clock())
             return None
-        exchange = self.find(envelope.reply_to, principal)
+        try:
+            exchange = self.find(envelope.reply_to, principal)
+        except EnvelopeRefused:
+            if intent is not Intent.PROGRESS:
+                raise
+            # Another process (a worker on the same store) may run it: the ack goes there.
+            remote = await self.remote(envelope.reply_to, principal)
+            if remote is None:
+                raise
+            seq, update = _acked_seq(envelope)
+            return await remote.progress(
+                seq, envelope.stream_id, _update_of(envelope) if update else None, [agent.name]
+            )
         if exchange.agent != agent.name:
             raise EnvelopeRefused(NOT_FOUND, f"no exchange {envelope.reply_to!r}")
         limits = self.limits
@@ -923,20 +959,9 @@ class EnvelopeService:
             # Section 5: the consumer acknowledges "via progress"; with only
             # the two endpoints of section 7, that is this envelope.
             seq, update = _acked_seq(envelope)
-            if envelope.stream_id is not None and not exchange.names(envelope.stream_id):
-                raise EnvelopeRefused(NOT_FOUND, f"no stream {envelope.stream_id!r} here")
-            exchange.acknowledge(seq)
-            if update:  # a text besides the ack: the running agent's update
-                # The newest updates are kept (the oldest dropped), within the budget.
-                fits((0, 0), message, limits.notes_per_principal, limits.note_bytes_per_principal)
-                exchange.updates.append(
-                    {
-                        "id": envelope.id,
-                        "type": envelope.body.type,
-                        "content": envelope.body.content,
-                    }
-                )
-                trimmed(exchange.updates, MAX_NOTES, limits.note_bytes_per_principal)
+            self._progress(
+                exchange, seq, envelope.stream_id, _update_of(envelope) if update else None
+            )
         elif (
             intent is Intent.NOTIFY
             and exchange.subscription
@@ -952,6 +977,30 @@ class EnvelopeService:
             )
             exchange.messages.append(message)
         return exchange
+
+    def _progress(
+        self,
+        exchange: Exchange,
+        seq: int,
+        stream_id: str | None,
+        update: dict[str, str] | None,
+    ) -> None:
+        """A ``progress`` envelope's ack of ``exchange`` (and the agent's update beside it).
+
+        Raises:
+            EnvelopeRefused: 4.04 for a ``stream_id`` that is not the
+                exchange's; 4.09 for a seq never sent.
+        """
+        if stream_id is not None and not exchange.names(stream_id):
+            raise EnvelopeRefused(NOT_FOUND, f"no stream {stream_id!r} here")
+        exchange.acknowledge(seq)
+        if update is not None:  # a text besides the ack: the running agent's update
+            limits = self.limits
+            text = ty.Message(role="user", content=update["content"])
+            # The newest updates are kept (the oldest dropped), within the budget.
+            fits((0, 0), text, limits.notes_per_principal, limits.note_bytes_per_principal)
+            exchange.updates.append(update)
+            trimmed(exchange.updates, MAX_NOTES, limits.note_bytes_per_principal)
 
     async def _event(
         self, exchange: Exchange, envelope: Envelope, principal: Principal, message: ty.Message
@@ -1179,6 +1228,11 @@ def _acked_seq(envelope: Envelope) -> tuple[int, bool]:
     )
 
 
+def _update_of(envelope: Envelope) -> dict[str, str]:
+    """A ``progress`` envelope's text, as one of the running agent's ``updates``."""
+    return {"id": envelope.id, "type": envelope.body.type, "content": envelope.body.content}
+
+
 def _is_seq(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -1215,6 +1269,15 @@ def _exchange_key(principal: Principal, exchange_id: str) -> LogKey:
     return (principal.key, "envelope:" + exchange_id)
 
 
+@attrs.frozen
+class RemoteAck:
+    """The exchange another process runs, as a ``progress`` envelope acknowledging it left it."""
+
+    id: str
+    stream_id: str
+    state: ExchangeState
+
+
 class RemoteExchange:
     """An exchange another process runs, reached through the shared store's messages.
 
@@ -1238,6 +1301,33 @@ class RemoteExchange:
             code, text = error
             raise EnvelopeRefused(_CODES.get(code, BAD_REQUEST), str(text))
         return answer
+
+    async def progress(
+        self,
+        seq: int,
+        stream_id: str | None,
+        update: dict[str, str] | None,
+        agents: Sequence[str],
+    ) -> RemoteAck:
+        """Apply a ``progress`` envelope's ack (and update) at the owner.
+
+        Raises:
+            EnvelopeRefused: As the owner's own ``progress`` handling.
+        """
+        answer = await self._ask(
+            {
+                "op": "progress",
+                "seq": seq,
+                "stream_id": stream_id,
+                "update": update,
+                "agents": list(agents),
+            }
+        )
+        return RemoteAck(
+            id=str(answer["id"]),
+            stream_id=str(answer["stream_id"]),
+            state=ExchangeState(answer["state"]),
+        )
 
     async def acknowledge(self, body: bytes, agents: Sequence[str]) -> None:
         """Apply an ack frame at the owner.

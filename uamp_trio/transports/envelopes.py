@@ -229,7 +229,7 @@ class EnvelopeBindings:
             submitted = await service.submit(agent, envelope)
         except EnvelopeRefused as refused:
             return error_response(service, refused, agent=name, reply_to=reply_to)
-        exchange = submitted.exchange
+        exchange = submitted.exchange or submitted.remote
         headers = [("content-type", "application/json")]
         if exchange is None:  # one-way, kept for the caller's next exchange: no stream
             answer = {"id": envelope.id, "state": submitted.state.value}
