@@ -58,3 +58,27 @@ class FailingAgent(DemoAgent):
 
 
 failing = FailingAgent("failing")
+
+
+class HoldingAgent(DemoAgent):
+    """``echo TEXT [what it saw]``; ``hold PATH``: ``echo hold PATH``, held until PATH exists.
+
+    The busy tests of the relay (tests/interop/test_busy_relay.py) run it in
+    ``uamp connect``: a file is how the test, in another process, lets a
+    held turn end. What it saw is the conversation before the message, as
+    ``role:text`` joined with ``/``.
+    """
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        text = request.messages[-1].text if request.messages else ""
+        if text.startswith("hold "):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"echo {text}")))
+            release = trio.Path(text[5:])
+            while not await release.exists():
+                await trio.sleep(0.02)
+            return
+        seen = "/".join(f"{m.role}:{m.text}" for m in request.messages[:-1])
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"echo {text} [{seen}]")))
+
+
+holding = HoldingAgent("holding")
