@@ -70,6 +70,21 @@ exchanges are kept (bounded by ``keep_finished``) for a late reader, a
 earlier exchange of the same caller (``hash`` = ``sha256:`` of that
 envelope's canonical form) continues that conversation.
 
+A busy conversation (docs/busy.md): an exchange's turns run through the
+host's gate (:attr:`Host.conversations <uamp_trio.hosting.host.Host.conversations>`)
+under its conversation (the first exchange of a chain of ``context``
+references; a subscription's events are turns of its own). An ``ask`` whose
+``context`` names an exchange still running, or a ``notify`` for a
+subscription whose turn still runs, meets the policy (the server's, or the
+envelope's ``ext["uamp.on_busy"]``; a bad value is 4.00): ``reject`` (and a
+full queue) is 5.04 with ``retry_after``; ``enqueue`` runs it after, on the
+conversation as that turn left it; ``interrupt`` stops the running turn (an
+ask ends with its ``cancel`` frame, a subscription's turn with a
+``progress`` frame ``{"answered": id, "uamp.on_busy": "interrupt", "text":
+...}`` and the subscription goes on), what it said staying in the
+conversation; ``rollback`` too, and its turn leaves nothing there. A turn
+waits (its exchange IN_PROGRESS, no frame yet) until its place comes.
+
 With a store shared between processes (Redis: ``uamp serve --workers N``
 or several servers) every accepted envelope id is claimed in the store, so a
 replay is refused in every process, and each exchange is registered under
@@ -106,6 +121,7 @@ from uamp_proto.adapters.envelope import (
     EnvelopeRefused,
     user_message,
 )
+from uamp_proto.busy import POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.envelope import (
     BACKEND_BUSY,
     DEFAULT_MAX_SIZE,
@@ -136,6 +152,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
 from ..engines.http import HTTPError
+from ..hosting.busy import Slot
 from ..hosting.host import Host
 from ..hosting.turns import ResponseRunner
 from ..stores.event_log import EventLog, Handler, LogKey
@@ -359,6 +376,15 @@ class Exchange:
         self.joined = (0, 0)
         #: Its key and handler in a shared store (other processes reach it).
         self.routed: tuple[LogKey, Handler] | None = None
+        #: The first exchange of its ``context`` chain: the conversation's id.
+        self.conversation = self.id
+        #: Its conversation's key in the host's busy gate.
+        self.lane: tuple[Any, ...] = ("envelope", owner, agent, self.id)
+        #: The exchange its ``context`` continues: its messages come first (read
+        #: when the first turn starts, so a turn it waited for is in them).
+        self.continues: Exchange | None = None
+        #: Set (and renewed) when a turn arrives or its place comes, or it stops.
+        self.woken = trio.Event()
 
     @property
     def subscription(self) -> bool:
@@ -381,6 +407,12 @@ class Exchange:
             self.turns.close()
         if self.runner is not None:
             self.runner.cancel()
+        self.wake()
+
+    def wake(self) -> None:
+        """Tell the turn loop something changed (a turn, a turn's place, the state)."""
+        self.woken.set()
+        self.woken = trio.Event()
 
     @property
     def state(self) -> ExchangeState:
@@ -474,6 +506,8 @@ class _Turn:
     token: str | None
     response_id: str
     charge: Charge | None
+    #: Its place in the conversation (the busy policy).
+    slot: Slot | None = None
 
 
 @attrs.frozen
@@ -687,7 +721,12 @@ class EnvelopeService:
         if envelope.id in self._exchanges:  # a replay outside the guard's memory
             raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
         message = _message(envelope)
-        history = self._history(envelope, principal)
+        earlier = self._continued(envelope, principal)
+        gate = self.host.conversations
+        try:
+            policy = gate.policy(envelope.ext)
+        except BusyError as exc:
+            raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
         stream_id = envelope.stream_id or envelope.id
         if stream_id in self._streams:
             raise EnvelopeRefused(BAD_REQUEST, f"stream_id {stream_id!r} is already in use")
@@ -703,17 +742,27 @@ class EnvelopeService:
         token = _payment_token(envelope)
         response_format = _response_format(envelope)
         response_id = f"resp_{uuid.uuid4().hex}"
-        charge = await self._charge(name, token, response_id, principal)
+        conversation = earlier.conversation if earlier is not None else envelope.id
+        lane = ("envelope", principal.key, name, conversation)
+        slot = self._enter(lane, principal, policy)
+        try:
+            charge = await self._charge(name, token, response_id, principal)
+        except BaseException:
+            slot.close()
+            raise
         # No checkpoint from here until the charge is in the exchange's queue.
         window = min(envelope.effective_delta_window, self.limits.max_window)
         exchange = Exchange(envelope, name, principal.key, window, self.clock)
+        exchange.conversation, exchange.continues = conversation, earlier
+        exchange.lane = lane
         waiting = self._notes.take(principal.key, _address(name, envelope), self.clock())
-        exchange.messages = [*history, *waiting]
+        exchange.messages = list(waiting)
         exchange.payment_token = token
         exchange.response_format = response_format
         size = _QUEUED_EVENTS if exchange.subscription else 1
         send, receive = trio.open_memory_channel[_Turn](size)
-        send.send_nowait(_Turn(envelope.id, message, token, response_id, charge))
+        send.send_nowait(_Turn(envelope.id, message, token, response_id, charge, slot))
+        slot.on_ready(exchange.wake)
         if not exchange.subscription:
             send.close()  # one turn
         exchange.turns = send
@@ -835,27 +884,61 @@ class EnvelopeService:
         principal: Principal,
         turns: trio.MemoryReceiveChannel[_Turn],
     ) -> None:
-        """Run the queued turns: one for ``ask``/``propose``, each event of a subscription."""
+        """Run the queued turns: one for ``ask``/``propose``, each event of a subscription.
+
+        A turn runs when its place in the conversation comes (the busy
+        policy): the next is the first whose slot is ready.
+        """
         wait = self.limits.idle_timeout if exchange.subscription else math.inf
-        while exchange.state is ExchangeState.IN_PROGRESS:
-            turn: _Turn | None = None
-            with trio.move_on_after(wait), contextlib.suppress(trio.EndOfChannel):
-                turn = await turns.receive()
-            if turn is None:  # the subscription was closed (confirm) or went idle
-                if exchange.state is ExchangeState.IN_PROGRESS:
-                    exchange.machine.advance(Trigger.DONE)
+        pending: list[_Turn] = []
+        closed = False
+        try:
+            while exchange.state is ExchangeState.IN_PROGRESS:
+                woken = exchange.woken
+                while not closed:
+                    try:
+                        pending.append(turns.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        closed = True
+                turn = next((t for t in pending if t.slot is None or t.slot.ready), None)
+                if turn is None:
+                    if not pending and closed:  # the subscription was closed (confirm)
+                        exchange.machine.advance(Trigger.DONE)
+                        return
+                    with trio.move_on_after(math.inf if pending else wait) as idle:
+                        await woken.wait()
+                    if idle.cancelled_caught:  # a subscription without events
+                        exchange.machine.advance(Trigger.DONE)
+                        return
+                    continue
+                pending.remove(turn)
+                try:
+                    status = await self._turn(exchange, agent, principal, turn)
+                finally:
+                    if turn.slot is not None:
+                        turn.slot.close()  # the conversation's next turn goes on
+                if exchange.state is not ExchangeState.IN_PROGRESS:
+                    return  # stopped by the peer meanwhile
+                stopped = turn.slot is not None and turn.slot.interrupted
+                if exchange.subscription and (status == "completed" or stopped):
+                    continue
+                outcome = {
+                    "completed": Trigger.ANSWER
+                    if exchange.kind is Intent.PROPOSE
+                    else Trigger.DONE,
+                    "failed": Trigger.ERROR,
+                }
+                exchange.machine.advance(outcome.get(status, Trigger.CANCEL))
                 return
-            status = await self._turn(exchange, agent, principal, turn)
-            if exchange.state is not ExchangeState.IN_PROGRESS:
-                return  # stopped by the peer meanwhile
-            if status == "completed" and exchange.subscription:
-                continue
-            outcome = {
-                "completed": Trigger.ANSWER if exchange.kind is Intent.PROPOSE else Trigger.DONE,
-                "failed": Trigger.ERROR,
-            }
-            exchange.machine.advance(outcome.get(status, Trigger.CANCEL))
-            return
+        finally:
+            with trio.CancelScope(shield=True):
+                for left in pending:
+                    if left.slot is not None:
+                        left.slot.close()
+                    if left.charge is not None:
+                        await left.charge.settle(None, used=False)
 
     async def _turn(
         self, exchange: Exchange, agent: Responder, principal: Principal, turn: _Turn
@@ -891,8 +974,21 @@ class EnvelopeService:
                             DeltaType.PROGRESS,
                             {"answered": turn.envelope_id, **payload},
                         )
+                    elif between and kind is DeltaType.CANCEL and slot is not None and slot.stopped:
+                        # Stopped by a later event (the busy policy): the subscription goes on.
+                        how = "rollback" if slot.dropped else "interrupt"
+                        kind, payload = (
+                            DeltaType.PROGRESS,
+                            {"answered": turn.envelope_id, POLICY_KEY: how, **payload},
+                        )
                 await exchange.push(kind, payload, idle)
 
+        slot = turn.slot
+        if exchange.continues is not None:
+            # The conversation it continues, as the turns before this one left it.
+            exchange.messages[:0] = exchange.continues.messages
+            exchange.continues = None
+        mark = len(exchange.messages)
         exchange.messages.append(turn.message)
         request = TurnRequest(
             agent=exchange.agent,
@@ -911,11 +1007,15 @@ class EnvelopeService:
         )
         runner = ResponseRunner(agent, request, sink, charge=turn.charge)
         exchange.runner = runner
+        if slot is not None:
+            slot.bind(runner.cancel)  # a later message of the conversation may stop it
         try:
             outcome = await runner.run()
         finally:
             exchange.runner = None
             answer()
+            if slot is not None and slot.dropped:
+                del exchange.messages[mark:]  # rolled back: the turn leaves nothing
         return outcome.status
 
     async def _one_way(
@@ -1017,28 +1117,64 @@ class EnvelopeService:
             raise EnvelopeRefused(BAD_REQUEST, f"subscription {exchange.id!r} has ended")
         if turns.statistics().current_buffer_used >= _QUEUED_EVENTS:
             raise busy
+        gate = self.host.conversations
+        try:
+            policy = gate.policy(envelope.ext)
+        except BusyError as exc:
+            raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
         token = _payment_token(envelope) or exchange.payment_token
         response_id = f"resp_{uuid.uuid4().hex}"
         charge = await self._charge(exchange.agent, token, response_id, principal)
+        slot: Slot | None = None
         try:
-            turns.send_nowait(_Turn(envelope.id, message, token, response_id, charge))
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            if exchange.state is not ExchangeState.IN_PROGRESS:
+                raise trio.ClosedResourceError
+            slot = self._enter(exchange.lane, principal, policy)
+            turns.send_nowait(_Turn(envelope.id, message, token, response_id, charge, slot))
+        except (
+            EnvelopeRefused,
+            trio.WouldBlock,
+            trio.ClosedResourceError,
+            trio.BrokenResourceError,
+        ) as exc:
+            if slot is not None:
+                slot.close()
             if charge is not None:
                 await charge.settle(None, used=False)
+            if isinstance(exc, EnvelopeRefused):
+                raise
             raise busy from None
+        slot.on_ready(exchange.wake)
+        exchange.wake()
 
-    def _history(self, envelope: Envelope, principal: Principal) -> list[ty.Message]:
-        history: list[ty.Message] = []
+    def _enter(self, lane: tuple[Any, ...], principal: Principal, policy: BusyPolicy) -> Slot:
+        """A turn's place in its conversation (5.04 when the policy refuses it)."""
+        try:
+            return self.host.conversations.enter(lane, principal, policy)
+        except BusyError as exc:
+            raise EnvelopeRefused(
+                BACKEND_BUSY,
+                f"{exc} ({exc.code})",
+                retry_after=self.limits.retry_after,
+            ) from None
+
+    def _continued(self, envelope: Envelope, principal: Principal) -> Exchange | None:
+        """The exchange the envelope's ``context`` continues (the last one that is the caller's).
+
+        Raises:
+            EnvelopeRefused: 4.00 for a ``hash`` that does not match that envelope.
+        """
+        found: Exchange | None = None
         for ref in envelope.context or ():
             earlier = self._exchanges.get(ref.id)
-            if earlier is None or earlier.owner != principal.key or not earlier.finished:
+            if earlier is None or earlier.owner != principal.key:
                 continue  # context that is not ours to give: ignored
             if ref.hash != earlier.envelope_hash:
                 raise EnvelopeRefused(
                     BAD_REQUEST, f"context {ref.id!r}: hash does not match that envelope"
                 )
-            history = list(earlier.messages)
-        return history
+            found = earlier
+        return found
 
     def _remember(self, exchange: Exchange) -> None:
         owner = exchange.owner

@@ -62,6 +62,7 @@ class Slot:
         "_gate",
         "_held",
         "_key",
+        "_on_ready",
         "_ready",
         "handoff",
         "inherited",
@@ -80,6 +81,7 @@ class Slot:
         #: Whether the message had to wait for earlier runs.
         self.waited = not runs
         self._cancel: Callable[[], None] | None = None
+        self._on_ready: Callable[[], None] | None = None
         self._ready = trio.Event()
         if runs:
             self._ready.set()
@@ -113,6 +115,10 @@ class Slot:
         self._cancel = cancel
         if self.stopped is not None:
             cancel()
+
+    def on_ready(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the message's turn comes (a loop that picks ready slots)."""
+        self._on_ready = callback
 
     async def wait(self) -> None:
         """Wait for the message's turn; a wait that fails (cancelled) gives the place up.
@@ -152,6 +158,8 @@ class Slot:
     def _wake(self) -> None:
         self._held = True
         self._ready.set()
+        if self._on_ready is not None:
+            self._on_ready()
 
 
 class ConversationGate:
