@@ -5,7 +5,9 @@ the attack suite reads how often the server invoked the agent from its file
 size, from outside the server process. It answers ``ok``; a last user
 message ``flood N`` makes it stream ``N`` deltas of 1 KiB each instead (for
 the stalled-reader attack), ``hold N`` answers after ``N`` seconds (a
-conversation kept busy, for the busy-queue flood).
+conversation kept busy, for the busy-queue flood), ``ask`` asks its
+caller a question (a run paused for a person, for the interrupt flood) and
+answers ``refused: REASON`` when the host refuses to ask.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.interrupts import QUESTION, Interrupt
 from uamp_proto.responder import Emit, TurnRequest
 
 _CHUNK = "x" * 1024
@@ -46,4 +49,10 @@ class CountingAgent:
             return
         if len(words) == 2 and words[0] == "hold" and words[1].isdigit():
             await trio.sleep(int(words[1]))
+        if words == ["ask"] and request.interrupts is not None:
+            question = Interrupt(id="", kind=QUESTION, key="attack", prompt="Go on?")
+            answer = await request.interrupts.ask(question)
+            if answer.approved is False:
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"refused: {answer.reason}")))
+                return
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))

@@ -1346,6 +1346,51 @@ async def busy_queue_flood(port: int, long: bool) -> Outcome:
     )
 
 
+async def interrupt_flood(port: int, long: bool) -> Outcome:
+    """AG-UI runs that each ask the caller a question and stay parked, one principal."""
+    count = 500 if long else 60
+    bound = 32  # uamp_proto.interrupts.DEFAULT_MAX_PENDING
+    path = f"/agents/{AGENT}/agui"
+    answers: dict[str, int] = {}
+    limit = trio.Semaphore(16)
+
+    async def one(n: int) -> None:
+        body = {
+            "threadId": f"flood-{n}",
+            "runId": f"run-{n}",
+            "state": {},
+            "messages": [{"id": "u1", "role": "user", "content": "ask"}],
+            "tools": [],
+            "context": [],
+            "forwardedProps": {},
+        }
+        async with limit:
+            stream = await connect(port)
+            async with stream:
+                await send_quietly(stream, post(path, json.dumps(body).encode()))
+                data = await read_all(stream, limit=30)
+        events = [json.loads(line[6:]) for line in data.split(b"\n") if line.startswith(b"data: {")]
+        last = events[-1] if events else {}
+        text = "".join(e.get("delta", "") for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+        if (last.get("outcome") or {}).get("type") == "interrupt":
+            tally(answers, "parked (interrupt)")
+        elif text.startswith("refused: too many pending interrupts"):
+            tally(answers, "refused at once (denial the model sees)")
+        else:
+            tally(answers, f"{last.get('type', 'no answer')}: {text[:60]}")
+
+    async with trio.open_nursery() as nursery:
+        for n in range(count):
+            nursery.start_soon(one, n)
+    return Outcome(
+        sent=f"{count} AG-UI runs whose agent asks the caller, never answered (anonymous)",
+        answer=str(answers),
+        ok=answers
+        == {"parked (interrupt)": bound, "refused at once (denial the model sees)": count - bound},
+        allowed_runs=count,  # every run is the agent's; past the bound it ends at once
+    )
+
+
 async def sse_session_pin(port: int, long: bool) -> Outcome:
     """UAMP HTTP+SSE sessions opened and abandoned (no stream, no POST), one principal."""
     count = 1500 if long else 200
@@ -1632,6 +1677,8 @@ SCENARIOS = [
 ] + [
     # A server of its own: acp_session_pin leaves the anonymous caller at its ACP session cap.
     Scenario.of(busy_queue_flood, server=alone),
+    # A server of its own: its 32 parked runs wait until the server stops.
+    Scenario.of(interrupt_flood, server=alone),
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
     Scenario.of(chat_redos_rule),

@@ -25,6 +25,7 @@ WORK = {
     "push_config_pin",
     "deep_json_multi_session",  # the live session's one response
     "busy_queue_flood",  # the held prompt and the eight queued ones, in turn
+    "interrupt_flood",  # every run is the agent's: 32 park, the rest are refused the ask
 }
 
 
@@ -67,6 +68,7 @@ SCENARIOS = [
     "push_config_pin",
     "sse_session_pin",
     "busy_queue_flood",
+    "interrupt_flood",
     "concurrent_replay",
     "relay_token_spend",
     "chat_redos_rule",
