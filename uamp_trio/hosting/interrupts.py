@@ -16,7 +16,8 @@ the same two calls (docs/human-in-the-loop.md, "The hosting API"):
   it forgets the interrupt, emits :class:`~uamp_proto.events.InterruptResolved`
   and returns the answer to the agent. The run and its response stay open
   meanwhile: a paused run is an *active* run of its session
-  (:meth:`Interrupts.paused` tells which interrupt it waits on).
+  (:meth:`Interrupts.paused` tells which interrupt it waits on; with a relay,
+  also for a run paused on another process).
 * :meth:`Interrupts.answer` answers by interrupt id, from any connection or
   transport: the principal must own it (another principal's id reads exactly
   like a missing one), the answer must fit its kind; then the paused run
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -120,6 +122,9 @@ class InterruptRelay(Protocol):
 
     async def forget(self, interrupt: Interrupt) -> None:
         """Drop the record and its answers."""
+
+    async def owned(self, owner: tuple[str, str]) -> list[Interrupt]:
+        """Every interrupt recorded for ``owner`` (on any process)."""
 
 
 def _owner(principal: Principal) -> tuple[str, str]:
@@ -241,18 +246,35 @@ class Interrupts:
         with contextlib.suppress(InterruptNotFound, InvalidAnswer):
             await self.answer(principal, ask.id, answer)
 
-    def paused(self, session_id: str) -> list[Interrupt]:
-        """The interrupts the runs of ``session_id`` wait on (empty: not paused).
+    async def paused(self, principal: Principal, session_id: str) -> list[Interrupt]:
+        """The interrupts ``principal`` may answer that runs of ``session_id`` wait on.
 
-        A paused run is an active run of its session; a message that answers
-        one of these is an answer, not a new turn.
+        Empty: no run of the session is paused for this principal. A paused
+        run is an active run of its session; a message that answers one of
+        these is an answer, not a new turn. With a :attr:`relay`, runs paused
+        on other processes count too.
         """
-        return list(self._table.find(session_id=session_id))
+        return [it for it in await self.pending(principal) if it.session_id == session_id]
 
-    def pending(self, principal: Principal) -> list[Interrupt]:
-        """Every pending interrupt ``principal`` may answer, oldest first."""
-        owner = _owner(principal)
-        return [it for it in self._table.find() if self._table.owner_of(it.id) == owner]
+    async def pending(self, principal: Principal) -> list[Interrupt]:
+        """Every pending interrupt ``principal`` may answer, oldest first.
+
+        With a :attr:`relay`, also those of the principal's runs paused on
+        other processes (another principal's are never there). When the
+        store does not answer, this process's alone.
+        """
+        here = [it for it in self._table.find() if self.get(principal, it.id) is not None]
+        if self.relay is None:
+            return here
+        try:
+            elsewhere = await self.relay.owned(_owner(principal))
+        except UampError as exc:
+            log.warning("cannot list interrupts on other processes: %s", exc)
+            return here
+        now = self.clock()
+        known = {it.id for it in here}
+        here += [it for it in elsewhere if it.id not in known and not it.expired(now)]
+        return sorted(here, key=lambda it: math.inf if it.expires_at is None else it.expires_at)
 
     def get(self, principal: Principal, interrupt_id: str) -> Interrupt | None:
         """The pending interrupt ``interrupt_id`` if ``principal`` owns it (or may answer it)."""

@@ -269,15 +269,12 @@ class ParkedTurns:
                 del self._turns[turn.key]
 
 
-def waiting_on(
+async def waiting_on(
     interrupts: Interrupts, principal: Principal, agent: str, session_id: str
 ) -> list[Interrupt]:
     """The interrupts ``principal`` may answer that runs of ``agent`` on ``session_id`` wait on.
 
-    Another principal's interrupts are not there (they read as missing).
+    Another principal's interrupts are not there (they read as missing);
+    with the Redis relay, runs paused on other processes are.
     """
-    return [
-        it
-        for it in interrupts.paused(session_id)
-        if it.agent == agent and interrupts.get(principal, it.id) is not None
-    ]
+    return [it for it in await interrupts.paused(principal, session_id) if it.agent == agent]

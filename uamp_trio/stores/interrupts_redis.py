@@ -11,6 +11,10 @@ person answer on *another* process. Keys, under ``{prefix}:int:``:
 * ``key:{session}:{response}:{key}`` -- the id of the run's ask, so that a
   run carried on after its process was lost asks again *under the same id*
   (the client may answer the id it was shown first);
+* ``own:{owner}`` -- the set of the ids recorded for one principal, so any
+  process can list a principal's pending interrupts (``Interrupts.pending``,
+  ``Interrupts.paused``); an id whose record is gone is dropped from it when
+  it is listed;
 * ``ans:{id}`` -- a list the answering process pushes the answer to; the
   waiting process takes it with ``LPOP`` every :data:`POLL` seconds while it
   waits (polling holds no worker thread, unlike a blocking pop per waiting
@@ -57,6 +61,11 @@ class RedisInterruptRelay(RedisCalls):
     def _key(self, kind: str, interrupt_id: str) -> str:
         return f"{self.prefix}:int:{kind}:{interrupt_id}"
 
+    def _owned(self, owner: tuple[str, str]) -> str:
+        """The key of ``owner`` 's set of interrupt ids (the scheme's length keeps ids apart)."""
+        scheme, ident = owner
+        return self._key("own", f"{len(scheme)}:{scheme}:{ident}")
+
     def _asked(self, interrupt: Interrupt) -> str:
         """The key naming the run's ask: its session, response and interrupt key."""
         return self._key("key", f"{interrupt.session_id}:{interrupt.response_id}:{interrupt.key}")
@@ -70,7 +79,28 @@ class RedisInterruptRelay(RedisCalls):
         pipe = self._redis.pipeline()
         pipe.set(self._key("rec", interrupt.id), data, seconds)
         pipe.set(self._asked(interrupt), interrupt.id, seconds)
+        pipe.sadd(self._owned(owner), interrupt.id)
+        pipe.expire(self._owned(owner), seconds)
         await self._call(pipe.execute)
+
+    async def owned(self, owner: tuple[str, str]) -> list[Interrupt]:
+        """Every interrupt recorded for ``owner``, on any process."""
+        key = self._owned(owner)
+        ids = sorted(i.decode() for i in await self._call(self._redis.smembers, key))
+        if not ids:
+            return []
+        raws = await self._call(self._redis.mget, [self._key("rec", i) for i in ids])
+        found: list[Interrupt] = []
+        gone: list[str] = []
+        for interrupt_id, raw in zip(ids, raws, strict=True):
+            record: dict[str, Any] | None = None if raw is None else orjson.loads(raw)
+            if record is None or tuple(record["owner"]) != owner:
+                gone.append(interrupt_id)
+                continue
+            found.append(Interrupt(**record["interrupt"]))
+        if gone:
+            await self._call(self._redis.srem, key, *gone)
+        return found
 
     async def asked_before(self, interrupt: Interrupt, owner: tuple[str, str]) -> Interrupt | None:
         """The interrupt a lost process recorded for the same ask of the same run, if any."""
@@ -99,7 +129,10 @@ class RedisInterruptRelay(RedisCalls):
         return None if raw is None else Answer(**orjson.loads(raw))
 
     async def forget(self, interrupt: Interrupt) -> None:
-        """The run no longer waits: the record, its index and any answer go."""
+        """The run no longer waits: the record, its index and any answer go.
+
+        (Its id leaves its owner's set when the set is next listed.)
+        """
         keys = (self._key("rec", interrupt.id), self._key("ans", interrupt.id))
         await self._call(self._redis.delete, *keys, self._asked(interrupt))
 

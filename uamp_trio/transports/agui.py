@@ -301,7 +301,7 @@ class AguiTransport:
             return self._respond(
                 start + encoder.error("Another run reads this thread's turn.", "thread_busy")
             )
-        waiting = waiting_on(self.app.interrupts, principal, agent, run.thread_id)
+        waiting = await waiting_on(self.app.interrupts, principal, agent, run.thread_id)
         pending = {it.id: it for it in waiting}
         if parked is not None and not run.resume and parked.paused:
             return self._respond(

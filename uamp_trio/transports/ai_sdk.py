@@ -348,7 +348,8 @@ class AiSdkTransport:
         waits: then it supersedes the turn like any new POST.
         """
         key = run.answer.key
-        pending = {it.id: it for it in waiting_on(self.app.interrupts, principal, key[1], key[2])}
+        waiting = await waiting_on(self.app.interrupts, principal, key[1], key[2])
+        pending = {it.id: it for it in waiting}
         decisions = parse_approval_responses(chat, pending)
         if not decisions and pending:
             return None  # a new message: the busy policy decides (the paused turn is active)

@@ -72,12 +72,12 @@ async def test_the_owner_answers_and_the_run_goes_on() -> None:
         asked = asker.asked
         assert asked.session_id is None and asked.response_id == "r1"
         assert asked.expires_at == 1000.0 + host.expiry  # type: ignore[operator]
-        assert [i.id for i in host.paused("s1")] == [asked.interrupt_id]
-        assert [i.id for i in host.pending(ALICE)] == [asked.interrupt_id]
+        assert [i.id for i in (await host.paused(ALICE, "s1"))] == [asked.interrupt_id]
+        assert [i.id for i in (await host.pending(ALICE))] == [asked.interrupt_id]
         found = await host.answer(ALICE, asked.interrupt_id, Answer(approved=True))
         assert found.tool_name == "add"
     assert asker.answers == [Answer(approved=True)]
-    assert host.paused("s1") == [] and len(host) == 0
+    assert (await host.paused(ALICE, "s1")) == [] and len(host) == 0
     resolved = [e for e in asker.events if isinstance(e, ev.InterruptResolved)]
     assert [(r.interrupt_id, r.outcome) for r in resolved] == [(asked.interrupt_id, "approved")]
 
@@ -94,8 +94,8 @@ async def test_another_principals_id_reads_exactly_like_a_missing_one() -> None:
         assert str(theirs.value).replace(real, "X") == str(missing.value).replace(
             "int_nothing", "X"
         )
-        assert host.get(BOB, real) is None and host.pending(BOB) == []
-        assert host.paused("s1")  # still waiting for alice
+        assert host.get(BOB, real) is None and (await host.pending(BOB)) == []
+        assert await host.paused(ALICE, "s1")  # still waiting for alice
         await host.answer(ALICE, real, Answer(approved=False))
     assert asker.answers[0].approved is False
 
@@ -115,7 +115,7 @@ async def test_an_answer_that_does_not_fit_is_refused_and_it_stays_pending(case:
         asker = await _paused(nursery, host)
         with pytest.raises(InvalidAnswer, match=problem):
             await host.answer(ALICE, asker.asked.interrupt_id, answer)
-        assert host.paused("s1")
+        assert await host.paused(ALICE, "s1")
         await host.answer(ALICE, asker.asked.interrupt_id, Answer(approved=True))
 
 
@@ -165,7 +165,7 @@ async def test_the_policy_for_clients_that_do_not_declare_interrupts(case: str) 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(asker.ask, _approval())
         await trio.testing.wait_all_tasks_blocked()
-        assert bool(host.paused("s1")) is pauses
+        assert bool(await host.paused(ALICE, "s1")) is pauses
         if pauses:
             await host.answer(ALICE, asker.asked.interrupt_id, Answer(approved=True))
     assert asker.answers[0].approved is pauses
@@ -189,3 +189,38 @@ def test_a_bad_configuration_is_refused() -> None:
         Interrupts(policy="maybe")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="expiry"):
         Interrupts(expiry=0)
+
+
+async def test_pending_and_paused_answer_across_processes_per_principal(redis_url: str) -> None:
+    """Two hosts on one real Redis (as two ``uamp serve --store redis://...`` processes)."""
+    import uuid
+    from contextlib import AsyncExitStack
+
+    from uamp_trio.stores.interrupts_redis import RedisInterruptRelay
+
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    here, there = Interrupts(), Interrupts()
+    with trio.fail_after(10):
+        async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+            for host in (here, there):
+                relay = RedisInterruptRelay(redis_url, prefix=prefix)
+                stack.push_async_callback(relay.aclose)
+                host.relay = relay
+            alices = await _paused(nursery, here)  # alice's run waits on the first process
+            bobs = await _paused(
+                nursery, there, principal=BOB
+            )  # bob's, same session id, on the other
+            alice_id, bob_id = alices.asked.interrupt_id, bobs.asked.interrupt_id
+            # Each process sees each principal's own, wherever it waits, and nobody else's.
+            for host in (here, there):
+                assert [i.id for i in await host.pending(ALICE)] == [alice_id]
+                assert [i.id for i in await host.paused(ALICE, "s1")] == [alice_id]
+                assert [i.id for i in await host.pending(BOB)] == [bob_id]
+                assert [i.id for i in await host.paused(BOB, "s1")] == [bob_id]
+                assert await host.paused(ALICE, "s2") == []
+            assert (await there.pending(ALICE))[0].tool_name == "add"
+            await there.answer(ALICE, alice_id, Answer(approved=True))
+            await there.answer(BOB, bob_id, Answer(approved=False))
+    assert alices.answers == [Answer(approved=True)] and bobs.answers[0].approved is False
+    for host in (here, there):
+        assert await host.pending(ALICE) == [] and await host.pending(BOB) == []

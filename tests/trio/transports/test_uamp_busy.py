@@ -198,7 +198,7 @@ async def test_a_paused_run_is_busy_and_its_answer_is_not_a_new_turn() -> None:
             second = await until(ws, "response.done")
             assert second[0]["type"] == "response.created"
             assert _text(second) == "You said: hello"
-            assert app.interrupts.pending(ANONYMOUS) == []
+            assert await app.interrupts.pending(ANONYMOUS) == []
 
 
 async def test_interrupt_ends_a_paused_run_and_its_pending_question() -> None:
@@ -211,7 +211,7 @@ async def test_interrupt_ends_a_paused_run_and_its_pending_question() -> None:
             assert "response.cancelled" in types
             assert types.index("response.cancelled") < types.index("response.created")
             assert _text(events[types.index("response.created") :]) == "You said: hello"
-            assert app.interrupts.pending(ANONYMOUS) == []
+            assert await app.interrupts.pending(ANONYMOUS) == []
             # The question is gone: answering it now is answering nothing.
             await send(ws, type="interrupt.answer", interrupt_id=interrupt_id, approved=True)
             refused = await recv(ws)
