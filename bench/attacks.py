@@ -1348,7 +1348,7 @@ async def busy_queue_flood(port: int, long: bool) -> Outcome:
 
 async def interrupt_flood(port: int, long: bool) -> Outcome:
     """AG-UI runs that each ask the caller a question and stay parked, one principal."""
-    count = 500 if long else 60
+    count = 500 if long else 40
     bound = 32  # uamp_proto.interrupts.DEFAULT_MAX_PENDING
     path = f"/agents/{AGENT}/agui"
     answers: dict[str, int] = {}
@@ -1673,12 +1673,11 @@ SCENARIOS = [
         acp_session_pin,
         push_config_pin,
         sse_session_pin,
+        interrupt_flood,  # its 32 parked runs wait until the server stops
     )
 ] + [
     # A server of its own: acp_session_pin leaves the anonymous caller at its ACP session cap.
     Scenario.of(busy_queue_flood, server=alone),
-    # A server of its own: its 32 parked runs wait until the server stops.
-    Scenario.of(interrupt_flood, server=alone),
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
     Scenario.of(chat_redos_rule),
