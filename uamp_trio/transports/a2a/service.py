@@ -202,6 +202,10 @@ class _Prepared:
     answering: _Live | None = None
     follow: trio.MemoryReceiveChannel[Update] | None = None
     paused_at: trio.Event | None = None
+    #: A message that answered a turn paused on *another* process (a shared
+    #: store): the send follows the task's updates from the store instead.
+    elsewhere: TaskFeed | None = None
+    principal: Principal | None = None
 
     async def release_unstarted(self) -> None:
         """Free the charge and the place of a turn that never started (a stream never begun)."""
@@ -693,12 +697,8 @@ class A2ATransport:
         (:meth:`~uamp_trio.stores.a2a_tasks.TaskStore.take_over`), which
         announces the end to every subscriber and webhook.
         """
-        if task.state is not a2a.TaskState.WORKING or task.id in self._live:
-            return task
-        if not self.store.shared or not await self.store.take_over(task.id):
-            return task
-        log.warning("A2A task %s lost the process running it; it ends interrupted", task.id)
-        await self._announce(task, TaskRun(task, self.ids).fail(_RUNNER_LOST, _now()))
+        if task.state is a2a.TaskState.WORKING and task.id not in self._live and self.store.shared:
+            await self._lost(task)
         return task
 
     async def _watch_runner(self, agent: Responder, task_id: str, principal: Principal) -> None:
@@ -812,6 +812,13 @@ class A2ATransport:
                 return await self._answer(
                     live, live.task, message, stored, history_length, principal
                 )
+            if (
+                live is None
+                and task.state is a2a.TaskState.INPUT_REQUIRED
+                and task.pending_interrupts
+                and self.store.shared
+            ):
+                return await self._answer_elsewhere(call, task, message, history_length)
             if task.id in self._live:
                 raise A2AError(
                     a2a.UNSUPPORTED_OPERATION, f"Task {task.id} is still working on a message."
@@ -958,6 +965,102 @@ class A2ATransport:
             started=True,
         )
 
+    async def _answer_elsewhere(
+        self,
+        call: Call,
+        task: A2ATask,
+        message: a2a.A2AMessage,
+        history_length: int | None,
+    ) -> _Prepared:
+        """A message answering a turn paused on another process (a shared store).
+
+        The answers go through ``app.interrupts`` (its relay hands them to the
+        process whose run waits); the send then follows the task's updates
+        from the store, attached before the answer is given.
+
+        Raises:
+            A2AError: invalid params: no answer to the pending interrupts in
+                the message, or none of them waits any more (the process that
+                ran the turn is gone).
+        """
+        principal = call.principal
+        try:
+            answers = a2a_human.parse_answers(message.data, message.text, task.pending_interrupts)
+        except AnswerError as exc:
+            raise A2AError(a2a.INVALID_PARAMS, exc.args[0]) from None
+        self.store.ensure_running(self.app.background)
+        if await self._lost(task):
+            raise A2AError(
+                a2a.UNSUPPORTED_OPERATION,
+                f"The server running task {task.id} stopped while it waited; it ended failed.",
+            )
+        task, feed = await self._follow(call.agent, task.id, principal)
+        try:
+            for iid, answer in answers:
+                await self.app.interrupts.answer(principal, iid, answer)
+        except (InterruptNotFound, InvalidAnswer) as exc:
+            feed.close()
+            raise A2AError(a2a.INVALID_PARAMS, str(exc)) from None
+        except BaseException:
+            feed.close()
+            raise
+        return _Prepared(
+            task=task,
+            turn=None,
+            history_length=history_length,
+            new=False,
+            started=True,
+            elsewhere=feed,
+            principal=principal,
+        )
+
+    async def _follow_elsewhere(
+        self,
+        agent: Responder,
+        prepared: _Prepared,
+        write: Callable[[Update], Awaitable[None]] | None,
+        *,
+        wait: bool,
+    ) -> None:
+        """A send that answered a turn paused on another process: its updates, from the store.
+
+        Until the turn pauses again or ends (a final update); a process that
+        dies meanwhile ends the task ``failed`` (:meth:`_watch_runner`).
+        """
+        feed, principal = prepared.elsewhere, prepared.principal
+        assert feed is not None and principal is not None
+        task_id = prepared.task.id
+        try:
+            if write is None and not wait:
+                return
+            async with trio.open_nursery() as watch:
+                watch.start_soon(self._watch_paused, agent, task_id, principal)
+                async for update in feed:
+                    if write is not None and update.kind != "message":
+                        await write(update)
+                    if update.final:
+                        break
+                watch.cancel_scope.cancel()
+        finally:
+            feed.close()
+        prepared.task = await self._task(agent, task_id, principal)
+
+    async def _lost(self, task: A2ATask) -> bool:
+        """Whether ``task`` 's process is gone (then it ends failed here, announced to all)."""
+        if not await self.store.take_over(task.id):
+            return False
+        log.warning("A2A task %s lost the process running it; it ends interrupted", task.id)
+        await self._announce(task, TaskRun(task, self.ids).fail(_RUNNER_LOST, _now()))
+        return True
+
+    async def _watch_paused(self, agent: Responder, task_id: str, principal: Principal) -> None:
+        """End ``task_id`` if its process dies, paused or working, while a send here follows it."""
+        while True:
+            await trio.sleep(_RUNNER_CHECK)
+            task = await self._task(agent, task_id, principal)  # a working orphan ends here
+            if task.state.is_terminal or (task.state.is_interrupted and await self._lost(task)):
+                return
+
     async def _execute(
         self,
         agent: Responder,
@@ -978,6 +1081,9 @@ class A2ATransport:
         prepared.started = True  # from here _run settles the charge
         if prepared.answering is not None:
             await self._follow_answered(prepared, write, wait=wait)
+            return
+        if prepared.elsewhere is not None:
+            await self._follow_elsewhere(agent, prepared, write, wait=wait)
             return
         nursery = self.app.background
         self.store.ensure_running(nursery)  # cancel requests from other processes reach it
