@@ -90,8 +90,9 @@ class Dialect:
         """Where the requests go."""
         raise NotImplementedError
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
-        """The body of one request: ``turn`` of its conversation."""
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
+        """The body of one request: ``turn`` of its conversation (``said``: the client
+        tool calls answered so far, in the dialect's own form)."""
         raise NotImplementedError
 
     def reader(self) -> Reader:
@@ -111,8 +112,17 @@ class Dialect:
     ) -> bytes | None:
         """The request that answers the client tool calls ``reader`` saw, continuing
         ``turn`` (``said``: the calls and answers so far, extended here); ``None``
-        when there is none to answer or the transport has no client tools."""
-        return None
+        when there is none to answer."""
+        if not reader.calls:
+            return None
+        calls = list(reader.calls.values())  # in the order they came
+        said += self.answered(turn, calls)
+        return self.body(config, turn, said)
+
+    def answered(self, turn: Turn, calls: list[dict[str, str]]) -> list[Any]:
+        """``calls`` (``{"id", "name", "arguments"}``) and their results, as the next
+        request carries them (only the dialects with client tools fill ``calls``)."""
+        raise NotImplementedError
 
 
 class Reader:
@@ -156,23 +166,17 @@ class OpenAI(Dialect):
             body["tools"] = list(turn.tools)
         return orjson.dumps(body)
 
-    def answer(
-        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
-    ) -> bytes | None:
-        if not reader.calls:
-            return None
-        calls = [reader.calls[k] for k in sorted(reader.calls)]
+    def answered(self, turn: Turn, calls: list[dict[str, str]]) -> list[Any]:
         asked = [
             {"id": c["id"], "type": "function",
              "function": {"name": c["name"], "arguments": c["arguments"]}}
             for c in calls
         ]  # fmt: skip
-        said.append({"role": "assistant", "content": None, "tool_calls": asked})
-        said += [
-            {"role": "tool", "tool_call_id": c["id"], "content": turn.tool_result(c["name"])}
-            for c in calls
-        ]
-        return self.body(config, turn, said)
+        return [
+            {"role": "assistant", "content": None, "tool_calls": asked},
+            *({"role": "tool", "tool_call_id": c["id"], "content": turn.tool_result(c["name"])}
+              for c in calls),
+        ]  # fmt: skip
 
     def step(self, data: str, reader: Reader) -> Step:
         if data.strip() == "[DONE]":
@@ -248,17 +252,14 @@ class Responses(Dialect):
             body["tools"] = [{"type": "function", **t["function"]} for t in turn.tools]
         return orjson.dumps(body)
 
-    def answer(
-        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
-    ) -> bytes | None:
-        if not reader.calls:
-            return None
-        for call in reader.calls.values():
-            said.append({"type": "function_call", "call_id": call["id"], "name": call["name"],
-                         "arguments": call["arguments"]})  # fmt: skip
-            said.append({"type": "function_call_output", "call_id": call["id"],
-                         "output": turn.tool_result(call["name"])})  # fmt: skip
-        return self.body(config, turn, said)
+    def answered(self, turn: Turn, calls: list[dict[str, str]]) -> list[Any]:
+        items: list[Any] = []
+        for call in calls:
+            items.append({"type": "function_call", "call_id": call["id"], "name": call["name"],
+                          "arguments": call["arguments"]})  # fmt: skip
+            items.append({"type": "function_call_output", "call_id": call["id"],
+                          "output": turn.tool_result(call["name"])})  # fmt: skip
+        return items
 
     def step(self, data: str, reader: Reader) -> Step:
         event = _json(data)
@@ -313,7 +314,7 @@ class AGUI(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "agui")
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
         return orjson.dumps(
             {
                 "threadId": turn.thread,
@@ -353,7 +354,7 @@ class AiSdk(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "ai-sdk")
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
         messages = [
             {
                 "id": uuid.uuid4().hex,
@@ -426,7 +427,7 @@ class A2A(Dialect):
     def endpoint(self, config: BenchConfig) -> str:
         return endpoint_url(config.url, config.agent, "a2a")
 
-    def body(self, config: BenchConfig, turn: Turn) -> bytes:
+    def body(self, config: BenchConfig, turn: Turn, said: Sequence[Any] = ()) -> bytes:
         # The server keeps the conversation: a turn names its context and says only the prompt.
         message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "contextId": turn.thread}
         if self.v1:
@@ -506,12 +507,7 @@ class Anthropic(Dialect):
             ]  # fmt: skip
         return orjson.dumps(body)
 
-    def answer(
-        self, config: BenchConfig, turn: Turn, reader: Reader, said: list[Any]
-    ) -> bytes | None:
-        if not reader.calls:
-            return None
-        calls = [reader.calls[k] for k in sorted(reader.calls)]
+    def answered(self, turn: Turn, calls: list[dict[str, str]]) -> list[Any]:
         uses = []
         for call in calls:
             try:
@@ -524,8 +520,7 @@ class Anthropic(Dialect):
             {"type": "tool_result", "tool_use_id": c["id"], "content": turn.tool_result(c["name"])}
             for c in calls
         ]
-        said += [{"role": "assistant", "content": uses}, {"role": "user", "content": results}]
-        return self.body(config, turn, said)
+        return [{"role": "assistant", "content": uses}, {"role": "user", "content": results}]
 
     def step(self, data: str, reader: Reader) -> Step:
         event = _json(data)
