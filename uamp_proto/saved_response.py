@@ -41,6 +41,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from .adapters.agui_events import ChunkError, expand_chunks
 from .errors import UampError
 from .signing import (
     JWKS,
@@ -65,6 +66,8 @@ SAVED_FORMAT: Final = "uamp.signed-response/1"
 
 #: The name of the AG-UI ``CUSTOM`` event that carries a response signature.
 AGUI_SIGNATURE_EVENT: Final = "uamp.response_signature"
+#: AG-UI's convenience forms, read as the triads they stand for.
+_CHUNKS: Final = ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK")
 
 
 class SavedResponseError(UampError):
@@ -231,7 +234,12 @@ def _from_sse(events: list[tuple[str | None, str]]) -> SavedResponse:
 
 
 def _from_events(objects: list[Any]) -> SavedResponse:
-    """UAMP events (the last response) or AG-UI events."""
+    """UAMP events (the last response) or AG-UI events (chunk forms expanded first)."""
+    if any(isinstance(o, dict) and o.get("type") in _CHUNKS for o in objects):
+        try:
+            objects = expand_chunks(o for o in objects if isinstance(o, dict))
+        except ChunkError as exc:
+            raise SavedResponseError(f"the saved AG-UI stream is not well formed: {exc}") from None
     parts: list[str] = []
     signature: str | None = None
     transport = None
@@ -252,9 +260,7 @@ def _from_events(objects: list[Any]) -> SavedResponse:
             transport = "uamp"
         elif kind == "RUN_STARTED":
             parts, signature, transport = [], None, "agui"
-        elif kind in ("TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CHUNK") and isinstance(
-            obj.get("delta"), str
-        ):
+        elif kind == "TEXT_MESSAGE_CONTENT" and isinstance(obj.get("delta"), str):
             parts.append(obj["delta"])
         elif kind == "CUSTOM" and obj.get("name") == AGUI_SIGNATURE_EVENT:
             value = obj.get("value") or {}

@@ -288,3 +288,67 @@ def test_not_a_run_input_is_400(server, content: bytes) -> None:  # type: ignore
     assert resp.status_code == 400
     assert resp.headers["content-type"] == "application/json"
     assert resp.json()["error"]["message"]
+
+
+def _as_chunks(events: list[Any]) -> list[dict[str, Any]]:
+    """A run re-encoded in AG-UI's convenience forms with ag-ui's own event classes and
+    encoder (a client or proxy that keeps its streams compact): each text message and
+    tool call becomes chunks, a delta split in two."""
+    from ag_ui.core import TextMessageChunkEvent, ToolCallChunkEvent
+    from ag_ui.encoder import EventEncoder
+
+    encoder, out = EventEncoder(), []
+    for event in events:
+        if event.type in (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_END):
+            continue
+        if event.type in (EventType.TOOL_CALL_START, EventType.TOOL_CALL_END):
+            if event.type == EventType.TOOL_CALL_START:  # the opening chunk: id and name
+                chunk = ToolCallChunkEvent(
+                    tool_call_id=event.tool_call_id,
+                    tool_call_name=event.tool_call_name,
+                    parent_message_id=event.parent_message_id,
+                )
+                out.append(encoder.encode(chunk))
+            continue
+        if event.type == EventType.TEXT_MESSAGE_CONTENT:
+            half = len(event.delta) // 2 or 1
+            first = TextMessageChunkEvent(message_id=event.message_id, delta=event.delta[:half])
+            out.append(encoder.encode(first))
+            if event.delta[half:]:
+                out.append(encoder.encode(TextMessageChunkEvent(delta=event.delta[half:])))
+            continue
+        if event.type == EventType.TOOL_CALL_ARGS:
+            half = len(event.delta) // 2 or 1
+            for piece in (event.delta[:half], event.delta[half:]):
+                if piece:
+                    out.append(encoder.encode(ToolCallChunkEvent(delta=piece)))
+            continue
+        out.append(encoder.encode(event))
+    return [json.loads(frame.removeprefix("data: ").strip()) for frame in out]
+
+
+def test_a_chunked_copy_of_a_run_builds_the_history_the_next_run_takes(server) -> None:  # type: ignore[no-untyped-def]
+    """TEXT_MESSAGE_CHUNK / TOOL_CALL_CHUNK read back (001's client transformer): the
+    history built from the chunked copy is the server's own MESSAGES_SNAPSHOT, and the
+    next run takes it as RunAgentInput.messages."""
+    from uamp_proto.adapters.agui_events import apply_events
+
+    first = run_input("get_weather for Paris", tools=[WEATHER_FUNCTION])
+    events = stream(server, "demo", first)
+    chunked = _as_chunks(events)
+    kinds = {e["type"] for e in chunked}
+    assert {"TOOL_CALL_CHUNK"} <= kinds and not kinds & {"TOOL_CALL_START", "TOOL_CALL_ARGS"}
+    snapshot = next(e for e in events if e.type == EventType.MESSAGES_SNAPSHOT)
+    without_snapshot = [e for e in chunked if e["type"] != "MESSAGES_SNAPSHOT"]
+    history = apply_events(without_snapshot, first["messages"])
+    assert history == [m.model_dump(mode="json", by_alias=True) for m in snapshot.messages]
+    call = history[-1]["toolCalls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"city": "get_weather for Paris"}
+    history.append({"id": "t1", "role": "tool", "toolCallId": call["id"], "content": "sunny"})
+    second = stream(server, "demo", run_input("", messages=history, runId="run-2"))
+    text_events = [e for e in second if e.type == EventType.TEXT_MESSAGE_CONTENT]
+    assert "".join(e.delta for e in text_events) == "Tool get_weather returned: sunny"
+    # The answer, chunked too, joins the history as one assistant message.
+    after = apply_events(_as_chunks(second), history)
+    assert after[-1]["role"] == "assistant"
+    assert after[-1]["content"] == "Tool get_weather returned: sunny"
