@@ -428,3 +428,17 @@ def test_a_saved_agui_stream_of_chunk_events_reads_as_its_text() -> None:
     data = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
     saved = read_saved_response(data)
     assert (saved.transport, saved.text) == ("agui", "hello")
+
+
+def test_a_saved_stream_whose_first_chunk_names_no_message_is_refused_clearly() -> None:
+    import orjson
+
+    from uamp_proto.saved_response import SavedResponseError, read_saved_response
+
+    events = [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "TEXT_MESSAGE_CHUNK", "delta": "orphan"},
+    ]
+    data = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    with pytest.raises(SavedResponseError, match="names no messageId"):
+        read_saved_response(data)
