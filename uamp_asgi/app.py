@@ -18,8 +18,9 @@ authenticator refuses it; public routes let anyone through).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -34,6 +35,7 @@ from uamp_proto.responder import Responder
 
 from .config import Config
 from .http import (
+    TRANSPORT,
     HTTPError,
     JsonReply,
     Receive,
@@ -41,11 +43,15 @@ from .http import (
     Request,
     Scope,
     Send,
+    StreamReply,
     read_body,
     scope_headers,
     send_reply,
 )
 from .websocket import WebSocket
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 __all__ = ["Endpoint", "Host", "UampASGI", "app"]
 
@@ -67,6 +73,8 @@ class _Route:
     style: ErrorStyle
     public: bool
     when: When | None = None
+    #: The transport that mounted it (the metrics' label).
+    transport: str = "app"
 
 
 class Host:
@@ -74,13 +82,22 @@ class Host:
 
     def __init__(self, agents: Iterable[Responder], config: Config) -> None:
         self.config = config
+        self.metrics: Metrics | None = None
+        if config.metrics:
+            from .metrics import Metrics
+
+            self.metrics = Metrics()
         self.agents: dict[str, Responder] = {}
         for agent in agents:
             if agent.name in self.agents:
                 raise ValueError(f"two agents are named {agent.name!r}")
-            self.agents[agent.name] = agent
+            self.agents[agent.name] = (
+                agent if self.metrics is None else self.metrics.wrap_agent(agent)
+            )
         self._routes: list[_Route] = []
-        self._sockets: list[tuple[re.Pattern[str], WebSocketHandler]] = []
+        self._sockets: list[tuple[re.Pattern[str], WebSocketHandler, str]] = []
+        #: The transport whose routes are being mounted.
+        self.mounting = "app"
 
     # --- what transports call --------------------------------------------------
 
@@ -100,7 +117,9 @@ class Host:
         tried before the routes without one.
         """
         names = frozenset([methods] if isinstance(methods, str) else methods)
-        route = _Route(names, compile_pattern(subpath), endpoint, style, public, when)
+        route = _Route(
+            names, compile_pattern(subpath), endpoint, style, public, when, self.mounting
+        )
         if when is None:
             self._routes.append(route)
         else:
@@ -108,7 +127,7 @@ class Host:
 
     def websocket(self, subpath: str, handler: WebSocketHandler) -> None:
         """Serve a WebSocket ``handler`` at ``<agent>/<subpath>`` and at the root."""
-        self._sockets.append((compile_pattern(subpath), handler))
+        self._sockets.append((compile_pattern(subpath), handler, self.mounting))
 
     def resolve_agent(self, params: dict[str, str], *, model: str | None = None) -> Responder:
         """The agent a request addresses (its path, else ``model``, else the only one).
@@ -134,7 +153,7 @@ class Host:
         Raises:
             PaymentRequiredError: The response may not run until paid.
         """
-        return await open_charge(
+        charge = await open_charge(
             self.config.payment_policy,
             agent.name,
             token,
@@ -142,6 +161,9 @@ class Host:
             pricing_of(agent),
             principal=principal.id,
         )
+        if charge is not None and self.metrics is not None:
+            charge = self.metrics.wrap_charge(charge, agent.name)
+        return charge
 
     # --- dispatch ----------------------------------------------------------------
 
@@ -192,12 +214,12 @@ class Host:
             return None
         return HTTPError(404, f"No agent named {name!r} is hosted here.", code="agent_not_found")
 
-    def match_websocket(self, subpath: str) -> tuple[WebSocketHandler, dict[str, str]] | None:
-        """The WebSocket handler at ``subpath``, if any."""
-        for regex, handler in self._sockets:
+    def match_websocket(self, subpath: str) -> tuple[WebSocketHandler, dict[str, str], str] | None:
+        """The WebSocket handler at ``subpath``, its parameters and transport, if any."""
+        for regex, handler, transport in self._sockets:
             m = regex.match(subpath)
             if m is not None:
-                return handler, m.groupdict()
+                return handler, m.groupdict(), transport
         return None
 
     async def authenticate(
@@ -285,13 +307,16 @@ class UampASGI:
         headers = scope_headers(scope)
         params, sub = host.split(_relative_path(scope))
         style: ErrorStyle = "openai"
+        began = time.perf_counter()
+        transport, code = "app", None
         try:
             try:
                 route, found = host.match(method, sub, headers)
             except HTTPError as missing:
                 unknown = None if params else host.unknown_agent(method, sub)
                 raise unknown or missing from None
-            style = route.style
+            style, transport = route.style, route.transport
+            TRANSPORT.set(transport)
             principal = ANONYMOUS if route.public else await host.authenticate(headers)
             body = await read_body(receive, headers, host.config.max_body_size)
             request = Request(
@@ -307,10 +332,24 @@ class UampASGI:
             )
             reply = await route.endpoint(request)
         except HTTPError as error:
-            reply = _refusal(style, error)
+            reply, code = _refusal(style, error), error.code
         except PaymentRequiredError as unpaid:
             reply = JsonReply(error_object(str(unpaid), code=unpaid.code), 402)
-        await send_reply(reply, send, receive, head_only=method == "HEAD")
+            code = unpaid.code
+        metrics = host.metrics
+        if metrics is None:
+            await send_reply(reply, send, receive, head_only=method == "HEAD")
+            return
+        streamed = isinstance(reply, StreamReply)
+        if streamed:
+            metrics.open_streams.labels(transport).inc()
+        try:
+            await send_reply(reply, send, receive, head_only=method == "HEAD")
+        finally:
+            if streamed:
+                metrics.open_streams.labels(transport).dec()
+            agent = metrics.agent_label(params.get("agent"))
+            metrics.finished(transport, agent, reply.status, time.perf_counter() - began, code)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = self.host
@@ -320,15 +359,30 @@ class UampASGI:
         if first["type"] != "websocket.connect" or found is None:
             await send({"type": "websocket.close", "code": 1008})
             return
-        handler, more = found
+        handler, more, transport = found
         headers = scope_headers(scope)
+        metrics = host.metrics
+        agent = metrics.agent_label(params.get("agent")) if metrics is not None else "-"
+        began = time.perf_counter()
         try:
             principal = await host.authenticate(headers)
-        except HTTPError:
+        except HTTPError as refused:
             await send({"type": "websocket.close", "code": 1008})
+            if metrics is not None:
+                seconds = time.perf_counter() - began
+                metrics.finished(transport, agent, 401, seconds, refused.code)
             return
+        TRANSPORT.set(transport)
         socket = WebSocket(scope, receive, send, {**params, **more}, principal, headers)
-        await handler(socket)
+        if metrics is None:
+            await handler(socket)
+            return
+        metrics.open_streams.labels(transport).inc()
+        try:
+            await handler(socket)
+        finally:
+            metrics.open_streams.labels(transport).dec()
+            metrics.finished(transport, agent, 101, time.perf_counter() - began, None)
 
 
 def app(agents: Responder | Iterable[Responder], *, config: Config | None = None) -> UampASGI:
@@ -342,7 +396,9 @@ def app(agents: Responder | Iterable[Responder], *, config: Config | None = None
     listed: list[Responder] = [agents] if isinstance(agents, Responder) else list(agents)
     host = Host(listed, config or Config())
     for name in host.config.transports:
+        host.mounting = name
         transports.mount(name, host)
+    host.mounting = "app"
 
     async def jwks(request: Request) -> Reply:
         """``GET [.../]/.well-known/jwks.json``: the response signer's public key."""
@@ -354,4 +410,18 @@ def app(agents: Responder | Iterable[Responder], *, config: Config | None = None
         return JsonReply(signer.jwks().to_dict())
 
     host.route("GET", "/.well-known/jwks.json", jwks, public=True)
+
+    metrics = host.metrics
+    if metrics is not None:
+
+        async def serve_metrics(request: Request) -> Reply:
+            """``GET /metrics``: the counters in the Prometheus text format."""
+            if "agent" in request.path_params:
+                raise HTTPError(404, "The metrics are at /metrics.", code="not_found")
+            body, content_type = metrics.render()
+            return JsonReply(body, content_type=content_type)
+
+        host.mounting = "metrics"
+        host.route("GET", "/metrics", serve_metrics)
+        host.mounting = "app"
     return UampASGI(host)

@@ -68,6 +68,9 @@ class Config:
             more ``session.create`` gets 429 ``too_many_sessions``.
         sse_session_idle_timeout: An HTTP+SSE session with no stream, no
             running turn and no POST for this long (seconds) is forgotten.
+        metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
+            instruments; needs ``prometheus-client``). Behind the
+            authenticator, as under ``uamp serve``.
     """
 
     authenticator: Authenticator | None = None
@@ -78,3 +81,4 @@ class Config:
     transports: tuple[str, ...] = TRANSPORTS
     sse_max_sessions: int = 64
     sse_session_idle_timeout: float = 300.0
+    metrics: bool = False

@@ -13,6 +13,7 @@ agent turn inside it) is cancelled.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -26,6 +27,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 __all__ = [
     "JSON_HEADERS",
     "SSE_HEADERS",
+    "TRANSPORT",
     "HTTPError",
     "JsonReply",
     "Reply",
@@ -44,6 +46,8 @@ Send = Callable[[Message], Awaitable[None]]
 Write = Callable[[bytes], Awaitable[None]]
 
 JSON_HEADERS = [("content-type", "application/json")]
+#: The transport of the request being served (what metrics count an agent run under).
+TRANSPORT: ContextVar[str] = ContextVar("uamp_asgi_transport", default="-")
 SSE_HEADERS = [
     ("content-type", "text/event-stream; charset=utf-8"),
     ("cache-control", "no-cache"),
@@ -109,6 +113,7 @@ class JsonReply:
     status: int = 200
     headers: list[tuple[str, str]] = attrs.field(factory=list)
     after: Callable[[], Awaitable[object]] | None = None
+    content_type: str = "application/json"
 
 
 @attrs.frozen
@@ -174,7 +179,7 @@ async def send_reply(
             {
                 "type": "http.response.start",
                 "status": reply.status,
-                "headers": _head([*JSON_HEADERS, *reply.headers]),
+                "headers": _head([("content-type", reply.content_type), *reply.headers]),
             }
         )
         await send({"type": "http.response.body", "body": b"" if head_only else body})

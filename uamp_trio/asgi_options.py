@@ -7,7 +7,8 @@ same authenticator (``--auth-*``, ``--api-key``), payment policy over the same
 ledger (``--ledger``, ``--price``, ``--currency``; its database calls run in
 worker threads, on asyncio too), response signer (``--signing-key``) and the
 limits the ASGI app applies itself (``--max-body-size``,
-``--sse-max-sessions``, ``--sse-session-idle-timeout``). ``--env-file`` is
+``--sse-max-sessions``, ``--sse-session-idle-timeout``) and ``GET /metrics``
+(``--metrics``, on unless ``--no-metrics``). ``--env-file`` is
 read first, as ``uamp serve`` reads it. Flags about sockets, processes and
 stores are the ASGI server's business and are parsed but not used.
 
@@ -47,4 +48,5 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "max_body_size": args.max_body_size,
         "sse_max_sessions": args.sse_max_sessions,
         "sse_session_idle_timeout": args.sse_session_idle_timeout,
+        "metrics": args.metrics,
     }

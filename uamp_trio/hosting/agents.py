@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
-from uamp_proto import types as ty
+from uamp_proto.metering import WrappedAgent
 from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
@@ -45,30 +45,6 @@ __all__ = [
 #: single-agent server) was resolved to, for that request's access line and
 #: metrics (:mod:`uamp_trio.observe.requests` reads it; set in the request's task).
 RESOLVED_AGENT: ContextVar[str | None] = ContextVar("uamp_resolved_agent", default=None)
-
-
-class WrappedAgent:
-    """An agent around another: same name and capabilities, every other attribute read through.
-
-    Subclasses define ``respond``; the registry, the agent card and the
-    pricing lookups see the wrapped agent's attributes (``description``,
-    ``pricing``...).
-    """
-
-    def __init__(self, agent: Responder) -> None:
-        self.agent = agent
-
-    @property
-    def name(self) -> str:
-        """The wrapped agent's name."""
-        return self.agent.name
-
-    def capabilities(self) -> ty.Capabilities:
-        """The wrapped agent's capabilities."""
-        return self.agent.capabilities()
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.agent, attr)
 
 
 def unwrapped(agent: Responder) -> Responder:
