@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 #: How long ``uamp serve`` may take to print its address.
-STARTUP = 20.0
+STARTUP = 45.0
 
 
 def uamp(

@@ -25,8 +25,12 @@ from uamp_trio.relay.daemon import Daemon
 
 TIMEOUT = 30
 ISSUER = Issuer()
-CLIENT = {"authorization": f"Bearer {ISSUER.token('alice')}"}
-LIFETIME = 3
+LIFETIME = 5
+
+
+def _client() -> dict[str, str]:
+    """The asking client's credential, made now (one made at import expires in a long run)."""
+    return {"authorization": f"Bearer {ISSUER.token('alice')}"}
 
 
 async def _ask(base: str) -> httpx.Response:
@@ -34,13 +38,13 @@ async def _ask(base: str) -> httpx.Response:
         return await http.post(
             "/agents/alpha/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}]},
-            headers=CLIENT,
+            headers=_client(),
         )
 
 
 async def _state(base: str) -> str:
     async with httpx.AsyncClient(base_url=base) as http:
-        agents = (await http.get("/agents", headers=CLIENT)).json()["agents"]
+        agents = (await http.get("/agents", headers=_client())).json()["agents"]
     return next(a["state"] for a in agents if a["name"] == "alpha")
 
 
