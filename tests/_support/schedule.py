@@ -48,6 +48,7 @@ LONG_MODULES: dict[str, float] = {
     "tests/trio/test_scale_out.py": 17,
     "tests/interop/test_webagents_uamp.py": 10,
     "tests/interop/test_a2a_node_loss.py": 10,
+    "tests/bench/test_cluster_bench.py": 30,
 }
 
 
