@@ -277,6 +277,9 @@ def test_https_keeps_the_name_for_sni_host_and_the_certificate(
             webhook.close()
 
     run_asyncio(main, 30)
-    assert push.counts == {"delivered": len(webhook.received), "failed": 0, "refused": 0}
+    # At least once: a delivery whose answer came late on a loaded machine is
+    # sent again, so the webhook may hold one more than the sender counted.
+    assert push.counts["failed"] == push.counts["refused"] == 0
+    assert 0 < push.counts["delivered"] <= len(webhook.received)
     assert webhook.server_names and set(webhook.server_names) == {"localhost"}
     assert {h["host"] for _, h, _ in webhook.received} == {f"localhost:{port}"}
