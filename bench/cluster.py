@@ -286,7 +286,7 @@ def _resume_phase(url: str, token: str, args: argparse.Namespace, victim: Node) 
     return {
         "clients": len(out),
         "dropped": len(dropped),
-        "resumed_ms": _percentiles([r["resumed"] for r in dropped]),
+        "resumed_ms": _percentiles([r["resumed"] for r in dropped if "resumed" in r]),
         "goes_on_ms": _percentiles([r["goes_on"] for r in dropped if "goes_on" in r]),
         "outcomes": sorted({r.get("state", "none") for r in dropped}),
     }
