@@ -61,7 +61,7 @@ async def test_non_blocking_send_answers_at_once_and_the_task_completes_later(
         "message": a2a_message("hi"),
         "configuration": {"blocking": False},
     }
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with httpx.AsyncClient() as http:
             reply = await http.post(url, json=rpc("message/send", params))
             task = reply.json()["result"]
@@ -81,7 +81,7 @@ async def test_rest_client_that_disconnects_leaves_its_task_running(serve_app: A
     agent = GatedAgent(tail=3000)
     server = await serve_app(create_app([agent], transports=[a2a_transport.mount]))
     body = {"message": {"role": "user", "parts": [{"type": "text", "text": "go"}]}}
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with httpx.AsyncClient() as http:
             async with http.stream("POST", f"{server.url}/agents/gated/tasks", json=body) as resp:
                 async for line in resp.aiter_lines():
