@@ -67,6 +67,11 @@ rounds is printed with the ratio uamp / baseline:
   (``POST /ai-sdk``: one ``text-delta`` chunk per delta) beside
   ``uamp-chat``'s Chat Completions chunks, as for ``anthropic``. Target:
   <= 1.2x the Chat Completions CPU per chunk.
+* ``a2a`` (not run by default): A2A 1.0 JSON-RPC ``SendStreamingMessage``
+  (``POST /agents/flood/a2a``: the task, one ``artifactUpdate`` per delta,
+  the final ``statusUpdate``) beside ``uamp-chat``'s Chat Completions
+  chunks, as for ``anthropic``. Target: <= 1.2x the Chat Completions CPU
+  per chunk (issue 38).
 * ``h2-json``, ``h2-sse`` (not run by default): HTTP/2 over cleartext
   (prior knowledge), 16 concurrent streams on one connection driven by
   ``uamp bench --http2``: completions/s, and chunks/s of streamed
@@ -267,6 +272,12 @@ def serve_uamp(
 
         more.append(ai_sdk.mount)
     except ImportError:  # a uamp@REV from before the AI SDK transport
+        pass
+    try:
+        from uamp_trio.transports import a2a
+
+        more.append(a2a.mount)
+    except ImportError:  # a uamp@REV from before the A2A transport
         pass
 
     # 100 multiplexed sessions need more than the default 64 per connection.
@@ -1132,6 +1143,39 @@ def ai_sdk_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
+def a2a_rate(kind: str, port: int, n: int) -> float:
+    """A2A 1.0 ``SendStreamingMessage`` artifact updates/s (``uamp``), or Chat Completions chunks/s.
+
+    One JSON-RPC streaming send: the task snapshot, one artifact update per
+    delta, the final status update (``uamp-chat``: Chat Completions chunks).
+    """
+    if kind == "uamp-chat":
+        return sse_rate(kind, port, n)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    message = {
+        "messageId": os.urandom(8).hex(),
+        "role": "ROLE_USER",
+        "parts": [{"text": str(n)}],
+    }
+    body = orjson.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendStreamingMessage",
+            "params": {"message": message},
+        }
+    )
+    version = (("a2a-version", "1.0"),)
+    t0 = time.perf_counter()
+    status, raw = _http_post(sock, body, bytearray(), target="/agents/flood/a2a", headers=version)
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    updates = raw.count(b'"text":"tok "')
+    assert status == b"200" and updates == n and b"TASK_STATE_COMPLETED" in raw, (kind, updates)
+    return n / elapsed
+
+
 def responses_rate(kind: str, port: int, n: int) -> float:
     """``response.output_text.delta`` events/s of one streamed Responses API response."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -1511,6 +1555,16 @@ def main() -> None:
             "chunks/s",
             lambda k: functools.partial(_by_kind, ai_sdk_rate, k, n),
             ("uamp", "uamp-chat"),
+            {"cpu_unit": "chunk"},
+        )
+    )
+    rows.append(
+        (
+            "a2a",
+            "SSE: A2A 1.0 artifact updates/s (uamp) vs Chat Completions chunks/s (uamp-chat)",
+            "chunks/s",
+            lambda k: functools.partial(_by_kind, a2a_rate, k, n),
+            ("uamp", *(k for k in extra if k.startswith("uamp@")), "uamp-chat"),
             {"cpu_unit": "chunk"},
         )
     )

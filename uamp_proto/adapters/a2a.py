@@ -983,7 +983,8 @@ class TaskRun:
         self._ids = ids
         self._uamp_events = uamp_events
         self._text: Artifact | None = None
-        self._text_parts: list[str] = []
+        #: The turn's text so far (the text artifact's one item).
+        self._said = ""
         self._sent_text = False
         self._started = False
         #: The agent's direct reply, when it answered with a message.
@@ -1122,8 +1123,14 @@ class TaskRun:
         if self._text is None:
             self._text = Artifact(artifact_id=f"{response_id}-text", name="response")
             task.artifacts.append(self._text)
-        self._text_parts.append(text)
-        self._text.items = [ty.TextContent(text="".join(self._text_parts))]
+        # Drop every other reference to the text first, so that CPython
+        # grows it in place: a join of all the parts on every delta was
+        # quadratic in the turn's length.
+        said, self._said = self._said, ""
+        self._text.items = []
+        said += text
+        self._said = said
+        self._text.items = [ty.TextContent(text=said)]
         out.append(self._text_chunk(text, last=False))
         return out
 
@@ -1180,7 +1187,7 @@ class TaskRun:
         task.conversation.extend(output)
         if self.reply is not None:
             return []
-        answer = self._answer("".join(self._text_parts))
+        answer = self._answer(self._said)
         if answer is not None:
             task.history.append(answer)
         task.pending_tool_calls = []
@@ -1213,7 +1220,7 @@ class TaskRun:
                 }
             ],
         )
-        text = "".join(self._text_parts)
+        text = self._said
         answer = self._answer(text)
         if answer is not None:
             task.history.append(answer)
@@ -1233,7 +1240,7 @@ class TaskRun:
         message resumes.
         """
         task = self.task
-        said = "".join(self._text_parts)
+        said = self._said
         if said:
             task.conversation.extend(output)
         message = self._answer(text or said)

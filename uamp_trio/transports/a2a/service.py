@@ -71,7 +71,6 @@ import datetime
 import email.utils
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -108,7 +107,7 @@ from ...hosting.busy import Slot
 from ...hosting.host import Host, Transport
 from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta
-from ...hosting.turns import open_response
+from ...hosting.turns import ResponseRunner
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed
 from ...stores.health import StoreUnavailable
 from . import rest as a2a_rest
@@ -1227,9 +1226,16 @@ class A2ATransport:
             for update in updates:
                 if current.primary is not None:
                     try:
-                        await current.primary.send(update)
+                        # No checkpoint while the request keeps up: the turn's
+                        # updates then reach it in batches (one write each).
+                        current.primary.send_nowait(update)
+                    except trio.WouldBlock:
+                        try:
+                            await current.primary.send(update)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            current.primary = None  # its request went away; the task goes on
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        current.primary = None  # its request went away; the task goes on
+                        current.primary = None
                 if write is not None:
                     await write(update)
                 if update.final and update.state is a2a.TaskState.INPUT_REQUIRED:
@@ -1242,18 +1248,20 @@ class A2ATransport:
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await self.store.publish(task, [])  # working, in every process
-            async with open_response(
-                agent, turn_request, charge=prepared.charge, bind=partial(setattr, port, "emit")
-            ) as turn:
-                live.cancel = turn.cancel
-                if prepared.slot is not None:
-                    prepared.slot.bind(turn.cancel)  # a later message may interrupt it
-                if live.cancel_requested:
-                    turn.cancel()
-                async for event in turn:
-                    await deliver(updates_of(event))
-            outcome = turn.outcome
-            assert outcome is not None
+
+            async def sink(event: ev.Event) -> None:
+                await deliver(updates_of(event))
+
+            # Inline: the agent's events reach deliver() with no channel hop
+            # and no task switch (a checkpoint every YIELD_EVERY events).
+            turn = ResponseRunner(agent, turn_request, sink, charge=prepared.charge)
+            port.emit = turn.emit
+            live.cancel = turn.cancel
+            if prepared.slot is not None:
+                prepared.slot.bind(turn.cancel)  # a later message may interrupt it
+            if live.cancel_requested:
+                turn.cancel()
+            outcome = await turn.run()
             if outcome.status == "cancelled":
                 prepared.partial = outcome.tracker.messages()
             updates = run.end(outcome, _now())
@@ -1364,9 +1372,16 @@ async def _forward(
     """Write a turn's updates until it ends, or pauses for a person (a final update)."""
     async with receive:
         async for update in receive:
-            await write(update)
-            if update.final and update.state is a2a.TaskState.INPUT_REQUIRED:
-                return  # the task waits for a message; this request is done
+            while True:
+                await write(update)
+                if update.final and update.state is a2a.TaskState.INPUT_REQUIRED:
+                    return  # the task waits for a message; this request is done
+                # Whatever else is ready goes out with it, before the next
+                # checkpoint: the writer then sends the lot in one write.
+                try:
+                    update = receive.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
 
 
 async def _first_of(*events: trio.Event) -> None:
