@@ -36,7 +36,7 @@ import trio
 __all__ = ["GATHER_LINES", "GATHER_SECONDS", "GatheredHandler"]
 
 #: How long the first line of a batch waits for others (seconds).
-GATHER_SECONDS = 0.005
+GATHER_SECONDS = 0.01
 #: A batch this long is written at once.
 GATHER_LINES = 256
 

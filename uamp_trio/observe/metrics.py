@@ -97,6 +97,12 @@ class Metrics(InstrumentMeter):
         self.requests_by = _Children(self.requests)
         self.duration_by = _Children(self.duration)
         self.open_streams_by = _Children(self.open_streams)
+        #: A finished request's counter and histogram updates, by transport,
+        #: agent label and status (all of them bounded: the agent label is a
+        #: hosted agent's name or UNKNOWN_AGENT), looked up once per request.
+        self._per_request: dict[
+            tuple[str, str, int], tuple[Callable[[], None], Callable[[float], None]]
+        ] = {}
         #: Names of the hosted agents (:meth:`wrap_agent`).
         self._agents: set[str] = set()
 
@@ -121,8 +127,15 @@ class Metrics(InstrumentMeter):
         agent = exchange.agent
         if agent not in self._agents and agent != "-":
             agent = UNKNOWN_AGENT
-        self.requests_by.labels(exchange.transport, agent, str(status)).inc()
-        self.duration_by.labels(exchange.transport, agent).observe(exchange.duration)
+        key = (exchange.transport, agent, status)
+        bound = self._per_request.get(key)
+        if bound is None:
+            bound = self._per_request[key] = (
+                self.requests_by.labels(exchange.transport, agent, str(status)).inc,
+                self.duration_by.labels(exchange.transport, agent).observe,
+            )
+        bound[0]()
+        bound[1](exchange.duration)
         if status >= 400:
             code = exchange.error or str(status)
             self.errors.labels(exchange.transport, agent, code).inc()
