@@ -8,9 +8,12 @@ each. :class:`GatheredHandler` is the ``logging`` handler ``uamp serve``
 installs: a line logged on the thread of a running trio loop is appended
 to a list, and one system task of that loop writes everything gathered at
 most :data:`GATHER_SECONDS` after the first line of a batch, in one
-``write`` and one ``flush``. So under load many lines share a system call,
-and a lone line reaches the stream within about :data:`GATHER_SECONDS`
-(later only when the loop itself is busy for longer).
+``write`` and one ``flush``; while lines keep coming it writes once per
+period of :data:`GATHER_SECONDS`, and goes back to waiting after a period
+without one. So under load many lines share a system call and the task
+wakes once a period, not once a batch; a line reaches the stream within
+about :data:`GATHER_SECONDS` (later only when the loop itself is busy for
+longer).
 
 No line is lost on the way out: the task writes what is left when it ends
 (the loop shutting down, cancelled, or failing); :meth:`GatheredHandler.flush`
@@ -111,10 +114,15 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
             while True:
                 wake = self._wake
                 assert wake is not None
-                await wake.wait()
-                await trio.sleep(GATHER_SECONDS)
+                await wake.wait()  # idle until a line comes
+                # Busy: one write per period, for as long as periods bring lines
+                # (one timer a period, not one wake-up per batch).
+                while True:
+                    await trio.sleep(GATHER_SECONDS)
+                    if not self._lines:
+                        break
+                    self._write_out()
                 self._wake = trio.Event()
-                self._write_out()
         finally:
             self._loop_thread = None
             self._wake = None
