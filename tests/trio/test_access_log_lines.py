@@ -87,36 +87,52 @@ def test_another_handler_or_a_filter_takes_the_general_path() -> None:
     assert _direct_handler(logger) is None
 
 
-def test_lines_of_the_loop_are_gathered_then_all_written_in_order() -> None:
+@pytest.fixture
+def period(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A gathering period long enough that no pause of a loaded machine ends it unnoticed."""
+    monkeypatch.setattr(gather, "GATHER_SECONDS", 0.3)
+    return 0.3
+
+
+async def _until(stream: io.StringIO, text: str) -> None:
+    with trio.fail_after(10):
+        while stream.getvalue() != text:
+            await trio.sleep(0.01)
+
+
+def test_lines_of_the_loop_are_gathered_then_all_written_in_order(period: float) -> None:
     stream = io.StringIO()
     handler = GatheredHandler(stream)
 
     async def main() -> None:
-        handler.write_line("one")
-        handler.write_line("two")
-        assert stream.getvalue() == ""  # gathered, not written yet
-        await trio.sleep(gather.GATHER_SECONDS * 4)
-        assert stream.getvalue() == "one\ntwo\n"
-        # A line from another thread is written at once, after what was gathered.
+        handler.write_line("one")  # the first after a quiet period: at once
+        assert stream.getvalue() == "one\n"
+        handler.write_line("two")  # within the period: gathered
         handler.write_line("three")
-        await trio.to_thread.run_sync(handler.write_line, "four")
-        assert stream.getvalue() == "one\ntwo\nthree\nfour\n"
-        handler.write_line("five")  # still gathered when the loop ends
+        assert stream.getvalue() == "one\n"
+        await _until(stream, "one\ntwo\nthree\n")  # at the end of the period
+        handler.write_line("four")  # right after that write: gathered
+        # A line from another thread is written at once, after what was gathered.
+        await trio.to_thread.run_sync(handler.write_line, "five")
+        assert stream.getvalue() == "one\ntwo\nthree\nfour\nfive\n"
+        handler.write_line("six")  # still gathered when the loop ends
 
     trio.run(main)
-    assert stream.getvalue() == "one\ntwo\nthree\nfour\nfive\n"
+    assert stream.getvalue() == "one\ntwo\nthree\nfour\nfive\nsix\n"
 
 
-def test_a_full_batch_is_written_at_once_and_flush_writes_the_rest() -> None:
+def test_a_full_batch_is_written_at_once_and_flush_writes_the_rest(period: float) -> None:
     stream = io.StringIO()
     handler = GatheredHandler(stream)
+    count = gather.GATHER_LINES + 2
 
     async def main() -> None:
-        for i in range(gather.GATHER_LINES + 1):
+        for i in range(count):
             handler.write_line(str(i))
-        assert stream.getvalue().splitlines() == [str(i) for i in range(gather.GATHER_LINES)]
+        # The first at once; then GATHER_LINES gathered, written when full; one left.
+        assert stream.getvalue().splitlines() == [str(i) for i in range(count - 1)]
         handler.flush()  # what logging does at exit
-        assert len(stream.getvalue().splitlines()) == gather.GATHER_LINES + 1
+        assert stream.getvalue().splitlines() == [str(i) for i in range(count)]
 
     trio.run(main)
 

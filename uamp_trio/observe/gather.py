@@ -5,15 +5,15 @@ Theory of operation
 A server under load finishes a request every few hundred microseconds, and
 the access log used to pay a ``write`` and a ``flush`` (a system call) for
 each. :class:`GatheredHandler` is the ``logging`` handler ``uamp serve``
-installs: a line logged on the thread of a running trio loop is appended
-to a list, and one system task of that loop writes everything gathered at
-most :data:`GATHER_SECONDS` after the first line of a batch, in one
-``write`` and one ``flush``; while lines keep coming it writes once per
-period of :data:`GATHER_SECONDS`, and goes back to waiting after a period
-without one. So under load many lines share a system call and the task
-wakes once a period, not once a batch; a line reaches the stream within
-about :data:`GATHER_SECONDS` (later only when the loop itself is busy for
-longer).
+installs. On the thread of a running trio loop, the first line after a
+quiet period of :data:`GATHER_SECONDS` is written at once; a line that
+comes sooner after the last write is appended to a list, and one system
+task of the loop writes the list at the end of that period, in one
+``write`` and one ``flush``. So under load many lines share a system call
+and the task wakes once a period, not once a line; a sparse line costs no
+timer at all; and a line reaches the stream at most about
+:data:`GATHER_SECONDS` after it was logged (later only when the loop itself
+is busy for longer).
 
 No line is lost on the way out: the task writes what is left when it ends
 (the loop shutting down, cancelled, or failing); :meth:`GatheredHandler.flush`
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TextIO
 
 import trio
@@ -54,6 +55,10 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
         #: The thread whose loop has a flusher running, and that loop's wake-up.
         self._loop_thread: int | None = None
         self._wake: trio.Event | None = None
+        #: When the last batch was written (``time.monotonic``), and whether
+        #: the flusher is to write the next one at the end of its period.
+        self._last_write = -GATHER_SECONDS
+        self._armed = False
 
     def emit(self, record: logging.LogRecord) -> None:
         """Format ``record`` and gather (or write) its line."""
@@ -67,14 +72,16 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def write_line(self, line: str) -> None:
         """Write one line (without its terminator), gathered when on a loop's thread."""
         if self._loop_thread == threading.get_ident() or self._start_flusher():
+            now = time.monotonic()
             with self._guard:
                 lines = self._lines
                 lines.append(line)
-                first = len(lines) == 1
                 full = len(lines) >= GATHER_LINES
-            if full:
-                self._write_out()
-            elif first and self._wake is not None:
+            if full or (not self._armed and now - self._last_write >= GATHER_SECONDS):
+                self._write_out()  # the first line after a quiet period, or a full batch
+                self._last_write = now
+            elif not self._armed and self._wake is not None:
+                self._armed = True  # written at the end of this period
                 self._wake.set()
             return
         with self._guard:
@@ -114,16 +121,14 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
             while True:
                 wake = self._wake
                 assert wake is not None
-                await wake.wait()  # idle until a line comes
-                # Busy: one write per period, for as long as periods bring lines
-                # (one timer a period, not one wake-up per batch).
-                while True:
-                    await trio.sleep(GATHER_SECONDS)
-                    if not self._lines:
-                        break
-                    self._write_out()
+                await wake.wait()  # idle until a line is gathered
                 self._wake = trio.Event()
+                await trio.sleep(max(0.0, self._last_write + GATHER_SECONDS - time.monotonic()))
+                self._armed = False
+                self._write_out()
+                self._last_write = time.monotonic()
         finally:
             self._loop_thread = None
             self._wake = None
+            self._armed = False
             self._write_out()
