@@ -17,13 +17,14 @@ import orjson
 
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, Dialect
+from uamp_proto.adapters.a2a_frames import TextChunkFrames
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
 from ...engines.http import Request, SendChunk, StreamingResponse
 
-__all__ = ["SSE_HEADERS", "Call", "Emit", "Opened", "check_json_body", "sse"]
+__all__ = ["SSE_HEADERS", "Call", "Emit", "Opened", "SseEmit", "check_json_body", "sse"]
 
 SSE_HEADERS = [
     ("content-type", "text/event-stream; charset=utf-8"),
@@ -79,6 +80,30 @@ def check_json_body(request: Request) -> None:
         )
 
 
+class SseEmit:
+    """The :data:`Emit` of an SSE stream; :meth:`update` frames text chunks from a template."""
+
+    __slots__ = ("_frames", "_send", "_wrap")
+
+    def __init__(self, send: SendChunk, wrap: Callable[[dict[str, Any]], Any]) -> None:
+        self._send = send
+        self._wrap = wrap
+        self._frames: TextChunkFrames | None = None
+
+    def _encode(self, result: dict[str, Any]) -> bytes:
+        return sse(self._wrap(result))
+
+    async def __call__(self, result: dict[str, Any]) -> None:
+        await self._send(sse(self._wrap(result)))
+
+    async def update(self, update: a2a.Update, dialect: Dialect) -> None:
+        """Send ``update`` as ``self(render_update(update, dialect))`` would."""
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = TextChunkFrames(dialect, self._encode)
+        await self._send(frames.frame(update))
+
+
 @attrs.frozen
 class Opened:
     """A stream an operation has opened: what produces its results, what frees it if unsent."""
@@ -90,10 +115,7 @@ class Opened:
         """The stream as SSE, each result written as ``data: <wrap(result)>``."""
 
         async def producer(send: SendChunk) -> None:
-            async def emit(result: dict[str, Any]) -> None:
-                await send(sse(wrap(result)))
-
-            await self.produce(emit)
+            await self.produce(SseEmit(send, wrap))
 
         return StreamingResponse(
             producer=producer, headers=list(SSE_HEADERS), on_close=self.on_close

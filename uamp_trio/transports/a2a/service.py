@@ -111,7 +111,7 @@ from ...hosting.turns import ResponseRunner
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed
 from ...stores.health import StoreUnavailable
 from . import rest as a2a_rest
-from .call import SSE_HEADERS, Call, Emit, Opened, check_json_body, sse
+from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, check_json_body, sse
 from .push import PushSender
 
 if GRPC_AVAILABLE:  # the grpc extra; without it the gRPC binding is not mounted
@@ -470,7 +470,10 @@ class A2ATransport:
                 if not opened:
                     opened = True
                     await emit(snapshot)
-                await emit(a2a.render_update(update, dialect))
+                if isinstance(emit, SseEmit):  # text chunks from a template
+                    await emit.update(update, dialect)
+                else:
+                    await emit(a2a.render_update(update, dialect))
 
             await self._execute(call.agent, prepared, write)
             if not opened and prepared.reply is None:
