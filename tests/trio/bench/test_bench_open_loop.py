@@ -137,8 +137,11 @@ async def test_the_open_loop_sees_a_stall_the_closed_loop_hides(thread_server: A
     # Both runs met two stalls of 1 s; only the open loop's p99 says so.
     assert c["e2e_ms"]["p99"] < 500 < o["e2e_ms"]["p99"]
     assert c["e2e_ms"]["p99.9"] >= 900  # the stalled requests themselves are there
-    # Requests queued behind the stall waited before they were even sent.
-    assert o["e2e_raw_ms"]["p99"] < o["e2e_ms"]["p99"]
+    # Latency from the scheduled start is never less than from the send, and
+    # more in all (requests wait, however briefly, before they are sent).
+    # At p99 both are the stall itself: equal within the histogram's precision.
+    assert o["e2e_raw_ms"]["p99"] <= o["e2e_ms"]["p99"]
+    assert o["e2e_raw_ms"]["mean"] < o["e2e_ms"]["mean"]
 
 
 async def test_the_rate_is_held_on_a_fast_endpoint(thread_server: Any) -> None:
