@@ -1,4 +1,4 @@
-"""``GET /metrics`` of uamp_asgi under uvicorn: uamp serve's instruments, counted from real traffic."""
+"""``GET /metrics`` of uamp_asgi under uvicorn: uamp serve's instruments, from real traffic."""
 
 from __future__ import annotations
 
