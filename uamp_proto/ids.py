@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Callable
 
-__all__ = ["IdSource", "counter_ids", "event_id_stem", "random_ids"]
+__all__ = ["IdSource", "counter_ids", "event_id_stem", "random_ids", "short_random_ids"]
 
 #: Makes a fresh id for a prefix.
 IdSource = Callable[[str], str]
@@ -30,6 +30,11 @@ def random_ids(prefix: str) -> str:
     if prefix == "content" or prefix == "evt":
         return str(uuid.uuid4())
     return f"{prefix}_{os.urandom(16).hex()}"
+
+
+def short_random_ids(prefix: str) -> str:
+    """A random id of OpenAI's usual length, ``<prefix>_<24 hex digits>`` (Realtime's default)."""
+    return f"{prefix}_{os.urandom(12).hex()}"
 
 
 def counter_ids(start: int = 1) -> IdSource:

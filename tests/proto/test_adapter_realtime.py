@@ -594,3 +594,50 @@ def test_an_answer_for_a_call_no_longer_ringing_is_dropped() -> None:
     s.end_call(1.0, "closed")
     assert s.call_answered(placed, CallAnswer(), 2.0) == []
     assert s.call.state is CallState.IDLE and s.buffered_audio == 0
+
+
+# --- raw messages, cancel and signing: the pieces both Realtime servers share ---------------
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        (b"{not json", "invalid_json"),
+        ("[" * 5000 + "]" * 5000, "json_too_complex"),
+        (b'{"type": "no.such.event"}', "invalid_value"),
+    ],
+)
+def test_a_bad_message_is_an_error_event_and_the_session_goes_on(message: Any, code: str) -> None:
+    s = session()
+    handled = s.handle_message(message)
+    assert handled.action is None
+    [reply] = handled.replies
+    assert reply["type"] == "error" and reply["error"]["code"] == code
+    after = s.handle_message(b'{"type": "response.create"}')
+    assert isinstance(after.action, rt.CreateResponse)
+
+
+@pytest.mark.parametrize(
+    ("requested", "active", "refused"),
+    [
+        (None, None, "Cancellation failed: no active response found."),
+        ("resp_1", None, "Cancellation failed: no active response found with id resp_1."),
+        ("resp_2", "resp_1", "Cancellation failed: no active response found with id resp_2."),
+        (None, "resp_1", None),
+        ("resp_1", "resp_1", None),
+    ],
+)
+def test_cancel_refusal(requested: str | None, active: str | None, refused: str | None) -> None:
+    assert rt.cancel_refusal(requested, active) == refused
+
+
+@pytest.mark.parametrize(
+    ("out", "signed"),
+    [
+        ({"type": "response.done", "response": {"status": "completed"}}, True),
+        ({"type": "response.done", "response": {"status": "cancelled"}}, False),
+        ({"type": "response.output_text.delta", "delta": "x"}, False),
+    ],
+)
+def test_needs_signature(out: dict[str, Any], signed: bool) -> None:
+    assert rt.needs_signature(out) is signed

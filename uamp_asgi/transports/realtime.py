@@ -35,7 +35,6 @@ policies other than refusing and mid-response top-ups are ``uamp serve``'s.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -45,9 +44,9 @@ import attrs
 import orjson
 
 from uamp_proto import events as ev
-from uamp_proto import jsonbounds
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
+from uamp_proto.ids import short_random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.responder import Responder
 
@@ -59,10 +58,6 @@ from ..websocket import Closed, WebSocket
 __all__ = ["mount"]
 
 _BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
-
-
-def _ids(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 @attrs.define
@@ -122,16 +117,7 @@ class _Connection:
                 group.cancel_scope.cancel()
 
     async def _receive(self, message: str | bytes) -> None:
-        try:
-            jsonbounds.check(message)
-            obj = orjson.loads(message)
-        except jsonbounds.TooManyValues as exc:
-            await self.error(f"The message is not parsed: {exc}", "json_too_complex")
-            return
-        except orjson.JSONDecodeError as exc:
-            await self.error(f"The message is not valid JSON: {exc}", "invalid_json")
-            return
-        handled = self.session.handle(obj)
+        handled = self.session.handle_message(message)
         for reply in handled.replies:
             await self.send(reply)
         action = handled.action
@@ -159,7 +145,7 @@ class _Connection:
 
     async def _charge_and_start(self, action: rt.CreateResponse, message: bytes | str) -> bool:
         """Hold the response's price and start it (``True``), or ask for payment."""
-        response_id = _ids("resp")
+        response_id = short_random_ids("resp")
         try:
             charge = await self.host.open_charge(
                 self.agent, self.payment_token, response_id, self.ws.principal
@@ -223,26 +209,17 @@ class _Connection:
     def _signed(self, out: dict[str, Any], active: _Active, turn: Turn) -> dict[str, Any]:
         """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
         signer = self.host.config.response_signer
-        if (
-            signer is not None
-            and out.get("type") == "response.done"
-            and out["response"].get("status") == "completed"
-        ):
+        if signer is not None and rt.needs_signature(out):
             out["signature"] = signer(turn.tracker.text, active.request_bytes)
         return out
 
     async def _cancel(self, action: rt.CancelResponse) -> None:
         active = self.active
-        if active is None or (
-            action.response_id is not None and action.response_id != active.response_id
-        ):
-            await self.error(
-                "Cancellation failed: no active response found"
-                + (f" with id {action.response_id}." if action.response_id else "."),
-                "response_cancel_not_active",
-                action.client_event_id,
-            )
+        refusal = rt.cancel_refusal(action.response_id, active.response_id if active else None)
+        if refusal is not None:
+            await self.error(refusal, "response_cancel_not_active", action.client_event_id)
             return
+        assert active is not None  # cancel_refusal answers for a missing one
         active.cancel_requested = True
         if active.turn is not None:
             active.turn.cancel()
@@ -253,7 +230,7 @@ class _Connection:
         held, self.held = self.held, None
         if held is None:
             return
-        response_id = _ids("resp")
+        response_id = short_random_ids("resp")
         try:
             charge = await self.host.open_charge(
                 self.agent, self.payment_token, response_id, self.ws.principal
@@ -264,7 +241,7 @@ class _Connection:
                 unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
             await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
             return
-        accepted = ev.PaymentAccepted(payment_id=_ids("pay"))
+        accepted = ev.PaymentAccepted(payment_id=short_random_ids("pay"))
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         self._start(held[0], held[1], response_id, charge)
 
@@ -288,10 +265,10 @@ def mount(host: Host) -> None:
         await ws.accept("realtime" if "realtime" in offered else None)
         modalities = ["audio"] if "audio" in agent.capabilities().modalities else ["text"]
         session = rt.RealtimeSession(
-            session_id=_ids("sess"),
+            session_id=short_random_ids("sess"),
             model=model,
             beta=beta,
-            ids=_ids,
+            ids=short_random_ids,
             modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
         )
         try:

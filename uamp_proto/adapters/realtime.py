@@ -83,8 +83,10 @@ import re
 from typing import Any
 
 import attrs
+import orjson
 
 from .. import events as ev
+from .. import jsonbounds
 from .. import types as ty
 from ..audio import (
     CONVERTED_FORMATS,
@@ -117,7 +119,9 @@ __all__ = [
     "ResponseEncoder",
     "ResponseOptions",
     "SubmitPayment",
+    "cancel_refusal",
     "error_event",
+    "needs_signature",
     "payment_event",
 ]
 
@@ -191,6 +195,23 @@ def error_event(
             "event_id": client_event_id,
         },
     }
+
+
+def cancel_refusal(requested: str | None, active: str | None) -> str | None:
+    """Why ``response.cancel`` (naming ``requested``) finds nothing to cancel; ``None`` if it does.
+
+    ``active``: the id of the response running now, if any.
+    """
+    if active is not None and requested in (None, active):
+        return None
+    return "Cancellation failed: no active response found" + (
+        f" with id {requested}." if requested else "."
+    )
+
+
+def needs_signature(out: dict[str, Any]) -> bool:
+    """Whether server event ``out`` is a completed ``response.done`` (what a signer signs)."""
+    return out.get("type") == "response.done" and out["response"].get("status") == "completed"
 
 
 def payment_event(event: ev.Event, event_id: str) -> dict[str, Any]:
@@ -518,6 +539,19 @@ class RealtimeSession:
         return event
 
     # --- client events --------------------------------------------------------------
+
+    def handle_message(self, message: str | bytes) -> Handled:
+        """Process one client message as received: a bounded JSON parse, then :meth:`handle`."""
+        try:
+            jsonbounds.check(message)
+            obj = orjson.loads(message)
+        except jsonbounds.TooManyValues as exc:
+            text, code = f"The message is not parsed: {exc}", "json_too_complex"
+        except orjson.JSONDecodeError as exc:
+            text, code = f"The message is not valid JSON: {exc}", "invalid_json"
+        else:
+            return self.handle(obj)
+        return Handled(replies=[error_event(self.ids("event"), text, code=code)])
 
     def handle(self, event: object) -> Handled:
         """Process one client event (a parsed JSON value); never raises for bad input."""

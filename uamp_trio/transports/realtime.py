@@ -53,7 +53,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -62,10 +61,10 @@ import orjson
 import trio
 
 from uamp_proto import events as ev
-from uamp_proto import jsonbounds
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.busy import BUSY, INVALID_POLICY, BusyError
 from uamp_proto.codec import unstructure
+from uamp_proto.ids import short_random_ids
 from uamp_proto.payment import (
     Charge,
     PaymentPolicy,
@@ -100,10 +99,6 @@ _BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 
 #: Longest a ``response.create`` is held for payment, by default (UAMP sessions' own).
 _PAYMENT_WAIT = SessionLimits().payment_wait
-
-
-def _ids(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 @attrs.define
@@ -198,16 +193,7 @@ class _RealtimeConnection:
         await self.ws.close(1008, "token expired")
 
     async def _receive(self, message: str | bytes) -> None:
-        try:
-            jsonbounds.check(message)
-            obj = orjson.loads(message)
-        except jsonbounds.TooManyValues as exc:
-            await self.error(f"The message is not parsed: {exc}", "json_too_complex")
-            return
-        except orjson.JSONDecodeError as exc:
-            await self.error(f"The message is not valid JSON: {exc}", "invalid_json")
-            return
-        handled = self.session.handle(obj)
+        handled = self.session.handle_message(message)
         for reply in handled.replies:
             await self.send(reply)
         action = handled.action
@@ -251,7 +237,7 @@ class _RealtimeConnection:
         self, action: rt.CreateResponse, message: bytes | str, slot: Slot
     ) -> None:
         """Hold the response's price (a ledger locks it) and start it, or ask for payment."""
-        response_id = _ids("resp")
+        response_id = short_random_ids("resp")
         try:
             charge = await self.served.open_charge(self.payment_token, response_id, self.principal)
         except PaymentRequiredError as unpaid:
@@ -416,26 +402,17 @@ class _RealtimeConnection:
     def _signed(self, out: dict[str, Any], active: _Active, turn: ResponseRunner) -> dict[str, Any]:
         """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
         signer = self.served.signer
-        if (
-            signer is not None
-            and out.get("type") == "response.done"
-            and out["response"].get("status") == "completed"
-        ):
+        if signer is not None and rt.needs_signature(out):
             out["signature"] = signer(turn.tracker.text, active.request_bytes)
         return out
 
     async def _cancel(self, action: rt.CancelResponse) -> None:
         active = self.active
-        if active is None or (
-            action.response_id is not None and action.response_id != active.response_id
-        ):
-            await self.error(
-                "Cancellation failed: no active response found"
-                + (f" with id {action.response_id}." if action.response_id else "."),
-                "response_cancel_not_active",
-                action.client_event_id,
-            )
+        refusal = rt.cancel_refusal(action.response_id, active.response_id if active else None)
+        if refusal is not None:
+            await self.error(refusal, "response_cancel_not_active", action.client_event_id)
             return
+        assert active is not None  # cancel_refusal answers for a missing one
         active.cancel_requested = True
         if active.turn is not None:
             active.turn.cancel()
@@ -455,7 +432,9 @@ class _RealtimeConnection:
             await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
             return
         remaining = await self.served.balance(self.payment_token)
-        accepted = ev.PaymentAccepted(payment_id=_ids("pay"), balance_remaining=remaining)
+        accepted = ev.PaymentAccepted(
+            payment_id=short_random_ids("pay"), balance_remaining=remaining
+        )
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         held, self.held = self.held, None
         slot, self.held_slot = self.held_slot, None
@@ -477,7 +456,7 @@ class _RealtimeConnection:
             return
         remaining = await self.served.balance(self.payment_token)
         accepted = ev.PaymentAccepted(
-            payment_id=_ids("pay"), amount=amount, balance_remaining=remaining
+            payment_id=short_random_ids("pay"), amount=amount, balance_remaining=remaining
         )
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
         paid.set()
@@ -515,10 +494,10 @@ class RealtimeTransport(PolicyTransport):
         heard = agent.capabilities().audio
         expires = request.principal.expires_at
         session = rt.RealtimeSession(
-            session_id=_ids("sess"),
+            session_id=short_random_ids("sess"),
             model=model,
             beta=beta,
-            ids=_ids,
+            ids=short_random_ids,
             modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
             voices=(heard.voices or None) if heard else None,
             expires_at=None if expires is None else int(expires),
