@@ -175,6 +175,24 @@ def test_another_principals_task_is_not_found_and_rest_refusals_are_aip193(base:
     run_asyncio(main)
 
 
+def test_a_rest_body_over_the_json_bounds_is_a_parse_error_and_the_server_goes_on(
+    base: str,
+) -> None:
+    async def main() -> None:
+        async with _http("sk-a") as alice:
+            url = f"{base}/agents/echo/a2a/message:send"
+            deep = b"[" * 200 + b"]" * 200  # orjson parses it; jsonbounds does not let it through
+            refused = await alice.post(
+                url, content=deep, headers={"content-type": "application/json"}
+            )
+            assert refused.status_code == 400
+            assert refused.json()["error"]["details"][0]["reason"] == "PARSE_ERROR"
+            body = {"message": {"role": "ROLE_USER", "parts": [{"text": "x"}], "messageId": "m2"}}
+            assert (await alice.post(url, json=body)).status_code == 200
+
+    run_asyncio(main)
+
+
 # --- root_path: the card's URLs point back through where the app is mounted ---------------
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs
 
 import orjson
 
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, Dialect
-from uamp_proto.adapters.a2a_params import camel_keys
+from uamp_proto.adapters.a2a_params import check_rest_version, rest_body, rest_query
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
@@ -34,30 +33,7 @@ _Handler = Callable[[Responder, Request], Awaitable[Reply]]
 
 
 def _body(request: Request) -> dict[str, Any]:
-    declared = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-    if declared and declared != "application/json" and not declared.endswith("+json"):
-        raise A2AError(
-            a2a.CONTENT_TYPE_NOT_SUPPORTED,
-            f"Content-Type {declared} is not supported: send application/json.",
-        )
-    if not request.body:
-        return {}
-    try:
-        body = orjson.loads(request.body)
-    except orjson.JSONDecodeError:
-        raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise A2AError(a2a.INVALID_REQUEST, "The body must be a JSON object.")
-    out: dict[str, Any] = camel_keys(body)
-    return out
-
-
-def _query(request: Request) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, values in parse_qs(request.query, keep_blank_values=True).items():
-        out[key] = values[0] if len(values) == 1 else values
-    camel: dict[str, Any] = camel_keys(out)
-    return camel
+    return rest_body(request.headers.get("content-type"), request.body)
 
 
 def _frame(result: dict[str, Any]) -> bytes:
@@ -72,12 +48,7 @@ def mount(host: Host, ops: A2AOperations) -> None:
         async def endpoint(request: Request) -> Reply:
             agent = host.resolve_agent(request.path_params)
             try:
-                if a2a.negotiate_version(request.headers.get("a2a-version")) is Dialect.V03:
-                    raise A2AError(
-                        a2a.VERSION_NOT_SUPPORTED,
-                        "This HTTP+JSON interface speaks A2A 1.0; use JSON-RPC for 0.3.",
-                        data={"requestedVersion": "0.3", "supportedVersions": "1.0"},
-                    )
+                check_rest_version(request.headers.get("a2a-version"))
                 return await handler(agent, request)
             except A2AError as exc:
                 return JsonReply(exc.rest_body(), exc.http_status)
@@ -95,10 +66,10 @@ def mount(host: Host, ops: A2AOperations) -> None:
         return sse(ops.stream(agent, request, _body(request), v1), _frame)
 
     async def list_tasks(agent: Responder, request: Request) -> Reply:
-        return JsonReply(ops.list_tasks(agent, request.principal, _query(request)))
+        return JsonReply(ops.list_tasks(agent, request.principal, rest_query(request.query)))
 
     async def get(agent: Responder, request: Request) -> Reply:
-        params = {**_query(request), **task_id(request)}
+        params = {**rest_query(request.query), **task_id(request)}
         return JsonReply(ops.get(request.principal, params, v1))
 
     async def cancel(agent: Responder, request: Request) -> Reply:

@@ -24,18 +24,26 @@ import calendar
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 import attrs
+import orjson
 
+from .. import jsonbounds
 from ..ids import IdSource
 from .a2a import (
+    CONTENT_TYPE_NOT_SUPPORTED,
     INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
     TASK_NOT_FOUND,
+    VERSION_NOT_SUPPORTED,
     A2AError,
     A2AMessage,
     A2ATask,
     Dialect,
     TaskState,
+    negotiate_version,
     opt_int,
     opt_str,
     render_task,
@@ -46,6 +54,8 @@ __all__ = [
     "ListQuery",
     "blocking",
     "camel_keys",
+    "check_content_type",
+    "check_rest_version",
     "config_id",
     "find_config",
     "inline_push_config",
@@ -55,6 +65,8 @@ __all__ = [
     "parse_list_params",
     "parse_timestamp",
     "render_config",
+    "rest_body",
+    "rest_query",
     "send_configuration",
     "task_id_of",
     "turn_context",
@@ -458,3 +470,59 @@ def turn_context(
     if extensions:
         out["activeExtensions"] = sorted(extensions)
     return out
+
+
+# --- the HTTP+JSON binding's requests -------------------------------------------------------
+
+
+def check_content_type(content_type: str | None) -> None:
+    """Refuse a body declared as other than JSON (``ContentTypeNotSupportedError``).
+
+    A request without a ``Content-Type`` is read as JSON (lenient).
+    """
+    declared = (content_type or "").split(";", 1)[0].strip().lower()
+    if declared and declared != "application/json" and not declared.endswith("+json"):
+        raise A2AError(
+            CONTENT_TYPE_NOT_SUPPORTED,
+            f"Content-Type {declared} is not supported: send application/json.",
+        )
+
+
+def check_rest_version(header: str | None) -> None:
+    """Refuse an ``A2A-Version`` of 0.3: the HTTP+JSON binding speaks 1.0 only."""
+    if negotiate_version(header) is Dialect.V03:
+        raise A2AError(
+            VERSION_NOT_SUPPORTED,
+            "This HTTP+JSON interface speaks A2A 1.0; use JSON-RPC for 0.3.",
+            data={"requestedVersion": "0.3", "supportedVersions": "1.0"},
+        )
+
+
+def rest_body(content_type: str | None, raw: bytes) -> dict[str, Any]:
+    """An HTTP+JSON request body as camelCase params (``{}`` when empty).
+
+    Raises:
+        A2AError: not JSON by its type; not JSON, or more values than
+            :mod:`uamp_proto.jsonbounds` lets through (parse error); not an object.
+    """
+    check_content_type(content_type)
+    if not raw:
+        return {}
+    try:
+        jsonbounds.check(raw)
+        body = orjson.loads(raw)
+    except (jsonbounds.TooManyValues, orjson.JSONDecodeError):
+        raise A2AError(PARSE_ERROR, "The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise A2AError(INVALID_REQUEST, "The body must be a JSON object.")
+    out: dict[str, Any] = camel_keys(body)
+    return out
+
+
+def rest_query(query: str) -> dict[str, Any]:
+    """A query string as camelCase params (a repeated key: the list of its values)."""
+    out: dict[str, Any] = {}
+    for key, values in parse_qs(query, keep_blank_values=True).items():
+        out[key] = values[0] if len(values) == 1 else values
+    camel: dict[str, Any] = camel_keys(out)
+    return camel

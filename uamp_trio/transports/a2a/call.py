@@ -16,8 +16,9 @@ import attrs
 import orjson
 
 from uamp_proto.adapters import a2a
-from uamp_proto.adapters.a2a import A2AError, Dialect
+from uamp_proto.adapters.a2a import Dialect
 from uamp_proto.adapters.a2a_frames import TextChunkFrames
+from uamp_proto.adapters.a2a_params import check_content_type
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
@@ -68,16 +69,8 @@ class Call:
 
 
 def check_json_body(request: Request) -> None:
-    """Refuse a body declared as something other than JSON (A2A ``ContentTypeNotSupportedError``).
-
-    A request without a ``Content-Type`` is read as JSON (lenient).
-    """
-    declared = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-    if declared and declared != "application/json" and not declared.endswith("+json"):
-        raise A2AError(
-            a2a.CONTENT_TYPE_NOT_SUPPORTED,
-            f"Content-Type {declared} is not supported: send application/json.",
-        )
+    """Refuse a body declared as other than JSON (``a2a_params.check_content_type``)."""
+    check_content_type(request.headers.get("content-type"))
 
 
 class SseEmit:

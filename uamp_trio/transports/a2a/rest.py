@@ -30,15 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
-from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, Dialect
-from uamp_proto.adapters.a2a_params import camel_keys
+from uamp_proto.adapters.a2a_params import check_rest_version, rest_body, rest_query
 
-from ...engines.http import HTTPError, Request, Response, StreamingResponse, json_response
+from ...engines.http import Request, Response, StreamingResponse, json_response
 from ...hosting.router import RouteMeta
-from .call import Call, check_json_body
+from .call import Call
 
 if TYPE_CHECKING:
     from ...hosting.host import Host
@@ -53,26 +51,8 @@ ROUTES = RouteMeta(transport="a2a", error_style="a2a_rest")
 _Handler = Callable[["Call", Request], Awaitable[Response | StreamingResponse]]
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    check_json_body(request)
-    if not request.body:
-        return {}
-    try:
-        body = await request.json()
-    except HTTPError:  # the engine's own JSON error: answer in this binding's shape
-        raise A2AError(a2a.PARSE_ERROR, "The body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise A2AError(a2a.INVALID_REQUEST, "The body must be a JSON object.")
-    out: dict[str, Any] = camel_keys(body)
-    return out
-
-
-def _query(request: Request) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, values in parse_qs(request.query, keep_blank_values=True).items():
-        out[key] = values[0] if len(values) == 1 else values
-    camel: dict[str, Any] = camel_keys(out)
-    return camel
+def _body(request: Request) -> dict[str, Any]:
+    return rest_body(request.headers.get("content-type"), request.body)
 
 
 def mount(app: Host, transport: A2ATransport) -> None:
@@ -82,12 +62,7 @@ def mount(app: Host, transport: A2ATransport) -> None:
         async def endpoint(request: Request) -> Response | StreamingResponse:
             agent = app.resolve_agent(request.path_params)
             try:
-                if a2a.negotiate_version(request.headers.get("a2a-version")) is Dialect.V03:
-                    raise A2AError(
-                        a2a.VERSION_NOT_SUPPORTED,
-                        "This HTTP+JSON interface speaks A2A 1.0; use JSON-RPC for 0.3.",
-                        data={"requestedVersion": "0.3", "supportedVersions": "1.0"},
-                    )
+                check_rest_version(request.headers.get("a2a-version"))
                 return await handler(Call(agent, request, Dialect.V1), request)
             except A2AError as exc:
                 return json_response(exc.rest_body(), exc.http_status)
@@ -97,20 +72,20 @@ def mount(app: Host, transport: A2ATransport) -> None:
     t = transport
 
     async def send(call: Call, request: Request) -> Response:
-        return json_response(await t.send(call, await _body(request)))
+        return json_response(await t.send(call, _body(request)))
 
     async def stream(call: Call, request: Request) -> StreamingResponse:
-        return (await t.stream(call, await _body(request))).sse(lambda result: result)
+        return (await t.stream(call, _body(request))).sse(lambda result: result)
 
     async def list_tasks(call: Call, request: Request) -> Response:
-        return json_response(await t.list_tasks(call, _query(request)))
+        return json_response(await t.list_tasks(call, rest_query(request.query)))
 
     async def get(call: Call, request: Request) -> Response:
-        params = {**_query(request), "id": request.path_params["task_id"]}
+        params = {**rest_query(request.query), "id": request.path_params["task_id"]}
         return json_response(await t.get(call, params))
 
     async def cancel(call: Call, request: Request) -> Response:
-        params = {**await _body(request), "id": request.path_params["task_id"]}
+        params = {**_body(request), "id": request.path_params["task_id"]}
         return json_response(await t.cancel(call, params))
 
     async def subscribe(call: Call, request: Request) -> StreamingResponse:
@@ -119,7 +94,7 @@ def mount(app: Host, transport: A2ATransport) -> None:
 
     def push(op: str) -> _Handler:
         async def handler(call: Call, request: Request) -> Response:
-            params = await _body(request) if op == "set" else _query(request)
+            params = _body(request) if op == "set" else rest_query(request.query)
             params = {**params, "taskId": request.path_params["task_id"]}
             if "config_id" in request.path_params:
                 params["id"] = request.path_params["config_id"]
