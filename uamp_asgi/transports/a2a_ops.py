@@ -275,13 +275,7 @@ class A2AOperations:
             raise A2AError(a2a.INVALID_PARAMS, "'message.role' must be user.")
         a2a_params.send_configuration(params)
         principal = request.principal
-        stored = a2a.StoredMessage(
-            message_id=message.message_id,
-            role="user",
-            items=list(message.items),
-            data=list(message.data),
-            metadata=message.metadata,
-        )
+        stored = a2a.stored_message(message)
         metadata = params.get("metadata")
         tools = a2a.parse_tools(metadata if isinstance(metadata, dict) else None)
         if message.task_id is not None:

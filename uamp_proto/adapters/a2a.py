@@ -126,6 +126,7 @@ __all__ = [
     "rest_events",
     "rest_task",
     "result_response",
+    "stored_message",
     "stream_task",
     "task_id_param",
     "task_not_found",
@@ -786,6 +787,17 @@ class StoredMessage:
     items: list[ty.ContentItem]
     data: list[Any] = attrs.field(factory=list)
     metadata: dict[str, Any] | None = None
+
+
+def stored_message(message: A2AMessage) -> StoredMessage:
+    """A received message as a task's history keeps it."""
+    return StoredMessage(
+        message_id=message.message_id,
+        role=message.role,
+        items=list(message.items),
+        data=list(message.data),
+        metadata=message.metadata,
+    )
 
 
 @attrs.define(kw_only=True)

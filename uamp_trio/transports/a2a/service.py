@@ -795,13 +795,7 @@ class A2ATransport:
         tools = a2a.parse_tools(metadata)
         token = request.headers.get("x-payment")
         principal = request.principal
-        stored = a2a.StoredMessage(
-            message_id=message.message_id,
-            role="user",
-            items=list(message.items),
-            data=list(message.data),
-            metadata=message.metadata,
-        )
+        stored = a2a.stored_message(message)
         now = _now()
         if message.task_id is not None:
             task = await self._task(agent, message.task_id, principal)
