@@ -26,7 +26,7 @@ import attrs
 
 from uamp_proto import grpc as grpc_wire
 from uamp_proto.adapters import a2a
-from uamp_proto.adapters.completions import error_object
+from uamp_proto.adapters.completions import error_object, payment_error
 from uamp_proto.errors import UampError
 from uamp_proto.paths import compile_pattern
 from uamp_proto.payment import Charge, PaymentRequiredError, open_charge, pricing_of
@@ -334,7 +334,8 @@ class UampASGI:
         except HTTPError as error:
             reply, code = _refusal(style, error), error.code
         except PaymentRequiredError as unpaid:
-            reply = JsonReply(error_object(str(unpaid), code=unpaid.code), 402)
+            # The pre-flight 402 every HTTP transport of ``uamp serve`` answers with.
+            reply = JsonReply(payment_error(unpaid.accepts(), unpaid.details()), 402)
             code = unpaid.code
         metrics = host.metrics
         if metrics is None:

@@ -63,7 +63,8 @@ def mount(host: Host) -> None:
                 result, after = await ops.send(agent, request, params, dialect)
                 return JsonReply(a2a.result_response(call.id, result), after=after)
             if op == "stream":
-                return sse(ops.stream(agent, request, params, dialect), _rpc_frame(call.id))
+                produce, never_ran = await ops.stream(agent, request, params, dialect)
+                return sse(produce, _rpc_frame(call.id), never_ran)
             if op == "subscribe":
                 produce, never_ran = ops.subscribe(principal, params, dialect)
                 return sse(produce, _rpc_frame(call.id), never_ran)

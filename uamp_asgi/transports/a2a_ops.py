@@ -34,7 +34,7 @@ from uamp_proto.adapters import a2a, a2a_card, a2a_params
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.events import Event
 from uamp_proto.ids import random_ids
-from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 
@@ -139,35 +139,41 @@ class A2AOperations:
         self, agent: Responder, request: Request, params: dict[str, Any], dialect: Dialect
     ) -> tuple[dict[str, Any], Callable[[], Awaitable[object]] | None]:
         """``SendMessage``: the result, and the turn to run after answering (not blocking)."""
-        task, turn = self._prepare(agent, request, params)
+        task, turn, charge = await self._prepare(agent, request, params)
         if not a2a_params.blocking(params, dialect):
             live = self._go_live(task)
             rendered = a2a.render_task(task, dialect)
 
             async def later() -> None:
-                await self._run(agent, task, turn, None, live)
+                await self._run(agent, task, turn, charge, None, live)
 
             return ({"task": rendered} if dialect is Dialect.V1 else rendered), later
-        reply = await self._run(agent, task, turn, None, self._go_live(task))
+        reply = await self._run(agent, task, turn, charge, None, self._go_live(task))
         if reply is not None:
             message = a2a.render_message(reply, dialect, context_id=task.context_id)
             return ({"message": message} if dialect is Dialect.V1 else message), None
         rendered = a2a.render_task(task, dialect)
         return ({"task": rendered} if dialect is Dialect.V1 else rendered), None
 
-    def stream(
+    async def stream(
         self, agent: Responder, request: Request, params: dict[str, Any], dialect: Dialect
-    ) -> Producer:
-        """``SendStreamingMessage``: the task snapshot, then its updates (or a message)."""
+    ) -> tuple[Producer, Callable[[], Awaitable[object]]]:
+        """``SendStreamingMessage``: the task snapshot, then its updates (or a message).
+
+        Returns the producer and what frees the held charge if it never runs.
+        """
         if agent.capabilities().supports_streaming is False:
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION, "This agent does not stream (capabilities.streaming)."
             )
-        task, turn = self._prepare(agent, request, params)
+        task, turn, charge = await self._prepare(agent, request, params)
         live = self._go_live(task)
+        started = False
         snapshot = a2a.stream_task(task, dialect)
 
         async def produce(emit: Emit) -> None:
+            nonlocal started
+            started = True
             opened = False
 
             async def send(update: Update) -> None:
@@ -177,14 +183,22 @@ class A2AOperations:
                     await emit(snapshot)
                 await emit(a2a.render_update(update, dialect))
 
-            reply = await self._run(agent, task, turn, send, live)
+            reply = await self._run(agent, task, turn, charge, send, live)
             if reply is not None:
                 message = a2a.render_message(reply, dialect, context_id=task.context_id)
                 await emit({"message": message} if dialect is Dialect.V1 else message)
             elif not opened:
                 await emit(snapshot)
 
-        return produce
+        async def never_ran() -> None:
+            if not started:  # the client left before the stream began: no turn runs
+                self._forget_live(task, live)
+                if not task.state.is_terminal:
+                    task.move(Trigger.CANCEL, _now())
+                if charge is not None:
+                    await charge.settle(None, used=False)
+
+        return produce, never_ran
 
     def get(self, principal: Principal, params: dict[str, Any], dialect: Dialect) -> Any:
         """``GetTask``."""
@@ -265,9 +279,28 @@ class A2AOperations:
         live = self.live[task.id] = _Live()
         return live
 
-    def _prepare(
+    def _forget_live(self, task: A2ATask, live: _Live) -> None:
+        if self.live.get(task.id) is live:
+            del self.live[task.id]
+        live.close()
+
+    async def _charge(self, agent: Responder, request: Request, response_id: str) -> Charge | None:
+        """Hold the price of one turn before anything changes (``-32402`` when unpaid)."""
+        try:
+            return await self.host.open_charge(
+                agent, request.headers.get("x-payment"), response_id, request.principal
+            )
+        except PaymentRequiredError as unpaid:
+            raise a2a.payment_error(unpaid) from None
+
+    async def _prepare(
         self, agent: Responder, request: Request, params: dict[str, Any]
-    ) -> tuple[A2ATask, TurnRequest]:
+    ) -> tuple[A2ATask, TurnRequest, Charge | None]:
+        """Validate a send, hold its price, then create (or resume) its task.
+
+        As under ``uamp serve``, a caller who cannot pay leaves no task behind
+        and a paused task unchanged.
+        """
         if params.get("message") is None:
             raise A2AError(a2a.INVALID_PARAMS, "'message' is required.")
         message = a2a.parse_message(params.get("message"), message_id="")
@@ -287,6 +320,8 @@ class A2AOperations:
                     http_status=409,
                 )
             a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
+            response_id = random_ids("resp")
+            charge = await self._charge(agent, request, response_id)
             if task.pending_tool_calls:
                 task.conversation.extend(a2a.parse_tool_results(message, task.pending_tool_calls))
             else:
@@ -295,6 +330,8 @@ class A2AOperations:
             task.history.append(stored)
             trigger = Trigger.RESUME
         else:
+            response_id = random_ids("resp")
+            charge = await self._charge(agent, request, response_id)
             task = A2ATask(
                 id=random_ids("task"),
                 context_id=message.context_id or random_ids("ctx"),
@@ -310,33 +347,28 @@ class A2AOperations:
             agent=agent.name,
             principal=principal,
             session_id=task.context_id,
-            response_id=random_ids("resp"),
+            response_id=response_id,
             messages=list(task.conversation),
             tools=list(tools or task.tools),
             payment_token=request.headers.get("x-payment"),
             metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
         )
         task.move(trigger, _now())
-        return task, turn
+        return task, turn, charge
 
     async def _run(
         self,
         agent: Responder,
         task: A2ATask,
         turn: TurnRequest,
+        charge: Charge | None,
         write: Callable[[Update], Awaitable[None]] | None,
         live: _Live,
     ) -> a2a.StoredMessage | None:
-        """Run the task's turn, every update to ``write`` and subscribers; a direct reply."""
+        """Run the task's turn (``charge`` settled by it), every update to ``write`` and
+        subscribers; a direct reply."""
         run = TaskRun(task, random_ids)
         try:
-            try:
-                charge = await self.host.open_charge(
-                    agent, turn.payment_token, turn.response_id, turn.principal
-                )
-            except PaymentRequiredError as unpaid:
-                task.move(Trigger.FAIL, _now())
-                raise a2a.payment_error(unpaid) from None
 
             async def deliver(updates: list[Update]) -> None:
                 if run.reply is None:
@@ -361,9 +393,7 @@ class A2AOperations:
                 raise
             await deliver(run.end(outcome, _now()))
         finally:
-            if self.live.get(task.id) is live:
-                del self.live[task.id]
-            live.close()
+            self._forget_live(task, live)
         if run.reply is not None:
             self.tasks.pop(turn.principal, task.id)  # a direct reply is no task
         return run.reply

@@ -63,7 +63,8 @@ def mount(host: Host, ops: A2AOperations) -> None:
         return JsonReply(result, after=after)
 
     async def stream(agent: Responder, request: Request) -> Reply:
-        return sse(ops.stream(agent, request, _body(request), v1), _frame)
+        produce, never_ran = await ops.stream(agent, request, _body(request), v1)
+        return sse(produce, _frame, never_ran)
 
     async def list_tasks(agent: Responder, request: Request) -> Reply:
         return JsonReply(ops.list_tasks(agent, request.principal, rest_query(request.query)))
