@@ -28,6 +28,7 @@ from uamp_proto import grpc as grpc_wire
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.completions import error_object, payment_error
 from uamp_proto.errors import UampError
+from uamp_proto.jose import JWKS
 from uamp_proto.paths import compile_pattern
 from uamp_proto.payment import Charge, PaymentRequiredError, open_charge, pricing_of
 from uamp_proto.principal import ANONYMOUS, Principal
@@ -402,13 +403,20 @@ def app(agents: Responder | Iterable[Responder], *, config: Config | None = None
     host.mounting = "app"
 
     async def jwks(request: Request) -> Reply:
-        """``GET [.../]/.well-known/jwks.json``: the response signer's public key."""
+        """``GET [.../]/.well-known/jwks.json``: the public keys of the response
+        signer and of the A2A card key, in that order (as ``uamp serve``'s)."""
         if "agent" in request.path_params:
             host.resolve_agent(request.path_params)
-        signer = host.config.response_signer
-        if signer is None:
-            raise HTTPError(404, "Responses are not signed here; no JWKS.", code="not_found")
-        return JsonReply(signer.jwks().to_dict())
+        config = host.config
+        keys = [
+            key
+            for owner in (config.response_signer, config.a2a_card_key)
+            if owner is not None
+            for key in owner.jwks().keys
+        ]
+        if not keys:
+            raise HTTPError(404, "Nothing is signed here; no JWKS.", code="not_found")
+        return JsonReply(JWKS(keys).to_dict())
 
     host.route("GET", "/.well-known/jwks.json", jwks, public=True)
 

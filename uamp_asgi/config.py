@@ -17,9 +17,10 @@ from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
 
 if TYPE_CHECKING:
+    from uamp_proto.jose import JWKS, PrivateKey
     from uamp_proto.signing import ResponseSigner
 
-__all__ = ["TRANSPORTS", "Authenticator", "Config"]
+__all__ = ["TRANSPORTS", "Authenticator", "CardKey", "Config"]
 
 #: Every transport this package serves, by name (``Config.transports``).
 TRANSPORTS = (
@@ -49,6 +50,28 @@ class Authenticator(Protocol):
         ...
 
 
+class CardKey(Protocol):
+    """The key A2A agent cards are signed with (P-256 or Ed25519), its id and public set.
+
+    ``uamp serve``'s envelope key (``uamp_trio.envelope.keys.EnvelopeKey``,
+    which ``serve_options(["--a2a-sign-cards", ...])`` gives) satisfies it.
+    """
+
+    @property
+    def key(self) -> PrivateKey:
+        """The private key."""
+        ...
+
+    @property
+    def kid(self) -> str:
+        """Its key id (the signatures' ``kid``)."""
+        ...
+
+    def jwks(self) -> JWKS:
+        """Its public half, published at ``/.well-known/jwks.json``."""
+        ...
+
+
 @attrs.define(kw_only=True)
 class Config:
     """How :func:`uamp_asgi.app` serves its agents.
@@ -68,6 +91,9 @@ class Config:
             more ``session.create`` gets 429 ``too_many_sessions``.
         sse_session_idle_timeout: An HTTP+SSE session with no stream, no
             running turn and no POST for this long (seconds) is forgotten.
+        a2a_card_key: Sign every A2A agent card with this key (``uamp serve
+            --a2a-sign-cards``); its public half joins the JWKS the
+            signatures' ``jku`` names.
         metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
             instruments; needs ``prometheus-client``). Behind the
             authenticator, as under ``uamp serve``.
@@ -82,3 +108,4 @@ class Config:
     sse_max_sessions: int = 64
     sse_session_idle_timeout: float = 300.0
     metrics: bool = False
+    a2a_card_key: CardKey | None = None

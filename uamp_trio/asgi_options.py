@@ -5,8 +5,9 @@
 ASGI app exactly as ``uamp serve`` with those flags configures itself: the
 same authenticator (``--auth-*``, ``--api-key``), payment policy over the same
 ledger (``--ledger``, ``--price``, ``--currency``; its database calls run in
-worker threads, on asyncio too), response signer (``--signing-key``) and the
-limits the ASGI app applies itself (``--max-body-size``,
+worker threads, on asyncio too), response signer (``--signing-key``), A2A
+card signatures (``--a2a-sign-cards``, with ``--envelope-key``'s key or the
+stored one) and the limits the ASGI app applies itself (``--max-body-size``,
 ``--sse-max-sessions``, ``--sse-session-idle-timeout``) and ``GET /metrics``
 (``--metrics``, on unless ``--no-metrics``). ``--env-file`` is
 read first, as ``uamp serve`` reads it. Flags about sockets, processes and
@@ -30,7 +31,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
     Raises:
         ValueError: A flag ``uamp serve`` would refuse (one line, no secrets).
     """
-    from .cli import build_authenticator, load_signer
+    from .cli import build_authenticator, envelope_options, load_signer
     from .command_line import build_parser
     from .envfile import load_env_file
     from .trust.commands import open_policy
@@ -49,4 +50,6 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "sse_max_sessions": args.sse_max_sessions,
         "sse_session_idle_timeout": args.sse_session_idle_timeout,
         "metrics": args.metrics,
+        # --a2a-sign-cards: the envelope key (--envelope-key, else the stored one).
+        "a2a_card_key": envelope_options(args)["envelope_key"] if args.a2a_sign_cards else None,
     }

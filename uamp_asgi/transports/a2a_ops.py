@@ -37,6 +37,7 @@ from uamp_proto.ids import random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.signing import JWKS_PATH
 
 from ..app import Host
 from ..bounded import OwnedLRU
@@ -129,8 +130,17 @@ class A2AOperations:
         agent = self.host.resolve_agent(request.path_params)
         card = self.card(agent, request)
         wanted = request.headers.get("a2a-version") or ""
-        if request.path.endswith("/agent.json") or wanted.strip().startswith("0.3"):
+        legacy = request.path.endswith("/agent.json") or wanted.strip().startswith("0.3")
+        if legacy:
             card = a2a_card.legacy_card(card, rpc_url=card["supportedInterfaces"][0]["url"])
+        key = self.host.config.a2a_card_key
+        if key is not None:
+            # The JWKS beside the card: the app serves it wherever it is mounted.
+            beside = request.full_path.rsplit("/.well-known/", 1)[0]
+            jku = f"{request.scheme}://{request.headers.get('host', '127.0.0.1')}{beside}"
+            card = a2a_card.sign_served_card(
+                card, key.key, key.kid, jku=jku + JWKS_PATH, legacy=legacy
+            )
         return JsonReply(card)
 
     # --- the operations -------------------------------------------------------------

@@ -31,13 +31,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from .. import types as ty
-from ..card_signing import without_empty
+from ..card_signing import sign_card, without_empty
 from ..codec import unstructure
+
+if TYPE_CHECKING:
+    from ..jose import PrivateKey
 
 __all__ = [
     "CAPABILITIES_EXTENSION",
@@ -48,6 +51,7 @@ __all__ = [
     "extend_card",
     "legacy_card",
     "sdk_0_3_payload",
+    "sign_served_card",
 ]
 
 #: The extension URI under which the card carries the UAMP capabilities.
@@ -356,6 +360,21 @@ def sdk_0_3_payload(card: Mapping[str, Any]) -> bytes:
     body = {k: v for k, v in card.items() if k != "signatures"}
     view = without_empty(_view_0_3(body, "card")) or {}
     return json.dumps(view, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign_served_card(
+    card: Mapping[str, Any], key: PrivateKey, kid: str, *, jku: str, legacy: bool
+) -> dict[str, Any]:
+    """``card`` as a server signs it (``uamp serve --a2a-sign-cards``, ``uamp_asgi``).
+
+    One signature over its canonical form (:func:`~uamp_proto.card_signing.sign_card`),
+    naming ``kid`` and the JWKS at ``jku``; a 0.3 card (``legacy``) gets a
+    second one over what a2a-sdk 0.3 reads of it (:func:`sdk_0_3_payload`).
+    """
+    signed = sign_card(card, key, kid, jku=jku)
+    if legacy:
+        signed = sign_card(signed, key, kid, jku=jku, payload=sdk_0_3_payload(signed))
+    return signed
 
 
 def card_etag(body: bytes) -> str:

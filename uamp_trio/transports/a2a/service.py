@@ -86,7 +86,6 @@ from uamp_proto.adapters._human import AnswerError, ask_of
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.adapters.a2a_card import Interface
 from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, QUEUE_FULL, BusyError
-from uamp_proto.card_signing import sign_card
 from uamp_proto.errors import UampError
 from uamp_proto.events import PaymentBalance
 from uamp_proto.ids import IdSource, random_ids
@@ -350,10 +349,7 @@ class A2ATransport:
         envelopes = self.app.envelopes
         if self.sign_cards and envelopes is not None:
             key, jku = envelopes.key, f"{base}{JWKS_PATH}"
-            card = sign_card(card, key.key, key.kid, jku=jku)
-            if legacy:
-                payload = a2a_card.sdk_0_3_payload(card)
-                card = sign_card(card, key.key, key.kid, jku=jku, payload=payload)
+            card = a2a_card.sign_served_card(card, key.key, key.kid, jku=jku, legacy=legacy)
         return card
 
     async def card(self, request: Request) -> Response:
