@@ -8,7 +8,11 @@ update of such a task (:meth:`PushSender.notify`) and POSTs it to each
 config's URL as a 1.0 ``StreamResponse`` (``{"statusUpdate": ...}`` or
 ``{"artifactUpdate": ...}``), in the server's background nursery so the
 task never waits for a webhook. Deliveries to one webhook go out one at a
-time, in order (a FIFO lock per config). A request carries
+time, in the order :meth:`PushSender.notify` was called: each config of a
+task has one queue and at most one task draining it (a lock per update
+would not do: trio starts the tasks spawned in one scheduler step in a
+random order, so a turn that ends without a checkpoint could push its
+``completed`` before its ``working``). A request carries
 ``Authorization: <scheme> <credentials>`` when the config names
 authentication, and ``X-A2A-Notification-Token`` when it has a token. A
 failed delivery (a connection error, a timeout, a 5xx or 429) is retried
@@ -31,6 +35,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import ssl
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -83,7 +88,9 @@ class PushSender:
         self.timeout = timeout
         self.resolver = resolver
         self.ssl_context = ssl_context
-        self._locks: dict[tuple[str, str], trio.Lock] = {}
+        #: Per (task, config): the deliveries not made yet, oldest first; a
+        #: key is here exactly while one ``_deliver`` task drains it.
+        self._queues: dict[tuple[str, str], deque[tuple[dict[str, Any], bytes]]] = {}
         #: Deliveries made, by outcome (``delivered``, ``failed``, ``refused``).
         self.counts: dict[str, int] = {"delivered": 0, "failed": 0, "refused": 0}
 
@@ -121,13 +128,23 @@ class PushSender:
             return  # no server around the app: nowhere to run deliveries
         payload = orjson.dumps(a2a.render_update(update, Dialect.V1))
         for config in list(task.push_configs.values()):
-            nursery.start_soon(self._deliver, task.id, dict(config), payload)
+            key = (task.id, config["id"])
+            queue = self._queues.get(key)
+            if queue is not None:  # its drain is running: it takes this one next
+                queue.append((dict(config), payload))
+                continue
+            self._queues[key] = deque([(dict(config), payload)])
+            nursery.start_soon(self._deliver, key)
 
-    async def _deliver(self, task_id: str, config: dict[str, Any], payload: bytes) -> None:
-        key = (task_id, config["id"])
-        lock = self._locks.setdefault(key, trio.Lock())
-        async with lock:
-            await self._post(config, payload)
+    async def _deliver(self, key: tuple[str, str]) -> None:
+        """Post the queued updates of one webhook of a task, in order, until none is left."""
+        queue = self._queues[key]
+        try:
+            while queue:
+                config, payload = queue.popleft()
+                await self._post(config, payload)
+        finally:
+            del self._queues[key]
 
     async def _post(self, config: dict[str, Any], payload: bytes) -> None:
         url = config["url"]

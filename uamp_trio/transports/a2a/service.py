@@ -30,8 +30,11 @@ objects: a conversation gives the same tasks over every binding. The
 (:func:`uamp_proto.adapters.a2a.negotiate_version`); an unknown one is
 ``VersionNotSupportedError``.
 
-Each task runs one UAMP turn (:func:`uamp_trio.hosting.turns.open_response`) per
-message in the server's background nursery (``App.background``): a blocking
+Each task runs one UAMP turn per message, its agent inline in a task of the
+server's background nursery (``App.background``;
+:class:`uamp_trio.hosting.turns.ResponseRunner`: no channel between the agent
+and the task's updates, which reach the request without a checkpoint while
+it keeps up, so its writer sends them in batches): a blocking
 send waits for it, a streaming send streams it, and a
 ``returnImmediately`` (1.0) / ``blocking: false`` (0.3) send answers at once
 with the submitted task. ``CancelTask`` (or ``DELETE``) from any request
@@ -71,7 +74,6 @@ import datetime
 import email.utils
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -107,7 +109,7 @@ from ...hosting.busy import Slot
 from ...hosting.host import Host, Transport
 from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta
-from ...hosting.turns import open_response
+from ...hosting.turns import ResponseRunner
 from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed
 from ...stores.health import StoreUnavailable
 from . import rest as a2a_rest
@@ -1242,18 +1244,20 @@ class A2ATransport:
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await self.store.publish(task, [])  # working, in every process
-            async with open_response(
-                agent, turn_request, charge=prepared.charge, bind=partial(setattr, port, "emit")
-            ) as turn:
-                live.cancel = turn.cancel
-                if prepared.slot is not None:
-                    prepared.slot.bind(turn.cancel)  # a later message may interrupt it
-                if live.cancel_requested:
-                    turn.cancel()
-                async for event in turn:
-                    await deliver(updates_of(event))
-            outcome = turn.outcome
-            assert outcome is not None
+
+            async def sink(event: ev.Event) -> None:
+                await deliver(updates_of(event))
+
+            # Inline: the agent's events reach deliver() with no channel hop
+            # and no task switch (a checkpoint every YIELD_EVERY events).
+            turn = ResponseRunner(agent, turn_request, sink, charge=prepared.charge)
+            port.emit = turn.emit
+            live.cancel = turn.cancel
+            if prepared.slot is not None:
+                prepared.slot.bind(turn.cancel)  # a later message may interrupt it
+            if live.cancel_requested:
+                turn.cancel()
+            outcome = await turn.run()
             if outcome.status == "cancelled":
                 prepared.partial = outcome.tracker.messages()
             updates = run.end(outcome, _now())

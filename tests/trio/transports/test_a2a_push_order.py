@@ -1,0 +1,87 @@
+"""A2A push deliveries reach each webhook in the order the task's updates came.
+
+A turn that runs inline may announce several updates (``working``, an
+artifact, ``completed``) within one scheduler step. trio starts the tasks
+spawned in one step in a random order, so one delivery task per update
+(each taking a per-webhook lock) could post ``completed`` before
+``working``; the sender keeps one queue per webhook instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from uamp_proto.adapters import a2a
+from uamp_proto.adapters.a2a import A2ATask, TaskState, Update
+from uamp_trio.transports.a2a.push import PushSender
+
+
+def _task(*hooks: str) -> A2ATask:
+    task = A2ATask(id="task-1", context_id="ctx-1", agent="a")
+    for hook in hooks:
+        task.push_configs[hook] = {"id": hook, "url": f"https://push.example/{hook}"}
+    return task
+
+
+def _status(state: TaskState, final: bool = False) -> Update:
+    return Update(kind="status", task_id="task-1", context_id="ctx-1", state=state, final=final)
+
+
+class _Recorder:
+    """Stands in for ``PushSender._post``: records (hook, state); the first post is slow."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str]] = []
+
+    async def post(self, config: dict[str, Any], payload: bytes) -> None:
+        if not self.posted:
+            await trio.sleep(0.01)  # a slow first delivery: the others queue behind it
+        await trio.sleep(0)
+        state = orjson.loads(payload)["statusUpdate"]["status"]["state"]
+        self.posted.append((config["id"], state))
+
+
+STATES = [TaskState.WORKING, TaskState.WORKING, TaskState.INPUT_REQUIRED, TaskState.COMPLETED]
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_updates_told_in_one_step_are_posted_in_order(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = _Recorder()
+    sender = PushSender()
+    monkeypatch.setattr(sender, "_post", recorder.post)
+    task = _task("hook-a", "hook-b")
+    sent = [_status(state, final=state is TaskState.COMPLETED) for state in STATES]
+    async with trio.open_nursery() as nursery:
+        for update in sent:  # no checkpoint in between, as an inline turn does
+            sender.notify(nursery, task, update)
+    expected = [
+        a2a.render_update(u, a2a.Dialect.V1)["statusUpdate"]["status"]["state"] for u in sent
+    ]
+    for hook in ("hook-a", "hook-b"):
+        assert [s for h, s in recorder.posted if h == hook] == expected
+    assert sender._queues == {}  # nothing kept once delivered
+
+
+async def test_an_update_told_while_its_webhook_is_posting_goes_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder = _Recorder()
+    sender = PushSender()
+    monkeypatch.setattr(sender, "_post", recorder.post)
+    task = _task("hook-a")
+    async with trio.open_nursery() as nursery:
+        sender.notify(nursery, task, _status(TaskState.WORKING))
+        await trio.sleep(0.001)  # the first post is under way
+        sender.notify(nursery, task, _status(TaskState.COMPLETED, final=True))
+        sender.notify(nursery, _task(), _status(TaskState.FAILED))  # no webhook: nothing
+    assert recorder.posted == [
+        ("hook-a", "TASK_STATE_WORKING"),
+        ("hook-a", "TASK_STATE_COMPLETED"),
+    ]
+    assert sender._queues == {}
