@@ -1554,7 +1554,7 @@ def main() -> None:
             "SSE: AI SDK text-delta chunks/s (uamp) vs Chat Completions chunks/s (uamp-chat)",
             "chunks/s",
             lambda k: functools.partial(_by_kind, ai_sdk_rate, k, n),
-            ("uamp", "uamp-chat"),
+            ("uamp", *(k for k in extra if k.startswith("uamp@")), "uamp-chat"),
             {"cpu_unit": "chunk"},
         )
     )
