@@ -200,6 +200,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if config.getoption("--no-system-installs"):
         os.environ[ENV_FLAG] = "1"  # this process, its xdist workers, their subprocesses
+    if not hasattr(config, "workerinput"):  # once, before any worker or subprocess starts
+        from tests._support.bytecode import compile_checkout
+
+        compile_checkout()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
