@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 import attrs
 
 from uamp_proto import grpc as grpc_wire
@@ -76,6 +77,8 @@ class _Route:
     when: When | None = None
     #: The transport that mounted it (the metrics' label).
     transport: str = "app"
+    #: The request gets a task group for work that outlives its answer.
+    background: bool = False
 
 
 class Host:
@@ -111,15 +114,25 @@ class Host:
         style: ErrorStyle = "openai",
         public: bool = False,
         when: When | None = None,
+        background: bool = False,
     ) -> None:
         """Serve ``endpoint`` at ``<agent>/<subpath>`` and at the root.
 
         ``when``: only for requests whose headers it accepts; such a route is
-        tried before the routes without one.
+        tried before the routes without one. ``background``: the request
+        carries a task group (:attr:`Request.background`) whose tasks may
+        outlive the answer; the request ends when they do.
         """
         names = frozenset([methods] if isinstance(methods, str) else methods)
         route = _Route(
-            names, compile_pattern(subpath), endpoint, style, public, when, self.mounting
+            names,
+            compile_pattern(subpath),
+            endpoint,
+            style,
+            public,
+            when,
+            self.mounting,
+            background,
         )
         if when is None:
             self._routes.append(route)
@@ -307,38 +320,66 @@ class UampASGI:
         method: str = scope["method"]
         headers = scope_headers(scope)
         params, sub = host.split(_relative_path(scope))
-        style: ErrorStyle = "openai"
         began = time.perf_counter()
-        transport, code = "app", None
         try:
             try:
                 route, found = host.match(method, sub, headers)
             except HTTPError as missing:
                 unknown = None if params else host.unknown_agent(method, sub)
                 raise unknown or missing from None
-            style, transport = route.style, route.transport
-            TRANSPORT.set(transport)
-            principal = ANONYMOUS if route.public else await host.authenticate(headers)
-            body = await read_body(receive, headers, host.config.max_body_size)
-            request = Request(
-                method=method,
-                path=sub,
-                headers=headers,
-                body=body,
-                query=scope.get("query_string", b"").decode("latin-1"),
-                path_params={**params, **found},
-                principal=principal,
-                full_path=scope.get("root_path", "") + _relative_path(scope),
-                scheme=scope.get("scheme", "http"),
-            )
+        except HTTPError as error:
+            reply = _refusal("openai", error)
+            await self._send(reply, "app", error.code, params, method, began, send, receive)
+            return
+        TRANSPORT.set(route.transport)
+        request = Request(
+            method=method,
+            path=sub,
+            headers=headers,
+            query=scope.get("query_string", b"").decode("latin-1"),
+            path_params={**params, **found},
+            full_path=scope.get("root_path", "") + _relative_path(scope),
+            scheme=scope.get("scheme", "http"),
+        )
+        if not route.background:
+            await self._answer(route, request, receive, send, began)
+            return
+        # Work the request starts that may outlive its answer (webhook
+        # deliveries) runs here; the request ends once it is done.
+        async with anyio.create_task_group() as background:
+            request.background = background
+            await self._answer(route, request, receive, send, began)
+
+    async def _answer(
+        self, route: _Route, request: Request, receive: Receive, send: Send, began: float
+    ) -> None:
+        host, code = self.host, None
+        try:
+            if not route.public:
+                request.principal = await host.authenticate(request.headers)
+            request.body = await read_body(receive, request.headers, host.config.max_body_size)
             reply = await route.endpoint(request)
         except HTTPError as error:
-            reply, code = _refusal(style, error), error.code
+            reply, code = _refusal(route.style, error), error.code
         except PaymentRequiredError as unpaid:
             # The pre-flight 402 every HTTP transport of ``uamp serve`` answers with.
             reply = JsonReply(payment_error(unpaid.accepts(), unpaid.details()), 402)
             code = unpaid.code
-        metrics = host.metrics
+        params = request.path_params
+        await self._send(reply, route.transport, code, params, request.method, began, send, receive)
+
+    async def _send(
+        self,
+        reply: Reply,
+        transport: str,
+        code: str | None,
+        params: dict[str, str],
+        method: str,
+        began: float,
+        send: Send,
+        receive: Receive,
+    ) -> None:
+        metrics = self.host.metrics
         if metrics is None:
             await send_reply(reply, send, receive, head_only=method == "HEAD")
             return

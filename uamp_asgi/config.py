@@ -9,18 +9,20 @@ either server. Transport limits a Trio server enforces in its engines
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
 
 if TYPE_CHECKING:
+    from uamp_proto.adapters.a2a import A2ATask, Update
     from uamp_proto.jose import JWKS, PrivateKey
     from uamp_proto.signing import ResponseSigner
 
-__all__ = ["TRANSPORTS", "Authenticator", "CardKey", "Config"]
+__all__ = ["TRANSPORTS", "Authenticator", "CardKey", "Config", "PushDelivery"]
 
 #: Every transport this package serves, by name (``Config.transports``).
 TRANSPORTS = (
@@ -72,6 +74,22 @@ class CardKey(Protocol):
         ...
 
 
+class PushDelivery(Protocol):
+    """Delivers A2A push notifications: ``uamp serve``'s webhook client.
+
+    ``uamp_trio.transports.a2a.PushSender`` (written on anyio; what
+    ``serve_options`` gives, with ``--a2a-push-allow``) satisfies it.
+    """
+
+    def check_target(self, url: str) -> None:
+        """Refuse a webhook URL it will not deliver to (raises ``A2AError``)."""
+        ...
+
+    def notify(self, nursery: Any, task: A2ATask, update: Update) -> None:
+        """POST ``update`` to each of ``task``'s webhooks, in tasks of ``nursery``."""
+        ...
+
+
 @attrs.define(kw_only=True)
 class Config:
     """How :func:`uamp_asgi.app` serves its agents.
@@ -94,6 +112,12 @@ class Config:
         a2a_card_key: Sign every A2A agent card with this key (``uamp serve
             --a2a-sign-cards``); its public half joins the JWKS the
             signatures' ``jku`` names.
+        a2a_push: Deliver A2A push notifications with this webhook client
+            (``uamp serve``'s, with its SSRF guards); ``None``: the config
+            methods answer ``PushNotificationNotSupportedError`` and the card
+            says ``pushNotifications: false``.
+        a2a_max_push_configs: Push-notification configs one A2A task may hold.
+        a2a_max_push_config_bytes: Largest push-notification config (JSON bytes).
         metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
             instruments; needs ``prometheus-client``). Behind the
             authenticator, as under ``uamp serve``.
@@ -109,3 +133,6 @@ class Config:
     sse_session_idle_timeout: float = 300.0
     metrics: bool = False
     a2a_card_key: CardKey | None = None
+    a2a_push: PushDelivery | None = None
+    a2a_max_push_configs: int = MAX_CONFIGS
+    a2a_max_push_config_bytes: int = MAX_CONFIG_BYTES

@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 import orjson
+from anyio.abc import TaskGroup
 
 from uamp_proto.errors import UampError
 from uamp_proto.principal import ANONYMOUS, Principal
@@ -87,6 +88,9 @@ class Request:
     #: The whole path the client asked for (with where the app is mounted).
     full_path: str = ""
     scheme: str = "http"
+    #: Where work that may outlive the answer runs (routes mounted with
+    #: ``background=True``); ``None`` elsewhere.
+    background: TaskGroup | None = None
 
     def json(self) -> Any:
         """The body parsed as JSON.

@@ -7,7 +7,9 @@ same authenticator (``--auth-*``, ``--api-key``), payment policy over the same
 ledger (``--ledger``, ``--price``, ``--currency``; its database calls run in
 worker threads, on asyncio too), response signer (``--signing-key``), A2A
 card signatures (``--a2a-sign-cards``, with ``--envelope-key``'s key or the
-stored one) and the limits the ASGI app applies itself (``--max-body-size``,
+stored one), A2A push notifications (its webhook client, ``--a2a-push-allow``,
+``--a2a-max-push-configs``, ``--a2a-max-push-config-bytes``) and the limits
+the ASGI app applies itself (``--max-body-size``,
 ``--sse-max-sessions``, ``--sse-session-idle-timeout``) and ``GET /metrics``
 (``--metrics``, on unless ``--no-metrics``). ``--env-file`` is
 read first, as ``uamp serve`` reads it. Flags about sockets, processes and
@@ -34,6 +36,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
     from .cli import build_authenticator, envelope_options, load_signer
     from .command_line import build_parser
     from .envfile import load_env_file
+    from .transports.a2a.push import PushSender
     from .trust.commands import open_policy
 
     parser = build_parser("serve")
@@ -52,4 +55,8 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "metrics": args.metrics,
         # --a2a-sign-cards: the envelope key (--envelope-key, else the stored one).
         "a2a_card_key": envelope_options(args)["envelope_key"] if args.a2a_sign_cards else None,
+        # uamp serve always pushes, to public addresses and what --a2a-push-allow admits.
+        "a2a_push": PushSender(allow=args.a2a_push_allow),
+        "a2a_max_push_configs": args.a2a_max_push_configs,
+        "a2a_max_push_config_bytes": args.a2a_max_push_config_bytes,
     }

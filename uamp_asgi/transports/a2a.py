@@ -4,7 +4,8 @@ Endpoints, as ``uamp serve``'s (:mod:`uamp_trio.transports.a2a`):
 ``GET .../.well-known/agent-card.json`` (public) and ``POST .../a2a`` with
 ``SendMessage`` / ``message/send``, ``SendStreamingMessage`` /
 ``message/stream`` (SSE), ``GetTask``, ``CancelTask``, ``ListTasks`` and
-``SubscribeToTask`` / ``tasks/resubscribe``; the HTTP+JSON routes are
+``SubscribeToTask`` / ``tasks/resubscribe`` and the push-notification
+config methods; the HTTP+JSON routes are
 :mod:`.a2a_rest`'s, the operations behind both :mod:`.a2a_ops`'s.
 """
 
@@ -71,14 +72,11 @@ def mount(host: Host) -> None:
             if op == "get":
                 return answer(ops.get(principal, params, dialect))
             if op == "cancel":
-                return answer(await ops.cancel(principal, params, dialect))
+                return answer(await ops.cancel(principal, params, dialect, request.background))
             if op == "list":
                 return answer(ops.list_tasks(agent, principal, params))
             if op == "push":
-                raise A2AError(
-                    a2a.PUSH_NOTIFICATION_NOT_SUPPORTED,
-                    "Push notifications are served by `uamp serve`, not the ASGI app.",
-                )
+                return answer(ops.push_config(principal, call.method, params, dialect))
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
                 f"{call.method} is served by `uamp serve`, not the ASGI app.",
@@ -88,6 +86,6 @@ def mount(host: Host) -> None:
 
     for path in ("/.well-known/agent-card.json", "/.well-known/agent.json"):
         host.route("GET", path, ops.agent_card, public=True)
-    host.route("POST", "/a2a", rpc, style="jsonrpc")
-    host.route("POST", "/a2a/", rpc, style="jsonrpc")
+    host.route("POST", "/a2a", rpc, style="jsonrpc", background=True)
+    host.route("POST", "/a2a/", rpc, style="jsonrpc", background=True)
     a2a_rest.mount(host, ops)

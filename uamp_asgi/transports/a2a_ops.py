@@ -16,9 +16,17 @@ task is *live*: ``CancelTask`` cancels its turn (the task ends canceled) and
 ``SubscribeToTask`` follows its updates (a bounded buffer each; a subscriber
 that falls behind is dropped). A task paused for input or tool results is
 canceled at once; a finished one is not cancelable. A stream whose client
-leaves cancels its turn. Push notifications and gRPC are ``uamp serve``'s:
-those methods answer ``UnsupportedOperationError`` /
-``PushNotificationNotSupportedError``.
+leaves cancels its turn.
+
+Push notifications: with ``Config.a2a_push`` (``uamp serve``'s webhook
+client), a task's configs are set, read, listed and deleted by
+:mod:`uamp_proto.adapters.a2a_push` (the bounds and SSRF check of ``uamp
+serve``), and every update of the task -- its turn's, or the cancel of a
+paused task -- is handed to the client, which POSTs it in the task group of
+the request that made the update (:attr:`~uamp_asgi.http.Request.background`):
+the answer does not wait for a webhook, the request ends once its
+deliveries do. Without it those methods answer
+``PushNotificationNotSupportedError``. gRPC is ``uamp serve``'s.
 """
 
 from __future__ import annotations
@@ -28,9 +36,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
+import attrs
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from uamp_proto.adapters import a2a, a2a_card, a2a_params
+from uamp_proto.adapters import a2a, a2a_card, a2a_params, a2a_push
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
 from uamp_proto.events import Event
 from uamp_proto.ids import random_ids
@@ -41,6 +51,7 @@ from uamp_proto.signing import JWKS_PATH
 
 from ..app import Host
 from ..bounded import OwnedLRU
+from ..config import PushDelivery
 from ..http import JsonReply, Reply, Request, StreamReply, Write
 from ..turns import Turn
 
@@ -100,6 +111,11 @@ class A2AOperations:
 
     def __init__(self, host: Host) -> None:
         self.host = host
+        config = host.config
+        self.push_limits = a2a_push.PushLimits(
+            max_configs=config.a2a_max_push_configs,
+            max_config_bytes=config.a2a_max_push_config_bytes,
+        )
         self.tasks: OwnedLRU[A2ATask] = OwnedLRU(per_owner=MAX_TASKS_PER_PRINCIPAL, total=MAX_TASKS)
         self.live: dict[str, _Live] = {}
 
@@ -121,6 +137,7 @@ class A2AOperations:
             ],
             base_url=base,
             description=description if isinstance(description, str) and description else None,
+            push_notifications=self.host.config.a2a_push is not None,
             security_schemes=(
                 {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}} if secured else None
             ),
@@ -149,16 +166,17 @@ class A2AOperations:
         self, agent: Responder, request: Request, params: dict[str, Any], dialect: Dialect
     ) -> tuple[dict[str, Any], Callable[[], Awaitable[object]] | None]:
         """``SendMessage``: the result, and the turn to run after answering (not blocking)."""
-        task, turn, charge = await self._prepare(agent, request, params)
+        task, turn, charge = await self._prepare(agent, request, params, dialect)
         if not a2a_params.blocking(params, dialect):
             live = self._go_live(task)
             rendered = a2a.render_task(task, dialect)
 
             async def later() -> None:
-                await self._run(agent, task, turn, charge, None, live)
+                await self._run(agent, task, turn, charge, None, live, request.background)
 
             return ({"task": rendered} if dialect is Dialect.V1 else rendered), later
-        reply = await self._run(agent, task, turn, charge, None, self._go_live(task))
+        live = self._go_live(task)
+        reply = await self._run(agent, task, turn, charge, None, live, request.background)
         if reply is not None:
             message = a2a.render_message(reply, dialect, context_id=task.context_id)
             return ({"message": message} if dialect is Dialect.V1 else message), None
@@ -176,7 +194,7 @@ class A2AOperations:
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION, "This agent does not stream (capabilities.streaming)."
             )
-        task, turn, charge = await self._prepare(agent, request, params)
+        task, turn, charge = await self._prepare(agent, request, params, dialect)
         live = self._go_live(task)
         started = False
         snapshot = a2a.stream_task(task, dialect)
@@ -193,7 +211,7 @@ class A2AOperations:
                     await emit(snapshot)
                 await emit(a2a.render_update(update, dialect))
 
-            reply = await self._run(agent, task, turn, charge, send, live)
+            reply = await self._run(agent, task, turn, charge, send, live, request.background)
             if reply is not None:
                 message = a2a.render_message(reply, dialect, context_id=task.context_id)
                 await emit({"message": message} if dialect is Dialect.V1 else message)
@@ -216,8 +234,15 @@ class A2AOperations:
         history = a2a.opt_int(params, "historyLength")
         return a2a.render_task(task, dialect, history_length=history)
 
-    async def cancel(self, principal: Principal, params: dict[str, Any], dialect: Dialect) -> Any:
-        """``CancelTask``: a live turn is cancelled; a paused task ends canceled at once."""
+    async def cancel(
+        self,
+        principal: Principal,
+        params: dict[str, Any],
+        dialect: Dialect,
+        background: TaskGroup | None = None,
+    ) -> Any:
+        """``CancelTask``: a live turn is cancelled; a paused task ends canceled at once
+        (its webhooks told, in ``background``)."""
         task = self._task(a2a.task_id_param(params), principal)
         live = self.live.get(task.id)
         if live is not None:
@@ -228,6 +253,8 @@ class A2AOperations:
             task.move(Trigger.CANCEL, _now())  # a finished task raises TaskNotCancelable
             task.status_message = None
             task.pending_tool_calls = []
+            canceled = attrs.evolve(TaskRun(task, random_ids).status(), final=True)
+            self._push(task, canceled, background)
         return a2a.render_task(task, dialect)
 
     def list_tasks(self, agent: Responder, principal: Principal, params: dict[str, Any]) -> Any:
@@ -238,6 +265,39 @@ class A2AOperations:
         ]
         mine.sort(key=lambda t: t.timestamp or "", reverse=True)  # last updated first
         return a2a_params.list_page(mine, query)
+
+    def push_config(
+        self, principal: Principal, method: str, params: dict[str, Any], dialect: Dialect
+    ) -> Any:
+        """The push-notification config methods (set, get, list, delete) of either dialect."""
+        op = a2a_params.PUSH_METHODS[method]
+        task = self._task(a2a_params.task_id_of(params, op, dialect), principal)
+        sender = self._sender()  # after the task: another's answers like a missing one
+        result, _ = a2a_push.config_call(
+            task,
+            op,
+            params,
+            dialect,
+            ids=random_ids,
+            limits=self.push_limits,
+            check_target=sender.check_target,
+        )
+        return result
+
+    def _sender(self) -> PushDelivery:
+        sender = self.host.config.a2a_push
+        if sender is None:
+            raise A2AError(
+                a2a.PUSH_NOTIFICATION_NOT_SUPPORTED,
+                "This app delivers no push notifications (Config.a2a_push is not set).",
+            )
+        return sender
+
+    def _push(self, task: A2ATask, update: Update, background: TaskGroup | None) -> None:
+        """Tell ``task``'s webhooks of ``update``, in tasks of ``background``."""
+        sender = self.host.config.a2a_push
+        if task.push_configs and sender is not None and update.kind != "message":
+            sender.notify(background, task, update)
 
     def subscribe(
         self, principal: Principal, params: dict[str, Any], dialect: Dialect
@@ -304,7 +364,7 @@ class A2AOperations:
             raise a2a.payment_error(unpaid) from None
 
     async def _prepare(
-        self, agent: Responder, request: Request, params: dict[str, Any]
+        self, agent: Responder, request: Request, params: dict[str, Any], dialect: Dialect
     ) -> tuple[A2ATask, TurnRequest, Charge | None]:
         """Validate a send, hold its price, then create (or resume) its task.
 
@@ -316,7 +376,10 @@ class A2AOperations:
         message = a2a.parse_message(params.get("message"), message_id="")
         if message.role != "user":
             raise A2AError(a2a.INVALID_PARAMS, "'message.role' must be user.")
-        a2a_params.send_configuration(params)
+        configuration = a2a_params.send_configuration(params)
+        push_config = a2a_params.inline_push_config(configuration, dialect, random_ids)
+        if push_config is not None:
+            a2a_push.check_config(push_config, self.push_limits, self._sender().check_target)
         principal = request.principal
         stored = a2a.stored_message(message)
         metadata = params.get("metadata")
@@ -330,6 +393,8 @@ class A2AOperations:
                     http_status=409,
                 )
             a2a.transition(task.state, Trigger.RESUME)  # raises unless paused
+            if push_config is not None:
+                a2a_push.make_room(task, push_config, self.push_limits)  # before any money
             response_id = random_ids("resp")
             charge = await self._charge(agent, request, response_id)
             if task.pending_tool_calls:
@@ -353,6 +418,8 @@ class A2AOperations:
             )
             self.tasks.put(principal, task.id, task)
             trigger = Trigger.START
+        if push_config is not None:
+            task.push_configs[push_config["id"]] = push_config
         turn = TurnRequest(
             agent=agent.name,
             principal=principal,
@@ -374,9 +441,10 @@ class A2AOperations:
         charge: Charge | None,
         write: Callable[[Update], Awaitable[None]] | None,
         live: _Live,
+        background: TaskGroup | None,
     ) -> a2a.StoredMessage | None:
-        """Run the task's turn (``charge`` settled by it), every update to ``write`` and
-        subscribers; a direct reply."""
+        """Run the task's turn (``charge`` settled by it), every update to ``write``,
+        subscribers and webhooks (delivered in ``background``); a direct reply."""
         run = TaskRun(task, random_ids)
         try:
 
@@ -384,6 +452,7 @@ class A2AOperations:
                 if run.reply is None:
                     for update in updates:
                         live.publish(update)
+                        self._push(task, update, background)
                         if write is not None:
                             await write(update)
 

@@ -7,7 +7,8 @@ Routes under each agent's A2A URL (``.../a2a``), as ``uamp serve``'s
 answers are the 1.0 ProtoJSON objects, stream events SSE ``data:`` lines of
 ``StreamResponse`` objects, errors AIP-193 bodies with the specification's
 HTTP status. 1.0 only: ``A2A-Version: 0.3`` is ``VersionNotSupportedError``.
-Push-notification configs answer ``PushNotificationNotSupportedError``.
+``.../tasks/{id}/pushNotificationConfigs[/{configId}]`` create, list, get
+and delete push-notification configs.
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from typing import Any
 
 import orjson
 
-from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, Dialect
-from uamp_proto.adapters.a2a_params import check_rest_version, rest_body, rest_query
+from uamp_proto.adapters.a2a_params import (
+    check_rest_version,
+    rest_body,
+    rest_push_call,
+    rest_query,
+)
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
 
@@ -53,7 +58,7 @@ def mount(host: Host, ops: A2AOperations) -> None:
             except A2AError as exc:
                 return JsonReply(exc.rest_body(), exc.http_status)
 
-        host.route(method, "/a2a" + subpath, endpoint, style="a2a_rest")
+        host.route(method, "/a2a" + subpath, endpoint, style="a2a_rest", background=True)
 
     def task_id(request: Request) -> dict[str, Any]:
         return {"id": request.path_params["task_id"]}
@@ -75,18 +80,20 @@ def mount(host: Host, ops: A2AOperations) -> None:
 
     async def cancel(agent: Responder, request: Request) -> Reply:
         params = {**_body(request), **task_id(request)}
-        return JsonReply(await ops.cancel(request.principal, params, v1))
+        return JsonReply(await ops.cancel(request.principal, params, v1, request.background))
 
     async def subscribe(agent: Responder, request: Request) -> Reply:
         produce, never_ran = ops.subscribe(request.principal, task_id(request), v1)
         return sse(produce, _frame, never_ran)
 
-    async def push(agent: Responder, request: Request) -> Reply:
-        ops.get(request.principal, task_id(request), v1)  # another's task: not found
-        raise A2AError(
-            a2a.PUSH_NOTIFICATION_NOT_SUPPORTED,
-            "Push notifications are served by `uamp serve`, not the ASGI app.",
-        )
+    def push(op: str) -> _Handler:
+        async def handler(agent: Responder, request: Request) -> Reply:
+            source = _body(request) if op == "set" else rest_query(request.query)
+            ids = request.path_params
+            method, params = rest_push_call(op, source, ids["task_id"], ids.get("config_id"))
+            return JsonReply(ops.push_config(request.principal, method, params, v1))
+
+        return handler
 
     route("POST", "/message:send", send)
     route("POST", "/message:stream", stream)
@@ -95,8 +102,8 @@ def mount(host: Host, ops: A2AOperations) -> None:
     route("POST", "/tasks/{task_id}:subscribe", subscribe)
     route("GET", "/tasks/{task_id}:subscribe", subscribe)
     configs = "/tasks/{task_id}/pushNotificationConfigs"
-    for method in ("POST", "GET"):
-        route(method, configs, push)
-    for method in ("GET", "DELETE"):
-        route(method, configs + "/{config_id}", push)
+    route("POST", configs, push("set"))
+    route("GET", configs, push("list"))
+    route("GET", configs + "/{config_id}", push("get"))
+    route("DELETE", configs + "/{config_id}", push("delete"))
     route("GET", "/tasks/{task_id}", get)

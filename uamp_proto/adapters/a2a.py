@@ -85,6 +85,7 @@ __all__ = [
     "PAUSE_CODES",
     "PAYMENT_REQUIRED",
     "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    "QUOTA_EXCEEDED",
     "TASK_NOT_CANCELABLE",
     "TASK_NOT_FOUND",
     "TERMINAL_STATES",
@@ -144,6 +145,9 @@ INVALID_AGENT_RESPONSE = -32006
 EXTENDED_CARD_NOT_CONFIGURED = -32007
 EXTENSION_SUPPORT_REQUIRED = -32008
 VERSION_NOT_SUPPORTED = -32009
+#: A principal over a quota (its tasks, a task's push configs): a server-defined
+#: code of JSON-RPC's -32000..-32099 range; 429 in its ``data`` and on REST.
+QUOTA_EXCEEDED = -32029
 
 #: The ``google.rpc.ErrorInfo`` reason a 1.0 error carries, by code.
 _REASONS = {

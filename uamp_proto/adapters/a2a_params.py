@@ -51,6 +51,7 @@ from .a2a import (
 
 __all__ = [
     "PUSH_METHODS",
+    "REST_PUSH_METHODS",
     "ListQuery",
     "blocking",
     "camel_keys",
@@ -66,6 +67,7 @@ __all__ = [
     "parse_timestamp",
     "render_config",
     "rest_body",
+    "rest_push_call",
     "rest_query",
     "send_configuration",
     "task_id_of",
@@ -83,6 +85,29 @@ PUSH_METHODS: dict[str, str] = {
     "tasks/pushNotificationConfig/list": "list",
     "tasks/pushNotificationConfig/delete": "delete",
 }
+
+#: The HTTP+JSON binding's push-config routes (A2A 1.0 section 11): operation -> method.
+REST_PUSH_METHODS: dict[str, str] = {
+    "set": "CreateTaskPushNotificationConfig",
+    "get": "GetTaskPushNotificationConfig",
+    "list": "ListTaskPushNotificationConfigs",
+    "delete": "DeleteTaskPushNotificationConfig",
+}
+
+
+def rest_push_call(
+    op: str, source: Mapping[str, Any], task_id: str, config_id: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The 1.0 method and params of an HTTP+JSON push-config request.
+
+    ``source``: the body of a create, the query of the others; the task
+    (and config) ids come from the path.
+    """
+    params = {**source, "taskId": task_id}
+    if config_id is not None:
+        params["id"] = config_id
+    return REST_PUSH_METHODS[op], params
+
 
 #: The largest page ``ListTasks`` serves, and the page it serves unasked.
 MAX_PAGE = 100

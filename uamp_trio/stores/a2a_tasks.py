@@ -49,6 +49,7 @@ import trio
 
 from uamp_proto.adapters.a2a import (
     INTERNAL_ERROR,
+    QUOTA_EXCEEDED,
     A2AError,
     A2ATask,
     Update,
@@ -69,9 +70,6 @@ __all__ = [
     "task_not_found",
 ]
 
-#: The JSON-RPC error of a principal over its task quota (a server-defined
-#: code of JSON-RPC's -32000..-32099 range; 429 in its ``data`` and on REST).
-QUOTA_EXCEEDED = -32029
 
 #: Updates buffered per subscriber before a slow one is dropped.
 FEED_BUFFER: Final = 64

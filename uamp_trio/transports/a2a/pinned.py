@@ -25,13 +25,14 @@ The request goes straight to the target: no proxy from the environment.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urljoin, urlsplit
 
+import anyio
 import attrs
-import trio
 
 from uamp_proto.errors import UampError
 
@@ -51,8 +52,9 @@ Resolve = Callable[[str, int], Awaitable[list[str]]]
 
 
 async def resolve(host: str, port: int) -> list[str]:
-    """:data:`Resolve` by trio's ``getaddrinfo`` (its custom resolver, when one is set)."""
-    infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+    """:data:`Resolve` by anyio's ``getaddrinfo`` (under Trio, Trio's: its custom resolver,
+    when one is set)."""
+    infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
@@ -92,8 +94,8 @@ async def post_checked(
     Raises:
         Refused: ``url`` (or a redirect) names a host that does not resolve, or
             resolves to an address ``allowed`` refuses; nothing was sent there.
-        OSError, httpcore.NetworkError, httpcore.TimeoutException: The
-            connection failed (worth retrying).
+        OSError, TimeoutError, httpcore.NetworkError, httpcore.TimeoutException:
+            The connection failed (worth retrying).
     """
     first = _origin(url)
     sent = list(headers)
@@ -132,7 +134,7 @@ async def _post_pinned(
         ssl_context=ssl_context, network_backend=_pinned_backend(address), retries=0
     )
     async with pool:
-        with trio.fail_after(timeout):
+        with anyio.fail_after(timeout):
             async with pool.stream(
                 "POST", url, headers=headers, content=body, extensions={"timeout": limits}
             ) as response:
@@ -149,7 +151,7 @@ def _pinned_backend(address: str) -> httpcore.AsyncNetworkBackend:
 
     class Pinned(httpcore.AsyncNetworkBackend):
         def __init__(self) -> None:
-            self._inner = httpcore.TrioBackend()
+            self._inner = httpcore.AnyIOBackend()
 
         async def connect_tcp(
             self,
@@ -169,6 +171,6 @@ def _pinned_backend(address: str) -> httpcore.AsyncNetworkBackend:
             raise httpcore.ConnectError("a webhook is never a Unix socket")
 
         async def sleep(self, seconds: float) -> None:
-            await trio.sleep(seconds)
+            await anyio.sleep(seconds)
 
     return Pinned()

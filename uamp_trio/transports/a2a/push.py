@@ -28,6 +28,11 @@ allow-list (``allow=["127.0.0.1/32"]``) admits them. A refused target is an
 A delivery connects to the address its check saw, and follows a redirect
 only to an address that passes the same check (:mod:`.pinned`: a name that
 resolves differently the second time -- DNS rebinding -- gains nothing).
+
+The sender is written on anyio: ``uamp serve`` runs it under Trio, and an
+ASGI app on asyncio is given the same object (``Config.a2a_push``, from
+:func:`uamp_trio.asgi_options.serve_options`), which runs deliveries in the
+task group of the request whose turn made the update.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import anyio
 import orjson
-import trio
 
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, Update
@@ -68,7 +73,8 @@ class PushSender:
         backoff: Seconds before the first retry; doubled for each next one.
         timeout: Seconds one delivery may take.
         resolver: Resolves a target's name, once per delivery attempt
-            (default: trio's ``getaddrinfo``).
+            (default: anyio's ``getaddrinfo``; under Trio, Trio's and its
+            custom resolver).
         ssl_context: Verifies ``https`` receivers (default: the system's CAs).
     """
 
@@ -123,7 +129,10 @@ class PushSender:
             )
 
     def notify(self, nursery: Spawner | None, task: A2ATask, update: Update) -> None:
-        """Deliver ``update`` of ``task`` to each of its webhooks, in the background."""
+        """Deliver ``update`` of ``task`` to each of its webhooks, in the background.
+
+        ``nursery``: where deliveries run (a Trio nursery, an anyio task group).
+        """
         if nursery is None:
             return  # no server around the app: nowhere to run deliveries
         payload = orjson.dumps(a2a.render_update(update, Dialect.V1))
@@ -175,7 +184,7 @@ class PushSender:
                 return
             except (
                 OSError,
-                trio.TooSlowError,
+                TimeoutError,
                 httpcore.NetworkError,
                 httpcore.TimeoutException,
                 httpcore.ProtocolError,
@@ -189,7 +198,7 @@ class PushSender:
                 if answer.status < 500 and answer.status != 429:
                     break  # the receiver refused it (or redirected for good): final
             if attempt < self.attempts:
-                await trio.sleep(delay)
+                await anyio.sleep(delay)
                 delay *= 2
         self.counts["failed"] += 1
         log.warning("push notification to %s failed (%s)", urlsplit(url).hostname, reason)

@@ -32,7 +32,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from uamp_proto.adapters.a2a import A2AError, Dialect
-from uamp_proto.adapters.a2a_params import check_rest_version, rest_body, rest_query
+from uamp_proto.adapters.a2a_params import (
+    check_rest_version,
+    rest_body,
+    rest_push_call,
+    rest_query,
+)
 
 from ...engines.http import Request, Response, StreamingResponse, json_response
 from ...hosting.router import RouteMeta
@@ -94,11 +99,9 @@ def mount(app: Host, transport: A2ATransport) -> None:
 
     def push(op: str) -> _Handler:
         async def handler(call: Call, request: Request) -> Response:
-            params = _body(request) if op == "set" else rest_query(request.query)
-            params = {**params, "taskId": request.path_params["task_id"]}
-            if "config_id" in request.path_params:
-                params["id"] = request.path_params["config_id"]
-            method = _PUSH_OPS[op]
+            source = _body(request) if op == "set" else rest_query(request.query)
+            ids = request.path_params
+            method, params = rest_push_call(op, source, ids["task_id"], ids.get("config_id"))
             return json_response(await t.push_config(call, method, params))
 
         return handler
@@ -119,11 +122,3 @@ def mount(app: Host, transport: A2ATransport) -> None:
     route("DELETE", configs + "/{config_id}", push("delete"))
     route("GET", "/tasks/{task_id}", get)
     route("GET", "/extendedAgentCard", extended_card)
-
-
-_PUSH_OPS = {
-    "set": "CreateTaskPushNotificationConfig",
-    "get": "GetTaskPushNotificationConfig",
-    "list": "ListTaskPushNotificationConfigs",
-    "delete": "DeleteTaskPushNotificationConfig",
-}

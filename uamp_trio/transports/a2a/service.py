@@ -83,9 +83,17 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.adapters import a2a, a2a_card, a2a_human, a2a_params
+from uamp_proto.adapters import a2a, a2a_card, a2a_human, a2a_params, a2a_push
 from uamp_proto.adapters._human import AnswerError, ask_of
-from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
+from uamp_proto.adapters.a2a import (
+    QUOTA_EXCEEDED,
+    A2AError,
+    A2ATask,
+    Dialect,
+    TaskRun,
+    Trigger,
+    Update,
+)
 from uamp_proto.adapters.a2a_card import Interface
 from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, QUEUE_FULL, BusyError
 from uamp_proto.errors import UampError
@@ -110,7 +118,7 @@ from ...hosting.host import Host, Transport
 from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta
 from ...hosting.turns import ResponseRunner
-from ...stores.a2a_tasks import QUOTA_EXCEEDED, TaskFeed
+from ...stores.a2a_tasks import TaskFeed
 from ...stores.health import StoreUnavailable
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, check_json_body, sse
@@ -557,63 +565,26 @@ class A2ATransport:
         op = a2a_params.PUSH_METHODS[method]
         task_id = a2a_params.task_id_of(params, op, call.dialect)
         task = await self._task(call.agent, task_id, call.principal)
-        if op == "set":
-            config = a2a_params.parse_config(params, call.dialect, self.ids)
-            self._check_push_config(config)
-            self._make_room(task, config)
-            task.push_configs[config["id"]] = config
+        result, changed = a2a_push.config_call(
+            task,
+            op,
+            params,
+            call.dialect,
+            ids=self.ids,
+            limits=self._push_limits,
+            check_target=self.push.check_target,
+        )
+        if changed:
             await self.store.save_push_configs(task)
-            return a2a_params.render_config(task.id, config, call.dialect)
-        if op == "get":
-            config = a2a_params.find_config(task, params, call.dialect)
-            return a2a_params.render_config(task.id, config, call.dialect)
-        if op == "list":
-            rendered = [
-                a2a_params.render_config(task.id, c, call.dialect)
-                for c in task.push_configs.values()
-            ]
-            return (
-                {"configs": rendered, "nextPageToken": ""}
-                if call.dialect is Dialect.V1
-                else rendered
-            )
-        # Deleting twice is not an error (the config is gone either way).
-        task.push_configs.pop(a2a_params.config_id(params, call.dialect), None)
-        await self.store.save_push_configs(task)
-        return {} if call.dialect is Dialect.V1 else None
+        return result
 
-    def _check_push_config(self, config: dict[str, Any]) -> None:
-        """Refuse a config over ``a2a_max_push_config_bytes`` or with a non-public target.
-
-        Raises:
-            A2AError: ``INVALID_PARAMS`` (400, gRPC ``INVALID_ARGUMENT``).
-        """
-        limit = self.app.server_config.a2a_max_push_config_bytes
-        if len(orjson.dumps(config)) > limit:
-            raise A2AError(
-                a2a.INVALID_PARAMS,
-                f"The push-notification config is too large (at most {limit} bytes as JSON).",
-                data={"limit": limit},
-            )
-        self.push.check_target(config["url"])
-
-    def _make_room(self, task: A2ATask, config: dict[str, Any]) -> None:
-        """Refuse a new config on a task holding ``a2a_max_push_configs`` already.
-
-        Replacing a config the task has (the same ``id``) is always allowed.
-
-        Raises:
-            A2AError: :data:`QUOTA_EXCEEDED` (HTTP 429, gRPC ``RESOURCE_EXHAUSTED``).
-        """
-        limit = self.app.server_config.a2a_max_push_configs
-        if config["id"] not in task.push_configs and len(task.push_configs) >= limit:
-            raise A2AError(
-                QUOTA_EXCEEDED,
-                f"Task {task.id} has {limit} push-notification configs, the most it may "
-                "hold; delete one first.",
-                data={"status": 429, "code": "too_many_push_configs", "limit": limit},
-                http_status=429,
-            )
+    @property
+    def _push_limits(self) -> a2a_push.PushLimits:
+        config = self.app.server_config
+        return a2a_push.PushLimits(
+            max_configs=config.a2a_max_push_configs,
+            max_config_bytes=config.a2a_max_push_config_bytes,
+        )
 
     # --- the REST form (spec 004) ----------------------------------------------------------
 
@@ -789,7 +760,7 @@ class A2ATransport:
             raise A2AError(a2a.INVALID_PARAMS, "'metadata' must be an object.")
         push_config = a2a_params.inline_push_config(config, dialect, self.ids)
         if push_config is not None:
-            self._check_push_config(push_config)
+            a2a_push.check_config(push_config, self._push_limits, self.push.check_target)
         tools = a2a.parse_tools(metadata)
         token = request.headers.get("x-payment")
         principal = request.principal
@@ -822,7 +793,7 @@ class A2ATransport:
             holder.append(self._enter(call, task.context_id, metadata, message))
             base = list(task.conversation)
             if push_config is not None:
-                self._make_room(task, push_config)  # before any money is locked
+                a2a_push.make_room(task, push_config, self._push_limits)  # before any money
             if task.pending_tool_calls:
                 added = a2a.parse_tool_results(message, task.pending_tool_calls)
             else:
