@@ -72,6 +72,11 @@ rounds is printed with the ratio uamp / baseline:
   the final ``statusUpdate``) beside ``uamp-chat``'s Chat Completions
   chunks, as for ``anthropic``. Target: <= 1.2x the Chat Completions CPU
   per chunk (issue 38).
+* ``mcp`` (not run by default): MCP Streamable HTTP, one ``tools/call``
+  of the flood agent with a ``progressToken`` (``POST /agents/flood/mcp``,
+  ``Accept: text/event-stream``): one ``notifications/progress`` per delta,
+  then the result, beside ``uamp-chat``'s Chat Completions chunks, as for
+  ``anthropic``. Target: <= 1.2x the Chat Completions CPU per chunk.
 * ``h2-json``, ``h2-sse`` (not run by default): HTTP/2 over cleartext
   (prior knowledge), 16 concurrent streams on one connection driven by
   ``uamp bench --http2``: completions/s, and chunks/s of streamed
@@ -278,6 +283,12 @@ def serve_uamp(
 
         more.append(a2a.mount)
     except ImportError:  # a uamp@REV from before the A2A transport
+        pass
+    try:
+        from uamp_trio.transports import mcp
+
+        more.append(mcp.mount)
+    except ImportError:  # a uamp@REV from before the MCP transport
         pass
 
     # 100 multiplexed sessions need more than the default 64 per connection.
@@ -1176,6 +1187,69 @@ def a2a_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
+def _mcp_session(port: int) -> str:
+    """An MCP session on the flood agent (``initialize``, then ``notifications/initialized``)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"},
+        },
+    }
+    conn.request("POST", "/agents/flood/mcp", orjson.dumps(init), headers)
+    answer = conn.getresponse()
+    answer.read()
+    session = answer.getheader("mcp-session-id")
+    assert answer.status == 200 and session, answer.status
+    done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    conn.request(
+        "POST", "/agents/flood/mcp", orjson.dumps(done), {**headers, "mcp-session-id": session}
+    )
+    answer = conn.getresponse()
+    answer.read()
+    conn.close()
+    return session
+
+
+def mcp_rate(kind: str, port: int, n: int) -> float:
+    """MCP ``notifications/progress``/s of one streamed ``tools/call`` (``uamp``), or Chat chunks/s.
+
+    MCP Streamable HTTP: a ``tools/call`` with a ``progressToken`` from a
+    client that accepts SSE is answered as an SSE stream of one
+    ``notifications/progress`` per text delta, then the call's result
+    (``uamp-chat``: Chat Completions chunks). The session's ``initialize``
+    is not timed.
+    """
+    if kind == "uamp-chat":
+        return sse_rate(kind, port, n)
+    session = _mcp_session(port)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "flood", "arguments": {"prompt": str(n)}, "_meta": {"progressToken": 7}},
+    }
+    headers = (("accept", "application/json, text/event-stream"), ("mcp-session-id", session))
+    t0 = time.perf_counter()
+    status, raw = _http_post(
+        sock, orjson.dumps(call), bytearray(), target="/agents/flood/mcp", headers=headers
+    )
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    notes = raw.count(b'"message":"tok "')
+    assert status == b"200" and notes == n and b'"id":1,"result"' in raw, (kind, notes, raw[-300:])
+    return n / elapsed
+
+
 def responses_rate(kind: str, port: int, n: int) -> float:
     """``response.output_text.delta`` events/s of one streamed Responses API response."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -1564,6 +1638,16 @@ def main() -> None:
             "SSE: A2A 1.0 artifact updates/s (uamp) vs Chat Completions chunks/s (uamp-chat)",
             "chunks/s",
             lambda k: functools.partial(_by_kind, a2a_rate, k, n),
+            ("uamp", *(k for k in extra if k.startswith("uamp@")), "uamp-chat"),
+            {"cpu_unit": "chunk"},
+        )
+    )
+    rows.append(
+        (
+            "mcp",
+            "SSE: MCP tools/call progress notifications/s (uamp) vs Chat Completions chunks/s",
+            "chunks/s",
+            lambda k: functools.partial(_by_kind, mcp_rate, k, n),
             ("uamp", *(k for k in extra if k.startswith("uamp@")), "uamp-chat"),
             {"cpu_unit": "chunk"},
         )

@@ -151,6 +151,30 @@ def test_progress_grows_and_carries_each_delta(deltas: list[str]) -> None:
     )
 
 
+_tokens = st.one_of(st.text(max_size=12), st.integers(min_value=-(2**63), max_value=2**63 - 1))
+
+
+@given(
+    token=_tokens,
+    deltas=st.lists(st.text(max_size=20), max_size=30),
+    before=st.binary(max_size=8),
+    after=st.binary(max_size=8),
+)
+def test_encoded_progress_is_the_general_paths_bytes(
+    token: str | int, deltas: list[str], before: bytes, after: bytes
+) -> None:
+    fast = mcp.Progress(token, before=before, after=after)
+    general = mcp.Progress(token)
+    for delta in deltas:
+        note = general.feed(delta)
+        data = fast.encoded(delta)
+        if note is None:
+            assert data is None
+        else:
+            assert data == before + rpc.encode(note) + after
+    assert fast.chars == general.chars
+
+
 @pytest.mark.parametrize(
     ("params", "request_id"),
     [

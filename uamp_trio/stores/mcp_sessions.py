@@ -40,7 +40,7 @@ from uamp_proto.errors import UampError
 from uamp_proto.principal import Principal
 
 if TYPE_CHECKING:
-    from ..hosting.turns import ResponseRun
+    from ..hosting.turns import ResponseRunner
 
 __all__ = ["McpConversation", "McpLimits", "McpPeer", "McpSessionStore", "TooManySessions"]
 
@@ -84,7 +84,7 @@ class McpPeer:
     version: str
     last_used: float
     #: Running ``tools/call`` turns by JSON-RPC request id.
-    calls: dict[Any, ResponseRun] = attrs.field(factory=dict)
+    calls: dict[Any, ResponseRunner] = attrs.field(factory=dict)
     #: Whether its ``GET`` stream is open (one at a time).
     streaming: bool = False
     #: Whether the client declared form elicitation (``initialize``): a

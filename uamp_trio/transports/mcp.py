@@ -70,7 +70,6 @@ import contextvars
 import importlib.metadata
 import logging
 import uuid
-from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -106,7 +105,7 @@ from ..hosting.host import Host, PolicyTransport
 from ..hosting.interrupts import Interrupts
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import Handle, SendPayload, answer_payload, serve_ndjson
-from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, ResponseRun, open_response
+from ..hosting.turns import ResponseOutcome, ResponseRunner
 from ..stores.mcp_sessions import McpConversation, McpPeer, McpSessionStore, TooManySessions
 from ..trust import resource
 
@@ -153,9 +152,12 @@ class McpDispatcher:
             shared by its requests), for ``notifications/cancelled``.
         notify: Sends a notification to the peer (progress), or ``None``
             when the carrier cannot (a JSON answer).
+        framed: The carrier's framing of a notification and its raw
+            ``send``: ``(before, after, send)`` sends
+            ``before + payload + after`` as ``notify(payload)`` would, for
+            the progress hot path (``None``: use ``notify``).
         payment_token: The token of the carrier (``X-PAYMENT``), used when a
             call names none.
-        session_queue: Events a running call may queue before its agent waits.
         interrupts: Where a call's run asks a person (``None``: it cannot).
         elicits: The client declared form elicitation (an HTTP session's
             flag; on stdio ``initialize`` sets it).
@@ -170,10 +172,10 @@ class McpDispatcher:
         store: McpSessionStore,
         *,
         principal: Principal = ANONYMOUS,
-        calls: dict[Any, ResponseRun] | None = None,
+        calls: dict[Any, ResponseRunner] | None = None,
         notify: SendPayload | None = None,
+        framed: tuple[bytes, bytes, SendPayload] | None = None,
         payment_token: str | None = None,
-        session_queue: int = DEFAULT_BUFFER,
         interrupts: Interrupts | None = None,
         elicits: bool = False,
         asked: dict[str, Any] | None = None,
@@ -187,10 +189,10 @@ class McpDispatcher:
         self.agent: Responder = served.agent
         self.store = store
         self.principal = principal
-        self.calls: dict[Any, ResponseRun] = {} if calls is None else calls
+        self.calls: dict[Any, ResponseRunner] = {} if calls is None else calls
         self._notify = notify
+        self._framed = framed
         self.payment_token = payment_token
-        self.session_queue = session_queue
         self._methods = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -311,53 +313,55 @@ class McpDispatcher:
             metadata={"transport": "mcp"},
         )
         notify = self._notify
-        progress = (
-            mcp.Progress(call.progress_token)
-            if call.progress_token is not None and notify is not None
-            else None
-        )
+        progress = None
+        out = notify  # where a progress notification goes, as encoded
+        if call.progress_token is not None and notify is not None:
+            if self._framed is None:
+                progress = mcp.Progress(call.progress_token)
+            else:  # framed by the Progress itself: one copy, one call less
+                before, after, out = self._framed
+                progress = mcp.Progress(call.progress_token, before=before, after=after)
         port = None
         if self.interrupts is not None:
             asks = self.elicits and notify is not None
             port = self.interrupts.port(request, supported=asks)
             request = attrs.evolve(request, interrupts=port)
+        waiting: dict[str, trio.CancelScope] = {}
+        encoded = progress.encoded if progress is not None else None
+        asking: trio.Nursery | None = None
+
+        async def sink(event: ev.Event) -> None:
+            if type(event) is ev.ResponseDelta:
+                # The hot path: a text delta is one progress notification
+                # (its JSON made without dicts) to the carrier, or nothing.
+                delta = event.delta
+                if encoded is not None and type(delta) is ty.DeltaText:
+                    data = encoded(delta.text)
+                    if data is not None and out is not None:
+                        await out(data)
+            elif type(event) is ev.InterruptRequest:
+                if self.elicits and notify is not None and asking is not None:
+                    asking.start_soon(self._elicit, ask_of(event), waiting)
+            elif type(event) is ev.InterruptResolved:
+                scope = waiting.pop(event.interrupt_id, None)
+                if scope is not None:
+                    scope.cancel()  # answered elsewhere: stop asking here
+
+        # Inline: the agent runs in this task and each event reaches the
+        # carrier through sink(), with no channel hop and no task switch.
+        turn = ResponseRunner(self.agent, request, sink, stamp=False, charge=charge)
+        if port is not None:
+            port.emit = turn.emit
+        self.calls[request_id] = turn
+        if slot is not None:
+            slot.bind(turn.cancel)  # a later call in the session may stop this one
         try:
-            async with (
-                open_response(
-                    self.agent,
-                    request,
-                    charge=charge,
-                    buffer=self.session_queue,
-                    bind=None if port is None else partial(setattr, port, "emit"),
-                ) as turn,
-                trio.open_nursery() as asking,
-            ):
-                self.calls[request_id] = turn
-                if slot is not None:
-                    slot.bind(turn.cancel)  # a later call in the session may stop this one
-                waiting: dict[str, trio.CancelScope] = {}
-                async for event in turn:
-                    if isinstance(event, ev.InterruptRequest):
-                        if self.elicits and notify is not None:
-                            asking.start_soon(self._elicit, ask_of(event), waiting)
-                        continue
-                    if isinstance(event, ev.InterruptResolved):
-                        scope = waiting.pop(event.interrupt_id, None)
-                        if scope is not None:
-                            scope.cancel()  # answered elsewhere: stop asking here
-                        continue
-                    if progress is None or not isinstance(event, ev.ResponseDelta):
-                        continue
-                    if isinstance(event.delta, ty.DeltaText):
-                        note = progress.feed(event.delta.text)
-                        if note is not None and notify is not None:
-                            await notify(rpc.encode(note))
+            async with trio.open_nursery() as asking:
+                outcome = await turn.run()
                 asking.cancel_scope.cancel()
         finally:
             if self.calls.get(request_id) is turn:
                 del self.calls[request_id]
-        outcome = turn.outcome
-        assert outcome is not None
         if slot is not None and slot.interrupted and outcome.status == "cancelled":
             return self._stopped(outcome, slot, message, conversation)
         return self._result(outcome, call.session, message, conversation)
@@ -604,6 +608,7 @@ class McpTransport(PolicyTransport):
         request: Request,
         peer: McpPeer | None,
         notify: SendPayload | None,
+        framed: tuple[bytes, bytes, SendPayload] | None = None,
     ) -> McpDispatcher:
         return McpDispatcher(
             self.served(agent),
@@ -611,8 +616,8 @@ class McpTransport(PolicyTransport):
             principal=request.principal,
             calls=None if peer is None else peer.calls,
             notify=notify,
+            framed=framed,
             payment_token=request.headers.get("x-payment"),
-            session_queue=self.app.queue_limits[1],
             interrupts=self.app.interrupts,
             elicits=peer is not None and peer.elicits,
             asked=None if peer is None else peer.asked,
@@ -678,7 +683,8 @@ class McpTransport(PolicyTransport):
             async def notify(payload: bytes) -> None:
                 await send(encode_json(payload, event="message"))
 
-            dispatcher = self._dispatcher(agent, request, peer, notify)
+            framed = (_SSE_BEFORE, _SSE_AFTER, send)
+            dispatcher = self._dispatcher(agent, request, peer, notify, framed)
             reply = await dispatcher.handle_payload(request.body)
             if reply is not None:
                 await send(encode_json(reply, event="message"))
@@ -703,6 +709,11 @@ class McpTransport(PolicyTransport):
             peer.streaming = False
 
         return StreamingResponse(producer=produce, headers=list(SSE_HEADERS), on_close=release)
+
+
+#: ``encode_json(payload, event="message")`` is ``_SSE_BEFORE + payload + _SSE_AFTER``.
+_SSE_BEFORE: Final = b"event: message\ndata: "
+_SSE_AFTER: Final = b"\n\n"
 
 
 def mount(app: Host, *, payment_policy: PaymentPolicy | None = None) -> None:
