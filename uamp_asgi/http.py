@@ -7,7 +7,8 @@ it is refused when it does), then writes the endpoint's reply: a
 :class:`JsonReply` in one message, a :class:`StreamReply` piece by piece as
 its producer writes. While a stream is produced a second task waits for the
 client's ``http.disconnect``; when the client leaves, the producer (and the
-agent turn inside it) is cancelled.
+agent turn inside it) is cancelled -- or, for a ``detach`` reply, goes on
+to its end with nowhere to write.
 """
 
 from __future__ import annotations
@@ -125,13 +126,17 @@ class StreamReply:
     """A streamed response: ``producer(write)`` writes its body.
 
     ``on_close`` runs once the response is over however it ended (a charge
-    to release when the producer never ran).
+    to release when the producer never ran). ``detach``: when the client
+    leaves, the producer goes on to its end with its writes dropped (work
+    that must not stop with its first reader, as an A2A task), instead of
+    being cancelled.
     """
 
     producer: Callable[[Write], Awaitable[None]]
     headers: list[tuple[str, str]] = attrs.field(factory=lambda: list(SSE_HEADERS))
     status: int = 200
     on_close: Callable[[], Awaitable[object]] | None = None
+    detach: bool = False
 
 
 Reply = JsonReply | StreamReply
@@ -225,9 +230,20 @@ class _Batch:
         self._room = anyio.Event()
         self._done = False
         self._drained = anyio.Event()
+        #: The client left: what is written goes nowhere.
+        self.gone = False
+
+    def leave(self) -> None:
+        """The client left: drop what is queued and whatever is written from now on."""
+        self.gone = True
+        self._parts.clear()
+        self._size = 0
+        self._room.set()  # a producer waiting for room goes on
+        self._ready.set()
+        self._drained.set()
 
     async def write(self, data: bytes) -> None:
-        if not data:
+        if not data or self.gone:
             return
         self._parts.append(data)
         self._size += len(data)
@@ -245,6 +261,8 @@ class _Batch:
         while True:
             await self._ready.wait()
             self._ready = anyio.Event()
+            if self.gone:
+                return
             if self._parts:
                 data = b"".join(self._parts)
                 self._parts.clear()
@@ -273,11 +291,23 @@ async def _stream(reply: StreamReply, send: Send, receive: Receive) -> None:
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            group.cancel_scope.cancel()  # the client left: stop producing
+            if reply.detach:
+                batch.leave()  # the client left: the producer goes on, unheard
+            else:
+                group.cancel_scope.cancel()  # the client left: stop producing
+
+        async def drain() -> None:
+            try:
+                await batch.drain()
+            except OSError:  # the server found the client gone first (a detached stream)
+                if not reply.detach:
+                    raise
+                batch.leave()
 
         group.start_soon(watch)
-        group.start_soon(batch.drain)
+        group.start_soon(drain)
         await reply.producer(batch.write)
         await batch.finish()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not batch.gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         group.cancel_scope.cancel()

@@ -65,7 +65,7 @@ def mount(host: Host) -> None:
                 return JsonReply(a2a.result_response(call.id, result), after=after)
             if op == "stream":
                 produce, never_ran = await ops.stream(agent, request, params, dialect)
-                return sse(produce, _rpc_frame(call.id), never_ran)
+                return sse(produce, _rpc_frame(call.id), never_ran, detach=True)
             if op == "subscribe":
                 produce, never_ran = ops.subscribe(principal, params, dialect)
                 return sse(produce, _rpc_frame(call.id), never_ran)

@@ -15,8 +15,10 @@ answer went out (:attr:`~uamp_asgi.http.JsonReply.after`). While it runs the
 task is *live*: ``CancelTask`` cancels its turn (the task ends canceled) and
 ``SubscribeToTask`` follows its updates (a bounded buffer each; a subscriber
 that falls behind is dropped). A task paused for input or tool results is
-canceled at once; a finished one is not cancelable. A stream whose client
-leaves cancels its turn.
+canceled at once; a finished one is not cancelable. A streaming send whose
+client leaves leaves its task running, as under ``uamp serve``: the turn
+goes on to its end in the request's task (:attr:`~uamp_asgi.http.StreamReply.detach`),
+its updates reaching subscribers and webhooks; ``GetTask`` shows the end.
 
 Push notifications: with ``Config.a2a_push`` (``uamp serve``'s webhook
 client), a task's configs are set, read, listed and deleted by
@@ -465,8 +467,8 @@ class A2AOperations:
             try:
                 outcome = await live.turn.run()
             except BaseException:
-                # The request carrying the turn went away (a stream's client
-                # left): the task ends canceled rather than working for ever.
+                # The request carrying the turn was cancelled (the server
+                # stops): the task ends canceled rather than working for ever.
                 if not (task.state.is_terminal or task.state.is_interrupted):
                     task.move(Trigger.CANCEL, _now())
                 raise
@@ -482,8 +484,13 @@ def sse(
     produce: Producer,
     frame: Callable[[dict[str, Any]], bytes],
     on_close: Callable[[], Awaitable[object]] | None = None,
+    *,
+    detach: bool = False,
 ) -> StreamReply:
-    """A stream reply writing each result ``produce`` emits, framed by ``frame``."""
+    """A stream reply writing each result ``produce`` emits, framed by ``frame``.
+
+    ``detach``: a client that leaves does not stop ``produce`` (a send's task).
+    """
 
     async def producer(write: Write) -> None:
         async def emit(result: dict[str, Any]) -> None:
@@ -491,4 +498,4 @@ def sse(
 
         await produce(emit)
 
-    return StreamReply(producer, on_close=on_close)
+    return StreamReply(producer, on_close=on_close, detach=detach)

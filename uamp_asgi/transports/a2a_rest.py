@@ -69,7 +69,7 @@ def mount(host: Host, ops: A2AOperations) -> None:
 
     async def stream(agent: Responder, request: Request) -> Reply:
         produce, never_ran = await ops.stream(agent, request, _body(request), v1)
-        return sse(produce, _frame, never_ran)
+        return sse(produce, _frame, never_ran, detach=True)
 
     async def list_tasks(agent: Responder, request: Request) -> Reply:
         return JsonReply(ops.list_tasks(agent, request.principal, rest_query(request.query)))
