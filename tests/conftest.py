@@ -175,18 +175,38 @@ def tool_runs(tmp_path: Path) -> Iterator[Path]:
 # --- the order xdist hands tests out in (tests/_support/schedule.py) --------------------
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long modules first, one whole per worker (every worker collects the same order)."""
-    from tests._support.schedule import LONG_MODULES, arrange
+    """The slow tests marked (and skipped without ``--slow``); the long modules first, one
+    whole per worker (every worker collects the same order)."""
+    from tests._support.schedule import LONG_MODULES, SLOW, arrange, is_slow
 
+    run_slow = config.getoption("--slow")
+    for item in items:
+        if why := is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+            if not run_slow:
+                item.add_marker(pytest.mark.skip(reason=f"{SLOW_PREFIX}{why}"))
+    # A skipped slow test takes no time: it is not dealt first.
+    long = {k: v for k, v in LONG_MODULES.items() if run_slow or not is_slow(k, SLOW)}
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    items[:] = arrange(items, lambda item: item.nodeid, workers, LONG_MODULES)
+    items[:] = arrange(items, lambda item: item.nodeid, workers, long)
 
 
 # --- --no-system-installs (tests/_support/system.py) ------------------------------------
 
 
+#: How the skip reason of a slow test starts (tests/_support/schedule.py SLOW).
+SLOW_PREFIX = "slow end-to-end test, run with --slow (CI does): "
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        help="also run the slow end-to-end tests (SLOW in tests/_support/schedule.py), "
+        "skipped otherwise; -m slow runs only them",
+    )
     parser.addoption(
         "--no-system-installs",
         action="store_true",
@@ -210,10 +230,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     from tests._support.system import PREFIX
 
     not_run = []
+    slow = 0
     for report in terminalreporter.stats.get("skipped", []):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         if PREFIX in reason:
             not_run.append((report.nodeid, reason.split(PREFIX, 1)[1]))
+        slow += SLOW_PREFIX in reason
+    if slow:
+        terminalreporter.write_line(
+            f"{slow} slow end-to-end test{'s' * (slow != 1)} skipped: `pytest --slow` runs "
+            "them too, `pytest --slow -m slow` only them (as CI does after the rest)"
+        )
     if not_run:
         terminalreporter.section("NOT RUN: --no-system-installs", sep="=", red=True, bold=True)
         for nodeid, what in not_run:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["LONG_MODULES", "arrange", "shares"]
+__all__ = ["LONG_MODULES", "SLOW", "arrange", "is_slow", "shares"]
 
 T = TypeVar("T")
 
@@ -52,6 +52,28 @@ LONG_MODULES: dict[str, float] = {
     "tests/interop/test_a2a_node_loss.py": 10,
     "tests/bench/test_cluster_bench.py": 30,
 }
+
+
+#: The slow end-to-end tests (modules or single tests, as in :data:`LONG_MODULES`):
+#: marked ``slow`` and skipped unless ``pytest --slow``; ``.ci/run`` runs them
+#: after the rest (``pytest --slow -m slow``), in one process. Each starts many
+#: processes or a fresh environment and runs for tens of seconds alone.
+SLOW: dict[str, str] = {
+    "tests/trio/test_cluster.py::"
+    "test_two_hundred_paid_conversations_on_five_transports_survive_a_kill_and_a_drain": "a "
+    "cluster of uamp serve processes behind haproxy, on Redis and PostgreSQL, 200 conversations "
+    "through a kill and a drain",
+    "tests/bench/test_compare.py": "uamp, webagents and pydantic-ai servers driven by uamp bench",
+    "tests/bench/test_cluster_bench.py": "bench/cluster.py against a cluster of processes",
+    "tests/bench/test_attacks.py": "the attack suite against a real uamp serve",
+    "tests/docs/test_snippets.py::test_first_hour_verbatim_in_a_fresh_venv": "docs/first-hour.md "
+    "from a fresh virtual environment filled from the package index",
+}
+
+
+def is_slow(nodeid: str, slow: dict[str, str] = SLOW) -> str | None:
+    """Why test ``nodeid`` is slow (its entry of ``slow``), or ``None``."""
+    return next((why for key, why in slow.items() if _within(nodeid, key)), None)
 
 
 def shares(count: int, workers: int) -> list[int]:
@@ -104,3 +126,7 @@ def arrange(
         arranged += dealt[share] + rest[:take]
         del rest[:take]
     return arranged + rest
+
+
+if __name__ == "__main__":  # .ci/run: the slow tests' node ids, for ``pytest --slow``
+    print("\n".join(SLOW))

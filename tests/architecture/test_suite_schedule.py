@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._support.schedule import LONG_MODULES, arrange, shares
+from tests._support.schedule import LONG_MODULES, SLOW, arrange, is_slow, shares
 
 
 def _module(item: str) -> str:
@@ -60,12 +60,31 @@ def test_long_modules_lead_the_shares(
         ]
 
 
-def test_every_long_module_exists() -> None:
+@pytest.mark.parametrize(
+    ("nodeid", "slow"),
+    [
+        ("a/m.py::test_x", True),  # the module's tests
+        ("a/m.py::test_x[1-2]", True),
+        ("a/m.py", True),
+        ("a/m2.py::test_x", False),  # another module whose name starts alike
+        ("b/n.py::test_y", True),  # the one test named
+        ("b/n.py::test_y[p]", True),  # with its parameters
+        ("b/n.py::test_yz", False),
+        ("b/n.py::test_z", False),
+    ],
+)
+def test_slow_tests_are_the_modules_and_tests_named(nodeid: str, slow: bool) -> None:
+    table = {"a/m.py": "a", "b/n.py::test_y": "b"}
+    assert (is_slow(nodeid, table) is not None) is slow
+
+
+@pytest.mark.parametrize("table", [LONG_MODULES, SLOW], ids=["long", "slow"])
+def test_every_long_and_slow_module_exists(table: dict[str, object]) -> None:
     from tests._support.checkout import ROOT
 
-    missing = [m for m in LONG_MODULES if not (ROOT / m.split("::")[0]).exists()]
+    missing = [m for m in table if not (ROOT / m.split("::")[0]).exists()]
     assert missing == []
-    for key in LONG_MODULES:
+    for key in table:
         if "::" in key:
             path, name = key.split("::", 1)
             assert f"def {name}(" in (ROOT / path).read_text(), key
