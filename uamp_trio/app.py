@@ -44,6 +44,7 @@ from uamp_proto.jose import JWK, JWKS
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.responder import Responder
 from uamp_proto.signing import JWKS_PATH
+from uamp_stores.event_log_redis import RedisEventLog
 
 from . import grpc
 from .engines.http import Endpoint, HTTPError, Request, Response, StreamingResponse, json_response
@@ -68,7 +69,6 @@ from .observe.requests import Listener, Observe
 from .relay import platform as relay_platform
 from .server_routes import SERVER_ROUTES, api_docs, health, openapi, payments, playground
 from .stores import Stores
-from .stores.event_log_redis import RedisEventLog
 from .transports import (
     a2a,
     acp,

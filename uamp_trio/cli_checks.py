@@ -158,7 +158,7 @@ def _check_sqlite(where: str, path: Path) -> None:
 
 
 def _check_redis(where: str) -> None:
-    from .stores._redis import redis_where
+    from uamp_stores._redis import redis_where
 
     named = redis_where(where)
     try:

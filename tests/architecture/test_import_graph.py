@@ -10,9 +10,11 @@ package edges count too, except from a module inside that package (Python has
 already started the package's ``__init__`` before its submodules load).
 
 Layers (see docs/architecture.md): ``uamp_proto`` imports only itself;
-``uamp_agents`` imports itself and ``uamp_proto``; ``uamp_trio`` imports itself
-and ``uamp_proto`` -- except ``uamp_trio.cli``, which wires agents into servers;
-``uamp_asgi`` imports itself and ``uamp_proto``.
+``uamp_agents`` imports itself and ``uamp_proto``; ``uamp_trio`` imports itself,
+``uamp_proto`` and ``uamp_stores`` -- except ``uamp_trio.cli``, which wires agents into servers;
+``uamp_asgi`` imports itself, ``uamp_proto`` and ``uamp_stores``; ``uamp_stores`` (the
+stores both servers share, on anyio) imports itself and ``uamp_proto``, and both
+``uamp_trio`` and ``uamp_asgi`` may import it.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("uamp_proto", "uamp_trio", "uamp_agents", "uamp_asgi")
+PACKAGES = ("uamp_proto", "uamp_trio", "uamp_agents", "uamp_asgi", "uamp_stores")
 
 ALLOWED: Mapping[str, frozenset[str]] = {
     "uamp_proto": frozenset({"uamp_proto"}),
     "uamp_agents": frozenset({"uamp_agents", "uamp_proto"}),
-    "uamp_trio": frozenset({"uamp_trio", "uamp_proto"}),
+    "uamp_trio": frozenset({"uamp_trio", "uamp_proto", "uamp_stores"}),
     # The ASGI binding: the sans-IO core and its own I/O, never the Trio binding.
-    "uamp_asgi": frozenset({"uamp_asgi", "uamp_proto"}),
+    "uamp_asgi": frozenset({"uamp_asgi", "uamp_proto", "uamp_stores"}),
+    # The stores both bindings share (anyio, worker threads): below both, above the core.
+    "uamp_stores": frozenset({"uamp_stores", "uamp_proto"}),
 }
 # Modules allowed to reach across the layer rule, and why.
 BRIDGES: Mapping[str, frozenset[str]] = {

@@ -21,7 +21,7 @@ from trio_websocket import open_websocket_url as open_ws
 from tests._support import cli
 from tests._support.wire import create_session, recv, resume_session, send, until
 from uamp_proto.principal import ANONYMOUS
-from uamp_trio.stores.event_log_redis import RedisEventLog
+from uamp_stores.event_log_redis import RedisEventLog
 
 TIMEOUT = 60
 

@@ -17,7 +17,7 @@ failed task -- and frees what the unit held), and the unit is over.
 (:attr:`Host.background <uamp_trio.hosting.host.Host.background>`): its
 :meth:`~Background.start_soon` runs every task supervised, so no task started
 there can end the process, whether or not its starter thought of it. A
-store's loop is supervised by :func:`uamp_trio.stores.health.supervise`
+store's loop is supervised by :func:`uamp_stores.health.supervise`
 instead, which also starts it again.
 """
 

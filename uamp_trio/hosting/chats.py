@@ -97,11 +97,11 @@ from uamp_proto.errors import LocalProtocolError, ProtocolError
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_stores.background import start_background
+from uamp_stores.health import StoreHealth
 
 from ..engines.supervise import OnError, supervised
-from ..stores._background import start_background
 from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
-from ..stores.health import StoreHealth
 from .busy import Slot
 from .turns import ResponseRunner
 

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 A session's record names the response in flight and the process running it
-(:class:`~uamp_trio.stores.event_log.SessionRecord`). When a client resumes
+(:class:`~uamp_stores.event_log.SessionRecord`). When a client resumes
 the session elsewhere and that process has no heartbeat any more, the first
-process to :meth:`~uamp_trio.stores.event_log.EventLog.claim` the loss
+process to :meth:`~uamp_stores.event_log.EventLog.claim` the loss
 adopts the session's log and calls :func:`carry_on`, which reads what the
 lost process logged and decides with the sans-IO core
 (:func:`uamp_proto.resume.resume_point`):
@@ -25,7 +25,7 @@ lost process logged and decides with the sans-IO core
 
 A ``response.cancel`` sent on a connection following the carried-on
 response reaches it through the log's messages
-(:meth:`~uamp_trio.stores.event_log.EventLog.ask`): it ends with
+(:meth:`~uamp_stores.event_log.EventLog.ask`): it ends with
 ``response.cancelled``.
 
 Payment: the lost process's ledger lock for the response is adopted
@@ -73,7 +73,8 @@ from uamp_proto.resume import RESTORED, interrupted_event, replayed, resume_poin
 from .turns import ResponseRunner, cancel_handler
 
 if TYPE_CHECKING:
-    from ..stores.event_log import EventLog, LogKey, SessionRecord
+    from uamp_stores.event_log import EventLog, LogKey, SessionRecord
+
     from .host import Host
 
 __all__ = ["abandon", "carry_on"]

@@ -132,10 +132,10 @@ from uamp_proto.resume import (
     start_after,
 )
 from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
+from uamp_stores.event_log import SessionRecord
+from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
 from ..engines.supervise import supervised
-from ..stores.event_log import SessionRecord
-from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
 from .busy import Slot
@@ -146,7 +146,8 @@ from .interrupts import InterruptNotFound, InvalidAnswer
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
-    from ..stores.event_log import EventLog, Handler, LogKey
+    from uamp_stores.event_log import EventLog, Handler, LogKey
+
     from .host import Host
 
 __all__ = [

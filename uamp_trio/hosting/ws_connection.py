@@ -65,6 +65,8 @@ from typing import Final, Protocol
 
 import trio
 
+from uamp_stores.health import StoreUnavailable
+
 from ..engines.streams import FRAMES_READ_SIZE, receive_or_eof, written_now
 from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
@@ -75,7 +77,6 @@ from ..engines.ws_frames import (
     FrameEngine,
     WebSocketClosed,
 )
-from ..stores.health import StoreUnavailable
 from .sessions import Outbox, OutboxClosed, Overloaded, SessionHost, SessionLimits
 
 __all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"]

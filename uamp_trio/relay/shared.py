@@ -3,11 +3,11 @@
 Theory of operation
 -------------------
 With ``uamp serve --relay --store redis://...`` the relay processes of a
-deployment share the Redis of the :class:`~uamp_trio.stores.event_log_redis.RedisEventLog`
+deployment share the Redis of the :class:`~uamp_stores.event_log_redis.RedisEventLog`
 (the UAMP sessions' logs, docs/resume.md). A daemon's socket lives in one
 process, its *owner*; the others reach its agents through that Redis, using
 the store's process id (``node``), heartbeat (``alive``) and per-process
-inbox (:meth:`~uamp_trio.stores.event_log.EventLog.ask`):
+inbox (:meth:`~uamp_stores.event_log.EventLog.ask`):
 
 *Routes.* The owner writes each agent its daemons serve into the hash
 ``{prefix}:relay:agents`` (field: the name; value: JSON ``{"node", "online",
@@ -62,12 +62,12 @@ from uamp_proto.codec import DecodeError, from_dict, unstructure
 from uamp_proto.relay import turn_input, turn_request
 from uamp_proto.responder import PAID_TOKEN, Emit, ResponderError, TurnRequest
 from uamp_proto.resume import INTERRUPTED
+from uamp_stores._redis import open_redis, redis_where
+from uamp_stores.event_log import LogKey
+from uamp_stores.event_log_redis import RedisEventLog
+from uamp_stores.health import STORE_TIMEOUT, StoreHealth, call_store
 
 from ..hosting.agents import AGENT_OFFLINE
-from ..stores._redis import open_redis, redis_where
-from ..stores.event_log import LogKey
-from ..stores.event_log_redis import RedisEventLog
-from ..stores.health import STORE_TIMEOUT, StoreHealth, call_store
 from .platform import DaemonLink, Link, Relay, RemoteAgent
 
 __all__ = ["POLL", "PeerLink", "SharedRoutes"]

@@ -6,7 +6,8 @@ small interface a database-backed store can implement: A2A tasks
 (:mod:`.a2a_tasks`: in memory or Redis), ACP sessions (:mod:`.acp_sessions`), the live
 HTTP+SSE sessions (:mod:`.sessions`), the server-side tool rounds of
 Chat Completions turns (:mod:`.tool_rounds`), the event logs of resumable
-UAMP sessions (:mod:`.event_log`: in memory, SQLite or Redis Streams) and
+UAMP sessions (:mod:`uamp_stores.event_log`, shared with the ASGI app: in
+memory, SQLite or Redis Streams) and
 chat rooms (:mod:`.chats`: in memory, SQLite or Redis). :class:`Stores` is the set the
 composition root creates once per app and hands to the transports; no
 transport creates one of its own.
@@ -22,14 +23,14 @@ from typing import Any
 import attrs
 import trio
 
-from uamp_proto.resume import Retention
+from uamp_stores import REDIS_SCHEMES, open_event_log
+from uamp_stores.background import BackgroundLoop
+from uamp_stores.event_log import EventLog, MemoryEventLog, SessionRecord
+from uamp_stores.health import describe
 
-from ._background import BackgroundLoop
 from .a2a_tasks import MemoryTaskStore, TaskStore
 from .acp_sessions import AcpSessionStore
 from .chats import ChatStore, MemoryChatStore
-from .event_log import EventLog, MemoryEventLog, SessionRecord
-from .health import describe
 from .mcp_sessions import McpSessionStore
 from .sessions import SessionTracker
 from .tool_rounds import ToolRoundStore
@@ -56,27 +57,11 @@ __all__ = [
 ]
 
 
-def open_event_log(where: str = "memory", retention: Retention | None = None) -> EventLog:
-    """The event log named by ``where``: ``memory``, ``redis://HOST:PORT/DB``, or a SQLite path.
-
-    ``sqlite:PATH`` (or any other string, taken as a file path) is a SQLite file.
-    """
-    if where == "memory":
-        return MemoryEventLog(retention)
-    if where.startswith(("redis://", "rediss://", "unix://")):
-        from .event_log_redis import RedisEventLog
-
-        return RedisEventLog(where, retention)
-    from .event_log_sqlite import SqliteEventLog
-
-    return SqliteEventLog(where.removeprefix("sqlite:"), retention)
-
-
 def open_chat_store(where: str = "memory") -> ChatStore:
     """The chat store named by ``where``: ``memory``, ``redis://HOST:PORT/DB``, or a SQLite path."""
     if where == "memory":
         return MemoryChatStore()
-    if where.startswith(("redis://", "rediss://", "unix://")):
+    if where.startswith(REDIS_SCHEMES):
         from .chats_redis import RedisChatStore
 
         return RedisChatStore(where)
@@ -88,7 +73,7 @@ def open_chat_store(where: str = "memory") -> ChatStore:
 def open_interrupt_relay(where: str = "memory") -> Any:
     """Pending interrupts shared between processes for a Redis ``where``, else ``None``
     (each process answers its own; docs/human-in-the-loop.md)."""
-    if where.startswith(("redis://", "rediss://", "unix://")):
+    if where.startswith(REDIS_SCHEMES):
         from .interrupts_redis import RedisInterruptRelay
 
         return RedisInterruptRelay(where)
@@ -102,7 +87,7 @@ def open_task_store(
 
     A SQLite ``--store`` keeps sessions and rooms; A2A tasks stay in memory then.
     """
-    if where.startswith(("redis://", "rediss://", "unix://")):
+    if where.startswith(REDIS_SCHEMES):
         from .a2a_tasks_redis import RedisTaskStore
 
         return RedisTaskStore(where, max_tasks, max_per_principal)

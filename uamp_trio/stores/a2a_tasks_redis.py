@@ -34,7 +34,7 @@ Updates and cancel requests travel on one pub/sub channel,
 the updates from ``s`` and publishes them in the same step, so a subscriber
 that registers its feed, then reads the task and its ``s``, sees exactly the
 updates after that snapshot. Redis calls run in worker threads with the
-synchronous redis-py client, like :mod:`~uamp_trio.stores.event_log_redis`.
+synchronous redis-py client, like :mod:`~uamp_stores.event_log_redis`.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ from uamp_proto.adapters.a2a_records import (
     update_to_json,
 )
 from uamp_proto.principal import Principal
+from uamp_stores._redis import RedisCalls, open_redis, redis_where
+from uamp_stores.background import BackgroundLoop
+from uamp_stores.health import STORE_TIMEOUT, StoreUnavailable
 
-from ._background import BackgroundLoop
-from ._redis import RedisCalls, open_redis, redis_where
 from .a2a_tasks import TaskFeed, TaskStore, quota_exceeded, store_full, task_not_found
-from .health import STORE_TIMEOUT, StoreUnavailable
 
 __all__ = ["RedisTaskStore"]
 

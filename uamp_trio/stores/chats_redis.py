@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Keys, under ``{prefix}:chat:``, where ``{room}`` is a digest of the owner
-and the chat id (:func:`~uamp_trio.stores.event_log.log_name`):
+and the chat id (:func:`~uamp_stores.event_log.log_name`):
 
 * ``rec:{room}`` -- the record's settings as JSON (id, owner, members,
   policy, creation time);
@@ -51,9 +51,11 @@ import trio
 
 from uamp_proto.codec import decode_object, to_dict
 from uamp_proto.principal import Principal
+from uamp_stores._redis import RedisCalls, open_redis
+from uamp_stores.background import BackgroundLoop
+from uamp_stores.event_log import log_name
+from uamp_stores.health import STORE_TIMEOUT, StoreUnavailable
 
-from ._background import BackgroundLoop
-from ._redis import RedisCalls, open_redis
 from .chats import (
     MAX_MESSAGES,
     ChatKey,
@@ -64,8 +66,6 @@ from .chats import (
     RoomState,
     StoredMessage,
 )
-from .event_log import log_name
-from .health import STORE_TIMEOUT, StoreUnavailable
 
 __all__ = ["RedisChatStore"]
 

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from uamp_proto.principal import Principal
+from uamp_stores._sqlite import SqliteBacked
 
-from ._sqlite import SqliteBacked
 from .chats import MAX_MESSAGES, ChatKey, ChatRecord, ChatStore, StoredMessage
 
 __all__ = ["SqliteChatStore"]

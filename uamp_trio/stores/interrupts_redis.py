@@ -32,8 +32,7 @@ import attrs
 import orjson
 
 from uamp_proto.interrupts import Answer, Interrupt
-
-from ._redis import RedisCalls, open_redis
+from uamp_stores._redis import RedisCalls, open_redis
 
 __all__ = ["POLL", "RedisInterruptRelay"]
 

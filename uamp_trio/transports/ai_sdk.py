@@ -43,7 +43,7 @@ answer and its process. A resume that reaches another process streams the
 answer from the log as it is written; when the writing process is gone the
 replay ends ``interrupted``. A POST for a chat whose answer runs in another
 live process asks that process to stop it first (:meth:`EventLog.ask
-<uamp_trio.stores.event_log.EventLog.ask>`) under ``interrupt`` and
+<uamp_stores.event_log.EventLog.ask>`) under ``interrupt`` and
 ``rollback``, is refused under ``reject``, and waits for it to end under
 ``enqueue``.
 
@@ -101,6 +101,8 @@ from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.resume import ResumeError, ResumeStream
+from uamp_stores.event_log import EventLog, SessionRecord
+from uamp_stores.health import StoreUnavailable
 
 from ..engines.http import (
     HTTPError,
@@ -116,8 +118,6 @@ from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ..hosting.parked import DEFAULT_LINGER, waiting_on
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRunner
-from ..stores.event_log import EventLog, SessionRecord
-from ..stores.health import StoreUnavailable
 
 __all__ = ["MAX_ANSWERS", "MAX_ANSWER_BYTES", "AiSdkTransport", "mount", "transport"]
 

@@ -20,9 +20,9 @@ parses the request into a turn, :mod:`uamp_proto.adapters.responses_render`
 renders a turn's UAMP events as the Response object and the event stream.
 
 A stored response *is* a resumable UAMP session of the event log
-(:mod:`uamp_trio.stores.event_log`): its log key is ``(owner's principal
+(:mod:`uamp_stores.event_log`): its log key is ``(owner's principal
 key, response id)``, so another principal's id is not found, exactly like a
-missing one; its :class:`~uamp_trio.stores.event_log.SessionRecord` holds the
+missing one; its :class:`~uamp_stores.event_log.SessionRecord` holds the
 agent, the conversation before it (``history``), its input, the echoed
 request fields and listed input items (``config.extensions``), and while it
 runs, the process running it (``node``); its log holds UAMP events. A
@@ -90,6 +90,7 @@ from uamp_proto.resume import ResumeError
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 from uamp_proto.types import DeltaText
+from uamp_stores.event_log import EventLog, LogKey, SessionRecord
 
 from ..engines.http import (
     SSE_HEADERS,
@@ -105,7 +106,6 @@ from ..hosting.continuation import carry_on
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseOutcome, ResponseRunner, cancel_handler
-from ..stores.event_log import EventLog, LogKey, SessionRecord
 
 __all__ = ["MAX_BACKGROUND", "MAX_BACKGROUND_PER_PRINCIPAL", "ResponsesTransport", "mount"]
 

@@ -82,6 +82,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.resume import RESUME_FROM, ResumeError, ResumeStream, event_id_of, start_after
 from uamp_proto.sse import encode_json
+from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
 from ..engines.http import (
     HTTPError,
@@ -95,12 +96,12 @@ from ..engines.http import (
 from ..hosting.agents import SPEC_SESSION_CODES
 from ..hosting.router import RouteMeta
 from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
-from ..stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from ..stores.sessions import SessionTracker
 
 if TYPE_CHECKING:
+    from uamp_stores.event_log import LogKey
+
     from ..hosting.host import Host
-    from ..stores.event_log import LogKey
 
 __all__ = ["SSEEventsTransport", "mount"]
 
@@ -554,7 +555,7 @@ class SSEEventsTransport:
 
         With a log shared between processes (Redis), the session's record
         names the process that writes it; the events go there
-        (:meth:`EventLog.ask <uamp_trio.stores.event_log.EventLog.ask>`) and
+        (:meth:`EventLog.ask <uamp_stores.event_log.EventLog.ask>`) and
         its answer is this POST's. Another principal's session has no record
         under this caller's key: not found, like one that never existed.
         """

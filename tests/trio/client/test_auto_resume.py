@@ -11,11 +11,11 @@ import pytest
 import trio
 
 from tests.trio.transports.test_uamp_resume import GatedAgent
+from uamp_stores.event_log import EventLog, MemoryEventLog
+from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import Server, create_app
 from uamp_trio.client import ClientError, connect
 from uamp_trio.stores import Stores
-from uamp_trio.stores.event_log import EventLog, MemoryEventLog
-from uamp_trio.stores.event_log_sqlite import SqliteEventLog
 
 TIMEOUT = 30
 

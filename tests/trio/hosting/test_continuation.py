@@ -24,9 +24,9 @@ from uamp_proto import types as ty
 from uamp_proto.codec import decode, encode, unstructure
 from uamp_proto.principal import ANONYMOUS
 from uamp_proto.responder import TurnRequest
+from uamp_stores.event_log import MemoryEventLog, SessionRecord
 from uamp_trio.hosting.continuation import carry_on
 from uamp_trio.hosting.turns import ResponseRunner
-from uamp_trio.stores.event_log import MemoryEventLog, SessionRecord
 
 KEY = (ANONYMOUS.key, "sess_1")
 QUESTION = ty.Message(role="user", content="what is 2+3?")

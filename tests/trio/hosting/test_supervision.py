@@ -31,6 +31,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import encode
 from uamp_proto.principal import ANONYMOUS
+from uamp_stores.event_log import MemoryEventLog, SessionRecord
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 from uamp_trio.engines.supervise import Background, supervised
@@ -38,7 +39,6 @@ from uamp_trio.hosting import sessions
 from uamp_trio.hosting.chats import ChatHub
 from uamp_trio.relay import platform
 from uamp_trio.relay.daemon import Daemon
-from uamp_trio.stores.event_log import MemoryEventLog, SessionRecord
 from uamp_trio.transports.a2a import push
 
 TIMEOUT = 20
@@ -231,7 +231,7 @@ async def test_a_failing_store_loop_is_started_again(
         await real_run(self)
 
     monkeypatch.setattr(type(log), "run", flaky_run)
-    caplog.set_level(logging.INFO, logger="uamp_trio.stores")
+    caplog.set_level(logging.INFO, logger="uamp_stores")
     server = await serve_app(app)
     with trio.fail_after(TIMEOUT):
         async with open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws:

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from uamp_proto.resume import LogWindow, ResumeError, Retention, start_after
+from uamp_stores.event_log import EventLog, LogKey, SessionRecord
+from uamp_stores.event_log_redis import RedisEventLog
+from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio.stores import open_event_log
-from uamp_trio.stores.event_log import EventLog, LogKey, SessionRecord
-from uamp_trio.stores.event_log_redis import RedisEventLog
-from uamp_trio.stores.event_log_sqlite import SqliteEventLog
 
 KINDS = ["memory", "sqlite", "redis"]
 ALICE = ("api_key", "alice")
@@ -53,7 +53,7 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
         clock = clock or Clock()
         log: EventLog
         if kind == "memory":
-            from uamp_trio.stores.event_log import MemoryEventLog
+            from uamp_stores.event_log import MemoryEventLog
 
             log = MemoryEventLog(retention, clock=clock)
         elif kind == "sqlite":
@@ -280,7 +280,7 @@ async def test_a_new_store_on_the_same_storage_continues_the_log(
 
 
 def test_open_event_log_picks_the_store(tmp_path: Path, redis_url: str) -> None:
-    from uamp_trio.stores.event_log import MemoryEventLog
+    from uamp_stores.event_log import MemoryEventLog
 
     assert isinstance(open_event_log("memory"), MemoryEventLog)
     assert isinstance(open_event_log(f"sqlite:{tmp_path / 'a.db'}"), SqliteEventLog)
@@ -289,7 +289,7 @@ def test_open_event_log_picks_the_store(tmp_path: Path, redis_url: str) -> None:
 
 
 async def test_the_memory_log_stays_under_its_byte_budget() -> None:
-    from uamp_trio.stores.event_log import MemoryEventLog
+    from uamp_stores.event_log import MemoryEventLog
 
     clock = Clock()
     log = MemoryEventLog(max_bytes=2000, clock=clock)

@@ -1,4 +1,4 @@
-"""Store outages (uamp_trio.stores.health): supervised loops, their log lines, the bounded queue.
+"""Store outages (uamp_stores.health): supervised loops, their log lines, the bounded queue.
 
 The supervisor is driven on trio's mock clock through tables of failures;
 the event log's bounded queue is checked on a real Redis that is down, then
@@ -18,9 +18,9 @@ import trio
 import trio.testing
 
 from tests._support.redis_server import free_port, start_redis, stop_redis
-from uamp_trio.stores.event_log import SessionRecord
-from uamp_trio.stores.event_log_redis import RedisEventLog
-from uamp_trio.stores.health import StoreHealth, StoreUnavailable, supervise
+from uamp_stores.event_log import SessionRecord
+from uamp_stores.event_log_redis import RedisEventLog
+from uamp_stores.health import StoreHealth, StoreUnavailable, supervise
 
 OUTAGE = StoreUnavailable("Redis at 127.0.0.1:1/0 is unavailable (ConnectionError: refused)")
 BUG = KeyError("oops")
@@ -49,7 +49,7 @@ async def test_a_failing_loop_is_restarted_with_backoff_and_logged_once(
     waits: list[float],
     warnings: int,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="uamp_trio.stores")
+    caplog.set_level(logging.DEBUG, logger="uamp_stores")
     health = StoreHealth("the test loop")
     starts: list[float] = []
     pending = list(failures)
@@ -74,7 +74,7 @@ async def test_a_failing_loop_is_restarted_with_backoff_and_logged_once(
 async def test_a_second_outage_is_logged_again_and_backs_off_from_the_start(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="uamp_trio.stores")
+    caplog.set_level(logging.INFO, logger="uamp_stores")
     health = StoreHealth("the test loop")
     script: list[Exception | None] = [OUTAGE, OUTAGE, OUTAGE, None, OUTAGE, None]
     starts: list[float] = []

@@ -19,9 +19,9 @@ import trio
 from tests._support import wire
 from tests._support.agents import Words
 from tests._support.cli import spawn_serve, uamp_serve, wait_for_line
+from uamp_stores.event_log_redis import RedisEventLog
 from uamp_trio import App
 from uamp_trio.stores import Stores
-from uamp_trio.stores.event_log_redis import RedisEventLog
 from uamp_trio.transports import ai_sdk
 
 TIMEOUT = 30

@@ -19,9 +19,9 @@ from trio_websocket import open_websocket_url as open_ws
 from tests._support import wire
 from tests._support.wire import CREATE, open_stream, post, resume_session, until
 from tests.trio.transports.test_uamp_resume import GatedAgent, deltas, start
+from uamp_stores.event_log_redis import RedisEventLog
 from uamp_trio import App
 from uamp_trio.stores import Stores
-from uamp_trio.stores.event_log_redis import RedisEventLog
 from uamp_trio.transports import sse_events, uamp_ws
 
 TIMEOUT = 30

@@ -18,10 +18,10 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_proto.resume import Retention
+from uamp_stores.event_log import EventLog, MemoryEventLog
+from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import App
 from uamp_trio.stores import Stores
-from uamp_trio.stores.event_log import EventLog, MemoryEventLog
-from uamp_trio.stores.event_log_sqlite import SqliteEventLog
 from uamp_trio.transports import uamp_ws
 from uamp_trio.trust.auth import APIKeyAuthenticator
 

@@ -27,9 +27,9 @@ from tests._support.agents import Words
 from tests._support.wire import ask, create_session, recv, serving
 from uamp_proto import types as ty
 from uamp_proto.ledger import Pricing
+from uamp_stores.event_log import LogKey, MemoryEventLog
 from uamp_trio import App
 from uamp_trio.stores import Stores
-from uamp_trio.stores.event_log import LogKey, MemoryEventLog
 from uamp_trio.transports import uamp_ws
 from uamp_trio.trust.ledger import Ledger
 from uamp_trio.trust.payments import LedgerCharge, LedgerPolicy

@@ -109,6 +109,7 @@ from uamp_proto.payment import (
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import JWKS_PATH
+from uamp_stores.health import StoreUnavailable
 
 from ...engines import http as web
 from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, json_response
@@ -119,7 +120,6 @@ from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta
 from ...hosting.turns import ResponseRunner
 from ...stores.a2a_tasks import TaskFeed
-from ...stores.health import StoreUnavailable
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, check_json_body, sse
 from .push import PushSender

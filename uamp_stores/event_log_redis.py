@@ -3,7 +3,7 @@
 Each session has a stream ``{prefix}:log:{name}`` (one entry per event,
 entry id ``0-{position}``, fields ``e`` the event id and ``d`` its JSON) and
 a string ``{prefix}:rec:{name}`` (its :class:`SessionRecord`), where
-``name`` is :func:`~uamp_trio.stores.event_log.log_name` of the log key.
+``name`` is :func:`~uamp_stores.event_log.log_name` of the log key.
 Explicit entry ids make Redis itself refuse a position written twice, and
 let a reader in any process ask for "everything after position n" with one
 ``XREAD``/``XRANGE``.
@@ -16,8 +16,8 @@ inside Redis), then the record's ``updated`` field and ``PEXPIRE`` on both
 keys at twice the retention age so Redis itself forgets abandoned sessions.
 That is one reply to read per run, not per event (docs/scale-out.md, Cost).
 Every Redis call runs in a
-worker thread with the synchronous redis-py client (the event loop is trio,
-redis-py's async client is asyncio); :meth:`RedisEventLog.wait` is a
+worker thread with the synchronous redis-py client (one store for Trio and asyncio
+alike; redis-py's async client is asyncio's); :meth:`RedisEventLog.wait` is a
 blocking ``XREAD`` there, which also sees what other processes append.
 """
 
@@ -29,8 +29,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+import anyio
 import orjson
-import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Retention
 
@@ -192,7 +192,7 @@ class RedisEventLog(RedisCalls, EventLog):
         while True:
             await self._call(lambda: self._redis.set(self._node(self.node), b"1", px=3000))
             self.health.ok()
-            await trio.sleep(1.0)
+            await anyio.sleep(1.0)
 
     def _inbox(self, node: str) -> str:
         return f"{self.prefix}:inbox:{node}"

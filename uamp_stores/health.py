@@ -32,8 +32,8 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Final, TypeVar
 
+import anyio
 import attrs
-import trio
 
 from uamp_proto.errors import UampError
 
@@ -49,7 +49,7 @@ __all__ = [
     "supervise",
 ]
 
-log = logging.getLogger("uamp_trio.stores")
+log = logging.getLogger("uamp_stores")
 
 T = TypeVar("T")
 
@@ -92,7 +92,10 @@ def is_outage(exc: BaseException) -> bool:
 
 
 def _outage_leaf(exc: BaseException) -> bool:
-    if isinstance(exc, StoreUnavailable | OSError | sqlite3.OperationalError | trio.TooSlowError):
+    # TimeoutError: anyio's fail_after; Trio's TooSlowError is named (Trio is not imported here).
+    if isinstance(exc, StoreUnavailable | OSError | sqlite3.OperationalError | TimeoutError):
+        return True
+    if type(exc).__name__ == "TooSlowError" and type(exc).__module__.startswith("trio"):
         return True
     # redis-py's connection, timeout and "busy loading" errors (the optional dependency).
     return any(
@@ -144,7 +147,7 @@ class StoreHealth:
         text = describe(exc)
         outage = is_outage(exc)
         if self.error is None:
-            self._since = trio.current_time()
+            self._since = anyio.current_time()
             self._delay = MIN_DELAY
             if outage:
                 log.warning("%s failed, the store is unavailable (%s); retrying", self.what, text)
@@ -164,7 +167,7 @@ class StoreHealth:
         """A round of the loop reached the store: an outage (if any) is over."""
         if self.error is None:
             return
-        log.info("%s works again after %.1f s", self.what, trio.current_time() - self._since)
+        log.info("%s works again after %.1f s", self.what, anyio.current_time() - self._since)
         self.error = None
         self.by_probe = False
 
@@ -177,15 +180,15 @@ async def supervise(run: Callable[[], Awaitable[None]], health: StoreHealth) -> 
     calls :meth:`StoreHealth.ok` still gets one warning per outage).
     """
     while True:
-        started = trio.current_time()
+        started = anyio.current_time()
         try:
             await run()
             return
         except Exception as exc:
-            if trio.current_time() - started > 2 * MAX_DELAY:
+            if anyio.current_time() - started > 2 * MAX_DELAY:
                 health.ok()
             delay = health.failed(exc)
-        await trio.sleep(delay)
+        await anyio.sleep(delay)
 
 
 async def call_store(
@@ -199,10 +202,10 @@ async def call_store(
             own timeout).
     """
     try:
-        with trio.fail_after(timeout):
+        with anyio.fail_after(timeout):
             call = functools.partial(fn, *args)
-            return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
-    except trio.TooSlowError:
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    except TimeoutError:
         raise StoreUnavailable(f"{where} did not answer within {timeout:g} s") from None
     except Exception as exc:
         if isinstance(exc, StoreUnavailable) or not is_outage(exc):

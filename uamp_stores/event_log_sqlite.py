@@ -8,7 +8,7 @@ whole batch of events in one transaction and trims each log it touched to
 the retention in the same transaction. Readers in this process are woken
 after each flush (the interface's :meth:`~EventLog.wait`); a second process
 on the same file would not wake them, which is why this store is for one
-process (:class:`~uamp_trio.stores.event_log_redis.RedisEventLog` is for
+process (:class:`~uamp_stores.event_log_redis.RedisEventLog` is for
 several).
 """
 

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 :class:`EventLog` is the one small interface; :class:`MemoryEventLog` (the
-default, one process), :class:`~uamp_trio.stores.event_log_sqlite.SqliteEventLog`
+default, one process), :class:`~uamp_stores.event_log_sqlite.SqliteEventLog`
 (one process, survives restarts) and
-:class:`~uamp_trio.stores.event_log_redis.RedisEventLog` (several processes
+:class:`~uamp_stores.event_log_redis.RedisEventLog` (several processes
 on one Redis) implement it. A log is named by a :data:`LogKey`, the owner's
 principal key and the session id, so a session can only ever be found by the
 principal that created it (docs/security.md, Ownership).
@@ -66,16 +66,16 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar, Final
 
+import anyio
 import attrs
 import orjson
-import trio
 
 from uamp_proto.resume import LogEntry, LogWindow, Positions, ResumeError, ResumeStream, Retention
 
-from ._background import BackgroundLoop
+from .background import BackgroundLoop
 from .health import StoreUnavailable, describe, is_outage
 
-log = logging.getLogger("uamp_trio.stores")
+log = logging.getLogger("uamp_stores")
 
 __all__ = [
     "EventLog",
@@ -161,6 +161,41 @@ Op = tuple[str, LogKey, Any, float]
 MAX_PENDING: Final = 100_000
 
 
+class _Wakeup:
+    """Wakes every task parked in :meth:`park` at once (a parking lot, on anyio).
+
+    False while nobody waits, so a writer that wakes after each event pays
+    for no event object then.
+    """
+
+    __slots__ = ("_event", "parked")
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+        #: Tasks waiting now.
+        self.parked = 0
+
+    def __bool__(self) -> bool:
+        return self.parked > 0
+
+    async def park(self) -> None:
+        """Wait for the next :meth:`unpark_all`."""
+        if self._event is None:
+            self._event = anyio.Event()
+        event = self._event
+        self.parked += 1
+        try:
+            await event.wait()
+        finally:
+            self.parked -= 1
+
+    def unpark_all(self) -> None:
+        """Wake every task parked now."""
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+
 class EventLog(BackgroundLoop, abc.ABC):
     """Per-session event logs and session records; see the module docstring.
 
@@ -189,9 +224,9 @@ class EventLog(BackgroundLoop, abc.ABC):
         self._claims: set[tuple[LogKey, str]] = set()
         self._handlers: dict[LogKey, Handler] = {}
         self._pending: list[Op] = []
-        self._dirty = trio.Event()
-        self._flushing = trio.Lock()
-        self._flushed = trio.lowlevel.ParkingLot()
+        self._dirty = anyio.Event()
+        self._flushing = anyio.Lock()
+        self._flushed = _Wakeup()
         self._running = False
         #: Sessions whose queued writes were dropped (the queue was full): not queued any more.
         self._lost: set[LogKey] = set()
@@ -311,7 +346,7 @@ class EventLog(BackgroundLoop, abc.ABC):
         async with self._flushing:
             batch, self._pending = self._pending, []
             if self._dirty.is_set():
-                self._dirty = trio.Event()
+                self._dirty = anyio.Event()
             if batch:
                 try:
                     await self._write(batch)
@@ -339,14 +374,14 @@ class EventLog(BackgroundLoop, abc.ABC):
         """The flusher: write what was queued, one batch per round, until cancelled."""
         self._running = True
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._beat)
-                nursery.start_soon(self._serve_inbox)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._beat)
+                group.start_soon(self._serve_inbox)
                 while True:
                     await self._dirty.wait()
                     await self.flush()
-        except trio.Cancelled:
-            with trio.CancelScope(shield=True):
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
                 await self._last_flush()
             raise
         finally:
@@ -503,7 +538,7 @@ class EventLog(BackgroundLoop, abc.ABC):
         entries = await self.read(key, after)
         if entries:
             return entries
-        with trio.move_on_after(timeout):
+        with anyio.move_on_after(timeout):
             await self._flushed.park()
         return await self.read(key, after)
 

@@ -2,24 +2,43 @@
 
 Every loop runs under :func:`~.health.supervise`: a failure (the store went
 away) is logged once per outage and the loop starts again after a backoff,
-so no store outage reaches the nursery it runs in (the server's).
+so no store outage reaches the task group it runs in (the server's).
+
+A loop started without a task group outlives every request: on Trio it is a
+system task; on asyncio a task of the running loop, kept referenced here
+until it ends. Without a running asyncio loop the caller runs on Trio, which
+is then imported (already loaded: it is running).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar, Protocol
 
-import trio
+import anyio
 
 from .health import StoreHealth, supervise
 
-if TYPE_CHECKING:
-    from ..engines.supervise import Spawner
+__all__ = ["BackgroundLoop", "Spawner", "start_background"]
 
-log = logging.getLogger("uamp_trio.stores")
+log = logging.getLogger("uamp_stores")
+
+
+class Spawner(Protocol):
+    """Where background work starts: a Trio nursery, an anyio task group, a supervisor."""
+
+    def start_soon(
+        self, async_fn: Callable[..., Awaitable[Any]], *args: Any, name: Any = None
+    ) -> None:
+        """Start ``async_fn(*args)`` as a task."""
+        ...
+
+
+#: The asyncio tasks started without a task group (the loop keeps only weak references).
+_DETACHED: set[Any] = set()
 
 
 def start_background(
@@ -29,11 +48,12 @@ def start_background(
     what: str,
     health: StoreHealth | None = None,
 ) -> None:
-    """Run ``run`` supervised in ``nursery``, or as a trio system task when there is none.
+    """Run ``run`` supervised in ``nursery``, or detached when there is none.
 
     ``health`` records the loop's outages (a new one when not given). A
-    system task outlives every nursery but must never raise (trio would
-    crash the run), so there anything else escaping is logged instead.
+    detached task outlives every task group but must never raise (a Trio
+    system task that raises crashes the run), so there anything else
+    escaping is logged instead.
     """
     _start(nursery, functools.partial(supervise, run, health or StoreHealth(what)), name, what)
 
@@ -43,8 +63,20 @@ def _start(
 ) -> None:
     if nursery is not None:
         nursery.start_soon(run, name=name)
-    else:
+        return
+    asyncio = sys.modules.get("asyncio")  # not loaded: not running either
+    try:
+        if asyncio is None:
+            raise RuntimeError
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no asyncio loop: Trio runs (and is loaded already)
+        import trio
+
         trio.lowlevel.spawn_system_task(_logged, run, what, name=name)
+        return
+    task = loop.create_task(_logged(run, what), name=name)
+    _DETACHED.add(task)
+    task.add_done_callback(_DETACHED.discard)
 
 
 class BackgroundLoop:
@@ -55,7 +87,7 @@ class BackgroundLoop:
     a round that reached the store.
     """
 
-    #: The trio task's name, and what a failure of the loop is logged as.
+    #: The task's name, and what a failure of the loop is logged as.
     loop_name: ClassVar[str]
     loop_what: ClassVar[str]
     _running: bool
@@ -70,7 +102,7 @@ class BackgroundLoop:
         raise NotImplementedError
 
     def ensure_running(self, nursery: Spawner | None) -> None:
-        """Start :meth:`run` in ``nursery`` (or as a system task) unless it runs."""
+        """Start :meth:`run` in ``nursery`` (or detached, see the module) unless it runs."""
         if self._running or self._supervising:
             return
         self._running = self._supervising = True
@@ -96,7 +128,7 @@ class BackgroundLoop:
 async def _logged(run: Callable[[], Awaitable[None]], what: str) -> None:
     try:
         await run()
-    except trio.Cancelled:
+    except anyio.get_cancelled_exc_class():
         raise
     except BaseException:  # a system task must never raise (e.g. its client closed at exit)
         log.exception("%s failed", what)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import trio
+import anyio
 
 T = TypeVar("T")
 
@@ -30,13 +30,13 @@ class SqliteBacked:
 
     path: str
     _db: sqlite3.Connection
-    _lock: trio.Lock
+    _lock: anyio.Lock
 
     def _open(self, path: str | Path, schema: str) -> None:
         self.path = str(path)
         self._db = connect(self.path, schema)
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._lock:
-            return await trio.to_thread.run_sync(fn, *args)
+            return await anyio.to_thread.run_sync(fn, *args)

@@ -1,0 +1,60 @@
+"""State that outlives one request, on any event loop: the stores both servers share.
+
+``uamp serve`` (:mod:`uamp_trio`) and the ASGI app (:mod:`uamp_asgi`) keep
+the event logs of resumable UAMP sessions (:mod:`.event_log`: in memory, in
+a SQLite file, or in Redis Streams shared by several processes) in the same
+stores. Their blocking calls (sqlite3, the synchronous redis-py client) run
+in worker threads, and their waits, locks and background loops are
+:mod:`anyio`'s, so one store runs under Trio and under asyncio alike;
+nothing here imports an event loop of its own (on Trio, a loop started
+without a task group becomes a Trio system task: :mod:`.background`).
+
+The pure parts (positions, the merge of a resumed stream, retention) are
+state machines in :mod:`uamp_proto.resume`; this package is their I/O.
+"""
+
+from __future__ import annotations
+
+from uamp_proto.resume import Retention
+
+from .event_log import EventLog, LogKey, MemoryEventLog, SessionRecord, log_name
+from .health import StoreHealth, StoreUnavailable
+
+__all__ = [
+    "REDIS_SCHEMES",
+    "EventLog",
+    "LogKey",
+    "MemoryEventLog",
+    "SessionRecord",
+    "StoreHealth",
+    "StoreUnavailable",
+    "is_redis",
+    "log_name",
+    "open_event_log",
+]
+
+#: The URL schemes of a Redis store (``--store redis://HOST:PORT/DB``).
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def is_redis(where: str) -> bool:
+    """Whether ``where`` (a ``--store`` value) names a Redis server."""
+    return where.startswith(REDIS_SCHEMES)
+
+
+def open_event_log(where: str = "memory", retention: Retention | None = None) -> EventLog:
+    """The event log named by ``where``: ``memory``, ``redis://HOST:PORT/DB``, or a SQLite path.
+
+    ``sqlite:PATH`` (or any other string, taken as a file path) is a SQLite
+    file. What ``uamp serve --store WHERE`` opens, and what
+    ``uamp_asgi.Config(event_log=...)`` takes.
+    """
+    if where == "memory":
+        return MemoryEventLog(retention)
+    if is_redis(where):
+        from .event_log_redis import RedisEventLog
+
+        return RedisEventLog(where, retention)
+    from .event_log_sqlite import SqliteEventLog
+
+    return SqliteEventLog(where.removeprefix("sqlite:"), retention)
