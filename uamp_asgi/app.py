@@ -17,12 +17,14 @@ authenticator refuses it; public routes let anyone through).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.abc
 import attrs
 
 from uamp_proto import grpc as grpc_wire
@@ -91,6 +93,10 @@ class Host:
             from .metrics import Metrics
 
             self.metrics = Metrics()
+        #: The session event logs (``Config.event_log``), shared by the UAMP transports.
+        self.event_log = config.event_log
+        #: Where the stores' loops run while the app's lifespan runs (else detached).
+        self.background: anyio.abc.TaskGroup | None = None
         self.agents: dict[str, Responder] = {}
         for agent in agents:
             if agent.name in self.agents:
@@ -307,13 +313,34 @@ class UampASGI:
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            message = await receive()
+            if message["type"] != "lifespan.startup":
+                return
+            async with self.lifespan():
+                await send({"type": "lifespan.startup.complete"})
+                while (await receive())["type"] != "lifespan.shutdown":
+                    pass
+            await send({"type": "lifespan.shutdown.complete"})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, parent: object = None) -> AsyncIterator[None]:
+        """Run the stores' loops for as long as the block (the server's lifespan) runs.
+
+        An ASGI server runs it for the app it serves; an app this one is
+        mounted in runs it in its own (``FastAPI(lifespan=uamp_app.lifespan)``),
+        since Starlette runs no mounted app's lifespan. Without it the loops
+        start at the first session, detached. At the end what the event log
+        queues is written.
+        """
+        host = self.host
+        async with anyio.create_task_group() as group:
+            host.background = group
+            host.event_log.ensure_running(group)
+            try:
+                yield
+            finally:
+                host.background = None
+                group.cancel_scope.cancel()  # the flusher writes what is queued first
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = self.host

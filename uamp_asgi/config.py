@@ -2,8 +2,8 @@
 
 The names are those of :func:`uamp_trio.create_app` and its ``ServerConfig``
 (``authenticator``, ``allow_anonymous``, ``payment_policy``,
-``response_signer``, ``max_body_size``), so one set of objects configures
-either server. Transport limits a Trio server enforces in its engines
+``response_signer``, ``max_body_size``, the stores' ``event_log``), so one set
+of objects configures either server. Transport limits a Trio server enforces in its engines
 (header sizes, connection counts, timeouts) are the ASGI server's here.
 """
 
@@ -16,6 +16,7 @@ import attrs
 from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
+from uamp_stores import EventLog, MemoryEventLog
 
 if TYPE_CHECKING:
     from uamp_proto.adapters.a2a import A2ATask, Update
@@ -90,6 +91,11 @@ class PushDelivery(Protocol):
         ...
 
 
+def _memory_log() -> EventLog:
+    """The default event log: this process's memory, bounded per principal."""
+    return MemoryEventLog(max_sessions=4096, max_sessions_per_principal=256)
+
+
 @attrs.define(kw_only=True)
 class Config:
     """How :func:`uamp_asgi.app` serves its agents.
@@ -121,6 +127,12 @@ class Config:
         metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
             instruments; needs ``prometheus-client``). Behind the
             authenticator, as under ``uamp serve``.
+        event_log: Where resumable UAMP sessions are logged (docs/resume.md):
+            ``uamp_stores.open_event_log(WHERE)``, the store ``uamp serve
+            --store WHERE`` opens -- a SQLite file (survives a restart) or
+            ``redis://HOST:PORT/DB`` (shared by several processes). The
+            default keeps them in this process's memory (4096 sessions, 256
+            a principal).
     """
 
     authenticator: Authenticator | None = None
@@ -136,3 +148,4 @@ class Config:
     a2a_push: PushDelivery | None = None
     a2a_max_push_configs: int = MAX_CONFIGS
     a2a_max_push_config_bytes: int = MAX_CONFIG_BYTES
+    event_log: EventLog = attrs.field(factory=_memory_log)

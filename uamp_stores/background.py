@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, Protocol
 
 import anyio
@@ -31,8 +31,8 @@ class Spawner(Protocol):
     """Where background work starts: a Trio nursery, an anyio task group, a supervisor."""
 
     def start_soon(
-        self, async_fn: Callable[..., Awaitable[Any]], *args: Any, name: Any = None
-    ) -> None:
+        self, async_fn: Callable[..., Coroutine[Any, Any, Any]], /, *args: Any, name: Any = None
+    ) -> object:
         """Start ``async_fn(*args)`` as a task."""
         ...
 
@@ -59,7 +59,7 @@ def start_background(
 
 
 def _start(
-    nursery: Spawner | None, run: Callable[[], Awaitable[None]], name: str, what: str
+    nursery: Spawner | None, run: Callable[[], Coroutine[Any, Any, None]], name: str, what: str
 ) -> None:
     if nursery is not None:
         nursery.start_soon(run, name=name)

@@ -572,6 +572,10 @@ class MemoryEventLog(EventLog):
         max_bytes: Most event bytes kept over all sessions; past it the
             least recently active sessions' logs are dropped first (their
             records stay, so a resume says ``beyond_retention``).
+        max_sessions_per_principal: Most sessions of one principal kept
+            (``None``: no cap of its own); past it that principal's least
+            recently active is forgotten, so nobody can push out another
+            principal's sessions by opening many.
         clock: Wall-clock seconds.
     """
 
@@ -581,16 +585,21 @@ class MemoryEventLog(EventLog):
         *,
         max_sessions: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
+        max_sessions_per_principal: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(retention, clock=clock)
-        if max_sessions < 1 or max_bytes < 1:
-            raise ValueError("max_sessions and max_bytes must be at least 1")
+        per_principal = max_sessions_per_principal
+        if max_sessions < 1 or max_bytes < 1 or (per_principal is not None and per_principal < 1):
+            raise ValueError("max_sessions, max_bytes and the per-principal cap must be at least 1")
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
+        self.max_sessions_per_principal = per_principal
         #: Event bytes held over all sessions.
         self.size = 0
         self._logs: dict[LogKey, _MemoryLog] = {}
+        #: Each principal's sessions (kept only with a per-principal cap).
+        self._owned: dict[tuple[str, str], set[LogKey]] = {}
 
     def __len__(self) -> int:
         return len(self._logs)
@@ -603,7 +612,7 @@ class MemoryEventLog(EventLog):
         elif kind == "record":
             log = self._logs.get(key)
             if log is None:
-                log = self._logs[key] = _MemoryLog(payload)
+                log = self._add(key, payload)
             log.record = payload.copy()
         else:
             self._reset(key, payload)
@@ -647,14 +656,29 @@ class MemoryEventLog(EventLog):
     def _reset(self, key: LogKey, record: SessionRecord) -> None:
         self._sweep()
         self._forget(key)
+        owned = self._owned.get(key[0])
+        cap = self.max_sessions_per_principal
+        while owned and cap is not None and len(owned) >= cap:
+            self._forget(min(owned, key=lambda k: self._logs[k].record.updated))
         while len(self._logs) >= self.max_sessions:
             self._forget(min(self._logs, key=lambda k: self._logs[k].record.updated))
-        self._logs[key] = _MemoryLog(record.copy())
+        self._add(key, record)
+
+    def _add(self, key: LogKey, record: SessionRecord) -> _MemoryLog:
+        log = self._logs[key] = _MemoryLog(record.copy())
+        if self.max_sessions_per_principal is not None:
+            self._owned.setdefault(key[0], set()).add(key)
+        return log
 
     def _forget(self, key: LogKey) -> None:
         log = self._logs.pop(key, None)
         if log is not None:
             self.size -= log.size
+            owned = self._owned.get(key[0])
+            if owned is not None:
+                owned.discard(key)
+                if not owned:
+                    del self._owned[key[0]]
 
     def _sweep(self) -> None:
         now = self.clock()

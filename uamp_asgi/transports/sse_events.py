@@ -33,7 +33,7 @@ session with no stream, no turn and no POST for
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qs
 
@@ -43,12 +43,14 @@ import orjson
 from uamp_proto.errors import ProtocolError, RemoteProtocolError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
-from uamp_proto.resume import ResumeError
+from uamp_proto.resume import LogEntry, ResumeError, start_after
 from uamp_proto.sse import encode_json
+from uamp_stores.event_log import LogKey, SessionRecord
+from uamp_stores.health import StoreUnavailable
 
 from ..app import Host
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
-from .uamp_ws import Connection, SessionLog, event_id
+from .uamp_ws import Connection
 
 __all__ = ["HEARTBEAT", "mount"]
 
@@ -57,6 +59,9 @@ __all__ = ["HEARTBEAT", "mount"]
 HEARTBEAT: Final = 15.0
 #: Sessions kept over all principals.
 MAX_SESSIONS: Final = 4096
+#: How long a stream waits for new entries before it looks again (a newer
+#: stream of its session replaced it; a heartbeat is due).
+_LOOK: Final = 1.0
 _SESSION_HEADER: Final = "x-session-id"
 #: UAMP 6.3 has no "agent not found": the spec's ``agent_offline``, the
 #: precise code in ``details.reason`` (as ``uamp serve``).
@@ -97,13 +102,13 @@ class _Answer(HTTPError):
 
 
 class _HttpSession(Connection):
-    """One HTTP session: a connection without a socket, its frames in its record."""
+    """One HTTP session: a connection without a socket, its frames in its log."""
 
     def __init__(self, host: Host, fixed: Responder | None, principal: Principal) -> None:
-        super().__init__(host, SessionLog(1), None, fixed, principal)
+        super().__init__(host, None, fixed, principal)
         self.sid: str | None = None
         self.pending: list[tuple[Callable[..., Coroutine[Any, Any, Any]], tuple[object, ...]]] = []
-        #: Position in the record up to which a stream took the frames.
+        #: Position in the log up to which a stream took the frames.
         self.delivered = 0
         self.readers = 0
         self.reader: object | None = None
@@ -113,19 +118,23 @@ class _HttpSession(Connection):
         self.pending.append((func, args))
 
     async def write(self, frames: list[bytes]) -> None:
-        record = self.records.get(self.sid or "")
-        if record is None:
-            return
-        for frame in frames:
-            record.append(event_id(frame), frame)
+        self.log_frames(frames, self.sid)
+
+    async def replay(self, entries: Sequence[LogEntry]) -> None:
+        """Nothing: the stream reads the log itself."""
 
     async def deliver(self, frames: list[bytes], sid: str | None) -> None:
-        if self.sid is None and sid is not None and sid in self.records:
+        if self.sid is None and sid is not None and sid in self.keys:
             self.sid = sid
         await self.write(frames)
 
     async def refuse(self, sid: str | None, code: str, message: str) -> None:
         raise _Refused(code, message)
+
+    @property
+    def key(self) -> LogKey:
+        assert self.sid is not None
+        return (self.principal.key, self.sid)
 
     @property
     def ended(self) -> bool:
@@ -156,6 +165,24 @@ class _HttpSession(Connection):
                 return n, refused
         return len(messages), None
 
+    async def adopt(self, sid: str, agent: Responder, record: SessionRecord) -> None:
+        """Serve ``sid`` here from its log (its process is gone, or this one restarted).
+
+        The core gets the session as the client once created it; a response
+        still running elsewhere is followed (or ended ``interrupted``) before
+        this returns, so the next POST finds the session taken on.
+        """
+        create = {"type": "session.create", "session_id": sid, "agent": agent.name}
+        self.conn.receive(orjson.dumps(create))
+        self.conn.next_event()
+        self.conn.data_to_send()
+        self.agents[sid] = agent
+        self.sid = sid
+        start = (await self.log.window(self.key)).last
+        await self.resumed(sid, agent, record, start)
+        self.delivered = start
+        await self.run_pending()
+
     async def run_pending(self) -> None:
         """Run the turns the last POST started (after its answer went out)."""
         pending, self.pending = self.pending, []
@@ -166,30 +193,32 @@ class _HttpSession(Connection):
         self.last_seen = anyio.current_time()
 
     async def stream(self, write: Write, position: int | None) -> None:
-        """Write the record after ``position`` (``None``: what no stream took), then live."""
-        sid = self.sid
-        assert sid is not None
-        record = self.records[sid]
+        """Write the log after ``position`` (``None``: what no stream took), then live."""
+        key = self.key
+        log = self.log
         me = object()
-        if self.reader is not None:
-            record.wake()  # the stream reading now stops at its next look
-        self.reader = me
+        self.reader = me  # the stream reading now stops at its next look
         self.readers += 1
         at = self.delivered if position is None else position
+        quiet = anyio.current_time()
         try:
             await write(b": uamp event stream\n\n")
             while self.reader is me:
-                frames = record.since(at)
-                at = record.total
-                self.delivered = max(self.delivered, at)
-                if frames:
-                    await write(b"".join(encode_json(f, id=i or None) for i, f in frames))
-                if self.ended:
-                    return
-                with anyio.move_on_after(HEARTBEAT) as beat:
-                    await record.changed.wait()
-                if beat.cancelled_caught:
+                entries = await log.read(key, at)
+                if not entries:
+                    if self.ended:
+                        return
+                    entries = await log.wait(key, at, timeout=_LOOK)
+                if entries:
+                    at = entries[-1].position
+                    self.delivered = max(self.delivered, at)
+                    await write(
+                        b"".join(encode_json(e.data, id=e.event_id or None) for e in entries)
+                    )
+                    quiet = anyio.current_time()
+                elif anyio.current_time() - quiet >= HEARTBEAT:
                     await write(b":\n\n")
+                    quiet = anyio.current_time()
         finally:
             self.readers -= 1
             if self.reader is me:
@@ -210,6 +239,23 @@ def _messages(request: Request) -> tuple[list[bytes], object]:
         "The body must be one UAMP event (a JSON object) or a non-empty JSON array of events.",
         0,
     )
+
+
+def _too_many(limit: int) -> str:
+    return (
+        f"Too many HTTP+SSE sessions of yours (at most {limit}); end one with "
+        "session.end, or wait for an unused one to expire."
+    )
+
+
+_ELSEWHERE: Final = (
+    "Another process serves this session now; send its requests there (a load "
+    "balancer keeping a session's requests on one process does)."
+)
+
+
+def _unknown(sid: str) -> str:
+    return f"No session {sid!r}: it never existed, ended or expired."
 
 
 def _status(code: str) -> int:
@@ -239,23 +285,67 @@ class _Sessions:
         except HTTPError as missing:
             raise _Answer(404, "agent_not_found", missing.message, 0) from None
 
-    def find(self, request: Request, sid: str | None) -> _HttpSession:
+    async def find(self, request: Request, sid: str | None) -> _HttpSession:
         if sid is None:
             raise _Answer(
                 400, "session_id_required", "Name the session in the X-Session-ID header.", 0
             )
         hs = self.live.get((request.principal.key, sid))
         agent = self.path_agent(request)
+        if hs is None:
+            hs = await self.adopt(request, sid, agent)
         if hs is None or hs.ended or (agent is not None and hs.agents.get(sid) is not agent):
-            raise _Answer(
-                404,
-                "unknown_session",
-                f"No session {sid!r}: it never existed, ended or expired.",
-                0,
-            )
+            raise _Answer(404, "unknown_session", _unknown(sid), 0)
+        return hs
+
+    async def adopt(
+        self, request: Request, sid: str, agent: Responder | None
+    ) -> _HttpSession | None:
+        """The caller's session ``sid`` from the event log, served here from now on.
+
+        Only a session whose process is gone (no heartbeat on a shared store;
+        any other process on a single-process one) is taken on, by one
+        process (a claim); one that another process serves is 409
+        ``session_elsewhere``. ``None``: the log has no such session of the
+        caller's (another principal's is the same), or it ended or expired.
+        """
+        log = self.host.event_log
+        principal = request.principal
+        try:
+            record = await log.load((principal.key, sid))
+        except ResumeError:
+            return None
+        except StoreUnavailable as down:
+            raise _Answer(503, down.code, down.message, 0) from None
+        found = self.host.agents.get(record.agent)
+        if found is None or (agent is not None and agent is not found):
+            return None  # another endpoint's session: not found, as on the WebSocket
+        key, lost = (principal.key, sid), record.node
+        if lost == log.node:
+            return None  # this process's, ended or forgotten here
+        try:
+            if await log.alive(lost) or not await log.claim(key, f"adopt@{lost}", ttl=30):
+                raise _Answer(409, "session_elsewhere", _ELSEWHERE, 0)
+        except StoreUnavailable as down:
+            raise _Answer(503, down.code, down.message, 0) from None
+        self.sweep()
+        if self.held[principal.key] >= self.host.config.sse_max_sessions:
+            raise _Answer(429, "too_many_sessions", _too_many(self.host.config.sse_max_sessions), 0)
+        hs = _HttpSession(self.host, agent, principal)
+        try:
+            await hs.adopt(sid, found, record)
+        except _Refused as refused:
+            raise _Answer(_status(refused.code), refused.code, refused.message, 0) from None
+        current = self.live.get(key)
+        if current is not None:  # another request adopted it meanwhile
+            hs.release_all()
+            return current
+        self.live[key] = hs
+        self.held[principal.key] += 1
         return hs
 
     def forget(self, hs: _HttpSession) -> None:
+        hs.release_all()  # its log stays, to be resumed
         if hs.sid is not None and self.live.get((hs.principal.key, hs.sid)) is hs:
             del self.live[(hs.principal.key, hs.sid)]
             self.held[hs.principal.key] -= 1
@@ -283,7 +373,7 @@ class _Sessions:
                     0,
                 )
             return await self.open(request, agent, messages)
-        hs = self.find(request, sid)
+        hs = await self.find(request, sid)
         accepted, error = await hs.feed(messages)
         if hs.ended:
             self.forget(hs)
@@ -298,13 +388,7 @@ class _Sessions:
         self.sweep()
         limit = self.host.config.sse_max_sessions
         if self.held[principal.key] >= limit or len(self.live) >= MAX_SESSIONS:
-            raise _Answer(
-                429,
-                "too_many_sessions",
-                f"Too many HTTP+SSE sessions of yours (at most {limit}); end one with "
-                "session.end, or wait for an unused one to expire.",
-                0,
-            )
+            raise _Answer(429, "too_many_sessions", _too_many(limit), 0)
         hs = _HttpSession(self.host, agent, principal)
         accepted, error = await hs.feed(messages[:1])
         if error is not None or hs.sid is None:
@@ -330,16 +414,19 @@ class _Sessions:
 
     async def get(self, request: Request) -> Reply:
         """``GET .../events/stream``: the session's events as SSE."""
-        hs = self.find(request, self.session_id(request))
+        hs = await self.find(request, self.session_id(request))
         assert hs.sid is not None
         last = (request.headers.get("last-event-id") or "").strip()
         position: int | None = None
         if last:
+            log, key = self.host.event_log, hs.key
             try:
-                position = hs.records[hs.sid].position_of(last)
+                position = start_after(await log.window(key), await log.find(key, last), last)
             except ResumeError as exc:
                 status = 410 if exc.code == "beyond_retention" else 400
                 raise _Answer(status, exc.code, exc.message, 0) from None
+            except StoreUnavailable as down:
+                raise _Answer(503, down.code, down.message, 0) from None
 
         async def produce(write: Write) -> None:
             await hs.stream(write, position)

@@ -1,4 +1,4 @@
-"""Native UAMP over WebSocket on ASGI, with resumable sessions kept in memory.
+"""Native UAMP over WebSocket on ASGI, with sessions resumable from the app's event log.
 
 Endpoints: ``.../uamp`` for an agent (and ``/uamp`` at the root), ``/ws`` for
 any agent (``session.create.agent`` names it), as ``uamp serve``.
@@ -12,123 +12,65 @@ owes; on ``response.create`` it runs the agent (:class:`~uamp_asgi.turns.Turn`)
 in the connection's task group, every event through the core's ``send`` (which
 stamps its ``event_id``), into the session's log, then to the socket.
 
-Resume (docs/resume.md): every frame a session sends is kept in its
-:class:`SessionLog` (in this process's memory, :data:`RETAIN` frames a
-session, :data:`MAX_SESSIONS` sessions, owned by the principal that opened
-it). A client that lost its connection sends ``session.create`` with the
-same ``session_id`` and ``extensions.resume_from``; it gets ``session.created``
+Resume (docs/resume.md): every frame a session sends goes into the app's
+event log (``Config.event_log``: :mod:`uamp_stores.event_log`, in memory, in
+a SQLite file or in Redis -- the store ``uamp serve --store`` opens), keyed
+by the principal that opened the session, beside a
+:class:`~uamp_stores.event_log.SessionRecord` (agent, configuration,
+conversation, the response in flight and the process running it). A client
+that lost its connection sends ``session.create`` with the same
+``session_id`` and ``extensions.resume_from``; it gets ``session.created``
 (``extensions.resumed``), every frame after that event, then the rest of a
-response that was still running: a turn outlives the connection that started
-it (the handler returns once its turns ended) and keeps logging, and the
-resumed connection follows the log until it ends.
+response still running: a turn outlives the connection that started it and
+keeps logging, and the resumed connection follows the log -- in this process
+or, on a shared store, another -- until the response ends. A response whose
+process is gone ends ``response.error`` ``interrupted`` with its partial
+output (:func:`uamp_stores.orphans.interrupt_lost`). Then this connection
+takes the log over and writes it from there on. Another principal's session
+id is answered ``unknown_session``, like one that never existed.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Coroutine
+import functools
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
 import anyio
-import attrs
 import orjson
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.capabilities import session_view
+from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection, SessionContext
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.resume import RESUMED, ResumeError, resume_from
+from uamp_proto.resume import (
+    RESUMED,
+    LogEntry,
+    ResumeError,
+    ResumeStream,
+    resume_from,
+    start_after,
+)
+from uamp_stores.event_log import EventLog, LogKey, SessionRecord
+from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
+from uamp_stores.orphans import interrupt_lost
 
 from ..app import Host
-from ..bounded import OwnedLRU
 from ..http import HTTPError
 from ..turns import Turn
 from ..websocket import Closed, WebSocket
 
-__all__ = ["MAX_SESSIONS", "RETAIN", "Connection", "Record", "SessionLog", "event_id", "mount"]
+__all__ = ["Connection", "event_id", "mount"]
 
-#: Frames kept per session for a resume; older ones are dropped.
-RETAIN: Final = 2048
-#: Sessions whose logs are kept (all principals); the least recently used go first.
-MAX_SESSIONS: Final = 4096
-#: Session logs one principal keeps; its own least recently used go first.
-MAX_SESSIONS_PER_PRINCIPAL: Final = 256
 SUBPROTOCOLS: Final = ("uamp", "uamp.v1")
 _TERMINAL = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
-
-
-@attrs.define
-class Record:
-    """One session's log: its frames, conversation and whether a response runs."""
-
-    agent: str
-    frames: deque[tuple[str, bytes]] = attrs.field(factory=lambda: deque(maxlen=RETAIN))
-    dropped: bool = False
-    history: list[ty.Message] = attrs.field(factory=list)
-    config: ty.SessionConfig | None = None
-    running: int = 0
-    changed: anyio.Event = attrs.field(factory=anyio.Event)
-    #: Frames ever appended: the position just after the newest.
-    total: int = 0
-
-    def append(self, event_id: str, frame: bytes) -> None:
-        if len(self.frames) == self.frames.maxlen:
-            self.dropped = True
-        self.frames.append((event_id, frame))
-        self.total += 1
-        self.wake()
-
-    def since(self, position: int) -> list[tuple[str, bytes]]:
-        """``(event_id, frame)`` after ``position`` (a :attr:`total` seen earlier) still held."""
-        skip = max(0, position - (self.total - len(self.frames)))
-        return list(self.frames)[skip:]
-
-    def position_of(self, event_id: str) -> int:
-        """The position just after the frame ``event_id``.
-
-        Raises:
-            ResumeError: ``beyond_retention`` or ``unknown_event``.
-        """
-        first = self.total - len(self.frames)
-        for i, (eid, _) in enumerate(self.frames):
-            if eid == event_id:
-                return first + i + 1
-        if self.dropped:
-            raise ResumeError(f"the log no longer holds the events after {event_id!r}")
-        raise ResumeError(f"no event {event_id!r} in this session", code="unknown_event")
-
-    def wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
-
-    def after(self, event_id: str) -> list[bytes]:
-        """The frames after ``event_id``.
-
-        Raises:
-            ResumeError: ``beyond_retention`` or ``unknown_event``.
-        """
-        return [f for _, f in self.since(self.position_of(event_id))]
-
-
-class SessionLog:
-    """Every session's :class:`Record`, by owner and session id; bounded (:mod:`..bounded`)."""
-
-    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        per_owner = min(MAX_SESSIONS_PER_PRINCIPAL, max_sessions)
-        self._records: OwnedLRU[Record] = OwnedLRU(per_owner=per_owner, total=max_sessions)
-
-    def open(self, owner: Principal, sid: str, agent: str) -> Record:
-        record = Record(agent)
-        self._records.put(owner, sid, record)
-        return record
-
-    def find(self, owner: Principal, sid: str) -> Record | None:
-        """The caller's session ``sid`` (another principal's: ``None``, as a missing one)."""
-        return self._records.get(owner, sid)
+#: How long a follower waits for a writer's next entries before looking again (s).
+_FOLLOW_WAIT: Final = 0.5
 
 
 def event_id(frame: bytes) -> str:
@@ -141,25 +83,37 @@ def _error(sid: str | None, code: str, message: str) -> ev.SessionErrorEvent:
     return ev.SessionErrorEvent(session_id=sid, error=ty.ErrorInfo(code=code, message=message))
 
 
+def _unknown(sid: str) -> ResumeError:
+    return ResumeError(
+        f"no session {sid!r} to resume: it never existed or was forgotten",
+        code="unknown_session",
+    )
+
+
 class Connection:
-    """The state of one UAMP WebSocket connection."""
+    """The state of one UAMP WebSocket connection, and the sessions it logs."""
 
     def __init__(
         self,
         host: Host,
-        log: SessionLog,
         ws: WebSocket | None,
         fixed: Responder | None,
         principal: Principal,
     ) -> None:
         self.host = host
-        self.log = log
+        self.log: EventLog = host.event_log
         self.ws = ws
         self.principal = principal
         self.fixed = fixed
         self.conn = ServerConnection(ConnectionConfig(max_sessions=host.config.max_sessions))
         self.agents: dict[str, Responder] = {}
-        self.records: dict[str, Record] = {}
+        #: The sessions whose log this connection writes: key, record, owner token.
+        self.keys: dict[str, LogKey] = {}
+        self.records: dict[str, SessionRecord] = {}
+        self._owners: dict[str, Callable[[], None]] = {}
+        self._handlers: dict[str, Any] = {}
+        #: Resumed sessions whose log another writer still writes (set once taken on).
+        self.following: dict[str, anyio.Event] = {}
         self.turns: dict[str, Turn] = {}
         self.lock = anyio.Lock()
         self.open = True
@@ -182,6 +136,18 @@ class Connection:
             except (Closed, OSError):
                 self.open = False
 
+    def log_frames(self, frames: list[bytes], sid: str | None) -> None:
+        """Append ``frames`` to session ``sid`` 's log when this connection writes it."""
+        key = self.keys.get(sid) if sid is not None else None
+        if key is None or not self.log.writing(key):
+            return
+        for frame in frames:
+            self.log.append(key, frame, event_id(frame))
+
+    async def replay(self, entries: Sequence[LogEntry]) -> None:
+        """Send what a resumed session's log holds for its client."""
+        await self.write([entry.data for entry in entries])
+
     async def owe(self, event: ev.Event, sid: str | None = None) -> None:
         """Send ``event`` through the core (logged when its session keeps a log)."""
         try:
@@ -192,10 +158,7 @@ class Connection:
 
     async def deliver(self, frames: list[bytes], sid: str | None) -> None:
         """Log ``frames`` when session ``sid`` keeps a log, then send them."""
-        record = self.records.get(sid) if sid is not None else None
-        if record is not None:
-            for frame in frames:
-                record.append(event_id(frame), frame)
+        self.log_frames(frames, sid)
         await self.write(frames)
 
     async def refuse(self, sid: str | None, code: str, message: str) -> None:
@@ -231,15 +194,97 @@ class Connection:
             assert sid is not None
             self.start(sid)
         elif isinstance(event, ev.ResponseCancel):
-            turn = self.turns.get(event.session_id or "")
-            if turn is not None:
-                turn.cancel()
+            await self.cancel(event.session_id or "")
         elif isinstance(event, ev.ToolResult):
             sid = event.session_id or ""
             ctx = self.conn.sessions.get(sid)
             tracker = ctx.response if ctx is not None else None
             if tracker is not None and not tracker.pending_tool_calls and sid not in self.turns:
                 self.start(sid, created=False)
+        elif isinstance(event, ev.SessionEnd):
+            sid = event.session_id or ""
+            self.put_record(sid, ended=True)
+            self.release(sid)
+
+    async def cancel(self, sid: str) -> None:
+        """``response.cancel``: the turn running here, or the one a resumed session follows."""
+        turn = self.turns.get(sid)
+        if turn is not None:
+            turn.cancel()
+            return
+        if sid not in self.following:
+            return
+        key = (self.principal.key, sid)
+        try:
+            record = await self.log.load(key)
+            if record.running is not None:
+                message = {"op": "cancel", "response_id": record.running}
+                await self.log.ask(record.node, key, message)
+        except (ResumeError, StoreUnavailable):
+            return
+
+    # --- the session's log -----------------------------------------------------
+
+    def begin_log(self, sid: str, agent: Responder) -> None:
+        """Start the log of a new session: every frame it sends from now on is logged."""
+        key = (self.principal.key, sid)
+        record = SessionRecord(agent=agent.name, node=self.log.node)
+        owner = functools.partial(self.taken_over, sid)
+        self.log.begin(key, record.copy(), owner)
+        self.hold(sid, key, record, owner)
+
+    def hold(self, sid: str, key: LogKey, record: SessionRecord, owner: Callable[[], None]) -> None:
+        """This connection writes ``sid`` 's log and answers what others ask about it."""
+        self.keys[sid], self.records[sid], self._owners[sid] = key, record, owner
+        handler = functools.partial(self.on_message, sid)
+        self._handlers[sid] = handler
+        self.log.register(key, handler)
+        self.log.ensure_running(self.host.background)
+
+    def put_record(self, sid: str, **changes: object) -> None:
+        """Queue ``sid`` 's record with ``changes`` and its conversation so far."""
+        key, record = self.keys.get(sid), self.records.get(sid)
+        if key is None or record is None:
+            return
+        ctx = self.conn.sessions.get(sid)
+        if ctx is not None:
+            record.history = unstructure(ctx.history)
+            record.config = unstructure(ctx.config) if ctx.config is not None else None
+        for name, value in changes.items():
+            setattr(record, name, value)
+        self.log.put_record(key, record.copy())
+
+    def taken_over(self, sid: str) -> None:
+        """Another connection of this process resumed ``sid``: this one logs it no more."""
+        key = self.keys.pop(sid, None)
+        self.records.pop(sid, None)
+        self._owners.pop(sid, None)
+        handler = self._handlers.pop(sid, None)
+        if key is not None and handler is not None:
+            self.log.unregister(key, handler)
+
+    def release(self, sid: str) -> None:
+        """Stop writing ``sid`` 's log (it stays, to be resumed)."""
+        key, owner = self.keys.get(sid), self._owners.get(sid)
+        self.taken_over(sid)
+        if key is not None:
+            self.log.release(key, owner)
+
+    def release_all(self) -> None:
+        """The connection is done: every log it writes is let go (and stays)."""
+        for sid in list(self.keys):
+            self.release(sid)
+
+    async def on_message(self, sid: str, message: dict[str, Any]) -> dict[str, Any]:
+        """A message about ``sid`` from another connection or process (``EventLog.ask``)."""
+        if message.get("op") == "cancel":
+            turn = self.turns.get(sid)
+            if turn is not None:
+                turn.cancel()
+            return {"cancelled": turn is not None}
+        return {"error": "unsupported"}
+
+    # --- sessions ------------------------------------------------------------------
 
     async def create(self, event: ev.SessionCreate) -> None:
         sid = event.session_id
@@ -255,58 +300,115 @@ class Connection:
         except HTTPError as exc:
             await self.refuse(sid, exc.code or "agent_not_found", exc.message)
             return
+        if self.log.health.unavailable:
+            message = "the session store is unavailable; try again shortly"
+            await self.refuse(sid, STORE_UNAVAILABLE, message)
+            return
         self.agents[sid] = agent
-        principal = self.principal
         if after is None:
-            self.records[sid] = self.log.open(principal, sid, agent.name)
+            self.begin_log(sid, agent)
             await self.deliver([self.conn.accept(sid, agent=agent.name)], sid)
             # Section 9.1: session.created, then the capabilities view.
             ctx = self.conn.sessions[sid]
             view = session_view(agent.capabilities(), ctx.client_capabilities)
             await self.owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view), sid)
             return
-        record = self.log.find(principal, sid)
+        key = (self.principal.key, sid)
         try:
-            if record is None or record.agent != agent.name:
-                raise ResumeError(f"no session {sid!r} to resume", code="unknown_session")
-            missed = record.after(after)
-        except ResumeError as exc:
+            record = await self.log.load(key)
+            if record.agent != agent.name:
+                raise _unknown(sid)  # another endpoint's session: as an unknown one
+            start = start_after(await self.log.window(key), await self.log.find(key, after), after)
+        except (ResumeError, StoreUnavailable) as exc:
             await self.refuse(sid, exc.code, exc.message)
             return
-        ctx = self.conn.sessions[sid]
-        ctx.history = list(record.history)
-        if record.config is not None:
-            ctx.config = record.config
-        self.records[sid] = record
-        frame = self.conn.accept(sid, agent=agent.name, extensions={RESUMED: True})
-        await self.write([frame, *missed])
-        if record.running:
-            self.spawn(self.follow, ctx, record, record.total)
+        await self.resumed(sid, agent, record, start)
 
-    async def follow(self, ctx: SessionContext, record: Record, seen: int) -> None:
-        """Send what a response running elsewhere logs, until it ends; then take its history."""
+    async def resumed(self, sid: str, agent: Responder, record: SessionRecord, start: int) -> None:
+        """Answer a resume: created, then the log after ``start``, then take the session on."""
+        ctx = self.conn.sessions[sid]
+        self.restore(ctx, record)
+        frame = self.conn.accept(sid, agent=agent.name, extensions={RESUMED: True})
+        await self.write([frame])
+        self.following[sid] = anyio.Event()
+        self.spawn(self.take_on, sid, ResumeStream(start))
+
+    def restore(self, ctx: SessionContext | None, record: SessionRecord) -> None:
+        """Put the record's conversation and configuration into the core's session."""
+        if ctx is None:
+            return
+        ctx.history = [from_dict(ty.Message, m) for m in record.history]
+        if record.config is not None:
+            ctx.config = from_dict(ty.SessionConfig, record.config)
+
+    async def take_on(self, sid: str, stream: ResumeStream) -> None:
+        """Follow ``sid`` 's log until nobody else runs a response, then write it from here."""
+        key = (self.principal.key, sid)
+        log = self.log
+        try:
+            record = await self.follow(key, stream)
+            if sid not in self.conn.sessions:
+                return  # it ended meanwhile
+            owner = functools.partial(self.taken_over, sid)
+            log.take_over(key)
+            await log.adopt(key, owner)
+            # What the previous writer appended before it let go.
+            await self.replay(stream.backfill(await log.read(key, stream.cursor)).send)
+        except (ResumeError, StoreUnavailable) as exc:
+            await self.owe(_error(sid, exc.code, exc.message))
+            return
+        finally:
+            self.following.pop(sid, anyio.Event()).set()
+        record.node = log.node
+        self.hold(sid, key, record, owner)
+        self.restore(self.conn.sessions.get(sid), record)
+        self.put_record(sid)
+
+    async def follow(self, key: LogKey, stream: ResumeStream) -> SessionRecord:
+        """Send the log from the stream's cursor on until no response runs elsewhere.
+
+        A response whose process is gone is ended ``interrupted`` in the log
+        first (by the first process that notices). Returns the session's
+        record once nothing runs.
+        """
+        log = self.log
         while True:
-            frames = [f for _, f in record.since(seen)]
-            seen = record.total
-            ended = not record.running
-            if ended:  # before the client sees the end and asks again
-                ctx.history = list(record.history)
-            await self.write(frames)
-            if ended:
-                return
-            await record.changed.wait()
+            entries = await log.read(key, stream.cursor)
+            if entries:
+                await self.replay(stream.backfill(entries).send)
+                continue
+            record = await log.load(key)
+            if record.running is None:
+                return record
+            if not log.writing(key) and not (
+                record.node != log.node and await log.alive(record.node)
+            ):
+                # Nobody writes it any more: its process stopped mid-response.
+                if not await interrupt_lost(log, key, record):
+                    await anyio.sleep(0.1)  # another process ends it
+                continue
+            entries = await log.wait(key, stream.cursor, timeout=_FOLLOW_WAIT)
+            await self.replay(stream.backfill(entries).send)
+
+    # --- responses -----------------------------------------------------------------
 
     def start(self, sid: str, *, created: bool = True) -> None:
-        ctx = self.conn.sessions[sid]
-        tracker = ctx.response
+        self.spawn(self.respond, sid, created)
+
+    async def respond(self, sid: str, created: bool) -> None:
+        following = self.following.get(sid)
+        if following is not None:
+            await following.wait()  # the conversation is the log's once taken on
+        ctx = self.conn.sessions.get(sid)
+        core = ctx.response if ctx is not None else None
         agent = self.agents.get(sid)
-        if tracker is None or agent is None:
+        if ctx is None or core is None or agent is None:
             return
         config = ctx.config
         request = TurnRequest(
             agent=agent.name,
             session_id=sid,
-            response_id=tracker.response_id,
+            response_id=core.response_id,
             messages=ctx.conversation(),
             instructions=config.instructions if config else None,
             tools=list(config.tools or []) if config else [],
@@ -315,33 +417,22 @@ class Connection:
             principal=self.principal,
             client_capabilities=ctx.client_capabilities,
         )
-        self.spawn(self.respond, ctx, agent, request, created)
-
-    async def respond(
-        self, ctx: SessionContext, agent: Responder, request: TurnRequest, created: bool
-    ) -> None:
-        sid = ctx.id
-        record = self.records.get(sid)
-        core = ctx.response
-        assert core is not None
-
         ended = False
 
         async def sink(event: ev.Event) -> None:
             nonlocal ended
             if isinstance(event, ev.ResponseDone):
                 event = core.done_event(session_id=sid)
-            if record is None or not isinstance(event, _TERMINAL):
+            if not isinstance(event, _TERMINAL):
                 await self.owe(event, sid)
                 return
-            # The last event: the log says the response ended, with the
+            # The last event: the record says the response ended, with the
             # conversation it leaves, before anyone can read that it did.
             try:
                 frame = self.conn.send(event)
             except LocalProtocolError:
                 return
-            record.history, record.config = list(ctx.history), ctx.config
-            record.running -= 1
+            self.put_record(sid, running=None, input=[])
             ended = True
             await self.deliver([frame], sid)
 
@@ -354,31 +445,32 @@ class Connection:
             return
         turn = Turn(agent, request, sink, charge=charge, created=created)
         self.turns[sid] = turn
-        if record is not None:
-            record.running += 1
+        inputs = unstructure(core.input_messages)
+        self.put_record(sid, running=request.response_id, input=inputs)
         try:
             await turn.run()
         finally:
             self.turns.pop(sid, None)
-            if record is not None and not ended:
-                record.running -= 1
-                record.wake()
+            if not ended:
+                self.put_record(sid, running=None, input=[])
 
 
 def mount(host: Host) -> None:
     """Serve UAMP over WebSocket at ``.../uamp`` and ``/ws``."""
-    log = SessionLog()
 
     async def serve(ws: WebSocket, fixed: Responder | None) -> None:
         offered = [
             p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
         ]
         await ws.accept(next((p for p in SUBPROTOCOLS if p in offered), None))
-        connection = Connection(host, log, ws, fixed, ws.principal)
-        async with anyio.create_task_group() as group:
-            await connection.run(group)
-            # The client left: its running turns go on into their logs (a
-            # resumed connection follows them); the handler returns after.
+        connection = Connection(host, ws, fixed, ws.principal)
+        try:
+            async with anyio.create_task_group() as group:
+                await connection.run(group)
+                # The client left: its running turns go on into their logs (a
+                # resumed connection follows them); the handler returns after.
+        finally:
+            connection.release_all()
         await ws.close()
 
     async def per_agent(ws: WebSocket) -> None:

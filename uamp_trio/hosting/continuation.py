@@ -62,13 +62,14 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import flow
 from uamp_proto import types as ty
-from uamp_proto.codec import encode, from_dict, unstructure
-from uamp_proto.ids import random_ids
+from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.payment import Charge
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import RESTORED, interrupted_event, replayed, resume_point
+from uamp_stores.orphans import abandon
+from uamp_stores.orphans import append_event as _append
 
 from .turns import ResponseRunner, cancel_handler
 
@@ -80,12 +81,6 @@ if TYPE_CHECKING:
 __all__ = ["abandon", "carry_on"]
 
 log = logging.getLogger("uamp_trio.sessions")
-
-
-def _append(event_log: EventLog, key: LogKey, event: ev.Event, session_id: str) -> None:
-    event_id = random_ids("evt")
-    data = encode(attrs.evolve(event, event_id=event_id, session_id=session_id))
-    event_log.append(key, data, event_id)
 
 
 def _messages(raw: list[dict[str, object]]) -> list[ty.Message]:
@@ -215,26 +210,6 @@ class _Adopting:
         await self._adopted.wait()
         if self._charge is not None:
             await self._charge.extend(token, amount)
-
-
-def abandon(
-    event_log: EventLog,
-    key: LogKey,
-    record: SessionRecord,
-    owner: Callable[[], None] | None,
-    exc: BaseException | None = None,
-) -> None:
-    """:func:`carry_on` itself raised (a bug): the response ends ``interrupted``, the log is let go.
-
-    Its ``on_error`` under supervision (:mod:`uamp_trio.engines.supervise`):
-    the client following the log hears the end instead of waiting forever.
-    """
-    running = record.running
-    if running is not None and event_log.writing(key):
-        _append(event_log, key, interrupted_event(replayed(running, [])), key[1])
-    record.running, record.input = None, []
-    event_log.put_record(key, record.copy())
-    event_log.release(key, owner)
 
 
 async def _go_on(

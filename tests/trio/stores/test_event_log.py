@@ -330,3 +330,56 @@ def test_record_copy_is_a_shallow_copy_of_every_field() -> None:
     assert copied.history is record.history  # shallow, as attrs.evolve
     copied.running = None
     assert record.running == "resp_1"
+
+
+# --- the memory log's per-principal cap ------------------------------------------
+
+CAP_OPS = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=CAP_OPS, cap=st.integers(1, 4), total=st.integers(1, 8))
+def test_a_principal_at_its_cap_forgets_its_own_oldest_session_only(
+    ops: list[tuple[str, int]], cap: int, total: int
+) -> None:
+    """Sessions kept match a model: per principal at most ``cap``, its own oldest going first;
+    over all at most ``total``, the least recently active going first."""
+    from uamp_stores.event_log import MemoryEventLog
+
+    clock = Clock()
+    log = MemoryEventLog(max_sessions=total, max_sessions_per_principal=cap, clock=clock)
+    model: dict[LogKey, float] = {}
+
+    def oldest(keys: list[LogKey]) -> LogKey:
+        return min(keys, key=lambda k: model[k])
+
+    async def held(k: LogKey) -> bool:
+        try:
+            await log.load(k)
+        except ResumeError:
+            return False
+        return True
+
+    async def main() -> None:
+        for who, n in ops:
+            clock.now += 1
+            k = key(f"s{n}", ("api_key", who))
+            model.pop(k, None)
+            while len(own := [m for m in model if m[0] == k[0]]) >= cap:
+                del model[oldest(own)]
+            while len(model) >= total:
+                del model[oldest(list(model))]
+            model[k] = clock.now
+            log.begin(k, SessionRecord(agent="demo"))
+            everyone = [key(f"s{i}", ("api_key", p)) for p in "abc" for i in range(6)]
+            assert {k for k in everyone if await held(k)} == set(model)
+            assert len(log) == len(model)
+
+    trio.run(main)
+
+
+def test_the_per_principal_cap_is_checked() -> None:
+    from uamp_stores.event_log import MemoryEventLog
+
+    with pytest.raises(ValueError):
+        MemoryEventLog(max_sessions_per_principal=0)

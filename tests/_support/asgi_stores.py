@@ -1,0 +1,74 @@
+"""One ``uamp_asgi`` app under uvicorn in a process of its own, its sessions in a shared store.
+
+``python -m tests._support.asgi_stores WHERE`` serves the agents below on
+127.0.0.1 (a free port) with ``Config(event_log=open_event_log(WHERE))`` --
+the store ``uamp serve --store WHERE`` opens -- and prints ``serving on
+http://127.0.0.1:PORT`` once its socket listens. Callers ``alice`` and
+``bob`` authenticate with the bearer tokens ``alice-key`` and ``bob-key``.
+No Trio is imported here: the app runs on uvicorn's asyncio loop.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import AsyncIterator
+
+import anyio
+
+import uamp_asgi
+from uamp_asgi.responders import function_agent
+from uamp_proto import events as ev
+from uamp_proto.errors import UampError
+from uamp_proto.principal import Principal
+from uamp_proto.responder import TurnRequest
+from uamp_stores import open_event_log
+
+#: The deltas ``stall`` sends before it waits for ever (its process is killed then).
+STALL_AFTER = 3
+TOKENS = {"alice-key": "alice", "bob-key": "bob"}
+
+
+async def echo(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
+    """Says back what it was told, and how many messages the conversation holds."""
+    yield f"You said: {turn.messages[-1].text} "
+    yield f"({len(turn.messages)} messages)"
+
+
+async def stall(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
+    """``STALL_AFTER`` deltas, then nothing more: a response its process dies in."""
+    for i in range(STALL_AFTER):
+        yield f"d{i} "
+    await anyio.sleep_forever()
+    yield "never"
+
+
+class Keys:
+    """Bearer tokens of :data:`TOKENS`; anything else is refused."""
+
+    async def authenticate(self, token: str | None) -> Principal:
+        name = TOKENS.get(token or "")
+        if name is None:
+            raise UampError("unknown key")
+        return Principal(id=name, scheme="api_key")
+
+
+def main() -> None:
+    import uvicorn
+
+    where = sys.argv[1]
+    agents = [function_agent(echo), function_agent(stall)]
+    config = uamp_asgi.Config(authenticator=Keys(), event_log=open_event_log(where))
+    app = uamp_asgi.app(agents, config=config)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    print(f"serving on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio")
+    )
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
