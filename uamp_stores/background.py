@@ -22,7 +22,7 @@ import anyio
 
 from .health import StoreHealth, supervise
 
-__all__ = ["BackgroundLoop", "Spawner", "start_background"]
+__all__ = ["BackgroundLoop", "Spawner", "start_background", "start_detached"]
 
 log = logging.getLogger("uamp_stores")
 
@@ -56,6 +56,16 @@ def start_background(
     escaping is logged instead.
     """
     _start(nursery, functools.partial(supervise, run, health or StoreHealth(what)), name, what)
+
+
+def start_detached(
+    nursery: Spawner | None, run: Callable[[], Coroutine[Any, Any, None]], name: str, what: str
+) -> None:
+    """Run ``run`` once in ``nursery``, or detached when there is none (see the module).
+
+    Not restarted: what it raises is logged (detached) or reaches the nursery.
+    """
+    _start(nursery, run, name, what)
 
 
 def _start(

@@ -219,7 +219,7 @@ async def test_http_sse_resumes_on_the_other_process_after_a_kill(where: str) ->
         async with reader(where) as log:
             with trio.fail_after(TIMEOUT):
                 async with httpx.AsyncClient(
-                    base_url=f"http://127.0.0.1:{a}", headers=headers
+                    base_url=f"http://127.0.0.1:{a}", headers=headers, timeout=TIMEOUT
                 ) as http:
                     create = {"type": "session.create", "session": {"modalities": ["text"]}}
                     sid = (await http.post("/agents/echo/events", json=create)).json()["session_id"]
@@ -232,7 +232,7 @@ async def test_http_sse_resumes_on_the_other_process_after_a_kill(where: str) ->
                 await until_logged(log, (ALICE, sid), seen[-1]["event_id"])
                 kill(first)
                 async with httpx.AsyncClient(
-                    base_url=f"http://127.0.0.1:{b}", headers=headers
+                    base_url=f"http://127.0.0.1:{b}", headers=headers, timeout=TIMEOUT
                 ) as http:
                     # After the first event: every later one again, from the store.
                     again = await _stream_until(http, sid, "response.done", seen[0]["event_id"])
@@ -274,7 +274,9 @@ async def test_another_principal_finds_the_session_as_a_missing_one(where: str) 
                 assert refusals[0] == refusals[1]
                 assert refusals[0][0] == "unknown_session"
                 answers = []
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{b}", headers=bob) as http:
+                async with httpx.AsyncClient(
+                    base_url=f"http://127.0.0.1:{b}", headers=bob, timeout=TIMEOUT
+                ) as http:
                     for name in (sid, f"{sid}x"):
                         got = await http.get(
                             "/agents/echo/events/stream", headers={"x-session-id": name}
@@ -292,3 +294,43 @@ async def test_another_principal_finds_the_session_as_a_missing_one(where: str) 
                 # Alice's session is still hers, untouched by bob's tries.
                 record = await log.load((ALICE, sid))
                 assert record.agent == "echo"
+
+
+async def test_on_redis_a_live_process_takes_posts_and_another_streams_the_log(
+    redis_url: str,
+) -> None:
+    """Without a sticky balancer: b forwards a POST to a (which serves the session) and
+    streams what a logs; the session stays a's."""
+    headers = {"authorization": "Bearer alice-key"}
+    where = f"{redis_url.rsplit('/', 1)[0]}/{1 + uuid.uuid4().int % 15}"
+    with app_process(where) as (_, a), app_process(where) as (_, b):
+        async with reader(where) as log:
+            with trio.fail_after(TIMEOUT):
+                async with (
+                    httpx.AsyncClient(
+                        base_url=f"http://127.0.0.1:{a}", headers=headers, timeout=TIMEOUT
+                    ) as on_a,
+                    httpx.AsyncClient(
+                        base_url=f"http://127.0.0.1:{b}", headers=headers, timeout=TIMEOUT
+                    ) as on_b,
+                ):
+                    create = {"type": "session.create", "session": {"modalities": ["text"]}}
+                    opened = await on_a.post("/agents/echo/events", json=create)
+                    sid = opened.json()["session_id"]
+                    seen: list[dict[str, Any]] = []
+                    async with trio.open_nursery() as nursery:
+
+                        async def watch() -> None:
+                            seen.extend(await _stream_until(on_b, sid, "response.done"))
+
+                        nursery.start_soon(watch)
+                        await trio.sleep(0.5)  # the stream on b is open
+                        ask = [{"type": "input.text", "text": "hi"}, {"type": "response.create"}]
+                        posted = await on_b.post(
+                            "/agents/echo/events", json=ask, headers={"x-session-id": sid}
+                        )
+                        assert posted.json() == {"session_id": sid, "accepted": 2}, posted.text
+                record = await log.load((ALICE, sid))
+    text = "".join(e["delta"]["text"] for e in seen if e["type"] == "response.delta")
+    assert text == "You said: hi (1 messages)"
+    assert record.running is None and len(record.history) == 2

@@ -45,7 +45,8 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_proto.resume import LogEntry, ResumeError, start_after
 from uamp_proto.sse import encode_json
-from uamp_stores.event_log import LogKey, SessionRecord
+from uamp_stores.background import start_detached
+from uamp_stores.event_log import EventLog, LogKey, SessionRecord
 from uamp_stores.health import StoreUnavailable
 
 from ..app import Host
@@ -75,6 +76,14 @@ class _Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class _Elsewhere(Exception):
+    """The session is served by another live process (its record names it)."""
+
+    def __init__(self, record: SessionRecord) -> None:
+        super().__init__(record.node)
+        self.record = record
 
 
 class _Answer(HTTPError):
@@ -182,6 +191,20 @@ class _HttpSession(Connection):
         await self.resumed(sid, agent, record, start)
         self.delivered = start
         await self.run_pending()
+
+    async def on_message(self, sid: str, message: dict[str, Any]) -> dict[str, Any]:
+        """Events POSTed to another process for this session (``EventLog.ask``)."""
+        if message.get("op") != "events":
+            return await super().on_message(sid, message)
+        name, agent = message.get("agent"), self.agents.get(sid)
+        if name is not None and agent is not None and name != agent.name:
+            return {"accepted": 0, "error": ["unknown_session", _unknown(sid)]}
+        events = [str(e).encode() for e in message.get("events", ())]
+        accepted, error = await self.feed(events)
+        if self.pending:  # the turns it started run on here, as after a POST
+            start_detached(self.host.background, self.run_pending, "uamp-sse-turn", "a turn")
+        failed = None if error is None else [error.code, str(error.message)]
+        return {"accepted": accepted, "error": failed}
 
     async def run_pending(self) -> None:
         """Run the turns the last POST started (after its answer went out)."""
@@ -305,8 +328,8 @@ class _Sessions:
 
         Only a session whose process is gone (no heartbeat on a shared store;
         any other process on a single-process one) is taken on, by one
-        process (a claim); one that another process serves is 409
-        ``session_elsewhere``. ``None``: the log has no such session of the
+        process (a claim); one that another live process serves raises
+        :class:`_Elsewhere`. ``None``: the log has no such session of the
         caller's (another principal's is the same), or it ended or expired.
         """
         log = self.host.event_log
@@ -324,8 +347,10 @@ class _Sessions:
         if lost == log.node:
             return None  # this process's, ended or forgotten here
         try:
-            if await log.alive(lost) or not await log.claim(key, f"adopt@{lost}", ttl=30):
-                raise _Answer(409, "session_elsewhere", _ELSEWHERE, 0)
+            if await log.alive(lost):
+                raise _Elsewhere(record)
+            if not await log.claim(key, f"adopt@{lost}", ttl=30):
+                raise _Answer(409, "session_elsewhere", _ELSEWHERE, 0)  # being taken on
         except StoreUnavailable as down:
             raise _Answer(503, down.code, down.message, 0) from None
         self.sweep()
@@ -373,7 +398,16 @@ class _Sessions:
                     0,
                 )
             return await self.open(request, agent, messages)
-        hs = await self.find(request, sid)
+        try:
+            hs = await self.find(request, sid)
+        except _Elsewhere as away:
+            answered = await self.forward(request, sid, agent, messages, away.record)
+            if answered is not None:
+                return answered
+            try:
+                hs = await self.find(request, sid)  # its process did not answer: gone now?
+            except _Elsewhere:
+                raise _Answer(409, "session_elsewhere", _ELSEWHERE, 0) from None
         accepted, error = await hs.feed(messages)
         if hs.ended:
             self.forget(hs)
@@ -414,22 +448,33 @@ class _Sessions:
 
     async def get(self, request: Request) -> Reply:
         """``GET .../events/stream``: the session's events as SSE."""
-        hs = await self.find(request, self.session_id(request))
-        assert hs.sid is not None
+        sid = self.session_id(request)
+        away: SessionRecord | None = None
+        try:
+            hs: _HttpSession | None = await self.find(request, sid)
+        except _Elsewhere as elsewhere:
+            hs, away = None, elsewhere.record
+        assert sid is not None
+        log, key = self.host.event_log, (request.principal.key, sid)
         last = (request.headers.get("last-event-id") or "").strip()
         position: int | None = None
-        if last:
-            log, key = self.host.event_log, hs.key
-            try:
+        try:
+            if last:
                 position = start_after(await log.window(key), await log.find(key, last), last)
-            except ResumeError as exc:
-                status = 410 if exc.code == "beyond_retention" else 400
-                raise _Answer(status, exc.code, exc.message, 0) from None
-            except StoreUnavailable as down:
-                raise _Answer(503, down.code, down.message, 0) from None
+            elif hs is None:
+                position = (await log.window(key)).last  # from now on
+        except ResumeError as exc:
+            status = 410 if exc.code == "beyond_retention" else 400
+            raise _Answer(status, exc.code, exc.message, 0) from None
+        except StoreUnavailable as down:
+            raise _Answer(503, down.code, down.message, 0) from None
 
         async def produce(write: Write) -> None:
-            await hs.stream(write, position)
+            if hs is not None:
+                await hs.stream(write, position)
+            else:
+                assert away is not None and position is not None
+                await _watch(write, log, key, position, away.node)
 
         return StreamReply(
             produce,
@@ -437,9 +482,68 @@ class _Sessions:
                 ("content-type", "text/event-stream"),
                 ("cache-control", "no-cache"),
                 ("x-accel-buffering", "no"),
-                (_SESSION_HEADER, hs.sid),
+                (_SESSION_HEADER, sid),
             ],
         )
+
+    async def forward(
+        self,
+        request: Request,
+        sid: str,
+        agent: Responder | None,
+        messages: list[bytes],
+        record: SessionRecord,
+    ) -> Reply | None:
+        """POST ``messages`` to the process serving ``sid`` (``None``: it did not answer).
+
+        The question goes through the event log (``EventLog.ask``) in the
+        format ``uamp serve`` uses, and that process's answer is this POST's.
+        """
+        log, key = self.host.event_log, (request.principal.key, sid)
+        message = {
+            "op": "events",
+            "agent": agent.name if agent is not None else None,
+            "events": [m.decode() for m in messages],
+            "body": request.body.decode(),
+        }
+        try:
+            answer = await log.ask(record.node, key, message)
+        except StoreUnavailable as down:
+            raise _Answer(503, down.code, down.message, 0) from None
+        if answer is None or "accepted" not in answer:
+            return None
+        error = answer.get("error")
+        if error:
+            code, text = str(error[0]), str(error[1])
+            raise _Answer(_status(code), code, text, int(answer["accepted"]))
+        return JsonReply({"session_id": sid, "accepted": answer["accepted"]})
+
+
+async def _watch(write: Write, log: EventLog, key: LogKey, position: int, node: str) -> None:
+    """Stream ``key`` 's log after ``position`` while process ``node`` serves the session.
+
+    Read only: the session stays that process's. The stream ends once the
+    session ends, or once that process is gone (the next request here takes
+    the session on).
+    """
+    at, quiet = position, anyio.current_time()
+    await write(b": uamp event stream\n\n")
+    while True:
+        entries = await log.wait(key, at, timeout=_LOOK)
+        if entries:
+            at = entries[-1].position
+            await write(b"".join(encode_json(e.data, id=e.event_id or None) for e in entries))
+            quiet = anyio.current_time()
+            continue
+        try:
+            record = await log.load(key)
+        except ResumeError:
+            return  # ended or expired
+        if record.node != node or not await log.alive(node):
+            return
+        if anyio.current_time() - quiet >= HEARTBEAT:
+            await write(b":\n\n")
+            quiet = anyio.current_time()
 
 
 def mount(host: Host) -> None:
