@@ -1150,6 +1150,25 @@ class TaskRun:
         out.append(self._text_chunk(text, last=False))
         return out
 
+    def more_text(self, text: str) -> Update | None:
+        """``feed`` of a text delta that only continues the text artifact, else ``None``.
+
+        The streamed hot path: when the turn has started, its text artifact
+        is open and ``text`` is not empty, the one update :meth:`feed` would
+        give (the same text artifact grown in place, the same chunk);
+        otherwise ``None`` and nothing changes (call :meth:`feed`).
+        """
+        if not (text and self._sent_text) or self.reply is not None:
+            return None
+        said, self._said = self._said, ""
+        artifact = self._text
+        assert artifact is not None
+        artifact.items = []
+        said += text
+        self._said = said
+        artifact.items = [ty.TextContent(text=said)]
+        return self._text_chunk(text, last=False)
+
     def _text_chunk(self, text: str, *, last: bool) -> Update:
         assert self._text is not None
         task = self.task

@@ -122,28 +122,29 @@ class _Watchers:
     """The open feeds of each task in this process."""
 
     def __init__(self) -> None:
-        self._by_task: dict[str, list[trio.MemorySendChannel[Numbered]]] = {}
+        #: The open feeds' channels by task id (a task with none is absent).
+        self.by_task: dict[str, list[trio.MemorySendChannel[Numbered]]] = {}
 
     def __contains__(self, task_id: str) -> bool:
-        return task_id in self._by_task
+        return task_id in self.by_task
 
     def open(self, task_id: str, after: int = 0) -> TaskFeed:
         send, receive = trio.open_memory_channel[Numbered](FEED_BUFFER)
-        self._by_task.setdefault(task_id, []).append(send)
+        self.by_task.setdefault(task_id, []).append(send)
 
         def forget() -> None:
-            watchers = self._by_task.get(task_id)
+            watchers = self.by_task.get(task_id)
             if watchers is not None and send in watchers:
                 watchers.remove(send)
                 if not watchers:
-                    del self._by_task[task_id]
+                    del self.by_task[task_id]
             send.close()
 
         return TaskFeed(receive, after, forget)
 
     def deliver(self, task_id: str, seq: int, update: Update) -> None:
         """Give every feed of ``task_id`` the update; end them all when the task ends."""
-        watchers = self._by_task.get(task_id)
+        watchers = self.by_task.get(task_id)
         if not watchers:
             return
         for send in list(watchers):
@@ -156,7 +157,7 @@ class _Watchers:
             self.close(task_id)
 
     def close(self, task_id: str) -> None:
-        for send in self._by_task.pop(task_id, []):
+        for send in self.by_task.pop(task_id, []):
             send.close()
 
 
@@ -247,6 +248,15 @@ class TaskStore(abc.ABC):
     @abc.abstractmethod
     async def follow(self, task_id: str, *, owner: Principal) -> tuple[A2ATask, TaskFeed]:
         """The task (as :meth:`get`) and a feed of the updates published after that snapshot."""
+
+    def watched(self, task_id: str) -> bool:
+        """Whether :meth:`publish` of ``task_id`` 's updates may reach anyone.
+
+        ``False`` only for a store no other process shares with no
+        subscriber of the task here: then publishing changes nothing and a
+        running turn may skip it.
+        """
+        return self.shared or task_id in self._watchers.by_task
 
     async def request_cancel(self, task_id: str) -> None:
         """Ask whichever process runs ``task_id`` 's turn to cancel it (it may be none)."""

@@ -1188,7 +1188,13 @@ class A2ATransport:
                 # A direct reply is not a task: it is forgotten before its sender
                 # sees the reply (and may list tasks at once), and never stored again.
                 await self.store.discard(task.id)
-            if updates and prepared.reply is None:
+            # Nobody to tell (no subscriber in this process, no store shared
+            # with others, no webhook): publishing would change nothing.
+            if (
+                updates
+                and prepared.reply is None
+                and (task.push_configs or self.store.watched(task.id))
+            ):
                 await self._announce(task, updates)
             for update in updates:
                 if current.primary is not None:
@@ -1215,13 +1221,41 @@ class A2ATransport:
             task.move(Trigger.START if prepared.new else Trigger.RESUME, _now())
             task.status_message = None
             await self.store.publish(task, [])  # working, in every process
+            sid, rid = turn_request.session_id, turn_request.response_id
+            watched = self.store.watched
 
             async def sink(event: ev.Event) -> None:
+                if type(event) is ev.ResponseDelta:
+                    delta = event.delta
+                    if type(delta) is ty.DeltaText:
+                        # The hot path: more text of the open text artifact.
+                        update = run.more_text(delta.text)
+                        if update is not None:
+                            # deliver([update]), for its common case: nobody
+                            # but the request that follows the task to tell.
+                            if not (write or task.push_configs or watched(task.id)):
+                                primary = current.primary
+                                if primary is None:
+                                    return
+                                try:
+                                    primary.send_nowait(update)
+                                    return
+                                except (
+                                    trio.WouldBlock,  # deliver() waits for it
+                                    trio.BrokenResourceError,  # deliver() lets it go
+                                    trio.ClosedResourceError,
+                                ):
+                                    pass
+                            await deliver([update])
+                            return
+                # What the runner stamps with stamp=True (feed names artifacts by it).
+                event = ev.with_ids(event, session_id=sid, response_id=rid)
                 await deliver(updates_of(event))
 
             # Inline: the agent's events reach deliver() with no channel hop
-            # and no task switch (a checkpoint every YIELD_EVERY events).
-            turn = ResponseRunner(agent, turn_request, sink, charge=prepared.charge)
+            # and no task switch (a checkpoint every YIELD_EVERY events). The
+            # sink stamps the ids where the task's updates need them.
+            turn = ResponseRunner(agent, turn_request, sink, stamp=False, charge=prepared.charge)
             port.emit = turn.emit
             live.cancel = turn.cancel
             if prepared.slot is not None:

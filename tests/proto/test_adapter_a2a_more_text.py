@@ -1,0 +1,83 @@
+"""``TaskRun.more_text``, the streamed text's shortcut, gives what ``TaskRun.feed`` gives.
+
+Two runs of the same task are fed the same events: one always through
+``feed``, the other trying ``more_text`` first for each text delta, as the
+A2A service does. Their updates, and the tasks they leave, must be equal.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters.a2a import A2ATask, Dialect, TaskRun, Update, render_task
+
+
+def _ids() -> object:
+    count = itertools.count()
+    return lambda prefix: f"{prefix}-{next(count)}"
+
+
+_CHARS = st.characters(blacklist_categories=("Cs",))
+_EVENTS = st.lists(
+    st.one_of(
+        st.builds(
+            lambda text: ev.ResponseDelta(delta=ty.DeltaText(text=text), response_id="resp-1"),
+            st.one_of(st.text(_CHARS, max_size=6), st.just("")),
+        ),
+        st.builds(
+            lambda message: ev.Progress(target="response", stage="working", message=message),
+            st.one_of(st.none(), st.text(_CHARS, min_size=1, max_size=5)),
+        ),
+        st.builds(
+            lambda text: ev.ResponseDelta(
+                delta=ty.DeltaToolProgress(tool_progress=ty.ToolProgress(call_id="c1", text=text)),
+                response_id="resp-1",
+            ),
+            st.text(_CHARS, max_size=5),
+        ),
+        st.builds(
+            lambda kind, text: ev.ResponseDelta(
+                delta=ty.DeltaUnknown(
+                    raw={"type": kind, "content": [{"type": "text", "text": text}]}
+                ),
+                response_id="resp-1",
+            ),
+            st.sampled_from(["message", "artifact"]),
+            st.text(_CHARS, min_size=1, max_size=5),
+        ),
+    ),
+    max_size=25,
+)
+
+
+def _task() -> A2ATask:
+    return A2ATask(id="task-1", context_id="ctx-1", agent="a")
+
+
+@given(events=_EVENTS, uamp_events=st.booleans())
+def test_more_text_then_feed_is_feed(events: list[ev.Event], uamp_events: bool) -> None:
+    general, fast = _task(), _task()
+    general_run = TaskRun(general, _ids(), uamp_events=uamp_events)  # type: ignore[arg-type]
+    fast_run = TaskRun(fast, _ids(), uamp_events=uamp_events)  # type: ignore[arg-type]
+    took_shortcut = 0
+    for event in events:
+        expected = general_run.feed(event)
+        got: list[Update] | None = None
+        if type(event) is ev.ResponseDelta and type(event.delta) is ty.DeltaText:
+            update = fast_run.more_text(event.delta.text)
+            if update is not None:
+                took_shortcut += 1
+                got = [update]
+        if got is None:
+            got = fast_run.feed(event)
+        assert got == expected
+        assert render_task(fast, Dialect.V1) == render_task(general, Dialect.V1)
+    assert fast_run.reply == general_run.reply
+    texts = [e for e in events if type(e) is ev.ResponseDelta and type(e.delta) is ty.DeltaText]
+    if sum(1 for e in texts if e.delta.text) >= 2 and general_run.reply is None:  # type: ignore[union-attr]
+        assert took_shortcut  # the shortcut is not a path that never runs
