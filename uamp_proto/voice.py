@@ -20,14 +20,21 @@ Who answers a call placed to an agent: the agent's own *call hook* when it
 has one (:class:`CallHook`: ``take_call`` gets a :class:`CallOffer` and
 returns a :class:`CallAnswer`, which may carry an SDP answer), else its
 capabilities (:func:`default_answer`). An agent may also have
-``call_ended``, told once how a call ended (:class:`CallEnded`). The
-transports ask both through ``uamp_trio.hosting.calls``.
+``call_ended``, told once how a call ended (:class:`CallEnded`). Every
+transport of either server asks both through :func:`answer_call` and
+:func:`call_ended`, so the rule is the same everywhere: a hook that fails,
+returns something else or takes longer than :data:`CALL_ANSWER_TIMEOUT`
+declines the call, and the caller never waits forever on a ringing call.
+The server passes its loop's timeout scope (``trio.move_on_after``,
+``anyio.move_on_after``) and its logger.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Final, Protocol, runtime_checkable
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import attrs
 
@@ -35,7 +42,11 @@ from .errors import ProtocolError
 from .principal import ANONYMOUS, Principal
 from .types import Capabilities
 
+if TYPE_CHECKING:
+    from .responder import Responder
+
 __all__ = [
+    "CALL_ANSWER_TIMEOUT",
     "CALL_TRANSITIONS",
     "Call",
     "CallAnswer",
@@ -43,9 +54,35 @@ __all__ = [
     "CallHook",
     "CallOffer",
     "CallState",
+    "answer_call",
+    "call_ended",
     "default_answer",
+    "has_call_hook",
     "takes_calls",
 ]
+
+#: Seconds an agent's ``take_call`` may take before the call is declined.
+CALL_ANSWER_TIMEOUT: Final = 10.0
+
+#: A loop's timeout scope: ``with move_on_after(seconds):`` leaves the block
+#: when the time is up (``trio.move_on_after``, ``anyio.move_on_after``).
+MoveOnAfter = Callable[[float], AbstractContextManager[Any]]
+
+
+class Log(Protocol):
+    """Where the call helpers report (a ``logging.Logger``)."""
+
+    def info(self, msg: str, *args: object) -> None:
+        """An ended call."""
+        ...
+
+    def warning(self, msg: str, *args: object) -> None:
+        """A hook that answered something other than a :class:`CallAnswer`."""
+        ...
+
+    def exception(self, msg: str, *args: object) -> None:
+        """A hook that raised (called inside the ``except``)."""
+        ...
 
 
 class CallState(enum.Enum):
@@ -145,6 +182,54 @@ def default_answer(name: str, capabilities: Capabilities) -> CallAnswer:
     if takes_calls(capabilities):
         return CallAnswer()
     return CallAnswer(accept=False, reason=f"agent {name!r} does not take calls")
+
+
+def has_call_hook(agent: object) -> bool:
+    """Whether ``agent`` answers its calls itself (has ``take_call``)."""
+    return callable(getattr(agent, "take_call", None))
+
+
+async def answer_call(
+    agent: Responder,
+    offer: CallOffer,
+    *,
+    move_on_after: MoveOnAfter,
+    log: Log,
+    timeout: float = CALL_ANSWER_TIMEOUT,
+) -> CallAnswer:
+    """``agent`` 's answer to ``offer``: its hook's, or the one its capabilities give."""
+    hook = getattr(agent, "take_call", None)
+    if not callable(hook):
+        return default_answer(agent.name, agent.capabilities())
+    with move_on_after(timeout):
+        try:
+            answer = await hook(offer)
+        except Exception:
+            log.exception("agent %r: take_call failed for call %s", agent.name, offer.call_id)
+            return CallAnswer(accept=False, reason="the agent could not take the call")
+        if isinstance(answer, CallAnswer):
+            return answer
+        log.warning("agent %r: take_call returned %r, not a CallAnswer", agent.name, answer)
+        return CallAnswer(accept=False, reason="the agent could not take the call")
+    return CallAnswer(accept=False, reason="the agent did not answer")
+
+
+async def call_ended(agent: Responder, ended: CallEnded, *, log: Log) -> None:
+    """Tell ``agent`` (its ``call_ended``, if any) how a call ended; never raises."""
+    log.info(
+        "call %s of agent %r ended (%s) after %s ms",
+        ended.call_id,
+        agent.name,
+        ended.reason,
+        None if ended.duration_ms is None else round(ended.duration_ms),
+    )
+    hook = getattr(agent, "call_ended", None)
+    if not callable(hook):
+        return
+    try:
+        await hook(ended)
+    except Exception:
+        log.exception("agent %r: call_ended failed for call %s", agent.name, ended.call_id)
 
 
 class Call:

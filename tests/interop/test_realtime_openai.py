@@ -1,6 +1,8 @@
 """The openai SDK's realtime client against a real uamp server on 127.0.0.1.
 
 The SDK is asyncio; the trio server runs in its own thread (``thread_server``).
+The voice-call tests run twice: against ``uamp serve`` and against the ASGI
+app (``uamp_asgi`` under uvicorn), the same test body (the ``serve`` fixture).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import base64
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -32,6 +37,24 @@ def _app(policy: TokenPolicy | None = None, *agents: Responder) -> App:
     app = App(list(agents) or [DemoAgent()])
     mount_realtime(app, payment_policy=policy)
     return app
+
+
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def serve(request: pytest.FixtureRequest, thread_server: Any) -> Iterator[Callable[..., Any]]:
+    """``server = serve(*agents)``: the agents' Realtime endpoint on either server."""
+    with ExitStack() as stack:
+
+        def start(*agents: Responder) -> Any:
+            if request.param == "uamp serve":
+                return thread_server(_app(None, *agents))
+            import uamp_asgi
+            from tests._support.asgi import uvicorn_server
+
+            config = uamp_asgi.Config(transports=("realtime",))
+            url = stack.enter_context(uvicorn_server(uamp_asgi.app(list(agents), config=config)))
+            return SimpleNamespace(url=url)
+
+        yield start
 
 
 def _client(server: Any, agent: str = "demo") -> openai.AsyncOpenAI:
@@ -301,9 +324,9 @@ async def _wait_for(items: list[Any], n: int) -> None:
     raise AssertionError(f"only {len(items)} of {n} arrived")
 
 
-def test_realtime_audio_is_a_call_from_first_audio_to_close(thread_server: Any) -> None:
+def test_realtime_audio_is_a_call_from_first_audio_to_close(serve: Any) -> None:
     agent = Switchboard()
-    server = thread_server(_app(None, agent))
+    server = serve(agent)
     hello = base64.b64encode(bytes(range(256)) * 4).decode()
 
     async def main() -> None:
@@ -379,9 +402,9 @@ class _Typist(TestAgent):
     ids=["no-calls", "hook-declines"],
 )
 def test_audio_to_an_agent_that_takes_no_call_is_refused_and_text_goes_on(
-    thread_server: Any, agent: Responder, reason: str
+    serve: Any, agent: Responder, reason: str
 ) -> None:
-    server = thread_server(_app(None, agent))
+    server = serve(agent)
 
     async def main() -> None:
         client = _client(server, agent=agent.name)
@@ -420,12 +443,12 @@ def test_audio_to_an_agent_that_takes_no_call_is_refused_and_text_goes_on(
     _run(main())
 
 
-def test_server_vad_turns_with_the_sdk(thread_server: Any) -> None:
+def test_server_vad_turns_with_the_sdk(serve: Any) -> None:
     """UAMP 8.1 / Realtime ``server_vad``: the server hears the turn end and answers it."""
     from tests.proto.test_audio import silence, voiced
 
     agent = Switchboard()
-    server = thread_server(_app(None, agent))
+    server = serve(agent)
 
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
@@ -488,10 +511,10 @@ class Voiced(TestAgent):
 
 
 def test_the_sessions_voice_reaches_the_agent_and_an_undeclared_one_is_refused(
-    thread_server: Any,
+    serve: Any,
 ) -> None:
     agent = Voiced()
-    server = thread_server(_app(None, agent))
+    server = serve(agent)
 
     async def main() -> None:
         async with _client(server, "voiced").realtime.connect(model="m") as conn:

@@ -26,14 +26,21 @@ turns a turn's UAMP events into Realtime events; this module is the I/O:
   carries ``signature`` over the response's text and the ``response.create``
   message that started it.
 
+* calls (docs/voice.md): the first ``input_audio_buffer.append`` outside a
+  call places one to the agent (:func:`uamp_proto.voice.answer_call`, awaited
+  before the next client event is read); ``voice.accept`` or the audio's
+  refusal goes out as the session says. ``voice.end`` from the client, or the
+  socket closing, ends the call: the agent's ``call_ended`` hook is told its
+  duration (as ``uamp serve``).
+
 Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
-``openai-beta.realtime-v1`` subprotocol) get the beta event names. Voice
-calls (``input_audio_buffer.append`` placing a call to the agent), busy
+``openai-beta.realtime-v1`` subprotocol) get the beta event names. Busy
 policies other than refusing and mid-response top-ups are ``uamp serve``'s.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -44,11 +51,13 @@ import attrs
 import orjson
 
 from uamp_proto import events as ev
+from uamp_proto import voice
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
 from uamp_proto.ids import short_random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.responder import Responder
+from uamp_proto.voice import CallOffer
 
 from ..app import Host
 from ..http import HTTPError
@@ -57,7 +66,10 @@ from ..websocket import Closed, WebSocket
 
 __all__ = ["mount"]
 
-_BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
+#: Seconds the agent's ``call_ended`` may take once the socket has closed.
+_CALL_END_GRACE = 5.0
+
+log = logging.getLogger("uamp_asgi.realtime")
 
 
 @attrs.define
@@ -115,6 +127,8 @@ class _Connection:
                 pass
             finally:
                 group.cancel_scope.cancel()
+                with anyio.move_on_after(_CALL_END_GRACE, shield=True):
+                    await self._end_call("closed", tell_client=False)
 
     async def _receive(self, message: str | bytes) -> None:
         handled = self.session.handle_message(message)
@@ -128,9 +142,34 @@ class _Connection:
         elif isinstance(action, rt.SubmitPayment):
             await self._payment(action)
         elif isinstance(action, rt.PlaceCall):
-            await self.error(
-                "Voice calls are served by `uamp serve`, not the ASGI app.", "unsupported"
-            )
+            await self._place_call(action)
+        elif isinstance(action, rt.EndCall):
+            await self._end_call(action.reason or "ended")
+
+    # --- calls ---------------------------------------------------------------------
+
+    async def _place_call(self, action: rt.PlaceCall) -> None:
+        """Ask the agent to take the call the first audio placed; send what the session owes."""
+        offer = CallOffer(
+            call_id=action.call_id,
+            session_id=self.session.session_id,
+            transport="realtime",
+            principal=self.ws.principal,
+        )
+        answer = await voice.answer_call(
+            self.agent, offer, move_on_after=anyio.move_on_after, log=log
+        )
+        for reply in self.session.call_answered(action, answer, anyio.current_time()):
+            await self.send(reply)
+
+    async def _end_call(self, reason: str, *, tell_client: bool = True) -> None:
+        """End the call, if any: ``voice.end`` with its duration, and the agent is told."""
+        replies, ended = self.session.end_call(anyio.current_time(), reason)
+        if tell_client:
+            for reply in replies:
+                await self.send(reply)
+        if ended is not None:
+            await voice.call_ended(self.agent, ended, log=log)
 
     async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
         if self.active is not None or self.held is not None:
@@ -260,17 +299,15 @@ def mount(host: Host) -> None:
         offered = [
             p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
         ]
-        beta = "realtime=v1" in (ws.headers.get("openai-beta") or "").replace(" ", "")
-        beta = beta or _BETA_SUBPROTOCOL in offered
-        await ws.accept("realtime" if "realtime" in offered else None)
-        modalities = ["audio"] if "audio" in agent.capabilities().modalities else ["text"]
-        session = rt.RealtimeSession(
-            session_id=short_random_ids("sess"),
+        session, subprotocol = rt.open_session(
+            agent.capabilities(),
             model=model,
-            beta=beta,
+            openai_beta=ws.headers.get("openai-beta"),
+            subprotocols=offered,
+            expires_at=ws.principal.expires_at,
             ids=short_random_ids,
-            modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
         )
+        await ws.accept(subprotocol)
         try:
             await _Connection(host, ws, agent, session).run()
         finally:

@@ -122,8 +122,12 @@ __all__ = [
     "cancel_refusal",
     "error_event",
     "needs_signature",
+    "open_session",
     "payment_event",
 ]
+
+#: The subprotocol a browser client offers to ask for the beta event names.
+BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 
 #: Largest input audio buffer kept before a commit (OpenAI caps appends at 15 MiB).
 DEFAULT_MAX_AUDIO_BUFFER = 15 * 1024 * 1024
@@ -195,6 +199,40 @@ def error_event(
             "event_id": client_event_id,
         },
     }
+
+
+def open_session(
+    capabilities: ty.Capabilities,
+    *,
+    model: str | None,
+    openai_beta: str | None,
+    subprotocols: list[str],
+    expires_at: float | None,
+    ids: IdSource,
+) -> tuple[RealtimeSession, str | None]:
+    """The session a new connection to an agent of ``capabilities`` opens, and the
+    subprotocol to accept (both servers).
+
+    ``openai_beta``: the ``OpenAI-Beta`` header (``realtime=v1`` asks for the
+    beta event names, as does offering :data:`BETA_SUBPROTOCOL`). An audio
+    agent's session starts in audio (text and audio for beta clients); the
+    agent's declared voices are the only ones ``session.update`` may pick;
+    ``expires_at``: when the caller's credential does (``None``: never).
+    """
+    beta = "realtime=v1" in (openai_beta or "").replace(" ", "")
+    beta = beta or BETA_SUBPROTOCOL in subprotocols
+    modalities = ["audio"] if "audio" in capabilities.modalities else ["text"]
+    heard = capabilities.audio
+    session = RealtimeSession(
+        session_id=ids("sess"),
+        model=model,
+        beta=beta,
+        ids=ids,
+        modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
+        voices=(heard.voices or None) if heard else None,
+        expires_at=None if expires_at is None else int(expires_at),
+    )
+    return session, ("realtime" if "realtime" in subprotocols else None)
 
 
 def cancel_refusal(requested: str | None, active: str | None) -> str | None:

@@ -95,7 +95,6 @@ ROUTES = RouteMeta(transport="realtime", error_style="openai")
 
 log = logging.getLogger("uamp_trio.realtime")
 
-_BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 
 #: Longest a ``response.create`` is held for payment, by default (UAMP sessions' own).
 _PAYMENT_WAIT = SessionLimits().payment_wait
@@ -485,23 +484,15 @@ class RealtimeTransport(PolicyTransport):
         except HTTPError as exc:
             await reject_upgrade(pending, ROUTES.error_style, exc)
             return
-        offered = pending.subprotocols
-        beta = "realtime=v1" in (request.headers.get("openai-beta") or "").replace(" ", "")
-        beta = beta or _BETA_SUBPROTOCOL in offered
-        subprotocol = "realtime" if "realtime" in offered else None
-        ws = await pending.accept(subprotocol=subprotocol)
-        modalities = ["audio"] if "audio" in agent.capabilities().modalities else ["text"]
-        heard = agent.capabilities().audio
-        expires = request.principal.expires_at
-        session = rt.RealtimeSession(
-            session_id=short_random_ids("sess"),
+        session, subprotocol = rt.open_session(
+            agent.capabilities(),
             model=model,
-            beta=beta,
+            openai_beta=request.headers.get("openai-beta"),
+            subprotocols=list(pending.subprotocols),
+            expires_at=request.principal.expires_at,
             ids=short_random_ids,
-            modalities=["text", "audio"] if beta and modalities == ["audio"] else modalities,
-            voices=(heard.voices or None) if heard else None,
-            expires_at=None if expires is None else int(expires),
         )
+        ws = await pending.accept(subprotocol=subprotocol)
         try:
             served = self.served(agent)
             gate = self.app.conversations
