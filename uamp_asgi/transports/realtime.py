@@ -57,7 +57,6 @@ from uamp_proto.codec import unstructure
 from uamp_proto.ids import short_random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.responder import Responder
-from uamp_proto.voice import CallOffer
 
 from ..app import Host
 from ..http import HTTPError
@@ -150,12 +149,7 @@ class _Connection:
 
     async def _place_call(self, action: rt.PlaceCall) -> None:
         """Ask the agent to take the call the first audio placed; send what the session owes."""
-        offer = CallOffer(
-            call_id=action.call_id,
-            session_id=self.session.session_id,
-            transport="realtime",
-            principal=self.ws.principal,
-        )
+        offer = self.session.call_offer(action, self.ws.principal)
         answer = await voice.answer_call(
             self.agent, offer, move_on_after=anyio.move_on_after, log=log
         )

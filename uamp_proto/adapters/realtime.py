@@ -104,7 +104,7 @@ from ..ids import IdSource
 from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import AssistantGather
-from ..voice import Call, CallAnswer, CallEnded, CallState
+from ..voice import Call, CallAnswer, CallEnded, CallOffer, CallState
 from ._tools import ToolFormError, parse_tool_call, parse_tool_choice, parse_tools
 
 __all__ = [
@@ -781,6 +781,15 @@ class RealtimeSession:
             )
         self._audio += data
         return []
+
+    def call_offer(self, placed: PlaceCall, principal: Principal) -> CallOffer:
+        """What the agent is asked about the call :class:`PlaceCall` places."""
+        return CallOffer(
+            call_id=placed.call_id,
+            session_id=self.session_id,
+            transport="realtime",
+            principal=principal,
+        )
 
     def call_answered(
         self, placed: PlaceCall, answer: CallAnswer, now: float

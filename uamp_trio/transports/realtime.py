@@ -72,7 +72,6 @@ from uamp_proto.payment import (
     bounded_wait,
 )
 from uamp_proto.principal import Principal
-from uamp_proto.voice import CallOffer
 
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
@@ -211,12 +210,7 @@ class _RealtimeConnection:
 
     async def _place_call(self, action: rt.PlaceCall) -> None:
         """Ask the agent to take the call the first audio placed; send what the session owes."""
-        offer = CallOffer(
-            call_id=action.call_id,
-            session_id=self.session.session_id,
-            transport="realtime",
-            principal=self.principal,
-        )
+        offer = self.session.call_offer(action, self.principal)
         answer = await answer_call(self.agent, offer)
         for reply in self.session.call_answered(action, answer, trio.current_time()):
             await self.send(reply)
