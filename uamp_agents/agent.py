@@ -20,12 +20,13 @@ import copy
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypedDict, Unpack, cast
+from typing import Any, Final, TypedDict, Unpack, cast
 
 import orjson
 import trio
 
 from uamp_proto.content_ids import find_content
+from uamp_proto.errors import UampError
 from uamp_proto.events import Thinking
 from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
@@ -41,12 +42,13 @@ from .context import (
     current_run,
 )
 from .errors import BudgetExceededError, NoModelError, SubAgentDepthError, ToolError
-from .execution import StrategyLike, loop
+from .execution import LoopStrategy, ReactStrategy, StrategyLike, loop
 from .hooks import AgentStrategy
 from .middleware import MiddlewareContext, run_pipeline
 from .providers.base import Provider
 from .streaming import DEFAULT_BUFFER, AgentStream, AgentStreamEvent, Emitter
 from .tools import Tool, ToolContext, as_tool, format_result
+from .tracing import tracing_off
 from .turn import Turn
 
 __all__ = [
@@ -138,6 +140,7 @@ class RunOptions(TypedDict, total=False):
     tool_choice: str | dict[str, Any] | None
     deps: Any
     stream_model: bool
+    stream_steps: bool
     on_interrupt: InterruptHandler | None
     answers: dict[str, Answer] | None
     interrupt_timeout: float | None
@@ -337,6 +340,10 @@ class Agent:
                 whole replies and emits each as one delta (with its thinking
                 and usage) -- for a consumer that only keeps the finished
                 turn, such as a non-streamed completion. Default ``True``.
+            stream_steps (bool): For :meth:`stream` and :meth:`drive`:
+                ``False`` leaves the ``step_start`` and ``step_end`` events
+                out of the stream (middleware ``on_event`` still sees them)
+                -- for a consumer that shows no progress. Default ``True``.
             on_interrupt (InterruptHandler | None): Asked about every
                 approval and question of the run (and its sub-agents); the
                 run waits for its answer. Without one the run stops at the
@@ -353,7 +360,9 @@ class Agent:
                 unless ``on_error`` or a middleware recovered.
         """
         history, user = _split(history_or_input, input, options.get("resume", False))
-        return await self._execute(history, user, options, emitter=None, abort=trio.CancelScope())
+        # Nothing outside can abort a run: no cancel scope (entering one costs
+        # as much as a fifth of a short run).
+        return await self._execute(history, user, options, emitter=None, abort=None)
 
     def stream(
         self,
@@ -372,6 +381,68 @@ class Agent:
             return await self._execute(history, user, options, emitter=emit, abort=abort)
 
         return AgentStream(runner, buffer=self.stream_buffer)
+
+    async def drive(
+        self,
+        history_or_input: Any,
+        input: AgentInput | None = None,
+        *,
+        consumer: Emitter,
+        **options: Unpack[RunOptions],
+    ) -> Turn:
+        """Run the agent in this task, awaiting ``consumer(event)`` for each stream event.
+
+        What ``stream(...).drive(consumer)`` does -- same arguments as
+        :meth:`run`, the same events, the same turn, the consumer's error
+        raised the same way -- for a caller that never aborts the run from
+        outside: no stream object is made, and when nothing could see the
+        difference the run has no abort scope of its own (see
+        :meth:`_drives_bare`).
+
+        Raises:
+            Exception: The run's error, or the consumer's.
+        """
+        if not self._drives_bare():
+            return await self.stream(history_or_input, input, **options).drive(consumer)
+        history, user = _split(history_or_input, input, options.get("resume", False))
+        failure: Exception | None = None
+
+        async def forward(event: AgentStreamEvent) -> None:
+            nonlocal failure
+            if failure is None:
+                try:
+                    await consumer(event)
+                    return
+                except Exception as exc:
+                    failure = exc
+            raise _ConsumerGone
+
+        try:
+            return await self._execute(history, user, options, emitter=forward, abort=None)
+        except _ConsumerGone:
+            assert failure is not None
+            raise failure from None
+
+    def _drives_bare(self) -> bool:
+        """Whether :meth:`drive` may run without an abort scope.
+
+        A stream whose consumer fails aborts its run: a cancellation unwinds
+        it, and the aborted run's partial turn reaches ``on_complete`` and
+        middleware. Without the scope the run unwinds by an exception
+        instead, from the consumer's call up, past nothing that could catch
+        it: the loop and react strategies, no middleware, no ``on_complete``
+        or ``on_error`` hook, no tool that is handed the run's context (its
+        progress reports reach the consumer, and a tool may catch what they
+        raise), no tracer (its spans record the exception's type).
+        """
+        return (
+            not self.middleware
+            and type(self.execution) in _BARE_STRATEGIES
+            and self.strategy.on_complete is None
+            and self.strategy.on_error is None
+            and all(t.context_param is None for t in self._tools)
+            and tracing_off()
+        )
 
     def to_tool(
         self,
@@ -435,7 +506,7 @@ class Agent:
         options: RunOptions,
         *,
         emitter: Emitter | None,
-        abort: trio.CancelScope,
+        abort: trio.CancelScope | None,
     ) -> Turn:
         parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
@@ -503,6 +574,7 @@ class Agent:
                 tool_choice=options.get("tool_choice"),
                 deps=options.get("deps"),
                 stream_model=options.get("stream_model", True),
+                stream_steps=options.get("stream_steps", True),
             )
             token = _CURRENT_RUN.set(info)  # (a context manager's generator costs more)
             try:
@@ -513,26 +585,15 @@ class Agent:
         return await run_pipeline(self.middleware, mctx, core)
 
     async def _run_strategy(
-        self, exe: ExecutionContext, mctx: MiddlewareContext, abort: trio.CancelScope
+        self, exe: ExecutionContext, mctx: MiddlewareContext, abort: trio.CancelScope | None
     ) -> Turn:
         turn: Turn | None = None
         try:
-            with abort:
-                if exe.input is None:
-                    await exe.resume_paused_calls()
-                if exe.suspended:
-                    turn = exe.make_turn(exe.last_assistant(), stop_reason="interrupted")
-                elif mctx.deadline is None:
-                    turn = await self.execution.execute(exe)
-                else:
-                    started = trio.current_time()  # (only a deadline needs the clock)
-                    with trio.move_on_at(mctx.deadline) as timer:
-                        turn = await self.execution.execute(exe)
-                    if timer.cancelled_caught:
-                        limit = float(
-                            mctx.metadata.get("budget_max_seconds", mctx.deadline - started)
-                        )
-                        raise BudgetExceededError("seconds", limit, trio.current_time() - started)
+            if abort is None:  # nothing aborts the run: no scope to enter
+                turn = await self._strategy_turn(exe, mctx)
+            else:
+                with abort:
+                    turn = await self._strategy_turn(exe, mctx)
             if turn is None:  # aborted: resolve with what happened so far
                 turn = exe.partial_turn()
         except Exception as exc:
@@ -545,6 +606,23 @@ class Agent:
                 ) from exc
             turn = recovered
         await self.strategy.call("on_complete", turn)
+        return turn
+
+    async def _strategy_turn(self, exe: ExecutionContext, mctx: MiddlewareContext) -> Turn:
+        if exe.input is None:
+            await exe.resume_paused_calls()
+        if exe.suspended:
+            return exe.make_turn(exe.last_assistant(), stop_reason="interrupted")
+        if mctx.deadline is None:
+            return await self.execution.execute(exe)
+        started = trio.current_time()  # (only a deadline needs the clock)
+        turn: Turn | None = None
+        with trio.move_on_at(mctx.deadline) as timer:
+            turn = await self.execution.execute(exe)
+        if timer.cancelled_caught:
+            limit = float(mctx.metadata.get("budget_max_seconds", mctx.deadline - started))
+            raise BudgetExceededError("seconds", limit, trio.current_time() - started)
+        assert turn is not None
         return turn
 
     def _bind_model(self, parent: RunInfo | None) -> tuple[Provider, dict[str, Any]]:
@@ -596,6 +674,15 @@ async def _forward_thinking(
             await report(upp.content)
     elif event.uap is not None and event.uap.type == "tool_progress":
         await report(str(event.uap.data.get("text", "")))
+
+
+class _ConsumerGone(UampError):
+    """Unwinds a run whose consumer failed (:meth:`Agent.drive`)."""
+
+
+#: The strategies :meth:`Agent.drive` runs without an abort scope: they catch
+#: nothing an event's consumer raises (``plan`` runs its steps as errors it recovers from).
+_BARE_STRATEGIES: Final = (LoopStrategy, ReactStrategy)
 
 
 def _split(

@@ -16,11 +16,11 @@ runtime :class:`~uamp_agents.agent.Agent` into such an object, an
 
 Theory of operation
 -------------------
-One ``respond`` call is one streamed run of the agent (:meth:`Agent.stream`)
-driven inline (:meth:`~uamp_agents.streaming.AgentStream.drive`): the run
-executes in the transport's task and each of its events is mapped and handed
-to ``emit`` right there, with no channel and no task switch between the
-model's stream and the transport's writer. When the transport cancels the
+One ``respond`` call is one streamed run of the agent driven inline
+(:meth:`Agent.drive <uamp_agents.agent.Agent.drive>`): the run executes in
+the transport's task and each of its events is mapped and handed to ``emit``
+right there, with no channel and no task switch between the model's stream
+and the transport's writer. When the transport cancels the
 response, the run and every tool call in flight are cancelled with it and
 nothing outlives the call.
 
@@ -62,9 +62,11 @@ text (status ``completed`` or ``failed``) and a ``tool.call_done``; a
 server-side call the model did not stream as fragments gets one fragment
 first. Agent-level events become :class:`~uamp_proto.events.Progress` with
 ``target="response"``, the step number and a ``stage``: ``step_start``,
-``step_end``, ``reasoning`` (the message is the reasoning text), ``action``,
-``checkpoint``; a tool's ``tool_progress`` (a delegated agent's thinking,
-UAMP 6.13) becomes a ``tool_progress`` delta (6.6: ``call_id``, ``text``).
+``step_end`` (these two only when ``request.streamed``: nobody sees a
+non-streamed response's progress), ``reasoning`` (the message is the
+reasoning text), ``action``, ``checkpoint``; a tool's ``tool_progress`` (a
+delegated agent's thinking, UAMP 6.13) becomes a ``tool_progress`` delta
+(6.6: ``call_id``, ``text``).
 Usage: the model's ``usage.delta`` events are passed on as
 they come, and when the run's total is larger (sub-agents, a provider that
 reports usage only in its final response) one more ``usage.delta`` carries
@@ -418,21 +420,24 @@ class AgentEndpoint:
         )
         if self.checkpoints and port is not None:
             on_interrupt = _checkpointed(port.ask, emit, request.response_id)
-        stream = runner.stream(
-            history,
-            user,
-            resume=resume,
-            tool_choice=choice,
-            stream_model=request.streamed,
-            on_interrupt=on_interrupt,
-            answers=request.answers or None,
-            on_step=_new_checkpoint if self.checkpoints else None,
-            metadata={"uamp": _uamp_metadata(request)},
-        )
         own = {t.name for t in runner.resolved_tools if not t.deferred}
         mapper = _EventMapper(emit, own, request.response_id)
+        # Inline (no stream object, no channel); a response nobody watches
+        # while it runs (not streamed) shows no step progress either.
         try:
-            turn = await stream.drive(mapper.feed)
+            turn = await runner.drive(
+                history,
+                user,
+                consumer=mapper.feed,
+                resume=resume,
+                tool_choice=choice,
+                stream_model=request.streamed,
+                stream_steps=request.streamed,
+                on_interrupt=on_interrupt,
+                answers=request.answers or None,
+                on_step=_new_checkpoint if self.checkpoints else None,
+                metadata={"uamp": _uamp_metadata(request)},
+            )
         except Exception as exc:
             _log_provider_failure(exc, request.agent or self._name, runner.model)
             raise _agent_error(exc) from exc

@@ -182,6 +182,8 @@ class ExecutionContext:
         stream_model: In a streaming run, whether the model's replies are
             streamed (``False``: each is fetched whole and emitted as one
             delta, see ``Agent.run``'s ``stream_model``).
+        stream_steps: In a streaming run, whether ``step_start`` and
+            ``step_end`` reach the stream (listeners get them either way).
     """
 
     agent: Agent
@@ -198,6 +200,7 @@ class ExecutionContext:
     tool_choice: str | dict[str, Any] | None = None
     deps: Any = None
     stream_model: bool = True
+    stream_steps: bool = True
     state: ExecutionState = attrs.field(init=False)
     usage: UsageStats = attrs.field(init=False, factory=UsageStats)
     tool_executions: list[ToolExecution] = attrs.field(init=False, factory=list)
@@ -333,10 +336,7 @@ class ExecutionContext:
                     continue
                 await emitter(AgentStreamEvent(source="upp", upp=event))
         finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with trio.CancelScope(shield=True):
-                    await aclose()
+            await _close_stream(events)
         if response is None:
             raise ProviderError(f"the {self.llm.name} stream ended without a response")
         self._partial_text = []
@@ -368,10 +368,7 @@ class ExecutionContext:
                     event = Thinking(content=event.delta.text, is_delta=True, stage="reasoning")
                 await emitter(AgentStreamEvent(source="upp", upp=event))
         finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with trio.CancelScope(shield=True):
-                    await aclose()
+            await _close_stream(events)
         if found is None:
             raise ProviderError(f"the {self.llm.name} stream ended without a response")
         return found
@@ -617,9 +614,20 @@ class ExecutionContext:
     # --- steps and events -----------------------------------------------------
 
     async def emit(
-        self, type: str, data: dict[str, Any] | None = None, *, step: int | None = None
+        self,
+        type: str,
+        data: dict[str, Any] | None = None,
+        *,
+        step: int | None = None,
+        stream: bool = True,
     ) -> None:
-        """Emit a UAP event (to middleware listeners, and to the stream if any)."""
+        """Emit a UAP event (to middleware listeners, and to the stream if any).
+
+        ``stream=False``: to the listeners only.
+        """
+        emitter = self._emitter if stream else None
+        if emitter is None and not self._listeners:
+            return  # nobody to tell: no event to build
         event = UAPEvent(
             type=type,
             step=self.state.step if step is None else step,
@@ -628,8 +636,8 @@ class ExecutionContext:
         )
         for listener in self._listeners:
             await maybe_await(listener(event))
-        if self._emitter is not None:
-            await self._emitter(AgentStreamEvent(source="uap", uap=event))
+        if emitter is not None:
+            await emitter(AgentStreamEvent(source="uap", uap=event))
 
     async def _tool_progress(self, call_id: str, step: int, text: str) -> None:
         """A tool's progress line: UAP ``tool_progress`` ``{"call_id", "text"}``."""
@@ -646,9 +654,14 @@ class ExecutionContext:
         self._step_start_index[step] = len(self.state.messages)
         self.run_checks()
         await self.strategy.call("on_step_start", step, self.state)
-        await self.emit(
-            "step_start", {"step_number": step, "step_id": step_id, **(data or {})}, step=step
-        )
+        stream = self.stream_steps
+        if self._listeners or (stream and self._emitter is not None):
+            await self.emit(
+                "step_start",
+                {"step_number": step, "step_id": step_id, **(data or {})},
+                step=step,
+                stream=stream,
+            )
         return step
 
     async def end_step(
@@ -683,11 +696,10 @@ class ExecutionContext:
             await self.strategy.call(
                 "on_step_end", step, StepResult(turn=step_turn, state=self.state)
             )
-        await self.emit(
-            "step_end",
-            {"step_number": step, "step_id": self.state.step_id, "usage": usage, **(data or {})},
-            step=step,
-        )
+        stream = self.stream_steps
+        if self._listeners or (stream and self._emitter is not None):
+            ended = {"step_number": step, "step_id": self.state.step_id, "usage": usage}
+            await self.emit("step_end", {**ended, **(data or {})}, step=step, stream=stream)
         if self._on_step is not None:
             checkpoint_id = await maybe_await(self._on_step(step, self.state))
             if isinstance(checkpoint_id, str):
@@ -770,6 +782,18 @@ class ExecutionContext:
             )
             self._partial_text = []
         return self.make_turn(self.last_assistant(), stop_reason="aborted", status="aborted")
+
+
+async def _close_stream(events: Any) -> None:
+    """Close a model's event stream, shielded from cancellation.
+
+    An async generator that ran to its end is closed already: no scope to
+    enter for it (entering one costs more than a short stream's events).
+    """
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None and getattr(events, "ag_frame", True) is not None:
+        with trio.CancelScope(shield=True):
+            await aclose()
 
 
 def tool_message(call: ToolInvocation, output: ToolOutput) -> Message:

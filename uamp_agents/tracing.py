@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-__all__ = ["CallSpan", "RunTracer", "model_span", "set_tracer", "tool_span"]
+__all__ = ["CallSpan", "RunTracer", "model_span", "set_tracer", "tool_span", "tracing_off"]
 
 
 class CallSpan(Protocol):
@@ -58,6 +58,11 @@ def set_tracer(tracer: RunTracer | None) -> None:
     """Install ``tracer`` for every run of this process (``None``: stop tracing)."""
     global _tracer
     _tracer = tracer
+
+
+def tracing_off() -> bool:
+    """Whether no tracer is installed."""
+    return _tracer is None
 
 
 def model_span(agent: str, provider: Any) -> AbstractContextManager[CallSpan]:

@@ -85,10 +85,12 @@ class InstrumentMeter:
     charged: Any
     open_streams: Any
     live_responses: Any
+    _children: dict[tuple[Any, tuple[str, ...]], Any]
 
     def create_instruments(self, prometheus: Any) -> None:
         """A registry of its own (two apps never share counters), and the instruments."""
         prometheus.disable_created_metrics()  # creation times say nothing
+        self._children = {}
         self.registry = r = prometheus.CollectorRegistry(auto_describe=True)
         counter, gauge, histogram = prometheus.Counter, prometheus.Gauge, prometheus.Histogram
         by = ["transport", "agent"]
@@ -131,21 +133,31 @@ class InstrumentMeter:
             "uamp_live_responses", "Agent runs in progress.", ["agent"], registry=r
         )
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: every label here is bounded (a
+        hosted agent's name, a transport), and a lookup per run cost as much as its
+        update."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def run_started(self, agent: str) -> None:
         """A run began."""
-        self.live_responses.labels(agent).inc()
+        self._child(self.live_responses, agent).inc()
 
     def run_ended(self, agent: str) -> None:
         """A run ended."""
-        self.live_responses.labels(agent).dec()
+        self._child(self.live_responses, agent).dec()
 
     def saw_first_delta(self, transport: str, agent: str, seconds: float) -> None:
         """A run's first delta."""
-        self.first_delta.labels(transport, agent).observe(seconds)
+        self._child(self.first_delta, transport, agent).observe(seconds)
 
     def sent_deltas(self, transport: str, agent: str, count: int) -> None:
         """A run's deltas."""
-        self.deltas.labels(transport, agent).inc(count)
+        self._child(self.deltas, transport, agent).inc(count)
 
     def run_failed(self, transport: str, agent: str, code: str) -> None:
         """A run raised."""
