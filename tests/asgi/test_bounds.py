@@ -14,10 +14,10 @@ import uamp_asgi
 from tests._support.asgi import uvicorn_server
 from uamp_asgi.bounded import OwnedLRU
 from uamp_asgi.responders import function_agent
-from uamp_asgi.transports import responses
 from uamp_proto import events as ev
 from uamp_proto.principal import Principal
 from uamp_proto.responder import TurnRequest
+from uamp_stores import MemoryEventLog
 from uamp_trio.trust.auth import APIKeyAuthenticator
 
 ALICE, BOB = Principal(id="alice", scheme="t"), Principal(id="bob", scheme="t")
@@ -79,10 +79,10 @@ async def echo(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
     auth = APIKeyAuthenticator([("alice", "sk-alice"), ("bob", "sk-bob")])
-    config = uamp_asgi.Config(authenticator=auth, max_body_size=4096, max_sessions=2)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(responses, "MAX_STORED_PER_PRINCIPAL", 3)
-        app = uamp_asgi.app(function_agent(echo), config=config)
+    # Stored responses live in the event log: its per-principal cap bounds them.
+    log = MemoryEventLog(max_sessions_per_principal=3)
+    config = uamp_asgi.Config(authenticator=auth, max_body_size=4096, max_sessions=2, event_log=log)
+    app = uamp_asgi.app(function_agent(echo), config=config)
     with uvicorn_server(app) as url:
         yield url
 

@@ -138,6 +138,11 @@ async def until_logged(log: EventLog, key: LogKey, event_id: str) -> None:
 AUTH = [("authorization", "Bearer alice-key")]
 
 
+def http_to(port: int, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+    """An HTTP client of the app process on ``port``."""
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=TIMEOUT)
+
+
 async def test_the_uamp_client_resumes_on_the_other_process_after_a_kill(where: str) -> None:
     with app_process(where) as (first, a), app_process(where) as (_, b):
         async with forwarding(a) as lb, reader(where) as log:
@@ -218,9 +223,7 @@ async def test_http_sse_resumes_on_the_other_process_after_a_kill(where: str) ->
     with app_process(where) as (first, a), app_process(where) as (_, b):
         async with reader(where) as log:
             with trio.fail_after(TIMEOUT):
-                async with httpx.AsyncClient(
-                    base_url=f"http://127.0.0.1:{a}", headers=headers, timeout=TIMEOUT
-                ) as http:
+                async with http_to(a, headers) as http:
                     create = {"type": "session.create", "session": {"modalities": ["text"]}}
                     sid = (await http.post("/agents/echo/events", json=create)).json()["session_id"]
                     ask = [{"type": "input.text", "text": "one"}, {"type": "response.create"}]
@@ -231,9 +234,7 @@ async def test_http_sse_resumes_on_the_other_process_after_a_kill(where: str) ->
                     seen = await _stream_until(http, sid, "response.done")
                 await until_logged(log, (ALICE, sid), seen[-1]["event_id"])
                 kill(first)
-                async with httpx.AsyncClient(
-                    base_url=f"http://127.0.0.1:{b}", headers=headers, timeout=TIMEOUT
-                ) as http:
+                async with http_to(b, headers) as http:
                     # After the first event: every later one again, from the store.
                     again = await _stream_until(http, sid, "response.done", seen[0]["event_id"])
                     assert [e["event_id"] for e in again] == [e["event_id"] for e in seen[1:]]
@@ -274,9 +275,7 @@ async def test_another_principal_finds_the_session_as_a_missing_one(where: str) 
                 assert refusals[0] == refusals[1]
                 assert refusals[0][0] == "unknown_session"
                 answers = []
-                async with httpx.AsyncClient(
-                    base_url=f"http://127.0.0.1:{b}", headers=bob, timeout=TIMEOUT
-                ) as http:
+                async with http_to(b, bob) as http:
                     for name in (sid, f"{sid}x"):
                         got = await http.get(
                             "/agents/echo/events/stream", headers={"x-session-id": name}
@@ -307,12 +306,8 @@ async def test_on_redis_a_live_process_takes_posts_and_another_streams_the_log(
         async with reader(where) as log:
             with trio.fail_after(TIMEOUT):
                 async with (
-                    httpx.AsyncClient(
-                        base_url=f"http://127.0.0.1:{a}", headers=headers, timeout=TIMEOUT
-                    ) as on_a,
-                    httpx.AsyncClient(
-                        base_url=f"http://127.0.0.1:{b}", headers=headers, timeout=TIMEOUT
-                    ) as on_b,
+                    http_to(a, headers) as on_a,
+                    http_to(b, headers) as on_b,
                 ):
                     create = {"type": "session.create", "session": {"modalities": ["text"]}}
                     opened = await on_a.post("/agents/echo/events", json=create)
@@ -334,3 +329,45 @@ async def test_on_redis_a_live_process_takes_posts_and_another_streams_the_log(
     text = "".join(e["delta"]["text"] for e in seen if e["type"] == "response.delta")
     assert text == "You said: hi (1 messages)"
     assert record.running is None and len(record.history) == 2
+
+
+def _output_text(obj: dict[str, Any]) -> str:
+    return "".join(
+        part["text"]
+        for item in obj["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
+
+
+async def test_stored_responses_outlive_their_process(where: str) -> None:
+    """A stored Responses API response is found, continued and deleted on the other process."""
+    alice = {"authorization": "Bearer alice-key"}
+    bob = {"authorization": "Bearer bob-key"}
+    path = "/agents/echo/v1/responses"
+    with app_process(where) as (first, a), app_process(where) as (_, b):
+        async with reader(where) as log:
+            with trio.fail_after(TIMEOUT):
+                async with http_to(a, alice) as http:
+                    made = (await http.post(path, json={"model": "echo", "input": "one"})).json()
+                rid = made["id"]
+                assert _output_text(made) == "You said: one (1 messages)"
+                while (await log.load((ALICE, rid))).running is not None:
+                    await trio.sleep(0.02)
+                kill(first)
+                async with http_to(b) as http:
+                    got = await http.get(f"{path}/{rid}", headers=alice)
+                    assert got.status_code == 200, got.text
+                    assert _output_text(got.json()) == "You said: one (1 messages)"
+                    ask = {"model": "echo", "input": "two", "previous_response_id": rid}
+                    two = await http.post(path, json=ask, headers=alice)
+                    assert _output_text(two.json()) == "You said: two (3 messages)"
+                    # Bob gets what a missing id gets.
+                    theirs = await http.get(f"{path}/{rid}", headers=bob)
+                    missing = await http.get(f"{path}/{rid}x", headers=bob)
+                    assert theirs.status_code == missing.status_code == 404
+                    assert theirs.text.replace(rid, "ID") == missing.text.replace(f"{rid}x", "ID")
+                    gone = await http.delete(f"{path}/{rid}", headers=alice)
+                    assert gone.json()["deleted"] is True
+                    assert (await http.get(f"{path}/{rid}", headers=alice)).status_code == 404

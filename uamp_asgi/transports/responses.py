@@ -1,16 +1,18 @@
 """The OpenAI Responses API on ASGI: ``POST .../responses`` (plain and streamed).
 
 Parsing and rendering are :mod:`uamp_proto.adapters.responses` and
-``responses_render``'s, as for ``uamp serve``. Stored responses live in this
-process's memory (bounded, oldest first out; another principal's id answers
-like a missing one): ``GET .../responses/{id}``, ``DELETE`` and
-``previous_response_id`` work while the process lives. Background responses
-and the resumable stored event log are ``uamp serve``'s (they need its event
-log stores): asking for ``background`` here is a 400.
+``responses_render``'s, as for ``uamp serve``. Stored responses are kept in
+the app's event log (``Config.event_log``) in ``uamp serve``'s layout
+(:mod:`uamp_stores.responses`): in memory by default, or in a SQLite file or
+Redis, where ``GET .../responses/{id}``, ``DELETE`` and
+``previous_response_id`` reach them from any process of the store and after a
+restart. Another principal's id answers like a missing one. Background
+responses are ``uamp serve``'s: asking for ``background`` here is a 400.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -29,6 +31,7 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.adapters.responses import parse_request
 from uamp_proto.adapters.responses_render import StreamEncoder, stored_response
+from uamp_proto.codec import from_dict
 from uamp_proto.outcome import ResponseOutcome
 from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
@@ -36,41 +39,40 @@ from uamp_proto.responder import TurnRequest
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 from uamp_proto.tool_rounds import ToolRoundStore
+from uamp_stores.event_log import EventLog, SessionRecord
+from uamp_stores.health import StoreUnavailable
+from uamp_stores.orphans import append_event
+from uamp_stores.responses import conclude, load_stored, response_record, stored_object
 
 from ..app import Host
-from ..bounded import OwnedLRU
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
 from ..turns import run_turn
 
-__all__ = ["MAX_STORED", "mount"]
+__all__ = ["mount"]
 
-#: Stored responses kept (all principals); the least recently used go first.
-MAX_STORED = 4096
-#: Stored responses one principal keeps; its own oldest go first.
-MAX_STORED_PER_PRINCIPAL = 512
 BALANCE_HEADER = "x-uamp-payment-balance"
 
 
-@attrs.frozen
-class _Stored:
-    body: dict[str, Any]
-    history: list[ty.Message]
+def _unavailable(down: StoreUnavailable) -> HTTPError:
+    return HTTPError(503, "The response store does not answer; try again.", code=down.code)
 
 
 class _Responses:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.rounds = ToolRoundStore()
-        self.stored: OwnedLRU[_Stored] = OwnedLRU(
-            per_owner=MAX_STORED_PER_PRINCIPAL, total=MAX_STORED
-        )
 
-    def _keep(self, principal: Principal, rid: str, item: _Stored) -> None:
-        self.stored.put(principal, rid, item)
+    @property
+    def log(self) -> EventLog:
+        log = self.host.event_log
+        log.ensure_running(self.host.background)  # its writer (and, on Redis, heartbeat)
+        return log
 
-    def _find(self, request: Request) -> _Stored:
-        rid = request.path_params["response_id"]
-        found = self.stored.get(request.principal, rid)
+    async def _find(self, principal: Principal, rid: str) -> SessionRecord:
+        try:
+            found = await load_stored(self.log, (principal.key, rid))
+        except StoreUnavailable as down:
+            raise _unavailable(down) from None
         if found is None:
             raise HTTPError(404, f"No response found with id '{rid}'.", code="not_found")
         return found
@@ -107,10 +109,19 @@ class _Responses:
                 code="unsupported_value",
             )
         turn = parsed.turn
+        history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
-            request.path_params["response_id"] = parsed.previous_response_id
-            previous = self._find(request)
-            turn = attrs.evolve(turn, messages=[*previous.history, *turn.messages])
+            previous = await self._find(principal, parsed.previous_response_id)
+            if previous.running is not None:
+                raise HTTPError(
+                    400,
+                    f"Response {parsed.previous_response_id!r} has not ended yet; continue it "
+                    "once it has.",
+                    code="invalid_value",
+                )
+            history = list(previous.history)
+            before = [from_dict(ty.Message, m) for m in history]
+            turn = attrs.evolve(turn, messages=[*before, *turn.messages])
         turn = self.rounds.restore(principal, turn)
         token = request.headers.get("x-payment")
         if token is not None:
@@ -121,17 +132,44 @@ class _Responses:
             return JsonReply(payment_error(unpaid.accepts(), unpaid.details()), 402)
         signer = self.host.config.response_signer
         created = ev.ResponseCreated(response_id=rid)
+        key = (principal.key, rid)
+        record = None
+        log = self.log
+        if parsed.store:
+            if log.health.unavailable:
+                raise HTTPError(
+                    503, "The response store does not answer; try again.", code="store_unavailable"
+                )
+            record = response_record(agent.name, attrs.evolve(parsed, turn=turn), history)
+            log.begin(key, record.copy())
+            append_event(log, key, created, rid)
 
-        def store(outcome: ResponseOutcome, final: ev.Event) -> dict[str, Any]:
+        async def store(outcome: ResponseOutcome, final: ev.Event) -> dict[str, Any]:
             obj = stored_response(rid, parsed.echo, [created, final])
-            if parsed.store:
-                history = [*turn.messages, *outcome.tracker.messages()]
-                self._keep(principal, rid, _Stored(obj, history))
+            if record is not None and log.writing(key):
+                append_event(log, key, final, rid)
+                conclude(record, outcome.tracker.messages())
+                log.put_record(key, record.copy())
+                log.release(key)
+                with contextlib.suppress(StoreUnavailable):  # written once it answers
+                    await log.flush()
             return obj
 
+        def drop_out() -> None:
+            """The turn stopped before its end was stored (its client left)."""
+            if record is not None and log.writing(key):
+                conclude(record, None)
+                log.put_record(key, record.copy())
+                log.release(key)
+
         if not parsed.stream:
-            outcome = await run_turn(agent, turn, charge=charge)
+            try:
+                outcome = await run_turn(agent, turn, charge=charge)
+            except BaseException:
+                drop_out()  # it did not end (the request was cancelled)
+                raise
             final = self._final(outcome, turn)
+            obj = await store(outcome, final)
             headers: list[tuple[str, str]] = []
             if outcome.balance is not None:
                 fields = orjson.dumps(balance_fields(outcome.balance)).decode()
@@ -143,7 +181,7 @@ class _Responses:
                     return JsonReply(error_object(error.message, code=error.code), status, headers)
             if signer is not None and outcome.status in ("completed", "requires_action"):
                 headers.append((SIGNATURE_HEADER, signer(outcome.tracker.text, request.body)))
-            return JsonReply(store(outcome, final), headers=headers)
+            return JsonReply(obj, headers=headers)
 
         encoder = StreamEncoder(rid, parsed.echo)
 
@@ -153,9 +191,12 @@ class _Responses:
                 if frame:
                     await write(frame)
 
-            outcome = await run_turn(agent, turn, sink, charge=charge)
-            final = self._final(outcome, turn)
-            store(outcome, final)
+            try:
+                outcome = await run_turn(agent, turn, sink, charge=charge)
+                final = self._final(outcome, turn)
+                await store(outcome, final)
+            finally:
+                drop_out()
             tail = encoder.sse(final) if outcome.final is None else b""
             extra = b""
             if signer is not None and outcome.status in ("completed", "requires_action"):
@@ -168,18 +209,28 @@ class _Responses:
             await write(tail)
 
         async def release() -> None:
+            drop_out()  # a stream that never ran
             if charge is not None:
                 await charge.settle(None, used=False)
 
         return StreamReply(produce, on_close=release)
 
     async def retrieve(self, request: Request) -> Reply:
-        return JsonReply(self._find(request).body)
+        rid = request.path_params["response_id"]
+        record = await self._find(request.principal, rid)
+        try:
+            return JsonReply(await stored_object(self.log, (request.principal.key, rid), record))
+        except StoreUnavailable as down:
+            raise _unavailable(down) from None
 
     async def delete(self, request: Request) -> Reply:
-        self._find(request)
         rid = request.path_params["response_id"]
-        self.stored.pop(request.principal, rid)
+        await self._find(request.principal, rid)
+        try:
+            await self.log.drop((request.principal.key, rid))
+            await self.log.flush()
+        except StoreUnavailable as down:
+            raise _unavailable(down) from None
         return JsonReply({"id": rid, "object": "response.deleted", "deleted": True})
 
 

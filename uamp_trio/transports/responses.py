@@ -74,15 +74,14 @@ from uamp_proto.adapters.completions import (
     error_object,
     payment_error,
 )
-from uamp_proto.adapters.responses import ECHO_KEY, ResponsesRequest, parse_request
+from uamp_proto.adapters.responses import ResponsesRequest, parse_request
 from uamp_proto.adapters.responses_render import (
     StreamEncoder,
     response_object,
     stored_response,
 )
 from uamp_proto.busy import INVALID_POLICY, BusyError
-from uamp_proto.codec import decode, encode, from_dict, unstructure
-from uamp_proto.ids import random_ids
+from uamp_proto.codec import decode, from_dict
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
@@ -91,6 +90,14 @@ from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 from uamp_proto.types import DeltaText
 from uamp_stores.event_log import EventLog, LogKey, SessionRecord
+from uamp_stores.orphans import append_event
+from uamp_stores.responses import (
+    conclude,
+    load_stored,
+    response_record,
+    stored_object,
+    stored_part,
+)
 
 from ..engines.http import (
     SSE_HEADERS,
@@ -137,16 +144,7 @@ def _not_found(response_id: str, param: str | None = None) -> HTTPError:
 
 
 def _append(event_log: EventLog, key: LogKey, event: ev.Event) -> None:
-    event_id = random_ids("evt")
-    data = encode(attrs.evolve(event, event_id=event_id, session_id=key[1]))
-    event_log.append(key, data, event_id)
-
-
-def _stored(record: SessionRecord) -> dict[str, Any] | None:
-    """The Responses part of a record (``None``: a UAMP session, not a response)."""
-    extensions = (record.config or {}).get("extensions") or {}
-    kept = extensions.get(ECHO_KEY)
-    return kept if isinstance(kept, dict) else None
+    append_event(event_log, key, event, key[1])
 
 
 def _query(request: Request) -> dict[str, str]:
@@ -255,7 +253,7 @@ class ResponsesTransport:
         key: LogKey = (principal.key, rid)
         record: SessionRecord | None = None
         if parsed.store:
-            record = self._record(agent, parsed, history)
+            record = response_record(agent.name, parsed, history)
             self._log.begin(key, record)
             # A stored response holds its own place: a response continuing it
             # meanwhile meets the busy policy (docs/busy.md).
@@ -330,26 +328,6 @@ class ResponsesTransport:
                 code="rate_limit_exceeded",
             )
 
-    def _record(
-        self, agent: Responder, parsed: ResponsesRequest, history: list[dict[str, Any]]
-    ) -> SessionRecord:
-        turn = parsed.turn
-        config = ty.SessionConfig(
-            modalities=["text"],
-            instructions=turn.instructions,
-            tools=turn.tools or None,
-            response_format=turn.response_format,
-            extensions={ECHO_KEY: {"echo": parsed.echo, "input": parsed.input_items}},
-        )
-        given = len(turn.messages) - len(history)
-        return SessionRecord(
-            agent=agent.name,
-            config=unstructure(config),
-            history=history,
-            running=turn.response_id,
-            input=unstructure(turn.messages[len(turn.messages) - given :]),
-        )
-
     def _finish(
         self, key: LogKey, record: SessionRecord | None, outcome: ResponseOutcome | None
     ) -> None:
@@ -361,13 +339,8 @@ class ResponsesTransport:
         if not event_log.writing(key):
             return  # not stored, or deleted meanwhile
         if outcome is not None and record is not None:
-            if not (dropped and outcome.status == "cancelled"):  # rolled back: no trace
-                record.history = [
-                    *record.history,
-                    *record.input,
-                    *unstructure(outcome.tracker.messages()),
-                ]
-            record.running, record.input = None, []
+            rolled_back = dropped and outcome.status == "cancelled"  # no trace
+            conclude(record, None if rolled_back else outcome.tracker.messages())
             event_log.put_record(key, record.copy())
         event_log.release(key)
 
@@ -567,26 +540,17 @@ class ResponsesTransport:
     # --- stored responses ------------------------------------------------------------
 
     async def _record_of(self, key: LogKey, *, param: str | None = None) -> SessionRecord:
-        try:
-            record = await self._log.load(key)
-        except ResumeError:
-            record = None
-        if record is None or _stored(record) is None:
+        record = await load_stored(self._log, key)
+        if record is None:
             raise _not_found(key[1], param)
         return record
-
-    async def _events(self, key: LogKey) -> list[ev.Event | ev.UnknownEvent]:
-        entries = await self._log.read(key, 0, self._log.retention.max_events)
-        return [decode(e.data) for e in entries]
 
     async def _view(
         self, key: LogKey, principal: Principal
     ) -> tuple[SessionRecord, dict[str, Any]]:
         record = await self._record_of(key)
         await self._recover(key, record, principal)
-        kept = _stored(record)
-        assert kept is not None
-        return record, stored_response(key[1], kept["echo"], await self._events(key))
+        return record, await stored_object(self._log, key, record)
 
     async def retrieve(self, request: Request) -> Response | StreamingResponse:
         """``GET .../responses/{id}``, with ``stream=true``: the events, then live."""
@@ -596,7 +560,7 @@ class ResponsesTransport:
             _, obj = await self._view(key, request.principal)
             return json_response(obj)
         record = await self._record_of(key)
-        kept = _stored(record)
+        kept = stored_part(record)
         assert kept is not None
         if not kept["echo"].get("background"):
             raise HTTPError(
@@ -667,7 +631,7 @@ class ResponsesTransport:
         """``POST .../responses/{id}/cancel``: background responses only."""
         key: LogKey = (request.principal.key, request.path_params["response_id"])
         record = await self._record_of(key)
-        kept = _stored(record)
+        kept = stored_part(record)
         assert kept is not None
         if not kept["echo"].get("background"):
             raise HTTPError(
@@ -698,7 +662,7 @@ class ResponsesTransport:
     async def input_items(self, request: Request) -> Response:
         """``GET .../responses/{id}/input_items``: ``after``, ``limit`` (1-100), ``order``."""
         key: LogKey = (request.principal.key, request.path_params["response_id"])
-        kept = _stored(await self._record_of(key))
+        kept = stored_part(await self._record_of(key))
         assert kept is not None
         query = _query(request)
         limit = _int_param(query, "limit", 20)
