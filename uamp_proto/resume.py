@@ -66,6 +66,7 @@ from .response import CHECKPOINT, RESTORED, ResponseTracker
 __all__ = [
     "CHECKPOINT",
     "INTERRUPTED",
+    "LAST_REQUEST",
     "RESTORED",
     "RESUMED",
     "RESUME_FROM",
@@ -91,6 +92,11 @@ __all__ = [
 RESUME_FROM: Final = "resume_from"
 #: The ``session.created.extensions`` key saying the session was resumed.
 RESUMED: Final = "resumed"
+#: The ``session.created.extensions`` key of a resumed session naming the
+#: ``event_id`` of the last ``response.create`` the server acted on: a client
+#: whose later ``response.create`` got no ``response.created`` before its
+#: connection broke sends that turn again (docs/resume.md).
+LAST_REQUEST: Final = "last_request"
 
 
 @attrs.define(auto_exc=True)

@@ -115,6 +115,9 @@ class SessionRecord:
         node: Which process runs the session (``uamp serve``'s node id).
         updated: When the session was last active (the log's clock).
         ended: Whether the session ended (``session.end``): not resumable.
+        request: The ``event_id`` of the ``response.create`` of the latest
+            response (a resumed session names it: a client resends a turn
+            that never began, docs/resume.md).
     """
 
     agent: str
@@ -125,6 +128,7 @@ class SessionRecord:
     node: str = ""
     updated: float = 0.0
     ended: bool = False
+    request: str | None = None
 
     def copy(self) -> SessionRecord:
         """A shallow copy: what ``record.copy()`` makes, without its generic machinery.
@@ -140,6 +144,7 @@ class SessionRecord:
             node=self.node,
             updated=self.updated,
             ended=self.ended,
+            request=self.request,
         )
 
     def encode(self) -> bytes:
@@ -148,9 +153,14 @@ class SessionRecord:
 
     @classmethod
     def decode(cls, data: bytes | str) -> SessionRecord:
-        """A record from :meth:`encode` 's JSON."""
-        return cls(**orjson.loads(data))
+        """A record from :meth:`encode` 's JSON (fields it does not know are
+        left out: a record written by a newer version, in a rolling update)."""
+        fields = orjson.loads(data)
+        return cls(**{k: v for k, v in fields.items() if k in _RECORD_FIELDS})
 
+
+#: The fields of a :class:`SessionRecord`.
+_RECORD_FIELDS: Final = frozenset(a.name for a in attrs.fields(SessionRecord))
 
 #: One queued write: ``("reset" | "record", key, SessionRecord, time)``,
 #: ``("event", key, LogEntry, time)`` or ``("lost", key, None, time)`` (delete

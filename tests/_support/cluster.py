@@ -83,7 +83,7 @@ def cluster(folder: Path, flags: Sequence[str], count: int = 3) -> Iterator[tupl
     """``count`` nodes started with ``flags`` (in ``folder/node0`` ...) behind haproxy.
 
     Yields haproxy's URL and the nodes; every node still running at the end
-    is killed.
+    is killed. haproxy's request log is ``folder/haproxy.log``.
     """
     with ExitStack() as stack:
         nodes = []
@@ -92,7 +92,8 @@ def cluster(folder: Path, flags: Sequence[str], count: int = 3) -> Iterator[tupl
             stack.callback(node.stop)
             nodes.append(node)
         config = CONFIG if count == 3 else haproxy_config(count, folder)
-        url = stack.enter_context(running_haproxy([n.address for n in nodes], config))
+        log = folder / "haproxy.log"
+        url = stack.enter_context(running_haproxy([n.address for n in nodes], config, log=log))
         yield url, nodes
 
 

@@ -69,20 +69,23 @@ def _env(nodes: Sequence[str], listen: str) -> dict[str, str]:
 
 @contextmanager
 def running_haproxy(
-    nodes: Sequence[str], config: Path = CONFIG, ready: str = "/readyz"
+    nodes: Sequence[str], config: Path = CONFIG, ready: str = "/readyz", log: Path | None = None
 ) -> Iterator[str]:
     """haproxy with ``config`` (default: round-robin over ``nodes``, three ``host:port``);
     yields its ``http://`` URL.
 
     Returns once a request for ``ready`` through it reaches a ready node.
+    ``log``: a file for its request log (one line per request or WebSocket,
+    naming the client's port and the node that served it).
     """
     port = free_port()
-    proc = subprocess.Popen(
-        [haproxy_binary(), "-db", "-f", str(config)],
-        env=_env(nodes, f"127.0.0.1:{port}"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with open(log or os.devnull, "wb") as out:
+        proc = subprocess.Popen(
+            [haproxy_binary(), "-db", "-f", str(config)],
+            env=_env(nodes, f"127.0.0.1:{port}"),
+            stdout=out,
+            stderr=subprocess.PIPE,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20

@@ -9,16 +9,24 @@ connections round-robin with no stickiness.
 Two hundred paid streaming conversations run through haproxy at once, on the
 UAMP WebSocket (the real client, ``auto_resume``), Chat Completions, A2A
 JSON-RPC (``message/stream``, then ``tasks/resubscribe`` through haproxy when its
-stream breaks) and chat rooms (an asker and a watcher per room); with
-``UAMP_CLUSTER_SSE=1`` also UAMP HTTP+SSE (a client that reconnects with
-``Last-Event-ID`` as an EventSource does; see :data:`MIX`). One node is killed
-with -9 mid-stream and another is stopped with SIGTERM. Every client gets a
-complete response or a documented terminal state (``interrupted``; a
-Completions stream cut with its connection; a room watcher whose own
-connection went reads the room's history), in order, with no event id twice;
-the balance is never negative while it runs; and once the dead node's
-heartbeat expired every lock is settled exactly once: each delivered response
-is charged its price, the sum charged is the ledger's, nothing is held.
+stream breaks), chat rooms (an asker and a watcher per room) and UAMP
+HTTP+SSE (a client that reconnects with ``Last-Event-ID`` as an EventSource
+does; see :data:`MIX`). One node is killed with -9 mid-stream and another is
+stopped with SIGTERM (``UAMP_CLUSTER_STRIKE=N``: both right after the N-th
+conversation started, a harsher run in which conversations still opening
+meet them). Every client gets a complete response or a documented terminal
+state (``interrupted``; a Completions stream cut with its connection; a room
+watcher whose own connection went reads the room's history), in order, with
+no event id twice; the balance is never negative while it runs; and once the
+dead node's heartbeat expired every lock is settled exactly once: each
+delivered response is charged its price, the sum charged is the ledger's,
+nothing is held.
+
+A failure tells each wrong client's story: what its connections did (with
+the client's port), the lines haproxy logged for those ports (which node
+served each) and what the nodes logged of its session (more with
+``UAMP_CLUSTER_LOG_LEVEL=info``). Every client's story is also in
+``outcomes.txt`` and ``outcomes.json`` in the test's temporary folder.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -40,7 +48,12 @@ import httpx
 import orjson
 import psycopg
 import trio
-from trio_websocket import ConnectionClosed
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+)
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.cluster import Node
@@ -56,15 +69,8 @@ from uamp_trio.trust.ledger_postgres import PostgresLedger, migrate
 PRICE = Decimal("0.25")
 TICKS = 40  # the Ticker agent says "tick 0 " .. "tick 39 ", one per 50 ms
 FULL = "".join(f"tick {i} " for i in range(TICKS))
-#: Conversations per transport: 200 in all. HTTP+SSE joins with
-#: ``UAMP_CLUSTER_SSE=1``: about one run in three, one of its 40 clients sees
-#: nothing after ``session.created`` however often it redials and re-POSTs
-#: its turn (not root-caused; docs/scale-out.md, "Limits").
-MIX = (
-    {"uamp-ws": 70, "uamp-sse": 40, "completions": 40, "a2a": 40, "room": 10}
-    if os.environ.get("UAMP_CLUSTER_SSE") == "1"
-    else {"uamp-ws": 90, "completions": 50, "a2a": 50, "room": 10}
-)
+#: Conversations per transport: 200 in all.
+MIX = {"uamp-ws": 70, "uamp-sse": 40, "completions": 40, "a2a": 40, "room": 10}
 AGENT = "/agents/ticker"
 #: How many times a client redials through haproxy before it gives up.
 REDIALS = 40
@@ -80,7 +86,8 @@ def cluster(tmp_path: Path, redis_url: str, ledger_url: str) -> Iterator[tuple[s
     flags = (
         *("--agent", "tests._support.agents:Ticker", "--store", redis_url),
         *("--ledger", ledger_url, "--price", str(PRICE), "--ledger-heartbeat", "10"),
-        *("--grace", "15", "--no-access-log", "--log-level", "warning"),
+        *("--grace", "15", "--no-access-log"),
+        *("--log-level", os.environ.get("UAMP_CLUSTER_LOG_LEVEL", "warning")),
     )
     with three_nodes(tmp_path, flags) as (url, nodes):
         yield url, nodes
@@ -120,6 +127,45 @@ class Outcome:
     seen: list[str] = attrs.field(factory=list)
     #: Requests it made that could lock a payment (Completions retries a 502).
     attempts: int = 1
+    #: What its connections did, with the wall clock and the client's port
+    #: (haproxy's log names the node of each port): for a failure's story.
+    notes: list[str] = attrs.field(factory=list)
+
+    def note(self, what: str, port: int | None = None) -> None:
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f"{now % 1:.3f}"[1:]
+        self.notes.append(f"{stamp} {what}" + (f" port={port}" if port else ""))
+
+
+def _story(got: Outcome, folder: Path) -> str:
+    """What ``got`` 's client did and what haproxy and the nodes logged of it."""
+    lines = [f"{got.transport} {got.state} ({_wrong(got)}) attempts={got.attempts}"]
+    lines += [f"  response {got.response_id} text {got.text[:24]!r}..{got.text[-12:]!r}"]
+    lines += [f"  seen {[t for t in got.seen if t != 'd']} deltas={got.seen.count('d')}"]
+    lines += [f"  ids {got.ids[:3]}..{got.ids[-2:]}"]
+    lines += [f"  {n}" for n in got.notes]
+    ports = {n.rsplit("port=", 1)[1] for n in got.notes if "port=" in n}
+    balancer = folder / "haproxy.log"
+    if balancer.exists():
+        for line in balancer.read_text(errors="replace").splitlines():
+            if any(f":{p} " in line for p in ports):
+                lines.append(f"  haproxy: {line}")
+    names = [n.split()[-1] for n in got.notes if n.split()[1] in ("creates", "created")]
+    names += [got.response_id or "?", got.room or "?"]
+    for log in sorted(folder.glob("node*/uamp.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if any(n in line for n in names if len(n) > 8):
+                lines.append(f"  {log.parent.name}: {line[:300]}")
+    return "\n".join(lines)
+
+
+def _port(reply: httpx.Response) -> int | None:
+    """The client's port of the connection ``reply`` came on (``None`` if unknown)."""
+    stream = reply.extensions.get("network_stream")
+    try:
+        return int(stream.get_extra_info("client_addr")[1]) if stream is not None else None
+    except Exception:
+        return None
 
 
 async def _bounded(conversation: Callable[[], Awaitable[None]]) -> None:
@@ -133,29 +179,53 @@ async def _uamp_ws(url: str, token: str, out: list[Outcome]) -> None:
     out.append(got)
     ws_url = url.replace("http://", "ws://") + f"{AGENT}/uamp"
     async with connect(ws_url, auto_resume=True, resume_for=60) as client:
-        session = await client.create_session(payment_token=token)
-        async for event in session.respond(str(TICKS)):
-            if event.event_id is not None:
-                got.ids.append(event.event_id)
-            got.seen.append(event.type if event.type != "response.delta" else "d")
-            if isinstance(event, ev.ResponseCreated):
-                got.response_id = event.response_id
-            elif isinstance(event, ev.ResponseDelta):
-                got.text += getattr(event.delta, "text", "") or ""
-            elif isinstance(event, ev.ResponseDone):
-                got.state = "completed"
-                got.response_id = got.response_id or event.response_id or event.response.id
-            elif isinstance(event, ev.ResponseErrorEvent):
-                got.state = event.error.code
+        got.note("ws dialled", _ws_port(client))
+        try:
+            await _uamp_ws_turn(client, token, got)
+        finally:
+            # A turn the server never acted on is sent again after a redial.
+            got.attempts += client.resent
+            got.note(
+                f"ws ends: {client.reconnects} redial(s), {client.resent} resent", _ws_port(client)
+            )
+
+
+def _ws_port(client: Any) -> int | None:
+    """The client's port of the UAMP client's current connection."""
+    try:
+        return int(client._stream.socket.getsockname()[1])
+    except Exception:
+        return None
+
+
+async def _uamp_ws_turn(client: Any, token: str, got: Outcome) -> None:
+    sid = "sess_" + os.urandom(12).hex()
+    got.note(f"creates {sid}")
+    session = await client.create_session(payment_token=token, session_id=sid)
+    got.note("created")
+    async for event in session.respond(str(TICKS)):
+        if event.event_id is not None:
+            got.ids.append(event.event_id)
+        got.seen.append(event.type if event.type != "response.delta" else "d")
+        if isinstance(event, ev.ResponseCreated):
+            got.response_id = event.response_id
+        elif isinstance(event, ev.ResponseDelta):
+            got.text += getattr(event.delta, "text", "") or ""
+        elif isinstance(event, ev.ResponseDone):
+            got.state = "completed"
+            got.response_id = got.response_id or event.response_id or event.response.id
+        elif isinstance(event, ev.ResponseErrorEvent):
+            got.state = event.error.code
 
 
 async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> None:
-    got = Outcome("uamp-sse")
+    got = Outcome("uamp-sse", attempts=0)  # counted per POST of its turn
     out.append(got)
     path = f"{AGENT}/events"
     create = {"type": "session.create", "session": {}, "payment_token": token}
-    created = await _retry_post(http, create, None, path)
+    created = await _retry_post(http, create, None, path, got)
     sid = created.json()["session_id"]
+    got.note(f"created {sid}")
     turn = [
         {"type": "input.text", "session_id": sid, "text": str(TICKS)},
         {"type": "response.create", "session_id": sid},
@@ -165,14 +235,15 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
         headers = {"x-session-id": sid, **({"last-event-id": last} if last else {})}
         try:
             async with http.stream("GET", f"{path}/stream", headers=headers) as reply:
+                said = "" if reply.status_code == 200 else (await reply.aread())[:120].decode()
+                got.note(f"GET stream {reply.status_code} after {last} {said}", _port(reply))
                 if reply.status_code != 200:
                     await trio.sleep(0.25)
                     continue
                 if not posted or lost:
                     # A turn POSTed to a node that died before the response began
                     # is lost with it (docs/scale-out.md, "Limits"): send it again.
-                    got.attempts += int(posted)
-                    await _retry_post(http, turn, sid, path, running_ok=posted)
+                    await _retry_post(http, turn, sid, path, got, running_ok=posted)
                     posted, lost = True, False
                 parser = SSEParser()
                 began = trio.current_time()
@@ -199,11 +270,13 @@ async def _uamp_sse(http: httpx.AsyncClient, token: str, out: list[Outcome]) -> 
                             # answering payment.required does; the turn then runs.
                             pay = {"scheme": "token", "token": token}
                             submit = {"type": "payment.submit", "session_id": sid, "payment": pay}
-                            await _retry_post(http, submit, sid, path)
+                            got.note("payment.required")
+                            await _retry_post(http, submit, sid, path, got)
                 # No response began within BEGIN seconds of the stream: lost.
                 lost = got.response_id is None and trio.current_time() - began >= BEGIN
-        except httpx.HTTPError:
-            pass
+                got.note("stream ends" + (": nothing began, lost" if lost else ""))
+        except httpx.HTTPError as exc:
+            got.note(f"stream broke: {exc!r}")
         await trio.sleep(0.25)  # its node went: an EventSource reconnects
 
 
@@ -228,7 +301,13 @@ async def _chunks(reply: httpx.Response, waiting: Callable[[], bool]) -> AsyncIt
 
 
 async def _retry_post(
-    http: httpx.AsyncClient, body: Any, sid: str | None, path: str, *, running_ok: bool = False
+    http: httpx.AsyncClient,
+    body: Any,
+    sid: str | None,
+    path: str,
+    got: Outcome,
+    *,
+    running_ok: bool = False,
 ) -> httpx.Response:
     """POST through haproxy until a live, serving node takes it.
 
@@ -236,9 +315,14 @@ async def _retry_post(
     (400 ``response_in_progress``) is taken too: the stream shows it.
     """
     for _ in range(REDIALS):
+        kind = (body[-1] if isinstance(body, list) else body)["type"]
+        # A turn POSTed again (its answer lost with its node) may run twice.
+        got.attempts += int(kind == "response.create")
         try:
             reply = await post(http, body, sid, path=path)
-        except httpx.HTTPError:
+            got.note(f"POST {kind} {reply.status_code} {reply.text[:80]}", _port(reply))
+        except httpx.HTTPError as exc:
+            got.note(f"POST {kind} broke: {exc!r}")
             reply = None
         if reply is not None and reply.status_code == 200:
             return reply
@@ -366,7 +450,7 @@ async def _room(url: str, token: str, n: int, out: list[Outcome]) -> None:
     out.append(got)
     ws_url = url.replace("http://", "ws://") + f"{AGENT}/uamp"
     try:
-        async with open_ws(ws_url) as watcher, open_ws(ws_url) as asker:
+        async with _dial_ws(ws_url) as watcher, _dial_ws(ws_url) as asker:
             await _join(watcher, room, "watcher")
             sid = await _join(asker, room, "asker", payment_token=token)
             await send(asker, type="input.text", text=f"@ticker {TICKS}", session_id=sid)
@@ -394,6 +478,22 @@ async def _room(url: str, token: str, n: int, out: list[Outcome]) -> None:
         got.state = "cut"  # the watcher's own node went: the room's history tells (below)
 
 
+@asynccontextmanager
+async def _dial_ws(url: str) -> AsyncIterator[WebSocketConnection]:
+    """A WebSocket through haproxy, dialled again while no node answers (a browser's
+    chat reconnects so): haproxy's 502 for a node killed mid-handshake, or a 503."""
+    async with AsyncExitStack() as stack:
+        for attempt in range(REDIALS):
+            try:
+                ws = await stack.enter_async_context(open_ws(url))
+                break
+            except (ConnectionRejected, HandshakeError, OSError):
+                if attempt == REDIALS - 1:
+                    raise
+                await trio.sleep(0.25)
+        yield ws
+
+
 async def _join(ws: Any, room: str, name: str, **extra: Any) -> str:
     chat = {"username": name}
     await send(
@@ -415,7 +515,7 @@ async def _room_history(url: str, room: str) -> list[str]:
     """The ticker's messages a newcomer to ``room`` is told of."""
     ws_url = url.replace("http://", "ws://") + f"{AGENT}/uamp"
     said: list[str] = []
-    async with open_ws(ws_url) as ws:
+    async with _dial_ws(ws_url) as ws:
         await _join(ws, room, "auditor")
         with trio.move_on_after(1.5):
             while True:
@@ -423,6 +523,33 @@ async def _room_history(url: str, room: str) -> list[str]:
                 if event["type"] == "message.created" and event["sender"]["id"] == "ticker":
                     said.append(event["message"]["content"])
     return said
+
+
+def _ledger_story(rows: list[dict[str, Any]], out: list[Outcome]) -> str:
+    """The ledger's rows no client names, and the attempts per transport."""
+    named = {o.response_id for o in out}
+    strays = [(r["response_id"], r["charged"]) for r in rows if r["response_id"] not in named]
+    tried = Counter[str]()
+    for o in out:
+        tried[o.transport] += o.attempts
+    return f"{len(rows)} rows, attempts {dict(tried)}; rows no client names: {strays[:40]}"
+
+
+def _wrong(got: Outcome) -> str | None:
+    """What is wrong with how ``got`` ended (``None``: nothing)."""
+    if got.state == "stuck":
+        return "stuck"
+    if not FULL.startswith(got.text):
+        return "a gap or a repeat in its text"
+    if got.state not in {"completed", "interrupted", "cut"}:
+        return f"ended {got.state}"
+    if got.state == "completed" and got.text != FULL:
+        return "completed with part of the text"
+    if len(got.ids) != len(set(got.ids)):
+        return "an event id twice"
+    if got.transport in ("uamp-ws", "uamp-sse") and got.state == "cut":
+        return "cut, though it resumes"  # both resume: never left without an end
+    return None
 
 
 async def test_two_hundred_paid_conversations_on_five_transports_survive_a_kill_and_a_drain(
@@ -441,20 +568,27 @@ async def test_two_hundred_paid_conversations_on_five_transports_survive_a_kill_
             async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
                 starts: list[Callable[[], Awaitable[None]]] = [
                     *(partial(_uamp_ws, url, token, out) for _ in range(MIX["uamp-ws"])),
-                    *(partial(_uamp_sse, http, token, out) for _ in range(MIX.get("uamp-sse", 0))),
+                    *(partial(_uamp_sse, http, token, out) for _ in range(MIX["uamp-sse"])),
                     *(partial(_completions, http, token, out) for _ in range(MIX["completions"])),
                     *(partial(_a2a, http, token, i, out) for i in range(MIX["a2a"])),
                     *(partial(_room, url, token, i, out) for i in range(MIX["room"])),
                 ]
                 random.Random(7).shuffle(starts)
+                # UAMP_CLUSTER_STRIKE=N: the node loss comes after N starts
+                # (a harsher run: conversations still opening meet it).
+                strike = int(os.environ.get("UAMP_CLUSTER_STRIKE", len(starts)))
                 with trio.fail_after(TIMEOUT):
                     async with trio.open_nursery() as nursery:
-                        for start in starts:
+                        for n, start in enumerate(starts):
+                            if n == strike:
+                                nodes[0].proc.kill()
+                                nodes[1].drain()
                             nursery.start_soon(_bounded, start)
                             await trio.sleep(0.005)
-                        await trio.sleep(0.5)  # most responses are streaming now
-                        nodes[0].proc.kill()  # kill -9: no goodbye
-                        nodes[1].drain()  # SIGTERM: graceful drain
+                        if strike >= len(starts):
+                            await trio.sleep(0.5)  # most responses are streaming now
+                            nodes[0].proc.kill()  # kill -9: no goodbye
+                            nodes[1].drain()  # SIGTERM: graceful drain
                     # A watcher whose own node went reads what its room kept.
                     for got in out:
                         if got.transport == "room" and got.state == "cut":
@@ -469,15 +603,10 @@ async def test_two_hundred_paid_conversations_on_five_transports_survive_a_kill_
     # Every client got a complete response or a documented terminal state,
     # in order, nothing twice, no gap.
     assert Counter(o.transport for o in out) == MIX
-    assert not [o for o in out if o.state == "stuck"], [o for o in out if o.state == "stuck"]
-    for got in out:
-        assert FULL.startswith(got.text), (got.transport, got.text, got.seen, got.ids)
-        assert got.state in {"completed", "interrupted", "cut"}, (got.transport, got.state)
-        if got.state == "completed":
-            assert got.text == FULL, got
-        assert len(got.ids) == len(set(got.ids)), got.transport  # no event id twice
-        if got.transport in ("uamp-ws", "uamp-sse"):
-            assert got.state != "cut", got  # both resume: never left without an end
+    (tmp_path / "outcomes.txt").write_text("\n\n".join(_story(o, tmp_path) for o in out))
+    (tmp_path / "outcomes.json").write_bytes(orjson.dumps([attrs.asdict(o) for o in out]))
+    wrong = [o for o in out if _wrong(o)]
+    assert not wrong, "\n\n".join(_story(o, tmp_path) for o in wrong[:12])
     completed = [o for o in out if o.state == "completed"]
     assert len(completed) >= len(out) // 2, Counter((o.transport, o.state) for o in out)
     # The balance was never negative and the sums always held.
@@ -500,7 +629,8 @@ async def test_two_hundred_paid_conversations_on_five_transports_survive_a_kill_
     charged = [Decimal(r["charged"]) for r in rows]
     assert all(c in (0, PRICE) for c in charged)
     assert account.settled == sum(charged) and account.balance == Decimal(100) - sum(charged)
-    assert len(rows) <= sum(o.attempts for o in out)  # a request locks once at most
+    # A request locks once at most.
+    assert len(rows) <= sum(o.attempts for o in out), _ledger_story(rows, out)
     by_id = {r["response_id"]: Decimal(r["charged"]) for r in rows}
     for got in completed:
         # A room watcher that read the answer from the room's history knows no id.

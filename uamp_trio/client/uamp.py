@@ -88,7 +88,7 @@ from uamp_proto.connection import NEED_DATA, ClientConnection, ConnectionConfig
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer
 from uamp_proto.payment import PaymentNegotiation
-from uamp_proto.resume import RESUME_FROM, RESUMED
+from uamp_proto.resume import LAST_REQUEST, RESUME_FROM, RESUMED
 from uamp_proto.saved_response import SavedResponse
 from uamp_proto.signing import JWKS, Reason, SignatureError, verify_response_signature
 from uamp_proto.sse import SSEParser
@@ -208,6 +208,15 @@ class ClientError(UampError):
         self.reason: str | None = reason if isinstance(reason, str) else None
 
 
+class _Unavailable(ClientError):
+    """The upgrade met no server for now: 502/503/504 (a load balancer whose
+    nodes are away) or a close before the answer; worth dialling again."""
+
+
+#: Upgrade answers that say "no server right now" rather than "no".
+_UNAVAILABLE: Final = frozenset({502, 503, 504})
+
+
 class SignatureVerificationError(ClientError):
     """A response's signature is missing or does not verify (``verify=`` was given).
 
@@ -260,6 +269,24 @@ class ResponseResult:
         return SavedResponse(
             text=self.text, signature=self.signature, request=self.request, transport="uamp"
         )
+
+
+@attrs.define
+class _Sent:
+    """What a session sent that a reconnect sends again unless the server acted on it.
+
+    Its ``session.create`` (before ``session.created``), or a turn (its
+    input and ``response.create``, before ``response.created``). ``on`` is
+    the connection it went out on (:attr:`UampClient.reconnects` then), or
+    ``None`` while it waits to go out: whoever writes it first -- the caller
+    or a reconnect -- sets it, so it is written once per connection.
+    """
+
+    sid: str
+    messages: list[bytes] = attrs.field(factory=list)
+    #: A turn's ``response.create`` ``event_id`` (what ``last_request`` names).
+    request: str | None = None
+    on: int | None = None
 
 
 class _End:
@@ -382,6 +409,7 @@ class ResponseStream:
 
     def _finish(self) -> None:
         self._finished = True
+        self._session._turn = None
         self._session._release(self)
 
     async def collect(self) -> ResponseResult:
@@ -450,6 +478,10 @@ class ClientSession:
         #: The ``event_id`` of the ``session.create`` that opened it (what a
         #: refusal without ``session_id`` names in ``details.event_id``).
         self._create_event_id: str | None = None
+        #: Its ``session.create``, and its turn with no ``response.created`` yet
+        #: (:class:`_Sent`; on the WebSocket).
+        self._opened = _Sent(session_id)
+        self._turn: _Sent | None = None
         self._room: deque[ev.Event] = deque(maxlen=ROOM_BUFFER)
         self._room_ready = trio.lowlevel.ParkingLot()
         #: Room events dropped because nobody read them in time.
@@ -1021,7 +1053,7 @@ async def _handshake(
             data = bytes(await stream.receive_some(_READ_SIZE))
             conn.receive_data(data)
             if not data and conn.their_state is h11.SEND_RESPONSE:
-                raise ClientError("handshake_failed", "the server closed during the handshake")
+                raise _Unavailable("handshake_failed", "the server closed during the handshake")
             continue
         if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
             got = dict((k.lower(), v) for k, v in event.headers)
@@ -1049,9 +1081,11 @@ async def _handshake(
                 message = f"{message}: {err.get('message')}"
             except (orjson.JSONDecodeError, AttributeError):
                 pass
-            raise ClientError(code, message)
+            raise (_Unavailable if event.status_code in _UNAVAILABLE else ClientError)(
+                code, message
+            )
         if isinstance(event, h11.ConnectionClosed):
-            raise ClientError("handshake_failed", "the server closed during the handshake")
+            raise _Unavailable("handshake_failed", "the server closed during the handshake")
 
 
 async def open_websocket(
@@ -1104,6 +1138,33 @@ class Redial:
     first_delay: float = 0.1
     max_delay: float = 5.0
 
+    async def dial(self, retry: Callable[[BaseException], bool]) -> tuple[trio.abc.Stream, bytes]:
+        """Dial and shake hands, again with backoff after a failure ``retry`` accepts.
+
+        Raises the last failure once ``give_up_after`` seconds are spent, or
+        one ``retry`` refuses.
+        """
+        delay, give_up = self.first_delay, trio.current_time() + self.give_up_after
+        while True:
+            try:
+                return await open_websocket(
+                    self.url,
+                    headers=self.headers,
+                    ssl_context=self.ssl_context,
+                    timeout=self.timeout,
+                )
+            except (OSError, ClientError, trio.TooSlowError) as exc:
+                if not retry(exc) or trio.current_time() + delay > give_up:
+                    raise
+                log.info("dialling %s again: %s", self.url, exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, self.max_delay)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed dial may succeed soon (no server now, not a refusal)."""
+    return isinstance(exc, (OSError, trio.TooSlowError, _Unavailable))
+
 
 class UampClient(_Link):
     """A native UAMP WebSocket client; make one with :func:`connect`.
@@ -1117,6 +1178,8 @@ class UampClient(_Link):
     Attributes:
         sessions: The open sessions, by id.
         reconnects: How many times the connection was dialled again.
+        resent: How many turns were sent again after a reconnect, the server
+            having not acted on them (``last_request``, docs/resume.md).
         bytes_received: Bytes read from the socket(s) so far, WebSocket
             framing included (``uamp bench`` counts a turn's bytes with it).
     """
@@ -1151,7 +1214,10 @@ class UampClient(_Link):
         #: Sessions whose resuming ``session.create`` is not answered yet.
         self._resuming: set[str] = set()
         self._settled = trio.lowlevel.ParkingLot()
+        #: Turns a resumed session sends again (written by the reader).
+        self._again: deque[_Sent] = deque()
         self.reconnects = 0
+        self.resent = 0
         self.bytes_received = 0
 
     @property
@@ -1168,7 +1234,7 @@ class UampClient(_Link):
         try:
             create = opening.encode(self._conn, agent=opening.agent)
             session._create_event_id = self._conn.last_event_id
-            await self._write([create])
+            await self._write([create], session._opened)
             await session._wait_created()
         except BaseException:
             self.sessions.pop(sid, None)
@@ -1201,8 +1267,15 @@ class UampClient(_Link):
             if session._ended is not None:
                 raise session._ended
         encoded, refused = _encode(self._conn, events)
+        turn = None
+        if self._redial is not None and any(isinstance(e, ev.ResponseCreate) for e in events):
+            # A turn: sent again after a reconnect unless the server acted on it.
+            last = max(i for i, e in enumerate(events) if isinstance(e, ev.ResponseCreate))
+            if last < len(encoded):
+                request = orjson.loads(encoded[last]).get("event_id")
+                turn = session._turn = _Sent(session.id, encoded, request)
         if encoded:
-            await self._write(encoded)
+            await self._write(encoded, turn)
         if refused is not None:
             raise refused
         return encoded[-1] if encoded else None
@@ -1210,14 +1283,26 @@ class UampClient(_Link):
     async def _forget(self, session: ClientSession) -> None:
         self.sessions.pop(session.id, None)
 
-    async def _write(self, messages: list[bytes]) -> None:
+    async def _write(self, messages: list[bytes], sent: _Sent | None = None) -> None:
+        """Write ``messages``; with ``auto_resume`` a broken connection waits for the next.
+
+        ``sent``: they are a session's opening or turn, which the reconnect
+        sends again if the server did not act on it (:class:`_Sent`): written
+        once, never after a reconnect wrote them, and a lost connection ends
+        the call (the reconnect takes over).
+        """
         while True:
             await self._online.wait()  # redialling: wait for the new connection
+            if sent is not None and sent.sid in self._resuming:
+                await self._settled.park()  # the server resumes the session first
+                continue
             async with self._lock:
                 if self._closed is not None:
                     raise self._closed
-                if not self._online.is_set():
+                if not self._online.is_set() or (sent is not None and sent.sid in self._resuming):
                     continue
+                if sent is not None and sent.on is not None:
+                    return  # a reconnect sent it
                 engine = self._engine
                 if engine.closed is not None:
                     # The server's close came in (a drain's "go away"): the
@@ -1225,20 +1310,28 @@ class UampClient(_Link):
                     if self._redial is not None and not self._closing:
                         if self._online.is_set():
                             self._online = trio.Event()
+                        if sent is not None:
+                            sent.on = self.reconnects  # the reconnect decides
+                            return
                         continue
                     self._shutdown(ClientError("closed", f"the connection closed: {engine.closed}"))
                     raise self._closed  # type: ignore[misc]
                 for m in messages:
                     engine.text(m)
                 data = engine.take()
+                if sent is not None:
+                    sent.on = self.reconnects
                 try:
                     await self._stream.send_all(data)
                     return
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     if self._redial is not None and not self._closing:
-                        # The reader notices too and dials again; send once it has.
+                        # The reader notices too and dials again; send once it has
+                        # (what ``sent`` holds: the reconnect decides).
                         if self._online.is_set():
                             self._online = trio.Event()
+                        if sent is not None:
+                            return
                         continue
                     self._shutdown(ClientError("closed", f"the connection broke: {exc}"))
                     raise self._closed from None  # type: ignore[misc]
@@ -1277,6 +1370,12 @@ class UampClient(_Link):
                         conn.receive(message)
                         await self._drain()
                     await self._flush_owed()
+                    while self._again:
+                        turn = self._again.popleft()
+                        if self._online.is_set():
+                            await self._write(turn.messages, turn)
+                        else:  # this connection is closing already: the next one
+                            turn.on = self.reconnects
                 data = await receive_or_eof(self._stream, _READ_SIZE)
                 if not data:
                     engine.feed(b"")
@@ -1290,23 +1389,11 @@ class UampClient(_Link):
             self._online = trio.Event()
         with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await trio.aclose_forcefully(self._stream)
-        delay, give_up = redial.first_delay, trio.current_time() + redial.give_up_after
-        while True:
-            try:
-                stream, initial = await open_websocket(
-                    redial.url,
-                    headers=redial.headers,
-                    ssl_context=redial.ssl_context,
-                    timeout=redial.timeout,
-                )
-                break
-            except (OSError, ClientError, trio.TooSlowError) as exc:
-                log.info("reconnecting to %s: %s", redial.url, exc)
-                if trio.current_time() + delay > give_up:
-                    self._shutdown(error)
-                    return None
-                await trio.sleep(delay)
-                delay = min(delay * 2, redial.max_delay)
+        try:
+            stream, initial = await redial.dial(lambda exc: True)
+        except (OSError, ClientError, trio.TooSlowError):
+            self._shutdown(error)
+            return None
         self.reconnects += 1
         async with self._lock:
             self._stream = stream
@@ -1320,9 +1407,11 @@ class UampClient(_Link):
                 if session.last_event_id is not None:
                     resumes.append(session.opening.resume(self._conn, session.last_event_id))
                     self._resuming.add(sid)
-                elif not session._ready.is_set():
-                    # Lost before its session.created: ask for it again.
+                elif not session._ready.is_set() and session._opened.on is not None:
+                    # Lost before its session.created: ask for it again (not
+                    # yet written at all: its writer writes it now).
                     resumes.append(session.opening.again(self._conn))
+                    session._opened.on = self.reconnects
             for message in resumes:
                 self._engine.text(message)
             with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -1342,9 +1431,22 @@ class UampClient(_Link):
         if sid not in self._resuming:
             return False
         session = self.sessions.get(sid)
-        if raw.get("type") == "session.created" and (raw.get("extensions") or {}).get(RESUMED):
+        extensions = raw.get("extensions") or {}
+        if raw.get("type") == "session.created" and extensions.get(RESUMED):
             self._resuming.discard(sid)
             self._settled.unpark_all()
+            turn = session._turn if session is not None else None
+            if (
+                turn is not None
+                and turn.on is not None
+                and turn.on < self.reconnects
+                and turn.request != extensions.get(LAST_REQUEST)
+            ):
+                # Its turn went out on a lost connection and the server never
+                # acted on it (no response began): send it again here.
+                turn.on = None
+                self._again.append(turn)
+                self.resent += 1
             return True
         if raw.get("type") == "session.error":
             self._resuming.discard(sid)
@@ -1369,6 +1471,8 @@ class UampClient(_Link):
                 session = self._addressee(event)
             if session is not None and event.event_id is not None:
                 session.last_event_id = event.event_id
+            if session is not None and event.type == "response.created":
+                session._turn = None  # the server acted on it
             if event.type == "pong" and session is None and self._pongs:
                 self._pongs.popleft().set()
             elif session is not None:
@@ -1488,7 +1592,9 @@ async def connect(
             :class:`~uamp_proto.signing.JWKS`, its JSON object, a path or a
             URL; fetched once, now).
         auto_resume: When the connection drops, dial again with backoff and
-            resume every open session (docs/resume.md).
+            resume every open session (docs/resume.md). The first dial is
+            also tried again while no server answers (refused, 502, 503,
+            504, closed during the handshake), for up to ``resume_for``.
         resume_for: With ``auto_resume``, how long to keep trying before the
             sessions are closed.
 
@@ -1498,23 +1604,27 @@ async def connect(
         JWKSError: ``verify`` names no usable JWKS.
     """
     jwks = await load_jwks(verify) if verify is not None else None
-    stream, initial = await open_websocket(
-        url, headers=headers, ssl_context=ssl_context, timeout=connect_timeout
-    )
+    redial = None
+    if auto_resume:
+        redial = Redial(
+            url,
+            headers,
+            ssl_context,
+            connect_timeout,
+            engine,
+            max_message_size,
+            give_up_after=resume_for,
+        )
+        # A node lost while we dial (a load balancer's 503, a refused or
+        # dropped connection) is ridden out like one lost later.
+        stream, initial = await redial.dial(_transient)
+    else:
+        stream, initial = await open_websocket(
+            url, headers=headers, ssl_context=ssl_context, timeout=connect_timeout
+        )
     frames = make_engine(client=True, max_message_size=max_message_size, engine=engine)
 
     def start(nursery: trio.Nursery) -> UampClient:
-        redial = None
-        if auto_resume:
-            redial = Redial(
-                url,
-                headers,
-                ssl_context,
-                connect_timeout,
-                engine,
-                max_message_size,
-                give_up_after=resume_for,
-            )
         client = UampClient(
             stream,
             frames,

@@ -123,6 +123,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import PAID_TOKEN, Emit, Responder, ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
+    LAST_REQUEST,
     RESUMED,
     LogEntry,
     ResumeError,
@@ -717,6 +718,11 @@ def _voice_refusal(config: ty.SessionConfig | None, agent: Responder) -> tuple[s
     heard = caps.audio
     speaks = "audio" in caps.modalities or bool(heard and heard.output_formats)
     return audio.refusal(config, heard.voices if heard else None, speaks)
+
+
+def _last_request(record: SessionRecord) -> dict[str, str]:
+    """``session.created`` extensions naming the last turn a resumed session acted on."""
+    return {LAST_REQUEST: record.request} if record.request else {}
 
 
 #: ``interrupt.answer`` events one connection may have answered at once; more
@@ -1552,7 +1558,8 @@ class SessionHost:
                 sid,
                 agent=session.agent.name,
                 created_at=self._clock(),
-                extensions={RESUMED: True},
+                # The last turn it acted on: a client resends a later one.
+                extensions={RESUMED: True, **_last_request(record)},
             )
         )
         self._start_flusher()
@@ -2342,7 +2349,7 @@ class SessionHost:
             ctx = self.conn.sessions.get(session.id)
             tracker = ctx.response if ctx is not None else None
             inputs = unstructure(tracker.input_messages) if tracker is not None else []
-            self._put_record(session.id, running=response.id, input=inputs)
+            self._put_record(session.id, running=response.id, input=inputs, request=create.event_id)
         try:
             await self._run_response(session, response, create)
         except _SessionGone:

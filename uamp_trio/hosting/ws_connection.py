@@ -24,7 +24,12 @@ side (docs/relay.md):
   closes it with code 1012 ("service restart"): the client reconnects --
   through a load balancer, to another server -- and resumes its sessions
   there (docs/resume.md). A response still running when the server's grace
-  period ends is cut off with the connection, as a lost node's is.
+  period ends is cut off with the connection, as a lost node's is. What the
+  client sends after the drainer decided to close (a ``response.create``
+  crossing the close frame) is not acted on: the session's record then does
+  not name that turn, so the resuming client sends it again elsewhere
+  (``last_request``, docs/resume.md) -- rather than have it run here, maybe
+  after the other process resumed the session.
 
 A UAMP session host keeps an event log (docs/resume.md): the writer makes
 sure a batch is in the log before it writes it, and when the socket goes
@@ -158,6 +163,10 @@ class _Connection:
             while True:
                 if data:
                     for message in engine.feed(data):
+                        if self.closing is not None and self.closing[0] == CLOSE_SERVICE_RESTART:
+                            # Told to go away: not acted on here; the client
+                            # sends it again where it resumes (module docstring).
+                            continue
                         host.feed(message)
                         if host.backlogged:  # stop reading until the host caught up
                             await host.drained()

@@ -142,6 +142,13 @@ class _HttpSession:
         self.unattended = trio.Event()
         self.unattended.set()
         self._keeping: trio.CancelScope | None = None
+        #: Set once :meth:`_keep` stopped taking (its last batch is in :attr:`unsent`).
+        self._kept = trio.Event()
+        self._kept.set()
+        #: Set once the latest stream stopped writing (what it took and did not
+        #: write is back in :attr:`unsent`).
+        self._written = trio.Event()
+        self._written.set()
 
     async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         """Events POSTed to another process for this session (``EventLog.ask``)."""
@@ -214,6 +221,7 @@ class _HttpSession:
                 continue  # maybe attached again meanwhile
             with trio.CancelScope() as scope:
                 self._keeping = scope
+                self._kept = trio.Event()
                 try:
                     while True:
                         # take() hands over what is queued without a checkpoint
@@ -224,6 +232,8 @@ class _HttpSession:
                             self.unsent.append(kept)
                 except OutboxClosed:
                     return
+                finally:
+                    self._kept.set()
             self._keeping = None
 
     async def _expire(self) -> None:
@@ -273,20 +283,42 @@ class _HttpSession:
         if self._keeping is not None:
             self._keeping.cancel()
             self._keeping = None
-        if after is None:
-            # What came while no stream was here (after what the log gave).
+        # Whoever took from the outbox before -- the keeper, or the stream this
+        # one replaces, maybe amid a batch -- stops first, its batch recorded
+        # in the replay (and what it did not write, in unsent): the outbox
+        # has one reader at a time, so nothing is lost or sent out of order.
+        previous, written = self._written, trio.Event()
+        self._written = written
+        await self._kept.wait()
+        await previous.wait()
+        if self.stream_scope is not scope:
+            written.set()
+            return  # a newer stream came meanwhile: what is kept is for it
+        # The caller read ``missed`` before this stream began; what came since
+        # is in the replay (and unsent), no longer in the outbox.
+        recent = self.replay_after(after) if after is not None else None
+        if recent is not None:
+            missed = recent  # everything after the client's last event
+        else:
+            # What came while no stream was here (after what the log gave;
+            # unsent ends the replay, so all of it is newer than ``after``).
             known = {i for i, _ in missed or ()}
             missed = [*(missed or ()), *(e for e in self.unsent if e[0] not in known)]
         self.unsent.clear()
         # Replayed from the log, maybe still queued too: each is written once.
         skip = {i for i, _ in missed or ()}
+        unwritten: list[tuple[str, bytes]] = []
         try:
             with scope:
                 async with trio.open_nursery() as watch:
                     watch.start_soon(self._end_on_drain, scope)
-                    await self._write_events(send, missed, skip, greeted, after)
+                    await self._write_events(send, missed, skip, greeted, after, unwritten)
                     watch.cancel_scope.cancel()
         finally:
+            # Taken but not written (the stream was cut or replaced): the next
+            # stream without Last-Event-ID gets it first, as the keeper's.
+            self.unsent.extendleft(reversed(unwritten))
+            written.set()
             if self.stream_scope is scope:
                 self.stream_scope = None
                 self.unattended.set()
@@ -312,13 +344,22 @@ class _HttpSession:
         missed: list[tuple[str, bytes]] | None,
         skip: set[str],
         greeted: bool,
-        after: str | None = None,
+        after: str | None,
+        unwritten: list[tuple[str, bytes]],
     ) -> None:
-        """The stream's body: the replay or a greeting, then events and heartbeats."""
+        """The stream's body: the replay or a greeting, then events and heartbeats.
+
+        ``unwritten`` holds, at any time, what this stream took and has not
+        written yet (recorded with no checkpoint after the take).
+        """
         host = self.host
         assert host is not None
         if missed:
+            unwritten[:] = missed
+            # What no stream took while none was here may not be written yet.
+            await _logged_first(host)
             await send(b"".join(_frame(i, data) for i, data in missed))
+            unwritten.clear()
         elif not greeted:
             await send(b": uamp event stream\n\n")
         # A write is the only way to notice a client that went away:
@@ -351,16 +392,26 @@ class _HttpSession:
                     skip.discard(event_id)
                     continue
                 self.replay.append((event_id, data))
+                unwritten.append((event_id, data))
                 frames.append(_frame(event_id, data))
             if frames:
-                log = host.event_log
-                if log is not None and log.pending and not log.health.down:
-                    # In the log before the client sees it: a Last-Event-ID
-                    # on another process must find it (docs/resume.md). A
-                    # store that does not answer gets it once it does.
-                    with contextlib.suppress(StoreUnavailable):
-                        await log.flush()
+                await _logged_first(host)
                 await send(b"".join(frames))
+                unwritten.clear()
+
+
+async def _logged_first(host: SessionHost) -> None:
+    """Write what the session's log still queues, before the client sees it.
+
+    A ``Last-Event-ID`` on another process must find every event a client
+    saw (docs/resume.md): an event sent before its node wrote it, then lost
+    with the node, left the client asking for an id no log holds. A store
+    that does not answer gets it once it does.
+    """
+    log = host.event_log
+    if log is not None and log.pending and not log.health.down:
+        with contextlib.suppress(StoreUnavailable):
+            await log.flush()
 
 
 def _frame(event_id: str, data: bytes) -> bytes:
@@ -479,6 +530,13 @@ class SSEEventsTransport:
             if forwarded is not None:
                 return forwarded
             await self._adopt(request.principal, named, agent)
+            if self.app.draining and self.sessions.get(request.principal, named) is None:
+                raise HTTPError(
+                    503,
+                    "This server is shutting down; send it again (another server takes it).",
+                    code="draining",
+                    headers=[("retry-after", "1")],
+                )
         hs = self._lookup(request)
         if hs.host is not None:
             hs.host.renew(request.principal)  # verified by this request: its expiry holds
@@ -595,6 +653,10 @@ class SSEEventsTransport:
         to it. A process that loses the claim waits (a few seconds at most)
         until the record names the winner, and the caller forwards there.
         """
+        if self.app.draining:
+            # Shutting down: it would lose the session again in a moment. A
+            # request that reaches another process adopts it there.
+            return None
         store = self.app.stores.event_log
         key = (principal.key, sid)
         try:
@@ -684,6 +746,7 @@ class SSEEventsTransport:
             assert sid is not None
             key = (request.principal.key, sid)
             after = await self._start(key, last) if since is None else since
+            log.debug("HTTP+SSE session %s: stream follows the log after %d", sid, after)
             principal, agent = request.principal, self._path_agent(request)
 
             async def follow(send: SendChunk) -> None:
@@ -704,6 +767,8 @@ class SSEEventsTransport:
 
         async def produce(send: SendChunk) -> None:
             await hs.stream(send, missed, after=last)
+
+        log.debug("HTTP+SSE session %s: stream here after %s", hs.id, last)
 
         assert hs.id is not None
         return _event_stream(produce, hs.id)
@@ -734,6 +799,9 @@ class SSEEventsTransport:
     async def _running_since(self, key: LogKey) -> int | None:
         """The log position just before the response in progress began (``None``: none runs).
 
+        When it runs but its ``response.created`` is not logged yet: the
+        log's last position read (it begins after it).
+
         Where a stream opened without ``Last-Event-ID`` starts when the
         session lives in another process (or is adopted now): its client
         has seen nothing of that response -- a stream that broke before
@@ -742,21 +810,27 @@ class SSEEventsTransport:
         its own queue, which a stream here cannot read. Starting "now"
         lost the response's beginning, or all of it.
         """
-        log = self.app.stores.event_log
+        events = self.app.stores.event_log
         try:
-            running = (await log.load(key)).running
-        except ResumeError:
+            running = (await events.load(key)).running
+        except ResumeError as exc:
+            log.debug("HTTP+SSE session %s: no record (%s)", key[1], exc.code)
             return None
         if running is None:
+            log.debug("HTTP+SSE session %s: no response runs", key[1])
             return None
-        cursor = (await log.window(key)).first - 1
-        while entries := await log.read(key, cursor):
+        cursor = (await events.window(key)).first - 1
+        while entries := await events.read(key, cursor):
             for entry in entries:
                 raw = orjson.loads(entry.data)
                 if raw.get("type") == "response.created" and raw.get("response_id") == running:
                     return entry.position - 1
             cursor = entries[-1].position
-        return None
+        # It runs but has not logged its response.created yet (its payment
+        # lock, say): that comes after all that was read. Starting at the
+        # log's end found a moment later skipped what came in between.
+        log.debug("HTTP+SSE session %s: %s runs, not in the log yet", key[1], running)
+        return cursor
 
     async def _from_log(self, key: LogKey, last: str) -> list[tuple[str, bytes]]:
         return await self._log_after(key, await self._start(key, last))
@@ -783,7 +857,8 @@ class SSEEventsTransport:
         """Stream ``key`` 's log after position ``after`` as another process writes it.
 
         Returns when that process is lost and this one adopted the session
-        (:meth:`_adopt`): the session, and the log position streamed up to.
+        (:meth:`_adopt`): the session, and the log position streamed up to;
+        ``None`` once this process shuts down (the stream ends there).
         """
         log = self.app.stores.event_log
         stream = ResumeStream(after)
@@ -791,6 +866,10 @@ class SSEEventsTransport:
         beat = min(HEARTBEAT, self.limits.idle_timeout / 2)
         quiet = trio.current_time()
         while True:
+            if self.app.draining:
+                # Shutting down: the stream ends, and the client reconnects
+                # with Last-Event-ID, through the balancer, to another process.
+                return None
             sent = stream.backfill(await log.wait(key, stream.cursor, timeout=1.0)).send
             if sent:
                 await send(b"".join(_frame(e.event_id, e.data) for e in sent))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -322,6 +323,7 @@ def test_record_copy_is_a_shallow_copy_of_every_field() -> None:
         "node": "n1",
         "updated": 12.5,
         "ended": True,
+        "request": "evt_1",
     }
     assert set(values) == {f.name for f in attrs.fields(SessionRecord)}
     record = SessionRecord(**values)  # type: ignore[arg-type]
@@ -383,3 +385,8 @@ def test_the_per_principal_cap_is_checked() -> None:
 
     with pytest.raises(ValueError):
         MemoryEventLog(max_sessions_per_principal=0)
+def test_a_record_keeps_what_it_does_not_know_out() -> None:
+    # A record written by a newer version (a field this one lacks), read in a rolling update.
+    newer = orjson.loads(SessionRecord(agent="a", running="resp_1", request="evt_1").encode())
+    decoded = SessionRecord.decode(orjson.dumps({**newer, "future_field": [1]}))
+    assert decoded == SessionRecord(agent="a", running="resp_1", request="evt_1")

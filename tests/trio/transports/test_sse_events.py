@@ -267,3 +267,44 @@ async def test_a_session_nobody_reads_does_not_hold_the_shutdown() -> None:
                 await trio.sleep(0.3)  # response.cancelled waits for room
             server.shutdown()
     assert transport.session_count == 0
+
+
+class Chatter(TestAgent):
+    """``count`` deltas ``c0 c1 ...``, a scheduler round apart."""
+
+    name = "chatter"
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        for i in range(self.count):
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"c{i} ")))
+            await trio.lowlevel.checkpoint()
+
+
+async def test_streams_opened_and_dropped_mid_response_lose_and_repeat_nothing() -> None:
+    # The response runs while no stream is attached, and streams come and go
+    # (the first without Last-Event-ID, the others with the last id read): what
+    # was queued as each one opened reaches it, once, in order.
+    agent = Chatter(400)
+    path = "/agents/chatter/events"
+    with trio.fail_after(TIMEOUT):
+        async with serving([agent]) as (http, _):
+            sid = (await post(http, CREATE, path=path)).headers["x-session-id"]
+            turn = [
+                {"type": "input.text", "session_id": sid, "text": "go"},
+                {"type": "response.create", "session_id": sid},
+            ]
+            assert (await post(http, turn, sid, path=path)).status_code == 200
+            events: list[dict[str, object]] = []
+            while not events or events[-1]["type"] != "response.done":
+                last = {"last-event-id": str(events[-1]["event_id"])} if events else {}
+                async with open_stream(http, sid, f"{path}/stream", **last) as stream:
+                    for _ in range(7):  # a few, then the stream is dropped
+                        events.append(await stream.next())
+                        if events[-1]["type"] == "response.done":
+                            break
+    ids = [e["event_id"] for e in events]
+    assert len(ids) == len(set(ids))
+    assert wire.texts(events) == "".join(f"c{i} " for i in range(agent.count))
