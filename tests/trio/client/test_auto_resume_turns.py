@@ -19,8 +19,8 @@ import trio
 
 from tests._support.raw import receive_or_eof
 from tests.trio.transports.test_uamp_resume import GatedAgent, serving
+from uamp_stores.event_log import MemoryEventLog
 from uamp_trio.client import ClientError, connect
-from uamp_trio.stores.event_log import MemoryEventLog
 
 TIMEOUT = 30
 _UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
