@@ -50,6 +50,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from . import _fastinit
 from .errors import UampError
 from .events import Event
 from .interrupts import Answer, InterruptPort
@@ -64,6 +65,7 @@ __all__ = [
     "ResponderError",
     "TurnRequest",
     "placeholder_arguments",
+    "with_interrupts",
 ]
 
 #: ``TurnRequest.metadata`` key: the payment token that answered the
@@ -157,6 +159,16 @@ class TurnRequest:
     answers: dict[str, Answer] = attrs.field(factory=dict)
 
 
+#: TurnRequest, copied with its interrupt port: see :func:`with_interrupts`.
+_WITH_INTERRUPTS = _fastinit.replacer(TurnRequest, ("interrupts",))
+
+
+def with_interrupts(request: TurnRequest, port: InterruptPort | None) -> TurnRequest:
+    """``attrs.evolve(request, interrupts=port)``, compiled (every transport does it per turn)."""
+    made: TurnRequest = _WITH_INTERRUPTS(request, port)
+    return made
+
+
 class ResponderError(UampError):
     """An agent's failure, reported to the client as ``response.error``.
 
@@ -223,3 +235,7 @@ def placeholder_arguments(tool: ToolDefinition, text: str) -> str:
             kind = next((k for k in kind if k != "null"), "string")
         args[key] = text if kind == "string" else _PLACEHOLDER_BY_TYPE.get(str(kind), text)
     return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+
+
+#: The classes given a compiled ``__init__`` (uamp_proto._fastinit).
+FAST_INIT = _fastinit.install(globals())

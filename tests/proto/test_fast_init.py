@@ -14,11 +14,11 @@ from typing import Any
 import attrs
 import pytest
 
-from uamp_proto import _fastinit
+from uamp_proto import _fastinit, responder
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 
-COMPILED = [*ty.FAST_INIT, *ev.FAST_INIT]
+COMPILED = [*ty.FAST_INIT, *ev.FAST_INIT, *responder.FAST_INIT]
 
 
 def _all_attrs_classes() -> list[type[Any]]:
@@ -50,7 +50,9 @@ def _args(cls: type[Any], every: bool) -> dict[str, Any]:
 
 def test_the_hot_classes_and_every_protocol_class_are_compiled() -> None:
     assert ev.ResponseDelta in COMPILED and ty.DeltaText in COMPILED
-    assert sorted(c.__name__ for c in _all_attrs_classes()) == sorted(c.__name__ for c in COMPILED)
+    assert responder.TurnRequest in COMPILED
+    compiled = [c.__name__ for c in COMPILED if c not in responder.FAST_INIT]
+    assert sorted(c.__name__ for c in _all_attrs_classes()) == sorted(compiled)
 
 
 @pytest.mark.parametrize("cls", COMPILED, ids=lambda c: c.__name__)
@@ -199,3 +201,13 @@ def test_with_ids_is_the_evolve_it_replaces(cls: type[Any]) -> None:
                         assert stamped is event
                     else:
                         assert _fields(stamped) == _fields(attrs.evolve(event, **changes))
+
+
+def test_with_interrupts_is_the_evolve_it_replaces() -> None:
+    """``responder.with_interrupts``: ``attrs.evolve(request, interrupts=port)``, the port too."""
+    request = responder.TurnRequest(**_args(responder.TurnRequest, True))
+    port = object()
+    made = responder.with_interrupts(request, port)  # type: ignore[arg-type]
+    assert type(made) is responder.TurnRequest and made.interrupts is port
+    assert _fields(made) == _fields(attrs.evolve(request, interrupts=port))
+    assert responder.with_interrupts(made, None).interrupts is None

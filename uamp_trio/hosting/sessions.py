@@ -120,7 +120,14 @@ from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtoc
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer, advertised, declaration, outcome_of
 from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState, bounded_wait
 from uamp_proto.principal import ANONYMOUS, Principal
-from uamp_proto.responder import PAID_TOKEN, Emit, Responder, ResponderError, TurnRequest
+from uamp_proto.responder import (
+    PAID_TOKEN,
+    Emit,
+    Responder,
+    ResponderError,
+    TurnRequest,
+    with_interrupts,
+)
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
     LAST_REQUEST,
@@ -2490,7 +2497,7 @@ class SessionHost:
             port = self._app.interrupts.port(
                 request, supported=advertised(client.extensions if client is not None else None)
             )
-            request = attrs.evolve(request, interrupts=port)
+            request = with_interrupts(request, port)
         runner = ResponseRunner(
             agent,
             request,

@@ -73,7 +73,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-import attrs
 import trio
 
 from uamp_proto import events as ev
@@ -99,7 +98,7 @@ from uamp_proto.errors import UampError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Responder
+from uamp_proto.responder import Responder, with_interrupts
 from uamp_proto.resume import ResumeError, ResumeStream
 from uamp_stores.event_log import EventLog, SessionRecord
 from uamp_stores.health import StoreUnavailable
@@ -456,7 +455,7 @@ class AiSdkTransport:
         )
         background = self.app.background
         port = self.app.interrupts.port(turn, supported=background is not None)
-        turn = attrs.evolve(turn, interrupts=port)
+        turn = with_interrupts(turn, port)
         run = _Run(self, answer, encoder, charge, body, slot)
         if slot.ready:
             run.begin()

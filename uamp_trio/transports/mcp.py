@@ -72,7 +72,6 @@ import logging
 import uuid
 from typing import Any, Final
 
-import attrs
 import trio
 
 from uamp_proto import events as ev
@@ -84,7 +83,7 @@ from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, BusyError
 from uamp_proto.errors import UampError
 from uamp_proto.payment import BALANCE_EVENT, PaymentPolicy, PaymentRequiredError, balance_fields
 from uamp_proto.principal import ANONYMOUS, Principal
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest, with_interrupts
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_comment, encode_json
 
@@ -325,7 +324,7 @@ class McpDispatcher:
         if self.interrupts is not None:
             asks = self.elicits and notify is not None
             port = self.interrupts.port(request, supported=asks)
-            request = attrs.evolve(request, interrupts=port)
+            request = with_interrupts(request, port)
         waiting: dict[str, trio.CancelScope] = {}
         encoded = progress.encoded if progress is not None else None
         asking: trio.Nursery | None = None

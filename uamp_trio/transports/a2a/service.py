@@ -107,7 +107,7 @@ from uamp_proto.payment import (
     balance_fields,
 )
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest, with_interrupts
 from uamp_proto.signing import JWKS_PATH
 from uamp_stores.health import StoreUnavailable
 
@@ -1168,7 +1168,7 @@ class A2ATransport:
         run = TaskRun(task, self.ids, uamp_events=prepared.uamp_events)
         current = live
         port = self.app.interrupts.port(turn_request, supported=self.app.background is not None)
-        turn_request = attrs.evolve(turn_request, interrupts=port)
+        turn_request = with_interrupts(turn_request, port)
 
         def updates_of(event: ev.Event) -> list[Update]:
             if isinstance(event, ev.InterruptRequest):
