@@ -70,6 +70,8 @@ import anyio
 import attrs
 import orjson
 
+from uamp_proto import types as ty
+from uamp_proto.codec import unstructure
 from uamp_proto.resume import LogEntry, LogWindow, Positions, ResumeError, ResumeStream, Retention
 
 from .background import BackgroundLoop
@@ -79,6 +81,7 @@ log = logging.getLogger("uamp_stores")
 
 __all__ = [
     "EventLog",
+    "HistoryJSON",
     "LogKey",
     "MemoryEventLog",
     "SessionRecord",
@@ -161,6 +164,33 @@ class SessionRecord:
 
 #: The fields of a :class:`SessionRecord`.
 _RECORD_FIELDS: Final = frozenset(a.name for a in attrs.fields(SessionRecord))
+
+
+class HistoryJSON:
+    """A session's conversation as JSON for its record, each message converted once.
+
+    The core only ever extends a session's history list (or replaces the
+    list), so the messages converted last time are still the list's first
+    ones: only the new ones are converted. The list handed out is never
+    changed afterwards (a longer one is a new list), so records queued
+    earlier keep the conversation they were queued with.
+    """
+
+    __slots__ = ("json", "source")
+
+    def __init__(self) -> None:
+        self.source: list[ty.Message] | None = None
+        self.json: list[dict[str, object]] = []
+
+    def of(self, history: list[ty.Message]) -> list[dict[str, object]]:
+        """``history`` as JSON (a list that nobody changes)."""
+        if history is not self.source or len(history) < len(self.json):
+            self.source, self.json = history, []
+        done = len(self.json)
+        if done < len(history):
+            self.json = self.json + [unstructure(m) for m in history[done:]]
+        return self.json
+
 
 #: One queued write: ``("reset" | "record", key, SessionRecord, time)``,
 #: ``("event", key, LogEntry, time)`` or ``("lost", key, None, time)`` (delete

@@ -56,7 +56,7 @@ from uamp_proto.resume import (
     resume_from,
     start_after,
 )
-from uamp_stores.event_log import EventLog, LogKey, SessionRecord
+from uamp_stores.event_log import EventLog, HistoryJSON, LogKey, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from uamp_stores.orphans import interrupt_lost
 
@@ -112,6 +112,7 @@ class Connection:
         self.records: dict[str, SessionRecord] = {}
         self._owners: dict[str, Callable[[], None]] = {}
         self._handlers: dict[str, Any] = {}
+        self._history: dict[str, HistoryJSON] = {}
         #: Resumed sessions whose log another writer still writes (set once taken on).
         self.following: dict[str, anyio.Event] = {}
         self.turns: dict[str, Turn] = {}
@@ -248,7 +249,7 @@ class Connection:
             return
         ctx = self.conn.sessions.get(sid)
         if ctx is not None:
-            record.history = unstructure(ctx.history)
+            record.history = self._history.setdefault(sid, HistoryJSON()).of(ctx.history)
             record.config = unstructure(ctx.config) if ctx.config is not None else None
         for name, value in changes.items():
             setattr(record, name, value)
@@ -259,6 +260,7 @@ class Connection:
         key = self.keys.pop(sid, None)
         self.records.pop(sid, None)
         self._owners.pop(sid, None)
+        self._history.pop(sid, None)
         handler = self._handlers.pop(sid, None)
         if key is not None and handler is not None:
             self.log.unregister(key, handler)

@@ -140,7 +140,7 @@ from uamp_proto.resume import (
     start_after,
 )
 from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
-from uamp_stores.event_log import SessionRecord
+from uamp_stores.event_log import HistoryJSON, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
 from ..engines.supervise import supervised
@@ -207,32 +207,6 @@ def _payment_error(exc: BaseException) -> PaymentRequiredError | None:
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _payment_error(exc.exceptions[0])
     return None
-
-
-class _HistoryJSON:
-    """A session's conversation as JSON for its record, each message converted once.
-
-    The core only ever extends a session's history list (or replaces the
-    list), so the messages converted last time are still the list's first
-    ones: only the new ones are converted. The list handed out is never
-    changed afterwards (a longer one is a new list), so records queued
-    earlier keep the conversation they were queued with.
-    """
-
-    __slots__ = ("json", "source")
-
-    def __init__(self) -> None:
-        self.source: list[ty.Message] | None = None
-        self.json: list[dict[str, object]] = []
-
-    def of(self, history: list[ty.Message]) -> list[dict[str, object]]:
-        """``history`` as JSON (a list that nobody changes)."""
-        if history is not self.source or len(history) < len(self.json):
-            self.source, self.json = history, []
-        done = len(self.json)
-        if done < len(history):
-            self.json = self.json + [unstructure(m) for m in history[done:]]
-        return self.json
 
 
 @attrs.frozen(kw_only=True)
@@ -823,7 +797,7 @@ class SessionHost:
         #: The sessions whose log this host writes: id -> (log key, owner callback).
         self._logged: dict[str, tuple[LogKey, Callable[[], None]]] = {}
         self._records: dict[str, SessionRecord] = {}
-        self._history_json: dict[str, _HistoryJSON] = {}
+        self._history_json: dict[str, HistoryJSON] = {}
         #: Set once the peer is gone and its running responses go on into the log.
         self.detached = False
         #: The handlers this host answers with, by session id (:meth:`_answer_for`).
@@ -1430,7 +1404,7 @@ class SessionHost:
         if ctx is not None:
             converted = self._history_json.get(sid)
             if converted is None:
-                converted = self._history_json[sid] = _HistoryJSON()
+                converted = self._history_json[sid] = HistoryJSON()
             record.history = converted.of(ctx.history)
         for name, value in changes.items():
             setattr(record, name, value)
