@@ -115,6 +115,9 @@ class Config:
             more ``session.create`` gets 429 ``too_many_sessions``.
         sse_session_idle_timeout: An HTTP+SSE session with no stream, no
             running turn and no POST for this long (seconds) is forgotten.
+        payment_wait: How long a Realtime response held for payment waits
+            (seconds; the ``payment.required``'s ``expires_at``), as ``uamp
+            serve``'s sessions (``SessionLimits.payment_wait``).
         a2a_card_key: Sign every A2A agent card with this key (``uamp serve
             --a2a-sign-cards``); its public half joins the JWKS the
             signatures' ``jku`` names.
@@ -144,6 +147,7 @@ class Config:
     sse_max_sessions: int = 64
     sse_session_idle_timeout: float = 300.0
     metrics: bool = False
+    payment_wait: float = 600.0
     a2a_card_key: CardKey | None = None
     a2a_push: PushDelivery | None = None
     a2a_max_push_configs: int = MAX_CONFIGS

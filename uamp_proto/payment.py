@@ -253,6 +253,13 @@ class PaymentRequiredError(UampError):
             can_retry=True,
         )
 
+    def submit_error_event(self) -> ev.PaymentErrorEvent:
+        """The ``payment.error`` of a refused ``payment.submit``: one that carried no
+        token is ``token_invalid`` (``payment_required`` would ask for what it just got)."""
+        if self.code == "payment_required":
+            self.code, self.reason = "token_invalid", "No payment token was submitted."
+        return self.error_event()
+
     def accepts(self) -> list[dict[str, object]]:
         """The ``accepts`` list of the HTTP/JSON-RPC forms (one entry per scheme)."""
         req = self.requirements
@@ -299,9 +306,7 @@ class Charge(Protocol):
     runs in ``finally`` blocks), so implementations shield it.
     """
 
-    async def settle(
-        self, usage: ty.UsageStats | None, *, used: bool
-    ) -> ev.PaymentBalance | None:
+    async def settle(self, usage: ty.UsageStats | None, *, used: bool) -> ev.PaymentBalance | None:
         """Charge what the response used, free the rest; the balance update to send, if any.
 
         Settling again changes nothing (and returns ``None``).

@@ -44,14 +44,21 @@ def serve(request: pytest.FixtureRequest, thread_server: Any) -> Iterator[Callab
     """``server = serve(*agents)``: the agents' Realtime endpoint on either server."""
     with ExitStack() as stack:
 
-        def start(*agents: Responder) -> Any:
+        def start(
+            *agents: Responder, policy: TokenPolicy | None = None, payment_wait: float = 600.0
+        ) -> Any:
+            listed = list(agents) or [DemoAgent()]
             if request.param == "uamp serve":
-                return thread_server(_app(None, *agents))
+                app = App(listed)
+                mount_realtime(app, payment_policy=policy, payment_wait=payment_wait)
+                return thread_server(app)
             import uamp_asgi
             from tests._support.asgi import uvicorn_server
 
-            config = uamp_asgi.Config(transports=("realtime",))
-            url = stack.enter_context(uvicorn_server(uamp_asgi.app(list(agents), config=config)))
+            config = uamp_asgi.Config(
+                transports=("realtime",), payment_policy=policy, payment_wait=payment_wait
+            )
+            url = stack.enter_context(uvicorn_server(uamp_asgi.app(listed, config=config)))
             return SimpleNamespace(url=url)
 
         yield start
@@ -263,8 +270,8 @@ def test_beta_header_gets_beta_event_names(thread_server: Any) -> None:
     _run(main())
 
 
-def test_payment_required_then_submit(thread_server: Any) -> None:
-    server = thread_server(_app(TokenPolicy({"tok_ok"})))
+def test_payment_required_then_submit(serve: Any) -> None:
+    server = serve(policy=TokenPolicy({"tok_ok"}))
 
     async def main() -> None:
         client = _client(server)
@@ -562,10 +569,8 @@ def test_the_session_expires_when_its_credential_does(thread_server: Any, tmp_pa
     _run(main())
 
 
-def test_an_unpaid_response_is_dropped_at_the_requirements_expires_at(thread_server: Any) -> None:
-    app = App([DemoAgent()])
-    mount_realtime(app, payment_policy=TokenPolicy({"tok_ok"}), payment_wait=1.0)
-    server = thread_server(app)
+def test_an_unpaid_response_is_dropped_at_the_requirements_expires_at(serve: Any) -> None:
+    server = serve(policy=TokenPolicy({"tok_ok"}), payment_wait=1.0)
 
     async def main() -> None:
         async with _client(server).realtime.connect(model="m") as conn:

@@ -19,9 +19,10 @@ turns a turn's UAMP events into Realtime events; this module is the I/O:
 * ``response.cancel`` cancels the running turn (``response.done``, status
   ``cancelled``);
 * payment: a ``response.create`` the session's token does not pay for is held
-  and answered ``payment.required``; ``payment.submit`` with a token that pays
-  gets ``payment.accepted`` and starts it (no agent runs unpaid), one that does
-  not gets ``payment.error``;
+  and answered ``payment.required``, whose ``expires_at`` is ``Config.payment_wait``
+  away (then the hold is dropped with an ``error``); ``payment.submit`` with a
+  token that pays gets ``payment.accepted`` (with ``balance_remaining``) and
+  starts it (no agent runs unpaid), one that does not gets ``payment.error``;
 * signing: with ``Config.response_signer`` a completed ``response.done``
   carries ``signature`` over the response's text and the ``response.create``
   message that started it.
@@ -55,7 +56,14 @@ from uamp_proto import voice
 from uamp_proto.adapters import realtime as rt
 from uamp_proto.codec import unstructure
 from uamp_proto.ids import short_random_ids
-from uamp_proto.payment import Charge, PaymentRequiredError
+from uamp_proto.payment import (
+    Charge,
+    PaymentRequiredError,
+    balance_of,
+    bounded_wait,
+    pricing_of,
+    refusal,
+)
 from uamp_proto.responder import Responder
 
 from ..app import Host
@@ -95,6 +103,8 @@ class _Connection:
         #: A ``response.create`` awaiting payment, with its raw message.
         self.held: tuple[rt.CreateResponse, bytes | str] | None = None
         self.group: anyio.abc.TaskGroup | None = None
+        #: What drops the held response at its ``expires_at``.
+        self._hold_expiry: anyio.CancelScope | None = None
         self.lock = anyio.Lock()
 
     async def send(self, event: dict[str, Any]) -> None:
@@ -184,11 +194,25 @@ class _Connection:
                 self.agent, self.payment_token, response_id, self.ws.principal
             )
         except PaymentRequiredError as unpaid:
-            self.held = (action, message)
-            await self.send(rt.payment_event(unpaid.event(), self.session.ids("event")))
+            wait = self.host.config.payment_wait
+            required, wait = bounded_wait(unpaid.event(), time.time(), wait)
+            self.held = held = (action, message)
+            assert self.group is not None
+            self.group.start_soon(self._expire_hold, held, wait)
+            await self.send(rt.payment_event(required, self.session.ids("event")))
             return False
         self._start(action, message, response_id, charge)
         return True
+
+    async def _expire_hold(self, held: tuple[rt.CreateResponse, bytes | str], wait: float) -> None:
+        """Drop ``held`` if it is still unpaid after ``wait`` seconds (its ``expires_at``)."""
+        with anyio.CancelScope() as scope:
+            self._hold_expiry = scope
+            await anyio.sleep(wait)
+            if self.held is not held:
+                return
+            self.held = None  # the next response.create may run
+            await self.error(rt.hold_expired(wait), "payment_required", held[0].client_event_id)
 
     def _start(
         self,
@@ -258,25 +282,26 @@ class _Connection:
             active.turn.cancel()
 
     async def _payment(self, action: rt.SubmitPayment) -> None:
-        """A token for the held response: it starts once the token pays for it."""
+        """A token: ``payment.error`` if it cannot pay, else ``payment.accepted`` (with
+        what it has left) and the held response, if any, starts on it (as ``uamp serve``)."""
         self.payment_token = action.token
-        held, self.held = self.held, None
-        if held is None:
-            return
-        response_id = short_random_ids("resp")
-        try:
-            charge = await self.host.open_charge(
-                self.agent, self.payment_token, response_id, self.ws.principal
+        policy = self.host.config.payment_policy
+        unpaid = await refusal(policy, self.agent.name, action.token, pricing_of(self.agent))
+        if unpaid is not None:  # the held response waits for a better token
+            await self.send(
+                rt.payment_event(unpaid.submit_error_event(), self.session.ids("event"))
             )
-        except PaymentRequiredError as unpaid:
-            self.held = held  # still unpaid: it waits for a better token
-            if unpaid.code == "payment_required":  # the submit carried no token
-                unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
-            await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
             return
-        accepted = ev.PaymentAccepted(payment_id=short_random_ids("pay"))
+        remaining = await balance_of(policy, action.token)
+        accepted = ev.PaymentAccepted(
+            payment_id=short_random_ids("pay"), balance_remaining=remaining
+        )
         await self.send(rt.payment_event(accepted, self.session.ids("event")))
-        self._start(held[0], held[1], response_id, charge)
+        held, self.held = self.held, None
+        if self._hold_expiry is not None:
+            self._hold_expiry.cancel()  # paid in time
+        if held is not None:
+            await self._charge_and_start(*held)
 
 
 def mount(host: Host) -> None:

@@ -121,6 +121,7 @@ __all__ = [
     "SubmitPayment",
     "cancel_refusal",
     "error_event",
+    "hold_expired",
     "needs_signature",
     "open_session",
     "payment_event",
@@ -250,6 +251,15 @@ def cancel_refusal(requested: str | None, active: str | None) -> str | None:
 def needs_signature(out: dict[str, Any]) -> bool:
     """Whether server event ``out`` is a completed ``response.done`` (what a signer signs)."""
     return out.get("type") == "response.done" and out["response"].get("status") == "completed"
+
+
+def hold_expired(wait: float) -> str:
+    """The ``error`` message (code ``payment_required``) of a ``response.create`` held
+    for payment and dropped after ``wait`` seconds (the requirements' ``expires_at``)."""
+    return (
+        f"No payment was accepted within {wait:g} s (the requirements' expires_at): "
+        "the response.create was dropped."
+    )
 
 
 def payment_event(event: ev.Event, event_id: str) -> dict[str, Any]:

@@ -252,12 +252,7 @@ class _RealtimeConnection:
             slot, self.held, self.held_slot = self.held_slot, None, None
             if slot is not None:
                 slot.close()  # the next response.create may run
-            await self.error(
-                f"No payment was accepted within {wait:g} s (the requirements' expires_at): "
-                "the response.create was dropped.",
-                "payment_required",
-                held[0].client_event_id,
-            )
+            await self.error(rt.hold_expired(wait), "payment_required", held[0].client_event_id)
 
     async def _create(self, action: rt.CreateResponse, message: bytes | str) -> None:
         gate = self.conversations
@@ -420,9 +415,9 @@ class _RealtimeConnection:
         self.payment_token = action.token
         unpaid = await self.served.refusal(self.payment_token)
         if unpaid is not None:
-            if unpaid.code == "payment_required":  # the submit carried no token
-                unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
-            await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
+            await self.send(
+                rt.payment_event(unpaid.submit_error_event(), self.session.ids("event"))
+            )
             return
         remaining = await self.served.balance(self.payment_token)
         accepted = ev.PaymentAccepted(
