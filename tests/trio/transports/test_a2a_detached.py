@@ -100,3 +100,55 @@ async def test_rest_client_that_disconnects_leaves_its_task_running(serve_app: A
 
             await _until(completed)
     assert agent.finished == 1
+
+
+async def _results(lines: Any, until: Any) -> list[dict[str, Any]]:
+    """The JSON-RPC results of an SSE stream's data lines, up to the first ``until(result)``."""
+    out: list[dict[str, Any]] = []
+    async for line in lines:
+        if line.startswith("data: "):
+            out.append(json.loads(line[6:])["result"])
+            if until(out[-1]):
+                return out
+    return out
+
+
+def _final(result: dict[str, Any]) -> bool:
+    return bool(result.get("final"))
+
+
+async def test_a_subscriber_that_attaches_mid_stream_gets_the_later_text(serve_app: Any) -> None:
+    """The turn skips publishing while nobody watches; once a subscriber does, it publishes."""
+    agent = GatedAgent(tail=2)
+    server = await serve_app(create_app([agent], transports=[a2a_transport.mount]))
+    url = f"{server.url}/agents/gated/a2a"
+    with trio.fail_after(30):
+        async with httpx.AsyncClient(timeout=30) as http:
+            send = rpc("message/stream", {"message": a2a_message("go")})
+            async with http.stream("POST", url, json=send) as sent:
+                lines = sent.aiter_lines()
+                first = await _results(lines, lambda r: r.get("kind") == "artifact-update")
+                task_id = first[0]["id"]
+                watch = rpc("tasks/resubscribe", {"id": task_id}, rid=2)
+                async with http.stream("POST", url, json=watch) as watched:
+                    followed = watched.aiter_lines()
+                    snapshot = await _results(followed, lambda r: True)
+                    assert snapshot[0]["id"] == task_id
+                    agent.gate.set()  # the rest of the text: through the shortcut
+                    seen = await _results(followed, _final)
+                rest = await _results(lines, _final)
+    texts = [
+        part["text"]
+        for r in seen
+        if r.get("kind") == "artifact-update"
+        for part in r["artifact"]["parts"]
+    ]
+    assert texts == ["x" * 2048, "x" * 2048, "done", ""]  # "" closes the text artifact
+    assert seen[-1]["status"]["state"] == "completed"
+    sent_texts = [
+        part["text"]
+        for r in rest
+        if r.get("kind") == "artifact-update"
+        for part in r["artifact"]["parts"]
+    ]
+    assert sent_texts == texts
