@@ -110,6 +110,8 @@ def to_message(value: AgentInput) -> Message:
 
 
 def _history_of(value: Any) -> list[Message]:
+    if type(value) is list:  # the usual history: a list of messages
+        return list(value)
     history = getattr(value, "history", None)
     if callable(history):
         return list(history())
@@ -435,14 +437,24 @@ class Agent:
         progress reports reach the consumer, and a tool may catch what they
         raise), no tracer (its spans record the exception's type).
         """
-        return (
-            not self.middleware
-            and type(self.execution) in _BARE_STRATEGIES
-            and self.strategy.on_complete is None
-            and self.strategy.on_error is None
-            and all(t.context_param is None for t in self._tools)
-            and tracing_off()
-        )
+        strategy = self.strategy
+        if (
+            self.middleware
+            or type(self.execution) not in _BARE_STRATEGIES
+            or strategy.on_complete is not None
+            or strategy.on_error is not None
+            or not tracing_off()
+        ):
+            return False
+        tools = self._tools
+        known = self.__dict__.get("_quiet_tools")
+        if known is None or known[0] is not tools:  # once per tool list
+            known = self.__dict__["_quiet_tools"] = (
+                tools,
+                all(t.context_param is None for t in tools),
+            )
+        quiet: bool = known[1]
+        return quiet
 
     def to_tool(
         self,
@@ -605,7 +617,8 @@ class Agent:
                     f"on_error must return a Turn or None, not {type(recovered).__name__}"
                 ) from exc
             turn = recovered
-        await self.strategy.call("on_complete", turn)
+        if self.strategy.on_complete is not None:
+            await self.strategy.call("on_complete", turn)
         return turn
 
     async def _strategy_turn(self, exe: ExecutionContext, mctx: MiddlewareContext) -> Turn:

@@ -687,6 +687,14 @@ def _plus(a: ty.UsageStats | None, b: ty.UsageStats) -> ty.UsageStats:
 def _minus(total: ty.UsageStats, sent: ty.UsageStats | None) -> ty.UsageStats | None:
     """The token counts in ``total`` not yet reported by ``sent`` (``None``: nothing)."""
 
+    if (
+        sent is not None
+        and total.input_tokens == sent.input_tokens
+        and total.output_tokens == sent.output_tokens
+        and total.cached_tokens == sent.cached_tokens
+    ):
+        return None  # the usual end: the model reported the run's usage already
+
     def gap(x: int | None, y: int | None) -> int:
         return max(0, (x or 0) - (y or 0))
 

@@ -653,7 +653,8 @@ class ExecutionContext:
         step_id = self.state.step_id = uuid4_str()
         self._step_start_index[step] = len(self.state.messages)
         self.run_checks()
-        await self.strategy.call("on_step_start", step, self.state)
+        if self.strategy.on_step_start is not None:
+            await self.strategy.call("on_step_start", step, self.state)
         stream = self.stream_steps
         if self._listeners or (stream and self._emitter is not None):
             await self.emit(
@@ -704,6 +705,8 @@ class ExecutionContext:
             checkpoint_id = await maybe_await(self._on_step(step, self.state))
             if isinstance(checkpoint_id, str):
                 await self.emit("checkpoint", {"checkpoint_id": checkpoint_id}, step=step)
+        if self.strategy.stop_condition is None:
+            return False
         return bool(await self.strategy.call("stop_condition", self.state))
 
     # --- results --------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,11 +37,19 @@ __all__ = ["AgentStrategy", "StepResult", "maybe_await"]
 Hook = Callable[..., Any]
 
 
+#: Values that are never awaitable: told apart by their type alone
+#: (``inspect.isawaitable`` asks an ABC, a tenth of a hook call).
+_PLAIN: frozenset[type] = frozenset({type(None), str, bool, int, float, list, dict, tuple})
+
+
 async def maybe_await(value: Any) -> Any:
     """Await ``value`` if it is awaitable, else return it unchanged."""
-    if inspect.isawaitable(value):
+    kind = type(value)
+    if kind is CoroutineType:
         return await value
-    return value
+    if kind in _PLAIN or not inspect.isawaitable(value):
+        return value
+    return await value
 
 
 @attrs.frozen(kw_only=True)

@@ -44,6 +44,30 @@ def add_usage(a: UsageStats, b: UsageStats | None) -> UsageStats:
     """
     if b is None:
         return a
+    if (
+        a.input_tokens is None
+        and a.output_tokens is None
+        and a.total_tokens is None
+        and a.cached_tokens is None
+        and a.cost is None
+        and a.audio is None
+    ):
+        # Nothing yet (a run's first model call): what _add comes to, without
+        # its calls (a differential test holds the two together).
+        inp, out, cached, total = b.input_tokens, b.output_tokens, b.cached_tokens, _total(b)
+        return UsageStats(
+            input_tokens=None if inp is None else 0 + inp,
+            output_tokens=None if out is None else 0 + out,
+            total_tokens=None if total is None else 0 + total,
+            cached_tokens=None if cached is None else 0 + cached,
+            cost=b.cost,
+            audio=b.audio,
+        )
+    return _add(a, b)
+
+
+def _add(a: UsageStats, b: UsageStats) -> UsageStats:
+    """The field-wise sum of two usage records (see :func:`add_usage`)."""
     cost: UsageCost | None = a.cost
     if b.cost is not None:
         if cost is None:

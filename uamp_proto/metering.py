@@ -86,11 +86,13 @@ class InstrumentMeter:
     open_streams: Any
     live_responses: Any
     _children: dict[tuple[Any, tuple[str, ...]], Any]
+    _live: dict[str, int]
 
     def create_instruments(self, prometheus: Any) -> None:
         """A registry of its own (two apps never share counters), and the instruments."""
         prometheus.disable_created_metrics()  # creation times say nothing
         self._children = {}
+        self._live = {}
         self.registry = r = prometheus.CollectorRegistry(auto_describe=True)
         counter, gauge, histogram = prometheus.Counter, prometheus.Gauge, prometheus.Histogram
         by = ["transport", "agent"]
@@ -144,12 +146,22 @@ class InstrumentMeter:
         return child
 
     def run_started(self, agent: str) -> None:
-        """A run began."""
-        self._child(self.live_responses, agent).inc()
+        """A run began.
+
+        The runs in progress are counted in a plain dictionary that the
+        gauge reads when scraped: a gauge's own ``inc`` and ``dec`` take a
+        lock each, twice per run.
+        """
+        live = self._live
+        count = live.get(agent)
+        if count is None:
+            count = 0
+            self.live_responses.labels(agent).set_function(lambda: live[agent])
+        live[agent] = count + 1
 
     def run_ended(self, agent: str) -> None:
         """A run ended."""
-        self._child(self.live_responses, agent).dec()
+        self._live[agent] -= 1
 
     def saw_first_delta(self, transport: str, agent: str, seconds: float) -> None:
         """A run's first delta."""
