@@ -187,6 +187,8 @@ async def test_a_response_its_process_died_in_ends_interrupted_on_the_other(wher
                     result = stream.result
                     record = await log.load((ALICE, session.id))
     assert client.reconnects == 1
+    # The resumed session named the turn as acted on: the client did not ask it again.
+    assert client.resent == 0
     assert deltas == [f"d{i} " for i in range(STALL_AFTER)]
     assert result is not None and result.status == "failed"
     assert result.error is not None and result.error.code == "interrupted"
@@ -371,3 +373,21 @@ async def test_stored_responses_outlive_their_process(where: str) -> None:
                     gone = await http.delete(f"{path}/{rid}", headers=alice)
                     assert gone.json()["deleted"] is True
                     assert (await http.get(f"{path}/{rid}", headers=alice)).status_code == 404
+
+
+async def test_a_question_sent_into_the_dying_connection_is_asked_again(where: str) -> None:
+    """The resumed ``session.created`` names the last turn acted on (``last_request``):
+    uamp's client sends again the one the dead process never saw."""
+    with app_process(where) as (first, a), app_process(where) as (_, b):
+        async with forwarding(a) as lb, reader(where) as log:
+            url = f"ws://127.0.0.1:{lb.port}/agents/echo/uamp"
+            with trio.fail_after(TIMEOUT):
+                async with connect(url, headers=AUTH, auto_resume=True) as client:
+                    session = await client.create_session()
+                    await session.ask("one")
+                    await until_logged(log, (ALICE, session.id), session.last_event_id)
+                    lb.target = b
+                    kill(first)
+                    two = await session.ask("two")  # maybe written to the dead socket
+    assert two.text == "You said: two (3 messages)"
+    assert client.reconnects == 1

@@ -49,6 +49,7 @@ from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.resume import (
+    LAST_REQUEST,
     RESUMED,
     LogEntry,
     ResumeError,
@@ -193,7 +194,7 @@ class Connection:
         elif isinstance(event, ev.ResponseCreate):
             sid = event.session_id
             assert sid is not None
-            self.start(sid)
+            self.start(sid, request=event.event_id)
         elif isinstance(event, ev.ResponseCancel):
             await self.cancel(event.session_id or "")
         elif isinstance(event, ev.ToolResult):
@@ -330,7 +331,8 @@ class Connection:
         """Answer a resume: created, then the log after ``start``, then take the session on."""
         ctx = self.conn.sessions[sid]
         self.restore(ctx, record)
-        frame = self.conn.accept(sid, agent=agent.name, extensions={RESUMED: True})
+        last = {LAST_REQUEST: record.request} if record.request else {}
+        frame = self.conn.accept(sid, agent=agent.name, extensions={RESUMED: True, **last})
         await self.write([frame])
         self.following[sid] = anyio.Event()
         self.spawn(self.take_on, sid, ResumeStream(start))
@@ -394,10 +396,11 @@ class Connection:
 
     # --- responses -----------------------------------------------------------------
 
-    def start(self, sid: str, *, created: bool = True) -> None:
-        self.spawn(self.respond, sid, created)
+    def start(self, sid: str, *, created: bool = True, request: str | None = None) -> None:
+        """Run the session's response (``request``: its ``response.create`` 's event id)."""
+        self.spawn(self.respond, sid, created, request)
 
-    async def respond(self, sid: str, created: bool) -> None:
+    async def respond(self, sid: str, created: bool, asked: str | None = None) -> None:
         following = self.following.get(sid)
         if following is not None:
             await following.wait()  # the conversation is the log's once taken on
@@ -448,7 +451,10 @@ class Connection:
         turn = Turn(agent, request, sink, charge=charge, created=created)
         self.turns[sid] = turn
         inputs = unstructure(core.input_messages)
-        self.put_record(sid, running=request.response_id, input=inputs)
+        # The record names the turn acted on: a client that resumes elsewhere
+        # sends again one it asked for into a dying connection (LAST_REQUEST).
+        named = {"request": asked} if asked else {}
+        self.put_record(sid, running=request.response_id, input=inputs, **named)
         try:
             await turn.run()
         finally:
