@@ -1253,6 +1253,95 @@ def rpc_post(path: str, method: str, params: dict[str, Any], *headers: str) -> b
     return raw.replace(b"\r\n\r\n", f"{extra}\r\n\r\n".encode(), 1)
 
 
+def with_push_allow(directory: Path) -> tuple[str, ...]:
+    """A server of its own that delivers A2A push notifications to this machine."""
+    return ("--a2a-push-allow", "127.0.0.1/32")
+
+
+async def _webhook(stream: trio.SocketStream, posted: list[Any], release: trio.Event) -> None:
+    """A push receiver: reads each POST; holds its first until ``release``, answers 200."""
+    conn = h11.Connection(h11.SERVER)
+    body = bytearray()
+    async with stream:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                conn.receive_data(data)
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                posted.append(json.loads(body))
+                body.clear()
+                if len(posted) == 1:
+                    await release.wait()
+                answer = [h11.Response(status_code=200, headers=[("content-length", "0")])]
+                await stream.send_all(b"".join(conn.send(e) or b"" for e in answer))
+                await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+                conn.start_next_cycle()
+            elif isinstance(event, h11.ConnectionClosed):
+                return
+
+
+async def _task_state(port: int, path: str, task_id: str) -> str | None:
+    """The state ``GetTask`` gives (the answer carries the artifact: read up to 16 MiB)."""
+    raw = rpc_post(path, "GetTask", {"id": task_id, "historyLength": 0}, "A2A-Version: 1.0")
+    stream = await connect(port)
+    async with stream:
+        await send_quietly(stream, raw)
+        data = await read_all(stream, limit=10, most=1 << 24)
+    try:
+        task = json.loads(data.partition(b"\r\n\r\n")[2])["result"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    state = task.get("status", {}).get("state") if isinstance(task, dict) else None
+    return state if isinstance(state, str) else None
+
+
+async def push_slow_webhook(port: int, long: bool) -> Outcome:
+    """A task streams a flood to its A2A push webhook, which holds its first POST."""
+    count = 4000 if long else 1000
+    posted: list[Any] = []
+    release = trio.Event()
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    hook = listeners[0].socket.getsockname()[1]
+    message = {"role": "ROLE_USER", "parts": [{"text": f"flood {count}"}], "messageId": "m-hook"}
+    configuration = {
+        "returnImmediately": True,
+        "taskPushNotificationConfig": {"url": f"http://127.0.0.1:{hook}/hook"},
+    }
+    params = {"message": message, "configuration": configuration}
+    path = f"/agents/{AGENT}/a2a"
+    states: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, lambda s: _webhook(s, posted, release), listeners)
+        _, sent = await exchange(port, rpc_post(path, "SendMessage", params, "A2A-Version: 1.0"))
+        task_id = ((sent or {}).get("result") or {}).get("task", {}).get("id")
+        with trio.move_on_after(60 if long else 20):  # the flood runs into the held webhook
+            while task_id:
+                state = await _task_state(port, path, task_id)
+                if state not in (None, "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
+                    break
+                await trio.sleep(1.0)  # a GetTask carries the whole artifact: seldom
+        release.set()
+        with trio.move_on_after(10):  # what was kept reaches the webhook, the end last
+            while not states or states[-1] != "TASK_STATE_COMPLETED":
+                await trio.sleep(0.05)
+                states = [
+                    p["statusUpdate"]["status"]["state"] for p in posted if "statusUpdate" in p
+                ]
+        nursery.cancel_scope.cancel()
+    chunks = sum(1 for p in posted if "artifactUpdate" in p)
+    return Outcome(
+        sent=f"{count} deltas of 1 KiB to a task whose webhook holds its first POST",
+        answer=f"{len(posted)} POSTs ({chunks} artifact updates), states {states}",
+        ok=bool(task_id) and states[-1:] == ["TASK_STATE_COMPLETED"] and len(posted) <= 1 + 256,
+        allowed_runs=1,  # the flooding task
+    )
+
+
 async def acp_session_pin(port: int, long: bool) -> Outcome:
     """ACP session/new with a 1 MiB cwd, then with 60 KiB ones, all from one principal."""
     big, small = (120, 150) if long else (20, 120)
@@ -1685,6 +1774,7 @@ SCENARIOS = [
     Scenario.of(expired_socket_room_actions, server=with_jwt),
     Scenario.of(deep_json_multi_session),
     Scenario.of(chat_memory_pin),
+    Scenario.of(push_slow_webhook, server=with_push_allow),
 ]
 
 

@@ -26,6 +26,7 @@ WORK = {
     "deep_json_multi_session",  # the live session's one response
     "busy_queue_flood",  # the held prompt and the eight queued ones, in turn
     "interrupt_flood",  # every run is the agent's: 32 park, the rest are refused the ask
+    "push_slow_webhook",  # the flooding task itself
 }
 
 
@@ -76,6 +77,7 @@ SCENARIOS = [
     "expired_socket_room_actions",
     "deep_json_multi_session",
     "chat_memory_pin",
+    "push_slow_webhook",
 ]
 
 

@@ -15,6 +15,7 @@ import orjson
 import pytest
 import trio
 
+from uamp_proto import types as ty
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2ATask, TaskState, Update
 from uamp_trio.transports.a2a.push import PushSender
@@ -84,4 +85,61 @@ async def test_an_update_told_while_its_webhook_is_posting_goes_after(
         ("hook-a", "TASK_STATE_WORKING"),
         ("hook-a", "TASK_STATE_COMPLETED"),
     ]
+    assert sender._queues == {}
+
+
+def _chunk(n: int) -> Update:
+    text = ty.TextContent(text=f"chunk {n}")
+    artifact = a2a.Artifact(artifact_id="answer", name="answer", items=[text])
+    return Update(
+        kind="artifact", task_id="task-1", context_id="ctx-1", artifact=artifact, append=n > 0
+    )
+
+
+async def test_a_webhook_that_never_answers_holds_a_bounded_queue_and_gets_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The abuse: a task streams 2,000 updates to a webhook that holds its first POST.
+
+    Before the bound every update waited in memory for the webhook; now at
+    most ``max_queued`` do, the artifact chunks give way, and every status
+    update (the task's end included) is still posted, in order.
+    """
+    released = trio.Event()
+    posted: list[dict[str, Any]] = []
+
+    async def held_post(config: dict[str, Any], payload: bytes) -> None:
+        if not posted:
+            posted.append(orjson.loads(payload))
+            await released.wait()  # the receiver sits on its first request
+            return
+        posted.append(orjson.loads(payload))
+
+    sender = PushSender(max_queued=16)
+    monkeypatch.setattr(sender, "_post", held_post)
+    task = _task("hook-a")
+    longest = 0
+    async with trio.open_nursery() as nursery:
+        sender.notify(nursery, task, _status(TaskState.WORKING))
+        await trio.sleep(0.001)  # the first post is held
+        for n in range(2000):
+            sender.notify(nursery, task, _chunk(n))
+            if n == 1000:
+                sender.notify(nursery, task, _status(TaskState.INPUT_REQUIRED))
+            longest = max(longest, len(sender._queues[("task-1", "hook-a")]))
+        sender.notify(nursery, task, _status(TaskState.COMPLETED, final=True))
+        released.set()
+    states = [p["statusUpdate"]["status"]["state"] for p in posted if "statusUpdate" in p]
+    assert longest == 16
+    assert states == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED"]
+    assert len(posted) == 1 + 16
+    assert sender.counts["dropped"] == 2000 + 2 - 16  # what came while the queue was full
+    # The chunks that stayed are the newest, in order.
+    chunks = [
+        p["artifactUpdate"]["artifact"]["parts"][0]["text"]
+        for p in posted[1:-1]
+        if "artifactUpdate" in p
+    ]
+    numbers = [int(c.split()[1]) for c in chunks]
+    assert numbers == list(range(2000 - len(numbers), 2000))
     assert sender._queues == {}

@@ -12,7 +12,12 @@ time, in the order :meth:`PushSender.notify` was called: each config of a
 task has one queue and at most one task draining it (a lock per update
 would not do: trio starts the tasks spawned in one scheduler step in a
 random order, so a turn that ends without a checkpoint could push its
-``completed`` before its ``working``). A request carries
+``completed`` before its ``working``). A webhook slower than its task
+cannot make the server hold the whole stream: a queue keeps at most
+``max_queued`` updates; past that the oldest artifact update waiting is
+dropped (a status update only when no artifact update waits), so the
+state changes and the task's end still reach the receiver, which can get
+the whole task with ``GetTask``. A request carries
 ``Authorization: <scheme> <credentials>`` when the config names
 authentication, and ``X-A2A-Notification-Token`` when it has a token. A
 failed delivery (a connection error, a timeout, a 5xx or 429) is retried
@@ -61,6 +66,8 @@ __all__ = ["PushSender"]
 log = logging.getLogger("uamp_trio.a2a.push")
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: A delivery waiting for its webhook: the config, the body, whether it is a status update.
+_Queued = tuple[dict[str, Any], bytes, bool]
 
 
 class PushSender:
@@ -76,6 +83,7 @@ class PushSender:
             (default: anyio's ``getaddrinfo``; under Trio, Trio's and its
             custom resolver).
         ssl_context: Verifies ``https`` receivers (default: the system's CAs).
+        max_queued: Updates waiting for one webhook of a task at most.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class PushSender:
         timeout: float = 15.0,
         resolver: Resolve = resolve,
         ssl_context: ssl.SSLContext | None = None,
+        max_queued: int = 256,
     ) -> None:
         self.allow: list[_Network] = [ipaddress.ip_network(a, strict=False) for a in allow]
         self.attempts = attempts
@@ -94,11 +103,13 @@ class PushSender:
         self.timeout = timeout
         self.resolver = resolver
         self.ssl_context = ssl_context
+        self.max_queued = max_queued
         #: Per (task, config): the deliveries not made yet, oldest first; a
         #: key is here exactly while one ``_deliver`` task drains it.
-        self._queues: dict[tuple[str, str], deque[tuple[dict[str, Any], bytes]]] = {}
-        #: Deliveries made, by outcome (``delivered``, ``failed``, ``refused``).
-        self.counts: dict[str, int] = {"delivered": 0, "failed": 0, "refused": 0}
+        self._queues: dict[tuple[str, str], deque[_Queued]] = {}
+        #: Deliveries made, by outcome (``delivered``, ``failed``, ``refused``),
+        #: and updates ``dropped`` from a full queue.
+        self.counts: dict[str, int] = {"delivered": 0, "failed": 0, "refused": 0, "dropped": 0}
 
     def _allowed(self, address: str) -> bool:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
@@ -136,21 +147,39 @@ class PushSender:
         if nursery is None:
             return  # no server around the app: nowhere to run deliveries
         payload = orjson.dumps(a2a.render_update(update, Dialect.V1))
+        status = update.kind == "status"
         for config in list(task.push_configs.values()):
             key = (task.id, config["id"])
             queue = self._queues.get(key)
             if queue is not None:  # its drain is running: it takes this one next
-                queue.append((dict(config), payload))
+                if len(queue) >= self.max_queued:
+                    self._drop_one(key, queue)
+                queue.append((dict(config), payload, status))
                 continue
-            self._queues[key] = deque([(dict(config), payload)])
+            self._queues[key] = deque([(dict(config), payload, status)])
             nursery.start_soon(self._deliver, key)
+
+    def _drop_one(self, key: tuple[str, str], queue: deque[_Queued]) -> None:
+        """Make room in a full queue: its oldest artifact update, else its oldest update."""
+        for index, (_, _, status) in enumerate(queue):
+            if not status:
+                del queue[index]
+                break
+        else:
+            queue.popleft()
+        if not self.counts["dropped"] % 1000:  # the first drop, then every thousandth
+            log.warning(
+                "push notifications to a webhook of task %s fall behind; dropping updates",
+                key[0],
+            )
+        self.counts["dropped"] += 1
 
     async def _deliver(self, key: tuple[str, str]) -> None:
         """Post the queued updates of one webhook of a task, in order, until none is left."""
         queue = self._queues[key]
         try:
             while queue:
-                config, payload = queue.popleft()
+                config, payload, _ = queue.popleft()
                 await self._post(config, payload)
         finally:
             del self._queues[key]
