@@ -96,6 +96,14 @@ class SseEmit:
             frames = self._frames = TextChunkFrames(dialect, self._encode)
         await self._send(frames.frame(update))
 
+    async def updates(self, updates: list[a2a.Update], dialect: Dialect) -> None:
+        """Send ``updates`` as :meth:`update` would one by one, in one piece."""
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = TextChunkFrames(dialect, self._encode)
+        frame = frames.frame
+        await self._send(b"".join([frame(update) for update in updates]))
+
 
 @attrs.frozen
 class Opened:

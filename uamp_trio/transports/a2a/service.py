@@ -211,6 +211,9 @@ class _Prepared:
     answering: _Live | None = None
     follow: trio.MemoryReceiveChannel[Update] | None = None
     paused_at: trio.Event | None = None
+    #: Writes several updates as the send's ``write`` would one by one, in
+    #: one piece (a stream's batch of ready updates); ``None``: one by one.
+    write_many: Callable[[list[Update]], Awaitable[None]] | None = None
     #: A message that answered a turn paused on *another* process (a shared
     #: store): the send follows the task's updates from the store instead.
     elsewhere: TaskFeed | None = None
@@ -482,6 +485,16 @@ class A2ATransport:
                 else:
                     await emit(a2a.render_update(update, dialect))
 
+            async def write_many(updates: list[Update]) -> None:
+                # No direct reply comes once the first update is out (a
+                # reply is the first thing a turn shows): frames alone.
+                if opened and prepared.reply is None and isinstance(emit, SseEmit):
+                    await emit.updates(updates, dialect)
+                else:
+                    for update in updates:
+                        await write(update)
+
+            prepared.write_many = write_many
             await self._execute(call.agent, prepared, write)
             if not opened and prepared.reply is None:
                 await emit(snapshot)
@@ -1064,7 +1077,7 @@ class A2ATransport:
         paused_at = live.paused
         nursery.start_soon(self._run, agent, prepared, None, live)
         if receive is not None and write is not None:
-            await _forward(receive, write)
+            await _forward(receive, write, prepared.write_many)
         elif wait:
             await _first_of(live.done, paused_at)
 
@@ -1079,7 +1092,7 @@ class A2ATransport:
         live = prepared.answering
         assert live is not None and prepared.follow is not None and prepared.paused_at is not None
         if write is not None:
-            await _forward(prepared.follow, write)
+            await _forward(prepared.follow, write, prepared.write_many)
             return
         prepared.follow.close()
         if wait:
@@ -1368,21 +1381,33 @@ class A2ATransport:
 
 
 async def _forward(
-    receive: trio.MemoryReceiveChannel[Update], write: Callable[[Update], Awaitable[None]]
+    receive: trio.MemoryReceiveChannel[Update],
+    write: Callable[[Update], Awaitable[None]],
+    write_many: Callable[[list[Update]], Awaitable[None]] | None = None,
 ) -> None:
-    """Write a turn's updates until it ends, or pauses for a person (a final update)."""
+    """Write a turn's updates until it ends, or pauses for a person (a final update).
+
+    Whatever else is ready goes out with each update, before the next
+    checkpoint (through ``write_many`` when given: one piece for the lot),
+    so the writer sends them in one write.
+    """
+    paused = a2a.TaskState.INPUT_REQUIRED
     async with receive:
         async for update in receive:
-            while True:
-                await write(update)
-                if update.final and update.state is a2a.TaskState.INPUT_REQUIRED:
-                    return  # the task waits for a message; this request is done
-                # Whatever else is ready goes out with it, before the next
-                # checkpoint: the writer then sends the lot in one write.
+            batch = [update]
+            while not (update.final and update.state is paused):
                 try:
                     update = receive.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
+                batch.append(update)
+            if write_many is None or len(batch) == 1:
+                for update in batch:
+                    await write(update)
+            else:
+                await write_many(batch)
+            if update.final and update.state is paused:
+                return  # the task waits for a message; this request is done
 
 
 async def _first_of(*events: trio.Event) -> None:
