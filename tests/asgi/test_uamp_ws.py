@@ -95,3 +95,27 @@ async def test_a_dropped_connection_is_resumed_mid_response(ws_base: str) -> Non
     assert result.text == "".join(f"d{i} " for i in range(GATE.count))
     # The resumed session kept its conversation: the second turn saw the first.
     assert [m.text for m in GATE.requests[1].messages][:2] == ["count", "".join(texts)]
+
+
+async def test_a_single_session_client_need_not_name_its_session(ws_base: str) -> None:
+    """UAMP section 10: without ``session_id`` an event goes to the only session, as under
+    ``uamp serve`` (a ``response.create`` without one used to end the connection)."""
+    import json
+
+    import trio_websocket
+
+    with trio.fail_after(TIMEOUT):
+        async with trio_websocket.open_websocket_url(f"{ws_base}/agents/echo/uamp") as ws:
+            create = {"type": "session.create", "uamp_version": "1.0", "session": {}}
+            await ws.send_message(json.dumps(create))
+            assert json.loads(await ws.get_message())["type"] == "session.created"
+            await ws.send_message(json.dumps({"type": "input.text", "text": "bare"}))
+            await ws.send_message(json.dumps({"type": "response.create"}))
+            text = ""
+            while True:
+                event = json.loads(await ws.get_message())
+                if event["type"] == "response.delta":
+                    text += event["delta"].get("text", "")
+                if event["type"] == "response.done":
+                    break
+    assert text == "You said: bare"

@@ -188,23 +188,33 @@ class Connection:
                 await self.write(self.conn.data_to_send())
                 await self.handle(event)
 
+    def session_of(self, event: Any) -> str:
+        """The session ``event`` is for: the one it names, or the only one (single-session
+        mode, UAMP section 10); ``""`` when there is none."""
+        if event.session_id is not None:
+            return str(event.session_id)
+        try:
+            return str(self.conn.session(None).id)
+        except KeyError:
+            return ""
+
     async def handle(self, event: Any) -> None:
         if isinstance(event, ev.SessionCreate):
             await self.create(event)
         elif isinstance(event, ev.ResponseCreate):
-            sid = event.session_id
-            assert sid is not None
-            self.start(sid, request=event.event_id)
+            sid = self.session_of(event)
+            if sid:
+                self.start(sid, request=event.event_id)
         elif isinstance(event, ev.ResponseCancel):
-            await self.cancel(event.session_id or "")
+            await self.cancel(self.session_of(event))
         elif isinstance(event, ev.ToolResult):
-            sid = event.session_id or ""
+            sid = self.session_of(event)
             ctx = self.conn.sessions.get(sid)
             tracker = ctx.response if ctx is not None else None
             if tracker is not None and not tracker.pending_tool_calls and sid not in self.turns:
                 self.start(sid, created=False)
         elif isinstance(event, ev.SessionEnd):
-            sid = event.session_id or ""
+            sid = self.session_of(event)
             self.put_record(sid, ended=True)
             self.release(sid)
 
