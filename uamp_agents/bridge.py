@@ -420,8 +420,7 @@ class AgentEndpoint:
         )
         if self.checkpoints and port is not None:
             on_interrupt = _checkpointed(port.ask, emit, request.response_id)
-        own = {t.name for t in runner.resolved_tools if not t.deferred}
-        mapper = _EventMapper(emit, own, request.response_id)
+        mapper = _EventMapper(emit, _own_tools(runner), request.response_id)
         # Inline (no stream object, no channel); a response nobody watches
         # while it runs (not streamed) shows no step progress either.
         try:
@@ -507,6 +506,17 @@ class AgentEndpoint:
         return agent
 
 
+def _own_tools(runner: Agent) -> frozenset[str]:
+    """The names of the tools ``runner`` runs itself (made once per tool list)."""
+    tools = runner._tools
+    known = runner.__dict__.get("_own_tool_names")
+    if known is None or known[0] is not tools:
+        names = frozenset(t.name for t in tools if not t.deferred)
+        known = runner.__dict__["_own_tool_names"] = (tools, names)
+    own: frozenset[str] = known[1]
+    return own
+
+
 def _uamp_metadata(request: TurnRequest) -> dict[str, Any]:
     """What a run's hooks and tools read as ``ctx.metadata["uamp"]``."""
     return {
@@ -576,7 +586,7 @@ def _new_checkpoint(step: int, state: object) -> str:
 class _EventMapper:
     """Turns one run's stream events into UAMP events for ``emit``."""
 
-    def __init__(self, emit: Emit, own_tools: set[str], response_id: str) -> None:
+    def __init__(self, emit: Emit, own_tools: frozenset[str], response_id: str) -> None:
         self.emit = emit
         self.own_tools = own_tools
         self.response_id = response_id

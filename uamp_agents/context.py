@@ -65,7 +65,7 @@ from .tools import (
     parse_arguments,
     run_tool_calls,
 )
-from .tracing import model_span, tool_span
+from .tracing import NO_SPAN, model_span, tool_span
 from .turn import ToolExecution, Turn, add_usage
 
 if TYPE_CHECKING:
@@ -308,12 +308,13 @@ class ExecutionContext:
             else:
                 response = await self.llm.generate(request)
                 await self._emit_whole(response)
-            span.set("uap.step_id", self.state.step_id)
-            span.set("gen_ai.response.model", response.model)
-            span.set("gen_ai.response.finish_reasons", [response.finish_reason])
-            if response.usage is not None:
-                span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
-                span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
+            if span is not NO_SPAN:  # (an untraced call records nothing)
+                span.set("uap.step_id", self.state.step_id)
+                span.set("gen_ai.response.model", response.model)
+                span.set("gen_ai.response.finish_reasons", [response.finish_reason])
+                if response.usage is not None:
+                    span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
+                    span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
         self.add_usage(response.usage, self.state.step if step is None else step)
         self.run_checks()
         return response

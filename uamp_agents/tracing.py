@@ -15,7 +15,15 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-__all__ = ["CallSpan", "RunTracer", "model_span", "set_tracer", "tool_span", "tracing_off"]
+__all__ = [
+    "NO_SPAN",
+    "CallSpan",
+    "RunTracer",
+    "model_span",
+    "set_tracer",
+    "tool_span",
+    "tracing_off",
+]
 
 
 class CallSpan(Protocol):
@@ -51,6 +59,8 @@ class _Nothing:
 
 
 _NOTHING = _Nothing()
+#: The span every untraced call gets (a caller may skip recording into it).
+NO_SPAN: CallSpan = _NOTHING
 _tracer: RunTracer | None = None
 
 
