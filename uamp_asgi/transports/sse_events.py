@@ -32,6 +32,7 @@ session with no stream, no turn and no POST for
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
@@ -361,6 +362,10 @@ class _Sessions:
             await hs.adopt(sid, found, record)
         except _Refused as refused:
             raise _Answer(_status(refused.code), refused.code, refused.message, 0) from None
+        if sid not in hs.keys:  # the store failed while it was taken on
+            with contextlib.suppress(StoreUnavailable):
+                await log.unclaim(key, f"adopt@{lost}")  # another request may try again
+            raise _Answer(503, "store_unavailable", "The session store did not answer.", 0)
         current = self.live.get(key)
         if current is not None:  # another request adopted it meanwhile
             hs.release_all()
@@ -434,6 +439,10 @@ class _Sessions:
             raise _Answer(400, "duplicate_session", f"session {hs.sid!r} already exists", 0)
         self.live[key] = hs
         self.held[principal.key] += 1
+        log = self.host.event_log
+        if log.shared:  # findable by every process before its id is handed out
+            with contextlib.suppress(StoreUnavailable):  # written once the store answers
+                await log.flush()
         headers = [(_SESSION_HEADER, hs.sid)]
         more, error = await hs.feed(messages[1:])
         if error is not None:
