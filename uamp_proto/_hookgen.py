@@ -242,6 +242,9 @@ class CompiledHooks:
         self._ns: dict[str, Any] = {"WrongType": WrongType, "int_": int}
         self._names: dict[Any, str] = {}
         self._tables: list[tuple[dict[str, _Hook], dict[str, str]]] = []
+        #: Resolved type hints by class (resolving them is most of the work
+        #: of generating: each class is asked for them three or four times).
+        self._hints: dict[type[Any], dict[str, Any]] = {}
 
     # --- public -----------------------------------------------------------
 
@@ -308,7 +311,7 @@ class CompiledHooks:
                 continue
             seen[cls] = None
             try:
-                hints = typing.get_type_hints(cls)
+                hints = self._type_hints(cls)
             except (NameError, TypeError):  # unresolvable hints: refused later
                 continue
             for f in attrs.fields(cls):
@@ -335,6 +338,13 @@ class CompiledHooks:
         name = self._names.get(key)
         return name if name is not None else self._const(key, "builder", _builder(cls))
 
+    def _type_hints(self, cls: type[Any]) -> dict[str, Any]:
+        """``typing.get_type_hints(cls)``, resolved once per class."""
+        hints = self._hints.get(cls)
+        if hints is None:
+            hints = self._hints[cls] = typing.get_type_hints(cls)
+        return hints
+
     def _refuse(self, cls: type[Any]) -> dict[str, Any]:
         """Raise :class:`Unsupported` if ``cls`` is outside the generator's
         rules; otherwise return its resolved type hints."""
@@ -348,7 +358,7 @@ class CompiledHooks:
             if f.validator is not None or f.converter is not None:
                 raise Unsupported(f"{cls.__name__}.{f.name} has a validator or converter")
         try:
-            return typing.get_type_hints(cls)
+            return self._type_hints(cls)
         except (NameError, TypeError) as exc:
             raise Unsupported(f"{cls.__name__}: type hints do not resolve ({exc})") from None
 
