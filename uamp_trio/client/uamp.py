@@ -1173,7 +1173,10 @@ class UampClient(_Link):
     dialled again with backoff and every open session resumed where it broke
     (docs/resume.md): a response being iterated goes on, and calls made
     meanwhile wait for the new connection. A session the server cannot
-    resume is closed with its ``session.error`` code.
+    resume is closed with its ``session.error`` code. A turn whose
+    ``response.created`` never came is sent again when the resumed
+    session's ``last_request`` names an earlier turn (the server never acted
+    on it; :class:`_Sent`).
 
     Attributes:
         sessions: The open sessions, by id.

@@ -40,6 +40,19 @@ or, with no server running the app, in a trio system task. A session with no
 stream attached and no POST for ``idle_timeout`` seconds expires, as does one
 whose UAMP session ended.
 
+One reader at a time: a session's outbox is read by its attached stream,
+or, while none is, by a keeper task that holds the latest events for the
+next stream (``unsent``). A stream that opens -- or replaces another --
+first waits for the previous reader to stop; what that one took is in the
+session's recent events (``replay``, what ``Last-Event-ID`` reads) and,
+when it was not written, back in ``unsent``. Every event is in the log
+before a client sees it.
+
+Shutting down (a graceful drain), a process adopts no session, ends the
+streams it serves from another process's log (the client reconnects
+elsewhere) and answers 503 ``draining`` to a POST for a session it does
+not hold.
+
 Ownership (docs/security.md): an HTTP session belongs to the principal of
 the request that created it (``request.principal``), and sessions are found
 by ``(principal, session id)``. Any other principal naming the id -- to POST
