@@ -33,8 +33,15 @@ from uamp_proto.adapters.completions import error_object, payment_error
 from uamp_proto.errors import UampError
 from uamp_proto.jose import JWKS
 from uamp_proto.paths import compile_pattern
-from uamp_proto.payment import Charge, PaymentRequiredError, open_charge, pricing_of
+from uamp_proto.payment import (
+    PAYMENT_ATTEMPTS_PER_MINUTE,
+    Charge,
+    PaymentRequiredError,
+    open_charge,
+    pricing_of,
+)
 from uamp_proto.principal import ANONYMOUS, Principal
+from uamp_proto.ratelimit import SlidingWindow
 from uamp_proto.responder import Responder
 
 from .config import Config
@@ -108,6 +115,8 @@ class Host:
         self._sockets: list[tuple[re.Pattern[str], WebSocketHandler, str]] = []
         #: The transport whose routes are being mounted.
         self.mounting = "app"
+        #: Payment tokens each principal presents on UAMP sessions (as ``uamp serve``).
+        self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
 
     # --- what transports call --------------------------------------------------
 

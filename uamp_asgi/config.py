@@ -115,7 +115,7 @@ class Config:
             more ``session.create`` gets 429 ``too_many_sessions``.
         sse_session_idle_timeout: An HTTP+SSE session with no stream, no
             running turn and no POST for this long (seconds) is forgotten.
-        payment_wait: How long a Realtime response held for payment waits
+        payment_wait: How long a UAMP or Realtime response held for payment waits
             (seconds; the ``payment.required``'s ``expires_at``), as ``uamp
             serve``'s sessions (``SessionLimits.payment_wait``).
         a2a_card_key: Sign every A2A agent card with this key (``uamp serve

@@ -36,10 +36,12 @@ from . import types as ty
 from .codec import unstructure
 from .errors import UampError
 from .ledger import Pricing
+from .ratelimit import Verdict
 
 __all__ = [
     "BALANCE_EVENT",
     "BLOCKING_STATES",
+    "PAYMENT_ATTEMPTS_PER_MINUTE",
     "PAYMENT_ERROR_CODES",
     "Charge",
     "ChargingPolicy",
@@ -48,12 +50,15 @@ __all__ = [
     "PaymentRequiredError",
     "PaymentState",
     "TokenPolicy",
+    "attempt_events",
     "balance_fields",
     "balance_of",
     "bounded_wait",
+    "held_event",
     "open_charge",
     "pricing_of",
     "refusal",
+    "settle_event",
 ]
 
 PAYMENT_ERROR_CODES = ev.PAYMENT_ERROR_CODES
@@ -488,3 +493,84 @@ def bounded_wait(
         return required, asked.expires_at - now
     deadline = math.ceil(now + wait)
     return attrs.evolve(required, requirements=attrs.evolve(asked, expires_at=deadline)), wait
+
+
+# --- a session's response held for payment (both servers' UAMP sessions) -------
+
+
+def held_event(
+    negotiation: PaymentNegotiation,
+    response_id: str,
+    session_id: str,
+    unpaid: PaymentRequiredError | None = None,
+) -> ev.PaymentRequired:
+    """The ``payment.required`` that holds response ``response_id`` of a session.
+
+    ``unpaid``: the policy just refused to lock its price (what it asks for
+    now); ``None``: a negotiation still open (a response cancelled while it
+    waited) is announced again with the requirements it had.
+    """
+    if unpaid is not None:
+        required = unpaid.event(response_id)
+    else:
+        asked = negotiation.requirements
+        assert asked is not None  # blocks_content implies a payment.required was sent
+        required = ev.PaymentRequired(response_id=response_id, requirements=asked)
+    return attrs.evolve(required, session_id=session_id)
+
+
+def settle_event(
+    negotiation: PaymentNegotiation,
+    session_id: str,
+    unpaid: PaymentRequiredError | None,
+    remaining: str | None,
+    payment_id: str,
+) -> ev.PaymentAccepted | ev.PaymentErrorEvent:
+    """The answer to a presented token: the policy's verdict ``unpaid`` as an event.
+
+    ``payment.accepted`` (with ``remaining``, and the amount asked) releases
+    a held or paused response; ``payment.error`` (``can_retry``: the response
+    keeps waiting for a better token) refuses it, ``token_invalid`` when the
+    submit carried no token.
+    """
+    if unpaid is not None:
+        refused = unpaid.submit_error_event()
+        return attrs.evolve(refused, session_id=session_id)
+    asked = negotiation.requirements
+    return ev.PaymentAccepted(
+        session_id=session_id,
+        payment_id=payment_id,
+        balance_remaining=remaining,
+        amount=asked.amount if asked is not None else None,
+        currency=asked.currency if asked is not None else None,
+    )
+
+
+#: Payment tokens one principal may present per minute (``payment.submit``,
+#: or a token answering ``payment.required``); past it ``payment.error``
+#: ``rate_limited`` and the ledger is not asked (UAMP 7.2).
+PAYMENT_ATTEMPTS_PER_MINUTE = 60
+
+
+def attempt_events(verdict: Verdict, session_id: str) -> list[ev.Event]:
+    """What a session is told when it presents a token (``verdict``: the principal's rate).
+
+    A ``rate_limit`` warning as the rate comes near (UAMP 6.17); past it also
+    ``payment.error`` ``rate_limited`` (``can_retry``: the response stays
+    held), and the token is not judged.
+    """
+    out: list[ev.Event] = []
+    warning = verdict.notice(session_id)
+    if warning is not None:
+        out.append(warning)
+    if not verdict.allowed:
+        message = (
+            f"more than {verdict.limit} payment tokens a minute; try again "
+            "after the rate_limit's reset_at"
+        )
+        out.append(
+            ev.PaymentErrorEvent(
+                session_id=session_id, code="rate_limited", message=message, can_retry=True
+            )
+        )
+    return out

@@ -28,11 +28,27 @@ process is gone ends ``response.error`` ``interrupted`` with its partial
 output (:func:`uamp_stores.orphans.interrupt_lost`). Then this connection
 takes the log over and writes it from there on. Another principal's session
 id is answered ``unknown_session``, like one that never existed.
+
+Payment (UAMP 3.3 and 7.2; spec 004), as ``uamp serve``: before the agent
+runs, its price is locked on the session's latest payment token
+(:meth:`Host.open_charge <uamp_asgi.app.Host.open_charge>`; a ledger answers
+from a worker thread). A response that token does not pay for is *held*:
+``payment.required`` (:func:`uamp_proto.payment.held_event`, with the pending
+``response_id`` and an ``expires_at`` ``Config.payment_wait`` away) goes out
+and the response's task waits. Each token presented (``payment.submit``, or
+``payment_token`` on ``session.update``/``input.text`` answering it) is
+counted against the principal's rate, then judged in one task per session
+(:meth:`Connection.settle`): ``payment.accepted`` wakes the held response,
+which locks its price and runs; ``payment.error`` keeps it waiting. A
+``response.cancel`` ends the wait ``response.cancelled``; the deadline ends it
+``response.error`` ``payment_required``. No agent runs unpaid.
 """
 
 from __future__ import annotations
 
 import functools
+import time
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
@@ -44,10 +60,22 @@ from uamp_proto import types as ty
 from uamp_proto.capabilities import session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection, SessionContext
-from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
-from uamp_proto.payment import PaymentRequiredError
+from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.payment import (
+    Charge,
+    PaymentRequiredError,
+    PaymentState,
+    attempt_events,
+    balance_of,
+    bounded_wait,
+    held_event,
+    pricing_of,
+    refusal,
+    settle_event,
+)
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
     LAST_REQUEST,
     RESUMED,
@@ -117,6 +145,13 @@ class Connection:
         #: Resumed sessions whose log another writer still writes (set once taken on).
         self.following: dict[str, anyio.Event] = {}
         self.turns: dict[str, Turn] = {}
+        #: Per session: set when a presented token was judged (a held response looks again).
+        self.paid: dict[str, anyio.Event] = {}
+        #: Sessions whose token is being judged, and those with another one waiting.
+        self.settling: set[str] = set()
+        self.settle_again: set[str] = set()
+        #: The waits of responses held for payment (a cancel ends one).
+        self.holds: dict[str, anyio.CancelScope] = {}
         self.lock = anyio.Lock()
         self.open = True
         self.group: anyio.abc.TaskGroup | None = None
@@ -207,6 +242,14 @@ class Connection:
                 self.start(sid, request=event.event_id)
         elif isinstance(event, ev.ResponseCancel):
             await self.cancel(self.session_of(event))
+        elif isinstance(event, ev.PaymentSubmit):
+            await self.ask_settle(self.session_of(event))
+        elif isinstance(event, (ev.InputText, ev.SessionUpdate)) and event.payment_token:
+            sid = self.session_of(event)
+            ctx = self.conn.sessions.get(sid)
+            if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
+                # The core took the token as the answer to an open payment.required.
+                await self.ask_settle(sid)
         elif isinstance(event, ev.ToolResult):
             sid = self.session_of(event)
             ctx = self.conn.sessions.get(sid)
@@ -215,6 +258,7 @@ class Connection:
                 self.start(sid, created=False)
         elif isinstance(event, ev.SessionEnd):
             sid = self.session_of(event)
+            self.end_hold(sid)
             self.put_record(sid, ended=True)
             self.release(sid)
 
@@ -223,6 +267,9 @@ class Connection:
         turn = self.turns.get(sid)
         if turn is not None:
             turn.cancel()
+            return
+        if sid in self.holds:
+            self.end_hold(sid)
             return
         if sid not in self.following:
             return
@@ -419,6 +466,12 @@ class Connection:
         agent = self.agents.get(sid)
         if ctx is None or core is None or agent is None:
             return
+        try:
+            charge = await self.preflight(sid, agent, core.response_id)
+        except _Unpaid as unpaid:
+            if sid in self.conn.sessions:
+                await self.owe(unpaid.event(core, sid), sid)
+            return
         config = ctx.config
         request = TurnRequest(
             agent=agent.name,
@@ -428,7 +481,7 @@ class Connection:
             instructions=config.instructions if config else None,
             tools=list(config.tools or []) if config else [],
             token=ctx.token,
-            payment_token=ctx.payment_token,
+            payment_token=ctx.payment.token,
             principal=self.principal,
             client_capabilities=ctx.client_capabilities,
         )
@@ -451,13 +504,6 @@ class Connection:
             ended = True
             await self.deliver([frame], sid)
 
-        try:
-            charge = await self.host.open_charge(
-                agent, ctx.payment_token, request.response_id, request.principal
-            )
-        except PaymentRequiredError as unpaid:
-            await self.owe(core.error_event(unpaid.code, str(unpaid), session_id=sid), sid)
-            return
         turn = Turn(agent, request, sink, charge=charge, created=created)
         self.turns[sid] = turn
         inputs = unstructure(core.input_messages)
@@ -472,6 +518,128 @@ class Connection:
             if not ended:
                 self.put_record(sid, running=None, input=[])
 
+    # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
+
+    async def preflight(self, sid: str, agent: Responder, response_id: str) -> Charge | None:
+        """Lock the response's price on the session's token, holding it until paid.
+
+        Raises:
+            _Unpaid: The session ended, the client cancelled, or nothing was
+                paid by the requirements' ``expires_at``.
+        """
+        while True:
+            ctx = self.conn.sessions.get(sid)
+            if ctx is None:
+                raise _Unpaid(None)
+            negotiation = ctx.payment
+            if not negotiation.blocks_content:
+                try:
+                    return await self.host.open_charge(
+                        agent, negotiation.token, response_id, self.principal
+                    )
+                except PaymentRequiredError as unpaid:
+                    required = held_event(negotiation, response_id, sid, unpaid)
+            else:
+                required = held_event(negotiation, response_id, sid)
+            await self.await_payment(sid, required)
+
+    async def await_payment(self, sid: str, required: ev.PaymentRequired) -> None:
+        """Send ``payment.required`` and wait until a token is accepted.
+
+        Raises:
+            _Unpaid: As :meth:`preflight`.
+        """
+        required, wait = bounded_wait(required, time.time(), self.host.config.payment_wait)
+        await self.owe(required, sid)
+        with anyio.move_on_after(wait) as scope:
+            self.holds[sid] = scope
+            try:
+                while True:
+                    ctx = self.conn.sessions.get(sid)
+                    if ctx is None:
+                        raise _Unpaid(None)
+                    if ctx.payment.state is PaymentState.ACCEPTED:
+                        return
+                    await self.paid.setdefault(sid, anyio.Event()).wait()
+            finally:
+                ended = self.holds.pop(sid, None) is None
+        if ended:  # end_hold: cancelled, or the session or connection ended
+            raise _Unpaid("cancelled" if sid in self.conn.sessions else None)
+        raise _Unpaid(f"no payment was accepted within {wait:g} s (the requirements' expires_at)")
+
+    def end_hold(self, sid: str) -> None:
+        """End the wait of session ``sid`` 's response held for payment, if any."""
+        scope = self.holds.pop(sid, None)
+        if scope is not None:
+            scope.cancel()
+
+    def end_holds(self) -> None:
+        """The client left: responses held for payment end (nobody will pay them)."""
+        for sid in list(self.holds):
+            self.end_hold(sid)
+
+    async def ask_settle(self, sid: str) -> None:
+        """Judge the session's latest token in a task of its own (one per session at a time).
+
+        Past the principal's rate the token is refused unjudged.
+        """
+        if sid not in self.conn.sessions:
+            return
+        now = time.monotonic()
+        verdict = self.host.payment_attempts.hit(self.principal.key, now, time.time())
+        for event in attempt_events(verdict, sid):
+            await self.owe(event, sid)
+        if not verdict.allowed:
+            return
+        if sid in self.settling:
+            self.settle_again.add(sid)
+            return
+        self.settling.add(sid)
+        self.spawn(self.settle_rounds, sid)
+
+    async def settle_rounds(self, sid: str) -> None:
+        try:
+            while True:
+                self.settle_again.discard(sid)
+                await self.settle(sid)
+                if sid not in self.settle_again:
+                    return
+        finally:
+            self.settling.discard(sid)
+
+    async def settle(self, sid: str) -> None:
+        """Answer the token presented with the policy's verdict, and wake a held response."""
+        ctx = self.conn.sessions.get(sid)
+        agent = self.agents.get(sid)
+        if ctx is None or agent is None:
+            return
+        negotiation = ctx.payment
+        policy = self.host.config.payment_policy
+        unpaid = await refusal(policy, agent.name, negotiation.token, pricing_of(agent))
+        remaining = None if unpaid is not None else await balance_of(policy, negotiation.token)
+        if self.conn.sessions.get(sid) is not ctx:
+            return  # the session ended while the ledger answered
+        pay_id = f"pay_{uuid.uuid4().hex[:24]}"
+        await self.owe(settle_event(negotiation, sid, unpaid, remaining, pay_id), sid)
+        woken = self.paid.pop(sid, None)
+        if woken is not None:
+            woken.set()
+
+
+class _Unpaid(UampError):
+    """A held response ends unpaid (``why``: ``None`` the session ended, ``"cancelled"``,
+    else the expiry's message)."""
+
+    def __init__(self, why: str | None) -> None:
+        super().__init__(why)
+        self.why = why
+
+    def event(self, core: ResponseTracker, sid: str) -> ev.Event:
+        """The response's last event."""
+        if self.why == "cancelled":
+            return core.cancelled_event(session_id=sid)
+        return core.error_event("payment_required", str(self.why), session_id=sid)
+
 
 def mount(host: Host) -> None:
     """Serve UAMP over WebSocket at ``.../uamp`` and ``/ws``."""
@@ -485,6 +653,7 @@ def mount(host: Host) -> None:
         try:
             async with anyio.create_task_group() as group:
                 await connection.run(group)
+                connection.end_holds()
                 # The client left: its running turns go on into their logs (a
                 # resumed connection follows them); the handler returns after.
         finally:

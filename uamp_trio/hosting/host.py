@@ -22,6 +22,7 @@ import trio
 
 from uamp_proto.busy import BusyLimits, parse_policy
 from uamp_proto.payment import (
+    PAYMENT_ATTEMPTS_PER_MINUTE,
     Charge,
     PaymentPolicy,
     PaymentRequiredError,
@@ -53,11 +54,6 @@ if TYPE_CHECKING:
     from ..trust.auth import Authenticator
 
 __all__ = ["PAYMENT_ATTEMPTS_PER_MINUTE", "Host", "PolicyTransport", "Transport"]
-
-#: Payment tokens one principal may present per minute (``payment.submit``,
-#: or a token answering ``payment.required``); past it ``payment.error``
-#: ``rate_limited`` and the ledger is not asked (UAMP 7.2).
-PAYMENT_ATTEMPTS_PER_MINUTE = 60
 
 #: A transport mounts its endpoints on a host.
 Transport = Callable[["Host"], None]

@@ -118,7 +118,15 @@ from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer, advertised, declaration, outcome_of
-from uamp_proto.payment import Charge, PaymentRequiredError, PaymentState, bounded_wait
+from uamp_proto.payment import (
+    Charge,
+    PaymentRequiredError,
+    PaymentState,
+    attempt_events,
+    bounded_wait,
+    held_event,
+    settle_event,
+)
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import (
     PAID_TOKEN,
@@ -1910,19 +1918,8 @@ class SessionHost:
             session.principal.key, trio.current_time(), self._clock()
         )
         with contextlib.suppress(LocalProtocolError):
-            warning = verdict.notice(session.id)
-            if warning is not None:
-                self._owe(warning)
-            if not verdict.allowed:
-                self._owe(
-                    ev.PaymentErrorEvent(
-                        session_id=session.id,
-                        code="rate_limited",
-                        message=f"more than {verdict.limit} payment tokens a minute; try again "
-                        "after the rate_limit's reset_at",
-                        can_retry=True,
-                    )
-                )
+            for event in attempt_events(verdict, session.id):
+                self._owe(event)
         return not verdict.allowed
 
     async def _settle_rounds(self, session: _Session) -> None:
@@ -1954,20 +1951,9 @@ class SessionHost:
             remaining = await app.payment_balance(negotiation.token)
         if self.conn.sessions.get(session.id) is not ctx:
             return  # the session ended while the ledger answered
-        reply: ev.Event
-        if unpaid is not None:
-            if unpaid.code == "payment_required":  # a submit that carried no token
-                unpaid.code, unpaid.reason = "token_invalid", "No payment token was submitted."
-            reply = unpaid.error_event(session.id)
-        else:
-            asked = negotiation.requirements
-            reply = ev.PaymentAccepted(
-                session_id=session.id,
-                payment_id=f"pay_{uuid.uuid4().hex[:24]}",
-                balance_remaining=remaining,
-                amount=asked.amount if asked is not None else None,
-                currency=asked.currency if asked is not None else None,
-            )
+        reply = settle_event(
+            negotiation, session.id, unpaid, remaining, f"pay_{uuid.uuid4().hex[:24]}"
+        )
         try:
             self._owe(reply)
         except LocalProtocolError as exc:  # pragma: no cover - any state after a submit allows it
@@ -2042,12 +2028,9 @@ class SessionHost:
                     )
                     return
                 except PaymentRequiredError as unpaid:
-                    required = unpaid.event(response.id)
+                    required = held_event(negotiation, response.id, session.id, unpaid)
             else:
-                asked = negotiation.requirements
-                assert asked is not None  # blocks_content implies a payment.required was sent
-                required = ev.PaymentRequired(response_id=response.id, requirements=asked)
-            required = attrs.evolve(required, session_id=session.id)
+                required = held_event(negotiation, response.id, session.id)
             await self._hold_for_payment(session, response, required)
 
     async def _settle_charge(
