@@ -32,6 +32,12 @@ alternating round by round:
 * ``stream-200``: a 200-chunk SSE stream;
 * ``tool+20``: the server-side tool round, then 20 streamed chunks.
 
+``--callgrind`` prints instead each server's user-space instructions per
+request of each workload (``valgrind --tool=callgrind``, one server at a
+time, switched on for the measured requests only): steady whatever the
+machine's load, and without the kernel's part of either server. Needs
+valgrind; ``--only plain`` measures one workload.
+
 Printed per workload: each server's CPU time (user + system, from ``/proc``)
 per request over all rounds, requests/s (median) and the ratio webagents /
 uamp of CPU per request. Then what the tool round adds: the median
@@ -131,7 +137,8 @@ class Server:
             self.proc = subprocess.Popen(
                 argv, env=env, cwd=ROOT / "bench", stdout=log, stderr=subprocess.STDOUT
             )
-        deadline = time.monotonic() + 60
+        # (a server under valgrind takes minutes to start)
+        deadline = time.monotonic() + (600 if argv[0] == "valgrind" else 60)
         while not port_file.exists() or not port_file.read_text().strip():
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 tail = self.log.read_text(errors="replace")[-3000:]
@@ -142,11 +149,15 @@ class Server:
         wait_for_port(self.port)
 
     def stop(self) -> None:
-        stop_process(self.proc, 10)
+        # (valgrind writes its figures as the server exits: give it time)
+        stop_process(self.proc, 120 if self.proc.args[0] == "valgrind" else 10)
 
 
-def start_uamp(model_url: str | None, tmp: Path) -> Server:
-    """``uamp serve --agent peers_agent:peer --port 0`` (``peer_local`` without a model URL)."""
+def start_uamp(model_url: str | None, tmp: Path, prefix: list[str] | None = None) -> Server:
+    """``uamp serve --agent peers_agent:peer --port 0`` (``peer_local`` without a model URL).
+
+    ``prefix``: run it under this command (``valgrind ...``).
+    """
     port_file = tmp / "uamp.port"
     # The checkout's uamp, whatever the interpreter has installed.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
@@ -164,17 +175,20 @@ def start_uamp(model_url: str | None, tmp: Path) -> Server:
         "cli.print_urls = urls\n"
         f"sys.exit(cli.main(['serve', '--agent', {served!r}, '--port', '0']))\n"
     )
-    return Server([sys.executable, "-c", code], env, "/agents/peer/v1/chat/completions", port_file)
+    argv = [*(prefix or []), sys.executable, "-c", code]
+    return Server(argv, env, "/agents/peer/v1/chat/completions", port_file)
 
 
-def start_webagents(model_url: str | None, tmp: Path, venv: Path = VENV) -> Server:
+def start_webagents(
+    model_url: str | None, tmp: Path, venv: Path = VENV, prefix: list[str] | None = None
+) -> Server:
     """webagents' server (``peers_webagents.py``); its model in process without a model URL."""
     python = webagents_python(venv, "import webagents.server.core.app")
     port_file = tmp / "webagents.port"
     env = {**os.environ, "PYTHONPATH": "", "HOME": str(tmp)}
     script = str(ROOT / "bench" / "peers_webagents.py")
     return Server(
-        [str(python), script, model_url or "--local", str(port_file)],
+        [*(prefix or []), str(python), script, model_url or "--local", str(port_file)],
         env,
         "/peer/chat/completions",
         port_file,
@@ -206,6 +220,12 @@ def main() -> None:
     parser.add_argument("--concurrency", "-c", type=int, default=16)
     parser.add_argument("--scale", type=float, default=1.0, help="requests per round x this")
     parser.add_argument("--json", type=Path, help="write the figures as JSON")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="instructions per request of each server (valgrind), instead of CPU from /proc",
+    )
+    parser.add_argument("--only", help="workloads, comma-separated (default all)")
     parser.add_argument("--serve", choices=["model"])
     parser.add_argument("--port-file", type=Path)
     parser.add_argument(
@@ -220,9 +240,74 @@ def main() -> None:
         return
     figures: dict[str, Any] = {}
     for setup in ("http", "local") if args.setup == "both" else (args.setup,):
-        figures[setup] = compare(setup, args)
+        figures[setup] = instructions(setup, args) if args.callgrind else compare(setup, args)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+
+
+def _workloads(args: argparse.Namespace) -> list[tuple[str, str, bool, int]]:
+    only = set(args.only.split(",")) if args.only else None
+    return [w for w in WORKLOADS if only is None or w[0] in only]
+
+
+def instructions(setup: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Each server's user-space instructions per request of each workload (callgrind).
+
+    One server at a time under ``valgrind --tool=callgrind``, instrumentation
+    switched on (``callgrind_control``) for the measured requests only: a
+    figure that the machine's load does not move, and that leaves out the
+    kernel's part (the socket calls) of both servers.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="uamp-peers-cg-"))
+    model: Server | None = None
+    if setup == "http":
+        model = Server(
+            [sys.executable, __file__, "--serve", "model", "--port-file", str(tmp / "model.port")],
+            dict(os.environ),
+            "/v1",
+            tmp / "model.port",
+        )
+    model_url = model.url if model is not None else None
+    figures: dict[str, Any] = {}
+    print(f"\n== {setup}: instructions per request (callgrind), {args.concurrency} connections")
+    try:
+        for name, prompt, stream, n in _workloads(args):
+            n = max(1, int(n * args.scale))
+            figures[name] = {}
+            for kind, start in (("uamp", start_uamp), ("webagents", start_webagents)):
+                out = tmp / f"{kind}-{name}.callgrind"
+                prefix = [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--instr-atstart=no",
+                    f"--callgrind-out-file={out}",
+                ]
+                server = start(model_url, tmp, prefix=prefix)
+                try:
+                    warm = max(args.concurrency, n // 4)
+                    drive(server.url, prompt, stream, warm, args.concurrency)
+                    toggle = ["callgrind_control", "-i"]
+                    pid = str(server.proc.pid)
+                    subprocess.run([*toggle, "on", pid], check=True, capture_output=True)
+                    result = drive(server.url, prompt, stream, n, args.concurrency)
+                    subprocess.run([*toggle, "off", pid], check=True, capture_output=True)
+                finally:
+                    server.stop()
+                total = 0
+                for line in out.read_text().splitlines():
+                    if line.startswith(("summary:", "totals:")):
+                        total = int(line.split()[1])
+                figures[name][kind] = total / max(1, result["requests"])
+            ratio = figures[name]["webagents"] / figures[name]["uamp"]
+            figures[name]["ratio_webagents_over_uamp"] = ratio
+            print(
+                f"  {name:<11} uamp {figures[name]['uamp'] / 1e3:9,.0f} k   webagents "
+                f"{figures[name]['webagents'] / 1e3:9,.0f} k   webagents / uamp = {ratio:.2f}x"
+            )
+    finally:
+        if model is not None:
+            model.stop()
+    return figures
 
 
 def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -247,7 +332,7 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
             f"{args.rounds} rounds; {os.cpu_count()} CPUs"
         )
         figures: dict[str, Any] = {}
-        for name, prompt, stream, n in WORKLOADS:
+        for name, prompt, stream, n in _workloads(args):
             n = max(1, int(n * args.scale))
             cpu = dict.fromkeys(servers, 0.0)
             done = dict.fromkeys(servers, 0)
