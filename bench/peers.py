@@ -245,6 +245,13 @@ def main() -> None:
         args.json.write_text(json.dumps(figures, indent=2))
 
 
+def start_model(tmp: Path) -> Server:
+    """The mock model server of the ``http`` setup (``--serve model``)."""
+    port_file = tmp / "model.port"
+    argv = [sys.executable, __file__, "--serve", "model", "--port-file", str(port_file)]
+    return Server(argv, dict(os.environ), "/v1", port_file)
+
+
 def _workloads(args: argparse.Namespace) -> list[tuple[str, str, bool, int]]:
     only = set(args.only.split(",")) if args.only else None
     return [w for w in WORKLOADS if only is None or w[0] in only]
@@ -259,14 +266,7 @@ def instructions(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     kernel's part (the socket calls) of both servers.
     """
     tmp = Path(tempfile.mkdtemp(prefix="uamp-peers-cg-"))
-    model: Server | None = None
-    if setup == "http":
-        model = Server(
-            [sys.executable, __file__, "--serve", "model", "--port-file", str(tmp / "model.port")],
-            dict(os.environ),
-            "/v1",
-            tmp / "model.port",
-        )
+    model = start_model(tmp) if setup == "http" else None
     model_url = model.url if model is not None else None
     figures: dict[str, Any] = {}
     print(f"\n== {setup}: instructions per request (callgrind), {args.concurrency} connections")
@@ -313,14 +313,7 @@ def instructions(setup: str, args: argparse.Namespace) -> dict[str, Any]:
 def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     """Both servers in one setup (``http``: the mock model server; ``local``: in process)."""
     tmp = Path(tempfile.mkdtemp(prefix="uamp-peers-"))
-    model: Server | None = None
-    if setup == "http":
-        model = Server(
-            [sys.executable, __file__, "--serve", "model", "--port-file", str(tmp / "model.port")],
-            dict(os.environ),
-            "/v1",
-            tmp / "model.port",
-        )
+    model = start_model(tmp) if setup == "http" else None
     model_url = model.url if model is not None else None
     servers: dict[str, Server] = {}
     try:
