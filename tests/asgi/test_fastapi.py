@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -132,10 +133,14 @@ def test_agui_run(base: str) -> None:
         "state": {},
         "forwardedProps": {},
     }
+    before = int(time.time() * 1000)
     with httpx.stream("POST", f"{base}/agents/echo/agui", json=body) as resp:
         assert resp.status_code == 200
         events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+    after = int(time.time() * 1000)
     assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+    # Every event is stamped (ms since the epoch), as uamp serve's.
+    assert all(before <= e["timestamp"] <= after for e in events)
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert text == "You said: hey"
 

@@ -7,22 +7,21 @@ closing events (error, finish, signature, balance) are its
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
-
-import orjson
 
 from uamp_proto.adapters.agui import (
     AguiError,
     RunEncoder,
     closing_events,
+    encode_sse,
     parse_run_input,
     turn_request,
 )
 from uamp_proto.events import Event
 from uamp_proto.ids import random_ids
 from uamp_proto.payment import PaymentRequiredError
-from uamp_proto.sse import encode_json
 
 from ..app import Host
 from ..http import HTTPError, Reply, Request, StreamReply, Write
@@ -32,7 +31,8 @@ __all__ = ["mount"]
 
 
 def _frame(events: list[dict[str, Any]]) -> bytes:
-    return b"".join([encode_json(orjson.dumps(e)) for e in events])
+    """The events as SSE, each with its ``timestamp`` (milliseconds since the epoch)."""
+    return encode_sse(events, time.time())
 
 
 def _events(events: list[dict[str, Any]]) -> StreamReply:

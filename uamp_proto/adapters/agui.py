@@ -81,6 +81,7 @@ from ..principal import ANONYMOUS, Principal
 from ..responder import TurnRequest
 from ..response import add_usage
 from ..saved_response import AGUI_SIGNATURE_EVENT
+from ..sse import encode_json
 from ._human import (
     Answered,
     AnswerError,
@@ -105,6 +106,7 @@ __all__ = [
     "apply_patch",
     "closing_events",
     "diff_state",
+    "encode_sse",
     "interrupt_entry",
     "parse_resume",
     "parse_run_input",
@@ -998,6 +1000,8 @@ def parse_resume(run: RunInput, pending: Mapping[str, Ask]) -> list[Answered]:
         else:
             raise fail(f'\'resume[{i}].status\' must be "resolved" or "cancelled".')
     return answers
+
+
 def closing_events(
     encoder: RunEncoder, outcome: ResponseOutcome, signature: str | None = None
 ) -> list[dict[str, Any]]:
@@ -1023,3 +1027,9 @@ def closing_events(
         balance = balance_fields(outcome.balance)
         out.insert(-1, {"type": "CUSTOM", "name": BALANCE_EVENT, "value": balance})
     return out
+
+
+def encode_sse(events: list[dict[str, Any]], now: float) -> bytes:
+    """``events`` as SSE frames, each stamped ``timestamp`` (ms since the epoch; ``now`` in s)."""
+    stamp = int(now * 1000)
+    return b"".join([encode_json(orjson.dumps({**e, "timestamp": stamp})) for e in events])

@@ -47,13 +47,13 @@ from functools import partial
 from typing import Any
 
 import attrs
-import orjson
 
 from uamp_proto.adapters.agui import (
     AguiError,
     RunEncoder,
     RunInput,
     closing_events,
+    encode_sse,
     parse_resume,
     parse_run_input,
     turn_request,
@@ -62,7 +62,6 @@ from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, BusyError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import Responder
-from uamp_proto.sse import encode_json
 
 from ..engines.http import SSE_HEADERS, HTTPError, Request, SendChunk, StreamingResponse
 from ..hosting.busy import Slot
@@ -82,10 +81,9 @@ ROUTES = RouteMeta(transport="agui", error_style="openai")
 _INTERRUPT_EVENTS = frozenset({"interrupt.request", "interrupt.resolved"})
 
 
-def _frame(events: list[dict[str, object]]) -> bytes:
+def _frame(events: list[dict[str, Any]]) -> bytes:
     """The events as SSE, each with its ``timestamp`` (milliseconds since the epoch)."""
-    now = int(time.time() * 1000)
-    return b"".join([encode_json(orjson.dumps({**e, "timestamp": now})) for e in events])
+    return encode_sse(events, time.time())
 
 
 class AguiTransport:
