@@ -19,8 +19,9 @@ import uamp_asgi
 from tests._support.asgi import uvicorn_server
 from uamp_asgi.responders import function_agent
 from uamp_proto import events as ev
+from uamp_proto import types as ty
 from uamp_proto.payment import PaymentState
-from uamp_proto.responder import TurnRequest
+from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.asgi_options import serve_options
 from uamp_trio.client import connect
 
@@ -135,3 +136,76 @@ async def test_a_held_response_not_paid_by_its_expiry_ends_payment_required(
     error = seen[-1]
     assert isinstance(error, ev.ResponseErrorEvent) and error.error.code == "payment_required"
     assert runs == []
+
+
+class _AsksOnce:
+    """Asks the client for one tool result, then answers with it (two rounds, one response)."""
+
+    name = "asks"
+
+    def capabilities(self) -> ty.Capabilities:
+        return ty.Capabilities(id=self.name, provider="test", modalities=["text"])
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        runs.append(("round", request.payment_token))
+        if request.messages[-1].role != "tool":
+            await emit(ev.ToolCall(call_id="call_1", name="lookup", arguments="{}"))
+            return
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"got {request.messages[-1].text}")))
+
+
+async def _client_tool_response(url: str, token: str) -> list[str]:
+    with trio.fail_after(TIMEOUT):
+        async with connect(url) as client:
+            lookup = ty.ToolDefinition(function=ty.FunctionDefinition(name="lookup"))
+            session = await client.create_session(
+                "asks",
+                tools=[lookup],
+                on_tool_call=lambda call: "42",
+                on_payment_required=lambda required: token,
+            )
+            stream = session.respond("look it up")
+            seen = [e.type async for e in stream]
+    assert stream.result is not None and stream.result.text == "got 42", seen
+    return seen
+
+
+@pytest.fixture
+def asks_served(tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """The asking agent under uvicorn with a ledger (built outside any running loop)."""
+    options = serve_options(["--ledger", str(tmp_path / "pay.db"), "--price", "0.05"])
+    app = uamp_asgi.app([_AsksOnce()], config=uamp_asgi.Config(**options))
+    with uvicorn_server(app) as base:
+        yield base.replace("http://", "ws://") + "/uamp", options["payment_policy"]
+
+
+def _charged_once(ledger: Any, token: str, seen: list[str]) -> None:
+    assert len(runs) == 2  # the agent ran its two rounds
+    assert seen.count("response.done") == 1
+    state = ledger.show(token).account
+    assert (state.settled, state.locked, state.balance) == (Decimal("0.05"), 0, Decimal("0.95"))
+
+
+async def test_a_response_with_a_client_tool_round_is_charged_once(
+    asks_served: tuple[str, Any],
+) -> None:
+    """Two rounds of the agent (before and after the client's tool result) are one response."""
+    url, policy = asks_served
+    token = policy.ledger.issue("1.00", "USD")
+    runs.clear()
+    seen = await _client_tool_response(url, token)
+    _charged_once(policy.ledger, token, seen)
+
+
+async def test_uamp_serve_charges_a_client_tool_round_once_too(
+    tmp_path: Path, serve_app: Any
+) -> None:
+    from uamp_trio.app import create_app
+
+    options = serve_options(["--ledger", str(tmp_path / "pay.db"), "--price", "0.05"])
+    policy = options["payment_policy"]
+    token = policy.ledger.issue("1.00", "USD")
+    runs.clear()
+    served = await serve_app(create_app([_AsksOnce()], payment_policy=policy))
+    seen = await _client_tool_response(served.url.replace("http://", "ws://") + "/uamp", token)
+    _charged_once(policy.ledger, token, seen)

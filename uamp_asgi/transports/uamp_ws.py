@@ -41,7 +41,13 @@ counted against the principal's rate, then judged in one task per session
 (:meth:`Connection.settle`): ``payment.accepted`` wakes the held response,
 which locks its price and runs; ``payment.error`` keeps it waiting. A
 ``response.cancel`` ends the wait ``response.cancelled``; the deadline ends it
-``response.error`` ``payment_required``. No agent runs unpaid.
+``response.error`` ``payment_required``. No agent runs unpaid. The lock
+belongs to the response, not to one call of the agent: a response that waits
+for the client's tool results keeps it (:attr:`Connection.charges`) for its
+next round, and it is settled once, from the response's own tracker, just
+before its terminal event is sent (or when its session or connection ends
+with it unfinished). A tool result that arrives while the previous round is
+still finishing starts the next round when that one ends.
 """
 
 from __future__ import annotations
@@ -152,6 +158,9 @@ class Connection:
         self.settle_again: set[str] = set()
         #: The waits of responses held for payment (a cancel ends one).
         self.holds: dict[str, anyio.CancelScope] = {}
+        #: The price locked for each session's response in flight, with the
+        #: core's tracker of that response: held across its rounds.
+        self.charges: dict[str, tuple[Charge, ResponseTracker]] = {}
         self.lock = anyio.Lock()
         self.open = True
         self.group: anyio.abc.TaskGroup | None = None
@@ -259,6 +268,8 @@ class Connection:
         elif isinstance(event, ev.SessionEnd):
             sid = self.session_of(event)
             self.end_hold(sid)
+            if sid not in self.turns:  # a running round settles it as it ends
+                await self.settle_charge(sid)
             self.put_record(sid, ended=True)
             self.release(sid)
 
@@ -466,12 +477,17 @@ class Connection:
         agent = self.agents.get(sid)
         if ctx is None or core is None or agent is None:
             return
-        try:
-            charge = await self.preflight(sid, agent, core.response_id)
-        except _Unpaid as unpaid:
-            if sid in self.conn.sessions:
-                await self.owe(unpaid.event(core, sid), sid)
-            return
+        held = self.charges.get(sid)
+        if held is None or held[1] is not core:
+            await self.settle_charge(sid)  # another response's: it is over
+            try:
+                charge = await self.preflight(sid, agent, core.response_id)
+            except _Unpaid as unpaid:
+                if sid in self.conn.sessions:
+                    await self.owe(unpaid.event(core, sid), sid)
+                return
+            if charge is not None:
+                self.charges[sid] = (charge, core)
         config = ctx.config
         request = TurnRequest(
             agent=agent.name,
@@ -494,8 +510,10 @@ class Connection:
             if not isinstance(event, _TERMINAL):
                 await self.owe(event, sid)
                 return
-            # The last event: the record says the response ended, with the
-            # conversation it leaves, before anyone can read that it did.
+            # The last event: charged before it is told, and the record says
+            # the response ended, with the conversation it leaves, before
+            # anyone can read that it did.
+            await self.settle_charge(sid)
             try:
                 frame = self.conn.send(event)
             except LocalProtocolError:
@@ -504,7 +522,7 @@ class Connection:
             ended = True
             await self.deliver([frame], sid)
 
-        turn = Turn(agent, request, sink, charge=charge, created=created)
+        turn = Turn(agent, request, sink, created=created)
         self.turns[sid] = turn
         inputs = unstructure(core.input_messages)
         # The record names the turn acted on: a client that resumes elsewhere
@@ -517,6 +535,27 @@ class Connection:
             self.turns.pop(sid, None)
             if not ended:
                 self.put_record(sid, running=None, input=[])
+                ctx = self.conn.sessions.get(sid)
+                if ctx is None or ctx.response is not core:
+                    await self.settle_charge(sid)  # the session went with it
+                elif not core.pending_tool_calls:
+                    # Its tool results came while this round was finishing.
+                    self.start(sid, created=False)
+
+    async def settle_charge(self, sid: str) -> None:
+        """Settle the price held for ``sid`` 's response (once) from what it used."""
+        held = self.charges.pop(sid, None)
+        if held is None:
+            return
+        charge, tracker = held
+        used = tracker.usage is not None or bool(tracker.output)
+        with anyio.CancelScope(shield=True):
+            await charge.settle(tracker.usage, used=used)
+
+    async def settle_all(self) -> None:
+        """The connection ended: responses left waiting for tool results are settled."""
+        for sid in list(self.charges):
+            await self.settle_charge(sid)
 
     # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
 
@@ -657,6 +696,8 @@ def mount(host: Host) -> None:
                 # The client left: its running turns go on into their logs (a
                 # resumed connection follows them); the handler returns after.
         finally:
+            with anyio.CancelScope(shield=True):
+                await connection.settle_all()
             connection.release_all()
         await ws.close()
 
