@@ -369,7 +369,10 @@ async def run_chat(
     use_rich = out.isatty() if rich is None else rich
     printer = _Printer(out, use_rich, mode)
     try:
-        async with connect(chat_url(url), verify=verify, auto_resume=True) as client:
+        # A server that is not there is said at once; one lost later is ridden out.
+        async with connect(
+            chat_url(url), verify=verify, auto_resume=True, first_dial_for=0
+        ) as client:
             if room is not None:
                 return await run_room(
                     client,

@@ -1138,13 +1138,16 @@ class Redial:
     first_delay: float = 0.1
     max_delay: float = 5.0
 
-    async def dial(self, retry: Callable[[BaseException], bool]) -> tuple[trio.abc.Stream, bytes]:
+    async def dial(
+        self, retry: Callable[[BaseException], bool], give_up_after: float | None = None
+    ) -> tuple[trio.abc.Stream, bytes]:
         """Dial and shake hands, again with backoff after a failure ``retry`` accepts.
 
-        Raises the last failure once ``give_up_after`` seconds are spent, or
-        one ``retry`` refuses.
+        Raises the last failure once ``give_up_after`` seconds (default: the
+        redial's) are spent, or one ``retry`` refuses.
         """
-        delay, give_up = self.first_delay, trio.current_time() + self.give_up_after
+        window = self.give_up_after if give_up_after is None else give_up_after
+        delay, give_up = self.first_delay, trio.current_time() + window
         while True:
             try:
                 return await open_websocket(
@@ -1579,6 +1582,7 @@ async def connect(
     verify: JWKSSource | None = None,
     auto_resume: bool = False,
     resume_for: float = 60.0,
+    first_dial_for: float | None = None,
 ) -> AsyncIterator[UampClient]:
     """Connect to a UAMP WebSocket endpoint (``ws://host:port/ws`` or ``.../agents/NAME/uamp``).
 
@@ -1600,6 +1604,9 @@ async def connect(
             504, closed during the handshake), for up to ``resume_for``.
         resume_for: With ``auto_resume``, how long to keep trying before the
             sessions are closed.
+        first_dial_for: With ``auto_resume``, how long the first dial is
+            tried (default: ``resume_for``; 0: once, so that a server that is
+            not there is an error at once, as a terminal wants).
 
     Raises:
         ClientError: The handshake failed (``agent_not_found`` for an unknown
@@ -1620,7 +1627,7 @@ async def connect(
         )
         # A node lost while we dial (a load balancer's 503, a refused or
         # dropped connection) is ridden out like one lost later.
-        stream, initial = await redial.dial(_transient)
+        stream, initial = await redial.dial(_transient, first_dial_for)
     else:
         stream, initial = await open_websocket(
             url, headers=headers, ssl_context=ssl_context, timeout=connect_timeout

@@ -6,7 +6,7 @@ import pytest
 
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
-from uamp_trio.hosting.sessions import _HistoryJSON
+from uamp_stores.event_log import HistoryJSON
 
 
 def msg(i: int) -> ty.Message:
@@ -27,7 +27,7 @@ CASES = [
 def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
     steps: list[tuple[str, int]],
 ) -> None:
-    converted = _HistoryJSON()
+    converted = HistoryJSON()
     history: list[ty.Message] = []
     handed: list[tuple[list[object], list[object]]] = []  # (list handed out, what it held)
     counter = 0
