@@ -61,6 +61,8 @@ async def test_an_unpaid_turn_is_held_and_a_token_runs_it_and_is_charged_once(
             session = await client.create_session(on_payment_required=pay)
             stream = session.respond("hello")
             seen = [e async for e in stream]
+            while not any(p.type == "payment.balance" for p in session.payments):
+                await trio.sleep(0.01)  # it follows response.done, as under uamp serve
     types = [e.type for e in seen]
     assert types[:3] == ["payment.required", "payment.accepted", "response.created"], types
     assert types[-1] == "response.done"
@@ -73,8 +75,10 @@ async def test_an_unpaid_turn_is_held_and_a_token_runs_it_and_is_charged_once(
     assert [r.requirements.amount for r in asked] == ["0.05"]
     assert session.payment is not None and session.payment.state is PaymentState.ACCEPTED
     assert runs == [("hello", token)]
-    # Charged once: the response's lock, settled.
+    # Charged once: the response's lock, settled; the client is told what is left.
     assert ledger.show(token).account.balance == Decimal("0.05")
+    [balance] = [p for p in session.payments if isinstance(p, ev.PaymentBalance)]
+    assert balance.session_id == session.id and Decimal(balance.balance) == Decimal("0.05")
 
 
 async def test_a_bad_token_is_refused_and_nothing_runs_until_a_good_one(

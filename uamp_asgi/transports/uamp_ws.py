@@ -45,9 +45,10 @@ which locks its price and runs; ``payment.error`` keeps it waiting. A
 belongs to the response, not to one call of the agent: a response that waits
 for the client's tool results keeps it (:attr:`Connection.charges`) for its
 next round, and it is settled once, from the response's own tracker, just
-before its terminal event is sent (or when its session or connection ends
-with it unfinished). A tool result that arrives while the previous round is
-still finishing starts the next round when that one ends.
+before its terminal event is sent, which ``payment.balance`` follows (or
+when its session or connection ends with it unfinished). A tool result that
+arrives while the previous round is still finishing starts the next round
+when that one ends.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
 import anyio
+import attrs
 import orjson
 
 from uamp_proto import events as ev
@@ -513,7 +515,7 @@ class Connection:
             # The last event: charged before it is told, and the record says
             # the response ended, with the conversation it leaves, before
             # anyone can read that it did.
-            await self.settle_charge(sid)
+            balance = await self.settle_charge(sid)
             try:
                 frame = self.conn.send(event)
             except LocalProtocolError:
@@ -521,6 +523,8 @@ class Connection:
             self.put_record(sid, running=None, input=[])
             ended = True
             await self.deliver([frame], sid)
+            if balance is not None:  # what the token has left, after the response
+                await self.owe(attrs.evolve(balance, session_id=sid), sid)
 
         turn = Turn(agent, request, sink, created=created)
         self.turns[sid] = turn
@@ -542,15 +546,16 @@ class Connection:
                     # Its tool results came while this round was finishing.
                     self.start(sid, created=False)
 
-    async def settle_charge(self, sid: str) -> None:
-        """Settle the price held for ``sid`` 's response (once) from what it used."""
+    async def settle_charge(self, sid: str) -> ev.PaymentBalance | None:
+        """Settle the price held for ``sid`` 's response (once) from what it used;
+        the ``payment.balance`` to send after it, if any."""
         held = self.charges.pop(sid, None)
         if held is None:
-            return
+            return None
         charge, tracker = held
         used = tracker.usage is not None or bool(tracker.output)
         with anyio.CancelScope(shield=True):
-            await charge.settle(tracker.usage, used=used)
+            return await charge.settle(tracker.usage, used=used)
 
     async def settle_all(self) -> None:
         """The connection ended: responses left waiting for tool results are settled."""
