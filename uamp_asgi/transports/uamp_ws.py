@@ -555,7 +555,8 @@ class Connection:
         charge, tracker = held
         used = tracker.usage is not None or bool(tracker.output)
         with anyio.CancelScope(shield=True):
-            return await charge.settle(tracker.usage, used=used)
+            balance = await charge.settle(tracker.usage, used=used)
+        return balance
 
     async def settle_all(self) -> None:
         """The connection ended: responses left waiting for tool results are settled."""
