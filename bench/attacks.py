@@ -1224,12 +1224,13 @@ async def mcp_session_flood(port: int, long: bool) -> Outcome:
     )
 
 
-async def exchange(port: int, raw: bytes) -> tuple[str, Any]:
-    """Send ``raw`` on a connection of its own: its status and JSON body (``None``: not JSON)."""
+async def exchange(port: int, raw: bytes, most: int = 1 << 22) -> tuple[str, Any]:
+    """Send ``raw`` on a connection of its own: its status and JSON body (``None``: not JSON;
+    ``most``: bytes read at most)."""
     stream = await connect(port)
     async with stream:
         await send_quietly(stream, raw)
-        data = await read_all(stream, limit=10)
+        data = await read_all(stream, limit=10, most=most)
     lines = status_lines(data)
     try:
         body = json.loads(data.partition(b"\r\n\r\n")[2])
@@ -1288,15 +1289,8 @@ async def _webhook(stream: trio.SocketStream, posted: list[Any], release: trio.E
 async def _task_state(port: int, path: str, task_id: str) -> str | None:
     """The state ``GetTask`` gives (the answer carries the artifact: read up to 16 MiB)."""
     raw = rpc_post(path, "GetTask", {"id": task_id, "historyLength": 0}, "A2A-Version: 1.0")
-    stream = await connect(port)
-    async with stream:
-        await send_quietly(stream, raw)
-        data = await read_all(stream, limit=10, most=1 << 24)
-    try:
-        task = json.loads(data.partition(b"\r\n\r\n")[2])["result"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    state = task.get("status", {}).get("state") if isinstance(task, dict) else None
+    _, got = await exchange(port, raw, most=1 << 24)
+    state = ((got or {}).get("result") or {}).get("status", {}).get("state")
     return state if isinstance(state, str) else None
 
 

@@ -103,7 +103,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import functools
+import importlib
 import os
 import selectors
 import socket
@@ -260,36 +262,11 @@ def serve_uamp(
     from uamp_trio.hosting.sessions import SessionLimits
     from uamp_trio.transports import completions, uamp_ws
 
-    try:
-        from uamp_trio.transports import anthropic
-
-        more = [anthropic.mount]
-    except ImportError:  # a uamp@REV from before the Anthropic transport
-        more = []
-    try:
-        from uamp_trio.transports import responses
-
-        more.append(responses.mount)
-    except ImportError:  # a uamp@REV from before the Responses API
-        pass
-    try:
-        from uamp_trio.transports import ai_sdk
-
-        more.append(ai_sdk.mount)
-    except ImportError:  # a uamp@REV from before the AI SDK transport
-        pass
-    try:
-        from uamp_trio.transports import a2a
-
-        more.append(a2a.mount)
-    except ImportError:  # a uamp@REV from before the A2A transport
-        pass
-    try:
-        from uamp_trio.transports import mcp
-
-        more.append(mcp.mount)
-    except ImportError:  # a uamp@REV from before the MCP transport
-        pass
+    # The transports a uamp@REV may predate (``--against``): mounted when it has them.
+    more = []
+    for name in ("anthropic", "responses", "ai_sdk", "a2a", "mcp"):
+        with contextlib.suppress(ImportError):
+            more.append(importlib.import_module(f"uamp_trio.transports.{name}").mount)
 
     # 100 multiplexed sessions need more than the default 64 per connection.
     limits = SessionLimits(max_sessions=1100, idle_timeout=3600) if soak else None
