@@ -37,8 +37,8 @@ backpressure). ``tool.call`` events are also answered by the session's
 
 Payment (UAMP 3.3, 7.2; spec 004): ``payment.required``, ``payment.accepted``,
 ``payment.error`` and ``payment.balance`` of a response reach its iterator
-like any other event (those that arrive with no response being iterated are
-kept in :attr:`ClientSession.payments`). A session given an
+like any other event (those that arrive with no response being iterated, or
+after its terminal event, are kept in :attr:`ClientSession.payments`). A session given an
 ``on_payment_required`` callback (sync or async) also answers each
 ``payment.required`` by itself: the callback gets the event and returns a
 token, sent as ``payment.submit`` -- or ``None`` to leave it to the caller
@@ -470,6 +470,9 @@ class ClientSession:
         self._failure: ClientError | None = None
         self._updated: deque[trio.Event] = deque()
         self._stream: ResponseStream | None = None
+        #: The stream's response has ended (its terminal event was handed on):
+        #: payment events after it belong to no response.
+        self._stream_over = False
         self._ended: ClientError | None = None
         #: The ``event_id`` of the last event received (what a resume names).
         self.last_event_id: str | None = None
@@ -600,6 +603,7 @@ class ClientSession:
                 "this session is already iterating a response; finish it first",
             )
         self._stream = stream
+        self._stream_over = False
 
     def _release(self, stream: ResponseStream) -> None:
         if self._stream is stream:
@@ -678,7 +682,7 @@ class ClientSession:
             assert isinstance(event, ev.SessionErrorEvent)
             self.errors.append(event)
             self._to_room(event)
-        elif etype in _PAYMENT_EVENTS and self._stream is None:
+        elif etype in _PAYMENT_EVENTS and (self._stream is None or self._stream_over):
             if etype == "payment.required" and self.on_payment_required is not None:
                 assert isinstance(event, ev.PaymentRequired)
                 nursery.start_soon(self._pay, event)
@@ -701,6 +705,8 @@ class ClientSession:
                 assert isinstance(event, ev.PaymentRequired)
                 nursery.start_soon(self._pay, event)
             await self._send_ch.send(event)
+            if etype in _TERMINAL:  # a payment.balance after it is the session's
+                self._stream_over = self._stream is not None
         elif etype == "session.error":
             assert isinstance(event, ev.SessionErrorEvent)
             self.errors.append(event)
