@@ -17,6 +17,7 @@ on the file. Calls run in a worker thread one at a time per ledger.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,7 +79,11 @@ class Ledger(SqlLedger):
     ) -> None:
         super().__init__(clock=clock, owner=owner, concurrency=1)
         self.path = Path(path)
-        # Used from worker threads (SqlLedger.call), one at a time.
+        # One connection for every thread that asks (SqlLedger.call's workers,
+        # a command or test calling a method directly): each transaction holds
+        # it alone, since sqlite3 must never run on one connection in two
+        # threads at once (a process crash, not an error).
+        self._one_at_a_time = threading.RLock()
         self._db = sqlite3.connect(
             self.path, isolation_level=None, timeout=30.0, check_same_thread=False
         )
@@ -93,21 +98,23 @@ class Ledger(SqlLedger):
         self._load_key()
 
     def close(self) -> None:
-        """Close the database."""
-        self._db.close()
+        """Close the database (after a transaction under way in another thread)."""
+        with self._one_at_a_time:
+            self._db.close()
 
     def __enter__(self) -> Ledger:
         return self
 
     @contextmanager
     def _transaction(self) -> Iterator[Database]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._one_at_a_time:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def _alive(self, db: Database, owner: str | None) -> bool:
         return is_alive(owner)
