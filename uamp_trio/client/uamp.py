@@ -1108,7 +1108,8 @@ async def open_websocket(
 
     Raises:
         ClientError: The server refused the upgrade (its error code, e.g.
-            ``unauthorized``) or closed during it.
+            ``unauthorized``), closed or reset the connection during it, or
+            did not answer in HTTP.
         OSError: The server is unreachable.
         trio.TooSlowError: No handshake within ``timeout``.
     """
@@ -1116,8 +1117,14 @@ async def open_websocket(
         stream, authority, target = await _open_stream(url, ssl_context)
         try:
             initial = await _handshake(stream, authority, target, headers, subprotocols)
-        except BaseException:
+        except BaseException as exc:
             await trio.aclose_forcefully(stream)
+            if isinstance(exc, trio.BrokenResourceError):
+                # Reset mid-handshake: a stopping server's listener drops
+                # its backlog so; as unavailable as a refused connection.
+                raise _Unavailable("handshake_failed", f"the connection broke: {exc}") from None
+            if isinstance(exc, h11.RemoteProtocolError):
+                raise ClientError("handshake_failed", f"not an HTTP answer: {exc}") from None
             raise
     return stream, initial
 

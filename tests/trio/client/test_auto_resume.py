@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,45 @@ async def connect_later(url: str, resume_for: float = 20.0) -> AsyncIterator[obj
             yield started
         finally:
             done.set()
+
+
+async def test_a_connection_reset_during_the_handshake_is_dialled_again() -> None:
+    # A stopping server's listener resets the connections still in its
+    # backlog: the client sees ECONNRESET in the middle of its handshake, a
+    # server that is not there yet, not an error to end the client with.
+    agent = GatedAgent(count=1)
+    port = free_port()
+    resets = 0
+
+    async def front(client: trio.SocketStream) -> None:
+        nonlocal resets
+        if resets < 2:
+            resets += 1
+            await client.receive_some(65536)  # the upgrade request, unanswered
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.socket.close()  # RST
+            return
+        async with await trio.open_tcp_stream("127.0.0.1", port) as upstream:
+
+            async def pipe(a: trio.SocketStream, b: trio.SocketStream) -> None:
+                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    while data := await a.receive_some(65536):
+                        await b.send_all(data)
+                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await b.send_eof()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pipe, client, upstream)
+                nursery.start_soon(pipe, upstream, client)
+
+    with trio.fail_after(TIMEOUT):
+        async with serving(agent, MemoryEventLog(), port), trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, front, 0, host="127.0.0.1"))
+            front_port = listeners[0].socket.getsockname()[1]
+            url = f"ws://127.0.0.1:{front_port}/agents/gated/uamp"
+            async with connect(url, auto_resume=True) as client:
+                session = await client.create_session()
+                answer = await session.ask("one")
+            nursery.cancel_scope.cancel()
+    assert resets == 2
+    assert answer.text == "d0 "

@@ -141,8 +141,13 @@ def test_chat_survives_a_server_restart(tmp_path: Path) -> None:
     try:
         # The server is gone; a new one on the same port and store.
         with uamp_serve(*store):
-            proc.stdin.write("second line\n")
-            proc.stdin.flush()
+            try:
+                proc.stdin.write("second line\n")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                raise AssertionError(
+                    f"chat exited ({proc.wait()}): {proc.stderr.read() if proc.stderr else ''}"
+                ) from None
             second = _read_until(proc, "[usage]")
             proc.stdin.write("/quit\n")
             proc.stdin.flush()
