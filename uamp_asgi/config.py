@@ -17,6 +17,7 @@ from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
 from uamp_stores import EventLog, MemoryEventLog
+from uamp_stores.a2a_push import PushSender
 
 if TYPE_CHECKING:
     from uamp_proto.adapters.a2a import A2ATask, Update
@@ -78,8 +79,8 @@ class CardKey(Protocol):
 class PushDelivery(Protocol):
     """Delivers A2A push notifications: ``uamp serve``'s webhook client.
 
-    ``uamp_trio.transports.a2a.PushSender`` (written on anyio; what
-    ``serve_options`` gives, with ``--a2a-push-allow``) satisfies it.
+    :class:`uamp_stores.a2a_push.PushSender` (anyio, no Trio: the default;
+    ``serve_options`` gives one with ``--a2a-push-allow``) satisfies it.
     """
 
     def check_target(self, url: str) -> None:
@@ -121,10 +122,12 @@ class Config:
         a2a_card_key: Sign every A2A agent card with this key (``uamp serve
             --a2a-sign-cards``); its public half joins the JWKS the
             signatures' ``jku`` names.
-        a2a_push: Deliver A2A push notifications with this webhook client
-            (``uamp serve``'s, with its SSRF guards); ``None``: the config
-            methods answer ``PushNotificationNotSupportedError`` and the card
-            says ``pushNotifications: false``.
+        a2a_push: Deliver A2A push notifications with this webhook client:
+            by default ``uamp serve``'s (:class:`~uamp_stores.a2a_push.PushSender`,
+            public targets only; ``PushSender(allow=["127.0.0.1/32"])`` admits
+            a local receiver). ``None``: the config methods answer
+            ``PushNotificationNotSupportedError`` and the card says
+            ``pushNotifications: false``.
         a2a_max_push_configs: Push-notification configs one A2A task may hold.
         a2a_max_push_config_bytes: Largest push-notification config (JSON bytes).
         metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
@@ -149,7 +152,7 @@ class Config:
     metrics: bool = False
     payment_wait: float = 600.0
     a2a_card_key: CardKey | None = None
-    a2a_push: PushDelivery | None = None
+    a2a_push: PushDelivery | None = attrs.field(factory=PushSender)
     a2a_max_push_configs: int = MAX_CONFIGS
     a2a_max_push_config_bytes: int = MAX_CONFIG_BYTES
     event_log: EventLog = attrs.field(factory=_memory_log)

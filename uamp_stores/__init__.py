@@ -8,6 +8,8 @@ in worker threads, and their waits, locks and background loops are
 :mod:`anyio`'s, so one store runs under Trio and under asyncio alike;
 nothing here imports an event loop of its own (on Trio, a loop started
 without a task group becomes a Trio system task: :mod:`.background`).
+A2A push delivery (:mod:`.a2a_push`, :mod:`.pinned`) lives here for the same
+reason: both servers send task updates to webhooks with one sender.
 
 The pure parts (positions, the merge of a resumed stream, retention) are
 state machines in :mod:`uamp_proto.resume`; this package is their I/O.

@@ -33,10 +33,11 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
     Raises:
         ValueError: A flag ``uamp serve`` would refuse (one line, no secrets).
     """
+    from uamp_stores.a2a_push import PushSender
+
     from .cli import build_authenticator, envelope_options, load_signer
     from .command_line import build_parser
     from .envfile import load_env_file
-    from .transports.a2a.push import PushSender
     from .trust.commands import open_policy
 
     parser = build_parser("serve")

@@ -1,4 +1,4 @@
-"""A2A push notifications on uamp_asgi under uvicorn, configured with ``uamp serve``'s flags.
+"""A2A push notifications on uamp_asgi under uvicorn: by default, or with ``uamp serve``'s flags.
 
 The client is a2a-sdk's own (JSON-RPC and HTTP+JSON); the webhook a real
 HTTP/1.1 receiver on 127.0.0.1 (admitted by ``--a2a-push-allow``) that
@@ -6,6 +6,8 @@ refuses the first delivery, so the sender's retry is seen. The task pauses
 for input, gets its config, and is resumed: the resumed turn's updates
 reach the webhook with the config's credentials. The bounds and the SSRF
 guard are ``uamp serve``'s (``--a2a-max-push-configs``, non-public targets).
+A plain ``uamp_asgi.app`` pushes too, with the same sender
+(:class:`uamp_stores.a2a_push.PushSender`), refusing loopback unless allowed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tests._support.asgi import uvicorn_server
 from tests._support.webhooks import Receiver
 from uamp_asgi.responders import function_agent
 from uamp_proto.responder import ResponderError, TurnRequest
+from uamp_stores.a2a_push import PushSender
 from uamp_trio.asgi_options import serve_options
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -45,6 +48,14 @@ def base() -> Iterator[str]:
     flags = ["--a2a-push-allow", "127.0.0.1/32", "--a2a-max-push-configs", "2"]
     flags += ["--api-key", "alice:sk-a", "--api-key", "bob:sk-b"]
     config = uamp_asgi.Config(**serve_options(flags))
+    with uvicorn_server(uamp_asgi.app(function_agent(asker), config=config)) as url:
+        yield f"{url}/agents/asker"
+
+
+@pytest.fixture(scope="module")
+def plain_base() -> Iterator[str]:
+    """No ``uamp serve`` flags: ``Config``'s own sender, admitting 127.0.0.1."""
+    config = uamp_asgi.Config(a2a_push=PushSender(allow=["127.0.0.1/32"]))
     with uvicorn_server(uamp_asgi.app(function_agent(asker), config=config)) as url:
         yield f"{url}/agents/asker"
 
@@ -116,9 +127,12 @@ async def _last(stream: AsyncIterator[Any]) -> Any:
 
 
 @BINDINGS
+@pytest.mark.parametrize("configured", ["flags", "plain"])
 def test_a_resumed_task_pushes_its_updates_with_the_configs_credentials(
-    base: str, binding: str
+    request: pytest.FixtureRequest, configured: str, binding: str
 ) -> None:
+    base: str = request.getfixturevalue("base" if configured == "flags" else "plain_base")
+
     async def main() -> None:
         receiver = Hook()
         async with receiver as hook, _http() as http:
@@ -235,8 +249,28 @@ def test_the_bounds_the_ssrf_guard_and_ownership_are_uamp_serves(base: str) -> N
     run_asyncio(main)
 
 
-def test_without_a_webhook_client_push_is_not_supported_and_the_card_says_so() -> None:
+def test_a_plain_app_pushes_by_default_and_refuses_loopback_targets() -> None:
     app = uamp_asgi.app(function_agent(asker))
+    with uvicorn_server(app) as url:
+        card = httpx.get(f"{url}/agents/asker/.well-known/agent-card.json").json()
+        assert card["capabilities"]["pushNotifications"] is True
+        sent = httpx.post(
+            f"{url}/agents/asker/a2a/message:send",
+            json={
+                "message": {"role": "ROLE_USER", "parts": [{"text": "weather"}], "messageId": "m"}
+            },
+        )
+        task_id = sent.json()["task"]["id"]
+        configs = f"{url}/agents/asker/a2a/tasks/{task_id}/pushNotificationConfigs"
+        refused = httpx.post(configs, json={"url": "http://127.0.0.1:9/hook"})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["details"][0]["reason"] == "INVALID_PARAMS"
+        taken = httpx.post(configs, json={"url": "https://example.com/hook", "id": "c1"})
+        assert taken.status_code == 200, taken.text
+
+
+def test_without_a_webhook_client_push_is_not_supported_and_the_card_says_so() -> None:
+    app = uamp_asgi.app(function_agent(asker), config=uamp_asgi.Config(a2a_push=None))
     with uvicorn_server(app) as url:
         card = httpx.get(f"{url}/agents/asker/.well-known/agent-card.json").json()
         assert card["capabilities"].get("pushNotifications", False) is False

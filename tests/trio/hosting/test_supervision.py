@@ -31,6 +31,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import encode
 from uamp_proto.principal import ANONYMOUS
+from uamp_stores import a2a_push as push
 from uamp_stores.event_log import MemoryEventLog, SessionRecord
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
@@ -39,7 +40,6 @@ from uamp_trio.hosting import sessions
 from uamp_trio.hosting.chats import ChatHub
 from uamp_trio.relay import platform
 from uamp_trio.relay.daemon import Daemon
-from uamp_trio.transports.a2a import push
 
 TIMEOUT = 20
 

@@ -18,7 +18,7 @@ import trio
 from uamp_proto import types as ty
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import A2ATask, TaskState, Update
-from uamp_trio.transports.a2a.push import PushSender
+from uamp_stores.a2a_push import PushSender
 
 
 def _task(*hooks: str) -> A2ATask:

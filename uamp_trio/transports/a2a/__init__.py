@@ -5,7 +5,8 @@
   in the server's background nursery;
 * :mod:`.rest` -- the HTTP+JSON binding (A2A 1.0 section 11);
 * :mod:`.grpc` -- the gRPC binding (section 10), on :mod:`uamp_trio.grpc`;
-* :mod:`.push` -- push-notification delivery to webhooks;
+* :class:`PushSender` -- push-notification delivery to webhooks
+  (:mod:`uamp_stores.a2a_push`, shared with the ASGI app);
 * :mod:`.call` -- what the bindings share (the call, an opened stream);
 * ``spec/`` -- the A2A 1.0 JSON schema, as published by the A2A project
   (Apache-2.0; its ``a2a.proto`` is under ``uamp_trio/grpc/protos/third_party``).
@@ -17,7 +18,8 @@ parts, JSON-RPC), :mod:`~uamp_proto.adapters.a2a_card` and
 
 from __future__ import annotations
 
-from .push import PushSender
+from uamp_stores.a2a_push import PushSender
+
 from .service import A2ATransport, mount, transport
 
 __all__ = ["A2ATransport", "PushSender", "mount", "transport"]

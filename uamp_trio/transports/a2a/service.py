@@ -109,6 +109,7 @@ from uamp_proto.payment import (
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest, with_interrupts
 from uamp_proto.signing import JWKS_PATH
+from uamp_stores.a2a_push import PushSender
 from uamp_stores.health import StoreUnavailable
 
 from ...engines import http as web
@@ -122,7 +123,6 @@ from ...hosting.turns import ResponseRunner
 from ...stores.a2a_tasks import TaskFeed
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, check_json_body, sse
-from .push import PushSender
 
 if GRPC_AVAILABLE:  # the grpc extra; without it the gRPC binding is not mounted
     from . import grpc as a2a_grpc
@@ -240,7 +240,7 @@ class A2ATransport:
             the request's scheme and ``Host``).
         ids: Id source for tasks, contexts and messages.
         push: Delivers push notifications (default: a
-            :class:`~uamp_trio.transports.a2a_push.PushSender` that refuses
+            :class:`~uamp_stores.a2a_push.PushSender` that refuses
             private and loopback targets).
         sign_cards: Sign every card (``signatures``: a JWS over its RFC 8785
             form, :mod:`uamp_proto.card_signing`) with the server's envelope

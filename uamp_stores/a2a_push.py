@@ -34,10 +34,10 @@ A delivery connects to the address its check saw, and follows a redirect
 only to an address that passes the same check (:mod:`.pinned`: a name that
 resolves differently the second time -- DNS rebinding -- gains nothing).
 
-The sender is written on anyio: ``uamp serve`` runs it under Trio, and an
-ASGI app on asyncio is given the same object (``Config.a2a_push``, from
-:func:`uamp_trio.asgi_options.serve_options`), which runs deliveries in the
-task group of the request whose turn made the update.
+The sender is written on anyio and imports no event loop: ``uamp serve``
+runs it under Trio, and the ASGI app (``uamp_asgi.Config.a2a_push``, one by
+default) on asyncio, where deliveries run in the task group of the request
+whose turn made the update.
 """
 
 from __future__ import annotations
@@ -59,11 +59,11 @@ from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, Update
 from .pinned import Refused, Resolve, post_checked, resolve
 
 if TYPE_CHECKING:
-    from ...engines.supervise import Spawner
+    from .background import Spawner
 
 __all__ = ["PushSender"]
 
-log = logging.getLogger("uamp_trio.a2a.push")
+log = logging.getLogger("uamp_stores.a2a_push")
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: A delivery waiting for its webhook: the config, the body, whether it is a status update.
