@@ -16,7 +16,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import App, Server
-from uamp_trio.client.uamp import _handshake
+from uamp_trio.client.websocket import _handshake
 from uamp_trio.engines.ws_frames import make_engine
 from uamp_trio.transports import uamp_ws
 

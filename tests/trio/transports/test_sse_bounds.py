@@ -1,6 +1,6 @@
 """A principal's UAMP HTTP+SSE sessions are bounded (issue 29).
 
-uamp's own HTTP+SSE client (:func:`uamp_trio.client.uamp.connect_sse`)
+uamp's own HTTP+SSE client (:func:`uamp_trio.client.sse.connect_sse`)
 against a real server on 127.0.0.1 with JWT authentication: a principal gets
 ``sse_max_sessions`` sessions, then 429 ``too_many_sessions`` (another
 principal still opens its own, and ending one makes room); a session left

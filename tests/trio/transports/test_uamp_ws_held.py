@@ -32,7 +32,7 @@ from uamp_proto.responder import Emit, TurnRequest
 from uamp_stores.event_log import EventLog, MemoryEventLog
 from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import App, Server
-from uamp_trio.client.uamp import _handshake
+from uamp_trio.client.websocket import _handshake
 from uamp_trio.engines.ws_frames import WebSocketClosed, make_engine
 from uamp_trio.stores import Stores
 from uamp_trio.transports import uamp_ws
