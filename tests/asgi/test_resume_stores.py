@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import orjson
 import pytest
 import trio
@@ -391,3 +392,62 @@ async def test_a_question_sent_into_the_dying_connection_is_asked_again(where: s
                     two = await session.ask("two")  # maybe written to the dead socket
     assert two.text == "You said: two (3 messages)"
     assert client.reconnects == 1
+
+
+# --- Responses ``background: true`` across processes ----------------------------------
+
+
+def _responses(port: int) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"http://127.0.0.1:{port}/agents/stall/v1",
+        api_key="alice-key",
+        timeout=TIMEOUT,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+def _stalled(port: int) -> tuple[str, list[Any]]:
+    """A background ``stall`` response streamed from ``port`` until its deltas are out."""
+    seen: list[Any] = []
+    stream = _responses(port).responses.create(
+        model="stall", input="go", background=True, stream=True
+    )
+    for event in stream:
+        seen.append(event)
+        if sum(e.type == "response.output_text.delta" for e in seen) == STALL_AFTER:
+            break
+    stream.close()
+    return seen[0].response.id, seen
+
+
+def test_a_background_response_its_process_died_in_ends_incomplete_on_the_other(
+    where: str,
+) -> None:
+    with app_process(where) as (first, a), app_process(where) as (_, b):
+        rid, seen = _stalled(a)
+        kill(first)
+        other = _responses(b)
+        last = seen[-1].sequence_number
+        # Followed from the other process: the rest, then its end once the
+        # lost process is noticed (its heartbeat expires on Redis).
+        rest = list(other.responses.retrieve(rid, stream=True, starting_after=last))
+        assert rest[0].sequence_number == last + 1
+        end = rest[-1]
+        assert end.type == "response.incomplete"
+        assert end.response.output_text == "".join(f"d{i} " for i in range(STALL_AFTER))
+        assert other.responses.retrieve(rid).status == "incomplete"
+
+
+def test_a_background_response_is_cancelled_from_the_other_process(redis_url: str) -> None:
+    where = f"{redis_url.rsplit('/', 1)[0]}/{1 + uuid.uuid4().int % 15}"
+    with app_process(where) as (_, a), app_process(where) as (_, b):
+        rid, _ = _stalled(a)
+        other = _responses(b)
+        assert other.responses.retrieve(rid).status == "in_progress"
+        assert other.responses.cancel(rid).status == "cancelled"
+        assert _responses(a).responses.retrieve(rid).status == "cancelled"
+        # Another principal's cancel of it is a 404, like a missing one.
+        bob = openai.OpenAI(base_url=f"http://127.0.0.1:{b}/agents/stall/v1", api_key="bob-key")
+        with pytest.raises(openai.NotFoundError):
+            bob.responses.cancel(rid)

@@ -1,5 +1,8 @@
 """The OpenAI Responses API, driven by the real ``openai`` SDK over real sockets.
 
+The background responses run against ``uamp serve`` and against uamp_asgi
+(in FastAPI under uvicorn) on each of its stores: memory, SQLite, Redis.
+
 Every client is built with ``_strict_response_validation=True``: each JSON
 answer and each stream event must parse as the SDK's own models (required
 fields, closed sets of literals), as the SDK checks them in strict mode.
@@ -9,12 +12,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests._support import asgi
 from tests._support.agents import TestAgent, Ticker, WorkingAgent
 from uamp_agents import agent
 from uamp_agents.bridge import serve_agent
@@ -23,9 +29,9 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.payment import TokenPolicy
 from uamp_proto.responder import Emit, TurnRequest
+from uamp_stores.responses_background import MAX_BACKGROUND_PER_PRINCIPAL
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
-from uamp_trio.transports.responses import MAX_BACKGROUND_PER_PRINCIPAL
 from uamp_trio.trust.auth import APIKeyAuthenticator
 
 WEATHER = {
@@ -276,10 +282,22 @@ def test_payment_is_the_completions_gate_with_openais_402(thread_server: Any) ->
 # --- background responses --------------------------------------------------------
 
 
-@pytest.fixture
-def ticker(thread_server: Any) -> openai.OpenAI:
-    server = thread_server(create_app([Ticker(), WorkingAgent()]))
-    return _client(f"{server.url}/v1")
+@pytest.fixture(params=["uamp serve", "uamp_asgi memory", "uamp_asgi sqlite", "uamp_asgi redis"])
+def ticker(
+    request: pytest.FixtureRequest, thread_server: Any, tmp_path: Path
+) -> Iterator[openai.OpenAI]:
+    """Agents ``ticker`` and ``slow`` under ``uamp serve``, or uamp_asgi on each store."""
+    if request.param == "uamp serve":
+        server = thread_server(create_app([Ticker(), WorkingAgent()]))
+        yield _client(f"{server.url}/v1")
+        return
+    pytest.importorskip("fastapi")
+    from uamp_asgi.responders import function_agent
+
+    store = asgi.event_log(request.param.split()[1], tmp_path, request)
+    agents = [function_agent(asgi.ticker), function_agent(asgi.slow)]
+    with asgi.fastapi_with(agents, event_log=store) as url:
+        yield _client(f"{url}/agents/v1")
 
 
 def _wait_for(sdk: openai.OpenAI, rid: str, *statuses: str) -> Any:

@@ -6,8 +6,18 @@ the app's event log (``Config.event_log``) in ``uamp serve``'s layout
 (:mod:`uamp_stores.responses`): in memory by default, or in a SQLite file or
 Redis, where ``GET .../responses/{id}``, ``DELETE`` and
 ``previous_response_id`` reach them from any process of the store and after a
-restart. Another principal's id answers like a missing one. Background
-responses are ``uamp serve``'s: asking for ``background`` here is a 400.
+restart. Another principal's id answers like a missing one.
+
+Background responses (``background: true``) are ``uamp serve``'s
+(:mod:`uamp_stores.responses_background`, which both servers drive): the
+create answers ``queued`` (or the stream) at once and the turn runs in the
+app's task group (its lifespan's, else detached), every event logged as the
+agent emits it; ``GET .../responses/{id}?stream=true&starting_after=N``
+follows the log live; ``POST .../responses/{id}/cancel`` stops it on
+whichever process of the store runs it. A response whose process was lost is
+ended ``interrupted`` (rendered ``incomplete``) by the first process that
+looks at it (:func:`uamp_stores.orphans.interrupt_lost`): ``uamp serve``
+carries one on from its agent's checkpoint instead, which needs its runtime.
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from functools import partial
 from typing import Any
+from urllib.parse import parse_qs
 
 import attrs
 import orjson
@@ -30,23 +42,37 @@ from uamp_proto.adapters.completions import (
     payment_error,
 )
 from uamp_proto.adapters.responses import parse_request
-from uamp_proto.adapters.responses_render import StreamEncoder, stored_response
+from uamp_proto.adapters.responses_render import StreamEncoder, response_object, stored_response
 from uamp_proto.codec import from_dict
 from uamp_proto.outcome import ResponseOutcome
-from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
+from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
-from uamp_proto.responder import TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 from uamp_proto.tool_rounds import ToolRoundStore
-from uamp_stores.event_log import EventLog, SessionRecord
+from uamp_stores.background import start_detached
+from uamp_stores.event_log import EventLog, LogKey, SessionRecord
 from uamp_stores.health import StoreUnavailable
-from uamp_stores.orphans import append_event
-from uamp_stores.responses import conclude, load_stored, response_record, stored_object
+from uamp_stores.orphans import append_event, interrupt_lost
+from uamp_stores.responses import (
+    conclude,
+    load_stored,
+    response_record,
+    stored_object,
+    stored_part,
+)
+from uamp_stores.responses_background import (
+    TOO_MANY,
+    BackgroundResponses,
+    NotReplayable,
+    follow,
+    replayable_echo,
+)
 
 from ..app import Host
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
-from ..turns import run_turn
+from ..turns import Turn, run_turn
 
 __all__ = ["mount"]
 
@@ -61,6 +87,8 @@ class _Responses:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.rounds = ToolRoundStore()
+        #: Background responses running in this process.
+        self.jobs = BackgroundResponses()
 
     @property
     def log(self) -> EventLog:
@@ -102,12 +130,8 @@ class _Responses:
             )
         except CompletionsError as exc:
             return JsonReply(exc.body(), exc.status)
-        if parsed.background:
-            raise HTTPError(
-                400,
-                "Background responses are served by `uamp serve`, not the ASGI app.",
-                code="unsupported_value",
-            )
+        if parsed.background and not self.jobs.room(principal.key):
+            raise HTTPError(429, TOO_MANY, code="rate_limit_exceeded")
         turn = parsed.turn
         history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
@@ -142,6 +166,10 @@ class _Responses:
                 )
             record = response_record(agent.name, attrs.evolve(parsed, turn=turn), history)
             log.begin(key, record.copy())
+            if parsed.background:
+                return await self._start_background(
+                    agent, turn, parsed.echo, key, record, charge, stream=parsed.stream
+                )
             append_event(log, key, created, rid)
 
         async def store(outcome: ResponseOutcome, final: ev.Event) -> dict[str, Any]:
@@ -215,19 +243,134 @@ class _Responses:
 
         return StreamReply(produce, on_close=release)
 
-    async def retrieve(self, request: Request) -> Reply:
-        rid = request.path_params["response_id"]
-        record = await self._find(request.principal, rid)
+    # --- background responses ---------------------------------------------------
+
+    async def _start_background(
+        self,
+        agent: Responder,
+        turn: TurnRequest,
+        echo: dict[str, Any],
+        key: LogKey,
+        record: SessionRecord,
+        charge: Charge | None,
+        *,
+        stream: bool,
+    ) -> Reply:
+        log = self.log
+        runner = Turn(agent, turn, partial(self._log_event, key), charge=charge)
+        self.jobs.running[key] = runner
         try:
-            return JsonReply(await stored_object(self.log, (request.principal.key, rid), record))
+            await log.flush()  # findable on every process before its id is handed out
+        except BaseException as exc:
+            self.jobs.running.pop(key, None)
+            log.release(key)
+            if charge is not None:
+                await charge.settle(None, used=False)
+            if isinstance(exc, StoreUnavailable):
+                raise _unavailable(exc) from None
+            raise
+        job = partial(
+            self.jobs.run,
+            log,
+            key,
+            runner,
+            partial(self._final, turn=turn),
+            partial(self._ended, key, record),
+        )
+        start_detached(self.host.background, job, "uamp-responses-background", "a response")
+        if stream:
+            return self._follow(key, echo, -1)
+        return JsonReply(response_object(key[1], echo, status="queued", output=[]))
+
+    async def _log_event(self, key: LogKey, event: ev.Event) -> None:
+        append_event(self.log, key, event, key[1])
+
+    def _ended(self, key: LogKey, record: SessionRecord, outcome: ResponseOutcome | None) -> None:
+        """A background response ended: its record says so (``None``: its task was
+        cancelled, the server stopping: the next look ends it ``interrupted``)."""
+        log = self.log
+        if not log.writing(key):
+            return  # deleted meanwhile
+        if outcome is not None:
+            conclude(record, outcome.tracker.messages())
+            log.put_record(key, record.copy())
+        log.release(key)
+
+    async def _check(self, key: LogKey, record: SessionRecord) -> None:
+        """End ``interrupted`` a response whose process is gone (once over all processes)."""
+        log = self.log
+        node = record.node
+        if record.running is None or node == log.node or key in self.jobs.running:
+            return
+        if not await log.alive(node):
+            await interrupt_lost(log, key, record)
+
+    def _follow(self, key: LogKey, echo: dict[str, Any], after: int) -> StreamReply:
+        async def produce(write: Write) -> None:
+            await follow(self.log, key, echo, after, write, partial(self._check, key))
+
+        return StreamReply(produce)
+
+    async def _stop(self, key: LogKey) -> None:
+        await self.jobs.stop(self.log, key, partial(self._check, key))
+
+    # --- stored responses -----------------------------------------------------------
+
+    async def retrieve(self, request: Request) -> Reply:
+        """``GET .../responses/{id}``; ``stream=true``: a background response's events."""
+        rid = request.path_params["response_id"]
+        key = (request.principal.key, rid)
+        record = await self._find(request.principal, rid)
+        query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+        try:
+            if query.get("stream") in ("true", "1"):
+                raw = query.get("starting_after", "-1")
+                try:
+                    after = int(raw)
+                except ValueError:
+                    raise HTTPError(
+                        400, "'starting_after' must be an integer.", code="invalid_value"
+                    ) from None
+                try:
+                    echo = await replayable_echo(self.log, key, record)
+                except NotReplayable as exc:
+                    raise HTTPError(exc.status, str(exc), code=exc.code) from None
+                await self._check(key, record)
+                return self._follow(key, echo, after)
+            await self._check(key, record)
+            return JsonReply(await stored_object(self.log, key, record))
+        except StoreUnavailable as down:
+            raise _unavailable(down) from None
+
+    async def cancel(self, request: Request) -> Reply:
+        """``POST .../responses/{id}/cancel``: background responses only."""
+        rid = request.path_params["response_id"]
+        key = (request.principal.key, rid)
+        record = await self._find(request.principal, rid)
+        kept = stored_part(record)
+        assert kept is not None
+        if not kept["echo"].get("background"):
+            raise HTTPError(
+                400, "Only a background response can be cancelled.", code="invalid_value"
+            )
+        try:
+            if record.running is not None:
+                await self._stop(key)
+            record = await self._find(request.principal, rid)
+            await self._check(key, record)
+            return JsonReply(await stored_object(self.log, key, record))
         except StoreUnavailable as down:
             raise _unavailable(down) from None
 
     async def delete(self, request: Request) -> Reply:
+        """``DELETE .../responses/{id}``: a running one is cancelled first."""
         rid = request.path_params["response_id"]
-        await self._find(request.principal, rid)
+        key = (request.principal.key, rid)
+        record = await self._find(request.principal, rid)
         try:
-            await self.log.drop((request.principal.key, rid))
+            if record.running is not None:
+                await self._stop(key)
+            await self.log.drop(key)
             await self.log.flush()
         except StoreUnavailable as down:
             raise _unavailable(down) from None
@@ -241,3 +384,4 @@ def mount(host: Host) -> None:
         host.route("POST", f"{prefix}/responses", t.create)
         host.route("GET", f"{prefix}/responses/{{response_id}}", t.retrieve)
         host.route("DELETE", f"{prefix}/responses/{{response_id}}", t.delete)
+        host.route("POST", f"{prefix}/responses/{{response_id}}/cancel", t.cancel)

@@ -80,6 +80,7 @@ from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
 from uamp_proto.payment import Charge
 from uamp_proto.responder import Emit, Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
+from uamp_stores.responses_background import cancel_on_ask
 
 __all__ = [
     "DEFAULT_BUFFER",
@@ -363,13 +364,7 @@ def cancel_handler(
     it to cancel (``EventLog.ask``).
     """
 
-    async def on_message(message: dict[str, Any]) -> dict[str, Any]:
-        if message.get("op") != "cancel":
-            return {"error": "unsupported"}
-        runner.cancel()
-        return {"cancelled": True}
-
-    return on_message
+    return cancel_on_ask(runner.cancel)
 
 
 async def run_response(

@@ -81,11 +81,10 @@ from uamp_proto.adapters.responses_render import (
     stored_response,
 )
 from uamp_proto.busy import INVALID_POLICY, BusyError
-from uamp_proto.codec import decode, from_dict
+from uamp_proto.codec import from_dict
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.resume import ResumeError
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 from uamp_proto.types import DeltaText
@@ -97,6 +96,15 @@ from uamp_stores.responses import (
     response_record,
     stored_object,
     stored_part,
+)
+from uamp_stores.responses_background import (
+    MAX_BACKGROUND,
+    MAX_BACKGROUND_PER_PRINCIPAL,
+    TOO_MANY,
+    BackgroundResponses,
+    NotReplayable,
+    follow,
+    replayable_echo,
 )
 
 from ..engines.http import (
@@ -112,7 +120,7 @@ from ..hosting.busy import Slot, http_status
 from ..hosting.continuation import carry_on
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseOutcome, ResponseRunner, cancel_handler
+from ..hosting.turns import ResponseOutcome, ResponseRunner
 
 __all__ = ["MAX_BACKGROUND", "MAX_BACKGROUND_PER_PRINCIPAL", "ResponsesTransport", "mount"]
 
@@ -121,15 +129,6 @@ ROUTES = RouteMeta(transport="responses", error_style="openai")
 
 log = logging.getLogger("uamp_trio.responses")
 
-#: Background responses running in this process at most ...
-MAX_BACKGROUND: Final = 256
-#: ... and per principal (a 429 past either).
-MAX_BACKGROUND_PER_PRINCIPAL: Final = 16
-#: A stream with nothing to say writes a comment this often (seconds), so
-#: proxies keep it open and a gone client is noticed.
-HEARTBEAT: Final = 15.0
-#: How long ``cancel`` and ``DELETE`` wait for a running response to end (seconds).
-SETTLE_WAIT: Final = 10.0
 #: The header of a paid JSON answer: its ``payment.balance`` fields as JSON.
 BALANCE_HEADER: Final = "x-uamp-payment-balance"
 
@@ -167,7 +166,8 @@ class ResponsesTransport:
     def __init__(self, app: Host) -> None:
         self.app = app
         #: Background responses running in this process, by log key.
-        self.running: dict[LogKey, ResponseRunner] = {}
+        self.jobs = BackgroundResponses()
+        self.running = self.jobs.running
         #: The place each stored response running here holds (docs/busy.md).
         self._places: dict[LogKey, Slot] = {}
 
@@ -320,13 +320,8 @@ class ResponsesTransport:
         return list(record.history)
 
     def _check_room(self, principal: Principal) -> None:
-        mine = sum(1 for key in self.running if key[0] == principal.key)
-        if len(self.running) >= MAX_BACKGROUND or mine >= MAX_BACKGROUND_PER_PRINCIPAL:
-            raise HTTPError(
-                429,
-                "Too many background responses are running; wait for one to end.",
-                code="rate_limit_exceeded",
-            )
+        if not self.jobs.room(principal.key):
+            raise HTTPError(429, TOO_MANY, code="rate_limit_exceeded")
 
     def _finish(
         self, key: LogKey, record: SessionRecord | None, outcome: ResponseOutcome | None
@@ -497,30 +492,13 @@ class ResponsesTransport:
     async def _run_background(
         self, key: LogKey, runner: ResponseRunner, record: SessionRecord
     ) -> None:
-        event_log = self._log
-
-        on_message = cancel_handler(runner)
-        event_log.register(key, on_message)
-        outcome: ResponseOutcome | None = None
-        try:
-            outcome = await runner.run()
-            if outcome.final is None and event_log.writing(key):
-                _append(event_log, key, self._final(outcome, runner.request))
-        except Exception:
-            log.exception("background response %s failed", key[1])
-            if event_log.writing(key) and not runner.tracker.is_finished:
-                error = runner.tracker.error_event("internal_error", "The response failed.")
-                _append(event_log, key, error)
-                outcome = ResponseOutcome(status="failed", tracker=runner.tracker, final=error)
-        finally:
-            event_log.unregister(key, on_message)
-            self.running.pop(key, None)
-            self._finish(key, record, outcome)
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                try:
-                    await event_log.flush()
-                except Exception:
-                    log.warning("response %s: its end is written once the store answers", key[1])
+        await self.jobs.run(
+            self._log,
+            key,
+            runner,
+            partial(self._final, turn=runner.request),
+            partial(self._finish, key, record),
+        )
 
     async def _recover(self, key: LogKey, record: SessionRecord, principal: Principal) -> None:
         """Carry on (or end) a response whose process died, once over all processes."""
@@ -560,24 +538,13 @@ class ResponsesTransport:
             _, obj = await self._view(key, request.principal)
             return json_response(obj)
         record = await self._record_of(key)
-        kept = stored_part(record)
-        assert kept is not None
-        if not kept["echo"].get("background"):
-            raise HTTPError(
-                400,
-                "Only a background response can be streamed again; retrieve this one as JSON.",
-                code="invalid_value",
-                param="stream",
-            )
         after = _int_param(query, "starting_after", -1)
-        if (await self._log.window(key)).trimmed:
-            raise HTTPError(
-                410,
-                "The start of this response's events is no longer kept; retrieve it as JSON.",
-                code="beyond_retention",
-            )
+        try:
+            echo = await replayable_echo(self._log, key, record)
+        except NotReplayable as exc:
+            raise HTTPError(exc.status, str(exc), code=exc.code, param=exc.param) from None
         await self._recover(key, record, request.principal)
-        return self._follow_response(key, kept["echo"], after, request.principal)
+        return self._follow_response(key, echo, after, request.principal)
 
     def _follow_response(
         self, key: LogKey, echo: dict[str, Any], after: int | None, principal: Principal
@@ -591,30 +558,9 @@ class ResponsesTransport:
         self, send: SendChunk, key: LogKey, echo: dict[str, Any], after: int, principal: Principal
     ) -> None:
         """Render ``key`` 's log as the Responses stream, live until its terminal event."""
-        event_log = self._log
-        encoder = StreamEncoder(key[1], echo, after=after)
-        cursor = 0
-        quiet = trio.current_time()
-        while not encoder.finished:
-            entries = await event_log.wait(key, cursor, timeout=1.0)
-            if entries:
-                if entries[0].position != cursor + 1:
-                    await send(encoder.sse(_lost_events()))
-                    return
-                cursor = entries[-1].position
-                frames = b"".join([encoder.sse(decode(e.data)) for e in entries])
-                if frames:
-                    await send(frames)
-                    quiet = trio.current_time()
-                continue
-            try:
-                record = await event_log.load(key)
-            except ResumeError:
-                return  # deleted meanwhile
-            await self._recover(key, record, principal)
-            if trio.current_time() - quiet >= HEARTBEAT:
-                await send(b": keep-alive\n\n")
-                quiet = trio.current_time()
+        await follow(
+            self._log, key, echo, after, send, partial(self._recover, key, principal=principal)
+        )
 
     async def delete(self, request: Request) -> Response:
         """``DELETE .../responses/{id}``: a running one is cancelled first."""
@@ -644,20 +590,7 @@ class ResponsesTransport:
 
     async def _stop(self, key: LogKey, record: SessionRecord, principal: Principal) -> None:
         """Cancel a running response wherever it runs; wait (a while) for it to end."""
-        event_log = self._log
-        runner = self.running.get(key)
-        if runner is not None:
-            runner.cancel()
-        else:
-            await self._recover(key, record, principal)
-            record = await event_log.load(key)
-            await event_log.ask(record.node, key, {"op": "cancel"}, timeout=2.0)
-        with trio.move_on_after(SETTLE_WAIT):
-            while True:
-                record = await event_log.load(key)
-                if record.running is None:
-                    return
-                await event_log.wait(key, (await event_log.window(key)).last, timeout=0.2)
+        await self.jobs.stop(self._log, key, partial(self._recover, key, principal=principal))
 
     async def input_items(self, request: Request) -> Response:
         """``GET .../responses/{id}/input_items``: ``after``, ``limit`` (1-100), ``order``."""
@@ -689,15 +622,6 @@ class ResponsesTransport:
                 "has_more": len(items) > limit,
             }
         )
-
-
-def _lost_events() -> ev.ResponseErrorEvent:
-    """What a stream says when the log dropped events it had not sent."""
-    return ev.ResponseErrorEvent(
-        error=ty.ErrorInfo(
-            code="beyond_retention", message="Events of this response are no longer kept."
-        )
-    )
 
 
 def mount(app: Host) -> None:
