@@ -721,7 +721,9 @@ def _profiled(serve: Callable[[Path], None], port_file: Path, out: str) -> None:
 class Running:
     """A server subprocess (``profile``: a path for :func:`_profiled`)."""
 
-    def __init__(self, kind: str, profile: Path | None = None) -> None:
+    def __init__(
+        self, kind: str, profile: Path | None = None, prefix: tuple[str, ...] = ()
+    ) -> None:
         self.kind = kind
         port_file = Path(f"/tmp/uamp-bench-{os.getpid()}-{kind.replace('/', '_')}.port")
         port_file.unlink(missing_ok=True)
@@ -732,11 +734,13 @@ class Running:
         if profile is not None:
             env = {**(env or os.environ), PROFILE_ENV: str(profile)}
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", kind, "--port-file", str(port_file)],
+            [*prefix, sys.executable, __file__, "--serve", kind, "--port-file", str(port_file)],
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if prefix else None,
             env=env,
         )
-        self.port = port_from_file(port_file, self.proc, 20, f"server {kind}")
+        # Under valgrind (``prefix``) start-up takes some fifty times as long.
+        self.port = port_from_file(port_file, self.proc, 600 if prefix else 20, f"server {kind}")
         time.sleep(0.05)
         port_file.unlink(missing_ok=True)
 
@@ -965,6 +969,97 @@ def ws_calls(kind: str, top: int = 25) -> None:
     for (path, line, name), (_, nc, _, _, _) in ranked:
         where = f"{Path(path).name}:{line}" if line else path
         print(f"  {nc / CALLS_RESPONSES:>7.2f}  {name}  ({where})")
+
+
+#: One-delta responses per block of ``--only instructions`` (after as many to warm up).
+INSTRUCTIONS_BLOCK = 200
+#: Where ``--only instructions`` measures its late block: after this many responses.
+INSTRUCTIONS_LATE = 1000
+
+
+def _one_delta(kind: str, client: WSClient, count: int) -> None:
+    """``count`` one-delta responses, one after another, on ``client`` (the ``ttfd`` traffic)."""
+    if _is_uamp(kind) or kind == "uamp-bound":
+        _ttfd_responses(client, "sess_cg", count)
+        return
+    for _ in range(count):
+        client.send(b"go 1")
+        while not any(b'"done"' in m for m in client.messages()):
+            pass
+
+
+def ws_instructions(kinds: list[str]) -> dict[str, list[float]]:
+    """Print each server's instructions per one-delta WebSocket response (callgrind).
+
+    Each server runs alone under ``valgrind --tool=callgrind`` with
+    instrumentation switched on (``callgrind_control``) only for the
+    measured responses, on one session of one connection: responses
+    ``INSTRUCTIONS_BLOCK + 1`` to twice that (the ``ttfd`` row's session
+    length), and for a uamp server a second block after
+    ``INSTRUCTIONS_LATE`` responses, which shows what a long session adds
+    per response. User-space instructions only (the kernel's socket work,
+    the same for every server, is left out); the machine's load does not
+    move them.
+    """
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="uamp-bench-cg-"))
+    figures: dict[str, list[float]] = {}
+    block = INSTRUCTIONS_BLOCK
+    print(f"\nInstructions per one-delta WebSocket response (callgrind, {block} responses)")
+    for kind in kinds:
+        out = tmp / f"{kind.replace('/', '_')}.cg"
+        prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no")
+        server = Running(kind, prefix=(*prefix, f"--callgrind-out-file={out}"))
+        pid = str(server.proc.pid)
+
+        def counted(
+            count: int, client: WSClient, kind: str = kind, pid: str = pid, out: Path = out
+        ) -> float:
+            subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+            _one_delta(kind, client, count)
+            subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+            before = set(tmp.glob(out.name + ".*"))
+            subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+            deadline = time.monotonic() + 60
+            while not (dumped := set(tmp.glob(out.name + ".*")) - before):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"callgrind wrote no dump for {kind}")
+                time.sleep(0.1)
+            time.sleep(0.5)  # the dump is written in one go; let it finish
+            text = next(iter(dumped)).read_text()
+            # A dump's "summary:" line says 0; its "totals:" line has the count.
+            total = next(
+                int(line.split()[1]) for line in text.splitlines() if line.startswith("totals:")
+            )
+            return total / count
+
+        try:
+            speaks_uamp = _is_uamp(kind) or kind == "uamp-bound"
+            client = WSClient(server.port, "/agents/flood/uamp" if speaks_uamp else "/")
+            if speaks_uamp:
+                client.send(*uamp_start("sess_cg", 0, create=True)[:1])
+                while not any(b'"capabilities"' in m for m in client.messages()):
+                    pass
+            _one_delta(kind, client, block)
+            figures[kind] = [counted(block, client)]
+            if _is_uamp(kind):
+                _one_delta(kind, client, INSTRUCTIONS_LATE - 2 * block)
+                figures[kind].append(counted(block, client))
+            client.close()
+        finally:
+            server.stop()
+        late = figures[kind][1:]
+        line = f"  {kind:<14} {figures[kind][0]:>11,.0f}"
+        if late:
+            line += f"   after {INSTRUCTIONS_LATE}: {late[0]:>11,.0f}"
+        print(line, flush=True)
+    if "websockets" in figures:
+        base = figures["websockets"][0]
+        for kind, values in figures.items():
+            if kind != "websockets":
+                print(f"  {kind}/websockets = {values[0] / base:.2f}x")
+    return figures
 
 
 def many_rate(kind: str, port: int, n: int, sessions: int, multiplex: bool) -> float:
@@ -1517,6 +1612,8 @@ def main() -> None:
     if "calls" in only:
         for kind in ("uamp", *extra):
             ws_calls(kind)
+    if "instructions" in only:
+        ws_instructions(["websockets", "uamp", *extra, "uamp-bound", "trio-ws"])
     granian = ("granian-asgi", "granian-rsgi") if args.granian else ()
     asgi = ("uamp-asgi", "uamp-asgi-granian") if args.asgi else ()
     http_kinds = ("uamp", *extra, *asgi, "starlette", *granian, "trio-h11")

@@ -58,13 +58,14 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import itertools
 import logging
 import os
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ClassVar, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, ClassVar, Final, overload
 
 import anyio
 import attrs
@@ -82,6 +83,7 @@ log = logging.getLogger("uamp_stores")
 __all__ = [
     "EventLog",
     "HistoryJSON",
+    "HistoryView",
     "LogKey",
     "MemoryEventLog",
     "SessionRecord",
@@ -125,7 +127,7 @@ class SessionRecord:
 
     agent: str
     config: dict[str, Any] | None = None
-    history: list[dict[str, Any]] = attrs.field(factory=list)
+    history: Sequence[dict[str, Any]] = attrs.field(factory=list)
     running: str | None = None
     input: list[dict[str, Any]] = attrs.field(factory=list)
     node: str = ""
@@ -152,7 +154,7 @@ class SessionRecord:
 
     def encode(self) -> bytes:
         """The record as JSON."""
-        return orjson.dumps(attrs.asdict(self))
+        return orjson.dumps(attrs.asdict(self), default=_history_list)
 
     @classmethod
     def decode(cls, data: bytes | str) -> SessionRecord:
@@ -162,8 +164,68 @@ class SessionRecord:
         return cls(**{k: v for k, v in fields.items() if k in _RECORD_FIELDS})
 
 
+def _history_list(value: object) -> list[dict[str, Any]]:
+    """What orjson writes for a :class:`HistoryView` (it knows no other extra type here)."""
+    if isinstance(value, HistoryView):
+        return value.as_list()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 #: The fields of a :class:`SessionRecord`.
 _RECORD_FIELDS: Final = frozenset(a.name for a in attrs.fields(SessionRecord))
+
+
+class HistoryView(Sequence[dict[str, Any]]):
+    """The first ``length`` messages of a list that is only ever appended to.
+
+    What :class:`HistoryJSON` hands a session record: the conversation as it
+    was when the record was queued, without a copy of it. The list's later
+    messages are past ``length``, so the view never changes. It reads like
+    the list it stands for (``==`` a list of the same messages, iteration,
+    indexing, slices as lists) and is written as a JSON array
+    (:meth:`SessionRecord.encode`).
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[dict[str, Any]], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return self._items[: self._length][index]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("history index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HistoryView):
+            other = other.as_list()
+        return isinstance(other, list) and self.as_list() == other
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list
+
+    def __repr__(self) -> str:
+        return repr(self.as_list())
+
+    def as_list(self) -> list[dict[str, Any]]:
+        """The messages as a new list."""
+        return self._items[: self._length]
 
 
 class HistoryJSON:
@@ -171,25 +233,29 @@ class HistoryJSON:
 
     The core only ever extends a session's history list (or replaces the
     list), so the messages converted last time are still the list's first
-    ones: only the new ones are converted. The list handed out is never
-    changed afterwards (a longer one is a new list), so records queued
-    earlier keep the conversation they were queued with.
+    ones: only the new ones are converted, and appended to one JSON list.
+    Each record gets a :class:`HistoryView` of that list's first messages
+    (no copy of the conversation per record, which made each response cost
+    more the longer its session), so records queued earlier keep the
+    conversation they were queued with. A replaced history starts a new
+    JSON list; views of the old one keep it.
     """
 
     __slots__ = ("json", "source")
 
     def __init__(self) -> None:
         self.source: list[ty.Message] | None = None
-        self.json: list[dict[str, object]] = []
+        self.json: list[dict[str, Any]] = []
 
-    def of(self, history: list[ty.Message]) -> list[dict[str, object]]:
-        """``history`` as JSON (a list that nobody changes)."""
+    def of(self, history: list[ty.Message]) -> HistoryView:
+        """``history`` as JSON (a view that never changes)."""
         if history is not self.source or len(history) < len(self.json):
             self.source, self.json = history, []
-        done = len(self.json)
+        json = self.json
+        done = len(json)
         if done < len(history):
-            self.json = self.json + [unstructure(m) for m in history[done:]]
-        return self.json
+            json.extend([unstructure(m) for m in history[done:]])
+        return HistoryView(json, len(json))
 
 
 #: One queued write: ``("reset" | "record", key, SessionRecord, time)``,

@@ -52,7 +52,7 @@ connection it resumed on, not this writer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -83,7 +83,7 @@ __all__ = ["abandon", "carry_on"]
 log = logging.getLogger("uamp_trio.sessions")
 
 
-def _messages(raw: list[dict[str, object]]) -> list[ty.Message]:
+def _messages(raw: Sequence[dict[str, object]]) -> list[ty.Message]:
     return [from_dict(ty.Message, m) for m in raw]
 
 

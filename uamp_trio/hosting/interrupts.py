@@ -389,12 +389,27 @@ class ResponsePort:
         self._supported = supported
         self._also = also
         self.emit: Emit | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """The response ended: nothing more can be asked through this port.
+
+        Drops :attr:`emit`, which refers (through the response's runner) back
+        to the request that holds this port: without the cycle the request
+        and its conversation are freed when the response ends rather than by
+        the garbage collector, which walks the whole conversation for each
+        one it finds (a cost that grew with the session).
+        """
+        self.emit = None
+        self._closed = True
 
     async def ask(self, interrupt: Interrupt) -> Answer:
         """Record, show and wait for ``interrupt``; see :class:`Interrupts`."""
         host = self._host
         if not self._supported and host.policy == "deny":
             return Answer(approved=False, reason="this client cannot answer approvals")
+        if self._closed:
+            raise RuntimeError("the response has ended: nothing more can be asked")
         if self.emit is None:
             raise RuntimeError("the port's emit is not set")
         request = self._request

@@ -2468,7 +2468,11 @@ class SessionHost:
         )
         if port is not None:
             port.emit = runner.emit
-        outcome = await runner.run()
+        try:
+            outcome = await runner.run()
+        finally:
+            if port is not None:
+                port.close()  # no cycle keeps the request (and its conversation) alive
         error = outcome.error
         if error is not None and error.code == AGENT_OFFLINE and session.id in self.conn.sessions:
             # The agent's daemon went away (docs/relay.md): the whole session

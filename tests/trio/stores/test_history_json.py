@@ -43,3 +43,56 @@ def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
         handed.append((out, list(out)))
     for out, held in handed:
         assert out == held  # a record queued earlier keeps its conversation
+
+
+def test_views_share_one_list_and_convert_each_message_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uamp_stores.event_log as event_log
+
+    calls: list[object] = []
+
+    def counting(value: object) -> object:
+        calls.append(value)
+        return unstructure(value)
+
+    monkeypatch.setattr(event_log, "unstructure", counting)
+    converted = HistoryJSON()
+    history = [msg(0), msg(1)]
+    first = converted.of(history)
+    history.append(msg(2))
+    second = converted.of(history)
+    assert len(calls) == 3  # each message once
+    assert first._items is second._items  # no copy of the conversation per record
+    assert (len(first), len(second)) == (2, 3)
+    assert first == [unstructure(m) for m in history[:2]]
+
+
+def test_a_view_reads_like_the_list_it_stands_for() -> None:
+    converted = HistoryJSON()
+    history = [msg(i) for i in range(4)]
+    view = converted.of(history[:3])
+    expected = [unstructure(m) for m in history[:3]]
+    assert view == expected and expected == view and view == converted.of(history[:3])
+    assert view != expected[:2] and view != tuple(expected) and view != "x"
+    assert list(view) == expected and len(view) == 3
+    assert view[0] == expected[0] and view[-1] == expected[-1] and view[1:] == expected[1:]
+    assert view[::-1] == expected[::-1] and view[5:] == []
+    for bad in (3, -4):
+        with pytest.raises(IndexError):
+            view[bad]
+    assert repr(view) == repr(expected)
+    with pytest.raises(TypeError):
+        hash(view)
+
+
+def test_a_record_with_a_view_encodes_as_with_a_list() -> None:
+    from uamp_stores.event_log import SessionRecord
+
+    history = [msg(i) for i in range(3)]
+    view = HistoryJSON().of(history)
+    with_view = SessionRecord(agent="a", history=view, running="resp_1")
+    with_list = SessionRecord(agent="a", history=view.as_list(), running="resp_1")
+    assert with_view.encode() == with_list.encode()
+    decoded = SessionRecord.decode(with_view.encode())
+    assert decoded.history == [unstructure(m) for m in history] and decoded == with_list
