@@ -124,6 +124,20 @@ class ClientError(UampError):
         self.reason: str | None = reason if isinstance(reason, str) else None
 
 
+class _Unavailable(ClientError):
+    """No server for now: 502/503/504 (a load balancer whose
+    nodes are away), a close or reset before the answer; worth trying again."""
+
+
+#: HTTP answers (an upgrade's, an event stream's) that say "no server right now" rather than "no".
+_UNAVAILABLE: Final = frozenset({502, 503, 504})
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed dial (or stream) may succeed soon (no server now, not a refusal)."""
+    return isinstance(exc, (OSError, trio.TooSlowError, _Unavailable))
+
+
 class SignatureVerificationError(ClientError):
     """A response's signature is missing or does not verify (``verify=`` was given).
 

@@ -33,6 +33,7 @@ from uamp_proto.signing import JWKS
 from ..engines.streams import receive_or_eof
 from ..engines.ws_frames import EngineName, FrameEngine, WebSocketClosed, make_engine
 from .session import (
+    _UNAVAILABLE,
     DEFAULT_SESSION_BUFFER,
     ClientError,
     ClientSession,
@@ -42,6 +43,8 @@ from .session import (
     _received,
     _running,
     _Sent,
+    _transient,
+    _Unavailable,
 )
 from .verify import JWKSSource, load_jwks
 
@@ -49,15 +52,6 @@ log = logging.getLogger("uamp_trio.client")
 
 _READ_SIZE: Final = 65536
 _WS_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-
-class _Unavailable(ClientError):
-    """The upgrade met no server for now: 502/503/504 (a load balancer whose
-    nodes are away) or a close before the answer; worth dialling again."""
-
-
-#: Upgrade answers that say "no server right now" rather than "no".
-_UNAVAILABLE: Final = frozenset({502, 503, 504})
 
 
 async def _open_stream(
@@ -225,11 +219,6 @@ class Redial:
                 log.info("dialling %s again: %s", self.url, exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.max_delay)
-
-
-def _transient(exc: BaseException) -> bool:
-    """Whether a failed dial may succeed soon (no server now, not a refusal)."""
-    return isinstance(exc, (OSError, trio.TooSlowError, _Unavailable))
 
 
 class UampClient(_Link):

@@ -163,17 +163,7 @@ async def test_a_connection_reset_during_the_handshake_is_dialled_again() -> Non
             client.socket.close()  # RST
             return
         async with await trio.open_tcp_stream("127.0.0.1", port) as upstream:
-
-            async def pipe(a: trio.SocketStream, b: trio.SocketStream) -> None:
-                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    while data := await a.receive_some(65536):
-                        await b.send_all(data)
-                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await b.send_eof()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pipe, client, upstream)
-                nursery.start_soon(pipe, upstream, client)
+            await splice(client, upstream)
 
     with trio.fail_after(TIMEOUT):
         async with serving(agent, MemoryEventLog(), port), trio.open_nursery() as nursery:
@@ -186,3 +176,18 @@ async def test_a_connection_reset_during_the_handshake_is_dialled_again() -> Non
             nursery.cancel_scope.cancel()
     assert resets == 2
     assert answer.text == "d0 "
+
+
+async def splice(one: trio.SocketStream, other: trio.SocketStream) -> None:
+    """Copy bytes both ways between two connections until both ends are done."""
+
+    async def pipe(a: trio.SocketStream, b: trio.SocketStream) -> None:
+        with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await a.receive_some(65536):
+                await b.send_all(data)
+        with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await b.send_eof()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pipe, one, other)
+        nursery.start_soon(pipe, other, one)
