@@ -124,8 +124,8 @@ def policy_of(metadata: object, default: BusyPolicy) -> BusyPolicy:
     Raises:
         BusyError: ``invalid_policy``: the key holds something else than a policy name.
     """
-    if not isinstance(metadata, Mapping):
-        return default
+    if not metadata or not isinstance(metadata, Mapping):
+        return default  # nothing asked (the usual request): no ABC check
     value = metadata.get(POLICY_KEY)
     return default if value is None else parse_policy(value)
 
@@ -202,6 +202,10 @@ class Admission:
         return self.move is Move.RUN
 
 
+#: The admission of a message that runs at once (frozen: one for all).
+_RUNS: Final = Admission(move=Move.RUN)
+
+
 @attrs.define
 class _Lane:
     running: Hashable | None = None
@@ -264,11 +268,13 @@ class Lanes:
     ) -> Admission:
         """A message (``ticket``, from ``owner``) arrives for conversation ``key``."""
         lane = self._lanes.get(key)
-        state = LaneState.IDLE if lane is None else lane.state
-        move = MOVES[(state, policy)]
-        if move is Move.RUN:
+        if lane is None:  # idle: every policy runs (the table's IDLE rows), the usual case
             self._lanes[key] = _Lane(running=ticket)
-            return Admission(move=move)
+            return _RUNS
+        move = MOVES[(lane.state, policy)]
+        if move is Move.RUN:  # pragma: no cover - a lane that exists is never idle
+            self._lanes[key] = _Lane(running=ticket)
+            return _RUNS
         assert lane is not None
         if move is Move.REFUSE:
             refusal = BusyError(

@@ -710,6 +710,11 @@ class MemoryEventLog(EventLog):
     def __len__(self) -> int:
         return len(self._logs)
 
+    @property
+    def pending(self) -> bool:
+        """Never: every write is applied as it is queued (asked before each event is sent)."""
+        return False
+
     def _queue(self, op: Op) -> None:
         # Applied at once: nothing to flush; readers are woken here.
         kind, key, payload, written = op
@@ -722,7 +727,7 @@ class MemoryEventLog(EventLog):
             log.record = payload.copy()
         else:
             self._reset(key, payload)
-        if self._flushed:
+        if self._flushed.parked:
             self._flushed.unpark_all()
 
     def _store(self, key: LogKey, entry: LogEntry, written: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given
@@ -225,6 +226,9 @@ def test_policy_of_metadata() -> None:
     assert policy_of({"other": 1}, I) is I
     assert policy_of(None, B) is B
     assert policy_of("not a mapping", E) is E
+    for empty in ({}, MappingProxyType({}), "", [], ()):  # nothing asked: the default
+        assert policy_of(empty, R) is R
+    assert policy_of(MappingProxyType({POLICY_KEY: "rollback"}), E) is B
     with pytest.raises(BusyError):
         policy_of({POLICY_KEY: "soon"}, E)
 

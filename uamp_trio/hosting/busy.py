@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -47,6 +47,11 @@ __all__ = ["ConversationGate", "Slot", "http_status"]
 def http_status(error: BusyError) -> int:
     """An HTTP status for a refused message: 409 busy, 429 queue full, 400 a bad policy."""
     return {BUSY: 409, QUEUE_FULL: 429}.get(error.code, 400)
+
+
+#: The ready event of every slot that runs at once (set, and never waited on for long).
+_READY: Final = trio.Event()
+_READY.set()
 
 
 class Slot:
@@ -82,9 +87,8 @@ class Slot:
         self.waited = not runs
         self._cancel: Callable[[], None] | None = None
         self._on_ready: Callable[[], None] | None = None
-        self._ready = trio.Event()
-        if runs:
-            self._ready.set()
+        # A slot that runs at once shares one event that is set for good.
+        self._ready = _READY if runs else trio.Event()
         #: ``True`` while the conversation is this slot's; ``None`` once closed.
         self._held: bool | None = runs
         #: What the run leaves to the next message of its conversation (the

@@ -783,6 +783,9 @@ class SessionHost:
         self.outbox = Outbox(
             self.limits.outbox_size, self.limits.max_owed, self.limits.session_outbox_size
         )
+        #: The core's sessions by id: ``conn.sessions``, the same mapping
+        #: (read on every event; not through the property each time).
+        self._contexts = self.conn.sessions
         #: trio time of the last incoming UAMP message.
         self.last_activity = trio.current_time()
         self._nursery = nursery
@@ -899,7 +902,7 @@ class SessionHost:
             notify: Tell the peer with ``session.end`` (not when it is gone).
         """
         for sid in list(self._sessions):
-            if notify and sid in self.conn.sessions:
+            if notify and sid in self._contexts:
                 with contextlib.suppress(LocalProtocolError, Overloaded):
                     if reason == "timeout":  # UAMP 6.3's code, then the end
                         self.outbox.put_owed(
@@ -923,7 +926,7 @@ class SessionHost:
                 self._owe(ev.SessionUpdated(session_id=session.id))
             except LocalProtocolError as exc:  # not created yet: session.created comes first
                 log.info("session %s: session.update not answered: %s", session.id, exc)
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
             # The core took the new payment_token as the answer to the
             # outstanding payment.required (spec 004).
@@ -1021,7 +1024,7 @@ class SessionHost:
         elif etype == "input.text":
             assert isinstance(event, ev.InputText)
             if session is not None and event.payment_token is not None:
-                ctx = self.conn.sessions.get(session.id)
+                ctx = self._contexts.get(session.id)
                 if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
                     # The core took the token as the answer to an open
                     # payment.required, as it does for session.update.
@@ -1050,7 +1053,7 @@ class SessionHost:
             if self.chat is not None and self.chat.voice(session.id, event):
                 # A call between people in a room (docs/voice.md): the audio
                 # went to the other side, not into the next response's input.
-                ctx = self.conn.sessions.get(session.id)
+                ctx = self._contexts.get(session.id)
                 if etype == "input.audio" and ctx is not None and ctx.pending_input:
                     ctx.pending_input.pop()
                 return
@@ -1134,7 +1137,7 @@ class SessionHost:
         audio asked for in return, exactly as if the client had sent
         ``response.create``. Outside a call a final chunk changes nothing.
         """
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None or session.call_started is None or ctx.response is not None:
             return
         create = {
@@ -1152,7 +1155,7 @@ class SessionHost:
             return
         fmt: str | None = event.format
         if not fmt:  # the chunk names none: the session's input_audio_format
-            ctx = self.conn.sessions.get(session.id)
+            ctx = self._contexts.get(session.id)
             fmt = ctx.config.input_audio_format if ctx is not None and ctx.config else None
         try:
             pcm = audio.to_pcm16(audio.decode_b64(event.audio), fmt)
@@ -1166,7 +1169,7 @@ class SessionHost:
     def _to_chat(self, event: ev.Event) -> bool:
         """Hand a chat event to the connection's :class:`ChatLink`; ``True`` when it was one."""
         session = self._session_of(event)
-        ctx = self.conn.sessions.get(session.id) if session is not None else None
+        ctx = self._contexts.get(session.id) if session is not None else None
         if session is None or ctx is None or ctx.chat_of(event) is None:
             return False
         link = self._chat_link()
@@ -1183,7 +1186,7 @@ class SessionHost:
 
     def chat_of(self, session_id: str, event: ev.Event) -> str | None:
         """The chat a session's event belongs to (see :meth:`SessionContext.chat_of`)."""
-        ctx = self.conn.sessions.get(session_id)
+        ctx = self._contexts.get(session_id)
         return ctx.chat_of(event) if ctx is not None else None
 
     def chat_profile(self, session_id: str) -> ChatProfile:
@@ -1195,7 +1198,7 @@ class SessionHost:
         session id stands for it.
         """
         session = self._sessions.get(session_id)
-        ctx = self.conn.sessions.get(session_id)
+        ctx = self._contexts.get(session_id)
         settings = chat_settings(ctx.config if ctx is not None else None)
         principal = session.principal if session is not None else self.principal
         name = settings.get("username")
@@ -1216,13 +1219,13 @@ class SessionHost:
     def session_tokens(self, session_id: str) -> tuple[str | None, str | None]:
         """The session's auth token and payment token."""
         session = self._sessions.get(session_id)
-        ctx = self.conn.sessions.get(session_id)
+        ctx = self._contexts.get(session_id)
         token = session.token if session is not None else None
         return token, ctx.payment.token if ctx is not None else None
 
     def client_capabilities(self, session_id: str) -> ty.Capabilities | None:
         """What the session's client declared it can handle, merged (UAMP 5.5, 9)."""
-        ctx = self.conn.sessions.get(session_id)
+        ctx = self._contexts.get(session_id)
         return ctx.client_capabilities if ctx is not None else None
 
     def owe_quietly(self, event: ev.Event) -> None:
@@ -1234,7 +1237,7 @@ class SessionHost:
 
     def end_session(self, session_id: str, reason: str) -> None:
         """End one session from the server's side (``session.end`` with ``reason``)."""
-        if session_id in self.conn.sessions:
+        if session_id in self._contexts:
             with contextlib.suppress(LocalProtocolError):
                 self.owe_quietly(ev.SessionEnd(session_id=session_id, reason=reason))
         self._drop(session_id)
@@ -1327,7 +1330,7 @@ class SessionHost:
         self._begin_log(sid)
         self._log(sid, data)
         self.outbox.put_owed(data)
-        ctx = self.conn.sessions.get(sid)
+        ctx = self._contexts.get(sid)
         # Section 9.1: session.created, then capabilities -- the same merged
         # view capabilities.query answers (the client's declaration echoed).
         caps = agent.capabilities()
@@ -1358,7 +1361,7 @@ class SessionHost:
         limit = self.limits.max_sessions
         warnings = []
         if limit > 1:  # an HTTP+SSE session is a "connection" of one: nothing to tell
-            left = limit - len(self.conn.sessions)
+            left = limit - len(self._contexts)
             warnings.append(ratelimit.notice(limit, left, session_id=sid))
         app = self._app
         count = app.connection_count if app is not None else None
@@ -1383,7 +1386,7 @@ class SessionHost:
         log, session = self.event_log, self._sessions.get(sid)
         if log is None or session is None:
             return
-        ctx = self.conn.sessions.get(sid)
+        ctx = self._contexts.get(sid)
         config = ctx.config if ctx is not None else None
         record = SessionRecord(
             agent=session.agent.name,
@@ -1408,7 +1411,7 @@ class SessionHost:
         if entry is None or record is None:
             return
         assert self.event_log is not None
-        ctx = self.conn.sessions.get(sid)
+        ctx = self._contexts.get(sid)
         if ctx is not None:
             converted = self._history_json.get(sid)
             if converted is None:
@@ -1454,7 +1457,7 @@ class SessionHost:
         self._records.pop(sid, None)
         self._history_json.pop(sid, None)
         if sid in self._sessions:
-            if not self.detached and sid in self.conn.sessions:
+            if not self.detached and sid in self._contexts:
                 with contextlib.suppress(LocalProtocolError, Overloaded):
                     end = ev.SessionEnd(session_id=sid, reason="resumed")
                     self.outbox.put_owed(self.conn.send(end))
@@ -1482,7 +1485,7 @@ class SessionHost:
             if session.response is None or sid not in self._logged:
                 self._drop(sid)
                 continue
-            ctx = self.conn.sessions.get(sid)
+            ctx = self._contexts.get(sid)
             if ctx is not None and ctx.send_window is not None:
                 # No ack comes back here any more: the response goes on into
                 # the log, still numbered, read at the resuming client's pace.
@@ -1500,7 +1503,7 @@ class SessionHost:
             while self.busy:
                 await trio.sleep(0.05)
         for sid, session in list(self._sessions.items()):
-            ctx = self.conn.sessions.get(sid)
+            ctx = self._contexts.get(sid)
             tracker = ctx.response if ctx is not None else None
             if session.response is not None and tracker is not None and sid in self._logged:
                 with contextlib.suppress(LocalProtocolError):
@@ -1538,7 +1541,7 @@ class SessionHost:
         except (ResumeError, StoreUnavailable) as exc:
             self._refuse(session, exc.code, exc.message)
             return
-        ctx = self.conn.sessions.get(sid)
+        ctx = self._contexts.get(sid)
         if ctx is None or self._sessions.get(sid) is not session:
             return
         self._restore(sid, record)
@@ -1575,14 +1578,14 @@ class SessionHost:
 
     def _refuse(self, session: _Session, code: str, message: str) -> None:
         self.refusal = (code, message)
-        if session.id in self.conn.sessions:
+        if session.id in self._contexts:
             with contextlib.suppress(LocalProtocolError, Overloaded):
                 self._owe(_error(session.id, code, message))
         self._drop(session.id)
 
     def _restore(self, sid: str, record: SessionRecord) -> None:
         """Put the record's conversation and configuration into the core's session."""
-        ctx = self.conn.sessions.get(sid)
+        ctx = self._contexts.get(sid)
         if ctx is None:
             return
         ctx.history = [from_dict(ty.Message, m) for m in record.history]
@@ -1714,7 +1717,7 @@ class SessionHost:
                 principal, reason = session.principal, exc.message
             if self._sessions.get(session.id) is not session:
                 return
-            ctx = self.conn.sessions.get(session.id)
+            ctx = self._contexts.get(session.id)
             if reason:
                 if ctx is not None:
                     ctx.token = session.token  # the refused token is not the session's
@@ -1767,7 +1770,7 @@ class SessionHost:
                 return
             caps = found.capabilities()
         sid = session.id if session is not None else None
-        ctx = self.conn.sessions.get(sid) if sid is not None else None
+        ctx = self._contexts.get(sid) if sid is not None else None
         view = self._view(caps, ctx.client_capabilities if ctx is not None else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
 
@@ -1782,7 +1785,7 @@ class SessionHost:
         if caps is session.announced or caps == session.announced:
             return
         session.announced = caps
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None:
             return
         view = self._view(caps, ctx.client_capabilities)
@@ -1940,7 +1943,7 @@ class SessionHost:
         (its task is woken), ``payment.error`` ``token_invalid`` with
         ``can_retry`` keeps it waiting for another token.
         """
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None:
             return
         negotiation = ctx.payment
@@ -1949,7 +1952,7 @@ class SessionHost:
         remaining = None
         if unpaid is None and app is not None:
             remaining = await app.payment_balance(negotiation.token)
-        if self.conn.sessions.get(session.id) is not ctx:
+        if self._contexts.get(session.id) is not ctx:
             return  # the session ended while the ledger answered
         reply = settle_event(
             negotiation, session.id, unpaid, remaining, f"pay_{uuid.uuid4().hex[:24]}"
@@ -1984,7 +1987,7 @@ class SessionHost:
         await self._send(session, response, required)
         with trio.move_on_after(wait):
             while True:
-                ctx = self.conn.sessions.get(session.id)
+                ctx = self._contexts.get(session.id)
                 if ctx is None:
                     # Ending the session cancelled this response: let that land first.
                     await trio.lowlevel.checkpoint()
@@ -2011,7 +2014,7 @@ class SessionHost:
         settled it meanwhile.
         """
         while True:
-            ctx = self.conn.sessions.get(session.id)
+            ctx = self._contexts.get(session.id)
             if ctx is None:
                 raise _SessionGone
             negotiation = ctx.payment
@@ -2043,7 +2046,7 @@ class SessionHost:
         """
         await self._charge_now(response, tracker)
         balance, response.balance = response.balance, None
-        if balance is None or session.id not in self.conn.sessions:
+        if balance is None or session.id not in self._contexts:
             return
         try:
             data = self.conn.send(attrs.evolve(balance, session_id=session.id))
@@ -2084,7 +2087,7 @@ class SessionHost:
             charge = response.charge
             if charge is None:
                 return
-            ctx = self.conn.sessions.get(session.id)
+            ctx = self._contexts.get(session.id)
             token = ctx.payment.token if ctx is not None else None
             try:
                 await charge.extend(token, required.requirements.amount)
@@ -2095,7 +2098,7 @@ class SessionHost:
                 )
 
     async def _send_cancelled(self, session: _Session, response: _Response) -> None:
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None or ctx.response is None or ctx.response.response_id != response.id:
             raise _SessionGone
         await self._send(session, response, ctx.response.cancelled_event(session_id=session.id))
@@ -2103,7 +2106,7 @@ class SessionHost:
     # --- responses --------------------------------------------------------------
 
     def _start_response(self, session: _Session, create: ev.ResponseCreate) -> None:
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None:  # pragma: no cover - the core checked
             return
         if ctx.held and ctx.held[-1].create is create:
@@ -2165,7 +2168,7 @@ class SessionHost:
 
         def stop() -> None:
             if slot.dropped:  # rolled back: the core leaves its turn out of the history
-                ctx = self.conn.sessions.get(session.id)
+                ctx = self._contexts.get(session.id)
                 if ctx is not None:
                     ctx.drop_response = response.id
             self._cancel(session, response.id)
@@ -2183,7 +2186,7 @@ class SessionHost:
 
     def _take_held(self, session: _Session) -> bool:
         """Queue the held ``response.create`` whose turn has come; ``False``: none has."""
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None or not ctx.held or ctx.response is not None:
             return False
         held = next((h for h in ctx.held if isinstance(h.token, Slot) and h.token.ready), None)
@@ -2201,7 +2204,7 @@ class SessionHost:
     def _request(
         self, session: _Session, response_id: str, create: ev.ResponseCreate
     ) -> TurnRequest | None:
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         if ctx is None or ctx.response is None or ctx.response.response_id != response_id:
             return None
         config = ctx.config or ty.SessionConfig(modalities=["text"])
@@ -2310,9 +2313,11 @@ class SessionHost:
         self.outbox.producers += 1
         logged = session.id in self._logged
         if logged:
-            ctx = self.conn.sessions.get(session.id)
+            ctx = self._contexts.get(session.id)
             tracker = ctx.response if ctx is not None else None
-            inputs = unstructure(tracker.input_messages) if tracker is not None else []
+            inputs = []
+            if tracker is not None:  # each message by its compiled hook, not the list walk
+                inputs = [unstructure(m) for m in tracker.input_messages]
             self._put_record(session.id, running=response.id, input=inputs, request=create.event_id)
         try:
             await self._run_response(session, response, create)
@@ -2351,7 +2356,7 @@ class SessionHost:
             error = ty.ErrorInfo(code=exc.code, message=exc.message)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is not None and tracker.response_id != rid:
             tracker = None
@@ -2379,7 +2384,7 @@ class SessionHost:
                 return
             # Section 3.2: wait for the client's tool.result events.
             while True:
-                ctx = self.conn.sessions.get(session.id)
+                ctx = self._contexts.get(session.id)
                 if ctx is None or ctx.response is None or ctx.response.response_id != rid:
                     return
                 if not ctx.response.pending_tool_calls:
@@ -2416,7 +2421,7 @@ class SessionHost:
         and ``emit`` returns once paid -- spec 004's mid-stream top-up.
         """
         send = self._send
-        live = self.conn.sessions.get(session.id)
+        live = self._contexts.get(session.id)
         spoken = live.config.output_audio_format if live is not None and live.config else None
         recode = spoken if spoken in audio.CONVERTED_FORMATS else None
 
@@ -2429,7 +2434,7 @@ class SessionHost:
             if kind is ev.PaymentRequired:
                 assert isinstance(event, ev.PaymentRequired)
                 await self._top_up(session, response, event)
-                ctx = self.conn.sessions.get(session.id)
+                ctx = self._contexts.get(session.id)
                 if ctx is not None and ctx.payment.token is not None:
                     request.metadata[PAID_TOKEN] = ctx.payment.token
                 return
@@ -2442,7 +2447,7 @@ class SessionHost:
         # One tracker per response: the runner reads the core's (which the
         # core's send updates) instead of applying every event to its own,
         # and the core writes the ids the agent left out (no copy per event).
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
             raise _SessionGone
@@ -2474,7 +2479,7 @@ class SessionHost:
             if port is not None:
                 port.close()  # no cycle keeps the request (and its conversation) alive
         error = outcome.error
-        if error is not None and error.code == AGENT_OFFLINE and session.id in self.conn.sessions:
+        if error is not None and error.code == AGENT_OFFLINE and session.id in self._contexts:
             # The agent's daemon went away (docs/relay.md): the whole session
             # is told, after the response's own error, not only this response.
             offline = _error(session.id, AGENT_OFFLINE, error.message)
@@ -2488,7 +2493,7 @@ class SessionHost:
         The runner built it from the core's tracker (the runner shares it), so
         its output is what the client was sent, and both ids.
         """
-        ctx = self.conn.sessions.get(session.id)
+        ctx = self._contexts.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
             raise _SessionGone

@@ -111,3 +111,38 @@ def test_common_frames_never_reach_the_library() -> None:
     with_close = engine.feed(frame(1, b"last") + frame(8, struct.pack("!H", 1000)))
     assert with_close == [b"last"]
     assert engine._pending is None  # type: ignore[attr-defined]
+
+
+@given(
+    payload=st.one_of(
+        st.text(max_size=300).map(lambda t: t.encode()), st.sampled_from([125, 126, 65535, 65536])
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_a_servers_text_frames_are_the_librarys(payload: bytes | int) -> None:
+    from websockets.protocol import Protocol, Side, State
+
+    data = b"x" * payload if isinstance(payload, int) else payload
+    library = Protocol(Side.SERVER, state=State.OPEN, max_size=None)
+    library.send_text(data)
+    library.send_text(b"next")
+    engine = make_engine(client=False, max_message_size=None, engine="websockets")
+    engine.text(data)
+    engine.text(b"next")
+    assert engine.take() == b"".join(library.data_to_send())
+    # The bytes parse back to the two messages.
+    peer = make_engine(client=True, max_message_size=None, engine="websockets")
+    assert peer.feed(frame(1, data, mask=False) + frame(1, b"next", mask=False)) == [data, b"next"]
+
+
+def test_text_after_close_is_refused_as_the_library_refuses_it() -> None:
+    from websockets.exceptions import InvalidState
+
+    engine = make_engine(client=False, max_message_size=None, engine="websockets")
+    engine.close(1000, "bye")
+    try:
+        engine.text(b"late")
+    except InvalidState:
+        pass
+    else:  # pragma: no cover - the assertion below reports it
+        raise AssertionError("a text frame after the close frame was queued")
