@@ -404,6 +404,7 @@ class _Batcher:
     __slots__ = (
         "abandoned",
         "closing",
+        "ended",
         "error",
         "high_water",
         "idle",
@@ -430,6 +431,8 @@ class _Batcher:
         self.on_error: Callable[[], object] | None = None
         #: The producer failed: write nothing more.
         self.abandoned = False
+        #: The body is over: a send waiting for room (from another task) raises.
+        self.ended = False
 
     async def send(self, chunk: bytes) -> None:
         if self.error is not None:
@@ -441,15 +444,28 @@ class _Batcher:
         if self.parked:
             self.wake()
         if self.size > self.high_water:
-            while self.size > self.high_water and self.error is None:
+            while self.size > self.high_water and self.error is None and not self.ended:
                 await self.room.park()
             if self.error is not None:
                 raise trio.BrokenResourceError("the response could not be written") from self.error
+            if self.ended:
+                raise trio.BrokenResourceError("the response is over")
 
     def wake(self) -> None:
         """Wake the writer if it waits for bytes."""
         self.parked = False
         self.idle.unpark()
+
+    def end(self) -> None:
+        """The body is over (written or abandoned): wake a send waiting for room, which raises.
+
+        The producer's own sends end with the block; this is for a send made
+        from another task, which may still wait for room when the body ends
+        (the client left): it fails instead of waiting for good.
+        """
+        self.ended = True
+        if self.room:
+            self.room.unpark_all()
 
     async def run(self) -> None:
         first = True
@@ -555,29 +571,33 @@ class SerialBodyWriter:
             # the connection is closed after this, which ends it if it hangs.
             batcher.abandoned = True
             batcher.wake()
+            batcher.end()
             if batcher.error is not None and isinstance(exc, trio.Cancelled):
                 raise batcher.error from None  # the failed write cancelled the block
             raise
-        if self._running is not batcher:
-            # The producer never waited, so the writer task has not started
-            # on this body: write it here, in one final write, and spare the
-            # hand-over to the task and back.
-            self._taken_over = batcher
-            self._current = None
-            queue = batcher.queue
-            data = queue[0] if len(queue) == 1 else b"".join(queue)
-            try:
-                await write(data, True)
-            except Exception:
-                self._nursery.cancel_scope.cancel()
-                raise
-            return
-        batcher.closing = True
-        batcher.wake()
-        while self._current is batcher:
-            await self._finished.park()
-        if batcher.error is not None:
-            raise batcher.error
+        try:
+            if self._running is not batcher:
+                # The producer never waited, so the writer task has not started
+                # on this body: write it here, in one final write, and spare the
+                # hand-over to the task and back.
+                self._taken_over = batcher
+                self._current = None
+                queue = batcher.queue
+                data = queue[0] if len(queue) == 1 else b"".join(queue)
+                try:
+                    await write(data, True)
+                except Exception:
+                    self._nursery.cancel_scope.cancel()
+                    raise
+                return
+            batcher.closing = True
+            batcher.wake()
+            while self._current is batcher:
+                await self._finished.park()
+            if batcher.error is not None:
+                raise batcher.error
+        finally:
+            batcher.end()
 
 
 @asynccontextmanager
@@ -601,6 +621,11 @@ async def batched_writer(
     when nothing is left). If the block raises, nothing more
     is written and the exception propagates unchanged. If ``write`` fails,
     the block is cancelled and the write's exception is raised instead.
+
+    Another task may call ``send`` too while the block is open (the block's
+    owner decides the order of their chunks). Once the body is over, a
+    ``send`` that would wait for room raises ``trio.BrokenResourceError``,
+    also one already waiting when the block ends: nobody makes room any more.
     """
     caught: BaseException | None = None
     async with trio.open_nursery() as nursery:

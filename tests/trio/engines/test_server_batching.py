@@ -195,3 +195,53 @@ async def test_a_body_that_never_waited_fails_its_final_write_like_the_writer_wo
                     await send(b"x")  # never waits: the producer writes it itself
             assert nursery.cancel_scope.cancel_called
     assert write.calls == [(b"x", True)]
+
+
+# --- a send from another task (the A2A turn writes into the request's stream) ------------
+
+
+async def test_a_send_from_another_task_waiting_for_room_fails_when_the_body_is_abandoned() -> None:
+    """It raises instead of waiting for good: nobody drains the body's queue any more."""
+    write = Recorder()
+    write.gate = trio.Event()  # the socket takes nothing more
+    outcome: list[str] = []
+
+    async def other(send: SendChunk, started: trio.Event) -> None:
+        await send(b"x" * 10)
+        await trio.testing.wait_all_tasks_blocked()  # the writer holds it: the socket is full
+        started.set()
+        try:
+            await send(b"y" * 100)  # past the high-water mark: waits for room
+        except trio.BrokenResourceError:
+            outcome.append("raised")
+        else:
+            outcome.append("returned")  # pragma: no cover - the failure this test is about
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as outside:
+            bodies = SerialBodyWriter(outside)
+            with trio.CancelScope() as scope:  # the request goes away
+                async with bodies.body(write, high_water=50) as send:
+                    started = trio.Event()
+                    outside.start_soon(other, send, started)
+                    await started.wait()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert outcome == []  # it waits for room
+                    scope.cancel()
+                    await trio.sleep_forever()
+            await trio.testing.wait_all_tasks_blocked()
+            assert outcome == ["raised"]
+            outside.cancel_scope.cancel()
+
+
+async def test_a_send_past_the_high_water_mark_after_the_body_ended_raises() -> None:
+    write = Recorder()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as outside:
+            bodies = SerialBodyWriter(outside)
+            async with bodies.body(write, high_water=50) as send:
+                await send(b"x")
+            with pytest.raises(trio.BrokenResourceError):
+                await send(b"y" * 100)  # nobody would ever make room
+            outside.cancel_scope.cancel()
+    assert write.calls == [(b"x", True)]
