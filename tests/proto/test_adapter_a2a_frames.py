@@ -106,3 +106,32 @@ def test_plain_text_is_one_text_part_only() -> None:
     assert plain_text(_artifact_update("x", 2, ("t", "c", "a", None))) is None
     assert plain_text(_artifact_update("x", 0, ("t", "c", "a", None))) is None
     assert plain_text(Update(kind="status", task_id="t", context_id="c")) is None
+
+
+@given(
+    _UPDATES,
+    st.lists(_TEXT, max_size=5),
+    st.sampled_from(list(Dialect)),
+    st.one_of(st.integers(-(2**53), 2**53), st.text(_CHARS, max_size=6)),
+)
+@settings(max_examples=300)
+def test_a_template_frames_every_text_of_its_shape(
+    update: Update, texts: list[str], dialect: Dialect, request_id: int | str
+) -> None:
+    """What the A2A stream's turn writes with a template is the frame of that chunk."""
+
+    def encode(result: dict[str, Any]) -> bytes:
+        return encode_json(orjson.dumps(result_response(request_id, result)))
+
+    frames = TextChunkFrames(dialect, encode)
+    template = frames.template(update)
+    if plain_text(update) is None:
+        assert template is None
+        return
+    if template is None:  # the marker is part of the shape itself: no template
+        return
+    head, tail = template
+    assert update.artifact is not None
+    for text in texts:
+        chunk = _with(update, artifact=_with(update.artifact, items=[ty.TextContent(text=text)]))
+        assert head + orjson.dumps(text) + tail == encode(render_update(chunk, dialect))

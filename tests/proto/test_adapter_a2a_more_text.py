@@ -50,6 +50,22 @@ _EVENTS = st.lists(
             st.sampled_from(["message", "artifact"]),
             st.text(_CHARS, min_size=1, max_size=5),
         ),
+        # An artifact of the agent's under the text artifact's own id.
+        st.builds(
+            lambda text, append: ev.ResponseDelta(
+                delta=ty.DeltaUnknown(
+                    raw={
+                        "type": "artifact",
+                        "artifact_id": "resp-1-text",
+                        "append": append,
+                        "content": [{"type": "text", "text": text}],
+                    }
+                ),
+                response_id="resp-1",
+            ),
+            st.text(_CHARS, min_size=1, max_size=5),
+            st.booleans(),
+        ),
     ),
     max_size=25,
 )
@@ -81,3 +97,67 @@ def test_more_text_then_feed_is_feed(events: list[ev.Event], uamp_events: bool) 
     texts = [e for e in events if type(e) is ev.ResponseDelta and type(e.delta) is ty.DeltaText]
     if sum(1 for e in texts if e.delta.text) >= 2 and general_run.reply is None:  # type: ignore[union-attr]
         assert took_shortcut  # the shortcut is not a path that never runs
+
+
+@given(events=_EVENTS, uamp_events=st.booleans())
+def test_grow_changes_the_task_as_more_text_does(events: list[ev.Event], uamp_events: bool) -> None:
+    """``grow`` is ``more_text`` without the update: the task alike, the update the next chunk.
+
+    The A2A stream writes that chunk from the template of the chunk before
+    it, so it must be a text chunk of the same shape (``append``, not
+    ``lastChunk``, the same artifact) carrying the delta's text.
+    """
+    general, grown = _task(), _task()
+    general_run = TaskRun(general, _ids(), uamp_events=uamp_events)  # type: ignore[arg-type]
+    grown_run = TaskRun(grown, _ids(), uamp_events=uamp_events)  # type: ignore[arg-type]
+    previous: Update | None = None
+    said = ""
+    for event in events:
+        expected = general_run.feed(event)
+        if any(u.text for u in expected):
+            # The model: the text artifact is the turn's text so far, one item.
+            said += "".join(u.text for u in expected if u.text)
+            text_artifact = general_run._text  # (the run's own, whatever else has its id)
+            assert text_artifact is not None and text_artifact in general.artifacts
+            assert text_artifact.items == [ty.TextContent(text=said)]
+        delta = event.delta if type(event) is ev.ResponseDelta else None  # type: ignore[attr-defined]
+        text = delta.text if type(delta) is ty.DeltaText else None
+        if text is not None and grown_run.grow(text):
+            assert len(expected) == 1
+            (chunk,) = expected
+            assert chunk.text == text and chunk.append and not chunk.last_chunk
+            assert previous is not None and previous.artifact is not None
+            assert chunk.artifact is not None
+            assert chunk.artifact.artifact_id == previous.artifact.artifact_id
+            assert chunk.artifact.name == previous.artifact.name
+            assert render_task(grown, Dialect.V1) == render_task(general, Dialect.V1)
+            previous = chunk
+            continue
+        assert grown_run.feed(event) == expected
+        assert render_task(grown, Dialect.V1) == render_task(general, Dialect.V1)
+        texts = [u for u in expected if u.text is not None]
+        if texts:
+            previous = texts[-1]
+    assert grown_run.reply == general_run.reply
+
+
+def test_text_after_an_artifact_delta_under_the_texts_id_is_again_its_one_item() -> None:
+    """The text artifact is the turn's text, one item, after each text delta (as it always was)."""
+
+    def text(t: str) -> ev.Event:
+        return ev.ResponseDelta(delta=ty.DeltaText(text=t), response_id="resp-1")
+
+    def agents(t: str, append: bool) -> ev.Event:
+        raw = {"type": "artifact", "artifact_id": "resp-1-text", "append": append}
+        content = [{"type": "text", "text": t}]
+        return ev.ResponseDelta(delta=ty.DeltaUnknown(raw={**raw, "content": content}))
+
+    for append in (True, False):
+        task = _task()
+        run = TaskRun(task, _ids())  # type: ignore[arg-type]
+        for event in (text("a"), agents("X", append), text("b")):
+            delta = event.delta  # type: ignore[attr-defined]
+            if not (type(delta) is ty.DeltaText and run.grow(delta.text)):
+                run.feed(event)
+        (artifact,) = task.artifacts
+        assert artifact.items == [ty.TextContent(text="ab")]

@@ -963,6 +963,11 @@ def _content(raw: dict[str, Any]) -> list[ty.ContentItem]:
     return list(message.content_items or [])
 
 
+#: Stores the text of a :class:`~uamp_proto.types.TextContent`, frozen as it
+#: is (its slot's own setter; see :meth:`TaskRun.grow`).
+_set_text = vars(ty.TextContent)["text"].__set__
+
+
 class TaskRun:
     """Turns one UAMP response's events into updates of an :class:`A2ATask`.
 
@@ -999,8 +1004,10 @@ class TaskRun:
         self._ids = ids
         self._uamp_events = uamp_events
         self._text: Artifact | None = None
-        #: The turn's text so far (the text artifact's one item).
-        self._said = ""
+        #: The text artifact's one item: the turn's text so far, grown in place
+        #: (:meth:`grow`); its list, to see whether an artifact delta replaced it.
+        self._item: ty.TextContent | None = None
+        self._items: list[ty.ContentItem] = []
         self._sent_text = False
         self._started = False
         #: The agent's direct reply, when it answered with a message.
@@ -1115,6 +1122,8 @@ class TaskRun:
             kept.items.extend(items)
         else:
             kept.items = list(items)
+        if kept is self._text:  # the next text delta makes the text its one item again
+            self._items = []
         chunk = Artifact(
             artifact_id=artifact_id,
             name=kept.name,
@@ -1139,16 +1148,15 @@ class TaskRun:
         if self._text is None:
             self._text = Artifact(artifact_id=f"{response_id}-text", name="response")
             task.artifacts.append(self._text)
-        # Drop every other reference to the text first, so that CPython
-        # grows it in place: a join of all the parts on every delta was
-        # quadratic in the turn's length.
-        said, self._said = self._said, ""
-        self._text.items = []
-        said += text
-        self._said = said
-        self._text.items = [ty.TextContent(text=said)]
+            self._item = ty.TextContent(text="")
+        self.grow(text)
         out.append(self._text_chunk(text, last=False))
         return out
+
+    @property
+    def _said(self) -> str:
+        """The turn's text so far."""
+        return "" if self._item is None else self._item.text
 
     def more_text(self, text: str) -> Update | None:
         """``feed`` of a text delta that only continues the text artifact, else ``None``.
@@ -1158,16 +1166,37 @@ class TaskRun:
         give (the same text artifact grown in place, the same chunk);
         otherwise ``None`` and nothing changes (call :meth:`feed`).
         """
-        if not (text and self._sent_text) or self.reply is not None:
-            return None
-        said, self._said = self._said, ""
+        return self._text_chunk(text, last=False) if self.grow(text) else None
+
+    def grow(self, text: str) -> bool:
+        """:meth:`more_text` for a caller that needs no update: the task changes alike.
+
+        ``True`` when the text artifact grew by ``text`` (the update
+        :meth:`more_text` would give is the text chunk of the artifact's
+        next shape, ``append`` and not ``lastChunk``); ``False`` when
+        ``more_text`` would give ``None``, and nothing changed.
+
+        The artifact's one item is this run's own (made with the artifact;
+        readers of the task render it at once and keep nothing), so it is
+        changed where it is rather than made anew for each delta, which
+        cost more than anything else a streamed chunk does here. Every other
+        reference to the text is dropped first, so that CPython extends the
+        string in place: a join of all the parts on every delta was
+        quadratic in the turn's length.
+        """
+        item = self._item  # (there is one once the first text chunk is made)
+        if item is None or not text or self.reply is not None:
+            return False
+        said = item.text
+        _set_text(item, "")
+        said += text
+        _set_text(item, said)
         artifact = self._text
         assert artifact is not None
-        artifact.items = []
-        said += text
-        self._said = said
-        artifact.items = [ty.TextContent(text=said)]
-        return self._text_chunk(text, last=False)
+        if artifact.items is not self._items:
+            # (an artifact delta of the agent's, under the text's id, changed it)
+            artifact.items = self._items = [item]
+        return True
 
     def _text_chunk(self, text: str, *, last: bool) -> Update:
         assert self._text is not None

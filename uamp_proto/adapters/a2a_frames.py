@@ -62,8 +62,22 @@ class TextChunkFrames:
     def frame(self, update: Update) -> bytes:
         """The frame of ``update``, as ``encode(render_update(update, dialect))`` makes it."""
         text = plain_text(update)
-        if text is None:
-            return self._encode(render_update(update, self._dialect))
+        if text is not None:
+            template = self._shape(update)
+            if template is not None:
+                return template[0] + orjson.dumps(text) + template[1]
+        return self._encode(render_update(update, self._dialect))
+
+    def template(self, update: Update) -> tuple[bytes, bytes] | None:
+        """``(head, tail)`` of the frames of ``update`` 's shape, when it is a plain text chunk.
+
+        For every update ``u`` of that shape (the same ids, name,
+        ``append`` and ``lastChunk``; one text part), :meth:`frame` gives
+        ``head + JSON(text of u) + tail``. ``None`` for any other update.
+        """
+        return None if plain_text(update) is None else self._shape(update)
+
+    def _shape(self, update: Update) -> tuple[bytes, bytes] | None:
         artifact = update.artifact
         assert artifact is not None
         key = (
@@ -76,15 +90,13 @@ class TextChunkFrames:
             update.last_chunk,
         )
         try:
-            template = self._templates[key]
+            return self._templates[key]
         except KeyError:
             template = self._template(update)
             if len(self._templates) >= _MAX_SHAPES:
                 self._templates.clear()
             self._templates[key] = template
-        if template is None:  # the marker showed up elsewhere too: no template
-            return self._encode(render_update(update, self._dialect))
-        return template[0] + orjson.dumps(text) + template[1]
+            return template  # None: the marker showed up elsewhere too
 
     def _template(self, update: Update) -> tuple[bytes, bytes] | None:
         assert update.artifact is not None

@@ -25,7 +25,16 @@ from uamp_proto.sse import encode_json
 
 from ...engines.http import Request, SendChunk, StreamingResponse
 
-__all__ = ["SSE_HEADERS", "Call", "Emit", "Opened", "SseEmit", "check_json_body", "sse"]
+__all__ = [
+    "SSE_HEADERS",
+    "Call",
+    "Emit",
+    "Opened",
+    "SseEmit",
+    "TextPen",
+    "check_json_body",
+    "sse",
+]
 
 SSE_HEADERS = [
     ("content-type", "text/event-stream; charset=utf-8"),
@@ -73,15 +82,30 @@ def check_json_body(request: Request) -> None:
     check_content_type(request.headers.get("content-type"))
 
 
+@attrs.frozen
+class TextPen:
+    """Writes a stream's text chunks of one shape, ``head + JSON(text) + tail``, into ``send``.
+
+    What :meth:`SseEmit.pen` gives the request that follows a task's turn,
+    for the turn to write its text chunks itself (from its own task, while
+    the request has written everything before them).
+    """
+
+    send: SendChunk
+    head: bytes
+    tail: bytes
+
+
 class SseEmit:
     """The :data:`Emit` of an SSE stream; :meth:`update` frames text chunks from a template."""
 
-    __slots__ = ("_frames", "_send", "_wrap")
+    __slots__ = ("_frames", "_pen", "_send", "_wrap")
 
     def __init__(self, send: SendChunk, wrap: Callable[[dict[str, Any]], Any]) -> None:
         self._send = send
         self._wrap = wrap
         self._frames: TextChunkFrames | None = None
+        self._pen: TextPen | None = None
 
     def _encode(self, result: dict[str, Any]) -> bytes:
         return sse(self._wrap(result))
@@ -103,6 +127,19 @@ class SseEmit:
             frames = self._frames = TextChunkFrames(dialect, self._encode)
         frame = frames.frame
         await self._send(b"".join([frame(update) for update in updates]))
+
+    def pen(self, update: a2a.Update, dialect: Dialect) -> TextPen | None:
+        """What writes the text chunks shaped as ``update`` as :meth:`update` would."""
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = TextChunkFrames(dialect, self._encode)
+        template = frames.template(update)
+        if template is None:
+            return None
+        pen = self._pen
+        if pen is None or (pen.head, pen.tail) != template:
+            pen = self._pen = TextPen(self._send, *template)
+        return pen
 
 
 @attrs.frozen

@@ -122,7 +122,7 @@ from ...hosting.router import RouteMeta
 from ...hosting.turns import ResponseRunner
 from ...stores.a2a_tasks import TaskFeed
 from . import rest as a2a_rest
-from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, check_json_body, sse
+from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, TextPen, check_json_body, sse
 
 if GRPC_AVAILABLE:  # the grpc extra; without it the gRPC binding is not mounted
     from . import grpc as a2a_grpc
@@ -167,6 +167,11 @@ class _Live:
     #: The request that started a detached run, fed with backpressure until
     #: it goes away (a client that disconnects no longer cancels the task).
     primary: trio.MemorySendChannel[Update] | None = None
+    #: Set by that request while it has written every update so far and
+    #: waits for the next: the turn may write its next text chunks straight
+    #: into the request's stream (no update, no channel, no task switch).
+    #: Whatever else the turn tells the request takes the pen back first.
+    pen: TextPen | None = None
     #: The task as its turn updates it (what an answering send shows).
     task: A2ATask | None = None
     #: Set (and replaced) whenever the turn pauses for a person: a blocking
@@ -214,6 +219,9 @@ class _Prepared:
     #: Writes several updates as the send's ``write`` would one by one, in
     #: one piece (a stream's batch of ready updates); ``None``: one by one.
     write_many: Callable[[list[Update]], Awaitable[None]] | None = None
+    #: What writes the later text chunks of an update's shape as ``write``
+    #: would (an SSE stream's :class:`TextPen`); ``None``: nothing does.
+    pen_of: Callable[[Update], TextPen | None] | None = None
     #: A message that answered a turn paused on *another* process (a shared
     #: store): the send follows the task's updates from the store instead.
     elsewhere: TaskFeed | None = None
@@ -494,7 +502,13 @@ class A2ATransport:
                     for update in updates:
                         await write(update)
 
+            def pen_of(update: Update) -> TextPen | None:
+                if opened and prepared.reply is None and isinstance(emit, SseEmit):
+                    return emit.pen(update, dialect)
+                return None
+
             prepared.write_many = write_many
+            prepared.pen_of = pen_of
             await self._execute(call.agent, prepared, write)
             if not opened and prepared.reply is None:
                 await emit(snapshot)
@@ -926,6 +940,7 @@ class A2ATransport:
         if live.primary is not None:
             live.primary.close()
         live.primary = send
+        live.pen = None  # the earlier request's
         paused_at = live.paused
         live.answers.append(stored)
         try:
@@ -1077,7 +1092,7 @@ class A2ATransport:
         paused_at = live.paused
         nursery.start_soon(self._run, agent, prepared, None, live)
         if receive is not None and write is not None:
-            await _forward(receive, write, prepared.write_many)
+            await _forward(receive, write, prepared.write_many, live, prepared.pen_of)
         elif wait:
             await _first_of(live.done, paused_at)
 
@@ -1092,7 +1107,7 @@ class A2ATransport:
         live = prepared.answering
         assert live is not None and prepared.follow is not None and prepared.paused_at is not None
         if write is not None:
-            await _forward(prepared.follow, write, prepared.write_many)
+            await _forward(prepared.follow, write, prepared.write_many, live, prepared.pen_of)
             return
         prepared.follow.close()
         if wait:
@@ -1209,6 +1224,8 @@ class A2ATransport:
                 and (task.push_configs or self.store.watched(task.id))
             ):
                 await self._announce(task, updates)
+            if updates:
+                current.pen = None  # these go first: the request writes them
             for update in updates:
                 if current.primary is not None:
                     try:
@@ -1236,12 +1253,28 @@ class A2ATransport:
             await self.store.publish(task, [])  # working, in every process
             sid, rid = turn_request.session_id, turn_request.response_id
             watched = self.store.watched
+            grow, join, dumps = run.grow, b"".join, orjson.dumps
 
             async def sink(event: ev.Event) -> None:
                 if type(event) is ev.ResponseDelta:
                     delta = event.delta
                     if type(delta) is ty.DeltaText:
                         # The hot path: more text of the open text artifact.
+                        pen = current.pen
+                        if (
+                            pen is not None
+                            and not (task.push_configs or watched(task.id))
+                            and grow(delta.text)
+                        ):
+                            # Only the request to tell, and it has written
+                            # every update so far: the chunk goes straight
+                            # into its stream, as a Completions chunk does.
+                            try:
+                                await pen.send(join((pen.head, dumps(delta.text), pen.tail)))
+                            except trio.BrokenResourceError:  # the request went away
+                                if current.pen is pen:
+                                    current.pen = None
+                            return
                         update = run.more_text(delta.text)
                         if update is not None:
                             # deliver([update]), for its common case: nobody
@@ -1384,30 +1417,67 @@ async def _forward(
     receive: trio.MemoryReceiveChannel[Update],
     write: Callable[[Update], Awaitable[None]],
     write_many: Callable[[list[Update]], Awaitable[None]] | None = None,
+    live: _Live | None = None,
+    pen_of: Callable[[Update], TextPen | None] | None = None,
 ) -> None:
     """Write a turn's updates until it ends, or pauses for a person (a final update).
 
     Whatever else is ready goes out with each update, before the next
     checkpoint (through ``write_many`` when given: one piece for the lot),
     so the writer sends them in one write.
+
+    With ``live`` and ``pen_of``: when the last update written was a chunk
+    of the turn's text and nothing else is ready, the request hands
+    ``live`` the pen for the chunks that follow it (``pen_of(update)``)
+    while it waits, and the turn writes them itself until it has anything
+    else to say (it takes the pen back first, so the order stays). The pen
+    goes when this request does.
     """
     paused = a2a.TaskState.INPUT_REQUIRED
-    async with receive:
-        async for update in receive:
-            batch = [update]
-            while not (update.final and update.state is paused):
+    pen: TextPen | None = None
+    try:
+        async with receive:
+            while True:
                 try:
                     update = receive.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                batch.append(update)
-            if write_many is None or len(batch) == 1:
-                for update in batch:
-                    await write(update)
-            else:
-                await write_many(batch)
-            if update.final and update.state is paused:
-                return  # the task waits for a message; this request is done
+                except trio.WouldBlock:
+                    if pen is not None and live is not None:
+                        live.pen = pen  # everything is written: the turn may go on alone
+                    try:
+                        update = await receive.receive()
+                    except trio.EndOfChannel:
+                        return
+                except trio.EndOfChannel:
+                    return
+                batch = [update]
+                while not (update.final and update.state is paused):
+                    try:
+                        update = receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batch.append(update)
+                if write_many is None or len(batch) == 1:
+                    for update in batch:
+                        await write(update)
+                else:
+                    await write_many(batch)
+                if update.final and update.state is paused:
+                    return  # the task waits for a message; this request is done
+                pen = pen_of(update) if pen_of is not None and _continues_text(update) else None
+    finally:
+        if live is not None and pen is not None and live.pen is pen:
+            live.pen = None
+
+
+def _continues_text(update: Update) -> bool:
+    """Whether ``update`` is a chunk of the turn's text whose successors have its shape."""
+    return (
+        update.text is not None
+        and update.kind == "artifact"
+        and update.append
+        and not update.last_chunk
+        and update.metadata is None
+    )
 
 
 async def _first_of(*events: trio.Event) -> None:
