@@ -150,10 +150,10 @@ from uamp_proto.flow import SendWindow
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_stores.busy import Slot
 from uamp_stores.event_log import EventLog, Handler, LogKey
 
 from ..engines.http import HTTPError
-from ..hosting.busy import Slot
 from ..hosting.host import Host
 from ..hosting.turns import ResponseRunner
 from ..trust.envelopes import DEFAULT_MAX_REMEMBERED, DEFAULT_PER_PRINCIPAL, EnvelopeTrust

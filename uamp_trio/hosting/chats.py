@@ -98,11 +98,11 @@ from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_stores.background import start_background
+from uamp_stores.busy import Slot
 from uamp_stores.health import StoreHealth
 
 from ..engines.supervise import OnError, supervised
 from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
-from .busy import Slot
 from .turns import ResponseRunner
 
 if TYPE_CHECKING:

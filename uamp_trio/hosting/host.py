@@ -34,13 +34,13 @@ from uamp_proto.payment import (
 from uamp_proto.principal import Principal
 from uamp_proto.ratelimit import SlidingWindow
 from uamp_proto.responder import Responder
+from uamp_stores.busy import ConversationGate
 
 from ..engines.http import Endpoint
 from ..engines.server import ServerConfig
 from ..engines.supervise import Spawner
 from ..engines.websocket import WebSocketHandler
 from .agents import AgentRegistry, ServedAgent
-from .busy import ConversationGate
 from .chats import ChatHub
 from .interrupts import Interrupts
 from .parked import ParkedTurns

@@ -148,13 +148,13 @@ from uamp_proto.resume import (
     start_after,
 )
 from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
+from uamp_stores.busy import Slot
 from uamp_stores.event_log import HistoryJSON, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
 from ..engines.supervise import supervised
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
 from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
-from .busy import Slot
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import abandon, carry_on

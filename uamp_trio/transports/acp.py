@@ -104,11 +104,11 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import TOOL_CALL, Responder, TurnRequest
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_json
+from uamp_stores.busy import ConversationGate, Slot
 
 from ..engines.http import SSE_HEADERS, HTTPError, Request, Response, SendChunk, StreamingResponse
 from ..engines.websocket import ConnectionClosed, WebSocketRequest
 from ..hosting.agents import ServedAgent
-from ..hosting.busy import ConversationGate, Slot
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.interrupts import Interrupts
 from ..hosting.middleware import reject_upgrade

@@ -62,9 +62,9 @@ from uamp_proto.busy import INVALID_POLICY, POLICY_KEY, BusyError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import Responder
+from uamp_stores.busy import Slot
 
 from ..engines.http import SSE_HEADERS, HTTPError, Request, SendChunk, StreamingResponse
-from ..hosting.busy import Slot
 from ..hosting.host import Host, Transport
 from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ..hosting.parked import ParkedTurn, turn_key, waiting_on

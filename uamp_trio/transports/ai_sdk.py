@@ -100,6 +100,7 @@ from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, with_interrupts
 from uamp_proto.resume import ResumeError, ResumeStream
+from uamp_stores.busy import Slot, http_status
 from uamp_stores.event_log import EventLog, SessionRecord
 from uamp_stores.health import StoreUnavailable
 
@@ -111,7 +112,6 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
-from ..hosting.busy import Slot, http_status
 from ..hosting.host import Host
 from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ..hosting.parked import DEFAULT_LINGER, waiting_on

@@ -86,6 +86,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder, TurnRequest, with_interrupts
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_comment, encode_json
+from uamp_stores.busy import ConversationGate, Slot
 
 from ..engines.cors import CorsPolicy
 from ..engines.http import (
@@ -99,7 +100,6 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.agents import ServedAgent
-from ..hosting.busy import ConversationGate, Slot
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.interrupts import Interrupts
 from ..hosting.router import RouteMeta

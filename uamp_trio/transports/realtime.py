@@ -72,11 +72,11 @@ from uamp_proto.payment import (
     bounded_wait,
 )
 from uamp_proto.principal import Principal
+from uamp_stores.busy import ConversationGate, Slot
 
 from ..engines.http import HTTPError
 from ..engines.websocket import ConnectionClosed, WebSocket, WebSocketRequest
 from ..hosting.agents import ServedAgent
-from ..hosting.busy import ConversationGate, Slot
 from ..hosting.calls import answer_call, call_ended
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade

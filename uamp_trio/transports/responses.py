@@ -88,6 +88,7 @@ from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import SIGNATURE_HEADER, response_signature_event
 from uamp_proto.sse import encode_json
 from uamp_proto.types import DeltaText
+from uamp_stores.busy import Slot, http_status
 from uamp_stores.event_log import EventLog, LogKey, SessionRecord
 from uamp_stores.orphans import append_event
 from uamp_stores.responses import (
@@ -116,7 +117,6 @@ from ..engines.http import (
     StreamingResponse,
     json_response,
 )
-from ..hosting.busy import Slot, http_status
 from ..hosting.continuation import carry_on
 from ..hosting.host import Host
 from ..hosting.router import RouteMeta

@@ -1,4 +1,4 @@
-"""The hosting layer's busy-conversation gate (uamp_trio.hosting.busy) under trio."""
+"""The hosting layer's busy-conversation gate (uamp_stores.busy) under trio."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import trio.testing
 
 from uamp_proto.busy import QUEUE_FULL, BusyError, BusyLimits, BusyPolicy
 from uamp_proto.principal import Principal
-from uamp_trio.hosting.busy import ConversationGate
+from uamp_stores.busy import ConversationGate
 from uamp_trio.hosting.host import Host
 from uamp_trio.stores import Stores
 

@@ -110,12 +110,12 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest, with_interrupts
 from uamp_proto.signing import JWKS_PATH
 from uamp_stores.a2a_push import PushSender
+from uamp_stores.busy import Slot
 from uamp_stores.health import StoreUnavailable
 
 from ...engines import http as web
 from ...engines.http import JSON_HEADERS, Request, Response, StreamingResponse, json_response
 from ...grpc import AVAILABLE as GRPC_AVAILABLE
-from ...hosting.busy import Slot
 from ...hosting.host import Host, Transport
 from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta

@@ -1,5 +1,8 @@
 """The busy-conversation gate every transport runs its turns through (docs/busy.md).
 
+Loop-neutral (its one wait is :mod:`anyio`'s), so both servers gate their
+conversations with it.
+
 A transport wraps each run of a conversation in :meth:`ConversationGate.turn`::
 
     async with host.conversations.turn(key, principal, policy) as slot:
@@ -25,9 +28,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any
 
-import trio
+import anyio
 
 from uamp_proto.busy import (
     BUSY,
@@ -49,11 +52,6 @@ def http_status(error: BusyError) -> int:
     return {BUSY: 409, QUEUE_FULL: 429}.get(error.code, 400)
 
 
-#: The ready event of every slot that runs at once (set, and never waited on for long).
-_READY: Final = trio.Event()
-_READY.set()
-
-
 class Slot:
     """One message's place in its conversation (from :meth:`ConversationGate.enter`).
 
@@ -66,9 +64,10 @@ class Slot:
         "_cancel",
         "_gate",
         "_held",
+        "_is_ready",
         "_key",
         "_on_ready",
-        "_ready",
+        "_woken",
         "handoff",
         "inherited",
         "stopped",
@@ -87,8 +86,10 @@ class Slot:
         self.waited = not runs
         self._cancel: Callable[[], None] | None = None
         self._on_ready: Callable[[], None] | None = None
-        # A slot that runs at once shares one event that is set for good.
-        self._ready = _READY if runs else trio.Event()
+        #: Whether the message's turn has come; :attr:`_woken` is made only
+        #: for a message that waits (most run at once and never need one).
+        self._is_ready = runs
+        self._woken: anyio.Event | None = None
         #: ``True`` while the conversation is this slot's; ``None`` once closed.
         self._held: bool | None = runs
         #: What the run leaves to the next message of its conversation (the
@@ -112,7 +113,7 @@ class Slot:
     @property
     def ready(self) -> bool:
         """Whether the message's turn has come (or it never had to wait)."""
-        return self._ready.is_set()
+        return self._is_ready
 
     def bind(self, cancel: Callable[[], None]) -> None:
         """How to cancel the run; called at once when it was already asked to stop."""
@@ -134,8 +135,12 @@ class Slot:
             return  # a free slot (ConversationGate.free) never waits
         if self._held is None:
             raise RuntimeError("this slot was closed")
+        if self._is_ready:
+            return
+        if self._woken is None:
+            self._woken = anyio.Event()
         try:
-            await self._ready.wait()
+            await self._woken.wait()
         except BaseException:
             self.close()
             raise
@@ -161,13 +166,15 @@ class Slot:
 
     def _wake(self) -> None:
         self._held = True
-        self._ready.set()
+        self._is_ready = True
+        if self._woken is not None:
+            self._woken.set()
         if self._on_ready is not None:
             self._on_ready()
 
 
 class ConversationGate:
-    """The busy policy of one server's conversations (one per :class:`~.host.Host`).
+    """The busy policy of one server's conversations (one per server, as its host's gate).
 
     Args:
         limits: The bounds on waiting messages.
