@@ -715,6 +715,14 @@ class MemoryEventLog(EventLog):
         """Never: every write is applied as it is queued (asked before each event is sent)."""
         return False
 
+    def append(self, key: LogKey, data: bytes, event_id: str) -> LogEntry:
+        """:meth:`EventLog.append`, stored at once (no queued write to dispatch)."""
+        entry = LogEntry(self._positions[key].next(), event_id, data)
+        self._store(key, entry, self.clock())
+        if self._flushed.parked:
+            self._flushed.unpark_all()
+        return entry
+
     def _queue(self, op: Op) -> None:
         # Applied at once: nothing to flush; readers are woken here.
         kind, key, payload, written = op

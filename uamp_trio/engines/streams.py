@@ -25,7 +25,15 @@ from typing import Final
 
 import trio
 
-__all__ = ["FRAMES_READ_SIZE", "READ_SIZE", "receive_or_eof", "received", "send_now", "written_now"]
+__all__ = [
+    "FRAMES_READ_SIZE",
+    "READ_SIZE",
+    "receive_or_eof",
+    "receive_when_ready",
+    "received",
+    "send_now",
+    "written_now",
+]
 
 #: Bytes asked of a socket per read.
 READ_SIZE: Final = 65536
@@ -41,6 +49,31 @@ async def receive_or_eof(stream: trio.abc.ReceiveStream, max_bytes: int = READ_S
         return bytes(await stream.receive_some(max_bytes))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return b""
+
+
+async def receive_when_ready(stream: trio.abc.ReceiveStream, max_bytes: int = READ_SIZE) -> bytes:
+    """:func:`receive_or_eof` for a task that has nothing to do until its peer sends.
+
+    On a plain TCP stream it waits for the socket to be readable and then
+    reads once: trio's ``receive_some`` reads first, fails (nothing yet),
+    waits and reads again, through a dozen more Python calls. Either way the
+    task yields once per read. Only for a stream one task reads at a time
+    (trio's check of concurrent readers is bypassed).
+    """
+    if type(stream) is not trio.SocketStream:
+        return await receive_or_eof(stream, max_bytes)
+    sock = stream.socket
+    while True:
+        fd = sock.fileno()
+        if fd < 0:
+            return b""  # closed here (trio's own read says ClosedResourceError)
+        try:
+            await trio.lowlevel.wait_readable(fd)
+            return os.read(fd, max_bytes)
+        except BlockingIOError:
+            continue  # woken with nothing to read after all: wait again
+        except (OSError, trio.ClosedResourceError):
+            return b""  # reset, closed here meanwhile: the end, as receive_or_eof says
 
 
 def received(stream: trio.abc.ReceiveStream, max_bytes: int = READ_SIZE) -> bytes | None:

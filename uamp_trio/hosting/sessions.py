@@ -786,8 +786,11 @@ class SessionHost:
         #: The core's sessions by id: ``conn.sessions``, the same mapping
         #: (read on every event; not through the property each time).
         self._contexts = self.conn.sessions
+        #: ``trio.current_time``, from the run's clock itself: the same value
+        #: without the two calls in front of it (read on every message).
+        self._now = trio.lowlevel.current_clock().current_time
         #: trio time of the last incoming UAMP message.
-        self.last_activity = trio.current_time()
+        self.last_activity = self._now()
         self._nursery = nursery
         self._agents = agents
         self._fixed = agent
@@ -861,7 +864,7 @@ class SessionHost:
         Raises:
             Overloaded: The peer has too many unwritten replies queued.
         """
-        self.last_activity = trio.current_time()
+        self.last_activity = self._now()
         self._message = message if carrier is None else carrier
         conn = self.conn
         errors: list[RemoteProtocolError] = []

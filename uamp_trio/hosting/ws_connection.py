@@ -72,7 +72,7 @@ import trio
 
 from uamp_stores.health import StoreUnavailable
 
-from ..engines.streams import FRAMES_READ_SIZE, receive_or_eof, written_now
+from ..engines.streams import FRAMES_READ_SIZE, receive_when_ready, written_now
 from ..engines.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -112,7 +112,9 @@ class _Connection:
         self.engine = engine
         self.host = host
         self.limits = limits
-        self.last_received = trio.current_time()
+        #: ``trio.current_time`` read from the run's clock directly (on every read).
+        self._now = trio.lowlevel.current_clock().current_time
+        self.last_received = self._now()
         self.writer_done = trio.Event()
         self.scope: trio.CancelScope | None = None
         self.closing: tuple[int, str] | None = None
@@ -170,10 +172,10 @@ class _Connection:
                         host.feed(message)
                         if host.backlogged:  # stop reading until the host caught up
                             await host.drained()
-                    self.last_received = trio.current_time()
+                    self.last_received = self._now()
                     if engine.owes:  # pongs and close replies
                         host.outbox.poke()
-                data = await receive_or_eof(stream, READ_SIZE)
+                data = await receive_when_ready(stream, READ_SIZE)
                 if not data:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:
