@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.adapters.a2a import A2ATask, Dialect, TaskRun, Update, render_task
+from uamp_proto.adapters.a2a import A2ATask, Dialect, TaskRun, Trigger, Update, render_task
+from uamp_proto.adapters.a2a_records import task_to_json
 
 
 def _ids() -> object:
@@ -139,6 +140,45 @@ def test_grow_changes_the_task_as_more_text_does(events: list[ev.Event], uamp_ev
         if texts:
             previous = texts[-1]
     assert grown_run.reply == general_run.reply
+
+
+@given(events=_EVENTS, choices=st.lists(st.booleans(), min_size=50, max_size=50))
+def test_the_growers_texts_join_the_task_when_it_is_read_or_the_run_goes_on(
+    events: list[ev.Event], choices: list[bool]
+) -> None:
+    """Texts given to ``grower`` instead of ``grow`` leave the task the same, once settled.
+
+    Each choice: take the grower for a text delta that continues the text
+    (what the stream's pen does), and whether to read the task then; the
+    run goes on with ``feed`` for everything else and completes.
+    """
+    general, fast = _task(), _task()
+    general.move(Trigger.START)
+    fast.move(Trigger.START)
+    general_run = TaskRun(general, _ids())  # type: ignore[arg-type]
+    fast_run = TaskRun(fast, _ids())  # type: ignore[arg-type]
+    grow = None
+    took = 0
+    for i, event in enumerate(events):
+        expected = general_run.feed(event)
+        delta = event.delta if type(event) is ev.ResponseDelta else None  # type: ignore[attr-defined]
+        text = delta.text if type(delta) is ty.DeltaText else ""
+        continues = [u.text for u in expected] == [text] and expected[0].append
+        if text and continues and choices[i % 50]:
+            if grow is None:
+                grow = fast_run.grower()
+            grow(text)
+            took += 1
+        else:
+            assert fast_run.feed(event) == expected
+        if choices[(i + 25) % 50]:
+            assert render_task(fast, Dialect.V1) == render_task(general, Dialect.V1)
+        elif choices[(i + 10) % 50]:
+            assert task_to_json(fast) == task_to_json(general)
+    assert fast_run.complete([], "t") == general_run.complete([], "t")
+    assert render_task(fast, Dialect.V03) == render_task(general, Dialect.V03)
+    assert fast.history == general.history and fast.artifacts == general.artifacts
+    assert fast._unsettled is None  # the run is over: the task forgets it
 
 
 def test_text_after_an_artifact_delta_under_the_texts_id_is_again_its_one_item() -> None:

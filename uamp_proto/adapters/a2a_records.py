@@ -52,6 +52,7 @@ def _record_from_json(cls: type[_Record], data: dict[str, Any] | None) -> _Recor
 
 def task_to_json(task: A2ATask) -> dict[str, Any]:
     """Everything the server keeps of ``task``, as JSON-ready data."""
+    task.settle()
     return {
         "id": task.id,
         "context_id": task.context_id,

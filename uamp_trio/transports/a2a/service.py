@@ -1253,24 +1253,29 @@ class A2ATransport:
             await self.store.publish(task, [])  # working, in every process
             sid, rid = turn_request.session_id, turn_request.response_id
             watched = self.store.watched
-            grow, join, dumps = run.grow, b"".join, orjson.dumps
+            join, dumps = b"".join, orjson.dumps
+            grow: Callable[[str], object] | None = None
 
             async def sink(event: ev.Event) -> None:
+                nonlocal grow
                 if type(event) is ev.ResponseDelta:
                     delta = event.delta
                     if type(delta) is ty.DeltaText:
                         # The hot path: more text of the open text artifact.
                         pen = current.pen
-                        if (
-                            pen is not None
-                            and not (task.push_configs or watched(task.id))
-                            and grow(delta.text)
-                        ):
+                        if pen is not None and not (task.push_configs or watched(task.id)):
                             # Only the request to tell, and it has written
-                            # every update so far: the chunk goes straight
-                            # into its stream, as a Completions chunk does.
+                            # every update so far (a text chunk last): the
+                            # chunk goes straight into its stream, as a
+                            # Completions chunk does.
+                            text = delta.text
+                            if not text:
+                                return  # (no chunk: feed gives nothing either)
+                            if grow is None:
+                                grow = run.grower()
+                            grow(text)
                             try:
-                                await pen.send(join((pen.head, dumps(delta.text), pen.tail)))
+                                await pen.send(join((pen.head, dumps(text), pen.tail)))
                             except trio.BrokenResourceError:  # the request went away
                                 if current.pen is pen:
                                     current.pen = None
