@@ -91,7 +91,7 @@ from .ids import IdSource, event_id_stem, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
 from .response import ResponseTracker
 from .types import EMPTY
-from .voice import Call
+from .voice import Call, CallState
 
 __all__ = [
     "CLIENT_EVENTS",
@@ -1037,6 +1037,18 @@ class Connection:
             )
         session.pending_input.append((role, item))
 
+    def _server_turn(
+        self, session: SessionContext, etype: str, sender: Role, phase: ResponseState
+    ) -> bool:
+        """Whether the server starts a response the client did not ask for: in a call."""
+        return (
+            etype == "response.created"
+            and phase is ResponseState.IDLE
+            and sender is Role.SERVER
+            and self.our_role is Role.CLIENT
+            and session.call.state is CallState.ACTIVE
+        )
+
     def _response_rules(
         self, session: SessionContext, event: ev.Event, sender: Role
     ) -> dict[str, Any] | None:
@@ -1045,6 +1057,12 @@ class Connection:
         phase = ResponseState.IDLE if tracker is None else tracker.state
         after = RESPONSE_TRANSITIONS[(sender, phase)].get(etype)
         if after is None:
+            if self._server_turn(session, etype, sender, phase):
+                # A turn the server found in a call (an ``is_final`` chunk, or a
+                # pause its ``server_vad`` heard): it answers the caller's audio
+                # as if the client had sent ``response.create`` (UAMP 8.1).
+                self._response_rules(session, ev.ResponseCreate(session_id=session.id), Role.CLIENT)
+                return self._response_rules(session, event, sender)
             on_busy = self.config.on_busy
             if etype == "response.create" and on_busy is not None and sender is not self.our_role:
                 assert isinstance(event, ev.ResponseCreate)

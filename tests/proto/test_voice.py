@@ -6,6 +6,7 @@ import pytest
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.calls import audio_turn
 from uamp_proto.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from uamp_proto.voice import CALL_TRANSITIONS, Call, CallState, takes_calls
 
@@ -103,3 +104,48 @@ def test_takes_calls() -> None:
     not_realtime = ty.AudioCapabilities(supports_realtime=False)
     assert not takes_calls(ty.Capabilities(**base, modalities=["audio"], audio=not_realtime))
     assert not takes_calls(ty.Capabilities(**base, modalities=["audio"]))
+
+
+#: Where the client's call is -> whether it takes a response the server started.
+SERVER_TURN_TABLE = [
+    ([], False),
+    (["voice.invite"], False),
+    (["voice.invite", "voice.accept"], True),
+    (["voice.invite", "voice.decline"], False),
+    (["voice.invite", "voice.accept", "voice.end"], False),
+]
+
+
+@pytest.mark.parametrize(("path", "taken"), SERVER_TURN_TABLE)
+def test_the_client_follows_a_turn_the_server_found_only_in_a_call(
+    path: list[str], taken: bool
+) -> None:
+    """In a call the server ends the caller's turns (``is_final``, ``server_vad``) and
+    answers them; the client's core takes that response as if it had asked for it."""
+    pair = Pair()
+    pair.open(session_id="s1")
+    moves = {
+        "voice.invite": lambda: pair.client_sends(ev.VoiceInvite(session_id="s1", call_id="c1")),
+        "voice.accept": lambda: pair.server_sends(ev.VoiceAccept(session_id="s1", call_id="c1")),
+        "voice.decline": lambda: pair.server_sends(ev.VoiceDecline(session_id="s1", call_id="c1")),
+        "voice.end": lambda: pair.client_sends(ev.VoiceEnd(session_id="s1", call_id="c1")),
+    }
+    for etype in path:
+        moves[etype]()
+    if not taken:
+        pair.client.receive(b'{"type":"response.created","session_id":"s1","response_id":"r9"}')
+        with pytest.raises(RemoteProtocolError) as refused:
+            pair.client.next_event()
+        assert refused.value.code == "invalid_event"
+        return
+    pair.client_sends(ev.InputAudio(session_id="s1", audio="AAAA", format="pcm16"))
+    pair.to_server(audio_turn("s1"))  # what both servers queue for themselves
+    server_side = pair.server.session("s1").response
+    assert server_side is not None
+    rid = server_side.response_id
+    pair.server_sends(ev.ResponseCreated(session_id="s1", response_id=rid))
+    tracker = pair.client.session("s1").response
+    assert tracker is not None and tracker.response_id == rid
+    assert [m.role for m in tracker.input_messages] == ["user"]  # the caller's audio
+    pair.server_sends(server_side.done_event(session_id="s1"))
+    assert pair.client.session("s1").response is None

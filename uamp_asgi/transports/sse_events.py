@@ -41,6 +41,7 @@ from urllib.parse import parse_qs
 import anyio
 import orjson
 
+from uamp_proto.connection import NEED_DATA
 from uamp_proto.errors import ProtocolError, RemoteProtocolError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
@@ -114,6 +115,8 @@ class _Answer(HTTPError):
 class _HttpSession(Connection):
     """One HTTP session: a connection without a socket, its frames in its log."""
 
+    transport = "uamp-sse"
+
     def __init__(self, host: Host, fixed: Responder | None, principal: Principal) -> None:
         super().__init__(host, None, fixed, principal)
         self.sid: str | None = None
@@ -138,7 +141,9 @@ class _HttpSession(Connection):
             self.sid = sid
         await self.write(frames)
 
-    async def refuse(self, sid: str | None, code: str, message: str) -> None:
+    async def refuse(
+        self, sid: str | None, code: str, message: str, field: str | None = None
+    ) -> None:
         raise _Refused(code, message)
 
     @property
@@ -166,8 +171,10 @@ class _HttpSession(Connection):
             self.conn.receive(message)
             try:
                 event = self.conn.next_event()
-                await self.write(self.conn.data_to_send())
-                await self.handle(event)
+                while event is not NEED_DATA:  # with what handling it queued (a call's turn)
+                    await self.write(self.conn.data_to_send())
+                    await self.handle(event)
+                    event = self.conn.next_event()
             except RemoteProtocolError as err:
                 self.conn.data_to_send()  # the POST's answer says it instead
                 return n, err

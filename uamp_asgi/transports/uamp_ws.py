@@ -49,11 +49,33 @@ before its terminal event is sent, which ``payment.balance`` follows (or
 when its session or connection ends with it unfinished). A tool result that
 arrives while the previous round is still finishing starts the next round
 when that one ends.
+
+An agent asks for more money mid-response (spec 004 "Mid-Stream Token
+Top-Up") by emitting ``payment.required`` or raising
+:class:`~uamp_proto.payment.PaymentRequiredError`: the response is held the
+same way (its wait is :meth:`Connection.await_payment`) and goes on once a
+token is accepted -- the emitted request locks that much more on the
+response's charge first, a raised one runs the agent again on the
+conversation so far (:mod:`uamp_proto.topup`, shared with ``uamp serve``).
+Unpaid by the deadline, the response ends ``response.error``
+``payment_required`` and is settled within what was locked.
+
+Voice calls (UAMP 5.16, 7.3; docs/voice.md), as ``uamp serve``:
+``voice.invite`` places a call to the session's agent -- its ``take_call``
+hook answers in a task of its own (the reader goes on), else its
+capabilities at once -- and ``voice.accept`` or ``voice.decline`` goes out
+(:mod:`uamp_proto.calls`). In a call, an ``input.audio`` marked
+``is_final`` or a pause the session's ``server_vad`` heard starts a
+response asking for audio and text, as if the client had sent
+``response.create``. ``voice.end``, ``session.end`` or the connection closing
+ends the call, and the agent's ``call_ended`` is told how long it ran.
+Voice settings the server or agent cannot honour refuse ``session.create``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -65,6 +87,17 @@ import orjson
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto import voice
+from uamp_proto.audio import TurnDetector
+from uamp_proto.calls import (
+    AnsweredCall,
+    audio_turn,
+    heard_pause,
+    offer_of,
+    reply_of,
+    settings_refusal,
+    turn_detector,
+)
 from uamp_proto.capabilities import session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection, SessionContext
@@ -82,7 +115,7 @@ from uamp_proto.payment import (
     settle_event,
 )
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.responder import Responder, ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
     LAST_REQUEST,
@@ -93,6 +126,9 @@ from uamp_proto.resume import (
     resume_from,
     start_after,
 )
+from uamp_proto.session_request import recoded, spoken_format, turn_request
+from uamp_proto.topup import PayingAgent, PaymentStops
+from uamp_proto.voice import CallAnswer, CallOffer
 from uamp_stores.event_log import EventLog, HistoryJSON, LogKey, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 from uamp_stores.orphans import interrupt_lost
@@ -109,6 +145,8 @@ _TERMINAL = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
 #: How long a follower waits for a writer's next entries before looking again (s).
 _FOLLOW_WAIT: Final = 0.5
 
+log = logging.getLogger("uamp_asgi.uamp_ws")
+
 
 def event_id(frame: bytes) -> str:
     """The ``event_id`` of an encoded event (``""``: none)."""
@@ -116,8 +154,14 @@ def event_id(frame: bytes) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _error(sid: str | None, code: str, message: str) -> ev.SessionErrorEvent:
-    return ev.SessionErrorEvent(session_id=sid, error=ty.ErrorInfo(code=code, message=message))
+def _error(
+    sid: str | None, code: str, message: str, field: str | None = None
+) -> ev.SessionErrorEvent:
+    """``session.error``; ``field`` names the offending field in ``details.field`` (6.3)."""
+    details = {"field": field} if field else None
+    return ev.SessionErrorEvent(
+        session_id=sid, error=ty.ErrorInfo(code=code, message=message, details=details)
+    )
 
 
 def _unknown(sid: str) -> ResumeError:
@@ -129,6 +173,9 @@ def _unknown(sid: str) -> ResumeError:
 
 class Connection:
     """The state of one UAMP WebSocket connection, and the sessions it logs."""
+
+    #: What a call's offer and a turn's ``metadata["transport"]`` name.
+    transport = "uamp-websocket"
 
     def __init__(
         self,
@@ -163,6 +210,13 @@ class Connection:
         #: The price locked for each session's response in flight, with the
         #: core's tracker of that response: held across its rounds.
         self.charges: dict[str, tuple[Charge, ResponseTracker]] = {}
+        #: Per session: the ``response.create`` of its response in flight, and how
+        #: often that response stopped for a payment its agent raised for.
+        self.creates: dict[str, ev.ResponseCreate] = {}
+        self.stops: dict[str, tuple[ResponseTracker, PaymentStops]] = {}
+        #: Per session: the call its agent took, and its ``server_vad`` detector.
+        self.calls: dict[str, AnsweredCall] = {}
+        self.detectors: dict[str, TurnDetector] = {}
         self.lock = anyio.Lock()
         self.open = True
         self.group: anyio.abc.TaskGroup | None = None
@@ -209,9 +263,11 @@ class Connection:
         self.log_frames(frames, sid)
         await self.write(frames)
 
-    async def refuse(self, sid: str | None, code: str, message: str) -> None:
+    async def refuse(
+        self, sid: str | None, code: str, message: str, field: str | None = None
+    ) -> None:
         """Turn down a ``session.create`` (a ``session.error``)."""
-        await self.owe(_error(sid, code, message))
+        await self.owe(_error(sid, code, message, field))
 
     async def run(self, group: anyio.abc.TaskGroup) -> None:
         self.group = group
@@ -250,6 +306,7 @@ class Connection:
         elif isinstance(event, ev.ResponseCreate):
             sid = self.session_of(event)
             if sid:
+                self.creates[sid] = event
                 self.start(sid, request=event.event_id)
         elif isinstance(event, ev.ResponseCancel):
             await self.cancel(self.session_of(event))
@@ -267,13 +324,23 @@ class Connection:
             tracker = ctx.response if ctx is not None else None
             if tracker is not None and not tracker.pending_tool_calls and sid not in self.turns:
                 self.start(sid, created=False)
+        elif isinstance(event, (ev.VoiceInvite, ev.VoiceEnd, ev.InputAudio)):
+            await self.voice(self.session_of(event), event)
         elif isinstance(event, ev.SessionEnd):
             sid = self.session_of(event)
+            self.call_over(sid, "closed")
             self.end_hold(sid)
             if sid not in self.turns:  # a running round settles it as it ends
                 await self.settle_charge(sid)
             self.put_record(sid, ended=True)
             self.release(sid)
+            self.forget(sid)
+
+    def forget(self, sid: str) -> None:
+        """What this connection kept about an ended session (a client that opens and ends
+        sessions in a loop grows nothing)."""
+        for kept in (self.agents, self.creates, self.stops, self.detectors, self.paid):
+            kept.pop(sid, None)
 
     async def cancel(self, sid: str) -> None:
         """``response.cancel``: the turn running here, or the one a resumed session follows."""
@@ -294,6 +361,67 @@ class Connection:
                 await self.log.ask(record.node, key, message)
         except (ResumeError, StoreUnavailable):
             return
+
+    # --- voice calls (UAMP 5.16, 7.3; docs/voice.md) --------------------------------
+
+    async def voice(self, sid: str, event: ev.Event) -> None:
+        """A call's ``voice.invite``, ``voice.end`` or audio from the client."""
+        agent = self.agents.get(sid)
+        if agent is None or sid not in self.conn.sessions:
+            return
+        if isinstance(event, ev.VoiceInvite):
+            offer = offer_of(event, sid, transport=self.transport, principal=self.principal)
+            if voice.has_call_hook(agent):
+                self.spawn(self.ask_agent, sid, agent, offer)  # the reader goes on
+            else:
+                await self.answer_call(
+                    sid, offer, voice.default_answer(agent.name, agent.capabilities())
+                )
+        elif isinstance(event, ev.VoiceEnd):
+            self.call_over(sid, event.reason or "ended")
+        elif isinstance(event, ev.InputAudio) and sid in self.calls:
+            detector = self.detectors.get(sid)
+            if event.is_final or (
+                detector is not None
+                and heard_pause(detector, event, self.conn.sessions[sid].config)
+            ):
+                self.audio_turn(sid)
+
+    async def ask_agent(self, sid: str, agent: Responder, offer: CallOffer) -> None:
+        answer = await voice.answer_call(agent, offer, move_on_after=anyio.move_on_after, log=log)
+        if self.agents.get(sid) is agent:
+            await self.answer_call(sid, offer, answer)
+
+    async def answer_call(self, sid: str, offer: CallOffer, answer: CallAnswer) -> None:
+        """Send the agent's answer; an accepted call is the session's until it ends."""
+        try:
+            frame = self.conn.send(reply_of(offer, answer))
+        except LocalProtocolError as exc:  # the caller hung up meanwhile
+            log.info("session %s: voice.invite not answered: %s", sid, exc)
+            return
+        if answer.accept:
+            call = self.calls[sid] = AnsweredCall()
+            call.accepted(offer.call_id, anyio.current_time())
+        await self.deliver([frame], sid)
+
+    def call_over(self, sid: str, reason: str) -> None:
+        """The session's call ended: its agent's ``call_ended`` is told, in a task."""
+        call, agent = self.calls.pop(sid, None), self.agents.get(sid)
+        ended = call.over(sid, anyio.current_time(), reason) if call is not None else None
+        if ended is not None and agent is not None:
+            self.spawn(_tell_ended, agent, ended)
+
+    def end_calls(self) -> None:
+        """The connection closed: every call on it is over."""
+        for sid in list(self.calls):
+            self.call_over(sid, "closed")
+
+    def audio_turn(self, sid: str) -> None:
+        """The caller finished a turn in the call: the agent answers it, with audio."""
+        ctx = self.conn.sessions.get(sid)
+        if ctx is not None and ctx.response is None:
+            # Queued behind the event being handled: the reader's loop takes it next.
+            self.conn.receive(audio_turn(sid))
 
     # --- the session's log -----------------------------------------------------
 
@@ -373,11 +501,19 @@ class Connection:
         except HTTPError as exc:
             await self.refuse(sid, exc.code or "agent_not_found", exc.message)
             return
+        unheard = settings_refusal(event.session, agent)
+        if unheard is not None:
+            # UAMP 8.1: a voice setting is honoured or refused, never echoed as if it were.
+            await self.refuse(sid, "unsupported", unheard[1], f"session.{unheard[0]}")
+            return
         if self.log.health.unavailable:
             message = "the session store is unavailable; try again shortly"
             await self.refuse(sid, STORE_UNAVAILABLE, message)
             return
         self.agents[sid] = agent
+        detector = turn_detector(event.session)
+        if detector is not None:
+            self.detectors[sid] = detector
         if after is None:
             self.begin_log(sid, agent)
             await self.deliver([self.conn.accept(sid, agent=agent.name)], sid)
@@ -490,23 +626,16 @@ class Connection:
                 return
             if charge is not None:
                 self.charges[sid] = (charge, core)
-        config = ctx.config
-        request = TurnRequest(
-            agent=agent.name,
-            session_id=sid,
-            response_id=core.response_id,
-            messages=ctx.conversation(),
-            instructions=config.instructions if config else None,
-            tools=list(config.tools or []) if config else [],
-            token=ctx.token,
-            payment_token=ctx.payment.token,
-            principal=self.principal,
-            client_capabilities=ctx.client_capabilities,
-        )
+        request = self.request_of(sid, agent)
+        if request is None:
+            return
         ended = False
+        recode = spoken_format(ctx)
 
         async def sink(event: ev.Event) -> None:
             nonlocal ended
+            if recode is not None and type(event) is ev.AudioDelta:
+                event = recoded(event, recode)  # UAMP 8.2: the client asked for G.711
             if isinstance(event, ev.ResponseDone):
                 event = core.done_event(session_id=sid)
             if not isinstance(event, _TERMINAL):
@@ -526,7 +655,7 @@ class Connection:
             if balance is not None:  # what the token has left, after the response
                 await self.owe(attrs.evolve(balance, session_id=sid), sid)
 
-        turn = Turn(agent, request, sink, created=created)
+        turn = Turn(self.paying(sid, agent, core), request, sink, created=created)
         self.turns[sid] = turn
         inputs = unstructure(core.input_messages)
         # The record names the turn acted on: a client that resumes elsewhere
@@ -545,6 +674,52 @@ class Connection:
                 elif not core.pending_tool_calls:
                     # Its tool results came while this round was finishing.
                     self.start(sid, created=False)
+
+    def request_of(self, sid: str, agent: Responder) -> TurnRequest | None:
+        """The agent's request for the session's response in flight (``None``: none)."""
+        ctx = self.conn.sessions.get(sid)
+        if ctx is None:
+            return None
+        return turn_request(
+            ctx,
+            self.creates.get(sid),
+            agent=agent.name,
+            transport=self.transport,
+            token=ctx.token,
+            principal=self.principal,
+        )
+
+    def paying(self, sid: str, agent: Responder, core: ResponseTracker) -> PayingAgent:
+        """``agent``, held for the payments it asks for mid-response (:mod:`uamp_proto.topup`)."""
+        stops = self.stops.get(sid)
+        if stops is None or stops[0] is not core:  # a new response: its own count
+            stops = self.stops[sid] = (core, PaymentStops())
+
+        async def hold(required: ev.PaymentRequired) -> None:
+            try:
+                await self.await_payment(sid, required)
+            except _Unpaid as unpaid:
+                why = unpaid.why or "the session ended while the response waited for payment"
+                raise ResponderError("payment_required", why) from None
+
+        def again() -> TurnRequest:
+            request = self.request_of(sid, agent)
+            ctx = self.conn.sessions.get(sid)
+            if request is None or ctx is None or ctx.response is not core:
+                raise ResponderError("payment_required", "the response ended while held")
+            return request
+
+        def charge() -> Charge | None:
+            held = self.charges.get(sid)
+            return held[0] if held is not None and held[1] is core else None
+
+        def token() -> str | None:
+            ctx = self.conn.sessions.get(sid)
+            return ctx.payment.token if ctx is not None else None
+
+        return PayingAgent(
+            agent, stops=stops[1], hold=hold, again=again, charge=charge, token=token
+        )
 
     async def settle_charge(self, sid: str) -> ev.PaymentBalance | None:
         """Settle the price held for ``sid`` 's response (once) from what it used;
@@ -671,6 +846,10 @@ class Connection:
             woken.set()
 
 
+async def _tell_ended(agent: Responder, ended: voice.CallEnded) -> None:
+    await voice.call_ended(agent, ended, log=log)
+
+
 class _Unpaid(UampError):
     """A held response ends unpaid (``why``: ``None`` the session ended, ``"cancelled"``,
     else the expiry's message)."""
@@ -699,6 +878,7 @@ def mount(host: Host) -> None:
             async with anyio.create_task_group() as group:
                 await connection.run(group)
                 connection.end_holds()
+                connection.end_calls()
                 # The client left: its running turns go on into their logs (a
                 # resumed connection follows them); the handler returns after.
         finally:

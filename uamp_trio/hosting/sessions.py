@@ -79,7 +79,8 @@ the same way and returns once paid, so the agent's coroutine resumes where it
 was; the core refuses any content meanwhile. An agent that *raises*
 :class:`~uamp_proto.payment.PaymentRequiredError` is held likewise and, once
 paid, run again on the conversation so far (like after client tools), at
-most :data:`MAX_PAYMENT_ROUNDS` times per response.
+most :data:`~uamp_proto.topup.MAX_PAYMENT_ROUNDS` times per response
+(:mod:`uamp_proto.topup`, shared with ``uamp_asgi``).
 
 Signing (spec 004 "Response Signing"): with ``App.response_signer`` set,
 ``response.done`` carries ``signature`` over the response's text and the raw
@@ -106,13 +107,21 @@ from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import attrs
-import orjson
 import trio
 
 from uamp_proto import audio, flow, ratelimit
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
+from uamp_proto.calls import (
+    AnsweredCall,
+    audio_turn,
+    heard_pause,
+    offer_of,
+    reply_of,
+    settings_refusal,
+    turn_detector,
+)
 from uamp_proto.capabilities import session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
@@ -129,7 +138,6 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import (
-    PAID_TOKEN,
     Emit,
     Responder,
     ResponderError,
@@ -147,7 +155,9 @@ from uamp_proto.resume import (
     resume_from,
     start_after,
 )
-from uamp_proto.voice import CallAnswer, CallEnded, CallOffer, default_answer
+from uamp_proto.session_request import recoded, spoken_format, turn_request
+from uamp_proto.topup import PayingAgent, PaymentStops
+from uamp_proto.voice import CallAnswer, CallOffer, default_answer
 from uamp_stores.busy import Slot
 from uamp_stores.event_log import HistoryJSON, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
@@ -200,21 +210,6 @@ _WHILE_EXPIRED: Final = frozenset(
 )
 #: The refusal of an action on a session whose credential expired.
 _EXPIRED: Final = "The session's token has expired; send session.update with a fresh one."
-#: How many times one response may stop on a :class:`PaymentRequiredError`
-#: raised by its agent (each one answered by a payment) before it fails with
-#: ``response.error`` ``payment_required``: an agent that keeps refusing what
-#: the policy accepted must not loop forever with a client that pays
-#: automatically.
-MAX_PAYMENT_ROUNDS: Final = 3
-
-
-def _payment_error(exc: BaseException) -> PaymentRequiredError | None:
-    """The PaymentRequiredError behind ``exc`` (also a lone one inside a group)."""
-    if isinstance(exc, PaymentRequiredError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _payment_error(exc.exceptions[0])
-    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -586,7 +581,7 @@ class _Response:
         #: The raw ``response.create`` message (what a response signature covers).
         self.request_bytes = request_bytes
         #: Payment stops caused by the agent raising PaymentRequiredError.
-        self.payment_rounds = 0
+        self.stops = PaymentStops()
         #: The money the app's ledger holds for this response (settled at its end).
         self.charge: Charge | None = None
         #: The settled charge's ``payment.balance``, sent after the terminal event.
@@ -634,10 +629,8 @@ class _Session:
         self.settle_again = False
         #: This session's share of the connection's outbox.
         self.quota = Quota()
-        #: When its voice call was accepted (trio time), or ``None``: no call.
-        self.call_started: float | None = None
-        #: The id of that call.
-        self.call_id: str | None = None
+        #: The voice call its agent took (trio time), if any.
+        self.call = AnsweredCall()
         #: The places its running and held responses hold (docs/busy.md).
         self.slots: list[Slot] = []
         #: The agent's capabilities as last sent on this session (UAMP 6.4).
@@ -651,15 +644,17 @@ class _Session:
 
 
 class _PayingAgent(WrappedAgent):
-    """The session's agent, run again once paid when it raises PaymentRequiredError.
+    """The session's agent, held for the payments it asks for mid-response.
 
-    UAMP transports retry internally (spec 004, "Payment Handling"): the
-    response is held -- ``payment.required``, then the client's payment --
-    and ``respond`` is called again on the conversation so far (the output
-    the agent produced before raising included) with the new payment token,
-    under the same response id. After :data:`MAX_PAYMENT_ROUNDS` raises the
-    error goes to the turn runner, which ends the response with
-    ``response.error`` ``payment_required``.
+    :class:`uamp_proto.topup.PayingAgent` (shared with ``uamp_asgi``) with
+    this host's wait: an emitted ``payment.required`` pauses the agent in its
+    ``emit`` until paid and the extra amount locked; a raised
+    PaymentRequiredError holds the response, then ``respond`` is called again
+    on the conversation so far (the output the agent produced before raising
+    included) with the new payment token, under the same response id (spec
+    004, "Payment Handling"). After :data:`~uamp_proto.topup.MAX_PAYMENT_ROUNDS`
+    raises, or a top-up not paid in time, the error goes to the turn runner,
+    which ends the response with ``response.error`` ``payment_required``.
     """
 
     def __init__(
@@ -677,36 +672,29 @@ class _PayingAgent(WrappedAgent):
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         host, session, response = self._host, self._session, self._response
-        while True:
-            try:
-                await self.agent.respond(request, emit)
-                return
-            except Exception as exc:
-                unpaid = _payment_error(exc)
-                if unpaid is None or response.payment_rounds >= MAX_PAYMENT_ROUNDS:
-                    raise
-                response.payment_rounds += 1
-            required = attrs.evolve(unpaid.event(response.id), session_id=session.id)
+
+        async def hold(required: ev.PaymentRequired) -> None:
             await host._hold_for_payment(session, response, required)
+
+        def again() -> TurnRequest:
             retry = host._request(session, response.id, self._create)
             if retry is None:
                 raise _SessionGone
-            request = retry
+            return retry
 
+        def token() -> str | None:
+            ctx = host._contexts.get(session.id)
+            return ctx.payment.token if ctx is not None else None
 
-def _voice_refusal(config: ty.SessionConfig | None, agent: Responder) -> tuple[str, str] | None:
-    """Which voice setting of ``config`` neither this server nor ``agent`` honours, and why."""
-    if config is None or (
-        config.voice is None
-        and config.turn_detection is None
-        and config.input_audio_format is None
-        and config.output_audio_format is None
-    ):
-        return None
-    caps = agent.capabilities()
-    heard = caps.audio
-    speaks = "audio" in caps.modalities or bool(heard and heard.output_formats)
-    return audio.refusal(config, heard.voices if heard else None, speaks)
+        paying = PayingAgent(
+            self.agent,
+            stops=response.stops,
+            hold=hold,
+            again=again,
+            charge=lambda: response.charge,
+            token=token,
+        )
+        await paying.respond(request, emit)
 
 
 def _last_request(record: SessionRecord) -> dict[str, str]:
@@ -1082,13 +1070,7 @@ class SessionHost:
             self._call_over(session, event.reason or "ended")
             return
         assert isinstance(event, ev.VoiceInvite)
-        offer = CallOffer(
-            call_id=event.call_id or f"call_{uuid.uuid4().hex}",
-            session_id=session.id,
-            sdp=event.sdp,
-            transport=self._transport,
-            principal=session.principal,
-        )
+        offer = offer_of(event, session.id, transport=self._transport, principal=session.principal)
         if has_call_hook(session.agent):
             self._nursery.start_soon(self._ask_agent, session, offer)
         else:
@@ -1102,33 +1084,19 @@ class SessionHost:
 
     def _answer_call(self, session: _Session, offer: CallOffer, answer: CallAnswer) -> None:
         """Send the agent's ``answer`` to ``offer``: ``voice.accept`` or ``voice.decline``."""
-        reply: ev.Event
-        if answer.accept:
-            reply = ev.VoiceAccept(session_id=session.id, call_id=offer.call_id, sdp=answer.sdp)
-        else:
-            reply = ev.VoiceDecline(
-                session_id=session.id, call_id=offer.call_id, reason=answer.reason
-            )
         try:
-            self._owe(reply)
+            self._owe(reply_of(offer, answer))
         except (LocalProtocolError, Overloaded) as exc:  # the caller hung up meanwhile
             log.info("session %s: voice.invite not answered: %s", session.id, exc)
             return
         if answer.accept:
-            session.call_started, session.call_id = trio.current_time(), offer.call_id
+            session.call.accepted(offer.call_id, trio.current_time())
 
     def _call_over(self, session: _Session, reason: str) -> None:
         """The session's accepted call ended: the agent's ``call_ended`` learns how long it ran."""
-        started, call_id = session.call_started, session.call_id
-        session.call_started = session.call_id = None
-        if started is None or call_id is None:
+        ended = session.call.over(session.id, trio.current_time(), reason)
+        if ended is None:
             return
-        ended = CallEnded(
-            call_id=call_id,
-            session_id=session.id,
-            duration_ms=(trio.current_time() - started) * 1000.0,
-            reason=reason,
-        )
         background = self._app.background if self._app is not None else None
         (background or self._nursery).start_soon(call_ended, session.agent, ended)
 
@@ -1141,30 +1109,18 @@ class SessionHost:
         ``response.create``. Outside a call a final chunk changes nothing.
         """
         ctx = self._contexts.get(session.id)
-        if ctx is None or session.call_started is None or ctx.response is not None:
+        if ctx is None or not session.call.active or ctx.response is not None:
             return
-        create = {
-            "type": "response.create",
-            "session_id": session.id,
-            "response": {"modalities": ["audio", "text"]},
-        }
         # Queued behind the message being processed: feed's loop takes it next.
-        self.conn.receive(orjson.dumps(create))
+        self.conn.receive(audio_turn(session.id))
 
     def _detect_turn(self, session: _Session, event: ev.InputAudio) -> None:
         """``server_vad``: the caller's audio through the detector; a pause ends the turn."""
         detector = session.detector
-        if detector is None or session.call_started is None:
+        if detector is None or not session.call.active:
             return
-        fmt: str | None = event.format
-        if not fmt:  # the chunk names none: the session's input_audio_format
-            ctx = self._contexts.get(session.id)
-            fmt = ctx.config.input_audio_format if ctx is not None and ctx.config else None
-        try:
-            pcm = audio.to_pcm16(audio.decode_b64(event.audio), fmt)
-        except ValueError:
-            return  # a format the session refused never gets here; another is not judged
-        if any(e.kind == "speech_stopped" for e in detector.feed(pcm)):
+        ctx = self._contexts.get(session.id)
+        if heard_pause(detector, event, ctx.config if ctx is not None else None):
             self._audio_turn(session)
 
     # --- chats (docs/chat.md; the rooms live in hosting/chats.py) --------------------
@@ -1278,7 +1234,7 @@ class SessionHost:
             self.refusal = found
             self._owe(_error(sid, *found, "agent"))  # the session ends in the core: never created
             return
-        unheard = _voice_refusal(event.session, found)
+        unheard = settings_refusal(event.session, found)
         if unheard is not None:
             # UAMP 8.1: a voice setting is honoured or refused, never echoed as if it were.
             self.refusal = ("unsupported", unheard[1])
@@ -1340,9 +1296,8 @@ class SessionHost:
         session = self._sessions.get(sid)
         if session is not None:
             session.announced = caps
-            turns = ctx.config.turn_detection if ctx is not None and ctx.config else None
-            if turns is not None:  # checked at session.create: server_vad, valid settings
-                session.detector = audio.TurnDetector(audio.TurnSettings.of(turns))
+            # Checked at session.create: server_vad, valid settings.
+            session.detector = turn_detector(ctx.config if ctx is not None else None)
         view = self._view(caps, ctx.client_capabilities if ctx else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
         self._warn_limits(sid)
@@ -2081,25 +2036,6 @@ class SessionHost:
         used = tracker.usage is not None or bool(tracker.output)
         response.balance = await charge.settle(tracker.usage, used=used)
 
-    async def _top_up(
-        self, session: _Session, response: _Response, required: ev.PaymentRequired
-    ) -> None:
-        """Pause for a mid-stream top-up (spec 004) and lock the extra amount once paid."""
-        while True:
-            await self._hold_for_payment(session, response, required)
-            charge = response.charge
-            if charge is None:
-                return
-            ctx = self._contexts.get(session.id)
-            token = ctx.payment.token if ctx is not None else None
-            try:
-                await charge.extend(token, required.requirements.amount)
-                return
-            except PaymentRequiredError as unpaid:
-                required = attrs.evolve(
-                    unpaid.event(response.id), extra=required.extra, session_id=session.id
-                )
-
     async def _send_cancelled(self, session: _Session, response: _Response) -> None:
         ctx = self._contexts.get(session.id)
         if ctx is None or ctx.response is None or ctx.response.response_id != response.id:
@@ -2210,42 +2146,13 @@ class SessionHost:
         ctx = self._contexts.get(session.id)
         if ctx is None or ctx.response is None or ctx.response.response_id != response_id:
             return None
-        config = ctx.config or ty.SessionConfig(modalities=["text"])
-        override = create.response
-        instructions = config.instructions
-        tools = config.tools or []
-        modalities = config.modalities
-        if override is not None:
-            instructions = (
-                override.instructions if override.instructions is not None else (instructions)
-            )
-            tools = override.tools if override.tools is not None else tools
-            modalities = override.modalities or modalities
-        extensions = dict(config.extensions or {})
-        extensions.pop("flow", None)  # the transport's business, not the agent's
-        messages = ctx.conversation()
-        heard = config.input_audio_format
-        if heard in audio.CONVERTED_FORMATS:
-            messages = audio.pcm16_messages(messages, heard)  # the agent hears pcm16
-        metadata: dict[str, Any] = {"transport": self._transport}
-        if config.voice is not None:
-            metadata["voice"] = config.voice  # the agent's speech output (UAMP 8.1)
-        return TurnRequest(
+        return turn_request(
+            ctx,
+            create,
             agent=session.agent.name,
-            session_id=session.id,
-            response_id=response_id,
-            messages=messages,
-            instructions=instructions,
-            tools=list(tools),
-            response_format=create.response_format or config.response_format,
-            modalities=list(modalities or ["text"]),
+            transport=self._transport,
             token=session.token if self._app and self._app.authenticator else ctx.token,
-            payment_token=ctx.payment.token,
-            extensions=extensions,
-            metadata=metadata,
             principal=session.principal,
-            client_capabilities=ctx.client_capabilities,
-            context=ctx.response.context,
         )
 
     async def _work(self, session: _Session) -> None:
@@ -2419,28 +2326,19 @@ class SessionHost:
 
         The sink's special cases: a terminal event is rebuilt from the core's
         tracker and signed when asked (``response.done`` carries the
-        signature); an emitted
-        ``payment.required`` pauses the response (:meth:`_hold_for_payment`)
-        and ``emit`` returns once paid -- spec 004's mid-stream top-up.
+        signature); G.711 speech is recoded. An emitted ``payment.required``
+        never reaches it: :class:`_PayingAgent` holds the agent in its ``emit``
+        (spec 004's mid-stream top-up).
         """
         send = self._send
-        live = self._contexts.get(session.id)
-        spoken = live.config.output_audio_format if live is not None and live.config else None
-        recode = spoken if spoken in audio.CONVERTED_FORMATS else None
+        recode = spoken_format(self._contexts.get(session.id))
 
         async def sink(event: ev.Event) -> None:
             kind = type(event)
             if kind is ev.AudioDelta and recode is not None:
                 # UAMP 8.2: the agent speaks pcm16; the client asked for G.711.
                 assert isinstance(event, ev.AudioDelta)
-                event = attrs.evolve(event, audio=audio.recode_b64(event.audio, recode))
-            if kind is ev.PaymentRequired:
-                assert isinstance(event, ev.PaymentRequired)
-                await self._top_up(session, response, event)
-                ctx = self._contexts.get(session.id)
-                if ctx is not None and ctx.payment.token is not None:
-                    request.metadata[PAID_TOKEN] = ctx.payment.token
-                return
+                event = recoded(event, recode)
             if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
                 event = self._final(session, response, event)
             if kind in _TERMINAL:

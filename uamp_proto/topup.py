@@ -1,0 +1,221 @@
+"""Payment asked for while a UAMP response runs (spec 004 "Mid-Stream Token Top-Up").
+
+Theory of operation
+-------------------
+An agent asks for more money in the middle of a response one of two ways,
+and both servers (``uamp serve``'s UAMP sessions, ``uamp_asgi``'s UAMP
+WebSocket and HTTP+SSE) answer both alike, through this module; only the
+wait itself is theirs (a :data:`Hold`: send the ``payment.required``, park
+the response until the session's payment negotiation is ``accepted``, and
+raise when it will not be -- cancelled, the session gone, or nothing paid by
+the requirements' ``expires_at``):
+
+* It *emits* ``payment.required``: :func:`top_up` holds the response there,
+  and once a token was accepted locks the requirements' amount more on the
+  response's charge (:meth:`Charge.extend <uamp_proto.payment.Charge.extend>`);
+  a token that cannot cover it is asked again with the ledger's reason.
+  Then the agent's ``emit`` returns and its coroutine goes on where it was.
+  No content flows meanwhile (the core refuses it while payment is open).
+* It *raises* :class:`~uamp_proto.payment.PaymentRequiredError`:
+  :func:`respond_paying` holds the response, then runs the agent again on
+  the conversation so far (its output before the raise included), under the
+  same response id, at most :data:`MAX_PAYMENT_ROUNDS` times a response
+  (:class:`PaymentStops`); past that the error ends the response
+  ``response.error`` ``payment_required``.
+
+Either way a response is charged at most what was locked for it: the
+opening lock plus the top-ups that were paid. A response whose top-up is
+never paid stops, and settles from what it used within its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import attrs
+
+from . import events as ev
+from .payment import Charge, PaymentRequiredError
+from .responder import PAID_TOKEN, Emit, Responder, TurnRequest
+from .types import Capabilities
+
+__all__ = [
+    "MAX_PAYMENT_ROUNDS",
+    "Hold",
+    "PayingAgent",
+    "PaymentStops",
+    "payment_error",
+    "respond_paying",
+    "top_up",
+]
+
+#: How many times one response may stop on a :class:`PaymentRequiredError`
+#: raised by its agent (each one answered by a payment) before it fails with
+#: ``response.error`` ``payment_required``: an agent that keeps refusing what
+#: the policy accepted must not loop forever with a client that pays
+#: automatically.
+MAX_PAYMENT_ROUNDS: Final = 3
+
+#: Sends ``payment.required`` and returns once a token was accepted; raises otherwise.
+Hold = Callable[[ev.PaymentRequired], Awaitable[None]]
+
+
+def payment_error(exc: BaseException) -> PaymentRequiredError | None:
+    """The PaymentRequiredError behind ``exc`` (also a lone one inside a group)."""
+    if isinstance(exc, PaymentRequiredError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return payment_error(exc.exceptions[0])
+    return None
+
+
+async def top_up(
+    required: ev.PaymentRequired,
+    *,
+    hold: Hold,
+    charge: Callable[[], Charge | None],
+    token: Callable[[], str | None],
+    response_id: str,
+    session_id: str,
+) -> None:
+    """Pause the response for the ``payment.required`` its agent emitted, until paid and locked.
+
+    Args:
+        required: What the agent asked for.
+        hold: The server's wait (see the module docstring).
+        charge: The response's charge now (``None``: a free app locks nothing).
+        token: The session's payment token now (the one just accepted).
+        response_id: The paused response.
+        session_id: Its session.
+    """
+    required = attrs.evolve(required, response_id=response_id, session_id=session_id)
+    while True:
+        await hold(required)
+        held = charge()
+        if held is None:
+            return
+        try:
+            await held.extend(token(), required.requirements.amount)
+            return
+        except PaymentRequiredError as unpaid:
+            required = attrs.evolve(
+                unpaid.event(response_id), extra=required.extra, session_id=session_id
+            )
+
+
+class PaymentStops:
+    """How often one response stopped for a payment its agent raised for (all its rounds)."""
+
+    __slots__ = ("count", "limit")
+
+    def __init__(self, limit: int = MAX_PAYMENT_ROUNDS) -> None:
+        self.count = 0
+        self.limit = limit
+
+    def take(
+        self, exc: BaseException, response_id: str, session_id: str
+    ) -> ev.PaymentRequired | None:
+        """The ``payment.required`` to hold the response for, or ``None``: ``exc`` goes on."""
+        unpaid = payment_error(exc)
+        if unpaid is None or self.count >= self.limit:
+            return None
+        self.count += 1
+        return attrs.evolve(unpaid.event(response_id), session_id=session_id)
+
+
+async def respond_paying(
+    agent: Responder,
+    request: TurnRequest,
+    emit: Emit,
+    *,
+    stops: PaymentStops,
+    hold: Hold,
+    again: Callable[[], TurnRequest],
+) -> None:
+    """``agent.respond``, held and run again when it raises PaymentRequiredError.
+
+    Args:
+        stops: The response's count of such stops.
+        hold: The server's wait (see the module docstring).
+        again: The request of the next run: the conversation so far and the
+            session's new token; raises when the response is gone.
+    """
+    while True:
+        try:
+            await agent.respond(request, emit)
+            return
+        except Exception as exc:
+            required = stops.take(exc, request.response_id, request.session_id)
+            if required is None:
+                raise
+        await hold(required)
+        request = again()
+
+
+class PayingAgent:
+    """``agent`` with both ways of asking for money mid-response answered (module docstring).
+
+    Its ``emit`` holds on an emitted ``payment.required`` (:func:`top_up`)
+    and returns once paid, with ``request.metadata[PAID_TOKEN]`` the token
+    that paid; a raised :class:`PaymentRequiredError` is held and the agent
+    run again (:func:`respond_paying`). For a server whose turn driver
+    calls ``respond`` once per round (``uamp_asgi``).
+
+    Args:
+        agent: The session's agent.
+        stops: The response's count of raised stops (shared by its rounds).
+        hold: The server's wait.
+        again: The request of a run after a raised stop.
+        charge: The response's charge now.
+        token: The session's payment token now.
+    """
+
+    def __init__(
+        self,
+        agent: Responder,
+        *,
+        stops: PaymentStops,
+        hold: Hold,
+        again: Callable[[], TurnRequest],
+        charge: Callable[[], Charge | None],
+        token: Callable[[], str | None],
+    ) -> None:
+        self.agent = agent
+        self._stops, self._hold, self._again = stops, hold, again
+        self._charge, self._token = charge, token
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    def capabilities(self) -> Capabilities:
+        return self.agent.capabilities()
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        current = request
+
+        async def paying(event: ev.Event) -> None:
+            if type(event) is not ev.PaymentRequired:
+                await emit(event)
+                return
+            await top_up(
+                event,
+                hold=self._hold,
+                charge=self._charge,
+                token=self._token,
+                response_id=current.response_id,
+                session_id=current.session_id,
+            )
+            paid = self._token()
+            if paid is not None:
+                current.metadata[PAID_TOKEN] = paid
+
+        def again() -> TurnRequest:
+            nonlocal current
+            current = self._again()
+            return current
+
+        await respond_paying(
+            self.agent, request, paying, stops=self._stops, hold=self._hold, again=again
+        )
