@@ -11,12 +11,16 @@ what ``capabilities.query`` reports back (:func:`session_view`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .codec import from_dict, unstructure
 from .types import Capabilities
 
-__all__ = ["CLIENT_KEY", "merge_capabilities", "session_view"]
+if TYPE_CHECKING:
+    from .responder import Responder
+
+__all__ = ["CLIENT_KEY", "merge_capabilities", "queried", "session_view"]
 
 #: Where :func:`session_view` puts the client's declaration, in ``extensions``.
 CLIENT_KEY = "client_capabilities"
@@ -45,3 +49,29 @@ def session_view(agent: Capabilities, client: Capabilities | None) -> Capabiliti
     out["extensions"] = {**(out.get("extensions") or {}), CLIENT_KEY: unstructure(client)}
     view: Capabilities = from_dict(Capabilities, out)
     return view
+
+
+def queried(
+    agent: Responder | None,
+    model: str | None,
+    hosted: Callable[[str | None], Responder | None],
+) -> Capabilities | None:
+    """The capabilities a ``capabilities.query`` asks about (UAMP 5.4, 9.1); ``None``: unknown.
+
+    In a session (``agent``, its agent): that agent when ``model`` is
+    ``None`` or its name, else the agent as it would be on that model of its
+    provider (its ``capabilities_for``, when it has one), else the hosted
+    agent of that name. Outside a session ``model`` names a hosted agent.
+
+    Args:
+        hosted: The hosted agent a name (``None``: the default one) addresses.
+    """
+    if agent is not None and model in (None, agent.name):
+        return agent.capabilities()
+    if agent is not None:
+        answer = getattr(agent, "capabilities_for", None)
+        caps = answer(model) if callable(answer) else None
+        if isinstance(caps, Capabilities):
+            return caps
+    found = hosted(model)
+    return found.capabilities() if found is not None else None

@@ -25,7 +25,7 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.audio import from_pcm16
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_trio.client import ClientError, connect
+from uamp_trio.client import ClientError, connect, connect_sse
 from uamp_trio.client.uamp import ClientSession, ResponseStream, UampClient
 from uamp_trio.demo import AUDIO_CHUNK, DemoAgent
 
@@ -265,3 +265,23 @@ async def test_what_cannot_be_honoured_is_refused_at_session_create(
             assert event.error.details == {"field": field}
             # Nothing was created; the connection serves a session that asks for less.
             assert (await client.create_session(agent)).id
+
+
+async def test_a_call_over_http_sse_is_answered_the_same_way(base: str) -> None:
+    """HTTP+SSE sessions are the same Connection: a call, its turn, its end."""
+    spoken = _pcm(3000)
+    SWITCHBOARD.ended.clear()
+    with trio.fail_after(TIMEOUT):
+        async with connect_sse(base.replace("ws://", "http://")) as client:
+            session = await client.create_session(agent="switchboard")
+            await session.send(ev.VoiceInvite(call_id="call_h"))
+            accept = await _answer(session)
+            assert isinstance(accept, ev.VoiceAccept) and accept.call_id == "call_h"
+            assert SWITCHBOARD.offers[-1].transport == "uamp-sse"
+            events = await _turn(
+                session, [ev.InputAudio(audio=spoken, format="pcm16", is_final=True)]
+            )
+            assert _audio(events) == spoken
+            await session.send(ev.VoiceEnd(call_id="call_h"))
+            await _told(SWITCHBOARD, 1)
+    assert (SWITCHBOARD.ended[0].call_id, SWITCHBOARD.ended[0].reason) == ("call_h", "ended")

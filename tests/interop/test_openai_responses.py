@@ -142,8 +142,22 @@ def test_previous_response_id_continues_on_the_server(
     assert second.instructions is None  # instructions are not carried over
 
 
-def test_retrieve_delete_and_input_items(demo: tuple[openai.OpenAI, str]) -> None:
-    sdk, _ = demo
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def demo_either(request: pytest.FixtureRequest, thread_server: Any) -> Iterator[openai.OpenAI]:
+    """The demo agent's Responses API under ``uamp serve`` or ``uamp_asgi`` (uvicorn)."""
+    if request.param == "uamp serve":
+        server = thread_server(create_app([DemoAgent()]))
+        yield _client(f"{server.url}/agents/demo/v1")
+        return
+    import uamp_asgi
+    from tests._support.asgi import uvicorn_server
+
+    with uvicorn_server(uamp_asgi.app([DemoAgent()])) as url:
+        yield _client(f"{url}/agents/demo/v1")
+
+
+def test_retrieve_delete_and_input_items(demo_either: openai.OpenAI) -> None:
+    sdk = demo_either
     created = sdk.responses.create(
         model="demo",
         input=[

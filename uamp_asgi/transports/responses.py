@@ -42,7 +42,12 @@ from uamp_proto.adapters.completions import (
     payment_error,
 )
 from uamp_proto.adapters.responses import parse_request
-from uamp_proto.adapters.responses_render import StreamEncoder, response_object, stored_response
+from uamp_proto.adapters.responses_render import (
+    StreamEncoder,
+    input_items_page,
+    response_object,
+    stored_response,
+)
 from uamp_proto.codec import from_dict
 from uamp_proto.outcome import ResponseOutcome
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
@@ -362,6 +367,16 @@ class _Responses:
         except StoreUnavailable as down:
             raise _unavailable(down) from None
 
+    async def input_items(self, request: Request) -> Reply:
+        """``GET .../responses/{id}/input_items``: ``after``, ``limit`` (1-100), ``order``."""
+        kept = stored_part(await self._find(request.principal, request.path_params["response_id"]))
+        assert kept is not None
+        query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+        try:
+            return JsonReply(input_items_page(kept["input"], query))
+        except ValueError as bad:
+            raise HTTPError(400, str(bad), code="invalid_value") from None
+
     async def delete(self, request: Request) -> Reply:
         """``DELETE .../responses/{id}``: a running one is cancelled first."""
         rid = request.path_params["response_id"]
@@ -385,3 +400,4 @@ def mount(host: Host) -> None:
         host.route("GET", f"{prefix}/responses/{{response_id}}", t.retrieve)
         host.route("DELETE", f"{prefix}/responses/{{response_id}}", t.delete)
         host.route("POST", f"{prefix}/responses/{{response_id}}/cancel", t.cancel)
+        host.route("GET", f"{prefix}/responses/{{response_id}}/input_items", t.input_items)

@@ -86,8 +86,8 @@ import attrs
 import orjson
 
 from uamp_proto import events as ev
+from uamp_proto import flow, voice
 from uamp_proto import types as ty
-from uamp_proto import voice
 from uamp_proto.audio import TurnDetector
 from uamp_proto.calls import (
     AnsweredCall,
@@ -98,10 +98,15 @@ from uamp_proto.calls import (
     settings_refusal,
     turn_detector,
 )
-from uamp_proto.capabilities import session_view
+from uamp_proto.capabilities import queried, session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection, SessionContext
-from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.errors import (
+    FlowControlError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    UampError,
+)
 from uamp_proto.payment import (
     Charge,
     PaymentRequiredError,
@@ -217,6 +222,10 @@ class Connection:
         #: Per session: the call its agent took, and its ``server_vad`` detector.
         self.calls: dict[str, AnsweredCall] = {}
         self.detectors: dict[str, TurnDetector] = {}
+        #: Per session: its token as last accepted (a refused update's is not kept).
+        self.tokens: dict[str, str | None] = {}
+        #: Per session: set by the client's next ack (a delta waits for window room).
+        self.acked: dict[str, anyio.Event] = {}
         self.lock = anyio.Lock()
         self.open = True
         self.group: anyio.abc.TaskGroup | None = None
@@ -251,12 +260,33 @@ class Connection:
         await self.write([entry.data for entry in entries])
 
     async def owe(self, event: ev.Event, sid: str | None = None) -> None:
-        """Send ``event`` through the core (logged when its session keeps a log)."""
-        try:
-            frame = self.conn.send(event)
-        except LocalProtocolError:
-            return
+        """Send ``event`` through the core (logged when its session keeps a log).
+
+        On a session with a delta window (docs/flow.md) a delta past it waits
+        for the client's ack.
+        """
+        while True:
+            try:
+                frame = self.conn.send(event)
+                break
+            except FlowControlError:
+                await self.acked.setdefault(sid or event.session_id or "", anyio.Event()).wait()
+            except LocalProtocolError:
+                return
         await self.deliver([frame], sid)
+
+    def wake_acked(self, sid: str) -> None:
+        """An ack (or the session's end) for ``sid``: a delta waiting for room looks again."""
+        waiting = self.acked.pop(sid, None)
+        if waiting is not None:
+            waiting.set()
+
+    def lift_windows(self) -> None:
+        """The client left: no ack comes back here; running responses go on into the log."""
+        for sid, ctx in self.conn.sessions.items():
+            if ctx.send_window is not None:
+                ctx.send_window.lift()
+            self.wake_acked(sid)
 
     async def deliver(self, frames: list[bytes], sid: str | None) -> None:
         """Log ``frames`` when session ``sid`` keeps a log, then send them."""
@@ -312,7 +342,7 @@ class Connection:
             await self.cancel(self.session_of(event))
         elif isinstance(event, ev.PaymentSubmit):
             await self.ask_settle(self.session_of(event))
-        elif isinstance(event, (ev.InputText, ev.SessionUpdate)) and event.payment_token:
+        elif isinstance(event, ev.InputText) and event.payment_token:
             sid = self.session_of(event)
             ctx = self.conn.sessions.get(sid)
             if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
@@ -324,6 +354,12 @@ class Connection:
             tracker = ctx.response if ctx is not None else None
             if tracker is not None and not tracker.pending_tool_calls and sid not in self.turns:
                 self.start(sid, created=False)
+        elif isinstance(event, ev.Progress) and flow.is_ack(event):
+            self.wake_acked(self.session_of(event))
+        elif isinstance(event, ev.SessionUpdate):
+            await self.update(event)
+        elif isinstance(event, ev.CapabilitiesQuery):
+            await self.query(event)
         elif isinstance(event, (ev.VoiceInvite, ev.VoiceEnd, ev.InputAudio)):
             await self.voice(self.session_of(event), event)
         elif isinstance(event, ev.SessionEnd):
@@ -335,12 +371,73 @@ class Connection:
             self.put_record(sid, ended=True)
             self.release(sid)
             self.forget(sid)
+            self.wake_acked(sid)
 
     def forget(self, sid: str) -> None:
         """What this connection kept about an ended session (a client that opens and ends
         sessions in a loop grows nothing)."""
-        for kept in (self.agents, self.creates, self.stops, self.detectors, self.paid):
+        for kept in (self.agents, self.creates, self.stops, self.detectors, self.paid, self.tokens):
             kept.pop(sid, None)
+
+    async def update(self, event: ev.SessionUpdate) -> None:
+        """``session.update``: the core took the new settings; ``session.updated`` once the
+        token (if any) names the session's principal (spec 000 section 10.3).
+
+        Without ``session_id`` and with several sessions it is the connection's
+        (UAMP 5.2): each session is answered.
+        """
+        sid = self.session_of(event)
+        targets = [sid] if sid else list(self.conn.sessions)
+        if not targets:
+            await self.owe(_error(None, "no_session", "no session is open to update"))
+            return
+        auth = self.host.config.authenticator
+        refused = None
+        if auth is not None and event.token is not None:
+            try:
+                principal = await auth.authenticate(event.token)
+                if principal.key != self.principal.key:
+                    refused = "the token names another principal than the session's"
+                else:
+                    self.principal = principal  # the same caller, a fresher credential
+            except UampError as exc:
+                refused = str(exc) or "the token was refused"
+        for target in targets:
+            ctx = self.conn.sessions.get(target)
+            if refused is not None:
+                if ctx is not None:
+                    ctx.token = self.tokens.get(target)  # the refused token is not the session's
+                await self.owe(_error(target, "unauthorized", refused, "token"), target)
+            else:
+                if event.token is not None:
+                    self.tokens[target] = event.token
+                await self.owe(ev.SessionUpdated(session_id=target), target)
+            if ctx is not None and ctx.payment.state is PaymentState.SUBMITTED:
+                # The core took the new payment_token as the answer to an open payment.required.
+                await self.ask_settle(target)
+
+    async def query(self, event: ev.CapabilitiesQuery) -> None:
+        """``capabilities.query`` (UAMP 5.4, 9.1): the session's view, or a hosted agent's."""
+        sid = self.session_of(event) or None
+        agent = self.agents.get(sid) if sid is not None else None
+        caps = queried(agent, event.model, self.hosted)
+        if caps is None:
+            message = f"no model or agent {event.model!r} is known here"
+            code = "unsupported" if agent is not None else "agent_not_found"
+            await self.owe(_error(sid, code, message, "model"), sid)
+            return
+        ctx = self.conn.sessions.get(sid) if sid is not None else None
+        view = session_view(caps, ctx.client_capabilities if ctx is not None else None)
+        await self.owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view), sid)
+
+    def hosted(self, name: str | None) -> Responder | None:
+        """The agent ``name`` addresses on this endpoint (``None``: its default one)."""
+        fixed = self.fixed
+        if fixed is not None:
+            return fixed if name in (None, fixed.name) else None
+        if name is None:
+            return next(iter(self.host.agents.values())) if len(self.host.agents) == 1 else None
+        return self.host.agents.get(name)
 
     async def cancel(self, sid: str) -> None:
         """``response.cancel``: the turn running here, or the one a resumed session follows."""
@@ -511,6 +608,7 @@ class Connection:
             await self.refuse(sid, STORE_UNAVAILABLE, message)
             return
         self.agents[sid] = agent
+        self.tokens[sid] = event.token
         detector = turn_detector(event.session)
         if detector is not None:
             self.detectors[sid] = detector
@@ -879,6 +977,7 @@ def mount(host: Host) -> None:
                 await connection.run(group)
                 connection.end_holds()
                 connection.end_calls()
+                connection.lift_windows()
                 # The client left: its running turns go on into their logs (a
                 # resumed connection follows them); the handler returns after.
         finally:

@@ -49,6 +49,7 @@ from ..sse import encode_json
 __all__ = [
     "StreamEncoder",
     "error_code",
+    "input_items_page",
     "item_id",
     "output_items",
     "response_object",
@@ -491,3 +492,39 @@ def stored_response(
     status = "in_progress" if started else "queued"
     items = output_items(response_id, tracker.output, status="in_progress")
     return response_object(response_id, echo, status=status, output=items)
+
+
+def input_items_page(items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+    """``GET .../responses/{id}/input_items``: a page of a stored response's input items.
+
+    ``query``: ``after`` (an item id), ``limit`` (1-100, 20 by default),
+    ``order`` (``desc``, the default, or ``asc``), as OpenAI's API takes them.
+
+    Raises:
+        ValueError: A parameter out of range (the message names it; a 400).
+    """
+    raw = query.get("limit", "20")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ValueError("'limit' must be an integer.") from None
+    if not 1 <= limit <= 100:
+        raise ValueError("'limit' must be from 1 to 100.")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ValueError("'order' must be 'asc' or 'desc'.")
+    listed = list(items)
+    if order == "desc":
+        listed.reverse()
+    after = query.get("after")
+    if after is not None:
+        ids = [item.get("id") for item in listed]
+        listed = listed[ids.index(after) + 1 :] if after in ids else []
+    page = listed[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(listed) > limit,
+    }

@@ -122,7 +122,7 @@ from uamp_proto.calls import (
     settings_refusal,
     turn_detector,
 )
-from uamp_proto.capabilities import session_view
+from uamp_proto.capabilities import queried, session_view
 from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
 from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
@@ -1201,6 +1201,10 @@ class SessionHost:
                 self.owe_quietly(ev.SessionEnd(session_id=session_id, reason=reason))
         self._drop(session_id)
 
+    def _hosted(self, name: str | None) -> Responder | None:
+        found = self._resolve(name)
+        return None if isinstance(found, tuple) else found
+
     def _resolve(self, name: str | None) -> Responder | tuple[str, str]:
         fixed = self._fixed
         if fixed is not None:
@@ -1713,20 +1717,16 @@ class SessionHost:
         of that name. Outside a session ``model`` names a hosted agent.
         """
         model = event.model
-        caps: ty.Capabilities | None = None
-        if session is not None and model in (None, session.agent.name):
-            caps = session.announced = session.agent.capabilities()
-        elif session is not None:
-            answer = getattr(session.agent, "capabilities_for", None)
-            caps = answer(model) if callable(answer) else None
+        caps = queried(session.agent if session is not None else None, model, self._hosted)
         if caps is None:
             found = self._resolve(model)
-            if isinstance(found, tuple):
-                code = "unsupported" if session is not None else found[0]
-                message = f"no model or agent {model!r} is known here" if session else found[1]
-                self._owe(_error(session.id if session else None, code, message, "model"))
-                return
-            caps = found.capabilities()
+            code, message = found if isinstance(found, tuple) else ("unsupported", "")
+            if session is not None:
+                code, message = "unsupported", f"no model or agent {model!r} is known here"
+            self._owe(_error(session.id if session else None, code, message, "model"))
+            return
+        if session is not None and model in (None, session.agent.name):
+            session.announced = caps
         sid = session.id if session is not None else None
         ctx = self._contexts.get(sid) if sid is not None else None
         view = self._view(caps, ctx.client_capabilities if ctx is not None else None)

@@ -77,6 +77,7 @@ from uamp_proto.adapters.completions import (
 from uamp_proto.adapters.responses import ResponsesRequest, parse_request
 from uamp_proto.adapters.responses_render import (
     StreamEncoder,
+    input_items_page,
     response_object,
     stored_response,
 )
@@ -597,31 +598,10 @@ class ResponsesTransport:
         key: LogKey = (request.principal.key, request.path_params["response_id"])
         kept = stored_part(await self._record_of(key))
         assert kept is not None
-        query = _query(request)
-        limit = _int_param(query, "limit", 20)
-        assert limit is not None
-        if not 1 <= limit <= 100:
-            raise HTTPError(400, "'limit' must be from 1 to 100.", code="invalid_value")
-        order = query.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise HTTPError(400, "'order' must be 'asc' or 'desc'.", code="invalid_value")
-        items: list[dict[str, Any]] = list(kept["input"])
-        if order == "desc":
-            items.reverse()
-        after = query.get("after")
-        if after is not None:
-            ids = [i.get("id") for i in items]
-            items = items[ids.index(after) + 1 :] if after in ids else []
-        page = items[:limit]
-        return json_response(
-            {
-                "object": "list",
-                "data": page,
-                "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None,
-                "has_more": len(items) > limit,
-            }
-        )
+        try:
+            return json_response(input_items_page(kept["input"], _query(request)))
+        except ValueError as bad:
+            raise HTTPError(400, str(bad), code="invalid_value") from None
 
 
 def mount(app: Host) -> None:

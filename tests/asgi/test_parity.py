@@ -1,0 +1,247 @@
+"""Parity: what ``uamp serve`` offers, ``uamp_asgi`` serves, or docs/embedding.md says it does not.
+
+Two tables keep the promise honest:
+
+* **Routes.** Every HTTP and WebSocket route of a ``uamp serve`` app with
+  every transport (and the relay and metrics) is looked up in a
+  ``uamp_asgi`` app. One the ASGI app does not serve must be in
+  :data:`TRIO_ONLY_ROUTES`, with the words under which the docs' "What stays
+  with ``uamp serve``" list names it; and an entry the ASGI app serves after
+  all is refused too, so the list says only what is still true. A route
+  added to ``uamp serve`` tomorrow fails here until the ASGI app serves it
+  or the docs say it does not.
+* **Features** within a route (:data:`FEATURES`): each is proven under
+  ``uamp_asgi`` by a named test, which must exist, or named in that list.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Final
+
+import attrs
+import pytest
+
+import uamp_asgi
+from uamp_asgi.http import HTTPError
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "embedding.md"
+
+#: ``"METHOD /path"`` (below ``/agents/{agent}``; ``WS`` for a WebSocket) of
+#: what only ``uamp serve`` serves -> words of the docs' list that name it.
+TRIO_ONLY_ROUTES: Final = {
+    **{
+        f"POST /lf.a2a.v1.A2AService/{method}": "gRPC"
+        for method in (
+            "SendMessage",
+            "SendStreamingMessage",
+            "GetTask",
+            "ListTasks",
+            "CancelTask",
+            "SubscribeToTask",
+            "CreateTaskPushNotificationConfig",
+            "GetTaskPushNotificationConfig",
+            "ListTaskPushNotificationConfigs",
+            "DeleteTaskPushNotificationConfig",
+            "GetExtendedAgentCard",
+        )
+    },
+    "POST /uamp.v1.Agent/Send": "spec 003 envelopes",
+    "POST /uamp.v1.Agent/Session": "spec 003 envelopes",
+    "GET /v1/stream/{id}": "spec 003 envelopes",
+    "POST /v1/stream/{id}": "spec 003 envelopes",
+    "WS /uamp/1/ws": "spec 003 envelopes",
+    "GET /.well-known/agent-manifest.json": "spec 003 envelopes",
+    "GET /.well-known/agent-hub.json": "spec 003 envelopes",
+    "WS /agents/connect": "the relay",
+    "GET /agents": "the relay",
+    "GET ": "the playground",
+    "GET /": "the playground",
+    "GET /playground/{file}": "the playground",
+    "GET /docs": "OpenAPI",
+    "GET /docs/{file}": "OpenAPI",
+    "GET /openapi.json": "OpenAPI",
+    "GET /healthz": "health",
+    "GET /readyz": "health",
+    "GET /version": "health",
+    "POST /api/payments/tokens/{id}/topup": "payments API",
+    "POST /tasks": "spec 004's A2A task routes",
+    "GET /tasks/{task_id}": "spec 004's A2A task routes",
+    "DELETE /tasks/{task_id}": "spec 004's A2A task routes",
+    "GET /a2a/extendedAgentCard": "extended agent card",
+    "GET /.well-known/oauth-protected-resource": "protected-resource metadata",
+    "GET /.well-known/oauth-protected-resource/mcp": "protected-resource metadata",
+    "GET /.well-known/oauth-protected-resource/agents/{agent}/mcp": "protected-resource metadata",
+}
+
+#: Headers that satisfy the routes two transports share by header (Anthropic's ``/v1/models``).
+_HEADERS: Final = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+
+
+@attrs.frozen
+class Feature:
+    """Something ``uamp serve`` does within a transport's routes.
+
+    ``proven``: the ``tests/...py::test_name`` showing ``uamp_asgi`` does it
+    too; ``stays``: the words of the docs' list saying it does not.
+    """
+
+    transport: str
+    what: str
+    proven: str | None = None
+    stays: str | None = None
+
+
+FEATURES: Final = [
+    Feature(
+        "uamp",
+        "resume from the event log",
+        proven="tests/asgi/test_uamp_ws.py::test_a_dropped_connection_is_resumed_mid_response",
+    ),
+    Feature(
+        "uamp",
+        "payment held before the response",
+        proven="tests/asgi/test_uamp_ws_payment.py::"
+        "test_an_unpaid_turn_is_held_and_a_token_runs_it_and_is_charged_once",
+    ),
+    Feature(
+        "uamp",
+        "mid-response top-up (emitted)",
+        proven="tests/asgi/test_uamp_ws_topup.py::"
+        "test_a_paid_top_up_resumes_the_agent_where_it_was_and_is_charged",
+    ),
+    Feature(
+        "uamp",
+        "mid-response top-up (raised)",
+        proven="tests/asgi/test_uamp_ws_topup.py::"
+        "test_a_raised_top_up_is_held_then_run_again_on_the_output_so_far",
+    ),
+    Feature(
+        "uamp",
+        "voice calls",
+        proven="tests/asgi/test_uamp_ws_voice.py::"
+        "test_a_call_is_accepted_its_turns_answered_and_ended",
+    ),
+    Feature(
+        "uamp",
+        "server_vad and G.711",
+        proven="tests/asgi/test_uamp_ws_voice.py::test_server_vad_g711_and_the_voice_in_a_call",
+    ),
+    Feature("uamp", "chat rooms", stays="chat rooms"),
+    Feature("uamp", "human-in-the-loop interrupts", stays="human-in-the-loop interrupts"),
+    Feature("uamp", "busy policies other than refusing", stays="busy policies"),
+    Feature(
+        "responses",
+        "background responses",
+        proven="tests/asgi/test_resume_stores.py::"
+        "test_a_background_response_is_cancelled_from_the_other_process",
+    ),
+    Feature(
+        "uamp",
+        "session.update and capabilities.query answered",
+        proven="tests/asgi/test_uamp_ws_session.py::"
+        "test_session_update_is_answered_and_another_principals_token_refused",
+    ),
+    Feature(
+        "uamp",
+        "delta windows (docs/flow.md)",
+        proven="tests/asgi/test_uamp_ws_session.py::"
+        "test_a_delta_window_holds_deltas_until_acked_and_loses_none",
+    ),
+    Feature("ai_sdk", "resumable streams", stays="resumable streams"),
+    Feature("a2a", "tasks shared between processes", stays="A2A task stores"),
+    Feature("mcp", "progress notifications", stays="progress notifications"),
+    Feature("acp", "prompt/submit, tools/*, SSE answers", stays="prompt/submit"),
+    Feature("acp", "stdio", stays="stdio"),
+    Feature("anthropic", "ping on a silent stream", stays="ping"),
+    Feature("realtime", "mid-response top-ups", stays="Realtime mid-response top-ups"),
+    Feature("server", "HTTP/3", stays="HTTP/3"),
+]
+
+
+def _trio_only_section() -> str:
+    """The docs' "What stays with ``uamp serve``" section, lower case, one space between words."""
+    text = DOC.read_text()
+    start = text.index("## What stays with `uamp serve`")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start : end if end != -1 else None].lower().split())
+
+
+def _below_agent(pattern: str) -> str:
+    """A route pattern as the tables name it: below ``/agents/{agent}``."""
+    return pattern.removeprefix("/agents/{agent}")
+
+
+def _concrete(pattern: str) -> str:
+    """A path the pattern matches (``{agent}`` a hosted agent's name)."""
+    return re.sub(
+        r"\{(\w+)(?::[^}]*)?\}",
+        lambda m: "demo" if m.group(1) == "agent" else m.group(1) + "1",
+        pattern,
+    )
+
+
+def _trio_routes() -> list[str]:
+    """Every route of a ``uamp serve`` app, as ``"METHOD pattern"``."""
+    from uamp_trio import DemoAgent
+    from uamp_trio.app import create_app
+
+    app = create_app([DemoAgent()], relay=True, metrics=True)
+    routes = [
+        f"{method} {route.pattern}" for route in app.router.routes for method in route.methods
+    ]
+    return routes + [f"WS {route.pattern}" for route in app.router.websocket_routes]
+
+
+def _asgi_serves(route: str) -> bool:
+    from uamp_trio import DemoAgent
+
+    host = uamp_asgi.app([DemoAgent()], config=uamp_asgi.Config(metrics=True)).host
+    method, _, pattern = route.partition(" ")
+    _, sub = host.split(_concrete(pattern))
+    if method == "WS":
+        return host.match_websocket(sub) is not None
+    for headers in (None, _HEADERS):
+        try:
+            host.match(method, sub, headers)
+            return True
+        except HTTPError:
+            continue
+    return False
+
+
+def test_every_route_of_uamp_serve_is_served_or_said_to_stay() -> None:
+    missing = {
+        f"{r.partition(' ')[0]} {_below_agent(r.partition(' ')[2])}"
+        for r in _trio_routes()
+        if not _asgi_serves(r)
+    }
+    unlisted = sorted(missing - TRIO_ONLY_ROUTES.keys())
+    assert not unlisted, f"uamp_asgi does not serve these; serve them or list them: {unlisted}"
+    served = sorted(TRIO_ONLY_ROUTES.keys() - missing)
+    assert not served, f"uamp_asgi serves these now; take them off the Trio-only list: {served}"
+
+
+@pytest.mark.parametrize(
+    "words",
+    sorted(set(TRIO_ONLY_ROUTES.values()) | {f.stays for f in FEATURES if f.stays}),
+)
+def test_what_stays_with_uamp_serve_is_named_in_the_docs(words: str) -> None:
+    assert words.lower() in _trio_only_section()
+
+
+@pytest.mark.parametrize("feature", [f for f in FEATURES if f.proven], ids=lambda f: f.what)
+def test_each_feature_said_to_be_served_has_its_test(feature: Feature) -> None:
+    path, _, name = (feature.proven or "").partition("::")
+    tree = ast.parse((ROOT / path).read_text())
+    kinds = (ast.AsyncFunctionDef, ast.FunctionDef)
+    tests = {node.name for node in tree.body if isinstance(node, kinds)}
+    assert name in tests, f"{feature.transport}: {feature.what}: no test {feature.proven}"
+
+
+def test_every_feature_is_either_served_or_said_to_stay() -> None:
+    for feature in FEATURES:
+        assert (feature.proven is None) != (feature.stays is None), feature
