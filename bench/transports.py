@@ -71,7 +71,9 @@ rounds is printed with the ratio uamp / baseline:
   (``POST /agents/flood/a2a``: the task, one ``artifactUpdate`` per delta,
   the final ``statusUpdate``) beside ``uamp-chat``'s Chat Completions
   chunks, as for ``anthropic``. Target: <= 1.2x the Chat Completions CPU
-  per chunk (issue 38).
+  per chunk (issue 38). ``--only a2a-instructions`` counts instead the
+  instructions per chunk of each server of the row (callgrind, one server
+  at a time).
 * ``mcp`` (not run by default): MCP Streamable HTTP, one ``tools/call``
   of the flood agent with a ``progressToken`` (``POST /agents/flood/mcp``,
   ``Accept: text/event-stream``): one ``notifications/progress`` per delta,
@@ -988,6 +990,12 @@ def _one_delta(kind: str, client: WSClient, count: int) -> None:
             pass
 
 
+def _under_callgrind(kind: str, out: Path) -> Running:
+    """A ``kind`` server under callgrind, counting nothing until ``callgrind_control -i on``."""
+    prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no")
+    return Running(kind, prefix=(*prefix, f"--callgrind-out-file={out}"))
+
+
 def ws_instructions(kinds: list[str]) -> dict[str, list[float]]:
     """Print each server's instructions per one-delta WebSocket response (callgrind).
 
@@ -1009,8 +1017,7 @@ def ws_instructions(kinds: list[str]) -> dict[str, list[float]]:
     print(f"\nInstructions per one-delta WebSocket response (callgrind, {block} responses)")
     for kind in kinds:
         out = tmp / f"{kind.replace('/', '_')}.cg"
-        prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no")
-        server = Running(kind, prefix=(*prefix, f"--callgrind-out-file={out}"))
+        server = _under_callgrind(kind, out)
         pid = str(server.proc.pid)
 
         def counted(
@@ -1257,6 +1264,44 @@ def a2a_rate(kind: str, port: int, n: int) -> float:
     updates = raw.count(b'"text":"tok "')
     assert status == b"200" and updates == n and b"TASK_STATE_COMPLETED" in raw, (kind, updates)
     return n / elapsed
+
+
+def a2a_instructions(kinds: list[str], n: int) -> dict[str, float]:
+    """Print each server's instructions per chunk of one ``a2a`` row stream (callgrind).
+
+    ``uamp`` (and ``uamp@REV``): A2A artifact updates, ``uamp-chat``: Chat
+    Completions chunks, as the ``a2a`` row measures them. Each server runs
+    alone under ``valgrind --tool=callgrind``, instrumentation switched on
+    (``callgrind_control``) for one stream of ``n`` deltas after a stream
+    of as many to warm up; the count is every instruction of the server
+    process meanwhile (the request's own work spread over its chunks),
+    user space only, so the machine's load does not move it.
+    """
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="uamp-bench-a2a-cg-"))
+    figures: dict[str, float] = {}
+    print(f"\nInstructions per chunk of one {n}-delta stream (callgrind; a2a row)")
+    for kind in kinds:
+        out = tmp / f"{kind.replace('/', '_')}.cg"
+        server = _under_callgrind(kind, out)
+        pid = str(server.proc.pid)
+        try:
+            a2a_rate(kind, server.port, n)
+            subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+            a2a_rate(kind, server.port, n)
+            subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+        finally:
+            stop_process(server.proc, grace=300)  # callgrind writes its counts on the way out
+        lines = out.read_text().splitlines()
+        total = next(int(line.split()[1]) for line in lines if line.startswith("totals:"))
+        figures[kind] = total / n
+        print(f"  {kind:<14} {figures[kind]:>9,.0f}", flush=True)
+    if "uamp-chat" in figures:
+        for kind, value in figures.items():
+            if kind != "uamp-chat":
+                print(f"  {kind}/uamp-chat = {value / figures['uamp-chat']:.3f}x")
+    return figures
 
 
 def _mcp_session(port: int) -> str:
@@ -1614,6 +1659,8 @@ def main() -> None:
             ws_calls(kind)
     if "instructions" in only:
         ws_instructions(["websockets", "uamp", *extra, "uamp-bound", "trio-ws"])
+    if "a2a-instructions" in only:
+        a2a_instructions(["uamp", *(k for k in extra if k.startswith("uamp@")), "uamp-chat"], n)
     granian = ("granian-asgi", "granian-rsgi") if args.granian else ()
     asgi = ("uamp-asgi", "uamp-asgi-granian") if args.asgi else ()
     http_kinds = ("uamp", *extra, *asgi, "starlette", *granian, "trio-h11")
