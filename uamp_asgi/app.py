@@ -102,6 +102,8 @@ class Host:
             self.metrics = Metrics()
         #: The session event logs (``Config.event_log``), shared by the UAMP transports.
         self.event_log = config.event_log
+        #: The A2A tasks (``Config.a2a_tasks``).
+        self.a2a_tasks = config.a2a_tasks
         #: Where the stores' loops run while the app's lifespan runs (else detached).
         self.background: anyio.abc.TaskGroup | None = None
         self.agents: dict[str, Responder] = {}
@@ -345,6 +347,7 @@ class UampASGI:
         async with anyio.create_task_group() as group:
             host.background = group
             host.event_log.ensure_running(group)
+            host.a2a_tasks.ensure_running(group)  # a shared store's listener
             try:
                 yield
             finally:

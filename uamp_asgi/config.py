@@ -16,7 +16,7 @@ import attrs
 from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
-from uamp_stores import EventLog, MemoryEventLog
+from uamp_stores import EventLog, MemoryEventLog, MemoryTaskStore, TaskStore
 from uamp_stores.a2a_push import PushSender
 
 if TYPE_CHECKING:
@@ -97,6 +97,11 @@ def _memory_log() -> EventLog:
     return MemoryEventLog(max_sessions=4096, max_sessions_per_principal=256)
 
 
+def _memory_tasks() -> TaskStore:
+    """The default A2A task store: this process's memory, bounded per principal."""
+    return MemoryTaskStore(max_tasks=4096, max_per_principal=512)
+
+
 @attrs.define(kw_only=True)
 class Config:
     """How :func:`uamp_asgi.app` serves its agents.
@@ -139,6 +144,13 @@ class Config:
             ``redis://HOST:PORT/DB`` (shared by several processes). The
             default keeps them in this process's memory (4096 sessions, 256
             a principal).
+        a2a_tasks: Where A2A tasks are kept: ``uamp_stores.open_task_store(WHERE,
+            max_tasks, max_per_principal)``, the store ``uamp serve --store
+            WHERE --a2a-max-tasks N --a2a-max-tasks-per-principal M`` opens --
+            ``redis://HOST:PORT/DB`` shares them (and their updates and cancel
+            requests) with every process on that Redis, ``uamp serve``'s too.
+            The default keeps them in this process's memory (4096 tasks, 512
+            a principal).
     """
 
     authenticator: Authenticator | None = None
@@ -156,3 +168,4 @@ class Config:
     a2a_max_push_configs: int = MAX_CONFIGS
     a2a_max_push_config_bytes: int = MAX_CONFIG_BYTES
     event_log: EventLog = attrs.field(factory=_memory_log)
+    a2a_tasks: TaskStore = attrs.field(factory=_memory_tasks)

@@ -1,11 +1,16 @@
-"""One ``uamp_asgi`` app under uvicorn in a process of its own, its sessions in a shared store.
+"""One ``uamp_asgi`` app under uvicorn in a process of its own, its sessions and tasks shared.
 
 ``python -m tests._support.asgi_stores WHERE`` serves the agents below on
-127.0.0.1 (a free port) with ``Config(event_log=open_event_log(WHERE))`` --
-the store ``uamp serve --store WHERE`` opens -- and prints ``serving on
-http://127.0.0.1:PORT`` once its socket listens. Callers ``alice`` and
-``bob`` authenticate with the bearer tokens ``alice-key`` and ``bob-key``.
-No Trio is imported here: the app runs on uvicorn's asyncio loop.
+127.0.0.1 (a free port) with ``Config(event_log=open_event_log(WHERE),
+a2a_tasks=open_task_store(WHERE))`` -- the stores ``uamp serve --store
+WHERE`` opens -- and A2A push admitting receivers on 127.0.0.1, and prints
+``serving on http://127.0.0.1:PORT`` once its socket listens. Callers
+``alice`` and ``bob`` authenticate with the bearer tokens ``alice-key`` and
+``bob-key`` (``key-alice`` and ``key-bob`` too, as ``uamp serve
+--auth-api-keys`` files name them in the A2A tests). Trio cannot be
+imported here (as where it is not installed): the app runs on uvicorn's
+asyncio loop, and the ``modules`` agent says which of uamp's Trio side got
+loaded (none).
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from uamp_proto import events as ev
 from uamp_proto.errors import UampError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import TurnRequest
-from uamp_stores import open_event_log
+from uamp_stores import open_event_log, open_task_store
+from uamp_stores.a2a_push import PushSender
 
 #: The deltas ``stall`` sends before it waits for ever (its process is killed then).
 STALL_AFTER = 3
-TOKENS = {"alice-key": "alice", "bob-key": "bob"}
+TOKENS = {"alice-key": "alice", "bob-key": "bob", "key-alice": "alice", "key-bob": "bob"}
 
 
 async def echo(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
@@ -43,6 +49,18 @@ async def stall(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
     yield "never"
 
 
+async def ticker(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
+    """``tick 0 tick 1 ...``, one delta per 50 ms, 400 in all (as ``uamp serve``'s Ticker)."""
+    for i in range(400):
+        yield f"tick {i} "
+        await anyio.sleep(0.05)
+
+
+async def modules(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
+    """Which of Trio and uamp's Trio side this process loaded (``loaded: []``)."""
+    yield f"loaded: {sorted({'uamp_trio', 'uamp_agents'} & set(sys.modules))}"
+
+
 class Keys:
     """Bearer tokens of :data:`TOKENS`; anything else is refused."""
 
@@ -57,8 +75,13 @@ def main() -> None:
     import uvicorn
 
     where = sys.argv[1]
-    agents = [function_agent(echo), function_agent(stall)]
-    config = uamp_asgi.Config(authenticator=Keys(), event_log=open_event_log(where))
+    agents = [function_agent(f) for f in (echo, stall, ticker, modules)]
+    config = uamp_asgi.Config(
+        authenticator=Keys(),
+        event_log=open_event_log(where),
+        a2a_tasks=open_task_store(where),
+        a2a_push=PushSender(allow=["127.0.0.1/32"], backoff=0.05),
+    )
     app = uamp_asgi.app(agents, config=config)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -71,4 +94,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.modules["trio"] = None  # type: ignore[assignment]  # not installed: importing it fails
     main()

@@ -152,7 +152,18 @@ FEATURES: Final = [
         "test_a_delta_window_holds_deltas_until_acked_and_loses_none",
     ),
     Feature("ai_sdk", "resumable streams", stays="resumable streams"),
-    Feature("a2a", "tasks shared between processes", stays="A2A task stores"),
+    Feature(
+        "a2a",
+        "tasks shared between processes",
+        proven="tests/asgi/test_a2a_shared_tasks.py::"
+        "test_a_task_made_on_one_process_is_got_followed_pushed_and_cancelled_on_another",
+    ),
+    Feature(
+        "a2a",
+        "push notifications (on by default, no Trio)",
+        proven="tests/asgi/test_no_trio.py::"
+        "test_an_app_pushing_to_a_webhook_under_uvicorn_loads_no_trio",
+    ),
     Feature("mcp", "progress notifications", stays="progress notifications"),
     Feature("acp", "prompt/submit, tools/*, SSE answers", stays="prompt/submit"),
     Feature("acp", "stdio", stays="stdio"),

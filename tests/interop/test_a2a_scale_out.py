@@ -66,6 +66,26 @@ async def _refusal(client: Any, task_id: str) -> str:
     return str(refused.value).replace(task_id, "ID")
 
 
+def check_followed_to_the_cancel(
+    sent: list[pb.StreamResponse], followed: list[pb.StreamResponse], task_id: str, after: Any
+) -> list[int]:
+    """A task streamed on A, followed on B and cancelled there: what both saw; A's ticks."""
+    assert after.status.state == CANCELED
+    # Both streams end with the cancel; every tick once, in order, none skipped.
+    assert sent[-1].status_update.status.state == CANCELED
+    assert followed[0].task.id == task_id
+    assert followed[-1].status_update.status.state == CANCELED
+    at_a_ticks, at_b_ticks = _ticks(sent), _ticks(followed)
+    assert at_a_ticks == list(range(len(at_a_ticks)))
+    assert at_b_ticks == list(range(at_b_ticks[0], at_b_ticks[0] + len(at_b_ticks)))
+    assert set(at_b_ticks) <= set(at_a_ticks)
+    assert len(at_a_ticks) < 400  # stopped on A by the cancel sent to B
+    # What A wrote is what B stored: the artifact holds the ticks A streamed.
+    stored = "".join(p.text for art in after.artifacts for p in art.parts)
+    assert stored.startswith("".join(f"tick {i} " for i in at_a_ticks))
+    return at_a_ticks
+
+
 def test_a_task_made_on_one_process_is_got_listed_followed_and_cancelled_on_another(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -113,18 +133,6 @@ def test_a_task_made_on_one_process_is_got_listed_followed_and_cancelled_on_anot
             assert task_id in [t.id for t in listed.tasks]
             assert stranger == unknown  # another principal's task is a task nobody made
             assert canceled.status.state == CANCELED
-            assert after.status.state == CANCELED
-            # Both streams end with the cancel; every tick once, in order, none skipped.
-            assert sent[-1].status_update.status.state == CANCELED
-            assert followed[0].task.id == task_id
-            assert followed[-1].status_update.status.state == CANCELED
-            at_a_ticks, at_b_ticks = _ticks(sent), _ticks(followed)
-            assert at_a_ticks == list(range(len(at_a_ticks)))
-            assert at_b_ticks == list(range(at_b_ticks[0], at_b_ticks[0] + len(at_b_ticks)))
-            assert set(at_b_ticks) <= set(at_a_ticks)
-            assert len(at_a_ticks) < 400  # stopped on A by the cancel sent to B
-            # What A wrote is what B stored: the artifact holds the ticks A streamed.
-            stored = "".join(p.text for art in after.artifacts for p in art.parts)
-            assert stored.startswith("".join(f"tick {i} " for i in at_a_ticks))
+            check_followed_to_the_cancel(sent, followed, task_id, after)
 
         run_asyncio(main, timeout=60)

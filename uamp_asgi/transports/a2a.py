@@ -19,11 +19,12 @@ import orjson
 from uamp_proto.adapters import a2a, a2a_params
 from uamp_proto.adapters.a2a import A2AError, Dialect
 from uamp_proto.sse import encode_json
+from uamp_stores.health import StoreUnavailable
 
 from ..app import Host
 from ..http import JsonReply, Reply, Request
 from . import a2a_rest
-from .a2a_ops import A2AOperations, sse
+from .a2a_ops import A2AOperations, sse, unavailable
 
 __all__ = ["mount"]
 
@@ -67,22 +68,24 @@ def mount(host: Host) -> None:
                 produce, never_ran = await ops.stream(agent, request, params, dialect)
                 return sse(produce, _rpc_frame(call.id), never_ran, detach=True)
             if op == "subscribe":
-                produce, never_ran = ops.subscribe(principal, params, dialect)
+                produce, never_ran = await ops.subscribe(principal, params, dialect)
                 return sse(produce, _rpc_frame(call.id), never_ran)
             if op == "get":
-                return answer(ops.get(principal, params, dialect))
+                return answer(await ops.get(principal, params, dialect))
             if op == "cancel":
                 return answer(await ops.cancel(principal, params, dialect, request.background))
             if op == "list":
-                return answer(ops.list_tasks(agent, principal, params))
+                return answer(await ops.list_tasks(agent, principal, params))
             if op == "push":
-                return answer(ops.push_config(principal, call.method, params, dialect))
+                return answer(await ops.push_config(principal, call.method, params, dialect))
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
                 f"{call.method} is served by `uamp serve`, not the ASGI app.",
             )
         except A2AError as exc:
             return JsonReply(a2a.error_response(call.id, exc, call.dialect))
+        except StoreUnavailable as down:  # the task store (Redis) does not answer now
+            return JsonReply(a2a.error_response(call.id, unavailable(down), call.dialect))
 
     for path in ("/.well-known/agent-card.json", "/.well-known/agent.json"):
         host.route("GET", path, ops.agent_card, public=True)

@@ -7,15 +7,24 @@ Theory of operation
 -------------------
 The operations here are binding-neutral: each returns the ``result`` object
 (or a producer of stream results); JSON-RPC wraps them in responses, the
-HTTP+JSON binding sends them as they are. Tasks live in memory (bounded;
-another principal's task answers like a missing one). A turn runs inside
-the request that sent its message -- a blocking send, or the stream -- or,
-for a send with ``returnImmediately`` (0.3: ``blocking: false``), after the
-answer went out (:attr:`~uamp_asgi.http.JsonReply.after`). While it runs the
-task is *live*: ``CancelTask`` cancels its turn (the task ends canceled) and
-``SubscribeToTask`` follows its updates (a bounded buffer each; a subscriber
-that falls behind is dropped). A task paused for input or tool results is
-canceled at once; a finished one is not cancelable. A streaming send whose
+HTTP+JSON binding sends them as they are.
+
+Tasks live in the app's task store (``Config.a2a_tasks``:
+:mod:`uamp_stores.a2a_tasks`, ``uamp serve``'s -- in memory, or in Redis
+shared with other processes, ``uamp serve``'s or ASGI apps'): bounded, a
+quota per principal, another principal's task answering like a missing one.
+A turn runs inside the request that sent its message -- a blocking send, or
+the stream -- or, for a send with ``returnImmediately`` (0.3: ``blocking:
+false``), after the answer went out (:attr:`~uamp_asgi.http.JsonReply.after`).
+While it runs the task is *live* here, and each batch of its updates is
+published through the store (which writes the task): ``SubscribeToTask`` in
+any process follows them (a bounded buffer each; a subscriber that falls
+behind is dropped), ``GetTask`` anywhere sees the task as it is, and
+``CancelTask`` in any process cancels the turn (the store carries the
+request to the process running it; the task ends canceled). A task whose
+process died mid-turn ends ``failed`` (``interrupted``) on the first
+survivor that looks at it, as under ``uamp serve``. A task paused for input
+or tool results is canceled at once; a finished one is not cancelable. A streaming send whose
 client leaves leaves its task running, as under ``uamp serve``: the turn
 goes on to its end in the request's task (:attr:`~uamp_asgi.http.StreamReply.detach`),
 its updates reaching subscribers and webhooks; ``GetTask`` shows the end.
@@ -34,13 +43,13 @@ deliveries do. Without it those methods answer
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
 import attrs
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectSendStream
 
 from uamp_proto.adapters import a2a, a2a_card, a2a_params, a2a_push
 from uamp_proto.adapters.a2a import A2AError, A2ATask, Dialect, TaskRun, Trigger, Update
@@ -50,25 +59,22 @@ from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.signing import JWKS_PATH
+from uamp_stores.a2a_tasks import TaskStore
+from uamp_stores.health import StoreUnavailable
 
 from ..app import Host
-from ..bounded import OwnedLRU
 from ..config import PushDelivery
 from ..http import JsonReply, Reply, Request, StreamReply, Write
 from ..turns import Turn
 
-__all__ = ["MAX_TASKS", "SUBSCRIBER_BUFFER", "A2AOperations", "Producer", "sse"]
+__all__ = ["A2AOperations", "Producer", "sse", "unavailable"]
 
-#: Tasks kept (all principals); the least recently used go first.
-MAX_TASKS: Final = 4096
-#: Tasks one principal keeps; its own oldest go first.
-MAX_TASKS_PER_PRINCIPAL: Final = 512
-#: Updates a subscriber may be behind before it is dropped.
-SUBSCRIBER_BUFFER: Final = 256
-#: Subscribers one live task takes.
+#: Subscribers one task takes in this process.
 MAX_SUBSCRIBERS: Final = 16
-#: How long ``CancelTask`` waits for a live turn to end (seconds).
+#: How long ``CancelTask`` waits for a running turn to end (seconds).
 CANCEL_WAIT: Final = 5.0
+#: How often a subscriber on a shared store checks that the task's process lives.
+RUNNER_CHECK: Final = 1.0
 
 #: Writes one stream result (the binding frames it).
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
@@ -80,32 +86,23 @@ def _now() -> str:
 
 
 class _Live:
-    """A task whose turn runs: how to cancel it, who follows it."""
+    """A task whose turn runs in this process: its task, how to cancel it, when it ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: A2ATask) -> None:
+        self.task = task
         self.turn: Turn | None = None
         self.cancel_requested = False
         self.done = anyio.Event()
-        self.subscribers: list[MemoryObjectSendStream[Update]] = []
 
     def cancel(self) -> None:
         self.cancel_requested = True
         if self.turn is not None:
             self.turn.cancel()
 
-    def publish(self, update: Update) -> None:
-        for sub in list(self.subscribers):
-            try:
-                sub.send_nowait(update)
-            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self.subscribers.remove(sub)  # fell behind, or left
-                sub.close()
 
-    def close(self) -> None:
-        for sub in self.subscribers:
-            sub.close()
-        self.subscribers.clear()
-        self.done.set()
+def unavailable(down: StoreUnavailable) -> A2AError:
+    """The answer when the task store (Redis) does not answer now, as ``uamp serve``'s."""
+    return A2AError(a2a.INTERNAL_ERROR, down.message, data={"code": down.code}, http_status=503)
 
 
 class A2AOperations:
@@ -118,8 +115,13 @@ class A2AOperations:
             max_configs=config.a2a_max_push_configs,
             max_config_bytes=config.a2a_max_push_config_bytes,
         )
-        self.tasks: OwnedLRU[A2ATask] = OwnedLRU(per_owner=MAX_TASKS_PER_PRINCIPAL, total=MAX_TASKS)
+        #: The app's task store (``Config.a2a_tasks``).
+        self.store: TaskStore = host.a2a_tasks
+        self.store.on_cancel(self._cancel_requested)
+        #: The tasks whose turn runs in this process.
         self.live: dict[str, _Live] = {}
+        #: Open subscriptions in this process, by task.
+        self.following: Counter[str] = Counter()
 
     # --- the card ---------------------------------------------------------------
 
@@ -169,15 +171,14 @@ class A2AOperations:
     ) -> tuple[dict[str, Any], Callable[[], Awaitable[object]] | None]:
         """``SendMessage``: the result, and the turn to run after answering (not blocking)."""
         task, turn, charge = await self._prepare(agent, request, params, dialect)
+        live = self._go_live(task)
         if not a2a_params.blocking(params, dialect):
-            live = self._go_live(task)
             rendered = a2a.render_task(task, dialect)
 
             async def later() -> None:
                 await self._run(agent, task, turn, charge, None, live, request.background)
 
             return ({"task": rendered} if dialect is Dialect.V1 else rendered), later
-        live = self._go_live(task)
         reply = await self._run(agent, task, turn, charge, None, live, request.background)
         if reply is not None:
             message = a2a.render_message(reply, dialect, context_id=task.context_id)
@@ -223,16 +224,18 @@ class A2AOperations:
         async def never_ran() -> None:
             if not started:  # the client left before the stream began: no turn runs
                 self._forget_live(task, live)
-                if not task.state.is_terminal:
-                    task.move(Trigger.CANCEL, _now())
-                if charge is not None:
-                    await charge.settle(None, used=False)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT):
+                    if charge is not None:
+                        await charge.settle(None, used=False)
+                    if not task.state.is_terminal:
+                        canceled = TaskRun(task, random_ids).cancel(_now())
+                        await self._announce(task, canceled, request.background)
 
         return produce, never_ran
 
-    def get(self, principal: Principal, params: dict[str, Any], dialect: Dialect) -> Any:
+    async def get(self, principal: Principal, params: dict[str, Any], dialect: Dialect) -> Any:
         """``GetTask``."""
-        task = self._task(a2a.task_id_param(params), principal)
+        task = await self._task(a2a.task_id_param(params), principal)
         history = a2a.opt_int(params, "historyLength")
         return a2a.render_task(task, dialect, history_length=history)
 
@@ -243,39 +246,46 @@ class A2AOperations:
         dialect: Dialect,
         background: TaskGroup | None = None,
     ) -> Any:
-        """``CancelTask``: a live turn is cancelled; a paused task ends canceled at once
-        (its webhooks told, in ``background``)."""
-        task = self._task(a2a.task_id_param(params), principal)
+        """``CancelTask``: a running turn is cancelled, in this process or the one running
+        it (a shared store); a paused task ends canceled at once (its webhooks told, in
+        ``background``)."""
+        task = await self._task(a2a.task_id_param(params), principal)
         live = self.live.get(task.id)
         if live is not None:
             live.cancel()
             with anyio.move_on_after(CANCEL_WAIT):
                 await live.done.wait()
-        else:
-            task.move(Trigger.CANCEL, _now())  # a finished task raises TaskNotCancelable
-            task.status_message = None
-            task.pending_tool_calls = []
-            canceled = attrs.evolve(TaskRun(task, random_ids).status(), final=True)
-            self._push(task, canceled, background)
+            return a2a.render_task(live.task, dialect)
+        if self.store.shared and not (task.state.is_terminal or task.state.is_interrupted):
+            self.store.ensure_running(self.host.background)
+            task = await self.store.cancel_running(task.id, owner=principal, wait=CANCEL_WAIT)
+            if task.state.is_terminal:
+                return a2a.render_task(task, dialect)
+        task.move(Trigger.CANCEL, _now())  # a finished task raises TaskNotCancelable
+        task.status_message = None
+        task.pending_tool_calls = []
+        canceled = attrs.evolve(TaskRun(task, random_ids).status(), final=True)
+        await self._announce(task, [canceled], background)
         return a2a.render_task(task, dialect)
 
-    def list_tasks(self, agent: Responder, principal: Principal, params: dict[str, Any]) -> Any:
+    async def list_tasks(
+        self, agent: Responder, principal: Principal, params: dict[str, Any]
+    ) -> Any:
         """``ListTasks``: the caller's tasks of ``agent``, newest first, filtered and paged."""
         query = a2a_params.parse_list_params(params)
-        mine = [
-            t for t in self.tasks.owned_by(principal) if t.agent == agent.name and query.matches(t)
-        ]
+        owned = await self.store.owned_by(principal)
+        mine = [t for t in owned if t.agent == agent.name and query.matches(t)]
         mine.sort(key=lambda t: t.timestamp or "", reverse=True)  # last updated first
         return a2a_params.list_page(mine, query)
 
-    def push_config(
+    async def push_config(
         self, principal: Principal, method: str, params: dict[str, Any], dialect: Dialect
     ) -> Any:
         """The push-notification config methods (set, get, list, delete) of either dialect."""
         op = a2a_params.PUSH_METHODS[method]
-        task = self._task(a2a_params.task_id_of(params, op, dialect), principal)
+        task = await self._task(a2a_params.task_id_of(params, op, dialect), principal)
         sender = self._sender()  # after the task: another's answers like a missing one
-        result, _ = a2a_push.config_call(
+        result, changed = a2a_push.config_call(
             task,
             op,
             params,
@@ -284,6 +294,8 @@ class A2AOperations:
             limits=self.push_limits,
             check_target=sender.check_target,
         )
+        if changed:  # the process running the task's turn reads them on its next update
+            await self.store.save_push_configs(task)
         return result
 
     def _sender(self) -> PushDelivery:
@@ -291,7 +303,7 @@ class A2AOperations:
         if sender is None:
             raise A2AError(
                 a2a.PUSH_NOTIFICATION_NOT_SUPPORTED,
-                "This app delivers no push notifications (Config.a2a_push is not set).",
+                "This app delivers no push notifications (Config.a2a_push is None).",
             )
         return sender
 
@@ -301,60 +313,119 @@ class A2AOperations:
         if task.push_configs and sender is not None and update.kind != "message":
             sender.notify(background, task, update)
 
-    def subscribe(
+    async def _announce(
+        self, task: A2ATask, updates: list[Update], background: TaskGroup | None
+    ) -> None:
+        """Store ``task`` and tell its subscribers (any process) and webhooks of ``updates``."""
+        shown = [update for update in updates if update.kind != "message"]
+        await self.store.publish(task, shown)
+        for update in shown:
+            self._push(task, update, background)
+
+    async def subscribe(
         self, principal: Principal, params: dict[str, Any], dialect: Dialect
     ) -> tuple[Producer, Callable[[], Awaitable[object]]]:
-        """``SubscribeToTask``: the task snapshot, then the live turn's updates until it ends.
+        """``SubscribeToTask``: the task snapshot, then its turn's updates (from whichever
+        process runs it) until it ends or pauses.
 
         Returns the producer and what frees the subscription if it never runs.
         """
-        task = self._task(a2a.task_id_param(params), principal)
+        task_id = a2a.task_id_param(params)
+        await self._task(task_id, principal)  # a task whose process died ends here
+        self.store.ensure_running(self.host.background)
+        task, feed = await self.store.follow(task_id, owner=principal)
         if task.state.is_terminal:
+            feed.close()
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
                 f"Task {task.id} is {task.state.value}; there is nothing left to stream.",
             )
-        live = self.live.get(task.id)
-        send, receive = anyio.create_memory_object_stream[Update](SUBSCRIBER_BUFFER)
-        if live is None:
-            send.close()  # paused: the snapshot is all there is until a message resumes it
-        elif len(live.subscribers) >= MAX_SUBSCRIBERS:
+        if self.following[task_id] >= MAX_SUBSCRIBERS:
+            feed.close()
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
                 f"Task {task.id} has {MAX_SUBSCRIBERS} subscribers already.",
             )
-        else:
-            live.subscribers.append(send)
+        # Paused: the snapshot is all there is until a message resumes it.
+        paused = task.state.is_interrupted
+        self.following[task_id] += 1
         snapshot = a2a.stream_task(task, dialect)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                feed.close()
+                self.following[task_id] -= 1
+                if not self.following[task_id]:
+                    del self.following[task_id]
 
         async def produce(emit: Emit) -> None:
-            with receive:
+            try:
                 await emit(snapshot)
-                async for update in receive:
-                    if update.kind != "message":
-                        await emit(a2a.render_update(update, dialect))
+                if paused:
+                    return
+                async with anyio.create_task_group() as watch:
+                    if self.store.shared and task_id not in self.live:
+                        watch.start_soon(self._watch_runner, task_id, principal)
+                    async for update in feed:
+                        if update.kind != "message":
+                            await emit(a2a.render_update(update, dialect))
+                        if update.final:
+                            break
+                    watch.cancel_scope.cancel()
+            finally:
+                release()
 
         async def never_ran() -> None:
-            receive.close()
+            release()
 
         return produce, never_ran
 
     # --- tasks and turns --------------------------------------------------------------
 
-    def _task(self, task_id: str, principal: Principal) -> A2ATask:
-        found = self.tasks.get(principal, task_id)
-        if found is None:
-            raise a2a.task_not_found(task_id)
-        return found
+    async def _task(self, task_id: str, principal: Principal) -> A2ATask:
+        """The caller's task (another principal's answers as a missing one); a task
+        whose process died mid-turn (a shared store) ends ``failed`` first."""
+        task = await self.store.get(task_id, owner=principal)
+        live = self.live.get(task_id)
+        if live is not None:
+            return live.task  # the running turn's own copy
+        if task.state is a2a.TaskState.WORKING and self.store.shared:
+            await self._lost(task)
+        return task
+
+    async def _lost(self, task: A2ATask) -> bool:
+        """Whether ``task``'s process is gone (then it ends failed here, announced to all)."""
+        if not await self.store.take_over(task.id):
+            return False
+        failed = TaskRun(task, random_ids).fail(a2a.RUNNER_LOST, _now())
+        await self._announce(task, failed, self.host.background)
+        return True
+
+    async def _watch_runner(self, task_id: str, principal: Principal) -> None:
+        """End ``task_id`` if its process dies while a subscriber here waits on it."""
+        while True:
+            await anyio.sleep(RUNNER_CHECK)
+            task = await self._task(task_id, principal)
+            if task.state.is_terminal or task.state.is_interrupted:
+                return
+
+    def _cancel_requested(self, task_id: str) -> None:
+        """Cancel ``task_id``'s turn if it runs here (asked by any process of the store)."""
+        live = self.live.get(task_id)
+        if live is not None:
+            live.cancel()
 
     def _go_live(self, task: A2ATask) -> _Live:
-        live = self.live[task.id] = _Live()
+        live = self.live[task.id] = _Live(task)
         return live
 
     def _forget_live(self, task: A2ATask, live: _Live) -> None:
         if self.live.get(task.id) is live:
             del self.live[task.id]
-        live.close()
+        live.done.set()
 
     async def _charge(self, agent: Responder, request: Request, response_id: str) -> Charge | None:
         """Hold the price of one turn before anything changes (``-32402`` when unpaid)."""
@@ -370,8 +441,9 @@ class A2AOperations:
     ) -> tuple[A2ATask, TurnRequest, Charge | None]:
         """Validate a send, hold its price, then create (or resume) its task.
 
-        As under ``uamp serve``, a caller who cannot pay leaves no task behind
-        and a paused task unchanged.
+        As under ``uamp serve``, a caller who cannot pay, or whose quota of
+        unfinished tasks is full, leaves no task behind and a paused task
+        unchanged.
         """
         if params.get("message") is None:
             raise A2AError(a2a.INVALID_PARAMS, "'message' is required.")
@@ -386,8 +458,10 @@ class A2AOperations:
         stored = a2a.stored_message(message)
         metadata = params.get("metadata")
         tools = a2a.parse_tools(metadata if isinstance(metadata, dict) else None)
+        # Cancel requests from other processes reach this one while its turn runs.
+        self.store.ensure_running(self.host.background)
         if message.task_id is not None:
-            task = self._task(message.task_id, principal)
+            task = await self._task(message.task_id, principal)
             if task.id in self.live:
                 raise A2AError(
                     a2a.UNSUPPORTED_OPERATION,
@@ -407,8 +481,6 @@ class A2AOperations:
             task.history.append(stored)
             trigger = Trigger.RESUME
         else:
-            response_id = random_ids("resp")
-            charge = await self._charge(agent, request, response_id)
             task = A2ATask(
                 id=random_ids("task"),
                 context_id=message.context_id or random_ids("ctx"),
@@ -418,10 +490,20 @@ class A2AOperations:
                 conversation=[message.to_uamp()],
                 tools=tools,
             )
-            self.tasks.put(principal, task.id, task)
+            await self.store.check_quota(principal)  # before any money is locked
+            response_id = random_ids("resp")
+            charge = await self._charge(agent, request, response_id)
+            try:
+                await self.store.add(task, owner=principal)
+            except BaseException:
+                if charge is not None:  # the store refused the task: free its lock
+                    with anyio.CancelScope(shield=True):
+                        await charge.settle(None, used=False)
+                raise
             trigger = Trigger.START
         if push_config is not None:
             task.push_configs[push_config["id"]] = push_config
+            await self.store.save_push_configs(task)
         turn = TurnRequest(
             agent=agent.name,
             principal=principal,
@@ -433,6 +515,7 @@ class A2AOperations:
             metadata={"a2a_task_id": task.id, "a2a_context_id": task.context_id},
         )
         task.move(trigger, _now())
+        await self.store.publish(task, [])  # working, in every process (and who runs it)
         return task, turn, charge
 
     async def _run(
@@ -446,17 +529,22 @@ class A2AOperations:
         background: TaskGroup | None,
     ) -> a2a.StoredMessage | None:
         """Run the task's turn (``charge`` settled by it), every update to ``write``,
-        subscribers and webhooks (delivered in ``background``); a direct reply."""
+        subscribers (through the store) and webhooks (delivered in ``background``);
+        a direct reply."""
         run = TaskRun(task, random_ids)
+        watched = self.store.watched
         try:
 
             async def deliver(updates: list[Update]) -> None:
-                if run.reply is None:
+                if run.reply is not None:
+                    return
+                # Nobody to tell (no subscriber here, no process sharing the
+                # store, no webhook): publishing would change nothing.
+                if updates and (task.push_configs or watched(task.id)):
+                    await self._announce(task, updates, background)
+                if write is not None:
                     for update in updates:
-                        live.publish(update)
-                        self._push(task, update, background)
-                        if write is not None:
-                            await write(update)
+                        await write(update)
 
             async def sink(event: Event) -> None:
                 await deliver(run.feed(event))
@@ -469,14 +557,15 @@ class A2AOperations:
             except BaseException:
                 # The request carrying the turn was cancelled (the server
                 # stops): the task ends canceled rather than working for ever.
-                if not (task.state.is_terminal or task.state.is_interrupted):
-                    task.move(Trigger.CANCEL, _now())
+                if run.reply is None and not (task.state.is_terminal or task.state.is_interrupted):
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT):
+                        await self._announce(task, run.cancel(_now()), background)
                 raise
             await deliver(run.end(outcome, _now()))
         finally:
             self._forget_live(task, live)
         if run.reply is not None:
-            self.tasks.pop(turn.principal, task.id)  # a direct reply is no task
+            await self.store.discard(task.id)  # a direct reply is no task
         return run.reply
 
 

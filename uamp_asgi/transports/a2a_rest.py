@@ -27,10 +27,11 @@ from uamp_proto.adapters.a2a_params import (
 )
 from uamp_proto.responder import Responder
 from uamp_proto.sse import encode_json
+from uamp_stores.health import StoreUnavailable
 
 from ..app import Host
 from ..http import JsonReply, Reply, Request
-from .a2a_ops import A2AOperations, sse
+from .a2a_ops import A2AOperations, sse, unavailable
 
 __all__ = ["mount"]
 
@@ -57,6 +58,9 @@ def mount(host: Host, ops: A2AOperations) -> None:
                 return await handler(agent, request)
             except A2AError as exc:
                 return JsonReply(exc.rest_body(), exc.http_status)
+            except StoreUnavailable as down:  # the task store (Redis) does not answer now
+                refused = unavailable(down)
+                return JsonReply(refused.rest_body(), refused.http_status)
 
         host.route(method, "/a2a" + subpath, endpoint, style="a2a_rest", background=True)
 
@@ -72,18 +76,19 @@ def mount(host: Host, ops: A2AOperations) -> None:
         return sse(produce, _frame, never_ran, detach=True)
 
     async def list_tasks(agent: Responder, request: Request) -> Reply:
-        return JsonReply(ops.list_tasks(agent, request.principal, rest_query(request.query)))
+        query = rest_query(request.query)
+        return JsonReply(await ops.list_tasks(agent, request.principal, query))
 
     async def get(agent: Responder, request: Request) -> Reply:
         params = {**rest_query(request.query), **task_id(request)}
-        return JsonReply(ops.get(request.principal, params, v1))
+        return JsonReply(await ops.get(request.principal, params, v1))
 
     async def cancel(agent: Responder, request: Request) -> Reply:
         params = {**_body(request), **task_id(request)}
         return JsonReply(await ops.cancel(request.principal, params, v1, request.background))
 
     async def subscribe(agent: Responder, request: Request) -> Reply:
-        produce, never_ran = ops.subscribe(request.principal, task_id(request), v1)
+        produce, never_ran = await ops.subscribe(request.principal, task_id(request), v1)
         return sse(produce, _frame, never_ran)
 
     def push(op: str) -> _Handler:
@@ -91,7 +96,7 @@ def mount(host: Host, ops: A2AOperations) -> None:
             source = _body(request) if op == "set" else rest_query(request.query)
             ids = request.path_params
             method, params = rest_push_call(op, source, ids["task_id"], ids.get("config_id"))
-            return JsonReply(ops.push_config(request.principal, method, params, v1))
+            return JsonReply(await ops.push_config(request.principal, method, params, v1))
 
         return handler
 

@@ -37,7 +37,7 @@ and :func:`render_task` write them in either dialect, and
 ``task.message``, ``task.completed``, ``task.failed`` ...). Nothing here
 reads a clock or makes ids: timestamps (RFC 3339 strings) and an id source
 are passed in. Keeping tasks is the server's job
-(:mod:`uamp_trio.stores.a2a_tasks`); this module only maps them.
+(:mod:`uamp_stores.a2a_tasks`); this module only maps them.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ __all__ = [
     "PAYMENT_REQUIRED",
     "PUSH_NOTIFICATION_NOT_SUPPORTED",
     "QUOTA_EXCEEDED",
+    "RUNNER_LOST",
     "TASK_NOT_CANCELABLE",
     "TASK_NOT_FOUND",
     "TERMINAL_STATES",
@@ -916,6 +917,12 @@ PAUSE_CODES: dict[str, Trigger] = {
     "auth_required": Trigger.REQUIRE_AUTH,
     "rejected": Trigger.REJECT,
 }
+
+#: The error of a task whose server process stopped in the middle of its turn
+#: (a shared task store ends it ``failed`` on a surviving process).
+RUNNER_LOST = ty.ErrorInfo(
+    code="interrupted", message="The server running this task stopped before the task finished."
+)
 
 
 def data_item(value: Any) -> ty.UnknownContent:

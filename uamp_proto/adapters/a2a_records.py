@@ -4,7 +4,7 @@
 :class:`~uamp_proto.adapters.a2a.Update` are the server's own records, not
 wire objects: no A2A dialect renders all of a task (the UAMP conversation,
 the pending tool calls and the client tools are never shown). A store
-shared by several processes (``uamp_trio.stores.a2a_tasks_redis``) keeps
+shared by several processes (``uamp_stores.a2a_tasks_redis``) keeps
 them in this form, so every process reads back exactly the task another
 one wrote. UAMP values inside (content items, messages, tool calls, errors)
 use the core codec; the rest is mapped field by field.

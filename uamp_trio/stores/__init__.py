@@ -3,8 +3,9 @@
 The core (:mod:`uamp_proto`) maps protocols onto UAMP and keeps nothing;
 what a server must remember between requests lives here, each kind behind a
 small interface a database-backed store can implement: A2A tasks
-(:mod:`.a2a_tasks`: in memory or Redis), ACP sessions (:mod:`.acp_sessions`), the live
-HTTP+SSE sessions (:mod:`.sessions`), the server-side tool rounds of
+(:mod:`uamp_stores.a2a_tasks`, shared with the ASGI app: in memory or Redis),
+ACP sessions (:mod:`.acp_sessions`), the live HTTP+SSE sessions
+(:mod:`.sessions`), the server-side tool rounds of
 Chat Completions turns (:mod:`.tool_rounds`), the event logs of resumable
 UAMP sessions (:mod:`uamp_stores.event_log`, shared with the ASGI app: in
 memory, SQLite or Redis Streams) and
@@ -23,12 +24,12 @@ from typing import Any
 import attrs
 import trio
 
-from uamp_stores import REDIS_SCHEMES, open_event_log
+from uamp_stores import REDIS_SCHEMES, open_event_log, open_task_store
+from uamp_stores.a2a_tasks import MemoryTaskStore, TaskStore
 from uamp_stores.background import BackgroundLoop
 from uamp_stores.event_log import EventLog, MemoryEventLog, SessionRecord
 from uamp_stores.health import describe
 
-from .a2a_tasks import MemoryTaskStore, TaskStore
 from .acp_sessions import AcpSessionStore
 from .chats import ChatStore, MemoryChatStore
 from .mcp_sessions import McpSessionStore
@@ -78,20 +79,6 @@ def open_interrupt_relay(where: str = "memory") -> Any:
 
         return RedisInterruptRelay(where)
     return None
-
-
-def open_task_store(
-    where: str = "memory", max_tasks: int = 1000, max_per_principal: int | None = None
-) -> TaskStore:
-    """The A2A task store named by ``where``: ``redis://HOST:PORT/DB``, else in memory.
-
-    A SQLite ``--store`` keeps sessions and rooms; A2A tasks stay in memory then.
-    """
-    if where.startswith(REDIS_SCHEMES):
-        from .a2a_tasks_redis import RedisTaskStore
-
-        return RedisTaskStore(where, max_tasks, max_per_principal)
-    return MemoryTaskStore(max_tasks, max_per_principal)
 
 
 @attrs.define(kw_only=True)

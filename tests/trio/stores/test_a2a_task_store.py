@@ -17,9 +17,9 @@ from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import TaskState, Trigger
 from uamp_proto.adapters.a2a_records import task_to_json
 from uamp_proto.principal import ANONYMOUS, Principal
+from uamp_stores.a2a_tasks import QUOTA_EXCEEDED, TaskStore
+from uamp_stores.a2a_tasks_redis import RedisTaskStore
 from uamp_trio.stores import MemoryTaskStore, open_task_store
-from uamp_trio.stores.a2a_tasks import QUOTA_EXCEEDED, TaskStore
-from uamp_trio.stores.a2a_tasks_redis import RedisTaskStore
 
 ALICE, BOB = Principal(id="alice", scheme="api_key"), Principal(id="bob", scheme="api_key")
 

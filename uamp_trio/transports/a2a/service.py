@@ -110,6 +110,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest, with_interrupts
 from uamp_proto.signing import JWKS_PATH
 from uamp_stores.a2a_push import PushSender
+from uamp_stores.a2a_tasks import TaskFeed
 from uamp_stores.busy import Slot
 from uamp_stores.health import StoreUnavailable
 
@@ -120,7 +121,6 @@ from ...hosting.host import Host, Transport
 from ...hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ...hosting.router import RouteMeta
 from ...hosting.turns import ResponseRunner
-from ...stores.a2a_tasks import TaskFeed
 from . import rest as a2a_rest
 from .call import SSE_HEADERS, Call, Emit, Opened, SseEmit, TextPen, check_json_body, sse
 
@@ -145,9 +145,7 @@ _CANCEL_WAIT = 10.0
 #: How often a subscriber on a shared store checks that the task's runner lives.
 _RUNNER_CHECK = 1.0
 #: The failure of a task whose process died mid-turn (docs/scale-out.md).
-_RUNNER_LOST = ty.ErrorInfo(
-    code="interrupted", message="The server running this task stopped before the task finished."
-)
+_RUNNER_LOST = a2a.RUNNER_LOST
 #: How long a client may cache a card (A2A 1.0 section 8.6).
 _CARD_MAX_AGE = 300
 
@@ -693,7 +691,7 @@ class A2ATransport:
 
         Only a working task of a shared store that this process does not run
         can be an orphan; the store hands it to one survivor
-        (:meth:`~uamp_trio.stores.a2a_tasks.TaskStore.take_over`), which
+        (:meth:`~uamp_stores.a2a_tasks.TaskStore.take_over`), which
         announces the end to every subscriber and webhook.
         """
         if task.state is a2a.TaskState.WORKING and task.id not in self._live and self.store.shared:
@@ -1382,17 +1380,7 @@ class A2ATransport:
         :data:`_CANCEL_WAIT` (the one running it is gone).
         """
         self.store.ensure_running(self.app.background)
-        task, feed = await self._follow(agent, task_id, principal)
-        try:
-            if task.state.is_terminal or task.state.is_interrupted:
-                return task
-            await self.store.request_cancel(task_id)
-            with trio.move_on_after(_CANCEL_WAIT):
-                async for update in feed:
-                    if update.final:
-                        break
-        finally:
-            feed.close()
+        await self.store.cancel_running(task_id, owner=principal, wait=_CANCEL_WAIT)
         return await self._task(agent, task_id, principal)
 
     async def _cancel(self, agent: Responder, task_id: str, principal: Principal) -> A2ATask:

@@ -1,4 +1,6 @@
-"""A2A tasks in Redis: several ``uamp serve`` processes share them (docs/scale-out.md).
+"""A2A tasks in Redis: several processes share them, ``uamp serve``'s and the ASGI app's.
+
+docs/scale-out.md says how to run them.
 
 Theory of operation
 -------------------
@@ -22,7 +24,7 @@ Keys, under ``{prefix}:a2a:``:
 Every change that touches more than one key is one Lua script, so the
 bounds hold across processes: adding checks the owner's quota and the store's
 size and evicts the oldest finished task (the owner's, then anyone's) in one
-step, as :class:`~uamp_trio.stores.a2a_tasks.MemoryTaskStore` does.
+step, as :class:`~uamp_stores.a2a_tasks.MemoryTaskStore` does.
 Push-notification configs are a field of their own: the process running a
 task's turn writes the task on each update without overwriting configs
 another process set meanwhile, and reads them back (the publish script
@@ -44,8 +46,8 @@ import logging
 import uuid
 from typing import Any, Final, TypeVar
 
+import anyio
 import orjson
-import trio
 
 from uamp_proto.adapters.a2a import A2ATask, TaskState, Update
 from uamp_proto.adapters.a2a_records import (
@@ -55,15 +57,15 @@ from uamp_proto.adapters.a2a_records import (
     update_to_json,
 )
 from uamp_proto.principal import Principal
-from uamp_stores._redis import RedisCalls, open_redis, redis_where
-from uamp_stores.background import BackgroundLoop
-from uamp_stores.health import STORE_TIMEOUT, StoreUnavailable
 
+from ._redis import RedisCalls, open_redis, redis_where
 from .a2a_tasks import TaskFeed, TaskStore, quota_exceeded, store_full, task_not_found
+from .background import BackgroundLoop
+from .health import STORE_TIMEOUT, StoreUnavailable
 
 __all__ = ["RedisTaskStore"]
 
-log = logging.getLogger("uamp_trio.stores")
+log = logging.getLogger("uamp_stores")
 
 T = TypeVar("T")
 
@@ -226,7 +228,7 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
         #: This process, as working tasks' hashes name their runner.
         self.node = uuid.uuid4().hex
         self._running = False
-        self._listening = trio.Event()
+        self._listening = anyio.Event()
 
     # --- tasks -------------------------------------------------------------------------
 
@@ -322,7 +324,7 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
     async def follow(self, task_id: str, *, owner: Principal) -> tuple[A2ATask, TaskFeed]:
         self.ensure_running(None)
         # The feed must hear what is published from now on (bounded: Redis may be down).
-        with trio.move_on_after(STORE_TIMEOUT):
+        with anyio.move_on_after(STORE_TIMEOUT):
             await self._listening.wait()
         if not self._listening.is_set():
             raise StoreUnavailable(f"{redis_where(self.url)} does not answer: no task updates")
@@ -355,9 +357,9 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
             self.health.ok()
             beat, last = f"{self._p}node:{self.node}", -1.0
             while True:
-                if trio.current_time() - last >= 1.0:
+                if anyio.current_time() - last >= 1.0:
                     await self._call(lambda: self._redis.set(beat, b"1", px=NODE_TTL))
-                    last = trio.current_time()
+                    last = anyio.current_time()
                 message = await self._call(
                     lambda: pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 )
@@ -365,7 +367,7 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
                     self._dispatch(message["data"])
         finally:
             self._running = False
-            self._listening = trio.Event()
+            self._listening = anyio.Event()
             pubsub.close()
 
     def _dispatch(self, data: bytes) -> None:

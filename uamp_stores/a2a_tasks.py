@@ -5,8 +5,10 @@
 tasks, looking them up, evicting old ones and telling subscribers of their
 updates is the server's job, done here. :class:`TaskStore` is the
 interface; :class:`MemoryTaskStore` (the default, one process) and
-:class:`~uamp_trio.stores.a2a_tasks_redis.RedisTaskStore` (several
-processes on one Redis) implement it.
+:class:`~uamp_stores.a2a_tasks_redis.RedisTaskStore` (several
+processes on one Redis) implement it. The store is written on anyio: ``uamp
+serve`` (Trio) and the ASGI app (``uamp_asgi.Config.a2a_tasks``, on asyncio)
+keep their tasks in the same stores, and two such servers share a Redis one.
 
 Ownership (docs/security.md): every task records the principal that created
 it. A lookup names the caller's principal, and a task of any other principal
@@ -44,8 +46,9 @@ from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
+import anyio
 import attrs
-import trio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from uamp_proto.adapters.a2a import (
     INTERNAL_ERROR,
@@ -58,7 +61,7 @@ from uamp_proto.adapters.a2a import (
 from uamp_proto.principal import Principal
 
 if TYPE_CHECKING:
-    from ..engines.supervise import Spawner
+    from .background import Spawner
 
 __all__ = [
     "QUOTA_EXCEEDED",
@@ -102,7 +105,7 @@ class TaskFeed:
         after: The snapshot's sequence number: earlier updates are skipped.
     """
 
-    _receive: trio.MemoryReceiveChannel[Numbered]
+    _receive: MemoryObjectReceiveStream[Numbered]
     after: int
     _close: Callable[[], None] = lambda: None
 
@@ -123,13 +126,13 @@ class _Watchers:
 
     def __init__(self) -> None:
         #: The open feeds' channels by task id (a task with none is absent).
-        self.by_task: dict[str, list[trio.MemorySendChannel[Numbered]]] = {}
+        self.by_task: dict[str, list[MemoryObjectSendStream[Numbered]]] = {}
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self.by_task
 
     def open(self, task_id: str, after: int = 0) -> TaskFeed:
-        send, receive = trio.open_memory_channel[Numbered](FEED_BUFFER)
+        send, receive = anyio.create_memory_object_stream[Numbered](FEED_BUFFER)
         self.by_task.setdefault(task_id, []).append(send)
 
         def forget() -> None:
@@ -150,7 +153,7 @@ class _Watchers:
         for send in list(watchers):
             try:
                 send.send_nowait((seq, update))
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 watchers.remove(send)  # too slow, or gone: dropped, never waited for
                 send.close()
         if update.state is not None and update.state.is_terminal and update.final:
@@ -261,6 +264,30 @@ class TaskStore(abc.ABC):
     async def request_cancel(self, task_id: str) -> None:
         """Ask whichever process runs ``task_id`` 's turn to cancel it (it may be none)."""
         self._cancel_here(task_id)
+
+    async def cancel_running(self, task_id: str, *, owner: Principal, wait: float) -> A2ATask:
+        """Have ``task_id`` 's turn cancelled wherever it runs; the task once it ended.
+
+        Follows the task, asks for the cancel (:meth:`request_cancel`), then
+        waits for the turn's final update, at most ``wait`` seconds: a task
+        still running after that comes back as it is (its process is gone or
+        did not answer). A finished or paused task comes back at once.
+
+        Raises:
+            A2AError: :data:`TASK_NOT_FOUND`, as :meth:`get`.
+        """
+        task, feed = await self.follow(task_id, owner=owner)
+        try:
+            if task.state.is_terminal or task.state.is_interrupted:
+                return task
+            await self.request_cancel(task_id)
+            with anyio.move_on_after(wait):
+                async for update in feed:
+                    if update.final:
+                        break
+        finally:
+            feed.close()
+        return await self.get(task_id, owner=owner)
 
     def on_cancel(self, handler: Callable[[str], None]) -> None:
         """Call ``handler(task_id)`` for each cancel request reaching this process."""
