@@ -151,6 +151,9 @@ class Config:
             requests) with every process on that Redis, ``uamp serve``'s too.
             The default keeps them in this process's memory (4096 tasks, 512
             a principal).
+        anthropic_ping_interval: Seconds of agent silence after which an
+            Anthropic Messages stream gets a ``ping`` event (``math.inf``:
+            never), as ``uamp serve``'s.
     """
 
     authenticator: Authenticator | None = None
@@ -169,3 +172,4 @@ class Config:
     a2a_max_push_config_bytes: int = MAX_CONFIG_BYTES
     event_log: EventLog = attrs.field(factory=_memory_log)
     a2a_tasks: TaskStore = attrs.field(factory=_memory_tasks)
+    anthropic_ping_interval: float = 10.0

@@ -23,6 +23,10 @@ turns a turn's UAMP events into Realtime events; this module is the I/O:
   away (then the hold is dropped with an ``error``); ``payment.submit`` with a
   token that pays gets ``payment.accepted`` (with ``balance_remaining``) and
   starts it (no agent runs unpaid), one that does not gets ``payment.error``;
+  an agent that emits a top-up ``payment.required`` mid-response waits in its
+  ``emit`` until a ``payment.submit`` locks the amount on the response's
+  charge (``payment.accepted``; ``payment.error`` keeps it waiting) or the
+  client cancels;
 * signing: with ``Config.response_signer`` a completed ``response.done``
   carries ``signature`` over the response's text and the ``response.create``
   message that started it.
@@ -36,7 +40,7 @@ turns a turn's UAMP events into Realtime events; this module is the I/O:
 
 Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 ``openai-beta.realtime-v1`` subprotocol) get the beta event names. Busy
-policies other than refusing and mid-response top-ups are ``uamp serve``'s.
+policies other than refusing are ``uamp serve``'s.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from uamp_proto.payment import (
     refusal,
 )
 from uamp_proto.responder import Responder
+from uamp_proto.topup import pay_top_up
 
 from ..app import Host
 from ..http import HTTPError
@@ -86,6 +91,10 @@ class _Active:
     request_bytes: bytes | str
     turn: Turn | None = None
     cancel_requested: bool = False
+    charge: Charge | None = None
+    #: A mid-response top-up the client has not paid yet: the amount asked
+    #: and the event set once it is locked (or the response is cancelled).
+    topup: tuple[str, anyio.Event] | None = None
 
 
 class _Connection:
@@ -236,7 +245,9 @@ class _Connection:
             conversation=options.conversation,
             metadata=options.metadata,
         )
-        self.active = _Active(response_id=response_id, encoder=encoder, request_bytes=message)
+        self.active = _Active(
+            response_id=response_id, encoder=encoder, request_bytes=message, charge=charge
+        )
         assert self.group is not None
         self.group.start_soon(self._respond, self.active, request, charge)
 
@@ -244,6 +255,10 @@ class _Connection:
         encoder = active.encoder
 
         async def sink(event: ev.Event) -> None:
+            # Inline (the agent's emit awaits this), so a top-up holds the agent itself.
+            if type(event) is ev.PaymentRequired and event.is_topup:
+                await self._top_up(active, event)
+                return
             for out in encoder.feed(event):
                 await self.send(self._signed(out, active, turn))
 
@@ -263,6 +278,42 @@ class _Connection:
         finally:
             self.active = None
 
+    async def _top_up(self, active: _Active, required: ev.PaymentRequired) -> None:
+        """Pause the response for a mid-response top-up (spec 004) until it is locked.
+
+        As ``uamp serve``: the client gets ``payment.required``
+        (``extra.action: "topup"``) and no content meanwhile (the agent waits
+        in its ``emit``); each ``payment.submit`` tries to lock the amount on
+        the response's charge (:func:`uamp_proto.topup.pay_top_up`);
+        ``response.cancel`` ends the wait and the response.
+        """
+        if active.charge is None:
+            return  # nothing is held for this response: no top-up to lock
+        paid = anyio.Event()
+        active.topup = (required.requirements.amount, paid)
+        event = attrs.evolve(required, response_id=active.response_id)
+        await self.send(rt.payment_event(event, self.session.ids("event")))
+        await paid.wait()
+        active.topup = None
+
+    async def _pay_top_up(self, active: _Active, charge: Charge, action: rt.SubmitPayment) -> None:
+        """Lock a paused response's top-up on the submitted token (or the one it holds)."""
+        assert active.topup is not None
+        amount, paid = active.topup
+        if action.token is not None:
+            self.payment_token = action.token
+        policy = self.host.config.payment_policy
+        answer, locked = await pay_top_up(
+            charge,
+            action.token,
+            amount,
+            balance=lambda: balance_of(policy, self.payment_token),
+            payment_id=short_random_ids("pay"),
+        )
+        await self.send(rt.payment_event(answer, self.session.ids("event")))
+        if locked:
+            paid.set()
+
     def _signed(self, out: dict[str, Any], active: _Active, turn: Turn) -> dict[str, Any]:
         """``out``, with ``signature`` when it is a completed ``response.done`` to sign."""
         signer = self.host.config.response_signer
@@ -280,10 +331,17 @@ class _Connection:
         active.cancel_requested = True
         if active.turn is not None:
             active.turn.cancel()
+        if active.topup is not None:
+            active.topup[1].set()  # stop waiting for the top-up: the response ends
 
     async def _payment(self, action: rt.SubmitPayment) -> None:
         """A token: ``payment.error`` if it cannot pay, else ``payment.accepted`` (with
-        what it has left) and the held response, if any, starts on it (as ``uamp serve``)."""
+        what it has left) and the held response, if any, starts on it (as ``uamp serve``).
+        While a response waits for a top-up, the token pays that."""
+        active = self.active
+        if active is not None and active.topup is not None and active.charge is not None:
+            await self._pay_top_up(active, active.charge, action)
+            return
         self.payment_token = action.token
         policy = self.host.config.payment_policy
         unpaid = await refusal(policy, self.agent.name, action.token, pricing_of(self.agent))

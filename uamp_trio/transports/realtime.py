@@ -72,6 +72,7 @@ from uamp_proto.payment import (
     bounded_wait,
 )
 from uamp_proto.principal import Principal
+from uamp_proto.topup import pay_top_up
 from uamp_stores.busy import ConversationGate, Slot
 
 from ..engines.http import HTTPError
@@ -437,17 +438,16 @@ class _RealtimeConnection:
         amount, paid = active.topup
         if action.token is not None:
             self.payment_token = action.token
-        try:
-            await charge.extend(action.token, amount)
-        except PaymentRequiredError as unpaid:
-            await self.send(rt.payment_event(unpaid.error_event(), self.session.ids("event")))
-            return
-        remaining = await self.served.balance(self.payment_token)
-        accepted = ev.PaymentAccepted(
-            payment_id=short_random_ids("pay"), amount=amount, balance_remaining=remaining
+        answer, locked = await pay_top_up(
+            charge,
+            action.token,
+            amount,
+            balance=lambda: self.served.balance(self.payment_token),
+            payment_id=short_random_ids("pay"),
         )
-        await self.send(rt.payment_event(accepted, self.session.ids("event")))
-        paid.set()
+        await self.send(rt.payment_event(answer, self.session.ids("event")))
+        if locked:
+            paid.set()
 
 
 class RealtimeTransport(PolicyTransport):
