@@ -1384,7 +1384,8 @@ class SessionHost:
             record.history = converted.of(ctx.history)
         for name, value in changes.items():
             setattr(record, name, value)
-        self.event_log.put_record(entry[0], record.copy())
+        log = self.event_log
+        log.put_record(entry[0], record if log.copies_records else record.copy())
 
     def _answer_for(self, sid: str, key: LogKey) -> None:
         """Answer what other connections and processes ask about ``sid`` (its writer is here)."""
