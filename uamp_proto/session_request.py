@@ -22,7 +22,6 @@ from . import audio
 from . import events as ev
 from . import types as ty
 from .connection import SessionContext
-from .interrupts import InterruptPort
 from .principal import Principal
 from .responder import TurnRequest
 
@@ -37,7 +36,6 @@ def turn_request(
     transport: str,
     token: str | None,
     principal: Principal,
-    interrupts: InterruptPort | None = None,
 ) -> TurnRequest | None:
     """The request of the session's current response (``None``: none runs).
 
@@ -48,8 +46,6 @@ def turn_request(
         transport: ``metadata["transport"]`` (``uamp-websocket``, ``uamp-sse``).
         token: The credential the agent is handed.
         principal: Who the response is for.
-        interrupts: The response's interrupt port, if the host has one (built
-            into the request rather than added by a copy of it).
     """
     tracker = ctx.response
     if tracker is None:
@@ -90,7 +86,6 @@ def turn_request(
         principal=principal,
         client_capabilities=ctx.client_capabilities,
         context=tracker.context,
-        interrupts=interrupts,
     )
 
 
