@@ -30,7 +30,6 @@ import attrs
 from uamp_proto import grpc as grpc_wire
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.completions import error_object, payment_error
-from uamp_proto.busy import BusyLimits, parse_policy
 from uamp_proto.errors import UampError
 from uamp_proto.jose import JWKS
 from uamp_proto.paths import compile_pattern
@@ -43,8 +42,8 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.ratelimit import SlidingWindow
+from uamp_proto.resource import WELL_KNOWN, challenge, origin_of
 from uamp_proto.responder import Responder
-from uamp_stores.busy import ConversationGate
 
 from .config import Config
 from .http import (
@@ -90,6 +89,8 @@ class _Route:
     transport: str = "app"
     #: The request gets a task group for work that outlives its answer.
     background: bool = False
+    #: An OAuth protected resource (RFC 9728): its 401 names its metadata.
+    protected: bool = False
 
 
 class Host:
@@ -121,14 +122,6 @@ class Host:
         self.mounting = "app"
         #: Payment tokens each principal presents on UAMP sessions (as ``uamp serve``).
         self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
-        #: The busy-conversation gate (docs/busy.md), as ``uamp serve``'s.
-        self.conversations = ConversationGate(
-            BusyLimits(
-                per_conversation=config.busy_max_queued,
-                per_principal=config.busy_max_queued_per_principal,
-            ),
-            parse_policy(config.on_busy),
-        )
 
     # --- what transports call --------------------------------------------------
 
@@ -142,13 +135,15 @@ class Host:
         public: bool = False,
         when: When | None = None,
         background: bool = False,
+        protected: bool = False,
     ) -> None:
         """Serve ``endpoint`` at ``<agent>/<subpath>`` and at the root.
 
         ``when``: only for requests whose headers it accepts; such a route is
         tried before the routes without one. ``background``: the request
         carries a task group (:attr:`Request.background`) whose tasks may
-        outlive the answer; the request ends when they do.
+        outlive the answer; the request ends when they do. ``protected``: an
+        OAuth protected resource, whose 401 names its metadata (RFC 9728).
         """
         names = frozenset([methods] if isinstance(methods, str) else methods)
         route = _Route(
@@ -160,6 +155,7 @@ class Host:
             when,
             self.mounting,
             background,
+            protected,
         )
         if when is None:
             self._routes.append(route)
@@ -283,12 +279,25 @@ class Host:
         try:
             return await auth.authenticate(token)
         except UampError as exc:
+            # RFC 6750's challenge as the authenticator words it (uamp serve's).
+            asked = getattr(exc, "www_authenticate", None)
             raise HTTPError(
                 401,
                 str(exc) or "authentication required",
                 code="unauthorized",
-                headers=[("www-authenticate", "Bearer")],
+                headers=[("www-authenticate", asked if isinstance(asked, str) else "Bearer")],
             ) from None
+
+
+def protected_refusal(refused: HTTPError, request: Request) -> HTTPError:
+    """A protected resource's 401, its challenge naming the resource's metadata (RFC 9728)."""
+    host = request.headers.get("host") or request.headers.get(":authority")
+    below = request.full_path.removeprefix(request.root_path)
+    url = origin_of(request.scheme, host) + request.root_path + WELL_KNOWN + below
+    base = next((v for k, v in refused.headers if k == "www-authenticate"), "Bearer")
+    others = [(k, v) for k, v in refused.headers if k != "www-authenticate"]
+    headers = [*others, ("www-authenticate", challenge(base, url))]
+    return HTTPError(refused.status, refused.message, code=refused.code, headers=headers)
 
 
 def _relative_path(scope: Scope) -> str:
@@ -389,6 +398,7 @@ class UampASGI:
             path_params={**params, **found},
             full_path=scope.get("root_path", "") + _relative_path(scope),
             scheme=scope.get("scheme", "http"),
+            root_path=scope.get("root_path", ""),
         )
         if not route.background:
             await self._answer(route, request, receive, send, began)
@@ -405,7 +415,12 @@ class UampASGI:
         host, code = self.host, None
         try:
             if not route.public:
-                request.principal = await host.authenticate(request.headers)
+                try:
+                    request.principal = await host.authenticate(request.headers)
+                except HTTPError as refused:
+                    if not route.protected:
+                        raise
+                    raise protected_refusal(refused, request) from None
             request.body = await read_body(receive, request.headers, host.config.max_body_size)
             reply = await route.endpoint(request)
         except HTTPError as error:

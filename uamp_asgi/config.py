@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
-from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
 from uamp_stores import EventLog, MemoryEventLog, MemoryTaskStore, TaskStore
@@ -93,14 +92,6 @@ class PushDelivery(Protocol):
         ...
 
 
-def _busy_policy(_: object, __: object, value: str) -> None:
-    """Refuse an ``on_busy`` that names no policy (ValueError)."""
-    try:
-        parse_policy(value)
-    except BusyError as exc:
-        raise ValueError(f"on_busy: {exc}") from None
-
-
 def _memory_log() -> EventLog:
     """The default event log: this process's memory, bounded per principal."""
     return MemoryEventLog(max_sessions=4096, max_sessions_per_principal=256)
@@ -147,14 +138,6 @@ class Config:
         metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
             instruments; needs ``prometheus-client``). Behind the
             authenticator, as under ``uamp serve``.
-        on_busy: What a message for a conversation whose response is
-            running does (docs/busy.md), as ``uamp serve --on-busy``:
-            ``reject``, ``enqueue`` (the default), ``interrupt`` or
-            ``rollback``; a request may name its own (``uamp.on_busy``).
-            Realtime applies it; the other transports here refuse such a
-            message (``reject``).
-        busy_max_queued: Messages one conversation may hold waiting.
-        busy_max_queued_per_principal: Messages one principal may hold waiting.
         event_log: Where resumable UAMP sessions are logged (docs/resume.md):
             ``uamp_stores.open_event_log(WHERE)``, the store ``uamp serve
             --store WHERE`` opens -- a SQLite file (survives a restart) or
@@ -168,6 +151,9 @@ class Config:
             requests) with every process on that Redis, ``uamp serve``'s too.
             The default keeps them in this process's memory (4096 tasks, 512
             a principal).
+        anthropic_ping_interval: Seconds of agent silence after which an
+            Anthropic Messages stream gets a ``ping`` event (``math.inf``:
+            never), as ``uamp serve``'s.
     """
 
     authenticator: Authenticator | None = None
@@ -186,6 +172,4 @@ class Config:
     a2a_max_push_config_bytes: int = MAX_CONFIG_BYTES
     event_log: EventLog = attrs.field(factory=_memory_log)
     a2a_tasks: TaskStore = attrs.field(factory=_memory_tasks)
-    on_busy: str = attrs.field(default="enqueue", validator=_busy_policy)
-    busy_max_queued: int = 8
-    busy_max_queued_per_principal: int = 32
+    anthropic_ping_interval: float = 10.0

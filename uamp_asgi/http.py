@@ -89,6 +89,8 @@ class Request:
     #: The whole path the client asked for (with where the app is mounted).
     full_path: str = ""
     scheme: str = "http"
+    #: Where the app is mounted (ASGI's ``root_path``): ``full_path`` begins with it.
+    root_path: str = ""
     #: Where work that may outlive the answer runs (routes mounted with
     #: ``background=True``); ``None`` elsewhere.
     background: TaskGroup | None = None

@@ -22,6 +22,7 @@ from . import audio
 from . import events as ev
 from . import types as ty
 from .connection import SessionContext
+from .interrupts import InterruptPort
 from .principal import Principal
 from .responder import TurnRequest
 
@@ -36,6 +37,7 @@ def turn_request(
     transport: str,
     token: str | None,
     principal: Principal,
+    interrupts: InterruptPort | None = None,
 ) -> TurnRequest | None:
     """The request of the session's current response (``None``: none runs).
 
@@ -46,6 +48,8 @@ def turn_request(
         transport: ``metadata["transport"]`` (``uamp-websocket``, ``uamp-sse``).
         token: The credential the agent is handed.
         principal: Who the response is for.
+        interrupts: The response's interrupt port, if the host has one (built
+            into the request rather than added by a copy of it).
     """
     tracker = ctx.response
     if tracker is None:
@@ -86,6 +90,7 @@ def turn_request(
         principal=principal,
         client_capabilities=ctx.client_capabilities,
         context=tracker.context,
+        interrupts=interrupts,
     )
 
 

@@ -23,6 +23,10 @@ the requirements' ``expires_at``):
   (:class:`PaymentStops`); past that the error ends the response
   ``response.error`` ``payment_required``.
 
+Realtime (OpenAI's protocol, no UAMP payment negotiation) pauses an emitted
+top-up itself and locks it on each ``payment.submit`` with
+:func:`pay_top_up`.
+
 Either way a response is charged at most what was locked for it: the
 opening lock plus the top-ups that were paid. A response whose top-up is
 never paid stops, and settles from what it used within its lock.
@@ -45,6 +49,7 @@ __all__ = [
     "Hold",
     "PayingAgent",
     "PaymentStops",
+    "pay_top_up",
     "payment_error",
     "respond_paying",
     "top_up",
@@ -102,6 +107,30 @@ async def top_up(
             required = attrs.evolve(
                 unpaid.event(response_id), extra=required.extra, session_id=session_id
             )
+
+
+async def pay_top_up(
+    charge: Charge,
+    token: str | None,
+    amount: str,
+    *,
+    balance: Callable[[], Awaitable[str | None]],
+    payment_id: str,
+) -> tuple[ev.PaymentAccepted | ev.PaymentErrorEvent, bool]:
+    """Lock a paused response's top-up of ``amount`` on ``token`` (``None``: its own).
+
+    Returns:
+        ``payment.accepted`` (with the amount and what the token has left)
+        and ``True``: the response goes on; or ``payment.error``
+        (``can_retry``) and ``False``: it stays paused.
+    """
+    try:
+        await charge.extend(token, amount)
+    except PaymentRequiredError as unpaid:
+        return unpaid.error_event(), False
+    remaining = await balance()
+    accepted = ev.PaymentAccepted(payment_id=payment_id, amount=amount, balance_remaining=remaining)
+    return accepted, True
 
 
 class PaymentStops:

@@ -241,11 +241,13 @@ class HistoryJSON:
     JSON list; views of the old one keep it.
     """
 
-    __slots__ = ("json", "source")
+    __slots__ = ("json", "source", "view")
 
     def __init__(self) -> None:
         self.source: list[ty.Message] | None = None
         self.json: list[dict[str, Any]] = []
+        #: The view handed out last.
+        self.view: HistoryView | None = None
 
     def of(self, history: list[ty.Message]) -> HistoryView:
         """``history`` as JSON (a view that never changes)."""
@@ -255,7 +257,10 @@ class HistoryJSON:
         done = len(json)
         if done < len(history):
             json.extend([unstructure(m) for m in history[done:]])
-        return HistoryView(json, len(json))
+        elif self.view is not None and self.view._items is json:
+            return self.view  # nothing new since the last record (a view never changes)
+        view = self.view = HistoryView(json, len(json))
+        return view
 
 
 #: One queued write: ``("reset" | "record", key, SessionRecord, time)``,
@@ -314,6 +319,10 @@ class EventLog(BackgroundLoop, abc.ABC):
     loop_what = "the event log flusher"
     #: Whether other processes share this store (claims and messages reach them).
     shared: ClassVar[bool] = False
+    #: Whether :meth:`put_record` copies the record before it returns (the
+    #: caller may then change its own at once); otherwise the record waits in
+    #: the queue as it is, and the caller hands over one it no longer changes.
+    copies_records: ClassVar[bool] = False
     #: The most writes queued (only reached while the store does not answer).
     max_pending: int = MAX_PENDING
 
@@ -706,6 +715,9 @@ class MemoryEventLog(EventLog):
         self._logs: dict[LogKey, _MemoryLog] = {}
         #: Each principal's sessions (kept only with a per-principal cap).
         self._owned: dict[tuple[str, str], set[LogKey]] = {}
+
+    #: ``put_record`` applies the record at once, as a copy.
+    copies_records: ClassVar[bool] = True
 
     def __len__(self) -> int:
         return len(self._logs)

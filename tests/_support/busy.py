@@ -5,8 +5,7 @@ keeps its run active (after the echo) until the test sets :attr:`Holder.release`
 or the run is cancelled. It records what each run saw, so a test can tell
 whether an interrupted turn stayed in the conversation (``interrupt``) or
 left none (``rollback``). The server may run in another thread: the records
-are plain lists and the test polls them with :func:`until`. It runs on
-Trio and on asyncio (the ASGI app under uvicorn).
+are plain lists and the test polls them with :func:`until`.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import anyio
+import trio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -49,8 +48,8 @@ class Holder(TestAgent):
         if text.startswith("hold"):
             try:
                 while not self.release.is_set():
-                    await anyio.sleep(0.01)
-            except anyio.get_cancelled_exc_class():
+                    await trio.sleep(0.01)
+            except trio.Cancelled:
                 self.cancelled.append(text)
                 raise
         self.finished.append(text)

@@ -72,9 +72,6 @@ TRIO_ONLY_ROUTES: Final = {
     "GET /tasks/{task_id}": "spec 004's A2A task routes",
     "DELETE /tasks/{task_id}": "spec 004's A2A task routes",
     "GET /a2a/extendedAgentCard": "extended agent card",
-    "GET /.well-known/oauth-protected-resource": "protected-resource metadata",
-    "GET /.well-known/oauth-protected-resource/mcp": "protected-resource metadata",
-    "GET /.well-known/oauth-protected-resource/agents/{agent}/mcp": "protected-resource metadata",
 }
 
 #: Headers that satisfy the routes two transports share by header (Anthropic's ``/v1/models``).
@@ -165,20 +162,24 @@ FEATURES: Final = [
         "test_an_app_pushing_to_a_webhook_under_uvicorn_loads_no_trio",
     ),
     Feature("mcp", "progress notifications", stays="progress notifications"),
+    Feature(
+        "mcp",
+        "OAuth protected-resource metadata (RFC 9728)",
+        proven="tests/asgi/test_mcp_resource.py::"
+        "test_a_mounted_mcp_endpoint_names_its_metadata_below_the_mount",
+    ),
     Feature("acp", "prompt/submit, tools/*, SSE answers", stays="prompt/submit"),
     Feature("acp", "stdio", stays="stdio"),
-    Feature("anthropic", "ping on a silent stream", stays="ping"),
+    Feature(
+        "anthropic",
+        "ping on a silent stream",
+        proven="tests/interop/test_anthropic_sdk.py::test_a_silent_agent_gets_pings",
+    ),
     Feature(
         "realtime",
         "mid-response top-ups",
         proven="tests/asgi/test_realtime_topup.py::"
-        "test_a_top_up_pauses_the_response_until_a_token_locks_more",
-    ),
-    Feature(
-        "realtime",
-        "busy policies other than refusing",
-        proven="tests/interop/test_busy_realtime.py::"
-        "test_interrupt_keeps_and_rollback_deletes_the_cancelled_item",
+        "test_a_top_up_pauses_the_response_then_locks_more",
     ),
     Feature("server", "HTTP/3", stays="HTTP/3"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anthropic
@@ -379,7 +380,33 @@ def test_an_agent_failure_mid_stream_is_an_error_event(server: Any) -> None:
         sdk.messages.create(model="b", max_tokens=10, messages=ask("hi"))
 
 
-def test_a_silent_agent_gets_pings(server: Any) -> None:
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def either(request: pytest.FixtureRequest, thread_server: Any) -> Iterator[Any]:
+    """The agents under ``uamp serve`` or ``uamp_asgi`` (uvicorn), pinging after 0.1 s."""
+    if request.param == "uamp serve":
+        yield thread_server(_app())
+        return
+    import types
+
+    import anyio
+
+    import uamp_asgi
+    from tests._support.asgi import uvicorn_server
+    from uamp_asgi.responders import function_agent
+
+    async def slow(turn: TurnRequest) -> AsyncIterator[str]:
+        """Two words, 0.4 s of silence before each (on asyncio: no Trio sleep)."""
+        for word in ("one ", "two"):
+            await anyio.sleep(0.4)
+            yield word
+
+    config = uamp_asgi.Config(anthropic_ping_interval=0.1)
+    with uvicorn_server(uamp_asgi.app([function_agent(slow)], config=config)) as url:
+        yield types.SimpleNamespace(url=url)
+
+
+def test_a_silent_agent_gets_pings(either: Any) -> None:
+    server = either
     body = {"model": "s", "max_tokens": 50, "messages": ask("hi"), "stream": True}
     headers = {"anthropic-version": "2023-06-01"}
     reply = httpx.post(f"{server.url}/agents/slow/v1/messages", json=body, headers=headers)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -208,8 +208,23 @@ def _auth_options() -> dict[str, Any]:
     return {"authenticator": AnyOf([keys, jwt])}
 
 
-def test_401_names_the_protected_resource_metadata(thread_server: Callable[..., Any]) -> None:
-    url = _serve(thread_server, Echo(), **_auth_options())
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def guarded_echo(
+    request: pytest.FixtureRequest, thread_server: Callable[..., Any]
+) -> Iterator[str]:
+    """Echo behind API keys and a JWT issuer, under ``uamp serve`` or ``uamp_asgi`` (uvicorn)."""
+    if request.param == "uamp serve":
+        yield _serve(thread_server, Echo(), **_auth_options())
+        return
+    import uamp_asgi
+    from tests._support.asgi import uvicorn_server
+
+    with uvicorn_server(uamp_asgi.app([Echo()], config=uamp_asgi.Config(**_auth_options()))) as url:
+        yield url
+
+
+def test_401_names_the_protected_resource_metadata(guarded_echo: str) -> None:
+    url = guarded_echo
     endpoint = f"{url}/agents/echo/mcp"
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
     refused = httpx2.post(endpoint, json=body)

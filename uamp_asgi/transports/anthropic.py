@@ -5,15 +5,18 @@ translation of :mod:`uamp_proto.adapters.anthropic`: ``POST .../v1/messages``,
 ``.../v1/messages/count_tokens``, and ``GET .../v1/models`` for a request that
 speaks Anthropic (``anthropic-version`` or ``x-api-key``; the OpenAI model
 list answers the others). Stop sequences cut the text and stop the agent;
-client tool calls end with ``stop_reason: "tool_use"``. The ``ping`` events
-``uamp serve`` sends on a silent stream are its own.
+client tool calls end with ``stop_reason: "tool_use"``. A stream on which the
+agent has said nothing for ``Config.anthropic_ping_interval`` seconds gets a
+``ping`` event, so proxies and the SDK's read timeout keep it open.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
+import anyio
 import attrs
 import orjson
 
@@ -166,6 +169,34 @@ class _Anthropic:
         )
 
         async def produce(write: Write) -> None:
+            interval = self.host.config.anthropic_ping_interval
+            if math.isinf(interval):
+                await answer(write)
+                return
+            sent = [0]
+
+            async def counted(data: bytes) -> None:
+                sent[0] += 1
+                await write(data)
+
+            async def pings() -> None:
+                """``ping`` after every ``interval`` in which nothing else was sent."""
+                seen = sent[0]
+                while True:
+                    await anyio.sleep(interval)
+                    if sent[0] == seen:
+                        try:
+                            await write(wire.PING)
+                        except Exception:
+                            return  # the client left: the answer's own write says so
+                    seen = sent[0]
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(pings)
+                await answer(counted)
+                group.cancel_scope.cancel()
+
+        async def answer(write: Write) -> None:
             await write(encoder.start())
 
             async def sink(event: Event) -> None:

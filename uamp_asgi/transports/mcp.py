@@ -10,6 +10,12 @@ names a conversation the caller continues (kept in memory, bounded). Answers
 are JSON; a notification gets 202; ``DELETE`` ends the session. ``GET`` (a
 stream of server-initiated messages) is 405: this server sends none. Progress
 notifications while a call runs are ``uamp serve``'s.
+
+Auth (MCP "Authorization"), as ``uamp serve``: the endpoint is an OAuth
+protected resource. A refused caller's 401 names its RFC 9728 metadata
+(``WWW-Authenticate: ... resource_metadata="..."``), served here under
+``/.well-known/oauth-protected-resource``, naming the token issuers the
+authenticator accepts (:mod:`uamp_proto.resource`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import uuid
 from typing import Any, Final
 
 from uamp_proto import jsonrpc as rpc
+from uamp_proto import resource
 from uamp_proto import types as ty
 from uamp_proto.adapters import mcp
 from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
@@ -26,7 +33,7 @@ from uamp_proto.responder import Responder, TurnRequest
 
 from ..app import Host
 from ..bounded import OwnedLRU
-from ..http import JsonReply, Reply, Request
+from ..http import HTTPError, JsonReply, Reply, Request
 from ..turns import run_turn
 
 __all__ = ["MAX_CONVERSATIONS", "MAX_SESSIONS", "mount"]
@@ -172,5 +179,25 @@ class _Mcp:
 
 
 def mount(host: Host) -> None:
-    """Register ``POST/GET/DELETE .../mcp``."""
-    host.route(["POST", "GET", "DELETE"], "/mcp", _Mcp(host).endpoint, style="jsonrpc")
+    """Register ``POST/GET/DELETE .../mcp`` and its RFC 9728 metadata."""
+    host.route(
+        ["POST", "GET", "DELETE"], "/mcp", _Mcp(host).endpoint, style="jsonrpc", protected=True
+    )
+
+    async def resource_metadata(request: Request) -> Reply:
+        """``GET /.well-known/oauth-protected-resource[/agents/{name}/mcp]`` (RFC 9728)."""
+        auth = host.config.authenticator
+        if auth is None:
+            raise HTTPError(
+                404, "This server takes no tokens: it is no protected resource.", code="not_found"
+            )
+        if "agent" in request.path_params:
+            host.resolve_agent(request.path_params)
+        below = request.full_path.removeprefix(request.root_path).removeprefix(resource.WELL_KNOWN)
+        host_header = request.headers.get("host") or request.headers.get(":authority")
+        url = resource.origin_of(request.scheme, host_header) + request.root_path + below
+        return JsonReply(resource.metadata_document(url, resource.issuers(auth)))
+
+    # Standalone the MCP endpoint is /agents/{name}/mcp; mounted at /agents, /{name}/mcp.
+    for below in ("", "/mcp", "/agents/{agent}/mcp", "/{agent}/mcp"):
+        host.route("GET", resource.WELL_KNOWN + below, resource_metadata, public=True)

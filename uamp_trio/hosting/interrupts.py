@@ -178,7 +178,7 @@ class Interrupts:
 
     def port(
         self,
-        request: TurnRequest,
+        request: TurnRequest | None,
         *,
         supported: bool = True,
         also: Callable[[Principal], bool] | None = None,
@@ -186,7 +186,9 @@ class Interrupts:
         """The interrupt port of one response (set its ``emit`` before the agent runs).
 
         Args:
-            request: The response's request (its principal owns the interrupts).
+            request: The response's request (its principal owns the interrupts);
+                ``None``: given later by :meth:`ResponsePort.bind` (a request
+                built with the port in it, rather than copied to hold it).
             supported: Whether the client can show and answer interrupts; if
                 not, the host's :attr:`policy` applies.
             also: Other principals who may see and answer them (a chat
@@ -380,7 +382,7 @@ class ResponsePort:
     def __init__(
         self,
         host: Interrupts,
-        request: TurnRequest,
+        request: TurnRequest | None,
         supported: bool,
         also: Callable[[Principal], bool] | None = None,
     ) -> None:
@@ -391,16 +393,22 @@ class ResponsePort:
         self.emit: Emit | None = None
         self._closed = False
 
+    def bind(self, request: TurnRequest) -> None:
+        """The request this port asks for (made with ``request=None``, before the request)."""
+        self._request = request
+
     def close(self) -> None:
         """The response ended: nothing more can be asked through this port.
 
         Drops :attr:`emit`, which refers (through the response's runner) back
-        to the request that holds this port: without the cycle the request
+        to the request that holds this port, and the request itself (which
+        holds it when bound): without the cycles the request
         and its conversation are freed when the response ends rather than by
         the garbage collector, which walks the whole conversation for each
         one it finds (a cost that grew with the session).
         """
         self.emit = None
+        self._request = None  # which may hold this port (see bind)
         self._closed = True
 
     async def ask(self, interrupt: Interrupt) -> Answer:
@@ -410,9 +418,9 @@ class ResponsePort:
             return Answer(approved=False, reason="this client cannot answer approvals")
         if self._closed:
             raise RuntimeError("the response has ended: nothing more can be asked")
-        if self.emit is None:
-            raise RuntimeError("the port's emit is not set")
         request = self._request
+        if self.emit is None or request is None:
+            raise RuntimeError("the port's emit or request is not set")
         interrupt = attrs.evolve(
             interrupt,
             id=str(uuid.uuid4()),  # the host's own: what clients answer by

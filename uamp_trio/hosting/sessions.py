@@ -142,7 +142,6 @@ from uamp_proto.responder import (
     Responder,
     ResponderError,
     TurnRequest,
-    with_interrupts,
 )
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
@@ -168,7 +167,7 @@ from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import abandon, carry_on
-from .interrupts import InterruptNotFound, InvalidAnswer
+from .interrupts import InterruptNotFound, InvalidAnswer, ResponsePort
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -384,6 +383,10 @@ class Outbox:
     def release(self) -> None:
         """The holding task's step ends: write what it held (see the class docstring)."""
         self.holding = False
+        self.write_held()
+
+    def write_held(self) -> None:
+        """Write what the holding task held so far, now; it holds on for the rest of its step."""
         if self._held:
             self._held = False
             if self.direct is not None:
@@ -1381,7 +1384,8 @@ class SessionHost:
             record.history = converted.of(ctx.history)
         for name, value in changes.items():
             setattr(record, name, value)
-        self.event_log.put_record(entry[0], record.copy())
+        log = self.event_log
+        log.put_record(entry[0], record if log.copies_records else record.copy())
 
     def _answer_for(self, sid: str, key: LogKey) -> None:
         """Answer what other connections and processes ask about ``sid`` (its writer is here)."""
@@ -2141,19 +2145,35 @@ class SessionHost:
         return True
 
     def _request(
-        self, session: _Session, response_id: str, create: ev.ResponseCreate
+        self, session: _Session, response_id: str, create: ev.ResponseCreate, port: bool = False
     ) -> TurnRequest | None:
+        """The agent's request for the response running on ``session`` (``None``: none runs).
+
+        With ``port`` (and an app), the request carries the response's
+        interrupt port (docs/human-in-the-loop.md), made before it and bound
+        to it after: one request built, not one more copied to hold the port.
+        """
         ctx = self._contexts.get(session.id)
         if ctx is None or ctx.response is None or ctx.response.response_id != response_id:
             return None
-        return turn_request(
+        interrupts: ResponsePort | None = None
+        if port and self._app is not None:
+            client = ctx.client_capabilities
+            interrupts = self._app.interrupts.port(
+                None, supported=advertised(client.extensions if client is not None else None)
+            )
+        request = turn_request(
             ctx,
             create,
             agent=session.agent.name,
             transport=self._transport,
             token=session.token if self._app and self._app.authenticator else ctx.token,
             principal=session.principal,
+            interrupts=interrupts,
         )
+        if interrupts is not None and request is not None:
+            interrupts.bind(request)
+        return request
 
     async def _work(self, session: _Session) -> None:
         """Run the session's responses one after another, until the session ends.
@@ -2285,7 +2305,7 @@ class SessionHost:
         agent = _PayingAgent(self, session, response, create)
         first = True
         while True:
-            request = self._request(session, rid, create)
+            request = self._request(session, rid, create, port=True)
             if request is None:
                 return
             status = await self._run_turn(session, response, agent, request, first)
@@ -2354,13 +2374,8 @@ class SessionHost:
             raise _SessionGone
         # The worker's scope is the only one: response.cancel cancels it and
         # the worker sends response.cancelled (cancellable=False).
-        port = None
-        if self._app is not None and ctx is not None:
-            client = ctx.client_capabilities
-            port = self._app.interrupts.port(
-                request, supported=advertised(client.extensions if client is not None else None)
-            )
-            request = with_interrupts(request, port)
+        port = request.interrupts
+        assert port is None or isinstance(port, ResponsePort)  # _request(port=True) made it
         runner = ResponseRunner(
             agent,
             request,
@@ -2453,3 +2468,9 @@ class SessionHost:
             except OutboxClosed:
                 if not self.detached:
                     raise  # else the log has it: the response goes on
+        elif isinstance(event, _TERMINAL):
+            # The response's last event (held with the rest of this step's):
+            # written now, not after the work that follows it in the step --
+            # the session's record, the settled charge, the next capabilities
+            # check -- which the client need not wait for.
+            outbox.write_held()

@@ -44,6 +44,7 @@ import logging
 from urllib.parse import parse_qsl
 
 from uamp_proto.principal import ANONYMOUS
+from uamp_proto.resource import challenge
 
 from ..hosting.middleware import Call, Next, Refusal, Reply
 from .auth import SESSION_AUTH, Authenticator, AuthError, bearer_token
@@ -63,10 +64,8 @@ def refusal(exc: AuthError, resource_metadata: str | None = None) -> Refusal:
     ``resource_metadata``: the URL of the route's RFC 9728 metadata, named
     in the challenge (section 5.1).
     """
-    challenge = exc.www_authenticate
-    if resource_metadata is not None:
-        challenge += f', resource_metadata="{resource_metadata}"'
-    return Refusal(401, exc.message, code=exc.code, headers=[("www-authenticate", challenge)])
+    value = challenge(exc.www_authenticate, resource_metadata)
+    return Refusal(401, exc.message, code=exc.code, headers=[("www-authenticate", value)])
 
 
 def _query_token(query: str) -> str | None:

@@ -390,3 +390,21 @@ def test_a_record_keeps_what_it_does_not_know_out() -> None:
     newer = orjson.loads(SessionRecord(agent="a", running="resp_1", request="evt_1").encode())
     decoded = SessionRecord.decode(orjson.dumps({**newer, "future_field": [1]}))
     assert decoded == SessionRecord(agent="a", running="resp_1", request="evt_1")
+
+
+@kinds()
+async def test_a_store_that_says_it_copies_records_keeps_what_was_put(
+    make_log: Callable[..., EventLog],
+) -> None:
+    # A store with copies_records keeps the record as it was put, whatever its
+    # writer does to its own afterwards (the UAMP session host then puts its
+    # record without a copy of its own); the others are handed a copy.
+    log = make_log()
+    k = key("s1")
+    await log.open(k, SessionRecord(agent="demo"))
+    mine = SessionRecord(agent="demo", running="resp_1", history=[{"role": "user"}])
+    log.put_record(k, mine if log.copies_records else mine.copy())
+    mine.running, mine.history = None, []
+    await log.flush()
+    record = await log.load(k)
+    assert (record.running, record.history) == ("resp_1", [{"role": "user"}])

@@ -65,6 +65,7 @@ def test_views_share_one_list_and_convert_each_message_once(
     assert len(calls) == 3  # each message once
     assert first._items is second._items  # no copy of the conversation per record
     assert (len(first), len(second)) == (2, 3)
+    assert converted.of(history) is second  # nothing new: the same (unchanging) view
     assert first == [unstructure(m) for m in history[:2]]
 
 

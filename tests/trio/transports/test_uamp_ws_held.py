@@ -13,6 +13,7 @@ log, so a resume finds it.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -266,3 +267,39 @@ async def test_what_a_worker_held_is_written_before_its_agent_waits() -> None:
             rest = await until(ws, "response.done")
     assert [e["type"] for e in rest] == ["response.delta", "response.done"]
     assert rest[-1]["response"]["output"][0]["text"] == "d0 d1 after "
+
+
+class PeekingLog(MemoryEventLog):
+    """Looks, when a response's closing record is put, at what the client's socket holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client: socket.socket | None = None
+        self.seen: list[bytes] = []
+
+    def put_record(self, key: Any, record: Any) -> None:
+        if self.client is not None and record.running is None and record.history:
+            try:
+                self.seen.append(self.client.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            except BlockingIOError:
+                self.seen.append(b"")
+        super().put_record(key, record)
+
+
+async def test_a_responses_last_event_is_written_before_the_work_after_it() -> None:
+    # The session's closing record (and the charge, the next capabilities
+    # check) follow response.done in the worker's step; the client need not
+    # wait for them: the held events are written as the terminal one is held.
+    log = PeekingLog()
+    with trio.fail_after(TIMEOUT):
+        async with serving(log) as server:
+            stream, frames, pending = await open_raw(server.port, 1 << 20)
+            with socket.socket(fileno=os.dup(stream.socket.fileno())) as peek:
+                log.client = peek
+                await start(stream, frames, pending, "2")
+                while not any(b'"response.done"' in m for m in pending):
+                    pending += frames.feed(bytes(await stream.receive_some(65536)))
+                log.client = None
+            await stream.aclose()
+    assert len(log.seen) == 1
+    assert b'"response.done"' in log.seen[0]

@@ -478,41 +478,5 @@ async def test_agui_locks_before_the_run_and_settles_when_it_ends(
     balanced(ledger)
 
 
-async def test_realtime_mid_response_top_up_pauses_then_locks_more(ledger: Ledger) -> None:
-    """Spec 004 mid-stream top-up on Realtime: the response pauses, nothing flows, a refused
-    submit keeps it paused, a paid one locks the extra amount and the response goes on."""
-    token = ledger.issue("0.15", "USD")
-    app = App([MeteredTopUp()], payment_policy=LedgerPolicy(ledger))
-    app.mount(realtime_transport.mount)
-    async with serving(app) as server:
-        url = f"ws://127.0.0.1:{server.port}/agents/meter/realtime"
-        with trio.fail_after(10):
-            async with open_ws(url) as ws:
-                await until(ws, "session.created")
-                await send(ws, type="payment.submit", payment={"token": token})
-                await until(ws, "payment.accepted")
-                await send(ws, type="response.create")
-                events = await until(ws, "payment.required")
-                asked = events[-1]
-                assert asked["extra"] == {"action": "topup"}
-                assert asked["requirements"]["amount"] == "0.20"
-                assert asked["response_id"] == events[0]["response"]["id"]
-                assert "response.done" not in [e["type"] for e in events]
-                assert ledger.show(token).account.locked == D("0.10")
-                # 0.05 left cannot pay 0.20: refused with its code, still paused.
-                await send(ws, type="payment.submit", payment={"token": token})
-                error = await recv(ws)
-                assert error["type"] == "payment.error"
-                assert error["code"] == "insufficient_balance" and error["can_retry"] is True
-                ledger.top_up(token, "0.50")
-                await send(ws, type="payment.submit", payment={"token": token})
-                assert (await recv(ws))["type"] == "payment.accepted"
-                assert ledger.show(token).account.locked == D("0.30")
-                rest = await until(ws, "payment.balance")
-                deltas = [e["delta"] for e in rest if e["type"] == "response.output_text.delta"]
-                assert "".join(deltas) == "second"
-                assert "response.done" in [e["type"] for e in rest]
-    state = ledger.show(token).account
-    assert (state.settled, state.locked) == (D("0.30"), 0)  # 300 tokens at 1.00/1k
-    assert state.balance == D("0.35")
-    balanced(ledger)
+# The Realtime mid-response top-up runs against uamp serve and uamp_asgi alike:
+# tests/asgi/test_realtime_topup.py (MeteredTopUp above).
