@@ -9,6 +9,7 @@ of objects configures either server. Transport limits a Trio server enforces in 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -151,6 +152,11 @@ class Config:
             requests) with every process on that Redis, ``uamp serve``'s too.
             The default keeps them in this process's memory (4096 tasks, 512
             a principal).
+        a2a_extended_card: Card members an authenticated caller gets from
+            ``GetExtendedAgentCard`` (skills added, description and the other
+            extendable members replaced; ``uamp serve --a2a-extended-card``).
+            Served, and announced by the card's
+            ``capabilities.extendedAgentCard``, only with an ``authenticator``.
         anthropic_ping_interval: Seconds of agent silence after which an
             Anthropic Messages stream gets a ``ping`` event (``math.inf``:
             never), as ``uamp serve``'s.
@@ -173,3 +179,4 @@ class Config:
     event_log: EventLog = attrs.field(factory=_memory_log)
     a2a_tasks: TaskStore = attrs.field(factory=_memory_tasks)
     anthropic_ping_interval: float = 10.0
+    a2a_extended_card: Mapping[str, Any] | None = None

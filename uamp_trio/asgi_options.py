@@ -8,7 +8,8 @@ ledger (``--ledger``, ``--price``, ``--currency``; its database calls run in
 worker threads, on asyncio too), response signer (``--signing-key``), A2A
 card signatures (``--a2a-sign-cards``, with ``--envelope-key``'s key or the
 stored one), A2A push notifications (its webhook client, ``--a2a-push-allow``,
-``--a2a-max-push-configs``, ``--a2a-max-push-config-bytes``) and the limits
+``--a2a-max-push-configs``, ``--a2a-max-push-config-bytes``), the A2A
+extended card (``--a2a-extended-card``) and the limits
 the ASGI app applies itself (``--max-body-size``,
 ``--sse-max-sessions``, ``--sse-session-idle-timeout``) and ``GET /metrics``
 (``--metrics``, on unless ``--no-metrics``). ``--env-file`` is
@@ -35,7 +36,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
     """
     from uamp_stores.a2a_push import PushSender
 
-    from .cli import build_authenticator, envelope_options, load_signer
+    from .cli import _extended_card, build_authenticator, envelope_options, load_signer
     from .command_line import build_parser
     from .envfile import load_env_file
     from .trust.commands import open_policy
@@ -60,4 +61,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "a2a_push": PushSender(allow=args.a2a_push_allow),
         "a2a_max_push_configs": args.a2a_max_push_configs,
         "a2a_max_push_config_bytes": args.a2a_max_push_config_bytes,
+        "a2a_extended_card": (
+            _extended_card(args.a2a_extended_card) if args.a2a_extended_card else None
+        ),
     }

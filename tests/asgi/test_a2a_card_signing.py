@@ -11,7 +11,11 @@ from typing import Any
 import fastapi
 import httpx
 import pytest
-from a2a.client import A2ACardResolver
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.auth import AuthInterceptor
+from a2a.client.auth.credentials import CredentialService
+from a2a.client.client import ClientCallContext
+from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.signing import InvalidSignaturesError, create_signature_verifier
 from cryptography.hazmat.primitives import serialization
@@ -121,3 +125,75 @@ def test_without_the_flag_cards_are_unsigned_and_there_is_no_jwks() -> None:
         card = httpx.get(f"{url}/agents/echo/.well-known/agent-card.json").json()
         assert "signatures" not in card
         assert httpx.get(f"{url}/.well-known/jwks.json").status_code == 404
+
+
+MORE = {
+    "description": "The echo agent, with what members may ask for.",
+    "skills": [
+        {
+            "id": "members.ledger",
+            "name": "ledger",
+            "description": "Reads the members' ledger.",
+            "tags": ["members"],
+        }
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def members(key_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Signed cards, API keys and an extended card, by uamp serve's flags, mounted at /agents."""
+    more = tmp_path_factory.mktemp("card") / "more.json"
+    more.write_text(json.dumps(MORE))
+    flags = ["--a2a-sign-cards", "--envelope-key", str(key_file), "--api-key", "alice:sk-alice"]
+    options = serve_options([*flags, "--a2a-extended-card", str(more)])
+    api = fastapi.FastAPI()
+    api.mount("/agents", uamp_asgi.app(function_agent(echo), config=uamp_asgi.Config(**options)))
+    with uvicorn_server(api) as url:
+        yield url
+
+
+class _Token(CredentialService):
+    async def get_credentials(self, scheme: str, context: ClientCallContext | None) -> str | None:
+        return "sk-alice" if scheme == "bearer" else None
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+def test_the_extended_card_with_the_sdks_auth_interceptor(members: str, binding: str) -> None:
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=10) as http:
+            base = f"{members}/agents/echo"
+            card = await A2ACardResolver(http, base).get_agent_card()  # public
+            assert card.capabilities.extended_agent_card
+            assert list(card.security_requirements[0].schemes) == ["bearer"]
+            config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding])
+            client = ClientFactory(config).create(card, interceptors=[AuthInterceptor(_Token())])
+            with httpx.Client(timeout=10) as sync_http:
+                extended = await client.get_extended_agent_card(
+                    pb.GetExtendedAgentCardRequest(), signature_verifier=_verifier(sync_http)
+                )
+            assert extended.description == MORE["description"]
+            assert [s.id for s in extended.skills][-1] == "members.ledger"
+            assert "members.ledger" not in [s.id for s in card.skills]
+            assert extended.supported_interfaces[0].url == f"{base}/a2a"
+            anonymous = ClientFactory(config).create(card)
+            with pytest.raises(A2AClientError):
+                await anonymous.get_extended_agent_card(pb.GetExtendedAgentCardRequest())
+
+    run_asyncio(main)
+
+
+def test_without_an_extension_there_is_no_extended_card() -> None:
+    options = serve_options(["--api-key", "alice:sk-alice"])
+    app = uamp_asgi.app(function_agent(echo), config=uamp_asgi.Config(**options))
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}}
+    with uvicorn_server(app) as url:
+        headers = {"Authorization": "Bearer sk-alice", "A2A-Version": "1.0"}
+        card = httpx.get(f"{url}/agents/echo/.well-known/agent-card.json").json()
+        refused = httpx.post(f"{url}/agents/echo/a2a", json=rpc, headers=headers)
+        rest = httpx.get(f"{url}/agents/echo/a2a/extendedAgentCard", headers=headers)
+        anonymous = httpx.post(f"{url}/agents/echo/a2a", json=rpc, headers={"A2A-Version": "1.0"})
+    assert card["capabilities"]["extendedAgentCard"] is False
+    assert refused.json()["error"]["code"] == -32007  # ExtendedAgentCardNotConfiguredError
+    assert rest.status_code == 400
+    assert anonymous.status_code == 401

@@ -71,7 +71,6 @@ TRIO_ONLY_ROUTES: Final = {
     "POST /tasks": "spec 004's A2A task routes",
     "GET /tasks/{task_id}": "spec 004's A2A task routes",
     "DELETE /tasks/{task_id}": "spec 004's A2A task routes",
-    "GET /a2a/extendedAgentCard": "extended agent card",
 }
 
 #: Headers that satisfy the routes two transports share by header (Anthropic's ``/v1/models``).
@@ -170,6 +169,12 @@ FEATURES: Final = [
     ),
     Feature("acp", "prompt/submit, tools/*, SSE answers", stays="prompt/submit"),
     Feature("acp", "stdio", stays="stdio"),
+    Feature(
+        "a2a",
+        "the authenticated extended card",
+        proven="tests/asgi/test_a2a_card_signing.py::"
+        "test_the_extended_card_with_the_sdks_auth_interceptor",
+    ),
     Feature(
         "anthropic",
         "ping on a silent stream",

@@ -78,6 +78,8 @@ def mount(host: Host) -> None:
                 return answer(await ops.list_tasks(agent, principal, params))
             if op == "push":
                 return answer(await ops.push_config(principal, call.method, params, dialect))
+            if op == "extended_card":
+                return answer(ops.extended_card(agent, request))
             raise A2AError(
                 a2a.UNSUPPORTED_OPERATION,
                 f"{call.method} is served by `uamp serve`, not the ASGI app.",

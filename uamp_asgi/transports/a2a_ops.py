@@ -100,6 +100,13 @@ class _Live:
             self.turn.cancel()
 
 
+def _agent_base(full_path: str) -> str:
+    """Where an agent's routes begin, from a card's path or one of its ``/a2a`` endpoints."""
+    if "/.well-known/" in full_path:
+        return full_path.rsplit("/.well-known/", 1)[0]
+    return full_path.rsplit("/a2a", 1)[0]
+
+
 def unavailable(down: StoreUnavailable) -> A2AError:
     """The answer when the task store (Redis) does not answer now, as ``uamp serve``'s."""
     return A2AError(a2a.INTERNAL_ERROR, down.message, data={"code": down.code}, http_status=503)
@@ -125,13 +132,14 @@ class A2AOperations:
 
     # --- the card ---------------------------------------------------------------
 
-    def card(self, agent: Responder, request: Request) -> dict[str, Any]:
+    def card(self, agent: Responder, request: Request, *, extended: bool = False) -> dict[str, Any]:
         base = f"{request.scheme}://{request.headers.get('host', '127.0.0.1')}"
         # The endpoint beside the card, wherever the app is mounted (root_path included).
-        url = base + request.full_path.rsplit("/.well-known/", 1)[0] + "/a2a"
+        url = base + _agent_base(request.full_path) + "/a2a"
         description = getattr(agent, "description", None)
         secured = self.host.config.authenticator is not None
-        return a2a_card.agent_card(
+        more = self.host.config.a2a_extended_card
+        card = a2a_card.agent_card(
             name=agent.name,
             capabilities=agent.capabilities(),
             interfaces=[
@@ -142,27 +150,52 @@ class A2AOperations:
             base_url=base,
             description=description if isinstance(description, str) and description else None,
             push_notifications=self.host.config.a2a_push is not None,
+            extended_card=secured and more is not None,
             security_schemes=(
                 {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}} if secured else None
             ),
         )
+        return a2a_card.extend_card(card, more) if extended and more is not None else card
 
     async def agent_card(self, request: Request) -> Reply:
         agent = self.host.resolve_agent(request.path_params)
-        card = self.card(agent, request)
         wanted = request.headers.get("a2a-version") or ""
         legacy = request.path.endswith("/agent.json") or wanted.strip().startswith("0.3")
+        return JsonReply(self.served_card(agent, request, legacy=legacy))
+
+    def extended_card(self, agent: Responder, request: Request) -> dict[str, Any]:
+        """``GetExtendedAgentCard``: the card for an authenticated caller, as ``uamp serve``.
+
+        Raises:
+            A2AError: :data:`~uamp_proto.adapters.a2a.EXTENDED_CARD_NOT_CONFIGURED`
+                without authentication or an operator's extension (the card says
+                ``extendedAgentCard: false`` then).
+        """
+        config = self.host.config
+        if config.authenticator is None or config.a2a_extended_card is None:
+            why = " (the server has no authentication)." if config.authenticator is None else "."
+            raise A2AError(
+                a2a.EXTENDED_CARD_NOT_CONFIGURED,
+                "This agent has no authenticated extended card" + why,
+            )
+        return self.served_card(agent, request, extended=True)
+
+    def served_card(
+        self, agent: Responder, request: Request, *, legacy: bool = False, extended: bool = False
+    ) -> dict[str, Any]:
+        """The card as served: the 0.3 form if asked, signed with ``Config.a2a_card_key``."""
+        card = self.card(agent, request, extended=extended)
         if legacy:
             card = a2a_card.legacy_card(card, rpc_url=card["supportedInterfaces"][0]["url"])
         key = self.host.config.a2a_card_key
         if key is not None:
             # The JWKS beside the card: the app serves it wherever it is mounted.
-            beside = request.full_path.rsplit("/.well-known/", 1)[0]
+            beside = _agent_base(request.full_path)
             jku = f"{request.scheme}://{request.headers.get('host', '127.0.0.1')}{beside}"
             card = a2a_card.sign_served_card(
                 card, key.key, key.kid, jku=jku + JWKS_PATH, legacy=legacy
             )
-        return JsonReply(card)
+        return card
 
     # --- the operations -------------------------------------------------------------
 

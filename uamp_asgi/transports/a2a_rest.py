@@ -112,3 +112,8 @@ def mount(host: Host, ops: A2AOperations) -> None:
     route("GET", configs + "/{config_id}", push("get"))
     route("DELETE", configs + "/{config_id}", push("delete"))
     route("GET", "/tasks/{task_id}", get)
+
+    async def extended_card(agent: Responder, request: Request) -> Reply:
+        return JsonReply(ops.extended_card(agent, request))
+
+    route("GET", "/extendedAgentCard", extended_card)
