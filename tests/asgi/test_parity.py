@@ -160,7 +160,11 @@ FEATURES: Final = [
         proven="tests/asgi/test_no_trio.py::"
         "test_an_app_pushing_to_a_webhook_under_uvicorn_loads_no_trio",
     ),
-    Feature("mcp", "progress notifications", stays="progress notifications"),
+    Feature(
+        "mcp",
+        "progress notifications",
+        proven="tests/interop/test_mcp_python_sdk.py::test_progress_carries_the_deltas",
+    ),
     Feature(
         "mcp",
         "OAuth protected-resource metadata (RFC 9728)",

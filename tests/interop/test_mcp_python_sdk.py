@@ -110,9 +110,22 @@ def test_list_and_call_in_both_connect_modes(thread_server: Callable[..., Any], 
     _run(main)
 
 
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def echo_either(request: pytest.FixtureRequest, thread_server: Callable[..., Any]) -> Iterator[str]:
+    """The echo agent under ``uamp serve`` or ``uamp_asgi`` (uvicorn)."""
+    if request.param == "uamp serve":
+        yield _serve(thread_server, Echo())
+        return
+    import uamp_asgi
+    from tests._support.asgi import uvicorn_server
+
+    with uvicorn_server(uamp_asgi.app([Echo()])) as url:
+        yield url
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_progress_carries_the_deltas(thread_server: Callable[..., Any], mode: str) -> None:
-    url = _serve(thread_server, Echo())
+def test_progress_carries_the_deltas(echo_either: str, mode: str) -> None:
+    url = echo_either
     seen: list[tuple[float, str | None]] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:

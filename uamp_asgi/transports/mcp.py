@@ -7,9 +7,12 @@ goes back in ``Mcp-Session-Id`` and every later request must carry it (400
 without, 404 for an id this app does not know or that another principal
 opened). ``tools/call`` runs one turn of the agent; a ``session`` argument
 names a conversation the caller continues (kept in memory, bounded). Answers
-are JSON; a notification gets 202; ``DELETE`` ends the session. ``GET`` (a
-stream of server-initiated messages) is 405: this server sends none. Progress
-notifications while a call runs are ``uamp serve``'s.
+are JSON, except a ``tools/call`` with a ``progressToken`` from a client that
+accepts ``text/event-stream``: its answer is an SSE stream of
+``notifications/progress`` (one per text delta, :class:`uamp_proto.adapters.mcp.Progress`)
+while the agent talks, then the result, as ``uamp serve``'s. A notification
+gets 202; ``DELETE`` ends the session. ``GET`` (a stream of server-initiated
+messages) is 405: this server sends none.
 
 Auth (MCP "Authorization"), as ``uamp serve``: the endpoint is an OAuth
 protected resource. A refused caller's 401 names its RFC 9728 metadata
@@ -23,6 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Final
 
+from uamp_proto import events as ev
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import resource
 from uamp_proto import types as ty
@@ -30,11 +34,12 @@ from uamp_proto.adapters import mcp
 from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.sse import encode_json
 
 from ..app import Host
 from ..bounded import OwnedLRU
-from ..http import HTTPError, JsonReply, Reply, Request
-from ..turns import run_turn
+from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
+from ..turns import Sink, run_turn
 
 __all__ = ["MAX_CONVERSATIONS", "MAX_SESSIONS", "mount"]
 
@@ -47,6 +52,17 @@ MAX_SESSIONS_PER_PRINCIPAL: Final = 64
 MAX_CONVERSATIONS: Final = 4096
 #: Messages a named conversation keeps.
 MAX_MESSAGES: Final = 200
+
+
+#: ``encode_json(payload, event="message")`` is ``_SSE_BEFORE + payload + _SSE_AFTER``.
+_SSE_BEFORE: Final = b"event: message\ndata: "
+_SSE_AFTER: Final = b"\n\n"
+
+
+def _wants_progress(item: rpc.Request) -> bool:
+    """Whether a call asks for progress (``_meta.progressToken``)."""
+    meta = item.params.get("_meta") if isinstance(item.params, dict) else None
+    return isinstance(meta, dict) and meta.get("progressToken") is not None
 
 
 def _refused(status: int, message: str) -> JsonReply:
@@ -94,6 +110,17 @@ class _Mcp:
             if self.sessions.get(request.principal, peer) != agent.name:
                 return _refused(404, "Session not found: send initialize again.")
 
+        item = batch.items[0] if batch.items else None
+        accepts_sse = "text/event-stream" in request.headers.get("accept", "")
+        if (
+            accepts_sse
+            and not batch.is_batch
+            and isinstance(item, rpc.Request)
+            and item.method == "tools/call"
+            and _wants_progress(item)
+        ):
+            return self.streamed(agent, request, item)
+
         async def handle(item: rpc.Message | rpc.Invalid) -> rpc.Message | None:
             return await self.answer(agent, request, item)
 
@@ -102,8 +129,33 @@ class _Mcp:
             return JsonReply(b"", 202)
         return JsonReply(reply, 200, headers)
 
+    def streamed(self, agent: Responder, request: Request, item: rpc.Request) -> Reply:
+        """A ``tools/call`` answered as SSE: its progress, then its result."""
+
+        params = item.params if isinstance(item.params, dict) else {}
+        token = params["_meta"]["progressToken"]  # _wants_progress checked it
+
+        async def produce(write: Write) -> None:
+            progress = mcp.Progress(token, before=_SSE_BEFORE, after=_SSE_AFTER)
+
+            async def sink(event: ev.Event) -> None:
+                if type(event) is ev.ResponseDelta and type(event.delta) is ty.DeltaText:
+                    data = progress.encoded(event.delta.text)
+                    if data is not None:
+                        await write(data)
+
+            reply = await self.answer(agent, request, item, sink)
+            if reply is not None:
+                await write(encode_json(rpc.encode(reply), event="message"))
+
+        return StreamReply(produce)
+
     async def answer(
-        self, agent: Responder, request: Request, item: rpc.Message | rpc.Invalid
+        self,
+        agent: Responder,
+        request: Request,
+        item: rpc.Message | rpc.Invalid,
+        sink: Sink | None = None,
     ) -> rpc.Message | None:
         if isinstance(item, rpc.Invalid):
             return item.error.response(item.id)
@@ -121,7 +173,7 @@ class _Mcp:
             elif item.method == "tools/list":
                 result = mcp.tools_list_result(agent.name, name)
             elif item.method == "tools/call":
-                result = await self.call(agent, request, item.params)
+                result = await self.call(agent, request, item.params, sink)
             else:
                 return rpc.error_response(
                     item.id, rpc.METHOD_NOT_FOUND, f"Method not found: {item.method!r}."
@@ -130,7 +182,9 @@ class _Mcp:
             return exc.response(item.id)
         return rpc.response(item.id, result)
 
-    async def call(self, agent: Responder, request: Request, params: Any) -> Any:
+    async def call(
+        self, agent: Responder, request: Request, params: Any, sink: Sink | None = None
+    ) -> Any:
         call = mcp.parse_call(params, agent.name)
         if call.prompt is None:
             return mcp.error_result(call.problem or "Bad arguments.")
@@ -154,7 +208,7 @@ class _Mcp:
             payment_token=token,
             metadata={"transport": "mcp"},
         )
-        outcome = await run_turn(agent, turn, charge=charge)
+        outcome = await run_turn(agent, turn, sink, charge=charge)
         meta: dict[str, Any] = {}
         if outcome.balance is not None:
             meta[BALANCE_EVENT] = balance_fields(outcome.balance)
