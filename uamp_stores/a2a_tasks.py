@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import abc
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Container, Iterator
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -164,6 +164,16 @@ class _Watchers:
             send.close()
 
 
+class _EveryId:
+    """The ids a shared store's :meth:`TaskStore.watching` holds: all of them."""
+
+    def __contains__(self, task_id: object) -> bool:
+        return True
+
+
+_EVERY_ID: Final = _EveryId()
+
+
 class TaskStore(abc.ABC):
     """Where A2A tasks are kept, each owned by a principal; see the module docstring.
 
@@ -260,6 +270,16 @@ class TaskStore(abc.ABC):
         running turn may skip it.
         """
         return self.shared or task_id in self._watchers.by_task
+
+    def watching(self) -> Container[str]:
+        """The ids :meth:`watched` says yes for, as a view that follows the store.
+
+        ``task_id in view`` answers as ``watched(task_id)`` would at that
+        moment, without a method call (a dict's keys; every id when other
+        processes share the store): for a running turn to ask on every
+        streamed chunk.
+        """
+        return _EVERY_ID if self.shared else self._watchers.by_task.keys()
 
     async def request_cancel(self, task_id: str) -> None:
         """Ask whichever process runs ``task_id`` 's turn to cancel it (it may be none)."""

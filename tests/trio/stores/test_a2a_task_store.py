@@ -142,6 +142,36 @@ async def test_a_feed_gets_the_updates_after_its_snapshot_once_then_ends(make_st
     feed.close()
 
 
+async def test_watching_answers_as_watched_before_during_and_after_a_feed(
+    make_store: Make,
+) -> None:
+    """A running turn asks ``task_id in store.watching()`` on every chunk instead of ``watched``."""
+    store = make_store()
+    store.ensure_running(None)
+    view = store.watching()  # taken once, as a turn does
+    for task_id in ("t", "u"):
+        await store.add(a2a.A2ATask(id=task_id, context_id="c", agent="a"), owner=ALICE)
+
+    def agrees() -> list[bool]:
+        seen = [task_id in view for task_id in ("t", "u", "nope")]
+        assert seen == [store.watched(task_id) for task_id in ("t", "u", "nope")]
+        return seen
+
+    alone = agrees()
+    _, feed = await store.follow("t", owner=ALICE)
+    assert agrees()[0]
+    feed.close()
+    assert agrees() == alone
+    _, feed = await store.follow("u", owner=ALICE)
+    task = await store.get("u", owner=ALICE)
+    task.move(Trigger.START)
+    task.move(Trigger.COMPLETE)
+    await store.publish(task, [_update(task, "done", final=True)])  # the feed ends with it
+    assert agrees() == alone
+    feed.close()
+    assert alone == [store.shared] * 3
+
+
 async def test_a_slow_feed_is_dropped_and_the_publisher_never_waits(make_store: Make) -> None:
     store = make_store()
     store.ensure_running(None)

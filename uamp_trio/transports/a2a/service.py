@@ -1250,8 +1250,8 @@ class A2ATransport:
             task.status_message = None
             await self.store.publish(task, [])  # working, in every process
             sid, rid = turn_request.session_id, turn_request.response_id
-            watched = self.store.watched
-            join, dumps = b"".join, orjson.dumps
+            watching = self.store.watching()  # (task_id in watching: store.watched(task_id))
+            task_id, join, dumps = task.id, b"".join, orjson.dumps
             grow: Callable[[str], object] | None = None
 
             async def sink(event: ev.Event) -> None:
@@ -1261,7 +1261,7 @@ class A2ATransport:
                     if type(delta) is ty.DeltaText:
                         # The hot path: more text of the open text artifact.
                         pen = current.pen
-                        if pen is not None and not (task.push_configs or watched(task.id)):
+                        if pen is not None and not (task.push_configs or task_id in watching):
                             # Only the request to tell, and it has written
                             # every update so far (a text chunk last): the
                             # chunk goes straight into its stream, as a
@@ -1282,7 +1282,7 @@ class A2ATransport:
                         if update is not None:
                             # deliver([update]), for its common case: nobody
                             # but the request that follows the task to tell.
-                            if not (write or task.push_configs or watched(task.id)):
+                            if not (write or task.push_configs or task_id in watching):
                                 primary = current.primary
                                 if primary is None:
                                     return
