@@ -10,15 +10,25 @@ reads neither.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import events as ev
 from . import types as ty
 from .payment import Charge
+from .plain_instruments import CounterSeries, HistogramSeries, PlainCounter, PlainHistogram
 from .responder import Emit, Responder, TurnRequest
 
-__all__ = ["InstrumentMeter", "MeteredAgent", "MeteredCharge", "RunMeter", "WrappedAgent"]
+__all__ = [
+    "InstrumentMeter",
+    "LiveRuns",
+    "MeteredAgent",
+    "MeteredCharge",
+    "RunMeter",
+    "RunSeries",
+    "WrappedAgent",
+]
 
 
 class WrappedAgent:
@@ -44,20 +54,48 @@ class WrappedAgent:
         return getattr(self.agent, attr)
 
 
+class RunSeries:
+    """What a :class:`MeteredAgent` updates for the runs of one agent on one transport.
+
+    Plain numbers, updated inline by the run (no call per update): ``live``
+    the agent's runs in progress (shared by its transports), ``first_delta``
+    the time to first delta, ``deltas`` the deltas sent; the last two are
+    made at the first delta (:meth:`delta_series`), so an agent that never
+    sent one on a transport has no series there, as before.
+    """
+
+    __slots__ = ("_make", "deltas", "first_delta", "live")
+
+    def __init__(
+        self, live: LiveRuns, make: Callable[[], tuple[HistogramSeries, CounterSeries]]
+    ) -> None:
+        self.live = live
+        self._make = make
+        self.first_delta: HistogramSeries | None = None
+        self.deltas: CounterSeries | None = None
+
+    def delta_series(self) -> tuple[HistogramSeries, CounterSeries]:
+        """The time-to-first-delta and delta count series (made on first use)."""
+        first, deltas = self.first_delta, self.deltas
+        if first is None or deltas is None:
+            first, deltas = self.first_delta, self.deltas = self._make()
+        return first, deltas
+
+
+class LiveRuns:
+    """An agent's runs in progress (read by its gauge when scraped)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class RunMeter(Protocol):
-    """What a :class:`MeteredAgent` reports (labels: transport, agent)."""
+    """What a :class:`MeteredAgent` reports to (labels: transport, agent)."""
 
-    def run_started(self, agent: str) -> None:
-        """A run began."""
-
-    def run_ended(self, agent: str) -> None:
-        """A run ended, however."""
-
-    def saw_first_delta(self, transport: str, agent: str, seconds: float) -> None:
-        """A run's first ``response.delta`` came ``seconds`` after it began."""
-
-    def sent_deltas(self, transport: str, agent: str, count: int) -> None:
-        """A run sent ``count`` deltas (reported once it ended)."""
+    def run_series(self, transport: str, agent: str) -> RunSeries:
+        """The series a run of ``agent`` on ``transport`` updates."""
 
     def run_failed(self, transport: str, agent: str, code: str) -> None:
         """A run raised (``code``: the error's, else ``internal_error``)."""
@@ -73,30 +111,35 @@ class InstrumentMeter:
 
     :meth:`create_instruments` is given the ``prometheus_client`` module (an
     optional dependency this package does not import) and makes the
-    instruments the servers share, under their published names.
+    instruments the servers share, under their published names. What every
+    request or run updates (``requests``, ``duration``, ``first_delta``,
+    ``deltas``) is kept in plain numbers and exported when scraped
+    (:mod:`~uamp_proto.plain_instruments`); the rest are
+    ``prometheus_client``'s own.
     """
 
     registry: Any
-    requests: Any
+    requests: PlainCounter
     errors: Any
-    duration: Any
-    first_delta: Any
-    deltas: Any
+    duration: PlainHistogram
+    first_delta: PlainHistogram
+    deltas: PlainCounter
     charged: Any
     open_streams: Any
     live_responses: Any
-    _children: dict[tuple[Any, tuple[str, ...]], Any]
-    _live: dict[str, int]
+    _runs: dict[tuple[str, str], RunSeries]
+    _live: dict[str, LiveRuns]
 
     def create_instruments(self, prometheus: Any) -> None:
         """A registry of its own (two apps never share counters), and the instruments."""
         prometheus.disable_created_metrics()  # creation times say nothing
-        self._children = {}
+        self._runs = {}
         self._live = {}
         self.registry = r = prometheus.CollectorRegistry(auto_describe=True)
-        counter, gauge, histogram = prometheus.Counter, prometheus.Gauge, prometheus.Histogram
+        counter, gauge = prometheus.Counter, prometheus.Gauge
         by = ["transport", "agent"]
-        self.requests = counter(
+        self.requests = PlainCounter(
+            prometheus,
             "uamp_requests",
             "Requests answered, by transport, agent and HTTP status.",
             [*by, "status"],
@@ -108,22 +151,24 @@ class InstrumentMeter:
             [*by, "code"],
             registry=r,
         )
-        self.duration = histogram(
+        self.duration = PlainHistogram(
+            prometheus,
             "uamp_request_duration_seconds",
             "Seconds from a request's arrival to the end of its response (streams included).",
             by,
-            buckets=DURATION_BUCKETS,
             registry=r,
+            buckets=DURATION_BUCKETS,
         )
-        self.first_delta = histogram(
+        self.first_delta = PlainHistogram(
+            prometheus,
             "uamp_time_to_first_delta_seconds",
             "Seconds from the start of an agent run to its first response.delta.",
             by,
-            buckets=FIRST_DELTA_BUCKETS,
             registry=r,
+            buckets=FIRST_DELTA_BUCKETS,
         )
-        self.deltas = counter(
-            "uamp_deltas", "response.delta events sent by agents.", by, registry=r
+        self.deltas = PlainCounter(
+            prometheus, "uamp_deltas", "response.delta events sent by agents.", by, registry=r
         )
         self.charged = counter(
             "uamp_charged", "Amounts charged to payment tokens.", ["agent", "currency"], registry=r
@@ -135,41 +180,44 @@ class InstrumentMeter:
             "uamp_live_responses", "Agent runs in progress.", ["agent"], registry=r
         )
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, looked up once: every label here is bounded (a
-        hosted agent's name, a transport), and a lookup per run cost as much as its
-        update."""
-        key = (metric, labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+    def run_series(self, transport: str, agent: str) -> RunSeries:
+        """The series of ``agent``'s runs on ``transport`` (made on first use).
+
+        The runs in progress are counted in a plain number that the gauge
+        reads when scraped: a gauge's own ``inc`` and ``dec`` take a lock
+        each, twice per run.
+        """
+        series = self._runs.get((transport, agent))
+        if series is None:
+            labels = (transport, agent)
+            series = self._runs[labels] = RunSeries(
+                self._live_runs(agent),
+                lambda: (self.first_delta.labels(*labels), self.deltas.labels(*labels)),
+            )
+        return series
+
+    def _live_runs(self, agent: str) -> LiveRuns:
+        live = self._live.get(agent)
+        if live is None:
+            live = self._live[agent] = LiveRuns()
+            self.live_responses.labels(agent).set_function(lambda: live.count)
+        return live
 
     def run_started(self, agent: str) -> None:
-        """A run began.
-
-        The runs in progress are counted in a plain dictionary that the
-        gauge reads when scraped: a gauge's own ``inc`` and ``dec`` take a
-        lock each, twice per run.
-        """
-        live = self._live
-        count = live.get(agent)
-        if count is None:
-            count = 0
-            self.live_responses.labels(agent).set_function(lambda: live[agent])
-        live[agent] = count + 1
+        """A run began (what :class:`MeteredAgent` does inline)."""
+        self._live_runs(agent).count += 1
 
     def run_ended(self, agent: str) -> None:
         """A run ended."""
-        self._live[agent] -= 1
+        self._live_runs(agent).count -= 1
 
     def saw_first_delta(self, transport: str, agent: str, seconds: float) -> None:
         """A run's first delta."""
-        self._child(self.first_delta, transport, agent).observe(seconds)
+        self.run_series(transport, agent).delta_series()[0].observe(seconds)
 
     def sent_deltas(self, transport: str, agent: str, count: int) -> None:
         """A run's deltas."""
-        self._child(self.deltas, transport, agent).inc(count)
+        self.run_series(transport, agent).delta_series()[1].inc(count)
 
     def run_failed(self, transport: str, agent: str, code: str) -> None:
         """A run raised."""
@@ -203,28 +251,34 @@ class MeteredAgent(WrappedAgent):
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """Run the agent, counting its deltas and timing the first."""
-        meter, agent, transport = self._meter, self.agent.name, self._transport()
-        began = self._clock()
+        agent, transport, clock = self.agent.name, self._transport(), self._clock
+        series = self._meter.run_series(transport, agent)
+        began = clock()
         deltas = 0
 
         async def counted(event: ev.Event) -> None:
             nonlocal deltas
             if type(event) is ev.ResponseDelta:
                 if not deltas:
-                    meter.saw_first_delta(transport, agent, self._clock() - began)
+                    seconds = clock() - began
+                    first = series.delta_series()[0]
+                    first.counts[bisect_left(first.bounds, seconds)] += 1
+                    first.sum += seconds
                 deltas += 1
             await emit(event)
 
-        meter.run_started(agent)
+        live = series.live
+        live.count += 1
         try:
             await self.agent.respond(request, counted)
         except Exception as exc:
-            meter.run_failed(transport, agent, str(getattr(exc, "code", None) or "internal_error"))
+            code = str(getattr(exc, "code", None) or "internal_error")
+            self._meter.run_failed(transport, agent, code)
             raise
         finally:
-            meter.run_ended(agent)
+            live.count -= 1
             if deltas:
-                meter.sent_deltas(transport, agent, deltas)
+                series.delta_series()[1].value += deltas
 
 
 class MeteredCharge:

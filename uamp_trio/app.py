@@ -301,6 +301,8 @@ class App(Host):
             return functools.partial(self._refuse_old_tls, route)
         if not self.middleware:
             return route.endpoint
+        if self.middleware == [self.observe]:  # (uamp serve's default)
+            return functools.partial(self._observed, route)
         return functools.partial(self._through_http, route)
 
     def _old_tls(self, route: Route | WebSocketRoute, request: Request) -> Response:
@@ -375,6 +377,16 @@ class App(Host):
         return self.render_error(route.meta.error_style, exc)
 
     # --- the chain ------------------------------------------------------------------
+
+    async def _observed(self, route: Route, request: Request) -> Response | StreamingResponse:
+        """``_through_http`` when the observer is the only middleware: no chain, no ``Call``."""
+        assert self.observe is not None
+        try:
+            reply = await self.observe.around(route.endpoint, route.meta, request)
+        except Refusal as exc:  # as _run answers it
+            return self.render_error(route.meta.error_style, exc)
+        assert reply is not None, "an endpoint returned no response"
+        return reply
 
     async def _through_http(self, route: Route, request: Request) -> Response | StreamingResponse:
         async def endpoint(call: Call) -> Reply:

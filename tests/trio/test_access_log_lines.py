@@ -13,9 +13,12 @@ import io
 import json
 import logging
 import threading
+import time
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from uamp_trio.observe import gather
 from uamp_trio.observe.gather import GatheredHandler
@@ -25,6 +28,7 @@ from uamp_trio.observe.logs import (
     JSONFormatter,
     TextFormatter,
     _direct_handler,
+    _timestamp,
 )
 from uamp_trio.observe.requests import Exchange
 
@@ -151,3 +155,9 @@ def test_outside_a_loop_a_line_is_written_at_once() -> None:
     threading.Thread(target=other).start()
     assert done.wait(10)
     assert stream.getvalue() == "now\nthere\n"
+
+
+@given(st.floats(min_value=0, max_value=2**34, allow_nan=False))
+def test_the_timestamp_is_the_utc_second_and_its_milliseconds(created: float) -> None:
+    second = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    assert _timestamp(created) == f"{second}.{int(created % 1 * 1000):03d}Z"

@@ -72,15 +72,17 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def write_line(self, line: str) -> None:
         """Write one line (without its terminator), gathered when on a loop's thread."""
         if self._loop_thread == threading.get_ident() or self._start_flusher():
-            now = time.monotonic()
             with self._guard:
                 lines = self._lines
                 lines.append(line)
                 full = len(lines) >= GATHER_LINES
-            if full or (not self._armed and now - self._last_write >= GATHER_SECONDS):
+            if self._armed and not full:
+                return  # the flusher writes it at the end of this period
+            now = time.monotonic()
+            if full or now - self._last_write >= GATHER_SECONDS:
                 self._write_out()  # the first line after a quiet period, or a full batch
                 self._last_write = now
-            elif not self._armed and self._wake is not None:
+            elif self._wake is not None:
                 self._armed = True  # written at the end of this period
                 self._wake.set()
             return

@@ -51,12 +51,18 @@ LogFormat = Literal["text", "json"]
 _second: tuple[int, str] = (-1, "")
 
 
-def _timestamp(created: float) -> str:
+def _second_text(whole: int) -> str:
+    """``2026-01-02T03:04:05``: the whole second ``whole`` (cached: most lines share one)."""
     global _second
-    whole = int(created)
     if _second[0] != whole:
-        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)))
-    return f"{_second[1]}.{int(created % 1 * 1000):03d}Z"
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return _second[1]
+
+
+def _timestamp(created: float) -> str:
+    whole = int(created)
+    # (created - whole is created % 1 for a time after 1970, without fmod)
+    return f"{_second_text(whole)}.{int((created - whole) * 1000):03d}Z"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -68,7 +74,9 @@ def _escape_control(match: re.Match[str]) -> str:
 
 def one_line(text: str) -> str:
     """``text`` with its control characters written as ``\\xNN`` (one line, no terminal codes)."""
-    if _CONTROL.search(text) is None:
+    # A printable text has none (the check is a tenth of the search's cost);
+    # one that is not may still have none (a non-ASCII space), the search says.
+    if text.isprintable() or _CONTROL.search(text) is None:
         return text
     return _CONTROL.sub(_escape_control, text)
 
@@ -138,7 +146,7 @@ class AccessLog:
         if not logger.isEnabledFor(logging.INFO):
             return
         ms = exchange.duration * 1000
-        version = "WebSocket" if exchange.websocket else f"HTTP/{exchange.http_version}"
+        version = "WebSocket" if exchange.websocket else "HTTP/" + exchange.http_version
         args = (
             exchange.client,
             exchange.method,
@@ -153,8 +161,13 @@ class AccessLog:
         if handler is not None:
             formatter = handler.formatter
             if type(formatter) is TextFormatter and logger.name == ACCESS_LOGGER:
-                ts = _timestamp(time.time())
-                handler.write_line(f"{ts} {one_line(_ACCESS_FORMAT % args)}")
+                # TextFormatter's line, in one formatting operation (the
+                # timestamp has no control character to escape).
+                now = time.time()
+                whole = int(now)
+                second = _second[1] if _second[0] == whole else _second_text(whole)
+                line = _TEXT_LINE % (second, int((now - whole) * 1000), *args)
+                handler.write_line(line if line.isprintable() else one_line(line))
                 return
             if type(formatter) is JSONFormatter:
                 data = {
@@ -193,6 +206,8 @@ class AccessLog:
 
 
 _ACCESS_FORMAT = '%s "%s %s %s" %d %.1fms agent=%s transport=%s'
+#: A text access line: the timestamp (``_timestamp``'s), then the message.
+_TEXT_LINE = "%s.%03dZ " + _ACCESS_FORMAT
 
 
 def _fields(exchange: Exchange, ms: float) -> dict[str, Any]:

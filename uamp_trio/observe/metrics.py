@@ -28,6 +28,7 @@ and session hosts registered with :meth:`Metrics.watch_server` and
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -40,6 +41,7 @@ from prometheus_client import (
 
 from uamp_proto.metering import InstrumentMeter, MeteredAgent, MeteredCharge
 from uamp_proto.payment import Charge
+from uamp_proto.plain_instruments import CounterSeries, HistogramSeries
 from uamp_proto.responder import Responder
 
 from ..engines.http import Request, Response
@@ -93,16 +95,11 @@ class Metrics(InstrumentMeter):
             "uamp_open_connections", "Client connections open.", registry=r
         )
         self.open_connections.set_function(lambda: sum(count() for count in self._servers))
-        # What every request counts, by its label values.
-        self.requests_by = _Children(self.requests)
-        self.duration_by = _Children(self.duration)
         self.open_streams_by = _Children(self.open_streams)
-        #: A finished request's counter and histogram updates, by transport,
+        #: A finished request's counter and histogram series, by transport,
         #: agent label and status (all of them bounded: the agent label is a
         #: hosted agent's name or UNKNOWN_AGENT), looked up once per request.
-        self._per_request: dict[
-            tuple[str, str, int], tuple[Callable[[], None], Callable[[float], None]]
-        ] = {}
+        self._per_request: dict[tuple[str, str, int], tuple[CounterSeries, HistogramSeries]] = {}
         #: Names of the hosted agents (:meth:`wrap_agent`).
         self._agents: set[str] = set()
 
@@ -128,14 +125,17 @@ class Metrics(InstrumentMeter):
         if agent not in self._agents and agent != "-":
             agent = UNKNOWN_AGENT
         key = (exchange.transport, agent, status)
-        bound = self._per_request.get(key)
-        if bound is None:
-            bound = self._per_request[key] = (
-                self.requests_by.labels(exchange.transport, agent, str(status)).inc,
-                self.duration_by.labels(exchange.transport, agent).observe,
+        series = self._per_request.get(key)
+        if series is None:
+            series = self._per_request[key] = (
+                self.requests.labels(exchange.transport, agent, str(status)),
+                self.duration.labels(exchange.transport, agent),
             )
-        bound[0]()
-        bound[1](exchange.duration)
+        count, duration = series
+        count.value += 1  # (plain numbers, exported when scraped)
+        seconds = exchange.duration
+        duration.counts[bisect_left(duration.bounds, seconds)] += 1
+        duration.sum += seconds
         if status >= 400:
             code = exchange.error or str(status)
             self.errors.labels(exchange.transport, agent, code).inc()

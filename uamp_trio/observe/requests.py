@@ -29,7 +29,7 @@ middleware out altogether, so an unobserved server pays nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -132,15 +132,37 @@ class Observe:
             listener.finished(exchange)
 
     async def __call__(self, call: Call, call_next: Next) -> Reply:
+        if call.websocket is not None:
+            began = time.perf_counter()
+            exchange = _exchange(call.request, call.route, True)
+            CURRENT.set(exchange)
+            RESOLVED_AGENT.set(None)
+            return await self._websocket(call, call_next, exchange, began)
+        return await self.around(lambda _: call_next(call), call.route, call.request)
+
+    async def around(
+        self, endpoint: Callable[[Request], Awaitable[Reply]], route: RouteMeta, request: Request
+    ) -> Reply:
+        """``await endpoint(request)``, observed: an HTTP call of ``route``.
+
+        What the middleware does for an HTTP call; the app calls it directly
+        when it is the only middleware (no chain, no :class:`Call`).
+        """
         began = time.perf_counter()
-        pending = call.websocket
-        exchange = _exchange(call.request, call.route, pending is not None)
+        client = request.client
+        exchange = Exchange(
+            time.time(),
+            f"{client[0]}:{client[1]}" if client else "-",
+            request.method,
+            request.path,
+            request.http_version,
+            route.transport or "-",
+            request.path_params.get("agent") or "-",
+        )
         CURRENT.set(exchange)
         RESOLVED_AGENT.set(None)
-        if pending is not None:
-            return await self._websocket(call, call_next, exchange, began)
         try:
-            reply = await call_next(call)
+            reply = await endpoint(request)
         except HTTPError as exc:
             self._finish(exchange, began, exc.status, exc.code or "")
             raise
