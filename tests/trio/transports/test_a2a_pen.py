@@ -15,12 +15,18 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
 import httpx
+import orjson
 import pytest
 import trio
 import trio.testing
 
 from tests._support.agents import TestAgent
+from tests._support.raw import receive_or_eof
 from tests._support.rpc import a2a_message, a2a_v1_message, rpc
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -177,46 +183,104 @@ async def test_a_subscriber_that_attaches_while_the_turn_holds_the_pen_gets_the_
     assert _chunks(results)[2:] == rest
 
 
+@pytest.mark.parametrize("http2", [False, True], ids=["HTTP/1.1", "h2c"])
 async def test_a_client_that_leaves_while_the_turn_waits_for_room_leaves_the_task_running(
-    serve_app: Any,
+    serve_app: Any, http2: bool
 ) -> None:
     """The turn's write fails (nobody makes room any more); the task goes on to its end."""
     gate = trio.Event()
-    # ~6 MB after the gate: more than the socket buffers take unread.
+    # ~6 MB after the gate: more than the socket buffers (or an HTTP/2
+    # stream's window) take unread.
     agent = WordsAgent(600, gate, size=8192)
     app, transports = _serve(agent)
     server = await serve_app(app)
     url = f"{server.url}/agents/words/a2a"
+    full = "".join(map(agent.word, range(600)))
+    get = rpc("tasks/get", {"id": "?"}, rid=3)
     with trio.fail_after(60):
-        async with httpx.AsyncClient(timeout=60) as http:
-            send = rpc("message/stream", {"message": a2a_message("go")})
-            async with http.stream("POST", url, json=send) as sent:
-                stream = _objects(sent)
-                results = [(await anext(stream))["result"]]  # the task
-                while len(_chunks(results)) < 2:
-                    results.append((await anext(stream))["result"])
-                task_id = results[0]["id"]
-                (transport,) = transports
-                live = transport._live[task_id]
-                while live.pen is None:  # the request waits: the turn may write
-                    await trio.sleep(0.01)
-                gate.set()  # the client reads no more
-                await trio.testing.wait_all_tasks_blocked()
-                assert not agent.finished.is_set()
-                assert live.pen is not None  # the turn waits for room in the stream
-                # What it wrote is in the task for whoever reads it meanwhile.
-                get = rpc("tasks/get", {"id": task_id}, rid=3)
-                (artifact,) = (await http.post(url, json=get)).json()["result"]["artifacts"]
-                (part,) = artifact["parts"]
-                full = "".join(map(agent.word, range(600)))
-                assert full.startswith(part["text"])
-                assert len(part["text"]) > len(agent.word(0) + agent.word(1))
-            # The client has gone: the turn's write fails, the turn goes on.
+        async with httpx.AsyncClient(timeout=60) as other:
+            async with httpx.AsyncClient(timeout=60, http1=not http2, http2=http2) as client:
+                send = rpc("message/stream", {"message": a2a_message("go")})
+                async with client.stream("POST", url, json=send) as sent:
+                    assert sent.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+                    stream = _objects(sent)
+                    results = [(await anext(stream))["result"]]  # the task
+                    while len(_chunks(results)) < 2:
+                        results.append((await anext(stream))["result"])
+                    task_id = get["params"]["id"] = results[0]["id"]
+                    (transport,) = transports
+                    live = transport._live[task_id]
+                    while live.pen is None:  # the request waits: the turn may write
+                        await trio.sleep(0.01)
+                    gate.set()  # the client reads no more
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert not agent.finished.is_set()
+                    assert live.pen is not None  # the turn waits for room in the stream
+                    # What it wrote is in the task for whoever reads it meanwhile.
+                    reply = (await other.post(url, json=get)).json()["result"]
+                    (artifact,) = reply["artifacts"]
+                    (part,) = artifact["parts"]
+                    assert full.startswith(part["text"])
+                    assert len(part["text"]) > len(agent.word(0) + agent.word(1))
+            # The client and its connection have gone: the turn's write fails
+            # (or the request ends without it), and the turn goes on.
             await agent.finished.wait()
             while True:
-                task = (await http.post(url, json=get)).json()["result"]
+                task = (await other.post(url, json=get)).json()["result"]
                 if task["status"]["state"] == "completed":
                     break
                 await trio.sleep(0.02)
     (artifact,) = task["artifacts"]
     assert [part["text"] for part in artifact["parts"]] == [full]
+
+
+async def test_a_reset_http2_stream_while_the_turn_waits_for_room_leaves_the_task_running(
+    serve_app: Any,
+) -> None:
+    """A reset stream on a live connection: only the body's end makes the turn's write fail.
+
+    (``engines/http.py``: a send waiting for room fails when the body ends;
+    without it the turn waits for good and the task never ends.)
+    """
+    gate = trio.Event()
+    agent = WordsAgent(600, gate, size=8192)  # far more than a stream's window after the gate
+    app, transports = _serve(agent)
+    server = await serve_app(app)
+    path = "/agents/words/a2a"
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    body = orjson.dumps(rpc("message/stream", {"message": a2a_message("go")}))
+    head = [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "t")]
+    conn.send_headers(1, [*head, ("content-type", "application/json")])
+    conn.send_data(1, body, end_stream=True)
+    with trio.fail_after(60):
+        sock = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with sock:
+            await sock.send_all(conn.data_to_send())
+            received = b""
+            while received.count(b"\n\n") < 3:  # the task, two text chunks
+                for event in conn.receive_data(await receive_or_eof(sock)):
+                    if isinstance(event, h2.events.DataReceived):
+                        received += event.data
+                        conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                await sock.send_all(conn.data_to_send())
+            task_id = json.loads(received.split(b"\n\n")[0][6:])["result"]["id"]
+            (transport,) = transports
+            live = transport._live[task_id]
+            while live.pen is None:  # the request waits: the turn may write
+                await trio.sleep(0.01)
+            gate.set()  # the client acknowledges nothing more: the window closes
+            await trio.testing.wait_all_tasks_blocked()
+            assert not agent.finished.is_set() and live.pen is not None
+            conn.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
+            await sock.send_all(conn.data_to_send())
+            await agent.finished.wait()  # (the connection is still open)
+        async with httpx.AsyncClient(timeout=60) as http:
+            get = rpc("tasks/get", {"id": task_id}, rid=3)
+            while True:
+                task = (await http.post(f"{server.url}{path}", json=get)).json()["result"]
+                if task["status"]["state"] == "completed":
+                    break
+                await trio.sleep(0.02)
+    (artifact,) = task["artifacts"]
+    assert [part["text"] for part in artifact["parts"]] == ["".join(map(agent.word, range(600)))]
