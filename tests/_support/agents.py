@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import anyio
 import trio
 
 from uamp_proto import events as ev
@@ -111,7 +112,7 @@ class Words(TestAgent):
         """The words, one delta each, with the pause between them."""
         for n, word in enumerate(self.words[: self.how_many(request)]):
             if n:
-                await trio.sleep(self.pause)
+                await anyio.sleep(self.pause)  # on Trio, or asyncio under uamp_asgi
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text=word)))
 
 
@@ -187,7 +188,7 @@ class WorkingAgent(TestAgent):
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """One word, then wait for the cancel."""
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="working ")))
-        await trio.sleep_forever()
+        await anyio.sleep_forever()
 
 
 def run_asyncio(coro_fn: Callable[[], Coroutine[Any, Any, None]], timeout: float = 20) -> None:

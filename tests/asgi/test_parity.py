@@ -147,7 +147,18 @@ FEATURES: Final = [
         proven="tests/asgi/test_uamp_ws_session.py::"
         "test_a_delta_window_holds_deltas_until_acked_and_loses_none",
     ),
-    Feature("ai_sdk", "resumable streams", stays="resumable streams"),
+    Feature(
+        "ai_sdk",
+        "resumable streams",
+        proven="tests/asgi/test_ai_sdk.py::"
+        "test_a_left_answer_runs_on_and_a_resume_replays_it_from_the_start",
+    ),
+    Feature(
+        "ai_sdk",
+        "resumable streams across processes",
+        proven="tests/asgi/test_resume_stores.py::"
+        "test_an_ai_sdk_answer_its_process_died_in_resumes_then_ends_interrupted",
+    ),
     Feature(
         "a2a",
         "tasks shared between processes",

@@ -451,3 +451,46 @@ def test_a_background_response_is_cancelled_from_the_other_process(redis_url: st
         bob = openai.OpenAI(base_url=f"http://127.0.0.1:{b}/agents/stall/v1", api_key="bob-key")
         with pytest.raises(openai.NotFoundError):
             bob.responses.cancel(rid)
+
+
+# --- AI SDK answers across processes (a shared Redis log) ------------------------------
+
+
+def test_an_ai_sdk_answer_its_process_died_in_resumes_then_ends_interrupted(
+    redis_url: str,
+) -> None:
+    where = f"{redis_url.rsplit('/', 1)[0]}/{1 + uuid.uuid4().int % 15}"
+    user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}
+    chat = {"id": "chat-k", "messages": [user]}
+    path = "/agents/stall/ai-sdk"
+    with (
+        app_process(where) as (first, a),
+        app_process(where) as (_, b),
+        httpx.Client(headers=dict(AUTH), timeout=TIMEOUT) as http,
+    ):
+        seen = b""
+        with http.stream("POST", f"http://127.0.0.1:{a}{path}", json=chat) as r:
+            for part in r.iter_bytes():
+                seen += part
+                if seen.count(b"text-delta") >= STALL_AFTER:
+                    break
+        kill(first)
+        resumed = http.get(f"http://127.0.0.1:{b}{path}/chat-k/stream")
+        after = http.get(f"http://127.0.0.1:{b}{path}/chat-k/stream")
+        bob = http.get(
+            f"http://127.0.0.1:{b}{path}/chat-k/stream", headers={"authorization": "Bearer bob-key"}
+        )
+    assert resumed.status_code == 200
+    got = _ui_chunks(resumed.content)
+    assert got[0] == _ui_chunks(seen)[0]  # from its start chunk
+    said = "".join(c["delta"] for c in got if c["type"] == "text-delta")
+    assert said == "".join(f"d{i} " for i in range(STALL_AFTER))
+    assert [c["type"] for c in got][-2:] == ["error", "finish"]
+    assert got[-1]["finishReason"] == "interrupted"
+    assert resumed.content.endswith(b"data: [DONE]\n\n")
+    assert after.status_code == 204  # the lost answer is over
+    assert bob.status_code == 204
+
+
+def _ui_chunks(raw: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(b[6:]) for b in raw.split(b"\n\n") if b.startswith(b"data: {")]

@@ -12,6 +12,7 @@ logged or an error it reported would show in ``warnings`` / ``errors``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,12 +163,27 @@ def test_a_client_tool_round_trip_continues_the_same_message(
     assert len(got["requests"]) == 2 and got["status"] == "ready"
 
 
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def slow_url(request: pytest.FixtureRequest, thread_server: Any) -> Iterator[str]:
+    """A slow agent's ``/ai-sdk`` under ``uamp serve``, or uamp_asgi under uvicorn."""
+    agent = Words("slow", *WORDS, pause=0.1)
+    if request.param == "uamp serve":
+        yield f"{thread_server(create_app([agent])).url}/agents/slow/ai-sdk"
+        return
+    import uamp_asgi
+    from tests._support.asgi import uvicorn_server
+
+    with uvicorn_server(uamp_asgi.app([agent])) as url:
+        yield f"{url}/agents/slow/ai-sdk"
+
+
+WORDS = [f"w{n} " for n in range(12)]
+
+
 def test_a_stopped_fetch_does_not_stop_the_answer_and_a_resume_replays_it(
-    client_dir: Path, thread_server: Any
+    client_dir: Path, slow_url: str
 ) -> None:
-    words = [f"w{n} " for n in range(12)]
-    server = thread_server(create_app([Words("slow", *words, pause=0.1)]))
-    url = f"{server.url}/agents/slow/ai-sdk"
+    words, url = WORDS, slow_url
     got = node(client_dir, "resume", url, chatId="chat-resume", text="talk")
     before = got["before"][-1]
     assert before["role"] == "assistant" and len(text_of(before)) < len("".join(words))

@@ -14,7 +14,7 @@ Endpoints (and the same at the root, for a single agent):
 Theory of operation
 -------------------
 An answer does not belong to the request that asked for it: the POST starts
-it as an :class:`_Answer` in :attr:`Host.background
+it as an :class:`Answer` in :attr:`Host.background
 <uamp_trio.hosting.host.Host.background>` (the server's nursery, so a
 graceful shutdown ends it) and then follows it like any reader. A client
 that aborts its fetch (a page reload, a lost connection) stops reading, not
@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -79,12 +79,10 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters._human import ask_of, is_approval
 from uamp_proto.adapters.ai_sdk import (
-    DONE,
     HEADERS,
     MAX_CHAT_ID,
     AiSdkError,
     ChatRequest,
-    Phase,
     StreamEncoder,
     frame,
     parse_approval_responses,
@@ -94,14 +92,28 @@ from uamp_proto.adapters.ai_sdk import (
 )
 from uamp_proto.adapters.completions import payment_error
 from uamp_proto.busy import POLICY_KEY, BusyError, BusyPolicy
-from uamp_proto.errors import UampError
 from uamp_proto.ids import IdSource, random_ids
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, with_interrupts
-from uamp_proto.resume import ResumeError, ResumeStream
+from uamp_proto.resume import ResumeError
 from uamp_stores.busy import Slot, http_status
-from uamp_stores.event_log import EventLog, SessionRecord
+from uamp_stores.chat_answers import (
+    HEARTBEAT,
+    LOG_WAIT,
+    MAX_ANSWER_BYTES,
+    MAX_ANSWERS,
+    Answer,
+    AnswerKey,
+    AnswerTask,
+    AnswerTooLarge,
+    RunningAnswers,
+    follow_log,
+    log_session,
+    resumable,
+    too_many_answers,
+)
+from uamp_stores.event_log import EventLog
 from uamp_stores.health import StoreUnavailable
 
 from ..engines.http import (
@@ -125,129 +137,8 @@ ROUTES = RouteMeta(transport="ai_sdk", error_style="openai")
 
 log = logging.getLogger("uamp_trio.ai_sdk")
 
-#: Answers one principal may have running with nobody reading them (started,
-#: then left): past it a new one is refused 429.
-MAX_ANSWERS: Final = 8
-#: The most chunk bytes one answer keeps for replays.
-MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
-#: A comment line is written when a stream has been quiet this long (seconds).
-HEARTBEAT: Final = 15.0
-#: How long a resume from the log waits for news before it checks the writer (seconds).
-LOG_WAIT: Final = 1.0
-
 #: Events a turn paused for a person keeps while no answer shows them.
 MAX_HELD: Final = 4096
-
-#: An answer's key: ``(principal key, agent name, chat id)``.
-AnswerKey = tuple[tuple[str, str], str, str]
-
-
-def log_session(agent: str, chat_id: str) -> str:
-    """The event log's session id of a chat's answers."""
-    return f"ai-sdk:{agent}:{chat_id}"
-
-
-class _Answer:
-    """One answer: its frames so far (kept for replays) and what its readers wait on."""
-
-    def __init__(self, key: AnswerKey, leg: str, start: bytes, prefix: list[bytes]) -> None:
-        self.key = key
-        #: This answer's id (its frames' event ids in the log start with it).
-        self.leg = leg
-        #: The frames in stream order, back to back (a reader keeps its
-        #: offset; one buffer rather than an object per frame); the first is
-        #: ``start``, which ends at :attr:`start_end`.
-        self.buf = bytearray(start)
-        self.start_end = len(start)
-        #: A continued message's earlier parts, replayed right after ``start``.
-        self.prefix = prefix
-        self.size = len(start) + sum(len(f) for f in prefix)
-        self.done = False
-        #: Where readers wait for frames; ``waiting``: someone is parked there.
-        self._lot = trio.lowlevel.ParkingLot()
-        self.waiting = False
-        self.runner: ResponseRunner | None = None
-        self.finished = trio.Event()
-        #: Whether the answer writes to the shared event log (until superseded there).
-        self.logging = False
-        #: Requests reading the answer now (an answer nobody reads counts
-        #: against its caller's :data:`MAX_ANSWERS`).
-        self.readers = 0
-        #: Writes what the shared log has queued (``None``: no shared log).
-        self.flush: Callable[[], Awaitable[None]] | None = None
-
-    @property
-    def start(self) -> bytes:
-        """The answer's ``start`` frame."""
-        return bytes(self.buf[: self.start_end])
-
-    def push(self, frames: list[bytes]) -> None:
-        """Add frames (never waits)."""
-        for data in frames:
-            self.push_one(data)
-
-    def push_one(self, data: bytes) -> None:
-        """Add one frame (never waits)."""
-        self.buf += data
-        self.size += len(data)
-        if self.waiting:
-            self.wake()
-
-    def wake(self) -> None:
-        """Wake the parked readers (once: at its next checkpoint they take all it added)."""
-        self.waiting = False
-        self._lot.unpark_all()
-
-    def close(self) -> None:
-        """No more frames."""
-        self.done = True
-        self._lot.unpark_all()
-
-    def cancel(self) -> None:
-        """Stop the agent (the answer ends ``abort``, ``finish``)."""
-        if self.runner is not None:
-            self.runner.cancel()
-
-    async def follow(self, send: SendChunk, *, replay: bool) -> None:
-        """Write the frames from the start, then each new one, then ``[DONE]``.
-
-        ``replay``: include a continued message's earlier parts (a resume).
-        """
-        self.readers += 1
-        try:
-            await self._follow(send, replay)
-        finally:
-            self.readers -= 1
-
-    async def _follow(self, send: SendChunk, replay: bool) -> None:
-        sent = 0  # the offset in buf of what this reader has not sent yet
-        if replay and self.prefix:
-            await send(b"".join([self.start, *self.prefix]))
-            sent = self.start_end
-        while True:
-            end = len(self.buf)
-            if sent < end:
-                with memoryview(self.buf) as view:  # no export left to block growth
-                    batch = view[sent:end].tobytes()
-                sent = end
-                if self.flush is not None and self.logging:
-                    # In the shared log before the client sees it: a resume
-                    # on another process never shows less (docs/resume.md).
-                    with contextlib.suppress(StoreUnavailable):
-                        await self.flush()
-                await send(batch)
-                continue
-            if self.done:
-                await send(DONE)
-                return
-            self.waiting = True
-            try:
-                with trio.move_on_after(HEARTBEAT) as quiet:
-                    await self._lot.park()
-            finally:
-                self.waiting = bool(self._lot)
-            if quiet.cancelled_caught:
-                await send(b": keep-alive\n\n")  # a write is how a gone client is noticed
 
 
 class AiSdkTransport:
@@ -273,10 +164,10 @@ class AiSdkTransport:
         self.max_answers = max_answers
         self.max_answer_bytes = max_answer_bytes
         #: The answers running in this process.
-        self.answers: dict[AnswerKey, _Answer] = {}
+        self.running = RunningAnswers()
+        self.answers = self.running.answers
         #: Turns paused for a person whose answer has ended, by chat.
         self.paused: dict[AnswerKey, _Run] = {}
-        self._per_principal: dict[tuple[str, str], int] = {}
 
     @property
     def log(self) -> EventLog:
@@ -315,8 +206,7 @@ class AiSdkTransport:
         if key not in self.answers and self._unread(principal.key) >= self.max_answers:
             raise HTTPError(
                 429,
-                f"At most {self.max_answers} answers nobody reads may run at once for one "
-                "caller; wait for one to finish, or resume it.",
+                too_many_answers(self.max_answers),
                 code="too_many_answers",
                 headers=[("retry-after", "1")],
             )
@@ -375,12 +265,16 @@ class AiSdkTransport:
         message_id = continued["id"] if continued is not None else self.ids("msg")
         encoder = StreamEncoder(message_id, self.ids, client_tools=chat.client_tools)
         prefix = replay_chunks(continued, self.ids) if continued is not None else []
-        answer = _Answer(
-            key, self.ids("leg"), frame(encoder.start()[0]), [frame(c) for c in prefix]
+        answer = Answer(
+            key,
+            self.ids("leg"),
+            frame(encoder.start()[0]),
+            [frame(c) for c in prefix],
+            heartbeat=HEARTBEAT,
         )
         answer.runner = run.answer.runner
         self.answers[key] = answer
-        self._per_principal[principal.key] = self._per_principal.get(principal.key, 0) + 1
+        self.running.started(principal.key)
         run.attach(answer, encoder)
 
         async def produce(send: SendChunk) -> None:
@@ -429,7 +323,7 @@ class AiSdkTransport:
         charge: Charge | None,
         body: bytes,
         slot: Slot,
-    ) -> _Answer:
+    ) -> Answer:
         """Create the answer and start its task (no checkpoint: the charge is in its hands).
 
         An answer whose turn waits for the chat's earlier one (``slot``) is
@@ -439,13 +333,14 @@ class AiSdkTransport:
         message_id = continued["id"] if continued is not None else self.ids("msg")
         encoder = StreamEncoder(message_id, self.ids, client_tools=chat.client_tools)
         prefix = replay_chunks(continued, self.ids) if continued is not None else []
-        answer = _Answer(
+        answer = Answer(
             key,
             response_id,
             frame(encoder.start()[0]),
             [frame(c) for c in prefix],
+            heartbeat=HEARTBEAT,
         )
-        self._per_principal[principal.key] = self._per_principal.get(principal.key, 0) + 1
+        self.running.started(principal.key)
         turn = turn_request(
             chat,
             agent=agent.name,
@@ -469,21 +364,10 @@ class AiSdkTransport:
 
     def _unread(self, owner: tuple[str, str]) -> int:
         """How many of ``owner`` 's answers run with nobody reading them."""
-        if self._per_principal.get(owner, 0) < self.max_answers:
-            return 0  # fewer running at all: no need to look
-        return sum(
-            1 for key, answer in self.answers.items() if key[0] == owner and answer.readers == 0
-        )
+        return self.running.unread(owner, self.max_answers)
 
-    def _forget(self, answer: _Answer) -> None:
-        if self.answers.get(answer.key) is answer:
-            del self.answers[answer.key]
-        owner = answer.key[0]
-        left = self._per_principal.get(owner, 1) - 1
-        if left > 0:
-            self._per_principal[owner] = left
-        else:
-            self._per_principal.pop(owner, None)
+    def _forget(self, answer: Answer) -> None:
+        self.running.forget(answer)
 
     # --- GET: resume -----------------------------------------------------------------
 
@@ -505,90 +389,35 @@ class AiSdkTransport:
         if not self.app.stores.event_log.shared:
             return Response(status=204)
         store = self.log
-        lkey = (principal.key, log_session(agent.name, chat_id))
-        try:
-            record = await store.load(lkey)
-        except ResumeError:
+        logged = await resumable(store, (principal.key, agent.name, chat_id))
+        if logged is None:
             return Response(status=204)
-        if record.running is None or record.node == store.node:
-            return Response(status=204)  # finished (or this process's, and gone)
-        window = await store.window(lkey)
-        if window.first > 1:
-            return Response(status=204)  # its start is no longer kept: no replay
-        running = record.running
+        lkey, leg, node = logged
 
         async def from_log(send: SendChunk) -> None:
-            await self._follow_log(send, lkey, running, record.node)
+            await follow_log(store, send, lkey, leg, node)
 
         return StreamingResponse(producer=from_log, headers=list(HEADERS))
 
-    async def _follow_log(
-        self, send: SendChunk, lkey: tuple[tuple[str, str], str], leg: str, node: str
-    ) -> None:
-        """Stream answer ``leg`` from the shared log as its process writes it."""
-        store = self.app.stores.event_log
-        stream = ResumeStream(0)
-        done_id = f"{leg}:done"
-        quiet = trio.current_time()
-        while True:
-            entries = await store.wait(lkey, stream.cursor, timeout=LOG_WAIT)
-            try:
-                sent = stream.backfill(entries).send
-            except ResumeError:
-                lost = {"type": "error", "errorText": "The answer is no longer kept in full."}
-                await send(frame(lost) + frame({"type": "finish", "finishReason": "other"}) + DONE)
-                return
-            frames: list[bytes] = []
-            for entry in sent:
-                if not entry.event_id.startswith(leg + ":"):
-                    return  # a newer answer took the log over: this one is gone
-                if entry.event_id == done_id:
-                    await send(b"".join(frames) + DONE)
-                    return
-                frames.append(entry.data)
-            if frames:
-                await send(b"".join(frames))
-                quiet = trio.current_time()
-                continue
-            if not await store.alive(node):
-                lost = {"type": "error", "errorText": "The server running this answer stopped."}
-                finish = {"type": "finish", "finishReason": "interrupted"}
-                await send(frame(lost) + frame(finish) + DONE)
-                if await store.claim(lkey, f"lost:{leg}"):
-                    # Nothing runs it any more: the next resume is a 204.
-                    done = SessionRecord(agent=lkey[1].split(":", 2)[1], running=None, node=node)
-                    store.put_record(lkey, done)
-                    with contextlib.suppress(StoreUnavailable):
-                        await store.flush()
-                return
-            if trio.current_time() - quiet >= HEARTBEAT:
-                await send(b": keep-alive\n\n")
-                quiet = trio.current_time()
 
-
-class _Run:
+class _Run(AnswerTask):
     """The task of one answer: runs the turn, renders its events, ends the answer."""
 
     def __init__(
         self,
         transport: AiSdkTransport,
-        answer: _Answer,
+        answer: Answer,
         encoder: StreamEncoder,
         charge: Charge | None,
         body: bytes,
         slot: Slot | None = None,
     ) -> None:
+        super().__init__(answer, encoder, transport.app.stores.event_log, transport.running, body)
         self.transport = transport
         #: The chat's place under the busy policy, held until the turn ends.
         self.slot = slot
-        self.answer = answer
-        self.encoder = encoder
         self.charge = charge
-        self.body = body
         self.app = transport.app
-        self.lkey = (answer.key[0], log_session(answer.key[1], answer.key[2]))
-        self._count = 0
-        self._owner: Callable[[], None] = self._lose_log
         #: Paused for a person: the answer ended, the turn waits (see the module docstring).
         self.paused = False
         #: What the turn said while no answer showed it.
@@ -608,7 +437,7 @@ class _Run:
         self.transport.answers[self.answer.key] = self.answer
         self.open_log()
 
-    def attach(self, answer: _Answer, encoder: StreamEncoder) -> None:
+    def attach(self, answer: Answer, encoder: StreamEncoder) -> None:
         """A POST takes the paused turn up: show the rest in ``answer``."""
         self.answer, self.encoder = answer, encoder
         self.paused = False
@@ -630,34 +459,12 @@ class _Run:
         self.transport._forget(answer)
         self.transport.paused[answer.key] = self
 
-    def _lose_log(self) -> None:
-        self.answer.logging = False
-
-    def _emit(self, chunks: list[dict[str, Any]]) -> None:
-        frames = [frame(c) for c in chunks]
-        self.answer.push(frames)
-        if self.answer.logging:
-            for data in frames:
-                self._log(data)
-
-    def _log(self, data: bytes) -> None:
-        self._count += 1
-        self.app.stores.event_log.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
-
     def open_log(self) -> None:
         """Start the chat's log in the shared event log (when there is one); never waits."""
         if not self.app.stores.event_log.shared:
             return
-        store = self.transport.log
-        store.take_over(self.lkey)
-        record = SessionRecord(agent=self.answer.key[1], running=self.answer.leg)
-        store.begin(self.lkey, record, owner=self._owner)
-        self.answer.logging = True
-        self.answer.flush = store.flush
-        for data in [self.answer.start, *self.answer.prefix]:
-            self._count += 1
-            store.append(self.lkey, data, f"{self.answer.leg}:{self._count}")
-        store.register(self.lkey, self._answer_message)
+        self.transport.log.ensure_running(self.app.background)
+        self.chatlog.open(self.answer, self._answer_message)
 
     async def _answer_message(self, message: dict[str, Any]) -> dict[str, Any]:
         """Another process asks about this chat: a newer POST stops this answer."""
@@ -673,24 +480,6 @@ class _Run:
             return {"ok": True}
         return {"error": "unsupported"}
 
-    async def _close_log(self) -> None:
-        store = self.app.stores.event_log
-        if not self.answer.logging:
-            return
-        store.unregister(self.lkey, self._answer_message)
-        store.append(self.lkey, DONE, f"{self.answer.leg}:done")
-        record = SessionRecord(agent=self.answer.key[1], running=None)
-        record.node = store.node
-        store.put_record(self.lkey, record)
-        store.release(self.lkey, self._owner)
-        self.answer.logging = False
-        try:
-            await store.flush()
-        except StoreUnavailable:
-            log.warning(
-                "the event log is unavailable: chat answer %s is kept queued", self.answer.leg
-            )
-
     async def sink(self, event: ev.Event) -> None:
         if type(event) is ev.ResponseDelta and not self.paused:
             delta = event.delta
@@ -705,18 +494,18 @@ class _Run:
                 if answer.waiting:
                     answer.wake()
                 if answer.logging:
-                    self._log(data)
+                    self.chatlog.append(data)
                 if answer.size > self.transport.max_answer_bytes:
-                    raise _TooLarge
+                    raise AnswerTooLarge
                 return
         if self.paused:
             self.held.append(event)
             if len(self.held) > MAX_HELD:
-                raise _TooLarge
+                raise AnswerTooLarge
             return
         self._show(event)
         if self.answer.size > self.transport.max_answer_bytes:
-            raise _TooLarge
+            raise AnswerTooLarge
 
     def _show(self, event: ev.Event) -> None:
         """Render one event into the answer (an interrupt pauses it)."""
@@ -751,7 +540,7 @@ class _Run:
 
     async def _run(self) -> None:
         answer, runner = self.answer, self.answer.runner
-        assert runner is not None
+        assert isinstance(runner, ResponseRunner)
         outcome = None
         failure: str | None = None
         try:
@@ -762,7 +551,7 @@ class _Run:
                     self.begin()
                 slot.bind(self.cancel)
             outcome = await runner.run()
-        except _TooLarge:
+        except AnswerTooLarge:
             failure = (
                 f"The answer exceeded {self.transport.max_answer_bytes} bytes and was stopped."
             )
@@ -797,31 +586,12 @@ class _Run:
         with trio.CancelScope(shield=True):
             await self._close_log()
 
-    def _failed(self, text: str) -> list[dict[str, Any]]:
-        return self.encoder.error(text) if self.encoder.phase is not Phase.FINISHED else []
-
-    def _end(self, tail: list[dict[str, Any]]) -> None:
-        if self.answer.done:
-            return
-        self._emit(tail)
-        self.answer.close()
-        self.answer.finished.set()
-        self.transport._forget(self.answer)
-
     def _tail(self, outcome: Any) -> list[dict[str, Any]]:
-        signer = self.app.response_signer
-        signature = None
-        if signer is not None and outcome.status == "completed":
-            signature = signer(outcome.tracker.text, self.body)
-        tail = self.encoder.end(outcome, signature)
+        tail = self._signed_end(outcome, self.app.response_signer)
         if self.slot is not None and self.slot.dropped and outcome.status == "cancelled":
             # The chat's messages are the client's: a rolled-back answer says so.
             tail[-1].setdefault("messageMetadata", {})[POLICY_KEY] = BusyPolicy.ROLLBACK.value
         return tail
-
-
-class _TooLarge(UampError):
-    """An answer went over its byte budget (raised in the agent, through the sink)."""
 
 
 def transport(

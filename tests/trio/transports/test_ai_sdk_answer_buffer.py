@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uamp_proto.adapters.ai_sdk import DONE
-from uamp_trio.transports.ai_sdk import _Answer
+from uamp_stores.chat_answers import Answer
 
 _frames = st.lists(st.binary(min_size=1, max_size=12), max_size=6)
 #: One step of the answer: push these frames (one at a time or as a list),
@@ -36,7 +36,7 @@ def test_every_reader_writes_the_whole_answer(
     steps: list[tuple[str, object]], prefix: list[bytes]
 ) -> None:
     async def main() -> None:
-        answer = _Answer((("anonymous", ""), "agent", "chat"), "leg", b"START|", prefix)
+        answer = Answer((("anonymous", ""), "agent", "chat"), "leg", b"START|", prefix)
         pushed: list[bytes] = []
         readers: list[tuple[bool, list[bytes]]] = []
 
