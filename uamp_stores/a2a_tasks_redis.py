@@ -11,6 +11,8 @@ Keys, under ``{prefix}:a2a:``:
   JSON (:func:`uamp_proto.adapters.a2a_records.task_to_json`, without its
   push-notification configs), ``p`` those configs as JSON, ``s`` the
   sequence number of its latest update;
+* ``x:{id}`` -- a list: the text chunks written since ``d`` (``[artifact
+  id, text]`` each), applied to ``d`` when the task is read;
 * ``all``, ``own:{o}``, ``fin``, ``fin:{o}``, ``ctx:{o}:{context}`` --
   sorted sets of task ids by creation number: every task, an owner's, the
   finished ones (all and an owner's), a conversation's;
@@ -28,7 +30,16 @@ step, as :class:`~uamp_stores.a2a_tasks.MemoryTaskStore` does.
 Push-notification configs are a field of their own: the process running a
 task's turn writes the task on each update without overwriting configs
 another process set meanwhile, and reads them back (the publish script
-returns them) so its webhooks follow.
+returns them) so its webhooks follow. A batch of updates that only grows
+text artifacts (a streamed turn's text chunks:
+:func:`~uamp_proto.adapters.a2a_records.text_appends`) appends its chunks to
+``x:{id}`` instead of rewriting ``d``, so a streamed chunk costs its own
+size, not its task's; the next whole write empties the list, and a read
+applies it (:func:`~uamp_proto.adapters.a2a_records.grow_text`) in the same
+transaction as ``d``. The writer appends only what it can vouch for
+(:class:`_TextMarks`): each artifact grown is, as at its last whole write,
+one text item -- the same object, the turn's own -- longer by exactly the
+chunks; anything else is a whole write.
 
 Updates and cancel requests travel on one pub/sub channel,
 ``{prefix}:a2a:events``, which every process subscribes to while it runs
@@ -49,10 +60,13 @@ from typing import Any, Final, TypeVar
 import anyio
 import orjson
 
+from uamp_proto import types as ty
 from uamp_proto.adapters.a2a import A2ATask, TaskState, Update
 from uamp_proto.adapters.a2a_records import (
+    grow_text,
     task_from_json,
     task_to_json,
+    text_appends,
     update_from_json,
     update_to_json,
 )
@@ -76,7 +90,7 @@ local function drop(p, id)
   local o = redis.call('HGET', tk, 'o')
   if not o then return end
   local c = redis.call('HGET', tk, 'c')
-  redis.call('DEL', tk)
+  redis.call('DEL', tk, p .. 'x:' .. id)
   redis.call('ZREM', p .. 'all', id)
   redis.call('ZREM', p .. 'fin', id)
   redis.call('ZREM', p .. 'own:' .. o, id)
@@ -126,8 +140,9 @@ _DISCARD: Final = _DROP + "drop(ARGV[1], ARGV[2])\nreturn 'ok'\n"
 #: (it beats every second while it listens, and on each write of a working task).
 NODE_TTL: Final = 5000
 
-#: ARGV: prefix, id, task JSON, finished (0/1), push JSON or '' (kept),
-#: runner node or '' (none runs it now), updates...
+#: ARGV: prefix, id, task JSON or '' (text chunks only), finished (0/1), push
+#: JSON or '' (kept), runner node or '' (none runs it now), its heartbeat's
+#: time to live, the number K of text chunks, K chunks, updates...
 #: Returns the stored push JSON, or nil when the task is not stored.
 _PUBLISH: Final = (
     _DROP
@@ -135,7 +150,12 @@ _PUBLISH: Final = (
 local p, id = ARGV[1], ARGV[2]
 local tk = p .. 't:' .. id
 if redis.call('EXISTS', tk) == 0 then return nil end
-redis.call('HSET', tk, 'd', ARGV[3])
+local k = tonumber(ARGV[8])
+if ARGV[3] ~= '' then
+  redis.call('HSET', tk, 'd', ARGV[3])
+  redis.call('DEL', p .. 'x:' .. id)
+end
+for i = 9, 8 + k do redis.call('RPUSH', p .. 'x:' .. id, ARGV[i]) end
 if ARGV[5] ~= '' then redis.call('HSET', tk, 'p', ARGV[5]) end
 if ARGV[4] == '1' then finish(p, id, tk) end
 if ARGV[6] ~= '' then
@@ -144,9 +164,10 @@ if ARGV[6] ~= '' then
 else
   redis.call('HDEL', tk, 'r')
 end
-if #ARGV > 7 then
-  local s = redis.call('HINCRBY', tk, 's', #ARGV - 7) - (#ARGV - 7)
-  for i = 8, #ARGV do
+local first = 9 + k
+if #ARGV >= first then
+  local s = redis.call('HINCRBY', tk, 's', #ARGV - first + 1) - (#ARGV - first + 1)
+  for i = first, #ARGV do
     s = s + 1
     redis.call('PUBLISH', p .. 'events', 'u\\n' .. s .. '\\n' .. id .. '\\n' .. ARGV[i])
   end
@@ -186,10 +207,60 @@ def _encode(task: A2ATask) -> tuple[bytes, bytes]:
     return orjson.dumps(data), orjson.dumps(push)
 
 
-def _decode(data: bytes, push: bytes | None) -> A2ATask:
+def _decode(data: bytes, push: bytes | None, chunks: list[bytes]) -> A2ATask:
+    """The task as stored: its JSON, its push configs, the text chunks written since."""
     fields = orjson.loads(data)
     fields["push_configs"] = orjson.loads(push) if push else {}
-    return task_from_json(fields)
+    task = task_from_json(fields)
+    if chunks:
+        grow_text(task, (tuple(orjson.loads(c)) for c in chunks))
+    return task
+
+
+class _TextMarks:
+    """What the process wrote of each working task's one-text artifacts, to append to them.
+
+    Per task: artifact id -> (its one text item, the text's length written).
+    Set at each whole write of a working task, forgotten at any other write.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, dict[str, tuple[ty.TextContent, int]]] = {}
+
+    def written(self, task: A2ATask) -> None:
+        """``task`` was written whole (its text settled)."""
+        if task.state is not TaskState.WORKING:
+            self._tasks.pop(task.id, None)
+            return
+        self._tasks[task.id] = {
+            a.artifact_id: (a.items[0], len(a.items[0].text))
+            for a in task.artifacts
+            if len(a.items) == 1 and type(a.items[0]) is ty.TextContent
+        }
+
+    def grew(self, task: A2ATask, appends: list[tuple[str, str]]) -> bool:
+        """Whether ``appends`` are all that changed in their artifacts since written (noted)."""
+        marks = self._tasks.get(task.id)
+        if marks is None:
+            return False
+        grown: dict[str, int] = {}
+        for artifact_id, text in appends:
+            grown[artifact_id] = grown.get(artifact_id, 0) + len(text)
+        by_id = {a.artifact_id: a for a in task.artifacts if a.artifact_id in grown}
+        for artifact_id, added in grown.items():
+            artifact, mark = by_id.get(artifact_id), marks.get(artifact_id)
+            if artifact is None or mark is None or len(artifact.items) != 1:
+                return False
+            item, length = mark
+            if artifact.items[0] is not item or len(item.text) != length + added:
+                return False
+        for artifact_id, added in grown.items():
+            item, length = marks[artifact_id]
+            marks[artifact_id] = (item, length + added)
+        return True
+
+    def forget(self, task_id: str) -> None:
+        self._tasks.pop(task_id, None)
 
 
 class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
@@ -227,6 +298,7 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
         self._take_over = self._redis.register_script(_TAKE_OVER)
         #: This process, as working tasks' hashes name their runner.
         self.node = uuid.uuid4().hex
+        self._marks = _TextMarks()
         self._running = False
         self._listening = anyio.Event()
 
@@ -260,15 +332,22 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
             raise quota_exceeded(self.max_per_principal)
 
     async def discard(self, task_id: str) -> None:
+        self._marks.forget(task_id)
         await self._call(lambda: self._discard(args=[self._p, task_id]))
 
     async def _read(self, task_id: str, owner: str) -> tuple[A2ATask, int] | None:
         """The task and its update number, if ``owner`` (a digest) has it."""
-        found = await self._call(self._redis.hmget, f"{self._p}t:{task_id}", "o", "d", "p", "s")
-        stored_owner, data, push, seq = found
+
+        def read() -> Any:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hmget(f"{self._p}t:{task_id}", "o", "d", "p", "s")
+            pipe.lrange(f"{self._p}x:{task_id}", 0, -1)
+            return pipe.execute()
+
+        (stored_owner, data, push, seq), chunks = await self._call(read)
         if data is None or stored_owner.decode() != owner:
             return None
-        return _decode(data, push), int(seq)
+        return _decode(data, push, chunks), int(seq)
 
     async def get(self, task_id: str, *, owner: Principal) -> A2ATask:
         found = await self._read(task_id, _owner(owner))
@@ -278,14 +357,16 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
 
     async def _many(self, ids: list[bytes]) -> list[A2ATask]:
         def read() -> Any:
-            pipe = self._redis.pipeline(transaction=False)
+            pipe = self._redis.pipeline(transaction=True)
             for task_id in ids:
                 pipe.hmget(f"{self._p}t:{task_id.decode()}", "d", "p")
+                pipe.lrange(f"{self._p}x:{task_id.decode()}", 0, -1)
             return pipe.execute()
 
         rows = await self._call(read) if ids else []
         # A task evicted between the two reads is simply not there.
-        return [_decode(d, p) for d, p in rows if d is not None]
+        pairs = zip(rows[::2], rows[1::2], strict=True)
+        return [_decode(d, p, chunks) for (d, p), chunks in pairs if d is not None]
 
     async def owned_by(self, owner: Principal) -> list[A2ATask]:
         ids = await self._call(self._redis.zrange, f"{self._p}own:{_owner(owner)}", 0, -1)
@@ -308,12 +389,24 @@ class RedisTaskStore(RedisCalls, BackgroundLoop, TaskStore):
         await self._write(task, updates, with_push=False)
 
     async def _write(self, task: A2ATask, updates: list[Update], *, with_push: bool) -> None:
-        data, push = _encode(task)
-        runner = self.node if task.state is TaskState.WORKING else ""
+        working = task.state is TaskState.WORKING
+        appends = None if with_push or not working else text_appends(updates)
+        chunks: list[bytes] = []
+        if appends is not None:
+            task.settle()
+            if not self._marks.grew(task, appends):
+                appends = None
+        if appends is None:
+            data, push = _encode(task)
+            self._marks.written(task)
+        else:  # only text grew: its chunks, not the whole task again
+            data, push = b"", b""
+            chunks = [orjson.dumps(chunk) for chunk in appends]
         args: list[Any] = [
             self._p, task.id, data, "1" if task.state.is_terminal else "0",
-            push if with_push else b"", runner, NODE_TTL,
+            push if with_push else b"", self.node if working else "", NODE_TTL, len(chunks),
         ]  # fmt: skip
+        args.extend(chunks)
         args.extend(orjson.dumps(update_to_json(u)) for u in updates)
         stored = await self._call(lambda: self._publish(args=args))
         if stored is not None and not with_push:

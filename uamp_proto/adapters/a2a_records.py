@@ -8,10 +8,17 @@ shared by several processes (``uamp_stores.a2a_tasks_redis``) keeps
 them in this form, so every process reads back exactly the task another
 one wrote. UAMP values inside (content items, messages, tool calls, errors)
 use the core codec; the rest is mapped field by field.
+
+While a turn streams text, rewriting the whole task for each chunk would
+cost the task's size per chunk: :func:`text_appends` says when a batch of
+updates only grows text artifacts (what :meth:`TaskRun.more_text
+<uamp_proto.adapters.a2a.TaskRun.more_text>` makes), so a store keeps the
+chunks beside the task, and :func:`grow_text` applies them when it is read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import attrs
@@ -21,7 +28,14 @@ from ..codec import from_dict, unstructure
 from ..interrupts import Interrupt
 from .a2a import A2ATask, Artifact, StoredMessage, TaskState, Update
 
-__all__ = ["task_from_json", "task_to_json", "update_from_json", "update_to_json"]
+__all__ = [
+    "grow_text",
+    "task_from_json",
+    "task_to_json",
+    "text_appends",
+    "update_from_json",
+    "update_to_json",
+]
 
 _Record = TypeVar("_Record", StoredMessage, Artifact)
 
@@ -130,3 +144,46 @@ def update_from_json(data: dict[str, Any]) -> Update:
         text=data["text"],
         metadata=data["metadata"],
     )
+
+
+def text_appends(updates: list[Update]) -> list[tuple[str, str]] | None:
+    """``(artifact id, text)`` of each update when all only grow a text artifact, else ``None``.
+
+    Such an update is a text chunk of a turn's text artifact after its first
+    (``append``, its ``text`` set, not the last chunk): its task changed in
+    nothing but that artifact's one text item, grown by ``text``. An empty
+    batch, or one with any other update, is ``None`` (write the whole task).
+    """
+    if not updates:
+        return None
+    out: list[tuple[str, str]] = []
+    for update in updates:
+        artifact = update.artifact
+        if (
+            update.kind != "artifact"
+            or not update.append
+            or update.last_chunk
+            or update.text is None
+            or artifact is None
+        ):
+            return None
+        out.append((artifact.artifact_id, update.text))
+    return out
+
+
+def grow_text(task: A2ATask, appends: Iterable[tuple[str, str]]) -> A2ATask:
+    """``task`` with each ``(artifact id, text)`` of :func:`text_appends` applied, in order.
+
+    The artifact's text is one item, grown as the turn grew it; an append to
+    an artifact the task does not hold is ignored.
+    """
+    by_id = {artifact.artifact_id: artifact for artifact in task.artifacts}
+    grown: dict[str, list[str]] = {}
+    for artifact_id, text in appends:
+        if artifact_id in by_id:
+            grown.setdefault(artifact_id, []).append(text)
+    for artifact_id, parts in grown.items():
+        artifact = by_id[artifact_id]
+        said = "".join(i.text for i in artifact.items if isinstance(i, ty.TextContent))
+        artifact.items = [ty.TextContent(text=said + "".join(parts))]
+    return task

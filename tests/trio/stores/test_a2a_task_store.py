@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from tests.proto.test_adapter_a2a_more_text import _EVENTS as STREAMED
+from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.a2a import TaskState, Trigger
@@ -393,3 +395,69 @@ def test_the_redis_store_answers_as_the_memory_model(redis_url: str) -> None:
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     run().runTest()
+
+
+# --- a streamed turn's text chunks, appended instead of rewriting the task ---------------
+
+
+def _turn_ids() -> Callable[[str], str]:
+    count = iter(range(10**9))
+    return lambda prefix: f"{prefix}-{next(count)}"
+
+
+async def test_text_chunks_are_appended_and_read_back_as_the_task(redis_url: str) -> None:
+    prefix = uuid.uuid4().hex
+    writer = RedisTaskStore(redis_url, prefix=prefix)
+    reader = RedisTaskStore(redis_url, prefix=prefix)
+    task = a2a.A2ATask(id="t", context_id="c", agent="a")
+    await writer.add(task, owner=ALICE)
+    task.move(Trigger.START)
+    run = a2a.TaskRun(task, _turn_ids())
+    for n in range(30):
+        event = ev.ResponseDelta(delta=ty.DeltaText(text=f"w{n} "), response_id="r")
+        await writer.publish(task, run.feed(event))
+    stored = writer._redis.hget(f"{prefix}:a2a:t:t", "d")
+    assert writer._redis.llen(f"{prefix}:a2a:x:t") == 29  # the first chunk made the artifact
+    assert b"w29" not in stored  # the task was not written again for them
+    assert task_to_json(await reader.get("t", owner=ALICE)) == task_to_json(task)
+    assert [task_to_json(t) for t in await reader.owned_by(ALICE)] == [task_to_json(task)]
+    await writer.publish(task, run.cancel(None))  # a whole write: the chunks are folded in
+    assert task.state is TaskState.CANCELED
+    assert writer._redis.exists(f"{prefix}:a2a:x:t") == 0
+    assert task_to_json(await reader.get("t", owner=ALICE)) == task_to_json(task)
+    await writer.discard("t")
+    assert writer._redis.exists(f"{prefix}:a2a:x:t", f"{prefix}:a2a:t:t") == 0
+    await writer.aclose()
+    await reader.aclose()
+
+
+@given(events=STREAMED)
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_whatever_a_turn_streams_another_process_reads_the_task_as_written(
+    redis_url: str, events: list[ev.Event]
+) -> None:
+    """Text chunks appended, artifacts of the agent's under the text's id, the rest: a
+    reader (another process) gets the writer's task after every publish."""
+
+    async def run() -> None:
+        prefix = uuid.uuid4().hex
+        writer = RedisTaskStore(redis_url, prefix=prefix)
+        reader = RedisTaskStore(redis_url, prefix=prefix)
+        try:
+            task = a2a.A2ATask(id="t", context_id="c", agent="a")
+            await writer.add(task, owner=ALICE)
+            task.move(Trigger.START)
+            turn = a2a.TaskRun(task, _turn_ids())
+            for event in events:
+                await writer.publish(task, turn.feed(event))
+                read = await reader.get("t", owner=ALICE)
+                assert task_to_json(read) == task_to_json(task)
+        finally:
+            await writer.aclose()
+            await reader.aclose()
+
+    trio.run(run)
