@@ -395,7 +395,9 @@ class Connection:
         self._sessions: dict[str, SessionContext] = {}
         self._ended: deque[str] = deque(maxlen=256)
         self._inbox: deque[bytes | str] = deque()
-        self._outbox: list[bytes] = []
+        #: Replies the core owes the peer (pongs, errors), oldest first;
+        #: :meth:`data_to_send` drains it (test it to skip that call).
+        self.owed: list[bytes] = []
         self._evt_base, self._evt_n = event_id_stem(self._ids("evt"))
         #: The ``event_id`` of the last event :meth:`send` serialised (what a
         #: binding logs it under, without parsing the message again).
@@ -522,7 +524,7 @@ class Connection:
 
     def data_to_send(self) -> list[bytes]:
         """Messages the core owes the peer (pongs, errors, acks); drains them."""
-        out, self._outbox = self._outbox, []
+        out, self.owed = self.owed, []
         return out
 
     # --- internals -----------------------------------------------------------
@@ -653,7 +655,7 @@ class Connection:
                 err.code, err.message, err.session_id, err.event_id, event_type, err.field
             )
         if err.reply is not None:
-            self._outbox.append(self._encode_reply(err.reply))
+            self.owed.append(self._encode_reply(err.reply))
         return err
 
     def _encode_reply(self, event: ev.Event) -> bytes:
@@ -772,7 +774,7 @@ class Connection:
             for session in self._sessions.values():
                 self._update_session(session, event)  # type: ignore[arg-type]
         elif event.type == "ping" and sender is self.their_role:
-            self._outbox.append(self._encode_reply(ev.Pong()))
+            self.owed.append(self._encode_reply(ev.Pong()))
 
     # --- sessions ------------------------------------------------------------
 
@@ -946,7 +948,7 @@ class Connection:
                 session.client_capabilities, event.capabilities
             )
         elif etype == "ping" and sender is self.their_role:
-            self._outbox.append(self._encode_reply(ev.Pong(session_id=event.session_id)))
+            self.owed.append(self._encode_reply(ev.Pong(session_id=event.session_id)))
         elif etype == "session.error" and session.state is SessionState.CREATING:
             pass
         if new_state is SessionState.ENDED:
@@ -1211,7 +1213,7 @@ class Connection:
             raise _refuse(exc.code, exc.message) from None
         if due is not None:
             ack = flow.ack_event(tracker.response_id, due, session_id=event.session_id)
-            self._outbox.append(self._encode_reply(ack))
+            self.owed.append(self._encode_reply(ack))
             receive.acknowledged(tracker.response_id, due)
         return None
 

@@ -727,6 +727,16 @@ class MemoryEventLog(EventLog):
         """Never: every write is applied as it is queued (asked before each event is sent)."""
         return False
 
+    def put_record(self, key: LogKey, record: SessionRecord) -> None:
+        """:meth:`EventLog.put_record`, applied at once (a copy; no queued write to dispatch)."""
+        record.updated = self.clock()
+        log = self._logs.get(key)
+        if log is None:
+            log = self._add(key, record)
+        log.record = record.copy()
+        if self._flushed.parked:
+            self._flushed.unpark_all()
+
     def append(self, key: LogKey, data: bytes, event_id: str) -> LogEntry:
         """:meth:`EventLog.append`, stored at once (no queued write to dispatch)."""
         entry = LogEntry(self._positions[key].next(), event_id, data)

@@ -873,14 +873,16 @@ class SessionHost:
                 continue
             if event is NEED_DATA:
                 break
-            self._flush_owed()
+            if conn.owed:
+                self._flush_owed()
             if isinstance(event, ev.Event):
                 self._dispatch(event)
             else:
                 # Section 14.3: an unknown event type is logged, never an error.
                 assert isinstance(event, ev.UnknownEvent)
                 log.info("ignoring an event of unknown type %r", event.type[:64])
-        self._flush_owed()
+        if conn.owed:
+            self._flush_owed()
         return errors
 
     @property
