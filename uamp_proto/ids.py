@@ -11,12 +11,56 @@ import itertools
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["IdSource", "counter_ids", "event_id_stem", "random_ids", "short_random_ids"]
+__all__ = [
+    "RANDOM_BATCH",
+    "IdSource",
+    "counter_ids",
+    "event_id_stem",
+    "random_hex",
+    "random_ids",
+    "short_random_ids",
+]
 
 #: Makes a fresh id for a prefix.
 IdSource = Callable[[str], str]
+
+
+#: 128-bit values drawn from one ``os.urandom`` call.
+RANDOM_BATCH = 64
+
+
+def _draw() -> Iterator[str]:
+    hexed = os.urandom(16 * RANDOM_BATCH).hex()
+    return iter([hexed[i : i + 32] for i in range(0, len(hexed), 32)])
+
+
+_pool: Iterator[str] = iter(())
+
+
+def _forget() -> None:
+    global _pool
+    _pool = iter(())
+
+
+os.register_at_fork(after_in_child=_forget)  # a forked child draws its own
+
+
+def random_hex() -> str:
+    """128 random bits as 32 hex digits: ``os.urandom(16).hex()``, a system call per 64.
+
+    The bytes come from ``os.urandom`` 64 values at a time (one ``getrandom``
+    system call each, most of a short request's id cost on a virtual
+    machine); ``next`` on a list iterator holds the GIL, so two threads never
+    get the same value.
+    """
+    global _pool
+    value = next(_pool, None)
+    if value is None:
+        _pool = _draw()
+        value = next(_pool)
+    return value
 
 
 def random_ids(prefix: str) -> str:
@@ -29,7 +73,7 @@ def random_ids(prefix: str) -> str:
     """
     if prefix == "content" or prefix == "evt":
         return str(uuid.uuid4())
-    return f"{prefix}_{os.urandom(16).hex()}"
+    return f"{prefix}_{random_hex()}"
 
 
 def short_random_ids(prefix: str) -> str:

@@ -67,7 +67,7 @@ from .http import (
     reason_phrase,
     tls_info,
 )
-from .streams import receive_or_eof, send_now
+from .streams import receive_or_eof, receive_when_ready, send_now
 from .websocket import WebSocketRequest
 
 if TYPE_CHECKING:
@@ -439,7 +439,7 @@ class _Http1Connection:
             return False
         tracker.idle_scope = scope
         tracker.idle_since = trio.current_time()
-        data = await self._receive()
+        data = await receive_when_ready(self.stream, _READ_SIZE)
         tracker.idle_since = None
         tracker.idle_scope = None
         if scope.cancel_called:

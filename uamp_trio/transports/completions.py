@@ -55,7 +55,6 @@ host's interrupt policy (deny: the model is told the call was refused).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from contextlib import aclosing
 from functools import partial
@@ -84,6 +83,7 @@ from uamp_proto.adapters.completions import (
 )
 from uamp_proto.codec import unstructure
 from uamp_proto.events import Event, ResponseDelta
+from uamp_proto.ids import random_hex
 from uamp_proto.outcome import ResponseOutcome
 from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
@@ -179,16 +179,14 @@ class CompletionsTransport:
         agent = self.app.resolve_agent(
             request.path_params, model=model if isinstance(model, str) else None
         )
-        # One read of the OS's randomness for both ids (the same 128 bits
-        # each as uuid4().hex).
-        rand = os.urandom(32).hex()
-        completion_id = f"chatcmpl-{rand[:32]}"
+        # 128 random bits each, as uuid4().hex (drawn from the OS 64 at a time).
+        completion_id = f"chatcmpl-{random_hex()}"
         try:
             parsed = parse_request(
                 body,
                 agent=agent.name,
                 response_id=completion_id,
-                session_id=f"sess_{rand[32:]}",
+                session_id=f"sess_{random_hex()}",
                 principal=request.principal,
             )
         except CompletionsError as exc:

@@ -54,7 +54,6 @@ Chat Completions.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -83,6 +82,7 @@ from uamp_proto.adapters.responses_render import (
 )
 from uamp_proto.busy import INVALID_POLICY, BusyError
 from uamp_proto.codec import from_dict
+from uamp_proto.ids import random_hex
 from uamp_proto.payment import BALANCE_EVENT, Charge, PaymentRequiredError, balance_fields
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
@@ -210,7 +210,7 @@ class ResponsesTransport:
         """``POST .../responses``."""
         body = await request.json()
         agent = self._agent(request, body.get("model") if isinstance(body, dict) else None)
-        rid = f"resp_{os.urandom(16).hex()}"
+        rid = f"resp_{random_hex()}"
         principal = request.principal
         try:
             parsed = parse_request(
