@@ -53,10 +53,16 @@ class Held:
 HELD = Held()
 
 
+async def count(turn: TurnRequest) -> AsyncIterator[str | ev.Event]:
+    """Says how many messages the conversation holds."""
+    yield f"{len(turn.messages)} messages"
+
+
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
     config = uamp_asgi.Config(authenticator=APIKeyAuthenticator([("a", "sk-a"), ("b", "sk-b")]))
-    app = uamp_asgi.app([function_agent(echo), function_agent(HELD, name="held")], config=config)
+    agents = [function_agent(echo), function_agent(HELD, name="held"), function_agent(count)]
+    app = uamp_asgi.app(agents, config=config)
     with uvicorn_server(app) as url:
         yield url
 
@@ -102,6 +108,30 @@ def test_send_get_and_list(base: str, binding: str, streaming: bool) -> None:
             assert task_id in [t.id for t in listed.tasks]
 
     run_asyncio(main)
+
+
+def test_a_message_in_a_context_continues_its_conversation_for_its_owner_only(base: str) -> None:
+    def send(key: str, agent: str, context: str | None = None) -> Any:
+        message: dict[str, Any] = {"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": "m"}
+        if context is not None:
+            message["contextId"] = context
+        url = f"{base}/agents/{agent}/a2a/message:send"
+        answer = httpx.post(url, json={"message": message}, headers={"authorization": key})
+        return answer.json()
+
+    def said(answer: Any) -> str:
+        return "".join(p["text"] for a in answer["task"]["artifacts"] for p in a["parts"])
+
+    first = send("Bearer sk-a", "count")
+    context = first["task"]["contextId"]
+    second = send("Bearer sk-a", "count", context)
+    third = send("Bearer sk-a", "count", context)
+    theirs = send("Bearer sk-b", "count", context)  # bob names alice's context
+    other_agent = send("Bearer sk-a", "echo", context)
+    assert [said(a) for a in (first, second, third)] == ["1 messages", "3 messages", "5 messages"]
+    assert second["task"]["contextId"] == context and second["task"]["id"] != first["task"]["id"]
+    assert said(theirs) == "1 messages"  # a fresh conversation, not alice's
+    assert other_agent["error"]["details"][0]["reason"] == "INVALID_PARAMS"
 
 
 @BINDINGS

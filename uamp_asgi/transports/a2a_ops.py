@@ -24,7 +24,10 @@ behind is dropped), ``GetTask`` anywhere sees the task as it is, and
 request to the process running it; the task ends canceled). A task whose
 process died mid-turn ends ``failed`` (``interrupted``) on the first
 survivor that looks at it, as under ``uamp serve``. A task paused for input
-or tool results is canceled at once; a finished one is not cancelable. A streaming send whose
+or tool results is canceled at once; a finished one is not cancelable. A
+message naming a ``contextId`` of the caller's (no ``taskId``) starts a task
+that continues that context's latest task's conversation, as under ``uamp
+serve``; another principal's context is a fresh one. A streaming send whose
 client leaves leaves its task running, as under ``uamp serve``: the turn
 goes on to its end in the request's task (:attr:`~uamp_asgi.http.StreamReply.detach`),
 its updates reaching subscribers and webhooks; ``GetTask`` shows the end.
@@ -514,14 +517,26 @@ class A2AOperations:
             task.history.append(stored)
             trigger = Trigger.RESUME
         else:
+            earlier = None
+            if message.context_id:
+                # Only the caller's own conversation continues: another
+                # principal's contextId is a fresh context, as an unknown one is.
+                earlier = await self.store.latest_in_context(message.context_id, owner=principal)
+            if earlier is not None and earlier.agent != agent.name:
+                raise A2AError(
+                    a2a.INVALID_PARAMS, f"Context {message.context_id} belongs to another agent."
+                )
             task = A2ATask(
                 id=random_ids("task"),
                 context_id=message.context_id or random_ids("ctx"),
                 agent=agent.name,
                 timestamp=_now(),
                 history=[stored],
-                conversation=[message.to_uamp()],
-                tools=tools,
+                conversation=[
+                    *(earlier.conversation if earlier is not None else []),
+                    message.to_uamp(),
+                ],
+                tools=tools or (earlier.tools if earlier is not None else []),
             )
             await self.store.check_quota(principal)  # before any money is locked
             response_id = random_ids("resp")
