@@ -60,6 +60,15 @@ conversation so far (:mod:`uamp_proto.topup`, shared with ``uamp serve``).
 Unpaid by the deadline, the response ends ``response.error``
 ``payment_required`` and is settled within what was locked.
 
+A session's own requests, as ``uamp serve``: ``session.update`` is answered
+``session.updated`` (a new token must name the connection's principal, else
+``unauthorized``), ``capabilities.query`` with the view
+:func:`uamp_proto.capabilities.queried` picks, and on a session with a delta
+window (docs/flow.md) a delta past the window waits in :meth:`Connection.owe`
+for the client's ack (windows are lifted when the client leaves: the turn
+goes on into the log). Everything kept per session goes with its
+``session.end`` (:meth:`Connection.forget`).
+
 Voice calls (UAMP 5.16, 7.3; docs/voice.md), as ``uamp serve``:
 ``voice.invite`` places a call to the session's agent -- its ``take_call``
 hook answers in a task of its own (the reader goes on), else its
