@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import trio
+import anyio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -48,8 +48,8 @@ class Holder(TestAgent):
         if text.startswith("hold"):
             try:
                 while not self.release.is_set():
-                    await trio.sleep(0.01)
-            except trio.Cancelled:
+                    await anyio.sleep(0.01)  # on Trio, or asyncio under uamp_asgi
+            except anyio.get_cancelled_exc_class():
                 self.cancelled.append(text)
                 raise
         self.finished.append(text)

@@ -3,7 +3,7 @@
 An answer outlives the POST that started it and is found again by
 ``GET .../ai-sdk/{chatId}/stream``, only by its principal; answers nobody
 reads are bounded per principal (a flood reproduced first), an answer's
-bytes are bounded, a newer POST of the chat ends the running answer, and on
+bytes are bounded, a newer POST of the chat meets the busy policy, and on
 a shared Redis log a resume on another process replays the answer from its
 start. The npm ``ai`` client's own resume runs against both servers in
 ``tests/interop/test_ai_sdk_client.py``; a writer killed mid-answer is in
@@ -145,18 +145,23 @@ def test_each_caller_leaves_a_bounded_number_of_answers_running(server: str) -> 
     assert orjson.loads(error)["error"]["code"] == "too_many_answers"
 
 
-def test_a_newer_post_ends_the_chats_running_answer(server: str) -> None:
+@pytest.mark.parametrize("policy", ["enqueue", "interrupt"])
+def test_a_newer_post_of_the_chat_meets_the_busy_policy(server: str, policy: str) -> None:
     url = f"{server}/agents/slow/ai-sdk"
+    again = {**body("chat-s", "again"), "uamp.on_busy": policy}
     with (
         httpx.Client(headers=ALICE, timeout=TIMEOUT) as http,
         http.stream("POST", url, json=body("chat-s")) as old,
     ):
         parts = old.iter_bytes()
         next(parts)
-        new = http.post(url, json=body("chat-s", "again"))
+        new = http.post(url, json=again)
         rest = b"".join(parts)
     ended = [c["type"] for c in chunks(rest)]
-    assert ended[-2:] == ["abort", "finish"]
+    if policy == "enqueue":  # the old answer ends first, whole; then the new one runs
+        assert ended[-2:] == ["finish-step", "finish"]
+    else:
+        assert ended[-2:] == ["abort", "finish"]
     assert text(chunks(new.content)) == "".join(WORDS)
 
 

@@ -8,7 +8,8 @@ second answer once the first has ended, ``interrupt`` ends the first answer
 the first answer's ``finish`` says ``messageMetadata["uamp.on_busy"] ==
 "rollback"`` (the chat's messages are the client's: it drops the turn). The
 policy is the server's (``on_busy``) or the request's (``"uamp.on_busy"`` in
-the body, what ``DefaultChatTransport(body=...)`` adds). Before the policy, a
+the body, what ``DefaultChatTransport(body=...)`` adds); the request's runs
+against uamp_asgi too. Before the policy, a
 new POST always superseded the running answer (interrupt).
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +91,45 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("how", ["server", "body"])
+@contextmanager
+def _server(thread_server: Any, agent: Holder, on: str, default: str | None) -> Iterator[str]:
+    """``agent`` 's ``/ai-sdk`` under ``uamp serve`` (busy by default as ``default``),
+    or uamp_asgi under uvicorn (``enqueue`` by default, as ``uamp serve``'s)."""
+    if on == "uamp serve":
+        yield f"{thread_server(create_app([agent]), on_busy=default).url}/agents/holder/ai-sdk"
+        return
+    import uamp_asgi
+    from tests._support.asgi import uvicorn_server
+
+    with uvicorn_server(uamp_asgi.app([agent])) as url:
+        yield f"{url}/agents/holder/ai-sdk"
+
+
+@pytest.mark.parametrize(
+    ("how", "on"),
+    [("server", "uamp serve"), ("body", "uamp serve"), ("body", "uamp_asgi")],
+)
 @pytest.mark.parametrize("policy", list(CASES))
 def test_a_second_message_on_a_busy_chat(
-    client_dir: Path, thread_server: Any, policy: str, how: str
+    client_dir: Path, thread_server: Any, policy: str, how: str, on: str
 ) -> None:
     second_says, stopped, marked = CASES[policy]
     default = policy if how == "server" else ("reject" if policy == "enqueue" else "enqueue")
     agent = Holder()
-    server = thread_server(create_app([agent]), on_busy=default)
-    url = f"{server.url}/agents/holder/ai-sdk"
+    with _server(thread_server, agent, on, default) as url:
+        _second_message(client_dir, agent, url, policy, how, second_says, stopped, marked)
+
+
+def _second_message(
+    client_dir: Path,
+    agent: Holder,
+    url: str,
+    policy: str,
+    how: str,
+    second_says: str | None,
+    stopped: bool,
+    marked: dict[str, str] | None,
+) -> None:
     body = {"uamp.on_busy": policy} if how == "body" else {}
     first = _Post(client_dir, url, "hold one")
     until(lambda: agent.started == ["hold one"], timeout=30)

@@ -20,11 +20,16 @@ with an ``error`` chunk). On a shared event log (Redis) every answer's chunks
 go to the log too and a resume on another process follows them from there,
 ending ``interrupted`` when the writing process is gone.
 
-A new POST for a chat whose answer still runs here ends that answer
-(``abort``, ``finish``) and starts the new one: ``uamp serve``'s
-``interrupt`` policy. Its other busy policies (``enqueue``, its default;
-``reject``, ``rollback``), POSTs that meet an answer running in another
-process and tool approvals that pause an answer are ``uamp serve``'s.
+A new POST for a chat whose answer still runs here meets the busy policy as
+under ``uamp serve`` (docs/busy.md; the chat id is the conversation,
+``"uamp.on_busy"`` in the body a request's own policy, ``enqueue`` by
+default; :class:`uamp_stores.busy.ConversationGate`, the same gate):
+``reject`` is ``409``, ``enqueue`` starts the new answer's stream at once and
+runs its turn when the old one ends, ``interrupt`` and ``rollback`` end the
+old answer (``abort``, ``finish``; a rolled-back one's ``finish`` says
+``messageMetadata["uamp.on_busy"] == "rollback"``). POSTs that meet an
+answer running in another process, and tool approvals that pause an answer,
+are ``uamp serve``'s.
 """
 
 from __future__ import annotations
@@ -47,12 +52,14 @@ from uamp_proto.adapters.ai_sdk import (
     turn_request,
 )
 from uamp_proto.adapters.completions import payment_error
+from uamp_proto.busy import POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.ids import random_ids
 from uamp_proto.outcome import ResponseOutcome
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_stores.background import start_detached
+from uamp_stores.busy import ConversationGate, Slot, http_status
 from uamp_stores.chat_answers import (
     MAX_ANSWER_BYTES,
     MAX_ANSWERS,
@@ -91,6 +98,8 @@ class _AiSdk:
         self.max_answers = max_answers
         self.max_answer_bytes = max_answer_bytes
         self.running = RunningAnswers()
+        #: The busy policy per chat (docs/busy.md).
+        self.gate = ConversationGate()
 
     @property
     def log(self) -> EventLog:
@@ -107,25 +116,38 @@ class _AiSdk:
             raise HTTPError(400, exc.message, code=exc.code) from None
         principal = request.principal
         key: AnswerKey = (principal.key, agent.name, parsed.chat_id)
-        old = self.running.answers.get(key)
+        try:
+            policy = self.gate.policy(parsed.extra)
+        except BusyError as exc:
+            raise HTTPError(400, str(exc), code=exc.code) from None
         # Superseding the chat's own answer leaves no more running: never refused.
-        if old is None and self.running.unread(principal.key, self.max_answers) >= self.max_answers:
+        unread = self.running.unread(principal.key, self.max_answers)
+        if key not in self.running.answers and unread >= self.max_answers:
             raise HTTPError(
                 429,
                 too_many_answers(self.max_answers),
                 code="too_many_answers",
                 headers=[("retry-after", "1")],
             )
+        try:
+            # The chat's answer running here: the busy policy (docs/busy.md).
+            slot = self.gate.enter(("ai-sdk", *key), principal, policy)
+        except BusyError as exc:
+            raise HTTPError(http_status(exc), str(exc), code=exc.code) from None
         response_id = random_ids("resp")
         token = request.headers.get("x-payment")
         try:
             # Locked before the stream starts; the turn settles it.
             charge = await self.host.open_charge(agent, token, response_id, principal)
         except PaymentRequiredError as unpaid:
+            slot.close()
             return JsonReply(payment_error(unpaid.accepts(), unpaid.details()), 402)
-        if old is not None:
-            old.cancel()  # the chat's newer message ends it (``interrupt``)
-        answer = self._start(agent, parsed, key, response_id, token, principal, charge, request)
+        except BaseException:
+            slot.close()
+            raise
+        answer = self._start(
+            agent, parsed, key, response_id, token, principal, charge, request, slot
+        )
         if answer.logging:
             # In the shared log before the client hears of the answer: a
             # resume on another process finds it.
@@ -147,6 +169,7 @@ class _AiSdk:
         principal: Principal,
         charge: Charge | None,
         request: Request,
+        slot: Slot,
     ) -> Answer:
         continued = parsed.continued
         message_id = continued["id"] if continued is not None else random_ids("msg")
@@ -160,12 +183,11 @@ class _AiSdk:
             payment_token=token,
             principal=principal,
         )
-        run = _Run(self, answer, encoder, request.body)
+        run = _Run(self, answer, encoder, request.body, slot, charge)
         answer.runner = run.turn = Turn(agent, turn, run.sink, charge=charge)
-        self.running.answers[key] = answer
         self.running.started(principal.key)
-        if self.log.shared:  # (its writer runs once it is used)
-            run.chatlog.open(answer)
+        if slot.ready:
+            run.begin()
         start_detached(self.host.background, run.run, "uamp-ai-sdk-answer", "an AI SDK answer")
         return answer
 
@@ -204,10 +226,27 @@ class _AiSdk:
 class _Run(AnswerTask):
     """The task of one answer: runs the turn, renders its events, ends the answer."""
 
-    def __init__(self, t: _AiSdk, answer: Answer, encoder: StreamEncoder, body: bytes) -> None:
+    def __init__(
+        self,
+        t: _AiSdk,
+        answer: Answer,
+        encoder: StreamEncoder,
+        body: bytes,
+        slot: Slot,
+        charge: Charge | None,
+    ) -> None:
         super().__init__(answer, encoder, t.host.event_log, t.running, body)
         self.t = t
+        #: The chat's place under the busy policy, held until the turn ends.
+        self.slot = slot
+        self.charge = charge
         self.turn: Turn | None = None
+
+    def begin(self) -> None:
+        """The turn's time has come: the chat's answer is this one (and in the shared log)."""
+        self.t.running.answers[self.answer.key] = self.answer
+        if self.t.log.shared:  # (its writer runs once it is used)
+            self.chatlog.open(self.answer)
 
     async def sink(self, event: ev.Event) -> None:
         """Render one event of the turn into the answer."""
@@ -218,11 +257,24 @@ class _Run(AnswerTask):
             raise AnswerTooLarge
 
     async def run(self) -> None:
-        turn = self.turn
+        try:
+            await self._run()
+        finally:
+            self.slot.close()  # the chat's next message goes on
+            if self.charge is not None:  # a turn that never ran (a no-op once it settled)
+                with anyio.CancelScope(shield=True):
+                    await self.charge.settle(None, used=False)
+
+    async def _run(self) -> None:
+        turn, slot = self.turn, self.slot
         assert turn is not None
         outcome: ResponseOutcome | None = None
         failure: str | None = None
         try:
+            if not slot.ready:
+                await slot.wait()  # enqueue: after the chat's earlier answers
+                self.begin()
+            slot.bind(turn.cancel)  # a later message may stop it (interrupt, rollback)
             outcome = await turn.run()
         except AnswerTooLarge:
             failure = f"The answer exceeded {self.t.max_answer_bytes} bytes and was stopped."
@@ -238,6 +290,10 @@ class _Run(AnswerTask):
             tail = self._failed(failure or "The server failed while answering.")
         else:
             tail = self._signed_end(outcome, self.t.host.config.response_signer)
+            if slot.dropped and outcome.status == "cancelled":
+                # The chat's messages are the client's: a rolled-back answer says so.
+                meta = tail[-1].setdefault("messageMetadata", {})
+                meta[POLICY_KEY] = BusyPolicy.ROLLBACK.value
         self._end(tail)
         with anyio.CancelScope(shield=True):
             await self._close_log()
