@@ -15,7 +15,12 @@ pointed at that mock and one server-side tool, ``lookup``:
   as it ships (access log and metrics on);
 * ``webagents``: a webagents ``BaseAgent`` on webagents' own server
   (FastAPI on uvicorn, ``bench/peers_webagents.py``), rate limiter and
-  platform heartbeat off.
+  platform heartbeat off. As served here it writes no line per request
+  (uvicorn's access log is off; ``webagents serve``'s own request log wraps
+  its CLI's app, not this one) and counts nothing per request (its
+  monitoring's Prometheus registry holds the server's info only);
+* ``uamp-quiet`` (``--quiet``): ``uamp`` with ``--no-access-log
+  --no-metrics``, the like-for-like peer of that server.
 
 ``local``: the same two servers with the model in process, so neither pays
 an HTTP client per model call: uamp's agent on the ``function`` model
@@ -153,12 +158,16 @@ class Server:
         stop_process(self.proc, 120 if self.proc.args[0] == "valgrind" else 10)
 
 
-def start_uamp(model_url: str | None, tmp: Path, prefix: list[str] | None = None) -> Server:
+def start_uamp(
+    model_url: str | None, tmp: Path, prefix: list[str] | None = None, quiet: bool = False
+) -> Server:
     """``uamp serve --agent peers_agent:peer --port 0`` (``peer_local`` without a model URL).
 
-    ``prefix``: run it under this command (``valgrind ...``).
+    ``prefix``: run it under this command (``valgrind ...``). ``quiet``: with
+    ``--no-access-log --no-metrics``.
     """
-    port_file = tmp / "uamp.port"
+    port_file = tmp / ("uamp-quiet.port" if quiet else "uamp.port")
+    flags = ", '--no-access-log', '--no-metrics'" if quiet else ""
     # The checkout's uamp, whatever the interpreter has installed.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
     served = "peers_agent:peer_local"
@@ -173,7 +182,7 @@ def start_uamp(model_url: str | None, tmp: Path, prefix: list[str] | None = None
         "def urls(server, app, **kw):\n"
         f"    open({str(port_file)!r}, 'w').write(str(server.port))\n"
         "cli.print_urls = urls\n"
-        f"sys.exit(cli.main(['serve', '--agent', {served!r}, '--port', '0']))\n"
+        f"sys.exit(cli.main(['serve', '--agent', {served!r}, '--port', '0'{flags}]))\n"
     )
     argv = [*(prefix or []), sys.executable, "-c", code]
     return Server(argv, env, "/agents/peer/v1/chat/completions", port_file)
@@ -226,6 +235,11 @@ def main() -> None:
         help="instructions per request of each server (valgrind), instead of CPU from /proc",
     )
     parser.add_argument("--only", help="workloads, comma-separated (default all)")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="a third server: uamp with access log and metrics off, as webagents' logs none",
+    )
     parser.add_argument("--serve", choices=["model"])
     parser.add_argument("--port-file", type=Path)
     parser.add_argument(
@@ -319,6 +333,8 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         servers["uamp"] = start_uamp(model_url, tmp)
         servers["webagents"] = start_webagents(model_url, tmp)
+        if args.quiet:
+            servers["uamp-quiet"] = start_uamp(model_url, tmp, quiet=True)
         print(
             f"\n== {setup}: uamp vs webagents 0.3.9, the model "
             f"{'over HTTP' if model else 'in process'}: {args.concurrency} connections, "
@@ -359,6 +375,10 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
                     f"   errors {errors[k]}"
                 )
             print(f"  webagents / uamp CPU per request = {ratio:.1f}x")
+            if per.get("uamp-quiet"):
+                quiet = per["webagents"] / per["uamp-quiet"]
+                figures[name]["cpu_ratio_webagents_over_uamp_quiet"] = quiet
+                print(f"  webagents / uamp-quiet CPU per request = {quiet:.1f}x")
         # What the tool round adds: tool+20 against a plain 20-chunk stream, one at a time.
         print("\ntool round: median end-to-end latency, one request at a time")
         figures["tool_round"] = {}
