@@ -30,6 +30,7 @@ import attrs
 from uamp_proto import grpc as grpc_wire
 from uamp_proto.adapters import a2a
 from uamp_proto.adapters.completions import error_object, payment_error
+from uamp_proto.busy import BusyLimits, parse_policy
 from uamp_proto.errors import UampError
 from uamp_proto.jose import JWKS
 from uamp_proto.paths import compile_pattern
@@ -44,6 +45,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.ratelimit import SlidingWindow
 from uamp_proto.resource import WELL_KNOWN, challenge, origin_of
 from uamp_proto.responder import Responder
+from uamp_stores.busy import ConversationGate
 
 from .config import Config
 from .http import (
@@ -122,6 +124,14 @@ class Host:
         self.mounting = "app"
         #: Payment tokens each principal presents on UAMP sessions (as ``uamp serve``).
         self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
+        #: The busy-conversation gate (docs/busy.md), as ``uamp serve``'s.
+        self.conversations = ConversationGate(
+            BusyLimits(
+                per_conversation=config.busy_max_queued,
+                per_principal=config.busy_max_queued_per_principal,
+            ),
+            parse_policy(config.on_busy),
+        )
 
     # --- what transports call --------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
+from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
 from uamp_stores import EventLog, MemoryEventLog, MemoryTaskStore, TaskStore
@@ -93,6 +94,14 @@ class PushDelivery(Protocol):
         ...
 
 
+def _busy_policy(_: object, __: object, value: str) -> None:
+    """Refuse an ``on_busy`` that names no policy (ValueError)."""
+    try:
+        parse_policy(value)
+    except BusyError as exc:
+        raise ValueError(f"on_busy: {exc}") from None
+
+
 def _memory_log() -> EventLog:
     """The default event log: this process's memory, bounded per principal."""
     return MemoryEventLog(max_sessions=4096, max_sessions_per_principal=256)
@@ -139,6 +148,14 @@ class Config:
         metrics: Serve ``GET /metrics`` (Prometheus text, ``uamp serve``'s
             instruments; needs ``prometheus-client``). Behind the
             authenticator, as under ``uamp serve``.
+        on_busy: What a message for a conversation whose response is
+            running does (docs/busy.md), as ``uamp serve --on-busy``:
+            ``reject``, ``enqueue`` (the default), ``interrupt`` or
+            ``rollback``; a request may name its own (``uamp.on_busy``).
+            Realtime and the AI SDK stream apply it; the other transports
+            here refuse such a message (``reject``).
+        busy_max_queued: Messages one conversation may hold waiting.
+        busy_max_queued_per_principal: Messages one principal may hold waiting.
         event_log: Where resumable UAMP sessions are logged (docs/resume.md):
             ``uamp_stores.open_event_log(WHERE)``, the store ``uamp serve
             --store WHERE`` opens -- a SQLite file (survives a restart) or
@@ -180,3 +197,6 @@ class Config:
     a2a_tasks: TaskStore = attrs.field(factory=_memory_tasks)
     anthropic_ping_interval: float = 10.0
     a2a_extended_card: Mapping[str, Any] | None = None
+    on_busy: str = attrs.field(default="enqueue", validator=_busy_policy)
+    busy_max_queued: int = 8
+    busy_max_queued_per_principal: int = 32

@@ -10,7 +10,9 @@ in worker threads, and their waits, locks and background loops are
 nothing here imports an event loop of its own (on Trio, a loop started
 without a task group becomes a Trio system task: :mod:`.background`).
 A2A push delivery (:mod:`.a2a_push`, :mod:`.pinned`) lives here for the same
-reason: both servers send task updates to webhooks with one sender.
+reason: both servers send task updates to webhooks with one sender; so do
+the busy-conversation gate (:mod:`.busy`) and the Realtime connection
+(:mod:`.realtime`), which both servers run on their own sockets and turns.
 
 The pure parts (positions, the merge of a resumed stream, retention) are
 state machines in :mod:`uamp_proto.resume`; this package is their I/O.

@@ -201,6 +201,12 @@ FEATURES: Final = [
         proven="tests/asgi/test_realtime_topup.py::"
         "test_a_top_up_pauses_the_response_then_locks_more",
     ),
+    Feature(
+        "realtime",
+        "busy policies other than refusing",
+        proven="tests/interop/test_busy_realtime.py::"
+        "test_interrupt_keeps_and_rollback_deletes_the_cancelled_item",
+    ),
     Feature("server", "HTTP/3", stays="HTTP/3"),
 ]
 

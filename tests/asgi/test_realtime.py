@@ -116,7 +116,8 @@ def test_cancel_and_one_response_at_a_time(base: str) -> None:
             await conn.response.create()
             seen: list[Any] = []
             await _until(conn, "response.output_text.delta", seen)
-            await conn.response.create()
+            # The busy policy asked for: reject (the default, enqueue, waits).
+            await conn.response.create(response={"metadata": {"uamp.on_busy": "reject"}})
             busy = await _until(conn, "error", seen)
             assert busy.error.code == "conversation_already_has_active_response"
             await conn.response.cancel()

@@ -6,12 +6,17 @@ answer, kept for ``reject``). ``enqueue`` starts it once the active one is
 done; ``interrupt`` cancels the active one (``response.done`` status
 ``cancelled``, its partial item stays); ``rollback`` also deletes that item
 (``conversation.item.deleted``). ``response.metadata["uamp.on_busy"]``
-overrides the server's policy.
+overrides the server's policy. Every test runs against ``uamp serve`` and the
+ASGI app (``uamp_asgi`` under uvicorn, ``Config.on_busy``): one connection
+core serves both.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -23,9 +28,24 @@ from uamp_trio.app import create_app
 TIMEOUT = 30
 
 
-def _serve(thread_server: Any, **config: Any) -> tuple[Any, Holder]:
-    agent = Holder()
-    return thread_server(create_app([agent]), **config), agent
+@pytest.fixture(params=["uamp serve", "uamp_asgi"])
+def serve(request: pytest.FixtureRequest, thread_server: Any) -> Iterator[Callable[..., Any]]:
+    """``server, agent = serve(on_busy=...)``: a Holder's Realtime endpoint on either server."""
+    with ExitStack() as stack:
+
+        def start(**config: Any) -> tuple[Any, Holder]:
+            agent = Holder()
+            if request.param == "uamp serve":
+                return thread_server(create_app([agent]), **config), agent
+            import uamp_asgi
+            from tests._support.asgi import uvicorn_server
+
+            app = uamp_asgi.app(
+                [agent], config=uamp_asgi.Config(transports=("realtime",), **config)
+            )
+            return SimpleNamespace(url=stack.enter_context(uvicorn_server(app))), agent
+
+        yield start
 
 
 async def _say(conn: Any, text: str) -> None:
@@ -57,9 +77,9 @@ def _run(server: Any, body: Any) -> None:
 
 @pytest.mark.parametrize("how", ["server", "metadata"])
 def test_enqueue_starts_the_second_response_when_the_first_is_done(
-    thread_server: Any, how: str
+    serve: Callable[..., Any], how: str
 ) -> None:
-    server, agent = _serve(thread_server, on_busy="reject" if how == "metadata" else "enqueue")
+    server, agent = serve(on_busy="reject" if how == "metadata" else "enqueue")
     response = {"metadata": {"uamp.on_busy": "enqueue"}} if how == "metadata" else None
 
     async def body(conn: Any) -> None:
@@ -81,8 +101,8 @@ def test_enqueue_starts_the_second_response_when_the_first_is_done(
     assert "assistant:echo hold one" in agent.seen["two"]
 
 
-def test_reject_is_the_realtime_error(thread_server: Any) -> None:
-    server, agent = _serve(thread_server, on_busy="reject")
+def test_reject_is_the_realtime_error(serve: Callable[..., Any]) -> None:
+    server, agent = serve(on_busy="reject")
 
     async def body(conn: Any) -> None:
         await _say(conn, "hold one")
@@ -103,9 +123,9 @@ def test_reject_is_the_realtime_error(thread_server: Any) -> None:
 
 @pytest.mark.parametrize(("policy", "kept"), [("interrupt", True), ("rollback", False)])
 def test_interrupt_keeps_and_rollback_deletes_the_cancelled_item(
-    thread_server: Any, policy: str, kept: bool
+    serve: Callable[..., Any], policy: str, kept: bool
 ) -> None:
-    server, agent = _serve(thread_server, on_busy=policy)
+    server, agent = serve(on_busy=policy)
 
     async def body(conn: Any) -> None:
         await _say(conn, "hold one")

@@ -59,7 +59,7 @@ from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 from uamp_stores.background import start_detached
-from uamp_stores.busy import ConversationGate, Slot, http_status
+from uamp_stores.busy import Slot, http_status
 from uamp_stores.chat_answers import (
     MAX_ANSWER_BYTES,
     MAX_ANSWERS,
@@ -98,8 +98,8 @@ class _AiSdk:
         self.max_answers = max_answers
         self.max_answer_bytes = max_answer_bytes
         self.running = RunningAnswers()
-        #: The busy policy per chat (docs/busy.md).
-        self.gate = ConversationGate()
+        #: The busy policy per chat (docs/busy.md): the app's gate (``Config.on_busy``).
+        self.gate = host.conversations
 
     @property
     def log(self) -> EventLog:
