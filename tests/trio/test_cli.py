@@ -11,10 +11,8 @@ import time
 import httpx
 import pytest
 
-from tests._support.cli import spawn_serve, uamp
+from tests._support.cli import STARTUP, spawn_serve, uamp
 from uamp_trio.cli import FULL_COLLECTION_EVERY, load_agent, settle_garbage_collector
-
-STARTUP = 15.0
 
 
 def start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:

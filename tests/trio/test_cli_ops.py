@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests._support.cli import ENV, ROOT, UAMP_SCRIPT, Served
+from tests._support.cli import ENV, ROOT, STARTUP, UAMP_SCRIPT, Served
 
 VERSION = importlib.metadata.version("uamp")
 
@@ -262,7 +262,7 @@ def test_banner_lists_every_url_whole_on_a_narrow_terminal() -> None:
     os.close(slave)
     data = b""
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + STARTUP
         while b"Ctrl-C to stop" not in data and time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.5)
             if ready:

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests._support.cli import STARTUP
 from uamp_trio.cli import OPEN_BIND_REFUSED, build_authenticator, build_parser
 from uamp_trio.trust import AnyOf, APIKeyAuthenticator, JWTAuthenticator
 
@@ -99,7 +100,7 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], str]:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert proc.stdout is not None
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + STARTUP
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
