@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
@@ -82,9 +82,6 @@ __all__ = ["RealtimeConnection", "Runner", "Socket", "Terms"]
 CALL_END_GRACE = 5.0
 
 log = logging.getLogger("uamp_stores.realtime")
-
-Sink = Callable[[ev.Event], Awaitable[None]]
-
 
 class Socket(Protocol):
     """The accepted WebSocket, as each server offers it."""
