@@ -142,3 +142,37 @@ def test_interrupt_keeps_and_rollback_deletes_the_cancelled_item(
     _run(server, body)
     assert agent.cancelled == ["hold one"]
     assert ("assistant:echo hold one" in agent.seen["two"]) is kept
+
+
+def test_a_policy_that_names_none_is_invalid_value_and_the_session_goes_on(
+    serve: Callable[..., Any],
+) -> None:
+    server, agent = serve()
+
+    async def body(conn: Any) -> None:
+        await _say(conn, "hold one")
+        await conn.response.create()
+        await until_async(lambda: agent.started == ["hold one"])
+        await conn.response.create(response={"metadata": {"uamp.on_busy": "sometimes"}})
+        async for event in conn:
+            if event.type == "error":
+                assert event.error.code == "invalid_value"
+                assert "sometimes" in event.error.message
+                break
+        agent.release.set()
+        seen = await _events(conn, 1)
+        assert seen[-1].response.status == "completed"
+        await _say(conn, "after")
+        await conn.response.create()
+        again = await _events(conn, 1)
+        assert again[-1].response.status == "completed"
+
+    _run(server, body)
+    assert agent.started == ["hold one", "after"]
+
+
+def test_an_asgi_config_naming_no_policy_is_refused() -> None:
+    import uamp_asgi
+
+    with pytest.raises(ValueError, match="on_busy"):
+        uamp_asgi.Config(on_busy="sometimes")
