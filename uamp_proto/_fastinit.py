@@ -31,18 +31,25 @@ path: a copy of an instance with a few fields replaced, as one constructor
 call with every other init field read straight off the instance (what
 ``evolve`` does through a loop over the fields and a keyword dict; a fifth
 of its cost for a twelve-field event).
+
+:func:`maker` compiles a constructor for a hot call site that always passes
+the same fields: ``make(v0, v1, ...)`` takes them positionally and builds
+the instance on the builder directly, with the other fields' defaults.
+Calling a class with keywords costs CPython a keyword dict, which the
+class's ``__init__`` unpacks again; a positional function call does not
+(a twenty-field ``TurnRequest``: 1.1 -> 0.45 µs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import attrs
 
 from ._hookgen import _builder
 
-__all__ = ["install", "replacer"]
+__all__ = ["install", "maker", "replacer"]
 
 
 def _slots(cls: type[Any]) -> set[str]:
@@ -164,4 +171,52 @@ def replacer(cls: type[Any], names: tuple[str, ...]) -> Callable[..., Any]:
     exec(source, namespace)
     compiled: Callable[..., Any] = namespace["replace"]
     _REPLACERS[key] = compiled
+    return compiled
+
+
+_MAKERS: dict[tuple[type[Any], tuple[str, ...]], Callable[..., Any]] = {}
+_T = TypeVar("_T")
+
+
+def maker(cls: type[_T], names: tuple[str, ...]) -> Callable[..., _T]:
+    """``f(*values)``: ``cls(**dict(zip(names, values)))``, compiled once per class and names.
+
+    For a class :func:`install` could compile, the instance is built in
+    place (the other fields get their defaults, a factory's a new object
+    each time); any other class is called with the keywords.
+    """
+    key = (cls, names)
+    made = _MAKERS.get(key)
+    if made is not None:
+        return made
+    fields = {f.alias: f for f in attrs.fields(cast(Any, cls)) if f.init}
+    if set(names) - set(fields) or len(set(names)) != len(names):
+        raise TypeError(f"{cls.__name__} has no init field(s) {sorted(set(names) - set(fields))}")
+    given = {alias: f"_v{i}" for i, alias in enumerate(names)}
+    params = ", ".join(given.values())
+    namespace: dict[str, Any] = {"_C": cls}
+    if _eligible(cls):
+        namespace["_B"] = _builder(cls)
+        body = ["    _o = _B()"]
+        for i, (alias, field) in enumerate(fields.items()):
+            value = given.get(alias)
+            if value is None:
+                default = field.default
+                if default is attrs.NOTHING:
+                    raise TypeError(f"{cls.__name__}: the required field {alias!r} is not given")
+                if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                    namespace[f"_f{i}"] = default.factory
+                    value = f"_f{i}()"
+                else:
+                    namespace[f"_d{i}"] = default
+                    value = f"_d{i}"
+            body.append(f"    _o.{field.name} = {value}")
+        body += ["    _o.__class__ = _C", "    return _o"]
+        source = f"def make({params}):\n" + "\n".join(body) + "\n"
+    else:
+        passed = ", ".join(f"{alias}={value}" for alias, value in given.items())
+        source = f"def make({params}):\n    return _C({passed})\n"
+    exec(source, namespace)
+    compiled: Callable[..., _T] = namespace["make"]
+    _MAKERS[key] = compiled
     return compiled

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import attrs
 
+from . import _fastinit
 from . import events as ev
 from . import types as ty
 from ._state import RESPONSE_OUTCOMES, TERMINAL_RESPONSE_STATES, ResponseState
@@ -62,6 +63,17 @@ CHECKPOINT: Final = "checkpoint"
 #: The ``progress`` stage saying a response goes on from its last checkpoint
 #: in another process: what was sent after that checkpoint is superseded.
 RESTORED: Final = "restored"
+#: The state ``response.created`` moves a response to.
+_CREATED: Final = RESPONSE_OUTCOMES["response.created"]
+
+
+#: ``TextContent(text=...)``, ``ResponseOutput(id=..., ...)`` and
+#: ``ResponseDone(response_id=..., ...)``, positionally (_fastinit.maker).
+_make_text = _fastinit.maker(ty.TextContent, ("text",))
+_make_output = _fastinit.maker(ty.ResponseOutput, ("id", "status", "output", "usage"))
+_make_done = _fastinit.maker(
+    ev.ResponseDone, ("response_id", "response", "signature", "session_id")
+)
 
 
 class AssistantGather:
@@ -200,6 +212,10 @@ class ResponseTracker:
         after = RESPONSE_OUTCOMES.get(event.type)
         if after is not None:
             self.state = after
+
+    def created(self) -> None:
+        """What :meth:`apply` does with ``response.created``, without the event."""
+        self.state = _CREATED
 
     def _progress_event(self, event: ev.Progress) -> None:
         if event.target != "response" or event.target_id != self.response_id:
@@ -357,6 +373,17 @@ class ResponseTracker:
         return "".join("".join(s.parts) for s in self._slots if s.kind == "text")
 
     @property
+    def plain_text(self) -> str | None:
+        """:attr:`text` when the output is text alone (no other item, no client
+        tool call), else ``None``."""
+        if self._client_calls:
+            return None
+        for s in self._slots:
+            if s.kind != "text":
+                return None
+        return "".join(["".join(s.parts) for s in self._slots])
+
+    @property
     def thinking(self) -> str:
         """All reasoning text so far."""
         return "".join("".join(s.parts) for s in self._slots if s.kind == "thinking")
@@ -402,7 +429,7 @@ class ResponseTracker:
         for s in self._slots:
             kind = s.kind
             if kind == "text":
-                out.append(ty.TextContent(text="".join(s.parts)))
+                out.append(_make_text("".join(s.parts)))
             elif kind == "tool_call":
                 out.append(
                     ty.ToolCallContent(
@@ -478,14 +505,9 @@ class ResponseTracker:
         self, *, signature: str | None = None, session_id: str | None = None
     ) -> ev.ResponseDone:
         """The ``response.done`` event carrying the accumulated output and usage."""
-        return ev.ResponseDone(
-            response_id=self.response_id,
-            response=ty.ResponseOutput(
-                id=self.response_id, status="completed", output=self.output, usage=self.usage
-            ),
-            signature=signature,
-            session_id=session_id,
-        )
+        rid = self.response_id
+        output = _make_output(rid, "completed", self.output, self.usage)
+        return _make_done(rid, output, signature, session_id)
 
     def cancelled_event(self, *, session_id: str | None = None) -> ev.ResponseCancelled:
         """The ``response.cancelled`` event with the partial output so far."""

@@ -6,6 +6,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -15,10 +17,16 @@ from uamp_proto.adapters.completions import (
     CompletionsError,
     completion_response,
     finish_reason_for,
+    outcome_reply,
+    output_items,
     parse_request,
     sse_data,
     usage_object,
 )
+from uamp_proto.outcome import ResponseOutcome
+from uamp_proto.principal import Principal
+from uamp_proto.responder import TurnRequest
+from uamp_proto.response import ResponseTracker
 
 
 def parse(body: Any):  # type: ignore[no-untyped-def]
@@ -321,3 +329,108 @@ def test_two_key_messages_outside_the_shortcut_are_still_checked(
     with pytest.raises(CompletionsError) as info:
         parse_request({"messages": [message]}, agent="a", response_id="r", session_id="s")
     assert info.value.param == param
+
+
+# --- the short ways of a plain request and a text-only reply -----------------------
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-2, 2), st.text(max_size=4), st.just([]), st.just({})
+)
+_PLAIN = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "system", "developer", "assistant"]), "content": st.text()}
+)
+_MESSAGES = st.lists(
+    st.one_of(
+        _PLAIN,
+        _PLAIN,
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "assistant", "tool", "robot"])},
+            optional={"content": st.one_of(st.text(max_size=4), _VALUES), "name": _VALUES},
+        ),
+        _VALUES,
+    ),
+    max_size=3,
+)
+
+_CALLER = Principal(id="p", scheme="api_key")
+
+
+def _parsed_or_error(body: dict[str, Any]) -> Any:
+    try:
+        return parse_request(body, agent="a", response_id="r", session_id="s", principal=_CALLER)
+    except CompletionsError as exc:
+        return (exc.message, exc.param, exc.code, exc.status)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.one_of(_MESSAGES, _VALUES),
+    extra=st.fixed_dictionaries(
+        {}, optional={"model": _VALUES, "stream": _VALUES, "x_other": _VALUES}
+    ),
+)
+def test_a_plain_request_parses_as_the_general_path_does(
+    messages: Any, extra: dict[str, Any]
+) -> None:
+    """No tools, format, n, options or tuning: the short way, held to every check.
+
+    A ``"tools": null`` key, which changes nothing, makes the request take the long way.
+    """
+    body = {"messages": messages, **extra}
+    short = _parsed_or_error(body)
+    assert short == _parsed_or_error({**body, "tools": None})
+    if not isinstance(short, tuple):
+        assert type(short.turn) is TurnRequest and short.turn.principal is _CALLER
+
+
+def _reference_reply(outcome: ResponseOutcome, request: Any) -> dict[str, Any]:
+    """outcome_reply's general way: every field read off the tracker."""
+    tracker, calls = outcome.tracker, outcome.pending_tool_calls
+    return completion_response(
+        completion_id="chatcmpl-1",
+        created=7,
+        model=request.model or request.turn.agent,
+        text=tracker.text,
+        tool_calls=calls,
+        finish_reason=finish_reason_for(calls, tracker.usage, request.max_tokens),
+        usage=tracker.usage,
+        reasoning=tracker.thinking or None,
+        content_items=output_items(tracker.output),
+    )
+
+
+_EVENTS = st.lists(
+    st.one_of(
+        st.builds(lambda t: ev.ResponseDelta(delta=ty.DeltaText(text=t)), st.text(max_size=3)),
+        st.builds(lambda t: ev.Thinking(content=t, is_delta=True), st.text(max_size=3)),
+        st.builds(
+            lambda i: ev.ToolCall(call_id=f"c{i}", name="f", arguments="{}"), st.integers(0, 2)
+        ),
+        st.builds(
+            lambda n: ev.UsageDelta(delta=ty.UsageStats(input_tokens=n, output_tokens=n)),
+            st.integers(0, 9),
+        ),
+        st.just(ev.ResponseDelta(delta=ty.DeltaAudio(audio="AAAA"))),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_EVENTS, max_tokens=st.sampled_from([None, 1, 100]))
+def test_a_text_only_reply_is_the_general_reply(events: list[Any], max_tokens: Any) -> None:
+    tracker = ResponseTracker("chatcmpl-1")
+    for event in events:
+        tracker.apply(event)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    request = parse(body)
+    outcome = ResponseOutcome(status="completed", tracker=tracker, final=None)
+    reply = outcome_reply(outcome, request, completion_id="chatcmpl-1", created=7)
+    assert reply == _reference_reply(outcome, request)
+    plain = tracker.plain_text
+    only_text = all(type(i) is ty.TextContent for i in tracker.output)
+    assert (plain is not None) == (only_text and not tracker.pending_tool_calls)
+    if plain is not None:
+        assert plain == tracker.text

@@ -211,3 +211,42 @@ def test_with_interrupts_is_the_evolve_it_replaces() -> None:
     assert type(made) is responder.TurnRequest and made.interrupts is port
     assert _fields(made) == _fields(attrs.evolve(request, interrupts=port))
     assert responder.with_interrupts(made, None).interrupts is None
+
+
+@pytest.mark.parametrize("cls", [*COMPILED, ty.Message], ids=lambda c: c.__name__)
+def test_the_compiled_maker_builds_what_the_class_builds(cls: type[Any]) -> None:
+    """``maker`` (behind the hot call sites' positional constructors): ``cls(**kwargs)``."""
+    aliases = [f.alias for f in attrs.fields(cls) if f.init]
+    required = [f.alias for f in attrs.fields(cls) if f.init and f.default is attrs.NOTHING]
+    for names in (aliases, required, [*required, *aliases[-1:]], aliases[::-1]):
+        names = list(dict.fromkeys(names))
+        values = [object() for _ in names]
+        made = _fastinit.maker(cls, tuple(names))(*values)
+        assert type(made) is cls
+        assert _fields(made) == _fields(cls(**dict(zip(names, values, strict=True))))
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(made, attrs.fields(cls)[0].name, 1)
+    # A default made by a factory is a new object each time.
+    make = _fastinit.maker(cls, tuple(required))
+    args = [object() for _ in required]
+    for field in attrs.fields(cls):
+        if isinstance(field.default, attrs.Factory) and field.alias not in required:  # type: ignore[arg-type]
+            assert getattr(make(*args), field.name) is not getattr(make(*args), field.name)
+    assert _fastinit.maker(cls, tuple(required)) is make  # compiled once
+    with pytest.raises(TypeError):
+        _fastinit.maker(cls, ("not_a_field",))
+    if required:
+        with pytest.raises(TypeError):
+            _fastinit.maker(cls, tuple(required[1:]))(*args[1:])
+
+
+def test_the_maker_of_a_class_it_cannot_compile_calls_the_class() -> None:
+    @attrs.frozen(kw_only=True)
+    class Validated:
+        x: int = attrs.field(validator=attrs.validators.instance_of(int))
+        y: list[int] = attrs.Factory(list)
+
+    make = _fastinit.maker(Validated, ("x",))
+    assert make(1) == Validated(x=1)
+    with pytest.raises(TypeError):
+        make("1")  # the validator runs

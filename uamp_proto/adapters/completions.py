@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import orjson
 
+from .. import _fastinit
 from .. import events as ev
 from .. import types as ty
 from ..codec import DecodeError, from_dict, unstructure
@@ -328,7 +329,7 @@ def _message(value: object, index: int) -> ty.Message:
         role = value.get("role")
         content = value.get("content")
         if type(content) is str and type(role) is str and role in _PLAIN_ROLES:
-            return ty.Message(role="system" if role == "developer" else role, content=content)
+            return _plain_message("system" if role == "developer" else role, content)
     param = f"messages[{index}]"
     obj = _expect_obj(value, param)
     role = _expect_str(_required(obj, "role", f"{param}.role"), f"{param}.role")
@@ -514,6 +515,19 @@ def parse_request(
     if not raw_messages:
         raise _fail("'messages' must contain at least one message.", "messages")
     messages = [_message(m, i) for i, m in enumerate(raw_messages)]
+    model = obj.get("model")
+    metadata: dict[str, Any] = {}
+    if _SHAPING_KEYS.isdisjoint(obj):
+        # The usual request, a model and messages: what the branch below
+        # checks in the same order, without the parts that are not there.
+        if model is not None:
+            _expect_str(model, "model")
+            metadata["model"] = model
+        stream = bool(_bool(obj, "stream"))
+        turn = _make_turn(
+            agent, session_id, response_id, messages, [], None, None, metadata, principal, stream
+        )
+        return _make_request(turn, model, stream, False, None)
     try:
         tools = parse_tools(obj.get("tools"), "tools", openai_rules=True)
         tool_choice = parse_tool_choice(
@@ -522,7 +536,6 @@ def parse_request(
     except ToolFormError as exc:
         raise _tool_error(exc) from None
     response_format = _response_format(obj.get("response_format"))
-    model = obj.get("model")
     if model is not None:
         _expect_str(model, "model")
     n = _int(obj, "n", 1)
@@ -535,29 +548,49 @@ def parse_request(
         if not stream:
             raise _fail("'stream_options' is only allowed when 'stream' is true.", "stream_options")
         include_usage = bool(_bool(_expect_obj(options, "stream_options"), "include_usage"))
-    metadata: dict[str, Any] = {}
     if model is not None:
         metadata["model"] = model
     max_tokens = None if _TUNING_KEYS.isdisjoint(obj) else _tuning(obj, metadata)
-    turn = TurnRequest(
-        agent=agent,
-        session_id=session_id,
-        response_id=response_id,
-        messages=messages,
-        tools=tools,
-        tool_choice=tool_choice,
-        response_format=response_format,
-        metadata=metadata,
-        principal=principal,
-        streamed=stream,
+    turn = _make_turn(
+        agent,
+        session_id,
+        response_id,
+        messages,
+        tools,
+        tool_choice,
+        response_format,
+        metadata,
+        principal,
+        stream,
     )
-    return CompletionRequest(
-        turn=turn,
-        model=model,
-        stream=stream,
-        include_usage=include_usage,
-        max_tokens=max_tokens,
-    )
+    return _make_request(turn, model, stream, include_usage, max_tokens)
+
+
+#: The request keys that :func:`parse_request` checks besides ``model``,
+#: ``messages`` and ``stream`` (a request without any takes its short way).
+_SHAPING_KEYS = _TUNING_KEYS | {"tools", "tool_choice", "response_format", "n", "stream_options"}
+#: ``TurnRequest(agent=..., ...)`` and ``CompletionRequest(turn=..., ...)``
+#: with these fields, positionally (uamp_proto._fastinit.maker).
+_make_turn = _fastinit.maker(
+    TurnRequest,
+    (
+        "agent",
+        "session_id",
+        "response_id",
+        "messages",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "metadata",
+        "principal",
+        "streamed",
+    ),
+)
+_make_request = _fastinit.maker(
+    CompletionRequest, ("turn", "model", "stream", "include_usage", "max_tokens")
+)
+#: ``Message(role=..., content=...)``.
+_plain_message = _fastinit.maker(ty.Message, ("role", "content"))
 
 
 def _tuning(obj: Mapping[str, Any], metadata: dict[str, Any]) -> int | None:
@@ -871,6 +904,19 @@ def outcome_reply(
 ) -> dict[str, Any]:
     """The non-streamed completion of a turn that ended as ``outcome`` (not failed)."""
     tracker = outcome.tracker
+    text = tracker.plain_text
+    if text is not None:
+        # Text alone: no calls, no reasoning, no content items to look for.
+        usage = tracker.usage
+        return completion_response(
+            completion_id=completion_id,
+            created=created,
+            model=request.model or request.turn.agent,
+            text=text,
+            tool_calls=[],
+            finish_reason=finish_reason_for([], usage, request.max_tokens),
+            usage=usage,
+        )
     calls = outcome.pending_tool_calls
     return completion_response(
         completion_id=completion_id,

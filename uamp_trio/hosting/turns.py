@@ -74,6 +74,7 @@ from typing import Any, Final
 
 import trio
 
+from uamp_proto import _fastinit
 from uamp_proto import events as ev
 from uamp_proto.errors import UampError
 from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
@@ -111,6 +112,9 @@ YIELD_EVERY: Final = 64
 Sink = Callable[[ev.Event], Awaitable[None]]
 
 _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
+
+#: ``ResponseOutcome(status=..., tracker=..., final=..., balance=...)``, positionally.
+_make_outcome = _fastinit.maker(ResponseOutcome, ("status", "tracker", "final", "balance"))
 
 
 class _SinkFailed(UampError):
@@ -311,13 +315,18 @@ class ResponseRunner:
         request, tracker = self.request, self.tracker
         rid, sid = request.response_id, request.session_id
         if self._created:
-            created = ev.ResponseCreated(response_id=rid, session_id=sid)
-            if self._track:
-                tracker.apply(created)
-            try:
-                await self._deliver(created)
-            except _SinkFailed:
-                raise self._sink_error from None  # type: ignore[misc]
+            if self._sink is None:
+                # Nobody sees the event: only its effect on the tracker.
+                if self._track:
+                    tracker.created()
+            else:
+                created = ev.ResponseCreated(response_id=rid, session_id=sid)
+                if self._track:
+                    tracker.apply(created)
+                try:
+                    await self._deliver(created)
+                except _SinkFailed:
+                    raise self._sink_error from None  # type: ignore[misc]
         error: BaseException | None = None
         cancelled = False
         if self._cancellable:
@@ -329,7 +338,11 @@ class ResponseRunner:
             self._scope = None
             cancelled = scope.cancelled_caught
         else:
-            error = await self._respond()
+            # _respond, inline (a coroutine less per turn).
+            try:
+                await self.agent.respond(request, self.emit)
+            except Exception as exc:
+                error = exc
         self._finished = True
         if self._sink_error is not None:
             raise self._sink_error
@@ -338,10 +351,9 @@ class ResponseRunner:
             log.error("agent %r failed", request.agent, exc_info=error)
         if final is not None and self._track:
             tracker.apply(final)  # built with both ids: nothing to stamp
-        await self._settle()
-        outcome = self.outcome = ResponseOutcome(
-            status=status, tracker=tracker, final=final, balance=self.balance
-        )
+        if self._charge is not None:
+            await self._settle()
+        outcome = self.outcome = _make_outcome(status, tracker, final, self.balance)
         if final is not None and self._sink is not None:
             await self._sink(final)
         return outcome
@@ -393,6 +405,9 @@ async def run_response(
         cancellable=False,
         charge=charge,
     )
+    if charge is None:
+        runner._started = True  # run(), without its frame: nothing to settle
+        return await runner._run()
     return await runner.run()
 
 

@@ -336,3 +336,22 @@ async def test_a_turn_without_a_sink_still_tracks_ends_and_maps_errors() -> None
     assert failed.error.code == "tool_failed" and failed.tracker.text == "t0 "
     assert tool.status == "requires_action" and tool.final is None
     assert [c.name for c in tool.pending_tool_calls] == ["lookup"]
+
+
+async def test_a_turn_without_a_sink_ends_as_one_with_a_sink() -> None:
+    """No sink: no ``response.created`` is built, and the turn ends the same way."""
+    for mode, count in (("ok", 3), ("agent_error", 1), ("crash", 0), ("tool", 0)):
+        seen: list[ev.Event] = []
+
+        async def sink(event: ev.Event, seen: list[ev.Event] = seen) -> None:
+            seen.append(event)
+
+        with trio.fail_after(TIMEOUT):
+            quiet = await run_response(ScriptedAgent(mode, count), request(), None)
+            heard = await run_response(ScriptedAgent(mode, count), request(), sink)
+        assert type(seen[0]) is ev.ResponseCreated, mode
+        assert quiet.status == heard.status and quiet.final == heard.final, mode
+        assert quiet.tracker.state is heard.tracker.state, mode
+        assert quiet.tracker.output == heard.tracker.output, mode
+        assert quiet.tracker.usage == heard.tracker.usage, mode
+        assert quiet.pending_tool_calls == heard.pending_tool_calls, mode
