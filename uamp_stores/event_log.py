@@ -323,6 +323,11 @@ class EventLog(BackgroundLoop, abc.ABC):
     #: caller may then change its own at once); otherwise the record waits in
     #: the queue as it is, and the caller hands over one it no longer changes.
     copies_records: ClassVar[bool] = False
+    #: Whether every write is applied as it is made, with nothing queued (the
+    #: memory log): then nobody can read the log between two writes of one
+    #: scheduler step, and a writer may put a record a little later in the
+    #: same step without anyone seeing the difference.
+    applies_at_once: ClassVar[bool] = False
     #: The most writes queued (only reached while the store does not answer).
     max_pending: int = MAX_PENDING
 
@@ -718,6 +723,7 @@ class MemoryEventLog(EventLog):
 
     #: ``put_record`` applies the record at once, as a copy.
     copies_records: ClassVar[bool] = True
+    applies_at_once: ClassVar[bool] = True
 
     def __len__(self) -> int:
         return len(self._logs)

@@ -521,13 +521,19 @@ class DirectWriter(Protocol):
 
 
 @types.coroutine
-def write_at_yields(coro: Coroutine[Any, Any, _T], outbox: Outbox) -> Generator[Any, Any, _T]:
+def write_at_yields(
+    coro: Coroutine[Any, Any, _T],
+    outbox: Outbox,
+    step_end: Callable[[], None] | None = None,
+) -> Generator[Any, Any, _T]:
     """Run ``coro`` holding its events in ``outbox``; each time it yields, write them.
 
     Awaited in place of ``coro``: every value ``coro`` yields to the trio
     scheduler (the only way a task gives up the CPU) passes through here, and
     the events ``coro`` offered since it last resumed are written first
     (:meth:`Outbox.release`), so nothing it emitted waits while it blocks.
+    ``step_end`` runs after that write, still before any other task runs
+    (the session's deferred record, :meth:`SessionHost._respond`).
     What comes back (a value or an exception, a cancellation included) goes
     into ``coro`` unchanged.
     """
@@ -541,6 +547,8 @@ def write_at_yields(coro: Coroutine[Any, Any, _T], outbox: Outbox) -> Generator[
             return done.value  # type: ignore[no-any-return]
         finally:
             outbox.release()
+            if step_end is not None:
+                step_end()
         try:
             value, error = (yield step), None
         except BaseException as exc:  # handed to coro, which decides
@@ -594,6 +602,8 @@ class _Response:
         self.cancel_requested = False
         #: Its place in the session under the busy policy (docs/busy.md).
         self.slot: Slot | None = None
+        #: Whether its first output was written (:meth:`SessionHost._send`).
+        self.written = False
 
 
 class _Session:
@@ -640,6 +650,15 @@ class _Session:
         self.announced: ty.Capabilities | None = None
         #: Server-side turn detection (``turn_detection: server_vad``, UAMP 8.1).
         self.detector: audio.TurnDetector | None = None
+        #: The running response's opening record, not put yet (:meth:`SessionHost._respond`).
+        self.opening: Callable[[], None] | None = None
+
+    def put_opening(self) -> None:
+        """Put the running response's deferred opening record, if it is still owed."""
+        opening = self.opening
+        if opening is not None:
+            self.opening = None
+            opening()
 
     def wake(self) -> None:
         if self.wakeup:
@@ -2192,7 +2211,7 @@ class SessionHost:
         steps and writes them when the step ends (:func:`write_at_yields`),
         when the transport can (the WebSocket's writer is idle).
         """
-        await write_at_yields(self._responses(session), self.outbox)
+        await write_at_yields(self._responses(session), self.outbox, session.put_opening)
 
     async def _responses(self, session: _Session) -> None:
         """The body of :meth:`_work`."""
@@ -2245,12 +2264,18 @@ class SessionHost:
         self.outbox.producers += 1
         logged = session.id in self._logged
         if logged:
-            ctx = self._contexts.get(session.id)
-            tracker = ctx.response if ctx is not None else None
-            inputs = []
-            if tracker is not None:  # each message by its compiled hook, not the list walk
-                inputs = [unstructure(m) for m in tracker.input_messages]
-            self._put_record(session.id, running=response.id, input=inputs, request=create.event_id)
+            opening = functools.partial(self._open_record, session.id, response.id, create)
+            assert self.event_log is not None
+            if self.event_log.applies_at_once:
+                # Deferred to just after the response's first write, or to the
+                # end of the worker's step, whichever comes first (and before
+                # any event that changes the conversation, :meth:`_send`): a
+                # store that applies each write at once is read by no one
+                # before the step ends, so this is the log every reader sees;
+                # the client gets its first delta sooner.
+                session.opening = opening
+            else:
+                opening()  # queued before any of the response's events
         try:
             await self._run_response(session, response, create)
         except _SessionGone:
@@ -2258,9 +2283,19 @@ class SessionHost:
         finally:
             self.outbox.producers -= 1
             if logged:
+                session.opening = None  # the closing record says it all
                 self._put_record(session.id, running=None, input=[])
             if session.response is response and not response.cancel_requested:
                 session.response = None
+
+    def _open_record(self, sid: str, rid: str, create: ev.ResponseCreate) -> None:
+        """Put the record of response ``rid`` starting: what it runs on, for a resume."""
+        ctx = self._contexts.get(sid)
+        tracker = ctx.response if ctx is not None else None
+        inputs = []
+        if tracker is not None:  # each message by its compiled hook, not the list walk
+            inputs = [unstructure(m) for m in tracker.input_messages]
+        self._put_record(sid, running=rid, input=inputs, request=create.event_id)
 
     async def _run_response(
         self, session: _Session, response: _Response, create: ev.ResponseCreate
@@ -2437,10 +2472,17 @@ class SessionHost:
 
     async def _send(self, session: _Session, response: _Response, event: ev.Event) -> None:
         conn = self.conn
+        etype = event.type
+        if (
+            session.opening is not None
+            and etype != "response.created"
+            and etype not in flow.FLOW_CONTROLLED_TYPES
+        ):
+            session.put_opening()  # before an event that may end the response
         while True:
             if session.id not in conn.sessions:
                 raise _SessionGone
-            if response.cancel_requested and event.type in flow.FLOW_CONTROLLED_TYPES:
+            if response.cancel_requested and etype in flow.FLOW_CONTROLLED_TYPES:
                 return  # cancelled: the partial output is what the client was sent
             try:
                 data = conn.send(event, session_id=session.id, response_id=response.id)
@@ -2470,9 +2512,14 @@ class SessionHost:
             except OutboxClosed:
                 if not self.detached:
                     raise  # else the log has it: the response goes on
-        elif isinstance(event, _TERMINAL):
-            # The response's last event (held with the rest of this step's):
-            # written now, not after the work that follows it in the step --
-            # the session's record, the settled charge, the next capabilities
-            # check -- which the client need not wait for.
+        elif not response.written and etype in flow.FLOW_CONTROLLED_TYPES:
+            # The response's first output (held with the rest of this step's:
+            # ``response.created``, a ``capabilities`` before it): written now,
+            # not after the work that follows it in the step -- the agent's
+            # next deltas, the terminal event, the session's record, the
+            # settled charge, the next capabilities check. The time to the
+            # first delta is what the client waits for; the rest goes in the
+            # step's one write (``response.done`` with it).
+            response.written = True
             outbox.write_held()
+            session.put_opening()

@@ -270,26 +270,30 @@ async def test_what_a_worker_held_is_written_before_its_agent_waits() -> None:
 
 
 class PeekingLog(MemoryEventLog):
-    """Looks, when a response's closing record is put, at what the client's socket holds."""
+    """Looks, when a response's records are put, at what the client's socket holds."""
 
     def __init__(self) -> None:
         super().__init__()
         self.client: socket.socket | None = None
-        self.seen: list[bytes] = []
+        #: (running, what the client's socket held) at each record put while peeking.
+        self.seen: list[tuple[str | None, bytes]] = []
 
     def put_record(self, key: Any, record: Any) -> None:
-        if self.client is not None and record.running is None and record.history:
+        if self.client is not None and record.history is not None:
             try:
-                self.seen.append(self.client.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+                held = self.client.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             except BlockingIOError:
-                self.seen.append(b"")
+                held = b""
+            self.seen.append((record.running, held))
         super().put_record(key, record)
 
 
-async def test_a_responses_last_event_is_written_before_the_work_after_it() -> None:
-    # The session's closing record (and the charge, the next capabilities
-    # check) follow response.done in the worker's step; the client need not
-    # wait for them: the held events are written as the terminal one is held.
+async def test_a_responses_first_delta_is_written_before_the_work_after_it() -> None:
+    # The session's records (and the charge, the next capabilities check)
+    # share the worker's step with the response; the client need not wait
+    # for them: what was held is written as the first delta is held. The
+    # opening record, which the memory log applies at once, comes right
+    # after that write; response.done goes out when the step ends.
     log = PeekingLog()
     with trio.fail_after(TIMEOUT):
         async with serving(log) as server:
@@ -301,5 +305,39 @@ async def test_a_responses_last_event_is_written_before_the_work_after_it() -> N
                     pending += frames.feed(bytes(await stream.receive_some(65536)))
                 log.client = None
             await stream.aclose()
-    assert len(log.seen) == 1
-    assert b'"response.done"' in log.seen[0]
+    (opening, first), (closing, second) = log.seen
+    assert opening is not None and closing is None
+    for held in (first, second):  # the first delta, alone: the second waits for the step's end
+        assert held.count(b'"response.delta"') == 1 and b'"response.done"' not in held
+    assert held.index(b'"response.created"') < held.index(b'"response.delta"')
+
+
+async def test_a_store_that_queues_gets_the_opening_record_before_any_event() -> None:
+    # SQLite queues its writes: the opening record is queued before the
+    # response's first event, as it always was.
+    order: list[str] = []
+
+    class Watched(SqliteEventLog):
+        def put_record(self, key: Any, record: Any) -> None:
+            order.append(f"record {record.running is not None}")
+            super().put_record(key, record)
+
+        def append(self, key: Any, data: bytes, event_id: str) -> Any:
+            order.append(orjson.loads(data)["type"])
+            return super().append(key, data, event_id)
+
+    with trio.fail_after(TIMEOUT):
+        log = Watched(":memory:")
+        async with serving(log) as server, open_ws(url(server)) as ws:
+            sid = await create_session(ws)
+            await ask(ws, sid, "1")
+            await until(ws, "response.done")
+        await log.aclose()
+    start = order.index("record True")
+    assert order[start:] == [
+        "record True",
+        "response.created",
+        "response.delta",
+        "response.done",
+        "record False",
+    ]
