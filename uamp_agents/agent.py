@@ -27,7 +27,7 @@ import trio
 
 from uamp_proto.content_ids import find_content
 from uamp_proto.errors import UampError
-from uamp_proto.events import Thinking
+from uamp_proto.events import Event, Thinking
 from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
 
@@ -46,7 +46,7 @@ from .execution import LoopStrategy, ReactStrategy, StrategyLike, loop
 from .hooks import AgentStrategy
 from .middleware import MiddlewareContext, run_pipeline
 from .providers.base import Provider
-from .streaming import DEFAULT_BUFFER, AgentStream, AgentStreamEvent, Emitter
+from .streaming import DEFAULT_BUFFER, AgentStream, AgentStreamEvent, Emitter, UppEmitter
 from .tools import Tool, ToolContext, as_tool, format_result
 from .tracing import tracing_off
 from .turn import Turn
@@ -390,6 +390,7 @@ class Agent:
         input: AgentInput | None = None,
         *,
         consumer: Emitter,
+        upp: UppEmitter | None = None,
         **options: Unpack[RunOptions],
     ) -> Turn:
         """Run the agent in this task, awaiting ``consumer(event)`` for each stream event.
@@ -401,10 +402,17 @@ class Agent:
         difference the run has no abort scope of its own (see
         :meth:`_drives_bare`).
 
+        ``upp``: the model's own events (a stream event's ``upp``: text,
+        thinking, usage...) go to ``upp(event)`` as they are instead, with
+        no stream event made around each; the order of all events is the
+        same, and so is what a failing ``upp`` does.
+
         Raises:
             Exception: The run's error, or the consumer's.
         """
         if not self._drives_bare():
+            if upp is not None:
+                consumer = functools.partial(_either, consumer, upp)
             return await self.stream(history_or_input, input, **options).drive(consumer)
         history, user = _split(history_or_input, input, options.get("resume", False))
         failure: Exception | None = None
@@ -419,8 +427,23 @@ class Agent:
                     failure = exc
             raise _ConsumerGone
 
+        forward_upp: UppEmitter | None = None
+        if upp is not None:
+
+            async def forward_upp(event: Event) -> None:
+                nonlocal failure
+                if failure is None:
+                    try:
+                        await upp(event)
+                        return
+                    except Exception as exc:
+                        failure = exc
+                raise _ConsumerGone
+
         try:
-            return await self._execute(history, user, options, emitter=forward, abort=None)
+            return await self._execute(
+                history, user, options, emitter=forward, abort=None, upp=forward_upp
+            )
         except _ConsumerGone:
             assert failure is not None
             raise failure from None
@@ -519,6 +542,7 @@ class Agent:
         *,
         emitter: Emitter | None,
         abort: trio.CancelScope | None,
+        upp: UppEmitter | None = None,
     ) -> Turn:
         parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
@@ -552,6 +576,46 @@ class Agent:
             approval=approval,
             interrupter=interrupter,
         )
+
+        def context(
+            input: Message | None,
+            history: list[Message],
+            checks: Sequence[Any],
+            listeners: Sequence[Any],
+            metadata: dict[str, Any] | None,
+        ) -> ExecutionContext:
+            return ExecutionContext(
+                agent=self,
+                llm=llm,
+                input=input,
+                history=list(history),
+                tools=list(self._tools),
+                strategy=self.strategy,
+                run=info,
+                params=self.params,
+                system=self.system,
+                structure=self.schema,
+                structure_type=self._structure_type,
+                emitter=emitter,
+                upp_emitter=upp,
+                checks=checks,
+                listeners=listeners,
+                on_step=options.get("on_step"),
+                metadata=metadata,  # (the run's state takes a copy)
+                tool_choice=options.get("tool_choice"),
+                deps=options.get("deps"),
+                stream_model=options.get("stream_model", True),
+                stream_steps=options.get("stream_steps", True),
+            )
+
+        if not self.middleware:
+            # Nobody to see a middleware context (the common agent): none is made.
+            exe = context(user, history, (), (), options.get("metadata"))
+            token = _CURRENT_RUN.set(info)  # (a context manager's generator costs more)
+            try:
+                return await self._run_strategy(exe, None, abort)
+            finally:
+                _CURRENT_RUN.reset(token)
         mctx = MiddlewareContext(
             agent=self,
             input=user,
@@ -566,29 +630,8 @@ class Agent:
                 for mw in self.middleware
                 if callable(getattr(mw, "on_event", None))
             ]
-            exe = ExecutionContext(
-                agent=self,
-                llm=llm,
-                input=ctx.input,
-                history=list(ctx.history),
-                tools=list(self._tools),
-                strategy=self.strategy,
-                run=info,
-                params=self.params,
-                system=self.system,
-                structure=self.schema,
-                structure_type=self._structure_type,
-                emitter=emitter,
-                checks=ctx.checks,
-                listeners=listeners,
-                on_step=options.get("on_step"),
-                metadata=ctx.metadata,
-                tool_choice=options.get("tool_choice"),
-                deps=options.get("deps"),
-                stream_model=options.get("stream_model", True),
-                stream_steps=options.get("stream_steps", True),
-            )
-            token = _CURRENT_RUN.set(info)  # (a context manager's generator costs more)
+            exe = context(ctx.input, ctx.history, ctx.checks, listeners, ctx.metadata)
+            token = _CURRENT_RUN.set(info)
             try:
                 return await self._run_strategy(exe, ctx, abort)
             finally:
@@ -597,7 +640,10 @@ class Agent:
         return await run_pipeline(self.middleware, mctx, core)
 
     async def _run_strategy(
-        self, exe: ExecutionContext, mctx: MiddlewareContext, abort: trio.CancelScope | None
+        self,
+        exe: ExecutionContext,
+        mctx: MiddlewareContext | None,
+        abort: trio.CancelScope | None,
     ) -> Turn:
         turn: Turn | None = None
         try:
@@ -621,12 +667,12 @@ class Agent:
             await self.strategy.call("on_complete", turn)
         return turn
 
-    async def _strategy_turn(self, exe: ExecutionContext, mctx: MiddlewareContext) -> Turn:
+    async def _strategy_turn(self, exe: ExecutionContext, mctx: MiddlewareContext | None) -> Turn:
         if exe.input is None:
             await exe.resume_paused_calls()
         if exe.suspended:
             return exe.make_turn(exe.last_assistant(), stop_reason="interrupted")
-        if mctx.deadline is None:
+        if mctx is None or mctx.deadline is None:
             return await self.execution.execute(exe)
         started = trio.current_time()  # (only a deadline needs the clock)
         turn: Turn | None = None
@@ -675,6 +721,14 @@ def _attachments(context: ToolContext[Any], ids: Any) -> list[ContentItem]:
             raise ToolError(f"attachment {content_id!r} is no content id of this conversation")
         found.append(item)
     return found
+
+
+async def _either(consumer: Emitter, upp: UppEmitter, event: AgentStreamEvent) -> None:
+    """``drive``'s two consumers as one: a model event to ``upp``, any other to ``consumer``."""
+    if event.upp is not None:
+        await upp(event.upp)
+    else:
+        await consumer(event)
 
 
 async def _forward_thinking(

@@ -62,9 +62,10 @@ text (status ``completed`` or ``failed``) and a ``tool.call_done``; a
 server-side call the model did not stream as fragments gets one fragment
 first. Agent-level events become :class:`~uamp_proto.events.Progress` with
 ``target="response"``, the step number and a ``stage``: ``step_start``,
-``step_end`` (these two only when ``request.streamed``: nobody sees a
-non-streamed response's progress), ``reasoning`` (the message is the
-reasoning text), ``action``, ``checkpoint``; a tool's ``tool_progress`` (a
+``step_end``, ``reasoning`` (the message is the reasoning text),
+``action`` (these four only when ``request.streamed``: nobody sees a
+non-streamed response's progress, and its tracker ignores them),
+``checkpoint``; a tool's ``tool_progress`` (a
 delegated agent's thinking, UAMP 6.13) becomes a ``tool_progress`` delta
 (6.6: ``call_id``, ``text``).
 Usage: the model's ``usage.delta`` events are passed on as
@@ -420,7 +421,7 @@ class AgentEndpoint:
         )
         if self.checkpoints and port is not None:
             on_interrupt = _checkpointed(port.ask, emit, request.response_id)
-        mapper = _EventMapper(emit, _own_tools(runner), request.response_id)
+        mapper = _EventMapper(emit, _own_tools(runner), request.response_id, request.streamed)
         # Inline (no stream object, no channel); a response nobody watches
         # while it runs (not streamed) shows no step progress either.
         try:
@@ -428,6 +429,7 @@ class AgentEndpoint:
                 history,
                 user,
                 consumer=mapper.feed,
+                upp=mapper.upp,
                 resume=resume,
                 tool_choice=choice,
                 stream_model=request.streamed,
@@ -583,13 +585,21 @@ def _new_checkpoint(step: int, state: object) -> str:
     return uuid4_str()
 
 
+#: Agent-level events that become progress alone: left out of a response nobody watches.
+_UNSEEN = frozenset({"step_start", "step_end", "reasoning"})
+
+
 class _EventMapper:
     """Turns one run's stream events into UAMP events for ``emit``."""
 
-    def __init__(self, emit: Emit, own_tools: frozenset[str], response_id: str) -> None:
+    def __init__(
+        self, emit: Emit, own_tools: frozenset[str], response_id: str, progress: bool = True
+    ) -> None:
         self.emit = emit
         self.own_tools = own_tools
         self.response_id = response_id
+        #: Whether the client sees progress (a streamed response); else only checkpoints go out.
+        self.progress = progress
         self.sent_usage: ty.UsageStats | None = None
         self.streamed_calls: set[str] = set()
         #: The ``present`` calls of the run: their content goes to the client.
@@ -598,14 +608,18 @@ class _EventMapper:
     async def feed(self, event: AgentStreamEvent) -> None:
         upp = event.upp
         if upp is not None:
-            if isinstance(upp, ev.ResponseDelta):  # nearly every event: checked first
-                if isinstance(upp.delta, ty.DeltaToolCall):
-                    self.streamed_calls.add(upp.delta.tool_call.id)
-            elif isinstance(upp, ev.UsageDelta):
-                self.sent_usage = _plus(self.sent_usage, upp.delta)
-            await self.emit(upp)
+            await self.upp(upp)
         elif event.uap is not None:
             await self._uap(event.uap)
+
+    async def upp(self, upp: ev.Event) -> None:
+        """A model event, passed on as it is (``Agent.drive``'s ``upp``)."""
+        if isinstance(upp, ev.ResponseDelta):  # nearly every event: checked first
+            if isinstance(upp.delta, ty.DeltaToolCall):
+                self.streamed_calls.add(upp.delta.tool_call.id)
+        elif isinstance(upp, ev.UsageDelta):
+            self.sent_usage = _plus(self.sent_usage, upp.delta)
+        await self.emit(upp)
 
     async def _uap(self, event: UAPEvent) -> None:
         kind, step, data = event.type, event.step, event.data
@@ -614,6 +628,8 @@ class _EventMapper:
                 await self._tool_done(output)
             return
         message: str | None = None
+        if not self.progress and kind in _UNSEEN:
+            return
         if kind in ("step_start", "step_end"):
             phase = data.get("phase")
             verb = "started" if kind == "step_start" else "done"
@@ -631,6 +647,8 @@ class _EventMapper:
                         id=call.id, name=call.name, arguments=call.arguments
                     )
                     await self.emit(ev.ResponseDelta(delta=ty.DeltaToolCall(tool_call=fragment)))
+            if not self.progress:
+                return  # the calls above are output; the "Calling" line only progress
             message = "Calling " + ", ".join(c.name for c in calls)
         elif kind == "checkpoint":
             message = str(data.get("checkpoint_id", ""))
@@ -682,16 +700,16 @@ def _known(fact: Any, declared: Any) -> Any:
 def _plus(a: ty.UsageStats | None, b: ty.UsageStats) -> ty.UsageStats:
     if a is None:
         return b
-
-    def add(x: int | None, y: int | None) -> int | None:
-        return None if x is None and y is None else (x or 0) + (y or 0)
-
     return ty.UsageStats(
-        input_tokens=add(a.input_tokens, b.input_tokens),
-        output_tokens=add(a.output_tokens, b.output_tokens),
-        total_tokens=add(a.total_tokens, b.total_tokens),
-        cached_tokens=add(a.cached_tokens, b.cached_tokens),
+        input_tokens=_add_count(a.input_tokens, b.input_tokens),
+        output_tokens=_add_count(a.output_tokens, b.output_tokens),
+        total_tokens=_add_count(a.total_tokens, b.total_tokens),
+        cached_tokens=_add_count(a.cached_tokens, b.cached_tokens),
     )
+
+
+def _add_count(x: int | None, y: int | None) -> int | None:
+    return None if x is None and y is None else (x or 0) + (y or 0)
 
 
 def _minus(total: ty.UsageStats, sent: ty.UsageStats | None) -> ty.UsageStats | None:

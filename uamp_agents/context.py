@@ -56,7 +56,7 @@ from .errors import (
 from .hooks import AgentStrategy, StepResult, maybe_await
 from .providers.base import ModelRequest, ModelResponse, Provider
 from .state import ExecutionState, PlanStep
-from .streaming import AgentStreamEvent, Emitter, UAPEvent
+from .streaming import AgentStreamEvent, Emitter, UAPEvent, UppEmitter
 from .tools import (
     Tool,
     ToolContext,
@@ -144,6 +144,10 @@ _FENCE = re.compile(r"^```[a-zA-Z0-9_-]*\s*\n(.*)\n```\s*$", re.DOTALL)
 _structurer = cattrs.Converter()
 
 
+#: No usage yet: the start of every sum (frozen, so one record serves every run).
+_NO_USAGE = UsageStats()
+
+
 def _as_list(items: Sequence[Any]) -> list[Any]:
     return list(items)
 
@@ -202,10 +206,13 @@ class ExecutionContext:
     stream_model: bool = True
     stream_steps: bool = True
     state: ExecutionState = attrs.field(init=False)
-    usage: UsageStats = attrs.field(init=False, factory=UsageStats)
+    # (Frozen: one shared record to start every run's sum, not one per run.)
+    usage: UsageStats = attrs.field(init=False, default=_NO_USAGE)
     tool_executions: list[ToolExecution] = attrs.field(init=False, factory=list)
     pending_tool_calls: list[ToolInvocation] = attrs.field(init=False, factory=list)
     _emitter: Emitter | None = attrs.field(default=None, alias="emitter")
+    # The model's own events as they are, when the consumer takes them so (Agent.drive).
+    _upp_emitter: UppEmitter | None = attrs.field(default=None, alias="upp_emitter")
     _checks: list[Check] = attrs.field(default=(), converter=_as_list, alias="checks")
     _listeners: list[Listener] = attrs.field(default=(), converter=_as_list, alias="listeners")
     _on_step: StepCallback | None = attrs.field(default=None, alias="on_step")
@@ -319,9 +326,17 @@ class ExecutionContext:
         self.run_checks()
         return response
 
+    def _upp(self) -> UppEmitter:
+        """Where the model's events go: the direct consumer, else the stream as stream events."""
+        direct = self._upp_emitter
+        return direct if direct is not None else self._wrap_upp
+
+    async def _wrap_upp(self, event: Event) -> None:
+        assert self._emitter is not None
+        await self._emitter(AgentStreamEvent(source="upp", upp=event))
+
     async def _stream_model(self, request: ModelRequest) -> ModelResponse:
-        emitter = self._emitter
-        assert emitter is not None
+        emitter = self._upp()
         response: ModelResponse | None = None
         partial: list[str] = []
         self._partial_text = partial
@@ -335,7 +350,7 @@ class ExecutionContext:
                 elif isinstance(event, ModelResponse):
                     response = event
                     continue
-                await emitter(AgentStreamEvent(source="upp", upp=event))
+                await emitter(event)
         finally:
             await _close_stream(events)
         if response is None:
@@ -345,16 +360,15 @@ class ExecutionContext:
 
     async def _stream_thoughts(self, request: ModelRequest) -> ModelResponse:
         """A model call whose reply is reasoning: its text goes out as thinking."""
-        emitter = self._emitter
-        assert emitter is not None
+        emitter = self._upp()
         if not self.stream_model:
             response = await self.llm.generate(request)
             text = response.message.text or response.thinking
             if text:
                 thought = Thinking(content=text, is_delta=True, stage="reasoning")
-                await emitter(AgentStreamEvent(source="upp", upp=thought))
+                await emitter(thought)
             if response.usage is not None:
-                await emitter(AgentStreamEvent(source="upp", upp=UsageDelta(delta=response.usage)))
+                await emitter(UsageDelta(delta=response.usage))
             return response
         found: ModelResponse | None = None
         events = self.llm.stream(request)
@@ -367,7 +381,7 @@ class ExecutionContext:
                     if not isinstance(event.delta, DeltaText):
                         continue  # a reasoning call offers no tools
                     event = Thinking(content=event.delta.text, is_delta=True, stage="reasoning")
-                await emitter(AgentStreamEvent(source="upp", upp=event))
+                await emitter(event)
         finally:
             await _close_stream(events)
         if found is None:
@@ -376,7 +390,7 @@ class ExecutionContext:
 
     async def _emit_whole(self, response: ModelResponse) -> None:
         """Emit a reply fetched whole as a stream of it would end: thinking, text, usage."""
-        assert self._emitter is not None
+        emitter = self._upp()
         events: list[Event] = []
         if response.thinking:
             events.append(Thinking(content=response.thinking, is_delta=True))
@@ -386,14 +400,14 @@ class ExecutionContext:
         if response.usage is not None:
             events.append(UsageDelta(delta=response.usage))
         for event in events:
-            await self._emitter(AgentStreamEvent(source="upp", upp=event))
+            await emitter(event)
 
     def add_usage(self, usage: UsageStats | None, step: int) -> None:
         """Add ``usage`` to the run's total and to step ``step``'s total."""
         if usage is None:
             return
         self.usage = add_usage(self.usage, usage)
-        self._step_usage[step] = add_usage(self._step_usage.get(step, UsageStats()), usage)
+        self._step_usage[step] = add_usage(self._step_usage.get(step, _NO_USAGE), usage)
 
     def run_checks(self) -> None:
         """Run the budget checks against the current state and usage."""
@@ -682,7 +696,7 @@ class ExecutionContext:
         ``checkpoint`` when it reports an id), then evaluates
         ``stop_condition`` (section 11.4).
         """
-        usage = self._step_usage.get(step, UsageStats())
+        usage = self._step_usage.get(step, _NO_USAGE)
         if self.strategy.on_step_end is not None:  # the step's own turn only for the hook
             if messages is None:
                 messages = self.state.messages[self._step_start_index.get(step, 0) :]

@@ -54,6 +54,7 @@ __all__ = [
     "Emitter",
     "UAPEvent",
     "UAPEventType",
+    "UppEmitter",
 ]
 
 #: Events buffered between the run task and the consumer before the run waits.
@@ -102,6 +103,9 @@ class AgentStreamEvent:
 
 #: Pushes one event to the consumer; awaits while the channel is full.
 Emitter = Callable[[AgentStreamEvent], Awaitable[None]]
+
+#: Takes the model's own events (``AgentStreamEvent.upp``) as they are (``Agent.drive``'s ``upp``).
+UppEmitter = Callable[[Event], Awaitable[None]]
 
 #: Runs the agent: given the emitter and the abort scope, returns the turn.
 RunFn = Callable[[Emitter, trio.CancelScope], Awaitable[Turn]]

@@ -246,7 +246,7 @@ class Tool:
         kwargs = dict(arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = context
-        if inspect.iscoroutinefunction(self.fn) or not self.thread:
+        if not self.thread or inspect.iscoroutinefunction(self.fn):
             value = await maybe_await(self.fn(**kwargs))
         else:
             result = await trio.to_thread.run_sync(

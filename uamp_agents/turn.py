@@ -53,8 +53,19 @@ def add_usage(a: UsageStats, b: UsageStats | None) -> UsageStats:
         and a.audio is None
     ):
         # Nothing yet (a run's first model call): what _add comes to, without
-        # its calls (a differential test holds the two together).
-        inp, out, cached, total = b.input_tokens, b.output_tokens, b.cached_tokens, _total(b)
+        # its calls (a differential test holds the two together) -- ``b``
+        # itself when that is what it comes to (integer counts with a total,
+        # no unknown keys), with no record built.
+        inp, out, cached, total = b.input_tokens, b.output_tokens, b.cached_tokens, b.total_tokens
+        if (
+            type(total) is int
+            and (inp is None or type(inp) is int)
+            and (out is None or type(out) is int)
+            and (cached is None or type(cached) is int)
+            and not b.unknown
+        ):
+            return b
+        total = _total(b)
         return UsageStats(
             input_tokens=None if inp is None else 0 + inp,
             output_tokens=None if out is None else 0 + out,

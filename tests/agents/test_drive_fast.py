@@ -3,7 +3,9 @@
 Differential, on every run of a small space -- tool rounds, the model
 streamed or not, step events streamed or not, a consumer that fails at any
 event -- both ways hand the consumer the same events, end with the same turn
-or raise the same error, and the tools see the same things. An agent whose
+or raise the same error, and the tools see the same things; so does
+``drive`` with the model's events handed to an ``upp`` consumer as they are
+(no stream event around them), either way. An agent whose
 run could tell the difference (a tool handed the run's context, middleware,
 hooks, the plan strategy, a tracer) drives the stream's way.
 """
@@ -70,7 +72,9 @@ def _shape(event: AgentStreamEvent) -> Any:
     return ("upp", repr(event.upp))
 
 
-async def _run(fast: bool, rounds: list[str], options: dict[str, Any], fail_at: int | None) -> Any:
+async def _run(
+    fast: bool, rounds: list[str], options: dict[str, Any], fail_at: int | None, upp: bool = False
+) -> Any:
     log: list[str] = []
     seen: list[Any] = []
     a = _scripted(rounds, log, reporting="report" in rounds)
@@ -81,8 +85,15 @@ async def _run(fast: bool, rounds: list[str], options: dict[str, Any], fail_at: 
             raise ConnectionError("peer gone")
         seen.append(_shape(event))
 
+    async def model_events(event: Any) -> None:
+        if len(seen) == fail_at:
+            raise ConnectionError("peer gone")
+        seen.append(("upp", repr(event)))
+
     try:
-        if fast:
+        if upp:
+            turn = await a.drive("1+2?", consumer=consumer, upp=model_events, **options)
+        elif fast:
             turn = await a.drive("1+2?", consumer=consumer, **options)
         else:
             turn = await a.stream("1+2?", **options).drive(consumer)
@@ -116,6 +127,8 @@ def test_drive_matches_the_streams_drive(stream_model: bool, stream_steps: bool)
             general = trio.run(_run, False, rounds, options, fail_at)
             fast = trio.run(_run, True, rounds, options, fail_at)
             assert fast == general, (rounds, fail_at)
+            direct = trio.run(_run, True, rounds, options, fail_at, True)
+            assert direct == general, (rounds, fail_at)
 
 
 async def test_without_step_events_the_stream_leaves_only_those_out() -> None:

@@ -35,3 +35,18 @@ def test_a_forked_child_does_not_reuse_the_parents_bytes() -> None:
     os.close(read)
     assert uuid.UUID(child).version == 4
     assert child != uuid4_str()  # the parent's next id is not the child's
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_fresh_ids_format_their_random_digits_as_the_uuid_module(raw: bytes) -> None:
+    """The text path of a fresh id (no integer) sets the same bits as ``uuid.UUID``."""
+    import uamp_agents._ids as ids
+
+    drawn = raw.hex()
+    real = ids.random_hex
+    ids.random_hex = lambda: drawn
+    try:
+        made = uuid4_str()
+    finally:
+        ids.random_hex = real
+    assert made == str(uuid.UUID(bytes=raw, version=4)) == uuid4_str(int.from_bytes(raw, "big"))

@@ -32,9 +32,9 @@ def test_adding_to_nothing_is_the_general_sum(b: UsageStats, unknown: dict[str, 
     nothing = UsageStats(unknown=unknown)
     fast, general = add_usage(nothing, b), _add(nothing, b)
     assert fast == general
-    assert [type(getattr(fast, f)) for f in ("input_tokens", "total_tokens")] == [
-        type(getattr(general, f)) for f in ("input_tokens", "total_tokens")
-    ]
+    counts = ("input_tokens", "output_tokens", "total_tokens", "cached_tokens")
+    assert [type(getattr(fast, f)) for f in counts] == [type(getattr(general, f)) for f in counts]
+    assert fast.unknown == general.unknown
 
 
 @given(a=_USAGE, b=_USAGE)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.errors import RemoteProtocolError
-from uamp_proto.response import ResponseState, ResponseTracker, add_usage
+from uamp_proto.response import ResponseState, ResponseTracker, _add_fields, add_usage
 
 
 def _text(t: str) -> ev.ResponseDelta:
@@ -264,3 +266,26 @@ def test_checkpoint_and_restored_table(
             tracker.apply(ev_.Progress(target="response", target_id=target, stage=stage))
     assert tracker.text == text
     assert [c.id for c in tracker.tool_calls] == calls
+
+
+_COUNT = st.none() | st.integers(min_value=0, max_value=10**9) | st.booleans()
+_USAGE = st.builds(
+    ty.UsageStats,
+    input_tokens=_COUNT,
+    output_tokens=_COUNT,
+    total_tokens=_COUNT,
+    cached_tokens=_COUNT,
+    cost=st.none() | st.builds(ty.UsageCost, input_cost=st.none() | st.floats(0, 10)),
+    audio=st.none() | st.builds(ty.AudioUsage, input_seconds=st.none() | st.floats(0, 10)),
+    unknown=st.sampled_from([{}, {"extra": 1}]),
+)
+
+
+@given(a=_USAGE, b=_USAGE)
+def test_add_usage_of_token_counts_is_the_field_walk(a: ty.UsageStats, b: ty.UsageStats) -> None:
+    """The shortcut for two records of token counts sums exactly as the general walk."""
+    fast, walked = add_usage(a, b), _add_fields(a, b)
+    assert fast == walked
+    counts = ("input_tokens", "output_tokens", "total_tokens", "cached_tokens")
+    assert [type(getattr(fast, f)) for f in counts] == [type(getattr(walked, f)) for f in counts]
+    assert fast is not None and walked is not None and fast.unknown == walked.unknown
