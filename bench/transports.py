@@ -212,9 +212,12 @@ def flood_agent() -> Any:
 
     class FloodAgent:
         name = "flood"
+        #: Built once, as a real agent's is (``uamp_agents.bridge`` rebuilds it only
+        #: when what it is made of changed): the server compares it around every response.
+        declared = ty.Capabilities(id="flood", provider="bench", modalities=["text"])
 
         def capabilities(self) -> ty.Capabilities:
-            return ty.Capabilities(id="flood", provider="bench", modalities=["text"])
+            return self.declared
 
         async def respond(self, request: TurnRequest, emit: Emit) -> None:
             text = request.messages[-1].text.strip() if request.messages else "1"

@@ -2003,8 +2003,8 @@ class SessionHost:
             negotiation = ctx.payment
             if not negotiation.blocks_content:
                 app = self._app
-                if app is None:
-                    return
+                if app is None or app.payment_policy is None:
+                    return  # nothing to lock (Host.open_charge would answer None)
                 try:
                     response.charge = await app.open_charge(
                         session.agent.name,
