@@ -94,6 +94,9 @@ class Turn:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._settle()
+            # Nothing is sent after the end; the sink's owner often holds this
+            # turn (to cancel it): without the sink there is no cycle.
+            self._sink = None
 
     async def _settle(self) -> ResponseOutcome | None:
         charge, self._charge = self._charge, None

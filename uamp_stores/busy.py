@@ -154,6 +154,9 @@ class Slot:
 
     def close(self) -> None:
         """Give the conversation (or the place in its queue) up; the next message runs."""
+        # Nothing stops a run that gave its place up. The callbacks are often
+        # bound methods of the slot's owner, which holds the slot: no cycle.
+        self._cancel = self._on_ready = None
         held, self._held = self._held, None
         if held is None or self.ticket < 0:
             return

@@ -910,6 +910,7 @@ class ChatHub:
         try:
             outcome = await runner.run()
         finally:
+            port.close()  # no cycle keeps the request (and its conversation) alive
             self._typing_event(room, name, False)
         text = outcome.tracker.text
         # An interrupted answer says what it had said; a rolled-back one says nothing.

@@ -271,6 +271,8 @@ async def _go_on(
         outcome = await runner.run()
     finally:
         event_log.unregister(key, on_message)
+        if port is not None:
+            port.close()  # no cycle keeps the request (and its conversation) alive
     if outcome.final is None:
         # It asked the client to run tools: nobody is there to answer.
         _append(event_log, key, interrupted_event(tracker), sid)

@@ -49,9 +49,9 @@ from uamp_proto import events as ev
 from uamp_proto.interrupts import Interrupt
 from uamp_proto.payment import Charge
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Emit, Responder, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 
-from .interrupts import Interrupts
+from .interrupts import Interrupts, ResponsePort
 from .turns import ResponseOutcome, ResponseRunner
 
 __all__ = [
@@ -98,17 +98,33 @@ class ParkedTurn:
     _backlog: deque[ev.Event] = attrs.field(factory=deque)
     _changed: trio.Event = attrs.field(factory=trio.Event)
     _read_out: trio.Event = attrs.field(factory=trio.Event)
+    #: Kept when the run ends and the runner is let go.
+    _outcome: ResponseOutcome | None = None
+    _principal: Principal | None = None
 
     @property
     def outcome(self) -> ResponseOutcome | None:
         """How the response ended (``None`` while it runs)."""
-        return self.runner.outcome if self.runner is not None else None
+        return self.runner.outcome if self.runner is not None else self._outcome
 
     @property
     def principal(self) -> Principal:
         """Who owns it (the principal of its request)."""
-        assert self.runner is not None
-        return self.runner.request.principal
+        if self.runner is not None:
+            return self.runner.request.principal
+        assert self._principal is not None
+        return self._principal
+
+    def _let_go(self) -> None:
+        """The run ended: keep what it said, drop the runner.
+
+        The runner's sink is this turn, so the two (and the request, with its
+        conversation) would otherwise only be freed by the garbage collector.
+        """
+        runner = self.runner
+        if runner is not None:
+            self._outcome, self._principal = runner.outcome, runner.request.principal
+            self.runner = None
 
     @property
     def paused(self) -> bool:
@@ -216,7 +232,7 @@ class ParkedTurns:
         *,
         key: TurnKey,
         charge: Charge | None = None,
-        bind: Callable[[Emit], None] | None = None,
+        port: ResponsePort | None = None,
         on_end: Callable[[], None] | None = None,
     ) -> ParkedTurn:
         """Start ``request`` 's response in the background; its :class:`ParkedTurn`.
@@ -226,8 +242,9 @@ class ParkedTurns:
                 app's background nursery).
             key: What a later request finds it by (:func:`turn_key`).
             charge: Money held for the response; settled when it ends.
-            bind: Given the runner's ``emit`` before the agent runs (the
-                response's interrupt port sends its events there).
+            port: The response's interrupt port: it sends its events to the
+                runner's ``emit`` while the agent runs, and is closed when
+                the response ends.
             on_end: Called once the response ended (e.g. to give up the
                 conversation's place: a paused turn still holds it).
 
@@ -241,17 +258,25 @@ class ParkedTurns:
             raise RuntimeError("a turn is parked under this key already")
         turn = ParkedTurn(key=key, max_backlog=self.max_backlog)
         turn.runner = ResponseRunner(agent, request, turn.sink, charge=charge)
-        if bind is not None:
-            bind(turn.runner.emit)
+        if port is not None:
+            port.emit = turn.runner.emit
         self._turns[key] = turn
-        spawner(self._drive, turn, on_end)
+        spawner(self._drive, turn, port, on_end)
         return turn
 
-    async def _drive(self, turn: ParkedTurn, on_end: Callable[[], None] | None) -> None:
+    async def _drive(
+        self,
+        turn: ParkedTurn,
+        port: ResponsePort | None,
+        on_end: Callable[[], None] | None,
+    ) -> None:
         assert turn.runner is not None
         try:
             await turn.runner.run()
         finally:
+            if port is not None:
+                port.close()  # no cycle keeps the request (and its conversation) alive
+            turn._let_go()
             turn.finished = True
             turn._wake()
             if on_end is not None:

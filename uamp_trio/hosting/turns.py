@@ -79,9 +79,11 @@ from uamp_proto import events as ev
 from uamp_proto.errors import UampError
 from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
 from uamp_proto.payment import Charge
-from uamp_proto.responder import Emit, Responder, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_stores.responses_background import cancel_on_ask
+
+from .interrupts import ResponsePort
 
 __all__ = [
     "DEFAULT_BUFFER",
@@ -295,12 +297,18 @@ class ResponseRunner:
         if self._started:
             raise RuntimeError("a ResponseRunner runs once")
         self._started = True
-        if self._charge is None:
-            return await self._run()
         try:
-            return await self._run()
+            if self._charge is None:
+                return await self._run()
+            try:
+                return await self._run()
+            finally:
+                await self._settle()  # a no-op when the normal path settled already
         finally:
-            await self._settle()  # a no-op when the normal path settled already
+            # Nothing is sent after the end. The sink's owner often holds this
+            # runner (to cancel it): without the sink there is no cycle, and
+            # the request with its conversation is freed when the owner is.
+            self._sink = None
 
     async def _settle(self) -> None:
         charge = self._charge
@@ -420,11 +428,11 @@ class ResponseRun:
         request: TurnRequest,
         receive: trio.MemoryReceiveChannel[ev.Event],
         charge: Charge | None = None,
-        bind: Callable[[Emit], None] | None = None,
+        port: ResponsePort | None = None,
     ) -> None:
         self.agent = agent
         self._charge = charge
-        self._bind = bind
+        self._port = port
         self.request = request
         self._receive = receive
         self._runner: ResponseRunner | None = None
@@ -455,8 +463,9 @@ class ResponseRun:
             runner = ResponseRunner(
                 self.agent, self.request, send.send, tracker=self.tracker, charge=self._charge
             )
-            if self._bind is not None:
-                self._bind(runner.emit)
+            port = self._port
+            if port is not None:
+                port.emit = runner.emit
             if self._cancel_requested:
                 runner.cancel()
             self._runner = runner
@@ -464,6 +473,9 @@ class ResponseRun:
                 await runner.run()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the reader left; open_response cancels us anyway
+            finally:
+                if port is not None:
+                    port.close()  # no cycle keeps the request (and its conversation) alive
         self._done = True
 
 
@@ -474,18 +486,18 @@ async def open_response(
     *,
     buffer: int = DEFAULT_BUFFER,
     charge: Charge | None = None,
-    bind: Callable[[Emit], None] | None = None,
+    port: ResponsePort | None = None,
 ) -> AsyncIterator[ResponseRun]:
     """Start one response of ``agent`` in its own task; see the module docstring.
 
     The events arrive through a memory channel of ``buffer`` events. Leaving
     the block before the events are exhausted cancels the agent. ``charge``
     is settled when the response ends (also when it never started).
-    ``bind`` is given the runner's ``emit`` before the agent runs (the
-    response's interrupt port sends its events there).
+    ``port``, the response's interrupt port, sends its events to the
+    runner's ``emit`` while the agent runs, and is closed when it ends.
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = ResponseRun(agent, request, receive, charge, bind)
+    turn = ResponseRun(agent, request, receive, charge, port)
     try:
         async with trio.open_nursery() as nursery, receive:
             nursery.start_soon(turn._drive, send)

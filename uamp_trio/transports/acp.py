@@ -79,7 +79,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import attrs
@@ -477,7 +476,7 @@ class AcpConnection:
                     request,
                     charge=charge,
                     buffer=self.session_queue,
-                    bind=None if port is None else partial(setattr, port, "emit"),
+                    port=port,
                 ) as turn,
                 trio.open_nursery() as asking,
             ):

@@ -43,7 +43,6 @@ from __future__ import annotations
 import time
 import uuid
 from contextlib import aclosing
-from functools import partial
 from typing import Any
 
 import attrs
@@ -211,7 +210,7 @@ class AguiTransport:
                     turn_req,
                     key=turn_key(agent.name, run.thread_id, request.principal),
                     charge=charge,
-                    bind=partial(setattr, port, "emit"),
+                    port=port,
                     on_end=slot.close,  # a paused run keeps the thread's place
                 )
             except RuntimeError:  # another run of the thread started meanwhile

@@ -125,7 +125,7 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.host import Host
-from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
+from ..hosting.interrupts import InterruptNotFound, InvalidAnswer, ResponsePort
 from ..hosting.parked import DEFAULT_LINGER, waiting_on
 from ..hosting.router import RouteMeta
 from ..hosting.turns import ResponseRunner
@@ -352,6 +352,7 @@ class AiSdkTransport:
         port = self.app.interrupts.port(turn, supported=background is not None)
         turn = with_interrupts(turn, port)
         run = _Run(self, answer, encoder, charge, body, slot)
+        run.port = port
         if slot.ready:
             run.begin()
         answer.runner = ResponseRunner(agent, turn, run.sink, stamp=False, charge=charge)
@@ -425,6 +426,8 @@ class _Run(AnswerTask):
         #: A newer POST superseded the paused turn.
         self.dropped = False
         self._attached = trio.Event()
+        #: The turn's interrupt port, closed when the turn ends.
+        self.port: ResponsePort | None = None
 
     def cancel(self) -> None:
         """Stop the turn (a newer POST interrupts or rolls it back)."""
@@ -537,6 +540,8 @@ class _Run(AnswerTask):
         finally:
             if slot is not None:
                 slot.close()  # the chat's next message goes on
+            if self.port is not None:
+                self.port.close()  # no cycle keeps the request (and its conversation) alive
 
     async def _run(self) -> None:
         answer, runner = self.answer, self.answer.runner

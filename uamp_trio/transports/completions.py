@@ -225,7 +225,7 @@ class CompletionsTransport:
                 turn_req,
                 key=turn_key(agent.name, turn_req.session_id, request.principal),
                 charge=charge,
-                bind=partial(setattr, port, "emit"),
+                port=port,
             )
             return await self._go_on(agent, parsed, completion_id, created, parked)
         if parsed.stream:

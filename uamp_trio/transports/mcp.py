@@ -361,6 +361,8 @@ class McpDispatcher:
         finally:
             if self.calls.get(request_id) is turn:
                 del self.calls[request_id]
+            if port is not None:
+                port.close()  # no cycle keeps the request (and its conversation) alive
         if slot is not None and slot.interrupted and outcome.status == "cancelled":
             return self._stopped(outcome, slot, message, conversation)
         return self._result(outcome, call.session, message, conversation)

@@ -11,62 +11,19 @@ the response ends, on every way a response ends.
 
 from __future__ import annotations
 
-import gc
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
-from tests._support.agents import TestAgent
+from tests._support.garbage import Keeps, collector_off, question
 from tests._support.wire import create_session, send, serving, until
 from uamp_proto import events as ev
-from uamp_proto import types as ty
-from uamp_proto.interrupts import QUESTION, Interrupt
-from uamp_proto.responder import Emit, ResponderError, TurnRequest
+from uamp_proto.responder import TurnRequest
 from uamp_trio import App
 from uamp_trio.hosting.interrupts import Interrupts
 from uamp_trio.transports import uamp_ws
 
 TIMEOUT = 30
-
-
-class Keeps(TestAgent):
-    """Remembers (weakly) each request it gets; ``"fail"`` fails, ``"ask"`` asks a person."""
-
-    name = "keeps"
-
-    def __init__(self) -> None:
-        self.requests: list[weakref.ref[TurnRequest]] = []
-        self.ports: list[object] = []
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        self.requests.append(weakref.ref(request))
-        self.ports.append(request.interrupts)
-        said = request.messages[-1].text
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="hi ")))
-        if said == "fail":
-            raise ResponderError("tool_failed", "it failed")
-        if said == "ask":
-            assert request.interrupts is not None
-            await request.interrupts.ask(question())
-
-
-def question() -> Interrupt:
-    return Interrupt(id="", kind=QUESTION, key="k", prompt="sure?")
-
-
-@contextmanager
-def collector_off() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @pytest.mark.parametrize(

@@ -1331,6 +1331,7 @@ class A2ATransport:
                 with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_WAIT):
                     await self._announce(task, run.cancel(_now()))
             self._live.pop(task.id, None)
+            port.close()  # no cycle keeps the request (and its conversation) alive
             if live.primary is not None:
                 live.primary.close()
             live.done.set()
