@@ -389,7 +389,9 @@ class ClientSession:
         self._send_ch, self._recv_ch = trio.open_memory_channel[ev.Event | _End](buffer)
         self._ready = trio.Event()
         self._failure: ClientError | None = None
-        self._updated: deque[trio.Event] = deque()
+        #: ``update()`` calls waiting for their answer, oldest first (each
+        #: waiter: its event, and the refusal that ended it, if any).
+        self._updated: deque[_UpdateWait] = deque()
         self._stream: ResponseStream | None = None
         #: The stream's response has ended (its terminal event was handed on):
         #: payment events after it belong to no response.
@@ -488,11 +490,22 @@ class ClientSession:
         await self.send(ev.ResponseCancel(response_id=response_id))
 
     async def update(self, *, token: str | None = None, payment_token: str | None = None) -> None:
-        """Refresh the session's token(s) (``session.update``); waits for ``session.updated``."""
-        done = trio.Event()
-        self._updated.append(done)
+        """Refresh the session's token(s) (``session.update``); waits for ``session.updated``.
+
+        Raises:
+            ClientError: The server refused the token (``unauthorized``); the
+                session goes on with its former one.
+        """
+        before = self.token
+        waiter = _UpdateWait()
+        self._updated.append(waiter)
         await self.send(ev.SessionUpdate(token=token, payment_token=payment_token))
-        await done.wait()
+        await waiter.done.wait()
+        if waiter.refused is not None:
+            ctx = self._conn.sessions.get(self.id)
+            if ctx is not None and token is not None:
+                ctx.token = before  # the session keeps its former credential
+            raise waiter.refused
         if self._ended is not None:
             raise self._ended
 
@@ -588,7 +601,14 @@ class ClientSession:
                 self._caps_wait.set()
         elif etype == "session.updated":
             if self._updated:
-                self._updated.popleft().set()
+                self._updated.popleft().done.set()
+        elif etype == "session.error" and self._updated and _refuses_token(event):
+            # The server refused the token of the oldest update() (it keeps
+            # the session, with the former credential): that call raises.
+            assert isinstance(event, ev.SessionErrorEvent)
+            waiter = self._updated.popleft()
+            waiter.refused = ClientError(event.error.code, event.error.message, event)
+            waiter.done.set()
         elif etype == "session.error" and not self._ready.is_set():
             assert isinstance(event, ev.SessionErrorEvent)
             self._failure = ClientError(event.error.code, event.error.message, event)
@@ -722,7 +742,7 @@ class ClientSession:
             self._failure = error
         self._ready.set()
         for waiter in self._updated:
-            waiter.set()
+            waiter.done.set()
         if self._caps_wait is not None:
             self._caps_wait.set()
         self._send_ch.close()
@@ -960,3 +980,24 @@ async def _running(
         if body and len(group.exceptions) == 1 and group.exceptions[0] is body[0]:
             raise body[0] from None
         raise
+
+
+class _UpdateWait:
+    """One ``update()`` call waiting for ``session.updated`` (or its refusal)."""
+
+    __slots__ = ("done", "refused")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.refused: ClientError | None = None
+
+
+def _refuses_token(event: ev.Event) -> bool:
+    """Whether ``event`` is the server refusing a ``session.update`` token."""
+    error = getattr(event, "error", None)
+    details = getattr(error, "details", None)
+    return (
+        getattr(error, "code", None) == "unauthorized"
+        and isinstance(details, dict)
+        and details.get("field") == "token"
+    )

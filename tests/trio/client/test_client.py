@@ -15,6 +15,7 @@ from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import DemoAgent, Server, create_app
 from uamp_trio.client import ClientError, connect, connect_sse
+from uamp_trio.trust.auth import APIKeyAuthenticator
 
 TIMEOUT = 20
 
@@ -199,3 +200,26 @@ async def test_sse_client_can_name_the_agent_in_session_create_instead_of_the_pa
             session = await client.create_session("demo")
             assert session.agent == "demo"
             assert (await session.ask("by name")).text == "You said: by name"
+
+
+@CLIENTS
+async def test_a_refused_token_refresh_raises_and_the_session_goes_on(open_client: Opener) -> None:
+    auth = APIKeyAuthenticator([("alice", "sk-alice"), ("alice", "sk-alice-2"), ("bob", "sk-bob")])
+    server = Server(create_app([DemoAgent()], authenticator=auth), port=0, shutdown_grace=0.5)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            addr = f"127.0.0.1:{server.port}"
+            bearer = ("authorization", "Bearer sk-alice")
+            headers: Any = [bearer] if open_client is ws_client else dict([bearer])
+            async with open_client(addr, headers=headers) as client:
+                session = await client.create_session("demo", token="sk-alice")
+                for refused in ("sk-bob", "sk-nobody"):  # another principal's; no one's
+                    with pytest.raises(ClientError) as caught:
+                        await session.update(token=refused)
+                    assert caught.value.code == "unauthorized"
+                    assert session.token == "sk-alice"  # what a resume would send again
+                await session.update(token="sk-alice-2")
+                assert session.token == "sk-alice-2"
+                assert (await session.ask("still here")).text == "You said: still here"
+            nursery.cancel_scope.cancel()
