@@ -377,6 +377,8 @@ class ResponseTracker:
     @property
     def pending_tool_calls(self) -> list[ty.ToolInvocation]:
         """Client tool calls still waiting for their ``tool.result``."""
+        if not self._client_calls:
+            return []
         return [c for cid, c in self._client_calls.items() if cid not in self._answered]
 
     @property
@@ -399,10 +401,13 @@ class ResponseTracker:
         tool call), else ``None``."""
         if self._client_calls:
             return None
-        for s in self._slots:
+        slots = self._slots
+        for s in slots:
             if s.kind != "text":
                 return None
-        return "".join(["".join(s.parts) for s in self._slots])
+        if len(slots) == 1:  # (as text deltas in a row make it)
+            return "".join(slots[0].parts)
+        return "".join(["".join(s.parts) for s in slots])
 
     @property
     def thinking(self) -> str:

@@ -312,14 +312,16 @@ class Request:
                 ``json_too_complex`` when it holds more values than the
                 server parses (:mod:`uamp_proto.jsonbounds`).
         """
+        body = self.body
+        if len(body) > jsonbounds.FLOOR[0]:  # else within every limit: not even the call
+            try:
+                jsonbounds.check(body)
+            except jsonbounds.TooManyValues as exc:
+                raise HTTPError(
+                    413, f"The request body is not parsed: {exc}.", code="json_too_complex"
+                ) from None
         try:
-            jsonbounds.check(self.body)
-        except jsonbounds.TooManyValues as exc:
-            raise HTTPError(
-                413, f"The request body is not parsed: {exc}.", code="json_too_complex"
-            ) from None
-        try:
-            return orjson.loads(self.body)
+            return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise HTTPError(
                 400, f"The request body is not valid JSON: {exc}", code="invalid_json"

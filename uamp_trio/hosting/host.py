@@ -205,8 +205,10 @@ class Host:
             PaymentRequiredError: The response may not run until paid; its
                 ``code`` says why (spec 000 section 7.2).
         """
-        declared = pricing_of(self.agents.get(agent))
         in_force = policy if policy is not None else self.payment_policy
+        if in_force is None:
+            return None  # free: what open_charge answers, without its frame
+        declared = pricing_of(self.agents.get(agent))
         charge = await open_charge(
             in_force,
             agent,

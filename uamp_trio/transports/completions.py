@@ -88,7 +88,7 @@ from uamp_proto.outcome import ResponseOutcome
 from uamp_proto.payment import Charge, PaymentRequiredError, balance_fields
 from uamp_proto.responder import Responder
 from uamp_proto.signing import SIGNATURE_HEADER
-from uamp_proto.types import DeltaText
+from uamp_proto.types import DeltaText, Message
 
 from ..engines.http import (
     SSE_HEADERS,
@@ -191,7 +191,7 @@ class CompletionsTransport:
             )
         except CompletionsError as exc:
             return json_response(exc.body(), exc.status)
-        if self.app.background is not None:
+        if self.app.background is not None and _tool_results(parsed.turn.messages):
             answered = await self._answers(parsed, request)
             if answered is not None:
                 now = int(time.time())
@@ -214,7 +214,11 @@ class CompletionsTransport:
             parsed = attrs.evolve(parsed, turn=attrs.evolve(parsed.turn, payment_token=token))
         created = int(time.time())
         background = self.app.background
-        if background is not None and approve_tool.declares(parsed.turn.tools):
+        if (
+            background is not None
+            and parsed.turn.tools
+            and approve_tool.declares(parsed.turn.tools)
+        ):
             tools = [t for t in parsed.turn.tools if t.function.name != approve_tool.TOOL_NAME]
             turn_req = attrs.evolve(parsed.turn, tools=tools)
             port = self.app.interrupts.port(turn_req, supported=True)
@@ -265,7 +269,8 @@ class CompletionsTransport:
         if outcome.status in ("failed", "cancelled"):
             status, err = outcome_error(outcome)
             return json_response(err, status, headers=headers)
-        self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)
+        if outcome.status == "requires_action":  # (a completed turn has no client calls)
+            self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)
         signer = self.app.response_signer
         if signer is not None:
             headers.append((SIGNATURE_HEADER, signer(outcome.tracker.text, request_body)))
@@ -430,6 +435,14 @@ class CompletionsTransport:
                 usage=usage,
             )
         )
+
+
+def _tool_results(messages: list[Message]) -> bool:
+    """Whether the conversation carries a tool result (one may answer an interrupt)."""
+    for message in messages:  # noqa: SIM110 (a loop: no generator per request)
+        if message.role == "tool":
+            return True
+    return False
 
 
 def _call_event(call: Any) -> ev.ToolCall:
