@@ -403,7 +403,10 @@ async def run_response(
     nothing else needs to cancel the turn.
     """
     # No runner is handed out, so nothing can cancel the turn: no scope.
-    runner = ResponseRunner(
+    # (Built and initialised apart: a class call with keywords costs CPython
+    # a keyword dict that __init__ unpacks again; a method call does not.)
+    runner = ResponseRunner.__new__(ResponseRunner)
+    runner.__init__(  # type: ignore[misc]
         agent,
         request,
         sink,
