@@ -357,6 +357,9 @@ class ResponseRunner:
         status, final, unexpected = conclude(tracker, error, cancelled, session_id=sid)
         if unexpected:
             log.error("agent %r failed", request.agent, exc_info=error)
+        # Caught in this frame, the error's traceback holds the frame, and the
+        # frame the error (and the request): a cycle only the collector frees.
+        error = None
         if final is not None and self._track:
             tracker.apply(final)  # built with both ids: nothing to stamp
         if self._charge is not None:
