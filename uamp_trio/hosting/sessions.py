@@ -295,7 +295,8 @@ class Outbox:
     :attr:`direct`. A producer run by :func:`write_at_yields` (a session's
     worker) is *holding* during each of its scheduler steps: with nothing
     queued, the events it offers are framed by :attr:`direct` instead of
-    queued, and written in one go when the step ends (:meth:`release`). The
+    queued, and written in one go when the step ends (:meth:`release`) or
+    when the producer asks (:meth:`write_held`: a response's first delta). The
     writer is not woken for them: a short response costs its worker's step
     and no step of the writer's. Nobody else runs during the step, so
     nothing can be queued or written in between, and order is kept.
@@ -652,9 +653,11 @@ class _Session:
         self.detector: audio.TurnDetector | None = None
         #: The running response's opening record, not put yet (:meth:`SessionHost._respond`).
         self.opening: Callable[[], None] | None = None
+        #: Its events sent meanwhile (data, event id), logged after the record.
+        self.unlogged: list[tuple[bytes, str]] = []
 
     def put_opening(self) -> None:
-        """Put the running response's deferred opening record, if it is still owed."""
+        """Put the running response's deferred opening record (and log its events) if owed."""
         opening = self.opening
         if opening is not None:
             self.opening = None
@@ -980,6 +983,9 @@ class SessionHost:
         """Append ``data`` (the last event the core serialised) to ``sid`` 's log."""
         entry = self._logged.get(sid)
         if entry is not None:
+            session = self._sessions.get(sid)
+            if session is not None and session.opening is not None:
+                session.put_opening()  # what it deferred goes first
             assert self.event_log is not None
             self.event_log.append(entry[0], data, self.conn.last_event_id)
 
@@ -2269,7 +2275,9 @@ class SessionHost:
             if self.event_log.applies_at_once:
                 # Deferred to just after the response's first write, or to the
                 # end of the worker's step, whichever comes first (and before
-                # any event that changes the conversation, :meth:`_send`): a
+                # any event that changes the conversation, :meth:`_send`), and
+                # so are the log entries of the events sent before then
+                # (``response.created``, that delta), in order after it: a
                 # store that applies each write at once is read by no one
                 # before the step ends, so this is the log every reader sees;
                 # the client gets its first delta sooner.
@@ -2283,19 +2291,30 @@ class SessionHost:
         finally:
             self.outbox.producers -= 1
             if logged:
-                session.opening = None  # the closing record says it all
+                session.put_opening()  # if still owed (its events are logged with it)
                 self._put_record(session.id, running=None, input=[])
             if session.response is response and not response.cancel_requested:
                 session.response = None
 
     def _open_record(self, sid: str, rid: str, create: ev.ResponseCreate) -> None:
-        """Put the record of response ``rid`` starting: what it runs on, for a resume."""
+        """Put the record of response ``rid`` starting: what it runs on, for a resume.
+
+        Then log the events of ``rid`` sent while the record was deferred.
+        """
         ctx = self._contexts.get(sid)
         tracker = ctx.response if ctx is not None else None
         inputs = []
         if tracker is not None:  # each message by its compiled hook, not the list walk
             inputs = [unstructure(m) for m in tracker.input_messages]
         self._put_record(sid, running=rid, input=inputs, request=create.event_id)
+        session, entry = self._sessions.get(sid), self._logged.get(sid)
+        if session is None or not session.unlogged:
+            return
+        unlogged, session.unlogged = session.unlogged, []
+        if entry is not None:
+            assert self.event_log is not None
+            for data, event_id in unlogged:
+                self.event_log.append(entry[0], data, event_id)
 
     async def _run_response(
         self, session: _Session, response: _Response, create: ev.ResponseCreate
@@ -2497,8 +2516,11 @@ class SessionHost:
             break
         logged = self._logged.get(session.id)
         if logged is not None:
-            assert self.event_log is not None
-            self.event_log.append(logged[0], data, conn.last_event_id)
+            if session.opening is not None:  # logged with the deferred record (_respond)
+                session.unlogged.append((data, conn.last_event_id))
+            else:
+                assert self.event_log is not None
+                self.event_log.append(logged[0], data, conn.last_event_id)
         outbox, quota = self.outbox, session.quota
         if not outbox.offer(data, quota):
             try:

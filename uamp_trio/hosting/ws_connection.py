@@ -48,13 +48,17 @@ deadline.
 worker frames the events it sends during one scheduler step itself
 (:meth:`_Connection.hold`) and writes them in one go when the step ends
 (:meth:`_Connection.flush`, called by the outbox; see
-:func:`~uamp_trio.hosting.sessions.write_at_yields`): a one-delta response
-costs the reader's step and its worker's, with one write, and the writer is
-not woken. Held writes keep the writer's rules: only with nothing queued
-and nothing left unsent (order; nobody else runs during the step), only
-once the event is in the log (an event a store is still writing goes
-through the writer, which waits for the flush), and never once the writer
-has ended. What the kernel does not take is left to the writer
+:func:`~uamp_trio.hosting.sessions.write_at_yields`), and a response's first
+delta at once, with what was held before it (``response.created``): a
+one-delta response costs the reader's step and its worker's, with two
+writes (the first delta; ``response.done`` when the step ends, after the
+response's bookkeeping), and the writer is not woken. Held writes keep
+the writer's rules: only with nothing queued and nothing left unsent
+(order; nobody else runs during the step), only once the event is in the
+log as far as anyone can read it (an event a store is still writing goes
+through the writer, which waits for the flush; the memory log gets a
+response's first events just after their write, in the same step), and
+never once the writer has ended. What the kernel does not take is left to the writer
 (:attr:`_Connection.unsent`, written before anything else), which applies
 the send timeout to it, and so do errors: a peer that went away is found by
 the writer's ``send_all``. A peer that reads slowly thus gets the writer's
