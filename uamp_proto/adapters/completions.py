@@ -508,22 +508,28 @@ def parse_request(
         CompletionsError: Invalid JSON, a missing or mistyped field, an
             unsupported value (``n`` other than 1, ``file_id`` parts...).
     """
-    obj = body_object(body)
-    raw_messages = _required(obj, "messages", "messages")
+    obj = body if type(body) is dict else body_object(body)
+    raw_messages = obj.get("messages")
     if not isinstance(raw_messages, list):
+        _required(obj, "messages", "messages")
         raise _fail("'messages' must be an array.", "messages", "invalid_type")
     if not raw_messages:
         raise _fail("'messages' must contain at least one message.", "messages")
-    messages = [_message(m, i) for i, m in enumerate(raw_messages)]
+    messages = []
+    for i, m in enumerate(raw_messages):  # (a loop: a list comprehension is a call)
+        messages.append(_message(m, i))
     model = obj.get("model")
     metadata: dict[str, Any] = {}
     if _SHAPING_KEYS.isdisjoint(obj):
         # The usual request, a model and messages: what the branch below
         # checks in the same order, without the parts that are not there.
         if model is not None:
-            _expect_str(model, "model")
+            if type(model) is not str:
+                _expect_str(model, "model")
             metadata["model"] = model
-        stream = bool(_bool(obj, "stream"))
+        raw = obj.get("stream")
+        # (_bool raises for anything else.)
+        stream = raw is True if raw is None or type(raw) is bool else bool(_bool(obj, "stream"))
         turn = _make_turn(
             agent, session_id, response_id, messages, [], None, None, metadata, principal, stream
         )
@@ -899,6 +905,9 @@ def outcome_error(outcome: ResponseOutcome) -> tuple[int, dict[str, Any]]:
     return status, error_object(message, code=code, type=kind)
 
 
+_NO_CALLS: list[ty.ToolInvocation] = []
+
+
 def outcome_reply(
     outcome: ResponseOutcome, request: CompletionRequest, *, completion_id: str, created: int
 ) -> dict[str, Any]:
@@ -906,17 +915,20 @@ def outcome_reply(
     tracker = outcome.tracker
     text = tracker.plain_text
     if text is not None:
-        # Text alone: no calls, no reasoning, no content items to look for.
+        # Text alone: no calls, no reasoning, no content items to look for;
+        # completion_response's object for that case, built in place.
         usage = tracker.usage
-        return completion_response(
-            completion_id=completion_id,
-            created=created,
-            model=request.model or request.turn.agent,
-            text=text,
-            tool_calls=[],
-            finish_reason=finish_reason_for([], usage, request.max_tokens),
-            usage=usage,
-        )
+        message = {"role": "assistant", "content": text, "refusal": None}
+        reason = finish_reason_for(_NO_CALLS, usage, request.max_tokens)
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+        return {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": request.model or request.turn.agent,
+            "choices": [choice],
+            "usage": usage_object(usage),
+        }
     calls = outcome.pending_tool_calls
     return completion_response(
         completion_id=completion_id,
