@@ -39,6 +39,7 @@ from .context import (
     ExecutionContext,
     RunInfo,
     StepCallback,
+    _run_info,
     current_run,
 )
 from .errors import BudgetExceededError, NoModelError, SubAgentDepthError, ToolError
@@ -564,17 +565,17 @@ class Agent:
         else:
             approval = ApprovalPolicy.combine(self._approval, parent.approval)
             interrupter = parent.interrupter
-        info = RunInfo(
-            agent_id=self.id,
-            turn_id=uuid4_str(),
-            parent_agent_id=parent.agent_id if parent else None,
-            parent_turn_id=parent.turn_id if parent else None,
-            depth=depth,
-            max_depth=limit,
-            llm=llm,
-            config=config,
-            approval=approval,
-            interrupter=interrupter,
+        info = _run_info(  # RunInfo(agent_id=..., turn_id=..., ...), positionally
+            self.id,
+            uuid4_str(),
+            parent.agent_id if parent else None,
+            parent.turn_id if parent else None,
+            depth,
+            limit,
+            llm,
+            config,
+            approval,
+            interrupter,
         )
 
         def context(

@@ -99,6 +99,7 @@ from typing import Any
 
 import attrs
 
+from uamp_proto import _fastinit
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
@@ -585,6 +586,16 @@ def _new_checkpoint(step: int, state: object) -> str:
     return uuid4_str()
 
 
+# Positional constructors of the events a tool round sends (uamp_proto._fastinit.maker).
+_delta = _fastinit.maker(ev.ResponseDelta, ("delta",))
+_call_fragment = _fastinit.maker(ty.ToolCallFragment, ("id", "name", "arguments"))
+_call_delta = _fastinit.maker(ty.DeltaToolCall, ("tool_call",))
+_result_fragment = _fastinit.maker(
+    ty.ToolResultFragment, ("call_id", "result", "status", "content_items")
+)
+_result_delta = _fastinit.maker(ty.DeltaToolResult, ("tool_result",))
+_call_done = _fastinit.maker(ev.ToolCallDone, ("call_id",))
+
 #: Agent-level events that become progress alone: left out of a response nobody watches.
 _UNSEEN = frozenset({"step_start", "step_end", "reasoning"})
 
@@ -643,10 +654,8 @@ class _EventMapper:
                 if call.name in self.own_tools and call.id not in self.streamed_calls:
                     # Not streamed by the model: show the complete call once.
                     self.streamed_calls.add(call.id)
-                    fragment = ty.ToolCallFragment(
-                        id=call.id, name=call.name, arguments=call.arguments
-                    )
-                    await self.emit(ev.ResponseDelta(delta=ty.DeltaToolCall(tool_call=fragment)))
+                    fragment = _call_fragment(call.id, call.name, call.arguments)
+                    await self.emit(_delta(_call_delta(fragment)))
             if not self.progress:
                 return  # the calls above are output; the "Calling" line only progress
             message = "Calling " + ", ".join(c.name for c in calls)
@@ -676,11 +685,9 @@ class _EventMapper:
         status = "failed" if output.is_error else "completed"
         # UAMP 8.5.4: what the present tool shows goes out; other tools' media stay labels.
         shown = output.content_items if output.call_id in self.presenting else None
-        result = ty.ToolResultFragment(
-            call_id=output.call_id, result=output.result, status=status, content_items=shown
-        )
-        await self.emit(ev.ResponseDelta(delta=ty.DeltaToolResult(tool_result=result)))
-        await self.emit(ev.ToolCallDone(call_id=output.call_id))
+        result = _result_fragment(output.call_id, output.result, status, shown)
+        await self.emit(_delta(_result_delta(result)))
+        await self.emit(_call_done(output.call_id))
 
     async def finish(self, turn: Turn) -> None:
         """Top up the usage to the run's total, then hand client calls over."""

@@ -298,12 +298,8 @@ class ExecutionContext:
             tool_choice = self.tool_choice
             if tool_choice != "none" and tool_choice != "auto":
                 self.tool_choice = None  # forced once, then the model decides
-        request = ModelRequest(
-            messages=messages,
-            tools=[t.definition() for t in use],
-            tool_choice=tool_choice,
-            response_format=response_format,
-            params=dict(self.params),
+        request = _model_request(
+            messages, [t.definition() for t in use], tool_choice, response_format, dict(self.params)
         )
         with model_span(self.agent_id, self.llm) as span:
             if self._emitter is None:
@@ -396,9 +392,9 @@ class ExecutionContext:
             events.append(Thinking(content=response.thinking, is_delta=True))
         text = response.message.text
         if text:
-            events.append(ResponseDelta(delta=DeltaText(text=text)))
+            events.append(_text_delta(_delta_text(text)))
         if response.usage is not None:
-            events.append(UsageDelta(delta=response.usage))
+            events.append(_usage_delta(response.usage))
         for event in events:
             await emitter(event)
 
@@ -574,7 +570,7 @@ class ExecutionContext:
                         if isinstance(value, ToolOutput):
                             output = attrs.evolve(value, call_id=call.id)
                         else:
-                            output = ToolOutput(call_id=call.id, result=format_result(value))
+                            output = _tool_output(call.id, format_result(value))
                 except ToolError as exc:
                     output = error_output(call.id, str(exc))
                 except Exception as exc:
@@ -586,9 +582,10 @@ class ExecutionContext:
                         raise Suspended  # the parent's call is what pauses
                     self._suspended.add(call.id)
                     return
-                span.set("uap.step_id", tctx.step_id)
-                if output.is_error:
-                    span.set("error.type", "tool_error")
+                if span is not NO_SPAN:  # (an untraced call records nothing)
+                    span.set("uap.step_id", tctx.step_id)
+                    if output.is_error:
+                        span.set("error.type", "tool_error")
             outputs[index] = output
             executions[index] = ToolExecution(
                 call=call,
@@ -606,7 +603,10 @@ class ExecutionContext:
 
         final: list[ToolOutput] = []
         try:
-            await run_tool_calls(calls, run_one, sequential=sequential)
+            if len(calls) == 1:  # one call runs alone either way: no batching to do
+                await run_one(0, calls[0])
+            else:
+                await run_tool_calls(calls, run_one, sequential=sequential)
         finally:
             suspended = self._suspended
             for index, call in enumerate(calls):
@@ -616,13 +616,12 @@ class ExecutionContext:
                     if call.id not in suspended:
                         executions[index] = ToolExecution(call=call, output=output, step=step_no)
                 final.append(output)
-            self.tool_executions.extend(e for e in executions if e is not None)
+            self.tool_executions.extend([e for e in executions if e is not None])
             if record:
-                self.state.messages.extend(
-                    tool_message(c, o)
-                    for c, o in zip(calls, final, strict=True)
-                    if c.id not in suspended
-                )
+                messages = self.state.messages
+                for c, o in zip(calls, final, strict=True):
+                    if c.id not in suspended:
+                        messages.append(tool_message(c, o))
         self.run_checks()
         return final
 
@@ -826,13 +825,7 @@ def tool_message(call: ToolInvocation, output: ToolOutput) -> Message:
         if output.is_error or output.content_items
         else None
     )
-    return Message(
-        role="tool",
-        tool_call_id=call.id,
-        name=call.name,
-        content=output.result,
-        content_items=items,
-    )
+    return _tool_message("tool", call.id, call.name, output.result, items)
 
 
 def _describe(exc: BaseException) -> str:
@@ -846,3 +839,30 @@ def _is_typeddict(tp: type) -> bool:
 
 #: Built once per run: the protocol's compiled constructor (:mod:`uamp_proto._fastinit`).
 FAST_INIT = _fastinit.install(globals())
+
+# Positional constructors for the calls every turn or tool call makes (_fastinit.maker).
+_run_info = _fastinit.maker(
+    RunInfo,
+    (
+        "agent_id",
+        "turn_id",
+        "parent_agent_id",
+        "parent_turn_id",
+        "depth",
+        "max_depth",
+        "llm",
+        "config",
+        "approval",
+        "interrupter",
+    ),
+)
+_model_request = _fastinit.maker(
+    ModelRequest, ("messages", "tools", "tool_choice", "response_format", "params")
+)
+_text_delta = _fastinit.maker(ResponseDelta, ("delta",))
+_delta_text = _fastinit.maker(DeltaText, ("text",))
+_usage_delta = _fastinit.maker(UsageDelta, ("delta",))
+_tool_output = _fastinit.maker(ToolOutput, ("call_id", "result"))
+_tool_message = _fastinit.maker(
+    Message, ("role", "tool_call_id", "name", "content", "content_items")
+)

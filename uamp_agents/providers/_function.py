@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from uamp_proto import _fastinit
 from uamp_proto.events import ResponseDelta, UsageDelta
 from uamp_proto.types import (
     DeltaText,
@@ -45,6 +46,13 @@ __all__ = ["FunctionProvider", "count_tokens", "function"]
 ModelFunction = Callable[[list[Message], list[ToolDefinition]], Any]
 
 
+# Positional constructors for what every call builds (uamp_proto._fastinit.maker).
+_usage = _fastinit.maker(UsageStats, ("input_tokens", "output_tokens", "total_tokens"))
+_response = _fastinit.maker(ModelResponse, ("message", "usage", "finish_reason", "model"))
+_invocation = _fastinit.maker(ToolInvocation, ("id", "name", "arguments"))
+_assistant = _fastinit.maker(Message, ("role", "content"))
+
+
 def count_tokens(messages: list[Message]) -> int:
     """A deterministic token estimate: whitespace-separated words."""
     total = 0
@@ -58,7 +66,7 @@ def count_tokens(messages: list[Message]) -> int:
 def usage_of(request: list[Message], reply: Message) -> UsageStats:
     """Deterministic usage of one call: word counts of the request and the reply."""
     inp, out = count_tokens(request), count_tokens([reply])
-    return UsageStats(input_tokens=inp, output_tokens=out, total_tokens=inp + out)
+    return _usage(inp, out, inp + out)
 
 
 #: A word with the whitespace after it (one character), or a last word, or a
@@ -121,18 +129,18 @@ class FunctionProvider(NamedProvider):
         if isinstance(reply, ModelResponse):
             return reply
         message = self._message(reply)
-        return ModelResponse(
-            message=message,
-            usage=usage_of(request.messages, message),
-            finish_reason="tool_calls" if message.tool_calls else "stop",
-            model=self._model,
+        return _response(
+            message,
+            usage_of(request.messages, message),
+            "tool_calls" if message.tool_calls else "stop",
+            self._model,
         )
 
     def _message(self, reply: Any) -> Message:
         if isinstance(reply, Message):
             return reply
         if isinstance(reply, str):
-            return Message(role="assistant", content=reply)
+            return _assistant("assistant", reply)
         if isinstance(reply, dict):
             return Message(role="assistant", content=orjson.dumps(reply).decode())
         if isinstance(reply, list | tuple):
@@ -148,7 +156,7 @@ class FunctionProvider(NamedProvider):
             raise TypeError(f"a tool call must be a (tool_name, arguments) pair, not {item!r}")
         name, arguments = item
         text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
-        return ToolInvocation(id=f"call_{next(self._ids)}", name=name, arguments=text)
+        return _invocation(f"call_{next(self._ids)}", name, text)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Call the function, then yield its reply as stream events."""

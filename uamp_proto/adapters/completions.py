@@ -930,6 +930,9 @@ def outcome_reply(
             "usage": usage_object(usage),
         }
     calls = outcome.pending_tool_calls
+    final = outcome.final
+    # response.done carries the output as it is now: not built a second time.
+    output = final.response.output if isinstance(final, ev.ResponseDone) else tracker.output
     return completion_response(
         completion_id=completion_id,
         created=created,
@@ -939,7 +942,7 @@ def outcome_reply(
         finish_reason=finish_reason_for(calls, tracker.usage, request.max_tokens),
         usage=tracker.usage,
         reasoning=tracker.thinking or None,
-        content_items=output_items(tracker.output),
+        content_items=output_items(output),
     )
 
 
