@@ -27,7 +27,7 @@ import trio
 
 from uamp_proto.content_ids import find_content
 from uamp_proto.errors import UampError
-from uamp_proto.events import Event, Thinking
+from uamp_proto.events import Thinking
 from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
 
@@ -47,7 +47,15 @@ from .execution import LoopStrategy, ReactStrategy, StrategyLike, loop
 from .hooks import AgentStrategy
 from .middleware import MiddlewareContext, run_pipeline
 from .providers.base import Provider
-from .streaming import DEFAULT_BUFFER, AgentStream, AgentStreamEvent, Emitter, UppEmitter
+from .streaming import (
+    DEFAULT_BUFFER,
+    AgentStream,
+    AgentStreamEvent,
+    Emitter,
+    UapEmitter,
+    UAPEvent,
+    UppEmitter,
+)
 from .tools import Tool, ToolContext, as_tool, format_result
 from .tracing import tracing_off
 from .turn import Turn
@@ -392,6 +400,7 @@ class Agent:
         *,
         consumer: Emitter,
         upp: UppEmitter | None = None,
+        uap: UapEmitter | None = None,
         **options: Unpack[RunOptions],
     ) -> Turn:
         """Run the agent in this task, awaiting ``consumer(event)`` for each stream event.
@@ -403,19 +412,24 @@ class Agent:
         difference the run has no abort scope of its own (see
         :meth:`_drives_bare`).
 
-        ``upp``: the model's own events (a stream event's ``upp``: text,
-        thinking, usage...) go to ``upp(event)`` as they are instead, with
-        no stream event made around each; the order of all events is the
-        same, and so is what a failing ``upp`` does.
+        ``upp`` and ``uap``: the model's own events (a stream event's
+        ``upp``: text, thinking, usage...) go to ``upp(event)``, the agent's
+        (a stream event's ``uap``: actions, observations...) to
+        ``uap(event)``, as they are instead, with no stream event made around
+        each; the order of all events is the same, and so is what a failing
+        one does.
 
         Raises:
             Exception: The run's error, or the consumer's.
         """
         if not self._drives_bare():
-            if upp is not None:
-                consumer = functools.partial(_either, consumer, upp)
+            if upp is not None or uap is not None:
+                consumer = functools.partial(_either, consumer, upp, uap)
             return await self.stream(history_or_input, input, **options).drive(consumer)
         history, user = _split(history_or_input, input, options.get("resume", False))
+        # Each consumer through a closure of its own (cheaper to make and to
+        # call than a bound method through a partial): the first failure is
+        # kept, and every later event (the failing one's too) unwinds the run.
         failure: Exception | None = None
 
         async def forward(event: AgentStreamEvent) -> None:
@@ -428,14 +442,16 @@ class Agent:
                     failure = exc
             raise _ConsumerGone
 
-        forward_upp: UppEmitter | None = None
-        if upp is not None:
+        direct: Callable[[Any], Awaitable[None]] | None = None
+        if upp is not None or uap is not None:
+            # The model's and the agent's events as they are, to ``upp`` and ``uap``
+            # (the run hands this one only the kinds whose consumer was given).
 
-            async def forward_upp(event: Event) -> None:
+            async def direct(event: Any) -> None:
                 nonlocal failure
                 if failure is None:
                     try:
-                        await upp(event)
+                        await (uap if type(event) is UAPEvent else upp)(event)  # type: ignore[misc]
                         return
                     except Exception as exc:
                         failure = exc
@@ -443,7 +459,13 @@ class Agent:
 
         try:
             return await self._execute(
-                history, user, options, emitter=forward, abort=None, upp=forward_upp
+                history,
+                user,
+                options,
+                emitter=forward,
+                abort=None,
+                upp=None if upp is None else direct,
+                uap=None if uap is None else direct,
             )
         except _ConsumerGone:
             assert failure is not None
@@ -544,6 +566,7 @@ class Agent:
         emitter: Emitter | None,
         abort: trio.CancelScope | None,
         upp: UppEmitter | None = None,
+        uap: UapEmitter | None = None,
     ) -> Turn:
         parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
@@ -599,6 +622,7 @@ class Agent:
                 structure_type=self._structure_type,
                 emitter=emitter,
                 upp_emitter=upp,
+                uap_emitter=uap,
                 checks=checks,
                 listeners=listeners,
                 on_step=options.get("on_step"),
@@ -724,10 +748,15 @@ def _attachments(context: ToolContext[Any], ids: Any) -> list[ContentItem]:
     return found
 
 
-async def _either(consumer: Emitter, upp: UppEmitter, event: AgentStreamEvent) -> None:
-    """``drive``'s two consumers as one: a model event to ``upp``, any other to ``consumer``."""
-    if event.upp is not None:
+async def _either(
+    consumer: Emitter, upp: UppEmitter | None, uap: UapEmitter | None, event: AgentStreamEvent
+) -> None:
+    """``drive``'s consumers as one: a model event to ``upp``, an agent's to ``uap``
+    (each when given), any other to ``consumer``."""
+    if upp is not None and event.upp is not None:
         await upp(event.upp)
+    elif uap is not None and event.uap is not None:
+        await uap(event.uap)
     else:
         await consumer(event)
 

@@ -431,6 +431,7 @@ class AgentEndpoint:
                 user,
                 consumer=mapper.feed,
                 upp=mapper.upp,
+                uap=mapper.uap,
                 resume=resume,
                 tool_choice=choice,
                 stream_model=request.streamed,
@@ -621,7 +622,7 @@ class _EventMapper:
         if upp is not None:
             await self.upp(upp)
         elif event.uap is not None:
-            await self._uap(event.uap)
+            await self.uap(event.uap)
 
     async def upp(self, upp: ev.Event) -> None:
         """A model event, passed on as it is (``Agent.drive``'s ``upp``)."""
@@ -632,7 +633,8 @@ class _EventMapper:
             self.sent_usage = _plus(self.sent_usage, upp.delta)
         await self.emit(upp)
 
-    async def _uap(self, event: UAPEvent) -> None:
+    async def uap(self, event: UAPEvent) -> None:
+        """An agent-level event, mapped (``Agent.drive``'s ``uap``)."""
         kind, step, data = event.type, event.step, event.data
         if kind == "observation":
             for output in data.get("results", ()):

@@ -56,7 +56,7 @@ from .errors import (
 from .hooks import AgentStrategy, StepResult, maybe_await
 from .providers.base import ModelRequest, ModelResponse, Provider
 from .state import ExecutionState, PlanStep
-from .streaming import AgentStreamEvent, Emitter, UAPEvent, UppEmitter
+from .streaming import AgentStreamEvent, Emitter, UapEmitter, UAPEvent, UppEmitter
 from .tools import (
     Tool,
     ToolContext,
@@ -146,6 +146,9 @@ _structurer = cattrs.Converter()
 
 #: No usage yet: the start of every sum (frozen, so one record serves every run).
 _NO_USAGE = UsageStats()
+#: No model call streaming: no partial text (never appended to: a streamed call
+#: gathers its text in a list of its own).
+_NOT_STREAMING: list[str] = []
 
 
 def _as_list(items: Sequence[Any]) -> list[Any]:
@@ -213,6 +216,7 @@ class ExecutionContext:
     _emitter: Emitter | None = attrs.field(default=None, alias="emitter")
     # The model's own events as they are, when the consumer takes them so (Agent.drive).
     _upp_emitter: UppEmitter | None = attrs.field(default=None, alias="upp_emitter")
+    _uap_emitter: UapEmitter | None = attrs.field(default=None, alias="uap_emitter")
     _checks: list[Check] = attrs.field(default=(), converter=_as_list, alias="checks")
     _listeners: list[Listener] = attrs.field(default=(), converter=_as_list, alias="listeners")
     _on_step: StepCallback | None = attrs.field(default=None, alias="on_step")
@@ -221,9 +225,11 @@ class ExecutionContext:
     _tools: dict[str, Tool] = attrs.field(init=False, repr=False)
     _step_usage: dict[int, UsageStats] = attrs.field(init=False, factory=dict, repr=False)
     _step_start_index: dict[int, int] = attrs.field(init=False, factory=dict, repr=False)
-    _partial_text: list[str] = attrs.field(init=False, factory=list, repr=False)
     _suspended: set[str] = attrs.field(init=False, factory=set, repr=False)
-    _asks: int = attrs.field(init=False, default=0, repr=False)
+    # Two fields only a streamed model call and a question set: class defaults until
+    # then, so a context stays within the 30 keys CPython shares between instance dicts.
+    _partial_text = _NOT_STREAMING  # the text a streamed model call has sent so far
+    _asks = 0  # questions asked by the strategy itself
 
     def __attrs_post_init__(self) -> None:
         messages = [self.input] if self.input is not None else []
@@ -351,7 +357,7 @@ class ExecutionContext:
             await _close_stream(events)
         if response is None:
             raise ProviderError(f"the {self.llm.name} stream ended without a response")
-        self._partial_text = []
+        self._partial_text = _NOT_STREAMING
         return response
 
     async def _stream_thoughts(self, request: ModelRequest) -> ModelResponse:
@@ -651,7 +657,11 @@ class ExecutionContext:
         for listener in self._listeners:
             await maybe_await(listener(event))
         if emitter is not None:
-            await emitter(AgentStreamEvent(source="uap", uap=event))
+            direct = self._uap_emitter
+            if direct is not None:
+                await direct(event)
+            else:
+                await emitter(AgentStreamEvent(source="uap", uap=event))
 
     async def _tool_progress(self, call_id: str, step: int, text: str) -> None:
         """A tool's progress line: UAP ``tool_progress`` ``{"call_id", "text"}``."""
@@ -797,7 +807,7 @@ class ExecutionContext:
             self.state.messages.append(
                 Message(role="assistant", content="".join(self._partial_text))
             )
-            self._partial_text = []
+            self._partial_text = _NOT_STREAMING
         return self.make_turn(self.last_assistant(), stop_reason="aborted", status="aborted")
 
 

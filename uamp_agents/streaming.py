@@ -54,6 +54,7 @@ __all__ = [
     "Emitter",
     "UAPEvent",
     "UAPEventType",
+    "UapEmitter",
     "UppEmitter",
 ]
 
@@ -106,6 +107,9 @@ Emitter = Callable[[AgentStreamEvent], Awaitable[None]]
 
 #: Takes the model's own events (``AgentStreamEvent.upp``) as they are (``Agent.drive``'s ``upp``).
 UppEmitter = Callable[[Event], Awaitable[None]]
+
+#: Takes the agent's events (``AgentStreamEvent.uap``) as they are (``Agent.drive``'s ``uap``).
+UapEmitter = Callable[["UAPEvent"], Awaitable[None]]
 
 #: Runs the agent: given the emitter and the abort scope, returns the turn.
 RunFn = Callable[[Emitter, trio.CancelScope], Awaitable[Turn]]

@@ -4,8 +4,9 @@ Differential, on every run of a small space -- tool rounds, the model
 streamed or not, step events streamed or not, a consumer that fails at any
 event -- both ways hand the consumer the same events, end with the same turn
 or raise the same error, and the tools see the same things; so does
-``drive`` with the model's events handed to an ``upp`` consumer as they are
-(no stream event around them), either way. An agent whose
+``drive`` with the model's events handed to an ``upp`` consumer, and the
+agent's to a ``uap`` one, as they are (no stream event around them), either
+way. An agent whose
 run could tell the difference (a tool handed the run's context, middleware,
 hooks, the plan strategy, a tracer) drives the stream's way.
 """
@@ -67,13 +68,17 @@ def _scripted(rounds: list[str], log: list[str], reporting: bool = True) -> Any:
 def _shape(event: AgentStreamEvent) -> Any:
     """An event without what differs between two agents (ids)."""
     if event.uap is not None:
-        data = {k: v for k, v in event.uap.data.items() if k != "step_id"}
-        return ("uap", event.uap.type, event.uap.step, repr(data))
+        return _uap_shape(event.uap)
     return ("upp", repr(event.upp))
 
 
+def _uap_shape(event: UAPEvent) -> Any:
+    data = {k: v for k, v in event.data.items() if k != "step_id"}
+    return ("uap", event.type, event.step, repr(data))
+
+
 async def _run(
-    fast: bool, rounds: list[str], options: dict[str, Any], fail_at: int | None, upp: bool = False
+    fast: bool, rounds: list[str], options: dict[str, Any], fail_at: int | None, direct: str = ""
 ) -> Any:
     log: list[str] = []
     seen: list[Any] = []
@@ -90,9 +95,18 @@ async def _run(
             raise ConnectionError("peer gone")
         seen.append(("upp", repr(event)))
 
+    async def agent_events(event: UAPEvent) -> None:
+        if len(seen) == fail_at:
+            raise ConnectionError("peer gone")
+        seen.append(_uap_shape(event))
+
     try:
-        if upp:
-            turn = await a.drive("1+2?", consumer=consumer, upp=model_events, **options)
+        if direct:
+            given = {
+                "upp": model_events if "upp" in direct else None,
+                "uap": agent_events if "uap" in direct else None,
+            }
+            turn = await a.drive("1+2?", consumer=consumer, **given, **options)
         elif fast:
             turn = await a.drive("1+2?", consumer=consumer, **options)
         else:
@@ -127,8 +141,9 @@ def test_drive_matches_the_streams_drive(stream_model: bool, stream_steps: bool)
             general = trio.run(_run, False, rounds, options, fail_at)
             fast = trio.run(_run, True, rounds, options, fail_at)
             assert fast == general, (rounds, fail_at)
-            direct = trio.run(_run, True, rounds, options, fail_at, True)
-            assert direct == general, (rounds, fail_at)
+            for direct in ("upp", "uap", "upp uap"):
+                handed = trio.run(_run, True, rounds, options, fail_at, direct)
+                assert handed == general, (rounds, fail_at, direct)
 
 
 async def test_without_step_events_the_stream_leaves_only_those_out() -> None:

@@ -61,6 +61,14 @@ def format_observations(
     Raises:
         ValueError: ``fmt`` is not one of those.
     """
+    if fmt == "text":  # (the loop strategy's, every tool round)
+        if len(calls) == 1 == len(outputs):
+            call, out = calls[0], outputs[0]
+            return f"{call.name}{' failed' if out.is_error else ''}: {out.result}"
+        return "\n".join(
+            f"{c.name}{' failed' if o.is_error else ''}: {o.result}"
+            for c, o in zip(calls, outputs, strict=True)
+        )
     pairs = list(zip(calls, outputs, strict=True))
     if fmt == "markdown":
         blocks = []
@@ -73,6 +81,4 @@ def format_observations(
             {"tool": c.name, "result": o.result, "is_error": bool(o.is_error)} for c, o in pairs
         ]
         return orjson.dumps(items).decode()
-    if fmt == "text":
-        return "\n".join(f"{c.name}{' failed' if o.is_error else ''}: {o.result}" for c, o in pairs)
     raise ValueError(f"unknown observation format {fmt!r}; use one of {OBSERVATION_FORMATS}")
