@@ -140,6 +140,20 @@ assert all(
     for (role, state), row in SESSION_TRANSITIONS.items()
     if role is Role.SERVER
 ), "a response.delta that changes the session state needs the general path"
+#: Where the tables let the server send ``response.created`` without changing
+#: the session's state, and the response state it moves to from each (what
+#: ``_send_created`` writes instead of the general path).
+_CREATED_SESSION_STATES: Final = frozenset(
+    state
+    for (role, state), row in SESSION_TRANSITIONS.items()
+    if role is Role.SERVER and row.get("response.created") is state
+)
+_CREATED_MOVES: Final = {
+    state: row["response.created"]
+    for (role, state), row in RESPONSE_TRANSITIONS.items()
+    if role is Role.SERVER and "response.created" in row
+}
+assert "response.created" not in CONTENT_EVENTS, "a created that payment blocks needs a check"
 assert all(
     row.get("response.delta") in (None, state)
     for (role, state), row in RESPONSE_TRANSITIONS.items()
@@ -507,6 +521,10 @@ class Connection:
             fast = self._send_delta(event, session_id, response_id)
             if fast is not None:
                 return fast
+        elif type(event) is ev.ResponseCreated and self.our_role is Role.SERVER:
+            fast = self._send_created(event, session_id)
+            if fast is not None:
+                return fast
         if session_id is not None or response_id is not None:
             event = ev.with_ids(
                 event,  # type: ignore[arg-type]  # UnknownEvent returned above
@@ -573,6 +591,40 @@ class Connection:
             out["session_id"] = session_id
         if event.response_id is None and response_id is not None:
             out["response_id"] = response_id
+        return self._serialise(out)
+
+    def _send_created(self, event: ev.ResponseCreated, session_id: str | None) -> bytes | None:
+        """The server's ``response.created`` naming the session's requested response.
+
+        What the general path does with it where the tables allow it as it
+        is (``_CREATED_SESSION_STATES``, ``_CREATED_MOVES``): the response
+        moves, nothing else changes. Anything else -- another state, a
+        delta window to start, another response id, extra fields, an
+        unroutable event -- returns ``None`` for the general path.
+        """
+        sid = event.session_id
+        if sid is None:
+            sid = session_id
+        if sid is None or event.unknown:
+            return None
+        session = self._sessions.get(sid)
+        if session is None:
+            return None
+        tracker = session.response
+        if (
+            tracker is None
+            or tracker.response_id != event.response_id
+            or session.state not in _CREATED_SESSION_STATES
+            or session.send_window is not None
+        ):
+            return None
+        after = _CREATED_MOVES.get(tracker.state)
+        if after is None:
+            return None
+        tracker.state = after  # what tracker.apply does with response.created
+        out = to_dict(event)
+        if event.session_id is None:
+            out["session_id"] = sid
         return self._serialise(out)
 
     def _serialise(self, out: dict[str, Any]) -> bytes:

@@ -673,6 +673,81 @@ def test_delta_hot_path_matches_the_general_path(monkeypatch: pytest.MonkeyPatch
     assert fast[1] == [ty.TextContent(text="abc")]
 
 
+#: How a server's response.created is sent, and whether the shortcut takes it.
+CREATED_CASES = [
+    ("ids on the event", True),
+    ("session id passed", True),
+    ("no session id", False),  # routed to the only session by the general path
+    ("another response id", False),
+    ("a second created", False),  # the tables refuse it
+    ("delta window", False),  # the window's stream starts
+    ("extra fields", False),
+    ("while payment is open", True),  # created is no content: payment does not block it
+]
+
+
+@pytest.mark.parametrize(("case", "taken"), CREATED_CASES)
+def test_created_hot_path_matches_the_general_path(
+    monkeypatch: pytest.MonkeyPatch, case: str, taken: bool
+) -> None:
+    """The server's response.created shortcut decides and writes what the tables do."""
+
+    def run(shortcut: bool) -> tuple[object, ...]:
+        pair = Pair(delta_window=4) if case == "delta window" else Pair()
+        took: list[bool] = []
+        real = pair.server._send_created
+
+        def spy(event: ev.ResponseCreated, sid: str | None = None) -> bytes | None:
+            result = real(event, sid) if shortcut else None
+            took.append(result is not None)
+            return result
+
+        monkeypatch.setattr(pair.server, "_send_created", spy)
+        sid = pair.open(session_id="s1")
+        if case == "while payment is open":
+            pair.server_sends(ev.PaymentRequired(requirements=ty.PaymentRequirements(amount="1")))
+        pair.client_sends(ev.InputText(session_id=sid, text="hi"))
+        pair.client_sends(ev.ResponseCreate(session_id=sid))
+        tracker = pair.server.session(sid).response
+        assert tracker is not None
+        rid = tracker.response_id
+        event = ev.ResponseCreated(session_id=sid, response_id=rid)
+        kwargs: dict[str, str] = {}
+        if case == "session id passed":
+            event = ev.ResponseCreated(response_id=rid)
+            kwargs = {"session_id": sid}
+        elif case == "no session id":
+            event = ev.ResponseCreated(response_id=rid)
+        elif case == "another response id":
+            event = ev.ResponseCreated(session_id=sid, response_id="resp_other")
+        elif case == "extra fields":
+            event = attrs.evolve(event, unknown={"x_note": 1})
+        if case == "a second created":
+            pair.server.send(event)
+            took.clear()
+        try:
+            out: object = pair.server.send(event, **kwargs)
+        except LocalProtocolError as exc:
+            out = exc.code
+        session = pair.server.session(sid)
+        tracker = session.response
+        assert tracker is not None
+        window = session.send_window
+        return (
+            out,
+            took,
+            tracker.state,
+            tracker.response_id,
+            session.state,
+            pair.server.last_event_id,
+            None if window is None else window.__dict__,
+        )
+
+    fast, general = run(True), run(False)
+    assert fast[1] == [taken] and general[1] == [False]
+    assert fast[0] == general[0] and fast[2:] == general[2:]
+
+
 def test_send_with_ids_writes_what_a_stamped_copy_writes() -> None:
     """``send(..., session_id=, response_id=)`` routes and encodes like an evolved copy."""
 
