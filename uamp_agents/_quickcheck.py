@@ -87,6 +87,9 @@ def compile_check(schema: Any) -> Check | None:
         return _anything
     if len(checks) == 1:
         return checks[0]
+    if len(checks) == 2:  # (a typed object: its type, then its members)
+        first, second = checks
+        return lambda v: first(v) and second(v)
     every = tuple(checks)
     return lambda v: all(c(v) for c in every)
 

@@ -596,6 +596,9 @@ _result_fragment = _fastinit.maker(
 )
 _result_delta = _fastinit.maker(ty.DeltaToolResult, ("tool_result",))
 _call_done = _fastinit.maker(ev.ToolCallDone, ("call_id",))
+_token_usage = _fastinit.maker(
+    ty.UsageStats, ("input_tokens", "output_tokens", "total_tokens", "cached_tokens")
+)
 
 #: Agent-level events that become progress alone: left out of a response nobody watches.
 _UNSEEN = frozenset({"step_start", "step_end", "reasoning"})
@@ -651,8 +654,9 @@ class _EventMapper:
             message = str(data.get("text", ""))
         elif kind == "action":
             calls: Sequence[ty.ToolInvocation] = data.get("tool_calls", ())
-            self.presenting.update(c.id for c in calls if c.name == PRESENT)
             for call in calls:
+                if call.name == PRESENT:
+                    self.presenting.add(call.id)
                 if call.name in self.own_tools and call.id not in self.streamed_calls:
                     # Not streamed by the model: show the complete call once.
                     self.streamed_calls.add(call.id)
@@ -709,11 +713,11 @@ def _known(fact: Any, declared: Any) -> Any:
 def _plus(a: ty.UsageStats | None, b: ty.UsageStats) -> ty.UsageStats:
     if a is None:
         return b
-    return ty.UsageStats(
-        input_tokens=_add_count(a.input_tokens, b.input_tokens),
-        output_tokens=_add_count(a.output_tokens, b.output_tokens),
-        total_tokens=_add_count(a.total_tokens, b.total_tokens),
-        cached_tokens=_add_count(a.cached_tokens, b.cached_tokens),
+    return _token_usage(
+        _add_count(a.input_tokens, b.input_tokens),
+        _add_count(a.output_tokens, b.output_tokens),
+        _add_count(a.total_tokens, b.total_tokens),
+        _add_count(a.cached_tokens, b.cached_tokens),
     )
 
 

@@ -534,21 +534,22 @@ class ExecutionContext:
         async def run_one(index: int, call: ToolInvocation) -> None:
             started = trio.current_time()
             prefix = CALL_KEY.get()
-            tctx = ToolContext(
-                call_id=call.id,
-                tool_name=call.name,
-                agent_id=self.agent_id,
-                turn_id=self.turn_id,
-                step=step_no,
-                state=self.state,
-                deps=self.deps,
-                step_id=self.state.step_id,
-                interrupter=self.run.interrupter,
-                key=f"{prefix}/{call.id}" if prefix else call.id,
-                progress=functools.partial(self._tool_progress, call.id, step_no),
-                conversation=self.conversation,
+            run, state = self.run, self.state
+            interrupter = run.interrupter
+            tctx: ToolContext[Any] = _tool_context(  # ToolContext(call_id=..., ...)
+                call.id,
+                call.name,
+                run.agent_id,
+                run.turn_id,
+                step_no,
+                state,
+                self.deps,
+                state.step_id,
+                interrupter,
+                f"{prefix}/{call.id}" if prefix else call.id,
+                functools.partial(self._tool_progress, call.id, step_no),
+                self.conversation,
             )
-            interrupter = self.run.interrupter
             asked = len(interrupter.pending) if interrupter is not None else 0
             with tool_span(self.agent_id, call.name, call.id) as span:
                 try:
@@ -593,12 +594,8 @@ class ExecutionContext:
                     if output.is_error:
                         span.set("error.type", "tool_error")
             outputs[index] = output
-            executions[index] = ToolExecution(
-                call=call,
-                output=output,
-                step=step_no,
-                duration=trio.current_time() - started,
-                child_turns=tctx.child_turns,
+            executions[index] = _tool_execution(  # ToolExecution(call=..., ...)
+                call, output, step_no, trio.current_time() - started, tctx.child_turns
             )
             for child in tctx.child_turns:
                 self.add_usage(child.usage, step_no)
@@ -648,11 +645,8 @@ class ExecutionContext:
         emitter = self._emitter if stream else None
         if emitter is None and not self._listeners:
             return  # nobody to tell: no event to build
-        event = UAPEvent(
-            type=type,
-            step=self.state.step if step is None else step,
-            agent_id=self.agent_id,
-            data=data or {},
+        event = _uap_event(  # UAPEvent(type=..., step=..., agent_id=..., data=...)
+            type, self.state.step if step is None else step, self.run.agent_id, data or {}
         )
         for listener in self._listeners:
             await maybe_await(listener(event))
@@ -772,26 +766,23 @@ class ExecutionContext:
         status: str = "completed",
     ) -> Turn:
         """Build the run's turn from the state."""
-        return Turn(
-            messages=list(self.state.messages),
-            response=response,
-            usage=self.usage,
-            data=data,
-            steps=self.state.step,
-            id=self.turn_id,
-            agent_id=self.agent_id,
-            parent_turn_id=self.run.parent_turn_id,
-            parent_agent_id=self.run.parent_agent_id,
-            tool_executions=list(self.tool_executions),
-            status=status,
-            stop_reason=stop_reason,
-            metadata=self.state.metadata,
-            pending_tool_calls=list(self.pending_tool_calls),
-            interrupts=(
-                list(self.run.interrupter.pending)
-                if self.run.interrupter is not None and self.run.depth == 0
-                else []
-            ),
+        run, state = self.run, self.state
+        return _turn(  # Turn(messages=..., response=..., ...), positionally
+            list(state.messages),
+            response,
+            self.usage,
+            data,
+            state.step,
+            run.turn_id,
+            run.agent_id,
+            run.parent_turn_id,
+            run.parent_agent_id,
+            list(self.tool_executions),
+            status,
+            stop_reason,
+            state.metadata,
+            list(self.pending_tool_calls),
+            list(run.interrupter.pending) if run.interrupter is not None and run.depth == 0 else [],
         )
 
     def last_assistant(self) -> Message:
@@ -873,6 +864,47 @@ _text_delta = _fastinit.maker(ResponseDelta, ("delta",))
 _delta_text = _fastinit.maker(DeltaText, ("text",))
 _usage_delta = _fastinit.maker(UsageDelta, ("delta",))
 _tool_output = _fastinit.maker(ToolOutput, ("call_id", "result"))
+_uap_event = _fastinit.maker(UAPEvent, ("type", "step", "agent_id", "data"))
+_tool_context = _fastinit.maker(
+    ToolContext,
+    (
+        "call_id",
+        "tool_name",
+        "agent_id",
+        "turn_id",
+        "step",
+        "state",
+        "deps",
+        "step_id",
+        "interrupter",
+        "key",
+        "progress",
+        "conversation",
+    ),
+)
+_tool_execution = _fastinit.maker(
+    ToolExecution, ("call", "output", "step", "duration", "child_turns")
+)
+_turn = _fastinit.maker(
+    Turn,
+    (
+        "messages",
+        "response",
+        "usage",
+        "data",
+        "steps",
+        "id",
+        "agent_id",
+        "parent_turn_id",
+        "parent_agent_id",
+        "tool_executions",
+        "status",
+        "stop_reason",
+        "metadata",
+        "pending_tool_calls",
+        "interrupts",
+    ),
+)
 _tool_message = _fastinit.maker(
     Message, ("role", "tool_call_id", "name", "content", "content_items")
 )

@@ -71,6 +71,11 @@ _CREATED: Final = RESPONSE_OUTCOMES["response.created"]
 #: ``ResponseDone(response_id=..., ...)``, positionally (_fastinit.maker).
 _make_text = _fastinit.maker(ty.TextContent, ("text",))
 _make_output = _fastinit.maker(ty.ResponseOutput, ("id", "status", "output", "usage"))
+#: A tool call's and a tool result's output items, positionally (a tool round's).
+_make_call = _fastinit.maker(ty.ToolInvocation, ("id", "name", "arguments"))
+_make_call_item = _fastinit.maker(ty.ToolCallContent, ("tool_call",))
+_make_result = _fastinit.maker(ty.ToolOutput, ("call_id", "result", "is_error", "content_items"))
+_make_result_item = _fastinit.maker(ty.ToolResultContent, ("tool_result",))
 _make_done = _fastinit.maker(
     ev.ResponseDone, ("response_id", "response", "signature", "session_id")
 )
@@ -476,24 +481,15 @@ class ResponseTracker:
             if kind == "text":
                 out.append(_make_text("".join(s.parts)))
             elif kind == "tool_call":
-                out.append(
-                    ty.ToolCallContent(
-                        tool_call=ty.ToolInvocation(
-                            id=s.extra["id"], name=s.extra["name"], arguments="".join(s.parts)
-                        )
-                    )
-                )
+                extra = s.extra
+                call = _make_call(extra["id"], extra["name"], "".join(s.parts))
+                out.append(_make_call_item(call))
             elif kind == "tool_result":
-                out.append(
-                    ty.ToolResultContent(
-                        tool_result=ty.ToolOutput(
-                            call_id=s.extra["call_id"],
-                            result="".join(s.parts),
-                            is_error=s.extra.get("is_error"),
-                            content_items=s.extra.get("items"),
-                        )
-                    )
+                extra = s.extra
+                result = _make_result(
+                    extra["call_id"], "".join(s.parts), extra.get("is_error"), extra.get("items")
                 )
+                out.append(_make_result_item(result))
             elif kind == "thinking":
                 out.append(
                     ty.ThinkingContent(
