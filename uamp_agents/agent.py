@@ -40,6 +40,7 @@ from .context import (
     RunInfo,
     StepCallback,
     _run_info,
+    current_run,
 )
 from .errors import BudgetExceededError, NoModelError, SubAgentDepthError, ToolError
 from .execution import LoopStrategy, ReactStrategy, StrategyLike, loop
@@ -567,7 +568,7 @@ class Agent:
         upp: UppEmitter | None = None,
         uap: UapEmitter | None = None,
     ) -> Turn:
-        parent = _CURRENT_RUN.get()  # (current_run(), without its call)
+        parent = current_run()
         depth = 0 if parent is None else parent.depth + 1
         limit = self.max_depth if parent is None else min(parent.max_depth, self.max_depth)
         if depth > limit:
@@ -654,7 +655,7 @@ class Agent:
                 for mw in self.middleware
                 if callable(getattr(mw, "on_event", None))
             ]
-            exe = context(ctx.input, ctx.history, list(ctx.checks), listeners, ctx.metadata)
+            exe = context(ctx.input, ctx.history, ctx.checks, listeners, ctx.metadata)
             token = _CURRENT_RUN.set(info)
             try:
                 return await self._run_strategy(exe, ctx, abort)
@@ -710,8 +711,7 @@ class Agent:
 
     def _bind_model(self, parent: RunInfo | None) -> tuple[Provider, dict[str, Any]]:
         if self.model is not None:
-            config = self.config
-            return (_configured(self.model, config) if config else self.model), config
+            return _configured(self.model, self.config), self.config
         if parent is None:
             raise NoModelError(
                 f"agent {self.id} has no model: pass agent(model=...) or run it as a "

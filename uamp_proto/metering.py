@@ -11,7 +11,7 @@ reads neither.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from . import events as ev
@@ -25,6 +25,7 @@ __all__ = [
     "LiveRuns",
     "MeteredAgent",
     "MeteredCharge",
+    "MeteredRun",
     "RunMeter",
     "RunSeries",
     "WrappedAgent",
@@ -40,11 +41,18 @@ class WrappedAgent:
 
     def __init__(self, agent: Responder) -> None:
         self.agent = agent
+        #: The wrapped agent's name (an attribute: read several times per request).
+        self.name = agent.name
 
     @property
-    def name(self) -> str:
-        """The wrapped agent's name."""
-        return self.agent.name
+    def pricing(self) -> Any:
+        """The wrapped agent's ``pricing``, ``None`` when it declares none.
+
+        Read on every request's payment pre-flight: through
+        :meth:`__getattr__` an agent without one cost an ``AttributeError``
+        raised and caught each time.
+        """
+        return getattr(self.agent, "pricing", None)
 
     def capabilities(self) -> ty.Capabilities:
         """The wrapped agent's capabilities."""
@@ -228,6 +236,49 @@ class InstrumentMeter:
         self.charged.labels(agent, currency).inc(amount)
 
 
+class MeteredRun:
+    """One run of a :class:`MeteredAgent` being counted (:meth:`MeteredAgent.start_run`).
+
+    Whoever drives the run calls :meth:`delta` for each ``response.delta``
+    the agent emits and :meth:`end` once it is over, however it ended: the
+    turn driver does so itself for a metered agent it runs (no wrapper
+    frame per run, no call per event other than a delta's), and
+    :meth:`MeteredAgent.respond` for any other caller.
+    """
+
+    __slots__ = ("_agent", "_began", "_series", "_transport", "deltas")
+
+    def __init__(
+        self, agent: MeteredAgent, series: RunSeries, transport: str, began: float
+    ) -> None:
+        self._agent = agent
+        self._series = series
+        self._transport = transport
+        self._began = began
+        #: The deltas counted so far.
+        self.deltas = 0
+
+    def delta(self) -> None:
+        """The agent emitted a ``response.delta`` (the first one is timed)."""
+        if not self.deltas:
+            seconds = self._agent._clock() - self._began
+            series = self._series
+            first = series.first_delta or series.delta_series()[0]
+            first.counts[bisect_left(first.bounds, seconds)] += 1
+            first.sum += seconds
+        self.deltas += 1
+
+    def end(self, error: BaseException | None) -> None:
+        """The run is over; ``error``: what the agent raised (an ``Exception`` counts as failed)."""
+        series = self._series
+        series.live.count -= 1
+        if self.deltas:
+            (series.deltas or series.delta_series()[1]).value += self.deltas
+        if isinstance(error, Exception):
+            code = str(getattr(error, "code", None) or "internal_error")
+            self._agent._meter.run_failed(self._transport, self._agent.name, code)
+
+
 class MeteredAgent(WrappedAgent):
     """A hosted agent whose runs are reported to ``meter``.
 
@@ -248,37 +299,38 @@ class MeteredAgent(WrappedAgent):
         self._meter = meter
         self._transport = transport
         self._clock = clock
+        #: The meter's series of this agent's runs, by transport (a handful).
+        self._series: dict[str, RunSeries] = {}
+
+    def start_run(self) -> MeteredRun:
+        """Count a run starting now; the caller runs :attr:`agent` and reports to the result."""
+        transport = self._transport()
+        series = self._series.get(transport)
+        if series is None:
+            series = self._series[transport] = self._meter.run_series(transport, self.name)
+        series.live.count += 1
+        return MeteredRun(self, series, transport, self._clock())
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         """Run the agent, counting its deltas and timing the first."""
-        agent, transport, clock = self.agent.name, self._transport(), self._clock
-        series = self._meter.run_series(transport, agent)
-        began = clock()
-        deltas = 0
+        run = self.start_run()
 
-        async def counted(event: ev.Event) -> None:
-            nonlocal deltas
+        # Not a coroutine of its own: it counts, then hands back emit's
+        # awaitable for the agent to await.
+        def counted(event: ev.Event) -> Awaitable[None]:
             if type(event) is ev.ResponseDelta:
-                if not deltas:
-                    seconds = clock() - began
-                    first = series.delta_series()[0]
-                    first.counts[bisect_left(first.bounds, seconds)] += 1
-                    first.sum += seconds
-                deltas += 1
-            await emit(event)
+                run.delta()
+            return emit(event)
 
-        live = series.live
-        live.count += 1
+        error: BaseException | None = None
         try:
             await self.agent.respond(request, counted)
         except Exception as exc:
-            code = str(getattr(exc, "code", None) or "internal_error")
-            self._meter.run_failed(transport, agent, code)
+            error = exc
             raise
         finally:
-            live.count -= 1
-            if deltas:
-                series.delta_series()[1].value += deltas
+            run.end(error)
+            error = None  # (a caught error's traceback would hold this frame)
 
 
 class MeteredCharge:

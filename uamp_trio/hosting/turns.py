@@ -50,6 +50,12 @@ The contract (the agent boundary's; the runner owns the response lifecycle):
    "tool_calls"``; a UAMP WebSocket waits for ``tool.result`` and runs the
    agent again with the extended conversation.
 
+Metrics: when the agent is the metrics' :class:`~uamp_proto.metering.MeteredAgent`
+wrapper, the runner counts the run itself (:meth:`MeteredAgent.start_run
+<uamp_proto.metering.MeteredAgent.start_run>`; ``emit`` reports each
+``response.delta``) and calls the agent inside: the same counts, without a
+wrapper frame per run and a call per event.
+
 Payment: a runner given a ``charge`` (the money the host locked for the
 response before it started, :meth:`uamp_trio.hosting.host.Host.open_charge`)
 settles it exactly once when the response ends, however it ends -- done,
@@ -77,6 +83,7 @@ import trio
 from uamp_proto import _fastinit
 from uamp_proto import events as ev
 from uamp_proto.errors import UampError
+from uamp_proto.metering import MeteredAgent, MeteredRun
 from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
 from uamp_proto.payment import Charge
 from uamp_proto.responder import Responder, TurnRequest
@@ -173,6 +180,7 @@ class ResponseRunner:
         "_count",
         "_created",
         "_finished",
+        "_metered",
         "_scope",
         "_sink",
         "_sink_error",
@@ -221,6 +229,7 @@ class ResponseRunner:
         self._count = 0
         self._cancellable = cancellable
         self._charge = charge
+        self._metered: MeteredRun | None = None
         #: The balance update of the settled charge.
         self.balance: ev.PaymentBalance | None = None
 
@@ -247,7 +256,10 @@ class ResponseRunner:
                 session_id=self.request.session_id,
                 response_id=self.request.response_id,
             )
-        if type(event) is not ev.ResponseDelta and isinstance(event, _TERMINAL):
+        if type(event) is ev.ResponseDelta:
+            if self._metered is not None:
+                self._metered.delta()
+        elif isinstance(event, _TERMINAL):
             raise RuntimeError("the turn driver sends the terminal event, not the agent")
         # cancel() lands at the next emit even when the sink never waits. Any
         # other cancellation lands where the sink waits or at the checkpoint
@@ -337,20 +349,31 @@ class ResponseRunner:
                     raise self._sink_error from None  # type: ignore[misc]
         error: BaseException | None = None
         cancelled = False
-        if self._cancellable:
-            with trio.CancelScope() as scope:
-                self._scope = scope
-                if self._cancel_requested:
-                    scope.cancel()
-                error = await self._respond()
-            self._scope = None
-            cancelled = scope.cancelled_caught
-        else:
-            # _respond, inline (a coroutine less per turn).
-            try:
-                await self.agent.respond(request, self.emit)
-            except Exception as exc:
-                error = exc
+        agent = self.agent
+        metered = None
+        if type(agent) is MeteredAgent:
+            # The metrics' wrapper: the run is counted here (emit counts the
+            # deltas) and its agent called without the wrapper's frame.
+            metered = self._metered = agent.start_run()
+            agent = agent.agent
+        try:
+            if self._cancellable:
+                with trio.CancelScope() as scope:
+                    self._scope = scope
+                    if self._cancel_requested:
+                        scope.cancel()
+                    error = await self._respond(agent)
+                self._scope = None
+                cancelled = scope.cancelled_caught
+            else:
+                # _respond, inline (a coroutine less per turn).
+                try:
+                    await agent.respond(request, self.emit)
+                except Exception as exc:
+                    error = exc
+        finally:
+            if metered is not None:
+                metered.end(error)
         self._finished = True
         if self._sink_error is not None:
             raise self._sink_error
@@ -369,10 +392,10 @@ class ResponseRunner:
             await self._sink(final)
         return outcome
 
-    async def _respond(self) -> Exception | None:
-        """Call the agent; returns what it raised (``None`` when it returned)."""
+    async def _respond(self, agent: Responder) -> Exception | None:
+        """Call ``agent``; returns what it raised (``None`` when it returned)."""
         try:
-            await self.agent.respond(self.request, self.emit)
+            await agent.respond(self.request, self.emit)
         except Exception as exc:
             return exc
         return None

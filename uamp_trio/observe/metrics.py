@@ -16,7 +16,9 @@ up by the composition root only when metrics are on:
   the agent emits (``uamp_deltas_total``), the time from the start of the
   run to its first delta (``uamp_time_to_first_delta_seconds``) and failed
   runs by their error code; the transport of a run is the one of the request
-  that started it (:data:`~uamp_trio.observe.requests.CURRENT`);
+  that started it (:data:`~uamp_trio.observe.requests.CURRENT`). The turn
+  driver counts the runs it drives itself (its ``emit`` counts the deltas)
+  and calls the agent inside without the wrapper's frame;
 * every charge the host opens is wrapped, so what is settled adds to
   ``uamp_charged_total`` by agent and currency.
 
