@@ -108,6 +108,8 @@ TLS13 = "TLSv1.3"
 #: ``GET /metrics``: behind authentication when the server has it (a scraper
 #: sends a token like any client).
 METRICS_ROUTES = RouteMeta(transport="metrics", error_style="openai")
+#: Routes matched after every transport's (:meth:`App.mount`).
+_LAST = frozenset({"server", "metrics"})
 
 
 class App(Host):
@@ -266,7 +268,7 @@ class App(Host):
         return render_error(style, exc)
 
     def mount(self, *transports: Transport) -> None:
-        """Let each transport register its routes; the server's own routes stay last.
+        """Let each transport register its routes; the server's own and ``/metrics`` stay last.
 
         The route table is matched in order, and the transports' routes are
         the hot path: a completion request should not first be tried
@@ -274,7 +276,7 @@ class App(Host):
         shares a path with a transport's, so the order changes no answer.
         """
         super().mount(*transports)
-        self.router.routes.sort(key=lambda route: route.meta.transport == "server")
+        self.router.routes.sort(key=lambda route: route.meta.transport in _LAST)
 
     # --- engines.server.Dispatcher -------------------------------------------------
 
@@ -299,9 +301,10 @@ class App(Host):
             raise
         if route.meta.tls13 and request.tls is not None and request.tls.version != TLS13:
             return functools.partial(self._refuse_old_tls, route)
-        if not self.middleware:
+        middleware = self.middleware
+        if not middleware:
             return route.endpoint
-        if self.middleware == [self.observe]:  # (uamp serve's default)
+        if len(middleware) == 1 and middleware[0] is self.observe:  # (uamp serve's default)
             return functools.partial(self._observed, route)
         return functools.partial(self._through_http, route)
 

@@ -161,3 +161,15 @@ def test_outside_a_loop_a_line_is_written_at_once() -> None:
 def test_the_timestamp_is_the_utc_second_and_its_milliseconds(created: float) -> None:
     second = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
     assert _timestamp(created) == f"{second}.{int(created % 1 * 1000):03d}Z"
+
+
+@pytest.mark.parametrize("created", [1765051201.0, 1765051201.0004, 1765051201.9996, 1765051201.5])
+def test_the_direct_lines_timestamp_is_the_formatters(
+    created: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct text line's milliseconds come from a table: the same text as ``_timestamp``."""
+    monkeypatch.setattr(time, "time", lambda: created)
+    stream = io.StringIO()
+    logger, _ = _logger(stream, TextFormatter())
+    AccessLog(logger).finished(EXCHANGES[0])
+    assert stream.getvalue().split(" ", 1)[0] == _timestamp(created)

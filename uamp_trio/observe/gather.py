@@ -44,6 +44,8 @@ GATHER_SECONDS = 0.01
 #: A batch this long is written at once.
 GATHER_LINES = 256
 
+_get_ident = threading.get_ident
+
 
 class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A stream handler writing the lines of a trio loop's thread in batches; see the module."""
@@ -71,7 +73,18 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def write_line(self, line: str) -> None:
         """Write one line (without its terminator), gathered when on a loop's thread."""
-        if self._loop_thread == threading.get_ident() or self._start_flusher():
+        if self._armed and self._loop_thread == _get_ident():
+            # Under load, the usual case: the flusher writes it at the end of
+            # this period, unless the batch is full.
+            with self._guard:
+                lines = self._lines
+                lines.append(line)
+                if len(lines) < GATHER_LINES:
+                    return
+            self._write_out()
+            self._last_write = time.monotonic()
+            return
+        if self._loop_thread == _get_ident() or self._start_flusher():
             with self._guard:
                 lines = self._lines
                 lines.append(line)

@@ -158,27 +158,30 @@ class AccessLog:
             exchange.transport,
         )
         handler = _direct_handler(logger)
-        if handler is not None:
-            formatter = handler.formatter
-            if type(formatter) is TextFormatter and logger.name == ACCESS_LOGGER:
-                # TextFormatter's line, in one formatting operation (the
-                # timestamp has no control character to escape).
-                now = time.time()
-                whole = int(now)
-                second = _second[1] if _second[0] == whole else _second_text(whole)
-                line = _TEXT_LINE % (second, int((now - whole) * 1000), *args)
-                handler.write_line(line if line.isprintable() else one_line(line))
-                return
-            if type(formatter) is JSONFormatter:
-                data = {
-                    "ts": _timestamp(time.time()),
-                    "level": "info",
-                    "logger": logger.name,
-                    "message": _ACCESS_FORMAT % args,
-                    **_fields(exchange, ms),
-                }
-                handler.write_line(orjson.dumps(data).decode())
-                return
+        if handler is None:
+            self._log(logger, args, _fields(exchange, ms))
+            return
+        formatter = handler.formatter
+        if type(formatter) is TextFormatter and logger.name == ACCESS_LOGGER:
+            # TextFormatter's line, in one formatting operation (the timestamp
+            # has no control character to escape; its milliseconds come from
+            # a table).
+            now = time.time()
+            whole = int(now)
+            second = _second[1] if _second[0] == whole else _second_text(whole)
+            line = _TEXT_LINE % (second, _MILLIS[int((now - whole) * 1000)], *args)
+            handler.write_line(line if line.isprintable() else one_line(line))
+            return
+        if type(formatter) is JSONFormatter:
+            data = {
+                "ts": _timestamp(time.time()),
+                "level": "info",
+                "logger": logger.name,
+                "message": _ACCESS_FORMAT % args,
+                **_fields(exchange, ms),
+            }
+            handler.write_line(orjson.dumps(data).decode())
+            return
         self._log(logger, args, _fields(exchange, ms))
 
     @staticmethod
@@ -206,8 +209,11 @@ class AccessLog:
 
 
 _ACCESS_FORMAT = '%s "%s %s %s" %d %.1fms agent=%s transport=%s'
-#: A text access line: the timestamp (``_timestamp``'s), then the message.
-_TEXT_LINE = "%s.%03dZ " + _ACCESS_FORMAT
+#: A text access line: the timestamp (``_timestamp``'s: the second, then
+#: ``_MILLIS[milliseconds]``), then the message.
+_TEXT_LINE = "%s%s" + _ACCESS_FORMAT
+#: ``.000Z `` to ``.999Z ``: a timestamp's milliseconds (an index, not a format).
+_MILLIS = tuple(f".{ms:03d}Z " for ms in range(1000))
 
 
 def _fields(exchange: Exchange, ms: float) -> dict[str, Any]:

@@ -124,7 +124,8 @@ class Observe:
         self.listeners = list(listeners)
 
     def _finish(self, exchange: Exchange, began: float, status: int, error: str = "") -> None:
-        _name_agent(exchange)
+        if exchange.agent == "-":  # (_name_agent, inline)
+            exchange.agent = RESOLVED_AGENT.get() or "-"
         exchange.status = status
         exchange.error = error
         exchange.duration = time.perf_counter() - began
@@ -160,7 +161,10 @@ class Observe:
             request.path_params.get("agent") or "-",
         )
         CURRENT.set(exchange)
-        RESOLVED_AGENT.set(None)
+        # Reset what an earlier request of this connection's task resolved
+        # (a set makes a new context mapping; a get that finds nothing costs less).
+        if RESOLVED_AGENT.get() is not None:
+            RESOLVED_AGENT.set(None)
         try:
             reply = await endpoint(request)
         except HTTPError as exc:
