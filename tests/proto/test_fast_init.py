@@ -250,3 +250,55 @@ def test_the_maker_of_a_class_it_cannot_compile_calls_the_class() -> None:
     assert make(1) == Validated(x=1)
     with pytest.raises(TypeError):
         make("1")  # the validator runs
+
+
+@attrs.define(kw_only=True)
+class _Mutable:
+    """The shape of the engines' ``Request``: mutable, slotted, factories and defaults."""
+
+    a: object
+    b: object = None
+    c: list[object] = attrs.Factory(list)
+    d: dict[str, object] = attrs.field(factory=dict)
+
+
+def test_the_maker_of_a_mutable_class_builds_what_the_class_builds() -> None:
+    aliases = [f.alias for f in attrs.fields(_Mutable)]
+    for names in (aliases, ["a"], ["a", "d"], aliases[::-1]):
+        values = [object() for _ in names]
+        make = _fastinit.maker(_Mutable, tuple(names))
+        made = make(*values)
+        assert type(made) is _Mutable
+        assert _fields(made) == _fields(_Mutable(**dict(zip(names, values, strict=True))))
+        made.a = 1  # still mutable
+        assert made.a == 1
+    make = _fastinit.maker(_Mutable, ("a",))
+    assert make(1).c is not make(1).c and make(1).d is not make(1).d
+    assert "_new" in make.__code__.co_names  # built in place, not by calling the class
+    with pytest.raises(TypeError):
+        _fastinit.maker(_Mutable, ("b",))  # ``a`` is required
+
+
+def test_the_maker_of_a_mutable_class_with_hooks_calls_the_class() -> None:
+    @attrs.define(kw_only=True)
+    class Checked:
+        x: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.define(kw_only=True)
+    class Hooked:
+        x: int = 0
+
+        def __attrs_post_init__(self) -> None:
+            self.x += 1
+
+    @attrs.define(kw_only=True, slots=False)
+    class Unslotted:
+        x: int = 0
+
+    with pytest.raises(TypeError):
+        _fastinit.maker(Checked, ("x",))("1")  # the validator runs
+    assert _fastinit.maker(Hooked, ("x",))(1).x == 2  # the hook runs
+    assert _fastinit.maker(Unslotted, ("x",))(3) == Unslotted(x=3)
+    for cls in (Checked, Hooked, Unslotted):
+        assert not _fastinit._plain_mutable(cls)
+    assert _fastinit._plain_mutable(_Mutable)

@@ -34,6 +34,7 @@ import orjson
 import trio
 
 from uamp_proto import jsonbounds
+from uamp_proto._fastinit import maker
 from uamp_proto.errors import UampError
 from uamp_proto.principal import ANONYMOUS, Principal
 
@@ -710,13 +711,19 @@ SSE_HEADERS = [
 ]
 
 
+#: ``Response(status=, headers=, body=)`` positionally: a class call with
+#: keywords packs them in a dict that ``__init__`` unpacks again.
+new_response = maker(Response, ("status", "headers", "body"))
+
+
 def json_response(
     obj: Any, status: int = 200, headers: list[tuple[str, str]] | None = None
 ) -> Response:
     """A JSON response (orjson-encoded)."""
-    return Response(
-        status=status, headers=[*JSON_HEADERS, *(headers or [])], body=orjson.dumps(obj)
-    )
+    body = orjson.dumps(obj)
+    if headers:
+        return new_response(status, [*JSON_HEADERS, *headers], body)
+    return new_response(status, JSON_HEADERS.copy(), body)
 
 
 def error_response(

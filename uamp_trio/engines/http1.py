@@ -53,6 +53,7 @@ from urllib.parse import unquote, urlsplit
 import h11
 import trio
 
+from uamp_proto._fastinit import maker
 from uamp_proto.errors import UampError
 
 from .h1fast import parse_head
@@ -105,6 +106,21 @@ _LINGER_SECONDS = 1.0
 #: elsewhere the bytes land here, shared by all, and are never read).
 _LINGER_SCRATCH = memoryview(mmap.mmap(-1, _LINGER_BYTES))
 _DISCARD = getattr(socket, "MSG_TRUNC", 0) if sys.platform == "linux" else 0
+#: ``Request(...)`` positionally, for the two paths that build every request
+#: (a class call with keywords packs a dict that ``__init__`` unpacks again).
+_REQUEST_FIELDS = (
+    "method",
+    "path",
+    "query",
+    "headers",
+    "body",
+    "http_version",
+    "scheme",
+    "client",
+    "tls",
+)
+_new_request = maker(Request, _REQUEST_FIELDS)
+_new_h11_request = maker(Request, tuple(n for n in _REQUEST_FIELDS if n != "body"))
 
 
 def head_over_limit(seen: bytes, limit: int) -> bool:
@@ -166,7 +182,7 @@ def split_target(target: str) -> tuple[str, str]:
         path, query = parts.path or "/", parts.query
     else:
         path, _, query = target.partition("?")
-    return unquote(path), query
+    return (unquote(path) if "%" in path else path), query
 
 
 async def linger(stream: trio.abc.Stream) -> None:
@@ -250,6 +266,8 @@ class _Http1Connection:
         self.client = client
         self.scheme = server.scheme
         self.tls = tls_info(stream)
+        #: ``trio.current_time`` without its two wrapper calls: the run's clock.
+        self.now = trio.lowlevel.current_clock().current_time
         # Read and not consumed: buf[pos:]; eof once the peer closed after it.
         self.buf = initial
         self.pos = 0
@@ -318,7 +336,7 @@ class _Http1Connection:
         tracker = self.tracker
         self.handling = (request, end)
         tracker.handler_scope = self.scope
-        tracker.handler_since = trio.current_time()
+        tracker.handler_since = self.now()
         response = await self.server.dispatch(request)
         if tracker.head_late:  # the sweeper came as it returned: the 504 goes instead
             if type(response) is StreamingResponse:
@@ -393,20 +411,21 @@ class _Http1Connection:
                     return
                 buf, start, end, pos = self.buf, start - pos, end - pos, 0
             path, query = split_target(target)
-            request = Request(
-                method=method,
-                path=path,
-                query=query,
+            request = _new_request(
+                method,
+                path,
+                query,
                 # parse_head gives Headers' own form: no second pass (~7 us).
-                headers=Headers.from_normalized(items),
-                body=buf[start:end],
-                http_version="1.1",
-                scheme=self.scheme,
-                client=self.client,
-                tls=self.tls,
+                Headers.from_normalized(items),
+                buf[start:end],
+                "1.1",
+                self.scheme,
+                self.client,
+                self.tls,
             )
             response = await self._dispatch(request, end)
-            self._release()
+            if self.budgeted:
+                self._release()
             try:
                 if not await self._send_templated(response, close):
                     conn = self._h11_replay(buf[pos:end])
@@ -438,7 +457,7 @@ class _Http1Connection:
         if tracker.draining:
             return False
         tracker.idle_scope = scope
-        tracker.idle_since = trio.current_time()
+        tracker.idle_since = self.now()
         data = await receive_when_ready(self.stream, _READ_SIZE)
         tracker.idle_since = None
         tracker.idle_scope = None
@@ -565,15 +584,15 @@ class _Http1Connection:
                 "bad_request",
             )
             return False
-        request = Request(
-            method=method,
-            path=path,
-            query=query,
-            headers=headers,
-            http_version=event.http_version.decode("ascii", "replace"),
-            scheme=self.scheme,
-            client=self.client,
-            tls=self.tls,
+        request = _new_h11_request(
+            method,
+            path,
+            query,
+            headers,
+            event.http_version.decode("ascii", "replace"),
+            self.scheme,
+            self.client,
+            self.tls,
         )
         if headers.has_token("connection", "upgrade") and (
             (headers.get("upgrade") or "").lower() == "websocket"

@@ -21,13 +21,23 @@ this way, told apart by ``Content-Type`` and ``anthropic-version``.
 A bare :class:`Router` is also something the server can serve
 (:class:`~uamp_trio.engines.server.Dispatcher`): it resolves and calls, with
 no middleware.
+
+Matching tries only the routes that can match the path's first segment: the
+table is indexed by each pattern's first segment (a literal, or any segment
+when it holds a ``{name}``), each bucket keeping the table's order, so the
+first route that matches is the one a walk of the whole table finds, and a
+405 names the same methods. A serve-everything app has a hundred routes; a
+request tries one or two. The index is rebuilt after the table changes
+(:class:`_RouteList` notices every change to the list). A first segment
+with a line feed in it walks the whole table: a regex's ``$`` also matches
+before a final line feed, which the index would not see.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -59,6 +69,7 @@ ErrorStyle = Literal["openai", "jsonrpc", "uamp", "grpc", "envelope", "a2a_rest"
 
 #: A route's extra condition on the request head (see the module docstring).
 RouteWhen = Callable[[Headers], bool]
+
 
 @attrs.frozen
 class RouteMeta:
@@ -133,13 +144,87 @@ class WebSocketRoute(_Pattern):
     meta: RouteMeta = DEFAULT_META
 
 
+def _first_segment(pattern: str) -> str | None:
+    """The literal first segment of ``pattern``; ``None`` when it holds a ``{name}``."""
+    segment = pattern[1:].partition("/")[0]
+    return None if "{" in segment else segment
+
+
+class _RouteList(list[Route]):
+    """The route table: a list that tells its owner whenever it changes."""
+
+    __slots__ = ("changed",)
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__()
+        self.changed = changed
+
+
+def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``list``'s ``method``, then the list's ``changed()``."""
+
+    def call(self: _RouteList, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        self.changed()
+        return result
+
+    call.__name__ = method.__name__
+    return call
+
+
+for _name in (
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "append",
+    "clear",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "reverse",
+    "sort",
+):
+    setattr(_RouteList, _name, _notifying(getattr(list, _name)))
+del _name
+
+
 class Router:
     """HTTP and WebSocket route table; first matching route wins."""
 
     def __init__(self) -> None:
-        self.routes: list[Route] = []
+        self._routes = _RouteList(self._drop_index)
+        #: Routes by the first segment of the paths they can match (see the
+        #: module docstring); built on the first match after a change.
+        self._index: dict[str, list[Route]] | None = None
+        #: The routes whose first segment is a ``{name}``: any path's bucket.
+        self._any_segment: list[Route] = []
         #: WebSocket endpoints, consulted on ``Upgrade: websocket`` requests.
         self.websocket_routes: list[WebSocketRoute] = []
+
+    @property
+    def routes(self) -> list[Route]:
+        """The HTTP routes in the order they are tried."""
+        return self._routes
+
+    @routes.setter
+    def routes(self, routes: Iterable[Route]) -> None:
+        self._routes[:] = routes
+
+    def _drop_index(self) -> None:
+        self._index = None
+
+    def _build_index(self) -> dict[str, list[Route]]:
+        keys = {_first_segment(route.pattern) for route in self._routes}
+        index = {
+            key: [r for r in self._routes if _first_segment(r.pattern) in (key, None)]
+            for key in keys
+            if key is not None
+        }
+        self._any_segment = [r for r in self._routes if _first_segment(r.pattern) is None]
+        self._index = index
+        return index
 
     def add(
         self,
@@ -194,8 +279,15 @@ class Router:
             HTTPError: 404 when no pattern matches, 405 (with ``Allow``) when
                 patterns match but not for this method.
         """
+        # Only the routes that can match the path's first segment, in table
+        # order (see the module docstring).
+        index = self._index
+        if index is None:
+            index = self._build_index()
+        segment = path[1:].partition("/")[0]
+        candidates = self._routes if "\n" in segment else index.get(segment, self._any_segment)
         allowed: set[str] = set()
-        for route in self.routes:
+        for route in candidates:
             m = route.regex.match(path)
             if m is None:
                 continue
