@@ -22,21 +22,23 @@ A bare :class:`Router` is also something the server can serve
 (:class:`~uamp_trio.engines.server.Dispatcher`): it resolves and calls, with
 no middleware.
 
-Matching tries only the routes that can match the path's first segment: the
-table is indexed by each pattern's first segment (a literal, or any segment
-when it holds a ``{name}``), each bucket keeping the table's order, so the
-first route that matches is the one a walk of the whole table finds, and a
-405 names the same methods. A serve-everything app has a hundred routes; a
-request tries one or two. The index is rebuilt after the table changes
-(:class:`_RouteList` notices every change to the list). A first segment
-with a line feed in it walks the whole table: a regex's ``$`` also matches
-before a final line feed, which the index would not see.
+Matching tries only the routes that can match the path's shape: the table
+is indexed by each pattern's first segment (a literal, or any segment when
+it holds a ``{name}``) and its number of ``/`` (a ``{name}`` matches no
+``/``, so a path matches only patterns with as many), each bucket keeping
+the table's order, so the first route that matches is the one a walk of
+the whole table finds, and a 405 names the same methods. A serve-everything
+app has a hundred routes; a request tries one or two. The index is rebuilt
+after the table changes (:class:`_RouteList` notices every change to the
+list). A first segment with a line feed in it walks the whole table: a
+regex's ``$`` also matches before a final line feed, which the index would
+not see.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -144,10 +146,10 @@ class WebSocketRoute(_Pattern):
     meta: RouteMeta = DEFAULT_META
 
 
-def _first_segment(pattern: str) -> str | None:
-    """The literal first segment of ``pattern``; ``None`` when it holds a ``{name}``."""
+def _shape(pattern: str) -> tuple[str | None, int]:
+    """The literal first segment of ``pattern`` (``None``: it holds a ``{name}``) and its ``/``s."""
     segment = pattern[1:].partition("/")[0]
-    return None if "{" in segment else segment
+    return (None if "{" in segment else segment), pattern.count("/")
 
 
 class _RouteList(list[Route]):
@@ -195,11 +197,13 @@ class Router:
 
     def __init__(self) -> None:
         self._routes = _RouteList(self._drop_index)
-        #: Routes by the first segment of the paths they can match (see the
-        #: module docstring); built on the first match after a change.
-        self._index: dict[str, list[Route]] | None = None
-        #: The routes whose first segment is a ``{name}``: any path's bucket.
-        self._any_segment: list[Route] = []
+        #: Routes by the first segment and the ``/`` count of the paths they
+        #: can match (see the module docstring); built on the first match
+        #: after a change.
+        self._index: dict[tuple[str, int], list[Route]] | None = None
+        #: By ``/`` count, the routes whose first segment is a ``{name}``:
+        #: the bucket of a path whose first segment no pattern names.
+        self._any_segment: dict[int, list[Route]] = {}
         #: WebSocket endpoints, consulted on ``Upgrade: websocket`` requests.
         self.websocket_routes: list[WebSocketRoute] = []
 
@@ -215,14 +219,18 @@ class Router:
     def _drop_index(self) -> None:
         self._index = None
 
-    def _build_index(self) -> dict[str, list[Route]]:
-        keys = {_first_segment(route.pattern) for route in self._routes}
-        index = {
-            key: [r for r in self._routes if _first_segment(r.pattern) in (key, None)]
-            for key in keys
-            if key is not None
-        }
-        self._any_segment = [r for r in self._routes if _first_segment(r.pattern) is None]
+    def _build_index(self) -> dict[tuple[str, int], list[Route]]:
+        shapes = [(_shape(route.pattern), route) for route in self._routes]
+        index: dict[tuple[str, int], list[Route]] = {}
+        for (segment, slashes), _ in shapes:
+            if segment is not None:
+                index[segment, slashes] = [
+                    r for (s, n), r in shapes if n == slashes and s in (segment, None)
+                ]
+        self._any_segment = {}
+        for (segment, slashes), route in shapes:
+            if segment is None:
+                self._any_segment.setdefault(slashes, []).append(route)
         self._index = index
         return index
 
@@ -279,13 +287,18 @@ class Router:
             HTTPError: 404 when no pattern matches, 405 (with ``Allow``) when
                 patterns match but not for this method.
         """
-        # Only the routes that can match the path's first segment, in table
-        # order (see the module docstring).
+        # Only the routes that can match the path's shape, in table order
+        # (see the module docstring).
         index = self._index
         if index is None:
             index = self._build_index()
         segment = path[1:].partition("/")[0]
-        candidates = self._routes if "\n" in segment else index.get(segment, self._any_segment)
+        if "\n" in segment:
+            candidates: Sequence[Route] = self._routes
+        else:
+            slashes = path.count("/")
+            found = index.get((segment, slashes))
+            candidates = found if found is not None else self._any_segment.get(slashes, ())
         allowed: set[str] = set()
         for route in candidates:
             m = route.regex.match(path)
