@@ -40,10 +40,7 @@ converters, setattr hooks or init hooks -- is built by plain stores on a
 new instance, ``init=False`` fields' defaults included).
 Calling a class with keywords costs CPython a keyword dict, which the
 class's ``__init__`` unpacks again; a positional function call does not
-(a twenty-field ``TurnRequest``: 1.1 -> 0.45 µs). A mutable slotted class
-whose ``__init__`` only stores (no validators, converters, hooks or
-``__setattr__`` of its own: an HTTP request, a response) is built the same
-way with ``object.__new__`` and plain stores, no builder needed.
+(a twenty-field ``TurnRequest``: 1.1 -> 0.45 µs).
 """
 
 from __future__ import annotations
@@ -72,11 +69,6 @@ def _eligible(cls: type[Any]) -> bool:
     props = getattr(cls, "__attrs_props__", None)
     if props is None or not (props.is_frozen and props.is_slotted and props.added_init):
         return False
-    return _eligible_fields(cls)
-
-
-def _eligible_fields(cls: type[Any]) -> bool:
-    """Whether the ``__init__`` of attrs class ``cls`` stores its arguments and defaults only."""
     if "__attrs_pre_init__" in dir(cls) or "__attrs_post_init__" in dir(cls):
         return False
     fields = attrs.fields(cls)
@@ -90,16 +82,6 @@ def _eligible_fields(cls: type[Any]) -> bool:
         return False
     # (Other names of the generated code start with "_", which no alias does.)
     return _slots(cls) - {"__weakref__"} == {f.name for f in fields}
-
-
-def _plain_mutable(cls: type[Any]) -> bool:
-    """Whether ``cls`` is a mutable slotted attrs class built by plain stores alone."""
-    props = getattr(cls, "__attrs_props__", None)
-    if props is None or props.is_frozen or not (props.is_slotted and props.added_init):
-        return False
-    if any("__setattr__" in k.__dict__ for k in cls.__mro__[:-1]):  # on_setattr hooks
-        return False
-    return _eligible_fields(cls)
 
 
 def _compile(cls: type[Any]) -> Callable[..., None]:
@@ -256,18 +238,13 @@ def maker(cls: type[_T], names: tuple[str, ...]) -> Callable[..., _T]:
     given = {alias: f"_v{i}" for i, alias in enumerate(names)}
     params = ", ".join(given.values())
     namespace: dict[str, Any] = {"_C": cls}
-    frozen = _eligible(cls)
-    if frozen or _plain_mutable(cls):
-        if frozen:
-            namespace["_B"] = _builder(cls)
-            body = ["    _o = _B()"]
-        else:
-            namespace["_new"] = object.__new__
-            body = ["    _o = _new(_C)"]
+    if _eligible(cls):
+        namespace["_B"] = _builder(cls)
+        body = ["    _o = _B()"]
         for i, (alias, field) in enumerate(fields.items()):
             value = given.get(alias) or _default(cls, field, i, namespace)
             body.append(f"    _o.{field.name} = {value}")
-        body += ["    _o.__class__ = _C", "    return _o"] if frozen else ["    return _o"]
+        body += ["    _o.__class__ = _C", "    return _o"]
         source = f"def make({params}):\n" + "\n".join(body) + "\n"
     elif _plain_mutable(cls):
         namespace["_new"] = object.__new__
