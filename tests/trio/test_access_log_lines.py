@@ -173,3 +173,25 @@ def test_the_direct_lines_timestamp_is_the_formatters(
     logger, _ = _logger(stream, TextFormatter())
     AccessLog(logger).finished(EXCHANGES[0])
     assert stream.getvalue().split(" ", 1)[0] == _timestamp(created)
+
+
+def test_a_line_past_the_period_writes_the_batch_with_it(
+    period: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the lines write their batches themselves: nothing has to wake up for them."""
+    stream = io.StringIO()
+    handler = GatheredHandler(stream)
+    clock = [1000.0]
+    monkeypatch.setattr(gather.time, "monotonic", lambda: clock[0])
+
+    async def main() -> None:
+        handler.write_line("one")  # at once
+        handler.write_line("two")  # gathered
+        assert stream.getvalue() == "one\n"
+        clock[0] += period + 0.01  # no checkpoint in between: the loop's task cannot run
+        handler.write_line("three")
+        assert stream.getvalue() == "one\ntwo\nthree\n"
+        handler.write_line("four")  # a new batch, written at the end of its period
+        await _until(stream, "one\ntwo\nthree\nfour\n")
+
+    trio.run(main)

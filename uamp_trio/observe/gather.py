@@ -7,13 +7,17 @@ the access log used to pay a ``write`` and a ``flush`` (a system call) for
 each. :class:`GatheredHandler` is the ``logging`` handler ``uamp serve``
 installs. On the thread of a running trio loop, the first line after a
 quiet period of :data:`GATHER_SECONDS` is written at once; a line that
-comes sooner after the last write is appended to a list, and one system
-task of the loop writes the list at the end of that period, in one
-``write`` and one ``flush``. So under load many lines share a system call
-and the task wakes once a period, not once a line; a sparse line costs no
-timer at all; and a line reaches the stream at most about
-:data:`GATHER_SECONDS` after it was logged (later only when the loop itself
-is busy for longer).
+comes sooner after the last write is appended to a list, which is written
+in one ``write`` and one ``flush`` by the first line logged after the
+period has passed (under load, the usual case: no timer, no task woken),
+or, when none comes, by one system task of the loop whose cancel scope's
+deadline is the end of the batch's period (moved, not armed anew, per
+batch). So under load many lines share a system call and nothing wakes for
+them; and a line reaches the stream at most about :data:`GATHER_SECONDS`
+after it was logged (later only when the loop itself is busy for longer).
+(The task used to be woken for every batch and to sleep to the end of its
+period: under load, that cost as much server CPU as the rest of the
+access log.)
 
 No line is lost on the way out: the task writes what is left when it ends
 (the loop shutting down, cancelled, or failing); :meth:`GatheredHandler.flush`
@@ -54,13 +58,12 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().__init__(stream)
         self._lines: list[str] = []
         self._guard = threading.Lock()
-        #: The thread whose loop has a flusher running, and that loop's wake-up.
+        #: The thread whose loop has a flusher running, and the flusher's
+        #: cancel scope: its deadline is the end of the gathered batch's period.
         self._loop_thread: int | None = None
-        self._wake: trio.Event | None = None
-        #: When the last batch was written (``time.monotonic``), and whether
-        #: the flusher is to write the next one at the end of its period.
+        self._scope: trio.CancelScope | None = None
+        #: When the last batch was written (``time.monotonic``).
         self._last_write = -GATHER_SECONDS
-        self._armed = False
 
     def emit(self, record: logging.LogRecord) -> None:
         """Format ``record`` and gather (or write) its line."""
@@ -73,31 +76,21 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def write_line(self, line: str) -> None:
         """Write one line (without its terminator), gathered when on a loop's thread."""
-        if self._armed and self._loop_thread == _get_ident():
-            # Under load, the usual case: the flusher writes it at the end of
-            # this period, unless the batch is full.
-            with self._guard:
-                lines = self._lines
-                lines.append(line)
-                if len(lines) < GATHER_LINES:
-                    return
-            self._write_out()
-            self._last_write = time.monotonic()
-            return
         if self._loop_thread == _get_ident() or self._start_flusher():
+            now = time.monotonic()
             with self._guard:
                 lines = self._lines
                 lines.append(line)
-                full = len(lines) >= GATHER_LINES
-            if self._armed and not full:
-                return  # the flusher writes it at the end of this period
-            now = time.monotonic()
-            if full or now - self._last_write >= GATHER_SECONDS:
-                self._write_out()  # the first line after a quiet period, or a full batch
+                count = len(lines)
+            if count >= GATHER_LINES or now - self._last_write >= GATHER_SECONDS:
+                # The first line after a quiet period, a line past the end of
+                # the batch's period (the batch goes with it) or a full batch.
+                self._write_out()
                 self._last_write = now
-            elif self._wake is not None:
-                self._armed = True  # written at the end of this period
-                self._wake.set()
+            elif count == 1 and self._scope is not None:
+                # A new batch: the flusher writes it at the end of the period
+                # unless a later line does so first (under load, the usual case).
+                self._scope.deadline = trio.current_time() + GATHER_SECONDS
             return
         with self._guard:
             self._lines.append(line)
@@ -128,22 +121,21 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except RuntimeError:
             return False  # not in a trio loop, or one shutting down
         self._loop_thread = threading.get_ident()
-        self._wake = trio.Event()
+        self._scope = trio.CancelScope()
         return True
 
     async def _flusher(self) -> None:
         try:
             while True:
-                wake = self._wake
-                assert wake is not None
-                await wake.wait()  # idle until a line is gathered
-                self._wake = trio.Event()
-                await trio.sleep(max(0.0, self._last_write + GATHER_SECONDS - time.monotonic()))
-                self._armed = False
+                scope = self._scope
+                assert scope is not None
+                with scope:
+                    await trio.sleep_forever()
+                # The deadline passed: a batch waited a whole period.
+                self._scope = trio.CancelScope()
                 self._write_out()
                 self._last_write = time.monotonic()
         finally:
             self._loop_thread = None
-            self._wake = None
-            self._armed = False
+            self._scope = None
             self._write_out()

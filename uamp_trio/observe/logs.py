@@ -245,10 +245,14 @@ def _direct_handler(logger: logging.Logger) -> GatheredHandler | None:
     while current is not None:
         if current.filters or current.disabled:
             return None
-        for handler in current.handlers:
-            if found is not None or type(handler) is not GatheredHandler:
+        handlers = current.handlers
+        if handlers:  # (most loggers on the way have none)
+            if found is not None or len(handlers) != 1:
                 return None
-            if handler.filters or handler.level > logging.INFO:
+            handler = handlers[0]
+            if type(handler) is not GatheredHandler or handler.filters:
+                return None
+            if handler.level > logging.INFO:
                 return None
             found = handler
         if not current.propagate:
