@@ -28,10 +28,10 @@ import trio
 from uamp_proto.content_ids import find_content
 from uamp_proto.errors import UampError
 from uamp_proto.events import Thinking
+from uamp_proto.ids import random_uuid4
 from uamp_proto.interrupts import Answer
 from uamp_proto.types import ContentItem, Message, TextContent
 
-from ._ids import uuid4_str
 from ._schema import is_structured_class, schema_for
 from .approval import ApprovalLike, ApprovalPolicy, Interrupter, InterruptHandler
 from .context import (
@@ -40,7 +40,6 @@ from .context import (
     RunInfo,
     StepCallback,
     _run_info,
-    current_run,
 )
 from .errors import BudgetExceededError, NoModelError, SubAgentDepthError, ToolError
 from .execution import LoopStrategy, ReactStrategy, StrategyLike, loop
@@ -568,7 +567,7 @@ class Agent:
         upp: UppEmitter | None = None,
         uap: UapEmitter | None = None,
     ) -> Turn:
-        parent = current_run()
+        parent = _CURRENT_RUN.get()  # (current_run(), without its call)
         depth = 0 if parent is None else parent.depth + 1
         limit = self.max_depth if parent is None else min(parent.max_depth, self.max_depth)
         if depth > limit:
@@ -590,7 +589,7 @@ class Agent:
             interrupter = parent.interrupter
         info = _run_info(  # RunInfo(agent_id=..., turn_id=..., ...), positionally
             self.id,
-            uuid4_str(),
+            random_uuid4(),  # (uuid4_str's, without its call)
             parent.agent_id if parent else None,
             parent.turn_id if parent else None,
             depth,
@@ -655,7 +654,7 @@ class Agent:
                 for mw in self.middleware
                 if callable(getattr(mw, "on_event", None))
             ]
-            exe = context(ctx.input, ctx.history, ctx.checks, listeners, ctx.metadata)
+            exe = context(ctx.input, ctx.history, list(ctx.checks), listeners, ctx.metadata)
             token = _CURRENT_RUN.set(info)
             try:
                 return await self._run_strategy(exe, ctx, abort)
@@ -711,7 +710,8 @@ class Agent:
 
     def _bind_model(self, parent: RunInfo | None) -> tuple[Provider, dict[str, Any]]:
         if self.model is not None:
-            return _configured(self.model, self.config), self.config
+            config = self.config
+            return (_configured(self.model, config) if config else self.model), config
         if parent is None:
             raise NoModelError(
                 f"agent {self.id} has no model: pass agent(model=...) or run it as a "

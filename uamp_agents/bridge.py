@@ -338,7 +338,7 @@ class AgentEndpoint:
         if isinstance(call, dict):
             await self._call_tool(request, emit, call)
             return
-        servers = _mcp_servers(request)
+        servers = _mcp_servers(request) if request.mcp_servers else None
         if not servers:
             await self._respond(request, emit, self._variant(request, self.tool_sources))
             return
@@ -606,6 +606,16 @@ _UNSEEN = frozenset({"step_start", "step_end", "reasoning"})
 
 class _EventMapper:
     """Turns one run's stream events into UAMP events for ``emit``."""
+
+    __slots__ = (
+        "emit",
+        "own_tools",
+        "presenting",
+        "progress",
+        "response_id",
+        "sent_usage",
+        "streamed_calls",
+    )
 
     def __init__(
         self, emit: Emit, own_tools: frozenset[str], response_id: str, progress: bool = True

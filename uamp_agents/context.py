@@ -31,6 +31,7 @@ import trio
 
 from uamp_proto import _fastinit
 from uamp_proto.events import Event, ResponseDelta, Thinking, UsageDelta
+from uamp_proto.ids import random_uuid4
 from uamp_proto.interrupts import Answer, refusal
 from uamp_proto.types import (
     ContentItem,
@@ -43,7 +44,6 @@ from uamp_proto.types import (
     UsageStats,
 )
 
-from ._ids import uuid4_str
 from ._schema import validate
 from .approval import CALL_KEY, ApprovalPolicy, Interrupter, Suspended, ask_question, tool_requires
 from .errors import (
@@ -151,10 +151,6 @@ _NO_USAGE = UsageStats()
 _NOT_STREAMING: list[str] = []
 
 
-def _as_list(items: Sequence[Any]) -> list[Any]:
-    return list(items)
-
-
 # No on_setattr hooks: with them (attrs' default when a field has a converter)
 # every store, the 25 of __init__ included, ran through attrs' setter pipeline.
 @attrs.define(slots=False, kw_only=True, eq=False, on_setattr=attrs.setters.NO_OP)
@@ -217,8 +213,9 @@ class ExecutionContext:
     # The model's own events as they are, when the consumer takes them so (Agent.drive).
     _upp_emitter: UppEmitter | None = attrs.field(default=None, alias="upp_emitter")
     _uap_emitter: UapEmitter | None = attrs.field(default=None, alias="uap_emitter")
-    _checks: list[Check] = attrs.field(default=(), converter=_as_list, alias="checks")
-    _listeners: list[Listener] = attrs.field(default=(), converter=_as_list, alias="listeners")
+    # Read only (iterated): kept as given (Agent hands each run copies of its own).
+    _checks: Sequence[Check] = attrs.field(default=(), alias="checks")
+    _listeners: Sequence[Listener] = attrs.field(default=(), alias="listeners")
     _on_step: StepCallback | None = attrs.field(default=None, alias="on_step")
     # The run's starting metadata; the run's own copy is ``state.metadata``.
     _metadata: dict[str, Any] | None = attrs.field(default=None, alias="metadata", repr=False)
@@ -233,10 +230,10 @@ class ExecutionContext:
 
     def __attrs_post_init__(self) -> None:
         messages = [self.input] if self.input is not None else []
-        self.state = ExecutionState(
-            messages=messages,
-            metadata=dict(self._metadata or {}),
-            tool_executions=self.tool_executions,  # one list: the state sees every call
+        self.state = _state(  # ExecutionState(messages=..., metadata=..., tool_executions=...)
+            messages,
+            dict(self._metadata or {}),
+            self.tool_executions,  # one list: the state sees every call
         )
         self._tools = {t.name: t for t in self.tools}
 
@@ -325,20 +322,17 @@ class ExecutionContext:
                     span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
                     span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
         self.add_usage(response.usage, self.state.step if step is None else step)
-        self.run_checks()
+        if self._checks:  # (most runs have none: no call)
+            self.run_checks()
         return response
-
-    def _upp(self) -> UppEmitter:
-        """Where the model's events go: the direct consumer, else the stream as stream events."""
-        direct = self._upp_emitter
-        return direct if direct is not None else self._wrap_upp
 
     async def _wrap_upp(self, event: Event) -> None:
         assert self._emitter is not None
         await self._emitter(AgentStreamEvent(source="upp", upp=event))
 
     async def _stream_model(self, request: ModelRequest) -> ModelResponse:
-        emitter = self._upp()
+        # The model's events: to the direct consumer, else to the stream as stream events.
+        emitter = self._upp_emitter or self._wrap_upp
         response: ModelResponse | None = None
         partial: list[str] = []
         self._partial_text = partial
@@ -362,7 +356,7 @@ class ExecutionContext:
 
     async def _stream_thoughts(self, request: ModelRequest) -> ModelResponse:
         """A model call whose reply is reasoning: its text goes out as thinking."""
-        emitter = self._upp()
+        emitter = self._upp_emitter or self._wrap_upp
         if not self.stream_model:
             response = await self.llm.generate(request)
             text = response.message.text or response.thinking
@@ -392,7 +386,7 @@ class ExecutionContext:
 
     async def _emit_whole(self, response: ModelResponse) -> None:
         """Emit a reply fetched whole as a stream of it would end: thinking, text, usage."""
-        emitter = self._upp()
+        emitter = self._upp_emitter or self._wrap_upp
         events: list[Event] = []
         if response.thinking:
             events.append(Thinking(content=response.thinking, is_delta=True))
@@ -625,7 +619,8 @@ class ExecutionContext:
                 for c, o in zip(calls, final, strict=True):
                     if c.id not in suspended:
                         messages.append(tool_message(c, o))
-        self.run_checks()
+        if self._checks:  # (most runs have none: no call)
+            self.run_checks()
         return final
 
     # --- steps and events -----------------------------------------------------
@@ -668,9 +663,10 @@ class ExecutionContext:
         """
         self.state.step += 1
         step = self.state.step
-        step_id = self.state.step_id = uuid4_str()
+        step_id = self.state.step_id = random_uuid4()  # (uuid4_str's, without its call)
         self._step_start_index[step] = len(self.state.messages)
-        self.run_checks()
+        if self._checks:  # (most runs have none: no call)
+            self.run_checks()
         if self.strategy.on_step_start is not None:
             await self.strategy.call("on_step_start", step, self.state)
         stream = self.stream_steps
@@ -865,6 +861,7 @@ _delta_text = _fastinit.maker(DeltaText, ("text",))
 _usage_delta = _fastinit.maker(UsageDelta, ("delta",))
 _tool_output = _fastinit.maker(ToolOutput, ("call_id", "result"))
 _uap_event = _fastinit.maker(UAPEvent, ("type", "step", "agent_id", "data"))
+_state = _fastinit.maker(ExecutionState, ("messages", "metadata", "tool_executions"))
 _tool_context = _fastinit.maker(
     ToolContext,
     (

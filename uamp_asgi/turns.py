@@ -138,6 +138,9 @@ class Turn:
         )
         if unexpected:
             log.error("agent %r failed", request.agent, exc_info=error)
+        # Caught in this frame, the error's traceback holds the frame, and
+        # the frame the error and the request: let it go (no cycle).
+        error = None
         if final is not None:
             tracker.apply(final)
         self.outcome = ResponseOutcome(status=status, tracker=tracker, final=final)

@@ -20,6 +20,7 @@ __all__ = [
     "event_id_stem",
     "random_hex",
     "random_ids",
+    "random_uuid4",
     "short_random_ids",
 ]
 
@@ -37,11 +38,26 @@ def _draw() -> Iterator[str]:
 
 
 _pool: Iterator[str] = iter(())
+_uuids: Iterator[str] = iter(())
+
+#: A hex digit -> the same digit with its two high bits set to ``10`` (the RFC 4122 variant).
+_VARIANT = {f"{d:x}": f"{d & 0x3 | 0x8:x}" for d in range(16)}
+
+
+def _draw_uuids() -> Iterator[str]:
+    h, v = os.urandom(16 * RANDOM_BATCH).hex(), _VARIANT
+    return iter(
+        [
+            f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-4{h[i + 13 : i + 16]}-"
+            f"{v[h[i + 16]]}{h[i + 17 : i + 20]}-{h[i + 20 : i + 32]}"
+            for i in range(0, 32 * RANDOM_BATCH, 32)
+        ]
+    )
 
 
 def _forget() -> None:
-    global _pool
-    _pool = iter(())
+    global _pool, _uuids
+    _pool = _uuids = iter(())
 
 
 os.register_at_fork(after_in_child=_forget)  # a forked child draws its own
@@ -61,6 +77,20 @@ def random_hex() -> str:
         _pool = _draw()
         value = next(_pool)
     return value
+
+
+def random_uuid4() -> str:
+    """A random UUID (version 4) as text: ``str(uuid.uuid4())``'s, a system call per 64.
+
+    The 128 bits come from ``os.urandom`` 64 ids at a time, formatted in one
+    go (the version digit replaced by ``4``, the variant digit's two high
+    bits set to ``10``: what ``uuid.UUID(bytes=..., version=4)`` does).
+    """
+    global _uuids
+    for value in _uuids:  # the next of the batch, if any is left
+        return value
+    _uuids = _draw_uuids()
+    return next(_uuids)
 
 
 def random_ids(prefix: str) -> str:

@@ -37,16 +37,19 @@ def test_a_forked_child_does_not_reuse_the_parents_bytes() -> None:
     assert child != uuid4_str()  # the parent's next id is not the child's
 
 
-@given(st.binary(min_size=16, max_size=16))
-def test_fresh_ids_format_their_random_digits_as_the_uuid_module(raw: bytes) -> None:
-    """The text path of a fresh id (no integer) sets the same bits as ``uuid.UUID``."""
-    import uamp_agents._ids as ids
+@given(st.binary(min_size=16 * BATCH, max_size=16 * BATCH))
+def test_fresh_ids_format_their_random_bytes_as_the_uuid_module(raw: bytes) -> None:
+    """A batch of fresh ids (formatted as text, no integer) sets the bits ``uuid.UUID`` does."""
+    from uamp_proto import ids
 
-    drawn = raw.hex()
-    real = ids.random_hex
-    ids.random_hex = lambda: drawn
+    real = ids.os.urandom
+    ids._forget()
+    ids.os.urandom = lambda n: raw  # type: ignore[assignment]
     try:
-        made = uuid4_str()
+        made = [uuid4_str() for _ in range(BATCH)]
     finally:
-        ids.random_hex = real
-    assert made == str(uuid.UUID(bytes=raw, version=4)) == uuid4_str(int.from_bytes(raw, "big"))
+        ids.os.urandom = real
+        ids._forget()
+    chunks = [raw[i : i + 16] for i in range(0, len(raw), 16)]
+    assert made == [str(uuid.UUID(bytes=c, version=4)) for c in chunks]
+    assert made == [uuid4_str(int.from_bytes(c, "big")) for c in chunks]

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import pytest
 
+from uamp_agents.state import ExecutionState
 from uamp_agents.tools import ToolContext
 from uamp_agents.turn import ToolExecution, Turn
 from uamp_proto import _fastinit
@@ -20,7 +21,9 @@ def _fields(obj: Any) -> dict[str, Any]:
     return made
 
 
-@pytest.mark.parametrize("cls", [ToolContext, ToolExecution, Turn], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", [ExecutionState, ToolContext, ToolExecution, Turn], ids=lambda c: c.__name__
+)
 def test_a_mutable_slotted_class_is_built_by_plain_stores(cls: type[Any]) -> None:
     assert _fastinit._plain_mutable(cls)
     aliases = [f.alias for f in attrs.fields(cls) if f.init]

@@ -57,7 +57,8 @@ def count_tokens(messages: list[Message]) -> int:
     """A deterministic token estimate: whitespace-separated words."""
     total = 0
     for m in messages:
-        total += len(m.text.split())
+        text = m.content  # (Message.text's first case, without the property's call)
+        total += len((text if text is not None else m.text).split())
         for call in m.tool_calls or ():
             total += 1 + len(call.arguments.split())
     return total

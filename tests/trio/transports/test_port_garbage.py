@@ -50,7 +50,7 @@ async def test_open_response_closes_the_port_it_was_given() -> None:
             said = [e async for e in turn]
         assert any(isinstance(e, ev.ResponseDelta) for e in said)
         del request, turn, said
-        assert len(agent.requests) == 1 and agent.freed()
+        assert len(agent.requests) == 1 and agent.freed() and None not in agent.ports
 
 
 async def test_a_parked_turn_closes_the_port_it_was_given() -> None:
@@ -66,7 +66,7 @@ async def test_a_parked_turn_closes_the_port_it_was_given() -> None:
                 said = [e async for e in events]
             assert any(isinstance(e, ev.ResponseDelta) for e in said)
         del request, turn, said
-        assert len(agent.requests) == 1 and agent.freed()
+        assert len(agent.requests) == 1 and agent.freed() and None not in agent.ports
 
 
 async def _mcp(http: httpx.AsyncClient) -> None:
@@ -114,3 +114,4 @@ async def test_a_finished_responses_request_is_freed_without_the_collector(
             # The response's task may end just after the answer's last byte.
             while not (len(agent.requests) == n and agent.freed()):
                 await trio.sleep(0.01)
+    assert None not in agent.ports  # each had a port, and it was closed
