@@ -589,7 +589,7 @@ class Agent:
             interrupter = parent.interrupter
         info = _run_info(  # RunInfo(agent_id=..., turn_id=..., ...), positionally
             self.id,
-            random_uuid4(),  # (uuid4_str's, without its call)
+            random_uuid4(),
             parent.agent_id if parent else None,
             parent.turn_id if parent else None,
             depth,

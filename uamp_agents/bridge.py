@@ -104,13 +104,12 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
 from uamp_proto.content_ids import with_content_ids
-from uamp_proto.ids import random_ids
+from uamp_proto.ids import random_ids, random_uuid4
 from uamp_proto.interrupts import QUESTION, Answer, Interrupt
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.responder import TOOL_CALL, Emit, ResponderError, TurnRequest
 from uamp_proto.types import EMPTY
 
-from ._ids import uuid4_str
 from .agent import Agent, NoModelError, agent
 from .approval import ApprovalPolicy, tool_requires
 from .content import PRESENT
@@ -584,7 +583,7 @@ async def _nobody_to_ask(interrupt: Interrupt) -> Answer:
 
 def _new_checkpoint(step: int, state: object) -> str:
     """A fresh checkpoint id: the step's state is in the session's event log."""
-    return uuid4_str()
+    return random_uuid4()
 
 
 # Positional constructors of the events a tool round sends (uamp_proto._fastinit.maker).

@@ -663,7 +663,7 @@ class ExecutionContext:
         """
         self.state.step += 1
         step = self.state.step
-        step_id = self.state.step_id = random_uuid4()  # (uuid4_str's, without its call)
+        step_id = self.state.step_id = random_uuid4()
         self._step_start_index[step] = len(self.state.messages)
         if self._checks:  # (most runs have none: no call)
             self.run_checks()

@@ -13,16 +13,15 @@ from typing import Any
 import attrs
 
 from uamp_proto import _fastinit
+from uamp_proto.ids import random_uuid4
 from uamp_proto.interrupts import Interrupt
 from uamp_proto.types import Message, ToolInvocation, ToolOutput, UsageCost, UsageStats
-
-from ._ids import uuid4_str
 
 __all__ = ["ToolExecution", "Turn", "add_usage"]
 
 
 def _uuid4() -> str:
-    return uuid4_str()
+    return random_uuid4()
 
 
 def _sum(a: int | None, b: int | None) -> int | None:

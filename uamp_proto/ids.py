@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import uuid
 from collections.abc import Callable, Iterator
 
 __all__ = [
@@ -102,7 +101,7 @@ def random_ids(prefix: str) -> str:
     UUID strings, as the spec asks.
     """
     if prefix == "content" or prefix == "evt":
-        return str(uuid.uuid4())
+        return random_uuid4()
     return f"{prefix}_{random_hex()}"
 
 
