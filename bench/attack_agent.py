@@ -7,14 +7,15 @@ message ``flood N`` makes it stream ``N`` deltas of 1 KiB each instead (for
 the stalled-reader attack), ``hold N`` answers after ``N`` seconds (a
 conversation kept busy, for the busy-queue flood), ``ask`` asks its
 caller a question (a run paused for a person, for the interrupt flood) and
-answers ``refused: REASON`` when the host refuses to ask.
+answers ``refused: REASON`` when the host refuses to ask. It runs on Trio
+(``uamp serve``) and on asyncio (``uamp_asgi`` under uvicorn) alike.
 """
 
 from __future__ import annotations
 
 import os
 
-import trio
+import anyio
 
 from uamp_proto import events as ev
 from uamp_proto import types as ty
@@ -48,7 +49,7 @@ class CountingAgent:
                 await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_CHUNK)))
             return
         if len(words) == 2 and words[0] == "hold" and words[1].isdigit():
-            await trio.sleep(int(words[1]))
+            await anyio.sleep(int(words[1]))
         if words == ["ask"] and request.interrupts is not None:
             question = Interrupt(id="", kind=QUESTION, key="attack", prompt="Go on?")
             answer = await request.interrupts.ask(question)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -51,6 +52,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from decimal import Decimal
+from inspect import signature
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,9 @@ class Result:
 
 
 Attack = Callable[[int, bool], Awaitable[Outcome]]
+#: The servers a scenario can attack: ``uamp serve`` (Trio) and ``uamp_asgi``
+#: under uvicorn (``bench/attack_asgi.py``); an ASGI row's name starts ``asgi_``.
+KINDS = ("trio", "asgi")
 
 
 @attrs.define
@@ -139,21 +144,37 @@ class Scenario:
     #: ``uamp serve`` arguments of a server of its own, given a directory for
     #: its files (a ledger...); such a scenario never shares the suite's server.
     server: Callable[[Path], tuple[str, ...]] | None = None
+    #: The server attacked (:data:`KINDS`).
+    kind: str = "trio"
 
     @classmethod
-    def of(cls, run: Attack, server: Callable[[Path], tuple[str, ...]] | None = None) -> Scenario:
-        """The scenario of an attack function: its name and its docstring's first line."""
+    def of(
+        cls,
+        run: Callable[..., Awaitable[Outcome]],
+        server: Callable[[Path], tuple[str, ...]] | None = None,
+        kind: str = "trio",
+    ) -> Scenario:
+        """The scenario of an attack function: its name and its docstring's first line.
+
+        A function with a ``kind`` parameter is told which server it attacks
+        (the wire differs: a path, an answer).
+        """
         doc = (run.__doc__ or run.__name__).strip().splitlines()[0]
-        return cls(run.__name__, doc.rstrip("."), run, server)
+        name = run.__name__ if kind == "trio" else f"{kind}_{run.__name__}"
+        bound = functools.partial(run, kind=kind) if "kind" in signature(run).parameters else run
+        return cls(name, doc.rstrip("."), bound, server, kind)
 
 
 # --- the server under attack ---------------------------------------------------------------
 
 
 class ServerProcess:
-    """``uamp serve`` hosting the counting agent, in a subprocess."""
+    """``uamp serve`` (or ``uamp_asgi`` under uvicorn: ``kind``) hosting the counting agent,
+    in a subprocess."""
 
-    def __init__(self, flags: tuple[str, ...], workdir: Path, priority: int = 0) -> None:
+    def __init__(
+        self, flags: tuple[str, ...], workdir: Path, priority: int = 0, kind: str = "trio"
+    ) -> None:
         workdir = Path(tempfile.mkdtemp(dir=workdir))
         self.counts = workdir / "counts"
         self.counts.write_bytes(b"")
@@ -174,8 +195,11 @@ class ServerProcess:
             "PYTHONUNBUFFERED": "1",
         }
         self.log = self.log_path.open("wb")
-        cmd = [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"]
-        cmd += ["--agent", "attack_agent:CountingAgent", "--log-level", "info", *flags]
+        if kind == "asgi":
+            cmd = [sys.executable, str(ROOT / "bench" / "attack_asgi.py"), *flags]
+        else:
+            cmd = [sys.executable, "-m", "uamp_trio", "serve", "--port", "0"]
+            cmd += ["--agent", "attack_agent:CountingAgent", "--log-level", "info", *flags]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=self.log)
         if priority:  # before its threads start: they inherit it
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, priority)
@@ -192,7 +216,7 @@ class ServerProcess:
                 break
         if not self.port:
             self.stop()
-            raise RuntimeError(f"uamp serve did not start: {self.log_path.read_text()[-2000:]}")
+            raise RuntimeError(f"{kind} server did not start: {self.log_path.read_text()[-2000:]}")
 
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -1233,10 +1257,28 @@ async def exchange(port: int, raw: bytes, most: int = 1 << 22) -> tuple[str, Any
         data = await read_all(stream, limit=10, most=most)
     lines = status_lines(data)
     try:
-        body = json.loads(data.partition(b"\r\n\r\n")[2])
+        body = json.loads(http_body(data))
     except ValueError:
         body = None
     return (lines[0][9:12] if lines else "no answer"), body
+
+
+def http_body(data: bytes) -> bytes:
+    """The body of the first response in ``data``, its chunks joined (uvicorn chunks JSON)."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    if not re.search(rb"(?im)^transfer-encoding:\s*chunked", head):
+        return rest
+    parts: list[bytes] = []
+    while True:
+        size, _, rest = rest.partition(b"\r\n")
+        try:
+            n = int(size.split(b";")[0], 16)
+        except ValueError:
+            return b"".join(parts)  # cut short
+        if n == 0:
+            return b"".join(parts)
+        parts.append(rest[:n])
+        rest = rest[n + 2 :]
 
 
 def rpc_outcome(body: Any) -> str:
@@ -1679,13 +1721,13 @@ async def expired_socket_room_actions(port: int, long: bool) -> Outcome:
     )
 
 
-async def deep_json_multi_session(port: int, long: bool) -> Outcome:
+async def deep_json_multi_session(port: int, long: bool, kind: str = "trio") -> Outcome:
     """session.extensions nested 300 levels on a socket whose other session is in use."""
     count = 100 if long else 20
     deep: Any = "bottom"
     for _ in range(300):
         deep = {"a": deep}
-    ws = await WsEvents.open(port)
+    ws = await WsEvents.open(port, MUX_WS if kind == "trio" else UAMP_WS)
     first = await ws.create(agent=AGENT)
     sid = first["session_id"]
     refused = 0
@@ -1730,6 +1772,171 @@ async def chat_memory_pin(port: int, long: bool) -> Outcome:
     )
 
 
+# --- what uamp_asgi keeps for a stranger (rows against both servers where the wire is one) ---
+
+
+async def uamp_session_flood(port: int, long: bool) -> Outcome:
+    """UAMP WebSocket sessions opened socket after socket and left, one principal."""
+    sockets = 24 if long else 6
+    per_socket = 64  # uamp_asgi.Config.max_sessions
+    answers: dict[str, int] = {}
+    made: list[tuple[str, str]] = []  # (session id, the event id of its session.created)
+    for _ in range(sockets):
+        ws = await WsEvents.open(port, UAMP_WS)
+        for _ in range(per_socket + 1):
+            got = await ws.create()
+            code = (got or {}).get("error", {}).get("code")
+            tally(answers, f"session.error {code}" if code else (got or {}).get("type", "none"))
+            if got and got["type"] == "session.created":
+                made.append((got["session_id"], got["event_id"]))
+        await ws.aclose()
+    ws = await WsEvents.open(port, UAMP_WS)
+
+    async def resume(sid: str, after: str) -> str:
+        await ws.send(
+            type="session.create",
+            uamp_version="1.0",
+            session_id=sid,
+            session={"modalities": ["text"]},
+            extensions={"resume_from": after},
+        )
+        got = await ws.until(
+            lambda e: (
+                e.get("session_id") == sid and e["type"] in ("session.created", "session.error")
+            )
+        )
+        if got is None or got["type"] == "session.created":
+            return "none" if got is None else "resumed"
+        return str(got["error"]["code"])
+
+    oldest, newest = (await resume(*made[0]), await resume(*made[-1])) if made else ("-", "-")
+    await ws.aclose()
+    return Outcome(
+        sent=f"{sockets} sockets x {per_socket + 1} session.create, none ended (anonymous)",
+        answer=f"{answers}; the oldest session then resumes: {oldest}, the newest: {newest}",
+        ok=answers
+        == {"session.created": sockets * per_socket, "session.error too_many_sessions": sockets}
+        and (oldest, newest) == ("unknown_session", "resumed"),
+    )
+
+
+REALTIME_WS = f"/agents/{AGENT}/realtime"
+
+
+def realtime_text(text: str) -> dict[str, Any]:
+    """A Realtime ``conversation.item.create`` of a user message."""
+    content = [{"type": "input_text", "text": text}]
+    return {
+        "type": "conversation.item.create",
+        "item": {"type": "message", "role": "user", "content": content},
+    }
+
+
+async def realtime_busy_flood(port: int, long: bool) -> Outcome:
+    """Realtime response.create piled on busy conversations (``enqueue``), one principal."""
+    conversations, creates = 5, 200 if long else 20
+    queued, per_principal = 8, 32  # --busy-max-queued, --busy-max-queued-per-principal
+    answers: dict[str, int] = {}
+    sockets: list[tuple[WsEvents, int]] = []
+    for n in range(conversations):
+        ws = await WsEvents.open(port, REALTIME_WS)
+        await ws.until(_of_type("session.created"))
+        await ws.send(**realtime_text("hold 120"))
+        await ws.send(type="response.create")
+        await ws.until(_of_type("response.created"))
+        await ws.send(**realtime_text("hi"))  # what the queued responses answer
+        for _ in range(creates):
+            await ws.send(type="response.create")
+        # The bounds say how many wait; a refusal more or less shows below.
+        waiting = max(0, min(queued, per_principal - queued * n))
+        refused = 0
+        while refused < creates - waiting:
+            got = await ws.until(_of_type("error"), limit=5)
+            if got is None:
+                break
+            tally(answers, str(got.get("error", {}).get("code")))
+            refused += 1
+        sockets.append((ws, 1 + creates - refused))
+    done = 0
+    for ws, runs in sockets:  # the held responses end: the queued ones run, in turn
+        await ws.send(type="response.cancel")
+        for _ in range(runs):
+            done += await ws.until(_of_type("response.done"), limit=10) is not None
+        await ws.aclose()
+    taken = queued * (per_principal // queued)
+    return Outcome(
+        sent=f"{conversations} conversations, each a held response then {creates} "
+        "response.create (anonymous)",
+        answer=f"{answers}; {done} response.done once the held ones were cancelled",
+        ok=answers == {"queue_full": conversations * creates - taken}
+        and done == conversations + taken,
+        allowed_runs=conversations + taken,  # the held ones, then the queued, in turn
+    )
+
+
+async def oversized_bodies(port: int, long: bool) -> Outcome:
+    """Completions bodies past the 4 MiB limit: a declared 1 GiB, and chunks without end."""
+    rounds = 20 if long else 3
+    declared = post(COMPLETIONS, b"").replace(b"Content-Length: 0", b"Content-Length: 1073741824")
+    chunked = declared.replace(b"Content-Length: 1073741824", b"Transfer-Encoding: chunked")
+    piece = b" " * (1024 * 1024)
+    answers: dict[str, int] = {}
+    sent_mib = 0
+
+    async def one(head: bytes, framed: bytes) -> None:
+        nonlocal sent_mib
+        stream = await connect(port)
+        async with stream:
+            status: list[str] = []
+
+            async def read() -> None:
+                lines = status_lines(await read_all(stream, limit=10, most=65536))
+                status.append(lines[0][9:] if lines else "no answer")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await send_quietly(stream, head)
+                for _ in range(64):  # at most 64 MiB, until the server answers or closes
+                    if status or not await send_quietly(stream, framed):
+                        break
+                    sent_mib += 1
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await stream.send_eof()
+            tally(answers, status[0])
+
+    frame = b"%x\r\n%b\r\n" % (len(piece), piece)
+    for _ in range(rounds):
+        await one(declared, piece)
+        await one(chunked, frame)
+    return Outcome(
+        sent=f"{rounds} x (Content-Length 1 GiB, chunked without end): {sent_mib} MiB written",
+        answer=str(answers),
+        ok={key.split(" ")[0] for key in answers} == {"413"},
+    )
+
+
+async def ai_sdk_answer_pin(port: int, long: bool) -> Outcome:
+    """AI SDK chats whose answers run on unread: each POST left at its first byte, one principal."""
+    count = 500 if long else 40
+    bound = 8  # uamp_stores.chat_answers.MAX_ANSWERS
+    answers: dict[str, int] = {}
+    for n in range(count):
+        user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hold 120"}]}
+        body = json.dumps({"id": f"pin-{n}", "messages": [user]}).encode()
+        stream = await connect(port)
+        async with stream:
+            await send_quietly(stream, post(f"/agents/{AGENT}/ai-sdk", body))
+            tally(answers, await status_within(stream, 10) or "no answer")
+    return Outcome(
+        sent=f"{count} AI SDK chats of an answer held 120 s, each left at its first byte "
+        "(anonymous)",
+        answer=str(answers),
+        ok={key.split(" ")[0]: n for key, n in answers.items()}
+        == {"200": bound, "429": count - bound},
+        allowed_runs=bound,  # the answers kept running, unread
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -1769,6 +1976,23 @@ SCENARIOS = [
     Scenario.of(deep_json_multi_session),
     Scenario.of(chat_memory_pin),
     Scenario.of(push_slow_webhook, server=with_push_allow),
+]
+#: Rows against both servers: the wire is one.
+SCENARIOS += [Scenario.of(oversized_bodies), Scenario.of(realtime_busy_flood)]
+#: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
+SCENARIOS += [
+    Scenario.of(attack, kind="asgi")
+    for attack in (
+        json_bomb,
+        oversized_bodies,
+        sse_session_pin,
+        uamp_session_flood,
+        deep_json_multi_session,
+        mcp_session_flood,
+        push_config_pin,
+        realtime_busy_flood,
+        ai_sdk_answer_pin,
+    )
 ]
 
 
@@ -1885,14 +2109,15 @@ def run(
     """
     flags = FLAGS + extra
     with tempfile.TemporaryDirectory(prefix="uamp-attack-") as tmp:
-        shared: ServerProcess | None = None
+        #: The suite's server of each kind, started for its first scenario.
+        shared: dict[str, ServerProcess] = {}
         try:
             for scenario in scenarios:
                 if fresh or scenario.server is not None:
                     own = flags + (FRESH_FLAGS.get(scenario.name, ()) if fresh else ())
                     if scenario.server is not None:
                         own += scenario.server(Path(tempfile.mkdtemp(dir=tmp)))
-                    server = ServerProcess(own, Path(tmp), priority)
+                    server = ServerProcess(own, Path(tmp), priority, scenario.kind)
                     try:
                         yield measure(
                             server, scenario, long, fresh=True, nice=nice, priority=priority
@@ -1900,12 +2125,13 @@ def run(
                     finally:
                         server.stop()
                     continue
-                if shared is None:
-                    shared = ServerProcess(flags, Path(tmp), priority)
-                yield measure(shared, scenario, long, fresh=False, nice=nice, priority=priority)
+                if scenario.kind not in shared:
+                    shared[scenario.kind] = ServerProcess(flags, Path(tmp), priority, scenario.kind)
+                server = shared[scenario.kind]
+                yield measure(server, scenario, long, fresh=False, nice=nice, priority=priority)
         finally:
-            if shared is not None:
-                shared.stop()
+            for server in shared.values():
+                server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import attrs
 import orjson
 from anyio.abc import TaskGroup
 
+from uamp_proto import jsonbounds
 from uamp_proto.errors import UampError
 from uamp_proto.principal import ANONYMOUS, Principal
 
@@ -96,13 +97,19 @@ class Request:
     background: TaskGroup | None = None
 
     def json(self) -> Any:
-        """The body parsed as JSON.
+        """The body parsed as JSON, once :mod:`uamp_proto.jsonbounds` let it be (as ``uamp serve``).
 
         Raises:
-            HTTPError: 400 ``invalid_json``.
+            HTTPError: 400 ``invalid_json``; 413 ``json_too_complex`` when it
+                holds more values, or nests deeper, than the server parses.
         """
         try:
+            if len(self.body) > jsonbounds.FLOOR[0]:  # else within every limit
+                jsonbounds.check(self.body)
             return orjson.loads(self.body)
+        except jsonbounds.TooManyValues as exc:
+            message = f"The request body is not parsed: {exc}."
+            raise HTTPError(413, message, code="json_too_complex") from None
         except orjson.JSONDecodeError as exc:
             raise HTTPError(400, f"The body is not JSON: {exc}", code="invalid_json") from None
 

@@ -1,6 +1,7 @@
 """The short attack suite (bench/attacks.py) against a real ``uamp serve``, asserting its bounds.
 
-One server process for all scenarios (its sampled peak RSS per scenario);
+Its ``asgi_`` rows attack ``uamp_asgi`` under uvicorn (``bench/attack_asgi.py``).
+One server process of each kind for all scenarios (its sampled peak RSS per scenario);
 ``bench/attacks.py --long`` runs the issue's counts on a fresh server each.
 """
 
@@ -27,6 +28,11 @@ WORK = {
     "busy_queue_flood",  # the held prompt and the eight queued ones, in turn
     "interrupt_flood",  # every run is the agent's: 32 park, the rest are refused the ask
     "push_slow_webhook",  # the flooding task itself
+    "realtime_busy_flood",  # the held responses and the queued ones, in turn
+    "asgi_realtime_busy_flood",
+    "asgi_push_config_pin",
+    "asgi_deep_json_multi_session",
+    "asgi_ai_sdk_answer_pin",  # the eight answers left running, unread
 }
 
 
@@ -78,6 +84,18 @@ SCENARIOS = [
     "deep_json_multi_session",
     "chat_memory_pin",
     "push_slow_webhook",
+    "oversized_bodies",
+    "realtime_busy_flood",
+    # uamp_asgi under uvicorn (bench/attack_asgi.py)
+    "asgi_json_bomb",
+    "asgi_oversized_bodies",
+    "asgi_sse_session_pin",
+    "asgi_uamp_session_flood",
+    "asgi_deep_json_multi_session",
+    "asgi_mcp_session_flood",
+    "asgi_push_config_pin",
+    "asgi_realtime_busy_flood",
+    "asgi_ai_sdk_answer_pin",
 ]
 
 
