@@ -22,7 +22,8 @@ hints, and compiles them with ``exec`` into a namespace that belongs to that
   spares the lookups of absent keys: required keys are read first, then the
   optional ones, and once every key of the object is accounted for the
   remaining optional fields are absent without looking (the keys most
-  events arrive without, :data:`_READ_LAST`, come last). Which key is read
+  events arrive with, :data:`_READ_FIRST`, come first, those most arrive
+  without, :data:`_READ_LAST`, last). Which key is read
   first changes no outcome: a refusal is described afresh by the codec's
   detailed converter.
 * ``unstructure(instance) -> dict`` writes ``"type"`` first (for a class
@@ -183,15 +184,25 @@ def _builder(cls: type[Any]) -> type[Any]:
     return type(f"_{cls.__name__}Builder", (cls,), namespace)
 
 
+#: Optional keys that events mostly arrive with (uamp's server names the
+#: session on every event it writes, clients on a multiplexed connection):
+#: read first, so the count of keys present reaches zero early.
+_READ_FIRST = ("event_id", "session_id")
 #: Optional keys that events mostly arrive without (the server sets no
-#: ``timestamp``, and ``session_id`` only on a multiplexed connection): read
-#: last, so that once the keys present are counted they are not looked up.
-_READ_LAST = ("session_id", "timestamp")
+#: ``timestamp``): read last, so that once the keys present are counted they
+#: are not looked up.
+_READ_LAST = ("timestamp",)
+
+
+def _read_rank(name: str) -> int:
+    if name in _READ_FIRST:
+        return _READ_FIRST.index(name) - len(_READ_FIRST)
+    return 1 if name in _READ_LAST else 0
 
 
 def _read_order(fields: list[Any]) -> list[Any]:
     """The optional fields in the order a structure function reads them."""
-    return sorted(fields, key=lambda f: f.name in _READ_LAST)
+    return sorted(fields, key=lambda f: _read_rank(f.name))
 
 
 def _classes_in(tp: Any) -> list[type[Any]]:

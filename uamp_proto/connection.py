@@ -66,8 +66,8 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from . import _fastinit, flow
 from . import events as ev
-from . import flow
 from . import types as ty
 from ._state import (
     CLIENT_EVENTS,
@@ -122,19 +122,20 @@ class _NeedData:
 NEED_DATA: Final = _NeedData()
 
 
+def _staying(
+    table: Mapping[tuple[Role, Any], Mapping[str, Any]], sender: Role, etype: str
+) -> frozenset[Any]:
+    """The states in which ``table`` lets ``sender`` 's ``etype`` in and keeps the state."""
+    return frozenset(
+        state for (role, state), row in table.items() if role is sender and row.get(etype) is state
+    )
+
+
 #: Where the tables let the server send a ``response.delta``; there it moves
 #: neither machine (checked below), which is what lets ``_send_delta`` skip
 #: writing states.
-_DELTA_SESSION_STATES: Final = frozenset(
-    state
-    for (role, state), row in SESSION_TRANSITIONS.items()
-    if role is Role.SERVER and row.get("response.delta") is state
-)
-_DELTA_RESPONSE_STATES: Final = frozenset(
-    state
-    for (role, state), row in RESPONSE_TRANSITIONS.items()
-    if role is Role.SERVER and row.get("response.delta") is state
-)
+_DELTA_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.SERVER, "response.delta")
+_DELTA_RESPONSE_STATES: Final = _staying(RESPONSE_TRANSITIONS, Role.SERVER, "response.delta")
 assert all(
     row.get("response.delta") in (None, state)
     for (role, state), row in SESSION_TRANSITIONS.items()
@@ -143,11 +144,7 @@ assert all(
 #: Where the tables let the server send ``response.created`` without changing
 #: the session's state, and the response state it moves to from each (what
 #: ``_send_created`` writes instead of the general path).
-_CREATED_SESSION_STATES: Final = frozenset(
-    state
-    for (role, state), row in SESSION_TRANSITIONS.items()
-    if role is Role.SERVER and row.get("response.created") is state
-)
+_CREATED_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.SERVER, "response.created")
 _CREATED_MOVES: Final = {
     state: row["response.created"]
     for (role, state), row in RESPONSE_TRANSITIONS.items()
@@ -159,16 +156,31 @@ assert all(
     for (role, state), row in RESPONSE_TRANSITIONS.items()
     if role is Role.SERVER
 ), "a response.delta that changes the response state needs the general path"
+#: Where the tables let a client's ``input.text`` / ``response.create`` in
+#: without changing the session's state (what ``_receive_text`` and
+#: ``_receive_create`` check instead of the general path's lookup).
+_TEXT_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.CLIENT, "input.text")
+_CREATE_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.CLIENT, "response.create")
 
 _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
 )
+#: The response state a client's ``response.create`` moves a free slot to.
+_CREATE_MOVE: Final = RESPONSE_TRANSITIONS[(Role.CLIENT, ResponseState.IDLE)]["response.create"]
+#: ``TextContent(text=...)`` and ``Message(role=..., content=...)``,
+#: positionally (:func:`uamp_proto._fastinit.maker`).
+_make_text = _fastinit.maker(ty.TextContent, ("text",))
+_make_message = _fastinit.maker(ty.Message, ("role", "content"))
 _VOICE_TYPES: Final = frozenset({"voice.invite", "voice.accept", "voice.decline", "voice.end"})
 #: Most chats one session may take part in (section 7.1; memory stays bounded).
 MAX_CHATS_PER_SESSION: Final = 16
 _PAYMENT_TYPES: Final = frozenset(
     {"payment.required", "payment.submit", "payment.accepted", "payment.balance", "payment.error"}
 )
+# How ``_apply`` sorts the two: what the shortcuts do is what these branches do.
+assert "input.text" in CLIENT_EVENTS and "response.create" in CLIENT_EVENTS
+assert "input.text" in _INPUT_TYPES and not {"input.text"} & (RESPONSE_EVENTS | _PAYMENT_TYPES)
+assert "response.create" in RESPONSE_EVENTS and "response.create" not in CONTENT_EVENTS
 
 
 @attrs.define(kw_only=True)
@@ -317,7 +329,7 @@ class SessionContext:
             only_role, only = pending[0]
             if type(only) is ty.TextContent:
                 pending.clear()
-                return [ty.Message(role=only_role, content=only.text)]
+                return [_make_message(only_role, only.text)]
         messages: list[ty.Message] = []
         role: str | None = None
         items: list[ty.ContentItem] = []
@@ -482,6 +494,18 @@ class Connection:
                 field=exc.path or None,
             )
             raise self._remote(err, exc.event_type) from None
+        # A server's shortcuts for the client's usual turn; anything they
+        # leave takes the general path.
+        kind = type(event)
+        if kind is ev.InputText:
+            if self.our_role is Role.SERVER and self._receive_text(event):  # type: ignore[arg-type]
+                return event
+        elif (
+            kind is ev.ResponseCreate
+            and self.our_role is Role.SERVER
+            and self._receive_create(event)  # type: ignore[arg-type]
+        ):
+            return event
         try:
             return self._process(event, self.their_role)
         except RemoteProtocolError as err:
@@ -626,6 +650,63 @@ class Connection:
         if event.session_id is None:
             out["session_id"] = sid
         return self._serialise(out)
+
+    def _shortcut_session(self, sid: str | None) -> SessionContext | None:
+        """The session a client's event names, or the only one; ``None``: the general path."""
+        if sid is None:
+            if len(self._sessions) != 1:
+                return None
+            return next(iter(self._sessions.values()))
+        return self._sessions.get(sid)
+
+    def _receive_text(self, event: ev.InputText) -> bool:
+        """The server's usual ``input.text``: applied here, else ``False`` (the general path).
+
+        What the general path does with it where the session table lets it
+        in as it is (``_TEXT_SESSION_STATES``) and it is plain text for the
+        session's next response: the text joins the pending input. A chat
+        session, a ``context``, ``messages`` or a ``payment_token``, an
+        unknown or ended session, a session-less event with several
+        sessions -- anything else returns ``False`` having changed nothing.
+        """
+        session = self._shortcut_session(event.session_id)
+        if (
+            session is None
+            or session.state not in _TEXT_SESSION_STATES
+            or session.chats
+            or event.context is not None
+            or event.messages is not None
+            or event.payment_token is not None
+        ):
+            return False
+        session.pending_input.append((event.role or "user", _make_text(event.text)))
+        return True
+
+    def _receive_create(self, event: ev.ResponseCreate) -> bool:
+        """The server's ``response.create`` for a free slot: applied here, else ``False``.
+
+        What the general path does where the session table lets it in as it
+        is (``_CREATE_SESSION_STATES``) and the slot is free: the pending
+        input becomes a new response, requested (``_CREATE_MOVE``). A busy
+        slot (held or refused), a conversation in ``response.messages``, an
+        unknown or ended session, a session-less event with several
+        sessions -- anything else returns ``False`` having changed nothing.
+        """
+        session = self._shortcut_session(event.session_id)
+        config = event.response
+        if (
+            session is None
+            or session.response is not None
+            or session.state not in _CREATE_SESSION_STATES
+            or (config is not None and config.messages is not None)
+        ):
+            return False
+        messages = session._take_input()
+        tracker = session.response = ResponseTracker(self._ids("resp"), messages)
+        if session.pending_context is not None:
+            tracker.context, session.pending_context = session.pending_context, None
+        tracker.state = _CREATE_MOVE
+        return True
 
     def _serialise(self, out: dict[str, Any]) -> bytes:
         """Fill in ``event_id`` (and ``timestamp`` with a clock) when absent; JSON bytes."""
