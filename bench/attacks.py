@@ -4,7 +4,8 @@ Each scenario starts a fresh ``uamp serve`` subprocess on 127.0.0.1 hosting
 the counting agent (``bench/attack_agent.py``), runs one attack against it,
 bounded in count and time, while a separate process probes a health route
 (``GET /agents/counter/v1/models`` on a new connection every 20 ms), then
-reports:
+reports (a scenario named ``asgi_...`` attacks ``uamp_asgi`` under uvicorn
+instead, ``bench/attack_asgi.py``, with the same flags and agent):
 
 * the attack and what was sent,
 * the server's CPU seconds during the attack (``/proc/PID/stat``), and how
@@ -1937,6 +1938,25 @@ async def ai_sdk_answer_pin(port: int, long: bool) -> Outcome:
     )
 
 
+async def background_response_pin(port: int, long: bool) -> Outcome:
+    """OpenAI Responses with ``background: true`` whose agent holds, never polled, one principal."""
+    count = 500 if long else 40
+    bound = 16  # background responses running per principal
+    body = json.dumps({"model": AGENT, "input": "hold 120", "background": True}).encode()
+    answers: dict[str, int] = {}
+    for _ in range(count):
+        status, got = await exchange(port, post(f"/agents/{AGENT}/v1/responses", body))
+        code = (got or {}).get("error", {}).get("code") if status != "200" else None
+        tally(answers, f"{status} {code}" if code else status)
+    return Outcome(
+        sent=f"{count} background responses held 120 s (anonymous)",
+        answer=str(answers),
+        ok={key.split(" ")[0]: n for key, n in answers.items()}
+        == {"200": bound, "429": count - bound},
+        allowed_runs=bound,  # the responses kept running
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -1978,7 +1998,9 @@ SCENARIOS = [
     Scenario.of(push_slow_webhook, server=with_push_allow),
 ]
 #: Rows against both servers: the wire is one.
-SCENARIOS += [Scenario.of(oversized_bodies), Scenario.of(realtime_busy_flood)]
+SCENARIOS += [
+    Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
+]
 #: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
 SCENARIOS += [
     Scenario.of(attack, kind="asgi")
@@ -1992,6 +2014,7 @@ SCENARIOS += [
         push_config_pin,
         realtime_busy_flood,
         ai_sdk_answer_pin,
+        background_response_pin,
     )
 ]
 

@@ -33,6 +33,8 @@ WORK = {
     "asgi_push_config_pin",
     "asgi_deep_json_multi_session",
     "asgi_ai_sdk_answer_pin",  # the eight answers left running, unread
+    "background_response_pin",  # the sixteen responses left running
+    "asgi_background_response_pin",
 }
 
 
@@ -86,6 +88,7 @@ SCENARIOS = [
     "push_slow_webhook",
     "oversized_bodies",
     "realtime_busy_flood",
+    "background_response_pin",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",
@@ -96,6 +99,7 @@ SCENARIOS = [
     "asgi_push_config_pin",
     "asgi_realtime_busy_flood",
     "asgi_ai_sdk_answer_pin",
+    "asgi_background_response_pin",
 ]
 
 
