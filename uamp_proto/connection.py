@@ -156,6 +156,20 @@ assert all(
     for (role, state), row in RESPONSE_TRANSITIONS.items()
     if role is Role.SERVER
 ), "a response.delta that changes the response state needs the general path"
+#: Where the tables let the server end a response with ``response.done``
+#: without changing the session's state, and the (terminal, not failed)
+#: response state it moves to from each (what ``_send_done`` writes).
+_DONE_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.SERVER, "response.done")
+_DONE_MOVES: Final = {
+    state: row["response.done"]
+    for (role, state), row in RESPONSE_TRANSITIONS.items()
+    if role is Role.SERVER and "response.done" in row
+}
+assert all(
+    after in TERMINAL_RESPONSE_STATES and after is not ResponseState.FAILED
+    for after in _DONE_MOVES.values()
+), "a response.done that does not end the response needs the general path"
+assert "response.done" not in flow.FLOW_CONTROLLED_TYPES, "a done to stamp needs the general path"
 #: Where the tables let a client's ``input.text`` / ``response.create`` in
 #: without changing the session's state (what ``_receive_text`` and
 #: ``_receive_create`` check instead of the general path's lookup).
@@ -549,6 +563,10 @@ class Connection:
             fast = self._send_created(event, session_id)
             if fast is not None:
                 return fast
+        elif type(event) is ev.ResponseDone and self.our_role is Role.SERVER:
+            fast = self._send_done(event)
+            if fast is not None:
+                return fast
         if session_id is not None or response_id is not None:
             event = ev.with_ids(
                 event,  # type: ignore[arg-type]  # UnknownEvent returned above
@@ -631,16 +649,11 @@ class Connection:
             sid = session_id
         if sid is None or event.unknown:
             return None
-        session = self._sessions.get(sid)
-        if session is None:
+        named = self._named_response(sid, event.response_id)
+        if named is None:
             return None
-        tracker = session.response
-        if (
-            tracker is None
-            or tracker.response_id != event.response_id
-            or session.state not in _CREATED_SESSION_STATES
-            or session.send_window is not None
-        ):
+        session, tracker = named
+        if session.state not in _CREATED_SESSION_STATES or session.send_window is not None:
             return None
         after = _CREATED_MOVES.get(tracker.state)
         if after is None:
@@ -650,6 +663,46 @@ class Connection:
         if event.session_id is None:
             out["session_id"] = sid
         return self._serialise(out)
+
+    def _named_response(
+        self, sid: str, rid: str | None
+    ) -> tuple[SessionContext, ResponseTracker] | None:
+        """Session ``sid`` and its current response's tracker, when ``rid`` names that response."""
+        session = self._sessions.get(sid)
+        if session is None:
+            return None
+        tracker = session.response
+        if tracker is None or tracker.response_id != rid:
+            return None
+        return session, tracker
+
+    def _send_done(self, event: ev.ResponseDone) -> bytes | None:
+        """The server's ``response.done`` of the session's current response, named in full.
+
+        What the general path does where the tables end the response with it
+        (``_DONE_SESSION_STATES``, ``_DONE_MOVES``) and payment does not
+        hold content back: the tracker takes it, the response ends and its
+        turn joins the history. An event without both ids (the general path
+        stamps them), with extra fields (a chat's fanned-out response),
+        another response's id, an unknown session -- anything else returns
+        ``None`` for the general path.
+        """
+        sid = event.session_id
+        if sid is None or event.response_id is None or event.unknown:
+            return None
+        named = self._named_response(sid, event.response_id)
+        if named is None:
+            return None
+        session, tracker = named
+        if session.state not in _DONE_SESSION_STATES or session.payment.state in BLOCKING_STATES:
+            return None
+        after = _DONE_MOVES.get(tracker.state)
+        if after is None:
+            return None
+        tracker.apply(event)
+        tracker.state = after
+        session._finish_response(keep_output=True)
+        return self._serialise(to_dict(event))
 
     def _shortcut_session(self, sid: str | None) -> SessionContext | None:
         """The session a client's event names, or the only one; ``None``: the general path."""

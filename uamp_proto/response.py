@@ -79,6 +79,8 @@ _make_result_item = _fastinit.maker(ty.ToolResultContent, ("tool_result",))
 _make_done = _fastinit.maker(
     ev.ResponseDone, ("response_id", "response", "signature", "session_id")
 )
+#: ``Message(role=..., content=...)``: a text-only reply's message.
+_make_message = _fastinit.maker(ty.Message, ("role", "content"))
 
 
 class AssistantGather:
@@ -515,7 +517,7 @@ class ResponseTracker:
             return []
         if len(slots) == 1 and slots[0].kind == "text":
             # A text-only reply: the one message the loop below would build.
-            return [ty.Message(role="assistant", content="".join(slots[0].parts))]
+            return [_make_message("assistant", "".join(slots[0].parts))]
         msgs: list[ty.Message] = []
         gather = AssistantGather(msgs)
         for item in self.output:

@@ -1,14 +1,16 @@
-"""The server's receive shortcuts for ``input.text`` and ``response.create`` match the general path.
+"""The server's shortcuts for the usual turn match the general path.
 
 ``ServerConnection.next_event`` applies a client's usual ``input.text`` and a
 ``response.create`` on a free slot itself (``_receive_text``,
-``_receive_create``) where the tables let them in as they are. Every test
-here runs the same bytes through two servers in the same state, one with the
-shortcuts and one without, and compares what ``next_event`` returned or
-raised, the replies owed, the ids drawn and every piece of state of the
-connection and its sessions. The table names the shapes the shortcuts must
-take (so the comparison is not vacuous) and those they must leave;
-hypothesis then throws sequences of well- and ill-formed events at both.
+``_receive_create``), and ``send`` a ``response.done`` that names its
+response in full (``_send_done``), where the tables allow them as they are.
+Every test here runs the same bytes through two servers in the same state,
+one with the shortcuts and one without, and compares what ``next_event``
+returned or raised (or ``send`` wrote or raised), the replies owed, the ids
+drawn and every piece of state of the connection and its sessions. The
+tables name the shapes the shortcuts must take (so the comparison is not
+vacuous) and those they must leave; hypothesis then throws sequences of
+well- and ill-formed events at both.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from uamp_proto.connection import ConnectionConfig, ServerConnection
 from uamp_proto.errors import LocalProtocolError, ProtocolError
 from uamp_proto.ids import counter_ids
 
-_SHORTCUTS = ("_receive_text", "_receive_create")
+_SHORTCUTS = ("_receive_text", "_receive_create", "_send_done")
 
 
 def _plain(value: Any) -> Any:
@@ -160,11 +162,11 @@ def _server(setup: Setup, shortcuts: bool, taken: list[str] | None = None) -> Se
     for name in _SHORTCUTS:
         real = getattr(conn, name)
 
-        def shortcut(event: Any, real: Any = real, name: str = name) -> bool:
-            took = bool(real(event)) if shortcuts else False
-            if took and taken is not None:
+        def shortcut(event: Any, real: Any = real, name: str = name) -> Any:
+            result = real(event) if shortcuts else None
+            if result and taken is not None:
                 taken.append(name)
-            return took
+            return result
 
         setattr(conn, name, shortcut)
     return conn
@@ -197,7 +199,7 @@ def _without_session(data: bytes) -> bytes:
 
 _MESSAGES = [{"role": "user", "content": "before"}]
 
-TEXT, CREATE = _SHORTCUTS
+TEXT, CREATE, DONE = _SHORTCUTS
 #: A session with one input.text pending.
 _PENDING = (_text(),)
 
@@ -365,3 +367,72 @@ def test_any_sequence_answers_as_the_general_path(setup: Setup, messages: list[b
     if setup.response is not None and not setup.accepted:
         setup = attrs.evolve(setup, accepted=True)  # a response needs an active session
     _compare(setup, messages)
+
+
+# --- response.done ------------------------------------------------------------
+
+#: How the server's response.done is sent, and whether the shortcut takes it.
+DONE_CASES: list[tuple[str, Setup, bool]] = [
+    ("both ids on the event", Setup(response="in_progress"), True),
+    ("session id passed", Setup(response="in_progress"), False),  # the general path stamps it
+    ("response id passed", Setup(response="in_progress"), False),
+    ("another response id", Setup(response="in_progress"), False),
+    ("unknown session", Setup(response="in_progress"), False),
+    ("extra fields", Setup(response="in_progress"), False),
+    ("a chat's response", Setup(response="in_progress"), False),
+    ("before response.created", Setup(response="requested"), False),
+    ("no response", Setup(), False),
+    ("while payment is open", Setup(response="in_progress", payment=True), False),
+    ("delta window", Setup(response="in_progress", window=True), True),
+    ("output and usage", Setup(response="in_progress"), True),
+    ("signed", Setup(response="in_progress"), True),
+    ("rolled back", Setup(response="in_progress"), True),
+    ("after a conversation", Setup(response="in_progress"), True),
+]
+
+
+def _done_outcome(conn: ServerConnection, case: str) -> Any:
+    session = conn.sessions["s1"]
+    tracker = session.response
+    rid = tracker.response_id if tracker is not None else "resp_none"
+    if case == "output and usage":
+        conn.send(ev.ResponseDelta(delta=ty.DeltaText(text="out")), session_id="s1")
+        usage = ty.UsageStats(input_tokens=3, output_tokens=1, total_tokens=4)
+        conn.send(ev.UsageDelta(delta=usage), session_id="s1")
+    if case == "rolled back":
+        session.drop_response = rid
+    if case == "after a conversation":
+        session.history.append(ty.Message(role="user", content="long ago"))
+    output = ty.ResponseOutput(id=rid, status="completed", output=[])
+    if tracker is not None:
+        output = tracker.done_event().response
+    event = ev.ResponseDone(session_id="s1", response_id=rid, response=output)
+    kwargs: dict[str, str] = {}
+    if case == "session id passed":
+        event, kwargs = attrs.evolve(event, session_id=None), {"session_id": "s1"}
+    elif case == "response id passed":
+        event, kwargs = attrs.evolve(event, response_id=None), {"response_id": rid}
+    elif case == "another response id":
+        event = attrs.evolve(event, response_id="resp_other")
+    elif case == "unknown session":
+        event = attrs.evolve(event, session_id="nope")
+    elif case == "extra fields":
+        event = attrs.evolve(event, unknown={"x_note": 1})
+    elif case == "a chat's response":
+        event = attrs.evolve(event, unknown={"chat_id": "room"})
+    elif case == "signed":
+        event = attrs.evolve(event, signature="sig")
+    try:
+        out: Any = conn.send(event, **kwargs)
+    except LocalProtocolError as exc:
+        out = (exc.code, exc.message, exc.session_id, exc.event_id, _plain(exc.reply))
+    return out
+
+
+@pytest.mark.parametrize(("case", "setup", "taken"), DONE_CASES, ids=[c[0] for c in DONE_CASES])
+def test_done_shortcut_matches_the_general_path(case: str, setup: Setup, taken: bool) -> None:
+    took: list[str] = []
+    fast, general = _server(setup, True, took), _server(setup, False)
+    assert _done_outcome(fast, case) == _done_outcome(general, case)
+    assert _state(fast) == _state(general)
+    assert took == ([DONE] if taken else [])
