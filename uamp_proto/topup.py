@@ -49,6 +49,7 @@ __all__ = [
     "Hold",
     "PayingAgent",
     "PaymentStops",
+    "TopUpAgent",
     "pay_top_up",
     "payment_error",
     "respond_paying",
@@ -182,14 +183,97 @@ async def respond_paying(
         request = again()
 
 
-class PayingAgent:
+class TopUpAgent:
     """``agent`` with both ways of asking for money mid-response answered (module docstring).
 
     Its ``emit`` holds on an emitted ``payment.required`` (:func:`top_up`)
     and returns once paid, with ``request.metadata[PAID_TOKEN]`` the token
     that paid; a raised :class:`PaymentRequiredError` is held and the agent
-    run again (:func:`respond_paying`). For a server whose turn driver
-    calls ``respond`` once per round (``uamp_asgi``).
+    run again (:func:`respond_paying`). A server supplies its side as the
+    methods :meth:`hold`, :meth:`next_request`, :meth:`charge` and
+    :meth:`token` (a subclass), or as callables (:class:`PayingAgent`).
+
+    One object per response, with no closure per round: its ``respond``
+    keeps the round's request and ``emit`` on itself while it runs (rounds
+    of one response never overlap) and lets go of both when it returns, so
+    nothing it holds outlives the round.
+
+    Args:
+        agent: The session's agent.
+        stops: The response's count of raised stops (shared by its rounds).
+    """
+
+    def __init__(self, agent: Responder, stops: PaymentStops) -> None:
+        self.agent = agent
+        self._stops = stops
+        #: The request of the agent's current run, and the ``emit`` it was given.
+        self._current: TurnRequest | None = None
+        self._emit: Emit | None = None
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    def capabilities(self) -> Capabilities:
+        return self.agent.capabilities()
+
+    async def hold(self, required: ev.PaymentRequired) -> None:
+        """The server's wait (see the module docstring)."""
+        raise NotImplementedError
+
+    def next_request(self) -> TurnRequest:
+        """The request of a run after a raised stop; raises when the response is gone."""
+        raise NotImplementedError
+
+    def charge(self) -> Charge | None:
+        """The response's charge now (``None``: a free app locks nothing)."""
+        raise NotImplementedError
+
+    def token(self) -> str | None:
+        """The session's payment token now."""
+        raise NotImplementedError
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self._current, self._emit = request, emit
+        try:
+            await respond_paying(
+                self.agent,
+                request,
+                self._paying,
+                stops=self._stops,
+                hold=self.hold,
+                again=self._again,
+            )
+        finally:
+            self._current = self._emit = None
+
+    async def _paying(self, event: ev.Event) -> None:
+        """The agent's ``emit``: a ``payment.required`` holds it until paid."""
+        emit, current = self._emit, self._current
+        if emit is None or current is None:
+            raise RuntimeError("emit() called after the agent's respond() returned")
+        if type(event) is not ev.PaymentRequired:
+            await emit(event)
+            return
+        await top_up(
+            event,
+            hold=self.hold,
+            charge=self.charge,
+            token=self.token,
+            response_id=current.response_id,
+            session_id=current.session_id,
+        )
+        paid = self.token()
+        if paid is not None:
+            current.metadata[PAID_TOKEN] = paid
+
+    def _again(self) -> TurnRequest:
+        current = self._current = self.next_request()
+        return current
+
+
+class PayingAgent(TopUpAgent):
+    """A :class:`TopUpAgent` whose server side is given as callables (``uamp_asgi``).
 
     Args:
         agent: The session's agent.
@@ -210,41 +294,17 @@ class PayingAgent:
         charge: Callable[[], Charge | None],
         token: Callable[[], str | None],
     ) -> None:
-        self.agent = agent
-        self._stops, self._hold, self._again = stops, hold, again
-        self._charge, self._token = charge, token
+        super().__init__(agent, stops)
+        self._hold, self._next, self._charge, self._token = hold, again, charge, token
 
-    @property
-    def name(self) -> str:
-        return self.agent.name
+    async def hold(self, required: ev.PaymentRequired) -> None:
+        await self._hold(required)
 
-    def capabilities(self) -> Capabilities:
-        return self.agent.capabilities()
+    def next_request(self) -> TurnRequest:
+        return self._next()
 
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        current = request
+    def charge(self) -> Charge | None:
+        return self._charge()
 
-        async def paying(event: ev.Event) -> None:
-            if type(event) is not ev.PaymentRequired:
-                await emit(event)
-                return
-            await top_up(
-                event,
-                hold=self._hold,
-                charge=self._charge,
-                token=self._token,
-                response_id=current.response_id,
-                session_id=current.session_id,
-            )
-            paid = self._token()
-            if paid is not None:
-                current.metadata[PAID_TOKEN] = paid
-
-        def again() -> TurnRequest:
-            nonlocal current
-            current = self._again()
-            return current
-
-        await respond_paying(
-            self.agent, request, paying, stops=self._stops, hold=self._hold, again=again
-        )
+    def token(self) -> str | None:
+        return self._token()

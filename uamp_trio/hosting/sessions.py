@@ -138,7 +138,6 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import (
-    Emit,
     Responder,
     ResponderError,
     TurnRequest,
@@ -155,7 +154,7 @@ from uamp_proto.resume import (
     start_after,
 )
 from uamp_proto.session_request import recoded, spoken_format, turn_request
-from uamp_proto.topup import PayingAgent, PaymentStops
+from uamp_proto.topup import PaymentStops, TopUpAgent
 from uamp_proto.voice import CallAnswer, CallOffer, default_answer
 from uamp_stores.busy import Slot
 from uamp_stores.event_log import HistoryJSON, SessionRecord
@@ -163,7 +162,7 @@ from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
 from ..engines.supervise import supervised
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
-from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES, WrappedAgent
+from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .continuation import abandon, carry_on
@@ -668,10 +667,10 @@ class _Session:
             self.wakeup.unpark_all()
 
 
-class _PayingAgent(WrappedAgent):
+class _PayingAgent(TopUpAgent):
     """The session's agent, held for the payments it asks for mid-response.
 
-    :class:`uamp_proto.topup.PayingAgent` (shared with ``uamp_asgi``) with
+    :class:`uamp_proto.topup.TopUpAgent` (shared with ``uamp_asgi``) with
     this host's wait: an emitted ``payment.required`` pauses the agent in its
     ``emit`` until paid and the extra amount locked; a raised
     PaymentRequiredError holds the response, then ``respond`` is called again
@@ -680,6 +679,8 @@ class _PayingAgent(WrappedAgent):
     004, "Payment Handling"). After :data:`~uamp_proto.topup.MAX_PAYMENT_ROUNDS`
     raises, or a top-up not paid in time, the error goes to the turn runner,
     which ends the response with ``response.error`` ``payment_required``.
+
+    One object per response, its side of the payment as methods (no closures).
     """
 
     def __init__(
@@ -689,37 +690,27 @@ class _PayingAgent(WrappedAgent):
         response: _Response,
         create: ev.ResponseCreate,
     ) -> None:
-        super().__init__(session.agent)
+        super().__init__(session.agent, response.stops)
         self._host = host
         self._session = session
         self._response = response
         self._create = create
 
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        host, session, response = self._host, self._session, self._response
+    async def hold(self, required: ev.PaymentRequired) -> None:
+        await self._host._hold_for_payment(self._session, self._response, required)
 
-        async def hold(required: ev.PaymentRequired) -> None:
-            await host._hold_for_payment(session, response, required)
+    def next_request(self) -> TurnRequest:
+        retry = self._host._request(self._session, self._response.id, self._create)
+        if retry is None:
+            raise _SessionGone
+        return retry
 
-        def again() -> TurnRequest:
-            retry = host._request(session, response.id, self._create)
-            if retry is None:
-                raise _SessionGone
-            return retry
+    def charge(self) -> Charge | None:
+        return self._response.charge
 
-        def token() -> str | None:
-            ctx = host._contexts.get(session.id)
-            return ctx.payment.token if ctx is not None else None
-
-        paying = PayingAgent(
-            self.agent,
-            stops=response.stops,
-            hold=hold,
-            again=again,
-            charge=lambda: response.charge,
-            token=token,
-        )
-        await paying.respond(request, emit)
+    def token(self) -> str | None:
+        ctx = self._host._contexts.get(self._session.id)
+        return ctx.payment.token if ctx is not None else None
 
 
 def _last_request(record: SessionRecord) -> dict[str, str]:
@@ -1763,14 +1754,14 @@ class SessionHost:
         view = self._view(caps, ctx.client_capabilities if ctx is not None else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
 
-    async def _announce(self, session: _Session) -> None:
+    async def _announce(self, session: _Session, caps: ty.Capabilities) -> None:
         """Send ``capabilities`` again when the agent's declaration changed (UAMP 6.4).
 
         Checked before and after each response: an agent whose model was
         swapped (or whose tools changed) between turns or during one tells
-        the client before its next output.
+        the client before its next output. ``caps`` is what the agent
+        declares now (the caller compared it by identity already).
         """
-        caps = session.agent.capabilities()
         if caps is session.announced or caps == session.announced:
             return
         session.announced = caps
@@ -2085,12 +2076,13 @@ class SessionHost:
             return
         response = _Response(ctx.response.response_id, self._message)
         if self._app is not None:
+            gate = self._app.conversations
             try:
-                slot = self._app.conversations.enter(
-                    self._busy_key(session), session.principal, self._busy_policy(create)
+                slot = gate.enter(
+                    self._busy_key(session), session.principal, gate.policy(create.unknown)
                 )
-            except (BusyError, LocalProtocolError):
-                slot = self._app.conversations.free()  # the core found the slot idle
+            except BusyError:  # a bad policy (the core found the slot idle)
+                slot = gate.free()
             self._hold_slot(session, response, slot)
         session.response = response
         session.queued = (response, create)
@@ -2237,10 +2229,14 @@ class SessionHost:
                             # before: settle that in a fresh scope first.
                             break
                         session.queued = None
-                        await self._announce(session)
+                        caps = session.agent.capabilities()
+                        if caps is not session.announced:
+                            await self._announce(session, caps)  # changed, or only equal
                         await self._respond(session, *job)
                         self._release_slot(session, job[0])
-                        await self._announce(session)
+                        caps = session.agent.capabilities()
+                        if caps is not session.announced:
+                            await self._announce(session, caps)
                 cancelled = session.response
                 job = session.queued
                 if job is not None and job[0].cancel_requested:
@@ -2320,8 +2316,9 @@ class SessionHost:
         self, session: _Session, response: _Response, create: ev.ResponseCreate
     ) -> None:
         rid = response.id
-        await self._verified(session)
-        if session.principal.expired(self._clock()):
+        if session.verifying is not None or self._sessions.get(session.id) is not session:
+            await self._verified(session)
+        if session.principal.expires_at is not None and session.principal.expired(self._clock()):
             # Spec 000 section 10.3: the session lives on; a session.update
             # with a fresh token lets its next response run.
             error = ty.ErrorInfo(
@@ -2336,8 +2333,15 @@ class SessionHost:
             error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=down)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
+        ctx = self._contexts.get(session.id)
+        app = self._app
         try:
-            await self._preflight(session, response)
+            if (
+                ctx is None
+                or ctx.payment.blocks_content
+                or (app is not None and app.payment_policy is not None)
+            ):
+                await self._preflight(session, response)  # else nothing to hold or lock
         except ResponderError as exc:  # the payment's time ran out
             error = ty.ErrorInfo(code=exc.code, message=exc.message)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
