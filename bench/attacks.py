@@ -1957,6 +1957,30 @@ async def background_response_pin(port: int, long: bool) -> Outcome:
     )
 
 
+def few_tasks(directory: Path) -> tuple[str, ...]:
+    """A server of its own where one principal may hold 32 unfinished A2A tasks."""
+    return ("--a2a-max-tasks-per-principal", "32")
+
+
+async def a2a_task_flood(port: int, long: bool) -> Outcome:
+    """A2A tasks sent with ``returnImmediately`` whose agent holds, one principal."""
+    count = 1000 if long else 60
+    bound = 32  # few_tasks
+    path = f"/agents/{AGENT}/a2a"
+    answers: dict[str, int] = {}
+    for n in range(count):
+        message = {"role": "ROLE_USER", "parts": [{"text": "hold 120"}], "messageId": f"m-{n}"}
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        _, got = await exchange(port, rpc_post(path, "SendMessage", params, "A2A-Version: 1.0"))
+        tally(answers, rpc_outcome(got))
+    return Outcome(
+        sent=f"{count} SendMessage of a task held 120 s, returnImmediately (anonymous)",
+        answer=str(answers),
+        ok=answers == {"ok": bound, "-32029": count - bound},
+        allowed_runs=bound,  # the tasks kept, running
+    )
+
+
 SCENARIOS = [
     Scenario.of(attack)
     for attack in (
@@ -2001,6 +2025,7 @@ SCENARIOS = [
 SCENARIOS += [
     Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
 ]
+SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks)]
 #: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
 SCENARIOS += [
     Scenario.of(attack, kind="asgi")
@@ -2017,6 +2042,7 @@ SCENARIOS += [
         background_response_pin,
     )
 ]
+SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks, kind="asgi")]
 
 
 #: The timeouts every scenario runs with: short enough that slowloris, the

@@ -5,7 +5,8 @@ nesting, than ``uamp_proto.jsonbounds`` lets be parsed: 413
 ``json_too_complex`` before the parser runs, as under ``uamp serve``), MCP
 sessions opened and never ended, UAMP WebSocket sessions left in the event
 log past its per-principal cap, and Realtime ``response.create`` piled on busy
-conversations past ``busy_max_queued`` and ``busy_max_queued_per_principal``.
+conversations past ``busy_max_queued`` and ``busy_max_queued_per_principal``,
+and A2A tasks left running past the task store's per-principal cap.
 Each flood comes from one principal and leaves another's work alone.
 ``bench/attacks.py`` has the ``asgi_`` rows that measure them.
 """
@@ -28,7 +29,7 @@ from uamp_asgi.responders import function_agent
 from uamp_proto import events as ev
 from uamp_proto.jsonbounds import DEFAULT_MAX_VALUES, MAX_DEPTH
 from uamp_proto.responder import TurnRequest
-from uamp_stores import MemoryEventLog
+from uamp_stores import MemoryEventLog, MemoryTaskStore
 from uamp_trio.trust.auth import APIKeyAuthenticator
 
 TIMEOUT = 10
@@ -52,6 +53,7 @@ def base() -> Iterator[str]:
         event_log=MemoryEventLog(max_sessions_per_principal=3),
         busy_max_queued=2,
         busy_max_queued_per_principal=3,
+        a2a_tasks=MemoryTaskStore(max_tasks=100, max_per_principal=2),
     )
     with uvicorn_server(uamp_asgi.app(function_agent(holder), config=config)) as url:
         yield url
@@ -204,3 +206,31 @@ def test_responses_queued_on_busy_conversations_are_bounded_per_conversation_and
             done = [_next(ws, "response.done")["response"]["status"] for _ in range(1 + queued)]
             assert done == ["cancelled"] + ["completed"] * queued
         assert sorted(RUNS[runs:]) == ["after"] * 5 + ["hold"] * 3
+
+
+# --- A2A tasks left running ------------------------------------------------------------------
+
+
+def _rpc(base: str, who: dict[str, str], method: str, params: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {**who, "a2a-version": "1.0"}
+    resp = httpx.post(f"{base}/agents/holder/a2a", json=body, headers=headers, timeout=TIMEOUT)
+    assert resp.status_code == 200, resp.text
+    answer: dict[str, Any] = resp.json()
+    return answer
+
+
+def _held_task(base: str, who: dict[str, str]) -> dict[str, Any]:
+    message = {"role": "ROLE_USER", "parts": [{"text": "hold"}], "messageId": "m"}
+    params = {"message": message, "configuration": {"returnImmediately": True}}
+    return _rpc(base, who, "SendMessage", params)
+
+
+def test_unfinished_a2a_tasks_are_capped_per_principal(base: str) -> None:
+    first, second = (_held_task(base, ALICE)["result"]["task"]["id"] for _ in range(2))
+    refused = _held_task(base, ALICE)
+    assert refused["error"]["code"] == -32029, refused  # the third waits for none
+    assert "result" in _held_task(base, BOB)  # bob's own quota
+    _rpc(base, ALICE, "CancelTask", {"id": first})
+    assert "result" in _held_task(base, ALICE)  # a finished task makes room
+    _rpc(base, ALICE, "CancelTask", {"id": second})

@@ -35,6 +35,8 @@ WORK = {
     "asgi_ai_sdk_answer_pin",  # the eight answers left running, unread
     "background_response_pin",  # the sixteen responses left running
     "asgi_background_response_pin",
+    "a2a_task_flood",  # the 32 tasks kept, running
+    "asgi_a2a_task_flood",
 }
 
 
@@ -89,6 +91,7 @@ SCENARIOS = [
     "oversized_bodies",
     "realtime_busy_flood",
     "background_response_pin",
+    "a2a_task_flood",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",
@@ -100,6 +103,7 @@ SCENARIOS = [
     "asgi_realtime_busy_flood",
     "asgi_ai_sdk_answer_pin",
     "asgi_background_response_pin",
+    "asgi_a2a_task_flood",
 ]
 
 
