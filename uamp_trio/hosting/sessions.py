@@ -2355,7 +2355,8 @@ class SessionHost:
         finally:
             # However the response ended (done, failed, cancelled, session
             # gone, or never started): charge what it used, free the rest.
-            await self._settle_charge(session, response, tracker)
+            if response.charge is not None or response.balance is not None:
+                await self._settle_charge(session, response, tracker)
 
     async def _run_rounds(
         self, session: _Session, response: _Response, create: ev.ResponseCreate
@@ -2421,7 +2422,7 @@ class SessionHost:
                 event = recoded(event, recode)
             if kind is ev.ResponseDone or kind is ev.ResponseCancelled:
                 event = self._final(session, response, event)
-            if kind in _TERMINAL:
+            if kind in _TERMINAL and response.charge is not None:
                 await self._charge_now(response, tracker)  # charged before it is told
             await send(session, response, event)
 
@@ -2436,7 +2437,10 @@ class SessionHost:
         # the worker sends response.cancelled (cancellable=False).
         port = request.interrupts
         assert port is None or isinstance(port, ResponsePort)  # _request(port=True) made it
-        runner = ResponseRunner(
+        # Built and initialised apart: a class call with keywords costs a
+        # keyword dict that __init__ unpacks again (see turns.run_response).
+        runner = ResponseRunner.__new__(ResponseRunner)
+        runner.__init__(  # type: ignore[misc]
             agent,
             request,
             sink,
@@ -2503,7 +2507,7 @@ class SessionHost:
         ):
             session.put_opening()  # before an event that may end the response
         while True:
-            if session.id not in conn.sessions:
+            if session.id not in self._contexts:
                 raise _SessionGone
             if response.cancel_requested and etype in flow.FLOW_CONTROLLED_TYPES:
                 return  # cancelled: the partial output is what the client was sent
