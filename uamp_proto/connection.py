@@ -649,11 +649,16 @@ class Connection:
             sid = session_id
         if sid is None or event.unknown:
             return None
-        named = self._named_response(sid, event.response_id)
-        if named is None:
+        session = self._sessions.get(sid)
+        if session is None:
             return None
-        session, tracker = named
-        if session.state not in _CREATED_SESSION_STATES or session.send_window is not None:
+        tracker = session.response
+        if (
+            tracker is None
+            or tracker.response_id != event.response_id
+            or session.state not in _CREATED_SESSION_STATES
+            or session.send_window is not None
+        ):
             return None
         after = _CREATED_MOVES.get(tracker.state)
         if after is None:
@@ -663,18 +668,6 @@ class Connection:
         if event.session_id is None:
             out["session_id"] = sid
         return self._serialise(out)
-
-    def _named_response(
-        self, sid: str, rid: str | None
-    ) -> tuple[SessionContext, ResponseTracker] | None:
-        """Session ``sid`` and its current response's tracker, when ``rid`` names that response."""
-        session = self._sessions.get(sid)
-        if session is None:
-            return None
-        tracker = session.response
-        if tracker is None or tracker.response_id != rid:
-            return None
-        return session, tracker
 
     def _send_done(self, event: ev.ResponseDone) -> bytes | None:
         """The server's ``response.done`` of the session's current response, named in full.
@@ -690,10 +683,11 @@ class Connection:
         sid = event.session_id
         if sid is None or event.response_id is None or event.unknown:
             return None
-        named = self._named_response(sid, event.response_id)
-        if named is None:
+        session = self._sessions.get(sid)
+        tracker = None if session is None else session.response
+        if tracker is None or tracker.response_id != event.response_id:
             return None
-        session, tracker = named
+        assert session is not None
         if session.state not in _DONE_SESSION_STATES or session.payment.state in BLOCKING_STATES:
             return None
         after = _DONE_MOVES.get(tracker.state)

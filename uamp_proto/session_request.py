@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from . import audio
+from . import _fastinit, audio
 from . import events as ev
 from . import types as ty
 from .connection import SessionContext
@@ -73,25 +73,49 @@ def turn_request(
     metadata: dict[str, Any] = {"transport": transport}
     if config.voice is not None:
         metadata["voice"] = config.voice  # the agent's speech output (UAMP 8.1)
-    return TurnRequest(
-        agent=agent,
-        session_id=ctx.id,
-        response_id=tracker.response_id,
-        messages=messages,
-        instructions=instructions,
-        tools=list(tools),
-        response_format=(create.response_format if create is not None else None)
-        or config.response_format,
-        modalities=list(modalities or ["text"]),
-        token=token,
-        payment_token=ctx.payment.token,
-        extensions=extensions,
-        metadata=metadata,
-        principal=principal,
-        client_capabilities=ctx.client_capabilities,
-        context=tracker.context,
-        interrupts=interrupts,
+    return _make_request(
+        agent,
+        ctx.id,
+        tracker.response_id,
+        messages,
+        instructions,
+        list(tools),
+        (create.response_format if create is not None else None) or config.response_format,
+        list(modalities or ["text"]),
+        token,
+        ctx.payment.token,
+        extensions,
+        metadata,
+        principal,
+        ctx.client_capabilities,
+        tracker.context,
+        interrupts,
     )
+
+
+#: ``TurnRequest(agent=..., ...)`` with the fields above, positionally
+#: (:func:`uamp_proto._fastinit.maker`: no keyword dict per turn).
+_make_request = _fastinit.maker(
+    TurnRequest,
+    (
+        "agent",
+        "session_id",
+        "response_id",
+        "messages",
+        "instructions",
+        "tools",
+        "response_format",
+        "modalities",
+        "token",
+        "payment_token",
+        "extensions",
+        "metadata",
+        "principal",
+        "client_capabilities",
+        "context",
+        "interrupts",
+    ),
+)
 
 
 def spoken_format(ctx: SessionContext | None) -> str | None:

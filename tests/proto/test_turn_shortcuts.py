@@ -10,7 +10,8 @@ returned or raised (or ``send`` wrote or raised), the replies owed, the ids
 drawn and every piece of state of the connection and its sessions. The
 tables name the shapes the shortcuts must take (so the comparison is not
 vacuous) and those they must leave; hypothesis then throws sequences of
-well- and ill-formed events at both.
+well- and ill-formed events at both. Last, ``turn_request`` (which builds the
+agent's request positionally) is held to the keyword constructor.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from uamp_proto import types as ty
 from uamp_proto.connection import ConnectionConfig, ServerConnection
 from uamp_proto.errors import LocalProtocolError, ProtocolError
 from uamp_proto.ids import counter_ids
+from uamp_proto.principal import Principal
+from uamp_proto.responder import TurnRequest
+from uamp_proto.session_request import turn_request
 
 _SHORTCUTS = ("_receive_text", "_receive_create", "_send_done")
 
@@ -436,3 +440,69 @@ def test_done_shortcut_matches_the_general_path(case: str, setup: Setup, taken: 
     assert _done_outcome(fast, case) == _done_outcome(general, case)
     assert _state(fast) == _state(general)
     assert took == ([DONE] if taken else [])
+
+
+# --- the agent's request -------------------------------------------------------
+
+
+def test_turn_request_fills_every_field_as_the_keyword_constructor() -> None:
+    """``turn_request`` builds its TurnRequest positionally: each value lands in its field."""
+    conn = _server(Setup(), True)
+    tool = ty.ToolDefinition(function=ty.FunctionDefinition(name="lookup"))
+    session = conn.sessions["s1"]
+    session.config = ty.SessionConfig(
+        modalities=["text", "audio"],
+        instructions="be brief",
+        tools=[tool],
+        voice="alloy",
+        extensions={"flow": {"delta_window": 4}, "x_opt": 1},
+        response_format=ty.ResponseFormat(type="json_object"),
+    )
+    session.payment_token = "tok"
+    session.payment.preload("tok")
+    session.client_capabilities = ty.Capabilities(id="c", provider="p", modalities=["text"])
+    for data in (_text(context={"k": 1}), _make()):
+        conn.receive(data)
+        conn.next_event()
+    create = ev.ResponseCreate(session_id="s1", response=ty.ResponseConfig(instructions="shorter"))
+    principal = Principal(id="alice", scheme="api_key")
+    port = object()
+    made = turn_request(
+        session,
+        create,
+        agent="flood",
+        transport="uamp-websocket",
+        token="jwt",
+        principal=principal,
+        interrupts=port,  # type: ignore[arg-type]
+    )
+    tracker = session.response
+    assert made is not None and tracker is not None
+    expected = TurnRequest(
+        agent="flood",
+        session_id="s1",
+        response_id=tracker.response_id,
+        messages=[ty.Message(role="user", content="hi")],
+        instructions="shorter",
+        tools=[tool],
+        response_format=ty.ResponseFormat(type="json_object"),
+        modalities=["text", "audio"],
+        token="jwt",
+        payment_token="tok",
+        extensions={"x_opt": 1},
+        metadata={"transport": "uamp-websocket", "voice": "alloy"},
+        principal=principal,
+        client_capabilities=session.client_capabilities,
+        context={"k": 1},
+        interrupts=port,  # type: ignore[arg-type]
+    )
+    assert _plain(made) == _plain(expected)
+    assert made.interrupts is port and made.context is tracker.context
+    assert made.tools is not session.config.tools  # the agent's own lists
+    assert (
+        made.mcp_servers == []
+        and made.mcp_servers
+        is not turn_request(
+            session, None, agent="a", transport="t", token=None, principal=principal
+        ).mcp_servers
+    )  # type: ignore[union-attr]
