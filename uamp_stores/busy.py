@@ -18,6 +18,14 @@ the block is entered at once (idle conversation), after the runs before it
 before anything ran, which the transport answers with its protocol's busy
 error. A caller that goes away while waiting leaves the queue.
 
+A transport whose runs mostly start in an idle conversation and end before
+anybody else arrives (the UAMP session host: the core already serialises a
+session's responses) :meth:`~ConversationGate.defer` s the run instead of
+entering it: the gate enters its slot only when another message arrives for
+the same conversation, just before applying the policy to that message, so
+everybody sees the same moves as if it had entered at once, and the usual run
+costs no slot, ticket or lane.
+
 The gate lives in one process: across nodes (the Redis store) the same
 conversation reached through two processes is not serialised; see
 docs/busy.md.
@@ -191,6 +199,9 @@ class ConversationGate:
         self.default = default
         self._slots: dict[int, Slot] = {}
         self._ids = itertools.count()
+        #: Runs let into an idle conversation without a slot yet (:meth:`defer`):
+        #: key -> what enters the run's slot once somebody else asks.
+        self._deferred: dict[Hashable, Callable[[], None]] = {}
 
     def configure(self, limits: BusyLimits, default: BusyPolicy) -> None:
         """New limits and default (the server's configuration; waiting messages stay)."""
@@ -207,7 +218,34 @@ class ConversationGate:
 
     def busy(self, key: Hashable) -> bool:
         """Whether a run of ``key`` is active."""
-        return self.lanes.running(key) is not None
+        return key in self._deferred or self.lanes.running(key) is not None
+
+    def defer(self, key: Hashable, enter: Callable[[], None]) -> bool:
+        """Let a run into idle conversation ``key`` without entering its slot yet.
+
+        What :meth:`enter` would do for it (it runs at once: every policy
+        runs in an idle conversation) is put off until somebody else
+        arrives for ``key``: :meth:`enter` then calls ``enter`` first (the
+        run enters its slot, as if it had entered when it started), then
+        applies the policy to the newcomer. A run nobody arrives behind --
+        the usual one -- costs no slot, ticket or lane. The caller
+        :meth:`undefer` s it when the run ends, whoever came meanwhile.
+
+        Returns:
+            ``False`` (nothing was put off): ``key`` is not idle; enter the
+            run's slot now.
+        """
+        if key in self._deferred or self.lanes.running(key) is not None:
+            return False
+        self._deferred[key] = enter
+        return True
+
+    def undefer(self, key: Hashable, enter: Callable[[], None]) -> bool:
+        """The run :meth:`defer` let in ended; ``False``: its slot was entered meanwhile."""
+        if self._deferred.get(key) is enter:
+            del self._deferred[key]
+            return True
+        return False
 
     def enter(self, key: Hashable, principal: Principal, policy: BusyPolicy | None = None) -> Slot:
         """A message for conversation ``key`` arrives: its place, or a refusal.
@@ -220,6 +258,10 @@ class ConversationGate:
             BusyError: The message is refused (``conversation_busy``,
                 ``queue_full``); it holds nothing.
         """
+        if self._deferred:
+            deferred = self._deferred.pop(key, None)
+            if deferred is not None:
+                deferred()  # the run let in before takes its place first (defer)
         ticket = next(self._ids)
         admission = self.lanes.arrive(key, ticket, principal.key, policy or self.default)
         if admission.move is Move.REFUSE:

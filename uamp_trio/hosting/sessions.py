@@ -602,6 +602,9 @@ class _Response:
         self.cancel_requested = False
         #: Its place in the session under the busy policy (docs/busy.md).
         self.slot: Slot | None = None
+        #: Instead of :attr:`slot`, while nobody arrived behind it: what the
+        #: gate calls to enter its slot then (:meth:`ConversationGate.defer`).
+        self.deferred: functools.partial[None] | None = None
         #: Whether its first output was written (:meth:`SessionHost._send`).
         self.written = False
 
@@ -1830,6 +1833,9 @@ class SessionHost:
         for slot in session.slots:  # its running and held responses give their places up
             slot.close()
         session.slots.clear()
+        self._undefer(session.response)
+        if session.queued is not None:
+            self._undefer(session.queued[0])
         if session.scope is not None:
             session.scope.cancel()  # the worker leaves its response (if any) and ends
         session.wake()
@@ -2077,13 +2083,22 @@ class SessionHost:
         response = _Response(ctx.response.response_id, self._message)
         if self._app is not None:
             gate = self._app.conversations
-            try:
-                slot = gate.enter(
-                    self._busy_key(session), session.principal, gate.policy(create.unknown)
+            key = self._busy_key(session)
+            if not create.unknown:
+                # The server's policy, and the conversation idle as the core
+                # found it: the response runs, and enters its place in the
+                # gate only if another message arrives for it meanwhile.
+                enter = functools.partial(
+                    self._enter_late, session, response, key, session.principal
                 )
-            except BusyError:  # a bad policy (the core found the slot idle)
-                slot = gate.free()
-            self._hold_slot(session, response, slot)
+                if gate.defer(key, enter):
+                    response.deferred = enter
+            if response.deferred is None:
+                try:
+                    slot = gate.enter(key, session.principal, gate.policy(create.unknown))
+                except BusyError:  # a bad policy (the core found the slot idle)
+                    slot = gate.free()
+                self._hold_slot(session, response, slot)
         session.response = response
         session.queued = (response, create)
         if not session.worker:
@@ -2122,6 +2137,23 @@ class SessionHost:
         session.slots.append(slot)
         return slot
 
+    def _enter_late(
+        self, session: _Session, response: _Response, key: object, principal: Principal
+    ) -> None:
+        """The gate's call for a deferred response: it enters its place now (it runs)."""
+        response.deferred = None
+        assert self._app is not None
+        gate = self._app.conversations
+        self._hold_slot(session, response, gate.enter(key, principal, gate.default))
+
+    def _undefer(self, response: _Response | None) -> None:
+        """``response`` ended before anybody arrived behind it: the gate forgets it."""
+        enter = response.deferred if response is not None else None
+        if enter is not None:
+            assert response is not None and self._app is not None
+            response.deferred = None
+            self._app.conversations.undefer(enter.args[2], enter)
+
     def _hold_slot(self, session: _Session, response: _Response, slot: Slot) -> None:
         """Give ``response`` its place; a later message may stop it through the place."""
         response.slot = slot
@@ -2139,7 +2171,12 @@ class SessionHost:
 
     def _release_slot(self, session: _Session, response: _Response | None) -> None:
         """``response`` ended: its place goes to the next held ``response.create``."""
-        if response is None or response.slot is None:
+        if response is None:
+            return
+        if response.deferred is not None:
+            self._undefer(response)
+            return
+        if response.slot is None:
             return
         slot, response.slot = response.slot, None
         slot.close()
