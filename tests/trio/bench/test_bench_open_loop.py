@@ -158,8 +158,14 @@ async def test_the_rate_is_held_on_a_fast_endpoint(thread_server: Any) -> None:
     )
     data = summary.to_json()
     assert data["ok"] == 100
-    # Started on schedule: the generator's own rate, from its actual start times.
-    assert data["sent_per_s"] == pytest.approx(25.0, rel=0.02)
+    # Started on schedule: the generator's own rate, from its actual start
+    # times, is the plan's but for the lateness it reports itself (a generator
+    # starved of CPU measures itself and says so; on a quiet machine it is a
+    # few ms and this is 25/s within a fraction of a percent). A wrong rate
+    # without the lateness to explain it fails.
+    span, late = 99 / 25.0, data["late_ms"] / 1000 + 1e-6  # (and float rounding)
+    assert 0 <= late < span
+    assert 99 / (span + late) <= data["sent_per_s"] <= 99 / (span - late)
 
 
 def test_the_command_warms_up_saves_requests_and_reports_goodput(tmp_path: Path) -> None:
