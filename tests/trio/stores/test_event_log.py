@@ -408,3 +408,27 @@ async def test_a_store_that_says_it_copies_records_keeps_what_was_put(
     await log.flush()
     record = await log.load(k)
     assert (record.running, record.history) == ("resp_1", [{"role": "user"}])
+
+
+async def test_the_memory_log_keeps_frames_at_their_own_size() -> None:
+    # orjson.dumps (3.12 on) hands back bytes in a buffer of 4 or 16 KiB: kept as
+    # they came, 1,000 deltas of 1 KiB held 16 MB where max_bytes counted 1.2 MB.
+    import tracemalloc
+
+    from uamp_stores.event_log import MemoryEventLog
+
+    log = MemoryEventLog()
+    k = key("s1")
+    await log.open(k, SessionRecord(agent="demo"))
+    delta = {"type": "response.delta", "delta": {"text": "x" * 1024}}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(1000):  # as a session writes them: made, logged, let go
+            log.append(k, orjson.dumps({**delta, "event_id": f"evt_{n}"}), f"evt_{n}")
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    size = 1000 * len(orjson.dumps({**delta, "event_id": "evt_999"}))
+    assert abs(log.size - size) < 1000 * 4  # the ids' lengths differ
+    assert held < 2 * size  # the frames, their entries and index; not 13 times the frames
