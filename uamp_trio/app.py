@@ -37,7 +37,7 @@ import functools
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from uamp_proto.grpc import is_grpc_content_type
 from uamp_proto.jose import JWK, JWKS
@@ -210,6 +210,7 @@ class App(Host):
             self.middleware.insert(0, tracing.middleware)
         if self.observe is not None:
             self.middleware.insert(0, self.observe)
+            self.observe.render_refusal = self.render_error
         if proxy_headers is not None:  # before the observer: the log shows the real client
             self.middleware.insert(0, proxy_headers)
         self.agent_route("GET", JWKS_PATH, self.jwks, meta=SERVER_ROUTES)
@@ -305,7 +306,12 @@ class App(Host):
         if not middleware:
             return route.endpoint
         if len(middleware) == 1 and middleware[0] is self.observe:  # (uamp serve's default)
-            return functools.partial(self._observed, route)
+            # No chain, no Call: the observer awaits the endpoint itself, its
+            # start the time read before routing (the observer answers a
+            # refusal as _run would, via render_refusal).
+            # (an HTTP endpoint's reply is never None: the cast says so)
+            observed = functools.partial(self.observe.around, route.endpoint, route.meta, began)
+            return cast("Endpoint", observed)
         return functools.partial(self._through_http, route)
 
     def _old_tls(self, route: Route | WebSocketRoute, request: Request) -> Response:
@@ -380,16 +386,6 @@ class App(Host):
         return self.render_error(route.meta.error_style, exc)
 
     # --- the chain ------------------------------------------------------------------
-
-    async def _observed(self, route: Route, request: Request) -> Response | StreamingResponse:
-        """``_through_http`` when the observer is the only middleware: no chain, no ``Call``."""
-        assert self.observe is not None
-        try:
-            reply = await self.observe.around(route.endpoint, route.meta, request)
-        except Refusal as exc:  # as _run answers it
-            return self.render_error(route.meta.error_style, exc)
-        assert reply is not None, "an endpoint returned no response"
-        return reply
 
     async def _through_http(self, route: Route, request: Request) -> Response | StreamingResponse:
         async def endpoint(call: Call) -> Reply:

@@ -145,44 +145,54 @@ class AccessLog:
         logger = self.logger
         if not logger.isEnabledFor(logging.INFO):
             return
-        ms = exchange.duration * 1000
-        version = "WebSocket" if exchange.websocket else "HTTP/" + exchange.http_version
-        args = (
-            exchange.client,
-            exchange.method,
-            exchange.path,
-            version,
-            exchange.status,
-            ms,
-            exchange.agent,
-            exchange.transport,
-        )
         handler = _direct_handler(logger)
         if handler is None:
-            self._log(logger, args, _fields(exchange, ms))
+            self._log(logger, self._args(exchange), _fields(exchange, exchange.duration * 1000))
             return
         formatter = handler.formatter
         if type(formatter) is TextFormatter and logger.name == ACCESS_LOGGER:
-            # TextFormatter's line, in one formatting operation (the timestamp
-            # has no control character to escape; its milliseconds come from
-            # a table).
+            # TextFormatter's line, in one f-string (the same conversions as
+            # _ACCESS_FORMAT's: str, int, one decimal); the timestamp has no
+            # control character to escape, its milliseconds come from a table.
             now = time.time()
             whole = int(now)
             second = _second[1] if _second[0] == whole else _second_text(whole)
-            line = _TEXT_LINE % (second, _MILLIS[int((now - whole) * 1000)], *args)
+            version = "WebSocket" if exchange.websocket else "HTTP/" + exchange.http_version
+            line = (
+                f"{second}{_MILLIS[int((now - whole) * 1000)]}{exchange.client!s}"
+                f' "{exchange.method!s} {exchange.path!s} {version}" {exchange.status:d}'
+                f" {exchange.duration * 1000:.1f}ms agent={exchange.agent!s}"
+                f" transport={exchange.transport!s}"
+            )
             handler.write_line(line if line.isprintable() else one_line(line))
             return
+        ms = exchange.duration * 1000
         if type(formatter) is JSONFormatter:
             data = {
                 "ts": _timestamp(time.time()),
                 "level": "info",
                 "logger": logger.name,
-                "message": _ACCESS_FORMAT % args,
+                "message": _ACCESS_FORMAT % self._args(exchange),
                 **_fields(exchange, ms),
             }
             handler.write_line(orjson.dumps(data).decode())
             return
-        self._log(logger, args, _fields(exchange, ms))
+        self._log(logger, self._args(exchange), _fields(exchange, ms))
+
+    @staticmethod
+    def _args(exchange: Exchange) -> tuple[Any, ...]:
+        """The values of :data:`_ACCESS_FORMAT` for ``exchange``."""
+        version = "WebSocket" if exchange.websocket else "HTTP/" + exchange.http_version
+        return (
+            exchange.client,
+            exchange.method,
+            exchange.path,
+            version,
+            exchange.status,
+            exchange.duration * 1000,
+            exchange.agent,
+            exchange.transport,
+        )
 
     @staticmethod
     def _log(logger: logging.Logger, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
@@ -240,22 +250,20 @@ def _direct_handler(logger: logging.Logger) -> GatheredHandler | None:
     with no filter on the way and its level passing INFO, the access line
     can be formatted and written without a record.
     """
-    found: GatheredHandler | None = None
-    current: logging.Logger | None = logger
-    while current is not None:
+    found: logging.Handler | None = None
+    current = logger
+    while True:
         if current.filters or current.disabled:
             return None
         handlers = current.handlers
         if handlers:  # (most loggers on the way have none)
             if found is not None or len(handlers) != 1:
                 return None
-            handler = handlers[0]
-            if type(handler) is not GatheredHandler or handler.filters:
-                return None
-            if handler.level > logging.INFO:
-                return None
-            found = handler
-        if not current.propagate:
+            found = handlers[0]
+        parent = current.parent
+        if parent is None or not current.propagate:
             break
-        current = current.parent
-    return found
+        current = parent
+    if type(found) is GatheredHandler and not found.filters and found.level <= logging.INFO:
+        return found
+    return None

@@ -36,10 +36,12 @@ from typing import Protocol
 import attrs
 import trio
 
-from ..engines.http import HTTPError, Request, SendChunk, StreamingResponse
+from uamp_proto._fastinit import maker
+
+from ..engines.http import HTTPError, Request, Response, SendChunk, StreamingResponse
 from ..hosting.agents import RESOLVED_AGENT
-from ..hosting.middleware import Call, Next, Reply
-from ..hosting.router import RouteMeta
+from ..hosting.middleware import Call, Next, Refusal, Reply
+from ..hosting.router import ErrorStyle, RouteMeta
 
 __all__ = ["CLIENT_GONE", "CURRENT", "Exchange", "Listener", "Observe"]
 
@@ -78,6 +80,12 @@ class Exchange:
     duration: float = 0.0
     error: str = ""
 
+
+#: ``Exchange(started, client, method, path, http_version, transport, agent)``
+#: without the keyword protocol of a class call (the rest defaulted).
+_new_exchange = maker(
+    Exchange, ("started", "client", "method", "path", "http_version", "transport", "agent")
+)
 
 #: The request being handled, for what runs on its behalf (agent runs, tasks
 #: started from it inherit it): ``None`` outside an observed request.
@@ -122,6 +130,9 @@ class Observe:
 
     def __init__(self, listeners: Sequence[Listener]) -> None:
         self.listeners = list(listeners)
+        #: How :meth:`around` answers a refusal the endpoint raised (the app's
+        #: error rendering in the route's style), or ``None`` to raise it.
+        self.render_refusal: Callable[[ErrorStyle, HTTPError], Response] | None = None
 
     def _finish(self, exchange: Exchange, began: float, status: int, error: str = "") -> None:
         if exchange.agent == "-":  # (_name_agent, inline)
@@ -139,19 +150,27 @@ class Observe:
             CURRENT.set(exchange)
             RESOLVED_AGENT.set(None)
             return await self._websocket(call, call_next, exchange, began)
-        return await self.around(lambda _: call_next(call), call.route, call.request)
+        began = time.perf_counter()
+        return await self.around(lambda _: call_next(call), call.route, began, call.request)
 
     async def around(
-        self, endpoint: Callable[[Request], Awaitable[Reply]], route: RouteMeta, request: Request
+        self,
+        endpoint: Callable[[Request], Awaitable[Reply]],
+        route: RouteMeta,
+        began: float,
+        request: Request,
     ) -> Reply:
-        """``await endpoint(request)``, observed: an HTTP call of ``route``.
+        """``await endpoint(request)``, observed: an HTTP call of ``route`` that began at ``began``.
 
         What the middleware does for an HTTP call; the app calls it directly
-        when it is the only middleware (no chain, no :class:`Call`).
+        when it is the only middleware (no chain, no :class:`Call`), with the
+        ``time.perf_counter()`` it read before routing the request. A
+        :class:`~uamp_trio.hosting.middleware.Refusal` the endpoint raises is
+        reported, then answered by :attr:`render_refusal` when one is set
+        (the chain's answer to it), else raised.
         """
-        began = time.perf_counter()
         client = request.client
-        exchange = Exchange(
+        exchange = _new_exchange(
             time.time(),
             f"{client[0]}:{client[1]}" if client else "-",
             request.method,
@@ -169,6 +188,8 @@ class Observe:
             reply = await endpoint(request)
         except HTTPError as exc:
             self._finish(exchange, began, exc.status, exc.code or "")
+            if self.render_refusal is not None and isinstance(exc, Refusal):
+                return self.render_refusal(route.error_style, exc)
             raise
         except trio.Cancelled:
             self._finish(exchange, began, CLIENT_GONE, "cancelled")
@@ -176,7 +197,14 @@ class Observe:
         except BaseException:
             self._finish(exchange, began, 500, "internal_error")
             raise
-        if isinstance(reply, StreamingResponse):
+        if type(reply) is Response:  # (the usual reply: _finish, inline)
+            if exchange.agent == "-":
+                exchange.agent = RESOLVED_AGENT.get() or "-"
+            exchange.status = reply.status
+            exchange.duration = time.perf_counter() - began
+            for listener in self.listeners:
+                listener.finished(exchange)
+        elif isinstance(reply, StreamingResponse):
             _name_agent(exchange)  # before the stream is reported open
             self._stream(reply, exchange, began)
         elif reply is not None:

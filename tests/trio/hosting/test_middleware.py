@@ -225,3 +225,37 @@ def test_without_middleware_the_route_endpoint_is_served_directly() -> None:
     route, _ = app.router.match("GET", "/agents/demo/v1/models")
     assert app.endpoint_for(request) is route.endpoint
     assert request.path_params == {"agent": "demo"}
+
+
+async def test_the_lone_observer_answers_a_refusal_in_the_routes_style() -> None:
+    """With the observer alone (``uamp serve``'s default) the app calls it without a chain.
+
+    An endpoint's :class:`Refusal` is then reported with its status and
+    answered in the route's error style, as the chain answers it.
+    """
+    seen: list[tuple[int, str]] = []
+
+    class Listener:
+        def finished(self, exchange: Any) -> None:
+            seen.append((exchange.status, exchange.error))
+
+        def stream_opened(self, exchange: Any) -> None: ...
+
+        def stream_closed(self, exchange: Any) -> None: ...
+
+    app = create_app([DemoAgent()], metrics=True)
+    assert app.observe is not None and app.middleware == [app.observe]
+    app.observe.listeners.append(Listener())
+    models, _ = app.router.match("GET", "/agents/demo/v1/models")
+
+    async def refuse(request: Request) -> Reply:
+        raise Refusal(403, "Not you.", code="forbidden")
+
+    app.router.add("GET", "/refused", refuse, meta=models.meta)
+    route, _ = app.router.match("GET", "/refused")
+    request = Request(method="GET", path="/refused")
+    reply = await app.endpoint_for(request)(request)
+    assert reply is not None and reply.status == 403
+    expected = app.render_error(route.meta.error_style, Refusal(403, "Not you.", code="forbidden"))
+    assert reply.body == expected.body
+    assert seen == [(403, "forbidden")]
