@@ -453,6 +453,11 @@ class ConnectionTracker:
         self.handler_since: float | None = None
         self.handler_scope: trio.CancelScope | None = None
         self.head_late = False
+        #: While an HTTP/1.1 fast-path body is read on after its head: when
+        #: that began (trio time) and the scope the server cancels past
+        #: ``body_timeout`` (two stores instead of moving a deadline and back).
+        self.body_since: float | None = None
+        self.body_scope: trio.CancelScope | None = None
 
     def begin_shutdown(self) -> None:
         """Ask the connection to finish its current work and close."""
@@ -622,6 +627,7 @@ class Server:
                         math.isfinite(t)
                         for t in (
                             cfg.idle_timeout,
+                            cfg.body_timeout,
                             cfg.response_timeout,
                             cfg.response_idle_timeout,
                             cfg.response_head_timeout,
@@ -669,16 +675,18 @@ class Server:
         """Close connections idle (``ConnectionTracker.idle_since``) for ``idle_timeout``.
 
         Also ends HTTP/1.1 streamed responses over ``response_timeout`` in
-        total or ``response_idle_timeout`` without a write, and cancels
-        HTTP/1.1 handlers running past ``response_head_timeout`` (HTTP/2
+        total or ``response_idle_timeout`` without a write, cancels
+        HTTP/1.1 handlers running past ``response_head_timeout`` and
+        HTTP/1.1 fast-path body reads past ``body_timeout`` (HTTP/2
         streams are swept by their connection). Checks a few times per timeout, at
         most once a second: a connection closes within a quarter of the
         timeout (or a second) after it expired.
         """
         cfg = self.config
         timeout = cfg.idle_timeout
-        head = cfg.response_head_timeout
-        interval = min(1.0, min(timeout, cfg.response_timeout, cfg.response_idle_timeout, head) / 4)
+        head, body = cfg.response_head_timeout, cfg.body_timeout
+        shortest = min(timeout, body, cfg.response_timeout, cfg.response_idle_timeout, head)
+        interval = min(1.0, shortest / 4)
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -700,6 +708,10 @@ class Server:
                     conn.head_late = True
                     conn.handler_since = None
                     conn.handler_scope.cancel()
+                began = conn.body_since
+                if began is not None and now - began > body and conn.body_scope is not None:
+                    conn.body_since = None
+                    conn.body_scope.cancel()
 
     async def _flush_stores(self) -> None:
         """Let the host's ``stores`` write what they still queue (at most :data:`FLUSH_GRACE` s)."""

@@ -386,6 +386,26 @@ async def test_websocket_upgrade_after_fast_requests(client: Client) -> None:
         assert got == ["hello", b"\x00"]
 
 
+async def test_the_body_timeout_holds_when_it_is_the_only_finite_timeout(serve_app: Serve) -> None:
+    """The server's sweeper ends a slow fast-path body (no deadline of its own): it must run."""
+    inf = float("inf")
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(
+            make_router(),
+            body_timeout=0.3,
+            idle_timeout=inf,
+            response_timeout=inf,
+            response_idle_timeout=inf,
+            response_head_timeout=inf,
+        )
+        client = await Client.connect(server.port)
+        start = trio.current_time()
+        await client.send(post(b"0123456789")[:-4])  # whole head, part of the body
+        status, _, body = await client.response()
+        assert trio.current_time() - start >= 0.25
+        assert status == 408 and json.loads(body)["error"]["code"] == "request_timeout"
+
+
 async def test_long_endpoint_and_body_outlive_the_idle_timeout(serve_app: Serve) -> None:
     # The connection's cancel scope has the idle deadline only while idle.
     with trio.fail_after(TIMEOUT):
