@@ -639,6 +639,9 @@ class _Session:
         #: The worker's cancel scope: a cancel ends the response it runs (or
         #: is about to run), and a scope once cancelled is replaced.
         self.scope: trio.CancelScope | None = None
+        #: Whether :attr:`scope` was cancelled (:meth:`stop`): its
+        #: ``cancel_called``, which trio answers only after reading its clock.
+        self.stopped = False
         #: A payment verdict is being worked out (off the event loop); a
         #: submit meanwhile asks for one more round instead of another task.
         self.settling = False
@@ -668,6 +671,12 @@ class _Session:
     def wake(self) -> None:
         if self.wakeup:
             self.wakeup.unpark_all()
+
+    def stop(self) -> None:
+        """Cancel :attr:`scope`: the response the worker runs (or is about to run) ends."""
+        if self.scope is not None:
+            self.scope.cancel()
+            self.stopped = True
 
 
 class _PayingAgent(TopUpAgent):
@@ -1836,8 +1845,7 @@ class SessionHost:
         self._undefer(session.response)
         if session.queued is not None:
             self._undefer(session.queued[0])
-        if session.scope is not None:
-            session.scope.cancel()  # the worker leaves its response (if any) and ends
+        session.stop()  # the worker leaves its response (if any) and ends
         session.wake()
         if not self._sessions and self.on_empty is not None:
             self.on_empty()
@@ -1852,8 +1860,7 @@ class SessionHost:
         if response is None or (response_id is not None and response_id != response.id):
             return  # nothing running, or a cancel racing the end of an earlier response
         response.cancel_requested = True
-        if session.scope is not None:
-            session.scope.cancel()
+        session.stop()
 
     async def _cancel_elsewhere(self, session: _Session, response_id: str | None) -> None:
         """Cancel ``session`` 's response where it runs (the record names the process)."""
@@ -2253,6 +2260,7 @@ class SessionHost:
         try:
             while self._sessions.get(session.id) is session:
                 scope = session.scope = trio.CancelScope()
+                session.stopped = False
                 with scope:
                     while True:
                         job = session.queued
@@ -2260,7 +2268,7 @@ class SessionHost:
                             if not self._take_held(session):
                                 await session.idle.park()
                             continue
-                        if scope.cancel_called or job[0].cancel_requested:
+                        if session.stopped or job[0].cancel_requested:
                             # Cancelled before it started (maybe before this
                             # scope existed), or a cancel came late for the one
                             # before: settle that in a fresh scope first.
