@@ -8,8 +8,9 @@ kept-alive connection, or one a client (a health checker, a script) opens
 for one request with ``Connection: close``. For
 those, h11's general reader (line extraction, one regex per header, header
 normalisation, a state machine) is most of the server's per-request cost.
-:func:`parse_head` reads exactly that common shape with one regex over the
-whole head and a loop over the header lines, and returns ``None`` (*defer*)
+:func:`parse_head` reads exactly that common shape line by line (a line
+read before is looked up, not parsed again: clients repeat theirs on every
+request), and returns ``None`` (*defer*)
 for everything else, so that the caller hands the same bytes to h11, whose
 answer (the request, or its error) is then the server's answer.
 
@@ -48,13 +49,11 @@ __all__ = ["Head", "parse_head"]
 Head = tuple[str, str, list[tuple[str, str]], int, int, bool]
 
 _TOKEN = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"  # RFC 9110 section 5.6.2
-#: The request line and every header line, each ending in CRLF. Targets are
+#: The request line and a header line, each without its CRLF. Targets are
 #: visible ASCII; values are visible ASCII, obs-text, SP and HTAB (RFC 9110
 #: section 5.5), so no line can hide a CR, LF, NUL or DEL.
-_HEAD_RE: Final = re.compile(
-    rf"({_TOKEN}) ([\x21-\x7e]+) HTTP/1\.1\r\n"
-    rf"((?:{_TOKEN}:[\t\x20-\x7e\x80-\xff]*\r\n)*)"
-)
+_REQUEST_LINE_RE: Final = re.compile(rf"({_TOKEN}) ([\x21-\x7e]+) HTTP/1\.1")
+_FIELD_LINE_RE: Final = re.compile(rf"({_TOKEN}):([\t\x20-\x7e\x80-\xff]*)")
 _OWS = " \t"
 #: More digits than any body the server takes; h11 allows up to 20.
 _MAX_LENGTH_DIGITS = 18
@@ -62,6 +61,51 @@ _MAX_LENGTH_DIGITS = 18
 _DEFER_NAMES: Final = frozenset({"transfer-encoding", "expect", "upgrade"})
 #: Header names the parser looks at; one set lookup per header line.
 _WATCHED: Final = _DEFER_NAMES | {"content-length", "host", "connection"}
+
+#: Lines seen before, as they were read: a request line's ``(method,
+#: target)``, a header line's ``(lowercase name, stripped value)``. A client
+#: sends the same lines on every request (``Host``, ``Accept``,
+#: ``User-Agent``, ``Content-Type``...); a line found here was checked when
+#: it was first read, and costs one lookup instead of a match, a split and
+#: two new strings. Lines that carry credentials or change per request
+#: (:data:`_UNREMEMBERED`) are never kept. Bounded: lines longer than
+#: :data:`_LINE_LONGEST` are not kept, and a table that reaches
+#: :data:`_LINES_MAX` lines is emptied, so what a client sends can neither
+#: grow it nor make a line cost more than it would without it.
+_request_lines: dict[str, tuple[str, str]] = {}
+_field_lines: dict[str, tuple[str, str]] = {}
+_LINES_MAX = 512
+_LINE_LONGEST = 256
+_UNREMEMBERED: Final = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "content-length"}
+)
+
+
+def _request_line(line: str) -> tuple[str, str] | None:
+    """``(method, target)`` of a request line, or ``None`` outside the strict subset."""
+    match = _REQUEST_LINE_RE.fullmatch(line)
+    if match is None:
+        return None
+    read: tuple[str, str] = match.groups()  # type: ignore[assignment]
+    if len(line) <= _LINE_LONGEST:
+        if len(_request_lines) >= _LINES_MAX:
+            _request_lines.clear()
+        _request_lines[line] = read
+    return read
+
+
+def _field_line(line: str) -> tuple[str, str] | None:
+    """``(lowercase name, value without OWS)`` of a header line, or ``None`` outside the subset."""
+    match = _FIELD_LINE_RE.fullmatch(line)
+    if match is None:
+        return None
+    name, value = match.groups()
+    read = (name.lower(), value.strip(_OWS))
+    if len(line) <= _LINE_LONGEST and read[0] not in _UNREMEMBERED:
+        if len(_field_lines) >= _LINES_MAX:
+            _field_lines.clear()
+        _field_lines[line] = read
+    return read
 
 
 def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None:
@@ -80,22 +124,26 @@ def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None
     blank = buf.find(b"\r\n\r\n", start, start + max_size)
     if blank < 0:
         return None
-    # latin-1 maps every byte to one character, as Headers does later.
-    match = _HEAD_RE.fullmatch(buf[start : blank + 2].decode("latin-1"))
-    if match is None:
+    # latin-1 maps every byte to one character, as Headers does later. A
+    # CR or LF left inside a line after the split fails that line's check.
+    lines = buf[start:blank].decode("latin-1").split("\r\n")
+    first = lines[0]
+    request = _request_lines.get(first) or _request_line(first)
+    if request is None:
         return None
-    method, target, block = match.groups()
     headers: list[tuple[str, str]] = []
     length = -1
     hosts = 0
     close = False
-    for line in block.split("\r\n")[:-1]:
-        name, _, value = line.partition(":")
-        name = name.lower()
-        value = value.strip(_OWS)
+    for line in lines[1:]:
+        field = _field_lines.get(line) or _field_line(line)
+        if field is None:
+            return None
+        name = field[0]
         if name in _WATCHED:
             if name in _DEFER_NAMES:
                 return None
+            value = field[1]
             if name == "content-length":
                 if (
                     length >= 0
@@ -113,7 +161,7 @@ def parse_head(buf: bytes | bytearray, start: int, max_size: int) -> Head | None
                     close = True
                 elif token != "keep-alive":
                     return None
-        headers.append((name, value))
+        headers.append(field)
     if hosts != 1:
         return None
-    return method, target, headers, max(length, 0), blank + 4, close
+    return request[0], request[1], headers, max(length, 0), blank + 4, close

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests._support.h1 import MAX, h11_head, mutate, replaced
-from uamp_trio.engines.h1fast import parse_head
+from uamp_trio.engines import h1fast
+from uamp_trio.engines.h1fast import Head, parse_head
 from uamp_trio.engines.http import Headers
 
 BASE = b"POST /x?y=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
@@ -237,3 +240,82 @@ def test_generated_heads_are_deferred_or_read_as_h11_reads_them(data: bytes) -> 
     head = parse_head(data, 0, MAX)
     if head is not None:
         assert head == h11_head(data)
+
+
+# --- the remembered lines against a whole-head reading ---------------------------------
+
+_REF_TOKEN = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
+_REF_HEAD = re.compile(
+    rf"({_REF_TOKEN}) ([\x21-\x7e]+) HTTP/1\.1\r\n"
+    rf"((?:{_REF_TOKEN}:[\t\x20-\x7e\x80-\xff]*\r\n)*)"
+)
+
+
+def reference_head(buf: bytes, start: int, max_size: int) -> Head | None:
+    """The parser as it was before it remembered lines: one regex over the whole head."""
+    blank = buf.find(b"\r\n\r\n", start, start + max_size)
+    if blank < 0:
+        return None
+    match = _REF_HEAD.fullmatch(buf[start : blank + 2].decode("latin-1"))
+    if match is None:
+        return None
+    method, target, block = match.groups()
+    headers: list[tuple[str, str]] = []
+    length, hosts, close = -1, 0, False
+    for line in block.split("\r\n")[:-1]:
+        name, _, value = line.partition(":")
+        name, value = name.lower(), value.strip(" \t")
+        if name in {"transfer-encoding", "expect", "upgrade"}:
+            return None
+        if name == "content-length":
+            if length >= 0 or not (value.isascii() and value.isdigit()) or len(value) > 18:
+                return None
+            length = int(value)
+        elif name == "host":
+            hosts += 1
+        elif name == "connection":
+            if value.lower() not in ("close", "keep-alive"):
+                return None
+            close = close or value.lower() == "close"
+        headers.append((name, value))
+    if hosts != 1:
+        return None
+    return method, target, headers, max(length, 0), blank + 4, close
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(valid_heads() | mutated_heads(), min_size=1, max_size=4), st.booleans())
+def test_remembered_lines_read_as_the_whole_head_regex(heads: list[bytes], fresh: bool) -> None:
+    """Each head read twice (its lines remembered the second time) as the regex reads it once."""
+    if fresh:
+        h1fast._request_lines.clear()
+        h1fast._field_lines.clear()
+    for data in heads:
+        expected = reference_head(data, 0, MAX)
+        assert parse_head(data, 0, MAX) == expected
+        assert parse_head(data, 0, MAX) == expected
+
+
+def test_a_line_seen_valid_does_not_make_a_longer_line_valid() -> None:
+    """A remembered line is looked up whole: a CR, LF or control glued to it still defers."""
+    assert parse_head(BASE, 0, MAX) is not None  # "Host: a" remembered
+    for bad in (b"Host: a\rb", b"Host: a\nb", b"Host: a\x00", b"Host: a\x7f"):
+        assert parse_head(replaced(BASE, b"Host: a", bad), 0, MAX) is None
+
+
+def test_remembered_lines_are_bounded_and_keep_no_credentials() -> None:
+    """However many distinct lines clients send, the tables stay under their bound."""
+    h1fast._field_lines.clear()
+    for i in range(3 * h1fast._LINES_MAX):
+        data = b"GET /%d HTTP/1.1\r\nHost: a\r\nX-N: %d\r\nAuthorization: Bearer s%d\r\n\r\n" % (
+            i,
+            i,
+            i,
+        )
+        assert parse_head(data, 0, MAX) is not None
+        assert len(h1fast._field_lines) <= h1fast._LINES_MAX
+        assert len(h1fast._request_lines) <= h1fast._LINES_MAX
+    assert not any("uthorization" in line for line in h1fast._field_lines)
+    long = b"GET / HTTP/1.1\r\nHost: a\r\nX-Long: " + b"v" * 1000 + b"\r\n\r\n"
+    assert parse_head(long, 0, MAX) is not None
+    assert not any(len(line) > h1fast._LINE_LONGEST for line in h1fast._field_lines)
