@@ -193,13 +193,11 @@ async def send_reply(
     """Write ``reply``; a stream is cancelled when the client disconnects."""
     if isinstance(reply, JsonReply):
         body = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": reply.status,
-                "headers": _head([("content-type", reply.content_type), *reply.headers]),
-            }
-        )
+        head = [("content-type", reply.content_type), *reply.headers]
+        if not any(name.lower() == "content-length" for name, _ in reply.headers):
+            # Sized, so the server need not chunk it (a HEAD names the GET's size).
+            head.append(("content-length", str(len(body))))
+        await send({"type": "http.response.start", "status": reply.status, "headers": _head(head)})
         await send({"type": "http.response.body", "body": b"" if head_only else body})
         if reply.after is not None:
             await reply.after()

@@ -82,3 +82,19 @@ def test_a_client_that_leaves_mid_stream_stops_the_agent(base: str) -> None:
     assert SLOW.stopped.wait(WAIT)
     SLOW.go.set()
     assert not SLOW.finished.is_set()
+
+
+def test_a_json_reply_is_sized_not_chunked(base: str) -> None:
+    """A whole JSON answer names its length: no chunked framing around one body."""
+    for method in ("GET", "HEAD"):
+        resp = httpx.request(method, f"{base}/v1/models", timeout=WAIT)
+        assert resp.status_code == 200
+        assert "transfer-encoding" not in resp.headers
+        if method == "GET":
+            size = len(resp.content)
+            assert size > 0 and int(resp.headers["content-length"]) == size
+        else:
+            assert resp.content == b"" and int(resp.headers["content-length"]) == size
+    refused = httpx.post(f"{base}/chat/completions", content=b"{", timeout=WAIT)
+    assert refused.status_code == 400 and "transfer-encoding" not in refused.headers
+    assert int(refused.headers["content-length"]) == len(refused.content)
