@@ -83,7 +83,9 @@ def main() -> None:
         a2a_push=PushSender(allow=["127.0.0.1/32"], backoff=0.05),
     )
     app = uamp_asgi.app(agents, config=config)
-    sock = socket.socket()
+    # Named TCP, so asyncio sets TCP_NODELAY on its connections (it checks the
+    # protocol number): with Nagle on, every other small reply waits ~40 ms.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     print(f"serving on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
