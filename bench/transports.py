@@ -1573,13 +1573,15 @@ def measure(
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"\n{title}")
     for k, v in med.items():
-        line = f"  {k:<12} {v:>12,.{2 if unit == 'ms' else 1}f} {unit}"
+        line = f"  {k:<12} {v:>12,.{3 if unit == 'ms' else 1}f} {unit}"
         if k != "uamp" and "uamp" in med:
-            ratio = med["uamp"] / v if higher_is_better else v / med["uamp"]
-            line += f"   uamp/{k} = {ratio:.2f}x"
+            # uamp's figure over this one: a rate (above 1 is faster) or a
+            # time (above 1 is slower), as the unit says.
+            kind = "rate" if higher_is_better else "time"
+            line += f"   uamp/{k} = {med['uamp'] / v:.2f}x {kind}"
         if work[k]:
             per = cpu[k] / work[k] * 1e6
-            line = f"{line:<58} server CPU {per:,.{2 if per < 10 else 0}f} us/{cpu_unit}"
+            line = f"{line:<64} server CPU {per:,.{2 if per < 10 else 0}f} us/{cpu_unit}"
         print(line)
     return med
 
