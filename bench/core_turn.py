@@ -9,8 +9,9 @@ the ``ttfd`` client of ``bench/transports.py`` sends (``input.text`` then
 sends back for a one-delta response (``response.created``, one text delta,
 ``response.done``), the way the host calls the core (``receive`` and
 ``next_event`` until ``NEED_DATA``; ``send`` with the session and response
-ids). No sockets, no trio: the core's decode, checks, state tables and
-codec.
+ids), and builds the agent's request in between as the host does
+(``turn_request``). No sockets, no trio: the core's decode, checks, state
+tables and codec.
 
 Printed: microseconds per step (median of the rounds, each round timing
 every step over ``--responses`` responses on one session) and per response.
@@ -41,7 +42,14 @@ from collections.abc import Callable
 import orjson
 
 SID = "sess_ttfd"
-STEPS = ("input.text", "response.create", "response.created", "response.delta", "response.done")
+STEPS = (
+    "input.text",
+    "response.create",
+    "turn_request",
+    "response.created",
+    "response.delta",
+    "response.done",
+)
 
 
 def _client_bytes(n: int) -> tuple[bytes, bytes]:
@@ -83,7 +91,10 @@ def _steps(conn: object) -> dict[str, Callable[[], object]]:
     """One callable per step of a response, sharing the state between them."""
     from uamp_proto import events as ev
     from uamp_proto import types as ty
+    from uamp_proto.codec import decode
     from uamp_proto.connection import NEED_DATA
+    from uamp_proto.principal import ANONYMOUS
+    from uamp_proto.session_request import turn_request
 
     c: object = conn
     state: dict[str, object] = {"rid": None}
@@ -98,6 +109,7 @@ def _steps(conn: object) -> dict[str, Callable[[], object]]:
         return event
 
     text, create = _client_bytes(1)  # the ttfd client asks for one delta each time
+    create_event = decode(create)
 
     def input_text() -> object:
         return feed(text)
@@ -106,6 +118,17 @@ def _steps(conn: object) -> dict[str, Callable[[], object]]:
         event = feed(create)
         state["rid"] = c.sessions[SID].response.response_id  # type: ignore[attr-defined]
         return event
+
+    def request() -> object:
+        # What the session host builds for the agent (uamp_proto.session_request).
+        return turn_request(
+            c.sessions[SID],  # type: ignore[attr-defined]
+            create_event,
+            agent="flood",
+            transport="uamp-websocket",
+            token=None,
+            principal=ANONYMOUS,
+        )
 
     def created() -> object:
         rid = state["rid"]
@@ -119,7 +142,9 @@ def _steps(conn: object) -> dict[str, Callable[[], object]]:
         final = c.sessions[SID].response.done_event(session_id=SID)  # type: ignore[attr-defined]
         return c.send(final, session_id=SID, response_id=state["rid"])  # type: ignore[attr-defined]
 
-    return dict(zip(STEPS, (input_text, response_create, created, delta, done), strict=True))
+    return dict(
+        zip(STEPS, (input_text, response_create, request, created, delta, done), strict=True)
+    )
 
 
 def timed(responses: int, rounds: int) -> dict[str, float]:
