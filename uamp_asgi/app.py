@@ -490,7 +490,15 @@ class UampASGI:
                 metrics.finished(transport, agent, 401, seconds, refused.code)
             return
         TRANSPORT.set(transport)
-        socket = WebSocket(scope, receive, send, {**params, **more}, principal, headers)
+        socket = WebSocket(
+            scope,
+            receive,
+            send,
+            {**params, **more},
+            principal,
+            headers,
+            host.config.websocket_max_message_size,
+        )
         if metrics is None:
             await handler(socket)
             return

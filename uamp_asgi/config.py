@@ -126,6 +126,10 @@ class Config:
         response_signer: Signs responses (spec 004), as ``uamp serve --sign-key``.
         max_body_size: Largest request body read, bytes (413 above it).
         max_sessions: UAMP WebSocket sessions one connection may hold.
+        websocket_max_message_size: Largest WebSocket message taken, bytes:
+            a bigger one closes the connection with 1009, as under ``uamp
+            serve``. The ASGI server assembles a message before the app sees
+            it, so set its own bound to match (uvicorn ``--ws-max-size``).
         transports: The transports served (names of :data:`TRANSPORTS`).
         sse_max_sessions: UAMP HTTP+SSE sessions one principal may hold; one
             more ``session.create`` gets 429 ``too_many_sessions``.
@@ -184,6 +188,7 @@ class Config:
     response_signer: ResponseSigner | None = None
     max_body_size: int = 4 * 1024 * 1024
     max_sessions: int = 64
+    websocket_max_message_size: int = 4 * 1024 * 1024
     transports: tuple[str, ...] = TRANSPORTS
     sse_max_sessions: int = 64
     sse_session_idle_timeout: float = 300.0

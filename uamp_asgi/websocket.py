@@ -16,6 +16,13 @@ class Closed(Exception):
     """The WebSocket is closed (by the peer or by us)."""
 
 
+def _over(data: str | bytes, most: int) -> bool:
+    """Whether ``data`` is over ``most`` bytes (a text's UTF-8 counted only when it may be)."""
+    if isinstance(data, bytes):
+        return len(data) > most
+    return len(data) * 4 > most and len(data.encode("utf-8", "surrogatepass")) > most
+
+
 class WebSocket:
     """One WebSocket connection of a route (see :mod:`uamp_asgi.app`)."""
 
@@ -27,6 +34,7 @@ class WebSocket:
         path_params: dict[str, str],
         principal: Principal,
         headers: dict[str, str],
+        max_message_size: int | None = None,
     ) -> None:
         self.scope = scope
         self._receive = receive
@@ -34,6 +42,7 @@ class WebSocket:
         self.path_params = path_params
         self.principal = principal
         self.headers = headers
+        self.max_message_size = max_message_size
         self.closed = False
 
     async def accept(self, subprotocol: str | None = None) -> None:
@@ -47,7 +56,8 @@ class WebSocket:
         """The next message.
 
         Raises:
-            Closed: The peer closed the connection.
+            Closed: The peer closed the connection, or sent a message over
+                :attr:`max_message_size` (closed with 1009).
         """
         while True:
             message = await self._receive()
@@ -57,9 +67,11 @@ class WebSocket:
                 raise Closed
             if kind == "websocket.receive":
                 text = message.get("text")
-                if text is not None:
-                    return str(text)
-                return bytes(message.get("bytes") or b"")
+                data = str(text) if text is not None else bytes(message.get("bytes") or b"")
+                if self.max_message_size is not None and _over(data, self.max_message_size):
+                    await self.close(1009)
+                    raise Closed
+                return data
 
     async def send(self, data: str | bytes) -> None:
         """Send one message (text for ``str``)."""

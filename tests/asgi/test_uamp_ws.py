@@ -119,3 +119,29 @@ async def test_a_single_session_client_need_not_name_its_session(ws_base: str) -
                 if event["type"] == "response.done":
                     break
     assert text == "You said: bare"
+
+
+@pytest.fixture(scope="module")
+def small_ws_base() -> Iterator[str]:
+    """An app taking WebSocket messages of 1 KiB at most (made outside any event loop)."""
+    config = uamp_asgi.Config(websocket_max_message_size=1024)
+    with uvicorn_server(uamp_asgi.app([function_agent(echo)], config=config)) as url:
+        yield url.replace("http://", "ws://")
+
+
+async def test_a_message_over_the_limit_closes_with_1009(small_ws_base: str) -> None:
+    """As under uamp serve: a message past ``websocket_max_message_size`` ends the connection."""
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    url = f"{small_ws_base}/agents/echo/uamp"
+    with trio.fail_after(TIMEOUT):
+        async with connect(url) as client:
+            session = await client.create_session()
+            # Under the limit (the whole event well under 1,024 bytes): answered.
+            assert (await session.ask("é" * 300)).text == "You said: " + "é" * 300
+        for big in ("é" * 600, b"x" * 1025):  # 1,200 UTF-8 bytes; 1,025 bytes
+            async with open_websocket_url(url) as ws:
+                await ws.send_message(big)
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.get_message()
+            assert closed.value.reason.code == 1009
