@@ -124,6 +124,8 @@ _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent
 
 #: ``ResponseOutcome(status=..., tracker=..., final=..., balance=...)``, positionally.
 _make_outcome = _fastinit.maker(ResponseOutcome, ("status", "tracker", "final", "balance"))
+#: ``ev.ResponseCreated(response_id=..., session_id=...)``, positionally.
+_make_created = _fastinit.maker(ev.ResponseCreated, ("response_id", "session_id"))
 
 
 class _SinkFailed(UampError):
@@ -340,7 +342,7 @@ class ResponseRunner:
                 if self._track:
                     tracker.created()
             else:
-                created = ev.ResponseCreated(response_id=rid, session_id=sid)
+                created = _make_created(rid, sid)
                 if self._track:
                     tracker.apply(created)
                 try:
