@@ -2025,6 +2025,7 @@ SCENARIOS = [
 SCENARIOS += [
     Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
 ]
+SCENARIOS += [Scenario.of(ai_sdk_answer_pin)]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks)]
 #: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
 SCENARIOS += [

@@ -60,8 +60,8 @@ __all__ = [
     "too_many_answers",
 ]
 
-#: Answers one principal may have running with nobody reading them (started,
-#: then left): past it a new one is refused 429.
+#: Answers one principal may have running at once, read or not (a client that
+#: left is noticed only at the next write): past it a new one is refused 429.
 MAX_ANSWERS: Final = 8
 #: The most chunk bytes one answer keeps for replays.
 MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
@@ -130,9 +130,6 @@ class Answer:
         self.finished = anyio.Event()
         #: Whether the answer writes to the shared event log (until superseded there).
         self.logging = False
-        #: Requests reading the answer now (an answer nobody reads counts
-        #: against its caller's :data:`MAX_ANSWERS`).
-        self.readers = 0
         #: Writes what the shared log has queued (``None``: no shared log).
         self.flush: Callable[[], Awaitable[None]] | None = None
 
@@ -173,13 +170,6 @@ class Answer:
 
         ``replay``: include a continued message's earlier parts (a resume).
         """
-        self.readers += 1
-        try:
-            await self._follow(send, replay)
-        finally:
-            self.readers -= 1
-
-    async def _follow(self, send: Write, replay: bool) -> None:
         sent = 0  # the offset in buf of what this reader has not sent yet
         if replay and self.prefix:
             await send(b"".join([self.start, *self.prefix]))
@@ -217,8 +207,8 @@ class AnswerTooLarge(UampError):
 def too_many_answers(limit: int) -> str:
     """What a caller past :data:`MAX_ANSWERS` (``limit``) is told, with a 429."""
     return (
-        f"At most {limit} answers nobody reads may run at once for one caller; wait for one "
-        "to finish, or resume it."
+        f"At most {limit} answers may run at once for one caller; wait for one to finish, "
+        "or resume it."
     )
 
 
@@ -233,13 +223,13 @@ class RunningAnswers:
         """``owner`` started one more (it counts until :meth:`forget`)."""
         self._per_principal[owner] = self._per_principal.get(owner, 0) + 1
 
-    def unread(self, owner: tuple[str, str], limit: int) -> int:
-        """How many of ``owner`` 's answers run with nobody reading them (0 below ``limit``)."""
-        if self._per_principal.get(owner, 0) < limit:
-            return 0  # fewer running at all: no need to look
-        return sum(
-            1 for key, answer in self.answers.items() if key[0] == owner and answer.readers == 0
-        )
+    def held(self, owner: tuple[str, str]) -> int:
+        """How many answers ``owner`` has admitted and not yet ended, read or not.
+
+        Whether a client still reads is no test: a server may learn that it
+        left only at the stream's next write, and a silent agent writes none.
+        """
+        return self._per_principal.get(owner, 0)
 
     def forget(self, answer: Answer) -> None:
         """``answer`` ended (or paused for a person): it no longer counts."""

@@ -33,6 +33,7 @@ WORK = {
     "asgi_push_config_pin",
     "asgi_deep_json_multi_session",
     "asgi_ai_sdk_answer_pin",  # the eight answers left running, unread
+    "ai_sdk_answer_pin",
     "background_response_pin",  # the sixteen responses left running
     "asgi_background_response_pin",
     "a2a_task_flood",  # the 32 tasks kept, running
@@ -92,6 +93,7 @@ SCENARIOS = [
     "realtime_busy_flood",
     "background_response_pin",
     "a2a_task_flood",
+    "ai_sdk_answer_pin",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",

@@ -14,7 +14,7 @@ chat's running answer from its ``start`` chunk, then follows it live; ``204``
 when it has none. Answers are found by ``(principal, agent, chat id)``:
 another principal's chat answers 204 like one that never existed. A
 principal has at most :data:`~uamp_stores.chat_answers.MAX_ANSWERS` answers
-running that nobody reads (429 past it), an answer keeps at most
+running, read or not (429 past it), an answer keeps at most
 :data:`~uamp_stores.chat_answers.MAX_ANSWER_BYTES` of chunks (past it it ends
 with an ``error`` chunk). On a shared event log (Redis) every answer's chunks
 go to the log too and a resume on another process follows them from there,
@@ -121,8 +121,8 @@ class _AiSdk:
         except BusyError as exc:
             raise HTTPError(400, str(exc), code=exc.code) from None
         # Superseding the chat's own answer leaves no more running: never refused.
-        unread = self.running.unread(principal.key, self.max_answers)
-        if key not in self.running.answers and unread >= self.max_answers:
+        held = self.running.held(principal.key)
+        if key not in self.running.answers and held >= self.max_answers:
             raise HTTPError(
                 429,
                 too_many_answers(self.max_answers),

@@ -30,10 +30,10 @@ the new one.
 
 Answers are found by ``(principal, agent, chat id)``: another principal's
 chat answers ``204`` like one that never existed (docs/security.md,
-Ownership). Each principal has at most :data:`MAX_ANSWERS` answers running
-that nobody reads -- started, then left -- (``429`` past it; answers that
-are being read are bounded like any streamed response, by the server's
-connection limits), and an answer's chunks, kept for replays, are bounded by
+Ownership). Each principal has at most :data:`MAX_ANSWERS` answers running,
+read or not -- a client that left is noticed only at the stream's next
+write, which a silent agent never makes -- (``429`` past it), and an
+answer's chunks, kept for replays, are bounded by
 :data:`MAX_ANSWER_BYTES` (past it the answer ends with an ``error`` chunk).
 
 Across processes (docs/scale-out.md): when the event log is shared (Redis),
@@ -203,7 +203,7 @@ class AiSdkTransport:
             if went_on is not None:
                 return went_on
         # Superseding the chat's own answer leaves no more running: never refused.
-        if key not in self.answers and self._unread(principal.key) >= self.max_answers:
+        if key not in self.answers and self.running.held(principal.key) >= self.max_answers:
             raise HTTPError(
                 429,
                 too_many_answers(self.max_answers),
@@ -362,10 +362,6 @@ class AiSdkTransport:
         else:
             trio.lowlevel.spawn_system_task(run.run, name="uamp-ai-sdk-answer")
         return answer
-
-    def _unread(self, owner: tuple[str, str]) -> int:
-        """How many of ``owner`` 's answers run with nobody reading them."""
-        return self.running.unread(owner, self.max_answers)
 
     def _forget(self, answer: Answer) -> None:
         self.running.forget(answer)

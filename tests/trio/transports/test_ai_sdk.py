@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -119,38 +118,58 @@ async def test_another_principals_chat_looks_like_none(serve_app: Any, tmp_path:
     assert unauthenticated.status_code == 401
 
 
+class Silent(TestAgent):
+    """Says nothing for a long while; counts its turns."""
+
+    name = "silent"
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.started += 1
+        await trio.sleep(60)
+
+
 async def test_each_caller_leaves_a_bounded_number_of_answers_running(
-    serve_app: Any, monkeypatch: pytest.MonkeyPatch
+    serve_app: Any, tmp_path: Path
 ) -> None:
     # Answers outlive their requests: an abuser could start them and leave.
-    # A reader that left is noticed at the next write: the agent's next
-    # chunk, or the keep-alive comment (made frequent here).
-    monkeypatch.setattr(ai_sdk, "HEARTBEAT", 0.1)
-    slow = Words("slow", "a ", "b ", pause=30)
-    app = create_app([slow], transports=[ai_sdk.transport(max_answers=3)])
+    # The server learns a client left only at its next write, which a silent
+    # agent never makes: every admitted answer counts until it ends.
+    issuer = Issuer()
+    agent = Silent()
+    app = create_app(
+        [agent],
+        transports=[ai_sdk.transport(max_answers=3)],
+        authenticator=issuer.authenticator(tmp_path),
+    )
     server = await serve_app(app)
+    alice = {"Authorization": f"Bearer {issuer.token('alice')}"}
+    mallory = {"Authorization": f"Bearer {issuer.token('mallory')}"}
+    statuses: list[int] = []
+    error = b""
     with trio.fail_after(TIMEOUT):
-        async with httpx.AsyncClient(base_url=server.url) as http, AsyncExitStack() as held:
-            # Answers being read are not counted: five at once, all served.
-            for n in range(5):
-                r = await held.enter_async_context(
-                    http.stream("POST", "/agents/slow/ai-sdk", json=body(f"c{n}"))
-                )
-                assert r.status_code == 200
-                await r.aiter_bytes().__anext__()
-            await held.aclose()  # all five left, their answers run on
-            statuses = []
-            for n in range(50):
-                async with http.stream("POST", "/agents/slow/ai-sdk", json=body(f"n{n}")) as r:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            for n in range(20):  # each client leaves at the status line
+                url = "/agents/silent/ai-sdk"
+                async with http.stream("POST", url, json=body(f"c{n}"), headers=alice) as r:
                     statuses.append(r.status_code)
-                    error = (await r.aread()) if r.status_code == 429 else b""
-                if statuses[-1] == 429:
-                    break
-                await trio.sleep(0.1)  # the server notices the readers leaving
+                    if r.status_code == 429:
+                        error = await r.aread()
+            flood_runs = agent.started
+            # Another caller is not starved by the flood.
+            async with http.stream(
+                "POST", "/agents/silent/ai-sdk", json=body("m"), headers=mallory
+            ) as theirs:
+                assert theirs.status_code == 200
             # A POST for a chat whose answer runs supersedes it: not refused.
-            async with http.stream("POST", "/agents/slow/ai-sdk", json=body("c0")) as again:
+            async with http.stream(
+                "POST", "/agents/silent/ai-sdk", json=body("c0"), headers=alice
+            ) as again:
                 assert again.status_code == 200
-    assert statuses[-1] == 429 and statuses.count(429) == 1
+    assert statuses == [200] * 3 + [429] * 17
+    assert flood_runs <= 3 and agent.started <= 3 + 1 + 1  # the flood's, mallory's, c0's
     assert orjson.loads(error)["error"]["code"] == "too_many_answers"
 
 
