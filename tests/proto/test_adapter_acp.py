@@ -292,3 +292,34 @@ def test_history_updates_replay_a_conversation() -> None:
 
 def test_tools_list_from_capabilities() -> None:
     assert [t["name"] for t in acp.tools_list_result(CAPS)["tools"]] == ["search", "calc"]
+
+
+def _history(*roles: str, size: int = 100) -> list[ty.Message]:
+    return [ty.Message(role=role, content=f"{n}" + "x" * size) for n, role in enumerate(roles)]
+
+
+@pytest.mark.parametrize(
+    ("roles", "bounds", "kept"),
+    [
+        # Within both bounds: nothing dropped.
+        (("user", "assistant"), {"max_messages": 4, "max_bytes": 10_000}, 2),
+        # Past the message count: the oldest go, from a user message on.
+        (("user", "assistant") * 3, {"max_messages": 4, "max_bytes": 10_000}, 4),
+        (("user", "assistant") * 3, {"max_messages": 3, "max_bytes": 10_000}, 2),
+        # A tool result is never kept without the call before it.
+        (("user", "assistant", "tool", "assistant"), {"max_messages": 3}, 0),
+        # Past the byte budget (each message ~101 bytes).
+        (("user", "assistant") * 3, {"max_bytes": 450}, 4),
+        (("user", "assistant") * 3, {"max_bytes": 250}, 2),
+        # One message over the budget alone: nothing is kept.
+        (("user",), {"max_bytes": 50}, 0),
+    ],
+)
+def test_trim_history_keeps_the_newest_within_both_bounds(
+    roles: tuple[str, ...], bounds: dict[str, int], kept: int
+) -> None:
+    messages = _history(*roles)
+    newest = messages[len(messages) - kept :]
+    acp.trim_history(messages, **bounds)
+    assert messages == newest
+    assert not messages or messages[0].role == "user"

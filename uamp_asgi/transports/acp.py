@@ -45,8 +45,6 @@ MAX_PENDING: Final = 64
 MAX_SESSIONS_PER_PRINCIPAL: Final = 64
 #: Sessions held in all.
 MAX_SESSIONS: Final = 4096
-#: Messages a session keeps.
-MAX_MESSAGES: Final = 400
 
 
 @attrs.define
@@ -184,7 +182,7 @@ class _Peer:
         session.messages.append(parsed.message)
         if outcome.status != "failed":
             session.messages.extend(outcome.tracker.messages())
-        del session.messages[:-MAX_MESSAGES]
+        acp.trim_history(session.messages)  # both servers' bounds (messages, bytes)
         result = acp.prompt_result(outcome)
         if outcome.balance is not None:
             result["_meta"] = {BALANCE_EVENT: balance_fields(outcome.balance)}

@@ -1,0 +1,52 @@
+"""An ACP session's kept history is bounded in bytes, not only in messages (``uamp serve``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import trio
+
+from tests._support.agents import TestAgent
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.adapters.acp import MAX_HISTORY_BYTES
+from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio.app import create_app
+
+PROMPT = "p" * (256 * 1024)  # twenty of these: 5 MiB sent into one session
+
+
+class History(TestAgent):
+    """Says ``ok``; notes the bytes of history each turn was given."""
+
+    name = "hist"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        self.seen.append(sum(len(m.text) for m in request.messages[:-1]))
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
+
+
+def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def test_a_session_keeps_a_bounded_history(serve_app: Any) -> None:
+    agent = History()
+    server = await serve_app(create_app([agent]))
+    url = f"{server.url}/agents/hist/acp"
+    with trio.fail_after(60):
+        async with httpx.AsyncClient(timeout=30) as http:
+            new = await http.post(url, json=rpc("session/new", {"cwd": "/", "mcpServers": []}))
+            sid = new.json()["result"]["sessionId"]
+            for n in range(20):
+                prompt = [{"type": "text", "text": f"{n} {PROMPT}"}]
+                got = await http.post(
+                    url, json=rpc("session/prompt", {"sessionId": sid, "prompt": prompt})
+                )
+                assert got.json()["result"]["stopReason"] == "end_turn"
+    assert max(agent.seen) <= MAX_HISTORY_BYTES  # 5 MiB kept before the bound
+    assert agent.seen[-1] > 0  # the newest exchanges are still there
