@@ -27,8 +27,8 @@ import uuid
 from typing import Any, Final
 
 from uamp_proto import events as ev
+from uamp_proto import history, resource
 from uamp_proto import jsonrpc as rpc
-from uamp_proto import resource
 from uamp_proto import types as ty
 from uamp_proto.adapters import mcp
 from uamp_proto.payment import BALANCE_EVENT, PaymentRequiredError, balance_fields
@@ -50,7 +50,7 @@ MAX_SESSIONS: Final = 4096
 MAX_SESSIONS_PER_PRINCIPAL: Final = 64
 #: Named conversations kept (all principals); the oldest go first.
 MAX_CONVERSATIONS: Final = 4096
-#: Messages a named conversation keeps.
+#: Messages a named conversation keeps (and at most history.MAX_HISTORY_BYTES).
 MAX_MESSAGES: Final = 200
 
 
@@ -191,7 +191,7 @@ class _Mcp:
         principal: Principal = request.principal
         key = f"{agent.name}\x00{call.session}"
         kept = self.conversations.get(principal, key) if call.session is not None else None
-        history = kept or []
+        earlier = kept or []
         token = call.payment_token or request.headers.get("x-payment")
         response_id = f"resp_{uuid.uuid4().hex}"
         try:
@@ -204,7 +204,7 @@ class _Mcp:
             principal=principal,
             session_id=f"mcp_{uuid.uuid4().hex}",
             response_id=response_id,
-            messages=[*history, message],
+            messages=[*earlier, message],
             payment_token=token,
             metadata={"transport": "mcp"},
         )
@@ -223,7 +223,8 @@ class _Mcp:
                 meta=meta,
             )
         if call.session is not None:
-            grown = [*history, message, *outcome.tracker.messages()][-MAX_MESSAGES:]
+            grown = [*earlier, message, *outcome.tracker.messages()]
+            history.trim(grown, max_messages=MAX_MESSAGES)  # and MAX_HISTORY_BYTES
             self.conversations.put(principal, key, grown)
         text = outcome.tracker.text
         signer = self.host.config.response_signer

@@ -42,14 +42,15 @@ Nothing here does I/O, reads the clock or makes ids.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import orjson
 
 from .. import events as ev
+from .. import history
 from .. import types as ty
+from ..history import MAX_HISTORY_BYTES
 from ..jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, PAYMENT_REQUIRED, JSONRPCError
 from ..outcome import ResponseOutcome
 from ..payment import PaymentRequiredError
@@ -654,51 +655,16 @@ class UpdateEncoder:
 
 #: The most messages an ACP session keeps for its next prompts and ``session/load``.
 MAX_HISTORY_MESSAGES = 400
-#: The most bytes (the messages' strings, about their JSON size) a session keeps.
-MAX_HISTORY_BYTES = 2 * 1024 * 1024
-
-
-def _weight(value: object) -> int:
-    """About how many bytes ``value`` holds as JSON: its strings' lengths, 8 for a scalar."""
-    if value is None:
-        return 0  # left out
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, (list, tuple)):
-        return sum(_weight(v) for v in value)
-    if isinstance(value, Mapping):
-        return sum(len(str(k)) + _weight(v) for k, v in value.items())
-    cls = type(value)
-    if attrs.has(cls):
-        return sum(_weight(getattr(value, f.name)) for f in attrs.fields(cls))
-    return 8
 
 
 def trim_history(
     messages: list[ty.Message],
     *,
-    max_messages: int | None = None,
-    max_bytes: int | None = None,
+    max_messages: int = MAX_HISTORY_MESSAGES,
+    max_bytes: int = MAX_HISTORY_BYTES,
 ) -> None:
-    """Drop a session's oldest messages, in place, until it fits both bounds.
-
-    What is kept starts at a user message, so no tool result is left
-    without the call it answers. A single prompt over ``max_bytes`` leaves
-    nothing (its turn has run; it is not replayed).
-    """
-    limit = MAX_HISTORY_MESSAGES if max_messages is None else max_messages
-    budget = MAX_HISTORY_BYTES if max_bytes is None else max_bytes
-    keep = 0  # how many of the newest fit, counted from the end
-    total = 0
-    for message in reversed(messages):
-        total += _weight(message)
-        if keep == limit or total > budget:
-            break
-        keep += 1
-    start = len(messages) - keep
-    while start < len(messages) and messages[start].role != "user":
-        start += 1
-    del messages[:start]
+    """An ACP session's kept history within its bounds (:func:`uamp_proto.history.trim`)."""
+    history.trim(messages, max_messages=max_messages, max_bytes=max_bytes)
 
 
 # --- history replay (session/load) ----------------------------------------------------

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from uamp_proto import history
 from uamp_proto import types as ty
 from uamp_proto.errors import UampError
 from uamp_proto.principal import Principal
@@ -64,6 +65,8 @@ class McpLimits:
         max_conversations_per_principal: Named conversations one principal keeps.
         max_conversations: Named conversations in all.
         max_messages: Messages kept per conversation (older turns are dropped).
+        max_history_bytes: Bytes kept per conversation, about their JSON size
+            (:func:`uamp_proto.history.trim`; older turns are dropped).
     """
 
     max_peers_per_principal: int = 32
@@ -72,6 +75,7 @@ class McpLimits:
     max_conversations_per_principal: int = 64
     max_conversations: int = 10_000
     max_messages: int = 200
+    max_history_bytes: int = history.MAX_HISTORY_BYTES
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -122,17 +126,6 @@ class McpConversation:
     def busy(self) -> bool:
         """Whether a call runs (or waits) in it."""
         return self.calls > 0
-
-
-def _trim(messages: list[ty.Message], keep: int) -> list[ty.Message]:
-    """The last ``keep`` messages, starting at a user message (no orphaned tool results)."""
-    if len(messages) <= keep:
-        return messages
-    tail = messages[-keep:]
-    for i, message in enumerate(tail):
-        if message.role == "user":
-            return tail[i:]
-    return []
 
 
 class McpSessionStore:
@@ -235,4 +228,10 @@ class McpSessionStore:
 
     def remember(self, conversation: McpConversation, messages: list[ty.Message]) -> None:
         """Append a turn's messages to ``conversation``, keeping at most ``max_messages``."""
-        conversation.messages = _trim([*conversation.messages, *messages], self.limits.max_messages)
+        grown = [*conversation.messages, *messages]
+        history.trim(
+            grown,
+            max_messages=self.limits.max_messages,
+            max_bytes=self.limits.max_history_bytes,
+        )
+        conversation.messages = grown

@@ -1,4 +1,4 @@
-"""An ACP session's kept history is bounded in bytes, not only in messages (``uamp serve``)."""
+"""ACP sessions and named MCP conversations keep a history bounded in bytes too (``uamp serve``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import trio
 from tests._support.agents import TestAgent
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.adapters.acp import MAX_HISTORY_BYTES
+from uamp_proto.adapters.mcp import tool_name
+from uamp_proto.history import MAX_HISTORY_BYTES
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio.app import create_app
 
-PROMPT = "p" * (256 * 1024)  # twenty of these: 5 MiB sent into one session
+PROMPT = "p" * (256 * 1024)  # twenty of these: 5 MiB sent into one conversation
 
 
 class History(TestAgent):
@@ -30,8 +31,8 @@ class History(TestAgent):
         await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
 
 
-def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+def rpc(method: str, params: dict[str, Any], rid: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
 
 
 async def test_a_session_keeps_a_bounded_history(serve_app: Any) -> None:
@@ -48,5 +49,24 @@ async def test_a_session_keeps_a_bounded_history(serve_app: Any) -> None:
                     url, json=rpc("session/prompt", {"sessionId": sid, "prompt": prompt})
                 )
                 assert got.json()["result"]["stopReason"] == "end_turn"
+    assert max(agent.seen) <= MAX_HISTORY_BYTES  # 5 MiB kept before the bound
+    assert agent.seen[-1] > 0  # the newest exchanges are still there
+
+
+async def test_a_named_conversation_keeps_a_bounded_history(serve_app: Any) -> None:
+    agent = History()
+    server = await serve_app(create_app([agent]))
+    url = f"{server.url}/agents/hist/mcp"
+    with trio.fail_after(60):
+        async with httpx.AsyncClient(timeout=30) as http:
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}
+            made = await http.post(url, json=rpc("initialize", hello))
+            headers = {"mcp-session-id": made.headers["mcp-session-id"]}
+            for n in range(20):
+                args = {"prompt": f"{n} {PROMPT}", "session": "long"}
+                call = {"name": tool_name("hist"), "arguments": args}
+                got = await http.post(url, json=rpc("tools/call", call, n + 2), headers=headers)
+                assert got.status_code == 200, got.text
+                assert got.json()["result"]["isError"] is False
     assert max(agent.seen) <= MAX_HISTORY_BYTES  # 5 MiB kept before the bound
     assert agent.seen[-1] > 0  # the newest exchanges are still there
