@@ -75,3 +75,33 @@ def test_package_imports_without_loading_an_event_loop() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: ``uamp_proto.ids``' random sources: the rest of the package only names them
+#: as a default a caller can replace (``ids: IdSource = random_ids``).
+RANDOM_SOURCES = {"random_ids", "random_hex", "random_uuid4", "short_random_ids"}
+
+
+def _called_names(tree: ast.AST) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in RANDOM_SOURCES:
+                names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_randomness_is_only_an_injectable_default(path: Path) -> None:
+    if path.name == "ids.py":
+        return
+    called = _called_names(ast.parse(path.read_text(), filename=str(path)))
+    assert not called, f"{path.name} calls {called}: take an IdSource whose default it is"
+
+
+def test_the_randomness_check_catches_a_direct_call() -> None:
+    tree = ast.parse("from .ids import random_ids\nx = random_ids('evt')\ny = ids.random_hex()\n")
+    assert _called_names(tree) == ["random_ids", "random_hex"]
+    assert _called_names(ast.parse("def f(ids=random_ids):\n    return ids('evt')\n")) == []
