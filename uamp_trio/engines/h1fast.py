@@ -77,7 +77,14 @@ _field_lines: dict[str, tuple[str, str]] = {}
 _LINES_MAX = 512
 _LINE_LONGEST = 256
 _UNREMEMBERED: Final = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "content-length"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "x-api-key",  # Anthropic's key header
+        "x-payment",  # a payment token
+        "content-length",
+    }
 )
 
 

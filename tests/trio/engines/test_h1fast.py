@@ -316,6 +316,11 @@ def test_remembered_lines_are_bounded_and_keep_no_credentials() -> None:
         assert len(h1fast._field_lines) <= h1fast._LINES_MAX
         assert len(h1fast._request_lines) <= h1fast._LINES_MAX
     assert not any("uthorization" in line for line in h1fast._field_lines)
+    secret = b"GET / HTTP/1.1\r\nHost: a\r\nX-Api-Key: k1\r\nX-Payment: t1\r\n\r\n"
+    assert parse_head(secret, 0, MAX) is not None
+    assert not any(
+        line.lower().startswith(("x-api-key", "x-payment")) for line in h1fast._field_lines
+    )
     long = b"GET / HTTP/1.1\r\nHost: a\r\nX-Long: " + b"v" * 1000 + b"\r\n\r\n"
     assert parse_head(long, 0, MAX) is not None
     assert not any(len(line) > h1fast._LINE_LONGEST for line in h1fast._field_lines)
