@@ -145,3 +145,7 @@ async def test_a_message_over_the_limit_closes_with_1009(small_ws_base: str) -> 
                 with pytest.raises(ConnectionClosed) as closed:
                     await ws.get_message()
             assert closed.value.reason.code == 1009
+        # The server goes on: a new connection is answered as before.
+        async with connect(url) as client:
+            session = await client.create_session()
+            assert (await session.ask("again")).text == "You said: again"
