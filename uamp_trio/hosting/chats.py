@@ -17,7 +17,7 @@ reach its rooms in the order it sent them while the host's reader never
 waits. A room's writes go through the participant's own protocol core
 (``conn.send``: the same checks and ids as everything else it sends) into
 its connection's outbox with :meth:`Outbox.push
-<uamp_trio.hosting.sessions.Outbox.push>`, which never waits: fan-out
+<uamp_trio.hosting.outbox.Outbox.push>`, which never waits: fan-out
 costs the poster nothing whatever the others' connections do.
 
 Order: everything a participant hears of a room goes through the room's

@@ -48,7 +48,7 @@ deadline.
 worker frames the events it sends during one scheduler step itself
 (:meth:`_Connection.hold`) and writes them in one go when the step ends
 (:meth:`_Connection.flush`, called by the outbox; see
-:func:`~uamp_trio.hosting.sessions.write_at_yields`), and a response's first
+:func:`~uamp_trio.hosting.outbox.write_at_yields`), and a response's first
 delta at once, with what was held before it (``response.created``): a
 one-delta response costs the reader's step and its worker's, with two
 writes (the first delta; ``response.done`` when the step ends, after the
@@ -86,7 +86,8 @@ from ..engines.ws_frames import (
     FrameEngine,
     WebSocketClosed,
 )
-from .sessions import Outbox, OutboxClosed, Overloaded, SessionHost, SessionLimits
+from .outbox import Outbox, OutboxClosed, Overloaded
+from .sessions import SessionHost, SessionLimits
 
 __all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"]
 

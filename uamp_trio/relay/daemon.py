@@ -72,7 +72,8 @@ from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
 
 from ..client.uamp import ClientError, open_websocket
 from ..engines.ws_frames import CLOSE_NORMAL, FrameEngine, make_engine
-from ..hosting.sessions import Outbox, OutboxClosed, SessionLimits
+from ..hosting.outbox import Outbox, OutboxClosed
+from ..hosting.sessions import SessionLimits
 from ..hosting.turns import ResponseRunner
 from ..hosting.ws_connection import serve_host
 

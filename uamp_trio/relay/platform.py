@@ -66,8 +66,9 @@ from uamp_proto.responder import Emit, ResponderError, TurnRequest
 from ..engines.http import Request, Response, json_response
 from ..engines.ws_frames import WebSocketClosed, make_engine
 from ..hosting.agents import AGENT_OFFLINE, unwrapped
+from ..hosting.outbox import Outbox, Overloaded
 from ..hosting.router import RouteMeta, WebSocketRoute
-from ..hosting.sessions import Outbox, Overloaded, SessionLimits
+from ..hosting.sessions import SessionLimits
 from ..hosting.ws_connection import SUBPROTOCOLS, serve_host
 from ..trust.auth import SESSION_AUTH, AuthError, is_loopback
 from ..trust.registration import bound_to

@@ -107,8 +107,9 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.agents import SPEC_SESSION_CODES
+from ..hosting.outbox import OutboxClosed, Overloaded
 from ..hosting.router import RouteMeta
-from ..hosting.sessions import OutboxClosed, Overloaded, SessionHost, SessionLimits
+from ..hosting.sessions import SessionHost, SessionLimits
 from ..stores.sessions import SessionTracker
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from uamp_trio.app import App
 from uamp_trio.cli import _LIMIT_FLAGS, build_parser
 from uamp_trio.engines.http import Request, Response, SendChunk, StreamingResponse, json_response
 from uamp_trio.engines.server import ServerConfig
+from uamp_trio.hosting.outbox import Outbox, Quota
 from uamp_trio.hosting.router import RouteMeta
-from uamp_trio.hosting.sessions import Outbox, Quota
 
 TIMEOUT = 20
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from uamp_trio.hosting.sessions import Outbox, write_at_yields
+from uamp_trio.hosting.outbox import Outbox, write_at_yields
 
 
 class Recorder:

@@ -6,7 +6,7 @@ import trio
 import trio.testing
 
 from tests._support.steps import TaskSteps
-from uamp_trio.hosting.sessions import Outbox
+from uamp_trio.hosting.outbox import Outbox
 
 
 async def test_many_waiting_producers_are_woken_only_for_the_room_there_is() -> None:
