@@ -96,19 +96,17 @@ import contextlib
 import functools
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
 
-from uamp_proto import audio, flow, ratelimit
 from uamp_proto import events as ev
+from uamp_proto import flow, ratelimit
 from uamp_proto import types as ty
 from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.calls import (
-    AnsweredCall,
     audio_turn,
     heard_pause,
     offer_of,
@@ -117,18 +115,12 @@ from uamp_proto.calls import (
     turn_detector,
 )
 from uamp_proto.capabilities import queried, session_view
-from uamp_proto.codec import from_dict, unstructure
+from uamp_proto.codec import unstructure
 from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
-from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.errors import FlowControlError, LocalProtocolError, RemoteProtocolError
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer, advertised, declaration, outcome_of
 from uamp_proto.payment import (
-    Charge,
-    PaymentRequiredError,
     PaymentState,
-    attempt_events,
-    bounded_wait,
-    held_event,
-    settle_event,
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import (
@@ -138,30 +130,24 @@ from uamp_proto.responder import (
 )
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
-    LAST_REQUEST,
-    RESUMED,
-    LogEntry,
     ResumeError,
-    ResumeStream,
-    interrupted_event,
     resume_from,
-    start_after,
 )
 from uamp_proto.session_request import recoded, spoken_format, turn_request
-from uamp_proto.topup import PaymentStops, TopUpAgent
 from uamp_proto.voice import CallAnswer, CallOffer, default_answer
 from uamp_stores.busy import Slot
 from uamp_stores.event_log import HistoryJSON, SessionRecord
-from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
+from uamp_stores.health import STORE_UNAVAILABLE
 
-from ..engines.supervise import supervised
 from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
-from .agents import AGENT_OFFLINE, SPEC_SESSION_CODES
+from .agents import AGENT_OFFLINE
 from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
-from .continuation import abandon, carry_on
 from .interrupts import InterruptNotFound, InvalidAnswer, ResponsePort
-from .outbox import Discard, Outbox, OutboxClosed, Overloaded, Quota, write_at_yields
+from .outbox import Outbox, OutboxClosed, Overloaded, write_at_yields
+from .session_log import EventLogPart
+from .session_payment import HostPayingAgent, PaymentPart
+from .session_state import ResponseState, SessionGone, SessionState, session_error
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
 
 if TYPE_CHECKING:
@@ -259,180 +245,12 @@ class SessionLimits:
                 raise ValueError(f"{name} must be positive")
 
 
-class _SessionGone(UampError):
-    """The session ended while its worker was sending."""
-
-
-class _Response:
-    """The response a session is running."""
-
-    def __init__(self, response_id: str, request_bytes: bytes | str | None = None) -> None:
-        self.id = response_id
-        #: The raw ``response.create`` message (what a response signature covers).
-        self.request_bytes = request_bytes
-        #: Payment stops caused by the agent raising PaymentRequiredError.
-        self.stops = PaymentStops()
-        #: The money the app's ledger holds for this response (settled at its end).
-        self.charge: Charge | None = None
-        #: The settled charge's ``payment.balance``, sent after the terminal event.
-        self.balance: ev.PaymentBalance | None = None
-        #: Set by ``response.cancel``: the session's worker then sends
-        #: ``response.cancelled`` (a session's end cancels silently).
-        self.cancel_requested = False
-        #: Its place in the session under the busy policy (docs/busy.md).
-        self.slot: Slot | None = None
-        #: Instead of :attr:`slot`, while nobody arrived behind it: what the
-        #: gate calls to enter its slot then (:meth:`ConversationGate.defer`).
-        self.deferred: functools.partial[None] | None = None
-        #: Whether its first output was written (:meth:`SessionHost._send`).
-        self.written = False
-
-
-class _Session:
-    """The transport's side of one UAMP session."""
-
-    def __init__(
-        self,
-        session_id: str,
-        agent: Responder,
-        principal: Principal = ANONYMOUS,
-        token: str | None = None,
-    ) -> None:
-        self.id = session_id
-        self.agent = agent
-        #: Who the session acts for, and the credential that said so.
-        self.principal = principal
-        self.token = token
-        #: Set while a token of this session is being verified (its
-        #: ``session.create`` or a ``session.update``); the worker waits for it.
-        self.verifying: trio.Event | None = None
-        #: Parked on by the worker inside a response; woken by acks, tool results, cancels.
-        self.wakeup = trio.lowlevel.ParkingLot()
-        self.response: _Response | None = None
-        #: The response waiting for the worker to pick it up.
-        self.queued: tuple[_Response, ev.ResponseCreate] | None = None
-        #: Where the idle worker waits for :attr:`queued`.
-        self.idle = trio.lowlevel.ParkingLot()
-        #: Whether the session's worker task runs (started by its first response).
-        self.worker = False
-        #: The worker's cancel scope: a cancel ends the response it runs (or
-        #: is about to run), and a scope once cancelled is replaced.
-        self.scope: trio.CancelScope | None = None
-        #: Whether :attr:`scope` was cancelled (:meth:`stop`): its
-        #: ``cancel_called``, which trio answers only after reading its clock.
-        self.stopped = False
-        #: A payment verdict is being worked out (off the event loop); a
-        #: submit meanwhile asks for one more round instead of another task.
-        self.settling = False
-        self.settle_again = False
-        #: This session's share of the connection's outbox.
-        self.quota = Quota()
-        #: The voice call its agent took (trio time), if any.
-        self.call = AnsweredCall()
-        #: The places its running and held responses hold (docs/busy.md).
-        self.slots: list[Slot] = []
-        #: The agent's capabilities as last sent on this session (UAMP 6.4).
-        self.announced: ty.Capabilities | None = None
-        #: Server-side turn detection (``turn_detection: server_vad``, UAMP 8.1).
-        self.detector: audio.TurnDetector | None = None
-        #: The running response's opening record, not put yet (:meth:`SessionHost._respond`).
-        self.opening: Callable[[], None] | None = None
-        #: Its events sent meanwhile (data, event id), logged after the record.
-        self.unlogged: list[tuple[bytes, str]] = []
-
-    def put_opening(self) -> None:
-        """Put the running response's deferred opening record (and log its events) if owed."""
-        opening = self.opening
-        if opening is not None:
-            self.opening = None
-            opening()
-
-    def wake(self) -> None:
-        if self.wakeup:
-            self.wakeup.unpark_all()
-
-    def stop(self) -> None:
-        """Cancel :attr:`scope`: the response the worker runs (or is about to run) ends."""
-        if self.scope is not None:
-            self.scope.cancel()
-            self.stopped = True
-
-
-class _PayingAgent(TopUpAgent):
-    """The session's agent, held for the payments it asks for mid-response.
-
-    :class:`uamp_proto.topup.TopUpAgent` (shared with ``uamp_asgi``) with
-    this host's wait: an emitted ``payment.required`` pauses the agent in its
-    ``emit`` until paid and the extra amount locked; a raised
-    PaymentRequiredError holds the response, then ``respond`` is called again
-    on the conversation so far (the output the agent produced before raising
-    included) with the new payment token, under the same response id (spec
-    004, "Payment Handling"). After :data:`~uamp_proto.topup.MAX_PAYMENT_ROUNDS`
-    raises, or a top-up not paid in time, the error goes to the turn runner,
-    which ends the response with ``response.error`` ``payment_required``.
-
-    One object per response, its side of the payment as methods (no closures).
-    """
-
-    def __init__(
-        self,
-        host: SessionHost,
-        session: _Session,
-        response: _Response,
-        create: ev.ResponseCreate,
-    ) -> None:
-        super().__init__(session.agent, response.stops)
-        self._host = host
-        self._session = session
-        self._response = response
-        self._create = create
-
-    async def hold(self, required: ev.PaymentRequired) -> None:
-        await self._host._hold_for_payment(self._session, self._response, required)
-
-    def next_request(self) -> TurnRequest:
-        retry = self._host._request(self._session, self._response.id, self._create)
-        if retry is None:
-            raise _SessionGone
-        return retry
-
-    def charge(self) -> Charge | None:
-        return self._response.charge
-
-    def token(self) -> str | None:
-        ctx = self._host._contexts.get(self._session.id)
-        return ctx.payment.token if ctx is not None else None
-
-
-def _last_request(record: SessionRecord) -> dict[str, str]:
-    """``session.created`` extensions naming the last turn a resumed session acted on."""
-    return {LAST_REQUEST: record.request} if record.request else {}
-
-
 #: ``interrupt.answer`` events one connection may have answered at once; more
 #: are refused with ``rate_limited`` (docs/human-in-the-loop.md).
 MAX_ANSWERS_IN_FLIGHT: Final = 16
 
 
-def _error(
-    session_id: str | None, code: str, message: str, field: str | None = None
-) -> ev.SessionErrorEvent:
-    """``session.error``; ``field`` names the offending field in ``details.field`` (6.3).
-
-    A code UAMP 6.3 does not list is sent as the spec's code, the precise one
-    in ``details.reason`` (:data:`~uamp_trio.hosting.agents.SPEC_SESSION_CODES`).
-    """
-    details: dict[str, Any] = {"field": field} if field else {}
-    spec = SPEC_SESSION_CODES.get(code, code)
-    if spec != code:
-        details["reason"] = code
-    return ev.SessionErrorEvent(
-        session_id=session_id,
-        error=ty.ErrorInfo(code=spec, message=message, details=details or None),
-    )
-
-
-class SessionHost:
+class SessionHost(EventLogPart, PaymentPart):
     """Drives the UAMP sessions of one connection; see the module docstring.
 
     Args:
@@ -492,7 +310,7 @@ class SessionHost:
         self._transport = transport
         self._clock = clock
         self._app = app
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, SessionState] = {}
         #: The message ``feed`` is processing (one message holds one event).
         self._message: bytes | str = b""
         #: Called when the last session ends (HTTP+SSE ends its HTTP session).
@@ -606,7 +424,7 @@ class SessionHost:
                 with contextlib.suppress(LocalProtocolError, Overloaded):
                     if reason == "timeout":  # UAMP 6.3's code, then the end
                         self.outbox.put_owed(
-                            self.conn.send(_error(sid, "timeout", "the session timed out"))
+                            self.conn.send(session_error(sid, "timeout", "the session timed out"))
                         )
                     end = ev.SessionEnd(session_id=sid, reason=reason)
                     self.outbox.put_owed(self.conn.send(end))
@@ -614,7 +432,7 @@ class SessionHost:
 
     # --- dispatch -------------------------------------------------------------
 
-    def _update(self, session: _Session, event: ev.SessionUpdate) -> None:
+    def _update(self, session: SessionState, event: ev.SessionUpdate) -> None:
         """Answer ``session.update`` for ``session``: ``session.updated`` once its token is good."""
         auth = self._app.authenticator if self._app is not None else None
         if auth is not None and event.token is not None:
@@ -638,7 +456,7 @@ class SessionHost:
         if session is None or not session.principal.expired(self._clock()):
             return False
         with contextlib.suppress(LocalProtocolError):
-            self.owe_quietly(_error(session.id, "unauthorized", _EXPIRED, "token"))
+            self.owe_quietly(session_error(session.id, "unauthorized", _EXPIRED, "token"))
         return True
 
     def renew(self, principal: Principal) -> None:
@@ -675,7 +493,7 @@ class SessionHost:
         for data in self.conn.data_to_send():
             self.outbox.put_owed(data)
 
-    def _session_of(self, event: ev.Event) -> _Session | None:
+    def _session_of(self, event: ev.Event) -> SessionState | None:
         sid = event.session_id
         if sid is not None:
             return self._sessions.get(sid)
@@ -720,7 +538,7 @@ class SessionHost:
             if session is not None and self._app is not None:
                 if self._answers_in_flight >= MAX_ANSWERS_IN_FLIGHT:
                     # A flood of answers (each may ask the store) is refused, not queued.
-                    self._owe(_error(session.id, "rate_limited", "too many answers at once"))
+                    self._owe(session_error(session.id, "rate_limited", "too many answers at once"))
                 else:
                     self._answers_in_flight += 1
                     self._nursery.start_soon(self._answer_interrupt, session, event)
@@ -740,7 +558,7 @@ class SessionHost:
             # if it had been named; with no session, a session-less error.
             targets = [session] if session is not None else list(self._sessions.values())
             if not targets:
-                self._owe(_error(None, "no_session", "no session is open to update"))
+                self._owe(session_error(None, "no_session", "no session is open to update"))
             for target in targets:
                 self._update(target, event)
         elif etype == "session.end":
@@ -769,7 +587,7 @@ class SessionHost:
 
     # --- voice calls (sections 5.16, 7.3; docs/voice.md) ------------------------
 
-    def _voice(self, session: _Session, event: ev.Event) -> None:
+    def _voice(self, session: SessionState, event: ev.Event) -> None:
         """Answer a call to the session's agent, or end it (``voice.end`` from the client).
 
         The agent's ``take_call`` hook answers when it has one (in a task:
@@ -789,12 +607,12 @@ class SessionHost:
             answer = default_answer(session.agent.name, session.agent.capabilities())
             self._answer_call(session, offer, answer)
 
-    async def _ask_agent(self, session: _Session, offer: CallOffer) -> None:
+    async def _ask_agent(self, session: SessionState, offer: CallOffer) -> None:
         answer = await answer_call(session.agent, offer)
         if self._sessions.get(session.id) is session:
             self._answer_call(session, offer, answer)
 
-    def _answer_call(self, session: _Session, offer: CallOffer, answer: CallAnswer) -> None:
+    def _answer_call(self, session: SessionState, offer: CallOffer, answer: CallAnswer) -> None:
         """Send the agent's ``answer`` to ``offer``: ``voice.accept`` or ``voice.decline``."""
         try:
             self._owe(reply_of(offer, answer))
@@ -804,7 +622,7 @@ class SessionHost:
         if answer.accept:
             session.call.accepted(offer.call_id, trio.current_time())
 
-    def _call_over(self, session: _Session, reason: str) -> None:
+    def _call_over(self, session: SessionState, reason: str) -> None:
         """The session's accepted call ended: the agent's ``call_ended`` learns how long it ran."""
         ended = session.call.over(session.id, trio.current_time(), reason)
         if ended is None:
@@ -812,7 +630,7 @@ class SessionHost:
         background = self._app.background if self._app is not None else None
         (background or self._nursery).start_soon(call_ended, session.agent, ended)
 
-    def _audio_turn(self, session: _Session) -> None:
+    def _audio_turn(self, session: SessionState) -> None:
         """The caller finished an utterance (``is_final``): the agent answers it.
 
         In a call the server detects turns (as Realtime's ``server_vad``
@@ -826,7 +644,7 @@ class SessionHost:
         # Queued behind the message being processed: feed's loop takes it next.
         self.conn.receive(audio_turn(session.id))
 
-    def _detect_turn(self, session: _Session, event: ev.InputAudio) -> None:
+    def _detect_turn(self, session: SessionState, event: ev.InputAudio) -> None:
         """``server_vad``: the caller's audio through the detector; a pause ends the turn."""
         detector = session.detector
         if detector is None or not session.call.active:
@@ -845,7 +663,7 @@ class SessionHost:
             return False
         link = self._chat_link()
         if link is None:
-            self._owe(_error(session.id, "unsupported", "this server keeps no chat rooms"))
+            self._owe(session_error(session.id, "unsupported", "this server keeps no chat rooms"))
             return True
         link.submit(session.id, _CHAT_WORK[event.type], event)
         return True
@@ -948,18 +766,19 @@ class SessionHost:
         found = self._resolve(event.agent)
         if isinstance(found, tuple):
             self.refusal = found
-            self._owe(_error(sid, *found, "agent"))  # the session ends in the core: never created
+            # The session ends in the core: never created.
+            self._owe(session_error(sid, *found, "agent"))
             return
         unheard = settings_refusal(event.session, found)
         if unheard is not None:
             # UAMP 8.1: a voice setting is honoured or refused, never echoed as if it were.
             self.refusal = ("unsupported", unheard[1])
-            self._owe(_error(sid, "unsupported", unheard[1], f"session.{unheard[0]}"))
+            self._owe(session_error(sid, "unsupported", unheard[1], f"session.{unheard[0]}"))
             return
         down = self._store_down()
         if down is not None:
             self.refusal = (STORE_UNAVAILABLE, down)
-            self._owe(_error(sid, STORE_UNAVAILABLE, down))
+            self._owe(session_error(sid, STORE_UNAVAILABLE, down))
             return
         auth = self._app.authenticator if self._app is not None else None
         token = event.token
@@ -967,7 +786,7 @@ class SessionHost:
             after = resume_from(event.unknown.get("extensions"))
         except ResumeError as exc:
             self.refusal = (exc.code, exc.message)
-            self._owe(_error(sid, exc.code, exc.message))
+            self._owe(session_error(sid, exc.code, exc.message))
             return
         if token is None and self.principal.expired(self._clock()):
             # The connection's credential expired: a new session brings its own.
@@ -975,11 +794,11 @@ class SessionHost:
                 "unauthorized",
                 "this connection's token has expired; send a fresh one in session.create.token",
             )
-            self._owe(_error(sid, *self.refusal, "token"))
+            self._owe(session_error(sid, *self.refusal, "token"))
             return
         if after is not None and (token is not None or self.principal is not SESSION_AUTH):
             # Resuming reads the store: answered once the log says where to start.
-            session = _Session(sid, found, self.principal, token)
+            session = SessionState(sid, found, self.principal, token)
             session.verifying = trio.Event()
             self._sessions[sid] = session
             self._nursery.start_soon(
@@ -987,15 +806,15 @@ class SessionHost:
             )
             return
         if auth is None or (token is None and self.principal is not SESSION_AUTH):
-            self._sessions[sid] = _Session(sid, found, self.principal, token)
+            self._sessions[sid] = SessionState(sid, found, self.principal, token)
             self._accept(sid, found)
             return
         if token is None:
             # The upgrade presented no token: each session must bring its own.
             self.refusal = ("unauthorized", "session.create needs a token on this connection")
-            self._owe(_error(sid, *self.refusal, "token"))
+            self._owe(session_error(sid, *self.refusal, "token"))
             return
-        session = _Session(sid, found, SESSION_AUTH)
+        session = SessionState(sid, found, SESSION_AUTH)
         session.verifying = trio.Event()
         self._sessions[sid] = session
         self._nursery.start_soon(self._admit, auth, session, token)
@@ -1021,7 +840,7 @@ class SessionHost:
             # session.create.chat (section 5.1, 10.2): the session joins at once.
             link = self._chat_link()
             if link is None:
-                self._owe(_error(sid, "unsupported", "this server keeps no chat rooms"))
+                self._owe(session_error(sid, "unsupported", "this server keeps no chat rooms"))
             else:
                 link.submit(sid, "join", (ctx.chat, chat_settings(ctx.config)))
 
@@ -1046,296 +865,12 @@ class SessionHost:
             if warning is not None:
                 self._owe(warning)
 
-    # --- the event log (resumable sessions; docs/resume.md) ------------------------
-
-    def _store_down(self) -> str | None:
-        """Why new work is refused now: the event log's store does not answer (or ``None``)."""
-        log = self.event_log
-        if log is None or not log.health.unavailable:
-            return None
-        return "the session store is unavailable; try again shortly"
-
-    def _begin_log(self, sid: str) -> None:
-        """Start the log of a new session: every event it sends from now on is logged."""
-        log, session = self.event_log, self._sessions.get(sid)
-        if log is None or session is None:
-            return
-        ctx = self._contexts.get(sid)
-        config = ctx.config if ctx is not None else None
-        record = SessionRecord(
-            agent=session.agent.name,
-            config=unstructure(config) if config else None,
-            node=log.node,
-        )
-        key = (session.principal.key, sid)
-        owner = functools.partial(self._taken_over, sid)
-        log.begin(key, record.copy(), owner)
-        self._logged[sid] = (key, owner)
-        self._records[sid] = record
-        self._answer_for(sid, key)
-        self._start_flusher()
-
-    def _start_flusher(self) -> None:
-        assert self.event_log is not None
-        self.event_log.ensure_running(self._app.background if self._app is not None else None)
-
-    def _put_record(self, sid: str, **changes: object) -> None:
-        """Queue ``sid`` 's record with ``changes`` and its conversation so far."""
-        entry, record = self._logged.get(sid), self._records.get(sid)
-        if entry is None or record is None:
-            return
-        assert self.event_log is not None
-        ctx = self._contexts.get(sid)
-        if ctx is not None:
-            converted = self._history_json.get(sid)
-            if converted is None:
-                converted = self._history_json[sid] = HistoryJSON()
-            record.history = converted.of(ctx.history)
-        for name, value in changes.items():
-            setattr(record, name, value)
-        log = self.event_log
-        log.put_record(entry[0], record if log.copies_records else record.copy())
-
-    def _answer_for(self, sid: str, key: LogKey) -> None:
-        """Answer what other connections and processes ask about ``sid`` (its writer is here)."""
-        assert self.event_log is not None
-        handler = functools.partial(self._on_message, sid)
-        self._answering[sid] = (key, handler)
-        self.event_log.register(key, handler)
-
-    def _stop_answering(self, sid: str) -> None:
-        entry = self._answering.pop(sid, None)
-        if entry is not None and self.event_log is not None:
-            self.event_log.unregister(*entry)
-
-    async def _on_message(self, sid: str, message: dict[str, Any]) -> dict[str, Any]:
-        """A message about ``sid`` from another connection or process (:meth:`EventLog.ask`).
-
-        ``cancel`` cancels the response running here (a ``response.cancel``
-        sent on a connection that resumed the session meanwhile); other
-        messages go to :attr:`on_message` (the HTTP+SSE transport's POSTs).
-        """
-        if message.get("op") == "cancel":
-            session = self._sessions.get(sid)
-            if session is None or session.response is None:
-                return {"cancelled": False}
-            self._cancel(session, message.get("response_id"))
-            return {"cancelled": session.response.cancel_requested}
-        if self.on_message is not None:
-            return await self.on_message(message)
-        return {"error": "unsupported"}
-
-    def _taken_over(self, sid: str) -> None:
-        """Another connection of this process resumed ``sid``: it is not ours any more."""
-        self._stop_answering(sid)
-        self._logged.pop(sid, None)
-        self._records.pop(sid, None)
-        self._history_json.pop(sid, None)
-        if sid in self._sessions:
-            if not self.detached and sid in self._contexts:
-                with contextlib.suppress(LocalProtocolError, Overloaded):
-                    end = ev.SessionEnd(session_id=sid, reason="resumed")
-                    self.outbox.put_owed(self.conn.send(end))
-            self._drop(sid)
-
-    def _release_log(self, sid: str) -> None:
-        self._stop_answering(sid)
-        entry = self._logged.pop(sid, None)
-        self._records.pop(sid, None)
-        self._history_json.pop(sid, None)
-        if entry is not None and self.event_log is not None:
-            self.event_log.release(entry[0], entry[1])
-
-    def detach(self) -> bool:
-        """The peer is gone: logged sessions with a running response go on, into the log.
-
-        The other sessions end (their logs and records stay, to be resumed).
-        Returns whether any session goes on (then :meth:`linger`).
-        """
-        if not self._logged:
-            return False
-        self.detached = True
-        self.outbox = Discard()
-        for sid, session in list(self._sessions.items()):
-            if session.response is None or sid not in self._logged:
-                self._drop(sid)
-                continue
-            ctx = self._contexts.get(sid)
-            if ctx is not None and ctx.send_window is not None:
-                # No ack comes back here any more: the response goes on into
-                # the log, still numbered, read at the resuming client's pace.
-                ctx.send_window.lift()
-                session.wake()
-        return bool(self._sessions)
-
-    async def linger(self, limit: float) -> None:
-        """After :meth:`detach`: wait (at most ``limit`` s) for the running responses to end.
-
-        A response still running then ends in the log with ``response.error``
-        ``interrupted`` and its partial output.
-        """
-        with trio.move_on_after(limit):
-            while self.busy:
-                await trio.sleep(0.05)
-        for sid, session in list(self._sessions.items()):
-            ctx = self._contexts.get(sid)
-            tracker = ctx.response if ctx is not None else None
-            if session.response is not None and tracker is not None and sid in self._logged:
-                with contextlib.suppress(LocalProtocolError):
-                    self._log(sid, self.conn.send(interrupted_event(tracker, session_id=sid)))
-                self._put_record(sid, running=None)
-        self.close_all(notify=False)
-        if self.event_log is not None:
-            # A store that does not answer keeps them queued: the flusher writes them later.
-            with contextlib.suppress(StoreUnavailable):
-                await self.event_log.flush()
-
-    async def _resume(self, session: _Session, after_id: str) -> None:
-        """Resume ``session`` from its log: created, the missed events, then live.
-
-        See docs/resume.md. A refusal is ``session.error`` with the
-        :class:`~uamp_proto.resume.ResumeError` code; the session is not created.
-        """
-        log, sid = self.event_log, session.id
-        key = (session.principal.key, sid)
-        try:
-            if log is None:
-                raise ResumeError(
-                    "this server keeps no event log; sessions cannot be resumed",
-                    code="resume_unavailable",
-                )
-            record = await log.load(key)
-            if record.agent != session.agent.name:
-                # Another endpoint's session is answered as an unknown one.
-                raise ResumeError(
-                    f"no session {sid!r} to resume: it never existed or was forgotten",
-                    code="unknown_session",
-                )
-            window = await log.window(key)
-            start = start_after(window, await log.find(key, after_id), after_id)
-        except (ResumeError, StoreUnavailable) as exc:
-            self._refuse(session, exc.code, exc.message)
-            return
-        ctx = self._contexts.get(sid)
-        if ctx is None or self._sessions.get(sid) is not session:
-            return
-        self._restore(sid, record)
-        self.outbox.put_owed(
-            self.conn.accept(
-                sid,
-                agent=session.agent.name,
-                created_at=self._clock(),
-                # The last turn it acted on: a client resends a later one.
-                extensions={RESUMED: True, **_last_request(record)},
-            )
-        )
-        self._start_flusher()
-        try:
-            stream = ResumeStream(start)
-            record = await self._follow(session, key, stream)
-            if self._sessions.get(sid) is not session:
-                return
-            owner = functools.partial(self._taken_over, sid)
-            log.take_over(key)
-            await log.adopt(key, owner)
-            # Anything the previous writer appended before it let go.
-            await self._replay(stream, await log.read(key, stream.cursor))
-        except ResumeError as exc:
-            log.release(key)
-            self._refuse(session, exc.code, exc.message)
-            return
-        record.node = log.node
-        self._logged[sid] = (key, owner)
-        self._answer_for(sid, key)
-        self._records[sid] = record
-        self._restore(sid, record)
-        self._put_record(sid)
-
-    def _refuse(self, session: _Session, code: str, message: str) -> None:
-        self.refusal = (code, message)
-        if session.id in self._contexts:
-            with contextlib.suppress(LocalProtocolError, Overloaded):
-                self._owe(_error(session.id, code, message))
-        self._drop(session.id)
-
-    def _restore(self, sid: str, record: SessionRecord) -> None:
-        """Put the record's conversation and configuration into the core's session."""
-        ctx = self._contexts.get(sid)
-        if ctx is None:
-            return
-        ctx.history = [from_dict(ty.Message, m) for m in record.history]
-        if record.config is not None:
-            ctx.config = from_dict(ty.SessionConfig, record.config)
-
-    async def _replay(self, stream: ResumeStream, entries: Iterable[LogEntry]) -> None:
-        step = stream.backfill(entries)
-        for entry in step.send:
-            await self.outbox.put(entry.data)
-
-    async def _follow(self, session: _Session, key: LogKey, stream: ResumeStream) -> SessionRecord:
-        """Send the log from the stream's cursor on until no response runs elsewhere.
-
-        A response running in another connection or process streams on into
-        this one through the log; one whose process is gone (no heartbeat)
-        is ended in the log with ``response.error`` ``interrupted`` by the
-        first process that notices (:meth:`EventLog.claim`). Returns the
-        session's record once nobody else runs a response.
-        """
-        log = self.event_log
-        assert log is not None
-        while True:
-            entries = await log.read(key, stream.cursor)
-            if entries:
-                await self._replay(stream, entries)
-                continue
-            record = await log.load(key)
-            running = record.running
-            if running is None:
-                return record
-            if not log.writing(key) and not (
-                record.node != log.node and await log.alive(record.node)
-            ):
-                # Nobody runs it any more: its process stopped mid-stream.
-                await self._interrupt_orphan(session, key, record, running)
-                continue
-            await self._replay(stream, await log.wait(key, stream.cursor, timeout=0.5))
-
-    async def _interrupt_orphan(
-        self, session: _Session, key: LogKey, record: SessionRecord, running: str
-    ) -> None:
-        """Carry on the response of a lost process (or end it ``interrupted``), once.
-
-        The first process to claim the loss adopts the log and carries the
-        response on in the background (:func:`~uamp_trio.hosting.continuation.carry_on`);
-        this connection follows the log meanwhile, like any other writer's.
-        """
-        log = self.event_log
-        assert log is not None
-        if not await log.claim(key, f"{running}@{record.node}"):
-            await trio.sleep(0.1)  # another process is carrying it on
-            return
-
-        def carrying() -> None:
-            """The continuation's hold on the log: released only while it is the holder."""
-
-        await log.adopt(key, carrying)
-        app = self._app
-        nursery = app.background if app is not None and app.background is not None else None
-        job = functools.partial(
-            carry_on, log, key, record, session.agent, session.principal, app, carrying
-        )
-        failed = functools.partial(abandon, log, key, record, carrying)
-        what = f"session {session.id}: carrying on response {running}"
-        (nursery or self._nursery).start_soon(
-            functools.partial(supervised, job, what=what, on_error=failed)
-        )
-
     # --- authentication (spec 000 section 10.3; docs/security.md) ---------------
 
     async def _admit(
         self,
         auth: Authenticator | None,
-        session: _Session,
+        session: SessionState,
         token: str | None,
         resume: str | None = None,
     ) -> None:
@@ -1359,7 +894,7 @@ class SessionHost:
                 return  # ended while it was being verified
             if principal is None:
                 self.refusal = ("unauthorized", reason)
-                self._owe(_error(session.id, "unauthorized", reason, "token"))  # ends it
+                self._owe(session_error(session.id, "unauthorized", reason, "token"))  # ends it
                 self._drop(session.id)
                 return
             session.principal, session.token = principal, token
@@ -1373,7 +908,7 @@ class SessionHost:
             assert session.verifying is not None
             session.verifying.set()
 
-    async def _reauthenticate(self, auth: Authenticator, session: _Session, token: str) -> None:
+    async def _reauthenticate(self, auth: Authenticator, session: SessionState, token: str) -> None:
         """Verify a ``session.update`` token: the same principal, or ``unauthorized``.
 
         A token for another principal than the session's is refused (a session
@@ -1396,7 +931,7 @@ class SessionHost:
             if reason:
                 if ctx is not None:
                     ctx.token = session.token  # the refused token is not the session's
-                self._owe(_error(session.id, "unauthorized", reason, "token"))
+                self._owe(session_error(session.id, "unauthorized", reason, "token"))
                 return
             session.principal, session.token = principal, token
             if self.principal.key == principal.key:
@@ -1408,12 +943,12 @@ class SessionHost:
             if done is not None:
                 done.set()
 
-    async def _verified(self, session: _Session) -> None:
+    async def _verified(self, session: SessionState) -> None:
         """Wait for the session's pending token check; raise if it ended meanwhile."""
         while session.verifying is not None and not session.verifying.is_set():
             await session.verifying.wait()
         if self._sessions.get(session.id) is not session:
-            raise _SessionGone
+            raise SessionGone
 
     async def admitted(self) -> None:
         """Wait until every session's pending token check is done (HTTP+SSE answers after it)."""
@@ -1421,7 +956,7 @@ class SessionHost:
             if session.verifying is not None:
                 await session.verifying.wait()
 
-    def _capabilities(self, session: _Session | None, event: ev.CapabilitiesQuery) -> None:
+    def _capabilities(self, session: SessionState | None, event: ev.CapabilitiesQuery) -> None:
         """Answer ``capabilities.query`` (UAMP 5.4, 9.1).
 
         ``model`` inside a session: the session's agent (its name or ``None``),
@@ -1436,7 +971,7 @@ class SessionHost:
             code, message = found if isinstance(found, tuple) else ("unsupported", "")
             if session is not None:
                 code, message = "unsupported", f"no model or agent {model!r} is known here"
-            self._owe(_error(session.id if session else None, code, message, "model"))
+            self._owe(session_error(session.id if session else None, code, message, "model"))
             return
         if session is not None and model in (None, session.agent.name):
             session.announced = caps
@@ -1445,7 +980,7 @@ class SessionHost:
         view = self._view(caps, ctx.client_capabilities if ctx is not None else None)
         self._owe(ev.CapabilitiesEvent(session_id=sid, capabilities=view))
 
-    async def _announce(self, session: _Session, caps: ty.Capabilities) -> None:
+    async def _announce(self, session: SessionState, caps: ty.Capabilities) -> None:
         """Send ``capabilities`` again when the agent's declaration changed (UAMP 6.4).
 
         Checked before and after each response: an agent whose model was
@@ -1479,14 +1014,14 @@ class SessionHost:
         }
         return attrs.evolve(view, extensions=declared)
 
-    async def _answer_interrupt(self, session: _Session, event: ev.InterruptAnswer) -> None:
+    async def _answer_interrupt(self, session: SessionState, event: ev.InterruptAnswer) -> None:
         """Answer a paused run's interrupt, on this session or any other (by id)."""
         try:
             await self._answer_one(session, event)
         finally:
             self._answers_in_flight -= 1
 
-    async def _answer_one(self, session: _Session, event: ev.InterruptAnswer) -> None:
+    async def _answer_one(self, session: SessionState, event: ev.InterruptAnswer) -> None:
         assert self._app is not None
         answer = Answer(
             approved=event.approved,
@@ -1497,7 +1032,7 @@ class SessionHost:
         try:
             found = await self._app.interrupts.answer(session.principal, event.interrupt_id, answer)
         except (InterruptNotFound, InvalidAnswer) as exc:
-            reply: ev.Event = _error(session.id, exc.code, str(exc), "interrupt_id")
+            reply: ev.Event = session_error(session.id, exc.code, str(exc), "interrupt_id")
         else:
             if found.session_id == session.id:
                 return  # the paused run's own stream reports interrupt.resolved
@@ -1529,7 +1064,7 @@ class SessionHost:
         if not self._sessions and self.on_empty is not None:
             self.on_empty()
 
-    def _cancel(self, session: _Session, response_id: str | None) -> None:
+    def _cancel(self, session: SessionState, response_id: str | None) -> None:
         response = session.response
         if response is None and self.event_log is not None and session.id not in self._logged:
             # A resumed session whose response runs on another connection or
@@ -1541,7 +1076,7 @@ class SessionHost:
         response.cancel_requested = True
         session.stop()
 
-    async def _cancel_elsewhere(self, session: _Session, response_id: str | None) -> None:
+    async def _cancel_elsewhere(self, session: SessionState, response_id: str | None) -> None:
         """Cancel ``session`` 's response where it runs (the record names the process)."""
         store = self.event_log
         assert store is not None
@@ -1557,208 +1092,9 @@ class SessionHost:
         if not answer or not answer.get("cancelled"):
             log.info("session %s: response %s was not cancelled where it runs", key[1], running)
 
-    # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
-
-    async def _unpaid(self, agent: str, token: str | None) -> PaymentRequiredError | None:
-        """What the app's payment policy asks before ``agent`` may answer, or ``None``."""
-        app = self._app
-        return None if app is None else await app.payment_required(agent, token)
-
-    def _ask_settle(self, session: _Session) -> None:
-        """Have the latest payment token judged (:meth:`_settle`) in a task of its own.
-
-        One task per session at a time (a flood of submits is one more
-        round, not a task each); the reader never waits for the ledger.
-        """
-        if self._refuse_payment_attempt(session):
-            return
-        if session.settling:
-            session.settle_again = True
-            return
-        session.settling = True
-        self._nursery.start_soon(self._settle_rounds, session)
-
-    def _refuse_payment_attempt(self, session: _Session) -> bool:
-        """Count a presented token for the session's principal; past the rate, refuse it.
-
-        ``payment.error`` ``rate_limited`` (``can_retry``: the response stays
-        held), with a ``rate_limit`` event saying when the window resets;
-        the ledger is not asked. A ``rate_limit`` also warns as the rate
-        comes near (UAMP 6.17).
-        """
-        app = self._app
-        if app is None:
-            return False
-        verdict = app.payment_attempts.hit(
-            session.principal.key, trio.current_time(), self._clock()
-        )
-        with contextlib.suppress(LocalProtocolError):
-            for event in attempt_events(verdict, session.id):
-                self._owe(event)
-        return not verdict.allowed
-
-    async def _settle_rounds(self, session: _Session) -> None:
-        try:
-            while True:
-                session.settle_again = False
-                await self._settle(session)
-                if not session.settle_again:
-                    return
-        finally:
-            session.settling = False
-
-    async def _settle(self, session: _Session) -> None:
-        """Answer a ``payment.submit`` (or a ``session.update`` token) with the policy's verdict.
-
-        The token the client presented is checked with the same policy that
-        demanded it: ``payment.accepted`` releases a held or paused response
-        (its task is woken), ``payment.error`` ``token_invalid`` with
-        ``can_retry`` keeps it waiting for another token.
-        """
-        ctx = self._contexts.get(session.id)
-        if ctx is None:
-            return
-        negotiation = ctx.payment
-        unpaid = await self._unpaid(session.agent.name, negotiation.token)
-        app = self._app
-        remaining = None
-        if unpaid is None and app is not None:
-            remaining = await app.payment_balance(negotiation.token)
-        if self._contexts.get(session.id) is not ctx:
-            return  # the session ended while the ledger answered
-        reply = settle_event(
-            negotiation, session.id, unpaid, remaining, f"pay_{uuid.uuid4().hex[:24]}"
-        )
-        try:
-            self._owe(reply)
-        except LocalProtocolError as exc:  # pragma: no cover - any state after a submit allows it
-            log.warning("cannot answer payment.submit: %s", exc)
-            return
-        session.wake()
-
-    async def _hold_for_payment(
-        self, session: _Session, response: _Response, required: ev.PaymentRequired
-    ) -> None:
-        """Send ``payment.required`` and wait until the client has paid.
-
-        No response content flows meanwhile (the core refuses it while the
-        negotiation is ``required`` or ``submitted``). The reader settles each
-        ``payment.submit`` (:meth:`_settle`) and wakes this task; a
-        ``response.cancel`` cancels the worker's scope, which ends the wait
-        (and the response) with ``response.cancelled``.
-
-        The wait is bounded (:attr:`SessionLimits.payment_wait`): the
-        requirements carry ``expires_at``, the wall-clock second it ends
-        (UAMP 7.2; an earlier one the policy set stands).
-
-        Raises:
-            _SessionGone: The session ended while waiting.
-            ResponderError: ``payment_required``: nothing was paid by then.
-        """
-        required, wait = bounded_wait(required, self._clock(), self.limits.payment_wait)
-        await self._send(session, response, required)
-        with trio.move_on_after(wait):
-            while True:
-                ctx = self._contexts.get(session.id)
-                if ctx is None:
-                    # Ending the session cancelled this response: let that land first.
-                    await trio.lowlevel.checkpoint()
-                    raise _SessionGone
-                if ctx.payment.state is PaymentState.ACCEPTED:
-                    return
-                await session.wakeup.park()
-        raise ResponderError(
-            "payment_required",
-            f"no payment was accepted within {wait:g} s (the requirements' expires_at)",
-        )
-
-    async def _preflight(self, session: _Session, response: _Response) -> None:
-        """Hold the response's price before the agent runs (spec 004, UAMP row of the table).
-
-        The app locks the price on the session's latest payment token
-        (:meth:`Host.open_charge <uamp_trio.hosting.host.Host.open_charge>`)
-        into :attr:`_Response.charge`. A response that token does not pay for
-        is held: the client gets ``payment.required`` with the pending
-        ``response_id`` and the agent does not run until a ``payment.submit``
-        (or a ``payment_token`` on ``session.update`` or ``input.text``) is
-        accepted and the lock succeeds. A negotiation left open by a response
-        cancelled while it waited is announced again unless such a token has
-        settled it meanwhile.
-        """
-        while True:
-            ctx = self._contexts.get(session.id)
-            if ctx is None:
-                raise _SessionGone
-            negotiation = ctx.payment
-            if not negotiation.blocks_content:
-                app = self._app
-                if app is None or app.payment_policy is None:
-                    return  # nothing to lock (Host.open_charge would answer None)
-                try:
-                    response.charge = await app.open_charge(
-                        session.agent.name,
-                        negotiation.token,
-                        response.id,
-                        principal=session.principal,
-                    )
-                    return
-                except PaymentRequiredError as unpaid:
-                    required = held_event(negotiation, response.id, session.id, unpaid)
-            else:
-                required = held_event(negotiation, response.id, session.id)
-            await self._hold_for_payment(session, response, required)
-
-    async def _settle_charge(
-        self, session: _Session, response: _Response, tracker: ResponseTracker | None
-    ) -> None:
-        """Settle the response's charge from its usage; ``payment.balance`` to the client.
-
-        ``tracker`` ``None``: the response never ran (its session ended
-        while the price was being locked): the whole lock is freed.
-        """
-        await self._charge_now(response, tracker)
-        balance, response.balance = response.balance, None
-        if balance is None or session.id not in self._contexts:
-            return
-        try:
-            data = self.conn.send(attrs.evolve(balance, session_id=session.id))
-        except LocalProtocolError as exc:  # pragma: no cover - allowed in every state
-            log.info("payment.balance not sent: %s", exc)
-            return
-        self._log(session.id, data)
-        # In order after the response's last event (an owed reply would jump
-        # the queue); a client whose outbox is full misses this update.
-        if not self.outbox.offer(data):
-            log.info("payment.balance not sent: the outbox is full")
-
-    @staticmethod
-    async def _charge_now(response: _Response, tracker: ResponseTracker | None) -> None:
-        """Settle the response's charge (once) from ``tracker`` 's usage, keeping its balance.
-
-        Called before the response's terminal event is sent or logged: a
-        process that dies after its client (or the session's log) got
-        ``response.done`` has charged it already. Settling after it left a
-        window where the lock outlived the delivered response and the
-        recovery of the dead process's locks freed it: a free response.
-        """
-        charge, response.charge = response.charge, None
-        if charge is None:
-            return
-        if tracker is None:
-            await charge.settle(None, used=False)
-            return
-        used = tracker.usage is not None or bool(tracker.output)
-        response.balance = await charge.settle(tracker.usage, used=used)
-
-    async def _send_cancelled(self, session: _Session, response: _Response) -> None:
-        ctx = self._contexts.get(session.id)
-        if ctx is None or ctx.response is None or ctx.response.response_id != response.id:
-            raise _SessionGone
-        await self._send(session, response, ctx.response.cancelled_event(session_id=session.id))
-
     # --- responses --------------------------------------------------------------
 
-    def _start_response(self, session: _Session, create: ev.ResponseCreate) -> None:
+    def _start_response(self, session: SessionState, create: ev.ResponseCreate) -> None:
         ctx = self._contexts.get(session.id)
         if ctx is None:  # pragma: no cover - the core checked
             return
@@ -1766,7 +1102,7 @@ class SessionHost:
             return  # held behind the running response (_busy_create); the worker starts it
         if ctx.response is None:  # pragma: no cover - the core checked
             return
-        response = _Response(ctx.response.response_id, self._message)
+        response = ResponseState(ctx.response.response_id, self._message)
         if self._app is not None:
             gate = self._app.conversations
             key = self._busy_key(session)
@@ -1796,7 +1132,7 @@ class SessionHost:
     # --- a busy session (docs/busy.md) ----------------------------------------------
 
     @staticmethod
-    def _busy_key(session: _Session) -> tuple[str, object, str]:
+    def _busy_key(session: SessionState) -> tuple[str, object, str]:
         return ("uamp", session.principal.key, session.id)
 
     def _busy_policy(self, create: ev.ResponseCreate) -> BusyPolicy:
@@ -1824,7 +1160,7 @@ class SessionHost:
         return slot
 
     def _enter_late(
-        self, session: _Session, response: _Response, key: object, principal: Principal
+        self, session: SessionState, response: ResponseState, key: object, principal: Principal
     ) -> None:
         """The gate's call for a deferred response: it enters its place now (it runs)."""
         response.deferred = None
@@ -1832,7 +1168,7 @@ class SessionHost:
         gate = self._app.conversations
         self._hold_slot(session, response, gate.enter(key, principal, gate.default))
 
-    def _undefer(self, response: _Response | None) -> None:
+    def _undefer(self, response: ResponseState | None) -> None:
         """``response`` ended before anybody arrived behind it: the gate forgets it."""
         enter = response.deferred if response is not None else None
         if enter is not None:
@@ -1840,7 +1176,7 @@ class SessionHost:
             response.deferred = None
             self._app.conversations.undefer(enter.args[2], enter)
 
-    def _hold_slot(self, session: _Session, response: _Response, slot: Slot) -> None:
+    def _hold_slot(self, session: SessionState, response: ResponseState, slot: Slot) -> None:
         """Give ``response`` its place; a later message may stop it through the place."""
         response.slot = slot
         if slot not in session.slots:
@@ -1855,7 +1191,7 @@ class SessionHost:
 
         slot.bind(stop)
 
-    def _release_slot(self, session: _Session, response: _Response | None) -> None:
+    def _release_slot(self, session: SessionState, response: ResponseState | None) -> None:
         """``response`` ended: its place goes to the next held ``response.create``."""
         if response is None:
             return
@@ -1869,7 +1205,7 @@ class SessionHost:
         if slot in session.slots:
             session.slots.remove(slot)
 
-    def _take_held(self, session: _Session) -> bool:
+    def _take_held(self, session: SessionState) -> bool:
         """Queue the held ``response.create`` whose turn has come; ``False``: none has."""
         ctx = self._contexts.get(session.id)
         if ctx is None or not ctx.held or ctx.response is not None:
@@ -1880,14 +1216,14 @@ class SessionHost:
         slot = held.token
         assert isinstance(slot, Slot)
         create = self.conn.start_held(session.id, slot)
-        response = _Response(held.response_id, None)
+        response = ResponseState(held.response_id, None)
         self._hold_slot(session, response, slot)
         session.response = response
         session.queued = (response, create)
         return True
 
     def _request(
-        self, session: _Session, response_id: str, create: ev.ResponseCreate, port: bool = False
+        self, session: SessionState, response_id: str, create: ev.ResponseCreate, port: bool = False
     ) -> TurnRequest | None:
         """The agent's request for the response running on ``session`` (``None``: none runs).
 
@@ -1917,14 +1253,14 @@ class SessionHost:
             interrupts.bind(request)
         return request
 
-    async def _work(self, session: _Session) -> None:
+    async def _work(self, session: SessionState) -> None:
         """Run the session's responses one after another, until the session ends.
 
         One task per session, started by its first ``response.create``, rather
         than a task and a cancel scope per response: responses of a session
         never overlap (the core allows one at a time), and spawning a task
         and entering a scope cost about as much as the core's work on
-        ``response.create``. ``response.cancel`` cancels :attr:`_Session.scope`,
+        ``response.create``. ``response.cancel`` cancels :attr:`SessionState.scope`,
         which ends the response (also a wait for payment or tool results);
         the worker sends ``response.cancelled`` and goes on in a new scope.
 
@@ -1934,7 +1270,7 @@ class SessionHost:
         """
         await write_at_yields(self._responses(session), self.outbox, session.put_opening)
 
-    async def _responses(self, session: _Session) -> None:
+    async def _responses(self, session: SessionState) -> None:
         """The body of :meth:`_work`."""
         try:
             while self._sessions.get(session.id) is session:
@@ -1971,7 +1307,7 @@ class SessionHost:
                     # the partial output is what the client got.
                     try:
                         await self._send_cancelled(session, cancelled)
-                    except _SessionGone:
+                    except SessionGone:
                         pass  # the response had ended before the cancel landed
                     finally:
                         if session.response is cancelled:
@@ -1984,7 +1320,7 @@ class SessionHost:
             session.scope = None
 
     async def _respond(
-        self, session: _Session, response: _Response, create: ev.ResponseCreate
+        self, session: SessionState, response: ResponseState, create: ev.ResponseCreate
     ) -> None:
         """Run one response; a cancel of the worker's scope propagates out."""
         self.outbox.producers += 1
@@ -2006,7 +1342,7 @@ class SessionHost:
                 opening()  # queued before any of the response's events
         try:
             await self._run_response(session, response, create)
-        except _SessionGone:
+        except SessionGone:
             pass
         finally:
             self.outbox.producers -= 1
@@ -2037,7 +1373,7 @@ class SessionHost:
                 self.event_log.append(entry[0], data, event_id)
 
     async def _run_response(
-        self, session: _Session, response: _Response, create: ev.ResponseCreate
+        self, session: SessionState, response: ResponseState, create: ev.ResponseCreate
     ) -> None:
         rid = response.id
         if session.verifying is not None or self._sessions.get(session.id) is not session:
@@ -2083,11 +1419,11 @@ class SessionHost:
                 await self._settle_charge(session, response, tracker)
 
     async def _run_rounds(
-        self, session: _Session, response: _Response, create: ev.ResponseCreate
+        self, session: SessionState, response: ResponseState, create: ev.ResponseCreate
     ) -> None:
         """The agent's calls of one response: again after client tools or a payment."""
         rid = response.id
-        agent = _PayingAgent(self, session, response, create)
+        agent = HostPayingAgent(self, session, response, create)
         first = True
         while True:
             request = self._request(session, rid, create, port=True)
@@ -2108,9 +1444,9 @@ class SessionHost:
 
     async def _run_turn(
         self,
-        session: _Session,
-        response: _Response,
-        agent: _PayingAgent,
+        session: SessionState,
+        response: ResponseState,
+        agent: HostPayingAgent,
         request: TurnRequest,
         first: bool,
     ) -> TurnStatus:
@@ -2132,7 +1468,7 @@ class SessionHost:
         The sink's special cases: a terminal event is rebuilt from the core's
         tracker and signed when asked (``response.done`` carries the
         signature); G.711 speech is recoded. An emitted ``payment.required``
-        never reaches it: :class:`_PayingAgent` holds the agent in its ``emit``
+        never reaches it: :class:`HostPayingAgent` holds the agent in its ``emit``
         (spec 004's mid-stream top-up).
         """
         send = self._send
@@ -2156,7 +1492,7 @@ class SessionHost:
         ctx = self._contexts.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
-            raise _SessionGone
+            raise SessionGone
         # The worker's scope is the only one: response.cancel cancels it and
         # the worker sends response.cancelled (cancellable=False).
         port = request.interrupts
@@ -2186,12 +1522,12 @@ class SessionHost:
         if error is not None and error.code == AGENT_OFFLINE and session.id in self._contexts:
             # The agent's daemon went away (docs/relay.md): the whole session
             # is told, after the response's own error, not only this response.
-            offline = _error(session.id, AGENT_OFFLINE, error.message)
+            offline = session_error(session.id, AGENT_OFFLINE, error.message)
             with contextlib.suppress(LocalProtocolError, OutboxClosed):
                 await self.outbox.put(self.conn.send(offline))
         return outcome.status
 
-    def _final(self, session: _Session, response: _Response, event: ev.Event) -> ev.Event:
+    def _final(self, session: SessionState, response: ResponseState, event: ev.Event) -> ev.Event:
         """The runner's terminal event, signed if asked.
 
         The runner built it from the core's tracker (the runner shares it), so
@@ -2200,14 +1536,14 @@ class SessionHost:
         ctx = self._contexts.get(session.id)
         tracker = ctx.response if ctx is not None else None
         if tracker is None or tracker.response_id != response.id:
-            raise _SessionGone
+            raise SessionGone
         app = self._app
         if type(event) is ev.ResponseDone and app is not None and app.response_signer is not None:
             return self._done(tracker, response, session.id)
         return event
 
     def _done(
-        self, tracker: ResponseTracker, response: _Response, session_id: str
+        self, tracker: ResponseTracker, response: ResponseState, session_id: str
     ) -> ev.ResponseDone:
         """``response.done``, signed when the app has a signer (spec 004 "Response Signing").
 
@@ -2221,7 +1557,7 @@ class SessionHost:
             signature=signer(tracker.text, response.request_bytes), session_id=session_id
         )
 
-    async def _send(self, session: _Session, response: _Response, event: ev.Event) -> None:
+    async def _send(self, session: SessionState, response: ResponseState, event: ev.Event) -> None:
         conn = self.conn
         etype = event.type
         if (
@@ -2232,7 +1568,7 @@ class SessionHost:
             session.put_opening()  # before an event that may end the response
         while True:
             if session.id not in self._contexts:
-                raise _SessionGone
+                raise SessionGone
             if response.cancel_requested and etype in flow.FLOW_CONTROLLED_TYPES:
                 return  # cancelled: the partial output is what the client was sent
             try:
@@ -2242,7 +1578,7 @@ class SessionHost:
                 continue
             except LocalProtocolError as exc:
                 if isinstance(event, _TERMINAL):
-                    raise _SessionGone from None
+                    raise SessionGone from None
                 log.warning("dropping %s of agent %r: %s", event.type, session.agent.name, exc)
                 return
             break

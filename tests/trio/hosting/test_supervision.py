@@ -36,7 +36,7 @@ from uamp_stores.event_log import MemoryEventLog, SessionRecord
 from uamp_trio.app import create_app
 from uamp_trio.demo import DemoAgent
 from uamp_trio.engines.supervise import Background, supervised
-from uamp_trio.hosting import sessions
+from uamp_trio.hosting import session_log
 from uamp_trio.hosting.chats import ChatHub
 from uamp_trio.relay import platform
 from uamp_trio.relay.daemon import Daemon
@@ -185,7 +185,7 @@ async def test_a_failing_continuation_ends_the_response_it_carried(
     delta = ev.ResponseDelta(response_id="resp_1", delta=ty.DeltaText(text="half"))
     log.append(key, encode(attrs.evolve(delta, event_id="evt_0", session_id="sess_lost")), "evt_0")
     log.release(key)
-    monkeypatch.setattr(sessions, "carry_on", aboom)
+    monkeypatch.setattr(session_log, "carry_on", aboom)
     server = await serve_app(app)
     with trio.fail_after(TIMEOUT):
         async with open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws:
