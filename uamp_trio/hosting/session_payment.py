@@ -285,9 +285,3 @@ class PaymentPart(HostState):
             return
         used = tracker.usage is not None or bool(tracker.output)
         response.balance = await charge.settle(tracker.usage, used=used)
-
-    async def _send_cancelled(self, session: SessionState, response: ResponseState) -> None:
-        ctx = self._contexts.get(session.id)
-        if ctx is None or ctx.response is None or ctx.response.response_id != response.id:
-            raise SessionGone
-        await self._send(session, response, ctx.response.cancelled_event(session_id=session.id))

@@ -176,6 +176,8 @@ class HostState:
         detached: bool
         refusal: tuple[str, str] | None
         on_message: Handler | None
+        _message: bytes | str
+        _transport: str
         _app: Host | None
         _nursery: trio.Nursery
         _clock: Callable[[], float]
@@ -196,6 +198,10 @@ class HostState:
         def _log(self, sid: str, data: bytes) -> None: ...
 
         def _drop(self, sid: str) -> None: ...
+
+        async def _verified(self, session: SessionState) -> None: ...
+
+        async def _announce(self, session: SessionState, caps: ty.Capabilities) -> None: ...
 
         def _cancel(self, session: SessionState, response_id: str | None) -> None: ...
 
