@@ -178,20 +178,96 @@ def test_the_direct_lines_timestamp_is_the_formatters(
 def test_a_line_past_the_period_writes_the_batch_with_it(
     period: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under load the lines write their batches themselves: nothing has to wake up for them."""
+    """Under load the lines write their batches themselves: nothing has to wake up for them.
+
+    A batch's first line arms the task's deadline; the line that writes the
+    batch disarms it, so the task does not wake for nothing.
+    """
     stream = io.StringIO()
     handler = GatheredHandler(stream)
     clock = [1000.0]
     monkeypatch.setattr(gather.time, "monotonic", lambda: clock[0])
+    writes = []
+    write_out = handler._write_out
+
+    def counted() -> None:
+        writes.append(stream.getvalue())
+        write_out()
+
+    monkeypatch.setattr(handler, "_write_out", counted)
 
     async def main() -> None:
         handler.write_line("one")  # at once
-        handler.write_line("two")  # gathered
+        handler.write_line("two")  # gathered: the task's deadline armed
         assert stream.getvalue() == "one\n"
         clock[0] += period + 0.01  # no checkpoint in between: the loop's task cannot run
-        handler.write_line("three")
+        handler.write_line("three")  # writes the batch (and disarms the deadline)
         assert stream.getvalue() == "one\ntwo\nthree\n"
+        assert len(writes) == 2
+        await trio.sleep(period * 2)  # past the batch's deadline: the task slept on
+        assert len(writes) == 2
         handler.write_line("four")  # a new batch, written at the end of its period
         await _until(stream, "one\ntwo\nthree\nfour\n")
+        assert len(writes) == 3
 
     trio.run(main)
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@given(
+    client=_TEXT,
+    method=_TEXT,
+    path=_TEXT,
+    agent=_TEXT,
+    transport=_TEXT,
+    websocket=st.booleans(),
+    status=st.integers(100, 599),
+    duration=st.floats(min_value=0, max_value=1e4, allow_nan=False),
+)
+def test_the_direct_line_from_kept_parts_is_the_records_line(
+    client: str,
+    method: str,
+    path: str,
+    agent: str,
+    transport: str,
+    websocket: bool,
+    status: int,
+    duration: float,
+) -> None:
+    """Whatever the fields hold (controls included), cold and warm: the formatter's line."""
+    exchange = Exchange(
+        0.0, client, method, path, "1.1", transport, agent, websocket, status, duration
+    )
+    general = io.StringIO()
+    logger, _ = _logger(general, TextFormatter())
+    logger.addFilter(lambda record: True)
+    AccessLog(logger).finished(exchange)
+    expected = _without_ts(general.getvalue().splitlines()[0], TextFormatter())
+    direct = io.StringIO()
+    logger, _ = _logger(direct, TextFormatter())
+    access = AccessLog(logger)
+    access.finished(exchange)  # the parts made
+    access.finished(exchange)  # the parts kept
+    lines = direct.getvalue().split("\n")
+    assert lines[2] == ""
+    assert _without_ts(lines[0], TextFormatter()) == expected
+    assert _without_ts(lines[1], TextFormatter()) == expected
+
+
+def test_the_kept_parts_and_client_texts_are_bounded() -> None:
+    from uamp_trio.observe import logs, requests
+
+    logger, _ = _logger(io.StringIO(), TextFormatter())
+    access = AccessLog(logger)
+    for i in range(logs._PARTS_KEPT + 10):
+        access.finished(Exchange(0.0, "-", "GET", f"/p{i}", "1.1", "-", "-", status=200))
+    assert 0 < len(access._parts) <= logs._PARTS_KEPT
+    access._parts.clear()
+    access.finished(Exchange(0.0, "-", "GET", "/" + "x" * 300, "1.1", "-", "-", status=200))
+    assert not access._parts  # a long path is formatted, not kept
+    for port in range(requests._CLIENTS_KEPT + 10):
+        assert requests._client_text(("10.0.0.1", port)) == f"10.0.0.1:{port}"
+    assert 0 < len(requests._CLIENTS) <= requests._CLIENTS_KEPT
+    assert requests._client_text(None) == "-"

@@ -12,9 +12,10 @@ in one ``write`` and one ``flush`` by the first line logged after the
 period has passed (under load, the usual case: no timer, no task woken),
 or, when none comes, by one system task of the loop whose cancel scope's
 deadline is the end of the batch's period (moved, not armed anew, per
-batch). So under load many lines share a system call and nothing wakes for
-them; and a line reaches the stream at most about :data:`GATHER_SECONDS`
-after it was logged (later only when the loop itself is busy for longer).
+batch, and moved to never when a line writes the batch). So under load
+many lines share a system call and nothing wakes for them; and a line
+reaches the stream at most about :data:`GATHER_SECONDS` after it was
+logged (later only when the loop itself is busy for longer).
 (The task used to be woken for every batch and to sleep to the end of its
 period: under load, that cost as much server CPU as the rest of the
 access log.)
@@ -35,6 +36,7 @@ so the order of lines is the order they were logged in.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import TextIO
@@ -87,6 +89,11 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 # the batch's period (the batch goes with it) or a full batch.
                 self._write_out()
                 self._last_write = now
+                if count > 1 and self._scope is not None:
+                    # The batch's first line set the flusher's deadline: it
+                    # would wake the task for nothing (under load, half of
+                    # its wake-ups were such).
+                    self._scope.deadline = math.inf
             elif count == 1 and self._scope is not None:
                 # A new batch: the flusher writes it at the end of the period
                 # unless a later line does so first (under load, the usual case).

@@ -139,6 +139,9 @@ class AccessLog:
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger(ACCESS_LOGGER)
+        #: A text line's parts around its status and duration, by the fields
+        #: they hold (see :meth:`_new_parts`): most lines repeat an earlier one's.
+        self._parts: dict[tuple[str, str, str, str, bool, str, str], tuple[str, str]] = {}
 
     def finished(self, exchange: Exchange) -> None:
         """Log ``exchange``."""
@@ -151,20 +154,27 @@ class AccessLog:
             return
         formatter = handler.formatter
         if type(formatter) is TextFormatter and logger.name == ACCESS_LOGGER:
-            # TextFormatter's line, in one f-string (the same conversions as
-            # _ACCESS_FORMAT's: str, int, one decimal); the timestamp has no
-            # control character to escape, its milliseconds come from a table.
+            # TextFormatter's line (the conversions of _ACCESS_FORMAT: str,
+            # int, one decimal), put together from cached parts: the timestamp
+            # has no control character to escape, its milliseconds come from a
+            # table; the fields' parts are escaped once, when first seen.
             now = time.time()
             whole = int(now)
             second = _second[1] if _second[0] == whole else _second_text(whole)
-            version = "WebSocket" if exchange.websocket else "HTTP/" + exchange.http_version
-            line = (
-                f"{second}{_MILLIS[int((now - whole) * 1000)]}{exchange.client!s}"
-                f' "{exchange.method!s} {exchange.path!s} {version}" {exchange.status:d}'
-                f" {exchange.duration * 1000:.1f}ms agent={exchange.agent!s}"
-                f" transport={exchange.transport!s}"
+            key = (
+                exchange.client,
+                exchange.method,
+                exchange.path,
+                exchange.http_version,
+                exchange.websocket,
+                exchange.agent,
+                exchange.transport,
             )
-            handler.write_line(line if line.isprintable() else one_line(line))
+            parts = self._parts.get(key) or self._new_parts(key)
+            handler.write_line(
+                f"{second}{_MILLIS[int((now - whole) * 1000)]}{parts[0]}"
+                f"{exchange.status:d} {exchange.duration * 1000:.1f}{parts[1]}"
+            )
             return
         ms = exchange.duration * 1000
         if type(formatter) is JSONFormatter:
@@ -178,6 +188,25 @@ class AccessLog:
             handler.write_line(orjson.dumps(data).decode())
             return
         self._log(logger, self._args(exchange), _fields(exchange, ms))
+
+    def _new_parts(self, key: tuple[str, str, str, str, bool, str, str]) -> tuple[str, str]:
+        """The text before a line's status and after its duration, kept for the next lines.
+
+        Each part escaped as :func:`one_line` escapes a whole line (character
+        by character, so the same text). Bounded: a table of
+        :data:`_PARTS_KEPT` is emptied, a path over 256 characters not kept.
+        """
+        client, method, path, http_version, websocket, agent, transport = key
+        version = "WebSocket" if websocket else "HTTP/" + http_version
+        parts = (
+            one_line(f'{client!s} "{method!s} {path!s} {version}" '),
+            one_line(f"ms agent={agent!s} transport={transport!s}"),
+        )
+        if len(path) <= 256:
+            if len(self._parts) >= _PARTS_KEPT:
+                self._parts.clear()
+            self._parts[key] = parts
+        return parts
 
     @staticmethod
     def _args(exchange: Exchange) -> tuple[Any, ...]:
@@ -224,6 +253,8 @@ _ACCESS_FORMAT = '%s "%s %s %s" %d %.1fms agent=%s transport=%s'
 _TEXT_LINE = "%s%s" + _ACCESS_FORMAT
 #: ``.000Z `` to ``.999Z ``: a timestamp's milliseconds (an index, not a format).
 _MILLIS = tuple(f".{ms:03d}Z " for ms in range(1000))
+#: Line parts an access log keeps (a new client, path or agent is a new entry).
+_PARTS_KEPT = 512
 
 
 def _fields(exchange: Exchange, ms: float) -> dict[str, Any]:

@@ -105,11 +105,28 @@ class Listener(Protocol):
         """That stream ended (:meth:`finished` follows)."""
 
 
+#: ``host:port`` of the clients seen lately, by address: a connection's
+#: requests share one text (emptied when it reaches :data:`_CLIENTS_KEPT`).
+_CLIENTS: dict[tuple[str, int] | None, str] = {}
+_CLIENTS_KEPT = 1024
+
+
+def _client_text(client: tuple[str, int] | None) -> str:
+    """``host:port`` of ``client``, or ``-`` when unknown."""
+    if not client:
+        return "-"
+    text = _CLIENTS.get(client)
+    if text is None:
+        if len(_CLIENTS) >= _CLIENTS_KEPT:
+            _CLIENTS.clear()
+        text = _CLIENTS[client] = f"{client[0]}:{client[1]}"
+    return text
+
+
 def _exchange(request: Request, route: RouteMeta | None, websocket: bool) -> Exchange:
-    client = request.client
     return Exchange(
         started=time.time(),
-        client=f"{client[0]}:{client[1]}" if client else "-",
+        client=_client_text(request.client),
         method=request.method,
         path=request.path,
         http_version=request.http_version,
@@ -169,10 +186,10 @@ class Observe:
         reported, then answered by :attr:`render_refusal` when one is set
         (the chain's answer to it), else raised.
         """
-        client = request.client
+        client = _CLIENTS.get(request.client)  # (_client_text, inline when known)
         exchange = _new_exchange(
             time.time(),
-            f"{client[0]}:{client[1]}" if client else "-",
+            client if client is not None else _client_text(request.client),
             request.method,
             request.path,
             request.http_version,
