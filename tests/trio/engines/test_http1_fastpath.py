@@ -227,6 +227,32 @@ async def test_body_in_writes_of_its_own(client: Client) -> None:
         assert (await client.json())["body"] == "next"
 
 
+async def test_a_body_after_its_head_is_waited_for_not_read_first(
+    serve_app: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first read of a late body waits for the socket: no read that finds nothing yet."""
+    server = await serve_app(make_router())
+    client = await Client.connect(server.port)
+    reads: list[int] = []  # the server's reads through trio's read-first path
+    receive_some = trio.SocketStream.receive_some
+
+    async def counted(self: trio.SocketStream, max_bytes: int | None = None) -> Any:
+        data = await receive_some(self, max_bytes)
+        if self.socket.getsockname()[1] == server.port:
+            reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(trio.SocketStream, "receive_some", counted)
+    with trio.fail_after(TIMEOUT):
+        request = post(b"late body")
+        await client.send(request[: -len(b"late body")])
+        await trio.sleep(0.05)
+        await client.send(b"late body")
+        assert (await client.json())["body"] == "late body"
+    assert reads == []  # (trio's read-first would have been called, failed and retried)
+    await client.aclose()
+
+
 async def test_body_over_the_limit_gets_413(serve_app: Serve) -> None:
     with trio.fail_after(TIMEOUT):
         server = await serve_app(make_router(), max_body_size=10)
