@@ -1395,6 +1395,45 @@ async def acp_session_pin(port: int, long: bool) -> Outcome:
     )
 
 
+async def acp_history_pin(port: int, long: bool) -> Outcome:
+    """ACP sessions each filled to its 2 MiB of history, one principal (the 16 MiB budget)."""
+    count = 40 if long else 12
+    path = f"/agents/{AGENT}/acp"
+    big = "x" * (600 * 1024)  # three fill a session's history
+    answers: dict[str, int] = {}
+    sids: list[str] = []
+    for _ in range(count):
+        _, made = await exchange(
+            port, rpc_post(path, "session/new", {"cwd": "/", "mcpServers": []})
+        )
+        if rpc_outcome(made) != "ok":
+            tally(answers, f"session/new: {rpc_outcome(made)}")
+            continue
+        sids.append(made["result"]["sessionId"])
+        for n in range(3):
+            params = {"sessionId": sids[-1], "prompt": [{"type": "text", "text": f"{n} {big}"}]}
+            _, got = await exchange(port, rpc_post(path, "session/prompt", params))
+            tally(answers, f"session/prompt: {rpc_outcome(got)}")
+
+    async def replayed(sid: str) -> int:
+        """Bytes of the ``session/load`` stream: the history it replays."""
+        params = {"sessionId": sid, "cwd": "/", "mcpServers": []}
+        raw = rpc_post(path, "session/load", params, "Accept: text/event-stream")
+        stream = await connect(port)
+        async with stream:
+            await send_quietly(stream, raw)
+            return len(await read_all(stream, limit=10, most=1 << 23))
+
+    oldest, newest = (await replayed(sids[0]), await replayed(sids[-1])) if sids else (0, 0)
+    return Outcome(
+        sent=f"{count} ACP sessions, three prompts of 600 KiB each (anonymous)",
+        answer=f"{answers}; session/load then replays {oldest // 1024} KiB of the oldest "
+        f"session, {newest // 1024} KiB of the newest",
+        ok=answers == {"session/prompt: ok": 3 * count} and oldest < 64 * 1024 < 1 << 20 < newest,
+        allowed_runs=3 * count,  # every prompt is the agent's work
+    )
+
+
 async def push_config_pin(port: int, long: bool) -> Outcome:
     """A2A push configs piled on one task: 28 KiB ones, then 12 KiB ones."""
     count = 2000 if long else 100
@@ -2012,6 +2051,7 @@ SCENARIOS = [
 ] + [
     # A server of its own: acp_session_pin leaves the anonymous caller at its ACP session cap.
     Scenario.of(busy_queue_flood, server=alone),
+    Scenario.of(acp_history_pin, server=alone),
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
     Scenario.of(chat_redos_rule),

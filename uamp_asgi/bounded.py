@@ -10,6 +10,7 @@ recently used entry of all goes.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from uamp_proto.principal import Principal
@@ -21,13 +22,24 @@ Owner = tuple[str, str]
 
 
 class OwnedLRU(Generic[V]):
-    """Values by ``(owner, key)``: at most ``per_owner`` an owner, ``total`` in all."""
+    """Values by ``(owner, key)``: at most ``per_owner`` an owner, ``total`` in all.
 
-    def __init__(self, *, per_owner: int, total: int) -> None:
+    ``on_drop`` is told ``(owner key, key)`` of every entry that goes
+    (evicted or popped), for bookkeeping kept beside the values.
+    """
+
+    def __init__(
+        self,
+        *,
+        per_owner: int,
+        total: int,
+        on_drop: Callable[[Owner, str], None] | None = None,
+    ) -> None:
         if per_owner < 1 or total < 1:
             raise ValueError("the caps must be at least 1")
         self.per_owner = per_owner
         self.total = total
+        self._on_drop = on_drop
         self._all: OrderedDict[tuple[Owner, str], V] = OrderedDict()
         self._counts: dict[Owner, int] = {}
 
@@ -63,6 +75,10 @@ class OwnedLRU(Generic[V]):
             self._all.move_to_end(slot)
         return value
 
+    def peek(self, owner: Principal, key: str) -> V | None:
+        """``owner``'s entry ``key``, leaving its place in the order as it is."""
+        return self._all.get((owner.key, key))
+
     def pop(self, owner: Principal, key: str) -> V | None:
         """Forget ``owner``'s entry ``key``; the value, or ``None``."""
         slot = (owner.key, key)
@@ -79,3 +95,5 @@ class OwnedLRU(Generic[V]):
             self._counts[slot[0]] = left
         else:
             del self._counts[slot[0]]
+        if self._on_drop is not None:
+            self._on_drop(*slot)

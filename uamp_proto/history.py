@@ -8,20 +8,31 @@ strings, about its JSON size, without encoding it). The newest messages
 that fit both are kept, from a user message on, so no tool result is left
 without the call it answers. The walk stops at the first message that does
 not fit: a turn costs at most the kept part's size.
+
+Bounded per conversation is not bounded per principal: a stranger who may
+hold a hundred sessions holds a hundred kept histories. :class:`HistoryBudget`
+adds the owner's bound: each store reports what a conversation keeps after
+each turn, and once an owner's conversations keep more than the budget, the
+ones the owner used least recently are emptied (their next turn starts
+afresh) until the rest fit. The conversation just reported is never emptied
+for the others: its own bound is below the budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 
 import attrs
 
 from . import types as ty
 
-__all__ = ["MAX_HISTORY_BYTES", "trim", "weight"]
+__all__ = ["MAX_HISTORY_BYTES", "MAX_OWNER_HISTORY_BYTES", "HistoryBudget", "trim", "weight"]
 
 #: The most bytes (the messages' strings, about their JSON size) a conversation keeps.
 MAX_HISTORY_BYTES = 2 * 1024 * 1024
+#: The most bytes all of one owner's conversations keep (:class:`HistoryBudget`).
+MAX_OWNER_HISTORY_BYTES = 16 * 1024 * 1024
 
 
 def weight(value: object) -> int:
@@ -42,20 +53,78 @@ def weight(value: object) -> int:
 
 def trim(
     messages: list[ty.Message], *, max_messages: int, max_bytes: int = MAX_HISTORY_BYTES
-) -> None:
+) -> int:
     """Drop the oldest of ``messages``, in place, until the rest fit both bounds.
 
     A single turn over ``max_bytes`` leaves nothing (it has run; it is not
-    replayed).
+    replayed). Returns the kept messages' weight (:func:`weight`).
     """
     keep = 0  # how many of the newest fit, counted from the end
     total = 0
     for message in reversed(messages):
-        total += weight(message)
-        if keep == max_messages or total > max_bytes:
+        size = weight(message)
+        if keep == max_messages or total + size > max_bytes:
             break
+        total += size
         keep += 1
     start = len(messages) - keep
     while start < len(messages) and messages[start].role != "user":
+        total -= weight(messages[start])
         start += 1
     del messages[:start]
+    return total
+
+
+class HistoryBudget:
+    """The bytes one owner's kept conversations hold, within a budget (module docstring).
+
+    Owners and conversations are any hashable keys (a principal's key; a
+    session id, or a tuple naming a conversation). Pure bookkeeping: the
+    store that keeps the messages empties what :meth:`kept` names.
+    """
+
+    def __init__(self, max_bytes: int = MAX_OWNER_HISTORY_BYTES) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        self.max_bytes = max_bytes
+        #: Per owner: each conversation's kept bytes, least recently reported first.
+        self._kept: dict[Hashable, OrderedDict[Hashable, int]] = {}
+        self._totals: dict[Hashable, int] = {}
+
+    def total(self, owner: Hashable) -> int:
+        """The bytes ``owner`` 's conversations keep now."""
+        return self._totals.get(owner, 0)
+
+    def kept(self, owner: Hashable, conversation: Hashable, size: int) -> list[Hashable]:
+        """``conversation`` of ``owner`` now keeps ``size`` bytes; what to empty for the budget.
+
+        Returns the owner's other conversations to empty, least recently
+        reported first (they are forgotten here), so that the owner's total
+        fits the budget again; empty when it already does.
+        """
+        mine = self._kept.get(owner)
+        if mine is None:
+            mine = self._kept[owner] = OrderedDict()
+        total = self._totals.get(owner, 0) - mine.pop(conversation, 0) + size
+        mine[conversation] = size
+        emptied: list[Hashable] = []
+        while total > self.max_bytes and len(mine) > 1:
+            oldest, freed = mine.popitem(last=False)
+            total -= freed
+            emptied.append(oldest)
+        self._totals[owner] = total
+        return emptied
+
+    def forget(self, owner: Hashable, conversation: Hashable) -> None:
+        """``conversation`` is gone (ended, evicted): its bytes leave ``owner`` 's total."""
+        mine = self._kept.get(owner)
+        if mine is None:
+            return
+        freed = mine.pop(conversation, None)
+        if freed is None:
+            return
+        if mine:
+            self._totals[owner] -= freed
+        else:
+            del self._kept[owner]
+            del self._totals[owner]

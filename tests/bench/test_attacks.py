@@ -28,6 +28,7 @@ WORK = {
     "busy_queue_flood",  # the held prompt and the eight queued ones, in turn
     "interrupt_flood",  # every run is the agent's: 32 park, the rest are refused the ask
     "push_slow_webhook",  # the flooding task itself
+    "acp_history_pin",  # every prompt
     "realtime_busy_flood",  # the held responses and the queued ones, in turn
     "asgi_realtime_busy_flood",
     "asgi_push_config_pin",
@@ -80,6 +81,7 @@ SCENARIOS = [
     "push_config_pin",
     "sse_session_pin",
     "busy_queue_flood",
+    "acp_history_pin",
     "interrupt_flood",
     "concurrent_replay",
     "relay_token_spend",

@@ -23,6 +23,7 @@ from typing import Any, Final
 import anyio
 import attrs
 
+from uamp_proto import history
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
@@ -59,9 +60,23 @@ class _Session:
 
 class _Sessions:
     def __init__(self) -> None:
+        #: What all of one principal's sessions keep (history.MAX_OWNER_HISTORY_BYTES).
+        self.kept = history.HistoryBudget()
         self._all: OwnedLRU[_Session] = OwnedLRU(
-            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_SESSIONS
+            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_SESSIONS, on_drop=self.kept.forget
         )
+
+    def trim_history(self, session: _Session, owner: Principal) -> None:
+        """Bound what ``session`` keeps: its own bounds, then its owner's budget.
+
+        Past the budget, the owner's least recently prompted other sessions
+        lose their history (their next prompt starts afresh).
+        """
+        size = acp.trim_history(session.messages)
+        for emptied in self.kept.kept(owner.key, session.id, size):
+            other = self._all.peek(owner, str(emptied))
+            if other is not None:
+                other.messages = []
 
     def create(self, agent: str, owner: Principal) -> _Session:
         session = _Session(f"sess_{uuid.uuid4().hex}", owner.key, agent)
@@ -182,7 +197,7 @@ class _Peer:
         session.messages.append(parsed.message)
         if outcome.status != "failed":
             session.messages.extend(outcome.tracker.messages())
-        acp.trim_history(session.messages)  # both servers' bounds (messages, bytes)
+        self.sessions.trim_history(session, self.principal)  # its bounds, its owner's
         result = acp.prompt_result(outcome)
         if outcome.balance is not None:
             result["_meta"] = {BALANCE_EVENT: balance_fields(outcome.balance)}

@@ -77,8 +77,10 @@ class _Mcp:
         self.sessions: OwnedLRU[str] = OwnedLRU(
             per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_SESSIONS
         )
+        #: What all of one principal's conversations keep (history.MAX_OWNER_HISTORY_BYTES).
+        self.kept = history.HistoryBudget()
         self.conversations: OwnedLRU[list[ty.Message]] = OwnedLRU(
-            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_CONVERSATIONS
+            per_owner=MAX_SESSIONS_PER_PRINCIPAL, total=MAX_CONVERSATIONS, on_drop=self.kept.forget
         )
 
     async def endpoint(self, request: Request) -> Reply:
@@ -224,8 +226,11 @@ class _Mcp:
             )
         if call.session is not None:
             grown = [*earlier, message, *outcome.tracker.messages()]
-            history.trim(grown, max_messages=MAX_MESSAGES)  # and MAX_HISTORY_BYTES
+            size = history.trim(grown, max_messages=MAX_MESSAGES)  # and MAX_HISTORY_BYTES
             self.conversations.put(principal, key, grown)
+            # Past the principal's budget its least recently continued ones go.
+            for emptied in self.kept.kept(principal.key, key, size):
+                self.conversations.pop(principal, str(emptied))
         text = outcome.tracker.text
         signer = self.host.config.response_signer
         if signer is not None:

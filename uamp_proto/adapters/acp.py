@@ -662,9 +662,12 @@ def trim_history(
     *,
     max_messages: int = MAX_HISTORY_MESSAGES,
     max_bytes: int = MAX_HISTORY_BYTES,
-) -> None:
-    """An ACP session's kept history within its bounds (:func:`uamp_proto.history.trim`)."""
-    history.trim(messages, max_messages=max_messages, max_bytes=max_bytes)
+) -> int:
+    """An ACP session's kept history within its bounds (:func:`uamp_proto.history.trim`).
+
+    Returns the kept history's weight (:func:`uamp_proto.history.weight`).
+    """
+    return history.trim(messages, max_messages=max_messages, max_bytes=max_bytes)
 
 
 # --- history replay (session/load) ----------------------------------------------------

@@ -16,7 +16,12 @@ its client -- ``cwd`` and ``mcpServers`` -- is at most ``max_session_bytes``
 (JSON-RPC ``-32602`` naming the field); and a session nobody used for
 ``idle_timeout`` seconds, with no prompt running, is forgotten. Sessions are
 kept in the order they were last used, so expiring is a look at the oldest
-few, done on every store call and by the transport's sweep.
+few, done on every store call and by the transport's sweep. What the
+sessions keep of their conversations is bounded twice: each session's own
+history (:func:`uamp_proto.adapters.acp.trim_history`), and all of one
+principal's together (``max_history_bytes_per_principal``): past it, the
+principal's least recently prompted sessions start afresh
+(:class:`uamp_proto.history.HistoryBudget`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
+from uamp_proto import history
 from uamp_proto import jsonrpc as rpc
 from uamp_proto import types as ty
 from uamp_proto.adapters import acp
@@ -54,14 +60,23 @@ class AcpLimits:
         max_session_bytes: Largest ``cwd`` plus ``mcpServers`` (as JSON) kept
             per session.
         idle_timeout: Seconds after its last use an idle session is forgotten.
+        max_history_bytes_per_principal: Bytes all of one principal's
+            sessions keep of their conversations (about their JSON size);
+            past it, its least recently prompted sessions start afresh.
     """
 
     max_sessions: int = 100
     max_session_bytes: int = 64 * 1024
     idle_timeout: float = 3600.0
+    max_history_bytes_per_principal: int = history.MAX_OWNER_HISTORY_BYTES
 
     def __attrs_post_init__(self) -> None:
-        if self.max_sessions < 1 or self.max_session_bytes < 1 or self.idle_timeout <= 0:
+        if (
+            self.max_sessions < 1
+            or self.max_session_bytes < 1
+            or self.idle_timeout <= 0
+            or self.max_history_bytes_per_principal < 1
+        ):
             raise ValueError("ACP limits must be positive")
 
 
@@ -137,6 +152,7 @@ class AcpSessionStore:
         #: Every session, the least recently used first.
         self.sessions: OrderedDict[str, AcpSession] = OrderedDict()
         self._held: Counter[tuple[str, str]] = Counter()
+        self._history = history.HistoryBudget(self.limits.max_history_bytes_per_principal)
 
     def held_by(self, owner: Principal) -> int:
         """How many sessions ``owner`` holds now."""
@@ -200,6 +216,24 @@ class AcpSessionStore:
         session.cwd = cwd
         session.mcp_servers = mcp_servers
 
+    def trim_history(self, session: AcpSession) -> None:
+        """Bound what ``session`` keeps after a prompt: its own bounds, then its owner's.
+
+        Past the owner's budget, the owner's least recently prompted other
+        sessions lose their history (their next prompt starts afresh).
+        """
+        size = acp.trim_history(session.messages)
+        budget = self._history
+        budget.max_bytes = self.limits.max_history_bytes_per_principal
+        for emptied in budget.kept(session.owner.key, session.id, size):
+            other = self.sessions.get(str(emptied))
+            if other is not None:
+                other.messages = []
+
+    def history_bytes(self, owner: Principal) -> int:
+        """What ``owner`` 's sessions keep of their conversations now (about JSON bytes)."""
+        return self._history.total(owner.key)
+
     def touch(self, session: AcpSession) -> None:
         """Mark ``session`` used now (it expires ``idle_timeout`` from now)."""
         session.last_used = self._clock()
@@ -218,6 +252,7 @@ class AcpSessionStore:
                 self.touch(session)  # a prompt is running: idle only from its end
                 continue
             del self.sessions[session.id]
+            self._history.forget(session.owner.key, session.id)
             self._held[session.owner.key] -= 1
             if not self._held[session.owner.key]:
                 del self._held[session.owner.key]

@@ -19,8 +19,11 @@ Everything a client can make grow is bounded (docs/security.md): peers per
 principal and in all (the least recently used idle peer is ended to make
 room; with every peer busy the new one is refused), peers idle past
 ``peer_idle`` are ended when the store is next touched, conversations per
-principal and in all (least recently used dropped), and messages kept per
-conversation (the oldest turns dropped). Another principal's peer id, or
+principal and in all (least recently used dropped), messages and bytes kept
+per conversation (the oldest turns dropped), and bytes kept by all of one
+principal's conversations (past ``max_history_bytes_per_principal``, its
+least recently continued conversations start afresh:
+:class:`uamp_proto.history.HistoryBudget`). Another principal's peer id, or
 another agent's, is answered exactly as an id that never existed.
 """
 
@@ -67,6 +70,9 @@ class McpLimits:
         max_messages: Messages kept per conversation (older turns are dropped).
         max_history_bytes: Bytes kept per conversation, about their JSON size
             (:func:`uamp_proto.history.trim`; older turns are dropped).
+        max_history_bytes_per_principal: Bytes all of one principal's
+            conversations keep; past it, its least recently continued ones
+            start afresh.
     """
 
     max_peers_per_principal: int = 32
@@ -76,6 +82,7 @@ class McpLimits:
     max_conversations: int = 10_000
     max_messages: int = 200
     max_history_bytes: int = history.MAX_HISTORY_BYTES
+    max_history_bytes_per_principal: int = history.MAX_OWNER_HISTORY_BYTES
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -116,6 +123,8 @@ class McpConversation:
     """The messages a ``session`` name of the agent's tool continues."""
 
     name: str
+    #: Its key in the store: the owner's ``(scheme, id)``, the agent, the name.
+    key: _ConversationKey = (("", ""), "", "")
     #: The UAMP session id its turns run under.
     id: str = attrs.field(factory=lambda: f"mcp_{uuid.uuid4().hex}")
     messages: list[ty.Message] = attrs.field(factory=list)
@@ -145,6 +154,7 @@ class McpSessionStore:
         self.peers: OrderedDict[str, McpPeer] = OrderedDict()
         #: Conversations by ``(principal key, agent, name)``, least recently used first.
         self.conversations: OrderedDict[_ConversationKey, McpConversation] = OrderedDict()
+        self._history = history.HistoryBudget(self.limits.max_history_bytes_per_principal)
 
     # --- peers ---------------------------------------------------------------------
 
@@ -216,7 +226,7 @@ class McpSessionStore:
             self._drop_conversation(lambda k: k[0] == owner.key)
         if len(self.conversations) >= limits.max_conversations:
             self._drop_conversation(lambda k: True)
-        found = McpConversation(name=name)
+        found = McpConversation(name=name, key=key)
         self.conversations[key] = found
         return found
 
@@ -224,14 +234,30 @@ class McpSessionStore:
         for key, conv in self.conversations.items():
             if match(key) and not conv.busy:
                 del self.conversations[key]
+                self._history.forget(key[0], key)
                 return
 
     def remember(self, conversation: McpConversation, messages: list[ty.Message]) -> None:
-        """Append a turn's messages to ``conversation``, keeping at most ``max_messages``."""
+        """Append a turn's messages to ``conversation``, within its bounds and its owner's.
+
+        Past the owner's budget, the owner's least recently continued other
+        conversations lose their messages (their next call starts afresh).
+        """
         grown = [*conversation.messages, *messages]
-        history.trim(
+        size = history.trim(
             grown,
             max_messages=self.limits.max_messages,
             max_bytes=self.limits.max_history_bytes,
         )
         conversation.messages = grown
+        budget = self._history
+        budget.max_bytes = self.limits.max_history_bytes_per_principal
+        key = conversation.key
+        for emptied in budget.kept(key[0], key, size):
+            other = self.conversations.get(emptied)  # type: ignore[call-overload]
+            if other is not None:
+                other.messages = []
+
+    def history_bytes(self, owner: Principal) -> int:
+        """What ``owner`` 's conversations keep now (about JSON bytes)."""
+        return self._history.total(owner.key)

@@ -509,7 +509,7 @@ class AcpConnection:
             session.messages.append(parsed.message)
             if outcome.status != "failed":
                 session.messages.extend(outcome.tracker.messages())
-            acp.trim_history(session.messages)  # both servers' bounds (messages, bytes)
+            self.store.trim_history(session)  # its bounds (messages, bytes), its owner's
         return self._signed(acp.prompt_result(outcome), outcome)
 
     def _signed(self, result: dict[str, Any], outcome: ResponseOutcome) -> dict[str, Any]:

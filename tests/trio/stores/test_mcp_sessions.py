@@ -106,3 +106,32 @@ def test_conversations_keep_their_last_turns(roles: str, kept: str) -> None:
     names = {"u": "user", "a": "assistant", "t": "tool"}
     store.remember(conversation, [ty.Message(role=names[r], content=r) for r in roles])
     assert "".join(m.role[0] for m in conversation.messages) == kept
+
+
+def _said(text: str) -> list[ty.Message]:
+    return [ty.Message(role="user", content=text), ty.Message(role="assistant", content="ok")]
+
+
+def test_a_principals_conversations_share_one_budget_and_others_are_apart() -> None:
+    store = McpSessionStore(McpLimits(max_history_bytes_per_principal=1000))
+    mine = [store.conversation(ALICE, "demo", f"c{n}") for n in range(3)]
+    theirs = store.conversation(BOB, "demo", "c0")
+    store.remember(theirs, _said("b" * 900))
+    for conv in mine:
+        store.remember(conv, _said("a" * 400))
+    # Alice's third turn passed her budget: her least recently continued one went.
+    assert [len(c.messages) for c in mine] == [0, 2, 2]
+    assert len(theirs.messages) == 2  # Bob's is his own
+    assert store.history_bytes(ALICE) <= 1000 < store.history_bytes(ALICE) + 400
+    assert store.history_bytes(BOB) > 900
+
+
+def test_a_dropped_conversation_leaves_the_budget() -> None:
+    store = McpSessionStore(
+        McpLimits(max_conversations_per_principal=2, max_history_bytes_per_principal=1000)
+    )
+    first = store.conversation(ALICE, "demo", "first")
+    store.remember(first, _said("a" * 600))
+    store.remember(store.conversation(ALICE, "demo", "second"), _said("a" * 300))
+    store.conversation(ALICE, "demo", "third")  # the first is dropped for it
+    assert store.history_bytes(ALICE) < 600

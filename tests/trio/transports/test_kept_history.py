@@ -70,3 +70,62 @@ async def test_a_named_conversation_keeps_a_bounded_history(serve_app: Any) -> N
                 assert got.json()["result"]["isError"] is False
     assert max(agent.seen) <= MAX_HISTORY_BYTES  # 5 MiB kept before the bound
     assert agent.seen[-1] > 0  # the newest exchanges are still there
+
+
+BIG = "b" * (600 * 1024)  # three of these fill a conversation (2 MiB at most)
+
+
+async def test_a_principals_sessions_keep_one_budget_the_least_recent_start_afresh(
+    serve_app: Any,
+) -> None:
+    agent = History()
+    server = await serve_app(create_app([agent]))
+    url = f"{server.url}/agents/hist/acp"
+    sids: list[str] = []
+    with trio.fail_after(120):
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def prompt(sid: str, text: str) -> None:
+                params = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+                got = await http.post(url, json=rpc("session/prompt", params))
+                assert got.json()["result"]["stopReason"] == "end_turn"
+
+            for _ in range(10):  # ten sessions of ~1.8 MiB: over the 16 MiB budget
+                new = await http.post(url, json=rpc("session/new", {"cwd": "/", "mcpServers": []}))
+                sids.append(new.json()["result"]["sessionId"])
+                for n in range(3):
+                    await prompt(sids[-1], f"{n} {BIG}")
+            await prompt(sids[0], "again")
+            await prompt(sids[-1], "again")
+    first, last = agent.seen[-2:]
+    assert first == 0  # the least recently prompted session started afresh
+    assert last > 3 * len(BIG) // 2  # the newest kept its conversation
+
+
+async def test_a_principals_named_conversations_keep_one_budget(serve_app: Any) -> None:
+    agent = History()
+    server = await serve_app(create_app([agent]))
+    url = f"{server.url}/agents/hist/mcp"
+    with trio.fail_after(120):
+        async with httpx.AsyncClient(timeout=30) as http:
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}
+            made = await http.post(url, json=rpc("initialize", hello))
+            headers = {"mcp-session-id": made.headers["mcp-session-id"]}
+            calls = 0
+
+            async def call(name: str, text: str) -> None:
+                nonlocal calls
+                calls += 1
+                args = {"prompt": text, "session": name}
+                body = rpc("tools/call", {"name": tool_name("hist"), "arguments": args}, calls + 1)
+                got = await http.post(url, json=body, headers=headers)
+                assert got.json()["result"]["isError"] is False, got.text
+
+            for c in range(10):
+                for n in range(3):
+                    await call(f"c{c}", f"{n} {BIG}")
+            await call("c0", "again")
+            await call("c9", "again")
+    first, last = agent.seen[-2:]
+    assert first == 0
+    assert last > 3 * len(BIG) // 2
