@@ -47,7 +47,7 @@ def results() -> dict[str, dict[str, object]]:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "attacks.py"), "--json"],
         capture_output=True,
-        timeout=240,
+        timeout=420,
         cwd=ROOT,
         check=False,
     )
