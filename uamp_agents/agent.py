@@ -40,6 +40,7 @@ from .context import (
     RunInfo,
     StepCallback,
     _run_info,
+    new_context,
 )
 from .errors import BudgetExceededError, NoModelError, SubAgentDepthError, ToolError
 from .execution import LoopStrategy, ReactStrategy, StrategyLike, loop
@@ -607,29 +608,29 @@ class Agent:
             listeners: Sequence[Any],
             metadata: dict[str, Any] | None,
         ) -> ExecutionContext:
-            return ExecutionContext(
-                agent=self,
-                llm=llm,
-                input=input,
-                history=list(history),
-                tools=list(self._tools),
-                strategy=self.strategy,
-                run=info,
-                params=self.params,
-                system=self.system,
-                structure=self.schema,
-                structure_type=self._structure_type,
-                emitter=emitter,
-                upp_emitter=upp,
-                uap_emitter=uap,
-                checks=checks,
-                listeners=listeners,
-                on_step=options.get("on_step"),
-                metadata=metadata,  # (the run's state takes a copy)
-                tool_choice=options.get("tool_choice"),
-                deps=options.get("deps"),
-                stream_model=options.get("stream_model", True),
-                stream_steps=options.get("stream_steps", True),
+            return new_context(  # ExecutionContext(agent=..., ...), positionally
+                self,
+                llm,
+                input,
+                list(history),
+                list(self._tools),
+                self.strategy,
+                info,
+                self.params,
+                self.system,
+                self.schema,
+                self._structure_type,
+                emitter,
+                upp,
+                uap,
+                checks,
+                listeners,
+                options.get("on_step"),
+                metadata,  # (the run's state takes a copy)
+                options.get("tool_choice"),
+                options.get("deps"),
+                options.get("stream_model", True),
+                options.get("stream_steps", True),
             )
 
         if not self.middleware:

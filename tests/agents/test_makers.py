@@ -67,3 +67,32 @@ def test_a_mutable_class_with_hooks_is_called_with_keywords() -> None:
     with pytest.raises(TypeError):
         _fastinit.maker(Checked, ("x",))("3")  # the validator runs
     assert _fastinit.maker(Dicted, ("x",))(1) == Dicted(x=1)
+
+
+def test_the_run_context_maker_builds_what_the_class_builds() -> None:
+    """``new_context``: ``ExecutionContext(**kw)``'s instance, the same dict key order included."""
+    from uamp_agents.context import ExecutionContext, _positional_maker, new_context
+    from uamp_proto.types import Message
+
+    order = ("agent", "llm", "input", "history", "tools", "strategy", "run", "params", "system",
+             "structure", "structure_type", "emitter", "upp_emitter", "uap_emitter", "checks",
+             "listeners", "on_step", "metadata", "tool_choice", "deps", "stream_model",
+             "stream_steps")  # fmt: skip
+    assert sorted(order) == sorted(f.alias for f in attrs.fields(ExecutionContext) if f.init)
+    values: dict[str, Any] = {name: object() for name in order}
+    values.update(input=Message(role="user", content="hi"), history=[], tools=[], metadata={"k": 1})
+    made = new_context(*(values[name] for name in order))
+    built = ExecutionContext(**values)
+    assert type(made) is ExecutionContext
+    assert list(vars(made)) == list(vars(built))  # the same keys, in the same order
+    for key, value in vars(built).items():
+        if key == "state":
+            assert _fields(made.state) == _fields(value)
+        else:
+            assert vars(made)[key] == value, key
+    assert made.state.tool_executions is made.tool_executions
+    again = new_context(*(values[name] for name in order))
+    for key in ("tool_executions", "pending_tool_calls", "_step_usage", "_suspended"):
+        assert vars(again)[key] is not vars(made)[key]  # a factory's new object each time
+    with pytest.raises(TypeError):
+        _positional_maker(ExecutionContext, ("agent",))  # required fields missing
