@@ -56,6 +56,7 @@ __all__ = [
     "decode_object",
     "encode",
     "from_dict",
+    "json_text",
     "json_type_name",
     "to_dict",
     "unstructure",
@@ -658,3 +659,44 @@ def unstructure(value: Any) -> Any:
     if attrs.has(type(value)):
         return _CODEC.by_class[type(value)](value)
     return converter.unstructure(value)
+
+
+# --- a server's usual events, as bytes ----------------------------------------
+#
+# What ``Connection.send`` writes for the two events on every response's way
+# to its first delta, ``response.created`` and a text ``response.delta``,
+# when the event carries nothing but what the server gives it (the agent's
+# delta, both ids passed to ``send``, the connection's event id): the same
+# bytes as ``orjson.dumps`` of ``to_dict`` with the ids added in the order
+# ``send`` adds them, put together from fixed parts and the JSON of each
+# string (tests/proto/test_event_bytes.py holds the two to each other).
+
+#: Up to a text delta's text: ``{"type":"response.delta","delta":{"type":"text","text":``.
+TEXT_DELTA_HEAD: Final = b'{"type":"response.delta","delta":{"type":"text","text":'
+#: Up to ``response.created`` 's ``response_id``.
+CREATED_HEAD: Final = b'{"type":"response.created","response_id":'
+#: Between ``response.created`` 's ``response_id`` and its ``session_id``.
+CREATED_SESSION: Final = b',"session_id":'
+#: Between either event's last id and its event id's text.
+EVENT_ID_KEY: Final = b',"event_id":"'
+#: After the event id's text.
+EVENT_END: Final = b'"}'
+
+
+def text_delta_tail(session_id: str, response_id: str) -> bytes:
+    """What follows a text delta's text up to its event id's text (one per response)."""
+    return (
+        b'},"session_id":'
+        + _dumps(session_id)
+        + b',"response_id":'
+        + _dumps(response_id)
+        + EVENT_ID_KEY
+    )
+
+
+def json_text(value: str) -> bool:
+    """Whether JSON writes ``value`` as it is, between quotes (nothing to escape)."""
+    try:
+        return _dumps(value) == b'"' + value.encode() + b'"'
+    except (orjson.JSONEncodeError, UnicodeEncodeError):  # a lone surrogate
+        return False

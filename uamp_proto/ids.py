@@ -8,6 +8,7 @@ for deterministic tests or ids that must follow a scheme of yours.
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ __all__ = [
     "IdSource",
     "counter_ids",
     "event_id_stem",
+    "numbered",
     "random_hex",
     "random_ids",
     "random_uuid4",
@@ -31,9 +33,14 @@ IdSource = Callable[[str], str]
 RANDOM_BATCH = 64
 
 
+#: Where each value of a batch lies in the batch's hex digits.
+_SLICES = tuple(slice(i, i + 32) for i in range(0, 32 * RANDOM_BATCH, 32))
+
+
 def _draw() -> Iterator[str]:
-    hexed = os.urandom(16 * RANDOM_BATCH).hex()
-    return iter([hexed[i : i + 32] for i in range(0, len(hexed), 32)])
+    # Cut lazily, in C (a list of the 64 values cost five times as much);
+    # ``next`` on it runs no Python code, so two threads never share a value.
+    return map(operator.getitem, itertools.repeat(os.urandom(16 * RANDOM_BATCH).hex()), _SLICES)
 
 
 _pool: Iterator[str] = iter(())
@@ -102,7 +109,12 @@ def random_ids(prefix: str) -> str:
     """
     if prefix == "content" or prefix == "evt":
         return random_uuid4()
-    return f"{prefix}_{random_hex()}"
+    global _pool
+    value = next(_pool, None)  # random_hex(), inline: a response's id is on its way to the client
+    if value is None:
+        _pool = _draw()
+        value = next(_pool)
+    return f"{prefix}_{value}"
 
 
 def short_random_ids(prefix: str) -> str:
@@ -144,3 +156,31 @@ def event_id_stem(stem: str) -> tuple[str, int]:
     if _UUID_SHAPE.match(stem):
         return stem[:24], _FIRST_LAST_GROUP - 1
     return stem + ".", 0
+
+
+#: The last two digits of a number, as ``str`` writes them, and zero-padded.
+_LOW_DIGITS = tuple(str(i) for i in range(100))
+_TWO_DIGITS = tuple(f"{i:02d}" for i in range(100))
+
+
+def numbered(prefix: str, after: int) -> Iterator[str]:
+    """``prefix + str(n)`` for n = ``after + 1``, ``after + 2`` ... (``after >= 0``), endlessly.
+
+    How a connection names its events (:func:`event_id_stem` gives the two
+    arguments). Each hundred shares its text but for the last two digits,
+    so the integer is converted to text once per hundred values, not for
+    each (that conversion was most of an event id's cost), and ``next``
+    runs no Python code but once per hundred.
+    """
+    block, low = divmod(after + 1, 100)
+    first = map(
+        operator.add,
+        itertools.repeat(f"{prefix}{block}" if block else prefix),
+        (_TWO_DIGITS if block else _LOW_DIGITS)[low:],
+    )
+
+    def hundred(number: int) -> Iterator[str]:
+        return map(operator.add, itertools.repeat(f"{prefix}{number}"), _TWO_DIGITS)
+
+    rest = itertools.chain.from_iterable(map(hundred, itertools.count(block + 1)))
+    return itertools.chain(first, rest)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import attrs
@@ -65,6 +66,15 @@ CHECKPOINT: Final = "checkpoint"
 RESTORED: Final = "restored"
 #: The state ``response.created`` moves a response to.
 _CREATED: Final = RESPONSE_OUTCOMES["response.created"]
+#: Where a tracker starts (a module global reads faster than an enum's member).
+_REQUESTED: Final = ResponseState.REQUESTED
+#: What a tracker's tool-call, progress and transcript containers hold until
+#: the response first puts something there (a text reply never does): shared
+#: and read-only, so every read works on them and every write replaces them
+#: first (:meth:`ResponseTracker._own`).
+_NO_ENTRIES: Final[Mapping[str, Any]] = MappingProxyType({})
+_NO_IDS: Final[frozenset[str]] = frozenset()
+_NO_TEXTS: Final[tuple[str, ...]] = ()
 
 
 #: ``TextContent(text=...)``, ``ResponseOutput(id=..., ...)`` and
@@ -203,16 +213,17 @@ class ResponseTracker:
         self.input_messages: list[ty.Message] = list(input_messages or ())
         #: ``input.text.context`` of the input this response answers (5.6).
         self.context: dict[str, Any] = {}
-        self.state = ResponseState.REQUESTED
+        self.state = _REQUESTED
         self._slots: list[_Slot] = []
-        self._calls: dict[str, _Slot] = {}
-        self._client_calls: dict[str, ty.ToolInvocation] = {}
-        self._answered: set[str] = set()
-        self._done_calls: set[str] = set()
-        self._progress: dict[str, list[str]] = {}
+        # Read-only empties until first written (see _NO_ENTRIES).
+        self._calls: Mapping[str, _Slot] = _NO_ENTRIES
+        self._client_calls: Mapping[str, ty.ToolInvocation] = _NO_ENTRIES
+        self._answered: frozenset[str] | set[str] = _NO_IDS
+        self._done_calls: frozenset[str] | set[str] = _NO_IDS
+        self._progress: Mapping[str, list[str]] = _NO_ENTRIES
         self._usage: ty.UsageStats | None = None
         self._final_usage: ty.UsageStats | None = None
-        self._transcript: list[str] = []
+        self._transcript: tuple[str, ...] | list[str] = _NO_TEXTS
         self.error: ty.ErrorInfo | None = None
         #: The output at the last checkpoint (see :meth:`_mark`), or ``None``.
         self._checkpoint: tuple[Any, ...] | None = None
@@ -243,11 +254,11 @@ class ResponseTracker:
         elif kind is ev.ToolCall:
             self._client_call(event)  # type: ignore[arg-type]
         elif kind is ev.ToolCallDone:
-            self._done_calls.add(event.call_id)  # type: ignore[attr-defined]
+            self._own_done_calls().add(event.call_id)  # type: ignore[attr-defined]
         elif kind is ev.AudioDelta:
             self._audio(event.audio)  # type: ignore[attr-defined]
         elif kind is ev.TranscriptDelta:
-            self._transcript.append(event.transcript)  # type: ignore[attr-defined]
+            self._own_transcript().append(event.transcript)  # type: ignore[attr-defined]
         elif kind is ev.ResponseDone:
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
         elif kind is ev.ResponseErrorEvent:
@@ -298,8 +309,47 @@ class ResponseTracker:
         self._answered, self._done_calls = set(answered), set(done)
         self._progress = {k: self._progress[k][:n] for k, n in progress.items()}
         self._usage = usage
-        del self._transcript[transcript:]
+        if transcript < len(self._transcript):
+            del self._own_transcript()[transcript:]
         self._checkpoint = self._mark()
+
+    # Each container made writable at its first write (they start read-only: _NO_ENTRIES).
+
+    def _own_calls(self) -> dict[str, _Slot]:
+        calls = self._calls
+        if type(calls) is not dict:
+            calls = self._calls = {}
+        return calls
+
+    def _own_client_calls(self) -> dict[str, ty.ToolInvocation]:
+        calls = self._client_calls
+        if type(calls) is not dict:
+            calls = self._client_calls = {}
+        return calls
+
+    def _own_answered(self) -> set[str]:
+        ids = self._answered
+        if type(ids) is not set:
+            ids = self._answered = set()
+        return ids
+
+    def _own_done_calls(self) -> set[str]:
+        ids = self._done_calls
+        if type(ids) is not set:
+            ids = self._done_calls = set()
+        return ids
+
+    def _own_progress(self) -> dict[str, list[str]]:
+        progress = self._progress
+        if type(progress) is not dict:
+            progress = self._progress = {}
+        return progress
+
+    def _own_transcript(self) -> list[str]:
+        texts = self._transcript
+        if type(texts) is not list:
+            texts = self._transcript = []
+        return texts
 
     def _last(self, kind: str) -> _Slot:
         slots = self._slots
@@ -317,7 +367,7 @@ class ResponseTracker:
             frag: ty.ToolCallFragment = delta.tool_call  # type: ignore[union-attr]
             slot = self._calls.get(frag.id)
             if slot is None:
-                slot = self._calls[frag.id] = _Slot("tool_call", {"id": frag.id, "name": ""})
+                slot = self._own_calls()[frag.id] = _Slot("tool_call", {"id": frag.id, "name": ""})
                 self._slots.append(slot)
             if frag.name and not slot.extra["name"]:
                 slot.extra["name"] = frag.name
@@ -335,7 +385,7 @@ class ResponseTracker:
             self._slots.append(slot)
         elif kind is ty.DeltaToolProgress:
             prog: ty.ToolProgress = delta.tool_progress  # type: ignore[union-attr]
-            self._progress.setdefault(prog.call_id, []).append(prog.text)
+            self._own_progress().setdefault(prog.call_id, []).append(prog.text)
 
     def _thinking(self, event: ev.Thinking) -> None:
         slots = self._slots
@@ -355,10 +405,10 @@ class ResponseTracker:
 
     def _client_call(self, event: ev.ToolCall) -> None:
         call = ty.ToolInvocation(id=event.call_id, name=event.name, arguments=event.arguments)
-        self._client_calls[event.call_id] = call
+        self._own_client_calls()[event.call_id] = call
         slot = self._calls.get(event.call_id)
         if slot is None:
-            slot = self._calls[event.call_id] = _Slot(
+            slot = self._own_calls()[event.call_id] = _Slot(
                 "tool_call", {"id": event.call_id, "name": event.name}
             )
             slot.parts.append(event.arguments)
@@ -387,7 +437,7 @@ class ResponseTracker:
                 f"call_id {call_id!r} was already answered",
                 code="invalid_tool_result",
             )
-        self._answered.add(call_id)
+        self._own_answered().add(call_id)
         slot = _Slot("tool_result", {"call_id": call_id, "is_error": is_error})
         slot.parts.append(result)
         self._slots.append(slot)

@@ -9,7 +9,7 @@ import pytest
 
 from uamp_proto import events as ev
 from uamp_proto.connection import ConnectionConfig, ServerConnection
-from uamp_proto.ids import counter_ids, event_id_stem, random_ids
+from uamp_proto.ids import counter_ids, event_id_stem, numbered, random_ids
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,12 @@ def test_the_default_source_gives_distinct_uuids_per_connection() -> None:
 def test_a_counter_source_numbers_the_events() -> None:
     ids = _ids_of(ServerConnection(ConnectionConfig(ids=counter_ids())), 2)
     assert ids == ["evt_1.1", "evt_1.2", "evt_1.3"]
+
+
+@pytest.mark.parametrize("after", [0, 1, 98, 99, 100, 101, 199, 12_345, 99_999_999_999])
+@pytest.mark.parametrize("prefix", ["evt_1.", "0e63df0c-ce44-45f8-b8d4-"])
+def test_numbered_counts_as_str_does(prefix: str, after: int) -> None:
+    made = numbered(prefix, after)
+    assert [next(made) for _ in range(350)] == [
+        f"{prefix}{n}" for n in range(after + 1, after + 351)
+    ]

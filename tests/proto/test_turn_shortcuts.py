@@ -69,7 +69,7 @@ def _state(conn: ServerConnection) -> Any:
         "inbox": list(conn._inbox),
         "owed": list(conn.owed),
         "last_event_id": conn.last_event_id,
-        "next_event_id": conn._evt_n,
+        "next_event_id": next(conn._evt_ids),  # both draw one, as below
         "next_id": conn._ids("probe"),  # both draw one: the sources stay in step
     }
 
