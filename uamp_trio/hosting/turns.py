@@ -271,7 +271,7 @@ class ResponseRunner:
             await trio.lowlevel.checkpoint_if_cancelled()
         if self._track:
             self.tracker.apply(event)
-        # _deliver, inline: this is the hot path of every streamed event.
+        # The sink, inline: this is the hot path of every streamed event.
         sink = self._sink
         if sink is None:
             return
@@ -286,19 +286,6 @@ class ResponseRunner:
             await trio.lowlevel.checkpoint()
         else:
             self._count = count
-
-    async def _deliver(self, event: ev.Event) -> None:
-        if self._sink is None:
-            return
-        try:
-            await self._sink(event)
-        except Exception as exc:
-            self._sink_error = exc
-            raise _SinkFailed from None
-        self._count += 1
-        if self._count >= self._yield_every:
-            self._count = 0
-            await trio.lowlevel.checkpoint()
 
     async def run(self) -> ResponseOutcome:
         """Run the turn to its end; returns (and sets) :attr:`outcome`.
@@ -345,10 +332,17 @@ class ResponseRunner:
                 created = _make_created(rid, sid)
                 if self._track:
                     tracker.apply(created)
+                # Delivered as emit delivers (no coroutine of its own before the
+                # first delta): the sink's error is the run's, the event counts.
                 try:
-                    await self._deliver(created)
-                except _SinkFailed:
-                    raise self._sink_error from None  # type: ignore[misc]
+                    await self._sink(created)
+                except Exception as exc:
+                    self._sink_error = exc
+                    raise exc from None
+                self._count += 1
+                if self._count >= self._yield_every:
+                    self._count = 0
+                    await trio.lowlevel.checkpoint()
         error: BaseException | None = None
         cancelled = False
         agent = self.agent
