@@ -126,7 +126,9 @@ class FunctionProvider(NamedProvider):
             TypeError: The function returned something it may not.
         """
         self.calls += 1
-        reply = await maybe_await(self._fn(list(request.messages), list(request.tools)))
+        reply = self._fn(list(request.messages), list(request.tools))
+        if type(reply) is not str:  # (a text, the usual reply: nothing to await)
+            reply = await maybe_await(reply)
         if isinstance(reply, ModelResponse):
             return reply
         message = self._message(reply)
