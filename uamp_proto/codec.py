@@ -34,8 +34,8 @@ from cattrs.errors import ClassValidationError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.orjson import make_converter
 
+from . import _fastinit, jsonbounds
 from . import events as ev
-from . import jsonbounds
 from . import types as ty
 from ._hookgen import (
     INT_MAX,
@@ -428,6 +428,62 @@ def liberal_create(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 _CODEC = _Codec()
+
+
+# --- the client's usual two events ---------------------------------------------
+#
+# A client's ``input.text`` and ``response.create`` mostly arrive in one
+# shape: the type, the session's id, and the text. Their structure functions
+# first take that shape themselves -- exactly these keys, strings where
+# strings go -- and build the event positionally; anything else (another
+# key, a missing one, a value of another type) goes to the compiled function
+# as before, which decides and words every refusal. The result is the same
+# event either way (tests/proto/test_hot_shapes.py).
+
+_make_text_input = _fastinit.maker(ev.InputText, ("session_id", "text"))
+_make_text_input_alone = _fastinit.maker(ev.InputText, ("text",))
+_make_create = _fastinit.maker(ev.ResponseCreate, ("session_id",))
+_make_create_alone = _fastinit.maker(ev.ResponseCreate, ())
+
+
+def _hot_input_text(general: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def structure(d: dict[str, Any]) -> Any:
+        size = len(d)
+        if size == 3:
+            sid, text = d.get("session_id"), d.get("text")
+            if type(sid) is str and type(text) is str:
+                return _make_text_input(sid, text)
+        elif size == 2:
+            text = d.get("text")
+            if type(text) is str:
+                return _make_text_input_alone(text)
+        return general(d)
+
+    return structure
+
+
+def _hot_response_create(general: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def structure(d: dict[str, Any]) -> Any:
+        size = len(d)
+        if size == 2:
+            sid = d.get("session_id")
+            if type(sid) is str:
+                return _make_create(sid)
+        elif size == 1:
+            return _make_create_alone()
+        return general(d)
+
+    return structure
+
+
+#: The compiled structure functions of the two, which the hot ones fall back to.
+GENERAL_STRUCTURE: Final = {
+    "input.text": _CODEC.by_tag["input.text"],
+    "response.create": _CODEC.by_tag["response.create"],
+}
+_CODEC.by_tag["input.text"] = _hot_input_text(GENERAL_STRUCTURE["input.text"])
+_CODEC.by_tag["response.create"] = _hot_response_create(GENERAL_STRUCTURE["response.create"])
+
 #: The codec's two tables, as module globals for the hot paths.
 _BY_TAG = _CODEC.by_tag
 #: A plain dict, which the interpreter indexes faster than the self-filling
@@ -681,16 +737,22 @@ CREATED_SESSION: Final = b',"session_id":'
 EVENT_ID_KEY: Final = b',"event_id":"'
 #: After the event id's text.
 EVENT_END: Final = b'"}'
+#: Between a text delta's text and its ``session_id``.
+TEXT_DELTA_SESSION: Final = b'},"session_id":'
+#: Between a text delta's ``session_id`` and its ``response_id``.
+TEXT_DELTA_RESPONSE: Final = b',"response_id":'
 
 
 def text_delta_tail(session_id: str, response_id: str) -> bytes:
     """What follows a text delta's text up to its event id's text (one per response)."""
-    return (
-        b'},"session_id":'
-        + _dumps(session_id)
-        + b',"response_id":'
-        + _dumps(response_id)
-        + EVENT_ID_KEY
+    return b"".join(
+        (
+            TEXT_DELTA_SESSION,
+            _dumps(session_id),
+            TEXT_DELTA_RESPONSE,
+            _dumps(response_id),
+            EVENT_ID_KEY,
+        )
     )
 
 

@@ -90,6 +90,8 @@ from .codec import (
     EVENT_END,
     EVENT_ID_KEY,
     TEXT_DELTA_HEAD,
+    TEXT_DELTA_RESPONSE,
+    TEXT_DELTA_SESSION,
     DecodeError,
     decode,
     json_text,
@@ -346,9 +348,11 @@ class SessionContext:
     def conversation(self) -> list[ty.Message]:
         """History, the current response's input, and what it produced so far."""
         msgs = list(self.history)
-        if self.response is not None:
-            msgs.extend(self.response.input_messages)
-            msgs.extend(self.response.messages())
+        tracker = self.response
+        if tracker is not None:
+            msgs.extend(tracker.input_messages)
+            if tracker._slots:  # else it produced nothing yet (a response starting)
+                msgs.extend(tracker.messages())
         return msgs
 
     def _take_input(self) -> list[ty.Message]:
@@ -717,19 +721,28 @@ class Connection:
             and self.config.clock is None
         ):
             # Both ids and no unknown keys (checked above): the bytes below
-            # (codec.CREATED_HEAD), without the dict.
+            # (codec.CREATED_HEAD), without the dict; the JSON of the two ids
+            # makes the tail of the response's text deltas too.
+            rid = event.response_id
+            rid_json, sid_json = _dumps(rid), _dumps(sid)
             eid = self.last_event_id = next(self._evt_ids)
-            return _join(
+            data = _join(
                 (
                     CREATED_HEAD,
-                    _dumps(event.response_id),
+                    rid_json,
                     CREATED_SESSION,
-                    _dumps(sid),
+                    sid_json,
                     EVENT_ID_KEY,
                     eid.encode(),
                     EVENT_END,
                 )
             )
+            self._delta_tail = (
+                sid,
+                rid,
+                _join((TEXT_DELTA_SESSION, sid_json, TEXT_DELTA_RESPONSE, rid_json, EVENT_ID_KEY)),
+            )
+            return data
         out = to_dict(event)
         if event.session_id is None:
             out["session_id"] = sid
@@ -782,7 +795,8 @@ class Connection:
         unknown or ended session, a session-less event with several
         sessions -- anything else returns ``False`` having changed nothing.
         """
-        session = self._shortcut_session(event.session_id)
+        sid = event.session_id  # the lookup inline when named (the usual case)
+        session = self._sessions.get(sid) if sid is not None else self._shortcut_session(sid)
         if (
             session is None
             or session.state not in _TEXT_SESSION_STATES
@@ -805,7 +819,8 @@ class Connection:
         unknown or ended session, a session-less event with several
         sessions -- anything else returns ``False`` having changed nothing.
         """
-        session = self._shortcut_session(event.session_id)
+        sid = event.session_id  # the lookup inline when named (the usual case)
+        session = self._sessions.get(sid) if sid is not None else self._shortcut_session(sid)
         config = event.response
         if (
             session is None

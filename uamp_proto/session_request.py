@@ -64,8 +64,10 @@ def turn_request(
             instructions = override.instructions
         tools = override.tools if override.tools is not None else tools
         modalities = override.modalities or modalities
-    extensions = dict(config.extensions or {})
-    extensions.pop("flow", None)  # the transport's business, not the agent's
+    extensions = {}
+    if config.extensions:
+        extensions = dict(config.extensions)
+        extensions.pop("flow", None)  # the transport's business, not the agent's
     messages = ctx.conversation()
     heard = config.input_audio_format
     if heard in audio.CONVERTED_FORMATS:

@@ -236,14 +236,20 @@ class TopUpAgent:
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self._current, self._emit = request, emit
         try:
-            await respond_paying(
-                self.agent,
-                request,
-                self._paying,
-                stops=self._stops,
-                hold=self.hold,
-                again=self._again,
-            )
+            # respond_paying(self.agent, request, self._paying, stops=...,
+            # hold=self.hold, again=self._again), inline: a coroutine less
+            # on every response's way to its first delta.
+            agent, paying = self.agent, self._paying
+            while True:
+                try:
+                    await agent.respond(request, paying)
+                    return
+                except Exception as exc:
+                    required = self._stops.take(exc, request.response_id, request.session_id)
+                    if required is None:
+                        raise
+                await self.hold(required)
+                request = self._again()
         finally:
             self._current = self._emit = None
 

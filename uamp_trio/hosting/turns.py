@@ -298,14 +298,78 @@ class ResponseRunner:
         if self._started:
             raise RuntimeError("a ResponseRunner runs once")
         self._started = True
+        # The turn itself is this method's body (no coroutine of its own on
+        # the way to the first delta).
         try:
-            if self._charge is None:
-                return await self._run()
+            request, tracker = self.request, self.tracker
+            rid, sid = request.response_id, request.session_id
+            if self._created:
+                if self._sink is None:
+                    # Nobody sees the event: only its effect on the tracker.
+                    if self._track:
+                        tracker.created()
+                else:
+                    created = _make_created(rid, sid)
+                    if self._track:
+                        tracker.apply(created)
+                    # Delivered as emit delivers (no coroutine of its own before the
+                    # first delta): the sink's error is the run's, the event counts.
+                    try:
+                        await self._sink(created)
+                    except Exception as exc:
+                        self._sink_error = exc
+                        raise exc from None
+                    self._count += 1
+                    if self._count >= self._yield_every:
+                        self._count = 0
+                        await trio.lowlevel.checkpoint()
+            error: BaseException | None = None
+            cancelled = False
+            agent = self.agent
+            metered = None
+            if type(agent) is MeteredAgent:
+                # The metrics' wrapper: the run is counted here (emit counts the
+                # deltas) and its agent called without the wrapper's frame.
+                metered = self._metered = agent.start_run()
+                agent = agent.agent
             try:
-                return await self._run()
+                if self._cancellable:
+                    with trio.CancelScope() as scope:
+                        self._scope = scope
+                        if self._cancel_requested:
+                            scope.cancel()
+                        error = await self._respond(agent)
+                    self._scope = None
+                    cancelled = scope.cancelled_caught
+                else:
+                    # _respond, inline (a coroutine less per turn).
+                    try:
+                        await agent.respond(request, self.emit)
+                    except Exception as exc:
+                        error = exc
             finally:
-                await self._settle()  # a no-op when the normal path settled already
+                if metered is not None:
+                    metered.end(error)
+            self._finished = True
+            if self._sink_error is not None:
+                raise self._sink_error
+            status, final, unexpected = conclude(tracker, error, cancelled, session_id=sid)
+            if unexpected:
+                log.error("agent %r failed", request.agent, exc_info=error)
+            # Caught in this frame, the error's traceback holds the frame, and the
+            # frame the error (and the request): a cycle only the collector frees.
+            error = None
+            if final is not None and self._track:
+                tracker.apply(final)  # built with both ids: nothing to stamp
+            if self._charge is not None:
+                await self._settle()
+            outcome = self.outcome = _make_outcome(status, tracker, final, self.balance)
+            if final is not None and self._sink is not None:
+                await self._sink(final)
+            return outcome
         finally:
+            if self._charge is not None:
+                await self._settle()  # however it ended (the normal path settled already)
             # Nothing is sent after the end. The sink's owner often holds this
             # runner (to cancel it): without the sink there is no cycle, and
             # the request with its conversation is freed when the owner is.
@@ -319,74 +383,6 @@ class ResponseRunner:
         tracker = self.tracker
         used = tracker.usage is not None or bool(tracker.output)
         self.balance = await charge.settle(tracker.usage, used=used)
-
-    async def _run(self) -> ResponseOutcome:
-        request, tracker = self.request, self.tracker
-        rid, sid = request.response_id, request.session_id
-        if self._created:
-            if self._sink is None:
-                # Nobody sees the event: only its effect on the tracker.
-                if self._track:
-                    tracker.created()
-            else:
-                created = _make_created(rid, sid)
-                if self._track:
-                    tracker.apply(created)
-                # Delivered as emit delivers (no coroutine of its own before the
-                # first delta): the sink's error is the run's, the event counts.
-                try:
-                    await self._sink(created)
-                except Exception as exc:
-                    self._sink_error = exc
-                    raise exc from None
-                self._count += 1
-                if self._count >= self._yield_every:
-                    self._count = 0
-                    await trio.lowlevel.checkpoint()
-        error: BaseException | None = None
-        cancelled = False
-        agent = self.agent
-        metered = None
-        if type(agent) is MeteredAgent:
-            # The metrics' wrapper: the run is counted here (emit counts the
-            # deltas) and its agent called without the wrapper's frame.
-            metered = self._metered = agent.start_run()
-            agent = agent.agent
-        try:
-            if self._cancellable:
-                with trio.CancelScope() as scope:
-                    self._scope = scope
-                    if self._cancel_requested:
-                        scope.cancel()
-                    error = await self._respond(agent)
-                self._scope = None
-                cancelled = scope.cancelled_caught
-            else:
-                # _respond, inline (a coroutine less per turn).
-                try:
-                    await agent.respond(request, self.emit)
-                except Exception as exc:
-                    error = exc
-        finally:
-            if metered is not None:
-                metered.end(error)
-        self._finished = True
-        if self._sink_error is not None:
-            raise self._sink_error
-        status, final, unexpected = conclude(tracker, error, cancelled, session_id=sid)
-        if unexpected:
-            log.error("agent %r failed", request.agent, exc_info=error)
-        # Caught in this frame, the error's traceback holds the frame, and the
-        # frame the error (and the request): a cycle only the collector frees.
-        error = None
-        if final is not None and self._track:
-            tracker.apply(final)  # built with both ids: nothing to stamp
-        if self._charge is not None:
-            await self._settle()
-        outcome = self.outcome = _make_outcome(status, tracker, final, self.balance)
-        if final is not None and self._sink is not None:
-            await self._sink(final)
-        return outcome
 
     async def _respond(self, agent: Responder) -> Exception | None:
         """Call ``agent``; returns what it raised (``None`` when it returned)."""
@@ -438,9 +434,6 @@ async def run_response(
         cancellable=False,
         charge=charge,
     )
-    if charge is None:
-        runner._started = True  # run(), without its frame: nothing to settle
-        return await runner._run()
     return await runner.run()
 
 

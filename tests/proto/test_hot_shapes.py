@@ -1,0 +1,102 @@
+"""The usual ``input.text`` and ``response.create`` decode as the compiled structure functions do.
+
+``uamp_proto.codec`` takes the two in their usual shape (the type, the
+session's id, the text) itself and builds them positionally, leaving
+anything else to the compiled functions (``GENERAL_STRUCTURE``). Each test
+decodes the same object both ways and compares the event, every field and
+the ``unknown`` bag included, or the refusal. Hypothesis draws objects from
+the events' own keys and a stranger, with values of every JSON type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from uamp_proto.codec import (
+    _BY_TAG,
+    GENERAL_STRUCTURE,
+    DecodeError,
+    _hot_input_text,
+    _hot_response_create,
+    decode_object,
+)
+
+
+def _either(structure: Any, obj: dict[str, Any]) -> Any:
+    try:
+        event = structure(dict(obj))
+    except Exception as exc:
+        return type(exc).__name__
+    fields = {f.name: getattr(event, f.name) for f in attrs.fields(type(event))}
+    return type(event).__name__, fields
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+)
+_KEYS = {
+    "input.text": ["session_id", "text", "event_id", "role", "timestamp", "context", "x"],
+    "response.create": ["session_id", "event_id", "response", "timestamp", "x"],
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    tag=st.sampled_from(sorted(_KEYS)),
+    data=st.data(),
+)
+def test_any_object_decodes_as_the_compiled_function_does(tag: str, data: st.DataObject) -> None:
+    keys = data.draw(st.lists(st.sampled_from(_KEYS[tag]), unique=True, max_size=4))
+    obj = {"type": tag, **{k: data.draw(_VALUES, label=k) for k in keys}}
+    assert _either(_BY_TAG[tag], obj) == _either(GENERAL_STRUCTURE[tag], obj)
+
+
+#: The shapes the hot functions take (so the comparison above is not vacuous).
+_TAKEN = [
+    {"type": "input.text", "session_id": "s", "text": "hi"},
+    {"type": "input.text", "text": "hi"},
+    {"type": "response.create", "session_id": "s"},
+    {"type": "response.create"},
+]
+#: Near misses they leave to the compiled functions.
+_LEFT = [
+    {"type": "input.text", "session_id": None, "text": "hi"},
+    {"type": "input.text", "session_id": "s", "text": 1},
+    {"type": "input.text", "session_id": "s", "role": "user"},
+    {"type": "input.text", "event_id": "e", "text": "hi"},
+    {"type": "input.text", "text": None},
+    {"type": "input.text"},
+    {"type": "response.create", "session_id": 3},
+    {"type": "response.create", "event_id": "e"},
+    {"type": "response.create", "session_id": "s", "x": 1},
+]
+
+
+@pytest.mark.parametrize("obj", _TAKEN + _LEFT)
+def test_the_usual_shapes_and_their_near_misses(obj: dict[str, Any]) -> None:
+    tag = obj["type"]
+    assert _either(_BY_TAG[tag], obj) == _either(GENERAL_STRUCTURE[tag], obj)
+    if obj in _LEFT and _either(GENERAL_STRUCTURE[tag], obj) == "KeyError":
+        with pytest.raises(DecodeError):
+            decode_object(obj)
+
+
+@pytest.mark.parametrize("obj", _TAKEN)
+def test_the_usual_shapes_never_reach_the_compiled_function(obj: dict[str, Any]) -> None:
+    def refuse(d: Any) -> Any:
+        raise AssertionError("took the compiled function")
+
+    hot = {"input.text": _hot_input_text, "response.create": _hot_response_create}
+    tag = obj["type"]
+    assert _either(hot[tag](refuse), obj) == _either(GENERAL_STRUCTURE[tag], obj)
