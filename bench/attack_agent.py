@@ -7,7 +7,9 @@ message ``flood N`` makes it stream ``N`` deltas of 1 KiB each instead (for
 the stalled-reader attack), ``hold N`` answers after ``N`` seconds (a
 conversation kept busy, for the busy-queue flood), ``ask`` asks its
 caller a question (a run paused for a person, for the interrupt flood) and
-answers ``refused: REASON`` when the host refuses to ask. It runs on Trio
+answers ``refused: REASON`` when the host refuses to ask, and ``history``
+answers how many characters of conversation the run was given (``kept N``).
+It runs on Trio
 (``uamp serve``) and on asyncio (``uamp_asgi`` under uvicorn) alike.
 """
 
@@ -50,6 +52,10 @@ class CountingAgent:
             return
         if len(words) == 2 and words[0] == "hold" and words[1].isdigit():
             await anyio.sleep(int(words[1]))
+        if words == ["history"]:
+            kept = sum(len(m.text) for m in request.messages[:-1])
+            await emit(ev.ResponseDelta(delta=ty.DeltaText(text=f"kept {kept}")))
+            return
         if words == ["ask"] and request.interrupts is not None:
             question = Interrupt(id="", kind=QUESTION, key="attack", prompt="Go on?")
             answer = await request.interrupts.ask(question)

@@ -1860,6 +1860,72 @@ async def uamp_session_flood(port: int, long: bool) -> Outcome:
     )
 
 
+async def uamp_input_pin(port: int, long: bool) -> Outcome:
+    """``input.text`` of 1 MiB after ``input.text`` on one session, never ``response.create``."""
+    count = 150 if long else 12
+    ws = await WsEvents.open(port, UAMP_WS)
+    created = await ws.create()
+    sid = (created or {}).get("session_id")
+    big = "x" * (1024 * 1024)
+    for _ in range(count):
+        await ws.send(type="input.text", session_id=sid, text=big)
+    await ws.send(type="response.create", session_id=sid)
+    answers: dict[str, int] = {}
+    while True:
+        got = await ws.until(
+            lambda e: (
+                e.get("session_id") == sid and e["type"] in ("session.error", "response.done")
+            ),
+            limit=30,
+        )
+        if got is None or got["type"] == "response.done":
+            tally(answers, "response.done" if got else "no answer")
+            break
+        tally(answers, f"session.error {got['error']['code']}")
+    await ws.aclose()
+    kept = 8  # ConnectionConfig.max_pending_input_bytes: 8 MiB
+    return Outcome(
+        sent=f"{count} input.text of 1 MiB on one session, then one response.create",
+        answer=str(answers),
+        ok=answers == {"session.error invalid_request": count - kept, "response.done": 1},
+        allowed_runs=1,  # the one response, on the first 8 MiB
+    )
+
+
+async def uamp_history_pin(port: int, long: bool) -> Outcome:
+    """Turn after turn of 1 MiB on one session: what the session keeps of its conversation."""
+    turns = 60 if long else 10
+    ws = await WsEvents.open(port, UAMP_WS)
+    created = await ws.create()
+    sid = (created or {}).get("session_id")
+    answers: dict[str, int] = {}
+    last = ""
+    for n in range(turns + 1):
+        text = "history" if n == turns else "x" * (1024 * 1024)
+        await ws.send(type="input.text", session_id=sid, text=text)
+        await ws.send(type="response.create", session_id=sid)
+        got = await ws.until(
+            lambda e: (
+                e.get("session_id") == sid and e["type"] in ("session.error", "response.done")
+            ),
+            limit=30,
+        )
+        kind = (got or {}).get("type", "no answer")
+        tally(answers, kind)
+        if got is not None and kind == "response.done":
+            last = "".join(
+                o.get("text", "") for o in got["response"].get("output", []) if isinstance(o, dict)
+            )
+    await ws.aclose()
+    kept = int(last.split()[-1]) if last.startswith("kept ") else -1
+    return Outcome(
+        sent=f"{turns} turns of 1 MiB on one session, then one asking what it keeps",
+        answer=f"{answers}; the last turn was given {kept // 1024} KiB of conversation",
+        ok=answers == {"response.done": turns + 1} and 0 < kept <= 4 * 1024 * 1024,
+        allowed_runs=turns + 1,
+    )
+
+
 REALTIME_WS = f"/agents/{AGENT}/realtime"
 
 
@@ -2065,6 +2131,7 @@ SCENARIOS = [
 SCENARIOS += [
     Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
 ]
+SCENARIOS += [Scenario.of(uamp_input_pin), Scenario.of(uamp_history_pin)]
 SCENARIOS += [Scenario.of(ai_sdk_answer_pin)]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks)]
 #: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
@@ -2081,6 +2148,8 @@ SCENARIOS += [
         realtime_busy_flood,
         ai_sdk_answer_pin,
         background_response_pin,
+        uamp_input_pin,
+        uamp_history_pin,
     )
 ]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks, kind="asgi")]

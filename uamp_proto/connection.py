@@ -66,7 +66,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from . import _fastinit, flow
+from . import _fastinit, flow, history
 from . import events as ev
 from . import types as ty
 from ._state import (
@@ -241,6 +241,14 @@ class ConnectionConfig:
             :meth:`Connection.start_held` -- or raises
             :class:`~uamp_proto.errors.LocalProtocolError`, which refuses it.
             ``None`` (the default): refused with ``response_in_progress``.
+        max_pending_input_bytes: Most input (text, media as sent) a session
+            gathers for its next response; more is refused ``invalid_request``
+            until ``response.create`` takes it.
+        max_history_bytes / max_history_messages: Most a session's kept
+            conversation holds (about its JSON size; messages). Past either,
+            its oldest turns are dropped, down to three quarters of both
+            (:func:`uamp_proto.history.trim`), so a long session costs each
+            turn a bounded copy and the server bounded memory.
     """
 
     ids: IdSource = random_ids
@@ -252,11 +260,17 @@ class ConnectionConfig:
     max_delta_window: int = attrs.field(default=1024)
     delta_window: int | None = None
     on_busy: Callable[[str, ev.ResponseCreate], object] | None = None
+    max_pending_input_bytes: int = attrs.field(default=8 * 1024 * 1024)
+    max_history_bytes: int = attrs.field(default=4 * 1024 * 1024)
+    max_history_messages: int = attrs.field(default=1000)
 
     @max_sessions.validator
     @max_event_size.validator
     @max_queued.validator
     @max_delta_window.validator
+    @max_pending_input_bytes.validator
+    @max_history_bytes.validator
+    @max_history_messages.validator
     def _positive(self, attribute: attrs.Attribute[int], value: int) -> None:
         if value < 1:
             raise ValueError(f"{attribute.name} must be at least 1, got {value}")
@@ -299,7 +313,14 @@ class SessionContext:
         #: (later keys win), handed to its tracker on ``response.create``.
         self.pending_context: dict[str, Any] | None = None
         self.history: list[ty.Message] = []
+        #: About the JSON size of :attr:`history` as last weighed, the list
+        #: weighed and each of its messages' weight (:meth:`Connection._bound_history`).
+        self.history_bytes = 0
+        self.weighed: list[ty.Message] | None = None
+        self.weights: list[int] = []
         self.pending_input: list[tuple[str, ty.ContentItem]] = []
+        #: About the bytes of :attr:`pending_input` (:func:`_input_size`).
+        self.pending_bytes = 0
         self.stateless_history: list[ty.Message] | None = None
         self.response: ResponseTracker | None = None
         self.payment = PaymentNegotiation(self.payment_token)
@@ -355,6 +376,12 @@ class SessionContext:
                 msgs.extend(tracker.messages())
         return msgs
 
+    def drop_last_input(self) -> None:
+        """Take back the newest gathered input (it went elsewhere: a room's voice call)."""
+        if self.pending_input:
+            _, item = self.pending_input.pop()
+            self.pending_bytes -= _input_size(item)
+
     def _take_input(self) -> list[ty.Message]:
         """Assemble the accumulated input events into messages (section 8.5.1)."""
         pending = self.pending_input
@@ -364,6 +391,7 @@ class SessionContext:
             only_role, only = pending[0]
             if type(only) is ty.TextContent:
                 pending.clear()
+                self.pending_bytes = 0
                 return [_make_message(only_role, only.text)]
         messages: list[ty.Message] = []
         role: str | None = None
@@ -389,6 +417,7 @@ class SessionContext:
             items.append(item)
         flush()
         self.pending_input.clear()
+        self.pending_bytes = 0
         if self.stateless_history is not None:
             base = self.stateless_history
             self.stateless_history = None
@@ -434,6 +463,16 @@ class HeldResponse:
     response_id: str
     messages: list[ty.Message]
     context: dict[str, Any] | None = None
+
+
+_message_weight = history.message_weight
+
+
+def _input_size(item: ty.ContentItem) -> int:
+    """About the bytes one gathered input holds: its text, or its media as sent."""
+    if type(item) is ty.TextContent:
+        return len(item.text)
+    return history.weight(item)
 
 
 def _refuse(code: str, message: str, field: str | None = None) -> LocalProtocolError:
@@ -775,7 +814,50 @@ class Connection:
         tracker.apply(event)
         tracker.state = after
         session._finish_response(keep_output=True)
+        self._bound_history(session)
         return self._serialise(to_dict(event))
+
+    def _bound_history(self, session: SessionContext) -> None:
+        """Keep ``session`` 's conversation within the configured bounds (a turn just joined it).
+
+        Each message is weighed once (:func:`uamp_proto.history.message_weight`,
+        kept beside it); a history replaced meanwhile (stateless
+        ``messages``, a resume) is weighed anew. Past a bound the oldest
+        messages go, down to three quarters of both bounds and on to a user
+        message (what :func:`uamp_proto.history.trim` keeps), into a new
+        list: what reads the list incrementally (an event log's record) sees
+        the replacement.
+        """
+        history = session.history
+        weights = session.weights
+        if session.weighed is not history:
+            weights = session.weights = [_message_weight(m) for m in history]
+            session.history_bytes = sum(weights)
+            session.weighed = history
+        elif len(weights) < len(history):
+            for message in history[len(weights) :]:
+                size = _message_weight(message)
+                weights.append(size)
+                session.history_bytes += size
+        config = self.config
+        count = len(history)
+        if (
+            session.history_bytes <= config.max_history_bytes
+            and count <= config.max_history_messages
+        ):
+            return
+        most_bytes = config.max_history_bytes * 3 // 4
+        most_messages = config.max_history_messages * 3 // 4
+        total, first = session.history_bytes, 0
+        while first < count and (total > most_bytes or count - first > most_messages):
+            total -= weights[first]
+            first += 1
+        while first < count and history[first].role != "user":
+            total -= weights[first]
+            first += 1
+        session.history = session.weighed = history[first:]
+        session.weights = weights[first:]
+        session.history_bytes = total
 
     def _shortcut_session(self, sid: str | None) -> SessionContext | None:
         """The session a client's event names, or the only one; ``None``: the general path."""
@@ -804,9 +886,11 @@ class Connection:
             or event.context is not None
             or event.messages is not None
             or event.payment_token is not None
+            or session.pending_bytes + len(event.text) > self.config.max_pending_input_bytes
         ):
             return False
         session.pending_input.append((event.role or "user", _make_text(event.text)))
+        session.pending_bytes += len(event.text)
         return True
 
     def _receive_create(self, event: ev.ResponseCreate) -> bool:
@@ -1297,7 +1381,17 @@ class Connection:
                 mime_type=event.mime_type,
                 content_id=content_id_of(event.file, event.content_id, self._ids),
             )
+        size = _input_size(item)
+        limit = self.config.max_pending_input_bytes
+        if session.pending_bytes + size > limit:
+            raise _refuse(
+                "invalid_request",
+                f"the input gathered for the next response would pass {limit} bytes; "
+                "send response.create (or less input) first",
+                "text" if type(item) is ty.TextContent else None,
+            )
         session.pending_input.append((role, item))
+        session.pending_bytes += size
 
     def _server_turn(
         self, session: SessionContext, etype: str, sender: Role, phase: ResponseState
@@ -1396,6 +1490,7 @@ class Connection:
             if after in TERMINAL_RESPONSE_STATES:
                 tracker.state = after
                 session._finish_response(keep_output=after is not ResponseState.FAILED)
+                self._bound_history(session)
                 return stamps
         if tracker is not None:
             tracker.state = after  # the table's move (tracker.apply agrees)

@@ -29,6 +29,10 @@ WORK = {
     "interrupt_flood",  # every run is the agent's: 32 park, the rest are refused the ask
     "push_slow_webhook",  # the flooding task itself
     "acp_history_pin",  # every prompt
+    "uamp_input_pin",  # the one response on the input kept
+    "asgi_uamp_input_pin",
+    "uamp_history_pin",  # every turn
+    "asgi_uamp_history_pin",
     "realtime_busy_flood",  # the held responses and the queued ones, in turn
     "asgi_realtime_busy_flood",
     "asgi_push_config_pin",
@@ -96,6 +100,8 @@ SCENARIOS = [
     "background_response_pin",
     "a2a_task_flood",
     "ai_sdk_answer_pin",
+    "uamp_input_pin",
+    "uamp_history_pin",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",
@@ -108,6 +114,8 @@ SCENARIOS = [
     "asgi_ai_sdk_answer_pin",
     "asgi_background_response_pin",
     "asgi_a2a_task_flood",
+    "asgi_uamp_input_pin",
+    "asgi_uamp_history_pin",
 ]
 
 

@@ -558,8 +558,8 @@ class SessionHost(ResponsePart):
                 # A call between people in a room (docs/voice.md): the audio
                 # went to the other side, not into the next response's input.
                 ctx = self._contexts.get(session.id)
-                if etype == "input.audio" and ctx is not None and ctx.pending_input:
-                    ctx.pending_input.pop()
+                if etype == "input.audio" and ctx is not None:
+                    ctx.drop_last_input()
                 return
             if etype == "voice.invite" or etype == "voice.end":
                 self._voice(session, event)
