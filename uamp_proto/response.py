@@ -39,7 +39,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -75,6 +75,8 @@ _REQUESTED: Final = ResponseState.REQUESTED
 _NO_ENTRIES: Final[Mapping[str, Any]] = MappingProxyType({})
 _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_TEXTS: Final[tuple[str, ...]] = ()
+#: What :meth:`ResponseTracker._own` makes of one of them.
+_Container = TypeVar("_Container", dict[str, Any], set[str], list[str])
 
 
 #: ``TextContent(text=...)``, ``ResponseOutput(id=..., ...)`` and
@@ -254,11 +256,11 @@ class ResponseTracker:
         elif kind is ev.ToolCall:
             self._client_call(event)  # type: ignore[arg-type]
         elif kind is ev.ToolCallDone:
-            self._own_done_calls().add(event.call_id)  # type: ignore[attr-defined]
+            self._own("_done_calls", set).add(event.call_id)  # type: ignore[attr-defined]
         elif kind is ev.AudioDelta:
             self._audio(event.audio)  # type: ignore[attr-defined]
         elif kind is ev.TranscriptDelta:
-            self._own_transcript().append(event.transcript)  # type: ignore[attr-defined]
+            self._own("_transcript", list).append(event.transcript)  # type: ignore[attr-defined]
         elif kind is ev.ResponseDone:
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
         elif kind is ev.ResponseErrorEvent:
@@ -310,46 +312,19 @@ class ResponseTracker:
         self._progress = {k: self._progress[k][:n] for k, n in progress.items()}
         self._usage = usage
         if transcript < len(self._transcript):
-            del self._own_transcript()[transcript:]
+            del self._own("_transcript", list)[transcript:]
         self._checkpoint = self._mark()
 
-    # Each container made writable at its first write (they start read-only: _NO_ENTRIES).
+    def _own(self, name: str, kind: type[_Container]) -> _Container:
+        """The container ``name``, made writable (a new ``kind``) at its first write.
 
-    def _own_calls(self) -> dict[str, _Slot]:
-        calls = self._calls
-        if type(calls) is not dict:
-            calls = self._calls = {}
-        return calls
-
-    def _own_client_calls(self) -> dict[str, ty.ToolInvocation]:
-        calls = self._client_calls
-        if type(calls) is not dict:
-            calls = self._client_calls = {}
-        return calls
-
-    def _own_answered(self) -> set[str]:
-        ids = self._answered
-        if type(ids) is not set:
-            ids = self._answered = set()
-        return ids
-
-    def _own_done_calls(self) -> set[str]:
-        ids = self._done_calls
-        if type(ids) is not set:
-            ids = self._done_calls = set()
-        return ids
-
-    def _own_progress(self) -> dict[str, list[str]]:
-        progress = self._progress
-        if type(progress) is not dict:
-            progress = self._progress = {}
-        return progress
-
-    def _own_transcript(self) -> list[str]:
-        texts = self._transcript
-        if type(texts) is not list:
-            texts = self._transcript = []
-        return texts
+        They start as the shared read-only empties (:data:`_NO_ENTRIES`).
+        """
+        value = getattr(self, name)
+        if type(value) is not kind:
+            value = kind()
+            setattr(self, name, value)
+        return value
 
     def _last(self, kind: str) -> _Slot:
         slots = self._slots
@@ -367,7 +342,9 @@ class ResponseTracker:
             frag: ty.ToolCallFragment = delta.tool_call  # type: ignore[union-attr]
             slot = self._calls.get(frag.id)
             if slot is None:
-                slot = self._own_calls()[frag.id] = _Slot("tool_call", {"id": frag.id, "name": ""})
+                slot = self._own("_calls", dict)[frag.id] = _Slot(
+                    "tool_call", {"id": frag.id, "name": ""}
+                )
                 self._slots.append(slot)
             if frag.name and not slot.extra["name"]:
                 slot.extra["name"] = frag.name
@@ -385,7 +362,7 @@ class ResponseTracker:
             self._slots.append(slot)
         elif kind is ty.DeltaToolProgress:
             prog: ty.ToolProgress = delta.tool_progress  # type: ignore[union-attr]
-            self._own_progress().setdefault(prog.call_id, []).append(prog.text)
+            self._own("_progress", dict).setdefault(prog.call_id, []).append(prog.text)
 
     def _thinking(self, event: ev.Thinking) -> None:
         slots = self._slots
@@ -405,10 +382,10 @@ class ResponseTracker:
 
     def _client_call(self, event: ev.ToolCall) -> None:
         call = ty.ToolInvocation(id=event.call_id, name=event.name, arguments=event.arguments)
-        self._own_client_calls()[event.call_id] = call
+        self._own("_client_calls", dict)[event.call_id] = call
         slot = self._calls.get(event.call_id)
         if slot is None:
-            slot = self._own_calls()[event.call_id] = _Slot(
+            slot = self._own("_calls", dict)[event.call_id] = _Slot(
                 "tool_call", {"id": event.call_id, "name": event.name}
             )
             slot.parts.append(event.arguments)
@@ -437,7 +414,7 @@ class ResponseTracker:
                 f"call_id {call_id!r} was already answered",
                 code="invalid_tool_result",
             )
-        self._own_answered().add(call_id)
+        self._own("_answered", set).add(call_id)
         slot = _Slot("tool_result", {"call_id": call_id, "is_error": is_error})
         slot.parts.append(result)
         self._slots.append(slot)
