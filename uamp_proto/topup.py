@@ -17,7 +17,7 @@ the requirements' ``expires_at``):
   Then the agent's ``emit`` returns and its coroutine goes on where it was.
   No content flows meanwhile (the core refuses it while payment is open).
 * It *raises* :class:`~uamp_proto.payment.PaymentRequiredError`:
-  :func:`respond_paying` holds the response, then runs the agent again on
+  :meth:`TopUpAgent.respond` holds the response, then runs the agent again on
   the conversation so far (its output before the raise included), under the
   same response id, at most :data:`MAX_PAYMENT_ROUNDS` times a response
   (:class:`PaymentStops`); past that the error ends the response
@@ -52,7 +52,6 @@ __all__ = [
     "TopUpAgent",
     "pay_top_up",
     "payment_error",
-    "respond_paying",
     "top_up",
 ]
 
@@ -154,42 +153,13 @@ class PaymentStops:
         return attrs.evolve(unpaid.event(response_id), session_id=session_id)
 
 
-async def respond_paying(
-    agent: Responder,
-    request: TurnRequest,
-    emit: Emit,
-    *,
-    stops: PaymentStops,
-    hold: Hold,
-    again: Callable[[], TurnRequest],
-) -> None:
-    """``agent.respond``, held and run again when it raises PaymentRequiredError.
-
-    Args:
-        stops: The response's count of such stops.
-        hold: The server's wait (see the module docstring).
-        again: The request of the next run: the conversation so far and the
-            session's new token; raises when the response is gone.
-    """
-    while True:
-        try:
-            await agent.respond(request, emit)
-            return
-        except Exception as exc:
-            required = stops.take(exc, request.response_id, request.session_id)
-            if required is None:
-                raise
-        await hold(required)
-        request = again()
-
-
 class TopUpAgent:
     """``agent`` with both ways of asking for money mid-response answered (module docstring).
 
     Its ``emit`` holds on an emitted ``payment.required`` (:func:`top_up`)
     and returns once paid, with ``request.metadata[PAID_TOKEN]`` the token
     that paid; a raised :class:`PaymentRequiredError` is held and the agent
-    run again (:func:`respond_paying`). A server supplies its side as the
+    run again (:meth:`respond`). A server supplies its side as the
     methods :meth:`hold`, :meth:`next_request`, :meth:`charge` and
     :meth:`token` (a subclass), or as callables (:class:`PayingAgent`).
 
@@ -236,9 +206,7 @@ class TopUpAgent:
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         self._current, self._emit = request, emit
         try:
-            # respond_paying(self.agent, request, self._paying, stops=...,
-            # hold=self.hold, again=self._again), inline: a coroutine less
-            # on every response's way to its first delta.
+            # Held and run again on each PaymentRequiredError (module docstring).
             agent, paying = self.agent, self._paying
             while True:
                 try:
