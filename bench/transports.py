@@ -96,6 +96,17 @@ from ``/proc`` on Linux) per unit of work over all rounds. On a shared
 machine the wall-clock rows of sequential requests are mostly loopback
 wake-ups; the CPU figure is the steadier comparison of what each server does.
 
+``--placement`` says where the latency rows (``ttfd``, ``ttfd-sse``) run
+the client and the servers: ``free`` (the default) leaves it to the
+scheduler; ``split`` pins the client to the first CPU and every server to
+the last (a client on another machine: the server's work runs beside the
+client's, and an idle server waits for its wake-up); ``same`` pins all of
+them to the first CPU (each request's time is the client's and the
+server's CPU, one after the other). On a small virtual machine the free
+figure moves with where the scheduler puts the two processes more than
+with the server's work (docs/performance.md, "Ninth round"); the pinned
+ones do not.
+
 Keep the baselines honest: each must run as its users would deploy it. In
 particular uvicorn must get a socket whose ``proto`` is TCP, or asyncio
 leaves Nagle on and every non-streamed request waits for a delayed ACK.
@@ -130,6 +141,8 @@ WORD = "tok "
 TTFD_REPEATS = 200
 #: One-delta responses profiled by ``--calls`` (after as many to warm up).
 CALLS_RESPONSES = 1000
+#: ``--placement``: where the latency rows run the client and the servers.
+PLACEMENTS = ("free", "split", "same")
 #: Where a server started by ``--calls`` writes its profile (see :func:`_profiled`).
 PROFILE_ENV = "UAMP_BENCH_PROFILE"
 
@@ -1530,8 +1543,12 @@ def measure(
     higher_is_better: bool = True,
     http: bool = False,
     cpu_unit: str = "",
+    placement: str = "free",
 ) -> dict[str, float]:
     """Alternate the measurements ``rounds`` times; print medians and ratios.
+
+    ``placement`` pins this process and the servers to CPUs (see
+    ``--placement`` in the module docstring) for the row, and no longer.
 
     Beside each median goes the server's CPU time (user + system, from
     ``/proc``) per unit of work over all rounds: per ``cpu_unit`` (a rate
@@ -1544,7 +1561,9 @@ def measure(
     work = dict.fromkeys(runs, 0.0)
     servers = {k: Running(k) for k in runs}
     order = list(runs)
+    mine = os.sched_getaffinity(0)
     try:
+        _place(placement, [s.proc.pid for s in servers.values()])
         if http:
             sizes = {k: payload_sizes(servers[k].port) for k in order}
             print(f"\n  payload bytes (100-chunk SSE body, 5-word completion): {sizes}")
@@ -1568,10 +1587,11 @@ def measure(
                         done = value * (t1 - t0) if higher_is_better else TTFD_REPEATS
                     work[k] += done
     finally:
+        os.sched_setaffinity(0, mine)
         for s in servers.values():
             s.stop()
     med = {k: statistics.median(v) for k, v in results.items()}
-    print(f"\n{title}")
+    print(f"\n{title}" + (f", placement {placement}" if placement != "free" else ""))
     for k, v in med.items():
         line = f"  {k:<12} {v:>12,.{3 if unit == 'ms' else 1}f} {unit}"
         if k != "uamp" and "uamp" in med:
@@ -1584,6 +1604,25 @@ def measure(
             line = f"{line:<64} server CPU {per:,.{2 if per < 10 else 0}f} us/{cpu_unit}"
         print(line)
     return med
+
+
+def _place(placement: str, servers: list[int]) -> None:
+    """Pin this process (the client) and the ``servers`` processes as ``placement`` says."""
+    if placement == "free":
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 and placement == "split":
+        raise SystemExit("--placement split needs two CPUs")
+    client = cpus[0]
+    server = cpus[-1] if placement == "split" else client
+    os.sched_setaffinity(0, {client})
+    todo = list(servers)
+    while todo:  # each server's threads, and its children's (Granian's workers)
+        pid = todo.pop()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(task), {server})
+            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            todo.extend(int(c) for c in children)
 
 
 def _by_kind(fn: Callable[[str, int, int], float], kind: str, n: int, port: int) -> float:
@@ -1621,6 +1660,12 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="ws,sse,sse-responses,json,ttfd,ttfd-sse,mux,conns")
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="free",
+        help="where the latency rows run the client and the servers (module docstring)",
+    )
     parser.add_argument("--serve", choices=sorted(SERVERS))
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--against", metavar="REV", help="add uamp as of git revision REV")
@@ -1799,6 +1844,8 @@ def main() -> None:
     ]
     for name, title, unit, run, kinds, options in rows:
         if name in only:
+            if options.get("higher_is_better") is False:  # the latency rows
+                options = {**options, "placement": args.placement}
             measure(title, unit, {k: run(k) for k in kinds}, args.rounds, **options)
 
 
