@@ -22,7 +22,7 @@ import contextvars
 import functools
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import cattrs
@@ -810,51 +810,8 @@ async def _close_stream(events: Any) -> None:
             await aclose()
 
 
-_T = TypeVar("_T")
-
-
-def _positional_maker(cls: type[_T], names: tuple[str, ...]) -> Callable[..., _T]:
-    """``make(*values)``: what ``cls(**dict(zip(names, values)))`` builds, without the keywords.
-
-    Calling a class with keywords costs CPython a dict that attrs' generated
-    ``__init__`` unpacks again (22 of them per run here). ``make`` stores
-    the fields in ``__init__``'s order (so instances keep sharing their dict
-    keys), the others' defaults and factories as ``__init__`` does, then
-    runs ``__attrs_post_init__``. For a mutable, dict-based attrs class
-    whose ``__init__`` only stores (no validators, converters or setattr
-    hooks): a test holds ``make``'s instance to ``__init__``'s.
-    """
-    given = {alias: f"_v{i}" for i, alias in enumerate(names)}
-    namespace: dict[str, Any] = {"_C": cls, "_new": object.__new__, "_NOTHING": attrs.NOTHING}
-    body = ["    _o = _new(_C)"]
-    for i, field in enumerate(attrs.fields(cast(Any, cls))):
-        if field.validator is not None or field.converter is not None:
-            raise TypeError(f"{cls.__name__}.{field.name} is not stored plainly")
-        if field.init and field.alias in given:
-            value = given[field.alias]
-        elif isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-            if field.default.takes_self:
-                raise TypeError(f"{cls.__name__}.{field.name}'s factory takes self")
-            namespace[f"_f{i}"] = field.default.factory
-            value = f"_f{i}()"
-        elif field.default is not attrs.NOTHING:
-            namespace[f"_d{i}"] = field.default
-            value = f"_d{i}"
-        elif field.init:
-            raise TypeError(f"{cls.__name__}.{field.alias} has no default and is not given")
-        else:
-            continue  # init=False without a default: __init__ does not set it either
-        body.append(f"    _o.{field.name} = {value}")
-    if hasattr(cls, "__attrs_post_init__"):
-        body.append("    _o.__attrs_post_init__()")
-    body.append("    return _o")
-    exec(f"def make({', '.join(given.values())}):\n" + "\n".join(body) + "\n", namespace)
-    made: Callable[..., _T] = namespace["make"]
-    return made
-
-
 #: ``ExecutionContext(agent=..., ...)`` as ``Agent`` builds one per run, positionally.
-new_context = _positional_maker(
+new_context = _fastinit.maker(
     ExecutionContext,
     (
         "agent",
@@ -891,9 +848,7 @@ def tool_message(call: ToolInvocation, output: ToolOutput) -> Message:
     result with media (UAMP 8.5.4: the conversation is the content registry).
     """
     items: list[ContentItem] | None = (
-        [ToolResultContent(tool_result=output)]
-        if output.is_error or output.content_items
-        else None
+        [ToolResultContent(tool_result=output)] if output.is_error or output.content_items else None
     )
     return _tool_message("tool", call.id, call.name, output.result, items)
 

@@ -194,12 +194,14 @@ def _default(cls: type[Any], field: Any, i: int, namespace: dict[str, Any]) -> s
 
 
 def _plain_mutable(cls: type[Any]) -> bool:
-    """Whether ``cls`` is a mutable slotted attrs class whose ``__init__`` only stores
-    its arguments and defaults (``init=False`` fields' too), with no setattr hook."""
+    """Whether ``cls`` is a mutable attrs class whose ``__init__`` only stores its
+    arguments and defaults, then maybe runs ``__attrs_post_init__``, with no
+    setattr hook. Slotted or not: a dict-based one gets its keys in ``__init__``'s
+    order (so its instances keep sharing their dict keys)."""
     props = getattr(cls, "__attrs_props__", None)
-    if props is None or props.is_frozen or not (props.is_slotted and props.added_init):
+    if props is None or props.is_frozen or not props.added_init:
         return False
-    if "__attrs_pre_init__" in dir(cls) or "__attrs_post_init__" in dir(cls):
+    if "__attrs_pre_init__" in dir(cls):
         return False
     setter: object = cls.__setattr__
     if setter is not object.__setattr__:  # on_setattr hooks (validators, converters)
@@ -211,9 +213,7 @@ def _plain_mutable(cls: type[Any]) -> bool:
         default = field.default
         if isinstance(default, attrs.Factory) and default.takes_self:  # type: ignore[arg-type]
             return False
-        if not field.init and default is attrs.NOTHING:
-            return False
-    return _slots(cls) - {"__weakref__"} == {f.name for f in fields}
+    return not props.is_slotted or _slots(cls) - {"__weakref__"} == {f.name for f in fields}
 
 
 _MAKERS: dict[tuple[type[Any], tuple[str, ...]], Callable[..., Any]] = {}
@@ -250,10 +250,14 @@ def maker(cls: type[_T], names: tuple[str, ...]) -> Callable[..., _T]:
         namespace["_new"] = object.__new__
         body = ["    _o = _new(_C)"]
         for i, field in enumerate(attrs.fields(cast(Any, cls))):
+            if not field.init and field.default is attrs.NOTHING:
+                continue  # __init__ leaves it unset too
             value = (given.get(field.alias) if field.init else None) or _default(
                 cls, field, i, namespace
             )
             body.append(f"    _o.{field.name} = {value}")
+        if "__attrs_post_init__" in dir(cls):
+            body.append("    _o.__attrs_post_init__()")
         body.append("    return _o")
         source = f"def make({params}):\n" + "\n".join(body) + "\n"
     else:

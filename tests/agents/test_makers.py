@@ -45,9 +45,16 @@ def test_a_mutable_slotted_class_is_built_by_plain_stores(cls: type[Any]) -> Non
 
 
 def test_a_mutable_class_with_hooks_is_called_with_keywords() -> None:
+    """A validator or converter makes the maker call the class; a post-init hook and a
+    dict-based class are built in place, as the class builds them."""
+
     @attrs.define(kw_only=True)
     class Checked:
         x: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.define(kw_only=True)
+    class Converted:
+        x: int = attrs.field(converter=int)
 
     @attrs.define(kw_only=True)
     class Posted:
@@ -60,18 +67,26 @@ def test_a_mutable_class_with_hooks_is_called_with_keywords() -> None:
     @attrs.define(kw_only=True, slots=False)
     class Dicted:
         x: int
+        y: list[int] = attrs.Factory(list)
+        z: int = attrs.field(init=False, eq=False)
 
-    for cls in (Checked, Posted, Dicted):
+    for cls in (Checked, Converted):
         assert not _fastinit._plain_mutable(cls)
+    for cls in (Posted, Dicted):
+        assert _fastinit._plain_mutable(cls)
     assert _fastinit.maker(Posted, ("x",))(3).seen == [3]
     with pytest.raises(TypeError):
         _fastinit.maker(Checked, ("x",))("3")  # the validator runs
-    assert _fastinit.maker(Dicted, ("x",))(1) == Dicted(x=1)
+    assert _fastinit.maker(Converted, ("x",))("3").x == 3  # the converter runs
+    made = _fastinit.maker(Dicted, ("x",))(1)
+    assert made == Dicted(x=1)
+    assert vars(made) == vars(Dicted(x=1)) == {"x": 1, "y": []}  # z left unset, as __init__ does
+    assert made.y is not _fastinit.maker(Dicted, ("x",))(1).y
 
 
 def test_the_run_context_maker_builds_what_the_class_builds() -> None:
     """``new_context``: ``ExecutionContext(**kw)``'s instance, the same dict key order included."""
-    from uamp_agents.context import ExecutionContext, _positional_maker, new_context
+    from uamp_agents.context import ExecutionContext, new_context
     from uamp_proto.types import Message
 
     order = ("agent", "llm", "input", "history", "tools", "strategy", "run", "params", "system",
@@ -95,4 +110,4 @@ def test_the_run_context_maker_builds_what_the_class_builds() -> None:
     for key in ("tool_executions", "pending_tool_calls", "_step_usage", "_suspended"):
         assert vars(again)[key] is not vars(made)[key]  # a factory's new object each time
     with pytest.raises(TypeError):
-        _positional_maker(ExecutionContext, ("agent",))  # required fields missing
+        _fastinit.maker(ExecutionContext, ("agent",))  # required fields missing
