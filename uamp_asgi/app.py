@@ -18,6 +18,7 @@ authenticator refuses it; public routes let anyone through).
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -498,16 +499,28 @@ class UampASGI:
             principal,
             headers,
             host.config.websocket_max_message_size,
+            host.config.websocket_send_timeout,
         )
         if metrics is None:
-            await handler(socket)
+            await _guarded(handler, socket)
             return
         metrics.open_streams.labels(transport).inc()
         try:
-            await handler(socket)
+            await _guarded(handler, socket)
         finally:
             metrics.open_streams.labels(transport).dec()
             metrics.finished(transport, agent, 101, time.perf_counter() - began, None)
+
+
+async def _guarded(handler: WebSocketHandler, socket: WebSocket) -> None:
+    """Run ``handler`` with its socket's watch beside it (a peer that does not read is dropped)."""
+    if socket.send_timeout == math.inf:
+        await handler(socket)
+        return
+    async with anyio.create_task_group() as group:
+        group.start_soon(socket.watch, group.cancel_scope)
+        await handler(socket)
+        group.cancel_scope.cancel()  # the watch ends with the handler
 
 
 def app(agents: Responder | Iterable[Responder], *, config: Config | None = None) -> UampASGI:

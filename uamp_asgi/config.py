@@ -102,6 +102,12 @@ def _busy_policy(_: object, __: object, value: str) -> None:
         raise ValueError(f"on_busy: {exc}") from None
 
 
+def _positive(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    """Refuse a duration that is not above zero (ValueError; ``math.inf`` is one)."""
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, not {value!r}")
+
+
 def _memory_log() -> EventLog:
     """The default event log: this process's memory, bounded per principal."""
     return MemoryEventLog(max_sessions=4096, max_sessions_per_principal=256)
@@ -130,6 +136,11 @@ class Config:
             a bigger one closes the connection with 1009, as under ``uamp
             serve``. The ASGI server assembles a message before the app sees
             it, so set its own bound to match (uvicorn ``--ws-max-size``).
+        websocket_send_timeout: Longest a WebSocket send may wait for a peer
+            that leaves its messages unread (seconds): then the peer is
+            dropped -- its handler's tasks, running responses included, are
+            cancelled and the ASGI server closes the connection -- as ``uamp
+            serve --ws-send-timeout`` drops it (``math.inf``: never).
         transports: The transports served (names of :data:`TRANSPORTS`).
         sse_max_sessions: UAMP HTTP+SSE sessions one principal may hold; one
             more ``session.create`` gets 429 ``too_many_sessions``.
@@ -189,6 +200,7 @@ class Config:
     max_body_size: int = 4 * 1024 * 1024
     max_sessions: int = 64
     websocket_max_message_size: int = 4 * 1024 * 1024
+    websocket_send_timeout: float = attrs.field(default=30.0, validator=_positive)
     transports: tuple[str, ...] = TRANSPORTS
     sse_max_sessions: int = 64
     sse_session_idle_timeout: float = 300.0

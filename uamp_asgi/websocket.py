@@ -1,8 +1,25 @@
-"""An accepted-on-demand ASGI WebSocket: text and bytes messages in and out."""
+"""An accepted-on-demand ASGI WebSocket: text and bytes messages in and out.
+
+A peer that leaves its messages unread is dropped, as ``uamp serve`` drops it
+(``SessionLimits.send_timeout``): an ASGI server with write flow control
+(uvicorn's three WebSocket implementations) makes ``send`` wait while the
+socket's buffer is full, so a peer that never reads would hold the sending
+task -- and with it the connection, its sessions and a running response --
+for good. :meth:`WebSocket.watch` runs beside the route's handler and, once a
+send has waited ``send_timeout`` seconds, cancels the handler (every task of
+it: the reader, running responses) and logs one line; the ASGI server then
+closes the connection. Sends only note when they began, so a send that does
+not wait costs no timer.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from typing import TYPE_CHECKING
+
+import anyio
 
 from uamp_proto.principal import Principal
 
@@ -10,6 +27,8 @@ if TYPE_CHECKING:
     from .http import Receive, Scope, Send
 
 __all__ = ["Closed", "WebSocket"]
+
+log = logging.getLogger("uamp_asgi.websocket")
 
 
 class Closed(Exception):
@@ -35,6 +54,7 @@ class WebSocket:
         principal: Principal,
         headers: dict[str, str],
         max_message_size: int | None = None,
+        send_timeout: float = math.inf,
     ) -> None:
         self.scope = scope
         self._receive = receive
@@ -43,14 +63,21 @@ class WebSocket:
         self.principal = principal
         self.headers = headers
         self.max_message_size = max_message_size
+        #: Longest a send may wait for a peer that does not read (see :meth:`watch`).
+        self.send_timeout = send_timeout
         self.closed = False
+        #: Whether the peer was dropped for not reading.
+        self.dropped = False
+        #: Sends waiting now, and when the oldest of them began (``time.monotonic``).
+        self._sending = 0
+        self._since = 0.0
 
     async def accept(self, subprotocol: str | None = None) -> None:
         """Complete the handshake."""
         message: dict[str, object] = {"type": "websocket.accept"}
         if subprotocol is not None:
             message["subprotocol"] = subprotocol
-        await self._send(message)
+        await self._out(message)
 
     async def receive(self) -> str | bytes:
         """The next message.
@@ -76,12 +103,52 @@ class WebSocket:
     async def send(self, data: str | bytes) -> None:
         """Send one message (text for ``str``)."""
         if self.closed:
+            await anyio.lowlevel.checkpoint()  # a sender in a loop still yields
             raise Closed
         key = "text" if isinstance(data, str) else "bytes"
-        await self._send({"type": "websocket.send", key: data})
+        await self._out({"type": "websocket.send", key: data})
 
     async def close(self, code: int = 1000) -> None:
         """Close the connection (a no-op when it is closed)."""
         if not self.closed:
             self.closed = True
-            await self._send({"type": "websocket.close", "code": code})
+            await self._out({"type": "websocket.close", "code": code})
+
+    async def _out(self, message: dict[str, object]) -> None:
+        """Hand ``message`` to the server, noting how long it waits (:meth:`watch`)."""
+        if not self._sending:
+            self._since = time.monotonic()
+        self._sending += 1
+        try:
+            await self._send(message)
+        except OSError:  # the server's word for a peer that went away (uvicorn's)
+            self.closed = True
+            raise Closed from None
+        finally:
+            self._sending -= 1
+            if self._sending:  # another send still waits: from now at most
+                self._since = time.monotonic()
+
+    async def watch(self, handler: anyio.CancelScope) -> None:
+        """Cancel ``handler`` (the route's) once a send has waited ``send_timeout`` seconds.
+
+        Runs beside the handler until it ends; the handler's tasks (reader,
+        responses) are cancelled, and the ASGI server closes the connection
+        when the handler returns. No close frame is sent: the peer reads
+        none, and the server would only queue it behind what it left unread.
+        """
+        timeout = self.send_timeout
+        while True:
+            wait = timeout
+            if self._sending:
+                wait = self._since + timeout - time.monotonic()
+                if wait <= 0:
+                    break
+            await anyio.sleep(wait)
+        self.closed = self.dropped = True
+        log.info(
+            "WebSocket peer at %s not reading for %gs; dropping it",
+            self.scope.get("path", "?"),
+            timeout,
+        )
+        handler.cancel()

@@ -11,7 +11,7 @@ stored one), A2A push notifications (its webhook client, ``--a2a-push-allow``,
 ``--a2a-max-push-configs``, ``--a2a-max-push-config-bytes``), the A2A
 extended card (``--a2a-extended-card``), the busy policy (``--on-busy``,
 ``--busy-max-queued``, ``--busy-max-queued-per-principal``), the limits
-the ASGI app applies itself (``--max-body-size``,
+the ASGI app applies itself (``--max-body-size``, ``--ws-send-timeout``,
 ``--sse-max-sessions``, ``--sse-session-idle-timeout``) and ``GET /metrics``
 (``--metrics``, on unless ``--no-metrics``). ``--store`` with
 ``--retention-events``, ``--retention-age``, ``--a2a-max-tasks`` and
@@ -78,6 +78,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "payment_policy": open_policy(args),
         "response_signer": load_signer(args.signing_key) if args.signing_key else None,
         "max_body_size": args.max_body_size,
+        "websocket_send_timeout": args.ws_send_timeout,
         "sse_max_sessions": args.sse_max_sessions,
         "sse_session_idle_timeout": args.sse_session_idle_timeout,
         "metrics": args.metrics,

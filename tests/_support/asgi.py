@@ -26,18 +26,14 @@ STARTUP = 20.0
 def uvicorn_server(app: Any, **options: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn in a thread; yields its base URL (``http://127.0.0.1:PORT``).
 
-    ``options``: more ``uvicorn.Config`` options (``root_path``).
+    ``options``: more ``uvicorn.Config`` options (``root_path``; ``ws``, its WebSocket
+    implementation, ``websockets-sansio`` unless said).
     """
     import uvicorn
 
+    options.setdefault("ws", "websockets-sansio")
     config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        lifespan="on",
-        ws="websockets-sansio",
-        **options,
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", **options
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)

@@ -246,7 +246,13 @@ class Connection:
 
     async def write(self, frames: list[bytes]) -> None:
         """Send ``frames`` while the socket is open (a closed one drops them)."""
-        if not self.open or not frames:
+        if not self.open:
+            # A turn that goes on into its log after the client left still
+            # yields here (and a dropped peer's turn meets its cancellation):
+            # an agent that never waits would otherwise hold the event loop.
+            await anyio.lowlevel.checkpoint()
+            return
+        if not frames:
             return
         assert self.ws is not None
         async with self.lock:
@@ -769,8 +775,10 @@ class Connection:
         # sends again one it asked for into a dying connection (LAST_REQUEST).
         named = {"request": asked} if asked else {}
         self.put_record(sid, running=request.response_id, input=inputs, **named)
+        returned = False
         try:
             await turn.run()
+            returned = True
         finally:
             self.turns.pop(sid, None)
             if not ended:
@@ -778,7 +786,8 @@ class Connection:
                 ctx = self.conn.sessions.get(sid)
                 if ctx is None or ctx.response is not core:
                     await self.settle_charge(sid)  # the session went with it
-                elif not core.pending_tool_calls:
+                elif returned and not core.pending_tool_calls:
+                    # (Not when cancelled: a dropped peer's round is not run again.)
                     # Its tool results came while this round was finishing.
                     self.start(sid, created=False)
 
