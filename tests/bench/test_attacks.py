@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: are piled on.
 WORK = {
     "ws_stalled_reader",
+    "asgi_ws_stalled_reader",
     "smuggling",
     "concurrent_replay",
     "push_config_pin",
@@ -116,6 +117,7 @@ SCENARIOS = [
     "asgi_a2a_task_flood",
     "asgi_uamp_input_pin",
     "asgi_uamp_history_pin",
+    "asgi_ws_stalled_reader",
 ]
 
 
