@@ -4,7 +4,8 @@ The names are those of :func:`uamp_trio.create_app` and its ``ServerConfig``
 (``authenticator``, ``allow_anonymous``, ``payment_policy``,
 ``response_signer``, ``max_body_size``, the stores' ``event_log``), so one set
 of objects configures either server. Transport limits a Trio server enforces in its engines
-(header sizes, connection counts, timeouts) are the ASGI server's here.
+(header sizes, connection counts, timeouts) are the ASGI server's here, except the
+WebSocket send timeout (``websocket_send_timeout``), which the app keeps itself.
 """
 
 from __future__ import annotations
