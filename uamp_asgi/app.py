@@ -63,7 +63,7 @@ from .http import (
     scope_headers,
     send_reply,
 )
-from .websocket import WebSocket
+from .websocket import Closed, WebSocket
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -515,12 +515,18 @@ class UampASGI:
 async def _guarded(handler: WebSocketHandler, socket: WebSocket) -> None:
     """Run ``handler`` with its socket's watch beside it (a peer that does not read is dropped)."""
     if socket.send_timeout == math.inf:
-        await handler(socket)
+        await _handled(handler, socket)
         return
     async with anyio.create_task_group() as group:
         group.start_soon(socket.watch, group.cancel_scope)
-        await handler(socket)
+        await _handled(handler, socket)
         group.cancel_scope.cancel()  # the watch ends with the handler
+
+
+async def _handled(handler: WebSocketHandler, socket: WebSocket) -> None:
+    """Run ``handler``; a peer that went away meanwhile (``Closed``) is no error."""
+    with contextlib.suppress(Closed):
+        await handler(socket)
 
 
 def app(agents: Responder | Iterable[Responder], *, config: Config | None = None) -> UampASGI:

@@ -14,6 +14,7 @@ not wait costs no timer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -124,7 +125,8 @@ class WebSocket:
         """Close the connection (a no-op when it is closed)."""
         if not self.closed:
             self.closed = True
-            await self._out({"type": "websocket.close", "code": code})
+            with contextlib.suppress(Closed):  # the peer went first
+                await self._out({"type": "websocket.close", "code": code})
 
     async def _out(self, message: dict[str, object]) -> None:
         """Hand ``message`` to the server, noting how long it waits (:meth:`watch`)."""

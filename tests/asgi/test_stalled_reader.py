@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import httpx
 import pytest
@@ -167,10 +167,25 @@ def _read_to_the_end(sock: socket.socket) -> tuple[bytes, bool]:
 
 
 @contextmanager
-def _serving(agent: Flood, ws: str, send_timeout: float) -> Iterator[str]:
+def _serving(
+    agent: Flood, ws: str, send_timeout: float, caplog: pytest.LogCaptureFixture | None = None
+) -> Iterator[str]:
+    """uvicorn serving ``agent``; its own log (which does not propagate) into ``caplog``,
+    through its shutdown."""
     config = uamp_asgi.Config(websocket_send_timeout=send_timeout)
-    with uvicorn_server(uamp_asgi.app([agent], config=config), ws=ws) as base:
+    uvicorn_log = logging.getLogger("uvicorn")
+    with ExitStack() as stack:
+        if caplog is not None:
+            stack.callback(uvicorn_log.removeHandler, caplog.handler)  # after the server stops
+        base = stack.enter_context(uvicorn_server(uamp_asgi.app([agent], config=config), ws=ws))
+        if caplog is not None:  # uvicorn configured its loggers as it started
+            uvicorn_log.addHandler(caplog.handler)
         yield base
+
+
+def _troubles(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Log records with a traceback or of level ERROR and above (uvicorn's included)."""
+    return [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -180,7 +195,7 @@ def test_without_a_send_timeout_a_stalled_reader_pins_its_response(
 ) -> None:
     """The abuse, reproduced: the response neither runs on nor ends while nobody reads."""
     agent = Flood()
-    with _serving(agent, ws, math.inf) as base:
+    with _serving(agent, ws, math.inf, caplog) as base:
         stalled = _ask_for_a_flood(base, transport)
         try:
             assert agent.started.wait(TIMEOUT)
@@ -190,7 +205,7 @@ def test_without_a_send_timeout_a_stalled_reader_pins_its_response(
             stalled.close()  # the peer goes: only now does the send return
         assert agent.ended.wait(TIMEOUT)
     # A peer that went away mid-answer is no error (uvicorn's ClientDisconnected is Closed).
-    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert _troubles(caplog) == []
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -200,7 +215,7 @@ def test_a_stalled_reader_is_dropped_after_the_send_timeout(
 ) -> None:
     caplog.set_level(logging.INFO, logger="uamp_asgi")
     agent = Flood()
-    with _serving(agent, ws, 0.3) as base:
+    with _serving(agent, ws, 0.3, caplog) as base:
         stalled = _ask_for_a_flood(base, transport)
         with stalled:
             assert agent.started.wait(TIMEOUT)
@@ -213,7 +228,7 @@ def test_a_stalled_reader_is_dropped_after_the_send_timeout(
     dropped = [r for r in caplog.records if "not reading" in r.getMessage()]
     assert [(r.name, r.levelno) for r in dropped] == [("uamp_asgi.websocket", logging.INFO)]
     assert re.search(r"not reading for 0\.3s", dropped[0].getMessage())
-    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert _troubles(caplog) == []
 
 
 def test_a_reader_that_keeps_up_is_served_to_the_end() -> None:
