@@ -177,11 +177,12 @@ def start_uamp(
     code = (
         "import sys, runpy, trio\n"
         "from uamp_trio import cli\n"
+        "from uamp_trio.cli import serve\n"
         # The banner goes to stdout; the port file is written once listening.
-        "orig = cli.print_urls\n"
+        "orig = serve.print_urls\n"
         "def urls(server, app, **kw):\n"
         f"    open({str(port_file)!r}, 'w').write(str(server.port))\n"
-        "cli.print_urls = urls\n"
+        "serve.print_urls = urls\n"
         f"sys.exit(cli.main(['serve', '--agent', {served!r}, '--port', '0'{flags}]))\n"
     )
     argv = [*(prefix or []), sys.executable, "-c", code]

@@ -52,7 +52,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
     from uamp_stores import open_event_log, open_task_store
     from uamp_stores.a2a_push import PushSender
 
-    from .cli import _extended_card, build_authenticator, envelope_options, load_signer
+    from .cli.parts import build_authenticator, envelope_options, extended_card, load_signer
     from .command_line import build_parser
     from .envfile import load_env_file
     from .trust.commands import open_policy
@@ -92,6 +92,6 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "a2a_max_push_configs": args.a2a_max_push_configs,
         "a2a_max_push_config_bytes": args.a2a_max_push_config_bytes,
         "a2a_extended_card": (
-            _extended_card(args.a2a_extended_card) if args.a2a_extended_card else None
+            extended_card(args.a2a_extended_card) if args.a2a_extended_card else None
         ),
     }

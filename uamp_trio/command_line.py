@@ -43,21 +43,23 @@ class Command(NamedTuple):
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("serve", "host agents over HTTP/1.1, HTTP/2 and WebSocket", "uamp_trio.cli:_add_serve"),
+    Command(
+        "serve", "host agents over HTTP/1.1, HTTP/2 and WebSocket", "uamp_trio.cli.serve:add_parser"
+    ),
     Command(
         "connect",
         "dial a relay and serve agents over that one socket (docs/relay.md)",
-        "uamp_trio.cli:_add_connect",
+        "uamp_trio.cli.connect:add_parser",
     ),
     Command(
         "acp",
         "run an agent as an ACP agent on stdin/stdout (for editors)",
-        "uamp_trio.cli:_add_acp",
+        "uamp_trio.cli.stdio:add_acp_parser",
     ),
     Command(
         "mcp",
         "run an agent as an MCP server on stdin/stdout (for MCP hosts)",
-        "uamp_trio.cli:_add_mcp",
+        "uamp_trio.cli.stdio:add_mcp_parser",
     ),
     Command(
         "chat", "chat with an agent over the UAMP WebSocket", "uamp_trio.client.chat:add_parser"

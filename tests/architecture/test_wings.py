@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRANSPORTS = "uamp_trio.transports"
 #: Who may import a transport (``asgi_options`` builds the A2A webhook client
 #: ``uamp serve`` mounts, for the ASGI app, as the command line does).
-MOUNTERS = {"uamp_trio.app", "uamp_trio.cli", "uamp_trio.asgi_options"}
+MOUNTERS = {"uamp_trio.app", "uamp_trio.cli.parts", "uamp_trio.cli.stdio", "uamp_trio.asgi_options"}
 #: The shared state the root creates (:class:`uamp_trio.stores.Stores`).
 STORE_TYPES = {
     "Stores",
