@@ -1,4 +1,4 @@
-"""The A2A turn writes its text chunks into the request's stream itself (``_Live.pen``).
+"""The A2A turn writes its text chunks into the request's stream itself (``Live.pen``).
 
 While the request following a streamed task has written every update and
 waits, the turn frames each further text chunk from the template of the one
@@ -168,7 +168,7 @@ async def test_a_subscriber_that_attaches_while_the_turn_holds_the_pen_gets_the_
                     results.append((await anext(stream))["result"])
                 task_id = results[0]["id"]
                 (transport,) = transports
-                while transport._live[task_id].pen is None:  # the request waits
+                while transport.tasks.live[task_id].pen is None:  # the request waits
                     await trio.sleep(0.01)
                 watch = rpc("tasks/resubscribe", {"id": task_id}, rid=2)
                 async with http.stream("POST", url, json=watch) as watched:
@@ -209,7 +209,7 @@ async def test_a_client_that_leaves_while_the_turn_waits_for_room_leaves_the_tas
                         results.append((await anext(stream))["result"])
                     task_id = get["params"]["id"] = results[0]["id"]
                     (transport,) = transports
-                    live = transport._live[task_id]
+                    live = transport.tasks.live[task_id]
                     while live.pen is None:  # the request waits: the turn may write
                         await trio.sleep(0.01)
                     gate.set()  # the client reads no more
@@ -266,7 +266,7 @@ async def test_a_reset_http2_stream_while_the_turn_waits_for_room_leaves_the_tas
                 await sock.send_all(conn.data_to_send())
             task_id = json.loads(received.split(b"\n\n")[0][6:])["result"]["id"]
             (transport,) = transports
-            live = transport._live[task_id]
+            live = transport.tasks.live[task_id]
             while live.pen is None:  # the request waits: the turn may write
                 await trio.sleep(0.01)
             gate.set()  # the client acknowledges nothing more: the window closes

@@ -1,8 +1,11 @@
 """The Google A2A transport: JSON-RPC, HTTP+JSON, gRPC and spec 004's task routes, one task model.
 
 * :mod:`.service` -- :class:`A2ATransport`: the card, the operations every
-  binding calls, the JSON-RPC binding and spec 004's REST form; tasks run
-  in the server's background nursery;
+  binding calls, the JSON-RPC binding and spec 004's REST form;
+* :mod:`.sends` -- a send admitted: its message checked, its task created or
+  resumed, its place in the context and its price held;
+* :mod:`.tasks` -- the turns: run in the server's background nursery,
+  followed, cancelled (from any process), signed and announced;
 * :mod:`.rest` -- the HTTP+JSON binding (A2A 1.0 section 11);
 * :mod:`.grpc` -- the gRPC binding (section 10), on :mod:`uamp_trio.grpc`;
 * :class:`PushSender` -- push-notification delivery to webhooks
