@@ -89,43 +89,38 @@ With a store shared between processes (Redis: ``uamp serve --workers N``
 or several servers) every accepted envelope id is claimed in the store, so a
 replay is refused in every process, and each exchange is registered under
 its caller's key with this process as owner: :meth:`EnvelopeService.remote`
-gives the stream endpoints of another process a :class:`RemoteExchange`
-that acknowledges and reads frames through the store's inbox messages, and
-a ``progress`` envelope acknowledging an exchange another process runs is
-applied there the same way (:class:`RemoteAck` says what it left).
+gives the stream endpoints of another process a
+:class:`~uamp_trio.envelope.remote.RemoteExchange` that acknowledges and
+reads frames through the store's inbox messages, and a ``progress`` envelope
+acknowledging an exchange another process runs is applied there the same way
+(:class:`~uamp_trio.envelope.remote.RemoteAck` says what it left).
+
+This module verifies, routes and keeps the exchanges; the rest of the
+package holds the parts: :mod:`.exchange` (one exchange and its frames),
+:mod:`.turns` (an exchange's run: its turns, the agent's events as frames),
+:mod:`.remote` (exchanges across processes), :mod:`.fields` (what is read
+from an envelope's body and ``ext``), :mod:`.notes` (one-way messages
+waiting for an exchange) and :mod:`.keys` (the server's envelope key).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
-import jiter
-import orjson
 import trio
 
-from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.adapters.envelope import (
-    BAD_REQUEST,
-    NOT_FOUND,
-    BodyError,
-    DeltaEncoder,
-    EnvelopeRefused,
-    user_message,
-)
-from uamp_proto.busy import POLICY_KEY, BusyError, BusyPolicy
+from uamp_proto.adapters.envelope import BAD_REQUEST, NOT_FOUND, EnvelopeRefused
+from uamp_proto.busy import BusyError, BusyPolicy
 from uamp_proto.envelope import (
     BACKEND_BUSY,
     DEFAULT_MAX_SIZE,
-    ERROR_CODES,
     MISSING_DELTA_SEQ,
     PAYLOAD_TOO_LARGE,
     TRANSITIONS,
@@ -141,24 +136,31 @@ from uamp_proto.envelope import (
     Trigger,
     decode_delta,
     decode_envelope,
-    encode_delta,
-    envelope_sha256,
 )
-from uamp_proto.envelope import Exchange as ExchangeMachine
-from uamp_proto.errors import RemoteProtocolError
-from uamp_proto.flow import SendWindow
 from uamp_proto.payment import Charge, PaymentRequiredError
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.responder import Responder
 from uamp_stores.busy import Slot
-from uamp_stores.event_log import EventLog, Handler, LogKey
 
 from ..engines.http import HTTPError
 from ..hosting.host import Host
-from ..hosting.turns import ResponseRunner
 from ..trust.envelopes import DEFAULT_MAX_REMEMBERED, DEFAULT_PER_PRINCIPAL, EnvelopeTrust
+from .exchange import Exchange, Turn, utc_ts
+from .fields import (
+    acked_seq,
+    is_uuid,
+    message_of,
+    notes_address,
+    payment_token_of,
+    peer_error_of,
+    response_format_of,
+    update_of,
+)
 from .keys import EnvelopeKey
 from .notes import Notes, fits, trimmed
+from .remote import RemoteAck, answer_request, exchange_key, replay_key
+from .remote import RemoteExchange as RemoteExchange  # (the bindings import it from here)
+from .turns import release, run_turns
 
 __all__ = [
     "AGENT_URN",
@@ -196,10 +198,6 @@ MAX_NOTES: Final = 32
 DEFAULT_NOTE_BYTES: Final = 1024 * 1024
 #: A subscription's events (``notify``) waiting for the agent; 5.04 past it.
 _QUEUED_EVENTS: Final = 8
-#: Transport stream ids an exchange answers to besides its own (HTTP/3 readers).
-_MAX_ALIASES: Final = 16
-#: Seconds the owner of an exchange waits for new frames for another process.
-_REMOTE_WAIT: Final = 1.0
 
 _HTTP_STATUS: Final[Mapping[str, int]] = {
     "4.00": 400,
@@ -211,7 +209,6 @@ _HTTP_STATUS: Final[Mapping[str, int]] = {
     "5.04": 503,
 }
 _CLOSE_CODES: Final[Mapping[str, int]] = {"4.01": 4401, "4.03": 4403, "4.13": 4413}
-_FINAL_TYPES: Final = frozenset({DeltaType.DONE, DeltaType.CANCEL, DeltaType.ERROR})
 #: The final frame of a subscription that ended between events, by its state.
 _ENDING: Final = {ExchangeState.COMPLETED: DeltaType.DONE, ExchangeState.ERROR: DeltaType.ERROR}
 
@@ -226,8 +223,6 @@ def close_code(code: str) -> int | None:
     return _CLOSE_CODES.get(code)
 
 
-#: Every code an answer from another process may carry.
-_CODES: Final[Mapping[str, ErrorCode]] = {**ERROR_CODES, "4.00": BAD_REQUEST, "4.04": NOT_FOUND}
 _BY_STATUS: Final[Mapping[int, ErrorCode]] = {
     401: UNAUTHENTICATED,
     403: UNAUTHORIZED,
@@ -245,12 +240,6 @@ def refused_for(exc: HTTPError) -> EnvelopeRefused:
         exc.message,
         retry_after=int(retry) if retry is not None and retry.isdigit() else None,
     )
-
-
-def utc_ts(now: float) -> str:
-    """RFC 3339 UTC timestamp with milliseconds (``2025-07-10T13:37:05.123Z``)."""
-    whole = time.gmtime(now)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", whole) + f".{int(now % 1 * 1000):03d}Z"
 
 
 @attrs.frozen(kw_only=True)
@@ -315,199 +304,6 @@ class EnvelopeLimits:
                 raise ValueError(f"{name} must be at least 1")
         if self.idle_timeout <= 0 or self.note_ttl <= 0:
             raise ValueError("idle_timeout and note_ttl must be positive")
-
-
-class Exchange:
-    """One ``ask``/``propose``/``subscribe`` and its stream of delta frames (module docstring).
-
-    Attributes:
-        id: The opening envelope's ``id`` (the ``{id}`` of ``/v1/stream/{id}``).
-        stream_id: The frames' ``stream_id``.
-        agent: The agent's name.
-        owner: Who opened it (``Principal.key``).
-        machine: The section 10 state machine.
-        window: The producer's side of the delta window.
-        envelope_hash: ``sha256:<hex>`` of the opening envelope's canonical form.
-    """
-
-    def __init__(
-        self,
-        envelope: Envelope,
-        agent: str,
-        owner: tuple[str, str],
-        window: int,
-        clock: Callable[[], float],
-    ) -> None:
-        self.id = envelope.id
-        self.stream_id = envelope.stream_id or envelope.id
-        self.agent = agent
-        self.owner = owner
-        #: The opening intent: ``ask``, ``propose`` or ``subscribe``.
-        self.kind = envelope.intent
-        self.machine = ExchangeMachine()
-        self.machine.advance(Trigger(envelope.intent.value))
-        self.window = SendWindow(window)
-        self.window.start_stream(self.stream_id)
-        self.envelope_hash = "sha256:" + envelope_sha256(envelope)
-        #: The conversation this exchange answered, with the answer (for history).
-        self.messages: list[ty.Message] = []
-        #: The peer's ``progress`` envelopes about this exchange, as they
-        #: arrive (the running agent sees this list as ``metadata["updates"]``).
-        self.updates: list[dict[str, Any]] = []
-        #: What the peer's ``error`` envelope reported (``{"code", "message"}``),
-        #: the payload of the final ``error`` frame.
-        self.peer_error: dict[str, Any] | None = None
-        #: The structured output the opening envelope asked for (``ext.response_format``).
-        self.response_format: ty.ResponseFormat | None = None
-        #: The payment token of the opening envelope (a subscription's events).
-        self.payment_token: str | None = None
-        #: Where the next turns wait (a subscription's events); closed when it ends.
-        self.turns: trio.MemorySendChannel[_Turn] | None = None
-        self._clock = clock
-        self._frames: list[Delta] = []  # sent, not yet acknowledged
-        self._changed = trio.Event()
-        self._final = False
-        self.runner: ResponseRunner | None = None
-        self.done_sent = False
-        #: Other names of the stream: the QUIC stream ids that carried its
-        #: frames over HTTP/3 (an ack may name any of them).
-        self.aliases: list[str] = []
-        #: One-way messages (with ``reply_to``) that joined its conversation, and their bytes.
-        self.joined = (0, 0)
-        #: Its key and handler in a shared store (other processes reach it).
-        self.routed: tuple[LogKey, Handler] | None = None
-        #: The first exchange of its ``context`` chain: the conversation's id.
-        self.conversation = self.id
-        #: Its conversation's key in the host's busy gate.
-        self.lane: tuple[Any, ...] = ("envelope", owner, agent, self.id)
-        #: The exchange its ``context`` continues: its messages come first (read
-        #: when the first turn starts, so a turn it waited for is in them).
-        self.continues: Exchange | None = None
-        #: Set (and renewed) when a turn arrives or its place comes, or it stops.
-        self.woken = trio.Event()
-
-    @property
-    def subscription(self) -> bool:
-        """Whether a ``subscribe`` opened it (a long-lived stream of answers)."""
-        return self.kind is Intent.SUBSCRIBE
-
-    def alias(self, stream_id: str) -> None:
-        """Accept ``stream_id`` as a name of this stream too (the newest 16 are kept)."""
-        if stream_id != self.stream_id and stream_id not in self.aliases:
-            self.aliases.append(stream_id)
-            del self.aliases[:-_MAX_ALIASES]
-
-    def names(self, stream_id: str) -> bool:
-        """Whether ``stream_id`` names this stream (its own id or an alias)."""
-        return stream_id == self.stream_id or stream_id in self.aliases
-
-    def stop(self) -> None:
-        """No more turns: close the queue and cancel the running one, if any."""
-        if self.turns is not None:
-            self.turns.close()
-        if self.runner is not None:
-            self.runner.cancel()
-        self.wake()
-
-    def wake(self) -> None:
-        """Tell the turn loop something changed (a turn, a turn's place, the state)."""
-        self.woken.set()
-        self.woken = trio.Event()
-
-    @property
-    def state(self) -> ExchangeState:
-        """The section 10 state."""
-        return self.machine.state
-
-    @property
-    def finished(self) -> bool:
-        """Whether the final frame has been produced (or the run ended without one)."""
-        return self._final
-
-    def _pulse(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    async def push(self, kind: DeltaType, payload: dict[str, Any], idle: float) -> None:
-        """Produce one frame, waiting while the window is full.
-
-        Raises:
-            trio.TooSlowError: No ack opened the window within ``idle`` seconds.
-        """
-        with trio.fail_after(idle):
-            while self.window.available <= 0:
-                await self._changed.wait()
-        seq = self.window.stamp(self.stream_id)
-        self._frames.append(
-            Delta(
-                delta_seq=seq,
-                stream_id=self.stream_id,
-                ts=utc_ts(self._clock()),
-                type=kind,
-                payload=payload,
-            )
-        )
-        if kind in _FINAL_TYPES:
-            self._final = True
-            self.done_sent = kind is DeltaType.DONE
-        self._pulse()
-
-    def end(self) -> None:
-        """The run is over: readers stop after the frames already produced."""
-        if not self._final:
-            self._final = True
-            self._pulse()
-
-    def acknowledge(self, seq: int) -> int:
-        """Apply a cumulative ack; returns the frames freed.
-
-        Raises:
-            EnvelopeRefused: 4.09 for a ``delta_seq`` never sent.
-        """
-        try:
-            freed = self.window.acknowledge(self.stream_id, seq)
-        except RemoteProtocolError as exc:
-            raise EnvelopeRefused(MISSING_DELTA_SEQ, exc.message) from None
-        if freed:
-            self._frames = [f for f in self._frames if f.delta_seq > seq]
-            self._pulse()
-        return freed
-
-    async def batches(self, after: int = -1) -> AsyncIterator[list[Delta]]:
-        """The frames with ``delta_seq > after`` until the final one, in batches.
-
-        Each batch is every frame produced since the last one: a binding
-        writes it at once (one WebSocket message of several length-prefixed
-        frames, one chunk of several SSE events).
-        """
-        while True:
-            batch = [frame for frame in self._frames if frame.delta_seq > after]
-            if batch:
-                after = batch[-1].delta_seq
-                yield batch
-            elif self._final:
-                return
-            else:
-                await self._changed.wait()
-
-    async def deltas(self, after: int = -1) -> AsyncIterator[Delta]:
-        """The frames with ``delta_seq > after``, one by one, until the final one."""
-        async for batch in self.batches(after):
-            for frame in batch:
-                yield frame
-
-
-@attrs.frozen
-class _Turn:
-    """One run of the agent waiting in an exchange's queue (its charge is held)."""
-
-    envelope_id: str
-    message: ty.Message
-    token: str | None
-    response_id: str
-    charge: Charge | None
-    #: Its place in the conversation (the busy policy).
-    slot: Slot | None = None
 
 
 @attrs.frozen
@@ -669,7 +465,7 @@ class EnvelopeService:
         # copies arriving together, one is taken and the others are replays.
         self.trust.claim(envelope, principal)
         shared = self.host.stores.event_log
-        claim = _replay_key(principal, envelope.id)
+        claim = replay_key(principal, envelope.id)
         claimed = False
         exchange: Exchange | None
         remote: RemoteAck | None = None
@@ -720,7 +516,7 @@ class EnvelopeService:
         name = agent.name
         if envelope.id in self._exchanges:  # a replay outside the guard's memory
             raise EnvelopeRefused(UNAUTHORIZED, "this envelope id was already received (replay)")
-        message = _message(envelope)
+        message = message_of(envelope)
         earlier = self._continued(envelope, principal)
         gate = self.host.conversations
         try:
@@ -739,8 +535,8 @@ class EnvelopeService:
         target = nursery or self.host.background
         if target is None:
             raise RuntimeError("no nursery to run the exchange in (the server is not serving)")
-        token = _payment_token(envelope)
-        response_format = _response_format(envelope)
+        token = payment_token_of(envelope)
+        response_format = response_format_of(envelope)
         response_id = f"resp_{uuid.uuid4().hex}"
         conversation = earlier.conversation if earlier is not None else envelope.id
         lane = ("envelope", principal.key, name, conversation)
@@ -755,13 +551,13 @@ class EnvelopeService:
         exchange = Exchange(envelope, name, principal.key, window, self.clock)
         exchange.conversation, exchange.continues = conversation, earlier
         exchange.lane = lane
-        waiting = self._notes.take(principal.key, _address(name, envelope), self.clock())
+        waiting = self._notes.take(principal.key, notes_address(name, envelope), self.clock())
         exchange.messages = list(waiting)
         exchange.payment_token = token
         exchange.response_format = response_format
         size = _QUEUED_EVENTS if exchange.subscription else 1
-        send, receive = trio.open_memory_channel[_Turn](size)
-        send.send_nowait(_Turn(envelope.id, message, token, response_id, charge, slot))
+        send, receive = trio.open_memory_channel[Turn](size)
+        send.send_nowait(Turn(envelope.id, message, token, response_id, charge, slot))
         slot.on_ready(exchange.wake)
         if not exchange.subscription:
             send.close()  # one turn
@@ -779,66 +575,22 @@ class EnvelopeService:
         store = self.host.stores.event_log
         if not store.shared:
             return
-        key = _exchange_key(principal, exchange.id)
+        key = exchange_key(principal, exchange.id)
 
         async def handler(message: dict[str, Any]) -> dict[str, Any]:
-            return await self._serve_remote(exchange, principal, message)
+            return await answer_request(self, exchange, principal, message)
 
         store.register(key, handler)
         exchange.routed = (key, handler)
         store.ensure_running(self.host.background)  # its inbox answers the other processes
         await store.claim(key, "exchange")
 
-    async def _serve_remote(
-        self, exchange: Exchange, principal: Principal, message: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Another process's stream request for ``exchange``: an ack, or the next frames."""
-        try:
-            if exchange.agent not in message.get("agents", ()):
-                raise EnvelopeRefused(NOT_FOUND, f"no exchange {exchange.id!r}")
-            if message.get("op") == "ack":
-                self.acknowledge(exchange, str(message["body"]).encode(), principal)
-                return {"ok": True}
-            if message.get("op") == "progress":
-                stream_id, update = message.get("stream_id"), message.get("update")
-                self._progress(
-                    exchange,
-                    int(message["seq"]),
-                    stream_id if isinstance(stream_id, str) else None,
-                    {str(k): str(v) for k, v in update.items()}
-                    if isinstance(update, dict)
-                    else None,
-                )
-                return {
-                    "id": exchange.id,
-                    "stream_id": exchange.stream_id,
-                    "state": exchange.state.value,
-                }
-            after = int(message["after"])
-            alias = message.get("alias")
-            if isinstance(alias, str):
-                exchange.alias(alias)
-            sent: list[Delta] = []
-            with trio.move_on_after(_REMOTE_WAIT):
-                async for batch in exchange.batches(after):
-                    sent = batch
-                    break
-            last = sent[-1].delta_seq if sent else after
-            return {
-                "frames": [encode_delta(d, stream_id=alias).decode() for d in sent],
-                "seqs": [d.delta_seq for d in sent],
-                "last": last,
-                "end": exchange.finished and last >= exchange.window.next_seq - 1,
-            }
-        except EnvelopeRefused as refused:
-            return {"error": [refused.code, refused.message]}
-
     async def remote(self, exchange_id: str, principal: Principal) -> RemoteExchange | None:
         """The exchange ``exchange_id`` of ``principal`` run by another process, if one does."""
         store = self.host.stores.event_log
         if not store.shared:
             return None
-        key = _exchange_key(principal, exchange_id)
+        key = exchange_key(principal, exchange_id)
         node = await store.claimant(key, "exchange")
         if node is None or node == store.node or not await store.alive(node):
             return None
@@ -849,10 +601,12 @@ class EnvelopeService:
         exchange: Exchange,
         agent: Responder,
         principal: Principal,
-        turns: trio.MemoryReceiveChannel[_Turn],
+        turns: trio.MemoryReceiveChannel[Turn],
     ) -> None:
         try:
-            await self._turns(exchange, agent, principal, turns)
+            await run_turns(
+                exchange, agent, principal, turns, idle_timeout=self.limits.idle_timeout
+            )
             if not exchange.finished:  # a subscription that ended between events
                 kind = _ENDING.get(exchange.state, DeltaType.CANCEL)
                 payload = {"state": exchange.state.value, **(exchange.peer_error or {})}
@@ -875,148 +629,7 @@ class EnvelopeService:
             self._running[exchange.agent] -= 1
             self._streams.pop(exchange.stream_id, None)
             with trio.CancelScope(shield=True):
-                await _release(turns)
-
-    async def _turns(
-        self,
-        exchange: Exchange,
-        agent: Responder,
-        principal: Principal,
-        turns: trio.MemoryReceiveChannel[_Turn],
-    ) -> None:
-        """Run the queued turns: one for ``ask``/``propose``, each event of a subscription.
-
-        A turn runs when its place in the conversation comes (the busy
-        policy): the next is the first whose slot is ready.
-        """
-        wait = self.limits.idle_timeout if exchange.subscription else math.inf
-        pending: list[_Turn] = []
-        closed = False
-        try:
-            while exchange.state is ExchangeState.IN_PROGRESS:
-                woken = exchange.woken
-                while not closed:
-                    try:
-                        pending.append(turns.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                    except (trio.EndOfChannel, trio.ClosedResourceError):
-                        closed = True
-                turn = next((t for t in pending if t.slot is None or t.slot.ready), None)
-                if turn is None:
-                    if not pending and closed:  # the subscription was closed (confirm)
-                        exchange.machine.advance(Trigger.DONE)
-                        return
-                    with trio.move_on_after(math.inf if pending else wait) as idle:
-                        await woken.wait()
-                    if idle.cancelled_caught:  # a subscription without events
-                        exchange.machine.advance(Trigger.DONE)
-                        return
-                    continue
-                pending.remove(turn)
-                try:
-                    status = await self._turn(exchange, agent, principal, turn)
-                finally:
-                    if turn.slot is not None:
-                        turn.slot.close()  # the conversation's next turn goes on
-                if exchange.state is not ExchangeState.IN_PROGRESS:
-                    return  # stopped by the peer meanwhile
-                stopped = turn.slot is not None and turn.slot.interrupted
-                if exchange.subscription and (status == "completed" or stopped):
-                    continue
-                outcome = {
-                    "completed": Trigger.ANSWER
-                    if exchange.kind is Intent.PROPOSE
-                    else Trigger.DONE,
-                    "failed": Trigger.ERROR,
-                }
-                exchange.machine.advance(outcome.get(status, Trigger.CANCEL))
-                return
-        finally:
-            with trio.CancelScope(shield=True):
-                for left in pending:
-                    if left.slot is not None:
-                        left.slot.close()
-                    if left.charge is not None:
-                        await left.charge.settle(None, used=False)
-
-    async def _turn(
-        self, exchange: Exchange, agent: Responder, principal: Principal, turn: _Turn
-    ) -> str:
-        """Run the agent once on ``turn``; its frames go to the exchange's stream."""
-        structured = (
-            exchange.response_format is not None and exchange.response_format.type != "text"
-        )
-        encoder = DeltaEncoder(structured=partial_json if structured else None)
-        idle = self.limits.idle_timeout
-        between = exchange.subscription
-        answered = False
-
-        def answer() -> None:
-            nonlocal answered
-            if not answered:
-                answered = True
-                exchange.messages.append(ty.Message(role="assistant", content=encoder.text))
-
-        async def sink(event: ev.Event) -> None:
-            for kind, payload in encoder.feed(event):
-                if exchange.finished:
-                    return
-                if kind is DeltaType.CANCEL and exchange.peer_error is not None:
-                    # Stopped by the peer's error envelope (section 10: ERROR), not a cancel.
-                    kind, payload = DeltaType.ERROR, {**exchange.peer_error, **payload}
-                if kind in _FINAL_TYPES:
-                    # The answer joins the conversation before the peer can see
-                    # its end (and continue the conversation).
-                    answer()
-                    if between and kind is DeltaType.DONE:  # one answer, not the subscription's end
-                        kind, payload = (
-                            DeltaType.PROGRESS,
-                            {"answered": turn.envelope_id, **payload},
-                        )
-                    elif between and kind is DeltaType.CANCEL and slot is not None and slot.stopped:
-                        # Stopped by a later event (the busy policy): the subscription goes on.
-                        how = "rollback" if slot.dropped else "interrupt"
-                        kind, payload = (
-                            DeltaType.PROGRESS,
-                            {"answered": turn.envelope_id, POLICY_KEY: how, **payload},
-                        )
-                await exchange.push(kind, payload, idle)
-
-        slot = turn.slot
-        if exchange.continues is not None:
-            # The conversation it continues, as the turns before this one left it.
-            exchange.messages[:0] = exchange.continues.messages
-            exchange.continues = None
-        mark = len(exchange.messages)
-        exchange.messages.append(turn.message)
-        request = TurnRequest(
-            agent=exchange.agent,
-            session_id=exchange.id,
-            response_id=turn.response_id,
-            messages=list(exchange.messages),
-            principal=principal,
-            payment_token=turn.token,
-            response_format=exchange.response_format,
-            metadata={
-                "envelope_id": turn.envelope_id,
-                "stream_id": exchange.stream_id,
-                "intent": exchange.kind.value,
-                "updates": exchange.updates,
-            },
-        )
-        runner = ResponseRunner(agent, request, sink, charge=turn.charge)
-        exchange.runner = runner
-        if slot is not None:
-            slot.bind(runner.cancel)  # a later message of the conversation may stop it
-        try:
-            outcome = await runner.run()
-        finally:
-            exchange.runner = None
-            answer()
-            if slot is not None and slot.dropped:
-                del exchange.messages[mark:]  # rolled back: the turn leaves nothing
-        return outcome.status
+                await release(turns)
 
     async def _one_way(
         self, agent: Responder, envelope: Envelope, principal: Principal
@@ -1030,14 +643,16 @@ class EnvelopeService:
         conversation (an ask continuing it sees it). A ``progress`` for an
         exchange another process runs (a shared store) is applied there.
         """
-        message = _message(envelope)
+        message = message_of(envelope)
         intent = envelope.intent
         if envelope.reply_to is None:
             if intent is Intent.PROGRESS:
                 raise EnvelopeRefused(
                     BAD_REQUEST, "a progress envelope names its exchange in reply_to"
                 )
-            self._notes.add(principal.key, _address(agent.name, envelope), message, self.clock())
+            self._notes.add(
+                principal.key, notes_address(agent.name, envelope), message, self.clock()
+            )
             return None
         try:
             exchange = self.find(envelope.reply_to, principal)
@@ -1048,9 +663,9 @@ class EnvelopeService:
             remote = await self.remote(envelope.reply_to, principal)
             if remote is None:
                 raise
-            seq, update = _acked_seq(envelope)
+            seq, update = acked_seq(envelope)
             return await remote.progress(
-                seq, envelope.stream_id, _update_of(envelope) if update else None, [agent.name]
+                seq, envelope.stream_id, update_of(envelope) if update else None, [agent.name]
             )
         if exchange.agent != agent.name:
             raise EnvelopeRefused(NOT_FOUND, f"no exchange {envelope.reply_to!r}")
@@ -1058,9 +673,9 @@ class EnvelopeService:
         if intent is Intent.PROGRESS:
             # Section 5: the consumer acknowledges "via progress"; with only
             # the two endpoints of section 7, that is this envelope.
-            seq, update = _acked_seq(envelope)
-            self._progress(
-                exchange, seq, envelope.stream_id, _update_of(envelope) if update else None
+            seq, update = acked_seq(envelope)
+            self.progress(
+                exchange, seq, envelope.stream_id, update_of(envelope) if update else None
             )
         elif (
             intent is Intent.NOTIFY
@@ -1078,7 +693,7 @@ class EnvelopeService:
             exchange.messages.append(message)
         return exchange
 
-    def _progress(
+    def progress(
         self,
         exchange: Exchange,
         seq: int,
@@ -1122,7 +737,7 @@ class EnvelopeService:
             policy = gate.policy(envelope.ext)
         except BusyError as exc:
             raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
-        token = _payment_token(envelope) or exchange.payment_token
+        token = payment_token_of(envelope) or exchange.payment_token
         response_id = f"resp_{uuid.uuid4().hex}"
         charge = await self._charge(exchange.agent, token, response_id, principal)
         slot: Slot | None = None
@@ -1130,7 +745,7 @@ class EnvelopeService:
             if exchange.state is not ExchangeState.IN_PROGRESS:
                 raise trio.ClosedResourceError
             slot = self._enter(exchange.lane, principal, policy)
-            turns.send_nowait(_Turn(envelope.id, message, token, response_id, charge, slot))
+            turns.send_nowait(Turn(envelope.id, message, token, response_id, charge, slot))
         except (
             EnvelopeRefused,
             trio.WouldBlock,
@@ -1215,7 +830,7 @@ class EnvelopeService:
         if trigger in TRANSITIONS[exchange.state]:
             exchange.machine.advance(trigger)
             if trigger is Trigger.ERROR:
-                exchange.peer_error = _peer_error(envelope)
+                exchange.peer_error = peer_error_of(envelope)
             exchange.stop()
         elif envelope.intent in (Intent.CONFIRM, Intent.DENY) and exchange.finished:
             self._forget(exchange)  # acknowledged: retired
@@ -1272,7 +887,7 @@ class EnvelopeService:
             from_=sender,
             to=("urn:uamp:peer",),
             intent=Intent.ERROR,
-            reply_to=reply_to if reply_to and _is_uuid(reply_to) else None,
+            reply_to=reply_to if reply_to and is_uuid(reply_to) else None,
             body=refused.body(),
         )
         return self.key.sign(envelope)
@@ -1280,212 +895,3 @@ class EnvelopeService:
     def running(self, agent: str) -> int:
         """Exchanges of ``agent`` running now."""
         return self._running.get(agent, 0)
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value.removeprefix("urn:uuid:"))
-    except ValueError:
-        return False
-    return True
-
-
-def _message(envelope: Envelope) -> ty.Message:
-    try:
-        return user_message(envelope)
-    except BodyError as exc:
-        raise EnvelopeRefused(BAD_REQUEST, str(exc)) from None
-
-
-def _response_format(envelope: Envelope) -> ty.ResponseFormat | None:
-    """``ext.response_format`` (UAMP's ``{"type": "json_object" | "json_schema", ...}``).
-
-    Raises:
-        EnvelopeRefused: 4.00 for one that is not of that shape.
-    """
-    raw = envelope.ext.get("response_format") if envelope.ext else None
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-        raise EnvelopeRefused(BAD_REQUEST, 'ext.response_format is {"type": ..., ...}')
-    schema = raw.get("json_schema")
-    return ty.ResponseFormat(
-        type=raw["type"], json_schema=schema if isinstance(schema, dict) else None
-    )
-
-
-def partial_json(text: str) -> Any:
-    """The JSON value of ``text`` cut anywhere (jiter's partial mode), or ``None``."""
-    try:
-        value = jiter.from_json(text.encode(), partial_mode="trailing-strings")
-    except ValueError:
-        return None
-    return value if isinstance(value, dict | list) else None
-
-
-def _peer_error(envelope: Envelope) -> dict[str, Any]:
-    """A peer's ``error`` envelope: its code and message (JSON ``{"code", "message"}``, or text)."""
-    content = envelope.body.content
-    code, message = "peer_error", content
-    with contextlib.suppress(orjson.JSONDecodeError):
-        parsed = orjson.loads(content)
-        if isinstance(parsed, dict):
-            code = str(parsed.get("code", code))
-            message = str(parsed.get("message", ""))
-    return {"code": code, "message": message[:1024], "reported_by": envelope.id}
-
-
-def _acked_seq(envelope: Envelope) -> tuple[int, bool]:
-    """The ``delta_seq`` a ``progress`` envelope acknowledges, and whether its body says more.
-
-    ``ext.delta_seq``, else a JSON body ``{"delta_seq": n, ...}``.
-
-    Raises:
-        EnvelopeRefused: 4.09 without one.
-    """
-    seq = envelope.ext.get("delta_seq") if envelope.ext else None
-    if _is_seq(seq):
-        assert isinstance(seq, int)
-        return seq, bool(envelope.body.content)
-    body = envelope.body
-    if body.type.split(";", 1)[0].strip().endswith("json"):
-        try:
-            content = orjson.loads(body.content)
-        except orjson.JSONDecodeError:
-            content = None
-        seq = content.get("delta_seq") if isinstance(content, dict) else None
-        if _is_seq(seq):
-            assert isinstance(seq, int)
-            return seq, False
-    raise EnvelopeRefused(
-        MISSING_DELTA_SEQ,
-        "a progress envelope acknowledges a stream: put the highest delta_seq received"
-        ' in ext.delta_seq or in a JSON body {"delta_seq": n}',
-    )
-
-
-def _update_of(envelope: Envelope) -> dict[str, str]:
-    """A ``progress`` envelope's text, as one of the running agent's ``updates``."""
-    return {"id": envelope.id, "type": envelope.body.type, "content": envelope.body.content}
-
-
-def _is_seq(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _payment_token(envelope: Envelope) -> str | None:
-    payment = envelope.ext.get("payment_token") if envelope.ext else None
-    return payment if isinstance(payment, str) else None
-
-
-def _address(agent: str, envelope: Envelope) -> tuple[str, str]:
-    """Whose pending one-way messages (besides the caller): the agent and the sender's ``from``."""
-    return (agent, envelope.from_)
-
-
-async def _release(turns: trio.MemoryReceiveChannel[_Turn]) -> None:
-    """Free the charges of turns that will not run, and close the queue."""
-    with turns:
-        while True:
-            try:
-                turn = turns.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            if turn.charge is not None:
-                await turn.charge.settle(None, used=False)
-
-
-def _replay_key(principal: Principal, envelope_id: str) -> LogKey:
-    """An envelope id taken in a shared store: per sender, as in the local memory."""
-    return (principal.key, "replay:" + envelope_id)
-
-
-def _exchange_key(principal: Principal, exchange_id: str) -> LogKey:
-    """The exchange's name in a shared store: only its owner's key finds it."""
-    return (principal.key, "envelope:" + exchange_id)
-
-
-@attrs.frozen
-class RemoteAck:
-    """The exchange another process runs, as a ``progress`` envelope acknowledging it left it."""
-
-    id: str
-    stream_id: str
-    state: ExchangeState
-
-
-class RemoteExchange:
-    """An exchange another process runs, reached through the shared store's messages.
-
-    The owner answers each request: an ack is applied there, and the frames
-    come in batches (long polling: it waits up to a second for new ones).
-    """
-
-    def __init__(self, store: EventLog, node: str, key: LogKey) -> None:
-        self.store = store
-        self.node = node
-        self.key = key
-
-    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        answer = await self.store.ask(self.node, self.key, message)
-        if answer is None:
-            raise EnvelopeRefused(
-                NOT_FOUND, f"no exchange {self.key[1].removeprefix('envelope:')!r}"
-            )
-        error = answer.get("error")
-        if error is not None:
-            code, text = error
-            raise EnvelopeRefused(_CODES.get(code, BAD_REQUEST), str(text))
-        return answer
-
-    async def progress(
-        self,
-        seq: int,
-        stream_id: str | None,
-        update: dict[str, str] | None,
-        agents: Sequence[str],
-    ) -> RemoteAck:
-        """Apply a ``progress`` envelope's ack (and update) at the owner.
-
-        Raises:
-            EnvelopeRefused: As the owner's own ``progress`` handling.
-        """
-        answer = await self._ask(
-            {
-                "op": "progress",
-                "seq": seq,
-                "stream_id": stream_id,
-                "update": update,
-                "agents": list(agents),
-            }
-        )
-        return RemoteAck(
-            id=str(answer["id"]),
-            stream_id=str(answer["stream_id"]),
-            state=ExchangeState(answer["state"]),
-        )
-
-    async def acknowledge(self, body: bytes, agents: Sequence[str]) -> None:
-        """Apply an ack frame at the owner.
-
-        Raises:
-            EnvelopeRefused: As :meth:`EnvelopeService.acknowledge`.
-        """
-        await self._ask(
-            {"op": "ack", "body": body.decode("utf-8", "replace"), "agents": list(agents)}
-        )
-
-    async def frames(
-        self, after: int, agents: Sequence[str], alias: str | None = None
-    ) -> AsyncIterator[list[tuple[int, bytes]]]:
-        """``(delta_seq, frame JSON)`` batches after ``after``, until the final frame."""
-        while True:
-            answer = await self._ask(
-                {"op": "frames", "after": after, "agents": list(agents), "alias": alias}
-            )
-            frames = [str(f).encode() for f in answer["frames"]]
-            if frames:
-                yield [(int(seq), f) for seq, f in zip(answer["seqs"], frames, strict=True)]
-            after = int(answer["last"])
-            if answer["end"]:
-                return
