@@ -27,6 +27,7 @@ from ..trust.commands import add_ledger_args
 
 __all__ = ["LIMIT_FLAGS", "add_limit_flags", "add_log_level", "add_serve_flags"]
 
+#: Where the flags' defaults come from: one source with the server's own.
 _DEFAULTS = ServerConfig()
 
 
