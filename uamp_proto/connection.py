@@ -109,6 +109,7 @@ from .voice import Call, CallState
 __all__ = [
     "CLIENT_EVENTS",
     "CONNECTION_EVENTS",
+    "MAX_SESSION_HISTORY_BYTES",
     "NEED_DATA",
     "RESPONSE_EVENTS",
     "RESPONSE_TRANSITIONS",
@@ -124,6 +125,10 @@ __all__ = [
     "SessionContext",
     "SessionState",
 ]
+
+
+#: What one session keeps of its conversation by default (``ConnectionConfig.max_history_bytes``).
+MAX_SESSION_HISTORY_BYTES: Final = 4 * 1024 * 1024
 
 
 class _NeedData:
@@ -249,6 +254,11 @@ class ConnectionConfig:
             its oldest turns are dropped, down to three quarters of both
             (:func:`uamp_proto.history.trim`), so a long session costs each
             turn a bounded copy and the server bounded memory.
+        on_history: A server's say on what its sessions keep together
+            (:class:`uamp_proto.history.SessionHistories`): called with a
+            session's id and its kept conversation's weight each time a turn
+            joined it (after the bounds above) or :meth:`Connection.bound_history`
+            weighed it. ``None`` (the default): nobody is told.
     """
 
     ids: IdSource = random_ids
@@ -261,8 +271,9 @@ class ConnectionConfig:
     delta_window: int | None = None
     on_busy: Callable[[str, ev.ResponseCreate], object] | None = None
     max_pending_input_bytes: int = attrs.field(default=8 * 1024 * 1024)
-    max_history_bytes: int = attrs.field(default=4 * 1024 * 1024)
+    max_history_bytes: int = attrs.field(default=MAX_SESSION_HISTORY_BYTES)
     max_history_messages: int = attrs.field(default=1000)
+    on_history: Callable[[str, int], None] | None = None
 
     @max_sessions.validator
     @max_event_size.validator
@@ -845,6 +856,8 @@ class Connection:
             session.history_bytes <= config.max_history_bytes
             and count <= config.max_history_messages
         ):
+            if config.on_history is not None:
+                config.on_history(session.id, session.history_bytes)
             return
         most_bytes = config.max_history_bytes * 3 // 4
         most_messages = config.max_history_messages * 3 // 4
@@ -858,6 +871,33 @@ class Connection:
         session.history = session.weighed = history[first:]
         session.weights = weights[first:]
         session.history_bytes = total
+        if config.on_history is not None:
+            config.on_history(session.id, total)
+
+    def bound_history(self, session_id: str) -> None:
+        """Weigh and bound a session's conversation replaced from outside (a resume's record).
+
+        As after a turn: past the bounds the oldest turns go, and
+        :attr:`ConnectionConfig.on_history` is told. An unknown session is ignored.
+        """
+        session = self._sessions.get(session_id)
+        if session is not None:
+            self._bound_history(session)
+
+    def forget_history(self, session_id: str) -> None:
+        """Empty a session's kept conversation: its next turn starts afresh.
+
+        What a server's budget over many sessions does to the ones it trims
+        (:class:`uamp_proto.history.SessionHistories`). A response running
+        keeps the conversation it was given; its turn joins the empty one. A
+        new list replaces the old, so what reads it incrementally (an event
+        log's record) sees the change. An unknown session is ignored.
+        """
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.history = session.weighed = []
+            session.weights = []
+            session.history_bytes = 0
 
     def _shortcut_session(self, sid: str | None) -> SessionContext | None:
         """The session a client's event names, or the only one; ``None``: the general path."""

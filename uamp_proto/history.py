@@ -16,12 +16,22 @@ each turn, and once an owner's conversations keep more than the budget, the
 ones the owner used least recently are emptied (their next turn starts
 afresh) until the rest fit. The conversation just reported is never emptied
 for the others: its own bound is below the budget.
+
+A UAMP session keeps its conversation in the sans-IO core
+(:class:`uamp_proto.connection.Connection`, bounded per session), and one
+principal may hold sessions on many connections. :class:`SessionHistories`
+is the budget over all of them: the core reports each session's weight
+(``ConnectionConfig.on_history``), and what the budget empties is asked of
+whatever keeps that session (``forget_history``: the core, or the host that
+also drops its copy in an event log's record). Both servers keep one for
+the whole app.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
+from typing import Protocol, cast
 
 import attrs
 
@@ -31,6 +41,8 @@ __all__ = [
     "MAX_HISTORY_BYTES",
     "MAX_OWNER_HISTORY_BYTES",
     "HistoryBudget",
+    "KeepsHistories",
+    "SessionHistories",
     "message_weight",
     "trim",
     "weight",
@@ -148,3 +160,67 @@ class HistoryBudget:
         else:
             del self._kept[owner]
             del self._totals[owner]
+
+
+class KeepsHistories(Protocol):
+    """What keeps sessions' conversations: a core connection, or the host around it."""
+
+    def forget_history(self, session_id: str) -> None:
+        """Empty the kept conversation of ``session_id`` (its next turn starts afresh)."""
+        ...
+
+
+class SessionHistories:
+    """One :class:`HistoryBudget` over live sessions on many connections (module docstring).
+
+    A session is named by what keeps it and its id; the owner it was last
+    reported for is remembered here, so ending a session or a whole
+    connection needs neither. Pure bookkeeping: trimming calls the keeper's
+    ``forget_history``.
+    """
+
+    def __init__(self, max_bytes: int = MAX_OWNER_HISTORY_BYTES) -> None:
+        self.budget = HistoryBudget(max_bytes)
+        #: Per keeper: its reported sessions' owners, by session id.
+        self._owners: dict[KeepsHistories, dict[str, Hashable]] = {}
+
+    def total(self, owner: Hashable) -> int:
+        """The bytes ``owner`` 's live sessions keep now (as last reported)."""
+        return self.budget.total(owner)
+
+    def kept(self, owner: Hashable, keeper: KeepsHistories, session_id: str, size: int) -> None:
+        """Session ``session_id`` of ``keeper``, ``owner`` 's, keeps ``size`` bytes now.
+
+        Past the budget, ``owner`` 's least recently reported other sessions
+        are emptied through their keepers (and forgotten here until they
+        report again).
+        """
+        key = (keeper, session_id)
+        mine = self._owners.setdefault(keeper, {})
+        was = mine.get(session_id)
+        if was is not None and was != owner:
+            self.budget.forget(was, key)  # never happens to a session; kept exact anyway
+        mine[session_id] = owner
+        for emptied in self.budget.kept(owner, key, size):
+            other, sid = cast("tuple[KeepsHistories, str]", emptied)
+            theirs = self._owners.get(other)
+            if theirs is not None:
+                theirs.pop(sid, None)
+                if not theirs:
+                    del self._owners[other]
+            other.forget_history(sid)
+
+    def ended(self, keeper: KeepsHistories, session_id: str) -> None:
+        """Session ``session_id`` of ``keeper`` is gone: its bytes leave its owner's total."""
+        mine = self._owners.get(keeper)
+        owner = mine.pop(session_id, None) if mine is not None else None
+        if owner is None:
+            return
+        if not mine:
+            del self._owners[keeper]
+        self.budget.forget(owner, (keeper, session_id))
+
+    def closed(self, keeper: KeepsHistories) -> None:
+        """Every session ``keeper`` kept is gone (its connection closed)."""
+        for session_id, owner in self._owners.pop(keeper, {}).items():
+            self.budget.forget(owner, (keeper, session_id))

@@ -192,3 +192,53 @@ def test_what_a_session_keeps_is_what_trim_keeps(turns: list[tuple[int, int]]) -
             trim(joined, max_messages=9, max_bytes=750)  # three quarters of both
         assert session.history == joined
         assert session.history_bytes == sum(map(weight, session.history))
+
+
+# --- what a server's per-principal budget asks of the core (ConnectionConfig.on_history) ---
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_each_turn_reports_the_sessions_kept_weight(shortcuts: bool) -> None:
+    told: list[tuple[str, int]] = []
+    conn = _server(shortcuts, max_history_bytes=100, on_history=lambda s, n: told.append((s, n)))
+    _turn(conn, "a" * 30)
+    _turn(conn, "b" * 30)
+    session = conn.sessions["s1"]
+    assert told == [("s1", 4 + 30 + 9 + 2), ("s1", 2 * (4 + 30 + 9 + 2))]
+    _turn(conn, "c" * 30)  # 135 past the bound: trimmed to 3/4 of it, then told
+    assert told[-1] == ("s1", session.history_bytes) and session.history_bytes <= 75
+    assert session.history_bytes == sum(weight(m) for m in session.history)
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_a_forgotten_history_starts_the_next_turn_afresh(shortcuts: bool) -> None:
+    told: list[tuple[str, int]] = []
+    conn = _server(shortcuts, on_history=lambda s, n: told.append((s, n)))
+    _turn(conn, "first")
+    session = conn.sessions["s1"]
+    old = session.history
+    conn.forget_history("s1")
+    conn.forget_history("nobody")  # an unknown session: nothing happens
+    assert session.history == [] and session.history is not old  # a new list
+    assert session.history_bytes == 0
+    _say(conn, "second")
+    _feed(conn, {"type": "response.create", "session_id": "s1"})
+    request = turn_request(session, None, agent="a", transport="t", token=None, principal=ANONYMOUS)
+    assert [m.text for m in request.messages] == ["second"]  # the agent sees the trimmed one
+    tracker = session.response
+    assert tracker is not None
+    conn.send(ev.ResponseCreated(session_id="s1", response_id=tracker.response_id))
+    done = tracker.done_event().response
+    conn.send(ev.ResponseDone(session_id="s1", response_id=tracker.response_id, response=done))
+    assert told[-1] == ("s1", weight(session.history[0]))  # the turn is counted anew
+
+
+def test_a_history_replaced_from_outside_is_weighed_bounded_and_reported() -> None:
+    told: list[tuple[str, int]] = []
+    conn = _server(max_history_bytes=100, on_history=lambda s, n: told.append((s, n)))
+    session = conn.sessions["s1"]
+    session.history = [ty.Message(role="user", content="x" * 40) for _ in range(4)]  # a resume
+    conn.bound_history("s1")
+    conn.bound_history("nobody")
+    assert told == [("s1", session.history_bytes)]
+    assert session.history_bytes == sum(weight(m) for m in session.history) <= 75
