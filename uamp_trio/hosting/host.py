@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from uamp_proto import history
 from uamp_proto.busy import BusyLimits, parse_policy
 from uamp_proto.payment import (
     PAYMENT_ATTEMPTS_PER_MINUTE,
@@ -127,6 +128,9 @@ class Host:
         self.connection_count: Callable[[], int] | None = None
         #: Payment tokens presented per principal and minute (UAMP 7.2 ``rate_limited``).
         self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
+        #: What each principal's live UAMP sessions keep of their conversations,
+        #: over all connections (``SessionLimits.max_history_bytes_per_principal``).
+        self.uamp_histories = history.SessionHistories()
         #: Signs every transport's responses (spec 004 "Response Signing";
         #: where each puts the signature: docs/signing.md): a
         #: :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable

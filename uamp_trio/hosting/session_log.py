@@ -285,6 +285,7 @@ class EventLogPart(HostState):
         ctx.history = [from_dict(ty.Message, m) for m in record.history]
         if record.config is not None:
             ctx.config = from_dict(ty.SessionConfig, record.config)
+        self.conn.bound_history(sid)  # its bounds, and its principal's budget
 
     async def _replay(self, stream: ResumeStream, entries: Iterable[LogEntry]) -> None:
         step = stream.backfill(entries)

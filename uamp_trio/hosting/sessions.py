@@ -96,7 +96,7 @@ import attrs
 import trio
 
 from uamp_proto import events as ev
-from uamp_proto import ratelimit
+from uamp_proto import history, ratelimit
 from uamp_proto import types as ty
 from uamp_proto.calls import (
     audio_turn,
@@ -107,7 +107,12 @@ from uamp_proto.calls import (
     turn_detector,
 )
 from uamp_proto.capabilities import queried, session_view
-from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection
+from uamp_proto.connection import (
+    MAX_SESSION_HISTORY_BYTES,
+    NEED_DATA,
+    ConnectionConfig,
+    ServerConnection,
+)
 from uamp_proto.errors import LocalProtocolError, RemoteProtocolError
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer, declaration, outcome_of
 from uamp_proto.payment import (
@@ -197,6 +202,11 @@ class SessionLimits:
         payment_wait: Longest a response waits for payment after
             ``payment.required`` (whose ``requirements.expires_at`` says
             when); then it ends with ``response.error`` ``payment_required``.
+        max_history_bytes_per_principal: Bytes all of one principal's live
+            sessions keep of their conversations, over every connection of
+            the app (about their JSON size); past it, its least recently
+            used sessions start afresh (:class:`uamp_proto.history.SessionHistories`).
+            A session alone keeps at most the core's bound or this, the lesser.
     """
 
     max_sessions: int = 64
@@ -210,10 +220,12 @@ class SessionLimits:
     send_timeout: float = 30.0
     max_pushed: int = 1024
     payment_wait: float = 600.0
+    max_history_bytes_per_principal: int = history.MAX_OWNER_HISTORY_BYTES
 
     def __attrs_post_init__(self) -> None:
         for name in (
             "max_sessions",
+            "max_history_bytes_per_principal",
             "max_message_size",
             "outbox_size",
             "session_outbox_size",
@@ -266,6 +278,10 @@ class SessionHost(ResponsePart):
     ) -> None:
         self.limits = limits or SessionLimits()
         self.principal = principal
+        budget = self.limits.max_history_bytes_per_principal
+        #: The budget of each principal's kept conversations: the app's, over
+        #: all its connections (this connection's own without an app).
+        self._histories = app.uamp_histories if app is not None else history.SessionHistories()
         self.conn = ServerConnection(
             ConnectionConfig(
                 max_sessions=self.limits.max_sessions,
@@ -273,6 +289,8 @@ class SessionHost(ResponsePart):
                 max_delta_window=self.limits.max_delta_window,
                 # A response.create while one runs: the busy policy (docs/busy.md).
                 on_busy=None if app is None else self._busy_create,
+                max_history_bytes=min(MAX_SESSION_HISTORY_BYTES, budget),
+                on_history=self._history_kept,
             )
         )
         #: Encoded outgoing events for the transport's writer.
@@ -1028,7 +1046,23 @@ class SessionHost(ResponsePart):
         with contextlib.suppress(LocalProtocolError, OutboxClosed):
             self._owe(reply)
 
+    def _history_kept(self, sid: str, size: int) -> None:
+        """The core weighed ``sid`` 's conversation: it counts against its principal's budget."""
+        session = self._sessions.get(sid)
+        if session is None:
+            return  # dropped already (a response ending after it): nothing to count
+        histories = self._histories
+        histories.budget.max_bytes = self.limits.max_history_bytes_per_principal
+        histories.kept(session.principal.key, self, sid, size)
+
+    def forget_history(self, session_id: str) -> None:
+        """Empty ``session_id`` 's kept conversation, and its copy in the event log's record
+        (the principal's budget trimmed it: its next turn starts afresh)."""
+        self.conn.forget_history(session_id)
+        self._put_record(session_id)
+
     def _drop(self, sid: str) -> None:
+        self._histories.ended(self, sid)
         self._release_log(sid)
         if self.chat is not None:
             self.chat.end(sid)
