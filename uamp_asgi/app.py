@@ -33,6 +33,7 @@ from uamp_proto.adapters import a2a
 from uamp_proto.adapters.completions import error_object, payment_error
 from uamp_proto.busy import BusyLimits, parse_policy
 from uamp_proto.errors import UampError
+from uamp_proto.history import SessionHistories
 from uamp_proto.jose import JWKS
 from uamp_proto.paths import compile_pattern
 from uamp_proto.payment import (
@@ -125,6 +126,9 @@ class Host:
         self.mounting = "app"
         #: Payment tokens each principal presents on UAMP sessions (as ``uamp serve``).
         self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
+        #: What each principal's live UAMP sessions keep of their conversations,
+        #: over all connections (``Config.max_history_bytes_per_principal``).
+        self.uamp_histories = SessionHistories(config.max_history_bytes_per_principal)
         #: The busy-conversation gate (docs/busy.md), as ``uamp serve``'s.
         self.conversations = ConversationGate(
             BusyLimits(

@@ -17,6 +17,7 @@ import attrs
 
 from uamp_proto.adapters.a2a_push import MAX_CONFIG_BYTES, MAX_CONFIGS
 from uamp_proto.busy import BusyError, parse_policy
+from uamp_proto.history import MAX_OWNER_HISTORY_BYTES
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
 from uamp_stores import EventLog, MemoryEventLog, MemoryTaskStore, TaskStore
@@ -193,6 +194,11 @@ class Config:
         anthropic_ping_interval: Seconds of agent silence after which an
             Anthropic Messages stream gets a ``ping`` event (``math.inf``:
             never), as ``uamp serve``'s.
+        max_history_bytes_per_principal: Bytes all of one principal's live
+            UAMP sessions (WebSocket and HTTP+SSE, every connection) keep of
+            their conversations; past it, its least recently used sessions
+            start afresh, as ``uamp serve``'s
+            (``SessionLimits.max_history_bytes_per_principal``).
     """
 
     authenticator: Authenticator | None = None
@@ -218,3 +224,6 @@ class Config:
     on_busy: str = attrs.field(default="enqueue", validator=_busy_policy)
     busy_max_queued: int = 8
     busy_max_queued_per_principal: int = 32
+    max_history_bytes_per_principal: int = attrs.field(
+        default=MAX_OWNER_HISTORY_BYTES, validator=attrs.validators.ge(1)
+    )

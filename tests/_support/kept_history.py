@@ -1,26 +1,33 @@
 """One principal's UAMP sessions filled with conversation, over real WebSockets.
 
 Both servers' tests of the per-principal history budget
-(:class:`uamp_proto.history.SessionHistories`) drive the same client: turns
-of :data:`BIG` fill a session near the core's per-session bound, and a turn
-saying ``history`` asks the agent (:class:`Kept`) how many characters of
-conversation it was given -- what the server kept for that session.
+(:class:`uamp_proto.history.SessionHistories`) run the same scenarios
+(:data:`SCENARIOS`): turns of :data:`BIG` fill a session near the core's
+per-session bound, and a turn saying ``history`` asks the agent
+(:class:`Kept`) how many characters of conversation it was given -- what the
+server kept for that session.
 """
 
 from __future__ import annotations
 
+import trio
 from trio_websocket import WebSocketConnection
+from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.agents import TestAgent
-from tests._support.wire import send, texts, until
+from tests._support.wire import create_session, resume_session, send, texts, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
+from uamp_proto.history import MAX_OWNER_HISTORY_BYTES, SessionHistories
+from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Emit, TurnRequest
 
 #: One turn's text: three fill a session to about 3.6 MiB (the core keeps 4 MiB).
 BIG = "x" * (1200 * 1024)
 #: What three turns of :data:`BIG` leave in a session, at least.
 FILLED = 3 * len(BIG)
+#: The principal of the API key ``key-a`` (``APIKeyAuthenticator``).
+ALICE = Principal(id="alice", scheme="api_key")
 
 
 class Kept(TestAgent):
@@ -56,3 +63,97 @@ async def kept(ws: WebSocketConnection, sid: str) -> int:
     answer = await turn(ws, sid, "history")
     assert answer.startswith("kept "), answer
     return int(answer.split()[1])
+
+
+# --- the scenarios both servers' tests run (``url``: the agent's UAMP WebSocket) ---------
+
+
+def _as(key: str) -> list[tuple[str, str]]:
+    return [("Authorization", f"Bearer {key}")]
+
+
+async def _settled(histories: SessionHistories, owner: Principal, total: int) -> None:
+    """Wait until ``total`` bytes are counted for ``owner`` (servers close sockets in tasks)."""
+    while histories.total(owner.key) != total:
+        await trio.sleep(0.01)
+
+
+async def spread_over_two_sockets(url: str, histories: SessionHistories) -> None:
+    """Six sessions of ~3.6 MiB over two sockets, one principal: at most the budget is kept."""
+    async with open_ws(url) as one, open_ws(url) as two:
+        sessions = []
+        for ws in (one, two, one, two, one, two):  # 21.6 MiB in all
+            sid = await create_session(ws)
+            await fill(ws, sid)
+            sessions.append((ws, sid))
+        seen = [await kept(ws, sid) for ws, sid in sessions]
+        assert sum(seen) <= MAX_OWNER_HISTORY_BYTES, seen  # 21.6 MiB kept before the budget
+        assert seen[0] == 0  # the least recently used started afresh
+        assert seen[-1] >= FILLED  # the newest kept its own
+        assert histories.total(ANONYMOUS.key) <= MAX_OWNER_HISTORY_BYTES
+        await fill(*sessions[0])  # a trimmed session goes on, and keeps again
+        assert await kept(*sessions[0]) >= FILLED
+
+
+async def another_principal_untouched(url: str, histories: SessionHistories) -> None:
+    """Bob's session, the least recently used of the server, survives alice's six.
+
+    The server knows the API keys ``key-a`` (alice) and ``key-b`` (bob).
+    """
+    async with open_ws(url, extra_headers=_as("key-b")) as bob:
+        his = await create_session(bob)
+        await fill(bob, his)
+        async with open_ws(url, extra_headers=_as("key-a")) as alice:
+            mine = [await create_session(alice) for _ in range(6)]
+            for sid in mine:
+                await fill(alice, sid)
+            assert await kept(alice, mine[0]) == 0
+            assert histories.total(ALICE.key) <= MAX_OWNER_HISTORY_BYTES
+        assert await kept(bob, his) >= FILLED  # alice's sessions never cost bob his
+
+
+async def ended_and_closed_give_back(url: str, histories: SessionHistories) -> None:
+    """Ended sessions, then a closed socket, leave nothing counted (nor remembered)."""
+    async with open_ws(url) as ws:
+        sids = [await create_session(ws) for _ in range(4)]
+        for sid in sids:
+            await fill(ws, sid)
+        four = histories.total(ANONYMOUS.key)
+        assert four >= 4 * FILLED
+        for sid in sids[:2]:
+            await send(ws, type="session.end", session_id=sid)
+        await send(ws, type="ping", event_id="after-the-ends")
+        await until(ws, "pong")
+        assert histories.total(ANONYMOUS.key) < four - 2 * FILLED
+        # Two new full sessions fit beside the two left: nothing of theirs is trimmed.
+        for sid in [await create_session(ws) for _ in range(2)]:
+            await fill(ws, sid)
+        assert min([await kept(ws, sid) for sid in sids[2:]]) >= FILLED
+    await _settled(histories, ANONYMOUS, 0)
+    assert not histories._owners
+
+
+async def resumed_is_counted(url: str, histories: SessionHistories) -> None:
+    """A session resumed on a new socket counts the conversation its record gave back."""
+    async with open_ws(url) as ws:
+        sid = await create_session(ws)
+        await fill(ws, sid)
+        await send(ws, type="input.text", session_id=sid, text="last")
+        await send(ws, type="response.create", session_id=sid)
+        done = (await until(ws, "response.done"))[-1]
+    await _settled(histories, ANONYMOUS, 0)
+    async with open_ws(url) as ws:
+        resumed = await resume_session(ws, sid, done["event_id"])
+        assert resumed["type"] == "session.created", resumed
+        # Three turns of "n " + BIG, three "ok", then "last" and its "ok".
+        assert await turn(ws, sid, "history") == f"kept {FILLED + 6 + 6 + 4 + 2}"
+        assert histories.total(ANONYMOUS.key) >= FILLED
+
+
+#: Every scenario, for the servers' tests to run each.
+SCENARIOS = (
+    spread_over_two_sockets,
+    another_principal_untouched,
+    ended_and_closed_give_back,
+    resumed_is_counted,
+)

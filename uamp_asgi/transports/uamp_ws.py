@@ -109,7 +109,13 @@ from uamp_proto.calls import (
 )
 from uamp_proto.capabilities import queried, session_view
 from uamp_proto.codec import from_dict, unstructure
-from uamp_proto.connection import NEED_DATA, ConnectionConfig, ServerConnection, SessionContext
+from uamp_proto.connection import (
+    MAX_SESSION_HISTORY_BYTES,
+    NEED_DATA,
+    ConnectionConfig,
+    ServerConnection,
+    SessionContext,
+)
 from uamp_proto.errors import (
     FlowControlError,
     LocalProtocolError,
@@ -203,7 +209,15 @@ class Connection:
         self.ws = ws
         self.principal = principal
         self.fixed = fixed
-        self.conn = ServerConnection(ConnectionConfig(max_sessions=host.config.max_sessions))
+        budget = host.config.max_history_bytes_per_principal
+        self.conn = ServerConnection(
+            ConnectionConfig(
+                max_sessions=host.config.max_sessions,
+                # One session alone never keeps more than its principal's budget.
+                max_history_bytes=min(MAX_SESSION_HISTORY_BYTES, budget),
+                on_history=self.history_kept,
+            )
+        )
         self.agents: dict[str, Responder] = {}
         #: The sessions whose log this connection writes: key, record, owner token.
         self.keys: dict[str, LogKey] = {}
@@ -393,6 +407,18 @@ class Connection:
         sessions in a loop grows nothing)."""
         for kept in (self.agents, self.creates, self.stops, self.detectors, self.paid, self.tokens):
             kept.pop(sid, None)
+        self.host.uamp_histories.ended(self, sid)
+
+    def history_kept(self, sid: str, size: int) -> None:
+        """The core weighed ``sid`` 's conversation: it counts against the principal's budget
+        (``Config.max_history_bytes_per_principal``), over all its connections."""
+        self.host.uamp_histories.kept(self.principal.key, self, sid, size)
+
+    def forget_history(self, sid: str) -> None:
+        """Empty ``sid`` 's kept conversation, and its copy in the event log's record
+        (the principal's budget trimmed it: its next turn starts afresh)."""
+        self.conn.forget_history(sid)
+        self.put_record(sid)
 
     async def update(self, event: ev.SessionUpdate) -> None:
         """``session.update``: the core took the new settings; ``session.updated`` once the
@@ -584,9 +610,11 @@ class Connection:
             self.log.release(key, owner)
 
     def release_all(self) -> None:
-        """The connection is done: every log it writes is let go (and stays)."""
+        """The connection is done: every log it writes is let go (and stays), and what its
+        sessions kept leaves their principal's budget."""
         for sid in list(self.keys):
             self.release(sid)
+        self.host.uamp_histories.closed(self)
 
     async def on_message(self, sid: str, message: dict[str, Any]) -> dict[str, Any]:
         """A message about ``sid`` from another connection or process (``EventLog.ask``)."""
@@ -663,6 +691,7 @@ class Connection:
         ctx.history = [from_dict(ty.Message, m) for m in record.history]
         if record.config is not None:
             ctx.config = from_dict(ty.SessionConfig, record.config)
+        self.conn.bound_history(ctx.id)  # its bounds, and its principal's budget
 
     async def take_on(self, sid: str, stream: ResumeStream) -> None:
         """Follow ``sid`` 's log until nobody else runs a response, then write it from here."""
