@@ -91,3 +91,28 @@ async def test_sessions_opened_and_ended_in_a_loop_leave_nothing_behind() -> Non
     }
     assert {name: len(held) for name, held in kept.items() if held} == {}
     assert not connection.conn.sessions
+
+
+async def test_a_finished_response_leaves_no_tracker_behind() -> None:
+    """A response's tracker holds its input and output: kept per session after the
+    response, ten sessions of one 512 KiB turn held 10 MiB beside their histories (beyond
+    the reach of the per-principal budget, which empties histories, not trackers)."""
+    host = uamp_asgi.app([function_agent(echo)]).host
+    big = "x" * (512 * 1024)  # echoed: 1 MiB a session, ten within the principal's budget
+    script: list[dict[str, object]] = []
+    for n in range(10):
+        sid = f"s{n}"
+        script += [
+            {"type": "session.create", "session_id": sid, "uamp_version": "1.0"},
+            {"type": "input.text", "session_id": sid, "text": big},
+            {"type": "response.create", "session_id": sid},
+        ]
+    socket = ScriptedSocket(script)
+    connection = Connection(host, socket, None, ANONYMOUS)  # type: ignore[arg-type]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await connection.run(nursery)  # type: ignore[arg-type]
+    # Every response ran to its end (the last one's frames after the socket closed),
+    # and no session ended: each keeps its turn.
+    assert [len(ctx.history) for ctx in connection.conn.sessions.values()] == [2] * 10
+    assert connection.stops == {}  # but no finished response's tracker

@@ -810,9 +810,15 @@ class Connection:
             returned = True
         finally:
             self.turns.pop(sid, None)
+            ctx = self.conn.sessions.get(sid)
+            if ctx is None or ctx.response is not core:
+                # The response is over: its tracker (and the input it holds)
+                # goes with it, whatever the budget emptied of the history.
+                stops = self.stops.get(sid)
+                if stops is not None and stops[0] is core:
+                    del self.stops[sid]
             if not ended:
                 self.put_record(sid, running=None, input=[])
-                ctx = self.conn.sessions.get(sid)
                 if ctx is None or ctx.response is not core:
                     await self.settle_charge(sid)  # the session went with it
                 elif returned and not core.pending_tool_calls:
