@@ -1934,6 +1934,65 @@ async def uamp_history_pin(port: int, long: bool) -> Outcome:
     )
 
 
+async def _ws_turn(ws: WsEvents, sid: str, text: str) -> tuple[str, str]:
+    """One turn on session ``sid``: how it ended (its event type) and its output's text."""
+    await ws.send(type="input.text", session_id=sid, text=text)
+    await ws.send(type="response.create", session_id=sid)
+    got = await ws.until(
+        lambda e: e.get("session_id") == sid and e["type"] in ("session.error", "response.done"),
+        limit=30,
+    )
+    kind = (got or {}).get("type", "no answer")
+    output = (got or {}).get("response", {}).get("output", []) if kind == "response.done" else []
+    return kind, "".join(o.get("text", "") for o in output if isinstance(o, dict))
+
+
+async def uamp_history_spread(port: int, long: bool) -> Outcome:
+    """Sessions over several sockets, each filled near its 4 MiB of history, one principal."""
+    sockets, per_socket = (4, 16) if long else (2, 3)
+    big = "x" * (1200 * 1024)  # three fill a session to 3.6 MiB (the core keeps 4 MiB)
+    answers: dict[str, int] = {}
+    wss = [await WsEvents.open(port, UAMP_WS) for _ in range(sockets)]
+    sessions: list[tuple[WsEvents, str]] = []
+    for _ in range(per_socket):
+        for ws in wss:  # the sockets in turn: the oldest sessions are on every socket
+            created = await ws.create()
+            if not created or created["type"] != "session.created":
+                tally(answers, "session.create refused")
+                continue
+            sessions.append((ws, created["session_id"]))
+            for n in range(3):
+                tally(answers, (await _ws_turn(ws, sessions[-1][1], f"{n} {big}"))[0])
+    kept: list[int] = []
+    for ws, sid in sessions:  # what each session keeps, oldest first
+        kind, text = await _ws_turn(ws, sid, "history")
+        tally(answers, kind)
+        kept.append(int(text.split()[-1]) if text.startswith("kept ") else -1)
+    for ws in wss:
+        await ws.aclose()
+    other = await WsEvents.open(port, UAMP_WS)  # another client, afterwards
+    created = await other.create()
+    fresh = (await _ws_turn(other, created["session_id"], "hi"))[0] if created else "none"
+    await other.aclose()
+    total, budget = sum(kept), 16 * 1024 * 1024  # SessionLimits.max_history_bytes_per_principal
+    count = len(sessions)
+    return Outcome(
+        sent=f"{sockets} sockets x {per_socket} sessions, three input.text of 1.2 MiB each "
+        "(anonymous)",
+        answer=f"{answers}; the {count} sessions then keep {total // 1024} KiB together "
+        f"(budget {budget // 1024} KiB; the oldest {max(kept[0], 0) // 1024 if kept else 0} "
+        f"KiB, the newest {max(kept[-1], 0) // 1024 if kept else 0} KiB); "
+        f"a new client's turn: {fresh}",
+        ok=answers == {"response.done": 4 * count}
+        and count == sockets * per_socket
+        and total <= budget
+        and kept[0] == 0
+        and kept[-1] >= 3 * len(big)
+        and fresh == "response.done",
+        allowed_runs=4 * count + 1,  # every turn is the agent's work
+    )
+
+
 REALTIME_WS = f"/agents/{AGENT}/realtime"
 
 
@@ -2140,6 +2199,8 @@ SCENARIOS += [
     Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
 ]
 SCENARIOS += [Scenario.of(uamp_input_pin), Scenario.of(uamp_history_pin)]
+#: A server of its own: the budget is the anonymous caller's, which the suite's other rows share.
+SCENARIOS += [Scenario.of(uamp_history_spread, server=alone)]
 SCENARIOS += [Scenario.of(ai_sdk_answer_pin)]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks)]
 #: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
@@ -2161,6 +2222,7 @@ SCENARIOS += [
         ws_stalled_reader,
     )
 ]
+SCENARIOS += [Scenario.of(uamp_history_spread, server=alone, kind="asgi")]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks, kind="asgi")]
 
 

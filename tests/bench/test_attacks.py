@@ -34,6 +34,8 @@ WORK = {
     "asgi_uamp_input_pin",
     "uamp_history_pin",  # every turn
     "asgi_uamp_history_pin",
+    "uamp_history_spread",  # every turn, and the new client's
+    "asgi_uamp_history_spread",
     "realtime_busy_flood",  # the held responses and the queued ones, in turn
     "asgi_realtime_busy_flood",
     "asgi_push_config_pin",
@@ -103,6 +105,7 @@ SCENARIOS = [
     "ai_sdk_answer_pin",
     "uamp_input_pin",
     "uamp_history_pin",
+    "uamp_history_spread",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",
@@ -118,6 +121,7 @@ SCENARIOS = [
     "asgi_uamp_input_pin",
     "asgi_uamp_history_pin",
     "asgi_ws_stalled_reader",
+    "asgi_uamp_history_spread",
 ]
 
 
