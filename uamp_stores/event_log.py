@@ -65,7 +65,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, ClassVar, Final, overload
+from typing import Any, ClassVar, Final, cast, overload
 
 import anyio
 import attrs
@@ -73,6 +73,7 @@ import orjson
 
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
+from uamp_proto.history import MAX_OWNER_HISTORY_BYTES, HistoryBudget, message_weight, weight
 from uamp_proto.resume import LogEntry, LogWindow, Positions, ResumeError, ResumeStream, Retention
 
 from .background import BackgroundLoop
@@ -123,6 +124,9 @@ class SessionRecord:
         request: The ``event_id`` of the ``response.create`` of the latest
             response (a resumed session names it: a client resends a turn
             that never began, docs/resume.md).
+        dropped: Whether the store dropped the conversation (``history``)
+            to keep within its bounds: a resume is refused
+            (``beyond_retention``), as for a log whose events were dropped.
     """
 
     agent: str
@@ -134,6 +138,7 @@ class SessionRecord:
     updated: float = 0.0
     ended: bool = False
     request: str | None = None
+    dropped: bool = False
 
     def copy(self) -> SessionRecord:
         """A shallow copy: what ``record.copy()`` makes, without its generic machinery.
@@ -150,6 +155,7 @@ class SessionRecord:
             updated=self.updated,
             ended=self.ended,
             request=self.request,
+            dropped=self.dropped,
         )
 
     def encode(self) -> bytes:
@@ -186,11 +192,13 @@ class HistoryView(Sequence[dict[str, Any]]):
     (:meth:`SessionRecord.encode`).
     """
 
-    __slots__ = ("_items", "_length")
+    __slots__ = ("_items", "_length", "weight")
 
-    def __init__(self, items: list[dict[str, Any]], length: int) -> None:
+    def __init__(self, items: list[dict[str, Any]], length: int, weight: int | None = None) -> None:
         self._items = items
         self._length = length
+        #: The messages' :func:`~uamp_proto.history.message_weight`, when known.
+        self.weight = weight
 
     def __len__(self) -> int:
         return self._length
@@ -241,26 +249,39 @@ class HistoryJSON:
     JSON list; views of the old one keep it.
     """
 
-    __slots__ = ("json", "source", "view")
+    __slots__ = ("json", "source", "view", "weight")
 
     def __init__(self) -> None:
         self.source: list[ty.Message] | None = None
         self.json: list[dict[str, Any]] = []
+        #: The converted messages' :func:`~uamp_proto.history.message_weight`
+        #: (what the live budget counts), weighed once each as converted.
+        self.weight = 0
         #: The view handed out last.
         self.view: HistoryView | None = None
 
     def of(self, history: list[ty.Message]) -> HistoryView:
         """``history`` as JSON (a view that never changes)."""
         if history is not self.source or len(history) < len(self.json):
-            self.source, self.json = history, []
+            self.source, self.json, self.weight = history, [], 0
         json = self.json
         done = len(json)
         if done < len(history):
-            json.extend([unstructure(m) for m in history[done:]])
+            new = history[done:]
+            json.extend([unstructure(m) for m in new])
+            self.weight += sum(message_weight(m) for m in new)
         elif self.view is not None and self.view._items is json:
             return self.view  # nothing new since the last record (a view never changes)
-        view = self.view = HistoryView(json, len(json))
+        view = self.view = HistoryView(json, len(json), self.weight)
         return view
+
+
+def history_weight(history: Sequence[dict[str, Any]]) -> int:
+    """About the bytes a record's conversation holds: a :class:`HistoryView` 's weight
+    (counted as it was converted), else each message's :func:`~uamp_proto.history.weight`."""
+    if isinstance(history, HistoryView) and history.weight is not None:
+        return history.weight
+    return sum(weight(m) for m in history)
 
 
 #: One queued write: ``("reset" | "record", key, SessionRecord, time)``,
@@ -420,7 +441,12 @@ class EventLog(BackgroundLoop, abc.ABC):
         return entry
 
     def put_record(self, key: LogKey, record: SessionRecord) -> None:
-        """Queue ``record`` as ``key`` 's record (``updated`` becomes now); never waits."""
+        """Queue ``record`` as ``key`` 's record (``updated`` becomes now); never waits.
+
+        An ended session's record keeps no conversation: it cannot be resumed.
+        """
+        if record.ended and record.history:
+            record.history = []
         self._queue(("record", key, record, self._stamp(record)))
 
     async def save(self, key: LogKey, record: SessionRecord) -> None:
@@ -608,12 +634,17 @@ class EventLog(BackgroundLoop, abc.ABC):
                 continue
             entries = await self.wait(key, stream.cursor)
 
-    async def load(self, key: LogKey) -> SessionRecord:
+    async def load(self, key: LogKey, *, conversation: bool = False) -> SessionRecord:
         """The session's record.
+
+        ``conversation``: the caller restores the session's conversation from
+        it (a resume), so a record whose conversation the store dropped
+        (:attr:`SessionRecord.dropped`) is refused.
 
         Raises:
             ResumeError: ``unknown_session`` (never existed, forgotten, or
-                another principal's: one answer for all), ``session_expired``.
+                another principal's: one answer for all), ``session_expired``;
+                ``beyond_retention`` for a dropped conversation.
         """
         record = await self._load(key)
         if record is None:
@@ -628,6 +659,12 @@ class EventLog(BackgroundLoop, abc.ABC):
                 + ("ended" if record.ended else "expired")
                 + " and cannot be resumed",
                 code="session_expired",
+            )
+        if conversation and record.dropped:
+            raise ResumeError(
+                f"session {key[1]!r} cannot be resumed: its conversation was dropped to keep "
+                "its principal's sessions within the server's bounds; start a new session",
+                code="beyond_retention",
             )
         return record
 
@@ -671,8 +708,13 @@ class EventLog(BackgroundLoop, abc.ABC):
         await self.flush()
 
 
+#: The most bytes of conversation all records of a :class:`MemoryEventLog` keep
+#: (``max_record_bytes``): as much as its events (``max_bytes``).
+MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
+
+
 class _MemoryLog:
-    __slots__ = ("entries", "index", "last", "record", "size")
+    __slots__ = ("entries", "index", "last", "record", "size", "weight")
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
@@ -680,6 +722,8 @@ class _MemoryLog:
         self.index: dict[str, int] = {}
         self.last = 0
         self.size = 0
+        #: The record's conversation's weight, as counted in the record budgets.
+        self.weight = 0
 
 
 class MemoryEventLog(EventLog):
@@ -696,7 +740,20 @@ class MemoryEventLog(EventLog):
             (``None``: no cap of its own); past it that principal's least
             recently active is forgotten, so nobody can push out another
             principal's sessions by opening many.
+        max_record_bytes_per_principal: Most bytes of conversation (weighed
+            as the live budget weighs it, :func:`uamp_proto.history.message_weight`)
+            the records of one principal's sessions keep; past it that
+            principal's least recently put records lose their conversation
+            (:attr:`SessionRecord.dropped`: a resume says ``beyond_retention``),
+            never another principal's.
+        max_record_bytes: Most bytes of conversation all records keep; past
+            it the least recently put records lose theirs.
         clock: Wall-clock seconds.
+
+    A record is weighed once as it is put (a live session's conversation is
+    weighed as it is converted, :class:`HistoryJSON`); an ended session's
+    record keeps no conversation. A record whose conversation alone is
+    over a bound keeps none.
     """
 
     def __init__(
@@ -706,15 +763,23 @@ class MemoryEventLog(EventLog):
         max_sessions: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
         max_sessions_per_principal: int | None = None,
+        max_record_bytes_per_principal: int = MAX_OWNER_HISTORY_BYTES,
+        max_record_bytes: int = MAX_RECORD_BYTES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(retention, clock=clock)
         per_principal = max_sessions_per_principal
         if max_sessions < 1 or max_bytes < 1 or (per_principal is not None and per_principal < 1):
             raise ValueError("max_sessions, max_bytes and the per-principal cap must be at least 1")
+        if max_record_bytes_per_principal < 1 or max_record_bytes < 1:
+            raise ValueError("max_record_bytes and its per-principal bound must be at least 1")
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self.max_sessions_per_principal = per_principal
+        #: The records' conversations per principal, least recently put first.
+        self.record_bytes = HistoryBudget(max_record_bytes_per_principal)
+        #: The same over all principals (one owner, ``None``).
+        self.all_record_bytes = HistoryBudget(max_record_bytes)
         #: Event bytes held over all sessions.
         self.size = 0
         self._logs: dict[LogKey, _MemoryLog] = {}
@@ -733,15 +798,55 @@ class MemoryEventLog(EventLog):
         """Never: every write is applied as it is queued (asked before each event is sent)."""
         return False
 
+    @property
+    def max_record_bytes_per_principal(self) -> int:
+        """Most bytes of conversation one principal's records keep."""
+        return self.record_bytes.max_bytes
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes of conversation all records keep."""
+        return self.all_record_bytes.max_bytes
+
     def put_record(self, key: LogKey, record: SessionRecord) -> None:
         """:meth:`EventLog.put_record`, applied at once (a copy; no queued write to dispatch)."""
         record.updated = self.clock()
         log = self._logs.get(key)
         if log is None:
             log = self._add(key, record)
-        log.record = record.copy()
+        self._keep(key, log, record)
         if self._flushed.parked:
             self._flushed.unpark_all()
+
+    def _keep(self, key: LogKey, log: _MemoryLog, record: SessionRecord) -> None:
+        """Store a copy of ``record`` as ``log`` 's, its conversation within the budgets."""
+        kept = log.record = record.copy()
+        size = history_weight(kept.history) if kept.history and not kept.ended else 0
+        if kept.ended or size > min(self.max_record_bytes_per_principal, self.max_record_bytes):
+            if kept.history:
+                kept.history, kept.dropped = [], not kept.ended
+            size = 0
+        if not size:
+            if log.weight:
+                log.weight = 0
+                self.record_bytes.forget(key[0], key)
+                self.all_record_bytes.forget(None, key)
+            return
+        log.weight = size
+        for other in self.record_bytes.kept(key[0], key, size):
+            self._drop_history(cast("LogKey", other))  # the principal's own, first
+        for other in self.all_record_bytes.kept(None, key, size):
+            self._drop_history(cast("LogKey", other))
+
+    def _drop_history(self, key: LogKey) -> None:
+        """A budget emptied ``key`` 's conversation: its record keeps none (``dropped``)."""
+        log = self._logs.get(key)
+        if log is None or not log.weight:
+            return
+        self.record_bytes.forget(key[0], key)
+        self.all_record_bytes.forget(None, key)
+        log.weight = 0
+        log.record.history, log.record.dropped = [], True
 
     def append(self, key: LogKey, data: bytes, event_id: str) -> LogEntry:
         """:meth:`EventLog.append`, stored at once (no queued write to dispatch).
@@ -766,7 +871,7 @@ class MemoryEventLog(EventLog):
             log = self._logs.get(key)
             if log is None:
                 log = self._add(key, payload)
-            log.record = payload.copy()
+            self._keep(key, log, payload)
         else:
             self._reset(key, payload)
         if self._flushed.parked:
@@ -815,7 +920,7 @@ class MemoryEventLog(EventLog):
             self._forget(min(owned, key=lambda k: self._logs[k].record.updated))
         while len(self._logs) >= self.max_sessions:
             self._forget(min(self._logs, key=lambda k: self._logs[k].record.updated))
-        self._add(key, record)
+        self._keep(key, self._add(key, record), record)
 
     def _add(self, key: LogKey, record: SessionRecord) -> _MemoryLog:
         log = self._logs[key] = _MemoryLog(record.copy())
@@ -827,6 +932,9 @@ class MemoryEventLog(EventLog):
         log = self._logs.pop(key, None)
         if log is not None:
             self.size -= log.size
+            if log.weight:
+                self.record_bytes.forget(key[0], key)
+                self.all_record_bytes.forget(None, key)
             owned = self._owned.get(key[0])
             if owned is not None:
                 owned.discard(key)

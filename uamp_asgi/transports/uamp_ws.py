@@ -665,7 +665,7 @@ class Connection:
             return
         key = (self.principal.key, sid)
         try:
-            record = await self.log.load(key)
+            record = await self.log.load(key, conversation=True)
             if record.agent != agent.name:
                 raise _unknown(sid)  # another endpoint's session: as an unknown one
             start = start_after(await self.log.window(key), await self.log.find(key, after), after)
@@ -729,7 +729,7 @@ class Connection:
             if entries:
                 await self.replay(stream.backfill(entries).send)
                 continue
-            record = await log.load(key)
+            record = await log.load(key, conversation=True)
             if record.running is None:
                 return record
             if not log.writing(key) and not (

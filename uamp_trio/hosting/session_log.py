@@ -223,7 +223,7 @@ class EventLogPart(HostState):
                     "this server keeps no event log; sessions cannot be resumed",
                     code="resume_unavailable",
                 )
-            record = await log.load(key)
+            record = await log.load(key, conversation=True)
             if record.agent != session.agent.name:
                 # Another endpoint's session is answered as an unknown one.
                 raise ResumeError(
@@ -310,7 +310,7 @@ class EventLogPart(HostState):
             if entries:
                 await self._replay(stream, entries)
                 continue
-            record = await log.load(key)
+            record = await log.load(key, conversation=True)
             running = record.running
             if running is None:
                 return record

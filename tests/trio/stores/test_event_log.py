@@ -324,6 +324,7 @@ def test_record_copy_is_a_shallow_copy_of_every_field() -> None:
         "updated": 12.5,
         "ended": True,
         "request": "evt_1",
+        "dropped": True,
     }
     assert set(values) == {f.name for f in attrs.fields(SessionRecord)}
     record = SessionRecord(**values)  # type: ignore[arg-type]
@@ -385,6 +386,99 @@ def test_the_per_principal_cap_is_checked() -> None:
 
     with pytest.raises(ValueError):
         MemoryEventLog(max_sessions_per_principal=0)
+
+
+# --- the memory log's budget over its records' conversations -----------------------
+
+#: ``(principal, session, weight of its conversation or 0, ended)``
+RECORD_OPS = st.lists(
+    st.tuples(st.sampled_from("ab"), st.integers(0, 4), st.integers(0, 120), st.booleans()),
+    max_size=40,
+)
+
+
+def _conversation(size: int) -> list[dict[str, Any]]:
+    """A conversation of one message that weighs ``size`` + 15 (``history.weight``)."""
+    return [{"role": "user", "content": "x" * size}] if size else []
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=RECORD_OPS, cap=st.integers(1, 300), total=st.integers(1, 500))
+def test_records_keep_their_conversations_within_the_budgets(
+    ops: list[tuple[str, int, int, bool]], cap: int, total: int
+) -> None:
+    """What records keep matches a model: per principal at most ``cap``, its own least
+    recently put losing theirs first; over all at most ``total``; ended ones keep none."""
+    from uamp_stores.event_log import MemoryEventLog, history_weight
+
+    log = MemoryEventLog(max_record_bytes_per_principal=cap, max_record_bytes=total)
+    kept: dict[LogKey, int] = {}  # records with a conversation, least recently put first
+    dropped: set[LogKey] = set()
+    for who, n, size, ended in ops:
+        k = key(f"s{n}", ("api_key", who))
+        record = SessionRecord(agent="demo", history=_conversation(size), ended=ended)
+        weight = history_weight(record.history)
+        log.put_record(k, record)
+        kept.pop(k, None)
+        dropped.discard(k)
+        if ended or not weight:
+            pass
+        elif weight > min(cap, total):
+            dropped.add(k)
+        else:
+            kept[k] = weight
+            for bound, owner in ((cap, k[0]), (total, None)):
+                while sum(w for m, w in kept.items() if owner in (None, m[0])) > bound:
+                    oldest = next(m for m in kept if owner in (None, m[0]) and m != k)
+                    del kept[oldest]
+                    dropped.add(oldest)
+        for m, memory in log._logs.items():
+            assert history_weight(memory.record.history) == kept.get(m, 0)
+            assert memory.record.dropped == (m in dropped)
+        for owner in {m[0] for m in log._logs}:
+            mine = sum(w for m, w in kept.items() if m[0] == owner)
+            assert log.record_bytes.total(owner) == mine <= cap
+        assert log.all_record_bytes.total(None) == sum(kept.values()) <= total
+
+
+async def test_a_dropped_conversation_is_refused_to_a_resume_only() -> None:
+    from uamp_stores.event_log import MemoryEventLog
+
+    log = MemoryEventLog(max_record_bytes_per_principal=100)
+    old, new = key("s1", ALICE), key("s2", ALICE)
+    log.put_record(old, SessionRecord(agent="demo", history=_conversation(60)))
+    log.put_record(new, SessionRecord(agent="demo", history=_conversation(60)))
+    record = await log.load(old)  # cancels and other lookups still find the record
+    assert record.dropped and record.history == []
+    with pytest.raises(ResumeError) as caught:
+        await log.load(old, conversation=True)
+    assert caught.value.code == "beyond_retention"
+    assert (await log.load(new, conversation=True)).history == _conversation(60)
+    # The session goes on and puts its whole conversation again: it is kept again.
+    log.put_record(old, SessionRecord(agent="demo", history=_conversation(60)))
+    assert (await log.load(old, conversation=True)).history == _conversation(60)
+    assert (await log.load(new)).dropped
+
+
+@kinds()
+async def test_an_ended_record_keeps_no_conversation(make_log: Callable[..., EventLog]) -> None:
+    log = make_log()
+    k = key("s1")
+    log.begin(k, SessionRecord(agent="demo"))
+    await log.save(k, SessionRecord(agent="demo", history=_conversation(10), ended=True))
+    record = await log._load(k)
+    assert record is not None and record.ended and list(record.history) == []
+
+
+def test_the_record_budgets_are_checked() -> None:
+    from uamp_stores.event_log import MemoryEventLog
+
+    with pytest.raises(ValueError):
+        MemoryEventLog(max_record_bytes_per_principal=0)
+    with pytest.raises(ValueError):
+        MemoryEventLog(max_record_bytes=0)
+
+
 def test_a_record_keeps_what_it_does_not_know_out() -> None:
     # A record written by a newer version (a field this one lacks), read in a rolling update.
     newer = orjson.loads(SessionRecord(agent="a", running="resp_1", request="evt_1").encode())
