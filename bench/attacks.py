@@ -1934,8 +1934,9 @@ async def uamp_history_pin(port: int, long: bool) -> Outcome:
     )
 
 
-async def _ws_turn(ws: WsEvents, sid: str, text: str) -> tuple[str, str]:
-    """One turn on session ``sid``: how it ended (its event type) and its output's text."""
+async def _ws_turn(ws: WsEvents, sid: str, text: str) -> tuple[str, str, str]:
+    """One turn on session ``sid``: how it ended (its event type), its output's text, and
+    the ``event_id`` of its last event (to resume after)."""
     await ws.send(type="input.text", session_id=sid, text=text)
     await ws.send(type="response.create", session_id=sid)
     got = await ws.until(
@@ -1944,7 +1945,8 @@ async def _ws_turn(ws: WsEvents, sid: str, text: str) -> tuple[str, str]:
     )
     kind = (got or {}).get("type", "no answer")
     output = (got or {}).get("response", {}).get("output", []) if kind == "response.done" else []
-    return kind, "".join(o.get("text", "") for o in output if isinstance(o, dict))
+    text = "".join(o.get("text", "") for o in output if isinstance(o, dict))
+    return kind, text, (got or {}).get("event_id", "")
 
 
 async def uamp_history_spread(port: int, long: bool) -> Outcome:
@@ -1965,7 +1967,7 @@ async def uamp_history_spread(port: int, long: bool) -> Outcome:
                 tally(answers, (await _ws_turn(ws, sessions[-1][1], f"{n} {big}"))[0])
     kept: list[int] = []
     for ws, sid in sessions:  # what each session keeps, oldest first
-        kind, text = await _ws_turn(ws, sid, "history")
+        kind, text, _ = await _ws_turn(ws, sid, "history")
         tally(answers, kind)
         kept.append(int(text.split()[-1]) if text.startswith("kept ") else -1)
     for ws in wss:
@@ -1990,6 +1992,56 @@ async def uamp_history_spread(port: int, long: bool) -> Outcome:
         and kept[-1] >= 3 * len(big)
         and fresh == "response.done",
         allowed_runs=4 * count + 1,  # every turn is the agent's work
+    )
+
+
+async def uamp_record_history_pin(port: int, long: bool) -> Outcome:
+    """Sessions filled near their 4 MiB of history, each left on its own socket (anonymous):
+    what their records in the event log keep, asked by resuming each."""
+    count = 16 if long else 8
+    big = "x" * (1200 * 1024)  # three fill a session to 3.6 MiB (the core keeps 4 MiB)
+    answers: dict[str, int] = {}
+    left: list[tuple[str, str]] = []
+    for _ in range(count):
+        ws = await WsEvents.open(port, UAMP_WS)
+        created = await ws.create()
+        if not created or created["type"] != "session.created":
+            tally(answers, "session.create refused")
+            await ws.aclose()
+            continue
+        sid, after = created["session_id"], ""
+        for n in range(3):
+            kind, _, after = await _ws_turn(ws, sid, f"{n} {big}")
+            tally(answers, kind)
+        left.append((sid, after))
+        await ws.aclose()  # detached: its record stays, to be resumed
+    kept: list[int] = []
+    resumes: dict[str, int] = {}
+    for sid, after in left:  # oldest first, each on a socket of its own
+        ws = await WsEvents.open(port, UAMP_WS)
+        resumed = await ws.create(session_id=sid, extensions={"resume_from": after})
+        if resumed and resumed["type"] == "session.created":
+            tally(resumes, "resumed")
+            kind, text, _ = await _ws_turn(ws, sid, "history")
+            tally(answers, kind)
+            kept.append(int(text.split()[-1]) if text.startswith("kept ") else -1)
+        else:
+            tally(resumes, str((resumed or {}).get("error", {}).get("code", "no answer")))
+            kept.append(0)
+        await ws.aclose()
+    total, budget = sum(kept), 16 * 1024 * 1024  # max_record_bytes_per_principal
+    runs = 3 * len(left) + resumes.get("resumed", 0)
+    return Outcome(
+        sent=f"{count} sessions, each three input.text of 1.2 MiB then its socket closed; "
+        "then each resumed on a new socket and asked what it keeps (anonymous)",
+        answer=f"{answers}; resumes {resumes}; the records gave back {total // 1024} KiB "
+        f"(budget {budget // 1024} KiB; the newest {max(kept[-1], 0) // 1024 if kept else 0} KiB)",
+        ok=answers == {"response.done": runs}
+        and len(left) == count
+        and total <= budget
+        and kept[-1] >= 3 * len(big)
+        and resumes.get("beyond_retention", 0) == count - resumes.get("resumed", 0) > 0,
+        allowed_runs=runs,  # every turn is the agent's work
     )
 
 
@@ -2201,6 +2253,7 @@ SCENARIOS += [
 SCENARIOS += [Scenario.of(uamp_input_pin), Scenario.of(uamp_history_pin)]
 #: A server of its own: the budget is the anonymous caller's, which the suite's other rows share.
 SCENARIOS += [Scenario.of(uamp_history_spread, server=alone)]
+SCENARIOS += [Scenario.of(uamp_record_history_pin, server=alone)]
 SCENARIOS += [Scenario.of(ai_sdk_answer_pin)]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks)]
 #: uamp_asgi under uvicorn (bench/attack_asgi.py): where a stranger makes it keep or work.
@@ -2223,6 +2276,7 @@ SCENARIOS += [
     )
 ]
 SCENARIOS += [Scenario.of(uamp_history_spread, server=alone, kind="asgi")]
+SCENARIOS += [Scenario.of(uamp_record_history_pin, server=alone, kind="asgi")]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks, kind="asgi")]
 
 

@@ -36,6 +36,8 @@ WORK = {
     "asgi_uamp_history_pin",
     "uamp_history_spread",  # every turn, and the new client's
     "asgi_uamp_history_spread",
+    "uamp_record_history_pin",  # every turn, and each resumed session's
+    "asgi_uamp_record_history_pin",
     "realtime_busy_flood",  # the held responses and the queued ones, in turn
     "asgi_realtime_busy_flood",
     "asgi_push_config_pin",
@@ -106,6 +108,7 @@ SCENARIOS = [
     "uamp_input_pin",
     "uamp_history_pin",
     "uamp_history_spread",
+    "uamp_record_history_pin",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",
@@ -122,6 +125,7 @@ SCENARIOS = [
     "asgi_uamp_history_pin",
     "asgi_ws_stalled_reader",
     "asgi_uamp_history_spread",
+    "asgi_uamp_record_history_pin",
 ]
 
 
