@@ -23,7 +23,14 @@ from uamp_proto.resume import ResumeError
 
 from .event_log import EventLog, LogKey, SessionRecord
 
-__all__ = ["conclude", "load_stored", "response_record", "stored_object", "stored_part"]
+__all__ = [
+    "conclude",
+    "dropped_conversation",
+    "load_stored",
+    "response_record",
+    "stored_object",
+    "stored_part",
+]
 
 
 def stored_part(record: SessionRecord) -> dict[str, Any] | None:
@@ -62,6 +69,18 @@ def conclude(record: SessionRecord, output: list[ty.Message] | None) -> None:
     if output is not None:
         record.history = [*record.history, *record.input, *unstructure(output)]
     record.running, record.input = None, []
+
+
+def dropped_conversation(rid: str, record: SessionRecord) -> str | None:
+    """Why stored response ``rid`` cannot be continued (``previous_response_id``): the
+    event log dropped its conversation to keep within its bounds; ``None`` when it can."""
+    if not record.dropped:
+        return None
+    return (
+        f"Response {rid!r} can no longer be continued: its conversation was dropped to keep "
+        "the caller's stored conversations within the server's bounds. Continue from a newer "
+        "response, or send the whole conversation as input."
+    )
 
 
 async def load_stored(event_log: EventLog, key: LogKey) -> SessionRecord | None:

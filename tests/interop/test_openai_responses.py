@@ -184,6 +184,25 @@ def test_retrieve_delete_and_input_items(demo_either: openai.OpenAI) -> None:
         sdk.responses.delete(created.id)
 
 
+def test_a_response_whose_conversation_was_dropped_is_not_continued(thread_server: Any) -> None:
+    # The memory log bounds what a principal's records keep (here 2,000 bytes of
+    # conversation): the older response loses its conversation to the newer one, and a
+    # continuation of it is refused rather than run without its earlier turns.
+    from uamp_stores.event_log import MemoryEventLog
+    from uamp_trio.stores import Stores
+
+    log = MemoryEventLog(max_record_bytes_per_principal=2000)
+    server = thread_server(create_app([DemoAgent()], stores=Stores(event_log=log)))
+    sdk = _client(f"{server.url}/agents/demo/v1")
+    older = sdk.responses.create(model="demo", input="a" * 900)
+    newer = sdk.responses.create(model="demo", input="b" * 900)
+    with pytest.raises(openai.BadRequestError, match="can no longer be continued"):
+        sdk.responses.create(model="demo", input="more", previous_response_id=older.id)
+    assert sdk.responses.retrieve(older.id).output_text == "You said: " + "a" * 900
+    went_on = sdk.responses.create(model="demo", input="more", previous_response_id=newer.id)
+    assert went_on.output_text == "You said: more"
+
+
 def test_store_false_cannot_be_retrieved_or_continued(demo: tuple[openai.OpenAI, str]) -> None:
     sdk, _ = demo
     unstored = sdk.responses.create(model="demo", input="forget me", store=False)

@@ -62,6 +62,7 @@ from uamp_stores.health import StoreUnavailable
 from uamp_stores.orphans import append_event, interrupt_lost
 from uamp_stores.responses import (
     conclude,
+    dropped_conversation,
     load_stored,
     response_record,
     stored_object,
@@ -148,6 +149,9 @@ class _Responses:
                     "once it has.",
                     code="invalid_value",
                 )
+            dropped = dropped_conversation(parsed.previous_response_id, previous)
+            if dropped is not None:
+                raise HTTPError(400, dropped, code="invalid_value")
             history = list(previous.history)
             before = [from_dict(ty.Message, m) for m in history]
             turn = attrs.evolve(turn, messages=[*before, *turn.messages])

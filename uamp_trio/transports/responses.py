@@ -94,6 +94,7 @@ from uamp_stores.event_log import EventLog, LogKey, SessionRecord
 from uamp_stores.orphans import append_event
 from uamp_stores.responses import (
     conclude,
+    dropped_conversation,
     load_stored,
     response_record,
     stored_object,
@@ -318,6 +319,9 @@ class ResponsesTransport:
                 code="invalid_value",
                 param="previous_response_id",
             )
+        dropped = dropped_conversation(previous, record)
+        if dropped is not None:
+            raise HTTPError(400, dropped, code="invalid_value", param="previous_response_id")
         return list(record.history)
 
     def _check_room(self, principal: Principal) -> None:
