@@ -127,3 +127,22 @@ def test_stored_responses_are_bounded_per_principal_in_memory() -> None:
         assert alice.responses.retrieve(flood[-1].id).status == "completed"
         with pytest.raises(openai.NotFoundError):
             alice.responses.retrieve(flood[0].id)
+
+
+def test_a_response_whose_conversation_was_dropped_is_not_continued() -> None:
+    # The memory log keeps at most 1,500 bytes of alice's conversations: the newer
+    # response's pushes out the older's, which is then refused as a previous response.
+    config = uamp_asgi.Config(
+        authenticator=APIKeyAuthenticator(KEYS),
+        event_log=MemoryEventLog(max_record_bytes_per_principal=1500),
+    )
+    uamp_app = uamp_asgi.app(AGENTS, config=config)
+    with asgi.uvicorn_server(uamp_app) as url:
+        alice = _sdk(url)
+        padded = "0" + " " * 900  # the ticker reads the number; the spaces weigh
+        older = alice.responses.create(model="ticker", input=padded)
+        newer = alice.responses.create(model="ticker", input=padded)
+        with pytest.raises(openai.BadRequestError, match="can no longer be continued"):
+            alice.responses.create(model="ticker", input="1", previous_response_id=older.id)
+        went_on = alice.responses.create(model="ticker", input="1", previous_response_id=newer.id)
+        assert went_on.output_text == "tick 0 "
