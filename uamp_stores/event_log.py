@@ -40,7 +40,11 @@ the answer comes back on a list the asker waits on (:meth:`EventLog._ask_remote`
 process running it), written with :meth:`~EventLog.save`. A session last
 active longer ago than the retention's ``max_age`` is expired, twice that
 and it is forgotten (:class:`uamp_proto.resume.Retention`); each log keeps
-at most ``max_events`` entries.
+at most ``max_events`` entries. An ended session's record keeps no
+conversation (it cannot be resumed). The memory log also bounds the
+conversations its records keep, per principal and in all: a record past the
+budget loses its conversation (:attr:`SessionRecord.dropped`), and a resume of
+it is refused (``beyond_retention``).
 
 *Outages* (a shared store that stops answering; :mod:`.health`). A batch
 that fails to be written goes back to the head of the queue and the flusher
