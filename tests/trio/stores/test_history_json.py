@@ -6,7 +6,8 @@ import pytest
 
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
-from uamp_stores.event_log import HistoryJSON
+from uamp_proto.history import message_weight, weight
+from uamp_stores.event_log import HistoryJSON, history_weight
 
 
 def msg(i: int) -> ty.Message:
@@ -40,6 +41,10 @@ def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
             history = new
         out = converted.of(history)
         assert out == [unstructure(m) for m in history]
+        # Weighed once as converted, as the live budget weighs the same messages.
+        assert history_weight(out) == out.weight == sum(message_weight(m) for m in history)
+        # A plain list (a record read back, carried on) is weighed by walking it.
+        assert history_weight(list(out)) == sum(weight(m) for m in out)
         handed.append((out, list(out)))
     for out, held in handed:
         assert out == held  # a record queued earlier keeps its conversation
