@@ -264,8 +264,12 @@ class HistoryJSON:
         #: The view handed out last.
         self.view: HistoryView | None = None
 
-    def of(self, history: list[ty.Message]) -> HistoryView:
-        """``history`` as JSON (a view that never changes)."""
+    def of(self, history: list[ty.Message], weights: Sequence[int] | None = None) -> HistoryView:
+        """``history`` as JSON (a view that never changes).
+
+        ``weights``: each message's weight when the caller has them (a core
+        session's, aligned with ``history``); else the new messages are weighed.
+        """
         if history is not self.source or len(history) < len(self.json):
             self.source, self.json, self.weight = history, [], 0
         json = self.json
@@ -273,7 +277,10 @@ class HistoryJSON:
         if done < len(history):
             new = history[done:]
             json.extend([unstructure(m) for m in new])
-            self.weight += sum(message_weight(m) for m in new)
+            if weights is not None and len(weights) == len(history):
+                self.weight += sum(weights[done:])
+            else:
+                self.weight += sum(map(message_weight, new))
         elif self.view is not None and self.view._items is json:
             return self.view  # nothing new since the last record (a view never changes)
         view = self.view = HistoryView(json, len(json), self.weight)
@@ -747,11 +754,11 @@ class MemoryEventLog(EventLog):
         max_record_bytes_per_principal: Most bytes of conversation (weighed
             as the live budget weighs it, :func:`uamp_proto.history.message_weight`)
             the records of one principal's sessions keep; past it that
-            principal's least recently put records lose their conversation
+            principal's least recently changed records lose their conversation
             (:attr:`SessionRecord.dropped`: a resume says ``beyond_retention``),
             never another principal's.
         max_record_bytes: Most bytes of conversation all records keep; past
-            it the least recently put records lose theirs.
+            it the least recently changed records lose theirs.
         clock: Wall-clock seconds.
 
     A record is weighed once as it is put (a live session's conversation is
@@ -780,7 +787,7 @@ class MemoryEventLog(EventLog):
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self.max_sessions_per_principal = per_principal
-        #: The records' conversations per principal, least recently put first.
+        #: The records' conversations per principal, least recently changed first.
         self.record_bytes = HistoryBudget(max_record_bytes_per_principal)
         #: The same over all principals (one owner, ``None``).
         self.all_record_bytes = HistoryBudget(max_record_bytes)
@@ -825,8 +832,16 @@ class MemoryEventLog(EventLog):
     def _keep(self, key: LogKey, log: _MemoryLog, record: SessionRecord) -> None:
         """Store a copy of ``record`` as ``log`` 's, its conversation within the budgets."""
         kept = log.record = record.copy()
-        size = history_weight(kept.history) if kept.history and not kept.ended else 0
-        if kept.ended or size > min(self.max_record_bytes_per_principal, self.max_record_bytes):
+        history = kept.history
+        if kept.ended:
+            size = 0
+        elif type(history) is HistoryView and history.weight is not None:
+            size = history.weight  # weighed as converted (the usual record)
+        else:
+            size = history_weight(history)
+        if size and size == log.weight:
+            return  # the conversation the budgets count already (a response's opening record)
+        if kept.ended or size > min(self.record_bytes.max_bytes, self.all_record_bytes.max_bytes):
             if kept.history:
                 kept.history, kept.dropped = [], not kept.ended
             size = 0

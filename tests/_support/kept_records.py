@@ -101,7 +101,7 @@ async def ended_records_keep_no_conversation(url: str, log: MemoryEventLog) -> N
 
 
 async def another_principal_records_untouched(url: str, log: MemoryEventLog) -> None:
-    """Bob's record, the least recently put of the log, keeps his conversation past alice's.
+    """Bob's record, the least recently changed of the log, keeps his conversation past alice's.
 
     The server knows the API keys ``key-a`` (alice) and ``key-b`` (bob).
     """

@@ -109,7 +109,8 @@ class EventLogPart(HostState):
             converted = self._history_json.get(sid)
             if converted is None:
                 converted = self._history_json[sid] = HistoryJSON()
-            record.history = converted.of(ctx.history)
+            history = ctx.history  # weighed by the core already when it says so
+            record.history = converted.of(history, ctx.weights if ctx.weighed is history else None)
         for name, value in changes.items():
             setattr(record, name, value)
         log = self.event_log

@@ -28,7 +28,7 @@ CASES = [
 def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
     steps: list[tuple[str, int]],
 ) -> None:
-    converted = HistoryJSON()
+    converted, given, stale = HistoryJSON(), HistoryJSON(), HistoryJSON()
     history: list[ty.Message] = []
     handed: list[tuple[list[object], list[object]]] = []  # (list handed out, what it held)
     counter = 0
@@ -45,6 +45,10 @@ def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
         assert history_weight(out) == out.weight == sum(message_weight(m) for m in history)
         # A plain list (a record read back, carried on) is weighed by walking it.
         assert history_weight(list(out)) == sum(weight(m) for m in out)
+        # The core's weights, when aligned, are taken as they are; else the messages weighed.
+        weights = [message_weight(m) for m in history]
+        assert given.of(history, weights).weight == out.weight
+        assert stale.of(history, [*weights[:-1], 0, 0]).weight == out.weight
         handed.append((out, list(out)))
     for out, held in handed:
         assert out == held  # a record queued earlier keeps its conversation
