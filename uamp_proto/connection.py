@@ -387,6 +387,14 @@ class SessionContext:
                 msgs.extend(tracker.messages())
         return msgs
 
+    def history_weights(self) -> list[int] | None:
+        """Each message of :attr:`history` 's weight, when weighed since it last changed.
+
+        ``None`` when the history is not the list last weighed: the caller
+        weighs it itself (:func:`uamp_proto.history.message_weight`).
+        """
+        return self.weights if self.weighed is self.history else None
+
     def drop_last_input(self) -> None:
         """Take back the newest gathered input (it went elsewhere: a room's voice call)."""
         if self.pending_input:

@@ -196,7 +196,9 @@ class SessionHistories:
         report again).
         """
         key = (keeper, session_id)
-        mine = self._owners.setdefault(keeper, {})
+        mine = self._owners.get(keeper)
+        if mine is None:
+            mine = self._owners[keeper] = {}
         was = mine.get(session_id)
         if was is not None and was != owner:
             self.budget.forget(was, key)  # never happens to a session; kept exact anyway

@@ -138,6 +138,10 @@ def test_a_replaced_history_is_weighed_anew() -> None:
     conn.send(ev.ResponseDone(session_id="s1", response_id=rid, response=done))
     assert session.history_bytes == sum(map(weight, session.history)) <= 1000
     assert session.history[-1].text == "now"
+    # The weights are handed out while they are the history's, and no longer.
+    assert session.history_weights() == [message_weight(m) for m in session.history]
+    session.history = [*session.history, ty.Message(role="user", content="x")]
+    assert session.history_weights() is None
 
 
 _TEXT = st.one_of(st.none(), st.text(max_size=20))

@@ -586,9 +586,8 @@ class Connection:
             return
         ctx = self.conn.sessions.get(sid)
         if ctx is not None:
-            history = ctx.history  # weighed by the core already when it says so
-            weights = ctx.weights if ctx.weighed is history else None
-            record.history = self._history.setdefault(sid, HistoryJSON()).of(history, weights)
+            converted = self._history.setdefault(sid, HistoryJSON())
+            record.history = converted.of(ctx.history, ctx.history_weights())
             record.config = unstructure(ctx.config) if ctx.config is not None else None
         for name, value in changes.items():
             setattr(record, name, value)

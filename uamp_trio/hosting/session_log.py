@@ -109,8 +109,7 @@ class EventLogPart(HostState):
             converted = self._history_json.get(sid)
             if converted is None:
                 converted = self._history_json[sid] = HistoryJSON()
-            history = ctx.history  # weighed by the core already when it says so
-            record.history = converted.of(history, ctx.weights if ctx.weighed is history else None)
+            record.history = converted.of(ctx.history, ctx.history_weights())
         for name, value in changes.items():
             setattr(record, name, value)
         log = self.event_log
