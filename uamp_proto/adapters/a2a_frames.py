@@ -24,7 +24,9 @@ import attrs
 import orjson
 
 from .. import types as ty
-from .a2a import Dialect, Update, render_update
+from .a2a_render import render_update
+from .a2a_rpc import Dialect
+from .a2a_tasks import Update
 
 __all__ = ["TextChunkFrames", "plain_text"]
 

@@ -35,7 +35,7 @@ from ._human import (
     is_approval,
     rfc3339,
 )
-from .a2a import data_entries
+from .a2a_parts import data_entries
 
 __all__ = ["ask_to_json", "interrupt_message", "parse_answers"]
 

@@ -6,6 +6,9 @@ or query, a gRPC message as ProtoJSON) and either returns what it means or
 raises :class:`~uamp_proto.adapters.a2a.A2AError` ``INVALID_PARAMS``
 naming the field, as the proto marks fields required and typed:
 
+* :func:`task_id_param`, :func:`opt_int` (``historyLength`` ...) and
+  :func:`parse_tools` (client tools in ``metadata.tools``), which several
+  operations read;
 * :func:`send_configuration` -- ``SendMessageConfiguration``;
 * :func:`parse_list_params` -- ``ListTasksRequest`` (filters, page size and
   token, ``historyLength``, ``statusTimestampAfter``);
@@ -30,8 +33,12 @@ import attrs
 import orjson
 
 from .. import jsonbounds
+from .. import types as ty
 from ..ids import IdSource
-from .a2a import (
+from . import _tools
+from .a2a_parts import A2AMessage, opt_str
+from .a2a_render import render_task
+from .a2a_rpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -39,15 +46,10 @@ from .a2a import (
     TASK_NOT_FOUND,
     VERSION_NOT_SUPPORTED,
     A2AError,
-    A2AMessage,
-    A2ATask,
     Dialect,
-    TaskState,
     negotiate_version,
-    opt_int,
-    opt_str,
-    render_task,
 )
+from .a2a_tasks import A2ATask, TaskState
 
 __all__ = [
     "PUSH_METHODS",
@@ -61,16 +63,19 @@ __all__ = [
     "find_config",
     "inline_push_config",
     "list_page",
+    "opt_int",
     "page_token",
     "parse_config",
     "parse_list_params",
     "parse_timestamp",
+    "parse_tools",
     "render_config",
     "rest_body",
     "rest_push_call",
     "rest_query",
     "send_configuration",
     "task_id_of",
+    "task_id_param",
     "turn_context",
 ]
 
@@ -319,6 +324,51 @@ def parse_list_params(params: Mapping[str, Any]) -> ListQuery:
         after=after,
         include_artifacts=bool(_opt_bool(params, "includeArtifacts", "")),
     )
+
+
+# --- params several operations read ------------------------------------------------------
+
+
+def opt_int(params: Mapping[str, Any], key: str, *, minimum: int = 0) -> int | None:
+    """An optional integer param (1.0 ProtoJSON may send int64 as a string).
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS`.
+    """
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _invalid(f"'{key}' must be an integer >= {minimum}.")
+    return value
+
+
+def task_id_param(params: Mapping[str, Any]) -> str:
+    """The ``id`` param of get/cancel/subscribe.
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` when missing or not a string.
+    """
+    value = params.get("id")
+    if not isinstance(value, str) or not value:
+        raise _invalid("'id' (the task id) is required and must be a string.")
+    return value
+
+
+def parse_tools(metadata: object) -> list[ty.ToolDefinition]:
+    """Client tools declared in request metadata (``{"tools": [...]}``, OpenAI form).
+
+    Raises:
+        A2AError: :data:`INVALID_PARAMS` for a malformed tool.
+    """
+    if not isinstance(metadata, dict):
+        return []
+    try:
+        return _tools.parse_tools(metadata.get("tools"), "metadata.tools")
+    except _tools.ToolFormError as exc:
+        raise _invalid(exc.message) from None
 
 
 # --- push-notification configs ------------------------------------------------------------

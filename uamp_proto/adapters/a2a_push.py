@@ -23,7 +23,8 @@ import orjson
 
 from ..ids import IdSource
 from . import a2a_params
-from .a2a import INVALID_PARAMS, QUOTA_EXCEEDED, A2AError, A2ATask, Dialect
+from .a2a_rpc import INVALID_PARAMS, QUOTA_EXCEEDED, A2AError, Dialect
+from .a2a_tasks import A2ATask
 
 __all__ = [
     "MAX_CONFIGS",

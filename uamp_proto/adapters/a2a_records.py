@@ -26,7 +26,7 @@ import attrs
 from .. import types as ty
 from ..codec import from_dict, unstructure
 from ..interrupts import Interrupt
-from .a2a import A2ATask, Artifact, StoredMessage, TaskState, Update
+from .a2a_tasks import A2ATask, Artifact, StoredMessage, TaskState, Update
 
 __all__ = [
     "grow_text",
