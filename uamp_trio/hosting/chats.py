@@ -60,11 +60,16 @@ half of it (``session.error`` ``slow_consumer``), and past all of it its
 queued pushes are dropped and its chat sessions ended (``session.end``
 reason ``slow_consumer``); the others get ``presence.offline`` and lose
 nothing.
+
+This module holds :class:`ChatHub`; a connection's side is
+:mod:`~uamp_trio.hosting.chat_link` (:class:`ChatLink`), a room as this
+process holds it :mod:`~uamp_trio.hosting.chat_room` (:class:`Room`,
+:class:`ChatLimits`, :class:`ChatProfile`). Every name is importable from
+here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -82,18 +87,13 @@ from uamp_proto import types as ty
 from uamp_proto.busy import BUSY, INVALID_POLICY, BusyError
 from uamp_proto.chat import (
     AnswerPolicy,
-    Backlog,
     Participant,
-    ReadState,
-    Roster,
-    TypingGate,
     agent_names,
     approvers_setting,
-    backlog_action,
     may_answer,
 )
 from uamp_proto.codec import from_dict, unstructure
-from uamp_proto.errors import LocalProtocolError, ProtocolError
+from uamp_proto.errors import ProtocolError
 from uamp_proto.payment import PaymentRequiredError
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
@@ -101,13 +101,14 @@ from uamp_stores.background import start_background
 from uamp_stores.busy import Slot
 from uamp_stores.health import StoreHealth
 
-from ..engines.supervise import OnError, supervised
-from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, RoomState, StoredMessage
+from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, StoredMessage
+from .chat_link import ChatLink
+from .chat_room import ChatLimits, Room, _Member, chat_settings
+from .chat_room import ChatProfile as ChatProfile
 from .turns import ResponseRunner
 
 if TYPE_CHECKING:
     from .host import Host
-    from .sessions import SessionHost
 
 __all__ = ["ChatHub", "ChatLimits", "ChatLink", "chat_settings"]
 
@@ -128,86 +129,6 @@ WATCH_INTERVAL: Final = 1.0
 POST_WINDOW: Final = 60.0
 #: The longest wait between two sweeps for idle rooms (s).
 SWEEP_INTERVAL: Final = 60.0
-
-
-@attrs.frozen(kw_only=True)
-class ChatLimits:
-    """Limits of the chat rooms of one app.
-
-    Attributes:
-        history: Messages a joining participant is sent (the newest).
-        typing_interval: Least time between two typing broadcasts of one user (s).
-        typing_timeout: A typing user quiet this long is cleared (s).
-        max_answers: Agent answers running at once in one room; a message
-            past it is stored but not answered (the sender is told).
-        queued_chat_events: Chat events of one session waiting for its
-            chat task before the session is told ``rate_limited``.
-    """
-
-    history: int = 100
-    typing_interval: float = 0.25
-    typing_timeout: float = 5.0
-    max_answers: int = 4
-    queued_chat_events: int = 256
-
-
-def chat_settings(config: ty.SessionConfig | None) -> Mapping[str, Any]:
-    """The ``session.extensions.chat`` object of a session (``{}`` when absent)."""
-    ext = config.extensions if config is not None else None
-    found = ext.get("chat") if ext else None
-    return found if isinstance(found, Mapping) else {}
-
-
-@attrs.define(eq=False)
-class _Member:
-    """One session in a room, as the room sees it."""
-
-    link: ChatLink
-    session_id: str
-    principal: Principal
-    user_id: str
-    username: str | None
-    agent: str
-
-    @property
-    def key(self) -> str:
-        return self.link.member_key(self.session_id)
-
-
-class Room:
-    """A room with someone connected in this process: this process's copy of it."""
-
-    def __init__(self, state: RoomState, limits: ChatLimits, keep: int) -> None:
-        record, recent = state.record, state.recent
-        self.record = record
-        self.roster = Roster()
-        for participants in state.present.values():
-            for fields in participants:
-                self.roster.join(Participant(**fields))
-        #: This process's participating sessions.
-        self.members: dict[str, _Member] = {}
-        #: Those whose arrival is not applied yet.
-        self.pending: dict[str, _Member] = {}
-        self.typing = TypingGate(limits.typing_interval, limits.typing_timeout)
-        self.reads = ReadState(record.reads)
-        self.policy = AnswerPolicy.from_json(record.policy)
-        self.recent: deque[StoredMessage] = deque(recent, maxlen=keep)
-        #: Users the feed last said are typing (cleared here when they go offline).
-        self.typists: set[str] = set()
-        self.lock = trio.Lock()
-        self.answering = 0
-        self.timer = False
-        #: Answers streaming in the room, from the feed: response id -> the
-        #: asking member (whose process runs it) and the answer's chat fields.
-        self.answers: dict[str, tuple[str, Mapping[str, Any]]] = {}
-
-    @property
-    def chat_id(self) -> str:
-        return self.record.chat_id
-
-    @property
-    def key(self) -> ChatKey:
-        return self.record.key
 
 
 class ChatHub:
@@ -918,240 +839,3 @@ class ChatHub:
         if (outcome.status == "completed" or kept) and text:
             reply = ty.Message(role="assistant", content=text, name=name)
             await self.post(room, from_dict(ty.ChatSender, sender), reply)
-
-
-class _ChatSession:
-    """One session's chat state on its connection."""
-
-    def __init__(self) -> None:
-        self.queue: deque[tuple[str, Any]] = deque()
-        self.wakeup = trio.lowlevel.ParkingLot()
-        self.rooms: dict[str, tuple[Room, _Member]] = {}
-        self.worker = False
-        self.closed = False
-
-
-class ChatLink:
-    """The chat side of one connection's :class:`SessionHost`; see the module docstring."""
-
-    def __init__(self, host: SessionHost, hub: ChatHub) -> None:
-        self.host = host
-        self.hub = hub
-        self._sessions: dict[str, _ChatSession] = {}
-        self._warned = False
-        self._dropped = False
-
-    def member_key(self, session_id: str) -> str:
-        """The key of ``session_id`` in its rooms (unique across processes)."""
-        return f"{self.hub.node}:{id(self)}:{session_id}"
-
-    @property
-    def active(self) -> bool:
-        """Whether any session of the connection takes part in a chat."""
-        return bool(self._sessions)
-
-    # --- from the session host (never waits) ------------------------------------------
-
-    def submit(self, session_id: str, kind: str, payload: Any) -> None:
-        """Queue chat work of a session: ``join`` (settings), ``say``, ``typing``, ``read``."""
-        state = self._sessions.get(session_id)
-        if state is None:
-            state = self._sessions[session_id] = _ChatSession()
-        if len(state.queue) >= self.hub.limits.queued_chat_events:
-            self.tell(
-                session_id,
-                "rate_limited",
-                "too many chat events are waiting; slow down",
-                {"limit": self.hub.limits.queued_chat_events, "event_type": kind},
-            )
-            return
-        state.queue.append((kind, payload))
-        if not state.worker:
-            state.worker = True
-            self.spawn(
-                self._work, session_id, state, on_error=functools.partial(self._failed, session_id)
-            )
-        elif state.wakeup:
-            state.wakeup.unpark_all()
-
-    def end(self, session_id: str) -> None:
-        """The session ended or its connection went away: it leaves every room."""
-        state = self._sessions.pop(session_id, None)
-        if state is None:
-            return
-        state.closed = True
-        state.wakeup.unpark_all()
-        for room, member in state.rooms.values():
-            self.hub.leave(room, member)
-        state.rooms.clear()
-
-    def voice(self, session_id: str, event: ev.Event) -> bool:
-        """A call event of a session in a room: ``True`` when it concerns a call between people.
-
-        ``voice.invite`` with ``to`` (a participant's user id) rings that
-        participant; the events of a call in progress, and its audio, go to
-        the other side. Anything else is the session's call with its agent.
-        """
-        if isinstance(event, ev.VoiceInvite):
-            to = event.unknown.get("to") if event.unknown else None
-            if not isinstance(to, str):
-                return False
-            named = event.unknown.get("chat_id")
-            chat_id = named if isinstance(named, str) else self.host.chat_of(session_id, event)
-            state = self._sessions.get(session_id)
-            joined = state.rooms.get(chat_id) if state is not None and chat_id else None
-            if joined is None:
-                self.tell(session_id, "invalid_event", f"not in chat {chat_id!r}: join it first")
-                return True
-            self.hub.call_invite(joined[0], joined[1], event, to)
-            return True
-        return self.hub.call_event(self, session_id, event)
-
-    # --- to the session host ---------------------------------------------------------
-
-    def deliver(self, session_id: str, event: ev.Event) -> bool:
-        """Write a room's event to one session; ``False`` when the connection lags too far."""
-        if self._dropped:
-            return True
-        host = self.host
-        try:
-            data = host.conn.send(event, session_id=session_id)
-        except LocalProtocolError as exc:
-            log.debug("chat event %s not sent to %s: %s", event.type, session_id, exc)
-            return True
-        queued = host.outbox.push(data)
-        limit = host.limits.max_pushed
-        action = backlog_action(queued, limit, warned=self._warned)
-        if action is Backlog.WARN:
-            self._warned = True
-            self.tell(
-                session_id,
-                "slow_consumer",
-                f"{queued} chat events are waiting to be written to this connection; "
-                f"past {limit} its chats end",
-                {"queued": queued, "limit": limit},
-            )
-        elif action is Backlog.DROP:
-            return False
-        elif queued <= limit // 4:
-            self._warned = False
-        return True
-
-    def lagging(self) -> None:
-        """Past the limit: drop what is queued and end every chat session of the connection."""
-        if self._dropped:
-            return
-        self._dropped = True
-        dropped = self.host.outbox.drop_pushed()
-        log.info("dropping a lagging chat participant (%d events unwritten)", dropped)
-        for session_id in list(self._sessions):
-            self.end(session_id)
-            self.host.end_session(session_id, "slow_consumer")
-        self._dropped = False
-        self._warned = False
-
-    def tell(
-        self, session_id: str, code: str, message: str, details: dict[str, Any] | None = None
-    ) -> None:
-        """``session.error`` to one session, in order with its chat events (never waits)."""
-        error = ty.ErrorInfo(code=code, message=message, details=details)
-        with contextlib.suppress(LocalProtocolError):
-            data = self.host.conn.send(ev.SessionErrorEvent(session_id=session_id, error=error))
-            self.host.outbox.push(data)
-
-    def tokens(self, session_id: str) -> tuple[str | None, str | None]:
-        """The session's auth and payment tokens."""
-        return self.host.session_tokens(session_id)
-
-    def spawn(self, fn: Callable[..., Any], *args: Any, on_error: OnError | None = None) -> None:
-        """Run chat work supervised in the app's background nursery (else the connection's).
-
-        ``on_error`` ends the work with its client when it raises (a bug).
-        """
-        nursery = self.hub.host.background or self.host.nursery
-        what = f"chat work {getattr(fn, '__name__', fn)}"
-        nursery.start_soon(functools.partial(supervised, fn, *args, what=what, on_error=on_error))
-
-    def _failed(self, session_id: str, exc: BaseException) -> None:
-        """The session's chat task failed: told so, it leaves its rooms (it may join again)."""
-        self.tell(
-            session_id,
-            "internal_error",
-            "this session's chat work failed on the server; it left its chats",
-        )
-        self.end(session_id)
-
-    # --- the session's chat task ----------------------------------------------------------
-
-    async def _work(self, session_id: str, state: _ChatSession) -> None:
-        try:
-            while not state.closed:
-                if not state.queue:
-                    await state.wakeup.park()
-                    continue
-                kind, payload = state.queue.popleft()
-                try:
-                    await self._step(session_id, state, kind, payload)
-                except ProtocolError as exc:
-                    details = {"field": exc.field} if exc.field else None
-                    self.tell(session_id, exc.code, exc.message, details)
-        finally:
-            state.worker = False
-
-    async def _step(self, session_id: str, state: _ChatSession, kind: str, payload: Any) -> None:
-        if kind == "join":
-            chat_id, settings = payload
-            await self._room(session_id, state, chat_id, settings)
-            return
-        event = payload
-        chat_id = self.host.chat_of(session_id, event)
-        if chat_id is None:
-            return
-        room, member = await self._room(session_id, state, chat_id, None)
-        if state.closed:
-            return
-        if kind == "say":
-            await self.hub.say(room, member, event)
-        elif kind == "typing":
-            self.hub.typing(room, member, event.is_typing)
-        elif kind == "read":
-            await self.hub.read(room, member, event)
-
-    async def _room(
-        self,
-        session_id: str,
-        state: _ChatSession,
-        chat_id: str,
-        settings: Mapping[str, Any] | None,
-    ) -> tuple[Room, _Member]:
-        joined = state.rooms.get(chat_id)
-        if joined is not None:
-            return joined
-        profile = self.host.chat_profile(session_id)
-        if settings is None:
-            settings = profile.settings
-        member = _Member(
-            link=self,
-            session_id=session_id,
-            principal=profile.principal,
-            user_id=profile.user_id,
-            username=profile.username,
-            agent=profile.agent,
-        )
-        room = await self.hub.join(member, chat_id, settings)
-        if state.closed:
-            self.hub.leave(room, member)
-        else:
-            state.rooms[chat_id] = (room, member)
-        return room, member
-
-
-@attrs.frozen(kw_only=True)
-class ChatProfile:
-    """Who a session is in its chats."""
-
-    principal: Principal
-    user_id: str
-    username: str | None
-    agent: str
-    settings: Mapping[str, Any]
