@@ -220,6 +220,24 @@ def test_max_tokens_and_stop_sequences(server: Any) -> None:
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "d: o")
 
 
+def test_a_stop_sequence_found_only_when_the_reply_ends(server: Any) -> None:
+    # "z" is whole in "qz", but "qzz" starts earlier and could still come: the
+    # reply's end decides, and the stop must say which sequence cut it.
+    sdk = client(server)
+    kw: dict[str, Any] = {"model": "demo", "max_tokens": 100, "stop_sequences": ["z", "qzz"]}
+    whole = sdk.messages.create(messages=ask("qz"), **kw)
+    assert (whole.stop_reason, whole.stop_sequence) == ("stop_sequence", "z")
+    assert whole.content[0].type == "text" and whole.content[0].text == "You said: q"
+    with sdk.messages.stream(messages=ask("qz"), **kw) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "You said: q"
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "z")
+    longer = sdk.messages.create(messages=ask("qzz"), **kw)
+    assert (longer.stop_reason, longer.stop_sequence) == ("stop_sequence", "qzz")
+    assert longer.content[0].type == "text" and longer.content[0].text == "You said: "
+
+
 # --- client tools ---------------------------------------------------------------------------
 
 

@@ -341,6 +341,26 @@ def test_stop_scanner_cuts_where_a_whole_text_would(
         assert scanner.matched is not None and reply[at:].startswith(scanner.matched)
 
 
+@pytest.mark.parametrize(
+    ("sequences", "pieces", "shown", "matched"),
+    [
+        # "a" is whole after "ba", but "baa" starts earlier and may still come.
+        (["a", "baa"], ["ba", "a"], "", "baa"),
+        (["a", "baa"], ["ba", "c"], "b", "a"),
+        (["a", "baa"], ["ba"], "b", "a"),  # the reply ends: the flush decides
+        (["a", "baa"], ["xba", "ab"], "x", "baa"),
+        (["END"], ["E", "N", "D!"], "", "END"),
+        (["END"], ["EN", "d"], "ENd", None),
+    ],
+)
+def test_stop_scanner_waits_for_a_sequence_starting_earlier(
+    sequences: list[str], pieces: list[str], shown: str, matched: str | None
+) -> None:
+    scanner = wire.StopScanner(sequences)
+    text = "".join(scanner.feed(p) for p in pieces) + scanner.flush()
+    assert (text, scanner.matched) == (shown, matched)
+
+
 def test_message_object() -> None:
     calls = [ty.ToolInvocation(id="c", name="w", arguments="not json")]
     obj = wire.message_object(

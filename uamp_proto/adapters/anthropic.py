@@ -550,12 +550,15 @@ class StopScanner:
         if self.matched is not None:
             return ""
         buf = self._held + text
-        first, found = -1, None
-        for seq in self.sequences:
-            at = buf.find(seq)
-            if at != -1 and (first == -1 or at < first):
-                first, found = at, seq
+        first, found = self._earliest(buf)
         if found is not None:
+            # A sequence starting earlier may still complete with the next
+            # delta (["a", "baa"] fed "ba"): the earliest start wins, so the
+            # text from there waits.
+            start = self._open_start(buf, first)
+            if start < first:
+                self._held = buf[start:]
+                return buf[:start]
             self.matched = found
             self._held = ""
             return buf[:first]
@@ -570,10 +573,44 @@ class StopScanner:
         self._held = buf[len(buf) - hold :] if hold else ""
         return buf[: len(buf) - hold]
 
+    def _earliest(self, buf: str) -> tuple[int, str | None]:
+        """Where the first whole sequence in ``buf`` starts, and which (-1, ``None``: none)."""
+        first, found = -1, None
+        for seq in self.sequences:
+            at = buf.find(seq)
+            if at != -1 and (first == -1 or at < first):
+                first, found = at, seq
+        return first, found
+
+    def _open_start(self, buf: str, before: int) -> int:
+        """The first position before ``before`` where a sequence starts and runs past ``buf``'s end.
+
+        ``before`` when there is none. Only the last ``len(longest) - 1``
+        positions can hold one, so the work is bounded by the sequences'
+        sizes, not the text's.
+        """
+        longest = max(len(seq) for seq in self.sequences)
+        for at in range(max(0, len(buf) - longest + 1), before):
+            tail = buf[at:]
+            for seq in self.sequences:
+                if len(seq) > len(tail) and seq.startswith(tail):
+                    return at
+        return before
+
     def flush(self) -> str:
-        """What is held back, at the end of a reply with no match."""
+        """What is held back, at the end of a reply: up to a match in it, if there is one.
+
+        A match found only here (it waited on a longer sequence that did not
+        complete) sets :attr:`matched`: read it after the flush.
+        """
         held, self._held = self._held, ""
-        return "" if self.matched is not None else held
+        if self.matched is not None:
+            return ""
+        first, found = self._earliest(held)
+        if found is None:
+            return held
+        self.matched = found
+        return held[:first]
 
 
 # --- replies -------------------------------------------------------------------------

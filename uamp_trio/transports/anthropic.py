@@ -304,6 +304,7 @@ class AnthropicTransport:
         tracker = outcome.tracker
         if state.scanner is not None:
             text = "".join(state.text) + state.scanner.flush()
+            matched = state.scanner.matched  # the flush may find it (StopScanner.flush)
         else:
             text = tracker.text
         calls = [] if matched is not None else outcome.pending_tool_calls
@@ -398,6 +399,7 @@ class AnthropicTransport:
         tail = b""
         if state.scanner is not None:
             rest = state.scanner.flush()
+            matched = state.scanner.matched  # the flush may find it (StopScanner.flush)
             if rest:
                 state.text.append(rest)
                 tail = encoder.text(rest)
