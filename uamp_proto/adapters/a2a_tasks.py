@@ -81,12 +81,6 @@ TERMINAL_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED}
 )
 
-_STATE_BY_NAME: dict[str, TaskState] = {}
-for _state in TaskState:
-    _STATE_BY_NAME[_state.value] = _state
-    _STATE_BY_NAME[_state.v1] = _state
-
-
 class Trigger(enum.Enum):
     """What moves a task from one state to the next."""
 
