@@ -150,10 +150,37 @@ async def resumed_is_counted(url: str, histories: SessionHistories) -> None:
         assert histories.total(ANONYMOUS.key) >= FILLED
 
 
+async def resumed_beside_its_socket(url: str, histories: SessionHistories) -> None:
+    """A session resumed on a second socket while its first is open is counted once.
+
+    Four filled sessions fit the budget; counting the resumed one twice (its
+    old socket's copy and the new one's) would pass it and empty the least
+    recently used session -- the resumed one itself, whose old copy, emptied,
+    would be written over its record before the new socket took it on.
+    """
+    async with open_ws(url) as one:
+        sids = [await create_session(one) for _ in range(4)]
+        await fill(one, sids[0])
+        await send(one, type="input.text", session_id=sids[0], text="last")
+        await send(one, type="response.create", session_id=sids[0])
+        done = (await until(one, "response.done"))[-1]
+        for sid in sids[1:]:  # about 14.8 MiB in all: within the budget
+            await fill(one, sid)
+        async with open_ws(url) as two:
+            resumed = await resume_session(two, sids[0], done["event_id"])
+            assert resumed["type"] == "session.created", resumed
+            answer = await turn(two, sids[0], "history")
+            assert answer == f"kept {FILLED + 6 + 6 + 4 + 2}", answer
+            for sid in sids[1:]:  # nothing of the others was trimmed for it either
+                assert await kept(one, sid) >= FILLED
+            assert histories.total(ANONYMOUS.key) <= MAX_OWNER_HISTORY_BYTES
+
+
 #: Every scenario, for the servers' tests to run each.
 SCENARIOS = (
     spread_over_two_sockets,
     another_principal_untouched,
     ended_and_closed_give_back,
     resumed_is_counted,
+    resumed_beside_its_socket,
 )

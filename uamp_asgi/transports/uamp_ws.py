@@ -678,24 +678,32 @@ class Connection:
     async def resumed(self, sid: str, agent: Responder, record: SessionRecord, start: int) -> None:
         """Answer a resume: created, then the log after ``start``, then take the session on."""
         ctx = self.conn.sessions[sid]
-        self.restore(ctx, record)
+        # Its conversation comes once this connection takes the session on: until
+        # then the connection that keeps it holds and counts it (counted twice, it
+        # would trim the principal's sessions -- this one's record too).
+        self.restore(ctx, record, conversation=False)
         last = {LAST_REQUEST: record.request} if record.request else {}
         frame = self.conn.accept(sid, agent=agent.name, extensions={RESUMED: True, **last})
         await self.write([frame])
         self.following[sid] = anyio.Event()
-        self.spawn(self.take_on, sid, ResumeStream(start))
+        self.spawn(self.take_on, sid, ResumeStream(start), record)
 
-    def restore(self, ctx: SessionContext | None, record: SessionRecord) -> None:
-        """Put the record's conversation and configuration into the core's session."""
+    def restore(
+        self, ctx: SessionContext | None, record: SessionRecord, *, conversation: bool = True
+    ) -> None:
+        """Put the record's configuration and (``conversation``) conversation into the core's
+        session: a conversation is bounded and counted in its principal's budget."""
         if ctx is None:
             return
-        ctx.history = [from_dict(ty.Message, m) for m in record.history]
         if record.config is not None:
             ctx.config = from_dict(ty.SessionConfig, record.config)
-        self.conn.bound_history(ctx.id)  # its bounds, and its principal's budget
+        if conversation:
+            ctx.history = [from_dict(ty.Message, m) for m in record.history]
+            self.conn.bound_history(ctx.id)  # its bounds, and its principal's budget
 
-    async def take_on(self, sid: str, stream: ResumeStream) -> None:
-        """Follow ``sid`` 's log until nobody else runs a response, then write it from here."""
+    async def take_on(self, sid: str, stream: ResumeStream, first: SessionRecord) -> None:
+        """Follow ``sid`` 's log until nobody else runs a response, then write it from here
+        (``first``: the record the resume was answered from)."""
         key = (self.principal.key, sid)
         log = self.log
         try:
@@ -708,6 +716,8 @@ class Connection:
             # What the previous writer appended before it let go.
             await self.replay(stream.backfill(await log.read(key, stream.cursor)).send)
         except (ResumeError, StoreUnavailable) as exc:
+            # The session stays here, unlogged, with the conversation it resumed.
+            self.restore(self.conn.sessions.get(sid), first)
             await self.owe(_error(sid, exc.code, exc.message))
             return
         finally:

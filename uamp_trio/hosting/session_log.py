@@ -238,7 +238,10 @@ class EventLogPart(HostState):
         ctx = self._contexts.get(sid)
         if ctx is None or self._sessions.get(sid) is not session:
             return
-        self._restore(sid, record)
+        # Its conversation comes once this connection takes the session on: until
+        # then the connection that keeps it holds and counts it (counted twice, it
+        # would trim the principal's sessions -- this one's record too).
+        self._restore(sid, record, conversation=False)
         self.outbox.put_owed(
             self.conn.accept(
                 sid,
@@ -277,15 +280,17 @@ class EventLogPart(HostState):
                 self._owe(session_error(session.id, code, message))
         self._drop(session.id)
 
-    def _restore(self, sid: str, record: SessionRecord) -> None:
-        """Put the record's conversation and configuration into the core's session."""
+    def _restore(self, sid: str, record: SessionRecord, *, conversation: bool = True) -> None:
+        """Put the record's configuration and (``conversation``) conversation into the core's
+        session: a conversation is bounded and counted in its principal's budget."""
         ctx = self._contexts.get(sid)
         if ctx is None:
             return
-        ctx.history = [from_dict(ty.Message, m) for m in record.history]
         if record.config is not None:
             ctx.config = from_dict(ty.SessionConfig, record.config)
-        self.conn.bound_history(sid)  # its bounds, and its principal's budget
+        if conversation:
+            ctx.history = [from_dict(ty.Message, m) for m in record.history]
+            self.conn.bound_history(sid)  # its bounds, and its principal's budget
 
     async def _replay(self, stream: ResumeStream, entries: Iterable[LogEntry]) -> None:
         step = stream.backfill(entries)
