@@ -252,18 +252,20 @@ class EventLogPart(HostState):
             )
         )
         self._start_flusher()
+        owner = functools.partial(self._taken_over, sid)
         try:
             stream = ResumeStream(start)
             record = await self._follow(session, key, stream)
             if self._sessions.get(sid) is not session:
                 return
-            owner = functools.partial(self._taken_over, sid)
             log.take_over(key)
             await log.adopt(key, owner)
             # Anything the previous writer appended before it let go.
             await self._replay(stream, await log.read(key, stream.cursor))
         except ResumeError as exc:
-            log.release(key)
+            # This connection's hold only: refused while following (the record
+            # dropped meanwhile), the writer it followed keeps the log.
+            log.release(key, owner)
             self._refuse(session, exc.code, exc.message)
             return
         record.node = log.node
