@@ -463,6 +463,22 @@ async def test_a_dropped_conversation_is_refused_to_a_resume_only() -> None:
     assert (await log.load(new)).dropped
 
 
+async def test_another_principals_dropped_record_answers_as_a_missing_one() -> None:
+    """No oracle: bob asking for alice's dropped session hears what a missing id gets."""
+    from uamp_stores.event_log import MemoryEventLog
+
+    log = MemoryEventLog(max_record_bytes_per_principal=100)
+    log.put_record(key("s1"), SessionRecord(agent="demo", history=_conversation(60)))
+    log.put_record(key("s2"), SessionRecord(agent="demo", history=_conversation(60)))
+    assert (await log.load(key("s1"))).dropped  # alice's: beyond_retention to her
+    answers = []
+    for sid in ("s1", "s9"):
+        with pytest.raises(ResumeError) as caught:
+            await log.load(key(sid, BOB), conversation=True)
+        answers.append((caught.value.code, str(caught.value).replace(sid, "ID")))
+    assert answers[0] == answers[1] and answers[0][0] == "unknown_session"
+
+
 @kinds()
 async def test_an_ended_record_keeps_no_conversation(make_log: Callable[..., EventLog]) -> None:
     log = make_log()
