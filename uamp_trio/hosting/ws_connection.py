@@ -369,29 +369,53 @@ async def _serve(
 ) -> None:
     async with trio.open_nursery() as nursery:
         host = make_host(nursery)
-        conn = _Connection(stream, frames, host, limits)
-        detached = False
-        async with trio.open_nursery() as io:
-            conn.scope = io.cancel_scope
-            io.start_soon(conn.writer)
-            io.start_soon(conn.keeper)
-            if drain is not None:
-                io.start_soon(conn.drainer, drain)
-            await conn.reader(initial_data)
-            detached = isinstance(host, SessionHost) and host.detached
-            if not detached:
+        try:
+            await _run(stream, host, frames, initial_data, limits, drain)
+        except Exception:
+            # A failure in the connection's own work (a bug: the handler logs
+            # it): its sessions end all the same, so nothing the app keeps for
+            # them (the principal's history budget, busy places, chats)
+            # outlives the connection. A cancellation (the server stopping)
+            # leaves them to the log, as a graceful end does (docs/resume.md).
+            try:
                 host.close_all(notify=False)
-            conn.shut(CLOSE_NORMAL, "")
-            with trio.move_on_after(CLOSE_GRACE):
-                await conn.writer_done.wait()
-            io.cancel_scope.cancel()
-        if not detached:
-            # Also when the reader was cut off (a peer dropped by the keeper
-            # or the send timeout): its sessions end, and leave their chats.
-            host.close_all(notify=False)
-        if detached:
-            assert isinstance(host, SessionHost)
-            # The socket is gone; its running responses finish into the log,
-            # where a resumed connection picks them up (docs/resume.md).
-            await host.linger(limits.idle_timeout)
+            except Exception:
+                log.exception("ending the sessions of a failed UAMP WebSocket")
+            raise
         nursery.cancel_scope.cancel()
+
+
+async def _run(
+    stream: trio.abc.Stream,
+    host: FrameHost,
+    frames: FrameEngine,
+    initial_data: bytes,
+    limits: SessionLimits,
+    drain: trio.Event | None,
+) -> None:
+    """The connection's reader, writer and keeper around ``host``, then its sessions' end."""
+    conn = _Connection(stream, frames, host, limits)
+    detached = False
+    async with trio.open_nursery() as io:
+        conn.scope = io.cancel_scope
+        io.start_soon(conn.writer)
+        io.start_soon(conn.keeper)
+        if drain is not None:
+            io.start_soon(conn.drainer, drain)
+        await conn.reader(initial_data)
+        detached = isinstance(host, SessionHost) and host.detached
+        if not detached:
+            host.close_all(notify=False)
+        conn.shut(CLOSE_NORMAL, "")
+        with trio.move_on_after(CLOSE_GRACE):
+            await conn.writer_done.wait()
+        io.cancel_scope.cancel()
+    if not detached:
+        # Also when the reader was cut off (a peer dropped by the keeper
+        # or the send timeout): its sessions end, and leave their chats.
+        host.close_all(notify=False)
+    if detached:
+        assert isinstance(host, SessionHost)
+        # The socket is gone; its running responses finish into the log,
+        # where a resumed connection picks them up (docs/resume.md).
+        await host.linger(limits.idle_timeout)

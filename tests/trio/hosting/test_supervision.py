@@ -22,6 +22,7 @@ import attrs
 import httpx
 import pytest
 import trio
+from trio_websocket import ConnectionClosed
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
@@ -38,6 +39,7 @@ from uamp_trio.demo import DemoAgent
 from uamp_trio.engines.supervise import Background, supervised
 from uamp_trio.hosting import session_log
 from uamp_trio.hosting.chats import ChatHub
+from uamp_trio.hosting.sessions import SessionHost
 from uamp_trio.relay import platform
 from uamp_trio.relay.daemon import Daemon
 
@@ -152,6 +154,31 @@ async def test_a_failing_answer_in_a_room_tells_the_poster(
             await r.expect(sid, [("message.created", 2, "eve", "still?")])
         await still_serving(server.url)
     assert logged(caplog, "chat work _answer failed")
+
+
+async def test_a_failing_connection_gives_its_sessions_back(
+    serve_app: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The reader fails (a bug in the host, injected on response.cancel): the
+    # handler logs it and the socket closes, and its session leaves the app's
+    # per-principal history budget rather than staying counted, and the dead
+    # host referenced, until that principal next goes over the budget.
+    app = create_app([DemoAgent()])
+    server = await serve_app(app)
+    monkeypatch.setattr(SessionHost, "_cancel", boom)
+    with trio.fail_after(TIMEOUT):
+        async with open_ws(f"ws://127.0.0.1:{server.port}/agents/demo/uamp") as ws:
+            await wire.create_session(ws)
+            await wire.ask(ws, "remember me")
+            await wire.until(ws, "response.done")
+            assert app.uamp_histories.total(ANONYMOUS.key) > 0
+            await wire.send(ws, type="response.cancel")
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    await ws.get_message()
+        await still_serving(server.url)
+    assert any("WebSocket handler failed" in r.getMessage() for r in caplog.records)
+    assert app.uamp_histories.total(ANONYMOUS.key) == 0
 
 
 async def test_a_failing_relayed_turn_ends_that_turn_only(
