@@ -99,10 +99,10 @@ from .codec import (
     to_dict,
 )
 from .content_ids import content_id_of
-from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .errors import LocalProtocolError, OutputTooLarge, ProtocolError, RemoteProtocolError
 from .ids import IdSource, event_id_stem, numbered, random_ids
 from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
-from .response import ResponseTracker
+from .response import MAX_OUTPUT_BYTES, ResponseTracker
 from .types import EMPTY
 from .voice import Call, CallState
 
@@ -259,6 +259,16 @@ class ConnectionConfig:
             session's id and its kept conversation's weight each time a turn
             joined it (after the bounds above) or :meth:`Connection.bound_history`
             weighed it. ``None`` (the default): nobody is told.
+        max_response_output_bytes: Most output one response keeps
+            (:attr:`ResponseTracker.max_output_bytes
+            <uamp_proto.response.ResponseTracker.max_output_bytes>`). A
+            server's ``send`` of an event past it raises
+            :class:`~uamp_proto.errors.OutputTooLarge` (the server ends the
+            response with ``response.error`` ``output_too_large``); a
+            server's event past it is, to a client, a
+            :class:`~uamp_proto.errors.RemoteProtocolError` of that code:
+            the client ends the response there and owes the server its
+            ``response.cancel`` (the error's ``reply``).
     """
 
     ids: IdSource = random_ids
@@ -274,6 +284,7 @@ class ConnectionConfig:
     max_history_bytes: int = attrs.field(default=MAX_SESSION_HISTORY_BYTES)
     max_history_messages: int = attrs.field(default=1000)
     on_history: Callable[[str, int], None] | None = None
+    max_response_output_bytes: int = attrs.field(default=MAX_OUTPUT_BYTES)
 
     @max_sessions.validator
     @max_event_size.validator
@@ -282,6 +293,7 @@ class ConnectionConfig:
     @max_pending_input_bytes.validator
     @max_history_bytes.validator
     @max_history_messages.validator
+    @max_response_output_bytes.validator
     def _positive(self, attribute: attrs.Attribute[int], value: int) -> None:
         if value < 1:
             raise ValueError(f"{attribute.name} must be at least 1, got {value}")
@@ -632,6 +644,9 @@ class Connection:
         Raises:
             LocalProtocolError: the event is not allowed now; nothing changed.
             FlowControlError: the session's delta window is full.
+            OutputTooLarge: the event would take its response's output past
+                :attr:`ConnectionConfig.max_response_output_bytes`; nothing
+                changed (end the response: ``response.error``).
         """
         if type(event) is ev.UnknownEvent:
             raw = dict(event.raw)
@@ -962,7 +977,9 @@ class Connection:
         ):
             return False
         messages = session._take_input()
-        tracker = session.response = ResponseTracker(self._ids("resp"), messages)
+        tracker = session.response = ResponseTracker(
+            self._ids("resp"), messages, self.config.max_response_output_bytes
+        )
         if session.pending_context is not None:
             tracker.context, session.pending_context = session.pending_context, None
         tracker.state = _CREATE_MOVE
@@ -1513,7 +1530,9 @@ class Connection:
                 # exactly what input.text.messages is (section 5.6).
                 session.stateless_history = list(event.response.messages)
             messages = session._take_input()
-            tracker = session.response = ResponseTracker(self._ids("resp"), messages)
+            tracker = session.response = ResponseTracker(
+                self._ids("resp"), messages, self.config.max_response_output_bytes
+            )
             if session.pending_context is not None:
                 tracker.context, session.pending_context = session.pending_context, None
         elif etype == "response.created":
@@ -1527,14 +1546,19 @@ class Connection:
             assert isinstance(event, ev.ToolResult) and tracker is not None
             try:
                 tracker.add_tool_result(event.call_id, event.result, event.is_error)
-            except ProtocolError as exc:
+            except (ProtocolError, OutputTooLarge) as exc:
                 raise _refuse(exc.code, exc.message) from None
         elif etype == "response.cancel":
             pass
         elif tracker is not None:
             if etype in flow.FLOW_CONTROLLED_TYPES:
                 stamps = self._flow(session, tracker, event, sender)
-            tracker.apply(event)
+            try:
+                tracker.apply(event)
+            except OutputTooLarge as exc:
+                if sender is self.our_role:
+                    raise  # ours: the server ends the response (response.error)
+                raise self._output_refused(session, tracker, exc) from None
             if after in TERMINAL_RESPONSE_STATES:
                 tracker.state = after
                 session._finish_response(keep_output=after is not ResponseState.FAILED)
@@ -1543,6 +1567,23 @@ class Connection:
         if tracker is not None:
             tracker.state = after  # the table's move (tracker.apply agrees)
         return stamps
+
+    def _output_refused(
+        self, session: SessionContext, tracker: ResponseTracker, exc: OutputTooLarge
+    ) -> RemoteProtocolError:
+        """A server's response past the client's bound: it ends here, failed, and
+        the server is owed its ``response.cancel`` (the error's ``reply``)."""
+        tracker.error = ty.ErrorInfo(code=exc.code, message=exc.message)
+        tracker.state = ResponseState.FAILED
+        session._finish_response(keep_output=False)
+        self._bound_history(session)
+        return RemoteProtocolError(
+            f"the server's response {tracker.response_id} passed this client's bound "
+            f"of {exc.limit} bytes of output; it was cancelled",
+            code=exc.code,
+            session_id=session.id,
+            reply=ev.ResponseCancel(response_id=tracker.response_id, session_id=session.id),
+        )
 
     def _hold(
         self,
@@ -1584,7 +1625,9 @@ class Connection:
         if session.phase is not ResponseState.IDLE:
             raise _refuse("response_in_progress", "the response slot is still busy")
         session.held.remove(held)
-        tracker = session.response = ResponseTracker(held.response_id, held.messages)
+        tracker = session.response = ResponseTracker(
+            held.response_id, held.messages, self.config.max_response_output_bytes
+        )
         if held.context is not None:
             tracker.context = held.context
         tracker.state = ResponseState.REQUESTED

@@ -19,6 +19,7 @@ import attrs
 __all__ = [
     "FlowControlError",
     "LocalProtocolError",
+    "OutputTooLarge",
     "ProtocolError",
     "RemoteProtocolError",
     "UampError",
@@ -98,3 +99,29 @@ class RemoteProtocolError(ProtocolError):
 
 class FlowControlError(LocalProtocolError):
     """Sending a delta would exceed the session's delta window (spec 003, 5)."""
+
+
+@attrs.define(auto_exc=True)
+class OutputTooLarge(UampError):
+    """A response's output would pass its bound; the event that would pass it was not kept.
+
+    Raised by :class:`~uamp_proto.response.ResponseTracker` (and so by a
+    server's ``send`` of such an event). Not a :class:`ProtocolError`: a
+    binding that drops a refused event and goes on (``except
+    LocalProtocolError``) must not drop this one, since every later event of
+    the response would be refused too. The response ends with
+    ``response.error`` of :attr:`code` instead (a turn driver's
+    :func:`~uamp_proto.outcome.conclude` makes it); a client's connection
+    reports a server's response past its bound as a
+    :class:`RemoteProtocolError` of the same code.
+
+    Attributes:
+        message: A sentence naming the bound.
+        limit: The bound, in bytes (:attr:`ResponseTracker.max_output_bytes
+            <uamp_proto.response.ResponseTracker.max_output_bytes>`).
+        code: The UAMP error code, ``output_too_large``.
+    """
+
+    message: str
+    limit: int = attrs.field(kw_only=True)
+    code: str = attrs.field(default="output_too_large", kw_only=True)

@@ -15,6 +15,7 @@ import attrs
 
 from . import events as ev
 from . import types as ty
+from .errors import OutputTooLarge
 from .payment import PaymentRequiredError
 from .responder import ResponderError
 from .response import ResponseTracker
@@ -60,10 +61,14 @@ def agent_error(exc: BaseException) -> ResponderError | None:
     """The ResponderError behind ``exc`` (also a lone one inside an exception group).
 
     A :class:`PaymentRequiredError` becomes ``payment_required`` with the
-    accepted payment options in its details.
+    accepted payment options in its details. An :class:`OutputTooLarge` (the
+    response's output reached its bound; the driver stopped the agent) is
+    ``output_too_large`` with the bound in its details.
     """
     if isinstance(exc, ResponderError):
         return exc
+    if isinstance(exc, OutputTooLarge):
+        return ResponderError(exc.code, exc.message, {"max_output_bytes": exc.limit})
     if isinstance(exc, PaymentRequiredError):
         return ResponderError(
             "payment_required",

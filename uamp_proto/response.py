@@ -27,6 +27,17 @@ output. Output items keep their order of first appearance:
   (docs/resume.md, "Node loss"), and what was sent after the checkpoint is
   replaced by what follows.
 
+Output is bounded (:attr:`ResponseTracker.max_output_bytes`, by default
+:data:`MAX_OUTPUT_BYTES`): every event is weighed before it is kept -- the
+characters of its text, arguments, thinking, transcript or progress, the
+bytes of its decoded audio, plus :data:`ITEM_BYTES` for each output item or
+id it adds -- and one that would take the total past the bound raises
+:class:`~uamp_proto.errors.OutputTooLarge` having changed nothing. A text
+delta costs a subtraction and a comparison; an empty one keeps nothing.
+(An agent that streams without end, or a client that makes one, would
+otherwise grow the tracker, and the ``response.done`` built from it, until
+the process runs out of memory; a hostile server does the same to a client.)
+
 Its :attr:`~ResponseTracker.state` is a :class:`ResponseState`, the one
 enum of :mod:`uamp_proto._state`: a terminal event moves it to the state the
 response table gives that event (``RESPONSE_OUTCOMES``). The tracker checks
@@ -43,14 +54,16 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from . import _fastinit
+from . import _fastinit, history
 from . import events as ev
 from . import types as ty
 from ._state import RESPONSE_OUTCOMES, TERMINAL_RESPONSE_STATES, ResponseState
-from .errors import RemoteProtocolError
+from .errors import OutputTooLarge, RemoteProtocolError
 
 __all__ = [
     "CHECKPOINT",
+    "ITEM_BYTES",
+    "MAX_OUTPUT_BYTES",
     "RESTORED",
     "AssistantGather",
     "ResponseState",
@@ -64,6 +77,16 @@ CHECKPOINT: Final = "checkpoint"
 #: The ``progress`` stage saying a response goes on from its last checkpoint
 #: in another process: what was sent after that checkpoint is superseded.
 RESTORED: Final = "restored"
+#: The most output one response keeps by default, in bytes (characters of
+#: text). A model's longest replies are far below it -- 128k output tokens
+#: are about half a MiB of text, a million tokens 4 MiB -- and so are ten
+#: minutes of 24 kHz pcm16 speech (28 MiB); a response past it is an agent
+#: that does not stop, or one made not to.
+MAX_OUTPUT_BYTES: Final = 64 * 1024 * 1024
+#: What each output item (and each call id a response registers) weighs
+#: besides its content: about an empty item's own memory, so that endless
+#: empty items are bounded as well as endless text.
+ITEM_BYTES: Final = 64
 #: The state ``response.created`` moves a response to.
 _CREATED: Final = RESPONSE_OUTCOMES["response.created"]
 #: Where a tracker starts (a module global reads faster than an enum's member).
@@ -189,6 +212,9 @@ class ResponseTracker:
         response_id: The id of the response.
         input_messages: The messages this response answers (the accumulated
             input), kept so a session can extend its history.
+        max_output_bytes: The most output it keeps (see the module
+            docstring); an event past it raises
+            :class:`~uamp_proto.errors.OutputTooLarge`.
     """
 
     # Slots: one tracker per turn, built in half the time of a dict-backed one.
@@ -199,6 +225,7 @@ class ResponseTracker:
         "_client_calls",
         "_done_calls",
         "_final_usage",
+        "_left",
         "_progress",
         "_slots",
         "_transcript",
@@ -206,12 +233,21 @@ class ResponseTracker:
         "context",
         "error",
         "input_messages",
+        "max_output_bytes",
         "response_id",
         "state",
     )
 
-    def __init__(self, response_id: str, input_messages: list[ty.Message] | None = None) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        input_messages: list[ty.Message] | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+    ) -> None:
         self.response_id = response_id
+        #: The bound on the output kept, and what is left of it.
+        self.max_output_bytes = max_output_bytes
+        self._left = max_output_bytes
         self.input_messages: list[ty.Message] = list(input_messages or ())
         #: ``input.text.context`` of the input this response answers (5.6).
         self.context: dict[str, Any] = {}
@@ -237,6 +273,10 @@ class ResponseTracker:
 
         Events that do not concern output (progress, payment, rate limits)
         are ignored.
+
+        Raises:
+            OutputTooLarge: The event would take the output past
+                :attr:`max_output_bytes`; nothing of it was kept.
         """
         kind = type(event)
         if kind is ev.ResponseDelta:
@@ -245,7 +285,13 @@ class ResponseTracker:
                 # The common event, in place: the text goes to the last text item.
                 slots = self._slots
                 if slots and slots[-1].kind == "text":
-                    slots[-1].parts.append(delta.text)
+                    text = delta.text
+                    if text:
+                        left = self._left - len(text)
+                        if left < 0:
+                            raise self._too_large(len(text))
+                        self._left = left
+                        slots[-1].parts.append(text)
                     return
             self._delta(delta)
             return
@@ -256,11 +302,17 @@ class ResponseTracker:
         elif kind is ev.ToolCall:
             self._client_call(event)  # type: ignore[arg-type]
         elif kind is ev.ToolCallDone:
-            self._own("_done_calls", set).add(event.call_id)  # type: ignore[attr-defined]
+            call_id: str = event.call_id  # type: ignore[attr-defined]
+            if call_id not in self._done_calls:
+                self._spend(ITEM_BYTES + len(call_id))
+                self._own("_done_calls", set).add(call_id)
         elif kind is ev.AudioDelta:
             self._audio(event.audio)  # type: ignore[attr-defined]
         elif kind is ev.TranscriptDelta:
-            self._own("_transcript", list).append(event.transcript)  # type: ignore[attr-defined]
+            transcript: str = event.transcript  # type: ignore[attr-defined]
+            if transcript:
+                self._spend(len(transcript))
+                self._own("_transcript", list).append(transcript)
         elif kind is ev.ResponseDone:
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
         elif kind is ev.ResponseErrorEvent:
@@ -288,6 +340,7 @@ class ResponseTracker:
     def _mark(self) -> tuple[Any, ...]:
         """What :meth:`_roll_back` needs to bring the output back to now."""
         return (
+            self._left,
             [(s, len(s.parts), dict(s.extra)) for s in self._slots],
             dict(self._calls),
             dict(self._client_calls),
@@ -301,8 +354,9 @@ class ResponseTracker:
     def _roll_back(self, mark: tuple[Any, ...] | None) -> None:
         """Bring the output back to ``mark`` (``None``: to nothing)."""
         if mark is None:
-            mark = ([], {}, {}, set(), set(), {}, None, 0)
-        slots, calls, client, answered, done, progress, usage, transcript = mark
+            mark = (self.max_output_bytes, [], {}, {}, set(), set(), {}, None, 0)
+        left, slots, calls, client, answered, done, progress, usage, transcript = mark
+        self._left = left
         for slot, parts, extra in slots:
             del slot.parts[parts:]
             slot.extra = dict(extra)
@@ -326,10 +380,28 @@ class ResponseTracker:
             setattr(self, name, value)
         return value
 
-    def _last(self, kind: str) -> _Slot:
+    def _spend(self, size: int) -> None:
+        """Take ``size`` bytes of the bound, or raise :class:`OutputTooLarge` (nothing taken)."""
+        left = self._left - size
+        if left < 0:
+            raise self._too_large(size)
+        self._left = left
+
+    def _too_large(self, size: int) -> OutputTooLarge:
+        limit = self.max_output_bytes
+        return OutputTooLarge(
+            f"The output of response {self.response_id} passed its bound of {limit} bytes "
+            f"(it held {limit - self._left}, and {size} more came); the response was stopped.",
+            limit=limit,
+        )
+
+    def _last(self, kind: str, size: int) -> _Slot:
+        """The last output item if it is a ``kind``, else a new one; ``size`` more bytes spent."""
         slots = self._slots
         if slots and slots[-1].kind == kind:
+            self._spend(size)
             return slots[-1]
+        self._spend(size + ITEM_BYTES)
         slot = _Slot(kind)
         slots.append(slot)
         return slot
@@ -337,10 +409,19 @@ class ResponseTracker:
     def _delta(self, delta: ty.Delta) -> None:
         kind = type(delta)
         if kind is ty.DeltaText:
-            self._last("text").parts.append(delta.text)  # type: ignore[union-attr]
+            text: str = delta.text  # type: ignore[union-attr]
+            last = self._last("text", len(text))
+            if text:
+                last.parts.append(text)
         elif kind is ty.DeltaToolCall:
             frag: ty.ToolCallFragment = delta.tool_call  # type: ignore[union-attr]
             slot = self._calls.get(frag.id)
+            size = len(frag.arguments) if frag.arguments else 0
+            if slot is None:
+                size += ITEM_BYTES + len(frag.id) + (len(frag.name) if frag.name else 0)
+            elif frag.name and not slot.extra["name"]:
+                size += len(frag.name)
+            self._spend(size)
             if slot is None:
                 slot = self._own("_calls", dict)[frag.id] = _Slot(
                     "tool_call", {"id": frag.id, "name": ""}
@@ -354,6 +435,10 @@ class ResponseTracker:
             self._audio(delta.audio)  # type: ignore[union-attr]
         elif kind is ty.DeltaToolResult:
             res: ty.ToolResultFragment = delta.tool_result  # type: ignore[union-attr]
+            size = ITEM_BYTES + len(res.call_id) + (len(res.result) if res.result else 0)
+            if res.content_items:
+                size += history.weight(res.content_items)
+            self._spend(size)
             slot = _Slot(
                 "tool_result",
                 {"call_id": res.call_id, "status": res.status, "items": res.content_items},
@@ -362,15 +447,26 @@ class ResponseTracker:
             self._slots.append(slot)
         elif kind is ty.DeltaToolProgress:
             prog: ty.ToolProgress = delta.tool_progress  # type: ignore[union-attr]
-            self._own("_progress", dict).setdefault(prog.call_id, []).append(prog.text)
+            texts = self._progress.get(prog.call_id)
+            if texts is None:
+                self._spend(ITEM_BYTES + len(prog.call_id) + len(prog.text))
+                texts = self._own("_progress", dict)[prog.call_id] = []
+            elif prog.text:
+                self._spend(len(prog.text))
+            if prog.text:
+                texts.append(prog.text)
 
     def _thinking(self, event: ev.Thinking) -> None:
         slots = self._slots
+        content = event.content
         if event.is_delta and slots and slots[-1].kind == "thinking":
-            slots[-1].parts.append(event.content)
+            if content:
+                self._spend(len(content))
+                slots[-1].parts.append(content)
             return
+        self._spend(ITEM_BYTES + len(content))
         slot = _Slot("thinking", {"stage": event.stage, "redacted": event.redacted})
-        slot.parts.append(event.content)
+        slot.parts.append(content)
         slots.append(slot)
 
     def _audio(self, chunk: str) -> None:
@@ -378,12 +474,23 @@ class ResponseTracker:
             raw = base64.b64decode(chunk, validate=True)
         except ValueError:
             raw = chunk.encode()
-        self._last("audio").parts.append(raw)
+        slot = self._last("audio", len(raw))
+        if raw:
+            slot.parts.append(raw)
 
     def _client_call(self, event: ev.ToolCall) -> None:
+        slot = self._calls.get(event.call_id)
+        # The call's strings are kept once (the invocation and the item share them).
+        size = len(event.arguments)
+        if slot is None:
+            size += ITEM_BYTES + len(event.call_id) + len(event.name)
+        else:
+            size -= sum(len(part) for part in slot.parts)  # its fragments are replaced
+        if event.call_id not in self._client_calls:
+            size += ITEM_BYTES
+        self._spend(size)
         call = ty.ToolInvocation(id=event.call_id, name=event.name, arguments=event.arguments)
         self._own("_client_calls", dict)[event.call_id] = call
-        slot = self._calls.get(event.call_id)
         if slot is None:
             slot = self._own("_calls", dict)[event.call_id] = _Slot(
                 "tool_call", {"id": event.call_id, "name": event.name}
@@ -402,6 +509,7 @@ class ResponseTracker:
         Raises:
             RemoteProtocolError: ``call_id`` names no outstanding call of this
                 response, or was answered already (code ``invalid_tool_result``).
+            OutputTooLarge: The result would take the output past its bound.
         """
         if call_id not in self._client_calls:
             raise RemoteProtocolError(
@@ -414,6 +522,7 @@ class ResponseTracker:
                 f"call_id {call_id!r} was already answered",
                 code="invalid_tool_result",
             )
+        self._spend(ITEM_BYTES + len(result))
         self._own("_answered", set).add(call_id)
         slot = _Slot("tool_result", {"call_id": call_id, "is_error": is_error})
         slot.parts.append(result)
