@@ -6,7 +6,9 @@ that stamps the ids, feeds the :class:`~uamp_proto.response.ResponseTracker`
 and awaits the sink (backpressure), then end with the one terminal event
 :func:`uamp_proto.outcome.conclude` picks. A charge held for the response is
 settled exactly once, however it ends. :meth:`Turn.cancel` ends it with
-``response.cancelled``.
+``response.cancelled``. Output is bounded as there: an event past the
+tracker's ``max_output_bytes`` stops the agent and the turn ends with
+``response.error`` ``output_too_large``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from uamp_proto import events as ev
+from uamp_proto.errors import OutputTooLarge
 from uamp_proto.outcome import ResponseOutcome, conclude
 from uamp_proto.payment import Charge
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.response import ResponseTracker
+from uamp_proto.response import MAX_OUTPUT_BYTES, ResponseTracker
 
 __all__ = ["Sink", "Turn", "run_turn"]
 
@@ -48,10 +51,13 @@ class Turn:
         charge: Charge | None = None,
         tracker: ResponseTracker | None = None,
         created: bool = True,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.agent = agent
         self.request = request
-        self.tracker = tracker or ResponseTracker(request.response_id, request.messages)
+        self.tracker = tracker or ResponseTracker(
+            request.response_id, request.messages, max_output_bytes
+        )
         self._sink = sink
         self._charge = charge
         self._created = created
@@ -75,7 +81,11 @@ class Turn:
         )
         if type(event) is not ev.ResponseDelta and isinstance(event, _TERMINAL):
             raise RuntimeError("the turn driver sends the terminal event, not the agent")
-        self.tracker.apply(event)
+        try:
+            self.tracker.apply(event)
+        except OutputTooLarge as exc:
+            self._sink_error = exc  # the turn ends output_too_large (_run)
+            raise _SinkFailed from None
         await self._deliver(event)
 
     async def _deliver(self, event: ev.Event) -> None:
@@ -132,7 +142,10 @@ class Turn:
                 error = exc
         self._finished = True
         if self._sink_error is not None:
-            raise self._sink_error
+            if type(self._sink_error) is not OutputTooLarge:
+                raise self._sink_error
+            # The output reached its bound: the agent was stopped for it.
+            error, self._sink_error = self._sink_error, None
         status, final, unexpected = conclude(
             tracker, error, self._scope.cancelled_caught, session_id=sid
         )
@@ -160,7 +173,16 @@ async def run_turn(
     charge: Charge | None = None,
     tracker: ResponseTracker | None = None,
     created: bool = True,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> ResponseOutcome:
     """Run one response of ``agent``, every event to ``sink`` (``None``: nowhere)."""
-    turn = Turn(agent, request, sink, charge=charge, tracker=tracker, created=created)
+    turn = Turn(
+        agent,
+        request,
+        sink,
+        charge=charge,
+        tracker=tracker,
+        created=created,
+        max_output_bytes=max_output_bytes,
+    )
     return await turn.run()

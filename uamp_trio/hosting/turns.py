@@ -64,6 +64,13 @@ cost is charged and the rest of the lock freed. The ``payment.balance``
 update lands in :attr:`ResponseOutcome.balance` for transports that can
 carry it.
 
+Bounded output: the tracker keeps at most ``max_output_bytes`` of output
+(:class:`~uamp_proto.response.ResponseTracker`). The event that would pass
+the bound -- refused by the tracker, or by the sink's own (the UAMP session
+driver's core) -- is not delivered; the agent is stopped as for a failed
+sink (``emit`` raises, now and at every later call) and the turn ends with
+``response.error`` ``output_too_large``, whatever the agent raised then.
+
 A failure of the *sink* (the peer went away: ``BrokenResourceError`` ...) is
 not the agent's: the runner stops the agent and re-raises it from
 :meth:`~ResponseRunner.run`, without a terminal event, since there is nowhere to
@@ -82,12 +89,12 @@ import trio
 
 from uamp_proto import _fastinit
 from uamp_proto import events as ev
-from uamp_proto.errors import UampError
+from uamp_proto.errors import OutputTooLarge, UampError
 from uamp_proto.metering import MeteredAgent, MeteredRun
 from uamp_proto.outcome import ResponseOutcome, TurnStatus, conclude
 from uamp_proto.payment import Charge
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.response import ResponseTracker
+from uamp_proto.response import MAX_OUTPUT_BYTES, ResponseTracker
 from uamp_stores.responses_background import cancel_on_ask
 
 from .interrupts import ResponsePort
@@ -170,6 +177,8 @@ class ResponseRunner:
             cancels it (the UAMP session driver); :meth:`cancel` then only
             records the request.
         charge: Money held for this response; settled once when it ends.
+        max_output_bytes: The bound on the output of the tracker the runner
+            starts (a ``tracker`` given keeps its own).
 
     A runner runs once. :meth:`cancel` may be called at any time, from any
     task of the same trio run, also before :meth:`run`.
@@ -210,12 +219,15 @@ class ResponseRunner:
         track: bool = True,
         cancellable: bool = True,
         charge: Charge | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         if yield_every < 1:
             raise ValueError("yield_every must be at least 1")
         self.agent = agent
         self.request = request
-        self.tracker = tracker or ResponseTracker(request.response_id, request.messages)
+        self.tracker = tracker or ResponseTracker(
+            request.response_id, request.messages, max_output_bytes
+        )
         #: Set once the runner has sent its last event.
         self.outcome: ResponseOutcome | None = None
         self._sink = sink
@@ -270,7 +282,11 @@ class ResponseRunner:
         if self._cancel_requested:
             await trio.lowlevel.checkpoint_if_cancelled()
         if self._track:
-            self.tracker.apply(event)
+            try:
+                self.tracker.apply(event)
+            except OutputTooLarge as exc:
+                self._sink_error = exc  # the turn ends output_too_large (run)
+                raise _SinkFailed from None
         # The sink, inline: this is the hot path of every streamed event.
         sink = self._sink
         if sink is None:
@@ -352,7 +368,10 @@ class ResponseRunner:
                     metered.end(error)
             self._finished = True
             if self._sink_error is not None:
-                raise self._sink_error
+                if type(self._sink_error) is not OutputTooLarge:
+                    raise self._sink_error
+                # The output reached its bound: the agent was stopped for it.
+                error, self._sink_error = self._sink_error, None
             status, final, unexpected = conclude(tracker, error, cancelled, session_id=sid)
             if unexpected:
                 log.error("agent %r failed", request.agent, exc_info=error)
@@ -414,6 +433,7 @@ async def run_response(
     created: bool = True,
     stamp: bool = True,
     charge: Charge | None = None,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> ResponseOutcome:
     """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
 
@@ -433,6 +453,7 @@ async def run_response(
         stamp=stamp,
         cancellable=False,
         charge=charge,
+        max_output_bytes=max_output_bytes,
     )
     return await runner.run()
 
@@ -447,6 +468,7 @@ class ResponseRun:
         receive: trio.MemoryReceiveChannel[ev.Event],
         charge: Charge | None = None,
         port: ResponsePort | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.agent = agent
         self._charge = charge
@@ -455,7 +477,7 @@ class ResponseRun:
         self._receive = receive
         self._runner: ResponseRunner | None = None
         self._cancel_requested = False
-        self.tracker = ResponseTracker(request.response_id, request.messages)
+        self.tracker = ResponseTracker(request.response_id, request.messages, max_output_bytes)
         self._done = False
 
     @property
@@ -505,6 +527,7 @@ async def open_response(
     buffer: int = DEFAULT_BUFFER,
     charge: Charge | None = None,
     port: ResponsePort | None = None,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> AsyncIterator[ResponseRun]:
     """Start one response of ``agent`` in its own task; see the module docstring.
 
@@ -513,9 +536,10 @@ async def open_response(
     is settled when the response ends (also when it never started).
     ``port``, the response's interrupt port, sends its events to the
     runner's ``emit`` while the agent runs, and is closed when it ends.
+    ``max_output_bytes`` bounds the response's output (:class:`ResponseRunner`).
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = ResponseRun(agent, request, receive, charge, port)
+    turn = ResponseRun(agent, request, receive, charge, port, max_output_bytes)
     try:
         async with trio.open_nursery() as nursery, receive:
             nursery.start_soon(turn._drive, send)
