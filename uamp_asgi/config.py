@@ -20,6 +20,7 @@ from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.history import MAX_OWNER_HISTORY_BYTES
 from uamp_proto.payment import PaymentPolicy
 from uamp_proto.principal import Principal
+from uamp_proto.response import MAX_OUTPUT_BYTES
 from uamp_stores import EventLog, MemoryEventLog, MemoryTaskStore, TaskStore
 from uamp_stores.a2a_push import PushSender
 
@@ -199,6 +200,11 @@ class Config:
             their conversations; past it, its least recently used sessions
             start afresh, as ``uamp serve``'s
             (``SessionLimits.max_history_bytes_per_principal``).
+        max_response_output_bytes: Most output one response keeps, on every
+            transport (its text, arguments, thinking, audio...): past it the
+            agent is stopped and the response ends with the protocol's error
+            (UAMP ``response.error`` ``output_too_large``), as ``uamp serve``'s
+            (``ServerConfig.max_response_output_bytes``).
     """
 
     authenticator: Authenticator | None = None
@@ -226,4 +232,7 @@ class Config:
     busy_max_queued_per_principal: int = 32
     max_history_bytes_per_principal: int = attrs.field(
         default=MAX_OWNER_HISTORY_BYTES, validator=attrs.validators.ge(1)
+    )
+    max_response_output_bytes: int = attrs.field(
+        default=MAX_OUTPUT_BYTES, validator=attrs.validators.ge(1)
     )

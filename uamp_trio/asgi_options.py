@@ -85,6 +85,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "on_busy": args.on_busy,
         "busy_max_queued": args.busy_max_queued,
         "busy_max_queued_per_principal": args.busy_max_queued_per_principal,
+        "max_response_output_bytes": args.max_response_output_bytes,
         # --a2a-sign-cards: the envelope key (--envelope-key, else the stored one).
         "a2a_card_key": envelope_options(args)["envelope_key"] if args.a2a_sign_cards else None,
         # uamp serve always pushes, to public addresses and what --a2a-push-allow admits.

@@ -64,6 +64,12 @@ def test_busy_flags_reach_the_config() -> None:
     )
 
 
+def test_the_output_bound_flag_reaches_the_config() -> None:
+    assert uamp_asgi.Config(**serve_options([])).max_response_output_bytes == 64 * 1024 * 1024
+    flags = ["--max-response-output-bytes", "4096"]
+    assert uamp_asgi.Config(**serve_options(flags)).max_response_output_bytes == 4096
+
+
 def test_a_task_limit_alone_opens_uamp_serves_memory_stores() -> None:
     options = serve_options(["--a2a-max-tasks", "7", "--retention-events", "11"])
     tasks, log = options["a2a_tasks"], options["event_log"]

@@ -187,7 +187,13 @@ class _Peer:
             for update in encoder.feed(event):
                 await self.notify(session.id, update)
 
-        turn = session.turn = Turn(self.agent, request, sink, charge=charge)
+        turn = session.turn = Turn(
+            self.agent,
+            request,
+            sink,
+            charge=charge,
+            max_output_bytes=self.host.config.max_response_output_bytes,
+        )
         try:
             outcome = await turn.run()
         finally:

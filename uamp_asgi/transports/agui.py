@@ -92,7 +92,13 @@ def mount(host: Host) -> None:
                 if out:
                     await write(_frame(out))
 
-            outcome = await run_turn(agent, turn, sink, charge=charge)
+            outcome = await run_turn(
+                agent,
+                turn,
+                sink,
+                charge=charge,
+                max_output_bytes=host.config.max_response_output_bytes,
+            )
             signature = None
             if signer is not None and outcome.status == "completed":
                 signature = signer(outcome.tracker.text, request.body)

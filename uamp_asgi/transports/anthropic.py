@@ -137,7 +137,13 @@ class _Anthropic:
                 if type(event) is ResponseDelta and type(event.delta) is DeltaText:
                     cut.text.append(cut.scan(event.delta.text))
 
-            turn_ = cut.turn = Turn(agent, parsed.turn, collect, charge=charge)
+            turn_ = cut.turn = Turn(
+                agent,
+                parsed.turn,
+                collect,
+                charge=charge,
+                max_output_bytes=self.host.config.max_response_output_bytes,
+            )
             outcome = await turn_.run()
             headers: list[tuple[str, str]] = []
             if outcome.balance is not None:
@@ -210,7 +216,13 @@ class _Anthropic:
                 if frame:
                     await write(frame)
 
-            turn_ = cut.turn = Turn(agent, parsed.turn, sink, charge=charge)
+            turn_ = cut.turn = Turn(
+                agent,
+                parsed.turn,
+                sink,
+                charge=charge,
+                max_output_bytes=self.host.config.max_response_output_bytes,
+            )
             outcome = await turn_.run()
             extra: dict[str, Any] = {}
             if outcome.balance is not None:

@@ -100,7 +100,12 @@ class _Completions:
         created = int(time.time())
         signer = self.host.config.response_signer
         if not parsed.stream:
-            outcome = await run_turn(agent, parsed.turn, charge=charge)
+            outcome = await run_turn(
+                agent,
+                parsed.turn,
+                charge=charge,
+                max_output_bytes=self.host.config.max_response_output_bytes,
+            )
             headers: list[tuple[str, str]] = []
             if outcome.balance is not None:
                 fields = orjson.dumps(balance_fields(outcome.balance)).decode()
@@ -129,7 +134,13 @@ class _Completions:
                 if frame:
                     await write(frame)
 
-            outcome = await run_turn(agent, parsed.turn, sink, charge=charge)
+            outcome = await run_turn(
+                agent,
+                parsed.turn,
+                sink,
+                charge=charge,
+                max_output_bytes=self.host.config.max_response_output_bytes,
+            )
             signature = None
             if outcome.status not in ("failed", "cancelled"):
                 self.rounds.keep(parsed.turn.principal, outcome)

@@ -210,7 +210,13 @@ class _Mcp:
             payment_token=token,
             metadata={"transport": "mcp"},
         )
-        outcome = await run_turn(agent, turn, sink, charge=charge)
+        outcome = await run_turn(
+            agent,
+            turn,
+            sink,
+            charge=charge,
+            max_output_bytes=self.host.config.max_response_output_bytes,
+        )
         meta: dict[str, Any] = {}
         if outcome.balance is not None:
             meta[BALANCE_EVENT] = balance_fields(outcome.balance)

@@ -201,7 +201,12 @@ class _Responses:
 
         if not parsed.stream:
             try:
-                outcome = await run_turn(agent, turn, charge=charge)
+                outcome = await run_turn(
+                    agent,
+                    turn,
+                    charge=charge,
+                    max_output_bytes=self.host.config.max_response_output_bytes,
+                )
             except BaseException:
                 drop_out()  # it did not end (the request was cancelled)
                 raise
@@ -229,7 +234,13 @@ class _Responses:
                     await write(frame)
 
             try:
-                outcome = await run_turn(agent, turn, sink, charge=charge)
+                outcome = await run_turn(
+                    agent,
+                    turn,
+                    sink,
+                    charge=charge,
+                    max_output_bytes=self.host.config.max_response_output_bytes,
+                )
                 final = self._final(outcome, turn)
                 await store(outcome, final)
             finally:
@@ -266,7 +277,13 @@ class _Responses:
         stream: bool,
     ) -> Reply:
         log = self.log
-        runner = Turn(agent, turn, partial(self._log_event, key), charge=charge)
+        runner = Turn(
+            agent,
+            turn,
+            partial(self._log_event, key),
+            charge=charge,
+            max_output_bytes=self.host.config.max_response_output_bytes,
+        )
         self.jobs.running[key] = runner
         try:
             await log.flush()  # findable on every process before its id is handed out

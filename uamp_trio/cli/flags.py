@@ -219,6 +219,13 @@ LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         int,
         "messages one principal may hold waiting over all its conversations",
     ),
+    (
+        "--max-response-output-bytes",
+        "max_response_output_bytes",
+        int,
+        "bytes of output one response may keep (every transport); past it the "
+        "response ends output_too_large",
+    ),
 )
 
 

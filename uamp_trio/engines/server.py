@@ -46,6 +46,7 @@ import trio
 from uamp_proto import jsonbounds
 from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.errors import UampError
+from uamp_proto.response import MAX_OUTPUT_BYTES
 
 from .cors import CorsPolicy
 from .dormant import DormantConnections
@@ -237,6 +238,10 @@ class ServerConfig:
             are refused with the protocol's busy error (``queue_full``).
         busy_max_queued_per_principal: Messages one principal may hold
             waiting over all its conversations.
+        max_response_output_bytes: Most output one response keeps, on every
+            transport (its text, arguments, thinking, audio...): past it the
+            agent is stopped and the response ends with the protocol's error
+            (UAMP ``response.error`` ``output_too_large``; docs/security.md).
     """
 
     host: str = "127.0.0.1"
@@ -285,6 +290,7 @@ class ServerConfig:
     on_busy: str = "enqueue"
     busy_max_queued: int = 8
     busy_max_queued_per_principal: int = 32
+    max_response_output_bytes: int = MAX_OUTPUT_BYTES
 
     def __attrs_post_init__(self) -> None:
         CorsPolicy.of(self.allowed_origins)  # raises on a malformed origin
@@ -346,6 +352,7 @@ _POSITIVE = (
     "chat_room_idle_timeout",
     "busy_max_queued",
     "busy_max_queued_per_principal",
+    "max_response_output_bytes",
 )
 
 

@@ -122,6 +122,7 @@ from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import (
     Responder,
 )
+from uamp_proto.response import MAX_OUTPUT_BYTES
 from uamp_proto.resume import (
     ResumeError,
     resume_from,
@@ -207,6 +208,10 @@ class SessionLimits:
             the app (about their JSON size); past it, its least recently
             used sessions start afresh (:class:`uamp_proto.history.SessionHistories`).
             A session alone keeps at most the core's bound or this, the lesser.
+        max_response_output_bytes: Most output one response keeps (its
+            text, arguments, thinking, audio...; :data:`uamp_proto.response.MAX_OUTPUT_BYTES`
+            by default): past it the agent is stopped and the response ends
+            with ``response.error`` ``output_too_large``; the session goes on.
     """
 
     max_sessions: int = 64
@@ -221,10 +226,12 @@ class SessionLimits:
     max_pushed: int = 1024
     payment_wait: float = 600.0
     max_history_bytes_per_principal: int = history.MAX_OWNER_HISTORY_BYTES
+    max_response_output_bytes: int = MAX_OUTPUT_BYTES
 
     def __attrs_post_init__(self) -> None:
         for name in (
             "max_sessions",
+            "max_response_output_bytes",
             "max_history_bytes_per_principal",
             "max_message_size",
             "outbox_size",
@@ -291,6 +298,7 @@ class SessionHost(ResponsePart):
                 on_busy=None if app is None else self._busy_create,
                 max_history_bytes=min(MAX_SESSION_HISTORY_BYTES, budget),
                 on_history=self._history_kept,
+                max_response_output_bytes=self.limits.max_response_output_bytes,
             )
         )
         #: Encoded outgoing events for the transport's writer.

@@ -181,7 +181,12 @@ class AguiTransport:
             async def produce(send: SendChunk) -> None:
                 async with slot:  # waits for the thread's earlier runs (enqueue)
                     await send(_frame(encoder.start(run)))
-                    async with open_response(agent, turn_req, charge=charge) as turn:
+                    async with open_response(
+                        agent,
+                        turn_req,
+                        charge=charge,
+                        max_output_bytes=self.app.server_config.max_response_output_bytes,
+                    ) as turn:
                         slot.bind(turn.cancel)  # a later run may interrupt this one
                         async for event in turn:
                             out = encoder.feed(event)

@@ -271,6 +271,7 @@ class AnthropicTransport:
             stamp=False,
             cancellable=state.scanner is not None,
             charge=charge,
+            max_output_bytes=self.app.server_config.max_response_output_bytes,
         )
         state.runner = runner
         return await runner.run()

@@ -264,7 +264,14 @@ class CompletionsTransport:
     ) -> Response:
         # The tracker accumulates the reply; the events themselves go nowhere
         # (no sink) and are not stamped with ids.
-        outcome = await run_response(agent, parsed.turn, None, stamp=False, charge=charge)
+        outcome = await run_response(
+            agent,
+            parsed.turn,
+            None,
+            stamp=False,
+            charge=charge,
+            max_output_bytes=self.app.server_config.max_response_output_bytes,
+        )
         headers: list[tuple[str, str]] = []
         if outcome.balance is not None:
             headers.append((BALANCE_HEADER, orjson.dumps(balance_fields(outcome.balance)).decode()))
@@ -315,7 +322,14 @@ class CompletionsTransport:
             if frame:
                 await send(frame)
 
-        outcome = await run_response(agent, parsed.turn, sink, stamp=False, charge=charge)
+        outcome = await run_response(
+            agent,
+            parsed.turn,
+            sink,
+            stamp=False,
+            charge=charge,
+            max_output_bytes=self.app.server_config.max_response_output_bytes,
+        )
         signature = None
         if outcome.status not in ("failed", "cancelled"):
             self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)

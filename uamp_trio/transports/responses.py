@@ -369,7 +369,15 @@ class ResponsesTransport:
         if record is not None:
             _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
         outcome = await self._run(
-            key, ResponseRunner(agent, parsed.turn, None, stamp=False, charge=charge)
+            key,
+            ResponseRunner(
+                agent,
+                parsed.turn,
+                None,
+                stamp=False,
+                charge=charge,
+                max_output_bytes=self.app.server_config.max_response_output_bytes,
+            ),
         )
         final = self._final(outcome, parsed.turn)
         if record is not None:
@@ -424,7 +432,14 @@ class ResponsesTransport:
         outcome: ResponseOutcome | None = None
         final: ev.Event | None = None
         try:
-            runner = ResponseRunner(agent, parsed.turn, sink, stamp=False, charge=charge)
+            runner = ResponseRunner(
+                agent,
+                parsed.turn,
+                sink,
+                stamp=False,
+                charge=charge,
+                max_output_bytes=self.app.server_config.max_response_output_bytes,
+            )
             outcome = await self._run(key, runner)
             final = self._final(outcome, parsed.turn)
         finally:
@@ -465,7 +480,13 @@ class ResponsesTransport:
         request: Request,
         agent: Responder,
     ) -> Response | StreamingResponse:
-        runner = ResponseRunner(agent, parsed.turn, partial(self._log_event, key), charge=charge)
+        runner = ResponseRunner(
+            agent,
+            parsed.turn,
+            partial(self._log_event, key),
+            charge=charge,
+            max_output_bytes=self.app.server_config.max_response_output_bytes,
+        )
         self.running[key] = runner
         place = self._places.get(key)
         if place is not None:

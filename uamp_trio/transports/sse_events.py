@@ -457,8 +457,12 @@ class SSEEventsTransport:
         """The limits as given, else one session each, expiring as the server's config says."""
         if self._given is not None:
             return self._given
-        idle = self.app.server_config.sse_session_idle_timeout
-        return SessionLimits(max_sessions=1, idle_timeout=idle)
+        config = self.app.server_config
+        return SessionLimits(
+            max_sessions=1,
+            idle_timeout=config.sse_session_idle_timeout,
+            max_response_output_bytes=config.max_response_output_bytes,
+        )
 
     def session_limits(self) -> SessionLimits:
         """The limits of a new session: as given, else with the server's queue limits."""

@@ -600,6 +600,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--on-busy": "Rollback",
         "--busy-max-queued": "32",
         "--busy-max-queued-per-principal": "33",
+        "--max-response-output-bytes": "34",
     }
     assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
     argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
@@ -618,6 +619,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert (config.acp_session_idle_timeout, config.a2a_max_push_configs) == (23.5, 24)
     assert (config.a2a_max_push_config_bytes, config.sse_max_sessions) == (25, 26)
     assert config.sse_session_idle_timeout == 27.5
+    assert config.max_response_output_bytes == 34
     assert (config.chat_max_message_bytes, config.chat_room_messages) == (28, 29)
     assert (config.chat_principal_messages, config.chat_room_idle_timeout) == (30, 31.5)
     assert (config.on_busy, config.busy_max_queued, config.busy_max_queued_per_principal) == (

@@ -558,7 +558,14 @@ class Tasks:
             # Inline: the agent's events reach deliver() with no channel hop
             # and no task switch (a checkpoint every YIELD_EVERY events). The
             # sink stamps the ids where the task's updates need them.
-            turn = ResponseRunner(agent, turn_request, sink, stamp=False, charge=prepared.charge)
+            turn = ResponseRunner(
+                agent,
+                turn_request,
+                sink,
+                stamp=False,
+                charge=prepared.charge,
+                max_output_bytes=self.app.server_config.max_response_output_bytes,
+            )
             port.emit = turn.emit
             live.cancel = turn.cancel
             if prepared.slot is not None:
