@@ -1503,6 +1503,8 @@ class Connection:
             and sender is Role.SERVER
             and self.our_role is Role.CLIENT
             and phase is ResponseState.REQUESTED
+            # (not a late event of one that ended: one past the bound, cancelled)
+            and response_id not in session.finished_responses
         ):
             # Until the server names the response, the client's tracker holds
             # a provisional id; a response that ends before it starts (refused,

@@ -12,11 +12,12 @@ can answer without inventing codes of its own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 __all__ = [
+    "OUTPUT_TOO_LARGE",
     "FlowControlError",
     "LocalProtocolError",
     "OutputTooLarge",
@@ -101,6 +102,10 @@ class FlowControlError(LocalProtocolError):
     """Sending a delta would exceed the session's delta window (spec 003, 5)."""
 
 
+#: The UAMP error code of a response whose output passed its bound.
+OUTPUT_TOO_LARGE: Final = "output_too_large"
+
+
 @attrs.define(auto_exc=True)
 class OutputTooLarge(UampError):
     """A response's output would pass its bound; the event that would pass it was not kept.
@@ -124,4 +129,4 @@ class OutputTooLarge(UampError):
 
     message: str
     limit: int = attrs.field(kw_only=True)
-    code: str = attrs.field(default="output_too_large", kw_only=True)
+    code: str = attrs.field(default=OUTPUT_TOO_LARGE, kw_only=True)

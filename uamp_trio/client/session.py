@@ -24,7 +24,12 @@ from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.codec import encode
 from uamp_proto.connection import NEED_DATA, ClientConnection
-from uamp_proto.errors import LocalProtocolError, RemoteProtocolError, UampError
+from uamp_proto.errors import (
+    OUTPUT_TOO_LARGE,
+    LocalProtocolError,
+    RemoteProtocolError,
+    UampError,
+)
 from uamp_proto.interrupts import CAPABILITY_KEY, Answer
 from uamp_proto.payment import PaymentNegotiation
 from uamp_proto.resume import RESUME_FROM
@@ -931,12 +936,22 @@ def _encode(
 
 def _received(conn: ClientConnection) -> Iterator[ev.Event]:
     """The events ``conn`` has parsed so far; one the core refuses is logged and
-    skipped, and so is an event type this version does not know."""
+    skipped, and so is an event type this version does not know.
+
+    A response past the client's output bound is over for the core (which
+    owes the server its ``response.cancel``): its waiter gets a
+    ``response.error`` ``output_too_large`` in the server's stead.
+    """
     while True:
         try:
             event = conn.next_event()
         except RemoteProtocolError as exc:
             log.warning("the server sent an event we refuse: %s", exc)
+            if exc.code == OUTPUT_TOO_LARGE and isinstance(exc.reply, ev.ResponseCancel):
+                error = ty.ErrorInfo(code=exc.code, message=exc.message)
+                yield ev.ResponseErrorEvent(
+                    response_id=exc.reply.response_id, session_id=exc.session_id, error=error
+                )
             continue
         if event is NEED_DATA:
             return

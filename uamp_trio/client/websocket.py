@@ -27,6 +27,7 @@ import trio
 
 from uamp_proto import events as ev
 from uamp_proto.connection import ClientConnection, ConnectionConfig
+from uamp_proto.response import MAX_OUTPUT_BYTES
 from uamp_proto.resume import LAST_REQUEST, RESUMED
 from uamp_proto.signing import JWKS
 
@@ -252,12 +253,17 @@ class UampClient(_Link):
         buffer: int,
         jwks: JWKS | None = None,
         redial: Redial | None = None,
+        max_response_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self._jwks = jwks
         self._stream = stream
         self._engine = engine
         self._nursery = nursery
-        self._conn = ClientConnection(ConnectionConfig(delta_window=delta_window))
+        self._conn = ClientConnection(
+            ConnectionConfig(
+                delta_window=delta_window, max_response_output_bytes=max_response_output_bytes
+            )
+        )
         self._lock = trio.StrictFIFOLock()
         self._buffer = buffer
         self.sessions: dict[str, ClientSession] = {}
@@ -601,6 +607,7 @@ async def connect(
     auto_resume: bool = False,
     resume_for: float = 60.0,
     first_dial_for: float | None = None,
+    max_response_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> AsyncIterator[UampClient]:
     """Connect to a UAMP WebSocket endpoint (``ws://host:port/ws`` or ``.../agents/NAME/uamp``).
 
@@ -625,6 +632,10 @@ async def connect(
         first_dial_for: With ``auto_resume``, how long the first dial is
             tried (default: ``resume_for``; 0: once, so that a server that is
             not there is an error at once, as a terminal wants).
+        max_response_output_bytes: Most output of one response this client
+            keeps (:class:`~uamp_proto.response.ResponseTracker`). A server
+            that sends more is cancelled there: the response ends as
+            ``failed`` with the error ``output_too_large``.
 
     Raises:
         ClientError: The handshake failed (``agent_not_found`` for an unknown
@@ -661,6 +672,7 @@ async def connect(
             buffer=session_buffer,
             jwks=jwks,
             redial=redial,
+            max_response_output_bytes=max_response_output_bytes,
         )
         nursery.start_soon(client._reader, initial)
         return client
