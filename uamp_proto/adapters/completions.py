@@ -85,6 +85,9 @@ STATUS_FOR_CODE = {
     "rate_limited": 429,
     "rate_limit_exceeded": 429,
     "timeout": 504,
+    # The response's output reached the server's bound (docs/security.md):
+    # not a 5xx, which the OpenAI and Anthropic SDKs retry into the same bound.
+    "output_too_large": 400,
 }
 _RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
 _DATA_URL = re.compile(
