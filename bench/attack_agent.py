@@ -7,8 +7,10 @@ message ``flood N`` makes it stream ``N`` deltas of 1 KiB each instead (for
 the stalled-reader attack), ``hold N`` answers after ``N`` seconds (a
 conversation kept busy, for the busy-queue flood), ``ask`` asks its
 caller a question (a run paused for a person, for the interrupt flood) and
-answers ``refused: REASON`` when the host refuses to ask, and ``history``
-answers how many characters of conversation the run was given (``kept N``).
+answers ``refused: REASON`` when the host refuses to ask, ``history``
+answers how many characters of conversation the run was given (``kept N``),
+and ``forever`` streams deltas of 64 KiB until it is stopped (the endless
+output the server's ``max_response_output_bytes`` ends).
 It runs on Trio
 (``uamp serve``) and on asyncio (``uamp_asgi`` under uvicorn) alike.
 """
@@ -25,6 +27,7 @@ from uamp_proto.interrupts import QUESTION, Interrupt
 from uamp_proto.responder import Emit, TurnRequest
 
 _CHUNK = "x" * 1024
+_BIG_CHUNK = "x" * (64 * 1024)
 
 
 class CountingAgent:
@@ -50,6 +53,9 @@ class CountingAgent:
             for _ in range(int(words[1])):
                 await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_CHUNK)))
             return
+        if words == ["forever"]:
+            while True:
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_BIG_CHUNK)))
         if len(words) == 2 and words[0] == "hold" and words[1].isdigit():
             await anyio.sleep(int(words[1]))
         if words == ["history"]:

@@ -1900,6 +1900,93 @@ async def uamp_input_pin(port: int, long: bool) -> Outcome:
     )
 
 
+class _WsReader:
+    """A UAMP WebSocket read frame by frame, keeping nothing it has read
+    (:class:`WsEvents` keeps the whole stream: not for many MiB)."""
+
+    def __init__(self, stream: trio.SocketStream, rest: bytes) -> None:
+        self.stream, self.data = stream, bytearray(rest)
+
+    async def next(self, limit: float = 30.0) -> dict[str, Any] | None:
+        """The next event (text frames, unfragmented), or ``None`` after ``limit`` s or at EOF."""
+        with trio.move_on_after(limit):
+            while True:
+                data = self.data
+                if len(data) >= 2:
+                    n, pos = data[1] & 0x7F, 2
+                    if n == 126:
+                        n, pos = int.from_bytes(data[2:4], "big"), 4
+                    elif n == 127:
+                        n, pos = int.from_bytes(data[2:10], "big"), 10
+                    if len(data) >= pos + n:
+                        opcode, payload = data[0] & 0x0F, bytes(data[pos : pos + n])
+                        del data[: pos + n]
+                        if opcode == 0x1:
+                            event: dict[str, Any] = json.loads(payload)
+                            return event
+                        continue
+                try:
+                    chunk = await self.stream.receive_some(1 << 20)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return None
+                if not chunk:
+                    return None
+                data += chunk
+        return None
+
+
+async def uamp_endless_output(port: int, long: bool) -> Outcome:
+    """An agent made to stream without end (``forever``), response after response on one
+    session: what the server keeps of each (its 64 MiB output bound)."""
+    rounds = 6 if long else 2
+    bound = 64 * 1024 * 1024  # ServerConfig.max_response_output_bytes
+    stream, rest = await ws_open(port, UAMP_WS)
+    ws = _WsReader(stream, rest)
+    await send_quietly(stream, ws_frame(0x1, CREATE))
+    created = None
+    while created is None or created["type"] not in ("session.created", "session.error"):
+        created = await ws.next()
+        if created is None:
+            break
+    sid = (created or {}).get("session_id")
+    answers: dict[str, int] = {}
+    received: list[int] = []
+    for n in range(rounds + 1):
+        text = "hi" if n == rounds else "forever"
+        for event in (
+            {"type": "input.text", "session_id": sid, "text": text},
+            {"type": "response.create", "session_id": sid},
+        ):
+            await send_quietly(stream, ws_frame(0x1, json.dumps(event).encode()))
+        got = 0
+        while True:
+            event = await ws.next()
+            if event is None:
+                tally(answers, "no answer")
+                break
+            kind = event["type"]
+            if kind == "response.delta":
+                got += len(event["delta"].get("text", ""))
+            elif kind in ("response.done", "response.cancelled"):
+                tally(answers, kind)
+                break
+            elif kind in ("response.error", "session.error"):
+                tally(answers, f"{kind} {event['error']['code']}")
+                break
+        if text == "forever":
+            received.append(got)
+    await stream.aclose()
+    mib = [round(r / (1 << 20), 2) for r in received]
+    return Outcome(
+        sent=f"{rounds} responses of an agent streaming 64 KiB deltas without end, "
+        "one after another on one session, then one ordinary turn",
+        answer=f"{answers}; text each endless response sent before its error: {mib} MiB",
+        ok=answers == {"response.error output_too_large": rounds, "response.done": 1}
+        and all(bound - 64 * 1024 - 64 < r <= bound for r in received),
+        allowed_runs=rounds + 1,  # each ran until the bound stopped it
+    )
+
+
 async def uamp_history_pin(port: int, long: bool) -> Outcome:
     """Turn after turn of 1 MiB on one session: what the session keeps of its conversation."""
     turns = 60 if long else 10
@@ -2251,6 +2338,7 @@ SCENARIOS += [
     Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
 ]
 SCENARIOS += [Scenario.of(uamp_input_pin), Scenario.of(uamp_history_pin)]
+SCENARIOS += [Scenario.of(uamp_endless_output)]
 #: A server of its own: the budget is the anonymous caller's, which the suite's other rows share.
 SCENARIOS += [Scenario.of(uamp_history_spread, server=alone)]
 SCENARIOS += [Scenario.of(uamp_record_history_pin, server=alone)]
@@ -2272,6 +2360,7 @@ SCENARIOS += [
         background_response_pin,
         uamp_input_pin,
         uamp_history_pin,
+        uamp_endless_output,
         ws_stalled_reader,
     )
 ]
