@@ -29,11 +29,13 @@ output. Output items keep their order of first appearance:
 
 Output is bounded (:attr:`ResponseTracker.max_output_bytes`, by default
 :data:`MAX_OUTPUT_BYTES`): every event is weighed before it is kept -- the
-characters of its text, arguments, thinking, transcript or progress, the
-bytes of its decoded audio, plus :data:`ITEM_BYTES` for each output item or
-id it adds -- and one that would take the total past the bound raises
-:class:`~uamp_proto.errors.OutputTooLarge` having changed nothing. A text
-delta costs a subtraction and a comparison; an empty one keeps nothing.
+characters of its text, arguments, thinking, transcript or progress and the
+bytes of its decoded audio, plus :data:`PART_BYTES` for each piece kept
+(what CPython spends on a string besides its characters: a stream of
+one-character deltas is bounded in memory, not only in text) and
+:data:`ITEM_BYTES` for each output item or id it adds -- and one that would
+take the total past the bound raises :class:`~uamp_proto.errors.OutputTooLarge`
+having changed nothing. A text delta costs two subtractions and a comparison.
 (An agent that streams without end, or a client that makes one, would
 otherwise grow the tracker, and the ``response.done`` built from it, until
 the process runs out of memory; a hostile server does the same to a client.)
@@ -64,6 +66,7 @@ __all__ = [
     "CHECKPOINT",
     "ITEM_BYTES",
     "MAX_OUTPUT_BYTES",
+    "PART_BYTES",
     "RESTORED",
     "AssistantGather",
     "ResponseState",
@@ -78,15 +81,24 @@ CHECKPOINT: Final = "checkpoint"
 #: in another process: what was sent after that checkpoint is superseded.
 RESTORED: Final = "restored"
 #: The most output one response keeps by default, in bytes (characters of
-#: text). A model's longest replies are far below it -- 128k output tokens
-#: are about half a MiB of text, a million tokens 4 MiB -- and so are ten
-#: minutes of 24 kHz pcm16 speech (28 MiB); a response past it is an agent
-#: that does not stop, or one made not to.
+#: text, plus :data:`PART_BYTES` a delta). A model's longest replies are far
+#: below it -- 128k output tokens streamed token by token weigh about 7.5 MiB,
+#: a million tokens 60 MiB -- and so are ten minutes of 24 kHz pcm16 speech
+#: (28 MiB); a response past it is an agent that does not stop, or one made
+#: not to.
 MAX_OUTPUT_BYTES: Final = 64 * 1024 * 1024
 #: What each output item (and each call id a response registers) weighs
 #: besides its content: about an empty item's own memory, so that endless
 #: empty items are bounded as well as endless text.
 ITEM_BYTES: Final = 64
+#: What each piece of output kept (a delta's text, an audio chunk) weighs
+#: besides its content: a string's header in CPython (49 bytes for ASCII, 33
+#: for bytes) and its place in a list (8).
+PART_BYTES: Final = 56
+#: The classes of the common event, as module globals (read faster than
+#: through their modules: they pay for the bound's count on the hot path).
+_RESPONSE_DELTA: Final = ev.ResponseDelta
+_DELTA_TEXT: Final = ty.DeltaText
 #: The state ``response.created`` moves a response to.
 _CREATED: Final = RESPONSE_OUTCOMES["response.created"]
 #: Where a tracker starts (a module global reads faster than an enum's member).
@@ -279,19 +291,18 @@ class ResponseTracker:
                 :attr:`max_output_bytes`; nothing of it was kept.
         """
         kind = type(event)
-        if kind is ev.ResponseDelta:
+        if kind is _RESPONSE_DELTA:
             delta = event.delta  # type: ignore[attr-defined]
-            if type(delta) is ty.DeltaText:
+            if type(delta) is _DELTA_TEXT:
                 # The common event, in place: the text goes to the last text item.
                 slots = self._slots
                 if slots and slots[-1].kind == "text":
                     text = delta.text
-                    if text:
-                        left = self._left - len(text)
-                        if left < 0:
-                            raise self._too_large(len(text))
-                        self._left = left
-                        slots[-1].parts.append(text)
+                    left = self._left - len(text) - PART_BYTES
+                    if left < 0:
+                        raise self._too_large(len(text) + PART_BYTES)
+                    self._left = left
+                    slots[-1].parts.append(text)
                     return
             self._delta(delta)
             return
@@ -310,9 +321,8 @@ class ResponseTracker:
             self._audio(event.audio)  # type: ignore[attr-defined]
         elif kind is ev.TranscriptDelta:
             transcript: str = event.transcript  # type: ignore[attr-defined]
-            if transcript:
-                self._spend(len(transcript))
-                self._own("_transcript", list).append(transcript)
+            self._spend(len(transcript) + PART_BYTES)
+            self._own("_transcript", list).append(transcript)
         elif kind is ev.ResponseDone:
             self._final_usage = event.response.usage  # type: ignore[attr-defined]
         elif kind is ev.ResponseErrorEvent:
@@ -410,13 +420,19 @@ class ResponseTracker:
         kind = type(delta)
         if kind is ty.DeltaText:
             text: str = delta.text  # type: ignore[union-attr]
-            last = self._last("text", len(text))
-            if text:
-                last.parts.append(text)
+            slots = self._slots
+            if slots and slots[-1].kind == "text":  # (a server's send: the hot path)
+                left = self._left - len(text) - PART_BYTES
+                if left < 0:
+                    raise self._too_large(len(text) + PART_BYTES)
+                self._left = left
+                slots[-1].parts.append(text)
+            else:
+                self._last("text", len(text) + PART_BYTES).parts.append(text)
         elif kind is ty.DeltaToolCall:
             frag: ty.ToolCallFragment = delta.tool_call  # type: ignore[union-attr]
             slot = self._calls.get(frag.id)
-            size = len(frag.arguments) if frag.arguments else 0
+            size = len(frag.arguments) + PART_BYTES if frag.arguments else 0
             if slot is None:
                 size += ITEM_BYTES + len(frag.id) + (len(frag.name) if frag.name else 0)
             elif frag.name and not slot.extra["name"]:
@@ -435,7 +451,7 @@ class ResponseTracker:
             self._audio(delta.audio)  # type: ignore[union-attr]
         elif kind is ty.DeltaToolResult:
             res: ty.ToolResultFragment = delta.tool_result  # type: ignore[union-attr]
-            size = ITEM_BYTES + len(res.call_id) + (len(res.result) if res.result else 0)
+            size = ITEM_BYTES + len(res.call_id) + PART_BYTES + len(res.result or "")
             if res.content_items:
                 size += history.weight(res.content_items)
             self._spend(size)
@@ -448,23 +464,22 @@ class ResponseTracker:
         elif kind is ty.DeltaToolProgress:
             prog: ty.ToolProgress = delta.tool_progress  # type: ignore[union-attr]
             texts = self._progress.get(prog.call_id)
+            size = len(prog.text) + PART_BYTES
             if texts is None:
-                self._spend(ITEM_BYTES + len(prog.call_id) + len(prog.text))
+                self._spend(ITEM_BYTES + len(prog.call_id) + size)
                 texts = self._own("_progress", dict)[prog.call_id] = []
-            elif prog.text:
-                self._spend(len(prog.text))
-            if prog.text:
-                texts.append(prog.text)
+            else:
+                self._spend(size)
+            texts.append(prog.text)
 
     def _thinking(self, event: ev.Thinking) -> None:
         slots = self._slots
         content = event.content
         if event.is_delta and slots and slots[-1].kind == "thinking":
-            if content:
-                self._spend(len(content))
-                slots[-1].parts.append(content)
+            self._spend(len(content) + PART_BYTES)
+            slots[-1].parts.append(content)
             return
-        self._spend(ITEM_BYTES + len(content))
+        self._spend(ITEM_BYTES + len(content) + PART_BYTES)
         slot = _Slot("thinking", {"stage": event.stage, "redacted": event.redacted})
         slot.parts.append(content)
         slots.append(slot)
@@ -474,18 +489,16 @@ class ResponseTracker:
             raw = base64.b64decode(chunk, validate=True)
         except ValueError:
             raw = chunk.encode()
-        slot = self._last("audio", len(raw))
-        if raw:
-            slot.parts.append(raw)
+        self._last("audio", len(raw) + PART_BYTES).parts.append(raw)
 
     def _client_call(self, event: ev.ToolCall) -> None:
         slot = self._calls.get(event.call_id)
         # The call's strings are kept once (the invocation and the item share them).
-        size = len(event.arguments)
+        size = len(event.arguments) + PART_BYTES
         if slot is None:
             size += ITEM_BYTES + len(event.call_id) + len(event.name)
-        else:
-            size -= sum(len(part) for part in slot.parts)  # its fragments are replaced
+        else:  # its fragments are replaced
+            size -= sum(len(part) + PART_BYTES for part in slot.parts)
         if event.call_id not in self._client_calls:
             size += ITEM_BYTES
         self._spend(size)
@@ -522,7 +535,7 @@ class ResponseTracker:
                 f"call_id {call_id!r} was already answered",
                 code="invalid_tool_result",
             )
-        self._spend(ITEM_BYTES + len(result))
+        self._spend(ITEM_BYTES + len(result) + PART_BYTES)
         self._own("_answered", set).add(call_id)
         slot = _Slot("tool_result", {"call_id": call_id, "is_error": is_error})
         slot.parts.append(result)

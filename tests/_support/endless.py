@@ -21,7 +21,7 @@ from tests._support.wire import create_session, send, texts, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
-from uamp_proto.response import ITEM_BYTES
+from uamp_proto.response import ITEM_BYTES, PART_BYTES
 
 #: What the servers under test keep of one response (1 MiB).
 BOUND = 1024 * 1024
@@ -55,9 +55,10 @@ class Endless(TestAgent):
 
 
 def assert_stopped_at_the_bound(got: int) -> None:
-    """Every chunk that fit in :data:`BOUND` was sent (the text item weighs
-    ``ITEM_BYTES`` more), and the one that did not fit was not."""
-    assert BOUND - len(CHUNK) - ITEM_BYTES < got <= BOUND - ITEM_BYTES, got
+    """Every chunk that fit in :data:`BOUND` was sent (each weighs ``PART_BYTES``
+    more, the text item ``ITEM_BYTES``), and the one that did not fit was not."""
+    fit = (BOUND - ITEM_BYTES) // (len(CHUNK) + PART_BYTES)
+    assert got == fit * len(CHUNK), (got, fit)
 
 
 async def stopped_then_next(url: str, agent: Endless) -> None:

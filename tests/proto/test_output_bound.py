@@ -23,7 +23,7 @@ from uamp_proto.connection import ConnectionConfig, ServerConnection
 from uamp_proto.errors import LocalProtocolError, OutputTooLarge, RemoteProtocolError
 from uamp_proto.ids import counter_ids
 from uamp_proto.outcome import conclude
-from uamp_proto.response import ITEM_BYTES, MAX_OUTPUT_BYTES, ResponseTracker
+from uamp_proto.response import ITEM_BYTES, MAX_OUTPUT_BYTES, PART_BYTES, ResponseTracker
 
 from .pair import Pair
 
@@ -67,19 +67,20 @@ def _result(n: int) -> ev.Event:
     return ev.ResponseDelta(delta=ty.DeltaToolResult(tool_result=result))
 
 
-#: Each kind of output: the event carrying ``n`` bytes of content, and what
-#: its first event weighs besides them (the item, and the ids it keeps).
+#: Each kind of output: the event carrying ``n`` (at least 1) bytes of
+#: content, and what its first event weighs besides them (the piece kept,
+#: the item, and the ids it keeps).
 KINDS: dict[str, tuple[Callable[[int], ev.Event], int]] = {
-    "text": (_text, ITEM_BYTES),
-    "tool arguments": (_args, ITEM_BYTES + len("c1") + len("f")),
-    "audio.delta": (_audio, ITEM_BYTES),
-    "audio delta": (_audio_delta, ITEM_BYTES),
-    "thinking": (_thinking, ITEM_BYTES),
-    "tool progress": (_progress, ITEM_BYTES + len("c1")),
-    "transcript": (_transcript, 0),
+    "text": (_text, PART_BYTES + ITEM_BYTES),
+    "tool arguments": (_args, PART_BYTES + ITEM_BYTES + len("c1") + len("f")),
+    "audio.delta": (_audio, PART_BYTES + ITEM_BYTES),
+    "audio delta": (_audio_delta, PART_BYTES + ITEM_BYTES),
+    "thinking": (_thinking, PART_BYTES + ITEM_BYTES),
+    "tool progress": (_progress, PART_BYTES + ITEM_BYTES + len("c1")),
+    "transcript": (_transcript, PART_BYTES),
     # The item, and the call registered for its tool.result.
-    "client tool call": (_client_call, 2 * ITEM_BYTES + len("c1") + len("f")),
-    "tool result": (_result, ITEM_BYTES + len("c1")),
+    "client tool call": (_client_call, PART_BYTES + 2 * ITEM_BYTES + len("c1") + len("f")),
+    "tool result": (_result, PART_BYTES + ITEM_BYTES + len("c1")),
 }
 
 
@@ -95,19 +96,13 @@ def _kept(tracker: ResponseTracker) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("size", [0, 1, 1000])
+@pytest.mark.parametrize("size", [1, 1000])
 def test_exactly_at_the_bound_is_kept_one_byte_over_is_refused(kind: str, size: int) -> None:
     make, overhead = KINDS[kind]
-    if overhead + size == 0:
-        pytest.skip("nothing to weigh")
     at = ResponseTracker("r", max_output_bytes=overhead + size)
     at.apply(make(size))
     assert at._left == 0
-    over = (
-        ResponseTracker("r", max_output_bytes=overhead + size - 1) if overhead + size > 1 else None
-    )
-    if over is None:
-        return
+    over = ResponseTracker("r", max_output_bytes=overhead + size - 1)
     before = _kept(over)
     with pytest.raises(OutputTooLarge) as refused:
         over.apply(make(size))
@@ -128,11 +123,11 @@ def test_a_later_event_of_the_same_item_weighs_its_content(kind: str) -> None:
         second: ev.Event = ev.Thinking(content="t" * 5, is_delta=True)
     else:
         second = make(5)
-    at = ResponseTracker("r", max_output_bytes=overhead + 15)
+    at = ResponseTracker("r", max_output_bytes=overhead + 10 + PART_BYTES + 5)
     at.apply(first)
     at.apply(second)
     assert at._left == 0
-    over = ResponseTracker("r", max_output_bytes=overhead + 14)
+    over = ResponseTracker("r", max_output_bytes=overhead + 10 + PART_BYTES + 4)
     over.apply(first)
     before = _kept(over)
     with pytest.raises(OutputTooLarge):
@@ -140,19 +135,29 @@ def test_a_later_event_of_the_same_item_weighs_its_content(kind: str) -> None:
     assert _kept(over) == before
 
 
-def test_the_default_bound_and_empty_deltas_keep_nothing() -> None:
-    tracker = ResponseTracker("r")
-    assert tracker.max_output_bytes == MAX_OUTPUT_BYTES == 64 * 1024 * 1024
+def test_the_default_bound_and_endless_empty_deltas() -> None:
+    assert ResponseTracker("r").max_output_bytes == MAX_OUTPUT_BYTES == 64 * 1024 * 1024
+    tracker = ResponseTracker("r", max_output_bytes=ITEM_BYTES + PART_BYTES + 3 + 10 * PART_BYTES)
     tracker.apply(_text(3))
-    for _ in range(1000):
-        tracker.apply(_text(0))  # endless empty deltas grow nothing
-    assert tracker._slots[0].parts == ["xxx"]
+    with pytest.raises(OutputTooLarge):
+        for _ in range(1000):  # each keeps a piece, however short: bounded too
+            tracker.apply(_text(0))
+    assert len(tracker._slots[0].parts) == 11
     assert tracker.text == "xxx"
+
+
+def test_one_character_deltas_are_bounded_in_memory_not_only_in_text() -> None:
+    """A piece of text costs CPython about PART_BYTES besides its characters."""
+    tracker = ResponseTracker("r", max_output_bytes=64 * 1024)
+    with pytest.raises(OutputTooLarge):
+        while True:
+            tracker.apply(_text(1))
+    assert len(tracker.text) == (64 * 1024 - ITEM_BYTES) // (PART_BYTES + 1)
 
 
 def test_empty_items_cost_their_item() -> None:
     """Empty text and thinking in turn each make an item: bounded all the same."""
-    tracker = ResponseTracker("r", max_output_bytes=10 * ITEM_BYTES)
+    tracker = ResponseTracker("r", max_output_bytes=10 * (ITEM_BYTES + PART_BYTES))
     with pytest.raises(OutputTooLarge):
         for _ in range(100):
             tracker.apply(_text(0))
@@ -167,7 +172,8 @@ def test_tool_call_done_ids_and_tool_results_are_weighed() -> None:
     tracker.apply(ev.ToolCallDone(call_id="c0"))  # known: weighs nothing
     with pytest.raises(OutputTooLarge):
         tracker.apply(ev.ToolCallDone(call_id="c3"))
-    answered = ResponseTracker("r", max_output_bytes=2 * ITEM_BYTES + 3 + ITEM_BYTES + 3)
+    call, result = PART_BYTES + 2 * ITEM_BYTES + 3, PART_BYTES + ITEM_BYTES + 3
+    answered = ResponseTracker("r", max_output_bytes=call + result)
     answered.apply(_client_call(0))
     with pytest.raises(OutputTooLarge):
         answered.add_tool_result("c1", "abcd")
@@ -177,7 +183,7 @@ def test_tool_call_done_ids_and_tool_results_are_weighed() -> None:
 
 
 def test_a_restored_checkpoint_gives_back_what_it_rolled_back() -> None:
-    tracker = ResponseTracker("r", max_output_bytes=ITEM_BYTES + 10)
+    tracker = ResponseTracker("r", max_output_bytes=ITEM_BYTES + 2 * PART_BYTES + 10)
     tracker.apply(_text(4))
     tracker.apply(ev.Progress(target="response", target_id="r", stage="checkpoint"))
     tracker.apply(_text(6))
@@ -189,7 +195,7 @@ def test_a_restored_checkpoint_gives_back_what_it_rolled_back() -> None:
 
 
 @given(
-    st.integers(min_value=1, max_value=400),
+    st.integers(min_value=1, max_value=800),
     st.lists(
         st.tuples(st.sampled_from(["text", "thinking", "tool arguments"]), st.integers(0, 60)),
         max_size=40,
@@ -204,15 +210,13 @@ def test_the_bound_against_a_model(bound: int, events: list[tuple[str, int]]) ->
     for kind, size in events:
         if kind == "thinking":
             event: ev.Event = ev.Thinking(content="t" * size, is_delta=True)
-            cost = size + (ITEM_BYTES if last != "thinking" else 0)
-            if size == 0 and last == "thinking":
-                cost = 0
+            cost = size + PART_BYTES + (ITEM_BYTES if last != "thinking" else 0)
         elif kind == "text":
             event = _text(size)
-            cost = size + (ITEM_BYTES if last != "text" else 0)
+            cost = size + PART_BYTES + (ITEM_BYTES if last != "text" else 0)
         else:
             event = _args(size)  # always call c1: one item, weighed once with its ids
-            cost = size + (ITEM_BYTES + 3 if not called else 0)
+            cost = (size + PART_BYTES if size else 0) + (ITEM_BYTES + 3 if not called else 0)
         if used + cost > bound:
             before = _kept(tracker)
             with pytest.raises(OutputTooLarge):
@@ -260,7 +264,7 @@ def _server(bound: int) -> tuple[ServerConnection, str]:
 
 @pytest.mark.parametrize("plain", [True, False], ids=["hot path", "general path"])
 def test_a_server_send_past_the_bound_raises_and_changes_nothing(plain: bool) -> None:
-    conn, rid = _server(ITEM_BYTES + 10)
+    conn, rid = _server(ITEM_BYTES + PART_BYTES + 10)
     ids = {"session_id": "s1", "response_id": rid}
     conn.send(ev.ResponseDelta(delta=ty.DeltaText(text="x" * 10)), **ids)
     over = ev.ResponseDelta(delta=ty.DeltaText(text="y"))
@@ -285,7 +289,7 @@ def test_a_server_send_past_the_bound_raises_and_changes_nothing(plain: bool) ->
 
 
 def test_a_server_past_the_clients_bound_is_a_remote_error_and_a_cancel() -> None:
-    pair = Pair(max_response_output_bytes=ITEM_BYTES + 10)
+    pair = Pair(max_response_output_bytes=ITEM_BYTES + PART_BYTES + 10)
     sid = pair.open()
     rid = pair.start_response(sid)
     pair.server_sends(
