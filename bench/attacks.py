@@ -2341,7 +2341,8 @@ SCENARIOS += [
     Scenario.of(a) for a in (oversized_bodies, realtime_busy_flood, background_response_pin)
 ]
 SCENARIOS += [Scenario.of(uamp_input_pin), Scenario.of(uamp_history_pin)]
-SCENARIOS += [Scenario.of(uamp_endless_output)]
+#: A server of its own: its peak RSS is the endless responses' alone (64 MiB each, one at a time).
+SCENARIOS += [Scenario.of(uamp_endless_output, server=alone)]
 #: A server of its own: the budget is the anonymous caller's, which the suite's other rows share.
 SCENARIOS += [Scenario.of(uamp_history_spread, server=alone)]
 SCENARIOS += [Scenario.of(uamp_record_history_pin, server=alone)]
@@ -2363,11 +2364,11 @@ SCENARIOS += [
         background_response_pin,
         uamp_input_pin,
         uamp_history_pin,
-        uamp_endless_output,
         ws_stalled_reader,
     )
 ]
 SCENARIOS += [Scenario.of(uamp_history_spread, server=alone, kind="asgi")]
+SCENARIOS += [Scenario.of(uamp_endless_output, server=alone, kind="asgi")]
 SCENARIOS += [Scenario.of(uamp_record_history_pin, server=alone, kind="asgi")]
 SCENARIOS += [Scenario.of(a2a_task_flood, server=few_tasks, kind="asgi")]
 

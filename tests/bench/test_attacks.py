@@ -36,6 +36,8 @@ WORK = {
     "asgi_uamp_history_pin",
     "uamp_history_spread",  # every turn, and the new client's
     "asgi_uamp_history_spread",
+    "uamp_endless_output",  # each endless response, until its bound, and the last turn
+    "asgi_uamp_endless_output",
     "uamp_record_history_pin",  # every turn, and each resumed session's
     "asgi_uamp_record_history_pin",
     "realtime_busy_flood",  # the held responses and the queued ones, in turn
@@ -109,6 +111,7 @@ SCENARIOS = [
     "uamp_history_pin",
     "uamp_history_spread",
     "uamp_record_history_pin",
+    "uamp_endless_output",
     # uamp_asgi under uvicorn (bench/attack_asgi.py)
     "asgi_json_bomb",
     "asgi_oversized_bodies",
@@ -126,6 +129,7 @@ SCENARIOS = [
     "asgi_ws_stalled_reader",
     "asgi_uamp_history_spread",
     "asgi_uamp_record_history_pin",
+    "asgi_uamp_endless_output",
 ]
 
 
