@@ -54,8 +54,11 @@ class CountingAgent:
                 await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_CHUNK)))
             return
         if words == ["forever"]:
-            while True:
-                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=_BIG_CHUNK)))
+            n = 0
+            while True:  # a new string each time, as a model's or an echo's text is
+                n += 1
+                text = f"{n:08d}{_BIG_CHUNK[8:]}"
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=text)))
         if len(words) == 2 and words[0] == "hold" and words[1].isdigit():
             await anyio.sleep(int(words[1]))
         if words == ["history"]:

@@ -81,12 +81,13 @@ CHECKPOINT: Final = "checkpoint"
 #: in another process: what was sent after that checkpoint is superseded.
 RESTORED: Final = "restored"
 #: The most output one response keeps by default, in bytes (characters of
-#: text, plus :data:`PART_BYTES` a delta). A model's longest replies are far
-#: below it -- 128k output tokens streamed token by token weigh about 7.5 MiB,
-#: a million tokens 60 MiB -- and so are ten minutes of 24 kHz pcm16 speech
-#: (28 MiB); a response past it is an agent that does not stop, or one made
-#: not to.
-MAX_OUTPUT_BYTES: Final = 64 * 1024 * 1024
+#: text, plus :data:`PART_BYTES` a delta). A model's longest replies are well
+#: below it: 128k output tokens (the most today's models write in one reply)
+#: streamed token by token weigh about 7.5 MiB, and eleven minutes of 24 kHz
+#: pcm16 speech fit. A response past it is an agent that does not stop, or
+#: one made not to. (Past 16 MiB a ``response.done`` is larger than a UAMP
+#: client takes by default, ``ConnectionConfig.max_event_size``, anyway.)
+MAX_OUTPUT_BYTES: Final = 32 * 1024 * 1024
 #: What each output item (and each call id a response registers) weighs
 #: besides its content: about an empty item's own memory, so that endless
 #: empty items are bounded as well as endless text.

@@ -47,9 +47,10 @@ class Endless(TestAgent):
             return
         sent = 0
         try:
-            while True:
-                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=CHUNK)))
-                sent += len(CHUNK)
+            while True:  # a new string each time, as a model's or an echo's text is
+                text = f"{sent:08d}{CHUNK[8:]}"
+                await emit(ev.ResponseDelta(delta=ty.DeltaText(text=text)))
+                sent += len(text)
         finally:
             self.emitted.append(sent)
 

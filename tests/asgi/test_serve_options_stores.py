@@ -65,7 +65,7 @@ def test_busy_flags_reach_the_config() -> None:
 
 
 def test_the_output_bound_flag_reaches_the_config() -> None:
-    assert uamp_asgi.Config(**serve_options([])).max_response_output_bytes == 64 * 1024 * 1024
+    assert uamp_asgi.Config(**serve_options([])).max_response_output_bytes == 32 * 1024 * 1024
     flags = ["--max-response-output-bytes", "4096"]
     assert uamp_asgi.Config(**serve_options(flags)).max_response_output_bytes == 4096
 

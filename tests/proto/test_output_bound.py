@@ -136,7 +136,7 @@ def test_a_later_event_of_the_same_item_weighs_its_content(kind: str) -> None:
 
 
 def test_the_default_bound_and_endless_empty_deltas() -> None:
-    assert ResponseTracker("r").max_output_bytes == MAX_OUTPUT_BYTES == 64 * 1024 * 1024
+    assert ResponseTracker("r").max_output_bytes == MAX_OUTPUT_BYTES == 32 * 1024 * 1024
     tracker = ResponseTracker("r", max_output_bytes=ITEM_BYTES + PART_BYTES + 3 + 10 * PART_BYTES)
     tracker.apply(_text(3))
     with pytest.raises(OutputTooLarge):
