@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -133,3 +134,24 @@ def test_responses_streaming_ends_with_response_failed(
     assert str(BOUND) in failed.error.message
     assert "response.completed" not in kinds
     assert agent.emitted and agent.emitted[0] <= BOUND
+
+
+def test_anthropic_messages_not_streamed_is_a_400(endless_server: tuple[Any, Endless]) -> None:
+    server, agent = endless_server
+    client = anthropic.Anthropic(
+        base_url=server.url + "/agents/endless", api_key="k", timeout=30, max_retries=0
+    )
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(
+            model="endless", max_tokens=100, messages=[{"role": "user", "content": "forever"}]
+        )
+    assert str(BOUND) in str(caught.value)
+    assert len(agent.emitted) == 1
+
+
+def test_responses_not_streamed_is_a_400(endless_server: tuple[Any, Endless]) -> None:
+    server, agent = endless_server
+    with pytest.raises(openai.BadRequestError) as caught:
+        _sdk(server).responses.create(model="endless", input="forever")
+    assert caught.value.code == "output_too_large"
+    assert len(agent.emitted) == 1
