@@ -825,7 +825,13 @@ class ChatHub:
         port = self.host.interrupts.port(request, supported=True, also=also)
         request = attrs.evolve(request, interrupts=port)
         self._typing_event(room, name, True)
-        runner = ResponseRunner(agent, request, sink, charge=charge)
+        runner = ResponseRunner(
+            agent,
+            request,
+            sink,
+            charge=charge,
+            max_output_bytes=self.host.server_config.max_response_output_bytes,
+        )
         port.emit = runner.emit
         slot.bind(runner.cancel)  # a later message may interrupt this answer
         try:
