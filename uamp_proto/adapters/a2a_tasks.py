@@ -81,6 +81,7 @@ TERMINAL_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED}
 )
 
+
 class Trigger(enum.Enum):
     """What moves a task from one state to the next."""
 
