@@ -101,6 +101,7 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import TOOL_CALL, Responder, TurnRequest
+from uamp_proto.response import MAX_OUTPUT_BYTES
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_json
 from uamp_stores.busy import ConversationGate, Slot
@@ -179,6 +180,8 @@ class AcpConnection:
         interrupts: Where a prompt's run asks a person (``None``: it cannot).
         two_way: The carrier can take requests from the agent (stdio,
             WebSocket): approvals become ``session/request_permission``.
+        max_output_bytes: The most output one prompt's response keeps
+            (``ServerConfig.max_response_output_bytes``).
     """
 
     def __init__(
@@ -195,8 +198,10 @@ class AcpConnection:
         conversations: ConversationGate | None = None,
         interrupts: Interrupts | None = None,
         two_way: bool = False,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.served = served
+        self.max_output_bytes = max_output_bytes
         #: The busy policy of the sessions (docs/busy.md): the server's gate,
         #: shared by every connection; a gate of its own on stdio.
         self.conversations = conversations or ConversationGate()
@@ -477,6 +482,7 @@ class AcpConnection:
                     charge=charge,
                     buffer=self.session_queue,
                     port=port,
+                    max_output_bytes=self.max_output_bytes,
                 ) as turn,
                 trio.open_nursery() as asking,
             ):
@@ -542,7 +548,11 @@ class AcpConnection:
             metadata={"transport": "acp"},
         )
         async with open_response(
-            self.agent, request, charge=charge, buffer=self.session_queue
+            self.agent,
+            request,
+            charge=charge,
+            buffer=self.session_queue,
+            max_output_bytes=self.max_output_bytes,
         ) as turn:
             # Inside: a peer gone before this leaves no lock behind.
             await self._notify("prompt/started", {"requestId": str(request_id)})
@@ -598,7 +608,9 @@ class AcpConnection:
             messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
             metadata={"transport": "acp", TOOL_CALL: {"name": name, "arguments": arguments}},
         )
-        async with open_response(self.agent, request, charge=charge) as turn:
+        async with open_response(
+            self.agent, request, charge=charge, max_output_bytes=self.max_output_bytes
+        ) as turn:
             async for _ in turn:
                 pass
         outcome = turn.outcome
@@ -723,6 +735,7 @@ class AcpTransport(PolicyTransport):
             conversations=self.app.conversations,
             interrupts=self.app.interrupts,
             two_way=two_way,
+            max_output_bytes=self.app.server_config.max_response_output_bytes,
         )
 
     async def http(self, request: Request) -> Response | StreamingResponse:
