@@ -50,6 +50,7 @@ from uamp_proto.interrupts import Interrupt
 from uamp_proto.payment import Charge
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.response import MAX_OUTPUT_BYTES
 
 from .interrupts import Interrupts, ResponsePort
 from .turns import ResponseOutcome, ResponseRunner
@@ -234,6 +235,7 @@ class ParkedTurns:
         charge: Charge | None = None,
         port: ResponsePort | None = None,
         on_end: Callable[[], None] | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> ParkedTurn:
         """Start ``request`` 's response in the background; its :class:`ParkedTurn`.
 
@@ -247,6 +249,8 @@ class ParkedTurns:
                 the response ends.
             on_end: Called once the response ended (e.g. to give up the
                 conversation's place: a paused turn still holds it).
+            max_output_bytes: The most output the response keeps
+                (``ServerConfig.max_response_output_bytes``).
 
         A turn that ended and waits for its last reader is replaced.
 
@@ -257,7 +261,9 @@ class ParkedTurns:
         if earlier is not None and not earlier.finished:
             raise RuntimeError("a turn is parked under this key already")
         turn = ParkedTurn(key=key, max_backlog=self.max_backlog)
-        turn.runner = ResponseRunner(agent, request, turn.sink, charge=charge)
+        turn.runner = ResponseRunner(
+            agent, request, turn.sink, charge=charge, max_output_bytes=max_output_bytes
+        )
         if port is not None:
             port.emit = turn.runner.emit
         self._turns[key] = turn

@@ -217,6 +217,7 @@ class AguiTransport:
                     charge=charge,
                     port=port,
                     on_end=slot.close,  # a paused run keeps the thread's place
+                    max_output_bytes=self.app.server_config.max_response_output_bytes,
                 )
             except RuntimeError:  # another run of the thread started meanwhile
                 slot.close()

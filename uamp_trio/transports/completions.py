@@ -232,6 +232,7 @@ class CompletionsTransport:
                 key=turn_key(agent.name, turn_req.session_id, request.principal),
                 charge=charge,
                 port=port,
+                max_output_bytes=self.app.server_config.max_response_output_bytes,
             )
             return await self._go_on(agent, parsed, completion_id, created, parked)
         if parsed.stream:
