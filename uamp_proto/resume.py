@@ -61,7 +61,7 @@ import orjson
 from . import events as ev
 from .codec import DecodeError, decode, unstructure
 from .errors import UampError
-from .response import CHECKPOINT, RESTORED, ResponseTracker
+from .response import CHECKPOINT, MAX_OUTPUT_BYTES, RESTORED, ResponseTracker
 
 __all__ = [
     "CHECKPOINT",
@@ -383,8 +383,10 @@ def replayed(response_id: str, logged: Iterable[bytes]) -> ResponseTracker:
     return _tracked(response_id, _events_of(response_id, logged))
 
 
-def _tracked(response_id: str, events: Iterable[ev.Event]) -> ResponseTracker:
-    tracker = ResponseTracker(response_id)
+def _tracked(
+    response_id: str, events: Iterable[ev.Event], max_output_bytes: int = MAX_OUTPUT_BYTES
+) -> ResponseTracker:
+    tracker = ResponseTracker(response_id, max_output_bytes=max_output_bytes)
     for event in events:
         with contextlib.suppress(UampError):
             tracker.apply(event)
@@ -411,7 +413,9 @@ class ResumePoint:
     superseded: int
 
 
-def resume_point(response_id: str, logged: Iterable[bytes]) -> ResumePoint | None:
+def resume_point(
+    response_id: str, logged: Iterable[bytes], max_output_bytes: int = MAX_OUTPUT_BYTES
+) -> ResumePoint | None:
     """The point ``response_id`` can go on from after its process was lost, or ``None``.
 
     ``logged`` is what the session's log holds, in order. A response goes on
@@ -420,6 +424,8 @@ def resume_point(response_id: str, logged: Iterable[bytes]) -> ResumePoint | Non
     there (a :data:`RESTORED` after it: then from that restore, so a second
     loss does not undo the first continuation's completed work). A response
     that ended, or has no checkpoint, has none: it ends ``interrupted``.
+    The point's tracker keeps at most ``max_output_bytes`` of output
+    (:attr:`ResponseTracker.max_output_bytes`), the bound of its going on.
     """
     events = _events_of(response_id, logged)
     if any(type(e) in _ENDS for e in events):
@@ -433,7 +439,7 @@ def resume_point(response_id: str, logged: Iterable[bytes]) -> ResumePoint | Non
         return None
     return ResumePoint(
         checkpoint=name,
-        tracker=_tracked(response_id, events[: cut + 1]),
+        tracker=_tracked(response_id, events[: cut + 1], max_output_bytes),
         superseded=len(events) - cut - 1,
     )
 

@@ -66,7 +66,7 @@ from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.payment import Charge
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.response import ResponseTracker
+from uamp_proto.response import MAX_OUTPUT_BYTES, ResponseTracker
 from uamp_proto.resume import RESTORED, interrupted_event, replayed, resume_point
 from uamp_stores.orphans import abandon
 from uamp_stores.orphans import append_event as _append
@@ -138,7 +138,10 @@ async def carry_on(
         try:
             held = [e.data for e in await event_log.read(key, 0, event_log.retention.max_events)]
             tracker = replayed(running, held)
-            point = resume_point(running, held)
+            bound = (
+                MAX_OUTPUT_BYTES if host is None else host.server_config.max_response_output_bytes
+            )
+            point = resume_point(running, held, bound)
             if point is None:
                 _append(event_log, key, interrupted_event(tracker), sid)
                 ended = True  # settled below, once the client has heard
