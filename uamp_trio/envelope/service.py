@@ -605,7 +605,12 @@ class EnvelopeService:
     ) -> None:
         try:
             await run_turns(
-                exchange, agent, principal, turns, idle_timeout=self.limits.idle_timeout
+                exchange,
+                agent,
+                principal,
+                turns,
+                idle_timeout=self.limits.idle_timeout,
+                max_output_bytes=self.host.server_config.max_response_output_bytes,
             )
             if not exchange.finished:  # a subscription that ended between events
                 kind = _ENDING.get(exchange.state, DeltaType.CANCEL)

@@ -42,6 +42,7 @@ from uamp_proto.busy import POLICY_KEY
 from uamp_proto.envelope import DeltaType, ExchangeState, Intent, Trigger
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
+from uamp_proto.response import MAX_OUTPUT_BYTES
 
 from ..hosting.turns import ResponseRunner
 from .exchange import FINAL_TYPES, Exchange, Turn
@@ -56,11 +57,13 @@ async def run_turns(
     turns: trio.MemoryReceiveChannel[Turn],
     *,
     idle_timeout: float,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> None:
     """Run the queued turns: one for ``ask``/``propose``, each event of a subscription.
 
     A turn runs when its place in the conversation comes (the busy
-    policy): the next is the first whose slot is ready.
+    policy): the next is the first whose slot is ready. ``max_output_bytes``
+    bounds each turn's output (``ServerConfig.max_response_output_bytes``).
     """
     wait = idle_timeout if exchange.subscription else math.inf
     pending: list[Turn] = []
@@ -88,7 +91,14 @@ async def run_turns(
                 continue
             pending.remove(turn)
             try:
-                status = await _turn(exchange, agent, principal, turn, idle_timeout=idle_timeout)
+                status = await _turn(
+                    exchange,
+                    agent,
+                    principal,
+                    turn,
+                    idle_timeout=idle_timeout,
+                    max_output_bytes=max_output_bytes,
+                )
             finally:
                 if turn.slot is not None:
                     turn.slot.close()  # the conversation's next turn goes on
@@ -113,7 +123,13 @@ async def run_turns(
 
 
 async def _turn(
-    exchange: Exchange, agent: Responder, principal: Principal, turn: Turn, *, idle_timeout: float
+    exchange: Exchange,
+    agent: Responder,
+    principal: Principal,
+    turn: Turn,
+    *,
+    idle_timeout: float,
+    max_output_bytes: int,
 ) -> str:
     """Run the agent once on ``turn``; its frames go to the exchange's stream."""
     structured = exchange.response_format is not None and exchange.response_format.type != "text"
@@ -175,7 +191,9 @@ async def _turn(
             "updates": exchange.updates,
         },
     )
-    runner = ResponseRunner(agent, request, sink, charge=turn.charge)
+    runner = ResponseRunner(
+        agent, request, sink, charge=turn.charge, max_output_bytes=max_output_bytes
+    )
     exchange.runner = runner
     if slot is not None:
         slot.bind(runner.cancel)  # a later message of the conversation may stop it
