@@ -17,6 +17,7 @@ and signer, a response held for payment waiting ``Config.payment_wait``.
 
 from __future__ import annotations
 
+from functools import partial
 from urllib.parse import parse_qs
 
 import attrs
@@ -90,7 +91,7 @@ def mount(host: Host) -> None:
                 _Terms(host, agent),
                 session,
                 ws.principal,
-                runner=Turn,
+                runner=partial(Turn, max_output_bytes=host.config.max_response_output_bytes),
                 closed=(Closed,),
                 conversations=host.conversations,
                 payment_wait=host.config.payment_wait,

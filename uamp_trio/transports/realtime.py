@@ -27,6 +27,7 @@ Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 
 from __future__ import annotations
 
+from functools import partial
 from urllib.parse import parse_qs
 
 from uamp_proto.adapters import realtime as rt
@@ -89,7 +90,10 @@ class RealtimeTransport(PolicyTransport):
                 self.served(agent),
                 session,
                 request.principal,
-                runner=ResponseRunner,
+                runner=partial(
+                    ResponseRunner,
+                    max_output_bytes=self.app.server_config.max_response_output_bytes,
+                ),
                 closed=(ConnectionClosed,),
                 conversations=self.app.conversations,
                 payment_wait=self.payment_wait,
