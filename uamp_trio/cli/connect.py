@@ -16,6 +16,8 @@ from typing import Any
 
 import trio
 
+from uamp_proto.response import MAX_OUTPUT_BYTES
+
 from .agents import load_agent
 from .serve import watch_signals
 
@@ -49,6 +51,14 @@ def add_parser(sub: Any) -> None:
         metavar="NAME=TOKEN",
         help="the registration token of agent NAME (repeatable)",
     )
+    p.add_argument(
+        "--max-response-output-bytes",
+        type=int,
+        default=MAX_OUTPUT_BYTES,
+        metavar="N",
+        help="bytes of output one response may keep; past it the response ends "
+        "output_too_large (default %(default)s)",
+    )
     p.add_argument("--log-level", default="info", help="logging level (default %(default)s)")
     p.set_defaults(func=_connect_command)
 
@@ -71,7 +81,11 @@ def _connect_command(args: argparse.Namespace) -> int:
     try:
         agents = [load_agent(spec) for spec in args.agent]
         daemon = Daemon(
-            args.url, agents, token=args.token or os.environ.get("UAMP_TOKEN"), tokens=tokens
+            args.url,
+            agents,
+            token=args.token or os.environ.get("UAMP_TOKEN"),
+            tokens=tokens,
+            max_response_output_bytes=args.max_response_output_bytes,
         )
     except ValueError as exc:
         print(f"uamp connect: {exc}", file=sys.stderr)

@@ -69,6 +69,7 @@ from uamp_proto.codec import DecodeError
 from uamp_proto.errors import UampError
 from uamp_proto.relay import REGISTER, backoff_delay, daemon_url, turn_request
 from uamp_proto.responder import PAID_TOKEN, Emit, Responder, TurnRequest
+from uamp_proto.response import MAX_OUTPUT_BYTES
 
 from ..client.uamp import ClientError, open_websocket
 from ..engines.ws_frames import CLOSE_NORMAL, FrameEngine, make_engine
@@ -113,7 +114,8 @@ class DaemonHost:
         agents: The agents to register, by name.
         tokens: Each agent's registration token (``None``: the connection's credential).
         frames: The connection's framing engine (for the close frame).
-        limits: Outbox sizes.
+        limits: Outbox sizes, and the bound on one response's output
+            (``max_response_output_bytes``).
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class DaemonHost:
         limits: SessionLimits,
     ) -> None:
         self.outbox = Outbox(limits.outbox_size, limits.max_owed)
+        self.max_output_bytes = limits.max_response_output_bytes
         self.last_activity = trio.current_time()
         self._nursery = nursery
         self._agents = agents
@@ -296,7 +299,12 @@ class DaemonHost:
                 )
             )
             return
-        runner = ResponseRunner(agent, request, self._turn_sink(sid, request))
+        runner = ResponseRunner(
+            agent,
+            request,
+            self._turn_sink(sid, request),
+            max_output_bytes=self.max_output_bytes,
+        )
         previous = self._runs.get(sid)
         while previous is not None:  # the turn it replaces sends its last event first
             await trio.sleep(0)
@@ -391,6 +399,9 @@ class Daemon:
             as long again before it takes the relay for gone).
         ssl_context: For ``wss://``.
         rng: The jitter's random source (seconds in ``[0, 1)``).
+        max_response_output_bytes: The most output one response keeps
+            (``uamp connect --max-response-output-bytes``); past it the
+            response ends ``output_too_large``.
     """
 
     def __init__(
@@ -404,6 +415,7 @@ class Daemon:
         keepalive: float = 20.0,
         ssl_context: ssl.SSLContext | None = None,
         rng: Callable[[], float] = random.random,
+        max_response_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.url = daemon_url(url)
         self.agents: dict[str, Responder] = {}
@@ -420,7 +432,9 @@ class Daemon:
         self.tokens: dict[str, str | None] = {name: tokens.get(name, token) for name in self.agents}
         self.token = token if token is not None else next(iter(tokens.values()), None)
         self.backoff = backoff
-        self.limits = SessionLimits(keepalive_interval=keepalive)
+        self.limits = SessionLimits(
+            keepalive_interval=keepalive, max_response_output_bytes=max_response_output_bytes
+        )
         self.ssl_context = ssl_context
         self.rng = rng
         #: Set while a connection has every agent answered; cleared when it ends.
