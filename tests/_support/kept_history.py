@@ -65,6 +65,15 @@ async def kept(ws: WebSocketConnection, sid: str) -> int:
     return int(answer.split()[1])
 
 
+async def last_turn(ws: WebSocketConnection, sid: str) -> str:
+    """One more turn (``last``) on ``sid``: the ``event_id`` of its ``response.done``,
+    where a resume starts from."""
+    await send(ws, type="input.text", session_id=sid, text="last")
+    await send(ws, type="response.create", session_id=sid)
+    done: str = (await until(ws, "response.done"))[-1]["event_id"]
+    return done
+
+
 # --- the scenarios both servers' tests run (``url``: the agent's UAMP WebSocket) ---------
 
 
@@ -138,12 +147,10 @@ async def resumed_is_counted(url: str, histories: SessionHistories) -> None:
     async with open_ws(url) as ws:
         sid = await create_session(ws)
         await fill(ws, sid)
-        await send(ws, type="input.text", session_id=sid, text="last")
-        await send(ws, type="response.create", session_id=sid)
-        done = (await until(ws, "response.done"))[-1]
+        done = await last_turn(ws, sid)
     await _settled(histories, ANONYMOUS, 0)
     async with open_ws(url) as ws:
-        resumed = await resume_session(ws, sid, done["event_id"])
+        resumed = await resume_session(ws, sid, done)
         assert resumed["type"] == "session.created", resumed
         # Three turns of "n " + BIG, three "ok", then "last" and its "ok".
         assert await turn(ws, sid, "history") == f"kept {FILLED + 6 + 6 + 4 + 2}"
@@ -161,19 +168,42 @@ async def resumed_beside_its_socket(url: str, histories: SessionHistories) -> No
     async with open_ws(url) as one:
         sids = [await create_session(one) for _ in range(4)]
         await fill(one, sids[0])
-        await send(one, type="input.text", session_id=sids[0], text="last")
-        await send(one, type="response.create", session_id=sids[0])
-        done = (await until(one, "response.done"))[-1]
+        done = await last_turn(one, sids[0])
         for sid in sids[1:]:  # about 14.8 MiB in all: within the budget
             await fill(one, sid)
         async with open_ws(url) as two:
-            resumed = await resume_session(two, sids[0], done["event_id"])
+            resumed = await resume_session(two, sids[0], done)
             assert resumed["type"] == "session.created", resumed
             answer = await turn(two, sids[0], "history")
             assert answer == f"kept {FILLED + 6 + 6 + 4 + 2}", answer
             for sid in sids[1:]:  # nothing of the others was trimmed for it either
                 assert await kept(one, sid) >= FILLED
             assert histories.total(ANONYMOUS.key) <= MAX_OWNER_HISTORY_BYTES
+
+
+async def resumed_copy_ends(url: str, histories: SessionHistories) -> None:
+    """The copy a resume leaves on the old socket ends (``session.end`` ``resumed``).
+
+    Left open, both copies would take turns and count their conversations:
+    the principal's budget would hold the session twice.
+    """
+    async with open_ws(url) as one:
+        sid = await create_session(one)
+        await fill(one, sid)
+        done = await last_turn(one, sid)
+        once = histories.total(ANONYMOUS.key)
+        async with open_ws(url) as two:
+            resumed = await resume_session(two, sid, done)
+            assert resumed["type"] == "session.created", resumed
+            ended = (await until(one, "session.end"))[-1]
+            assert (ended["session_id"], ended.get("reason")) == (sid, "resumed"), ended
+            assert await kept(two, sid) >= FILLED
+            # The new copy alone is counted (its conversation, one turn longer),
+            # not both: that would be over twice FILLED.
+            assert FILLED <= histories.total(ANONYMOUS.key) < once + 1024, (
+                once,
+                histories.total(ANONYMOUS.key),
+            )
 
 
 #: Every scenario, for the servers' tests to run each.
@@ -183,4 +213,5 @@ SCENARIOS = (
     ended_and_closed_give_back,
     resumed_is_counted,
     resumed_beside_its_socket,
+    resumed_copy_ends,
 )

@@ -595,7 +595,36 @@ class Connection:
         self.log.put_record(key, record.copy())
 
     def taken_over(self, sid: str) -> None:
-        """Another connection of this process resumed ``sid``: this one logs it no more."""
+        """Another connection of this process resumed ``sid``: this one's copy ends.
+
+        It logs the session no more and, on an open WebSocket, ends it with
+        ``session.end`` ``resumed`` (as ``uamp serve`` does): left open, the
+        two copies would both take turns and both count against the
+        principal's history budget.
+        """
+        self.stop_logging(sid)
+        open_here = self.ws is not None and self.open and self.group is not None
+        if open_here and sid in self.conn.sessions:
+            self.spawn(self.end_resumed, sid)
+
+    async def end_resumed(self, sid: str) -> None:
+        """End this connection's copy of ``sid``, resumed on another connection."""
+        turn = self.turns.get(sid)
+        if turn is not None:
+            turn.cancel()
+        try:
+            frame: bytes | None = self.conn.send(ev.SessionEnd(session_id=sid, reason="resumed"))
+        except LocalProtocolError:
+            frame = None  # ended here meanwhile
+        self.call_over(sid, "closed")
+        self.end_hold(sid)
+        self.forget(sid)
+        self.wake_acked(sid)
+        if frame is not None:
+            await self.write([frame])
+
+    def stop_logging(self, sid: str) -> None:
+        """Stop writing ``sid`` 's log here, and answering what others ask about it."""
         key = self.keys.pop(sid, None)
         self.records.pop(sid, None)
         self._owners.pop(sid, None)
@@ -607,7 +636,7 @@ class Connection:
     def release(self, sid: str) -> None:
         """Stop writing ``sid`` 's log (it stays, to be resumed)."""
         key, owner = self.keys.get(sid), self._owners.get(sid)
-        self.taken_over(sid)
+        self.stop_logging(sid)
         if key is not None:
             self.log.release(key, owner)
 
