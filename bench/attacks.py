@@ -127,6 +127,8 @@ class Result:
     ok: bool
     #: The machine's load average (1 minute) when the scenario ended.
     load_1m: float = 0.0
+    #: The start of the first traceback the server logged meanwhile ("": none).
+    first_traceback: str = ""
 
 
 Attack = Callable[[int, bool], Awaitable[Outcome]]
@@ -2449,7 +2451,11 @@ def measure(
     invoked = server.invoked() - invoked0
     with server.log_path.open("rb") as log:
         log.seek(log0)
-        tracebacks = log.read().count(b"Traceback")
+        logged = log.read()
+    tracebacks = logged.count(b"Traceback")
+    # What failed, kept with the row (the log goes with the server).
+    first = logged.find(b"Traceback")
+    excerpt = logged[first : first + 4000].decode(errors="replace") if first >= 0 else ""
     latencies, failures = probes if probes else ([], 0)
     p99 = statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) >= 2 else float("nan")
     ok = (
@@ -2480,6 +2486,7 @@ def measure(
         tracebacks=tracebacks,
         ok=ok,
         load_1m=round(os.getloadavg()[0], 2),
+        first_traceback=excerpt,
     )
 
 

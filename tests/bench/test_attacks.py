@@ -141,5 +141,5 @@ def test_scenario_stays_within_its_bounds(results: dict[str, dict[str, object]],
     allowed = result["agent_allowed"]
     assert (allowed > 0) == (name in WORK), result  # type: ignore[operator]
     assert result["agent_invoked"] == allowed, result
-    assert result["tracebacks"] == 0, result
+    assert result["tracebacks"] == 0, result["first_traceback"]
     assert result["ok"] is True, result  # the scenario's own answer check (GOAWAY, 1007...)
