@@ -49,6 +49,11 @@ Payment (:mod:`uamp_proto.payment`) and delta windows (:mod:`uamp_proto.flow`)
     may be sent or accepted, and on a session that opted into delta windows
     deltas are numbered and refused once the window is full.
 
+What the connection keeps of each session is a
+:class:`~uamp_proto.session_context.SessionContext`; its options are a
+:class:`~uamp_proto.connection_config.ConnectionConfig` (both importable
+from here too).
+
 The rules are the tables of :mod:`uamp_proto._state` (a session machine and
 a response machine); every event goes through them, and this module applies
 the moves and their effects. Protocol violations are answered with ``session.error`` (code
@@ -66,7 +71,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from . import _fastinit, flow, history
+from . import _fastinit, flow
 from . import events as ev
 from . import types as ty
 from ._state import (
@@ -98,13 +103,15 @@ from .codec import (
     text_delta_tail,
     to_dict,
 )
+from .connection_config import MAX_SESSION_HISTORY_BYTES, ConnectionConfig
 from .content_ids import content_id_of
 from .errors import LocalProtocolError, OutputTooLarge, ProtocolError, RemoteProtocolError
-from .ids import IdSource, event_id_stem, numbered, random_ids
-from .payment import BLOCKING_STATES, CONTENT_EVENTS, PaymentNegotiation
-from .response import MAX_OUTPUT_BYTES, ResponseTracker
+from .ids import event_id_stem, numbered
+from .payment import BLOCKING_STATES, CONTENT_EVENTS
+from .response import ResponseTracker
+from .session_context import HeldResponse, SessionContext, input_size
 from .types import EMPTY
-from .voice import Call, CallState
+from .voice import CallState
 
 __all__ = [
     "CLIENT_EVENTS",
@@ -125,10 +132,6 @@ __all__ = [
     "SessionContext",
     "SessionState",
 ]
-
-
-#: What one session keeps of its conversation by default (``ConnectionConfig.max_history_bytes``).
-MAX_SESSION_HISTORY_BYTES: Final = 4 * 1024 * 1024
 
 
 class _NeedData:
@@ -205,10 +208,8 @@ _INPUT_TYPES: Final = frozenset(
 )
 #: The response state a client's ``response.create`` moves a free slot to.
 _CREATE_MOVE: Final = RESPONSE_TRANSITIONS[(Role.CLIENT, ResponseState.IDLE)]["response.create"]
-#: ``TextContent(text=...)`` and ``Message(role=..., content=...)``,
-#: positionally (:func:`uamp_proto._fastinit.maker`).
+#: ``TextContent(text=...)``, positionally (:func:`uamp_proto._fastinit.maker`).
 _make_text = _fastinit.maker(ty.TextContent, ("text",))
-_make_message = _fastinit.maker(ty.Message, ("role", "content"))
 _VOICE_TYPES: Final = frozenset({"voice.invite", "voice.accept", "voice.decline", "voice.end"})
 #: Most chats one session may take part in (section 7.1; memory stays bounded).
 MAX_CHATS_PER_SESSION: Final = 16
@@ -219,291 +220,6 @@ _PAYMENT_TYPES: Final = frozenset(
 assert "input.text" in CLIENT_EVENTS and "response.create" in CLIENT_EVENTS
 assert "input.text" in _INPUT_TYPES and not {"input.text"} & (RESPONSE_EVENTS | _PAYMENT_TYPES)
 assert "response.create" in RESPONSE_EVENTS and "response.create" not in CONTENT_EVENTS
-
-
-@attrs.define(kw_only=True)
-class ConnectionConfig:
-    """Options of a connection, validated once.
-
-    Attributes:
-        ids: Id source for event, session, response and content ids. The
-            default, :func:`~uamp_proto.ids.random_ids`, is the one place the
-            core draws randomness (from the OS); pass
-            :func:`~uamp_proto.ids.counter_ids` or your own for determinism.
-        clock: Returns Unix time in seconds; when given, outgoing events get a
-            ``timestamp`` (ms). The core never reads a clock of its own.
-        uamp_version: The protocol version this side speaks.
-        max_sessions: Most live sessions on one connection.
-        max_event_size: Largest message accepted, in bytes (spec 003 4.13).
-        max_queued: Most messages ``receive`` keeps before ``next_event``.
-        max_delta_window: The largest delta window a server grants.
-        delta_window: The window a client asks for when it opts in (None: no
-            flow control).
-        on_busy: A server's say on a ``response.create`` while its session's
-            response slot is busy (docs/busy.md): called with the session id
-            and the event, it returns a token (any object) and the create is
-            *held* -- its input taken now, its response started later by
-            :meth:`Connection.start_held` -- or raises
-            :class:`~uamp_proto.errors.LocalProtocolError`, which refuses it.
-            ``None`` (the default): refused with ``response_in_progress``.
-        max_pending_input_bytes: Most input (text, media as sent) a session
-            gathers for its next response; more is refused ``invalid_request``
-            until ``response.create`` takes it.
-        max_history_bytes / max_history_messages: Most a session's kept
-            conversation holds (about its JSON size; messages). Past either,
-            its oldest turns are dropped, down to three quarters of both
-            (:func:`uamp_proto.history.trim`), so a long session costs each
-            turn a bounded copy and the server bounded memory.
-        on_history: A server's say on what its sessions keep together
-            (:class:`uamp_proto.history.SessionHistories`): called with a
-            session's id and its kept conversation's weight each time a turn
-            joined it (after the bounds above) or :meth:`Connection.bound_history`
-            weighed it. ``None`` (the default): nobody is told.
-        max_response_output_bytes: Most output one response keeps
-            (:attr:`ResponseTracker.max_output_bytes
-            <uamp_proto.response.ResponseTracker.max_output_bytes>`). A
-            server's ``send`` of an event past it raises
-            :class:`~uamp_proto.errors.OutputTooLarge` (the server ends the
-            response with ``response.error`` ``output_too_large``); a
-            server's event past it is, to a client, a
-            :class:`~uamp_proto.errors.RemoteProtocolError` of that code:
-            the client ends the response there and owes the server its
-            ``response.cancel`` (the error's ``reply``).
-    """
-
-    ids: IdSource = random_ids
-    clock: Callable[[], float] | None = None
-    uamp_version: str = "1.0"
-    max_sessions: int = attrs.field(default=64)
-    max_event_size: int = attrs.field(default=16 * 1024 * 1024)
-    max_queued: int = attrs.field(default=1024)
-    max_delta_window: int = attrs.field(default=1024)
-    delta_window: int | None = None
-    on_busy: Callable[[str, ev.ResponseCreate], object] | None = None
-    max_pending_input_bytes: int = attrs.field(default=8 * 1024 * 1024)
-    max_history_bytes: int = attrs.field(default=MAX_SESSION_HISTORY_BYTES)
-    max_history_messages: int = attrs.field(default=1000)
-    on_history: Callable[[str, int], None] | None = None
-    max_response_output_bytes: int = attrs.field(default=MAX_OUTPUT_BYTES)
-
-    @max_sessions.validator
-    @max_event_size.validator
-    @max_queued.validator
-    @max_delta_window.validator
-    @max_pending_input_bytes.validator
-    @max_history_bytes.validator
-    @max_history_messages.validator
-    @max_response_output_bytes.validator
-    def _positive(self, attribute: attrs.Attribute[int], value: int) -> None:
-        if value < 1:
-            raise ValueError(f"{attribute.name} must be at least 1, got {value}")
-
-
-class SessionContext:
-    """Everything the connection knows about one session.
-
-    Attributes:
-        id: The session id (client side: provisional until ``session.created``).
-        state: The :class:`SessionState`.
-        agent, chat, token, payment_token, uamp_version: From
-            ``session.create`` / ``session.update``.
-        config: The session configuration.
-        client_capabilities: The client's capability declaration, later
-            ``client.capabilities`` merged over it (:mod:`uamp_proto.capabilities`).
-        history: The conversation so far (stateless ``messages`` replace it).
-        response: The tracker of the current response, or ``None``.
-        phase: The :class:`ResponseState` of the response slot (read-only).
-        payment: The session's :class:`~uamp_proto.payment.PaymentNegotiation`.
-        send_window / receive_window: Delta windows, when negotiated.
-    """
-
-    def __init__(
-        self,
-        session_id: str,
-        create: ev.SessionCreate | None,
-        state: SessionState = SessionState.CREATING,
-    ) -> None:
-        self.id = session_id
-        self.state = state
-        self.agent = create.agent if create else None
-        self.chat = create.chat if create else None
-        self.token = create.token if create else None
-        self.payment_token = create.payment_token if create else None
-        self.uamp_version = create.uamp_version if create else None
-        self.config: ty.SessionConfig | None = create.session if create else None
-        self.client_capabilities = create.client_capabilities if create else None
-        #: ``input.text.context`` of the input gathered for the next response
-        #: (later keys win), handed to its tracker on ``response.create``.
-        self.pending_context: dict[str, Any] | None = None
-        self.history: list[ty.Message] = []
-        #: About the JSON size of :attr:`history` as last weighed, the list
-        #: weighed and each of its messages' weight (:meth:`Connection._bound_history`).
-        self.history_bytes = 0
-        self.weighed: list[ty.Message] | None = None
-        self.weights: list[int] = []
-        self.pending_input: list[tuple[str, ty.ContentItem]] = []
-        #: About the bytes of :attr:`pending_input` (:func:`_input_size`).
-        self.pending_bytes = 0
-        self.stateless_history: list[ty.Message] | None = None
-        self.response: ResponseTracker | None = None
-        self.payment = PaymentNegotiation(self.payment_token)
-        self.send_window: flow.SendWindow | None = None
-        self.receive_window: flow.ReceiveWindow | None = None
-        self.requested_window: int | None = None
-        self.finished_responses: deque[str] = deque(maxlen=32)
-        #: The chats the session takes part in (section 7.1): its
-        #: ``session.create.chat`` and those named since by ``input.text``
-        #: ``context.chat_id`` or ``input.typing`` ``chat_id``.
-        self.chats: set[str] = {self.chat} if self.chat else set()
-        #: The session's voice call (sections 5.16, 7.3).
-        self.call = Call()
-        #: ``response.create`` events held while the slot was busy
-        #: (:attr:`ConnectionConfig.on_busy`), oldest first.
-        self.held: list[HeldResponse] = []
-        #: The response whose turn is dropped from :attr:`history` when it
-        #: ends (rolled back, docs/busy.md), or ``None``.
-        self.drop_response: str | None = None
-
-    def chat_of(self, event: ev.Event) -> str | None:
-        """The chat an ``input.text`` / ``input.typing`` / ``message.read`` belongs to, or ``None``.
-
-        An explicit ``context.chat_id`` (``chat_id`` on the others) wins;
-        otherwise a chat-scoped session's own chat.
-        """
-        named: Any = None
-        if type(event) is ev.InputText:
-            context = event.context
-            named = context.get("chat_id") if context else None
-        else:
-            named = getattr(event, "chat_id", None)
-        if isinstance(named, str) and named:
-            return named
-        return self.chat
-
-    def __repr__(self) -> str:
-        return f"<SessionContext {self.id} {self.state.value} {self.phase.value}>"
-
-    @property
-    def phase(self) -> ResponseState:
-        """The response slot's state: the current response's, or ``IDLE``."""
-        tracker = self.response
-        return ResponseState.IDLE if tracker is None else tracker.state
-
-    def conversation(self) -> list[ty.Message]:
-        """History, the current response's input, and what it produced so far."""
-        msgs = list(self.history)
-        tracker = self.response
-        if tracker is not None:
-            msgs.extend(tracker.input_messages)
-            if tracker._slots:  # else it produced nothing yet (a response starting)
-                msgs.extend(tracker.messages())
-        return msgs
-
-    def history_weights(self) -> list[int] | None:
-        """Each message of :attr:`history` 's weight, when weighed since it last changed.
-
-        ``None`` when the history is not the list last weighed: the caller
-        weighs it itself (:func:`uamp_proto.history.message_weight`).
-        """
-        return self.weights if self.weighed is self.history else None
-
-    def drop_last_input(self) -> None:
-        """Take back the newest gathered input (it went elsewhere: a room's voice call)."""
-        if self.pending_input:
-            _, item = self.pending_input.pop()
-            self.pending_bytes -= _input_size(item)
-
-    def _take_input(self) -> list[ty.Message]:
-        """Assemble the accumulated input events into messages (section 8.5.1)."""
-        pending = self.pending_input
-        if len(pending) == 1 and self.stateless_history is None:
-            # The usual turn: one input.text. The same message the loop
-            # below would build, without it.
-            only_role, only = pending[0]
-            if type(only) is ty.TextContent:
-                pending.clear()
-                self.pending_bytes = 0
-                return [_make_message(only_role, only.text)]
-        messages: list[ty.Message] = []
-        role: str | None = None
-        items: list[ty.ContentItem] = []
-
-        def flush() -> None:
-            if role is None or not items:
-                return
-            text = "".join(i.text for i in items if isinstance(i, ty.TextContent))
-            only_text = all(isinstance(i, ty.TextContent) for i in items)
-            messages.append(
-                ty.Message(
-                    role=role,
-                    content=text if (text or only_text) else None,
-                    content_items=None if only_text and len(items) == 1 else list(items),
-                )
-            )
-
-        for item_role, item in self.pending_input:
-            if item_role != role:
-                flush()
-                role, items = item_role, []
-            items.append(item)
-        flush()
-        self.pending_input.clear()
-        self.pending_bytes = 0
-        if self.stateless_history is not None:
-            base = self.stateless_history
-            self.stateless_history = None
-            # ``messages`` is the full history; skip the new text when the
-            # history already ends with it (the spec's own example does).
-            if (
-                messages
-                and base
-                and base[-1].role == messages[0].role
-                and (base[-1].text == messages[0].text and messages[0].content_items is None)
-            ):
-                messages = messages[1:]
-            self.history = list(base)
-        return messages
-
-    def _finish_response(self, keep_output: bool) -> None:
-        tracker = self.response
-        if tracker is not None:
-            if tracker.response_id == self.drop_response:
-                self.drop_response = None  # rolled back: its turn leaves no trace
-            else:
-                self.history.extend(tracker.input_messages)
-                if keep_output:
-                    self.history.extend(tracker.messages())
-            self.finished_responses.append(tracker.response_id)
-        self.response = None
-
-
-@attrs.define(kw_only=True)
-class HeldResponse:
-    """A ``response.create`` held while its session's response slot was busy.
-
-    Attributes:
-        token: What :attr:`ConnectionConfig.on_busy` returned for it.
-        create: The event.
-        response_id: The id its response gets.
-        messages: The input it took when it arrived.
-        context: Its ``input.text.context``.
-    """
-
-    token: object
-    create: ev.ResponseCreate
-    response_id: str
-    messages: list[ty.Message]
-    context: dict[str, Any] | None = None
-
-
-_message_weight = history.message_weight
-
-
-def _input_size(item: ty.ContentItem) -> int:
-    """About the bytes one gathered input holds: its text, or its media as sent."""
-    if type(item) is ty.TextContent:
-        return len(item.text)
-    return history.weight(item)
 
 
 def _refuse(code: str, message: str, field: str | None = None) -> LocalProtocolError:
@@ -848,54 +564,8 @@ class Connection:
         tracker.apply(event)
         tracker.state = after
         session._finish_response(keep_output=True)
-        self._bound_history(session)
+        session.bound_history(self.config)
         return self._serialise(to_dict(event))
-
-    def _bound_history(self, session: SessionContext) -> None:
-        """Keep ``session`` 's conversation within the configured bounds (a turn just joined it).
-
-        Each message is weighed once (:func:`uamp_proto.history.message_weight`,
-        kept beside it); a history replaced meanwhile (stateless
-        ``messages``, a resume) is weighed anew. Past a bound the oldest
-        messages go, down to three quarters of both bounds and on to a user
-        message (what :func:`uamp_proto.history.trim` keeps), into a new
-        list: what reads the list incrementally (an event log's record) sees
-        the replacement.
-        """
-        history = session.history
-        weights = session.weights
-        if session.weighed is not history:
-            weights = session.weights = [_message_weight(m) for m in history]
-            session.history_bytes = sum(weights)
-            session.weighed = history
-        elif len(weights) < len(history):
-            for message in history[len(weights) :]:
-                size = _message_weight(message)
-                weights.append(size)
-                session.history_bytes += size
-        config = self.config
-        count = len(history)
-        if (
-            session.history_bytes <= config.max_history_bytes
-            and count <= config.max_history_messages
-        ):
-            if config.on_history is not None:
-                config.on_history(session.id, session.history_bytes)
-            return
-        most_bytes = config.max_history_bytes * 3 // 4
-        most_messages = config.max_history_messages * 3 // 4
-        total, first = session.history_bytes, 0
-        while first < count and (total > most_bytes or count - first > most_messages):
-            total -= weights[first]
-            first += 1
-        while first < count and history[first].role != "user":
-            total -= weights[first]
-            first += 1
-        session.history = session.weighed = history[first:]
-        session.weights = weights[first:]
-        session.history_bytes = total
-        if config.on_history is not None:
-            config.on_history(session.id, total)
 
     def bound_history(self, session_id: str) -> None:
         """Weigh and bound a session's conversation replaced from outside (a resume's record).
@@ -905,7 +575,7 @@ class Connection:
         """
         session = self._sessions.get(session_id)
         if session is not None:
-            self._bound_history(session)
+            session.bound_history(self.config)
 
     def forget_history(self, session_id: str) -> None:
         """Empty a session's kept conversation: its next turn starts afresh.
@@ -918,9 +588,7 @@ class Connection:
         """
         session = self._sessions.get(session_id)
         if session is not None:
-            session.history = session.weighed = []
-            session.weights = []
-            session.history_bytes = 0
+            session.forget_history()
 
     def _shortcut_session(self, sid: str | None) -> SessionContext | None:
         """The session a client's event names, or the only one; ``None``: the general path."""
@@ -1446,7 +1114,7 @@ class Connection:
                 mime_type=event.mime_type,
                 content_id=content_id_of(event.file, event.content_id, self._ids),
             )
-        size = _input_size(item)
+        size = input_size(item)
         limit = self.config.max_pending_input_bytes
         if session.pending_bytes + size > limit:
             raise _refuse(
@@ -1564,7 +1232,7 @@ class Connection:
             if after in TERMINAL_RESPONSE_STATES:
                 tracker.state = after
                 session._finish_response(keep_output=after is not ResponseState.FAILED)
-                self._bound_history(session)
+                session.bound_history(self.config)
                 return stamps
         if tracker is not None:
             tracker.state = after  # the table's move (tracker.apply agrees)
@@ -1578,7 +1246,7 @@ class Connection:
         tracker.error = ty.ErrorInfo(code=exc.code, message=exc.message)
         tracker.state = ResponseState.FAILED
         session._finish_response(keep_output=False)
-        self._bound_history(session)
+        session.bound_history(self.config)
         return RemoteProtocolError(
             f"the server's response {tracker.response_id} passed this client's bound "
             f"of {exc.limit} bytes of output; it was cancelled",

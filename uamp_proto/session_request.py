@@ -21,10 +21,10 @@ import attrs
 from . import _fastinit, audio
 from . import events as ev
 from . import types as ty
-from .connection import SessionContext
 from .interrupts import InterruptPort
 from .principal import Principal
 from .responder import TurnRequest
+from .session_context import SessionContext
 
 __all__ = ["recoded", "spoken_format", "turn_request"]
 

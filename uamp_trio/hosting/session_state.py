@@ -34,7 +34,8 @@ from .agents import SPEC_SESSION_CODES
 from .outbox import Outbox, Quota
 
 if TYPE_CHECKING:
-    from uamp_proto.connection import ServerConnection, SessionContext
+    from uamp_proto.connection import ServerConnection
+    from uamp_proto.session_context import SessionContext
     from uamp_stores.event_log import EventLog, Handler, HistoryJSON, LogKey, SessionRecord
 
     from .host import Host
