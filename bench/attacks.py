@@ -46,6 +46,7 @@ import re
 import resource
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -1444,6 +1445,37 @@ async def acp_history_pin(port: int, long: bool) -> Outcome:
     )
 
 
+async def acp_load_dropped(port: int, long: bool) -> Outcome:
+    """ACP ``session/load`` replays of a 1.8 MB history, each reset by its caller mid-way."""
+    loads = 60 if long else 20
+    path = f"/agents/{AGENT}/acp"
+    big = "x" * (600 * 1024)
+    _, made = await exchange(port, rpc_post(path, "session/new", {"cwd": "/", "mcpServers": []}))
+    sid = made["result"]["sessionId"]
+    for n in range(3):
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": f"{n} {big}"}]}
+        await exchange(port, rpc_post(path, "session/prompt", params))
+    load = {"sessionId": sid, "cwd": "/", "mcpServers": []}
+    raw = rpc_post(path, "session/load", load, "Accept: text/event-stream")
+    heads = 0
+    for _ in range(loads):
+        stream = await connect(port)
+        await send_quietly(stream, raw)
+        if b"200" in await stream.receive_some(4096):
+            heads += 1
+        # A reset, not a close: the server's next write of the replay fails.
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()
+    params = {"sessionId": sid, "prompt": [{"type": "text", "text": "after"}]}
+    _, after = await exchange(port, rpc_post(path, "session/prompt", params))
+    return Outcome(
+        sent=f"{loads} session/load of a 1.8 MB history, each reset after its first 4 KiB",
+        answer=f"{heads} replays started; a prompt after them: {rpc_outcome(after)}",
+        ok=heads == loads and rpc_outcome(after) == "ok",
+        allowed_runs=4,  # the three prompts that fill the session, and the one after
+    )
+
+
 async def push_config_pin(port: int, long: bool) -> Outcome:
     """A2A push configs piled on one task: 28 KiB ones, then 12 KiB ones."""
     count = 2000 if long else 100
@@ -2343,6 +2375,7 @@ SCENARIOS = [
     # A server of its own: acp_session_pin leaves the anonymous caller at its ACP session cap.
     Scenario.of(busy_queue_flood, server=alone),
     Scenario.of(acp_history_pin, server=alone),
+    Scenario.of(acp_load_dropped),
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
     Scenario.of(chat_redos_rule),

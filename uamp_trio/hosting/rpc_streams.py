@@ -22,7 +22,23 @@ from uamp_proto.jsonrpc import answer_payload
 from ..engines.streams import receive_or_eof
 from ..engines.websocket import ConnectionClosed
 
-__all__ = ["Handle", "SendPayload", "answer_payload", "serve_ndjson", "serve_payloads"]
+__all__ = [
+    "PEER_GONE",
+    "Handle",
+    "SendPayload",
+    "answer_payload",
+    "serve_ndjson",
+    "serve_payloads",
+]
+
+#: What a write to a peer that left raises (a socket reset or closed, a
+#: WebSocket closed). A call whose peer left ends with it: nobody is there
+#: to answer, and it is no failure of the server's.
+PEER_GONE: tuple[type[Exception], ...] = (
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    ConnectionClosed,
+)
 
 #: Send one JSON-RPC payload (already encoded) to the peer.
 SendPayload = Callable[[bytes], Awaitable[None]]
@@ -52,11 +68,9 @@ async def serve_payloads(
 
     async def answer(data: bytes | str) -> None:
         try:
-            reply = await handle(data)
-            if reply is not None:
-                with contextlib.suppress(
-                    trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed
-                ):
+            with contextlib.suppress(*PEER_GONE):  # its notifications or its reply
+                reply = await handle(data)
+                if reply is not None:
                     await send(reply)
         finally:
             slots.release()

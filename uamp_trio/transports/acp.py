@@ -114,6 +114,7 @@ from ..hosting.interrupts import Interrupts
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.rpc_streams import (
+    PEER_GONE,
     Handle,
     SendPayload,
     answer_payload,
@@ -281,6 +282,8 @@ class AcpConnection:
             return exc.response(item.id)
         except HTTPError as exc:
             return rpc.error_response(item.id, rpc.INVALID_PARAMS, exc.message)
+        except PEER_GONE:
+            raise  # the caller left mid-call: its stream ends, no failure of ours
         except Exception:
             log.exception("ACP method %s failed", item.method)
             return rpc.error_response(

@@ -104,7 +104,7 @@ from ..hosting.agents import ServedAgent
 from ..hosting.host import Host, PolicyTransport
 from ..hosting.interrupts import Interrupts
 from ..hosting.router import RouteMeta
-from ..hosting.rpc_streams import Handle, SendPayload, answer_payload, serve_ndjson
+from ..hosting.rpc_streams import PEER_GONE, Handle, SendPayload, answer_payload, serve_ndjson
 from ..hosting.turns import ResponseOutcome, ResponseRunner
 from ..stores.mcp_sessions import McpConversation, McpPeer, McpSessionStore, TooManySessions
 from ..trust import resource
@@ -239,6 +239,8 @@ class McpDispatcher:
             return exc.response(item.id)
         except _Unanswered:
             return None
+        except PEER_GONE:
+            raise  # the caller left mid-call: its stream ends, no failure of ours
         except Exception:
             log.exception("MCP method %s failed", item.method)
             return rpc.error_response(
