@@ -1451,6 +1451,8 @@ async def acp_load_dropped(port: int, long: bool) -> Outcome:
     path = f"/agents/{AGENT}/acp"
     big = "x" * (600 * 1024)
     _, made = await exchange(port, rpc_post(path, "session/new", {"cwd": "/", "mcpServers": []}))
+    if rpc_outcome(made) != "ok":
+        return Outcome(sent="session/new", answer=f"refused: {made}", ok=False)
     sid = made["result"]["sessionId"]
     for n in range(3):
         params = {"sessionId": sid, "prompt": [{"type": "text", "text": f"{n} {big}"}]}
@@ -1461,8 +1463,9 @@ async def acp_load_dropped(port: int, long: bool) -> Outcome:
     for _ in range(loads):
         stream = await connect(port)
         await send_quietly(stream, raw)
-        if b"200" in await stream.receive_some(4096):
-            heads += 1
+        with trio.move_on_after(10):
+            if b"200" in await stream.receive_some(4096):
+                heads += 1
         # A reset, not a close: the server's next write of the replay fails.
         stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await stream.aclose()
@@ -2375,7 +2378,7 @@ SCENARIOS = [
     # A server of its own: acp_session_pin leaves the anonymous caller at its ACP session cap.
     Scenario.of(busy_queue_flood, server=alone),
     Scenario.of(acp_history_pin, server=alone),
-    Scenario.of(acp_load_dropped),
+    Scenario.of(acp_load_dropped, server=alone),
     Scenario.of(concurrent_replay, server=with_ledger),
     Scenario.of(relay_token_spend, server=relay_with_ledger),
     Scenario.of(chat_redos_rule),

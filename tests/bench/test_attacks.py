@@ -30,6 +30,7 @@ WORK = {
     "interrupt_flood",  # every run is the agent's: 32 park, the rest are refused the ask
     "push_slow_webhook",  # the flooding task itself
     "acp_history_pin",  # every prompt
+    "acp_load_dropped",  # the three prompts that fill the session, and the one after
     "uamp_input_pin",  # the one response on the input kept
     "asgi_uamp_input_pin",
     "uamp_history_pin",  # every turn
@@ -93,6 +94,7 @@ SCENARIOS = [
     "sse_session_pin",
     "busy_queue_flood",
     "acp_history_pin",
+    "acp_load_dropped",
     "interrupt_flood",
     "concurrent_replay",
     "relay_token_spend",
