@@ -409,7 +409,8 @@ def test_records_keep_their_conversations_within_the_budgets(
 ) -> None:
     """What records keep matches a model: per principal at most ``cap``, its own least
     recently grown losing theirs first; over all at most ``total``; ended ones keep none."""
-    from uamp_stores.event_log import MemoryEventLog, history_weight
+    from uamp_stores.event_log import MemoryEventLog
+    from uamp_stores.session_record import history_weight
 
     log = MemoryEventLog(max_record_bytes_per_principal=cap, max_record_bytes=total)
     kept: dict[LogKey, int] = {}  # records with a conversation, least recently grown first

@@ -7,7 +7,7 @@ import pytest
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
 from uamp_proto.history import message_weight, weight
-from uamp_stores.event_log import HistoryJSON, history_weight
+from uamp_stores.session_record import HistoryJSON, history_weight
 
 
 def msg(i: int) -> ty.Message:
@@ -57,7 +57,7 @@ def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
 def test_views_share_one_list_and_convert_each_message_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import uamp_stores.event_log as event_log
+    import uamp_stores.session_record as session_record
 
     calls: list[object] = []
 
@@ -65,7 +65,7 @@ def test_views_share_one_list_and_convert_each_message_once(
         calls.append(value)
         return unstructure(value)
 
-    monkeypatch.setattr(event_log, "unstructure", counting)
+    monkeypatch.setattr(session_record, "unstructure", counting)
     converted = HistoryJSON()
     history = [msg(0), msg(1)]
     first = converted.of(history)
@@ -97,7 +97,7 @@ def test_a_view_reads_like_the_list_it_stands_for() -> None:
 
 
 def test_a_record_with_a_view_encodes_as_with_a_list() -> None:
-    from uamp_stores.event_log import SessionRecord
+    from uamp_stores.session_record import SessionRecord
 
     history = [msg(i) for i in range(3)]
     view = HistoryJSON().of(history)
