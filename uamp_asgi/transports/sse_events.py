@@ -289,6 +289,10 @@ def _unknown(sid: str) -> str:
     return f"No session {sid!r}: it never existed, ended or expired."
 
 
+def _duplicate(sid: str) -> _Answer:
+    return _Answer(400, "duplicate_session", f"session {sid!r} already exists", 0)
+
+
 def _status(code: str) -> int:
     return 404 if code in ("agent_not_found", "unknown_session") else 400
 
@@ -354,25 +358,26 @@ class _Sessions:
         key, lost = (principal.key, sid), record.node
         if lost == log.node:
             return None  # this process's, ended or forgotten here
+        claim = f"adopt@{lost}"
         try:
             if await log.alive(lost):
                 raise _Elsewhere(record)
-            if not await log.claim(key, f"adopt@{lost}", ttl=30):
+            if not await log.claim(key, claim, ttl=30):
                 raise _Answer(409, "session_elsewhere", _ELSEWHERE, 0)  # being taken on
         except StoreUnavailable as down:
             raise _Answer(503, down.code, down.message, 0) from None
-        self.sweep()
-        if self.held[principal.key] >= self.host.config.sse_max_sessions:
-            raise _Answer(429, "too_many_sessions", _too_many(self.host.config.sse_max_sessions), 0)
         hs = _HttpSession(self.host, agent, principal)
         try:
-            await hs.adopt(sid, found, record)
-        except _Refused as refused:
-            raise _Answer(_status(refused.code), refused.code, refused.message, 0) from None
-        if sid not in hs.keys:  # the store failed while it was taken on
-            with contextlib.suppress(StoreUnavailable):
-                await log.unclaim(key, f"adopt@{lost}")  # another request may try again
-            raise _Answer(503, "store_unavailable", "The session store did not answer.", 0)
+            await self.take_on(hs, sid, found, record)
+        except BaseException:
+            # Every way out but the session served here gives back what the
+            # take-on held -- the log, the conversation counted in the
+            # principal's budget -- and the claim, so a later request may try
+            # again (a single-process store's claim never expires).
+            hs.release_all()
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnavailable):
+                await log.unclaim(key, claim)
+            raise
         current = self.live.get(key)
         if current is not None:  # another request adopted it meanwhile
             hs.release_all()
@@ -380,6 +385,23 @@ class _Sessions:
         self.live[key] = hs
         self.held[principal.key] += 1
         return hs
+
+    async def take_on(
+        self, hs: _HttpSession, sid: str, agent: Responder, record: SessionRecord
+    ) -> None:
+        """Serve ``sid`` in ``hs`` from its log, or raise the :class:`_Answer` that refuses it."""
+        self.sweep()
+        limit = self.host.config.sse_max_sessions
+        if self.held[hs.principal.key] >= limit:
+            raise _Answer(429, "too_many_sessions", _too_many(limit), 0)
+        try:
+            await hs.adopt(sid, agent, record)
+        except _Refused as refused:
+            raise _Answer(_status(refused.code), refused.code, refused.message, 0) from None
+        except StoreUnavailable as down:
+            raise _Answer(503, down.code, down.message, 0) from None
+        if sid not in hs.keys:  # the store failed while it was taken on
+            raise _Answer(503, "store_unavailable", "The session store did not answer.", 0)
 
     def forget(self, hs: _HttpSession) -> None:
         hs.release_all()  # its log stays, to be resumed
@@ -435,15 +457,24 @@ class _Sessions:
         limit = self.host.config.sse_max_sessions
         if self.held[principal.key] >= limit or len(self.live) >= MAX_SESSIONS:
             raise _Answer(429, "too_many_sessions", _too_many(limit), 0)
+        named = orjson.loads(messages[0]).get("session_id")
+        if isinstance(named, str) and (principal.key, named) in self.live:
+            # Refused before it is opened: opening it would start its log
+            # afresh under the live session that writes it.
+            raise _duplicate(named)
         hs = _HttpSession(self.host, agent, principal)
-        accepted, error = await hs.feed(messages[:1])
-        if error is not None or hs.sid is None:
-            code = error.code if error is not None else "invalid_event"
-            message = str(error.message) if error is not None else "The session was not opened."
-            raise _Answer(_status(code), code, message, 0)
-        key = (principal.key, hs.sid)
-        if key in self.live:  # never attach to (or replace) a live session
-            raise _Answer(400, "duplicate_session", f"session {hs.sid!r} already exists", 0)
+        try:
+            accepted, error = await hs.feed(messages[:1])
+            if error is not None or hs.sid is None:
+                code = error.code if error is not None else "invalid_event"
+                message = str(error.message) if error is not None else "The session was not opened."
+                raise _Answer(_status(code), code, message, 0)
+            key = (principal.key, hs.sid)
+            if key in self.live:  # never attach to (or replace) a live session
+                raise _duplicate(hs.sid)
+        except BaseException:
+            hs.release_all()  # a session not opened holds nothing
+            raise
         self.live[key] = hs
         self.held[principal.key] += 1
         log = self.host.event_log
