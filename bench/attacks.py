@@ -2117,7 +2117,7 @@ async def uamp_history_spread(port: int, long: bool) -> Outcome:
     created = await other.create()
     fresh = (await _ws_turn(other, created["session_id"], "hi"))[0] if created else "none"
     await other.aclose()
-    total, budget = sum(kept), 16 * 1024 * 1024  # SessionLimits.max_history_bytes_per_principal
+    total, budget = sum(kept), 16 * 1024 * 1024  # ServerConfig.max_history_bytes_per_principal
     count = len(sessions)
     return Outcome(
         sent=f"{sockets} sockets x {per_socket} sessions, three input.text of 1.2 MiB each "

@@ -199,7 +199,8 @@ class Config:
             UAMP sessions (WebSocket and HTTP+SSE, every connection) keep of
             their conversations; past it, its least recently used sessions
             start afresh, as ``uamp serve``'s
-            (``SessionLimits.max_history_bytes_per_principal``).
+            (``ServerConfig.max_history_bytes_per_principal``). Read once,
+            when the app is built: every connection counts against that budget.
         max_response_output_bytes: Most output one response keeps, on every
             transport (its text, arguments, thinking, audio...): past it the
             agent is stopped and the response ends with the protocol's error

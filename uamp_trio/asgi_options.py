@@ -12,7 +12,8 @@ stored one), A2A push notifications (its webhook client, ``--a2a-push-allow``,
 extended card (``--a2a-extended-card``), the busy policy (``--on-busy``,
 ``--busy-max-queued``, ``--busy-max-queued-per-principal``), the limits
 the ASGI app applies itself (``--max-body-size``, ``--ws-send-timeout``,
-``--sse-max-sessions``, ``--sse-session-idle-timeout``) and ``GET /metrics``
+``--sse-max-sessions``, ``--sse-session-idle-timeout``,
+``--max-response-output-bytes``, ``--max-history-bytes-per-principal``) and ``GET /metrics``
 (``--metrics``, on unless ``--no-metrics``). ``--store`` with
 ``--retention-events``, ``--retention-age``, ``--a2a-max-tasks`` and
 ``--a2a-max-tasks-per-principal`` opens the session event log and the A2A
@@ -86,6 +87,7 @@ def serve_options(argv: Sequence[str]) -> dict[str, Any]:
         "busy_max_queued": args.busy_max_queued,
         "busy_max_queued_per_principal": args.busy_max_queued_per_principal,
         "max_response_output_bytes": args.max_response_output_bytes,
+        "max_history_bytes_per_principal": args.max_history_bytes_per_principal,
         # --a2a-sign-cards: the envelope key (--envelope-key, else the stored one).
         "a2a_card_key": envelope_options(args)["envelope_key"] if args.a2a_sign_cards else None,
         # uamp serve always pushes, to public addresses and what --a2a-push-allow admits.

@@ -10,6 +10,7 @@ server kept for that session.
 
 from __future__ import annotations
 
+import httpx
 import trio
 from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
@@ -215,3 +216,41 @@ SCENARIOS = (
     resumed_beside_its_socket,
     resumed_copy_ends,
 )
+
+
+# --- the budget's size: the server's configuration alone ----------------------------------
+
+#: A small budget (each server's test configures it), and a turn's text: two turns fit it,
+#: three do not.
+SMALL_BUDGET = 10_000
+_TEXT = "x" * 4000
+
+
+async def budget_whoever_reports_last(base: str, histories: SessionHistories, last: str) -> None:
+    """A WebSocket and an HTTP+SSE connection of one principal report in either order
+    (``last``: ``"sse"`` or ``"websocket"``): the budget enforced is :data:`SMALL_BUDGET`,
+    the server's, whichever connection reported last. ``base``: the server's URL."""
+    url = base.replace("http", "ws", 1) + "/agents/kept/uamp"
+    sse = [{"type": "session.create"}, {"type": "input.text", "text": _TEXT}]
+
+    async def over_sse(http: httpx.AsyncClient) -> None:
+        reporters = len(histories._owners)
+        made = await http.post("/agents/kept/events", json=[*sse, {"type": "response.create"}])
+        assert made.status_code == 200, made.text
+        while len(histories._owners) == reporters:  # its turn runs after the answer
+            await trio.sleep(0.01)
+
+    async with open_ws(url) as ws, httpx.AsyncClient(base_url=base) as http:
+        if last == "websocket":
+            await over_sse(http)
+        sids = [await create_session(ws) for _ in range(2)]
+        for sid in sids:
+            assert await turn(ws, sid, _TEXT) == "ok"
+        if last == "sse":
+            await over_sse(http)
+        assert 2 * len(_TEXT) < histories.total(ANONYMOUS.key) <= SMALL_BUDGET
+        assert histories.budget.max_bytes == SMALL_BUDGET
+        # The least recently used session made room: the WebSocket's first when the
+        # HTTP+SSE turn came last, else the HTTP+SSE session.
+        first = await kept(ws, sids[0])
+        assert first == 0 if last == "sse" else first > len(_TEXT)

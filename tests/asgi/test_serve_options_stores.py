@@ -70,6 +70,13 @@ def test_the_output_bound_flag_reaches_the_config() -> None:
     assert uamp_asgi.Config(**serve_options(flags)).max_response_output_bytes == 4096
 
 
+def test_the_history_budget_flag_reaches_the_config() -> None:
+    default = uamp_asgi.Config(**serve_options([])).max_history_bytes_per_principal
+    assert default == 16 * 1024 * 1024
+    flags = ["--max-history-bytes-per-principal", "5000"]
+    assert uamp_asgi.Config(**serve_options(flags)).max_history_bytes_per_principal == 5000
+
+
 def test_a_task_limit_alone_opens_uamp_serves_memory_stores() -> None:
     options = serve_options(["--a2a-max-tasks", "7", "--retention-events", "11"])
     tasks, log = options["a2a_tasks"], options["event_log"]

@@ -18,7 +18,12 @@ import trio
 
 import uamp_asgi
 from tests._support.asgi import uvicorn_server
-from tests._support.kept_history import SCENARIOS, Kept
+from tests._support.kept_history import (
+    SCENARIOS,
+    SMALL_BUDGET,
+    Kept,
+    budget_whoever_reports_last,
+)
 from uamp_proto.history import SessionHistories
 from uamp_trio.trust.auth import APIKeyAuthenticator
 
@@ -43,3 +48,23 @@ async def test_one_budget_per_principal(served: tuple[Scenario, str, SessionHist
     scenario, url, histories = served
     with trio.fail_after(120):
         await scenario(url, histories)
+
+
+@pytest.fixture
+def small() -> Iterator[tuple[str, SessionHistories]]:
+    """An app whose budget is ``SMALL_BUDGET`` (``Config``), and its base URL."""
+    config = uamp_asgi.Config(max_history_bytes_per_principal=SMALL_BUDGET)
+    app = uamp_asgi.app([Kept()], config=config)
+    with uvicorn_server(app) as base:
+        yield base, app.host.uamp_histories
+
+
+@pytest.mark.parametrize("last", ["sse", "websocket"])
+async def test_the_budget_is_the_configs_whoever_reports_last(
+    small: tuple[str, SessionHistories], last: str
+) -> None:
+    """As ``uamp serve`` 's: WebSocket and HTTP+SSE sessions of one principal, reporting
+    in either order, are held to ``Config.max_history_bytes_per_principal``."""
+    base, histories = small
+    with trio.fail_after(60):
+        await budget_whoever_reports_last(base, histories, last)

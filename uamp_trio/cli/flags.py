@@ -226,6 +226,13 @@ LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         "bytes of output one response may keep (every transport); past it the "
         "response ends output_too_large",
     ),
+    (
+        "--max-history-bytes-per-principal",
+        "max_history_bytes_per_principal",
+        int,
+        "bytes of conversation all of one principal's live UAMP sessions keep; past it "
+        "the least recently used start afresh",
+    ),
 )
 
 

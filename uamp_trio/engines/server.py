@@ -46,6 +46,7 @@ import trio
 from uamp_proto import jsonbounds
 from uamp_proto.busy import BusyError, parse_policy
 from uamp_proto.errors import UampError
+from uamp_proto.history import MAX_OWNER_HISTORY_BYTES
 from uamp_proto.response import MAX_OUTPUT_BYTES
 
 from .cors import CorsPolicy
@@ -242,6 +243,14 @@ class ServerConfig:
             transport (its text, arguments, thinking, audio...): past it the
             agent is stopped and the response ends with the protocol's error
             (UAMP ``response.error`` ``output_too_large``; docs/security.md).
+        max_history_bytes_per_principal: Bytes all of one principal's live
+            UAMP sessions (WebSocket and HTTP+SSE, every connection of the
+            app) keep of their conversations, about their JSON size; past
+            it, its least recently used sessions start afresh
+            (:class:`uamp_proto.history.SessionHistories`). Read once, when
+            the server starts: the app's one budget is built with it, so no
+            connection's settings change another's. A session alone keeps at
+            most the core's bound or this, the lesser.
     """
 
     host: str = "127.0.0.1"
@@ -291,6 +300,7 @@ class ServerConfig:
     busy_max_queued: int = 8
     busy_max_queued_per_principal: int = 32
     max_response_output_bytes: int = MAX_OUTPUT_BYTES
+    max_history_bytes_per_principal: int = MAX_OWNER_HISTORY_BYTES
 
     def __attrs_post_init__(self) -> None:
         CorsPolicy.of(self.allowed_origins)  # raises on a malformed origin
@@ -353,6 +363,7 @@ _POSITIVE = (
     "busy_max_queued",
     "busy_max_queued_per_principal",
     "max_response_output_bytes",
+    "max_history_bytes_per_principal",
 )
 
 

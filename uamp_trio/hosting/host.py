@@ -118,19 +118,17 @@ class Host:
         #: (``ServerConfig.max_queued_events`` and
         #: ``max_session_queued_events``; the server sets them while serving).
         self.queue_limits: tuple[int, int] = (64, 32)
-        #: The configuration of the server serving the app (the server sets
-        #: it when it starts): transports read their per-principal limits
-        #: here (``acp_max_sessions`` ...) when a request arrives.
-        self.server_config = ServerConfig()
+        #: What each principal's live UAMP sessions keep of their conversations,
+        #: over all connections; its size is :attr:`server_config` 's
+        #: ``max_history_bytes_per_principal``, and nothing else's.
+        self.uamp_histories = history.SessionHistories()
+        self._server_config = ServerConfig()
         #: How many connections the server serving the app has open (the
         #: server sets it when it starts; ``None`` until then): UAMP sessions
         #: warn their client as ``max_connections`` comes near (UAMP 6.17).
         self.connection_count: Callable[[], int] | None = None
         #: Payment tokens presented per principal and minute (UAMP 7.2 ``rate_limited``).
         self.payment_attempts = SlidingWindow(PAYMENT_ATTEMPTS_PER_MINUTE)
-        #: What each principal's live UAMP sessions keep of their conversations,
-        #: over all connections (``SessionLimits.max_history_bytes_per_principal``).
-        self.uamp_histories = history.SessionHistories()
         #: Signs every transport's responses (spec 004 "Response Signing";
         #: where each puts the signature: docs/signing.md): a
         #: :class:`uamp_proto.signing.ResponseSigner`, i.e. a callable
@@ -156,6 +154,21 @@ class Host:
         self._gate_config: ServerConfig | None = None
         for agent in agents:
             self.add_agent(agent)
+
+    @property
+    def server_config(self) -> ServerConfig:
+        """The configuration of the server serving the app (the server sets it when it
+        starts): transports read their per-principal limits here (``acp_max_sessions``
+        ...) when a request arrives."""
+        return self._server_config
+
+    @server_config.setter
+    def server_config(self, config: ServerConfig) -> None:
+        self._server_config = config
+        # The app's one history budget takes its size from here alone, before
+        # the server's first connection: a connection's settings never set it
+        # (what it has counted stays counted).
+        self.uamp_histories.budget.max_bytes = config.max_history_bytes_per_principal
 
     async def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay for a turn of ``agent`` now, or ``None`` (locks nothing).

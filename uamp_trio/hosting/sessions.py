@@ -203,11 +203,6 @@ class SessionLimits:
         payment_wait: Longest a response waits for payment after
             ``payment.required`` (whose ``requirements.expires_at`` says
             when); then it ends with ``response.error`` ``payment_required``.
-        max_history_bytes_per_principal: Bytes all of one principal's live
-            sessions keep of their conversations, over every connection of
-            the app (about their JSON size); past it, its least recently
-            used sessions start afresh (:class:`uamp_proto.history.SessionHistories`).
-            A session alone keeps at most the core's bound or this, the lesser.
         max_response_output_bytes: Most output one response keeps (its
             text, arguments, thinking, audio...; :data:`uamp_proto.response.MAX_OUTPUT_BYTES`
             by default): past it the agent is stopped and the response ends
@@ -225,14 +220,12 @@ class SessionLimits:
     send_timeout: float = 30.0
     max_pushed: int = 1024
     payment_wait: float = 600.0
-    max_history_bytes_per_principal: int = history.MAX_OWNER_HISTORY_BYTES
     max_response_output_bytes: int = MAX_OUTPUT_BYTES
 
     def __attrs_post_init__(self) -> None:
         for name in (
             "max_sessions",
             "max_response_output_bytes",
-            "max_history_bytes_per_principal",
             "max_message_size",
             "outbox_size",
             "session_outbox_size",
@@ -285,10 +278,12 @@ class SessionHost(ResponsePart):
     ) -> None:
         self.limits = limits or SessionLimits()
         self.principal = principal
-        budget = self.limits.max_history_bytes_per_principal
         #: The budget of each principal's kept conversations: the app's, over
-        #: all its connections (this connection's own without an app).
+        #: all its connections, sized by its server's configuration alone
+        #: (``ServerConfig.max_history_bytes_per_principal``); this
+        #: connection's own, of the default size, without an app.
         self._histories = app.uamp_histories if app is not None else history.SessionHistories()
+        budget = self._histories.budget.max_bytes
         self.conn = ServerConnection(
             ConnectionConfig(
                 max_sessions=self.limits.max_sessions,
@@ -1059,9 +1054,7 @@ class SessionHost(ResponsePart):
         session = self._sessions.get(sid)
         if session is None:
             return  # dropped already (a response ending after it): nothing to count
-        histories = self._histories
-        histories.budget.max_bytes = self.limits.max_history_bytes_per_principal
-        histories.kept(session.principal.key, self, sid, size)
+        self._histories.kept(session.principal.key, self, sid, size)
 
     def forget_history(self, session_id: str) -> None:
         """Empty ``session_id`` 's kept conversation, and its copy in the event log's record

@@ -601,6 +601,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "--busy-max-queued": "32",
         "--busy-max-queued-per-principal": "33",
         "--max-response-output-bytes": "34",
+        "--max-history-bytes-per-principal": "35",
     }
     assert {flag for flag, *_ in _LIMIT_FLAGS} == set(values)
     argv = ["serve"] + [part for flag, value in values.items() for part in (flag, value)]
@@ -620,6 +621,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
     assert (config.a2a_max_push_config_bytes, config.sse_max_sessions) == (25, 26)
     assert config.sse_session_idle_timeout == 27.5
     assert config.max_response_output_bytes == 34
+    assert config.max_history_bytes_per_principal == 35
     assert (config.chat_max_message_bytes, config.chat_room_messages) == (28, 29)
     assert (config.chat_principal_messages, config.chat_room_idle_timeout) == (30, 31.5)
     assert (config.on_busy, config.busy_max_queued, config.busy_max_queued_per_principal) == (
@@ -644,6 +646,7 @@ def test_every_limit_flag_sets_its_server_config_field() -> None:
         "websocket_max_message_size",
         "max_queued_events",
         "max_session_queued_events",
+        "max_history_bytes_per_principal",
     ],
 )
 def test_limits_must_be_positive(field: str) -> None:
