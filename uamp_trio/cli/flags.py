@@ -1,7 +1,7 @@
 """``uamp serve``'s flags, as ``uamp serve --help`` shows them.
 
 Most limits are one row of :data:`LIMIT_FLAGS` each: a flag that sets the
-:class:`~uamp_trio.engines.server.ServerConfig` field of the same meaning,
+:class:`~uamp_trio.engines.server_config.ServerConfig` field of the same meaning,
 its type, its help line and (from ``ServerConfig()``) its default, so a new
 limit is one row and ``uamp serve`` hands every row's value to the config as
 it is (``uamp acp`` takes the ``acp_*`` rows). The other flags are added
