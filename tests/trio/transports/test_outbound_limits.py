@@ -86,24 +86,44 @@ async def test_acp_payloads_answered_at_once_are_capped_per_connection(serve_app
             # Each answer echoes its 16 KiB id: a few megabytes of answers
             # nobody reads fill the socket buffers, and the answering waits.
             big = "i" * 16384
+            stop, flooded = trio.Event(), trio.Event()
+            sent = 0
+            answers: list[dict[str, Any]] = []
 
             async def flood() -> None:
-                for n in range(600):
-                    call = {"jsonrpc": "2.0", "id": f"{big}{n}", "method": "initialize"}
+                # Stopped between messages, never inside one: a frame cut
+                # short would leave the server waiting for its rest, and the
+                # close handshake at the end with it.
+                nonlocal sent
+                while sent < 600 and not stop.is_set():
+                    call = {"jsonrpc": "2.0", "id": f"{big}{sent}", "method": "initialize"}
                     await ws.send_message(json.dumps(call))
+                    sent += 1
+                flooded.set()
+
+            async def read() -> None:
+                while True:
+                    answers.append(json.loads(await ws.get_message()))
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(flood)
                 answering = await settle(
                     lambda: tasks_named("serve_payloads.<locals>.answer"), least=1
                 )
+                stop.set()
+                # Reading again, the server reads again: the flood's last
+                # message goes out, and every payload is answered.
+                nursery.start_soon(read)
+                await flooded.wait()
+                while len(answers) < sent:
+                    await trio.sleep(0.01)
                 nursery.cancel_scope.cancel()
             # Without a cap the server kept reading: one task (and one reply)
             # per payload, hundreds of them waiting for the socket.
             assert 1 <= answering <= 4
-            # Reading again, the peer gets every answer in order.
-            first = json.loads(await ws.get_message())
-            assert first["id"] == f"{big}0" and "protocolVersion" in first["result"]
+            # The peer gets every answer, in order.
+            assert [a["id"] for a in answers] == [f"{big}{n}" for n in range(sent)]
+            assert all("protocolVersion" in a["result"] for a in answers)
 
 
 async def test_acp_session_queue_is_the_servers_per_session_limit(serve_app: Any) -> None:
