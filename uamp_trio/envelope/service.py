@@ -610,7 +610,7 @@ class EnvelopeService:
                 principal,
                 turns,
                 idle_timeout=self.limits.idle_timeout,
-                max_output_bytes=self.host.server_config.max_response_output_bytes,
+                options=self.host.turns,
             )
             if not exchange.finished:  # a subscription that ended between events
                 kind = _ENDING.get(exchange.state, DeltaType.CANCEL)

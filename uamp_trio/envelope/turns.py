@@ -42,9 +42,8 @@ from uamp_proto.busy import POLICY_KEY
 from uamp_proto.envelope import DeltaType, ExchangeState, Intent, Trigger
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.response import MAX_OUTPUT_BYTES
 
-from ..hosting.turns import ResponseRunner
+from ..hosting.turns import DEFAULT_TURN_OPTIONS, TurnOptions
 from .exchange import FINAL_TYPES, Exchange, Turn
 
 __all__ = ["partial_json", "release", "run_turns"]
@@ -57,13 +56,14 @@ async def run_turns(
     turns: trio.MemoryReceiveChannel[Turn],
     *,
     idle_timeout: float,
-    max_output_bytes: int = MAX_OUTPUT_BYTES,
+    options: TurnOptions = DEFAULT_TURN_OPTIONS,
 ) -> None:
     """Run the queued turns: one for ``ask``/``propose``, each event of a subscription.
 
     A turn runs when its place in the conversation comes (the busy
-    policy): the next is the first whose slot is ready. ``max_output_bytes``
-    bounds each turn's output (``ServerConfig.max_response_output_bytes``).
+    policy): the next is the first whose slot is ready. Each runs on
+    ``options``, the host's turn options (:attr:`Host.turns
+    <uamp_trio.hosting.host.Host.turns>`: the output bound ...).
     """
     wait = idle_timeout if exchange.subscription else math.inf
     pending: list[Turn] = []
@@ -97,7 +97,7 @@ async def run_turns(
                     principal,
                     turn,
                     idle_timeout=idle_timeout,
-                    max_output_bytes=max_output_bytes,
+                    options=options,
                 )
             finally:
                 if turn.slot is not None:
@@ -129,7 +129,7 @@ async def _turn(
     turn: Turn,
     *,
     idle_timeout: float,
-    max_output_bytes: int,
+    options: TurnOptions,
 ) -> str:
     """Run the agent once on ``turn``; its frames go to the exchange's stream."""
     structured = exchange.response_format is not None and exchange.response_format.type != "text"
@@ -191,9 +191,7 @@ async def _turn(
             "updates": exchange.updates,
         },
     )
-    runner = ResponseRunner(
-        agent, request, sink, charge=turn.charge, max_output_bytes=max_output_bytes
-    )
+    runner = options.runner(agent, request, sink, charge=turn.charge)
     exchange.runner = runner
     if slot is not None:
         slot.bind(runner.cancel)  # a later message of the conversation may stop it

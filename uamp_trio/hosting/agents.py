@@ -1,7 +1,8 @@
 """The agent registry: the agents a server hosts, by name, and which one a request addresses.
 
 :class:`ServedAgent` is one of them on the terms a connection serves it:
-which payment policy charges for it and who signs its answers.
+which payment policy charges for it, who signs its answers and the turn
+options its turns run on.
 
 See docs/architecture.md.
 """
@@ -28,6 +29,7 @@ from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
 
 from ..engines.http import HTTPError
+from .turns import DEFAULT_TURN_OPTIONS, TurnOptions
 
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
@@ -150,11 +152,14 @@ class ServedAgent:
         agent: The agent.
         payment_policy: Consulted before every response (``None``: free).
         signer: Signs the answers (``None``: unsigned).
+        turns: What its turns run on (the host's :attr:`Host.turns
+            <uamp_trio.hosting.host.Host.turns>`; the defaults on stdio).
     """
 
     agent: Responder
     payment_policy: PaymentPolicy | None = None
     signer: ResponseSigner | None = None
+    turns: TurnOptions = DEFAULT_TURN_OPTIONS
 
     async def refusal(self, token: str | None) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay for a response now, or ``None`` (locks nothing)."""

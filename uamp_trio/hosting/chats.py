@@ -105,7 +105,6 @@ from ..stores.chats import ChatKey, ChatRecord, ChatStore, RoomEntry, StoredMess
 from .chat_link import ChatLink
 from .chat_room import ChatLimits, Room, _Member, chat_settings
 from .chat_room import ChatProfile as ChatProfile
-from .turns import ResponseRunner
 
 if TYPE_CHECKING:
     from .host import Host
@@ -825,13 +824,7 @@ class ChatHub:
         port = self.host.interrupts.port(request, supported=True, also=also)
         request = attrs.evolve(request, interrupts=port)
         self._typing_event(room, name, True)
-        runner = ResponseRunner(
-            agent,
-            request,
-            sink,
-            charge=charge,
-            max_output_bytes=self.host.server_config.max_response_output_bytes,
-        )
+        runner = self.host.turns.runner(agent, request, sink, charge=charge)
         port.emit = runner.emit
         slot.bind(runner.cancel)  # a later message may interrupt this answer
         try:

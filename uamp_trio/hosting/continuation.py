@@ -66,12 +66,12 @@ from uamp_proto.codec import from_dict, unstructure
 from uamp_proto.payment import Charge
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.response import MAX_OUTPUT_BYTES, ResponseTracker
+from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import RESTORED, interrupted_event, replayed, resume_point
 from uamp_stores.orphans import abandon
 from uamp_stores.orphans import append_event as _append
 
-from .turns import ResponseRunner, cancel_handler
+from .turns import DEFAULT_TURN_OPTIONS, TurnOptions, cancel_handler
 
 if TYPE_CHECKING:
     from uamp_stores.event_log import EventLog, LogKey, SessionRecord
@@ -81,6 +81,11 @@ if TYPE_CHECKING:
 __all__ = ["abandon", "carry_on"]
 
 log = logging.getLogger("uamp_trio.sessions")
+
+
+def _turns(host: Host | None) -> TurnOptions:
+    """The turn options a carried-on response runs on: the host's (else the defaults)."""
+    return DEFAULT_TURN_OPTIONS if host is None else host.turns
 
 
 def _messages(raw: Sequence[dict[str, object]]) -> list[ty.Message]:
@@ -138,10 +143,8 @@ async def carry_on(
         try:
             held = [e.data for e in await event_log.read(key, 0, event_log.retention.max_events)]
             tracker = replayed(running, held)
-            bound = (
-                MAX_OUTPUT_BYTES if host is None else host.server_config.max_response_output_bytes
-            )
-            point = resume_point(running, held, bound)
+            # The tracker it goes on with is bounded as the server's turns are.
+            point = resume_point(running, held, _turns(host).max_output_bytes)
             if point is None:
                 _append(event_log, key, interrupted_event(tracker), sid)
                 ended = True  # settled below, once the client has heard
@@ -263,7 +266,9 @@ async def _go_on(
     port = host.interrupts.port(request) if host is not None else None
     if port is not None:
         request = attrs.evolve(request, interrupts=port)
-    runner = ResponseRunner(agent, request, sink, tracker=tracker, created=False, charge=charge)
+    runner = _turns(host).runner(
+        agent, request, sink, tracker=tracker, created=False, charge=charge
+    )
     if port is not None:
         port.emit = runner.emit
 

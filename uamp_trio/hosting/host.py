@@ -46,6 +46,7 @@ from .chats import ChatHub
 from .interrupts import Interrupts
 from .parked import ParkedTurns
 from .router import AGENT_PREFIX, DEFAULT_META, RouteMeta, Router, RouteWhen
+from .turns import DEFAULT_TURN_OPTIONS, TurnOptions
 
 if TYPE_CHECKING:
     from uamp_proto.signing import ResponseSigner
@@ -122,7 +123,10 @@ class Host:
         #: over all connections; its size is :attr:`server_config` 's
         #: ``max_history_bytes_per_principal``, and nothing else's.
         self.uamp_histories = history.SessionHistories()
-        self._server_config = ServerConfig()
+        #: The turn options every turn the host runs starts on (the output
+        #: bound ...), built from :attr:`server_config` whenever it is set.
+        self.turns = DEFAULT_TURN_OPTIONS
+        self.server_config = ServerConfig()
         #: How many connections the server serving the app has open (the
         #: server sets it when it starts; ``None`` until then): UAMP sessions
         #: warn their client as ``max_connections`` comes near (UAMP 6.17).
@@ -154,21 +158,6 @@ class Host:
         self._gate_config: ServerConfig | None = None
         for agent in agents:
             self.add_agent(agent)
-
-    @property
-    def server_config(self) -> ServerConfig:
-        """The configuration of the server serving the app (the server sets it when it
-        starts): transports read their per-principal limits here (``acp_max_sessions``
-        ...) when a request arrives."""
-        return self._server_config
-
-    @server_config.setter
-    def server_config(self, config: ServerConfig) -> None:
-        self._server_config = config
-        # The app's one history budget takes its size from here alone, before
-        # the server's first connection: a connection's settings never set it
-        # (what it has counted stays counted).
-        self.uamp_histories.budget.max_bytes = config.max_history_bytes_per_principal
 
     async def payment_required(self, agent: str, token: str | None) -> PaymentRequiredError | None:
         """Why ``token`` cannot pay for a turn of ``agent`` now, or ``None`` (locks nothing).
@@ -237,6 +226,30 @@ class Host:
         if charge is not None and self.on_charge is not None:
             return self.on_charge(charge, agent)
         return charge
+
+    @property
+    def server_config(self) -> ServerConfig:
+        """The configuration of the server serving the app (the server sets it when it starts).
+
+        Transports read their per-principal limits here (``acp_max_sessions``
+        ...) when a request arrives. Setting it sizes the app's history budget
+        and builds :attr:`turns`, the options every turn runs on, once: a
+        transport starting a turn passes no setting of its own
+        (``host.turns.runner(...)``).
+        """
+        return self._server_config
+
+    @server_config.setter
+    def server_config(self, config: ServerConfig) -> None:
+        self._server_config = config
+        # The app's one history budget takes its size from here alone, before
+        # the server's first connection: a connection's settings never set it
+        # (what it has counted stays counted).
+        self.uamp_histories.budget.max_bytes = config.max_history_bytes_per_principal
+        # Built here, once per configuration: every turn reads this object.
+        self.turns = self.parked.turns = TurnOptions(
+            max_output_bytes=config.max_response_output_bytes
+        )
 
     @property
     def conversations(self) -> ConversationGate:
@@ -377,5 +390,5 @@ class PolicyTransport:
         return self._payment_policy or self.app.payment_policy
 
     def served(self, agent: Responder) -> ServedAgent:
-        """``agent`` on the terms in force now: the policy in force, the app's signer."""
-        return ServedAgent(agent, self.payment_policy, self.app.response_signer)
+        """``agent`` on the terms in force now: the policy in force, the app's signer and turns."""
+        return ServedAgent(agent, self.payment_policy, self.app.response_signer, self.app.turns)

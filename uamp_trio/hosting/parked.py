@@ -50,10 +50,9 @@ from uamp_proto.interrupts import Interrupt
 from uamp_proto.payment import Charge
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder, TurnRequest
-from uamp_proto.response import MAX_OUTPUT_BYTES
 
 from .interrupts import Interrupts, ResponsePort
-from .turns import ResponseOutcome, ResponseRunner
+from .turns import DEFAULT_TURN_OPTIONS, ResponseOutcome, ResponseRunner, TurnOptions
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -207,15 +206,23 @@ class ParkedTurns:
     Args:
         max_backlog: Events one turn keeps for its next reader.
         linger: Seconds a turn that ended waits for a reader.
+        turns: The turn options every turn started here runs on (the host
+            sets :attr:`turns` to its own whenever its configuration changes).
     """
 
     def __init__(
-        self, *, max_backlog: int = DEFAULT_MAX_BACKLOG, linger: float = DEFAULT_LINGER
+        self,
+        *,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
+        linger: float = DEFAULT_LINGER,
+        turns: TurnOptions = DEFAULT_TURN_OPTIONS,
     ) -> None:
         if max_backlog < 1:
             raise ValueError("max_backlog must be at least 1")
         self.max_backlog = max_backlog
         self.linger = linger
+        #: The host's turn options (the output bound ...), read by each start.
+        self.turns = turns
         self._turns: dict[TurnKey, ParkedTurn] = {}
 
     def __len__(self) -> int:
@@ -235,7 +242,6 @@ class ParkedTurns:
         charge: Charge | None = None,
         port: ResponsePort | None = None,
         on_end: Callable[[], None] | None = None,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> ParkedTurn:
         """Start ``request`` 's response in the background; its :class:`ParkedTurn`.
 
@@ -249,8 +255,8 @@ class ParkedTurns:
                 the response ends.
             on_end: Called once the response ended (e.g. to give up the
                 conversation's place: a paused turn still holds it).
-            max_output_bytes: The most output the response keeps
-                (``ServerConfig.max_response_output_bytes``).
+
+        The response runs on :attr:`turns` (the host's: its output bound ...).
 
         A turn that ended and waits for its last reader is replaced.
 
@@ -261,9 +267,7 @@ class ParkedTurns:
         if earlier is not None and not earlier.finished:
             raise RuntimeError("a turn is parked under this key already")
         turn = ParkedTurn(key=key, max_backlog=self.max_backlog)
-        turn.runner = ResponseRunner(
-            agent, request, turn.sink, charge=charge, max_output_bytes=max_output_bytes
-        )
+        turn.runner = self.turns.runner(agent, request, turn.sink, charge=charge)
         if port is not None:
             port.emit = turn.runner.emit
         self._turns[key] = turn

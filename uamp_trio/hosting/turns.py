@@ -64,8 +64,18 @@ cost is charged and the rest of the lock freed. The ``payment.balance``
 update lands in :attr:`ResponseOutcome.balance` for transports that can
 carry it.
 
-Bounded output: the tracker keeps at most ``max_output_bytes`` of output
-(:class:`~uamp_proto.response.ResponseTracker`). The event that would pass
+Turn options: the settings every turn of a server shares (today the bound on
+its output) are one :class:`TurnOptions`, which the host builds once from its
+configuration (:attr:`uamp_trio.hosting.host.Host.turns`, from
+``ServerConfig``). A transport starts its turn through it --
+``host.turns.runner(...)``, ``await host.turns.run(...)``,
+``async with host.turns.open(...)`` -- and the runner reads the options
+itself, once per turn: no transport passes a setting by hand. The bare
+:class:`ResponseRunner`, :func:`run_response` and :func:`open_response` run
+on the defaults (``uamp acp`` and ``uamp mcp`` on stdio, tests).
+
+Bounded output: the tracker keeps at most ``options.max_output_bytes`` of
+output (:class:`~uamp_proto.response.ResponseTracker`). The event that would pass
 the bound -- refused by the tracker, or by the sink's own (the UAMP session
 driver's core) -- is not delivered; the agent is stopped as for a failed
 sink (``emit`` raises, now and at every later call) and the turn ends with
@@ -81,10 +91,11 @@ propagates as usual.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
+import attrs
 import trio
 
 from uamp_proto import _fastinit
@@ -101,11 +112,13 @@ from .interrupts import ResponsePort
 
 __all__ = [
     "DEFAULT_BUFFER",
+    "DEFAULT_TURN_OPTIONS",
     "YIELD_EVERY",
     "ResponseOutcome",
     "ResponseRun",
     "ResponseRunner",
     "Sink",
+    "TurnOptions",
     "TurnStatus",
     "cancel_handler",
     "open_response",
@@ -133,6 +146,97 @@ _TERMINAL: Final = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent
 _make_outcome = _fastinit.maker(ResponseOutcome, ("status", "tracker", "final", "balance"))
 #: ``ev.ResponseCreated(response_id=..., session_id=...)``, positionally.
 _make_created = _fastinit.maker(ev.ResponseCreated, ("response_id", "session_id"))
+
+
+@attrs.frozen(kw_only=True)
+class TurnOptions:
+    """The settings every turn a server runs shares, and its turns started on them.
+
+    A host builds one from its configuration when it gets it
+    (:attr:`uamp_trio.hosting.host.Host.turns`); every turn it runs starts
+    through :meth:`runner`, :meth:`run` or :meth:`open`, and the runner reads
+    the options itself (once, when it is built). ``TurnOptions()`` holds the
+    defaults: what stdio ACP and MCP, and a bare :class:`ResponseRunner`, use.
+
+    Attributes:
+        max_output_bytes: The most output one response keeps
+            (``ServerConfig.max_response_output_bytes``); the event past it
+            ends the turn with ``output_too_large``.
+    """
+
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+
+    def runner(
+        self,
+        agent: Responder,
+        request: TurnRequest,
+        sink: Sink | None,
+        *,
+        tracker: ResponseTracker | None = None,
+        created: bool = True,
+        stamp: bool = True,
+        cancellable: bool = True,
+        charge: Charge | None = None,
+    ) -> ResponseRunner:
+        """A :class:`ResponseRunner` of one turn on these options (its arguments)."""
+        return ResponseRunner(
+            agent,
+            request,
+            sink,
+            tracker=tracker,
+            created=created,
+            stamp=stamp,
+            cancellable=cancellable,
+            charge=charge,
+            options=self,
+        )
+
+    def run(
+        self,
+        agent: Responder,
+        request: TurnRequest,
+        sink: Sink | None,
+        *,
+        tracker: ResponseTracker | None = None,
+        created: bool = True,
+        stamp: bool = True,
+        charge: Charge | None = None,
+    ) -> Coroutine[Any, Any, ResponseOutcome]:
+        """:func:`run_response` on these options: ``await`` it for the outcome."""
+        # No runner is handed out, so nothing can cancel the turn: no scope.
+        # No coroutine of its own either: the caller awaits the runner's run()
+        # (the Chat Completions hot path). Built and initialised apart: a
+        # class call with keywords costs CPython a keyword dict that __init__
+        # unpacks again; a method call does not.
+        runner = ResponseRunner.__new__(ResponseRunner)
+        runner.__init__(  # type: ignore[misc]
+            agent,
+            request,
+            sink,
+            tracker=tracker,
+            created=created,
+            stamp=stamp,
+            cancellable=False,
+            charge=charge,
+            options=self,
+        )
+        return runner.run()
+
+    def open(
+        self,
+        agent: Responder,
+        request: TurnRequest,
+        *,
+        buffer: int = DEFAULT_BUFFER,
+        charge: Charge | None = None,
+        port: ResponsePort | None = None,
+    ) -> AbstractAsyncContextManager[ResponseRun]:
+        """:func:`open_response` on these options."""
+        return open_response(agent, request, buffer=buffer, charge=charge, port=port, options=self)
+
+
+#: The defaults (:class:`TurnOptions`).
+DEFAULT_TURN_OPTIONS: Final = TurnOptions()
 
 
 class _SinkFailed(UampError):
@@ -177,8 +281,9 @@ class ResponseRunner:
             cancels it (the UAMP session driver); :meth:`cancel` then only
             records the request.
         charge: Money held for this response; settled once when it ends.
-        max_output_bytes: The bound on the output of the tracker the runner
-            starts (a ``tracker`` given keeps its own).
+        options: The server's turn options (:class:`TurnOptions`), read here
+            once: ``max_output_bytes`` bounds the output of the tracker the
+            runner starts (a ``tracker`` given keeps its own bound).
 
     A runner runs once. :meth:`cancel` may be called at any time, from any
     task of the same trio run, also before :meth:`run`.
@@ -219,14 +324,14 @@ class ResponseRunner:
         track: bool = True,
         cancellable: bool = True,
         charge: Charge | None = None,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        options: TurnOptions = DEFAULT_TURN_OPTIONS,
     ) -> None:
         if yield_every < 1:
             raise ValueError("yield_every must be at least 1")
         self.agent = agent
         self.request = request
         self.tracker = tracker or ResponseTracker(
-            request.response_id, request.messages, max_output_bytes
+            request.response_id, request.messages, options.max_output_bytes
         )
         #: Set once the runner has sent its last event.
         self.outcome: ResponseOutcome | None = None
@@ -433,29 +538,17 @@ async def run_response(
     created: bool = True,
     stamp: bool = True,
     charge: Charge | None = None,
-    max_output_bytes: int = MAX_OUTPUT_BYTES,
+    options: TurnOptions = DEFAULT_TURN_OPTIONS,
 ) -> ResponseOutcome:
     """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
 
     Shorthand for ``await ResponseRunner(agent, request, sink, ...).run()`` when
-    nothing else needs to cancel the turn.
+    nothing else needs to cancel the turn. A host's turns run through
+    :meth:`TurnOptions.run` instead (its options).
     """
-    # No runner is handed out, so nothing can cancel the turn: no scope.
-    # (Built and initialised apart: a class call with keywords costs CPython
-    # a keyword dict that __init__ unpacks again; a method call does not.)
-    runner = ResponseRunner.__new__(ResponseRunner)
-    runner.__init__(  # type: ignore[misc]
-        agent,
-        request,
-        sink,
-        tracker=tracker,
-        created=created,
-        stamp=stamp,
-        cancellable=False,
-        charge=charge,
-        max_output_bytes=max_output_bytes,
+    return await options.run(
+        agent, request, sink, tracker=tracker, created=created, stamp=stamp, charge=charge
     )
-    return await runner.run()
 
 
 class ResponseRun:
@@ -468,7 +561,7 @@ class ResponseRun:
         receive: trio.MemoryReceiveChannel[ev.Event],
         charge: Charge | None = None,
         port: ResponsePort | None = None,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        options: TurnOptions = DEFAULT_TURN_OPTIONS,
     ) -> None:
         self.agent = agent
         self._charge = charge
@@ -477,7 +570,9 @@ class ResponseRun:
         self._receive = receive
         self._runner: ResponseRunner | None = None
         self._cancel_requested = False
-        self.tracker = ResponseTracker(request.response_id, request.messages, max_output_bytes)
+        self.tracker = ResponseTracker(
+            request.response_id, request.messages, options.max_output_bytes
+        )
         self._done = False
 
     @property
@@ -527,7 +622,7 @@ async def open_response(
     buffer: int = DEFAULT_BUFFER,
     charge: Charge | None = None,
     port: ResponsePort | None = None,
-    max_output_bytes: int = MAX_OUTPUT_BYTES,
+    options: TurnOptions = DEFAULT_TURN_OPTIONS,
 ) -> AsyncIterator[ResponseRun]:
     """Start one response of ``agent`` in its own task; see the module docstring.
 
@@ -536,10 +631,11 @@ async def open_response(
     is settled when the response ends (also when it never started).
     ``port``, the response's interrupt port, sends its events to the
     runner's ``emit`` while the agent runs, and is closed when it ends.
-    ``max_output_bytes`` bounds the response's output (:class:`ResponseRunner`).
+    ``options`` are the server's turn options (:class:`ResponseRunner`); a
+    host's turns open through :meth:`TurnOptions.open`.
     """
     send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = ResponseRun(agent, request, receive, charge, port, max_output_bytes)
+    turn = ResponseRun(agent, request, receive, charge, port, options)
     try:
         async with trio.open_nursery() as nursery, receive:
             nursery.start_soon(turn._drive, send)

@@ -75,7 +75,7 @@ from ..client.uamp import ClientError, open_websocket
 from ..engines.ws_frames import CLOSE_NORMAL, FrameEngine, make_engine
 from ..hosting.outbox import Outbox, OutboxClosed
 from ..hosting.sessions import SessionLimits
-from ..hosting.turns import ResponseRunner
+from ..hosting.turns import ResponseRunner, TurnOptions
 from ..hosting.ws_connection import serve_host
 
 __all__ = ["Daemon", "DaemonHost", "DaemonRefused", "connect"]
@@ -127,7 +127,8 @@ class DaemonHost:
         limits: SessionLimits,
     ) -> None:
         self.outbox = Outbox(limits.outbox_size, limits.max_owed)
-        self.max_output_bytes = limits.max_response_output_bytes
+        #: What its turns run on, built once from ``limits`` (the output bound).
+        self.turns = TurnOptions(max_output_bytes=limits.max_response_output_bytes)
         self.last_activity = trio.current_time()
         self._nursery = nursery
         self._agents = agents
@@ -299,12 +300,7 @@ class DaemonHost:
                 )
             )
             return
-        runner = ResponseRunner(
-            agent,
-            request,
-            self._turn_sink(sid, request),
-            max_output_bytes=self.max_output_bytes,
-        )
+        runner = self.turns.runner(agent, request, self._turn_sink(sid, request))
         previous = self._runs.get(sid)
         while previous is not None:  # the turn it replaces sends its last event first
             await trio.sleep(0)

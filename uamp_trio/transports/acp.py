@@ -101,7 +101,6 @@ from uamp_proto.payment import (
 )
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import TOOL_CALL, Responder, TurnRequest
-from uamp_proto.response import MAX_OUTPUT_BYTES
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_json
 from uamp_stores.busy import ConversationGate, Slot
@@ -121,7 +120,7 @@ from ..hosting.rpc_streams import (
     serve_ndjson,
     serve_payloads,
 )
-from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome, open_response
+from ..hosting.turns import DEFAULT_BUFFER, ResponseOutcome
 from ..stores.acp_sessions import AcpLimits, AcpSession, AcpSessionStore
 from ..trust.auth import Authenticator, AuthError
 
@@ -166,8 +165,10 @@ class AcpConnection:
     """The JSON-RPC dispatcher of one ACP peer (one stdio pipe, socket or request).
 
     Args:
-        served: The agent, the payment policy consulted before every prompt
-            and the signer of each prompt's answer (``_meta.signature``).
+        served: The agent, the payment policy consulted before every prompt,
+            the signer of each prompt's answer (``_meta.signature``) and the
+            turn options each prompt runs on (the server's output bound; the
+            defaults on stdio).
         store: Where sessions live (shared by every connection of a server).
         send: Writes a payload to the peer, or ``None`` when the carrier has
             no way to push notifications (plain HTTP).
@@ -181,8 +182,6 @@ class AcpConnection:
         interrupts: Where a prompt's run asks a person (``None``: it cannot).
         two_way: The carrier can take requests from the agent (stdio,
             WebSocket): approvals become ``session/request_permission``.
-        max_output_bytes: The most output one prompt's response keeps
-            (``ServerConfig.max_response_output_bytes``).
     """
 
     def __init__(
@@ -199,10 +198,8 @@ class AcpConnection:
         conversations: ConversationGate | None = None,
         interrupts: Interrupts | None = None,
         two_way: bool = False,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.served = served
-        self.max_output_bytes = max_output_bytes
         #: The busy policy of the sessions (docs/busy.md): the server's gate,
         #: shared by every connection; a gate of its own on stdio.
         self.conversations = conversations or ConversationGate()
@@ -479,13 +476,8 @@ class AcpConnection:
         session.busy = True
         try:
             async with (
-                open_response(
-                    self.agent,
-                    request,
-                    charge=charge,
-                    buffer=self.session_queue,
-                    port=port,
-                    max_output_bytes=self.max_output_bytes,
+                self.served.turns.open(
+                    self.agent, request, charge=charge, buffer=self.session_queue, port=port
                 ) as turn,
                 trio.open_nursery() as asking,
             ):
@@ -550,12 +542,8 @@ class AcpConnection:
             payment_token=parsed.payment_token,
             metadata={"transport": "acp"},
         )
-        async with open_response(
-            self.agent,
-            request,
-            charge=charge,
-            buffer=self.session_queue,
-            max_output_bytes=self.max_output_bytes,
+        async with self.served.turns.open(
+            self.agent, request, charge=charge, buffer=self.session_queue
         ) as turn:
             # Inside: a peer gone before this leaves no lock behind.
             await self._notify("prompt/started", {"requestId": str(request_id)})
@@ -611,9 +599,7 @@ class AcpConnection:
             messages=[ty.Message(role="user", content=f"Call the tool {name}: {call}")],
             metadata={"transport": "acp", TOOL_CALL: {"name": name, "arguments": arguments}},
         )
-        async with open_response(
-            self.agent, request, charge=charge, max_output_bytes=self.max_output_bytes
-        ) as turn:
+        async with self.served.turns.open(self.agent, request, charge=charge) as turn:
             async for _ in turn:
                 pass
         outcome = turn.outcome
@@ -738,7 +724,6 @@ class AcpTransport(PolicyTransport):
             conversations=self.app.conversations,
             interrupts=self.app.interrupts,
             two_way=two_way,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
         )
 
     async def http(self, request: Request) -> Response | StreamingResponse:

@@ -68,7 +68,7 @@ from ..hosting.host import Host, Transport
 from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ..hosting.parked import ParkedTurn, turn_key, waiting_on
 from ..hosting.router import RouteMeta
-from ..hosting.turns import ResponseOutcome, open_response
+from ..hosting.turns import ResponseOutcome
 
 __all__ = ["AguiTransport", "mount", "transport"]
 
@@ -181,12 +181,7 @@ class AguiTransport:
             async def produce(send: SendChunk) -> None:
                 async with slot:  # waits for the thread's earlier runs (enqueue)
                     await send(_frame(encoder.start(run)))
-                    async with open_response(
-                        agent,
-                        turn_req,
-                        charge=charge,
-                        max_output_bytes=self.app.server_config.max_response_output_bytes,
-                    ) as turn:
+                    async with self.app.turns.open(agent, turn_req, charge=charge) as turn:
                         slot.bind(turn.cancel)  # a later run may interrupt this one
                         async for event in turn:
                             out = encoder.feed(event)
@@ -217,7 +212,6 @@ class AguiTransport:
                     charge=charge,
                     port=port,
                     on_end=slot.close,  # a paused run keeps the thread's place
-                    max_output_bytes=self.app.server_config.max_response_output_bytes,
                 )
             except RuntimeError:  # another run of the thread started meanwhile
                 slot.close()

@@ -355,14 +355,7 @@ class AiSdkTransport:
         run.port = port
         if slot.ready:
             run.begin()
-        answer.runner = ResponseRunner(
-            agent,
-            turn,
-            run.sink,
-            stamp=False,
-            charge=charge,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
-        )
+        answer.runner = self.app.turns.runner(agent, turn, run.sink, stamp=False, charge=charge)
         port.emit = answer.runner.emit
         if background is not None:
             background.start_soon(run.run, name="uamp-ai-sdk-answer")

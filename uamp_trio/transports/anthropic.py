@@ -264,14 +264,13 @@ class AnthropicTransport:
         sink: Callable[[Event], Any] | None,
         charge: Charge | None,
     ) -> ResponseOutcome:
-        runner = ResponseRunner(
+        runner = self.app.turns.runner(
             agent,
             parsed.turn,
             sink,
             stamp=False,
             cancellable=state.scanner is not None,
             charge=charge,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
         )
         state.runner = runner
         return await runner.run()

@@ -103,7 +103,6 @@ from ..hosting.host import Host
 from ..hosting.interrupts import InterruptNotFound, InvalidAnswer
 from ..hosting.parked import ParkedTurn, turn_key
 from ..hosting.router import RouteMeta
-from ..hosting.turns import run_response
 
 __all__ = ["CompletionsTransport", "mount"]
 
@@ -232,7 +231,6 @@ class CompletionsTransport:
                 key=turn_key(agent.name, turn_req.session_id, request.principal),
                 charge=charge,
                 port=port,
-                max_output_bytes=self.app.server_config.max_response_output_bytes,
             )
             return await self._go_on(agent, parsed, completion_id, created, parked)
         if parsed.stream:
@@ -265,14 +263,7 @@ class CompletionsTransport:
     ) -> Response:
         # The tracker accumulates the reply; the events themselves go nowhere
         # (no sink) and are not stamped with ids.
-        outcome = await run_response(
-            agent,
-            parsed.turn,
-            None,
-            stamp=False,
-            charge=charge,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
-        )
+        outcome = await self.app.turns.run(agent, parsed.turn, None, stamp=False, charge=charge)
         headers: list[tuple[str, str]] = []
         if outcome.balance is not None:
             headers.append((BALANCE_HEADER, orjson.dumps(balance_fields(outcome.balance)).decode()))
@@ -323,14 +314,7 @@ class CompletionsTransport:
             if frame:
                 await send(frame)
 
-        outcome = await run_response(
-            agent,
-            parsed.turn,
-            sink,
-            stamp=False,
-            charge=charge,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
-        )
+        outcome = await self.app.turns.run(agent, parsed.turn, sink, stamp=False, charge=charge)
         signature = None
         if outcome.status not in ("failed", "cancelled"):
             self.app.stores.tool_rounds.keep(parsed.turn.principal, outcome)

@@ -84,7 +84,6 @@ from uamp_proto.errors import UampError
 from uamp_proto.payment import BALANCE_EVENT, PaymentPolicy, PaymentRequiredError, balance_fields
 from uamp_proto.principal import ANONYMOUS, Principal
 from uamp_proto.responder import Responder, TurnRequest, with_interrupts
-from uamp_proto.response import MAX_OUTPUT_BYTES
 from uamp_proto.signing import ResponseSigner
 from uamp_proto.sse import encode_comment, encode_json
 from uamp_stores.busy import ConversationGate, Slot
@@ -145,7 +144,8 @@ class McpDispatcher:
     """The JSON-RPC dispatcher of one MCP peer (a stdio pipe, or one HTTP request of a session).
 
     Args:
-        served: The agent, its payment policy and its signer.
+        served: The agent, its payment policy, its signer and its turn options
+            (the server's output bound; the defaults on stdio).
         store: Where named conversations live.
         principal: Who the peer acts for (owns its conversations).
         calls: The peer's running calls by request id (an HTTP session's,
@@ -164,8 +164,6 @@ class McpDispatcher:
         asked: The server's requests waiting for the client's answer (an
             HTTP session's, shared by its requests).
         conversations: The busy policy of named sessions (the host's gate).
-        max_output_bytes: The most output one call's response keeps
-            (``ServerConfig.max_response_output_bytes``).
     """
 
     def __init__(
@@ -182,10 +180,8 @@ class McpDispatcher:
         elicits: bool = False,
         asked: dict[str, Any] | None = None,
         conversations: ConversationGate | None = None,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
     ) -> None:
         self.served = served
-        self.max_output_bytes = max_output_bytes
         self.conversations = conversations or ConversationGate()
         self.interrupts = interrupts
         self.elicits = elicits
@@ -355,14 +351,7 @@ class McpDispatcher:
 
         # Inline: the agent runs in this task and each event reaches the
         # carrier through sink(), with no channel hop and no task switch.
-        turn = ResponseRunner(
-            self.agent,
-            request,
-            sink,
-            stamp=False,
-            charge=charge,
-            max_output_bytes=self.max_output_bytes,
-        )
+        turn = self.served.turns.runner(self.agent, request, sink, stamp=False, charge=charge)
         if port is not None:
             port.emit = turn.emit
         self.calls[request_id] = turn
@@ -637,7 +626,6 @@ class McpTransport(PolicyTransport):
             elicits=peer is not None and peer.elicits,
             asked=None if peer is None else peer.asked,
             conversations=self.app.conversations,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
         )
 
     async def _post(self, agent: Responder, request: Request) -> Response | StreamingResponse:

@@ -27,7 +27,6 @@ Clients that send ``OpenAI-Beta: realtime=v1`` (or offer the
 
 from __future__ import annotations
 
-from functools import partial
 from urllib.parse import parse_qs
 
 from uamp_proto.adapters import realtime as rt
@@ -41,7 +40,6 @@ from ..hosting.host import Host, PolicyTransport
 from ..hosting.middleware import reject_upgrade
 from ..hosting.router import RouteMeta
 from ..hosting.sessions import SessionLimits
-from ..hosting.turns import ResponseRunner
 
 __all__ = ["RealtimeTransport", "mount"]
 
@@ -90,10 +88,7 @@ class RealtimeTransport(PolicyTransport):
                 self.served(agent),
                 session,
                 request.principal,
-                runner=partial(
-                    ResponseRunner,
-                    max_output_bytes=self.app.server_config.max_response_output_bytes,
-                ),
+                runner=self.app.turns.runner,
                 closed=(ConnectionClosed,),
                 conversations=self.app.conversations,
                 payment_wait=self.payment_wait,

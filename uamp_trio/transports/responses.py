@@ -370,14 +370,7 @@ class ResponsesTransport:
             _append(self._log, key, ev.ResponseCreated(response_id=key[1]))
         outcome = await self._run(
             key,
-            ResponseRunner(
-                agent,
-                parsed.turn,
-                None,
-                stamp=False,
-                charge=charge,
-                max_output_bytes=self.app.server_config.max_response_output_bytes,
-            ),
+            self.app.turns.runner(agent, parsed.turn, None, stamp=False, charge=charge),
         )
         final = self._final(outcome, parsed.turn)
         if record is not None:
@@ -432,14 +425,7 @@ class ResponsesTransport:
         outcome: ResponseOutcome | None = None
         final: ev.Event | None = None
         try:
-            runner = ResponseRunner(
-                agent,
-                parsed.turn,
-                sink,
-                stamp=False,
-                charge=charge,
-                max_output_bytes=self.app.server_config.max_response_output_bytes,
-            )
+            runner = self.app.turns.runner(agent, parsed.turn, sink, stamp=False, charge=charge)
             outcome = await self._run(key, runner)
             final = self._final(outcome, parsed.turn)
         finally:
@@ -480,12 +466,8 @@ class ResponsesTransport:
         request: Request,
         agent: Responder,
     ) -> Response | StreamingResponse:
-        runner = ResponseRunner(
-            agent,
-            parsed.turn,
-            partial(self._log_event, key),
-            charge=charge,
-            max_output_bytes=self.app.server_config.max_response_output_bytes,
+        runner = self.app.turns.runner(
+            agent, parsed.turn, partial(self._log_event, key), charge=charge
         )
         self.running[key] = runner
         place = self._places.get(key)

@@ -461,7 +461,7 @@ class SSEEventsTransport:
         return SessionLimits(
             max_sessions=1,
             idle_timeout=config.sse_session_idle_timeout,
-            max_response_output_bytes=config.max_response_output_bytes,
+            max_response_output_bytes=self.app.turns.max_output_bytes,
         )
 
     def session_limits(self) -> SessionLimits:

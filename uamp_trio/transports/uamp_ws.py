@@ -105,7 +105,7 @@ class UampWebSocketEndpoint:
             send_timeout=pending.send_timeout,
             outbox_size=pending.max_queued_events,
             session_outbox_size=pending.max_session_queued_events,
-            max_response_output_bytes=self.app.server_config.max_response_output_bytes,
+            max_response_output_bytes=self.app.turns.max_output_bytes,
         )
         await serve_uamp_websocket(
             pending.stream,

@@ -67,7 +67,6 @@ from uamp_stores.a2a_tasks import TaskFeed
 from uamp_stores.busy import Slot
 
 from ...hosting.host import Host
-from ...hosting.turns import ResponseRunner
 from .call import TextPen
 
 __all__ = ["SUBSCRIBER_BUFFER", "Live", "Prepared", "Tasks", "timestamp"]
@@ -558,13 +557,8 @@ class Tasks:
             # Inline: the agent's events reach deliver() with no channel hop
             # and no task switch (a checkpoint every YIELD_EVERY events). The
             # sink stamps the ids where the task's updates need them.
-            turn = ResponseRunner(
-                agent,
-                turn_request,
-                sink,
-                stamp=False,
-                charge=prepared.charge,
-                max_output_bytes=self.app.server_config.max_response_output_bytes,
+            turn = self.app.turns.runner(
+                agent, turn_request, sink, stamp=False, charge=prepared.charge
             )
             port.emit = turn.emit
             live.cancel = turn.cancel
