@@ -64,6 +64,7 @@ from .http import (
     scope_headers,
     send_reply,
 )
+from .turns import TurnOptions
 from .websocket import Closed, WebSocket
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ class Host:
 
     def __init__(self, agents: Iterable[Responder], config: Config) -> None:
         self.config = config
+        #: What every turn of the app runs on, built once from ``config``
+        #: (the output bound): transports start turns through it.
+        self.turns = TurnOptions(max_output_bytes=config.max_response_output_bytes)
         self.metrics: Metrics | None = None
         if config.metrics:
             from .metrics import Metrics

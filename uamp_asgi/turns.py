@@ -9,14 +9,22 @@ settled exactly once, however it ends. :meth:`Turn.cancel` ends it with
 ``response.cancelled``. Output is bounded as there: an event past the
 tracker's ``max_output_bytes`` stops the agent and the turn ends with
 ``response.error`` ``output_too_large``.
+
+The settings every turn shares (the output bound) are one
+:class:`TurnOptions`, which the app's host builds once from its
+:class:`~uamp_asgi.config.Config` (``host.turns``); transports start their
+turns through it (``host.turns.turn(...)``, ``await host.turns.run(...)``)
+and pass no setting by hand.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import anyio
+import attrs
 
 from uamp_proto import events as ev
 from uamp_proto.errors import OutputTooLarge
@@ -25,7 +33,7 @@ from uamp_proto.payment import Charge
 from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.response import MAX_OUTPUT_BYTES, ResponseTracker
 
-__all__ = ["Sink", "Turn", "run_turn"]
+__all__ = ["DEFAULT_TURN_OPTIONS", "Sink", "Turn", "TurnOptions", "run_turn"]
 
 log = logging.getLogger("uamp_asgi.turns")
 
@@ -33,6 +41,55 @@ log = logging.getLogger("uamp_asgi.turns")
 Sink = Callable[[ev.Event], Awaitable[None]]
 
 _TERMINAL = (ev.ResponseDone, ev.ResponseCancelled, ev.ResponseErrorEvent)
+
+
+@attrs.frozen(kw_only=True)
+class TurnOptions:
+    """The settings every turn of an app shares, and its turns started on them.
+
+    The host builds one from its config (``Config.max_response_output_bytes``
+    ...); :class:`Turn` reads it once, when it is built.
+
+    Attributes:
+        max_output_bytes: The most output one response keeps; the event past
+            it ends the turn with ``output_too_large``.
+    """
+
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+
+    def turn(
+        self,
+        agent: Responder,
+        request: TurnRequest,
+        sink: Sink | None,
+        *,
+        charge: Charge | None = None,
+        tracker: ResponseTracker | None = None,
+        created: bool = True,
+    ) -> Turn:
+        """A :class:`Turn` on these options (its arguments)."""
+        return Turn(
+            agent, request, sink, charge=charge, tracker=tracker, created=created, options=self
+        )
+
+    async def run(
+        self,
+        agent: Responder,
+        request: TurnRequest,
+        sink: Sink | None = None,
+        *,
+        charge: Charge | None = None,
+        tracker: ResponseTracker | None = None,
+        created: bool = True,
+    ) -> ResponseOutcome:
+        """:func:`run_turn` on these options."""
+        return await self.turn(
+            agent, request, sink, charge=charge, tracker=tracker, created=created
+        ).run()
+
+
+#: The defaults (:class:`TurnOptions`).
+DEFAULT_TURN_OPTIONS: Final = TurnOptions()
 
 
 class _SinkFailed(Exception):
@@ -51,12 +108,12 @@ class Turn:
         charge: Charge | None = None,
         tracker: ResponseTracker | None = None,
         created: bool = True,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        options: TurnOptions = DEFAULT_TURN_OPTIONS,
     ) -> None:
         self.agent = agent
         self.request = request
         self.tracker = tracker or ResponseTracker(
-            request.response_id, request.messages, max_output_bytes
+            request.response_id, request.messages, options.max_output_bytes
         )
         self._sink = sink
         self._charge = charge
@@ -173,16 +230,11 @@ async def run_turn(
     charge: Charge | None = None,
     tracker: ResponseTracker | None = None,
     created: bool = True,
-    max_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> ResponseOutcome:
-    """Run one response of ``agent``, every event to ``sink`` (``None``: nowhere)."""
-    turn = Turn(
-        agent,
-        request,
-        sink,
-        charge=charge,
-        tracker=tracker,
-        created=created,
-        max_output_bytes=max_output_bytes,
+    """Run one response of ``agent`` on the defaults, every event to ``sink`` (``None``: nowhere).
+
+    An app's turns run on its host's options instead (:meth:`TurnOptions.run`).
+    """
+    return await DEFAULT_TURN_OPTIONS.run(
+        agent, request, sink, charge=charge, tracker=tracker, created=created
     )
-    return await turn.run()

@@ -597,13 +597,7 @@ class A2AOperations:
             async def sink(event: Event) -> None:
                 await deliver(run.feed(event))
 
-            live.turn = Turn(
-                agent,
-                turn,
-                sink,
-                charge=charge,
-                max_output_bytes=self.host.config.max_response_output_bytes,
-            )
+            live.turn = self.host.turns.turn(agent, turn, sink, charge=charge)
             if live.cancel_requested:
                 live.turn.cancel()
             try:

@@ -187,13 +187,7 @@ class _Peer:
             for update in encoder.feed(event):
                 await self.notify(session.id, update)
 
-        turn = session.turn = Turn(
-            self.agent,
-            request,
-            sink,
-            charge=charge,
-            max_output_bytes=self.host.config.max_response_output_bytes,
-        )
+        turn = session.turn = self.host.turns.turn(self.agent, request, sink, charge=charge)
         try:
             outcome = await turn.run()
         finally:

@@ -25,7 +25,6 @@ from uamp_proto.payment import PaymentRequiredError
 
 from ..app import Host
 from ..http import HTTPError, Reply, Request, StreamReply, Write
-from ..turns import run_turn
 
 __all__ = ["mount"]
 
@@ -92,13 +91,7 @@ def mount(host: Host) -> None:
                 if out:
                     await write(_frame(out))
 
-            outcome = await run_turn(
-                agent,
-                turn,
-                sink,
-                charge=charge,
-                max_output_bytes=host.config.max_response_output_bytes,
-            )
+            outcome = await host.turns.run(agent, turn, sink, charge=charge)
             signature = None
             if signer is not None and outcome.status == "completed":
                 signature = signer(outcome.tracker.text, request.body)

@@ -184,13 +184,7 @@ class _AiSdk:
             principal=principal,
         )
         run = _Run(self, answer, encoder, request.body, slot, charge)
-        answer.runner = run.turn = Turn(
-            agent,
-            turn,
-            run.sink,
-            charge=charge,
-            max_output_bytes=self.host.config.max_response_output_bytes,
-        )
+        answer.runner = run.turn = self.host.turns.turn(agent, turn, run.sink, charge=charge)
         self.running.started(principal.key)
         if slot.ready:
             run.begin()

@@ -137,13 +137,7 @@ class _Anthropic:
                 if type(event) is ResponseDelta and type(event.delta) is DeltaText:
                     cut.text.append(cut.scan(event.delta.text))
 
-            turn_ = cut.turn = Turn(
-                agent,
-                parsed.turn,
-                collect,
-                charge=charge,
-                max_output_bytes=self.host.config.max_response_output_bytes,
-            )
+            turn_ = cut.turn = self.host.turns.turn(agent, parsed.turn, collect, charge=charge)
             outcome = await turn_.run()
             headers: list[tuple[str, str]] = []
             if outcome.balance is not None:
@@ -216,13 +210,7 @@ class _Anthropic:
                 if frame:
                     await write(frame)
 
-            turn_ = cut.turn = Turn(
-                agent,
-                parsed.turn,
-                sink,
-                charge=charge,
-                max_output_bytes=self.host.config.max_response_output_bytes,
-            )
+            turn_ = cut.turn = self.host.turns.turn(agent, parsed.turn, sink, charge=charge)
             outcome = await turn_.run()
             extra: dict[str, Any] = {}
             if outcome.balance is not None:

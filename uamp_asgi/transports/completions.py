@@ -36,7 +36,6 @@ from uamp_proto.tool_rounds import ToolRoundStore
 
 from ..app import Host
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
-from ..turns import run_turn
 
 __all__ = ["mount"]
 
@@ -100,12 +99,7 @@ class _Completions:
         created = int(time.time())
         signer = self.host.config.response_signer
         if not parsed.stream:
-            outcome = await run_turn(
-                agent,
-                parsed.turn,
-                charge=charge,
-                max_output_bytes=self.host.config.max_response_output_bytes,
-            )
+            outcome = await self.host.turns.run(agent, parsed.turn, charge=charge)
             headers: list[tuple[str, str]] = []
             if outcome.balance is not None:
                 fields = orjson.dumps(balance_fields(outcome.balance)).decode()
@@ -134,13 +128,7 @@ class _Completions:
                 if frame:
                     await write(frame)
 
-            outcome = await run_turn(
-                agent,
-                parsed.turn,
-                sink,
-                charge=charge,
-                max_output_bytes=self.host.config.max_response_output_bytes,
-            )
+            outcome = await self.host.turns.run(agent, parsed.turn, sink, charge=charge)
             signature = None
             if outcome.status not in ("failed", "cancelled"):
                 self.rounds.keep(parsed.turn.principal, outcome)

@@ -39,7 +39,7 @@ from uamp_proto.sse import encode_json
 from ..app import Host
 from ..bounded import OwnedLRU
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
-from ..turns import Sink, run_turn
+from ..turns import Sink
 
 __all__ = ["MAX_CONVERSATIONS", "MAX_SESSIONS", "mount"]
 
@@ -210,13 +210,7 @@ class _Mcp:
             payment_token=token,
             metadata={"transport": "mcp"},
         )
-        outcome = await run_turn(
-            agent,
-            turn,
-            sink,
-            charge=charge,
-            max_output_bytes=self.host.config.max_response_output_bytes,
-        )
+        outcome = await self.host.turns.run(agent, turn, sink, charge=charge)
         meta: dict[str, Any] = {}
         if outcome.balance is not None:
             meta[BALANCE_EVENT] = balance_fields(outcome.balance)

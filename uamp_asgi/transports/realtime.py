@@ -17,7 +17,6 @@ and signer, a response held for payment waiting ``Config.payment_wait``.
 
 from __future__ import annotations
 
-from functools import partial
 from urllib.parse import parse_qs
 
 import attrs
@@ -32,7 +31,6 @@ from uamp_stores.realtime import RealtimeConnection
 
 from ..app import Host
 from ..http import HTTPError
-from ..turns import Turn
 from ..websocket import Closed, WebSocket
 
 __all__ = ["mount"]
@@ -91,7 +89,7 @@ def mount(host: Host) -> None:
                 _Terms(host, agent),
                 session,
                 ws.principal,
-                runner=partial(Turn, max_output_bytes=host.config.max_response_output_bytes),
+                runner=host.turns.turn,
                 closed=(Closed,),
                 conversations=host.conversations,
                 payment_wait=host.config.payment_wait,

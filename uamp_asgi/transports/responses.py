@@ -78,7 +78,6 @@ from uamp_stores.responses_background import (
 
 from ..app import Host
 from ..http import HTTPError, JsonReply, Reply, Request, StreamReply, Write
-from ..turns import Turn, run_turn
 
 __all__ = ["mount"]
 
@@ -201,12 +200,7 @@ class _Responses:
 
         if not parsed.stream:
             try:
-                outcome = await run_turn(
-                    agent,
-                    turn,
-                    charge=charge,
-                    max_output_bytes=self.host.config.max_response_output_bytes,
-                )
+                outcome = await self.host.turns.run(agent, turn, charge=charge)
             except BaseException:
                 drop_out()  # it did not end (the request was cancelled)
                 raise
@@ -234,13 +228,7 @@ class _Responses:
                     await write(frame)
 
             try:
-                outcome = await run_turn(
-                    agent,
-                    turn,
-                    sink,
-                    charge=charge,
-                    max_output_bytes=self.host.config.max_response_output_bytes,
-                )
+                outcome = await self.host.turns.run(agent, turn, sink, charge=charge)
                 final = self._final(outcome, turn)
                 await store(outcome, final)
             finally:
@@ -277,13 +265,7 @@ class _Responses:
         stream: bool,
     ) -> Reply:
         log = self.log
-        runner = Turn(
-            agent,
-            turn,
-            partial(self._log_event, key),
-            charge=charge,
-            max_output_bytes=self.host.config.max_response_output_bytes,
-        )
+        runner = self.host.turns.turn(agent, turn, partial(self._log_event, key), charge=charge)
         self.jobs.running[key] = runner
         try:
             await log.flush()  # findable on every process before its id is handed out

@@ -216,7 +216,7 @@ class Connection:
                 # One session alone never keeps more than its principal's budget.
                 max_history_bytes=min(MAX_SESSION_HISTORY_BYTES, budget),
                 on_history=self.history_kept,
-                max_response_output_bytes=host.config.max_response_output_bytes,
+                max_response_output_bytes=host.turns.max_output_bytes,
             )
         )
         self.agents: dict[str, Responder] = {}
@@ -838,14 +838,9 @@ class Connection:
             if balance is not None:  # what the token has left, after the response
                 await self.owe(attrs.evolve(balance, session_id=sid), sid)
 
-        turn = Turn(
-            self.paying(sid, agent, core),
-            request,
-            sink,
-            created=created,
-            # The core's own bound (its tracker refuses as the turn's would).
-            max_output_bytes=self.host.config.max_response_output_bytes,
-        )
+        # On the app's turn options: the core's own bound (the core's tracker
+        # refuses an event as the turn's would).
+        turn = self.host.turns.turn(self.paying(sid, agent, core), request, sink, created=created)
         self.turns[sid] = turn
         inputs = unstructure(core.input_messages)
         # The record names the turn acted on: a client that resumes elsewhere
