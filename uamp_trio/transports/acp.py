@@ -43,7 +43,8 @@ session names (``mcpServers``) are given to each prompt's turn
 (``TurnRequest.mcp_servers``, connected by the agent for that turn); the
 network carriers never pass them on, so no remote client makes the server
 start a program or open a connection of its choosing. Each prompt is one
-UAMP turn (:func:`~uamp_trio.hosting.turns.open_response`).
+UAMP turn (``served.turns.open``: the server's turn options, the defaults
+on stdio; :meth:`~uamp_trio.hosting.turns.TurnOptions.open`).
 Payment: with a :class:`~uamp_proto.payment.PaymentPolicy`, a prompt whose
 token (``payment_token`` in the params or ``_meta``, else the one the session
 last paid with) does not pass is refused with JSON-RPC error ``-32402`` and

@@ -3,7 +3,8 @@
 The body is AG-UI's ``RunAgentInput``; the answer is an SSE stream of AG-UI
 events (``data: {json}`` per event), from ``RUN_STARTED`` to ``RUN_FINISHED``
 or ``RUN_ERROR``. The translation is :mod:`uamp_proto.adapters.agui`; this
-module runs the turn (:func:`uamp_trio.hosting.turns.open_response`) and writes.
+module runs the turn (:meth:`app.turns.open <uamp_trio.hosting.turns.TurnOptions.open>`,
+on the server's turn options) and writes.
 
 * A body that is not JSON, or not a RunAgentInput at all (no ``threadId`` /
   ``runId``), is answered ``400`` with a JSON error.

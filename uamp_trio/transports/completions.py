@@ -31,7 +31,8 @@ the ``X-UAMP-Payment-Balance`` header; a paid stream ends, after ``[DONE]``
 clients do not look (clients stop reading at ``[DONE]``), as the signature does.
 
 Each request is one UAMP turn, run inline in the request's task
-(:func:`uamp_trio.hosting.turns.run_response`): the sans-IO adapter
+(:meth:`app.turns.run <uamp_trio.hosting.turns.TurnOptions.run>`, on the
+server's turn options): the sans-IO adapter
 :mod:`uamp_proto.adapters.completions` validates the body into a
 ``TurnRequest`` and renders the turn's events as completion JSON or chunks.
 A streamed turn renders each event to its SSE bytes as the agent emits it and

@@ -11,7 +11,8 @@ Each accepted socket is served by
 servers run (responses one at a time under the server's busy policy,
 payment holds and mid-response top-ups, signing, calls; its module says
 how). This module accepts the upgrade and passes it what is ``uamp serve``'s:
-each response runs on :class:`~uamp_trio.hosting.turns.ResponseRunner`, the
+each response runs on :class:`~uamp_trio.hosting.turns.ResponseRunner`, built
+on the app's turn options (``app.turns.runner``: the output bound), the
 conversations' gate is the app's (``--on-busy``), the agent's terms
 (payment policy, signer) are the transport's, and a response is held for
 payment for at most :attr:`RealtimeTransport.payment_wait`.
