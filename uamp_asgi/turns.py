@@ -82,7 +82,10 @@ class TurnOptions:
         tracker: ResponseTracker | None = None,
         created: bool = True,
     ) -> ResponseOutcome:
-        """:func:`run_turn` on these options."""
+        """Run one response of ``agent`` on these options, every event to ``sink``.
+
+        ``sink`` ``None``: the events go nowhere, the outcome's tracker has them.
+        """
         return await self.turn(
             agent, request, sink, charge=charge, tracker=tracker, created=created
         ).run()
@@ -222,19 +225,7 @@ class Turn:
         return outcome
 
 
-async def run_turn(
-    agent: Responder,
-    request: TurnRequest,
-    sink: Sink | None = None,
-    *,
-    charge: Charge | None = None,
-    tracker: ResponseTracker | None = None,
-    created: bool = True,
-) -> ResponseOutcome:
-    """Run one response of ``agent`` on the defaults, every event to ``sink`` (``None``: nowhere).
-
-    An app's turns run on its host's options instead (:meth:`TurnOptions.run`).
-    """
-    return await DEFAULT_TURN_OPTIONS.run(
-        agent, request, sink, charge=charge, tracker=tracker, created=created
-    )
+#: Run one response of ``agent`` on the defaults, every event to ``sink``
+#: (``None``: nowhere): ``await run_turn(agent, request)``. An app's turns
+#: run on its host's options instead (``host.turns.run(...)``).
+run_turn = DEFAULT_TURN_OPTIONS.run

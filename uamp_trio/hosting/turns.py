@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
@@ -202,7 +202,12 @@ class TurnOptions:
         stamp: bool = True,
         charge: Charge | None = None,
     ) -> Coroutine[Any, Any, ResponseOutcome]:
-        """:func:`run_response` on these options: ``await`` it for the outcome."""
+        """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
+
+        Shorthand for ``await self.runner(agent, request, sink, ...).run()``
+        when nothing else needs to cancel the turn: ``await`` it for the
+        outcome.
+        """
         # No runner is handed out, so nothing can cancel the turn: no scope.
         # No coroutine of its own either: the caller awaits the runner's run()
         # (the Chat Completions hot path). Built and initialised apart: a
@@ -222,7 +227,8 @@ class TurnOptions:
         )
         return runner.run()
 
-    def open(
+    @asynccontextmanager
+    async def open(
         self,
         agent: Responder,
         request: TurnRequest,
@@ -230,9 +236,29 @@ class TurnOptions:
         buffer: int = DEFAULT_BUFFER,
         charge: Charge | None = None,
         port: ResponsePort | None = None,
-    ) -> AbstractAsyncContextManager[ResponseRun]:
-        """:func:`open_response` on these options."""
-        return open_response(agent, request, buffer=buffer, charge=charge, port=port, options=self)
+    ) -> AsyncIterator[ResponseRun]:
+        """Start one response of ``agent`` in its own task; see the module docstring.
+
+        The events arrive through a memory channel of ``buffer`` events.
+        Leaving the block before the events are exhausted cancels the agent.
+        ``charge`` is settled when the response ends (also when it never
+        started). ``port``, the response's interrupt port, sends its events
+        to the runner's ``emit`` while the agent runs, and is closed when it
+        ends.
+        """
+        send, receive = trio.open_memory_channel[ev.Event](buffer)
+        turn = ResponseRun(agent, request, receive, charge, port, self)
+        try:
+            async with trio.open_nursery() as nursery, receive:
+                nursery.start_soon(turn._drive, send)
+                try:
+                    yield turn
+                finally:
+                    if not turn._done:
+                        nursery.cancel_scope.cancel()
+        finally:
+            if charge is not None:
+                await charge.settle(None, used=False)  # the runner never ran; else a no-op
 
 
 #: The defaults (:class:`TurnOptions`).
@@ -529,26 +555,10 @@ def cancel_handler(
     return cancel_on_ask(runner.cancel)
 
 
-async def run_response(
-    agent: Responder,
-    request: TurnRequest,
-    sink: Sink | None,
-    *,
-    tracker: ResponseTracker | None = None,
-    created: bool = True,
-    stamp: bool = True,
-    charge: Charge | None = None,
-    options: TurnOptions = DEFAULT_TURN_OPTIONS,
-) -> ResponseOutcome:
-    """Run one response of ``agent`` inline, every event to ``sink`` (``None``: nowhere).
-
-    Shorthand for ``await ResponseRunner(agent, request, sink, ...).run()`` when
-    nothing else needs to cancel the turn. A host's turns run through
-    :meth:`TurnOptions.run` instead (its options).
-    """
-    return await options.run(
-        agent, request, sink, tracker=tracker, created=created, stamp=stamp, charge=charge
-    )
+#: Run one response on the defaults, inline (:meth:`TurnOptions.run`):
+#: ``await run_response(agent, request, sink)``, when nothing else needs to
+#: cancel the turn. A host's turns run on its own options, ``host.turns.run(...)``.
+run_response = DEFAULT_TURN_OPTIONS.run
 
 
 class ResponseRun:
@@ -614,36 +624,7 @@ class ResponseRun:
         self._done = True
 
 
-@asynccontextmanager
-async def open_response(
-    agent: Responder,
-    request: TurnRequest,
-    *,
-    buffer: int = DEFAULT_BUFFER,
-    charge: Charge | None = None,
-    port: ResponsePort | None = None,
-    options: TurnOptions = DEFAULT_TURN_OPTIONS,
-) -> AsyncIterator[ResponseRun]:
-    """Start one response of ``agent`` in its own task; see the module docstring.
-
-    The events arrive through a memory channel of ``buffer`` events. Leaving
-    the block before the events are exhausted cancels the agent. ``charge``
-    is settled when the response ends (also when it never started).
-    ``port``, the response's interrupt port, sends its events to the
-    runner's ``emit`` while the agent runs, and is closed when it ends.
-    ``options`` are the server's turn options (:class:`ResponseRunner`); a
-    host's turns open through :meth:`TurnOptions.open`.
-    """
-    send, receive = trio.open_memory_channel[ev.Event](buffer)
-    turn = ResponseRun(agent, request, receive, charge, port, options)
-    try:
-        async with trio.open_nursery() as nursery, receive:
-            nursery.start_soon(turn._drive, send)
-            try:
-                yield turn
-            finally:
-                if not turn._done:
-                    nursery.cancel_scope.cancel()
-    finally:
-        if charge is not None:
-            await charge.settle(None, used=False)  # the runner never ran; else a no-op
+#: Start one response on the defaults in its own task (:meth:`TurnOptions.open`):
+#: ``async with open_response(agent, request) as turn: async for event in turn: ...``.
+#: A host's turns open through its own options, ``host.turns.open(...)``.
+open_response = DEFAULT_TURN_OPTIONS.open
