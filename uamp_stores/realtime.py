@@ -83,6 +83,7 @@ CALL_END_GRACE = 5.0
 
 log = logging.getLogger("uamp_stores.realtime")
 
+
 class Socket(Protocol):
     """The accepted WebSocket, as each server offers it."""
 

@@ -374,9 +374,7 @@ def test_replay_rebuilds_a_continued_messages_parts() -> None:
 
 _EVENTS = st.one_of(
     st.builds(text, st.text(max_size=8)),
-    st.builds(
-        lambda c, t: ev.Thinking(content=t, is_delta=c), st.booleans(), st.text(max_size=4)
-    ),
+    st.builds(lambda c, t: ev.Thinking(content=t, is_delta=c), st.booleans(), st.text(max_size=4)),
     st.builds(
         fragment, st.sampled_from(["c1", "c2"]), st.sampled_from([None, "f"]), st.text(max_size=3)
     ),

@@ -202,9 +202,7 @@ def test_audio_buffer_becomes_an_audio_content_item() -> None:
     s = session()
     chunk = base64.b64encode(b"\x01\x02\x03\x04").decode()
     assert types(_answered(s, chunk, CallAnswer())) == ["voice.accept"]
-    assert s.handle({"type": "input_audio_buffer.append", "audio": chunk}) == rt.Handled(
-        replies=[]
-    )
+    assert s.handle({"type": "input_audio_buffer.append", "audio": chunk}) == rt.Handled(replies=[])
     assert s.buffered_audio == 8
     replies = s.handle({"type": "input_audio_buffer.commit"}).replies
     assert types(replies) == [
@@ -572,9 +570,7 @@ def test_a_declined_call_refuses_the_audio_and_the_session_goes_on() -> None:
         ({"type": "voice.end", "call_id": 5}, "invalid_event", "type"),
     ],
 )
-def test_voice_end_without_a_call_is_refused(
-    event: dict[str, Any], code: str, param: str
-) -> None:
+def test_voice_end_without_a_call_is_refused(event: dict[str, Any], code: str, param: str) -> None:
     (err,) = session().handle(event).replies
     assert err["error"]["code"] == code and err["error"]["param"] == param
 

@@ -75,7 +75,7 @@ def test_length_shortcut_is_sound() -> None:
 
 
 def test_text_with_separators_is_one_value() -> None:
-    value = {"messages": [{"role": "user", "content": "a,b,[c],{d}\\\"e\n" * 5000}]}
+    value = {"messages": [{"role": "user", "content": 'a,b,[c],{d}\\"e\n' * 5000}]}
     body = orjson.dumps(value)
     check(body, 100)
     assert count_elements(body, 100) == elements(value) == 5

@@ -17,7 +17,6 @@ def test_values_are_32_hex_digits_and_distinct_across_batches() -> None:
     assert re.fullmatch(r"resp_[0-9a-f]{32}", random_ids("resp"))
 
 
-
 def test_short_ids_are_24_hex_digits_and_distinct_across_batches() -> None:
     made = [short_random_ids("event") for _ in range(RANDOM_BATCH * 3 + 1)]
     assert all(re.fullmatch(r"event_[0-9a-f]{24}", m) for m in made)

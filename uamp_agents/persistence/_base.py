@@ -76,7 +76,7 @@ def stored_owner(session_json: dict[str, Any]) -> str:
         or not isinstance(owner.get("scheme"), str)
         or not isinstance(owner.get("id"), str)
     ):
-        raise PersistenceError("a session's 'owner' must be {\"scheme\": str, \"id\": str}")
+        raise PersistenceError('a session\'s \'owner\' must be {"scheme": str, "id": str}')
     return f"{owner['scheme']}:{owner['id']}"
 
 

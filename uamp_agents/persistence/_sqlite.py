@@ -264,9 +264,7 @@ class SQLiteAdapter:
         self, session_id: str, *, owner: Principal | None = None
     ) -> dict[str, Any] | None:
         """The stored SessionJSON of ``owner``'s ``session_id``, or ``None``."""
-        result: dict[str, Any] | None = await self._run(
-            self._load, owner_key(owner), session_id
-        )
+        result: dict[str, Any] | None = await self._run(self._load, owner_key(owner), session_id)
         return result
 
     async def list(self, *, owner: Principal | None = None) -> builtins.list[str]:

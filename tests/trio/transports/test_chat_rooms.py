@@ -593,8 +593,9 @@ async def test_the_answering_agent_gets_the_context_and_the_room() -> None:
 async def test_answers_past_the_rooms_limit_are_refused_rate_limited() -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            serving([DemoAgent(), DemoAgent("helper")], chat_limits=ChatLimits(max_answers=1))
-            as host,
+            serving(
+                [DemoAgent(), DemoAgent("helper")], chat_limits=ChatLimits(max_answers=1)
+            ) as host,
             open_ws(f"ws://{host}/ws") as ws,
         ):
             r = Reader(ws)

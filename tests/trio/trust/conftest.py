@@ -29,4 +29,3 @@ def app(agent: CountingAgent, tmp_path: Path) -> App:
 async def served(app: App, serve_app: Any) -> Any:
     """A server for ``app`` on 127.0.0.1 for the length of the test."""
     return await serve_app(app)
-
