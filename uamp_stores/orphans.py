@@ -10,6 +10,15 @@ here: ``response.error`` ``interrupted`` with the output that was logged
 (:func:`uamp_proto.resume.interrupted_event`), and a record that says
 nothing runs, its conversation extended by the response's input and
 partial output.
+
+A client that resumed the session follows its log and asks
+:func:`orphaned` whether the response it follows lost its writer. A writer
+of this process writes the record (nothing runs) and then lets go; a read of
+the record made before that write may be handed back after it let go (on
+Redis the read runs in a worker thread). That record says the response runs
+while nobody writes it -- the writer looks lost, and the response would be
+carried on (or ended) a second time, after its end. So a record read while
+this process wrote the log, which it no longer writes, is read again.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from uamp_proto.resume import interrupted_event, replayed
 
 from .event_log import EventLog, LogKey, SessionRecord
 
-__all__ = ["abandon", "append_event", "interrupt_lost"]
+__all__ = ["abandon", "append_event", "interrupt_lost", "orphaned"]
 
 
 def append_event(event_log: EventLog, key: LogKey, event: ev.Event, session_id: str) -> None:
@@ -81,3 +90,31 @@ async def interrupt_lost(event_log: EventLog, key: LogKey, record: SessionRecord
     abandon(event_log, key, record, ending, logged=held)
     await event_log.flush()
     return True
+
+
+async def orphaned(event_log: EventLog, key: LogKey) -> tuple[SessionRecord, bool]:
+    """The record of a session a client follows, and whether its response lost its writer.
+
+    Lost: ``record.running`` is set, this process does not write the log,
+    and the process the record names is this one or has no heartbeat. A
+    record read while this process wrote the log, which it no longer
+    writes, is read again (the module docstring says why); what this
+    process's writers queued before they let go is written before the record
+    is read.
+
+    Raises:
+        ResumeError: As :meth:`EventLog.load`.
+        StoreUnavailable: The store does not answer.
+    """
+    while True:
+        held = event_log.writing(key)
+        if not held:
+            await event_log.flush()  # a writer here let go: its last record is read too
+        record = await event_log.load(key, conversation=True)
+        if record.running is None or event_log.writing(key):
+            return record, False
+        if held:
+            continue  # let go while the record was read: the reply may predate its last write
+        if record.node != event_log.node and await event_log.alive(record.node):
+            return record, False
+        return record, True

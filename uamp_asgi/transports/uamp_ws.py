@@ -151,7 +151,7 @@ from uamp_proto.topup import PayingAgent, PaymentStops
 from uamp_proto.voice import CallAnswer, CallOffer
 from uamp_stores.event_log import EventLog, HistoryJSON, LogKey, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
-from uamp_stores.orphans import interrupt_lost
+from uamp_stores.orphans import interrupt_lost, orphaned
 
 from ..app import Host
 from ..http import HTTPError
@@ -770,12 +770,10 @@ class Connection:
             if entries:
                 await self.replay(stream.backfill(entries).send)
                 continue
-            record = await log.load(key, conversation=True)
+            record, lost = await orphaned(log, key)
             if record.running is None:
                 return record
-            if not log.writing(key) and not (
-                record.node != log.node and await log.alive(record.node)
-            ):
+            if lost:
                 # Nobody writes it any more: its process stopped mid-response.
                 if not await interrupt_lost(log, key, record):
                     await anyio.sleep(0.1)  # another process ends it

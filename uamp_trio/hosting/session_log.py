@@ -47,6 +47,7 @@ from uamp_proto.resume import (
 )
 from uamp_stores.event_log import HistoryJSON, SessionRecord
 from uamp_stores.health import StoreUnavailable
+from uamp_stores.orphans import orphaned
 
 from ..engines.supervise import supervised
 from .continuation import abandon, carry_on
@@ -317,13 +318,11 @@ class EventLogPart(HostState):
             if entries:
                 await self._replay(stream, entries)
                 continue
-            record = await log.load(key, conversation=True)
+            record, lost = await orphaned(log, key)
             running = record.running
             if running is None:
                 return record
-            if not log.writing(key) and not (
-                record.node != log.node and await log.alive(record.node)
-            ):
+            if lost:
                 # Nobody runs it any more: its process stopped mid-stream.
                 await self._interrupt_orphan(session, key, record, running)
                 continue
