@@ -55,6 +55,8 @@ def abandon(
 ) -> None:
     """End ``record.running`` ``interrupted`` (with what ``logged`` holds of it) and let go.
 
+    A response whose end ``logged`` holds already is not ended again.
+
     The caller adopted ``key`` 's log with ``owner``. The record then says
     nothing runs; with ``logged`` its conversation gains the response's
     input and partial output, so the next turn sees them. ``exc``: why (a
@@ -63,7 +65,8 @@ def abandon(
     running = record.running
     if running is not None and event_log.writing(key):
         tracker = replayed(running, logged or [])
-        append_event(event_log, key, interrupted_event(tracker), key[1])
+        if not tracker.is_finished:  # a response the log saw end ends once
+            append_event(event_log, key, interrupted_event(tracker), key[1])
         if logged is not None:
             record.history = [*record.history, *record.input, *unstructure(tracker.messages())]
     record.running, record.input = None, []

@@ -21,7 +21,8 @@ lost process logged and decides with the sans-IO core
   whose output is the whole response's. The resumed connection streams them
   from the log like any other writer's.
 * otherwise the response ends with ``response.error`` ``interrupted``
-  carrying the output that was delivered.
+  carrying the output that was delivered -- unless the log holds its end
+  already (its writer was lost after it): then only the record catches up.
 
 A ``response.cancel`` sent on a connection following the carried-on
 response reaches it through the log's messages
@@ -146,7 +147,8 @@ async def carry_on(
             # The tracker it goes on with is bounded as the server's turns are.
             point = resume_point(running, held, _turns(host).max_output_bytes)
             if point is None:
-                _append(event_log, key, interrupted_event(tracker), sid)
+                if not tracker.is_finished:  # a response the log saw end ends once
+                    _append(event_log, key, interrupted_event(tracker), sid)
                 ended = True  # settled below, once the client has heard
             else:
                 tracker = point.tracker

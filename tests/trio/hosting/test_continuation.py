@@ -24,7 +24,8 @@ from uamp_proto import types as ty
 from uamp_proto.codec import decode, encode, unstructure
 from uamp_proto.principal import ANONYMOUS
 from uamp_proto.responder import TurnRequest
-from uamp_stores.event_log import MemoryEventLog, SessionRecord
+from uamp_stores.event_log import LogKey, MemoryEventLog, SessionRecord
+from uamp_stores.orphans import interrupt_lost
 from uamp_trio.hosting.continuation import carry_on
 from uamp_trio.hosting.turns import ResponseRunner
 
@@ -68,6 +69,22 @@ async def _lose_after(endpoint: object, log: MemoryEventLog, extra: int) -> str:
     return request.response_id
 
 
+def lost_log(
+    key: LogKey, agent: str, logged: list[ev.Event]
+) -> tuple[MemoryEventLog, SessionRecord]:
+    """A session whose response ``resp_1`` ran in a process that is gone, having logged ``logged``.
+
+    Returns the log, which this process holds as the process that claimed
+    the loss does, and the record, which names the lost process.
+    """
+    log = MemoryEventLog()
+    record = SessionRecord(agent=agent, node="a-lost-process", running="resp_1")
+    log.begin(key, attrs.evolve(record))
+    for i, event in enumerate(logged):
+        log.append(key, encode(attrs.evolve(event, event_id=f"evt_{i}")), f"evt_{i}")
+    return log, record
+
+
 @pytest.mark.parametrize("extra", [0, 3])
 async def test_the_response_goes_on_from_its_checkpoint(extra: int) -> None:
     calls: list[tuple[float, float]] = []
@@ -98,12 +115,10 @@ async def test_the_response_goes_on_from_its_checkpoint(extra: int) -> None:
 
 
 async def test_without_a_checkpoint_it_ends_interrupted() -> None:
-    log = MemoryEventLog()
-    record = SessionRecord(agent="calc", node="a-lost-process", running="resp_1")
-    log.begin(KEY, attrs.evolve(record))
-    for i, text in enumerate(["half ", "way"]):
-        delta = ev.ResponseDelta(response_id="resp_1", delta=ty.DeltaText(text=text))
-        log.append(KEY, encode(attrs.evolve(delta, event_id=f"evt_{i}")), f"evt_{i}")
+    deltas = [
+        ev.ResponseDelta(response_id="resp_1", delta=ty.DeltaText(text=t)) for t in ["half ", "way"]
+    ]
+    log, record = lost_log(KEY, "calc", deltas)
     calls: list[tuple[float, float]] = []
     await carry_on(log, KEY, record, _calculator(calls), ANONYMOUS, None)  # type: ignore[arg-type]
     last = decode((await log.read(KEY, 0))[-1].data)
@@ -114,6 +129,43 @@ async def test_without_a_checkpoint_it_ends_interrupted() -> None:
     }
     assert calls == []
     assert (await log.load(KEY)).history == [{"role": "assistant", "content": "half way"}]
+
+
+async def test_a_response_that_ended_in_the_log_is_not_ended_again() -> None:
+    # Its writer was lost after it logged response.done, before its record said so
+    # (or the record was read before it said so): only the record catches up.
+    output = ty.ResponseOutput(
+        id="resp_1", status="completed", output=[ty.TextContent(text="five")]
+    )
+    logged = [
+        ev.ResponseCreated(response_id="resp_1"),
+        ev.Progress(target="response", target_id="resp_1", stage="checkpoint", message="c1"),
+        ev.ResponseDelta(response_id="resp_1", delta=ty.DeltaText(text="five")),
+        ev.ResponseDone(response_id="resp_1", response=output),
+    ]
+    log, record = lost_log(KEY, "calc", logged)
+    record.input = unstructure([QUESTION])
+    calls: list[tuple[float, float]] = []
+    await carry_on(log, KEY, record, _calculator(calls), ANONYMOUS, None)  # type: ignore[arg-type]
+    events = [decode(e.data) for e in await log.read(KEY, 0)]
+    assert [type(e) for e in events] == [type(e) for e in logged]  # no response.error after it
+    assert calls == []
+    after = await log.load(KEY)
+    assert after.running is None and after.input == []
+    assert after.history == [
+        {"role": "user", "content": "what is 2+3?"},
+        {"role": "assistant", "content": "five"},
+    ]
+
+
+async def test_a_lost_response_that_ended_in_the_log_is_not_ended_again() -> None:
+    # The same for a server that ends a lost response rather than carrying it on.
+    output = ty.ResponseOutput(id="resp_1", status="completed", output=[])
+    log, record = lost_log(KEY, "calc", [ev.ResponseDone(response_id="resp_1", response=output)])
+    log.release(KEY)  # a server that ends it claims and adopts it itself
+    assert await interrupt_lost(log, KEY, record)
+    assert [type(decode(e.data)) for e in await log.read(KEY, 0)] == [ev.ResponseDone]
+    assert (await log.load(KEY)).running is None
 
 
 class _HeldFlush(MemoryEventLog):

@@ -22,7 +22,6 @@ from contextlib import ExitStack
 from types import SimpleNamespace
 from typing import Any
 
-import attrs
 import httpx
 import openai
 import orjson
@@ -33,13 +32,13 @@ import trio_websocket
 from tests._support.endless import BOUND, Endless, assert_stopped_at_the_bound
 from tests._support.rpc import agui_run
 from tests._support.wire import create_session, send, texts, until
+from tests.trio.hosting.test_continuation import lost_log
 from uamp_proto import events as ev
 from uamp_proto import types as ty
-from uamp_proto.codec import decode, encode
+from uamp_proto.codec import decode
 from uamp_proto.envelope import DeltaType
 from uamp_proto.principal import ANONYMOUS
 from uamp_proto.sse import SSEParser
-from uamp_stores.event_log import MemoryEventLog, SessionRecord
 from uamp_trio.app import App, create_app
 from uamp_trio.client.envelope import EnvelopeHTTPClient, EnvelopeSigner
 from uamp_trio.engines.server import ServerConfig
@@ -195,15 +194,11 @@ async def test_a_carried_on_response_keeps_the_servers_bound() -> None:
     host = App([agent])
     host.server_config = ServerConfig(max_response_output_bytes=BOUND)
     key = (ANONYMOUS.key, "sess_1")
-    log = MemoryEventLog()
-    record = SessionRecord(agent="endless", node="a-lost-process", running="resp_1")
-    log.begin(key, attrs.evolve(record))
     logged = [
         ev.ResponseCreated(response_id="resp_1"),
         ev.Progress(target="response", target_id="resp_1", stage="checkpoint", message="c1"),
     ]
-    for i, event in enumerate(logged):
-        log.append(key, encode(attrs.evolve(event, event_id=f"evt_{i}")), f"evt_{i}")
+    log, record = lost_log(key, "endless", logged)
     record.input = [{"role": "user", "content": "forever"}]
     with trio.fail_after(TIMEOUT):
         await carry_on(log, key, record, agent, ANONYMOUS, host)
