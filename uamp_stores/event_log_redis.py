@@ -214,7 +214,11 @@ class RedisEventLog(RedisCalls, EventLog):
         return answer
 
     async def _serve_inbox(self) -> None:
-        inbox, last = self._inbox(self.node), "$"
+        # From the inbox's start, then after the last entry read -- never ``$``
+        # (what arrives once a read has begun), which lost a question put in
+        # before the first read or between two reads. The inbox is this
+        # process's alone (its node id is random): all of it is for us.
+        inbox, last = self._inbox(self.node), "0-0"
         while True:
             read = functools.partial(self._redis.xread, {inbox: last}, count=64, block=1000)
             found = await self._call(read)
