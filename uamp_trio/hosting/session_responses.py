@@ -469,7 +469,7 @@ class ResponsePart(PaymentPart, EventLogPart):
         port = request.interrupts
         assert port is None or isinstance(port, ResponsePort)  # _request(port=True) made it
         # Built and initialised apart: a class call with keywords costs a
-        # keyword dict that __init__ unpacks again (see turns.run_response).
+        # keyword dict that __init__ unpacks again (see TurnOptions.run).
         runner = ResponseRunner.__new__(ResponseRunner)
         runner.__init__(  # type: ignore[misc]
             agent,
