@@ -17,13 +17,17 @@ single-process store takes on any other's).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
+from websockets.sync.client import connect
+from websockets.sync.connection import Connection
 
 import uamp_asgi
 from tests._support.asgi import uvicorn_server
@@ -176,3 +180,85 @@ def test_a_create_naming_a_live_session_leaves_it_alone() -> None:
         _done(http, sid)
         assert _post(http, {"type": "session.end"}, sid).status_code == 200
         assert _kept(app) == (0, 0)
+
+
+class HeldAlive(SqliteEventLog):
+    """A SQLite event log whose next :meth:`alive` waits until the test lets it go.
+
+    It holds a take-on mid-way (between loading the session's record and
+    claiming it), so another request can arrive meanwhile.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold: threading.Event | None = None
+        self.held = threading.Event()
+
+    async def alive(self, node: str) -> bool:
+        gate, self.hold = self.hold, None
+        if gate is not None:
+            self.held.set()
+            await anyio.to_thread.run_sync(gate.wait)
+        return await super().alive(node)
+
+
+def test_a_create_while_the_session_is_taken_on_is_a_duplicate(left: tuple[Path, str]) -> None:
+    """The take-on wins: the create is refused before it begins the session's log afresh
+    (begun, the take-on then took the log from it, and it was let go)."""
+    path, sid = left
+    log = HeldAlive(path)
+    gate = log.hold = threading.Event()
+    app = _taker(path, log)
+    taken: list[httpx.Response] = []
+    with (
+        uvicorn_server(app) as base,
+        httpx.Client(base_url=base, timeout=TIMEOUT) as http,
+        httpx.Client(base_url=base, timeout=TIMEOUT) as other,
+    ):
+        taker = threading.Thread(target=lambda: taken.append(_post(other, {"type": "ping"}, sid)))
+        taker.start()
+        try:
+            assert log.held.wait(10)
+            again = _post(http, {**CREATE, "session_id": sid})
+        finally:
+            gate.set()
+            taker.join(10)
+        assert again.status_code == 400, again.text
+        assert again.json()["error"]["code"] == "duplicate_session"
+        assert taken and taken[0].status_code == 200, taken
+        # The session taken on is served and logged: its turn reaches its stream.
+        assert _post(http, ASK, sid).status_code == 200
+        _done(http, sid)
+        assert _post(http, {"type": "session.end"}, sid).status_code == 200
+        assert _kept(app) == (0, 0)
+
+
+def _until(ws: Connection, kind: str) -> list[str]:
+    """The types of the events a WebSocket receives, up to the first of type ``kind``."""
+    kinds: list[str] = []
+    while not kinds or kinds[-1] != kind:
+        kinds.append(orjson.loads(ws.recv(timeout=10))["type"])
+    return kinds
+
+
+def test_a_create_naming_a_websocket_session_leaves_its_log_alone() -> None:
+    """The log is the principal's, whichever transport writes it: an HTTP+SSE create under
+    the id of a live WebSocket session is a duplicate, not a new log in its place."""
+    app = uamp_asgi.app(function_agent(echo))
+    log, key = app.host.event_log, (ANONYMOUS.key, "sess_shared")
+    with (
+        uvicorn_server(app) as base,
+        httpx.Client(base_url=base, timeout=TIMEOUT) as http,
+        connect(base.replace("http", "ws", 1) + "/agents/echo/uamp") as ws,
+    ):
+        ws.send(orjson.dumps({**CREATE, "session_id": key[1]}).decode())
+        _until(ws, "capabilities")
+        again = _post(http, {**CREATE, "session_id": key[1]})
+        assert again.status_code == 400, again.text
+        assert again.json()["error"]["code"] == "duplicate_session"
+        for event in ASK:
+            ws.send(orjson.dumps(event).decode())
+        _until(ws, "response.done")
+        logged = [orjson.loads(e.data)["type"] for e in anyio.run(log.read, key, 0)]
+        assert logged[:2] == ["session.created", "capabilities"]
+        assert logged[-1] == "response.done"

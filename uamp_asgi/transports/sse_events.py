@@ -62,6 +62,9 @@ __all__ = ["HEARTBEAT", "mount"]
 HEARTBEAT: Final = 15.0
 #: Sessions kept over all principals.
 MAX_SESSIONS: Final = 4096
+#: How long a request waits for another that opens or takes on the same
+#: session before it answers 409 ``session_elsewhere`` (s).
+_NAMING_WAIT: Final = 5.0
 #: How long a stream waits for new entries before it looks again (a newer
 #: stream of its session replaced it; a heartbeat is due).
 _LOOK: Final = 1.0
@@ -302,8 +305,11 @@ class _Sessions:
 
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.live: dict[tuple[tuple[str, str], str], _HttpSession] = {}
+        self.live: dict[LogKey, _HttpSession] = {}
         self.held: Counter[tuple[str, str]] = Counter()
+        #: Sessions a request is opening or taking on now, claimed before its
+        #: first await: no other request begins (or takes on) their log meanwhile.
+        self.naming: set[LogKey] = set()
 
     def session_id(self, request: Request) -> str | None:
         sid = request.headers.get(_SESSION_HEADER)
@@ -344,6 +350,25 @@ class _Sessions:
         :class:`_Elsewhere`. ``None``: the log has no such session of the
         caller's (another principal's is the same), or it ended or expired.
         """
+        key = (request.principal.key, sid)
+        if key in self.naming:
+            # Opened or taken on by another request now: its outcome is this one's.
+            with anyio.move_on_after(_NAMING_WAIT):
+                while key in self.naming:
+                    await anyio.sleep(0.05)
+            if key in self.naming:
+                raise _Answer(409, "session_elsewhere", _ELSEWHERE, 0)
+            return self.live.get(key)
+        self.naming.add(key)
+        try:
+            return await self.take_on_logged(request, sid, agent)
+        finally:
+            self.naming.discard(key)
+
+    async def take_on_logged(
+        self, request: Request, sid: str, agent: Responder | None
+    ) -> _HttpSession | None:
+        """:meth:`adopt`, with the session's name claimed by this request."""
         log = self.host.event_log
         principal = request.principal
         try:
@@ -458,10 +483,29 @@ class _Sessions:
         if self.held[principal.key] >= limit or len(self.live) >= MAX_SESSIONS:
             raise _Answer(429, "too_many_sessions", _too_many(limit), 0)
         named = orjson.loads(messages[0]).get("session_id")
-        if isinstance(named, str) and (principal.key, named) in self.live:
-            # Refused before it is opened: opening it would start its log
-            # afresh under the live session that writes it.
-            raise _duplicate(named)
+        claimed: LogKey | None = None
+        if isinstance(named, str):
+            claimed = (principal.key, named)
+            if (
+                claimed in self.live
+                or claimed in self.naming
+                or self.host.event_log.writing(claimed)
+            ):
+                # Refused before it is opened: opening it would start its log
+                # afresh under the session that writes it (live here, being
+                # taken on by another request, or on a WebSocket).
+                raise _duplicate(named)
+            self.naming.add(claimed)  # before the first await: the name is this request's
+        try:
+            return await self.opened(principal, agent, messages)
+        finally:
+            if claimed is not None:
+                self.naming.discard(claimed)
+
+    async def opened(
+        self, principal: Principal, agent: Responder | None, messages: list[bytes]
+    ) -> JsonReply:
+        """:meth:`open`, with the session's name (if it proposes one) claimed by this request."""
         hs = _HttpSession(self.host, agent, principal)
         try:
             accepted, error = await hs.feed(messages[:1])
@@ -473,7 +517,9 @@ class _Sessions:
             if key in self.live:  # never attach to (or replace) a live session
                 raise _duplicate(hs.sid)
         except BaseException:
-            hs.release_all()  # a session not opened holds nothing
+            # A session not opened holds nothing: what it took is let go (a
+            # log only if it still writes it, never the live session's).
+            hs.release_all()
             raise
         self.live[key] = hs
         self.held[principal.key] += 1

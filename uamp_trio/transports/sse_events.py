@@ -130,6 +130,9 @@ REPLAY_SIZE: Final = 256
 #: proxies keep it open (seconds).
 HEARTBEAT: Final = 15.0
 _SESSION_HEADER: Final = "x-session-id"
+#: How long a request waits for another that opens or takes on the same
+#: session before it looks for the session itself (s).
+_NAMING_WAIT: Final = 5.0
 
 
 class _HttpSession:
@@ -451,6 +454,9 @@ class SSEEventsTransport:
         self.sessions: SessionTracker[_HttpSession] = app.stores.http_sessions
         #: Sessions being opened, by owner key (not tracked until their id is known).
         self._opening: Counter[tuple[str, str]] = Counter()
+        #: Sessions a request opens or takes on now, by ``(owner key, id)``, claimed
+        #: before its first await: no other request begins (or takes on) their log meanwhile.
+        self._naming: set[LogKey] = set()
 
     @property
     def limits(self) -> SessionLimits:
@@ -535,6 +541,7 @@ class SSEEventsTransport:
                 )
             principal = request.principal
             self._check_quota(principal)
+            claimed = self._claim_name(principal, orjson.loads(messages[0]).get("session_id"))
             self._opening[principal.key] += 1
             try:
                 return await self._open(request, agent, messages)
@@ -542,6 +549,8 @@ class SSEEventsTransport:
                 self._opening[principal.key] -= 1
                 if not self._opening[principal.key]:
                     del self._opening[principal.key]
+                if claimed is not None:
+                    self._naming.discard(claimed)
         named = self._session_id(request)
         if named is not None and self.sessions.get(request.principal, named) is None:
             forwarded = await self._forward(request, named, agent, messages)
@@ -567,6 +576,27 @@ class SSEEventsTransport:
             raise_error(error, accepted)
         assert hs.id is not None
         return json_response({"session_id": hs.id, "accepted": accepted})
+
+    def _claim_name(self, principal: Principal, sid: object) -> LogKey | None:
+        """Claim the id a ``session.create`` proposes for this request (``None``: it proposes
+        none, the core makes one up).
+
+        Refused (400 ``duplicate_session``) when the caller's session of that
+        id is live, is being opened or taken on by another request, or has its
+        log written here (a WebSocket session): the new session would begin
+        that log afresh, and, refused after, let it go.
+        """
+        if not isinstance(sid, str):
+            return None
+        key = (principal.key, sid)
+        if (
+            self.sessions.get(principal, sid) is not None
+            or key in self._naming
+            or self.app.stores.event_log.writing(key)
+        ):
+            raise_error(("duplicate_session", f"session {sid!r} already exists"), 0)
+        self._naming.add(key)
+        return key
 
     def _check_quota(self, principal: Principal) -> None:
         """Refuse a new session of a principal at ``sse_max_sessions`` (opening ones count)."""
@@ -675,6 +705,23 @@ class SSEEventsTransport:
             # Shutting down: it would lose the session again in a moment. A
             # request that reaches another process adopts it there.
             return None
+        key = (principal.key, sid)
+        if key in self._naming:
+            # Opened or taken on by another request now: its outcome is this one's.
+            with trio.move_on_after(_NAMING_WAIT):
+                while key in self._naming:
+                    await trio.sleep(0.05)
+            return self.sessions.get(principal, sid)
+        self._naming.add(key)
+        try:
+            return await self._take_on(principal, sid, agent)
+        finally:
+            self._naming.discard(key)
+
+    async def _take_on(
+        self, principal: Principal, sid: str, agent: Responder | None
+    ) -> _HttpSession | None:
+        """:meth:`_adopt`, with the session's id claimed by this request."""
         store = self.app.stores.event_log
         key = (principal.key, sid)
         try:
