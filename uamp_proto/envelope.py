@@ -32,7 +32,8 @@ form that the detached signature of :mod:`uamp_proto.signing` covers.
   by :class:`Exchange`; a move missing from the table raises
   :class:`InvalidTransition`.
 * **Error codes** (section 9) are :class:`ErrorCode` constants with their
-  retry flags.
+  retry flags. They, the error type and the checks of the schema's formats
+  live in :mod:`uamp_proto.envelope_checks`; they import from here too.
 
 Nothing here reads a clock or draws randomness: ids and timestamps are
 values the caller supplies.
@@ -42,15 +43,37 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 import orjson
 
 from . import jsonbounds
-from .errors import ProtocolError, UampError
+from .envelope_checks import (
+    BACKEND_BUSY,
+    CONTEXT_HASH,
+    ERROR_CODES,
+    MISSING_DELTA_SEQ,
+    PAYLOAD_TOO_LARGE,
+    UNAUTHENTICATED,
+    UNAUTHORIZED,
+    EnvelopeError,
+    ErrorCode,
+    as_tuple,
+    check_extra,
+    check_json,
+    check_members,
+    is_date_time,
+    kind_of,
+    need_date_time,
+    need_int,
+    need_object,
+    need_str,
+    need_uri,
+    need_uuid,
+)
+from .errors import ProtocolError
 
 __all__ = [
     "BACKEND_BUSY",
@@ -97,270 +120,6 @@ DEFAULT_COMPRESSION: Final = "none"
 #: Largest encoded envelope or delta :func:`decode_envelope` accepts, in bytes.
 #: Past it the error carries :data:`PAYLOAD_TOO_LARGE` (section 9, 4.13).
 DEFAULT_MAX_SIZE: Final = 4 * 1024 * 1024
-#: Deepest nesting of JSON values accepted in ``ext`` / ``payload``; orjson
-#: itself stops at 255 levels, so deeper values could not be encoded anyway.
-_MAX_DEPTH: Final = 250
-
-
-# --- error codes (section 9) -------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class ErrorCode:
-    """One row of spec 003's error table (section 9).
-
-    Attributes:
-        code: The code as the spec writes it (``"4.09"``).
-        condition: The spec's name for the condition.
-        retryable: Whether the spec marks the error as worth retrying.
-        retry_after: Whether a retry should wait for a ``Retry-After`` hint.
-    """
-
-    code: str
-    condition: str
-    retryable: bool
-    retry_after: bool = False
-
-
-#: 4.01: the peer is not authenticated (bad or missing signature or token).
-UNAUTHENTICATED: Final = ErrorCode(code="4.01", condition="Unauthenticated", retryable=False)
-#: 4.03: authenticated, but not allowed (wrong audience, missing scope).
-UNAUTHORIZED: Final = ErrorCode(code="4.03", condition="Unauthorized", retryable=False)
-#: 4.09: a ``delta_seq`` is missing from a stream; resend from the gap.
-MISSING_DELTA_SEQ: Final = ErrorCode(code="4.09", condition="Missing delta_seq", retryable=True)
-#: 4.13: the envelope or its body is larger than the receiver accepts.
-PAYLOAD_TOO_LARGE: Final = ErrorCode(code="4.13", condition="Payload too large", retryable=False)
-#: 5.04: the backend is busy; retry after the ``Retry-After`` delay.
-BACKEND_BUSY: Final = ErrorCode(
-    code="5.04", condition="Backend busy", retryable=True, retry_after=True
-)
-
-#: Every section 9 code by its string.
-ERROR_CODES: Final[Mapping[str, ErrorCode]] = {
-    e.code: e
-    for e in (UNAUTHENTICATED, UNAUTHORIZED, MISSING_DELTA_SEQ, PAYLOAD_TOO_LARGE, BACKEND_BUSY)
-}
-
-
-# --- the error type -----------------------------------------------------------
-
-PathSegment = str | int
-
-
-def _render_path(path: Sequence[PathSegment]) -> str:
-    out = ["$"]
-    for seg in path:
-        out.append(f"[{seg}]" if isinstance(seg, int) else f".{seg}")
-    return "".join(out)
-
-
-class EnvelopeError(UampError, ValueError):
-    """An envelope or delta that breaks spec 003 (Appendix A schemas, section 4).
-
-    Raised by the constructors, :func:`decode_envelope`, :func:`decode_delta`
-    and :func:`canonical_json`; never anything else for bad input.
-
-    Attributes:
-        path: Where the problem is, as segments (``("context", 1, "hash")``).
-        reason: A sentence naming the problem.
-        error_code: The section 9 code a receiver should answer with, when
-            one fits (:data:`PAYLOAD_TOO_LARGE` for oversized input), else
-            ``None``.
-    """
-
-    def __init__(
-        self,
-        path: Sequence[PathSegment],
-        reason: str,
-        *,
-        error_code: ErrorCode | None = None,
-    ) -> None:
-        self.path: tuple[PathSegment, ...] = tuple(path)
-        self.reason = reason
-        self.error_code = error_code
-        super().__init__(f"{self.where}: {reason}")
-
-    @property
-    def where(self) -> str:
-        """The path rendered JSONPath-style: ``$.context[1].hash``."""
-        return _render_path(self.path)
-
-    def under(self, *prefix: PathSegment) -> EnvelopeError:
-        """The same error, with ``prefix`` put in front of its path."""
-        return EnvelopeError((*prefix, *self.path), self.reason, error_code=self.error_code)
-
-
-# --- formats --------------------------------------------------------------------
-
-# JSON Schema "uuid" is the bare 8-4-4-4-12 form; spec 003's own examples
-# write ids as URNs ("urn:uuid:..."), so both are accepted. The version
-# nibble is not checked: the schema does not ask for v4 specifically.
-_UUID = re.compile(
-    r"^(?:[uU][rR][nN]:[uU][uU][iI][dD]:)?"
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
-# RFC 3339 date-time (JSON Schema "date-time"); ranges are checked by hand
-# below because this module may not import datetime.
-_DATE_TIME = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?"
-    r"(?:[Zz]|[+-](\d{2}):(\d{2}))$"
-)
-# RFC 3986 absolute URI, checked loosely: a scheme, a colon, and then no
-# whitespace, controls or characters RFC 3986 never allows unescaped.
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]+$")
-# Appendix A.1, context[].hash.
-_CONTEXT_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
-
-def _is_leap(year: int) -> bool:
-    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-
-
-def is_date_time(value: str) -> bool:
-    """Whether ``value`` is an RFC 3339 date-time (``2025-07-10T13:37:05Z``)."""
-    m = _DATE_TIME.match(value)
-    if m is None:
-        return False
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    if not 1 <= month <= 12:
-        return False
-    days = 29 if month == 2 and _is_leap(year) else _DAYS_IN_MONTH[month - 1]
-    if not 1 <= day <= days or hour > 23 or minute > 59 or second > 60:
-        return False
-    off_h, off_m = m.group(7), m.group(8)
-    return off_h is None or (int(off_h) <= 23 and int(off_m) <= 59)
-
-
-def _check_utf8(value: str, path: Sequence[PathSegment]) -> None:
-    # A lone surrogate (possible in a Python str, never in JSON text) has no
-    # UTF-8 form, so it could not be sent or hashed.
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise EnvelopeError(path, "holds a lone surrogate, which UTF-8 cannot encode") from None
-
-
-def _need_str(value: object, path: Sequence[PathSegment]) -> str:
-    if not isinstance(value, str):
-        raise EnvelopeError(path, f"must be a string, not {_kind(value)}")
-    _check_utf8(value, path)
-    return value
-
-
-def _need_uuid(value: object, path: Sequence[PathSegment]) -> None:
-    if not _UUID.match(_need_str(value, path)):
-        raise EnvelopeError(path, f"must be a UUID or urn:uuid: URN, not {value!r}")
-
-
-def _need_date_time(value: object, path: Sequence[PathSegment]) -> None:
-    if not is_date_time(_need_str(value, path)):
-        raise EnvelopeError(
-            path, f"must be an RFC 3339 date-time such as 2025-07-10T13:37:05Z, not {value!r}"
-        )
-
-
-def _need_uri(value: object, path: Sequence[PathSegment]) -> None:
-    if not _URI.match(_need_str(value, path)):
-        raise EnvelopeError(path, f"must be an absolute URI (scheme:rest), not {value!r}")
-
-
-def _need_int(value: object, path: Sequence[PathSegment], minimum: int) -> None:
-    # bool is an int subclass in Python but not an integer in JSON.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EnvelopeError(path, f"must be an integer, not {_kind(value)}")
-    if value < minimum:
-        raise EnvelopeError(path, f"must be at least {minimum}, not {value}")
-
-
-def _kind(value: object) -> str:
-    names = {
-        type(None): "null",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "an array",
-        tuple: "an array",
-        dict: "an object",
-    }
-    return names.get(type(value), type(value).__name__)
-
-
-def _check_json(value: object, path: tuple[PathSegment, ...], depth: int = 0) -> None:
-    """Refuse anything that is not plain JSON (or that JSON cannot carry exactly)."""
-    if depth > _MAX_DEPTH:
-        raise EnvelopeError(path, f"is nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, str):
-        _check_utf8(value, path)
-        return
-    if isinstance(value, int):
-        if not -(2**63) <= value < 2**64:
-            raise EnvelopeError(path, "is an integer outside the 64-bit range JSON tools share")
-        return
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise EnvelopeError(path, "is NaN or infinite, which JSON cannot represent")
-        return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_json(item, (*path, i), depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise EnvelopeError(path, f"has a non-string key {key!r}")
-            _check_utf8(key, path)
-            _check_json(item, (*path, key), depth + 1)
-        return
-    raise EnvelopeError(path, f"holds {_kind(value)}, which is not a JSON value")
-
-
-def _need_object(value: object, path: Sequence[PathSegment]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise EnvelopeError(path, f"must be an object, not {_kind(value)}")
-    return value
-
-
-def _check_members(
-    obj: Mapping[str, Any],
-    path: Sequence[PathSegment],
-    *,
-    required: Sequence[str],
-    allowed: frozenset[str] | None,
-    what: str,
-) -> None:
-    if allowed is not None:
-        unknown = sorted(k for k in obj if k not in allowed)
-        if unknown:
-            names = ", ".join(repr(k) for k in unknown)
-            raise EnvelopeError(
-                path,
-                f"unknown field(s) {names}: the {what} allows no additional properties "
-                f"(spec 003 Appendix A); allowed: {', '.join(sorted(allowed))}",
-            )
-    missing = [k for k in required if k not in obj]
-    if missing:
-        names = ", ".join(repr(k) for k in missing)
-        raise EnvelopeError(path, f"missing required field(s) {names} of the {what}")
-
-
-def _as_tuple(value: Any) -> Any:
-    # Lists become tuples so the frozen value is immutable; anything else is
-    # left for the validator to refuse with a proper message.
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _check_extra(extra: Mapping[str, Any], known: frozenset[str]) -> None:
-    if not isinstance(extra, Mapping):
-        raise EnvelopeError((), f"extra must be a mapping, not {_kind(extra)}")
-    clash = sorted(k for k in extra if k in known)
-    if clash:
-        raise EnvelopeError((clash[0],), "is a declared field; pass it as one, not in extra")
-    _check_json(dict(extra), ())
 
 
 # --- vocabularies -------------------------------------------------------------------
@@ -447,13 +206,13 @@ class Body:
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        _need_str(self.type, ("type",))
-        _need_str(self.content, ("content",))
+        need_str(self.type, ("type",))
+        need_str(self.content, ("content",))
         if self.encoding is not None:
-            _need_str(self.encoding, ("encoding",))
+            need_str(self.encoding, ("encoding",))
         if self.compression is not None:
-            _need_str(self.compression, ("compression",))
-        _check_extra(self.extra, _BODY_FIELDS)
+            need_str(self.compression, ("compression",))
+        check_extra(self.extra, _BODY_FIELDS)
 
     @property
     def effective_encoding(self) -> str:
@@ -481,8 +240,8 @@ class Body:
         Raises:
             EnvelopeError: With a path relative to the body.
         """
-        data = _need_object(obj, ())
-        _check_members(data, (), required=("type", "content"), allowed=None, what="body")
+        data = need_object(obj, ())
+        check_members(data, (), required=("type", "content"), allowed=None, what="body")
         return cls(
             type=data["type"],
             content=data["content"],
@@ -507,12 +266,12 @@ class ContextRef:
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        _need_uuid(self.id, ("id",))
-        if not _CONTEXT_HASH.match(_need_str(self.hash, ("hash",))):
+        need_uuid(self.id, ("id",))
+        if not CONTEXT_HASH.match(need_str(self.hash, ("hash",))):
             raise EnvelopeError(
-                ("hash",), f"must match {_CONTEXT_HASH.pattern} (lowercase hex), not {self.hash!r}"
+                ("hash",), f"must match {CONTEXT_HASH.pattern} (lowercase hex), not {self.hash!r}"
             )
-        _check_extra(self.extra, _CONTEXT_FIELDS)
+        check_extra(self.extra, _CONTEXT_FIELDS)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object."""
@@ -525,8 +284,8 @@ class ContextRef:
         Raises:
             EnvelopeError: With a path relative to the item.
         """
-        data = _need_object(obj, ())
-        _check_members(data, (), required=("id", "hash"), allowed=None, what="context item")
+        data = need_object(obj, ())
+        check_members(data, (), required=("id", "hash"), allowed=None, what="context item")
         return cls(
             id=data["id"],
             hash=data["hash"],
@@ -585,11 +344,11 @@ class Envelope:
     id: str
     ts: str
     from_: str
-    to: tuple[str, ...] = attrs.field(converter=_as_tuple)
+    to: tuple[str, ...] = attrs.field(converter=as_tuple)
     intent: Intent = attrs.field(converter=_to_intent)
     body: Body
     reply_to: str | None = None
-    context: tuple[ContextRef, ...] | None = attrs.field(default=None, converter=_as_tuple)
+    context: tuple[ContextRef, ...] | None = attrs.field(default=None, converter=as_tuple)
     stream_id: str | None = None
     delta_window: int | None = None
     cap_token: str | None = None
@@ -597,36 +356,36 @@ class Envelope:
     ext: Mapping[str, Any] | None = None
 
     def __attrs_post_init__(self) -> None:
-        _need_uuid(self.id, ("id",))
-        _need_date_time(self.ts, ("ts",))
-        _need_uri(self.from_, ("from",))
+        need_uuid(self.id, ("id",))
+        need_date_time(self.ts, ("ts",))
+        need_uri(self.from_, ("from",))
         if not isinstance(self.to, tuple):
-            raise EnvelopeError(("to",), f"must be an array, not {_kind(self.to)}")
+            raise EnvelopeError(("to",), f"must be an array, not {kind_of(self.to)}")
         if not self.to:
             raise EnvelopeError(("to",), "must name at least one recipient")
         for i, recipient in enumerate(self.to):
-            _need_uri(recipient, ("to", i))
+            need_uri(recipient, ("to", i))
         if self.reply_to is not None:
-            _need_uuid(self.reply_to, ("reply_to",))
+            need_uuid(self.reply_to, ("reply_to",))
         if self.context is not None:
             if not isinstance(self.context, tuple):
-                raise EnvelopeError(("context",), f"must be an array, not {_kind(self.context)}")
+                raise EnvelopeError(("context",), f"must be an array, not {kind_of(self.context)}")
             for i, item in enumerate(self.context):
                 if not isinstance(item, ContextRef):
                     raise EnvelopeError(("context", i), "must be a ContextRef")
         if self.stream_id is not None:
-            _need_str(self.stream_id, ("stream_id",))
+            need_str(self.stream_id, ("stream_id",))
         if self.delta_window is not None:
-            _need_int(self.delta_window, ("delta_window",), 1)
+            need_int(self.delta_window, ("delta_window",), 1)
         if not isinstance(self.body, Body):
             raise EnvelopeError(("body",), "must be a Body")
         if self.cap_token is not None:
-            _need_str(self.cap_token, ("cap_token",))
+            need_str(self.cap_token, ("cap_token",))
         if self.sig is not None:
-            _need_str(self.sig, ("sig",))
+            need_str(self.sig, ("sig",))
         if self.ext is not None:
-            _need_object(self.ext, ("ext",))
-            _check_json(self.ext, ("ext",))
+            need_object(self.ext, ("ext",))
+            check_json(self.ext, ("ext",))
 
     @property
     def effective_delta_window(self) -> int:
@@ -687,12 +446,12 @@ class Delta:
     payload: Mapping[str, Any] | None = None
 
     def __attrs_post_init__(self) -> None:
-        _need_int(self.delta_seq, ("delta_seq",), 0)
-        _need_str(self.stream_id, ("stream_id",))
-        _need_date_time(self.ts, ("ts",))
+        need_int(self.delta_seq, ("delta_seq",), 0)
+        need_str(self.stream_id, ("stream_id",))
+        need_date_time(self.ts, ("ts",))
         if self.payload is not None:
-            _need_object(self.payload, ("payload",))
-            _check_json(self.payload, ("payload",))
+            need_object(self.payload, ("payload",))
+            check_json(self.payload, ("payload",))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object."""
@@ -722,7 +481,7 @@ def _load(data: bytes | str | Mapping[str, Any], max_size: int, what: str) -> di
             f"the {what} is {len(raw)} bytes, more than the {max_size} accepted",
             error_code=PAYLOAD_TOO_LARGE,
         )
-    return _need_object(parse_json(raw), ())
+    return need_object(parse_json(raw), ())
 
 
 def parse_json(raw: bytes | bytearray | memoryview) -> Any:
@@ -766,7 +525,7 @@ def decode_envelope(
     """
     obj = _load(data, max_size, "envelope")
     required = (*_ENVELOPE_REQUIRED, "sig") if require_sig else _ENVELOPE_REQUIRED
-    _check_members(obj, (), required=required, allowed=_ENVELOPE_KEYS, what="envelope")
+    check_members(obj, (), required=required, allowed=_ENVELOPE_KEYS, what="envelope")
     try:
         body = Body.from_dict(obj["body"])
     except EnvelopeError as exc:
@@ -774,7 +533,7 @@ def decode_envelope(
     context: Any = obj.get("context")
     if context is not None:
         if not isinstance(context, list):
-            raise EnvelopeError(("context",), f"must be an array, not {_kind(context)}")
+            raise EnvelopeError(("context",), f"must be an array, not {kind_of(context)}")
         items = []
         for i, item in enumerate(context):
             try:
@@ -784,7 +543,7 @@ def decode_envelope(
         context = tuple(items)
     to = obj["to"]
     if not isinstance(to, list):
-        raise EnvelopeError(("to",), f"must be an array, not {_kind(to)}")
+        raise EnvelopeError(("to",), f"must be an array, not {kind_of(to)}")
     for key in ("reply_to", "stream_id", "delta_window", "cap_token", "sig", "ext"):
         # JSON null is not a string / integer / object: absent members are
         # left out, never written as null.
@@ -821,7 +580,7 @@ def decode_delta(
         EnvelopeError: As :func:`decode_envelope`.
     """
     obj = _load(data, max_size, "delta")
-    _check_members(obj, (), required=_DELTA_REQUIRED, allowed=_DELTA_KEYS, what="delta")
+    check_members(obj, (), required=_DELTA_REQUIRED, allowed=_DELTA_KEYS, what="delta")
     if "payload" in obj and obj["payload"] is None:
         raise EnvelopeError(("payload",), "must not be null (leave the member out instead)")
     return Delta(
@@ -842,7 +601,7 @@ def encode_delta(delta: Delta, *, stream_id: str | None = None) -> bytes:
     """
     out = delta.to_dict()
     if stream_id is not None:
-        _need_str(stream_id, ("stream_id",))
+        need_str(stream_id, ("stream_id",))
         out["stream_id"] = stream_id
     return orjson.dumps(out)
 
@@ -860,10 +619,10 @@ def canonical_json(value: Any) -> bytes:
         EnvelopeError: ``value`` holds something that is not plain JSON
             (NaN, a non-string key, a set, an integer beyond 64 bits...).
     """
-    _check_json(value, ())
+    check_json(value, ())
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError as exc:  # pragma: no cover - _check_json refuses first
+    except orjson.JSONEncodeError as exc:  # pragma: no cover - check_json refuses first
         raise EnvelopeError((), f"cannot be written as JSON: {exc}") from None
 
 
