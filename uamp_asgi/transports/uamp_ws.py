@@ -29,36 +29,12 @@ output (:func:`uamp_stores.orphans.interrupt_lost`). Then this connection
 takes the log over and writes it from there on. Another principal's session
 id is answered ``unknown_session``, like one that never existed.
 
-Payment (UAMP 3.3 and 7.2; spec 004), as ``uamp serve``: before the agent
-runs, its price is locked on the session's latest payment token
-(:meth:`Host.open_charge <uamp_asgi.app.Host.open_charge>`; a ledger answers
-from a worker thread). A response that token does not pay for is *held*:
-``payment.required`` (:func:`uamp_proto.payment.held_event`, with the pending
-``response_id`` and an ``expires_at`` ``Config.payment_wait`` away) goes out
-and the response's task waits. Each token presented (``payment.submit``, or
-``payment_token`` on ``session.update``/``input.text`` answering it) is
-counted against the principal's rate, then judged in one task per session
-(:meth:`Connection.settle`): ``payment.accepted`` wakes the held response,
-which locks its price and runs; ``payment.error`` keeps it waiting. A
-``response.cancel`` ends the wait ``response.cancelled``; the deadline ends it
-``response.error`` ``payment_required``. No agent runs unpaid. The lock
-belongs to the response, not to one call of the agent: a response that waits
-for the client's tool results keeps it (:attr:`Connection.charges`) for its
-next round, and it is settled once, from the response's own tracker, just
-before its terminal event is sent, which ``payment.balance`` follows (or
-when its session or connection ends with it unfinished). A tool result that
-arrives while the previous round is still finishing starts the next round
-when that one ends.
-
-An agent asks for more money mid-response (spec 004 "Mid-Stream Token
-Top-Up") by emitting ``payment.required`` or raising
-:class:`~uamp_proto.payment.PaymentRequiredError`: the response is held the
-same way (its wait is :meth:`Connection.await_payment`) and goes on once a
-token is accepted -- the emitted request locks that much more on the
-response's charge first, a raised one runs the agent again on the
-conversation so far (:mod:`uamp_proto.topup`, shared with ``uamp serve``).
-Unpaid by the deadline, the response ends ``response.error``
-``payment_required`` and is settled within what was locked.
+Payment (UAMP 3.3 and 7.2; spec 004), as ``uamp serve``: no agent runs
+unpaid; a response's price is locked before it runs, a response the token
+does not pay for is held until one is accepted, and the lock is settled
+once, from what the response used. That side of a connection is
+:class:`~uamp_asgi.transports.uamp_ws_payment.PaymentPart` (its module
+holds the theory).
 
 A session's own requests, as ``uamp serve``: ``session.update`` is answered
 ``session.updated`` (a new token must name the connection's principal, else
@@ -85,8 +61,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
-import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
@@ -124,18 +98,10 @@ from uamp_proto.errors import (
 )
 from uamp_proto.payment import (
     Charge,
-    PaymentRequiredError,
     PaymentState,
-    attempt_events,
-    balance_of,
-    bounded_wait,
-    held_event,
-    pricing_of,
-    refusal,
-    settle_event,
 )
 from uamp_proto.principal import Principal
-from uamp_proto.responder import Responder, ResponderError, TurnRequest
+from uamp_proto.responder import Responder, TurnRequest
 from uamp_proto.response import ResponseTracker
 from uamp_proto.resume import (
     LAST_REQUEST,
@@ -147,7 +113,7 @@ from uamp_proto.resume import (
     start_after,
 )
 from uamp_proto.session_request import recoded, spoken_format, turn_request
-from uamp_proto.topup import PayingAgent, PaymentStops
+from uamp_proto.topup import PaymentStops
 from uamp_proto.voice import CallAnswer, CallOffer
 from uamp_stores.event_log import EventLog, HistoryJSON, LogKey, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
@@ -157,6 +123,7 @@ from ..app import Host
 from ..http import HTTPError
 from ..turns import Turn
 from ..websocket import Closed, WebSocket
+from .uamp_ws_payment import PaymentPart, _Unpaid
 
 __all__ = ["Connection", "event_id", "mount"]
 
@@ -191,7 +158,7 @@ def _unknown(sid: str) -> ResumeError:
     )
 
 
-class Connection:
+class Connection(PaymentPart):
     """The state of one UAMP WebSocket connection, and the sessions it logs."""
 
     #: What a call's offer and a turn's ``metadata["transport"]`` name.
@@ -881,180 +848,9 @@ class Connection:
             principal=self.principal,
         )
 
-    def paying(self, sid: str, agent: Responder, core: ResponseTracker) -> PayingAgent:
-        """``agent``, held for the payments it asks for mid-response (:mod:`uamp_proto.topup`)."""
-        stops = self.stops.get(sid)
-        if stops is None or stops[0] is not core:  # a new response: its own count
-            stops = self.stops[sid] = (core, PaymentStops())
-
-        async def hold(required: ev.PaymentRequired) -> None:
-            try:
-                await self.await_payment(sid, required)
-            except _Unpaid as unpaid:
-                why = unpaid.why or "the session ended while the response waited for payment"
-                raise ResponderError("payment_required", why) from None
-
-        def again() -> TurnRequest:
-            request = self.request_of(sid, agent)
-            ctx = self.conn.sessions.get(sid)
-            if request is None or ctx is None or ctx.response is not core:
-                raise ResponderError("payment_required", "the response ended while held")
-            return request
-
-        def charge() -> Charge | None:
-            held = self.charges.get(sid)
-            return held[0] if held is not None and held[1] is core else None
-
-        def token() -> str | None:
-            ctx = self.conn.sessions.get(sid)
-            return ctx.payment.token if ctx is not None else None
-
-        return PayingAgent(
-            agent, stops=stops[1], hold=hold, again=again, charge=charge, token=token
-        )
-
-    async def settle_charge(self, sid: str) -> ev.PaymentBalance | None:
-        """Settle the price held for ``sid`` 's response (once) from what it used;
-        the ``payment.balance`` to send after it, if any."""
-        held = self.charges.pop(sid, None)
-        if held is None:
-            return None
-        charge, tracker = held
-        used = tracker.usage is not None or bool(tracker.output)
-        with anyio.CancelScope(shield=True):
-            balance = await charge.settle(tracker.usage, used=used)
-        return balance
-
-    async def settle_all(self) -> None:
-        """The connection ended: responses left waiting for tool results are settled."""
-        for sid in list(self.charges):
-            await self.settle_charge(sid)
-
-    # --- payment (UAMP 3.3, 7.2; spec 004) ----------------------------------------
-
-    async def preflight(self, sid: str, agent: Responder, response_id: str) -> Charge | None:
-        """Lock the response's price on the session's token, holding it until paid.
-
-        Raises:
-            _Unpaid: The session ended, the client cancelled, or nothing was
-                paid by the requirements' ``expires_at``.
-        """
-        while True:
-            ctx = self.conn.sessions.get(sid)
-            if ctx is None:
-                raise _Unpaid(None)
-            negotiation = ctx.payment
-            if not negotiation.blocks_content:
-                try:
-                    return await self.host.open_charge(
-                        agent, negotiation.token, response_id, self.principal
-                    )
-                except PaymentRequiredError as unpaid:
-                    required = held_event(negotiation, response_id, sid, unpaid)
-            else:
-                required = held_event(negotiation, response_id, sid)
-            await self.await_payment(sid, required)
-
-    async def await_payment(self, sid: str, required: ev.PaymentRequired) -> None:
-        """Send ``payment.required`` and wait until a token is accepted.
-
-        Raises:
-            _Unpaid: As :meth:`preflight`.
-        """
-        required, wait = bounded_wait(required, time.time(), self.host.config.payment_wait)
-        await self.owe(required, sid)
-        with anyio.move_on_after(wait) as scope:
-            self.holds[sid] = scope
-            try:
-                while True:
-                    ctx = self.conn.sessions.get(sid)
-                    if ctx is None:
-                        raise _Unpaid(None)
-                    if ctx.payment.state is PaymentState.ACCEPTED:
-                        return
-                    await self.paid.setdefault(sid, anyio.Event()).wait()
-            finally:
-                ended = self.holds.pop(sid, None) is None
-        if ended:  # end_hold: cancelled, or the session or connection ended
-            raise _Unpaid("cancelled" if sid in self.conn.sessions else None)
-        raise _Unpaid(f"no payment was accepted within {wait:g} s (the requirements' expires_at)")
-
-    def end_hold(self, sid: str) -> None:
-        """End the wait of session ``sid`` 's response held for payment, if any."""
-        scope = self.holds.pop(sid, None)
-        if scope is not None:
-            scope.cancel()
-
-    def end_holds(self) -> None:
-        """The client left: responses held for payment end (nobody will pay them)."""
-        for sid in list(self.holds):
-            self.end_hold(sid)
-
-    async def ask_settle(self, sid: str) -> None:
-        """Judge the session's latest token in a task of its own (one per session at a time).
-
-        Past the principal's rate the token is refused unjudged.
-        """
-        if sid not in self.conn.sessions:
-            return
-        now = time.monotonic()
-        verdict = self.host.payment_attempts.hit(self.principal.key, now, time.time())
-        for event in attempt_events(verdict, sid):
-            await self.owe(event, sid)
-        if not verdict.allowed:
-            return
-        if sid in self.settling:
-            self.settle_again.add(sid)
-            return
-        self.settling.add(sid)
-        self.spawn(self.settle_rounds, sid)
-
-    async def settle_rounds(self, sid: str) -> None:
-        try:
-            while True:
-                self.settle_again.discard(sid)
-                await self.settle(sid)
-                if sid not in self.settle_again:
-                    return
-        finally:
-            self.settling.discard(sid)
-
-    async def settle(self, sid: str) -> None:
-        """Answer the token presented with the policy's verdict, and wake a held response."""
-        ctx = self.conn.sessions.get(sid)
-        agent = self.agents.get(sid)
-        if ctx is None or agent is None:
-            return
-        negotiation = ctx.payment
-        policy = self.host.config.payment_policy
-        unpaid = await refusal(policy, agent.name, negotiation.token, pricing_of(agent))
-        remaining = None if unpaid is not None else await balance_of(policy, negotiation.token)
-        if self.conn.sessions.get(sid) is not ctx:
-            return  # the session ended while the ledger answered
-        pay_id = f"pay_{uuid.uuid4().hex[:24]}"
-        await self.owe(settle_event(negotiation, sid, unpaid, remaining, pay_id), sid)
-        woken = self.paid.pop(sid, None)
-        if woken is not None:
-            woken.set()
-
 
 async def _tell_ended(agent: Responder, ended: voice.CallEnded) -> None:
     await voice.call_ended(agent, ended, log=log)
-
-
-class _Unpaid(UampError):
-    """A held response ends unpaid (``why``: ``None`` the session ended, ``"cancelled"``,
-    else the expiry's message)."""
-
-    def __init__(self, why: str | None) -> None:
-        super().__init__(why)
-        self.why = why
-
-    def event(self, core: ResponseTracker, sid: str) -> ev.Event:
-        """The response's last event."""
-        if self.why == "cancelled":
-            return core.cancelled_event(session_id=sid)
-        return core.error_event("payment_required", str(self.why), session_id=sid)
 
 
 def mount(host: Host) -> None:
