@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import trio
@@ -21,7 +22,9 @@ from tests._support import wire
 from tests._support.wire import CREATE, open_stream, post
 from uamp_proto.principal import ANONYMOUS
 from uamp_stores.event_log import EventLog
+from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import App, DemoAgent
+from uamp_trio.stores import Stores
 from uamp_trio.transports.sse_events import SSEEventsTransport
 
 TIMEOUT = 15
@@ -88,3 +91,68 @@ async def test_two_creates_of_one_name_at_once_one_wins_and_keeps_its_log() -> N
             kinds = await logged(log, sid)
             assert kinds.count("session.created") == 1
             assert kinds[-1] == "response.done"
+
+
+class HeldAlive(SqliteEventLog):
+    """A SQLite event log whose second :meth:`alive` waits for :attr:`gate`.
+
+    A POST naming a session this process does not hold asks first whether
+    the session's process lives (to forward to it), then takes the session
+    on: the second question holds the take-on between reading the
+    session's record and claiming it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate: trio.Event | None = None
+        self.held = trio.Event()
+        self.asked = 0
+
+    async def alive(self, node: str) -> bool:
+        self.asked += 1
+        if self.asked == 2 and self.gate is not None:
+            self.held.set()
+            await self.gate.wait()
+        return await super().alive(node)
+
+
+@asynccontextmanager
+async def serving_log(log: EventLog) -> AsyncIterator[httpx.AsyncClient]:
+    app = App([DemoAgent()], stores=Stores(event_log=log))
+    app.mount(SSEEventsTransport(app).mount)
+    async with (
+        wire.serving(app) as server,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+    ):
+        yield http
+
+
+async def test_a_create_while_the_session_is_taken_on_is_a_duplicate(tmp_path: Path) -> None:
+    """A session left in the log by a process that stopped is taken on by the next POST
+    that names it; a create of that id meanwhile is refused, and the session taken on is
+    served and logged."""
+    path = tmp_path / "events.db"
+    with trio.fail_after(TIMEOUT):
+        async with serving_log(SqliteEventLog(path)) as http:
+            sid = (await post(http, CREATE)).json()["session_id"]
+            await turn(http, sid)
+        log = HeldAlive(path)
+        gate = log.gate = trio.Event()
+        async with serving_log(log) as http:
+            taken: list[httpx.Response] = []
+
+            async def take_on() -> None:
+                taken.append(await post(http, {"type": "ping"}, sid))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(take_on)
+                await log.held.wait()
+                again = await post(http, {**CREATE, "session_id": sid})
+                gate.set()
+            assert again.status_code == 400, again.text
+            assert again.json()["error"]["code"] == "duplicate_session"
+            assert taken[0].status_code == 200, taken[0].text
+            await turn(http, sid)
+            kinds = await logged(log, sid)
+            assert kinds.count("session.created") == 1  # not begun afresh
+            assert kinds.count("response.done") == 2 and kinds[-1] == "response.done"
