@@ -59,9 +59,12 @@ by ``(principal, session id)``. Any other principal naming the id -- to POST
 events or to read the stream -- gets the same 404 as for an id that never
 existed. A ``session.create`` never attaches to a live session: with an id
 that principal already uses it is refused (400 ``duplicate_session``, as the
-core refuses a duplicate on one WebSocket); the same id proposed by another
-principal opens that principal's own, separate session, exactly as an unused
-id would. Session ids are therefore unique per principal, not server-wide
+core refuses a duplicate on one WebSocket) -- also while another request
+opens or takes on that session, and when a WebSocket session of the
+principal's writes its log: the id is claimed before the request's first
+await, so nothing begins that session's log afresh. The same id proposed
+by another principal opens that principal's own, separate session, exactly
+as an unused id would. Session ids are therefore unique per principal, not server-wide
 (as on the WebSocket, where they are per connection).
 
 Errors: a body that is not JSON, not an event (or array of events), or an
