@@ -11,7 +11,9 @@ missing, never someone else's.
 
 * A new session begins its log and *answers* for it (:meth:`EventLogPart._answer_for`):
   a ``response.cancel`` sent on a connection that resumed the session
-  elsewhere reaches the response running here through the log.
+  elsewhere reaches the response running here through the log. One naming a
+  session whose log this process writes (the caller's, live on another
+  connection) is refused ``duplicate_session`` (:meth:`EventLogPart._log_taken`).
 * When the socket goes away the host *detaches* (:meth:`EventLogPart.detach`):
   its running responses go on into the log and the connection lingers until
   they end (:meth:`EventLogPart.linger`), or are cut off ``interrupted``.
@@ -74,6 +76,22 @@ class EventLogPart(HostState):
         if log is None or not log.health.unavailable:
             return None
         return "the session store is unavailable; try again shortly"
+
+    def _log_taken(self, sid: str) -> bool:
+        """Refuse a new session whose log this process writes already (``duplicate_session``).
+
+        The log is keyed by principal and id, not by connection: the caller's
+        session of that id on another connection (or lingering after it) writes
+        it, and a new one would begin it afresh and take it over. Nothing is
+        begun yet, so the refused session lets go of nothing.
+        """
+        log, session = self.event_log, self._sessions.get(sid)
+        if log is None or session is None or not log.writing((session.principal.key, sid)):
+            return False
+        self.refusal = ("duplicate_session", f"session {sid!r} already exists")
+        self._owe(session_error(sid, *self.refusal, "session_id"))  # ends it in the core
+        self._drop(sid)
+        return True
 
     def _begin_log(self, sid: str) -> None:
         """Start the log of a new session: every event it sends from now on is logged."""

@@ -824,6 +824,8 @@ class SessionHost(ResponsePart):
         self._nursery.start_soon(self._admit, auth, session, token)
 
     def _accept(self, sid: str, agent: Responder) -> None:
+        if self._log_taken(sid):
+            return
         data = self.conn.accept(sid, agent=agent.name, created_at=self._clock())
         self._begin_log(sid)
         self._log(sid, data)
