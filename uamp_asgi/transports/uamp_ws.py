@@ -27,7 +27,10 @@ or, on a shared store, another -- until the response ends. A response whose
 process is gone ends ``response.error`` ``interrupted`` with its partial
 output (:func:`uamp_stores.orphans.interrupt_lost`). Then this connection
 takes the log over and writes it from there on. Another principal's session
-id is answered ``unknown_session``, like one that never existed.
+id is answered ``unknown_session``, like one that never existed. A fresh
+``session.create`` naming a session whose log this process writes (the
+caller's, live on another connection or over HTTP+SSE) is refused
+``duplicate_session``: it would begin that log afresh under its writer.
 
 Payment (UAMP 3.3 and 7.2; spec 004), as ``uamp serve``: no agent runs
 unpaid; a response's price is locked before it runs, a response the token
@@ -647,6 +650,14 @@ class Connection(PaymentPart):
         if self.log.health.unavailable:
             message = "the session store is unavailable; try again shortly"
             await self.refuse(sid, STORE_UNAVAILABLE, message)
+            return
+        if after is None and self.log.writing((self.principal.key, sid)):
+            # The caller's session of that id writes this log (live on another
+            # connection, or over HTTP+SSE): a new one would begin it afresh and
+            # take it over. Checked with no await before begin_log: of two
+            # creates naming one id, one wins.
+            taken = f"session {sid!r} already exists"
+            await self.refuse(sid, "duplicate_session", taken, "session_id")
             return
         self.agents[sid] = agent
         self.tokens[sid] = event.token
