@@ -215,11 +215,13 @@ async def test_http_sse_posts_carry_their_own_credential(tmp_path: Path) -> None
     agent = CountingAgent()
     app = _jwt_app(tmp_path, agent)
     app.mount(sse_events.mount)
-    exp = int(time.time()) + 2
-    short = {"authorization": f"Bearer {ISSUER.token('alice', exp=exp)}"}
     fresh = {"authorization": f"Bearer {ISSUER.token('alice')}"}
     async with wire.serving(app) as server:
         base = f"http://127.0.0.1:{server.port}"
+        # The short token is made once the server listens: under load, starting
+        # it took long enough for a token made before to lapse before the create.
+        exp = int(time.time()) + 3
+        short = {"authorization": f"Bearer {ISSUER.token('alice', exp=exp)}"}
         with trio.fail_after(TIMEOUT):
             async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT) as http:
                 http.headers.update(short)
