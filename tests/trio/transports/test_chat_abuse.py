@@ -125,10 +125,11 @@ async def test_after_expiry_every_room_action_is_refused_until_session_update(
     agent = CountingAgent()
     app = _jwt_app(tmp_path, agent)
     app.mount(uamp_ws.mount)
-    exp = int(time.time()) + 2
-    short = ISSUER.token("alice", exp=exp)
     async with wire.serving(app) as server:
         base = f"ws://127.0.0.1:{server.port}/ws"
+        # Made once the server listens, so its seconds go to the joins below.
+        exp = int(time.time()) + 3
+        short = ISSUER.token("alice", exp=exp)
         with trio.fail_after(TIMEOUT):
             async with (
                 open_ws(f"{base}?token={short}") as a_ws,
