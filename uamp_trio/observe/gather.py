@@ -82,6 +82,16 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
             now = time.monotonic()
             with self._guard:
                 lines = self._lines
+                if not lines and now - self._last_write >= GATHER_SECONDS:
+                    # The first line after a quiet period, alone (what _write_out
+                    # does with a batch of one, without a second hold of the lock).
+                    try:
+                        self.stream.write(line + self.terminator)
+                        self.stream.flush()
+                    except Exception:
+                        pass  # as _write_out
+                    self._last_write = now
+                    return
                 lines.append(line)
                 count = len(lines)
             if count >= GATHER_LINES or now - self._last_write >= GATHER_SECONDS:
