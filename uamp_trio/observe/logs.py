@@ -171,9 +171,11 @@ class AccessLog:
                 exchange.transport,
             )
             parts = self._parts.get(key) or self._new_parts(key)
+            status = exchange.status
             handler.write_line(
                 f"{second}{_MILLIS[int((now - whole) * 1000)]}{parts[0]}"
-                f"{exchange.status:d} {exchange.duration * 1000:.1f}{parts[1]}"
+                f"{_STATUS_TEXT.get(status) or f'{status:d} '}"
+                f"{exchange.duration * 1000:.1f}{parts[1]}"
             )
             return
         ms = exchange.duration * 1000
@@ -253,6 +255,8 @@ _ACCESS_FORMAT = '%s "%s %s %s" %d %.1fms agent=%s transport=%s'
 _TEXT_LINE = "%s%s" + _ACCESS_FORMAT
 #: ``.000Z `` to ``.999Z ``: a timestamp's milliseconds (an index, not a format).
 _MILLIS = tuple(f".{ms:03d}Z " for ms in range(1000))
+#: ``"200 "``: a status and the space after it, as ``%d`` writes it (a lookup, not a format).
+_STATUS_TEXT = {status: f"{status:d} " for status in range(100, 600)}
 #: Line parts an access log keeps (a new client, path or agent is a new entry).
 _PARTS_KEPT = 512
 
