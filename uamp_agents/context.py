@@ -387,16 +387,14 @@ class ExecutionContext:
     async def _emit_whole(self, response: ModelResponse) -> None:
         """Emit a reply fetched whole as a stream of it would end: thinking, text, usage."""
         emitter = self._upp_emitter or self._wrap_upp
-        events: list[Event] = []
+        # Each event built once the one before it is out (no list of them).
         if response.thinking:
-            events.append(Thinking(content=response.thinking, is_delta=True))
+            await emitter(Thinking(content=response.thinking, is_delta=True))
         text = response.message.text
         if text:
-            events.append(_text_delta(_delta_text(text)))
+            await emitter(_text_delta(_delta_text(text)))
         if response.usage is not None:
-            events.append(_usage_delta(response.usage))
-        for event in events:
-            await emitter(event)
+            await emitter(_usage_delta(response.usage))
 
     def add_usage(self, usage: UsageStats | None, step: int) -> None:
         """Add ``usage`` to the run's total and to step ``step``'s total."""
