@@ -10,9 +10,11 @@ those, h11's general reader (line extraction, one regex per header, header
 normalisation, a state machine) is most of the server's per-request cost.
 :func:`parse_head` reads exactly that common shape line by line (a line
 read before is looked up, not parsed again: clients repeat theirs on every
-request), and returns ``None`` (*defer*)
-for everything else, so that the caller hands the same bytes to h11, whose
-answer (the request, or its error) is then the server's answer.
+request; one that is never kept whole, such as ``Content-Length`` or
+``Authorization``, is read by its name when that name was read before),
+and returns ``None`` (*defer*) for everything else, so that the caller
+hands the same bytes to h11, whose answer (the request, or its error) is
+then the server's answer.
 
 It never accepts what h11 would reject and, when it accepts, it returns what
 h11 would: the method, the target, the headers with lowercase names and
@@ -76,6 +78,14 @@ _request_lines: dict[str, tuple[str, str]] = {}
 _field_lines: dict[str, tuple[str, str]] = {}
 _LINES_MAX = 512
 _LINE_LONGEST = 256
+#: Header names read before, as sent, to their lowercase form: a line that is
+#: not kept whole (its value changes per request: ``Content-Length``; or is
+#: a credential: ``Authorization``) is read by its name and a check that its
+#: value is printable, without the line's regex. Names only, so no
+#: credential is kept; bounded as the lines are, names over
+#: :data:`_NAME_LONGEST` characters not kept.
+_field_names: dict[str, str] = {}
+_NAME_LONGEST = 64
 _UNREMEMBERED: Final = frozenset(
     {
         "authorization",
@@ -103,11 +113,24 @@ def _request_line(line: str) -> tuple[str, str] | None:
 
 def _field_line(line: str) -> tuple[str, str] | None:
     """``(lowercase name, value without OWS)`` of a header line, or ``None`` outside the subset."""
-    match = _FIELD_LINE_RE.fullmatch(line)
-    if match is None:
-        return None
-    name, value = match.groups()
-    read = (name.lower(), value.strip(_OWS))
+    name, colon, value = line.partition(":")
+    lower = _field_names.get(name)
+    if lower is not None and colon and line.isprintable():
+        # A name read before (a token: no colon in it) and a printable value:
+        # a latin-1 character is printable only if it is visible ASCII, SP or
+        # obs-text other than NBSP and SHY, all of which the value's class
+        # takes. Anything else (HTAB, a control) goes through the regex.
+        read = (lower, value.strip(_OWS))
+    else:
+        match = _FIELD_LINE_RE.fullmatch(line)
+        if match is None:
+            return None
+        name, value = match.groups()
+        read = (name.lower(), value.strip(_OWS))
+        if len(name) <= _NAME_LONGEST:
+            if len(_field_names) >= _LINES_MAX:
+                _field_names.clear()
+            _field_names[name] = read[0]
     if len(line) <= _LINE_LONGEST and read[0] not in _UNREMEMBERED:
         if len(_field_lines) >= _LINES_MAX:
             _field_lines.clear()

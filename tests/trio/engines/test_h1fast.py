@@ -290,6 +290,7 @@ def test_remembered_lines_read_as_the_whole_head_regex(heads: list[bytes], fresh
     if fresh:
         h1fast._request_lines.clear()
         h1fast._field_lines.clear()
+        h1fast._field_names.clear()
     for data in heads:
         expected = reference_head(data, 0, MAX)
         assert parse_head(data, 0, MAX) == expected
@@ -301,6 +302,30 @@ def test_a_line_seen_valid_does_not_make_a_longer_line_valid() -> None:
     assert parse_head(BASE, 0, MAX) is not None  # "Host: a" remembered
     for bad in (b"Host: a\rb", b"Host: a\nb", b"Host: a\x00", b"Host: a\x7f"):
         assert parse_head(replaced(BASE, b"Host: a", bad), 0, MAX) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["Content-Length", "Authorization", "X-N"]),
+    st.text(st.characters(min_codepoint=0, max_codepoint=255), max_size=12),
+)
+def test_a_known_name_reads_a_line_as_its_regex(name: str, value: str) -> None:
+    """A line not kept whole, its name read before: the regex's reading, controls included."""
+    line = f"{name}:{value}"
+    h1fast._field_names.clear()
+    cold = h1fast._field_line(line)
+    h1fast._field_line(f"{name}: 1")  # the name read and kept
+    assert name in h1fast._field_names
+    assert h1fast._field_line(line) == cold
+    match = h1fast._FIELD_LINE_RE.fullmatch(line)
+    assert cold == (None if match is None else (name.lower(), value.strip(" \t")))
+
+
+def test_a_known_name_without_its_colon_is_no_line() -> None:
+    """``Host`` alone is no header line, even with the name ``Host`` read before."""
+    assert h1fast._field_line("Host: a") is not None
+    assert h1fast._field_line("Host") is None
+    assert h1fast._field_line("Host\x00: a") is None
 
 
 def test_remembered_lines_are_bounded_and_keep_no_credentials() -> None:
@@ -324,3 +349,8 @@ def test_remembered_lines_are_bounded_and_keep_no_credentials() -> None:
     long = b"GET / HTTP/1.1\r\nHost: a\r\nX-Long: " + b"v" * 1000 + b"\r\n\r\n"
     assert parse_head(long, 0, MAX) is not None
     assert not any(len(line) > h1fast._LINE_LONGEST for line in h1fast._field_lines)
+    for i in range(3 * h1fast._LINES_MAX):  # names, too, whatever clients make up
+        assert parse_head(b"GET / HTTP/1.1\r\nHost: a\r\nX-%d: v\r\n\r\n" % i, 0, MAX)
+        assert len(h1fast._field_names) <= h1fast._LINES_MAX
+    assert parse_head(b"GET / HTTP/1.1\r\nHost: a\r\nX-" + b"n" * 100 + b": v\r\n\r\n", 0, MAX)
+    assert not any(len(name) > h1fast._NAME_LONGEST for name in h1fast._field_names)
