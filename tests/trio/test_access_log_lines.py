@@ -196,7 +196,7 @@ def test_a_line_past_the_period_writes_the_batch_with_it(
     stream = Counted()
     handler = GatheredHandler(stream)
     clock = [1000.0]
-    monkeypatch.setattr(gather.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])  # (the module gather reads)
 
     async def main() -> None:
         handler.write_line("one")  # at once
