@@ -241,7 +241,9 @@ class Connection:
         self._ids = self.config.ids
         self._sessions: dict[str, SessionContext] = {}
         self._ended: deque[str] = deque(maxlen=256)
-        self._inbox: deque[bytes | str] = deque()
+        #: Messages :meth:`receive` queued that :meth:`next_event` has not
+        #: taken yet, oldest first (read only: test it to skip that call).
+        self.inbox: deque[bytes | str] = deque()
         #: Replies the core owes the peer (pongs, errors), oldest first;
         #: :meth:`data_to_send` drains it (test it to skip that call).
         self.owed: list[bytes] = []
@@ -285,12 +287,33 @@ class Connection:
             LocalProtocolError: more than ``max_queued`` messages are waiting;
                 call :meth:`next_event` first.
         """
-        if len(self._inbox) >= self.config.max_queued:
+        if len(self.inbox) >= self.config.max_queued:
             raise LocalProtocolError(
                 "receive queue is full: call next_event() before receiving more",
                 code="queue_full",
             )
-        self._inbox.append(data)
+        self.inbox.append(data)
+
+    def receive_event(self, data: bytes | str) -> ev.Event | ev.UnknownEvent | _NeedData:
+        """:meth:`receive` one message, then :meth:`next_event`: in one call.
+
+        With nothing queued before it (a host that drains after every
+        message), this is the event of ``data``; otherwise the oldest queued
+        event, ``data`` waiting behind the others. Either way exactly what
+        ``receive(data)`` followed by ``next_event()`` returns, raises and
+        changes; a host then calls :meth:`next_event` only while
+        :attr:`inbox` holds more (two calls a message fewer on a server's
+        way to its first delta).
+
+        Raises:
+            LocalProtocolError: as :meth:`receive` (the queue is full).
+            RemoteProtocolError: as :meth:`next_event`.
+        """
+        inbox = self.inbox
+        if inbox and len(inbox) >= self.config.max_queued:
+            self.receive(data)  # raises queue_full
+        inbox.append(data)
+        return self.next_event()
 
     def next_event(self) -> ev.Event | ev.UnknownEvent | _NeedData:
         """The next incoming event, checked and applied, or :data:`NEED_DATA`.
@@ -300,9 +323,9 @@ class Connection:
                 Its ``reply`` is queued in :meth:`data_to_send`; the
                 connection stays usable.
         """
-        if not self._inbox:
+        if not self.inbox:
             return NEED_DATA
-        data = self._inbox.popleft()
+        data = self.inbox.popleft()
         if len(data) > self.config.max_event_size:
             raise self._remote(
                 RemoteProtocolError(

@@ -66,7 +66,7 @@ def _state(conn: ServerConnection) -> Any:
     return {
         "sessions": {sid: _plain(s) for sid, s in conn._sessions.items()},
         "ended": list(conn._ended),
-        "inbox": list(conn._inbox),
+        "inbox": list(conn.inbox),
         "owed": list(conn.owed),
         "last_event_id": conn.last_event_id,
         "next_event_id": next(conn._evt_ids),  # both draw one, as below
@@ -77,8 +77,13 @@ def _state(conn: ServerConnection) -> Any:
 def _outcome(conn: ServerConnection, data: bytes) -> Any:
     """What ``next_event`` does with ``data``: the event, or the error (with its reply)."""
     conn.receive(data)
+    return _result(conn.next_event)
+
+
+def _result(take: Callable[[], Any]) -> Any:
+    """What ``take()`` returned (the event) or raised (the error, with its reply)."""
     try:
-        event = conn.next_event()
+        event = take()
     except ProtocolError as exc:
         return (
             type(exc).__name__,
@@ -371,6 +376,57 @@ def test_any_sequence_answers_as_the_general_path(setup: Setup, messages: list[b
     if setup.response is not None and not setup.accepted:
         setup = attrs.evolve(setup, accepted=True)  # a response needs an active session
     _compare(setup, messages)
+
+
+def _received(conn: ServerConnection, data: bytes) -> Any:
+    """What ``receive_event`` does with ``data``, in ``_outcome`` 's terms."""
+    return _result(lambda: conn.receive_event(data))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    setup=_setups,
+    queued=st.lists(_messages, max_size=2),
+    messages=st.lists(_messages, min_size=1, max_size=5),
+)
+def test_receive_event_is_receive_then_next_event(
+    setup: Setup, queued: list[bytes], messages: list[bytes]
+) -> None:
+    """``receive_event(data)`` returns, raises and changes what ``receive`` + ``next_event`` do.
+
+    Both servers take the shortcuts; ``queued`` messages wait in the inbox
+    first (``receive_event`` then returns the oldest, ``data`` behind them).
+    """
+    if setup.response is not None and not setup.accepted:
+        setup = attrs.evolve(setup, accepted=True)
+    one, two = _server(setup, True), _server(setup, True)
+    for data in queued:
+        one.receive(data)
+        two.receive(data)
+    for data in messages:
+        assert _received(one, data) == _outcome(two, data), data
+        assert _state(one) == _state(two), data
+
+
+def test_receive_event_refuses_a_full_queue_as_receive_does() -> None:
+    one = ServerConnection(ConnectionConfig(ids=counter_ids(1), max_queued=1))
+    two = ServerConnection(ConnectionConfig(ids=counter_ids(1), max_queued=1))
+    one.receive(_create("s1"))
+    two.receive(_create("s1"))
+    with pytest.raises(LocalProtocolError) as refused:
+        one.receive_event(_create("s2"))
+    with pytest.raises(LocalProtocolError) as expected:
+        two.receive(_create("s2"))
+    assert (refused.value.code, refused.value.message) == (
+        expected.value.code,
+        expected.value.message,
+    )
+    assert refused.value.code == "queue_full"
+    assert list(one.inbox) == list(two.inbox) == [_create("s1")]
+    # An empty queue never refuses, whatever the bound.
+    assert isinstance(one.next_event(), ev.SessionCreate)
+    assert isinstance(one.receive_event(_create("s2")), ev.SessionCreate)
+    assert not one.inbox
 
 
 # --- response.done ------------------------------------------------------------
