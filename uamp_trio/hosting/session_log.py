@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -59,7 +59,10 @@ from .session_state import HostState, SessionState, session_error
 if TYPE_CHECKING:
     from uamp_stores.event_log import LogKey
 
-__all__ = ["EventLogPart"]
+__all__ = ["STORE_DOWN", "EventLogPart"]
+
+#: Why new work is refused while the event log's store does not answer.
+STORE_DOWN: Final = "the session store is unavailable; try again shortly"
 
 
 def last_request(record: SessionRecord) -> dict[str, str]:
@@ -75,7 +78,7 @@ class EventLogPart(HostState):
         log = self.event_log
         if log is None or not log.health.unavailable:
             return None
-        return "the session store is unavailable; try again shortly"
+        return STORE_DOWN
 
     def _log_taken(self, sid: str) -> bool:
         """Refuse a new session whose log this process writes already (``duplicate_session``).

@@ -39,6 +39,7 @@ from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.codec import unstructure
 from uamp_proto.errors import FlowControlError, LocalProtocolError
 from uamp_proto.interrupts import advertised
+from uamp_proto.payment import BLOCKING_STATES
 from uamp_proto.principal import Principal
 from uamp_proto.responder import ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
@@ -49,7 +50,7 @@ from uamp_stores.health import STORE_UNAVAILABLE
 from .agents import AGENT_OFFLINE
 from .interrupts import ResponsePort
 from .outbox import OutboxClosed, write_at_yields
-from .session_log import EventLogPart
+from .session_log import STORE_DOWN, EventLogPart
 from .session_payment import HostPayingAgent, PaymentPart
 from .session_state import ResponseState, SessionGone, SessionState, session_error
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
@@ -97,8 +98,8 @@ class ResponsePart(PaymentPart, EventLogPart):
         if not session.worker:
             session.worker = True
             self._nursery.start_soon(self._work, session)
-        elif session.idle:
-            session.idle.unpark_all()
+        else:
+            session.idle.wake()
 
     # --- a busy session (docs/busy.md) ----------------------------------------------
 
@@ -243,6 +244,7 @@ class ResponsePart(PaymentPart, EventLogPart):
 
     async def _responses(self, session: SessionState) -> None:
         """The body of :meth:`_work`."""
+        task = trio.lowlevel.current_task()
         try:
             while self._sessions.get(session.id) is session:
                 scope = session.scope = trio.CancelScope()
@@ -252,7 +254,7 @@ class ResponsePart(PaymentPart, EventLogPart):
                         job = session.queued
                         if job is None:
                             if not self._take_held(session):
-                                await session.idle.park()
+                                await session.idle.park(task)
                             continue
                         if session.stopped or job[0].cancel_requested:
                             # Cancelled before it started (maybe before this
@@ -358,10 +360,10 @@ class ResponsePart(PaymentPart, EventLogPart):
             )
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
-        down = self._store_down()
-        if down is not None:
+        log = self.event_log  # _store_down, inline (every response asks)
+        if log is not None and log.health.unavailable:
             # The agent does not run: what it sent could not be kept for a resume.
-            error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=down)
+            error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=STORE_DOWN)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
         ctx = self._contexts.get(session.id)
@@ -369,7 +371,7 @@ class ResponsePart(PaymentPart, EventLogPart):
         try:
             if (
                 ctx is None
-                or ctx.payment.blocks_content
+                or ctx.payment.state in BLOCKING_STATES  # its blocks_content, inline
                 or (app is not None and app.payment_policy is not None)
             ):
                 await self._preflight(session, response)  # else nothing to hold or lock
@@ -382,36 +384,31 @@ class ResponsePart(PaymentPart, EventLogPart):
         if tracker is not None and tracker.response_id != rid:
             tracker = None
         try:
-            await self._run_rounds(session, response, create)
+            # The agent's calls of one response: again after client tools or
+            # a payment (inline: a coroutine less on the way to the first delta).
+            agent = HostPayingAgent(self, session, response, create)
+            first = True
+            while True:
+                request = self._request(session, rid, create, port=True)
+                if request is None:
+                    return
+                status = await self._run_turn(session, response, agent, request, first)
+                first = False
+                if status != "requires_action":
+                    return
+                # Section 3.2: wait for the client's tool.result events.
+                while True:
+                    ctx = self._contexts.get(session.id)
+                    if ctx is None or ctx.response is None or ctx.response.response_id != rid:
+                        return
+                    if not ctx.response.pending_tool_calls:
+                        break
+                    await session.wakeup.park()
         finally:
             # However the response ended (done, failed, cancelled, session
             # gone, or never started): charge what it used, free the rest.
             if response.charge is not None or response.balance is not None:
                 await self._settle_charge(session, response, tracker)
-
-    async def _run_rounds(
-        self, session: SessionState, response: ResponseState, create: ev.ResponseCreate
-    ) -> None:
-        """The agent's calls of one response: again after client tools or a payment."""
-        rid = response.id
-        agent = HostPayingAgent(self, session, response, create)
-        first = True
-        while True:
-            request = self._request(session, rid, create, port=True)
-            if request is None:
-                return
-            status = await self._run_turn(session, response, agent, request, first)
-            first = False
-            if status != "requires_action":
-                return
-            # Section 3.2: wait for the client's tool.result events.
-            while True:
-                ctx = self._contexts.get(session.id)
-                if ctx is None or ctx.response is None or ctx.response.response_id != rid:
-                    return
-                if not ctx.response.pending_tool_calls:
-                    break
-                await session.wakeup.park()
 
     async def _run_turn(
         self,

@@ -385,28 +385,41 @@ class SessionHost(ResponsePart):
         self._message = message if carrier is None else carrier
         conn = self.conn
         errors: list[RemoteProtocolError] = []
+        # The message in and its event out in one call (receive_event); then
+        # next_event only while the core holds more (an audio turn queued by
+        # the dispatch): the same events as receive() and next_event() until
+        # NEED_DATA, two calls fewer.
+        inbox = conn.inbox
+        event: ev.Event | ev.UnknownEvent | object | None
         try:
-            conn.receive(message)
+            event = conn.receive_event(message)
+        except RemoteProtocolError as exc:
+            errors.append(exc)
+            self._flush_owed()
+            event = None
         except LocalProtocolError as exc:  # pragma: no cover - drained after every message
+            if exc.code != "queue_full":
+                raise
             errors.append(RemoteProtocolError(exc.message, code="overloaded"))
             return errors
-        while True:
+        while event is not NEED_DATA:
+            if event is not None:
+                if conn.owed:
+                    self._flush_owed()
+                if isinstance(event, ev.Event):
+                    self._dispatch(event)
+                else:
+                    # Section 14.3: an unknown event type is logged, never an error.
+                    assert isinstance(event, ev.UnknownEvent)
+                    log.info("ignoring an event of unknown type %r", event.type[:64])
+            if not inbox:
+                break
             try:
                 event = conn.next_event()
             except RemoteProtocolError as exc:
                 errors.append(exc)
                 self._flush_owed()
-                continue
-            if event is NEED_DATA:
-                break
-            if conn.owed:
-                self._flush_owed()
-            if isinstance(event, ev.Event):
-                self._dispatch(event)
-            else:
-                # Section 14.3: an unknown event type is logged, never an error.
-                assert isinstance(event, ev.UnknownEvent)
-                log.info("ignoring an event of unknown type %r", event.type[:64])
+                event = None
         if conn.owed:
             self._flush_owed()
         return errors
