@@ -283,7 +283,7 @@ class _WebsocketsEngine(FrameEngine):
             payload = buf[head:stop]
             body = _apply_mask(payload, buf[key:head]) if masked else bytes(payload)
             if op == 1:
-                if not _valid_text(body):
+                if not (body.isascii() or _valid_text(body)):  # ASCII: no call
                     break
                 out.append(body)
             elif op == 2:
@@ -294,7 +294,8 @@ class _WebsocketsEngine(FrameEngine):
                 self._pongs += 1
             pos = stop
         if end - pos < 2:
-            self._keep(buf, pos)
+            if pos:  # _keep, inline (every read ends here)
+                del buf[:pos]
             return out, b""
         rest = bytes(buf[pos:])
         self._pending = None
