@@ -108,6 +108,12 @@ class Outbox:
         #: Whether the task running now holds its events (see :func:`write_at_yields`).
         self.holding = False
         self._held = False
+        #: Set by a producer that handed a worker work to start (the session
+        #: host's ``response.create``); the transport's reader takes it
+        #: (:meth:`follow`).
+        self.woken = False
+        #: The reader waiting in :meth:`follow` for a worker's step to end.
+        self._follower: trio.lowlevel.Task | None = None
 
     def __len__(self) -> int:
         return len(self._items) + len(self._owed) + len(self._pushed)
@@ -163,9 +169,36 @@ class Outbox:
         return True
 
     def release(self) -> None:
-        """The holding task's step ends: write what it held (see the class docstring)."""
+        """The holding task's step ends: write what it held (see the class docstring).
+
+        Then the reader waiting in :meth:`follow`, if any, is woken.
+        """
         self.holding = False
         self.write_held()
+        self.woken = False  # a worker's step ended: nothing is left to follow
+        follower = self._follower
+        if follower is not None:
+            self._follower = None
+            trio.lowlevel.reschedule(follower)
+
+    async def follow(self) -> None:
+        """Wait until a holding task's step ends (:meth:`release`); for the reader.
+
+        A reader that just handed a worker a response waits here before it
+        waits for its socket again: the worker runs first, and the reader's
+        registration with the I/O poller (a system call and about ten calls
+        in trio) comes after the response's first write instead of before
+        it. Every step of a worker ends in :meth:`release`, a step that
+        blocks too, so the reader is back within one step of the worker's
+        (where a ``response.cancel`` is read). Cancellable.
+        """
+        self.woken = False
+        self._follower = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._unfollow)
+
+    def _unfollow(self, _: object) -> trio.lowlevel.Abort:
+        self._follower = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def write_held(self) -> None:
         """Write what the holding task held so far, now; it holds on for the rest of its step."""

@@ -98,8 +98,9 @@ class ResponsePart(PaymentPart, EventLogPart):
         if not session.worker:
             session.worker = True
             self._nursery.start_soon(self._work, session)
-        else:
-            session.idle.wake()
+            self.outbox.woken = True  # the reader lets the worker run first
+        elif session.idle.wake():
+            self.outbox.woken = True
 
     # --- a busy session (docs/busy.md) ----------------------------------------------
 

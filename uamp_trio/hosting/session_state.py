@@ -106,12 +106,14 @@ class IdleWorker:
         self.task = None
         return trio.lowlevel.Abort.SUCCEEDED
 
-    def wake(self) -> None:
-        """Reschedule the waiting worker, if it waits."""
+    def wake(self) -> bool:
+        """Reschedule the waiting worker, if it waits; ``True`` if it did."""
         task = self.task
-        if task is not None:
-            self.task = None
-            trio.lowlevel.reschedule(task)
+        if task is None:
+            return False
+        self.task = None
+        trio.lowlevel.reschedule(task)
+        return True
 
 
 class SessionState:

@@ -165,6 +165,7 @@ class _Connection:
 
     async def reader(self, initial: bytes) -> None:
         engine, host, stream = self.engine, self.host, self.stream
+        outbox = host.outbox
         data = initial
         try:
             while True:
@@ -179,13 +180,16 @@ class _Connection:
                             await host.drained()
                     self.last_received = self._now()
                     if engine.owes:  # pongs and close replies
-                        host.outbox.poke()
+                        outbox.poke()
+                    if outbox.woken:
+                        # A worker got a response: it runs (and writes) before
+                        # this task registers for its next read.
+                        await outbox.follow()
                 data = await receive_when_ready(stream, READ_SIZE)
                 if not data:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:
             log.debug("UAMP WebSocket closed: %s", closed)
-            outbox = host.outbox
             # Resumable sessions with a response running go on into their log.
             if not (isinstance(host, SessionHost) and host.detach()):
                 host.close_all(notify=False)

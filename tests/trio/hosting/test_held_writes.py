@@ -131,3 +131,48 @@ async def test_an_exception_of_the_task_propagates_after_its_events_are_written(
         await write_at_yields(producer(), outbox)
     assert writer.flushes == [[b"e"]]
     assert not outbox.holding
+
+
+async def test_a_follower_wakes_when_a_holding_step_ends() -> None:
+    # Outbox.follow: the reader waits there for a worker's step to end
+    # (release), a step that blocks included; a step's end clears the mark.
+    writer = Recorder()
+    outbox = outbox_with(writer)
+    seen: list[str] = []
+    gate = trio.Event()
+
+    async def worker() -> None:
+        await outbox.put(b"first")
+        seen.append("worker step")
+        await gate.wait()  # blocks: its step ends here
+        seen.append("worker again")
+
+    async def reader() -> None:
+        await outbox.follow()
+        seen.append("reader back")
+        assert writer.flushes == [[b"first"]]  # written before the reader ran
+        gate.set()
+
+    async with trio.open_nursery() as nursery:
+        outbox.woken = True
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not outbox.woken and seen == []
+
+        async def holding() -> None:
+            await write_at_yields(worker(), outbox)
+
+        nursery.start_soon(holding)
+    assert seen == ["worker step", "reader back", "worker again"]
+
+    outbox.woken = True
+    await write_at_yields(trio.sleep(0), outbox)
+    assert not outbox.woken  # a step ended: nothing is left to follow
+
+
+async def test_a_follower_is_cancellable() -> None:
+    outbox = Outbox(size=8)
+    with trio.move_on_after(0.01) as scope:
+        await outbox.follow()
+    assert scope.cancelled_caught
+    await write_at_yields(trio.sleep(0), outbox)  # a later step end wakes nobody

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
+import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
@@ -35,6 +36,7 @@ from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import App, Server
 from uamp_trio.client.websocket import _handshake
 from uamp_trio.engines.ws_frames import WebSocketClosed, make_engine
+from uamp_trio.hosting import ws_connection
 from uamp_trio.stores import Stores
 from uamp_trio.transports import uamp_ws
 
@@ -47,13 +49,16 @@ class Says(TestAgent):
     """``"N"``: N deltas ``d0 d1 ...``; ``"big N"``: one delta of N bytes.
 
     ``"big-hold N"``: the same, then it waits forever; ``"wait N"``: N
-    deltas, then ``after`` once :data:`GATE` is set.
+    deltas, then ``after`` once :data:`GATE` is set; ``"hang"``: waits
+    forever before any output.
     """
 
     name = "says"
 
     async def respond(self, request: TurnRequest, emit: Emit) -> None:
         words = request.messages[-1].text.split()
+        if words[0] == "hang":
+            await trio.sleep_forever()
         if words[0].startswith("big"):
             await emit(ev.ResponseDelta(delta=ty.DeltaText(text="x" * int(words[1]))))
             if words[0] == "big-hold":
@@ -340,4 +345,58 @@ async def test_a_store_that_queues_gets_the_opening_record_before_any_event() ->
         "response.delta",
         "response.done",
         "record False",
+    ]
+
+
+async def test_the_reader_waits_for_its_next_read_after_the_workers_first_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The reader that handed a worker a response lets the worker's step run
+    # (and write the first delta) before it registers for its next read.
+    order: list[str] = []
+    real_wait, real_write = ws_connection.receive_when_ready, ws_connection.written_now
+
+    async def wait(stream: Any, size: int) -> bytes:
+        order.append("wait")
+        return await real_wait(stream, size)
+
+    def write(stream: Any, data: bytes) -> int:
+        order.append("delta" if b'"response.delta"' in data else "write")
+        return real_write(stream, data)
+
+    monkeypatch.setattr(ws_connection, "receive_when_ready", wait)
+    monkeypatch.setattr(ws_connection, "written_now", write)
+    with trio.fail_after(TIMEOUT):
+        async with serving() as server, open_ws(url(server)) as ws:
+            sid = await create_session(ws)
+            for _ in range(5):
+                order.clear()
+                await ask(ws, sid, "1")
+                got = await until(ws, "response.done")
+                assert [e["type"] for e in got][-1] == "response.done"
+                await trio.sleep(0.05)  # the reader is back at its socket
+                # The request's read, then: the first delta, the step's end
+                # (response.done), and only then the reader's next wait.
+                assert order[-3:] == ["delta", "write", "wait"], order
+
+
+async def test_a_response_that_blocks_before_any_output_leaves_the_reader_reading() -> None:
+    # The reader waits for the worker's step only; a worker whose agent
+    # blocks ends its step at once, and a cancel is read and acted on.
+    with trio.fail_after(TIMEOUT):
+        async with serving() as server, open_ws(url(server)) as ws:
+            sid = await create_session(ws)
+            await ask(ws, sid, "hang")
+            created = await recv(ws)
+            assert created["type"] == "response.created"
+            await send(ws, type="response.cancel", session_id=sid)
+            got = await until(ws, "response.cancelled")
+            assert got[-1]["response_id"] == created["response_id"]
+            await ask(ws, sid, "2")  # the session goes on
+            rest = await until(ws, "response.done")
+    assert [e["type"] for e in rest] == [
+        "response.created",
+        "response.delta",
+        "response.delta",
+        "response.done",
     ]
