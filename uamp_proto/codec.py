@@ -486,6 +486,9 @@ _CODEC.by_tag["response.create"] = _hot_response_create(GENERAL_STRUCTURE["respo
 
 #: The codec's two tables, as module globals for the hot paths.
 _BY_TAG = _CODEC.by_tag
+#: ``response.delta`` 's structure function (``_BY_TAG["response.delta"]``), which
+#: :func:`decode` reaches without the table.
+_DELTA_HOOK: Final = _BY_TAG["response.delta"]
 #: A plain dict, which the interpreter indexes faster than the self-filling
 #: ``_CODEC.by_class`` (a dict subclass); a miss goes there (:func:`_unstructure_fn`).
 _BY_CLASS: dict[type[Any], Callable[[Any], Any]] = dict(_CODEC.by_class)
@@ -646,13 +649,16 @@ def decode(data: bytes | bytearray | memoryview | str) -> ev.Event | ev.UnknownE
     # type or an unknown one (KeyError), an unhashable type (TypeError) go
     # to decode_object, which sorts them out.
     try:
-        hook = _BY_TAG[obj["type"]]
+        tag = obj["type"]
+        # The stream's own event first, by comparison: orjson hands the tag
+        # over as a fresh string, which the table would hash first.
+        hook = _DELTA_HOOK if tag == "response.delta" else _BY_TAG[tag]
     except (KeyError, TypeError):
         return decode_object(obj)
     try:
         return hook(obj)  # type: ignore[no-any-return]
     except INVALID:
-        raise _refused(obj["type"], obj) from None
+        raise _refused(tag, obj) from None
 
 
 def to_dict(event: ev.Event | ev.UnknownEvent) -> dict[str, Any]:

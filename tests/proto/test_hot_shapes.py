@@ -13,16 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uamp_proto.codec import (
     _BY_TAG,
+    _DELTA_HOOK,
     GENERAL_STRUCTURE,
     DecodeError,
     _hot_input_text,
     _hot_response_create,
+    decode,
     decode_object,
 )
 
@@ -100,3 +103,33 @@ def test_the_usual_shapes_never_reach_the_compiled_function(obj: dict[str, Any])
     hot = {"input.text": _hot_input_text, "response.create": _hot_response_create}
     tag = obj["type"]
     assert _either(hot[tag](refuse), obj) == _either(GENERAL_STRUCTURE[tag], obj)
+
+
+def _decoded(decoder: Any, obj: Any) -> Any:
+    try:
+        event = decoder(obj)
+    except DecodeError as exc:
+        return "DecodeError", str(exc)
+    fields = {f.name: getattr(event, f.name) for f in attrs.fields(type(event))}
+    return type(event).__name__, fields
+
+
+_DELTA_KEYS = ["delta", "session_id", "response_id", "event_id", "delta_seq", "timestamp", "x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_decode_reaches_response_delta_as_the_table_does(data: st.DataObject) -> None:
+    # decode() compares the tag with "response.delta" before the table: the
+    # same function, the same event or refusal as decode_object (the table's way).
+    assert _DELTA_HOOK is _BY_TAG["response.delta"]
+    tag = data.draw(st.sampled_from(["response.delta", "response.delta", "response.done", 5, None]))
+    keys = data.draw(st.lists(st.sampled_from(_DELTA_KEYS), unique=True, max_size=5))
+    values = _VALUES.filter(lambda v: type(v) is not int or -(2**63) <= v < 2**64)
+    obj: dict[str, Any] = {k: data.draw(values, label=k) for k in keys}
+    if data.draw(st.booleans()):
+        obj["delta"] = {"type": "text", "text": data.draw(st.text(max_size=5))}
+    if tag is not None:
+        obj["type"] = tag
+    raw = orjson.dumps(obj)
+    assert _decoded(decode, raw) == _decoded(decode_object, orjson.loads(raw))
