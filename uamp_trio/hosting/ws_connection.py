@@ -178,13 +178,15 @@ class _Connection:
                         host.feed(message)
                         if host.backlogged:  # stop reading until the host caught up
                             await host.drained()
-                    self.last_received = self._now()
                     if engine.owes:  # pongs and close replies
                         outbox.poke()
                     if outbox.woken:
                         # A worker got a response: it runs (and writes) before
                         # this task registers for its next read.
                         await outbox.follow()
+                    # After the worker's step: the keeper's clock needs no
+                    # microseconds, the first delta does.
+                    self.last_received = self._now()
                 data = await receive_when_ready(stream, READ_SIZE)
                 if not data:
                     engine.feed(b"")  # raises WebSocketClosed
