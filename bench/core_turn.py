@@ -7,8 +7,9 @@ It feeds a :class:`~uamp_proto.connection.ServerConnection` the exact bytes
 the ``ttfd`` client of ``bench/transports.py`` sends (``input.text`` then
 ``response.create`` on a named session), and sends what the session host
 sends back for a one-delta response (``response.created``, one text delta,
-``response.done``), the way the host calls the core (``receive`` and
-``next_event`` until ``NEED_DATA``; ``send`` with the session and response
+``response.done``), the way the host calls the core (``receive_event``,
+or on an older tree ``receive`` and ``next_event`` until ``NEED_DATA``;
+``send`` with the session and response
 ids), and builds the agent's request in between as the host does
 (``turn_request``). No sockets, no trio: the core's decode, checks, state
 tables and codec.
@@ -100,8 +101,16 @@ def _steps(conn: object) -> dict[str, Callable[[], object]]:
     state: dict[str, object] = {"rid": None}
     word = ty.DeltaText(text="word ")
 
+    receive_event = getattr(c, "receive_event", None)
+
     def feed(data: bytes) -> object:
-        c.receive(data)  # type: ignore[attr-defined]
+        if receive_event is not None:  # the host's way since 2026-12-07: one call
+            event = receive_event(data)
+            if c.owed:  # type: ignore[attr-defined]
+                raise AssertionError(c.data_to_send())  # type: ignore[attr-defined]
+            assert not c.inbox  # type: ignore[attr-defined]
+            return event
+        c.receive(data)  # type: ignore[attr-defined]  # a tree before receive_event
         event = c.next_event()  # type: ignore[attr-defined]
         if c.owed:  # type: ignore[attr-defined]
             raise AssertionError(c.data_to_send())  # type: ignore[attr-defined]
