@@ -63,6 +63,14 @@ never once the writer has ended. What the kernel does not take is left to the wr
 the send timeout to it, and so do errors: a peer that went away is found by
 the writer's ``send_all``. A peer that reads slowly thus gets the writer's
 path, with its bounded outbox, from its first full buffer on.
+
+*The worker first.* A read that handed a session's worker a response
+(``Outbox.woken``) is followed by a wait for that worker's step to end
+(:meth:`~uamp_trio.hosting.outbox.Outbox.follow`) before the reader waits
+for its socket again: the response's first delta is written before the
+reader's registration with trio's I/O poller, not after it. The reader runs
+as a task of its own (:meth:`_Connection.read`), so each of its steps resumes
+a short chain of coroutines.
 """
 
 from __future__ import annotations
