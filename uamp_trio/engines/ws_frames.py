@@ -143,6 +143,11 @@ def _latest_ping_protocol() -> type:
     section 5.5.3 lets an endpoint answer only the most recent ping, so this
     subclass keeps the latest ping's payload instead and the engine frames
     its pong when the queue is taken.
+
+    The engine reads its state as the library's own methods do, from
+    ``_state`` (websockets 13 and later): ``state`` is a property, a Python
+    call on each frame read or written; the engine checks at its start that
+    the attribute is there.
     """
     from websockets.frames import Opcode
     from websockets.protocol import Protocol
@@ -209,6 +214,8 @@ class _WebsocketsEngine(FrameEngine):
         self._p = _LATEST_PING_PROTOCOL(
             Side.CLIENT if client else Side.SERVER, state=State.OPEN, max_size=max_message_size
         )
+        if getattr(self._p, "_state", None) is not State.OPEN:  # pragma: no cover
+            raise RuntimeError("websockets' protocol keeps no _state; uamp reads it")
         self._parts: list[bytes] = []
         self._is_text = False
         self.closed = None
@@ -222,7 +229,7 @@ class _WebsocketsEngine(FrameEngine):
         self._plain_sends = not client and not self._p.extensions
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self._pending is not None and data and self._p.state is self._open:
+        if self._pending is not None and data and self._p._state is self._open:
             out, rest = self._fast(data)
             if not rest:
                 return out
@@ -335,7 +342,7 @@ class _WebsocketsEngine(FrameEngine):
                 out.append(message)
             elif op is self._op_pong:
                 self._pongs += 1
-        if p.state is not self._open:
+        if p._state is not self._open:
             if self.closed is None:
                 if p.close_rcvd is not None:
                     self.closed = WebSocketClosed(p.close_rcvd.code, p.close_rcvd.reason)
@@ -353,7 +360,7 @@ class _WebsocketsEngine(FrameEngine):
         if (
             self._plain_sends
             and type(payload) is bytes
-            and p.state is self._open
+            and p._state is self._open
             and not p.expect_continuation_frame
             and not p.debug
         ):
@@ -374,11 +381,11 @@ class _WebsocketsEngine(FrameEngine):
         p.send_text(payload)
 
     def ping(self, payload: bytes = b"") -> None:
-        if self._p.state is self._open:
+        if self._p._state is self._open:
             self._p.send_ping(payload)
 
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
-        if self._p.state is self._open:
+        if self._p._state is self._open:
             self._p.send_close(code, reason)
             if self.closed is None:
                 self.closed = WebSocketClosed(code, reason)
@@ -388,7 +395,7 @@ class _WebsocketsEngine(FrameEngine):
         owed = p.ping_owed
         if owed is not None:
             p.ping_owed = None
-            if p.state is self._open:
+            if p._state is self._open:
                 p.send_pong(owed)
         return b"".join(p.data_to_send())
 
