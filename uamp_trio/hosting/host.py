@@ -254,7 +254,7 @@ class Host:
     @property
     def conversations(self) -> ConversationGate:
         """The busy-conversation gate (:mod:`.busy`), set from :attr:`server_config`."""
-        gate, config = self._gate, self.server_config
+        gate, config = self._gate, self._server_config  # the property, inline (every response)
         if self._gate_config is not config:
             self._gate_config = config
             limits = BusyLimits(

@@ -77,7 +77,7 @@ class ResponsePart(PaymentPart, EventLogPart):
         response = ResponseState(ctx.response.response_id, self._message)
         if self._app is not None:
             gate = self._app.conversations
-            key = self._busy_key(session)
+            key = ("uamp", session.principal.key, session.id)  # _busy_key, inline
             if not create.unknown:
                 # The server's policy, and the conversation idle as the core
                 # found it: the response runs, and enters its place in the
@@ -210,8 +210,11 @@ class ResponsePart(PaymentPart, EventLogPart):
         interrupts: ResponsePort | None = None
         if port and self._app is not None:
             client = ctx.client_capabilities
-            interrupts = self._app.interrupts.port(
-                None, supported=advertised(client.extensions if client is not None else None)
+            # Interrupts.port's body, inline (a call and its keywords a response).
+            interrupts = ResponsePort(
+                self._app.interrupts,
+                None,
+                advertised(client.extensions if client is not None else None),
             )
         request = turn_request(
             ctx,

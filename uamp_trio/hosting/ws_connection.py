@@ -131,7 +131,12 @@ class _Connection:
         self.writer_done = trio.Event()
         self.scope: trio.CancelScope | None = None
         self.closing: tuple[int, str] | None = None
-        self.events = host.event_log if isinstance(host, SessionHost) else None
+        log = host.event_log if isinstance(host, SessionHost) else None
+        #: The event log whose queued writes go before what the peer is sent;
+        #: ``None`` also for one that applies each write at once (the memory
+        #: log): nothing is ever queued there, and its ``pending`` (a property)
+        #: is not asked before each event.
+        self.events = None if log is None or log.applies_at_once else log
         #: Whether the writer waits for work with nothing in hand (held writes may go).
         self.idle = False
         #: Bytes a flush left unwritten (the socket was full): the writer's, first.
