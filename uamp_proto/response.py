@@ -429,7 +429,16 @@ class ResponseTracker:
                 self._left = left
                 slots[-1].parts.append(text)
             else:
-                self._last("text", len(text) + PART_BYTES).parts.append(text)
+                # A new text item (a response's first delta): _last's new slot
+                # and its _spend, inline (two calls before the first delta).
+                size = len(text) + PART_BYTES + ITEM_BYTES
+                left = self._left - size
+                if left < 0:
+                    raise self._too_large(size)
+                self._left = left
+                item = _Slot("text")
+                slots.append(item)
+                item.parts.append(text)
         elif kind is ty.DeltaToolCall:
             frag: ty.ToolCallFragment = delta.tool_call  # type: ignore[union-attr]
             slot = self._calls.get(frag.id)

@@ -319,3 +319,36 @@ def test_a_server_past_the_clients_bound_is_a_remote_error_and_a_cancel() -> Non
     )
     with pytest.raises(RemoteProtocolError):
         pair.client.next_event()
+
+
+@given(
+    st.integers(min_value=1, max_value=300),
+    st.lists(
+        st.tuples(st.sampled_from(["text", "thinking", "tool arguments"]), st.integers(0, 40)),
+        max_size=12,
+    ),
+)
+def test_a_new_text_item_as_the_general_path_makes_it(
+    bound: int, events: list[tuple[str, int]]
+) -> None:
+    """The delta's inline new text item (the first delta) against ``_last``, the general path.
+
+    Same output, same bytes left, same refusal (message and all).
+    """
+    fast = ResponseTracker("r", max_output_bytes=bound)
+    slow = ResponseTracker("r", max_output_bytes=bound)
+    for kind, size in events:
+        event = {"text": _text, "thinking": _thinking, "tool arguments": _args}[kind](size)
+        general = kind == "text" and not (slow._slots and slow._slots[-1].kind == "text")
+        outcomes: list[str | None] = []
+        for tracker, via_last in ((fast, False), (slow, general)):
+            try:
+                if via_last:
+                    tracker._last("text", size + PART_BYTES).parts.append("x" * size)
+                else:
+                    tracker.apply(event)
+                outcomes.append(None)
+            except OutputTooLarge as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+        assert _kept(fast) == _kept(slow)
