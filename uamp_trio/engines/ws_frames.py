@@ -397,9 +397,7 @@ class _WebsocketsEngine(FrameEngine):
             p.ping_owed = None
             if p._state is self._open:
                 p.send_pong(owed)
-        # data_to_send's body, inline (a call per write): the queue text() appends to.
-        writes, p.writes = p.writes, []
-        return b"".join(writes)
+        return b"".join(p.data_to_send())
 
     @property
     def owes(self) -> bool:

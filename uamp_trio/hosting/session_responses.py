@@ -39,7 +39,6 @@ from uamp_proto.busy import BUSY, POLICY_KEY, BusyError, BusyPolicy
 from uamp_proto.codec import unstructure
 from uamp_proto.errors import FlowControlError, LocalProtocolError
 from uamp_proto.interrupts import advertised
-from uamp_proto.payment import BLOCKING_STATES
 from uamp_proto.principal import Principal
 from uamp_proto.responder import ResponderError, TurnRequest
 from uamp_proto.response import ResponseTracker
@@ -50,7 +49,7 @@ from uamp_stores.health import STORE_UNAVAILABLE
 from .agents import AGENT_OFFLINE
 from .interrupts import ResponsePort
 from .outbox import OutboxClosed, write_at_yields
-from .session_log import STORE_DOWN, EventLogPart
+from .session_log import EventLogPart
 from .session_payment import HostPayingAgent, PaymentPart
 from .session_state import ResponseState, SessionGone, SessionState, session_error
 from .turns import YIELD_EVERY, ResponseRunner, TurnStatus
@@ -77,7 +76,7 @@ class ResponsePart(PaymentPart, EventLogPart):
         response = ResponseState(ctx.response.response_id, self._message)
         if self._app is not None:
             gate = self._app.conversations
-            key = ("uamp", session.principal.key, session.id)  # _busy_key, inline
+            key = self._busy_key(session)
             if not create.unknown:
                 # The server's policy, and the conversation idle as the core
                 # found it: the response runs, and enters its place in the
@@ -210,11 +209,8 @@ class ResponsePart(PaymentPart, EventLogPart):
         interrupts: ResponsePort | None = None
         if port and self._app is not None:
             client = ctx.client_capabilities
-            # Interrupts.port's body, inline (a call and its keywords a response).
-            interrupts = ResponsePort(
-                self._app.interrupts,
-                None,
-                advertised(client.extensions if client is not None else None),
+            interrupts = self._app.interrupts.port(
+                None, supported=advertised(client.extensions if client is not None else None)
             )
         request = turn_request(
             ctx,
@@ -364,10 +360,10 @@ class ResponsePart(PaymentPart, EventLogPart):
             )
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
-        log = self.event_log  # _store_down, inline (every response asks)
-        if log is not None and log.health.unavailable:
+        down = self._store_down()
+        if down is not None:
             # The agent does not run: what it sent could not be kept for a resume.
-            error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=STORE_DOWN)
+            error = ty.ErrorInfo(code=STORE_UNAVAILABLE, message=down)
             await self._send(session, response, ev.ResponseErrorEvent(error=error))
             return
         ctx = self._contexts.get(session.id)
@@ -375,7 +371,7 @@ class ResponsePart(PaymentPart, EventLogPart):
         try:
             if (
                 ctx is None
-                or ctx.payment.state in BLOCKING_STATES  # its blocks_content, inline
+                or ctx.payment.blocks_content
                 or (app is not None and app.payment_policy is not None)
             ):
                 await self._preflight(session, response)  # else nothing to hold or lock
