@@ -83,20 +83,16 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
             with self._guard:
                 lines = self._lines
                 if not lines and now - self._last_write >= GATHER_SECONDS:
-                    # The first line after a quiet period, alone (what _write_out
-                    # does with a batch of one, without a second hold of the lock).
-                    try:
-                        self.stream.write(line + self.terminator)
-                        self.stream.flush()
-                    except Exception:
-                        pass  # as _write_out
+                    # The first line after a quiet period, alone (a batch of
+                    # one, without _write_out's second hold of the lock).
+                    self._write_text(line + self.terminator)
                     self._last_write = now
                     return
                 lines.append(line)
                 count = len(lines)
             if count >= GATHER_LINES or now - self._last_write >= GATHER_SECONDS:
-                # The first line after a quiet period, a line past the end of
-                # the batch's period (the batch goes with it) or a full batch.
+                # A line past the end of the batch's period (the batch goes
+                # with it) or a full batch.
                 self._write_out()
                 self._last_write = now
                 if count > 1 and self._scope is not None:
@@ -121,13 +117,16 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def _write_out(self) -> None:
         with self._guard:
             lines, self._lines = self._lines, []
-            if not lines:
-                return
-            try:
-                self.stream.write(self.terminator.join(lines) + self.terminator)
-                self.stream.flush()
-            except Exception:
-                pass  # as StreamHandler: a log that cannot be written must not fail the server
+            if lines:
+                self._write_text(self.terminator.join(lines) + self.terminator)
+
+    def _write_text(self, text: str) -> None:
+        """Write and flush ``text``; the caller holds the lock."""
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except Exception:
+            pass  # as StreamHandler: a log that cannot be written must not fail the server
 
     def _start_flusher(self) -> bool:
         """Start this thread's loop's flusher when on a loop's thread; whether it runs."""
