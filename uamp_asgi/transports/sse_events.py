@@ -260,13 +260,13 @@ class _HttpSession(Connection):
             self.last_seen = anyio.current_time()
 
 
-def _messages(request: Request) -> tuple[list[bytes], object]:
-    """The body as one encoded message per event, and the first event's type."""
+def _messages(request: Request) -> tuple[list[bytes], dict[str, Any]]:
+    """The body as one encoded message per event, and the first event as parsed."""
     parsed = request.json()
     if isinstance(parsed, dict):
-        return [request.body], parsed.get("type")
+        return [request.body], parsed
     if isinstance(parsed, list) and parsed and all(isinstance(e, dict) for e in parsed):
-        return [orjson.dumps(e) for e in parsed], parsed[0].get("type")
+        return [orjson.dumps(e) for e in parsed], parsed[0]
     raise _Answer(
         400,
         "invalid_event",
@@ -449,14 +449,14 @@ class _Sessions:
         agent = self.path_agent(request)
         sid = self.session_id(request)
         if sid is None:
-            if first != "session.create":
+            if first.get("type") != "session.create":
                 raise _Answer(
                     400,
                     "session_id_required",
                     "A POST without X-Session-ID must start with session.create.",
                     0,
                 )
-            return await self.open(request, agent, messages)
+            return await self.open(request, agent, messages, first.get("session_id"))
         try:
             hs = await self.find(request, sid)
         except _Elsewhere as away:
@@ -475,14 +475,14 @@ class _Sessions:
         return JsonReply({"session_id": sid, "accepted": accepted}, after=hs.run_pending)
 
     async def open(
-        self, request: Request, agent: Responder | None, messages: list[bytes]
+        self, request: Request, agent: Responder | None, messages: list[bytes], named: object
     ) -> JsonReply:
+        """Open a session with ``messages`` (a ``session.create`` first, proposing ``named``)."""
         principal = request.principal
         self.sweep()
         limit = self.host.config.sse_max_sessions
         if self.held[principal.key] >= limit or len(self.live) >= MAX_SESSIONS:
             raise _Answer(429, "too_many_sessions", _too_many(limit), 0)
-        named = orjson.loads(messages[0]).get("session_id")
         claimed: LogKey | None = None
         if isinstance(named, str):
             claimed = (principal.key, named)

@@ -533,10 +533,10 @@ class SSEEventsTransport:
 
     async def post_events(self, request: Request) -> Response:
         """``POST /events``: feed one event or an array of events."""
-        messages, first_type = await _split_body(request)
+        messages, first = await _split_body(request)
         agent = self._path_agent(request)
         if self._session_id(request) is None:
-            if first_type != "session.create":
+            if first.get("type") != "session.create":
                 raise HTTPError(
                     400,
                     "A POST without X-Session-ID must start with session.create.",
@@ -544,7 +544,7 @@ class SSEEventsTransport:
                 )
             principal = request.principal
             self._check_quota(principal)
-            claimed = self._claim_name(principal, orjson.loads(messages[0]).get("session_id"))
+            claimed = self._claim_name(principal, first.get("session_id"))
             self._opening[principal.key] += 1
             try:
                 return await self._open(request, agent, messages)
@@ -1002,13 +1002,13 @@ class _BodyError(HTTPError):
         return json_response(self.body, self.status, self.headers)
 
 
-async def _split_body(request: Request) -> tuple[list[bytes], object]:
-    """The body as one encoded message per event, and the first event's type."""
+async def _split_body(request: Request) -> tuple[list[bytes], dict[str, Any]]:
+    """The body as one encoded message per event, and the first event as parsed."""
     parsed = await request.json()
     if isinstance(parsed, dict):
-        return [request.body], parsed.get("type")
+        return [request.body], parsed
     if isinstance(parsed, list) and parsed and all(isinstance(e, dict) for e in parsed):
-        return [orjson.dumps(e) for e in parsed], parsed[0].get("type")
+        return [orjson.dumps(e) for e in parsed], parsed[0]
     raise HTTPError(
         400,
         "The body must be one UAMP event (a JSON object) or a non-empty JSON array of events.",
