@@ -12,6 +12,7 @@ and hands each record a :class:`HistoryView` of that list's first messages
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, overload
 
@@ -165,6 +166,15 @@ class HistoryJSON:
     more the longer its session), so records queued earlier keep the
     conversation they were queued with. A replaced history starts a new
     JSON list; views of the old one keep it.
+
+    A history over its bound is replaced by its own tail (the core drops
+    the oldest messages into a new list, :meth:`SessionContext.bound_history
+    <uamp_proto.session_context.SessionContext.bound_history>`): the new
+    list's messages, the very objects, are the old one's last. Those keep
+    their JSON (copied into the new list, not converted again), found by
+    :func:`_kept_tail`; every other replacement is converted whole. A
+    session at its bound is trimmed every few turns, and converting the
+    kept three quarters each time cost three times the new messages.
     """
 
     __slots__ = ("json", "source", "view", "weight")
@@ -185,7 +195,19 @@ class HistoryJSON:
         session's, aligned with ``history``); else the new messages are weighed.
         """
         if history is not self.source or len(history) < len(self.json):
-            self.source, self.json, self.weight = history, [], 0
+            kept = _kept_tail(self.source, history) if history is not self.source else 0
+            if kept:
+                assert self.source is not None  # a tail is found only in a list
+                # The JSON of the kept messages converted so far (it may
+                # lag the old list by the turn that made it overlong).
+                self.json = self.json[len(self.source) - kept :]
+                if weights is not None and len(weights) == len(history):
+                    self.weight = sum(weights[: len(self.json)])
+                else:
+                    self.weight = sum(map(message_weight, history[: len(self.json)]))
+            else:
+                self.json, self.weight = [], 0
+            self.source = history
         json = self.json
         done = len(json)
         if done < len(history):
@@ -199,6 +221,32 @@ class HistoryJSON:
             return self.view  # nothing new since the last record (a view never changes)
         view = self.view = HistoryView(json, len(json), self.weight)
         return view
+
+
+#: How many messages a trimmed history may have gained before it is read
+#: again; past that its tail is not looked for (it is converted whole).
+_TAIL_LOOKS: Final = 8
+
+
+def _kept_tail(source: list[ty.Message] | None, history: list[ty.Message]) -> int:
+    """How many of ``source`` 's last messages begin ``history`` (its trimmed tail).
+
+    The count of the old list's messages from the one ``history`` starts
+    with to its end, when each is the same object at the same place in
+    ``history``; 0 otherwise. ``history`` may have gained up to
+    :data:`_TAIL_LOOKS` messages since the trim.
+    """
+    if source is None or not history:
+        return 0
+    first = history[0]
+    for gained in range(min(_TAIL_LOOKS, len(history) - 1) + 1):
+        kept = len(history) - gained
+        if kept > len(source):
+            continue
+        if source[-kept] is first:
+            same = all(map(operator.is_, history[:kept], source[-kept:]))
+            return kept if same else 0
+    return 0
 
 
 def history_weight(history: Sequence[dict[str, Any]]) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from uamp_proto import types as ty
 from uamp_proto.codec import unstructure
@@ -106,3 +108,85 @@ def test_a_record_with_a_view_encodes_as_with_a_list() -> None:
     assert with_view.encode() == with_list.encode()
     decoded = SessionRecord.decode(with_view.encode())
     assert decoded.history == [unstructure(m) for m in history] and decoded == with_list
+
+
+# --- a history trimmed to its tail (the core's bound) -------------------------------------
+
+#: A step: ("extend", n) appends n new messages to the current list; ("replace", n)
+#: puts a list of n new messages in its place; ("trim", n) puts the current
+#: list's last n messages (the same objects) into a new list, as the core's
+#: bound does; ("read", 0) converts (a record queued).
+_steps = st.lists(
+    st.tuples(st.sampled_from(["extend", "replace", "trim", "read"]), st.integers(0, 12)),
+    max_size=25,
+)
+
+
+@given(_steps, st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_a_trimmed_history_keeps_its_tail_json_and_matches_a_full_conversion(
+    steps: list[tuple[str, int]], aligned: bool
+) -> None:
+    import uamp_stores.session_record as session_record
+
+    converted_ids: list[int] = []
+
+    def counting(value: ty.Message) -> object:
+        converted_ids.append(id(value))
+        return unstructure(value)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(session_record, "unstructure", counting)
+        converted = HistoryJSON()
+        history: list[ty.Message] = []
+        handed: list[tuple[object, list[object]]] = []
+        counter = 0
+        for op, n in steps:
+            if op == "extend":
+                history.extend(msg(counter + i) for i in range(n))
+                counter += n
+            elif op == "replace":
+                history = [msg(counter + i) for i in range(n)]
+                counter += n
+            elif op == "trim":
+                history = history[len(history) - min(n, len(history)) :]
+            converted_ids.clear()
+            weights = [message_weight(m) for m in history] if aligned else None
+            out = converted.of(history, weights)
+            assert out == [unstructure(m) for m in history]
+            assert out.weight == sum(message_weight(m) for m in history)
+            # A read converts each message at most once (a trim's reuse is
+            # counted in the next test).
+            assert len(converted_ids) == len(set(converted_ids)) <= len(history)
+            handed.append((out, list(out)))
+        for view, held in handed:
+            assert view == held  # a record queued earlier keeps its conversation
+
+
+def test_a_trim_converts_only_the_messages_the_old_list_had_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uamp_stores.session_record as session_record
+
+    calls: list[object] = []
+
+    def counting(value: object) -> object:
+        calls.append(value)
+        return unstructure(value)
+
+    monkeypatch.setattr(session_record, "unstructure", counting)
+    converted = HistoryJSON()
+    history = [msg(i) for i in range(20)]
+    first = converted.of(history)
+    history.extend([msg(20), msg(21)])  # the turn that made it overlong
+    trimmed = history[7:]  # the core's new list: the same objects
+    calls.clear()
+    view = converted.of(trimmed)
+    assert calls == [history[20], history[21]]  # only the two the old list had not converted
+    assert view == [unstructure(m) for m in trimmed]
+    assert first == [unstructure(m) for m in history[:20]]  # the earlier record unchanged
+    # A new list whose first message is not the old one's (a stateless replace,
+    # equal but not the same objects) is converted whole.
+    calls.clear()
+    copy = [msg(i) for i in range(7, 22)]
+    assert converted.of(copy) == view and len(calls) == len(copy)
