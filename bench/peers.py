@@ -44,8 +44,9 @@ machine's load, and without the kernel's part of either server. Needs
 valgrind; ``--only plain`` measures one workload.
 
 Printed per workload: each server's CPU time (user + system, from ``/proc``)
-per request over all rounds, requests/s (median) and the ratio webagents /
-uamp of CPU per request. Then what the tool round adds: the median
+per request over all rounds, requests/s (median), how busy it was (its CPU
+time over the time its requests took) and the ratio webagents / uamp of
+CPU per request. Then what the tool round adds: the median
 end-to-end latency of ``tool+20`` minus that of a plain 20-chunk stream, one
 request at a time. The mock's own CPU is not counted for either; in the
 ``local`` setup the model's work is each server's own.
@@ -345,6 +346,7 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
         for name, prompt, stream, n in _workloads(args):
             n = max(1, int(n * args.scale))
             cpu = dict.fromkeys(servers, 0.0)
+            wall = dict.fromkeys(servers, 0.0)
             done = dict.fromkeys(servers, 0)
             rates: dict[str, list[float]] = {k: [] for k in servers}
             errors = dict.fromkeys(servers, 0)
@@ -361,19 +363,32 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
                     c1 = _server_cpu(pid)
                     if c0 is not None and c1 is not None:
                         cpu[k] += c1 - c0
+                        if result["requests_per_s"]:
+                            wall[k] += result["requests"] / result["requests_per_s"]
                     done[k] += result["requests"]
                     errors[k] += result["errors"]
                     rates[k].append(result["requests_per_s"])
             per = {k: cpu[k] / max(1, done[k]) * 1e3 for k in servers}
             rate = {k: statistics.median(v) for k, v in rates.items()}
             ratio = per["webagents"] / per["uamp"] if per["uamp"] else float("nan")
-            figures[name] = {"cpu_ms_per_request": per, "requests_per_s": rate, "errors": errors}
+            # How busy each server was while driven (its CPU over the time its
+            # requests took; the CPU's count also has the client's start-up and
+            # warm-up, a few ms): a server that waits
+            # for its client between requests pays a wake-up per request that
+            # a saturated one shares out (docs/performance.md, "Busy and idle").
+            busy = {k: cpu[k] / wall[k] if wall[k] else float("nan") for k in servers}
+            figures[name] = {
+                "cpu_ms_per_request": per,
+                "requests_per_s": rate,
+                "errors": errors,
+                "server_busy": busy,
+            }
             figures[name]["cpu_ratio_webagents_over_uamp"] = ratio
             print(f"\n{name}: server CPU per request, requests/s (median)")
             for k in servers:
                 print(
                     f"  {k:<10} {per[k]:8.2f} ms CPU/request {rate[k]:9.1f} req/s"
-                    f"   errors {errors[k]}"
+                    f"   busy {busy[k]:4.0%}   errors {errors[k]}"
                 )
             print(f"  webagents / uamp CPU per request = {ratio:.1f}x")
             if per.get("uamp-quiet"):
