@@ -56,6 +56,7 @@ __all__ = [
     "SessionState",
     "next_response_state",
     "next_session_state",
+    "refuse",
 ]
 
 
@@ -209,6 +210,16 @@ def _outcomes() -> dict[str, ResponseState]:
 #: :class:`~uamp_proto.response.ResponseTracker` follows when it is fed
 #: events without the connection's checks.
 RESPONSE_OUTCOMES: Final = _outcomes()
+
+
+def refuse(code: str, message: str, field: str | None = None) -> LocalProtocolError:
+    """A rule broken outside the tables, raised as a local error; the receive path converts it.
+
+    The connection's own rules (:mod:`uamp_proto.connection` and its parts)
+    raise it as the tables' lookups do: ``code`` and ``message`` name the
+    rule, ``field`` the offending field when one is to blame.
+    """
+    return LocalProtocolError(message, code=code, field=field)
 
 
 def next_session_state(

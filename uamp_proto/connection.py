@@ -87,6 +87,7 @@ from ._state import (
     SessionState,
     next_response_state,
     next_session_state,
+    refuse,
 )
 from .capabilities import merge_capabilities
 from .codec import (
@@ -96,6 +97,7 @@ from .codec import (
     to_dict,
 )
 from .connection_config import MAX_SESSION_HISTORY_BYTES, ConnectionConfig
+from .connection_sessions import SessionPart
 from .connection_shortcuts import ShortcutPart
 from .content_ids import content_id_of
 from .errors import LocalProtocolError, OutputTooLarge, ProtocolError, RemoteProtocolError
@@ -155,16 +157,7 @@ assert "input.text" in _INPUT_TYPES and not {"input.text"} & (RESPONSE_EVENTS | 
 assert "response.create" in RESPONSE_EVENTS and "response.create" not in CONTENT_EVENTS
 
 
-def _refuse(code: str, message: str, field: str | None = None) -> LocalProtocolError:
-    """A broken rule, raised as a local error; the receive path converts it."""
-    return LocalProtocolError(message, code=code, field=field)
-
-
-def _major(version: str) -> str:
-    return version.split(".", 1)[0].strip()
-
-
-class Connection(ShortcutPart):
+class Connection(ShortcutPart, SessionPart):
     """One UAMP connection seen from ``role``; see the module docstring."""
 
     def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
@@ -549,10 +542,10 @@ class Connection(ShortcutPart):
         allowed = CLIENT_EVENTS if sender is Role.CLIENT else SERVER_EVENTS
         if event.type not in allowed:
             if event.direction == "system":
-                raise _refuse(
+                raise refuse(
                     "invalid_event", f"{event.type} is internal and never sent on a connection"
                 )
-            raise _refuse("invalid_event", f"{event.type} is not an event a {sender.value} sends")
+            raise refuse("invalid_event", f"{event.type} is not an event a {sender.value} sends")
 
     def _route(self, event: ev.Event) -> SessionContext | None:
         """The event's session; ``None`` for the connection level.
@@ -566,8 +559,8 @@ class Connection(ShortcutPart):
             session = self._sessions.get(sid)
             if session is None:
                 if sid in self._ended:
-                    raise _refuse("session_ended", f"session {sid!r} has ended", "session_id")
-                raise _refuse(
+                    raise refuse("session_ended", f"session {sid!r} has ended", "session_id")
+                raise refuse(
                     "unknown_session", f"no session {sid!r} on this connection", "session_id"
                 )
             return session
@@ -583,132 +576,6 @@ class Connection(ShortcutPart):
                 self._update_session(session, event)  # type: ignore[arg-type]
         elif event.type == "ping" and sender is self.their_role:
             self.owed.append(self._encode_reply(ev.Pong()))
-
-    # --- sessions ------------------------------------------------------------
-
-    def _open_session(self, event: ev.SessionCreate, sender: Role) -> ev.SessionCreate:
-        # A new session starts at the connection level; its id must be new.
-        state = next_session_state(
-            sender, SessionState.IDLE, event.type, session_id=None, live=len(self._sessions)
-        )
-        live = sum(1 for s in self._sessions.values() if s.state is not SessionState.ENDED)
-        if live >= self.config.max_sessions:
-            raise _refuse(
-                "too_many_sessions",
-                f"this connection already has {live} sessions (limit {self.config.max_sessions})",
-            )
-        sid = event.session_id
-        if sid is not None and (sid in self._sessions or sid in self._ended):
-            raise _refuse("duplicate_session", f"session {sid!r} already exists", "session_id")
-        ours = _major(self.config.uamp_version)
-        if _major(event.uamp_version) != ours and self.our_role is Role.SERVER:
-            raise RemoteProtocolError(
-                f"uamp_version {event.uamp_version!r} is not supported; this server speaks "
-                f"{self.config.uamp_version}",
-                code="version_mismatch",
-                session_id=sid,
-                event_id=event.event_id,
-                field="uamp_version",
-            )
-        window: int | None = None
-        if event.session.extensions:
-            try:
-                window = flow.requested_window(event.session.extensions)
-            except ProtocolError as exc:
-                raise _refuse("invalid_event", exc.message) from None
-        if sid is None:
-            sid = self._ids("sess") if self.our_role is Role.SERVER else f"pending:{id(event)}"
-            if self.our_role is Role.SERVER:
-                event = attrs.evolve(event, session_id=sid)
-        session = SessionContext(sid, event, state)
-        if self.our_role is Role.SERVER and window is not None:
-            session.requested_window = min(window, self.config.max_delta_window)
-        elif window is not None:
-            session.requested_window = window
-        self._sessions[sid] = session
-        return event
-
-    def _pending_session(self, event: ev.SessionCreated) -> SessionContext:
-        """The session a ``session.created`` answers.
-
-        The server names it; a client matches its oldest pending
-        ``session.create`` when the id is not one of its own (the server
-        assigned it, or replaced the provisional one).
-        """
-        sid = event.session_id or event.session.id
-        session = self._sessions.get(sid)
-        if self.our_role is Role.SERVER:
-            if session is None:
-                if len(self._sessions) == 1 and event.session_id is None:
-                    return next(iter(self._sessions.values()))
-                raise _refuse("unknown_session", f"no session {sid!r} is being created")
-            return session
-        if session is None or session.state is not SessionState.CREATING:
-            session = next(
-                (s for s in self._sessions.values() if s.state is SessionState.CREATING),
-                None,
-            )
-        if session is None:
-            raise _refuse("unknown_session", "session.created for no pending session.create")
-        return session
-
-    def _created(
-        self, session: SessionContext, event: ev.SessionCreated, after: SessionState
-    ) -> ev.SessionCreated:
-        sid = event.session_id or event.session.id
-        if self.our_role is Role.SERVER:
-            if session.requested_window is not None:
-                session.send_window = flow.SendWindow(session.requested_window)
-        else:
-            if _major(event.uamp_version) != _major(self.config.uamp_version):
-                raise _refuse(
-                    "version_mismatch",
-                    f"server speaks uamp_version {event.uamp_version!r}, "
-                    f"we speak {self.config.uamp_version!r}",
-                )
-            granted = None
-            if event.session.config is not None and event.session.config.extensions:
-                try:
-                    granted = flow.confirmed_window(
-                        event.session.config.extensions, session.requested_window
-                    )
-                except ProtocolError as exc:
-                    raise _refuse(exc.code, exc.message) from None
-            if session.id != sid:
-                del self._sessions[session.id]
-                session.id = sid
-                self._sessions[sid] = session
-            if granted is not None:
-                session.receive_window = flow.ReceiveWindow(granted)
-        session.state = after
-        if event.session.config is not None:
-            session.config = event.session.config
-        return event
-
-    def _end(self, session: SessionContext) -> None:
-        session.state = SessionState.ENDED
-        self._sessions.pop(session.id, None)
-        self._ended.append(session.id)
-
-    def _update_session(self, session: SessionContext, event: ev.SessionUpdate) -> None:
-        if event.token is not None:
-            session.token = event.token
-        if event.payment_token is not None:
-            session.payment_token = event.payment_token
-            self._offer_token(session, event.payment_token)
-        if event.session is not None:
-            session.config = event.session
-
-    @staticmethod
-    def _offer_token(session: SessionContext, token: str) -> None:
-        """Record a payment token; it answers an outstanding ``payment.required``.
-
-        Spec 004 lets ``session.update`` (and, per section 5.6, ``input.text``)
-        deliver the token instead of ``payment.submit``.
-        """
-        session.payment.preload(token)
-        if session.payment.blocks_content:
-            session.payment.apply(ev.PaymentSubmit(payment=ty.PaymentSubmission(token=token)))
 
     # --- per-session rules ---------------------------------------------------
 
@@ -729,7 +596,7 @@ class Connection(ShortcutPart):
                 stamps = self._response_rules(session, event, sender)
         elif etype in _PAYMENT_TYPES:
             if not session.payment.can_apply(event):
-                raise _refuse(
+                raise refuse(
                     "invalid_event", f"not allowed while payment is {session.payment.state.value}"
                 )
             session.payment.apply(
@@ -771,7 +638,7 @@ class Connection(ShortcutPart):
         try:
             session.call.check_audio()
         except ProtocolError as exc:
-            raise _refuse(exc.code, exc.message) from None
+            raise refuse(exc.code, exc.message) from None
 
     def _voice(self, session: SessionContext, event: ev.Event) -> None:
         clock = self.config.clock
@@ -783,13 +650,13 @@ class Connection(ShortcutPart):
                 reason=getattr(event, "reason", None),
             )
         except ProtocolError as exc:
-            raise _refuse(exc.code, exc.message, exc.field) from None
+            raise refuse(exc.code, exc.message, exc.field) from None
 
     @staticmethod
     def _join_chat(session: SessionContext, chat: str) -> None:
         if chat not in session.chats:
             if len(session.chats) >= MAX_CHATS_PER_SESSION:
-                raise _refuse(
+                raise refuse(
                     "too_many_chats",
                     f"a session takes part in at most {MAX_CHATS_PER_SESSION} chats",
                 )
@@ -848,7 +715,7 @@ class Connection(ShortcutPart):
         size = input_size(item)
         limit = self.config.max_pending_input_bytes
         if session.pending_bytes + size > limit:
-            raise _refuse(
+            raise refuse(
                 "invalid_request",
                 f"the input gathered for the next response would pass {limit} bytes; "
                 "send response.create (or less input) first",
@@ -890,7 +757,7 @@ class Connection(ShortcutPart):
                 return None
             after = next_response_state(sender, phase, etype, session_id=session.id)
         if sender is Role.SERVER and etype in CONTENT_EVENTS and session.payment.blocks_content:
-            raise _refuse(
+            raise refuse(
                 "payment_required",
                 "no response content may be released while payment is "
                 f"{session.payment.state.value}",
@@ -917,7 +784,7 @@ class Connection(ShortcutPart):
         ):
             if etype == "response.cancel" and response_id in session.finished_responses:
                 return None  # a cancel racing the response's end: nothing to do
-            raise _refuse(
+            raise refuse(
                 "unknown_response",
                 f"response_id {response_id!r} is not the session's current response "
                 f"{tracker.response_id!r}",
@@ -948,7 +815,7 @@ class Connection(ShortcutPart):
             try:
                 tracker.add_tool_result(event.call_id, event.result, event.is_error)
             except (ProtocolError, OutputTooLarge) as exc:
-                raise _refuse(exc.code, exc.message) from None
+                raise refuse(exc.code, exc.message) from None
         elif etype == "response.cancel":
             pass
         elif tracker is not None:
@@ -1019,12 +886,12 @@ class Connection(ShortcutPart):
         """
         session = self._sessions.get(session_id)
         if session is None:
-            raise _refuse("unknown_session", f"no session {session_id!r}")
+            raise refuse("unknown_session", f"no session {session_id!r}")
         held = next((h for h in session.held if h.token == token), None)
         if held is None:
-            raise _refuse("invalid_event", "no such held response.create")
+            raise refuse("invalid_event", "no such held response.create")
         if session.phase is not ResponseState.IDLE:
-            raise _refuse("response_in_progress", "the response slot is still busy")
+            raise refuse("response_in_progress", "the response slot is still busy")
         session.held.remove(held)
         tracker = session.response = ResponseTracker(
             held.response_id, held.messages, self.config.max_response_output_bytes
@@ -1053,11 +920,11 @@ class Connection(ShortcutPart):
             return None
         seq = getattr(event, "delta_seq", None)
         if seq is None:
-            raise _refuse(flow.ERR_MISSING_DELTA_SEQ, "missing delta_seq on a delta frame")
+            raise refuse(flow.ERR_MISSING_DELTA_SEQ, "missing delta_seq on a delta frame")
         try:
             due = receive.receive(tracker.response_id, seq)
         except ProtocolError as exc:
-            raise _refuse(exc.code, exc.message) from None
+            raise refuse(exc.code, exc.message) from None
         if due is not None:
             ack = flow.ack_event(tracker.response_id, due, session_id=event.session_id)
             self.owed.append(self._encode_reply(ack))
@@ -1072,7 +939,7 @@ class Connection(ShortcutPart):
         try:
             window.acknowledge(*flow.ack_of(event))
         except ProtocolError as exc:
-            raise _refuse(exc.code, exc.message) from None
+            raise refuse(exc.code, exc.message) from None
 
     def __iter__(self) -> Iterator[ev.Event | ev.UnknownEvent]:
         """Iterate over queued events until NEED_DATA (errors propagate)."""
