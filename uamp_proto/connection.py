@@ -97,14 +97,15 @@ from .codec import (
     to_dict,
 )
 from .connection_config import MAX_SESSION_HISTORY_BYTES, ConnectionConfig
+from .connection_input import MAX_CHATS_PER_SESSION as MAX_CHATS_PER_SESSION
+from .connection_input import InputPart
 from .connection_sessions import SessionPart
 from .connection_shortcuts import ShortcutPart
-from .content_ids import content_id_of
 from .errors import LocalProtocolError, OutputTooLarge, ProtocolError, RemoteProtocolError
 from .ids import event_id_stem, numbered
 from .payment import CONTENT_EVENTS
 from .response import ResponseTracker
-from .session_context import HeldResponse, SessionContext, input_size
+from .session_context import HeldResponse, SessionContext
 from .types import EMPTY
 from .voice import CallState
 
@@ -146,8 +147,6 @@ _INPUT_TYPES: Final = frozenset(
     {"input.text", "input.image", "input.audio", "input.video", "input.file"}
 )
 _VOICE_TYPES: Final = frozenset({"voice.invite", "voice.accept", "voice.decline", "voice.end"})
-#: Most chats one session may take part in (section 7.1; memory stays bounded).
-MAX_CHATS_PER_SESSION: Final = 16
 _PAYMENT_TYPES: Final = frozenset(
     {"payment.required", "payment.submit", "payment.accepted", "payment.balance", "payment.error"}
 )
@@ -157,7 +156,7 @@ assert "input.text" in _INPUT_TYPES and not {"input.text"} & (RESPONSE_EVENTS | 
 assert "response.create" in RESPONSE_EVENTS and "response.create" not in CONTENT_EVENTS
 
 
-class Connection(ShortcutPart, SessionPart):
+class Connection(ShortcutPart, SessionPart, InputPart):
     """One UAMP connection seen from ``role``; see the module docstring."""
 
     def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
@@ -633,96 +632,6 @@ class Connection(ShortcutPart, SessionPart):
         elif new_state is not session.state:
             session.state = new_state
         return stamps
-
-    def _check_audio(self, session: SessionContext) -> None:
-        try:
-            session.call.check_audio()
-        except ProtocolError as exc:
-            raise refuse(exc.code, exc.message) from None
-
-    def _voice(self, session: SessionContext, event: ev.Event) -> None:
-        clock = self.config.clock
-        try:
-            session.call.apply(
-                event.type,
-                clock() if clock is not None else None,
-                call_id=getattr(event, "call_id", None),
-                reason=getattr(event, "reason", None),
-            )
-        except ProtocolError as exc:
-            raise refuse(exc.code, exc.message, exc.field) from None
-
-    @staticmethod
-    def _join_chat(session: SessionContext, chat: str) -> None:
-        if chat not in session.chats:
-            if len(session.chats) >= MAX_CHATS_PER_SESSION:
-                raise refuse(
-                    "too_many_chats",
-                    f"a session takes part in at most {MAX_CHATS_PER_SESSION} chats",
-                )
-            session.chats.add(chat)
-
-    def _input(self, session: SessionContext, event: ev.Event) -> None:
-        item: ty.ContentItem
-        role = "user"
-        if type(event) is ev.InputText:
-            if session.chats or event.context:
-                chat = session.chat_of(event)
-                if chat is not None:
-                    # A chat message (section 7.1): the room has it, not the
-                    # session's next response.
-                    self._join_chat(session, chat)
-                    if event.payment_token is not None:
-                        self._offer_token(session, event.payment_token)
-                    return
-            item = ty.TextContent(text=event.text)
-            role = event.role or "user"
-            if event.messages is not None:
-                session.stateless_history = list(event.messages)
-            if event.context is not None:
-                if session.pending_context is None:
-                    session.pending_context = {}
-                session.pending_context.update(event.context)
-            if event.payment_token is not None:
-                self._offer_token(session, event.payment_token)
-        elif type(event) is ev.InputImage:
-            item = ty.ImageContent(
-                image=event.image,
-                format=event.format,
-                detail=event.detail,
-                content_id=content_id_of(event.image, event.content_id, self._ids),
-            )
-        elif type(event) is ev.InputAudio:
-            item = ty.AudioContent(
-                audio=event.audio,
-                format=event.format,
-                content_id=content_id_of(event.audio, event.content_id, self._ids),
-            )
-        elif type(event) is ev.InputVideo:
-            item = ty.VideoContent(
-                video=event.video,
-                format=event.format,
-                content_id=content_id_of(event.video, event.content_id, self._ids),
-            )
-        else:
-            assert isinstance(event, ev.InputFile)
-            item = ty.FileContent(
-                file=event.file,
-                filename=event.filename,
-                mime_type=event.mime_type,
-                content_id=content_id_of(event.file, event.content_id, self._ids),
-            )
-        size = input_size(item)
-        limit = self.config.max_pending_input_bytes
-        if session.pending_bytes + size > limit:
-            raise refuse(
-                "invalid_request",
-                f"the input gathered for the next response would pass {limit} bytes; "
-                "send response.create (or less input) first",
-                "text" if type(item) is ty.TextContent else None,
-            )
-        session.pending_input.append((role, item))
-        session.pending_bytes += size
 
     def _server_turn(
         self, session: SessionContext, etype: str, sender: Role, phase: ResponseState
