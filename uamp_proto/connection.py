@@ -55,17 +55,32 @@ What the connection keeps of each session is a
 from here too).
 
 The rules are the tables of :mod:`uamp_proto._state` (a session machine and
-a response machine); every event goes through them, and this module applies
-the moves and their effects. Protocol violations are answered with ``session.error`` (code
-``invalid_event`` and friends, ``details`` naming the offending event), which
-leaves the session open; ``response.error`` is kept for failures of a
-response and for ``version_mismatch``, as the spec uses it.
+a response machine); every event goes through them. Protocol violations are
+answered with ``session.error`` (code ``invalid_event`` and friends,
+``details`` naming the offending event), which leaves the session open;
+``response.error`` is kept for failures of a response and for
+``version_mismatch``, as the spec uses it.
+
+This module is the way in and out: receiving, decoding, routing to a
+session, the tables' lookups, the connection-level events, the errors and
+the replies they owe, serialising. What a move does is in the parts
+:class:`Connection` is made of (classes it subclasses; they share its
+state):
+
+* :mod:`uamp_proto.connection_sessions` (``SessionPart``): a session's
+  opening, creation, updates and end;
+* :mod:`uamp_proto.connection_input` (``InputPart``): the input gathered
+  for the next response, voice calls, chats;
+* :mod:`uamp_proto.connection_responses` (``ResponsePart``): the response
+  slot's rules, held creates, delta windows;
+* :mod:`uamp_proto.connection_shortcuts` (``ShortcutPart``): the server's
+  usual turn, applied as the general path would in fewer steps.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -81,33 +96,25 @@ from ._state import (
     RESPONSE_TRANSITIONS,
     SERVER_EVENTS,
     SESSION_TRANSITIONS,
-    TERMINAL_RESPONSE_STATES,
     ResponseState,
     Role,
     SessionState,
-    next_response_state,
     next_session_state,
     refuse,
 )
 from .capabilities import merge_capabilities
-from .codec import (
-    DecodeError,
-    decode,
-    json_text,
-    to_dict,
-)
+from .codec import DecodeError, decode, json_text, to_dict
 from .connection_config import MAX_SESSION_HISTORY_BYTES, ConnectionConfig
 from .connection_input import MAX_CHATS_PER_SESSION as MAX_CHATS_PER_SESSION
 from .connection_input import InputPart
+from .connection_responses import ResponsePart
 from .connection_sessions import SessionPart
 from .connection_shortcuts import ShortcutPart
-from .errors import LocalProtocolError, OutputTooLarge, ProtocolError, RemoteProtocolError
+from .errors import LocalProtocolError, RemoteProtocolError
 from .ids import event_id_stem, numbered
 from .payment import CONTENT_EVENTS
-from .response import ResponseTracker
 from .session_context import HeldResponse, SessionContext
 from .types import EMPTY
-from .voice import CallState
 
 __all__ = [
     "CLIENT_EVENTS",
@@ -156,7 +163,7 @@ assert "input.text" in _INPUT_TYPES and not {"input.text"} & (RESPONSE_EVENTS | 
 assert "response.create" in RESPONSE_EVENTS and "response.create" not in CONTENT_EVENTS
 
 
-class Connection(ShortcutPart, SessionPart, InputPart):
+class Connection(ShortcutPart, SessionPart, InputPart, ResponsePart):
     """One UAMP connection seen from ``role``; see the module docstring."""
 
     def __init__(self, role: Role, config: ConnectionConfig | None = None) -> None:
@@ -632,223 +639,6 @@ class Connection(ShortcutPart, SessionPart, InputPart):
         elif new_state is not session.state:
             session.state = new_state
         return stamps
-
-    def _server_turn(
-        self, session: SessionContext, etype: str, sender: Role, phase: ResponseState
-    ) -> bool:
-        """Whether the server starts a response the client did not ask for: in a call."""
-        return (
-            etype == "response.created"
-            and phase is ResponseState.IDLE
-            and sender is Role.SERVER
-            and self.our_role is Role.CLIENT
-            and session.call.state is CallState.ACTIVE
-        )
-
-    def _response_rules(
-        self, session: SessionContext, event: ev.Event, sender: Role
-    ) -> dict[str, Any] | None:
-        etype = event.type
-        tracker = session.response
-        phase = ResponseState.IDLE if tracker is None else tracker.state
-        after = RESPONSE_TRANSITIONS[(sender, phase)].get(etype)
-        if after is None:
-            if self._server_turn(session, etype, sender, phase):
-                # A turn the server found in a call (an ``is_final`` chunk, or a
-                # pause its ``server_vad`` heard): it answers the caller's audio
-                # as if the client had sent ``response.create`` (UAMP 8.1).
-                self._response_rules(session, ev.ResponseCreate(session_id=session.id), Role.CLIENT)
-                return self._response_rules(session, event, sender)
-            on_busy = self.config.on_busy
-            if etype == "response.create" and on_busy is not None and sender is not self.our_role:
-                assert isinstance(event, ev.ResponseCreate)
-                self._hold(session, event, on_busy)
-                return None
-            after = next_response_state(sender, phase, etype, session_id=session.id)
-        if sender is Role.SERVER and etype in CONTENT_EVENTS and session.payment.blocks_content:
-            raise refuse(
-                "payment_required",
-                "no response content may be released while payment is "
-                f"{session.payment.state.value}",
-            )
-        response_id = getattr(event, "response_id", None)
-        if (
-            tracker is not None
-            and response_id is not None
-            and sender is Role.SERVER
-            and self.our_role is Role.CLIENT
-            and phase is ResponseState.REQUESTED
-            # (not a late event of one that ended: one past the bound, cancelled)
-            and response_id not in session.finished_responses
-        ):
-            # Until the server names the response, the client's tracker holds
-            # a provisional id; a response that ends before it starts (refused,
-            # cancelled while held for payment) names it on its terminal event.
-            tracker.response_id = response_id
-        if (
-            tracker is not None
-            and response_id is not None
-            and etype != "response.created"
-            and response_id != tracker.response_id
-        ):
-            if etype == "response.cancel" and response_id in session.finished_responses:
-                return None  # a cancel racing the response's end: nothing to do
-            raise refuse(
-                "unknown_response",
-                f"response_id {response_id!r} is not the session's current response "
-                f"{tracker.response_id!r}",
-                "response_id",
-            )
-        stamps: dict[str, Any] | None = None
-        if etype == "response.create":
-            assert isinstance(event, ev.ResponseCreate)
-            if event.response is not None and event.response.messages is not None:
-                # The conversation on response.create (Robutler's clients):
-                # exactly what input.text.messages is (section 5.6).
-                session.stateless_history = list(event.response.messages)
-            messages = session._take_input()
-            tracker = session.response = ResponseTracker(
-                self._ids("resp"), messages, self.config.max_response_output_bytes
-            )
-            if session.pending_context is not None:
-                tracker.context, session.pending_context = session.pending_context, None
-        elif etype == "response.created":
-            assert tracker is not None
-            created_id = event.response_id  # type: ignore[attr-defined]
-            tracker.response_id = created_id
-            tracker.apply(event)
-            if session.send_window is not None:
-                session.send_window.start_stream(created_id)
-        elif etype == "tool.result":
-            assert isinstance(event, ev.ToolResult) and tracker is not None
-            try:
-                tracker.add_tool_result(event.call_id, event.result, event.is_error)
-            except (ProtocolError, OutputTooLarge) as exc:
-                raise refuse(exc.code, exc.message) from None
-        elif etype == "response.cancel":
-            pass
-        elif tracker is not None:
-            if etype in flow.FLOW_CONTROLLED_TYPES:
-                stamps = self._flow(session, tracker, event, sender)
-            try:
-                tracker.apply(event)
-            except OutputTooLarge as exc:
-                if sender is self.our_role:
-                    raise  # ours: the server ends the response (response.error)
-                raise self._output_refused(session, tracker, exc) from None
-            if after in TERMINAL_RESPONSE_STATES:
-                tracker.state = after
-                session._finish_response(keep_output=after is not ResponseState.FAILED)
-                session.bound_history(self.config)
-                return stamps
-        if tracker is not None:
-            tracker.state = after  # the table's move (tracker.apply agrees)
-        return stamps
-
-    def _output_refused(
-        self, session: SessionContext, tracker: ResponseTracker, exc: OutputTooLarge
-    ) -> RemoteProtocolError:
-        """A server's response past the client's bound: it ends here, failed, and
-        the server is owed its ``response.cancel`` (the error's ``reply``)."""
-        tracker.error = ty.ErrorInfo(code=exc.code, message=exc.message)
-        tracker.state = ResponseState.FAILED
-        session._finish_response(keep_output=False)
-        session.bound_history(self.config)
-        return RemoteProtocolError(
-            f"the server's response {tracker.response_id} passed this client's bound "
-            f"of {exc.limit} bytes of output; it was cancelled",
-            code=exc.code,
-            session_id=session.id,
-            reply=ev.ResponseCancel(response_id=tracker.response_id, session_id=session.id),
-        )
-
-    def _hold(
-        self,
-        session: SessionContext,
-        event: ev.ResponseCreate,
-        on_busy: Callable[[str, ev.ResponseCreate], object],
-    ) -> None:
-        """Hold a ``response.create`` that came while the slot is busy, or refuse it."""
-        token = on_busy(session.id, event)  # a LocalProtocolError refuses it
-        if event.response is not None and event.response.messages is not None:
-            session.stateless_history = list(event.response.messages)
-        messages = session._take_input()
-        context, session.pending_context = session.pending_context, None
-        held = HeldResponse(
-            token=token,
-            create=event,
-            response_id=self._ids("resp"),
-            messages=messages,
-            context=context,
-        )
-        session.held.append(held)
-
-    def start_held(self, session_id: str, token: object) -> ev.ResponseCreate:
-        """Start the held ``response.create`` of ``token`` now that the slot is free.
-
-        Its response becomes the session's current one (requested), with the
-        input it took when it arrived after the history as it now stands.
-
-        Raises:
-            LocalProtocolError: No such session or held create, or the slot
-                is still busy.
-        """
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise refuse("unknown_session", f"no session {session_id!r}")
-        held = next((h for h in session.held if h.token == token), None)
-        if held is None:
-            raise refuse("invalid_event", "no such held response.create")
-        if session.phase is not ResponseState.IDLE:
-            raise refuse("response_in_progress", "the response slot is still busy")
-        session.held.remove(held)
-        tracker = session.response = ResponseTracker(
-            held.response_id, held.messages, self.config.max_response_output_bytes
-        )
-        if held.context is not None:
-            tracker.context = held.context
-        tracker.state = ResponseState.REQUESTED
-        return held.create
-
-    def drop_held(self, session_id: str, token: object) -> None:
-        """Forget the held ``response.create`` of ``token`` (its input with it), if any."""
-        session = self._sessions.get(session_id)
-        if session is not None:
-            session.held[:] = [h for h in session.held if h.token != token]
-
-    def _flow(
-        self, session: SessionContext, tracker: ResponseTracker, event: ev.Event, sender: Role
-    ) -> dict[str, Any] | None:
-        if sender is self.our_role:
-            window = session.send_window
-            if window is None:
-                return None
-            return {"delta_seq": window.stamp(tracker.response_id)}
-        receive = session.receive_window
-        if receive is None:
-            return None
-        seq = getattr(event, "delta_seq", None)
-        if seq is None:
-            raise refuse(flow.ERR_MISSING_DELTA_SEQ, "missing delta_seq on a delta frame")
-        try:
-            due = receive.receive(tracker.response_id, seq)
-        except ProtocolError as exc:
-            raise refuse(exc.code, exc.message) from None
-        if due is not None:
-            ack = flow.ack_event(tracker.response_id, due, session_id=event.session_id)
-            self.owed.append(self._encode_reply(ack))
-            receive.acknowledged(tracker.response_id, due)
-        return None
-
-    def _ack(self, session: SessionContext, event: ev.Event, sender: Role) -> None:
-        window = session.send_window
-        if window is None or sender is self.our_role:
-            return
-        assert isinstance(event, ev.Progress)
-        try:
-            window.acknowledge(*flow.ack_of(event))
-        except ProtocolError as exc:
-            raise refuse(exc.code, exc.message) from None
 
     def __iter__(self) -> Iterator[ev.Event | ev.UnknownEvent]:
         """Iterate over queued events until NEED_DATA (errors propagate)."""
