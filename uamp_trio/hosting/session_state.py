@@ -1,14 +1,17 @@
 """What the session host keeps per session and per response, and what its parts share.
 
 The UAMP session host (:class:`~uamp_trio.hosting.sessions.SessionHost`) is
-one class built from parts, each a module with one concern: the event log
-and resume (:mod:`~uamp_trio.hosting.session_log`), payment
-(:mod:`~uamp_trio.hosting.session_payment`) and the rest -- dispatch,
-sessions, chats, voice, authentication, responses -- in
-:mod:`~uamp_trio.hosting.sessions`. The parts read and write the same
-state; :class:`HostState` declares it for the type checker, and this module
-holds the records they share: a :class:`SessionState` per session, a
-:class:`ResponseState` per running response.
+one class built from parts, each a module with one concern: the responses
+and their worker (:mod:`~uamp_trio.hosting.session_responses`), payment
+(:mod:`~uamp_trio.hosting.session_payment`), the event log and resume
+(:mod:`~uamp_trio.hosting.session_log`), authentication
+(:mod:`~uamp_trio.hosting.session_auth`), voice calls
+(:mod:`~uamp_trio.hosting.session_calls`) and the rest -- dispatch,
+sessions, capabilities, chats -- in :mod:`~uamp_trio.hosting.sessions`. The
+parts read and write the same state; :class:`HostState` declares it for the
+type checker, and this module holds the records they share: a
+:class:`SessionState` per session, a :class:`ResponseState` per running
+response.
 """
 
 from __future__ import annotations
@@ -220,6 +223,7 @@ class HostState:
         detached: bool
         refusal: tuple[str, str] | None
         on_message: Handler | None
+        principal: Principal
         _message: bytes | str
         _transport: str
         _app: Host | None
@@ -242,6 +246,14 @@ class HostState:
         def _log(self, sid: str, data: bytes) -> None: ...
 
         def _drop(self, sid: str) -> None: ...
+
+        def owe_quietly(self, event: ev.Event) -> None: ...
+
+        def _session_of(self, event: ev.Event) -> SessionState | None: ...
+
+        def _accept(self, sid: str, agent: Responder) -> None: ...
+
+        async def _resume(self, session: SessionState, after_id: str) -> None: ...
 
         async def _verified(self, session: SessionState) -> None: ...
 

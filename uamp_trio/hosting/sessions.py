@@ -69,8 +69,10 @@ mid-response (:mod:`~uamp_trio.hosting.session_payment`).
 The host is one class built from parts, each a module of its own: the
 responses and their worker (:mod:`~uamp_trio.hosting.session_responses`),
 payment, the event log and resume (:mod:`~uamp_trio.hosting.session_log`),
-and the state they share (:mod:`~uamp_trio.hosting.session_state`); this
-module keeps dispatch, sessions, chats, voice calls and authentication.
+authentication (:mod:`~uamp_trio.hosting.session_auth`), voice calls
+(:mod:`~uamp_trio.hosting.session_calls`), and the state they share
+(:mod:`~uamp_trio.hosting.session_state`); this module keeps dispatch,
+sessions, capabilities and chats.
 
 Signing (spec 004 "Response Signing"): with ``App.response_signer`` set,
 ``response.done`` carries ``signature`` over the response's text and the raw
@@ -98,14 +100,7 @@ import trio
 from uamp_proto import events as ev
 from uamp_proto import history, ratelimit
 from uamp_proto import types as ty
-from uamp_proto.calls import (
-    audio_turn,
-    heard_pause,
-    offer_of,
-    reply_of,
-    settings_refusal,
-    turn_detector,
-)
+from uamp_proto.calls import settings_refusal, turn_detector
 from uamp_proto.capabilities import queried, session_view
 from uamp_proto.connection import (
     MAX_SESSION_HISTORY_BYTES,
@@ -127,18 +122,18 @@ from uamp_proto.resume import (
     ResumeError,
     resume_from,
 )
-from uamp_proto.voice import CallAnswer, CallOffer, default_answer
 from uamp_stores.event_log import HistoryJSON, SessionRecord
 from uamp_stores.health import STORE_UNAVAILABLE
 
-from ..trust.auth import SESSION_AUTH, Authenticator, AuthError
+from ..trust.auth import SESSION_AUTH
 from .agents import AGENT_OFFLINE
-from .calls import answer_call, call_ended, has_call_hook
 from .chats import ChatLink, ChatProfile, chat_settings
 from .interrupts import InterruptNotFound, InvalidAnswer
 from .outbox import Outbox, OutboxClosed, Overloaded
+from .session_auth import _WHILE_EXPIRED, AuthPart
+from .session_calls import CallPart
 from .session_responses import ResponsePart
-from .session_state import SessionGone, SessionState, session_error
+from .session_state import SessionState, session_error
 
 if TYPE_CHECKING:
     from uamp_stores.event_log import EventLog, Handler, LogKey
@@ -155,22 +150,6 @@ log = logging.getLogger("uamp_trio.sessions")
 
 #: Client events that are chat work (docs/chat.md), and what the chat link calls them.
 _CHAT_WORK: Final = {"input.text": "say", "input.typing": "typing", "message.read": "read"}
-#: What a session whose credential expired may still send (spec 000 section
-#: 10.3): a fresh token, its end, a cancel; ``response.create`` is answered
-#: ``response.error`` ``unauthorized`` by the response itself. Anything else
-#: -- chat posts, joins, typing, reads, voice, tool results -- is refused.
-_WHILE_EXPIRED: Final = frozenset(
-    {
-        "session.update",
-        "session.end",
-        "response.cancel",
-        "response.create",
-        "session.create",
-        "ping",
-    }
-)
-#: The refusal of an action on a session whose credential expired.
-_EXPIRED: Final = "The session's token has expired; send session.update with a fresh one."
 
 
 @attrs.frozen(kw_only=True)
@@ -245,7 +224,7 @@ class SessionLimits:
 MAX_ANSWERS_IN_FLIGHT: Final = 16
 
 
-class SessionHost(ResponsePart):
+class SessionHost(ResponsePart, AuthPart, CallPart):
     """Drives the UAMP sessions of one connection; see the module docstring.
 
     Args:
@@ -467,28 +446,6 @@ class SessionHost(ResponsePart):
             # outstanding payment.required (spec 004).
             self._ask_settle(session)
 
-    def _lapsed(self, event: ev.Event) -> bool:
-        """Refuse ``event`` when its session's credential has expired; ``True`` if refused."""
-        session = self._session_of(event)
-        if session is None or not session.principal.expired(self._clock()):
-            return False
-        with contextlib.suppress(LocalProtocolError):
-            self.owe_quietly(session_error(session.id, "unauthorized", _EXPIRED, "token"))
-        return True
-
-    def renew(self, principal: Principal) -> None:
-        """A request of the same principal brought a credential verified now (HTTP+SSE POSTs).
-
-        The connection's and its sessions' credentials become that one, so
-        their expiry is its expiry; another principal's changes nothing.
-        """
-        if principal.key != self.principal.key:
-            return
-        self.principal = principal
-        for session in self._sessions.values():
-            if session.principal.key == principal.key:
-                session.principal = principal
-
     def _owe(self, event: ev.Event) -> None:
         data = self.conn.send(event)
         sid = event.session_id
@@ -601,74 +558,6 @@ class SessionHost(ResponsePart):
                 self._audio_turn(session)
             elif isinstance(event, ev.InputAudio) and session.detector is not None:
                 self._detect_turn(session, event)
-
-    # --- voice calls (sections 5.16, 7.3; docs/voice.md) ------------------------
-
-    def _voice(self, session: SessionState, event: ev.Event) -> None:
-        """Answer a call to the session's agent, or end it (``voice.end`` from the client).
-
-        The agent's ``take_call`` hook answers when it has one (in a task:
-        the reader never waits; audio meanwhile is refused as the call still
-        rings), else its capabilities do, at once. An accept carries the
-        hook's SDP answer if it gave one; without it uamp carries the call's
-        audio in-band (``input.audio`` / ``audio.delta`` on this connection).
-        """
-        if isinstance(event, ev.VoiceEnd):
-            self._call_over(session, event.reason or "ended")
-            return
-        assert isinstance(event, ev.VoiceInvite)
-        offer = offer_of(event, session.id, transport=self._transport, principal=session.principal)
-        if has_call_hook(session.agent):
-            self._nursery.start_soon(self._ask_agent, session, offer)
-        else:
-            answer = default_answer(session.agent.name, session.agent.capabilities())
-            self._answer_call(session, offer, answer)
-
-    async def _ask_agent(self, session: SessionState, offer: CallOffer) -> None:
-        answer = await answer_call(session.agent, offer)
-        if self._sessions.get(session.id) is session:
-            self._answer_call(session, offer, answer)
-
-    def _answer_call(self, session: SessionState, offer: CallOffer, answer: CallAnswer) -> None:
-        """Send the agent's ``answer`` to ``offer``: ``voice.accept`` or ``voice.decline``."""
-        try:
-            self._owe(reply_of(offer, answer))
-        except (LocalProtocolError, Overloaded) as exc:  # the caller hung up meanwhile
-            log.info("session %s: voice.invite not answered: %s", session.id, exc)
-            return
-        if answer.accept:
-            session.call.accepted(offer.call_id, trio.current_time())
-
-    def _call_over(self, session: SessionState, reason: str) -> None:
-        """The session's accepted call ended: the agent's ``call_ended`` learns how long it ran."""
-        ended = session.call.over(session.id, trio.current_time(), reason)
-        if ended is None:
-            return
-        background = self._app.background if self._app is not None else None
-        (background or self._nursery).start_soon(call_ended, session.agent, ended)
-
-    def _audio_turn(self, session: SessionState) -> None:
-        """The caller finished an utterance (``is_final``): the agent answers it.
-
-        In a call the server detects turns (as Realtime's ``server_vad``
-        does): the audio so far goes to the agent as one user message with
-        audio asked for in return, exactly as if the client had sent
-        ``response.create``. Outside a call a final chunk changes nothing.
-        """
-        ctx = self._contexts.get(session.id)
-        if ctx is None or not session.call.active or ctx.response is not None:
-            return
-        # Queued behind the message being processed: feed's loop takes it next.
-        self.conn.receive(audio_turn(session.id))
-
-    def _detect_turn(self, session: SessionState, event: ev.InputAudio) -> None:
-        """``server_vad``: the caller's audio through the detector; a pause ends the turn."""
-        detector = session.detector
-        if detector is None or not session.call.active:
-            return
-        ctx = self._contexts.get(session.id)
-        if heard_pause(detector, event, ctx.config if ctx is not None else None):
-            self._audio_turn(session)
 
     # --- chats (docs/chat.md; the rooms live in hosting/chats.py) --------------------
 
@@ -883,97 +772,6 @@ class SessionHost(ResponsePart):
         for warning in warnings:
             if warning is not None:
                 self._owe(warning)
-
-    # --- authentication (spec 000 section 10.3; docs/security.md) ---------------
-
-    async def _admit(
-        self,
-        auth: Authenticator | None,
-        session: SessionState,
-        token: str | None,
-        resume: str | None = None,
-    ) -> None:
-        """Verify a ``session.create`` token: created, or ``session.error`` ``unauthorized``.
-
-        With ``resume`` (the ``resume_from`` event id) the session is then
-        resumed from its log (:meth:`_resume`). Without ``auth`` the
-        connection's principal is the session's.
-        """
-        try:
-            if auth is None or token is None:
-                principal: Principal | None = session.principal
-                reason = ""
-            else:
-                principal = await auth.authenticate(token)
-                reason = ""
-        except AuthError as exc:
-            principal, reason = None, exc.message
-        try:
-            if self._sessions.get(session.id) is not session:
-                return  # ended while it was being verified
-            if principal is None:
-                self.refusal = ("unauthorized", reason)
-                self._owe(session_error(session.id, "unauthorized", reason, "token"))  # ends it
-                self._drop(session.id)
-                return
-            session.principal, session.token = principal, token
-            if resume is not None:
-                await self._resume(session, resume)
-            else:
-                self._accept(session.id, session.agent)
-        except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
-            log.info("session %s: cannot answer its session.create: %s", session.id, exc)
-        finally:
-            assert session.verifying is not None
-            session.verifying.set()
-
-    async def _reauthenticate(self, auth: Authenticator, session: SessionState, token: str) -> None:
-        """Verify a ``session.update`` token: the same principal, or ``unauthorized``.
-
-        A token for another principal than the session's is refused (a session
-        never changes hands); the session keeps its former credential.
-        """
-        done = session.verifying
-        try:
-            try:
-                principal = await auth.authenticate(token)
-                same = (principal.id, principal.scheme) == (
-                    session.principal.id,
-                    session.principal.scheme,
-                )
-                reason = "" if same else "the token names another principal than the session's"
-            except AuthError as exc:
-                principal, reason = session.principal, exc.message
-            if self._sessions.get(session.id) is not session:
-                return
-            ctx = self._contexts.get(session.id)
-            if reason:
-                if ctx is not None:
-                    ctx.token = session.token  # the refused token is not the session's
-                self._owe(session_error(session.id, "unauthorized", reason, "token"))
-                return
-            session.principal, session.token = principal, token
-            if self.principal.key == principal.key:
-                self.principal = principal  # the connection's new sessions go on with it
-            self._owe(ev.SessionUpdated(session_id=session.id))
-        except (LocalProtocolError, Overloaded, OutboxClosed) as exc:
-            log.info("session %s: cannot answer its session.update: %s", session.id, exc)
-        finally:
-            if done is not None:
-                done.set()
-
-    async def _verified(self, session: SessionState) -> None:
-        """Wait for the session's pending token check; raise if it ended meanwhile."""
-        while session.verifying is not None and not session.verifying.is_set():
-            await session.verifying.wait()
-        if self._sessions.get(session.id) is not session:
-            raise SessionGone
-
-    async def admitted(self) -> None:
-        """Wait until every session's pending token check is done (HTTP+SSE answers after it)."""
-        for session in list(self._sessions.values()):
-            if session.verifying is not None:
-                await session.verifying.wait()
 
     def _capabilities(self, session: SessionState | None, event: ev.CapabilitiesQuery) -> None:
         """Answer ``capabilities.query`` (UAMP 5.4, 9.1).
