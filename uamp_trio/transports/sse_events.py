@@ -40,13 +40,12 @@ or, with no server running the app, in a trio system task. A session with no
 stream attached and no POST for ``idle_timeout`` seconds expires, as does one
 whose UAMP session ended.
 
-One reader at a time: a session's outbox is read by its attached stream,
-or, while none is, by a keeper task that holds the latest events for the
-next stream (``unsent``). A stream that opens -- or replaces another --
-first waits for the previous reader to stop; what that one took is in the
-session's recent events (``replay``, what ``Last-Event-ID`` reads) and,
-when it was not written, back in ``unsent``. Every event is in the log
-before a client sees it.
+One HTTP session's life -- its host, the one reader of its events (its
+attached stream, or a keeper while none is), the replay ``Last-Event-ID``
+reads, its expiry -- is an :class:`~uamp_trio.transports.sse_session.HttpSession`
+(:mod:`uamp_trio.transports.sse_session`); this module holds the endpoints,
+the ownership and bounds of sessions, and what comes from the event log or
+from another process.
 
 Shutting down (a graceful drain), a process adopts no session, ends the
 streams it serves from another process's log (the client reconnects
@@ -82,10 +81,8 @@ A session with no stream and no POST expires after
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
@@ -96,8 +93,7 @@ import trio
 
 from uamp_proto.principal import Principal
 from uamp_proto.responder import Responder
-from uamp_proto.resume import RESUME_FROM, ResumeError, ResumeStream, event_id_of, start_after
-from uamp_proto.sse import encode_json
+from uamp_proto.resume import RESUME_FROM, ResumeError, ResumeStream, start_after
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
 from ..engines.http import (
@@ -110,10 +106,12 @@ from ..engines.http import (
     json_response,
 )
 from ..hosting.agents import SPEC_SESSION_CODES
-from ..hosting.outbox import OutboxClosed, Overloaded
+from ..hosting.outbox import Overloaded
 from ..hosting.router import RouteMeta
-from ..hosting.sessions import SessionHost, SessionLimits
+from ..hosting.sessions import SessionLimits
 from ..stores.sessions import SessionTracker
+from .sse_session import HEARTBEAT, HttpSession, event_frame
+from .sse_session import REPLAY_SIZE as REPLAY_SIZE
 
 if TYPE_CHECKING:
     from uamp_stores.event_log import LogKey
@@ -127,315 +125,10 @@ ROUTES = RouteMeta(transport="sse_events", error_style="uamp")
 
 log = logging.getLogger("uamp_trio.sse_events")
 
-#: Events kept per session for ``Last-Event-ID`` replay.
-REPLAY_SIZE: Final = 256
-#: A comment line is written when a stream has been quiet this long, so
-#: proxies keep it open (seconds).
-HEARTBEAT: Final = 15.0
 _SESSION_HEADER: Final = "x-session-id"
 #: How long a request waits for another that opens or takes on the same
 #: session before it looks for the session itself (s).
 _NAMING_WAIT: Final = 5.0
-
-
-class _HttpSession:
-    """One HTTP+SSE session: a host, its system task and its stream."""
-
-    def __init__(
-        self, transport: SSEEventsTransport, agent: Responder | None, principal: Principal
-    ) -> None:
-        self.transport = transport
-        self.agent = agent
-        self.principal = principal
-        self.host: SessionHost | None = None
-        self.id: str | None = None
-        self.started = trio.Event()
-        self.finished = trio.Event()
-        self.scope = trio.CancelScope()
-        self.stream_scope: trio.CancelScope | None = None
-        self.last_seen = trio.current_time()
-        #: The latest events sent, ``(event_id, message)``, for ``Last-Event-ID``.
-        self.replay: deque[tuple[str, bytes]] = deque(maxlen=REPLAY_SIZE)
-        #: The latest events no stream took (:meth:`_keep`), for the next stream.
-        self.unsent: deque[tuple[str, bytes]] = deque(maxlen=REPLAY_SIZE)
-        #: Set while no stream is attached: :meth:`_keep` takes the events then.
-        self.unattended = trio.Event()
-        self.unattended.set()
-        self._keeping: trio.CancelScope | None = None
-        #: Set once :meth:`_keep` stopped taking (its last batch is in :attr:`unsent`).
-        self._kept = trio.Event()
-        self._kept.set()
-        #: Set once the latest stream stopped writing (what it took and did not
-        #: write is back in :attr:`unsent`).
-        self._written = trio.Event()
-        self._written.set()
-
-    async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Events POSTed to another process for this session (``EventLog.ask``)."""
-        if message.get("op") != "events" or self.host is None:
-            return {"error": "unsupported"}
-        name = message.get("agent")
-        if name is not None and self.agent is not None and name != self.agent.name:
-            return {"accepted": 0, "error": ["unknown_session", "another agent's session"]}
-        events = [str(e).encode() for e in message.get("events", ())]
-        accepted, error = self.transport._feed(self, events, str(message["body"]).encode())
-        return {"accepted": accepted, "error": list(error) if error is not None else None}
-
-    def replay_after(self, event_id: str) -> list[tuple[str, bytes]] | None:
-        """The recent events after ``event_id``, or ``None`` when it is not among them."""
-        for n, (sent, _) in enumerate(self.replay):
-            if sent == event_id:
-                return list(itertools.islice(self.replay, n + 1, None))
-        return None
-
-    async def run(self) -> None:
-        limits = self.transport.session_limits()
-        try:
-            with self.scope:
-                async with trio.open_nursery() as nursery:
-                    self.host = SessionHost(
-                        nursery,
-                        self.transport.agents,
-                        self.agent,
-                        limits=limits,
-                        transport="uamp-sse",
-                        app=self.transport.app,
-                        principal=self.principal,
-                    )
-                    self.host.on_empty = self.end
-                    nursery.start_soon(self._keep)
-                    self.started.set()
-                    try:
-                        await self._expire()
-                    finally:
-                        # Nothing reads the outbox any more: a response waiting for
-                        # room in it (shielded, for its terminal event) gives up now,
-                        # so a session whose client never read cannot hold the
-                        # nursery -- and the server's shutdown -- for ever.
-                        self.host.outbox.close()
-                        nursery.cancel_scope.cancel()
-        except Exception:  # a system task must never raise
-            log.exception("HTTP+SSE session %s failed", self.id)
-        finally:
-            self.started.set()
-            self.finished.set()
-            if self.host is not None:
-                self.host.outbox.close()
-            self.transport._forget(self)
-
-    async def _keep(self) -> None:
-        """While no stream is attached, take the session's events into :attr:`unsent`.
-
-        A client may read this session from another process (which follows
-        the log) or be between two streams: its agent must not wait for a
-        reader here. The outbox held everything a stream had not taken and
-        stopped the response once full (a response followed elsewhere
-        stalled there for ever); now the latest :data:`REPLAY_SIZE` events
-        wait for the next stream here, and the log keeps all of them.
-        """
-        host = self.host
-        assert host is not None
-        while True:
-            if self.stream_scope is not None:
-                await self.unattended.wait()
-                continue  # maybe attached again meanwhile
-            with trio.CancelScope() as scope:
-                self._keeping = scope
-                self._kept = trio.Event()
-                try:
-                    while True:
-                        # take() hands over what is queued without a checkpoint
-                        # after waking: a cancel never loses a batch.
-                        for data in await host.outbox.take():
-                            kept = (event_id_of(data), data)
-                            self.replay.append(kept)
-                            self.unsent.append(kept)
-                except OutboxClosed:
-                    return
-                finally:
-                    self._kept.set()
-            self._keeping = None
-
-    async def _expire(self) -> None:
-        idle = self.transport.limits.idle_timeout
-        host = self.host
-        assert host is not None
-        while True:
-            if self.stream_scope is None:
-                deadline = self.last_seen + idle
-                if trio.current_time() >= deadline:
-                    log.info("HTTP+SSE session %s expired", self.id)
-                    host.close_all("timeout", notify=False)
-                    return
-                await trio.sleep_until(deadline)
-            else:
-                await trio.sleep(idle)  # attached streams keep the session alive
-
-    def end(self) -> None:
-        """The UAMP session ended: stop; an attached stream drains what is queued."""
-        if self.host is not None:
-            self.host.outbox.close()
-        self.transport._forget(self)
-        self.scope.cancel()
-
-    async def stream(
-        self,
-        send: SendChunk,
-        missed: list[tuple[str, bytes]] | None,
-        *,
-        greeted: bool = False,
-        after: str | None = None,
-    ) -> None:
-        """Write the session's events: ``missed`` first (a ``Last-Event-ID`` replay), then live.
-
-        ``greeted``: the stream's opening comment was written already.
-        ``after``: the client's ``Last-Event-ID``; what is queued up to it
-        is not written again (the client read it from the log elsewhere,
-        while no stream here took it).
-        """
-        host = self.host
-        assert host is not None
-        if self.stream_scope is not None:
-            self.stream_scope.cancel()  # one reader per session: the newest wins
-        scope = trio.CancelScope()
-        self.stream_scope = scope
-        self.unattended = trio.Event()
-        if self._keeping is not None:
-            self._keeping.cancel()
-            self._keeping = None
-        # Whoever took from the outbox before -- the keeper, or the stream this
-        # one replaces, maybe amid a batch -- stops first, its batch recorded
-        # in the replay (and what it did not write, in unsent): the outbox
-        # has one reader at a time, so nothing is lost or sent out of order.
-        previous, written = self._written, trio.Event()
-        self._written = written
-        await self._kept.wait()
-        await previous.wait()
-        if self.stream_scope is not scope:
-            written.set()
-            return  # a newer stream came meanwhile: what is kept is for it
-        # The caller read ``missed`` before this stream began; what came since
-        # is in the replay (and unsent), no longer in the outbox.
-        recent = self.replay_after(after) if after is not None else None
-        if recent is not None:
-            missed = recent  # everything after the client's last event
-        else:
-            # What came while no stream was here (after what the log gave;
-            # unsent ends the replay, so all of it is newer than ``after``).
-            known = {i for i, _ in missed or ()}
-            missed = [*(missed or ()), *(e for e in self.unsent if e[0] not in known)]
-        self.unsent.clear()
-        # Replayed from the log, maybe still queued too: each is written once.
-        skip = {i for i, _ in missed or ()}
-        unwritten: list[tuple[str, bytes]] = []
-        try:
-            with scope:
-                async with trio.open_nursery() as watch:
-                    watch.start_soon(self._end_on_drain, scope)
-                    await self._write_events(send, missed, skip, greeted, after, unwritten)
-                    watch.cancel_scope.cancel()
-        finally:
-            # Taken but not written (the stream was cut or replaced): the next
-            # stream without Last-Event-ID gets it first, as the keeper's.
-            self.unsent.extendleft(reversed(unwritten))
-            written.set()
-            if self.stream_scope is scope:
-                self.stream_scope = None
-                self.unattended.set()
-            self.last_seen = trio.current_time()
-
-    async def _end_on_drain(self, scope: trio.CancelScope) -> None:
-        """End the stream once a graceful shutdown begins and no response is running.
-
-        An event stream never ends by itself: left open, it would hold the
-        shutdown for its whole grace period. The client resumes elsewhere
-        with ``Last-Event-ID`` (docs/resume.md).
-        """
-        app = self.transport.app
-        await app.drain_started.wait()
-        host = self.host
-        while host is not None and host.busy:
-            await trio.sleep(0.1)  # a response in flight goes out whole, within the grace
-        scope.cancel()
-
-    async def _write_events(
-        self,
-        send: SendChunk,
-        missed: list[tuple[str, bytes]] | None,
-        skip: set[str],
-        greeted: bool,
-        after: str | None,
-        unwritten: list[tuple[str, bytes]],
-    ) -> None:
-        """The stream's body: the replay or a greeting, then events and heartbeats.
-
-        ``unwritten`` holds, at any time, what this stream took and has not
-        written yet (recorded with no checkpoint after the take).
-        """
-        host = self.host
-        assert host is not None
-        if missed:
-            unwritten[:] = missed
-            # What no stream took while none was here may not be written yet.
-            await _logged_first(host)
-            await send(b"".join(_frame(i, data) for i, data in missed))
-            unwritten.clear()
-        elif not greeted:
-            await send(b": uamp event stream\n\n")
-        # A write is the only way to notice a client that went away:
-        # beat often enough that a dead stream does not outlive the
-        # session's idle timeout.
-        beat = min(HEARTBEAT, self.transport.limits.idle_timeout / 2)
-        while True:
-            batch: list[bytes] | None = None
-            with trio.move_on_after(beat):
-                try:
-                    batch = await host.outbox.take()
-                except OutboxClosed:
-                    return
-            if batch is None:
-                await send(b":\n\n")
-                continue
-            # What ready producers add within a few scheduler rounds
-            # goes in the same write (and the same wait for the log).
-            batch = await host.outbox.take_more(batch)
-            if after is not None:
-                # The first take holds all that was queued before this stream.
-                ids = [event_id_of(data) for data in batch]
-                if after in ids:
-                    batch = batch[ids.index(after) + 1 :]
-                after = None
-            frames = []
-            for data in batch:
-                event_id = event_id_of(data)
-                if skip and event_id in skip:
-                    skip.discard(event_id)
-                    continue
-                self.replay.append((event_id, data))
-                unwritten.append((event_id, data))
-                frames.append(_frame(event_id, data))
-            if frames:
-                await _logged_first(host)
-                await send(b"".join(frames))
-                unwritten.clear()
-
-
-async def _logged_first(host: SessionHost) -> None:
-    """Write what the session's log still queues, before the client sees it.
-
-    A ``Last-Event-ID`` on another process must find every event a client
-    saw (docs/resume.md): an event sent before its node wrote it, then lost
-    with the node, left the client asking for an id no log holds. A store
-    that does not answer gets it once it does.
-    """
-    log = host.event_log
-    if log is not None and log.pending and not log.health.down:
-        with contextlib.suppress(StoreUnavailable):
-            await log.flush()
-
-
-def _frame(event_id: str, data: bytes) -> bytes:
-    return encode_json(data, id=event_id or None)
 
 
 class SSEEventsTransport:
@@ -454,7 +147,7 @@ class SSEEventsTransport:
         self.app = app
         self._given = limits
         #: Live sessions by owner and session id.
-        self.sessions: SessionTracker[_HttpSession] = app.stores.http_sessions
+        self.sessions: SessionTracker[HttpSession] = app.stores.http_sessions
         #: Sessions being opened, by owner key (not tracked until their id is known).
         self._opening: Counter[tuple[str, str]] = Counter()
         #: Sessions a request opens or takes on now, by ``(owner key, id)``, claimed
@@ -492,7 +185,7 @@ class SSEEventsTransport:
         """Live HTTP sessions."""
         return len(self.sessions)
 
-    def _forget(self, hs: _HttpSession) -> None:
+    def _forget(self, hs: HttpSession) -> None:
         if hs.id is not None:
             self.sessions.discard(hs.principal, hs.id, hs)
 
@@ -514,7 +207,7 @@ class SSEEventsTransport:
         values = parse_qs(request.query).get("session_id")
         return values[0] if values else None
 
-    def _lookup(self, request: Request) -> _HttpSession:
+    def _lookup(self, request: Request) -> HttpSession:
         sid = self._session_id(request)
         if sid is None:
             raise HTTPError(
@@ -619,7 +312,7 @@ class SSEEventsTransport:
         self, request: Request, agent: Responder | None, messages: list[bytes]
     ) -> Response:
         """Open the session a POST's leading ``session.create`` asks for, feed the rest."""
-        hs = _HttpSession(self, agent, request.principal)
+        hs = HttpSession(self, agent, request.principal)
         self._launch(hs)
         await hs.started.wait()
         if hs.host is None:  # pragma: no cover - the system task failed at once
@@ -693,7 +386,7 @@ class SSEEventsTransport:
 
     async def _adopt(
         self, principal: Principal, sid: str, agent: Responder | None
-    ) -> _HttpSession | None:
+    ) -> HttpSession | None:
         """Take over session ``sid`` of ``principal`` whose process died (``None``: not here).
 
         Like a WebSocket resume (docs/resume.md) without a client asking:
@@ -723,7 +416,7 @@ class SSEEventsTransport:
 
     async def _take_on(
         self, principal: Principal, sid: str, agent: Responder | None
-    ) -> _HttpSession | None:
+    ) -> HttpSession | None:
         """:meth:`_adopt`, with the session's id claimed by this request."""
         store = self.app.stores.event_log
         key = (principal.key, sid)
@@ -747,7 +440,7 @@ class SSEEventsTransport:
         last = await store.read(key, window.last - 1, 1) if window.last else []
         if not last:
             return None
-        hs = _HttpSession(self, owner, principal)
+        hs = HttpSession(self, owner, principal)
         self._launch(hs)
         await hs.started.wait()
         create = {
@@ -769,7 +462,7 @@ class SSEEventsTransport:
         log.info("HTTP+SSE session %s adopted from lost process %s", sid, lost)
         return hs
 
-    def _launch(self, hs: _HttpSession) -> None:
+    def _launch(self, hs: HttpSession) -> None:
         background = self.app.background
         if background is not None:
             # Under the server's lifecycle: a graceful shutdown ends it.
@@ -777,7 +470,7 @@ class SSEEventsTransport:
         else:
             trio.lowlevel.spawn_system_task(hs.run, name="uamp-sse-session")
 
-    def _feed(self, hs: _HttpSession, messages: list[bytes], body: bytes) -> tuple[int, Any]:
+    def _feed(self, hs: HttpSession, messages: list[bytes], body: bytes) -> tuple[int, Any]:
         host = hs.host
         assert host is not None
         hs.last_seen = trio.current_time()
@@ -921,7 +614,7 @@ class SSEEventsTransport:
         after: int,
         principal: Principal,
         agent: Responder | None,
-    ) -> tuple[_HttpSession, int] | None:
+    ) -> tuple[HttpSession, int] | None:
         """Stream ``key`` 's log after position ``after`` as another process writes it.
 
         Returns when that process is lost and this one adopted the session
@@ -940,7 +633,7 @@ class SSEEventsTransport:
                 return None
             sent = stream.backfill(await log.wait(key, stream.cursor, timeout=1.0)).send
             if sent:
-                await send(b"".join(_frame(e.event_id, e.data) for e in sent))
+                await send(b"".join(event_frame(e.event_id, e.data) for e in sent))
                 quiet = trio.current_time()
                 continue
             hs = await self._adopt(principal, key[1], agent)
