@@ -76,7 +76,7 @@ def _store_constructions(source: str, rel: str) -> list[str]:
 def test_no_transport_creates_shared_state() -> None:
     made = [
         hit
-        for path in sorted((ROOT / "uamp_trio" / "transports").glob("*.py"))
+        for path in sorted((ROOT / "uamp_trio" / "transports").rglob("*.py"))
         for hit in _store_constructions(
             path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix()
         )

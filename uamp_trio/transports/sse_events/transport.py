@@ -42,8 +42,8 @@ whose UAMP session ended.
 
 One HTTP session's life -- its host, the one reader of its events (its
 attached stream, or a keeper while none is), the replay ``Last-Event-ID``
-reads, its expiry -- is an :class:`~uamp_trio.transports.sse_session.HttpSession`
-(:mod:`uamp_trio.transports.sse_session`); this module holds the endpoints,
+reads, its expiry -- is an :class:`~uamp_trio.transports.sse_events.session.HttpSession`
+(:mod:`uamp_trio.transports.sse_events.session`); this module holds the endpoints,
 the ownership and bounds of sessions, and what comes from the event log or
 from another process.
 
@@ -96,7 +96,7 @@ from uamp_proto.responder import Responder
 from uamp_proto.resume import RESUME_FROM, ResumeError, ResumeStream, start_after
 from uamp_stores.health import STORE_UNAVAILABLE, StoreUnavailable
 
-from ..engines.http import (
+from ...engines.http import (
     HTTPError,
     Request,
     Response,
@@ -105,18 +105,17 @@ from ..engines.http import (
     error_body,
     json_response,
 )
-from ..hosting.agents import SPEC_SESSION_CODES
-from ..hosting.outbox import Overloaded
-from ..hosting.router import RouteMeta
-from ..hosting.sessions import SessionLimits
-from ..stores.sessions import SessionTracker
-from .sse_session import HEARTBEAT, HttpSession, event_frame
-from .sse_session import REPLAY_SIZE as REPLAY_SIZE
+from ...hosting.agents import SPEC_SESSION_CODES
+from ...hosting.outbox import Overloaded
+from ...hosting.router import RouteMeta
+from ...hosting.sessions import SessionLimits
+from ...stores.sessions import SessionTracker
+from .session import HEARTBEAT, HttpSession, event_frame
 
 if TYPE_CHECKING:
     from uamp_stores.event_log import LogKey
 
-    from ..hosting.host import Host
+    from ...hosting.host import Host
 
 __all__ = ["SSEEventsTransport", "mount"]
 

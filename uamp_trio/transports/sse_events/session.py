@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-:mod:`uamp_trio.transports.sse_events` serves UAMP over HTTP + SSE (UAMP
-section 13.2); each session it opens is an :class:`HttpSession`: one
+:mod:`uamp_trio.transports.sse_events.transport` serves UAMP over HTTP + SSE
+(UAMP section 13.2); each session it opens is an :class:`HttpSession`: one
 :class:`~uamp_trio.hosting.sessions.SessionHost` (one
 :class:`~uamp_proto.connection.ServerConnection` with exactly one UAMP
 session) run by a task that outlives the POST which started it
@@ -45,12 +45,12 @@ from uamp_proto.resume import event_id_of
 from uamp_proto.sse import encode_json
 from uamp_stores.health import StoreUnavailable
 
-from ..engines.http import SendChunk
-from ..hosting.outbox import OutboxClosed
-from ..hosting.sessions import SessionHost
+from ...engines.http import SendChunk
+from ...hosting.outbox import OutboxClosed
+from ...hosting.sessions import SessionHost
 
 if TYPE_CHECKING:
-    from .sse_events import SSEEventsTransport
+    from .transport import SSEEventsTransport
 
 __all__ = ["HEARTBEAT", "REPLAY_SIZE", "HttpSession", "event_frame"]
 
