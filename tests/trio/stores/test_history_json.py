@@ -16,6 +16,20 @@ def msg(i: int) -> ty.Message:
     return ty.Message(role="user" if i % 2 else "assistant", content=f"m{i}")
 
 
+def _count_conversions(patch: pytest.MonkeyPatch) -> list[object]:
+    """The messages the session record converts from now on, in order (it still converts)."""
+    import uamp_stores.session_record as session_record
+
+    calls: list[object] = []
+
+    def counting(value: object) -> object:
+        calls.append(value)
+        return unstructure(value)
+
+    patch.setattr(session_record, "unstructure", counting)
+    return calls
+
+
 # Each step: ("extend", n) appends n messages to the current list; ("replace", n)
 # puts a new list of n messages in its place (stateless ``messages``, a restore).
 CASES = [
@@ -59,15 +73,7 @@ def test_history_json_matches_a_full_conversion_and_earlier_lists_stay(
 def test_views_share_one_list_and_convert_each_message_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import uamp_stores.session_record as session_record
-
-    calls: list[object] = []
-
-    def counting(value: object) -> object:
-        calls.append(value)
-        return unstructure(value)
-
-    monkeypatch.setattr(session_record, "unstructure", counting)
+    calls = _count_conversions(monkeypatch)
     converted = HistoryJSON()
     history = [msg(0), msg(1)]
     first = converted.of(history)
@@ -127,16 +133,8 @@ _steps = st.lists(
 def test_a_trimmed_history_keeps_its_tail_json_and_matches_a_full_conversion(
     steps: list[tuple[str, int]], aligned: bool
 ) -> None:
-    import uamp_stores.session_record as session_record
-
-    converted_ids: list[int] = []
-
-    def counting(value: ty.Message) -> object:
-        converted_ids.append(id(value))
-        return unstructure(value)
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(session_record, "unstructure", counting)
+        calls = _count_conversions(patch)
         converted = HistoryJSON()
         history: list[ty.Message] = []
         handed: list[tuple[object, list[object]]] = []
@@ -150,14 +148,14 @@ def test_a_trimmed_history_keeps_its_tail_json_and_matches_a_full_conversion(
                 counter += n
             elif op == "trim":
                 history = history[len(history) - min(n, len(history)) :]
-            converted_ids.clear()
+            calls.clear()
             weights = [message_weight(m) for m in history] if aligned else None
             out = converted.of(history, weights)
             assert out == [unstructure(m) for m in history]
             assert out.weight == sum(message_weight(m) for m in history)
             # A read converts each message at most once (a trim's reuse is
             # counted in the next test).
-            assert len(converted_ids) == len(set(converted_ids)) <= len(history)
+            assert len(calls) == len({id(m) for m in calls}) <= len(history)
             handed.append((out, list(out)))
         for view, held in handed:
             assert view == held  # a record queued earlier keeps its conversation
@@ -166,15 +164,7 @@ def test_a_trimmed_history_keeps_its_tail_json_and_matches_a_full_conversion(
 def test_a_trim_converts_only_the_messages_the_old_list_had_not(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import uamp_stores.session_record as session_record
-
-    calls: list[object] = []
-
-    def counting(value: object) -> object:
-        calls.append(value)
-        return unstructure(value)
-
-    monkeypatch.setattr(session_record, "unstructure", counting)
+    calls = _count_conversions(monkeypatch)
     converted = HistoryJSON()
     history = [msg(i) for i in range(20)]
     first = converted.of(history)
