@@ -80,40 +80,46 @@ def _staying(
     )
 
 
+def _never_moves(table: Mapping[tuple[Role, Any], Mapping[str, Any]], etype: str) -> bool:
+    """Whether the server's ``etype`` keeps ``table`` 's state wherever it is let in."""
+    return all(
+        row.get(etype) in (None, state)
+        for (role, state), row in table.items()
+        if role is Role.SERVER
+    )
+
+
+def _server_moves(etype: str) -> dict[ResponseState, ResponseState]:
+    """The response state the server's ``etype`` moves to, from each state that lets it in."""
+    return {
+        state: row[etype]
+        for (role, state), row in RESPONSE_TRANSITIONS.items()
+        if role is Role.SERVER and etype in row
+    }
+
+
 #: Where the tables let the server send a ``response.delta``; there it moves
 #: neither machine (checked below), which is what lets ``_send_delta`` skip
 #: writing states.
 _DELTA_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.SERVER, "response.delta")
 _DELTA_RESPONSE_STATES: Final = _staying(RESPONSE_TRANSITIONS, Role.SERVER, "response.delta")
-assert all(
-    row.get("response.delta") in (None, state)
-    for (role, state), row in SESSION_TRANSITIONS.items()
-    if role is Role.SERVER
-), "a response.delta that changes the session state needs the general path"
+assert _never_moves(SESSION_TRANSITIONS, "response.delta"), (
+    "a response.delta that changes the session state needs the general path"
+)
+assert _never_moves(RESPONSE_TRANSITIONS, "response.delta"), (
+    "a response.delta that changes the response state needs the general path"
+)
 #: Where the tables let the server send ``response.created`` without changing
 #: the session's state, and the response state it moves to from each (what
 #: ``_send_created`` writes instead of the general path).
 _CREATED_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.SERVER, "response.created")
-_CREATED_MOVES: Final = {
-    state: row["response.created"]
-    for (role, state), row in RESPONSE_TRANSITIONS.items()
-    if role is Role.SERVER and "response.created" in row
-}
+_CREATED_MOVES: Final = _server_moves("response.created")
 assert "response.created" not in CONTENT_EVENTS, "a created that payment blocks needs a check"
-assert all(
-    row.get("response.delta") in (None, state)
-    for (role, state), row in RESPONSE_TRANSITIONS.items()
-    if role is Role.SERVER
-), "a response.delta that changes the response state needs the general path"
 #: Where the tables let the server end a response with ``response.done``
 #: without changing the session's state, and the (terminal, not failed)
 #: response state it moves to from each (what ``_send_done`` writes).
 _DONE_SESSION_STATES: Final = _staying(SESSION_TRANSITIONS, Role.SERVER, "response.done")
-_DONE_MOVES: Final = {
-    state: row["response.done"]
-    for (role, state), row in RESPONSE_TRANSITIONS.items()
-    if role is Role.SERVER and "response.done" in row
-}
+_DONE_MOVES: Final = _server_moves("response.done")
 assert all(
     after in TERMINAL_RESPONSE_STATES and after is not ResponseState.FAILED
     for after in _DONE_MOVES.values()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -59,10 +59,7 @@ from .session_state import HostState, SessionState, session_error
 if TYPE_CHECKING:
     from uamp_stores.event_log import LogKey
 
-__all__ = ["STORE_DOWN", "EventLogPart"]
-
-#: Why new work is refused while the event log's store does not answer.
-STORE_DOWN: Final = "the session store is unavailable; try again shortly"
+__all__ = ["EventLogPart"]
 
 
 def last_request(record: SessionRecord) -> dict[str, str]:
@@ -78,7 +75,7 @@ class EventLogPart(HostState):
         log = self.event_log
         if log is None or not log.health.unavailable:
             return None
-        return STORE_DOWN
+        return "the session store is unavailable; try again shortly"
 
     def _log_taken(self, sid: str) -> bool:
         """Refuse a new session whose log this process writes already (``duplicate_session``).
