@@ -37,6 +37,12 @@ alternating round by round:
 * ``stream-200``: a 200-chunk SSE stream;
 * ``tool+20``: the server-side tool round, then 20 streamed chunks.
 
+``--rate R`` drives both servers open loop instead, ``R`` requests/s offered
+to each (``uamp bench --rate``): both measured at the same load rather than
+each at its own pace, since a server that waits for its client between
+requests pays a wake-up per request that a saturated one shares out
+(docs/performance.md, "Busy and idle").
+
 ``--callgrind`` prints instead each server's user-space instructions per
 request of each workload (``valgrind --tool=callgrind``, one server at a
 time, switched on for the measured requests only): steady whatever the
@@ -209,8 +215,10 @@ def start_webagents(
 # --- driving ----------------------------------------------------------------------------
 
 
-def drive(url: str, prompt: str, stream: bool, requests: int, concurrency: int) -> dict[str, Any]:
-    """One ``uamp bench`` run; its JSON summary."""
+def drive(
+    url: str, prompt: str, stream: bool, requests: int, concurrency: int, rate: float | None = None
+) -> dict[str, Any]:
+    """One ``uamp bench`` run; its JSON summary. ``rate``: open loop, requests/s offered."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         argv = [
             sys.executable, "-m", "uamp", "bench", url, "--model", "peer",
@@ -220,6 +228,8 @@ def drive(url: str, prompt: str, stream: bool, requests: int, concurrency: int) 
             # (it only checks that there is one); uamp serve without auth ignores it.
             "--api-key", "bench",
         ]  # fmt: skip
+        if rate is not None:
+            argv += ["--rate", f"{rate:g}"]
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         result: dict[str, Any] = json.loads(Path(out.name).read_text())
     return result
@@ -237,6 +247,12 @@ def main() -> None:
         help="instructions per request of each server (valgrind), instead of CPU from /proc",
     )
     parser.add_argument("--only", help="workloads, comma-separated (default all)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="open loop: offer each server this many requests/s (default: closed loop, as fast"
+        " as --concurrency connections go), so both are measured at the same load",
+    )
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -337,10 +353,11 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
         servers["webagents"] = start_webagents(model_url, tmp)
         if args.quiet:
             servers["uamp-quiet"] = start_uamp(model_url, tmp, quiet=True)
+        load = f"{args.rate:g} requests/s offered" if args.rate else "closed loop"
         print(
             f"\n== {setup}: uamp vs webagents 0.3.9, the model "
             f"{'over HTTP' if model else 'in process'}: {args.concurrency} connections, "
-            f"{args.rounds} rounds; {os.cpu_count()} CPUs"
+            f"{load}, {args.rounds} rounds; {os.cpu_count()} CPUs"
         )
         figures: dict[str, Any] = {}
         for name, prompt, stream, n in _workloads(args):
@@ -359,7 +376,7 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
                 for k in order[r % 2 :] + order[: r % 2]:
                     pid = servers[k].proc.pid
                     c0 = _server_cpu(pid)
-                    result = drive(servers[k].url, prompt, stream, n, args.concurrency)
+                    result = drive(servers[k].url, prompt, stream, n, args.concurrency, args.rate)
                     c1 = _server_cpu(pid)
                     if c0 is not None and c1 is not None:
                         cpu[k] += c1 - c0
@@ -382,6 +399,7 @@ def compare(setup: str, args: argparse.Namespace) -> dict[str, Any]:
                 "requests_per_s": rate,
                 "errors": errors,
                 "server_busy": busy,
+                "rate_offered": args.rate,
             }
             figures[name]["cpu_ratio_webagents_over_uamp"] = ratio
             print(f"\n{name}: server CPU per request, requests/s (median)")

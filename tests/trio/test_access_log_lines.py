@@ -18,6 +18,7 @@ from http import HTTPStatus
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -96,7 +97,32 @@ def test_another_handler_or_a_filter_takes_the_general_path() -> None:
 def period(monkeypatch: pytest.MonkeyPatch) -> float:
     """A gathering period long enough that no pause of a loaded machine ends it unnoticed."""
     monkeypatch.setattr(gather, "GATHER_SECONDS", 0.3)
+    monkeypatch.setattr(gather, "GATHER_LATEST", 0.3)
     return 0.3
+
+
+def test_a_batch_no_line_writes_waits_until_its_latest_time() -> None:
+    """Not the end of its period: the next request's line usually comes by then.
+
+    Fails with the flusher's deadline at the end of the period (it used to
+    wake an otherwise idle server for a quarter of the requests at a few
+    dozen a second).
+    """
+    stream = io.StringIO()
+    handler = GatheredHandler(stream)
+    assert gather.GATHER_LATEST >= 5 * gather.GATHER_SECONDS
+
+    async def main() -> None:
+        handler.write_line("one")  # at once
+        handler.write_line("two")  # gathered: the flusher armed
+        start = trio.current_time()
+        await trio.sleep(gather.GATHER_LATEST * 0.9)  # periods over, no line since
+        assert stream.getvalue() == "one\n"
+        await trio.sleep(gather.GATHER_LATEST * 0.2)
+        assert stream.getvalue() == "one\ntwo\n"
+        assert trio.current_time() - start >= gather.GATHER_LATEST
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 async def _until(stream: io.StringIO, text: str) -> None:

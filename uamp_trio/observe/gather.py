@@ -11,14 +11,21 @@ comes sooner after the last write is appended to a list, which is written
 in one ``write`` and one ``flush`` by the first line logged after the
 period has passed (under load, the usual case: no timer, no task woken),
 or, when none comes, by one system task of the loop whose cancel scope's
-deadline is the end of the batch's period (moved, not armed anew, per
-batch, and moved to never when a line writes the batch). So under load
-many lines share a system call and nothing wakes for them; and a line
-reaches the stream at most about :data:`GATHER_SECONDS` after it was
-logged (later only when the loop itself is busy for longer).
-(The task used to be woken for every batch and to sleep to the end of its
-period: under load, that cost as much server CPU as the rest of the
-access log.)
+deadline is :data:`GATHER_LATEST` after the batch's first line (moved, not
+armed anew, per batch, and moved to never when a line writes the batch).
+So under load many lines share a system call and nothing wakes for them;
+and a line reaches the stream at most about :data:`GATHER_LATEST` after it
+was logged (later only when the loop itself is busy for longer).
+
+Why two times. The task used to be woken for every batch and to sleep to
+the end of its period: under load, that cost as much server CPU as the
+rest of the access log. Its deadline was then the end of the batch's
+period, and at a few dozen to a few hundred requests a second the next
+line seldom came before that: the task woke for a quarter to an eighth of
+all requests, each a wake-up of an otherwise idle server, the costliest
+thing it does at such loads (docs/performance.md, "What a wake-up
+costs"). With the deadline a few periods later, the next request's line
+writes the batch nearly always.
 
 No line is lost on the way out: the task writes what is left when it ends
 (the loop shutting down, cancelled, or failing); :meth:`GatheredHandler.flush`
@@ -43,10 +50,13 @@ from typing import TextIO
 
 import trio
 
-__all__ = ["GATHER_LINES", "GATHER_SECONDS", "GatheredHandler"]
+__all__ = ["GATHER_LATEST", "GATHER_LINES", "GATHER_SECONDS", "GatheredHandler"]
 
-#: How long the first line of a batch waits for others (seconds).
+#: A line this soon after the last write is gathered; the first line logged
+#: later writes the batch with it (seconds).
 GATHER_SECONDS = 0.01
+#: When no such line comes, the batch is written this long after its first line.
+GATHER_LATEST = 0.1
 #: A batch this long is written at once.
 GATHER_LINES = 256
 
@@ -101,9 +111,9 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
                     # its wake-ups were such).
                     self._scope.deadline = math.inf
             elif count == 1 and self._scope is not None:
-                # A new batch: the flusher writes it at the end of the period
-                # unless a later line does so first (under load, the usual case).
-                self._scope.deadline = trio.current_time() + GATHER_SECONDS
+                # A new batch: the flusher writes it unless a later line does
+                # so first (under load, the usual case).
+                self._scope.deadline = trio.current_time() + max(GATHER_LATEST, GATHER_SECONDS)
             return
         with self._guard:
             self._lines.append(line)
@@ -147,7 +157,7 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 assert scope is not None
                 with scope:
                     await trio.sleep_forever()
-                # The deadline passed: a batch waited a whole period.
+                # The deadline passed: no later line wrote the batch.
                 self._scope = trio.CancelScope()
                 self._write_out()
                 self._last_write = time.monotonic()
