@@ -1,4 +1,4 @@
-"""Log lines gathered in the event loop and written together, a few milliseconds later.
+"""Log lines gathered in the event loop and written together, up to a tenth of a second later.
 
 Theory of operation
 -------------------
@@ -33,7 +33,7 @@ writes it as well, and ``logging`` calls that at interpreter exit (a
 ``SystemExit``, an uncaught exception); a batch past :data:`GATHER_LINES`
 lines is written at once, so memory stays bounded whatever the load. Only
 a process killed outright (``SIGKILL``, ``os._exit``) can lose the lines of
-its last few milliseconds.
+its last tenth of a second.
 
 A line logged anywhere else -- another thread, outside any trio loop,
 before the loop starts -- is written at once, after whatever was gathered,
