@@ -113,7 +113,7 @@ class GatheredHandler(logging.StreamHandler):  # type: ignore[type-arg]
             elif count == 1 and self._scope is not None:
                 # A new batch: the flusher writes it unless a later line does
                 # so first (under load, the usual case).
-                self._scope.deadline = trio.current_time() + max(GATHER_LATEST, GATHER_SECONDS)
+                self._scope.deadline = trio.current_time() + GATHER_LATEST
             return
         with self._guard:
             self._lines.append(line)
