@@ -30,8 +30,8 @@ rules in every setup (``bench/peers_replies.py``): ``plain`` gets five words;
 ``stream N`` gets ``N`` words, one per chunk when streamed; ``tool`` gets a
 call of ``lookup`` first and, once the conversation holds its result,
 twenty words. The workloads, each driven by ``uamp bench`` (Chat
-Completions over httpx) at ``--concurrency`` connections, the two servers
-alternating round by round:
+Completions on its lean HTTP/1.1 pool, a request in one write) at
+``--concurrency`` connections, the two servers alternating round by round:
 
 * ``plain``: a completion, not streamed;
 * ``stream-200``: a 200-chunk SSE stream;
@@ -85,10 +85,12 @@ from tests._support.peer_venv import webagents_python  # noqa: E402
 VENV = ROOT / "build" / "bench-cache" / "webagents-0.3.9"
 
 #: (name, prompt, streamed, requests per round)
+# Requests per round: enough for a few hundred ms of uamp's CPU, which /proc
+# counts in 10 ms ticks.
 WORKLOADS = [
-    ("plain", "plain", False, 400),
-    ("stream-200", "stream 200", True, 100),
-    ("tool+20", "tool", True, 200),
+    ("plain", "plain", False, 2000),
+    ("stream-200", "stream 200", True, 200),
+    ("tool+20", "tool", True, 600),
 ]
 
 

@@ -12,7 +12,7 @@ already started the package's ``__init__`` before its submodules load).
 Layers (see docs/architecture.md): ``uamp_proto`` imports only itself;
 ``uamp_agents`` imports itself and ``uamp_proto``; ``uamp_trio`` imports itself,
 ``uamp_proto`` and ``uamp_stores`` -- except ``uamp_trio.cli.agents``, which wires agents
-into servers;
+into servers, and ``uamp_trio.bench.drivers``, whose HTTP/1.1 client is the providers';
 ``uamp_asgi`` imports itself, ``uamp_proto`` and ``uamp_stores``; ``uamp_stores`` (the
 stores both servers share, on anyio) imports itself and ``uamp_proto``, and both
 ``uamp_trio`` and ``uamp_asgi`` may import it.
@@ -43,6 +43,9 @@ ALLOWED: Mapping[str, frozenset[str]] = {
 BRIDGES: Mapping[str, frozenset[str]] = {
     # The command line wires the agent runtime into the servers.
     "uamp_trio.cli.agents": frozenset({"uamp_agents"}),
+    # The load generator's HTTP/1.1 requests go over the lean client the model
+    # providers use (uamp_agents.http1_client and its pool): one such client, not two.
+    "uamp_trio.bench.drivers": frozenset({"uamp_agents"}),
 }
 
 

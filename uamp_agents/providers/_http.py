@@ -49,8 +49,8 @@ from uamp_proto.events import Event, UsageDelta
 from uamp_proto.sse import SSEError, SSEEvent, SSEParser
 from uamp_proto.types import UsageStats
 
-from ._h1 import Target
-from ._pool import LeanPool, PooledResponse
+from ..http1_client import Target
+from ..http1_pool import LeanPool, PooledResponse
 from .base import ModelResponse, NamedProvider, ProviderError, ProviderEvent
 
 __all__ = [
@@ -333,7 +333,7 @@ class _RunPool:
     """The current trio run's model connections: a :class:`LeanPool`.
 
     Requests go straight to the pool's HTTP/1.1 connections
-    (:mod:`._h1`), without httpx's client, request and response layers.
+    (:mod:`uamp_agents.http1_client`), without httpx's client, request and response layers.
     With a proxy configured in the environment (``HTTP_PROXY`` ...) they go
     through an ``httpx.AsyncClient`` on its own pool instead, which routes
     them to the proxy as httpx does.

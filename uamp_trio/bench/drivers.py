@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import urllib.request
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -29,6 +30,9 @@ import httpx
 import orjson
 import trio
 
+from uamp_agents.http1_client import Target
+from uamp_agents.http1_pool import LeanPool, PooledResponse
+from uamp_proto import __version__
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.sse import SSEParser
@@ -87,20 +91,33 @@ def http_error_kind(exc: httpx.HTTPError) -> str:
 
 
 class _HTTP:
-    """One request per :class:`~.dialects.Dialect` over one shared httpx client."""
+    """One request per :class:`~.dialects.Dialect`: on the run's lean pool, or on httpx.
 
-    def __init__(self, config: BenchConfig, client: httpx.AsyncClient, dialect: Dialect) -> None:
+    HTTP/1.1 requests go over a :class:`~uamp_agents.http1_pool.LeanPool`:
+    each request's head and body leave in one write, and a response costs the
+    generator a fraction of what httpx's stack does, so one process keeps a
+    fast server busy (``docs/bench.md``). ``--http2`` and a proxy set in the
+    environment go through ``client`` (httpx) instead.
+    """
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        dialect: Dialect,
+        *,
+        pool: LeanPool | None = None,
+        target: Target | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
         self.endpoint = dialect.endpoint(config)
         self.protocols: set[str] = set()
         self._config = config
+        self._pool = pool
+        self._target = target
         self._client = client
         self._dialect = dialect
         self._workload = config.workload()
-        self._headers = {
-            "content-type": "application/json",
-            **dict(dialect.headers),
-            **dict(config.headers),
-        }
+        self._headers = request_headers(config, dialect)
 
     @contextlib.asynccontextmanager
     async def worker(self) -> AsyncIterator[Send]:
@@ -127,57 +144,83 @@ class _HTTP:
         if sample.error is None:
             script.answered(turn, "".join(reply))
 
+    async def _open(self, body: bytes) -> PooledResponse | httpx.Response:
+        """POST ``body``; the response with its body still to read (the caller closes it)."""
+        if self._pool is not None and self._target is not None:
+            response = await self._pool.send(self._target, body, self._config.timeout)
+            self.protocols.add("HTTP/1.1")
+            return response
+        assert self._client is not None
+        request = self._client.build_request(
+            "POST", self.endpoint, content=body, headers=self._headers
+        )
+        sent = await self._client.send(request, stream=True)
+        self.protocols.add(sent.http_version)
+        return sent
+
     async def _request(self, body: bytes, sample: Sample, reply: list[str], reader: Reader) -> None:
         try:
-            async with self._client.stream(
-                "POST", self.endpoint, content=body, headers=self._headers
-            ) as response:
-                self.protocols.add(response.http_version)
+            response = await self._open(body)
+            try:
                 if response.status_code >= 400:
-                    await response.aread()
+                    sample.bytes += len(await response.aread())
                     sample.error = f"http_{response.status_code}"
                 elif self._config.stream:
                     await self._read_stream(response, sample, reply, reader)
                 else:
-                    record_step(sample, self._dialect.whole(await response.aread()), reply)
-                sample.bytes += response.num_bytes_downloaded
+                    whole = await response.aread()
+                    sample.bytes += len(whole)
+                    record_step(sample, self._dialect.whole(whole), reply)
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             if not sample.end:  # a failure after the stream's end marker does not count
                 sample.error = http_error_kind(exc)
 
     async def _read_stream(
-        self, response: httpx.Response, sample: Sample, reply: list[str], reader: Reader
+        self,
+        response: PooledResponse | httpx.Response,
+        sample: Sample,
+        reply: list[str],
+        reader: Reader,
     ) -> None:
         parser = SSEParser()
         chunks = response.aiter_bytes()
         async for chunk in chunks:
+            sample.bytes += len(chunk)
             for event in parser.feed(chunk):
                 step = reader.step(event.data)
                 record_step(sample, step, reply)
                 if step.done or step.error:
                     sample.end = trio.current_time()
-                    await _drain(chunks)
+                    sample.bytes += await _drain(chunks)
                     return
         sample.error = "incomplete"
+
+
+def request_headers(config: BenchConfig, dialect: Dialect) -> dict[str, str]:
+    """The fields every request of ``dialect`` carries: its own, then the user's (``--header``)."""
+    return {"content-type": "application/json", **dict(dialect.headers), **dict(config.headers)}
 
 
 #: The most client tool rounds one turn may take before it fails as ``tool_rounds``.
 MAX_TOOL_ROUNDS = 4
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
+async def _drain(chunks: AsyncIterator[bytes]) -> int:
     """Read what is left of a body whose stream has ended (at most :data:`DRAIN_LIMIT` bytes).
 
     The body's own end (a chunked body's last chunk) follows the stream's
     end marker; reading it keeps the connection for the next request, as the
-    OpenAI SDK does. Without it httpx closes the connection, and every
-    streamed request would open a new one.
+    OpenAI SDK does. Without it the connection is closed, and every
+    streamed request would open a new one. Returns the bytes read.
     """
     left = DRAIN_LIMIT
     async for chunk in chunks:
         left -= len(chunk)
         if left < 0:
-            return
+            break
+    return DRAIN_LIMIT - left
 
 
 #: What is read of a body after its stream's end marker before giving up on it.
@@ -478,7 +521,25 @@ def ssl_context_of(config: BenchConfig) -> ssl.SSLContext | None:
 
 @contextlib.asynccontextmanager
 async def http_driver(config: BenchConfig) -> AsyncIterator[Driver]:
-    """The driver of an HTTP dialect's ``config.transport``, with its shared client open."""
+    """The driver of an HTTP dialect's ``config.transport``, with its connections' pool open.
+
+    HTTP/1.1 goes over the lean pool; ``--http2``, a proxy set in the
+    environment (``HTTP_PROXY`` ..., as httpx reads it) or a URL the lean
+    client does not take goes over an ``httpx.AsyncClient``.
+    """
+    dialect = DIALECTS[config.transport]
+    target = None
+    if not config.http2 and not urllib.request.getproxies():
+        headers = {**request_headers(config, dialect), **LEAN_HEADERS}
+        try:
+            target = Target(httpx.URL(dialect.endpoint(config)), headers)
+        except httpx.HTTPError:
+            target = None  # httpx reports it, request by request
+    if target is not None:
+        context = ssl_context_of(config) or ssl.create_default_context()
+        async with LeanPool(context, max_idle=max(1, config.concurrency)) as pool:
+            yield _HTTP(config, dialect, pool=pool, target=target)
+        return
     limits = httpx.Limits(
         max_connections=config.concurrency, max_keepalive_connections=config.concurrency
     )
@@ -489,4 +550,10 @@ async def http_driver(config: BenchConfig) -> AsyncIterator[Driver]:
         timeout=httpx.Timeout(config.timeout),
         verify=not config.insecure,
     ) as client:
-        yield _HTTP(config, client, DIALECTS[config.transport])
+        yield _HTTP(config, dialect, client=client)
+
+
+#: What the lean pool's requests add to :func:`request_headers`: the
+#: generator's name, and the encodings httpx asks for (a server that
+#: compresses does so for both; the pool decodes with httpx's decoders).
+LEAN_HEADERS = {"user-agent": f"uamp-bench/{__version__}", "accept-encoding": "gzip, deflate"}

@@ -1,4 +1,5 @@
-"""The providers' HTTP/1.1 client (``_h1``): its head parser against h11, its framing on the wire.
+"""The lean HTTP/1.1 client (``uamp_agents.http1_client``): its head parser against h11,
+its framing on the wire.
 
 The parser must read what h11 reads whenever it accepts a head, and leave to
 h11 (return ``None``) every shape outside its subset. On the wire, raw
@@ -25,8 +26,8 @@ from hypothesis import strategies as st
 
 from tests._support.h1 import first_event, mutate, replaced
 from tests._support.tls import make_ca
+from uamp_agents.http1_client import Head, Target, parse_head
 from uamp_agents.providers import ModelRequest, ProviderError, _http, openai
-from uamp_agents.providers._h1 import Head, Target, parse_head
 from uamp_agents.providers._openai import OpenAIProvider
 from uamp_proto.types import Message
 

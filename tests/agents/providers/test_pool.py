@@ -1,4 +1,5 @@
-"""The providers' connection pool (``_pool.LeanPool``) against a real HTTP/1.1 server.
+"""The providers' connection pool (``uamp_agents.http1_pool.LeanPool``) against a real
+HTTP/1.1 server.
 
 Each test counts the TCP connections the fake server accepted and closed, and
 the idle connections the pool keeps.
@@ -10,8 +11,8 @@ import httpx
 import pytest
 import trio
 
+from uamp_agents.http1_pool import LeanPool
 from uamp_agents.providers import ModelRequest, _http, openai
-from uamp_agents.providers._pool import LeanPool
 from uamp_proto.types import Message
 
 from .conftest import OPENAI_KEY

@@ -1,11 +1,14 @@
-"""The model providers' HTTP/1.1 client connection: one request out, its response in.
+"""A lean HTTP/1.1 client connection: one ``POST`` out, its response in.
+
+The model providers call their servers with it, and ``uamp bench`` loads a
+server with it (:mod:`uamp_trio.bench.drivers`).
 
 Theory of operation
 -------------------
-A model call is one ``POST`` of a JSON body whose head the provider knows
-in advance (host, path, its own headers: :class:`Target`), answered by a
-JSON body with a ``Content-Length`` or by server-sent events in chunked
-transfer coding. For that exchange httpx's stack -- its request and
+A model call (or a benchmark's request) is one ``POST`` of a JSON body
+whose head the caller knows in advance (host, path, its own headers:
+:class:`Target`), answered by a JSON body with a ``Content-Length`` or by
+server-sent events in chunked transfer coding. For that exchange httpx's stack -- its request and
 response models, httpcore's connection and h11's state machine, each
 layer with its own locks, traces and exception mapping -- was a quarter
 of a uamp server's CPU per plain agent request (``bench/peers.py``).

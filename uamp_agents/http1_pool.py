@@ -1,10 +1,12 @@
-"""The model providers' connection pool: idle HTTP/1.1 connections per origin, newest first.
+"""A pool of lean HTTP/1.1 connections: idle ones per origin, newest first.
+
+The model providers share one per trio run; ``uamp bench`` opens one per run.
 
 Theory of operation
 -------------------
 A server with many agent turns in flight makes many model calls at once to
 one or a few origins. :class:`LeanPool` keeps a stack of idle
-:class:`~uamp_agents.providers._h1.Connection` objects per origin, at a
+:class:`~uamp_agents.http1_client.Connection` objects per origin, at a
 cost that does not grow with their number (httpcore's pool walked its whole
 list of connections, polling each idle socket, each time it admitted a
 request or closed a response). A request takes the connection used last
@@ -28,7 +30,7 @@ from collections.abc import AsyncIterator
 import httpx
 import trio
 
-from ._h1 import Connection, Response, Target
+from .http1_client import Connection, Response, Target
 
 __all__ = ["DEFAULT_MAX_IDLE", "KEEPALIVE_EXPIRY", "LeanPool", "PooledResponse"]
 
