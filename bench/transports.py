@@ -73,7 +73,8 @@ rounds is printed with the ratio uamp / baseline:
   chunks, as for ``anthropic``. Target: <= 1.2x the Chat Completions CPU
   per chunk (issue 38). ``--only a2a-instructions`` counts instead the
   instructions per chunk of each server of the row (callgrind, one server
-  at a time).
+  at a time); so does ``ROW-instructions`` for ``sse-responses``,
+  ``anthropic``, ``ai-sdk`` and ``mcp``.
 * ``mcp`` (not run by default): MCP Streamable HTTP, one ``tools/call``
   of the flood agent with a ``progressToken`` (``POST /agents/flood/mcp``,
   ``Accept: text/event-stream``): one ``notifications/progress`` per delta,
@@ -1282,30 +1283,34 @@ def a2a_rate(kind: str, port: int, n: int) -> float:
     return n / elapsed
 
 
-def a2a_instructions(kinds: list[str], n: int) -> dict[str, float]:
-    """Print each server's instructions per chunk of one ``a2a`` row stream (callgrind).
+def chunk_instructions(row: str, kinds: list[str], n: int) -> dict[str, float]:
+    """Print each server's instructions per chunk of one stream of a per-chunk ``row`` (callgrind).
 
-    ``uamp`` (and ``uamp@REV``): A2A artifact updates, ``uamp-chat``: Chat
-    Completions chunks, as the ``a2a`` row measures them. Each server runs
-    alone under ``valgrind --tool=callgrind``, instrumentation switched on
-    (``callgrind_control``) for one stream of ``n`` deltas after a stream
-    of as many to warm up; the count is every instruction of the server
-    process meanwhile (the request's own work spread over its chunks),
-    user space only, so the machine's load does not move it.
+    ``row`` is one of :data:`CHUNK_ROWS` (``a2a``, ``ai-sdk`` ...); its
+    last kind is the Chat Completions server the others are compared with
+    (``uamp-chat``; ``uamp`` for ``sse-responses``), measured as the row
+    measures it. Each server runs alone under ``valgrind --tool=callgrind``,
+    instrumentation switched on (``callgrind_control``) for one stream of
+    ``n`` deltas after a stream of as many to warm up; the count is every
+    instruction of the server process meanwhile (the request's own work
+    spread over its chunks), user space only, so the machine's load does
+    not move it.
     """
     import tempfile
 
-    tmp = Path(tempfile.mkdtemp(prefix="uamp-bench-a2a-cg-"))
+    rate = CHUNK_ROWS[row]
+    chat = kinds[-1]
+    tmp = Path(tempfile.mkdtemp(prefix="uamp-bench-chunk-cg-"))
     figures: dict[str, float] = {}
-    print(f"\nInstructions per chunk of one {n}-delta stream (callgrind; a2a row)")
+    print(f"\nInstructions per chunk of one {n}-delta stream (callgrind; {row} row)")
     for kind in kinds:
         out = tmp / f"{kind.replace('/', '_')}.cg"
         server = _under_callgrind(kind, out)
         pid = str(server.proc.pid)
         try:
-            a2a_rate(kind, server.port, n)
+            rate(kind, server.port, n)
             subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
-            a2a_rate(kind, server.port, n)
+            rate(kind, server.port, n)
             subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
         finally:
             stop_process(server.proc, grace=300)  # callgrind writes its counts on the way out
@@ -1313,10 +1318,9 @@ def a2a_instructions(kinds: list[str], n: int) -> dict[str, float]:
         total = next(int(line.split()[1]) for line in lines if line.startswith("totals:"))
         figures[kind] = total / n
         print(f"  {kind:<14} {figures[kind]:>9,.0f}", flush=True)
-    if "uamp-chat" in figures:
-        for kind, value in figures.items():
-            if kind != "uamp-chat":
-                print(f"  {kind}/uamp-chat = {value / figures['uamp-chat']:.3f}x")
+    for kind, value in figures.items():
+        if kind != chat:
+            print(f"  {kind}/{chat} = {value / figures[chat]:.3f}x")
     return figures
 
 
@@ -1655,6 +1659,19 @@ def export_revision(rev: str) -> Path:
     return folder
 
 
+#: The per-chunk rows whose instructions ``--only ROW-instructions`` counts
+#: (:func:`chunk_instructions`): each measurement, by server kind.
+CHUNK_ROWS: dict[str, Callable[[str, int, int], float]] = {
+    "sse-responses": lambda kind, port, n: (
+        responses_rate(kind, port, n) if kind == "uamp-responses" else sse_rate(kind, port, n)
+    ),
+    "anthropic": anthropic_rate,
+    "ai-sdk": ai_sdk_rate,
+    "a2a": a2a_rate,
+    "mcp": mcp_rate,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deltas", type=int, default=20000)
@@ -1709,8 +1726,13 @@ def main() -> None:
             ws_calls(kind)
     if "instructions" in only:
         ws_instructions(["websockets", "uamp", *extra, "uamp-bound", "trio-ws"])
-    if "a2a-instructions" in only:
-        a2a_instructions(["uamp", *(k for k in extra if k.startswith("uamp@")), "uamp-chat"], n)
+    revisions = [k for k in extra if k.startswith("uamp@")]
+    for row in CHUNK_ROWS:
+        if f"{row}-instructions" in only:
+            if row == "sse-responses":
+                chunk_instructions(row, ["uamp-responses", "uamp"], n)
+            else:
+                chunk_instructions(row, ["uamp", *revisions, "uamp-chat"], n)
     granian = ("granian-asgi", "granian-rsgi") if args.granian else ()
     asgi = ("uamp-asgi", "uamp-asgi-granian") if args.asgi else ()
     http_kinds = ("uamp", *extra, *asgi, "starlette", *granian, "trio-h11")
