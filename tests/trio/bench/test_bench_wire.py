@@ -3,15 +3,18 @@
 HTTP/1.1 goes over the lean pool (:mod:`uamp_agents.http1_pool`): each
 request arrives whole in the server's first read, names the generator, and
 takes the encodings httpx takes (a gzipped answer is read like a plain one).
-A proxy set in the environment sends the requests through httpx to the
-proxy, as before.
+Over TLS the certificate is checked unless ``--insecure``. A proxy set in
+the environment sends the requests through httpx to the proxy, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import ssl
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -20,6 +23,7 @@ import orjson
 import pytest
 import trio
 
+from tests._support.tls import make_ca
 from uamp_trio.bench import BenchConfig, run_bench
 
 REPLY = orjson.dumps({"choices": [{"message": {"role": "assistant", "content": "hello there"}}]})
@@ -36,7 +40,7 @@ class Seen:
 
 
 async def _serve_connection(
-    stream: trio.SocketStream, seen: Seen, answer: Callable[[h11.Request], tuple[list[Any], bytes]]
+    stream: trio.abc.Stream, seen: Seen, answer: Callable[[h11.Request], tuple[list[Any], bytes]]
 ) -> None:
     seen.connections += 1
     conn = h11.Connection(h11.SERVER)
@@ -81,11 +85,23 @@ def _gzipped(request: h11.Request) -> tuple[list[Any], bytes]:
 
 
 async def _raw_server(
-    nursery: trio.Nursery, answer: Callable[[h11.Request], tuple[list[Any], bytes]]
+    nursery: trio.Nursery,
+    answer: Callable[[h11.Request], tuple[list[Any], bytes]],
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[Seen, int]:
     seen = Seen()
+
+    async def connection(stream: trio.SocketStream) -> None:
+        if tls is None:
+            await _serve_connection(stream, seen, answer)
+            return
+        wrapped = trio.SSLStream(stream, tls, server_side=True)
+        with contextlib.suppress(trio.BrokenResourceError):
+            await wrapped.do_handshake()
+            await _serve_connection(wrapped, seen, answer)
+
     serve = partial(trio.serve_tcp, host="127.0.0.1")
-    listeners = await nursery.start(serve, lambda s: _serve_connection(s, seen, answer), 0)
+    listeners = await nursery.start(serve, connection, 0)
     return seen, listeners[0].socket.getsockname()[1]
 
 
@@ -143,3 +159,23 @@ async def test_a_proxy_in_the_environment_is_used(no_proxy: pytest.MonkeyPatch) 
     assert data["ok"] == 4, data["errors_by_kind"]
     assert seen.targets == [b"http://agents.invalid/agents/raw/v1/chat/completions"] * 4
     assert all(not h[b"user-agent"].startswith(b"uamp-bench/") for h in seen.headers)
+
+
+async def test_tls_checks_the_certificate_unless_insecure(
+    no_proxy: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ca = make_ca(tmp_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(ca.server.certfile, ca.server.keyfile)
+    async with trio.open_nursery() as nursery:
+        seen, port = await _raw_server(nursery, _plain, tls)
+        config = BenchConfig(
+            url=f"https://127.0.0.1:{port}/agents/raw", concurrency=2, requests=4, stream=False
+        )
+        # The throwaway CA is nobody's: the handshake fails, no request is sent.
+        refused = (await run_bench(config))[0].to_json()
+        insecure = (await run_bench(attrs.evolve(config, insecure=True)))[0].to_json()
+        nursery.cancel_scope.cancel()
+    assert refused["errors_by_kind"] == {"connect": 4} and refused["ok"] == 0
+    assert insecure["ok"] == 4 and insecure["protocols"] == ["HTTP/1.1"]
+    assert seen.reads == [1] * 4  # one TLS record, one read
