@@ -530,7 +530,9 @@ async def http_driver(config: BenchConfig) -> AsyncIterator[Driver]:
     dialect = DIALECTS[config.transport]
     target = None
     if not config.http2 and not urllib.request.getproxies():
-        headers = {**request_headers(config, dialect), **LEAN_HEADERS}
+        headers = request_headers(config, dialect)
+        given = {name.lower() for name in headers}
+        headers |= {name: value for name, value in LEAN_HEADERS.items() if name not in given}
         try:
             target = Target(httpx.URL(dialect.endpoint(config)), headers)
         except httpx.HTTPError:
@@ -553,7 +555,8 @@ async def http_driver(config: BenchConfig) -> AsyncIterator[Driver]:
         yield _HTTP(config, dialect, client=client)
 
 
-#: What the lean pool's requests add to :func:`request_headers`: the
-#: generator's name, and the encodings httpx asks for (a server that
-#: compresses does so for both; the pool decodes with httpx's decoders).
+#: What the lean pool's requests add to :func:`request_headers` unless the
+#: user set them (``--header``): the generator's name, and the encodings
+#: httpx asks for (a server that compresses does so for both; the pool
+#: decodes with httpx's decoders).
 LEAN_HEADERS = {"user-agent": f"uamp-bench/{__version__}", "accept-encoding": "gzip, deflate"}

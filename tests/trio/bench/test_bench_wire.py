@@ -179,3 +179,20 @@ async def test_tls_checks_the_certificate_unless_insecure(
     assert refused["errors_by_kind"] == {"connect": 4} and refused["ok"] == 0
     assert insecure["ok"] == 4 and insecure["protocols"] == ["HTTP/1.1"]
     assert seen.reads == [1] * 4  # one TLS record, one read
+
+
+async def test_the_user_s_headers_win(no_proxy: pytest.MonkeyPatch) -> None:
+    async with trio.open_nursery() as nursery:
+        seen, port = await _raw_server(nursery, _plain)
+        config = BenchConfig(
+            url=f"http://127.0.0.1:{port}/agents/raw",
+            requests=2,
+            stream=False,
+            headers=(("User-Agent", "mine/1"), ("Accept-Encoding", "identity")),
+        )
+        data = (await run_bench(config))[0].to_json()
+        nursery.cancel_scope.cancel()
+    assert data["ok"] == 2
+    for headers in seen.headers:
+        assert headers[b"user-agent"] == b"mine/1"
+        assert headers[b"accept-encoding"] == b"identity"
