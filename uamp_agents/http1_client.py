@@ -8,10 +8,11 @@ Theory of operation
 A model call (or a benchmark's request) is one ``POST`` of a JSON body
 whose head the caller knows in advance (host, path, its own headers:
 :class:`Target`), answered by a JSON body with a ``Content-Length`` or by
-server-sent events in chunked transfer coding. For that exchange httpx's stack -- its request and
-response models, httpcore's connection and h11's state machine, each
-layer with its own locks, traces and exception mapping -- was a quarter
-of a uamp server's CPU per plain agent request (``bench/peers.py``).
+server-sent events in chunked transfer coding. For that exchange httpx's
+stack -- its request and response models, httpcore's connection and h11's
+state machine, each layer with its own locks, traces and exception
+mapping -- was a quarter of a uamp server's CPU per plain agent request
+(``bench/peers.py``).
 
 :meth:`Connection.request` does the common case directly: the request's
 head and body leave in one ``send``; the response head is read with one

@@ -105,15 +105,13 @@ class _HTTP:
         config: BenchConfig,
         dialect: Dialect,
         *,
-        pool: LeanPool | None = None,
-        target: Target | None = None,
+        lean: tuple[LeanPool, Target] | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.endpoint = dialect.endpoint(config)
         self.protocols: set[str] = set()
         self._config = config
-        self._pool = pool
-        self._target = target
+        self._lean = lean
         self._client = client
         self._dialect = dialect
         self._workload = config.workload()
@@ -146,8 +144,9 @@ class _HTTP:
 
     async def _open(self, body: bytes) -> PooledResponse | httpx.Response:
         """POST ``body``; the response with its body still to read (the caller closes it)."""
-        if self._pool is not None and self._target is not None:
-            response = await self._pool.send(self._target, body, self._config.timeout)
+        if self._lean is not None:
+            pool, target = self._lean
+            response = await pool.send(target, body, self._config.timeout)
             self.protocols.add("HTTP/1.1")
             return response
         assert self._client is not None
@@ -540,7 +539,7 @@ async def http_driver(config: BenchConfig) -> AsyncIterator[Driver]:
     if target is not None:
         context = ssl_context_of(config) or ssl.create_default_context()
         async with LeanPool(context, max_idle=max(1, config.concurrency)) as pool:
-            yield _HTTP(config, dialect, pool=pool, target=target)
+            yield _HTTP(config, dialect, lean=(pool, target))
         return
     limits = httpx.Limits(
         max_connections=config.concurrency, max_keepalive_connections=config.concurrency
