@@ -31,6 +31,7 @@ costs no step of the writer's.
 
 from __future__ import annotations
 
+import contextvars
 import types
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
@@ -340,6 +341,8 @@ def write_at_yields(
     coro: Coroutine[Any, Any, _T],
     outbox: Outbox,
     step_end: Callable[[], None] | None = None,
+    blocking: Callable[[], None] | None = None,
+    context: contextvars.Context | None = None,
 ) -> Generator[Any, Any, _T]:
     """Run ``coro`` holding its events in ``outbox``; each time it yields, write them.
 
@@ -348,7 +351,12 @@ def write_at_yields(
     the events ``coro`` offered since it last resumed are written first
     (:meth:`Outbox.release`), so nothing it emitted waits while it blocks.
     ``step_end`` runs after that write, still before any other task runs
-    (the session's deferred record, :meth:`SessionHost._respond`).
+    (the session's deferred record, :meth:`SessionHost._respond`), and
+    ``blocking`` after it when ``coro`` yields (not when it returns or
+    raises): a reader running a response hands its reading on there
+    (:mod:`uamp_trio.hosting.ws_connection`). With ``context``, each step of
+    ``coro`` runs in it, as a task's steps run in the task's own: what
+    ``coro`` sets in context variables stays out of the calling task's.
     What comes back (a value or an exception, a cancellation included) goes
     into ``coro`` unchanged.
     """
@@ -357,13 +365,20 @@ def write_at_yields(
     while True:
         outbox.holding = True
         try:
-            step = coro.send(value) if error is None else coro.throw(error)
+            if context is None:
+                step = coro.send(value) if error is None else coro.throw(error)
+            elif error is None:
+                step = context.run(coro.send, value)
+            else:
+                step = context.run(coro.throw, error)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         finally:
             outbox.release()
             if step_end is not None:
                 step_end()
+        if blocking is not None:
+            blocking()
         try:
             value, error = (yield step), None
         except BaseException as exc:  # handed to coro, which decides

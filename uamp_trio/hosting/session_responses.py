@@ -6,7 +6,12 @@ A ``response.create`` the core accepts is handed to its session's worker
 (:meth:`ResponsePart._start_response`): one task per session, started by its
 first response, that runs the session's responses one after another under
 one cancel scope, replaced after each cancel (spawning a task and entering a
-scope per response cost about as much as the core's work on it). A response
+scope per response cost about as much as the core's work on it). On a
+transport whose reader can run a response itself (the WebSocket's,
+:attr:`inline_reader`), a session without a worker has none started: the
+reader runs the response after its read (:meth:`ResponsePart.run_inline`)
+and stays with it as its worker if it blocks
+(:mod:`~uamp_trio.hosting.ws_connection`, "The reader runs the response"). A response
 that starts in an idle conversation takes its place in the server's busy gate
 only once somebody arrives behind it (docs/busy.md, :meth:`ConversationGate.defer
 <uamp_stores.busy.ConversationGate.defer>`); a ``response.create`` held
@@ -26,8 +31,10 @@ them when the step ends (:func:`~uamp_trio.hosting.outbox.write_at_yields`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
+from collections.abc import Callable
 from typing import Final
 
 import trio
@@ -96,8 +103,11 @@ class ResponsePart(PaymentPart, EventLogPart):
         session.queued = (response, create)
         if not session.worker:
             session.worker = True
-            self._nursery.start_soon(self._work, session)
-            self.outbox.woken = True  # the reader lets the worker run first
+            if self.inline_reader and self.inline is None:
+                self.inline = session  # the reader runs it after its read (run_inline)
+            else:
+                self._nursery.start_soon(self._work, session)
+                self.outbox.woken = True  # the reader lets the worker run first
         elif session.idle.wake():
             self.outbox.woken = True
 
@@ -262,35 +272,114 @@ class ResponsePart(PaymentPart, EventLogPart):
                             # before: settle that in a fresh scope first.
                             break
                         session.queued = None
-                        caps = session.agent.capabilities()
-                        if caps is not session.announced:
-                            await self._announce(session, caps)  # changed, or only equal
-                        await self._respond(session, *job)
-                        self._release_slot(session, job[0])
-                        caps = session.agent.capabilities()
-                        if caps is not session.announced:
-                            await self._announce(session, caps)
-                cancelled = session.response
-                job = session.queued
-                if job is not None and job[0].cancel_requested:
-                    cancelled = job[0]
-                    session.queued = None
-                if cancelled is not None and cancelled.cancel_requested:
-                    # Running or not yet started, it ends with response.cancelled:
-                    # the partial output is what the client got.
-                    try:
-                        await self._send_cancelled(session, cancelled)
-                    except SessionGone:
-                        pass  # the response had ended before the cancel landed
-                    finally:
-                        if session.response is cancelled:
-                            session.response = None
-                        self._release_slot(session, cancelled)
+                        await self._run_job(session, job)
+                await self._settle_cancel(session)
         except OutboxClosed:
             pass  # the connection is closing
         finally:
             session.worker = False
             session.scope = None
+
+    async def _run_job(
+        self, session: SessionState, job: tuple[ResponseState, ev.ResponseCreate]
+    ) -> None:
+        """Run one queued response, the agent's capabilities checked before and after."""
+        caps = session.agent.capabilities()
+        if caps is not session.announced:
+            await self._announce(session, caps)  # changed, or only equal
+        await self._respond(session, *job)
+        self._release_slot(session, job[0])
+        caps = session.agent.capabilities()
+        if caps is not session.announced:
+            await self._announce(session, caps)
+
+    async def _settle_cancel(self, session: SessionState) -> None:
+        """After a cancel of the worker's scope: the cancelled response says so.
+
+        Running or not yet started, it ends with ``response.cancelled``; the
+        partial output is what the client got.
+        """
+        cancelled = session.response
+        job = session.queued
+        if job is not None and job[0].cancel_requested:
+            cancelled = job[0]
+            session.queued = None
+        if cancelled is not None and cancelled.cancel_requested:
+            try:
+                await self._send_cancelled(session, cancelled)
+            except SessionGone:
+                pass  # the response had ended before the cancel landed
+            finally:
+                if session.response is cancelled:
+                    session.response = None
+                self._release_slot(session, cancelled)
+
+    # --- the reader runs a response (ws_connection's "inline" responses) ----------
+
+    async def run_inline(
+        self, session: SessionState, scope: trio.CancelScope, blocking: Callable[[], None]
+    ) -> None:
+        """Run ``session``'s queued responses in the calling task, the transport's reader.
+
+        ``scope`` is the reader's own (entered once per reading task, not
+        per response): ``response.cancel`` cancels it as it does a worker's.
+        ``blocking`` is called each time the responses yield to the
+        scheduler; the reader hands its reading to a new task there and
+        stays with the responses (:mod:`~uamp_trio.hosting.ws_connection`).
+        A response that never blocks costs no task switch at all.
+        """
+        session.scope = scope
+        session.stopped = False
+        try:
+            # In a context of their own, as a worker task's: what the agent
+            # sets in context variables (its run, a tool call's key) stays
+            # out of the reader's, and of the task it hands the reading to.
+            await write_at_yields(
+                self._inline_responses(session),
+                self.outbox,
+                session.put_opening,
+                blocking,
+                contextvars.copy_context(),
+            )
+        except OutboxClosed:
+            pass  # the connection is closing
+        finally:
+            session.worker = False
+            session.scope = None
+
+    async def _inline_responses(self, session: SessionState) -> None:
+        """The body of :meth:`run_inline`: :meth:`_responses` until the session is idle."""
+        while self._sessions.get(session.id) is session:
+            job = session.queued
+            if job is None:
+                if not self._take_held(session):
+                    return
+                continue
+            if session.stopped:
+                return  # the reader settles it outside the cancelled scope (settle_inline)
+            if job[0].cancel_requested:  # cancelled in the read that asked for it
+                await self._settle_cancel(session)
+                continue
+            session.queued = None
+            await self._run_job(session, job)
+
+    async def settle_inline(self, session: SessionState) -> None:
+        """A cancel ended :meth:`run_inline`: say so; work left goes to a worker task."""
+        try:
+            await self._settle_cancel(session)
+        except OutboxClosed:
+            return
+        if self._sessions.get(session.id) is not session or session.worker:
+            return
+        if session.queued is not None or self._take_held(session):
+            session.worker = True
+            self._nursery.start_soon(self._work, session)
+
+    def unclaim_inline(self) -> None:
+        """The reader stops before running its pending response: a worker task runs it."""
+        session, self.inline = self.inline, None
+        if session is not None:
+            self._nursery.start_soon(self._work, session)
 
     async def _respond(
         self, session: SessionState, response: ResponseState, create: ev.ResponseCreate

@@ -221,6 +221,8 @@ class HostState:
         outbox: Outbox
         event_log: EventLog | None
         detached: bool
+        inline_reader: bool
+        inline: SessionState | None
         refusal: tuple[str, str] | None
         on_message: Handler | None
         principal: Principal

@@ -319,6 +319,12 @@ class SessionHost(ResponsePart, AuthPart, CallPart):
         self.chat: ChatLink | None = None
         #: ``interrupt.answer`` events being answered (at most MAX_ANSWERS_IN_FLIGHT).
         self._answers_in_flight = 0
+        #: Set by a transport whose reader runs a session's responses itself
+        #: when the session has no worker (the WebSocket's; see
+        #: :meth:`run_inline`): then :attr:`inline` names the session whose
+        #: response the reader runs after its read, instead of a worker task.
+        self.inline_reader = False
+        self.inline: SessionState | None = None
 
     # --- public ---------------------------------------------------------------
 

@@ -64,8 +64,31 @@ the send timeout to it, and so do errors: a peer that went away is found by
 the writer's ``send_all``. A peer that reads slowly thus gets the writer's
 path, with its bounded outbox, from its first full buffer on.
 
-*The worker first.* A read that handed a session's worker a response
-(``Outbox.woken``) is followed by a wait for that worker's step to end
+*The reader runs the response.* A ``response.create`` for a session with
+no worker task (the usual case: a session's responses come one after
+another) is not handed to a task: once the read's messages are fed, the
+reader runs it itself (:meth:`SessionHost.run_inline
+<uamp_trio.hosting.session_responses.ResponsePart.run_inline>`), under its
+own cancel scope, which ``response.cancel`` cancels as it would a worker's.
+A response that never blocks -- an agent answering from memory, a cached
+reply, the benchmarks' agents -- then costs no task switch and no scheduler
+round on the way to its first delta, and the reader is back at its socket
+right after the response's last write. The first time the response yields
+to the scheduler (it waits for a model, a tool, a full outbox, or just
+checkpoints), the reader *hands its reading on*: a new task starts reading
+(:meth:`_Connection._hand_on`) and the old one stays with the response, as
+its worker, and ends with it. Each task's stint is a *turn*
+(:class:`_Reading`) with a cancel scope of its own, so a cancel meant for
+a response never reaches the reading, and one that lands after the
+response's last checkpoint (the scope is then spent) makes the task read on
+in a new turn. The reading tasks run in the host's nursery, where workers
+run: a response whose reader handed on lives on when the socket goes away,
+into the event log, as any worker's does; :func:`_run` cancels the turn
+reading now when the connection ends.
+
+*The worker first.* A read that handed an existing, parked worker a response
+(``Outbox.woken``: a second session's response in the same read) is
+followed by a wait for that worker's step to end
 (:meth:`~uamp_trio.hosting.outbox.Outbox.follow`) before the reader waits
 for its socket again: the response's first delta is written before the
 reader's registration with trio's I/O poller, not after it. The reader runs
@@ -76,6 +99,7 @@ a short chain of coroutines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -95,6 +119,7 @@ from ..engines.ws_frames import (
     WebSocketClosed,
 )
 from .outbox import Outbox, OutboxClosed, Overloaded
+from .session_state import SessionState
 from .sessions import SessionHost, SessionLimits
 
 __all__ = ["CLOSE_GRACE", "READ_SIZE", "SUBPROTOCOLS", "FrameHost", "serve_host"]
@@ -111,6 +136,20 @@ CLOSE_GRACE: Final = 2.0
 DRAIN_POLL: Final = 0.05
 
 
+class _Reading:
+    """One task's turn at reading the socket (see "The reader runs the response")."""
+
+    __slots__ = ("handed", "scope", "session")
+
+    def __init__(self) -> None:
+        #: The task's own scope: a response it runs is cancelled through it.
+        self.scope = trio.CancelScope()
+        #: Whether the task handed the reading to the next turn's task.
+        self.handed = False
+        #: The session whose responses it ran last (settled after a cancel).
+        self.session: SessionState | None = None
+
+
 class _Connection:
     """The tasks of one UAMP WebSocket connection."""
 
@@ -120,11 +159,24 @@ class _Connection:
         engine: FrameEngine,
         host: FrameHost,
         limits: SessionLimits,
+        nursery: trio.Nursery,
     ) -> None:
         self.stream = stream
         self.engine = engine
         self.host = host
         self.limits = limits
+        #: Where the reading tasks run: the host's nursery, where a reader
+        #: that stays with a response lives on as its worker would.
+        self.nursery = nursery
+        #: The turn reading now (``None`` between a hand-over and the next).
+        self.reading: _Reading | None = None
+        #: Set when the reading ends: the peer left, or a reader failed (:attr:`failed`).
+        self.ended = trio.Event()
+        self.failed: Exception | None = None
+        #: The session host whose responses the reader runs itself, if any.
+        self.runner = host if isinstance(host, SessionHost) else None
+        if self.runner is not None:
+            self.runner.inline_reader = True
         #: ``trio.current_time`` read from the run's clock directly (on every read).
         self._now = trio.lowlevel.current_clock().current_time
         self.last_received = self._now()
@@ -176,25 +228,67 @@ class _Connection:
             self.closing = (code, reason)
         self.host.outbox.close()
 
-    async def read(self, initial: bytes, done: trio.Event) -> None:
-        """:meth:`reader` as a task of its own; ``done`` is set when it returns.
+    def start_reading(self, initial: bytes) -> None:
+        """Start the first reading task."""
+        turn = self.reading = _Reading()
+        self.nursery.start_soon(self.read, initial, turn)
 
-        Every step of a task resumes its whole chain of coroutines: under the
+    def stop_reading(self) -> None:
+        """Cancel the task reading now, if any (the connection is ending)."""
+        if self.reading is not None:
+            self.reading.scope.cancel()
+
+    async def read(self, data: bytes, turn: _Reading) -> None:
+        """Read the socket as a task of its own, turn after turn; :attr:`ended` at its end.
+
+        Each step of a task resumes its whole chain of coroutines: under the
         HTTP server's connection handler the reader's was about fifteen
-        frames deep, and a one-delta response takes two steps of it (the
-        request's read, then its next wait,
-        :meth:`~uamp_trio.hosting.outbox.Outbox.follow`). A task of its own
-        starts at this frame (26 Python calls and about 8,000 instructions fewer
-        per one-delta response). An error still reaches the connection's
-        nursery as it did from the nursery's body (trio wraps both alike),
-        and the close sequence after the wait is skipped as it was.
-        """
-        await self.reader(initial)
-        done.set()
+        frames deep. A task of its own starts at this frame (26 Python calls
+        and about 8,000 instructions fewer per one-delta response).
 
-    async def reader(self, initial: bytes) -> None:
-        engine, host, stream = self.engine, self.host, self.stream
+        A turn ends when the peer leaves (:attr:`ended`), when the task
+        handed the reading on and the responses it stayed with are done (it
+        ends), or when a response it ran was cancelled through its scope:
+        the cancel is settled outside the scope and, unless the reading was
+        handed on, the same task reads on in a new turn. An error ends the
+        reading (:attr:`failed`; :func:`_run` raises it, as a reader's
+        error always did), or, once the reading was handed on, goes to the
+        host's nursery, as a worker's does.
+        """
+        runner = self.runner
+        while True:
+            with turn.scope:
+                try:
+                    await self.reader(data, turn)
+                except Exception as exc:
+                    if turn.handed:
+                        raise
+                    self.failed = exc
+                    self.ended.set()
+                    return
+            if turn.scope.cancel_called and runner is not None and turn.session is not None:
+                await runner.settle_inline(turn.session)
+            if turn.handed:
+                return
+            if not turn.scope.cancel_called:
+                self.ended.set()  # the stream ended
+                return
+            turn = self.reading = _Reading()
+            data = b""
+
+    def _hand_on(self, turn: _Reading) -> None:
+        """A response the reader runs blocks: a new task reads on; this one stays with it."""
+        if turn.handed:
+            return
+        turn.handed = True
+        self.last_received = self._now()
+        nxt = self.reading = _Reading()
+        self.nursery.start_soon(self.read, b"", nxt)
+
+    async def reader(self, initial: bytes, turn: _Reading) -> None:
+        engine, host, stream, runner = self.engine, self.host, self.stream, self.runner
         outbox = host.outbox
+        hand_on = functools.partial(self._hand_on, turn)
         data = initial
         try:
             while True:
@@ -209,6 +303,14 @@ class _Connection:
                             await host.drained()
                     if engine.owes:  # pongs and close replies
                         outbox.poke()
+                    if runner is not None and runner.inline is not None:
+                        # A response for a session without a worker: run here,
+                        # no task switch on the way to its first delta.
+                        session, runner.inline = runner.inline, None
+                        turn.session = session
+                        await runner.run_inline(session, turn.scope, hand_on)
+                        if turn.handed:
+                            return  # another task reads now
                     if outbox.woken:
                         # A worker got a response: it runs (and writes) before
                         # this task registers for its next read.
@@ -221,12 +323,16 @@ class _Connection:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:
             log.debug("UAMP WebSocket closed: %s", closed)
+            if runner is not None:
+                runner.unclaim_inline()
             # Resumable sessions with a response running go on into their log.
             if not (isinstance(host, SessionHost) and host.detach()):
                 host.close_all(notify=False)
             outbox.close()
         except Overloaded as exc:
             log.info("dropping a UAMP WebSocket peer: %s", exc)
+            if runner is not None:
+                runner.unclaim_inline()
             self.shut(CLOSE_POLICY_VIOLATION, "too many unread replies")
 
     async def writer(self) -> None:
@@ -405,7 +511,7 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         host = make_host(nursery)
         try:
-            await _run(stream, host, frames, initial_data, limits, drain)
+            await _run(stream, host, frames, initial_data, limits, drain, nursery)
         except Exception:
             # A failure in the connection's own work (a bug: the handler logs
             # it): its sessions end all the same, so nothing the app keeps for
@@ -427,9 +533,10 @@ async def _run(
     initial_data: bytes,
     limits: SessionLimits,
     drain: trio.Event | None,
+    nursery: trio.Nursery,
 ) -> None:
     """The connection's reader, writer and keeper around ``host``, then its sessions' end."""
-    conn = _Connection(stream, frames, host, limits)
+    conn = _Connection(stream, frames, host, limits, nursery)
     detached = False
     async with trio.open_nursery() as io:
         conn.scope = io.cancel_scope
@@ -437,9 +544,13 @@ async def _run(
         io.start_soon(conn.keeper)
         if drain is not None:
             io.start_soon(conn.drainer, drain)
-        reading = trio.Event()  # set when the reader returns (not when it fails)
-        io.start_soon(conn.read, initial_data, reading)
-        await reading.wait()
+        conn.start_reading(initial_data)
+        try:
+            await conn.ended.wait()
+        finally:
+            conn.stop_reading()  # when cut off (the keeper, the send timeout)
+        if conn.failed is not None:
+            raise conn.failed
         detached = isinstance(host, SessionHost) and host.detached
         if not detached:
             host.close_all(notify=False)
