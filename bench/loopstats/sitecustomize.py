@@ -31,6 +31,22 @@ def _install(path: str) -> None:
 
     out = open(path, "a", buffering=1)  # noqa: SIM115 - open for the process's life
     collecting = [0.0]
+    #: Lines not written yet: a collection can start inside a write (the
+    #: file's own allocations), and a buffered file refuses a write from
+    #: within one ("reentrant call"); such a line waits for the next write.
+    pending: list[str] = []
+    writing = [False]
+
+    def write(line: str) -> None:
+        pending.append(line)
+        if writing[0]:
+            return
+        writing[0] = True
+        try:
+            while pending:
+                out.write(pending.pop(0))
+        finally:
+            writing[0] = False
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -38,7 +54,7 @@ def _install(path: str) -> None:
             return
         spent = time.thread_time() - collecting[0]
         if spent >= 0.001:
-            out.write(f"{time.monotonic():.6f} {spent:.6f} gc{info['generation']}\n")
+            write(f"{time.monotonic():.6f} {spent:.6f} gc{info['generation']}\n")
 
     gc.callbacks.append(on_gc)
 
@@ -53,7 +69,7 @@ def _install(path: str) -> None:
             if self.start is not None:
                 spent = time.thread_time() - self.start
                 if spent >= 0.001:
-                    out.write(f"{time.monotonic():.6f} {spent:.6f}\n")
+                    write(f"{time.monotonic():.6f} {spent:.6f}\n")
 
     real_run = trio.run
 
