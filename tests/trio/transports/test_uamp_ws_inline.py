@@ -24,6 +24,7 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url as open_ws
 
+from tests._support import wire
 from tests._support.agents import TestAgent
 from tests._support.wire import create_session, recv, send, until
 from uamp_proto import events as ev
@@ -60,11 +61,8 @@ class Where(TestAgent):
 async def serving(agent: TestAgent) -> AsyncIterator[Server]:
     app = App([agent])
     app.mount(uamp_ws.mount)
-    instance = Server(app, port=0, shutdown_grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(instance.serve)
-        yield instance
-        nursery.cancel_scope.cancel()
+    async with wire.serving(app) as server:
+        yield server
 
 
 def url(server: Server, name: str) -> str:
