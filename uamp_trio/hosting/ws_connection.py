@@ -172,6 +172,8 @@ class _Connection:
         self.reading: _Reading | None = None
         #: Set when the reading ends: the peer left, or a reader failed (:attr:`failed`).
         self.ended = trio.Event()
+        #: Set by :meth:`stop_reading`: a cancelled turn ends its task.
+        self.stopping = False
         self.failed: Exception | None = None
         #: The session host whose responses the reader runs itself, if any.
         self.runner = host if isinstance(host, SessionHost) else None
@@ -235,6 +237,7 @@ class _Connection:
 
     def stop_reading(self) -> None:
         """Cancel the task reading now, if any (the connection is ending)."""
+        self.stopping = True
         if self.reading is not None:
             self.reading.scope.cancel()
 
@@ -250,7 +253,8 @@ class _Connection:
         handed the reading on and the responses it stayed with are done (it
         ends), or when a response it ran was cancelled through its scope:
         the cancel is settled outside the scope and, unless the reading was
-        handed on, the same task reads on in a new turn. An error ends the
+        handed on, the same task reads on in a new turn (but not once
+        :meth:`stop_reading` cut the connection's reading). An error ends the
         reading (:attr:`failed`; :func:`_run` raises it, as a reader's
         error always did), or, once the reading was handed on, goes to the
         host's nursery, as a worker's does.
@@ -266,6 +270,8 @@ class _Connection:
                     self.failed = exc
                     self.ended.set()
                     return
+            if self.stopping:
+                return  # cut off: the connection is ending
             if turn.scope.cancel_called and runner is not None and turn.session is not None:
                 await runner.settle_inline(turn.session)
             if turn.handed:
@@ -322,6 +328,8 @@ class _Connection:
                 if not data:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:
+            if turn.handed:
+                raise  # not the reading's: a response's, as a worker's would
             log.debug("UAMP WebSocket closed: %s", closed)
             if runner is not None:
                 runner.unclaim_inline()
@@ -330,6 +338,8 @@ class _Connection:
                 host.close_all(notify=False)
             outbox.close()
         except Overloaded as exc:
+            if turn.handed:
+                raise
             log.info("dropping a UAMP WebSocket peer: %s", exc)
             if runner is not None:
                 runner.unclaim_inline()
