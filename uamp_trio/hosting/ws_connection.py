@@ -270,9 +270,12 @@ class _Connection:
                     self.failed = exc
                     self.ended.set()
                     return
-            if self.stopping:
+            if self.stopping and not turn.handed:
                 return  # cut off: the connection is ending
             if turn.scope.cancel_called and runner is not None and turn.session is not None:
+                # A handed-over task settles its response's cancel also after
+                # the connection ended (a detached host, a cancel from another
+                # process): the log must say how the response ended.
                 await runner.settle_inline(turn.session)
             if turn.handed:
                 return
