@@ -77,13 +77,13 @@ right after the response's last write. The first time the response yields
 to the scheduler (it waits for a model, a tool, a full outbox, or just
 checkpoints), the reader *hands its reading on*: a new task starts reading
 (:meth:`_Connection._hand_on`) and the old one stays with the response, as
-its worker, and ends with it. Each task's stint is a *turn*
+its worker, and ends with it. Each task's time at the socket is a *stint*
 (:class:`_Reading`) with a cancel scope of its own, so a cancel meant for
 a response never reaches the reading, and one that lands after the
 response's last checkpoint (the scope is then spent) makes the task read on
-in a new turn. The reading tasks run in the host's nursery, where workers
+in a new stint. The reading tasks run in the host's nursery, where workers
 run: a response whose reader handed on lives on when the socket goes away,
-into the event log, as any worker's does; :func:`_run` cancels the turn
+into the event log, as any worker's does; :func:`_run` cancels the stint
 reading now when the connection ends.
 
 *The worker first.* A read that handed an existing, parked worker a response
@@ -137,14 +137,14 @@ DRAIN_POLL: Final = 0.05
 
 
 class _Reading:
-    """One task's turn at reading the socket (see "The reader runs the response")."""
+    """One task's stint at reading the socket (see "The reader runs the response")."""
 
     __slots__ = ("handed", "scope", "session")
 
     def __init__(self) -> None:
         #: The task's own scope: a response it runs is cancelled through it.
         self.scope = trio.CancelScope()
-        #: Whether the task handed the reading to the next turn's task.
+        #: Whether the task handed the reading to the next stint's task.
         self.handed = False
         #: The session whose responses it ran last (settled after a cancel).
         self.session: SessionState | None = None
@@ -168,11 +168,11 @@ class _Connection:
         #: Where the reading tasks run: the host's nursery, where a reader
         #: that stays with a response lives on as its worker would.
         self.nursery = nursery
-        #: The turn reading now (``None`` between a hand-over and the next).
+        #: The stint reading now (``None`` between a hand-over and the next).
         self.reading: _Reading | None = None
         #: Set when the reading ends: the peer left, or a reader failed (:attr:`failed`).
         self.ended = trio.Event()
-        #: Set by :meth:`stop_reading`: a cancelled turn ends its task.
+        #: Set by :meth:`stop_reading`: a cancelled stint ends its task.
         self.stopping = False
         self.failed: Exception | None = None
         #: The session host whose responses the reader runs itself, if any.
@@ -232,8 +232,8 @@ class _Connection:
 
     def start_reading(self, initial: bytes) -> None:
         """Start the first reading task."""
-        turn = self.reading = _Reading()
-        self.nursery.start_soon(self.read, initial, turn)
+        stint = self.reading = _Reading()
+        self.nursery.start_soon(self.read, initial, stint)
 
     def stop_reading(self) -> None:
         """Cancel the task reading now, if any (the connection is ending)."""
@@ -241,19 +241,19 @@ class _Connection:
         if self.reading is not None:
             self.reading.scope.cancel()
 
-    async def read(self, data: bytes, turn: _Reading) -> None:
-        """Read the socket as a task of its own, turn after turn; :attr:`ended` at its end.
+    async def read(self, data: bytes, stint: _Reading) -> None:
+        """Read the socket as a task of its own, stint after stint; :attr:`ended` at its end.
 
         Each step of a task resumes its whole chain of coroutines: under the
         HTTP server's connection handler the reader's was about fifteen
         frames deep. A task of its own starts at this frame (26 Python calls
         and about 8,000 instructions fewer per one-delta response).
 
-        A turn ends when the peer leaves (:attr:`ended`), when the task
+        A stint ends when the peer leaves (:attr:`ended`), when the task
         handed the reading on and the responses it stayed with are done (it
         ends), or when a response it ran was cancelled through its scope:
         the cancel is settled outside the scope and, unless the reading was
-        handed on, the same task reads on in a new turn (but not once
+        handed on, the same task reads on in a new stint (but not once
         :meth:`stop_reading` cut the connection's reading). An error ends the
         reading (:attr:`failed`; :func:`_run` raises it, as a reader's
         error always did), or, once the reading was handed on, goes to the
@@ -261,43 +261,43 @@ class _Connection:
         """
         runner = self.runner
         while True:
-            with turn.scope:
+            with stint.scope:
                 try:
-                    await self.reader(data, turn)
+                    await self.reader(data, stint)
                 except Exception as exc:
-                    if turn.handed:
+                    if stint.handed:
                         raise
                     self.failed = exc
                     self.ended.set()
                     return
-            if self.stopping and not turn.handed:
+            if self.stopping and not stint.handed:
                 return  # cut off: the connection is ending
-            if turn.scope.cancel_called and runner is not None and turn.session is not None:
+            if stint.scope.cancel_called and runner is not None and stint.session is not None:
                 # A handed-over task settles its response's cancel also after
                 # the connection ended (a detached host, a cancel from another
                 # process): the log must say how the response ended.
-                await runner.settle_inline(turn.session)
-            if turn.handed:
+                await runner.settle_inline(stint.session)
+            if stint.handed:
                 return
-            if not turn.scope.cancel_called:
+            if not stint.scope.cancel_called:
                 self.ended.set()  # the stream ended
                 return
-            turn = self.reading = _Reading()
+            stint = self.reading = _Reading()
             data = b""
 
-    def _hand_on(self, turn: _Reading) -> None:
+    def _hand_on(self, stint: _Reading) -> None:
         """A response the reader runs blocks: a new task reads on; this one stays with it."""
-        if turn.handed:
+        if stint.handed:
             return
-        turn.handed = True
+        stint.handed = True
         self.last_received = self._now()
         nxt = self.reading = _Reading()
         self.nursery.start_soon(self.read, b"", nxt)
 
-    async def reader(self, initial: bytes, turn: _Reading) -> None:
+    async def reader(self, initial: bytes, stint: _Reading) -> None:
         engine, host, stream, runner = self.engine, self.host, self.stream, self.runner
         outbox = host.outbox
-        hand_on = functools.partial(self._hand_on, turn)
+        hand_on = functools.partial(self._hand_on, stint)
         data = initial
         try:
             while True:
@@ -316,9 +316,9 @@ class _Connection:
                         # A response for a session without a worker: run here,
                         # no task switch on the way to its first delta.
                         session, runner.inline = runner.inline, None
-                        turn.session = session
-                        await runner.run_inline(session, turn.scope, hand_on)
-                        if turn.handed:
+                        stint.session = session
+                        await runner.run_inline(session, stint.scope, hand_on)
+                        if stint.handed:
                             return  # another task reads now
                     if outbox.woken:
                         # A worker got a response: it runs (and writes) before
@@ -331,7 +331,7 @@ class _Connection:
                 if not data:
                     engine.feed(b"")  # raises WebSocketClosed
         except WebSocketClosed as closed:
-            if turn.handed:
+            if stint.handed:
                 raise  # not the reading's: a response's, as a worker's would
             log.debug("UAMP WebSocket closed: %s", closed)
             if runner is not None:
@@ -341,7 +341,7 @@ class _Connection:
                 host.close_all(notify=False)
             outbox.close()
         except Overloaded as exc:
-            if turn.handed:
+            if stint.handed:
                 raise
             log.info("dropping a UAMP WebSocket peer: %s", exc)
             if runner is not None:
