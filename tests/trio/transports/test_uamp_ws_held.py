@@ -25,6 +25,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support.agents import TestAgent
+from tests._support.raw import open_raw_ws
 from tests._support.steps import TaskSteps
 from tests._support.wire import create_session, recv, resume_session, send, until
 from uamp_proto import events as ev
@@ -34,8 +35,7 @@ from uamp_proto.responder import Emit, TurnRequest
 from uamp_stores.event_log import EventLog, MemoryEventLog
 from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import App, Server
-from uamp_trio.client.websocket import _handshake
-from uamp_trio.engines.ws_frames import WebSocketClosed, make_engine
+from uamp_trio.engines.ws_frames import WebSocketClosed
 from uamp_trio.hosting import ws_connection
 from uamp_trio.stores import Stores
 from uamp_trio.transports import uamp_ws
@@ -144,13 +144,7 @@ async def test_order_holds_across_concurrent_sessions_held_and_queued() -> None:
 
 async def open_raw(port: int, rcvbuf: int) -> tuple[trio.SocketStream, Any, list[bytes]]:
     """A raw client socket with a small receive buffer, past the handshake."""
-    sock = trio.socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    await sock.connect(("127.0.0.1", port))
-    stream = trio.SocketStream(sock)
-    rest = await _handshake(stream, f"127.0.0.1:{port}", "/agents/says/uamp", [], [])
-    frames = make_engine(client=True, max_message_size=None)
-    return stream, frames, frames.feed(rest) if rest else []
+    return await open_raw_ws(port, "/agents/says/uamp", rcvbuf)
 
 
 async def start(stream: trio.SocketStream, frames: Any, pending: list[bytes], text: str) -> None:

@@ -26,13 +26,12 @@ from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
 from tests._support.agents import TestAgent
+from tests._support.raw import open_raw_ws
 from tests._support.wire import create_session, recv, send, until
 from uamp_proto import events as ev
 from uamp_proto import types as ty
 from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import App, Server
-from uamp_trio.client.websocket import _handshake
-from uamp_trio.engines.ws_frames import make_engine
 from uamp_trio.hosting.sessions import SessionHost
 from uamp_trio.transports import uamp_ws
 
@@ -123,25 +122,17 @@ async def test_a_response_cancelled_in_the_read_that_asked_for_it_never_runs() -
     agent = Where()
     with trio.fail_after(TIMEOUT):
         async with serving(agent) as server:
-            sock = trio.socket.socket()
-            await sock.connect(("127.0.0.1", server.port))
-            stream = trio.SocketStream(sock)
-            authority = f"127.0.0.1:{server.port}"
-            leftover = await _handshake(stream, authority, "/agents/where/uamp", [], [])
-            engine = make_engine(client=True, max_message_size=None)
-            messages: list[dict[str, Any]] = []
+            stream, engine, first = await open_raw_ws(server.port, "/agents/where/uamp")
+            messages: list[dict[str, Any]] = [orjson.loads(m) for m in first]
 
             async def until_type(kind: str) -> dict[str, Any]:
-                nonlocal leftover
-                data, leftover = leftover, b""
                 while True:
-                    if data:
-                        messages.extend(orjson.loads(m) for m in engine.feed(data))
                     for m in messages:
                         if m["type"] == kind:
                             return m
                     data = await stream.receive_some(65536)
                     assert data, "the server closed the connection"
+                    messages.extend(orjson.loads(m) for m in engine.feed(data))
 
             engine.text(orjson.dumps({"type": "session.create"}))
             await stream.send_all(engine.take())
