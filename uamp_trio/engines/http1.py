@@ -47,6 +47,7 @@ import re
 import socket
 import sys
 from collections.abc import Callable
+from contextvars import copy_context
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -56,6 +57,7 @@ import trio
 from uamp_proto._fastinit import maker
 from uamp_proto.errors import UampError
 
+from .contexts import in_context
 from .h1fast import parse_head
 from .http import (
     KNOWN_METHODS,
@@ -434,34 +436,41 @@ class _Http1Connection:
                 self.client,
                 self.tls,
             )
-            # _dispatch's work in place (a coroutine less per request).
-            tracker = self.tracker
-            self.handling = (request, end)
-            tracker.handler_scope = self.scope
-            tracker.handler_since = self.now()
-            response = await self.server.dispatch(request)
-            if tracker.head_late:  # the sweeper came as it returned: the 504 goes instead
-                await self._late(response)
-            tracker.handler_since = None
-            self.handling = None
-            if self.budgeted:
-                self._release()
-            try:
-                if not await self._send_templated(response, close):
-                    conn = self._h11_replay(buf[pos:end])
-                    await self._send_response(conn, response)
-                    if conn.our_state is not h11.DONE:  # MUST_CLOSE
-                        return
-                    self.h11 = None
-            finally:
-                if type(response) is StreamingResponse:
-                    await response.aclose()
+            # Each request in a context of its own (engines/contexts.py).
+            if not await in_context(self._answer(request, buf, pos, end, close), copy_context()):
+                return
             if close or self.tracker.draining:
                 return
             if end == len(buf):
                 self.buf, self.pos = b"", 0
             else:
                 self.pos = end
+
+    async def _answer(self, request: Request, buf: bytes, pos: int, end: int, close: bool) -> bool:
+        """Answer the fast path's ``request`` (``buf[pos:end]``); whether the connection goes on."""
+        # _dispatch's work in place (a coroutine less per request).
+        tracker = self.tracker
+        self.handling = (request, end)
+        tracker.handler_scope = self.scope
+        tracker.handler_since = self.now()
+        response = await self.server.dispatch(request)
+        if tracker.head_late:  # the sweeper came as it returned: the 504 goes instead
+            await self._late(response)
+        tracker.handler_since = None
+        self.handling = None
+        if self.budgeted:
+            self._release()
+        try:
+            if not await self._send_templated(response, close):
+                conn = self._h11_replay(buf[pos:end])
+                await self._send_response(conn, response)
+                if conn.our_state is not h11.DONE:  # MUST_CLOSE
+                    return False
+                self.h11 = None
+        finally:
+            if type(response) is StreamingResponse:
+                await response.aclose()
+        return True
 
     async def _receive(self) -> bytes:
         """The next bytes from the peer; ``b""`` once it closed."""
@@ -645,6 +654,19 @@ class _Http1Connection:
         except h11.RemoteProtocolError as exc:
             await self._send_error(exc.error_status_hint, f"Bad HTTP request: {exc}", "bad_request")
             return False
+        # Each request in a context of its own (engines/contexts.py).
+        if not await in_context(self._answer_h11(conn, request, headers), copy_context()):
+            return False
+        if self.tracker.draining:
+            return False
+        self.buf, self.eof = conn.trailing_data
+        self.pos = 0
+        self.h11 = None
+        return True
+
+    async def _answer_h11(self, conn: h11.Connection, request: Request, headers: Headers) -> bool:
+        """Answer ``request``, read by h11 on ``conn``; whether the connection goes on."""
+        method = request.method
         response = await self._dispatch(request, None)
         self._release()
         try:
@@ -664,11 +686,6 @@ class _Http1Connection:
         finally:
             if type(response) is StreamingResponse:
                 await response.aclose()
-        if self.tracker.draining:
-            return False
-        self.buf, self.eof = conn.trailing_data
-        self.pos = 0
-        self.h11 = None
         return True
 
     async def _next_request(self, conn: h11.Connection) -> h11.Request | None:

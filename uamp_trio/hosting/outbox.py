@@ -355,8 +355,8 @@ def write_at_yields(
     ``blocking`` after it when ``coro`` yields (not when it returns or
     raises): a reader running a response hands its reading on there
     (:mod:`uamp_trio.hosting.ws_connection`). With ``context``, each step of
-    ``coro`` runs in it, as a task's steps run in the task's own: what
-    ``coro`` sets in context variables stays out of the calling task's.
+    ``coro`` runs in it, as :func:`~uamp_trio.engines.contexts.in_context`
+    runs them (one wrapper on the await chain instead of two).
     What comes back (a value or an exception, a cancellation included) goes
     into ``coro`` unchanged.
     """

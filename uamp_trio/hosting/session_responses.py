@@ -34,7 +34,7 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import trio
@@ -53,6 +53,7 @@ from uamp_proto.session_request import recoded, spoken_format, turn_request
 from uamp_stores.busy import Slot
 from uamp_stores.health import STORE_UNAVAILABLE
 
+from ..engines.contexts import in_context
 from .agents import AGENT_OFFLINE
 from .interrupts import ResponsePort
 from .outbox import OutboxClosed, write_at_yields
@@ -272,7 +273,8 @@ class ResponsePart(PaymentPart, EventLogPart):
                             # before: settle that in a fresh scope first.
                             break
                         session.queued = None
-                        await self._run_job(session, job)
+                        # The worker's context is never changed: a copy is fresh.
+                        await self._run_job(session, job, contextvars.copy_context())
                 await self._settle_cancel(session)
         except OutboxClosed:
             pass  # the connection is closing
@@ -280,10 +282,25 @@ class ResponsePart(PaymentPart, EventLogPart):
             session.worker = False
             session.scope = None
 
-    async def _run_job(
+    def _run_job(
+        self,
+        session: SessionState,
+        job: tuple[ResponseState, ev.ResponseCreate],
+        context: contextvars.Context,
+    ) -> Awaitable[None]:
+        """Run one queued response in ``context``, a context of its own (engines/contexts.py).
+
+        A worker and a reading task each run many responses in turn: what
+        one response's agent sets in context variables (its run, a tool
+        call's key, a user) is not seen by the next, as if each ran in a
+        task of its own.
+        """
+        return in_context(self._job(session, job), context)
+
+    async def _job(
         self, session: SessionState, job: tuple[ResponseState, ev.ResponseCreate]
     ) -> None:
-        """Run one queued response, the agent's capabilities checked before and after."""
+        """The body of :meth:`_run_job`: the agent's capabilities checked before and after."""
         caps = session.agent.capabilities()
         if caps is not session.announced:
             await self._announce(session, caps)  # changed, or only equal
@@ -331,15 +348,19 @@ class ResponsePart(PaymentPart, EventLogPart):
         session.scope = scope
         session.stopped = False
         try:
-            # In a context of their own, as a worker task's: what the agent
-            # sets in context variables (its run, a tool call's key) stays
-            # out of the reader's, and of the task it hands the reading to.
+            # Each response in a context of its own, a copy of the reader's:
+            # what the agent sets in context variables stays out of the
+            # reader's, of the task it hands the reading to, and of the next
+            # response. The first runs in the run's own context (no wrapper
+            # on the way to its first delta); any later one in a copy of its
+            # own (_run_job).
+            reader = contextvars.copy_context()
             await write_at_yields(
-                self._inline_responses(session),
+                self._inline_responses(session, reader),
                 self.outbox,
                 session.put_opening,
                 blocking,
-                contextvars.copy_context(),
+                reader.copy(),
             )
         except OutboxClosed:
             pass  # the connection is closing
@@ -347,8 +368,13 @@ class ResponsePart(PaymentPart, EventLogPart):
             session.worker = False
             session.scope = None
 
-    async def _inline_responses(self, session: SessionState) -> None:
-        """The body of :meth:`run_inline`: :meth:`_responses` until the session is idle."""
+    async def _inline_responses(self, session: SessionState, reader: contextvars.Context) -> None:
+        """The body of :meth:`run_inline`: :meth:`_responses` until the session is idle.
+
+        The first response runs in the run's context, a fresh copy of
+        ``reader`` (the reading task's); each later one in a copy of its own.
+        """
+        first = True
         while self._sessions.get(session.id) is session:
             job = session.queued
             if job is None:
@@ -361,7 +387,11 @@ class ResponsePart(PaymentPart, EventLogPart):
                 await self._settle_cancel(session)
                 continue
             session.queued = None
-            await self._run_job(session, job)
+            if first:
+                first = False
+                await self._job(session, job)
+            else:
+                await self._run_job(session, job, reader.copy())
 
     async def settle_inline(self, session: SessionState) -> None:
         """A cancel ended :meth:`run_inline`: say so; work left goes to a worker task."""

@@ -1,0 +1,117 @@
+"""Each response runs in a context of its own, on every transport, however it is run.
+
+A session's responses run one after another in one task (a session's
+worker on HTTP+SSE; on WebSocket the reading task, or the worker a
+response queued behind a running one goes to), and an HTTP/1.1
+connection's requests in one task. What an agent sets in a context
+variable and never resets must not reach the next response: the marks
+each response finds are the defaults, however the responses were run.
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+import httpx
+import trio
+from trio_websocket import open_websocket_url
+
+from tests._support import wire
+from tests._support.agents import TestAgent
+from tests._support.wire import CREATE, open_stream, post
+from uamp_proto import events as ev
+from uamp_proto import types as ty
+from uamp_proto.responder import Emit, TurnRequest
+from uamp_trio import App
+from uamp_trio.transports import completions, uamp_ws
+from uamp_trio.transports.sse_events import SSEEventsTransport
+
+TIMEOUT = 20
+
+#: What an agent sets and never resets.
+MARK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "test_response_mark", default=None
+)
+
+
+class Marks(TestAgent):
+    """Notes the mark it finds, then sets its own; ``"slow ..."`` answers after a pause."""
+
+    name = "marks"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str | None] = []
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        text = request.messages[-1].text
+        self.found.append(MARK.get())
+        MARK.set(text)
+        if text.startswith("slow"):
+            await trio.sleep(0.05)
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
+
+
+def app_of(agent: Marks) -> tuple[App, SSEEventsTransport]:
+    app = App([agent])
+    sse = SSEEventsTransport(app)
+    app.mount(completions.mount)
+    app.mount(uamp_ws.mount)
+    app.mount(sse.mount)
+    return app, sse
+
+
+async def test_websocket_responses_one_after_another_and_queued() -> None:
+    agent = Marks()
+    app, _ = app_of(agent)
+    with trio.fail_after(TIMEOUT):
+        async with (
+            wire.serving(app) as server,
+            open_websocket_url(f"ws://127.0.0.1:{server.port}/agents/marks/uamp") as ws,
+        ):
+            sid = await wire.create_session(ws)
+            # Two run by the reader; then three queued behind a slow one,
+            # which its task runs in turn.
+            for text in ("one", "two", "slow three", "four", "five"):
+                await wire.send(ws, type="input.text", session_id=sid, text=text)
+                await wire.send(ws, type="response.create", session_id=sid)
+                if text in ("one", "two"):
+                    await wire.until(ws, "response.done")
+            for _ in range(3):
+                await wire.until(ws, "response.done")
+    assert len(agent.found) == 5
+    assert agent.found == [None] * 5
+
+
+async def test_http_sse_responses_of_one_session() -> None:
+    agent = Marks()
+    app, _ = app_of(agent)
+    with trio.fail_after(TIMEOUT):
+        async with (
+            wire.serving(app) as server,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+        ):
+            sid = (await post(http, CREATE, path="/agents/marks/events")).json()["session_id"]
+            async with open_stream(http, sid, "/agents/marks/events/stream") as events:
+                await events.until("capabilities")
+                for text in ("one", "two", "three"):
+                    turn = [{"type": "input.text", "text": text}, {"type": "response.create"}]
+                    assert (await post(http, turn, sid)).status_code == 200
+                    await events.until("response.done")
+    assert agent.found == [None] * 3
+
+
+async def test_chat_completions_requests_on_one_connection() -> None:
+    agent = Marks()
+    app, _ = app_of(agent)
+    with trio.fail_after(TIMEOUT):
+        async with (
+            wire.serving(app) as server,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+        ):
+            for i, stream in enumerate((False, True, False, True)):
+                body = {"model": "marks", "stream": stream}
+                body["messages"] = [{"role": "user", "content": f"m{i}"}]
+                resp = await http.post("/agents/marks/chat/completions", json=body)
+                assert resp.status_code == 200
+    assert agent.found == [None] * 4
