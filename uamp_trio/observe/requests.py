@@ -165,7 +165,6 @@ class Observe:
             began = time.perf_counter()
             exchange = _exchange(call.request, call.route, True)
             CURRENT.set(exchange)
-            RESOLVED_AGENT.set(None)
             return await self._websocket(call, call_next, exchange, began)
         began = time.perf_counter()
         return await self.around(lambda _: call_next(call), call.route, began, call.request)
@@ -196,11 +195,9 @@ class Observe:
             route.transport or "-",
             request.path_params.get("agent") or "-",
         )
+        # Each request runs in a context of its own (engines/contexts.py):
+        # nothing an earlier request resolved is seen here.
         CURRENT.set(exchange)
-        # Reset what an earlier request of this connection's task resolved
-        # (a set makes a new context mapping; a get that finds nothing costs less).
-        if RESOLVED_AGENT.get() is not None:
-            RESOLVED_AGENT.set(None)
         try:
             reply = await endpoint(request)
         except HTTPError as exc:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import AsyncIterator
+from typing import Any
 
 import h11
 import httpx
 import trio
 
+from uamp_trio import DemoAgent, create_app
 from uamp_trio.app import Router
 from uamp_trio.engines.http import Request, Response, StreamingResponse, json_response
 from uamp_trio.engines.websocket import WebSocketRequest
@@ -133,3 +135,28 @@ async def test_http2_streams_agree(serve_app) -> None:  # type: ignore[no-untype
         ("two", None),
         ("three", None),
     ]
+
+
+async def test_the_access_record_names_no_agent_an_earlier_request_resolved(serve_app) -> None:  # type: ignore[no-untyped-def]
+    # A root path resolves its agent into a context variable the access
+    # record reads; the next request on the connection resolves none.
+    records: list[tuple[str, str]] = []
+
+    class Listener:
+        def finished(self, exchange: Any) -> None:
+            records.append((exchange.path, exchange.agent))
+
+        def stream_opened(self, exchange: Any) -> None: ...
+
+        def stream_closed(self, exchange: Any) -> None: ...
+
+    app = create_app([DemoAgent()], metrics=True)
+    assert app.observe is not None
+    app.observe.listeners.append(Listener())
+    with trio.fail_after(TIMEOUT):
+        server = await serve_app(app)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            body = {"messages": [{"role": "user", "content": "hi"}]}
+            assert (await http.post("/chat/completions", json=body)).status_code == 200
+            assert (await http.get("/no/such/route")).status_code == 404
+    assert records == [("/chat/completions", "demo"), ("/no/such/route", "-")]
