@@ -14,7 +14,7 @@ from uamp_trio.engines.ws_frames import make_engine
 async def receive_or_eof(stream: trio.abc.ReceiveStream, max_bytes: int = 65536) -> bytes:
     """The next bytes from ``stream``; ``b""`` once the peer has closed or broken the connection."""
     try:
-        return await stream.receive_some(max_bytes)
+        return bytes(await stream.receive_some(max_bytes))
     except trio.BrokenResourceError:
         return b""
 

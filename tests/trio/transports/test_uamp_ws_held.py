@@ -35,6 +35,7 @@ from uamp_proto.responder import Emit, TurnRequest
 from uamp_stores.event_log import EventLog, MemoryEventLog
 from uamp_stores.event_log_sqlite import SqliteEventLog
 from uamp_trio import App, Server
+from uamp_trio.engines import streams
 from uamp_trio.engines.ws_frames import WebSocketClosed
 from uamp_trio.hosting import ws_connection
 from uamp_trio.stores import Stores
@@ -348,7 +349,7 @@ async def test_the_reader_waits_for_its_next_read_after_the_workers_first_write(
     # The reader that handed a worker a response lets the worker's step run
     # (and write the first delta) before it registers for its next read.
     order: list[str] = []
-    real_wait, real_write = ws_connection.receive_when_ready, ws_connection.written_now
+    real_wait, real_write = streams.receive_when_ready, streams.written_now
 
     async def wait(stream: Any, size: int) -> bytes:
         order.append("wait")
