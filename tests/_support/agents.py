@@ -10,6 +10,7 @@ of an agent that talks slowly: a few text deltas with pauses between them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Coroutine
@@ -216,3 +217,32 @@ class Stalls(TestAgent):
             await trio.sleep_forever()
         finally:
             self.cancelled.set()
+
+
+#: What :class:`Marks` sets and never resets (a run's state, a user, in a context variable).
+MARK: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_mark", default=None)
+
+
+class Marks(TestAgent):
+    """Notes the :data:`MARK` it finds, then sets its own (the message's text) and answers.
+
+    ``"slow ..."`` answers after a short pause; ``"block ..."`` answers, then
+    waits until cancelled. Each response should find the default, however
+    the server runs them.
+    """
+
+    name = "marks"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str | None] = []
+
+    async def respond(self, request: TurnRequest, emit: Emit) -> None:
+        text = request.messages[-1].text
+        self.found.append(MARK.get())
+        MARK.set(text)
+        if text.startswith("slow"):
+            await trio.sleep(0.05)
+        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok ")))
+        if text.startswith("block"):
+            await trio.sleep_forever()

@@ -10,46 +10,18 @@ each response finds are the defaults, however the responses were run.
 
 from __future__ import annotations
 
-import contextvars
-
 import httpx
 import trio
 from trio_websocket import open_websocket_url
 
 from tests._support import wire
-from tests._support.agents import TestAgent
+from tests._support.agents import Marks
 from tests._support.wire import CREATE, open_stream, post
-from uamp_proto import events as ev
-from uamp_proto import types as ty
-from uamp_proto.responder import Emit, TurnRequest
 from uamp_trio import App
 from uamp_trio.transports import completions, uamp_ws
 from uamp_trio.transports.sse_events import SSEEventsTransport
 
 TIMEOUT = 20
-
-#: What an agent sets and never resets.
-MARK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "test_response_mark", default=None
-)
-
-
-class Marks(TestAgent):
-    """Notes the mark it finds, then sets its own; ``"slow ..."`` answers after a pause."""
-
-    name = "marks"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[str | None] = []
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        text = request.messages[-1].text
-        self.found.append(MARK.get())
-        MARK.set(text)
-        if text.startswith("slow"):
-            await trio.sleep(0.05)
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok")))
 
 
 def app_of(agent: Marks) -> tuple[App, SSEEventsTransport]:

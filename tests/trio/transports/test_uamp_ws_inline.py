@@ -13,7 +13,6 @@ that what a response sets in context variables stays its own.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,7 +24,7 @@ import trio
 from trio_websocket import open_websocket_url as open_ws
 
 from tests._support import wire
-from tests._support.agents import TestAgent
+from tests._support.agents import Marks, TestAgent
 from tests._support.raw import open_raw_ws
 from tests._support.wire import create_session, recv, send, until
 from uamp_proto import events as ev
@@ -201,28 +200,6 @@ async def test_a_cancel_after_the_agents_last_checkpoint_leaves_the_reading_inta
                 await ask(ws, sid, "go")
                 got = await until(ws, "response.done")
                 assert [e["type"] for e in got][-2:] == ["response.delta", "response.done"]
-
-
-#: What an agent sets and never resets (a run's state in a context variable).
-MARK: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_inline_mark", default=None)
-
-
-class Marks(TestAgent):
-    """Notes the mark it finds, then sets its own; ``"block ..."`` then waits until cancelled."""
-
-    name = "marks"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[str | None] = []
-
-    async def respond(self, request: TurnRequest, emit: Emit) -> None:
-        text = request.messages[-1].text
-        self.found.append(MARK.get())
-        MARK.set(text)
-        await emit(ev.ResponseDelta(delta=ty.DeltaText(text="ok ")))
-        if text.startswith("block"):
-            await trio.sleep_forever()
 
 
 async def test_what_a_response_sets_in_context_variables_stays_its_own() -> None:
