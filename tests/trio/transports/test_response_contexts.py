@@ -10,6 +10,9 @@ each response finds are the defaults, however the responses were run.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import httpx
 import trio
 from trio_websocket import open_websocket_url
@@ -24,22 +27,22 @@ from uamp_trio.transports.sse_events import SSEEventsTransport
 TIMEOUT = 20
 
 
-def app_of(agent: Marks) -> tuple[App, SSEEventsTransport]:
+@asynccontextmanager
+async def serving() -> AsyncIterator[tuple[Marks, int]]:
+    """A server of a :class:`Marks` agent on Chat Completions, UAMP WebSocket and HTTP+SSE."""
+    agent = Marks()
     app = App([agent])
-    sse = SSEEventsTransport(app)
-    app.mount(completions.mount)
-    app.mount(uamp_ws.mount)
-    app.mount(sse.mount)
-    return app, sse
+    for mount in (completions.mount, uamp_ws.mount, SSEEventsTransport(app).mount):
+        app.mount(mount)
+    async with wire.serving(app) as server:
+        yield agent, server.port
 
 
 async def test_websocket_responses_one_after_another_and_queued() -> None:
-    agent = Marks()
-    app, _ = app_of(agent)
     with trio.fail_after(TIMEOUT):
         async with (
-            wire.serving(app) as server,
-            open_websocket_url(f"ws://127.0.0.1:{server.port}/agents/marks/uamp") as ws,
+            serving() as (agent, port),
+            open_websocket_url(f"ws://127.0.0.1:{port}/agents/marks/uamp") as ws,
         ):
             sid = await wire.create_session(ws)
             # Two run by the reader; then three queued behind a slow one,
@@ -56,12 +59,10 @@ async def test_websocket_responses_one_after_another_and_queued() -> None:
 
 
 async def test_http_sse_responses_of_one_session() -> None:
-    agent = Marks()
-    app, _ = app_of(agent)
     with trio.fail_after(TIMEOUT):
         async with (
-            wire.serving(app) as server,
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+            serving() as (agent, port),
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
         ):
             sid = (await post(http, CREATE, path="/agents/marks/events")).json()["session_id"]
             async with open_stream(http, sid, "/agents/marks/events/stream") as events:
@@ -74,12 +75,10 @@ async def test_http_sse_responses_of_one_session() -> None:
 
 
 async def test_chat_completions_requests_on_one_connection() -> None:
-    agent = Marks()
-    app, _ = app_of(agent)
     with trio.fail_after(TIMEOUT):
         async with (
-            wire.serving(app) as server,
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http,
+            serving() as (agent, port),
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
         ):
             for i, stream in enumerate((False, True, False, True)):
                 body = {"model": "marks", "stream": stream}
